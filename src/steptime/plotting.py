@@ -1,0 +1,61 @@
+"""One house style for every figure; PNG and PDF written atomically and reproducibly."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+PALETTE = {
+    "steptime": "#1b6ca8",
+    "bare_roofline": "#9e9e9e",
+    "datasheet_alpha": "#c49a00",
+    "aic_empirical": "#7b3fa0",
+    "calibrated_roofline": "#d95f02",
+    "rf_home": "#1a9850",
+    "rf_verbatim": "#d73027",
+    "rf_spec_scaled": "#fc8d59",
+    "measured": "#000000",
+}
+
+
+def setup():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    plt.rcParams.update({
+        "figure.dpi": 110,
+        "savefig.dpi": 150,
+        "font.size": 9,
+        "axes.titlesize": 10,
+        "axes.grid": True,
+        "grid.alpha": 0.3,
+        "axes.spines.top": False,
+        "axes.spines.right": False,
+        "legend.frameon": False,
+        "svg.hashsalt": "steptime",
+    })
+    return plt
+
+
+def save(fig, stem: str | os.PathLike, caption: str | None = None) -> list[Path]:
+    """Write `<stem>.png` and `<stem>.pdf` (no timestamps, so reruns give the same bytes)."""
+    from steptime.io import atomic_path
+
+    stem = Path(stem)
+    out = []
+    for ext, meta in ((".png", {"Software": None}), (".pdf", {"CreationDate": None, "ModDate": None, "Producer": None, "Creator": None})):
+        target = stem.with_suffix(ext)
+        with atomic_path(target) as tmp:
+            fig.savefig(tmp, format=ext[1:], metadata=meta, bbox_inches="tight")
+        out.append(target)
+    if caption:
+        from steptime.io import atomic_path as ap
+
+        with ap(stem.with_suffix(".caption.txt")) as tmp:
+            tmp.write_text(caption.strip() + "\n")
+    import matplotlib.pyplot as plt
+
+    plt.close(fig)
+    return out

@@ -1,0 +1,85 @@
+"""Result files: question, metrics, claims and a provenance block, written atomically.
+
+A result is deterministic: the same inputs and code give the same bytes (sorted keys,
+rounded floats, no wall-clock time). Provenance names every input with its sha256, the
+steptime version, a hash of the library source (`code_sha256`, which pins the code
+without the chicken-and-egg of a commit id inside a committed file), the config used,
+and which cells calibrated which constant.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from pathlib import Path
+from typing import Any, Iterable
+
+from steptime.io import sha256_file, write_json
+
+RESULT_KEYS = ("id", "question", "status", "metrics", "claims", "provenance")
+
+
+def code_sha256(root: str | os.PathLike | None = None) -> str:
+    """sha256 over the library's source files (path + bytes), sorted by path."""
+    base = Path(root) if root else Path(__file__).resolve().parent
+    h = hashlib.sha256()
+    for p in sorted(base.rglob("*")):
+        if p.is_file() and p.suffix in (".py", ".yaml") and "__pycache__" not in p.parts:
+            h.update(str(p.relative_to(base)).encode())
+            h.update(p.read_bytes())
+    return h.hexdigest()
+
+
+def claim(text: str, value: Any, comparison: str, target: Any = None, met: bool | None = None) -> dict:
+    """One claim: what is asserted, the measured value, against what, and whether it holds."""
+    out = {"claim": text, "value": value, "comparison": comparison}
+    if target is not None:
+        out["target"] = target
+    if met is not None:
+        out["met"] = bool(met)
+    return out
+
+
+def provenance(inputs: Iterable[str | os.PathLike], config: dict | None = None,
+               calibration: dict | None = None, rule: str | None = None,
+               script: str | None = None) -> dict:
+    from steptime import __version__
+
+    files = {}
+    for p in sorted({str(x) for x in inputs}):
+        path = Path(p)
+        if path.is_file():
+            files[p] = {"sha256": sha256_file(path), "bytes": path.stat().st_size}
+        elif path.is_dir():
+            files[p] = {"sha256": None, "bytes": None, "note": "directory"}
+        else:
+            raise FileNotFoundError(f"provenance: input {p!r} does not exist")
+    return {
+        "inputs": files,
+        "steptime_version": __version__,
+        "code_sha256": code_sha256(),
+        "config": config or {},
+        "calibration": calibration or {},
+        "rule": rule,
+        "script": script,
+    }
+
+
+def write_result(path: str | os.PathLike, *, id: str, question: str, metrics: dict,
+                 claims: list[dict], provenance: dict, status: str = "built",
+                 extra: dict | None = None) -> dict:
+    doc = {
+        "id": id,
+        "question": question,
+        "status": status,
+        "metrics": metrics,
+        "claims": claims,
+        "provenance": provenance,
+    }
+    if extra:
+        overlap = set(extra) & set(doc)
+        if overlap:
+            raise ValueError(f"write_result: extra keys clash with {sorted(overlap)}")
+        doc.update(extra)
+    write_json(path, doc)
+    return doc

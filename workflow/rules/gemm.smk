@@ -1,0 +1,1 @@
+# rules for this area are added by its issue
