@@ -1,0 +1,5 @@
+import sys
+
+from steptime.cli import main
+
+sys.exit(main())

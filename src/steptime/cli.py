@@ -1,0 +1,189 @@
+"""The steptime command line.
+
+    steptime predict --model llama-3.1-8b --gpu h100-sxm --decode 32x1024 --prefill 1x2048 [--json]
+    steptime gpus [--sources] [--json]       steptime models [--json]
+    steptime bench [--json]                  steptime status [--json]
+    steptime data verify [--json]            steptime evaluate --family gemm [--json]
+    steptime constants [--json]
+
+Bad input prints one line on stderr and exits 2; no tracebacks.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from steptime.errors import SteptimeError
+
+
+def _print_json(obj) -> None:
+    from steptime.io import dumps
+
+    sys.stdout.write(dumps(obj))
+
+
+def cmd_predict(a) -> int:
+    from steptime.step import TERMS, Batch, predict_step
+
+    batch = Batch.parse(decode=a.decode or [], prefill=a.prefill or [])
+    r = predict_step(a.model, a.gpu, batch, tp=a.tp, f_clk=a.f_clk, kv_dtype=a.kv_dtype,
+                     check_memory=not a.no_memory_check)
+    if a.json:
+        _print_json(r.to_dict())
+        return 0
+    print(f"{r.model} on {r.gpu} (tp={r.tp}): {r.requests} requests, {r.tokens} new tokens")
+    print(f"{'term':<16}{'ms':>10}{'share':>8}  bound")
+    for t in TERMS:
+        v = r.terms_ms[t]
+        if v == 0.0:
+            continue
+        print(f"{t:<16}{v:>10.4f}{v / r.total_ms:>8.1%}  {r.bound[t]}")
+    print(f"{'total':<16}{r.total_ms:>10.4f}{1:>8.1%}")
+    hidden = {k: v for k, v in r.hidden_ms.items() if v > 0}
+    if hidden:
+        print("hidden under overlap (not in total): " + ", ".join(f"{k} {v:.4f} ms" for k, v in hidden.items()))
+    return 0
+
+
+def cmd_gpus(a) -> int:
+    from dataclasses import asdict
+
+    from steptime.specs import gpu_sources, gpu_table
+
+    table = gpu_table()
+    if a.json:
+        out = {}
+        for k, g in table.items():
+            row = {f: v for f, v in asdict(g).items() if f != "figures"}
+            if a.sources:
+                row["sources"] = {f: {"source": x.source, "confidence": x.confidence} for f, x in g.figures.items()}
+            out[k] = row
+        _print_json(out)
+        return 0
+    print(f"{'key':<14}{'arch':<10}{'bf16 TF':>9}{'fp8 TF':>9}{'BW GB/s':>9}{'mem GB':>8}{'SMs':>5}{'L2 MB':>7}{'W':>6}")
+    for k, g in table.items():
+        fp8 = f"{g.fp8_dense_tflops:g}" if g.fp8_dense_tflops else "-"
+        print(f"{k:<14}{g.architecture:<10}{g.bf16_dense_tflops:>9g}{fp8:>9}{g.mem_bw_gbps:>9g}{g.mem_gb:>8g}"
+              f"{g.sms:>5}{g.l2_mb:>7g}{g.power_w:>6g}")
+    if a.sources:
+        print()
+        for k, g in table.items():
+            low = [f for f, x in g.figures.items() if x.confidence == "low"]
+            if low:
+                print(f"{k}: low-confidence figures: {', '.join(low)}")
+        for s, text in gpu_sources().items():
+            print(f"  [{s}] {text}")
+    return 0
+
+
+def cmd_models(a) -> int:
+    from dataclasses import asdict
+
+    from steptime.specs import model_table
+
+    table = model_table()
+    if a.json:
+        _print_json({k: {**asdict(m), "params": m.n_params()} for k, m in table.items()})
+        return 0
+    print(f"{'key':<15}{'hidden':>7}{'layers':>7}{'heads':>6}{'kv':>4}{'hd':>5}{'inter':>7}{'vocab':>8}{'params B':>9}")
+    for k, m in table.items():
+        print(f"{k:<15}{m.hidden_size:>7}{m.num_hidden_layers:>7}{m.num_attention_heads:>6}"
+              f"{m.num_key_value_heads:>4}{m.head_dim:>5}{m.intermediate_size:>7}{m.vocab_size:>8}"
+              f"{m.n_params() / 1e9:>9.2f}")
+    return 0
+
+
+def cmd_constants(a) -> int:
+    from steptime.calibration import Constants
+
+    rows = Constants.default().table()
+    if a.json:
+        _print_json(rows)
+        return 0
+    for r in rows:
+        print(f"{r['scope']:<18}{r['name']:<22}{r['provenance']:<10}{json.dumps(r['value'])[:40]:<42}{r['source'][:70]}")
+    return 0
+
+
+def cmd_bench(a) -> int:
+    from steptime.bench import run
+
+    res = run(quick=a.quick)
+    if a.json:
+        _print_json(res)
+    else:
+        for k, v in res.items():
+            print(f"{k}: {v}")
+    return 0
+
+
+def cmd_status(a) -> int:
+    from steptime.status import status
+
+    return status(as_json=a.json)
+
+
+def cmd_data(a, rest) -> int:
+    from steptime.data import cli_main
+
+    return cli_main(rest)
+
+
+def cmd_evaluate(a) -> int:
+    from steptime.evaluate import evaluate_cli
+
+    return evaluate_cli(a)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="steptime", description="Predict LLM engine step time on a GPU, term by term.")
+    sub = p.add_subparsers(dest="cmd", required=True)
+    pr = sub.add_parser("predict", help="predict one engine step")
+    pr.add_argument("--model", required=True, help="model key, HF id, or path to config.json")
+    pr.add_argument("--gpu", required=True, help="GPU key or alias (see `steptime gpus`)")
+    pr.add_argument("--decode", action="append", metavar="COUNTxKV", help="decode requests, e.g. 32x1024")
+    pr.add_argument("--prefill", action="append", metavar="COUNTxTOKENS[@KV]", help="prefill requests, e.g. 1x2048")
+    pr.add_argument("--tp", type=int, default=1, help="tensor-parallel degree")
+    pr.add_argument("--f-clk", type=float, default=None, help="sustained/boost clock ratio (default 1.0)")
+    pr.add_argument("--kv-dtype", choices=["bf16", "fp8"], default="bf16")
+    pr.add_argument("--no-memory-check", action="store_true", help="skip the fits-in-memory check")
+    pr.add_argument("--json", action="store_true")
+    for name in ("gpus", "models", "constants"):
+        sp = sub.add_parser(name, help=f"list known {name}")
+        sp.add_argument("--json", action="store_true")
+        if name == "gpus":
+            sp.add_argument("--sources", action="store_true", help="show each figure's source")
+    b = sub.add_parser("bench", help="prediction speed against a plain-Python baseline")
+    b.add_argument("--json", action="store_true")
+    b.add_argument("--quick", action="store_true", help="smaller cell counts")
+    s = sub.add_parser("status", help="which experiments are built and which await telemetry")
+    s.add_argument("--json", action="store_true")
+    sub.add_parser("data", help="data commands: `steptime data verify [--json]`", add_help=False)
+    e = sub.add_parser("evaluate", help="accuracy per GPU and predictor on raw/ data")
+    e.add_argument("--family", required=True)
+    e.add_argument("--gpu", action="append")
+    e.add_argument("--json", action="store_true")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser()
+    try:
+        if argv and argv[0] == "data":
+            return cmd_data(None, argv[1:])
+        a = parser.parse_args(argv)
+        handler = {"predict": cmd_predict, "gpus": cmd_gpus, "models": cmd_models, "bench": cmd_bench,
+                   "status": cmd_status, "evaluate": cmd_evaluate, "constants": cmd_constants}[a.cmd]
+        return handler(a)
+    except SteptimeError as exc:
+        print(f"steptime: error: {exc}", file=sys.stderr)
+        return 2
+    except BrokenPipeError:  # pragma: no cover
+        return 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,58 @@
+"""`steptime evaluate --family F`: accuracy per GPU and predictor, recomputed from raw/.
+
+Each family module registers a function returning a list of records
+    {family, gpu, predictor, subset, cells, mape, median_ape, mape_ci}
+with `subset` in {llm, all, decode, prefill}, `predictor` 'steptime' for ours and a
+stable baseline name otherwise, `gpu` a library key, errors as fractions.
+Family modules are imported lazily (they need pandas).
+"""
+
+from __future__ import annotations
+
+import importlib
+
+FAMILIES = {
+    "gemm": "steptime.evaluate.gemm",
+    "attention_decode": "steptime.evaluate.attention",
+    "attention_prefill": "steptime.evaluate.attention",
+    "light": "steptime.evaluate.light",
+    "host": "steptime.evaluate.host",
+    "step": "steptime.evaluate.step",
+}
+RECORD_KEYS = ("family", "gpu", "predictor", "subset", "cells", "mape", "median_ape", "mape_ci")
+
+
+def evaluate(family: str, gpus: list[str] | None = None, **kw) -> list[dict]:
+    from steptime.errors import SteptimeError
+
+    if family not in FAMILIES:
+        raise SteptimeError(f"unknown family {family!r} (known: {', '.join(FAMILIES)})")
+    try:
+        mod = importlib.import_module(FAMILIES[family])
+    except ModuleNotFoundError as exc:
+        if exc.name == FAMILIES[family]:
+            raise SteptimeError(f"family {family!r} has no evaluation yet") from None
+        raise
+    records = mod.evaluate(family=family, gpus=gpus, **kw)
+    for r in records:
+        missing = [k for k in RECORD_KEYS if k not in r]
+        if missing:
+            raise RuntimeError(f"evaluate {family}: record lacks {missing}")
+    return records
+
+
+def evaluate_cli(args) -> int:
+    from steptime.io import dumps
+
+    records = evaluate(args.family, args.gpu)
+    if args.json:
+        print(dumps(records), end="")
+        return 0
+    print(f"{'gpu':<14}{'predictor':<24}{'subset':<9}{'cells':>7}{'MAPE':>9}{'median':>9}  95% CI")
+    for r in records:
+        m = "-" if r["mape"] is None else f"{r['mape']:.1%}"
+        md = "-" if r["median_ape"] is None else f"{r['median_ape']:.1%}"
+        ci = r["mape_ci"]
+        cis = "-" if ci[0] is None else f"[{ci[0]:.1%}, {ci[1]:.1%}]"
+        print(f"{r['gpu']:<14}{r['predictor']:<24}{r['subset']:<9}{r['cells']:>7}{m:>9}{md:>9}  {cis}")
+    return 0

@@ -1,0 +1,51 @@
+"""Accuracy metrics with bootstrap intervals (errors as fractions: 0.06 = 6%)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+def ape(pred, meas) -> np.ndarray:
+    pred = np.asarray(pred, dtype=float)
+    meas = np.asarray(meas, dtype=float)
+    if np.any(meas <= 0):
+        raise ValueError("measured values must be > 0 for percentage errors")
+    return np.abs(pred - meas) / meas
+
+
+def signed_error(pred, meas) -> np.ndarray:
+    return (np.asarray(pred, dtype=float) - np.asarray(meas, dtype=float)) / np.asarray(meas, dtype=float)
+
+
+def mape(pred, meas) -> float:
+    return float(np.mean(ape(pred, meas)))
+
+
+def median_ape(pred, meas) -> float:
+    return float(np.median(ape(pred, meas)))
+
+
+def bootstrap_ci(values, stat=np.mean, n_boot: int = 1000, seed: int = 0, level: float = 0.95) -> list[float]:
+    """Percentile bootstrap interval of `stat` over `values` (seeded, deterministic)."""
+    v = np.asarray(values, dtype=float)
+    if v.size == 0:
+        return [float("nan"), float("nan")]
+    rng = np.random.default_rng(seed)
+    idx = rng.integers(0, v.size, size=(n_boot, v.size))
+    if stat is np.mean:
+        stats = v[idx].mean(axis=1)
+    elif stat is np.median:
+        stats = np.median(v[idx], axis=1)
+    else:
+        stats = np.array([stat(v[i]) for i in idx])
+    lo, hi = np.quantile(stats, [(1 - level) / 2, 1 - (1 - level) / 2])
+    return [float(lo), float(hi)]
+
+
+def score(pred, meas, n_boot: int = 1000, seed: int = 0) -> dict:
+    """{cells, mape, median_ape, mape_ci} for one set of cells."""
+    e = ape(pred, meas)
+    if e.size == 0:
+        return {"cells": 0, "mape": None, "median_ape": None, "mape_ci": [None, None]}
+    return {"cells": int(e.size), "mape": float(e.mean()), "median_ape": float(np.median(e)),
+            "mape_ci": bootstrap_ci(e, n_boot=n_boot, seed=seed)}

@@ -1,0 +1,52 @@
+"""Light kernels: memory-bound elementwise passes, each a launch floor plus bytes over
+an achieved bandwidth of its own (a scatter like the KV-cache write reaches far less).
+
+Bytes per kernel for T new tokens (bf16 activations, per GPU after TP):
+    rmsnorm   read T h, write T h (+ weight h)          x2 per layer
+    add       read 2 T h, write T h                      residual adds, x2 per layer
+    rope      read and write T (q + kv)                  q and k
+    act       read T I_up, write T I                     I_up = 2 I when gated
+    kv_write  read T 2 kv, write T 2 kv                  into the paged cache (scatter)
+    emb       read T h (gather), write T h               once per step
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from steptime.calibration import Constants
+
+LIGHT_KERNELS = ("rmsnorm", "add", "rope", "act", "kv_write", "emb")
+PER_LAYER = {"rmsnorm": 2, "add": 2, "rope": 1, "act": 1, "kv_write": 1}
+
+
+def light_bytes(kernel: str, tokens, model, tp: int = 1):
+    T = np.asarray(tokens, dtype=float)
+    h = model.hidden_size
+    q = model.num_attention_heads * model.head_dim / tp
+    kv = max(1, model.num_key_value_heads // tp) * model.head_dim
+    inter = model.intermediate_size / tp
+    if kernel == "rmsnorm":
+        return 2.0 * (2 * T * h + h)
+    if kernel == "add":
+        return 2.0 * 3 * T * h
+    if kernel == "rope":
+        return 2.0 * 2 * T * (q + kv)
+    if kernel == "act":
+        up = 2 * inter if model.gated_mlp else inter
+        return 2.0 * T * (up + inter)
+    if kernel == "kv_write":
+        return 2.0 * 2 * T * 2 * kv
+    if kernel == "emb":
+        return 2.0 * 2 * T * h
+    raise ValueError(f"unknown light kernel {kernel!r} (known: {', '.join(LIGHT_KERNELS)})")
+
+
+def light_time(kernel: str, nbytes, gpu, constants: Constants | None = None) -> np.ndarray:
+    """Seconds for one launch of `kernel` moving `nbytes`."""
+    constants = constants or Constants.default()
+    etas = constants.get("light_eta", gpu)
+    if kernel not in etas:
+        raise ValueError(f"unknown light kernel {kernel!r} (known: {', '.join(sorted(etas))})")
+    floor = float(constants.get("kernel_floor_us", gpu)) * 1e-6
+    return floor + np.asarray(nbytes, dtype=float) / (gpu.mem_bw * float(etas[kernel]))
