@@ -1,0 +1,59 @@
+import pytest
+
+from steptime.calibration import PROVENANCES, Calibration, Constant, Constants, update_defaults
+from steptime.errors import CalibrationLeakError
+from steptime.specs import get_gpu
+
+
+def test_every_default_constant_names_its_provenance():
+    rows = Constants.default().table()
+    assert rows
+    for r in rows:
+        assert r["provenance"] in PROVENANCES
+        assert r["source"], f"{r['scope']}.{r['name']} has no source"
+
+
+def test_resolution_order_gpu_then_family_then_global():
+    c = Constants.default()
+    h100 = get_gpu("h100-sxm")
+    base = c.get("eta_active", h100)
+    c2 = c.with_overrides({"eta_active": 0.5}, scope="family.hopper")
+    assert c2.get("eta_active", h100) == 0.5
+    assert c2.get("eta_active", get_gpu("a100-sxm")) == c.get("eta_active", get_gpu("a100-sxm"))
+    c3 = c2.with_overrides({"eta_active": 0.4}, scope="gpu.h100-sxm", provenance="MEASURED")
+    assert c3.get("eta_active", h100) == 0.4
+    assert c3.without_gpu("h100-sxm").get("eta_active", h100) == 0.5
+    assert c.get("eta_active", h100) == base  # original untouched
+
+
+def test_bad_provenance_rejected():
+    with pytest.raises(ValueError):
+        Constant("x", 1, "GUESSED", "nowhere")
+
+
+def test_calibration_contract_refuses_overlap():
+    cal = Calibration()
+    cal.record("eta_mem_max", [("h100-sxm", "gemm", 64, 4096, 4096)], note="deploy reading")
+    cal.check_disjoint([("h100-sxm", "gemm", 128, 4096, 4096)])
+    with pytest.raises(CalibrationLeakError, match="1 evaluation cell"):
+        cal.check_disjoint([("h100-sxm", "gemm", 64, 4096, 4096), ("h100-sxm", "gemm", 1, 1, 1)])
+    assert cal.exclude([("h100-sxm", "gemm", 64, 4096, 4096), ("a", 1)]) == [("a", 1)]
+    d = cal.to_dict()
+    assert d["eta_mem_max"]["n_cells"] == 1
+
+
+def test_update_defaults_roundtrip(tmp_path):
+    import shutil
+
+    from steptime.calibration import DEFAULTS_FILE
+
+    p = tmp_path / "defaults.yaml"
+    shutil.copy(DEFAULTS_FILE, p)
+    update_defaults([{"scope": "gpu.h100-sxm", "name": "eta_mem_max", "value": 0.77, "provenance": "MEASURED",
+                      "source": "test", "experiment": "E1.3", "cells": [("h100-sxm", 1, 2, 3)]}], path=p)
+    import yaml
+
+    doc = yaml.safe_load(p.read_text())
+    e = doc["constants"]["gpu"]["h100-sxm"]["eta_mem_max"]
+    assert e["value"] == 0.77 and e["experiment"] == "E1.3" and e["cells"] == [["h100-sxm", 1, 2, 3]]
+    assert "global" in doc["constants"]  # other constants kept

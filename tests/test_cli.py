@@ -1,0 +1,73 @@
+import json
+import subprocess
+import sys
+
+import pytest
+
+from steptime.cli import main
+
+
+def run(capsys, *argv):
+    rc = main(list(argv))
+    out = capsys.readouterr()
+    return rc, out.out, out.err
+
+
+def test_predict_table(capsys):
+    rc, out, err = run(capsys, "predict", "--model", "llama-3.1-8b", "--gpu", "h100-sxm", "--decode", "32x1024",
+                       "--prefill", "1x2048")
+    assert rc == 0 and err == ""
+    assert "gate_up_proj" in out and "total" in out and "compute" in out
+
+
+def test_predict_json_sums(capsys):
+    rc, out, _ = run(capsys, "predict", "--model", "llama-3.1-8b", "--gpu", "h100_sxm", "--decode", "8x512", "--json")
+    d = json.loads(out)
+    assert rc == 0
+    assert abs(sum(d["terms_ms"].values()) - d["total_ms"]) < 1e-4 * d["total_ms"]
+
+
+@pytest.mark.parametrize("argv,needle", [
+    (["--model", "llama-3.1-8b", "--gpu", "h10", "--decode", "1x10"], "closest: h100-sxm"),
+    (["--model", "llama-3.1-7b", "--gpu", "h100", "--decode", "1x10"], "unknown model"),
+    (["--model", "llama-3.1-8b", "--gpu", "h100", "--decode", "32by1024"], "malformed"),
+    (["--model", "llama-3.1-8b", "--gpu", "h100", "--prefill", "1x0"], ">= 1"),
+    (["--model", "llama-3-8b", "--gpu", "h100", "--decode", "1x9000"], "maximum"),
+    (["--model", "llama-3-70b", "--gpu", "l40s", "--decode", "64x4096"], "GB over"),
+    (["--model", "llama-3.1-8b", "--gpu", "h100"], "empty batch"),
+])
+def test_bad_input_one_line_exit_2(capsys, argv, needle):
+    rc, out, err = run(capsys, "predict", *argv)
+    assert rc == 2
+    assert needle in err
+    assert "Traceback" not in err and err.count("\n") == 1
+
+
+def test_gpus_and_models(capsys):
+    rc, out, _ = run(capsys, "gpus")
+    assert rc == 0 and "h200-sxm" in out and "rtx-pro-6000" in out
+    rc, out, _ = run(capsys, "gpus", "--json", "--sources")
+    d = json.loads(out)
+    assert d["h100-sxm"]["sms"] == 132 and "source" in d["h100-sxm"]["sources"]["mem_bw_gbps"]
+    rc, out, _ = run(capsys, "models", "--json")
+    assert json.loads(out)["llama-3.1-8b"]["num_key_value_heads"] == 8
+
+
+def test_console_script_entry_point():
+    r = subprocess.run([sys.executable, "-m", "steptime", "predict", "--model", "phi-2", "--gpu", "a40",
+                        "--decode", "4x128", "--json"], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["gpu"] == "a40"
+
+
+def test_bench_quick_json(capsys):
+    rc, out, _ = run(capsys, "bench", "--quick", "--json")
+    d = json.loads(out)
+    assert rc == 0
+    for key in ("gemm_cells_per_s", "gemm_speedup", "steps_per_s", "steps_speedup", "import_s"):
+        assert d[key] > 0
+
+
+def test_status_lists_awaiting(capsys):
+    rc, out, _ = run(capsys, "status")
+    assert rc == 0 and "awaiting" in out

@@ -1,0 +1,43 @@
+import json
+
+import pytest
+
+from steptime.io import atomic_path, write_json
+from steptime.results import claim, provenance, write_result
+
+
+def test_atomic_path_leaves_target_untouched_on_error(tmp_path):
+    target = tmp_path / "out.json"
+    target.write_text("old")
+    with pytest.raises(RuntimeError):
+        with atomic_path(target) as tmp:
+            tmp.write_text("half")
+            raise RuntimeError("boom")
+    assert target.read_text() == "old"
+    assert [p.name for p in tmp_path.iterdir()] == ["out.json"]
+
+
+def test_result_is_deterministic_and_has_provenance(tmp_path):
+    inp = tmp_path / "in.csv"
+    inp.write_text("a,b\n1,2\n")
+    kw = dict(id="X1", question="q?", metrics={"mape": 0.123456789123},
+              claims=[claim("mape below 10%", 0.12, "<= 0.10", target=0.10, met=False)],
+              provenance=provenance([inp], config={"fast": True}))
+    write_result(tmp_path / "a.json", **kw)
+    write_result(tmp_path / "b.json", **kw)
+    a = (tmp_path / "a.json").read_bytes()
+    assert a == (tmp_path / "b.json").read_bytes()
+    d = json.loads(a)
+    assert d["metrics"]["mape"] == 0.123457
+    assert d["provenance"]["inputs"][str(inp)]["sha256"]
+    assert d["claims"][0]["met"] is False
+
+
+def test_provenance_refuses_missing_input(tmp_path):
+    with pytest.raises(FileNotFoundError):
+        provenance([tmp_path / "nope.csv"])
+
+
+def test_write_json_rejects_nan_as_null(tmp_path):
+    write_json(tmp_path / "x.json", {"v": float("nan")})
+    assert json.loads((tmp_path / "x.json").read_text()) == {"v": None}
