@@ -34,8 +34,9 @@ def data_present(exp):
 def all_targets():
     out = []
     for eid, exp in EXPERIMENTS.items():
-        if exp.get("status") == "built" and data_present(exp):
+        if exp.get("status") in ("built", "awaiting") and data_present(exp):
             out.extend(exp.get("outputs", [f"results/{eid}.json"]))
+    out.extend(globals().get("DATA_TARGETS", []))
     out.append("results/specs/gpus.json")
     out.append("results/specs/models.json")
     return out

@@ -1,0 +1,68 @@
+"""Parsers and reductions of the GPU collectors, on small synthetic format fixtures."""
+from pathlib import Path
+
+import pytest
+
+from steptime.collect.clock import parse_clock_sweep, reduce_clock_sweep
+from steptime.collect.ncu import parse_ncu_csv, reduce_factors
+from steptime.errors import DataError
+
+FIX = Path(__file__).parent / "fixtures"
+
+
+def test_ncu_parse_units_and_pick_gemm_kernel():
+    df = parse_ncu_csv(FIX / "ncu_gemm_small.csv")
+    assert len(df) == 3
+    assert df["duration_ms"].iloc[0] == pytest.approx(0.004)   # 4,000 ns
+    assert df["sm_clock_mhz"].iloc[2] == pytest.approx(1400.0)  # 1.40 cycle/ns
+    rows = reduce_factors(df, "h100-sxm")
+    assert [r["m"] for r in rows] == [64, 4096]
+    small, big = rows
+    assert "gemm" in small["kernel"]                           # not the randn kernel
+    assert big["grid"] == 112 and big["cluster"] == 16
+    assert big["eta_fill"] == pytest.approx(112 / 132)
+    assert big["eta_active"] == pytest.approx(260 / 280)
+    assert big["eta_duty"] == pytest.approx(0.95)
+    assert big["f_clk"] == pytest.approx(1400 / 1980)
+
+
+def test_ncu_bad_files(tmp_path):
+    text = (FIX / "ncu_gemm_small.csv").read_text().splitlines()
+    p = tmp_path / "missing.csv"
+    p.write_text("\n".join([text[0].replace('"launch__grid_size",', "")] + text[1:]))
+    with pytest.raises(DataError, match="missing column"):
+        parse_ncu_csv(p)
+    p = tmp_path / "pct.csv"
+    p.write_text("\n".join(text[:4] + [text[4].replace('"95.00"', '"195.00"')]))
+    with pytest.raises(DataError, match=r"row 5, column 'sm__pipe_tensor"):
+        parse_ncu_csv(p)
+    p = tmp_path / "unit.csv"
+    p.write_text("\n".join([text[0], text[1].replace('"nsecond"', '"fortnight"')] + text[2:]))
+    with pytest.raises(DataError, match="unknown unit"):
+        parse_ncu_csv(p)
+    p = tmp_path / "trunc.csv"
+    p.write_text("\n".join(text[:2]))
+    with pytest.raises(DataError, match="no kernel rows"):
+        parse_ncu_csv(p)
+
+
+def test_clock_sweep_reduction():
+    df = parse_clock_sweep(FIX / "clock_sweep_small.csv")
+    rows = reduce_clock_sweep(df, "h100-sxm", n_boot=200)
+    assert [r["m"] for r in rows] == [64, 16384]
+    assert rows[1]["sm_clock_mhz"] == 1390 and rows[1]["runs"] == 3
+    assert rows[1]["f_clk"] == pytest.approx(1390 / 1980)
+    lo, hi = rows[1]["sm_clock_ci"]
+    assert 1380 <= lo <= 1390 <= hi <= 1400
+
+
+def test_clock_sweep_bad_rows(tmp_path):
+    lines = (FIX / "clock_sweep_small.csv").read_text().splitlines()
+    p = tmp_path / "neg.csv"
+    p.write_text("\n".join(lines[:2] + [lines[2].replace(",0.02,", ",-0.02,")]))
+    with pytest.raises(DataError, match=r"row 3, column 'latency_ms'"):
+        parse_clock_sweep(p)
+    p = tmp_path / "nan.csv"
+    p.write_text("\n".join(lines[:2] + [lines[2].replace(",1980,", ",,")]))
+    with pytest.raises(DataError, match="sm_clock_mhz"):
+        parse_clock_sweep(p)
