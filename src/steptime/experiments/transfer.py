@@ -1,0 +1,505 @@
+"""E2.1: cross-GPU transfer. I profiled the GPU I own; a new one arrives: whose
+prediction do I trust on it?
+
+Three datasets, each a table of measured cells per GPU (tidy frames from steptime.data):
+
+* ``vidur_step``: Vidur's per-layer non-attention step (sum of the profiled medians of
+  Vidur's nine per-layer operators at one num_tokens), per model x TP;
+* ``aic_gemm``: AIConfigurator's bf16 GEMM table (m, n, k);
+* ``aic_attention``: AIConfigurator's decode (generation) and prefill (context) attention
+  tables (bf16 KV cache, head_dim 128, no sliding window).
+
+Predictors, per (home GPU, target GPU):
+
+* ``rf_home`` / ``poly_home``: Vidur's random forest / polynomial regression trained on
+  the home GPU's table (a seeded 80 % split of its cells) and scored on the held-out 20 %;
+* ``rf_verbatim`` / ``poly_verbatim``: the same fitted model used unchanged on the target;
+* ``rf_spec_scaled`` / ``poly_spec_scaled``: its prediction multiplied, per cell (per
+  operator for the step), by the ratio of datasheet rooflines target / home,
+  max(flops / P, bytes / BW) on each GPU: the most charitable transfer;
+* ``steptime``: the library's prediction from datasheet + defaults.yaml (no target rows
+  beyond the deploy cells named in defaults.yaml, which are excluded from scoring).
+
+The home model is fitted once per (dataset, home GPU) by `fit_home` and cached by the
+pipeline (results/cache/rf/<dataset>_<gpu>.joblib).
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+DATASETS = ("vidur_step", "aic_gemm", "aic_attention")
+PREDICTORS = ("rf_home", "poly_home", "rf_verbatim", "poly_verbatim", "rf_spec_scaled", "poly_spec_scaled",
+              "steptime")
+DECODE_MAX_TOKENS = 256  # a cell is decode-sized when its new tokens (GEMM m, num_tokens) <= this
+TEST_FRACTION = 0.2
+FAST_MAX_ROWS = 12000    # fast mode: training rows per estimator are subsampled above this
+
+# Vidur's nine per-layer operators: the non-attention per-layer step is their sum.
+GEMM_OPS = {"attn_pre_proj": "qkv_proj", "attn_post_proj": "o_proj", "mlp_up_proj": "gate_up_proj",
+            "mlp_down_proj": "down_proj"}
+LIGHT_OPS = {"input_layernorm": "rmsnorm", "post_attention_layernorm": "rmsnorm", "attn_rope": "rope",
+             "mlp_act": "act", "add": "add"}
+STEP_OPS = tuple(GEMM_OPS) + tuple(LIGHT_OPS)
+
+HOME_GPUS = ("a100-sxm", "h100-sxm")
+TARGETS = {
+    "vidur_step": ("a100-sxm", "h100-sxm", "a40"),
+    "aic_gemm": ("a100-sxm", "h100-sxm", "h200-sxm", "l40s", "b200", "gb200", "b300", "gb300", "rtx-pro-6000"),
+    "aic_attention": ("a100-sxm", "h100-sxm", "h200-sxm", "l40s", "b200", "gb200", "b300", "gb300",
+                      "rtx-pro-6000"),
+}
+
+
+# ---------------------------------------------------------------------------------------
+# Cells: tidy measured tables -> one row per scored cell
+def _major_kernel(df, by):
+    """Keep, per group in `by`, the kernel_source with the most rows (the table's main kernel)."""
+    if "kernel_source" not in df.columns:
+        return df
+    counts = df.groupby(list(by) + ["kernel_source"]).size().rename("n").reset_index()
+    counts = counts.sort_values(list(by) + ["n", "kernel_source"], ascending=[True] * len(by) + [False, True])
+    keep = counts.drop_duplicates(list(by))[list(by) + ["kernel_source"]]
+    return df.merge(keep, on=list(by) + ["kernel_source"], how="inner")
+
+
+def gemm_cells(gemm):
+    """bf16 rows of the AIC GEMM table, one kernel source per GPU, duplicates averaged."""
+    d = gemm[gemm["dtype"].astype(str).isin(["bfloat16", "bf16"])]
+    d = _major_kernel(d, ["gpu"])
+    d = d.groupby(["gpu", "m", "n", "k"], as_index=False)["latency_ms"].mean()
+    d["tokens"] = d["m"]
+    return d.sort_values(["gpu", "m", "n", "k"]).reset_index(drop=True)
+
+
+def _col(df, *names):
+    for n in names:
+        if n in df.columns:
+            return df[n]
+    raise KeyError(f"none of the columns {names} in attention table (have {list(df.columns)})")
+
+
+def attention_cells(context, generation, head_dim: int = 128):
+    """Decode + prefill attention cells (bf16 KV, head_dim 128, no window), Vidur features added.
+
+    Decode (generation table): batch_size requests, KV length isl + step.
+    Prefill (context table): batch_size requests of isl new tokens, empty KV cache; Vidur's
+    aggregate features: kv_cache_size = 0, prefill_chunk_size_squared = batch x isl^2.
+    """
+    import pandas as pd
+
+    out = []
+    for phase, d in (("decode", generation), ("prefill", context)):
+        d = d.copy()
+        kvd = _col(d, "kv_cache_dtype", "kv_dtype").astype(str)
+        win = _col(d, "window_size") if "window_size" in d.columns else 0
+        d = d[(kvd.isin(["bfloat16", "bf16"])) & (_col(d, "head_dim") == head_dim) & (win == 0)]
+        d = _major_kernel(d, ["gpu"])
+        isl = _col(d, "isl").to_numpy(dtype=float)
+        step = _col(d, "step").to_numpy(dtype=float) if "step" in d.columns else np.zeros(len(d))
+        b = _col(d, "batch_size").to_numpy(dtype=float)
+        f = pd.DataFrame({
+            "gpu": d["gpu"].to_numpy(), "phase": phase, "batch_size": b,
+            "num_heads": _col(d, "num_heads").to_numpy(dtype=float),
+            "num_kv_heads": _col(d, "num_key_value_heads", "num_kv_heads").to_numpy(dtype=float),
+            "head_dim": float(head_dim), "latency_ms": d["latency_ms"].to_numpy(dtype=float)})
+        if phase == "decode":
+            f["new_tokens"] = 1.0
+            f["kv_len"] = isl + step
+            f["kv_cache_size"] = f["kv_len"]
+            f["prefill_chunk_size_squared"] = 0.0
+            f["tokens"] = b
+        else:
+            f["new_tokens"] = isl
+            f["kv_len"] = 0.0
+            f["kv_cache_size"] = 0.0
+            f["prefill_chunk_size_squared"] = b * isl ** 2
+            f["tokens"] = b * isl
+        out.append(f)
+    d = pd.concat(out, ignore_index=True)
+    keys = ["gpu", "phase", "batch_size", "new_tokens", "kv_len", "num_heads", "num_kv_heads"]
+    rest = [c for c in d.columns if c not in keys + ["latency_ms"]]
+    d = d.groupby(keys, as_index=False).agg({"latency_ms": "mean", **{c: "first" for c in rest}})
+    return d.sort_values(keys).reset_index(drop=True)
+
+
+def step_cells(mlp, tps=(1,)):
+    """Vidur's per-layer non-attention step per (gpu, model, tp, num_tokens): the sum of the
+    nine operators' profiled medians (wide: one column per operator, plus latency_ms)."""
+    d = mlp[mlp["op"].isin(STEP_OPS) & mlp["tp"].isin(list(tps))]
+    w = d.pivot_table(index=["gpu", "model", "tp", "num_tokens"], columns="op", values="latency_ms",
+                      aggfunc="mean").reset_index()
+    w.columns.name = None
+    w = w.dropna(subset=list(STEP_OPS))
+    w["latency_ms"] = w[list(STEP_OPS)].sum(axis=1)
+    w["tokens"] = w["num_tokens"]
+    return w.sort_values(["gpu", "model", "tp", "num_tokens"]).reset_index(drop=True)
+
+
+def models_on_all(cells, gpus):
+    """Models present (with at least one cell) on every GPU in `gpus`."""
+    sets = [set(cells.loc[cells["gpu"] == g, "model"]) for g in gpus]
+    return sorted(set.intersection(*sets)) if sets else []
+
+
+CELL_KEYS = {
+    "vidur_step": ["model", "tp", "num_tokens"],
+    "aic_gemm": ["m", "n", "k"],
+    "aic_attention": ["phase", "batch_size", "new_tokens", "kv_len", "num_heads", "num_kv_heads"],
+}
+
+
+def split_home(cells, dataset: str, seed: int, test_fraction: float = TEST_FRACTION):
+    """Seeded train/test split of one GPU's cells: boolean mask of test cells."""
+    rng = np.random.default_rng(seed)
+    return rng.random(len(cells)) < test_fraction
+
+
+# ---------------------------------------------------------------------------------------
+# The profiled baselines: fit on a home GPU
+def _long_step(cells):
+    """Wide step cells -> long per-operator rows (model, tp, op, num_tokens, latency_ms)."""
+    import pandas as pd
+
+    parts = []
+    for op in STEP_OPS:
+        p = cells[["model", "tp", "num_tokens"]].copy()
+        p["op"] = op
+        p["latency_ms"] = cells[op].to_numpy()
+        p["cell"] = np.arange(len(cells))
+        parts.append(p)
+    return pd.concat(parts, ignore_index=True)
+
+
+ATTN_FEATURES = {
+    # Vidur's features, plus the head counts: Vidur fits one model per LLM (heads fixed),
+    # the AIC tables sweep head configurations in one table.
+    "decode": ["batch_size", "kv_cache_size", "num_heads", "num_kv_heads"],
+    "prefill": ["kv_cache_size", "prefill_chunk_size_squared", "num_heads", "num_kv_heads"],
+}
+
+
+def fit_home(dataset: str, cells, home_gpu: str, *, full_grid: bool = False, seed: int = 0, n_jobs: int = 1,
+             fast: bool = True, progress: bool = False) -> dict:
+    """Fit Vidur's RF and polynomial variants on the home GPU's training split.
+
+    Returns a bundle {models, test_mask, meta, fit_seconds} that `predict_profiled` uses.
+    `fit_seconds` is wall time on this machine (not deterministic; kept out of results).
+    """
+    from steptime.baselines import make_baseline
+    from steptime.baselines.vidur_rf import OperatorModels
+
+    home = cells[cells["gpu"] == home_gpu].reset_index(drop=True)
+    if home.empty:
+        raise ValueError(f"{dataset}: no cells for home GPU {home_gpu}")
+    test = split_home(home, dataset, seed)
+    train = home[~test]
+    max_rows = FAST_MAX_ROWS if fast and not full_grid else None
+    models, secs, meta = {}, {}, {}
+    for kind, tag in (("vidur_rf", "rf"), ("vidur_poly", "poly")):
+        t0 = time.perf_counter()
+        if dataset == "vidur_step":
+            om = OperatorModels(kind=kind, key_cols=("model", "tp", "op"), features=("num_tokens",),
+                                full_grid=full_grid, n_jobs=1, seed=seed, max_rows=max_rows, progress=progress)
+            models[tag] = om.fit(_long_step(train))
+            meta[tag] = om.describe()
+        elif dataset == "aic_gemm":
+            est = make_baseline(kind, features=["m", "n", "k"], full_grid=full_grid, n_jobs=n_jobs, seed=seed,
+                                max_rows=max_rows)
+            models[tag] = est.fit(train, train["latency_ms"])
+            meta[tag] = est.describe()
+        elif dataset == "aic_attention":
+            per = {}
+            for phase, feats in ATTN_FEATURES.items():
+                sub = train[train["phase"] == phase]
+                est = make_baseline(kind, features=feats, full_grid=full_grid, n_jobs=n_jobs, seed=seed,
+                                    max_rows=max_rows)
+                per[phase] = est.fit(sub, sub["latency_ms"])
+                meta[f"{tag}_{phase}"] = est.describe()
+            models[tag] = per
+        else:
+            raise ValueError(f"unknown dataset {dataset!r} (known: {', '.join(DATASETS)})")
+        secs[tag] = time.perf_counter() - t0
+    return {"dataset": dataset, "home_gpu": home_gpu, "models": models, "test_mask": test,
+            "train_rows": int((~test).sum()), "profiled_rows": int(len(home)), "meta": meta,
+            "fit_seconds": secs, "full_grid": bool(full_grid), "fast": bool(fast), "seed": int(seed)}
+
+
+def predict_profiled(bundle: dict, tag: str, cells, per_op: bool = False):
+    """The home model's prediction (ms) on `cells` (any GPU: verbatim). With per_op the
+    step dataset returns {op: array} instead of the sum."""
+    ds = bundle["dataset"]
+    model = bundle["models"][tag]
+    if ds == "vidur_step":
+        long = _long_step(cells)
+        pred = model.predict(long)
+        ops = {op: pred[(long["op"] == op).to_numpy()] for op in STEP_OPS}
+        return ops if per_op else sum(ops.values())
+    if ds == "aic_gemm":
+        return model.predict(cells)
+    out = np.full(len(cells), np.nan)
+    for phase, est in model.items():
+        mask = (cells["phase"] == phase).to_numpy()
+        if mask.any():
+            out[mask] = est.predict(cells[mask])
+    return out
+
+
+# ---------------------------------------------------------------------------------------
+# Datasheet rooflines (the spec-scaled transfer) and the steptime prediction
+def roofline_s(flops, nbytes, gpu):
+    """Branch-aware datasheet roofline: max(flops / P_bf16, bytes / BW), seconds per cell."""
+    from steptime.specs import get_gpu
+
+    g = get_gpu(gpu)
+    return np.maximum(np.asarray(flops, dtype=float) / g.peak_flops, np.asarray(nbytes, dtype=float) / g.mem_bw)
+
+
+def gemm_work(m, n, k):
+    m, n, k = (np.asarray(x, dtype=float) for x in (m, n, k))
+    return 2.0 * m * n * k, 2.0 * (m * k + k * n + m * n)
+
+
+def attention_work(cells):
+    """FLOPs and bytes of an attention cell (bf16): causal prefill, KV-read decode."""
+    b = cells["batch_size"].to_numpy(dtype=float)
+    s = cells["new_tokens"].to_numpy(dtype=float)
+    kv = cells["kv_len"].to_numpy(dtype=float)
+    h = cells["num_heads"].to_numpy(dtype=float)
+    hk = cells["num_kv_heads"].to_numpy(dtype=float)
+    d = cells["head_dim"].to_numpy(dtype=float)
+    # scores + values: 2 matmuls x 2 flops; causal: each new token sees kv + its prefix
+    ctx = kv + (s + 1.0) / 2.0
+    flops = b * 4.0 * h * d * s * ctx
+    nbytes = b * 2.0 * (2.0 * h * d * s + 2.0 * hk * d * (kv + s))
+    return flops, nbytes
+
+
+def step_op_work(cells):
+    """{op: (flops, bytes)} for Vidur's per-layer operators of each step cell."""
+    from steptime.specs import get_model
+    from steptime.terms import light
+
+    out = {op: (np.zeros(len(cells)), np.zeros(len(cells))) for op in STEP_OPS}
+    for (model, tp), idx in cells.groupby(["model", "tp"]).indices.items():
+        mdl = get_model(model)
+        T = cells["num_tokens"].to_numpy(dtype=float)[idx]
+        shapes = _layer_shapes(mdl, int(tp))
+        for op, term in GEMM_OPS.items():
+            n, k = shapes[term]
+            f, b = gemm_work(T, n, k)
+            out[op][0][idx], out[op][1][idx] = f, b
+        for op, kern in LIGHT_OPS.items():
+            out[op][1][idx] = light.light_bytes(kern, T, mdl, int(tp))
+    return out
+
+
+def _layer_shapes(model, tp):
+    h = model.hidden_size
+    return {"qkv_proj": (model.qkv_out // tp, h), "o_proj": (h, model.q_size // tp),
+            "gate_up_proj": (model.mlp_up_out // tp, h), "down_proj": (h, model.intermediate_size // tp)}
+
+
+def spec_ratio(dataset: str, cells, home_gpu: str, target_gpu: str):
+    """Per-cell roofline ratio target / home (per operator for the step: {op: ratio})."""
+    if dataset == "aic_gemm":
+        f, b = gemm_work(cells["m"], cells["n"], cells["k"])
+        return roofline_s(f, b, target_gpu) / roofline_s(f, b, home_gpu)
+    if dataset == "aic_attention":
+        f, b = attention_work(cells)
+        return roofline_s(f, b, target_gpu) / roofline_s(f, b, home_gpu)
+    work = step_op_work(cells)
+    return {op: roofline_s(f, b, target_gpu) / roofline_s(f, b, home_gpu) for op, (f, b) in work.items()}
+
+
+def predict_steptime(dataset: str, cells, gpu: str, constants=None):
+    """steptime's prediction (ms) for each cell on `gpu`, from the datasheet and defaults.yaml."""
+    from steptime.ops import predict_ops
+
+    if dataset == "aic_gemm":
+        return np.asarray(predict_ops("gemm", gpu, constants=constants, m=cells["m"].to_numpy(),
+                                      n=cells["n"].to_numpy(), k=cells["k"].to_numpy())["t_ms"], dtype=float)
+    if dataset == "aic_attention":
+        out = np.zeros(len(cells))
+        for phase in ("decode", "prefill"):
+            mask = (cells["phase"] == phase).to_numpy()
+            if not mask.any():
+                continue
+            c = cells[mask]
+            kw = dict(batch=c["batch_size"].to_numpy(), heads=c["num_heads"].to_numpy(),
+                      kv_heads=c["num_kv_heads"].to_numpy(), head_dim=c["head_dim"].to_numpy())
+            if phase == "decode":
+                r = predict_ops("attention_decode", gpu, constants=constants, kv_len=c["kv_len"].to_numpy(), **kw)
+            else:
+                r = predict_ops("attention_prefill", gpu, constants=constants, tokens=c["new_tokens"].to_numpy(),
+                                kv_len=c["kv_len"].to_numpy(), **kw)
+            out[mask] = np.asarray(r["t_ms"], dtype=float)
+        return out
+    return predict_layer_ops(cells, gpu, constants)
+
+
+def predict_layer_ops(cells, gpu, constants=None):
+    """Per-layer non-attention step (Vidur's nine operators, each once) from the term functions.
+
+    Uses steptime.step's per-layer Vidur-step function when the library provides one
+    (`predict_vidur_layer`), else sums the GEMM and light terms here.
+    """
+    from steptime import step as _step
+
+    fn = getattr(_step, "predict_vidur_layer", None)
+    out = np.zeros(len(cells))
+    for (model, tp), idx in cells.groupby(["model", "tp"]).indices.items():
+        T = cells["num_tokens"].to_numpy(dtype=float)[idx]
+        if fn is not None:
+            r = fn(model, gpu, T, tp=int(tp), constants=constants)
+            out[idx] = np.asarray(r["total_ms"] if isinstance(r, dict) else r, dtype=float)
+            continue
+        out[idx] = _layer_ops_from_terms(model, gpu, T, int(tp), constants)
+    return out
+
+
+def _layer_ops_from_terms(model, gpu, T, tp, constants=None):
+    from steptime.calibration import Constants
+    from steptime.specs import get_gpu, get_model
+    from steptime.terms import gemm, light
+
+    mdl, g = get_model(model), get_gpu(gpu)
+    constants = constants or Constants.default()
+    total = np.zeros(len(T))
+    for term, (n, k) in _layer_shapes(mdl, tp).items():
+        total += gemm.gemm_time(T, n, k, g, constants)["t"]
+    for kern in LIGHT_OPS.values():
+        total += light.light_time(kern, light.light_bytes(kern, T, mdl, tp), g, constants)
+    return total * 1e3
+
+
+# ---------------------------------------------------------------------------------------
+# Calibration contract for the steptime rows
+def steptime_calibration(constants=None):
+    """A Calibration listing every cell defaults.yaml says set a constant."""
+    from steptime.calibration import Calibration, Constants
+
+    constants = constants or Constants.default()
+    cal = Calibration()
+    for scope, table in constants._scopes.items():
+        for c in table.values():
+            if c.cells:
+                cal.record(f"{scope}.{c.name}", [tuple(x) if isinstance(x, list) else x for x in c.cells],
+                           note=c.source[:120])
+    return cal
+
+
+def cell_ids(dataset: str, cells, gpu: str) -> list:
+    """Cell identifiers in the shapes calibration records use: (gpu, kind, *shape)."""
+    if dataset == "aic_gemm":
+        return [(gpu, "gemm", int(m), int(n), int(k)) for m, n, k in zip(cells["m"], cells["n"], cells["k"])]
+    if dataset == "aic_attention":
+        return [(gpu, f"attention_{p}", int(b), int(s), int(kv), int(h), int(hk)) for p, b, s, kv, h, hk in
+                zip(cells["phase"], cells["batch_size"], cells["new_tokens"], cells["kv_len"], cells["num_heads"],
+                    cells["num_kv_heads"])]
+    return [(gpu, "vidur_step", str(m), int(tp), int(t)) for m, tp, t in
+            zip(cells["model"], cells["tp"], cells["num_tokens"])]
+
+
+def _calibration_mask(dataset, cells, gpu, cal):
+    """True for cells that set a constant (matched on the full id or on its shape tail)."""
+    used = cal.all_cells()
+    if not used:
+        return np.zeros(len(cells), dtype=bool)
+    ids = cell_ids(dataset, cells, gpu)
+    tails = {c[1:] for c in used if isinstance(c, tuple) and len(c) > 1 and c[0] == gpu}
+    return np.array([c in used or c[1:] in tails for c in ids], dtype=bool)
+
+
+# ---------------------------------------------------------------------------------------
+# Scoring
+def _ci(e, n_boot: int, seed: int):
+    """Percentile bootstrap 95 % interval of the mean APE (chunked, seeded)."""
+    e = np.asarray(e, dtype=float)
+    if e.size == 0:
+        return [None, None]
+    rng = np.random.default_rng(seed)
+    means = []
+    chunk = max(1, int(2_000_000 // max(e.size, 1)))
+    left = n_boot
+    while left > 0:
+        c = min(chunk, left)
+        means.append(e[rng.integers(0, e.size, size=(c, e.size))].mean(axis=1))
+        left -= c
+    lo, hi = np.quantile(np.concatenate(means), [0.025, 0.975])
+    return [float(lo), float(hi)]
+
+
+def score_cells(pred, meas, tokens, phase=None, n_boot: int = 1000, seed: int = 0) -> dict:
+    """MAPE over all cells, decode-sized and prefill-sized cells, with bootstrap intervals."""
+    pred = np.asarray(pred, dtype=float)
+    meas = np.asarray(meas, dtype=float)
+    e = np.abs(pred - meas) / meas
+    if phase is not None:
+        dec = np.asarray(phase) == "decode"
+    else:
+        dec = np.asarray(tokens, dtype=float) <= DECODE_MAX_TOKENS
+    out = {"cells": int(e.size), "cells_decode": int(dec.sum()), "cells_prefill": int((~dec).sum())}
+    for name, m in (("all", np.ones_like(dec)), ("decode", dec), ("prefill", ~dec)):
+        sub = e[m]
+        out[f"mape_{name}"] = float(sub.mean()) if sub.size else None
+        out[f"mape_{name}_ci"] = _ci(sub, n_boot, seed)
+        out[f"median_ape_{name}"] = float(np.median(sub)) if sub.size else None
+    return out
+
+
+def transfer_records(dataset: str, cells, bundle: dict, targets, *, n_boot: int = 1000, seed: int = 0,
+                     constants=None, calibration=None) -> list[dict]:
+    """Every (predictor, target) record for one dataset and one home bundle."""
+    home = bundle["home_gpu"]
+    cal = calibration if calibration is not None else steptime_calibration(constants)
+    recs = []
+    for target in targets:
+        tc = cells[cells["gpu"] == target].reset_index(drop=True)
+        if tc.empty:
+            continue
+        if target == home:
+            tc = tc[bundle["test_mask"]].reset_index(drop=True)
+        excl = _calibration_mask(dataset, tc, target, cal)
+        tc = tc[~excl].reset_index(drop=True)
+        cal.check_disjoint(cell_ids(dataset, tc, target))
+        phase = tc["phase"].to_numpy() if dataset == "aic_attention" else None
+        meas = tc["latency_ms"].to_numpy(dtype=float)
+        preds = {"steptime": predict_steptime(dataset, tc, target, constants)}
+        for tag in ("rf", "poly"):
+            if target == home:
+                preds[f"{tag}_home"] = predict_profiled(bundle, tag, tc)
+                continue
+            if dataset == "vidur_step":
+                per = predict_profiled(bundle, tag, tc, per_op=True)
+                ratio = spec_ratio(dataset, tc, home, target)
+                preds[f"{tag}_verbatim"] = sum(per.values())
+                preds[f"{tag}_spec_scaled"] = sum(per[op] * ratio[op] for op in STEP_OPS)
+            else:
+                p = predict_profiled(bundle, tag, tc)
+                preds[f"{tag}_verbatim"] = p
+                preds[f"{tag}_spec_scaled"] = p * spec_ratio(dataset, tc, home, target)
+        for name in PREDICTORS:
+            if name not in preds:
+                continue
+            s = score_cells(preds[name], meas, tc["tokens"].to_numpy(), phase, n_boot=n_boot, seed=seed)
+            recs.append({"dataset": dataset, "home_gpu": home, "target_gpu": target, "predictor": name,
+                         "calibration_cells_excluded": int(excl.sum()), **s})
+    return recs
+
+
+def ratio_table(records) -> list[dict]:
+    """steptime vs the spec-scaled RF on every unseen target: the headline ratio per row."""
+    by = {(r["dataset"], r["home_gpu"], r["target_gpu"], r["predictor"]): r for r in records}
+    out = []
+    for (ds, home, tgt, pred), r in sorted(by.items()):
+        if pred != "steptime" or tgt == home:
+            continue
+        rf = by.get((ds, home, tgt, "rf_spec_scaled"))
+        if rf is None or not r["mape_all"]:
+            continue
+        out.append({"dataset": ds, "home_gpu": home, "target_gpu": tgt, "steptime_mape": r["mape_all"],
+                    "rf_spec_scaled_mape": rf["mape_all"], "ratio": rf["mape_all"] / r["mape_all"]})
+    return out
