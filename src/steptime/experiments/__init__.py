@@ -1,0 +1,1 @@
+"""Experiment logic shared by the pipeline scripts (one module per experiment family)."""

@@ -1,0 +1,167 @@
+"""E2.5: what each predictor pays to calibrate, what it covers, and how well it does at home.
+
+A ledger row per predictor: rows profiled (measured table rows its fit consumed), GPUs
+it can answer for, its MAPE on the home GPU's held-out cells and its mean MAPE on the
+unseen GPUs (both from the E2.1 records). Wall seconds (fit time, prediction speed) are
+measured on this machine in this run; they are not deterministic, so they go to a
+separate timing file, never into the deterministic result.
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+LEDGER_PREDICTORS = ("steptime", "rf", "rf_spec_scaled", "poly", "poly_spec_scaled")
+
+
+def steptime_rows(constants=None) -> dict:
+    """Rows that set steptime's constants: per-GPU deploy cells and family/global fitted cells."""
+    from steptime.calibration import Constants
+
+    constants = constants or Constants.default()
+    per_gpu, shared = {}, 0
+    for scope, table in constants._scopes.items():
+        n = sum(len(c.cells) for c in table.values())
+        if scope.startswith("gpu."):
+            per_gpu[scope[4:]] = per_gpu.get(scope[4:], 0) + n
+        else:
+            shared += n
+    return {"deploy_cells_per_gpu": per_gpu, "shared_calibration_cells": shared,
+            "max_deploy_cells_one_gpu": max(per_gpu.values()) if per_gpu else 0}
+
+
+def ledger(transfer_records, bundles_meta: dict, n_gpus_datasheet: int, constants=None) -> list[dict]:
+    """Cost-vs-coverage rows per (dataset, home GPU, predictor)."""
+    st = steptime_rows(constants)
+    by = {}
+    for r in transfer_records:
+        by.setdefault((r["dataset"], r["home_gpu"]), []).append(r)
+    rows = []
+    for (ds, home), recs in sorted(by.items()):
+        meta = bundles_meta.get((ds, home), {})
+        home_recs = {r["predictor"]: r for r in recs if r["target_gpu"] == home}
+        unseen = {}
+        for r in recs:
+            if r["target_gpu"] != home:
+                unseen.setdefault(r["predictor"], []).append(r["mape_all"])
+        gpus_scored = sorted({r["target_gpu"] for r in recs})
+        for pred in LEDGER_PREDICTORS:
+            if pred == "steptime":
+                rows_profiled = st["max_deploy_cells_one_gpu"]
+                covered = n_gpus_datasheet
+                home_mape = home_recs.get("steptime", {}).get("mape_all")
+                un = unseen.get("steptime", [])
+            else:
+                tag = pred.split("_")[0]
+                rows_profiled = meta.get("profiled_rows")
+                covered = 1 if pred in ("rf", "poly") else n_gpus_datasheet
+                home_mape = home_recs.get(f"{tag}_home", {}).get("mape_all")
+                un = unseen.get(f"{tag}_verbatim" if pred in ("rf", "poly") else pred, [])
+            rows.append({"dataset": ds, "home_gpu": home, "predictor": pred,
+                         "rows_profiled_per_gpu": rows_profiled,
+                         "train_rows": meta.get("train_rows") if pred != "steptime" else 0,
+                         "gpus_covered": covered, "gpus_scored": len(gpus_scored),
+                         "home_mape": home_mape,
+                         "unseen_mape_mean": float(np.mean(un)) if un else None,
+                         "unseen_targets": len(un)})
+    return rows
+
+
+def time_calls(fn, repeats: int = 5) -> float:
+    """Best-of wall seconds of fn() (this machine, this run)."""
+    best = float("inf")
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        fn()
+        best = min(best, time.perf_counter() - t0)
+    return best
+
+
+def prediction_speed(rf_estimator, cells, gpu: str, repeats: int = 5) -> dict:
+    """Seconds per cell of steptime vs the RF's predict on the same GEMM cells, batched and one
+    cell per call (the scheduler's case), measured side by side in this process."""
+    from steptime.ops import predict_ops
+
+    m, n, k = (cells[c].to_numpy() for c in ("m", "n", "k"))
+    X = cells[["m", "n", "k"]]
+    batch_st = time_calls(lambda: predict_ops("gemm", gpu, m=m, n=n, k=k), repeats)
+    batch_rf = time_calls(lambda: rf_estimator.predict(X), repeats)
+    one = cells.iloc[:1]
+    one_st = time_calls(lambda: predict_ops("gemm", gpu, m=one["m"].to_numpy(), n=one["n"].to_numpy(),
+                                            k=one["k"].to_numpy()), repeats * 4)
+    one_rf = time_calls(lambda: rf_estimator.predict(one[["m", "n", "k"]]), repeats * 4)
+    nc = len(cells)
+    return {"cells": nc, "steptime_s_per_cell_batched": batch_st / nc, "rf_s_per_cell_batched": batch_rf / nc,
+            "speedup_batched": batch_rf / batch_st, "steptime_s_single_call": one_st, "rf_s_single_call": one_rf,
+            "speedup_single_call": one_rf / one_st}
+
+
+def calibrate_steptime_seconds(repeats: int = 5) -> float:
+    """Wall seconds for steptime to 'calibrate': read the constants file and resolve it."""
+    from steptime.calibration import Constants, _default_doc
+
+    def go():
+        _default_doc.cache_clear()
+        Constants()
+
+    return time_calls(go, repeats)
+
+
+def e2_5_document(rows, settings: dict) -> dict:
+    from steptime.results import claim
+
+    claims = []
+    for ds in sorted({r["dataset"] for r in rows}):
+        sub = {r["predictor"]: r for r in rows if r["dataset"] == ds and r["home_gpu"] == "a100-sxm"}
+        if "rf" in sub and "steptime" in sub:
+            claims.append(claim(
+                f"{ds}: the home RF profiles {sub['rf']['rows_profiled_per_gpu']} rows to cover 1 GPU; steptime "
+                f"reads at most {sub['steptime']['rows_profiled_per_gpu']} deploy cells per GPU and covers "
+                f"{sub['steptime']['gpus_covered']}",
+                {"rf_home_mape": sub["rf"]["home_mape"], "steptime_home_mape": sub["steptime"]["home_mape"],
+                 "rf_spec_scaled_unseen_mape": sub.get("rf_spec_scaled", {}).get("unseen_mape_mean"),
+                 "steptime_unseen_mape": sub["steptime"]["unseen_mape_mean"]},
+                "home and unseen-GPU MAPE (E2.1); wall seconds in results/E2_5_timing.json (not deterministic)"))
+    return {"metrics": {"ledger": rows, "settings": settings}, "claims": claims}
+
+
+def plot_ledger(rows, timing: dict, stem):
+    from steptime.plotting import save, setup
+
+    plt = setup()
+    colors = {"steptime": "#1b6ca8", "rf": "#1a9850", "rf_spec_scaled": "#fc8d59", "poly": "#7b3fa0",
+              "poly_spec_scaled": "#c49a00"}
+    marks = {"vidur_step": "o", "aic_gemm": "s", "aic_attention": "^"}
+    fig, axes = plt.subplots(1, 2, figsize=(10.5, 4))
+    for r in rows:
+        if r["home_gpu"] != "a100-sxm":
+            continue
+        x = (r["rows_profiled_per_gpu"] or 0) + 1
+        c = colors.get(r["predictor"], "#555")
+        axes[0].scatter(x, r["gpus_covered"], color=c, marker=marks[r["dataset"]], s=40)
+        if r["home_mape"] is not None:
+            axes[1].scatter(x, 100 * r["home_mape"], color=c, marker=marks[r["dataset"]], s=40)
+    for p, c in colors.items():
+        axes[0].scatter([], [], color=c, label=p)
+    for d, mk in marks.items():
+        axes[0].scatter([], [], color="#555", marker=mk, label=d)
+    axes[0].set_xscale("log")
+    axes[0].set_xlabel("rows profiled on the GPU + 1 (log)")
+    axes[0].set_ylabel("GPUs it can answer for")
+    axes[0].legend(fontsize=6)
+    axes[1].set_xscale("log")
+    axes[1].set_yscale("log")
+    axes[1].set_xlabel("rows profiled on the GPU + 1 (log)")
+    axes[1].set_ylabel("home-GPU MAPE (%)")
+    fits = ", ".join(f"{k} {v:.1f}s" for k, v in sorted(timing.get("fit_seconds", {}).items()))
+    sp = timing.get("prediction_speed", {})
+    fig.suptitle("cost vs coverage (home A100)", fontsize=10)
+    fig.tight_layout()
+    save(fig, stem, caption=(
+        "E2.5 calibration cost against coverage and home accuracy (home A100; AIC GEMM squares, attention "
+        "triangles, Vidur step circles). Wall seconds measured in this run on this machine (not deterministic, "
+        f"kept out of results/E2_5.json): RF fits {fits}; prediction speed steptime vs RF "
+        f"{sp.get('speedup_batched', float('nan')):.0f}x batched, {sp.get('speedup_single_call', float('nan')):.0f}x "
+        "per single call."))

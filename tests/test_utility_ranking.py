@@ -1,0 +1,36 @@
+"""E2.2/E2.6 tie-aware ranking metrics."""
+import numpy as np
+import pytest
+
+from steptime.experiments import ranking as R
+
+
+def test_predicted_tie_is_never_a_hit():
+    meas = np.array([[3.0, 2.0, 1.0]])
+    pred = np.array([[3.0, 1.0, 1.0]])  # GPUs 1 and 2 tied at the top
+    s = R.rank_scores(pred, meas, ("a", "b", "c"))
+    assert s["top1"] == 0.0 and s["top1_ties"] == 1
+    assert s["pair_ties"] == 1 and s["pair_wrong"] == 0
+
+
+def test_stable_sort_artifact_counts_tie_as_hit():
+    meas = np.array([[1.0, 2.0]])
+    pred = np.array([[5.0, 5.0]])
+    s = R.rank_scores(pred, meas, ("a", "b"))
+    assert s["top1_naive_stable_sort"] == 1.0 and s["top1"] == 0.0
+
+
+def test_perfect_and_wrong_orders():
+    meas = np.array([[1.0, 2.0, 3.0], [3.0, 2.0, 1.0]])
+    s = R.rank_scores(meas * 2, meas, ("a", "b", "c"))
+    assert s["top1"] == 1.0 and s["pair_wrong"] == 0 and s["spearman_mean"] == pytest.approx(1.0)
+    s = R.rank_scores(meas[:, ::-1], meas, ("a", "b", "c"))
+    assert s["top1"] == 0.0 and s["top1_misses"] == 2 and s["spearman_mean"] == pytest.approx(-1.0)
+
+
+def test_workload_components_are_model_shapes():
+    wl = {"model": "llama-3-8b", "tp": 4, "phase": "decode", "batch": 16, "kv_len": 4096, "tokens": 16}
+    gem, att = R.component_cells(wl)
+    assert [g[0] for g in gem] == ["qkv_proj", "o_proj", "gate_up_proj", "down_proj"]
+    assert gem[2][1:] == (16, 7168, 4096) and gem[3][1:] == (16, 4096, 3584)
+    assert att["num_heads"] == 8 and att["num_kv_heads"] == 2 and att["kv_len"] == 4096

@@ -1,0 +1,21 @@
+"""E2.2 / E2.6: rank GPUs per workload from predictions vs measured tables, tie-aware."""
+import joblib
+
+from steptime import data
+from steptime.experiments import ranking
+from steptime.results import provenance, write_result
+
+cfg = snakemake.config
+g, a, wls, meas = ranking.ranking_inputs(data.load_aic_gemm(), data.load_aic_attention(kind="context"),
+                                         data.load_aic_attention(kind="generation"))
+gb, ab = joblib.load(snakemake.input.gemm_rf), joblib.load(snakemake.input.attn_rf)
+res = ranking.run(g, a, wls, meas, gb, ab)
+prov = provenance(list(snakemake.input.data), config=cfg, rule="E2_2", script="workflow/scripts/E2_2.py")
+d2 = ranking.e2_2_document(res, wls, meas, gb["home_gpu"])
+write_result(snakemake.output.e2_2, id="E2.2", question=snakemake.params.q2, metrics=d2["metrics"],
+             claims=d2["claims"], provenance=prov)
+d6 = ranking.e2_6_document(res)
+write_result(snakemake.output.e2_6, id="E2.6", question=snakemake.params.q6, metrics=d6["metrics"],
+             claims=d6["claims"], provenance=prov)
+ranking.plot_ranking(res, snakemake.params.fig2)
+ranking.plot_ties(res, snakemake.params.fig6)

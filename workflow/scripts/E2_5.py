@@ -1,0 +1,39 @@
+"""E2.5: calibration cost vs coverage ledger; wall seconds go to a separate timing file."""
+import json
+
+import joblib
+
+from steptime.experiments import calibration_cost as cc
+from steptime.experiments import transfer
+from steptime.io import write_json
+from steptime.results import provenance, write_result
+from steptime.specs import gpu_keys
+
+cfg = snakemake.config
+e21 = json.load(open(snakemake.input.e2_1))
+metas, fit_s, speed = {}, {}, {}
+for path in snakemake.input.models:
+    b = joblib.load(path)
+    metas[(b["dataset"], b["home_gpu"])] = {"profiled_rows": b["profiled_rows"], "train_rows": b["train_rows"]}
+    for tag, s in b["fit_seconds"].items():
+        fit_s[f"{b['dataset']}|{b['home_gpu']}|{tag}"] = s
+    if b["dataset"] == "aic_gemm" and b["home_gpu"] == "a100-sxm":
+        cells = transfer.load_cells("aic_gemm")
+        cells = cells[cells.gpu == "h100-sxm"]
+        speed = cc.prediction_speed(b["models"]["rf"], cells, "h100-sxm")
+rows = cc.ledger(e21["transfer"], metas, len(gpu_keys()))
+settings = {"rf_grid": e21["metrics"]["settings"]["rf_grid"], "fast": bool(cfg["fast"]),
+            "rows_profiled": "rows of the home GPU's table the profile holds (the fit used the 80% train split)",
+            "steptime_rows": cc.steptime_rows()}
+doc = cc.e2_5_document(rows, settings)
+write_result(snakemake.output.result, id="E2.5", question=snakemake.params.question, metrics=doc["metrics"],
+             claims=doc["claims"], provenance=provenance([snakemake.input.e2_1], config=cfg, rule="E2_5",
+                                                           script="workflow/scripts/E2_5.py"))
+timing = {"note": "wall seconds on this machine in this run; NOT deterministic",
+          "fit_seconds": fit_s, "steptime_calibrate_seconds": cc.calibrate_steptime_seconds(),
+          "prediction_speed": speed,
+          "speed_target_100x_met_batched": bool(speed and speed["speedup_batched"] >= 100),
+          "speed_target_100x_met_single_call": bool(speed and speed["speedup_single_call"] >= 100)}
+write_json(snakemake.output.timing, timing)
+print(json.dumps(timing["prediction_speed"], indent=1))
+cc.plot_ledger(rows, timing, snakemake.params.figure)
