@@ -1,0 +1,95 @@
+"""Which reader checks which manifest table, and the tidy tables the pipeline writes."""
+
+from __future__ import annotations
+
+import importlib
+import os
+from pathlib import Path
+
+from steptime.errors import DataError
+
+# manifest `table` -> (module, per-file reader returning a tidy DataFrame)
+READERS = {
+    "aic_gemm": ("steptime.data.aic", "read_gemm_file"),
+    "aic_context_attention": ("steptime.data.aic", "read_attention_file"),
+    "aic_generation_attention": ("steptime.data.aic", "read_attention_file"),
+    "aic_scale_matrix": ("steptime.data.aic", "read_scale_matrix_file"),
+    "aic_nccl_allreduce": ("steptime.data.aic", "read_allreduce_file"),
+    "aic_custom_allreduce": ("steptime.data.aic", "read_allreduce_file"),
+    "vidur_mlp": ("steptime.data.vidur", "read_mlp_file"),
+    "vidur_cpu_overheads": ("steptime.data.vidur", "read_cpu_overheads_file"),
+    "vidur_trace": ("steptime.data.vidur", "read_trace_file"),
+    "distserve_coefficients": ("steptime.data.distserve", "read_coefficients_file"),
+    "distserve_max_num_tokens": ("steptime.data.distserve", "read_max_tokens_file"),
+}
+YAML_TABLES = {"aic_system", "aic_query_versions"}
+TEXT_TABLES = {"licence"}
+
+# tidy table name -> (module, loader, kwargs); what results/data/<name>.parquet holds
+TIDY = {
+    "gemm": ("steptime.data.aic", "load_aic_gemm", {}),
+    "attention_context": ("steptime.data.aic", "load_aic_attention", {"kind": "context"}),
+    "attention_generation": ("steptime.data.aic", "load_aic_attention", {"kind": "generation"}),
+    "scale_matrix": ("steptime.data.aic", "load_aic_scale_matrix", {}),
+    "allreduce": ("steptime.data.aic", "load_aic_allreduce", {}),
+    "vidur_mlp": ("steptime.data.vidur", "load_vidur_mlp", {}),
+    "vidur_cpu_overheads": ("steptime.data.vidur", "load_vidur_cpu_overheads", {}),
+    "traces": ("steptime.data.vidur", "load_traces", {}),
+    "distserve": ("steptime.data.distserve", "load_distserve", {}),
+    "distserve_max_num_tokens": ("steptime.data.distserve", "load_distserve_max_tokens", {}),
+}
+
+
+def read_entry(entry):
+    """Read and check one manifest entry's file; a DataFrame for tables, None for other files."""
+    t = entry.table
+    if t in READERS:
+        mod, fn = READERS[t]
+        return getattr(importlib.import_module(mod), fn)(entry)
+    if t in YAML_TABLES:
+        import yaml
+
+        try:
+            doc = yaml.safe_load(entry.path.read_text())
+        except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
+            raise DataError(f"{entry.rel}: unreadable YAML: {exc}") from None
+        if not isinstance(doc, dict):
+            raise DataError(f"{entry.rel}: row all, column all: expected a YAML mapping")
+        return None
+    if t in TEXT_TABLES:
+        try:
+            text = entry.path.read_text()
+        except (OSError, UnicodeDecodeError) as exc:
+            raise DataError(f"{entry.rel}: unreadable text: {exc}") from None
+        if "License" not in text and "LICENSE" not in text:
+            raise DataError(f"{entry.rel}: does not look like a licence text")
+        return None
+    raise DataError(f"{entry.rel}: unknown table {t!r} in raw/MANIFEST.yaml (known: "
+                    f"{', '.join(sorted({*READERS, *YAML_TABLES, *TEXT_TABLES}))})")
+
+
+def tidy_table(name: str, root=None):
+    """The tidy DataFrame behind results/data/<name>.parquet."""
+    if name not in TIDY:
+        raise KeyError(f"unknown tidy table {name!r} (known: {', '.join(TIDY)})")
+    mod, fn, kw = TIDY[name]
+    df = getattr(importlib.import_module(mod), fn)(root=root, **kw)
+    from steptime.data import schemas
+    from steptime.data.checks import run_schema
+
+    schema_name = {"distserve_max_num_tokens": "distserve_max_num_tokens"}.get(name, name)
+    run_schema(df, schemas.tidy(schema_name), f"tidy table {name}")
+    return df.reset_index(drop=True)
+
+
+def write_parquet(df, path: str | os.PathLike) -> Path:
+    """Write a DataFrame as parquet, atomically and byte-for-byte reproducibly."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from steptime.io import atomic_path
+
+    table = pa.Table.from_pandas(df.reset_index(drop=True), preserve_index=False)
+    with atomic_path(path) as tmp:
+        pq.write_table(table, tmp, compression="zstd", row_group_size=max(len(df), 1), write_statistics=True)
+    return Path(path)
