@@ -208,7 +208,7 @@ def predict_steps(model, gpu, step_id, new_tokens, kv_len, n_steps: int | None =
     out["dispatch_floor"] = np.maximum(0.0, disp - blocks)
     hidden_dispatch = np.minimum(disp, blocks)
     alpha = float(constants.get("host_alpha", gpu))
-    S = host.scheduler_floor(N, gpu, constants)
+    S = host.scheduler_floor(N, gpu, constants, tp)
     out["host"] = alpha * S
     out["sampling"] = host.sampling_time(N, gpu, constants)
     total = sum(out[t] for t in TERMS)
@@ -256,3 +256,59 @@ def predict_step(model, gpu, batch: Batch | None = None, *, decode: Iterable = (
         model=model.key, gpu=gpu.key, tp=tp, total_ms=float(r["total_ms"][0]), terms_ms=terms,
         hidden_ms={k: float(v[0]) for k, v in r["hidden_ms"].items()}, bound=bound, factors=factors,
         tokens=int(new.sum()), requests=len(new))
+
+
+# ---------------------------------------------------------------------------------------
+# One layer as Vidur profiles it (its mlp.csv operator set), from the same term functions.
+VIDUR_LAYER_OPS = ("attn_pre_proj", "attn_rope", "attn_post_proj", "input_layernorm", "post_attention_layernorm",
+                   "mlp_up_proj", "mlp_act", "mlp_down_proj", "add")
+VIDUR_STEP_OPS = ("emb",)  # once per forward pass, not per layer
+VIDUR_GEMM = {"attn_pre_proj": "qkv_proj", "attn_post_proj": "o_proj", "mlp_up_proj": "gate_up_proj",
+              "mlp_down_proj": "down_proj"}
+VIDUR_LIGHT = {"attn_rope": "rope", "input_layernorm": "rmsnorm", "post_attention_layernorm": "rmsnorm",
+               "mlp_act": "act", "add": "add", "emb": "emb"}
+# Models whose block runs attention and MLP in parallel off one norm and sums both with the
+# residual in one timed region (two add kernels): Hugging Face PhiForCausalLM (phi-2).
+PARALLEL_BLOCK = frozenset({"phi-2"})
+
+
+def vidur_layer_ops(model, gpu, tokens, *, tp: int = 1, constants: Constants | None = None,
+                    f_clk: float | None = None, parts: bool = False) -> dict:
+    """Per-operator times (ms, arrays over `tokens`) of ONE layer with Vidur's operator names.
+
+    Vidur's profiled block times input_layernorm, attn_pre_proj (QKV GEMM), attn_rope,
+    attn_post_proj (O GEMM), post_attention_layernorm, mlp_up_proj, mlp_act, mlp_down_proj
+    and ONE residual add (the add after attention is not timed); `emb` runs once per step.
+    A parallel-block model (phi-2) has no post-attention norm and its timed `add` is two
+    kernels. With `parts=True` each GEMM entry is the full gemm_time dict (seconds) and each
+    light entry a (floor, stream) pair in seconds, for ablations.
+    """
+    model = get_model(model)
+    gpu = get_gpu(gpu)
+    constants = constants or Constants.default()
+    T = np.asarray(tokens, dtype=float)
+    shapes = _layer_shapes(model, tp)
+    out: dict = {}
+    for op, term in VIDUR_GEMM.items():
+        n, k = shapes[term]
+        g = gemm.gemm_time(T, n, k, gpu, constants, f_clk=f_clk)
+        out[op] = g if parts else g["t"] * 1e3
+    parallel = model.key in PARALLEL_BLOCK
+    for op, kern in VIDUR_LIGHT.items():
+        if parallel and op == "post_attention_layernorm":
+            continue
+        nb = light.light_bytes(kern, T, model, tp)
+        reps = 2.0 if (parallel and op == "add") else 1.0
+        if parts:
+            full = light.light_time(kern, nb, gpu, constants)
+            stream = light.light_time(kern, nb, gpu, constants) - light.light_time(kern, 0.0 * nb, gpu, constants)
+            out[op] = (reps * (full - stream), reps * stream, reps * nb)
+        else:
+            out[op] = reps * light.light_time(kern, nb, gpu, constants) * 1e3
+    return out
+
+
+def vidur_layer_time(model, gpu, tokens, **kw) -> np.ndarray:
+    """Sum of one layer's Vidur operators (ms), emb excluded (it is per step)."""
+    ops = vidur_layer_ops(model, gpu, tokens, **kw)
+    return sum(v for k, v in ops.items() if k in VIDUR_LAYER_OPS)

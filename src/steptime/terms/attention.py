@@ -1,14 +1,35 @@
-"""Attention: prefill is causal compute work, decode is a KV-cache read.
+"""Attention: prefill is causal compute work, decode is a KV-cache read; one model for both.
 
-Per request with s new tokens over c cached tokens (per layer, per GPU after TP):
+A batch of requests (request i: s_i new tokens over c_i cached tokens) runs as one
+varlen kernel per phase. Per layer, per GPU after tensor parallelism (H_q query heads,
+H_kv KV heads, head dim d, b_kv bytes per KV element):
 
-    flops = 4 * H_q * d * (s * c + s (s + 1) / 2)          (QK^T and PV, causal block)
-    bytes = (c + s) * 2 * H_kv * d * b_kv + 2 * s * H_q * d * 2   (K and V read; Q in, O out)
-    t_compute = flops / (P * eta_attn),  eta_attn = f_clk * ceil * s / (s + c_tok)  (s > 1)
-    t_memory  = bytes / (BW * eta_mem)
+    flops   = 4 H_q d (s c + s (s + p_tile) / 2)        causal block; p_tile = causal-shape penalty
+    bytes   = (c + s) 2 H_kv d b_kv  +  4 s H_q d  +  4 s H_kv d   KV read, Q in / O out, new K/V in
+    units   = H_kv ceil(s / q_tile)                     CTAs (work units) the kernel launches
 
-A batch runs as one varlen kernel per phase: its time is max(sum t_compute, sum t_memory)
-plus a per-request cost and a kernel floor.
+and, summed over the batch:
+
+    t_compute = flops / (P * eta_attn),   eta_attn = f_clk * eta_ceil * s / (s + c_tok) * fp8_compute
+    t_memory  = bytes * (hit / BW_L2 + (1 - hit) / (BW * eta_mem))          (L2 cliff)
+              hit = 1 / (1 + (x / x_c)^k),   x = bytes / L2,   BW_L2 = l2_bpc * SMs * f_boost
+    t_units   = units * t_cta / SMs  (* fp8_unit for an fp8 cache)          per-request cost
+    t_attn    = t_floor + (t_units^p + max(t_compute, t_memory)^p)^(1/p)
+
+Named factors (constants in defaults.yaml, settled by E1.24):
+  attn_floor_us      kernel floor (per-GPU deploy reading)
+  attn_eta_mem       achieved HBM fraction streaming a KV cache (per-GPU deploy reading)
+  attn_eta_ceil      compute ceiling of long causal prefill (per-GPU deploy reading)
+  attn_c_tokens      softmax-amortisation saturation, in query tokens per request
+  attn_causal_tile   causal-shape penalty: diagonal-tile waste, in tokens
+  attn_cta_us        SM-microseconds each (request, KV head, query tile) work unit costs
+  attn_overlap_p     how the per-unit cost overlaps streaming (1 = adds, large = max)
+  attn_l2_bpc        L2 bytes per SM per clock (sets BW_L2 from the datasheet)
+  attn_l2_x_c, attn_l2_sharp   where and how sharply the L2 cliff falls
+  attn_fp8_unit, attn_fp8_compute   fp8-cache per-unit cost and compute-rate multipliers
+
+The L2 term only applies with `warm_l2=True`: a microbenchmark that replays one layer
+keeps its KV cache in L2, a real forward pass streams every other layer in between.
 """
 
 from __future__ import annotations
@@ -17,46 +38,143 @@ import numpy as np
 
 from steptime.calibration import Constants
 
-KV_BYTES = {"bf16": 2, "fp16": 2, "fp8": 1}
+KV_BYTES = {"bf16": 2, "bfloat16": 2, "fp16": 2, "fp8": 1}
+Q_TILE = 128  # query rows per CTA of FlashAttention-class prefill kernels (DERIVED)
+
+FACTORS = ("attn_floor_us", "attn_eta_mem", "attn_eta_ceil", "attn_c_tokens", "attn_causal_tile", "attn_cta_us",
+           "attn_overlap_p", "attn_l2_bpc", "attn_l2_x_c", "attn_l2_sharp", "attn_fp8_unit", "attn_fp8_compute")
+
+
+def kernel_lane(kernel_source: str) -> str:
+    """The kernel family of an attention kernel name (its factors are fitted per family)."""
+    k = str(kernel_source).lower()
+    if "trtllm" in k:
+        return "trtllm"
+    if "fa3" in k or "fa4" in k:
+        return "fa3"
+    if "flashinfer" in k or k.startswith("vllm_fi"):
+        return "flashinfer"
+    if "triton" in k:
+        return "triton"
+    return "fa2"
+
+
+def attention_constants(gpu, constants: Constants | None = None) -> dict:
+    """The named factors that apply to `gpu` (a dict of floats).
+
+    A factor comes from `attn_lane_factors[lane][name]` when the GPU's kernel family
+    (`attn_lane`, the kernel vLLM dispatches on it) has a fitted value, else from the
+    constant of that name (per GPU > family > global).
+    """
+    constants = constants or Constants.default()
+    fc = {f: float(constants.get(f, gpu)) for f in FACTORS}
+    try:
+        lane = str(constants.get("attn_lane", gpu))
+        lanes = constants.get("attn_lane_factors", gpu) or {}
+    except KeyError:
+        return fc
+    for f, v in (lanes.get(lane) or {}).items():
+        if f in fc and f not in ("attn_floor_us", "attn_eta_mem", "attn_eta_ceil"):
+            fc[f] = float(v)
+    return fc
+
+
+def _kvb(kv_dtype):
+    if isinstance(kv_dtype, str):
+        if kv_dtype not in KV_BYTES:
+            raise ValueError(f"unknown KV-cache dtype {kv_dtype!r} (known: {', '.join(KV_BYTES)})")
+        return float(KV_BYTES[kv_dtype])
+    arr = np.asarray(kv_dtype)
+    return np.vectorize(lambda k: float(KV_BYTES[str(k)]), otypes=[float])(arr)
 
 
 def attention_request_terms(new_tokens, kv_len, n_heads, n_kv_heads, head_dim, gpu,
-                            constants: Constants | None = None, kv_dtype: str = "bf16",
-                            f_clk: float | None = None) -> dict:
-    """Per-request compute and memory times (seconds), before batching."""
+                            constants: Constants | None = None, kv_dtype="bf16",
+                            f_clk: float | None = None, fc: dict | None = None) -> dict:
+    """Per-request work (flops, bytes, units) and compute time (seconds), before batching."""
     constants = constants or Constants.default()
+    fc = fc or attention_constants(gpu, constants)
     s = np.asarray(new_tokens, dtype=float)
     c = np.asarray(kv_len, dtype=float)
+    hq = np.asarray(n_heads, dtype=float)
+    hkv = np.asarray(n_kv_heads, dtype=float)
+    d = np.asarray(head_dim, dtype=float)
+    kvb = _kvb(kv_dtype)
     if f_clk is None:
         f_clk = float(constants.get("f_clk", gpu))
-    flops = 4.0 * n_heads * head_dim * (s * c + s * (s + 1.0) / 2.0)
-    nbytes = (c + s) * 2.0 * n_kv_heads * head_dim * KV_BYTES[kv_dtype] + 4.0 * s * n_heads * head_dim
-    ceil = float(constants.get("attn_eta_ceil", gpu))
-    c_tok = float(constants.get("attn_c_tokens", gpu))
-    # softmax amortisation saturates over the query block of a prefill; a decode
-    # (s = 1) runs a split-KV kernel whose compute branch is never the bottleneck.
-    eta = f_clk * ceil * np.where(s > 1, s / (s + c_tok), 1.0)
-    t_compute = flops / (gpu.peak_flops * eta)
-    t_memory = nbytes / (gpu.mem_bw * float(constants.get("eta_mem_max", gpu)))
-    return {"t_compute": t_compute, "t_memory": t_memory, "flops": flops, "bytes": nbytes, "eta_attn": eta}
+    pre = s > 1
+    flops = 4.0 * hq * d * (s * c + s * (s + 1.0) / 2.0)
+    flops_eff = 4.0 * hq * d * (s * c + s * (s + np.where(pre, fc["attn_causal_tile"], 1.0)) / 2.0)
+    nbytes = (c + s) * 2.0 * hkv * d * kvb + 4.0 * s * hq * d + 4.0 * s * hkv * d * pre
+    units = hkv * np.ceil(s / Q_TILE)
+    fp8 = np.asarray(kvb) == 1.0
+    # softmax amortisation saturates over the query block of a prefill; a decode (s = 1)
+    # runs a split-KV kernel whose compute branch is never the bottleneck.
+    eta_soft = np.where(pre, s / (s + fc["attn_c_tokens"]), 1.0)
+    eta = f_clk * fc["attn_eta_ceil"] * eta_soft * np.where(fp8, fc["attn_fp8_compute"], 1.0)
+    t_compute = np.where(pre, flops_eff / (gpu.peak_flops * eta), 0.0)
+    units_cost = units * np.where(fp8, fc["attn_fp8_unit"], 1.0)
+    t_memory_hbm = nbytes / (gpu.mem_bw * fc["attn_eta_mem"])  # for callers that want it per request
+    return {"t_compute": t_compute, "t_memory": t_memory_hbm, "flops": flops, "flops_eff": flops_eff,
+            "bytes": nbytes, "units": units_cost, "eta_attn": eta, "eta_softmax": eta_soft}
+
+
+def combine(t_compute, nbytes, units, n_req, gpu, fc: dict, warm_l2: bool = False) -> dict:
+    """Batch totals -> time (seconds) with every branch; arrays in, dict of arrays out."""
+    t_compute = np.asarray(t_compute, dtype=float)
+    nbytes = np.asarray(nbytes, dtype=float)
+    units = np.asarray(units, dtype=float)
+    if warm_l2:
+        x = nbytes / gpu.l2_bytes
+        hit = 1.0 / (1.0 + (x / fc["attn_l2_x_c"]) ** fc["attn_l2_sharp"])
+        bw_l2 = fc["attn_l2_bpc"] * gpu.sms * (gpu.boost_mhz or 1500.0) * 1e6
+        t_memory = nbytes * (hit / bw_l2 + (1.0 - hit) / (gpu.mem_bw * fc["attn_eta_mem"]))
+    else:
+        hit = np.zeros_like(nbytes)
+        t_memory = nbytes / (gpu.mem_bw * fc["attn_eta_mem"])
+    t_units = units * fc["attn_cta_us"] * 1e-6 / gpu.sms
+    t_work = np.maximum(t_compute, t_memory)
+    p = fc["attn_overlap_p"]
+    t_body = (t_units ** p + t_work ** p) ** (1.0 / p)
+    floor = fc["attn_floor_us"] * 1e-6
+    t = np.where(np.asarray(n_req) > 0, floor + t_body, 0.0)
+    return {"t": t, "t_compute": t_compute, "t_memory": t_memory, "t_units": t_units,
+            "t_floor": np.where(np.asarray(n_req) > 0, floor, 0.0), "l2_hit": hit,
+            "compute_bound": t_compute >= t_memory}
+
+
+def attention_cells(batch, new_tokens, kv_len, n_heads, n_kv_heads, head_dim, gpu,
+                    constants: Constants | None = None, kv_dtype="bf16", f_clk: float | None = None,
+                    warm_l2: bool = False, fc: dict | None = None) -> dict:
+    """Cells of `batch` identical requests (an operator table's rows). Seconds."""
+    constants = constants or Constants.default()
+    fc = fc or attention_constants(gpu, constants)
+    b = np.asarray(batch, dtype=float)
+    r = attention_request_terms(new_tokens, kv_len, n_heads, n_kv_heads, head_dim, gpu, constants, kv_dtype,
+                                f_clk, fc)
+    out = combine(b * r["t_compute"], b * r["bytes"], b * r["units"], b, gpu, fc, warm_l2)
+    out.update({"flops": b * r["flops"], "bytes": b * r["bytes"], "units": b * r["units"],
+                "eta_attn": r["eta_attn"], "eta_softmax": r["eta_softmax"]})
+    return out
 
 
 def attention_time(new_tokens, kv_len, n_heads, n_kv_heads, head_dim, gpu, constants=None,
-                   kv_dtype="bf16", f_clk=None, group=None, n_groups=None) -> dict:
+                   kv_dtype="bf16", f_clk=None, group=None, n_groups=None, warm_l2: bool = False) -> dict:
     """Batched attention time per group (a step, or an operator cell). Seconds.
 
     `group` assigns each request to a batch (0..n_groups-1); default: all one batch.
     """
     constants = constants or Constants.default()
-    r = attention_request_terms(new_tokens, kv_len, n_heads, n_kv_heads, head_dim, gpu, constants,
-                                kv_dtype, f_clk)
+    fc = attention_constants(gpu, constants)
+    r = attention_request_terms(new_tokens, kv_len, n_heads, n_kv_heads, head_dim, gpu, constants, kv_dtype,
+                                f_clk, fc)
     if group is None:
         group = np.zeros(np.shape(r["t_compute"]), dtype=np.int64)
         n_groups = 1
     tc = np.bincount(group, weights=r["t_compute"], minlength=n_groups)
-    tm = np.bincount(group, weights=r["t_memory"], minlength=n_groups)
+    nb = np.bincount(group, weights=r["bytes"], minlength=n_groups)
+    un = np.bincount(group, weights=r["units"], minlength=n_groups)
     nreq = np.bincount(group, minlength=n_groups).astype(float)
-    ovh = float(constants.get("attn_req_overhead_us", gpu)) * 1e-6
-    floor = float(constants.get("kernel_floor_us", gpu)) * 1e-6
-    t = np.where(nreq > 0, np.maximum(tc, tm) + nreq * ovh + floor, 0.0)
-    return {"t": t, "t_compute": tc, "t_memory": tm, "compute_bound": tc >= tm, "requests": nreq}
+    out = combine(tc, nb, un, nreq, gpu, fc, warm_l2)
+    out["requests"] = nreq
+    return out

@@ -1,6 +1,12 @@
 """Light kernels: memory-bound elementwise passes, each a launch floor plus bytes over
 an achieved bandwidth of its own (a scatter like the KV-cache write reaches far less).
 
+    t_k = light_floor_us[k] + bytes_k / (BW * light_bw_scale * light_eta[k])
+
+`light_bw_scale` is the GPU's achieved fraction of HBM bandwidth on a large RMSNorm (one
+per-GPU deploy reading), `light_eta[k]` each kernel's bandwidth relative to it and
+`light_floor_us[k]` its floor (both fitted on the other GPUs; E1.1c).
+
 Bytes per kernel for T new tokens (bf16 activations, per GPU after TP):
     rmsnorm   read T h, write T h (+ weight h)          x2 per layer
     add       read 2 T h, write T h                      residual adds, x2 per layer
@@ -48,5 +54,7 @@ def light_time(kernel: str, nbytes, gpu, constants: Constants | None = None) -> 
     etas = constants.get("light_eta", gpu)
     if kernel not in etas:
         raise ValueError(f"unknown light kernel {kernel!r} (known: {', '.join(sorted(etas))})")
-    floor = float(constants.get("kernel_floor_us", gpu)) * 1e-6
-    return floor + np.asarray(nbytes, dtype=float) / (gpu.mem_bw * float(etas[kernel]))
+    floors = constants.get("light_floor_us", gpu)
+    floor = float(floors[kernel] if isinstance(floors, dict) else floors) * 1e-6
+    scale = float(constants.get("light_bw_scale", gpu))
+    return floor + np.asarray(nbytes, dtype=float) / (gpu.mem_bw * scale * float(etas[kernel]))

@@ -1,0 +1,19 @@
+"""`steptime evaluate --family step`: E1.1's held-out per-layer step scores on Vidur's tables
+(one layer's non-attention operators; subsets decode <= 64 tokens, prefill >= 512, all)."""
+
+from __future__ import annotations
+
+
+def evaluate(family: str = "step", gpus=None, seed: int = 0, n_boot: int = 1000, **kw) -> list[dict]:
+    from steptime.data import load_vidur_mlp
+    from steptime.experiments import light as LX
+    from steptime.experiments import step as E
+    from steptime.specs import gpu_key
+
+    v = load_vidur_mlp()
+    recs = E.run(v, LX.tidy_cells(v), seed=seed, n_boot=n_boot)["records"]
+    recs = [r for r in recs if r.get("scope") != "cell_group"]
+    if gpus:
+        keep = {gpu_key(g) for g in gpus}
+        recs = [r for r in recs if r["gpu"] in keep]
+    return recs

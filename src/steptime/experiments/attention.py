@@ -1,0 +1,320 @@
+"""E1.24 attention: prefill (causal work) and decode (KV-cache read) on AIConfigurator's
+context and generation attention tables, under the calibration contract.
+
+* Cells: one kernel lane per GPU and phase (the lane with the most full-attention rows,
+  i.e. the framework's default kernel), window_size 0, head_dim <= 256.
+* Per GPU, three named deploy readings (`DEPLOY`), each one measured cell of its own
+  tables, excluded from every score of that GPU: the smallest decode cell sets
+  `attn_floor_us`, the largest Llama-like decode cell `attn_eta_mem`, the longest
+  Llama-like prefill cell `attn_eta_ceil`.
+* The shape factors (`FIT_GLOBALS`) are fitted on the OTHER GPUs (leave-one-GPU-out),
+  each with its own deploy readings applied, on a seeded subsample of their cells.
+* Baselines: `bare_roofline` (max(flops/P, bytes/BW)), `calibrated_roofline` (a floor
+  plus max(flops/(P eta_c), bytes/(BW eta_m)) with floor, eta_c, eta_m set from the same
+  three deploy cells).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from steptime.calibration import Calibration, Constants
+from steptime.metrics import score, signed_error
+from steptime.specs import get_gpu
+from steptime.terms import attention as A
+
+AIC_GPUS = ("a100-sxm", "h100-sxm", "h200-sxm", "l40s", "b200", "gb200", "b300", "gb300", "rtx-pro-6000")
+LLM_HEADS = (32, 64)
+
+# per-GPU deploy reading -> which cell sets it
+DEPLOY_NOTES = {
+    "attn_floor_us": "smallest decode cell (1 request, KV length 2, 32 q / 8 KV heads, d 128, bf16): kernel floor",
+    "attn_eta_mem": "largest Llama-like decode cell (32 q / 8 KV heads, d 128, bf16, most KV bytes): streaming efficiency",
+    "attn_eta_ceil": "longest Llama-like prefill cell (1 request, longest prompt, 32 q / 8 KV heads, d 128, bf16): compute ceiling",
+}
+# global factors fitted leave-one-GPU-out: name -> (start, lower, upper)
+FIT_GLOBALS = {
+    "attn_c_tokens": (800.0, 0.0, 8000.0),
+    "attn_causal_tile": (64.0, 0.0, 512.0),
+    "attn_cta_us": (3.0, 0.0, 40.0),
+    "attn_overlap_p": (2.0, 1.0, 12.0),
+    "attn_l2_bpc": (20.0, 1.0, 200.0),
+    "attn_l2_x_c": (0.8, 0.3, 3.0),
+    "attn_l2_sharp": (8.0, 1.0, 40.0),
+    "attn_fp8_unit": (1.1, 0.5, 3.0),
+    "attn_fp8_compute": (1.1, 0.5, 2.5),
+}
+FIT_SAMPLE = 1200  # cells per GPU and phase in a fit (seeded)
+PHASES = ("decode", "prefill")
+
+
+# ---------------------------------------------------------------------------------------
+def tidy_cells(gen, ctx):
+    """One frame of cells: gpu, phase, b, s, c, H, Hkv, d, kv_dtype, y_ms, kernel_source, llm."""
+    import pandas as pd
+
+    frames = []
+    for phase, df in (("decode", gen), ("prefill", ctx)):
+        df = df[(df["window_size"] == 0) & (df["head_dim"] <= 256)]
+        if phase == "prefill":
+            df = df[df["isl"] > 1]
+        lanes = df.groupby(["gpu", "kernel_source"]).size().reset_index(name="n")
+        lanes = lanes.sort_values(["gpu", "n", "kernel_source"], ascending=[True, False, True]).drop_duplicates("gpu")
+        df = df.merge(lanes[["gpu", "kernel_source"]], on=["gpu", "kernel_source"])
+        out = pd.DataFrame({
+            "gpu": df["gpu"].to_numpy(), "phase": phase, "kernel_source": df["kernel_source"].to_numpy(),
+            "b": df["batch_size"].to_numpy(float),
+            "s": 1.0 if phase == "decode" else df["isl"].to_numpy(float),
+            "c": (df["kv_len"].to_numpy(float) - 1.0) if phase == "decode" else 0.0,
+            "H": df["num_heads"].to_numpy(float), "Hkv": df["num_kv_heads"].to_numpy(float),
+            "d": df["head_dim"].to_numpy(float),
+            "kv_dtype": np.where(df["kv_cache_dtype"].astype(str).to_numpy() == "fp8", "fp8", "bf16"),
+            "y_ms": df["latency_ms"].to_numpy(float)})
+        frames.append(out)
+    cells = pd.concat(frames, ignore_index=True)
+    cells["lane"] = [A.kernel_lane(k) for k in cells["kernel_source"]]
+    cells["llm"] = cells["H"].isin(LLM_HEADS) & (cells["Hkv"] == 8) & (cells["d"] == 128)
+    cells = cells.sort_values(["gpu", "phase", "kv_dtype", "H", "Hkv", "d", "b", "s", "c"]).reset_index(drop=True)
+    cells["cell"] = [cell_id(r) for r in cells[["gpu", "phase", "b", "s", "c", "H", "Hkv", "d", "kv_dtype"]].itertuples(index=False)]
+    return cells
+
+
+def cell_id(r) -> tuple:
+    gpu, phase, b, s, c, H, Hkv, d, kvd = r
+    return (gpu, "attention", phase, int(b), int(s), int(c), int(H), int(Hkv), int(d), str(kvd))
+
+
+def deploy_cells(cells_gpu) -> dict:
+    """name of per-GPU constant -> index (into cells_gpu) of the cell that sets it."""
+    x = cells_gpu
+    ll = x["llm"].to_numpy() & (x["H"].to_numpy() == 32) & (x["kv_dtype"].to_numpy() == "bf16")
+    dec = ll & (x["phase"].to_numpy() == "decode")
+    pre = ll & (x["phase"].to_numpy() == "prefill")
+    if not dec.any() or not pre.any():
+        raise ValueError(f"{x['gpu'].iloc[0]}: no Llama-like decode/prefill cells for the deploy readings")
+    idx = np.arange(len(x))
+    dbytes = x["b"].to_numpy() * (x["c"].to_numpy() + 1.0)
+    small = idx[dec][np.lexsort((dbytes[dec], x["b"].to_numpy()[dec]))][0]
+    big = idx[dec][np.argmax(dbytes[dec])]
+    pb = x["b"].to_numpy()[pre]
+    cand = idx[pre][pb == pb.min()]
+    longest = cand[np.argmax(x["s"].to_numpy()[cand])]
+    return {"attn_floor_us": int(small), "attn_eta_mem": int(big), "attn_eta_ceil": int(longest)}
+
+
+# ---------------------------------------------------------------------------------------
+def predict(cells_gpu, gpu, fc: dict, warm_l2: bool = True) -> dict:
+    """steptime prediction (ms) for the cells of one GPU with the factor dict `fc`."""
+    g = get_gpu(gpu)
+    x = cells_gpu
+    r = A.attention_cells(x["b"].to_numpy(), x["s"].to_numpy(), x["c"].to_numpy(), x["H"].to_numpy(),
+                          x["Hkv"].to_numpy(), x["d"].to_numpy(), g, Constants.default(),
+                          kv_dtype=x["kv_dtype"].to_numpy(), warm_l2=warm_l2, fc=fc)
+    return {k: (np.asarray(v) * 1e3 if k.startswith("t") else v) for k, v in r.items()}
+
+
+def deploy_frame(cells_gpu):
+    dep = deploy_cells(cells_gpu)
+    return cells_gpu.iloc[[dep["attn_floor_us"], dep["attn_eta_mem"], dep["attn_eta_ceil"]]]
+
+
+def calibrate_gpu(cells_gpu, gpu, fc_globals: dict, base: dict | None = None, sub=None) -> dict:
+    """Solve the three per-GPU readings from their deploy cells, given the global factors."""
+    fc = dict(base or {})
+    fc.update(fc_globals)
+    fc.setdefault("attn_eta_mem", 0.85)
+    fc.setdefault("attn_eta_ceil", 0.6)
+    if sub is None:
+        sub = deploy_frame(cells_gpu)
+    y = sub["y_ms"].to_numpy()
+    fc["attn_floor_us"] = 0.0
+    body0 = predict(sub.iloc[[0]], gpu, fc)["t"][0]
+    fc["attn_floor_us"] = max(0.0, (y[0] - body0) * 1e3)
+    for _ in range(6):  # fixed point: each efficiency scales its own branch
+        p = predict(sub, gpu, fc)
+        fl = fc["attn_floor_us"] * 1e-3
+        fc["attn_eta_mem"] = float(np.clip(fc["attn_eta_mem"] * (p["t"][1] - fl) / max(y[1] - fl, 1e-9), 0.05, 3.0))
+        fc["attn_eta_ceil"] = float(np.clip(fc["attn_eta_ceil"] * (p["t"][2] - fl) / max(y[2] - fl, 1e-9), 0.02, 1.5))
+    return fc
+
+
+def _sample(cells, seed, n=FIT_SAMPLE):
+    rng = np.random.default_rng(seed)
+    keep = []
+    for (_, _), grp in cells.groupby(["gpu", "phase"], sort=True):
+        idx = grp.index.to_numpy()
+        ll = idx[grp["llm"].to_numpy()]
+        rest = idx[~grp["llm"].to_numpy()]
+        take = rng.choice(rest, size=min(len(rest), max(len(ll), n - len(ll))), replace=False) if len(rest) else rest
+        keep.append(np.concatenate([ll, take]))
+    return cells.loc[np.sort(np.concatenate(keep))]
+
+
+def fit_globals(cells, gpus, seed: int = 0, n_sample: int = FIT_SAMPLE, max_nfev: int = 40) -> dict:
+    """Least-squares (log ratio) fit of FIT_GLOBALS on `gpus`, each with its own deploy readings."""
+    from scipy.optimize import least_squares
+
+    names = list(FIT_GLOBALS)
+    x0 = np.array([FIT_GLOBALS[n][0] for n in names])
+    lo = np.array([FIT_GLOBALS[n][1] for n in names])
+    hi = np.array([FIT_GLOBALS[n][2] for n in names])
+    train = _sample(cells[cells["gpu"].isin(gpus)], seed, n_sample)
+    subs, per = {}, {}
+    for g in gpus:
+        sub = deploy_frame(cells[cells["gpu"] == g].reset_index(drop=True))
+        subs[g] = sub
+        x = train[train["gpu"] == g]
+        per[g] = x[~x["cell"].isin(set(sub["cell"]))]
+
+    def resid(q):
+        fcg = dict(zip(names, q))
+        out = []
+        for g in gpus:
+            fc = calibrate_gpu(None, g, fcg, sub=subs[g])
+            x = per[g]
+            p = predict(x, g, fc)["t"]
+            out.append(np.log(np.maximum(p, 1e-9) / x["y_ms"].to_numpy()))
+        return np.concatenate(out)
+
+    r = least_squares(resid, x0, bounds=(lo, hi), x_scale=np.maximum(np.abs(x0), 1e-2), max_nfev=max_nfev)
+    return {n: float(v) for n, v in zip(names, r.x)}
+
+
+# ---------------------------------------------------------------------------------------
+def baseline_predict(name, cells_gpu, gpu, cal: dict | None = None) -> np.ndarray:
+    g = get_gpu(gpu)
+    x = cells_gpu
+    r = A.attention_request_terms(x["s"].to_numpy(), x["c"].to_numpy(), x["H"].to_numpy(), x["Hkv"].to_numpy(),
+                                  x["d"].to_numpy(), g, Constants.default(), kv_dtype=x["kv_dtype"].to_numpy(),
+                                  fc={**{f: 1.0 for f in A.FACTORS}, "attn_c_tokens": 0.0, "attn_causal_tile": 1.0})
+    b = x["b"].to_numpy()
+    flops = b * r["flops"]
+    nbytes = b * r["bytes"]
+    pre = x["phase"].to_numpy() == "prefill"
+    if name == "bare_roofline":
+        return np.maximum(np.where(pre, flops / g.peak_flops, 0.0), nbytes / g.mem_bw) * 1e3
+    if name == "calibrated_roofline":
+        return cal["floor_ms"] + np.maximum(np.where(pre, flops / (g.peak_flops * cal["eta_c"]), 0.0),
+                                            nbytes / (g.mem_bw * cal["eta_m"])) * 1e3
+    raise KeyError(name)
+
+
+def calibrate_roofline(cells_gpu, gpu) -> dict:
+    dep = deploy_cells(cells_gpu)
+    sub = cells_gpu.iloc[[dep["attn_floor_us"], dep["attn_eta_mem"], dep["attn_eta_ceil"]]]
+    bare = baseline_predict("bare_roofline", sub, gpu)
+    y = sub["y_ms"].to_numpy()
+    floor = float(y[0])
+    eta_m = float(bare[1] / max(y[1] - floor, 1e-9))
+    eta_c = float(bare[2] / max(y[2] - floor, 1e-9))
+    return {"floor_ms": floor, "eta_m": eta_m, "eta_c": eta_c}
+
+
+# ---------------------------------------------------------------------------------------
+def run(cells, gpus=AIC_GPUS, seed: int = 0, n_boot: int = 1000, eval_gpus=None, ship: bool = True) -> dict:
+    """Leave-one-GPU-out evaluation and the shipped (all-GPU) constants.
+
+    Returns {'records': [...], 'per_gpu': {...}, 'shipped': {...}, 'calibration': Calibration,
+    'pred': frame of held-out predictions}.
+    """
+    import pandas as pd
+
+    gpus = [g for g in gpus if (cells["gpu"] == g).any()]
+    cal = Calibration()
+    records, per_gpu, preds = [], {}, []
+    lanes = lane_of(cells)
+    fits = {}
+    for g in (eval_gpus or gpus):
+        others = training_gpus(g, gpus, lanes)
+        key = tuple(others)
+        if key not in fits:
+            fits[key] = fit_globals(cells, others, seed)
+        fcg = fits[key]
+        x = cells[cells["gpu"] == g].reset_index(drop=True)
+        fc = calibrate_gpu(x, g, fcg)
+        dep = deploy_cells(x)
+        dep_cells = [x["cell"].iloc[i] for i in dep.values()]
+        for name, i in dep.items():
+            cal.record(f"{name}[{g}]", [x["cell"].iloc[i]], DEPLOY_NOTES[name])
+        ev = x[~x["cell"].isin(dep_cells)].reset_index(drop=True)
+        cal.check_disjoint(ev["cell"].tolist())
+        p = predict(ev, g, fc)
+        rl = calibrate_roofline(x, g)
+        pr = {"steptime": p["t"], "calibrated_roofline": baseline_predict("calibrated_roofline", ev, g, rl),
+              "bare_roofline": baseline_predict("bare_roofline", ev, g)}
+        frame = ev.copy()
+        for k, v in pr.items():
+            frame[f"pred_{k}"] = v
+        for k in ("t_floor", "t_units", "t_compute", "t_memory", "l2_hit"):
+            frame[k] = p[k]
+        preds.append(frame)
+        per_gpu[g] = {"lane": lanes[g], "fit_on": others, "factors": {k: round(float(v), 6) for k, v in fc.items()},
+                      "roofline_cal": rl,
+                      "deploy_cells": {k: list(x["cell"].iloc[i]) for k, i in dep.items()}}
+        for phase in PHASES:
+            for subset in ("llm", "all"):
+                m = (ev["phase"] == phase).to_numpy() & (ev["llm"].to_numpy() if subset == "llm" else True)
+                for k, v in pr.items():
+                    s = score(v[m], ev["y_ms"].to_numpy()[m], n_boot=n_boot, seed=seed)
+                    records.append({"family": f"attention_{phase}", "gpu": g, "predictor": k, "subset": subset, **s})
+    if not ship:
+        return {"records": records, "per_gpu": per_gpu, "shipped": None, "calibration": cal,
+                "pred": pd.concat(preds, ignore_index=True)}
+    shipped_g = fit_globals(cells, gpus, seed)
+    shipped = {"globals": shipped_g, "lanes": {}, "lane_of": lanes, "per_gpu": {}}
+    for lane in sorted(set(lanes.values())):
+        members = [g for g in gpus if lanes[g] == lane]
+        shipped["lanes"][lane] = fit_globals(cells, members, seed)
+    for g in gpus:
+        x = cells[cells["gpu"] == g].reset_index(drop=True)
+        fc = calibrate_gpu(x, g, shipped["lanes"][lanes[g]])
+        shipped["per_gpu"][g] = {k: fc[k] for k in ("attn_floor_us", "attn_eta_mem", "attn_eta_ceil")}
+    return {"records": records, "per_gpu": per_gpu, "shipped": shipped, "calibration": cal,
+            "pred": pd.concat(preds, ignore_index=True)}
+
+
+def lane_of(cells) -> dict:
+    """GPU -> kernel family of its default decode kernel."""
+    d = cells[cells["phase"] == "decode"].groupby("gpu")["lane"].first()
+    return {g: str(v) for g, v in d.items()}
+
+
+def training_gpus(gpu, gpus, lanes) -> list:
+    """The GPUs whose tables set the shape factors when `gpu` is held out: the other GPUs
+    running the same kernel family, or every other GPU when it has no sibling."""
+    same = [o for o in gpus if o != gpu and lanes.get(o) == lanes.get(gpu)]
+    return same or [o for o in gpus if o != gpu]
+
+
+def defaults_updates(shipped: dict, cells, experiment: str = "E1.24") -> list[dict]:
+    """update_defaults entries for the shipped constants (globals + per-GPU readings)."""
+    ups = []
+    n = int(len(cells))
+    for name, v in shipped["globals"].items():
+        ups.append({"scope": "global", "name": name, "value": round(float(v), 6), "provenance": "FITTED",
+                    "source": f"E1.24: least squares on log latency over AIConfigurator context+generation attention "
+                              f"tables of {', '.join(sorted(shipped['per_gpu']))} ({n} cells, seeded subsample "
+                              f"of {FIT_SAMPLE} per GPU and phase)",
+                    "experiment": experiment, "cells": None})
+    ups.append({"scope": "global", "name": "attn_lane_factors", "provenance": "FITTED",
+                "value": {lane: {k: round(float(v), 6) for k, v in f.items()} for lane, f in shipped["lanes"].items()},
+                "source": "E1.24: the same fit per kernel family (the GPUs whose default vLLM kernel is of that family)",
+                "experiment": experiment, "cells": None})
+    ups.append({"scope": "global", "name": "attn_lane", "value": "fa2", "provenance": "DERIVED",
+                "source": "kernel family for GPUs without an AIConfigurator attention table (FlashAttention-2 class)",
+                "experiment": experiment, "cells": None})
+    for g, d in shipped["per_gpu"].items():
+        ups.append({"scope": f"gpu.{g}", "name": "attn_lane", "value": shipped["lane_of"][g], "provenance": "DERIVED",
+                    "source": "E1.24: kernel family of the decode kernel vLLM 0.24 dispatches on this GPU "
+                              "(AIConfigurator kernel_source with the most rows)", "experiment": experiment, "cells": None})
+        x = cells[cells["gpu"] == g].reset_index(drop=True)
+        dep = deploy_cells(x)
+        for name, v in d.items():
+            ups.append({"scope": f"gpu.{g}", "name": name, "value": round(float(v), 6), "provenance": "MEASURED",
+                        "source": f"E1.24 deploy reading: {DEPLOY_NOTES[name]}", "experiment": experiment,
+                        "cells": [list(x["cell"].iloc[dep[name]])]})
+    return ups
+
+
+def signed_errors(pred_frame, predictor: str = "steptime") -> np.ndarray:
+    return signed_error(pred_frame[f"pred_{predictor}"].to_numpy(), pred_frame["y_ms"].to_numpy())
