@@ -1,11 +1,14 @@
-"""The projection GEMM term: a roofline max with a factored compute efficiency.
+"""The projection GEMM term: a roofline with a factored compute efficiency.
 
-    t_gemm = max( 2 m n k / (P_boost * eta_c),  bytes / (BW * eta_mem) ) + t_floor
+    t_gemm = smax( 2 m n k / (P_boost * eta_c),  bytes / (BW * eta_mem) ) + t_floor
     eta_c  = f_clk * eta_cluster * eta_active * eta_duty
+
+`smax(a, b) = (a^p + b^p)^(1/p)` is the roofline max with a finite overlap exponent
+`overlap_p` (p -> inf is the hard max): near the ridge neither branch hides the other.
 
 SM fill (`eta_cluster`) comes from launch geometry, by paradigm:
 
-* ``wave`` (Ampere, Ada, and the sm120 Blackwell RTX parts): a tile ladder; each output
+* ``wave`` (Ampere, Ada, and the sm120 Blackwell RTX part): a tile ladder; each output
   tile is one CTA, CTAs run in waves of `SMs x ctas_per_sm`; the last wave is partly
   empty. eta_cluster = useful tile area / (waves x slots x tile area), which holds both
   the padding of the edge tiles and the last-wave tail.
@@ -13,10 +16,18 @@ SM fill (`eta_cluster`) comes from launch geometry, by paradigm:
   persistent grid capped by GPC geometry (cudaOccupancyMaxActiveClusters x cluster size,
   e.g. 7 x 16 = 112 CTAs on a 132-SM H100). SMs beyond the cap stay dark; each CTA walks
   tiles_per_cta = tiles / grid tiles, and the tensor-pipe duty rises as its one-time
-  prologue is amortised: eta_duty = r_tile / (1 + c / tiles_per_cta).
+  prologue is amortised: 1 / (1 + duty_c / tiles_per_cta).
 
-Split-K is one more launch option for the few-tile case (small m x n, long k).
-The kernel choice mimics a heuristic that picks the fastest option per cell.
+In both paradigms each tile's main loop over k pays a fixed prologue/epilogue, so the
+duty also carries 1 / (1 + duty_k / k_per_cta) (k per CTA after split-K). Split-K is one
+more launch option for the few-tile case (small m x n, long k). The kernel choice mimics
+a heuristic that picks the fastest option per cell.
+
+Memory efficiency (`eta_mem`) is a saturation law in the working set over L2,
+x = bytes / L2:  eta_max * x / (x + x_half). Working sets below `l2_resident_x` of L2
+stay resident between back-to-back launches (weights re-read from L2, not DRAM); there
+the achieved bandwidth is max(DRAM law, an L2 path of `l2_gain` bytes per
+SM clock), which is how a GDDR part with a large L2 beats its DRAM speed.
 """
 
 from __future__ import annotations
@@ -26,19 +37,26 @@ import numpy as np
 from steptime.calibration import Constants
 
 BYTES = {"bf16": 2, "fp16": 2, "fp8": 1}
-SPLITK_OPTIONS = (1, 2, 4)
-SPLITK_MIN_K = 1024  # each split keeps at least this much of k
+SPLITK_OPTIONS = (1, 2, 4, 8)
+SPLITK_MIN_K = 512  # each split keeps at least this much of k
+
+# Constants the term reads (resolved per GPU into a plain dict by `resolve`).
+GEMM_CONSTANTS = ("tiles", "ctas_per_sm", "cluster_size", "duty_c", "duty_k", "eta_active", "f_clk",
+                  "eta_mem_max", "mem_x_half", "mem_t_half_us", "l2_gain", "l2_resident_x",
+                  "kernel_floor_us", "overlap_p", "streamk_rel", "clk_droop", "clk_droop_us")
+_OPTIONAL = {"duty_k": 0.0, "mem_t_half_us": 0.0, "l2_resident_x": 0.0, "overlap_p": float("inf"),
+             "streamk_rel": 0.0, "clk_droop": 0.0, "clk_droop_us": 1.0}
 
 
 def fill_paradigm(gpu) -> str:
-    """Which SM-fill model applies to a GPU, and why (see module docstring)."""
+    """Which SM-fill model applies to a GPU, and why (see module docstring; E1.12)."""
     if gpu.architecture in ("ampere", "ada"):
         return "wave"
     if gpu.architecture == "hopper":
         return "persistent"
     if gpu.architecture == "blackwell":
         # sm120 (RTX PRO 6000 Blackwell) lacks the sm100 2-SM tensor-core pairs and
-        # ships wave-launched cuBLAS kernels; sm100/sm103 data-centre parts persist.
+        # ships wave-launched kernels; sm100/sm103 data-centre parts persist.
         return "wave" if gpu.sm_version >= 120 else "persistent"
     raise ValueError(f"no SM-fill paradigm for architecture {gpu.architecture!r}")
 
@@ -47,56 +65,123 @@ def cluster_cap(gpu, cluster: int) -> int:
     """CTAs a persistent grid of `cluster`-CTA clusters can keep co-resident.
 
     A MEASURED cudaOccupancyMaxActiveClusters reading wins where the spec file has one;
-    otherwise DERIVED from GPC geometry: clusters must sit inside one GPC, so each GPC
-    holds floor(SMs in that GPC / cluster) of them, with SMs spread as evenly as the
-    SM count allows over the GPCs.
+    otherwise DERIVED from GPC geometry (`geometry_cluster_cap` on `gpc_layout(gpu)`).
     """
     if cluster in gpu.max_active_clusters:
         return gpu.max_active_clusters[cluster] * cluster
-    per = gpu.sms // gpu.gpcs
-    extra = gpu.sms - per * gpu.gpcs  # GPCs with one SM more
-    clusters = extra * ((per + 1) // cluster) + (gpu.gpcs - extra) * (per // cluster)
+    return geometry_cluster_cap(gpu.sms, gpu.gpcs, cluster, gpc_layout(gpu))
+
+
+def gpc_layout(gpu) -> list:
+    """SMs per GPC, DERIVED from the datasheet counts: full GPCs of `sms_per_gpc_max` SMs
+    first, the harvested remainder in the last (H100 SXM: 7 x 18 + 6 = 132, which is what
+    makes 16-CTA clusters fit 7 times, not 8)."""
+    full = int(gpu.sms_per_gpc_max or 0)
+    if full <= 0 or full * gpu.gpcs < gpu.sms:
+        per = gpu.sms // gpu.gpcs
+        extra = gpu.sms - per * gpu.gpcs
+        return [per + 1] * extra + [per] * (gpu.gpcs - extra)
+    layout, left = [], gpu.sms
+    for _ in range(gpu.gpcs):
+        take = min(full, left)
+        layout.append(take)
+        left -= take
+    return layout
+
+
+def geometry_cluster_cap(sms: int, gpcs: int, cluster: int, sms_per_gpc: list | None = None) -> int:
+    """CTAs co-resident for GPC-local clusters: sum over GPCs of floor(SMs_gpc / cluster) x cluster.
+
+    `sms_per_gpc` gives the layout (e.g. H100 SXM 7 x 18 + 6 = 132 -> 7 clusters of 16,
+    112 CTAs); without it SMs are spread as evenly as the count allows (8 clusters, 128).
+    """
+    if sms_per_gpc is None:
+        per = sms // gpcs
+        extra = sms - per * gpcs  # GPCs with one SM more
+        sms_per_gpc = [per + 1] * extra + [per] * (gpcs - extra)
+    clusters = sum(s // cluster for s in sms_per_gpc)
     return max(cluster, clusters * cluster)
 
 
-def _options(gpu, constants: Constants):
-    tiles = np.asarray(constants.get("tiles", gpu), dtype=float)
-    opts = [(tm, tn, r, s) for tm, tn, r in tiles for s in SPLITK_OPTIONS]
-    return np.asarray(opts, dtype=float)  # (n_opt, 4)
+def blind_cluster_cap(sms: int, cluster: int) -> int:
+    """The cluster-blind (whole-device) cap: floor(SMs / cluster) x cluster."""
+    return max(cluster, (sms // cluster) * cluster)
 
 
-def sm_fill(m, n, k, gpu, constants: Constants | None = None) -> dict:
-    """SM fill and duty per cell for the best launch option. Arrays in, dict of arrays out."""
+def resolve(gpu, constants: Constants | None = None) -> dict:
+    """The GEMM constants that apply to `gpu`, as a plain dict (fast to reuse per call)."""
     constants = constants or Constants.default()
+    p = {}
+    for name in GEMM_CONSTANTS:
+        try:
+            p[name] = constants.get(name, gpu)
+        except KeyError:
+            if name in _OPTIONAL:
+                p[name] = _OPTIONAL[name]
+            elif name == "cluster_size":
+                p[name] = 1
+            else:
+                raise
+    return p
+
+
+def _options(p: dict, paradigm: str):
+    """Launch options (tile_m, tile_n, rel, split, streamk): every tile x split-K, plus one
+    stream-K (work-balanced) launch per tile when `streamk_rel` > 0 and the launch is
+    persistent (the wave-launched kernels of Ampere/Ada/sm120 have no stream-K)."""
+    tiles = np.asarray(p["tiles"], dtype=float)
+    opts = [(tm, tn, r, s, 0.0) for tm, tn, r in tiles for s in SPLITK_OPTIONS]
+    if float(p.get("streamk_rel", 0.0)) > 0 and paradigm == "persistent":
+        opts += [(tm, tn, r * float(p["streamk_rel"]), 1.0, 1.0) for tm, tn, r in tiles]
+    return np.asarray(opts, dtype=float)  # (n_opt, 5)
+
+
+def sm_fill(m, n, k, gpu, constants: Constants | None = None, params: dict | None = None,
+            paradigm: str | None = None) -> dict:
+    """SM fill and duty per cell for the best launch option. Arrays in, dict of arrays out.
+
+    Options: each tile of the ladder with split-K 1/2/4/8 (wave or persistent launch by
+    paradigm), and, where the family has one (`streamk_rel` > 0), a stream-K launch that
+    spreads the m n k work evenly over a full grid (no tail, no idle SMs up to the grid
+    cap) at a relative throughput `streamk_rel` (its fix-up and bookkeeping cost).
+    """
+    p = params if params is not None else resolve(gpu, constants)
     m = np.asarray(m, dtype=float)[..., None]
     n = np.asarray(n, dtype=float)[..., None]
     k = np.asarray(k, dtype=float)[..., None]
-    opts = _options(gpu, constants)
-    tm, tn, rel, split = opts[:, 0], opts[:, 1], opts[:, 2], opts[:, 3]
+    paradigm = paradigm or fill_paradigm(gpu)
+    opts = _options(p, paradigm)
+    tm, tn, rel, split, sk = opts[:, 0], opts[:, 1], opts[:, 2], opts[:, 3], opts[:, 4]
+    is_sk = sk > 0
     split_ok = (split == 1) | (k / split >= SPLITK_MIN_K)
     tiles_mn = np.ceil(m / tm) * np.ceil(n / tn)
     tiles = tiles_mn * split
     pad = (m * n) / (tiles_mn * tm * tn)
-    paradigm = fill_paradigm(gpu)
-    duty_c = float(constants.get("duty_c", gpu))
+    duty_c = float(p["duty_c"])
     if paradigm == "wave":
-        slots = float(gpu.sms * int(constants.get("ctas_per_sm", gpu)))
+        slots = float(gpu.sms * int(p["ctas_per_sm"]))
         waves = np.ceil(tiles / slots)
-        grid = np.minimum(tiles, slots)
-        tail = tiles / (waves * slots)
+        grid = np.where(is_sk, slots, np.minimum(tiles, slots))
+        tail = np.where(is_sk, 1.0, tiles / (waves * slots))
         eta_cluster = pad * tail
-        tiles_per_cta = waves
-        eta_duty = rel * np.ones_like(tiles_per_cta)
-    else:
-        cl = int(constants.get("cluster_size", gpu))
+        tiles_per_cta = np.where(is_sk, tiles / slots, waves)
+        prologue = 1.0
+    elif paradigm == "persistent":
+        cl = int(p["cluster_size"])
         cap = float(cluster_cap(gpu, cl))
-        grid = np.minimum(tiles, cap)
+        grid = np.where(is_sk, cap, np.minimum(tiles, cap))
         rounds = np.ceil(tiles / grid)
-        tail = tiles / (rounds * grid)
+        tail = np.where(is_sk, 1.0, tiles / (rounds * grid))
         eta_cluster = pad * tail * grid / gpu.sms
         tiles_per_cta = tiles / grid
-        eta_duty = rel / (1.0 + duty_c / tiles_per_cta)
-    # split-K pays a reduction pass: charge it as extra work (1 + (split-1) * m n / (m n k / k)) ~ small
+        prologue = 1.0 / (1.0 + duty_c / np.maximum(tiles_per_cta, 1.0 / 8.0))
+    else:
+        raise ValueError(f"unknown paradigm {paradigm!r}")
+    # k per CTA: split-K divides it; stream-K hands each CTA tiles x k / grid of work
+    k_cta = np.where(is_sk, k * np.minimum(1.0, tiles / grid), k / split)
+    duty_k = 1.0 / (1.0 + float(p["duty_k"]) / k_cta)
+    eta_duty = rel * duty_k * prologue
+    # split-K pays a reduction pass over the (split-1) partial outputs
     reduce_pen = 1.0 / (1.0 + (split - 1.0) * 0.5 * (tn / np.maximum(k, 1.0)))
     score = np.where(split_ok, eta_cluster * eta_duty * reduce_pen, -1.0)
     best = np.argmax(score, axis=-1)[..., None]
@@ -112,49 +197,102 @@ def sm_fill(m, n, k, gpu, constants: Constants | None = None) -> dict:
         "tile_m": pick(tm),
         "tile_n": pick(tn),
         "split_k": pick(split),
+        "stream_k": pick(sk) > 0,
         "grid": pick(grid),
         "tiles_per_cta": pick(tiles_per_cta),
     }
 
 
-def eta_mem(bytes_moved, gpu, constants: Constants | None = None):
-    """Achieved fraction of peak DRAM bandwidth: eta_max * x / (x + x_half), x = bytes / L2.
+def l2_path_fraction(gpu, gain: float) -> float:
+    """Bandwidth of the L2 path for resident working sets, as a fraction of DRAM peak.
 
-    With l2_gain > 1, working sets that fit in L2 (x < 1) are served faster than DRAM
-    (weights left resident by the previous replay), ramping linearly to 1 at x = 1.
+    `gain` (the `l2_gain` constant) is in bytes per SM per SM clock, so the path scales
+    with SMs x boost clock: 1 B/clk/SM stays below DRAM speed on every part we know (no
+    L2 effect); a fitted value of a few bytes lets a GDDR part with a large L2 beat DRAM.
     """
-    constants = constants or Constants.default()
-    x = np.asarray(bytes_moved, dtype=float) / gpu.l2_bytes
-    e_max = float(constants.get("eta_mem_max", gpu))
-    x_half = float(constants.get("mem_x_half", gpu))
-    gain = float(constants.get("l2_gain", gpu))
+    return gain * gpu.sms * (gpu.boost_mhz or 0.0) * 1e6 / gpu.mem_bw
+
+
+def eta_mem(bytes_moved, gpu, constants: Constants | None = None, params: dict | None = None):
+    """Achieved fraction of peak DRAM bandwidth (may exceed 1 for L2-resident working sets).
+
+    DRAM law: eta_max * x / (x + x_half), x = bytes / L2, times B / (B + B_half) in the
+    bytes read B, B_half = eta_max * BW * mem_t_half (a fixed ramp time: the branch becomes
+    bytes / (BW eta_max) + mem_t_half). Below `l2_resident_x` of L2 the working set stays
+    resident between back-to-back launches and is served at max(DRAM law, L2 path), the L2
+    path being `l2_gain` bytes per SM clock (see `l2_path_fraction`).
+    """
+    p = params if params is not None else resolve(gpu, constants)
+    b = np.asarray(bytes_moved, dtype=float)
+    x = b / gpu.l2_bytes
+    e_max = float(p["eta_mem_max"])
+    x_half = float(p["mem_x_half"])
     eta = e_max * x / (x + x_half) if x_half > 0 else np.full_like(x, e_max)
-    if gain != 1.0:
-        eta = eta * (1.0 + (gain - 1.0) * np.clip(1.0 - x, 0.0, 1.0))
+    t_half = float(p["mem_t_half_us"]) * 1e-6
+    if t_half > 0:
+        eta = eta * b / (b + e_max * gpu.mem_bw * t_half)
+    x_res = float(p["l2_resident_x"])
+    if x_res > 0:
+        eta = np.where(x <= x_res, np.maximum(eta, l2_path_fraction(gpu, float(p["l2_gain"]))), eta)
     return eta
 
 
+def clock_factor(flops, gpu, params: dict):
+    """Sustained clock / boost clock per cell when no clock reading is given.
+
+    f_clk (a constant; 1 = boost) times a droop with the kernel's work: under DVFS a
+    long tensor-saturating kernel runs at a lower sustained clock,
+    1 - clk_droop * w / (w + clk_droop_us), w = flops / peak in microseconds.
+    """
+    base = float(params["f_clk"])
+    d = float(params.get("clk_droop", 0.0))
+    if d <= 0:
+        return np.full_like(np.asarray(flops, dtype=float), base)
+    w = np.asarray(flops, dtype=float) / gpu.peak_flops * 1e6
+    return base * (1.0 - d * w / (w + float(params["clk_droop_us"])))
+
+
+def gemm_bytes(m, n, k, dtype: str = "bf16"):
+    """Bytes a GEMM must move at least: read A and W once, write C (bf16)."""
+    bpe = BYTES[dtype]
+    return bpe * (m * k + k * n) + 2 * m * n
+
+
+def smax(a, b, p: float):
+    """Roofline max with overlap exponent p ((a^p + b^p)^(1/p); hard max when p is inf)."""
+    if not np.isfinite(p):
+        return np.maximum(a, b)
+    hi = np.maximum(a, b)
+    lo = np.minimum(a, b)
+    return hi * (1.0 + (lo / hi) ** p) ** (1.0 / p)
+
+
 def gemm_time(m, n, k, gpu, constants: Constants | None = None, f_clk: float | None = None,
-              dtype: str = "bf16", floor: bool = True) -> dict:
-    """Time of C[m,n] = A[m,k] @ W[k,n] on `gpu`: every branch and factor, per cell (seconds)."""
-    constants = constants or Constants.default()
-    m = np.asarray(m, dtype=float)
-    n = np.asarray(n, dtype=float)
-    k = np.asarray(k, dtype=float)
+              dtype: str = "bf16", floor: bool = True, params: dict | None = None,
+              paradigm: str | None = None) -> dict:
+    """Time of C[m,n] = A[m,k] @ W[k,n] on `gpu`: every branch and factor, per cell (seconds).
+
+    `params` (from `resolve`, possibly edited) bypasses the constant lookup: fits use it.
+    `paradigm` forces an SM-fill model (E1.12 compares them); default `fill_paradigm(gpu)`.
+    """
+    p = params if params is not None else resolve(gpu, constants)
+    m, n, k = np.broadcast_arrays(np.asarray(m, dtype=float), np.asarray(n, dtype=float),
+                                  np.asarray(k, dtype=float))
+    flops = 2.0 * m * n * k
     if f_clk is None:
-        f_clk = float(constants.get("f_clk", gpu))
-    fill = sm_fill(m, n, k, gpu, constants)
-    eta_active = float(constants.get("eta_active", gpu))
+        f_clk = clock_factor(flops, gpu, p)
+    else:
+        f_clk = np.full_like(m, float(f_clk))
+    fill = sm_fill(m, n, k, gpu, params=p, paradigm=paradigm)
+    eta_active = float(p["eta_active"])
     eta_c = f_clk * fill["eta_cluster"] * eta_active * fill["eta_duty"]
     peak = gpu.peak_flops if dtype != "fp8" else (gpu.fp8_dense_tflops or gpu.bf16_dense_tflops) * 1e12
-    flops = 2.0 * m * n * k
     t_compute = flops / (peak * eta_c)
-    bpe = BYTES[dtype]
-    nbytes = bpe * (m * k + k * n) + 2 * m * n  # output written in bf16
-    e_mem = eta_mem(nbytes, gpu, constants)
+    nbytes = gemm_bytes(m, n, k, dtype)
+    e_mem = eta_mem(nbytes, gpu, params=p)
     t_memory = nbytes / (gpu.mem_bw * e_mem)
-    t_floor = float(constants.get("kernel_floor_us", gpu)) * 1e-6 if floor else 0.0
-    t = np.maximum(t_compute, t_memory) + t_floor
+    t_floor = float(p["kernel_floor_us"]) * 1e-6 if floor else 0.0
+    t = smax(t_compute, t_memory, float(p["overlap_p"])) + t_floor
     return {
         "t": t,
         "t_compute": t_compute,
@@ -163,7 +301,7 @@ def gemm_time(m, n, k, gpu, constants: Constants | None = None, f_clk: float | N
         "compute_bound": t_compute >= t_memory,
         "flops": flops,
         "bytes": nbytes,
-        "f_clk": np.full_like(t, f_clk),
+        "f_clk": f_clk,
         "eta_cluster": fill["eta_cluster"],
         "eta_active": np.full_like(t, eta_active),
         "eta_duty": fill["eta_duty"],
@@ -172,6 +310,7 @@ def gemm_time(m, n, k, gpu, constants: Constants | None = None, f_clk: float | N
         "tile_m": fill["tile_m"],
         "tile_n": fill["tile_n"],
         "split_k": fill["split_k"],
+        "stream_k": fill["stream_k"],
         "grid": fill["grid"],
         "tiles_per_cta": fill["tiles_per_cta"],
         "paradigm": fill["paradigm"],
