@@ -19,7 +19,7 @@ def _question(eid):
 rule rf_fit:
     input:
         data=lambda wc: UTILITY_DATA[wc.dataset],
-        code=lib("baselines", "experiments/transfer", "specs", "data", "terms", "calibration"),
+        code=lib("baselines", "experiments/transfer", "specs", "data"),
     output:
         model="results/cache/rf/{dataset}_{gpu}.joblib",
     wildcard_constraints:

@@ -1,24 +1,26 @@
 """E2.1: cross-GPU transfer of the home-profiled RF against steptime, on three datasets."""
 import joblib
 
+from steptime import data
 from steptime.experiments import transfer
 from steptime.results import provenance, write_result
 
 cfg = snakemake.config
 fast = bool(cfg.get("fast", True))
 full = bool(cfg["rf"]["full_grid"])
-records, fits = [], []
+records, fits, cal_log = [], [], {}
 cells = {ds: transfer.load_cells(ds, transfer.step_tps(fast, full)) for ds in transfer.DATASETS}
+hooks = {"vidur_step": transfer.held_out_constants_for("vidur_step", data.load_vidur_mlp())}
 for path in snakemake.input.models:
     bundle = joblib.load(path)
     ds = bundle["dataset"]
     records += transfer.transfer_records(ds, cells[ds], bundle, transfer.TARGETS[ds],
-                                         n_boot=int(cfg["bootstrap"]), seed=int(cfg["seed"]))
+                                         n_boot=int(cfg["bootstrap"]), seed=int(cfg["seed"]),
+                                         constants_for=hooks.get(ds), cal_log=cal_log)
     fits.append(transfer.bundle_summary(bundle))
 doc = transfer.e2_1_document(records, fits, cells, fast=fast, full_grid=full)
-cal = transfer.steptime_calibration()
 write_result(snakemake.output.result, id="E2.1", question=snakemake.params.question, metrics=doc["metrics"],
              claims=doc["claims"], extra={"transfer": records},
-             provenance=provenance(list(snakemake.input.data), config=cfg, calibration=cal.to_dict(),
+             provenance=provenance(list(snakemake.input.data), config=cfg, calibration=cal_log,
                                    rule="E2_1", script="workflow/scripts/E2_1.py"))
 transfer.plot_transfer(records, snakemake.params.figure, full_grid=full)

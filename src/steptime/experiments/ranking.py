@@ -95,6 +95,9 @@ def component_cells(wl: dict):
     new = 1 if wl["phase"] == "decode" else wl["tokens"]
     att = {"phase": wl["phase"], "batch_size": float(wl["batch"]), "new_tokens": float(new),
            "kv_len": float(wl["kv_len"]), "num_heads": float(h), "num_kv_heads": float(hk), "head_dim": 128.0}
+    # Vidur's attention features (for the home RF): decode KV length; prefill batch x chunk^2
+    att["kv_cache_size"] = att["kv_len"]
+    att["prefill_chunk_size_squared"] = 0.0 if wl["phase"] == "decode" else float(wl["batch"]) * new ** 2
     return gem, att
 
 

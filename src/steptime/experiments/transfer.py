@@ -132,8 +132,13 @@ def step_cells(mlp, tps=(1,)):
     w = d.pivot_table(index=["gpu", "model", "tp", "num_tokens"], columns="op", values="latency_ms",
                       aggfunc="mean").reset_index()
     w.columns.name = None
-    w = w.dropna(subset=list(STEP_OPS))
-    w["latency_ms"] = w[list(STEP_OPS)].sum(axis=1)
+    # every operator must be there except the post-attention norm, which a parallel-block
+    # model (phi-2) does not have: its layer is the sum of the operators it runs
+    for op in STEP_OPS:
+        if op not in w.columns:
+            w[op] = np.nan
+    w = w.dropna(subset=[op for op in STEP_OPS if op != "post_attention_layernorm"])
+    w["latency_ms"] = w[list(STEP_OPS)].sum(axis=1, min_count=1)
     w["tokens"] = w["num_tokens"]
     return w.sort_values(["gpu", "model", "tp", "num_tokens"]).reset_index(drop=True)
 
@@ -169,7 +174,7 @@ def _long_step(cells):
         p["op"] = op
         p["latency_ms"] = cells[op].to_numpy()
         p["cell"] = np.arange(len(cells))
-        parts.append(p)
+        parts.append(p[p["latency_ms"].notna()])
     return pd.concat(parts, ignore_index=True)
 
 
@@ -235,7 +240,10 @@ def predict_profiled(bundle: dict, tag: str, cells, per_op: bool = False):
     if ds == "vidur_step":
         long = _long_step(cells)
         pred = model.predict(long)
-        ops = {op: pred[(long["op"] == op).to_numpy()] for op in STEP_OPS}
+        ops = {}
+        for op in STEP_OPS:
+            sel = (long["op"] == op).to_numpy()
+            ops[op] = np.bincount(long["cell"].to_numpy()[sel], weights=pred[sel], minlength=len(cells))
         return ops if per_op else sum(ops.values())
     if ds == "aic_gemm":
         return model.predict(cells)
@@ -344,17 +352,16 @@ def predict_layer_ops(cells, gpu, constants=None):
     """Per-layer non-attention step (Vidur's nine operators, each once) from the term functions.
 
     Uses steptime.step's per-layer Vidur-step function when the library provides one
-    (`predict_vidur_layer`), else sums the GEMM and light terms here.
+    (`vidur_layer_time`), else sums the GEMM and light terms here.
     """
     from steptime import step as _step
 
-    fn = getattr(_step, "predict_vidur_layer", None)
+    fn = getattr(_step, "vidur_layer_time", None)
     out = np.zeros(len(cells))
     for (model, tp), idx in cells.groupby(["model", "tp"]).indices.items():
         T = cells["num_tokens"].to_numpy(dtype=float)[idx]
         if fn is not None:
-            r = fn(model, gpu, T, tp=int(tp), constants=constants)
-            out[idx] = np.asarray(r["total_ms"] if isinstance(r, dict) else r, dtype=float)
+            out[idx] = np.asarray(fn(model, gpu, T, tp=int(tp), constants=constants), dtype=float)
             continue
         out[idx] = _layer_ops_from_terms(model, gpu, T, int(tp), constants)
     return out
@@ -410,6 +417,10 @@ def _calibration_mask(dataset, cells, gpu, cal):
         return np.zeros(len(cells), dtype=bool)
     ids = cell_ids(dataset, cells, gpu)
     tails = {c[1:] for c in used if isinstance(c, tuple) and len(c) > 1 and c[0] == gpu}
+    if dataset == "vidur_step":
+        # a light-kernel or layer deploy cell (gpu, kind, model, tp, tokens[, op]) takes its step cell out
+        tails |= {("vidur_step",) + tuple(c[2:5]) for c in used if isinstance(c, tuple) and len(c) >= 5
+                  and c[0] == gpu and c[1] in ("light", "vidur_layer", "vidur_step")}
     return np.array([c in used or c[1:] in tails for c in ids], dtype=bool)
 
 
@@ -451,12 +462,21 @@ def score_cells(pred, meas, tokens, phase=None, n_boot: int = 1000, seed: int = 
 
 
 def transfer_records(dataset: str, cells, bundle: dict, targets, *, n_boot: int = 1000, seed: int = 0,
-                     constants=None, calibration=None) -> list[dict]:
-    """Every (predictor, target) record for one dataset and one home bundle."""
+                     constants=None, calibration=None, constants_for=None, cal_log: dict | None = None
+                     ) -> list[dict]:
+    """Every (predictor, target) record for one dataset and one home bundle.
+
+    `constants_for(target) -> (Constants, Calibration)` supplies held-out constants for the
+    steptime row (the family's constants fitted without the target, plus its deploy cells);
+    without it steptime runs on `constants` (default: defaults.yaml) and its recorded cells.
+    """
     home = bundle["home_gpu"]
-    cal = calibration if calibration is not None else steptime_calibration(constants)
     recs = []
     for target in targets:
+        if constants_for is not None:
+            constants, cal = constants_for(target)
+        else:
+            cal = calibration if calibration is not None else steptime_calibration(constants)
         tc = cells[cells["gpu"] == target].reset_index(drop=True)
         if tc.empty:
             continue
@@ -465,6 +485,8 @@ def transfer_records(dataset: str, cells, bundle: dict, targets, *, n_boot: int 
         excl = _calibration_mask(dataset, tc, target, cal)
         tc = tc[~excl].reset_index(drop=True)
         cal.check_disjoint(cell_ids(dataset, tc, target))
+        if cal_log is not None:
+            cal_log[f"{dataset}|{target}"] = cal.to_dict()
         phase = tc["phase"].to_numpy() if dataset == "aic_attention" else None
         meas = tc["latency_ms"].to_numpy(dtype=float)
         preds = {"steptime": predict_steptime(dataset, tc, target, constants)}
@@ -627,3 +649,35 @@ def plot_transfer(records, stem, full_grid: bool = False):
         "(held-out at home, verbatim and spec-scaled by the datasheet-roofline ratio off home) and of "
         f"steptime (datasheet + defaults, no target profile), per target GPU. RF grid: "
         f"{'Vidur full grid' if full_grid else 'fast small grid'}. Data: AIConfigurator tables and Vidur profiles."))
+
+
+def held_out_constants_for(dataset: str, raw=None, gpus=None):
+    """A `constants_for(target)` hook giving steptime the family's held-out constants, where
+    the family exposes them; None where it does not (steptime then runs on defaults.yaml).
+
+    vidur_step: steptime.experiments.step.held_out_constants (light-kernel constants fitted on
+    the OTHER Vidur GPUs plus the target's one light_bw_scale deploy reading, E1.1's contract).
+    """
+    if dataset != "vidur_step" or raw is None:
+        return None
+    try:
+        from steptime.experiments import light as LX
+        from steptime.experiments import step as SX
+    except ImportError:
+        return None
+    if not hasattr(SX, "held_out_constants"):
+        return None
+    light_cells = LX.tidy_cells(raw)
+    gpus = list(gpus or TARGETS["vidur_step"])
+    memo = {}
+
+    def constants_for(target):
+        if target not in memo:
+            c, info = SX.held_out_constants(light_cells, target, gpus)
+            cal = steptime_calibration(c)
+            cal.record(f"light_bw_scale@{target}", [tuple(info["deploy_cell"])],
+                       note=f"light constants fitted on {info['fit_on']}; one deploy reading on {target}")
+            memo[target] = (c, cal)
+        return memo[target]
+
+    return constants_for
