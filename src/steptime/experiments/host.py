@@ -3,7 +3,8 @@
 
 Parts (Vidur column -> steptime):
     schedule_median + prepare_inputs_e2e_median + process_model_outputs_median -> S(N) (host_a_ms, host_b_ms)
-    ray_comm_time_mean  (Ray RPC to the workers; large once TP > 1)            -> host_ray_ms (+ host_ray_b_ms)
+    ray_comm_time_mean  (Ray RPC to the workers)                              -> host_ray_ms (TP 1)
+    what a TP > 1 step adds over the TP-1 lines (Ray RPC, sampler broadcast)   -> host_ray_tp_ms
     sampler_e2e_median                                                        -> sampling (t_samp_ms, t_samp_b_ms)
 
 Contract: per GPU three deploy readings (rows of its own table): Llama-2-7B TP 1 at the
@@ -65,7 +66,9 @@ def calibrate(x) -> dict:
     a, b = _line(n[:2], d["S_core_ms"].to_numpy()[:2])
     sa, sb = _line(n[:2], d["samp_ms"].to_numpy()[:2])
     ray1 = float(d["ray_ms"].to_numpy()[:2].mean())
-    ray_tp = float(d["ray_ms"].to_numpy()[2])
+    # everything a TP > 1 step adds over the TP-1 lines (Ray RPC, sampler broadcast), at the third row
+    n3 = n[2] - 1.0
+    ray_tp = float(d["host_ms"].to_numpy()[2] - (a + b * n3) - (sa + sb * n3))
     return {"host_a_ms": a, "host_b_ms": b, "t_samp_ms": sa, "t_samp_b_ms": sb, "host_ray_ms": ray1,
             "host_ray_tp_ms": ray_tp}
 
@@ -77,9 +80,10 @@ def fit_full(x) -> dict:
     a, b = np.linalg.lstsq(A, x["S_core_ms"].to_numpy(), rcond=None)[0]
     sa, sb = np.linalg.lstsq(A, x["samp_ms"].to_numpy(), rcond=None)[0]
     tp1 = x["tp"].to_numpy() == 1
+    extra = (x["host_ms"] - (a + b * n) - (sa + sb * n)).to_numpy()
     return {"host_a_ms": float(a), "host_b_ms": float(b), "t_samp_ms": float(sa), "t_samp_b_ms": float(sb),
             "host_ray_ms": float(x["ray_ms"][tp1].mean()) if tp1.any() else 0.0,
-            "host_ray_tp_ms": float(x["ray_ms"][~tp1].mean()) if (~tp1).any() else 0.0}
+            "host_ray_tp_ms": float(extra[~tp1].mean()) if (~tp1).any() else 0.0}
 
 
 def predict(x, c: dict) -> dict:
@@ -159,7 +163,8 @@ def defaults_updates(per_gpu: dict, experiment: str = "E1.4") -> list[dict]:
     src = {"host_a_ms": "intercept of S(N) = schedule + prepare_inputs + process_outputs",
            "host_b_ms": "slope of S(N) per extra request",
            "t_samp_ms": "sampler_e2e at one request", "t_samp_b_ms": "sampler_e2e slope per extra request",
-           "host_ray_ms": "Ray RPC time at TP 1", "host_ray_tp_ms": "Ray RPC time once TP > 1"}
+           "host_ray_ms": "Ray RPC time at TP 1",
+           "host_ray_tp_ms": "extra host time of a TP > 1 step over the TP-1 lines (Ray RPC, sampler broadcast)"}
     home = "a100-sxm" if "a100-sxm" in per_gpu else sorted(per_gpu)[0]
     for name in src:
         ups.append({"scope": "global", "name": name, "value": round(per_gpu[home]["deploy"][name], 4),
@@ -172,3 +177,63 @@ def defaults_updates(per_gpu: dict, experiment: str = "E1.4") -> list[dict]:
                         "source": f"E1.4 deploy reading: {src[name]}, Vidur cpu_overheads ({DEPLOY_NOTE})",
                         "experiment": experiment, "cells": d["deploy_cells"]})
     return ups
+
+
+# ---------------------------------------------------------------------------------------
+def document(r: dict, x) -> dict:
+    from steptime.results import claim
+
+    recs = r["records"]
+    shares = part_shares(x)
+    ratio = gpu_work_ratio(x)
+    claims = []
+    for g, d in r["per_gpu"].items():
+        c = d["deploy"]
+        claims.append(claim(f"{g}: S(N) = a + b (N-1) from two deploy rows (schedule + prepare inputs + process "
+                            f"outputs); reported in round 1: s_floor 2.37-3.73 ms, slope <= 0.02 ms/request",
+                            {"a_ms": round(c["host_a_ms"], 4), "b_ms_per_request": round(c["host_b_ms"], 5)},
+                            "measured"))
+        rec = next(v for v in recs if v["gpu"] == g and v["predictor"] == "steptime" and v["subset"] == "all")
+        claims.append(claim(f"{g}: held-out MAPE of the whole host time per step (S(N) + Ray + sampler)",
+                            round(rec["mape"], 4), "lower is better; round-1 constants in metrics"))
+    import numpy as np
+
+    for tpc in ("tp1", "tp>1"):
+        rr = [v["ratio"] for v in ratio if (v["tp"] > 1) == (tpc == "tp>1")]
+        if rr:
+            claims.append(claim(f"host time over predicted GPU work of the same decode step (KV 1024), {tpc}: median",
+                                round(float(np.median(rr)), 3), "ratio (1 = as large as the GPU work)"))
+    return {"metrics": {"records": recs, "per_gpu": r["per_gpu"], "part_shares": shares, "host_vs_gpu_work": ratio},
+            "claims": claims}
+
+
+def plot(r: dict, x, doc: dict, stem, caption: str | None = None):
+    import numpy as np
+
+    from steptime import plotting
+
+    plt = plotting.setup()
+    gpus = sorted(x["gpu"].unique())
+    fig, axes = plt.subplots(1, len(gpus) + 1, figsize=(4 * (len(gpus) + 1), 3.4))
+    for ax, g in zip(axes, gpus):
+        xg = x[x["gpu"] == g]
+        c = r["per_gpu"][g]["deploy"]
+        for i, ((model, tp), d) in enumerate(xg.groupby(["model", "tp"])):
+            col = plt.cm.tab20(i % 20)
+            ax.plot(d["batch_size"], d["host_ms"], "o", ms=2.5, color=col, label=f"{model} tp{tp}")
+            p = predict(d, c)
+            ax.plot(d["batch_size"], p["host_ms"], "-", lw=0.8, color=col)
+        ax.set_xlabel("requests in the step (N)")
+        ax.set_ylabel("host time per step (ms)")
+        ax.set_title(f"{g}: S(N) + Ray + sampler")
+        ax.legend(fontsize=5, ncol=2)
+    ax = axes[-1]
+    for g in gpus:
+        rr = [v for v in doc["metrics"]["host_vs_gpu_work"] if v["gpu"] == g]
+        ax.semilogy([v["batch_size"] for v in rr], [v["ratio"] for v in rr], ".", ms=3, label=g)
+    ax.axhline(1.0, color="k", lw=0.8, ls="--")
+    ax.set_xlabel("requests in the step (N)")
+    ax.set_ylabel("host time / predicted GPU work")
+    ax.set_title("host vs GPU work of a decode step (KV 1024)")
+    ax.legend(fontsize=7)
+    plotting.save(fig, stem, caption)

@@ -1,7 +1,11 @@
 """Light kernels: memory-bound elementwise passes, each a launch floor plus bytes over
 an achieved bandwidth of its own (a scatter like the KV-cache write reaches far less).
 
-    t_k = light_floor_us[k] + bytes_k / (BW * light_bw_scale * light_eta[k])
+    t_k = (floor_k^p + stream_k^p)^(1/p),   floor_k = light_floor_us[k],
+                                             stream_k = bytes_k / (BW * light_bw_scale * light_eta[k])
+
+(p = light_p[k]: 1 adds the floor to the stream, large p is a sharp max; the measured knee
+sits in between.)
 
 `light_bw_scale` is the GPU's achieved fraction of HBM bandwidth on a large RMSNorm (one
 per-GPU deploy reading), `light_eta[k]` each kernel's bandwidth relative to it and
@@ -56,5 +60,8 @@ def light_time(kernel: str, nbytes, gpu, constants: Constants | None = None) -> 
         raise ValueError(f"unknown light kernel {kernel!r} (known: {', '.join(sorted(etas))})")
     floors = constants.get("light_floor_us", gpu)
     floor = float(floors[kernel] if isinstance(floors, dict) else floors) * 1e-6
+    ps = constants.get("light_p", gpu)
+    p = float(ps[kernel] if isinstance(ps, dict) else ps)
     scale = float(constants.get("light_bw_scale", gpu))
-    return floor + np.asarray(nbytes, dtype=float) / (gpu.mem_bw * scale * float(etas[kernel]))
+    stream = np.asarray(nbytes, dtype=float) / (gpu.mem_bw * scale * float(etas[kernel]))
+    return (floor ** p + stream ** p) ** (1.0 / p)

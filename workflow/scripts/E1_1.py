@@ -1,0 +1,27 @@
+"""E1.1 / E1.1b / E1.20: the whole per-layer Vidur step held out per GPU, residual by term, ablation ladder."""
+from steptime import data
+from steptime.data import write_parquet
+from steptime.experiments import light as LX
+from steptime.experiments import step as E
+from steptime.results import provenance, write_result
+
+cfg = snakemake.config
+v = data.load_vidur_mlp()
+r = E.run(v, LX.tidy_cells(v), seed=cfg["seed"], n_boot=cfg["bootstrap"])
+prov = provenance([snakemake.input.data], config=cfg, calibration=r["calibration"].to_dict(), rule="E1_1",
+                  script="workflow/scripts/E1_1.py")
+for key, eid, q in (("e1_1", "E1.1", snakemake.params.q1), ("e1_1b", "E1.1b", snakemake.params.q1b),
+                    ("e1_20", "E1.20", snakemake.params.q20)):
+    doc = E.document(r, eid)
+    write_result(getattr(snakemake.output, key), id=eid, question=q, metrics=doc["metrics"], claims=doc["claims"],
+                 provenance=prov)
+write_parquet(r["pred"].drop(columns=["cell"]), snakemake.output.pred)
+E.plot_step(r, snakemake.params.fig1,
+            "E1.1: held-out MAPE of one layer's non-attention operators (Vidur) per model x TP and GPU, "
+            "decode-sized (<= 64 tokens) and prefill-sized (>= 512 tokens) cells; dashed: targets 5% / 6%.")
+E.plot_residual(r, snakemake.params.fig1b,
+                "E1.1b: where the residual lives: each Vidur operator's share of the layer time and its signed "
+                "residual (predicted - measured), summed over the cells, per GPU and token split.")
+E.plot_ladder(r, snakemake.params.fig20,
+              "E1.20: ablation ladder from a bare roofline, switching on one term at a time (GEMM compute "
+              "efficiency, GEMM memory efficiency, GEMM floor, light-kernel bandwidths, light-kernel floors).")

@@ -1,0 +1,16 @@
+"""E1.1c: light kernels, launch floor + bytes over achieved bandwidth, held out per GPU."""
+from steptime import data
+from steptime.experiments import light as E
+from steptime.results import provenance, write_result
+
+cfg = snakemake.config
+cells = E.tidy_cells(data.load_vidur_mlp())
+r = E.run(cells, seed=cfg["seed"], n_boot=cfg["bootstrap"])
+doc = E.document(r, cells)
+prov = provenance([snakemake.input.data], config=cfg, calibration=r["calibration"].to_dict(), rule="E1_1c",
+                  script="workflow/scripts/E1_1c.py")
+write_result(snakemake.output.result, id="E1.1c", question=snakemake.params.question, metrics=doc["metrics"],
+             claims=doc["claims"], provenance=prov, extra={"defaults_updates": E.defaults_updates(r["shipped"], cells)})
+E.plot(r, snakemake.params.fig,
+       "E1.1c: light-kernel time against bytes moved per GPU (Vidur operators); lines: held-out floor + "
+       "bytes/achieved-bandwidth model. Vidur has no KV-cache-write operator.")

@@ -1,0 +1,22 @@
+"""E1.22: error atlas over attention (tokens x KV) and the Vidur step (m x shape)."""
+import pandas as pd
+
+from steptime.experiments import attention as A
+from steptime.experiments import step as S
+from steptime.results import provenance, write_result
+
+cfg = snakemake.config
+attn = {"pred": pd.read_parquet(snakemake.input.attn)}
+step = {"pred": pd.read_parquet(snakemake.input.step)}
+regions = A.plot_atlas(attn, snakemake.params.fig_attn,
+                       "E1.22: signed error (%) of held-out attention predictions, Llama-like config (32 q / 8 KV "
+                       "heads, d 128, bf16) per GPU: top decode (KV length x requests), bottom prefill (prompt x "
+                       "requests). Red: over-prediction.")
+step_regions = S.plot_atlas(step, snakemake.params.fig_step,
+                            "E1.22: signed error (%) of the held-out Vidur per-layer step per GPU over tokens (m) "
+                            "and model x TP (shape). Red: over-prediction.")
+doc = S.atlas_document(A.summarize_regions(regions), step_regions)
+prov = provenance([snakemake.input.attn, snakemake.input.step], config=cfg, rule="E1_22",
+                  script="workflow/scripts/E1_22.py")
+write_result(snakemake.output.result, id="E1.22", question=snakemake.params.question, metrics=doc["metrics"],
+             claims=doc["claims"], provenance=prov)
