@@ -157,11 +157,29 @@ def plot_ledger(rows, timing: dict, stem):
     axes[1].set_ylabel("home-GPU MAPE (%)")
     fits = ", ".join(f"{k} {v:.1f}s" for k, v in sorted(timing.get("fit_seconds", {}).items()))
     sp = timing.get("prediction_speed", {})
+    st = timing.get("prediction_speed_step", {})
     fig.suptitle("cost vs coverage (home A100)", fontsize=10)
     fig.tight_layout()
     save(fig, stem, caption=(
         "E2.5 calibration cost against coverage and home accuracy (home A100; AIC GEMM squares, attention "
         "triangles, Vidur step circles). Wall seconds measured in this run on this machine (not deterministic, "
-        f"kept out of results/E2_5.json): RF fits {fits}; prediction speed steptime vs RF "
-        f"{sp.get('speedup_batched', float('nan')):.0f}x batched, {sp.get('speedup_single_call', float('nan')):.0f}x "
-        "per single call."))
+        f"kept out of results/E2_5.json): RF fits {fits}; prediction speed, steptime vs the RF's predict: GEMM "
+        f"{sp.get('speedup_batched', float('nan')):.1f}x batched, {sp.get('speedup_single_call', float('nan')):.1f}x "
+        f"per single call; per-layer step {st.get('speedup_batched', float('nan')):.1f}x batched, "
+        f"{st.get('speedup_single_call', float('nan')):.1f}x per single call (RF grid: {timing.get('rf_grid')})."))
+
+
+def step_prediction_speed(bundle: dict, cells, gpu: str, repeats: int = 3) -> dict:
+    """Seconds per per-layer step cell: the RF (nine per-operator forests, as Vidur predicts a
+    layer) vs steptime's per-layer function, batched and one cell per call."""
+    from steptime.experiments.transfer import predict_layer_ops, predict_profiled
+
+    one = cells.iloc[:1]
+    batch_rf = time_calls(lambda: predict_profiled(bundle, "rf", cells), repeats)
+    batch_st = time_calls(lambda: predict_layer_ops(cells, gpu), repeats)
+    one_rf = time_calls(lambda: predict_profiled(bundle, "rf", one), repeats * 3)
+    one_st = time_calls(lambda: predict_layer_ops(one, gpu), repeats * 3)
+    nc = len(cells)
+    return {"cells": nc, "steptime_s_per_cell_batched": batch_st / nc, "rf_s_per_cell_batched": batch_rf / nc,
+            "speedup_batched": batch_rf / batch_st, "steptime_s_single_call": one_st, "rf_s_single_call": one_rf,
+            "speedup_single_call": one_rf / one_st}
