@@ -10,7 +10,8 @@ H_kv KV heads, head dim d, b_kv bytes per KV element):
 
 and, summed over the batch:
 
-    t_compute = flops / (P * eta_attn),   eta_attn = f_clk * eta_ceil * s / (s + c_tok) * fp8_compute
+    t_compute = flops / (P * eta_attn * eta_fill),   eta_attn = f_clk * eta_ceil * s / (s + c_tok) * fp8_compute
+              eta_fill = tiles / (tiles + fill_half * SMs),   tiles = sum of H_q ceil(s / q_tile) (SM fill)
     t_memory  = bytes * (hit / BW_L2 + (1 - hit) / (BW * eta_mem))          (L2 cliff)
               hit = 1 / (1 + (x / x_c)^k),   x = bytes / L2,   BW_L2 = l2_bpc * SMs * f_boost
     t_units   = units * t_cta / SMs  (* fp8_unit for an fp8 cache)          per-request cost
@@ -22,6 +23,7 @@ Named factors (constants in defaults.yaml, settled by E1.24):
   attn_eta_ceil      compute ceiling of long causal prefill (per-GPU deploy reading)
   attn_c_tokens      softmax-amortisation saturation, in query tokens per request
   attn_causal_tile   causal-shape penalty: diagonal-tile waste, in tokens
+  attn_fill_half     query tiles per SM at which a prefill reaches half its rate (SM fill)
   attn_cta_us        SM-microseconds each (request, KV head, query tile) work unit costs
   attn_overlap_p     how the per-unit cost overlaps streaming (1 = adds, large = max)
   attn_l2_bpc        L2 bytes per SM per clock (sets BW_L2 from the datasheet)
@@ -41,7 +43,8 @@ from steptime.calibration import Constants
 KV_BYTES = {"bf16": 2, "bfloat16": 2, "fp16": 2, "fp8": 1}
 Q_TILE = 128  # query rows per CTA of FlashAttention-class prefill kernels (DERIVED)
 
-FACTORS = ("attn_floor_us", "attn_eta_mem", "attn_eta_ceil", "attn_c_tokens", "attn_causal_tile", "attn_cta_us",
+FACTORS = ("attn_floor_us", "attn_eta_mem", "attn_eta_ceil", "attn_c_tokens", "attn_causal_tile", "attn_fill_half",
+           "attn_cta_us",
            "attn_overlap_p", "attn_l2_bpc", "attn_l2_x_c", "attn_l2_sharp", "attn_fp8_unit", "attn_fp8_compute")
 
 
@@ -107,6 +110,7 @@ def attention_request_terms(new_tokens, kv_len, n_heads, n_kv_heads, head_dim, g
     flops_eff = 4.0 * hq * d * (s * c + s * (s + np.where(pre, fc["attn_causal_tile"], 1.0)) / 2.0)
     nbytes = (c + s) * 2.0 * hkv * d * kvb + 4.0 * s * hq * d + 4.0 * s * hkv * d * pre
     units = hkv * np.ceil(s / Q_TILE)
+    tiles = np.where(pre, hq * np.ceil(s / Q_TILE), 0.0)
     fp8 = np.asarray(kvb) == 1.0
     # softmax amortisation saturates over the query block of a prefill; a decode (s = 1)
     # runs a split-KV kernel whose compute branch is never the bottleneck.
@@ -116,12 +120,18 @@ def attention_request_terms(new_tokens, kv_len, n_heads, n_kv_heads, head_dim, g
     units_cost = units * np.where(fp8, fc["attn_fp8_unit"], 1.0)
     t_memory_hbm = nbytes / (gpu.mem_bw * fc["attn_eta_mem"])  # for callers that want it per request
     return {"t_compute": t_compute, "t_memory": t_memory_hbm, "flops": flops, "flops_eff": flops_eff,
-            "bytes": nbytes, "units": units_cost, "eta_attn": eta, "eta_softmax": eta_soft}
+            "bytes": nbytes, "units": units_cost, "tiles": tiles, "eta_attn": eta, "eta_softmax": eta_soft}
 
 
-def combine(t_compute, nbytes, units, n_req, gpu, fc: dict, warm_l2: bool = False) -> dict:
+def combine(t_compute, nbytes, units, n_req, gpu, fc: dict, warm_l2: bool = False, tiles=None) -> dict:
     """Batch totals -> time (seconds) with every branch; arrays in, dict of arrays out."""
     t_compute = np.asarray(t_compute, dtype=float)
+    if tiles is not None:
+        tiles = np.asarray(tiles, dtype=float)
+        eta_fill = np.where(tiles > 0, tiles / (tiles + fc["attn_fill_half"] * gpu.sms), 1.0)
+        t_compute = t_compute / eta_fill
+    else:
+        eta_fill = np.ones_like(t_compute)
     nbytes = np.asarray(nbytes, dtype=float)
     units = np.asarray(units, dtype=float)
     if warm_l2:
@@ -139,7 +149,7 @@ def combine(t_compute, nbytes, units, n_req, gpu, fc: dict, warm_l2: bool = Fals
     floor = fc["attn_floor_us"] * 1e-6
     t = np.where(np.asarray(n_req) > 0, floor + t_body, 0.0)
     return {"t": t, "t_compute": t_compute, "t_memory": t_memory, "t_units": t_units,
-            "t_floor": np.where(np.asarray(n_req) > 0, floor, 0.0), "l2_hit": hit,
+            "t_floor": np.where(np.asarray(n_req) > 0, floor, 0.0), "l2_hit": hit, "eta_fill": eta_fill,
             "compute_bound": t_compute >= t_memory}
 
 
@@ -152,7 +162,7 @@ def attention_cells(batch, new_tokens, kv_len, n_heads, n_kv_heads, head_dim, gp
     b = np.asarray(batch, dtype=float)
     r = attention_request_terms(new_tokens, kv_len, n_heads, n_kv_heads, head_dim, gpu, constants, kv_dtype,
                                 f_clk, fc)
-    out = combine(b * r["t_compute"], b * r["bytes"], b * r["units"], b, gpu, fc, warm_l2)
+    out = combine(b * r["t_compute"], b * r["bytes"], b * r["units"], b, gpu, fc, warm_l2, tiles=b * r["tiles"])
     out.update({"flops": b * r["flops"], "bytes": b * r["bytes"], "units": b * r["units"],
                 "eta_attn": r["eta_attn"], "eta_softmax": r["eta_softmax"]})
     return out
@@ -174,7 +184,8 @@ def attention_time(new_tokens, kv_len, n_heads, n_kv_heads, head_dim, gpu, const
     tc = np.bincount(group, weights=r["t_compute"], minlength=n_groups)
     nb = np.bincount(group, weights=r["bytes"], minlength=n_groups)
     un = np.bincount(group, weights=r["units"], minlength=n_groups)
+    ti = np.bincount(group, weights=r["tiles"], minlength=n_groups)
     nreq = np.bincount(group, minlength=n_groups).astype(float)
-    out = combine(tc, nb, un, nreq, gpu, fc, warm_l2)
+    out = combine(tc, nb, un, nreq, gpu, fc, warm_l2, tiles=ti)
     out["requests"] = nreq
     return out

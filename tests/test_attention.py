@@ -1,0 +1,124 @@
+"""Attention term (E1.24): physics of the named factors, batching, and the calibration contract."""
+import numpy as np
+import pandas as pd
+import pytest
+
+from steptime.calibration import Constants
+from steptime.errors import CalibrationLeakError
+from steptime.experiments import attention as E
+from steptime.specs import get_gpu
+from steptime.terms import attention as A
+
+H100 = get_gpu("h100-sxm")
+
+
+def cells(b, s, c, kvd="bf16"):
+    b, s, c = np.broadcast_arrays(np.asarray(b, float), np.asarray(s, float), np.asarray(c, float))
+    return A.attention_cells(b, s, c, 32, 8, 128, H100, kv_dtype=kvd, warm_l2=False)
+
+
+def test_decode_grows_with_kv_and_batch_and_is_memory_bound():
+    r = cells(16, 1, np.array([128, 1024, 8192, 65536]))
+    assert np.all(np.diff(r["t"]) > 0)
+    assert not r["compute_bound"].any()
+    r2 = cells(np.array([1, 4, 16, 64]), 1, 4096)
+    assert np.all(np.diff(r2["t"]) > 0)
+
+
+def test_never_faster_than_the_floor_or_the_hbm_stream():
+    fc = A.attention_constants(H100)
+    r = cells(64, 1, 32768)
+    assert r["t"][()] >= fc["attn_floor_us"] * 1e-6
+    kv_bytes = 64 * 32769 * 2 * 8 * 128 * 2
+    assert r["t"][()] >= kv_bytes / H100.mem_bw  # HBM speed of light (no warm L2 in a real step)
+
+
+def test_prefill_compute_bound_and_causal_work_superlinear():
+    r = cells(1, np.array([2048, 4096, 8192]), 0)
+    assert r["compute_bound"].all()
+    assert r["t"][2] / r["t"][1] > 2.5  # causal work is quadratic in prompt length
+
+
+def test_fp8_cache_halves_the_decode_stream():
+    a = A.attention_request_terms(1, 8192, 32, 8, 128, H100, kv_dtype="bf16")
+    b = A.attention_request_terms(1, 8192, 32, 8, 128, H100, kv_dtype="fp8")
+    assert b["bytes"] < 0.55 * a["bytes"]
+
+
+def test_warm_l2_only_speeds_up_working_sets_that_fit():
+    small = A.attention_cells(4, 1, 512, 32, 8, 128, H100, warm_l2=True)
+    small_cold = A.attention_cells(4, 1, 512, 32, 8, 128, H100, warm_l2=False)
+    big = A.attention_cells(64, 1, 65536, 32, 8, 128, H100, warm_l2=True)
+    big_cold = A.attention_cells(64, 1, 65536, 32, 8, 128, H100, warm_l2=False)
+    assert small["l2_hit"][()] > 0.5 > big["l2_hit"][()]
+    assert big["t"][()] == pytest.approx(big_cold["t"][()], rel=0.05)
+    fc = A.attention_constants(H100)
+    if fc["attn_l2_bpc"] * H100.sms * H100.boost_mhz * 1e6 > H100.mem_bw * fc["attn_eta_mem"]:
+        assert small["t"][()] < small_cold["t"][()]  # a faster L2 path helps only what fits
+
+
+def test_grouped_batch_equals_cells_of_identical_requests():
+    g = A.attention_time(np.ones(8), np.full(8, 2048.0), 32, 8, 128, H100, group=np.repeat([0, 1], 4), n_groups=2)
+    c = cells(4, 1, 2048)
+    assert g["t"][0] == pytest.approx(c["t"][()])
+    assert g["t"][1] == pytest.approx(c["t"][()])
+
+
+def test_unknown_kv_dtype_is_a_clear_error():
+    with pytest.raises(ValueError, match="KV-cache dtype"):
+        A.attention_request_terms(1, 10, 32, 8, 128, H100, kv_dtype="int3")
+
+
+def test_kernel_lanes():
+    assert A.kernel_lane("vllm_flash_attn_fa3") == "fa3"
+    assert A.kernel_lane("vllm_flashinfer_trtllmdecode") == "trtllm"
+    assert A.kernel_lane("vllm_flash_attn") == "fa2"
+
+
+def _toy_cells():
+    rows = []
+    for g in ("h100-sxm", "h200-sxm"):
+        for b in (1, 8, 64):
+            for kv in (2, 1024, 16384):
+                for kvd in ("bfloat16",):
+                    rows.append(dict(gpu=g, batch_size=b, isl=1, step=kv - 1, kv_len=kv, num_heads=32, num_kv_heads=8,
+                                     head_dim=128, kv_cache_dtype=kvd, window_size=0, kernel_source="vllm_flash_attn_fa3",
+                                     latency_ms=0.01 + b * kv * 4096 / 3e12 * 1e3))
+    gen = pd.DataFrame(rows)
+    ctx = []
+    for g in ("h100-sxm", "h200-sxm"):
+        for b in (1, 4):
+            for s in (512, 4096):
+                ctx.append(dict(gpu=g, batch_size=b, isl=s, num_heads=32, num_kv_heads=8, head_dim=128,
+                                kv_cache_dtype="bfloat16", window_size=0, kernel_source="vllm_flash_attn_fa3",
+                                latency_ms=0.01 + b * 4 * 32 * 128 * s * s / 2 / 6e14 * 1e3))
+    return E.tidy_cells(gen, pd.DataFrame(ctx))
+
+
+def test_deploy_cells_are_three_named_cells_excluded_from_scoring():
+    c = _toy_cells()
+    x = c[c["gpu"] == "h100-sxm"].reset_index(drop=True)
+    dep = E.deploy_cells(x)
+    assert set(dep) == {"attn_floor_us", "attn_eta_mem", "attn_eta_ceil"}
+    assert x["phase"].iloc[dep["attn_eta_ceil"]] == "prefill"
+    assert x["b"].iloc[dep["attn_floor_us"]] == 1
+    fc = E.calibrate_gpu(x, "h100-sxm", {k: v[0] for k, v in E.FIT_GLOBALS.items()})
+    p = E.predict(x.iloc[list(dep.values())], "h100-sxm", fc)["t"]
+    assert p[0] == pytest.approx(x["y_ms"].iloc[dep["attn_floor_us"]], rel=1e-3)
+
+
+def test_scoring_a_calibration_cell_is_refused():
+    from steptime.calibration import Calibration
+
+    cal = Calibration()
+    cal.record("attn_floor_us[h100-sxm]", [("h100-sxm", "attention", "decode", 1, 1, 1, 32, 8, 128, "bf16")])
+    with pytest.raises(CalibrationLeakError):
+        cal.check_disjoint([("h100-sxm", "attention", "decode", 1, 1, 1, 32, 8, 128, "bf16")])
+
+
+def test_step_attention_uses_cold_l2():
+    from steptime.step import predict_step
+
+    p = predict_step("llama-3.1-8b", "h100-sxm", decode=[(8, 512)])
+    assert p.terms_ms["attn_decode"] > 0
+    assert p.bound["attn_decode"] == "memory"

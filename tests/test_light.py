@@ -1,0 +1,64 @@
+"""Light kernels (E1.1c): floor + bytes over achieved bandwidth, per kernel."""
+import numpy as np
+import pandas as pd
+import pytest
+
+from steptime.calibration import Constants
+from steptime.experiments import light as E
+from steptime.specs import get_gpu, get_model
+from steptime.terms import light as L
+
+A100 = get_gpu("a100-sxm")
+
+
+@pytest.mark.parametrize("kern", L.LIGHT_KERNELS)
+def test_monotone_in_bytes_and_never_below_floor_or_stream(kern):
+    nb = L.light_bytes(kern, np.array([1, 64, 4096, 32768]), get_model("llama-2-7b"))
+    t = L.light_time(kern, nb, A100)
+    assert np.all(np.diff(t) > 0)
+    C = Constants.default()
+    floor = (C.get("light_floor_us", A100)[kern] if isinstance(C.get("light_floor_us", A100), dict)
+             else C.get("light_floor_us", A100)) * 1e-6
+    assert np.all(t >= floor * (1 - 1e-9))
+    assert np.all(t >= nb / A100.mem_bw)  # never beats HBM peak
+
+
+def test_rope_and_act_shrink_with_tp_norms_do_not():
+    m = get_model("llama-2-70b")
+    assert L.light_bytes("rope", 100, m, 4) < L.light_bytes("rope", 100, m, 1)
+    assert L.light_bytes("act", 100, m, 4) < L.light_bytes("act", 100, m, 1)
+    assert L.light_bytes("rmsnorm", 100, m, 4) == L.light_bytes("rmsnorm", 100, m, 1)
+
+
+def test_unknown_kernel_is_a_clear_error():
+    with pytest.raises(ValueError, match="unknown light kernel"):
+        L.light_time("softmax", 100.0, A100)
+
+
+def _toy(gpus=("a100-sxm", "h100-sxm", "a40")):
+    rows = []
+    for g in gpus:
+        bw = get_gpu(g).mem_bw
+        for op, kern in E.OPMAP.items():
+            for T in (1, 16, 256, 4096, 32768):
+                nb = float(L.light_bytes(kern, T, get_model("llama-2-7b"), 1))
+                rows.append(dict(gpu=g, model="llama-2-7b", tp=1, num_tokens=T, op=op,
+                                 latency_ms=(3e-6 + nb / (0.5 * bw)) * 1e3))
+    return E.tidy_cells(pd.DataFrame(rows))
+
+
+def test_fit_recovers_a_synthetic_floor_and_bandwidth_held_out():
+    c = _toy()
+    r = E.run(c, n_boot=20)
+    rec = [x for x in r["records"] if x["predictor"] == "steptime" and x["subset"] == "rmsnorm"]
+    assert all(x["mape"] < 0.05 for x in rec)
+    assert all(x["cells"] > 0 for x in rec)
+
+
+def test_deploy_cell_is_excluded():
+    c = _toy()
+    r = E.run(c, n_boot=20)
+    for g, d in r["per_gpu"].items():
+        dep = [tuple(x) for x in r["calibration"].used[f"light_bw_scale[{g}]"]]
+        assert len(dep) == 1
+        assert not set(dep) & set(r["pred"]["cell"])
