@@ -1,1 +1,192 @@
-# rules for this area are added by its issue
+# Part 1, the GEMM term (issue 4): SM fill on Ampere/Ada (E1.2), Hopper clusters (E1.2b,
+# E1.11), the Blackwell paradigm (E1.12), the memory law (E1.3), the factor product vs a
+# scalar (E1.13), the head-to-head (E1.23), the implied-alpha ledger (L0.2), and the
+# constants they settle (leave-one-GPU-out fits + three deploy readings per GPU).
+
+GEMM_LIB = lib("terms", "experiments/gemm", "baselines", "calibration", "metrics", "results", "plotting", "specs", "io")
+
+
+def _gq(eid):
+    return EXPERIMENTS[eid]["question"]
+
+
+# E1.11: Hopper grid cap from GPC geometry vs blind; which cluster size the latency data supports.
+rule E1_11:
+    input:
+        gemm=rules.data_gemm.output.table,
+        code=GEMM_LIB,
+    output:
+        result="results/E1_11.json",
+        fig="figures/E1_11_cluster_cap.png",
+    params:
+        question=_gq("E1.11"),
+        fig="figures/E1_11_cluster_cap",
+    log:
+        "logs/E1_11.log",
+    message:
+        "E1.11 Hopper cluster cap: geometry vs blind, leave-one-GPU-out fits per cluster size"
+    script:
+        "../scripts/E1_11_gemm_cluster.py"
+
+
+# E1.3: memory efficiency as one law in working set over L2 or in bytes read, per GPU and held out.
+rule E1_3:
+    input:
+        gemm=rules.data_gemm.output.table,
+        scale=rules.data_scale_matrix.output.table,
+        code=GEMM_LIB,
+    output:
+        result="results/E1_3.json",
+        fig="figures/E1_3_memory_law.png",
+    params:
+        question=_gq("E1.3"),
+        fig="figures/E1_3_memory_law",
+    log:
+        "logs/E1_3.log",
+    message:
+        "E1.3 memory law: per-GPU, global and held-out fits on memory-bound GEMM and scale_matrix cells"
+    script:
+        "../scripts/E1_3_gemm_memory.py"
+
+
+# The GEMM constants: leave-one-GPU-out fits of the global constants + per-GPU deploy readings;
+# the all-GPU fit and the readings are written into defaults.yaml.
+rule settle_gemm_constants:
+    input:
+        gemm=rules.data_gemm.output.table,
+        e1_11=rules.E1_11.output.result,
+        e1_3=rules.E1_3.output.result,
+        code=GEMM_LIB,
+    output:
+        constants="results/calibration/gemm_constants.json",
+        stamp="results/calibration/gemm_defaults.json",
+    log:
+        "logs/settle_gemm_constants.log",
+    message:
+        "Settling the GEMM constants (leave-one-GPU-out) and writing them into defaults.yaml"
+    script:
+        "../scripts/settle_gemm_constants.py"
+
+
+# E1.23: head-to-head on the same cells vs bare roofline, datasheet alphas, AIC empirical, calibrated roofline.
+rule E1_23:
+    input:
+        gemm=rules.data_gemm.output.table,
+        constants=rules.settle_gemm_constants.output.constants,
+        code=GEMM_LIB,
+    output:
+        result="results/E1_23.json",
+        fig="figures/E1_23_head_to_head.png",
+        atlas="figures/E1_23_error_atlas.png",
+    params:
+        question=_gq("E1.23"),
+        fig="figures/E1_23_head_to_head",
+        atlas="figures/E1_23_error_atlas",
+    log:
+        "logs/E1_23.log",
+    message:
+        "E1.23 GEMM head-to-head: held-out steptime vs four roofline baselines, per GPU and subset"
+    script:
+        "../scripts/E1_23_gemm_h2h.py"
+
+
+# E1.2: tile ladder + last-wave tail on Ampere/Ada (A100, L40S) and on Vidur's A40 GEMM operators.
+rule E1_2:
+    input:
+        gemm=rules.data_gemm.output.table,
+        vidur=rules.data_vidur_mlp.output.table,
+        constants=rules.settle_gemm_constants.output.constants,
+        code=GEMM_LIB,
+    output:
+        result="results/E1_2.json",
+        fig="figures/E1_2_staircase.png",
+    params:
+        question=_gq("E1.2"),
+        fig="figures/E1_2_staircase",
+    log:
+        "logs/E1_2.log",
+    message:
+        "E1.2 wave quantisation on Ampere/Ada: staircases in m, with and without the fill factor"
+    script:
+        "../scripts/E1_2_gemm_wave.py"
+
+
+# E1.2b: Hopper latency curves under the persistent cluster model (settled cluster size vs 16).
+rule E1_2b:
+    input:
+        gemm=rules.data_gemm.output.table,
+        constants=rules.settle_gemm_constants.output.constants,
+        e1_11=rules.E1_11.output.result,
+        code=GEMM_LIB,
+    output:
+        result="results/E1_2b.json",
+        fig="figures/E1_2b_hopper.png",
+    params:
+        question=_gq("E1.2b"),
+        fig="figures/E1_2b_hopper",
+    log:
+        "logs/E1_2b.log",
+    message:
+        "E1.2b Hopper persistent-cluster model: latency curves and staircases"
+    script:
+        "../scripts/E1_2b_gemm_hopper.py"
+
+
+# E1.12: which SM-fill paradigm each Blackwell GPU's curves follow.
+rule E1_12:
+    input:
+        gemm=rules.data_gemm.output.table,
+        constants=rules.settle_gemm_constants.output.constants,
+        code=GEMM_LIB,
+    output:
+        result="results/E1_12.json",
+        fig="figures/E1_12_blackwell_paradigm.png",
+    params:
+        question=_gq("E1.12"),
+        fig="figures/E1_12_blackwell_paradigm",
+    log:
+        "logs/E1_12.log",
+    message:
+        "E1.12 Blackwell: wave vs persistent SM fill per GPU, held out"
+    script:
+        "../scripts/E1_12_gemm_blackwell.py"
+
+
+# E1.13: the factor product vs one scalar efficiency per GPU, and the scalar's drift.
+rule E1_13:
+    input:
+        gemm=rules.data_gemm.output.table,
+        constants=rules.settle_gemm_constants.output.constants,
+        code=GEMM_LIB,
+    output:
+        result="results/E1_13.json",
+        fig="figures/E1_13_scalar_vs_factors.png",
+    params:
+        question=_gq("E1.13"),
+        fig="figures/E1_13_scalar_vs_factors",
+    log:
+        "logs/E1_13.log",
+    message:
+        "E1.13 factor product vs scalar efficiency per GPU"
+    script:
+        "../scripts/E1_13_gemm_scalar.py"
+
+
+# L0.2: the efficiency a bare roofline needs per cell, on both branches, before and after our factors.
+rule L0_2:
+    input:
+        gemm=rules.data_gemm.output.table,
+        constants=rules.settle_gemm_constants.output.constants,
+        code=GEMM_LIB,
+    output:
+        result="results/L0_2.json",
+        fig="figures/L0_2_implied_alpha.png",
+    params:
+        question=_gq("L0.2"),
+        fig="figures/L0_2_implied_alpha",
+    log:
+        "logs/L0_2.log",
+    message:
+        "L0.2 implied-alpha ledger on compute- and memory-bound GEMM cells"
+    script:
+        "../scripts/L0_2_gemm_alpha.py"

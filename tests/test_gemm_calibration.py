@@ -1,0 +1,116 @@
+"""The GEMM calibration contract as code: deploy readings, disjoint scoring, baselines."""
+import numpy as np
+import pandas as pd
+import pytest
+
+from steptime.baselines import make_baseline
+from steptime.errors import CalibrationLeakError
+from steptime.experiments import gemm as E
+from steptime.specs import get_gpu
+from steptime.terms import gemm as G
+
+GPU = "h100-sxm"
+
+
+def _synthetic_table(params, noise=0.0, seed=0):
+    """A small table for one GPU: the deploy cells plus a grid, latencies from `params`."""
+    cells = [c for c in E.DEPLOY_CELLS.values()]
+    cells += [(m, n, k) for m in (1, 16, 256, 2048, 8192) for n in (1024, 4096) for k in (1024, 8192)]
+    m, n, k = (np.array(x, dtype=float) for x in zip(*cells))
+    t = E.predict(GPU, m, n, k, params)
+    t = t * (1 + noise * np.random.default_rng(seed).standard_normal(t.size))
+    return pd.DataFrame({"gpu": GPU, "m": m.astype(int), "n": n.astype(int), "k": k.astype(int), "latency_ms": t})
+
+
+def _truth():
+    p = E.base_params(GPU)
+    p.update(eta_active=0.83, eta_mem_max=0.88, mem_t_half_us=2.5, overlap_p=3.0, kernel_floor_us=2.0)
+    return p
+
+
+def test_readings_recover_the_per_gpu_constants():
+    truth = _truth()
+    df = _synthetic_table(truth)
+    start = dict(truth, eta_active=0.5, eta_mem_max=0.5, mem_t_half_us=0.0)
+    p = E.apply_readings(GPU, start, E.deploy_readings(df, GPU), rounds=8)
+    for name in ("eta_active", "eta_mem_max", "mem_t_half_us"):
+        assert p[name] == pytest.approx(truth[name], rel=2e-2), name
+
+
+def test_deploy_cells_are_never_scored():
+    truth = _truth()
+    df = _synthetic_table(truth, noise=0.05)
+    rd = E.deploy_readings(df, GPU)
+    fold = {"globals": {}, "params": E.apply_readings(GPU, truth, rd), "readings": rd}
+    P = E.predictions(df, {GPU: fold}, baselines=("bare_roofline",))
+    scored = set(E.cell_ids(P[GPU]["df"]))
+    read = {cell for cell, _ in rd.values()}
+    assert read and not (scored & read)
+    assert len(scored) == len(df) - len(read)
+
+
+def test_check_disjoint_raises_on_a_reading_cell():
+    df = _synthetic_table(_truth())
+    cal = E.calibration_record({GPU: E.deploy_readings(df, GPU)})
+    with pytest.raises(CalibrationLeakError):
+        cal.check_disjoint(E.cell_ids(df))
+    cal.check_disjoint(E.cell_ids(df.iloc[3:]))  # the three deploy cells come first
+
+
+def test_at_most_three_readings_per_gpu_in_defaults_updates():
+    doc = {"settings": {"seed": 0, "n_per_gpu": 10, "llm_share": 0.7}, "fixed": {}, "all": {"duty_c": 0.5},
+           "all_per_gpu": {GPU: {"eta_active": 0.8, "eta_mem_max": 0.9, "mem_t_half_us": 2.0}},
+           "folds": {GPU: {"readings": {nm: {"cell": [GPU, "gemm", *c], "latency_ms": 1.0}
+                                        for nm, c in E.DEPLOY_CELLS.items()}}}}
+    ups = E.defaults_updates(doc)
+    per_gpu = [u for u in ups if u["scope"] == f"gpu.{GPU}"]
+    assert len(per_gpu) <= 3
+    assert all(len(u["cells"]) == 1 and u["provenance"] == "MEASURED" for u in per_gpu)
+
+
+def test_loo_fit_excludes_the_held_out_gpu(monkeypatch):
+    seen = []
+    real = E.fit_globals
+
+    def spy(df, gpus, readings, **kw):
+        seen.append(tuple(gpus))
+        return {nm: v[0] for nm, v in E.FIT_GLOBALS.items()}
+
+    monkeypatch.setattr(E, "fit_globals", spy)
+    frames = []
+    for g in ("h100-sxm", "b200", "l40s"):
+        t = _synthetic_table(_truth()).assign(gpu=g)
+        frames.append(t)
+    doc = E.settle(pd.concat(frames, ignore_index=True))
+    assert ("b200", "h100-sxm", "l40s") in seen          # the all-GPU fit
+    for g in ("h100-sxm", "b200", "l40s"):
+        assert tuple(x for x in ("b200", "h100-sxm", "l40s") if x != g) in seen
+    assert set(doc["folds"]) == {"h100-sxm", "b200", "l40s"}
+    assert real is not E.fit_globals
+
+
+# ---------------------------------------------------------------- baselines
+def test_bare_roofline_is_the_datasheet_max():
+    g = get_gpu(GPU)
+    X = pd.DataFrame({"m": [1, 8192], "n": [4096, 4096], "k": [4096, 4096]})
+    t = make_baseline("bare_roofline", gpu=GPU).fit(X, None).predict(X)
+    m, n, k = (X[c].to_numpy(float) for c in "mnk")
+    want = np.maximum(2 * m * n * k / g.peak_flops, 2 * (m * k + k * n + m * n) / g.mem_bw) * 1e3
+    assert np.allclose(t, want)
+    ds = make_baseline("datasheet_alpha", gpu=GPU).predict(X)
+    aic = make_baseline("aic_empirical", gpu=GPU).predict(X)
+    assert np.all(ds >= t) and np.all(aic >= t + 3e-3 - 1e-12)
+
+
+def test_calibrated_roofline_recovers_its_constants():
+    from steptime.baselines.roofline import roofline_ms
+
+    m = np.repeat([1, 16, 128, 1024, 4096, 16384], 4)
+    n = np.tile([1024, 4096, 8192, 16384], 6)
+    X = pd.DataFrame({"m": m, "n": n, "k": 4096})
+    y = roofline_ms(m.astype(float), n.astype(float), 4096.0, GPU, 0.7, 0.85, 4.0)
+    est = make_baseline("calibrated_roofline", gpu=GPU).fit(X, y)
+    assert est.a_c_ == pytest.approx(0.7, rel=1e-3)
+    assert est.a_m_ == pytest.approx(0.85, rel=1e-3)
+    assert est.t0_us_ == pytest.approx(4.0, rel=1e-2)
+    assert est.in_sample

@@ -1,0 +1,139 @@
+"""The GEMM term's factors on geometry cases with known answers, and its physics."""
+import numpy as np
+import pytest
+
+from steptime.specs import get_gpu, gpu_keys
+from steptime.terms import gemm as G
+
+
+def _params(gpu, **over):
+    p = G.resolve(get_gpu(gpu))
+    p.update(over)
+    return p
+
+
+# ---------------------------------------------------------------- cluster caps (E1.11)
+def test_h100_16_cta_clusters_fit_seven_times():
+    h100 = get_gpu("h100-sxm")
+    assert G.gpc_layout(h100) == [18] * 7 + [6]
+    assert G.geometry_cluster_cap(132, 8, 16, G.gpc_layout(h100)) == 112  # 7 x 16
+    assert G.geometry_cluster_cap(132, 8, 16) == 128                      # even spread: 8 clusters
+    assert G.blind_cluster_cap(132, 16) == 128                            # floor(132/16) x 16
+    assert G.cluster_cap(h100, 16) == 112                                 # measured reading wins
+
+
+def test_small_clusters_fill_every_sm():
+    h100 = get_gpu("h100-sxm")
+    assert G.cluster_cap(h100, 1) == 132
+    assert G.cluster_cap(h100, 2) == 132  # 9 x 7 + 3 pairs
+    assert G.cluster_cap(h100, 4) == 116  # 4 x 7 + 1
+
+
+# ---------------------------------------------------------------- wave tail (E1.2)
+def test_wave_tail_counts_partial_last_wave():
+    l40s = get_gpu("l40s")  # 142 SMs
+    p = _params("l40s", tiles=[[128, 128, 1.0]], duty_k=0.0, ctas_per_sm=1)
+    m, n = 128 * 11, 128 * 13  # 143 tiles: one full wave + 1 CTA
+    r = G.sm_fill(np.array([m]), n, 256, l40s, params=p)
+    assert r["tiles_per_cta"][0] == 2  # two waves
+    assert r["eta_cluster"][0] == pytest.approx(143 / (2 * 142))
+    r = G.sm_fill(np.array([128 * 2]), 128 * 71, 256, l40s, params=p)  # exactly 142 tiles
+    assert r["eta_cluster"][0] == pytest.approx(1.0)
+
+
+def test_edge_tile_padding():
+    l40s = get_gpu("l40s")
+    p = _params("l40s", tiles=[[128, 128, 1.0]], duty_k=0.0)
+    r = G.sm_fill(np.array([129]), 128 * 71, 256, l40s, params=p)  # 2 x 71 tiles, second row 1/128 used
+    assert r["eta_cluster"][0] == pytest.approx((129 * 128 * 71) / (2 * 71 * 128 * 128))
+
+
+def test_persistent_grid_capped_and_tail():
+    h100 = get_gpu("h100-sxm")
+    p = _params("h100-sxm", tiles=[[128, 128, 1.0]], cluster_size=16, duty_c=0.0, duty_k=0.0, streamk_rel=0.0)
+    r = G.sm_fill(np.array([128 * 14]), 128 * 16, 256, h100, params=p)  # 224 tiles = 2 x 112
+    assert r["grid"][0] == 112
+    assert r["eta_cluster"][0] == pytest.approx(112 / 132)
+    r = G.sm_fill(np.array([128 * 15]), 128 * 15, 256, h100, params=p)  # 225 tiles: 3 rounds of 112
+    assert r["eta_cluster"][0] == pytest.approx(225 / (3 * 112) * 112 / 132)
+
+
+def test_stream_k_removes_the_tail_on_persistent_launches_only():
+    h100 = get_gpu("h100-sxm")
+    p = _params("h100-sxm", tiles=[[128, 128, 1.0]], cluster_size=2, duty_c=0.0, duty_k=0.0, streamk_rel=0.99)
+    r = G.sm_fill(np.array([128 * 15]), 128 * 15, 256, h100, params=p)
+    assert bool(r["stream_k"][0])
+    assert r["eta_cluster"][0] * r["eta_duty"][0] == pytest.approx(0.99)
+    l40s = get_gpu("l40s")
+    q = _params("l40s", tiles=[[128, 128, 1.0]], duty_k=0.0, streamk_rel=0.99)
+    assert not G.sm_fill(np.array([128 * 11]), 128 * 13, 256, l40s, params=q)["stream_k"][0]
+
+
+def test_duty_rises_with_k():
+    p = _params("a100-sxm")
+    p["duty_k"] = 100.0
+    g = get_gpu("a100-sxm")
+    d = [G.sm_fill(np.array([4096]), 4096, k, g, params=p)["eta_duty"][0] for k in (256, 1024, 8192)]
+    assert d[0] < d[1] < d[2] <= 1.0
+
+
+# ---------------------------------------------------------------- clock and memory factors
+def test_clock_droop_with_work_and_reading_override():
+    g = get_gpu("h100-sxm")
+    p = _params("h100-sxm", clk_droop=0.2, clk_droop_us=100.0, f_clk=1.0)
+    f = G.clock_factor(np.array([1e9, 1e12, 1e15]), g, p)
+    assert np.all(np.diff(f) < 0) and f[0] > 0.99 and f[-1] > 0.8
+    r = G.gemm_time(np.array([8192]), 8192, 8192, g, params=p, f_clk=0.7)
+    assert r["f_clk"][0] == 0.7
+
+
+def test_memory_ramp_is_affine_in_bytes():
+    g = get_gpu("h100-sxm")
+    p = _params("h100-sxm", eta_mem_max=0.9, mem_t_half_us=2.0, mem_x_half=0.0, l2_resident_x=0.0)
+    b = np.array([1e8, 2e8, 4e8])
+    t = b / (g.mem_bw * G.eta_mem(b, g, params=p))
+    assert t == pytest.approx(b / (g.mem_bw * 0.9) + 2e-6)
+
+
+def test_l2_path_beats_dram_only_when_resident_and_gain_large():
+    g = get_gpu("l40s")
+    p = _params("l40s", eta_mem_max=0.85, mem_t_half_us=0.0, l2_resident_x=0.2, l2_gain=5.0)
+    small, big = 0.1 * g.l2_bytes, 2.0 * g.l2_bytes
+    e = G.eta_mem(np.array([small, big]), g, params=p)
+    assert e[0] > 1.0 and e[1] == pytest.approx(0.85)
+    p["l2_gain"] = 1.0  # 1 B/clk/SM: below DRAM speed on every part
+    assert G.eta_mem(np.array([small]), g, params=p)[0] <= 0.85
+
+
+def test_overlap_max():
+    a, b = np.array([1.0, 3.0]), np.array([2.0, 1.0])
+    assert np.allclose(G.smax(a, b, np.inf), [2.0, 3.0])
+    s = G.smax(a, b, 3.0)
+    assert np.all(s >= np.maximum(a, b)) and np.all(s <= a + b)
+
+
+# ---------------------------------------------------------------- physics on the shipped constants
+M = np.array([1, 8, 64, 512, 4096, 16384])
+
+
+@pytest.mark.parametrize("gpu", gpu_keys())
+def test_never_faster_than_speed_of_light_without_l2_gain(gpu):
+    g = get_gpu(gpu)
+    p = _params(gpu, l2_gain=1.0)
+    for n, k in [(4096, 4096), (28672, 4096), (4096, 14336), (1024, 1024)]:
+        t = G.gemm_time(M, n, k, g, params=p)["t"]
+        sol = np.maximum(2.0 * M * n * k / g.peak_flops, G.gemm_bytes(M, n, k) / g.mem_bw)
+        assert np.all(t >= sol)
+
+
+@pytest.mark.parametrize("gpu", gpu_keys())
+def test_memory_bound_at_one_token_compute_bound_at_many(gpu):
+    r = G.gemm_time(np.array([1, 16384]), 8192, 8192, get_gpu(gpu))
+    assert not r["compute_bound"][0]
+    assert r["compute_bound"][1]
+
+
+def test_fill_paradigms():
+    assert G.fill_paradigm(get_gpu("a100-sxm")) == "wave"
+    assert G.fill_paradigm(get_gpu("h100-sxm")) == "persistent"
+    assert G.fill_paradigm(get_gpu("rtx-pro-6000")) == "wave"

@@ -1,0 +1,19 @@
+"""E1.23: held-out steptime vs the peers' roofline formulas on the same GEMM cells."""
+import logging
+
+from steptime.experiments import gemm as E
+from steptime.experiments import gemm_figures as F
+from steptime.results import provenance, write_result
+
+logging.basicConfig(filename=snakemake.log[0], level=logging.INFO, format="%(message)s", filemode="w")
+cfg = snakemake.config
+df = E.load_gemm(snakemake.input.gemm)
+doc = E.load_constants(snakemake.input.constants)
+recs, preds = E.evaluate_records(df, doc, n_boot=cfg["bootstrap"], seed=cfg["seed"])
+out = E.e1_23_document(recs)
+prov = provenance([snakemake.input.gemm, snakemake.input.constants], config=cfg, calibration=doc["calibration"],
+                  rule="E1_23", script="workflow/scripts/E1_23_gemm_h2h.py")
+write_result(snakemake.output.result, id="E1.23", question=snakemake.params.question, metrics=out["metrics"],
+             claims=out["claims"], provenance=prov)
+F.head_to_head_figure(recs, snakemake.params.fig)
+F.error_atlas_figure(E.ape_table(preds), snakemake.params.atlas)

@@ -1,0 +1,18 @@
+"""L0.2: the implied-alpha ledger, both branches, before and after the factor model."""
+import logging
+
+from steptime.experiments import gemm as E
+from steptime.experiments import gemm_figures as F
+from steptime.results import provenance, write_result
+
+logging.basicConfig(filename=snakemake.log[0], level=logging.INFO, format="%(message)s", filemode="w")
+cfg = snakemake.config
+df = E.load_gemm(snakemake.input.gemm)
+doc = E.load_constants(snakemake.input.constants)
+an = E.l0_2_analysis(df, doc)
+out = E.l0_2_document(an)
+prov = provenance([snakemake.input.gemm, snakemake.input.constants], config=cfg, calibration=doc["calibration"],
+                  rule="L0_2", script="workflow/scripts/L0_2_gemm_alpha.py")
+write_result(snakemake.output.result, id="L0.2", question=snakemake.params.question, metrics=out["metrics"],
+             claims=out["claims"], provenance=prov)
+F.alpha_figure(an, snakemake.params.fig)
