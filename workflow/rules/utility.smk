@@ -36,11 +36,13 @@ rule rf_fit:
         "../scripts/E2_rf_fit.py"
 
 
-# E2.1: home RF (held-out), verbatim and spec-scaled RF, and steptime on every target GPU.
+# E2.1: home RF (held-out), verbatim and spec-scaled RF, and steptime (held-out folds) on every target GPU.
 rule E2_1:
     input:
         data=UTILITY_ALL_DATA,
         models=expand("results/cache/rf/{dataset}_{gpu}.joblib", dataset=RF_DATASETS, gpu=RF_HOMES),
+        gemm_constants=rules.settle_gemm_constants.output.constants,
+        attention=rules.E1_24.output.result,
         code=lib(),
     output:
         result="results/E2_1.json",
@@ -62,6 +64,8 @@ rule E2_2:
         data=UTILITY_DATA["aic_gemm"] + UTILITY_DATA["aic_attention"],
         gemm_rf="results/cache/rf/aic_gemm_a100-sxm.joblib",
         attn_rf="results/cache/rf/aic_attention_a100-sxm.joblib",
+        gemm_constants=rules.settle_gemm_constants.output.constants,
+        attention=rules.E1_24.output.result,
         code=lib(),
     output:
         e2_2="results/E2_2.json",

@@ -1,4 +1,6 @@
 """E2.1: cross-GPU transfer of the home-profiled RF against steptime, on three datasets."""
+import json
+
 import joblib
 
 from steptime import data
@@ -10,7 +12,11 @@ fast = bool(cfg.get("fast", True))
 full = bool(cfg["rf"]["full_grid"])
 records, fits, cal_log = [], [], {}
 cells = {ds: transfer.load_cells(ds, transfer.step_tps(fast, full)) for ds in transfer.DATASETS}
-hooks = {"vidur_step": transfer.held_out_constants_for("vidur_step", data.load_vidur_mlp())}
+gemm_doc = json.load(open(snakemake.input.gemm_constants))
+attn_doc = json.load(open(snakemake.input.attention))
+hooks = {"vidur_step": transfer.held_out_constants_for("vidur_step", raw=data.load_vidur_mlp(), gemm_doc=gemm_doc),
+         "aic_gemm": transfer.held_out_constants_for("aic_gemm", gemm_doc=gemm_doc),
+         "aic_attention": transfer.held_out_constants_for("aic_attention", attn_doc=attn_doc)}
 for path in snakemake.input.models:
     bundle = joblib.load(path)
     ds = bundle["dataset"]
@@ -21,6 +27,7 @@ for path in snakemake.input.models:
 doc = transfer.e2_1_document(records, fits, cells, fast=fast, full_grid=full)
 write_result(snakemake.output.result, id="E2.1", question=snakemake.params.question, metrics=doc["metrics"],
              claims=doc["claims"], extra={"transfer": records},
-             provenance=provenance(list(snakemake.input.data), config=cfg, calibration=cal_log,
+             provenance=provenance(list(snakemake.input.data) + [snakemake.input.gemm_constants,
+                                                                  snakemake.input.attention], config=cfg, calibration=cal_log,
                                    rule="E2_1", script="workflow/scripts/E2_1.py"))
 transfer.plot_transfer(records, snakemake.params.figure, full_grid=full)

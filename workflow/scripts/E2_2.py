@@ -1,16 +1,22 @@
 """E2.2 / E2.6: rank GPUs per workload from predictions vs measured tables, tie-aware."""
+import json
+
 import joblib
 
 from steptime import data
-from steptime.experiments import ranking
+from steptime.experiments import ranking, transfer
 from steptime.results import provenance, write_result
 
 cfg = snakemake.config
 g, a, wls, meas = ranking.ranking_inputs(data.load_aic_gemm(), data.load_aic_attention(kind="context"),
                                          data.load_aic_attention(kind="generation"))
 gb, ab = joblib.load(snakemake.input.gemm_rf), joblib.load(snakemake.input.attn_rf)
-res = ranking.run(g, a, wls, meas, gb, ab)
-prov = provenance(list(snakemake.input.data), config=cfg, rule="E2_2", script="workflow/scripts/E2_2.py")
+hook = transfer.held_out_constants_for("ranking", gemm_doc=json.load(open(snakemake.input.gemm_constants)),
+                                       attn_doc=json.load(open(snakemake.input.attention)))
+res = ranking.run(g, a, wls, meas, gb, ab, constants_for=hook)
+cal_log = {f"ranking|{gpu}": transfer.calibration_summary(hook(gpu)[1], gpu) for gpu in ranking.GPUS}
+prov = provenance(list(snakemake.input.data) + [snakemake.input.gemm_constants, snakemake.input.attention],
+                  config=cfg, calibration=cal_log, rule="E2_2", script="workflow/scripts/E2_2.py")
 d2 = ranking.e2_2_document(res, wls, meas, gb["home_gpu"])
 write_result(snakemake.output.e2_2, id="E2.2", question=snakemake.params.q2, metrics=d2["metrics"],
              claims=d2["claims"], provenance=prov)

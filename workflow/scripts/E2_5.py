@@ -25,7 +25,7 @@ for path in snakemake.input.models:
     if b["dataset"] == "vidur_step" and b["home_gpu"] == "a100-sxm":
         cells = transfer.load_cells("vidur_step", transfer.step_tps(bool(cfg["fast"]), bool(cfg["rf"]["full_grid"])))
         step_speed = cc.step_prediction_speed(b, cells[cells.gpu == "h100-sxm"].reset_index(drop=True), "h100-sxm")
-rows = cc.ledger(e21["transfer"], metas, len(gpu_keys()))
+rows = cc.ledger(e21["transfer"], metas, len(gpu_keys()), cal_log=e21["provenance"]["calibration"])
 settings = {"rf_grid": e21["metrics"]["settings"]["rf_grid"], "fast": bool(cfg["fast"]),
             "rows_profiled": "rows of the home GPU's table the profile holds (the fit used the 80% train split)",
             "steptime_rows": cc.steptime_rows()}

@@ -32,9 +32,24 @@ def steptime_rows(constants=None) -> dict:
             "max_deploy_cells_one_gpu": max(per_gpu.values()) if per_gpu else 0}
 
 
-def ledger(transfer_records, bundles_meta: dict, n_gpus_datasheet: int, constants=None) -> list[dict]:
+def deploy_cells_used(cal_log: dict | None) -> dict:
+    """{dataset: max over target GPUs of the target's own cells that set a steptime constant},
+    from E2.1's per-(dataset, target) calibration record."""
+    kinds = {"aic_gemm": ("gemm",), "aic_attention": ("attention",), "vidur_step": ("gemm", "light")}
+    out = {}
+    for key, cal in (cal_log or {}).items():
+        ds, _, target = key.partition("|")
+        cells = {tuple(c) for v in cal.get("target_cells", {}).values() for c in v}
+        n = sum(1 for c in cells if len(c) > 1 and c[1] in kinds.get(ds, ()))
+        out[ds] = max(out.get(ds, 0), n)
+    return out
+
+
+def ledger(transfer_records, bundles_meta: dict, n_gpus_datasheet: int, constants=None,
+           cal_log: dict | None = None) -> list[dict]:
     """Cost-vs-coverage rows per (dataset, home GPU, predictor)."""
     st = steptime_rows(constants)
+    used = deploy_cells_used(cal_log)
     by = {}
     for r in transfer_records:
         by.setdefault((r["dataset"], r["home_gpu"]), []).append(r)
@@ -49,7 +64,7 @@ def ledger(transfer_records, bundles_meta: dict, n_gpus_datasheet: int, constant
         gpus_scored = sorted({r["target_gpu"] for r in recs})
         for pred in LEDGER_PREDICTORS:
             if pred == "steptime":
-                rows_profiled = st["max_deploy_cells_one_gpu"]
+                rows_profiled = used.get(ds, st["max_deploy_cells_one_gpu"])
                 covered = n_gpus_datasheet
                 home_mape = home_recs.get("steptime", {}).get("mape_all")
                 un = unseen.get("steptime", [])
@@ -128,42 +143,61 @@ def e2_5_document(rows, settings: dict) -> dict:
 
 
 def plot_ledger(rows, timing: dict, stem):
-    from steptime.plotting import save, setup
+    """(a) rows profiled per GPU vs GPUs covered; (b) home and unseen-GPU MAPE per dataset."""
+    from matplotlib.ticker import FuncFormatter
+
+    from steptime.plotting import PALETTE, save, setup
 
     plt = setup()
-    colors = {"steptime": "#1b6ca8", "rf": "#1a9850", "rf_spec_scaled": "#fc8d59", "poly": "#7b3fa0",
-              "poly_spec_scaled": "#c49a00"}
     marks = {"vidur_step": "o", "aic_gemm": "s", "aic_attention": "^"}
-    fig, axes = plt.subplots(1, 2, figsize=(10.5, 4))
-    for r in rows:
-        if r["home_gpu"] != "a100-sxm":
-            continue
-        x = (r["rows_profiled_per_gpu"] or 0) + 1
-        c = colors.get(r["predictor"], "#555")
-        axes[0].scatter(x, r["gpus_covered"], color=c, marker=marks[r["dataset"]], s=40)
-        if r["home_mape"] is not None:
-            axes[1].scatter(x, 100 * r["home_mape"], color=c, marker=marks[r["dataset"]], s=40)
-    for p, c in colors.items():
-        axes[0].scatter([], [], color=c, label=p)
+    preds = ("steptime", "rf", "rf_spec_scaled")
+    colors = {"steptime": PALETTE["steptime"], "rf": PALETTE["rf_home"], "rf_spec_scaled": PALETTE["rf_spec_scaled"]}
+    home = [r for r in rows if r["home_gpu"] == "a100-sxm" and r["predictor"] in preds]
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+    ax = axes[0]
+    for r in home:
+        dy = {"steptime": 0.0, "rf": 0.0, "rf_spec_scaled": -0.35}[r["predictor"]]
+        ax.scatter((r["rows_profiled_per_gpu"] or 0) + 1, r["gpus_covered"] + dy, color=colors[r["predictor"]],
+                   marker=marks[r["dataset"]], s=45)
+    for p in preds:
+        ax.scatter([], [], color=colors[p], label=p)
     for d, mk in marks.items():
-        axes[0].scatter([], [], color="#555", marker=mk, label=d)
-    axes[0].set_xscale("log")
-    axes[0].set_xlabel("rows profiled on the GPU + 1 (log)")
-    axes[0].set_ylabel("GPUs it can answer for")
-    axes[0].legend(fontsize=6)
-    axes[1].set_xscale("log")
-    axes[1].set_yscale("log")
-    axes[1].set_xlabel("rows profiled on the GPU + 1 (log)")
-    axes[1].set_ylabel("home-GPU MAPE (%)")
-    fits = ", ".join(f"{k} {v:.1f}s" for k, v in sorted(timing.get("fit_seconds", {}).items()))
+        ax.scatter([], [], color="#555", marker=mk, label=d)
+    ax.set_xscale("log")
+    ax.set_xlabel("rows profiled on each GPU + 1 (log)")
+    ax.set_ylabel("GPUs it can answer for")
+    ax.set_title("(a) cost vs coverage (home A100)")
+    ax.legend(fontsize=6, loc="center")
+    ax = axes[1]
+    dsets = [d for d in marks if any(r["dataset"] == d for r in home)]
+    bars = [("rf", "home_mape", "RF, home (held out)"), ("steptime", "home_mape", "steptime, home"),
+            ("rf_spec_scaled", "unseen_mape_mean", "RF spec-scaled, unseen (mean)"),
+            ("steptime", "unseen_mape_mean", "steptime, unseen (mean)")]
+    w = 0.8 / len(bars)
+    for b_i, (p, key, label) in enumerate(bars):
+        ys = []
+        for d in dsets:
+            r = next((r for r in home if r["dataset"] == d and r["predictor"] == p), {})
+            ys.append(100 * (r.get(key) or 0))
+        ax.bar([i + (b_i - 1.5) * w for i in range(len(dsets))], ys, width=w, label=label, color=colors[p],
+               alpha=1.0 if key == "home_mape" else 0.55, edgecolor="k", linewidth=0.3)
+    ax.set_yscale("log")
+    ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+    ax.set_xticks(range(len(dsets)))
+    ax.set_xticklabels(dsets)
+    ax.set_ylabel("MAPE (%)")
+    ax.set_title("(b) accuracy at home and on unseen GPUs")
+    ax.legend(fontsize=6)
+    fits = ", ".join(f"{k} {v:.1f}s" for k, v in sorted(timing.get("fit_seconds", {}).items()) if k.endswith("|rf"))
     sp = timing.get("prediction_speed", {})
     st = timing.get("prediction_speed_step", {})
-    fig.suptitle("cost vs coverage (home A100)", fontsize=10)
     fig.tight_layout()
     save(fig, stem, caption=(
-        "E2.5 calibration cost against coverage and home accuracy (home A100; AIC GEMM squares, attention "
-        "triangles, Vidur step circles). Wall seconds measured in this run on this machine (not deterministic, "
-        f"kept out of results/E2_5.json): RF fits {fits}; prediction speed, steptime vs the RF's predict: GEMM "
+        "E2.5 calibration cost against coverage and accuracy (home A100). (a) rows of measured table each "
+        "predictor reads per GPU against the GPUs it can answer for (spec-scaled RF drawn slightly lower); "
+        "(b) MAPE at home (held-out cells) and mean MAPE over the unseen GPUs, from E2.1. Wall seconds measured "
+        "in this run on this machine (not deterministic, kept out of results/E2_5.json, see "
+        f"results/E2_5_timing.json): RF fits {fits}; prediction speed, steptime vs the RF's predict: GEMM "
         f"{sp.get('speedup_batched', float('nan')):.1f}x batched, {sp.get('speedup_single_call', float('nan')):.1f}x "
         f"per single call; per-layer step {st.get('speedup_batched', float('nan')):.1f}x batched, "
         f"{st.get('speedup_single_call', float('nan')):.1f}x per single call (RF grid: {timing.get('rf_grid')})."))

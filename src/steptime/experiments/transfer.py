@@ -35,7 +35,7 @@ PREDICTORS = ("rf_home", "poly_home", "rf_verbatim", "poly_verbatim", "rf_spec_s
               "steptime")
 DECODE_MAX_TOKENS = 256  # a cell is decode-sized when its new tokens (GEMM m, num_tokens) <= this
 TEST_FRACTION = 0.2
-FAST_MAX_ROWS = 12000    # fast mode: training rows per estimator are subsampled above this
+FAST_MAX_ROWS = 8000     # fast mode: training rows per estimator are subsampled above this
 
 # Vidur's nine per-layer operators: the non-attention per-layer step is their sum.
 GEMM_OPS = {"attn_pre_proj": "qkv_proj", "attn_post_proj": "o_proj", "mlp_up_proj": "gate_up_proj",
@@ -398,6 +398,23 @@ def steptime_calibration(constants=None):
     return cal
 
 
+def calibration_summary(cal, target: str) -> dict:
+    """Compact calibration record for one scored GPU: the target's own cells that set a
+    constant (excluded from scoring), a count of the other cells, and the fold notes."""
+    from steptime.specs import get_gpu
+
+    key = get_gpu(target).key
+    own, other = {}, 0
+    for name, cells in sorted(cal.used.items()):
+        mine = sorted(([str(x) for x in c] for c in cells if isinstance(c, tuple) and c and c[0] == key), key=str)
+        if mine:
+            own[name] = mine
+        other += len(cells) - len(mine)
+    folds = {k: v for k, v in cal.notes.items() if "@" in k or k.endswith("_constants")}
+    return {"target_cells": own, "n_target_cells": sum(len(v) for v in own.values()),
+            "n_other_cells": int(other), "held_out": folds}
+
+
 def cell_ids(dataset: str, cells, gpu: str) -> list:
     """Cell identifiers in the shapes calibration records use: (gpu, kind, *shape)."""
     if dataset == "aic_gemm":
@@ -429,21 +446,33 @@ def _calibration_mask(dataset, cells, gpu, cal):
 
 # ---------------------------------------------------------------------------------------
 # Scoring
-def _ci(e, n_boot: int, seed: int):
-    """Percentile bootstrap 95 % interval of the mean APE (chunked, seeded)."""
-    e = np.asarray(e, dtype=float)
-    if e.size == 0:
-        return [None, None]
+def _ci_paired(errs: dict, n_boot: int, seed: int) -> dict:
+    """Percentile bootstrap 95 % intervals of the mean APE of several predictors on the SAME
+    cells, drawn with the same resamples (paired; seeded; chunked to bound memory)."""
+    n = len(next(iter(errs.values()))) if errs else 0
+    if n == 0:
+        return {k: [None, None] for k in errs}
     rng = np.random.default_rng(seed)
+    keys = list(errs)
+    E = np.column_stack([np.asarray(errs[k], dtype=float) for k in keys])  # (n, predictors)
     means = []
-    chunk = max(1, int(2_000_000 // max(e.size, 1)))
+    chunk = max(1, int(2_000_000 // n))
     left = n_boot
     while left > 0:
         c = min(chunk, left)
-        means.append(e[rng.integers(0, e.size, size=(c, e.size))].mean(axis=1))
+        idx = rng.integers(0, n, size=(c, n))
+        # resample counts per cell (c x n), then every predictor's resampled mean in one product
+        counts = np.bincount((idx + (np.arange(c) * n)[:, None]).ravel(), minlength=c * n).reshape(c, n)
+        means.append(counts @ E / n)
         left -= c
-    lo, hi = np.quantile(np.concatenate(means), [0.025, 0.975])
-    return [float(lo), float(hi)]
+    M = np.vstack(means)
+    lo, hi = np.quantile(M, [0.025, 0.975], axis=0)
+    return {k: [float(lo[i]), float(hi[i])] for i, k in enumerate(keys)}
+
+
+def _ci(e, n_boot: int, seed: int):
+    """Percentile bootstrap 95 % interval of the mean APE (chunked, seeded)."""
+    return _ci_paired({"e": e}, n_boot, seed)["e"]
 
 
 def llm_mask(dataset: str, cells):
@@ -455,27 +484,34 @@ def llm_mask(dataset: str, cells):
     return (n >= 1024) & (k >= 1024) & (m <= 16384)
 
 
-def score_cells(pred, meas, tokens, phase=None, n_boot: int = 1000, seed: int = 0, llm=None) -> dict:
-    """MAPE over all cells, decode-sized and prefill-sized cells (and LLM-shaped cells where
-    `llm` is given), with bootstrap intervals."""
-    pred = np.asarray(pred, dtype=float)
+def score_many(preds: dict, meas, tokens, phase=None, n_boot: int = 1000, seed: int = 0, llm=None) -> dict:
+    """MAPE of several predictors over all cells, decode-sized and prefill-sized cells (and
+    LLM-shaped cells where `llm` is given), with paired bootstrap intervals."""
     meas = np.asarray(meas, dtype=float)
-    e = np.abs(pred - meas) / meas
+    errs = {k: np.abs(np.asarray(p, dtype=float) - meas) / meas for k, p in preds.items()}
     if phase is not None:
         dec = np.asarray(phase) == "decode"
     else:
         dec = np.asarray(tokens, dtype=float) <= DECODE_MAX_TOKENS
-    out = {"cells": int(e.size), "cells_decode": int(dec.sum()), "cells_prefill": int((~dec).sum())}
+    base = {"cells": int(meas.size), "cells_decode": int(dec.sum()), "cells_prefill": int((~dec).sum())}
     subsets = [("all", np.ones_like(dec)), ("decode", dec), ("prefill", ~dec)]
     if llm is not None:
         subsets.append(("llm", np.asarray(llm, dtype=bool)))
-        out["cells_llm"] = int(np.sum(llm))
+        base["cells_llm"] = int(np.sum(llm))
+    out = {k: dict(base) for k in preds}
     for name, m in subsets:
-        sub = e[m]
-        out[f"mape_{name}"] = float(sub.mean()) if sub.size else None
-        out[f"mape_{name}_ci"] = _ci(sub, n_boot, seed)
-        out[f"median_ape_{name}"] = float(np.median(sub)) if sub.size else None
+        sub = {k: e[m] for k, e in errs.items()}
+        cis = _ci_paired(sub, n_boot, seed)
+        for k, e in sub.items():
+            out[k][f"mape_{name}"] = float(e.mean()) if e.size else None
+            out[k][f"mape_{name}_ci"] = cis[k]
+            out[k][f"median_ape_{name}"] = float(np.median(e)) if e.size else None
     return out
+
+
+def score_cells(pred, meas, tokens, phase=None, n_boot: int = 1000, seed: int = 0, llm=None) -> dict:
+    """`score_many` for one predictor."""
+    return score_many({"p": pred}, meas, tokens, phase, n_boot=n_boot, seed=seed, llm=llm)["p"]
 
 
 def transfer_records(dataset: str, cells, bundle: dict, targets, *, n_boot: int = 1000, seed: int = 0,
@@ -503,7 +539,7 @@ def transfer_records(dataset: str, cells, bundle: dict, targets, *, n_boot: int 
         tc = tc[~excl].reset_index(drop=True)
         cal.check_disjoint(cell_ids(dataset, tc, target))
         if cal_log is not None:
-            cal_log[f"{dataset}|{target}"] = cal.to_dict()
+            cal_log[f"{dataset}|{target}"] = calibration_summary(cal, target)
         phase = tc["phase"].to_numpy() if dataset == "aic_attention" else None
         meas = tc["latency_ms"].to_numpy(dtype=float)
         preds = {"steptime": predict_steptime(dataset, tc, target, constants)}
@@ -520,13 +556,12 @@ def transfer_records(dataset: str, cells, bundle: dict, targets, *, n_boot: int 
                 p = predict_profiled(bundle, tag, tc)
                 preds[f"{tag}_verbatim"] = p
                 preds[f"{tag}_spec_scaled"] = p * spec_ratio(dataset, tc, home, target)
-        for name in PREDICTORS:
-            if name not in preds:
-                continue
-            s = score_cells(preds[name], meas, tc["tokens"].to_numpy(), phase, n_boot=n_boot, seed=seed,
-                            llm=llm_mask(dataset, tc))
+        order = [p for p in PREDICTORS if p in preds]
+        scores = score_many({p: preds[p] for p in order}, meas, tc["tokens"].to_numpy(), phase, n_boot=n_boot,
+                            seed=seed, llm=llm_mask(dataset, tc))
+        for name in order:
             recs.append({"dataset": dataset, "home_gpu": home, "target_gpu": target, "predictor": name,
-                         "calibration_cells_excluded": int(excl.sum()), **s})
+                         "calibration_cells_excluded": int(excl.sum()), **scores[name]})
     return recs
 
 
@@ -681,33 +716,79 @@ def plot_transfer(records, stem, full_grid: bool = False):
         f"{'Vidur full grid' if full_grid else 'fast small grid'}. Data: AIConfigurator tables and Vidur profiles."))
 
 
-def held_out_constants_for(dataset: str, raw=None, gpus=None):
-    """A `constants_for(target)` hook giving steptime the family's held-out constants, where
-    the family exposes them; None where it does not (steptime then runs on defaults.yaml).
+def held_out_constants_for(dataset: str, raw=None, gpus=None, gemm_doc: dict | None = None,
+                          attn_doc: dict | None = None):
+    """A `constants_for(target)` hook giving steptime, for each target GPU, the constants the
+    families fitted WITHOUT that GPU (leave-one-GPU-out) plus its own deploy readings:
 
-    vidur_step: steptime.experiments.step.held_out_constants (light-kernel constants fitted on
-    the OTHER Vidur GPUs plus the target's one light_bw_scale deploy reading, E1.1's contract).
+    * GEMM (aic_gemm, vidur_step, ranking): the target's fold of
+      results/calibration/gemm_constants.json (`gemm_doc`), via steptime.experiments.gemm;
+    * attention (aic_attention, ranking): the target's held-out factors in results/E1_24.json
+      (`attn_doc` metrics.per_gpu[gpu].factors; the shipped per-lane factors, fitted on all
+      GPUs of a lane, are switched off for the target);
+    * light (vidur_step): steptime.experiments.step.held_out_constants (light constants fitted
+      on the OTHER Vidur GPUs plus the target's one light_bw_scale reading; needs `raw`, the
+      Vidur table).
+
+    Families whose held-out constants are not given fall back to defaults.yaml (recorded in
+    the calibration log). Returns None when no family applies.
     """
-    if dataset != "vidur_step" or raw is None:
+    from steptime.calibration import Constants
+
+    uses = {"aic_gemm": ("gemm",), "aic_attention": ("attention",), "vidur_step": ("light", "gemm"),
+            "ranking": ("gemm", "attention")}[dataset]
+    light_cells = None
+    if "light" in uses and raw is not None:
+        try:
+            from steptime.experiments import light as LX
+            from steptime.experiments import step as SX
+
+            light_cells = LX.tidy_cells(raw) if hasattr(SX, "held_out_constants") else None
+        except ImportError:
+            light_cells = None
+    have_gemm = "gemm" in uses and gemm_doc is not None
+    have_attn = "attention" in uses and attn_doc is not None
+    if light_cells is None and not have_gemm and not have_attn:
         return None
-    try:
-        from steptime.experiments import light as LX
-        from steptime.experiments import step as SX
-    except ImportError:
-        return None
-    if not hasattr(SX, "held_out_constants"):
-        return None
-    light_cells = LX.tidy_cells(raw)
-    gpus = list(gpus or TARGETS["vidur_step"])
+    light_gpus = list(gpus or TARGETS["vidur_step"])
     memo = {}
 
     def constants_for(target):
-        if target not in memo:
-            c, info = SX.held_out_constants(light_cells, target, gpus)
-            cal = steptime_calibration(c)
-            cal.record(f"light_bw_scale@{target}", [tuple(info["deploy_cell"])],
-                       note=f"light constants fitted on {info['fit_on']}; one deploy reading on {target}")
-            memo[target] = (c, cal)
+        if target in memo:
+            return memo[target]
+        from steptime.specs import get_gpu
+
+        key = get_gpu(target).key
+        notes = {}
+        c = Constants.default()
+        if light_cells is not None:
+            from steptime.experiments import step as SX
+
+            c, info = SX.held_out_constants(light_cells, target, light_gpus)
+            notes["light"] = (f"light_bw_scale@{key}", [tuple(info["deploy_cell"])],
+                              f"light constants fitted on {info['fit_on']}; one deploy reading on {key}")
+        if have_gemm and key in gemm_doc.get("folds", {}):
+            from steptime.experiments import gemm as GX
+
+            fold = GX.fold_from_json(gemm_doc, key)
+            c = c.with_overrides(fold["params"], scope=f"gpu.{key}", provenance="FITTED",
+                                 source="GEMM leave-one-GPU-out fold (results/calibration/gemm_constants.json)")
+            notes["gemm"] = (f"gemm_fold@{key}", [tuple(cell) for cell, _ in fold["readings"].values()],
+                             "GEMM globals fitted on the other GPUs; the target's three deploy readings")
+        if have_attn and key in attn_doc.get("metrics", {}).get("per_gpu", {}):
+            pg = attn_doc["metrics"]["per_gpu"][key]
+            c = c.with_overrides({**pg["factors"], "attn_lane_factors": {}}, scope=f"gpu.{key}",
+                                 provenance="FITTED", source=f"E1.24 held-out fold (fit on {pg.get('fit_on')})")
+            notes["attention"] = (f"attention_fold@{key}", [tuple(v) for v in pg["deploy_cells"].values()],
+                                  f"attention factors fitted on {pg.get('fit_on')}; the target's deploy readings")
+        cal = steptime_calibration(c)
+        for fam in uses:
+            if fam in notes:
+                name, cells, note = notes[fam]
+                cal.record(name, cells, note=note)
+            else:
+                cal.notes[f"{fam}_constants"] = "defaults.yaml as shipped (no held-out fold for this GPU)"
+        memo[target] = (c, cal)
         return memo[target]
 
     return constants_for
