@@ -2,7 +2,9 @@
 # floor (E1.4), the whole Vidur step (E1.1, E1.1b), ablation ladder (E1.20), error atlas
 # (E1.22), literature matrix (L0.1), the constants they settle, and a walkthrough figure.
 
-STEP_LIB = lib("terms", "step", "experiments", "calibration", "metrics", "results", "plotting", "specs", "data", "io")
+STEP_LIB = lib("terms", "step.py", "experiments/__init__", "experiments/attention", "experiments/light",
+               "experiments/host", "experiments/step", "experiments/literature", "calibration/__init__", "metrics",
+               "results", "plotting", "specs", "data", "io")
 
 
 def _q(eid):
@@ -160,11 +162,11 @@ rule walkthrough:
         constants=rules.step_constants.output.stamp,
         code=STEP_LIB,
     output:
-        fig="figures/walkthrough_llama-3.1-8b_h100-sxm.png",
+        fig="figures/walkthrough_llama-3_1-8b_h100-sxm.png",
     params:
         model="llama-3.1-8b",
         gpu="h100-sxm",
-        fig="figures/walkthrough_llama-3.1-8b_h100-sxm",
+        fig="figures/walkthrough_llama-3_1-8b_h100-sxm",
     log:
         "logs/walkthrough.log",
     message:

@@ -438,7 +438,7 @@ def plot_atlas(r: dict, stem, caption: str | None = None):
             x["err"] = (x["pred_steptime"] - x["y_ms"]) / x["y_ms"]
             col = "c" if phase == "decode" else "s"
             piv = x.pivot_table(index=col, columns="b", values="err")
-            ax.imshow(piv.to_numpy() * 100, cmap="RdBu_r", vmin=-30, vmax=30, aspect="auto", origin="lower")
+            im = ax.imshow(piv.to_numpy() * 100, cmap="RdBu_r", vmin=-30, vmax=30, aspect="auto", origin="lower")
             ax.set_xticks(range(len(piv.columns)))
             ax.set_xticklabels([int(v) for v in piv.columns], fontsize=5, rotation=90)
             ax.set_yticks(range(len(piv.index)))
@@ -456,6 +456,7 @@ def plot_atlas(r: dict, stem, caption: str | None = None):
                 regions.append({"gpu": g, "phase": phase, "batch": int(row["b"]), "tokens": int(row[col]),
                                 "signed_error": round(float(row["err"]), 4), "dominant_branch": dom})
     fig.supxlabel("requests in the batch")
+    fig.colorbar(im, ax=axes, shrink=0.6, label="signed error (%), predicted vs measured")
     plotting.save(fig, stem, caption)
     return regions
 

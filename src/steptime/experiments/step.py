@@ -319,7 +319,7 @@ def plot_atlas(r: dict, stem, caption=None) -> list[dict]:
     for ax, g in zip(np.atleast_1d(axes), gpus):
         x = pr[pr["gpu"] == g]
         piv = x.pivot_table(index="shape", columns="tbin", values="err", aggfunc="median")
-        ax.imshow(piv.to_numpy() * 100, cmap="RdBu_r", vmin=-30, vmax=30, aspect="auto")
+        im = ax.imshow(piv.to_numpy() * 100, cmap="RdBu_r", vmin=-30, vmax=30, aspect="auto")
         ax.set_xticks(range(len(piv.columns)))
         ax.set_xticklabels([int(v) for v in piv.columns], rotation=90, fontsize=6)
         ax.set_yticks(range(len(piv.index)))
@@ -335,6 +335,7 @@ def plot_atlas(r: dict, stem, caption=None) -> list[dict]:
             dom = max(err, key=lambda k: abs(err[k]))
             regions.append({"gpu": g, "shape": shape, "tokens_bin": int(tb), "median_signed_error": round(med, 4),
                             "dominant_op": dom, "dominant_term": TERM_OF[dom], "cells": int(len(d))})
+    fig.colorbar(im, ax=axes, shrink=0.7, label="signed error (%), predicted vs measured")
     plotting.save(fig, stem, caption)
     return regions
 
@@ -363,14 +364,17 @@ def atlas_document(attn_regions: list[dict], step_regions: list[dict]) -> dict:
 
 def plot_walkthrough(model: str, gpu: str, stem, caption=None):
     from steptime import plotting
-    from steptime.step import TERMS, predict_steps
+    from steptime.step import TERMS, memory_bytes, predict_steps
 
     plt = plotting.setup()
     kvs = (512, 4096, 32768)
     batches = (1, 4, 16, 64, 256)
     cases, labels = [], []
+    mem = get_gpu(gpu).mem_bytes
     for kv in kvs:
         for b in batches:
+            if memory_bytes(get_model(model), b * (kv + 1)) > mem:
+                continue  # the batch does not fit in the GPU's memory
             cases.append((b, kv, 1))
             labels.append(f"{b}x{kv // 1024 or kv}{'k' if kv >= 1024 else ''}")
     cases.append((1, 0, 2048))
@@ -395,7 +399,8 @@ def plot_walkthrough(model: str, gpu: str, stem, caption=None):
     axes[0].set_xticklabels(labels, rotation=70, fontsize=7)
     axes[0].set_ylabel("share of the step (%)")
     axes[0].set_xlabel("batch: requests x KV length (decode), or one prefill chunk")
-    axes[0].legend(fontsize=6, ncol=2, bbox_to_anchor=(1.0, 1.0), loc="upper left")
+    fig.legend(*axes[0].get_legend_handles_labels(), fontsize=7, ncol=9, loc="upper center",
+               bbox_to_anchor=(0.5, 1.12))
     axes[1].semilogy(range(len(cases)), tot, "o-", color="k")
     axes[1].set_xticks(range(len(cases)))
     axes[1].set_xticklabels(labels, rotation=70, fontsize=6)
