@@ -49,7 +49,6 @@ rule E2_1:
         figure="figures/E2_1_transfer.png",
     params:
         question=_question("E2.1"),
-        figure="figures/E2_1_transfer",
     log:
         "logs/E2_1.log",
     message:
@@ -75,8 +74,6 @@ rule E2_2:
     params:
         q2=_question("E2.2"),
         q6=_question("E2.6"),
-        fig2="figures/E2_2_ranking",
-        fig6="figures/E2_6_ties",
     log:
         "logs/E2_2.log",
     message:
@@ -98,7 +95,6 @@ rule E2_5:
         figure="figures/E2_5_ledger.png",
     params:
         question=_question("E2.5"),
-        figure="figures/E2_5_ledger",
     log:
         "logs/E2_5.log",
     message:

@@ -7,6 +7,12 @@ from steptime import data
 from steptime.experiments import transfer
 from steptime.results import provenance, write_result
 
+
+def stem(path):
+    """Figure path without its extension (plotting.save writes .png, .pdf and .caption.txt)."""
+    return str(path).rsplit(".", 1)[0]
+
+
 cfg = snakemake.config
 fast = bool(cfg.get("fast", True))
 full = bool(cfg["rf"]["full_grid"])
@@ -30,4 +36,4 @@ write_result(snakemake.output.result, id="E2.1", question=snakemake.params.quest
              provenance=provenance(list(snakemake.input.data) + [snakemake.input.gemm_constants,
                                                                   snakemake.input.attention], config=cfg, calibration=cal_log,
                                    rule="E2_1", script="workflow/scripts/E2_1.py"))
-transfer.plot_transfer(records, snakemake.params.figure, full_grid=full)
+transfer.plot_transfer(records, stem(snakemake.output.figure), full_grid=full)

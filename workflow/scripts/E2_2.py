@@ -7,6 +7,12 @@ from steptime import data
 from steptime.experiments import ranking, transfer
 from steptime.results import provenance, write_result
 
+
+def stem(path):
+    """Figure path without its extension (plotting.save writes .png, .pdf and .caption.txt)."""
+    return str(path).rsplit(".", 1)[0]
+
+
 cfg = snakemake.config
 g, a, wls, meas = ranking.ranking_inputs(data.load_aic_gemm(), data.load_aic_attention(kind="context"),
                                          data.load_aic_attention(kind="generation"))
@@ -23,5 +29,5 @@ write_result(snakemake.output.e2_2, id="E2.2", question=snakemake.params.q2, met
 d6 = ranking.e2_6_document(res)
 write_result(snakemake.output.e2_6, id="E2.6", question=snakemake.params.q6, metrics=d6["metrics"],
              claims=d6["claims"], provenance=prov)
-ranking.plot_ranking(res, snakemake.params.fig2)
-ranking.plot_ties(res, snakemake.params.fig6)
+ranking.plot_ranking(res, stem(snakemake.output.fig2))
+ranking.plot_ties(res, stem(snakemake.output.fig6))

@@ -9,6 +9,12 @@ from steptime.io import write_json
 from steptime.results import provenance, write_result
 from steptime.specs import gpu_keys
 
+
+def stem(path):
+    """Figure path without its extension (plotting.save writes .png, .pdf and .caption.txt)."""
+    return str(path).rsplit(".", 1)[0]
+
+
 cfg = snakemake.config
 e21 = json.load(open(snakemake.input.e2_1))
 metas, fit_s, speed, step_speed = {}, {}, {}, {}
@@ -47,4 +53,4 @@ with open(snakemake.log[0], "w") as log:
     print("prediction speed, steptime vs the RF's predict (this machine, this run):", file=log)
     print(json.dumps({"gemm": speed, "step": step_speed}, indent=1), file=log)
 print(json.dumps({"gemm": speed, "step": step_speed}, indent=1))
-cc.plot_ledger(rows, timing, snakemake.params.figure)
+cc.plot_ledger(rows, timing, stem(snakemake.output.figure))
