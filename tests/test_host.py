@@ -39,7 +39,7 @@ def test_scheduler_floor_linear_in_requests_and_zero_for_empty_steps():
     assert s[3] - s[1] == pytest.approx(100 * (s[2] - s[1]))
     from steptime.calibration import Constants
 
-    c = Constants.default().with_overrides({"host_ray_ms": 0.5, "host_ray_tp_ms": 7.0})
+    c = Constants.default().with_overrides({"host_ray_ms": 0.5, "host_ray_tp_ms": 7.0}, scope="gpu.a100-sxm")
     assert H.scheduler_floor(1, g, c, tp=2) - H.scheduler_floor(1, g, c, tp=1) == pytest.approx(6.5e-3)
 
 
