@@ -31,9 +31,9 @@ def _truth():
 def test_readings_recover_the_per_gpu_constants():
     truth = _truth()
     df = _synthetic_table(truth)
-    start = dict(truth, eta_active=0.5, eta_mem_max=0.5, mem_t_half_us=0.0)
+    start = dict(truth, eta_active=0.5, eta_mem_max=0.5, kernel_floor_us=0.0)
     p = E.apply_readings(GPU, start, E.deploy_readings(df, GPU), rounds=8)
-    for name in ("eta_active", "eta_mem_max", "mem_t_half_us"):
+    for name in E.DEPLOY_CELLS:
         assert p[name] == pytest.approx(truth[name], rel=2e-2), name
 
 
@@ -59,7 +59,7 @@ def test_check_disjoint_raises_on_a_reading_cell():
 
 def test_at_most_three_readings_per_gpu_in_defaults_updates():
     doc = {"settings": {"seed": 0, "n_per_gpu": 10, "llm_share": 0.7}, "fixed": {}, "all": {"duty_c": 0.5},
-           "all_per_gpu": {GPU: {"eta_active": 0.8, "eta_mem_max": 0.9, "mem_t_half_us": 2.0}},
+           "all_per_gpu": {GPU: {"eta_active": 0.8, "eta_mem_max": 0.9, "kernel_floor_us": 2.0}},
            "folds": {GPU: {"readings": {nm: {"cell": [GPU, "gemm", *c], "latency_ms": 1.0}
                                         for nm, c in E.DEPLOY_CELLS.items()}}}}
     ups = E.defaults_updates(doc)

@@ -275,5 +275,5 @@ def alpha_figure(an: dict, stem: str) -> None:
         ax.legend([b1["boxes"][0], b2["boxes"][0]], ["bare roofline needs", "left after our factors (x mean)"],
                   fontsize=7)
     save(fig, stem, "L0.2: the efficiency a bare roofline must absorb per cell (grey; compute branch on "
-                    "prefill-sized compute-bound cells, memory branch on single-token cells in the DRAM regime) and "
+                    "LLM-shaped cells with m >= 128 that the model calls compute-bound, memory branch on single-token cells in the DRAM regime) and "
                     "the spread left after the factor model (blue: predicted/measured scaled by the mean alpha).")

@@ -136,28 +136,15 @@ def _options(p: dict, paradigm: str):
     return np.asarray(opts, dtype=float)  # (n_opt, 5)
 
 
-def sm_fill(m, n, k, gpu, constants: Constants | None = None, params: dict | None = None,
-            paradigm: str | None = None) -> dict:
-    """SM fill and duty per cell for the best launch option. Arrays in, dict of arrays out.
+SPLITK_MAX_WAVES = 2.0  # split-K is considered only while a tile's output grid is under two full grids
 
-    Options: each tile of the ladder with split-K 1/2/4/8 (wave or persistent launch by
-    paradigm), and, where the family has one (`streamk_rel` > 0), a stream-K launch that
-    spreads the m n k work evenly over a full grid (no tail, no idle SMs up to the grid
-    cap) at a relative throughput `streamk_rel` (its fix-up and bookkeeping cost).
-    """
-    p = params if params is not None else resolve(gpu, constants)
-    m = np.asarray(m, dtype=float)[..., None]
-    n = np.asarray(n, dtype=float)[..., None]
-    k = np.asarray(k, dtype=float)[..., None]
-    paradigm = paradigm or fill_paradigm(gpu)
-    opts = _options(p, paradigm)
-    tm, tn, rel, split, sk = opts[:, 0], opts[:, 1], opts[:, 2], opts[:, 3], opts[:, 4]
+
+def _option_terms(m, n, k, tm, tn, rel, split, sk, paradigm: str, gpu, p: dict) -> dict:
+    """Fill, duty and score of launch option(s) (arrays broadcast: cells x options or per cell)."""
     is_sk = sk > 0
-    split_ok = (split == 1) | (k / split >= SPLITK_MIN_K)
     tiles_mn = np.ceil(m / tm) * np.ceil(n / tn)
     tiles = tiles_mn * split
     pad = (m * n) / (tiles_mn * tm * tn)
-    duty_c = float(p["duty_c"])
     if paradigm == "wave":
         slots = float(gpu.sms * int(p["ctas_per_sm"]))
         waves = np.ceil(tiles / slots)
@@ -167,39 +154,102 @@ def sm_fill(m, n, k, gpu, constants: Constants | None = None, params: dict | Non
         tiles_per_cta = np.where(is_sk, tiles / slots, waves)
         prologue = 1.0
     elif paradigm == "persistent":
-        cl = int(p["cluster_size"])
-        cap = float(cluster_cap(gpu, cl))
+        cap = float(cluster_cap(gpu, int(p["cluster_size"])))
         grid = np.where(is_sk, cap, np.minimum(tiles, cap))
         rounds = np.ceil(tiles / grid)
         tail = np.where(is_sk, 1.0, tiles / (rounds * grid))
         eta_cluster = pad * tail * grid / gpu.sms
-        tiles_per_cta = tiles / grid
-        prologue = 1.0 / (1.0 + duty_c / np.maximum(tiles_per_cta, 1.0 / 8.0))
+        # the critical-path CTA walks `rounds` tiles (stream-K: an even share of them)
+        tiles_per_cta = np.where(is_sk, tiles / grid, rounds)
+        prologue = 1.0 / (1.0 + float(p["duty_c"]) / np.maximum(tiles_per_cta, 1.0 / 8.0))
     else:
         raise ValueError(f"unknown paradigm {paradigm!r}")
     # k per CTA: split-K divides it; stream-K hands each CTA tiles x k / grid of work
     k_cta = np.where(is_sk, k * np.minimum(1.0, tiles / grid), k / split)
-    duty_k = 1.0 / (1.0 + float(p["duty_k"]) / k_cta)
-    eta_duty = rel * duty_k * prologue
+    eta_duty = rel / (1.0 + float(p["duty_k"]) / k_cta) * prologue
     # split-K pays a reduction pass over the (split-1) partial outputs
     reduce_pen = 1.0 / (1.0 + (split - 1.0) * 0.5 * (tn / np.maximum(k, 1.0)))
-    score = np.where(split_ok, eta_cluster * eta_duty * reduce_pen, -1.0)
-    best = np.argmax(score, axis=-1)[..., None]
+    eta_cluster = eta_cluster * reduce_pen
+    return {"eta_cluster": eta_cluster, "eta_duty": eta_duty, "grid": grid, "tiles_per_cta": tiles_per_cta,
+            "tiles_mn": tiles_mn, "score": eta_cluster * eta_duty}
 
-    def pick(a):
-        a = np.broadcast_to(a, score.shape)
-        return np.take_along_axis(a, best, axis=-1)[..., 0]
 
+def sm_fill(m, n, k, gpu, constants: Constants | None = None, params: dict | None = None,
+            paradigm: str | None = None) -> dict:
+    """SM fill and duty per cell for the best launch option. Arrays in, dict of arrays out.
+
+    Options: each tile of the ladder with split-K 1/2/4/8 (wave or persistent launch by
+    paradigm; split-K only while that tile's output grid is under SPLITK_MAX_WAVES grids
+    and k / split >= SPLITK_MIN_K), and, where the family has one (`streamk_rel` > 0), a
+    stream-K launch that spreads the m n k work evenly over a full grid (no tail, no idle
+    SMs up to the grid cap) at a relative throughput `streamk_rel` (its fix-up and
+    bookkeeping cost). The best score (fill x duty) wins, as a heuristic picking the
+    fastest kernel would. Options are scanned one at a time over 1-D cell arrays.
+    """
+    p = params if params is not None else resolve(gpu, constants)
+    m, n, k = np.broadcast_arrays(np.asarray(m, dtype=float), np.asarray(n, dtype=float),
+                                  np.asarray(k, dtype=float))
+    shape = m.shape
+    m, n, k = m.ravel(), n.ravel(), k.ravel()
+    paradigm = paradigm or fill_paradigm(gpu)
+    opts = _options(p, paradigm)
+    if paradigm == "wave":
+        grid_max = float(gpu.sms * int(p["ctas_per_sm"]))
+    else:
+        grid_max = float(cluster_cap(gpu, int(p["cluster_size"])))
+    best = np.full(m.shape, -1.0)
+    idx = np.zeros(m.shape, dtype=np.int64)
+    mn = m * n
+    ceil_m, ceil_n, dk, few_tiles = {}, {}, {}, {}
+    duty_k = float(p["duty_k"])
+    duty_c = float(p["duty_c"])
+    for j, (tm, tn, rel, split, sk) in enumerate(opts):
+        if split > 1:
+            few = few_tiles.get((tm, tn))
+            if few is None:
+                few = few_tiles[(tm, tn)] = np.flatnonzero(np.ceil(m / tm) * np.ceil(n / tn)
+                                                           < SPLITK_MAX_WAVES * grid_max)
+            sel = few[k[few] >= SPLITK_MIN_K * split]
+            if sel.size == 0:
+                continue
+            sc = _option_terms(m[sel], n[sel], k[sel], tm, tn, rel, split, sk, paradigm, gpu, p)["score"]
+            better = sc > best[sel]
+            best[sel[better]] = sc[better]
+            idx[sel[better]] = j
+            continue
+        # split-K 1: the same algebra as _option_terms, reduced to the score (fast path)
+        if tm not in ceil_m:
+            ceil_m[tm] = np.ceil(m / tm)
+        if tn not in ceil_n:
+            ceil_n[tn] = np.ceil(n / tn)
+        if "k" not in dk:
+            dk["k"] = 1.0 / (1.0 + duty_k / k)
+        tiles = ceil_m[tm] * ceil_n[tn]
+        if sk > 0:  # stream-K (persistent only): full grid, no tail
+            tpc = tiles / grid_max
+            kc = k * np.minimum(1.0, tpc)
+            sc = (mn * (rel * grid_max / (tm * tn * gpu.sms))) / tiles / (1.0 + duty_k / kc) \
+                / (1.0 + duty_c / np.maximum(tpc, 1.0 / 8.0))
+        elif paradigm == "wave":
+            sc = (mn * (rel / (tm * tn * grid_max))) / np.ceil(tiles / grid_max) * dk["k"]
+        else:
+            rounds = np.ceil(tiles / grid_max)
+            sc = (mn * (rel / (tm * tn * gpu.sms))) / rounds * dk["k"] / (1.0 + duty_c / rounds)
+        better = sc > best
+        np.maximum(best, sc, out=best)
+        np.putmask(idx, better, j)
+    ch = opts[idx]
+    r = _option_terms(m, n, k, ch[:, 0], ch[:, 1], ch[:, 2], ch[:, 3], ch[:, 4], paradigm, gpu, p)
     return {
         "paradigm": paradigm,
-        "eta_cluster": pick(eta_cluster * reduce_pen),
-        "eta_duty": pick(eta_duty),
-        "tile_m": pick(tm),
-        "tile_n": pick(tn),
-        "split_k": pick(split),
-        "stream_k": pick(sk) > 0,
-        "grid": pick(grid),
-        "tiles_per_cta": pick(tiles_per_cta),
+        "eta_cluster": r["eta_cluster"].reshape(shape),
+        "eta_duty": r["eta_duty"].reshape(shape),
+        "tile_m": ch[:, 0].reshape(shape),
+        "tile_n": ch[:, 1].reshape(shape),
+        "split_k": ch[:, 3].reshape(shape),
+        "stream_k": (ch[:, 4] > 0).reshape(shape),
+        "grid": r["grid"].reshape(shape),
+        "tiles_per_cta": r["tiles_per_cta"].reshape(shape),
     }
 
 
