@@ -330,6 +330,20 @@ def predict_steptime(dataset: str, cells, gpu: str, constants=None):
         return np.asarray(predict_ops("gemm", gpu, constants=constants, m=cells["m"].to_numpy(),
                                       n=cells["n"].to_numpy(), k=cells["k"].to_numpy())["t_ms"], dtype=float)
     if dataset == "aic_attention":
+        from steptime.terms import attention as A
+
+        if hasattr(A, "attention_cells"):
+            # the attention term's operator-table cell function (as E1.24 scores it): a cell is
+            # `batch` alike requests of `new_tokens` over `kv_len - new_tokens` cached tokens;
+            # AIConfigurator replays its kernels in CUDA graphs, so the L2 is warm
+            from steptime.specs import get_gpu
+
+            cached = cells["kv_len"].to_numpy(dtype=float) - np.where(cells["phase"] == "decode", 1.0, 0.0)
+            r = A.attention_cells(cells["batch_size"].to_numpy(dtype=float), cells["new_tokens"].to_numpy(dtype=float),
+                                  cached, cells["num_heads"].to_numpy(dtype=float),
+                                  cells["num_kv_heads"].to_numpy(dtype=float), cells["head_dim"].to_numpy(dtype=float),
+                                  get_gpu(gpu), constants, kv_dtype="bf16", warm_l2=True)
+            return np.asarray(r["t"], dtype=float) * 1e3
         out = np.zeros(len(cells))
         for phase in ("decode", "prefill"):
             mask = (cells["phase"] == phase).to_numpy()
