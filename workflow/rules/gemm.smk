@@ -141,9 +141,11 @@ rule E1_12:
     output:
         result="results/E1_12.json",
         fig="figures/E1_12_blackwell_paradigm.png",
+        curves="figures/E1_12_curves.png",
     params:
         question=_gq("E1.12"),
         fig="figures/E1_12_blackwell_paradigm",
+        curves="figures/E1_12_curves",
     log:
         "logs/E1_12.log",
     message:

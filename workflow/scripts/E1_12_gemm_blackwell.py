@@ -16,3 +16,7 @@ prov = provenance([snakemake.input.gemm, snakemake.input.constants], config=cfg,
 write_result(snakemake.output.result, id="E1.12", question=snakemake.params.question, metrics=out["metrics"],
              claims=out["claims"], provenance=prov)
 F.paradigm_figure(out["metrics"]["decision"], snakemake.params.fig)
+F.staircase_figure(E.e1_12_panels(df, doc), snakemake.params.curves,
+                   "E1.12: GEMM latency against m on each Blackwell GPU for n = 8192, k = 4096, measured (dots), the "
+                   "held-out model with the paradigm fill_paradigm() assigns (solid) and with the other one (dashed); "
+                   "lower row: the factors of the assigned model.")

@@ -131,7 +131,8 @@ def error_atlas_figure(ape, stem: str) -> None:
     gpus = _gpus(ape["gpu"].unique())
     ncol = 3
     nrow = int(np.ceil(len(gpus) / ncol))
-    fig, axes = plt.subplots(nrow, ncol, figsize=(13, 3.3 * nrow), squeeze=False)
+    fig, axes = plt.subplots(nrow, ncol, figsize=(13, 3.8 * nrow), squeeze=False)
+    fig.subplots_adjust(hspace=0.55, wspace=0.4, right=0.86)
     mb = np.array([1, 2, 8, 32, 128, 512, 2048, 8192, 40000])
     wb = 2.0 ** np.arange(10, 34, 2)
     im = None
@@ -158,7 +159,8 @@ def error_atlas_figure(ape, stem: str) -> None:
     for ax in list(axes.flat)[len(gpus):]:
         ax.axis("off")
     if im is not None:
-        fig.colorbar(im, ax=axes, shrink=0.6, label="MAPE (%) of held-out steptime")
+        cax = fig.add_axes([0.89, 0.3, 0.015, 0.4])
+        fig.colorbar(im, cax=cax, label="MAPE (%) of held-out steptime")
     save(fig, stem, "E1.23 error atlas: held-out steptime MAPE per GPU over m and weight size n k (all grid "
                     "cells, deploy cells excluded); colour capped at 30%.")
 
@@ -173,7 +175,7 @@ def _curve_panel(ax, axf, gpu, cells, params_list, title):
     ax.scatter(m, cells["latency_ms"] * 1e3, s=9, color=PALETTE["measured"], label="measured", zorder=5)
     mm = np.unique(np.concatenate([np.arange(1, int(m.max()) + 1, max(1, int(m.max()) // 2000)), m]))
     for name, p, style in params_list:
-        r = predict(gpu, mm, n, k, p, full=True)
+        r = predict(gpu, mm, n, k, p, paradigm=p.get("_paradigm"), full=True)
         ax.plot(mm, r["t"] * 1e6, style, lw=1.2, label=name)
     ax.set_xscale("log", base=2)
     ax.set_yscale("log")
@@ -182,7 +184,7 @@ def _curve_panel(ax, axf, gpu, cells, params_list, title):
     ax.legend(fontsize=6)
     if axf is not None:
         name, p, _ = params_list[0]
-        r = predict(gpu, mm, n, k, p, full=True)
+        r = predict(gpu, mm, n, k, p, paradigm=p.get("_paradigm"), full=True)
         for f, st in (("eta_cluster", "-"), ("eta_duty", "--"), ("f_clk", ":"), ("eta_c", "-")):
             axf.plot(mm, np.broadcast_to(r[f], mm.shape), st, lw=1.4 if f == "eta_c" else 1, label=f)
         axf.plot(mm, np.minimum(r["eta_mem"], 1.5), "-.", lw=1, label="eta_mem")
@@ -246,9 +248,9 @@ def scalar_figure(an: dict, stem: str) -> None:
            label="one scalar per GPU", color=PALETTE["datasheet_alpha"])
     ax.set_xticks(np.arange(len(gpus)))
     ax.set_xticklabels(gpus, rotation=45, ha="right")
-    ax.set_ylabel("held-out MAPE, prefill-sized cells (%)")
+    ax.set_ylabel("held-out MAPE, LLM-shaped cells with m >= 128 (%)")
     ax.legend()
-    save(fig, stem, "E1.13: left, measured compute efficiency per prefill-sized cell against the factor product "
+    save(fig, stem, "E1.13: left, measured compute efficiency per LLM-shaped cell with m >= 128 against the factor product "
                     "eta_c (dots) and the one scalar eta_bar read off the same deploy cell (dashed); right, latency "
                     "MAPE of both on the same held-out cells.")
 
