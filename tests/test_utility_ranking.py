@@ -34,3 +34,11 @@ def test_workload_components_are_model_shapes():
     assert [g[0] for g in gem] == ["qkv_proj", "o_proj", "gate_up_proj", "down_proj"]
     assert gem[2][1:] == (16, 7168, 4096) and gem[3][1:] == (16, 4096, 3584)
     assert att["num_heads"] == 8 and att["num_kv_heads"] == 2 and att["kv_len"] == 4096
+
+
+def test_clear_winner_counts_only_decided_workloads():
+    meas = np.array([[1.0, 1.01, 3.0], [1.0, 2.0, 3.0]])  # first: winner within 2%, second: clear
+    pred = np.array([[2.0, 1.0, 3.0], [1.0, 2.0, 3.0]])
+    s = R.rank_scores(pred, meas, ("a", "b", "c"))
+    assert s["workloads_clear_winner"] == 1 and s["top1_clear_winner"] == 1.0
+    assert s["top1"] == 0.5 and s["top1_within_meas_band"] == 1.0
