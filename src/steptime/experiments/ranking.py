@@ -339,6 +339,9 @@ def e2_6_document(res) -> dict:
                     "pair_accuracy_decided": s["pair_accuracy_decided"], "pair_ties": s["pair_ties"],
                     "tied_pairs": ties, "hopper_pair": s["per_pair"].get("h100-sxm|h200-sxm")}
         metrics[set_name] = m
+        claims.append(claim(f"GPU set '{set_name}': where each predictor ties GPUs (pairs x workloads)",
+                            {p: v["tied_pairs"] for p, v in m.items() if p != "rf_verbatim"},
+                            "predicted ties per GPU pair (relative difference <= 1e-6); rf_verbatim ties every pair"))
         s = m["steptime"]
         claims.append(claim(f"GPU set '{set_name}': steptime's top-1 scored tie-aware vs with a stable sort",
                             {"naive": s["top1_naive_stable_sort"], "tie_aware": s["top1_tie_aware"]},
