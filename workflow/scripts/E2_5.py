@@ -39,7 +39,9 @@ doc = cc.e2_5_document(rows, settings)
 write_result(snakemake.output.result, id="E2.5", question=snakemake.params.question, metrics=doc["metrics"],
              claims=doc["claims"], provenance=provenance([snakemake.input.e2_1], config=cfg, rule="E2_5",
                                                            script="workflow/scripts/E2_5.py"))
-timing = {"note": "wall seconds on this machine in this run; NOT deterministic",
+timing = {"note": ("wall seconds on this machine; NOT deterministic. fit_seconds: measured by rule rf_fit when "
+                   "it built the cached models (results/cache/rf); prediction speeds and steptime's calibration "
+                   "time: measured in this run of E2_5, side by side in one process"),
           "fit_seconds": fit_s, "steptime_calibrate_seconds": cc.calibrate_steptime_seconds(),
           "rf_grid": settings["rf_grid"],
           "prediction_speed": speed, "prediction_speed_step": step_speed,
