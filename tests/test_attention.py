@@ -101,7 +101,8 @@ def test_deploy_cells_are_three_named_cells_excluded_from_scoring():
     dep = E.deploy_cells(x)
     assert set(dep) == {"attn_floor_us", "attn_eta_mem", "attn_eta_ceil"}
     assert x["phase"].iloc[dep["attn_eta_ceil"]] == "prefill"
-    assert x["b"].iloc[dep["attn_floor_us"]] == 1
+    assert x["b"].iloc[dep["attn_floor_us"]] >= E.DEPLOY_BATCH_FLOOR
+    assert x["c"].iloc[dep["attn_floor_us"]] == x[x["phase"] == "decode"]["c"].min()
     fc = E.calibrate_gpu(x, "h100-sxm", {k: v[0] for k, v in E.FIT_GLOBALS.items()})
     p = E.predict(x.iloc[list(dep.values())], "h100-sxm", fc)["t"]
     assert p[0] == pytest.approx(x["y_ms"].iloc[dep["attn_floor_us"]], rel=1e-3)

@@ -26,10 +26,12 @@ from steptime.terms import attention as A
 AIC_GPUS = ("a100-sxm", "h100-sxm", "h200-sxm", "l40s", "b200", "gb200", "b300", "gb300", "rtx-pro-6000")
 LLM_HEADS = (32, 64)
 
+DEPLOY_BATCH_FLOOR = 4
+DEPLOY_BATCH_STREAM = 8
 # per-GPU deploy reading -> which cell sets it
 DEPLOY_NOTES = {
-    "attn_floor_us": "smallest decode cell (1 request, KV length 2, 32 q / 8 KV heads, d 128, bf16): kernel floor",
-    "attn_eta_mem": "largest Llama-like decode cell (32 q / 8 KV heads, d 128, bf16, most KV bytes): streaming efficiency",
+    "attn_floor_us": "small decode cell (4 requests, shortest KV, 32 q / 8 KV heads, d 128, bf16): kernel floor",
+    "attn_eta_mem": "long-KV decode cell (8 requests, longest KV, 32 q / 8 KV heads, d 128, bf16): streaming efficiency",
     "attn_eta_ceil": "longest Llama-like prefill cell (1 request, longest prompt, 32 q / 8 KV heads, d 128, bf16): compute ceiling",
 }
 # global factors fitted leave-one-GPU-out: name -> (start, lower, upper)
@@ -37,6 +39,7 @@ FIT_GLOBALS = {
     "attn_c_tokens": (800.0, 0.0, 8000.0),
     "attn_causal_tile": (64.0, 0.0, 512.0),
     "attn_fill_half": (0.5, 0.0, 50.0),
+    "attn_prefill_floor_rel": (1.0, 0.2, 3.0),
     "attn_cta_us": (3.0, 0.0, 40.0),
     "attn_overlap_p": (2.0, 1.0, 12.0),
     "attn_l2_bpc": (20.0, 1.0, 200.0),
@@ -100,9 +103,15 @@ def deploy_cells(cells_gpu) -> dict:
     if not dec.any() or not pre.any():
         raise ValueError(f"{x['gpu'].iloc[0]}: no Llama-like decode/prefill cells for the deploy readings")
     idx = np.arange(len(x))
-    dbytes = x["b"].to_numpy() * (x["c"].to_numpy() + 1.0)
-    small = idx[dec][np.lexsort((dbytes[dec], x["b"].to_numpy()[dec]))][0]
-    big = idx[dec][np.argmax(dbytes[dec])]
+    b, c = x["b"].to_numpy(), x["c"].to_numpy()
+    # floor: the shortest KV at the smallest batch >= DEPLOY_BATCH_FLOOR (some decode kernels take
+    # a special one-request path); stream: the longest KV at DEPLOY_BATCH_STREAM requests
+    bf = b[dec][b[dec] >= DEPLOY_BATCH_FLOOR].min() if (b[dec] >= DEPLOY_BATCH_FLOOR).any() else b[dec].min()
+    cand = idx[dec & (b == bf)]
+    small = cand[np.argmin(c[cand])]
+    bs = DEPLOY_BATCH_STREAM if (dec & (b == DEPLOY_BATCH_STREAM)).any() else b[dec].min()
+    cand = idx[dec & (b == bs)]
+    big = cand[np.argmax(c[cand])]
     pb = x["b"].to_numpy()[pre]
     cand = idx[pre][pb == pb.min()]
     longest = cand[np.argmax(x["s"].to_numpy()[cand])]
@@ -200,7 +209,7 @@ def baseline_predict(name, cells_gpu, gpu, cal: dict | None = None) -> np.ndarra
     r = A.attention_request_terms(x["s"].to_numpy(), x["c"].to_numpy(), x["H"].to_numpy(), x["Hkv"].to_numpy(),
                                   x["d"].to_numpy(), g, Constants.default(), kv_dtype=x["kv_dtype"].to_numpy(),
                                   fc={**{f: 1.0 for f in A.FACTORS}, "attn_c_tokens": 0.0, "attn_causal_tile": 1.0,
-                                      "attn_fill_half": 0.0})
+                                      "attn_fill_half": 0.0, "attn_prefill_floor_rel": 1.0})
     b = x["b"].to_numpy()
     flops = b * r["flops"]
     nbytes = b * r["bytes"]

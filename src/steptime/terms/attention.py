@@ -16,9 +16,11 @@ and, summed over the batch:
               hit = 1 / (1 + (x / x_c)^k),   x = bytes / L2,   BW_L2 = l2_bpc * SMs * f_boost
     t_units   = units * t_cta / SMs  (* fp8_unit for an fp8 cache)          per-request cost
     t_attn    = t_floor + (t_units^p + max(t_compute, t_memory)^p)^(1/p)
+              t_floor = attn_floor_us (decode) or attn_floor_us * attn_prefill_floor_rel (prefill)
 
 Named factors (constants in defaults.yaml, settled by E1.24):
-  attn_floor_us      kernel floor (per-GPU deploy reading)
+  attn_floor_us      decode kernel floor (per-GPU deploy reading)
+  attn_prefill_floor_rel  prefill kernel floor relative to the decode floor
   attn_eta_mem       achieved HBM fraction streaming a KV cache (per-GPU deploy reading)
   attn_eta_ceil      compute ceiling of long causal prefill (per-GPU deploy reading)
   attn_c_tokens      softmax-amortisation saturation, in query tokens per request
@@ -43,7 +45,7 @@ from steptime.calibration import Constants
 KV_BYTES = {"bf16": 2, "bfloat16": 2, "fp16": 2, "fp8": 1}
 Q_TILE = 128  # query rows per CTA of FlashAttention-class prefill kernels (DERIVED)
 
-FACTORS = ("attn_floor_us", "attn_eta_mem", "attn_eta_ceil", "attn_c_tokens", "attn_causal_tile", "attn_fill_half",
+FACTORS = ("attn_floor_us", "attn_prefill_floor_rel", "attn_eta_mem", "attn_eta_ceil", "attn_c_tokens", "attn_causal_tile", "attn_fill_half",
            "attn_cta_us",
            "attn_overlap_p", "attn_l2_bpc", "attn_l2_x_c", "attn_l2_sharp", "attn_fp8_unit", "attn_fp8_compute")
 
@@ -123,7 +125,8 @@ def attention_request_terms(new_tokens, kv_len, n_heads, n_kv_heads, head_dim, g
             "bytes": nbytes, "units": units_cost, "tiles": tiles, "eta_attn": eta, "eta_softmax": eta_soft}
 
 
-def combine(t_compute, nbytes, units, n_req, gpu, fc: dict, warm_l2: bool = False, tiles=None) -> dict:
+def combine(t_compute, nbytes, units, n_req, gpu, fc: dict, warm_l2: bool = False, tiles=None,
+            prefill=None) -> dict:
     """Batch totals -> time (seconds) with every branch; arrays in, dict of arrays out."""
     t_compute = np.asarray(t_compute, dtype=float)
     if tiles is not None:
@@ -147,6 +150,8 @@ def combine(t_compute, nbytes, units, n_req, gpu, fc: dict, warm_l2: bool = Fals
     p = fc["attn_overlap_p"]
     t_body = (t_units ** p + t_work ** p) ** (1.0 / p)
     floor = fc["attn_floor_us"] * 1e-6
+    if prefill is not None:
+        floor = floor * np.where(np.asarray(prefill, dtype=bool), fc["attn_prefill_floor_rel"], 1.0)
     t = np.where(np.asarray(n_req) > 0, floor + t_body, 0.0)
     return {"t": t, "t_compute": t_compute, "t_memory": t_memory, "t_units": t_units,
             "t_floor": np.where(np.asarray(n_req) > 0, floor, 0.0), "l2_hit": hit, "eta_fill": eta_fill,
@@ -162,7 +167,9 @@ def attention_cells(batch, new_tokens, kv_len, n_heads, n_kv_heads, head_dim, gp
     b = np.asarray(batch, dtype=float)
     r = attention_request_terms(new_tokens, kv_len, n_heads, n_kv_heads, head_dim, gpu, constants, kv_dtype,
                                 f_clk, fc)
-    out = combine(b * r["t_compute"], b * r["bytes"], b * r["units"], b, gpu, fc, warm_l2, tiles=b * r["tiles"])
+    pre = np.broadcast_to(np.asarray(new_tokens, dtype=float) > 1, np.shape(b * r["bytes"]))
+    out = combine(b * r["t_compute"], b * r["bytes"], b * r["units"], b, gpu, fc, warm_l2, tiles=b * r["tiles"],
+                  prefill=pre)
     out.update({"flops": b * r["flops"], "bytes": b * r["bytes"], "units": b * r["units"],
                 "eta_attn": r["eta_attn"], "eta_softmax": r["eta_softmax"]})
     return out
@@ -186,6 +193,7 @@ def attention_time(new_tokens, kv_len, n_heads, n_kv_heads, head_dim, gpu, const
     un = np.bincount(group, weights=r["units"], minlength=n_groups)
     ti = np.bincount(group, weights=r["tiles"], minlength=n_groups)
     nreq = np.bincount(group, minlength=n_groups).astype(float)
-    out = combine(tc, nb, un, nreq, gpu, fc, warm_l2, tiles=ti)
+    pre = np.bincount(group, weights=(np.asarray(new_tokens, dtype=float) > 1).astype(float), minlength=n_groups) > 0
+    out = combine(tc, nb, un, nreq, gpu, fc, warm_l2, tiles=ti, prefill=pre)
     out["requests"] = nreq
     return out
