@@ -7,10 +7,6 @@ STEP_LIB = lib("terms", "step.py", "experiments/__init__", "experiments/attentio
                "results", "plotting", "specs", "data", "io")
 
 
-def _q(eid):
-    return EXPERIMENTS[eid]["question"]
-
-
 # E1.24: attention held out per GPU (per kernel family) on AIConfigurator's attention tables.
 rule E1_24:
     input:
@@ -22,7 +18,7 @@ rule E1_24:
         fig_acc="figures/E1_24_accuracy.png",
         fig_fac="figures/E1_24_factors.png",
     params:
-        question=_q("E1.24"),
+        question=EXPERIMENTS["E1.24"]["question"],
         fig_acc="figures/E1_24_accuracy",
         fig_fac="figures/E1_24_factors",
     log:
@@ -42,7 +38,7 @@ rule E1_1c:
         result="results/E1_1c.json",
         fig="figures/E1_1c_light.png",
     params:
-        question=_q("E1.1c"),
+        question=EXPERIMENTS["E1.1c"]["question"],
         fig="figures/E1_1c_light",
     log:
         "logs/E1_1c.log",
@@ -61,7 +57,7 @@ rule E1_4:
         result="results/E1_4.json",
         fig="figures/E1_4_host.png",
     params:
-        question=_q("E1.4"),
+        question=EXPERIMENTS["E1.4"]["question"],
         fig="figures/E1_4_host",
     log:
         "logs/E1_4.log",
@@ -85,9 +81,9 @@ rule E1_1:
         fig1b="figures/E1_1b_residual.png",
         fig20="figures/E1_20_ladder.png",
     params:
-        q1=_q("E1.1"),
-        q1b=_q("E1.1b"),
-        q20=_q("E1.20"),
+        q1=EXPERIMENTS["E1.1"]["question"],
+        q1b=EXPERIMENTS["E1.1b"]["question"],
+        q20=EXPERIMENTS["E1.20"]["question"],
         fig1="figures/E1_1_step",
         fig1b="figures/E1_1b_residual",
         fig20="figures/E1_20_ladder",
@@ -110,7 +106,7 @@ rule E1_22:
         fig_attn="figures/E1_22_attention_atlas.png",
         fig_step="figures/E1_22_step_atlas.png",
     params:
-        question=_q("E1.22"),
+        question=EXPERIMENTS["E1.22"]["question"],
         fig_attn="figures/E1_22_attention_atlas",
         fig_step="figures/E1_22_step_atlas",
     log:
@@ -130,7 +126,7 @@ rule L0_1:
         result="results/L0_1.json",
         fig="figures/L0_1_literature.png",
     params:
-        question=_q("L0.1"),
+        question=EXPERIMENTS["L0.1"]["question"],
         fig="figures/L0_1_literature",
     log:
         "logs/L0_1.log",
