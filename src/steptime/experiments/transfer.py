@@ -17,8 +17,10 @@ Predictors, per (home GPU, target GPU):
 * ``rf_spec_scaled`` / ``poly_spec_scaled``: its prediction multiplied, per cell (per
   operator for the step), by the ratio of datasheet rooflines target / home,
   max(flops / P, bytes / BW) on each GPU: the most charitable transfer;
-* ``steptime``: the library's prediction from datasheet + defaults.yaml (no target rows
-  beyond the deploy cells named in defaults.yaml, which are excluded from scoring).
+* ``steptime``: the library's prediction from the datasheet and, per target GPU, the
+  families' leave-one-GPU-out constants (fitted without the target) plus the target's own
+  deploy readings (`held_out_constants_for`); every cell that set a constant for the target
+  is excluded from its scoring and listed in the result's provenance.
 
 The home model is fitted once per (dataset, home GPU) by `fit_home` and cached by the
 pipeline (results/cache/rf/<dataset>_<gpu>.joblib).
