@@ -467,15 +467,22 @@ def plot_atlas(r: dict, stem, caption: str | None = None):
                 ax.set_ylabel(("KV length" if phase == "decode" else "prompt tokens") + f"\n{phase}", fontsize=7)
             bad = x[np.abs(x["err"]) > 0.10]
             for _, row in bad.iterrows():
-                br = {"floor": row["t_floor"], "per-unit": row["t_units"], "memory": row["t_memory"],
-                      "compute": row["t_compute"]}
-                dom = max(br, key=br.get)
+                dom = dominant_factor(row)
                 regions.append({"gpu": g, "phase": phase, "batch": int(row["b"]), "tokens": int(row[col]),
                                 "signed_error": round(float(row["err"]), 4), "dominant_branch": dom})
     fig.supxlabel("requests in the batch")
     fig.colorbar(im, ax=axes, shrink=0.6, label="signed error (%), predicted vs measured")
     plotting.save(fig, stem, caption)
     return regions
+
+
+def dominant_factor(row) -> str:
+    """Which named factor governs a cell's prediction: 'L2 cliff' where the L2 hit rate is in
+    transition, else the largest of floor, per-unit cost, KV/QKV stream and causal compute."""
+    if 0.05 < row["l2_hit"] < 0.95:
+        return "L2 cliff"
+    br = {"floor": row["t_floor"], "per-unit": row["t_units"], "stream": row["t_memory"], "compute": row["t_compute"]}
+    return max(br, key=br.get)
 
 
 def summarize_regions(regions: list[dict]) -> list[dict]:

@@ -355,7 +355,7 @@ def atlas_document(attn_regions: list[dict], step_regions: list[dict]) -> dict:
     for g in sorted({x["gpu"] for x in attn_regions}):
         rows = [x for x in attn_regions if x["gpu"] == g]
         top = max(rows, key=lambda x: x["bad_cells"])
-        claims.append(claim(f"attention on {g}: branch dominating most bad (|error| > 10%) Llama-like cells",
+        claims.append(claim(f"attention on {g}: named factor governing most bad (|error| > 10%) Llama-like cells",
                             {"phase": top["phase"], "branch": top["dominant_branch"], "sign": top["sign"],
                              "cells": top["bad_cells"], "bad_cells": sum(x["bad_cells"] for x in rows)},
                             "count of cells"))
