@@ -30,6 +30,7 @@ def evaluate(family: str = "gemm", gpus=None, *, refit: bool = False, n_boot: in
         e111 = root / "results" / "E1_11.json"
         if e111.exists():
             cluster = E.load_constants(e111)["decision"]["cluster_size"]
-        doc = E.settle(df, seed=seed, fixed={"hopper_cluster_size": cluster} if cluster else None)
+        fixed = {"hopper_cluster_size": cluster} if cluster else {}
+        doc = E.settle(df, seed=seed, fixed={**fixed, **E.SHIPPED_FIXED})
     recs, _ = E.evaluate_records(df, doc, gpus=gpus, n_boot=n_boot, seed=seed)
     return recs

@@ -569,7 +569,7 @@ def cluster_comparison(df, sizes, targets, *, seed: int = 0, others=None) -> dic
     readings = {g: deploy_readings(df, g) for g in gpus}
     out = {}
     for c in sizes:
-        fixed = {"hopper_cluster_size": c}
+        fixed = {"hopper_cluster_size": c, **SHIPPED_FIXED}
         glob_all = fit_globals(df, gpus, readings, seed=seed, n_per_gpu=FIT_SETTINGS["n_per_gpu"] // 2,
                                max_nfev=FIT_SETTINGS["max_nfev"] // 2, fixed=fixed)
         for t in targets:
@@ -928,9 +928,17 @@ def e1_11_document(df, comparison: dict, sizes=CLUSTER_SIZES, targets=HOPPER) ->
                                  "the highest measured fraction of peak"}}
 
 
+SHIPPED_FIXED = {"clk_droop": 0.0}  # E1.13 ablation (round 2): a fitted droop raised the error, so it ships off
+
+
 def decision_updates(cluster: int, law: str, experiment: str = "settle_gemm_constants") -> list[dict]:
-    """The family/global constants the E1.11 and E1.3 decisions set."""
-    ups = [{"scope": "family.hopper", "name": "cluster_size", "value": int(cluster), "provenance": "FITTED",
+    """The family/global constants the E1.11, E1.3 and E1.13 decisions set."""
+    ups = [{"scope": "global", "name": "clk_droop", "value": 0.0, "provenance": "FITTED",
+            "source": "E1.13 factor ablation: fitting a work-dependent clock droop raised the mean LLM-cell MAPE on "
+                      "the AIConfigurator tables, so it ships off (the term keeps it for clock telemetry); "
+                      "results/E1_13.json", "experiment": "E1.13",
+            "cells": ["aic-gemm bf16, all GPUs, LLM-shaped cells"]},
+           {"scope": "family.hopper", "name": "cluster_size", "value": int(cluster), "provenance": "FITTED",
             "source": "E1.11: cluster size whose persistent-grid cap gives the lowest held-out Hopper MAPE on the "
                       "AIConfigurator latency tables (results/E1_11.json)", "experiment": "E1.11",
             "cells": ["h100-sxm and h200-sxm aic-gemm bf16 tables, leave-one-GPU-out"]}]
@@ -952,7 +960,7 @@ def locked_update_defaults(updates: list[dict], update_fn) -> None:
     with open(lock, "w") as fh:
         fcntl.flock(fh, fcntl.LOCK_EX)
         try:
-            update_fn(updates)
+            return update_fn(updates)
         finally:
             fcntl.flock(fh, fcntl.LOCK_UN)
 
@@ -1345,7 +1353,7 @@ ABLATIONS = {
     "stream-K launch": {"streamk_rel": 0.0},
     "k-duty (prologue over k)": {"duty_k": 0.0},
     "persistent prologue duty": {"duty_c": 0.0},
-    "clock droop": {"clk_droop": 0.0},
+    "clock droop": {"clk_droop": 0.0},  # with settle's clk_droop=0 this entry turns droop ON (see factor_ablation)
     "overlap max (hard max instead)": {"overlap_p": 50.0},
     "L2-resident path": {"l2_resident_x": 0.0},
     "memory ramp t_half": {"mem_t_half_us": 0.0},
@@ -1365,6 +1373,12 @@ def factor_ablation(df, fixed: dict, *, seed: int = 0, n_per_gpu: int = 800, max
     for name, off in [("all factors", {})] + list(ABLATIONS.items()):
         drop = off.get("_drop_tile")
         fx = {k: v for k, v in off.items() if k != "_drop_tile"}
+        base_fixed = dict(fixed)
+        if name == "clock droop" and base_fixed.get("clk_droop", None) == 0.0:
+            # droop is off in the shipped model: this entry fits it back in instead
+            base_fixed.pop("clk_droop")
+            fx = {}
+            name = "clock droop (fitted back in)"
         if drop is not None:
             def _bp(g, _orig=base_fn, _d=drop):
                 p = _orig(g)
@@ -1373,7 +1387,7 @@ def factor_ablation(df, fixed: dict, *, seed: int = 0, n_per_gpu: int = 800, max
             globals()["base_params"] = _bp
         try:
             glob = fit_globals(df, gpus, readings, seed=seed, n_per_gpu=n_per_gpu, max_nfev=max_nfev,
-                               fixed={**fixed, **fx})
+                               fixed={**base_fixed, **fx})
             folds = {g: {"globals": glob, "params": gpu_params(g, glob, readings[g]), "readings": readings[g]}
                      for g in gpus}
             P = predictions(df_llm, folds, baselines=())
@@ -1392,8 +1406,39 @@ def ablation_claims(ab: dict) -> list:
         if name in ("all factors", "settings"):
             continue
         d = v["mean_llm_mape"] - base
-        out.append(claim(f"without {name}: mean LLM-cell MAPE {v['mean_llm_mape']:.2%} vs {base:.2%} with every "
-                         f"factor ({'+' if d >= 0 else ''}{d * 100:.2f} pp)", d,
+        what = f"with {name}" if "fitted back in" in name else f"without {name}"
+        out.append(claim(f"{what}: mean LLM-cell MAPE {v['mean_llm_mape']:.2%} vs {base:.2%} with the shipped "
+                         f"factors ({'+' if d >= 0 else ''}{d * 100:.2f} pp)", d,
                          "change in mean MAPE over the 9 GPUs when the factor is off (globals refitted, all-GPU fit)",
                          target=0.0, met=d > 0))
     return out
+
+
+GEMM_GPU_CONSTANTS = ("eta_active", "eta_mem_max", "mem_t_half_us", "kernel_floor_us")
+
+
+def prune_gpu_readings(path=None, keep=None) -> list:
+    """Drop GEMM per-GPU constants that are no longer deploy readings (e.g. from an earlier
+    choice of reading cells), so each GPU keeps at most its current three. Returns what went."""
+    import yaml
+
+    from steptime.calibration import DEFAULTS_FILE, _default_constants, _default_doc
+    from steptime.io import atomic_path
+
+    path = path or DEFAULTS_FILE
+    keep = set(keep or DEPLOY_CELLS)
+    with open(path) as fh:
+        doc = yaml.safe_load(fh)
+    gone = []
+    for gpu, table in (doc["constants"].get("gpu") or {}).items():
+        for name in list(table or {}):
+            if name in GEMM_GPU_CONSTANTS and name not in keep:
+                del table[name]
+                gone.append(f"gpu.{gpu}:{name}")
+    if gone:
+        with atomic_path(path) as tmp:
+            with open(tmp, "w") as fh:
+                yaml.safe_dump(doc, fh, sort_keys=False, width=120)
+        _default_doc.cache_clear()
+        _default_constants.cache_clear()
+    return gone
