@@ -6,10 +6,6 @@
 GEMM_LIB = lib("terms", "experiments/gemm", "baselines", "calibration", "metrics", "results", "plotting", "specs", "io")
 
 
-def _gq(eid):
-    return EXPERIMENTS[eid]["question"]
-
-
 # E1.11: Hopper grid cap from GPC geometry vs blind; which cluster size the latency data supports.
 rule E1_11:
     input:
@@ -19,7 +15,7 @@ rule E1_11:
         result="results/E1_11.json",
         fig="figures/E1_11_cluster_cap.png",
     params:
-        question=_gq("E1.11"),
+        question=EXPERIMENTS["E1.11"]["question"],
         fig="figures/E1_11_cluster_cap",
     log:
         "logs/E1_11.log",
@@ -39,7 +35,7 @@ rule E1_3:
         result="results/E1_3.json",
         fig="figures/E1_3_memory_law.png",
     params:
-        question=_gq("E1.3"),
+        question=EXPERIMENTS["E1.3"]["question"],
         fig="figures/E1_3_memory_law",
     log:
         "logs/E1_3.log",
@@ -79,7 +75,7 @@ rule E1_23:
         fig="figures/E1_23_head_to_head.png",
         atlas="figures/E1_23_error_atlas.png",
     params:
-        question=_gq("E1.23"),
+        question=EXPERIMENTS["E1.23"]["question"],
         fig="figures/E1_23_head_to_head",
         atlas="figures/E1_23_error_atlas",
     log:
@@ -101,7 +97,7 @@ rule E1_2:
         result="results/E1_2.json",
         fig="figures/E1_2_staircase.png",
     params:
-        question=_gq("E1.2"),
+        question=EXPERIMENTS["E1.2"]["question"],
         fig="figures/E1_2_staircase",
     log:
         "logs/E1_2.log",
@@ -122,7 +118,7 @@ rule E1_2b:
         result="results/E1_2b.json",
         fig="figures/E1_2b_hopper.png",
     params:
-        question=_gq("E1.2b"),
+        question=EXPERIMENTS["E1.2b"]["question"],
         fig="figures/E1_2b_hopper",
     log:
         "logs/E1_2b.log",
@@ -143,7 +139,7 @@ rule E1_12:
         fig="figures/E1_12_blackwell_paradigm.png",
         curves="figures/E1_12_curves.png",
     params:
-        question=_gq("E1.12"),
+        question=EXPERIMENTS["E1.12"]["question"],
         fig="figures/E1_12_blackwell_paradigm",
         curves="figures/E1_12_curves",
     log:
@@ -164,7 +160,7 @@ rule E1_13:
         result="results/E1_13.json",
         fig="figures/E1_13_scalar_vs_factors.png",
     params:
-        question=_gq("E1.13"),
+        question=EXPERIMENTS["E1.13"]["question"],
         fig="figures/E1_13_scalar_vs_factors",
     log:
         "logs/E1_13.log",
@@ -184,7 +180,7 @@ rule L0_2:
         result="results/L0_2.json",
         fig="figures/L0_2_implied_alpha.png",
     params:
-        question=_gq("L0.2"),
+        question=EXPERIMENTS["L0.2"]["question"],
         fig="figures/L0_2_implied_alpha",
     log:
         "logs/L0_2.log",
