@@ -14,16 +14,21 @@ def test_every_default_constant_names_its_provenance():
 
 
 def test_resolution_order_gpu_then_family_then_global():
-    c = Constants.default()
-    h100 = get_gpu("h100-sxm")
-    base = c.get("eta_active", h100)
-    c2 = c.with_overrides({"eta_active": 0.5}, scope="family.hopper")
-    assert c2.get("eta_active", h100) == 0.5
-    assert c2.get("eta_active", get_gpu("a100-sxm")) == c.get("eta_active", get_gpu("a100-sxm"))
-    c3 = c2.with_overrides({"eta_active": 0.4}, scope="gpu.h100-sxm", provenance="MEASURED")
-    assert c3.get("eta_active", h100) == 0.4
-    assert c3.without_gpu("h100-sxm").get("eta_active", h100) == 0.5
-    assert c.get("eta_active", h100) == base  # original untouched
+    from steptime.calibration import _parse
+
+    c = Constants(_parse({"constants": {"global": {"x": {"value": 1.0, "provenance": "DERIVED", "source": "t"}}}}))
+    h100, a100 = get_gpu("h100-sxm"), get_gpu("a100-sxm")
+    assert c.get("x", h100) == 1.0
+    c2 = c.with_overrides({"x": 0.5}, scope="family.hopper")
+    assert c2.get("x", h100) == 0.5
+    assert c2.get("x", a100) == 1.0
+    c3 = c2.with_overrides({"x": 0.4}, scope="gpu.h100-sxm", provenance="MEASURED")
+    assert c3.get("x", h100) == 0.4
+    assert c3.lookup("x", h100).provenance == "MEASURED"
+    assert c3.without_gpu("h100-sxm").get("x", h100) == 0.5
+    assert c.get("x", h100) == 1.0  # original untouched
+    with pytest.raises(KeyError, match="no constant 'y'"):
+        c.get("y", h100)
 
 
 def test_bad_provenance_rejected():

@@ -5,6 +5,8 @@ This is the unit the experiments validate:
     predict_ops("gemm", gpu, m=..., n=..., k=...)
     predict_ops("attention_prefill", gpu, batch=..., tokens=..., kv_len=0, heads=..., kv_heads=..., head_dim=...)
     predict_ops("attention_decode", gpu, batch=..., kv_len=..., heads=..., kv_heads=..., head_dim=...)
+        (attention cells take warm_l2=True to model a microbenchmark that replays one layer,
+         keeping its KV cache in L2; a real forward pass streams it, the default)
     predict_ops("light", gpu, kernel="rmsnorm", nbytes=...)
     predict_ops("allreduce", gpu, nbytes=..., tp=...)
 
@@ -31,20 +33,10 @@ def _ms(d: dict) -> dict:
     return out
 
 
-def _attn_cells(batch, tokens, kv_len, heads, kv_heads, head_dim, gpu, constants, kv_dtype, f_clk):
-    batch, tokens, kv_len, heads, kv_heads, head_dim = np.broadcast_arrays(
-        np.asarray(batch, dtype=float), np.asarray(tokens, dtype=float), np.asarray(kv_len, dtype=float),
-        np.asarray(heads, dtype=float), np.asarray(kv_heads, dtype=float), np.asarray(head_dim, dtype=float))
-    # All requests of a cell are alike: per-request terms times the batch size.
-    r = attention.attention_request_terms(tokens, kv_len, heads, kv_heads, head_dim, gpu, constants,
-                                          kv_dtype=kv_dtype, f_clk=f_clk)
-    ovh = float(constants.get("attn_req_overhead_us", gpu)) * 1e-6
-    floor = float(constants.get("kernel_floor_us", gpu)) * 1e-6
-    tc = batch * r["t_compute"]
-    tm = batch * r["t_memory"]
-    t = np.maximum(tc, tm) + batch * ovh + floor
-    return {"t": t, "t_compute": tc, "t_memory": tm, "compute_bound": tc >= tm, "eta_attn": r["eta_attn"],
-            "flops": batch * r["flops"], "bytes": batch * r["bytes"]}
+def _attn_cells(batch, tokens, kv_len, heads, kv_heads, head_dim, gpu, constants, kv_dtype, f_clk, warm_l2):
+    """Cells of `batch` identical requests, through the attention term's own cell function."""
+    return attention.attention_cells(batch, tokens, kv_len, heads, kv_heads, head_dim, gpu, constants,
+                                     kv_dtype=kv_dtype, f_clk=f_clk, warm_l2=warm_l2)
 
 
 def predict_ops(op: str, gpu, *, constants: Constants | None = None, f_clk: float | None = None, **cells) -> dict:
@@ -55,10 +47,11 @@ def predict_ops(op: str, gpu, *, constants: Constants | None = None, f_clk: floa
                            dtype=cells.get("dtype", "bf16"))
     elif op == "attention_prefill":
         r = _attn_cells(cells["batch"], cells["tokens"], cells.get("kv_len", 0), cells["heads"],
-                        cells["kv_heads"], cells["head_dim"], gpu, constants, cells.get("kv_dtype", "bf16"), f_clk)
+                        cells["kv_heads"], cells["head_dim"], gpu, constants, cells.get("kv_dtype", "bf16"), f_clk,
+                        cells.get("warm_l2", False))
     elif op == "attention_decode":
         r = _attn_cells(cells["batch"], 1, cells["kv_len"], cells["heads"], cells["kv_heads"], cells["head_dim"],
-                        gpu, constants, cells.get("kv_dtype", "bf16"), f_clk)
+                        gpu, constants, cells.get("kv_dtype", "bf16"), f_clk, cells.get("warm_l2", False))
     elif op == "light":
         t = light.light_time(cells["kernel"], cells["nbytes"], gpu, constants)
         r = {"t": t}
