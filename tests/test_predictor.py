@@ -13,15 +13,17 @@ M = np.array([1, 2, 8, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384, 327
 
 @pytest.mark.parametrize("gpu", gpu_keys())
 def test_gemm_never_faster_than_speed_of_light(gpu):
+    """Never above the datasheet compute peak; never above DRAM bandwidth once the working
+    set cannot stay in L2 (smaller ones may be served from L2 across replays, which the
+    measured tables show and the memory law models)."""
     g = get_gpu(gpu)
-    from steptime.calibration import Constants
-
-    if Constants.default().get("l2_gain", g) != 1.0:
-        pytest.skip("L2-resident working sets may legitimately beat DRAM bandwidth")
-    for n, k in [(4096, 4096), (6144, 4096), (28672, 4096), (4096, 14336), (128256, 4096)]:
+    for n, k in [(4096, 4096), (6144, 4096), (28672, 4096), (4096, 14336), (128256, 4096), (65536, 65536)]:
         r = gemm_time(M, n, k, g)
-        sol = np.maximum(2.0 * M * n * k / g.peak_flops, 2.0 * (M * k + k * n + M * n) / g.mem_bw)
-        assert np.all(r["t"] >= sol), f"{gpu} {n}x{k} faster than the datasheet roofline"
+        nbytes = 2.0 * (M * k + k * n + M * n)
+        assert np.all(r["t"] >= 2.0 * M * n * k / g.peak_flops), f"{gpu} {n}x{k} above the compute peak"
+        beyond_l2 = nbytes > 2.0 * g.l2_bytes
+        assert np.all(r["t"][beyond_l2] >= nbytes[beyond_l2] / g.mem_bw), f"{gpu} {n}x{k} above DRAM bandwidth"
+    assert beyond_l2.any()
 
 
 @pytest.mark.parametrize("gpu", gpu_keys())
