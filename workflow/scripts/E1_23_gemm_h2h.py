@@ -10,7 +10,7 @@ cfg = snakemake.config
 df = E.load_gemm(snakemake.input.gemm)
 doc = E.load_constants(snakemake.input.constants)
 recs, preds = E.evaluate_records(df, doc, n_boot=cfg["bootstrap"], seed=cfg["seed"])
-out = E.e1_23_document(recs)
+out = E.e1_23_document(recs, E.reading_sensitivity(df, doc))
 prov = provenance([snakemake.input.gemm, snakemake.input.constants], config=cfg, calibration=doc["calibration"],
                   rule="E1_23", script="workflow/scripts/E1_23_gemm_h2h.py")
 write_result(snakemake.output.result, id="E1.23", question=snakemake.params.question, metrics=out["metrics"],
