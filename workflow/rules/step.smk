@@ -71,6 +71,7 @@ rule E1_4:
 rule E1_1:
     input:
         data=rules.data_vidur_mlp.output.table,
+        gemm_constants=rules.settle_gemm_constants.output.constants,
         code=STEP_LIB,
     output:
         e1_1="results/E1_1.json",
@@ -142,6 +143,7 @@ rule step_constants:
         e1_24=rules.E1_24.output.result,
         e1_1c=rules.E1_1c.output.result,
         e1_4=rules.E1_4.output.result,
+        gemm=rules.settle_gemm_constants.output.stamp,  # serialises the writes to defaults.yaml
     output:
         stamp="results/constants/step.json",
     log:
@@ -156,6 +158,7 @@ rule step_constants:
 rule walkthrough:
     input:
         constants=rules.step_constants.output.stamp,
+        gemm=rules.settle_gemm_constants.output.stamp,
         code=STEP_LIB,
     output:
         fig="figures/walkthrough_llama-3_1-8b_h100-sxm.png",

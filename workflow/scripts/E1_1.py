@@ -1,4 +1,7 @@
 """E1.1 / E1.1b / E1.20: the whole per-layer Vidur step held out per GPU, residual by term, ablation ladder."""
+import json
+from pathlib import Path
+
 from steptime import data
 from steptime.data import write_parquet
 from steptime.experiments import light as LX
@@ -7,8 +10,9 @@ from steptime.results import provenance, write_result
 
 cfg = snakemake.config
 v = data.load_vidur_mlp()
-r = E.run(v, LX.tidy_cells(v), seed=cfg["seed"], n_boot=cfg["bootstrap"])
-prov = provenance([snakemake.input.data], config=cfg, calibration=r["calibration"].to_dict(), rule="E1_1",
+gemm_doc = json.loads(Path(snakemake.input.gemm_constants).read_text())
+r = E.run(v, LX.tidy_cells(v), seed=cfg["seed"], n_boot=cfg["bootstrap"], gemm_doc=gemm_doc)
+prov = provenance([snakemake.input.data, snakemake.input.gemm_constants], config=cfg, calibration=r["calibration"].to_dict(), rule="E1_1",
                   script="workflow/scripts/E1_1.py")
 for key, eid, q in (("e1_1", "E1.1", snakemake.params.q1), ("e1_1b", "E1.1b", snakemake.params.q1b),
                     ("e1_20", "E1.20", snakemake.params.q20)):

@@ -10,8 +10,15 @@ def evaluate(family: str = "step", gpus=None, seed: int = 0, n_boot: int = 1000,
     from steptime.experiments import step as E
     from steptime.specs import gpu_key
 
+    import json
+
+    from steptime.data.manifest import find_root
+
     v = load_vidur_mlp()
-    recs = E.run(v, LX.tidy_cells(v), seed=seed, n_boot=n_boot)["records"]
+    # GEMM leave-one-GPU-out folds as the pipeline settled them from raw/ (rule settle_gemm_constants)
+    folds = find_root() / "results" / "calibration" / "gemm_constants.json"
+    gemm_doc = json.loads(folds.read_text()) if folds.exists() else None
+    recs = E.run(v, LX.tidy_cells(v), seed=seed, n_boot=n_boot, gemm_doc=gemm_doc)["records"]
     recs = [r for r in recs if r.get("scope") != "cell_group"]
     if gpus:
         keep = {gpu_key(g) for g in gpus}

@@ -99,7 +99,25 @@ def ladder_ops(w, gpu, constants) -> dict:
     return res
 
 
-def run(vidur, light_cells, gpus=None, seed: int = 0, n_boot: int = 1000) -> dict:
+def with_gemm_fold(C: Constants, gpu: str, gemm_doc: dict | None) -> tuple[Constants, list]:
+    """Overlay the GPU's leave-one-GPU-out GEMM fold (globals fitted on the other GPUs plus its
+    own three deploy readings, from results/calibration/gemm_constants.json). Returns the
+    constants and the GEMM calibration cells; unchanged (and no cells) when the GPU has no fold."""
+    key = get_gpu(gpu).key
+    if not gemm_doc or key not in gemm_doc.get("folds", {}):
+        return C, []
+    from steptime.experiments import gemm as GX
+
+    fold = GX.fold_from_json(gemm_doc, key)
+    C = C.with_overrides(fold["params"], scope=f"gpu.{key}", provenance="FITTED",
+                         source="GEMM leave-one-GPU-out fold (results/calibration/gemm_constants.json)")
+    return C, [tuple(cell) for cell, _ in fold["readings"].values()]
+
+
+def run(vidur, light_cells, gpus=None, seed: int = 0, n_boot: int = 1000, gemm_doc: dict | None = None) -> dict:
+    """Held out per GPU: light constants from the other Vidur GPUs and, with `gemm_doc`, the
+    GEMM constants from the GPU's leave-one-GPU-out fold (else defaults.yaml as shipped,
+    whose GEMM globals were fitted on AIConfigurator tables of nine GPUs, never on Vidur rows)."""
     import pandas as pd
 
     w_all = wide_cells(vidur)
@@ -108,8 +126,13 @@ def run(vidur, light_cells, gpus=None, seed: int = 0, n_boot: int = 1000) -> dic
     recs, ladder, frames, decomp, per_gpu = [], [], [], [], {}
     for g in gpus:
         C, info = held_out_constants(light_cells, g, gpus)
+        C, gemm_cells = with_gemm_fold(C, g, gemm_doc)
+        info["gemm_constants"] = "leave-one-GPU-out fold" if gemm_cells else "defaults.yaml as shipped"
         per_gpu[g] = info
         cal.record(f"light_bw_scale[{g}]", [tuple(info["deploy_cell"])], LX.DEPLOY_NOTE)
+        if gemm_cells:
+            cal.record(f"gemm_fold[{g}]", [("aic",) + c for c in gemm_cells],
+                       "AIConfigurator GEMM deploy readings of this GPU (a different table from the scored Vidur rows)")
         w = w_all[w_all["gpu"] == g].reset_index(drop=True)
         # the deploy cell is one operator of one row: drop that row from scoring
         dep = info["deploy_cell"]
