@@ -44,5 +44,6 @@ def all_targets():
             out.extend(exp.get("outputs", [f"results/{eid}.json"]))
     out.extend(globals().get("DATA_TARGETS", []))
     out.append("results/specs/gpus.json")
+    out.append("results/SUMMARY.md")
     out.append("results/specs/models.json")
     return out

@@ -14,3 +14,18 @@ rule specs_tables:
         "Exporting GPU and model spec tables"
     script:
         "../scripts/specs_tables.py"
+
+
+# One page listing every result's claims with its verdict (met / missed), for readers.
+rule summary:
+    input:
+        results=[r for r in all_targets() if r.split("/")[-1][:2] in ("E1", "E2", "L0") and r.endswith(".json") and "timing" not in r],
+        code=lib("io"),
+    output:
+        "results/SUMMARY.md",
+    log:
+        "logs/summary.log",
+    message:
+        "Summarising every result's claims"
+    script:
+        "../scripts/summary.py"
