@@ -10,6 +10,8 @@ def fmt(v):
         return f"{v:.4g}"
     if isinstance(v, (list, tuple)) and len(v) <= 4:
         return "[" + ", ".join(fmt(x) for x in v) + "]"
+    if isinstance(v, dict) and len(v) <= 12 and all(not isinstance(x, (dict, list)) for x in v.values()):
+        return ", ".join(f"{k}: {fmt(x)}" for k, x in v.items())
     if isinstance(v, (dict, list)):
         return "(see file)"
     return str(v)
