@@ -1,4 +1,5 @@
 import os
+import shutil
 from pathlib import Path
 
 import pytest
@@ -14,3 +15,16 @@ def repo_root() -> Path:
 @pytest.fixture(autouse=True)
 def _root_env(monkeypatch):
     monkeypatch.setenv("STEPTIME_ROOT", os.environ.get("STEPTIME_ROOT", str(ROOT)))
+
+
+@pytest.fixture
+def clean_workdir(tmp_path) -> Path:
+    """A scratch copy of the pipeline (Snakefile, config, workflow, raw, src) without any
+    results, so a rule must really rebuild what it is asked for."""
+    work = tmp_path / "work"
+    work.mkdir()
+    for name in ("Snakefile", "config", "workflow", "raw"):
+        src = ROOT / name
+        (shutil.copytree if src.is_dir() else shutil.copy)(src, work / name)
+    shutil.copytree(ROOT / "src", work / "src", ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
+    return work

@@ -1,7 +1,6 @@
 """GEMM pipeline pieces: E1.3 rebuilds in a clean directory to the committed metrics, and
 `steptime evaluate --family gemm` returns well-formed held-out records."""
 import json
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -12,13 +11,8 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.mark.slow
-def test_e1_3_rebuilds_in_a_clean_directory(tmp_path):
-    work = tmp_path / "work"
-    work.mkdir()
-    for name in ("Snakefile", "config", "workflow", "raw"):
-        src = ROOT / name
-        (shutil.copytree if src.is_dir() else shutil.copy)(src, work / name)
-    shutil.copytree(ROOT / "src", work / "src", ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
+def test_e1_3_rebuilds_in_a_clean_directory(clean_workdir):
+    work = clean_workdir
     r = subprocess.run([sys.executable, "-m", "snakemake", "--cores", "2", "results/E1_3.json"], cwd=work,
                        capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stderr[-2000:]

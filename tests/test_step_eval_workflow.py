@@ -1,7 +1,6 @@
 """Issue-5 rules rebuild in a clean directory (copies of raw/, config/, workflow/, src/) and
 reproduce the committed numbers, so an existing result cannot hide a broken rule."""
 import json
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -11,22 +10,9 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def _clean_copy(tmp_path: Path) -> Path:
-    work = tmp_path / "work"
-    work.mkdir()
-    for name in ("Snakefile", "config", "workflow", "raw"):
-        src = ROOT / name
-        if src.is_dir():
-            shutil.copytree(src, work / name)
-        elif src.exists():
-            shutil.copy(src, work / name)
-    shutil.copytree(ROOT / "src", work / "src", ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
-    return work
-
-
 @pytest.mark.slow
-def test_host_and_literature_results_rebuild(tmp_path):
-    work = _clean_copy(tmp_path)
+def test_host_and_literature_results_rebuild(clean_workdir):
+    work = clean_workdir
     r = subprocess.run([sys.executable, "-m", "snakemake", "--cores", "2", "results/E1_4.json", "results/L0_1.json"],
                        cwd=work, capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stderr[-3000:]
