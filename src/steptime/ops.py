@@ -33,12 +33,6 @@ def _ms(d: dict) -> dict:
     return out
 
 
-def _attn_cells(batch, tokens, kv_len, heads, kv_heads, head_dim, gpu, constants, kv_dtype, f_clk, warm_l2):
-    """Cells of `batch` identical requests, through the attention term's own cell function."""
-    return attention.attention_cells(batch, tokens, kv_len, heads, kv_heads, head_dim, gpu, constants,
-                                     kv_dtype=kv_dtype, f_clk=f_clk, warm_l2=warm_l2)
-
-
 def predict_ops(op: str, gpu, *, constants: Constants | None = None, f_clk: float | None = None, **cells) -> dict:
     gpu = get_gpu(gpu)
     constants = constants or Constants.default()
@@ -46,12 +40,14 @@ def predict_ops(op: str, gpu, *, constants: Constants | None = None, f_clk: floa
         r = gemm.gemm_time(cells["m"], cells["n"], cells["k"], gpu, constants, f_clk=f_clk,
                            dtype=cells.get("dtype", "bf16"))
     elif op == "attention_prefill":
-        r = _attn_cells(cells["batch"], cells["tokens"], cells.get("kv_len", 0), cells["heads"],
-                        cells["kv_heads"], cells["head_dim"], gpu, constants, cells.get("kv_dtype", "bf16"), f_clk,
-                        cells.get("warm_l2", False))
+        r = attention.attention_cells(cells["batch"], cells["tokens"], cells.get("kv_len", 0), cells["heads"],
+                                      cells["kv_heads"], cells["head_dim"], gpu, constants,
+                                      kv_dtype=cells.get("kv_dtype", "bf16"), f_clk=f_clk,
+                                      warm_l2=cells.get("warm_l2", False))
     elif op == "attention_decode":
-        r = _attn_cells(cells["batch"], 1, cells["kv_len"], cells["heads"], cells["kv_heads"], cells["head_dim"],
-                        gpu, constants, cells.get("kv_dtype", "bf16"), f_clk, cells.get("warm_l2", False))
+        r = attention.attention_cells(cells["batch"], 1, cells["kv_len"], cells["heads"], cells["kv_heads"],
+                                      cells["head_dim"], gpu, constants, kv_dtype=cells.get("kv_dtype", "bf16"),
+                                      f_clk=f_clk, warm_l2=cells.get("warm_l2", False))
     elif op == "light":
         t = light.light_time(cells["kernel"], cells["nbytes"], gpu, constants)
         r = {"t": t}

@@ -6,23 +6,12 @@ import json
 from pathlib import Path
 
 
-def find_root(start: Path | None = None) -> Path:
-    p = (start or Path.cwd()).resolve()
-    for cand in (p, *p.parents):
-        if (cand / "config" / "experiments.yaml").exists():
-            return cand
-    raise FileNotFoundError("not inside a steptime repository (no config/experiments.yaml above the cwd)")
-
-
 def experiment_status(root: Path | None = None) -> list[dict]:
     import yaml
 
-    from steptime.errors import SteptimeError
+    from steptime.data.manifest import find_root
 
-    try:
-        root = find_root(root)
-    except FileNotFoundError as exc:
-        raise SteptimeError(str(exc)) from None
+    root = find_root(root)
     reg = yaml.safe_load((root / "config" / "experiments.yaml").read_text())["experiments"]
     rows = []
     for eid, e in reg.items():
