@@ -3,7 +3,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from steptime.calibration import Constants
+from steptime.calibration import Calibration, Constants
 from steptime.errors import CalibrationLeakError
 from steptime.experiments import transfer as T
 from steptime.specs import get_gpu
@@ -45,7 +45,7 @@ def test_calibration_cells_are_excluded_and_checked():
     cells = _gemm("h100-sxm")
     c = Constants.default().with_overrides({"x": 1.0}, scope="gpu.h100-sxm", provenance="MEASURED",
                                             cells=[("h100-sxm", "gemm", 4096, 4096, 4096)])
-    cal = T.steptime_calibration(c)
+    cal = Calibration.from_constants(c)
     mask = T._calibration_mask("aic_gemm", cells.assign(m=[4096] * len(cells)), "h100-sxm", cal)
     assert mask.any()
     with pytest.raises(CalibrationLeakError):

@@ -147,7 +147,8 @@ def memory_bytes(model, kv_tokens, tp: int = 1, bytes_per: int = 2) -> float:
     return model.n_params() * bytes_per / tp + kv
 
 
-def _layer_shapes(model, tp):
+def layer_shapes(model, tp):
+    """(n, k) of each projection GEMM of one layer at tensor-parallel degree `tp`."""
     h = model.hidden_size
     return {
         "qkv_proj": (model.qkv_out // tp, h),
@@ -175,7 +176,7 @@ def predict_steps(model, gpu, step_id, new_tokens, kv_len, n_steps: int | None =
     out: dict[str, np.ndarray] = {}
     compute_bound: dict[str, np.ndarray] = {}
     factors: dict[str, dict] = {}
-    for name, (n, k) in _layer_shapes(model, tp).items():
+    for name, (n, k) in layer_shapes(model, tp).items():
         g = gemm.gemm_time(T, n, k, gpu, constants, f_clk=f_clk)
         out[name] = L * g["t"]
         compute_bound[name] = g["compute_bound"]
@@ -287,7 +288,7 @@ def vidur_layer_ops(model, gpu, tokens, *, tp: int = 1, constants: Constants | N
     gpu = get_gpu(gpu)
     constants = constants or Constants.default()
     T = np.asarray(tokens, dtype=float)
-    shapes = _layer_shapes(model, tp)
+    shapes = layer_shapes(model, tp)
     out: dict = {}
     for op, term in VIDUR_GEMM.items():
         n, k = shapes[term]

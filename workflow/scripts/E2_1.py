@@ -4,6 +4,7 @@ import json
 import joblib
 
 from steptime import data
+from steptime.evaluate.held_out import HeldOut
 from steptime.experiments import transfer
 from steptime.results import provenance, write_result
 
@@ -20,9 +21,10 @@ records, fits, cal_log = [], [], {}
 cells = {ds: transfer.load_cells(ds, transfer.step_tps(fast, full)) for ds in transfer.DATASETS}
 gemm_doc = json.load(open(snakemake.input.gemm_constants))
 attn_doc = json.load(open(snakemake.input.attention))
-hooks = {"vidur_step": transfer.held_out_constants_for("vidur_step", raw=data.load_vidur_mlp(), gemm_doc=gemm_doc),
-         "aic_gemm": transfer.held_out_constants_for("aic_gemm", gemm_doc=gemm_doc),
-         "aic_attention": transfer.held_out_constants_for("aic_attention", attn_doc=attn_doc)}
+hooks = {"vidur_step": HeldOut.for_dataset("vidur_step", vidur=data.load_vidur_mlp(),
+                                           light_gpus=transfer.TARGETS["vidur_step"], gemm_doc=gemm_doc),
+         "aic_gemm": HeldOut.for_dataset("aic_gemm", gemm_doc=gemm_doc),
+         "aic_attention": HeldOut.for_dataset("aic_attention", attn_doc=attn_doc)}
 for path in snakemake.input.models:
     bundle = joblib.load(path)
     ds = bundle["dataset"]

@@ -4,6 +4,7 @@ import json
 import joblib
 
 from steptime import data
+from steptime.evaluate.held_out import HeldOut
 from steptime.experiments import ranking, transfer
 from steptime.results import provenance, write_result
 
@@ -17,8 +18,8 @@ cfg = snakemake.config
 g, a, wls, meas = ranking.ranking_inputs(data.load_aic_gemm(), data.load_aic_attention(kind="context"),
                                          data.load_aic_attention(kind="generation"))
 gb, ab = joblib.load(snakemake.input.gemm_rf), joblib.load(snakemake.input.attn_rf)
-hook = transfer.held_out_constants_for("ranking", gemm_doc=json.load(open(snakemake.input.gemm_constants)),
-                                       attn_doc=json.load(open(snakemake.input.attention)))
+hook = HeldOut.for_dataset("ranking", gemm_doc=json.load(open(snakemake.input.gemm_constants)),
+                           attn_doc=json.load(open(snakemake.input.attention)))
 res = ranking.run(g, a, wls, meas, gb, ab, constants_for=hook)
 cal_log = {f"ranking|{gpu}": transfer.calibration_summary(hook(gpu)[1], gpu) for gpu in ranking.GPUS}
 prov = provenance(list(snakemake.input.data) + [snakemake.input.gemm_constants, snakemake.input.attention],

@@ -137,6 +137,18 @@ class Calibration:
     used: dict[str, set] = field(default_factory=dict)
     notes: dict[str, str] = field(default_factory=dict)
 
+    @classmethod
+    def from_constants(cls, constants: "Constants | None" = None) -> "Calibration":
+        """Every cell a constants file says set one of its constants (defaults.yaml by default)."""
+        constants = constants or Constants.default()
+        cal = cls()
+        for scope, table in constants._scopes.items():
+            for c in table.values():
+                if c.cells:
+                    cal.record(f"{scope}.{c.name}", [tuple(x) if isinstance(x, list) else x for x in c.cells],
+                               note=c.source[:120])
+        return cal
+
     def record(self, constant: str, cells: Iterable, note: str = "") -> None:
         self.used.setdefault(constant, set()).update(map(_freeze, cells))
         if note:

@@ -20,8 +20,9 @@ from itertools import combinations
 
 import numpy as np
 
-from steptime.experiments.transfer import (_layer_shapes, attention_cells, attention_work, gemm_cells, gemm_work,
+from steptime.experiments.transfer import (attention_cells, attention_work, gemm_cells, gemm_work,
                                            predict_profiled, roofline_s)
+from steptime.step import layer_shapes
 
 GPUS = ("a100-sxm", "l40s", "rtx-pro-6000", "h100-sxm", "h200-sxm", "b200", "gb200", "b300", "gb300")
 TPS = (1, 2, 4, 8)
@@ -51,7 +52,7 @@ def on_grid_models(gemm, attn, gpus=GPUS, tps=TPS):
         for tp in tps:
             if m.num_attention_heads % tp:
                 continue
-            shapes = _layer_shapes(m, tp)
+            shapes = layer_shapes(m, tp)
             hk = (m.num_attention_heads // tp, max(1, m.num_key_value_heads // tp))
             sig = (tuple(shapes.values()), hk)
             if sig in seen:
@@ -90,7 +91,7 @@ def component_cells(wl: dict):
 
     m = get_model(wl["model"])
     tp = wl["tp"]
-    gem = [(term, wl["tokens"], n, k) for term, (n, k) in _layer_shapes(m, tp).items()]
+    gem = [(term, wl["tokens"], n, k) for term, (n, k) in layer_shapes(m, tp).items()]
     h, hk = m.num_attention_heads // tp, max(1, m.num_key_value_heads // tp)
     new = 1 if wl["phase"] == "decode" else wl["tokens"]
     att = {"phase": wl["phase"], "batch_size": float(wl["batch"]), "new_tokens": float(new),

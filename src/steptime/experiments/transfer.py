@@ -19,7 +19,7 @@ Predictors, per (home GPU, target GPU):
   max(flops / P, bytes / BW) on each GPU: the most charitable transfer;
 * ``steptime``: the library's prediction from the datasheet and, per target GPU, the
   families' leave-one-GPU-out constants (fitted without the target) plus the target's own
-  deploy readings (`held_out_constants_for`); every cell that set a constant for the target
+  deploy readings (`steptime.evaluate.held_out.HeldOut`); every cell that set a constant for the target
   is excluded from its scoring and listed in the result's provenance.
 
 The home model is fitted once per (dataset, home GPU) by `fit_home` and cached by the
@@ -31,6 +31,8 @@ from __future__ import annotations
 import time
 
 import numpy as np
+
+from steptime.calibration import Calibration
 
 DATASETS = ("vidur_step", "aic_gemm", "aic_attention")
 PREDICTORS = ("rf_home", "poly_home", "rf_verbatim", "poly_verbatim", "rf_spec_scaled", "poly_spec_scaled",
@@ -290,13 +292,14 @@ def attention_work(cells):
 def step_op_work(cells):
     """{op: (flops, bytes)} for Vidur's per-layer operators of each step cell."""
     from steptime.specs import get_model
+    from steptime.step import layer_shapes
     from steptime.terms import light
 
     out = {op: (np.zeros(len(cells)), np.zeros(len(cells))) for op in STEP_OPS}
     for (model, tp), idx in cells.groupby(["model", "tp"]).indices.items():
         mdl = get_model(model)
         T = cells["num_tokens"].to_numpy(dtype=float)[idx]
-        shapes = _layer_shapes(mdl, int(tp))
+        shapes = layer_shapes(mdl, int(tp))
         for op, term in GEMM_OPS.items():
             n, k = shapes[term]
             f, b = gemm_work(T, n, k)
@@ -304,12 +307,6 @@ def step_op_work(cells):
         for op, kern in LIGHT_OPS.items():
             out[op][1][idx] = light.light_bytes(kern, T, mdl, int(tp))
     return out
-
-
-def _layer_shapes(model, tp):
-    h = model.hidden_size
-    return {"qkv_proj": (model.qkv_out // tp, h), "o_proj": (h, model.q_size // tp),
-            "gate_up_proj": (model.mlp_up_out // tp, h), "down_proj": (h, model.intermediate_size // tp)}
 
 
 def spec_ratio(dataset: str, cells, home_gpu: str, target_gpu: str):
@@ -332,88 +329,34 @@ def predict_steptime(dataset: str, cells, gpu: str, constants=None):
         return np.asarray(predict_ops("gemm", gpu, constants=constants, m=cells["m"].to_numpy(),
                                       n=cells["n"].to_numpy(), k=cells["k"].to_numpy())["t_ms"], dtype=float)
     if dataset == "aic_attention":
-        from steptime.terms import attention as A
+        # the attention term's operator-table cell function (as E1.24 scores it): a cell is
+        # `batch` alike requests of `new_tokens` over `kv_len - new_tokens` cached tokens;
+        # AIConfigurator replays its kernels in CUDA graphs, so the L2 is warm
+        from steptime.specs import get_gpu
+        from steptime.terms.attention import attention_cells
 
-        if hasattr(A, "attention_cells"):
-            # the attention term's operator-table cell function (as E1.24 scores it): a cell is
-            # `batch` alike requests of `new_tokens` over `kv_len - new_tokens` cached tokens;
-            # AIConfigurator replays its kernels in CUDA graphs, so the L2 is warm
-            from steptime.specs import get_gpu
-
-            cached = cells["kv_len"].to_numpy(dtype=float) - np.where(cells["phase"] == "decode", 1.0, 0.0)
-            r = A.attention_cells(cells["batch_size"].to_numpy(dtype=float), cells["new_tokens"].to_numpy(dtype=float),
-                                  cached, cells["num_heads"].to_numpy(dtype=float),
-                                  cells["num_kv_heads"].to_numpy(dtype=float), cells["head_dim"].to_numpy(dtype=float),
-                                  get_gpu(gpu), constants, kv_dtype="bf16", warm_l2=True)
-            return np.asarray(r["t"], dtype=float) * 1e3
-        out = np.zeros(len(cells))
-        for phase in ("decode", "prefill"):
-            mask = (cells["phase"] == phase).to_numpy()
-            if not mask.any():
-                continue
-            c = cells[mask]
-            kw = dict(batch=c["batch_size"].to_numpy(), heads=c["num_heads"].to_numpy(),
-                      kv_heads=c["num_kv_heads"].to_numpy(), head_dim=c["head_dim"].to_numpy())
-            if phase == "decode":
-                r = predict_ops("attention_decode", gpu, constants=constants, kv_len=c["kv_len"].to_numpy(), **kw)
-            else:
-                r = predict_ops("attention_prefill", gpu, constants=constants, tokens=c["new_tokens"].to_numpy(),
-                                kv_len=c["kv_len"].to_numpy(), **kw)
-            out[mask] = np.asarray(r["t_ms"], dtype=float)
-        return out
+        cached = cells["kv_len"].to_numpy(dtype=float) - np.where(cells["phase"] == "decode", 1.0, 0.0)
+        r = attention_cells(cells["batch_size"].to_numpy(dtype=float), cells["new_tokens"].to_numpy(dtype=float),
+                            cached, cells["num_heads"].to_numpy(dtype=float),
+                            cells["num_kv_heads"].to_numpy(dtype=float), cells["head_dim"].to_numpy(dtype=float),
+                            get_gpu(gpu), constants, kv_dtype="bf16", warm_l2=True)
+        return np.asarray(r["t"], dtype=float) * 1e3
     return predict_layer_ops(cells, gpu, constants)
 
 
 def predict_layer_ops(cells, gpu, constants=None):
-    """Per-layer non-attention step (Vidur's nine operators, each once) from the term functions.
+    """Per-layer non-attention step (Vidur's nine operators, each once), ms per cell."""
+    from steptime.step import vidur_layer_time
 
-    Uses steptime.step's per-layer Vidur-step function when the library provides one
-    (`vidur_layer_time`), else sums the GEMM and light terms here.
-    """
-    from steptime import step as _step
-
-    fn = getattr(_step, "vidur_layer_time", None)
     out = np.zeros(len(cells))
+    T = cells["num_tokens"].to_numpy(dtype=float)
     for (model, tp), idx in cells.groupby(["model", "tp"]).indices.items():
-        T = cells["num_tokens"].to_numpy(dtype=float)[idx]
-        if fn is not None:
-            out[idx] = np.asarray(fn(model, gpu, T, tp=int(tp), constants=constants), dtype=float)
-            continue
-        out[idx] = _layer_ops_from_terms(model, gpu, T, int(tp), constants)
+        out[idx] = np.asarray(vidur_layer_time(model, gpu, T[idx], tp=int(tp), constants=constants), dtype=float)
     return out
-
-
-def _layer_ops_from_terms(model, gpu, T, tp, constants=None):
-    from steptime.calibration import Constants
-    from steptime.specs import get_gpu, get_model
-    from steptime.terms import gemm, light
-
-    mdl, g = get_model(model), get_gpu(gpu)
-    constants = constants or Constants.default()
-    total = np.zeros(len(T))
-    for term, (n, k) in _layer_shapes(mdl, tp).items():
-        total += gemm.gemm_time(T, n, k, g, constants)["t"]
-    for kern in LIGHT_OPS.values():
-        total += light.light_time(kern, light.light_bytes(kern, T, mdl, tp), g, constants)
-    return total * 1e3
 
 
 # ---------------------------------------------------------------------------------------
 # Calibration contract for the steptime rows
-def steptime_calibration(constants=None):
-    """A Calibration listing every cell defaults.yaml says set a constant."""
-    from steptime.calibration import Calibration, Constants
-
-    constants = constants or Constants.default()
-    cal = Calibration()
-    for scope, table in constants._scopes.items():
-        for c in table.values():
-            if c.cells:
-                cal.record(f"{scope}.{c.name}", [tuple(x) if isinstance(x, list) else x for x in c.cells],
-                           note=c.source[:120])
-    return cal
-
-
 def calibration_summary(cal, target: str) -> dict:
     """Compact calibration record for one scored GPU: the target's own cells that set a
     constant (excluded from scoring), a count of the other cells, and the fold notes."""
@@ -545,7 +488,7 @@ def transfer_records(dataset: str, cells, bundle: dict, targets, *, n_boot: int 
         if constants_for is not None:
             constants, cal = constants_for(target)
         else:
-            cal = calibration if calibration is not None else steptime_calibration(constants)
+            cal = calibration if calibration is not None else Calibration.from_constants(constants)
         tc = cells[cells["gpu"] == target].reset_index(drop=True)
         if tc.empty:
             continue
@@ -730,81 +673,3 @@ def plot_transfer(records, stem, full_grid: bool = False):
         "(held-out at home, verbatim and spec-scaled by the datasheet-roofline ratio off home) and of "
         f"steptime (datasheet + defaults, no target profile), per target GPU. RF grid: "
         f"{'Vidur full grid' if full_grid else 'fast small grid'}. Data: AIConfigurator tables and Vidur profiles."))
-
-
-def held_out_constants_for(dataset: str, raw=None, gpus=None, gemm_doc: dict | None = None,
-                          attn_doc: dict | None = None):
-    """A `constants_for(target)` hook giving steptime, for each target GPU, the constants the
-    families fitted WITHOUT that GPU (leave-one-GPU-out) plus its own deploy readings:
-
-    * GEMM (aic_gemm, vidur_step, ranking): the target's fold of
-      results/calibration/gemm_constants.json (`gemm_doc`), via steptime.experiments.gemm;
-    * attention (aic_attention, ranking): the target's held-out factors in results/E1_24.json
-      (`attn_doc` metrics.per_gpu[gpu].factors; the shipped per-lane factors, fitted on all
-      GPUs of a lane, are switched off for the target);
-    * light (vidur_step): steptime.experiments.step.held_out_constants (light constants fitted
-      on the OTHER Vidur GPUs plus the target's one light_bw_scale reading; needs `raw`, the
-      Vidur table).
-
-    Families whose held-out constants are not given fall back to defaults.yaml (recorded in
-    the calibration log). Returns None when no family applies.
-    """
-    from steptime.calibration import Constants
-
-    uses = {"aic_gemm": ("gemm",), "aic_attention": ("attention",), "vidur_step": ("light", "gemm"),
-            "ranking": ("gemm", "attention")}[dataset]
-    light_cells = None
-    if "light" in uses and raw is not None:
-        try:
-            from steptime.experiments import light as LX
-            from steptime.experiments import step as SX
-
-            light_cells = LX.tidy_cells(raw) if hasattr(SX, "held_out_constants") else None
-        except ImportError:
-            light_cells = None
-    have_gemm = "gemm" in uses and gemm_doc is not None
-    have_attn = "attention" in uses and attn_doc is not None
-    if light_cells is None and not have_gemm and not have_attn:
-        return None
-    light_gpus = list(gpus or TARGETS["vidur_step"])
-    memo = {}
-
-    def constants_for(target):
-        if target in memo:
-            return memo[target]
-        from steptime.specs import get_gpu
-
-        key = get_gpu(target).key
-        notes = {}
-        c = Constants.default()
-        if light_cells is not None:
-            from steptime.experiments import step as SX
-
-            c, info = SX.held_out_constants(light_cells, target, light_gpus)
-            notes["light"] = (f"light_bw_scale@{key}", [tuple(info["deploy_cell"])],
-                              f"light constants fitted on {info['fit_on']}; one deploy reading on {key}")
-        if have_gemm and key in gemm_doc.get("folds", {}):
-            from steptime.experiments import gemm as GX
-
-            fold = GX.fold_from_json(gemm_doc, key)
-            c = c.with_overrides(fold["params"], scope=f"gpu.{key}", provenance="FITTED",
-                                 source="GEMM leave-one-GPU-out fold (results/calibration/gemm_constants.json)")
-            notes["gemm"] = (f"gemm_fold@{key}", [tuple(cell) for cell, _ in fold["readings"].values()],
-                             "GEMM globals fitted on the other GPUs; the target's three deploy readings")
-        if have_attn and key in attn_doc.get("metrics", {}).get("per_gpu", {}):
-            pg = attn_doc["metrics"]["per_gpu"][key]
-            c = c.with_overrides({**pg["factors"], "attn_lane_factors": {}}, scope=f"gpu.{key}",
-                                 provenance="FITTED", source=f"E1.24 held-out fold (fit on {pg.get('fit_on')})")
-            notes["attention"] = (f"attention_fold@{key}", [tuple(v) for v in pg["deploy_cells"].values()],
-                                  f"attention factors fitted on {pg.get('fit_on')}; the target's deploy readings")
-        cal = steptime_calibration(c)
-        for fam in uses:
-            if fam in notes:
-                name, cells, note = notes[fam]
-                cal.record(name, cells, note=note)
-            else:
-                cal.notes[f"{fam}_constants"] = "defaults.yaml as shipped (no held-out fold for this GPU)"
-        memo[target] = (c, cal)
-        return memo[target]
-
-    return constants_for

@@ -1,0 +1,103 @@
+"""A GPU's held-out constants across every family: the calibration contract in one call.
+
+Scoring GPU X, steptime may use constants fitted on the OTHER GPUs plus at most a few
+named deploy readings on X, never cells it is then scored on. Each family settles its
+held-out fold in its own experiment; this module composes them for one target:
+
+* ``gemm``: the target's leave-one-GPU-out fold of ``results/calibration/gemm_constants.json``
+  (globals fitted without X, then X's three deploy readings; `steptime.experiments.gemm`);
+* ``attention``: the target's held-out factors in ``results/E1_24.json``
+  (``metrics.per_gpu[X]``: fitted on the other GPUs of its lane plus X's deploy readings;
+  the shipped per-lane factors, fitted with X, are switched off);
+* ``light``: light-kernel constants refitted on the other Vidur GPUs plus X's one
+  ``light_bw_scale`` reading (`steptime.experiments.step.held_out_constants`).
+
+A family whose fold is not given, or has no fold for X, keeps defaults.yaml and the
+returned Calibration says so in its notes. Every cell that set a constant is recorded in
+the Calibration, so the scorer can `check_disjoint` / exclude them.
+
+    heldout = HeldOut(families=("gemm", "attention"), gemm_doc=..., attn_doc=...)
+    constants, calibration = heldout("h100-sxm")
+"""
+
+from __future__ import annotations
+
+from steptime.calibration import Calibration, Constants
+
+FAMILIES = ("gemm", "attention", "light")
+# Which families each scored dataset exercises (E2.x experiments use these names).
+DATASET_FAMILIES = {"aic_gemm": ("gemm",), "aic_attention": ("attention",), "vidur_step": ("light", "gemm"),
+                    "ranking": ("gemm", "attention")}
+
+
+def held_out_constants(target: str, families=FAMILIES, *, gemm_doc: dict | None = None,
+                       attn_doc: dict | None = None, light_cells=None, light_gpus=None,
+                       base: Constants | None = None) -> tuple[Constants, Calibration]:
+    """Constants for scoring `target` held out, and the Calibration listing every cell that
+    set one (defaults.yaml's own cells included, `Calibration.from_constants`)."""
+    from steptime.specs import get_gpu
+
+    unknown = [f for f in families if f not in FAMILIES]
+    if unknown:
+        raise ValueError(f"unknown constant families {unknown} (known: {', '.join(FAMILIES)})")
+    key = get_gpu(target).key
+    c = base or Constants.default()
+    notes: dict[str, tuple] = {}
+    if "light" in families and light_cells is not None:
+        from steptime.experiments import step as SX
+
+        c, info = SX.held_out_constants(light_cells, target, list(light_gpus or sorted(set(light_cells["gpu"]))))
+        notes["light"] = (f"light_bw_scale@{key}", [tuple(info["deploy_cell"])],
+                          f"light constants fitted on {info['fit_on']}; one deploy reading on {key}")
+    if "gemm" in families and gemm_doc is not None and key in gemm_doc.get("folds", {}):
+        from steptime.experiments import gemm as GX
+
+        fold = GX.fold_from_json(gemm_doc, key)
+        c = c.with_overrides(fold["params"], scope=f"gpu.{key}", provenance="FITTED",
+                             source="GEMM leave-one-GPU-out fold (results/calibration/gemm_constants.json)")
+        notes["gemm"] = (f"gemm_fold@{key}", [tuple(cell) for cell, _ in fold["readings"].values()],
+                         "GEMM globals fitted on the other GPUs; the target's three deploy readings")
+    per_gpu = (attn_doc or {}).get("metrics", {}).get("per_gpu", {})
+    if "attention" in families and key in per_gpu:
+        pg = per_gpu[key]
+        c = c.with_overrides({**pg["factors"], "attn_lane_factors": {}}, scope=f"gpu.{key}",
+                             provenance="FITTED", source=f"E1.24 held-out fold (fit on {pg.get('fit_on')})")
+        notes["attention"] = (f"attention_fold@{key}", [tuple(v) for v in pg["deploy_cells"].values()],
+                              f"attention factors fitted on {pg.get('fit_on')}; the target's deploy readings")
+    cal = Calibration.from_constants(c)
+    for fam in families:
+        if fam in notes:
+            name, cells, note = notes[fam]
+            cal.record(name, cells, note=note)
+        else:
+            cal.notes[f"{fam}_constants"] = "defaults.yaml as shipped (no held-out fold for this GPU)"
+    return c, cal
+
+
+class HeldOut:
+    """`held_out_constants` for one set of folds, memoised per target: call it with a GPU."""
+
+    def __init__(self, families=FAMILIES, *, gemm_doc: dict | None = None, attn_doc: dict | None = None,
+                 light_cells=None, light_gpus=None):
+        self.families = tuple(families)
+        self._kw = dict(gemm_doc=gemm_doc, attn_doc=attn_doc, light_cells=light_cells, light_gpus=light_gpus)
+        self._memo: dict = {}
+
+    @classmethod
+    def for_dataset(cls, dataset: str, *, vidur=None, light_gpus=None, gemm_doc: dict | None = None,
+                    attn_doc: dict | None = None) -> "HeldOut":
+        """The families `dataset` exercises; `vidur` is the tidy Vidur table the light fit reads."""
+        if dataset not in DATASET_FAMILIES:
+            raise ValueError(f"unknown dataset {dataset!r} (known: {', '.join(DATASET_FAMILIES)})")
+        fams = DATASET_FAMILIES[dataset]
+        light_cells = None
+        if "light" in fams and vidur is not None:
+            from steptime.experiments import light as LX
+
+            light_cells = LX.tidy_cells(vidur)
+        return cls(fams, gemm_doc=gemm_doc, attn_doc=attn_doc, light_cells=light_cells, light_gpus=light_gpus)
+
+    def __call__(self, target: str) -> tuple[Constants, Calibration]:
+        if target not in self._memo:
+            self._memo[target] = held_out_constants(target, self.families, **self._kw)
+        return self._memo[target]
