@@ -137,3 +137,26 @@ def test_fill_paradigms():
     assert G.fill_paradigm(get_gpu("a100-sxm")) == "wave"
     assert G.fill_paradigm(get_gpu("h100-sxm")) == "persistent"
     assert G.fill_paradigm(get_gpu("rtx-pro-6000")) == "wave"
+
+
+@pytest.mark.parametrize("gpu", ["a100-sxm", "h100-sxm", "b200", "rtx-pro-6000"])
+def test_small_batch_path_picks_the_same_launch_as_the_option_loop(gpu):
+    """sm_fill scores small batches in one cells x options broadcast and large ones option by
+    option; both must choose the same launch for every cell (either paradigm)."""
+    g = get_gpu(gpu)
+    p = G.resolve(g)
+    rng = np.random.default_rng(0)
+    m = np.concatenate([2.0 ** rng.integers(0, 15, 300), rng.integers(1, 9000, 300).astype(float)])
+    n = rng.choice([128.0, 1024, 2560, 4096, 6144, 14336, 28672, 128256], m.size)
+    k = rng.choice([64.0, 512, 1024, 4096, 8192, 14336], m.size)
+    for paradigm in ("wave", "persistent"):
+        opts = G._options(p, paradigm)
+        grid = float(g.sms * int(p["ctas_per_sm"])) if paradigm == "wave" else float(
+            G.cluster_cap(g, int(p["cluster_size"])))
+        loop = G._best_option_loop(m, n, k, opts, paradigm, g, p, grid)
+        small = G._best_option_2d(m, n, k, opts, paradigm, g, p, grid)
+        assert (loop == small).all()
+        assert len(set(loop.tolist())) > 3  # the sample exercises several launch options
+    one = G.gemm_time(np.array([16.0]), 4096, 4096, g)["t"]
+    many = G.gemm_time(np.full(G.SMALL_BATCH + 1, 16.0), 4096, 4096, g)["t"]
+    assert one[0] == many[0]

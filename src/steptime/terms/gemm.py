@@ -139,8 +139,10 @@ def _options(p: dict, paradigm: str):
 SPLITK_MAX_WAVES = 2.0  # split-K is considered only while a tile's output grid is under two full grids
 
 
-def _option_terms(m, n, k, tm, tn, rel, split, sk, paradigm: str, gpu, p: dict) -> dict:
-    """Fill, duty and score of launch option(s) (arrays broadcast: cells x options or per cell)."""
+def _option_terms(m, n, k, tm, tn, rel, split, sk, paradigm: str, gpu, p: dict, cap: float | None = None) -> dict:
+    """Fill, duty and score of launch option(s) (arrays broadcast: cells x options or per cell).
+
+    `cap` is the persistent grid cap (`cluster_cap`), passed in by callers that already hold it."""
     is_sk = sk > 0
     tiles_mn = np.ceil(m / tm) * np.ceil(n / tn)
     tiles = tiles_mn * split
@@ -154,7 +156,8 @@ def _option_terms(m, n, k, tm, tn, rel, split, sk, paradigm: str, gpu, p: dict) 
         tiles_per_cta = np.where(is_sk, tiles / slots, waves)
         prologue = 1.0
     elif paradigm == "persistent":
-        cap = float(cluster_cap(gpu, int(p["cluster_size"])))
+        if cap is None:
+            cap = float(cluster_cap(gpu, int(p["cluster_size"])))
         grid = np.where(is_sk, cap, np.minimum(tiles, cap))
         rounds = np.ceil(tiles / grid)
         tail = np.where(is_sk, 1.0, tiles / (rounds * grid))
@@ -184,7 +187,8 @@ def sm_fill(m, n, k, gpu, constants: Constants | None = None, params: dict | Non
     stream-K launch that spreads the m n k work evenly over a full grid (no tail, no idle
     SMs up to the grid cap) at a relative throughput `streamk_rel` (its fix-up and
     bookkeeping cost). The best score (fill x duty) wins, as a heuristic picking the
-    fastest kernel would. Options are scanned one at a time over 1-D cell arrays.
+    fastest kernel would. Small batches score every option in one broadcast, large
+    ones scan the options one at a time over 1-D cell arrays; both pick the same option.
     """
     p = params if params is not None else resolve(gpu, constants)
     m, n, k = np.broadcast_arrays(np.asarray(m, dtype=float), np.asarray(n, dtype=float),
@@ -197,6 +201,80 @@ def sm_fill(m, n, k, gpu, constants: Constants | None = None, params: dict | Non
         grid_max = float(gpu.sms * int(p["ctas_per_sm"]))
     else:
         grid_max = float(cluster_cap(gpu, int(p["cluster_size"])))
+    if m.size <= SMALL_BATCH:
+        idx = _best_option_2d(m, n, k, opts, paradigm, gpu, p, grid_max)
+    else:
+        idx = _best_option_loop(m, n, k, opts, paradigm, gpu, p, grid_max)
+    ch = opts[idx]
+    r = _option_terms(m, n, k, ch[:, 0], ch[:, 1], ch[:, 2], ch[:, 3], ch[:, 4], paradigm, gpu, p,
+                      cap=None if paradigm == "wave" else grid_max)
+    return {
+        "paradigm": paradigm,
+        "eta_cluster": r["eta_cluster"].reshape(shape),
+        "eta_duty": r["eta_duty"].reshape(shape),
+        "tile_m": ch[:, 0].reshape(shape),
+        "tile_n": ch[:, 1].reshape(shape),
+        "split_k": ch[:, 3].reshape(shape),
+        "stream_k": (ch[:, 4] > 0).reshape(shape),
+        "grid": r["grid"].reshape(shape),
+        "tiles_per_cta": r["tiles_per_cta"].reshape(shape),
+    }
+
+
+# Below this many cells every option is scored in one (cells x options) broadcast: a
+# scheduler's one-step call then pays a few numpy calls instead of one loop turn per option.
+SMALL_BATCH = 256
+
+
+def _split1_score(tiles, mn, k, tm, tn, rel, sk, paradigm: str, gpu, grid_max: float, duty_k: float,
+                  duty_c: float, dk):
+    """Score of split-K-1 options (`tiles` = ceil(m/tm) ceil(n/tn), `dk` = 1/(1 + duty_k/k)):
+    the algebra of `_option_terms` reduced to the score. `sk` may be a scalar or an array."""
+    if paradigm == "wave":
+        return (mn * (rel / (tm * tn * grid_max))) / np.ceil(tiles / grid_max) * dk
+
+    def plain():
+        rounds = np.ceil(tiles / grid_max)
+        return (mn * (rel / (tm * tn * gpu.sms))) / rounds * dk / (1.0 + duty_c / rounds)
+
+    def streamk():  # persistent only: a full grid, no tail
+        tpc = tiles / grid_max
+        kc = k * np.minimum(1.0, tpc)
+        return (mn * (rel * grid_max / (tm * tn * gpu.sms))) / tiles / (1.0 + duty_k / kc) \
+            / (1.0 + duty_c / np.maximum(tpc, 1.0 / 8.0))
+
+    is_sk = np.asarray(sk) > 0
+    if not is_sk.any():
+        return plain()
+    if is_sk.all():
+        return streamk()
+    return np.where(is_sk, streamk(), plain())
+
+
+def _best_option_2d(m, n, k, opts, paradigm: str, gpu, p: dict, grid_max: float):
+    """Index of the best launch option per cell, every option at once (small batches).
+    Same scores and the same first-best tie rule as `_best_option_loop`."""
+    duty_k, duty_c = float(p["duty_k"]), float(p["duty_c"])
+    M, N, K = m[:, None], n[:, None], k[:, None]
+    tm, tn, rel, split, sk = (opts[None, :, c] for c in range(5))
+    one = opts[:, 3] == 1
+    score = np.full((m.size, len(opts)), -np.inf)
+    o_tm, o_tn = tm[:, one], tn[:, one]
+    score[:, one] = _split1_score(np.ceil(M / o_tm) * np.ceil(N / o_tn), M * N, K, o_tm, o_tn, rel[:, one],
+                                  sk[:, one], paradigm, gpu, grid_max, duty_k, duty_c, 1.0 / (1.0 + duty_k / K))
+    if np.any(~one):
+        s_tm, s_tn, s_split = tm[:, ~one], tn[:, ~one], split[:, ~one]
+        ok = (np.ceil(M / s_tm) * np.ceil(N / s_tn) < SPLITK_MAX_WAVES * grid_max) & (K >= SPLITK_MIN_K * s_split)
+        sc = _option_terms(M, N, K, s_tm, s_tn, rel[:, ~one], s_split, sk[:, ~one], paradigm, gpu, p,
+                           cap=None if paradigm == "wave" else grid_max)["score"]
+        score[:, ~one] = np.where(ok, sc, -np.inf)
+    score[np.isnan(score)] = -np.inf  # the loop never picks a NaN score either
+    return np.argmax(score, axis=1)
+
+
+def _best_option_loop(m, n, k, opts, paradigm: str, gpu, p: dict, grid_max: float):
+    """Index of the best launch option per cell, one option at a time over 1-D cell arrays
+    (large batches: no cells x options temporaries)."""
     best = np.full(m.shape, -1.0)
     idx = np.zeros(m.shape, dtype=np.int64)
     mn = m * n
@@ -212,45 +290,25 @@ def sm_fill(m, n, k, gpu, constants: Constants | None = None, params: dict | Non
             sel = few[k[few] >= SPLITK_MIN_K * split]
             if sel.size == 0:
                 continue
-            sc = _option_terms(m[sel], n[sel], k[sel], tm, tn, rel, split, sk, paradigm, gpu, p)["score"]
+            sc = _option_terms(m[sel], n[sel], k[sel], tm, tn, rel, split, sk, paradigm, gpu, p,
+                               cap=None if paradigm == "wave" else grid_max)["score"]
             better = sc > best[sel]
             best[sel[better]] = sc[better]
             idx[sel[better]] = j
             continue
-        # split-K 1: the same algebra as _option_terms, reduced to the score (fast path)
+        # split-K 1: the score alone (fast path), ceil(m/tm), ceil(n/tn) and the duty shared across options
         if tm not in ceil_m:
             ceil_m[tm] = np.ceil(m / tm)
         if tn not in ceil_n:
             ceil_n[tn] = np.ceil(n / tn)
         if "k" not in dk:
             dk["k"] = 1.0 / (1.0 + duty_k / k)
-        tiles = ceil_m[tm] * ceil_n[tn]
-        if sk > 0:  # stream-K (persistent only): full grid, no tail
-            tpc = tiles / grid_max
-            kc = k * np.minimum(1.0, tpc)
-            sc = (mn * (rel * grid_max / (tm * tn * gpu.sms))) / tiles / (1.0 + duty_k / kc) \
-                / (1.0 + duty_c / np.maximum(tpc, 1.0 / 8.0))
-        elif paradigm == "wave":
-            sc = (mn * (rel / (tm * tn * grid_max))) / np.ceil(tiles / grid_max) * dk["k"]
-        else:
-            rounds = np.ceil(tiles / grid_max)
-            sc = (mn * (rel / (tm * tn * gpu.sms))) / rounds * dk["k"] / (1.0 + duty_c / rounds)
+        sc = _split1_score(ceil_m[tm] * ceil_n[tn], mn, k, tm, tn, rel, sk, paradigm, gpu, grid_max, duty_k,
+                           duty_c, dk["k"])
         better = sc > best
         np.maximum(best, sc, out=best)
         np.putmask(idx, better, j)
-    ch = opts[idx]
-    r = _option_terms(m, n, k, ch[:, 0], ch[:, 1], ch[:, 2], ch[:, 3], ch[:, 4], paradigm, gpu, p)
-    return {
-        "paradigm": paradigm,
-        "eta_cluster": r["eta_cluster"].reshape(shape),
-        "eta_duty": r["eta_duty"].reshape(shape),
-        "tile_m": ch[:, 0].reshape(shape),
-        "tile_n": ch[:, 1].reshape(shape),
-        "split_k": ch[:, 3].reshape(shape),
-        "stream_k": (ch[:, 4] > 0).reshape(shape),
-        "grid": r["grid"].reshape(shape),
-        "tiles_per_cta": r["tiles_per_cta"].reshape(shape),
-    }
+    return idx
 
 
 def l2_path_fraction(gpu, gain: float) -> float:
