@@ -26,24 +26,32 @@ def test_ncu_parse_units_and_pick_gemm_kernel():
     assert big["f_clk"] == pytest.approx(1400 / 1980)
 
 
+@pytest.mark.filterwarnings("ignore:Length of header")  # the header lacks a field the rows have
 def test_ncu_bad_files(tmp_path):
     text = (FIX / "ncu_gemm_small.csv").read_text().splitlines()
     p = tmp_path / "missing.csv"
     p.write_text("\n".join([text[0].replace('"launch__grid_size",', "")] + text[1:]))
-    with pytest.raises(DataError, match="missing column"):
+    with pytest.raises(DataError, match=r"missing.csv: row all, column 'launch__grid_size': required column missing"):
         parse_ncu_csv(p)
     p = tmp_path / "pct.csv"
     p.write_text("\n".join(text[:4] + [text[4].replace('"95.00"', '"195.00"')]))
-    with pytest.raises(DataError, match=r"row 5, column 'sm__pipe_tensor"):
+    with pytest.raises(DataError, match=r"pct.csv: row 3 \(line 5\), column 'sm__pipe_tensor.*in_range"):
         parse_ncu_csv(p)
     p = tmp_path / "unit.csv"
     p.write_text("\n".join([text[0], text[1].replace('"nsecond"', '"fortnight"')] + text[2:]))
-    with pytest.raises(DataError, match="unknown unit"):
+    with pytest.raises(DataError, match=r"unit.csv: row 0 \(line 2\), column 'gpu__time_duration.sum': unknown unit"):
         parse_ncu_csv(p)
     p = tmp_path / "trunc.csv"
     p.write_text("\n".join(text[:2]))
     with pytest.raises(DataError, match="no kernel rows"):
         parse_ncu_csv(p)
+    p = tmp_path / "nan.csv"
+    p.write_text("\n".join(text[:3] + [text[3].replace('"16,000"', '"n/a"')] + text[4:]))
+    with pytest.raises(DataError, match=r"nan.csv: row 2 \(line 4\), column 'gpu__time_duration.sum'.*'n/a'") as exc:
+        parse_ncu_csv(p)
+    assert "row all" not in str(exc.value)  # no column-wide echo of the value that would not convert
+    with pytest.raises(DataError, match=r"absent.csv: file missing$"):  # telemetry is not in raw/MANIFEST.yaml
+        parse_ncu_csv(tmp_path / "absent.csv")
 
 
 def test_clock_sweep_reduction():
@@ -60,9 +68,13 @@ def test_clock_sweep_bad_rows(tmp_path):
     lines = (FIX / "clock_sweep_small.csv").read_text().splitlines()
     p = tmp_path / "neg.csv"
     p.write_text("\n".join(lines[:2] + [lines[2].replace(",0.02,", ",-0.02,")]))
-    with pytest.raises(DataError, match=r"row 3, column 'latency_ms'"):
+    with pytest.raises(DataError, match=r"neg.csv: row 1 \(line 3\), column 'latency_ms'"):
         parse_clock_sweep(p)
     p = tmp_path / "nan.csv"
     p.write_text("\n".join(lines[:2] + [lines[2].replace(",1980,", ",,")]))
-    with pytest.raises(DataError, match="sm_clock_mhz"):
+    with pytest.raises(DataError, match=r"nan.csv: row 1 \(line 3\), column 'sm_clock_mhz'"):
+        parse_clock_sweep(p)
+    p = tmp_path / "cols.csv"
+    p.write_text("\n".join([lines[0].replace(",samples", "")] + [r.rsplit(",", 1)[0] for r in lines[1:]]))
+    with pytest.raises(DataError, match=r"cols.csv: row all, column 'samples': required column missing"):
         parse_clock_sweep(p)

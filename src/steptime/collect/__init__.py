@@ -2,7 +2,8 @@
 
 Each awaiting experiment has three parts:
   collector  runs on a GPU node (Slurm profile), writes raw/telemetry/<kind>/...csv
-  parser     reads that CSV into a checked tidy table (DataError naming file/row/column)
+  parser     reads that CSV into a checked tidy table through steptime.data.checks (read_csv,
+             a pandera schema, run_schema: a DataError names the file, row and column)
   reduction  turns the tidy table into the numbers the experiment reports
 
 Collectors import torch / pynvml lazily: they are not needed to parse or reduce.

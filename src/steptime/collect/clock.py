@@ -22,6 +22,8 @@ from pathlib import Path
 
 COLUMNS = {"gpu_name": str, "run": int, "order": int, "m": int, "n": int, "k": int, "latency_ms": float,
            "sm_clock_mhz": float, "power_w": float, "temp_c": float, "samples": int}
+POSITIVE = ("m", "n", "k", "latency_ms", "sm_clock_mhz", "samples")
+NONNEGATIVE = ("run", "order", "power_w")
 LADDER = (1, 16, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384)
 
 
@@ -80,11 +82,24 @@ def collect(out: Path, n: int = 4096, k: int = 4096, runs: int = 5, hold_s: floa
                 fh.write(",".join(str(v) for v in r) + "\n")
 
 
-def parse_clock_sweep(path):
-    from steptime.collect.tables import read_checked_csv
+def schema():
+    """pandera schema of the sweep CSV: COLUMNS' types (coerced), ranges from POSITIVE / NONNEGATIVE."""
+    import pandera.pandas as pa
 
-    return read_checked_csv(path, COLUMNS, positive=("m", "n", "k", "latency_ms", "sm_clock_mhz", "samples"),
-                            nonnegative=("run", "order", "power_w"))
+    def column(name, typ):
+        if typ is str:
+            return pa.Column(str, pa.Check.str_length(min_value=1), coerce=True)
+        checks = [pa.Check.gt(0)] if name in POSITIVE else [pa.Check.ge(0)] if name in NONNEGATIVE else []
+        return pa.Column("int64" if typ is int else "float64", checks, coerce=True)
+
+    return pa.DataFrameSchema({c: column(c, t) for c, t in COLUMNS.items()}, name="clock_sweep")
+
+
+def parse_clock_sweep(path):
+    """Sweep CSV -> checked DataFrame; a DataError names the file, row (and line) and column."""
+    from steptime.data.checks import read_csv, run_schema
+
+    return run_schema(read_csv(path, listed_in=None, index_col=False), schema(), path, csv=True)
 
 
 def reduce_clock_sweep(df, gpu, n_boot: int = 1000, seed: int = 0) -> list[dict]:

@@ -17,7 +17,6 @@ picks the GEMM kernel of each cell (the longest kernel) and derives
 from __future__ import annotations
 
 import argparse
-import io
 import subprocess
 import sys
 from pathlib import Path
@@ -38,6 +37,11 @@ METRICS = (
 )
 CELL_COLUMNS = ("m", "n", "k", "clock_control")
 REQUIRED = ("Kernel Name",) + METRICS
+NUMERIC = ("m", "n", "k") + METRICS
+INTEGER = ("m", "n", "k", "launch__grid_size", "launch__block_size", "launch__cluster_dim_x", "launch__cluster_dim_y")
+POSITIVE = ("gpu__time_duration.sum", "sm__cycles_elapsed.avg", "launch__grid_size", "m", "n", "k")
+PERCENT = ("sm__pipe_tensor_cycles_active.avg.pct_of_peak_sustained_active",
+           "gpu__dram_throughput.avg.pct_of_peak_sustained_elapsed")
 
 
 def collect(cells, out: Path, clock_control: str = "none") -> None:  # pragma: no cover - needs a GPU
@@ -60,50 +64,48 @@ def collect(cells, out: Path, clock_control: str = "none") -> None:  # pragma: n
         tmp.write_text("\n".join(frames) + "\n")
 
 
-def parse_ncu_csv(path):
-    """ncu raw CSV (header row + units row) -> DataFrame with numeric metric columns."""
-    import pandas as pd
+def schema():
+    """pandera schema of the kernel rows (thousands separators removed): numbers coerced, ranges checked."""
+    import pandera.pandas as pa
 
-    path = Path(path)
-    try:
-        text = path.read_text()
-        df = pd.read_csv(io.StringIO(text), dtype=str, keep_default_na=False)
-    except (OSError, UnicodeDecodeError, pd.errors.ParserError, pd.errors.EmptyDataError) as exc:
-        raise DataError(f"{path}: cannot parse ncu CSV: {exc}") from None
-    missing = [c for c in CELL_COLUMNS + REQUIRED if c not in df.columns]
-    if missing:
-        raise DataError(f"{path}: missing column(s) {', '.join(missing)}")
+    def number(name):
+        checks = ([pa.Check.gt(0)] if name in POSITIVE else [pa.Check.in_range(0, 100.5)] if name in PERCENT
+                  else [])
+        return pa.Column("int64" if name in INTEGER else "float64", checks, coerce=True)
+
+    cols = {c: pa.Column(str, coerce=True) for c in CELL_COLUMNS + REQUIRED if c not in NUMERIC}
+    cols.update({c: number(c) for c in NUMERIC})
+    return pa.DataFrameSchema(cols, name="ncu_raw")
+
+
+def parse_ncu_csv(path):
+    """ncu raw CSV (header row + units row) -> DataFrame with numeric metric columns.
+
+    A DataError names the file, row and column; rows are numbered as pandas reads the file
+    (the units row is row 0, the first kernel row 1), with the line in the file alongside.
+    """
+    from steptime.data.checks import read_csv, run_schema, where
+
+    df = read_csv(path, listed_in=None, dtype=str, keep_default_na=False, index_col=False)
     if len(df) < 2:
         raise DataError(f"{path}: no kernel rows after the units row")
-    units = df.iloc[0]
-    df = df.iloc[1:].reset_index(drop=True)
-    numeric = list(METRICS) + ["m", "n", "k"]
-    for col in numeric:
-        vals = pd.to_numeric(df[col].str.replace(",", "", regex=False), errors="coerce")
-        if vals.isna().any():
-            row = int(vals.isna().idxmax())
-            raise DataError(f"{path}: row {row + 3}, column {col!r}: not a number ({df[col].iloc[row]!r})")
-        df[col] = vals
-    for col in ("gpu__time_duration.sum", "sm__cycles_elapsed.avg", "launch__grid_size", "m", "n", "k"):
-        if (df[col] <= 0).any():
-            row = int((df[col] <= 0).idxmax())
-            raise DataError(f"{path}: row {row + 3}, column {col!r}: must be > 0")
-    for col in ("sm__pipe_tensor_cycles_active.avg.pct_of_peak_sustained_active",
-                "gpu__dram_throughput.avg.pct_of_peak_sustained_elapsed"):
-        if ((df[col] < 0) | (df[col] > 100.5)).any():
-            row = int(((df[col] < 0) | (df[col] > 100.5)).idxmax())
-            raise DataError(f"{path}: row {row + 3}, column {col!r}: a percentage must be in [0, 100]")
+    units, df = df.iloc[0], df.iloc[1:].copy()  # kernel rows keep their row numbers in the file
+    for col in NUMERIC:
+        if col in df.columns:
+            df[col] = df[col].str.replace(",", "", regex=False)
+    df = run_schema(df, schema(), path, csv=True).reset_index(drop=True)
     # Normalise units: duration to ms, clock to MHz.
     dur_unit = units["gpu__time_duration.sum"].strip()
     scale = {"nsecond": 1e-6, "usecond": 1e-3, "msecond": 1.0, "second": 1e3}.get(dur_unit)
     if scale is None:
-        raise DataError(f"{path}: column 'gpu__time_duration.sum': unknown unit {dur_unit!r}")
+        raise DataError(f"{where(path, 0, 'gpu__time_duration.sum', csv=True)}: unknown unit {dur_unit!r}")
     df["duration_ms"] = df["gpu__time_duration.sum"] * scale
     clk_unit = units["sm__cycles_elapsed.avg.per_second"].strip()
     cscale = {"cycle/second": 1e-6, "cycle/nsecond": 1e3, "cycle/usecond": 1.0, "Mhz": 1.0, "MHz": 1.0,
               "Ghz": 1e3, "GHz": 1e3}.get(clk_unit)
     if cscale is None:
-        raise DataError(f"{path}: column 'sm__cycles_elapsed.avg.per_second': unknown unit {clk_unit!r}")
+        raise DataError(f"{where(path, 0, 'sm__cycles_elapsed.avg.per_second', csv=True)}: unknown unit "
+                        f"{clk_unit!r}")
     df["sm_clock_mhz"] = df["sm__cycles_elapsed.avg.per_second"] * cscale
     return df
 

@@ -47,9 +47,12 @@ def read_parquet(path: Path, columns: list[str] | None = None) -> pd.DataFrame:
                         f"trusted): {type(exc).__name__}: {exc}") from None
 
 
-def read_csv(path: Path, **kw) -> pd.DataFrame:
+def read_csv(path: Path | str, listed_in: str | None = "raw/MANIFEST.yaml", **kw) -> pd.DataFrame:
+    """pandas.read_csv with failures as DataError naming the file; `listed_in` says where a missing
+    file was expected from (None: files found otherwise, e.g. telemetry a collector writes)."""
+    path = Path(path)
     if not path.is_file():
-        raise DataError(f"{path}: file missing (listed in raw/MANIFEST.yaml)")
+        raise DataError(f"{path}: file missing" + (f" (listed in {listed_in})" if listed_in else ""))
     try:
         return pd.read_csv(path, **kw)
     except Exception as exc:
@@ -67,19 +70,27 @@ def run_schema(df: pd.DataFrame, schema, file, csv: bool = False) -> pd.DataFram
     except SchemaError as exc:  # pragma: no cover - lazy=True collects, but be safe
         raise DataError(f"{file}: {exc}") from None
     lines = []
-    # row-level problems first (by row: they say where to look), then column-level ones
+    # missing columns first (the cause of any failure that follows), then row-level problems (by row:
+    # they say where to look), then column-level ones
     fc = fc.copy()
+    fc["_missing"] = fc["check"].astype(str) != "column_in_dataframe"
     fc["_rowkey"] = pd.to_numeric(fc["index"], errors="coerce")
-    fc = fc.sort_values(["_rowkey"], na_position="last", kind="stable")
+    fc = fc.sort_values(["_missing", "_rowkey"], na_position="last", kind="stable")
+    # a column that failed coercion (coerce=True schemas) also fails its value checks as a whole,
+    # a consequence that names no row: list only the rows that would not coerce
+    uncoerced = set(fc.loc[fc["check"].astype(str).str.startswith("coerce_dtype"), "column"])
     seen = set()
     for _, f in fc.iterrows():
         col = f["column"] if f["column"] is not None and f["column"] == f["column"] else None
         check = str(f["check"])
+        no_row = f["index"] is None or (isinstance(f["index"], float) and np.isnan(f["index"]))
+        if no_row and col in uncoerced and not check.startswith("coerce_dtype"):
+            continue
         if check == "column_in_dataframe":
             col = f["failure_case"]
             key = ("missing", col)
             msg = f"{where(file, 'all', col)}: required column missing"
-        elif f["index"] is None or (isinstance(f["index"], float) and np.isnan(f["index"])):
+        elif no_row:
             key = ("col", col, check)
             msg = f"{where(file, 'all', col)}: failed {check} (found {f['failure_case']})"
         else:
