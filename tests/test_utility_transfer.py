@@ -75,6 +75,40 @@ def test_transfer_records_toy_gemm():
     assert T.ratio_table(recs)[0]["target_gpu"] == "h100-sxm"
 
 
+def test_steptime_scaled_profile_transfers_what_steptime_explains():
+    """Measured = steptime's own prediction x 1.2 on both GPUs: the home RF carried by steptime's
+    ratio then transfers almost exactly, better than the same RF carried by the roofline ratio."""
+    frames = []
+    for g in ("a100-sxm", "h100-sxm"):
+        d = _gemm(g, ms=(1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096))
+        d["latency_ms"] = 1.2 * T.predict_steptime("aic_gemm", d, g)
+        d["tokens"] = d["m"]
+        frames.append(d)
+    cells = pd.concat(frames, ignore_index=True)
+    bundle = T.fit_home("aic_gemm", cells, "a100-sxm", seed=0)
+    recs = T.transfer_records("aic_gemm", cells, bundle, ("h100-sxm",), n_boot=50)
+    by = {r["predictor"]: r["mape_all"] for r in recs}
+    assert by["rf_steptime_scaled"] < by["rf_spec_scaled"]
+    # each cell's error is then exactly the RF's own error on the same shape at home
+    tgt = cells[cells.gpu == "h100-sxm"].reset_index(drop=True)
+    tgt = tgt[~T._calibration_mask("aic_gemm", tgt, "h100-sxm", Calibration.from_constants())]
+    home = cells[cells.gpu == "a100-sxm"].set_index(["m", "n", "k"]).loc[list(zip(tgt.m, tgt.n, tgt.k))]
+    home_err = np.mean(np.abs(T.predict_profiled(bundle, "rf", home.reset_index()) / home.latency_ms.to_numpy() - 1))
+    assert by["rf_steptime_scaled"] == pytest.approx(home_err, rel=1e-6)
+    row = T.ratio_table(recs)[0]
+    assert row["ratio_profile_transfer"] == pytest.approx(by["rf_spec_scaled"] / by["rf_steptime_scaled"])
+
+
+def test_step_ratio_per_operator_is_steptimes():
+    cells = pd.DataFrame({"model": ["llama-2-7b", "phi-2"], "tp": [1, 1], "num_tokens": [128, 128]})
+    r = T.steptime_ratio("vidur_step", cells, "a100-sxm", "h100-sxm")
+    a = T.predict_layer_ops(cells, "a100-sxm", per_op=True)
+    h = T.predict_layer_ops(cells, "h100-sxm", per_op=True)
+    assert r["mlp_up_proj"][0] == pytest.approx(h["mlp_up_proj"][0] / a["mlp_up_proj"][0])
+    assert r["post_attention_layernorm"][1] == 1.0  # phi-2's parallel block has no second norm
+    assert sum(a.values()) == pytest.approx(T.predict_layer_ops(cells, "a100-sxm"))
+
+
 def test_attention_cells_vidur_features():
     gen = pd.DataFrame({"gpu": "a100-sxm", "batch_size": [4], "isl": [1], "step": [1023], "num_heads": [32],
                         "num_kv_heads": [8], "head_dim": [128], "kv_cache_dtype": ["bfloat16"], "window_size": [0],
@@ -86,3 +120,17 @@ def test_attention_cells_vidur_features():
     assert c.loc["decode", "kv_cache_size"] == 1024 and c.loc["decode", "tokens"] == 4
     assert c.loc["prefill", "prefill_chunk_size_squared"] == 2 * 1024 ** 2
     assert c.loc["prefill", "kv_cache_size"] == 0
+
+
+def test_profiler_gap_matches_shapes_and_splits_by_size():
+    vidur = pd.DataFrame({"gpu": ["h100-sxm"] * 3, "gemm_m": [1, 1, 4096], "gemm_n": [4096] * 3,
+                          "gemm_k": [4096] * 3, "latency_ms": [0.02, 0.04, 1.2], "op": ["attn_pre_proj"] * 3})
+    vidur = pd.concat([vidur, pd.DataFrame({"gpu": ["h100-sxm"], "gemm_m": [np.nan], "gemm_n": [np.nan],
+                                            "gemm_k": [np.nan], "latency_ms": [9.0], "op": ["add"]})])
+    aic = pd.DataFrame({"gpu": ["h100-sxm", "h100-sxm", "a100-sxm"], "m": [1, 4096, 1], "n": [4096] * 3,
+                        "k": [4096] * 3, "latency_ms": [0.03, 1.0, 5.0]})
+    gap = T.profiler_gap(vidur, aic)
+    assert set(gap) == {"h100-sxm"}  # the A100 row has no Vidur twin
+    assert gap["h100-sxm"]["decode"]["median"] == pytest.approx(1.0)  # median of the two Vidur rows / 0.03
+    assert gap["h100-sxm"]["prefill"] == {"cells": 1, "median": pytest.approx(1.2), "p10": pytest.approx(1.2),
+                                          "p90": pytest.approx(1.2)}

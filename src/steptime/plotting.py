@@ -14,6 +14,7 @@ PALETTE = {
     "rf_home": "#1a9850",
     "rf_verbatim": "#d73027",
     "rf_spec_scaled": "#fc8d59",
+    "rf_steptime_scaled": "#74add1",
     "measured": "#000000",
 }
 

@@ -21,7 +21,8 @@ records, fits, cal_log = [], [], {}
 cells = {ds: transfer.load_cells(ds, transfer.step_tps(fast, full)) for ds in transfer.DATASETS}
 gemm_doc = json.load(open(snakemake.input.gemm_constants))
 attn_doc = json.load(open(snakemake.input.attention))
-hooks = {"vidur_step": HeldOut.for_dataset("vidur_step", vidur=data.load_vidur_mlp(),
+vidur = data.load_vidur_mlp()
+hooks = {"vidur_step": HeldOut.for_dataset("vidur_step", vidur=vidur,
                                            light_gpus=transfer.TARGETS["vidur_step"], gemm_doc=gemm_doc),
          "aic_gemm": HeldOut.for_dataset("aic_gemm", gemm_doc=gemm_doc),
          "aic_attention": HeldOut.for_dataset("aic_attention", attn_doc=attn_doc)}
@@ -32,7 +33,8 @@ for path in snakemake.input.models:
                                          n_boot=int(cfg["bootstrap"]), seed=int(cfg["seed"]),
                                          constants_for=hooks.get(ds), cal_log=cal_log)
     fits.append(transfer.bundle_summary(bundle))
-doc = transfer.e2_1_document(records, fits, cells, fast=fast, full_grid=full)
+doc = transfer.e2_1_document(records, fits, cells, fast=fast, full_grid=full,
+                             gap=transfer.profiler_gap(vidur, data.load_aic_gemm()))
 write_result(snakemake.output.result, id="E2.1", question=snakemake.params.question, metrics=doc["metrics"],
              claims=doc["claims"], extra={"transfer": records},
              provenance=provenance(list(snakemake.input.data) + [snakemake.input.gemm_constants,
