@@ -42,3 +42,12 @@ def test_clear_winner_counts_only_decided_workloads():
     s = R.rank_scores(pred, meas, ("a", "b", "c"))
     assert s["workloads_clear_winner"] == 1 and s["top1_clear_winner"] == 1.0
     assert s["top1"] == 0.5 and s["top1_within_meas_band"] == 1.0
+
+
+def test_regret_is_the_measured_cost_of_the_pick():
+    meas = np.array([[1.0, 1.1, 2.0], [1.0, 1.5, 3.0]])
+    pred = np.array([[1.0, 0.9, 2.0], [0.5, 0.9, 0.5]])  # wl 0 picks b (+10%); wl 1 ties a and c (worst: +200%)
+    s = R.rank_scores(pred, meas, ("a", "b", "c"))
+    assert s["top1_regret_max"] == pytest.approx(2.0)
+    assert s["top1_regret_mean"] == pytest.approx((0.1 + 2.0) / 2)
+    assert R.rank_scores(meas, meas, ("a", "b", "c"))["top1_regret_max"] == 0.0

@@ -199,6 +199,7 @@ def rank_scores(pred, meas, gpus=GPUS, tie_rel: float = TIE_REL, meas_tie_rel: f
     top = {"hit": 0, "miss": 0, "tie": 0}
     naive_hits = 0
     within = 0
+    regret = []  # measured slowdown of the predicted pick over the measured best (ties: the worst tied)
     clear = {"n": 0, "hit": 0}
     pairs = {"correct": 0, "wrong": 0, "tie": 0, "meas_near_tie": 0, "correct_clear": 0, "wrong_clear": 0}
     per_pair = {}
@@ -218,6 +219,7 @@ def rank_scores(pred, meas, gpus=GPUS, tie_rel: float = TIE_REL, meas_tie_rel: f
             top["miss"] += 1
         if len(tied) == 1 and m[tied[0]] <= m[best_m] * (1 + meas_tie_rel):
             within += 1
+        regret.append(float(m[tied].max() / m[best_m] - 1.0))
         if np.sort(m)[1] > m[best_m] * (1 + meas_tie_rel):  # the measured winner is clear
             clear["n"] += 1
             clear["hit"] += int(len(tied) == 1 and tied[0] == best_m)
@@ -243,6 +245,8 @@ def rank_scores(pred, meas, gpus=GPUS, tie_rel: float = TIE_REL, meas_tie_rel: f
         "top1": top["hit"] / n_wl if n_wl else None, "top1_ties": top["tie"], "top1_misses": top["miss"],
         "top1_hits": top["hit"], "top1_naive_stable_sort": naive_hits / n_wl if n_wl else None,
         "top1_within_meas_band": within / n_wl if n_wl else None,
+        "top1_regret_mean": float(np.mean(regret)) if regret else None,
+        "top1_regret_max": float(np.max(regret)) if regret else None,
         "workloads_clear_winner": clear["n"],
         "top1_clear_winner": clear["hit"] / clear["n"] if clear["n"] else None,
         "pairs": int(n_pairs), "pair_correct": pairs["correct"], "pair_wrong": pairs["wrong"],
@@ -304,6 +308,11 @@ def e2_2_document(res, wls, meas, home_gpu: str | None) -> dict:
         claims.append(claim(f"GPU set '{set_name}': steptime's top-1 on workloads with a clear measured winner "
                             f"(runner-up more than {MEAS_TIE_REL:.0%} slower)", s["top1_clear_winner"],
                             f"fraction of {s['workloads_clear_winner']} such workloads; ties count as non-hits"))
+        claims.append(claim(f"GPU set '{set_name}': what a wrong pick costs: the measured slowdown of steptime's "
+                            "pick over the measured fastest GPU", {"mean": s["top1_regret_mean"],
+                                                                   "max": s["top1_regret_max"]},
+                            f"measured time of the pick / measured best - 1, over {s['workloads']} workloads "
+                            "(0 on a hit)"))
         claims.append(claim(f"GPU set '{set_name}': every pair steptime decides is ordered as measured",
                             {"wrong": s["pair_wrong"], "decided": s["pair_correct"] + s["pair_wrong"],
                              "wrong_outside_2pct_measured_band": s["pair_wrong_clear"]},
