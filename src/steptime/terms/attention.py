@@ -131,7 +131,7 @@ def combine(t_compute, nbytes, units, n_req, gpu, fc: dict, warm_l2: bool = Fals
     t_compute = np.asarray(t_compute, dtype=float)
     if tiles is not None:
         tiles = np.asarray(tiles, dtype=float)
-        eta_fill = np.where(tiles > 0, tiles / (tiles + fc["attn_fill_half"] * gpu.sms), 1.0)
+        eta_fill = np.divide(tiles, tiles + fc["attn_fill_half"] * gpu.sms, out=np.ones_like(tiles), where=tiles > 0)
         t_compute = t_compute / eta_fill
     else:
         eta_fill = np.ones_like(t_compute)
