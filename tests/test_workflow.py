@@ -20,6 +20,13 @@ def test_dag_resolves_for_rule_all(clean_workdir):
     assert r.returncode == 0, r.stderr[-2000:]
 
 
+def test_lint_is_clean(clean_workdir):
+    """`snakemake --lint` finds nothing (it exits non-zero on any lint), so a new lint fails here too."""
+    work = clean_workdir
+    r = _snakemake(work, "--lint")
+    assert r.returncode == 0, (r.stdout + r.stderr)[-3000:]
+
+
 @pytest.mark.slow
 def test_specs_tables_rebuild_identically(clean_workdir):
     work = clean_workdir

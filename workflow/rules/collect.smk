@@ -19,6 +19,8 @@ rule collect_clock_sweep:
         slurm_extra=lambda wc: f"'--gres=gpu:{COLLECT['gpus'][wc.gpu]['gres']}:1 --exclusive'",
     log:
         "logs/collect_clock_sweep/{gpu}.log",
+    conda:
+        CONDA_ENV
     message:
         "Collecting the clock sweep on {wildcards.gpu} (GPU node)"
     shell:
@@ -39,6 +41,8 @@ rule collect_ncu_gemm:
         slurm_extra=lambda wc: f"'--gres=gpu:{COLLECT['gpus'][wc.gpu]['gres']}:1 --exclusive'",
     log:
         "logs/collect_ncu_gemm/{gpu}.log",
+    conda:
+        CONDA_ENV
     message:
         "Collecting Nsight Compute GEMM counters on {wildcards.gpu} (GPU node)"
     shell:
@@ -56,6 +60,8 @@ rule E1_5:
         fig="figures/E1_5_waterfall.png",
     log:
         "logs/E1_5.log",
+    conda:
+        CONDA_ENV
     message:
         "E1.5: five-factor waterfall from Nsight Compute counters"
     script:
@@ -72,6 +78,8 @@ rule E1_10:
         fig="figures/E1_10_clock.png",
     log:
         "logs/E1_10.log",
+    conda:
+        CONDA_ENV
     message:
         "E1.10: sustained clock under GEMM load vs m"
     script:

@@ -1,5 +1,6 @@
-# Shared helpers for every rule file: config validation, the experiment registry,
-# and the library source as an input (an edit to steptime reruns what imports it).
+# Shared definitions and helper functions for the workflow/rules/*.smk files (rules live
+# there, functions only here): config validation, the experiment registry, the software
+# environment, and the library source as an input (an edit to steptime reruns what imports it).
 import glob
 import yaml
 from pathlib import Path
@@ -10,6 +11,11 @@ validate(config, "../schemas/config.schema.yaml")
 
 with open(config["experiments"]) as _fh:
     EXPERIMENTS = yaml.safe_load(_fh)["experiments"]
+
+# The one software environment, named by every rule's conda: directive. It is the top-level
+# environment.yml itself (conda: paths resolve against the rule's own .smk file, and every
+# rule file sits in workflow/rules/).
+CONDA_ENV = "../../environment.yml"
 
 # The library code, declared as an input of every rule that imports it.
 # The constants file is left out: rules that settle constants write it, and a rule
@@ -47,3 +53,12 @@ def all_targets():
     out.append("results/SUMMARY.md")
     out.append("results/specs/models.json")
     return out
+
+
+def experiment_results():
+    """The experiment result JSONs among all_targets() (E1.x, E2.x, L0.x; no timing side files)."""
+    return [
+        r
+        for r in all_targets()
+        if Path(r).name.startswith(("E1", "E2", "L0")) and r.endswith(".json") and "timing" not in r
+    ]

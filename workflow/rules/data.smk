@@ -33,6 +33,8 @@ rule data_gemm:
         table="gemm",
     log:
         "logs/data/gemm.log",
+    conda:
+        CONDA_ENV
     message:
         "Ingesting AIConfigurator GEMM tables into {output.table}"
     script:
@@ -50,6 +52,8 @@ rule data_attention_context:
         table="attention_context",
     log:
         "logs/data/attention_context.log",
+    conda:
+        CONDA_ENV
     message:
         "Ingesting AIConfigurator context-attention tables into {output.table}"
     script:
@@ -67,6 +71,8 @@ rule data_attention_generation:
         table="attention_generation",
     log:
         "logs/data/attention_generation.log",
+    conda:
+        CONDA_ENV
     message:
         "Ingesting AIConfigurator generation-attention tables into {output.table}"
     script:
@@ -84,6 +90,8 @@ rule data_scale_matrix:
         table="scale_matrix",
     log:
         "logs/data/scale_matrix.log",
+    conda:
+        CONDA_ENV
     message:
         "Ingesting AIConfigurator scale_matrix tables into {output.table}"
     script:
@@ -101,6 +109,8 @@ rule data_allreduce:
         table="allreduce",
     log:
         "logs/data/allreduce.log",
+    conda:
+        CONDA_ENV
     message:
         "Ingesting AIConfigurator all-reduce tables into {output.table}"
     script:
@@ -118,6 +128,8 @@ rule data_vidur_mlp:
         table="vidur_mlp",
     log:
         "logs/data/vidur_mlp.log",
+    conda:
+        CONDA_ENV
     message:
         "Ingesting Vidur mlp.csv profiles into {output.table}"
     script:
@@ -135,6 +147,8 @@ rule data_vidur_cpu_overheads:
         table="vidur_cpu_overheads",
     log:
         "logs/data/vidur_cpu_overheads.log",
+    conda:
+        CONDA_ENV
     message:
         "Ingesting Vidur cpu_overheads into {output.table}"
     script:
@@ -152,6 +166,8 @@ rule data_traces:
         table="traces",
     log:
         "logs/data/traces.log",
+    conda:
+        CONDA_ENV
     message:
         "Ingesting request traces into {output.table}"
     script:
@@ -169,6 +185,8 @@ rule data_distserve:
         table="distserve",
     log:
         "logs/data/distserve.log",
+    conda:
+        CONDA_ENV
     message:
         "Ingesting DistServe latency-model coefficients into {output.table}"
     script:
@@ -186,6 +204,8 @@ rule data_distserve_max_num_tokens:
         table="distserve_max_num_tokens",
     log:
         "logs/data/distserve_max_num_tokens.log",
+    conda:
+        CONDA_ENV
     message:
         "Ingesting DistServe max_num_tokens into {output.table}"
     script:
@@ -209,6 +229,8 @@ rule data_coverage:
         caption="figures/data_coverage.caption.txt",
     log:
         "logs/data/data_coverage.log",
+    conda:
+        CONDA_ENV
     message:
         "Drawing the data coverage figure {output.png}"
     script:

@@ -16,9 +16,10 @@ rule E1_11:
         fig="figures/E1_11_cluster_cap.png",
     params:
         question=EXPERIMENTS["E1.11"]["question"],
-        fig="figures/E1_11_cluster_cap",
     log:
         "logs/E1_11.log",
+    conda:
+        CONDA_ENV
     message:
         "E1.11 Hopper cluster cap: geometry vs blind, leave-one-GPU-out fits per cluster size"
     script:
@@ -36,9 +37,10 @@ rule E1_3:
         fig="figures/E1_3_memory_law.png",
     params:
         question=EXPERIMENTS["E1.3"]["question"],
-        fig="figures/E1_3_memory_law",
     log:
         "logs/E1_3.log",
+    conda:
+        CONDA_ENV
     message:
         "E1.3 memory law: per-GPU, global and held-out fits on memory-bound GEMM and scale_matrix cells"
     script:
@@ -58,6 +60,8 @@ rule settle_gemm_constants:
         stamp="results/calibration/gemm_defaults.json",
     log:
         "logs/settle_gemm_constants.log",
+    conda:
+        CONDA_ENV
     message:
         "Settling the GEMM constants (leave-one-GPU-out) and writing them into defaults.yaml"
     script:
@@ -76,10 +80,10 @@ rule E1_23:
         atlas="figures/E1_23_error_atlas.png",
     params:
         question=EXPERIMENTS["E1.23"]["question"],
-        fig="figures/E1_23_head_to_head",
-        atlas="figures/E1_23_error_atlas",
     log:
         "logs/E1_23.log",
+    conda:
+        CONDA_ENV
     message:
         "E1.23 GEMM head-to-head: held-out steptime vs four roofline baselines, per GPU and subset"
     script:
@@ -98,9 +102,10 @@ rule E1_2:
         fig="figures/E1_2_staircase.png",
     params:
         question=EXPERIMENTS["E1.2"]["question"],
-        fig="figures/E1_2_staircase",
     log:
         "logs/E1_2.log",
+    conda:
+        CONDA_ENV
     message:
         "E1.2 wave quantisation on Ampere/Ada: staircases in m, with and without the fill factor"
     script:
@@ -119,9 +124,10 @@ rule E1_2b:
         fig="figures/E1_2b_hopper.png",
     params:
         question=EXPERIMENTS["E1.2b"]["question"],
-        fig="figures/E1_2b_hopper",
     log:
         "logs/E1_2b.log",
+    conda:
+        CONDA_ENV
     message:
         "E1.2b Hopper persistent-cluster model: latency curves and staircases"
     script:
@@ -140,10 +146,10 @@ rule E1_12:
         curves="figures/E1_12_curves.png",
     params:
         question=EXPERIMENTS["E1.12"]["question"],
-        fig="figures/E1_12_blackwell_paradigm",
-        curves="figures/E1_12_curves",
     log:
         "logs/E1_12.log",
+    conda:
+        CONDA_ENV
     message:
         "E1.12 Blackwell: wave vs persistent SM fill per GPU, held out"
     script:
@@ -161,9 +167,10 @@ rule E1_13:
         fig="figures/E1_13_scalar_vs_factors.png",
     params:
         question=EXPERIMENTS["E1.13"]["question"],
-        fig="figures/E1_13_scalar_vs_factors",
     log:
         "logs/E1_13.log",
+    conda:
+        CONDA_ENV
     message:
         "E1.13 factor product vs scalar efficiency per GPU"
     script:
@@ -181,9 +188,10 @@ rule L0_2:
         fig="figures/L0_2_implied_alpha.png",
     params:
         question=EXPERIMENTS["L0.2"]["question"],
-        fig="figures/L0_2_implied_alpha",
     log:
         "logs/L0_2.log",
+    conda:
+        CONDA_ENV
     message:
         "L0.2 implied-alpha ledger on compute- and memory-bound GEMM cells"
     script:

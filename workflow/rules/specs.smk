@@ -10,6 +10,8 @@ rule specs_tables:
         models="results/specs/models.json",
     log:
         "logs/specs_tables.log",
+    conda:
+        CONDA_ENV
     message:
         "Exporting GPU and model spec tables"
     script:
@@ -19,12 +21,14 @@ rule specs_tables:
 # One page listing every result's claims with its verdict (met / missed), for readers.
 rule summary:
     input:
-        results=[r for r in all_targets() if r.split("/")[-1][:2] in ("E1", "E2", "L0") and r.endswith(".json") and "timing" not in r],
+        results=experiment_results(),
         code=lib("io"),
     output:
         "results/SUMMARY.md",
     log:
         "logs/summary.log",
+    conda:
+        CONDA_ENV
     message:
         "Summarising every result's claims"
     script:

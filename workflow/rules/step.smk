@@ -19,10 +19,10 @@ rule E1_24:
         fig_fac="figures/E1_24_factors.png",
     params:
         question=EXPERIMENTS["E1.24"]["question"],
-        fig_acc="figures/E1_24_accuracy",
-        fig_fac="figures/E1_24_factors",
     log:
         "logs/E1_24.log",
+    conda:
+        CONDA_ENV
     message:
         "E1.24 attention: leave-one-GPU-out fits per kernel family, deploy readings, scores"
     script:
@@ -39,9 +39,10 @@ rule E1_1c:
         fig="figures/E1_1c_light.png",
     params:
         question=EXPERIMENTS["E1.1c"]["question"],
-        fig="figures/E1_1c_light",
     log:
         "logs/E1_1c.log",
+    conda:
+        CONDA_ENV
     message:
         "E1.1c light kernels: floor + bytes/achieved bandwidth, held out per GPU"
     script:
@@ -58,9 +59,10 @@ rule E1_4:
         fig="figures/E1_4_host.png",
     params:
         question=EXPERIMENTS["E1.4"]["question"],
-        fig="figures/E1_4_host",
     log:
         "logs/E1_4.log",
+    conda:
+        CONDA_ENV
     message:
         "E1.4 host floor and its parts against the GPU work of a decode step"
     script:
@@ -85,11 +87,10 @@ rule E1_1:
         q1=EXPERIMENTS["E1.1"]["question"],
         q1b=EXPERIMENTS["E1.1b"]["question"],
         q20=EXPERIMENTS["E1.20"]["question"],
-        fig1="figures/E1_1_step",
-        fig1b="figures/E1_1b_residual",
-        fig20="figures/E1_20_ladder",
     log:
         "logs/E1_1.log",
+    conda:
+        CONDA_ENV
     message:
         "E1.1/E1.1b/E1.20 Vidur per-layer step: held-out scores, residual by term, ablation ladder"
     script:
@@ -108,10 +109,10 @@ rule E1_22:
         fig_step="figures/E1_22_step_atlas.png",
     params:
         question=EXPERIMENTS["E1.22"]["question"],
-        fig_attn="figures/E1_22_attention_atlas",
-        fig_step="figures/E1_22_step_atlas",
     log:
         "logs/E1_22.log",
+    conda:
+        CONDA_ENV
     message:
         "E1.22 error atlas with the dominant term of each bad region"
     script:
@@ -128,9 +129,10 @@ rule L0_1:
         fig="figures/L0_1_literature.png",
     params:
         question=EXPERIMENTS["L0.1"]["question"],
-        fig="figures/L0_1_literature",
     log:
         "logs/L0_1.log",
+    conda:
+        CONDA_ENV
     message:
         "L0.1 literature matrix"
     script:
@@ -148,6 +150,8 @@ rule step_constants:
         stamp="results/constants/step.json",
     log:
         "logs/step_constants.log",
+    conda:
+        CONDA_ENV
     message:
         "Writing attention, light-kernel and host constants into src/steptime/calibration/defaults.yaml"
     script:
@@ -165,9 +169,10 @@ rule walkthrough:
     params:
         model="llama-3.1-8b",
         gpu="h100-sxm",
-        fig="figures/walkthrough_llama-3_1-8b_h100-sxm",
     log:
         "logs/walkthrough.log",
+    conda:
+        CONDA_ENV
     message:
         "Walkthrough figure: term shares of {params.model} on {params.gpu}"
     script:

@@ -11,10 +11,6 @@ UTILITY_DATA = {
 UTILITY_ALL_DATA = sorted({p for v in UTILITY_DATA.values() for p in v})
 
 
-def _question(eid):
-    return EXPERIMENTS[eid]["question"]
-
-
 # Fit Vidur's RF + polynomial predictors on one home GPU's table (cached, keyed by inputs and grid).
 rule rf_fit:
     input:
@@ -30,6 +26,8 @@ rule rf_fit:
         fast=config["fast"],
     log:
         "logs/rf_fit/{dataset}_{gpu}.log",
+    conda:
+        CONDA_ENV
     message:
         "Fitting the Vidur-style RF on {wildcards.dataset} for home {wildcards.gpu} (full grid: {params.full_grid})"
     script:
@@ -48,9 +46,11 @@ rule E2_1:
         result="results/E2_1.json",
         figure="figures/E2_1_transfer.png",
     params:
-        question=_question("E2.1"),
+        question=EXPERIMENTS["E2.1"]["question"],
     log:
         "logs/E2_1.log",
+    conda:
+        CONDA_ENV
     message:
         "E2.1 cross-GPU transfer: profiled RF vs steptime"
     script:
@@ -72,10 +72,12 @@ rule E2_2:
         fig2="figures/E2_2_ranking.png",
         fig6="figures/E2_6_ties.png",
     params:
-        q2=_question("E2.2"),
-        q6=_question("E2.6"),
+        q2=EXPERIMENTS["E2.2"]["question"],
+        q6=EXPERIMENTS["E2.6"]["question"],
     log:
         "logs/E2_2.log",
+    conda:
+        CONDA_ENV
     message:
         "E2.2/E2.6 GPU ranking, tie-aware"
     script:
@@ -94,9 +96,11 @@ rule E2_5:
         timing="results/E2_5_timing.json",
         figure="figures/E2_5_ledger.png",
     params:
-        question=_question("E2.5"),
+        question=EXPERIMENTS["E2.5"]["question"],
     log:
         "logs/E2_5.log",
+    conda:
+        CONDA_ENV
     message:
         "E2.5 calibration cost vs coverage ledger"
     script:

@@ -1,5 +1,6 @@
 """E1.1 / E1.1b / E1.20: the whole per-layer Vidur step held out per GPU, residual by term, ablation ladder."""
 import json
+from os.path import splitext
 from pathlib import Path
 
 from steptime import data
@@ -20,12 +21,12 @@ for key, eid, q in (("e1_1", "E1.1", snakemake.params.q1), ("e1_1b", "E1.1b", sn
     write_result(getattr(snakemake.output, key), id=eid, question=q, metrics=doc["metrics"], claims=doc["claims"],
                  provenance=prov)
 write_parquet(r["pred"].drop(columns=["cell"]), snakemake.output.pred)
-E.plot_step(r, snakemake.params.fig1,
+E.plot_step(r, splitext(snakemake.output.fig1)[0],
             "E1.1: held-out MAPE of one layer's non-attention operators (Vidur) per model x TP and GPU, "
             "decode-sized (<= 64 tokens) and prefill-sized (>= 512 tokens) cells; dashed: targets 5% / 6%.")
-E.plot_residual(r, snakemake.params.fig1b,
+E.plot_residual(r, splitext(snakemake.output.fig1b)[0],
                 "E1.1b: where the residual lives: each Vidur operator's share of the layer time and its signed "
                 "residual (predicted - measured), summed over the cells, per GPU and token split.")
-E.plot_ladder(r, snakemake.params.fig20,
+E.plot_ladder(r, splitext(snakemake.output.fig20)[0],
               "E1.20: ablation ladder from a bare roofline, switching on one term at a time (GEMM compute "
               "efficiency, GEMM memory efficiency, GEMM floor, light-kernel bandwidths, light-kernel floors).")

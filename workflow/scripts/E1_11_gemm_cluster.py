@@ -1,5 +1,6 @@
 """E1.11: the Hopper grid cap from GPC geometry, and which cluster size the latency tables support."""
 import logging
+from os.path import splitext
 
 from steptime.experiments import gemm as E
 from steptime.experiments import gemm_figures as F
@@ -15,5 +16,5 @@ prov = provenance([snakemake.input.gemm], config=cfg, calibration=cal, rule="E1_
                   script="workflow/scripts/E1_11_gemm_cluster.py")
 write_result(snakemake.output.result, id="E1.11", question=snakemake.params.question, metrics=doc["metrics"],
              claims=doc["claims"], provenance=prov, extra={"decision": doc["decision"]})
-F.cluster_figure(doc, snakemake.params.fig)
+F.cluster_figure(doc, splitext(snakemake.output.fig)[0])
 logging.info("E1.11 decision: %s", doc["decision"])

@@ -1,5 +1,6 @@
 """E1.12: which SM-fill paradigm each Blackwell GPU's GEMM curves follow."""
 import logging
+from os.path import splitext
 
 from steptime.experiments import gemm as E
 from steptime.experiments import gemm_figures as F
@@ -15,8 +16,8 @@ prov = provenance([snakemake.input.gemm, snakemake.input.constants], config=cfg,
                   rule="E1_12", script="workflow/scripts/E1_12_gemm_blackwell.py")
 write_result(snakemake.output.result, id="E1.12", question=snakemake.params.question, metrics=out["metrics"],
              claims=out["claims"], provenance=prov)
-F.paradigm_figure(out["metrics"]["decision"], snakemake.params.fig)
-F.staircase_figure(E.e1_12_panels(df, doc), snakemake.params.curves,
+F.paradigm_figure(out["metrics"]["decision"], splitext(snakemake.output.fig)[0])
+F.staircase_figure(E.e1_12_panels(df, doc), splitext(snakemake.output.curves)[0],
                    "E1.12: GEMM latency against m on each Blackwell GPU for n = 8192, k = 4096, measured (dots), the "
                    "held-out model with the paradigm fill_paradigm() assigns (solid) and with the other one (dashed); "
                    "lower row: the factors of the assigned model.")

@@ -1,5 +1,6 @@
 """E1.13: the factor product as single source of truth vs one scalar efficiency per GPU."""
 import logging
+from os.path import splitext
 
 from steptime.experiments import gemm as E
 from steptime.experiments import gemm_figures as F
@@ -19,4 +20,4 @@ prov = provenance([snakemake.input.gemm, snakemake.input.constants], config=cfg,
                   rule="E1_13", script="workflow/scripts/E1_13_gemm_scalar.py")
 write_result(snakemake.output.result, id="E1.13", question=snakemake.params.question, metrics=out["metrics"],
              claims=out["claims"], provenance=prov)
-F.scalar_figure(an, snakemake.params.fig)
+F.scalar_figure(an, splitext(snakemake.output.fig)[0])

@@ -1,4 +1,6 @@
 """E1.1c: light kernels, launch floor + bytes over achieved bandwidth, held out per GPU."""
+from os.path import splitext
+
 from steptime import data
 from steptime.experiments import light as E
 from steptime.results import provenance, write_result
@@ -11,6 +13,6 @@ prov = provenance([snakemake.input.data], config=cfg, calibration=r["calibration
                   script="workflow/scripts/E1_1c.py")
 write_result(snakemake.output.result, id="E1.1c", question=snakemake.params.question, metrics=doc["metrics"],
              claims=doc["claims"], provenance=prov, extra={"defaults_updates": E.defaults_updates(r["shipped"], cells)})
-E.plot(r, snakemake.params.fig,
+E.plot(r, splitext(snakemake.output.fig)[0],
        "E1.1c: light-kernel time against bytes moved per GPU (Vidur operators); lines: held-out floor + "
        "bytes/achieved-bandwidth model. Vidur has no KV-cache-write operator.")

@@ -1,4 +1,6 @@
 """E1.22: error atlas over attention (tokens x KV) and the Vidur step (m x shape)."""
+from os.path import splitext
+
 import pandas as pd
 
 from steptime.experiments import attention as A
@@ -8,11 +10,11 @@ from steptime.results import provenance, write_result
 cfg = snakemake.config
 attn = {"pred": pd.read_parquet(snakemake.input.attn)}
 step = {"pred": pd.read_parquet(snakemake.input.step)}
-regions = A.plot_atlas(attn, snakemake.params.fig_attn,
+regions = A.plot_atlas(attn, splitext(snakemake.output.fig_attn)[0],
                        "E1.22: signed error (%) of held-out attention predictions, Llama-like config (32 q / 8 KV "
                        "heads, d 128, bf16) per GPU: top decode (KV length x requests), bottom prefill (prompt x "
                        "requests). Red: over-prediction.")
-step_regions = S.plot_atlas(step, snakemake.params.fig_step,
+step_regions = S.plot_atlas(step, splitext(snakemake.output.fig_step)[0],
                             "E1.22: signed error (%) of the held-out Vidur per-layer step per GPU over tokens (m) "
                             "and model x TP (shape). Red: over-prediction.")
 doc = S.atlas_document(A.summarize_regions(regions), step_regions)

@@ -1,5 +1,6 @@
 """E1.23: held-out steptime vs the peers' roofline formulas on the same GEMM cells."""
 import logging
+from os.path import splitext
 
 from steptime.experiments import gemm as E
 from steptime.experiments import gemm_figures as F
@@ -15,5 +16,5 @@ prov = provenance([snakemake.input.gemm, snakemake.input.constants], config=cfg,
                   rule="E1_23", script="workflow/scripts/E1_23_gemm_h2h.py")
 write_result(snakemake.output.result, id="E1.23", question=snakemake.params.question, metrics=out["metrics"],
              claims=out["claims"], provenance=prov)
-F.head_to_head_figure(recs, snakemake.params.fig)
-F.error_atlas_figure(E.ape_table(preds), snakemake.params.atlas)
+F.head_to_head_figure(recs, splitext(snakemake.output.fig)[0])
+F.error_atlas_figure(E.ape_table(preds), splitext(snakemake.output.atlas)[0])

@@ -1,4 +1,6 @@
 """E1.24: attention held out per GPU; the shipped constants ride along for step_constants."""
+from os.path import splitext
+
 from steptime import data
 from steptime.data import write_parquet
 from steptime.experiments import attention as E
@@ -16,10 +18,10 @@ write_result(snakemake.output.result, id="E1.24", question=snakemake.params.ques
              extra={"defaults_updates": E.defaults_updates(r["shipped"], cells)})
 pred = r["pred"].drop(columns=["cell"])
 write_parquet(pred, snakemake.output.pred)
-E.plot_accuracy(r, snakemake.params.fig_acc,
+E.plot_accuracy(r, splitext(snakemake.output.fig_acc)[0],
                 "E1.24: held-out MAPE of attention per GPU on Llama-like configs (32/64 query heads, 8 KV heads, "
                 "head dim 128): bare roofline, calibrated roofline with a floor (same three deploy cells), steptime. "
                 "Dashed: target.")
-E.plot_factors(r, snakemake.params.fig_fac, "h100-sxm",
+E.plot_factors(r, splitext(snakemake.output.fig_fac)[0], "h100-sxm",
                "E1.24: decode attention on h100-sxm (held out): measured vs steptime and the calibrated roofline over "
                "KV length, and steptime's named branches (floor, per-unit cost, KV stream, L2 hit) at 64 requests.")

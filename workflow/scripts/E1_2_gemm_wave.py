@@ -1,5 +1,6 @@
 """E1.2: tile ladder + last-wave tail on Ampere/Ada (A100, L40S) and Vidur's A40 GEMM operators."""
 import logging
+from os.path import splitext
 
 import pandas as pd
 
@@ -19,7 +20,7 @@ prov = provenance([snakemake.input.gemm, snakemake.input.vidur, snakemake.input.
                   calibration=cal, rule="E1_2", script="workflow/scripts/E1_2_gemm_wave.py")
 write_result(snakemake.output.result, id="E1.2", question=snakemake.params.question, metrics=out["metrics"],
              claims=out["claims"], provenance=prov)
-F.staircase_figure(E.e1_2_panels(df, doc, vc), snakemake.params.fig,
+F.staircase_figure(E.e1_2_panels(df, doc, vc), splitext(snakemake.output.fig)[0],
                    "E1.2: GEMM latency against m for one LLM-shaped (n, k) per GPU (A100, L40S from AIConfigurator; "
                    "A40 from Vidur's mlp_up_proj), measured (dots), held-out model with and without the SM-fill factor; "
                    "lower row: the factors of the full model.")

@@ -1,5 +1,6 @@
 """E1.2b: Hopper GEMM curves under the persistent cluster model (settled cluster size vs 16-CTA clusters)."""
 import logging
+from os.path import splitext
 
 from steptime.experiments import gemm as E
 from steptime.experiments import gemm_figures as F
@@ -14,7 +15,7 @@ prov = provenance([snakemake.input.gemm, snakemake.input.constants, snakemake.in
                   calibration=doc["calibration"], rule="E1_2b", script="workflow/scripts/E1_2b_gemm_hopper.py")
 write_result(snakemake.output.result, id="E1.2b", question=snakemake.params.question, metrics=out["metrics"],
              claims=out["claims"], provenance=prov)
-F.staircase_figure(E.e1_2b_panels(df, doc), snakemake.params.fig,
+F.staircase_figure(E.e1_2b_panels(df, doc), splitext(snakemake.output.fig)[0],
                    "E1.2b: Hopper GEMM latency against m for LLM-shaped (n, k), measured (dots) and the held-out "
                    "persistent-grid model with the settled cluster size and with 16-CTA clusters (7 x 16 = 112 "
                    "CTAs); lower row: the factors of the settled model.")

@@ -1,11 +1,12 @@
 """E1.3: memory efficiency as one law, in working set over L2 ('x') or in bytes read ('bytes')."""
 import logging
+from os.path import splitext
 
 import pandas as pd
 
 from steptime.experiments import gemm as E
 from steptime.experiments import gemm_figures as F
-from steptime.results import claim, provenance, write_result
+from steptime.results import provenance, write_result
 
 logging.basicConfig(filename=snakemake.log[0], level=logging.INFO, format="%(message)s", filemode="w")
 cfg = snakemake.config
@@ -18,5 +19,5 @@ prov = provenance([snakemake.input.gemm, snakemake.input.scale], config=cfg,
                   calibration=doc.pop("calibration"), rule="E1_3", script="workflow/scripts/E1_3_gemm_memory.py")
 write_result(snakemake.output.result, id="E1.3", question=snakemake.params.question, metrics=doc["metrics"],
              claims=doc["claims"], provenance=prov, extra={"decision": doc["decision"]})
-F.memory_law_figure(tab, study, snakemake.params.fig)
+F.memory_law_figure(tab, study, splitext(snakemake.output.fig)[0])
 logging.info("E1.3 decision: %s", doc["decision"])

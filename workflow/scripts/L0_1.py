@@ -1,4 +1,6 @@
 """L0.1: literature matrix of prior step-time predictors (cited data file config/literature.yaml)."""
+from os.path import splitext
+
 from steptime.experiments import literature as E
 from steptime.results import provenance, write_result
 
@@ -7,6 +9,6 @@ doc = E.document(lit)
 write_result(snakemake.output.result, id="L0.1", question=snakemake.params.question, metrics=doc["metrics"],
              claims=doc["claims"], provenance=provenance([snakemake.input.lit], config=snakemake.config, rule="L0_1",
                                                          script="workflow/scripts/L0_1.py"))
-E.plot(lit, snakemake.params.fig,
+E.plot(lit, splitext(snakemake.output.fig)[0],
        "L0.1: prior predictors: where the efficiency factor comes from, which GPUs each covers, and the "
        "accuracy it reports (as cited in config/literature.yaml; 'not reported' where no number is given).")

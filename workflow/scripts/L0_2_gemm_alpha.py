@@ -1,5 +1,6 @@
 """L0.2: the implied-alpha ledger, both branches, before and after the factor model."""
 import logging
+from os.path import splitext
 
 from steptime.experiments import gemm as E
 from steptime.experiments import gemm_figures as F
@@ -15,4 +16,4 @@ prov = provenance([snakemake.input.gemm, snakemake.input.constants], config=cfg,
                   rule="L0_2", script="workflow/scripts/L0_2_gemm_alpha.py")
 write_result(snakemake.output.result, id="L0.2", question=snakemake.params.question, metrics=out["metrics"],
              claims=out["claims"], provenance=prov)
-F.alpha_figure(an, snakemake.params.fig)
+F.alpha_figure(an, splitext(snakemake.output.fig)[0])

@@ -1,6 +1,8 @@
 """Walkthrough: every term's share of one model's step on one GPU across batch sizes and KV lengths."""
+from os.path import splitext
+
 from steptime.experiments.step import plot_walkthrough
 
-plot_walkthrough(snakemake.params.model, snakemake.params.gpu, snakemake.params.fig,
+plot_walkthrough(snakemake.params.model, snakemake.params.gpu, splitext(snakemake.output.fig)[0],
                  f"Walkthrough: predicted step of {snakemake.params.model} on {snakemake.params.gpu}, every term's "
                  "share of the step (decode batches at several KV lengths, and one prefill chunk).")
