@@ -160,3 +160,15 @@ def test_small_batch_path_picks_the_same_launch_as_the_option_loop(gpu):
     one = G.gemm_time(np.array([16.0]), 4096, 4096, g)["t"]
     many = G.gemm_time(np.full(G.SMALL_BATCH + 1, 16.0), 4096, 4096, g)["t"]
     assert one[0] == many[0]
+
+
+def test_shapes_in_one_call_equal_one_call_per_weight():
+    g = get_gpu("h100-sxm")
+    shapes = {"qkv": (6144, 4096), "o": (4096, 4096), "up": (28672, 4096), "down": (4096, 14336)}
+    for T in (np.array([1.0]), np.arange(1.0, 100.0)):  # 100 cells: alone small-batch, stacked 400: option loop
+        joint = G.gemm_time_shapes(T, shapes, g)
+        for name, (n, k) in shapes.items():
+            alone = G.gemm_time(T, n, k, g)
+            for key, v in alone.items():
+                if isinstance(v, np.ndarray):
+                    assert np.array_equal(joint[name][key], v), (name, key)

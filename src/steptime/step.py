@@ -176,8 +176,7 @@ def predict_steps(model, gpu, step_id, new_tokens, kv_len, n_steps: int | None =
     out: dict[str, np.ndarray] = {}
     compute_bound: dict[str, np.ndarray] = {}
     factors: dict[str, dict] = {}
-    for name, (n, k) in layer_shapes(model, tp).items():
-        g = gemm.gemm_time(T, n, k, gpu, constants, f_clk=f_clk)
+    for name, g in gemm.gemm_time_shapes(T, layer_shapes(model, tp), gpu, constants, f_clk=f_clk).items():
         out[name] = L * g["t"]
         compute_bound[name] = g["compute_bound"]
         factors[name] = {f: g[f] for f in ("eta_c", "f_clk", "eta_cluster", "eta_active", "eta_duty", "eta_mem")}
@@ -289,10 +288,11 @@ def vidur_layer_ops(model, gpu, tokens, *, tp: int = 1, constants: Constants | N
     constants = constants or Constants.default()
     T = np.asarray(tokens, dtype=float)
     shapes = layer_shapes(model, tp)
+    times = gemm.gemm_time_shapes(T, {term: shapes[term] for term in VIDUR_GEMM.values()}, gpu, constants,
+                                  f_clk=f_clk)
     out: dict = {}
     for op, term in VIDUR_GEMM.items():
-        n, k = shapes[term]
-        g = gemm.gemm_time(T, n, k, gpu, constants, f_clk=f_clk)
+        g = times[term]
         out[op] = g if parts else g["t"] * 1e3
     parallel = model.key in PARALLEL_BLOCK
     for op, kern in VIDUR_LIGHT.items():

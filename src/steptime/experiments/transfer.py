@@ -348,6 +348,15 @@ def predict_steptime(dataset: str, cells, gpu: str, constants=None):
     return predict_layer_ops(cells, gpu, constants)
 
 
+def model_tp_groups(cells) -> dict:
+    """{(model, tp): row positions} of a step-cell frame, in first-seen order (plain Python:
+    a scheduler's one-cell call should not pay for a pandas groupby)."""
+    groups: dict = {}
+    for i, key in enumerate(zip(cells["model"].tolist(), cells["tp"].tolist())):
+        groups.setdefault(key, []).append(i)
+    return {key: np.asarray(rows, dtype=np.int64) for key, rows in groups.items()}
+
+
 def predict_layer_ops(cells, gpu, constants=None, per_op: bool = False):
     """Per-layer non-attention step (Vidur's nine operators, each once), ms per cell; with
     `per_op` a dict {op: ms} (an operator a model's block lacks is 0)."""
@@ -355,7 +364,7 @@ def predict_layer_ops(cells, gpu, constants=None, per_op: bool = False):
 
     ops = {op: np.zeros(len(cells)) for op in STEP_OPS}
     T = cells["num_tokens"].to_numpy(dtype=float)
-    for (model, tp), idx in cells.groupby(["model", "tp"]).indices.items():
+    for (model, tp), idx in model_tp_groups(cells).items():
         r = vidur_layer_ops(model, gpu, T[idx], tp=int(tp), constants=constants)
         for op in STEP_OPS:
             if op in r:

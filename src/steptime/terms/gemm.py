@@ -423,3 +423,23 @@ def gemm_time(m, n, k, gpu, constants: Constants | None = None, f_clk: float | N
         "tiles_per_cta": fill["tiles_per_cta"],
         "paradigm": fill["paradigm"],
     }
+
+
+def gemm_time_shapes(m, shapes: dict, gpu, constants: Constants | None = None, **kw) -> dict:
+    """`gemm_time` of several weights {name: (n, k)} at the same token counts `m`, in ONE
+    vectorised call (a layer's projections share one pass over the launch options, which
+    is most of a one-step prediction's cost). Returns {name: gemm_time dict}; every value
+    is the one `gemm_time` gives for that weight alone."""
+    m = np.asarray(m, dtype=float)
+    names = list(shapes)
+    size = m.size
+    n = np.repeat(np.asarray([shapes[s][0] for s in names], dtype=float), size)
+    k = np.repeat(np.asarray([shapes[s][1] for s in names], dtype=float), size)
+    g = gemm_time(np.tile(m.ravel(), len(names)), n, k, gpu, constants, **kw)
+    out = {}
+    for i, name in enumerate(names):
+        sl = slice(i * size, (i + 1) * size)
+        out[name] = {key: (v[sl].reshape(m.shape) if isinstance(v, np.ndarray) and v.ndim == 1 else v)
+                     for key, v in g.items()}
+    return out
+
