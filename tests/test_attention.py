@@ -123,3 +123,33 @@ def test_step_attention_uses_cold_l2():
     p = predict_step("llama-3.1-8b", "h100-sxm", decode=[(8, 512)])
     assert p.terms_ms["attn_decode"] > 0
     assert p.bound["attn_decode"] == "memory"
+
+
+def test_per_gpu_constants_carried_from_gemm_readings():
+    """A GPU's attention constants = ratio (fitted on other GPUs) x its GEMM readings; on the GPU
+    the ratio was fitted on alone, they give back its own solved readings."""
+    c = _toy_cells()
+    fcg = {k: v[0] for k, v in E.FIT_GLOBALS.items()}
+    readings = {"h100-sxm": {"kernel_floor_us": 2.5, "eta_mem_max": 0.8, "eta_active": 0.9},
+                "h200-sxm": {"kernel_floor_us": 2.0, "eta_mem_max": 0.9, "eta_active": 0.8}}
+    ratios = E.reading_ratios(c, ["h100-sxm"], fcg, readings)
+    own = E.calibrate_gpu(c[c["gpu"] == "h100-sxm"].reset_index(drop=True), "h100-sxm", fcg)
+    back = E.from_gemm_readings(fcg, ratios, readings["h100-sxm"])
+    for a in E.READING_PAIRS:
+        assert back[a] == pytest.approx(own[a])
+    moved = E.from_gemm_readings(fcg, ratios, readings["h200-sxm"])
+    assert moved["attn_floor_us"] == pytest.approx(own["attn_floor_us"] * 2.0 / 2.5)
+    assert moved["attn_eta_ceil"] == pytest.approx(own["attn_eta_ceil"] * 0.8 / 0.9)
+    with pytest.raises(ValueError, match="GEMM readings"):
+        E.reading_ratios(c, ["h200-sxm"], fcg, {"h100-sxm": readings["h100-sxm"]})
+
+
+def test_gemm_reading_cells_name_the_gemm_deploy_cells():
+    doc = {"folds": {"h100-sxm": {"readings": {
+        "eta_active": {"cell": ["h100-sxm", "gemm", 4096, 4096, 4096], "latency_ms": 0.2},
+        "eta_mem_max": {"cell": ["h100-sxm", "gemm", 1, 16384, 16384], "latency_ms": 0.2},
+        "kernel_floor_us": {"cell": ["h100-sxm", "gemm", 1, 32, 32], "latency_ms": 0.003}}}}}
+    cells = E.gemm_reading_cells(doc, "h100-sxm")
+    assert cells["attn_eta_ceil"] == ["h100-sxm", "gemm", 4096, 4096, 4096]
+    assert cells["attn_floor_us"] == ["h100-sxm", "gemm", 1, 32, 32]
+    assert len({tuple(v) for v in cells.values()}) == 3  # three readings per GPU, shared with the GEMM

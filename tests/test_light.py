@@ -62,3 +62,31 @@ def test_deploy_cell_is_excluded():
         dep = [tuple(x) for x in r["calibration"].used[f"light_bw_scale[{g}]"]]
         assert len(dep) == 1
         assert not set(dep) & set(r["pred"]["cell"])
+
+
+def test_bw_scale_carried_from_the_gemm_streaming_reading():
+    """With GEMM readings, a GPU's light_bw_scale = its eta_mem_max x the ratio on the other GPUs;
+    without them (A40 has no GEMM table) it keeps its own light reading."""
+    c = _toy()
+    readings = {"a100-sxm": {"eta_mem_max": 0.80}, "h100-sxm": {"eta_mem_max": 0.70}}
+    own = {g: E.bw_scale(c[c["gpu"] == g].reset_index(drop=True), g) for g in ("a100-sxm", "h100-sxm")}
+    scale, ratio = E.derived_bw_scale(c, "a100-sxm", ["h100-sxm", "a40"], readings)
+    assert ratio == pytest.approx(own["h100-sxm"] / 0.70)
+    assert scale == pytest.approx(ratio * 0.80)
+    assert E.derived_bw_scale(c, "a40", ["a100-sxm", "h100-sxm"], readings) is None
+    assert E.derived_bw_scale(c, "a100-sxm", ["a40"], readings) is None
+
+
+def test_run_with_gemm_readings_records_the_gemm_cell_and_an_ablation_row():
+    import json
+    from pathlib import Path
+
+    doc = json.loads((Path(__file__).resolve().parents[1] / "results/calibration/gemm_constants.json").read_text())
+    r = E.run(_toy(), n_boot=20, gemm_doc=doc)
+    used = r["calibration"].used
+    assert [tuple(x) for x in used["light_bw_scale[a100-sxm]"]] == [tuple(E.gemm_stream_cell(doc, "a100-sxm"))]
+    assert used["light_bw_scale[a40]"] and "light_bw_scale_own[a40]" not in used
+    preds = {x["predictor"] for x in r["records"] if x["gpu"] == "h100-sxm"}
+    assert {"steptime", "steptime_own_reading"} <= preds
+    assert r["per_gpu"]["a40"]["light_bw_scale_from"] == "own light reading"
+    assert set(r["shipped"]["derived"]) == {"a100-sxm", "h100-sxm"}

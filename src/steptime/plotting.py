@@ -7,6 +7,7 @@ from pathlib import Path
 
 PALETTE = {
     "steptime": "#1b6ca8",
+    "steptime_own_readings": "#8fb8de",
     "bare_roofline": "#9e9e9e",
     "datasheet_alpha": "#c49a00",
     "aic_empirical": "#7b3fa0",

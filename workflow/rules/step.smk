@@ -2,7 +2,7 @@
 # floor (E1.4), the whole Vidur step (E1.1, E1.1b), ablation ladder (E1.20), error atlas
 # (E1.22), literature matrix (L0.1), the constants they settle, and a walkthrough figure.
 
-STEP_LIB = lib("terms", "step.py", "experiments/__init__", "experiments/attention", "experiments/light",
+STEP_LIB = lib("terms", "step.py", "experiments/__init__", "experiments/attention", "experiments/gemm", "experiments/light",
                "experiments/host", "experiments/step", "experiments/literature", "calibration/__init__", "metrics",
                "results", "plotting", "specs", "data", "io")
 
@@ -11,6 +11,7 @@ STEP_LIB = lib("terms", "step.py", "experiments/__init__", "experiments/attentio
 rule E1_24:
     input:
         data=[rules.data_attention_generation.output.table, rules.data_attention_context.output.table],
+        gemm_constants=rules.settle_gemm_constants.output.constants,
         code=STEP_LIB,
     output:
         result="results/E1_24.json",
@@ -24,7 +25,7 @@ rule E1_24:
     conda:
         CONDA_ENV
     message:
-        "E1.24 attention: leave-one-GPU-out fits per kernel family, deploy readings, scores"
+        "E1.24 attention: leave-one-GPU-out fits per kernel family, per-GPU constants from the GEMM readings, scores"
     script:
         "../scripts/E1_24.py"
 
@@ -33,6 +34,7 @@ rule E1_24:
 rule E1_1c:
     input:
         data=rules.data_vidur_mlp.output.table,
+        gemm_constants=rules.settle_gemm_constants.output.constants,
         code=STEP_LIB,
     output:
         result="results/E1_1c.json",

@@ -22,6 +22,20 @@ FAMILIES = {
 RECORD_KEYS = ("family", "gpu", "predictor", "subset", "cells", "mape", "median_ape", "mape_ci")
 
 
+def load_gemm_calibration() -> dict:
+    """The GEMM calibration other families carry their per-GPU constants from (the pipeline's
+    results/calibration/gemm_constants.json: leave-one-GPU-out folds and deploy readings)."""
+    import json
+
+    from steptime.data.manifest import find_root
+    from steptime.errors import SteptimeError
+
+    path = find_root() / "results" / "calibration" / "gemm_constants.json"
+    if not path.exists():
+        raise SteptimeError(f"{path} missing: build it with `snakemake -j2 results/calibration/gemm_constants.json`")
+    return json.loads(path.read_text())
+
+
 def evaluate(family: str, gpus: list[str] | None = None, **kw) -> list[dict]:
     from steptime.errors import SteptimeError
 

@@ -1,6 +1,7 @@
 """`steptime evaluate --family attention_decode|attention_prefill`: E1.24's held-out scores,
 recomputed from the AIConfigurator attention tables in raw/ (a minute or two: one
-leave-one-GPU-out fit per kernel family)."""
+leave-one-GPU-out fit per kernel family) and the GEMM readings of
+results/calibration/gemm_constants.json."""
 
 from __future__ import annotations
 
@@ -18,5 +19,7 @@ def evaluate(family: str, gpus=None, seed: int = 0, n_boot: int = 1000, **kw) ->
 
     cells = load_cells()
     ev = [gpu_key(g) for g in gpus] if gpus else None
-    r = E.run(cells, seed=seed, n_boot=n_boot, eval_gpus=ev, ship=False)
+    from steptime.evaluate import load_gemm_calibration
+
+    r = E.run(cells, load_gemm_calibration(), seed=seed, n_boot=n_boot, eval_gpus=ev, ship=False)
     return [x for x in r["records"] if x["family"] == family]

@@ -7,10 +7,12 @@ held-out fold in its own experiment; this module composes them for one target:
 * ``gemm``: the target's leave-one-GPU-out fold of ``results/calibration/gemm_constants.json``
   (globals fitted without X, then X's three deploy readings; `steptime.experiments.gemm`);
 * ``attention``: the target's held-out factors in ``results/E1_24.json``
-  (``metrics.per_gpu[X]``: fitted on the other GPUs of its lane plus X's deploy readings;
-  the shipped per-lane factors, fitted with X, are switched off);
-* ``light``: light-kernel constants refitted on the other Vidur GPUs plus X's one
-  ``light_bw_scale`` reading (`steptime.experiments.step.held_out_constants`).
+  (``metrics.per_gpu[X]``: shape factors fitted on the other GPUs of its lane; X's three
+  per-GPU constants carried from its GEMM readings by ratios fitted on those GPUs; the
+  shipped per-lane factors, fitted with X, are switched off);
+* ``light``: light-kernel constants refitted on the other Vidur GPUs; X's
+  ``light_bw_scale`` carried from its GEMM streaming reading (or, without GEMM readings,
+  one light deploy reading) (`steptime.experiments.step.held_out_constants`).
 
 A family whose fold is not given, or has no fold for X, keeps defaults.yaml and the
 returned Calibration says so in its notes. Every cell that set a constant is recorded in
@@ -46,9 +48,10 @@ def held_out_constants(target: str, families=FAMILIES, *, gemm_doc: dict | None 
     if "light" in families and light_cells is not None:
         from steptime.experiments import step as SX
 
-        c, info = SX.held_out_constants(light_cells, target, list(light_gpus or sorted(set(light_cells["gpu"]))))
-        notes["light"] = (f"light_bw_scale@{key}", [tuple(info["deploy_cell"])],
-                          f"light constants fitted on {info['fit_on']}; one deploy reading on {key}")
+        c, info = SX.held_out_constants(light_cells, target, list(light_gpus or sorted(set(light_cells["gpu"]))),
+                                        gemm_doc)
+        notes["light"] = (f"light_bw_scale@{key}", [tuple(info["reading_cell"])],
+                          f"light constants fitted on {info['fit_on']}; light_bw_scale: {info['light_bw_scale_from']}")
     if "gemm" in families and gemm_doc is not None and key in gemm_doc.get("folds", {}):
         from steptime.experiments import gemm as GX
 

@@ -9,10 +9,11 @@ from __future__ import annotations
 def evaluate(family: str = "light", gpus=None, seed: int = 0, n_boot: int = 1000, **kw) -> list[dict]:
     from steptime.data import load_vidur_mlp
     from steptime.experiments import light as E
+    from steptime.evaluate import load_gemm_calibration
     from steptime.specs import gpu_key
 
     cells = E.tidy_cells(load_vidur_mlp())
-    recs = E.run(cells, seed=seed, n_boot=n_boot)["records"]
+    recs = E.run(cells, seed=seed, n_boot=n_boot, gemm_doc=load_gemm_calibration())["records"]
     if gpus:
         keep = {gpu_key(g) for g in gpus}
         recs = [r for r in recs if r["gpu"] in keep]

@@ -8,17 +8,12 @@ def evaluate(family: str = "step", gpus=None, seed: int = 0, n_boot: int = 1000,
     from steptime.data import load_vidur_mlp
     from steptime.experiments import light as LX
     from steptime.experiments import step as E
+    from steptime.evaluate import load_gemm_calibration
     from steptime.specs import gpu_key
-
-    import json
-
-    from steptime.data.manifest import find_root
 
     v = load_vidur_mlp()
     # GEMM leave-one-GPU-out folds as the pipeline settled them from raw/ (rule settle_gemm_constants)
-    folds = find_root() / "results" / "calibration" / "gemm_constants.json"
-    gemm_doc = json.loads(folds.read_text()) if folds.exists() else None
-    recs = E.run(v, LX.tidy_cells(v), seed=seed, n_boot=n_boot, gemm_doc=gemm_doc)["records"]
+    recs = E.run(v, LX.tidy_cells(v), seed=seed, n_boot=n_boot, gemm_doc=load_gemm_calibration())["records"]
     recs = [r for r in recs if r.get("scope") != "cell_group"]
     if gpus:
         keep = {gpu_key(g) for g in gpus}

@@ -3,10 +3,15 @@ context and generation attention tables, under the calibration contract.
 
 * Cells: one kernel lane per GPU and phase (the lane with the most full-attention rows,
   i.e. the framework's default kernel), window_size 0, head_dim <= 256.
-* Per GPU, three named deploy readings (`DEPLOY`), each one measured cell of its own
-  tables, excluded from every score of that GPU: the smallest decode cell sets
-  `attn_floor_us`, the largest Llama-like decode cell `attn_eta_mem`, the longest
-  Llama-like prefill cell `attn_eta_ceil`.
+* Per GPU, the three per-GPU constants (`attn_floor_us`, `attn_eta_mem`, `attn_eta_ceil`)
+  come from the GPU's three GEMM deploy readings (kernel floor, streaming efficiency,
+  tensor throughput; results/calibration/gemm_constants.json), each times a ratio fitted
+  on the OTHER GPUs (`READING_PAIRS`, `reading_ratios`): the whole step then needs only
+  the GEMM's three readings per GPU, as DESIGN's contract asks. The ablation row
+  `steptime_own_readings` solves them instead from three attention cells of the GPU's
+  own tables (`deploy_cells`: the smallest decode cell, the largest Llama-like decode
+  cell, the longest Llama-like prefill cell), six readings in all; those three cells are
+  excluded from every score of that GPU for both rows, so both are scored on the same cells.
 * The shape factors (`FIT_GLOBALS`) are fitted on the OTHER GPUs (leave-one-GPU-out),
   each with its own deploy readings applied, on a seeded subsample of their cells.
 * Baselines: `bare_roofline` (max(flops/P, bytes/BW)), `calibrated_roofline` (a floor
@@ -19,6 +24,7 @@ from __future__ import annotations
 import numpy as np
 
 from steptime.calibration import Calibration, Constants
+from steptime.experiments import gemm as GX
 from steptime.metrics import score, signed_error
 from steptime.specs import get_gpu
 from steptime.terms import attention as A
@@ -154,6 +160,39 @@ def calibrate_gpu(cells_gpu, gpu, fc_globals: dict, base: dict | None = None, su
     return fc
 
 
+# Attention's per-GPU constant -> the GEMM deploy reading it is derived from.
+READING_PAIRS = {"attn_floor_us": "kernel_floor_us", "attn_eta_mem": "eta_mem_max", "attn_eta_ceil": "eta_active"}
+
+
+def gemm_reading_cells(gemm_doc: dict, gpu: str) -> dict:
+    """Attention constant -> the GEMM deploy cell its value comes from on `gpu`."""
+    cells = {name: v["cell"] for name, v in gemm_doc["folds"][gpu]["readings"].items()}
+    return {a: list(cells[b]) for a, b in READING_PAIRS.items()}
+
+
+def reading_ratios(cells, gpus, fc_globals: dict, readings: dict) -> dict:
+    """Median over `gpus` of (attention constant solved from the GPU's own deploy cells) /
+    (the GEMM reading it pairs with): the factor that carries a GEMM reading to attention."""
+    vals: dict = {a: [] for a in READING_PAIRS}
+    for o in gpus:
+        if o not in readings:
+            continue
+        fo = calibrate_gpu(cells[cells["gpu"] == o].reset_index(drop=True), o, fc_globals)
+        for a, b in READING_PAIRS.items():
+            vals[a].append(fo[a] / readings[o][b])
+    if not vals["attn_floor_us"]:
+        raise ValueError(f"no GPU among {list(gpus)} has both attention cells and GEMM readings")
+    return {a: float(np.median(v)) for a, v in vals.items()}
+
+
+def from_gemm_readings(fc_globals: dict, ratios: dict, reading: dict) -> dict:
+    """Factor dict of one GPU whose per-GPU attention constants are ratio x its GEMM readings."""
+    fc = dict(fc_globals)
+    for a, b in READING_PAIRS.items():
+        fc[a] = ratios[a] * reading[b]
+    return fc
+
+
 def _sample(cells, seed, n=FIT_SAMPLE):
     rng = np.random.default_rng(seed)
     keep = []
@@ -234,9 +273,12 @@ def calibrate_roofline(cells_gpu, gpu) -> dict:
 
 
 # ---------------------------------------------------------------------------------------
-def run(cells, gpus=AIC_GPUS, seed: int = 0, n_boot: int = 1000, eval_gpus=None, ship: bool = True) -> dict:
+def run(cells, gemm_doc: dict, gpus=AIC_GPUS, seed: int = 0, n_boot: int = 1000, eval_gpus=None,
+        ship: bool = True) -> dict:
     """Leave-one-GPU-out evaluation and the shipped (all-GPU) constants.
 
+    `gemm_doc` is the GEMM calibration (results/calibration/gemm_constants.json): each
+    GPU's attention constants derive from its GEMM readings (`READING_PAIRS`).
     Returns {'records': [...], 'per_gpu': {...}, 'shipped': {...}, 'calibration': Calibration,
     'pred': frame of held-out predictions}.
     """
@@ -254,16 +296,25 @@ def run(cells, gpus=AIC_GPUS, seed: int = 0, n_boot: int = 1000, eval_gpus=None,
             fits[key] = fit_globals(cells, others, seed)
         fcg = fits[key]
         x = cells[cells["gpu"] == g].reset_index(drop=True)
-        fc = calibrate_gpu(x, g, fcg)
+        if g not in gemm_doc["folds"]:
+            raise ValueError(f"{g}: no GEMM readings in the GEMM calibration (folds: {sorted(gemm_doc['folds'])})")
+        readings = GX.readings_in_fold(gemm_doc, g, gpus)
+        ratios = reading_ratios(cells, others, fcg, readings)
+        fc = from_gemm_readings(fcg, ratios, readings[g])
+        fc_own = calibrate_gpu(x, g, fcg)
         dep = deploy_cells(x)
         dep_cells = [x["cell"].iloc[i] for i in dep.values()]
-        for name, i in dep.items():
-            cal.record(f"{name}[{g}]", [x["cell"].iloc[i]], DEPLOY_NOTES[name])
+        gemm_cells = gemm_reading_cells(gemm_doc, g)
+        for name in READING_PAIRS:
+            cal.record(f"{name}[{g}]", [tuple(gemm_cells[name])],
+                       f"ratio fitted on {others} x the GEMM reading {READING_PAIRS[name]}")
+            cal.record(f"{name}_own[{g}]", [x["cell"].iloc[dep[name]]], DEPLOY_NOTES[name] + " (ablation row)")
         ev = x[~x["cell"].isin(dep_cells)].reset_index(drop=True)
         cal.check_disjoint(ev["cell"].tolist())
         p = predict(ev, g, fc)
         rl = calibrate_roofline(x, g)
-        pr = {"steptime": p["t"], "calibrated_roofline": baseline_predict("calibrated_roofline", ev, g, rl),
+        pr = {"steptime": p["t"], "steptime_own_readings": predict(ev, g, fc_own)["t"],
+              "calibrated_roofline": baseline_predict("calibrated_roofline", ev, g, rl),
               "bare_roofline": baseline_predict("bare_roofline", ev, g)}
         frame = ev.copy()
         for k, v in pr.items():
@@ -272,8 +323,12 @@ def run(cells, gpus=AIC_GPUS, seed: int = 0, n_boot: int = 1000, eval_gpus=None,
             frame[k] = p[k]
         preds.append(frame)
         per_gpu[g] = {"lane": lanes[g], "fit_on": others, "factors": {k: round(float(v), 6) for k, v in fc.items()},
+                      "reading_ratios": {k: round(v, 6) for k, v in ratios.items()},
+                      "gemm_readings": {k: round(v, 6) for k, v in readings[g].items()},
+                      "own_readings": {k: round(float(fc_own[k]), 6) for k in READING_PAIRS},
                       "roofline_cal": rl,
-                      "deploy_cells": {k: list(x["cell"].iloc[i]) for k, i in dep.items()}}
+                      "deploy_cells": gemm_cells,
+                      "scoring_excludes": {k: list(x["cell"].iloc[i]) for k, i in dep.items()}}
         for phase in PHASES:
             for subset in ("llm", "all"):
                 m = (ev["phase"] == phase).to_numpy() & (ev["llm"].to_numpy() if subset == "llm" else True)
@@ -288,10 +343,15 @@ def run(cells, gpus=AIC_GPUS, seed: int = 0, n_boot: int = 1000, eval_gpus=None,
     for lane in sorted(set(lanes.values())):
         members = [g for g in gpus if lanes[g] == lane]
         shipped["lanes"][lane] = fit_globals(cells, members, seed)
+    readings = GX.readings_in_fold(gemm_doc, None, gpus)
+    shipped["reading_ratios"] = {}
+    for lane in sorted(set(lanes.values())):
+        members = [g for g in gpus if lanes[g] == lane]
+        shipped["reading_ratios"][lane] = reading_ratios(cells, members, shipped["lanes"][lane], readings)
+    shipped["gemm_cells"] = {g: gemm_reading_cells(gemm_doc, g) for g in gpus}
     for g in gpus:
-        x = cells[cells["gpu"] == g].reset_index(drop=True)
-        fc = calibrate_gpu(x, g, shipped["lanes"][lanes[g]])
-        shipped["per_gpu"][g] = {k: fc[k] for k in ("attn_floor_us", "attn_eta_mem", "attn_eta_ceil")}
+        fc = from_gemm_readings(shipped["lanes"][lanes[g]], shipped["reading_ratios"][lanes[g]], readings[g])
+        shipped["per_gpu"][g] = {k: fc[k] for k in READING_PAIRS}
     return {"records": records, "per_gpu": per_gpu, "shipped": shipped, "calibration": cal,
             "pred": pd.concat(preds, ignore_index=True)}
 
@@ -330,12 +390,12 @@ def defaults_updates(shipped: dict, cells, experiment: str = "E1.24") -> list[di
         ups.append({"scope": f"gpu.{g}", "name": "attn_lane", "value": shipped["lane_of"][g], "provenance": "DERIVED",
                     "source": "E1.24: kernel family of the decode kernel vLLM 0.24 dispatches on this GPU "
                               "(AIConfigurator kernel_source with the most rows)", "experiment": experiment, "cells": None})
-        x = cells[cells["gpu"] == g].reset_index(drop=True)
-        dep = deploy_cells(x)
+        lane = shipped["lane_of"][g]
         for name, v in d.items():
-            ups.append({"scope": f"gpu.{g}", "name": name, "value": round(float(v), 6), "provenance": "MEASURED",
-                        "source": f"E1.24 deploy reading: {DEPLOY_NOTES[name]}", "experiment": experiment,
-                        "cells": [list(x["cell"].iloc[dep[name]])]})
+            ups.append({"scope": f"gpu.{g}", "name": name, "value": round(float(v), 6), "provenance": "DERIVED",
+                        "source": f"E1.24: the GEMM deploy reading {READING_PAIRS[name]} x "
+                                  f"{shipped['reading_ratios'][lane][name]:.6g} (median ratio over the {lane} GPUs)",
+                        "experiment": experiment, "cells": [shipped["gemm_cells"][g][name]]})
     return ups
 
 
@@ -350,10 +410,15 @@ TARGETS = {"attention_decode": 0.08, "attention_prefill": 0.10}
 
 def document(r: dict, cells) -> dict:
     """metrics + claims for results/E1_24.json."""
+    from steptime.results import claim
+
     recs = r["records"]
     metrics = {"records": recs, "per_gpu": r["per_gpu"],
                "shipped": {"globals": r["shipped"]["globals"], "lanes": r["shipped"]["lanes"],
-                           "lane_of": r["shipped"]["lane_of"], "per_gpu": r["shipped"]["per_gpu"]},
+                           "lane_of": r["shipped"]["lane_of"], "per_gpu": r["shipped"]["per_gpu"],
+                           "reading_ratios": r["shipped"]["reading_ratios"]},
+               "readings": "per GPU: the GEMM's three deploy readings, carried to attention by READING_PAIRS "
+                           "ratios fitted on the other GPUs; steptime_own_readings: three attention cells instead",
                "cells": {f"{g}/{p}": int(n) for (g, p), n in cells.groupby(["gpu", "phase"]).size().items()},
                "lane_factor_names": list(FIT_GLOBALS), "deploy_readings": DEPLOY_NOTES,
                "fit": {"llm_weight": LLM_WEIGHT, "fit_sample_per_gpu_phase": FIT_SAMPLE, "starts": 1 + len(ALT_STARTS),
@@ -367,6 +432,16 @@ def document(r: dict, cells) -> dict:
         for g, x in sorted(ours.items()):
             claims.append(_claim(f"{fam} held-out MAPE on Llama-like configs (32/64 q heads, 8 KV heads, d 128), {g}",
                                  x["mape"], f"<= {tgt:.0%}", tgt, x["mape"] <= tgt))
+        own = {x["gpu"]: x for x in recs if x["family"] == fam and x["predictor"] == "steptime_own_readings"
+               and x["subset"] == "llm"}
+        if own:
+            claims.append(claim(
+                f"{fam}: what the three-readings contract costs: held-out MAPE (llm) with the attention constants "
+                "carried from the GEMM readings (steptime) vs solved from three attention cells of the GPU "
+                "(steptime_own_readings, six readings per GPU in all)",
+                {g: {"steptime": round(ours[g]["mape"], 4), "own_readings": round(own[g]["mape"], 4)}
+                 for g in sorted(ours) if g in own},
+                "MAPE per GPU on the same cells"))
         worst = max(ours.values(), key=lambda x: x["mape"])
         claims.append(_claim(f"{fam}: worst GPU held-out MAPE (llm) ({worst['gpu']}); calibrated roofline with floor "
                              f"on the same cells ranges {min(v['mape'] for v in roof.values()):.1%}-"
@@ -388,11 +463,13 @@ def plot_accuracy(r: dict, stem, caption: str | None = None):
     fig, axes = plt.subplots(1, 2, figsize=(10, 3.4), sharey=True)
     for ax, fam in zip(axes, TARGETS):
         gp = sorted({x["gpu"] for x in r["records"] if x["family"] == fam})
-        for j, pred in enumerate(("bare_roofline", "calibrated_roofline", "steptime")):
+        preds = ("bare_roofline", "calibrated_roofline", "steptime_own_readings", "steptime")
+        w = 0.8 / len(preds)
+        for j, pred in enumerate(preds):
             v = [next(x["mape"] for x in r["records"] if x["family"] == fam and x["gpu"] == g and x["predictor"] == pred
                       and x["subset"] == "llm") for g in gp]
-            ax.bar(np.arange(len(gp)) + (j - 1) * 0.27, np.minimum(np.array(v) * 100, 100), 0.27, label=pred,
-                   color=plotting.PALETTE.get(pred))
+            ax.bar(np.arange(len(gp)) + (j - (len(preds) - 1) / 2) * w, np.minimum(np.array(v) * 100, 100), w,
+                   label=pred, color=plotting.PALETTE.get(pred))
         ax.axhline(TARGETS[fam] * 100, color="k", ls="--", lw=0.8, label=f"target {TARGETS[fam]:.0%}")
         ax.set_xticks(np.arange(len(gp)))
         ax.set_xticklabels(gp, rotation=40, ha="right")

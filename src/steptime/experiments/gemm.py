@@ -532,6 +532,20 @@ def fold_from_json(doc: dict, gpu: str, paradigm: str | None = None) -> dict:
     return {"globals": glob, "params": gpu_params(gpu, glob, readings, paradigm=paradigm), "readings": readings}
 
 
+def readings_in_fold(doc: dict, fold_gpu: str | None, gpus) -> dict:
+    """{gpu: {reading name: value}} for every GPU of `gpus` with GEMM deploy readings, each
+    solved from its own deploy cells under the globals of `fold_gpu`'s leave-one-GPU-out
+    fold (fitted without `fold_gpu`; None: the all-GPU fit). Other families carry these
+    readings to their own per-GPU constants, so a GPU needs no readings beyond these three."""
+    glob = doc["all"] if fold_gpu is None else doc["folds"][fold_gpu]["globals"]
+    out = {}
+    for g in gpus:
+        if g in doc["folds"]:
+            p = gpu_params(g, glob, fold_from_json(doc, g)["readings"])
+            out[g] = {name: float(p[name]) for name in DEPLOY_CELLS}
+    return out
+
+
 def defaults_updates(doc: dict, experiment: str = "settle_gemm_constants") -> list[dict]:
     """update_defaults entries: global fitted constants (all GPUs) and per-GPU deploy readings."""
     s = doc["settings"]

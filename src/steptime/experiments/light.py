@@ -7,9 +7,14 @@ Vidur operator -> steptime light kernel:
 Vidur profiles no KV-cache write (its kv_cache_save belongs to the attention tables we
 do not hold), so `light_eta['kv_write']` stays a starting value, marked as such.
 
-Contract: per GPU one deploy reading (`DEPLOY_CELL`: the largest RMSNorm of Llama-2-7B at
-TP 1) sets `light_bw_scale`; each kernel's relative bandwidth and floor are fitted on the
-OTHER GPUs (leave-one-GPU-out) by weighted least squares on relative error (closed form).
+Contract: `light_bw_scale` (the achieved HBM fraction of a streaming norm) is carried from
+the GPU's GEMM streaming reading `eta_mem_max` by the ratio bw_scale / eta_mem_max fitted
+on the OTHER GPUs (`derived_bw_scale`), so the GPU needs no reading beyond the GEMM's
+three; a GPU without GEMM readings (A40: no AIConfigurator table) uses one light deploy
+reading (`DEPLOY_CELL`: the largest RMSNorm of Llama-2-7B at TP 1), as does the ablation
+row `steptime_own_reading`. That cell is excluded from scoring either way. Each kernel's
+relative bandwidth and floor are fitted on the OTHER GPUs (leave-one-GPU-out) by least
+squares on log time.
 """
 
 from __future__ import annotations
@@ -62,6 +67,25 @@ def bw_scale(cells_gpu, gpu) -> float:
     return float(r["bytes"] / (r["y_ms"] * 1e-3) / get_gpu(gpu).mem_bw)
 
 
+def derived_bw_scale(cells, gpu, others, readings: dict):
+    """(light_bw_scale of `gpu` carried from its GEMM reading eta_mem_max, the ratio used):
+    the ratio is the median of bw_scale / eta_mem_max over `others` with GEMM readings.
+    None when `gpu` or every other GPU lacks GEMM readings."""
+    if gpu not in readings:
+        return None
+    rs = [bw_scale(cells[cells["gpu"] == o].reset_index(drop=True), o) / readings[o]["eta_mem_max"]
+          for o in others if o in readings]
+    if not rs:
+        return None
+    ratio = float(np.median(rs))
+    return ratio * readings[gpu]["eta_mem_max"], ratio
+
+
+def gemm_stream_cell(gemm_doc: dict, gpu: str) -> list:
+    """The GEMM deploy cell behind eta_mem_max on `gpu` (what sets a derived light_bw_scale)."""
+    return list(gemm_doc["folds"][gpu]["readings"]["eta_mem_max"]["cell"])
+
+
 def _model(floor_s, eta, p, nbytes, bw, reps):
     stream = nbytes / (bw * eta)
     return reps * (floor_s ** p + stream ** p) ** (1.0 / p)
@@ -109,8 +133,12 @@ def baseline(cells_gpu, gpu, name: str, scale: float | None = None, floor_us: fl
     raise KeyError(name)
 
 
-def run(cells, gpus=None, seed: int = 0, n_boot: int = 1000) -> dict:
+def run(cells, gpus=None, seed: int = 0, n_boot: int = 1000, gemm_doc: dict | None = None) -> dict:
+    """Held out per GPU; with `gemm_doc` (results/calibration/gemm_constants.json) a GPU with
+    GEMM readings takes its light_bw_scale from them (`derived_bw_scale`)."""
     import pandas as pd
+
+    from steptime.experiments import gemm as GX
 
     gpus = gpus or sorted(cells["gpu"].unique())
     cal = Calibration()
@@ -120,18 +148,31 @@ def run(cells, gpus=None, seed: int = 0, n_boot: int = 1000) -> dict:
         fit = fit_kernels(cells, others)
         x = cells[cells["gpu"] == g].reset_index(drop=True)
         di = deploy_index(x)
-        scale = bw_scale(x, g)
-        cal.record(f"light_bw_scale[{g}]", [x["cell"].iloc[di]], DEPLOY_NOTE)
+        own = bw_scale(x, g)
+        derived = derived_bw_scale(cells, g, others, GX.readings_in_fold(gemm_doc, g, gpus)) \
+            if gemm_doc and g in gemm_doc["folds"] else None
+        if derived is not None:
+            scale = derived[0]
+            cal.record(f"light_bw_scale[{g}]", [tuple(gemm_stream_cell(gemm_doc, g))],
+                       f"ratio {derived[1]:.4g} fitted on {others} x the GEMM reading eta_mem_max")
+            cal.record(f"light_bw_scale_own[{g}]", [x["cell"].iloc[di]], DEPLOY_NOTE + " (ablation row)")
+        else:
+            scale = own
+            cal.record(f"light_bw_scale[{g}]", [x["cell"].iloc[di]], DEPLOY_NOTE)
         ev = x.drop(index=di).reset_index(drop=True)
         cal.check_disjoint(ev["cell"].tolist())
-        pr = {"steptime": predict(ev, g, fit, scale), "calibrated_roofline": baseline(ev, g, "calibrated_roofline", scale),
-              "bare_roofline": baseline(ev, g, "bare_roofline")}
+        pr = {"steptime": predict(ev, g, fit, scale)}
+        if derived is not None:
+            pr["steptime_own_reading"] = predict(ev, g, fit, own)
+        pr.update({"calibrated_roofline": baseline(ev, g, "calibrated_roofline", own),
+                   "bare_roofline": baseline(ev, g, "bare_roofline")})
         fr = ev.copy()
         for k, v in pr.items():
             fr[f"pred_{k}"] = v
         preds.append(fr)
-        per_gpu[g] = {"light_bw_scale": scale, "fit_on": others,
-                      "light_floor_us": fit["light_floor_us"], "light_eta": fit["light_eta"]}
+        per_gpu[g] = {"light_bw_scale": scale, "light_bw_scale_own_reading": own,
+                      "light_bw_scale_from": "GEMM eta_mem_max x ratio" if derived is not None else "own light reading",
+                      "fit_on": others, "light_floor_us": fit["light_floor_us"], "light_eta": fit["light_eta"]}
         y = ev["y_ms"].to_numpy()
         for k, v in pr.items():
             recs.append({"family": "light", "gpu": g, "predictor": k, "subset": "all",
@@ -146,6 +187,13 @@ def run(cells, gpus=None, seed: int = 0, n_boot: int = 1000) -> dict:
                     recs.append({"family": "light", "gpu": g, "predictor": k, "subset": f"op:{op}",
                                  **score(v[m], y[m], n_boot=n_boot, seed=seed)})
     shipped = fit_kernels(cells, gpus)
+    shipped["derived"] = {}
+    if gemm_doc:
+        readings = GX.readings_in_fold(gemm_doc, None, gpus)
+        for g in gpus:
+            d = derived_bw_scale(cells, g, gpus, readings)
+            if d is not None:
+                shipped["derived"][g] = {"value": d[0], "ratio": d[1], "cell": gemm_stream_cell(gemm_doc, g)}
     return {"records": recs, "pred": pd.concat(preds, ignore_index=True), "per_gpu": per_gpu,
             "shipped": shipped, "calibration": cal}
 
@@ -181,6 +229,14 @@ def defaults_updates(shipped: dict, cells, experiment: str = "E1.1c") -> list[di
          "experiment": experiment, "cells": None},
     ]
     for g in gpus:
+        d = shipped.get("derived", {}).get(g)
+        if d is not None:
+            ups.append({"scope": f"gpu.{g}", "name": "light_bw_scale", "value": round(float(d["value"]), 4),
+                        "provenance": "DERIVED", "source": f"E1.1c: the GEMM deploy reading eta_mem_max x "
+                                                           f"{d['ratio']:.4g} (median bw_scale / eta_mem_max over "
+                                                           "the Vidur GPUs with GEMM readings)",
+                        "experiment": experiment, "cells": [d["cell"]]})
+            continue
         x = cells[cells["gpu"] == g].reset_index(drop=True)
         ups.append({"scope": f"gpu.{g}", "name": "light_bw_scale", "value": round(float(shipped["scales"][g]), 4),
                     "provenance": "MEASURED", "source": f"E1.1c deploy reading: {DEPLOY_NOTE}",

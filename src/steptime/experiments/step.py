@@ -8,7 +8,8 @@ num_tokens) row is one cell; decode-sized cells have <= 64 tokens, prefill-sized
 Held out per GPU: the GEMM constants are the shipped ones (defaults.yaml, set on
 AIConfigurator GEMM tables by E1.x GEMM experiments; Vidur cells never set them), the
 light-kernel constants come from the OTHER Vidur GPUs (E1.1c's fit) and the GPU's own
-light_bw_scale deploy reading (one cell, excluded from scoring).
+light_bw_scale (carried from its GEMM streaming reading when it has GEMM readings, else its
+one light deploy reading; that light cell's row is excluded from scoring either way).
 """
 
 from __future__ import annotations
@@ -42,9 +43,14 @@ def wide_cells(vidur):
     return w.sort_values(["gpu", "model", "tp", "num_tokens"]).reset_index(drop=True)
 
 
-def held_out_constants(light_cells, gpu, gpus) -> tuple[Constants, dict]:
+def held_out_constants(light_cells, gpu, gpus, gemm_doc: dict | None = None) -> tuple[Constants, dict]:
     """Shipped constants with the light-kernel factors refitted on the other Vidur GPUs and
-    the GPU's own light_bw_scale deploy reading."""
+    the GPU's light_bw_scale: carried from its GEMM reading eta_mem_max when `gemm_doc` has
+    one (`LX.derived_bw_scale`, ratio fitted on the other GPUs), else its own light deploy
+    reading. `info['deploy_cell']` is the light cell that reading would use (kept out of
+    scoring either way); `info['reading_cell']` the cell that actually set the scale."""
+    from steptime.experiments import gemm as GX
+
     others = [g for g in gpus if g != gpu]
     fit = LX.fit_kernels(light_cells, others)
     eta = dict(fit["light_eta"])
@@ -53,13 +59,20 @@ def held_out_constants(light_cells, gpu, gpus) -> tuple[Constants, dict]:
     eta.setdefault("kv_write", base.get("light_eta")["kv_write"])
     floors.setdefault("kv_write", float(np.median(list(floors.values()))))
     xg = light_cells[light_cells["gpu"] == gpu].reset_index(drop=True)
-    scale = LX.bw_scale(xg, gpu)
+    deploy_cell = list(xg["cell"].iloc[LX.deploy_index(xg)])
+    derived = LX.derived_bw_scale(light_cells, gpu, others, GX.readings_in_fold(gemm_doc, gpu, gpus)) \
+        if gemm_doc and gpu in gemm_doc["folds"] else None
+    if derived is not None:
+        scale, source = derived[0], f"GEMM reading eta_mem_max x {derived[1]:.4g} (ratio fitted on {others})"
+        reading_cell, prov = LX.gemm_stream_cell(gemm_doc, gpu), "DERIVED"
+    else:
+        scale, source, reading_cell, prov = LX.bw_scale(xg, gpu), "E1.1c deploy reading", deploy_cell, "MEASURED"
     c = base.with_overrides({"light_eta": eta, "light_floor_us": floors}, scope="global",
                             source=f"E1.1c fit on {others}")
-    c = c.with_overrides({"light_bw_scale": scale}, scope=f"gpu.{get_gpu(gpu).key}", provenance="MEASURED",
-                         source="E1.1c deploy reading")
-    return c, {"fit_on": others, "light_bw_scale": scale, "light_eta": eta, "light_floor_us": floors,
-               "deploy_cell": list(xg["cell"].iloc[LX.deploy_index(xg)])}
+    c = c.with_overrides({"light_bw_scale": scale}, scope=f"gpu.{get_gpu(gpu).key}", provenance=prov,
+                         source=source)
+    return c, {"fit_on": others, "light_bw_scale": scale, "light_bw_scale_from": source, "light_eta": eta,
+               "light_floor_us": floors, "deploy_cell": deploy_cell, "reading_cell": reading_cell}
 
 
 def predict_ops_frame(w, gpu, constants) -> dict:
@@ -125,11 +138,14 @@ def run(vidur, light_cells, gpus=None, seed: int = 0, n_boot: int = 1000, gemm_d
     cal = Calibration()
     recs, ladder, frames, decomp, per_gpu = [], [], [], [], {}
     for g in gpus:
-        C, info = held_out_constants(light_cells, g, gpus)
+        C, info = held_out_constants(light_cells, g, gpus, gemm_doc)
         C, gemm_cells = with_gemm_fold(C, g, gemm_doc)
         info["gemm_constants"] = "leave-one-GPU-out fold" if gemm_cells else "defaults.yaml as shipped"
         per_gpu[g] = info
-        cal.record(f"light_bw_scale[{g}]", [tuple(info["deploy_cell"])], LX.DEPLOY_NOTE)
+        if info["reading_cell"] == info["deploy_cell"]:
+            cal.record(f"light_bw_scale[{g}]", [tuple(info["deploy_cell"])], LX.DEPLOY_NOTE)
+        else:  # carried from the GEMM streaming reading (recorded with the GEMM fold below)
+            cal.notes[f"light_bw_scale[{g}]"] = info["light_bw_scale_from"]
         if gemm_cells:
             cal.record(f"gemm_fold[{g}]", [("aic",) + c for c in gemm_cells],
                        "AIConfigurator GEMM deploy readings of this GPU (a different table from the scored Vidur rows)")
