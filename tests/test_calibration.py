@@ -62,3 +62,20 @@ def test_update_defaults_roundtrip(tmp_path):
     e = doc["constants"]["gpu"]["h100-sxm"]["eta_mem_max"]
     assert e["value"] == 0.77 and e["experiment"] == "E1.3" and e["cells"] == [["h100-sxm", 1, 2, 3]]
     assert "global" in doc["constants"]  # other constants kept
+
+
+def test_shipped_constants_read_at_most_three_gpu_cells_per_gpu():
+    """DESIGN's contract on the shipped file: per GPU, the cells of that GPU that set any constant
+    (GEMM, attention, light) are at most three. Host-scheduler rows (Vidur's CPU overheads, a
+    property of the serving host, not of the GPU) are counted apart."""
+    cal = Calibration.from_constants(Constants.default())
+    per_gpu: dict = {}
+    for name, cells in cal.used.items():
+        if not name.startswith("gpu."):
+            continue
+        for cell in cells:
+            if isinstance(cell, tuple) and len(cell) > 1 and cell[1] != "host":
+                per_gpu.setdefault(cell[0], set()).add(cell)
+    assert per_gpu, "defaults.yaml records no per-GPU cells"
+    over = {g: sorted(map(str, c)) for g, c in per_gpu.items() if len(c) > 3}
+    assert not over, f"more than three deploy cells: {over}"
