@@ -114,3 +114,21 @@ def test_calibrated_roofline_recovers_its_constants():
     assert est.a_m_ == pytest.approx(0.85, rel=1e-3)
     assert est.t0_us_ == pytest.approx(4.0, rel=1e-2)
     assert est.in_sample
+
+
+def test_stream_cell_tracks_the_typical_streaming_gemm_on_the_gpus_it_sees():
+    """Two GPUs whose 16384^2 single-token GEMM is an outlier (a slow kernel on one, a fast one on
+    the other) and whose 8192^2 cell sits at their median: the rule picks 8192^2; and it never
+    looks at a GPU it is not given."""
+    rows = []
+    for g, odd in (("h100-sxm", 0.6), ("h200-sxm", 1.2)):
+        bw = get_gpu(g).mem_bw
+        for n, k, eff in ((8192, 8192, 0.8), (16384, 16384, 0.8 * odd), (8192, 16384, 0.79), (16384, 8192, 0.81),
+                          (1024, 1024, 0.3)):  # the last is under 64 MiB: never a candidate
+            rows.append({"gpu": g, "m": 1, "n": n, "k": k, "latency_ms": 2 * n * k / (eff * bw) * 1e3})
+    df = pd.DataFrame(rows)
+    assert E.select_stream_cell(df, ["h100-sxm", "h200-sxm"]) == (1, 8192, 8192)
+    poisoned = pd.concat([df, pd.DataFrame([{"gpu": "b200", "m": 1, "n": 8192, "k": 8192, "latency_ms": 1e3}])])
+    assert E.select_stream_cell(poisoned, ["h100-sxm", "h200-sxm"]) == (1, 8192, 8192)
+    with pytest.raises(ValueError, match="every GPU"):  # only sub-64 MiB weights left
+        E.select_stream_cell(df[df["n"] < 2048], ["h100-sxm"])

@@ -4,6 +4,7 @@ import sys
 import joblib
 
 from steptime.experiments import transfer
+from steptime.io import atomic_path
 
 cfg = snakemake.config
 fast = bool(cfg.get("fast", True))
@@ -16,4 +17,5 @@ with open(snakemake.log[0], "w") as log:
                                n_jobs=int(cfg["rf"].get("n_jobs", 1)), fast=fast, progress=True)
     print(f"{ds} on {gpu}: {bundle['train_rows']} training cells, grid "
           f"{'vidur_full' if full else 'fast'}, fit seconds {bundle['fit_seconds']}", file=log)
-joblib.dump(bundle, snakemake.output.model, compress=3)
+with atomic_path(snakemake.output.model) as tmp:  # a killed fit leaves no half-written model
+    joblib.dump(bundle, tmp, compress=3)

@@ -25,16 +25,20 @@ from steptime.terms import gemm as G
 
 AIC_GPUS = ("a100-sxm", "h100-sxm", "h200-sxm", "l40s", "b200", "gb200", "b300", "gb300", "rtx-pro-6000")
 
-# name of the per-GPU constant -> the (m, n, k) cell whose latency sets it
+# name of the per-GPU constant -> the (m, n, k) cell whose latency sets it. The streaming
+# reading's weight shape is not fixed a priori: `select_stream_cell` picks it on the GPUs a
+# fit may see (the other GPUs, when one is held out); (1, 16384, 16384) is only its default.
 DEPLOY_CELLS = {
     "eta_active": (4096, 4096, 4096),
     "eta_mem_max": (1, 16384, 16384),
     "kernel_floor_us": (1, 32, 32),
 }
+STREAM_MIN_MIB = 64  # candidate streaming readings: single-token GEMMs over weights at least this large
 DEPLOY_NOTES = {
     "eta_active": "one large square GEMM (m=n=k=4096, an LLM prefill-sized projection): sustained tensor "
                   "throughput over the fill/duty factors",
-    "eta_mem_max": "one single-token GEMM over a 512 MiB weight (m=1, n=k=16384): streaming DRAM efficiency",
+    "eta_mem_max": "one single-token GEMM (m=1) over a weight of at least 64 MiB, its (n, k) chosen on the other GPUs "
+                   "(select_stream_cell): streaming DRAM efficiency",
     "kernel_floor_us": "one tiny GEMM (m=1, n=k=32): launch-to-completion floor",
     "mem_t_half_us": "one single-token GEMM over a mid-sized weight: the memory branch's fixed ramp",
 }
@@ -92,11 +96,40 @@ def load_gemm(path=None, gpus=None):
     return df.sort_values(["gpu", "n", "k", "m"]).reset_index(drop=True)
 
 
-def deploy_readings(df, gpu: str) -> dict:
-    """{constant: (cell id, latency_ms)} of `gpu`'s deploy readings, from its table."""
+def select_stream_cell(df, gpus) -> tuple:
+    """The streaming deploy cell (1, n, k), chosen on `gpus` alone: among the single-token
+    cells over weights >= STREAM_MIN_MIB that every one of `gpus` measured, the (n, k) whose
+    achieved DRAM fraction best tracks each GPU's median single-token fraction (minimum of
+    mean |log ratio| + its spread across `gpus`). A single cell's kernel choice can sit
+    +-10% off the GPU's typical streaming GEMM; this picks a cell that, on the GPUs seen,
+    does not. Ties go to the smaller (n, k)."""
+    ratios = []
+    for g in gpus:
+        d = df[(df["gpu"] == g) & (df["m"] == 1)].groupby(["n", "k"], as_index=False)["latency_ms"].median()
+        w = 2.0 * d["n"].to_numpy(float) * d["k"].to_numpy(float)
+        d = d[w >= STREAM_MIN_MIB * 2 ** 20].copy()
+        eff = 2.0 * d["n"] * d["k"] / (d["latency_ms"] * 1e-3) / get_gpu(g).mem_bw
+        d["lr"] = np.log(eff / eff.median())
+        ratios.append(d.set_index(["n", "k"])["lr"].rename(g))
+    if not ratios:
+        raise ValueError("select_stream_cell: no GPUs given")
+    import pandas as pd
+
+    tab = pd.concat(ratios, axis=1).dropna()
+    if tab.empty:
+        raise ValueError(f"no single-token cell >= {STREAM_MIN_MIB} MiB is measured on every GPU of {list(gpus)}")
+    crit = tab.abs().mean(axis=1) + (tab.std(axis=1, ddof=0) if tab.shape[1] > 1 else 0.0)
+    best = crit.sort_index().idxmin()
+    return (1, int(best[0]), int(best[1]))
+
+
+def deploy_readings(df, gpu: str, stream: tuple | None = None) -> dict:
+    """{constant: (cell id, latency_ms)} of `gpu`'s deploy readings, from its table;
+    `stream` overrides the streaming reading's (m, n, k)."""
     out = {}
     sub = df[df["gpu"] == gpu]
-    for name, (m, n, k) in DEPLOY_CELLS.items():
+    cells = dict(DEPLOY_CELLS, **({"eta_mem_max": tuple(stream)} if stream is not None else {}))
+    for name, (m, n, k) in cells.items():
         row = sub[(sub["m"] == m) & (sub["n"] == n) & (sub["k"] == k)]
         if len(row) != 1:
             raise ValueError(f"{gpu}: deploy cell {name} (m={m}, n={n}, k={k}) missing from the table")
@@ -494,20 +527,26 @@ def settle(df, gpus=None, *, seed: int = 0, fixed: dict | None = None, n_per_gpu
     n_per_gpu = n_per_gpu or FIT_SETTINGS["n_per_gpu"]
     max_nfev = max_nfev or FIT_SETTINGS["max_nfev"]
     fixed = dict(fixed or {})
-    readings = {g: deploy_readings(df, g) for g in gpus}
+    stream_all = select_stream_cell(df, gpus)
+    readings = {g: deploy_readings(df, g, stream_all) for g in gpus}
     kw = dict(seed=seed, n_per_gpu=n_per_gpu, max_nfev=max_nfev, fixed=fixed)
     glob_all = fit_globals(df, gpus, readings, **kw)
     folds = {}
     for g in gpus:
-        glob = fit_globals(df, [o for o in gpus if o != g], readings, x0=glob_all, **kw)
-        p = gpu_params(g, glob, readings[g])
-        folds[g] = {"globals": glob, "readings": _readings_json(readings[g]),
+        others = [o for o in gpus if o != g]
+        stream = select_stream_cell(df, others)  # chosen without the held-out GPU
+        rd = readings if stream == stream_all else {o: deploy_readings(df, o, stream) for o in gpus}
+        glob = fit_globals(df, others, rd, x0=glob_all, **kw)
+        p = gpu_params(g, glob, rd[g])
+        folds[g] = {"globals": glob, "readings": _readings_json(rd[g]), "stream_cell": list(stream),
                     "per_gpu": {nm: p[nm] for nm in DEPLOY_CELLS}}
     p_all = {g: gpu_params(g, glob_all, readings[g]) for g in gpus}
     return {
         "settings": {"seed": seed, "n_per_gpu": n_per_gpu, "max_nfev": max_nfev,
                      "llm_share": FIT_SETTINGS["llm_share"], "fit_globals": list(FIT_GLOBALS)},
-        "deploy_cells": {k: list(v) for k, v in DEPLOY_CELLS.items()},
+        "deploy_cells": {k: list(v) for k, v in dict(DEPLOY_CELLS, eta_mem_max=stream_all).items()},
+        "stream_cell_rule": f"select_stream_cell: single-token cells over >= {STREAM_MIN_MIB} MiB weights; "
+                            "each fold chooses on its training GPUs (folds[gpu].stream_cell)",
         "fixed": fixed,
         "all": glob_all,
         "all_per_gpu": {g: {nm: p_all[g][nm] for nm in DEPLOY_CELLS} for g in gpus},
@@ -1490,8 +1529,8 @@ SENSITIVITY_CELLS = {
 
 def reading_sensitivity(df, doc: dict, cells=SENSITIVITY_CELLS) -> dict:
     """Held-out LLM-cell MAPE per GPU when one deploy reading is taken from a neighbouring cell
-    instead (fold globals unchanged; every reading cell in play excluded from scoring). The
-    shipped choice stays the a-priori one; this only measures the readings' noise."""
+    instead (fold globals unchanged; every reading cell in play excluded from scoring): the
+    readings' noise around the fold's own choice."""
     from steptime.metrics import mape
 
     out = {}
