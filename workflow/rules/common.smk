@@ -49,6 +49,8 @@ def all_targets():
         if exp.get("status") in ("built", "awaiting") and data_present(exp):
             out.extend(exp.get("outputs", [f"results/{eid}.json"]))
     out.extend(globals().get("DATA_TARGETS", []))
+    if config["rf"].get("grid_check", False):
+        out.extend(globals().get("GRID_CHECK_TARGETS", []))
     out.append("results/specs/gpus.json")
     out.append("results/SUMMARY.md")
     out.append("results/specs/models.json")

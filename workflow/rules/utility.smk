@@ -9,6 +9,10 @@ UTILITY_DATA = {
     "aic_attention": ["results/data/attention_context.parquet", "results/data/attention_generation.parquet"],
 }
 UTILITY_ALL_DATA = sorted({p for v in UTILITY_DATA.values() for p in v})
+# The profile fitted with Vidur's full grid when rf.grid_check is on (hours for every profile on
+# 2 cores; this one takes minutes), and the outputs rule all then adds.
+GRID_CHECK = ("aic_gemm", "a100-sxm")
+GRID_CHECK_TARGETS = ["results/E2_1_grid.json", "results/E2_1_grid_timing.json"]
 
 
 # Fit Vidur's RF + polynomial predictors on one home GPU's table (cached, keyed by inputs and grid).
@@ -32,6 +36,53 @@ rule rf_fit:
         "Fitting the Vidur-style RF on {wildcards.dataset} for home {wildcards.gpu} (full grid: {params.full_grid})"
     script:
         "../scripts/E2_rf_fit.py"
+
+
+# Vidur's full grid on the grid-check profile, beside the fast grid (built only when rf.grid_check is on).
+rule rf_fit_full:
+    input:
+        data=lambda wc: UTILITY_DATA[wc.dataset],
+        code=lib("baselines", "experiments/transfer", "specs", "data"),
+    output:
+        model="results/cache/rf_full/{dataset}_{gpu}.joblib",
+    wildcard_constraints:
+        dataset="|".join(RF_DATASETS),
+        gpu="|".join(RF_HOMES),
+    params:
+        full_grid=True,
+        fast=config["fast"],
+    log:
+        "logs/rf_fit_full/{dataset}_{gpu}.log",
+    conda:
+        CONDA_ENV
+    message:
+        "Fitting the Vidur-style RF on {wildcards.dataset} for home {wildcards.gpu} with Vidur's full grid"
+    script:
+        "../scripts/E2_rf_fit.py"
+
+
+# E2.1 grid check: the RF rows of E2.1 with the fast and the full grid, and their predict speed.
+rule E2_1_grid:
+    input:
+        fast=f"results/cache/rf/{GRID_CHECK[0]}_{GRID_CHECK[1]}.joblib",
+        full=f"results/cache/rf_full/{GRID_CHECK[0]}_{GRID_CHECK[1]}.joblib",
+        data=UTILITY_DATA[GRID_CHECK[0]],
+        gemm_constants=rules.settle_gemm_constants.output.constants,
+        attention=rules.E1_24.output.result,
+        code=lib(),
+    output:
+        result="results/E2_1_grid.json",
+        timing="results/E2_1_grid_timing.json",
+    params:
+        question=EXPERIMENTS["E2.1"]["question"] + " (grid check: does Vidur's full grid change the forest?)",
+    log:
+        "logs/E2_1_grid.log",
+    conda:
+        CONDA_ENV
+    message:
+        "E2.1 grid check: fast vs full Vidur grid on {GRID_CHECK}"
+    script:
+        "../scripts/E2_1_grid.py"
 
 
 # E2.1: home RF (held-out), verbatim and spec-scaled RF, and steptime (held-out folds) on every target GPU.

@@ -8,7 +8,7 @@ from steptime.io import atomic_path
 
 cfg = snakemake.config
 fast = bool(cfg.get("fast", True))
-full = bool(cfg["rf"]["full_grid"])
+full = bool(snakemake.params.full_grid)
 ds, gpu = snakemake.wildcards.dataset, snakemake.wildcards.gpu
 with open(snakemake.log[0], "w") as log:
     sys.stderr = log

@@ -635,6 +635,49 @@ def bundle_summary(bundle: dict) -> dict:
 
 
 # ---------------------------------------------------------------------------------------
+# Grid check: does Vidur's full grid change the forest's answers? (rule E2_1_grid, opt-in)
+GRID_CHECK_PREDICTORS = ("rf_home", "rf_verbatim", "rf_spec_scaled", "rf_steptime_scaled")
+
+
+def grid_check_document(dataset: str, cells, fast_bundle: dict, full_bundle: dict, targets, *,
+                        constants_for=None, n_boot: int = 1000, seed: int = 0) -> dict:
+    """The same home profile fitted with the fast grid and with Vidur's full grid (27
+    settings x 10 folds): the RF rows of E2.1 for both, side by side, and the claim whether
+    the full grid moves any MAPE by more than one percentage point."""
+    from steptime.results import claim
+
+    if not full_bundle["full_grid"] or fast_bundle["full_grid"]:
+        raise ValueError("grid check: expects one fast-grid bundle and one full-grid bundle")
+    for key in ("dataset", "home_gpu", "seed"):
+        if fast_bundle[key] != full_bundle[key]:
+            raise ValueError(f"grid check: the two bundles differ in {key} ({fast_bundle[key]} vs {full_bundle[key]})")
+    rows = {}
+    for grid, bundle in (("fast", fast_bundle), ("full", full_bundle)):
+        for r in transfer_records(dataset, cells, bundle, targets, n_boot=n_boot, seed=seed,
+                                  constants_for=constants_for):
+            if r["predictor"] in GRID_CHECK_PREDICTORS:
+                rows.setdefault((r["target_gpu"], r["predictor"]), {})[grid] = r["mape_all"]
+    table = [{"target_gpu": t, "predictor": p, "mape_fast_grid": v.get("fast"), "mape_full_grid": v.get("full")}
+             for (t, p), v in sorted(rows.items())]
+    moved = [abs(r["mape_full_grid"] - r["mape_fast_grid"]) for r in table
+             if r["mape_full_grid"] is not None and r["mape_fast_grid"] is not None]
+    home = fast_bundle["home_gpu"]
+    claims = [
+        claim(f"{dataset}, home {home}: Vidur's full grid search changes no RF MAPE of E2.1 by more than one "
+              "percentage point against the fast grid", round(max(moved), 4) if moved else None,
+              "largest |MAPE full grid - MAPE fast grid| over targets and RF rows", target="<= 0.01",
+              met=bool(moved) and max(moved) <= 0.01),
+        claim(f"{dataset}, home {home}: the full grid's choice and its 10-fold CV MAPE",
+              {"best_params": full_bundle["meta"]["rf"].get("best_params"),
+               "cv_mape_pct": full_bundle["meta"]["rf"].get("cv_mape_pct")},
+              "GridSearchCV over n_estimators 250/500/750, max_depth 8/16/32, min_samples_split 2/5/10"),
+    ]
+    return {"metrics": {"rows": table, "fits": {"fast": bundle_summary(fast_bundle),
+                                                 "full": bundle_summary(full_bundle)}},
+            "claims": claims}
+
+
+# ---------------------------------------------------------------------------------------
 # Result document and figure
 TARGET_RATIO = {"vidur_step": 1.5, "aic_gemm": 1.5, "aic_attention": 1.0}
 

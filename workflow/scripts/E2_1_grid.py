@@ -1,0 +1,29 @@
+"""E2.1 grid check: the same home profile with the fast grid and Vidur's full grid, side by side."""
+import json
+
+import joblib
+
+from steptime.evaluate.held_out import HeldOut
+from steptime.experiments import calibration_cost, transfer
+from steptime.io import write_json
+from steptime.results import provenance, write_result
+
+cfg = snakemake.config
+fast, full = joblib.load(snakemake.input.fast), joblib.load(snakemake.input.full)
+ds = fast["dataset"]
+cells = transfer.load_cells(ds)
+hook = HeldOut.for_dataset(ds, gemm_doc=json.load(open(snakemake.input.gemm_constants)),
+                           attn_doc=json.load(open(snakemake.input.attention)))
+doc = transfer.grid_check_document(ds, cells, fast, full, transfer.TARGETS[ds], constants_for=hook,
+                                   n_boot=int(cfg["bootstrap"]), seed=int(cfg["seed"]))
+write_result(snakemake.output.result, id="E2.1-grid", question=snakemake.params.question, metrics=doc["metrics"],
+             claims=doc["claims"],
+             provenance=provenance(list(snakemake.input.data) + [snakemake.input.gemm_constants], config=cfg,
+                                   rule="E2_1_grid", script="workflow/scripts/E2_1_grid.py"))
+target = cells[cells["gpu"] == "h100-sxm"].reset_index(drop=True)
+write_json(snakemake.output.timing, {
+    "note": "wall seconds on this machine, measured side by side in this run; NOT deterministic",
+    "fit_seconds": {"fast": fast["fit_seconds"], "full": full["fit_seconds"]},
+    "prediction_speed": {grid: calibration_cost.prediction_speed(b["models"]["rf"], target, "h100-sxm")
+                         for grid, b in (("fast_grid", fast), ("full_grid", full))},
+})
