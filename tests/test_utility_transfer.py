@@ -134,3 +134,25 @@ def test_profiler_gap_matches_shapes_and_splits_by_size():
     assert gap["h100-sxm"]["decode"]["median"] == pytest.approx(1.0)  # median of the two Vidur rows / 0.03
     assert gap["h100-sxm"]["prefill"] == {"cells": 1, "median": pytest.approx(1.2), "p10": pytest.approx(1.2),
                                           "p90": pytest.approx(1.2)}
+
+
+def test_grid_check_compares_the_same_profile_under_two_grids():
+    frames = []
+    for g in ("a100-sxm", "h100-sxm"):
+        d = _gemm(g, ms=(1, 4, 16, 64, 256, 1024, 4096))
+        f, b = T.gemm_work(d.m, d.n, d.k)
+        d["latency_ms"] = 1.3e3 * T.roofline_s(f, b, g)
+        d["tokens"] = d["m"]
+        frames.append(d)
+    cells = pd.concat(frames, ignore_index=True)
+    fast = T.fit_home("aic_gemm", cells, "a100-sxm", seed=0)
+    # stand-in for a full-grid fit (the real one takes minutes): the same bundle, so nothing may move
+    full = dict(fast, full_grid=True)
+    doc = T.grid_check_document("aic_gemm", cells, fast, full, ("a100-sxm", "h100-sxm"), n_boot=20)
+    assert doc["claims"][0]["value"] == 0.0 and doc["claims"][0]["met"]
+    assert {r["predictor"] for r in doc["metrics"]["rows"]} == {"rf_home", "rf_verbatim", "rf_spec_scaled",
+                                                              "rf_steptime_scaled"}
+    with pytest.raises(ValueError, match="one fast-grid bundle and one full-grid"):
+        T.grid_check_document("aic_gemm", cells, fast, fast, ("h100-sxm",), n_boot=20)
+    with pytest.raises(ValueError, match="differ in home_gpu"):
+        T.grid_check_document("aic_gemm", cells, fast, dict(full, home_gpu="h100-sxm"), ("h100-sxm",), n_boot=20)
