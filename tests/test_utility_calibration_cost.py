@@ -26,3 +26,16 @@ def test_ledger_rows():
 def test_steptime_rows_counts_deploy_cells():
     r = cc.steptime_rows()
     assert r["max_deploy_cells_one_gpu"] == max(r["deploy_cells_per_gpu"].values(), default=0)
+
+
+def test_deploy_cells_count_every_gpu_cell_but_host_rows():
+    from steptime.experiments.calibration_cost import deploy_cells_used
+
+    gemm = [["h100-sxm", "gemm", "4096", "4096", "4096"], ["h100-sxm", "gemm", "1", "10240", "10240"],
+            ["h100-sxm", "gemm", "1", "32", "32"]]
+    log = {"aic_attention|h100-sxm": {"target_cells": {"attention_fold@h100-sxm": gemm,
+                                                       "gpu.h100-sxm.eta_active": gemm[:1]}},
+           "vidur_step|a100-sxm": {"target_cells": {"gemm_fold@a100-sxm": [["a100-sxm", "gemm", "1", "32", "32"]],
+                                                    "gpu.a100-sxm.host_a_ms": [["a100-sxm", "host", "x", "1", "8"]]}}}
+    used = deploy_cells_used(log)
+    assert used == {"aic_attention": 3, "vidur_step": 1}

@@ -33,14 +33,15 @@ def steptime_rows(constants=None) -> dict:
 
 
 def deploy_cells_used(cal_log: dict | None) -> dict:
-    """{dataset: max over target GPUs of the target's own cells that set a steptime constant},
-    from E2.1's per-(dataset, target) calibration record."""
-    kinds = {"aic_gemm": ("gemm",), "aic_attention": ("attention",), "vidur_step": ("gemm", "light")}
+    """{dataset: max over target GPUs of the target's own GPU cells that set a steptime
+    constant}, from E2.1's per-(dataset, target) calibration record. Every family's per-GPU
+    constants now derive from the same GEMM readings, so the cells are counted whatever kind
+    they are; host-scheduler rows (a property of the serving host) are left out."""
     out = {}
     for key, cal in (cal_log or {}).items():
         ds, _, target = key.partition("|")
         cells = {tuple(c) for v in cal.get("target_cells", {}).values() for c in v}
-        n = sum(1 for c in cells if len(c) > 1 and c[1] in kinds.get(ds, ()))
+        n = sum(1 for c in cells if len(c) > 1 and c[1] != "host")
         out[ds] = max(out.get(ds, 0), n)
     return out
 
