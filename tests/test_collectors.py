@@ -1,13 +1,25 @@
 """Parsers and reductions of the GPU collectors, on small synthetic format fixtures."""
+import json
+import shutil
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
-from steptime.collect.clock import parse_clock_sweep, reduce_clock_sweep
+from steptime.collect import report
+from steptime.collect.clock import clock_figure, parse_clock_sweep, reduce_clock_sweep
 from steptime.collect.ncu import parse_ncu_csv, reduce_factors
 from steptime.errors import DataError
 
 FIX = Path(__file__).parent / "fixtures"
+
+
+def _rejects(parse, path, lines, match):
+    """Write `lines` to `path`; `parse` must refuse the file with a DataError matching `match`."""
+    path.write_text("\n".join(lines))
+    with pytest.raises(DataError, match=match) as exc:
+        parse(path)
+    return exc
 
 
 def test_ncu_parse_units_and_pick_gemm_kernel():
@@ -29,26 +41,15 @@ def test_ncu_parse_units_and_pick_gemm_kernel():
 @pytest.mark.filterwarnings("ignore:Length of header")  # the header lacks a field the rows have
 def test_ncu_bad_files(tmp_path):
     text = (FIX / "ncu_gemm_small.csv").read_text().splitlines()
-    p = tmp_path / "missing.csv"
-    p.write_text("\n".join([text[0].replace('"launch__grid_size",', "")] + text[1:]))
-    with pytest.raises(DataError, match=r"missing.csv: row all, column 'launch__grid_size': required column missing"):
-        parse_ncu_csv(p)
-    p = tmp_path / "pct.csv"
-    p.write_text("\n".join(text[:4] + [text[4].replace('"95.00"', '"195.00"')]))
-    with pytest.raises(DataError, match=r"pct.csv: row 3 \(line 5\), column 'sm__pipe_tensor.*in_range"):
-        parse_ncu_csv(p)
-    p = tmp_path / "unit.csv"
-    p.write_text("\n".join([text[0], text[1].replace('"nsecond"', '"fortnight"')] + text[2:]))
-    with pytest.raises(DataError, match=r"unit.csv: row 0 \(line 2\), column 'gpu__time_duration.sum': unknown unit"):
-        parse_ncu_csv(p)
-    p = tmp_path / "trunc.csv"
-    p.write_text("\n".join(text[:2]))
-    with pytest.raises(DataError, match="no kernel rows"):
-        parse_ncu_csv(p)
-    p = tmp_path / "nan.csv"
-    p.write_text("\n".join(text[:3] + [text[3].replace('"16,000"', '"n/a"')] + text[4:]))
-    with pytest.raises(DataError, match=r"nan.csv: row 2 \(line 4\), column 'gpu__time_duration.sum'.*'n/a'") as exc:
-        parse_ncu_csv(p)
+    _rejects(parse_ncu_csv, tmp_path / "missing.csv", [text[0].replace('"launch__grid_size",', "")] + text[1:],
+             r"missing.csv: row all, column 'launch__grid_size': required column missing")
+    _rejects(parse_ncu_csv, tmp_path / "pct.csv", text[:4] + [text[4].replace('"95.00"', '"195.00"')],
+             r"pct.csv: row 3 \(line 5\), column 'sm__pipe_tensor.*in_range")
+    _rejects(parse_ncu_csv, tmp_path / "unit.csv", [text[0], text[1].replace('"nsecond"', '"fortnight"')] + text[2:],
+             r"unit.csv: row 0 \(line 2\), column 'gpu__time_duration.sum': unknown unit")
+    _rejects(parse_ncu_csv, tmp_path / "trunc.csv", text[:2], "no kernel rows")
+    exc = _rejects(parse_ncu_csv, tmp_path / "nan.csv", text[:3] + [text[3].replace('"16,000"', '"n/a"')] + text[4:],
+                   r"nan.csv: row 2 \(line 4\), column 'gpu__time_duration.sum'.*'n/a'")
     assert "row all" not in str(exc.value)  # no column-wide echo of the value that would not convert
     with pytest.raises(DataError, match=r"absent.csv: file missing$"):  # telemetry is not in raw/MANIFEST.yaml
         parse_ncu_csv(tmp_path / "absent.csv")
@@ -66,15 +67,27 @@ def test_clock_sweep_reduction():
 
 def test_clock_sweep_bad_rows(tmp_path):
     lines = (FIX / "clock_sweep_small.csv").read_text().splitlines()
-    p = tmp_path / "neg.csv"
-    p.write_text("\n".join(lines[:2] + [lines[2].replace(",0.02,", ",-0.02,")]))
-    with pytest.raises(DataError, match=r"neg.csv: row 1 \(line 3\), column 'latency_ms'"):
-        parse_clock_sweep(p)
-    p = tmp_path / "nan.csv"
-    p.write_text("\n".join(lines[:2] + [lines[2].replace(",1980,", ",,")]))
-    with pytest.raises(DataError, match=r"nan.csv: row 1 \(line 3\), column 'sm_clock_mhz'"):
-        parse_clock_sweep(p)
-    p = tmp_path / "cols.csv"
-    p.write_text("\n".join([lines[0].replace(",samples", "")] + [r.rsplit(",", 1)[0] for r in lines[1:]]))
-    with pytest.raises(DataError, match=r"cols.csv: row all, column 'samples': required column missing"):
-        parse_clock_sweep(p)
+    _rejects(parse_clock_sweep, tmp_path / "neg.csv", lines[:2] + [lines[2].replace(",0.02,", ",-0.02,")],
+             r"neg.csv: row 1 \(line 3\), column 'latency_ms'")
+    _rejects(parse_clock_sweep, tmp_path / "nan.csv", lines[:2] + [lines[2].replace(",1980,", ",,")],
+             r"nan.csv: row 1 \(line 3\), column 'sm_clock_mhz'")
+    _rejects(parse_clock_sweep, tmp_path / "cols.csv",
+             [lines[0].replace(",samples", "")] + [r.rsplit(",", 1)[0] for r in lines[1:]],
+             r"cols.csv: row all, column 'samples': required column missing")
+
+
+def test_report_writes_result_and_figure(tmp_path):
+    sweep = tmp_path / "raw" / "telemetry" / "clock" / "h100-sxm" / "clock_sweep.csv"
+    sweep.parent.mkdir(parents=True)
+    shutil.copy(FIX / "clock_sweep_small.csv", sweep)
+    smk = SimpleNamespace(output=SimpleNamespace(result=str(tmp_path / "E1_10.json"),
+                                                 fig=str(tmp_path / "E1_10_clock.png")),
+                          config={"seed": 1}, rule="E1_10")
+    per_gpu = report(smk, [str(sweep)], lambda path, gpu: reduce_clock_sweep(parse_clock_sweep(path), gpu, n_boot=50),
+                     clock_figure, id="E1.10", question="q", script="workflow/scripts/E1_10.py")
+    assert list(per_gpu) == ["h100-sxm"]                       # the GPU is the folder name
+    doc = json.loads((tmp_path / "E1_10.json").read_text())
+    assert doc["id"] == "E1.10" and [r["m"] for r in doc["metrics"]["per_gpu"]["h100-sxm"]] == [64, 16384]
+    assert doc["provenance"]["rule"] == "E1_10" and str(sweep) in doc["provenance"]["inputs"]
+    for ext in (".png", ".pdf", ".caption.txt"):
+        assert (tmp_path / f"E1_10_clock{ext}").stat().st_size > 0

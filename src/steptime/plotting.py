@@ -41,10 +41,18 @@ def setup():
     return plt
 
 
-def save(fig, stem: str | os.PathLike, caption: str | None = None) -> list[Path]:
-    """Write `<stem>.png` and `<stem>.pdf` (no timestamps, so reruns give the same bytes)."""
+def subplots(*args, **kwargs):
+    """House style, then matplotlib's `plt.subplots(*args, **kwargs)`: (figure, axes)."""
+    return setup().subplots(*args, **kwargs)
+
+
+def save(fig, stem: str | os.PathLike, caption: str | None = None, tight_layout: bool = False) -> list[Path]:
+    """Write `<stem>.png` and `<stem>.pdf` (no timestamps, so reruns give the same bytes); `tight_layout`
+    first runs `fig.tight_layout()`."""
     from steptime.io import atomic_path
 
+    if tight_layout:
+        fig.tight_layout()
     stem = Path(stem)
     out = []
     for ext, meta in ((".png", {"Software": None}), (".pdf", {"CreationDate": None, "ModDate": None, "Producer": None, "Creator": None})):

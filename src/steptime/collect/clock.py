@@ -122,6 +122,20 @@ def reduce_clock_sweep(df, gpu, n_boot: int = 1000, seed: int = 0) -> list[dict]
     return out
 
 
+def clock_figure(per_gpu: dict, stem) -> None:
+    """E1.10 figure: the reduced f_clk against m, one line per GPU."""
+    from steptime.plotting import save, subplots
+
+    fig, ax = subplots(figsize=(5, 3.2))
+    for gpu, rows in per_gpu.items():
+        ax.plot([r["m"] for r in rows], [r["f_clk"] for r in rows], marker="o", label=gpu)
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("m (tokens)")
+    ax.set_ylabel("f_clk = sustained / boost clock")
+    ax.legend()
+    save(fig, stem, caption="E1.10: median sustained SM clock under GEMM load against m, as a fraction of boost.")
+
+
 def main(argv=None) -> int:  # pragma: no cover - needs a GPU
     p = argparse.ArgumentParser(description="Collect the E1.10 clock sweep on this node's GPU")
     p.add_argument("--out", required=True)

@@ -133,6 +133,24 @@ def reduce_factors(df, gpu) -> list[dict]:
     return out
 
 
+def waterfall_figure(per_gpu: dict, stem) -> None:
+    """E1.5 figure: per GPU, the mean of each factor (and their product, and the achieved fraction of peak) over
+    the cells with m >= 1024 (all cells if none)."""
+    from steptime.plotting import save, subplots
+
+    fig, axes = subplots(1, max(1, len(per_gpu)), figsize=(4 * max(1, len(per_gpu)), 3), squeeze=False)
+    for ax, (gpu, rows) in zip(axes[0], per_gpu.items()):
+        big = [r for r in rows if r["m"] >= 1024] or rows
+        names = ["f_clk", "eta_fill", "eta_active", "eta_duty", "product", "achieved"]
+        vals = [sum(r[n] or 0 for r in big) / len(big) for n in names]
+        ax.bar(names, vals, color="#1b6ca8")
+        ax.set_title(f"{gpu} (m >= 1024, mean)")
+        ax.set_ylabel("fraction of datasheet peak")
+        ax.tick_params(axis="x", rotation=45)
+    save(fig, stem,
+         caption="E1.5: each factor of eta_c read from Nsight Compute counters, and the achieved fraction of peak.")
+
+
 def main(argv=None) -> int:  # pragma: no cover - needs a GPU
     p = argparse.ArgumentParser(description="Collect E1.5 Nsight Compute GEMM counters on this node's GPU")
     p.add_argument("--out", required=True)

@@ -38,6 +38,13 @@ def find_root(root: str | os.PathLike | None = None) -> Path:
     raise DataError(f"no {MANIFEST_REL} in {here} or any parent; set ${ENV_ROOT} to the repository root")
 
 
+def _meta(key: str, default: Any = None, *, required: bool = False) -> property:
+    """A read-only attribute of an Entry backed by one key of its manifest mapping."""
+    if required:
+        return property(lambda self: self.meta[key], doc=f"manifest key {key!r} (required)")
+    return property(lambda self: self.meta.get(key, default), doc=f"manifest key {key!r}, else {default!r}")
+
+
 @dataclass(frozen=True)
 class Entry:
     """One manifest entry (one file under raw/)."""
@@ -45,21 +52,13 @@ class Entry:
     root: Path
     meta: dict
 
-    @property
-    def rel(self) -> str:
-        return self.meta["path"]
+    rel = _meta("path", required=True)   # str: the file, relative to the root
+    table = _meta("table", "")           # str: the table it holds
+    gpu = _meta("gpu")                   # str | None: the GPU it covers
 
     @property
     def path(self) -> Path:
-        return self.root / self.meta["path"]
-
-    @property
-    def table(self) -> str:
-        return self.meta.get("table", "")
-
-    @property
-    def gpu(self) -> str | None:
-        return self.meta.get("gpu")
+        return self.root / self.rel
 
     def get(self, key: str, default: Any = None) -> Any:
         return self.meta.get(key, default)

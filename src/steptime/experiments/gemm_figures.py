@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from steptime.plotting import PALETTE, save, setup
+from steptime.plotting import PALETTE, save, subplots
 from steptime.specs import get_gpu
 
 GPU_ORDER = ("a100-sxm", "l40s", "h100-sxm", "h200-sxm", "b200", "gb200", "b300", "gb300", "rtx-pro-6000")
@@ -16,11 +16,23 @@ def _gpus(keys):
     return [g for g in GPU_ORDER if g in set(keys)] + sorted(set(keys) - set(GPU_ORDER))
 
 
+def _gpu_bars(ax, gpus, series, w, ylabel=None, **ticklabels):
+    """Grouped bars, one group per GPU: series = [(values, bar keywords)], centred on each GPU's tick; with a
+    y label given, also that label and the legend."""
+    x = np.arange(len(gpus))
+    for i, (values, kw) in enumerate(series):
+        ax.bar(x + (i - (len(series) - 1) / 2) * w, values, w, **kw)
+    ax.set_xticks(x)
+    ax.set_xticklabels(gpus, **ticklabels)
+    if ylabel is not None:
+        ax.set_ylabel(ylabel)
+        ax.legend()
+
+
 def memory_law_figure(tab, study: dict, stem: str) -> None:
     from steptime.experiments.gemm import mem_law_predict
 
-    plt = setup()
-    fig, axes = plt.subplots(1, 3, figsize=(13, 4))
+    fig, axes = subplots(1, 3, figsize=(13, 4))
     g = tab[tab["kind"] == "gemm"]
     for law, ax in zip(("x", "bytes"), axes[:2]):
         glob = study["gemm"]["global"][law]
@@ -48,25 +60,20 @@ def memory_law_figure(tab, study: dict, stem: str) -> None:
         ax.set_title(f"{law}-law, one shape for all GPUs")
     axes[0].legend(markerscale=4, fontsize=7, ncol=2)
     ax = axes[2]
-    gpus = _gpus(study["gemm"]["loo"]["x"].keys())
-    w = 0.38
-    for i, law in enumerate(("x", "bytes")):
-        v = [study["gemm"]["loo"][law][x]["mape"] * 100 for x in gpus]
-        ax.bar(np.arange(len(gpus)) + (i - 0.5) * w, v, w, label=f"{law}-law held out")
-    ax.set_xticks(np.arange(len(gpus)))
-    ax.set_xticklabels(gpus, rotation=45, ha="right")
-    ax.set_ylabel("MAPE on memory-bound GEMM cells (%)")
+    loo = study["gemm"]["loo"]
+    gpus = _gpus(loo["x"].keys())
+    _gpu_bars(ax, gpus, [([loo[law][x]["mape"] * 100 for x in gpus], {"label": f"{law}-law held out"})
+                         for law in ("x", "bytes")], 0.38, "MAPE on memory-bound GEMM cells (%)",
+              rotation=45, ha="right")
     ax.set_title("held-out GPU error (shape from the others)")
-    ax.legend()
     save(fig, stem, "E1.3: memory efficiency on memory-bound GEMM cells (m <= 16, working set >= 0.3 L2) of every "
                     "GPU, normalised by each GPU's eta_max, against the working set over L2 (left) and the bytes "
                     "read over the fixed-ramp scale (middle); right: held-out-GPU MAPE of each law.")
 
 
 def cluster_figure(doc: dict, stem: str) -> None:
-    plt = setup()
     m = doc["metrics"]
-    fig, axes = plt.subplots(1, 2, figsize=(10, 4))
+    fig, axes = subplots(1, 2, figsize=(10, 4))
     ax = axes[0]
     gpu = sorted(m["caps"])[0]
     rows = m["caps"][gpu]
@@ -99,24 +106,21 @@ def cluster_figure(doc: dict, stem: str) -> None:
 def head_to_head_figure(recs: list[dict], stem: str) -> None:
     import pandas as pd
 
-    plt = setup()
     r = pd.DataFrame(recs)
     preds = ["steptime", "calibrated_roofline", "aic_empirical", "datasheet_alpha", "bare_roofline"]
-    fig, axes = plt.subplots(1, 2, figsize=(13, 4.2), sharey=True)
+    fig, axes = subplots(1, 2, figsize=(13, 4.2), sharey=True)
     for ax, subset in zip(axes, ("llm", "all")):
         s = r[r["subset"] == subset]
         gpus = _gpus(s["gpu"].unique())
-        w = 0.16
-        for i, p in enumerate(preds):
+        series = []
+        for p in preds:
             d = s[s["predictor"] == p].set_index("gpu").reindex(gpus)
             v = d["mape"].to_numpy() * 100
             lo = v - np.array([c[0] for c in d["mape_ci"]]) * 100
             hi = np.array([c[1] for c in d["mape_ci"]]) * 100 - v
             label = p + (" (in-sample)" if p == "calibrated_roofline" else "")
-            ax.bar(np.arange(len(gpus)) + (i - 2) * w, v, w, yerr=[lo, hi], color=PALETTE.get(p), label=label,
-                   capsize=1.5)
-        ax.set_xticks(np.arange(len(gpus)))
-        ax.set_xticklabels(gpus, rotation=45, ha="right")
+            series.append((v, {"yerr": [lo, hi], "color": PALETTE.get(p), "label": label, "capsize": 1.5}))
+        _gpu_bars(ax, gpus, series, 0.16, rotation=45, ha="right")
         ax.set_yscale("log")
         ax.set_title({"llm": "LLM-shaped cells (n, k >= 1024, m <= 16384)", "all": "full grid"}[subset])
     axes[0].set_ylabel("MAPE (%), 95% bootstrap CI")
@@ -127,11 +131,10 @@ def head_to_head_figure(recs: list[dict], stem: str) -> None:
 
 
 def error_atlas_figure(ape, stem: str) -> None:
-    plt = setup()
     gpus = _gpus(ape["gpu"].unique())
     ncol = 3
     nrow = int(np.ceil(len(gpus) / ncol))
-    fig, axes = plt.subplots(nrow, ncol, figsize=(13, 3.8 * nrow), squeeze=False)
+    fig, axes = subplots(nrow, ncol, figsize=(13, 3.8 * nrow), squeeze=False)
     fig.subplots_adjust(hspace=0.55, wspace=0.4, right=0.86)
     mb = np.array([1, 2, 8, 32, 128, 512, 2048, 8192, 40000])
     wb = 2.0 ** np.arange(10, 34, 2)
@@ -197,37 +200,28 @@ def _curve_panel(ax, axf, gpu, cells, params_list, title):
 
 def staircase_figure(panels: list, stem: str, caption: str) -> None:
     """panels: [(gpu, cells of one (n, k), [(label, params, style), ...], title)]."""
-    plt = setup()
-    fig, axes = plt.subplots(2, len(panels), figsize=(4.4 * len(panels), 6.5), squeeze=False,
-                             gridspec_kw={"height_ratios": [2, 1]}, sharex="col")
+    fig, axes = subplots(2, len(panels), figsize=(4.4 * len(panels), 6.5), squeeze=False,
+                         gridspec_kw={"height_ratios": [2, 1]}, sharex="col")
     for i, (gpu, cells, plist, title) in enumerate(panels):
         _curve_panel(axes[0, i], axes[1, i], gpu, cells, plist, title)
     save(fig, stem, caption)
 
 
 def paradigm_figure(decision: dict, stem: str) -> None:
-    plt = setup()
     gpus = _gpus(decision)
-    fig, ax = plt.subplots(figsize=(7, 3.6))
-    w = 0.38
-    for i, par in enumerate(("wave", "persistent")):
-        ax.bar(np.arange(len(gpus)) + (i - 0.5) * w, [decision[g]["prefill_mape"][par] * 100 for g in gpus], w,
-               label=f"{par} SM fill")
+    fig, ax = subplots(figsize=(7, 3.6))
+    _gpu_bars(ax, gpus, [([decision[g]["prefill_mape"][par] * 100 for g in gpus], {"label": f"{par} SM fill"})
+                         for par in ("wave", "persistent")], 0.38, "held-out MAPE, prefill-sized cells (%)")
     for j, g in enumerate(gpus):
         ax.text(j, max(decision[g]["prefill_mape"].values()) * 100 + 0.3,
                 "data: " + decision[g]["data"][:4], ha="center", fontsize=7)
-    ax.set_xticks(np.arange(len(gpus)))
-    ax.set_xticklabels(gpus)
-    ax.set_ylabel("held-out MAPE, prefill-sized cells (%)")
-    ax.legend()
     save(fig, stem, "E1.12: held-out GEMM MAPE on prefill-sized LLM cells of each Blackwell GPU with the wave "
                     "(Ampere-style) and the persistent (Hopper-style) SM-fill model, same constants and readings; "
                     "the label names the paradigm the data prefers.")
 
 
 def scalar_figure(an: dict, stem: str) -> None:
-    plt = setup()
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4.2))
+    fig, axes = subplots(1, 2, figsize=(11, 4.2))
     ax = axes[0]
     for gpu in _gpus(an):
         s = an[gpu]["_scatter"]
@@ -241,23 +235,18 @@ def scalar_figure(an: dict, stem: str) -> None:
     ax.legend(markerscale=5, fontsize=6, ncol=2)
     ax = axes[1]
     gpus = _gpus(an)
-    w = 0.38
-    ax.bar(np.arange(len(gpus)) - w / 2, [an[g]["latency_factor"]["mape"] * 100 for g in gpus], w,
-           label="factor product", color=PALETTE["steptime"])
-    ax.bar(np.arange(len(gpus)) + w / 2, [an[g]["latency_scalar"]["mape"] * 100 for g in gpus], w,
-           label="one scalar per GPU", color=PALETTE["datasheet_alpha"])
-    ax.set_xticks(np.arange(len(gpus)))
-    ax.set_xticklabels(gpus, rotation=45, ha="right")
-    ax.set_ylabel("held-out MAPE, LLM-shaped cells with m >= 128 (%)")
-    ax.legend()
+    _gpu_bars(ax, gpus, [([an[g]["latency_factor"]["mape"] * 100 for g in gpus],
+                          {"label": "factor product", "color": PALETTE["steptime"]}),
+                         ([an[g]["latency_scalar"]["mape"] * 100 for g in gpus],
+                          {"label": "one scalar per GPU", "color": PALETTE["datasheet_alpha"]})],
+              0.38, "held-out MAPE, LLM-shaped cells with m >= 128 (%)", rotation=45, ha="right")
     save(fig, stem, "E1.13: left, measured compute efficiency per LLM-shaped cell with m >= 128 against the factor product "
                     "eta_c (dots) and the one scalar eta_bar read off the same deploy cell (dashed); right, latency "
                     "MAPE of both on the same held-out cells.")
 
 
 def alpha_figure(an: dict, stem: str) -> None:
-    plt = setup()
-    fig, axes = plt.subplots(1, 2, figsize=(12, 4.2))
+    fig, axes = subplots(1, 2, figsize=(12, 4.2))
     gpus = _gpus(an)
     for ax, key, title in ((axes[0], "_comp", "compute branch: (2mnk/P)/t"),
                            (axes[1], "_mem", "memory branch: (bytes/BW)/t")):

@@ -359,14 +359,20 @@ def e2_6_document(res) -> dict:
     return {"metrics": metrics, "claims": claims}
 
 
-def plot_ranking(res, stem):
-    from steptime.plotting import PALETTE, save, setup
+def _set_panels(res, figsize):
+    """One panel per GPU set: the figure, its row of axes and (axis, set name, scores by predictor) per panel."""
+    from steptime.plotting import subplots
 
-    plt = setup()
     sets = list(res["scores"])
-    fig, axes = plt.subplots(1, len(sets), figsize=(11, 3.8), squeeze=False)
-    for ax, set_name in zip(axes[0], sets):
-        by = res["scores"][set_name]
+    fig, axes = subplots(1, len(sets), figsize=figsize, squeeze=False)
+    return fig, axes[0], [(ax, s, res["scores"][s]) for ax, s in zip(axes[0], sets)]
+
+
+def plot_ranking(res, stem):
+    from steptime.plotting import PALETTE, save
+
+    fig, axes, panels = _set_panels(res, (11, 3.8))
+    for ax, set_name, by in panels:
         names = list(by)
         mets = [("top1", "top-1 (tie-aware)"), ("top1_clear_winner", "top-1, clear winner"),
                 ("top1_naive_stable_sort", "top-1 (stable sort)"),
@@ -380,9 +386,8 @@ def plot_ranking(res, stem):
         ax.set_ylim(0, 1.05)
         ax.set_ylabel("score (fraction)")
         ax.set_title(f"GPU set '{set_name}' ({len(GPU_SETS[set_name])} GPUs)")
-    axes[0][0].legend(fontsize=7)
-    fig.tight_layout()
-    save(fig, stem, caption=(
+    axes[0].legend(fontsize=7)
+    save(fig, stem, tight_layout=True, caption=(
         "E2.2 GPU ranking for the workload set (per-layer GEMM + attention; measured = sums of AIConfigurator "
         "rows on the grid). Tie-aware top-1 counts a predicted tie as a non-hit; 'clear winner' scores only the "
         "workloads whose measured runner-up is more than 2% slower; the stable-sort column is the "
@@ -390,13 +395,10 @@ def plot_ranking(res, stem):
 
 
 def plot_ties(res, stem):
-    from steptime.plotting import save, setup
+    from steptime.plotting import save
 
-    plt = setup()
-    sets = list(res["scores"])
-    fig, axes = plt.subplots(1, len(sets), figsize=(10, 3.6), squeeze=False)
-    for ax, set_name in zip(axes[0], sets):
-        by = res["scores"][set_name]
+    fig, axes, panels = _set_panels(res, (10, 3.6))
+    for ax, set_name, by in panels:
         names = list(by)
         hits = [by[n]["top1_hits"] for n in names]
         ties = [by[n]["top1_ties"] for n in names]
@@ -411,8 +413,8 @@ def plot_ties(res, stem):
         ax.set_ylim(0, (hits[0] + ties[0] + miss[0]) * 1.12)
         ax.set_title(f"top-1 outcomes, GPU set '{set_name}'")
         ax.tick_params(axis="x", rotation=20, labelsize=7)
-    axes[0][0].legend(fontsize=7, loc="upper center", bbox_to_anchor=(1.1, -0.22), ncol=3)
-    fig.tight_layout()
-    save(fig, stem, caption="E2.6 tie-aware re-score: per predictor, workloads whose top-1 pick is a hit, a "
-                            "predicted tie (never counted as a hit) or a miss; above each bar the top-1 a stable "
-                            "sort would report (a tie broken by GPU order counted as a hit).")
+    axes[0].legend(fontsize=7, loc="upper center", bbox_to_anchor=(1.1, -0.22), ncol=3)
+    save(fig, stem, tight_layout=True,
+         caption="E2.6 tie-aware re-score: per predictor, workloads whose top-1 pick is a hit, a "
+                 "predicted tie (never counted as a hit) or a miss; above each bar the top-1 a stable "
+                 "sort would report (a tie broken by GPU order counted as a hit).")
