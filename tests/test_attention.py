@@ -153,3 +153,10 @@ def test_gemm_reading_cells_name_the_gemm_deploy_cells():
     assert cells["attn_eta_ceil"] == ["h100-sxm", "gemm", 4096, 4096, 4096]
     assert cells["attn_floor_us"] == ["h100-sxm", "gemm", 1, 32, 32]
     assert len({tuple(v) for v in cells.values()}) == 3  # three readings per GPU, shared with the GEMM
+
+
+def test_carried_efficiencies_never_pass_the_datasheet_peak():
+    fcg = {k: v[0] for k, v in E.FIT_GLOBALS.items()}
+    fc = E.from_gemm_readings(fcg, {"attn_floor_us": 4.0, "attn_eta_mem": 1.4, "attn_eta_ceil": 1.3},
+                              {"kernel_floor_us": 2.0, "eta_mem_max": 0.9, "eta_active": 0.9})
+    assert fc["attn_eta_mem"] == 1.0 and fc["attn_eta_ceil"] == 1.0 and fc["attn_floor_us"] == 8.0

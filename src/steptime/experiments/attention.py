@@ -185,11 +185,17 @@ def reading_ratios(cells, gpus, fc_globals: dict, readings: dict) -> dict:
     return {a: float(np.median(v)) for a, v in vals.items()}
 
 
+# Efficiencies are fractions of a datasheet peak: a carried value may not pass the peak (a
+# cold KV stream cannot beat HBM speed; L2 hits are the attention term's own branch).
+PEAK_BOUND = {"attn_eta_mem": 1.0, "attn_eta_ceil": 1.0}
+
+
 def from_gemm_readings(fc_globals: dict, ratios: dict, reading: dict) -> dict:
-    """Factor dict of one GPU whose per-GPU attention constants are ratio x its GEMM readings."""
+    """Factor dict of one GPU whose per-GPU attention constants are ratio x its GEMM readings
+    (efficiencies capped at the datasheet peak, `PEAK_BOUND`)."""
     fc = dict(fc_globals)
     for a, b in READING_PAIRS.items():
-        fc[a] = ratios[a] * reading[b]
+        fc[a] = min(ratios[a] * reading[b], PEAK_BOUND.get(a, float("inf")))
     return fc
 
 
