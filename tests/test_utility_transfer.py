@@ -14,6 +14,25 @@ def _gemm(gpu, ms=(1, 8, 64, 512, 4096), nk=((4096, 4096), (1024, 8192), (14336,
     return pd.DataFrame(rows)
 
 
+MS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096)
+
+
+def _two_gpus(latency, ms=MS):
+    """Toy GEMM cells on A100 and H100 'measured' as latency(cells, gpu) ms."""
+    frames = []
+    for g in ("a100-sxm", "h100-sxm"):
+        d = _gemm(g, ms=ms)
+        d["latency_ms"] = latency(d, g)
+        d["tokens"] = d["m"]
+        frames.append(d)
+    return pd.concat(frames, ignore_index=True)
+
+
+def _roofline_x13(d, g):
+    f, b = T.gemm_work(d.m, d.n, d.k)
+    return 1.3e3 * T.roofline_s(f, b, g)
+
+
 def test_spec_ratio_follows_the_bound_branch():
     a, h = get_gpu("a100-sxm"), get_gpu("h100-sxm")
     big = pd.DataFrame({"m": [8192], "n": [8192], "k": [8192]})
@@ -55,14 +74,7 @@ def test_calibration_cells_are_excluded_and_checked():
 def test_transfer_records_toy_gemm():
     """Home A100 'measured' as its roofline x 1.3, target H100 as its roofline x 1.3: the spec-scaled
     RF then transfers almost exactly while the verbatim RF is off by the peak ratio."""
-    frames = []
-    for g in ("a100-sxm", "h100-sxm"):
-        d = _gemm(g, ms=(1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096))
-        f, b = T.gemm_work(d.m, d.n, d.k)
-        d["latency_ms"] = 1.3e3 * T.roofline_s(f, b, g)
-        d["tokens"] = d["m"]
-        frames.append(d)
-    cells = pd.concat(frames, ignore_index=True)
+    cells = _two_gpus(_roofline_x13)
     bundle = T.fit_home("aic_gemm", cells, "a100-sxm", seed=0)
     assert bundle["test_mask"].sum() > 0
     recs = T.transfer_records("aic_gemm", cells, bundle, ("a100-sxm", "h100-sxm"), n_boot=50)
@@ -78,13 +90,7 @@ def test_transfer_records_toy_gemm():
 def test_steptime_scaled_profile_transfers_what_steptime_explains():
     """Measured = steptime's own prediction x 1.2 on both GPUs: the home RF carried by steptime's
     ratio then transfers almost exactly, better than the same RF carried by the roofline ratio."""
-    frames = []
-    for g in ("a100-sxm", "h100-sxm"):
-        d = _gemm(g, ms=(1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096))
-        d["latency_ms"] = 1.2 * T.predict_steptime("aic_gemm", d, g)
-        d["tokens"] = d["m"]
-        frames.append(d)
-    cells = pd.concat(frames, ignore_index=True)
+    cells = _two_gpus(lambda d, g: 1.2 * T.predict_steptime("aic_gemm", d, g))
     bundle = T.fit_home("aic_gemm", cells, "a100-sxm", seed=0)
     recs = T.transfer_records("aic_gemm", cells, bundle, ("h100-sxm",), n_boot=50)
     by = {r["predictor"]: r["mape_all"] for r in recs}
@@ -137,14 +143,7 @@ def test_profiler_gap_matches_shapes_and_splits_by_size():
 
 
 def test_grid_check_compares_the_same_profile_under_two_grids():
-    frames = []
-    for g in ("a100-sxm", "h100-sxm"):
-        d = _gemm(g, ms=(1, 4, 16, 64, 256, 1024, 4096))
-        f, b = T.gemm_work(d.m, d.n, d.k)
-        d["latency_ms"] = 1.3e3 * T.roofline_s(f, b, g)
-        d["tokens"] = d["m"]
-        frames.append(d)
-    cells = pd.concat(frames, ignore_index=True)
+    cells = _two_gpus(_roofline_x13, ms=(1, 4, 16, 64, 256, 1024, 4096))
     fast = T.fit_home("aic_gemm", cells, "a100-sxm", seed=0)
     # stand-in for a full-grid fit (the real one takes minutes): the same bundle, so nothing may move
     full = dict(fast, full_grid=True)
