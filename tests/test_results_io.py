@@ -41,3 +41,16 @@ def test_provenance_refuses_missing_input(tmp_path):
 def test_write_json_rejects_nan_as_null(tmp_path):
     write_json(tmp_path / "x.json", {"v": float("nan")})
     assert json.loads((tmp_path / "x.json").read_text()) == {"v": None}
+
+
+def test_code_hash_ignores_the_pipeline_written_constants_file(tmp_path):
+    from steptime.results import code_sha256
+
+    (tmp_path / "calibration").mkdir()
+    (tmp_path / "terms.py").write_text("x = 1\n")
+    (tmp_path / "calibration" / "defaults.yaml").write_text("a: 1\n")
+    before = code_sha256(tmp_path)
+    (tmp_path / "calibration" / "defaults.yaml").write_text("a: 2\n")
+    assert code_sha256(tmp_path) == before
+    (tmp_path / "terms.py").write_text("x = 2\n")
+    assert code_sha256(tmp_path) != before
