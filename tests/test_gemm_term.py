@@ -151,8 +151,7 @@ def test_small_batch_path_picks_the_same_launch_as_the_option_loop(gpu):
     k = rng.choice([64.0, 512, 1024, 4096, 8192, 14336], m.size)
     for paradigm in ("wave", "persistent"):
         opts = G._options(p, paradigm)
-        grid = float(g.sms * int(p["ctas_per_sm"])) if paradigm == "wave" else float(
-            G.cluster_cap(g, int(p["cluster_size"])))
+        grid = G.grid_cap(g, p, paradigm)
         loop = G._best_option_loop(m, n, k, opts, paradigm, g, p, grid)
         small = G._best_option_2d(m, n, k, opts, paradigm, g, p, grid)
         assert (loop == small).all()

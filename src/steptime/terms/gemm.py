@@ -137,18 +137,33 @@ def _options(p: dict, paradigm: str):
 
 
 SPLITK_MAX_WAVES = 2.0  # split-K is considered only while a tile's output grid is under two full grids
+# Below this many cells every option is scored in one (cells x options) broadcast: a
+# scheduler's one-step call then pays a few numpy calls instead of one loop turn per option.
+SMALL_BATCH = 256
 
 
-def _option_terms(m, n, k, tm, tn, rel, split, sk, paradigm: str, gpu, p: dict, cap: float | None = None) -> dict:
+def grid_cap(gpu, p: dict, paradigm: str) -> float:
+    """Most CTAs a launch keeps resident: SMs x CTAs per SM for wave launches, the cluster
+    cap of the GPC layout for persistent ones."""
+    if paradigm == "wave":
+        return float(gpu.sms * int(p["ctas_per_sm"]))
+    return float(cluster_cap(gpu, int(p["cluster_size"])))
+
+
+def _option_terms(m, n, k, tm, tn, rel, split, sk, paradigm: str, gpu, p: dict,
+                  grid_max: float | None = None) -> dict:
     """Fill, duty and score of launch option(s) (arrays broadcast: cells x options or per cell).
 
-    `cap` is the persistent grid cap (`cluster_cap`), passed in by callers that already hold it."""
+    `grid_max` is the most CTAs a launch keeps resident (`grid_cap`), passed in by callers
+    that already hold it."""
+    if grid_max is None:
+        grid_max = grid_cap(gpu, p, paradigm)
     is_sk = sk > 0
     tiles_mn = np.ceil(m / tm) * np.ceil(n / tn)
     tiles = tiles_mn * split
     pad = (m * n) / (tiles_mn * tm * tn)
     if paradigm == "wave":
-        slots = float(gpu.sms * int(p["ctas_per_sm"]))
+        slots = grid_max
         waves = np.ceil(tiles / slots)
         grid = np.where(is_sk, slots, np.minimum(tiles, slots))
         tail = np.where(is_sk, 1.0, tiles / (waves * slots))
@@ -156,8 +171,7 @@ def _option_terms(m, n, k, tm, tn, rel, split, sk, paradigm: str, gpu, p: dict, 
         tiles_per_cta = np.where(is_sk, tiles / slots, waves)
         prologue = 1.0
     elif paradigm == "persistent":
-        if cap is None:
-            cap = float(cluster_cap(gpu, int(p["cluster_size"])))
+        cap = grid_max
         grid = np.where(is_sk, cap, np.minimum(tiles, cap))
         rounds = np.ceil(tiles / grid)
         tail = np.where(is_sk, 1.0, tiles / (rounds * grid))
@@ -197,17 +211,13 @@ def sm_fill(m, n, k, gpu, constants: Constants | None = None, params: dict | Non
     m, n, k = m.ravel(), n.ravel(), k.ravel()
     paradigm = paradigm or fill_paradigm(gpu)
     opts = _options(p, paradigm)
-    if paradigm == "wave":
-        grid_max = float(gpu.sms * int(p["ctas_per_sm"]))
-    else:
-        grid_max = float(cluster_cap(gpu, int(p["cluster_size"])))
+    grid_max = grid_cap(gpu, p, paradigm)
     if m.size <= SMALL_BATCH:
         idx = _best_option_2d(m, n, k, opts, paradigm, gpu, p, grid_max)
     else:
         idx = _best_option_loop(m, n, k, opts, paradigm, gpu, p, grid_max)
     ch = opts[idx]
-    r = _option_terms(m, n, k, ch[:, 0], ch[:, 1], ch[:, 2], ch[:, 3], ch[:, 4], paradigm, gpu, p,
-                      cap=None if paradigm == "wave" else grid_max)
+    r = _option_terms(m, n, k, ch[:, 0], ch[:, 1], ch[:, 2], ch[:, 3], ch[:, 4], paradigm, gpu, p, grid_max)
     return {
         "paradigm": paradigm,
         "eta_cluster": r["eta_cluster"].reshape(shape),
@@ -219,11 +229,6 @@ def sm_fill(m, n, k, gpu, constants: Constants | None = None, params: dict | Non
         "grid": r["grid"].reshape(shape),
         "tiles_per_cta": r["tiles_per_cta"].reshape(shape),
     }
-
-
-# Below this many cells every option is scored in one (cells x options) broadcast: a
-# scheduler's one-step call then pays a few numpy calls instead of one loop turn per option.
-SMALL_BATCH = 256
 
 
 def _split1_score(tiles, mn, k, tm, tn, rel, sk, paradigm: str, gpu, grid_max: float, duty_k: float,
@@ -266,7 +271,7 @@ def _best_option_2d(m, n, k, opts, paradigm: str, gpu, p: dict, grid_max: float)
         s_tm, s_tn, s_split = tm[:, ~one], tn[:, ~one], split[:, ~one]
         ok = (np.ceil(M / s_tm) * np.ceil(N / s_tn) < SPLITK_MAX_WAVES * grid_max) & (K >= SPLITK_MIN_K * s_split)
         sc = _option_terms(M, N, K, s_tm, s_tn, rel[:, ~one], s_split, sk[:, ~one], paradigm, gpu, p,
-                           cap=None if paradigm == "wave" else grid_max)["score"]
+                           grid_max)["score"]
         score[:, ~one] = np.where(ok, sc, -np.inf)
     score[np.isnan(score)] = -np.inf  # the loop never picks a NaN score either
     return np.argmax(score, axis=1)
@@ -278,9 +283,10 @@ def _best_option_loop(m, n, k, opts, paradigm: str, gpu, p: dict, grid_max: floa
     best = np.full(m.shape, -1.0)
     idx = np.zeros(m.shape, dtype=np.int64)
     mn = m * n
-    ceil_m, ceil_n, dk, few_tiles = {}, {}, {}, {}
+    ceil_m, ceil_n, few_tiles = {}, {}, {}
     duty_k = float(p["duty_k"])
     duty_c = float(p["duty_c"])
+    dk = 1.0 / (1.0 + duty_k / k)
     for j, (tm, tn, rel, split, sk) in enumerate(opts):
         if split > 1:
             few = few_tiles.get((tm, tn))
@@ -290,21 +296,18 @@ def _best_option_loop(m, n, k, opts, paradigm: str, gpu, p: dict, grid_max: floa
             sel = few[k[few] >= SPLITK_MIN_K * split]
             if sel.size == 0:
                 continue
-            sc = _option_terms(m[sel], n[sel], k[sel], tm, tn, rel, split, sk, paradigm, gpu, p,
-                               cap=None if paradigm == "wave" else grid_max)["score"]
+            sc = _option_terms(m[sel], n[sel], k[sel], tm, tn, rel, split, sk, paradigm, gpu, p, grid_max)["score"]
             better = sc > best[sel]
             best[sel[better]] = sc[better]
             idx[sel[better]] = j
             continue
-        # split-K 1: the score alone (fast path), ceil(m/tm), ceil(n/tn) and the duty shared across options
+        # split-K 1: the score alone (fast path), ceil(m/tm) and ceil(n/tn) shared across options
         if tm not in ceil_m:
             ceil_m[tm] = np.ceil(m / tm)
         if tn not in ceil_n:
             ceil_n[tn] = np.ceil(n / tn)
-        if "k" not in dk:
-            dk["k"] = 1.0 / (1.0 + duty_k / k)
         sc = _split1_score(ceil_m[tm] * ceil_n[tn], mn, k, tm, tn, rel, sk, paradigm, gpu, grid_max, duty_k,
-                           duty_c, dk["k"])
+                           duty_c, dk)
         better = sc > best
         np.maximum(best, sc, out=best)
         np.putmask(idx, better, j)
