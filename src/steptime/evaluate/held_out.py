@@ -52,14 +52,13 @@ def held_out_constants(target: str, families=FAMILIES, *, gemm_doc: dict | None 
                                         gemm_doc)
         notes["light"] = (f"light_bw_scale@{key}", [tuple(info["reading_cell"])],
                           f"light constants fitted on {info['fit_on']}; light_bw_scale: {info['light_bw_scale_from']}")
-    if "gemm" in families and gemm_doc is not None and key in gemm_doc.get("folds", {}):
+    if "gemm" in families:
         from steptime.experiments import gemm as GX
 
-        fold = GX.fold_from_json(gemm_doc, key)
-        c = c.with_overrides(fold["params"], scope=f"gpu.{key}", provenance="FITTED",
-                             source="GEMM leave-one-GPU-out fold (results/calibration/gemm_constants.json)")
-        notes["gemm"] = (f"gemm_fold@{key}", [tuple(cell) for cell, _ in fold["readings"].values()],
-                         "GEMM globals fitted on the other GPUs; the target's three deploy readings")
+        c, gemm_cells = GX.with_fold(c, key, gemm_doc)
+        if gemm_cells:
+            notes["gemm"] = (f"gemm_fold@{key}", gemm_cells,
+                             "GEMM globals fitted on the other GPUs; the target's three deploy readings")
     per_gpu = (attn_doc or {}).get("metrics", {}).get("per_gpu", {})
     if "attention" in families and key in per_gpu:
         pg = per_gpu[key]

@@ -564,11 +564,27 @@ def folds_from_doc(doc: dict, gpus=None) -> dict:
     return {g: fold_from_json(doc, g) for g in (gpus or doc["folds"])}
 
 
+def _readings_from_json(doc: dict, gpu: str) -> dict:
+    return {name: (tuple(v["cell"]), float(v["latency_ms"])) for name, v in doc["folds"][gpu]["readings"].items()}
+
+
 def fold_from_json(doc: dict, gpu: str, paradigm: str | None = None) -> dict:
-    f = doc["folds"][gpu]
-    readings = {name: (tuple(v["cell"]), float(v["latency_ms"])) for name, v in f["readings"].items()}
-    glob = dict(f["globals"])
+    readings = _readings_from_json(doc, gpu)
+    glob = dict(doc["folds"][gpu]["globals"])
     return {"globals": glob, "params": gpu_params(gpu, glob, readings, paradigm=paradigm), "readings": readings}
+
+
+def with_fold(constants, gpu: str, doc: dict | None):
+    """`constants` with `gpu`'s leave-one-GPU-out GEMM fold overlaid (globals fitted on the other
+    GPUs plus its own three deploy readings). Returns (constants, the fold's reading cells);
+    unchanged, with no cells, when `doc` has no fold for the GPU."""
+    key = get_gpu(gpu).key
+    if not doc or key not in doc.get("folds", {}):
+        return constants, []
+    fold = fold_from_json(doc, key)
+    constants = constants.with_overrides(fold["params"], scope=f"gpu.{key}", provenance="FITTED",
+                                         source="GEMM leave-one-GPU-out fold (results/calibration/gemm_constants.json)")
+    return constants, [tuple(cell) for cell, _ in fold["readings"].values()]
 
 
 def readings_in_fold(doc: dict, fold_gpu: str | None, gpus) -> dict:
@@ -577,11 +593,19 @@ def readings_in_fold(doc: dict, fold_gpu: str | None, gpus) -> dict:
     fold (fitted without `fold_gpu`; None: the all-GPU fit). Other families carry these
     readings to their own per-GPU constants, so a GPU needs no readings beyond these three."""
     glob = doc["all"] if fold_gpu is None else doc["folds"][fold_gpu]["globals"]
+    stream = None if fold_gpu is None else doc["folds"][fold_gpu].get("stream_cell")
     out = {}
     for g in gpus:
-        if g in doc["folds"]:
-            p = gpu_params(g, glob, fold_from_json(doc, g)["readings"])
-            out[g] = {name: float(p[name]) for name in DEPLOY_CELLS}
+        if g not in doc["folds"]:
+            continue
+        rd = _readings_from_json(doc, g)
+        # the doc keeps each GPU's readings at its own fold's stream cell: only valid here when
+        # that is the cell `fold_gpu`'s fit used for every GPU
+        if stream is not None and list(rd["eta_mem_max"][0][2:]) != list(stream):
+            raise ValueError(f"{g}: its stored streaming reading {rd['eta_mem_max'][0]} is not at the stream cell "
+                             f"{stream} that {fold_gpu}'s fold was fitted with")
+        p = gpu_params(g, glob, rd)
+        out[g] = {name: float(p[name]) for name in DEPLOY_CELLS}
     return out
 
 

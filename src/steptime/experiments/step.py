@@ -17,6 +17,7 @@ from __future__ import annotations
 import numpy as np
 
 from steptime.calibration import Calibration, Constants
+from steptime.experiments import gemm as GX
 from steptime.experiments import light as LX
 from steptime.metrics import score, signed_error
 from steptime.specs import get_gpu, get_model
@@ -49,8 +50,6 @@ def held_out_constants(light_cells, gpu, gpus, gemm_doc: dict | None = None) -> 
     one (`LX.derived_bw_scale`, ratio fitted on the other GPUs), else its own light deploy
     reading. `info['deploy_cell']` is the light cell that reading would use (kept out of
     scoring either way); `info['reading_cell']` the cell that actually set the scale."""
-    from steptime.experiments import gemm as GX
-
     others = [g for g in gpus if g != gpu]
     fit = LX.fit_kernels(light_cells, others)
     eta = dict(fit["light_eta"])
@@ -112,21 +111,6 @@ def ladder_ops(w, gpu, constants) -> dict:
     return res
 
 
-def with_gemm_fold(C: Constants, gpu: str, gemm_doc: dict | None) -> tuple[Constants, list]:
-    """Overlay the GPU's leave-one-GPU-out GEMM fold (globals fitted on the other GPUs plus its
-    own three deploy readings, from results/calibration/gemm_constants.json). Returns the
-    constants and the GEMM calibration cells; unchanged (and no cells) when the GPU has no fold."""
-    key = get_gpu(gpu).key
-    if not gemm_doc or key not in gemm_doc.get("folds", {}):
-        return C, []
-    from steptime.experiments import gemm as GX
-
-    fold = GX.fold_from_json(gemm_doc, key)
-    C = C.with_overrides(fold["params"], scope=f"gpu.{key}", provenance="FITTED",
-                         source="GEMM leave-one-GPU-out fold (results/calibration/gemm_constants.json)")
-    return C, [tuple(cell) for cell, _ in fold["readings"].values()]
-
-
 def run(vidur, light_cells, gpus=None, seed: int = 0, n_boot: int = 1000, gemm_doc: dict | None = None) -> dict:
     """Held out per GPU: light constants from the other Vidur GPUs and, with `gemm_doc`, the
     GEMM constants from the GPU's leave-one-GPU-out fold (else defaults.yaml as shipped,
@@ -139,7 +123,7 @@ def run(vidur, light_cells, gpus=None, seed: int = 0, n_boot: int = 1000, gemm_d
     recs, ladder, frames, decomp, per_gpu = [], [], [], [], {}
     for g in gpus:
         C, info = held_out_constants(light_cells, g, gpus, gemm_doc)
-        C, gemm_cells = with_gemm_fold(C, g, gemm_doc)
+        C, gemm_cells = GX.with_fold(C, g, gemm_doc)
         info["gemm_constants"] = "leave-one-GPU-out fold" if gemm_cells else "defaults.yaml as shipped"
         per_gpu[g] = info
         if info["reading_cell"] == info["deploy_cell"]:
