@@ -7,19 +7,13 @@ when present (else the leave-one-GPU-out fits are rerun here, ~1 min).
 
 from __future__ import annotations
 
-import os
-from pathlib import Path
-
-
-def _root() -> Path:
-    return Path(os.environ.get("STEPTIME_ROOT", Path.cwd()))
-
 
 def evaluate(family: str = "gemm", gpus=None, *, refit: bool = False, n_boot: int = 1000, seed: int = 0,
              **kw) -> list[dict]:
+    from steptime.data.manifest import find_root
     from steptime.experiments import gemm as E
 
-    root = _root()
+    root = find_root()
     table = root / "results" / "data" / "gemm.parquet"
     df = E.load_gemm(table if table.exists() else None)
     const = root / "results" / "calibration" / "gemm_constants.json"

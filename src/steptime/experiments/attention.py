@@ -346,13 +346,11 @@ def run(cells, gemm_doc: dict, gpus=AIC_GPUS, seed: int = 0, n_boot: int = 1000,
                 "pred": pd.concat(preds, ignore_index=True)}
     shipped_g = fit_globals(cells, gpus, seed)
     shipped = {"globals": shipped_g, "lanes": {}, "lane_of": lanes, "per_gpu": {}}
-    for lane in sorted(set(lanes.values())):
-        members = [g for g in gpus if lanes[g] == lane]
-        shipped["lanes"][lane] = fit_globals(cells, members, seed)
     readings = GX.readings_in_fold(gemm_doc, None, gpus)
     shipped["reading_ratios"] = {}
     for lane in sorted(set(lanes.values())):
         members = [g for g in gpus if lanes[g] == lane]
+        shipped["lanes"][lane] = fit_globals(cells, members, seed)
         shipped["reading_ratios"][lane] = reading_ratios(cells, members, shipped["lanes"][lane], readings)
     shipped["gemm_cells"] = {g: gemm_reading_cells(gemm_doc, g) for g in gpus}
     for g in gpus:

@@ -300,7 +300,7 @@ def step_op_work(cells):
     from steptime.terms import light
 
     out = {op: (np.zeros(len(cells)), np.zeros(len(cells))) for op in STEP_OPS}
-    for (model, tp), idx in cells.groupby(["model", "tp"]).indices.items():
+    for (model, tp), idx in model_tp_groups(cells).items():
         mdl = get_model(model)
         T = cells["num_tokens"].to_numpy(dtype=float)[idx]
         shapes = layer_shapes(mdl, int(tp))
@@ -373,15 +373,17 @@ def predict_layer_ops(cells, gpu, constants=None, per_op: bool = False):
 
 
 def steptime_ratio(dataset: str, cells, home_gpu: str, target_gpu: str, home_constants=None,
-                   target_constants=None):
+                   target_constants=None, target_pred=None):
     """steptime's per-cell ratio target / home (per operator for the step: {op: ratio}; an
-    operator steptime does not time on the home GPU keeps ratio 1)."""
+    operator steptime does not time on the home GPU keeps ratio 1). `target_pred`, the
+    target's prediction already made (per operator for the step), is reused when given."""
     if dataset == "vidur_step":
-        a = predict_layer_ops(cells, target_gpu, target_constants, per_op=True)
+        a = target_pred if target_pred is not None else predict_layer_ops(cells, target_gpu, target_constants,
+                                                                           per_op=True)
         h = predict_layer_ops(cells, home_gpu, home_constants, per_op=True)
         return {op: np.divide(a[op], h[op], out=np.ones(len(cells)), where=h[op] > 0) for op in STEP_OPS}
-    return predict_steptime(dataset, cells, target_gpu, target_constants) / predict_steptime(
-        dataset, cells, home_gpu, home_constants)
+    a = target_pred if target_pred is not None else predict_steptime(dataset, cells, target_gpu, target_constants)
+    return a / predict_steptime(dataset, cells, home_gpu, home_constants)
 
 
 # ---------------------------------------------------------------------------------------
@@ -531,14 +533,19 @@ def transfer_records(dataset: str, cells, bundle: dict, targets, *, n_boot: int 
             cal_log[f"{dataset}|{target}"] = calibration_summary(cal, target)
         phase = tc["phase"].to_numpy() if dataset == "aic_attention" else None
         meas = tc["latency_ms"].to_numpy(dtype=float)
-        preds = {"steptime": predict_steptime(dataset, tc, target, constants)}
+        if dataset == "vidur_step":  # per operator: the steptime-scaled rows scale each one
+            st_pred = predict_layer_ops(tc, target, constants, per_op=True)
+            preds = {"steptime": sum(st_pred.values())}
+        else:
+            st_pred = predict_steptime(dataset, tc, target, constants)
+            preds = {"steptime": st_pred}
         st_ratio = None
         for tag in ("rf", "poly"):
             if target == home:
                 preds[f"{tag}_home"] = predict_profiled(bundle, tag, tc)
                 continue
             if st_ratio is None:
-                st_ratio = steptime_ratio(dataset, tc, home, target, home_constants, constants)
+                st_ratio = steptime_ratio(dataset, tc, home, target, home_constants, constants, target_pred=st_pred)
             if dataset == "vidur_step":
                 per = predict_profiled(bundle, tag, tc, per_op=True)
                 ratio = spec_ratio(dataset, tc, home, target)
