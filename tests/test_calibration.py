@@ -55,27 +55,108 @@ def test_update_defaults_roundtrip(tmp_path):
     p = tmp_path / "defaults.yaml"
     shutil.copy(DEFAULTS_FILE, p)
     update_defaults([{"scope": "gpu.h100-sxm", "name": "eta_mem_max", "value": 0.77, "provenance": "MEASURED",
-                      "source": "test", "experiment": "E1.3", "cells": [("h100-sxm", 1, 2, 3)]}], path=p)
+                      "source": "test", "experiment": "E1.3", "cells": [("h100-sxm", "gemm", 1, 2, 3)]}], path=p)
     import yaml
 
     doc = yaml.safe_load(p.read_text())
     e = doc["constants"]["gpu"]["h100-sxm"]["eta_mem_max"]
-    assert e["value"] == 0.77 and e["experiment"] == "E1.3" and e["cells"] == [["h100-sxm", 1, 2, 3]]
+    assert e["value"] == 0.77 and e["experiment"] == "E1.3" and e["cells"] == [{"gpu": "h100-sxm", "table": "gemm", "cell": [1, 2, 3]}]
     assert "global" in doc["constants"]  # other constants kept
+
+
+def _gpu_cells(doc: dict) -> dict:
+    """{gpu: set of (table, cell)} over every cell record in a constants document (all scopes)."""
+    per_gpu: dict = {}
+    consts = doc["constants"]
+    tables = [consts.get("global") or {}] + [t for kind in ("family", "gpu") for t in (consts.get(kind) or {}).values()]
+    for table in tables:
+        for e in (table or {}).values():
+            for rec in e.get("cells") or []:
+                assert isinstance(rec, dict) and (set(rec) == {"gpu", "table", "cell"} or set(rec) == {"sample"}), rec
+                if "gpu" in rec and rec["table"] != "host":
+                    per_gpu.setdefault(rec["gpu"], set()).add((rec["table"], tuple(rec["cell"])))
+    return per_gpu
 
 
 def test_shipped_constants_read_at_most_three_gpu_cells_per_gpu():
     """DESIGN's contract on the shipped file: per GPU, the cells of that GPU that set any constant
-    (GEMM, attention, light) are at most three. Host-scheduler rows (Vidur's CPU overheads, a
-    property of the serving host, not of the GPU) are counted apart."""
-    cal = Calibration.from_constants(Constants.default())
-    per_gpu: dict = {}
-    for name, cells in cal.used.items():
-        if not name.startswith("gpu."):
-            continue
-        for cell in cells:
-            if isinstance(cell, tuple) and len(cell) > 1 and cell[1] != "host":
-                per_gpu.setdefault(cell[0], set()).add(cell)
-    assert per_gpu, "defaults.yaml records no per-GPU cells"
+    (GEMM, attention, light; any scope) are at most three. The cells are records {gpu, table, cell}.
+    Host-scheduler rows (Vidur's CPU overheads, a property of the serving host, not of the GPU)
+    are counted apart."""
+    import yaml
+
+    from steptime.calibration import DEFAULTS_FILE
+
+    per_gpu = _gpu_cells(yaml.safe_load(DEFAULTS_FILE.read_text()))
+    assert len(per_gpu) >= 9, f"defaults.yaml records per-GPU cells of only {sorted(per_gpu)}"
     over = {g: sorted(map(str, c)) for g, c in per_gpu.items() if len(c) > 3}
     assert not over, f"more than three deploy cells: {over}"
+
+
+def test_three_cell_count_catches_a_fourth_cell():
+    doc = {"constants": {"global": {}, "gpu": {"h100-sxm": {
+        f"c{i}": {"value": 1, "provenance": "MEASURED", "source": "t",
+                  "cells": [{"gpu": "h100-sxm", "table": "gemm", "cell": [i, 8, 8]}]} for i in range(4)}}}}
+    assert len(_gpu_cells(doc)["h100-sxm"]) == 4
+
+
+def test_cell_records_from_every_written_form():
+    from steptime.calibration import cell_key, cell_record
+
+    rec = {"gpu": "h100-sxm", "table": "gemm", "cell": [1, 10240, 10240]}
+    assert cell_record(["h100-sxm", "gemm", 1, 10240, 10240]) == rec
+    assert cell_record("h100-sxm: ['h100-sxm', 'gemm', 1, 10240, 10240]") == rec
+    assert cell_record("aic-gemm table, 2000 cells per GPU") == {"sample": "aic-gemm table, 2000 cells per GPU"}
+    assert cell_key(rec) == ("h100-sxm", "gemm", 1, 10240, 10240)
+    with pytest.raises(ValueError):
+        cell_record({"gpu": "h100-sxm", "cell": [1]})
+
+
+def _settled(tmp_path, name, updates):
+    from steptime.calibration import write_settled
+
+    p = tmp_path / name
+    write_settled(p, updates, settled_by="test")
+    return p
+
+
+def test_settled_files_overlay_without_touching_the_shipped_file(tmp_path):
+    """Constants.load(defaults, settled...) applies the settled records in memory; use() makes the
+    library answer with them; the shipped file is written only by ship()."""
+    from steptime.calibration import DEFAULTS_FILE, ship, use
+
+    before = DEFAULTS_FILE.read_bytes()
+    p = _settled(tmp_path, "gemm.yaml", [{"scope": "gpu.h100-sxm", "name": "eta_mem_max", "value": 0.5,
+                                          "provenance": "MEASURED", "source": "test", "experiment": "settle_x",
+                                          "cells": [["h100-sxm", "gemm", 1, 8, 8]]}])
+    c = Constants.load(DEFAULTS_FILE, p)
+    assert c.lookup("eta_mem_max", get_gpu("h100-sxm")).value == 0.5
+    assert c.lookup("eta_mem_max", get_gpu("h100-sxm")).cells == ({"gpu": "h100-sxm", "table": "gemm", "cell": [1, 8, 8]},)
+    try:
+        use(c)
+        assert Constants.default().get("eta_mem_max", get_gpu("h100-sxm")) == 0.5
+    finally:
+        use(None)
+    assert Constants.default().get("eta_mem_max", get_gpu("h100-sxm")) != 0.5
+    assert DEFAULTS_FILE.read_bytes() == before
+    # ship into a copy: the value lands, and a constant its experiment no longer sets is dropped
+    import shutil
+
+    import yaml
+
+    dst = tmp_path / "defaults.yaml"
+    shutil.copy(DEFAULTS_FILE, dst)
+    doc = yaml.safe_load(dst.read_text())
+    doc["constants"]["gpu"]["h100-sxm"]["stale_reading"] = {"value": 1, "provenance": "MEASURED", "source": "old",
+                                                            "experiment": "settle_x"}
+    dst.write_text(yaml.safe_dump(doc))
+    report = ship([p], path=dst)
+    shipped = yaml.safe_load(dst.read_text())["constants"]["gpu"]["h100-sxm"]
+    assert shipped["eta_mem_max"]["value"] == 0.5 and "stale_reading" not in shipped
+    assert "gpu.h100-sxm:stale_reading" in report["removed"]
+
+
+def test_settled_file_refuses_bad_provenance(tmp_path):
+    with pytest.raises(ValueError, match="provenance"):
+        _settled(tmp_path, "x.yaml", [{"scope": "global", "name": "x", "value": 1, "provenance": "GUESSED",
+                                       "source": "t"}])

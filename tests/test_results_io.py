@@ -43,7 +43,8 @@ def test_write_json_rejects_nan_as_null(tmp_path):
     assert json.loads((tmp_path / "x.json").read_text()) == {"v": None}
 
 
-def test_code_hash_ignores_the_pipeline_written_constants_file(tmp_path):
+def test_code_hash_covers_all_of_the_library_shipped_constants_included(tmp_path):
+    """No build step writes into src/, so the hash covers every .py and .yaml there."""
     from steptime.results import code_sha256
 
     (tmp_path / "calibration").mkdir()
@@ -51,6 +52,7 @@ def test_code_hash_ignores_the_pipeline_written_constants_file(tmp_path):
     (tmp_path / "calibration" / "defaults.yaml").write_text("a: 1\n")
     before = code_sha256(tmp_path)
     (tmp_path / "calibration" / "defaults.yaml").write_text("a: 2\n")
-    assert code_sha256(tmp_path) == before
-    (tmp_path / "terms.py").write_text("x = 2\n")
     assert code_sha256(tmp_path) != before
+    after = code_sha256(tmp_path)
+    (tmp_path / "terms.py").write_text("x = 2\n")
+    assert code_sha256(tmp_path) != after

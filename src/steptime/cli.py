@@ -131,6 +131,13 @@ def cmd_data(a, rest) -> int:
     return cli_main(rest)
 
 
+def cmd_calibration(a) -> int:
+    from steptime.calibration import ship
+
+    _print_json(ship(a.settled))
+    return 0
+
+
 def cmd_evaluate(a) -> int:
     from steptime.evaluate import evaluate_cli
 
@@ -161,6 +168,10 @@ def build_parser() -> argparse.ArgumentParser:
     s = sub.add_parser("status", help="which experiments are built and which await telemetry")
     s.add_argument("--json", action="store_true")
     sub.add_parser("data", help="data commands: `steptime data verify [--json]`", add_help=False)
+    c = sub.add_parser("calibration", help="`steptime calibration ship results/calibration/*.yaml`: write "
+                       "the pipeline's settled constants into the shipped defaults.yaml")
+    c.add_argument("action", choices=["ship"])
+    c.add_argument("settled", nargs="+", help="settled files, applied in order (gemm.yaml before step.yaml)")
     e = sub.add_parser("evaluate", help="accuracy per GPU and predictor on raw/ data")
     e.add_argument("--family", required=True)
     e.add_argument("--gpu", action="append")
@@ -176,7 +187,7 @@ def main(argv: list[str] | None = None) -> int:
             return cmd_data(None, argv[1:])
         a = parser.parse_args(argv)
         handler = {"predict": cmd_predict, "gpus": cmd_gpus, "models": cmd_models, "bench": cmd_bench,
-                   "status": cmd_status, "evaluate": cmd_evaluate, "constants": cmd_constants}[a.cmd]
+                   "status": cmd_status, "evaluate": cmd_evaluate, "constants": cmd_constants, "calibration": cmd_calibration}[a.cmd]
         return handler(a)
     except SteptimeError as exc:
         print(f"steptime: error: {exc}", file=sys.stderr)

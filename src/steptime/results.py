@@ -19,21 +19,12 @@ from steptime.io import sha256_file, write_json
 RESULT_KEYS = ("id", "question", "status", "metrics", "claims", "provenance")
 
 
-# The constants file is written by the pipeline's settle rules while it runs, so it is data,
-# not code: hashing it would make a result's code hash depend on when in the run it was built
-# (the same reason the workflow leaves it out of `lib()`). Results that use settled constants
-# name the settle rule's output among their inputs, whose sha256 provenance records.
-NOT_CODE = ("calibration/defaults.yaml",)
-
-
 def code_sha256(root: str | os.PathLike | None = None) -> str:
-    """sha256 over the library's source files (path + bytes), sorted by path; the
-    pipeline-written constants file (`NOT_CODE`) is left out."""
+    """sha256 over the library's source files (path + bytes, .py and .yaml), sorted by path:
+    all of src/steptime, the shipped constants included (no build step writes there)."""
     base = Path(root) if root else Path(__file__).resolve().parent
     h = hashlib.sha256()
     for p in sorted(base.rglob("*")):
-        if p.relative_to(base).as_posix() in NOT_CODE:
-            continue
         if p.is_file() and p.suffix in (".py", ".yaml") and "__pycache__" not in p.parts:
             h.update(str(p.relative_to(base)).encode())
             h.update(p.read_bytes())

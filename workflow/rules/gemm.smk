@@ -48,7 +48,7 @@ rule E1_3:
 
 
 # The GEMM constants: leave-one-GPU-out fits of the global constants + per-GPU deploy readings;
-# the all-GPU fit and the readings are written into defaults.yaml.
+# the all-GPU fit, the readings and the E1.11/E1.3 decisions go to a settled file downstream rules load.
 rule settle_gemm_constants:
     input:
         gemm=rules.data_gemm.output.table,
@@ -57,13 +57,15 @@ rule settle_gemm_constants:
         code=GEMM_LIB,
     output:
         constants="results/calibration/gemm_constants.json",
-        stamp="results/calibration/gemm_defaults.json",
+        settled="results/calibration/gemm.yaml",
+    params:
+        seed=config["seed"],
     log:
         "logs/settle_gemm_constants.log",
     conda:
         CONDA_ENV
     message:
-        "Settling the GEMM constants (leave-one-GPU-out) and writing them into defaults.yaml"
+        "Settling the GEMM constants (leave-one-GPU-out) into {output.settled}"
     script:
         "../scripts/settle_gemm_constants.py"
 
@@ -73,6 +75,7 @@ rule E1_23:
     input:
         gemm=rules.data_gemm.output.table,
         constants=rules.settle_gemm_constants.output.constants,
+        settled=rules.settle_gemm_constants.output.settled,
         code=GEMM_LIB,
     output:
         result="results/E1_23.json",
@@ -96,6 +99,7 @@ rule E1_2:
         gemm=rules.data_gemm.output.table,
         vidur=rules.data_vidur_mlp.output.table,
         constants=rules.settle_gemm_constants.output.constants,
+        settled=rules.settle_gemm_constants.output.settled,
         code=GEMM_LIB,
     output:
         result="results/E1_2.json",
@@ -117,6 +121,7 @@ rule E1_2b:
     input:
         gemm=rules.data_gemm.output.table,
         constants=rules.settle_gemm_constants.output.constants,
+        settled=rules.settle_gemm_constants.output.settled,
         e1_11=rules.E1_11.output.result,
         code=GEMM_LIB,
     output:
@@ -139,6 +144,7 @@ rule E1_12:
     input:
         gemm=rules.data_gemm.output.table,
         constants=rules.settle_gemm_constants.output.constants,
+        settled=rules.settle_gemm_constants.output.settled,
         code=GEMM_LIB,
     output:
         result="results/E1_12.json",
@@ -161,6 +167,7 @@ rule E1_13:
     input:
         gemm=rules.data_gemm.output.table,
         constants=rules.settle_gemm_constants.output.constants,
+        settled=rules.settle_gemm_constants.output.settled,
         code=GEMM_LIB,
     output:
         result="results/E1_13.json",
@@ -182,6 +189,7 @@ rule L0_2:
     input:
         gemm=rules.data_gemm.output.table,
         constants=rules.settle_gemm_constants.output.constants,
+        settled=rules.settle_gemm_constants.output.settled,
         code=GEMM_LIB,
     output:
         result="results/L0_2.json",

@@ -12,6 +12,7 @@ rule E1_24:
     input:
         data=[rules.data_attention_generation.output.table, rules.data_attention_context.output.table],
         gemm_constants=rules.settle_gemm_constants.output.constants,
+        settled=rules.settle_gemm_constants.output.settled,
         code=STEP_LIB,
     output:
         result="results/E1_24.json",
@@ -35,6 +36,7 @@ rule E1_1c:
     input:
         data=rules.data_vidur_mlp.output.table,
         gemm_constants=rules.settle_gemm_constants.output.constants,
+        settled=rules.settle_gemm_constants.output.settled,
         code=STEP_LIB,
     output:
         result="results/E1_1c.json",
@@ -55,6 +57,7 @@ rule E1_1c:
 rule E1_4:
     input:
         data=rules.data_vidur_cpu_overheads.output.table,
+        settled=rules.settle_gemm_constants.output.settled,
         code=STEP_LIB,
     output:
         result="results/E1_4.json",
@@ -71,11 +74,31 @@ rule E1_4:
         "../scripts/E1_4.py"
 
 
+# The constants E1.24, E1.1c and E1.4 settle, as a settled file (with provenance) later rules load.
+rule settle_step_constants:
+    input:
+        e1_24=rules.E1_24.output.result,
+        e1_1c=rules.E1_1c.output.result,
+        e1_4=rules.E1_4.output.result,
+        code=lib("calibration", "io"),
+    output:
+        settled="results/calibration/step.yaml",
+    log:
+        "logs/settle_step_constants.log",
+    conda:
+        CONDA_ENV
+    message:
+        "Settling the attention, light-kernel and host constants into {output.settled}"
+    script:
+        "../scripts/settle_step_constants.py"
+
+
 # E1.1 / E1.1b / E1.20: whole per-layer Vidur step, residual by term, ablation ladder.
 rule E1_1:
     input:
         data=rules.data_vidur_mlp.output.table,
         gemm_constants=rules.settle_gemm_constants.output.constants,
+        settled=[rules.settle_gemm_constants.output.settled, rules.settle_step_constants.output.settled],
         code=STEP_LIB,
     output:
         e1_1="results/E1_1.json",
@@ -141,30 +164,10 @@ rule L0_1:
         "../scripts/L0_1.py"
 
 
-# The constants E1.24, E1.1c and E1.4 settle, written into defaults.yaml with provenance.
-rule step_constants:
-    input:
-        e1_24=rules.E1_24.output.result,
-        e1_1c=rules.E1_1c.output.result,
-        e1_4=rules.E1_4.output.result,
-        gemm=rules.settle_gemm_constants.output.stamp,  # serialises the writes to defaults.yaml
-    output:
-        stamp="results/constants/step.json",
-    log:
-        "logs/step_constants.log",
-    conda:
-        CONDA_ENV
-    message:
-        "Writing attention, light-kernel and host constants into src/steptime/calibration/defaults.yaml"
-    script:
-        "../scripts/step_constants.py"
-
-
 # Walkthrough: every term's share of a llama-3.1-8b step on h100-sxm over batch and KV length.
 rule walkthrough:
     input:
-        constants=rules.step_constants.output.stamp,
-        gemm=rules.settle_gemm_constants.output.stamp,
+        settled=[rules.settle_gemm_constants.output.settled, rules.settle_step_constants.output.settled],
         code=STEP_LIB,
     output:
         fig="figures/walkthrough_llama-3_1-8b_h100-sxm.png",

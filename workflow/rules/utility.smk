@@ -69,6 +69,7 @@ rule E2_1_grid:
         data=UTILITY_DATA[GRID_CHECK[0]],
         gemm_constants=rules.settle_gemm_constants.output.constants,
         attention=rules.E1_24.output.result,
+        settled=[rules.settle_gemm_constants.output.settled, rules.settle_step_constants.output.settled],
         code=lib(),
     output:
         result="results/E2_1_grid.json",
@@ -92,6 +93,7 @@ rule E2_1:
         models=expand("results/cache/rf/{dataset}_{gpu}.joblib", dataset=RF_DATASETS, gpu=RF_HOMES),
         gemm_constants=rules.settle_gemm_constants.output.constants,
         attention=rules.E1_24.output.result,
+        settled=[rules.settle_gemm_constants.output.settled, rules.settle_step_constants.output.settled],
         code=lib(),
     output:
         result="results/E2_1.json",
@@ -116,6 +118,7 @@ rule E2_2:
         attn_rf="results/cache/rf/aic_attention_a100-sxm.joblib",
         gemm_constants=rules.settle_gemm_constants.output.constants,
         attention=rules.E1_24.output.result,
+        settled=[rules.settle_gemm_constants.output.settled, rules.settle_step_constants.output.settled],
         code=lib(),
     output:
         e2_2="results/E2_2.json",
@@ -140,6 +143,7 @@ rule E2_5:
     input:
         e2_1=rules.E2_1.output.result,
         data=UTILITY_DATA["aic_gemm"],
+        settled=[rules.settle_gemm_constants.output.settled, rules.settle_step_constants.output.settled],
         models=expand("results/cache/rf/{dataset}_{gpu}.joblib", dataset=RF_DATASETS, gpu=RF_HOMES),
         code=lib(),
     output:

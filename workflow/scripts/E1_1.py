@@ -8,7 +8,9 @@ from steptime.data import write_parquet
 from steptime.experiments import light as LX
 from steptime.experiments import step as E
 from steptime.results import provenance, write_result
+from steptime.calibration import use_settled
 
+use_settled(snakemake.input.settled)  # this run's settled constants (declared inputs)
 cfg = snakemake.config
 v = data.load_vidur_mlp()
 gemm_doc = json.loads(Path(snakemake.input.gemm_constants).read_text())

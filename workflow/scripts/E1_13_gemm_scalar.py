@@ -5,7 +5,9 @@ from os.path import splitext
 from steptime.experiments import gemm as E
 from steptime.experiments import gemm_figures as F
 from steptime.results import provenance, write_result
+from steptime.calibration import use_settled
 
+use_settled(snakemake.input.settled)  # this run's settled constants (declared inputs)
 logging.basicConfig(filename=snakemake.log[0], level=logging.INFO, format="%(message)s", filemode="w")
 cfg = snakemake.config
 df = E.load_gemm(snakemake.input.gemm)

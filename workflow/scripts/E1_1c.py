@@ -5,7 +5,9 @@ from os.path import splitext
 from steptime import data
 from steptime.experiments import light as E
 from steptime.results import provenance, write_result
+from steptime.calibration import use_settled
 
+use_settled(snakemake.input.settled)  # this run's settled constants (declared inputs)
 cfg = snakemake.config
 cells = E.tidy_cells(data.load_vidur_mlp())
 gemm_doc = json.load(open(snakemake.input.gemm_constants))

@@ -6,7 +6,9 @@ from steptime import data
 from steptime.data import write_parquet
 from steptime.experiments import attention as E
 from steptime.results import provenance, write_result
+from steptime.calibration import use_settled
 
+use_settled(snakemake.input.settled)  # this run's settled constants (declared inputs)
 cfg = snakemake.config
 E.FIT_SAMPLE = 800 if cfg.get("fast", True) else 2500
 cells = E.tidy_cells(data.load_aic_attention(kind="generation"), data.load_aic_attention(kind="context"))

@@ -4,7 +4,9 @@ from os.path import splitext
 from steptime import data
 from steptime.experiments import host as E
 from steptime.results import provenance, write_result
+from steptime.calibration import use_settled
 
+use_settled(snakemake.input.settled)  # this run's settled constants (declared inputs)
 cfg = snakemake.config
 x = E.tidy(data.load_vidur_cpu_overheads())
 r = E.run(x, seed=cfg["seed"], n_boot=cfg["bootstrap"])

@@ -7,6 +7,7 @@ from steptime import data
 from steptime.evaluate.held_out import HeldOut
 from steptime.experiments import transfer
 from steptime.results import provenance, write_result
+from steptime.calibration import use_settled
 
 
 def stem(path):
@@ -14,6 +15,7 @@ def stem(path):
     return str(path).rsplit(".", 1)[0]
 
 
+use_settled(snakemake.input.settled)  # this run's settled constants (declared inputs)
 cfg = snakemake.config
 fast = bool(cfg.get("fast", True))
 full = bool(cfg["rf"]["full_grid"])

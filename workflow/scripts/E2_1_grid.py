@@ -7,7 +7,9 @@ from steptime.evaluate.held_out import HeldOut
 from steptime.experiments import calibration_cost, transfer
 from steptime.io import write_json
 from steptime.results import provenance, write_result
+from steptime.calibration import use_settled
 
+use_settled(snakemake.input.settled)  # this run's settled constants (declared inputs)
 cfg = snakemake.config
 fast, full = joblib.load(snakemake.input.fast), joblib.load(snakemake.input.full)
 ds = fast["dataset"]

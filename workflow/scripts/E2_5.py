@@ -8,6 +8,7 @@ from steptime.experiments import transfer
 from steptime.io import write_json
 from steptime.results import provenance, write_result
 from steptime.specs import gpu_keys
+from steptime.calibration import use_settled
 
 
 def stem(path):
@@ -15,6 +16,7 @@ def stem(path):
     return str(path).rsplit(".", 1)[0]
 
 
+use_settled(snakemake.input.settled)  # this run's settled constants (declared inputs)
 cfg = snakemake.config
 e21 = json.load(open(snakemake.input.e2_1))
 metas, fit_s, speed, step_speed = {}, {}, {}, {}

@@ -2,7 +2,9 @@
 from os.path import splitext
 
 from steptime.experiments.step import plot_walkthrough
+from steptime.calibration import use_settled
 
+use_settled(snakemake.input.settled)  # this run's settled constants (declared inputs)
 plot_walkthrough(snakemake.params.model, snakemake.params.gpu, splitext(snakemake.output.fig)[0],
                  f"Walkthrough: predicted step of {snakemake.params.model} on {snakemake.params.gpu}, every term's "
                  "share of the step (decode batches at several KV lengths, and one prefill chunk).")

@@ -3,6 +3,18 @@
 `Constants` resolves a constant for a GPU (per-GPU deploy reading > family > global),
 and remembers where each value came from. `Calibration` records which cells set which
 constant; `Calibration.check_disjoint(cells)` refuses to score any of them.
+
+Where constants come from, and who writes what:
+
+- `defaults.yaml` (shipped in the package) is what `Constants.default()` reads. Only
+  `ship(settled_files)` (the `steptime calibration ship` command) writes it.
+- The pipeline's settle rules write *settled files* (`results/calibration/*.yaml`: a list of
+  update records with provenance). A rule that needs them names them as inputs and loads
+  `Constants.load(DEFAULTS_FILE, *settled)`; its script calls `use(...)` so the library's
+  `Constants.default()` answers with them in that process. Nothing is written into src/.
+- Calibration cells are records: `{gpu, table, cell}` for a named cell of one GPU's table
+  (e.g. `{gpu: h100-sxm, table: gemm, cell: [1, 10240, 10240]}`), `{sample}` for a
+  described sample of many cells.
 """
 
 from __future__ import annotations
@@ -16,7 +28,8 @@ from typing import Any, Iterable
 from steptime.errors import CalibrationLeakError
 
 DEFAULTS_FILE = Path(__file__).resolve().parent / "defaults.yaml"
-PROVENANCES = ("DERIVED", "DATASHEET", "MEASURED", "FITTED")
+# ASSUMED: a stated design choice (its source says why and which experiment tests it)
+PROVENANCES = ("DERIVED", "DATASHEET", "MEASURED", "FITTED", "ASSUMED")
 
 
 @dataclass(frozen=True)
@@ -71,7 +84,13 @@ class Constants:
 
     @classmethod
     def default(cls) -> "Constants":
-        return _default_constants()
+        """The constants in use: those set by `use(...)` in this process, else the shipped file."""
+        return _ACTIVE[0] if _ACTIVE else _default_constants()
+
+    @classmethod
+    def load(cls, base: str | Path = DEFAULTS_FILE, *settled: str | Path) -> "Constants":
+        """A constants file overlaid with settled files (in order), as `ship` would write it."""
+        return cls(_parse(settle_doc(_read_yaml(base), [read_settled(p) for p in settled])))
 
     def lookup(self, name: str, gpu=None) -> Constant:
         """The Constant that applies to `gpu` (a steptime.specs.GPU or None)."""
@@ -124,6 +143,26 @@ def _default_constants() -> Constants:
     return Constants()
 
 
+_ACTIVE: list[Constants] = []
+
+
+def use(constants: Constants | None) -> None:
+    """Make `constants` what `Constants.default()` answers in this process (None: the shipped
+    file again). Pipeline scripts call it first with the settled files their rule declares."""
+    _ACTIVE.clear()
+    if constants is not None:
+        _ACTIVE.append(constants)
+
+
+def use_settled(*settled) -> Constants:
+    """`use(Constants.load(DEFAULTS_FILE, *settled))` (each argument a path or a list of paths,
+    as a rule's named input gives them); returns the constants."""
+    paths = [q for s in settled for q in ([s] if isinstance(s, (str, Path)) else list(s))]
+    c = Constants.load(DEFAULTS_FILE, *paths)
+    use(c)
+    return c
+
+
 # ---------------------------------------------------------------------------------------
 @dataclass
 class Calibration:
@@ -145,8 +184,7 @@ class Calibration:
         for scope, table in constants._scopes.items():
             for c in table.values():
                 if c.cells:
-                    cal.record(f"{scope}.{c.name}", [tuple(x) if isinstance(x, list) else x for x in c.cells],
-                               note=c.source[:120])
+                    cal.record(f"{scope}.{c.name}", [cell_key(x) for x in c.cells], note=c.source[:120])
         return cal
 
     def record(self, constant: str, cells: Iterable, note: str = "") -> None:
@@ -173,7 +211,7 @@ class Calibration:
         return [c for c in cells if _freeze(c) not in used]
 
     def to_dict(self) -> dict:
-        return {name: {"n_cells": len(cells), "cells": sorted(map(_jsonable, cells), key=str),
+        return {name: {"n_cells": len(cells), "cells": sorted(map(_cell_json, cells), key=str),
                        "note": self.notes.get(name, "")} for name, cells in sorted(self.used.items())}
 
 
@@ -185,40 +223,179 @@ def _freeze(cell):
     return cell
 
 
+def _cell_json(cell):
+    """A recorded cell for a result file: a {gpu, table, cell} record where it names one."""
+    try:
+        return cell_record(cell)
+    except ValueError:
+        return _jsonable(cell)
+
+
 def _jsonable(cell):
     if isinstance(cell, tuple):
         return [_jsonable(c) for c in cell]
     return cell
 
 
-def update_defaults(updates: list[dict], path: Path = DEFAULTS_FILE) -> None:
-    """Write settled constants into the defaults file (atomic).
+# ---------------------------------------------------------------------------------------
+# calibration cells as records
+def cell_record(cell) -> dict:
+    """One calibration cell as a record.
 
-    Each update: {scope: 'global'|'family.hopper'|'gpu.h100-sxm', name, value, provenance,
-    source, experiment, cells}. Existing keys of other constants are kept.
-    """
+    `{gpu, table, cell}` for a named cell of one GPU's table (from a record, a list/tuple
+    `(gpu, table, *cell)` or the older text form `"gpu: [gpu, table, ...]"`); `{sample}` for a
+    described sample of many cells (free text)."""
+    import re
+
     import yaml
 
-    from steptime.io import atomic_path
+    if isinstance(cell, dict):
+        if set(cell) == {"sample"} and isinstance(cell["sample"], str):
+            return dict(cell)
+        if set(cell) != {"gpu", "table", "cell"}:
+            raise ValueError(f"calibration cell record {cell!r}: keys must be gpu, table, cell (or sample)")
+        return {"gpu": str(cell["gpu"]), "table": str(cell["table"]), "cell": [_jsonable(_freeze(c)) for c in cell["cell"]]}
+    if isinstance(cell, (list, tuple)) and len(cell) >= 2 and all(isinstance(c, str) for c in cell[:2]):
+        return {"gpu": cell[0], "table": cell[1], "cell": [_jsonable(_freeze(c)) for c in cell[2:]]}
+    if isinstance(cell, str):
+        m = re.fullmatch(r"([\w.-]+): (\[.*\])", cell.strip())
+        if m:
+            inner = yaml.safe_load(m.group(2))
+            if isinstance(inner, list) and inner and inner[0] == m.group(1):
+                return cell_record(inner)
+        return {"sample": cell}
+    raise ValueError(f"calibration cell {cell!r}: expected a record, (gpu, table, *cell) or a description")
+
+
+def cell_key(cell) -> Any:
+    """The hashable key of a cell (as evaluation cells are written): (gpu, table, *cell), or the text."""
+    r = cell_record(cell)
+    if "sample" in r:
+        return r["sample"]
+    return (r["gpu"], r["table"], *(_freeze(c) for c in r["cell"]))
+
+
+# ---------------------------------------------------------------------------------------
+# settled files and the shipped defaults
+def _read_yaml(path) -> dict:
+    import yaml
 
     with open(path) as fh:
-        doc = yaml.safe_load(fh)
+        return yaml.safe_load(fh)
+
+
+def _table(consts: dict, scope: str) -> dict:
+    if scope == "global":
+        return consts.setdefault("global", {})
+    kind, _, name = scope.partition(".")
+    if kind not in ("family", "gpu") or not name:
+        raise ValueError(f"constant scope {scope!r}: expected global, family.<name> or gpu.<key>")
+    return consts.setdefault(kind, {}).setdefault(name, {})
+
+
+def apply_updates(doc: dict, updates: list[dict]) -> dict:
+    """`doc` (a constants document) with `updates` written in; cells become records. Returns a copy."""
+    doc = copy.deepcopy(doc)
     consts = doc["constants"]
     for u in updates:
-        scope = u["scope"]
-        if scope == "global":
-            table = consts.setdefault("global", {})
-        else:
-            kind, _, name = scope.partition(".")
-            table = consts.setdefault(kind, {}).setdefault(name, {})
+        if u["provenance"] not in PROVENANCES:
+            raise ValueError(f"constant {u['name']}: provenance {u['provenance']!r} not in {PROVENANCES}")
         entry = {"value": u["value"], "provenance": u["provenance"], "source": u["source"]}
         if u.get("experiment"):
             entry["experiment"] = u["experiment"]
         if u.get("cells") is not None:
-            entry["cells"] = [list(c) if isinstance(c, tuple) else c for c in u["cells"]]
-        table[u["name"]] = entry
+            entry["cells"] = [cell_record(c) for c in u["cells"]]
+        _table(consts, u["scope"])[u["name"]] = entry
+    return doc
+
+
+def settle_doc(doc: dict, settled: list[dict]) -> dict:
+    """`doc` with every settled file applied in order. Each settled file replaces what its
+    experiments set before: constants of `doc` recorded as set by one of them (`experiment`)
+    and not set again are dropped (so a GPU keeps only its current deploy readings)."""
+    doc = copy.deepcopy(doc)
+    for kind, tables in doc["constants"].items():  # every cell as a record
+        for table in ([tables] if kind == "global" else list((tables or {}).values())):
+            for e in (table or {}).values():
+                if e.get("cells") is not None:
+                    e["cells"] = [cell_record(c) for c in e["cells"]]
+    for s in settled:
+        ups = s["updates"]
+        exps = {u.get("experiment") for u in ups} - {None}
+        names = {(u["scope"], u["name"]) for u in ups}
+        consts = doc["constants"]
+        for scope_kind in ("global", "family", "gpu"):
+            tables = {"global": consts.get("global") or {}} if scope_kind == "global" else {
+                f"{scope_kind}.{k}": v for k, v in (consts.get(scope_kind) or {}).items()}
+            for scope, table in tables.items():
+                for name in list(table or {}):
+                    if table[name].get("experiment") in exps and (scope, name) not in names:
+                        del table[name]
+        doc = apply_updates(doc, ups)
+    return doc
+
+
+def read_settled(path) -> dict:
+    """A settled file (results/calibration/*.yaml): {settled_by, inputs, updates: [...]}."""
+    doc = _read_yaml(path)
+    if not isinstance(doc, dict) or not isinstance(doc.get("updates"), list):
+        raise ValueError(f"{path}: not a settled-constants file (no 'updates' list)")
+    return doc
+
+
+def write_settled(path, updates: list[dict], settled_by: str, inputs: Iterable = ()) -> dict:
+    """Write a settled file: the update records (cells as records), who settled them, from what."""
+    ups = apply_updates({"constants": {}}, updates)  # validates provenance/scope, normalises cells
+    out = []
+    for u in updates:
+        e = _table(ups["constants"], u["scope"])[u["name"]]
+        out.append({"scope": u["scope"], "name": u["name"], **e})
+    doc = {"settled_by": settled_by, "inputs": sorted(map(str, inputs)), "updates": out}
+    _dump_yaml(doc, path)
+    return doc
+
+
+def _dump_yaml(doc: dict, path) -> None:
+    """Block YAML with short lists of scalars (a cell's shape) on one line; atomic."""
+    import yaml
+
+    from steptime.io import atomic_path
+
+    class _Dumper(yaml.SafeDumper):
+        pass
+
+    def _list(d, data):
+        flow = all(isinstance(x, (int, float, str, bool)) and len(str(x)) < 40 for x in data) and len(data) <= 12
+        return d.represent_sequence("tag:yaml.org,2002:seq", data, flow_style=flow)
+
+    _Dumper.add_representer(list, _list)
     with atomic_path(path) as tmp:
         with open(tmp, "w") as fh:
-            yaml.safe_dump(doc, fh, sort_keys=False, width=120)
-    _default_doc.cache_clear()
-    _default_constants.cache_clear()
+            yaml.dump(doc, fh, Dumper=_Dumper, sort_keys=False, width=120)
+
+
+def _write_defaults(doc: dict, path: Path) -> None:
+    _dump_yaml(doc, path)
+    if Path(path).resolve() == DEFAULTS_FILE:
+        _default_doc.cache_clear()
+        _default_constants.cache_clear()
+
+
+def ship(settled: Iterable[str | Path], path: Path = DEFAULTS_FILE) -> dict:
+    """Write the settled files into the shipped constants file (the one explicit writer of
+    defaults.yaml: `steptime calibration ship results/calibration/*.yaml`). Returns what changed."""
+    before = _read_yaml(path)
+    after = settle_doc(before, [read_settled(p) for p in settled])
+    _write_defaults(after, Path(path))
+
+    def flat(d):
+        return {f"{scope}:{name}": e for scope, t in _parse(d).items() for name, e in t.items()}
+
+    b, a = flat(before), flat(after)
+    return {"added": sorted(set(a) - set(b)), "removed": sorted(set(b) - set(a)),
+            "changed": sorted(k for k in set(a) & set(b) if a[k] != b[k])}
+
+
+def update_defaults(updates: list[dict], path: Path = DEFAULTS_FILE) -> None:
+    """Write update records into a constants file (atomic); other constants are kept."""
+    _write_defaults(apply_updates(_read_yaml(path), updates), Path(path))
