@@ -14,12 +14,19 @@ include: "workflow/rules/common.smk"
 include: "workflow/rules/specs.smk"
 include: "workflow/rules/data.smk"
 include: "workflow/rules/gemm.smk"
+include: "workflow/rules/attention.smk"
+include: "workflow/rules/light.smk"
+include: "workflow/rules/host.smk"
 include: "workflow/rules/step.smk"
-include: "workflow/rules/utility.smk"
+include: "workflow/rules/literature.smk"
+include: "workflow/rules/transfer.smk"
+include: "workflow/rules/ranking.smk"
+include: "workflow/rules/cost.smk"
 include: "workflow/rules/collect.smk"
+include: "workflow/rules/summary.smk"
 
 
 rule all:
     input:
-        all_targets(),
+        lambda wc: all_targets(),
     default_target: True

@@ -66,6 +66,26 @@ def provenance(inputs: Iterable[str | os.PathLike], config: dict | None = None,
     }
 
 
+def rule_inputs(smk, exclude=("code",)) -> list[str]:
+    """Every file a Snakemake job declared as input, less the named groups in `exclude` (the
+    library code, which `code_sha256` covers)."""
+    def flat(v):
+        return [str(v)] if isinstance(v, (str, os.PathLike)) else [q for x in v for q in flat(x)]
+
+    skip = {q for key in exclude if hasattr(smk.input, key) for q in flat(getattr(smk.input, key))}
+    return sorted(set(flat(list(smk.input))) - skip)
+
+
+def rule_provenance(smk, *, script: str, calibration: dict | None = None, exclude=("code",)) -> dict:
+    """Provenance of a pipeline script's result, from what its rule declared: the input files
+    (`rule_inputs` less the named groups in `exclude`: the library code, and cached model files
+    whose bytes hold wall seconds), the params it ran with as its config (questions left out:
+    they are in the result itself), the rule and the script."""
+    params = {k: v for k, v in dict(smk.params.items()).items() if not (k == "question" or k[:1] == "q" and k[1:2].isdigit())}
+    return provenance(rule_inputs(smk, exclude), config=params, calibration=calibration, rule=smk.rule,
+                      script=script)
+
+
 def write_result(path: str | os.PathLike, *, id: str, question: str, metrics: dict,
                  claims: list[dict], provenance: dict, status: str = "built",
                  extra: dict | None = None) -> dict:

@@ -1,9 +1,6 @@
 # GPU telemetry: collection rules (need a GPU node; run them with --profile profiles/slurm)
 # and the reductions of experiments that await that telemetry (E1.5, E1.10).
-import yaml as _yaml
-
-with open("config/collect.yaml") as _fh:
-    COLLECT = _yaml.safe_load(_fh)
+# COLLECT: config/collect.yaml, validated in common.smk.
 
 
 # Sweep the sustained SM clock under GEMM load on one GPU (n randomised runs).
@@ -76,6 +73,8 @@ rule E1_10:
     output:
         result="results/E1_10.json",
         fig="figures/E1_10_clock.png",
+    params:
+        seed=config["seed"],
     log:
         "logs/E1_10.log",
     conda:

@@ -1,21 +1,34 @@
 # Shared definitions and helper functions for the workflow/rules/*.smk files (rules live
-# there, functions only here): config validation, the experiment registry, the software
-# environment, and the library source as an input (an edit to steptime reruns what imports it).
+# there, functions only here): config validation (every config file against its schema,
+# unknown keys refused), the experiment registry, the software environment, the library
+# source as an input (an edit to steptime reruns what imports it), and the raw-file check.
+import collections
 import glob
+import os
 import yaml
 from pathlib import Path
 
+from snakemake.exceptions import WorkflowError
 from snakemake.utils import validate
 
 validate(config, "../schemas/config.schema.yaml")
 
 with open(config["experiments"]) as _fh:
-    EXPERIMENTS = yaml.safe_load(_fh)["experiments"]
+    _REGISTRY = yaml.safe_load(_fh)
+validate(_REGISTRY, "../schemas/experiments.schema.yaml")
+EXPERIMENTS = _REGISTRY["experiments"]
 
-# The one software environment, named by every rule's conda: directive. It is the top-level
-# environment.yml itself (conda: paths resolve against the rule's own .smk file, and every
-# rule file sits in workflow/rules/).
-CONDA_ENV = "../../environment.yml"
+with open("config/collect.yaml") as _fh:
+    COLLECT = yaml.safe_load(_fh)
+validate(COLLECT, "../schemas/collect.schema.yaml")
+
+# The one software environment, named by every rule's conda: directive (paths resolve against
+# the rule's own .smk file): the dependencies only. Every job imports steptime from this
+# checkout's src/ (first on PYTHONPATH), with or without --use-conda, so the code a rule runs
+# is the code it declares as input.
+CONDA_ENV = "../envs/steptime.yaml"
+_SRC = str(Path(workflow.basedir, "src").resolve())
+os.environ.update(PYTHONPATH=_SRC)
 
 # The library code, declared as an input of every rule that imports it (the shipped
 # constants file src/steptime/calibration/defaults.yaml included: no rule writes it; the
@@ -34,16 +47,37 @@ def lib(*parts):
     ]
 
 
+def size(name):
+    """A fit size from config `sizes`: the `fast` set in the main job, `full` with fast: false."""
+    return config["sizes"][name]["fast" if config["fast"] else "full"]
+
+
 def data_present(exp):
     """True when every raw input of an experiment exists (awaiting telemetry otherwise)."""
     return all(Path(p).exists() for p in exp.get("raw", []))
 
 
+def missing_raw(paths, what):
+    """Stop the build with one line naming the first missing raw file (never drop it silently)."""
+    for p in paths:
+        if not Path(p).exists():
+            raise WorkflowError(
+                f"raw file missing: {p} (needed by {what}; listed in raw/MANIFEST.yaml or "
+                f"config/experiments.yaml): restore it (git checkout -- {p}) or change the registry"
+            )
+    return list(paths)
+
+
 def all_targets():
+    """Every `built` experiment's outputs (a missing raw file stops the build, naming it), the
+    outputs of `awaiting` experiments whose telemetry has arrived, the data tables and specs."""
     out = []
     for eid, exp in EXPERIMENTS.items():
-        if exp.get("status") in ("built", "awaiting") and data_present(exp):
-            out.extend(exp.get("outputs", [f"results/{eid}.json"]))
+        if exp["status"] == "built":
+            missing_raw(exp.get("raw", []), eid)
+            out.extend(exp["outputs"])
+        elif exp["status"] == "awaiting" and data_present(exp):
+            out.extend(exp["outputs"])
     out.extend(globals().get("DATA_TARGETS", []))
     if config["rf"].get("grid_check", False):
         out.extend(globals().get("GRID_CHECK_TARGETS", []))
@@ -60,3 +94,40 @@ def experiment_results():
         for r in all_targets()
         if Path(r).name.startswith(("E1", "E2", "L0")) and r.endswith(".json") and "timing" not in r
     ]
+
+
+# Library parts the step-family rules (attention, light, host, step, literature) import.
+STEP_LIB = lib("terms", "step.py", "experiments/__init__", "experiments/attention", "experiments/gemm", "experiments/light",
+               "experiments/host", "experiments/step", "experiments/literature", "calibration/__init__", "metrics",
+               "results", "plotting", "specs", "data", "io")
+
+
+# The tidy tables (config/tables.yaml) and the raw files each reads (raw/MANIFEST.yaml).
+RAW_MANIFEST = "raw/MANIFEST.yaml"
+with open("config/tables.yaml") as _fh:
+    TABLES = yaml.safe_load(_fh)
+validate(TABLES, "../schemas/tables.schema.yaml")
+TABLES = TABLES["tables"]
+# raw files per manifest table (read once, at parse time); a missing manifest stops the build
+missing_raw([RAW_MANIFEST], "every tidy table")
+_RAW_FILES = yaml.safe_load(Path(RAW_MANIFEST).read_text())["files"]
+RAW = collections.defaultdict(list)
+for _f in _RAW_FILES:
+    RAW[_f.get("table")].append(_f["path"])
+DATA_LIB = lib("data", "specs", "errors", "io")
+
+
+def tidy(name):
+    """The path of one tidy table (a row of config/tables.yaml)."""
+    if name not in TABLES:
+        raise WorkflowError(f"unknown tidy table {name!r} (config/tables.yaml has {', '.join(TABLES)})")
+    return f"results/data/{name}.parquet"
+
+
+def raw_inputs(wildcards):
+    """The raw files of one tidy table and the manifest; a missing file stops the build, named."""
+    files = sorted(p for t in TABLES[wildcards.table]["raw"] for p in RAW[t])
+    if not files:
+        raise WorkflowError(f"tidy table {wildcards.table}: raw/MANIFEST.yaml lists no file of "
+                            f"{TABLES[wildcards.table]['raw']}")
+    return missing_raw(files, f"results/data/{wildcards.table}.parquet") + [RAW_MANIFEST]

@@ -9,13 +9,14 @@ GEMM_LIB = lib("terms", "experiments/gemm", "baselines", "calibration", "metrics
 # E1.11: Hopper grid cap from GPC geometry vs blind; which cluster size the latency data supports.
 rule E1_11:
     input:
-        gemm=rules.data_gemm.output.table,
+        gemm=tidy("gemm"),
         code=GEMM_LIB,
     output:
         result="results/E1_11.json",
         fig="figures/E1_11_cluster_cap.png",
     params:
         question=EXPERIMENTS["E1.11"]["question"],
+        seed=config["seed"],
     log:
         "logs/E1_11.log",
     conda:
@@ -29,8 +30,8 @@ rule E1_11:
 # E1.3: memory efficiency as one law in working set over L2 or in bytes read, per GPU and held out.
 rule E1_3:
     input:
-        gemm=rules.data_gemm.output.table,
-        scale=rules.data_scale_matrix.output.table,
+        gemm=tidy("gemm"),
+        scale=tidy("scale_matrix"),
         code=GEMM_LIB,
     output:
         result="results/E1_3.json",
@@ -51,7 +52,7 @@ rule E1_3:
 # the all-GPU fit, the readings and the E1.11/E1.3 decisions go to a settled file downstream rules load.
 rule settle_gemm_constants:
     input:
-        gemm=rules.data_gemm.output.table,
+        gemm=tidy("gemm"),
         e1_11=rules.E1_11.output.result,
         e1_3=rules.E1_3.output.result,
         code=GEMM_LIB,
@@ -73,7 +74,7 @@ rule settle_gemm_constants:
 # E1.23: head-to-head on the same cells vs bare roofline, datasheet alphas, AIC empirical, calibrated roofline.
 rule E1_23:
     input:
-        gemm=rules.data_gemm.output.table,
+        gemm=tidy("gemm"),
         constants=rules.settle_gemm_constants.output.constants,
         settled=rules.settle_gemm_constants.output.settled,
         code=GEMM_LIB,
@@ -83,6 +84,8 @@ rule E1_23:
         atlas="figures/E1_23_error_atlas.png",
     params:
         question=EXPERIMENTS["E1.23"]["question"],
+        seed=config["seed"],
+        n_boot=config["bootstrap"],
     log:
         "logs/E1_23.log",
     conda:
@@ -96,8 +99,8 @@ rule E1_23:
 # E1.2: tile ladder + last-wave tail on Ampere/Ada (A100, L40S) and on Vidur's A40 GEMM operators.
 rule E1_2:
     input:
-        gemm=rules.data_gemm.output.table,
-        vidur=rules.data_vidur_mlp.output.table,
+        gemm=tidy("gemm"),
+        vidur=tidy("vidur_mlp"),
         constants=rules.settle_gemm_constants.output.constants,
         settled=rules.settle_gemm_constants.output.settled,
         code=GEMM_LIB,
@@ -119,7 +122,7 @@ rule E1_2:
 # E1.2b: Hopper latency curves under the persistent cluster model (settled cluster size vs 16).
 rule E1_2b:
     input:
-        gemm=rules.data_gemm.output.table,
+        gemm=tidy("gemm"),
         constants=rules.settle_gemm_constants.output.constants,
         settled=rules.settle_gemm_constants.output.settled,
         e1_11=rules.E1_11.output.result,
@@ -142,7 +145,7 @@ rule E1_2b:
 # E1.12: which SM-fill paradigm each Blackwell GPU's curves follow.
 rule E1_12:
     input:
-        gemm=rules.data_gemm.output.table,
+        gemm=tidy("gemm"),
         constants=rules.settle_gemm_constants.output.constants,
         settled=rules.settle_gemm_constants.output.settled,
         code=GEMM_LIB,
@@ -152,6 +155,7 @@ rule E1_12:
         curves="figures/E1_12_curves.png",
     params:
         question=EXPERIMENTS["E1.12"]["question"],
+        seed=config["seed"],
     log:
         "logs/E1_12.log",
     conda:
@@ -165,7 +169,7 @@ rule E1_12:
 # E1.13: the factor product vs one scalar efficiency per GPU, and the scalar's drift.
 rule E1_13:
     input:
-        gemm=rules.data_gemm.output.table,
+        gemm=tidy("gemm"),
         constants=rules.settle_gemm_constants.output.constants,
         settled=rules.settle_gemm_constants.output.settled,
         code=GEMM_LIB,
@@ -174,6 +178,9 @@ rule E1_13:
         fig="figures/E1_13_scalar_vs_factors.png",
     params:
         question=EXPERIMENTS["E1.13"]["question"],
+        seed=config["seed"],
+        fast=config["fast"],
+        ablation=size("e1_13_ablation"),
     log:
         "logs/E1_13.log",
     conda:
@@ -187,7 +194,7 @@ rule E1_13:
 # L0.2: the efficiency a bare roofline needs per cell, on both branches, before and after our factors.
 rule L0_2:
     input:
-        gemm=rules.data_gemm.output.table,
+        gemm=tidy("gemm"),
         constants=rules.settle_gemm_constants.output.constants,
         settled=rules.settle_gemm_constants.output.settled,
         code=GEMM_LIB,

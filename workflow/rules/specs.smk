@@ -16,20 +16,3 @@ rule specs_tables:
         "Exporting GPU and model spec tables"
     script:
         "../scripts/specs_tables.py"
-
-
-# One page listing every result's claims with its verdict (met / missed), for readers.
-rule summary:
-    input:
-        results=experiment_results(),
-        code=lib("io"),
-    output:
-        "results/SUMMARY.md",
-    log:
-        "logs/summary.log",
-    conda:
-        CONDA_ENV
-    message:
-        "Summarising every result's claims"
-    script:
-        "../scripts/summary.py"

@@ -1,27 +1,30 @@
 """E1.1 / E1.1b / E1.20: the whole per-layer Vidur step held out per GPU, residual by term, ablation ladder."""
 import json
+import logging
 from os.path import splitext
 from pathlib import Path
 
-from steptime import data
+import pandas as pd
+
+from steptime.calibration import use_settled
 from steptime.data import write_parquet
 from steptime.experiments import light as LX
 from steptime.experiments import step as E
-from steptime.results import provenance, write_result
-from steptime.calibration import use_settled
+from steptime.results import rule_provenance, write_result
 
+logging.basicConfig(filename=snakemake.log[0], level=logging.INFO, format="%(message)s", filemode="w")
 use_settled(snakemake.input.settled)  # this run's settled constants (declared inputs)
-cfg = snakemake.config
-v = data.load_vidur_mlp()
+P = snakemake.params
+v = pd.read_parquet(snakemake.input.data)
+logging.info("Vidur operator table: %d rows, GPUs %s", len(v), sorted(v["gpu"].unique()))
 gemm_doc = json.loads(Path(snakemake.input.gemm_constants).read_text())
-r = E.run(v, LX.tidy_cells(v), seed=cfg["seed"], n_boot=cfg["bootstrap"], gemm_doc=gemm_doc)
-prov = provenance([snakemake.input.data, snakemake.input.gemm_constants], config=cfg, calibration=r["calibration"].to_dict(), rule="E1_1",
-                  script="workflow/scripts/E1_1.py")
-for key, eid, q in (("e1_1", "E1.1", snakemake.params.q1), ("e1_1b", "E1.1b", snakemake.params.q1b),
-                    ("e1_20", "E1.20", snakemake.params.q20)):
+r = E.run(v, LX.tidy_cells(v), seed=P.seed, n_boot=P.n_boot, gemm_doc=gemm_doc)
+prov = rule_provenance(snakemake, calibration=r["calibration"].to_dict(), script="workflow/scripts/E1_1.py")
+for key, eid, q in (("e1_1", "E1.1", P.q1), ("e1_1b", "E1.1b", P.q1b), ("e1_20", "E1.20", P.q20)):
     doc = E.document(r, eid)
     write_result(getattr(snakemake.output, key), id=eid, question=q, metrics=doc["metrics"], claims=doc["claims"],
                  provenance=prov)
+    logging.info("%s: %d claims, %d met", eid, len(doc["claims"]), sum(bool(c.get("met")) for c in doc["claims"]))
 write_parquet(r["pred"].drop(columns=["cell"]), snakemake.output.pred)
 E.plot_step(r, splitext(snakemake.output.fig1)[0],
             "E1.1: held-out MAPE of one layer's non-attention operators (Vidur) per model x TP and GPU, "

@@ -4,16 +4,14 @@ from os.path import splitext
 
 from steptime.experiments import gemm as E
 from steptime.experiments import gemm_figures as F
-from steptime.results import provenance, write_result
+from steptime.results import rule_provenance, write_result
 
 logging.basicConfig(filename=snakemake.log[0], level=logging.INFO, format="%(message)s", filemode="w")
-cfg = snakemake.config
 df = E.load_gemm(snakemake.input.gemm)
-comp = E.cluster_comparison(df, E.CLUSTER_SIZES, E.HOPPER, seed=cfg["seed"])
+comp = E.cluster_comparison(df, E.CLUSTER_SIZES, E.HOPPER, seed=snakemake.params.seed)
 doc = E.e1_11_document(df, comp)
 cal = E.calibration_record({g: E.deploy_readings(df, g) for g in E.HOPPER}).to_dict()
-prov = provenance([snakemake.input.gemm], config=cfg, calibration=cal, rule="E1_11",
-                  script="workflow/scripts/E1_11_gemm_cluster.py")
+prov = rule_provenance(snakemake, calibration=cal, script="workflow/scripts/E1_11_gemm_cluster.py")
 write_result(snakemake.output.result, id="E1.11", question=snakemake.params.question, metrics=doc["metrics"],
              claims=doc["claims"], provenance=prov, extra={"decision": doc["decision"]})
 F.cluster_figure(doc, splitext(snakemake.output.fig)[0])

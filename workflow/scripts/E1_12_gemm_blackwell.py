@@ -4,18 +4,16 @@ from os.path import splitext
 
 from steptime.experiments import gemm as E
 from steptime.experiments import gemm_figures as F
-from steptime.results import provenance, write_result
+from steptime.results import rule_provenance, write_result
 from steptime.calibration import use_settled
 
 use_settled(snakemake.input.settled)  # this run's settled constants (declared inputs)
 logging.basicConfig(filename=snakemake.log[0], level=logging.INFO, format="%(message)s", filemode="w")
-cfg = snakemake.config
 df = E.load_gemm(snakemake.input.gemm)
 doc = E.load_constants(snakemake.input.constants)
-scores = {g: E.paradigm_scores(df, doc, g, seed=cfg["seed"]) for g in E.BLACKWELL}
+scores = {g: E.paradigm_scores(df, doc, g, seed=snakemake.params.seed) for g in E.BLACKWELL}
 out = E.e1_12_document(scores)
-prov = provenance([snakemake.input.gemm, snakemake.input.constants], config=cfg, calibration=doc["calibration"],
-                  rule="E1_12", script="workflow/scripts/E1_12_gemm_blackwell.py")
+prov = rule_provenance(snakemake, calibration=doc["calibration"], script="workflow/scripts/E1_12_gemm_blackwell.py")
 write_result(snakemake.output.result, id="E1.12", question=snakemake.params.question, metrics=out["metrics"],
              claims=out["claims"], provenance=prov)
 F.paradigm_figure(out["metrics"]["decision"], splitext(snakemake.output.fig)[0])

@@ -1,22 +1,27 @@
 """E1.1c: light kernels, launch floor + bytes over achieved bandwidth, held out per GPU."""
 import json
+import logging
 from os.path import splitext
 
-from steptime import data
-from steptime.experiments import light as E
-from steptime.results import provenance, write_result
-from steptime.calibration import use_settled
+import pandas as pd
 
+from steptime.calibration import use_settled
+from steptime.experiments import light as E
+from steptime.results import rule_provenance, write_result
+
+logging.basicConfig(filename=snakemake.log[0], level=logging.INFO, format="%(message)s", filemode="w")
 use_settled(snakemake.input.settled)  # this run's settled constants (declared inputs)
-cfg = snakemake.config
-cells = E.tidy_cells(data.load_vidur_mlp())
-gemm_doc = json.load(open(snakemake.input.gemm_constants))
-r = E.run(cells, seed=cfg["seed"], n_boot=cfg["bootstrap"], gemm_doc=gemm_doc)
+P = snakemake.params
+cells = E.tidy_cells(pd.read_parquet(snakemake.input.data))
+logging.info("light-kernel cells: %d", len(cells))
+with open(snakemake.input.gemm_constants) as fh:
+    gemm_doc = json.load(fh)
+r = E.run(cells, seed=P.seed, n_boot=P.n_boot, gemm_doc=gemm_doc)
 doc = E.document(r, cells)
-prov = provenance([snakemake.input.data, snakemake.input.gemm_constants], config=cfg, calibration=r["calibration"].to_dict(), rule="E1_1c",
-                  script="workflow/scripts/E1_1c.py")
-write_result(snakemake.output.result, id="E1.1c", question=snakemake.params.question, metrics=doc["metrics"],
+prov = rule_provenance(snakemake, calibration=r["calibration"].to_dict(), script="workflow/scripts/E1_1c.py")
+write_result(snakemake.output.result, id="E1.1c", question=P.question, metrics=doc["metrics"],
              claims=doc["claims"], provenance=prov, extra={"defaults_updates": E.defaults_updates(r["shipped"], cells)})
+logging.info("E1.1c: %d claims, %d met", len(doc["claims"]), sum(bool(c.get("met")) for c in doc["claims"]))
 E.plot(r, splitext(snakemake.output.fig)[0],
        "E1.1c: light-kernel time against bytes moved per GPU (Vidur operators); lines: held-out floor + "
        "bytes/achieved-bandwidth model. Vidur has no KV-cache-write operator.")

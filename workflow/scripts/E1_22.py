@@ -5,9 +5,8 @@ import pandas as pd
 
 from steptime.experiments import attention as A
 from steptime.experiments import step as S
-from steptime.results import provenance, write_result
+from steptime.results import rule_provenance, write_result
 
-cfg = snakemake.config
 attn = {"pred": pd.read_parquet(snakemake.input.attn)}
 step = {"pred": pd.read_parquet(snakemake.input.step)}
 regions = A.plot_atlas(attn, splitext(snakemake.output.fig_attn)[0],
@@ -18,7 +17,6 @@ step_regions = S.plot_atlas(step, splitext(snakemake.output.fig_step)[0],
                             "E1.22: signed error (%) of the held-out Vidur per-layer step per GPU over tokens (m) "
                             "and model x TP (shape). Red: over-prediction.")
 doc = S.atlas_document(A.summarize_regions(regions), step_regions)
-prov = provenance([snakemake.input.attn, snakemake.input.step], config=cfg, rule="E1_22",
-                  script="workflow/scripts/E1_22.py")
+prov = rule_provenance(snakemake, script="workflow/scripts/E1_22.py")
 write_result(snakemake.output.result, id="E1.22", question=snakemake.params.question, metrics=doc["metrics"],
              claims=doc["claims"], provenance=prov)

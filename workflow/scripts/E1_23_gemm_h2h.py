@@ -4,18 +4,16 @@ from os.path import splitext
 
 from steptime.experiments import gemm as E
 from steptime.experiments import gemm_figures as F
-from steptime.results import provenance, write_result
+from steptime.results import rule_provenance, write_result
 from steptime.calibration import use_settled
 
 use_settled(snakemake.input.settled)  # this run's settled constants (declared inputs)
 logging.basicConfig(filename=snakemake.log[0], level=logging.INFO, format="%(message)s", filemode="w")
-cfg = snakemake.config
 df = E.load_gemm(snakemake.input.gemm)
 doc = E.load_constants(snakemake.input.constants)
-recs, preds = E.evaluate_records(df, doc, n_boot=cfg["bootstrap"], seed=cfg["seed"])
+recs, preds = E.evaluate_records(df, doc, n_boot=snakemake.params.n_boot, seed=snakemake.params.seed)
 out = E.e1_23_document(recs, E.reading_sensitivity(df, doc))
-prov = provenance([snakemake.input.gemm, snakemake.input.constants], config=cfg, calibration=doc["calibration"],
-                  rule="E1_23", script="workflow/scripts/E1_23_gemm_h2h.py")
+prov = rule_provenance(snakemake, calibration=doc["calibration"], script="workflow/scripts/E1_23_gemm_h2h.py")
 write_result(snakemake.output.result, id="E1.23", question=snakemake.params.question, metrics=out["metrics"],
              claims=out["claims"], provenance=prov)
 F.head_to_head_figure(recs, splitext(snakemake.output.fig)[0])

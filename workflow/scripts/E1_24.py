@@ -1,25 +1,29 @@
-"""E1.24: attention held out per GPU; the shipped constants ride along for step_constants."""
+"""E1.24: attention held out per GPU; the shipped constants ride along for settle_step_constants."""
 import json
+import logging
 from os.path import splitext
 
-from steptime import data
+import pandas as pd
+
+from steptime.calibration import use_settled
 from steptime.data import write_parquet
 from steptime.experiments import attention as E
-from steptime.results import provenance, write_result
-from steptime.calibration import use_settled
+from steptime.results import rule_provenance, write_result
 
+logging.basicConfig(filename=snakemake.log[0], level=logging.INFO, format="%(message)s", filemode="w")
 use_settled(snakemake.input.settled)  # this run's settled constants (declared inputs)
-cfg = snakemake.config
-E.FIT_SAMPLE = 800 if cfg.get("fast", True) else 2500
-cells = E.tidy_cells(data.load_aic_attention(kind="generation"), data.load_aic_attention(kind="context"))
-gemm_doc = json.load(open(snakemake.input.gemm_constants))
-r = E.run(cells, gemm_doc, seed=cfg["seed"], n_boot=cfg["bootstrap"])
+P = snakemake.params
+cells = E.tidy_cells(pd.read_parquet(snakemake.input.generation), pd.read_parquet(snakemake.input.context))
+logging.info("attention cells: %d; fit sample %d per GPU and phase", len(cells), P.fit_sample)
+with open(snakemake.input.gemm_constants) as fh:
+    gemm_doc = json.load(fh)
+r = E.run(cells, gemm_doc, seed=P.seed, n_boot=P.n_boot, fit_sample=P.fit_sample)
 doc = E.document(r, cells)
-prov = provenance(list(snakemake.input.data) + [snakemake.input.gemm_constants], config={**cfg, "fit_sample": E.FIT_SAMPLE},
-                  calibration=r["calibration"].to_dict(), rule="E1_24", script="workflow/scripts/E1_24.py")
-write_result(snakemake.output.result, id="E1.24", question=snakemake.params.question, metrics=doc["metrics"],
+prov = rule_provenance(snakemake, calibration=r["calibration"].to_dict(), script="workflow/scripts/E1_24.py")
+write_result(snakemake.output.result, id="E1.24", question=P.question, metrics=doc["metrics"],
              claims=doc["claims"], provenance=prov,
              extra={"defaults_updates": E.defaults_updates(r["shipped"], cells)})
+logging.info("E1.24: %d claims, %d met", len(doc["claims"]), sum(bool(c.get("met")) for c in doc["claims"]))
 pred = r["pred"].drop(columns=["cell"])
 write_parquet(pred, snakemake.output.pred)
 E.plot_accuracy(r, splitext(snakemake.output.fig_acc)[0],

@@ -6,20 +6,18 @@ import pandas as pd
 
 from steptime.experiments import gemm as E
 from steptime.experiments import gemm_figures as F
-from steptime.results import provenance, write_result
+from steptime.results import rule_provenance, write_result
 from steptime.calibration import use_settled
 
 use_settled(snakemake.input.settled)  # this run's settled constants (declared inputs)
 logging.basicConfig(filename=snakemake.log[0], level=logging.INFO, format="%(message)s", filemode="w")
-cfg = snakemake.config
 df = E.load_gemm(snakemake.input.gemm)
 doc = E.load_constants(snakemake.input.constants)
 vc = E.vidur_gemm_cells(pd.read_parquet(snakemake.input.vidur), "a40")
 an = E.e1_2_analysis(df, doc, vc)
 out = E.e1_2_document(an)
 cal = {g: a.pop("calibration") for g, a in out["metrics"].items()}
-prov = provenance([snakemake.input.gemm, snakemake.input.vidur, snakemake.input.constants], config=cfg,
-                  calibration=cal, rule="E1_2", script="workflow/scripts/E1_2_gemm_wave.py")
+prov = rule_provenance(snakemake, calibration=cal, script="workflow/scripts/E1_2_gemm_wave.py")
 write_result(snakemake.output.result, id="E1.2", question=snakemake.params.question, metrics=out["metrics"],
              claims=out["claims"], provenance=prov)
 F.staircase_figure(E.e1_2_panels(df, doc, vc), splitext(snakemake.output.fig)[0],

@@ -4,17 +4,15 @@ from os.path import splitext
 
 from steptime.experiments import gemm as E
 from steptime.experiments import gemm_figures as F
-from steptime.results import provenance, write_result
+from steptime.results import rule_provenance, write_result
 from steptime.calibration import use_settled
 
 use_settled(snakemake.input.settled)  # this run's settled constants (declared inputs)
 logging.basicConfig(filename=snakemake.log[0], level=logging.INFO, format="%(message)s", filemode="w")
-cfg = snakemake.config
 df = E.load_gemm(snakemake.input.gemm)
 doc = E.load_constants(snakemake.input.constants)
 out = E.e1_2b_document(E.e1_2b_analysis(df, doc))
-prov = provenance([snakemake.input.gemm, snakemake.input.constants, snakemake.input.e1_11], config=cfg,
-                  calibration=doc["calibration"], rule="E1_2b", script="workflow/scripts/E1_2b_gemm_hopper.py")
+prov = rule_provenance(snakemake, calibration=doc["calibration"], script="workflow/scripts/E1_2b_gemm_hopper.py")
 write_result(snakemake.output.result, id="E1.2b", question=snakemake.params.question, metrics=out["metrics"],
              claims=out["claims"], provenance=prov)
 F.staircase_figure(E.e1_2b_panels(df, doc), splitext(snakemake.output.fig)[0],

@@ -1,13 +1,14 @@
 """E2.1: cross-GPU transfer of the home-profiled RF against steptime, on three datasets."""
 import json
+import logging
 
 import joblib
+import pandas as pd
 
-from steptime import data
+from steptime.calibration import use_settled
 from steptime.evaluate.held_out import HeldOut
 from steptime.experiments import transfer
-from steptime.results import provenance, write_result
-from steptime.calibration import use_settled
+from steptime.results import rule_provenance, write_result
 
 
 def stem(path):
@@ -15,31 +16,35 @@ def stem(path):
     return str(path).rsplit(".", 1)[0]
 
 
+logging.basicConfig(filename=snakemake.log[0], level=logging.INFO, format="%(message)s", filemode="w")
 use_settled(snakemake.input.settled)  # this run's settled constants (declared inputs)
-cfg = snakemake.config
-fast = bool(cfg.get("fast", True))
-full = bool(cfg["rf"]["full_grid"])
+P = snakemake.params
+inp = snakemake.input
+tables = {name: pd.read_parquet(getattr(inp, name))
+          for name in ("gemm", "attention_context", "attention_generation", "vidur_mlp")}
 records, fits, cal_log = [], [], {}
-cells = {ds: transfer.load_cells(ds, transfer.step_tps(fast, full)) for ds in transfer.DATASETS}
-gemm_doc = json.load(open(snakemake.input.gemm_constants))
-attn_doc = json.load(open(snakemake.input.attention))
-vidur = data.load_vidur_mlp()
-hooks = {"vidur_step": HeldOut.for_dataset("vidur_step", vidur=vidur,
+cells = {ds: transfer.load_cells(ds, transfer.step_tps(P.fast, P.full_grid), tables=tables) for ds in transfer.DATASETS}
+for ds, c in cells.items():
+    logging.info("%s: %d cells", ds, len(c))
+with open(inp.gemm_constants) as fh:
+    gemm_doc = json.load(fh)
+with open(inp.attention) as fh:
+    attn_doc = json.load(fh)
+hooks = {"vidur_step": HeldOut.for_dataset("vidur_step", vidur=tables["vidur_mlp"],
                                            light_gpus=transfer.TARGETS["vidur_step"], gemm_doc=gemm_doc),
          "aic_gemm": HeldOut.for_dataset("aic_gemm", gemm_doc=gemm_doc),
          "aic_attention": HeldOut.for_dataset("aic_attention", attn_doc=attn_doc)}
-for path in snakemake.input.models:
+for path in inp.models:
     bundle = joblib.load(path)
     ds = bundle["dataset"]
-    records += transfer.transfer_records(ds, cells[ds], bundle, transfer.TARGETS[ds],
-                                         n_boot=int(cfg["bootstrap"]), seed=int(cfg["seed"]),
+    logging.info("scoring %s (home %s) on %s", ds, bundle["home_gpu"], transfer.TARGETS[ds])
+    records += transfer.transfer_records(ds, cells[ds], bundle, transfer.TARGETS[ds], n_boot=P.n_boot, seed=P.seed,
                                          constants_for=hooks.get(ds), cal_log=cal_log)
     fits.append(transfer.bundle_summary(bundle))
-doc = transfer.e2_1_document(records, fits, cells, fast=fast, full_grid=full,
-                             gap=transfer.profiler_gap(vidur, data.load_aic_gemm()))
-write_result(snakemake.output.result, id="E2.1", question=snakemake.params.question, metrics=doc["metrics"],
+doc = transfer.e2_1_document(records, fits, cells, fast=P.fast, full_grid=P.full_grid,
+                             gap=transfer.profiler_gap(tables["vidur_mlp"], tables["gemm"]))
+write_result(snakemake.output.result, id="E2.1", question=P.question, metrics=doc["metrics"],
              claims=doc["claims"], extra={"transfer": records},
-             provenance=provenance(list(snakemake.input.data) + [snakemake.input.gemm_constants,
-                                                                  snakemake.input.attention], config=cfg, calibration=cal_log,
-                                   rule="E2_1", script="workflow/scripts/E2_1.py"))
-transfer.plot_transfer(records, stem(snakemake.output.figure), full_grid=full)
+             provenance=rule_provenance(snakemake, calibration=cal_log, exclude=("code", "models"), script="workflow/scripts/E2_1.py"))
+logging.info("E2.1: %d records, %d claims", len(records), len(doc["claims"]))
+transfer.plot_transfer(records, stem(snakemake.output.figure), full_grid=P.full_grid)

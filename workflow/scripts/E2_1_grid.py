@@ -3,25 +3,24 @@ import json
 
 import joblib
 
+from steptime.calibration import use_settled
 from steptime.evaluate.held_out import HeldOut
 from steptime.experiments import calibration_cost, transfer
 from steptime.io import write_json
-from steptime.results import provenance, write_result
-from steptime.calibration import use_settled
+from steptime.results import rule_provenance, write_result
 
 use_settled(snakemake.input.settled)  # this run's settled constants (declared inputs)
-cfg = snakemake.config
+P = snakemake.params
 fast, full = joblib.load(snakemake.input.fast), joblib.load(snakemake.input.full)
 ds = fast["dataset"]
-cells = transfer.load_cells(ds)
-hook = HeldOut.for_dataset(ds, gemm_doc=json.load(open(snakemake.input.gemm_constants)),
-                           attn_doc=json.load(open(snakemake.input.attention)))
+cells = transfer.load_cells(ds, tables={"gemm": snakemake.input.gemm})
+with open(snakemake.input.gemm_constants) as fh, open(snakemake.input.attention) as fa:
+    hook = HeldOut.for_dataset(ds, gemm_doc=json.load(fh), attn_doc=json.load(fa))
 doc = transfer.grid_check_document(ds, cells, fast, full, transfer.TARGETS[ds], constants_for=hook,
-                                   n_boot=int(cfg["bootstrap"]), seed=int(cfg["seed"]))
-write_result(snakemake.output.result, id="E2.1-grid", question=snakemake.params.question, metrics=doc["metrics"],
-             claims=doc["claims"],
-             provenance=provenance(list(snakemake.input.data) + [snakemake.input.gemm_constants], config=cfg,
-                                   rule="E2_1_grid", script="workflow/scripts/E2_1_grid.py"))
+                                   n_boot=P.n_boot, seed=P.seed)
+write_result(snakemake.output.result, id="E2.1-grid", question=P.question, metrics=doc["metrics"],
+             claims=doc["claims"], provenance=rule_provenance(snakemake, exclude=("code", "fast", "full"),
+                                                  script="workflow/scripts/E2_1_grid.py"))
 target = cells[cells["gpu"] == "h100-sxm"].reset_index(drop=True)
 write_json(snakemake.output.timing, {
     "note": "wall seconds on this machine, measured side by side in this run; NOT deterministic",

@@ -6,7 +6,7 @@ import joblib
 from steptime.experiments import calibration_cost as cc
 from steptime.experiments import transfer
 from steptime.io import write_json
-from steptime.results import provenance, write_result
+from steptime.results import rule_provenance, write_result
 from steptime.specs import gpu_keys
 from steptime.calibration import use_settled
 
@@ -17,7 +17,7 @@ def stem(path):
 
 
 use_settled(snakemake.input.settled)  # this run's settled constants (declared inputs)
-cfg = snakemake.config
+P = snakemake.params
 e21 = json.load(open(snakemake.input.e2_1))
 metas, fit_s, speed, step_speed = {}, {}, {}, {}
 for path in snakemake.input.models:
@@ -26,21 +26,22 @@ for path in snakemake.input.models:
     for tag, s in b["fit_seconds"].items():
         fit_s[f"{b['dataset']}|{b['home_gpu']}|{tag}"] = s
     if b["dataset"] == "aic_gemm" and b["home_gpu"] == "a100-sxm":
-        cells = transfer.load_cells("aic_gemm")
+        cells = transfer.load_cells("aic_gemm", tables={"gemm": snakemake.input.gemm})
         cells = cells[cells.gpu == "h100-sxm"]
         speed = cc.prediction_speed(b["models"]["rf"], cells, "h100-sxm")
         speed["rf_trees"] = int(b["models"]["rf"].estimator_.n_estimators)
     if b["dataset"] == "vidur_step" and b["home_gpu"] == "a100-sxm":
-        cells = transfer.load_cells("vidur_step", transfer.step_tps(bool(cfg["fast"]), bool(cfg["rf"]["full_grid"])))
+        cells = transfer.load_cells("vidur_step", transfer.step_tps(P.fast, P.full_grid),
+                                    tables={"vidur_mlp": snakemake.input.vidur_mlp})
         step_speed = cc.step_prediction_speed(b, cells[cells.gpu == "h100-sxm"].reset_index(drop=True), "h100-sxm")
 rows = cc.ledger(e21["transfer"], metas, len(gpu_keys()), cal_log=e21["provenance"]["calibration"])
-settings = {"rf_grid": e21["metrics"]["settings"]["rf_grid"], "fast": bool(cfg["fast"]),
+settings = {"rf_grid": e21["metrics"]["settings"]["rf_grid"], "fast": bool(P.fast),
             "rows_profiled": "rows of the home GPU's table the profile holds (the fit used the 80% train split)",
             "steptime_rows": cc.steptime_rows()}
 doc = cc.e2_5_document(rows, settings)
 write_result(snakemake.output.result, id="E2.5", question=snakemake.params.question, metrics=doc["metrics"],
-             claims=doc["claims"], provenance=provenance([snakemake.input.e2_1], config=cfg, rule="E2_5",
-                                                           script="workflow/scripts/E2_5.py"))
+             claims=doc["claims"], provenance=rule_provenance(snakemake, exclude=("code", "models"),
+                                                                script="workflow/scripts/E2_5.py"))
 timing = {"note": ("wall seconds on this machine; NOT deterministic. fit_seconds: measured by rule rf_fit when "
                    "it built the cached models (results/cache/rf); prediction speeds and steptime's calibration "
                    "time: measured in this run of E2_5, side by side in one process"),

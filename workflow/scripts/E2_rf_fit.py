@@ -6,16 +6,15 @@ import joblib
 from steptime.experiments import transfer
 from steptime.io import atomic_path
 
-cfg = snakemake.config
-fast = bool(cfg.get("fast", True))
-full = bool(snakemake.params.full_grid)
+P = snakemake.params
 ds, gpu = snakemake.wildcards.dataset, snakemake.wildcards.gpu
 with open(snakemake.log[0], "w") as log:
     sys.stderr = log
-    cells = transfer.load_cells(ds, transfer.step_tps(fast, full))
-    bundle = transfer.fit_home(ds, cells, gpu, full_grid=full, seed=int(cfg["seed"]),
-                               n_jobs=int(cfg["rf"].get("n_jobs", 1)), fast=fast, progress=True)
-    print(f"{ds} on {gpu}: {bundle['train_rows']} training cells, grid "
-          f"{'vidur_full' if full else 'fast'}, fit seconds {bundle['fit_seconds']}", file=log)
+    cells = transfer.load_cells(ds, transfer.step_tps(P.fast, P.full_grid), tables=dict(snakemake.input.items()))
+    print(f"{ds} on {gpu}: {len(cells)} cells; grid {'vidur_full' if P.full_grid else 'fast'}, "
+          f"{snakemake.threads} threads", file=log)
+    bundle = transfer.fit_home(ds, cells, gpu, full_grid=P.full_grid, seed=P.seed, n_jobs=snakemake.threads,
+                               fast=P.fast, progress=True)
+    print(f"{ds} on {gpu}: {bundle['train_rows']} training cells, fit seconds {bundle['fit_seconds']}", file=log)
 with atomic_path(snakemake.output.model) as tmp:  # a killed fit leaves no half-written model
     joblib.dump(bundle, tmp, compress=3)

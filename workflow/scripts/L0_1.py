@@ -2,13 +2,12 @@
 from os.path import splitext
 
 from steptime.experiments import literature as E
-from steptime.results import provenance, write_result
+from steptime.results import rule_provenance, write_result
 
 lit = E.load(snakemake.input.lit)
 doc = E.document(lit)
 write_result(snakemake.output.result, id="L0.1", question=snakemake.params.question, metrics=doc["metrics"],
-             claims=doc["claims"], provenance=provenance([snakemake.input.lit], config=snakemake.config, rule="L0_1",
-                                                         script="workflow/scripts/L0_1.py"))
+             claims=doc["claims"], provenance=rule_provenance(snakemake, script="workflow/scripts/L0_1.py"))
 E.plot(lit, splitext(snakemake.output.fig)[0],
        "L0.1: prior predictors: where the efficiency factor comes from, which GPUs each covers, and the "
        "accuracy it reports (as cited in config/literature.yaml; 'not reported' where no number is given).")

@@ -4,18 +4,16 @@ from os.path import splitext
 
 from steptime.experiments import gemm as E
 from steptime.experiments import gemm_figures as F
-from steptime.results import provenance, write_result
+from steptime.results import rule_provenance, write_result
 from steptime.calibration import use_settled
 
 use_settled(snakemake.input.settled)  # this run's settled constants (declared inputs)
 logging.basicConfig(filename=snakemake.log[0], level=logging.INFO, format="%(message)s", filemode="w")
-cfg = snakemake.config
 df = E.load_gemm(snakemake.input.gemm)
 doc = E.load_constants(snakemake.input.constants)
 an = E.l0_2_analysis(df, doc)
 out = E.l0_2_document(an)
-prov = provenance([snakemake.input.gemm, snakemake.input.constants], config=cfg, calibration=doc["calibration"],
-                  rule="L0_2", script="workflow/scripts/L0_2_gemm_alpha.py")
+prov = rule_provenance(snakemake, calibration=doc["calibration"], script="workflow/scripts/L0_2_gemm_alpha.py")
 write_result(snakemake.output.result, id="L0.2", question=snakemake.params.question, metrics=out["metrics"],
              claims=out["claims"], provenance=prov)
 F.alpha_figure(an, splitext(snakemake.output.fig)[0])

@@ -5,7 +5,8 @@ from pathlib import Path
 from steptime.data import tidy_table, write_parquet
 
 logging.basicConfig(filename=snakemake.log[0], level=logging.INFO, format="%(message)s", filemode="w")
-name = snakemake.params.table
+name = snakemake.wildcards.table
+logging.info("%s: %s; %d raw files", name, snakemake.params.about, len(snakemake.input.raw) - 1)
 df = tidy_table(name, root=Path.cwd())
 write_parquet(df, snakemake.output.table)
 logging.info("%s: %d rows, %d columns -> %s", name, len(df), df.shape[1], snakemake.output.table)

@@ -280,13 +280,14 @@ def calibrate_roofline(cells_gpu, gpu) -> dict:
 
 # ---------------------------------------------------------------------------------------
 def run(cells, gemm_doc: dict, gpus=AIC_GPUS, seed: int = 0, n_boot: int = 1000, eval_gpus=None,
-        ship: bool = True) -> dict:
+        ship: bool = True, fit_sample: int = FIT_SAMPLE) -> dict:
     """Leave-one-GPU-out evaluation and the shipped (all-GPU) constants.
 
     `gemm_doc` is the GEMM calibration (results/calibration/gemm_constants.json): each
     GPU's attention constants derive from its GEMM readings (`READING_PAIRS`).
+    `fit_sample`: cells per GPU and phase in each least-squares fit.
     Returns {'records': [...], 'per_gpu': {...}, 'shipped': {...}, 'calibration': Calibration,
-    'pred': frame of held-out predictions}.
+    'pred': frame of held-out predictions, 'fit_sample': fit_sample}.
     """
     import pandas as pd
 
@@ -299,7 +300,7 @@ def run(cells, gemm_doc: dict, gpus=AIC_GPUS, seed: int = 0, n_boot: int = 1000,
         others = training_gpus(g, gpus, lanes)
         key = tuple(others)
         if key not in fits:
-            fits[key] = fit_globals(cells, others, seed)
+            fits[key] = fit_globals(cells, others, seed, n_sample=fit_sample)
         fcg = fits[key]
         x = cells[cells["gpu"] == g].reset_index(drop=True)
         if g not in gemm_doc["folds"]:
@@ -343,21 +344,21 @@ def run(cells, gemm_doc: dict, gpus=AIC_GPUS, seed: int = 0, n_boot: int = 1000,
                     records.append({"family": f"attention_{phase}", "gpu": g, "predictor": k, "subset": subset, **s})
     if not ship:
         return {"records": records, "per_gpu": per_gpu, "shipped": None, "calibration": cal,
-                "pred": pd.concat(preds, ignore_index=True)}
-    shipped_g = fit_globals(cells, gpus, seed)
-    shipped = {"globals": shipped_g, "lanes": {}, "lane_of": lanes, "per_gpu": {}}
+                "pred": pd.concat(preds, ignore_index=True), "fit_sample": fit_sample}
+    shipped_g = fit_globals(cells, gpus, seed, n_sample=fit_sample)
+    shipped = {"globals": shipped_g, "lanes": {}, "lane_of": lanes, "per_gpu": {}, "fit_sample": fit_sample}
     readings = GX.readings_in_fold(gemm_doc, None, gpus)
     shipped["reading_ratios"] = {}
     for lane in sorted(set(lanes.values())):
         members = [g for g in gpus if lanes[g] == lane]
-        shipped["lanes"][lane] = fit_globals(cells, members, seed)
+        shipped["lanes"][lane] = fit_globals(cells, members, seed, n_sample=fit_sample)
         shipped["reading_ratios"][lane] = reading_ratios(cells, members, shipped["lanes"][lane], readings)
     shipped["gemm_cells"] = {g: gemm_reading_cells(gemm_doc, g) for g in gpus}
     for g in gpus:
         fc = from_gemm_readings(shipped["lanes"][lanes[g]], shipped["reading_ratios"][lanes[g]], readings[g])
         shipped["per_gpu"][g] = {k: fc[k] for k in READING_PAIRS}
     return {"records": records, "per_gpu": per_gpu, "shipped": shipped, "calibration": cal,
-            "pred": pd.concat(preds, ignore_index=True)}
+            "pred": pd.concat(preds, ignore_index=True), "fit_sample": fit_sample}
 
 
 def lane_of(cells) -> dict:
@@ -381,7 +382,7 @@ def defaults_updates(shipped: dict, cells, experiment: str = "E1.24") -> list[di
         ups.append({"scope": "global", "name": name, "value": round(float(v), 6), "provenance": "FITTED",
                     "source": f"E1.24: least squares on log latency over AIConfigurator context+generation attention "
                               f"tables of {', '.join(sorted(shipped['per_gpu']))} ({n} cells, seeded subsample "
-                              f"of {FIT_SAMPLE} per GPU and phase)",
+                              f"of {shipped.get('fit_sample', FIT_SAMPLE)} per GPU and phase)",
                     "experiment": experiment, "cells": None})
     ups.append({"scope": "global", "name": "attn_lane_factors", "provenance": "FITTED",
                 "value": {lane: {k: round(float(v), 6) for k, v in f.items()} for lane, f in shipped["lanes"].items()},
@@ -425,7 +426,7 @@ def document(r: dict, cells) -> dict:
                            "ratios fitted on the other GPUs; steptime_own_readings: three attention cells instead",
                "cells": {f"{g}/{p}": int(n) for (g, p), n in cells.groupby(["gpu", "phase"]).size().items()},
                "lane_factor_names": list(FIT_GLOBALS), "deploy_readings": DEPLOY_NOTES,
-               "fit": {"llm_weight": LLM_WEIGHT, "fit_sample_per_gpu_phase": FIT_SAMPLE, "starts": 1 + len(ALT_STARTS),
+               "fit": {"llm_weight": LLM_WEIGHT, "fit_sample_per_gpu_phase": r.get("fit_sample", FIT_SAMPLE), "starts": 1 + len(ALT_STARTS),
                        "note": "llm_weight chosen among 1, 3, 10 after comparing held-out scores on four GPUs "
                                "(model selection on evaluation GPUs; 1 gave decode 8.9-24% / prefill 9-20%)"}}
     claims = []

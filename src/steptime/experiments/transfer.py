@@ -35,6 +35,7 @@ from __future__ import annotations
 import time
 
 import numpy as np
+import pandas as pd
 
 from steptime.calibration import Calibration
 
@@ -614,16 +615,25 @@ def profiler_gap(vidur, gemm) -> dict:
 
 # ---------------------------------------------------------------------------------------
 # Loading (through steptime.data) and the cached home bundles
-def load_cells(dataset: str, tps=(1,)):
-    """The scored cells of one dataset, from the tidy tables steptime.data loads."""
+def load_cells(dataset: str, tps=(1,), tables: dict | None = None):
+    """The scored cells of one dataset, from the tidy tables: `tables` maps a tidy table name
+    (gemm, attention_context, attention_generation, vidur_mlp) to its frame or parquet path
+    (the pipeline passes its declared inputs); without it, steptime.data loads them from raw/."""
     from steptime import data
 
+    def table(name, load):
+        if tables is None:
+            return load()
+        t = tables[name]
+        return t if isinstance(t, pd.DataFrame) else pd.read_parquet(t)
+
     if dataset == "aic_gemm":
-        return gemm_cells(data.load_aic_gemm())
+        return gemm_cells(table("gemm", data.load_aic_gemm))
     if dataset == "aic_attention":
-        return attention_cells(data.load_aic_attention(kind="context"), data.load_aic_attention(kind="generation"))
+        return attention_cells(table("attention_context", lambda: data.load_aic_attention(kind="context")),
+                               table("attention_generation", lambda: data.load_aic_attention(kind="generation")))
     if dataset == "vidur_step":
-        c = step_cells(data.load_vidur_mlp(), tps)
+        c = step_cells(table("vidur_mlp", data.load_vidur_mlp), tps)
         return c[c["model"].isin(models_on_all(c, TARGETS["vidur_step"]))].reset_index(drop=True)
     raise ValueError(f"unknown dataset {dataset!r} (known: {', '.join(DATASETS)})")
 

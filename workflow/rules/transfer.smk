@@ -1,14 +1,17 @@
-# Part 2, utility (issue 6): cross-GPU transfer against a profiled Vidur-style random
-# forest (E2.1), GPU ranking (E2.2, tie-aware re-score E2.6), calibration cost (E2.5).
-
+# Cross-GPU transfer (issue 6): a profiled Vidur-style random forest per home GPU (rf_fit,
+# cached) against steptime on every other GPU (E2.1), and the opt-in full-grid check (E2.1 grid).
 RF_DATASETS = ["vidur_step", "aic_gemm", "aic_attention"]
 RF_HOMES = ["a100-sxm", "h100-sxm"]
+# the tidy tables (name -> path) each dataset's cells are built from
 UTILITY_DATA = {
-    "vidur_step": ["results/data/vidur_mlp.parquet"],
-    "aic_gemm": ["results/data/gemm.parquet"],
-    "aic_attention": ["results/data/attention_context.parquet", "results/data/attention_generation.parquet"],
+    "vidur_step": {"vidur_mlp": tidy("vidur_mlp")},
+    "aic_gemm": {"gemm": tidy("gemm")},
+    "aic_attention": {
+        "attention_context": tidy("attention_context"),
+        "attention_generation": tidy("attention_generation"),
+    },
 }
-UTILITY_ALL_DATA = sorted({p for v in UTILITY_DATA.values() for p in v})
+UTILITY_ALL_DATA = {k: v for d in UTILITY_DATA.values() for k, v in d.items()}
 # The profile fitted with Vidur's full grid when rf.grid_check is on (hours for every profile on
 # 2 cores; this one takes minutes), and the outputs rule all then adds.
 GRID_CHECK = ("aic_gemm", "a100-sxm")
@@ -18,16 +21,18 @@ GRID_CHECK_TARGETS = ["results/E2_1_grid.json", "results/E2_1_grid_timing.json"]
 # Fit Vidur's RF + polynomial predictors on one home GPU's table (cached, keyed by inputs and grid).
 rule rf_fit:
     input:
-        data=lambda wc: UTILITY_DATA[wc.dataset],
+        unpack(lambda wc: UTILITY_DATA[wc.dataset]),
         code=lib("baselines", "experiments/transfer", "specs", "data"),
     output:
         model="results/cache/rf/{dataset}_{gpu}.joblib",
     wildcard_constraints:
         dataset="|".join(RF_DATASETS),
         gpu="|".join(RF_HOMES),
+    threads: 2
     params:
         full_grid=config["rf"]["full_grid"],
         fast=config["fast"],
+        seed=config["seed"],
     log:
         "logs/rf_fit/{dataset}_{gpu}.log",
     conda:
@@ -41,16 +46,18 @@ rule rf_fit:
 # Vidur's full grid on the grid-check profile, beside the fast grid (built only when rf.grid_check is on).
 rule rf_fit_full:
     input:
-        data=lambda wc: UTILITY_DATA[wc.dataset],
+        unpack(lambda wc: UTILITY_DATA[wc.dataset]),
         code=lib("baselines", "experiments/transfer", "specs", "data"),
     output:
         model="results/cache/rf_full/{dataset}_{gpu}.joblib",
     wildcard_constraints:
         dataset="|".join(RF_DATASETS),
         gpu="|".join(RF_HOMES),
+    threads: 2
     params:
         full_grid=True,
         fast=config["fast"],
+        seed=config["seed"],
     log:
         "logs/rf_fit_full/{dataset}_{gpu}.log",
     conda:
@@ -66,7 +73,7 @@ rule E2_1_grid:
     input:
         fast=f"results/cache/rf/{GRID_CHECK[0]}_{GRID_CHECK[1]}.joblib",
         full=f"results/cache/rf_full/{GRID_CHECK[0]}_{GRID_CHECK[1]}.joblib",
-        data=UTILITY_DATA[GRID_CHECK[0]],
+        gemm=UTILITY_DATA[GRID_CHECK[0]]["gemm"],
         gemm_constants=rules.settle_gemm_constants.output.constants,
         attention=rules.E1_24.output.result,
         settled=[rules.settle_gemm_constants.output.settled, rules.settle_step_constants.output.settled],
@@ -76,6 +83,8 @@ rule E2_1_grid:
         timing="results/E2_1_grid_timing.json",
     params:
         question=EXPERIMENTS["E2.1"]["question"] + " (grid check: does Vidur's full grid change the forest?)",
+        seed=config["seed"],
+        n_boot=config["bootstrap"],
     log:
         "logs/E2_1_grid.log",
     conda:
@@ -89,7 +98,7 @@ rule E2_1_grid:
 # E2.1: home RF (held-out), verbatim and spec-scaled RF, and steptime (held-out folds) on every target GPU.
 rule E2_1:
     input:
-        data=UTILITY_ALL_DATA,
+        **UTILITY_ALL_DATA,
         models=expand("results/cache/rf/{dataset}_{gpu}.joblib", dataset=RF_DATASETS, gpu=RF_HOMES),
         gemm_constants=rules.settle_gemm_constants.output.constants,
         attention=rules.E1_24.output.result,
@@ -100,6 +109,10 @@ rule E2_1:
         figure="figures/E2_1_transfer.png",
     params:
         question=EXPERIMENTS["E2.1"]["question"],
+        seed=config["seed"],
+        n_boot=config["bootstrap"],
+        fast=config["fast"],
+        full_grid=config["rf"]["full_grid"],
     log:
         "logs/E2_1.log",
     conda:
@@ -108,55 +121,3 @@ rule E2_1:
         "E2.1 cross-GPU transfer: profiled RF vs steptime"
     script:
         "../scripts/E2_1.py"
-
-
-# E2.2 + E2.6: rank GPUs per workload against measured-table sums, tie-aware.
-rule E2_2:
-    input:
-        data=UTILITY_DATA["aic_gemm"] + UTILITY_DATA["aic_attention"],
-        gemm_rf="results/cache/rf/aic_gemm_a100-sxm.joblib",
-        attn_rf="results/cache/rf/aic_attention_a100-sxm.joblib",
-        gemm_constants=rules.settle_gemm_constants.output.constants,
-        attention=rules.E1_24.output.result,
-        settled=[rules.settle_gemm_constants.output.settled, rules.settle_step_constants.output.settled],
-        code=lib(),
-    output:
-        e2_2="results/E2_2.json",
-        e2_6="results/E2_6.json",
-        fig2="figures/E2_2_ranking.png",
-        fig6="figures/E2_6_ties.png",
-    params:
-        q2=EXPERIMENTS["E2.2"]["question"],
-        q6=EXPERIMENTS["E2.6"]["question"],
-    log:
-        "logs/E2_2.log",
-    conda:
-        CONDA_ENV
-    message:
-        "E2.2/E2.6 GPU ranking, tie-aware"
-    script:
-        "../scripts/E2_2.py"
-
-
-# E2.5: rows profiled and wall seconds against GPUs covered and home accuracy.
-rule E2_5:
-    input:
-        e2_1=rules.E2_1.output.result,
-        data=UTILITY_DATA["aic_gemm"],
-        settled=[rules.settle_gemm_constants.output.settled, rules.settle_step_constants.output.settled],
-        models=expand("results/cache/rf/{dataset}_{gpu}.joblib", dataset=RF_DATASETS, gpu=RF_HOMES),
-        code=lib(),
-    output:
-        result="results/E2_5.json",
-        timing="results/E2_5_timing.json",
-        figure="figures/E2_5_ledger.png",
-    params:
-        question=EXPERIMENTS["E2.5"]["question"],
-    log:
-        "logs/E2_5.log",
-    conda:
-        CONDA_ENV
-    message:
-        "E2.5 calibration cost vs coverage ledger"
-    script:
-        "../scripts/E2_5.py"

@@ -1,0 +1,30 @@
+# Attention (issue 5): E1.24, attention held out per GPU per kernel family, its constants
+# carried from the GEMM's deploy readings.
+
+
+# E1.24: attention held out per GPU (per kernel family) on AIConfigurator's attention tables.
+rule E1_24:
+    input:
+        generation=tidy("attention_generation"),
+        context=tidy("attention_context"),
+        gemm_constants=rules.settle_gemm_constants.output.constants,
+        settled=rules.settle_gemm_constants.output.settled,
+        code=STEP_LIB,
+    output:
+        result="results/E1_24.json",
+        pred="results/cache/E1_24_pred.parquet",
+        fig_acc="figures/E1_24_accuracy.png",
+        fig_fac="figures/E1_24_factors.png",
+    params:
+        question=EXPERIMENTS["E1.24"]["question"],
+        seed=config["seed"],
+        n_boot=config["bootstrap"],
+        fit_sample=size("e1_24_fit_sample"),
+    log:
+        "logs/E1_24.log",
+    conda:
+        CONDA_ENV
+    message:
+        "E1.24 attention: leave-one-GPU-out fits per kernel family, per-GPU constants from the GEMM readings, scores"
+    script:
+        "../scripts/E1_24.py"

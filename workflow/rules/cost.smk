@@ -1,0 +1,28 @@
+# Calibration cost (issue 6): rows profiled and wall seconds against GPUs covered and home accuracy (E2.5).
+
+
+# E2.5: rows profiled and wall seconds against GPUs covered and home accuracy.
+rule E2_5:
+    input:
+        e2_1=rules.E2_1.output.result,
+        **UTILITY_DATA["aic_gemm"],
+        **UTILITY_DATA["vidur_step"],
+        settled=[rules.settle_gemm_constants.output.settled, rules.settle_step_constants.output.settled],
+        models=expand("results/cache/rf/{dataset}_{gpu}.joblib", dataset=RF_DATASETS, gpu=RF_HOMES),
+        code=lib(),
+    output:
+        result="results/E2_5.json",
+        timing="results/E2_5_timing.json",
+        figure="figures/E2_5_ledger.png",
+    params:
+        question=EXPERIMENTS["E2.5"]["question"],
+        fast=config["fast"],
+        full_grid=config["rf"]["full_grid"],
+    log:
+        "logs/E2_5.log",
+    conda:
+        CONDA_ENV
+    message:
+        "E2.5 calibration cost vs coverage ledger"
+    script:
+        "../scripts/E2_5.py"

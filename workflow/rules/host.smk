@@ -1,0 +1,24 @@
+# Host floor (issue 5): E1.4, the scheduler floor S(N) = a + b(N-1) and its parts.
+
+
+# E1.4: host floor S(N) = a + b(N-1) and its parts on Vidur's cpu_overheads.
+rule E1_4:
+    input:
+        data=tidy("vidur_cpu_overheads"),
+        settled=rules.settle_gemm_constants.output.settled,
+        code=STEP_LIB,
+    output:
+        result="results/E1_4.json",
+        fig="figures/E1_4_host.png",
+    params:
+        question=EXPERIMENTS["E1.4"]["question"],
+        seed=config["seed"],
+        n_boot=config["bootstrap"],
+    log:
+        "logs/E1_4.log",
+    conda:
+        CONDA_ENV
+    message:
+        "E1.4 host floor and its parts against the GPU work of a decode step"
+    script:
+        "../scripts/E1_4.py"

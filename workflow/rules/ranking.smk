@@ -1,0 +1,30 @@
+# GPU ranking (issue 6): rank GPUs per workload against the measured-table sums (E2.2), tie-aware (E2.6).
+
+
+# E2.2 + E2.6: rank GPUs per workload against measured-table sums, tie-aware.
+rule E2_2:
+    input:
+        **UTILITY_DATA["aic_gemm"],
+        **UTILITY_DATA["aic_attention"],
+        gemm_rf="results/cache/rf/aic_gemm_a100-sxm.joblib",
+        attn_rf="results/cache/rf/aic_attention_a100-sxm.joblib",
+        gemm_constants=rules.settle_gemm_constants.output.constants,
+        attention=rules.E1_24.output.result,
+        settled=[rules.settle_gemm_constants.output.settled, rules.settle_step_constants.output.settled],
+        code=lib(),
+    output:
+        e2_2="results/E2_2.json",
+        e2_6="results/E2_6.json",
+        fig2="figures/E2_2_ranking.png",
+        fig6="figures/E2_6_ties.png",
+    params:
+        q2=EXPERIMENTS["E2.2"]["question"],
+        q6=EXPERIMENTS["E2.6"]["question"],
+    log:
+        "logs/E2_2.log",
+    conda:
+        CONDA_ENV
+    message:
+        "E2.2/E2.6 GPU ranking, tie-aware"
+    script:
+        "../scripts/E2_2.py"
