@@ -16,7 +16,7 @@ from steptime.cli import main
 from steptime.errors import (BatchError, InputError, MemoryFitError, ModelConfigError, SteptimeError,
                              UnknownGPUError, UnknownModelError, UnsupportedModelError)
 from steptime.specs import get_model, model_from_config
-from steptime.step import Batch, Group, memory_bytes, predict_steps
+from steptime.step import Batch, Group, Request, memory_bytes, predict_steps
 from steptime.validation import F_CLK_MAX_BOOST, MAX_DIM, MAX_REQUESTS
 
 NAN, INF = float("nan"), float("inf")
@@ -200,9 +200,9 @@ BAD_STEP = [
     (dict(decode=[(1, 128)], f_clk=True), InputError, "number"),
     (dict(decode=[(1, 128)], kv_dtype="int8"), InputError, "KV-cache dtype"),
     (dict(decode=[(1, 128)], kv_dtype=None), InputError, "KV-cache dtype"),
+    (dict(decode=[(1, 128)], constants={"f_clk": 1}), InputError, "Constants"),
     (dict(batch="4x128"), InputError, "Batch"),
     (dict(batch=Batch.build(decode=[(1, 8)]), decode=[(1, 8)]), InputError, "not both"),
-    (dict(batch=Batch([Group(10**12, 1, 16)])), BatchError, "exceed the limit"),
     (dict(decode=[(64, 100_000)]), MemoryFitError, "GB over"),
 ]
 
@@ -235,18 +235,42 @@ def test_bad_model_or_gpu_name(model, gpu, cls, needle):
     assert needle in clean(e, cls)
 
 
+BAD_BATCHES = [
+    (lambda: Batch([Group(10**12, 1, 16)]), "exceed the limit"),
+    (lambda: Batch([Group(MAX_REQUESTS, 1, 16), Group(1, 1, 16)]), "exceed the limit"),
+    (lambda: Batch([Group(-3, 1, 16)]), ">= 0"),
+    (lambda: Batch([Group(1, 0, 16)]), ">= 1"),
+    (lambda: Batch([Group(1.5, 1, 16)]), "integer"),
+    (lambda: Batch([Request(1, -1)]), ">= 0"),
+    (lambda: Batch([(1, 16)]), "Group or a Request"),
+    (lambda: Batch("1x16"), "list of tuples"),
+    (lambda: Batch.parse(decode="32x1024"), "list of strings"),
+]
+
+
+@pytest.mark.parametrize("make,needle", BAD_BATCHES, ids=[str(i) for i in range(len(BAD_BATCHES))])
+def test_bad_batch_objects(make, needle):
+    with pytest.raises(BatchError) as e:
+        make()
+    assert needle in clean(e, BatchError)
+
+
 def test_huge_batch_refused_before_anything_is_allocated_per_request():
-    """A batch of 10^12 requests (as counted groups) is refused with O(groups) memory."""
+    """10^12 requests are refused at once, and a million requests that do not fit in memory
+    are refused from their one group, with far less memory than one array entry per request
+    (2 x 8 MB) would take."""
     tracemalloc.start()
     try:
         with pytest.raises(BatchError, match="exceed the limit"):
-            predict_step(M, G, batch=Batch([Group(10**12, 1, 16)]))
-        with pytest.raises(BatchError, match="exceed the limit"):
             Batch.parse(decode=["999999999999x1024"])
+        with pytest.raises(BatchError, match="exceed the limit"):
+            predict_step(M, G, decode=[(10**12, 16)])
+        with pytest.raises(MemoryFitError, match="GB over"):
+            predict_step(M, G, decode=[(MAX_REQUESTS, 100_000)])
         _, peak = tracemalloc.get_traced_memory()
     finally:
         tracemalloc.stop()
-    assert peak < 5e6
+    assert peak < 4e6
 
 
 def test_counts_are_groups_until_validated():
@@ -332,6 +356,7 @@ BAD_OPS = [
     ("gemm", dict(m=16, n=4096, k=4096, f_clk=0), "(0, 1]"),
     ("gemm", dict(m=16, n=4096, k=4096, f_clk=NAN), "(0, 1]"),
     ("gemm", dict(m=16, n=4096, k=4096, f_clk=1.5), "allow_boost"),
+    ("gemm", dict(m=16, n=4096, k=4096, constants="defaults"), "Constants"),
 ]
 
 

@@ -74,6 +74,8 @@ def cases(skip_huge: bool):
     for kw, _, _ in T.BAD_STEP:
         yield "predict_step", repr(kw)[:70], (lambda: False) if huge(kw) else (
             lambda k=kw: api_clean(lambda: predict_step(T.M, T.G, **k)))
+    for i, (make, _) in enumerate(T.BAD_BATCHES):
+        yield "Batch", f"BAD_BATCHES[{i}]", lambda m=make: api_clean(m)
     for model, gpu, _, _ in T.BAD_NAMES:
         yield "names", f"{model!r} {gpu!r}", lambda m=model, g=gpu: api_clean(lambda: predict_step(m, g, decode=[(1, 16)]))
     for op, cells, _ in T.BAD_OPS:

@@ -95,6 +95,9 @@ def predict_ops(op: str, gpu, *, constants: Constants | None = None, f_clk: floa
     gpu = get_gpu(gpu)
     check_f_clk(f_clk, allow_boost)
     _check_cells(op, cells)
+    if constants is not None and not isinstance(constants, Constants):
+        raise InputError(f"constants must be a steptime Constants (or None for the defaults), got "
+                         f"{type(constants).__name__}")
     constants = constants or Constants.default()
     if op == "gemm":
         r = gemm.gemm_time(cells["m"], cells["n"], cells["k"], gpu, constants, f_clk=f_clk,

@@ -80,6 +80,28 @@ class Batch:
 
     groups: list[Group] = field(default_factory=list)
 
+    def __post_init__(self):
+        """A Batch built directly is checked like one from `build` (Request objects become
+        groups of one)."""
+        groups = []
+        for i, g in enumerate(_iter(self.groups, "groups")):
+            if isinstance(g, Request):
+                groups.append(_group(1, g.new_tokens, g.kv_len, f"groups[{i}]"))
+            elif isinstance(g, Group):
+                groups.append(_group(g.count, g.new_tokens, g.kv_len, f"groups[{i}]"))
+            else:
+                raise BatchError(f"groups[{i}]: expected a Group or a Request, got {g!r:.60}")
+        self.groups = groups
+        self._check_size()
+
+    @classmethod
+    def _checked(cls, groups: list[Group]) -> "Batch":
+        """A Batch of groups `_group` has already checked."""
+        batch = cls.__new__(cls)
+        batch.groups = groups
+        batch._check_size()
+        return batch
+
     @classmethod
     def build(cls, decode: Iterable = (), prefill: Iterable = (), requests: Iterable = ()) -> "Batch":
         """decode: (count, kv_len) pairs; prefill: (count, tokens) or (count, tokens, kv_len);
@@ -96,23 +118,19 @@ class Batch:
         for i, spec in enumerate(_iter(prefill, "prefill")):
             t = _entry(spec, (2, 3), "(count, tokens[, kv_len])", f"prefill[{i}]")
             groups.append(_group(t[0], t[1], t[2] if len(t) == 3 else 0, f"prefill[{i}]"))
-        batch = cls(groups)
-        batch._check_size()
-        return batch
+        return cls._checked(groups)
 
     @classmethod
     def parse(cls, decode: Sequence[str] = (), prefill: Sequence[str] = ()) -> "Batch":
         """CLI syntax: decode 'COUNTxKV', prefill 'COUNTxTOKENS' or 'COUNTxTOKENS@KV'."""
         groups = []
         for kind, texts in (("decode", decode), ("prefill", prefill)):
-            for text in _iter(texts, kind):
+            for text in _iter(texts, kind, "strings such as '32x1024'"):
                 t = _parse_spec(text, kind)
                 where = f"--{kind} {str(text).strip()!r}"
                 groups.append(_group(t[0], 1, t[1], where) if kind == "decode" else
                               _group(t[0], t[1], t[2] if len(t) == 3 else 0, where))
-        batch = cls(groups)
-        batch._check_size()
-        return batch
+        return cls._checked(groups)
 
     @property
     def n_requests(self) -> int:
@@ -145,9 +163,9 @@ def _kind(x) -> str:
     return type(x).__name__
 
 
-def _iter(x, what):
+def _iter(x, what, items: str = "tuples"):
     if isinstance(x, (str, bytes)) or not hasattr(x, "__iter__"):
-        raise BatchError(f"{what} must be a list of tuples, got {x!r}")
+        raise BatchError(f"{what} must be a list of {items}, got {x!r:.60}")
     return x
 
 
@@ -252,6 +270,11 @@ def layer_shapes(model, tp):
     }
 
 
+def _check_constants(constants):
+    if constants is not None and not isinstance(constants, Constants):
+        raise InputError(f"constants must be a steptime Constants (or None for the defaults), got {_kind(constants)}")
+
+
 def _check_steps(model, step_id, new_tokens, kv_len, n_steps, tp, f_clk, kv_dtype):
     """predict_steps' arguments, checked (vectorised: this is the fast path) and as arrays."""
     check_f_clk(f_clk, allow_boost=True)  # the API caller chose it; the CLI and predict_step gate boosts
@@ -292,6 +315,7 @@ def predict_steps(model, gpu, step_id, new_tokens, kv_len, n_steps: int | None =
     model = get_model(model)
     gpu = get_gpu(gpu)
     constants = constants or Constants.default()
+    _check_constants(constants)
     step_id, new, kv, n_steps, tp = _check_steps(model, step_id, new_tokens, kv_len, n_steps, tp, f_clk, kv_dtype)
     T = np.bincount(step_id, weights=new, minlength=n_steps)
     N = np.bincount(step_id, minlength=n_steps).astype(float)
@@ -365,6 +389,7 @@ def predict_step(model, gpu, batch: Batch | None = None, *, decode: Iterable = (
     check_f_clk(f_clk, allow_boost)
     check_choice(kv_dtype, "KV-cache dtype kv_dtype", tuple(attention.KV_BYTES))
     tp = as_int(tp, "tensor-parallel degree tp", 1)
+    _check_constants(constants)
     if batch is None:
         batch = Batch.build(decode=decode, prefill=prefill, requests=requests)
     elif not isinstance(batch, Batch):
