@@ -6,7 +6,8 @@ Clean: the Python API raises a SteptimeError that is also a ValueError, with a o
 message (an MoE config: one that says "MoE"); the CLI exits 2 with one line on stderr and no
 traceback. Anything else (a result, another exception, a traceback) is not clean. The needles
 test_validation.py checks are not required here, so older code is scored on the same ground.
-`--lenient` also counts a plain ValueError or KeyError with a one-line message. `--skip-huge` scores the per-request-allocating inputs as not clean without running them
+`--lenient` also counts a plain ValueError or KeyError with a one-line message.
+`--skip-huge` scores the per-request-allocating inputs as not clean without running them
 (older code hangs on them).
 """
 from __future__ import annotations
@@ -77,9 +78,11 @@ def cases(skip_huge: bool):
     for i, (make, _) in enumerate(T.BAD_BATCHES):
         yield "Batch", f"BAD_BATCHES[{i}]", lambda m=make: api_clean(m)
     for model, gpu, _, _ in T.BAD_NAMES:
-        yield "names", f"{model!r} {gpu!r}", lambda m=model, g=gpu: api_clean(lambda: predict_step(m, g, decode=[(1, 16)]))
+        yield "names", f"{model!r} {gpu!r}", lambda m=model, g=gpu: api_clean(
+            lambda: predict_step(m, g, decode=[(1, 16)]))
     for op, cells, _ in T.BAD_OPS:
-        yield "predict_ops", f"{op} {cells!r}"[:70], lambda o=op, c=cells: api_clean(lambda: predict_ops(o, "h100-sxm", **c))
+        yield "predict_ops", f"{op} {cells!r}"[:70], lambda o=op, c=cells: api_clean(
+            lambda: predict_ops(o, "h100-sxm", **c))
     yield "predict_ops", "unknown gpu", lambda: api_clean(lambda: predict_ops("gemm", "h1000", m=1, n=1, k=1))
     for kw, _ in T.BAD_STEPS:
         yield "predict_steps", repr(kw)[:70], lambda k=kw: api_clean(lambda: predict_steps(T.M, T.G, **k))

@@ -365,7 +365,8 @@ def model_from_config(path: str | os.PathLike) -> Model:
     except RecursionError:
         raise ModelConfigError(f"{p}: not a model config (JSON nested too deeply)") from None
     if not isinstance(cfg, dict):
-        raise ModelConfigError(f"{p}: expected a JSON object of model fields, got {_JSON_KIND.get(type(cfg), 'a value')}")
+        kind = _JSON_KIND.get(type(cfg), "a value")
+        raise ModelConfigError(f"{p}: expected a JSON object of model fields, got {kind}")
     reason = _moe_reason(cfg)
     if reason:
         raise UnsupportedModelError(f"{p}: mixture-of-experts config ({reason}): {MOE_REFUSAL}")
