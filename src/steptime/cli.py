@@ -29,7 +29,7 @@ def cmd_predict(a) -> int:
 
     batch = Batch.parse(decode=a.decode or [], prefill=a.prefill or [])
     r = predict_step(a.model, a.gpu, batch, tp=a.tp, f_clk=a.f_clk, kv_dtype=a.kv_dtype,
-                     check_memory=not a.no_memory_check)
+                     check_memory=not a.no_memory_check, allow_boost=a.allow_boost)
     if a.json:
         _print_json(r.to_dict())
         return 0
@@ -144,8 +144,15 @@ def cmd_evaluate(a) -> int:
     return evaluate_cli(a)
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse that reports a bad argument in one line (exit 2), like every other error."""
+
+    def error(self, message):
+        self.exit(2, f"{self.prog}: error: {message} (see `{self.prog} --help`)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="steptime", description="Predict LLM engine step time on a GPU, term by term.")
+    p = _Parser(prog="steptime", description="Predict LLM engine step time on a GPU, term by term.")
     sub = p.add_subparsers(dest="cmd", required=True)
     pr = sub.add_parser("predict", help="predict one engine step")
     pr.add_argument("--model", required=True, help="model key, HF id, or path to config.json")
@@ -153,7 +160,11 @@ def build_parser() -> argparse.ArgumentParser:
     pr.add_argument("--decode", action="append", metavar="COUNTxKV", help="decode requests, e.g. 32x1024")
     pr.add_argument("--prefill", action="append", metavar="COUNTxTOKENS[@KV]", help="prefill requests, e.g. 1x2048")
     pr.add_argument("--tp", type=int, default=1, help="tensor-parallel degree")
-    pr.add_argument("--f-clk", type=float, default=None, help="sustained/boost clock ratio (default 1.0)")
+    pr.add_argument("--f-clk", type=float, default=None,
+                    help="sustained / datasheet boost clock ratio in (0, 1] (default: the model's clock law)")
+    pr.add_argument("--allow-boost", action="store_true",
+                    help="accept --f-clk above 1 (up to 2): the part runs above its datasheet boost clock "
+                         "(overclocked, or a datasheet that understates it), so compute exceeds the datasheet peak")
     pr.add_argument("--kv-dtype", choices=["bf16", "fp8"], default="bf16")
     pr.add_argument("--no-memory-check", action="store_true", help="skip the fits-in-memory check")
     pr.add_argument("--json", action="store_true")

@@ -1,4 +1,10 @@
-"""Errors that steptime raises on bad input. Each carries one readable line."""
+"""Errors that steptime raises on bad input. Each carries one readable line.
+
+Every error a public entry point raises on bad input (CLI, `predict_step`, `predict_steps`,
+`predict_ops`, model configs, GPU and model look-ups) is a `SteptimeError` and a `ValueError`,
+so `except ValueError` works for callers who do not know the project's types. The lookup
+errors stay `KeyError`s too, for callers written against earlier versions.
+"""
 
 from __future__ import annotations
 
@@ -7,17 +13,31 @@ class SteptimeError(Exception):
     """Base class: the CLI prints the message alone (no traceback) and exits 2."""
 
 
-class UnknownGPUError(SteptimeError, KeyError):
+class InputError(SteptimeError, ValueError):
+    """A bad argument value: a non-integer count, a NaN size, a clock ratio out of range,
+    a missing argument, an unknown option."""
+
+
+class UnknownGPUError(SteptimeError, KeyError, ValueError):
     def __str__(self) -> str:  # KeyError would quote the message
         return self.args[0] if self.args else ""
 
 
-class UnknownModelError(SteptimeError, KeyError):
+class UnknownModelError(SteptimeError, KeyError, ValueError):
     def __str__(self) -> str:
         return self.args[0] if self.args else ""
 
 
-class BatchError(SteptimeError, ValueError):
+class ModelConfigError(UnknownModelError):
+    """A model's shapes (a config.json or a models.yaml entry) are unreadable or inconsistent;
+    the message names the file and the field."""
+
+
+class UnsupportedModelError(ModelConfigError):
+    """A model steptime does not model yet (mixture-of-experts)."""
+
+
+class BatchError(InputError):
     """A malformed batch: bad syntax, zero/negative tokens, KV beyond the model's limit."""
 
 

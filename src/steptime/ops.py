@@ -18,10 +18,26 @@ from __future__ import annotations
 import numpy as np
 
 from steptime.calibration import Constants
+from steptime.errors import InputError
 from steptime.specs import get_gpu
 from steptime.terms import attention, comm, gemm, light
+from steptime.validation import as_int, check_array, check_choice, check_f_clk
 
 OPS = ("gemm", "attention_prefill", "attention_decode", "light", "allreduce")
+
+# Per op: required cells, optional cells. Each cell's check: (minimum, strict, integral).
+_POS_INT = (0.0, True, True)  # whole numbers >= 1
+_NONNEG_INT = (0.0, False, True)  # whole numbers >= 0
+_POS = (0.0, True, False)  # sizes in bytes > 0
+_ATTN = {"batch": _POS_INT, "heads": _POS_INT, "kv_heads": _POS_INT, "head_dim": _POS_INT}
+_ARGS = {
+    "gemm": ({"m": _POS_INT, "n": _POS_INT, "k": _POS_INT}, {"dtype"}),
+    "attention_prefill": ({**_ATTN, "tokens": _POS_INT}, {"kv_len", "kv_dtype", "warm_l2"}),
+    "attention_decode": ({**_ATTN, "kv_len": _POS_INT}, {"kv_dtype", "warm_l2"}),
+    "light": ({"nbytes": _POS}, {"kernel"}),
+    "allreduce": ({"nbytes": _POS, "tp": None}, set()),
+}
+_OPTIONAL_CHECKS = {"kv_len": _NONNEG_INT}
 
 
 def _ms(d: dict) -> dict:
@@ -33,8 +49,55 @@ def _ms(d: dict) -> dict:
     return out
 
 
-def predict_ops(op: str, gpu, *, constants: Constants | None = None, f_clk: float | None = None, **cells) -> dict:
+def _check_cells(op: str, cells: dict) -> None:
+    """Every argument present, known and sane: one line naming the argument otherwise."""
+    if op == "light" and "kernel" not in cells:
+        raise InputError(f"predict_ops('light'): missing argument 'kernel' (one of {', '.join(light.LIGHT_KERNELS)})")
+    required, optional = _ARGS[op]
+    missing = [a for a in required if a not in cells]
+    if missing:
+        raise InputError(f"predict_ops({op!r}): missing argument{'s' if len(missing) > 1 else ''} "
+                         f"{', '.join(missing)} (needs {', '.join(required)})")
+    unknown = sorted(set(cells) - set(required) - optional)
+    if unknown:
+        raise InputError(f"predict_ops({op!r}): unknown argument{'s' if len(unknown) > 1 else ''} "
+                         f"{', '.join(unknown)} (takes {', '.join([*required, *sorted(optional)])})")
+    for name, rule in {**_OPTIONAL_CHECKS, **required}.items():
+        if rule is None or name not in cells:
+            continue
+        lo, strict, integral = rule
+        check_array(cells[name], f"predict_ops({op!r}): {name}", minimum=lo, strict=strict, integral=integral)
+    if op.startswith("attention"):
+        heads, kv_heads = np.asarray(cells["heads"]), np.asarray(cells["kv_heads"])
+        if np.any(kv_heads > heads) or np.any(np.mod(heads, kv_heads) != 0):
+            raise InputError(f"predict_ops({op!r}): heads ({cells['heads']!r}) must be a multiple of kv_heads "
+                             f"({cells['kv_heads']!r})")
+        check_choice(cells.get("kv_dtype", "bf16"), "KV-cache dtype kv_dtype", tuple(attention.KV_BYTES))
+        if not isinstance(cells.get("warm_l2", False), (bool, np.bool_)):
+            raise InputError(f"predict_ops({op!r}): warm_l2 must be True or False, got {cells['warm_l2']!r}")
+    if op == "gemm":
+        check_choice(cells.get("dtype", "bf16"), "GEMM dtype", tuple(gemm.BYTES))
+    if op == "light":
+        check_choice(cells["kernel"], "light kernel", light.LIGHT_KERNELS)
+    if op == "allreduce":
+        as_int(cells["tp"], f"predict_ops({op!r}): tensor-parallel degree tp", 1)
+
+
+def predict_ops(op: str, gpu, *, constants: Constants | None = None, f_clk: float | None = None,
+                allow_boost: bool = False, **cells) -> dict:
+    """Predict operator cells (see the module docstring for each op's arguments).
+
+    Sizes must be finite and positive (whole numbers where they count things); `f_clk` must
+    lie in (0, 1] unless `allow_boost`. Bad input raises `InputError` (a `SteptimeError` and a
+    `ValueError`) naming the argument.
+    """
+    check_choice(op, "op", OPS)
     gpu = get_gpu(gpu)
+    check_f_clk(f_clk, allow_boost)
+    _check_cells(op, cells)
+    if constants is not None and not isinstance(constants, Constants):
+        raise InputError(f"constants must be a steptime Constants (or None for the defaults), got "
+                         f"{type(constants).__name__}")
     constants = constants or Constants.default()
     if op == "gemm":
         r = gemm.gemm_time(cells["m"], cells["n"], cells["k"], gpu, constants, f_clk=f_clk,
@@ -51,8 +114,6 @@ def predict_ops(op: str, gpu, *, constants: Constants | None = None, f_clk: floa
     elif op == "light":
         t = light.light_time(cells["kernel"], cells["nbytes"], gpu, constants)
         r = {"t": t}
-    elif op == "allreduce":
+    else:  # allreduce
         r = {"t": comm.allreduce_time(cells["nbytes"], int(cells["tp"]), gpu, constants)}
-    else:
-        raise ValueError(f"unknown op {op!r} (known: {', '.join(OPS)})")
     return _ms(r)

@@ -20,9 +20,10 @@ from typing import Iterable, Sequence
 import numpy as np
 
 from steptime.calibration import Constants
-from steptime.errors import BatchError, MemoryFitError
+from steptime.errors import BatchError, InputError, MemoryFitError
 from steptime.specs import get_gpu, get_model
 from steptime.terms import attention, comm, gemm, host, light
+from steptime.validation import MAX_REQUESTS, as_int, check_choice, check_f_clk
 
 PROJ_TERMS = ("qkv_proj", "o_proj", "gate_up_proj", "down_proj")
 ATTN_TERMS = ("attn_prefill", "attn_decode")
@@ -40,39 +41,136 @@ class Request:
     kv_len: int = 0
 
 
+@dataclass(frozen=True)
+class Group:
+    """`count` alike requests, each with `new_tokens` new tokens over `kv_len` cached ones."""
+
+    count: int
+    new_tokens: int
+    kv_len: int = 0
+
+
+def _group(count, new_tokens, kv_len, where: str) -> Group:
+    """A checked group: whole numbers (never truncated), count >= 0, new tokens >= 1, KV >= 0."""
+    count = as_int(count, f"{where}: request count", 0, BatchError)
+    new_tokens = as_int(new_tokens, f"{where}: new tokens", None, BatchError)
+    kv_len = as_int(kv_len, f"{where}: KV length", None, BatchError)
+    if new_tokens < 1:
+        raise BatchError(f"{where}: new tokens must be >= 1 (got {new_tokens})")
+    if kv_len < 0:
+        raise BatchError(f"{where}: KV length must be >= 0 (got {kv_len})")
+    if count > MAX_REQUESTS:
+        raise BatchError(f"{where}: {count} requests exceed the limit of {MAX_REQUESTS} per step")
+    return Group(count, new_tokens, kv_len)
+
+
+def _entry(spec, sizes: tuple, form: str, where: str) -> tuple:
+    if isinstance(spec, (str, bytes)) or not hasattr(spec, "__len__") or len(spec) not in sizes:
+        raise BatchError(f"{where} entry {spec!r}: expected {form}")
+    return tuple(spec)
+
+
 @dataclass
 class Batch:
-    requests: list[Request] = field(default_factory=list)
+    """A step's requests as groups of alike requests (count x new tokens x KV length).
+
+    The groups are checked when built; arrays one entry per request are made only by
+    `arrays()`, after `n_requests` has been checked against MAX_REQUESTS.
+    """
+
+    groups: list[Group] = field(default_factory=list)
+
+    def __post_init__(self):
+        """A Batch built directly is checked like one from `build` (Request objects become
+        groups of one)."""
+        groups = []
+        for i, g in enumerate(_iter(self.groups, "groups")):
+            if isinstance(g, Request):
+                groups.append(_group(1, g.new_tokens, g.kv_len, f"groups[{i}]"))
+            elif isinstance(g, Group):
+                groups.append(_group(g.count, g.new_tokens, g.kv_len, f"groups[{i}]"))
+            else:
+                raise BatchError(f"groups[{i}]: expected a Group or a Request, got {g!r:.60}")
+        self.groups = groups
+        self._check_size()
+
+    @classmethod
+    def _checked(cls, groups: list[Group]) -> "Batch":
+        """A Batch of groups `_group` has already checked."""
+        batch = cls.__new__(cls)
+        batch.groups = groups
+        batch._check_size()
+        return batch
 
     @classmethod
     def build(cls, decode: Iterable = (), prefill: Iterable = (), requests: Iterable = ()) -> "Batch":
-        """decode: (count, kv_len) pairs; prefill: (count, tokens) or (count, tokens, kv_len)."""
-        reqs = [r if isinstance(r, Request) else Request(*r) for r in requests]
-        for spec in decode:
-            count, kv = _pair(spec, "decode")
-            reqs.extend(Request(1, kv) for _ in range(count))
-        for spec in prefill:
-            t = tuple(spec)
-            if len(t) not in (2, 3):
-                raise BatchError(f"prefill entry {spec!r}: expected (count, tokens[, kv_len])")
-            count, toks = int(t[0]), int(t[1])
-            kv = int(t[2]) if len(t) == 3 else 0
-            reqs.extend(Request(toks, kv) for _ in range(count))
-        return cls(reqs)
+        """decode: (count, kv_len) pairs; prefill: (count, tokens) or (count, tokens, kv_len);
+        requests: Request objects or (new_tokens, kv_len) pairs."""
+        groups = []
+        for i, r in enumerate(_iter(requests, "requests")):
+            if isinstance(r, Request):
+                r = (r.new_tokens, r.kv_len)
+            t = _entry(r, (1, 2), "(new_tokens[, kv_len])", f"requests[{i}]")
+            groups.append(_group(1, t[0], t[1] if len(t) == 2 else 0, f"requests[{i}]"))
+        for i, spec in enumerate(_iter(decode, "decode")):
+            count, kv = _entry(spec, (2,), "(count, kv_len)", f"decode[{i}]")
+            groups.append(_group(count, 1, kv, f"decode[{i}]"))
+        for i, spec in enumerate(_iter(prefill, "prefill")):
+            t = _entry(spec, (2, 3), "(count, tokens[, kv_len])", f"prefill[{i}]")
+            groups.append(_group(t[0], t[1], t[2] if len(t) == 3 else 0, f"prefill[{i}]"))
+        return cls._checked(groups)
 
     @classmethod
     def parse(cls, decode: Sequence[str] = (), prefill: Sequence[str] = ()) -> "Batch":
         """CLI syntax: decode 'COUNTxKV', prefill 'COUNTxTOKENS' or 'COUNTxTOKENS@KV'."""
-        return cls.build(decode=[_parse_spec(s, "decode") for s in decode],
-                         prefill=[_parse_spec(s, "prefill") for s in prefill])
+        groups = []
+        for kind, texts in (("decode", decode), ("prefill", prefill)):
+            for text in _iter(texts, kind, "strings such as '32x1024'"):
+                t = _parse_spec(text, kind)
+                where = f"--{kind} {str(text).strip()!r}"
+                groups.append(_group(t[0], 1, t[1], where) if kind == "decode" else
+                              _group(t[0], t[1], t[2] if len(t) == 3 else 0, where))
+        return cls._checked(groups)
+
+    @property
+    def n_requests(self) -> int:
+        return sum(g.count for g in self.groups)
+
+    @property
+    def requests(self) -> list[Request]:
+        """One Request per request (after the MAX_REQUESTS check)."""
+        self._check_size()
+        return [Request(g.new_tokens, g.kv_len) for g in self.groups for _ in range(g.count)]
+
+    def group_arrays(self):
+        """(count, new_tokens, kv_len) arrays, one entry per group."""
+        cols = [[g.count for g in self.groups], [g.new_tokens for g in self.groups], [g.kv_len for g in self.groups]]
+        return tuple(np.asarray(c, dtype=np.int64) for c in cols)
 
     def arrays(self):
-        new = np.fromiter((r.new_tokens for r in self.requests), dtype=np.int64, count=len(self.requests))
-        kv = np.fromiter((r.kv_len for r in self.requests), dtype=np.int64, count=len(self.requests))
-        return new, kv
+        """(new_tokens, kv_len) arrays, one entry per request, in the order of the groups."""
+        self._check_size()
+        count, new, kv = self.group_arrays()
+        return np.repeat(new, count), np.repeat(kv, count)
+
+    def _check_size(self):
+        n = self.n_requests
+        if n > MAX_REQUESTS:
+            raise BatchError(f"{n} requests in one step exceed the limit of {MAX_REQUESTS}")
+
+
+def _kind(x) -> str:
+    return type(x).__name__
+
+
+def _iter(x, what, items: str = "tuples"):
+    if isinstance(x, (str, bytes)) or not hasattr(x, "__iter__"):
+        raise BatchError(f"{what} must be a list of {items}, got {x!r:.60}")
+    return x
 
 
 _SPEC = re.compile(r"^\s*(\d+)\s*[xX*]\s*(\d+)\s*(?:@\s*(\d+))?\s*$")
+_MAX_DIGITS = 15  # beyond every limit below (MAX_REQUESTS, any model's positions); int() of more is slow
 
 
 def _parse_spec(text: str, kind: str) -> tuple:
@@ -80,6 +178,8 @@ def _parse_spec(text: str, kind: str) -> tuple:
     if not m:
         form = "COUNTxKV (e.g. 32x1024)" if kind == "decode" else "COUNTxTOKENS[@KV] (e.g. 1x2048)"
         raise BatchError(f"malformed --{kind} {text!r}: expected {form}")
+    if any(g is not None and len(g.lstrip("0")) > _MAX_DIGITS for g in m.groups()):
+        raise BatchError(f"--{kind} {text[:40]!r}: a number with more than {_MAX_DIGITS} digits")
     a, b, c = m.groups()
     if int(a) < 1:
         raise BatchError(f"--{kind} {text!r}: request count must be >= 1")
@@ -90,13 +190,6 @@ def _parse_spec(text: str, kind: str) -> tuple:
             raise BatchError(f"malformed --decode {text!r}: '@' is only for prefill chunks")
         return int(a), int(b)
     return (int(a), int(b)) if c is None else (int(a), int(b), int(c))
-
-
-def _pair(spec, kind):
-    t = tuple(spec)
-    if len(t) != 2:
-        raise BatchError(f"{kind} entry {spec!r}: expected (count, kv_len)")
-    return int(t[0]), int(t[1])
 
 
 # ---------------------------------------------------------------------------------------
@@ -119,9 +212,19 @@ class StepPrediction:
                 "factors": self.factors, "tokens": self.tokens, "requests": self.requests}
 
 
-def validate_batch(model, gpu, new, kv, tp: int = 1, check_memory: bool = True) -> None:
-    if len(new) == 0:
+def validate_batch(model, gpu, new, kv, tp: int = 1, check_memory: bool = True, *, count=None,
+                   kv_dtype: str = "bf16", weight_dtype: str = "bf16") -> None:
+    """Check a batch against the model and the GPU: one entry per request, or per group of
+    `count` alike requests (so a huge batch is checked before it is expanded)."""
+    new = np.asarray(new)
+    kv = np.asarray(kv)
+    count = np.ones(len(new), dtype=np.int64) if count is None else np.asarray(count, dtype=np.int64)
+    if len(new) == 0 or count.sum() == 0:
         raise BatchError("empty batch: give at least one --decode or --prefill request")
+    if int(count.sum()) > MAX_REQUESTS:
+        raise BatchError(f"{int(count.sum())} requests in one step exceed the limit of {MAX_REQUESTS}")
+    live = count > 0
+    new, kv, count = new[live], kv[live], count[live]
     if np.any(new <= 0):
         raise BatchError(f"new tokens must be >= 1 (got {int(new.min())})")
     if np.any(kv < 0):
@@ -130,21 +233,30 @@ def validate_batch(model, gpu, new, kv, tp: int = 1, check_memory: bool = True) 
     if np.any(total > model.max_position_embeddings):
         raise BatchError(f"KV length + new tokens {int(total.max())} exceeds {model.key}'s maximum "
                          f"of {model.max_position_embeddings} positions")
-    if tp < 1 or model.num_attention_heads % tp:
+    tp = as_int(tp, "tensor-parallel degree tp", 1)
+    if model.num_attention_heads % tp:
         raise BatchError(f"tensor-parallel degree {tp} must divide {model.key}'s "
                          f"{model.num_attention_heads} attention heads")
     if check_memory:
-        need = memory_bytes(model, total.sum(), tp)
+        need = memory_bytes(model, float((total * count).sum()), tp, kv_dtype=kv_dtype, weight_dtype=weight_dtype)
         if need > gpu.mem_bytes:
             raise MemoryFitError(
                 f"{model.key} with this batch needs {need / 1e9:.1f} GB per GPU (weights + KV cache, "
-                f"tp={tp}) but {gpu.key} has {gpu.mem_gb:g} GB: {(need - gpu.mem_bytes) / 1e9:.1f} GB over")
+                f"tp={tp}, {weight_dtype} weights, {kv_dtype} KV) but {gpu.key} has {gpu.mem_gb:g} GB: "
+                f"{(need - gpu.mem_bytes) / 1e9:.1f} GB over")
 
 
-def memory_bytes(model, kv_tokens, tp: int = 1, bytes_per: int = 2) -> float:
+def memory_bytes(model, kv_tokens, tp: int = 1, bytes_per: int = 2, *, kv_dtype: str | None = None,
+                 weight_dtype: str | None = None) -> float:
+    """Weights plus KV cache per GPU, bytes. `bytes_per` sizes both unless `weight_dtype`
+    (gemm.BYTES: fp8 = 1 byte) or `kv_dtype` (attention.KV_BYTES: fp8 = 1 byte) is given."""
+    w_bytes = bytes_per if weight_dtype is None else gemm.BYTES[check_choice(weight_dtype, "weight dtype",
+                                                                             tuple(gemm.BYTES))]
+    kv_bytes = bytes_per if kv_dtype is None else attention.KV_BYTES[check_choice(kv_dtype, "KV-cache dtype",
+                                                                                  tuple(attention.KV_BYTES))]
     kv_heads = max(1, model.num_key_value_heads // tp)
-    kv = float(kv_tokens) * 2 * model.num_hidden_layers * kv_heads * model.head_dim * bytes_per
-    return model.n_params() * bytes_per / tp + kv
+    kv = float(kv_tokens) * 2 * model.num_hidden_layers * kv_heads * model.head_dim * kv_bytes
+    return model.n_params() * w_bytes / tp + kv
 
 
 def layer_shapes(model, tp):
@@ -158,6 +270,44 @@ def layer_shapes(model, tp):
     }
 
 
+def _check_constants(constants):
+    if constants is not None and not isinstance(constants, Constants):
+        raise InputError(f"constants must be a steptime Constants (or None for the defaults), got {_kind(constants)}")
+
+
+def _check_steps(model, step_id, new_tokens, kv_len, n_steps, tp, f_clk, kv_dtype):
+    """predict_steps' arguments, checked (vectorised: this is the fast path) and as arrays."""
+    check_f_clk(f_clk, allow_boost=True)  # the API caller chose it; the CLI and predict_step gate boosts
+    check_choice(kv_dtype, "KV-cache dtype kv_dtype", tuple(attention.KV_BYTES))
+    tp = as_int(tp, "tensor-parallel degree tp", 1)
+    if model.num_attention_heads % tp:
+        raise InputError(f"tensor-parallel degree {tp} must divide {model.key}'s {model.num_attention_heads} "
+                         f"attention heads")
+    arrays = []
+    for name, x, lo in (("step_id", step_id, 0.0), ("new_tokens", new_tokens, 1.0), ("kv_len", kv_len, 0.0)):
+        a = np.asarray(x)
+        if a.ndim != 1 or a.dtype.kind not in "iuf":
+            raise InputError(f"predict_steps: {name} must be a 1-D array of numbers, got {a.dtype} of shape {a.shape}")
+        if a.dtype.kind == "f" and not np.isfinite(a).all():
+            raise InputError(f"predict_steps: {name} must be finite")
+        if len(a) and a.min() < lo:
+            raise InputError(f"predict_steps: {name} must be >= {lo:g}, got {a.min()!r}")
+        arrays.append(a)
+    if not len(arrays[0]) == len(arrays[1]) == len(arrays[2]):
+        raise InputError(f"predict_steps: step_id, new_tokens and kv_len differ in length "
+                         f"({len(arrays[0])}, {len(arrays[1])}, {len(arrays[2])})")
+    if arrays[0].dtype.kind == "f" and np.any(arrays[0] != np.floor(arrays[0])):
+        raise InputError("predict_steps: step_id must be whole numbers")
+    sid = arrays[0].astype(np.int64)
+    if n_steps is None:
+        n_steps = int(sid.max()) + 1 if len(sid) else 0
+    else:
+        n_steps = as_int(n_steps, "predict_steps: n_steps", 0)
+        if len(sid) and sid.max() >= n_steps:
+            raise InputError(f"predict_steps: step_id {int(sid.max())} is not below n_steps={n_steps}")
+    return sid, arrays[1].astype(float), arrays[2].astype(float), n_steps, tp
+
+
 def predict_steps(model, gpu, step_id, new_tokens, kv_len, n_steps: int | None = None, *, tp: int = 1,
                   f_clk: float | None = None, constants: Constants | None = None,
                   kv_dtype: str = "bf16") -> dict:
@@ -165,11 +315,8 @@ def predict_steps(model, gpu, step_id, new_tokens, kv_len, n_steps: int | None =
     model = get_model(model)
     gpu = get_gpu(gpu)
     constants = constants or Constants.default()
-    step_id = np.asarray(step_id, dtype=np.int64)
-    new = np.asarray(new_tokens, dtype=float)
-    kv = np.asarray(kv_len, dtype=float)
-    if n_steps is None:
-        n_steps = int(step_id.max()) + 1 if len(step_id) else 0
+    _check_constants(constants)
+    step_id, new, kv, n_steps, tp = _check_steps(model, step_id, new_tokens, kv_len, n_steps, tp, f_clk, kv_dtype)
     T = np.bincount(step_id, weights=new, minlength=n_steps)
     N = np.bincount(step_id, minlength=n_steps).astype(float)
     L = model.num_hidden_layers
@@ -228,17 +375,30 @@ def predict_steps(model, gpu, step_id, new_tokens, kv_len, n_steps: int | None =
 def predict_step(model, gpu, batch: Batch | None = None, *, decode: Iterable = (), prefill: Iterable = (),
                  requests: Iterable = (), tp: int = 1, f_clk: float | None = None,
                  constants: Constants | None = None, kv_dtype: str = "bf16",
-                 check_memory: bool = True) -> StepPrediction:
+                 check_memory: bool = True, allow_boost: bool = False) -> StepPrediction:
     """Predict one engine step of `model` on `gpu` for `batch`, term by term.
+
+    `f_clk` (sustained / datasheet boost clock) must lie in (0, 1]; a value above 1 runs
+    compute beyond the datasheet peak and needs `allow_boost=True`. Bad input raises a
+    `SteptimeError` that is also a `ValueError`, before anything per request is allocated.
 
     >>> predict_step("llama-3.1-8b", "h100-sxm", decode=[(32, 1024)], prefill=[(1, 2048)])
     """
     model = get_model(model)
     gpu = get_gpu(gpu)
+    check_f_clk(f_clk, allow_boost)
+    check_choice(kv_dtype, "KV-cache dtype kv_dtype", tuple(attention.KV_BYTES))
+    tp = as_int(tp, "tensor-parallel degree tp", 1)
+    _check_constants(constants)
     if batch is None:
         batch = Batch.build(decode=decode, prefill=prefill, requests=requests)
+    elif not isinstance(batch, Batch):
+        raise InputError(f"batch must be a steptime Batch (or use decode=/prefill=/requests=), got {_kind(batch)}")
+    elif any(len(list(x)) for x in (decode, prefill, requests)):
+        raise InputError("give the batch either as `batch` or as decode=/prefill=/requests=, not both")
+    count, g_new, g_kv = batch.group_arrays()
+    validate_batch(model, gpu, g_new, g_kv, tp, check_memory, count=count, kv_dtype=kv_dtype)
     new, kv = batch.arrays()
-    validate_batch(model, gpu, new, kv, tp, check_memory)
     r = predict_steps(model, gpu, np.zeros(len(new), dtype=np.int64), new, kv, 1, tp=tp, f_clk=f_clk,
                       constants=constants, kv_dtype=kv_dtype)
     terms = {k: float(v[0]) for k, v in r["terms_ms"].items()}

@@ -37,10 +37,17 @@ def load_gemm_calibration() -> dict:
 
 
 def evaluate(family: str, gpus: list[str] | None = None, **kw) -> list[dict]:
-    from steptime.errors import SteptimeError
+    """Records of `family` (one of FAMILIES), restricted to `gpus` (keys or aliases) if given.
+    An unknown family or GPU raises a SteptimeError that lists the known ones."""
+    from steptime.errors import InputError, SteptimeError
+    from steptime.specs import gpu_key
 
     if family not in FAMILIES:
-        raise SteptimeError(f"unknown family {family!r} (known: {', '.join(FAMILIES)})")
+        raise InputError(f"unknown family {family!r} (known: {', '.join(FAMILIES)})")
+    if gpus is not None:
+        if isinstance(gpus, str):
+            gpus = [gpus]
+        gpus = list(dict.fromkeys(gpu_key(g) for g in gpus)) or None  # aliases as in predict; unknown: error
     try:
         mod = importlib.import_module(FAMILIES[family])
     except ModuleNotFoundError as exc:
@@ -58,7 +65,12 @@ def evaluate(family: str, gpus: list[str] | None = None, **kw) -> list[dict]:
 def evaluate_cli(args) -> int:
     from steptime.io import dumps
 
+    from steptime.errors import SteptimeError
+
     records = evaluate(args.family, args.gpu)
+    if not records:
+        which = f" for {', '.join(args.gpu)}" if args.gpu else ""
+        raise SteptimeError(f"evaluate {args.family}: no cells{which} in raw/ (see `steptime status`)")
     if args.json:
         print(dumps(records), end="")
         return 0

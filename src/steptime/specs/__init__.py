@@ -9,12 +9,15 @@ from __future__ import annotations
 import difflib
 import json
 import os
+import re
 from dataclasses import dataclass, field
 from functools import lru_cache
+from numbers import Integral
 from pathlib import Path
 from typing import Any
 
-from steptime.errors import UnknownGPUError, UnknownModelError
+from steptime.errors import ModelConfigError, UnknownGPUError, UnknownModelError, UnsupportedModelError
+from steptime.validation import MAX_DIM, as_int
 
 _HERE = Path(__file__).resolve().parent
 GPU_FILE = _HERE / "gpus.yaml"
@@ -115,6 +118,23 @@ class Model:
     tie_word_embeddings: bool
     max_position_embeddings: int
     aliases: tuple = ()
+
+    def __post_init__(self):
+        """Refuse shapes no dense decoder has, with one line naming the model and the field."""
+        where = f"model {self.key!r} ({self.source})" if self.source != self.key else f"model {self.key!r}"
+        for f in _MODEL_INT_FIELDS:
+            v = getattr(self, f)
+            if isinstance(v, bool) or not isinstance(v, Integral):
+                raise ModelConfigError(f"{where}: {f} must be a positive integer, got {v!r} ({type(v).__name__})")
+            if not 1 <= v <= MAX_DIM:
+                raise ModelConfigError(f"{where}: {f} must be between 1 and {MAX_DIM}, got {v}")
+        for f in ("gated_mlp", "tie_word_embeddings"):
+            if not isinstance(getattr(self, f), bool):
+                raise ModelConfigError(f"{where}: {f} must be true or false, got {getattr(self, f)!r}")
+        h, kvh = self.num_attention_heads, self.num_key_value_heads
+        if kvh > h or h % kvh:
+            raise ModelConfigError(f"{where}: num_attention_heads ({h}) must be a multiple of "
+                                   f"num_key_value_heads ({kvh})")
 
     @property
     def q_size(self) -> int:
@@ -220,20 +240,64 @@ _MODEL_FIELDS = (
     "hidden_size num_hidden_layers num_attention_heads num_key_value_heads head_dim "
     "intermediate_size vocab_size gated_mlp tie_word_embeddings max_position_embeddings"
 ).split()
+_MODEL_INT_FIELDS = tuple(f for f in _MODEL_FIELDS if f not in ("gated_mlp", "tie_word_embeddings"))
+
+# Mixture-of-experts markers in a Hugging Face config.json (Mixtral, Qwen-MoE, DeepSeek-V2/V3,
+# DBRX, OLMoE, Jamba, ...): any of these with a value other than null/0/false, or an
+# architecture / model_type below. steptime models dense blocks only, so they are refused.
+MOE_KEYS = ("num_experts", "num_local_experts", "n_routed_experts", "num_experts_per_tok", "moe_num_experts",
+            "n_shared_experts", "moe_intermediate_size", "ffn_config", "moe")
+_MOE_ARCH = re.compile(r"moe|mixtral|deepseekv[23]|dbrx|jamba|arctic|grok|gptoss|llama4", re.I)
+# Names of well-known MoE checkpoints, so `--model mixtral-8x7b` says why it is refused.
+_MOE_NAME = re.compile(r"mixtral|moe|deepseek-?(v2|v3|r1)|dbrx|jamba|arctic|grok|gpt-?oss|"
+                       r"qwen[\d.]*-\d+b-a\d+b|llama-?4|kimi-?k2", re.I)
+MOE_REFUSAL = "MoE not supported yet: steptime models dense decoder blocks only"
+
+
+def _moe_reason(cfg: dict) -> str | None:
+    """Why a config (or its nested text_config) is mixture-of-experts, or None if dense."""
+    for key in MOE_KEYS:
+        if key in cfg and cfg[key] not in (None, 0, False, {}, []):
+            return f"{key}={json.dumps(cfg[key])[:40]}"
+    for name in [*(cfg.get("architectures") or []), cfg.get("model_type")]:
+        if isinstance(name, str) and _MOE_ARCH.search(name.replace("_", "")):
+            return f"architecture {name}"
+    sub = cfg.get("text_config")
+    return _moe_reason(sub) if isinstance(sub, dict) else None
 
 
 def _model_from_raw(key: str, raw: dict) -> Model:
+    if not isinstance(raw, dict):
+        raise ModelConfigError(f"{MODEL_FILE.name}: model {key!r}: expected a mapping of fields, got {raw!r:.60}")
     missing = [f for f in _MODEL_FIELDS if f not in raw]
     if missing:
-        raise UnknownModelError(f"model {key!r}: missing fields {', '.join(missing)}")
+        raise ModelConfigError(f"{MODEL_FILE.name}: model {key!r}: missing fields {', '.join(missing)}")
     return Model(key=key, source=raw.get("source", key), aliases=tuple(raw.get("aliases", ())),
                  **{f: raw[f] for f in _MODEL_FIELDS})
 
 
 @lru_cache(maxsize=1)
+def _model_doc() -> dict:
+    return _load_yaml(MODEL_FILE)["models"]
+
+
+@lru_cache(maxsize=1)
 def model_table() -> dict[str, Model]:
-    doc = _load_yaml(MODEL_FILE)
-    return {k: _model_from_raw(k, v) for k, v in doc["models"].items()}
+    """Dense models (MoE entries, if models.yaml lists any, are kept apart and refused by name)."""
+    return {k: _model_from_raw(k, v) for k, v in _model_doc().items() if not _moe_reason(v)}
+
+
+@lru_cache(maxsize=1)
+def _moe_index() -> dict[str, tuple[str, str]]:
+    """Normalised name -> (key, reason) of models.yaml's MoE entries."""
+    idx = {}
+    for key, raw in _model_doc().items():
+        reason = _moe_reason(raw)
+        if reason:
+            for name in (key, raw.get("source", key), *raw.get("aliases", ())):
+                idx[_norm(name)] = (key, reason)
+                idx[_norm(str(name).split("/")[-1])] = (key, reason)
+    return idx
 
 
 @lru_cache(maxsize=1)
@@ -250,35 +314,99 @@ def model_keys() -> list[str]:
     return list(model_table())
 
 
+_JSON_KIND = {dict: "an object", list: "a list", str: "a string", int: "a number", float: "a number",
+              bool: "a boolean", type(None): "null"}
+_REQUIRED = object()
+
+
+def _cfg_int(cfg: dict, key: str, where: str, default=_REQUIRED) -> int:
+    """A positive whole-number field of a config.json; absent or null optional fields take `default`."""
+    v = cfg.get(key)
+    if v is None:
+        if default is not _REQUIRED:
+            return default
+        state = "is null" if key in cfg else "is missing"
+        raise ModelConfigError(f"{where}: {key} {state}; expected a positive integer")
+    if isinstance(v, (str, list, dict)):
+        raise ModelConfigError(f"{where}: {key} must be a positive integer, got {_JSON_KIND[type(v)]} {v!r:.40}")
+    return as_int(v, f"{where}: {key}", 1, ModelConfigError)
+
+
+def _cfg_bool(cfg: dict, key: str, where: str, default: bool) -> bool:
+    v = cfg.get(key)
+    if v is None:
+        return default
+    if not isinstance(v, bool):
+        raise ModelConfigError(f"{where}: {key} must be true or false, got {v!r:.40}")
+    return v
+
+
 def model_from_config(path: str | os.PathLike) -> Model:
-    """Build a Model from a Hugging Face style config.json."""
+    """Build a Model from a Hugging Face style config.json.
+
+    Every failure is one `ModelConfigError` line naming the file and the field: unreadable or
+    non-UTF-8 bytes, invalid JSON, not a JSON object, a missing/null/non-integer/non-positive
+    size, more KV heads than heads, a hidden size the heads do not divide (when no head_dim is
+    given). A mixture-of-experts config raises `UnsupportedModelError` ("MoE not supported yet").
+    """
     p = Path(path)
     try:
-        cfg = json.loads(p.read_text())
-    except (OSError, json.JSONDecodeError) as exc:
-        raise UnknownModelError(f"cannot read model config {str(p)!r}: {exc}") from None
+        data = p.read_bytes()
+    except OSError as exc:
+        raise ModelConfigError(f"cannot read model config {str(p)!r}: {exc.strerror or exc}") from None
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ModelConfigError(f"{p}: not UTF-8 text (byte 0x{data[exc.start]:02x} at offset {exc.start})") from None
+    try:
+        cfg = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ModelConfigError(f"{p}: not valid JSON ({exc.msg} at line {exc.lineno} column {exc.colno})") from None
+    except RecursionError:
+        raise ModelConfigError(f"{p}: not a model config (JSON nested too deeply)") from None
+    if not isinstance(cfg, dict):
+        kind = _JSON_KIND.get(type(cfg), "a value")
+        raise ModelConfigError(f"{p}: expected a JSON object of model fields, got {kind}")
+    reason = _moe_reason(cfg)
+    if reason:
+        raise UnsupportedModelError(f"{p}: mixture-of-experts config ({reason}): {MOE_REFUSAL}")
+    where = str(p)
     need = ["hidden_size", "num_hidden_layers", "num_attention_heads", "vocab_size"]
     missing = [k for k in need if k not in cfg]
     if missing:
-        raise UnknownModelError(f"{p}: config.json lacks {', '.join(missing)}")
-    heads = int(cfg["num_attention_heads"])
-    hidden = int(cfg["hidden_size"])
-    inter = cfg.get("intermediate_size", cfg.get("ffn_dim", 4 * hidden))
-    act = str(cfg.get("hidden_act", cfg.get("activation_function", "silu"))).lower()
-    gated = bool(cfg.get("gated_mlp", act in ("silu", "swiglu", "gelu_pytorch_tanh_gated")))
+        raise ModelConfigError(f"{where}: config.json lacks {', '.join(missing)}")
+    hidden = _cfg_int(cfg, "hidden_size", where)
+    layers = _cfg_int(cfg, "num_hidden_layers", where)
+    heads = _cfg_int(cfg, "num_attention_heads", where)
+    vocab = _cfg_int(cfg, "vocab_size", where)
+    kv_heads = _cfg_int(cfg, "num_key_value_heads", where, heads)
+    head_dim = _cfg_int(cfg, "head_dim", where, None)
+    if head_dim is None:
+        if hidden % heads:
+            raise ModelConfigError(f"{where}: hidden_size ({hidden}) is not a multiple of num_attention_heads "
+                                   f"({heads}) and no head_dim is given")
+        head_dim = hidden // heads
+    inter_key = next((k for k in ("intermediate_size", "ffn_dim", "n_inner") if cfg.get(k) is not None), None)
+    inter = 4 * hidden if inter_key is None else _cfg_int(cfg, inter_key, where)
+    act = cfg.get("hidden_act", cfg.get("activation_function", "silu"))
+    if act is None:
+        act = "silu"
+    if not isinstance(act, str):
+        raise ModelConfigError(f"{where}: hidden_act must be a string, got {act!r:.40}")
+    gated = _cfg_bool(cfg, "gated_mlp", where, act.lower() in ("silu", "swiglu", "gelu_pytorch_tanh_gated"))
     return Model(
         key=p.stem if p.name != "config.json" else p.parent.name or "custom",
         source=str(p),
         hidden_size=hidden,
-        num_hidden_layers=int(cfg["num_hidden_layers"]),
+        num_hidden_layers=layers,
         num_attention_heads=heads,
-        num_key_value_heads=int(cfg.get("num_key_value_heads", heads)),
-        head_dim=int(cfg.get("head_dim") or hidden // heads),
-        intermediate_size=int(inter),
-        vocab_size=int(cfg["vocab_size"]),
+        num_key_value_heads=kv_heads,
+        head_dim=head_dim,
+        intermediate_size=inter,
+        vocab_size=vocab,
         gated_mlp=gated,
-        tie_word_embeddings=bool(cfg.get("tie_word_embeddings", False)),
-        max_position_embeddings=int(cfg.get("max_position_embeddings", 4096)),
+        tie_word_embeddings=_cfg_bool(cfg, "tie_word_embeddings", where, False),
+        max_position_embeddings=_cfg_int(cfg, "max_position_embeddings", where, 4096),
     )
 
 
@@ -286,7 +414,9 @@ def get_model(name: str | Model) -> Model:
     """Look a model up by key, alias, HF repository id, or a path to a config.json."""
     if isinstance(name, Model):
         return name
-    s = str(name)
+    if not isinstance(name, (str, os.PathLike)):
+        raise UnknownModelError(f"model must be a name or a path to a config.json, got {name!r:.60}")
+    s = os.fspath(name)
     if s.endswith(".json") or os.path.sep in s and Path(s).exists():
         p = Path(s)
         if p.is_dir():
@@ -294,6 +424,12 @@ def get_model(name: str | Model) -> Model:
         return model_from_config(p)
     key = _model_alias_index().get(_norm(s)) or _model_alias_index().get(_norm(s.split("/")[-1]))
     if key is None:
+        moe = _moe_index().get(_norm(s)) or _moe_index().get(_norm(s.split("/")[-1]))
+        if moe:
+            raise UnsupportedModelError(f"model {s!r} is mixture-of-experts ({moe[1]}): {MOE_REFUSAL}")
+        if _MOE_NAME.search(s):
+            raise UnsupportedModelError(f"model {s!r} looks like a mixture-of-experts model: {MOE_REFUSAL} "
+                                        f"(known dense models: {', '.join(model_keys())})")
         close = difflib.get_close_matches(s.lower(), model_keys(), n=3, cutoff=0.3)
         hint = f"; closest: {', '.join(close)}" if close else ""
         raise UnknownModelError(f"unknown model {s!r}{hint} (or pass a path to a config.json)")

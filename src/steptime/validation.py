@@ -1,0 +1,108 @@
+"""Input checks shared by the public entry points (predict_step, predict_steps, predict_ops,
+model configs, the CLI). Each check raises `InputError` (a `SteptimeError` and a `ValueError`)
+with one line that names the argument and the value it got.
+
+The limits every entry point enforces live here, in one place:
+
+- MAX_REQUESTS: requests in one engine step. ASSUMED: far above any serving engine's
+  per-step cap (vLLM's max_num_seqs defaults to 256-1024; SGLang and TensorRT-LLM are
+  alike), so no real batch meets it, while a typo such as `--decode 10000000000x1024` is
+  refused before anything is allocated per request.
+- MAX_DIM: the largest model dimension (hidden size, heads, layers, vocabulary, positions)
+  a model config may give. DERIVED: GPU kernels index a dimension with 32-bit integers, so
+  2**31 - 1 bounds every real one (Llama-4 Scout's 10M positions is far below it).
+- F_CLK_MAX_BOOST: the largest clock ratio (sustained / datasheet boost clock) accepted
+  with `allow_boost`. ASSUMED: an overclocked part, or a datasheet that understates the
+  clock it reaches, stays well under twice the rated boost clock.
+"""
+
+from __future__ import annotations
+
+import math
+from numbers import Integral, Real
+
+import numpy as np
+
+from steptime.errors import InputError
+
+MAX_REQUESTS = 1_000_000
+MAX_DIM = 2**31 - 1
+F_CLK_MAX_BOOST = 2.0
+
+
+def _kind(x) -> str:
+    return "None" if x is None else type(x).__name__
+
+
+def as_int(x, what: str, minimum: int | None = None, error=InputError) -> int:
+    """`x` as a Python int: ints (also numpy's) and integral floats pass; bools, strings,
+    None, NaN, infinities and fractions are refused, never truncated."""
+    if isinstance(x, (bool, np.bool_)) or not isinstance(x, Real):
+        raise error(f"{what} must be an integer, got {x!r} ({_kind(x)})")
+    if not isinstance(x, Integral):
+        f = float(x)
+        if not math.isfinite(f) or f != math.floor(f):
+            raise error(f"{what} must be an integer, got {x!r}")
+        x = int(f)
+    v = int(x)
+    if minimum is not None and v < minimum:
+        raise error(f"{what} must be >= {minimum}, got {v}")
+    return v
+
+
+def check_array(x, what: str, *, minimum: float = 0.0, strict: bool = True, integral: bool = False) -> None:
+    """Refuse a value or array of values that is not numeric, not finite, at or below
+    (`strict`) / below `minimum`, or (`integral`) not a whole number. Cheap: vectorised."""
+    if x is None:
+        raise InputError(f"{what} is missing (got None)")
+    a = np.asarray(x)
+    if a.dtype.kind not in "iuf":
+        if a.dtype.kind == "O":
+            try:
+                a = a.astype(float)
+            except (TypeError, ValueError):
+                raise InputError(f"{what} must be numbers, got {x!r:.80}") from None
+        else:
+            raise InputError(f"{what} must be numbers, got {x!r:.80} ({a.dtype})")
+    if a.size == 0:
+        raise InputError(f"{what} is empty")
+    if a.dtype.kind == "f":
+        bad = ~np.isfinite(a)
+        if bad.any():
+            raise InputError(f"{what} must be finite, got {a[bad].flat[0]!r}")
+    lo = a.min()
+    if (lo <= minimum) if strict else (lo < minimum):
+        rel = ">" if strict else ">="
+        raise InputError(f"{what} must be {rel} {minimum:g}, got {lo!r}")
+    if integral and a.dtype.kind == "f":
+        frac = a != np.floor(a)
+        if frac.any():
+            raise InputError(f"{what} must be whole numbers, got {a[frac].flat[0]!r}")
+
+
+def check_f_clk(f_clk, allow_boost: bool = False):
+    """None (the model's own clock law) or a ratio in (0, 1]: sustained clock / datasheet
+    boost clock, the clock the datasheet peak FLOP/s is quoted at. Above 1 (compute beyond
+    the datasheet peak) only with allow_boost (CLI `--allow-boost`), up to F_CLK_MAX_BOOST."""
+    if f_clk is None:
+        return None
+    if isinstance(f_clk, (bool, np.bool_)) or not isinstance(f_clk, Real):
+        raise InputError(f"f_clk (--f-clk) must be a number in (0, 1], got {f_clk!r} ({_kind(f_clk)})")
+    f = float(f_clk)
+    if not math.isfinite(f) or f <= 0:
+        raise InputError(f"f_clk (--f-clk) must be in (0, 1] (sustained / boost clock), got {f_clk!r}")
+    if f > 1:
+        if not allow_boost:
+            raise InputError(f"f_clk (--f-clk) {f_clk!r} is above the datasheet boost clock (1.0): compute would "
+                             f"run beyond the datasheet peak; pass allow_boost=True (--allow-boost) if the part "
+                             f"really clocks higher")
+        if f > F_CLK_MAX_BOOST:
+            raise InputError(f"f_clk (--f-clk) {f_clk!r} is above {F_CLK_MAX_BOOST:g}x the boost clock even with "
+                             f"allow_boost")
+    return f_clk
+
+
+def check_choice(value, what: str, known) -> str:
+    if not isinstance(value, str) or value not in known:
+        raise InputError(f"unknown {what} {value!r} (known: {', '.join(known)})")
+    return value
