@@ -47,6 +47,17 @@ def lib(*parts):
     ]
 
 
+def question(eid):
+    """An experiment's question from the registry (its ID where the registry leaves it out, as .test/ does)."""
+    return EXPERIMENTS.get(eid, {}).get("question", eid)
+
+
+def figure(key, stem):
+    """A figure's declared outputs, as plotting.save writes them: {key: stem.png, key_pdf: stem.pdf,
+    key_caption: stem.caption.txt} (unpack into output: with **)."""
+    return {key: f"{stem}.png", f"{key}_pdf": f"{stem}.pdf", f"{key}_caption": f"{stem}.caption.txt"}
+
+
 def size(name):
     """A fit size from config `sizes`: the `fast` set in the main job, `full` with fast: false."""
     return config["sizes"][name]["fast" if config["fast"] else "full"]
@@ -118,9 +129,7 @@ DATA_LIB = lib("data", "specs", "errors", "io")
 
 
 def tidy(name):
-    """The path of one tidy table (a row of config/tables.yaml)."""
-    if name not in TABLES:
-        raise WorkflowError(f"unknown tidy table {name!r} (config/tables.yaml has {', '.join(TABLES)})")
+    """The path of one tidy table (a row of config/tables.yaml builds it)."""
     return f"results/data/{name}.parquet"
 
 
