@@ -17,6 +17,7 @@ rule E1_24:
         **figure("fig_fac", "figures/E1_24_factors"),
     params:
         question=question("E1.24"),
+        targets=targets("E1.24"),
         seed=config["seed"],
         n_boot=config["bootstrap"],
         fit_sample=size("e1_24_fit_sample"),

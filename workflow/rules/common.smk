@@ -52,6 +52,12 @@ def question(eid):
     return EXPERIMENTS.get(eid, {}).get("question", eid)
 
 
+def targets(eid):
+    """An experiment's pass/fail targets from the registry (config/experiments.yaml `targets:`),
+    passed to its script as a param so the library's document functions take them as an argument."""
+    return EXPERIMENTS.get(eid, {}).get("targets", {})
+
+
 def figure(key, stem):
     """A figure's declared outputs, as plotting.save writes them: {key: stem.png, key_pdf: stem.pdf,
     key_caption: stem.caption.txt} (unpack into output: with **)."""

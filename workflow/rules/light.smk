@@ -13,6 +13,7 @@ rule E1_1c:
         **figure("fig", "figures/E1_1c_light"),
     params:
         question=question("E1.1c"),
+        targets=targets("E1.1c"),
         seed=config["seed"],
         n_boot=config["bootstrap"],
     threads: 1  # one BLAS thread: the fits are deterministic only single-threaded

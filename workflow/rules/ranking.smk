@@ -19,6 +19,7 @@ rule E2_2:
         **figure("fig6", "figures/E2_6_ties"),
     params:
         q2=question("E2.2"),
+        targets=targets("E2.2"),
         q6=question("E2.6"),
     threads: 1  # one BLAS thread: the fits are deterministic only single-threaded
     log:

@@ -40,6 +40,7 @@ rule E1_1:
         **figure("fig20", "figures/E1_20_ladder"),
     params:
         q1=question("E1.1"),
+        targets=targets("E1.1"),
         q1b=question("E1.1b"),
         q20=question("E1.20"),
         seed=config["seed"],

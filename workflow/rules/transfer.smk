@@ -116,6 +116,7 @@ rule E2_1:
         **figure("figure", "figures/E2_1_transfer"),
     params:
         question=question("E2.1"),
+        targets=targets("E2.1"),
         seed=config["seed"],
         n_boot=config["bootstrap"],
         fast=config["fast"],
