@@ -57,7 +57,7 @@ def gemm_shapes(op: str, tokens, tp, n_head, n_kv_head, n_embd, n_expanded, gate
 
 # --------------------------------------------------------------------------- mlp.csv
 def read_mlp_file(entry: Entry) -> pd.DataFrame:
-    raw = read_csv(entry.path)
+    raw = read_csv(entry.checked_path)
     run_schema(raw, schemas.raw("vidur_mlp"), entry.rel, csv=True)
     ops = []
     for c in raw.columns:
@@ -133,7 +133,7 @@ def load_vidur_mlp(gpu=None, model=None, *, root=None) -> pd.DataFrame:
 
 # --------------------------------------------------------------------------- cpu_overheads
 def read_cpu_overheads_file(entry: Entry) -> pd.DataFrame:
-    raw = read_csv(entry.path)
+    raw = read_csv(entry.checked_path)
     run_schema(raw, schemas.raw("vidur_cpu_overheads"), entry.rel, csv=True)
     g = _spec(entry)
     cols = [f"{s}_{stat}" for s in CPU_STAGES for stat in ("mean", "median")] + ["ray_comm_time_mean"]
@@ -161,7 +161,7 @@ def load_vidur_cpu_overheads(gpu=None, *, root=None) -> pd.DataFrame:
 
 # --------------------------------------------------------------------------- traces
 def read_trace_file(entry: Entry) -> pd.DataFrame:
-    raw = read_csv(entry.path)
+    raw = read_csv(entry.checked_path)
     run_schema(raw, schemas.raw("vidur_trace"), entry.rel, csv=True)
     name = entry.path.stem
     if "arrived_at" in raw:
