@@ -16,7 +16,7 @@ from steptime.experiments.gemm.folds import fit_globals, fold_from_json, gpu_par
 from steptime.experiments.gemm.scoring import predictions, records
 from steptime.experiments.gemm.settling import FIT_SETTINGS, SHIPPED_FIXED
 from steptime.results import claim
-from steptime.specs import get_gpu
+from steptime.specs import get_gpu, gpu_keys
 from steptime.terms import gemm as G
 
 
@@ -43,7 +43,7 @@ def cluster_comparison(df, sizes, targets, *, seed: int = 0, others=None) -> dic
     return out
 
 
-HOPPER = ("h100-sxm", "h200-sxm")
+HOPPER = tuple(gpu_keys("hopper", tables="aic"))  # h100-sxm, h200-sxm
 
 CLUSTER_SIZES = (2, 4, 16)  # distinct Hopper caps: 132, 116, 112 CTAs
 

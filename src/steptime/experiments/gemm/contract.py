@@ -17,11 +17,12 @@ from __future__ import annotations
 import numpy as np
 
 from steptime.calibration import Calibration
-from steptime.specs import get_gpu
+from steptime.regimes import is_decode, is_prefill, llm_shaped
+from steptime.specs import get_gpu, gpu_keys
 from steptime.terms import gemm as G
 
 
-AIC_GPUS = ("a100-sxm", "h100-sxm", "h200-sxm", "l40s", "b200", "gb200", "b300", "gb300", "rtx-pro-6000")
+AIC_GPUS = tuple(gpu_keys(tables="aic"))  # the nine GPUs with AIConfigurator tables (gpus.yaml aic_name)
 
 # name of the per-GPU constant -> the (m, n, k) cell whose latency sets it. The streaming
 # reading's weight shape is not fixed a priori: `select_stream_cell` picks it on the GPUs a
@@ -62,11 +63,12 @@ SUBSETS = ("llm", "all", "decode", "prefill")
 
 
 def subset_masks(df) -> dict:
-    """Boolean masks: llm (n, k >= 1024, m <= 16384), all, decode (llm, m <= 64), prefill (llm, m >= 1024)."""
+    """Boolean masks: llm (LLM-shaped: n, k >= 1024, m <= 16384), all, decode (llm, decode-sized m),
+    prefill (llm, prefill-sized m); sizes as steptime.regimes defines them."""
     m, n, k = df["m"].to_numpy(), df["n"].to_numpy(), df["k"].to_numpy()
-    llm = (n >= 1024) & (k >= 1024) & (m <= 16384)
-    return {"llm": llm, "all": np.ones(len(df), dtype=bool), "decode": llm & (m <= 64),
-            "prefill": llm & (m >= 1024)}
+    llm = llm_shaped(m, n, k)
+    return {"llm": llm, "all": np.ones(len(df), dtype=bool), "decode": llm & is_decode(m),
+            "prefill": llm & is_prefill(m)}
 
 
 def cell_ids(df) -> list:

@@ -11,7 +11,7 @@ from steptime.experiments.gemm.fill import _shape_cells, staircase_jumps
 from steptime.experiments.gemm.folds import fold_from_json
 from steptime.experiments.gemm.scoring import score_cells
 from steptime.results import claim
-from steptime.specs import get_gpu
+from steptime.specs import get_gpu, gpu_keys
 from steptime.terms import gemm as G
 
 
@@ -38,7 +38,7 @@ def paradigm_scores(df, doc: dict, gpu: str, paradigms=("wave", "persistent"), s
     return out
 
 
-BLACKWELL = ("b200", "gb200", "b300", "gb300", "rtx-pro-6000")
+BLACKWELL = tuple(gpu_keys("blackwell", tables="aic"))
 
 
 def e1_12_document(scores: dict) -> dict:

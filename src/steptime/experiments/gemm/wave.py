@@ -12,9 +12,10 @@ from steptime.experiments.gemm.fill import (
 )
 from steptime.experiments.gemm.folds import _readings_json, fold_from_json, gpu_params
 from steptime.results import claim
+from steptime.specs import gpu_keys, vidur_operators
 
 
-VIDUR_GEMM_OPS = ("attn_pre_proj", "attn_post_proj", "mlp_up_proj", "mlp_down_proj")
+VIDUR_GEMM_OPS = tuple(vidur_operators(kind="gemm"))  # Vidur's projection GEMMs (specs/operators.yaml)
 
 
 def vidur_gemm_cells(vm, gpu: str):
@@ -43,7 +44,7 @@ def vidur_readings(cells, gpu: str) -> dict:
     return {"eta_active": cell(big), "eta_mem_max": cell(hi), "mem_t_half_us": cell(lo)}
 
 
-WAVE_GPUS = ("a100-sxm", "l40s")
+WAVE_GPUS = tuple(gpu_keys(("ampere", "ada"), tables="aic"))  # a100-sxm, l40s
 
 
 def e1_2_analysis(df, doc: dict, vidur_cells) -> dict:
@@ -79,7 +80,7 @@ def e1_2_analysis(df, doc: dict, vidur_cells) -> dict:
             y = c["latency_ms"].to_numpy(float)
             per_op[op] = {"with_fill": score(predict(gpu, m, n, k, p), y, n_boot=200),
                           "without_fill": score(predict(gpu, m, n, k, pnf), y, n_boot=200)}
-        out[gpu] = {"source": "vidur mlp.csv (attn_pre_proj, attn_post_proj, mlp_up_proj, mlp_down_proj)",
+        out[gpu] = {"source": f"vidur mlp.csv ({', '.join(VIDUR_GEMM_OPS)})",
                     "ablation": fill_ablation(cells, gpu, p, pnf, m_min=64), "per_op": per_op,
                     "params": {k: p[k] for k in ("eta_active", "eta_mem_max", "mem_t_half_us")},
                     "readings": _readings_json(rd), "calibration": cal.to_dict()}
