@@ -26,10 +26,10 @@ import numpy as np
 from steptime.calibration import Calibration, Constants
 from steptime.experiments import gemm as GX
 from steptime.metrics import score, signed_error
-from steptime.specs import get_gpu
+from steptime.specs import get_gpu, gpu_keys
 from steptime.terms import attention as A
 
-AIC_GPUS = ("a100-sxm", "h100-sxm", "h200-sxm", "l40s", "b200", "gb200", "b300", "gb300", "rtx-pro-6000")
+AIC_GPUS = tuple(gpu_keys(tables="aic"))  # the nine GPUs with AIConfigurator tables (gpus.yaml aic_name)
 LLM_HEADS = (32, 64)
 
 DEPLOY_BATCH_FLOOR = 4

@@ -3,7 +3,7 @@
 The measured quantity is the sum of ONE layer's non-attention operators as Vidur
 profiles them (steptime.step.VIDUR_LAYER_OPS; `emb` runs once per step and is left out of
 the layer sum, as Vidur's own predictor leaves it out of a block). Each (gpu, model, tp,
-num_tokens) row is one cell; decode-sized cells have <= 64 tokens, prefill-sized >= 512.
+num_tokens) row is one cell, decode-sized, prefill-sized or mid as steptime.regimes defines them.
 
 Held out per GPU: the GEMM constants are the shipped ones (defaults.yaml, set on
 AIConfigurator GEMM tables by E1.x GEMM experiments; Vidur cells never set them), the
@@ -20,10 +20,10 @@ from steptime.calibration import Calibration, Constants
 from steptime.experiments import gemm as GX
 from steptime.experiments import light as LX
 from steptime.metrics import score, signed_error
+from steptime.regimes import size_class
 from steptime.specs import get_gpu, get_model
 from steptime.step import VIDUR_GEMM, VIDUR_LAYER_OPS, VIDUR_LIGHT, vidur_layer_ops
 
-DECODE_MAX, PREFILL_MIN = 64, 512
 TERM_OF = {**{op: "gemm" for op in VIDUR_GEMM}, **{op: "light" for op in VIDUR_LIGHT}}
 RUNGS = ("bare_roofline", "+gemm_eta_c", "+gemm_eta_mem", "+gemm_floor", "+light_eta", "+light_floor")
 
@@ -40,7 +40,7 @@ def wide_cells(vidur):
     w["cell"] = list(zip(w["gpu"], ["vidur_layer"] * len(w), w["model"], w["tp"].astype(int),
                          w["num_tokens"].astype(int)))
     T = w["num_tokens"].to_numpy()
-    w["size"] = np.where(T <= DECODE_MAX, "decode", np.where(T >= PREFILL_MIN, "prefill", "mid"))
+    w["size"] = size_class(T)
     return w.sort_values(["gpu", "model", "tp", "num_tokens"]).reset_index(drop=True)
 
 
