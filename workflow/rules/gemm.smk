@@ -3,7 +3,7 @@
 # scalar (E1.13), the head-to-head (E1.23), the implied-alpha ledger (L0.2), and the
 # constants they settle (leave-one-GPU-out fits + three deploy readings per GPU).
 
-GEMM_LIB = lib("terms", "experiments/gemm", "baselines", "calibration", "metrics", "results", "plotting", "specs", "io")
+GEMM_LIB = lib()  # the whole library: the experiment modules import across it (regimes, specs, terms, ...)
 
 
 # E1.11: Hopper grid cap from GPC geometry vs blind; which cluster size the latency data supports.
@@ -92,6 +92,7 @@ rule E1_23:
         **figure("atlas", "figures/E1_23_error_atlas"),
     params:
         question=question("E1.23"),
+        targets=targets("E1.23"),
         seed=config["seed"],
         n_boot=config["bootstrap"],
     threads: 1  # one BLAS thread: the fits are deterministic only single-threaded

@@ -10,6 +10,7 @@ from steptime.calibration import use_settled
 from steptime.data import write_parquet
 from steptime.experiments import light as LX
 from steptime.experiments import step as E
+from steptime.regimes import DECODE_MAX_TOKENS, PREFILL_MIN_TOKENS
 from steptime.results import rule_provenance, write_result
 
 logging.basicConfig(filename=snakemake.log[0], level=logging.INFO, format="%(message)s", filemode="w")
@@ -28,7 +29,8 @@ for key, eid, q in (("e1_1", "E1.1", P.q1), ("e1_1b", "E1.1b", P.q1b), ("e1_20",
 write_parquet(r["pred"].drop(columns=["cell"]), snakemake.output.pred)
 E.plot_step(r, splitext(snakemake.output.fig1)[0],
             "E1.1: held-out MAPE of one layer's non-attention operators (Vidur) per model x TP and GPU, "
-            "decode-sized (<= 64 tokens) and prefill-sized (>= 512 tokens) cells; dashed: targets "
+            f"decode-sized (<= {DECODE_MAX_TOKENS} tokens) and prefill-sized (>= {PREFILL_MIN_TOKENS} tokens) cells; "
+            "dashed: targets "
             f"{P.targets['decode']:.0%} / {P.targets['prefill']:.0%}.", targets=P.targets)
 E.plot_residual(r, splitext(snakemake.output.fig1b)[0],
                 "E1.1b: where the residual lives: each Vidur operator's share of the layer time and its signed "

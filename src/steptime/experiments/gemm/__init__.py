@@ -25,11 +25,11 @@ from steptime.experiments.gemm.folds import (  # noqa: F401
     _readings_from_json, fold_from_json, with_fold, readings_in_fold,
 )
 from steptime.experiments.gemm.settling import (  # noqa: F401
-    FIT_SETTINGS, settle, defaults_updates, SHIPPED_FIXED, decision_updates, locked_update_defaults,
-    GEMM_GPU_CONSTANTS, prune_gpu_readings,
+    FIT_SETTINGS, settle, defaults_updates, SHIPPED_FIXED, decision_updates,
+    GEMM_GPU_CONSTANTS,
 )
 from steptime.experiments.gemm.scoring import (  # noqa: F401
-    score_cells, predictions, records, ape_table, TARGETS, BASELINES, load_constants, evaluate_records,
+    score_cells, predictions, records, ape_table, BASELINES, load_constants, evaluate_records,
     e1_23_document, SENSITIVITY_CELLS, reading_sensitivity,
 )
 from steptime.experiments.gemm.fill import (  # noqa: F401

@@ -87,16 +87,19 @@ def defaults_updates(doc: dict, experiment: str = "settle_gemm_constants") -> li
     return ups
 
 
-SHIPPED_FIXED = {"clk_droop": 0.0}  # E1.13 ablation (round 2): a fitted droop raised the error, so it ships off
+# A stated design choice, not a fitted result: the GEMM fits run without a work-dependent clock
+# droop (the AIConfigurator tables hold latencies, no clock readings, so a droop fitted on them
+# would absorb other errors). E1.13's factor ablation tests the choice downstream (fitting the
+# droop back in; results/E1_13.json); the term keeps the droop for clock telemetry (E1.10).
+SHIPPED_FIXED = {"clk_droop": 0.0}
 
 
 def decision_updates(cluster: int, law: str, experiment: str = "settle_gemm_constants") -> list[dict]:
-    """The family/global constants the E1.11, E1.3 and E1.13 decisions set."""
-    ups = [{"scope": "global", "name": "clk_droop", "value": 0.0, "provenance": "FITTED",
-            "source": "E1.13 factor ablation: fitting a work-dependent clock droop raised the mean LLM-cell MAPE on "
-                      "the AIConfigurator tables, so it ships off (the term keeps it for clock telemetry); "
-                      "results/E1_13.json", "experiment": "E1.13",
-            "cells": ["aic-gemm bf16, all GPUs, LLM-shaped cells"]},
+    """The family/global constants the E1.11 and E1.3 decisions set, and the stated clock-droop choice."""
+    ups = [{"scope": "global", "name": "clk_droop", "value": SHIPPED_FIXED["clk_droop"], "provenance": "ASSUMED",
+            "source": "design choice: no work-dependent clock droop in the GEMM fits (the latency tables hold no "
+                      "clock readings; the term keeps the droop for clock telemetry, E1.10); tested downstream by "
+                      "E1.13's factor ablation, which fits it back in (results/E1_13.json)", "cells": None},
            {"scope": "family.hopper", "name": "cluster_size", "value": int(cluster), "provenance": "FITTED",
             "source": "E1.11: cluster size whose persistent-grid cap gives the lowest held-out Hopper MAPE on the "
                       "AIConfigurator latency tables (results/E1_11.json)", "experiment": "E1.11",
@@ -109,46 +112,4 @@ def decision_updates(cluster: int, law: str, experiment: str = "settle_gemm_cons
     return ups
 
 
-def locked_update_defaults(updates: list[dict], update_fn) -> None:
-    """update_defaults under an exclusive file lock (several rules write the same file)."""
-    import fcntl
-    import tempfile
-    from pathlib import Path
-
-    lock = Path(tempfile.gettempdir()) / "steptime-defaults.lock"
-    with open(lock, "w") as fh:
-        fcntl.flock(fh, fcntl.LOCK_EX)
-        try:
-            return update_fn(updates)
-        finally:
-            fcntl.flock(fh, fcntl.LOCK_UN)
-
-
 GEMM_GPU_CONSTANTS = ("eta_active", "eta_mem_max", "mem_t_half_us", "kernel_floor_us")
-
-
-def prune_gpu_readings(path=None, keep=None) -> list:
-    """Drop GEMM per-GPU constants that are no longer deploy readings (e.g. from an earlier
-    choice of reading cells), so each GPU keeps at most its current three. Returns what went."""
-    import yaml
-
-    from steptime.calibration import DEFAULTS_FILE, _default_constants, _default_doc
-    from steptime.io import atomic_path
-
-    path = path or DEFAULTS_FILE
-    keep = set(keep or DEPLOY_CELLS)
-    with open(path) as fh:
-        doc = yaml.safe_load(fh)
-    gone = []
-    for gpu, table in (doc["constants"].get("gpu") or {}).items():
-        for name in list(table or {}):
-            if name in GEMM_GPU_CONSTANTS and name not in keep:
-                del table[name]
-                gone.append(f"gpu.{gpu}:{name}")
-    if gone:
-        with atomic_path(path) as tmp:
-            with open(tmp, "w") as fh:
-                yaml.safe_dump(doc, fh, sort_keys=False, width=120)
-        _default_doc.cache_clear()
-        _default_constants.cache_clear()
-    return gone
