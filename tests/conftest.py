@@ -19,12 +19,12 @@ def _root_env(monkeypatch):
 
 @pytest.fixture
 def clean_workdir(tmp_path) -> Path:
-    """A scratch copy of the pipeline (Snakefile, config, workflow, raw, src, and
-    environment.yml, which every rule names as its conda environment) without any results,
-    so a rule must really rebuild what it is asked for."""
+    """A scratch copy of the pipeline (Snakefile, config, workflow, raw, src) without any
+    results, so a rule must really rebuild what it is asked for. Tests that only need the
+    workflow's behaviour use tests/test_workflow.py's `test_workdir` (.test/'s data subset)."""
     work = tmp_path / "work"
     work.mkdir()
-    for name in ("Snakefile", "config", "workflow", "raw", "environment.yml"):
+    for name in ("Snakefile", "config", "workflow", "raw"):
         src = ROOT / name
         (shutil.copytree if src.is_dir() else shutil.copy)(src, work / name)
     shutil.copytree(ROOT / "src", work / "src", ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))

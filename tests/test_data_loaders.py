@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import shutil
@@ -144,15 +145,32 @@ def mini_root(tmp_path: Path, repo_root: Path, paths: list[str], units: dict | N
     return tmp_path
 
 
+def rerecord(path: Path) -> None:
+    """Record `path`'s new size and sha256 in its scratch manifest, as re-vendoring an edited file
+    would: the checksum then passes, and only the loader's own checks can catch the edit."""
+    root = next(d for d in path.parents if (d / "raw/MANIFEST.yaml").is_file())
+    man = yaml.safe_load((root / "raw/MANIFEST.yaml").read_text())
+    rel = path.relative_to(root).as_posix()
+    for e in man["files"]:
+        if e["path"] == rel:
+            e["sha256"] = hashlib.sha256(path.read_bytes()).hexdigest()
+            e["bytes"] = path.stat().st_size
+    (root / "raw/MANIFEST.yaml").write_text(yaml.safe_dump(man, sort_keys=False))
+
+
 def rewrite_parquet(path: Path, fn) -> None:
     df = pd.read_parquet(path)
     fn(df).to_parquet(path, index=False)
+    rerecord(path)
 
 
 def test_truncated_parquet(tmp_path, repo_root):
     root = mini_root(tmp_path, repo_root, [GEMM_H100])
     p = root / GEMM_H100
     p.write_bytes(p.read_bytes()[: p.stat().st_size // 2])
+    with pytest.raises(DataError, match="gemm_perf.bf16.parquet: 105067 bytes, raw/MANIFEST.yaml says 210135"):
+        data.load_aic_gemm(root=root)
+    rerecord(p)  # past the checksum, the parquet reader still refuses it
     with pytest.raises(DataError, match="gemm_perf.bf16.parquet: unreadable parquet.*truncated"):
         data.load_aic_gemm(root=root)
 
@@ -162,6 +180,7 @@ def test_truncated_csv_names_row_and_column(tmp_path, repo_root):
     p = root / VIDUR_7B_A100
     text = p.read_text()
     p.write_text(text[: len(text) - len(text.splitlines()[-1]) // 2 - 1])  # cut the last line in half
+    rerecord(p)
     last = len(text.splitlines()) - 2  # 0-based data row of the cut line
     with pytest.raises(DataError) as ei:
         data.load_vidur_mlp(root=root)
@@ -194,12 +213,14 @@ def test_negative_tokens(tmp_path, repo_root):
     df = pd.read_csv(p)
     df.loc[3, "num_tokens"] = -4
     df.to_csv(p, index=False)
+    rerecord(p)
     with pytest.raises(DataError, match=r"row 3 \(line 5\), column 'num_tokens'"):
         data.load_vidur_mlp(root=root)
     t = root / TRACE_CODE
     tr = pd.read_csv(t)
     tr.loc[10, "num_decode_tokens"] = 0
     tr.to_csv(t, index=False)
+    rerecord(t)
     with pytest.raises(DataError, match=r"splitwise_code.csv: row 10 \(line 12\), column 'num_decode_tokens'"):
         data.load_traces(root=root)
 
@@ -223,6 +244,7 @@ def test_wrong_units_vidur_in_microseconds(tmp_path, repo_root):
     for c in [c for c in df.columns if c.startswith("time_stats.")]:
         df[c] = df[c] * 1000.0
     df.to_csv(p, index=False)
+    rerecord(p)
     with pytest.raises(DataError, match=r"mlp.csv: row \d+ \(line \d+\), column 'time_stats\..*wrong units"):
         data.load_vidur_mlp(root=root)
 
@@ -243,9 +265,11 @@ def test_distserve_bad_json(tmp_path, repo_root):
     doc = json.loads(p.read_text())
     doc["facebook/opt-13b"]["2"]["prefill"][1] = None
     p.write_text(json.dumps(doc))
+    rerecord(p)
     with pytest.raises(DataError, match=r"distserve.json: row facebook/opt-13b/tp=2, column 'prefill'"):
         data.load_distserve(root=root)
     p.write_text(p.read_text()[:200])
+    rerecord(p)
     with pytest.raises(DataError, match="unreadable JSON"):
         data.load_distserve(root=root)
 

@@ -76,7 +76,9 @@ def test_loo_fit_excludes_the_held_out_gpu(monkeypatch):
         seen.append(tuple(gpus))
         return {nm: v[0] for nm, v in E.FIT_GLOBALS.items()}
 
-    monkeypatch.setattr(E, "fit_globals", spy)
+    from steptime.experiments.gemm import settling
+
+    monkeypatch.setattr(settling, "fit_globals", spy)  # patched where settle() calls it
     frames = []
     for g in ("h100-sxm", "b200", "l40s"):
         t = _synthetic_table(_truth()).assign(gpu=g)
@@ -86,7 +88,7 @@ def test_loo_fit_excludes_the_held_out_gpu(monkeypatch):
     for g in ("h100-sxm", "b200", "l40s"):
         assert tuple(x for x in ("b200", "h100-sxm", "l40s") if x != g) in seen
     assert set(doc["folds"]) == {"h100-sxm", "b200", "l40s"}
-    assert real is not E.fit_globals
+    assert real is not settling.fit_globals
 
 
 # ---------------------------------------------------------------- baselines

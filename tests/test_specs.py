@@ -61,3 +61,58 @@ def test_model_from_config_json(tmp_path):
 def test_unknown_model():
     with pytest.raises(UnknownModelError, match="closest"):
         get_model("llama-3.1-7b")
+
+
+# ---------------------------------------------------------------- one home per fact
+def test_gpu_sets_come_from_gpus_yaml(repo_root):
+    import yaml
+
+    from steptime.specs import by_family
+
+    aic = gpu_keys(tables="aic")
+    assert len(aic) == 9 and "a40" not in aic
+    # the GPUs the manifest holds AIConfigurator GEMM tables for are exactly these
+    man = yaml.safe_load((repo_root / "raw/MANIFEST.yaml").read_text())
+    assert {e["gpu"] for e in man["files"] if e.get("table") == "aic_gemm"} == set(aic)
+    assert gpu_keys("hopper", tables="aic") == ["h100-sxm", "h200-sxm"]
+    assert gpu_keys("blackwell") == ["b200", "gb200", "b300", "gb300", "rtx-pro-6000"]
+    assert "a40" in gpu_keys(tables="vidur") and "h200-sxm" not in gpu_keys(tables="vidur")
+    # the families partition the GPUs, and by_family orders by generation
+    fams = [gpu_keys(f) for f in ("ampere", "ada", "hopper", "blackwell")]
+    assert sorted(sum(fams, [])) == sorted(gpu_keys())
+    assert by_family(["b200", "l40s", "a100-sxm", "h100-sxm"]) == ["a100-sxm", "l40s", "h100-sxm", "b200"]
+    with pytest.raises(ValueError, match="unknown GPU family"):
+        gpu_keys("volta")
+    with pytest.raises(ValueError, match="unknown table source"):
+        gpu_keys(tables="mlperf")
+
+
+def test_experiment_gpu_sets_follow_gpus_yaml():
+    from steptime.experiments import attention, gemm
+
+    assert gemm.AIC_GPUS == attention.AIC_GPUS == tuple(gpu_keys(tables="aic"))
+    assert all(get_gpu(g).architecture == "hopper" for g in gemm.HOPPER)
+    assert all(get_gpu(g).architecture == "blackwell" for g in gemm.BLACKWELL)
+    assert {get_gpu(g).architecture for g in gemm.WAVE_GPUS} == {"ampere", "ada"}
+
+
+def test_vidur_operator_map_is_data():
+    from steptime.specs import vidur_operators
+    from steptime.step import VIDUR_GEMM, VIDUR_LAYER_OPS, VIDUR_LIGHT, layer_shapes
+    from steptime.terms.light import LIGHT_KERNELS
+
+    ops = vidur_operators()
+    assert len(ops) == 10 and list(ops)[0] == "emb"
+    assert set(vidur_operators(kind="gemm").values()) == set(layer_shapes(get_model("llama-2-7b"), 1))
+    assert set(vidur_operators(kind="light").values()) <= set(LIGHT_KERNELS)
+    assert vidur_operators(per="step") == {"emb": "emb"}
+    assert set(VIDUR_LAYER_OPS) == set(ops) - {"emb"} and {**VIDUR_GEMM, **VIDUR_LIGHT} == ops
+
+
+def test_parallel_block_is_a_model_field(tmp_path):
+    assert get_model("phi-2").parallel_block
+    assert not any(get_model(m).parallel_block for m in model_keys() if m != "phi-2")
+    cfg = {"architectures": ["PhiForCausalLM"], "hidden_size": 2560, "num_hidden_layers": 32,
+           "num_attention_heads": 32, "vocab_size": 51200, "intermediate_size": 10240, "hidden_act": "gelu_new"}
+    (tmp_path / "config.json").write_text(json.dumps(cfg))
+    assert get_model(str(tmp_path / "config.json")).parallel_block

@@ -21,7 +21,7 @@ import numpy as np
 
 from steptime.calibration import Constants
 from steptime.errors import BatchError, InputError, MemoryFitError
-from steptime.specs import get_gpu, get_model
+from steptime.specs import get_gpu, get_model, vidur_operators
 from steptime.terms import attention, comm, gemm, host, light
 from steptime.validation import MAX_REQUESTS, as_int, check_choice, check_f_clk
 
@@ -420,16 +420,11 @@ def predict_step(model, gpu, batch: Batch | None = None, *, decode: Iterable = (
 
 # ---------------------------------------------------------------------------------------
 # One layer as Vidur profiles it (its mlp.csv operator set), from the same term functions.
-VIDUR_LAYER_OPS = ("attn_pre_proj", "attn_rope", "attn_post_proj", "input_layernorm", "post_attention_layernorm",
-                   "mlp_up_proj", "mlp_act", "mlp_down_proj", "add")
-VIDUR_STEP_OPS = ("emb",)  # once per forward pass, not per layer
-VIDUR_GEMM = {"attn_pre_proj": "qkv_proj", "attn_post_proj": "o_proj", "mlp_up_proj": "gate_up_proj",
-              "mlp_down_proj": "down_proj"}
-VIDUR_LIGHT = {"attn_rope": "rope", "input_layernorm": "rmsnorm", "post_attention_layernorm": "rmsnorm",
-               "mlp_act": "act", "add": "add", "emb": "emb"}
-# Models whose block runs attention and MLP in parallel off one norm and sums both with the
-# residual in one timed region (two add kernels): Hugging Face PhiForCausalLM (phi-2).
-PARALLEL_BLOCK = frozenset({"phi-2"})
+# The operator -> term map is data: specs/operators.yaml (Vidur's order of execution).
+VIDUR_LAYER_OPS = tuple(vidur_operators(per="layer"))
+VIDUR_STEP_OPS = tuple(vidur_operators(per="step"))  # once per forward pass, not per layer
+VIDUR_GEMM = vidur_operators(kind="gemm")
+VIDUR_LIGHT = vidur_operators(kind="light")
 
 
 def vidur_layer_ops(model, gpu, tokens, *, tp: int = 1, constants: Constants | None = None,
@@ -439,8 +434,8 @@ def vidur_layer_ops(model, gpu, tokens, *, tp: int = 1, constants: Constants | N
     Vidur's profiled block times input_layernorm, attn_pre_proj (QKV GEMM), attn_rope,
     attn_post_proj (O GEMM), post_attention_layernorm, mlp_up_proj, mlp_act, mlp_down_proj
     and ONE residual add (the add after attention is not timed); `emb` runs once per step.
-    A parallel-block model (phi-2) has no post-attention norm and its timed `add` is two
-    kernels. With `parts=True` each GEMM entry is the full gemm_time dict (seconds) and each
+    A parallel-block model (models.yaml `parallel_block`, phi-2) has no post-attention norm
+    and its timed `add` is two kernels. With `parts=True` each GEMM entry is the full gemm_time dict (seconds) and each
     light entry a (floor, stream) pair in seconds, for ablations.
     """
     model = get_model(model)
@@ -454,7 +449,7 @@ def vidur_layer_ops(model, gpu, tokens, *, tp: int = 1, constants: Constants | N
     for op, term in VIDUR_GEMM.items():
         g = times[term]
         out[op] = g if parts else g["t"] * 1e3
-    parallel = model.key in PARALLEL_BLOCK
+    parallel = model.parallel_block
     for op, kern in VIDUR_LIGHT.items():
         if parallel and op == "post_attention_layernorm":
             continue

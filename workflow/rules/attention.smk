@@ -13,15 +13,19 @@ rule E1_24:
     output:
         result="results/E1_24.json",
         pred="results/cache/E1_24_pred.parquet",
-        fig_acc="figures/E1_24_accuracy.png",
-        fig_fac="figures/E1_24_factors.png",
+        **figure("fig_acc", "figures/E1_24_accuracy"),
+        **figure("fig_fac", "figures/E1_24_factors"),
     params:
-        question=EXPERIMENTS["E1.24"]["question"],
+        question=question("E1.24"),
+        targets=targets("E1.24"),
         seed=config["seed"],
         n_boot=config["bootstrap"],
         fit_sample=size("e1_24_fit_sample"),
+    threads: 1  # one BLAS thread: the fits are deterministic only single-threaded
     log:
         "logs/E1_24.log",
+    benchmark:
+        "benchmarks/E1_24.tsv"
     conda:
         CONDA_ENV
     message:

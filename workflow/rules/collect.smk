@@ -16,6 +16,8 @@ rule collect_clock_sweep:
         slurm_extra=lambda wc: f"'--gres=gpu:{COLLECT['gpus'][wc.gpu]['gres']}:1 --exclusive'",
     log:
         "logs/collect_clock_sweep/{gpu}.log",
+    benchmark:
+        "benchmarks/collect_clock_sweep/{gpu}.tsv"
     conda:
         CONDA_ENV
     message:
@@ -38,6 +40,8 @@ rule collect_ncu_gemm:
         slurm_extra=lambda wc: f"'--gres=gpu:{COLLECT['gpus'][wc.gpu]['gres']}:1 --exclusive'",
     log:
         "logs/collect_ncu_gemm/{gpu}.log",
+    benchmark:
+        "benchmarks/collect_ncu_gemm/{gpu}.tsv"
     conda:
         CONDA_ENV
     message:
@@ -54,9 +58,11 @@ rule E1_5:
         code=lib("collect", "results", "plotting"),
     output:
         result="results/E1_5.json",
-        fig="figures/E1_5_waterfall.png",
+        **figure("fig", "figures/E1_5_waterfall"),
     log:
         "logs/E1_5.log",
+    benchmark:
+        "benchmarks/E1_5.tsv"
     conda:
         CONDA_ENV
     message:
@@ -72,11 +78,13 @@ rule E1_10:
         code=lib("collect", "results", "plotting"),
     output:
         result="results/E1_10.json",
-        fig="figures/E1_10_clock.png",
+        **figure("fig", "figures/E1_10_clock"),
     params:
         seed=config["seed"],
     log:
         "logs/E1_10.log",
+    benchmark:
+        "benchmarks/E1_10.tsv"
     conda:
         CONDA_ENV
     message:

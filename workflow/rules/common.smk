@@ -47,6 +47,23 @@ def lib(*parts):
     ]
 
 
+def question(eid):
+    """An experiment's question from the registry (its ID where the registry leaves it out, as .test/ does)."""
+    return EXPERIMENTS.get(eid, {}).get("question", eid)
+
+
+def targets(eid):
+    """An experiment's pass/fail targets from the registry (config/experiments.yaml `targets:`),
+    passed to its script as a param so the library's document functions take them as an argument."""
+    return EXPERIMENTS.get(eid, {}).get("targets", {})
+
+
+def figure(key, stem):
+    """A figure's declared outputs, as plotting.save writes them: {key: stem.png, key_pdf: stem.pdf,
+    key_caption: stem.caption.txt} (unpack into output: with **)."""
+    return {key: f"{stem}.png", f"{key}_pdf": f"{stem}.pdf", f"{key}_caption": f"{stem}.caption.txt"}
+
+
 def size(name):
     """A fit size from config `sizes`: the `fast` set in the main job, `full` with fast: false."""
     return config["sizes"][name]["fast" if config["fast"] else "full"]
@@ -96,10 +113,8 @@ def experiment_results():
     ]
 
 
-# Library parts the step-family rules (attention, light, host, step, literature) import.
-STEP_LIB = lib("terms", "step.py", "experiments/__init__", "experiments/attention", "experiments/gemm", "experiments/light",
-               "experiments/host", "experiments/step", "experiments/literature", "calibration/__init__", "metrics",
-               "results", "plotting", "specs", "data", "io")
+# The library code the step-family rules (attention, light, host, step, literature) import: all of it.
+STEP_LIB = lib()
 
 
 # The tidy tables (config/tables.yaml) and the raw files each reads (raw/MANIFEST.yaml).
@@ -118,9 +133,7 @@ DATA_LIB = lib("data", "specs", "errors", "io")
 
 
 def tidy(name):
-    """The path of one tidy table (a row of config/tables.yaml)."""
-    if name not in TABLES:
-        raise WorkflowError(f"unknown tidy table {name!r} (config/tables.yaml has {', '.join(TABLES)})")
+    """The path of one tidy table (a row of config/tables.yaml builds it)."""
     return f"results/data/{name}.parquet"
 
 

@@ -13,13 +13,16 @@ rule E2_5:
     output:
         result="results/E2_5.json",
         timing="results/E2_5_timing.json",
-        figure="figures/E2_5_ledger.png",
+        **figure("figure", "figures/E2_5_ledger"),
     params:
-        question=EXPERIMENTS["E2.5"]["question"],
+        question=question("E2.5"),
         fast=config["fast"],
         full_grid=config["rf"]["full_grid"],
+    threads: 1  # one BLAS thread: the fits are deterministic only single-threaded
     log:
         "logs/E2_5.log",
+    benchmark:
+        "benchmarks/E2_5.tsv"
     conda:
         CONDA_ENV
     message:

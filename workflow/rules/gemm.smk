@@ -3,7 +3,7 @@
 # scalar (E1.13), the head-to-head (E1.23), the implied-alpha ledger (L0.2), and the
 # constants they settle (leave-one-GPU-out fits + three deploy readings per GPU).
 
-GEMM_LIB = lib("terms", "experiments/gemm", "baselines", "calibration", "metrics", "results", "plotting", "specs", "io")
+GEMM_LIB = lib()  # the whole library: the experiment modules import across it (regimes, specs, terms, ...)
 
 
 # E1.11: Hopper grid cap from GPC geometry vs blind; which cluster size the latency data supports.
@@ -13,12 +13,15 @@ rule E1_11:
         code=GEMM_LIB,
     output:
         result="results/E1_11.json",
-        fig="figures/E1_11_cluster_cap.png",
+        **figure("fig", "figures/E1_11_cluster_cap"),
     params:
-        question=EXPERIMENTS["E1.11"]["question"],
+        question=question("E1.11"),
         seed=config["seed"],
+    threads: 1  # one BLAS thread: the fits are deterministic only single-threaded
     log:
         "logs/E1_11.log",
+    benchmark:
+        "benchmarks/E1_11.tsv"
     conda:
         CONDA_ENV
     message:
@@ -35,11 +38,13 @@ rule E1_3:
         code=GEMM_LIB,
     output:
         result="results/E1_3.json",
-        fig="figures/E1_3_memory_law.png",
+        **figure("fig", "figures/E1_3_memory_law"),
     params:
-        question=EXPERIMENTS["E1.3"]["question"],
+        question=question("E1.3"),
     log:
         "logs/E1_3.log",
+    benchmark:
+        "benchmarks/E1_3.tsv"
     conda:
         CONDA_ENV
     message:
@@ -61,8 +66,11 @@ rule settle_gemm_constants:
         settled="results/calibration/gemm.yaml",
     params:
         seed=config["seed"],
+    threads: 1  # one BLAS thread: the fits are deterministic only single-threaded
     log:
         "logs/settle_gemm_constants.log",
+    benchmark:
+        "benchmarks/settle_gemm_constants.tsv"
     conda:
         CONDA_ENV
     message:
@@ -80,14 +88,18 @@ rule E1_23:
         code=GEMM_LIB,
     output:
         result="results/E1_23.json",
-        fig="figures/E1_23_head_to_head.png",
-        atlas="figures/E1_23_error_atlas.png",
+        **figure("fig", "figures/E1_23_head_to_head"),
+        **figure("atlas", "figures/E1_23_error_atlas"),
     params:
-        question=EXPERIMENTS["E1.23"]["question"],
+        question=question("E1.23"),
+        targets=targets("E1.23"),
         seed=config["seed"],
         n_boot=config["bootstrap"],
+    threads: 1  # one BLAS thread: the fits are deterministic only single-threaded
     log:
         "logs/E1_23.log",
+    benchmark:
+        "benchmarks/E1_23.tsv"
     conda:
         CONDA_ENV
     message:
@@ -106,11 +118,13 @@ rule E1_2:
         code=GEMM_LIB,
     output:
         result="results/E1_2.json",
-        fig="figures/E1_2_staircase.png",
+        **figure("fig", "figures/E1_2_staircase"),
     params:
-        question=EXPERIMENTS["E1.2"]["question"],
+        question=question("E1.2"),
     log:
         "logs/E1_2.log",
+    benchmark:
+        "benchmarks/E1_2.tsv"
     conda:
         CONDA_ENV
     message:
@@ -129,11 +143,13 @@ rule E1_2b:
         code=GEMM_LIB,
     output:
         result="results/E1_2b.json",
-        fig="figures/E1_2b_hopper.png",
+        **figure("fig", "figures/E1_2b_hopper"),
     params:
-        question=EXPERIMENTS["E1.2b"]["question"],
+        question=question("E1.2b"),
     log:
         "logs/E1_2b.log",
+    benchmark:
+        "benchmarks/E1_2b.tsv"
     conda:
         CONDA_ENV
     message:
@@ -151,13 +167,16 @@ rule E1_12:
         code=GEMM_LIB,
     output:
         result="results/E1_12.json",
-        fig="figures/E1_12_blackwell_paradigm.png",
-        curves="figures/E1_12_curves.png",
+        **figure("fig", "figures/E1_12_blackwell_paradigm"),
+        **figure("curves", "figures/E1_12_curves"),
     params:
-        question=EXPERIMENTS["E1.12"]["question"],
+        question=question("E1.12"),
         seed=config["seed"],
+    threads: 1  # one BLAS thread: the fits are deterministic only single-threaded
     log:
         "logs/E1_12.log",
+    benchmark:
+        "benchmarks/E1_12.tsv"
     conda:
         CONDA_ENV
     message:
@@ -175,14 +194,17 @@ rule E1_13:
         code=GEMM_LIB,
     output:
         result="results/E1_13.json",
-        fig="figures/E1_13_scalar_vs_factors.png",
+        **figure("fig", "figures/E1_13_scalar_vs_factors"),
     params:
-        question=EXPERIMENTS["E1.13"]["question"],
+        question=question("E1.13"),
         seed=config["seed"],
         fast=config["fast"],
         ablation=size("e1_13_ablation"),
+    threads: 1  # one BLAS thread: the fits are deterministic only single-threaded
     log:
         "logs/E1_13.log",
+    benchmark:
+        "benchmarks/E1_13.tsv"
     conda:
         CONDA_ENV
     message:
@@ -200,11 +222,13 @@ rule L0_2:
         code=GEMM_LIB,
     output:
         result="results/L0_2.json",
-        fig="figures/L0_2_implied_alpha.png",
+        **figure("fig", "figures/L0_2_implied_alpha"),
     params:
-        question=EXPERIMENTS["L0.2"]["question"],
+        question=question("L0.2"),
     log:
         "logs/L0_2.log",
+    benchmark:
+        "benchmarks/L0_2.tsv"
     conda:
         CONDA_ENV
     message:

@@ -9,13 +9,15 @@ rule E1_4:
         code=STEP_LIB,
     output:
         result="results/E1_4.json",
-        fig="figures/E1_4_host.png",
+        **figure("fig", "figures/E1_4_host"),
     params:
-        question=EXPERIMENTS["E1.4"]["question"],
+        question=question("E1.4"),
         seed=config["seed"],
         n_boot=config["bootstrap"],
     log:
         "logs/E1_4.log",
+    benchmark:
+        "benchmarks/E1_4.tsv"
     conda:
         CONDA_ENV
     message:

@@ -10,13 +10,17 @@ rule E1_1c:
         code=STEP_LIB,
     output:
         result="results/E1_1c.json",
-        fig="figures/E1_1c_light.png",
+        **figure("fig", "figures/E1_1c_light"),
     params:
-        question=EXPERIMENTS["E1.1c"]["question"],
+        question=question("E1.1c"),
+        targets=targets("E1.1c"),
         seed=config["seed"],
         n_boot=config["bootstrap"],
+    threads: 1  # one BLAS thread: the fits are deterministic only single-threaded
     log:
         "logs/E1_1c.log",
+    benchmark:
+        "benchmarks/E1_1c.tsv"
     conda:
         CONDA_ENV
     message:

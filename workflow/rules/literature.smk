@@ -8,11 +8,13 @@ rule L0_1:
         code=STEP_LIB,
     output:
         result="results/L0_1.json",
-        fig="figures/L0_1_literature.png",
+        **figure("fig", "figures/L0_1_literature"),
     params:
-        question=EXPERIMENTS["L0.1"]["question"],
+        question=question("L0.1"),
     log:
         "logs/L0_1.log",
+    benchmark:
+        "benchmarks/L0_1.tsv"
     conda:
         CONDA_ENV
     message:

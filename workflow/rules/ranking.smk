@@ -15,13 +15,17 @@ rule E2_2:
     output:
         e2_2="results/E2_2.json",
         e2_6="results/E2_6.json",
-        fig2="figures/E2_2_ranking.png",
-        fig6="figures/E2_6_ties.png",
+        **figure("fig2", "figures/E2_2_ranking"),
+        **figure("fig6", "figures/E2_6_ties"),
     params:
-        q2=EXPERIMENTS["E2.2"]["question"],
-        q6=EXPERIMENTS["E2.6"]["question"],
+        q2=question("E2.2"),
+        targets=targets("E2.2"),
+        q6=question("E2.6"),
+    threads: 1  # one BLAS thread: the fits are deterministic only single-threaded
     log:
         "logs/E2_2.log",
+    benchmark:
+        "benchmarks/E2_2.tsv"
     conda:
         CONDA_ENV
     message:

@@ -10,6 +10,8 @@ rule specs_tables:
         models="results/specs/models.json",
     log:
         "logs/specs_tables.log",
+    benchmark:
+        "benchmarks/specs_tables.tsv"
     conda:
         CONDA_ENV
     message:

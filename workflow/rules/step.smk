@@ -13,6 +13,8 @@ rule settle_step_constants:
         settled="results/calibration/step.yaml",
     log:
         "logs/settle_step_constants.log",
+    benchmark:
+        "benchmarks/settle_step_constants.tsv"
     conda:
         CONDA_ENV
     message:
@@ -33,17 +35,21 @@ rule E1_1:
         e1_1b="results/E1_1b.json",
         e1_20="results/E1_20.json",
         pred="results/cache/E1_1_pred.parquet",
-        fig1="figures/E1_1_step.png",
-        fig1b="figures/E1_1b_residual.png",
-        fig20="figures/E1_20_ladder.png",
+        **figure("fig1", "figures/E1_1_step"),
+        **figure("fig1b", "figures/E1_1b_residual"),
+        **figure("fig20", "figures/E1_20_ladder"),
     params:
-        q1=EXPERIMENTS["E1.1"]["question"],
-        q1b=EXPERIMENTS["E1.1b"]["question"],
-        q20=EXPERIMENTS["E1.20"]["question"],
+        q1=question("E1.1"),
+        targets=targets("E1.1"),
+        q1b=question("E1.1b"),
+        q20=question("E1.20"),
         seed=config["seed"],
         n_boot=config["bootstrap"],
+    threads: 1  # one BLAS thread: the fits are deterministic only single-threaded
     log:
         "logs/E1_1.log",
+    benchmark:
+        "benchmarks/E1_1.tsv"
     conda:
         CONDA_ENV
     message:
@@ -60,12 +66,14 @@ rule E1_22:
         code=STEP_LIB,
     output:
         result="results/E1_22.json",
-        fig_attn="figures/E1_22_attention_atlas.png",
-        fig_step="figures/E1_22_step_atlas.png",
+        **figure("fig_attn", "figures/E1_22_attention_atlas"),
+        **figure("fig_step", "figures/E1_22_step_atlas"),
     params:
-        question=EXPERIMENTS["E1.22"]["question"],
+        question=question("E1.22"),
     log:
         "logs/E1_22.log",
+    benchmark:
+        "benchmarks/E1_22.tsv"
     conda:
         CONDA_ENV
     message:
@@ -80,12 +88,14 @@ rule walkthrough:
         settled=[rules.settle_gemm_constants.output.settled, rules.settle_step_constants.output.settled],
         code=STEP_LIB,
     output:
-        fig="figures/walkthrough_llama-3_1-8b_h100-sxm.png",
+        **figure("fig", "figures/walkthrough_llama-3_1-8b_h100-sxm"),
     params:
         model="llama-3.1-8b",
         gpu="h100-sxm",
     log:
         "logs/walkthrough.log",
+    benchmark:
+        "benchmarks/walkthrough.tsv"
     conda:
         CONDA_ENV
     message:

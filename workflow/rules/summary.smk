@@ -10,6 +10,8 @@ rule summary:
         "results/SUMMARY.md",
     log:
         "logs/summary.log",
+    benchmark:
+        "benchmarks/summary.tsv"
     conda:
         CONDA_ENV
     message:

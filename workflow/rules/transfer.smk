@@ -35,6 +35,8 @@ rule rf_fit:
         seed=config["seed"],
     log:
         "logs/rf_fit/{dataset}_{gpu}.log",
+    benchmark:
+        "benchmarks/rf_fit/{dataset}_{gpu}.tsv"
     conda:
         CONDA_ENV
     message:
@@ -60,6 +62,8 @@ rule rf_fit_full:
         seed=config["seed"],
     log:
         "logs/rf_fit_full/{dataset}_{gpu}.log",
+    benchmark:
+        "benchmarks/rf_fit_full/{dataset}_{gpu}.tsv"
     conda:
         CONDA_ENV
     message:
@@ -82,11 +86,14 @@ rule E2_1_grid:
         result="results/E2_1_grid.json",
         timing="results/E2_1_grid_timing.json",
     params:
-        question=EXPERIMENTS["E2.1"]["question"] + " (grid check: does Vidur's full grid change the forest?)",
+        question=question("E2.1") + " (grid check: does Vidur's full grid change the forest?)",
         seed=config["seed"],
         n_boot=config["bootstrap"],
+    threads: 1  # one BLAS thread: the fits are deterministic only single-threaded
     log:
         "logs/E2_1_grid.log",
+    benchmark:
+        "benchmarks/E2_1_grid.tsv"
     conda:
         CONDA_ENV
     message:
@@ -106,15 +113,19 @@ rule E2_1:
         code=lib(),
     output:
         result="results/E2_1.json",
-        figure="figures/E2_1_transfer.png",
+        **figure("figure", "figures/E2_1_transfer"),
     params:
-        question=EXPERIMENTS["E2.1"]["question"],
+        question=question("E2.1"),
+        targets=targets("E2.1"),
         seed=config["seed"],
         n_boot=config["bootstrap"],
         fast=config["fast"],
         full_grid=config["rf"]["full_grid"],
+    threads: 1  # one BLAS thread: the fits are deterministic only single-threaded
     log:
         "logs/E2_1.log",
+    benchmark:
+        "benchmarks/E2_1.tsv"
     conda:
         CONDA_ENV
     message:

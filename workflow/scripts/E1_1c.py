@@ -17,7 +17,7 @@ logging.info("light-kernel cells: %d", len(cells))
 with open(snakemake.input.gemm_constants) as fh:
     gemm_doc = json.load(fh)
 r = E.run(cells, seed=P.seed, n_boot=P.n_boot, gemm_doc=gemm_doc)
-doc = E.document(r, cells)
+doc = E.document(r, cells, P.targets)
 prov = rule_provenance(snakemake, calibration=r["calibration"].to_dict(), script="workflow/scripts/E1_1c.py")
 write_result(snakemake.output.result, id="E1.1c", question=P.question, metrics=doc["metrics"],
              claims=doc["claims"], provenance=prov, extra={"defaults_updates": E.defaults_updates(r["shipped"], cells)})

@@ -12,7 +12,7 @@ logging.basicConfig(filename=snakemake.log[0], level=logging.INFO, format="%(mes
 df = E.load_gemm(snakemake.input.gemm)
 doc = E.load_constants(snakemake.input.constants)
 recs, preds = E.evaluate_records(df, doc, n_boot=snakemake.params.n_boot, seed=snakemake.params.seed)
-out = E.e1_23_document(recs, E.reading_sensitivity(df, doc))
+out = E.e1_23_document(recs, snakemake.params.targets, E.reading_sensitivity(df, doc))
 prov = rule_provenance(snakemake, calibration=doc["calibration"], script="workflow/scripts/E1_23_gemm_h2h.py")
 write_result(snakemake.output.result, id="E1.23", question=snakemake.params.question, metrics=out["metrics"],
              claims=out["claims"], provenance=prov)

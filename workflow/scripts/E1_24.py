@@ -18,7 +18,7 @@ logging.info("attention cells: %d; fit sample %d per GPU and phase", len(cells),
 with open(snakemake.input.gemm_constants) as fh:
     gemm_doc = json.load(fh)
 r = E.run(cells, gemm_doc, seed=P.seed, n_boot=P.n_boot, fit_sample=P.fit_sample)
-doc = E.document(r, cells)
+doc = E.document(r, cells, P.targets)
 prov = rule_provenance(snakemake, calibration=r["calibration"].to_dict(), script="workflow/scripts/E1_24.py")
 write_result(snakemake.output.result, id="E1.24", question=P.question, metrics=doc["metrics"],
              claims=doc["claims"], provenance=prov,
@@ -30,7 +30,7 @@ E.plot_accuracy(r, splitext(snakemake.output.fig_acc)[0],
                 "E1.24: held-out MAPE of attention per GPU on Llama-like configs (32/64 query heads, 8 KV heads, "
                 "head dim 128): bare roofline, calibrated roofline with a floor (three attention deploy cells), steptime with "
                 "its per-GPU constants from the GEMM's three readings, and the same with three attention cells instead. "
-                "Dashed: target.")
+                "Dashed: target.", targets=P.targets)
 E.plot_factors(r, splitext(snakemake.output.fig_fac)[0], "h100-sxm",
                "E1.24: decode attention on h100-sxm (held out): measured vs steptime and the calibrated roofline over "
                "KV length, and steptime's named branches (floor, per-unit cost, KV stream, L2 hit) at 64 requests.")

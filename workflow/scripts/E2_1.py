@@ -41,7 +41,7 @@ for path in inp.models:
     records += transfer.transfer_records(ds, cells[ds], bundle, transfer.TARGETS[ds], n_boot=P.n_boot, seed=P.seed,
                                          constants_for=hooks.get(ds), cal_log=cal_log)
     fits.append(transfer.bundle_summary(bundle))
-doc = transfer.e2_1_document(records, fits, cells, fast=P.fast, full_grid=P.full_grid,
+doc = transfer.e2_1_document(records, fits, cells, fast=P.fast, full_grid=P.full_grid, targets=P.targets,
                              gap=transfer.profiler_gap(tables["vidur_mlp"], tables["gemm"]))
 write_result(snakemake.output.result, id="E2.1", question=P.question, metrics=doc["metrics"],
              claims=doc["claims"], extra={"transfer": records},

@@ -28,6 +28,7 @@ from __future__ import annotations
 import numpy as np
 
 from steptime.baselines import register
+from steptime.specs import vidur_operators
 
 # Vidur's feature choices per operator kind (names as in Vidur's tables).
 FEATURES = {
@@ -36,12 +37,9 @@ FEATURES = {
     "attn_decode": ["batch_size", "kv_cache_size"],
     "attn_prefill": ["kv_cache_size", "prefill_chunk_size_squared"],
 }
-# Vidur's per-layer operators (one estimator each) and their kind.
-VIDUR_OPS = {
-    "attn_pre_proj": "linear", "attn_post_proj": "linear", "mlp_up_proj": "linear",
-    "mlp_down_proj": "linear", "mlp_act": "light", "input_layernorm": "light",
-    "post_attention_layernorm": "light", "attn_rope": "light", "add": "light",
-}
+# Vidur's per-layer operators (one estimator each) and their kind (specs/operators.yaml).
+VIDUR_OPS = {op: ("linear" if op in vidur_operators(kind="gemm") else "light")
+             for op in vidur_operators(per="layer")}
 
 GRID_FULL = {"n_estimators": [250, 500, 750], "max_depth": [8, 16, 32], "min_samples_split": [2, 5, 10]}
 CV_FULL = 10

@@ -69,7 +69,7 @@ def _meta_cols(df: pd.DataFrame, entry: Entry) -> pd.DataFrame:
 
 # --------------------------------------------------------------------------- GEMM
 def read_gemm_file(entry: Entry) -> pd.DataFrame:
-    raw = read_parquet(entry.path)
+    raw = read_parquet(entry.checked_path)
     run_schema(raw, schemas.raw("aic_gemm"), entry.rel)
     g = _spec(entry)
     lat = raw["latency"].to_numpy(dtype="float64") * time_factor(entry, "latency")
@@ -106,7 +106,7 @@ _ATTN_KEYS = ["batch_size", "isl", "step", "num_heads", "num_kv_heads", "head_di
 
 def read_attention_file(entry: Entry) -> pd.DataFrame:
     kind = "context" if entry.table == "aic_context_attention" else "generation"
-    raw = read_parquet(entry.path)
+    raw = read_parquet(entry.checked_path)
     run_schema(raw, schemas.raw(entry.table), entry.rel)
     g = _spec(entry)
     lat = raw["latency"].to_numpy(dtype="float64") * time_factor(entry, "latency")
@@ -171,7 +171,7 @@ def load_aic_attention(kind: str = "context", gpu=None, *, root=None) -> pd.Data
 
 # --------------------------------------------------------------------------- quantize (scale_matrix)
 def read_scale_matrix_file(entry: Entry) -> pd.DataFrame:
-    raw = read_parquet(entry.path)
+    raw = read_parquet(entry.checked_path)
     run_schema(raw, schemas.raw("aic_scale_matrix"), entry.rel)
     g = _spec(entry)
     lat = raw["latency"].to_numpy(dtype="float64") * time_factor(entry, "latency")
@@ -205,7 +205,7 @@ def load_aic_scale_matrix(gpu=None, *, root=None) -> pd.DataFrame:
 
 # --------------------------------------------------------------------------- all-reduce
 def read_allreduce_file(entry: Entry) -> pd.DataFrame:
-    raw = read_parquet(entry.path)
+    raw = read_parquet(entry.checked_path)
     run_schema(raw, schemas.raw(entry.table), entry.rel)
     g = _spec(entry)
     lat = raw["latency"].to_numpy(dtype="float64") * time_factor(entry, "latency")
@@ -256,6 +256,6 @@ def load_aic_system(gpu, *, root=None) -> dict:
     if not ents:
         raise DataError(f"raw/MANIFEST.yaml lists no AIConfigurator system file for GPU {gpu!r}")
     try:
-        return yaml.safe_load(ents[0].path.read_text())
+        return yaml.safe_load(ents[0].checked_path.read_text())
     except (OSError, yaml.YAMLError) as exc:
         raise DataError(f"{ents[0].rel}: unreadable: {exc}") from None

@@ -28,10 +28,9 @@ THRESHOLD = "decoding_large_small_bs_threshold"
 
 
 def read_coefficients_file(entry: Entry) -> pd.DataFrame:
-    if not entry.path.is_file():
-        raise DataError(f"{entry.rel}: file missing (listed in raw/MANIFEST.yaml)")
+    path = entry.checked_path
     try:
-        doc = json.loads(entry.path.read_text())
+        doc = json.loads(path.read_text())
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise DataError(f"{entry.rel}: unreadable JSON (truncated or corrupt): {exc}") from None
     f = time_factor(entry, "result")
@@ -72,7 +71,7 @@ def load_distserve(*, root=None) -> pd.DataFrame:
 
 
 def read_max_tokens_file(entry: Entry) -> pd.DataFrame:
-    raw = read_csv(entry.path)
+    raw = read_csv(entry.checked_path)
     run_schema(raw, schemas.raw("distserve_max_num_tokens"), entry.rel, csv=True)
     return pd.DataFrame({"gpu": entry.gpu, "model": raw["model"].map(model_key), "model_source": raw["model"],
                          "tp": raw["tp"], "pp": raw["pp"], "max_num_tokens": raw["max_num_tokens"]})

@@ -50,7 +50,7 @@ def read_entry(entry):
         import yaml
 
         try:
-            doc = yaml.safe_load(entry.path.read_text())
+            doc = yaml.safe_load(entry.checked_path.read_text())
         except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
             raise DataError(f"{entry.rel}: unreadable YAML: {exc}") from None
         if not isinstance(doc, dict):
@@ -58,7 +58,7 @@ def read_entry(entry):
         return None
     if t in TEXT_TABLES:
         try:
-            text = entry.path.read_text()
+            text = entry.checked_path.read_text()
         except (OSError, UnicodeDecodeError) as exc:
             raise DataError(f"{entry.rel}: unreadable text: {exc}") from None
         if "License" not in text and "LICENSE" not in text:

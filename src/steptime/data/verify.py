@@ -43,12 +43,12 @@ class Report:
 
 
 def verify(root=None, schema: bool = True) -> Report:
-    from steptime.data.manifest import MANIFEST_REL, find_root, load_manifest
+    from steptime.data.manifest import MANIFEST_REL, completeness, find_root, load_manifest
     from steptime.io import sha256_file
 
     try:
         r = find_root(root)
-        man = load_manifest(r)
+        man = load_manifest(r, complete=False)  # every problem is listed below, not just the first
     except DataError as exc:
         return Report(str(root or "."), 0, 0, schema, [Problem(str(MANIFEST_REL), str(exc))])
     problems: list[Problem] = []
@@ -96,20 +96,15 @@ def verify(root=None, schema: bool = True) -> Report:
             digest = sha256_file(p)
             if digest != e.get("sha256"):
                 problems.append(Problem(rel, f"sha256 {digest[:12]}..., manifest says {str(e.get('sha256'))[:12]}..."))
+                continue  # its loader would refuse it for the same reason
         if schema:
             try:
                 read_entry(e)
             except DataError as exc:
                 problems.append(Problem(rel, f"check failed: {exc}"))
-    if raw_dir.is_dir():
-        for f in sorted(raw_dir.rglob("*")):
-            if f.is_dir():
-                continue
-            rel = f.relative_to(r).as_posix()
-            if rel == MANIFEST_REL.as_posix():
-                continue
-            if rel not in listed:
-                problems.append(Problem(rel, "file under raw/ is not in the manifest"))
+    unlisted, _ = completeness(man, collected_ok=False)  # missing files are reported above
+    for rel in unlisted:
+        problems.append(Problem(rel, "file under raw/ is not in the manifest"))
     return Report(str(r), len(entries), total, schema, problems)
 
 
@@ -147,7 +142,7 @@ def list_main(argv: list[str] | None = None) -> int:
     a = ap.parse_args(argv)
     from steptime.data.manifest import load_manifest
 
-    man = load_manifest(a.root)
+    man = load_manifest(a.root, complete=False)
     rows = [{k: e.get(k) for k in ("path", "table", "gpu", "source", "rows", "bytes")} for e in man.entries()]
     if a.json:
         sys.stdout.write(json.dumps(rows, indent=1) + "\n")

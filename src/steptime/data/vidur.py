@@ -14,10 +14,10 @@ from steptime.data.aic import BIG_FLOPS, MAX_PEAK_FRACTION, MIN_PEAK_FRACTION_BI
 from steptime.data.checks import aggregate_duplicates, fail_rows, read_csv, run_schema, time_factor
 from steptime.data.manifest import Entry, load_manifest
 from steptime.errors import DataError, UnknownModelError
+from steptime.specs import vidur_operators
 
-VIDUR_OPS = ("emb", "input_layernorm", "attn_pre_proj", "attn_rope", "attn_post_proj", "post_attention_layernorm",
-             "mlp_up_proj", "mlp_act", "mlp_down_proj", "add")
-GEMM_OPS = ("attn_pre_proj", "attn_post_proj", "mlp_up_proj", "mlp_down_proj")
+VIDUR_OPS = tuple(vidur_operators())  # Vidur's operators in execution order (specs/operators.yaml)
+GEMM_OPS = tuple(vidur_operators(kind="gemm"))
 STATS = ("min", "max", "mean", "median", "std")
 CPU_STAGES = ("schedule", "sampler_launch", "sampler_e2e", "prepare_inputs_launch", "prepare_inputs_e2e",
               "model_execution_launch", "model_execution_e2e", "process_model_outputs")
@@ -57,7 +57,7 @@ def gemm_shapes(op: str, tokens, tp, n_head, n_kv_head, n_embd, n_expanded, gate
 
 # --------------------------------------------------------------------------- mlp.csv
 def read_mlp_file(entry: Entry) -> pd.DataFrame:
-    raw = read_csv(entry.path)
+    raw = read_csv(entry.checked_path)
     run_schema(raw, schemas.raw("vidur_mlp"), entry.rel, csv=True)
     ops = []
     for c in raw.columns:
@@ -133,7 +133,7 @@ def load_vidur_mlp(gpu=None, model=None, *, root=None) -> pd.DataFrame:
 
 # --------------------------------------------------------------------------- cpu_overheads
 def read_cpu_overheads_file(entry: Entry) -> pd.DataFrame:
-    raw = read_csv(entry.path)
+    raw = read_csv(entry.checked_path)
     run_schema(raw, schemas.raw("vidur_cpu_overheads"), entry.rel, csv=True)
     g = _spec(entry)
     cols = [f"{s}_{stat}" for s in CPU_STAGES for stat in ("mean", "median")] + ["ray_comm_time_mean"]
@@ -161,7 +161,7 @@ def load_vidur_cpu_overheads(gpu=None, *, root=None) -> pd.DataFrame:
 
 # --------------------------------------------------------------------------- traces
 def read_trace_file(entry: Entry) -> pd.DataFrame:
-    raw = read_csv(entry.path)
+    raw = read_csv(entry.checked_path)
     run_schema(raw, schemas.raw("vidur_trace"), entry.rel, csv=True)
     name = entry.path.stem
     if "arrived_at" in raw:

@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 
 from steptime.plotting import PALETTE, save, subplots
-from steptime.specs import get_gpu
+from steptime.specs import by_family, get_gpu, gpu_keys
 
-GPU_ORDER = ("a100-sxm", "l40s", "h100-sxm", "h200-sxm", "b200", "gb200", "b300", "gb300", "rtx-pro-6000")
+GPU_ORDER = tuple(by_family(gpu_keys(tables="aic")))  # the AIConfigurator GPUs by generation
 GPU_COLORS = dict(zip(GPU_ORDER, ("#1b9e77", "#d95f02", "#7570b3", "#e7298a", "#66a61e", "#e6ab02", "#a6761d",
                                   "#666666", "#1f78b4")))
 

@@ -3,7 +3,7 @@
 The measured quantity is the sum of ONE layer's non-attention operators as Vidur
 profiles them (steptime.step.VIDUR_LAYER_OPS; `emb` runs once per step and is left out of
 the layer sum, as Vidur's own predictor leaves it out of a block). Each (gpu, model, tp,
-num_tokens) row is one cell; decode-sized cells have <= 64 tokens, prefill-sized >= 512.
+num_tokens) row is one cell, decode-sized, prefill-sized or mid as steptime.regimes defines them.
 
 Held out per GPU: the GEMM constants are the shipped ones (defaults.yaml, set on
 AIConfigurator GEMM tables by E1.x GEMM experiments; Vidur cells never set them), the
@@ -20,10 +20,10 @@ from steptime.calibration import Calibration, Constants
 from steptime.experiments import gemm as GX
 from steptime.experiments import light as LX
 from steptime.metrics import score, signed_error
+from steptime.regimes import size_class
 from steptime.specs import get_gpu, get_model
 from steptime.step import VIDUR_GEMM, VIDUR_LAYER_OPS, VIDUR_LIGHT, vidur_layer_ops
 
-DECODE_MAX, PREFILL_MIN = 64, 512
 TERM_OF = {**{op: "gemm" for op in VIDUR_GEMM}, **{op: "light" for op in VIDUR_LIGHT}}
 RUNGS = ("bare_roofline", "+gemm_eta_c", "+gemm_eta_mem", "+gemm_floor", "+light_eta", "+light_floor")
 
@@ -40,7 +40,7 @@ def wide_cells(vidur):
     w["cell"] = list(zip(w["gpu"], ["vidur_layer"] * len(w), w["model"], w["tp"].astype(int),
                          w["num_tokens"].astype(int)))
     T = w["num_tokens"].to_numpy()
-    w["size"] = np.where(T <= DECODE_MAX, "decode", np.where(T >= PREFILL_MIN, "prefill", "mid"))
+    w["size"] = size_class(T)
     return w.sort_values(["gpu", "model", "tp", "num_tokens"]).reset_index(drop=True)
 
 
@@ -210,17 +210,22 @@ def signed(fr) -> np.ndarray:
 
 # ---------------------------------------------------------------------------------------
 # result documents and figures
-TARGETS = {"decode": 0.05, "prefill": 0.06}
+SUBSETS = ("decode", "prefill")  # decode-sized and prefill-sized cells
 
 
-def document(r: dict, eid: str) -> dict:
+def document(r: dict, eid: str, targets: dict | None = None) -> dict:
+    """metrics + claims of E1.1, E1.1b or E1.20; E1.1 needs `targets` (held-out MAPE bound per
+    subset, config/experiments.yaml E1.1 targets, e.g. {decode: 0.05, prefill: 0.06})."""
     from steptime.results import claim
 
     recs = r["records"]
     if eid == "E1.1":
         claims = []
-        groups = [x for x in recs if x.get("scope") == "cell_group" and x["subset"] in TARGETS and x["cells"]]
-        for sub, tgt in TARGETS.items():
+        if not targets:
+            raise ValueError("E1.1 document: pass the targets (config/experiments.yaml E1.1 targets)")
+        groups = [x for x in recs if x.get("scope") == "cell_group" and x["subset"] in SUBSETS and x["cells"]]
+        for sub in SUBSETS:
+            tgt = targets[sub]
             gg = [x for x in groups if x["subset"] == sub]
             met = [x for x in gg if x["mape"] <= tgt]
             claims.append(claim(f"{sub}-sized cells: model x GPU x TP groups within the {tgt:.0%} MAPE target",
@@ -264,20 +269,21 @@ def document(r: dict, eid: str) -> dict:
     raise KeyError(eid)
 
 
-def plot_step(r: dict, stem, caption=None):
+def plot_step(r: dict, stem, caption=None, targets: dict | None = None):
     from steptime import plotting
 
     plt = plotting.setup()
     groups = [x for x in r["records"] if x.get("scope") == "cell_group"]
     gpus = sorted({x["gpu"] for x in groups})
     fig, axes = plt.subplots(1, 2, figsize=(11, 3.8), sharey=True)
-    for ax, sub in zip(axes, TARGETS):
+    for ax, sub in zip(axes, SUBSETS):
         labels = sorted({(x["model"], x["tp"]) for x in groups})
         for j, g in enumerate(gpus):
             v = [next((x["mape"] for x in groups if x["gpu"] == g and x["subset"] == sub and (x["model"], x["tp"]) == lb
                        and x["cells"]), np.nan) for lb in labels]
             ax.bar(np.arange(len(labels)) + (j - 1) * 0.27, np.array(v, dtype=float) * 100, 0.27, label=g)
-        ax.axhline(TARGETS[sub] * 100, color="k", ls="--", lw=0.8)
+        if targets:
+            ax.axhline(targets[sub] * 100, color="k", ls="--", lw=0.8)
         ax.set_xticks(np.arange(len(labels)))
         ax.set_xticklabels([f"{m} tp{t}" for m, t in labels], rotation=60, ha="right", fontsize=6)
         ax.set_title(f"{sub}-sized cells")
@@ -290,11 +296,11 @@ def plot_residual(r: dict, stem, caption=None):
     from steptime import plotting
 
     plt = plotting.setup()
-    dec = [d for d in r["decomposition"] if d["term"] in VIDUR_LAYER_OPS and d["subset"] in TARGETS]
+    dec = [d for d in r["decomposition"] if d["term"] in VIDUR_LAYER_OPS and d["subset"] in SUBSETS]
     gpus = sorted({d["gpu"] for d in dec})
     fig, axes = plt.subplots(1, len(gpus), figsize=(4 * len(gpus), 3.4), sharey=True)
     for ax, g in zip(np.atleast_1d(axes), gpus):
-        for j, sub in enumerate(TARGETS):
+        for j, sub in enumerate(SUBSETS):
             rows = [d for d in dec if d["gpu"] == g and d["subset"] == sub]
             tot = sum(abs(d["signed_residual_ms"]) for d in rows) or 1.0
             ax.barh(np.arange(len(rows)) + (j - 0.5) * 0.4, [d["signed_residual_ms"] / tot * 100 for d in rows], 0.4,

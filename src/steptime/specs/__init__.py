@@ -22,6 +22,7 @@ from steptime.validation import MAX_DIM, as_int
 _HERE = Path(__file__).resolve().parent
 GPU_FILE = _HERE / "gpus.yaml"
 MODEL_FILE = _HERE / "models.yaml"
+OPERATOR_FILE = _HERE / "operators.yaml"
 
 ARCHITECTURES = ("ampere", "ada", "hopper", "blackwell")
 
@@ -118,6 +119,7 @@ class Model:
     tie_word_embeddings: bool
     max_position_embeddings: int
     aliases: tuple = ()
+    parallel_block: bool = False  # attention and MLP in parallel off one norm (phi-2); models.yaml
 
     def __post_init__(self):
         """Refuse shapes no dense decoder has, with one line naming the model and the field."""
@@ -215,8 +217,33 @@ def _gpu_alias_index() -> dict[str, str]:
     return idx
 
 
-def gpu_keys() -> list[str]:
-    return list(gpu_table())
+TABLE_NAMES = {"aic": "aic_name", "vidur": "vidur_name"}
+
+
+def gpu_keys(family: str | tuple | list | None = None, tables: str | None = None) -> list[str]:
+    """GPU keys in gpus.yaml order; `family`: an architecture (or several) to keep; `tables`:
+    'aic' or 'vidur' keeps the GPUs that project measured tables for (a name in gpus.yaml),
+    e.g. gpu_keys(tables="aic") is the nine AIConfigurator GPUs and
+    gpu_keys("hopper", tables="aic") the Hopper ones among them."""
+    fams = None if family is None else ({family} if isinstance(family, str) else set(family))
+    if fams is not None and not fams <= set(ARCHITECTURES):
+        raise ValueError(f"unknown GPU family {sorted(fams - set(ARCHITECTURES))} (known: {', '.join(ARCHITECTURES)})")
+    if tables is not None and tables not in TABLE_NAMES:
+        raise ValueError(f"unknown table source {tables!r} (known: {', '.join(TABLE_NAMES)})")
+    out = []
+    for key, g in gpu_table().items():
+        if fams is not None and g.architecture not in fams:
+            continue
+        if tables is not None and not getattr(g, TABLE_NAMES[tables]):
+            continue
+        out.append(key)
+    return out
+
+
+def by_family(keys) -> list[str]:
+    """`keys` ordered by architecture generation (ARCHITECTURES), gpus.yaml order within one."""
+    order = list(gpu_table())
+    return sorted(keys, key=lambda k: (ARCHITECTURES.index(get_gpu(k).architecture), order.index(get_gpu(k).key)))
 
 
 def get_gpu(name: str | GPU) -> GPU:
@@ -273,7 +300,7 @@ def _model_from_raw(key: str, raw: dict) -> Model:
     if missing:
         raise ModelConfigError(f"{MODEL_FILE.name}: model {key!r}: missing fields {', '.join(missing)}")
     return Model(key=key, source=raw.get("source", key), aliases=tuple(raw.get("aliases", ())),
-                 **{f: raw[f] for f in _MODEL_FIELDS})
+                 parallel_block=bool(raw.get("parallel_block", False)), **{f: raw[f] for f in _MODEL_FIELDS})
 
 
 @lru_cache(maxsize=1)
@@ -407,6 +434,7 @@ def model_from_config(path: str | os.PathLike) -> Model:
         gated_mlp=gated,
         tie_word_embeddings=_cfg_bool(cfg, "tie_word_embeddings", where, False),
         max_position_embeddings=_cfg_int(cfg, "max_position_embeddings", where, 4096),
+        parallel_block="PhiForCausalLM" in (cfg.get("architectures") or ()),
     )
 
 
@@ -434,3 +462,19 @@ def get_model(name: str | Model) -> Model:
         hint = f"; closest: {', '.join(close)}" if close else ""
         raise UnknownModelError(f"unknown model {s!r}{hint} (or pass a path to a config.json)")
     return model_table()[key]
+
+
+# ---------------------------------------------------------------------------------------
+@lru_cache(maxsize=1)
+def _operators() -> dict:
+    return _load_yaml(OPERATOR_FILE)
+
+
+def vidur_operators(kind: str | None = None, per: str | None = None) -> dict[str, str]:
+    """{Vidur operator: steptime term} from operators.yaml, in the order the operators run;
+    `kind` ('gemm' or 'light') and `per` ('layer' or 'step') filter."""
+    out = {}
+    for op, v in _operators()["vidur"].items():
+        if (kind is None or v["kind"] == kind) and (per is None or v["per"] == per):
+            out[op] = v["term"]
+    return out
