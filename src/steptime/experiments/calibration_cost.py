@@ -207,7 +207,8 @@ def plot_ledger(rows, timing: dict, stem):
 def step_prediction_speed(bundle: dict, cells, gpu: str, repeats: int = 3) -> dict:
     """Seconds per per-layer step cell: the RF (nine per-operator forests, as Vidur predicts a
     layer) vs steptime's per-layer function, batched and one cell per call."""
-    from steptime.experiments.transfer import predict_layer_ops, predict_profiled
+    from steptime.experiments.ratios import predict_layer_ops
+    from steptime.experiments.transfer.profiled import predict_profiled
 
     one = cells.iloc[:1]
     batch_rf = time_calls(lambda: predict_profiled(bundle, "rf", cells), repeats)
