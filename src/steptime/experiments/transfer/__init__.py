@@ -52,7 +52,8 @@ from steptime.experiments.transfer.document import (GRID_CHECK_PREDICTORS, TARGE
 from steptime.experiments.transfer.profiled import (ATTN_FEATURES, FAST_MAX_ROWS, TEST_FRACTION,  # noqa: F401
                                                     _long_step, bundle_summary, fit_home, predict_profiled,
                                                     split_home)
-from steptime.experiments.transfer.records import (HOME_GPUS, PREDICTORS, TARGETS, profiler_gap,  # noqa: F401
+from steptime.experiments.transfer.peers import HomeOnly, MLLeaveOneOut, ml_features, reading_scale  # noqa: F401
+from steptime.experiments.transfer.records import (HOME_GPUS, PEERS, PREDICTORS, TARGETS, profiler_gap,  # noqa: F401
                                                    ratio_table, transfer_records)
 from steptime.experiments.transfer.scoring import (_calibration_mask, _ci, _ci_paired,  # noqa: F401
                                                    calibration_summary, score_cells, score_many)
