@@ -156,3 +156,16 @@ def test_peer_claims_state_wins_and_losses():
     ml = cl["steptime|ml_loo"]
     assert ml["met"] is False and "loses on h100-sxm" in ml["claim"] and ml["value"]["b200"] == 2.0
     assert cl["steptime_home_only|rf_spec_scaled"]["met"] is True
+
+
+def test_design_rows_name_the_best_alternative_and_flag_a_shipped_loser():
+    from steptime.experiments import design
+
+    r = design._row("x", 2, {2: 0.10, 4: 0.09}, metric="m", held_out=True, source="s")
+    assert r["best_alternative"] == "4" and r["shipped_is_best"] is False
+    assert r["shipped_minus_best"] == pytest.approx(0.01)
+    doc = design.document([r], [], {"per_target": {}}, {"per_target": {}}, fast=True)
+    assert doc["claims"][0]["met"] is False and "NOT the best" in doc["claims"][0]["claim"]
+    nr = design.nested_rows({"per_target": {"h100-sxm": {"warm": 0.1, "cold": 0.2, "shipped_fold": 0.1}}},
+                            {"per_target": {}, "settings": {"shipped_weight": 10.0}})
+    assert nr[0]["alternatives"] == {"warm": 0.1, "cold": 0.2} and nr[0]["shipped_is_best"]

@@ -19,7 +19,7 @@ GRID_CHECK_TARGETS = ["results/E2_1_grid.json", "results/E2_1_grid_timing.json"]
 rule rf_fit:
     input:
         data=lambda wc: UTILITY_DATA[wc.dataset],
-        code=lib("baselines", "experiments/transfer", "experiments/cells", "specs", "data"),
+        code=lib("baselines", "experiments/transfer/profiled", "experiments/cells", "specs", "data"),
     output:
         model="results/cache/rf/{dataset}_{gpu}.joblib",
     wildcard_constraints:
@@ -42,7 +42,7 @@ rule rf_fit:
 rule rf_fit_full:
     input:
         data=lambda wc: UTILITY_DATA[wc.dataset],
-        code=lib("baselines", "experiments/transfer", "experiments/cells", "specs", "data"),
+        code=lib("baselines", "experiments/transfer/profiled", "experiments/cells", "specs", "data"),
     output:
         model="results/cache/rf_full/{dataset}_{gpu}.joblib",
     wildcard_constraints:

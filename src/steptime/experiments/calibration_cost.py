@@ -76,7 +76,7 @@ def ledger(transfer_records, bundles_meta: dict, n_gpus_datasheet: int, constant
     for (ds, home), recs in sorted(by.items()):
         meta = bundles_meta.get((ds, home), {})
         home_recs = {r["predictor"]: r for r in recs if r["target_gpu"] == home}
-        unseen, behind, gpus_fit = {}, {}, {}
+        unseen, behind, gpus_fit, reads = {}, {}, {}, {}
         for r in recs:
             if r["target_gpu"] != home:
                 unseen.setdefault(r["predictor"], []).append(r["mape_all"])
@@ -84,6 +84,7 @@ def ledger(transfer_records, bundles_meta: dict, n_gpus_datasheet: int, constant
                 if n is not None:
                     behind.setdefault(r["predictor"], []).append(n)
                 fo = r.get("fitted_on") or {}
+                reads[r["predictor"]] = max(reads.get(r["predictor"], 0), int(fo.get("target_readings", 0) or 0))
                 gpus = set(fo.get("gpus", [])) | {g for v in (fo.get("families") or {}).values()
                                                     for g in v.get("gpus", [])}
                 if gpus:
@@ -100,7 +101,7 @@ def ledger(transfer_records, bundles_meta: dict, n_gpus_datasheet: int, constant
                 home_mape = home_recs.get("ml_loo", {}).get("mape_all")
             else:
                 tag = pred.split("_")[0]
-                target_cells = 3 if pred == "rf_spec_scaled_readings" else 0
+                target_cells = reads.get(key, 0)
                 covered = 1 if pred in ("rf", "poly") else n_gpus_datasheet
                 home_mape = home_recs.get(f"{tag}_home", {}).get("mape_all")
             un = unseen.get(key, [])
