@@ -169,3 +169,20 @@ def test_design_rows_name_the_best_alternative_and_flag_a_shipped_loser():
     nr = design.nested_rows({"per_target": {"h100-sxm": {"warm": 0.1, "cold": 0.2, "shipped_fold": 0.1}}},
                             {"per_target": {}, "settings": {"shipped_weight": 10.0}})
     assert nr[0]["alternatives"] == {"warm": 0.1, "cold": 0.2} and nr[0]["shipped_is_best"]
+
+
+def test_committed_e2_1_keeps_the_contract_per_target():
+    """On the committed E2.1: every steptime row's shared fits exclude the target GPU, and the
+    target's own cells that set a constant (host rows apart) are at most three."""
+    doc = json.loads((ROOT / "results/E2_1.json").read_text())
+    rows = [r for r in doc["transfer"] if r["predictor"] in ("steptime", "steptime_home_only")]
+    assert rows
+    for r in rows:
+        fo = r["fitted_on"]
+        fams = fo.get("families") or {k: v for k, v in fo.items() if isinstance(v, dict)}
+        for fam in fams.values():
+            assert r["target_gpu"] not in fam["gpus"], (r["dataset"], r["target_gpu"], fam)
+        assert fo["target_readings"] <= 3
+    for key, cal in doc["provenance"]["calibration"].items():
+        own = {tuple(c) for cells in cal["target_cells"].values() for c in cells if c[1] != "host"}
+        assert len(own) <= 3, (key, sorted(own))
