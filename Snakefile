@@ -23,6 +23,7 @@ include: "workflow/rules/transfer.smk"
 include: "workflow/rules/ranking.smk"
 include: "workflow/rules/cost.smk"
 include: "workflow/rules/collect.smk"
+include: "workflow/rules/design.smk"
 include: "workflow/rules/summary.smk"
 
 

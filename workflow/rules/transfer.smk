@@ -22,7 +22,7 @@ GRID_CHECK_TARGETS = ["results/E2_1_grid.json", "results/E2_1_grid_timing.json"]
 rule rf_fit:
     input:
         unpack(lambda wc: UTILITY_DATA[wc.dataset]),
-        code=lib("baselines", "experiments/transfer", "specs", "data"),
+        code=lib("baselines", "experiments/transfer/profiled", "experiments/cells", "specs", "data"),
     output:
         model="results/cache/rf/{dataset}_{gpu}.joblib",
     wildcard_constraints:
@@ -49,7 +49,7 @@ rule rf_fit:
 rule rf_fit_full:
     input:
         unpack(lambda wc: UTILITY_DATA[wc.dataset]),
-        code=lib("baselines", "experiments/transfer", "specs", "data"),
+        code=lib("baselines", "experiments/transfer/profiled", "experiments/cells", "specs", "data"),
     output:
         model="results/cache/rf_full/{dataset}_{gpu}.joblib",
     wildcard_constraints:

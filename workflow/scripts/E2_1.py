@@ -1,4 +1,4 @@
-"""E2.1: cross-GPU transfer of the home-profiled RF against steptime, on three datasets."""
+"""E2.1: cross-GPU transfer of the home-profiled RF against steptime and its fair-ground peers."""
 import json
 import logging
 
@@ -6,7 +6,10 @@ import joblib
 import pandas as pd
 
 from steptime.calibration import use_settled
-from steptime.evaluate.held_out import HeldOut
+from steptime.evaluate.held_out import HeldOut, fit_footprint
+from steptime.experiments import attention as AX
+from steptime.experiments import gemm as GX
+from steptime.experiments import light as LX
 from steptime.experiments import transfer
 from steptime.results import rule_provenance, write_result
 
@@ -30,16 +33,35 @@ with open(inp.gemm_constants) as fh:
     gemm_doc = json.load(fh)
 with open(inp.attention) as fh:
     attn_doc = json.load(fh)
-hooks = {"vidur_step": HeldOut.for_dataset("vidur_step", vidur=tables["vidur_mlp"],
-                                           light_gpus=transfer.TARGETS["vidur_step"], gemm_doc=gemm_doc),
+attn_sample = int(attn_doc["provenance"]["config"].get("fit_sample", AX.FIT_SAMPLE))
+vidur = tables["vidur_mlp"]
+light_cells = LX.tidy_cells(vidur)
+attn_cells = AX.tidy_cells(tables["attention_generation"], tables["attention_context"])
+gemm_df = GX.load_gemm(inp.gemm)
+vidur_gpus = transfer.TARGETS["vidur_step"]
+hooks = {"vidur_step": HeldOut.for_dataset("vidur_step", vidur=vidur, light_gpus=vidur_gpus, gemm_doc=gemm_doc),
          "aic_gemm": HeldOut.for_dataset("aic_gemm", gemm_doc=gemm_doc),
          "aic_attention": HeldOut.for_dataset("aic_attention", attn_doc=attn_doc)}
+families = {"vidur_step": ("light", "gemm"), "aic_gemm": ("gemm",), "aic_attention": ("attention",)}
+ml = {ds: transfer.MLLeaveOneOut(ds, cells[ds], fast=P.fast, seed=P.seed) for ds in transfer.DATASETS}
+attn_reads = {g: [tuple(c) for c in v["scoring_excludes"].values()]
+              for g, v in attn_doc["metrics"]["per_gpu"].items()}
+reading_ids = {"aic_attention": lambda t: attn_reads.get(t, []), "aic_gemm": lambda t: [],
+               "vidur_step": lambda t: []}
+gemm_fit = gemm_doc["settings"]
 for path in inp.models:
     bundle = joblib.load(path)
-    ds = bundle["dataset"]
-    logging.info("scoring %s (home %s) on %s", ds, bundle["home_gpu"], transfer.TARGETS[ds])
-    records += transfer.transfer_records(ds, cells[ds], bundle, transfer.TARGETS[ds], n_boot=P.n_boot, seed=P.seed,
-                                         constants_for=hooks.get(ds), cal_log=cal_log)
+    ds, home = bundle["dataset"], bundle["home_gpu"]
+    logging.info("scoring %s (home %s) on %s", ds, home, transfer.TARGETS[ds])
+    home_only = transfer.HomeOnly(families[ds], home, gemm_doc=gemm_doc, gemm_df=gemm_df, attn_cells=attn_cells,
+                                  light_cells=light_cells, seed=P.seed, gemm_n_per_gpu=int(gemm_fit["n_per_gpu"]),
+                                  gemm_max_nfev=int(gemm_fit["max_nfev"]), attn_sample=attn_sample)
+    records += transfer.transfer_records(
+        ds, cells[ds], bundle, transfer.TARGETS[ds], n_boot=P.n_boot, seed=P.seed,
+        constants_for=hooks.get(ds), cal_log=cal_log, home_only=home_only, ml=ml[ds], reading_ids=reading_ids[ds],
+        steptime_fit=lambda t, ds=ds: fit_footprint(ds, t, gemm_doc=gemm_doc, attn_doc=attn_doc,
+                                                    attn_cells=attn_cells, attn_sample=attn_sample,
+                                                    light_cells=light_cells, light_gpus=vidur_gpus, seed=P.seed))
     fits.append(transfer.bundle_summary(bundle))
 doc = transfer.e2_1_document(records, fits, cells, fast=P.fast, full_grid=P.full_grid, targets=P.targets,
                              gap=transfer.profiler_gap(tables["vidur_mlp"], tables["gemm"]))

@@ -51,7 +51,7 @@ def held_out_constants(target: str, families=FAMILIES, *, gemm_doc: dict | None 
         c, info = SX.held_out_constants(light_cells, target, list(light_gpus or sorted(set(light_cells["gpu"]))),
                                         gemm_doc)
         notes["light"] = (f"light_bw_scale@{key}", [tuple(info["reading_cell"])],
-                          f"light constants fitted on {info['fit_on']}; light_bw_scale: {info['light_bw_scale_from']}")
+                          f"light constants (eta, floor, knee p) fitted on {info['fit_on']}; light_bw_scale: {info['light_bw_scale_from']}")
     if "gemm" in families:
         from steptime.experiments import gemm as GX
 
@@ -103,3 +103,45 @@ class HeldOut:
         if target not in self._memo:
             self._memo[target] = held_out_constants(target, self.families, **self._kw)
         return self._memo[target]
+
+
+def fit_footprint(dataset: str, target: str, *, gemm_doc: dict | None = None, attn_doc: dict | None = None,
+                  attn_cells=None, attn_sample: int | None = None, light_cells=None, light_gpus=None,
+                  seed: int = 0) -> dict:
+    """Every measured cell that shaped a held-out constant steptime uses for `target` on
+    `dataset`, shared fits included: {family: {gpus, cells}}, the target's own readings and
+    the total. GEMM: the fold's fit sample (settings.n_per_gpu cells of each other GPU);
+    attention: E1.24's fit sample on the fold's GPUs (`attention._sample`), its GPUs' deploy
+    cells behind the reading ratios, and the GEMM fold its readings are solved under; light:
+    the other Vidur GPUs' light tables (and the GEMM fold behind a derived bandwidth scale)."""
+    from steptime.specs import get_gpu
+
+    key = get_gpu(target).key
+    fams = DATASET_FAMILIES[dataset]
+    out: dict = {}
+    folds = (gemm_doc or {}).get("folds", {})
+    has_gemm_fold = key in folds
+    gemm_needed = "gemm" in fams or "attention" in fams or ("light" in fams and has_gemm_fold)
+    if gemm_needed and has_gemm_fold:
+        others = sorted(g for g in folds if g != key)
+        n = int(gemm_doc["settings"]["n_per_gpu"])
+        out["gemm"] = {"gpus": others, "cells": n * len(others) + 3 * len(others),
+                       "what": f"global fit sample ({n} cells per GPU) plus each GPU's three deploy readings"}
+    per_gpu = (attn_doc or {}).get("metrics", {}).get("per_gpu", {})
+    if "attention" in fams and key in per_gpu and attn_cells is not None:
+        from steptime.experiments import attention as AX
+
+        fit_on = list(per_gpu[key]["fit_on"])
+        n_fit = len(AX._sample(attn_cells[attn_cells["gpu"].isin(fit_on)], seed,
+                               attn_sample or AX.FIT_SAMPLE))
+        out["attention"] = {"gpus": fit_on, "cells": int(n_fit + 3 * len(fit_on)),
+                            "what": "shape-factor fit sample plus each GPU's three attention deploy cells "
+                                    "(reading ratios)"}
+    if "light" in fams and light_cells is not None:
+        others = [g for g in (light_gpus or sorted(set(light_cells["gpu"]))) if g != key]
+        out["light"] = {"gpus": others, "cells": int(light_cells["gpu"].isin(others).sum()),
+                        "what": "light-kernel factors (eta, floor, knee p) fitted on these GPUs' tables"}
+    out["target_readings"] = 3 if has_gemm_fold else 1
+    out["total_cells"] = int(sum(v["cells"] for v in out.values() if isinstance(v, dict)) + out["target_readings"])
+    out["gpus"] = sorted({g for v in out.values() if isinstance(v, dict) for g in v["gpus"]})
+    return out

@@ -13,7 +13,8 @@ import time
 
 import numpy as np
 
-LEDGER_PREDICTORS = ("steptime", "rf", "rf_spec_scaled", "poly", "poly_spec_scaled")
+LEDGER_PREDICTORS = ("steptime", "steptime_home_only", "rf", "rf_spec_scaled", "rf_spec_scaled_readings", "ml_loo",
+                     "poly", "poly_spec_scaled")
 
 
 def steptime_rows(constants=None) -> dict:
@@ -46,9 +47,26 @@ def deploy_cells_used(cal_log: dict | None) -> dict:
     return out
 
 
+def _cells_behind(fitted_on: dict | None) -> int | None:
+    """Measured cells behind one record's predictor, from its E2.1 `fitted_on` entry: the
+    shared fits' cells (every family, every GPU) plus the target's readings."""
+    if not fitted_on:
+        return None
+    if "total_cells" in fitted_on:
+        return int(fitted_on["total_cells"])
+    n = int(fitted_on.get("cells", 0)) + int(fitted_on.get("target_readings", 0))
+    n += sum(int(v.get("cells", 0)) for v in (fitted_on.get("families") or {}).values())
+    return n
+
+
 def ledger(transfer_records, bundles_meta: dict, n_gpus_datasheet: int, constants=None,
            cal_log: dict | None = None) -> list[dict]:
-    """Cost-vs-coverage rows per (dataset, home GPU, predictor)."""
+    """Cost-vs-coverage rows per (dataset, home GPU, predictor).
+
+    `cells_behind_one_gpu`: every measured cell that shaped a constant (or a training row)
+    the predictor used for one unseen target, shared fits on other GPUs included (maximum
+    over the targets; from E2.1's `fitted_on`); `target_cells_per_gpu`: of those, the cells
+    measured on the target itself (steptime's deploy readings, 0 for a pure transfer)."""
     st = steptime_rows(constants)
     used = deploy_cells_used(cal_log)
     by = {}
@@ -58,26 +76,46 @@ def ledger(transfer_records, bundles_meta: dict, n_gpus_datasheet: int, constant
     for (ds, home), recs in sorted(by.items()):
         meta = bundles_meta.get((ds, home), {})
         home_recs = {r["predictor"]: r for r in recs if r["target_gpu"] == home}
-        unseen = {}
+        unseen, behind, gpus_fit, reads = {}, {}, {}, {}
         for r in recs:
             if r["target_gpu"] != home:
                 unseen.setdefault(r["predictor"], []).append(r["mape_all"])
+                n = _cells_behind(r.get("fitted_on"))
+                if n is not None:
+                    behind.setdefault(r["predictor"], []).append(n)
+                fo = r.get("fitted_on") or {}
+                reads[r["predictor"]] = max(reads.get(r["predictor"], 0), int(fo.get("target_readings", 0) or 0))
+                gpus = set(fo.get("gpus", [])) | {g for v in (fo.get("families") or {}).values()
+                                                    for g in v.get("gpus", [])}
+                if gpus:
+                    gpus_fit[r["predictor"]] = max(gpus_fit.get(r["predictor"], 0), len(gpus))
         gpus_scored = sorted({r["target_gpu"] for r in recs})
         for pred in LEDGER_PREDICTORS:
-            if pred == "steptime":
-                rows_profiled = used.get(ds, st["max_deploy_cells_one_gpu"])
+            key = {"rf": "rf_verbatim", "poly": "poly_verbatim"}.get(pred, pred)
+            if pred.startswith("steptime"):
+                target_cells = used.get(ds, st["max_deploy_cells_one_gpu"])
                 covered = n_gpus_datasheet
-                home_mape = home_recs.get("steptime", {}).get("mape_all")
-                un = unseen.get("steptime", [])
+                home_mape = home_recs.get(pred, {}).get("mape_all")
+            elif pred == "ml_loo":
+                target_cells, covered = 0, n_gpus_datasheet
+                home_mape = home_recs.get("ml_loo", {}).get("mape_all")
             else:
                 tag = pred.split("_")[0]
-                rows_profiled = meta.get("profiled_rows")
+                target_cells = reads.get(key, 0)
                 covered = 1 if pred in ("rf", "poly") else n_gpus_datasheet
                 home_mape = home_recs.get(f"{tag}_home", {}).get("mape_all")
-                un = unseen.get(f"{tag}_verbatim" if pred in ("rf", "poly") else pred, [])
+            un = unseen.get(key, [])
+            if not un and pred not in ("rf", "poly", "steptime"):
+                continue  # a peer E2.1 did not run
             rows.append({"dataset": ds, "home_gpu": home, "predictor": pred,
-                         "rows_profiled_per_gpu": rows_profiled,
-                         "train_rows": meta.get("train_rows") if pred != "steptime" else 0,
+                         "rows_profiled_per_gpu": meta.get("profiled_rows") if pred in
+                         ("rf", "rf_spec_scaled", "rf_spec_scaled_readings", "poly", "poly_spec_scaled")
+                         else target_cells,
+                         "target_cells_per_gpu": target_cells,
+                         "cells_behind_one_gpu": max(behind[key]) if behind.get(key) else None,
+                         "gpus_fitted_on": gpus_fit.get(key),
+                         "train_rows": meta.get("train_rows") if pred in ("rf", "poly") or pred.startswith(("rf_", "poly_"))
+                         else 0,
                          "gpus_covered": covered, "gpus_scored": len(gpus_scored),
                          "home_mape": home_mape,
                          "unseen_mape_mean": float(np.mean(un)) if un else None,
@@ -140,6 +178,16 @@ def e2_5_document(rows, settings: dict) -> dict:
                  "rf_spec_scaled_unseen_mape": sub.get("rf_spec_scaled", {}).get("unseen_mape_mean"),
                  "steptime_unseen_mape": sub["steptime"]["unseen_mape_mean"]},
                 "home and unseen-GPU MAPE (E2.1); wall seconds in results/E2_5_timing.json (not deterministic)"))
+        if sub.get("steptime", {}).get("cells_behind_one_gpu") is not None:
+            claims.append(claim(
+                f"{ds}: counted in full, steptime's constants for one unseen GPU rest on "
+                f"{sub['steptime']['cells_behind_one_gpu']} measured cells ({sub['steptime']['target_cells_per_gpu']} "
+                f"of them on that GPU, the rest shared fits on {sub['steptime']['gpus_fitted_on']} other GPUs); the "
+                f"home forest on {sub['rf']['train_rows'] if 'rf' in sub else None} cells of one GPU",
+                {p: {"cells_behind_one_gpu": r["cells_behind_one_gpu"], "gpus_fitted_on": r["gpus_fitted_on"],
+                     "unseen_mape_mean": r["unseen_mape_mean"]} for p, r in sub.items()},
+                "every measured cell that shaped a constant or a training row used for the target "
+                "(max over targets, E2.1 fitted_on)"))
     return {"metrics": {"ledger": rows, "settings": settings}, "claims": claims}
 
 
@@ -207,7 +255,8 @@ def plot_ledger(rows, timing: dict, stem):
 def step_prediction_speed(bundle: dict, cells, gpu: str, repeats: int = 3) -> dict:
     """Seconds per per-layer step cell: the RF (nine per-operator forests, as Vidur predicts a
     layer) vs steptime's per-layer function, batched and one cell per call."""
-    from steptime.experiments.transfer import predict_layer_ops, predict_profiled
+    from steptime.experiments.ratios import predict_layer_ops
+    from steptime.experiments.transfer.profiled import predict_profiled
 
     one = cells.iloc[:1]
     batch_rf = time_calls(lambda: predict_profiled(bundle, "rf", cells), repeats)

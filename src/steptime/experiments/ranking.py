@@ -20,8 +20,9 @@ from itertools import combinations
 
 import numpy as np
 
-from steptime.experiments.transfer import (attention_cells, attention_work, gemm_cells, gemm_work,
-                                           predict_profiled, roofline_s)
+from steptime.experiments.cells import attention_cells, gemm_cells
+from steptime.experiments.ratios import attention_work, gemm_work, roofline_s
+from steptime.experiments.transfer.profiled import predict_profiled
 from steptime.step import layer_shapes
 
 GPUS = ("a100-sxm", "l40s", "rtx-pro-6000", "h100-sxm", "h200-sxm", "b200", "gb200", "b300", "gb300")
@@ -141,7 +142,7 @@ def _frames(wls):
 def predicted_times(wls, gpus=GPUS, constants=None, constants_for=None):
     """steptime's prediction of the same pieces: [n_workloads, n_gpus] in ms.
     `constants_for(gpu) -> (Constants, Calibration)` gives each GPU its held-out constants."""
-    from steptime.experiments.transfer import predict_steptime
+    from steptime.experiments.ratios import predict_steptime
 
     gf, af = _frames(wls)
     out = np.zeros((len(wls), len(gpus)))

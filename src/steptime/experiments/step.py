@@ -54,9 +54,11 @@ def held_out_constants(light_cells, gpu, gpus, gemm_doc: dict | None = None) -> 
     fit = LX.fit_kernels(light_cells, others)
     eta = dict(fit["light_eta"])
     floors = dict(fit["light_floor_us"])
+    knee = dict(fit["light_p"])  # the knee exponent too: fitted without the held-out GPU (issue 12)
     base = Constants.default()
     eta.setdefault("kv_write", base.get("light_eta")["kv_write"])
     floors.setdefault("kv_write", float(np.median(list(floors.values()))))
+    knee.setdefault("kv_write", float(np.median(list(knee.values()))))
     xg = light_cells[light_cells["gpu"] == gpu].reset_index(drop=True)
     deploy_cell = list(xg["cell"].iloc[LX.deploy_index(xg)])
     derived = LX.derived_bw_scale(light_cells, gpu, others, GX.readings_in_fold(gemm_doc, gpu, gpus)) \
@@ -66,12 +68,12 @@ def held_out_constants(light_cells, gpu, gpus, gemm_doc: dict | None = None) -> 
         reading_cell, prov = LX.gemm_stream_cell(gemm_doc, gpu), "DERIVED"
     else:
         scale, source, reading_cell, prov = LX.bw_scale(xg, gpu), "E1.1c deploy reading", deploy_cell, "MEASURED"
-    c = base.with_overrides({"light_eta": eta, "light_floor_us": floors}, scope="global",
+    c = base.with_overrides({"light_eta": eta, "light_floor_us": floors, "light_p": knee}, scope="global",
                             source=f"E1.1c fit on {others}")
     c = c.with_overrides({"light_bw_scale": scale}, scope=f"gpu.{get_gpu(gpu).key}", provenance=prov,
                          source=source)
     return c, {"fit_on": others, "light_bw_scale": scale, "light_bw_scale_from": source, "light_eta": eta,
-               "light_floor_us": floors, "deploy_cell": deploy_cell, "reading_cell": reading_cell}
+               "light_floor_us": floors, "light_p": knee, "deploy_cell": deploy_cell, "reading_cell": reading_cell}
 
 
 def predict_ops_frame(w, gpu, constants) -> dict:

@@ -1,0 +1,188 @@
+"""E2.1's fair-ground peers: the ML leave-one-GPU-out model, the reading-corrected forest,
+steptime fitted on the home GPU alone, and the full cell footprint the E2.5 ledger counts."""
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from steptime.experiments import calibration_cost as cc
+from steptime.experiments import transfer as T
+from steptime.experiments.ratios import gemm_work, roofline_s
+
+ROOT = Path(__file__).resolve().parents[1]
+GPUS = ("a100-sxm", "h100-sxm", "h200-sxm", "l40s", "b200")
+
+
+def _gemm_cells(gpus, eff):
+    """Toy GEMM cells whose latency is the datasheet roofline over a per-GPU efficiency."""
+    m, n, k = np.meshgrid(2.0 ** np.arange(0, 13, 2), 2.0 ** np.arange(8, 15, 2), 2.0 ** np.arange(8, 15, 2))
+    base = pd.DataFrame({"m": m.ravel(), "n": n.ravel(), "k": k.ravel()})
+    out = []
+    for g in gpus:
+        d = base.copy()
+        d["gpu"] = g
+        f, b = gemm_work(d["m"], d["n"], d["k"])
+        d["latency_ms"] = roofline_s(f, b, g) / eff[g] * 1e3
+        d["tokens"] = d["m"]
+        out.append(d)
+    return pd.concat(out, ignore_index=True)
+
+
+def test_ml_loo_never_sees_the_target_and_transfers_a_datasheet_law():
+    """Latency = roofline / 0.7 on every GPU: trained without the target, the model predicts it."""
+    cells = _gemm_cells(GPUS, {g: 0.7 for g in GPUS})
+    ml = T.MLLeaveOneOut("aic_gemm", cells, fast=True, seed=0)
+    tc = cells[cells["gpu"] == "h200-sxm"].reset_index(drop=True)
+    pred = ml.predict(tc, "h200-sxm")
+    assert "h200-sxm" not in ml.fitted_on("h200-sxm")["gpus"]
+    assert ml.fitted_on("h200-sxm")["cells"] == int((cells["gpu"] != "h200-sxm").sum())
+    assert np.median(np.abs(pred / tc["latency_ms"] - 1)) < 0.02
+
+
+def test_ml_features_carry_the_datasheet_and_tolerate_missing_figures():
+    cells = _gemm_cells(("b200",), {"b200": 1.0})  # B200 has no base clock in gpus.yaml
+    X, roof = T.ml_features("aic_gemm", cells, "b200")
+    assert X.shape[0] == len(cells) and np.isnan(X).any(axis=0).sum() == 1
+    assert np.all(roof > 0)
+    X2, _ = T.ml_features("aic_gemm", cells, "h100-sxm")
+    assert not np.allclose(X[:, -8:-1][:, :2], X2[:, -8:-1][:, :2])  # peak and bandwidth differ
+
+
+def test_reading_scale_takes_the_nearest_readings_ratio():
+    # two readings: a compute-bound one 2x slower than predicted, a streaming one as predicted
+    work_r = (np.array([1e12, 1e6]), np.array([1e8, 1e9]))
+    s = T.reading_scale([1.0, 1.0], [2.0, 1.0], work_r, (np.array([5e11, 2e6]), np.array([2e8, 8e8])))
+    assert s.tolist() == [2.0, 1.0]
+    assert T.reading_scale([1.0, 1.0], [2.0, 0.5]) == pytest.approx(1.0)  # geometric mean
+    assert T.reading_scale([], []) == 1.0
+
+
+def test_records_carry_peers_and_what_each_was_fitted_on():
+    eff = {"a100-sxm": 0.8, "h100-sxm": 0.6, "h200-sxm": 0.6}
+    cells = _gemm_cells(tuple(eff), eff)
+    bundle = T.fit_home("aic_gemm", cells, "a100-sxm", seed=0)
+    ml = T.MLLeaveOneOut("aic_gemm", cells, fast=True, seed=0)
+    reads = {"h100-sxm": [("h100-sxm", "gemm", 4096, 4096, 4096)]}
+    recs = T.transfer_records("aic_gemm", cells, bundle, ["a100-sxm", "h100-sxm"], n_boot=20, ml=ml,
+                              reading_ids=lambda t: reads.get(t, []))
+    by = {(r["target_gpu"], r["predictor"]): r for r in recs}
+    assert by[("h100-sxm", "ml_loo")]["fitted_on"]["gpus"] == ["a100-sxm", "h200-sxm"]
+    assert by[("h100-sxm", "rf_spec_scaled")]["fitted_on"]["gpus"] == ["a100-sxm"]
+    ro = by[("h100-sxm", "rf_spec_scaled_readings")]
+    assert ro["fitted_on"]["target_readings"] == 1
+    # the reading cell is kept out of every row's scoring: all rows score the same cells
+    assert len({r["cells"] for r in recs if r["target_gpu"] == "h100-sxm"}) == 1
+    assert ro["cells"] == int((cells["gpu"] == "h100-sxm").sum()) - 1
+    assert ("a100-sxm", "steptime_home_only") not in by  # no home-only row without a HomeOnly
+
+
+def test_home_only_fits_on_the_home_table_alone_and_keeps_the_targets_readings():
+    """GEMM globals from the home GPU's table only; the target's per-GPU constants from its readings."""
+    doc = json.loads((ROOT / "results/calibration/gemm_constants.json").read_text())
+    home = _gemm_cells(("a100-sxm",), {"a100-sxm": 0.7})[["gpu", "m", "n", "k", "latency_ms"]]
+    ho = T.HomeOnly(("gemm",), "a100-sxm", gemm_doc=doc, gemm_df=home, seed=0, gemm_n_per_gpu=60, gemm_max_nfev=5)
+    c, cal = ho("h100-sxm")
+    from steptime.specs import get_gpu
+
+    g = get_gpu("h100-sxm")
+    for name, value in ho.gemm_globals().items():
+        if name != "hopper_cluster_size":
+            assert c.get(name, g) == pytest.approx(value)
+    assert ho.readings("h100-sxm")["eta_active"] == pytest.approx(c.get("eta_active", g))
+    cells = cal.used["home_only@h100-sxm"]
+    assert len(cells) == 3 and all(x[0] == "h100-sxm" for x in cells)
+    assert ho.fitted_on()["gemm"]["gpus"] == ["a100-sxm"]
+
+
+def test_fit_footprint_counts_the_shared_fits():
+    from steptime.evaluate.held_out import fit_footprint
+
+    doc = json.loads((ROOT / "results/calibration/gemm_constants.json").read_text())
+    fp = fit_footprint("aic_gemm", "h100-sxm", gemm_doc=doc)
+    others = [g for g in doc["folds"] if g != "h100-sxm"]
+    assert fp["gemm"]["gpus"] == sorted(others)
+    assert fp["total_cells"] == doc["settings"]["n_per_gpu"] * len(others) + 3 * len(others) + 3
+    assert "h100-sxm" not in fp["gpus"]
+
+
+def test_ledger_counts_every_cell_behind_a_target():
+    fo = {"gemm": {"gpus": ["b200", "h200-sxm"], "cells": 4006}, "target_readings": 3, "total_cells": 4009,
+          "gpus": ["b200", "h200-sxm"]}
+    recs = [{"dataset": "aic_gemm", "home_gpu": "a100-sxm", "target_gpu": "h100-sxm", "predictor": "steptime",
+             "mape_all": 0.1, "fitted_on": fo},
+            {"dataset": "aic_gemm", "home_gpu": "a100-sxm", "target_gpu": "h100-sxm", "predictor": "rf_verbatim",
+             "mape_all": 1.0, "fitted_on": {"gpus": ["a100-sxm"], "cells": 7000, "target_readings": 0}}]
+    rows = {r["predictor"]: r for r in cc.ledger(recs, {}, 10)}
+    assert rows["steptime"]["cells_behind_one_gpu"] == 4009 and rows["steptime"]["gpus_fitted_on"] == 2
+    assert rows["rf"]["cells_behind_one_gpu"] == 7000
+
+
+def test_held_out_vidur_step_holds_out_the_knee_exponent():
+    """light_p comes from the other Vidur GPUs: distorting the target's table leaves it unchanged."""
+    from steptime.experiments import light as LX
+    from steptime.experiments import step as SX
+    from steptime.step import vidur_layer_ops
+
+    rows = []
+    for g, scale in (("a100-sxm", 1.1), ("h100-sxm", 1.2), ("a40", 3.0)):
+        for t in (1, 8, 64, 512, 2048, 8192):
+            for op, v in vidur_layer_ops("llama-2-7b", g, np.array([t])).items():
+                # the target (a40): a much blunter knee, its small cells slowed more than its large ones
+                lat = float(v[0]) * (scale * (1 + 4 / t) if g == "a40" else scale)
+                rows.append(dict(gpu=g, model="llama-2-7b", tp=1, num_tokens=t, op=op, latency_ms=lat))
+    cells = LX.tidy_cells(pd.DataFrame(rows))
+    gpus = ["a100-sxm", "h100-sxm", "a40"]
+    c, info = SX.held_out_constants(cells, "a40", gpus)
+    others = LX.fit_kernels(cells, ["a100-sxm", "h100-sxm"])["light_p"]
+    with_target = LX.fit_kernels(cells, gpus)["light_p"]
+    got = c.get("light_p")
+    assert all(got[k] == pytest.approx(v) for k, v in others.items())
+    assert any(abs(with_target[k] - v) > 1e-3 for k, v in others.items())
+
+
+def test_peer_claims_state_wins_and_losses():
+    from steptime.experiments.transfer.document import peer_claims
+
+    def rec(t, p, m):
+        return {"dataset": "aic_gemm", "home_gpu": "a100-sxm", "target_gpu": t, "predictor": p, "mape_all": m}
+
+    recs = [rec("h100-sxm", "steptime", 0.1), rec("h100-sxm", "ml_loo", 0.05),
+            rec("b200", "steptime", 0.1), rec("b200", "ml_loo", 0.2),
+            rec("h100-sxm", "steptime_home_only", 0.2), rec("h100-sxm", "rf_spec_scaled", 0.3)]
+    cl = {c["claim"].split(":")[1].split("'s")[0].strip() + "|" + c["comparison"].split(" MAPE")[0]: c
+          for c in peer_claims(recs)}
+    ml = cl["steptime|ml_loo"]
+    assert ml["met"] is False and "loses on h100-sxm" in ml["claim"] and ml["value"]["b200"] == 2.0
+    assert cl["steptime_home_only|rf_spec_scaled"]["met"] is True
+
+
+def test_design_rows_name_the_best_alternative_and_flag_a_shipped_loser():
+    from steptime.experiments import design
+
+    r = design._row("x", 2, {2: 0.10, 4: 0.09}, metric="m", held_out=True, source="s")
+    assert r["best_alternative"] == "4" and r["shipped_is_best"] is False
+    assert r["shipped_minus_best"] == pytest.approx(0.01)
+    doc = design.document([r], [], {"per_target": {}}, {"per_target": {}}, fast=True)
+    assert doc["claims"][0]["met"] is False and "NOT the best" in doc["claims"][0]["claim"]
+    nr = design.nested_rows({"per_target": {"h100-sxm": {"warm": 0.1, "cold": 0.2, "shipped_fold": 0.1}}},
+                            {"per_target": {}, "settings": {"shipped_weight": 10.0}})
+    assert nr[0]["alternatives"] == {"warm": 0.1, "cold": 0.2} and nr[0]["shipped_is_best"]
+
+
+def test_committed_e2_1_keeps_the_contract_per_target():
+    """On the committed E2.1: every steptime row's shared fits exclude the target GPU, and the
+    target's own cells that set a constant (host rows apart) are at most three."""
+    doc = json.loads((ROOT / "results/E2_1.json").read_text())
+    rows = [r for r in doc["transfer"] if r["predictor"] in ("steptime", "steptime_home_only")]
+    assert rows
+    for r in rows:
+        fo = r["fitted_on"]
+        fams = fo.get("families") or {k: v for k, v in fo.items() if isinstance(v, dict)}
+        for fam in fams.values():
+            assert r["target_gpu"] not in fam["gpus"], (r["dataset"], r["target_gpu"], fam)
+        assert fo["target_readings"] <= 3
+    for key, cal in doc["provenance"]["calibration"].items():
+        own = {tuple(c) for cells in cal["target_cells"].values() for c in cells if c[1] != "host"}
+        assert len(own) <= 3, (key, sorted(own))
