@@ -10,6 +10,9 @@ min_version("8.0")
 configfile: "config/config.yaml"
 
 
+report: "workflow/report/workflow.rst"
+
+
 include: "workflow/rules/common.smk"
 include: "workflow/rules/specs.smk"
 include: "workflow/rules/data.smk"

@@ -60,8 +60,27 @@ def targets(eid):
 
 def figure(key, stem):
     """A figure's declared outputs, as plotting.save writes them: {key: stem.png, key_pdf: stem.pdf,
-    key_caption: stem.caption.txt} (unpack into output: with **)."""
-    return {key: f"{stem}.png", f"{key}_pdf": f"{stem}.pdf", f"{key}_caption": f"{stem}.caption.txt"}
+    key_caption: stem.caption.txt} (unpack into output: with **). The PNG goes into the Snakemake
+    HTML report (`snakemake --report report.html`), grouped by part and experiment, captioned by
+    workflow/report/figure.rst (the question, the data the rule read, the claims it backs)."""
+    eid = figure_experiment(stem)
+    png = report(f"{stem}.png", caption="../report/figure.rst", category=part_of(eid), subcategory=eid,
+                 labels={"experiment": eid, "figure": Path(stem).name})
+    return {key: png, f"{key}_pdf": f"{stem}.pdf", f"{key}_caption": f"{stem}.caption.txt"}
+
+
+def figure_experiment(stem):
+    """The experiment ID a figure belongs to, from its name (figures/E1_1c_light -> E1.1c); 'data' else."""
+    import re
+
+    m = re.match(r"([ELR]\d)_(\d+[a-z]?)(?:_|$)", Path(stem).name)
+    return f"{m.group(1)}.{m.group(2)}" if m else "data"
+
+
+def part_of(eid):
+    """The report category of an experiment ID."""
+    return {"E1": "Part 1 (the predictor)", "L0": "Part 1 (literature)", "E2": "Part 2 (utility)",
+            "R2": "Round 2"}.get(eid.split(".")[0], "Data and walkthroughs")
 
 
 def size(name):
