@@ -131,7 +131,8 @@ def experiment_status(root: str | Path | None = None) -> list[dict]:
         raw = list(e.get("raw") or [])
         missing = [r for r in raw if not (root / r).exists()]
         outputs = e.get("outputs") or [f"results/{eid.replace('.', '_')}.json"]
-        results = [o for o in outputs if o.startswith("results/") and o.endswith(".json")]
+        want = f"results/{eid.replace('.', '_')}.json"
+        results = [want] if want in outputs else [o for o in outputs if o.startswith("results/") and o.endswith(".json")][:1]
         declared = e.get("status", "planned")
         reasons: list[str] = []
         if declared == "planned":
