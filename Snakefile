@@ -18,9 +18,12 @@ include: "workflow/rules/step.smk"
 include: "workflow/rules/utility.smk"
 include: "workflow/rules/collect.smk"
 include: "workflow/rules/telemetry.smk"
+include: "workflow/rules/audit.smk"
 
 
 rule all:
     input:
         all_targets(),
+        "results/README_numbers.md",
+        "figures/README.md",
     default_target: True

@@ -131,6 +131,12 @@ def cmd_audit(a) -> int:
     return run(select=a.select, as_json=a.json, strict=a.strict, verbose=a.verbose)
 
 
+def cmd_readme(a) -> int:
+    from steptime.reporting import readme_cli
+
+    return readme_cli(write=a.write)
+
+
 def cmd_data(a, rest) -> int:
     from steptime.data import cli_main
 
@@ -172,6 +178,8 @@ def build_parser() -> argparse.ArgumentParser:
     au.add_argument("--json", action="store_true")
     au.add_argument("--strict", action="store_true", help="also fail on a missed target")
     au.add_argument("-v", "--verbose", action="store_true", help="the provenance chain of every result")
+    rd = sub.add_parser("readme", help="check README.md's results block against results/README_numbers.md")
+    rd.add_argument("--write", action="store_true", help="rewrite the block from results/README_numbers.md")
     sub.add_parser("data", help="data commands: `steptime data verify [--json]`", add_help=False)
     e = sub.add_parser("evaluate", help="accuracy per GPU and predictor on raw/ data")
     e.add_argument("--family", required=True)
@@ -188,7 +196,7 @@ def main(argv: list[str] | None = None) -> int:
             return cmd_data(None, argv[1:])
         a = parser.parse_args(argv)
         handler = {"predict": cmd_predict, "gpus": cmd_gpus, "models": cmd_models, "bench": cmd_bench,
-                   "status": cmd_status, "audit": cmd_audit, "evaluate": cmd_evaluate, "constants": cmd_constants}[a.cmd]
+                   "status": cmd_status, "audit": cmd_audit, "readme": cmd_readme, "evaluate": cmd_evaluate, "constants": cmd_constants}[a.cmd]
         return handler(a)
     except SteptimeError as exc:
         print(f"steptime: error: {exc}", file=sys.stderr)
