@@ -26,4 +26,5 @@ rule all:
         all_targets(),
         "results/README_numbers.md",
         "figures/README.md",
+        NOTEBOOKS,
     default_target: True

@@ -61,3 +61,22 @@ rule figures_readme:
         "Indexing every figure with its experiment, script and inputs"
     script:
         "../scripts/figures_readme.py"
+
+
+# The notebooks are jupytext percent scripts (notebooks/*.py, the source); the paired .ipynb are generated.
+rule notebook:
+    input:
+        "notebooks/{name}.py",
+    output:
+        "notebooks/{name}.ipynb",
+    log:
+        "logs/notebook/{name}.log",
+    conda:
+        CONDA_ENV
+    message:
+        "Pairing notebooks/{wildcards.name}.py as an .ipynb (jupytext)"
+    shell:
+        "jupytext --to ipynb --output {output} {input} > {log} 2>&1"
+
+
+NOTEBOOKS = [f"notebooks/{Path(p).stem}.ipynb" for p in sorted(glob.glob("notebooks/*.py"))]
