@@ -27,10 +27,12 @@ include: "workflow/rules/ranking.smk"
 include: "workflow/rules/cost.smk"
 include: "workflow/rules/collect.smk"
 include: "workflow/rules/design.smk"
+include: "workflow/rules/telemetry.smk"
+include: "workflow/rules/audit.smk"
 include: "workflow/rules/summary.smk"
 
 
 rule all:
     input:
-        lambda wc: all_targets(),
+        lambda wc: all_targets() + DOC_TARGETS,
     default_target: True

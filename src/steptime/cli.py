@@ -4,7 +4,7 @@
     steptime gpus [--sources] [--json]       steptime models [--json]
     steptime bench [--json]                  steptime status [--json]
     steptime data verify [--json]            steptime evaluate --family gemm [--json]
-    steptime constants [--json]
+    steptime constants [--json]              steptime audit [ID | ID:n] [--json] [--strict]
 
 Bad input prints one line on stderr and exits 2; no tracebacks.
 """
@@ -125,6 +125,18 @@ def cmd_status(a) -> int:
     return status(as_json=a.json)
 
 
+def cmd_audit(a) -> int:
+    from steptime.audit import run
+
+    return run(select=a.select, as_json=a.json, strict=a.strict, verbose=a.verbose)
+
+
+def cmd_readme(a) -> int:
+    from steptime.reporting import readme_cli
+
+    return readme_cli(write=a.write)
+
+
 def cmd_data(a, rest) -> int:
     from steptime.data import cli_main
 
@@ -178,6 +190,14 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--quick", action="store_true", help="smaller cell counts")
     s = sub.add_parser("status", help="which experiments are built and which await telemetry")
     s.add_argument("--json", action="store_true")
+    au = sub.add_parser("audit", help="every claim: its value, whether it holds, whether it is current, and "
+                        "its chain back to the raw bytes (exit 1 on a stale result or a failed check)")
+    au.add_argument("select", nargs="?", help="an experiment ID (E2.1) or a claim id (E2.1:3)")
+    au.add_argument("--json", action="store_true")
+    au.add_argument("--strict", action="store_true", help="also fail on a missed target")
+    au.add_argument("-v", "--verbose", action="store_true", help="the provenance chain of every result")
+    rd = sub.add_parser("readme", help="check README.md's results block against results/README_numbers.md")
+    rd.add_argument("--write", action="store_true", help="rewrite the block from results/README_numbers.md")
     sub.add_parser("data", help="data commands: `steptime data verify [--json]`", add_help=False)
     c = sub.add_parser("calibration", help="`steptime calibration ship results/calibration/*.yaml`: write "
                        "the pipeline's settled constants into the shipped defaults.yaml")
@@ -198,7 +218,8 @@ def main(argv: list[str] | None = None) -> int:
             return cmd_data(None, argv[1:])
         a = parser.parse_args(argv)
         handler = {"predict": cmd_predict, "gpus": cmd_gpus, "models": cmd_models, "bench": cmd_bench,
-                   "status": cmd_status, "evaluate": cmd_evaluate, "constants": cmd_constants, "calibration": cmd_calibration}[a.cmd]
+                   "status": cmd_status, "audit": cmd_audit, "readme": cmd_readme, "evaluate": cmd_evaluate,
+                   "constants": cmd_constants, "calibration": cmd_calibration}[a.cmd]
         return handler(a)
     except SteptimeError as exc:
         print(f"steptime: error: {exc}", file=sys.stderr)

@@ -1,23 +1,34 @@
-"""One house style for every figure; PNG and PDF written atomically and reproducibly."""
+"""One house style for every figure; PNG and PDF (vector) written atomically and reproducibly.
+
+The style is seaborn's `whitegrid` theme with its colour-blind-safe palette (the 10 colours of
+`seaborn.color_palette("colorblind")`); every predictor keeps one colour across figures
+(`PALETTE`), and `CLAIM_COLORS` colours claim types (accuracy, decision, cost) the same way.
+"""
 
 from __future__ import annotations
 
 import os
 from pathlib import Path
 
+# seaborn "colorblind" (Okabe-Ito-like), fixed here so figures do not depend on seaborn's version
+_CB = ["#0173b2", "#de8f05", "#029e73", "#d55e00", "#cc78bc", "#ca9161", "#fbafe4", "#949494", "#ece133",
+       "#56b4e9"]
 PALETTE = {
-    "steptime": "#1b6ca8",
-    "steptime_own_readings": "#8fb8de",
-    "bare_roofline": "#9e9e9e",
-    "datasheet_alpha": "#c49a00",
-    "aic_empirical": "#7b3fa0",
-    "calibrated_roofline": "#d95f02",
-    "rf_home": "#1a9850",
-    "rf_verbatim": "#d73027",
-    "rf_spec_scaled": "#fc8d59",
-    "rf_steptime_scaled": "#74add1",
+    "steptime": _CB[0],
+    "steptime_own_readings": _CB[9],
+    "steptime_home_only": _CB[9],
+    "bare_roofline": _CB[7],
+    "datasheet_alpha": _CB[8],
+    "aic_empirical": _CB[4],
+    "calibrated_roofline": _CB[3],
+    "rf_home": _CB[2],
+    "rf_verbatim": _CB[5],
+    "rf_spec_scaled": _CB[1],
+    "rf_steptime_scaled": _CB[6],
+    "ml_loo": _CB[5],
     "measured": "#000000",
 }
+CLAIM_COLORS = {"accuracy": _CB[0], "decision": _CB[1], "cost": _CB[2]}
 
 
 def setup():
@@ -26,6 +37,12 @@ def setup():
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    try:
+        import seaborn as sns
+
+        sns.set_theme(style="whitegrid", palette=_CB, rc={"axes.edgecolor": "0.3"})
+    except ImportError:  # pragma: no cover - seaborn is in the pipeline extra
+        plt.rcParams["axes.prop_cycle"] = matplotlib.cycler(color=_CB)
     plt.rcParams.update({
         "figure.dpi": 110,
         "savefig.dpi": 150,
@@ -37,6 +54,7 @@ def setup():
         "axes.spines.right": False,
         "legend.frameon": False,
         "svg.hashsalt": "steptime",
+        "pdf.fonttype": 42,
     })
     return plt
 

@@ -1,0 +1,323 @@
+"""Issue 14 collectors, parsers and reductions, without a GPU: plans, the restore-on-exit path,
+and every reduction on the synthetic format fixtures (tests/fixtures/README.md)."""
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from steptime.collect import clock, dispatch, engine_kernels, gemm_sweep, hostfloor, power, safety, steptrace
+from steptime.errors import DataError
+
+FIX = Path(__file__).parent / "fixtures"
+
+
+class FakeNvml:
+    def __init__(self, power=350.0):
+        self.power, self.locked, self.calls = power, None, []
+
+    def get_power_limit_w(self):
+        return self.power
+
+    def set_power_limit_w(self, w):
+        self.calls.append(("power", w))
+        self.power = w
+
+    def power_limit_range_w(self):
+        return 100.0, 400.0
+
+    def lock_clocks_mhz(self, mhz):
+        self.calls.append(("lock", mhz))
+        self.locked = mhz
+
+    def reset_clocks(self):
+        self.calls.append(("reset",))
+        self.locked = None
+
+
+# ---- plans ---------------------------------------------------------------------------------
+def test_clock_plan_randomises_caps_per_repeat_and_covers_every_cell():
+    plan = clock.clock_plan((1, 64, 4096), runs=4, caps=(575, 500, 450, 400), seed=3)
+    assert len(plan) == 4 * 4 * 3
+    cap_orders = []
+    for run in range(4):
+        cells = [c for c in plan if c["run"] == run]
+        assert sorted((c["cap_w"], c["m"]) for c in cells) == sorted((c, m) for c in (575, 500, 450, 400)
+                                                                      for m in (1, 64, 4096))
+        assert [c["order"] for c in cells] == list(range(12))
+        cap_orders.append(tuple(dict.fromkeys(c["cap_w"] for c in cells)))
+    assert len(set(cap_orders)) > 1  # the cap order changes between repeats
+
+
+def test_gemm_sweep_plans():
+    ms = gemm_sweep.duty_ladder()
+    assert ms[:16] == list(range(1, 17)) and ms[-1] == 16384 and len(ms) > 100 and ms == sorted(set(ms))
+    cells = gemm_sweep.l2_ladder("h200-sxm")
+    from steptime.specs import get_gpu
+
+    xs = [2.0 * n * k / get_gpu("h200-sxm").l2_bytes for _, n, k in cells]
+    assert min(xs) < 0.1 and max(xs) > 6 and all(m == 1 for m, _, _ in cells)
+    order = gemm_sweep.run_order(cells, 2, seed=1)
+    assert [c for r, _, c in order if r == 0] != [c for r, _, c in order if r == 1]
+    with pytest.raises(DataError, match="unknown plan"):
+        gemm_sweep.plan_cells("bogus", "h100-sxm")
+
+
+# ---- safety: settings only with a flag, restored on every exit path ------------------------------
+def test_settings_refused_without_flags_and_nothing_changed():
+    b = FakeNvml()
+    s = safety.GpuSettings(b)
+    with pytest.raises(safety.SettingNotAllowed, match="--allow-set-power"):
+        s.set_power_limit(300)
+    with pytest.raises(safety.SettingNotAllowed, match="--allow-lock-clocks"):
+        s.lock_clocks(1500)
+    assert b.calls == []
+
+
+def test_out_of_range_power_refused():
+    s = safety.GpuSettings(FakeNvml(), allow_power=True)
+    with pytest.raises(safety.SettingNotAllowed, match="outside this GPU's range"):
+        s.set_power_limit(900)
+
+
+def test_restore_on_exception_and_on_signal():
+    b = FakeNvml(power=350.0)
+    s = safety.GpuSettings(b, allow_power=True, allow_clocks=True)
+    with pytest.raises(RuntimeError):
+        with safety.guarded(s):
+            s.set_power_limit(250)
+            s.lock_clocks(1500)
+            raise RuntimeError("collector crashed")
+    assert b.power == 350.0 and b.locked is None
+    b2 = FakeNvml(power=350.0)
+    s2 = safety.GpuSettings(b2, allow_power=True)
+    with pytest.raises(KeyboardInterrupt):
+        with safety.guarded(s2):
+            s2.set_power_limit(200)
+            os.kill(os.getpid(), signal.SIGTERM)
+    assert b2.power == 350.0
+    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL or callable(signal.getsignal(signal.SIGTERM))
+
+
+@pytest.mark.parametrize("module", ["clock", "gemm_sweep", "dispatch", "steptrace", "engine_kernels", "ncu"])
+def test_every_collector_has_help(module):
+    r = subprocess.run([sys.executable, "-m", f"steptime.collect.{module}", "--help"], capture_output=True, text=True)
+    assert r.returncode == 0 and "usage" in r.stdout
+
+
+@pytest.mark.skipif(__import__("importlib").util.find_spec("torch") is not None, reason="torch installed here")
+def test_collector_without_gpu_stops_with_one_line(tmp_path):
+    r = subprocess.run([sys.executable, "-m", "steptime.collect.clock", "--out", str(tmp_path / "x.csv"), "--runs", "1"],
+                       capture_output=True, text=True)
+    assert r.returncode == 2 and r.stderr.strip().count("\n") == 0 and "no GPU here" in r.stderr
+    assert not (tmp_path / "x.csv").exists()
+
+
+# ---- clock sweeps under caps and locks -------------------------------------------------------
+@pytest.fixture(scope="module")
+def caps():
+    return clock.parse_clock_sweep(FIX / "clock_caps_small.csv")
+
+
+def test_old_sweeps_parse_with_empty_cap_and_lock():
+    df = clock.parse_clock_sweep(FIX / "clock_sweep_small.csv")
+    assert df["cap_w"].isna().all() and df["locked_mhz"].isna().all()
+
+
+def test_droop_has_intervals_and_attribution(caps):
+    rows = power.droop(caps, "l40s", n_boot=200)
+    assert [r["m"] for r in rows] == [64, 1024, 4096, 16384]
+    big = rows[-1]
+    assert 0.3 < big["droop"] < 0.4 and big["droop_ci"][0] <= big["droop"] <= big["droop_ci"][1]
+    assert big["t_steptime_clock_ms"] > big["t_steptime_boost_ms"]
+
+
+def test_lock_control(caps):
+    r = power.lock_control(caps, "l40s")
+    assert r["decline_locked"] < 0.05 < r["decline_free"]   # the decline vanishes under the lock
+    assert r["lock_held"] < 0.01
+
+
+def test_cap_chain(caps):
+    r = power.cap_chain(caps, "l40s")
+    assert r["caps_w"] == [250.0, 300.0, 350.0]
+    big = [p for p in r["per_m"] if p["m"] == 16384][0]
+    assert big["r_cap_clock"] > 0.95 and big["slope_mhz_per_w"] > 0 and big["penalty_low_cap"] > 0.1
+    small = [p for p in r["per_m"] if p["m"] == 64][0]
+    assert small["penalty_low_cap"] < big["penalty_low_cap"]
+    cell = r["cells"][0]
+    assert cell["clock_ci"][0] <= cell["clock_mhz"] <= cell["clock_ci"][1]
+    assert r["r_clock_tflops_same_m"] > 0.9
+
+
+def test_placement_beats_cap_blind_or_ties_and_never_beats_oracle(caps):
+    r = power.placement(caps, "l40s", n_scenarios=6, jobs_per_scenario=5)
+    for s in r["scenarios"]:
+        ms = s["makespan_ms"]
+        assert ms["oracle"] <= ms["steptime_fclk"] + 1e-12 and ms["oracle"] <= ms["cap_blind"] + 1e-12
+    assert r["simulated"] is True and 0 <= r["oracle_matches"] <= 6
+
+
+def test_cap_reductions_refuse_missing_settings():
+    df = clock.parse_clock_sweep(FIX / "clock_sweep_small.csv")
+    with pytest.raises(DataError, match="two or more power caps"):
+        power.cap_chain(df, "h100-sxm")
+    with pytest.raises(DataError, match="free-running and locked"):
+        power.lock_control(df, "h100-sxm")
+
+
+# ---- GEMM sweeps --------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def sweep():
+    return gemm_sweep.parse_gemm_sweep(FIX / "gemm_sweep_small.csv")
+
+
+def test_memory_law_fit_recovers_the_fixture_law(sweep):
+    r = gemm_sweep.memory_law(sweep, "l40s")
+    assert r["fit"]["eta_max"] == pytest.approx(0.9, rel=0.02) and r["fit"]["x_half"] == pytest.approx(0.5, rel=0.05)
+    assert r["max_eta_in_l2"] > 1.0 and r["shipped_law_mape_x_ge_1"] >= 0
+
+
+def test_duty_and_barrier(sweep):
+    d = gemm_sweep.duty_law(sweep, "l40s")
+    assert d["cells"] >= 3 and np.isfinite(d["duty_c_fit"]) and d["mape_fit"] <= 1.05 * d["mape_shipped"]
+    b = gemm_sweep.barrier(sweep, "l40s")
+    assert b["cells"] >= 2 and b["cv"] >= 0 and b["mean"] > 0
+
+
+def test_gemm_sweep_bad_plan_row(tmp_path):
+    lines = (FIX / "gemm_sweep_small.csv").read_text().splitlines()
+    p = tmp_path / "bad.csv"
+    p.write_text("\n".join(lines[:2] + [lines[2].replace(",duty,", ",dutty,")]))
+    with pytest.raises(DataError, match=r"bad.csv: row 1 \(line 3\), column 'plan'"):
+        gemm_sweep.parse_gemm_sweep(p)
+
+
+# ---- cuBLASLt dispatch log ---------------------------------------------------------------------
+def test_dispatch_log_parsed_into_tiles_and_clusters():
+    df = dispatch.parse_dispatch_log(FIX / "cublaslt_small.log")
+    assert list(df["m"]) == [1, 4096, 128] and list(df["n"]) == [4096, 6144, 4096] and list(df["k"]) == [4096, 4096, 14336]
+    assert list(df["tile_m"]) == [64, 128, 64] and list(df["tile_n"]) == [128, 256, 64]
+    assert list(df["cluster_m"]) == [1, 2, 1] and list(df["cluster_n"]) == [1, 1, 2]
+    assert df["stage_k"].iloc[0] == 64 and df["a_type"].iloc[0] == "R_16BF"
+    r = dispatch.tile_agreement(df, "h100-sxm")
+    assert r["shapes"] == 3 and 0 <= r["tile_agreement"] <= 1 and "2x1" in r["clusters_seen"]
+
+
+def test_dispatch_log_errors(tmp_path):
+    p = tmp_path / "empty.log"
+    p.write_text("nothing to see\n")
+    with pytest.raises(DataError, match="no cuBLASLt trace lines"):
+        dispatch.parse_dispatch_log(p)
+    p.write_text("[cublasLt][1][Trace][cublasLtSSSMatmul] A=0X1 algo=[algoId=1]\n")
+    with pytest.raises(DataError, match=r"line 1: trace line without a readable 'Adesc'"):
+        dispatch.parse_dispatch_log(p)
+
+
+# ---- engine kernels vs the law -----------------------------------------------------------------
+def test_engine_kernels_classified_and_scored():
+    df = engine_kernels.parse_engine_kernels(FIX / "engine_kernels_small.csv")
+    assert list(df["cls"]) == ["gemm", "attention", "kv_write", "elementwise"]
+    assert df["duration_ms"].iloc[0] == pytest.approx(0.1205) and df["dram_bytes"].iloc[0] == pytest.approx(210.5e6)
+    r = engine_kernels.law_gap(df, "h100-sxm")
+    assert set(r["per_class"]) == {"gemm", "attention", "kv_write", "elementwise"} and r["kernels"] == 4
+
+
+def test_engine_kernels_bad_unit(tmp_path):
+    lines = (FIX / "engine_kernels_small.csv").read_text().splitlines()
+    p = tmp_path / "u.csv"
+    p.write_text("\n".join([lines[0], lines[1].replace('"Mbyte","Mbyte"', '"furlong","Mbyte"')] + lines[2:]))
+    with pytest.raises(DataError, match=r"u.csv: row 0 \(line 2\), column 'dram__bytes_read.sum': unknown unit"):
+        engine_kernels.parse_engine_kernels(p)
+
+
+# ---- step traces and the host-floor learner ----------------------------------------------------
+def test_steptrace_schedule_and_rows():
+    reqs = [(0.0, 100, 3), (0.0, 50, 1), (0.0, 5000, 2)]
+    steps = list(steptrace.schedule(reqs, budget=256, max_seqs=8))
+    first = steps[0]
+    assert first[1] == [(100, 0), (50, 0)] and first[2] == [] and first[3] == [5000]
+    total_decode = sum(len(s[2]) for s in steps)
+    assert total_decode == (3 - 1) + (1 - 1) + (2 - 1)   # every output token after the first is a decode
+    row = steptrace.step_row(7, [(100, 0)], [10, 20], [5], 3.5)
+    assert dict(zip(steptrace.FPM_COLUMNS, row))["phase"] == "mixed"
+    assert dict(zip(steptrace.FPM_COLUMNS, row))["mean_decode_kv_tokens"] == 15.0
+
+
+def test_host_learner_arms():
+    rng = np.random.default_rng(0)
+    n = rng.integers(1, 64, 400).astype(float)
+    kern = 5 + 0.1 * n
+    y = kern + 2.0 + 0.05 * (n - 1) + rng.normal(0, 0.05, len(n))
+    r = hostfloor.host_learner(n, kern, y, static_ab=(3.0, 0.0))
+    s = r["scores"]
+    assert s["online_frozen"]["mae_ms"] < s["static"]["mae_ms"]
+    assert s["oracle_static"]["mae_ms"] <= s["online_frozen"]["mae_ms"] + 1e-9
+    assert r["constants"]["online_frozen"][0] == pytest.approx(2.0, abs=0.1)
+    sh = hostfloor.shift_case({"n_requests": n[:200], "kernel_ms": kern[:200], "latency_ms": y[:200]},
+                              {"n_requests": n[200:], "kernel_ms": kern[200:], "latency_ms": y[200:] + 1.0},
+                              static_ab=(3.0, 0.0))
+    assert sh["scores"]["online_adapt"]["mae_ms"] < sh["scores"]["online_frozen"]["mae_ms"]
+    with pytest.raises(DataError, match="at least 10 steps"):
+        hostfloor.host_learner(n[:5], kern[:5], y[:5], (1, 0))
+
+
+# ---- the experiments end to end (reduction -> result metrics/claims -> figure) and the Slurm profile ----
+FIXTURE_FOR = {"E1.3b": "gemm_sweep_small.csv", "E1.6": "clock_caps_small.csv", "E1.7": "clock_caps_small.csv",
+               "E1.8": "clock_caps_small.csv", "E1.9": "clock_caps_small.csv", "E1.14": "gemm_sweep_small.csv",
+               "E1.15": "gemm_sweep_small.csv", "E1.17": "engine_kernels_small.csv", "E2.8": "clock_caps_small.csv"}
+
+
+@pytest.mark.parametrize("eid", sorted(FIXTURE_FOR))
+def test_every_telemetry_experiment_reduces_and_draws(eid, tmp_path):
+    from steptime.collect.experiments import build, figure
+
+    gpu = "h100-sxm" if eid == "E1.17" else "l40s"
+    path = tmp_path / "raw" / "telemetry" / "x" / gpu / FIXTURE_FOR[eid]
+    path.parent.mkdir(parents=True)
+    path.write_bytes((FIX / FIXTURE_FOR[eid]).read_bytes())
+    dispatch = []
+    if eid == "E1.14":
+        d = tmp_path / "raw" / "telemetry" / "dispatch" / gpu / "cublaslt.log"
+        d.parent.mkdir(parents=True)
+        d.write_bytes((FIX / "cublaslt_small.log").read_bytes())
+        dispatch = [d]
+    metrics, claims = build(eid, [path], n_boot=100, dispatch=dispatch)
+    assert gpu in metrics["per_gpu"] and claims[-1]["claim"].startswith("reported in round 1")
+    if eid == "E1.14":
+        assert "dispatch" in metrics["per_gpu"][gpu]
+    figure(eid, metrics, tmp_path / "fig")
+    assert (tmp_path / "fig.png").stat().st_size > 0
+
+
+def test_registry_lists_every_issue14_experiment_as_awaiting_with_a_command():
+    import yaml
+
+    reg = yaml.safe_load((Path(__file__).parents[1] / "config" / "experiments.yaml").read_text())["experiments"]
+    for eid in ("E1.3b", "E1.6", "E1.7", "E1.8", "E1.9", "E1.14", "E1.15", "E1.17", "E1.19", "E2.8"):
+        e = reg[eid]
+        assert e["status"] == "awaiting" and e["raw"][0].startswith("raw/telemetry/")
+        assert e["raw"][0] in e["collect"] and "profiles/pace" in e["collect"]
+
+
+@pytest.mark.slow
+def test_pace_profile_dry_runs_every_collection_target(monkeypatch):
+    pytest.importorskip("snakemake_executor_plugin_slurm")
+    import yaml
+
+    root = Path(__file__).parents[1]
+    reg = yaml.safe_load((root / "config" / "experiments.yaml").read_text())["experiments"]
+    targets = sorted({t for e in reg.values() if e.get("status") == "awaiting"
+                      for t in e.get("collect", "").split() if t.startswith("raw/telemetry/")})
+    assert len(targets) >= 12
+    env = dict(os.environ, STEPTIME_SLURM_ACCOUNT="acct", STEPTIME_SLURM_PARTITION="cpu",
+               STEPTIME_SLURM_GPU_PARTITION="gpu")
+    r = subprocess.run(["snakemake", "--profile", "profiles/pace", "-n", *targets], cwd=root, env=env,
+                       capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-2000:]
+    for rule in ("collect_cap_sweep", "collect_lock_control", "collect_gemm_sweep", "collect_dispatch_log",
+                 "collect_engine_kernels", "collect_steptrace", "collect_maxq_sweep", "collect_clock_sweep"):
+        assert rule in r.stdout

@@ -1,0 +1,84 @@
+# Issue 15: documents drawn from the result files (the README's numbers block, figures/README.md)
+# and the Part-2 abstract figure E2.7. Nothing here is typed: each reads the results it names.
+
+PART2_RESULTS = [r for r in experiment_results() if Path(r).name.startswith("E2") and "E2_7" not in r]
+
+
+# E2.7: every Part-2 claim in one panel, coloured by claim type, each point citing its claim id.
+rule E2_7:
+    input:
+        results=PART2_RESULTS,
+        code=lib("experiments/abstract", "plotting", "results", "io"),
+    output:
+        result="results/E2_7.json",
+        fig="figures/E2_7_abstract.png",
+    params:
+        question=EXPERIMENTS["E2.7"]["question"],
+        claim_types={eid: e.get("claim_type") for eid, e in EXPERIMENTS.items() if eid.startswith("E2")},
+    log:
+        "logs/E2_7.log",
+    conda:
+        CONDA_ENV
+    message:
+        "E2.7: the Part-2 abstract figure from every Part-2 result"
+    script:
+        "../scripts/E2_7.py"
+
+
+# The README's results block (spliced into README.md by `steptime readme --write`; a test checks they agree).
+rule readme_numbers:
+    input:
+        results=[r for r in experiment_results() if "E2_7" not in r] + ["results/E2_7.json"],
+        code=lib("reporting", "io"),
+    output:
+        "results/README_numbers.md",
+    params:
+        registry=EXPERIMENTS,
+    log:
+        "logs/readme_numbers.log",
+    conda:
+        CONDA_ENV
+    message:
+        "Writing the README's numbers block from the result files"
+    script:
+        "../scripts/readme_numbers.py"
+
+
+# figures/README.md: every figure with its experiment, script, inputs and caption.
+rule figures_readme:
+    input:
+        results=[r for r in experiment_results() if "E2_7" not in r] + ["results/E2_7.json"],
+        code=lib("reporting", "io"),
+    output:
+        "figures/README.md",
+    params:
+        registry=EXPERIMENTS,
+    log:
+        "logs/figures_readme.log",
+    conda:
+        CONDA_ENV
+    message:
+        "Indexing every figure with its experiment, script and inputs"
+    script:
+        "../scripts/figures_readme.py"
+
+
+# The notebooks are jupytext percent scripts (notebooks/*.py, the source); the paired .ipynb are generated.
+rule notebook:
+    input:
+        "notebooks/{name}.py",
+    output:
+        "notebooks/{name}.ipynb",
+    log:
+        "logs/notebook/{name}.log",
+    conda:
+        CONDA_ENV
+    message:
+        "Pairing notebooks/{wildcards.name}.py as an .ipynb (jupytext)"
+    shell:
+        "jupytext --to ipynb --output {output} {input} > {log} 2>&1"
+
+
+NOTEBOOKS = [f"notebooks/{Path(p).stem}.ipynb" for p in sorted(glob.glob("notebooks/*.py"))]
+# what rule all builds beside the experiments: the documents drawn from the results
+DOC_TARGETS = ["results/README_numbers.md", "figures/README.md", *NOTEBOOKS]

@@ -1,0 +1,203 @@
+# GPU telemetry of issue 14: collection rules (GPU node; `--profile profiles/pace`) and the
+# reductions of the experiments that await it (E1.3b, E1.6-E1.9, E1.14, E1.15, E1.17, E1.19, E2.8).
+# A reduction builds once its telemetry is in raw/telemetry/ (rule all: registry `raw:` present).
+import yaml as _tyaml
+
+with open("config/collect.yaml") as _tfh:
+    TCOLLECT = _tyaml.safe_load(_tfh)
+
+
+# the GPU model a collection job asks Slurm for, and the sbatch extra that requests it
+_gres = lambda wc: TCOLLECT["gpus"][wc.gpu]["gres"]
+_slurm_extra = lambda wc: f"'--gres=gpu:{TCOLLECT['gpus'][wc.gpu]['gres']}:1 --exclusive'"
+# every collected file matching a raw/telemetry glob (one per GPU), sorted
+_telemetry = lambda pattern: sorted(glob.glob(pattern))
+
+
+TELEMETRY = {
+    # ID: (telemetry glob, figure stem)
+    "E1.3b": ("raw/telemetry/gemm_sweep/*/l2.csv", "E1_3b_l2_sweep"),
+    "E1.6": ("raw/telemetry/clock/*/maxq_sweep.csv", "E1_6_maxq"),
+    "E1.7": ("raw/telemetry/clock/*/clock_sweep.csv", "E1_7_droop"),
+    "E1.8": ("raw/telemetry/clock/*/lock_control.csv", "E1_8_lock"),
+    "E1.9": ("raw/telemetry/clock/*/cap_sweep.csv", "E1_9_cap_chain"),
+    "E1.14": ("raw/telemetry/gemm_sweep/*/duty.csv", "E1_14_duty"),
+    "E1.15": ("raw/telemetry/gemm_sweep/l40s/duty.csv", "E1_15_barrier"),
+    "E1.17": ("raw/telemetry/engine_kernels/*/ncu.csv", "E1_17_engine_kernels"),
+    "E1.19": ("raw/telemetry/steptrace/*/*.csv", "E1_19_host_learner"),
+    "E2.8": ("raw/telemetry/clock/*/cap_sweep.csv", "E2_8_placement"),
+}
+
+
+# Clock sweep under power caps (E1.9, E2.8): changes the power limit, so it passes --allow-set-power
+# explicitly; the collector restores the previous limit on exit, error or signal.
+rule collect_cap_sweep:
+    output:
+        "raw/telemetry/clock/{gpu}/cap_sweep.csv",
+    params:
+        runs=TCOLLECT["cap_sweep"]["runs"],
+        caps=lambda wc: ",".join(str(c) for c in TCOLLECT["gpus"][wc.gpu].get("caps_w", [])),
+        m=TCOLLECT["cap_sweep"]["m"],
+    resources:
+        gpu_model=_gres,
+        slurm_extra=_slurm_extra,
+    log:
+        "logs/collect_cap_sweep/{gpu}.log",
+    conda:
+        CONDA_ENV
+    message:
+        "Collecting the power-cap clock sweep on {wildcards.gpu} (GPU node, power limit restored after)"
+    shell:
+        "python -m steptime.collect.clock --out {output} --runs {params.runs} --m {params.m} "
+        "--caps {params.caps} --allow-set-power > {log} 2>&1"
+
+
+# Free-running vs locked SM clock (E1.8); the lock is reset on exit.
+rule collect_lock_control:
+    output:
+        "raw/telemetry/clock/{gpu}/lock_control.csv",
+    params:
+        runs=TCOLLECT["lock_control"]["runs"],
+        lock=lambda wc: TCOLLECT["gpus"][wc.gpu].get("lock_mhz", ""),
+        m=TCOLLECT["lock_control"]["m"],
+    resources:
+        gpu_model=_gres,
+        slurm_extra=_slurm_extra,
+    log:
+        "logs/collect_lock_control/{gpu}.log",
+    conda:
+        CONDA_ENV
+    message:
+        "Collecting the locked-clock control on {wildcards.gpu} (GPU node, clocks reset after)"
+    shell:
+        "python -m steptime.collect.clock --out {output} --runs {params.runs} --m {params.m} "
+        "--lock-mhz none,{params.lock} --allow-lock-clocks > {log} 2>&1"
+
+
+# The Blackwell Max-Q clock sweep (E1.6): the card as found, no setting changed.
+rule collect_maxq_sweep:
+    output:
+        "raw/telemetry/clock/{gpu}/maxq_sweep.csv",
+    params:
+        runs=TCOLLECT["clock_sweep"]["runs"],
+    resources:
+        gpu_model=_gres,
+        slurm_extra=_slurm_extra,
+    log:
+        "logs/collect_maxq_sweep/{gpu}.log",
+    conda:
+        CONDA_ENV
+    message:
+        "Collecting the Max-Q clock sweep on {wildcards.gpu} (GPU node)"
+    shell:
+        "python -m steptime.collect.clock --out {output} --runs {params.runs} > {log} 2>&1"
+
+
+# GEMM latency sweeps: the dense m ladder (plan duty: E1.14, E1.15) and L2 working sets (plan l2: E1.3b).
+rule collect_gemm_sweep:
+    output:
+        "raw/telemetry/gemm_sweep/{gpu}/{plan}.csv",
+    wildcard_constraints:
+        plan="duty|l2",
+    params:
+        repeats=TCOLLECT["gemm_sweep"]["repeats"],
+    resources:
+        gpu_model=_gres,
+        slurm_extra=_slurm_extra,
+    log:
+        "logs/collect_gemm_sweep/{gpu}_{plan}.log",
+    conda:
+        CONDA_ENV
+    message:
+        "Collecting the {wildcards.plan} GEMM sweep on {wildcards.gpu} (GPU node)"
+    shell:
+        "python -m steptime.collect.gemm_sweep --plan {wildcards.plan} --gpu {wildcards.gpu} "
+        "--repeats {params.repeats} --out {output} > {log} 2>&1"
+
+
+# cuBLASLt's dispatch log over the dense m ladder (tiles, stages, clusters; E1.14).
+rule collect_dispatch_log:
+    output:
+        "raw/telemetry/dispatch/{gpu}/cublaslt.log",
+    resources:
+        gpu_model=_gres,
+        slurm_extra=_slurm_extra,
+    log:
+        "logs/collect_dispatch_log/{gpu}.log",
+    conda:
+        CONDA_ENV
+    message:
+        "Collecting cuBLASLt's dispatch log on {wildcards.gpu} (GPU node)"
+    shell:
+        "python -m steptime.collect.dispatch --gpu {wildcards.gpu} --out {output} > {log} 2>&1"
+
+
+# Nsight Compute over a short eager decode run: the engine's own kernels (E1.17).
+rule collect_engine_kernels:
+    output:
+        "raw/telemetry/engine_kernels/{gpu}/ncu.csv",
+    params:
+        model=TCOLLECT["steptrace"]["model"],
+    resources:
+        gpu_model=_gres,
+        slurm_extra=_slurm_extra,
+    log:
+        "logs/collect_engine_kernels/{gpu}.log",
+    conda:
+        CONDA_ENV
+    message:
+        "Collecting engine-kernel counters on {wildcards.gpu} (GPU node)"
+    shell:
+        "python -m steptime.collect.engine_kernels --model {params.model} --gpu {wildcards.gpu} --out {output} "
+        "> {log} 2>&1"
+
+
+# Per-step wall time of a serving engine with each step's composition, FPM layout (E1.19).
+rule collect_steptrace:
+    input:
+        traces="results/data/traces.parquet",
+    output:
+        "raw/telemetry/steptrace/{gpu}/{model}.csv",
+    params:
+        trace=TCOLLECT["steptrace"]["trace"],
+        requests=TCOLLECT["steptrace"]["requests"],
+    resources:
+        gpu_model=_gres,
+        slurm_extra=_slurm_extra,
+    log:
+        "logs/collect_steptrace/{gpu}_{model}.log",
+    conda:
+        CONDA_ENV
+    message:
+        "Collecting a serving step trace of {wildcards.model} on {wildcards.gpu} (GPU node)"
+    shell:
+        "python -m steptime.collect.steptrace --model {wildcards.model} --trace {params.trace} "
+        "--traces-table {input.traces} --requests {params.requests} --out {output} > {log} 2>&1"
+
+
+# The reductions: one rule per awaiting experiment, all through one thin script.
+for _eid, (_tglob, _stem) in TELEMETRY.items():
+
+    rule:
+        name:
+            f"telemetry_{_eid.replace('.', '_')}"
+        input:
+            telemetry=_telemetry(_tglob),
+            dispatch=_telemetry("raw/telemetry/dispatch/*/cublaslt.log") if _eid == "E1.14" else [],
+            code=lib("collect", "terms", "specs", "calibration", "results", "plotting", "metrics", "step.py", "data"),
+        output:
+            result=f"results/{_eid.replace('.', '_')}.json",
+            fig=f"figures/{_stem}.png",
+        params:
+            id=_eid,
+            question=EXPERIMENTS[_eid]["question"],
+            seed=config["seed"],
+            bootstrap=config["bootstrap"],
+        log:
+            f"logs/{_eid.replace('.', '_')}.log",
+        conda:
+            CONDA_ENV
+        message:
+            f"{_eid}: reducing the collected GPU telemetry"
+        script:
+            "../scripts/telemetry_experiment.py"
