@@ -1,0 +1,178 @@
+"""Wall-clock experiments' library (E1.26, R2.3, E1.18, E2.11): step expansion, the reading
+rule, the engine-constant fit, scores, TP scaling and the TPOT approximation, on small
+synthetic step tables built here."""
+import numpy as np
+import pandas as pd
+import pytest
+
+from steptime.errors import SteptimeError
+from steptime.experiments import wallclock as W
+
+
+def _steps(tps=(1, 2, 8), seed=0):
+    """A toy FPM table: decode sweeps (1..32 requests, repeated), one prefill sweep, a real segment."""
+    rng = np.random.default_rng(seed)
+    rows, step = [], 0
+    for tp in tps:
+        for rep in range(3):
+            for n in (1, 2, 4, 8, 16, 32):
+                rows.append(dict(phase="decode", segment="sweep", ctx_tokens=0, ctx_requests=0, ctx_kv_tokens=0,
+                                 decode_requests=n, mean_decode_kv_tokens=4096.0, tp=tp))
+            for t in (128, 1024):
+                rows.append(dict(phase="prefill", segment="sweep", ctx_tokens=t, ctx_requests=1, ctx_kv_tokens=0,
+                                 decode_requests=0, mean_decode_kv_tokens=0.0, tp=tp))
+        for n in (1, 32, 32, 20):
+            rows.append(dict(phase="decode", segment="real", ctx_tokens=0, ctx_requests=0, ctx_kv_tokens=0,
+                             decode_requests=n, mean_decode_kv_tokens=3000.0, tp=tp))
+        rows.append(dict(phase="mixed", segment="real", ctx_tokens=512, ctx_requests=2, ctx_kv_tokens=100,
+                         decode_requests=10, mean_decode_kv_tokens=2000.0, tp=tp))
+    s = pd.DataFrame(rows)
+    s["step"] = np.arange(len(s))
+    s["gpu"], s["model"], s["engine"] = "h100-sxm", "llama-3.1-8b", "vllm"
+    s["latency_ms"] = rng.uniform(5, 50, len(s))
+    return s
+
+
+# -- a synthetic engine: total = a + b N + c [tp > 1] + g * tokens / tp (ms)
+def _toy_predictor(a=2.0, b=0.1, c=1.5, g=0.01):
+    def f(steps, tp, overrides=None):
+        p = {"a": a, "b": b, "c": c, **(overrides or {})}
+        n = (steps["decode_requests"] + steps["ctx_requests"]).to_numpy(float)
+        tok = (steps["decode_requests"] + steps["ctx_tokens"]).to_numpy(float)
+        host = p["a"] + p["b"] * n + (p["c"] if tp > 1 else 0.0)
+        gpu = g * tok / tp
+        out = {k: np.zeros(len(steps)) for k in W.KINDS}
+        out["host"], out["gemm"] = host, gpu
+        out["total"] = host + gpu
+        return out
+    return f
+
+
+def test_check_steps_names_the_problem():
+    s = _steps()
+    with pytest.raises(SteptimeError, match="lacks column"):
+        W.check_steps(s.drop(columns="latency_ms"))
+    with pytest.raises(ValueError, match="unknown phase"):
+        W.check_steps(s.assign(phase="context"))
+    bad = s.copy()
+    bad.loc[0, "decode_requests"] = 0
+    with pytest.raises(W.WallclockError, match="no request"):
+        W.check_steps(bad)
+    W.check_steps(s)
+
+
+def test_expand_requests_keeps_every_token_and_request():
+    s = _steps()
+    sid, new, kv = W.expand_requests(s)
+    n = np.bincount(sid, minlength=len(s))
+    assert np.array_equal(n, (s["decode_requests"] + s["ctx_requests"]).to_numpy())
+    tok = np.bincount(sid, weights=new, minlength=len(s))
+    assert np.allclose(tok, (s["decode_requests"] + s["ctx_tokens"]).to_numpy())
+    mixed = s.index[s["phase"] == "mixed"][0]
+    assert kv[(sid == mixed) & (new > 1)].tolist() == [50.0, 50.0]  # 100 cached tokens split over 2 prefills
+
+
+def test_reading_rule_is_three_steps_by_composition_never_by_latency():
+    s = _steps()
+    r = W.reading_rule(s)
+    assert len(r.rows) == 3
+    picked = s.loc[r.rows]
+    assert picked["tp"].tolist() == [1, 1, 8]
+    assert picked["decode_requests"].tolist() == [1, 32, 1]
+    assert (picked["segment"] == "sweep").all()
+    # the latencies play no part: shuffling them picks the same steps
+    s2 = s.assign(latency_ms=s["latency_ms"].sample(frac=1.0, random_state=3).to_numpy())
+    assert W.reading_rule(s2).rows == r.rows
+    # the repeats of the three sweep cells are excluded; the real segment's steps are not
+    ex = s.loc[r.excluded]
+    assert len(ex) == 9 and (ex["segment"] == "sweep").all()
+    assert not (s.loc[s["segment"] == "real"].index.isin(r.excluded)).any()
+
+
+def test_reading_rule_refuses_mixed_gpus():
+    s = _steps()
+    s.loc[0, "gpu"] = "b200"
+    with pytest.raises(W.WallclockError, match="one \\(GPU, engine\\)"):
+        W.reading_rule(s)
+
+
+def test_fit_recovers_the_engine_constants_from_three_readings():
+    s = _steps()
+    truth = _toy_predictor(a=3.0, b=0.2, c=0.7)
+    s["latency_ms"] = W.predict_table(s, truth)["pred_ms"]
+    r = W.reading_rule(s)
+    fit = W.fit_engine_constants(s, r, _toy_predictor(), ["a", "b", "c"], {"a": 1.0, "b": 0.05, "c": 0.1})
+    assert fit == pytest.approx({"a": 3.0, "b": 0.2, "c": 0.7}, rel=1e-4)
+    with pytest.raises(W.WallclockError, match="under-determined"):
+        W.fit_engine_constants(s, r, _toy_predictor(), ["a", "b", "c", "g"], {"a": 1, "b": 1, "c": 1, "g": 1})
+
+
+def test_scores_by_phase_and_tp_with_signed_error():
+    s = _steps()
+    p = W.predict_table(s, _toy_predictor())
+    s["latency_ms"] = p["pred_ms"] / 1.1  # every prediction 10% high
+    sc = W.score_steps(s, p, n_boot=10)
+    assert {(r["tp"], r["phase"]) for r in sc} == {(tp, ph) for tp in (1, 2, 8) for ph in ("decode", "prefill", "mixed")}
+    for r in sc:
+        assert r["mape"] == pytest.approx(0.1)
+        assert r["signed_mean"] == pytest.approx(0.1)
+
+
+def test_tp_scaling_is_exact_for_a_constant_scale_and_not_for_a_wrong_tp_law():
+    s = _steps()
+    truth = _toy_predictor()
+    s["latency_ms"] = W.predict_table(s, truth)["pred_ms"]
+    scaled = W.predict_table(s, truth) * 1.3
+    for r in W.tp_scaling(s, scaled):
+        assert r["mean_abs_ratio_error"] == pytest.approx(0.0, abs=1e-12)
+    wrong = W.predict_table(s, _toy_predictor(c=0.0))  # misses what TP > 1 adds
+    res = {r["tp"]: r for r in W.tp_scaling(s, wrong)}
+    assert set(res) == {2, 8}
+    assert res[2]["mean_abs_ratio_error"] > 0.01
+    assert res[8]["predicted_ratio_median"] < res[8]["measured_ratio_median"]
+
+
+def test_roofline_is_a_lower_bound_of_the_kernel_model_and_grows_with_tokens():
+    s = _steps(tps=(1, 2))
+    roof = W.predict_table(s, W.make_predictor("roofline", "llama-3.1-8b", "h100-sxm"))
+    kern = W.predict_table(s, W.make_predictor("kernels", "llama-3.1-8b", "h100-sxm"))
+    assert (roof["pred_ms"] <= kern["pred_ms"]).all()
+    assert (roof["host_ms"] == 0).all() and (roof["launch_ms"] == 0).all()
+    assert (kern["host_ms"] == 0).all()  # kernels: GPU kernel time only
+    pre = s[(s["phase"] == "prefill") & (s["tp"] == 1)]
+    r = roof.loc[pre.index, "pred_ms"].to_numpy()
+    t = pre["ctx_tokens"].to_numpy()
+    assert r[np.argmax(t)] > r[np.argmin(t)]
+    parts = roof[[f"{k}_ms" for k in W.KINDS]].sum(axis=1)
+    assert np.allclose(parts, roof["pred_ms"])
+
+
+def test_exposed_host_reads_the_small_decode_steps():
+    s = _steps()
+    gpu_only = _toy_predictor(a=0.0, b=0.0, c=0.0)
+    truth = _toy_predictor(a=2.0, b=0.0, c=1.0)
+    s["latency_ms"] = W.predict_table(s, truth)["pred_ms"]
+    ex = {r["tp"]: r for r in W.exposed_host(s, W.predict_table(s, gpu_only), max_requests=4)}
+    assert ex[1]["exposed_ms_median"] == pytest.approx(2.0)
+    assert ex[8]["exposed_ms_median"] == pytest.approx(3.0)
+
+
+def _tpot_rows(mode="agg"):
+    return pd.DataFrame({"batch": [2.5, 8.0], "prompt_tokens": [1000, 1000], "output_tokens": [100, 100],
+                         "mode": mode})
+
+
+def test_tpot_interpolates_the_batch_and_adds_amortised_prefill_only_when_aggregated():
+    f = _toy_predictor(a=1.0, b=1.0, c=0.0, g=0.0)  # total = 1 + N ms
+    agg = W.predict_tpot(_tpot_rows("agg"), f, kernels=_toy_predictor(a=0, b=0, c=0, g=0.01))
+    assert agg["decode_ms"] == pytest.approx([3.5, 9.0])
+    # 1 x 1000-token prefill = 10 ms of kernels, batch / output_tokens of them per step
+    assert agg["prefill_amortised_ms"] == pytest.approx([10 * 2.5 / 100, 10 * 8 / 100])
+    dis = W.predict_tpot(_tpot_rows("disagg"), f, kernels=_toy_predictor(a=0, b=0, c=0, g=0.01))
+    assert np.all(dis["prefill_amortised_ms"] == 0)
+    with pytest.raises(W.WallclockError, match="batch"):
+        W.predict_tpot(_tpot_rows().assign(batch=0.0), f)
+
+
+def test_mean_context_is_prompt_plus_half_the_output():
+    assert W.mean_context([1000], [200]).tolist() == [1100.0]
