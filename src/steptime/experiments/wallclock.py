@@ -430,3 +430,271 @@ def records(scores: list[dict], *, dataset: str, predictor: str, family: str = "
                     "predictor": predictor, "subset": s.get("subset", s.get("phase")), "cells": s["cells"],
                     "mape": s["mape"], "median_ape": s["median_ape"], "mape_ci": s["mape_ci"]})
     return out
+
+
+# ---------------------------------------------------------------------------------------
+# R2.3's block-scale arm and its price on the per-operator tables (E1.16 re-measured)
+GPU_KINDS = ("gemm", "attention", "light", "comm")
+BLOCK_SCALE = "block_scale"
+
+
+def with_block_scale(predictor: Callable) -> Callable:
+    """`predictor` whose GPU kernel terms (GEMM, attention, light, all-reduce) are multiplied by
+    the override `block_scale` (round 1's aggregate scale k on T_blocks; 1 when absent)."""
+    def f(steps, tp, overrides=None):
+        ov = dict(overrides or {})
+        k = float(ov.pop(BLOCK_SCALE, 1.0))
+        r = dict(predictor(steps, tp, ov or None))
+        for kind in GPU_KINDS:
+            r[kind] = r[kind] * k
+        r["total"] = sum(r[kind] for kind in KINDS)
+        return r
+    return f
+
+
+def per_op_cost(tables: dict, k: float, n_boot: int = 1000, seed: int = 0) -> list[dict]:
+    """MAPE on per-operator tables before and after scaling every kernel prediction by k.
+
+    `tables`: name -> (pred_ms, measured_ms) arrays of one GPU's per-operator cells."""
+    from steptime.metrics import score
+
+    out = []
+    for name, (p, m) in sorted(tables.items()):
+        a = score(p, m, n_boot=n_boot, seed=seed)
+        b = score(np.asarray(p) * k, m, n_boot=n_boot, seed=seed)
+        out.append({"table": name, "cells": a["cells"], "block_scale": k, "mape_per_op_calibrated": a["mape"],
+                    "mape_wallclock_scaled": b["mape"], "delta": b["mape"] - a["mape"]})
+    return out
+
+
+def per_op_tables(gpu: str, gemm_df=None, attn_cells=None) -> dict:
+    """(steptime prediction, measured) in ms on one GPU's per-operator tables with the shipped
+    constants: GEMM cells (LLM-shaped: n, k >= 1024, m <= 16384) and attention cells."""
+    from steptime.calibration import Constants
+    from steptime.ops import predict_ops
+
+    out = {}
+    if gemm_df is not None:
+        g = gemm_df[gemm_df["gpu"] == gpu]
+        llm = (g["n"] >= 1024) & (g["k"] >= 1024) & (g["m"] <= 16384)
+        g = g[llm]
+        if len(g):
+            p = predict_ops("gemm", gpu, m=g["m"].to_numpy(float), n=g["n"].to_numpy(float), k=g["k"].to_numpy(float))
+            out["aic_gemm_llm"] = (p["t_ms"], g["latency_ms"].to_numpy(float))
+    if attn_cells is not None:
+        from steptime.specs import get_gpu
+        from steptime.terms import attention as A
+
+        x = attn_cells[(attn_cells["gpu"] == gpu) & attn_cells["llm"]]
+        for phase in ("decode", "prefill"):
+            xp = x[x["phase"] == phase]
+            if len(xp):
+                r = A.attention_cells(xp["b"].to_numpy(), xp["s"].to_numpy(), xp["c"].to_numpy(), xp["H"].to_numpy(),
+                                      xp["Hkv"].to_numpy(), xp["d"].to_numpy(), get_gpu(gpu), Constants.default(),
+                                      kv_dtype=xp["kv_dtype"].to_numpy(), warm_l2=True)
+                out[f"aic_attention_{phase}_llm"] = (np.asarray(r["t"]) * 1e3, xp["y_ms"].to_numpy(float))
+    return out
+
+
+# ---------------------------------------------------------------------------------------
+# E1.26 + R2.3 + E1.18 on one (GPU, engine) step table
+@dataclass
+class FpmSpec:
+    """What run_fpm fits and compares (all from the workflow's params)."""
+    model: str
+    engine: str = "vllm"
+    dtype: str = "bf16"
+    fit_names: tuple = ("host_a_ms", "host_b_ms", "host_ray_tp_ms")        # R2.3: the engine's constants
+    block_fit_names: tuple = ("host_a_ms", BLOCK_SCALE, "host_ray_tp_ms")   # R2.3 arm C: scale on kernels
+    bounds: dict = field(default_factory=dict)
+    small_requests: int = 4
+    kv_bucket: int = 512
+
+
+def run_fpm(steps, spec: FpmSpec, *, n_boot: int = 1000, seed: int = 0) -> dict:
+    """Every predictor on the same held-out steps of one (GPU, engine) table."""
+    from steptime.calibration import Calibration, Constants
+
+    check_steps(steps)
+    gpus = steps["gpu"].unique()
+    if len(gpus) != 1:
+        raise WallclockError(f"run_fpm: one GPU per call (got {sorted(gpus)})")
+    gpu = str(gpus[0])
+    rd = reading_rule(steps)
+    ev = steps.drop(index=rd.excluded)
+    cal = Calibration()
+    cal.record(f"engine[{spec.engine}@{gpu}]", rd.cells, READING_RULE)
+    cal.check_disjoint([(str(r.gpu), str(r.engine), int(r.tp), str(r.phase), int(r.decode_requests), int(r.step))
+                        for r in ev.itertuples()])
+    eng = make_predictor(spec.engine, spec.model, gpu, engine=spec.engine, dtype=spec.dtype)
+    preds = {"kernels": make_predictor("kernels", spec.model, gpu, dtype=spec.dtype), spec.engine: eng,
+             "roofline": make_predictor("roofline", spec.model, gpu)}
+    from steptime.specs import get_gpu
+
+    c0 = Constants.default()
+    x0 = {n: (1.0 if n == BLOCK_SCALE else float(c0.get(n, get_gpu(gpu)))) for n in set(spec.fit_names) | set(spec.block_fit_names)}
+    bnd = {BLOCK_SCALE: (0.3, 3.0), **{k: tuple(v) for k, v in spec.bounds.items()}}
+    fitted = fit_engine_constants(steps, rd, eng, list(spec.fit_names), x0, bnd)
+    blk = with_block_scale(eng)
+    fitted_blk = fit_engine_constants(steps, rd, blk, list(spec.block_fit_names), x0, bnd)
+    tabs = {name: predict_table(ev, p) for name, p in preds.items()}
+    fit_name, blk_name = f"{spec.engine}_wallclock_fit", f"{spec.engine}_wallclock_block_scale"
+    tabs[fit_name] = predict_table(ev, eng, fitted)
+    tabs[blk_name] = predict_table(ev, blk, fitted_blk)
+    scores = {name: score_steps(ev, t, n_boot=n_boot, seed=seed) for name, t in tabs.items()}
+    scaling = {name: tp_scaling(ev, t, kv_bucket=spec.kv_bucket) for name, t in tabs.items()}
+    tok = ev["ctx_tokens"] + ev["decode_requests"]
+    ev_tok = ev.assign(tokens=tok)
+    bins_req = {n: signed_error_bins(ev, tabs[n], "decode_requests", [0, 2, 5, 9, 17, 25, 33, 65, 129])
+                for n in (spec.engine, fit_name, "kernels")}
+    bins_tok = {n: signed_error_bins(ev_tok, tabs[n], "tokens", [0, 33, 129, 513, 2049, 4097, 8193])
+                for n in (spec.engine, fit_name, "kernels")}
+    below_sol = ev["latency_ms"].to_numpy() < tabs["roofline"]["pred_ms"].to_numpy()
+    return {"gpu": gpu, "engine": spec.engine, "model": spec.model, "readings": rd, "calibration": cal,
+            "fitted": fitted, "fitted_block": fitted_blk, "x0": x0, "eval": ev, "pred": tabs, "scores": scores,
+            "tp_scaling": scaling, "shares": {n: shares(tabs[n], ev) for n in (spec.engine, fit_name, "kernels")},
+            "signed_vs_requests": bins_req, "signed_vs_tokens": bins_tok,
+            "exposed_host": exposed_host(ev, tabs["kernels"], spec.small_requests),
+            "below_speed_of_light": {"steps": int(below_sol.sum()),
+                                     "by_phase": {ph: int(below_sol[(ev["phase"] == ph).to_numpy()].sum())
+                                                  for ph in PHASES}},
+            "names": {"fit": fit_name, "block": blk_name}}
+
+
+# ---------------------------------------------------------------------------------------
+# Adapters: the tidy tables of steptime.data (W1's loaders) -> the frames above
+def engine_profile(engine: str, version=None) -> str:
+    """The engine profile of a measured (engine, version): vLLM before 0.8 ran the V0 engine
+    (V1 became the default in 0.8), later ones V1; other engines map to their own profile."""
+    e = str(engine).lower()
+    if e == "vllm" and version is not None and str(version) not in ("", "<NA>", "nan", "None"):
+        try:
+            major, minor = (int(p) for p in str(version).split(".")[:2])
+        except ValueError:
+            return "vllm"
+        return "vllm-v0" if (major, minor) < (0, 8) else "vllm"
+    return e
+
+
+def fpm_steps(tidy, moe: bool = False):
+    """STEP_COLUMNS from the tidy `fpm_steps` table (dense models only unless `moe`)."""
+    x = tidy if moe else tidy[~tidy["moe"].astype(bool)]
+    out = x.rename(columns={"workload_segment": "segment"}).copy()
+    out["phase"] = out["phase"].replace({"context": "prefill"})
+    out["step"] = out["counter_id"]
+    if "mean_decode_kv_tokens" not in out:
+        out["mean_decode_kv_tokens"] = np.where(out["decode_requests"] > 0,
+                                                out["decode_kv_tokens"] / np.maximum(out["decode_requests"], 1), 0.0)
+    out["engine"] = [engine_profile(e, v) for e, v in zip(out["engine"], out["engine_version"])]
+    return out.reset_index(drop=True)
+
+
+DTYPES = {"bfloat16": "bf16", "bf16": "bf16", "float16": "bf16", "fp8": "fp8", "float8": "fp8"}
+
+
+def tpot_table(mlenergy_v2=None, mlenergy_v3=None, silicon=None, prompt_tokens: dict | None = None):
+    """One TPOT frame (TPOT_COLUMNS + `measure`, `source_id`) from the tidy token-time tables, and
+    the rows left out with their reason (a count per reason and dataset).
+
+    ML.ENERGY: `avg_batch` is the measured mean running batch; the prompt length is not
+    published, so the mean prompt comes from `prompt_tokens[(dataset, task)]` (an ASSUMED
+    estimate, given by the caller); v2 gives the mean TPOT, v3 the MEDIAN inter-token latency
+    (the measure compared is named per row). AIConfigurator silicon: the client concurrency
+    stands for the running batch, prompt and output lengths are exact (isl, osl)."""
+    import pandas as pd
+
+    rows, skipped = [], []
+
+    def skip(dataset, reason, n):
+        if n:
+            skipped.append({"dataset": dataset, "reason": reason, "rows": int(n)})
+
+    prompt_tokens = prompt_tokens or {}
+    for name, df, measure in (("mlenergy-v2", mlenergy_v2, "mean_tpot_ms"), ("mlenergy-v3", mlenergy_v3, "median_itl_ms")):
+        if df is None:
+            continue
+        x = df.copy()
+        skip(name, "MoE not supported yet", x["moe"].astype(bool).sum())
+        x = x[~x["moe"].astype(bool)]
+        if "arch" in x:
+            skip(name, f"architecture not modelled (hybrid)", (x["arch"] == "hybrid").sum())
+            x = x[x["arch"] == "dense"]
+        for col, why in (("pp", "pipeline parallelism > 1 not modelled"), ("dp", "data parallelism > 1 not modelled"),
+                         ("ep", "expert parallelism > 1 not modelled")):
+            if col in x:
+                skip(name, why, (x[col] > 1).sum())
+                x = x[x[col] <= 1]
+        key = [(name, t) for t in x["task"]]
+        known = np.array([k in prompt_tokens for k in key], dtype=bool)
+        skip(name, "task without a stated prompt-length estimate (multimodal or unlisted)", (~known).sum())
+        x = x[known]
+        rows.append(pd.DataFrame({
+            "dataset": name, "gpu": x["gpu"].to_numpy(), "model": x["model"].to_numpy(),
+            "engine": [engine_profile(e, v) for e, v in zip(x["engine"], x["engine_version"])],
+            "tp": x["tp"].to_numpy(int), "dtype": [DTYPES.get(str(d).lower(), str(d).lower()) for d in x["dtype"]],
+            "mode": "agg", "batch": x["avg_batch"].to_numpy(float),
+            "prompt_tokens": [float(prompt_tokens[(name, t)]) for t in x["task"]],
+            "output_tokens": x["avg_output_len"].to_numpy(float), "tpot_ms": x[measure].to_numpy(float),
+            "measure": measure, "task": x["task"].to_numpy(),
+            "source_id": x.get("source_file", x["model"]).astype(str).to_numpy()}))
+    if silicon is not None:
+        name = "aic-silicon"
+        x = silicon.copy()
+        skip(name, "MoE not supported yet", x["moe"].astype(bool).sum())
+        x = x[~x["moe"].astype(bool)]
+        skip(name, "disaggregated serving (per-pool layout not modelled)", (x["mode"] != "agg").sum())
+        x = x[x["mode"] == "agg"]
+        pp = x["pp"].fillna(1).astype(int)
+        skip(name, "pipeline parallelism > 1 not modelled", (pp > 1).sum())
+        x = x[pp <= 1]
+        prec = x["precision"].astype("string").fillna("").str.lower()
+        quant = x["gemm_quant_mode"].astype("string").fillna("").str.lower()
+        dtype = np.where(quant.eq("fp8") | prec.eq("fp8"), "fp8",
+                         np.where(prec.isin(["bf16", "bfloat16", "fp16", "float16"]) | (prec.eq("") & quant.eq("")),
+                                  "bf16", "other:" + prec))
+        other = np.char.startswith(dtype.astype(str), "other:")
+        skip(name, "precision not modelled (fp4 / block-scaled fp8)", other.sum())
+        x, dtype = x[~other], dtype[~other]
+        rows.append(pd.DataFrame({
+            "dataset": name, "gpu": x["gpu"].to_numpy(), "model": x["model"].to_numpy(),
+            "engine": [engine_profile(e, v) for e, v in zip(x["engine"], x["engine_version"])],
+            "tp": x["tp"].astype(int).to_numpy(), "dtype": dtype, "mode": "agg",
+            "batch": x["concurrency"].astype(float).to_numpy(), "prompt_tokens": x["isl"].to_numpy(float),
+            "output_tokens": x["osl"].to_numpy(float), "tpot_ms": x["tpot_ms"].to_numpy(float),
+            "measure": "tpot_ms", "task": "isl/osl", "source_id": x["id"].astype(str).to_numpy()}))
+    frame = pd.concat(rows, ignore_index=True) if rows else pd.DataFrame(columns=list(TPOT_COLUMNS))
+    return frame, skipped
+
+
+def run_tpot(rows, model_of=None, n_boot: int = 1000, seed: int = 0) -> dict:
+    """Predict every TPOT row (grouped by dataset, gpu, model, engine, tp, dtype) with the engine
+    profile, and score per dataset x GPU x engine (and per TP). A group the predictor refuses
+    (unknown model, memory, precision a GPU cannot run) is left out with its reason."""
+    import pandas as pd
+
+    from steptime.metrics import score
+
+    preds, skipped = [], []
+    keys = ["dataset", "gpu", "model", "engine", "tp", "dtype"]
+    for k, d in rows.groupby(keys, sort=True):
+        ds, gpu, model, eng, tp, dt = k
+        try:
+            f = make_predictor(eng, model if model_of is None else model_of(model), gpu, engine=eng, dtype=dt)
+            kern = make_predictor("kernels", model if model_of is None else model_of(model), gpu, dtype=dt)
+            r = predict_tpot(d, f, kern, tp=int(tp))
+        except SteptimeError as exc:
+            skipped.append({"dataset": ds, "reason": f"{type(exc).__name__}: {str(exc).splitlines()[0][:160]}",
+                            "rows": int(len(d)), "group": [str(v) for v in k]})
+            continue
+        preds.append(d.assign(pred_ms=r["pred_ms"], decode_ms=r["decode_ms"],
+                              prefill_amortised_ms=r["prefill_amortised_ms"]))
+    p = pd.concat(preds) if preds else rows.iloc[:0].assign(pred_ms=[], decode_ms=[], prefill_amortised_ms=[])
+    scores = []
+    for by, sub in ((["dataset", "gpu", "engine"], "tpot"), (["dataset", "gpu", "engine", "tp"], "tpot_by_tp")):
+        for k, d in p.groupby(by, sort=True):
+            s = score(d["pred_ms"].to_numpy(), d["tpot_ms"].to_numpy(), n_boot=n_boot, seed=seed)
+            s["signed_mean"] = float(np.mean((d["pred_ms"] - d["tpot_ms"]) / d["tpot_ms"]))
+            s["models"] = sorted(d["model"].unique().tolist())
+            scores.append({**dict(zip(by, [v.item() if hasattr(v, "item") else v for v in k])),
+                           "tp": int(k[3]) if len(k) > 3 else "all", "subset": sub, **s})
+    return {"pred": p, "scores": scores, "skipped": skipped}
