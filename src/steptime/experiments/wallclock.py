@@ -28,7 +28,6 @@ light). `make_predictor` builds them on `steptime.step.predict_steps`.
 
 from __future__ import annotations
 
-import inspect
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -103,18 +102,14 @@ def term_kinds(terms_ms: dict, n: int) -> dict:
     return out
 
 
-def _supports_engine() -> bool:
-    from steptime.step import predict_steps
-
-    return "engine" in inspect.signature(predict_steps).parameters
-
-
 def make_predictor(name: str, model, gpu, *, engine: str | None = None, dtype: str = "bf16",
-                   constants=None) -> Callable:
+                   constants=None, fitted=None) -> Callable:
     """A step predictor by name: 'kernels', 'roofline', or an engine profile ('vllm', ...).
 
-    `overrides` passed at call time are constants (name -> value) applied on top of
-    `constants` for this GPU, which is how R2.3's fitted engine constants enter.
+    `overrides` passed at call time (name -> value) are laid over the profile for this GPU:
+    engine fields (specs/engines.yaml) through `Engine.with_fitted`, any other name as a
+    constant of calibration; this is how R2.3's fitted engine constants enter. `fitted` is a
+    fitted-constants file or dict (results/calibration/engine_constants.yaml) for get_engine.
     """
     from steptime.calibration import Constants
     from steptime.specs import get_gpu, get_model
@@ -128,24 +123,21 @@ def make_predictor(name: str, model, gpu, *, engine: str | None = None, dtype: s
             sid, new, kv = expand_requests(steps)
             return roofline_steps(m, g, sid, new, kv, len(steps), tp=tp)
         return f
-    eng = "kernels" if name == "kernels" else (engine or name)
-    has_engine = _supports_engine()
+    from steptime.specs.engines import get_engine
+
+    profile = get_engine("kernels" if name == "kernels" else (engine or name), fitted=fitted)
+    fields = set(profile.values)
 
     def f(steps, tp, overrides=None):
-        c = base.with_overrides(overrides, scope=f"gpu.{g.key}", provenance="FITTED",
-                                source="wall-clock readings (R2.3)") if overrides else base
+        ov = dict(overrides or {})
+        eng_ov = {k: v for k, v in ov.items() if k in fields}
+        const_ov = {k: v for k, v in ov.items() if k not in fields}
+        c = base.with_overrides(const_ov, scope=f"gpu.{g.key}", provenance="FITTED",
+                                source="wall-clock readings (R2.3)") if const_ov else base
+        e = profile.with_fitted(g.key, eng_ov, source="wall-clock readings (R2.3)") if eng_ov else profile
         sid, new, kv = expand_requests(steps)
-        kw = dict(tp=int(tp), constants=c)
-        if has_engine:
-            kw["engine"] = eng
-            if "dtype" in inspect.signature(predict_steps).parameters:
-                kw["dtype"] = dtype
-        r = predict_steps(m, g, sid, new, kv, len(steps), **kw)
-        terms = dict(r["terms_ms"])
-        if not has_engine and eng == "kernels":  # today's model: drop the host side
-            for t in ("host", "sampling", "dispatch_floor"):
-                terms[t] = np.zeros(len(steps))
-        return term_kinds(terms, len(steps))
+        r = predict_steps(m, g, sid, new, kv, len(steps), tp=int(tp), constants=c, engine=e, dtype=dtype)
+        return term_kinds(r["terms_ms"], len(steps))
     return f
 
 
