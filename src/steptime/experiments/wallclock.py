@@ -118,6 +118,11 @@ def make_predictor(name: str, model, gpu, *, engine: str | None = None, dtype: s
     m = get_model(model)
     g = get_gpu(gpu)
     base = constants or Constants.default()
+    fitted_engines, fitted_consts = split_fitted(fitted)
+    mine = fitted_consts.get("kernels" if name == "kernels" else (engine or name), {}).get(g.key)
+    if mine:
+        base = base.with_overrides(mine, scope=f"gpu.{g.key}", provenance="FITTED",
+                                   source="R2.3 wall-clock readings (engine_constants.yaml)")
     if name == "roofline":
         def f(steps, tp, overrides=None):
             sid, new, kv = expand_requests(steps)
@@ -125,7 +130,7 @@ def make_predictor(name: str, model, gpu, *, engine: str | None = None, dtype: s
         return f
     from steptime.specs.engines import get_engine
 
-    profile = get_engine("kernels" if name == "kernels" else (engine or name), fitted=fitted)
+    profile = get_engine("kernels" if name == "kernels" else (engine or name), fitted=fitted_engines)
     fields = set(profile.values)
 
     def f(steps, tp, overrides=None):
@@ -139,6 +144,26 @@ def make_predictor(name: str, model, gpu, *, engine: str | None = None, dtype: s
         r = predict_steps(m, g, sid, new, kv, len(steps), tp=int(tp), constants=c, engine=e, dtype=dtype)
         return term_kinds(r["terms_ms"], len(steps))
     return f
+
+
+def split_fitted(fitted):
+    """(engines part for get_engine, {gpu: {constant: value}}) of a fitted-constants doc or path.
+
+    The file R2.3 writes has `engines: {engine: {gpu: {field: entry}}}` (fields of
+    specs/engines.yaml, read by get_engine) and `constants: {engine: {gpu: {name: entry}}}`
+    (calibration constants fitted on the same readings, e.g. the all-reduce floor), which
+    apply to that engine's predictions on that GPU only."""
+    if fitted is None:
+        return {}, {}
+    if not isinstance(fitted, dict):
+        import yaml
+        from pathlib import Path
+
+        fitted = yaml.safe_load(Path(fitted).read_text()) or {}
+    engines = fitted.get("engines", {}) or {}
+    consts = {eng: {gk: {n: e["value"] for n, e in tbl.items()} for gk, tbl in per_gpu.items()}
+              for eng, per_gpu in (fitted.get("constants", {}) or {}).items()}
+    return {"engines": engines}, consts
 
 
 def roofline_steps(model, gpu, step_id, new_tokens, kv_len, n_steps: int, *, tp: int = 1) -> dict:
@@ -405,11 +430,16 @@ def predict_tpot(rows, predictor: Callable, kernels: Callable | None = None, tp:
     w = np.where(hi > lo, B - lo, 0.0)
     dec = t_lo + w * (t_hi - t_lo)
     pre = np.zeros(len(rows))
+    kdec = np.full(len(rows), np.nan)
     agg = (rows["mode"] == "agg").to_numpy()
+    if kernels is not None:
+        k_lo = kernels(_decode_frame(lo, kv, tp), tp, None)["total"]
+        k_hi = kernels(_decode_frame(hi, kv, tp), tp, None)["total"]
+        kdec = k_lo + w * (k_hi - k_lo)
     if kernels is not None and agg.any():
         tp_pre = kernels(_prefill_frame(rows["prompt_tokens"].to_numpy()[agg], tp), tp, None)["total"]
         pre[agg] = tp_pre * B[agg] / np.maximum(rows["output_tokens"].to_numpy(float)[agg], 1.0)
-    return {"decode_ms": dec, "prefill_amortised_ms": pre, "pred_ms": dec + pre}
+    return {"decode_ms": dec, "prefill_amortised_ms": pre, "pred_ms": dec + pre, "kernels_decode_ms": kdec}
 
 
 # ---------------------------------------------------------------------------------------
@@ -503,9 +533,15 @@ class FpmSpec:
     kv_bucket: int = 512
 
 
-def run_fpm(steps, spec: FpmSpec, *, n_boot: int = 1000, seed: int = 0) -> dict:
-    """Every predictor on the same held-out steps of one (GPU, engine) table."""
+def run_fpm(steps, spec: FpmSpec, *, fitted_doc=None, n_boot: int = 1000, seed: int = 0) -> dict:
+    """Every predictor on the same held-out steps of one (GPU, engine) table.
+
+    Without `fitted_doc`, R2.3: the engine constants `spec.fit_names` (and the block-scale
+    arm's `spec.block_fit_names`) are fitted on the three reading steps. With it (the
+    engine_constants.yaml R2.3 wrote), E1.26: those values are used as written, after
+    checking that they were read from the same three steps the rule picks here."""
     from steptime.calibration import Calibration, Constants
+    from steptime.specs import get_gpu
 
     check_steps(steps)
     gpus = steps["gpu"].unique()
@@ -521,36 +557,87 @@ def run_fpm(steps, spec: FpmSpec, *, n_boot: int = 1000, seed: int = 0) -> dict:
     eng = make_predictor(spec.engine, spec.model, gpu, engine=spec.engine, dtype=spec.dtype)
     preds = {"kernels": make_predictor("kernels", spec.model, gpu, dtype=spec.dtype), spec.engine: eng,
              "roofline": make_predictor("roofline", spec.model, gpu)}
-    from steptime.specs import get_gpu
-
-    c0 = Constants.default()
-    x0 = {n: (1.0 if n == BLOCK_SCALE else float(c0.get(n, get_gpu(gpu)))) for n in set(spec.fit_names) | set(spec.block_fit_names)}
-    bnd = {BLOCK_SCALE: (0.3, 3.0), **{k: tuple(v) for k, v in spec.bounds.items()}}
-    fitted = fit_engine_constants(steps, rd, eng, list(spec.fit_names), x0, bnd)
-    blk = with_block_scale(eng)
-    fitted_blk = fit_engine_constants(steps, rd, blk, list(spec.block_fit_names), x0, bnd)
-    tabs = {name: predict_table(ev, p) for name, p in preds.items()}
     fit_name, blk_name = f"{spec.engine}_wallclock_fit", f"{spec.engine}_wallclock_block_scale"
+    c0 = Constants.default()
+    names = list(dict.fromkeys(list(spec.fit_names) + list(spec.block_fit_names)))
+    x0 = {n: (1.0 if n == BLOCK_SCALE else _start_value(n, spec.engine, gpu, c0)) for n in names}
+    fitted_blk = None
+    if fitted_doc is None:
+        bnd = {BLOCK_SCALE: (0.3, 3.0), **{k: tuple(v) for k, v in spec.bounds.items()}}
+        fitted = fit_engine_constants(steps, rd, eng, list(spec.fit_names), x0, bnd)
+        blk = with_block_scale(eng)
+        fitted_blk = fit_engine_constants(steps, rd, blk, list(spec.block_fit_names), x0, bnd)
+    else:
+        fitted, cells = fitted_values(fitted_doc, spec.engine, gpu)
+        if sorted(map(tuple, cells)) != sorted(map(tuple, rd.cells)):
+            raise WallclockError(f"engine constants for {spec.engine}@{gpu} were read from {cells}, "
+                                 f"not the rule's steps {rd.cells}")
+    tabs = {name: predict_table(ev, p) for name, p in preds.items()}
     tabs[fit_name] = predict_table(ev, eng, fitted)
-    tabs[blk_name] = predict_table(ev, blk, fitted_blk)
+    if fitted_blk is not None:
+        tabs[blk_name] = predict_table(ev, with_block_scale(eng), fitted_blk)
+    sol_ok = ev["latency_ms"].to_numpy() >= tabs["roofline"]["pred_ms"].to_numpy()
     scores = {name: score_steps(ev, t, n_boot=n_boot, seed=seed) for name, t in tabs.items()}
+    scores_sol = {name: score_steps(ev[sol_ok], t, n_boot=n_boot, seed=seed) for name, t in tabs.items()}
     scaling = {name: tp_scaling(ev, t, kv_bucket=spec.kv_bucket) for name, t in tabs.items()}
-    tok = ev["ctx_tokens"] + ev["decode_requests"]
-    ev_tok = ev.assign(tokens=tok)
-    bins_req = {n: signed_error_bins(ev, tabs[n], "decode_requests", [0, 2, 5, 9, 17, 25, 33, 65, 129])
-                for n in (spec.engine, fit_name, "kernels")}
-    bins_tok = {n: signed_error_bins(ev_tok, tabs[n], "tokens", [0, 33, 129, 513, 2049, 4097, 8193])
-                for n in (spec.engine, fit_name, "kernels")}
-    below_sol = ev["latency_ms"].to_numpy() < tabs["roofline"]["pred_ms"].to_numpy()
+    ev_tok = ev.assign(tokens=ev["ctx_tokens"] + ev["decode_requests"])
+    focus = [n for n in (spec.engine, fit_name, "kernels", "roofline") if n in tabs]
+    bins_req = {n: signed_error_bins(ev, tabs[n], "decode_requests", [0, 2, 5, 9, 17, 25, 33, 65, 129]) for n in focus}
+    bins_tok = {n: signed_error_bins(ev_tok, tabs[n], "tokens", [0, 33, 129, 513, 2049, 4097, 8193]) for n in focus}
     return {"gpu": gpu, "engine": spec.engine, "model": spec.model, "readings": rd, "calibration": cal,
-            "fitted": fitted, "fitted_block": fitted_blk, "x0": x0, "eval": ev, "pred": tabs, "scores": scores,
-            "tp_scaling": scaling, "shares": {n: shares(tabs[n], ev) for n in (spec.engine, fit_name, "kernels")},
+            "fitted": fitted, "fitted_block": fitted_blk, "x0": x0, "eval": ev, "pred": tabs,
+            "scores": scores, "scores_sol": scores_sol, "tp_scaling": scaling,
+            "shares": {n: shares(tabs[n], ev) for n in focus if n != "roofline"},
             "signed_vs_requests": bins_req, "signed_vs_tokens": bins_tok,
             "exposed_host": exposed_host(ev, tabs["kernels"], spec.small_requests),
-            "below_speed_of_light": {"steps": int(below_sol.sum()),
-                                     "by_phase": {ph: int(below_sol[(ev["phase"] == ph).to_numpy()].sum())
-                                                  for ph in PHASES}},
+            "below_speed_of_light": {"steps": int((~sol_ok).sum()),
+                                     "by_tp_phase": [{"tp": int(tp), "phase": ph, "steps": int(n)} for (tp, ph), n in
+                                                     ev[~sol_ok].groupby(["tp", "phase"]).size().items()]},
             "names": {"fit": fit_name, "block": blk_name}}
+
+
+def _start_value(name: str, engine: str, gpu: str, constants) -> float:
+    """The shipped value of an engine field (profile) or a calibration constant, for one GPU."""
+    from steptime.specs import get_gpu
+    from steptime.specs.engines import get_engine
+
+    e = get_engine(engine, fitted={})
+    g = get_gpu(gpu)
+    if name in e.values:
+        return float(e.get(name, g, constants))
+    return float(constants.get(name, g))
+
+
+def engine_constants_doc(fits: list[dict], spec: FpmSpec, experiment: str = "R2.3") -> dict:
+    """The fitted-constants file: engine fields under `engines`, calibration constants under
+    `constants`, each {value, provenance: FITTED, source, experiment, cells}."""
+    from steptime.specs.engines import get_engine
+
+    doc: dict = {"engines": {}, "constants": {}}
+    for r in fits:
+        fields = set(get_engine(r["engine"], fitted={}).values)
+        for n, v in sorted(r["fitted"].items()):
+            cells = [list(c) for c in r["readings"].cells]
+            sec = "engines" if n in fields else "constants"
+            doc[sec].setdefault(r["engine"], {}).setdefault(r["gpu"], {})[n] = {
+                "value": round(float(v), 6), "provenance": "FITTED", "experiment": experiment, "cells": cells,
+                "source": f"{experiment}: least squares on log step time over three wall-clock steps of "
+                          f"{r['model']} ({READING_RULE.split(':')[0]}; shipped value {r['x0'][n]:.6g})"}
+    return doc
+
+
+def fitted_values(doc, engine: str, gpu: str) -> tuple[dict, list]:
+    """({name: value}, reading cells) of one (engine, GPU) in a fitted-constants doc or path."""
+    eng_part, consts = split_fitted(doc)
+    raw = doc if isinstance(doc, dict) else __import__("yaml").safe_load(__import__("pathlib").Path(doc).read_text())
+    vals, cells = {}, None
+    for sec in ("engines", "constants"):
+        for n, e in ((raw.get(sec) or {}).get(engine, {}).get(gpu, {}) or {}).items():
+            vals[n] = float(e["value"])
+            cells = [tuple(c) for c in e.get("cells", [])]
+    if not vals:
+        raise WallclockError(f"no fitted engine constants for {engine}@{gpu}")
+    return vals, cells
 
 
 # ---------------------------------------------------------------------------------------
@@ -658,7 +745,7 @@ def tpot_table(mlenergy_v2=None, mlenergy_v3=None, silicon=None, prompt_tokens: 
     return frame, skipped
 
 
-def run_tpot(rows, model_of=None, n_boot: int = 1000, seed: int = 0) -> dict:
+def run_tpot(rows, model_of=None, n_boot: int = 1000, seed: int = 0, fitted=None) -> dict:
     """Predict every TPOT row (grouped by dataset, gpu, model, engine, tp, dtype) with the engine
     profile, and score per dataset x GPU x engine (and per TP). A group the predictor refuses
     (unknown model, memory, precision a GPU cannot run) is left out with its reason."""
@@ -671,7 +758,8 @@ def run_tpot(rows, model_of=None, n_boot: int = 1000, seed: int = 0) -> dict:
     for k, d in rows.groupby(keys, sort=True):
         ds, gpu, model, eng, tp, dt = k
         try:
-            f = make_predictor(eng, model if model_of is None else model_of(model), gpu, engine=eng, dtype=dt)
+            f = make_predictor(eng, model if model_of is None else model_of(model), gpu, engine=eng, dtype=dt,
+                               fitted=fitted)
             kern = make_predictor("kernels", model if model_of is None else model_of(model), gpu, dtype=dt)
             r = predict_tpot(d, f, kern, tp=int(tp))
         except SteptimeError as exc:
@@ -679,8 +767,9 @@ def run_tpot(rows, model_of=None, n_boot: int = 1000, seed: int = 0) -> dict:
                             "rows": int(len(d)), "group": [str(v) for v in k]})
             continue
         preds.append(d.assign(pred_ms=r["pred_ms"], decode_ms=r["decode_ms"],
-                              prefill_amortised_ms=r["prefill_amortised_ms"]))
-    p = pd.concat(preds) if preds else rows.iloc[:0].assign(pred_ms=[], decode_ms=[], prefill_amortised_ms=[])
+                              prefill_amortised_ms=r["prefill_amortised_ms"], kernels_decode_ms=r["kernels_decode_ms"]))
+    p = pd.concat(preds) if preds else rows.iloc[:0].assign(pred_ms=[], decode_ms=[], prefill_amortised_ms=[],
+                                                            kernels_decode_ms=[])
     scores = []
     for by, sub in ((["dataset", "gpu", "engine"], "tpot"), (["dataset", "gpu", "engine", "tp"], "tpot_by_tp")):
         for k, d in p.groupby(by, sort=True):
@@ -690,3 +779,93 @@ def run_tpot(rows, model_of=None, n_boot: int = 1000, seed: int = 0) -> dict:
             scores.append({**dict(zip(by, [v.item() if hasattr(v, "item") else v for v in k])),
                            "tp": int(k[3]) if len(k) > 3 else "all", "subset": sub, **s})
     return {"pred": p, "scores": scores, "skipped": skipped}
+
+
+# ---------------------------------------------------------------------------------------
+# E1.21: prefill on wall clock across GPUs, where a set holds isolated prefills
+def isolated_prefills(silicon):
+    """AIConfigurator silicon rows whose TTFT is one isolated prefill: aggregated serving at client
+    concurrency 1 (no queue, no batching with other prefills), dense models."""
+    x = silicon[(~silicon["moe"].astype(bool)) & (silicon["mode"] == "agg")]
+    return x[x["concurrency"].astype(float) == 1.0]
+
+
+def prefill_coverage(mlenergy_v2=None, mlenergy_v3=None, silicon=None) -> list[dict]:
+    """Per (dataset, GPU): dense configurations, and how many carry an isolated prefill time."""
+    out = []
+    for name, df in (("mlenergy-v2", mlenergy_v2), ("mlenergy-v3", mlenergy_v3)):
+        if df is None:
+            continue
+        for g, d in df[~df["moe"].astype(bool)].groupby("gpu"):
+            out.append({"dataset": name, "gpu": g, "dense_configurations": int(len(d)), "isolated_prefills": 0,
+                        "why": "the leaderboard publishes token times (TPOT / inter-token latency), energy and "
+                               "throughput only: no time-to-first-token or prefill time"})
+    if silicon is not None:
+        iso = isolated_prefills(silicon)
+        for g, d in silicon[~silicon["moe"].astype(bool)].groupby("gpu"):
+            n = int((iso["gpu"] == g).sum())
+            cmin = d["concurrency"].astype(float).min()
+            out.append({"dataset": "aic-silicon", "gpu": g, "dense_configurations": int(len(d)), "isolated_prefills": n,
+                        "why": "" if n else f"TTFT only at client concurrency >= {cmin:g}: queueing and batched "
+                                            f"prefills are inside it, not one prefill step"})
+    return out
+
+
+def score_isolated_prefills(iso, n_boot: int = 1000, seed: int = 0, fitted=None) -> tuple[list[dict], list[dict]]:
+    """TTFT at concurrency 1 predicted as one prefill step of `isl` tokens (engine profile)."""
+    import pandas as pd
+
+    from steptime.metrics import score
+
+    scores, skipped = [], []
+    if iso is None or not len(iso):
+        return scores, skipped
+    for (g, model, eng_raw, ver, tp), d in iso.groupby(["gpu", "model", "engine", "engine_version", "tp"],
+                                                        dropna=False, sort=True):
+        eng = engine_profile(eng_raw, ver)
+        prec = str(d["precision"].iloc[0]).lower()
+        dt = "fp8" if prec == "fp8" else ("bf16" if prec in ("bf16", "bfloat16", "<na>", "nan", "none", "") else None)
+        if dt is None:
+            skipped.append({"dataset": "aic-silicon", "reason": f"precision {prec} not modelled", "rows": int(len(d))})
+            continue
+        try:
+            f = make_predictor(eng, model, g, engine=eng, dtype=dt, fitted=fitted)
+            pred = f(_prefill_frame(d["isl"].to_numpy(), int(tp)), int(tp), None)["total"]
+        except SteptimeError as exc:
+            skipped.append({"dataset": "aic-silicon", "reason": f"{type(exc).__name__}: {str(exc)[:160]}",
+                            "rows": int(len(d))})
+            continue
+        s = score(pred, d["ttft_ms"].to_numpy(float), n_boot=n_boot, seed=seed)
+        scores.append({"dataset": "aic-silicon", "gpu": g, "engine": eng, "tp": int(tp), "model": model,
+                       "dtype": dt, "subset": "prefill", **s})
+    return scores, skipped
+
+
+def write_fitted_constants(path, doc: dict) -> None:
+    """Write the fitted-constants file (YAML, sorted keys, atomically) with a header naming its writer."""
+    import yaml
+
+    from steptime.io import atomic_path
+
+    text = ("# Engine constants read from at most three wall-clock steps per (GPU, engine): written by the\n"
+            "# pipeline (rule R2_3, steptime.experiments.wallclock); do not edit. Read with\n"
+            "# steptime.specs.engines.get_engine(name, fitted=<this file>) (the `engines` part) and\n"
+            "# steptime.experiments.wallclock.split_fitted (both parts).\n")
+    text += yaml.safe_dump(doc, sort_keys=True, width=120)
+    with atomic_path(path) as tmp:
+        tmp.write_text(text)
+
+
+def prompt_sensitivity(rows, prompt_tokens: dict, scales, fitted=None) -> list[dict]:
+    """TPOT MAPE per dataset x GPU x engine of the rows whose prompt length is an estimate (ML.ENERGY),
+    with every estimate multiplied by each of `scales`: how much the stated guess matters."""
+    est = rows[rows["dataset"].str.startswith("mlenergy")]
+    out = []
+    for sc in scales:
+        x = est.assign(prompt_tokens=est["prompt_tokens"] * float(sc))
+        res = run_tpot(x, n_boot=10, seed=0, fitted=fitted)
+        for s in res["scores"]:
+            if s["subset"] == "tpot":
+                out.append({"scale": float(sc), "dataset": s["dataset"], "gpu": s["gpu"], "engine": s["engine"],
+                            "cells": s["cells"], "mape": s["mape"]})
+    return out
