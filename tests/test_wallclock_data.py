@@ -47,7 +47,7 @@ def fpm_files(tp: int) -> list[str]:
 def test_fpm_steps_real():
     df = data.load_fpm_steps()
     assert set(df["tp"]) == {1, 2, 4, 8} and set(df["gpu"]) == {"b300"} and set(df["model"]) == {"qwen3-32b"}
-    assert not df["moe"].any() and set(df["arch"]) == {"dense"}
+    assert not df["moe"].any() and set(df["arch"]) == {"dense"} and df["arch_verified"].all()
     assert set(df["phase"]) == {"context", "decode", "mixed"} and set(df["engine_version"]) == {"0.20.1"}
     assert len(df) == 26819
     assert (df["num_tokens"] == df["ctx_tokens"] + df["decode_tokens"]).all()
@@ -163,6 +163,8 @@ def test_mlenergy_real():
     assert len(v2) == 314 and set(v2["gpu"]) == {"a100-sxm-40gb", "h100-sxm"}
     assert set(v2.loc[v2.moe, "model_source"]) == {"mistralai/Mixtral-8x7B-Instruct-v0.1",
                                                     "mistralai/Mixtral-8x22B-Instruct-v0.1"}
+    assert v2.loc[v2.moe, "arch_verified"].all()  # both Mixtral configs read (num_local_experts 8)
+    assert not v2.loc[v2.model_source.str.startswith("google/gemma-2"), "arch_verified"].any()
     assert (v2["max_batch"] == v2["max_num_seqs"] * v2["pp"]).all()
     assert (v2["avg_batch"] <= v2["max_batch"] * 1.0001).all()
     # seconds -> ms: a decode token takes tens of ms, not tens of seconds or microseconds

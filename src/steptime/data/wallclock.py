@@ -10,7 +10,8 @@
 
 Every tidy table carries `arch` (dense, moe or hybrid) and `moe` (bool), decided from the model's
 configuration facts (`model_arch`), never from its name, so experiments can skip MoE rows with
-a count. Times come back in milliseconds (`*_ms`) or seconds (`*_s`), as each column says.
+a count; `arch_verified` is False where the class rests on the architecture family only (the
+model's own config.json was not read; specs/model_arch.yaml says which). Times come back in milliseconds (`*_ms`) or seconds (`*_s`), as each column says.
 """
 
 from __future__ import annotations
@@ -50,6 +51,13 @@ def _arch_table() -> dict[str, dict]:
             raise ValueError(f"{ARCH_FILE}: {mid}: no evidence given")
         out[mid.lower()] = fact
     return out
+
+
+def model_arch_verified(model_id: str) -> bool:
+    """True when the architecture class rests on the model's own config (or models.yaml), False when
+    only on its architecture family (`verified: false` in specs/model_arch.yaml)."""
+    fact = _arch_table().get(str(model_id).lower())
+    return True if fact is None else bool(fact.get("verified", True))
 
 
 def model_arch(model_id: str) -> str:
@@ -94,6 +102,7 @@ def _model_cols(df: pd.DataFrame, source_col: str, file, raw_col: str | None = N
     df["model"] = ids.map(keys)
     df["arch"] = ids.map(arch)
     df["moe"] = df["arch"].eq("moe")
+    df["arch_verified"] = ids.map({mid: model_arch_verified(mid) for mid in uniq}).astype(bool)
     return df
 
 
@@ -121,7 +130,7 @@ def _require(doc: dict, keys, file, what: str = "key") -> None:
 
 
 # --------------------------------------------------------------------------- AIConfigurator FPM
-FPM_STEP_COLUMNS = ["gpu", "model", "model_source", "arch", "moe", "engine", "engine_version", "tp", "run",
+FPM_STEP_COLUMNS = ["gpu", "model", "model_source", "arch", "moe", "arch_verified", "engine", "engine_version", "tp", "run",
                     "phase", "workload_segment", "counter_id", "ctx_tokens", "ctx_requests", "ctx_kv_tokens",
                     "decode_tokens", "decode_requests", "decode_kv_tokens", "mean_decode_kv_tokens",
                     "var_prefill_length", "var_decode_kv_tokens", "queued_ctx_tokens", "queued_ctx_requests",
@@ -261,7 +270,7 @@ def load_fpm_workload(*, root=None) -> pd.DataFrame:
     run, workload_label, request_index, endpoint, target_isl, target_osl, prompt_tokens, max_tokens,
     prompt_token_mode, shape_source."""
     ents = load_manifest(root).entries("aic_fpm_workload")
-    cols = ["gpu", "model", "model_source", "arch", "moe", "tp", "run", "workload_label", "request_index",
+    cols = ["gpu", "model", "model_source", "arch", "moe", "arch_verified", "tp", "run", "workload_label", "request_index",
             "endpoint", "target_isl", "target_osl", "prompt_tokens", "max_tokens", "prompt_token_mode",
             "shape_source"]
     return _concat([read_fpm_workload_file(e)[cols] for e in ents], "aic_fpm_workload", None)
@@ -269,7 +278,7 @@ def load_fpm_workload(*, root=None) -> pd.DataFrame:
 
 # --------------------------------------------------------------------------- LLMServingSim runs
 SERVINGSIM_REQUEST_COLUMNS = [
-    "gpu", "model", "model_source", "arch", "moe", "engine", "engine_version", "tp", "dp", "expert_parallel",
+    "gpu", "model", "model_source", "arch", "moe", "arch_verified", "engine", "engine_version", "tp", "dp", "expert_parallel",
     "max_num_seqs", "max_num_batched_tokens", "run", "request_id", "request_index", "input_tokens",
     "output_tokens", "arrival_s", "queued_s", "scheduled_s", "first_token_s", "last_token_s", "ttft_s",
     "tpot_s", "e2e_s", "queue_wait_s"]
@@ -393,7 +402,7 @@ def load_servingsim_timeseries(run=None, *, root=None) -> pd.DataFrame:
     ents = load_manifest(root).entries("llmservingsim_timeseries")
     if run is not None:
         ents = [e for e in ents if e.get("run") == run]
-    cols = ["gpu", "model", "model_source", "arch", "moe", "tp", "run", "t_s", "prompt_tokens_per_s",
+    cols = ["gpu", "model", "model_source", "arch", "moe", "arch_verified", "tp", "run", "t_s", "prompt_tokens_per_s",
             "gen_tokens_per_s", "running", "waiting", "kv_cache_pct"]
     return _concat([read_servingsim_timeseries_file(e)[cols] for e in ents], "llmservingsim_timeseries", None)
 
@@ -412,7 +421,7 @@ def _map_gpus(raw: pd.DataFrame, col: str, file) -> pd.Series:
     return g
 
 
-MLENERGY_V2_COLUMNS = ["dataset", "task", "gpu", "model", "model_source", "arch", "moe", "engine", "engine_version",
+MLENERGY_V2_COLUMNS = ["dataset", "task", "gpu", "model", "model_source", "arch", "moe", "arch_verified", "engine", "engine_version",
                        "dtype", "tp", "pp", "num_gpus", "max_num_seqs", "max_batch", "avg_batch", "mean_tpot_ms",
                        "output_tokens_per_s", "avg_output_len", "energy_per_request_j", "source_file"]
 
@@ -448,7 +457,7 @@ def read_mlenergy_v2_file(entry: Entry) -> pd.DataFrame:
     return _model_cols(df, "model_source", entry.rel, "Model")[MLENERGY_V2_COLUMNS]
 
 
-MLENERGY_V3_COLUMNS = ["dataset", "task", "gpu", "model", "model_source", "arch", "moe", "engine", "engine_version",
+MLENERGY_V3_COLUMNS = ["dataset", "task", "gpu", "model", "model_source", "arch", "moe", "arch_verified", "engine", "engine_version",
                        "dtype", "tp", "ep", "dp", "num_gpus", "max_num_seqs", "avg_batch", "median_itl_ms",
                        "p90_itl_ms", "p95_itl_ms", "p99_itl_ms", "output_tokens_per_s", "avg_output_len",
                        "avg_power_w", "energy_per_token_j", "energy_per_request_j", "total_params_b",
@@ -513,7 +522,7 @@ def load_mlenergy(version: str = "v3", *, root=None) -> pd.DataFrame:
 
 
 # --------------------------------------------------------------------------- AIConfigurator silicon
-SILICON_COLUMNS = ["id", "gpu", "model", "model_source", "arch", "moe", "engine", "engine_version", "precision",
+SILICON_COLUMNS = ["id", "gpu", "model", "model_source", "arch", "moe", "arch_verified", "engine", "engine_version", "precision",
                    "gemm_quant_mode", "moe_quant_mode", "mode", "isl", "osl", "concurrency", "tp", "pp",
                    "attention_dp", "moe_tp", "moe_ep", "ttft_ms", "tpot_ms", "silicon_data_source"]
 
