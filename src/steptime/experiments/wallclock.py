@@ -709,6 +709,7 @@ def tpot_table(mlenergy_v2=None, mlenergy_v3=None, silicon=None, prompt_tokens: 
         x = x[known]
         rows.append(pd.DataFrame({
             "dataset": name, "gpu": x["gpu"].to_numpy(), "model": x["model"].to_numpy(),
+            "model_source": x["model_source"].astype(str).to_numpy(),
             "engine": [engine_profile(e, v) for e, v in zip(x["engine"], x["engine_version"])],
             "tp": x["tp"].to_numpy(int), "dtype": [DTYPES.get(str(d).lower(), str(d).lower()) for d in x["dtype"]],
             "mode": "agg", "batch": x["avg_batch"].to_numpy(float),
@@ -736,6 +737,7 @@ def tpot_table(mlenergy_v2=None, mlenergy_v3=None, silicon=None, prompt_tokens: 
         x, dtype = x[~other], dtype[~other]
         rows.append(pd.DataFrame({
             "dataset": name, "gpu": x["gpu"].to_numpy(), "model": x["model"].to_numpy(),
+            "model_source": x["model_source"].astype(str).to_numpy(),
             "engine": [engine_profile(e, v) for e, v in zip(x["engine"], x["engine_version"])],
             "tp": x["tp"].astype(int).to_numpy(), "dtype": dtype, "mode": "agg",
             "batch": x["concurrency"].astype(float).to_numpy(), "prompt_tokens": x["isl"].to_numpy(float),
@@ -743,6 +745,19 @@ def tpot_table(mlenergy_v2=None, mlenergy_v3=None, silicon=None, prompt_tokens: 
             "measure": "tpot_ms", "task": "isl/osl", "source_id": x["id"].astype(str).to_numpy()}))
     frame = pd.concat(rows, ignore_index=True) if rows else pd.DataFrame(columns=list(TPOT_COLUMNS))
     return frame, skipped
+
+
+def _known_model(model: str, rows) -> str:
+    """The table's model key, or its Hugging Face repository id when the key is not in models.yaml."""
+    from steptime.errors import UnknownModelError
+    from steptime.specs import get_model
+
+    try:
+        return get_model(model).key
+    except UnknownModelError:
+        if "model_source" in rows:
+            return get_model(str(rows["model_source"].iloc[0])).key
+        raise
 
 
 def run_tpot(rows, model_of=None, n_boot: int = 1000, seed: int = 0, fitted=None) -> dict:
@@ -758,6 +773,7 @@ def run_tpot(rows, model_of=None, n_boot: int = 1000, seed: int = 0, fitted=None
     for k, d in rows.groupby(keys, sort=True):
         ds, gpu, model, eng, tp, dt = k
         try:
+            model = _known_model(model, d)
             f = make_predictor(eng, model if model_of is None else model_of(model), gpu, engine=eng, dtype=dt,
                                fitted=fitted)
             kern = make_predictor("kernels", model if model_of is None else model_of(model), gpu, dtype=dt)
@@ -768,6 +784,9 @@ def run_tpot(rows, model_of=None, n_boot: int = 1000, seed: int = 0, fitted=None
             continue
         preds.append(d.assign(pred_ms=r["pred_ms"], decode_ms=r["decode_ms"],
                               prefill_amortised_ms=r["prefill_amortised_ms"], kernels_decode_ms=r["kernels_decode_ms"]))
+    if skipped:  # one line per (dataset, reason), rows summed
+        sk = pd.DataFrame(skipped).groupby(["dataset", "reason"], as_index=False)["rows"].sum()
+        skipped = sk.to_dict("records")
     p = pd.concat(preds) if preds else rows.iloc[:0].assign(pred_ms=[], decode_ms=[], prefill_amortised_ms=[],
                                                             kernels_decode_ms=[])
     scores = []
