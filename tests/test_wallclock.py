@@ -176,3 +176,116 @@ def test_tpot_interpolates_the_batch_and_adds_amortised_prefill_only_when_aggreg
 
 def test_mean_context_is_prompt_plus_half_the_output():
     assert W.mean_context([1000], [200]).tolist() == [1100.0]
+
+
+# -- adapters from the tidy tables ---------------------------------------------------------
+def _fpm_tidy():
+    s = _steps(tps=(1, 2))
+    t = s.rename(columns={"segment": "workload_segment"}).drop(columns=["step", "mean_decode_kv_tokens"])
+    t["phase"] = t["phase"].replace({"prefill": "context"})
+    t["counter_id"] = np.arange(len(t))
+    t["decode_kv_tokens"] = (s["decode_requests"] * s["mean_decode_kv_tokens"]).astype(int)
+    t["moe"], t["engine_version"] = False, "0.20.1"
+    moe = t.iloc[:3].assign(moe=True, model="some-moe")
+    return pd.concat([t, moe], ignore_index=True)
+
+
+def test_fpm_steps_adapter_maps_phases_versions_and_drops_moe():
+    s = W.fpm_steps(_fpm_tidy())
+    assert set(s["phase"]) == {"decode", "prefill", "mixed"}
+    assert not (s["model"] == "some-moe").any()
+    d = s[s["decode_requests"] > 0]
+    assert np.allclose(d["mean_decode_kv_tokens"], d["decode_kv_tokens"] / d["decode_requests"])
+    W.check_steps(s)
+
+
+def test_engine_profile_by_version():
+    assert W.engine_profile("vllm", "0.5.4") == "vllm-v0"
+    assert W.engine_profile("vllm", "0.11.1") == "vllm"
+    assert W.engine_profile("vllm", None) == "vllm"
+    assert W.engine_profile("trtllm", "1.0.0rc3") == "trtllm"
+
+
+def _tpot_tables():
+    v2 = pd.DataFrame({"dataset": "mlenergy-v2", "task": ["chat", "chat", "code"], "gpu": "h100-sxm",
+                       "model": ["llama-3.1-8b", "mixtral", "llama-3.1-8b"], "model_source": "x", "arch": "dense",
+                       "moe": [False, True, False], "engine": "vllm", "engine_version": "0.5.4", "dtype": "bfloat16",
+                       "tp": 1, "pp": [1, 1, 2], "avg_batch": 8.0, "mean_tpot_ms": 20.0, "avg_output_len": 300.0,
+                       "source_file": "f"})
+    sil = pd.DataFrame({"id": ["a", "b", "c", "d"], "gpu": "h100-sxm", "model": "llama-3.1-8b", "model_source": "x",
+                        "arch": "dense", "moe": False, "engine": "trtllm", "engine_version": "1.0",
+                        "precision": ["fp8", "fp4", None, "fp8"], "gemm_quant_mode": ["fp8", "nvfp4", None, "fp8"],
+                        "mode": ["agg", "agg", "agg", "disagg"], "isl": 1024, "osl": 128, "concurrency": [4, 4, 1, 4],
+                        "tp": 1, "pp": 1, "ttft_ms": 50.0, "tpot_ms": 10.0})
+    return v2, sil
+
+
+def test_tpot_table_counts_every_row_left_out_with_its_reason():
+    v2, sil = _tpot_tables()
+    rows, skipped = W.tpot_table(mlenergy_v2=v2, silicon=sil, prompt_tokens={("mlenergy-v2", "chat"): 250})
+    why = {(s["dataset"], s["reason"]): s["rows"] for s in skipped}
+    assert why[("mlenergy-v2", "MoE not supported yet")] == 1
+    assert why[("mlenergy-v2", "pipeline parallelism > 1 not modelled")] == 1
+    assert why[("aic-silicon", "disaggregated serving (per-pool layout not modelled)")] == 1
+    assert why[("aic-silicon", "precision not modelled (fp4 / block-scaled fp8)")] == 1
+    assert len(rows) == 1 + 2
+    assert rows.loc[rows["dataset"] == "mlenergy-v2", "engine"].tolist() == ["vllm-v0"]
+    assert sorted(rows.loc[rows["dataset"] == "aic-silicon", "dtype"]) == ["bf16", "fp8"]
+    # every input row is either kept or counted
+    assert len(rows) + sum(s["rows"] for s in skipped) == len(v2) + len(sil)
+
+
+def test_run_tpot_scores_per_dataset_gpu_engine_and_refuses_unknown_models_with_a_count():
+    v2, sil = _tpot_tables()
+    rows, _ = W.tpot_table(mlenergy_v2=v2, silicon=sil, prompt_tokens={("mlenergy-v2", "chat"): 250})
+    rows = pd.concat([rows, rows.iloc[:1].assign(model="no-such-model", model_source="nobody/none")])
+    res = W.run_tpot(rows, n_boot=10)
+    pooled = [s for s in res["scores"] if s["subset"] == "tpot"]
+    assert {(s["dataset"], s["engine"]) for s in pooled} == {("mlenergy-v2", "vllm-v0"), ("aic-silicon", "trtllm")}
+    assert res["skipped"] and res["skipped"][0]["rows"] == 1 and "UnknownModelError" in res["skipped"][0]["reason"]
+    assert (res["pred"]["pred_ms"] > res["pred"]["kernels_decode_ms"]).all()  # an engine adds to the kernels
+
+
+def test_evaluate_records_carry_dataset_engine_and_tp():
+    recs = W.evaluate_records(_fpm_tidy(), silicon=_tpot_tables()[1], n_boot=10,
+                              fit={"fit_names": ["t_samp_ms", "t_samp_b_ms", "allreduce_latency_us"],
+                                   "block_fit_names": ["t_samp_ms", "block_scale", "allreduce_latency_us"]},
+                              prompt_tokens={})
+    from steptime.evaluate import RECORD_KEYS
+
+    for r in recs:
+        assert set(RECORD_KEYS) | {"dataset", "engine", "tp"} <= set(r)
+        assert r["subset"] in ("decode", "mixed", "prefill", "tpot")
+    fpm = [r for r in recs if r["dataset"] == "aic-fpm"]
+    assert {r["predictor"] for r in fpm} == {"kernels", "roofline", "vllm", "vllm_wallclock_fit"}
+    assert {r["tp"] for r in fpm} == {1, 2}
+    assert any(r["subset"] == "tpot" for r in recs)
+
+
+def test_fitted_constants_file_round_trips_into_the_predictor(tmp_path):
+    s = W.fpm_steps(_fpm_tidy())
+    spec = W.FpmSpec(model="llama-3.1-8b", fit_names=("t_samp_ms", "t_samp_b_ms", "allreduce_latency_us"),
+                     block_fit_names=("t_samp_ms", "block_scale", "allreduce_latency_us"))
+    r = W.run_fpm(s, spec, n_boot=10)
+    path = tmp_path / "engine_constants.yaml"
+    W.write_fitted_constants(path, W.engine_constants_doc([r], spec))
+    vals, cells = W.fitted_values(path, "vllm", "h100-sxm")
+    assert vals == pytest.approx({k: round(v, 6) for k, v in r["fitted"].items()}, abs=1e-6)
+    assert sorted(cells) == sorted(r["readings"].cells)
+    from steptime.specs.engines import get_engine
+
+    assert get_engine("vllm", fitted=path).get("t_samp_ms", __import__("steptime.specs", fromlist=["x"]).get_gpu(
+        "h100-sxm")) == pytest.approx(round(r["fitted"]["t_samp_ms"], 6))
+    r2 = W.run_fpm(s, spec, fitted_doc=path, n_boot=10)
+    a = {(x["tp"], x["phase"]): x["mape"] for x in r["scores"]["vllm_wallclock_fit"]}
+    b = {(x["tp"], x["phase"]): x["mape"] for x in r2["scores"]["vllm_wallclock_fit"]}
+    assert a == pytest.approx(b, rel=1e-3)
+    # constants read from other steps than the rule's are refused
+    doc = W.engine_constants_doc([r], spec)
+    for sec in doc.values():
+        for per_gpu in sec.values():
+            for tbl in per_gpu.values():
+                for e in tbl.values():
+                    e["cells"] = [["h100-sxm", "vllm", 1, "decode", 1, 999999]]
+    with pytest.raises(W.WallclockError, match="not the rule's steps"):
+        W.run_fpm(s, spec, fitted_doc=doc, n_boot=10)

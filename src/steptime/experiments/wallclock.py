@@ -888,3 +888,34 @@ def prompt_sensitivity(rows, prompt_tokens: dict, scales, fitted=None) -> list[d
                 out.append({"scale": float(sc), "dataset": s["dataset"], "gpu": s["gpu"], "engine": s["engine"],
                             "cells": s["cells"], "mape": s["mape"]})
     return out
+
+
+# ---------------------------------------------------------------------------------------
+# `steptime evaluate --family wallclock`
+def evaluate_records(fpm_tidy=None, mlenergy_v2=None, mlenergy_v3=None, silicon=None, *, fit: dict,
+                     prompt_tokens: dict, n_boot: int = 1000, seed: int = 0) -> list[dict]:
+    """Evaluate records from the tidy tables: FPM steps per (GPU, engine, TP, phase) for the kernel
+    sum, the shipped profile, the profile with its three wall-clock readings (refitted here by the
+    same rule as R2.3) and the bare roofline; TPOT per (dataset, GPU, engine, TP) and pooled over TP
+    (tp None) for the engine profile. Errors as fractions."""
+    out, fits = [], []
+    if fpm_tidy is not None:
+        steps = fpm_steps(fpm_tidy)
+        for (gpu, engine, model), s in steps.groupby(["gpu", "engine", "model"], sort=True):
+            r = run_fpm(s, FpmSpec(model=model, engine=engine, **fit), n_boot=n_boot, seed=seed)
+            fits.append((r, FpmSpec(model=model, engine=engine, **fit)))
+            for name in ("kernels", "roofline", engine, r["names"]["fit"]):
+                for sc in r["scores"][name]:
+                    out.append({"family": "wallclock", "dataset": "aic-fpm", "gpu": gpu, "engine": engine,
+                                "tp": int(sc["tp"]), "predictor": name, "subset": sc["phase"], "cells": sc["cells"],
+                                "mape": sc["mape"], "median_ape": sc["median_ape"], "mape_ci": sc["mape_ci"]})
+    if any(t is not None for t in (mlenergy_v2, mlenergy_v3, silicon)):
+        doc = engine_constants_doc([r for r, _ in fits], fits[0][1]) if fits else None
+        rows, _ = tpot_table(mlenergy_v2, mlenergy_v3, silicon, prompt_tokens=prompt_tokens)
+        res = run_tpot(rows, n_boot=n_boot, seed=seed, fitted=doc)
+        for sc in res["scores"]:
+            out.append({"family": "wallclock", "dataset": sc["dataset"], "gpu": sc["gpu"], "engine": sc["engine"],
+                        "tp": sc["tp"] if sc["subset"] == "tpot_by_tp" else None, "predictor": "steptime",
+                        "subset": "tpot", "cells": sc["cells"], "mape": sc["mape"], "median_ape": sc["median_ape"],
+                        "mape_ci": sc["mape_ci"]})
+    return out
