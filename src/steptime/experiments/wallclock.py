@@ -391,7 +391,8 @@ TPOT_NOTE = ("TPOT approximated as ONE decode step at the measured mean running 
              "integer batches around it), every request at the mean context prompt + output/2, plus for "
              "aggregated serving the prefill of the requests that arrive meanwhile, amortised over the decode "
              "steps (batch / output_tokens prefills of prompt_tokens per step, GPU kernel time only). This "
-             "approximates a continuous-batching schedule; it is not a replay of one.")
+             "approximates a continuous-batching schedule; it is not a replay of one. Silicon rows that record "
+             "no precision are predicted in bf16 (ASSUMED; counted per group in metrics.dtype_assumed).")
 
 
 def mean_context(prompt_tokens, output_tokens):
@@ -734,7 +735,7 @@ def tpot_table(mlenergy_v2=None, mlenergy_v3=None, silicon=None, prompt_tokens: 
                                   "bf16", "other:" + prec))
         other = np.char.startswith(dtype.astype(str), "other:")
         skip(name, "precision not modelled (fp4 / block-scaled fp8)", other.sum())
-        x, dtype = x[~other], dtype[~other]
+        x, dtype, prec, quant = x[~other], dtype[~other], prec[~other], quant[~other]
         rows.append(pd.DataFrame({
             "dataset": name, "gpu": x["gpu"].to_numpy(), "model": x["model"].to_numpy(),
             "model_source": x["model_source"].astype(str).to_numpy(),
@@ -742,7 +743,8 @@ def tpot_table(mlenergy_v2=None, mlenergy_v3=None, silicon=None, prompt_tokens: 
             "tp": x["tp"].astype(int).to_numpy(), "dtype": dtype, "mode": "agg",
             "batch": x["concurrency"].astype(float).to_numpy(), "prompt_tokens": x["isl"].to_numpy(float),
             "output_tokens": x["osl"].to_numpy(float), "tpot_ms": x["tpot_ms"].to_numpy(float),
-            "measure": "tpot_ms", "task": "isl/osl", "source_id": x["id"].astype(str).to_numpy()}))
+            "measure": "tpot_ms", "task": "isl/osl", "source_id": x["id"].astype(str).to_numpy(),
+            "dtype_assumed": (prec.eq("") & quant.eq("")).to_numpy()}))
     frame = pd.concat(rows, ignore_index=True) if rows else pd.DataFrame(columns=list(TPOT_COLUMNS))
     return frame, skipped
 

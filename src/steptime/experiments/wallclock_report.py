@@ -283,12 +283,18 @@ def document_e2_11(res: dict, skipped: list[dict], targets: dict, sensitivity: l
         claims.append(claim(f"{s['dataset']} {s['gpu']} {s['engine']}: TPOT MAPE over {s['cells']} configurations "
                             f"({len(s['models'])} dense models; one decode step at the measured mean batch)",
                             _r(s["mape"]), "<= target", t, s["mape"] <= t))
+    p = res["pred"]
+    assumed = []
+    if "dtype_assumed" in p and len(p):
+        a = p[p["dtype_assumed"].fillna(False).astype(bool)]
+        assumed = [{"dataset": k[0], "gpu": k[1], "engine": k[2], "rows": int(len(d))}
+                   for k, d in a.groupby(["dataset", "gpu", "engine"], sort=True)]
     moe = sum(s["rows"] for s in skipped if s["reason"].startswith("MoE"))
     claims.append(claim("mixture-of-experts configurations skipped (MoE not supported yet)", int(moe), "count"))
     claims.append(claim("other configurations left out, by reason (metrics.skipped)",
                         int(sum(s["rows"] for s in skipped) - moe), "count"))
     return {"metrics": {"approximation": W.TPOT_NOTE, "scores": _clean(res["scores"]), "skipped": skipped,
-                        "prompt_sensitivity": _clean(sensitivity),
+                        "prompt_sensitivity": _clean(sensitivity), "dtype_assumed": assumed,
                         "rows": int(len(res["pred"]))},
             "claims": claims}
 
