@@ -13,16 +13,11 @@ WALLCLOCK_TABLES = {
 }
 
 
-def wallclock_raw(wildcards):
-    """The raw files behind one wall-clock tidy table, plus the manifest (once)."""
-    files = {p for t in WALLCLOCK_TABLES[wildcards.wctable] for p in RAW[t]}
-    return sorted(files)
-
-
 # One wall-clock tidy table: real engine steps, serving runs, leaderboards, silicon rows, fp8 GEMMs.
 rule data_wallclock:
     input:
-        raw=wallclock_raw,
+        # the raw files behind the table, plus the manifest (once)
+        raw=lambda wc: sorted({p for t in WALLCLOCK_TABLES[wc.wctable] for p in RAW[t]}),
         lib=DATA_LIB,
     output:
         table="results/data/{wctable}.parquet",

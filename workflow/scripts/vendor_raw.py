@@ -490,11 +490,13 @@ def vendor_wallclock(src: Path, repo_root: Path) -> tuple[list, list]:
                  f"({AIC_FPM_RUN}, TP 1/2/4/8) are vendored. The mixture-of-experts runs of the same branch "
                  "(Qwen3.6-35B-A3B, DeepSeek-V4-Flash; several TP/EP/DP layouts) are not vendored now: "
                  "steptime does not model MoE layers yet. " + B300_REASONING + ".")
-    notes.append("aic_fpm: 732 of the 26,819 Qwen3-32B rows (2.7%, every TP) hold more new tokens than the engine's recorded "
-                 "max_num_batched_tokens of 2048 (context sweep rows of 4096 and up to 8192 tokens, mixed rows "
-                 "of 4097-8191), with latencies about twice those of 2048-token steps: such a row may cover "
-                 "more than one engine iteration. Kept as measured; the tidy table flags them "
-                 "(over_token_budget).")
+    notes.append("aic_fpm: 732 of the 26,819 Qwen3-32B rows (2.7%, every TP) hold more new tokens than the engine's "
+                 "recorded max_num_batched_tokens of 2048 (context sweep rows of 4096 and 8192 tokens, mixed rows up "
+                 "to 8191 + 1). The run's raw fpm_metrics.csv (same folder upstream, not vendored) reports the same "
+                 "token counts in single rows, and the latency is linear in tokens (TP1: about 50 ms per 1k tokens "
+                 "from 1k to 8k), as one step would be; whether the engine ran them as one iteration or the "
+                 "forward-pass metric spans several is not stated upstream. Kept as measured; the tidy table flags "
+                 "them (over_token_budget).")
 
     # LLMServingSim: whole real vLLM runs on a ShareGPT trace
     lss = src / "llmservingsim_vllm"

@@ -233,9 +233,9 @@ def load_fpm_steps(tp=None, *, root=None) -> pd.DataFrame:
     mean_decode_kv_tokens), var_prefill_length and var_decode_kv_tokens (tokens^2, within the step),
     queue sizes, num_tokens (= ctx_tokens + decode_tokens), latency_ms (the step's wall time, scheduler
     included), the engine's max_num_batched_tokens, max_num_seqs, cudagraph_mode and dtype, and
-    over_token_budget: the row holds more tokens than max_num_batched_tokens (732 of 26,819 rows, e.g. a
-    4096-token prefill at about twice the latency of a 2048-token one: such a row may span more than one
-    engine iteration; experiments should report them apart or skip them with a count)."""
+    over_token_budget: the row holds more tokens than max_num_batched_tokens (732 of 26,819 rows, up to
+    8192 tokens, latency linear in tokens as one step would be; whether the engine ran them as one
+    iteration is not stated upstream: report them apart or skip them with a count)."""
     man = load_manifest(root)
     ents = man.entries("aic_fpm_steps")
     if tp is not None:
