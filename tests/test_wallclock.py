@@ -289,3 +289,11 @@ def test_fitted_constants_file_round_trips_into_the_predictor(tmp_path):
                     e["cells"] = [["h100-sxm", "vllm", 1, "decode", 1, 999999]]
     with pytest.raises(W.WallclockError, match="not the rule's steps"):
         W.run_fpm(s, spec, fitted_doc=doc, n_boot=10)
+
+
+def test_smallest_batch_rows_keeps_each_groups_smallest_batch_under_the_cap():
+    base = dict(dataset="d", gpu="h100-sxm", model="m", engine="vllm", dtype="bf16")
+    rows = pd.DataFrame([{**base, "tp": 1, "batch": b} for b in (4.0, 4.0, 32.0)]
+                        + [{**base, "tp": 2, "batch": b} for b in (64.0, 128.0)])
+    x = W.smallest_batch_rows(rows, 16.0)
+    assert x["batch"].tolist() == [4.0, 4.0] and set(x["tp"]) == {1}

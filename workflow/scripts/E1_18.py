@@ -21,8 +21,8 @@ for (gpu, engine, model), s in small.groupby(["gpu", "engine", "model"], sort=Tr
 prompts = {(d, t): v for d, per in st["prompt_tokens"].items() for t, v in per.items()}
 rows, _ = W.tpot_table(pd.read_parquet(snakemake.input.mlenergy_v2), pd.read_parquet(snakemake.input.mlenergy_v3),
                        pd.read_parquet(snakemake.input.silicon), prompt_tokens=prompts)
-tok = W.run_tpot(rows[rows["batch"] <= st["small_batch"]], n_boot=10, seed=cfg["seed"])
-doc = R.document_e1_18(fpm_ex, fpm_prof, R.exposed_host_tokens(tok["pred"], st["small_batch"]),
+tok = W.run_tpot(W.smallest_batch_rows(rows, st["small_batch"]), n_boot=10, seed=cfg["seed"])
+doc = R.document_e1_18(fpm_ex, fpm_prof, R.exposed_host_tokens(tok["pred"]),
                        st["small_requests"], st["small_batch"])
 prov = provenance(list(snakemake.input), config=cfg, rule="E1_18", script="workflow/scripts/E1_18.py")
 write_result(snakemake.output.result, id="E1.18", question=p.question, metrics=doc["metrics"], claims=doc["claims"],

@@ -921,3 +921,13 @@ def evaluate_records(fpm_tidy=None, mlenergy_v2=None, mlenergy_v3=None, silicon=
                         "subset": "tpot", "cells": sc["cells"], "mape": sc["mape"], "median_ape": sc["median_ape"],
                         "mape_ci": sc["mape_ci"]})
     return out
+
+
+def smallest_batch_rows(rows, max_batch: float):
+    """Per (dataset, gpu, model, engine, tp, dtype): the rows at the group's smallest mean batch,
+    where that batch is at most `max_batch` (the token-time rows where the host weighs most)."""
+    keys = ["dataset", "gpu", "model", "engine", "tp", "dtype"]
+    if not len(rows):
+        return rows
+    bmin = rows.groupby(keys)["batch"].transform("min")
+    return rows[(rows["batch"] == bmin) & (bmin <= max_batch)]
