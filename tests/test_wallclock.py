@@ -103,6 +103,8 @@ def test_fit_recovers_the_engine_constants_from_three_readings():
     r = W.reading_rule(s)
     fit = W.fit_engine_constants(s, r, _toy_predictor(), ["a", "b", "c"], {"a": 1.0, "b": 0.05, "c": 0.1})
     assert fit == pytest.approx({"a": 3.0, "b": 0.2, "c": 0.7}, rel=1e-4)
+    with pytest.raises(W.WallclockError, match="cannot be read"):
+        W.fit_engine_constants(s, r, _toy_predictor(), ["a", "b", "unused"], {"a": 1.0, "b": 0.05, "unused": 1.0})
     with pytest.raises(W.WallclockError, match="under-determined"):
         W.fit_engine_constants(s, r, _toy_predictor(), ["a", "b", "c", "g"], {"a": 1, "b": 1, "c": 1, "g": 1})
 
@@ -248,8 +250,8 @@ def test_run_tpot_scores_per_dataset_gpu_engine_and_refuses_unknown_models_with_
 
 def test_evaluate_records_carry_dataset_engine_and_tp():
     recs = W.evaluate_records(_fpm_tidy(), silicon=_tpot_tables()[1], n_boot=10,
-                              fit={"fit_names": ["t_samp_ms", "t_samp_b_ms", "allreduce_latency_us"],
-                                   "block_fit_names": ["t_samp_ms", "block_scale", "allreduce_latency_us"]},
+                              fit={"fit_names": ["t_samp_ms", "t_samp_b_ms", "comm_offset_us"],
+                                   "block_fit_names": ["t_samp_ms", "block_scale", "comm_offset_us"]},
                               prompt_tokens={})
     from steptime.evaluate import RECORD_KEYS
 
@@ -264,8 +266,8 @@ def test_evaluate_records_carry_dataset_engine_and_tp():
 
 def test_fitted_constants_file_round_trips_into_the_predictor(tmp_path):
     s = W.fpm_steps(_fpm_tidy())
-    spec = W.FpmSpec(model="llama-3.1-8b", fit_names=("t_samp_ms", "t_samp_b_ms", "allreduce_latency_us"),
-                     block_fit_names=("t_samp_ms", "block_scale", "allreduce_latency_us"))
+    spec = W.FpmSpec(model="llama-3.1-8b", fit_names=("t_samp_ms", "t_samp_b_ms", "comm_offset_us"),
+                     block_fit_names=("t_samp_ms", "block_scale", "comm_offset_us"))
     r = W.run_fpm(s, spec, n_boot=10)
     path = tmp_path / "engine_constants.yaml"
     W.write_fitted_constants(path, W.engine_constants_doc([r], spec))
@@ -297,3 +299,40 @@ def test_smallest_batch_rows_keeps_each_groups_smallest_batch_under_the_cap():
                         + [{**base, "tp": 2, "batch": b} for b in (64.0, 128.0)])
     x = W.smallest_batch_rows(rows, 16.0)
     assert x["batch"].tolist() == [4.0, 4.0] and set(x["tp"]) == {1}
+
+
+def test_scales_act_on_their_term_kinds_and_their_per_op_price_is_measured():
+    s = _steps(tps=(1, 8))
+    f = W.with_scales(_toy_predictor())
+    a = W.predict_table(s, f)
+    b = W.predict_table(s, f, {"comm_scale": 0.5, "a": 2.0})
+    assert np.allclose(a["gemm_ms"], b["gemm_ms"]) and np.allclose(a["host_ms"], b["host_ms"])
+    c = W.predict_table(s, f, {"block_scale": 2.0})
+    assert np.allclose(c["gemm_ms"], 2 * a["gemm_ms"]) and np.allclose(c["host_ms"], a["host_ms"])
+    assert W.kind_scale({"block_scale": 2.0, "comm_scale": 0.5}, "comm") == pytest.approx(1.0)
+    assert W.kind_scale({"comm_scale": 0.5, "t_samp_ms": 3.0}, "gemm") == 1.0
+    tables = {"g": ("gemm", np.array([1.0, 2.0]), np.array([1.0, 2.0])),
+              "ar": ("comm", np.array([1.0, 2.0]), np.array([1.0, 2.0]))}
+    cost = {c["table"]: c for c in W.per_op_cost(tables, {"comm_scale": 0.5}, n_boot=10)}
+    assert cost["g"]["delta"] == 0.0
+    assert cost["ar"]["mape_wallclock_scaled"] == pytest.approx(0.5)
+
+
+def test_comm_offset_shifts_every_all_reduce_call_of_tp_steps_only():
+    s = _steps(tps=(1, 2))
+    f = W.make_predictor("vllm", "llama-3.1-8b", "h100-sxm")
+    g = W.with_scales(f)
+    a = W.predict_table(s, g)
+    b = W.predict_table(s, g, {"comm_offset_us": 2.0})
+    tp1 = (s["tp"] == 1).to_numpy()
+    assert np.allclose(a["pred_ms"][tp1], b["pred_ms"][tp1])
+    calls = 2 * 32  # two all-reduces per layer, 32 layers
+    assert np.allclose((b["comm_ms"] - a["comm_ms"])[~tp1], calls * 2.0e-3)
+    c = W.predict_table(s, g, {"comm_offset_us": -1e6})  # never below zero
+    assert (c["comm_ms"] >= 0).all()
+
+
+def test_per_op_cost_shifts_all_reduce_cells_by_the_fitted_offset():
+    tables = {"ar": ("comm", np.array([0.010, 0.020]), np.array([0.010, 0.020]))}
+    c = W.per_op_cost(tables, {"comm_offset_us": 5.0}, n_boot=10)[0]
+    assert c["mape_wallclock_scaled"] == pytest.approx(np.mean([0.5, 0.25]))

@@ -22,6 +22,7 @@ rule R2_3:
         gemm=rules.data_gemm.output.table,
         attn_ctx=rules.data_attention_context.output.table,
         attn_gen=rules.data_attention_generation.output.table,
+        allreduce=rules.data_allreduce.output.table,
         code=WALLCLOCK_LIB,
     output:
         result="results/R2_3.json",

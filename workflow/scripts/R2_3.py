@@ -13,12 +13,14 @@ cfg, p = snakemake.config, snakemake.params
 steps = W.fpm_steps(pd.read_parquet(snakemake.input.fpm))
 attn = AX.tidy_cells(pd.read_parquet(snakemake.input.attn_gen), pd.read_parquet(snakemake.input.attn_ctx))
 gemm = pd.read_parquet(snakemake.input.gemm)
+allreduce = pd.read_parquet(snakemake.input.allreduce)
 fits, docs = [], []
 for (gpu, engine, model), s in steps.groupby(["gpu", "engine", "model"], sort=True):
     spec = W.FpmSpec(model=model, engine=engine, **p.settings["fit"])
     r = W.run_fpm(s, spec, n_boot=cfg["bootstrap"], seed=cfg["seed"])
-    per_op = W.per_op_cost(W.per_op_tables(gpu, gemm, attn), r["fitted_block"][W.BLOCK_SCALE],
-                           n_boot=cfg["bootstrap"], seed=cfg["seed"])
+    tables = W.per_op_tables(gpu, gemm, attn, allreduce)
+    per_op = {"arm_B": W.per_op_cost(tables, r["fitted"], n_boot=cfg["bootstrap"], seed=cfg["seed"]),
+              "arm_C": W.per_op_cost(tables, r["fitted_block"], n_boot=cfg["bootstrap"], seed=cfg["seed"])}
     fits.append(r)
     docs.append((r, R.document_r2_3(r, p.targets, per_op), per_op))
 constants = W.engine_constants_doc(fits, W.FpmSpec(model="", **p.settings["fit"]))

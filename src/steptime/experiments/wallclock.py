@@ -118,8 +118,9 @@ def make_predictor(name: str, model, gpu, *, engine: str | None = None, dtype: s
     m = get_model(model)
     g = get_gpu(gpu)
     base = constants or Constants.default()
-    fitted_engines, fitted_consts = split_fitted(fitted)
+    fitted_engines, fitted_consts, fitted_scales = split_fitted(fitted)
     mine = fitted_consts.get("kernels" if name == "kernels" else (engine or name), {}).get(g.key)
+    my_scales = fitted_scales.get("kernels" if name == "kernels" else (engine or name), {}).get(g.key) or {}
     if mine:
         base = base.with_overrides(mine, scope=f"gpu.{g.key}", provenance="FITTED",
                                    source="R2.3 wall-clock readings (engine_constants.yaml)")
@@ -143,27 +144,33 @@ def make_predictor(name: str, model, gpu, *, engine: str | None = None, dtype: s
         sid, new, kv = expand_requests(steps)
         r = predict_steps(m, g, sid, new, kv, len(steps), tp=int(tp), constants=c, engine=e, dtype=dtype)
         return term_kinds(r["terms_ms"], len(steps))
-    return f
+    from steptime.specs.engines import allreduces_per_layer
+
+    f.n_allreduce_calls = allreduces_per_layer() * m.num_hidden_layers
+    return with_scales(f, my_scales) if my_scales else f
 
 
 def split_fitted(fitted):
-    """(engines part for get_engine, {gpu: {constant: value}}) of a fitted-constants doc or path.
+    """(engines part for get_engine, {engine: {gpu: {constant: value}}}, {engine: {gpu: {scale: value}}})
+    of a fitted-constants doc or path.
 
     The file R2.3 writes has `engines: {engine: {gpu: {field: entry}}}` (fields of
     specs/engines.yaml, read by get_engine) and `constants: {engine: {gpu: {name: entry}}}`
-    (calibration constants fitted on the same readings, e.g. the all-reduce floor), which
-    apply to that engine's predictions on that GPU only."""
+    (calibration constants fitted on the same readings), `scales: {engine: {gpu: {name: entry}}}`
+    (SCALES: multipliers on term kinds, e.g. comm_scale); the last two apply to that engine's
+    predictions on that GPU only, through make_predictor."""
     if fitted is None:
-        return {}, {}
+        return {}, {}, {}
     if not isinstance(fitted, dict):
         import yaml
         from pathlib import Path
 
         fitted = yaml.safe_load(Path(fitted).read_text()) or {}
     engines = fitted.get("engines", {}) or {}
-    consts = {eng: {gk: {n: e["value"] for n, e in tbl.items()} for gk, tbl in per_gpu.items()}
-              for eng, per_gpu in (fitted.get("constants", {}) or {}).items()}
-    return {"engines": engines}, consts
+    def values(sec):
+        return {eng: {gk: {n: e["value"] for n, e in tbl.items()} for gk, tbl in per_gpu.items()}
+                for eng, per_gpu in (fitted.get(sec, {}) or {}).items()}
+    return {"engines": engines}, values("constants"), values("scales")
 
 
 def roofline_steps(model, gpu, step_id, new_tokens, kv_len, n_steps: int, *, tp: int = 1) -> dict:
@@ -289,6 +296,14 @@ def fit_engine_constants(steps, readings: Readings, predictor: Callable, names: 
     def resid(p):
         pred = predict_table(r, predictor, dict(zip(names, p)))["pred_ms"].to_numpy()
         return np.log(np.maximum(pred, 1e-9) / meas)
+
+    base = resid(p0)
+    for i, n in enumerate(names):  # a constant the readings cannot see is refused, not "fitted"
+        q = p0.copy()
+        q[i] = q[i] * 1.5 + 0.1
+        if np.max(np.abs(resid(q) - base)) < 1e-9:
+            raise WallclockError(f"constant {n!r} does not change the prediction of the reading steps: it cannot "
+                                 f"be read from them (choose another constant)")
 
     sol = least_squares(resid, p0, bounds=(lo, hi), x_scale="jac")
     return {n: float(v) for n, v in zip(names, sol.x)}
@@ -459,42 +474,81 @@ def records(scores: list[dict], *, dataset: str, predictor: str, family: str = "
 # R2.3's block-scale arm and its price on the per-operator tables (E1.16 re-measured)
 GPU_KINDS = ("gemm", "attention", "light", "comm")
 BLOCK_SCALE = "block_scale"
+COMM_SCALE = "comm_scale"
+# Step-level multipliers a wall-clock fit may read (they act on term kinds of the prediction, so
+# they mean the same thing whatever law sits behind a term): name -> the kinds they multiply.
+COMM_OFFSET = "comm_offset_us"
+SCALES = {BLOCK_SCALE: GPU_KINDS, COMM_SCALE: ("comm",)}
+# Step-level adjustments: SCALES multiply term kinds; COMM_OFFSET adds microseconds to every
+# all-reduce call of a TP > 1 step (a shift of the per-call latency floor, whatever law sits
+# behind the all-reduce term; the term is held at >= 0).
+STEP_ADJUSTMENTS = (*SCALES, COMM_OFFSET)
 
 
-def with_block_scale(predictor: Callable) -> Callable:
-    """`predictor` whose GPU kernel terms (GEMM, attention, light, all-reduce) are multiplied by
-    the override `block_scale` (round 1's aggregate scale k on T_blocks; 1 when absent)."""
+def with_scales(predictor: Callable, fixed: dict | None = None) -> Callable:
+    """`predictor` with the STEP_ADJUSTMENTS among the overrides (and `fixed`) applied: block_scale
+    on every GPU kernel term (round 1's aggregate k on T_blocks), comm_scale on the all-reduce term,
+    comm_offset_us per all-reduce call (`predictor.n_allreduce_calls` per step); identity when absent."""
+    calls = getattr(predictor, "n_allreduce_calls", None)
+
     def f(steps, tp, overrides=None):
-        ov = dict(overrides or {})
-        k = float(ov.pop(BLOCK_SCALE, 1.0))
+        ov = {**(fixed or {}), **dict(overrides or {})}
+        sc = {n: float(ov.pop(n)) for n in list(ov) if n in SCALES}
+        off = float(ov.pop(COMM_OFFSET, 0.0))
         r = dict(predictor(steps, tp, ov or None))
-        for kind in GPU_KINDS:
-            r[kind] = r[kind] * k
+        for n, k in sc.items():
+            for kind in SCALES[n]:
+                r[kind] = r[kind] * k
+        if off and tp > 1:
+            if calls is None:
+                raise WallclockError(f"{COMM_OFFSET} needs a predictor that states its all-reduce calls per step")
+            r["comm"] = np.maximum(r["comm"] + np.where(r["comm"] > 0, calls * off * 1e-3, 0.0), 0.0)
         r["total"] = sum(r[kind] for kind in KINDS)
         return r
+    f.n_allreduce_calls = calls
     return f
 
 
-def per_op_cost(tables: dict, k: float, n_boot: int = 1000, seed: int = 0) -> list[dict]:
-    """MAPE on per-operator tables before and after scaling every kernel prediction by k.
+with_block_scale = with_scales
 
-    `tables`: name -> (pred_ms, measured_ms) arrays of one GPU's per-operator cells."""
+
+def kind_scale(fitted: dict, kind: str) -> float:
+    """The product of the fitted SCALES that act on term kind `kind` (1 when none does)."""
+    k = 1.0
+    for n, v in (fitted or {}).items():
+        if n in SCALES and kind in SCALES[n]:
+            k *= float(v)
+    return k
+
+
+def per_op_cost(tables: dict, fitted: dict, n_boot: int = 1000, seed: int = 0) -> list[dict]:
+    """MAPE on per-operator tables before and after a wall-clock fit's scales.
+
+    `tables`: name -> (term kind, pred_ms, measured_ms) of one GPU's per-operator cells; each
+    table's predictions are multiplied by the fitted scales acting on its kind (kind_scale), and an
+    all-reduce table's cells (one call each) shifted by the fitted comm_offset_us."""
     from steptime.metrics import score
 
     out = []
-    for name, (p, m) in sorted(tables.items()):
+    for name, (kind, p, m) in sorted(tables.items()):
+        k = kind_scale(fitted, kind)
+        off = float((fitted or {}).get(COMM_OFFSET, 0.0)) if kind == "comm" else 0.0
         a = score(p, m, n_boot=n_boot, seed=seed)
-        b = score(np.asarray(p) * k, m, n_boot=n_boot, seed=seed)
-        out.append({"table": name, "cells": a["cells"], "block_scale": k, "mape_per_op_calibrated": a["mape"],
-                    "mape_wallclock_scaled": b["mape"], "delta": b["mape"] - a["mape"]})
+        b = score(np.maximum(np.asarray(p) * k + off * 1e-3, 1e-9), m, n_boot=n_boot, seed=seed)
+        out.append({"table": name, "kind": kind, "cells": a["cells"], "scale": k, "offset_us": off,
+                    "mape_per_op_calibrated": a["mape"], "mape_wallclock_scaled": b["mape"],
+                    "delta": b["mape"] - a["mape"]})
     return out
 
 
-def per_op_tables(gpu: str, gemm_df=None, attn_cells=None) -> dict:
-    """(steptime prediction, measured) in ms on one GPU's per-operator tables with the shipped
-    constants: GEMM cells (LLM-shaped: n, k >= 1024, m <= 16384) and attention cells."""
+def per_op_tables(gpu: str, gemm_df=None, attn_cells=None, allreduce_df=None) -> dict:
+    """name -> (term kind, steptime prediction, measured) in ms on one GPU's per-operator tables
+    with the shipped constants: GEMM cells (LLM-shaped: n, k >= 1024, m <= 16384), attention
+    cells of LLM shapes, and all-reduce cells (vLLM's custom all-reduce under CUDA graphs ->
+    'custom', NCCL -> 'nccl'; every message size and GPU count)."""
     from steptime.calibration import Constants
     from steptime.ops import predict_ops
+    from steptime.specs import get_gpu
 
     out = {}
     if gemm_df is not None:
@@ -503,9 +557,8 @@ def per_op_tables(gpu: str, gemm_df=None, attn_cells=None) -> dict:
         g = g[llm]
         if len(g):
             p = predict_ops("gemm", gpu, m=g["m"].to_numpy(float), n=g["n"].to_numpy(float), k=g["k"].to_numpy(float))
-            out["aic_gemm_llm"] = (p["t_ms"], g["latency_ms"].to_numpy(float))
+            out["aic_gemm_llm"] = ("gemm", p["t_ms"], g["latency_ms"].to_numpy(float))
     if attn_cells is not None:
-        from steptime.specs import get_gpu
         from steptime.terms import attention as A
 
         x = attn_cells[(attn_cells["gpu"] == gpu) & attn_cells["llm"]]
@@ -515,7 +568,21 @@ def per_op_tables(gpu: str, gemm_df=None, attn_cells=None) -> dict:
                 r = A.attention_cells(xp["b"].to_numpy(), xp["s"].to_numpy(), xp["c"].to_numpy(), xp["H"].to_numpy(),
                                       xp["Hkv"].to_numpy(), xp["d"].to_numpy(), get_gpu(gpu), Constants.default(),
                                       kv_dtype=xp["kv_dtype"].to_numpy(), warm_l2=True)
-                out[f"aic_attention_{phase}_llm"] = (np.asarray(r["t"]) * 1e3, xp["y_ms"].to_numpy(float))
+                out[f"aic_attention_{phase}_llm"] = ("attention", np.asarray(r["t"]) * 1e3, xp["y_ms"].to_numpy(float))
+    if allreduce_df is not None:
+        from steptime.terms import comm
+
+        a = allreduce_df[allreduce_df["gpu"] == gpu]
+        for backend, impl in (("vllm_graph", "custom"), ("nccl", "nccl")):
+            ab = a[a["backend"] == backend]
+            if not len(ab):
+                continue
+            pred = np.zeros(len(ab))
+            for n in sorted(ab["num_gpus"].unique()):
+                m = (ab["num_gpus"] == n).to_numpy()
+                pred[m] = comm.allreduce_time(ab["message_bytes"].to_numpy(float)[m], int(n), get_gpu(gpu),
+                                              Constants.default(), impl) * 1e3
+            out[f"aic_allreduce_{impl}"] = ("comm", pred, ab["latency_ms"].to_numpy(float))
     return out
 
 
@@ -555,18 +622,20 @@ def run_fpm(steps, spec: FpmSpec, *, fitted_doc=None, n_boot: int = 1000, seed: 
     cal.record(f"engine[{spec.engine}@{gpu}]", rd.cells, READING_RULE)
     cal.check_disjoint([(str(r.gpu), str(r.engine), int(r.tp), str(r.phase), int(r.decode_requests), int(r.step))
                         for r in ev.itertuples()])
-    eng = make_predictor(spec.engine, spec.model, gpu, engine=spec.engine, dtype=spec.dtype)
+    eng = with_scales(make_predictor(spec.engine, spec.model, gpu, engine=spec.engine, dtype=spec.dtype))
     preds = {"kernels": make_predictor("kernels", spec.model, gpu, dtype=spec.dtype), spec.engine: eng,
              "roofline": make_predictor("roofline", spec.model, gpu)}
     fit_name, blk_name = f"{spec.engine}_wallclock_fit", f"{spec.engine}_wallclock_block_scale"
     c0 = Constants.default()
     names = list(dict.fromkeys(list(spec.fit_names) + list(spec.block_fit_names)))
-    x0 = {n: (1.0 if n == BLOCK_SCALE else _start_value(n, spec.engine, gpu, c0)) for n in names}
+    x0 = {n: (1.0 if n in SCALES else 0.0 if n == COMM_OFFSET else _start_value(n, spec.engine, gpu, c0))
+          for n in names}
     fitted_blk = None
     if fitted_doc is None:
-        bnd = {BLOCK_SCALE: (0.3, 3.0), **{k: tuple(v) for k, v in spec.bounds.items()}}
+        bnd = {BLOCK_SCALE: (0.3, 3.0), COMM_SCALE: (0.0, 3.0), COMM_OFFSET: (-50.0, 50.0),
+               **{k: tuple(v) for k, v in spec.bounds.items()}}
         fitted = fit_engine_constants(steps, rd, eng, list(spec.fit_names), x0, bnd)
-        blk = with_block_scale(eng)
+        blk = eng
         fitted_blk = fit_engine_constants(steps, rd, blk, list(spec.block_fit_names), x0, bnd)
     else:
         fitted, cells = fitted_values(fitted_doc, spec.engine, gpu)
@@ -576,7 +645,7 @@ def run_fpm(steps, spec: FpmSpec, *, fitted_doc=None, n_boot: int = 1000, seed: 
     tabs = {name: predict_table(ev, p) for name, p in preds.items()}
     tabs[fit_name] = predict_table(ev, eng, fitted)
     if fitted_blk is not None:
-        tabs[blk_name] = predict_table(ev, with_block_scale(eng), fitted_blk)
+        tabs[blk_name] = predict_table(ev, eng, fitted_blk)
     sol_ok = ev["latency_ms"].to_numpy() >= tabs["roofline"]["pred_ms"].to_numpy()
     scores = {name: score_steps(ev, t, n_boot=n_boot, seed=seed) for name, t in tabs.items()}
     scores_sol = {name: score_steps(ev[sol_ok], t, n_boot=n_boot, seed=seed) for name, t in tabs.items()}
@@ -614,12 +683,12 @@ def engine_constants_doc(fits: list[dict], spec: FpmSpec, experiment: str = "R2.
     `constants`, each {value, provenance: FITTED, source, experiment, cells}."""
     from steptime.specs.engines import get_engine
 
-    doc: dict = {"engines": {}, "constants": {}}
+    doc: dict = {"engines": {}, "constants": {}, "scales": {}}
     for r in fits:
         fields = set(get_engine(r["engine"], fitted={}).values)
         for n, v in sorted(r["fitted"].items()):
             cells = [list(c) for c in r["readings"].cells]
-            sec = "engines" if n in fields else "constants"
+            sec = "engines" if n in fields else ("scales" if n in STEP_ADJUSTMENTS else "constants")
             doc[sec].setdefault(r["engine"], {}).setdefault(r["gpu"], {})[n] = {
                 "value": round(float(v), 6), "provenance": "FITTED", "experiment": experiment, "cells": cells,
                 "source": f"{experiment}: least squares on log step time over three wall-clock steps of "
@@ -629,10 +698,9 @@ def engine_constants_doc(fits: list[dict], spec: FpmSpec, experiment: str = "R2.
 
 def fitted_values(doc, engine: str, gpu: str) -> tuple[dict, list]:
     """({name: value}, reading cells) of one (engine, GPU) in a fitted-constants doc or path."""
-    eng_part, consts = split_fitted(doc)
     raw = doc if isinstance(doc, dict) else __import__("yaml").safe_load(__import__("pathlib").Path(doc).read_text())
     vals, cells = {}, None
-    for sec in ("engines", "constants"):
+    for sec in ("engines", "constants", "scales"):
         for n, e in ((raw.get(sec) or {}).get(engine, {}).get(gpu, {}) or {}).items():
             vals[n] = float(e["value"])
             cells = [tuple(c) for c in e.get("cells", [])]
@@ -871,7 +939,7 @@ def write_fitted_constants(path, doc: dict) -> None:
     text = ("# Engine constants read from at most three wall-clock steps per (GPU, engine): written by the\n"
             "# pipeline (rule R2_3, steptime.experiments.wallclock); do not edit. Read with\n"
             "# steptime.specs.engines.get_engine(name, fitted=<this file>) (the `engines` part) and\n"
-            "# steptime.experiments.wallclock.split_fitted (both parts).\n")
+            "# steptime.experiments.wallclock.split_fitted / make_predictor(fitted=...) (all three parts).\n")
     text += yaml.safe_dump(doc, sort_keys=True, width=120)
     with atomic_path(path) as tmp:
         tmp.write_text(text)

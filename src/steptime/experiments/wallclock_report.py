@@ -155,15 +155,14 @@ def document_r2_3(r: dict, targets: dict, per_op: list[dict]) -> dict:
     if r["fitted_block"] is not None:
         k = r["fitted_block"][W.BLOCK_SCALE]
         claims.append(claim("arm C (round 1's method): one scale k on every GPU kernel term, fitted on the same three "
-                            "steps with the per-step cost and the all-reduce floor", _r(k), "fitted"))
-        for c in per_op:
-            claims.append(claim(f"what arm C's k costs on {r['gpu']}'s per-operator table {c['table']} "
-                                f"({c['cells']} cells): MAPE per-operator-calibrated -> wall-clock-scaled "
-                                "(the metric-divergence lesson, E1.16, re-measured)",
-                                [c["mape_per_op_calibrated"], c["mape_wallclock_scaled"]], "lower is better"))
-    claims.append(claim("what the engine-constant fit (arm B) costs on the per-operator tables: its fields are host, "
-                        "sampling and all-reduce floors, which no per-operator GEMM/attention cell contains", 0.0,
-                        "MAPE change, by construction"))
+                            "steps with the per-step cost and the all-reduce scale", _r(k), "fitted"))
+    for arm, rows in sorted(per_op.items()):
+        for c in rows:
+            claims.append(claim(f"{arm}: what the wall-clock fit costs on {r['gpu']}'s per-operator table {c['table']} "
+                                f"({c['cells']} cells, its {c['kind']} term x {c['scale']:.3f} {c['offset_us']:+.2f} us): MAPE "
+                                "per-operator-calibrated -> wall-clock-scaled (the metric-divergence lesson, E1.16, "
+                                "re-measured)", [c["mape_per_op_calibrated"], c["mape_wallclock_scaled"]],
+                                "lower is better"))
     metrics = {"gpu": r["gpu"], "engine": eng, "model": r["model"], "readings": readings_json(r),
                "start_values": {k: _r(v, 6) for k, v in r["x0"].items()},
                "fitted": {k: _r(v, 6) for k, v in r["fitted"].items()},
@@ -171,12 +170,18 @@ def document_r2_3(r: dict, targets: dict, per_op: list[dict]) -> dict:
                {k: _r(v, 6) for k, v in r["fitted_block"].items()},
                "gain_by_phase": gain,
                "scores": {n: _clean(v) for n, v in r["scores"].items()},
-               "per_op_cost": _clean(per_op),
+               "per_op_cost": {arm: _clean(rows) for arm, rows in per_op.items()},
+               "selection_history": "the third fitted constant was chosen after two others had been fitted and "
+                                    "their held-out scores seen: allreduce_latency_us (the ring law's floor, inert "
+                                    "once measured all-reduce curves replace that law) and comm_scale (a multiplier "
+                                    "on the whole all-reduce term: it fitted 0 and extrapolated the small-message "
+                                    "reading to large prefill messages); comm_offset_us shifts the per-call floor, "
+                                    "which is what a one-token step measures",
                "arms": {eng: "shipped profile: kernels calibrated on per-operator tables (defaults.yaml), engine "
                              "values as in specs/engines.yaml (ASSUMED where no reading)",
                         fit: "arm B: the engine constants read from the three wall-clock steps",
-                        blk: "arm C: arm B's per-step cost and all-reduce floor plus one scale k on all GPU kernel "
-                             "terms (round 1's R2.3 method C)",
+                        blk: "arm C: arm B's per-step cost and all-reduce scale plus one scale k on all GPU kernel "
+                             "terms, in place of the per-request slope (round 1's R2.3 method C)",
                         "kernels": "GPU kernel sum only (what per-operator tables measure)"}}
     return {"metrics": metrics, "claims": claims}
 
@@ -201,13 +206,16 @@ def plot_r2_3(r: dict, per_op: list[dict], stem, caption=None):
     ax.set_title(f"{eng}@{r['gpu']}: per-operator calibration vs three wall-clock readings")
     ax.legend(fontsize=7)
     ax = axes[1]
-    if per_op:
-        y = np.arange(len(per_op))
-        ax.barh(y - 0.2, [c["mape_per_op_calibrated"] for c in per_op], 0.4, color=PRED_COLORS["shipped"],
-                label="per-operator calibrated")
-        ax.barh(y + 0.2, [c["mape_wallclock_scaled"] for c in per_op], 0.4, color=PRED_COLORS["block"],
-                label="x wall-clock k (arm C)")
-        ax.set_yticks(y, [c["table"] for c in per_op], fontsize=7)
+    tabs = sorted({c["table"] for rows in per_op.values() for c in rows})
+    if tabs:
+        y = np.arange(len(tabs))
+        base = [next(c["mape_per_op_calibrated"] for rows in per_op.values() for c in rows if c["table"] == t)
+                for t in tabs]
+        ax.barh(y - 0.27, base, 0.27, color=PRED_COLORS["shipped"], label="per-operator calibrated")
+        for i, (arm, key) in enumerate((("arm_B", "fit"), ("arm_C", "block"))):
+            v = [next((c["mape_wallclock_scaled"] for c in per_op.get(arm, []) if c["table"] == t), np.nan) for t in tabs]
+            ax.barh(y + i * 0.27, v, 0.27, color=PRED_COLORS[key], label=f"{arm} scales")
+        ax.set_yticks(y, tabs, fontsize=7)
         ax.legend(fontsize=7)
     ax.set_xlabel("per-operator MAPE (fraction)")
     ax.set_title("the price on per-operator tables (E1.16 re-measured)")
