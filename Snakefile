@@ -18,6 +18,7 @@ include: "workflow/rules/gemm.smk"
 include: "workflow/rules/step.smk"
 include: "workflow/rules/utility.smk"
 include: "workflow/rules/collect.smk"
+include: "workflow/rules/comm.smk"
 include: "workflow/rules/wallclock.smk"
 
 

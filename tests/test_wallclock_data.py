@@ -294,3 +294,28 @@ def test_wallclock_tidy_tables_deterministic(tmp_path):
         data.write_parquet(data.tidy_table(name), a)
         data.write_parquet(data.tidy_table(name), b)
         assert a.read_bytes() == b.read_bytes()
+
+
+def test_fpm_workload_bad_prompt_tokens(tmp_path, repo_root):
+    p_rel = FPM.format(tp=1) + "request_workload.csv"
+    root = mini_root(tmp_path, repo_root, [p_rel])
+    df = pd.read_csv(root / p_rel)
+    df.loc[4, "prompt_tokens"] = 0
+    df.to_csv(root / p_rel, index=False)
+    with pytest.raises(DataError, match=r"request_workload.csv: row 4 \(line 6\), column 'prompt_tokens'"):
+        data.load_fpm_workload(root=root)
+
+
+def test_servingsim_timeseries_and_meta_checks(tmp_path, repo_root):
+    d = LSS.format(run="RTXPRO6000_Qwen3-32B")
+    root = mini_root(tmp_path, repo_root, [d + "timeseries.csv", d + "meta.json", d + "requests.jsonl"])
+    ts = pd.read_csv(root / d / "timeseries.csv")
+    ts.loc[9, "kv_cache_pct"] = 140.0
+    ts.to_csv(root / d / "timeseries.csv", index=False)
+    with pytest.raises(DataError, match=r"timeseries.csv: row 9 \(line 11\), column 'kv_cache_pct'"):
+        data.load_servingsim_timeseries(root=root)
+    meta = json.loads((root / d / "meta.json").read_text())
+    meta["engine_kwargs"]["tensor_parallel_size"] = 1  # the manifest says TP 2
+    (root / d / "meta.json").write_text(json.dumps(meta))
+    with pytest.raises(DataError, match=r"meta.json: row all, column 'engine_kwargs.tensor_parallel_size'"):
+        data.load_servingsim_requests(root=root)
