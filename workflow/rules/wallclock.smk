@@ -23,6 +23,7 @@ rule R2_3:
         attn_ctx=rules.data_attention_context.output.table,
         attn_gen=rules.data_attention_generation.output.table,
         allreduce=rules.data_allreduce.output.table,
+        settled=rules.comm_constants.output.stamp,  # the constants in defaults.yaml the predictions read
         code=WALLCLOCK_LIB,
     output:
         result="results/R2_3.json",
@@ -47,6 +48,7 @@ rule E1_26:
     input:
         fpm="results/data/fpm_steps.parquet",
         constants=rules.R2_3.output.constants,
+        settled=rules.comm_constants.output.stamp,  # the constants in defaults.yaml the predictions read
         code=WALLCLOCK_LIB,
     output:
         result="results/E1_26.json",
@@ -70,6 +72,7 @@ rule E1_18:
     input:
         fpm="results/data/fpm_steps.parquet",
         **WC_TOKENS,
+        settled=rules.comm_constants.output.stamp,  # the constants in defaults.yaml the predictions read
         code=WALLCLOCK_LIB,
     output:
         result="results/E1_18.json",
@@ -93,6 +96,7 @@ rule E1_21:
         fpm="results/data/fpm_steps.parquet",
         **WC_TOKENS,
         constants=rules.R2_3.output.constants,
+        settled=rules.comm_constants.output.stamp,  # the constants in defaults.yaml the predictions read
         code=WALLCLOCK_LIB,
     output:
         result="results/E1_21.json",
@@ -116,6 +120,7 @@ rule E2_11:
     input:
         **WC_TOKENS,
         constants=rules.R2_3.output.constants,
+        settled=rules.comm_constants.output.stamp,  # the constants in defaults.yaml the predictions read
         code=WALLCLOCK_LIB,
     output:
         result="results/E2_11.json",
