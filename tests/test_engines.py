@@ -148,14 +148,19 @@ def test_custom_allreduce_hands_large_messages_to_the_fallback():
 
 
 def test_fp8_projections_are_faster_when_compute_bound_and_refused_on_a100():
+    from steptime.calibration import Constants
+    from steptime.terms.precision import IDENTITY
+
+    datasheet = Constants.default().with_overrides({"gemm_fp8_rel": IDENTITY}, scope=f"gpu.{GPU}")
     bf = predict_step(MODEL, GPU, prefill=[(1, 8192)], engine="kernels")
-    f8 = predict_step(MODEL, GPU, prefill=[(1, 8192)], engine="kernels", dtype="fp8")
+    f8 = predict_step(MODEL, GPU, prefill=[(1, 8192)], engine="kernels", dtype="fp8", constants=datasheet)
+    shipped = predict_step(MODEL, GPU, prefill=[(1, 8192)], engine="kernels", dtype="fp8")
     for t in ("qkv_proj", "o_proj", "gate_up_proj", "down_proj"):
-        assert f8.terms_ms[t] < 0.75 * bf.terms_ms[t]
-        # never faster than the fp8 datasheet peak
+        assert f8.terms_ms[t] < 0.75 * bf.terms_ms[t]  # the datasheet fp8 peak doubles the compute branch
+        assert f8.terms_ms[t] <= shipped.terms_ms[t] < bf.terms_ms[t]  # E1.27: measured fp8 reaches less of it
     g = get_gpu(GPU)
     flops = 2 * 8192 * 4096 * 14336 * 2 * 32
-    assert f8.terms_ms["gate_up_proj"] * 1e-3 >= flops / (g.fp8_dense_tflops * 1e12)
+    assert f8.terms_ms["gate_up_proj"] * 1e-3 >= flops / (g.fp8_dense_tflops * 1e12)  # never beats the fp8 peak
     assert f8.terms_ms["attn_prefill"] == bf.terms_ms["attn_prefill"]  # attention stays bf16 unless --kv-dtype
     with pytest.raises(UnsupportedError, match="fp8"):
         predict_step(MODEL, "a100-sxm", decode=[(1, 16)], dtype="fp8")
@@ -202,3 +207,10 @@ def test_cli_engines_and_predict_flags(capsys):
     assert main(["constants"]) == 0
     out = capsys.readouterr().out
     assert "engine.vllm" in out and "ASSUMED" in out
+
+
+def test_fp8_kv_cache_halves_the_decode_kv_read():
+    bf = predict_step(MODEL, GPU, decode=[(32, 8192)], engine="kernels")
+    f8 = predict_step(MODEL, GPU, decode=[(32, 8192)], engine="kernels", kv_dtype="fp8")
+    assert f8.terms_ms["attn_decode"] < 0.75 * bf.terms_ms["attn_decode"]
+    assert f8.terms_ms["qkv_proj"] == bf.terms_ms["qkv_proj"]

@@ -23,7 +23,7 @@ from steptime.calibration import Constants
 from steptime.errors import BatchError, MemoryFitError
 from steptime.specs import get_gpu, get_model
 from steptime.specs.engines import allreduces_per_layer, check_precision, get_engine, tp_sharding
-from steptime.terms import attention, comm, gemm, host, light
+from steptime.terms import attention, comm, gemm, host, light, precision
 
 PROJ_TERMS = ("qkv_proj", "o_proj", "gate_up_proj", "down_proj")
 ATTN_TERMS = ("attn_prefill", "attn_decode")
@@ -196,8 +196,8 @@ def predict_steps(model, gpu, step_id, new_tokens, kv_len, n_steps: int | None =
     compute_bound: dict[str, np.ndarray] = {}
     factors: dict[str, dict] = {}
     n_pref = np.bincount(step_id, weights=(new > 1).astype(float), minlength=n_steps)
-    for name, g in gemm.gemm_time_shapes(T, layer_shapes(model, tp), gpu, constants, f_clk=f_clk,
-                                         dtype=dtype).items():
+    shapes_fn = precision.gemm_time_shapes_fp8 if dtype == "fp8" else gemm.gemm_time_shapes
+    for name, g in shapes_fn(T, layer_shapes(model, tp), gpu, constants, f_clk=f_clk).items():
         out[name] = L * g["t"]
         compute_bound[name] = g["compute_bound"]
         factors[name] = {f: g[f] for f in ("eta_c", "f_clk", "eta_cluster", "eta_active", "eta_duty", "eta_mem")}
