@@ -64,8 +64,9 @@ def test_update_defaults_roundtrip(tmp_path):
     assert "global" in doc["constants"]  # other constants kept
 
 
-def _gpu_cells(doc: dict) -> dict:
-    """{gpu: set of (table, cell)} over every cell record in a constants document (all scopes)."""
+def _gpu_cells(doc: dict, tables=None) -> dict:
+    """{gpu: set of (table, cell)} over every cell record in a constants document (all scopes):
+    the GPU's deploy cells (host-scheduler and all-reduce rows apart), or those of `tables`."""
     per_gpu: dict = {}
     consts = doc["constants"]
     tables = [consts.get("global") or {}] + [t for kind in ("family", "gpu") for t in (consts.get(kind) or {}).values()]
@@ -73,7 +74,8 @@ def _gpu_cells(doc: dict) -> dict:
         for e in (table or {}).values():
             for rec in e.get("cells") or []:
                 assert isinstance(rec, dict) and (set(rec) == {"gpu", "table", "cell"} or set(rec) == {"sample"}), rec
-                if "gpu" in rec and rec["table"] != "host":
+                keep = rec.get("table") in tables if tables else rec.get("table") not in ("host", "allreduce")
+                if "gpu" in rec and keep:
                     per_gpu.setdefault(rec["gpu"], set()).add((rec["table"], tuple(rec["cell"])))
     return per_gpu
 
@@ -82,7 +84,9 @@ def test_shipped_constants_read_at_most_three_gpu_cells_per_gpu():
     """DESIGN's contract on the shipped file: per GPU, the cells of that GPU that set any constant
     (GEMM, attention, light; any scope) are at most three. The cells are records {gpu, table, cell}.
     Host-scheduler rows (Vidur's CPU overheads, a property of the serving host, not of the GPU)
-    are counted apart."""
+    are counted apart, and so are all-reduce readings (E1.25: a property of the node's
+    interconnect, with their own budget of three per GPU, like the wall-clock readings per GPU
+    and engine)."""
     import yaml
 
     from steptime.calibration import DEFAULTS_FILE
@@ -91,6 +95,9 @@ def test_shipped_constants_read_at_most_three_gpu_cells_per_gpu():
     assert len(per_gpu) >= 9, f"defaults.yaml records per-GPU cells of only {sorted(per_gpu)}"
     over = {g: sorted(map(str, c)) for g, c in per_gpu.items() if len(c) > 3}
     assert not over, f"more than three deploy cells: {over}"
+    per_node = _gpu_cells(yaml.safe_load(DEFAULTS_FILE.read_text()), tables=("allreduce",))
+    over = {g: sorted(map(str, c)) for g, c in per_node.items() if len(c) > 3}
+    assert not over, f"more than three all-reduce readings: {over}"
 
 
 def test_three_cell_count_catches_a_fourth_cell():

@@ -22,7 +22,8 @@ import numpy as np
 from steptime.calibration import Constants
 from steptime.errors import BatchError, InputError, MemoryFitError
 from steptime.specs import get_gpu, get_model, vidur_operators
-from steptime.terms import attention, comm, gemm, host, light
+from steptime.specs.engines import allreduces_per_layer, check_precision, get_engine, tp_sharding
+from steptime.terms import attention, comm, gemm, host, light, precision
 from steptime.validation import MAX_REQUESTS, as_int, check_choice, check_f_clk
 
 PROJ_TERMS = ("qkv_proj", "o_proj", "gate_up_proj", "down_proj")
@@ -198,6 +199,9 @@ class StepPrediction:
     model: str
     gpu: str
     tp: int
+    engine: str
+    dtype: str
+    kv_dtype: str
     total_ms: float
     terms_ms: dict
     hidden_ms: dict
@@ -207,7 +211,8 @@ class StepPrediction:
     requests: int
 
     def to_dict(self) -> dict:
-        return {"model": self.model, "gpu": self.gpu, "tp": self.tp, "total_ms": self.total_ms,
+        return {"model": self.model, "gpu": self.gpu, "tp": self.tp, "engine": self.engine, "dtype": self.dtype,
+                "kv_dtype": self.kv_dtype, "total_ms": self.total_ms,
                 "terms_ms": self.terms_ms, "hidden_ms": self.hidden_ms, "bound": self.bound,
                 "factors": self.factors, "tokens": self.tokens, "requests": self.requests}
 
@@ -260,14 +265,17 @@ def memory_bytes(model, kv_tokens, tp: int = 1, bytes_per: int = 2, *, kv_dtype:
 
 
 def layer_shapes(model, tp):
-    """(n, k) of each projection GEMM of one layer at tensor-parallel degree `tp`."""
+    """(n, k) of each projection GEMM of one layer at tensor-parallel degree `tp`; which dimension
+    TP divides is specs/engines.yaml's tensor_parallel table (column-parallel: n, row-parallel: k)."""
     h = model.hidden_size
-    return {
-        "qkv_proj": (model.qkv_out // tp, h),
-        "o_proj": (h, model.q_size // tp),
-        "gate_up_proj": (model.mlp_up_out // tp, h),
-        "down_proj": (h, model.intermediate_size // tp),
-    }
+    full = {"qkv_proj": (model.qkv_out, h), "o_proj": (h, model.q_size),
+            "gate_up_proj": (model.mlp_up_out, h), "down_proj": (h, model.intermediate_size)}
+    split = tp_sharding()
+    out = {}
+    for name, (n, k) in full.items():
+        how = split[name]["split"]
+        out[name] = (n // tp if how == "split_n" else n, k // tp if how == "split_k" else k)
+    return out
 
 
 def _check_constants(constants):
@@ -310,20 +318,28 @@ def _check_steps(model, step_id, new_tokens, kv_len, n_steps, tp, f_clk, kv_dtyp
 
 def predict_steps(model, gpu, step_id, new_tokens, kv_len, n_steps: int | None = None, *, tp: int = 1,
                   f_clk: float | None = None, constants: Constants | None = None,
-                  kv_dtype: str = "bf16") -> dict:
-    """Vectorised core: per-step term times in milliseconds (dict of arrays) plus totals."""
+                  kv_dtype: str = "bf16", engine=None, dtype: str = "bf16") -> dict:
+    """Vectorised core: per-step term times in milliseconds (dict of arrays) plus totals.
+
+    engine: a profile name or Engine (default: the default engine, `vllm`); dtype: the
+    projection GEMMs' precision (bf16, or fp8 W8A8 from the datasheet fp8 peak).
+    """
     model = get_model(model)
     gpu = get_gpu(gpu)
     constants = constants or Constants.default()
     _check_constants(constants)
     step_id, new, kv, n_steps, tp = _check_steps(model, step_id, new_tokens, kv_len, n_steps, tp, f_clk, kv_dtype)
+    engine = get_engine(engine)
+    check_precision(gpu, dtype)
     T = np.bincount(step_id, weights=new, minlength=n_steps)
     N = np.bincount(step_id, minlength=n_steps).astype(float)
     L = model.num_hidden_layers
     out: dict[str, np.ndarray] = {}
     compute_bound: dict[str, np.ndarray] = {}
     factors: dict[str, dict] = {}
-    for name, g in gemm.gemm_time_shapes(T, layer_shapes(model, tp), gpu, constants, f_clk=f_clk).items():
+    n_pref = np.bincount(step_id, weights=(new > 1).astype(float), minlength=n_steps)
+    shapes_fn = precision.gemm_time_shapes_fp8 if dtype == "fp8" else gemm.gemm_time_shapes
+    for name, g in shapes_fn(T, layer_shapes(model, tp), gpu, constants, f_clk=f_clk).items():
         out[name] = L * g["t"]
         compute_bound[name] = g["compute_bound"]
         factors[name] = {f: g[f] for f in ("eta_c", "f_clk", "eta_cluster", "eta_active", "eta_duty", "eta_mem")}
@@ -347,23 +363,23 @@ def predict_steps(model, gpu, step_id, new_tokens, kv_len, n_steps: int | None =
     g = gemm.gemm_time(N, model.vocab_size // tp, model.hidden_size, gpu, constants, f_clk=f_clk)
     out["lm_head"] = np.where(N > 0, g["t"], 0.0)
     compute_bound["lm_head"] = g["compute_bound"]
-    ar = comm.allreduce_time(2.0 * T * model.hidden_size, tp, gpu, constants)
-    out["allreduce"] = np.where(T > 0, 2 * L * ar, 0.0) if tp > 1 else np.zeros(n_steps)
+    ar = comm.engine_allreduce_time(2.0 * T * model.hidden_size, tp, gpu, engine, constants)  # bf16 activations
+    out["allreduce"] = np.where(T > 0, allreduces_per_layer() * L * ar, 0.0) if tp > 1 else np.zeros(n_steps)
     compute_bound["allreduce"] = np.zeros(n_steps, dtype=bool)
     blocks = sum(out[t] for t in BLOCK_TERMS)
-    disp = host.dispatch_floor(L, gpu, constants, tp)
+    disp = host.engine_dispatch_floor(L, T, n_pref == 0, gpu, engine, constants, tp)
     out["dispatch_floor"] = np.maximum(0.0, disp - blocks)
     hidden_dispatch = np.minimum(disp, blocks)
-    alpha = float(constants.get("host_alpha", gpu))
-    S = host.scheduler_floor(N, gpu, constants, tp)
-    out["host"] = alpha * S
-    out["sampling"] = host.sampling_time(N, gpu, constants)
+    S = host.scheduler_floor(N, gpu, constants, tp, engine=engine)
+    overlap = engine.get("overlap", gpu, constants) if engine.host_terms else 0.0
+    out["host"], hidden_host = host.exposed_host(S, blocks + out["dispatch_floor"], overlap)
+    out["sampling"] = host.sampling_time(N, gpu, constants, engine=engine)
     total = sum(out[t] for t in TERMS)
     ms = {k: v * 1e3 for k, v in out.items()}
     return {
         "total_ms": total * 1e3,
         "terms_ms": ms,
-        "hidden_ms": {"dispatch_floor": hidden_dispatch * 1e3, "host": (1.0 - alpha) * S * 1e3},
+        "hidden_ms": {"dispatch_floor": hidden_dispatch * 1e3, "host": hidden_host * 1e3},
         "compute_bound": compute_bound,
         "factors": factors,
         "tokens": T,
@@ -375,7 +391,8 @@ def predict_steps(model, gpu, step_id, new_tokens, kv_len, n_steps: int | None =
 def predict_step(model, gpu, batch: Batch | None = None, *, decode: Iterable = (), prefill: Iterable = (),
                  requests: Iterable = (), tp: int = 1, f_clk: float | None = None,
                  constants: Constants | None = None, kv_dtype: str = "bf16",
-                 check_memory: bool = True, allow_boost: bool = False) -> StepPrediction:
+                 check_memory: bool = True, allow_boost: bool = False, engine=None,
+                 dtype: str = "bf16") -> StepPrediction:
     """Predict one engine step of `model` on `gpu` for `batch`, term by term.
 
     `f_clk` (sustained / datasheet boost clock) must lie in (0, 1]; a value above 1 runs
@@ -397,10 +414,13 @@ def predict_step(model, gpu, batch: Batch | None = None, *, decode: Iterable = (
     elif any(len(list(x)) for x in (decode, prefill, requests)):
         raise InputError("give the batch either as `batch` or as decode=/prefill=/requests=, not both")
     count, g_new, g_kv = batch.group_arrays()
-    validate_batch(model, gpu, g_new, g_kv, tp, check_memory, count=count, kv_dtype=kv_dtype)
+    check_choice(dtype, "projection precision dtype", tuple(gemm.BYTES))
+    validate_batch(model, gpu, g_new, g_kv, tp, check_memory, count=count, kv_dtype=kv_dtype, weight_dtype=dtype)
     new, kv = batch.arrays()
+    engine = get_engine(engine)
+    check_precision(gpu, dtype)
     r = predict_steps(model, gpu, np.zeros(len(new), dtype=np.int64), new, kv, 1, tp=tp, f_clk=f_clk,
-                      constants=constants, kv_dtype=kv_dtype)
+                      constants=constants, kv_dtype=kv_dtype, engine=engine, dtype=dtype)
     terms = {k: float(v[0]) for k, v in r["terms_ms"].items()}
     bound = {}
     for t in TERMS:
@@ -413,7 +433,7 @@ def predict_step(model, gpu, batch: Batch | None = None, *, decode: Iterable = (
             bound[t] = kind
     factors = {t: {f: float(v[0]) for f, v in fs.items()} for t, fs in r["factors"].items()}
     return StepPrediction(
-        model=model.key, gpu=gpu.key, tp=tp, total_ms=float(r["total_ms"][0]), terms_ms=terms,
+        model=model.key, gpu=gpu.key, tp=tp, engine=engine.key, dtype=dtype, kv_dtype=kv_dtype, total_ms=float(r["total_ms"][0]), terms_ms=terms,
         hidden_ms={k: float(v[0]) for k, v in r["hidden_ms"].items()}, bound=bound, factors=factors,
         tokens=int(new.sum()), requests=len(new))
 

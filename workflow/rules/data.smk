@@ -24,7 +24,8 @@ rule ingest:
 
 
 COVERAGE_TABLES = {"gemm", "attention_context", "attention_generation", "scale_matrix", "allreduce", "vidur_mlp",
-                   "vidur_cpu_overheads"}
+                   "vidur_cpu_overheads", "gemm_fp8", "fpm_steps", "servingsim_requests", "mlenergy_v2",
+                   "mlenergy_v3", "aic_silicon"}
 
 
 # Coverage of the measured data: GPU x operator family, row counts and shape ranges.

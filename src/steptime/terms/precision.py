@@ -1,0 +1,49 @@
+"""fp8 (W8A8) projection GEMMs: the bf16 term's factors at the datasheet fp8 peak, with the
+achieved fp8 fractions relative to bf16 (E1.27).
+
+    t_fp8 = smax(t_compute(P_fp8) / r_c, t_memory(1-byte operands) / r_m, p) + t_floor + dt_floor
+
+r_c, r_m, dt_floor: constant `gemm_fp8_rel` ({eta_c_rel, eta_mem_rel, floor_add_us}), FITTED
+by E1.27 on other GPUs' fp8 tables (same architecture and SM-fill paradigm where there are
+some); without it the pure datasheet form (1, 1, 0) applies.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from steptime.calibration import Constants
+from steptime.terms import gemm
+
+IDENTITY = {"eta_c_rel": 1.0, "eta_mem_rel": 1.0, "floor_add_us": 0.0}
+
+
+def fp8_rel(gpu, constants: Constants | None = None) -> dict:
+    constants = constants or Constants.default()
+    try:
+        return {**IDENTITY, **constants.get("gemm_fp8_rel", gpu)}
+    except KeyError:
+        return dict(IDENTITY)
+
+
+def apply_rel(g: dict, gpu, constants: Constants | None, rel: dict) -> np.ndarray:
+    """Seconds: a gemm_time(dtype='fp8') dict re-combined with the relative fp8 efficiencies."""
+    p = gemm.resolve(gpu, constants)
+    t = gemm.smax(g["t_compute"] / rel["eta_c_rel"], g["t_memory"] / rel["eta_mem_rel"], float(p["overlap_p"]))
+    return t + g["t_floor"] + rel["floor_add_us"] * 1e-6
+
+
+def gemm_time_fp8(m, n, k, gpu, constants: Constants | None = None, rel: dict | None = None, **kw) -> dict:
+    g = gemm.gemm_time(m, n, k, gpu, constants, dtype="fp8", **kw)
+    rel = rel or fp8_rel(gpu, constants)
+    t = apply_rel(g, gpu, constants, rel)
+    return {**g, "t": t, "compute_bound": g["t_compute"] / rel["eta_c_rel"] >= g["t_memory"] / rel["eta_mem_rel"]}
+
+
+def gemm_time_shapes_fp8(m, shapes: dict, gpu, constants: Constants | None = None, **kw) -> dict:
+    out = gemm.gemm_time_shapes(m, shapes, gpu, constants, dtype="fp8", **kw)
+    rel = fp8_rel(gpu, constants)
+    for name, g in out.items():
+        g["t"] = apply_rel(g, gpu, constants, rel)
+        g["compute_bound"] = g["t_compute"] / rel["eta_c_rel"] >= g["t_memory"] / rel["eta_mem_rel"]
+    return out

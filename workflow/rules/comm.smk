@@ -1,0 +1,77 @@
+# Tensor parallelism and precision (issue 11): the all-reduce term per GPU and implementation
+# (E1.25, AIConfigurator's NCCL and vLLM custom all-reduce tables), fp8 W8A8 projection GEMMs
+# (E1.27, AIConfigurator's fp8 GEMM tables), both held out per GPU, and the constants they
+# settle (results/calibration/comm.yaml: allreduce_curve and gemm_fp8_rel).
+
+COMM_LIB = lib("terms/comm", "experiments/__init__", "experiments/comm", "calibration/__init__", "results",
+               "plotting", "specs", "io", "errors")
+
+
+# E1.25: all-reduce law (floor + bus bytes over achieved bus bandwidth, per protocol regime).
+rule E1_25:
+    input:
+        data=tidy("allreduce"),
+        code=COMM_LIB,
+    output:
+        result="results/E1_25.json",
+        fig="figures/E1_25_allreduce.png",
+    params:
+        question=EXPERIMENTS["E1.25"]["question"],
+        target_pct=EXPERIMENTS["E1.25"]["targets"]["mape_pct_max"],
+    log:
+        "logs/E1_25.log",
+    conda:
+        CONDA_ENV
+    message:
+        "E1.25 all-reduce term held out per GPU (NCCL and vLLM custom all-reduce)"
+    script:
+        "../scripts/E1_25.py"
+
+
+# E1.27: fp8 W8A8 GEMMs held out per GPU (bf16 GEMM fold + datasheet fp8 peak + fp8 factors of other GPUs).
+rule E1_27:
+    input:
+        fp8="results/data/gemm_fp8.parquet",
+        bf16=tidy("gemm"),
+        gemm_constants=rules.settle_gemm_constants.output.constants,
+        code=lib("terms", "experiments/__init__", "experiments/precision", "experiments/gemm", "evaluate",
+                 "calibration/__init__", "results", "plotting", "specs", "io", "errors"),
+    output:
+        result="results/E1_27.json",
+        fig="figures/E1_27_fp8_gemm.png",
+    params:
+        question=EXPERIMENTS["E1.27"]["question"],
+        target_pct=EXPERIMENTS["E1.27"]["targets"]["mape_pct_max"],
+        seed=config["seed"],
+    log:
+        "logs/E1_27.log",
+    conda:
+        CONDA_ENV
+    message:
+        "E1.27 fp8 W8A8 projection GEMMs held out per GPU"
+    script:
+        "../scripts/E1_27.py"
+
+
+# The constants E1.25 (all-reduce laws) and E1.27 (fp8 GEMM factors) settle, as a declared output
+# (never written into src/; `steptime calibration ship` ships them after gemm.yaml and step.yaml).
+rule settle_comm_constants:
+    input:
+        e1_25=rules.E1_25.output.result,
+        e1_27=rules.E1_27.output.result,
+        code=lib("calibration", "io"),
+    output:
+        settled="results/calibration/comm.yaml",
+    log:
+        "logs/settle_comm_constants.log",
+    conda:
+        CONDA_ENV
+    message:
+        "Settling the all-reduce (E1.25) and fp8 GEMM (E1.27) constants into {output.settled}"
+    script:
+        "../scripts/settle_comm_constants.py"
+
+
+# every settled constants file, in the order they apply (what the wall-clock rules predict with)
+SETTLED_ALL = [rules.settle_gemm_constants.output.settled, rules.settle_step_constants.output.settled,
+               rules.settle_comm_constants.output.settled]
