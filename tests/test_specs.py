@@ -70,6 +70,12 @@ WALLCLOCK_DENSE = [
     ("gemma-2-9b", "google/gemma-2-9b-it", 9.24, 0.05),
     ("codellama-7b", "codellama/CodeLlama-7b-hf", 6.74, 0.05),
     ("codellama-13b", "codellama/CodeLlama-13b-hf", 13.0, 0.1),
+    ("gemma-2-27b", "google/gemma-2-27b-it", 27.2, 0.1),
+    ("phi-3-mini-4k", "microsoft/Phi-3-mini-4k-instruct", 3.82, 0.02),
+    ("phi-3-medium-4k", "microsoft/Phi-3-medium-4k-instruct", 14.0, 0.1),
+    ("llama-3.1-8b", "meta-llama/Meta-Llama-3.1-8B-Instruct", 8.03, 0.05),
+    ("llama-3.1-70b", "meta-llama/Llama-3.1-70B-Instruct", 70.6, 0.2),
+    ("llama-3.1-405b", "meta-llama/Llama-3.1-405B-Instruct", 405.8, 1.0),
 ]
 
 
@@ -94,6 +100,8 @@ def test_gemma2_head_dim_is_not_hidden_over_heads():
 def test_instruct_alias_only_where_its_config_was_read():
     # CodeLlama-34b-hf (base) is NOT an alias of codellama-34b (read from the Instruct config: vocab 32000,
     # while the one base copy found says 32016); Mistral-Nemo-Instruct has no entry (its config not read)
-    for name in ("codellama/CodeLlama-34b-hf", "mistralai/Mistral-Nemo-Instruct-2407", "google/gemma-2-27b-it"):
+    # FP8 releases are another weight dtype, not an alias; Gemma-2 2B-it: no config of the -it release read
+    for name in ("codellama/CodeLlama-34b-hf", "mistralai/Mistral-Nemo-Instruct-2407", "google/gemma-2-2b-it",
+                 "meta-llama/Llama-3.1-405B-Instruct-FP8", "microsoft/Phi-3-small-8k-instruct"):
         with pytest.raises(UnknownModelError):
             get_model(name)
