@@ -76,6 +76,7 @@ WALLCLOCK_DENSE = [
     ("llama-3.1-8b", "meta-llama/Meta-Llama-3.1-8B-Instruct", 8.03, 0.05),
     ("llama-3.1-70b", "meta-llama/Llama-3.1-70B-Instruct", 70.6, 0.2),
     ("llama-3.1-405b", "meta-llama/Llama-3.1-405B-Instruct", 405.8, 1.0),
+    ("mistral-7b-v0.3", "mistralai/Mistral-7B-Instruct-v0.3", 7.25, 0.02),
 ]
 
 
@@ -105,3 +106,9 @@ def test_instruct_alias_only_where_its_config_was_read():
                  "meta-llama/Llama-3.1-405B-Instruct-FP8", "microsoft/Phi-3-small-8k-instruct"):
         with pytest.raises(UnknownModelError):
             get_model(name)
+
+
+def test_mistral_v03_is_not_v01():
+    """v0.3 extends the vocabulary (32768) and drops the sliding window: it must not resolve to v0.1's entry."""
+    assert get_model("mistralai/Mistral-7B-Instruct-v0.3").vocab_size == 32768
+    assert get_model("mistralai/Mistral-7B-v0.1").vocab_size == 32000
