@@ -116,3 +116,52 @@ def test_parallel_block_is_a_model_field(tmp_path):
            "num_attention_heads": 32, "vocab_size": 51200, "intermediate_size": 10240, "hidden_act": "gelu_new"}
     (tmp_path / "config.json").write_text(json.dumps(cfg))
     assert get_model(str(tmp_path / "config.json")).parallel_block
+# --------------------------------------------------------------------------- issue 11: wall-clock dense models
+# (key, HF id as the wall-clock sets spell it, published parameter count in billions, its tolerance)
+WALLCLOCK_DENSE = [
+    ("qwen3-14b", "Qwen/Qwen3-14B", 14.8, 0.1),
+    ("gemma-2-9b", "google/gemma-2-9b-it", 9.24, 0.05),
+    ("codellama-7b", "codellama/CodeLlama-7b-hf", 6.74, 0.05),
+    ("codellama-13b", "codellama/CodeLlama-13b-hf", 13.0, 0.1),
+    ("gemma-2-27b", "google/gemma-2-27b-it", 27.2, 0.1),
+    ("phi-3-mini-4k", "microsoft/Phi-3-mini-4k-instruct", 3.82, 0.02),
+    ("phi-3-medium-4k", "microsoft/Phi-3-medium-4k-instruct", 14.0, 0.1),
+    ("llama-3.1-8b", "meta-llama/Meta-Llama-3.1-8B-Instruct", 8.03, 0.05),
+    ("llama-3.1-70b", "meta-llama/Llama-3.1-70B-Instruct", 70.6, 0.2),
+    ("llama-3.1-405b", "meta-llama/Llama-3.1-405B-Instruct", 405.8, 1.0),
+    ("mistral-7b-v0.3", "mistralai/Mistral-7B-Instruct-v0.3", 7.25, 0.02),
+]
+
+
+@pytest.mark.parametrize("key,hf_id,params_b,tol", WALLCLOCK_DENSE)
+def test_wallclock_dense_models_build_with_sane_shapes(key, hf_id, params_b, tol):
+    m = get_model(hf_id)
+    assert m.key == key
+    assert m.num_attention_heads % m.num_key_value_heads == 0  # every kv head serves a whole group of q heads
+    assert m.q_size == m.num_attention_heads * m.head_dim and m.qkv_out == m.q_size + 2 * m.kv_size
+    assert m.head_dim % 8 == 0 and m.intermediate_size > m.hidden_size
+    assert abs(m.n_params() / 1e9 - params_b) < tol, m.n_params()
+
+
+def test_gemma2_head_dim_is_not_hidden_over_heads():
+    """Gemma-2 9B's attention width (16 x 256 = 4096) exceeds its hidden size (3584): q_size must follow
+    head_dim, and its embeddings are tied (one vocab x hidden matrix, not two)."""
+    m = get_model("google/gemma-2-9b-it")
+    assert m.head_dim == 256 and m.q_size == 4096 != m.hidden_size
+    assert m.tie_word_embeddings
+
+
+def test_instruct_alias_only_where_its_config_was_read():
+    # CodeLlama-34b-hf (base) is NOT an alias of codellama-34b (read from the Instruct config: vocab 32000,
+    # while the one base copy found says 32016); Mistral-Nemo-Instruct has no entry (its config not read)
+    # FP8 releases are another weight dtype, not an alias; Gemma-2 2B-it: no config of the -it release read
+    for name in ("codellama/CodeLlama-34b-hf", "mistralai/Mistral-Nemo-Instruct-2407", "google/gemma-2-2b-it",
+                 "meta-llama/Llama-3.1-405B-Instruct-FP8", "microsoft/Phi-3-small-8k-instruct"):
+        with pytest.raises(UnknownModelError):
+            get_model(name)
+
+
+def test_mistral_v03_is_not_v01():
+    """v0.3 extends the vocabulary (32768) and drops the sliding window: it must not resolve to v0.1's entry."""
+    assert get_model("mistralai/Mistral-7B-Instruct-v0.3").vocab_size == 32768
+    assert get_model("mistralai/Mistral-7B-v0.1").vocab_size == 32000

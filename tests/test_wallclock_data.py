@@ -164,7 +164,10 @@ def test_mlenergy_real():
     assert set(v2.loc[v2.moe, "model_source"]) == {"mistralai/Mixtral-8x7B-Instruct-v0.1",
                                                     "mistralai/Mixtral-8x22B-Instruct-v0.1"}
     assert v2.loc[v2.moe, "arch_verified"].all()  # both Mixtral configs read (num_local_experts 8)
-    assert not v2.loc[v2.model_source.str.startswith("google/gemma-2"), "arch_verified"].any()
+    # the 9B and 27B Gemma-2 configs were read (models.yaml gemma-2-9b, gemma-2-27b); the 2B one was not
+    gemma2 = v2[v2.model_source.str.startswith("google/gemma-2")].groupby("model_source")["arch_verified"].all()
+    assert gemma2.to_dict() == {"google/gemma-2-27b-it": True, "google/gemma-2-2b-it": False,
+                                "google/gemma-2-9b-it": True}
     assert (v2["max_batch"] == v2["max_num_seqs"] * v2["pp"]).all()
     assert (v2["avg_batch"] <= v2["max_batch"] * 1.0001).all()
     # seconds -> ms: a decode token takes tens of ms, not tens of seconds or microseconds
