@@ -31,3 +31,7 @@ class CalibrationLeakError(SteptimeError, ValueError):
 
 class DataError(SteptimeError, ValueError):
     """A raw or tidy data file failed its checks; the message names file, row and column."""
+
+
+class ServeError(SteptimeError, ValueError):
+    """A serving workload or scheduler configuration the simulator cannot run (one line says why)."""
