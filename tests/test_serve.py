@@ -186,3 +186,39 @@ def test_bad_policy():
     with pytest.raises(ServeError, match="below max_num_seqs"):
         policy("sarathi", chunk=64)
     assert issubclass(ServeError, ValueError) and issubclass(ServeError, SteptimeError)
+
+
+def test_whole_run_equals_direct_prediction_of_every_iteration(timer):
+    from steptime.serve import DirectTimer
+
+    wl = synthetic(40, isl=(64, 1500), osl=(4, 80), rate=8.0, seed=21)
+    ref = simulate(M, G, wl, Policy("vllm", max_num_batched_tokens=512, kv_blocks=300),
+                   timer=DirectTimer(M, G), fast=False)
+    got = simulate(M, G, wl, Policy("vllm", max_num_batched_tokens=512, kv_blocks=300), timer=timer)
+    _same_runs(got, ref)
+
+
+def test_cli_serve(tmp_path, capsys):
+    import json
+
+    rc = main(["serve", "--model", M, "--gpu", G, "--rate", "4", "--n", "50", "--isl", "64:512", "--osl", "8:64",
+               "--json", "--csv", str(tmp_path / "r.csv"), "--fig", str(tmp_path / "f.png"), "--slo-tpot-ms", "50"])
+    assert rc == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["simulated"] is True and doc["summary"]["requests"] == 50
+    assert 0 <= doc["summary"]["slo"]["attainment"] <= 1
+    assert len(pd.read_csv(tmp_path / "r.csv")) == 50 and (tmp_path / "f.png").is_file()
+
+
+@pytest.mark.parametrize("args, match", [
+    (["--trace", "nope"], "neither a known trace"),
+    (["--isl", "200000"], "beyond llama-3.1-8b's context"),
+    (["--isl", "a:b"], "expected N or LO:HI"),
+    (["--policy", "disagg", "--concurrency", "4"], "open-loop"),
+    (["--rate", "-1"], "rate must be > 0"),
+    (["--kv-blocks", "10", "--isl", "1000"], "cannot fit in KV memory"),
+])
+def test_cli_serve_bad_input(args, match, capsys):
+    assert main(["serve", "--model", M, "--gpu", G, "--n", "5", *args]) == 2
+    err = capsys.readouterr().err.strip()
+    assert match in err and len(err.splitlines()) == 1

@@ -5,6 +5,7 @@
     steptime bench [--json]                  steptime status [--json]
     steptime data verify [--json]            steptime evaluate --family gemm [--json]
     steptime constants [--json]
+    steptime serve --model llama-3.1-8b --gpu h100-sxm --rate 8 --n 1000 [--json] [--csv F] [--fig F.png]
 
 Bad input prints one line on stderr and exits 2; no tracebacks.
 """
@@ -137,6 +138,12 @@ def cmd_evaluate(a) -> int:
     return evaluate_cli(a)
 
 
+def cmd_serve(a) -> int:
+    from steptime.serve.command import cmd_serve as run
+
+    return run(a)
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="steptime", description="Predict LLM engine step time on a GPU, term by term.")
     sub = p.add_subparsers(dest="cmd", required=True)
@@ -165,6 +172,9 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--family", required=True)
     e.add_argument("--gpu", action="append")
     e.add_argument("--json", action="store_true")
+    from steptime.serve.command import add_parser as add_serve
+
+    add_serve(sub)
     return p
 
 
@@ -176,7 +186,8 @@ def main(argv: list[str] | None = None) -> int:
             return cmd_data(None, argv[1:])
         a = parser.parse_args(argv)
         handler = {"predict": cmd_predict, "gpus": cmd_gpus, "models": cmd_models, "bench": cmd_bench,
-                   "status": cmd_status, "evaluate": cmd_evaluate, "constants": cmd_constants}[a.cmd]
+                   "status": cmd_status, "evaluate": cmd_evaluate, "constants": cmd_constants,
+                   "serve": cmd_serve}[a.cmd]
         return handler(a)
     except SteptimeError as exc:
         print(f"steptime: error: {exc}", file=sys.stderr)

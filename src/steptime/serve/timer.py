@@ -21,6 +21,8 @@ the constructor refuses to run if they differ by more than 1e-9 relative.
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from steptime.calibration import Constants
@@ -56,6 +58,12 @@ class StepTimer:
         self._b0 = float(r["bytes"][0])
         self._b1 = float(r["bytes"][1] - r["bytes"][0])
         self._u0 = float(r["units"][0])
+        kvb = float(attention._kvb(kv_dtype))
+        fp8 = kvb == 1.0
+        f = float(self.constants.get("f_clk", self.gpu)) if f_clk is None else float(f_clk)
+        self._pf = (float(self.heads), float(self.kv_heads), float(m.head_dim), kvb)
+        self._eta_c = f * self.fc["attn_eta_ceil"] * (self.fc["attn_fp8_compute"] if fp8 else 1.0)
+        self._unit = self.fc["attn_fp8_unit"] if fp8 else 1.0
         self.A = np.zeros(1)
         self.B = np.zeros(1)
         self.H = np.zeros(1)
@@ -111,7 +119,32 @@ class StepTimer:
                                  prefill=np.zeros(nb.shape, dtype=bool))["t"]
 
     def prefill_attention(self, new, kv) -> float:
-        """Prefill-phase attention of one layer (seconds) for one step's chunks (new > 1)."""
+        """Prefill-phase attention of one layer (seconds) for one step's chunks (new > 1).
+
+        attention_request_terms + combine for a prefill group, written out in Python floats
+        (a step holds a handful of chunks; numpy's per-call overhead dominated); `check`
+        holds it to the library functions (`_prefill_attention_ref`).
+        """
+        hq, hkv, d, kvb = self._pf
+        fc = self.fc
+        tc = nb = un = ti = 0.0
+        for s, c in zip(new, kv):
+            s = float(s)
+            c = float(c)
+            qt = math.ceil(s / attention.Q_TILE)
+            flops_eff = 4.0 * hq * d * (s * c + s * (s + fc["attn_causal_tile"]) / 2.0)
+            eta = self._eta_c * (s / (s + fc["attn_c_tokens"]))
+            tc += flops_eff / (self.gpu.peak_flops * eta)
+            nb += (c + s) * 2.0 * hkv * d * kvb + 4.0 * s * hq * d + 4.0 * s * hkv * d
+            un += hkv * qt * self._unit
+            ti += hq * qt
+        tc /= ti / (ti + fc["attn_fill_half"] * self.gpu.sms)
+        p = fc["attn_overlap_p"]
+        t_units = un * fc["attn_cta_us"] * 1e-6 / self.gpu.sms
+        t_work = max(tc, nb / (self.gpu.mem_bw * fc["attn_eta_mem"]))
+        return fc["attn_floor_us"] * 1e-6 * fc["attn_prefill_floor_rel"] + (t_units ** p + t_work ** p) ** (1.0 / p)
+
+    def _prefill_attention_ref(self, new, kv) -> float:
         r = self._req_terms(np.asarray(new, dtype=float), np.asarray(kv, dtype=float))
         a = attention.combine(np.array([r["t_compute"].sum()]), np.array([r["bytes"].sum()]),
                               np.array([r["units"].sum()]), np.array([float(len(new))]), self.gpu, self.fc,
@@ -190,4 +223,37 @@ class StepTimer:
         nd = np.arange(1, 300.0)
         skv = nd * rng.integers(0, 8192, nd.size)
         a, b = self.decode_attention(nd, skv), self._decode_attention_ref(nd, skv)
-        return max(worst, float(np.max(np.abs(a - b) / b)))
+        worst = max(worst, float(np.max(np.abs(a - b) / b)))
+        for _ in range(20):
+            k = int(rng.integers(1, 6))
+            new, kv = rng.integers(2, 4096, k), rng.integers(0, 8192, k)
+            a, b = self.prefill_attention(new, kv), self._prefill_attention_ref(new, kv)
+            worst = max(worst, abs(a - b) / b)
+        return worst
+
+
+class DirectTimer:
+    """The reference: every iteration is one `predict_steps` call (about half a millisecond).
+
+    Same interface as StepTimer; `simulate(..., timer=DirectTimer(...), fast=False)` is the
+    baseline the simulator's speed is measured against and its exactness tested against.
+    """
+
+    def __init__(self, model, gpu, *, tp: int = 1, constants: Constants | None = None, f_clk: float | None = None,
+                 kv_dtype: str = "bf16", **_):
+        self.model = get_model(model)
+        self.gpu = get_gpu(gpu)
+        self.tp = int(tp)
+        self.kv_dtype = kv_dtype
+        self._kw = dict(tp=self.tp, f_clk=f_clk, constants=constants or Constants.default(), kv_dtype=kv_dtype)
+
+    def step_arrays(self, new, kv) -> float:
+        new = np.asarray(new)
+        r = predict_steps(self.model, self.gpu, np.zeros(len(new), dtype=np.int64), new, np.asarray(kv), 1,
+                          **self._kw)
+        return float(r["total_ms"][0]) * 1e-3
+
+    step = step_arrays
+
+    def decode_steps(self, n: int, sum_kv0: float, k: int) -> np.ndarray:
+        raise ServeError("DirectTimer times iterations one by one: simulate with fast=False")
