@@ -18,10 +18,12 @@ def timer():
     return StepTimer(M, G)
 
 
-def test_timer_exact_against_predict_steps(timer):
-    assert timer.check() < 1e-12
-    t2 = StepTimer("llama-3.1-70b", "h100-sxm", tp=4)  # tensor parallel: all-reduce and sharded shapes
+@pytest.mark.parametrize("engine", ["vllm", "vllm-v0", "trtllm", "sglang", "kernels"])
+def test_timer_exact_against_predict_steps(engine):
+    assert StepTimer(M, G, engine=engine).check() < 1e-12
+    t2 = StepTimer("llama-3.1-70b", "h100-sxm", tp=4, engine=engine)  # all-reduce and sharded shapes
     assert t2.check() < 1e-12
+    assert StepTimer(M, G, engine=engine, kv_dtype="fp8", dtype="fp8").check() < 1e-12
 
 
 def test_timer_mixed_step_matches_direct_prediction(timer):
@@ -217,8 +219,16 @@ def test_cli_serve(tmp_path, capsys):
     (["--policy", "disagg", "--concurrency", "4"], "open-loop"),
     (["--rate", "-1"], "rate must be > 0"),
     (["--kv-blocks", "10", "--isl", "1000"], "cannot fit in KV memory"),
+    (["--engine", "nope"], "nope"),
 ])
 def test_cli_serve_bad_input(args, match, capsys):
     assert main(["serve", "--model", M, "--gpu", G, "--n", "5", *args]) == 2
     err = capsys.readouterr().err.strip()
     assert match in err and len(err.splitlines()) == 1
+
+
+def test_engine_changes_the_run():
+    wl = synthetic(100, isl=(64, 512), osl=(16, 128), rate=10.0, seed=1)
+    a = simulate(M, G, wl, engine="vllm").summary()["tpot_s"]["p50"]
+    b = simulate(M, G, wl, engine="kernels").summary()["tpot_s"]["p50"]
+    assert b < a  # the bare kernel sum has no host, launch or sampling time

@@ -35,3 +35,14 @@ class DataError(SteptimeError, ValueError):
 
 class ServeError(SteptimeError, ValueError):
     """A serving workload or scheduler configuration the simulator cannot run (one line says why)."""
+
+
+class UnknownEngineError(SteptimeError, KeyError):
+    """An engine name not among the profiles of specs/engines.yaml (the message lists them)."""
+
+    def __str__(self) -> str:
+        return self.args[0] if self.args else ""
+
+
+class UnsupportedError(SteptimeError, ValueError):
+    """A precision or engine the GPU's data cannot support (e.g. fp8 GEMMs on A100)."""

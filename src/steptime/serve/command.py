@@ -26,7 +26,9 @@ def add_parser(sub) -> None:
     s = sub.add_parser("serve", help="simulate serving a workload (TTFT, TPOT, throughput; simulated)")
     s.add_argument("--model", required=True)
     s.add_argument("--gpu", required=True)
-    s.add_argument("--engine", default="vllm", help="engine profile (default vllm)")
+    s.add_argument("--engine", default=None, help="engine profile (default vllm; see `steptime engines`)")
+    s.add_argument("--dtype", default="bf16", choices=["bf16", "fp8"], help="projection GEMM precision")
+    s.add_argument("--kv-dtype", default="bf16", choices=["bf16", "fp8"])
     s.add_argument("--tp", type=int, default=1)
     s.add_argument("--policy", default="vllm", choices=["vllm", "sarathi", "static", "disagg"])
     s.add_argument("--max-num-batched-tokens", type=int, default=8192)
@@ -96,15 +98,14 @@ def workload_from_args(a):
 def run_args(a):
     from steptime.serve import policy, simulate, simulate_disagg, simulate_replicas
 
-    if a.engine != "vllm":
-        raise ServeError(f"engine {a.engine!r}: only the vllm profile is wired into the simulator today")
     wl = workload_from_args(a)
+    ekw = dict(tp=a.tp, engine=a.engine, dtype=a.dtype, kv_dtype=a.kv_dtype)
     kw = dict(max_num_seqs=a.max_num_seqs, block_size=a.block_size,
               gpu_memory_utilization=a.gpu_memory_utilization, kv_blocks=a.kv_blocks)
     if a.policy == "disagg":
         from steptime.serve import Policy
 
-        run = simulate_disagg(a.model, a.gpu, wl, tp=a.tp, prefill_instances=a.prefill_instances,
+        run = simulate_disagg(a.model, a.gpu, wl, **ekw, prefill_instances=a.prefill_instances,
                               decode_instances=a.decode_instances,
                               prefill_policy=Policy("vllm", max_num_batched_tokens=a.max_num_batched_tokens,
                                                     chunked_prefill=False, **kw),
@@ -119,9 +120,9 @@ def run_args(a):
             pol = policy("vllm", max_num_batched_tokens=a.max_num_batched_tokens, **kw)
         progress = not a.no_progress and len(wl) >= PROGRESS_MIN
         if a.replicas > 1:
-            run = simulate_replicas(a.model, a.gpu, wl, pol, a.replicas, tp=a.tp)
+            run = simulate_replicas(a.model, a.gpu, wl, pol, a.replicas, **ekw)
         else:
-            run = simulate(a.model, a.gpu, wl, pol, tp=a.tp, progress=progress)
+            run = simulate(a.model, a.gpu, wl, pol, progress=progress, **ekw)
     return wl, run
 
 
@@ -131,7 +132,7 @@ def cmd_serve(a) -> int:
     wl, run = run_args(a)
     ms = lambda v: None if v is None else v / 1e3  # noqa: E731
     summ = run.summary(slo_ttft_s=ms(a.slo_ttft_ms), slo_tpot_s=ms(a.slo_tpot_ms))
-    doc = {"simulated": True, "model": a.model, "gpu": a.gpu, "engine": a.engine, "tp": a.tp,
+    doc = {"simulated": True, "model": a.model, "gpu": a.gpu, "engine": a.engine or "vllm", "tp": a.tp,
            "workload": {"name": wl.name, "requests": len(wl), "concurrency": wl.concurrency,
                         "mean_prompt": float(np.mean(wl.prompt)), "mean_output": float(np.mean(wl.output))},
            "policy": run.policy, "summary": summ}
@@ -144,7 +145,7 @@ def cmd_serve(a) -> int:
 
         sys.stdout.write(dumps(doc))
         return 0
-    print(f"{a.model} on {a.gpu} (tp={a.tp}, engine {a.engine}, policy {run.policy['name']}): {len(wl)} requests "
+    print(f"{a.model} on {a.gpu} (tp={a.tp}, engine {a.engine or 'vllm'}, policy {run.policy['name']}): {len(wl)} requests "
           f"[{wl.name}], simulated")
     print(f"{'metric':<10}{'p50':>10}{'p90':>10}{'p99':>10}   (ms)")
     for key in ("ttft_s", "tpot_s", "itl_s", "e2e_s"):

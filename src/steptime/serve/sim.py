@@ -90,12 +90,12 @@ def kv_capacity_blocks(timer: StepTimer, pol: Policy) -> int:
     if pol.kv_blocks is not None:
         return int(pol.kv_blocks)
     m, gpu, tp = timer.model, timer.gpu, timer.tp
-    per_tok = memory_bytes(m, 1, tp) - memory_bytes(m, 0, tp)
-    if timer.kv_dtype == "fp8":
-        per_tok /= 2
-    free = gpu.mem_bytes * pol.gpu_memory_utilization - memory_bytes(m, 0, tp)
+    kw = dict(weight_dtype=timer.dtype, kv_dtype=timer.kv_dtype)
+    weights = memory_bytes(m, 0, tp, **kw)
+    per_tok = memory_bytes(m, 1, tp, **kw) - weights
+    free = gpu.mem_bytes * pol.gpu_memory_utilization - weights
     if free <= 0:
-        raise ServeError(f"{m.key} weights ({memory_bytes(m, 0, tp) / 1e9:.1f} GB per GPU at tp={tp}) leave no KV "
+        raise ServeError(f"{m.key} weights ({weights / 1e9:.1f} GB per GPU at tp={tp}) leave no KV "
                          f"cache in {pol.gpu_memory_utilization:g} of {gpu.key}'s {gpu.mem_gb:g} GB")
     return int(free // (per_tok * pol.block_size))
 
@@ -368,8 +368,8 @@ class _Engine:
 
 
 def simulate(model, gpu, workload: Workload, pol: Policy | str = "vllm", *, tp: int = 1, timer: StepTimer | None = None,
-             constants=None, f_clk=None, kv_dtype: str = "bf16", progress: bool = False, fast: bool = True,
-             **policy_kw) -> Run:
+             engine=None, dtype: str = "bf16", constants=None, f_clk=None, kv_dtype: str = "bf16",
+             progress: bool = False, fast: bool = True, **policy_kw) -> Run:
     """Replay `workload` on one instance of `model` on `gpu` under a scheduler policy.
 
     `fast=False` times every iteration on its own (the reference the fast path is tested against).
@@ -382,7 +382,8 @@ def simulate(model, gpu, workload: Workload, pol: Policy | str = "vllm", *, tp: 
     if pol.name == "disagg":
         raise ServeError("the disagg policy needs two pools: use simulate_disagg")
     timer = timer or StepTimer(model, gpu, tp=tp, constants=constants, f_clk=f_clk, kv_dtype=kv_dtype,
-                               max_tokens=min(pol.budget, 1 << 16), max_requests=pol.max_num_seqs)
+                               engine=engine, dtype=dtype, max_tokens=min(pol.budget, 1 << 16),
+                               max_requests=pol.max_num_seqs)
     bar = None
     if progress:
         from tqdm import tqdm
@@ -424,7 +425,8 @@ def _merge(runs, sort=False) -> Run:
 
 def simulate_disagg(model, gpu, workload: Workload, *, prefill_instances: int = 1, decode_instances: int = 1,
                     tp: int = 1, prefill_policy: Policy | None = None, decode_policy: Policy | None = None,
-                    transfer_gbps: float | None = None, constants=None, f_clk=None, kv_dtype: str = "bf16") -> Run:
+                    transfer_gbps: float | None = None, constants=None, f_clk=None, kv_dtype: str = "bf16",
+                    engine=None, dtype: str = "bf16", timer: StepTimer | None = None) -> Run:
     """DistServe-style disaggregation: prefill pool -> KV hand-over -> decode pool.
 
     Prefill instances run whole prompts (no decode), requests routed round-robin. The
@@ -438,8 +440,9 @@ def simulate_disagg(model, gpu, workload: Workload, *, prefill_instances: int = 
         raise ServeError("each pool needs at least one instance")
     pp = prefill_policy or Policy("vllm", max_num_batched_tokens=8192, chunked_prefill=False)
     dp = decode_policy or Policy("vllm")
-    timer = StepTimer(model, gpu, tp=tp, constants=constants, f_clk=f_clk, kv_dtype=kv_dtype,
-                      max_tokens=min(pp.budget, 1 << 16), max_requests=max(pp.max_num_seqs, dp.max_num_seqs))
+    timer = timer or StepTimer(model, gpu, tp=tp, constants=constants, f_clk=f_clk, kv_dtype=kv_dtype,
+                               engine=engine, dtype=dtype, max_tokens=min(pp.budget, 1 << 16),
+                               max_requests=max(pp.max_num_seqs, dp.max_num_seqs))
     n = len(workload)
     ones = np.ones(n, dtype=np.int64)
     pre = simulate_replicas(model, gpu, Workload(workload.arrival, workload.prompt, ones, name=workload.name),
@@ -447,7 +450,7 @@ def simulate_disagg(model, gpu, workload: Workload, *, prefill_instances: int = 
     first = pre.requests["first_token_s"].to_numpy()
     gpu_s = timer.gpu
     bw = transfer_gbps or getattr(gpu_s, "nvlink_gbps", None) or getattr(gpu_s, "pcie_gbps", None) or 0.0
-    per_tok = memory_bytes(timer.model, 1, tp) - memory_bytes(timer.model, 0, tp)
+    per_tok = memory_bytes(timer.model, 1, tp, kv_dtype=kv_dtype) - memory_bytes(timer.model, 0, tp, kv_dtype=kv_dtype)
     xfer = workload.prompt * per_tok / (bw * 1e9) if bw else np.zeros(n)
     ready = first + xfer
     dec_runs = []

@@ -3,12 +3,15 @@
 `predict_steps` costs about half a millisecond a call; a replay runs 10^5-10^6 steps. The
 step equation separates (see steptime.step):
 
-    t_step = max(A[T] + B_lm[N] + L * (a_dec + a_pre), D) + H[N]
+    body   = max(A[T] + B_lm[N] + L * (a_dec + a_pre), D)
+    t_step = body + (1 - ov) S[N] + ov max(0, S[N] - body) + samp[N]
 
 A[T]   the GEMM, light-kernel and all-reduce terms: functions of the step's tokens T alone
 B_lm   the LM head: a function of the step's requests N alone
-H[N]   exposed scheduler floor + sampling: functions of N alone
-D      the kernel-dispatch floor (a constant of model, GPU, TP)
+S, samp the engine's scheduler floor and sampling: functions of N alone; ov the engine's
+       host overlap (what of S hides under the GPU body)
+D      the engine's kernel-dispatch floor: a function of T and of whether the step holds a
+       prefill (CUDA-graph mode), tabulated for decode-only steps (T = N) and prefill steps
 a_dec  decode-phase attention: the per-request sums it needs (bytes, work units) are
        linear in the requests' KV lengths, so it depends on (n_decode, sum of KV) only
 a_pre  prefill-phase attention over the step's prefill chunks (per-request work, summed)
@@ -28,6 +31,7 @@ import numpy as np
 from steptime.calibration import Constants
 from steptime.errors import ServeError
 from steptime.specs import get_gpu, get_model
+from steptime.specs.engines import get_engine
 from steptime.step import ATTN_TERMS, BLOCK_TERMS, predict_steps
 from steptime.terms import attention
 
@@ -39,16 +43,20 @@ class StepTimer:
     """Step time (seconds) of a batch composition, exact against `predict_steps`."""
 
     def __init__(self, model, gpu, *, tp: int = 1, constants: Constants | None = None,
-                 f_clk: float | None = None, kv_dtype: str = "bf16", max_tokens: int = 8192,
-                 max_requests: int = 256, check: bool = True):
+                 f_clk: float | None = None, kv_dtype: str = "bf16", engine=None, dtype: str = "bf16",
+                 max_tokens: int = 8192, max_requests: int = 256, check: bool = True):
         self.model = get_model(model)
         self.gpu = get_gpu(gpu)
         self.tp = int(tp)
         self.constants = constants or Constants.default()
         self.f_clk = f_clk
         self.kv_dtype = kv_dtype
+        self.engine = get_engine(engine)
+        self.dtype = dtype
         m = self.model
-        self._kw = dict(tp=self.tp, f_clk=f_clk, constants=self.constants, kv_dtype=kv_dtype)
+        self._kw = dict(tp=self.tp, f_clk=f_clk, constants=self.constants, kv_dtype=kv_dtype, engine=self.engine,
+                        dtype=dtype)
+        self.ov = float(self.engine.get("overlap", self.gpu, self.constants)) if self.engine.host_terms else 0.0
         self.L = m.num_hidden_layers
         self.heads = m.num_attention_heads // self.tp
         self.kv_heads = max(1, m.num_key_value_heads // self.tp)
@@ -65,9 +73,11 @@ class StepTimer:
         self._eta_c = f * self.fc["attn_eta_ceil"] * (self.fc["attn_fp8_compute"] if fp8 else 1.0)
         self._unit = self.fc["attn_fp8_unit"] if fp8 else 1.0
         self.A = np.zeros(1)
+        self.Dp = np.zeros(1)
         self.B = np.zeros(1)
-        self.H = np.zeros(1)
-        self.D = 0.0
+        self.Dd = np.zeros(1)
+        self.S = np.zeros(1)
+        self.Sm = np.zeros(1)
         self._grow_tokens(max_tokens)
         self._grow_requests(max_requests)
         if check:
@@ -86,8 +96,8 @@ class StepTimer:
         T = np.arange(1, t_max + 1)
         r = predict_steps(self.model, self.gpu, np.arange(t_max), T, np.zeros(t_max), t_max, **self._kw)
         self.A = np.concatenate([[0.0], sum(r["terms_ms"][t] for t in TOKEN_TERMS) * 1e-3])
-        disp = (r["terms_ms"]["dispatch_floor"] + r["hidden_ms"]["dispatch_floor"]) * 1e-3
-        self.D = float(disp[0])
+        # dispatch floor of a step holding a prefill of T tokens (row T = 1 is a decode: unused)
+        self.Dp = np.concatenate([[0.0], (r["terms_ms"]["dispatch_floor"] + r["hidden_ms"]["dispatch_floor"]) * 1e-3])
 
     def _grow_requests(self, n_max: int) -> None:
         n_max = int(max(n_max, 2 * (len(self.B) - 1), 16))
@@ -95,7 +105,14 @@ class StepTimer:
         sid = np.repeat(np.arange(n_max), N)
         r = predict_steps(self.model, self.gpu, sid, np.ones(sid.size), np.zeros(sid.size), n_max, **self._kw)
         self.B = np.concatenate([[0.0], r["terms_ms"]["lm_head"] * 1e-3])
-        self.H = np.concatenate([[0.0], (r["terms_ms"]["host"] + r["terms_ms"]["sampling"]) * 1e-3])
+        self.Dd = np.concatenate([[0.0], (r["terms_ms"]["dispatch_floor"] + r["hidden_ms"]["dispatch_floor"]) * 1e-3])
+        self.S = np.concatenate([[0.0], (r["terms_ms"]["host"] + r["hidden_ms"]["host"]) * 1e-3])
+        self.Sm = np.concatenate([[0.0], r["terms_ms"]["sampling"] * 1e-3])
+
+    def _total(self, blocks, disp, N):
+        body = np.maximum(blocks, disp)
+        S = self.S[N]
+        return body + (1.0 - self.ov) * S + self.ov * np.maximum(0.0, S - body) + self.Sm[N]
 
     # -- attention -----------------------------------------------------------------------
     def decode_attention(self, n_dec, sum_kv):
@@ -172,7 +189,7 @@ class StepTimer:
             pk = [k for s, k in zip(new, kv) if s > 1]
             att += self.prefill_attention(pn, pk)
         blocks = self.A[T] + self.B[N] + self.L * att
-        return float(max(blocks, self.D) + self.H[N])
+        return float(self._total(blocks, self.Dd[N] if len(dec_kv) == N else self.Dp[T], N))
 
     def step_arrays(self, new: np.ndarray, kv: np.ndarray) -> float:
         """`step` for integer arrays (the simulator's hot path)."""
@@ -186,14 +203,14 @@ class StepTimer:
             att += float(self.decode_attention(nd, float(kv[dec].sum()))[()])
         if nd < N:
             att += self.prefill_attention(new[~dec], kv[~dec])
-        return float(max(self.A[T] + self.B[N] + self.L * att, self.D) + self.H[N])
+        return float(self._total(self.A[T] + self.B[N] + self.L * att, self.Dd[N] if nd == N else self.Dp[T], N))
 
     def decode_steps(self, n: int, sum_kv0: float, k: int) -> np.ndarray:
         """k consecutive pure-decode steps of the same n requests, KV sum growing by n a step."""
         self._ensure(n, n)
         s = sum_kv0 + n * np.arange(k, dtype=float)
         blocks = self.A[n] + self.B[n] + self.L * self.decode_attention(np.full(k, float(n)), s)
-        return np.maximum(blocks, self.D) + self.H[n]
+        return self._total(blocks, self.Dd[n], n)
 
     def check(self, n_batches: int = 40, seed: int = 0) -> float:
         """Largest relative difference against predict_steps over random mixed batches."""
@@ -240,12 +257,15 @@ class DirectTimer:
     """
 
     def __init__(self, model, gpu, *, tp: int = 1, constants: Constants | None = None, f_clk: float | None = None,
-                 kv_dtype: str = "bf16", **_):
+                 kv_dtype: str = "bf16", engine=None, dtype: str = "bf16", **_):
         self.model = get_model(model)
         self.gpu = get_gpu(gpu)
         self.tp = int(tp)
         self.kv_dtype = kv_dtype
-        self._kw = dict(tp=self.tp, f_clk=f_clk, constants=constants or Constants.default(), kv_dtype=kv_dtype)
+        self.engine = get_engine(engine)
+        self.dtype = dtype
+        self._kw = dict(tp=self.tp, f_clk=f_clk, constants=constants or Constants.default(), kv_dtype=kv_dtype,
+                        engine=self.engine, dtype=dtype)
 
     def step_arrays(self, new, kv) -> float:
         new = np.asarray(new)
