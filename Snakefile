@@ -17,6 +17,7 @@ include: "workflow/rules/gemm.smk"
 include: "workflow/rules/step.smk"
 include: "workflow/rules/utility.smk"
 include: "workflow/rules/collect.smk"
+include: "workflow/rules/serve.smk"
 
 
 rule all:

@@ -1,0 +1,163 @@
+"""Part-2 integrations on the serving simulator (all outcomes SIMULATED: a scheduler model
+driven by steptime's step times, not measured serving runs).
+
+E2.9  Sarathi chunk sizing: for a time-between-tokens (TBT) SLO, steptime picks the chunk
+      budget from two predicted steps and a fluid throughput model (`pick_chunk`, no
+      simulation); the oracle sweeps the simulator over the chunk grid; static 512 and
+      2048 are the common fixed settings. Every choice is scored in the simulator.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from steptime.results import claim
+from steptime.serve import StepTimer, Workload, policy, simulate
+
+SIMULATED = "simulated (steptime serving simulator; no measured serving run)"
+
+
+def trace_lengths(traces: pd.DataFrame, trace: str, n: int, seed: int):
+    """`n` (prompt, output) pairs drawn without replacement from one trace of traces.parquet."""
+    d = traces[traces["trace"].str.startswith(trace)]
+    idx = np.random.default_rng(seed).choice(len(d), n, replace=False)
+    return d["num_prefill_tokens"].to_numpy()[idx], d["num_decode_tokens"].to_numpy()[idx]
+
+
+def pick_chunk(timer: StepTimer, concurrency: int, prompt_mean: float, output_mean: float, slo_s: float,
+               grid) -> dict:
+    """Steptime's chunk pick without simulating: for each chunk c, two predicted steps,
+
+        t_mix(c)  (C - 1) decodes at the mean context + one chunk of c tokens at mid-prompt
+        t_dec     C decodes at the mean context
+
+    and a fluid model of a closed loop at concurrency C: a fraction f = C P / (O c) of
+    iterations must carry a chunk for prefill to keep pace with decode (f <= 1), so the
+    output rate is C / (f t_mix + (1 - f) t_dec); when f > 1, prefill limits it to
+    (c O / P) / t_mix. Picks the c of highest rate with t_mix(c) <= SLO (the smallest c if
+    none qualifies)."""
+    C, P, O = int(concurrency), float(prompt_mean), float(output_mean)
+    ctx = int(P + O / 2)
+    t_dec = timer.step_arrays(np.ones(C, dtype=np.int64), np.full(C, ctx))
+    rows = []
+    for c in grid:
+        new = np.concatenate([np.ones(C - 1, dtype=np.int64), [int(c)]])
+        kv = np.concatenate([np.full(C - 1, ctx), [int(max(0, P / 2 - c / 2))]])
+        t_mix = timer.step_arrays(new, kv)
+        f = C * P / (O * c)
+        rate = C / (f * t_mix + (1 - f) * t_dec) if f <= 1 else (c * O / P) / t_mix
+        rows.append({"chunk": int(c), "t_mix_s": t_mix, "rate_tok_s": rate, "meets": t_mix <= slo_s})
+    df = pd.DataFrame(rows)
+    ok = df[df["meets"]]
+    best = ok.loc[ok["rate_tok_s"].idxmax()] if len(ok) else df.iloc[0]
+    return {"chunk": int(best["chunk"]), "t_dec_s": float(t_dec), "table": df}
+
+
+def chunk_sweep(model, gpu, prompt, output, concurrency: int, grid, engine=None) -> pd.DataFrame:
+    """Simulate a closed loop at `concurrency` for each Sarathi chunk: p99 TBT and throughput."""
+    timer = StepTimer(model, gpu, engine=engine, max_tokens=max(grid) + concurrency, max_requests=concurrency)
+    wl = Workload(np.zeros(len(prompt)), prompt, output, concurrency=concurrency, name="closed loop")
+    rows = []
+    for c in grid:
+        s = simulate(model, gpu, wl, policy("sarathi", chunk=int(c), max_num_seqs=concurrency), timer=timer).summary()
+        rows.append({"chunk": int(c), "tbt_p99_s": s["itl_s"]["p99"], "tbt_p50_s": s["itl_s"]["p50"],
+                     "tpot_p50_s": s["tpot_s"]["p50"], "ttft_p50_s": s["ttft_s"]["p50"],
+                     "throughput_tok_s": s["throughput_tok_s"], "steps": s["steps"]})
+    return pd.DataFrame(rows), timer
+
+
+def e2_9(traces: pd.DataFrame, *, models, gpus, trace: str, n: int, concurrency: int, grid, slo_multiples,
+         statics=(512, 2048), seed: int = 0, targets: dict | None = None) -> dict:
+    """Run E2.9 for every (model, GPU, SLO): picks, oracle, statics, each scored in the simulator."""
+    targets = targets or {}
+    grid = sorted({int(c) for c in grid} | {int(s) for s in statics})
+    prompt, output = trace_lengths(traces, trace, n, seed)
+    cases, sweeps = [], {}
+    for model in models:
+        for gpu in gpus:
+            sweep, timer = chunk_sweep(model, gpu, prompt, output, concurrency, grid)
+            sweeps[f"{model}|{gpu}"] = sweep
+            by = sweep.set_index("chunk")
+            for mult in slo_multiples:
+                pk = pick_chunk(timer, concurrency, prompt.mean(), output.mean(), 0.0, grid)
+                slo = float(mult) * pk["t_dec_s"]
+                pk = pick_chunk(timer, concurrency, prompt.mean(), output.mean(), slo, grid)
+                ok = sweep[sweep["tbt_p99_s"] <= slo]
+                oracle = int(ok.loc[ok["throughput_tok_s"].idxmax(), "chunk"]) if len(ok) else None
+                row = {"model": model, "gpu": gpu, "slo_multiple": float(mult), "slo_tbt_s": slo,
+                       "pick": pk["chunk"], "oracle": oracle}
+                for name, c in [("pick", pk["chunk"]), ("oracle", oracle)] + [(f"static_{s}", s) for s in statics]:
+                    if c is None:
+                        row[f"{name}_tok_s"] = None
+                        row[f"{name}_meets"] = False
+                        continue
+                    row[f"{name}_tok_s"] = float(by.loc[c, "throughput_tok_s"])
+                    row[f"{name}_tbt_p99_s"] = float(by.loc[c, "tbt_p99_s"])
+                    row[f"{name}_meets"] = bool(by.loc[c, "tbt_p99_s"] <= slo)
+                cases.append(row)
+    df = pd.DataFrame(cases)
+    return {"cases": df, "sweeps": sweeps, "targets": targets, "workload": {
+        "trace": trace, "requests": n, "concurrency": concurrency, "prompt_mean": float(prompt.mean()),
+        "output_mean": float(output.mean()), "seed": seed}, "grid": grid, "statics": list(statics)}
+
+
+def e2_9_document(r: dict) -> dict:
+    df = r["cases"]
+    t = r["targets"]
+    has = df["oracle"].notna()
+    ratio = (df.loc[has, "pick_tok_s"] / df.loc[has, "oracle_tok_s"]).to_numpy()
+    meet = float(df["pick_meets"].mean())
+    worst = float(ratio.min()) if ratio.size else None
+    st = {}
+    for s in r["statics"]:
+        m = df[f"static_{s}_meets"].to_numpy()
+        rel = (df.loc[has, f"static_{s}_tok_s"] / df.loc[has, "oracle_tok_s"]).to_numpy()
+        st[s] = {"meets_slo_fraction": float(m.mean()), "median_throughput_vs_oracle": float(np.median(rel))}
+    claims = [
+        claim("steptime's chunk pick meets the TBT SLO (p99 inter-token latency) in simulation",
+              meet, "fraction of (model, GPU, SLO) cases, simulated", t.get("pick_meets_slo_fraction"),
+              meet >= t.get("pick_meets_slo_fraction", 1.0)),
+        claim("steptime's pick reaches the simulated oracle's throughput under the SLO",
+              worst, "worst throughput ratio pick / oracle over cases with a feasible oracle, simulated",
+              t.get("pick_vs_oracle_min"), worst is not None and worst >= t.get("pick_vs_oracle_min", 0.95)),
+    ]
+    for s in r["statics"]:
+        claims.append(claim(f"a static chunk of {s} meets the same SLOs (context, not a target)",
+                            st[s]["meets_slo_fraction"], "fraction of cases, simulated"))
+    cases = df.replace({np.nan: None}).to_dict(orient="records")
+    return {"metrics": {"label": SIMULATED, "workload": r["workload"], "grid": r["grid"],
+                        "pick_meets_slo_fraction": meet, "pick_vs_oracle_min": worst,
+                        "pick_vs_oracle_median": float(np.median(ratio)) if ratio.size else None,
+                        "statics": st, "cases": cases,
+                        "sweeps": {k: v.to_dict(orient="list") for k, v in r["sweeps"].items()}},
+            "claims": claims}
+
+
+def plot_e2_9(r: dict, stem, caption: str = "") -> list:
+    from steptime.plotting import save, subplots
+
+    keys = list(r["sweeps"])
+    fig, axes = subplots(1, len(keys), figsize=(4.2 * len(keys), 3.4), squeeze=False)
+    df = r["cases"]
+    for ax, key in zip(axes[0], keys):
+        sw = r["sweeps"][key]
+        ax.plot(sw["tbt_p99_s"] * 1e3, sw["throughput_tok_s"], "o-", color="#1b6ca8", label="chunk sweep (oracle set)")
+        for c, x, y in zip(sw["chunk"], sw["tbt_p99_s"] * 1e3, sw["throughput_tok_s"]):
+            ax.annotate(str(c), (x, y), fontsize=6, xytext=(2, 2), textcoords="offset points")
+        model, gpu = key.split("|")
+        sub = df[(df["model"] == model) & (df["gpu"] == gpu)]
+        for i, row in enumerate(sub.itertuples()):
+            ax.axvline(row.slo_tbt_s * 1e3, color="#9e9e9e", lw=0.8, ls="--")
+            ax.plot(row.pick_tbt_p99_s * 1e3, row.pick_tok_s, "*", color="#d95f02", ms=10,
+                    label="steptime pick" if i == 0 else None)
+        ax.set_xscale("log")
+        from matplotlib.ticker import NullFormatter, ScalarFormatter
+
+        ax.xaxis.set_major_formatter(ScalarFormatter())
+        ax.xaxis.set_minor_formatter(NullFormatter())
+        ax.set_xlabel("p99 time between tokens (ms, simulated)")
+        ax.set_ylabel("output throughput (tokens/s, simulated)")
+        ax.set_title(f"{model} on {gpu}", loc="left")
+        ax.legend(fontsize=7)
+    return save(fig, stem, caption=caption, tight_layout=True)

@@ -1,0 +1,26 @@
+# Serving simulation (issue 13): the Part-2 integrations rebuilt on steptime.serve. Every
+# outcome of these rules is simulated (scheduler model + predicted step times) and says so.
+
+
+# E2.9: Sarathi chunk sizing for a TBT SLO: steptime's pick vs static 512/2048 vs the simulated oracle.
+rule E2_9:
+    input:
+        traces="results/data/traces.parquet",
+        code=lib("serve", "experiments/serving", "step", "terms", "specs", "calibration"),
+        constants=DEFAULTS,
+    output:
+        result="results/E2_9.json",
+        fig="figures/E2_9_chunk.png",
+    params:
+        question=EXPERIMENTS["E2.9"]["question"],
+        settings=EXPERIMENTS["E2.9"]["params"],
+        targets=EXPERIMENTS["E2.9"]["targets"],
+        config=config,
+    log:
+        "logs/E2_9.log",
+    conda:
+        CONDA_ENV
+    message:
+        "E2.9 Sarathi chunk sizing on the serving simulator (simulated)"
+    script:
+        "../scripts/E2_9.py"
