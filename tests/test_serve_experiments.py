@@ -54,3 +54,62 @@ def test_e2_9_document_scores_every_choice_in_the_simulator():
     assert all("met" in c for c in doc["claims"][:2])
     # a larger chunk never lowers the simulated p99 time between tokens
     assert np.all(np.diff(sw["tbt_p99_s"]) > -1e-9)
+
+
+# ---- E2.4 ---------------------------------------------------------------------------------
+def _coefficients():
+    rows = []
+    for phase, (a, b, c) in {"prefill": (18.0, 0.1, 7e-6), "decode_small_bs": (20.0, 6e-4, 0.04),
+                             "decode_large_bs": (7.0, 6e-4, 0.16)}.items():
+        rows.append({"gpu": "a100-sxm", "engine": "distserve", "model": "opt-13b", "model_source": "facebook/opt-13b",
+                     "tp": 1, "phase": phase, "a_ms": a, "b_ms": b, "c_ms": c, "b_per": "", "c_per": "",
+                     "bs_threshold": 95})
+    return pd.DataFrame(rows)
+
+
+def test_distserve_timer_is_its_formula_and_refuses_mixed_steps():
+    from steptime.errors import ServeError
+    from steptime.serve.peers import DistServeTimer
+
+    t = DistServeTimer(_coefficients(), "opt-13b", "a100-sxm")
+    assert t.step_arrays([300, 200], [0, 0]) == pytest.approx((18.0 + 0.1 * 500 + 7e-6 * (300**2 + 200**2)) * 1e-3)
+    assert t.step_arrays([1] * 4, [99] * 4) == pytest.approx((20.0 + 6e-4 * 400 + 0.04 * 4) * 1e-3)
+    assert t.step_arrays([1] * 100, [9] * 100) == pytest.approx((7.0 + 6e-4 * 1000 + 0.16 * 100) * 1e-3)
+    assert np.allclose(t.decode_steps(4, 396, 3), [t.step_arrays([1] * 4, [99 + j] * 4) for j in range(3)])
+    with pytest.raises(ServeError, match="no mixed"):
+        t.step_arrays([1, 300], [50, 0])
+    with pytest.raises(ServeError, match="no fitted"):
+        DistServeTimer(_coefficients(), "opt-13b", "a100-sxm", tp=2)
+
+
+def test_placements_fit_the_gpus():
+    assert serving.placements(4, 1) == [(1, 1), (1, 2), (1, 3), (2, 1), (2, 2), (3, 1)]
+    assert all((p + d) * 2 <= 8 for p, d in serving.placements(8, 2))
+
+
+def test_reserved_decode_pool_never_preempts():
+    from steptime.serve import Policy, simulate, synthetic
+
+    wl = synthetic(150, isl=(200, 1500), osl=(100, 600), rate=40.0, seed=5)
+    run = simulate("llama-3.1-8b", "h100-sxm", wl, Policy("vllm", kv_blocks=900, reserve_full=True))
+    assert run.requests["preemptions"].sum() == 0
+    assert run.itl_w.sum() == (wl.output - 1).sum()
+
+
+def test_e2_4_small_case():
+    mt = pd.DataFrame({"gpu": ["a100-sxm"], "model": ["opt-13b"], "model_source": ["facebook/opt-13b"], "tp": [1],
+                       "pp": [1], "max_num_tokens": [66144]})
+    tr = _traces(300)
+    r = serving.e2_4(tr, _coefficients(), mt, cases=[{"model": "opt-13b", "tp": 1, "total_gpus": 3, "slo_ttft_s": 0.5,
+                                                       "slo_tpot_s": 0.1, "rates_per_gpu": [0.5, 1, 2, 4]}],
+                     gpu="a100-sxm", trace="splitwise_conv", n=80, seed=0, targets={"goodput_ratio_min": 0.9})
+    c = r["cases"][0]
+    assert set(c["goodput"]["steptime"]) == {"1p1d", "1p2d", "2p1d"}
+    for name in ("steptime", "distserve"):
+        g = c["goodput"][name]
+        assert g[c["choice"][name]] == max(g.values())
+        # the scan stops at the first rate that misses the attainment target
+        for scan in c["scans"][name].values():
+            assert all(s["attainment"] >= 0.9 for s in scan[:-1])
+    doc = serving.e2_4_document(r)
+    assert len(doc["claims"]) == 2 and "round 1" in doc["metrics"]["round1_step_parity"]

@@ -24,3 +24,29 @@ rule E2_9:
         "E2.9 Sarathi chunk sizing on the serving simulator (simulated)"
     script:
         "../scripts/E2_9.py"
+
+
+# E2.4: prefill/decode pool sizing, steptime vs DistServe's own fitted model driving the same simulator.
+rule E2_4:
+    input:
+        traces="results/data/traces.parquet",
+        coefficients=rules.data_distserve.output.table,
+        max_tokens=rules.data_distserve_max_num_tokens.output.table,
+        code=lib("serve", "experiments/serving", "step", "terms", "specs", "calibration"),
+        constants=DEFAULTS,
+    output:
+        result="results/E2_4.json",
+        fig="figures/E2_4_pools.png",
+    params:
+        question=EXPERIMENTS["E2.4"]["question"],
+        settings=EXPERIMENTS["E2.4"]["params"],
+        targets=EXPERIMENTS["E2.4"]["targets"],
+        config=config,
+    log:
+        "logs/E2_4.log",
+    conda:
+        CONDA_ENV
+    message:
+        "E2.4 disaggregated pool sizing: steptime vs DistServe's fitted model (simulated)"
+    script:
+        "../scripts/E2_4.py"

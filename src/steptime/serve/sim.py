@@ -14,7 +14,8 @@ Policies (each named, as the engines implement them):
 KV cache: the blocks left in `gpu_memory_utilization` of the GPU after the weights
 (`steptime.step.memory_bytes`), `block_size` tokens each. A running request that cannot get
 a block preempts the latest-admitted running request (recompute, as vLLM V1 does), which
-goes back to the front of the queue.
+goes back to the front of the queue. `reserve_full` instead admits a request only with the
+blocks of its whole length reserved (no preemption; the disaggregated decode pool's default).
 
 Speed: an iteration in which every running request decodes and nothing can join repeats
 with one more KV token per request; runs of such iterations (up to the next finish,
@@ -53,6 +54,7 @@ class Policy:
     block_size: int = 16
     gpu_memory_utilization: float = 0.9
     kv_blocks: int | None = None  # override the memory model's block count
+    reserve_full: bool = False  # admit only with blocks for the whole request reserved (no preemption)
 
     def __post_init__(self):
         if self.name not in POLICIES:
@@ -223,8 +225,7 @@ class _Engine:
                 can_join = bool(waiting) and nr < p.max_num_seqs and not static
                 if can_join:
                     h = waiting[0]
-                    need_h = -(-(int(comp[h]) + min(int(ntok[h] - comp[h]), budget0 - nr)) // B) - int(held[h])
-                    can_join = need_h <= self.free
+                    can_join = self._admit_need(h, min(int(ntok[h] - comp[h]), budget0 - nr)) <= self.free
                 if not can_join:
                     k = min(int((out[R] - gen[R]).min()) - 1, MAX_RUN)  # iterations before the next finish
                     if nxt < n and arr[nxt] < math.inf and nr < p.max_num_seqs and not static:
@@ -242,7 +243,7 @@ class _Engine:
                         comp[R] += m
                         gen[R] += m
                         ntok[R] += m
-                        nb = -(-comp[R] // B)
+                        nb = np.maximum(-(-comp[R] // B), held[R])
                         self.free -= int((nb - held[R]).sum())
                         held[R] = nb
                         last[R] = ends[-1]
@@ -257,7 +258,7 @@ class _Engine:
             if nr:
                 cum = np.cumsum(rem)
                 take = np.clip(budget - (cum - rem), 0, rem)
-                need = -(-(comp[R] + take) // B) - held[R]
+                need = np.maximum(-(-(comp[R] + take) // B) - held[R], 0)
                 if int(need.sum()) > self.free:
                     n_before = self.npre.sum()
                     R, ids, takes, budget = self._preempt_loop(R, budget, waiting)
@@ -282,7 +283,7 @@ class _Engine:
                     k_new = min(want, budget)
                     if k_new < want and not p.chunked_prefill:
                         break
-                    need_r = -(-(int(comp[r]) + k_new) // B) - int(held[r])
+                    need_r = self._admit_need(r, k_new)
                     if need_r > self.free:
                         break
                     waiting.popleft()
@@ -330,6 +331,13 @@ class _Engine:
                         self.progress.update(len(f))
         return self._result(steps, busy, now)
 
+    def _admit_need(self, r: int, k_new: int) -> int:
+        """Blocks a waiting request needs to join with `k_new` tokens this step."""
+        B = self.p.block_size
+        if self.p.reserve_full:  # prompt + every output token, reserved up front
+            return -(-int(self.ntok[r] - self.gen[r] + self.out[r]) // B) - int(self.held[r])
+        return -(-(int(self.comp[r]) + k_new) // B) - int(self.held[r])
+
     def _decode_run(self, R, k, now, nxt, static) -> int:
         """Time up to k pure-decode iterations; return how many run before an event."""
         B = self.p.block_size
@@ -347,6 +355,8 @@ class _Engine:
             hist = np.bincount(rem, minlength=B)
             j = np.arange(m)
             need = q.sum() + (hist[:, None] * -(-(np.arange(B)[:, None] + j[None, :]) // B)).sum(axis=0)
+            if self.p.reserve_full:
+                need = np.zeros_like(need)  # every block is reserved at admission
             over = np.flatnonzero(need > self.free + int(self.held[R].sum()))
             if over.size:
                 m = int(over[0])
@@ -439,7 +449,7 @@ def simulate_disagg(model, gpu, workload: Workload, *, prefill_instances: int = 
     if prefill_instances < 1 or decode_instances < 1:
         raise ServeError("each pool needs at least one instance")
     pp = prefill_policy or Policy("vllm", max_num_batched_tokens=8192, chunked_prefill=False)
-    dp = decode_policy or Policy("vllm")
+    dp = decode_policy or Policy("vllm", reserve_full=True)
     timer = timer or StepTimer(model, gpu, tp=tp, constants=constants, f_clk=f_clk, kv_dtype=kv_dtype,
                                engine=engine, dtype=dtype, max_tokens=min(pp.budget, 1 << 16),
                                max_requests=max(pp.max_num_seqs, dp.max_num_seqs))
