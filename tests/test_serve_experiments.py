@@ -113,3 +113,40 @@ def test_e2_4_small_case():
             assert all(s["attainment"] >= 0.9 for s in scan[:-1])
     doc = serving.e2_4_document(r)
     assert len(doc["claims"]) == 2 and "round 1" in doc["metrics"]["round1_step_parity"]
+
+
+# ---- E2.10 --------------------------------------------------------------------------------
+def _measured_run(n=60, moe=False, run="X_Llama"):
+    rng = np.random.default_rng(3)
+    arr = np.sort(rng.uniform(0, 20, n))
+    inp, out = rng.integers(50, 1500, n), rng.integers(5, 300, n)
+    ttft = rng.uniform(0.05, 0.5, n)
+    tpot = rng.uniform(0.01, 0.03, n)
+    return pd.DataFrame({"run": run, "gpu": "rtx-pro-6000", "model": "llama-3.1-8b", "tp": 1, "moe": moe,
+                         "engine_version": "0.19.0", "max_num_seqs": 256, "max_num_batched_tokens": 2048,
+                         "request_id": [f"r{i}" for i in range(n)], "arrival_s": arr + 5.0, "input_tokens": inp,
+                         "output_tokens": out, "ttft_s": ttft, "tpot_s": tpot, "e2e_s": ttft + tpot * (out - 1)})
+
+
+def test_replay_keeps_arrivals_lengths_and_request_ids():
+    rows = _measured_run().sample(frac=1.0, random_state=0)  # order on disk must not matter
+    sim, run = serving.replay_run(rows)
+    m = rows.set_index("request_id").loc[sim["request_id"]]
+    assert np.allclose(sim["arrival_s"], m["arrival_s"] - rows["arrival_s"].min())
+    assert (sim["prompt_tokens"].to_numpy() == m["input_tokens"].to_numpy()).all()
+    assert (sim["output_tokens"].to_numpy() == m["output_tokens"].to_numpy()).all()
+    assert run.policy["max_num_batched_tokens"] == 2048
+
+
+def test_e2_10_scores_each_run_and_skips_moe():
+    t = {"tpot_s_p50_abs_error_max": 0.1, "ttft_s_p50_abs_error_max": 0.2, "tpot_s_p90_abs_error_max": 0.2,
+         "ttft_s_p90_abs_error_max": 0.3}
+    req = pd.concat([_measured_run(), _measured_run(moe=True, run="Y_MoE")])
+    r = serving.e2_10(req, targets=t)
+    assert list(r["runs"]["run"]) == ["X_Llama"] and r["skipped"][0]["run"] == "Y_MoE"
+    row = r["runs"].iloc[0]
+    assert row["tpot_s_p50_error"] == pytest.approx(row["tpot_s_p50_simulated"] / row["tpot_s_p50_measured"] - 1)
+    doc = serving.e2_10_document(r)
+    assert len(doc["claims"]) == 4
+    for c in doc["claims"]:
+        assert c["met"] == (abs(c["value"]) <= c["target"])

@@ -50,3 +50,27 @@ rule E2_4:
         "E2.4 disaggregated pool sizing: steptime vs DistServe's fitted model (simulated)"
     script:
         "../scripts/E2_4.py"
+
+
+# E2.10: end-to-end replay of LLMServingSim's real vLLM 0.19 runs (same arrivals), per-request TTFT/TPOT/e2e.
+rule E2_10:
+    input:
+        requests="results/data/servingsim_requests.parquet",
+        code=lib("serve", "experiments/serving", "step", "terms", "specs", "calibration"),
+        constants=DEFAULTS,
+    output:
+        result="results/E2_10.json",
+        fig="figures/E2_10_replay.png",
+    params:
+        question=EXPERIMENTS["E2.10"]["question"],
+        settings=EXPERIMENTS["E2.10"]["params"],
+        targets=EXPERIMENTS["E2.10"]["targets"],
+        config=config,
+    log:
+        "logs/E2_10.log",
+    conda:
+        CONDA_ENV
+    message:
+        "E2.10 replay of real vLLM runs through the serving simulator"
+    script:
+        "../scripts/E2_10.py"
