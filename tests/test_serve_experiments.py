@@ -150,3 +150,42 @@ def test_e2_10_scores_each_run_and_skips_moe():
     assert len(doc["claims"]) == 4
     for c in doc["claims"]:
         assert c["met"] == (abs(c["value"]) <= c["target"])
+
+
+# ---- E2.3 ---------------------------------------------------------------------------------
+def test_deadline_queue_serves_tight_deadlines_first():
+    from steptime.serve import ScalarEstimator, Workload, policy, simulate
+
+    # two requests waiting behind a long one; the later arrival has the earlier deadline
+    wl = Workload([0.0, 0.001, 0.002], [4000, 1000, 1000], [50, 5, 5])
+    pol = policy("vllm", max_num_batched_tokens=1024, max_num_seqs=1)
+    dl = np.array([100.0, 50.0, 1.0])
+    fifo = simulate("llama-3.1-8b", "h100-sxm", wl, pol)
+    edf = simulate("llama-3.1-8b", "h100-sxm", wl, pol, deadline=dl, estimator=ScalarEstimator(0.0))
+    assert fifo.requests["first_token_s"][1] < fifo.requests["first_token_s"][2]
+    assert edf.requests["first_token_s"][2] < edf.requests["first_token_s"][1]
+    # an estimator that calls every queued request late sends them all back: order is deadline order again
+    late = simulate("llama-3.1-8b", "h100-sxm", wl, pol, deadline=dl, estimator=ScalarEstimator(1e6))
+    assert late.requests["first_token_s"][2] < late.requests["first_token_s"][1]
+    assert np.isfinite(edf.requests["first_token_estimate_s"][1:]).all()
+
+
+def test_step_estimator_counts_tokens_through_the_budget():
+    from steptime.serve import StepEstimator
+
+    est = StepEstimator(StepTimer("llama-3.1-8b", "h100-sxm"), 1024, 500)
+    t = est.step_time(4)
+    got = est(np.array([500, 500, 100, 2000]), 10.0, 4, ahead=0)
+    assert np.allclose(got, 10.0 + np.array([1, 1, 2, 4]) * t)  # 1020 tokens a step: 500, 1000, 1100, 3100
+    assert est(np.array([10]), 0.0, 4, ahead=1020)[0] == pytest.approx(2 * t)
+
+
+def test_e2_3_small():
+    r = serving.e2_3(_traces(300), model="llama-3.1-8b", gpu="h100-sxm", trace="splitwise_conv", n=120,
+                     rates=[2, 40], classes=[{"name": "a", "share": 0.5, "ttft_slo_s": 0.5},
+                                             {"name": "b", "share": 0.5, "ttft_slo_s": 5.0}],
+                     budget=2048, seed=0, targets={"steptime_minus_scalar_min": 0.0, "contention_below": 0.95})
+    df = r["table"]
+    assert df["fcfs_attainment"].iloc[0] >= df["fcfs_attainment"].iloc[-1]
+    doc = serving.e2_3_document(r)
+    assert len(doc["claims"]) == 2

@@ -74,3 +74,27 @@ rule E2_10:
         "E2.10 replay of real vLLM runs through the serving simulator"
     script:
         "../scripts/E2_10.py"
+
+
+# E2.3: QLM-style deadline queue with steptime's waiting-time estimate vs a scalar one, under contention.
+rule E2_3:
+    input:
+        traces="results/data/traces.parquet",
+        code=lib("serve", "experiments/serving", "step", "terms", "specs", "calibration"),
+        constants=DEFAULTS,
+    output:
+        result="results/E2_3.json",
+        fig="figures/E2_3_deadlines.png",
+    params:
+        question=EXPERIMENTS["E2.3"]["question"],
+        settings=EXPERIMENTS["E2.3"]["params"],
+        targets=EXPERIMENTS["E2.3"]["targets"],
+        config=config,
+    log:
+        "logs/E2_3.log",
+    conda:
+        CONDA_ENV
+    message:
+        "E2.3 deadline queue: steptime vs scalar waiting-time estimate (simulated)"
+    script:
+        "../scripts/E2_3.py"

@@ -123,8 +123,12 @@ class _Engine:
     array kept in admission order (the scheduler's priority order)."""
 
     def __init__(self, timer: StepTimer, pol: Policy, wl: Workload, *, computed0=None, gen0=None,
-                 progress=None, fast: bool = True):
+                 progress=None, fast: bool = True, deadline=None, estimator=None):
         self.fast = fast
+        self.deadline = None if deadline is None else np.asarray(deadline, dtype=float)
+        self.estimator = estimator
+        if (deadline is None) != (estimator is None):
+            raise ServeError("deadline scheduling needs both per-request deadlines and a waiting-time estimator")
         self.t = timer
         self.p = pol
         self.wl = wl
@@ -154,6 +158,7 @@ class _Engine:
         self.finish = np.full(n, np.nan)
         self.last = np.full(n, np.nan)
         self.npre = np.zeros(n, dtype=np.int64)
+        self.first_est = np.full(n, np.nan)
         self.itl_v: list = []  # arrays of inter-token latencies ...
         self.itl_w: list = []  # ... and how many tokens each stands for
         self.progress = progress
@@ -219,6 +224,8 @@ class _Engine:
             if not nr and not waiting:
                 now = float(arr[nxt])
                 continue
+            if self.deadline is not None and len(waiting) > 1:
+                waiting = self._deadline_order(waiting, now, R)
             rem = ntok[R] - comp[R]
             # ---- fast path: a run of identical pure-decode iterations -----------------------
             if self.fast and nr and rem.max() == 1:
@@ -331,6 +338,23 @@ class _Engine:
                         self.progress.update(len(f))
         return self._result(steps, busy, now)
 
+    def _deadline_order(self, waiting, now: float, R) -> deque:
+        """QLM-style queue: earliest first-token deadline first, except requests the estimator
+        says will miss their deadline anyway, which go to the back (still in deadline order).
+        Resumed requests (first token already out) keep the front."""
+        ids = np.fromiter(waiting, dtype=np.int64, count=len(waiting))
+        resumed = np.isfinite(self.first[ids])
+        dl = np.where(resumed, -np.inf, self.deadline[ids])
+        ids = ids[np.argsort(dl, kind="stable")]
+        dl = np.sort(dl, kind="stable")
+        rem = self.ntok[R] - self.comp[R]
+        ahead = int(rem[rem > 1].sum())  # prefill tokens of running requests go first
+        est = self.estimator(self.ntok[ids] - self.comp[ids], now, len(R), ahead)
+        fresh = np.isnan(self.first_est[ids])
+        self.first_est[ids[fresh]] = est[fresh]  # the estimate made when the request was first queued
+        late = est > dl
+        return deque(np.concatenate([ids[~late], ids[late]]).tolist())
+
     def _admit_need(self, r: int, k_new: int) -> int:
         """Blocks a waiting request needs to join with `k_new` tokens this step."""
         B = self.p.block_size
@@ -371,7 +395,7 @@ class _Engine:
             "request": np.arange(self.n), "arrival_s": arr, "prompt_tokens": wl.prompt, "output_tokens": wl.output,
             "first_token_s": first, "finish_s": fin, "ttft_s": first - arr,
             "tpot_s": np.where(out > 1, (fin - first) / np.maximum(out - 1, 1), np.nan),
-            "e2e_s": fin - arr, "preemptions": self.npre})
+            "e2e_s": fin - arr, "preemptions": self.npre, "first_token_estimate_s": self.first_est})
         itl = np.concatenate(self.itl_v) if self.itl_v else np.zeros(0)
         w = np.concatenate(self.itl_w) if self.itl_w else np.zeros(0)
         return Run(df, itl, w, steps, busy, now, self.blocks, asdict(self.p))
@@ -379,10 +403,12 @@ class _Engine:
 
 def simulate(model, gpu, workload: Workload, pol: Policy | str = "vllm", *, tp: int = 1, timer: StepTimer | None = None,
              engine=None, dtype: str = "bf16", constants=None, f_clk=None, kv_dtype: str = "bf16",
-             progress: bool = False, fast: bool = True, **policy_kw) -> Run:
+             progress: bool = False, fast: bool = True, deadline=None, estimator=None, **policy_kw) -> Run:
     """Replay `workload` on one instance of `model` on `gpu` under a scheduler policy.
 
     `fast=False` times every iteration on its own (the reference the fast path is tested against).
+    `deadline` (absolute first-token deadlines, seconds) with `estimator` (see steptime.serve.queueing)
+    turns the waiting queue into a QLM-style deadline queue.
 
     >>> from steptime.serve import simulate, synthetic
     >>> run = simulate("llama-3.1-8b", "h100-sxm", synthetic(200, isl=512, osl=128, rate=5.0))
@@ -400,7 +426,7 @@ def simulate(model, gpu, workload: Workload, pol: Policy | str = "vllm", *, tp: 
 
         bar = tqdm(total=len(workload), unit="req", desc="serve", leave=False, mininterval=0.5)
     try:
-        return _Engine(timer, pol, workload, progress=bar, fast=fast).run()
+        return _Engine(timer, pol, workload, progress=bar, fast=fast, deadline=deadline, estimator=estimator).run()
     finally:
         if bar is not None:
             bar.close()
