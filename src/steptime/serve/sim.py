@@ -374,7 +374,7 @@ class _Engine:
             starts = now + np.concatenate([[0.0], np.cumsum(dts[:-1])])
             m = min(m, int(np.searchsorted(starts, self.arr[nxt], side="left")))
         # KV blocks: iteration j needs ceil((kv_i + j + 1) / B) blocks for request i
-        if m:
+        if m and nr * (m // B + 1) > self.free:  # else the free blocks cover any growth in m iterations
             q, rem = np.divmod(kvs + 1, B)
             hist = np.bincount(rem, minlength=B)
             j = np.arange(m)
