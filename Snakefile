@@ -31,6 +31,7 @@ include: "workflow/rules/wallclock.smk"
 include: "workflow/rules/design.smk"
 include: "workflow/rules/telemetry.smk"
 include: "workflow/rules/audit.smk"
+include: "workflow/rules/serve.smk"
 include: "workflow/rules/summary.smk"
 
 

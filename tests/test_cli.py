@@ -64,7 +64,8 @@ def test_bench_quick_json(capsys):
     rc, out, _ = run(capsys, "bench", "--quick", "--json")
     d = json.loads(out)
     assert rc == 0
-    for key in ("gemm_cells_per_s", "gemm_speedup", "steps_per_s", "steps_speedup", "import_s"):
+    for key in ("gemm_cells_per_s", "gemm_speedup", "steps_per_s", "steps_speedup", "import_s", "serve_steps_per_s",
+                "serve_speedup"):
         assert d[key] > 0
 
 

@@ -10,6 +10,11 @@
   import_s               wall time of `import steptime` in a fresh interpreter (lazy: submodules load on use)
   import_predict_s       wall time of importing the predictor itself (steptime.step: numpy, specs, terms)
   import_numpy_s         same for `import numpy` alone (the floor we sit on)
+  serve_steps_per_s      serving simulator: simulated iterations per second on a Poisson workload
+                         (2,000 requests, Llama-3.1-8B on H100; quick: 500), exact fast step timer
+  serve_direct_steps_per_s the same simulator timing each iteration with one predict_steps call
+                         (first 100 requests; quick: 50), and serve_speedup, their ratio
+  serve_requests_per_s   simulated requests per second of wall time
 All on one core (BLAS threads pinned to 1 through the environment of the subprocess
 for the import timing; numpy elementwise work here is single-threaded anyway).
 """
@@ -94,7 +99,9 @@ def run(quick: bool = False, seed: int = 0) -> dict:
             predict_step("llama-3.1-8b", gpu, requests=[(1, int(x)) for x in kvs], check_memory=False)
 
     t_loop = _timeit(loop, repeat=1)
+    serve = _serve(quick, seed)
     return {
+        **serve,
         "gemm_cells": n_cells,
         "gemm_cells_per_s": gemm_rate,
         "gemm_python_cells_per_s": gemm_py_rate,
@@ -106,5 +113,26 @@ def run(quick: bool = False, seed: int = 0) -> dict:
         "import_s": _import_time("steptime"),
         "import_predict_s": _import_time("steptime.step"),
         "import_numpy_s": _import_time("numpy"),
-        "targets": {"gemm_cells_per_s": 2e6, "steps_per_s": 1e5, "import_s": 0.2},
+        "targets": {"gemm_cells_per_s": 2e6, "steps_per_s": 1e5, "import_s": 0.2, "serve_steps_per_s": 1e5},
     }
+
+
+def _serve(quick: bool, seed: int) -> dict:
+    from steptime.serve import DirectTimer, StepTimer, simulate, synthetic
+
+    n = 500 if quick else 2000
+    wl = synthetic(n, isl=(128, 2048), osl=(16, 512), rate=8.0, seed=seed)
+    timer = StepTimer("llama-3.1-8b", "h100-sxm")
+    runs = []
+    t_fast = _timeit(lambda: runs.append(simulate("llama-3.1-8b", "h100-sxm", wl, timer=timer)), repeat=2)
+    n_direct = 50 if quick else 100
+    direct = DirectTimer("llama-3.1-8b", "h100-sxm")
+    sub = wl.head(n_direct)
+    ref = []
+    t_direct = _timeit(lambda: ref.append(simulate("llama-3.1-8b", "h100-sxm", sub, timer=direct, fast=False)),
+                       repeat=1)
+    fast_rate = runs[-1].n_steps / t_fast
+    direct_rate = ref[-1].n_steps / t_direct
+    return {"serve_requests": n, "serve_steps": runs[-1].n_steps, "serve_steps_per_s": fast_rate,
+            "serve_requests_per_s": n / t_fast, "serve_direct_steps_per_s": direct_rate,
+            "serve_speedup": fast_rate / direct_rate}

@@ -6,6 +6,7 @@
     steptime data verify [--json]            steptime evaluate --family gemm [--json]
     steptime constants [--json]              steptime engines [--json]
     steptime audit [ID | ID:n] [--json] [--strict]   steptime readme [--write]
+    steptime serve --model llama-3.1-8b --gpu h100-sxm --rate 8 --n 1000 [--json] [--csv F] [--fig F.png]
 
 Bad input prints one line on stderr and exits 2; no tracebacks.
 """
@@ -174,6 +175,12 @@ def cmd_evaluate(a) -> int:
     return evaluate_cli(a)
 
 
+def cmd_serve(a) -> int:
+    from steptime.serve.command import cmd_serve as run
+
+    return run(a)
+
+
 class _Parser(argparse.ArgumentParser):
     """argparse that reports a bad argument in one line (exit 2), like every other error."""
 
@@ -227,6 +234,9 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--family", required=True)
     e.add_argument("--gpu", action="append")
     e.add_argument("--json", action="store_true")
+    from steptime.serve.command import add_parser as add_serve
+
+    add_serve(sub)
     return p
 
 
@@ -239,7 +249,8 @@ def main(argv: list[str] | None = None) -> int:
         a = parser.parse_args(argv)
         handler = {"predict": cmd_predict, "gpus": cmd_gpus, "models": cmd_models, "bench": cmd_bench,
                    "status": cmd_status, "audit": cmd_audit, "readme": cmd_readme, "evaluate": cmd_evaluate,
-                   "constants": cmd_constants, "calibration": cmd_calibration, "engines": cmd_engines}[a.cmd]
+                   "constants": cmd_constants, "calibration": cmd_calibration, "engines": cmd_engines,
+                   "serve": cmd_serve}[a.cmd]
         return handler(a)
     except SteptimeError as exc:
         print(f"steptime: error: {exc}", file=sys.stderr)

@@ -53,6 +53,10 @@ class DataError(SteptimeError, ValueError):
     """A raw or tidy data file failed its checks; the message names file, row and column."""
 
 
+class ServeError(SteptimeError, ValueError):
+    """A serving workload or scheduler configuration the simulator cannot run (one line says why)."""
+
+
 class UnknownEngineError(SteptimeError, KeyError):
     """An engine name not among the profiles of specs/engines.yaml (the message lists them)."""
 

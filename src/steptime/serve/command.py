@@ -1,0 +1,158 @@
+"""`steptime serve`: simulate a workload on a model, GPU, engine and scheduler policy.
+
+    steptime serve --model llama-3.1-8b --gpu h100-sxm --trace splitwise_conv --n 2000
+    steptime serve --model llama-3.1-8b --gpu h100-sxm --rate 8 --isl 128:2048 --osl 16:512 --n 1000 --json
+    steptime serve --model llama-3.1-8b --gpu h100-sxm --concurrency 32 --isl 1024 --osl 256 --policy sarathi --chunk 512
+    steptime serve ... --policy disagg --prefill-instances 1 --decode-instances 2
+    steptime serve ... --csv requests.csv --fig serve.png --slo-ttft-ms 500 --slo-tpot-ms 50
+
+Every number it prints is simulated (scheduler model + predicted step times).
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import numpy as np
+
+from steptime.errors import ServeError
+
+TRACES = ("splitwise_conv", "splitwise_code", "arxiv")
+PROGRESS_MIN = 5000  # requests from which a progress bar is shown
+
+
+def add_parser(sub) -> None:
+    s = sub.add_parser("serve", help="simulate serving a workload (TTFT, TPOT, throughput; simulated)")
+    s.add_argument("--model", required=True)
+    s.add_argument("--gpu", required=True)
+    s.add_argument("--engine", default=None, help="engine profile (default vllm; see `steptime engines`)")
+    s.add_argument("--dtype", default="bf16", choices=["bf16", "fp8"], help="projection GEMM precision")
+    s.add_argument("--kv-dtype", default="bf16", choices=["bf16", "fp8"])
+    s.add_argument("--tp", type=int, default=1)
+    s.add_argument("--policy", default="vllm", choices=["vllm", "sarathi", "static", "disagg"])
+    s.add_argument("--max-num-batched-tokens", type=int, default=8192)
+    s.add_argument("--max-num-seqs", type=int, default=256)
+    s.add_argument("--chunk", type=int, default=None, help="sarathi chunk (token budget per step)")
+    s.add_argument("--batch", type=int, default=None, help="static batch size")
+    s.add_argument("--block-size", type=int, default=16)
+    s.add_argument("--gpu-memory-utilization", type=float, default=0.9)
+    s.add_argument("--kv-blocks", type=int, default=None, help="override the KV block count")
+    s.add_argument("--replicas", type=int, default=1)
+    s.add_argument("--prefill-instances", type=int, default=1)
+    s.add_argument("--decode-instances", type=int, default=1)
+    w = s.add_argument_group("workload")
+    w.add_argument("--trace", help=f"a trace of results/data/traces.parquet ({', '.join(TRACES)}) or a "
+                                   "csv/parquet file with arrival, prompt and output token columns")
+    w.add_argument("--n", type=int, default=None, help="first N requests (synthetic: how many; default 1000)")
+    w.add_argument("--rate", type=float, default=None, help="Poisson arrivals, requests/s")
+    w.add_argument("--concurrency", type=int, default=None, help="closed loop at this concurrency")
+    w.add_argument("--isl", default="1024", help="input length: N or LO:HI (uniform)")
+    w.add_argument("--osl", default="256", help="output length: N or LO:HI (uniform)")
+    w.add_argument("--time-scale", type=float, default=1.0, help="stretch a trace's arrivals")
+    w.add_argument("--seed", type=int, default=0)
+    s.add_argument("--slo-ttft-ms", type=float, default=None)
+    s.add_argument("--slo-tpot-ms", type=float, default=None)
+    s.add_argument("--json", action="store_true")
+    s.add_argument("--csv", metavar="FILE", help="write the per-request table")
+    s.add_argument("--fig", metavar="FILE.png", help="write a figure of the run")
+    s.add_argument("--no-progress", action="store_true")
+
+
+def _length(text: str, what: str):
+    try:
+        if ":" in str(text):
+            lo, hi = str(text).split(":", 1)
+            return (int(lo), int(hi))
+        return int(text)
+    except ValueError:
+        raise ServeError(f"--{what} {text!r}: expected N or LO:HI") from None
+
+
+def workload_from_args(a):
+    from steptime.serve import from_table, synthetic
+
+    if a.trace:
+        import pandas as pd
+
+        if a.trace in TRACES:
+            from steptime.data.manifest import find_root
+
+            path = find_root() / "results" / "data" / "traces.parquet"
+            if not path.is_file():
+                raise ServeError(f"{path}: not built (run `snakemake -j1 {path.relative_to(find_root())}`)")
+            df = pd.read_parquet(path)
+            df = df[df["trace"].str.startswith(a.trace)]
+        else:
+            p = Path(a.trace)
+            if not p.is_file():
+                raise ServeError(f"--trace {a.trace!r}: neither a known trace ({', '.join(TRACES)}) nor a file")
+            df = pd.read_parquet(p) if p.suffix == ".parquet" else pd.read_csv(p)
+        if a.concurrency:
+            raise ServeError("--concurrency replaces a trace's arrivals: use it with --isl/--osl, not --trace")
+        return from_table(df, name=a.trace, n=a.n, time_scale=a.time_scale, rate=a.rate, seed=a.seed)
+    return synthetic(a.n or 1000, isl=_length(a.isl, "isl"), osl=_length(a.osl, "osl"), rate=a.rate,
+                     concurrency=a.concurrency, seed=a.seed)
+
+
+def run_args(a):
+    from steptime.serve import policy, simulate, simulate_disagg, simulate_replicas
+
+    wl = workload_from_args(a)
+    ekw = dict(tp=a.tp, engine=a.engine, dtype=a.dtype, kv_dtype=a.kv_dtype)
+    kw = dict(max_num_seqs=a.max_num_seqs, block_size=a.block_size,
+              gpu_memory_utilization=a.gpu_memory_utilization, kv_blocks=a.kv_blocks)
+    if a.policy == "disagg":
+        from steptime.serve import Policy
+
+        run = simulate_disagg(a.model, a.gpu, wl, **ekw, prefill_instances=a.prefill_instances,
+                              decode_instances=a.decode_instances,
+                              prefill_policy=Policy("vllm", max_num_batched_tokens=a.max_num_batched_tokens,
+                                                    chunked_prefill=False, **kw),
+                              decode_policy=Policy("vllm", max_num_batched_tokens=a.max_num_batched_tokens, **kw))
+    else:
+        if a.policy == "static":
+            pol = policy("static", batch=a.batch or a.max_num_seqs,
+                         **{k: v for k, v in kw.items() if k != "max_num_seqs"})
+        elif a.policy == "sarathi":
+            pol = policy("sarathi", chunk=a.chunk or 512, **kw)
+        else:
+            pol = policy("vllm", max_num_batched_tokens=a.max_num_batched_tokens, **kw)
+        progress = not a.no_progress and len(wl) >= PROGRESS_MIN
+        if a.replicas > 1:
+            run = simulate_replicas(a.model, a.gpu, wl, pol, a.replicas, **ekw)
+        else:
+            run = simulate(a.model, a.gpu, wl, pol, progress=progress, **ekw)
+    return wl, run
+
+
+def cmd_serve(a) -> int:
+    from steptime.serve.report import plot_run
+
+    wl, run = run_args(a)
+    ms = lambda v: None if v is None else v / 1e3  # noqa: E731
+    summ = run.summary(slo_ttft_s=ms(a.slo_ttft_ms), slo_tpot_s=ms(a.slo_tpot_ms))
+    doc = {"simulated": True, "model": a.model, "gpu": a.gpu, "engine": a.engine or "vllm", "tp": a.tp,
+           "workload": {"name": wl.name, "requests": len(wl), "concurrency": wl.concurrency,
+                        "mean_prompt": float(np.mean(wl.prompt)), "mean_output": float(np.mean(wl.output))},
+           "policy": run.policy, "summary": summ}
+    if a.csv:
+        run.requests.to_csv(a.csv, index=False)
+    if a.fig:
+        plot_run(run, Path(a.fig).with_suffix(""), title=f"{a.model} on {a.gpu} (tp={a.tp}), {run.policy['name']}")
+    if a.json:
+        from steptime.io import dumps
+
+        sys.stdout.write(dumps(doc))
+        return 0
+    print(f"{a.model} on {a.gpu} (tp={a.tp}, engine {a.engine or 'vllm'}, policy {run.policy['name']}): {len(wl)} requests "
+          f"[{wl.name}], simulated")
+    print(f"{'metric':<10}{'p50':>10}{'p90':>10}{'p99':>10}   (ms)")
+    for key in ("ttft_s", "tpot_s", "itl_s", "e2e_s"):
+        v = summ[key]
+        print(f"{key[:-2]:<10}" + "".join(f"{(v[p] or float('nan')) * 1e3:>10.1f}" for p in ("p50", "p90", "p99")))
+    print(f"throughput {summ['throughput_tok_s']:.1f} output tok/s, {summ['throughput_req_s']:.3f} req/s; "
+          f"{summ['steps']} iterations; KV {summ['kv_blocks']} blocks; {summ['preemptions']} preemptions")
+    if "slo" in summ:
+        print(f"SLO attainment {summ['slo']['attainment']:.1%}, goodput {summ['slo']['goodput_req_s']:.3f} req/s")
+    return 0

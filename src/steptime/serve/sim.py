@@ -1,0 +1,576 @@
+"""The serving simulator: a scheduler loop whose every iteration is steptime's step time.
+
+Policies (each named, as the engines implement them):
+
+  vllm     vLLM V1: one token budget per step (`max_num_batched_tokens`), at most
+           `max_num_seqs` running requests, running requests first (decodes and unfinished
+           prefill chunks, in arrival order), then waiting ones FCFS, chunked prefill.
+  sarathi  Sarathi-Serve: the same loop with a fixed chunk (token) budget per step.
+  static   static batching: up to `max_num_seqs` waiting requests start together (whole
+           prompts in one step) and no request joins until the whole batch has finished.
+  disagg   DistServe-style prefill/decode disaggregation: a prefill pool and a decode pool
+           of instances (`simulate_disagg`), KV handed over after the first token.
+
+KV cache: the blocks left in `gpu_memory_utilization` of the GPU after the weights
+(`steptime.step.memory_bytes`), `block_size` tokens each. A running request that cannot get
+a block preempts the latest-admitted running request (recompute, as vLLM V1 does), which
+goes back to the front of the queue. `reserve_full` instead admits a request only with the
+blocks of its whole length reserved (no preemption; the disaggregated decode pool's default).
+
+Speed: an iteration in which every running request decodes and nothing can join repeats
+with one more KV token per request; runs of such iterations (up to the next finish,
+arrival that could join, or KV exhaustion) are timed in one vectorised call, exactly
+(steptime.serve.timer). Other iterations go one by one.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from dataclasses import asdict, dataclass, replace
+
+import numpy as np
+import pandas as pd
+
+from steptime.errors import ServeError
+from steptime.serve.timer import StepTimer
+from steptime.serve.workload import Workload
+from steptime.step import memory_bytes
+
+POLICIES = ("vllm", "sarathi", "static", "disagg")
+# ASSUMED: vLLM's documented defaults (EngineArgs: gpu_memory_utilization 0.9, block_size 16,
+# max_num_seqs 256; max_num_batched_tokens 8192 for online serving in V1).
+VLLM_DEFAULTS = {"max_num_batched_tokens": 8192, "max_num_seqs": 256, "block_size": 16,
+                 "gpu_memory_utilization": 0.9}
+MAX_RUN = 4096  # longest run of identical-shape decode iterations timed in one call
+
+
+@dataclass(frozen=True)
+class Policy:
+    name: str = "vllm"
+    max_num_batched_tokens: int = 8192
+    max_num_seqs: int = 256
+    chunked_prefill: bool = True
+    block_size: int = 16
+    gpu_memory_utilization: float = 0.9
+    kv_blocks: int | None = None  # override the memory model's block count
+    reserve_full: bool = False  # admit only with blocks for the whole request reserved (no preemption)
+
+    def __post_init__(self):
+        if self.name not in POLICIES:
+            raise ServeError(f"unknown scheduler policy {self.name!r} (known: {', '.join(POLICIES)})")
+        if self.max_num_seqs < 1 or self.block_size < 1:
+            raise ServeError("max_num_seqs and block_size must be >= 1")
+        if self.name != "static" and self.max_num_batched_tokens < self.max_num_seqs:
+            raise ServeError(f"token budget {self.max_num_batched_tokens} is below max_num_seqs "
+                             f"{self.max_num_seqs}: every running request must fit one decode token a step")
+        if not 0 < self.gpu_memory_utilization <= 1:
+            raise ServeError(f"gpu_memory_utilization must be in (0, 1] (got {self.gpu_memory_utilization})")
+
+    @property
+    def budget(self) -> int:
+        return 1 << 62 if self.name == "static" else int(self.max_num_batched_tokens)
+
+
+def policy(name: str = "vllm", **kw) -> Policy:
+    """A named policy with the engine's defaults: vllm, sarathi (chunk=512), static (batch=...)."""
+    if name == "sarathi":
+        chunk = kw.pop("chunk", None) or kw.pop("max_num_batched_tokens", None) or 512
+        return Policy("sarathi", max_num_batched_tokens=int(chunk), **kw)
+    if name == "static":
+        b = kw.pop("batch", None)
+        if b is not None:
+            kw["max_num_seqs"] = int(b)
+        kw.pop("chunk", None)
+        return Policy("static", chunked_prefill=False, **kw)
+    kw.pop("chunk", None)
+    return Policy(name, **kw)
+
+
+def kv_capacity_blocks(timer: StepTimer, pol: Policy) -> int:
+    """KV-cache blocks per instance from the memory model (weights at bf16, KV at its dtype)."""
+    if pol.kv_blocks is not None:
+        return int(pol.kv_blocks)
+    m, gpu, tp = timer.model, timer.gpu, timer.tp
+    kw = dict(weight_dtype=timer.dtype, kv_dtype=timer.kv_dtype)
+    weights = memory_bytes(m, 0, tp, **kw)
+    per_tok = memory_bytes(m, 1, tp, **kw) - weights
+    free = gpu.mem_bytes * pol.gpu_memory_utilization - weights
+    if free <= 0:
+        raise ServeError(f"{m.key} weights ({weights / 1e9:.1f} GB per GPU at tp={tp}) leave no KV "
+                         f"cache in {pol.gpu_memory_utilization:g} of {gpu.key}'s {gpu.mem_gb:g} GB")
+    return int(free // (per_tok * pol.block_size))
+
+
+@dataclass
+class Run:
+    """A finished simulation: per-request table, inter-token latencies, step log totals."""
+    requests: pd.DataFrame
+    itl_s: np.ndarray
+    itl_w: np.ndarray
+    n_steps: int
+    busy_s: float
+    makespan_s: float
+    kv_blocks: int
+    policy: dict
+
+    def summary(self, slo_ttft_s: float | None = None, slo_tpot_s: float | None = None) -> dict:
+        return summarize(self, slo_ttft_s, slo_tpot_s)
+
+
+class _Engine:
+    """One serving instance. Per-request state in numpy arrays; the running set is an index
+    array kept in admission order (the scheduler's priority order)."""
+
+    def __init__(self, timer: StepTimer, pol: Policy, wl: Workload, *, computed0=None, gen0=None,
+                 progress=None, fast: bool = True, deadline=None, estimator=None):
+        self.fast = fast
+        self.deadline = None if deadline is None else np.asarray(deadline, dtype=float)
+        self.estimator = estimator
+        if (deadline is None) != (estimator is None):
+            raise ServeError("deadline scheduling needs both per-request deadlines and a waiting-time estimator")
+        self.t = timer
+        self.p = pol
+        self.wl = wl
+        n = len(wl)
+        self.n = n
+        self.blocks = kv_capacity_blocks(timer, pol)
+        B = pol.block_size
+        ctx = timer.model.max_position_embeddings
+        total = wl.prompt + wl.output
+        if np.any(total > ctx):
+            i = int(np.flatnonzero(total > ctx)[0])
+            raise ServeError(f"{wl.name}: request {i} needs {int(total[i])} tokens (prompt {int(wl.prompt[i])} + "
+                             f"output {int(wl.output[i])}), beyond {timer.model.key}'s context of {ctx}")
+        need = -(-total // B)
+        if need.max() > self.blocks:
+            i = int(np.argmax(need))
+            raise ServeError(f"{wl.name}: request {i} needs {int(need[i])} KV blocks of {B} tokens but "
+                             f"{timer.model.key} on {timer.gpu.key} (tp={timer.tp}) has room for {self.blocks}: "
+                             "the workload cannot fit in KV memory")
+        self.arr = wl.arrival.astype(float).copy()
+        self.out = wl.output.astype(np.int64)
+        self.comp = np.zeros(n, dtype=np.int64) if computed0 is None else np.asarray(computed0, dtype=np.int64).copy()
+        self.gen = np.zeros(n, dtype=np.int64) if gen0 is None else np.asarray(gen0, dtype=np.int64).copy()
+        self.ntok = wl.prompt.astype(np.int64) + self.gen
+        self.held = np.zeros(n, dtype=np.int64)
+        self.first = np.full(n, np.nan)
+        self.finish = np.full(n, np.nan)
+        self.last = np.full(n, np.nan)
+        self.npre = np.zeros(n, dtype=np.int64)
+        self.first_est = np.full(n, np.nan)
+        self.itl_v: list = []  # arrays of inter-token latencies ...
+        self.itl_w: list = []  # ... and how many tokens each stands for
+        self.progress = progress
+        self.free = self.blocks
+
+    def _preempt_loop(self, R, budget, waiting):
+        """Running requests one by one, preempting from the back when KV blocks run out."""
+        comp, ntok, held, B = self.comp, self.ntok, self.held, self.p.block_size
+        running = R.tolist()
+        ids, takes = [], []
+        i = 0
+        while i < len(running) and budget > 0:
+            r = running[i]
+            k_new = min(int(ntok[r] - comp[r]), budget)
+            need = -(-(int(comp[r]) + k_new) // B) - int(held[r])
+            hit_self = False
+            while need > self.free:
+                v = running.pop()
+                self.free += int(held[v])
+                held[v] = 0
+                comp[v] = 0
+                self.npre[v] += 1
+                waiting.appendleft(v)
+                if v == r:
+                    hit_self = True
+                    break
+            if hit_self:
+                break
+            self.free -= need
+            held[r] += need
+            ids.append(r)
+            takes.append(k_new)
+            budget -= k_new
+            i += 1
+        return np.array(running, dtype=np.int64), ids, takes, budget
+
+    def run(self) -> Run:
+        t, p, B = self.t, self.p, self.p.block_size
+        comp, gen, ntok, held, out, arr = self.comp, self.gen, self.ntok, self.held, self.out, self.arr
+        first, finish, last = self.first, self.finish, self.last
+        closed = self.wl.concurrency
+        n = self.n
+        if closed:
+            arr[:] = np.inf
+            arr[:min(n, closed)] = 0.0
+        released = min(n, closed) if closed else n
+        R = np.zeros(0, dtype=np.int64)  # running, in priority order
+        waiting: deque = deque()
+        nxt = 0
+        now = 0.0
+        steps = 0
+        busy = 0.0
+        done = 0
+        budget0 = p.budget
+        static = p.name == "static"
+        itl_v, itl_w = self.itl_v, self.itl_w
+        last_dt = 1e-3
+        while done < n:
+            while nxt < n and arr[nxt] <= now:
+                waiting.append(nxt)
+                nxt += 1
+            nr = len(R)
+            if not nr and not waiting:
+                now = float(arr[nxt])
+                continue
+            if self.deadline is not None and len(waiting) > 1:
+                waiting = self._deadline_order(waiting, now, R)
+            rem = ntok[R] - comp[R]
+            # ---- fast path: a run of identical pure-decode iterations -----------------------
+            if self.fast and nr and rem.max() == 1:
+                can_join = bool(waiting) and nr < p.max_num_seqs and not static
+                if can_join:
+                    h = waiting[0]
+                    can_join = self._admit_need(h, min(int(ntok[h] - comp[h]), budget0 - nr)) <= self.free
+                if not can_join:
+                    k = min(int((out[R] - gen[R]).min()) - 1, MAX_RUN)  # iterations before the next finish
+                    if nxt < n and arr[nxt] < math.inf and nr < p.max_num_seqs and not static:
+                        # only how many iterations get timed at once; the run still stops at the arrival
+                        k = min(k, int((arr[nxt] - now) / max(last_dt, 1e-6) * 1.25) + 2)
+                    m = self._decode_run(R, k, now, nxt, static) if k >= 2 else 0
+                    if m >= 1:
+                        dts = self._last_dts
+                        ends = now + np.cumsum(dts)
+                        itl_v.append(ends[0] - last[R])
+                        itl_w.append(np.ones(nr))
+                        if m > 1:
+                            itl_v.append(dts[1:])
+                            itl_w.append(np.full(m - 1, float(nr)))
+                        comp[R] += m
+                        gen[R] += m
+                        ntok[R] += m
+                        nb = np.maximum(-(-comp[R] // B), held[R])
+                        self.free -= int((nb - held[R]).sum())
+                        held[R] = nb
+                        last[R] = ends[-1]
+                        steps += m
+                        busy += float(dts.sum())
+                        now = float(ends[-1])
+                        last_dt = float(dts[-1])
+                        continue
+            # ---- one iteration -------------------------------------------------------------
+            budget = budget0
+            preempted = False
+            if nr:
+                cum = np.cumsum(rem)
+                take = np.clip(budget - (cum - rem), 0, rem)
+                need = np.maximum(-(-(comp[R] + take) // B) - held[R], 0)
+                if int(need.sum()) > self.free:
+                    n_before = self.npre.sum()
+                    R, ids, takes, budget = self._preempt_loop(R, budget, waiting)
+                    preempted = self.npre.sum() > n_before
+                    s_id = np.array(ids, dtype=np.int64)
+                    s_take = np.array(takes, dtype=np.int64)
+                else:
+                    self.free -= int(need.sum())
+                    held[R] += need
+                    sel = take > 0
+                    s_id = R[sel]
+                    s_take = take[sel]
+                    budget -= int(take.sum())
+            else:
+                s_id = s_take = np.zeros(0, dtype=np.int64)
+            if not preempted and (not static or not len(R)):
+                a_id, a_take = [], []
+                nrun = len(R)
+                while waiting and budget > 0 and nrun < p.max_num_seqs:
+                    r = waiting[0]
+                    want = int(ntok[r] - comp[r])
+                    k_new = min(want, budget)
+                    if k_new < want and not p.chunked_prefill:
+                        break
+                    need_r = self._admit_need(r, k_new)
+                    if need_r > self.free:
+                        break
+                    waiting.popleft()
+                    nrun += 1
+                    self.free -= need_r
+                    held[r] += need_r
+                    a_id.append(r)
+                    a_take.append(k_new)
+                    budget -= k_new
+                if a_id:
+                    a = np.array(a_id, dtype=np.int64)
+                    R = np.concatenate([R, a])
+                    s_id = np.concatenate([s_id, a])
+                    s_take = np.concatenate([s_take, np.array(a_take, dtype=np.int64)])
+            if not len(s_id):  # nothing schedulable (cannot happen for a workload that fits)
+                raise ServeError("scheduler stalled: no request could be scheduled")
+            dt = t.step_arrays(s_take, comp[s_id])
+            last_dt = dt
+            now += dt
+            steps += 1
+            busy += dt
+            comp[s_id] += s_take
+            e = s_id[comp[s_id] == ntok[s_id]]
+            if len(e):
+                gen[e] += 1
+                ntok[e] += 1
+                was = np.isfinite(first[e])
+                if was.any():
+                    itl_v.append(now - last[e[was]])
+                    itl_w.append(np.ones(int(was.sum())))
+                first[e[~was]] = now
+                last[e] = now
+                f = e[gen[e] >= out[e]]
+                if len(f):
+                    finish[f] = now
+                    self.free += int(held[f].sum())
+                    held[f] = 0
+                    done += len(f)
+                    R = R[np.isnan(finish[R])]
+                    if closed and released < n:
+                        k = min(len(f), n - released)
+                        arr[released:released + k] = now
+                        released += k
+                    if self.progress is not None:
+                        self.progress.update(len(f))
+        return self._result(steps, busy, now)
+
+    def _deadline_order(self, waiting, now: float, R) -> deque:
+        """QLM-style queue: earliest first-token deadline first, except requests the estimator
+        says will miss their deadline anyway, which go to the back (still in deadline order).
+        Resumed requests (first token already out) keep the front."""
+        ids = np.fromiter(waiting, dtype=np.int64, count=len(waiting))
+        resumed = np.isfinite(self.first[ids])
+        dl = np.where(resumed, -np.inf, self.deadline[ids])
+        ids = ids[np.argsort(dl, kind="stable")]
+        dl = np.sort(dl, kind="stable")
+        rem = self.ntok[R] - self.comp[R]
+        ahead = int(rem[rem > 1].sum())  # prefill tokens of running requests go first
+        est = self.estimator(self.ntok[ids] - self.comp[ids], now, len(R), ahead)
+        fresh = np.isnan(self.first_est[ids])
+        self.first_est[ids[fresh]] = est[fresh]  # the estimate made when the request was first queued
+        late = est > dl
+        return deque(np.concatenate([ids[~late], ids[late]]).tolist())
+
+    def _admit_need(self, r: int, k_new: int) -> int:
+        """Blocks a waiting request needs to join with `k_new` tokens this step."""
+        B = self.p.block_size
+        if self.p.reserve_full:  # prompt + every output token, reserved up front
+            return -(-int(self.ntok[r] - self.gen[r] + self.out[r]) // B) - int(self.held[r])
+        return -(-(int(self.comp[r]) + k_new) // B) - int(self.held[r])
+
+    def _decode_run(self, R, k, now, nxt, static) -> int:
+        """Time up to k pure-decode iterations; return how many run before an event."""
+        B = self.p.block_size
+        nr = len(R)
+        kvs = self.comp[R]
+        dts = self.t.decode_steps(nr, float(kvs.sum()), k)
+        m = k
+        # an arrival that could join stops the run at the first iteration starting after it
+        if nxt < self.n and nr < self.p.max_num_seqs and not static:
+            starts = now + np.concatenate([[0.0], np.cumsum(dts[:-1])])
+            m = min(m, int(np.searchsorted(starts, self.arr[nxt], side="left")))
+        # KV blocks: iteration j needs ceil((kv_i + j + 1) / B) blocks for request i
+        if m and nr * (m // B + 1) > self.free:  # else the free blocks cover any growth in m iterations
+            q, rem = np.divmod(kvs + 1, B)
+            hist = np.bincount(rem, minlength=B)
+            j = np.arange(m)
+            need = q.sum() + (hist[:, None] * -(-(np.arange(B)[:, None] + j[None, :]) // B)).sum(axis=0)
+            if self.p.reserve_full:
+                need = np.zeros_like(need)  # every block is reserved at admission
+            over = np.flatnonzero(need > self.free + int(self.held[R].sum()))
+            if over.size:
+                m = int(over[0])
+        self._last_dts = dts[:m]
+        return m
+
+    def _result(self, steps, busy, now) -> Run:
+        wl = self.wl
+        first, fin, arr = self.first, self.finish, self.arr
+        out = wl.output.astype(float)
+        df = pd.DataFrame({
+            "request": np.arange(self.n), "arrival_s": arr, "prompt_tokens": wl.prompt, "output_tokens": wl.output,
+            "first_token_s": first, "finish_s": fin, "ttft_s": first - arr,
+            "tpot_s": np.where(out > 1, (fin - first) / np.maximum(out - 1, 1), np.nan),
+            "e2e_s": fin - arr, "preemptions": self.npre, "first_token_estimate_s": self.first_est})
+        itl = np.concatenate(self.itl_v) if self.itl_v else np.zeros(0)
+        w = np.concatenate(self.itl_w) if self.itl_w else np.zeros(0)
+        return Run(df, itl, w, steps, busy, now, self.blocks, asdict(self.p))
+
+
+def simulate(model, gpu, workload: Workload, pol: Policy | str = "vllm", *, tp: int = 1, timer: StepTimer | None = None,
+             engine=None, dtype: str = "bf16", constants=None, f_clk=None, kv_dtype: str = "bf16",
+             progress: bool = False, fast: bool = True, deadline=None, estimator=None, **policy_kw) -> Run:
+    """Replay `workload` on one instance of `model` on `gpu` under a scheduler policy.
+
+    `fast=False` times every iteration on its own (the reference the fast path is tested against).
+    `deadline` (absolute first-token deadlines, seconds) with `estimator` (see steptime.serve.queueing)
+    turns the waiting queue into a QLM-style deadline queue.
+
+    >>> from steptime.serve import simulate, synthetic
+    >>> run = simulate("llama-3.1-8b", "h100-sxm", synthetic(200, isl=512, osl=128, rate=5.0))
+    >>> run.summary()["ttft_s"]["p50"]
+    """
+    pol = pol if isinstance(pol, Policy) else policy(pol, **policy_kw)
+    if pol.name == "disagg":
+        raise ServeError("the disagg policy needs two pools: use simulate_disagg")
+    timer = timer or StepTimer(model, gpu, tp=tp, constants=constants, f_clk=f_clk, kv_dtype=kv_dtype,
+                               engine=engine, dtype=dtype, max_tokens=min(pol.budget, 1 << 16),
+                               max_requests=pol.max_num_seqs)
+    bar = None
+    if progress:
+        from tqdm import tqdm
+
+        bar = tqdm(total=len(workload), unit="req", desc="serve", leave=False, mininterval=0.5)
+    try:
+        return _Engine(timer, pol, workload, progress=bar, fast=fast, deadline=deadline, estimator=estimator).run()
+    finally:
+        if bar is not None:
+            bar.close()
+
+
+def simulate_replicas(model, gpu, workload: Workload, pol: Policy, replicas: int, **kw) -> Run:
+    """`replicas` identical instances behind a round-robin router."""
+    if replicas < 1:
+        raise ServeError(f"replicas must be >= 1 (got {replicas})")
+    if replicas == 1:
+        return simulate(model, gpu, workload, pol, **kw)
+    runs = []
+    for i in range(replicas):
+        sel = np.arange(i, len(workload), replicas)
+        if sel.size:
+            sub = Workload(workload.arrival[sel], workload.prompt[sel], workload.output[sel], workload.concurrency,
+                           workload.name)
+            r = simulate(model, gpu, sub, pol, **kw)
+            r.requests["request"] = sel
+            runs.append(r)
+    return _merge(runs, sort=True)
+
+
+def _merge(runs, sort=False) -> Run:
+    df = pd.concat([r.requests for r in runs], ignore_index=True)
+    if sort:
+        df = df.sort_values("request", kind="stable").reset_index(drop=True)
+    return Run(df, np.concatenate([r.itl_s for r in runs]), np.concatenate([r.itl_w for r in runs]),
+               sum(r.n_steps for r in runs), sum(r.busy_s for r in runs), max(r.makespan_s for r in runs),
+               min(r.kv_blocks for r in runs), runs[0].policy)
+
+
+def simulate_disagg(model, gpu, workload: Workload, *, prefill_instances: int = 1, decode_instances: int = 1,
+                    tp: int = 1, prefill_policy: Policy | None = None, decode_policy: Policy | None = None,
+                    transfer_gbps: float | None = None, constants=None, f_clk=None, kv_dtype: str = "bf16",
+                    engine=None, dtype: str = "bf16", timer: StepTimer | None = None) -> Run:
+    """DistServe-style disaggregation: prefill pool -> KV hand-over -> decode pool.
+
+    Prefill instances run whole prompts (no decode), requests routed round-robin. The
+    first token comes from the prefill pool; the request then joins a decode instance
+    (round-robin) after its KV cache crosses the link: prompt KV bytes / `transfer_gbps`
+    (default: the GPU's NVLink, else PCIe figure; DATASHEET). Open loop only.
+    """
+    if workload.concurrency:
+        raise ServeError("disaggregated simulation takes an open-loop workload (arrival times)")
+    if prefill_instances < 1 or decode_instances < 1:
+        raise ServeError("each pool needs at least one instance")
+    pp = prefill_policy or Policy("vllm", max_num_batched_tokens=8192, chunked_prefill=False)
+    dp = decode_policy or Policy("vllm", reserve_full=True)
+    timer = timer or StepTimer(model, gpu, tp=tp, constants=constants, f_clk=f_clk, kv_dtype=kv_dtype,
+                               engine=engine, dtype=dtype, max_tokens=min(pp.budget, 1 << 16),
+                               max_requests=max(pp.max_num_seqs, dp.max_num_seqs))
+    n = len(workload)
+    ones = np.ones(n, dtype=np.int64)
+    pre = simulate_replicas(model, gpu, Workload(workload.arrival, workload.prompt, ones, name=workload.name),
+                            replace(pp, name="vllm"), prefill_instances, timer=timer)
+    first = pre.requests["first_token_s"].to_numpy()
+    gpu_s = timer.gpu
+    bw = transfer_gbps or getattr(gpu_s, "nvlink_gbps", None) or getattr(gpu_s, "pcie_gbps", None) or 0.0
+    per_tok = memory_bytes(timer.model, 1, tp, kv_dtype=kv_dtype) - memory_bytes(timer.model, 0, tp, kv_dtype=kv_dtype)
+    xfer = workload.prompt * per_tok / (bw * 1e9) if bw else np.zeros(n)
+    ready = first + xfer
+    dec_runs = []
+    for i in range(decode_instances):
+        sel = np.arange(i, n, decode_instances)
+        sel = sel[workload.output[sel] > 1]
+        if not sel.size:
+            continue
+        order = sel[np.argsort(ready[sel], kind="stable")]
+        sub = Workload(ready[order], workload.prompt[order], workload.output[order], name=workload.name)
+        eng = _Engine(timer, dp, sub, computed0=workload.prompt[order].tolist(), gen0=[1] * len(order))
+        eng.first[:] = 0.0  # the first token came from the prefill pool
+        eng.last[:] = ready[order]
+        r = eng.run()
+        r.requests["request"] = order
+        dec_runs.append(r)
+    df = pre.requests.copy()
+    fin = first.copy()
+    itl = [pre.itl_s]
+    wts = [pre.itl_w]
+    steps, busy, span = pre.n_steps, pre.busy_s, pre.makespan_s
+    for r in dec_runs:
+        idx = r.requests["request"].to_numpy()
+        fin[idx] = r.requests["finish_s"].to_numpy()
+        itl.append(r.itl_s)
+        wts.append(r.itl_w)
+        steps += r.n_steps
+        busy += r.busy_s
+        span = max(span, r.makespan_s)
+    arr = workload.arrival
+    out = workload.output.astype(float)
+    df["output_tokens"] = workload.output
+    df["finish_s"] = fin
+    df["e2e_s"] = fin - arr
+    df["tpot_s"] = np.where(out > 1, (fin - first) / np.maximum(out - 1, 1), np.nan)
+    pol = {"name": "disagg", "prefill_instances": prefill_instances, "decode_instances": decode_instances,
+           "prefill": asdict(pp), "decode": asdict(dp), "transfer_gbps": bw}
+    return Run(df, np.concatenate(itl), np.concatenate(wts), steps, busy, span,
+               min([pre.kv_blocks] + [r.kv_blocks for r in dec_runs]), pol)
+
+
+# ---------------------------------------------------------------------------------------
+def weighted_quantile(x, w, qs) -> np.ndarray:
+    x = np.asarray(x, dtype=float)
+    w = np.asarray(w, dtype=float)
+    if x.size == 0:
+        return np.full(len(qs), np.nan)
+    o = np.argsort(x, kind="stable")
+    cw = np.cumsum(w[o])
+    idx = np.searchsorted(cw, np.asarray(qs) * cw[-1], side="left")
+    return x[o][np.minimum(idx, x.size - 1)]
+
+
+def _pcts(x) -> dict:
+    x = np.asarray(x, dtype=float)
+    x = x[np.isfinite(x)]
+    if not x.size:
+        return {"p50": None, "p90": None, "p99": None, "mean": None}
+    p = np.percentile(x, [50, 90, 99])
+    return {"p50": float(p[0]), "p90": float(p[1]), "p99": float(p[2]), "mean": float(x.mean())}
+
+
+def summarize(run: Run, slo_ttft_s: float | None = None, slo_tpot_s: float | None = None) -> dict:
+    """Percentiles (p50/p90/p99) of TTFT, TPOT, ITL and end-to-end latency; throughput;
+    goodput (requests/s meeting both SLOs) when an SLO is given. Seconds throughout."""
+    d = run.requests
+    span = run.makespan_s - float(d["arrival_s"].min())
+    q = weighted_quantile(run.itl_s, run.itl_w, [0.5, 0.9, 0.99])
+    out = {
+        "requests": int(len(d)),
+        "ttft_s": _pcts(d["ttft_s"]), "tpot_s": _pcts(d["tpot_s"]), "e2e_s": _pcts(d["e2e_s"]),
+        "itl_s": {"p50": float(q[0]), "p90": float(q[1]), "p99": float(q[2])},
+        "makespan_s": float(run.makespan_s),
+        "throughput_tok_s": float(d["output_tokens"].sum() / span) if span > 0 else None,
+        "throughput_req_s": float(len(d) / span) if span > 0 else None,
+        "steps": int(run.n_steps), "busy_s": float(run.busy_s), "kv_blocks": int(run.kv_blocks),
+        "preemptions": int(d["preemptions"].sum()),
+    }
+    if slo_ttft_s is not None or slo_tpot_s is not None:
+        ok = np.ones(len(d), dtype=bool)
+        if slo_ttft_s is not None:
+            ok &= d["ttft_s"].to_numpy() <= slo_ttft_s
+        if slo_tpot_s is not None:
+            ok &= np.nan_to_num(d["tpot_s"].to_numpy(), nan=0.0) <= slo_tpot_s
+        out["slo"] = {"ttft_s": slo_ttft_s, "tpot_s": slo_tpot_s, "attainment": float(ok.mean()),
+                      "goodput_req_s": float(ok.sum() / span) if span > 0 else None}
+    return out

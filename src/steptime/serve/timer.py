@@ -1,0 +1,279 @@
+"""Exact fast step times for the serving simulator.
+
+`predict_steps` costs about half a millisecond a call; a replay runs 10^5-10^6 steps. The
+step equation separates (see steptime.step):
+
+    body   = max(A[T] + B_lm[N] + L * (a_dec + a_pre), D)
+    t_step = body + (1 - ov) S[N] + ov max(0, S[N] - body) + samp[N]
+
+A[T]   the GEMM, light-kernel and all-reduce terms: functions of the step's tokens T alone
+B_lm   the LM head: a function of the step's requests N alone
+S, samp the engine's scheduler floor and sampling: functions of N alone; ov the engine's
+       host overlap (what of S hides under the GPU body)
+D      the engine's kernel-dispatch floor: a function of T and of whether the step holds a
+       prefill (CUDA-graph mode), tabulated for decode-only steps (T = N) and prefill steps
+a_dec  decode-phase attention: the per-request sums it needs (bytes, work units) are
+       linear in the requests' KV lengths, so it depends on (n_decode, sum of KV) only
+a_pre  prefill-phase attention over the step's prefill chunks (per-request work, summed)
+
+A, B_lm and H are tabulated once per run from `predict_steps` itself (its per-term
+output), attention goes through steptime.terms.attention's own functions. Nothing is
+approximated: `StepTimer.check` compares against `predict_steps` on random batches and
+the constructor refuses to run if they differ by more than 1e-9 relative.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from steptime.calibration import Constants
+from steptime.errors import ServeError
+from steptime.specs import get_gpu, get_model
+from steptime.specs.engines import get_engine
+from steptime.step import ATTN_TERMS, BLOCK_TERMS, predict_steps
+from steptime.terms import attention
+
+TOKEN_TERMS = tuple(t for t in BLOCK_TERMS if t not in ATTN_TERMS + ("lm_head",))
+EXACT_RTOL = 1e-9
+
+
+class StepTimer:
+    """Step time (seconds) of a batch composition, exact against `predict_steps`."""
+
+    def __init__(self, model, gpu, *, tp: int = 1, constants: Constants | None = None,
+                 f_clk: float | None = None, kv_dtype: str = "bf16", engine=None, dtype: str = "bf16",
+                 max_tokens: int = 8192, max_requests: int = 256, check: bool = True):
+        self.model = get_model(model)
+        self.gpu = get_gpu(gpu)
+        self.tp = int(tp)
+        self.constants = constants or Constants.default()
+        self.f_clk = f_clk
+        self.kv_dtype = kv_dtype
+        self.engine = get_engine(engine)
+        self.dtype = dtype
+        m = self.model
+        self._kw = dict(tp=self.tp, f_clk=f_clk, constants=self.constants, kv_dtype=kv_dtype, engine=self.engine,
+                        dtype=dtype)
+        self.ov = float(self.engine.get("overlap", self.gpu, self.constants)) if self.engine.host_terms else 0.0
+        self.L = m.num_hidden_layers
+        self.heads = m.num_attention_heads // self.tp
+        self.kv_heads = max(1, m.num_key_value_heads // self.tp)
+        self.fc = attention.attention_constants(self.gpu, self.constants)
+        # decode attention: per-request bytes = b0 + b1 * kv, work units = u0 (linear in kv)
+        r = self._req_terms(np.ones(2), np.array([0.0, 1.0]))
+        self._b0 = float(r["bytes"][0])
+        self._b1 = float(r["bytes"][1] - r["bytes"][0])
+        self._u0 = float(r["units"][0])
+        kvb = float(attention._kvb(kv_dtype))
+        fp8 = kvb == 1.0
+        f = float(self.constants.get("f_clk", self.gpu)) if f_clk is None else float(f_clk)
+        self._pf = (float(self.heads), float(self.kv_heads), float(m.head_dim), kvb)
+        self._eta_c = f * self.fc["attn_eta_ceil"] * (self.fc["attn_fp8_compute"] if fp8 else 1.0)
+        self._unit = self.fc["attn_fp8_unit"] if fp8 else 1.0
+        self.A = np.zeros(1)
+        self.Dp = np.zeros(1)
+        self.B = np.zeros(1)
+        self.Dd = np.zeros(1)
+        self.S = np.zeros(1)
+        self.Sm = np.zeros(1)
+        self._grow_tokens(max_tokens)
+        self._grow_requests(max_requests)
+        if check:
+            err = self.check()
+            if err > EXACT_RTOL:
+                raise ServeError(f"fast step timer differs from predict_steps by {err:.2e} (relative); "
+                                 "the step equation changed shape: update steptime.serve.timer")
+
+    # -- tables --------------------------------------------------------------------------
+    def _req_terms(self, new, kv):
+        return attention.attention_request_terms(new, kv, self.heads, self.kv_heads, self.model.head_dim, self.gpu,
+                                                 self.constants, self.kv_dtype, self.f_clk, self.fc)
+
+    def _grow_tokens(self, t_max: int) -> None:
+        t_max = int(max(t_max, 2 * (len(self.A) - 1), 16))
+        T = np.arange(1, t_max + 1)
+        r = predict_steps(self.model, self.gpu, np.arange(t_max), T, np.zeros(t_max), t_max, **self._kw)
+        self.A = np.concatenate([[0.0], sum(r["terms_ms"][t] for t in TOKEN_TERMS) * 1e-3])
+        # dispatch floor of a step holding a prefill of T tokens (row T = 1 is a decode: unused)
+        self.Dp = np.concatenate([[0.0], (r["terms_ms"]["dispatch_floor"] + r["hidden_ms"]["dispatch_floor"]) * 1e-3])
+
+    def _grow_requests(self, n_max: int) -> None:
+        n_max = int(max(n_max, 2 * (len(self.B) - 1), 16))
+        N = np.arange(1, n_max + 1)
+        sid = np.repeat(np.arange(n_max), N)
+        r = predict_steps(self.model, self.gpu, sid, np.ones(sid.size), np.zeros(sid.size), n_max, **self._kw)
+        self.B = np.concatenate([[0.0], r["terms_ms"]["lm_head"] * 1e-3])
+        self.Dd = np.concatenate([[0.0], (r["terms_ms"]["dispatch_floor"] + r["hidden_ms"]["dispatch_floor"]) * 1e-3])
+        self.S = np.concatenate([[0.0], (r["terms_ms"]["host"] + r["hidden_ms"]["host"]) * 1e-3])
+        self.Sm = np.concatenate([[0.0], r["terms_ms"]["sampling"] * 1e-3])
+
+    def _total(self, blocks, disp, N):
+        body = np.maximum(blocks, disp)
+        S = self.S[N]
+        return body + (1.0 - self.ov) * S + self.ov * np.maximum(0.0, S - body) + self.Sm[N]
+
+    # -- attention -----------------------------------------------------------------------
+    def decode_attention(self, n_dec, sum_kv):
+        """Decode-phase attention of one layer (seconds), arrays over steps.
+
+        attention.combine for a decode-only group (no compute branch, no SM-fill factor, cold
+        L2), written out so a scalar costs microseconds; `check` holds it to combine's value.
+        """
+        n = np.asarray(n_dec, dtype=float)
+        nb = n * self._b0 + self._b1 * np.asarray(sum_kv, dtype=float)
+        fc = self.fc
+        p = fc["attn_overlap_p"]
+        t_units = n * self._u0 * fc["attn_cta_us"] * 1e-6 / self.gpu.sms
+        t_mem = nb / (self.gpu.mem_bw * fc["attn_eta_mem"])
+        return np.where(n > 0, fc["attn_floor_us"] * 1e-6 + (t_units ** p + t_mem ** p) ** (1.0 / p), 0.0)
+
+    def _decode_attention_ref(self, n_dec, sum_kv):
+        n = np.atleast_1d(np.asarray(n_dec, dtype=float))
+        nb = n * self._b0 + self._b1 * np.asarray(sum_kv, dtype=float)
+        return attention.combine(np.zeros_like(nb), nb, n * self._u0, n, self.gpu, self.fc, tiles=np.zeros_like(nb),
+                                 prefill=np.zeros(nb.shape, dtype=bool))["t"]
+
+    def prefill_attention(self, new, kv) -> float:
+        """Prefill-phase attention of one layer (seconds) for one step's chunks (new > 1).
+
+        attention_request_terms + combine for a prefill group, written out in Python floats
+        (a step holds a handful of chunks; numpy's per-call overhead dominated); `check`
+        holds it to the library functions (`_prefill_attention_ref`).
+        """
+        hq, hkv, d, kvb = self._pf
+        fc = self.fc
+        tc = nb = un = ti = 0.0
+        for s, c in zip(new, kv):
+            s = float(s)
+            c = float(c)
+            qt = math.ceil(s / attention.Q_TILE)
+            flops_eff = 4.0 * hq * d * (s * c + s * (s + fc["attn_causal_tile"]) / 2.0)
+            eta = self._eta_c * (s / (s + fc["attn_c_tokens"]))
+            tc += flops_eff / (self.gpu.peak_flops * eta)
+            nb += (c + s) * 2.0 * hkv * d * kvb + 4.0 * s * hq * d + 4.0 * s * hkv * d
+            un += hkv * qt * self._unit
+            ti += hq * qt
+        tc /= ti / (ti + fc["attn_fill_half"] * self.gpu.sms)
+        p = fc["attn_overlap_p"]
+        t_units = un * fc["attn_cta_us"] * 1e-6 / self.gpu.sms
+        t_work = max(tc, nb / (self.gpu.mem_bw * fc["attn_eta_mem"]))
+        return fc["attn_floor_us"] * 1e-6 * fc["attn_prefill_floor_rel"] + (t_units ** p + t_work ** p) ** (1.0 / p)
+
+    def _prefill_attention_ref(self, new, kv) -> float:
+        r = self._req_terms(np.asarray(new, dtype=float), np.asarray(kv, dtype=float))
+        a = attention.combine(np.array([r["t_compute"].sum()]), np.array([r["bytes"].sum()]),
+                              np.array([r["units"].sum()]), np.array([float(len(new))]), self.gpu, self.fc,
+                              tiles=np.array([r["tiles"].sum()]), prefill=np.array([True]))
+        return float(a["t"][0])
+
+    # -- steps ---------------------------------------------------------------------------
+    def _ensure(self, T: int, N: int) -> None:
+        if T >= len(self.A):
+            self._grow_tokens(T)
+        if N >= len(self.B):
+            self._grow_requests(N)
+
+    def step(self, new, kv) -> float:
+        """One step (seconds): `new[i]` tokens of request i over `kv[i]` cached tokens."""
+        T = int(sum(new))
+        N = len(new)
+        self._ensure(T, N)
+        dec_kv = [k for s, k in zip(new, kv) if s == 1]
+        att = 0.0
+        if dec_kv:
+            att += float(self.decode_attention(len(dec_kv), sum(dec_kv))[()])
+        if len(dec_kv) < N:
+            pn = [s for s in new if s > 1]
+            pk = [k for s, k in zip(new, kv) if s > 1]
+            att += self.prefill_attention(pn, pk)
+        blocks = self.A[T] + self.B[N] + self.L * att
+        return float(self._total(blocks, self.Dd[N] if len(dec_kv) == N else self.Dp[T], N))
+
+    def step_arrays(self, new: np.ndarray, kv: np.ndarray) -> float:
+        """`step` for integer arrays (the simulator's hot path)."""
+        T = int(new.sum())
+        N = len(new)
+        self._ensure(T, N)
+        dec = new == 1
+        nd = int(dec.sum())
+        att = 0.0
+        if nd:
+            att += float(self.decode_attention(nd, float(kv[dec].sum()))[()])
+        if nd < N:
+            att += self.prefill_attention(new[~dec], kv[~dec])
+        return float(self._total(self.A[T] + self.B[N] + self.L * att, self.Dd[N] if nd == N else self.Dp[T], N))
+
+    def decode_steps(self, n: int, sum_kv0: float, k: int) -> np.ndarray:
+        """k consecutive pure-decode steps of the same n requests, KV sum growing by n a step."""
+        self._ensure(n, n)
+        s = sum_kv0 + n * np.arange(k, dtype=float)
+        blocks = self.A[n] + self.B[n] + self.L * self.decode_attention(np.full(k, float(n)), s)
+        return self._total(blocks, self.Dd[n], n)
+
+    def check(self, n_batches: int = 40, seed: int = 0) -> float:
+        """Largest relative difference against predict_steps over random mixed batches."""
+        rng = np.random.default_rng(seed)
+        ctx = self.model.max_position_embeddings
+        worst = 0.0
+        rows_sid, rows_new, rows_kv, mine = [], [], [], []
+        for b in range(n_batches):
+            n_dec = int(rng.integers(0, 64))
+            n_pre = int(rng.integers(0 if n_dec else 1, 4))
+            new = [1] * n_dec + [int(x) for x in rng.integers(2, 2048, n_pre)]
+            kv = [int(x) for x in rng.integers(0, max(2, min(ctx - 2048, 8192)), n_dec + n_pre)]
+            mine.append(self.step(new, kv))
+            rows_sid += [b] * len(new)
+            rows_new += new
+            rows_kv += kv
+        ref = predict_steps(self.model, self.gpu, np.array(rows_sid), np.array(rows_new), np.array(rows_kv),
+                            n_batches, **self._kw)["total_ms"] * 1e-3
+        worst = float(np.max(np.abs(np.array(mine) - ref) / ref))
+        # and the pure-decode run
+        n, kv0, k = 17, 3000.0, 50
+        kvs = np.repeat(kv0 / n + np.arange(k)[:, None], n, axis=1)  # n requests, equal KV, growing
+        ref = predict_steps(self.model, self.gpu, np.repeat(np.arange(k), n), np.ones(k * n), kvs.ravel(), k,
+                            **self._kw)["total_ms"] * 1e-3
+        got = self.decode_steps(n, kv0, k)
+        worst = max(worst, float(np.max(np.abs(got - ref) / ref)))
+        nd = np.arange(1, 300.0)
+        skv = nd * rng.integers(0, 8192, nd.size)
+        a, b = self.decode_attention(nd, skv), self._decode_attention_ref(nd, skv)
+        worst = max(worst, float(np.max(np.abs(a - b) / b)))
+        for _ in range(20):
+            k = int(rng.integers(1, 6))
+            new, kv = rng.integers(2, 4096, k), rng.integers(0, 8192, k)
+            a, b = self.prefill_attention(new, kv), self._prefill_attention_ref(new, kv)
+            worst = max(worst, abs(a - b) / b)
+        return worst
+
+
+class DirectTimer:
+    """The reference: every iteration is one `predict_steps` call (about half a millisecond).
+
+    Same interface as StepTimer; `simulate(..., timer=DirectTimer(...), fast=False)` is the
+    baseline the simulator's speed is measured against and its exactness tested against.
+    """
+
+    def __init__(self, model, gpu, *, tp: int = 1, constants: Constants | None = None, f_clk: float | None = None,
+                 kv_dtype: str = "bf16", engine=None, dtype: str = "bf16", **_):
+        self.model = get_model(model)
+        self.gpu = get_gpu(gpu)
+        self.tp = int(tp)
+        self.kv_dtype = kv_dtype
+        self.engine = get_engine(engine)
+        self.dtype = dtype
+        self._kw = dict(tp=self.tp, f_clk=f_clk, constants=constants or Constants.default(), kv_dtype=kv_dtype,
+                        engine=self.engine, dtype=dtype)
+
+    def step_arrays(self, new, kv) -> float:
+        new = np.asarray(new)
+        r = predict_steps(self.model, self.gpu, np.zeros(len(new), dtype=np.int64), new, np.asarray(kv), 1,
+                          **self._kw)
+        return float(r["total_ms"][0]) * 1e-3
+
+    step = step_arrays
+
+    def decode_steps(self, n: int, sum_kv0: float, k: int) -> np.ndarray:
+        raise ServeError("DirectTimer times iterations one by one: simulate with fast=False")

@@ -1,0 +1,234 @@
+"""The serving simulator: exact step times, scheduler behaviour, physics, bad input."""
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from steptime.cli import main
+from steptime.errors import ServeError, SteptimeError
+from steptime.serve import (Policy, StepTimer, Workload, from_table, policy, simulate, simulate_disagg,
+                            static_batch, synthetic, weighted_quantile)
+from steptime.step import predict_steps
+
+M, G = "llama-3.1-8b", "h100-sxm"
+
+
+@pytest.fixture(scope="module")
+def timer():
+    return StepTimer(M, G)
+
+
+@pytest.mark.parametrize("engine", ["vllm", "vllm-v0", "trtllm", "sglang", "kernels"])
+def test_timer_exact_against_predict_steps(engine):
+    assert StepTimer(M, G, engine=engine).check() < 1e-12
+    t2 = StepTimer("llama-3.1-70b", "h100-sxm", tp=4, engine=engine)  # all-reduce and sharded shapes
+    assert t2.check() < 1e-12
+    assert StepTimer(M, G, engine=engine, kv_dtype="fp8", dtype="fp8").check() < 1e-12
+
+
+def test_timer_mixed_step_matches_direct_prediction(timer):
+    new = np.array([1] * 20 + [512, 37])
+    kv = np.array(list(range(100, 2100, 100)) + [0, 3000])
+    ref = predict_steps(M, G, np.zeros(len(new), dtype=int), new, kv, 1)["total_ms"][0] * 1e-3
+    assert timer.step_arrays(new, kv) == pytest.approx(ref, rel=1e-12)
+    assert timer.step(new.tolist(), kv.tolist()) == pytest.approx(ref, rel=1e-12)
+
+
+def _same_runs(a, b):
+    cols = ["first_token_s", "finish_s", "preemptions"]
+    pd.testing.assert_frame_equal(a.requests[cols], b.requests[cols], rtol=1e-9, atol=0)
+    assert a.n_steps == b.n_steps
+
+
+@pytest.mark.parametrize("wl", [
+    synthetic(300, isl=(64, 2048), osl=(8, 400), rate=6.0, seed=3),
+    synthetic(200, isl=(64, 1024), osl=(8, 300), concurrency=24, seed=4),
+])
+def test_fast_path_equals_step_by_step(timer, wl):
+    fast = simulate(M, G, wl, timer=timer)
+    slow = simulate(M, G, wl, timer=timer, fast=False)
+    _same_runs(fast, slow)
+    assert fast.summary()["itl_s"] == pytest.approx(slow.summary()["itl_s"], rel=1e-9)
+
+
+def test_fast_path_equals_step_by_step_under_preemption(timer):
+    wl = synthetic(120, isl=(200, 1500), osl=(100, 600), rate=40.0, seed=5)
+    pol = Policy("vllm", kv_blocks=900)
+    fast = simulate(M, G, wl, pol, timer=timer)
+    assert fast.requests["preemptions"].sum() > 0
+    _same_runs(fast, simulate(M, G, wl, pol, timer=timer, fast=False))
+
+
+def test_static_decode_batch_is_the_sum_of_predicted_steps(timer):
+    n, p, o = 8, 300, 50
+    run = simulate(M, G, static_batch(n, p, o), policy("static", batch=n), timer=timer)
+    pre = predict_steps(M, G, np.zeros(n, dtype=int), np.full(n, p), np.zeros(n), 1)["total_ms"][0]
+    g = np.arange(1, o)  # decode iteration g: KV holds prompt + g - 1 tokens
+    dec = predict_steps(M, G, np.repeat(np.arange(o - 1), n), np.ones((o - 1) * n), np.repeat(p + g - 1, n),
+                        o - 1)["total_ms"]
+    assert run.makespan_s * 1e3 == pytest.approx(pre + dec.sum(), rel=1e-9)
+    assert run.n_steps == o
+    assert np.allclose(run.requests["ttft_s"], pre * 1e-3)
+
+
+def test_static_batches_do_not_overlap(timer):
+    run = simulate(M, G, synthetic(12, isl=128, osl=(5, 40), seed=1), policy("static", batch=4), timer=timer)
+    d = run.requests.sort_values("first_token_s")
+    starts = d["first_token_s"].to_numpy().reshape(3, 4)
+    ends = d["finish_s"].to_numpy().reshape(3, 4)
+    assert np.all(starts[1:].min(axis=1) > ends[:-1].max(axis=1))
+
+
+def test_more_load_never_lowers_ttft(timer):
+    base = synthetic(400, isl=(128, 2048), osl=(16, 256), rate=1.0, seed=7)
+    ttft = []
+    for rate in (1.0, 4.0, 10.0, 20.0):
+        wl = Workload(base.arrival / rate, base.prompt, base.output)  # same requests, compressed arrivals
+        ttft.append(simulate(M, G, wl, timer=timer).summary()["ttft_s"]["p90"])
+    assert all(b >= a for a, b in zip(ttft, ttft[1:]))
+    assert ttft[-1] > 2 * ttft[0]
+
+
+def test_littles_law_closed_loop(timer):
+    c = 16
+    run = simulate(M, G, synthetic(1500, isl=(64, 1024), osl=(32, 256), concurrency=c, seed=2), timer=timer)
+    d = run.requests
+    x = len(d) / run.makespan_s
+    assert x * d["e2e_s"].mean() == pytest.approx(c, rel=0.03)
+    assert d["arrival_s"].iloc[:c].eq(0).all() and (d["arrival_s"].iloc[c:] > 0).all()
+
+
+def test_stable_open_loop_throughput_follows_arrivals(timer):
+    wl = synthetic(1500, isl=(64, 1024), osl=(16, 128), rate=5.0, seed=9)
+    s = simulate(M, G, wl, timer=timer).summary()
+    assert s["throughput_req_s"] == pytest.approx(len(wl) / wl.arrival[-1], rel=0.03)
+
+
+def test_every_token_is_emitted_once(timer):
+    wl = synthetic(150, isl=(32, 900), osl=(1, 300), rate=30.0, seed=11)
+    run = simulate(M, G, wl, Policy("vllm", kv_blocks=700), timer=timer)
+    assert run.itl_w.sum() == (wl.output - 1).sum()
+    d = run.requests
+    assert (d["first_token_s"] > d["arrival_s"]).all() and (d["finish_s"] >= d["first_token_s"]).all()
+
+
+def test_chunk_budget_trades_ttft_for_itl(timer):
+    wl = synthetic(300, isl=(1024, 4096), osl=(64, 256), rate=4.0, seed=12)
+    small = simulate(M, G, wl, policy("sarathi", chunk=256), timer=timer).summary()
+    big = simulate(M, G, wl, policy("sarathi", chunk=4096), timer=timer).summary()
+    assert small["itl_s"]["p99"] < big["itl_s"]["p99"]
+    assert small["ttft_s"]["p50"] > big["ttft_s"]["p50"]
+
+
+def test_deterministic_for_a_seed(timer):
+    a = simulate(M, G, synthetic(200, isl=(64, 512), osl=(8, 64), rate=10.0, seed=5), timer=timer)
+    b = simulate(M, G, synthetic(200, isl=(64, 512), osl=(8, 64), rate=10.0, seed=5), timer=timer)
+    pd.testing.assert_frame_equal(a.requests, b.requests)
+    c = simulate(M, G, synthetic(200, isl=(64, 512), osl=(8, 64), rate=10.0, seed=6), timer=timer)
+    assert not a.requests["finish_s"].equals(c.requests["finish_s"])
+
+
+def test_disaggregation_pools(timer):
+    wl = synthetic(300, isl=(256, 2048), osl=(16, 256), rate=12.0, seed=13)
+    one = simulate_disagg(M, G, wl, prefill_instances=1, decode_instances=1)
+    two = simulate_disagg(M, G, wl, prefill_instances=1, decode_instances=2)
+    # the prefill pool is the same, so TTFT is; a second decode instance can only help TPOT
+    assert np.allclose(one.requests["ttft_s"], two.requests["ttft_s"])
+    assert two.summary()["tpot_s"]["p50"] < one.summary()["tpot_s"]["p50"]
+    assert (one.requests["finish_s"] >= one.requests["first_token_s"]).all()
+
+
+def test_goodput_and_weighted_quantile(timer):
+    assert weighted_quantile([1.0, 2.0, 3.0], [1, 1, 8], [0.5])[0] == 3.0
+    s = simulate(M, G, synthetic(100, isl=256, osl=32, rate=2.0), timer=timer).summary(slo_ttft_s=10.0,
+                                                                                         slo_tpot_s=10.0)
+    assert s["slo"]["attainment"] == 1.0
+    s = simulate(M, G, synthetic(100, isl=256, osl=32, rate=2.0), timer=timer).summary(slo_tpot_s=1e-6)
+    assert s["slo"]["attainment"] == 0.0
+
+
+# ---- bad input: one clear error each -----------------------------------------------------
+@pytest.mark.parametrize("kw, match", [
+    (dict(arrival=[0.0, np.nan], prompt=[10, 10], output=[5, 5]), "missing arrival"),
+    (dict(arrival=[0.0, 1.0], prompt=[10, np.nan], output=[5, 5]), "missing prompt"),
+    (dict(arrival=[-1.0, 1.0], prompt=[10, 10], output=[5, 5]), "negative arrival"),
+    (dict(arrival=[0.0, 1.0], prompt=[10, -3], output=[5, 5]), "prompt tokens -3"),
+    (dict(arrival=[0.0, 1.0], prompt=[10, 10], output=[0, 5]), "output tokens 0"),
+    (dict(arrival=[2.0, 1.0], prompt=[10, 10], output=[5, 5]), "not sorted"),
+    (dict(arrival=[], prompt=[], output=[]), "no requests"),
+])
+def test_bad_workload(kw, match):
+    with pytest.raises(ServeError, match=match):
+        Workload(**kw)
+
+
+def test_bad_trace_table():
+    with pytest.raises(ServeError, match="no output column"):
+        from_table(pd.DataFrame({"arrived_at_s": [0.0], "num_prefill_tokens": [5]}))
+    with pytest.raises(ServeError, match="not sorted"):
+        from_table(pd.DataFrame({"arrived_at_s": [1.0, 0.5], "num_prefill_tokens": [5, 5],
+                                 "num_decode_tokens": [3, 3]}))
+
+
+def test_request_beyond_context(timer):
+    with pytest.raises(ServeError, match="beyond llama-3.1-8b's context"):
+        simulate(M, G, Workload([0.0], [131000], [1000]), timer=timer)
+
+
+def test_workload_that_cannot_fit_kv(timer):
+    with pytest.raises(ServeError, match="cannot fit in KV memory"):
+        simulate(M, G, Workload([0.0], [4000], [100]), Policy("vllm", kv_blocks=100), timer=timer)
+    with pytest.raises(ServeError, match="leave no KV cache"):
+        simulate("llama-3.1-70b", "l40s", Workload([0.0], [100], [10]))
+
+
+def test_bad_policy():
+    with pytest.raises(ServeError, match="unknown scheduler policy"):
+        Policy("fifo")
+    with pytest.raises(ServeError, match="below max_num_seqs"):
+        policy("sarathi", chunk=64)
+    assert issubclass(ServeError, ValueError) and issubclass(ServeError, SteptimeError)
+
+
+def test_whole_run_equals_direct_prediction_of_every_iteration(timer):
+    from steptime.serve import DirectTimer
+
+    wl = synthetic(40, isl=(64, 1500), osl=(4, 80), rate=8.0, seed=21)
+    ref = simulate(M, G, wl, Policy("vllm", max_num_batched_tokens=512, kv_blocks=300),
+                   timer=DirectTimer(M, G), fast=False)
+    got = simulate(M, G, wl, Policy("vllm", max_num_batched_tokens=512, kv_blocks=300), timer=timer)
+    _same_runs(got, ref)
+
+
+def test_cli_serve(tmp_path, capsys):
+    import json
+
+    rc = main(["serve", "--model", M, "--gpu", G, "--rate", "4", "--n", "50", "--isl", "64:512", "--osl", "8:64",
+               "--json", "--csv", str(tmp_path / "r.csv"), "--fig", str(tmp_path / "f.png"), "--slo-tpot-ms", "50"])
+    assert rc == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["simulated"] is True and doc["summary"]["requests"] == 50
+    assert 0 <= doc["summary"]["slo"]["attainment"] <= 1
+    assert len(pd.read_csv(tmp_path / "r.csv")) == 50 and (tmp_path / "f.png").is_file()
+
+
+@pytest.mark.parametrize("args, match", [
+    (["--trace", "nope"], "neither a known trace"),
+    (["--isl", "200000"], "beyond llama-3.1-8b's context"),
+    (["--isl", "a:b"], "expected N or LO:HI"),
+    (["--policy", "disagg", "--concurrency", "4"], "open-loop"),
+    (["--rate", "-1"], "rate must be > 0"),
+    (["--kv-blocks", "10", "--isl", "1000"], "cannot fit in KV memory"),
+    (["--engine", "nope"], "nope"),
+])
+def test_cli_serve_bad_input(args, match, capsys):
+    assert main(["serve", "--model", M, "--gpu", G, "--n", "5", *args]) == 2
+    err = capsys.readouterr().err.strip()
+    assert match in err and len(err.splitlines()) == 1
+
+
+def test_engine_changes_the_run():
+    wl = synthetic(100, isl=(64, 512), osl=(16, 128), rate=10.0, seed=1)
+    a = simulate(M, G, wl, engine="vllm").summary()["tpot_s"]["p50"]
+    b = simulate(M, G, wl, engine="kernels").summary()["tpot_s"]["p50"]
+    assert b < a  # the bare kernel sum has no host, launch or sampling time

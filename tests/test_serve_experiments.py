@@ -1,0 +1,191 @@
+"""Part-2 serving integrations (simulated): E2.9 chunk sizing."""
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from steptime.experiments import serving
+from steptime.serve import StepTimer
+
+GRID = [128, 256, 512, 1024, 2048]
+
+
+@pytest.fixture(scope="module")
+def timer():
+    return StepTimer("llama-3.1-8b", "h100-sxm")
+
+
+def test_pick_chunk_honours_the_predicted_slo_and_tightens_with_it(timer):
+    picks = []
+    for slo in (0.012, 0.02, 0.04, 1.0):
+        pk = serving.pick_chunk(timer, 32, 1000, 200, slo, GRID)
+        row = pk["table"].set_index("chunk").loc[pk["chunk"]]
+        assert row["t_mix_s"] <= slo or not pk["table"]["meets"].any()
+        picks.append(pk["chunk"])
+    assert picks == sorted(picks) and picks[0] < picks[-1]
+
+
+def test_pick_chunk_predicted_mixed_step_grows_with_chunk(timer):
+    t = serving.pick_chunk(timer, 32, 1000, 200, 1.0, GRID)["table"]["t_mix_s"].to_numpy()
+    assert np.all(np.diff(t) > 0)
+
+
+def _traces(n=400, seed=0):
+    rng = np.random.default_rng(seed)
+    return pd.DataFrame({"trace": "splitwise_conv", "request_id": np.arange(n), "arrived_at_s": np.arange(n) * 0.1,
+                         "num_prefill_tokens": rng.integers(64, 2048, n),
+                         "num_decode_tokens": rng.integers(16, 300, n)})
+
+
+def test_e2_9_document_scores_every_choice_in_the_simulator():
+    r = serving.e2_9(_traces(), models=["llama-3.1-8b"], gpus=["h100-sxm"], trace="splitwise_conv", n=200,
+                     concurrency=16, grid=GRID, slo_multiples=[2, 5], targets={"pick_meets_slo_fraction": 1.0,
+                                                                                "pick_vs_oracle_min": 0.95})
+    df = r["cases"]
+    assert len(df) == 2 and set(df["pick"]) <= set(GRID)
+    # the oracle is the highest-throughput chunk of the sweep that meets the SLO
+    sw = r["sweeps"]["llama-3.1-8b|h100-sxm"]
+    for row in df.itertuples():
+        ok = sw[sw["tbt_p99_s"] <= row.slo_tbt_s]
+        assert row.oracle == ok.loc[ok["throughput_tok_s"].idxmax(), "chunk"]
+        assert row.pick_tok_s <= row.oracle_tok_s + 1e-9 or not row.pick_meets
+    doc = serving.e2_9_document(r)
+    assert doc["metrics"]["label"].startswith("simulated")
+    assert all("met" in c for c in doc["claims"][:2])
+    # a larger chunk never lowers the simulated p99 time between tokens
+    assert np.all(np.diff(sw["tbt_p99_s"]) > -1e-9)
+
+
+# ---- E2.4 ---------------------------------------------------------------------------------
+def _coefficients():
+    rows = []
+    for phase, (a, b, c) in {"prefill": (18.0, 0.1, 7e-6), "decode_small_bs": (20.0, 6e-4, 0.04),
+                             "decode_large_bs": (7.0, 6e-4, 0.16)}.items():
+        rows.append({"gpu": "a100-sxm", "engine": "distserve", "model": "opt-13b", "model_source": "facebook/opt-13b",
+                     "tp": 1, "phase": phase, "a_ms": a, "b_ms": b, "c_ms": c, "b_per": "", "c_per": "",
+                     "bs_threshold": 95})
+    return pd.DataFrame(rows)
+
+
+def test_distserve_timer_is_its_formula_and_refuses_mixed_steps():
+    from steptime.errors import ServeError
+    from steptime.serve.peers import DistServeTimer
+
+    t = DistServeTimer(_coefficients(), "opt-13b", "a100-sxm")
+    assert t.step_arrays([300, 200], [0, 0]) == pytest.approx((18.0 + 0.1 * 500 + 7e-6 * (300**2 + 200**2)) * 1e-3)
+    assert t.step_arrays([1] * 4, [99] * 4) == pytest.approx((20.0 + 6e-4 * 400 + 0.04 * 4) * 1e-3)
+    assert t.step_arrays([1] * 100, [9] * 100) == pytest.approx((7.0 + 6e-4 * 1000 + 0.16 * 100) * 1e-3)
+    assert np.allclose(t.decode_steps(4, 396, 3), [t.step_arrays([1] * 4, [99 + j] * 4) for j in range(3)])
+    with pytest.raises(ServeError, match="no mixed"):
+        t.step_arrays([1, 300], [50, 0])
+    with pytest.raises(ServeError, match="no fitted"):
+        DistServeTimer(_coefficients(), "opt-13b", "a100-sxm", tp=2)
+
+
+def test_placements_fit_the_gpus():
+    assert serving.placements(4, 1) == [(1, 1), (1, 2), (1, 3), (2, 1), (2, 2), (3, 1)]
+    assert all((p + d) * 2 <= 8 for p, d in serving.placements(8, 2))
+
+
+def test_reserved_decode_pool_never_preempts():
+    from steptime.serve import Policy, simulate, synthetic
+
+    wl = synthetic(150, isl=(200, 1500), osl=(100, 600), rate=40.0, seed=5)
+    run = simulate("llama-3.1-8b", "h100-sxm", wl, Policy("vllm", kv_blocks=900, reserve_full=True))
+    assert run.requests["preemptions"].sum() == 0
+    assert run.itl_w.sum() == (wl.output - 1).sum()
+
+
+def test_e2_4_small_case():
+    mt = pd.DataFrame({"gpu": ["a100-sxm"], "model": ["opt-13b"], "model_source": ["facebook/opt-13b"], "tp": [1],
+                       "pp": [1], "max_num_tokens": [66144]})
+    tr = _traces(300)
+    r = serving.e2_4(tr, _coefficients(), mt, cases=[{"model": "opt-13b", "tp": 1, "total_gpus": 3, "slo_ttft_s": 0.5,
+                                                       "slo_tpot_s": 0.1, "rates_per_gpu": [0.5, 1, 2, 4]}],
+                     gpu="a100-sxm", trace="splitwise_conv", n=80, seed=0, targets={"goodput_ratio_min": 0.9})
+    c = r["cases"][0]
+    assert set(c["goodput"]["steptime"]) == {"1p1d", "1p2d", "2p1d"}
+    for name in ("steptime", "distserve"):
+        g = c["goodput"][name]
+        assert g[c["choice"][name]] == max(g.values())
+        # the scan stops at the first rate that misses the attainment target
+        for scan in c["scans"][name].values():
+            assert all(s["attainment"] >= 0.9 for s in scan[:-1])
+    doc = serving.e2_4_document(r)
+    assert len(doc["claims"]) == 2 and "round 1" in doc["metrics"]["round1_step_parity"]
+
+
+# ---- E2.10 --------------------------------------------------------------------------------
+def _measured_run(n=60, moe=False, run="X_Llama"):
+    rng = np.random.default_rng(3)
+    arr = np.sort(rng.uniform(0, 20, n))
+    inp, out = rng.integers(50, 1500, n), rng.integers(5, 300, n)
+    ttft = rng.uniform(0.05, 0.5, n)
+    tpot = rng.uniform(0.01, 0.03, n)
+    return pd.DataFrame({"run": run, "gpu": "rtx-pro-6000", "model": "llama-3.1-8b", "tp": 1, "moe": moe,
+                         "engine_version": "0.19.0", "max_num_seqs": 256, "max_num_batched_tokens": 2048,
+                         "request_id": [f"r{i}" for i in range(n)], "arrival_s": arr + 5.0, "input_tokens": inp,
+                         "output_tokens": out, "ttft_s": ttft, "tpot_s": tpot, "e2e_s": ttft + tpot * (out - 1)})
+
+
+def test_replay_keeps_arrivals_lengths_and_request_ids():
+    rows = _measured_run().sample(frac=1.0, random_state=0)  # order on disk must not matter
+    sim, run = serving.replay_run(rows)
+    m = rows.set_index("request_id").loc[sim["request_id"]]
+    assert np.allclose(sim["arrival_s"], m["arrival_s"] - rows["arrival_s"].min())
+    assert (sim["prompt_tokens"].to_numpy() == m["input_tokens"].to_numpy()).all()
+    assert (sim["output_tokens"].to_numpy() == m["output_tokens"].to_numpy()).all()
+    assert run.policy["max_num_batched_tokens"] == 2048
+
+
+def test_e2_10_scores_each_run_and_skips_moe():
+    t = {"tpot_s_p50_abs_error_max": 0.1, "ttft_s_p50_abs_error_max": 0.2, "tpot_s_p90_abs_error_max": 0.2,
+         "ttft_s_p90_abs_error_max": 0.3}
+    req = pd.concat([_measured_run(), _measured_run(moe=True, run="Y_MoE")])
+    r = serving.e2_10(req, targets=t)
+    assert list(r["runs"]["run"]) == ["X_Llama"] and r["skipped"][0]["run"] == "Y_MoE"
+    row = r["runs"].iloc[0]
+    assert row["tpot_s_p50_error"] == pytest.approx(row["tpot_s_p50_simulated"] / row["tpot_s_p50_measured"] - 1)
+    doc = serving.e2_10_document(r)
+    assert len(doc["claims"]) == 4
+    for c in doc["claims"]:
+        assert c["met"] == (abs(c["value"]) <= c["target"])
+
+
+# ---- E2.3 ---------------------------------------------------------------------------------
+def test_deadline_queue_serves_tight_deadlines_first():
+    from steptime.serve import ScalarEstimator, Workload, policy, simulate
+
+    # two requests waiting behind a long one; the later arrival has the earlier deadline
+    wl = Workload([0.0, 0.001, 0.002], [4000, 1000, 1000], [50, 5, 5])
+    pol = policy("vllm", max_num_batched_tokens=1024, max_num_seqs=1)
+    dl = np.array([100.0, 50.0, 1.0])
+    fifo = simulate("llama-3.1-8b", "h100-sxm", wl, pol)
+    edf = simulate("llama-3.1-8b", "h100-sxm", wl, pol, deadline=dl, estimator=ScalarEstimator(0.0))
+    assert fifo.requests["first_token_s"][1] < fifo.requests["first_token_s"][2]
+    assert edf.requests["first_token_s"][2] < edf.requests["first_token_s"][1]
+    # an estimator that calls every queued request late sends them all back: order is deadline order again
+    late = simulate("llama-3.1-8b", "h100-sxm", wl, pol, deadline=dl, estimator=ScalarEstimator(1e6))
+    assert late.requests["first_token_s"][2] < late.requests["first_token_s"][1]
+    assert np.isfinite(edf.requests["first_token_estimate_s"][1:]).all()
+
+
+def test_step_estimator_counts_tokens_through_the_budget():
+    from steptime.serve import StepEstimator
+
+    est = StepEstimator(StepTimer("llama-3.1-8b", "h100-sxm"), 1024, 500)
+    t = est.step_time(4)
+    got = est(np.array([500, 500, 100, 2000]), 10.0, 4, ahead=0)
+    assert np.allclose(got, 10.0 + np.array([1, 1, 2, 4]) * t)  # 1020 tokens a step: 500, 1000, 1100, 3100
+    assert est(np.array([10]), 0.0, 4, ahead=1020)[0] == pytest.approx(2 * t)
+
+
+def test_e2_3_small():
+    r = serving.e2_3(_traces(300), model="llama-3.1-8b", gpu="h100-sxm", trace="splitwise_conv", n=120,
+                     rates=[2, 40], classes=[{"name": "a", "share": 0.5, "ttft_slo_s": 0.5},
+                                             {"name": "b", "share": 0.5, "ttft_slo_s": 5.0}],
+                     budget=2048, seed=0, targets={"steptime_minus_scalar_min": 0.0, "contention_below": 0.95})
+    df = r["table"]
+    assert df["fcfs_attainment"].iloc[0] >= df["fcfs_attainment"].iloc[-1]
+    doc = serving.e2_3_document(r)
+    assert len(doc["claims"]) == 2

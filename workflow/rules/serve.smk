@@ -1,0 +1,100 @@
+# Serving simulation (issue 13): the Part-2 integrations rebuilt on steptime.serve. Every
+# outcome of these rules is simulated (scheduler model + predicted step times) and says so.
+
+
+# E2.9: Sarathi chunk sizing for a TBT SLO: steptime's pick vs static 512/2048 vs the simulated oracle.
+rule E2_9:
+    input:
+        traces="results/data/traces.parquet",
+        code=lib("serve", "experiments/serving", "step", "terms", "specs", "calibration"),
+        settled=SETTLED_ALL,
+    output:
+        result="results/E2_9.json",
+        fig="figures/E2_9_chunk.png",
+    params:
+        question=EXPERIMENTS["E2.9"]["question"],
+        settings=EXPERIMENTS["E2.9"]["settings"],
+        targets=EXPERIMENTS["E2.9"]["targets"],
+        config=config,
+    log:
+        "logs/E2_9.log",
+    conda:
+        CONDA_ENV
+    message:
+        "E2.9 Sarathi chunk sizing on the serving simulator (simulated)"
+    script:
+        "../scripts/E2_9.py"
+
+
+# E2.4: prefill/decode pool sizing, steptime vs DistServe's own fitted model driving the same simulator.
+rule E2_4:
+    input:
+        traces="results/data/traces.parquet",
+        coefficients=tidy("distserve"),
+        max_tokens=tidy("distserve_max_num_tokens"),
+        code=lib("serve", "experiments/serving", "step", "terms", "specs", "calibration"),
+        settled=SETTLED_ALL,
+    output:
+        result="results/E2_4.json",
+        fig="figures/E2_4_pools.png",
+    params:
+        question=EXPERIMENTS["E2.4"]["question"],
+        settings=EXPERIMENTS["E2.4"]["settings"],
+        targets=EXPERIMENTS["E2.4"]["targets"],
+        config=config,
+    log:
+        "logs/E2_4.log",
+    conda:
+        CONDA_ENV
+    message:
+        "E2.4 disaggregated pool sizing: steptime vs DistServe's fitted model (simulated)"
+    script:
+        "../scripts/E2_4.py"
+
+
+# E2.10: end-to-end replay of LLMServingSim's real vLLM 0.19 runs (same arrivals), per-request TTFT/TPOT/e2e.
+rule E2_10:
+    input:
+        requests="results/data/servingsim_requests.parquet",
+        code=lib("serve", "experiments/serving", "step", "terms", "specs", "calibration"),
+        settled=SETTLED_ALL,
+    output:
+        result="results/E2_10.json",
+        fig="figures/E2_10_replay.png",
+    params:
+        question=EXPERIMENTS["E2.10"]["question"],
+        settings=EXPERIMENTS["E2.10"]["settings"],
+        targets=EXPERIMENTS["E2.10"]["targets"],
+        config=config,
+    log:
+        "logs/E2_10.log",
+    conda:
+        CONDA_ENV
+    message:
+        "E2.10 replay of real vLLM runs through the serving simulator"
+    script:
+        "../scripts/E2_10.py"
+
+
+# E2.3: QLM-style deadline queue with steptime's waiting-time estimate vs a scalar one, under contention.
+rule E2_3:
+    input:
+        traces="results/data/traces.parquet",
+        code=lib("serve", "experiments/serving", "step", "terms", "specs", "calibration"),
+        settled=SETTLED_ALL,
+    output:
+        result="results/E2_3.json",
+        fig="figures/E2_3_deadlines.png",
+    params:
+        question=EXPERIMENTS["E2.3"]["question"],
+        settings=EXPERIMENTS["E2.3"]["settings"],
+        targets=EXPERIMENTS["E2.3"]["targets"],
+        config=config,
+    log:
+        "logs/E2_3.log",
+    conda:
+        CONDA_ENV
+    message:
+        "E2.3 deadline queue: steptime vs scalar waiting-time estimate (simulated)"
+    script:
+        "../scripts/E2_3.py"

@@ -1,0 +1,23 @@
+"""E2.9: Sarathi chunk sizing for a TBT SLO on the serving simulator (simulated outcomes)."""
+import pandas as pd
+
+from steptime.experiments import serving
+from steptime.calibration import use_settled
+from steptime.results import provenance, write_result
+
+use_settled(snakemake.input.settled)  # this run's settled constants (declared inputs)
+
+p = snakemake.params
+s = dict(p.settings)
+r = serving.e2_9(pd.read_parquet(snakemake.input.traces), models=s["models"], gpus=s["gpus"], trace=s["trace"],
+                 n=s["requests"], concurrency=s["concurrency"], grid=s["chunks"], slo_multiples=s["slo_multiples"],
+                 statics=s["statics"], seed=s["seed"], targets=dict(p.targets))
+doc = serving.e2_9_document(r)
+prov = provenance([snakemake.input.traces], config={**p.config, "E2.9": s}, rule="E2_9",
+                  script="workflow/scripts/E2_9.py")
+write_result(snakemake.output.result, id="E2.9", question=p.question, metrics=doc["metrics"], claims=doc["claims"],
+             provenance=prov)
+serving.plot_e2_9(r, str(snakemake.output.fig).rsplit(".", 1)[0],
+                  "E2.9 (simulated): closed loop at the stated concurrency on Splitwise conversation lengths; "
+                  "each point one Sarathi chunk (p99 time between tokens vs output throughput); dashed lines "
+                  "the TBT SLOs (multiples of the predicted decode step); stars steptime's pick per SLO.")
