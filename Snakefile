@@ -13,11 +13,13 @@ configfile: "config/config.yaml"
 include: "workflow/rules/common.smk"
 include: "workflow/rules/specs.smk"
 include: "workflow/rules/data.smk"
+include: "workflow/rules/wallclock_data.smk"
 include: "workflow/rules/gemm.smk"
 include: "workflow/rules/step.smk"
 include: "workflow/rules/utility.smk"
 include: "workflow/rules/collect.smk"
 include: "workflow/rules/telemetry.smk"
+include: "workflow/rules/wallclock.smk"
 
 
 rule all:

@@ -46,6 +46,6 @@ def test_scheduler_floor_linear_in_requests_and_zero_for_empty_steps():
 def test_host_and_sampling_in_the_step_breakdown():
     from steptime.step import predict_step
 
-    p = predict_step("llama-2-7b", "a100-sxm", decode=[(32, 1024)])
+    p = predict_step("llama-2-7b", "a100-sxm", decode=[(32, 1024)], engine="vllm-v0")  # synchronous: all exposed
     assert p.terms_ms["host"] > 0 and p.terms_ms["sampling"] > 0
     assert sum(p.terms_ms.values()) == pytest.approx(p.total_ms)

@@ -4,7 +4,7 @@
     steptime gpus [--sources] [--json]       steptime models [--json]
     steptime bench [--json]                  steptime status [--json]
     steptime data verify [--json]            steptime evaluate --family gemm [--json]
-    steptime constants [--json]
+    steptime constants [--json]              steptime engines [--json]
 
 Bad input prints one line on stderr and exits 2; no tracebacks.
 """
@@ -29,11 +29,12 @@ def cmd_predict(a) -> int:
 
     batch = Batch.parse(decode=a.decode or [], prefill=a.prefill or [])
     r = predict_step(a.model, a.gpu, batch, tp=a.tp, f_clk=a.f_clk, kv_dtype=a.kv_dtype,
-                     check_memory=not a.no_memory_check)
+                     check_memory=not a.no_memory_check, engine=a.engine, dtype=a.dtype)
     if a.json:
         _print_json(r.to_dict())
         return 0
-    print(f"{r.model} on {r.gpu} (tp={r.tp}): {r.requests} requests, {r.tokens} new tokens")
+    print(f"{r.model} on {r.gpu} (tp={r.tp}, engine {r.engine}, {r.dtype}): {r.requests} requests, "
+          f"{r.tokens} new tokens")
     print(f"{'term':<16}{'ms':>10}{'share':>8}  bound")
     for t in TERMS:
         v = r.terms_ms[t]
@@ -98,12 +99,28 @@ def cmd_models(a) -> int:
 def cmd_constants(a) -> int:
     from steptime.calibration import Constants
 
-    rows = Constants.default().table()
+    from steptime.specs.engines import engine_rows
+
+    rows = Constants.default().table() + engine_rows()
     if a.json:
         _print_json(rows)
         return 0
     for r in rows:
         print(f"{r['scope']:<18}{r['name']:<22}{r['provenance']:<10}{json.dumps(r['value'])[:40]:<42}{r['source'][:70]}")
+    return 0
+
+
+def cmd_engines(a) -> int:
+    from steptime.specs.engines import engine_summary
+
+    rows = engine_summary()
+    if a.json:
+        _print_json(rows)
+        return 0
+    for r in rows:
+        print(f"{r['engine'] + (' (default)' if r['default'] else ''):<18}{r['name']}")
+        print(f"{'':<18}graphs decode={r['graphs']['decode']} prefill={r['graphs']['prefill']}; all-reduce "
+              f"{r['allreduce']}; host {'yes' if r['host_terms'] else 'none'}; {r['assumed']} ASSUMED values")
     return 0
 
 
@@ -148,9 +165,11 @@ def build_parser() -> argparse.ArgumentParser:
     pr.add_argument("--tp", type=int, default=1, help="tensor-parallel degree")
     pr.add_argument("--f-clk", type=float, default=None, help="sustained/boost clock ratio (default 1.0)")
     pr.add_argument("--kv-dtype", choices=["bf16", "fp8"], default="bf16")
+    pr.add_argument("--engine", default=None, help="serving-engine profile (see `steptime engines`; default vllm)")
+    pr.add_argument("--dtype", default="bf16", help="projection GEMM precision: bf16 or fp8 (W8A8)")
     pr.add_argument("--no-memory-check", action="store_true", help="skip the fits-in-memory check")
     pr.add_argument("--json", action="store_true")
-    for name in ("gpus", "models", "constants"):
+    for name in ("gpus", "models", "constants", "engines"):
         sp = sub.add_parser(name, help=f"list known {name}")
         sp.add_argument("--json", action="store_true")
         if name == "gpus":
@@ -176,7 +195,8 @@ def main(argv: list[str] | None = None) -> int:
             return cmd_data(None, argv[1:])
         a = parser.parse_args(argv)
         handler = {"predict": cmd_predict, "gpus": cmd_gpus, "models": cmd_models, "bench": cmd_bench,
-                   "status": cmd_status, "evaluate": cmd_evaluate, "constants": cmd_constants}[a.cmd]
+                   "status": cmd_status, "evaluate": cmd_evaluate, "constants": cmd_constants,
+                   "engines": cmd_engines}[a.cmd]
         return handler(a)
     except SteptimeError as exc:
         print(f"steptime: error: {exc}", file=sys.stderr)

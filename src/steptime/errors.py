@@ -31,3 +31,14 @@ class CalibrationLeakError(SteptimeError, ValueError):
 
 class DataError(SteptimeError, ValueError):
     """A raw or tidy data file failed its checks; the message names file, row and column."""
+
+
+class UnknownEngineError(SteptimeError, KeyError):
+    """An engine name not among the profiles of specs/engines.yaml (the message lists them)."""
+
+    def __str__(self) -> str:
+        return self.args[0] if self.args else ""
+
+
+class UnsupportedError(SteptimeError, ValueError):
+    """A precision or engine the GPU's data cannot support (e.g. fp8 GEMMs on A100)."""

@@ -22,6 +22,7 @@ import numpy as np
 from steptime.calibration import Constants
 from steptime.errors import BatchError, MemoryFitError
 from steptime.specs import get_gpu, get_model
+from steptime.specs.engines import allreduces_per_layer, check_precision, get_engine, tp_sharding
 from steptime.terms import attention, comm, gemm, host, light
 
 PROJ_TERMS = ("qkv_proj", "o_proj", "gate_up_proj", "down_proj")
@@ -105,6 +106,9 @@ class StepPrediction:
     model: str
     gpu: str
     tp: int
+    engine: str
+    dtype: str
+    kv_dtype: str
     total_ms: float
     terms_ms: dict
     hidden_ms: dict
@@ -114,12 +118,14 @@ class StepPrediction:
     requests: int
 
     def to_dict(self) -> dict:
-        return {"model": self.model, "gpu": self.gpu, "tp": self.tp, "total_ms": self.total_ms,
+        return {"model": self.model, "gpu": self.gpu, "tp": self.tp, "engine": self.engine, "dtype": self.dtype,
+                "kv_dtype": self.kv_dtype, "total_ms": self.total_ms,
                 "terms_ms": self.terms_ms, "hidden_ms": self.hidden_ms, "bound": self.bound,
                 "factors": self.factors, "tokens": self.tokens, "requests": self.requests}
 
 
-def validate_batch(model, gpu, new, kv, tp: int = 1, check_memory: bool = True) -> None:
+def validate_batch(model, gpu, new, kv, tp: int = 1, check_memory: bool = True, dtype: str = "bf16",
+                   kv_dtype: str = "bf16") -> None:
     if len(new) == 0:
         raise BatchError("empty batch: give at least one --decode or --prefill request")
     if np.any(new <= 0):
@@ -134,37 +140,50 @@ def validate_batch(model, gpu, new, kv, tp: int = 1, check_memory: bool = True) 
         raise BatchError(f"tensor-parallel degree {tp} must divide {model.key}'s "
                          f"{model.num_attention_heads} attention heads")
     if check_memory:
-        need = memory_bytes(model, total.sum(), tp)
+        need = memory_bytes(model, total.sum(), tp, weight_dtype=dtype, kv_dtype=kv_dtype)
         if need > gpu.mem_bytes:
             raise MemoryFitError(
                 f"{model.key} with this batch needs {need / 1e9:.1f} GB per GPU (weights + KV cache, "
                 f"tp={tp}) but {gpu.key} has {gpu.mem_gb:g} GB: {(need - gpu.mem_bytes) / 1e9:.1f} GB over")
 
 
-def memory_bytes(model, kv_tokens, tp: int = 1, bytes_per: int = 2) -> float:
+def memory_bytes(model, kv_tokens, tp: int = 1, bytes_per: int = 2, weight_dtype: str | None = None,
+                 kv_dtype: str | None = None) -> float:
+    """Weights + KV cache per GPU; fp8 weights (W8A8) or an fp8 KV cache take one byte an element."""
+    w_b = gemm.BYTES[weight_dtype] if weight_dtype else bytes_per
+    kv_b = attention.KV_BYTES[kv_dtype] if kv_dtype else bytes_per
     kv_heads = max(1, model.num_key_value_heads // tp)
-    kv = float(kv_tokens) * 2 * model.num_hidden_layers * kv_heads * model.head_dim * bytes_per
-    return model.n_params() * bytes_per / tp + kv
+    kv = float(kv_tokens) * 2 * model.num_hidden_layers * kv_heads * model.head_dim * kv_b
+    return model.n_params() * w_b / tp + kv
 
 
 def layer_shapes(model, tp):
-    """(n, k) of each projection GEMM of one layer at tensor-parallel degree `tp`."""
+    """(n, k) of each projection GEMM of one layer at tensor-parallel degree `tp`; which dimension
+    TP divides is specs/engines.yaml's tensor_parallel table (column-parallel: n, row-parallel: k)."""
     h = model.hidden_size
-    return {
-        "qkv_proj": (model.qkv_out // tp, h),
-        "o_proj": (h, model.q_size // tp),
-        "gate_up_proj": (model.mlp_up_out // tp, h),
-        "down_proj": (h, model.intermediate_size // tp),
-    }
+    full = {"qkv_proj": (model.qkv_out, h), "o_proj": (h, model.q_size),
+            "gate_up_proj": (model.mlp_up_out, h), "down_proj": (h, model.intermediate_size)}
+    split = tp_sharding()
+    out = {}
+    for name, (n, k) in full.items():
+        how = split[name]["split"]
+        out[name] = (n // tp if how == "split_n" else n, k // tp if how == "split_k" else k)
+    return out
 
 
 def predict_steps(model, gpu, step_id, new_tokens, kv_len, n_steps: int | None = None, *, tp: int = 1,
                   f_clk: float | None = None, constants: Constants | None = None,
-                  kv_dtype: str = "bf16") -> dict:
-    """Vectorised core: per-step term times in milliseconds (dict of arrays) plus totals."""
+                  kv_dtype: str = "bf16", engine=None, dtype: str = "bf16") -> dict:
+    """Vectorised core: per-step term times in milliseconds (dict of arrays) plus totals.
+
+    engine: a profile name or Engine (default: the default engine, `vllm`); dtype: the
+    projection GEMMs' precision (bf16, or fp8 W8A8 from the datasheet fp8 peak).
+    """
     model = get_model(model)
     gpu = get_gpu(gpu)
     constants = constants or Constants.default()
+    engine = get_engine(engine)
+    check_precision(gpu, dtype)
     step_id = np.asarray(step_id, dtype=np.int64)
     new = np.asarray(new_tokens, dtype=float)
     kv = np.asarray(kv_len, dtype=float)
@@ -176,7 +195,9 @@ def predict_steps(model, gpu, step_id, new_tokens, kv_len, n_steps: int | None =
     out: dict[str, np.ndarray] = {}
     compute_bound: dict[str, np.ndarray] = {}
     factors: dict[str, dict] = {}
-    for name, g in gemm.gemm_time_shapes(T, layer_shapes(model, tp), gpu, constants, f_clk=f_clk).items():
+    n_pref = np.bincount(step_id, weights=(new > 1).astype(float), minlength=n_steps)
+    for name, g in gemm.gemm_time_shapes(T, layer_shapes(model, tp), gpu, constants, f_clk=f_clk,
+                                         dtype=dtype).items():
         out[name] = L * g["t"]
         compute_bound[name] = g["compute_bound"]
         factors[name] = {f: g[f] for f in ("eta_c", "f_clk", "eta_cluster", "eta_active", "eta_duty", "eta_mem")}
@@ -200,23 +221,23 @@ def predict_steps(model, gpu, step_id, new_tokens, kv_len, n_steps: int | None =
     g = gemm.gemm_time(N, model.vocab_size // tp, model.hidden_size, gpu, constants, f_clk=f_clk)
     out["lm_head"] = np.where(N > 0, g["t"], 0.0)
     compute_bound["lm_head"] = g["compute_bound"]
-    ar = comm.allreduce_time(2.0 * T * model.hidden_size, tp, gpu, constants)
-    out["allreduce"] = np.where(T > 0, 2 * L * ar, 0.0) if tp > 1 else np.zeros(n_steps)
+    ar = comm.engine_allreduce_time(2.0 * T * model.hidden_size, tp, gpu, engine, constants)  # bf16 activations
+    out["allreduce"] = np.where(T > 0, allreduces_per_layer() * L * ar, 0.0) if tp > 1 else np.zeros(n_steps)
     compute_bound["allreduce"] = np.zeros(n_steps, dtype=bool)
     blocks = sum(out[t] for t in BLOCK_TERMS)
-    disp = host.dispatch_floor(L, gpu, constants, tp)
+    disp = host.engine_dispatch_floor(L, T, n_pref == 0, gpu, engine, constants, tp)
     out["dispatch_floor"] = np.maximum(0.0, disp - blocks)
     hidden_dispatch = np.minimum(disp, blocks)
-    alpha = float(constants.get("host_alpha", gpu))
-    S = host.scheduler_floor(N, gpu, constants, tp)
-    out["host"] = alpha * S
-    out["sampling"] = host.sampling_time(N, gpu, constants)
+    S = host.scheduler_floor(N, gpu, constants, tp, engine=engine)
+    overlap = engine.get("overlap", gpu, constants) if engine.host_terms else 0.0
+    out["host"], hidden_host = host.exposed_host(S, blocks + out["dispatch_floor"], overlap)
+    out["sampling"] = host.sampling_time(N, gpu, constants, engine=engine)
     total = sum(out[t] for t in TERMS)
     ms = {k: v * 1e3 for k, v in out.items()}
     return {
         "total_ms": total * 1e3,
         "terms_ms": ms,
-        "hidden_ms": {"dispatch_floor": hidden_dispatch * 1e3, "host": (1.0 - alpha) * S * 1e3},
+        "hidden_ms": {"dispatch_floor": hidden_dispatch * 1e3, "host": hidden_host * 1e3},
         "compute_bound": compute_bound,
         "factors": factors,
         "tokens": T,
@@ -228,7 +249,7 @@ def predict_steps(model, gpu, step_id, new_tokens, kv_len, n_steps: int | None =
 def predict_step(model, gpu, batch: Batch | None = None, *, decode: Iterable = (), prefill: Iterable = (),
                  requests: Iterable = (), tp: int = 1, f_clk: float | None = None,
                  constants: Constants | None = None, kv_dtype: str = "bf16",
-                 check_memory: bool = True) -> StepPrediction:
+                 check_memory: bool = True, engine=None, dtype: str = "bf16") -> StepPrediction:
     """Predict one engine step of `model` on `gpu` for `batch`, term by term.
 
     >>> predict_step("llama-3.1-8b", "h100-sxm", decode=[(32, 1024)], prefill=[(1, 2048)])
@@ -238,9 +259,11 @@ def predict_step(model, gpu, batch: Batch | None = None, *, decode: Iterable = (
     if batch is None:
         batch = Batch.build(decode=decode, prefill=prefill, requests=requests)
     new, kv = batch.arrays()
-    validate_batch(model, gpu, new, kv, tp, check_memory)
+    engine = get_engine(engine)
+    check_precision(gpu, dtype)
+    validate_batch(model, gpu, new, kv, tp, check_memory, dtype=dtype, kv_dtype=kv_dtype)
     r = predict_steps(model, gpu, np.zeros(len(new), dtype=np.int64), new, kv, 1, tp=tp, f_clk=f_clk,
-                      constants=constants, kv_dtype=kv_dtype)
+                      constants=constants, kv_dtype=kv_dtype, engine=engine, dtype=dtype)
     terms = {k: float(v[0]) for k, v in r["terms_ms"].items()}
     bound = {}
     for t in TERMS:
@@ -253,7 +276,7 @@ def predict_step(model, gpu, batch: Batch | None = None, *, decode: Iterable = (
             bound[t] = kind
     factors = {t: {f: float(v[0]) for f, v in fs.items()} for t, fs in r["factors"].items()}
     return StepPrediction(
-        model=model.key, gpu=gpu.key, tp=tp, total_ms=float(r["total_ms"][0]), terms_ms=terms,
+        model=model.key, gpu=gpu.key, tp=tp, engine=engine.key, dtype=dtype, kv_dtype=kv_dtype, total_ms=float(r["total_ms"][0]), terms_ms=terms,
         hidden_ms={k: float(v[0]) for k, v in r["hidden_ms"].items()}, bound=bound, factors=factors,
         tokens=int(new.sum()), requests=len(new))
 

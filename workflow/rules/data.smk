@@ -222,6 +222,13 @@ rule data_coverage:
         allreduce=rules.data_allreduce.output.table,
         vidur_mlp=rules.data_vidur_mlp.output.table,
         vidur_cpu_overheads=rules.data_vidur_cpu_overheads.output.table,
+        # wall-clock tables and fp8 GEMMs (workflow/rules/wallclock_data.smk)
+        gemm_fp8="results/data/gemm_fp8.parquet",
+        fpm_steps="results/data/fpm_steps.parquet",
+        servingsim_requests="results/data/servingsim_requests.parquet",
+        mlenergy_v2="results/data/mlenergy_v2.parquet",
+        mlenergy_v3="results/data/mlenergy_v3.parquet",
+        aic_silicon="results/data/aic_silicon.parquet",
         lib=lib("plotting", "specs"),
     output:
         png="figures/data_coverage.png",

@@ -33,9 +33,18 @@ FAMILIES = {
                                                   f"{'/'.join(map(str, sorted(d.num_gpus.unique())))} GPUs"),
     "layer ops\n(Vidur)": (inp.vidur_mlp, lambda d: f"tokens {rng(d.num_tokens)}\n{d.model.nunique()} models"),
     "host/step\n(Vidur)": (inp.vidur_cpu_overheads, lambda d: f"batch {rng(d.batch_size)}\n{d.model.nunique()} models"),
+    "GEMM fp8\n(AIC)": (inp.gemm_fp8, lambda d: f"m {rng(d.m)}\n{d[['n', 'k']].drop_duplicates().shape[0]} (n,k)"),
+    "engine steps\n(AIC FPM)": (inp.fpm_steps, lambda d: f"TP {'/'.join(map(str, sorted(d.tp.unique())))}\n"
+                                                        f"{d.model.nunique()} model(s)"),
+    "serving runs\n(LLMServingSim)": (inp.servingsim_requests, lambda d: f"{d.run.nunique()} run(s)\n"
+                                                                       f"{d.model.nunique()} model(s)"),
+    "ITL at batch\n(ML.ENERGY)": (lambda: pd.concat([pd.read_parquet(inp.mlenergy_v2), pd.read_parquet(inp.mlenergy_v3)],
+                                                     ignore_index=True),
+                                   lambda d: f"{d.model.nunique()} models\n{d.moe.sum()} MoE rows"),
+    "TTFT/TPOT\n(AIC silicon)": (inp.aic_silicon, lambda d: f"{d.model.nunique()} models\n{d.moe.sum()} MoE rows"),
 }
 
-tables = {fam: pd.read_parquet(path) for fam, (path, _) in FAMILIES.items()}
+tables = {fam: src() if callable(src) else pd.read_parquet(src) for fam, (src, _) in FAMILIES.items()}
 present = sorted({g for t in tables.values() for g in t["gpu"].unique()}, key=gpu_keys().index)
 counts = np.full((len(present), len(FAMILIES)), np.nan)
 labels = [["" for _ in FAMILIES] for _ in present]
@@ -67,9 +76,13 @@ ax.grid(False)
 ax.xaxis.tick_top()
 cb = fig.colorbar(im, ax=ax, fraction=0.025, pad=0.01)
 cb.set_label("rows (log10)")
-ax.set_title("Measured data in raw/ after ingest: rows and shape range per GPU and operator family", pad=28)
-caption = ("Coverage of the measured tables vendored in raw/ (AIConfigurator 0.12.0 vLLM tables; Vidur profiles) "
+ax.set_title("Measured data in raw/ after ingest: rows and shape range per GPU and operator family or "
+             "wall-clock set", pad=28)
+caption = ("Coverage of the measured tables vendored in raw/ (AIConfigurator 0.12.0 vLLM tables; Vidur profiles; "
+           "the wall-clock sets: AIConfigurator forward-pass metrics, LLMServingSim's vLLM runs, ML.ENERGY v2/v3, "
+           "AIConfigurator silicon TTFT/TPOT) "
            "after ingest into results/data/: tidy row count per GPU and operator family, with the shape range "
            "swept (m for GEMMs, isl/kv length and batch for attention, message size and GPU count for "
-           "all-reduce, token count for Vidur's layer operators). Grey: no data for that GPU.")
+           "all-reduce, token count for Vidur's layer operators; TP degrees, runs, models and MoE rows for the wall-clock "
+           "sets, whose MoE rows steptime does not predict yet). Grey: no data for that GPU.")
 plotting.save(fig, snakemake.output.png.removesuffix(".png"), caption=caption)

@@ -3,11 +3,12 @@
 
     python workflow/scripts/vendor_raw.py \
         --aic /tmp/aic/x/aiconfigurator_core          # unpacked wheel dir, or the .whl itself
-        --datasets /work/shared/datasets              # holds vidur/ and distserve/
+        --datasets /work/shared/datasets              # holds vidur/, distserve/ and wallclock/
         --out raw
 
-Rows are filtered (never edited): AIConfigurator GEMM tables keep bf16 rows, the NCCL
-tables keep all_reduce rows; every other file is copied byte for byte. The committed
+Rows are filtered (never edited): AIConfigurator GEMM tables keep bf16 rows (and, in a
+second file, the per-tensor fp8 W8A8 rows), the NCCL tables keep all_reduce rows; every
+other file is copied byte for byte (the wall-clock sets under raw/wallclock/ too). The committed
 raw/ is this script's output; rerunning it on the same inputs gives the same bytes.
 Get the wheel with `pip download --no-deps aiconfigurator-core==0.12.0 -d /tmp/aic`.
 """
@@ -38,6 +39,20 @@ DISTSERVE_COMMIT = "82831f1604cc6b10bebd360f6c437a07790dde9f"
 AIC_LICENCE = "raw/aiconfigurator/LICENSE"
 VIDUR_LICENCE = "raw/vidur/LICENSE"
 DISTSERVE_LICENCE = "raw/distserve/LICENSE"
+
+# wall-clock sets (shared/datasets/wallclock/README.md)
+AIC_FPM_COMMIT = "abbac647cd87e18557a8cb398b347db2257a6a9a"
+AIC_FPM_BRANCH = "simonec/dev-layerwise-collector-clean-base"
+AIC_FPM_RUN = "fpm_upfront_qwen32_full_once_20260613_194007"
+AIC_FPM_TPS = (1, 2, 4, 8)
+AIC_FPM_LICENCE = "raw/wallclock/aic_fpm/LICENSE"
+LSS_COMMIT = "5daddb2"
+LSS_LICENCE = "raw/wallclock/llmservingsim/LICENSE"
+MLE_V2_COMMIT = "c3af7f31e231a2a7021c5f8e2a54dd712d02e6e2"
+MLE_V3_COMMIT = "0cd52dab897c5d91a45f4d413038f3b8b4251b0f"
+MLE_V2_LICENCE = "raw/wallclock/mlenergy/LICENSE_leaderboard_v2"
+MLE_V3_LICENCE = "raw/wallclock/mlenergy/LICENSE_dataset_apache2"
+SILICON_LICENCE = "raw/wallclock/aic_silicon/LICENSE"
 
 VIDUR_OPS = ["emb", "input_layernorm", "attn_pre_proj", "attn_rope", "attn_post_proj",
              "post_attention_layernorm", "mlp_up_proj", "mlp_act", "mlp_down_proj", "add"]
@@ -198,6 +213,12 @@ def vendor_aic(aic: Path, out_root: Path, repo_root: Path, apache: tuple[Path, s
              "dense GEMM C[m,n] = A[m,k] @ W[k,n] via the framework's linear op, latency per call; "
              "measured as six layer instances in one CUDA graph, mean of replays divided by six",
              {"latency": "ms", "m": "rows (tokens)", "n": "output features", "k": "input features"}),
+            ("gemm", FRAMEWORK, "gemm_perf.parquet", "aic_gemm_fp8", "gemm_dtype", ("fp8",),
+             "gemm_perf.fp8.parquet",
+             "fp8 W8A8 GEMM (per-tensor scaled fp8 weights and activations, bf16 output; vLLM's "
+             "CutlassFP8ScaledMMLinearKernel) C[m,n] = A[m,k] @ W[k,n], latency per call; measured like the "
+             "bf16 rows (six layer instances in one CUDA graph, mean of replays divided by six)",
+             {"latency": "ms", "m": "rows (tokens)", "n": "output features", "k": "input features"}),
             ("attention", FRAMEWORK, "context_attention_perf.parquet", "aic_context_attention",
              "kv_cache_dtype", KV_DTYPES, "context_attention_perf.parquet",
              "prefill attention: batch_size requests of isl new tokens each (no prior KV), latency per call",
@@ -231,6 +252,11 @@ def vendor_aic(aic: Path, out_root: Path, repo_root: Path, apache: tuple[Path, s
             src = data / family / fw / ver / fname
             dst = f"raw/aiconfigurator/{g}/{family}/{fw}/{ver}/{out_name}"
             n0, n1 = filter_parquet(src, repo_root / dst, col, keep)
+            if n1 == 0:  # e.g. no fp8 rows on Ampere: vendor nothing rather than an empty table
+                (repo_root / dst).unlink()
+                notes.append(f"{g}: {family}/{fw}/{ver}/{fname} holds no rows with {col} in {list(keep)}; "
+                             "nothing vendored")
+                continue
             e = {"path": dst, "table": table, **gbase,
                  "original_path": f"aiconfigurator_core/systems/data/{g}/{family}/{fw}/{ver}/{fname}",
                  "original_sha256": sha256(src), "original_bytes": src.stat().st_size,
@@ -260,6 +286,9 @@ def vendor_aic(aic: Path, out_root: Path, repo_root: Path, apache: tuple[Path, s
             if g == "a100_sxm" and family == "attention":
                 entry_notes.append("no window_size column in vLLM 0.14.0 tables: full attention (window 0) "
                                    "is implied; the loader adds window_size = 0")
+            if table == "aic_gemm_fp8":
+                entry_notes.append("same file, version and grid as the bf16 rows of this GPU; the fp8_block "
+                                   "(block-scaled) and nvfp4 rows of the file are not vendored")
             if family == "gemm" and g == "a100_sxm":
                 entry_notes.append("thinner grid than the 0.24.0 tables: 21 m values x 440 (n, k) pairs; "
                                    "kernel_source 'vllm_default'")
@@ -383,6 +412,231 @@ def vendor_distserve(src: Path, repo_root: Path) -> list:
     return entries
 
 
+# --------------------------------------------------------------------------- wall clock
+B300_REASONING = (
+    "GPU not written in the files; recorded as B300 (HGX B300 SXM, steptime key b300) because (1) the "
+    "collector of this branch defaults to B300 SXM, (2) the KV-cache block count of the TP1 run only fits "
+    "in a 288 GB part and (3) sibling files of the same branch name 'NVIDIA B300 SXM6 AC' "
+    "(shared/datasets/wallclock/README.md)")
+
+
+def _fpm_meta(path: Path) -> dict:
+    import json
+
+    doc = json.loads(path.read_text())
+    return doc["effective_config"]
+
+
+def vendor_wallclock(src: Path, repo_root: Path) -> tuple[list, list]:
+    """The real wall-clock sets of shared/datasets/wallclock: byte-for-byte copies."""
+    entries, notes = [], []
+
+    # AIConfigurator forward-pass metrics (Dynamo FPM), Qwen3-32B dense, TP 1/2/4/8
+    fpm = src / "aic_fpm_b300_vllm"
+    base = {"source": "aiconfigurator-fpm", "commit": AIC_FPM_COMMIT, "licence": "Apache-2.0",
+            "licence_file": AIC_FPM_LICENCE}
+    copy(fpm / "LICENSE", repo_root / AIC_FPM_LICENCE)
+    entries.append({"path": AIC_FPM_LICENCE, "table": "licence", **base, "original_path": "LICENSE",
+                     "measures": "Apache License 2.0 of ai-dynamo/aiconfigurator", "units": None, "gpu": None,
+                     "framework": None})
+    for tp in AIC_FPM_TPS:
+        run = f"tp{tp}_ep1_past4096"
+        d = fpm / AIC_FPM_RUN / run
+        cfg = _fpm_meta(d / "vllm_metadata.json")
+        if int(cfg["parallel_config.tensor_parallel_size"]) != tp:
+            sys.exit(f"{d}: vllm_metadata.json says tensor_parallel_size "
+                     f"{cfg['parallel_config.tensor_parallel_size']}, folder says {tp}")
+        ver = str(cfg["vllm_version"])
+        common = {**base, "gpu": "b300", "gpu_evidence": B300_REASONING, "framework": "vllm",
+                  "framework_version": ver, "model": "qwen3-32b", "model_source": "Qwen/Qwen3-32B", "tp": tp,
+                  "run": f"qwen3-32b_tp{tp}"}
+        out = f"raw/wallclock/aic_fpm/qwen3-32b_tp{tp}"
+        step_units = {"latency_ms": "ms", "*_tokens": "tokens", "*_requests": "requests"}
+        files = [
+            ("fpm_metrics_phase.csv", "aic_fpm_steps",
+             "one row per real vLLM engine step (Dynamo forward-pass metrics): batch composition (new prefill "
+             "tokens and requests, their prefix already in the KV cache, decode requests and their summed KV "
+             "length), queue sizes, and latency_ms, the step's wall time with the scheduler included; phase "
+             "context (isolated prefill sweep at 128/1024/4096 tokens), decode or mixed; workload_segment "
+             "sweep (synthetic) or real (chat-shaped requests at concurrency 32)", step_units),
+            ("fpm_metrics_detail.csv", "aic_fpm_steps_detail",
+             "the same steps as fpm_metrics_phase.csv (same counter_id), with the variance of the prefill "
+             "lengths and of the decode KV lengths within each step (needed for the quadratic prefill-"
+             "attention work of a step holding several prefill chunks)",
+             {"latency_ms": "ms", "sum_*_tokens": "tokens", "var_prefill_length": "tokens^2",
+              "var_decode_kv_tokens": "tokens^2"}),
+            ("vllm_metadata.json", "aic_fpm_metadata",
+             "the engine's effective configuration for the run (vLLM version, dtype, CUDA graph mode, "
+             "max_num_batched_tokens, max_num_seqs, prefix caching, tensor_parallel_size) and the requested "
+             "engine arguments", None),
+            ("request_workload.csv", "aic_fpm_workload",
+             "the requests the collector sent (workload label, target and actual prompt tokens, max output "
+             "tokens); workload inputs, not latencies", {"*_isl": "tokens", "*_osl": "tokens",
+                                                        "prompt_tokens": "tokens", "max_tokens": "tokens"}),
+        ]
+        for fname, table, measures, units in files:
+            dst = f"{out}/{fname}"
+            copy(d / fname, repo_root / dst)
+            e = {"path": dst, "table": table, **common,
+                 "original_path": f"fpm_golden_runs/{AIC_FPM_RUN}/{run}/{fname}", "measures": measures,
+                 "units": units}
+            if table == "aic_fpm_steps":
+                e["engine_config"] = {k.split(".")[-1]: cfg[k] for k in (
+                    "model_config.dtype", "compilation_config.cudagraph_mode", "compilation_config.mode",
+                    "scheduler_config.max_num_batched_tokens", "scheduler_config.max_num_seqs",
+                    "cache_config.enable_prefix_caching", "cache_config.block_size")}
+            entries.append(e)
+    notes.append("aic_fpm (AIConfigurator forward-pass metrics): only the dense Qwen/Qwen3-32B runs "
+                 f"({AIC_FPM_RUN}, TP 1/2/4/8) are vendored. The mixture-of-experts runs of the same branch "
+                 "(Qwen3.6-35B-A3B, DeepSeek-V4-Flash; several TP/EP/DP layouts) are not vendored now: "
+                 "steptime does not model MoE layers yet. " + B300_REASONING + ".")
+    notes.append("aic_fpm: 732 of the 26,819 Qwen3-32B rows (2.7%, every TP) hold more new tokens than the engine's "
+                 "recorded max_num_batched_tokens of 2048 (context sweep rows of 4096 and 8192 tokens, mixed rows up "
+                 "to 8191 + 1). The run's raw fpm_metrics.csv (same folder upstream, not vendored) reports the same "
+                 "token counts in single rows, and the latency is linear in tokens (TP1: about 50 ms per 1k tokens "
+                 "from 1k to 8k), as one step would be; whether the engine ran them as one iteration or the "
+                 "forward-pass metric spans several is not stated upstream. Kept as measured; the tidy table flags "
+                 "them (over_token_budget).")
+
+    # LLMServingSim: whole real vLLM runs on a ShareGPT trace
+    lss = src / "llmservingsim_vllm"
+    base = {"source": "llmservingsim", "commit": LSS_COMMIT, "licence": "MIT", "licence_file": LSS_LICENCE}
+    copy(lss / "LICENSE", repo_root / LSS_LICENCE)
+    entries.append({"path": LSS_LICENCE, "table": "licence", **base, "original_path": "LICENSE",
+                    "measures": "MIT licence of casys-kaist/LLMServingSim", "units": None, "gpu": None,
+                    "framework": None})
+    import json
+
+    lss_gpu = {"RTX4090": "rtx-4090", "RTXPRO6000": "rtx-pro-6000"}
+    for d in sorted(p for p in lss.iterdir() if p.is_dir()):
+        hw, model_dir = d.name.split("_", 1)
+        meta = json.loads((d / "meta.json").read_text())
+        kw = meta["engine_kwargs"]
+        common = {**base, "gpu": lss_gpu[hw], "lss_hardware": hw, "framework": "vllm",
+                  "framework_version": str(meta["vllm_version"]), "model_source": meta["model"],
+                  "tp": int(kw["tensor_parallel_size"]), "dp": int(kw["data_parallel_size"]),
+                  "expert_parallel": bool(kw["enable_expert_parallel"]), "run": d.name}
+        orig = f"bench/examples/{hw}/{model_dir}/vllm"
+        out = f"raw/wallclock/llmservingsim/{d.name}"
+        files = [
+            ("requests.jsonl", "llmservingsim_requests",
+             "one JSON line per request of a real vLLM run of 300 ShareGPT requests: input and output token "
+             "counts, client arrival_time (Unix epoch, s) and the engine's queued, scheduled, first-token and "
+             "last-token timestamps (a monotonic clock, s; a different clock from arrival_time)",
+             {"arrival_time": "s (Unix epoch)", "*_ts": "s (monotonic clock)", "input_toks": "tokens",
+              "output_toks": "tokens"}),
+            ("timeseries.csv", "llmservingsim_timeseries",
+             "the engine's 1-second series: prompt and generation throughput, running and waiting requests, "
+             "KV-cache use", {"t": "s", "*_throughput": "tokens/s", "running": "requests", "waiting": "requests",
+                              "kv_cache_pct": "% of KV-cache blocks"}),
+            ("meta.json", "llmservingsim_meta",
+             "the run's engine arguments (vLLM version, TP/DP/EP, max_num_seqs, max_num_batched_tokens, "
+             "dtype), workload file and hash, start/finish times; the RTX 4090 run also the KV-cache size, "
+             "the hardware (device name) and vLLM's resolved configuration", None),
+            ("config.json", "llmservingsim_config",
+             "LLMServingSim's simulator cluster configuration for the run (hardware name, TP, memory size and "
+             "bandwidth as LLMServingSim models them); the simulator's inputs, not measurements",
+             {"npu_mem.mem_size": "GB", "npu_mem.mem_bw": "GB/s"}),
+        ]
+        for fname, table, measures, units in files:
+            dst = f"{out}/{fname}"
+            copy(d / fname, repo_root / dst)
+            entries.append({"path": dst, "table": table, **common, "original_path": f"{orig}/{fname}",
+                            "measures": measures, "units": units})
+    notes.append("llmservingsim: the RTX PRO 6000 runs are recorded as steptime's rtx-pro-6000 (the Server "
+                 "Edition): LLMServingSim's own config.json for these runs models the part with 96 GB at "
+                 "1597 GB/s, the Server Edition's datasheet bandwidth (the Workstation and Max-Q Workstation "
+                 "Editions have 1792 GB/s); the run files name no device. The RTX 4090 run's meta.json names "
+                 "the device ('NVIDIA GeForce RTX 4090', capability 8.9). Qwen3-30B-A3B-Instruct-2507 is a "
+                 "mixture-of-experts model (run with data parallel 2 and expert parallel), vendored for "
+                 "completeness and marked moe in the tidy table.")
+
+    # ML.ENERGY leaderboard v2 and v3
+    mle = src / "mlenergy"
+    out = "raw/wallclock/mlenergy"
+    for lic, commit, what in ((MLE_V2_LICENCE, MLE_V2_COMMIT, "Apache License 2.0 of ml-energy/leaderboard-v2"),
+                              (MLE_V3_LICENCE, MLE_V3_COMMIT,
+                               "Apache License 2.0 text, the licence the ML.ENERGY Benchmark V3 dataset card "
+                               "(DATASET_CARD_v3.md, '## License: Apache-2.0') states for the dataset")):
+        copy(mle / Path(lic).name, repo_root / lic)
+        entries.append({"path": lic, "table": "licence", "source": "mlenergy", "commit": commit,
+                        "licence": "Apache-2.0", "licence_file": lic,
+                        "original_path": "LICENSE" if lic == MLE_V2_LICENCE else
+                        "(the standard Apache-2.0 text; the ml-energy/leaderboard repository has no licence file)",
+                        "measures": what, "units": None, "gpu": None, "framework": None})
+    copy(mle / "DATASET_CARD_v3.md", repo_root / f"{out}/DATASET_CARD_v3.md")
+    entries.append({"path": f"{out}/DATASET_CARD_v3.md", "table": "dataset_card", "source": "mlenergy",
+                    "commit": MLE_V3_COMMIT, "licence": "Apache-2.0", "licence_file": MLE_V3_LICENCE,
+                    "original_path": "dataset card of the ML.ENERGY Benchmark V3 dataset (Hugging Face)",
+                    "measures": "the V3 dataset's card: subsets, field meanings, citation and its licence "
+                                "statement (Apache-2.0)", "units": None, "gpu": None, "framework": None})
+    copy(mle / "mlenergy_leaderboard_v2_llm.csv", repo_root / f"{out}/mlenergy_leaderboard_v2_llm.csv")
+    entries.append({
+        "path": f"{out}/mlenergy_leaderboard_v2_llm.csv", "table": "mlenergy_v2", "source": "mlenergy",
+        "repository": "ml-energy/leaderboard-v2", "commit": MLE_V2_COMMIT, "licence": "Apache-2.0",
+        "licence_file": MLE_V2_LICENCE, "gpu": None, "framework": "vllm", "framework_version": "0.5.4",
+        "original_path": "data/llm_text_generation/{chat,code}/<GPU>/<model>/bs*+tp*+pp*.json (flattened, one "
+                         "row per file; the file column names it)",
+        "measures": "ML.ENERGY leaderboard v2: per (model, GPU, TP, PP, max batch) configuration of a vLLM "
+                    "0.5.4 server at infinite request rate on real chat or code prompts, the average "
+                    "time per output token, the average and maximum running batch, token throughput, output "
+                    "length and energy per request; averages under continuous batching, not isolated steps",
+        "units": {"Avg TPOT (s)": "s", "Energy/req (J)": "J", "Token tput (tok/s)": "tokens/s",
+                  "Avg Output Tokens": "tokens", "Avg BS (reqs)": "requests", "Max BS (reqs)": "requests"},
+        "notes": ["GPU column 'NVIDIA A100-SXM4-40GB' -> steptime a100-sxm-40gb; 'NVIDIA H100 80GB HBM3' "
+                  "(nvidia-smi's name of the SXM5 part) -> h100-sxm",
+                  "Max BS is the server's max_num_seqs (the bs<N> of the file name)"]})
+    copy(mle / "mlenergy_leaderboard_v3_llm.csv", repo_root / f"{out}/mlenergy_leaderboard_v3_llm.csv")
+    entries.append({
+        "path": f"{out}/mlenergy_leaderboard_v3_llm.csv", "table": "mlenergy_v3", "source": "mlenergy",
+        "repository": "ml-energy/leaderboard", "commit": MLE_V3_COMMIT, "licence": "Apache-2.0",
+        "licence_file": MLE_V3_LICENCE, "gpu": None, "framework": "vllm", "framework_version": "0.11.1",
+        "original_path": "public/data/tasks/*.json (configurations flattened, one row per configuration)",
+        "measures": "ML.ENERGY leaderboard v3: per (task, model, GPU, TP/EP/DP, max_num_seqs) configuration of "
+                    "a vLLM 0.11.1 server, the median/p90/p95/p99 inter-token latency, the measured average "
+                    "running batch, output throughput, average output length, power and energy; averages under "
+                    "continuous batching, not isolated steps",
+        "units": {"*_itl_ms": "ms", "avg_batch_size": "requests", "output_throughput_tokens_per_sec": "tokens/s",
+                  "avg_output_len": "tokens", "avg_power_watts": "W", "energy_per_*_joules": "J",
+                  "*_params_billions": "1e9 parameters"},
+        "licence_situation": "the ml-energy/leaderboard repository carries no licence file; the dataset behind "
+                             "it is Apache-2.0 by its dataset card (DATASET_CARD_v3.md, vendored beside it; "
+                             "LICENSE_dataset_apache2 is the standard Apache-2.0 text)",
+        "notes": ["gpu_model 'H100' -> steptime h100-sxm and 'B200' -> b200 (the card names the parts H100 "
+                  "and B200 only; the SXM/HGX form is assumed, as ML.ENERGY's v2 H100 was the SXM5 part)",
+                  "the architecture column (Dense Transformer, MoE, Mamba-Transformer Hybrid) is the "
+                  "dataset's own; the tidy table keeps it and marks moe from it",
+                  "the raw task JSONs (public/data/tasks/*.json) are not vendored: the CSV holds every field "
+                  "of their configurations"]})
+
+    # AIConfigurator silicon TTFT/TPOT (the Llama-3.1 rows removed upstream of this project)
+    sil = src / "aic_silicon"
+    out = "raw/wallclock/aic_silicon"
+    copy(sil / "LICENSE", repo_root / SILICON_LICENCE)
+    entries.append({"path": SILICON_LICENCE, "table": "licence", "source": "aiconfigurator-core",
+                    "version": AIC_VERSION, "licence": "Apache-2.0", "licence_file": SILICON_LICENCE,
+                    "original_path": "(the standard Apache-2.0 text; the wheel declares License-Expression: "
+                                     "Apache-2.0)",
+                    "measures": "Apache License 2.0 text for aiconfigurator-core", "units": None, "gpu": None,
+                    "framework": None})
+    copy(sil / "silicon_sample_no_llama31.csv", repo_root / f"{out}/silicon_sample_no_llama31.csv")
+    entries.append({
+        "path": f"{out}/silicon_sample_no_llama31.csv", "table": "aic_silicon", "source": "aiconfigurator-core",
+        "version": AIC_VERSION, "licence": "Apache-2.0", "licence_file": SILICON_LICENCE, "gpu": None,
+        "framework": None,
+        "original_path": "aiconfigurator_core/systems/silicon_sample.csv (4,536 of its 5,221 rows)",
+        "measures": "end-to-end TTFT and TPOT of aggregated (agg) and disaggregated (disagg) serving measured "
+                    "on silicon, per backend (trtllm, vllm, sglang) and version, model, system (GPU), "
+                    "precision, isl, osl, client concurrency (batch_size) and tp/pp/ep layout",
+        "units": {"silicon_ttft_ms": "ms", "silicon_tpot_ms": "ms", "isl": "tokens", "osl": "tokens",
+                  "batch_size": "requests (client concurrency)"},
+        "filter": "every row except the Llama-3.1-8B and Llama-3.1-70B rows, which are reserved as an outside "
+                  "check of this project and never vendored or read (filtered before it reached this project: "
+                  "shared/datasets/wallclock/README.md)",
+        "rows_original": 5221, "rows": 4536})
+    return entries, notes
+
+
 # --------------------------------------------------------------------------- main
 NOTES = [
     "Values are never edited. AIConfigurator parquet files are row-filtered copies (see each entry's "
@@ -424,7 +678,9 @@ def main(argv: list[str] | None = None) -> int:
         aic, wheel_sha, wheel_name = resolve_aic(a.aic, Path(tmp))
         apache = find_apache_text(a.apache_license)
         aic_entries, aic_notes = vendor_aic(aic, out, repo_root, apache)
-    entries = aic_entries + vendor_vidur(datasets / "vidur", repo_root) + vendor_distserve(datasets / "distserve", repo_root)
+    wc_entries, wc_notes = vendor_wallclock(datasets / "wallclock", repo_root)
+    entries = (aic_entries + vendor_vidur(datasets / "vidur", repo_root)
+               + vendor_distserve(datasets / "distserve", repo_root) + wc_entries)
     for e in entries:
         p = repo_root / e["path"]
         e["sha256"] = sha256(p)
@@ -452,8 +708,24 @@ def main(argv: list[str] | None = None) -> int:
                       "licence_file": VIDUR_LICENCE},
             "distserve": {"what": "DistServe's profiled latency model", "repository": "LLMServe/DistServe",
                           "commit": DISTSERVE_COMMIT, "licence": "Apache-2.0", "licence_file": DISTSERVE_LICENCE},
+            "aiconfigurator-fpm": {
+                "what": "AIConfigurator forward-pass metrics: one row per real vLLM engine step",
+                "repository": "ai-dynamo/aiconfigurator", "branch": AIC_FPM_BRANCH, "commit": AIC_FPM_COMMIT,
+                "folder": f"fpm_golden_runs/{AIC_FPM_RUN}", "licence": "Apache-2.0",
+                "licence_file": AIC_FPM_LICENCE, "gpu": "b300 (not written in the files; see notes)"},
+            "llmservingsim": {
+                "what": "whole real vLLM 0.19.0 runs of 300 ShareGPT requests (the runs LLMServingSim validates "
+                        "against)", "repository": "casys-kaist/LLMServingSim", "commit": LSS_COMMIT,
+                "folder": "bench/examples/<GPU>/<model>/vllm/", "licence": "MIT", "licence_file": LSS_LICENCE},
+            "mlenergy": {
+                "what": "ML.ENERGY leaderboard: inter-token latency at a measured running batch",
+                "v2": {"repository": "ml-energy/leaderboard-v2", "commit": MLE_V2_COMMIT, "licence": "Apache-2.0",
+                       "licence_file": MLE_V2_LICENCE},
+                "v3": {"repository": "ml-energy/leaderboard", "commit": MLE_V3_COMMIT,
+                       "licence": "Apache-2.0 (by the dataset card; the repository has no licence file)",
+                       "licence_file": MLE_V3_LICENCE, "dataset_card": "raw/wallclock/mlenergy/DATASET_CARD_v3.md"}},
         },
-        "notes": NOTES + aic_notes,
+        "notes": NOTES + aic_notes + wc_notes,
         "files": entries,
     }
     header = ("# raw/MANIFEST.yaml: every file under raw/, where it came from, what it measures, its units.\n"

@@ -64,6 +64,8 @@ def raw(table: str) -> pa.DataFrameSchema:
                 "arrived_at": pa.Column("float64", [Check.ge(0), FINITE], required=False)}
     elif table == "distserve_max_num_tokens":
         cols = {"model": _str(), "tp": _pos_int(), "pp": _pos_int(), "max_num_tokens": _pos_int()}
+    elif table in _wallclock().RAW_TABLES:
+        cols = _wallclock().raw_columns(table)
     else:  # pragma: no cover
         raise KeyError(table)
     return pa.DataFrameSchema(cols, strict=False, coerce=False, name=table)
@@ -73,7 +75,7 @@ def raw(table: str) -> pa.DataFrameSchema:
 @lru_cache(maxsize=None)
 def tidy(name: str) -> pa.DataFrameSchema:
     common = {"gpu": _str(), "latency_ms": _latency(), "n_dup": _pos_int()}
-    if name == "gemm":
+    if name in ("gemm", "gemm_fp8"):
         cols = {**common, "m": _pos_int(), "n": _pos_int(), "k": _pos_int(), "dtype": _str(),
                 "kernel_source": _str(), "flops": pa.Column("float64", Check.gt(0)),
                 "min_bytes": pa.Column("float64", Check.gt(0)), "hbm_floor_ms": pa.Column("float64", Check.gt(0)),
@@ -105,6 +107,15 @@ def tidy(name: str) -> pa.DataFrameSchema:
                 "c_ms": pa.Column("float64", FINITE), "bs_threshold": _pos_int()}
     elif name == "distserve_max_num_tokens":
         cols = {"model": _str(), "tp": _pos_int(), "pp": _pos_int(), "max_num_tokens": _pos_int()}
+    elif name in _wallclock().TIDY_TABLES:
+        cols = _wallclock().tidy_columns(name)
     else:  # pragma: no cover
         raise KeyError(name)
     return pa.DataFrameSchema(cols, strict=False, coerce=False, name=name)
+
+
+def _wallclock():
+    """The wall-clock sets' schemas (their own module, imported on first use)."""
+    from steptime.data import wallclock_schemas
+
+    return wallclock_schemas

@@ -21,9 +21,22 @@ READERS = {
     "vidur_trace": ("steptime.data.vidur", "read_trace_file"),
     "distserve_coefficients": ("steptime.data.distserve", "read_coefficients_file"),
     "distserve_max_num_tokens": ("steptime.data.distserve", "read_max_tokens_file"),
+    # wall-clock sets and the fp8 GEMM rows (issue 11)
+    "aic_gemm_fp8": ("steptime.data.aic", "read_gemm_file"),
+    "aic_fpm_steps": ("steptime.data.wallclock", "read_fpm_file"),
+    "aic_fpm_steps_detail": ("steptime.data.wallclock", "read_fpm_detail_file"),
+    "aic_fpm_metadata": ("steptime.data.wallclock", "read_fpm_metadata"),
+    "aic_fpm_workload": ("steptime.data.wallclock", "read_fpm_workload_file"),
+    "llmservingsim_requests": ("steptime.data.wallclock", "read_servingsim_requests_file"),
+    "llmservingsim_timeseries": ("steptime.data.wallclock", "read_servingsim_timeseries_file"),
+    "llmservingsim_meta": ("steptime.data.wallclock", "read_servingsim_meta"),
+    "llmservingsim_config": ("steptime.data.wallclock", "read_servingsim_config"),
+    "mlenergy_v2": ("steptime.data.wallclock", "read_mlenergy_v2_file"),
+    "mlenergy_v3": ("steptime.data.wallclock", "read_mlenergy_v3_file"),
+    "aic_silicon": ("steptime.data.wallclock", "read_silicon_file"),
 }
 YAML_TABLES = {"aic_system", "aic_query_versions"}
-TEXT_TABLES = {"licence"}
+TEXT_TABLES = {"licence", "dataset_card"}
 
 # tidy table name -> (module, loader, kwargs); what results/data/<name>.parquet holds
 TIDY = {
@@ -37,6 +50,15 @@ TIDY = {
     "traces": ("steptime.data.vidur", "load_traces", {}),
     "distserve": ("steptime.data.distserve", "load_distserve", {}),
     "distserve_max_num_tokens": ("steptime.data.distserve", "load_distserve_max_tokens", {}),
+    # wall-clock sets and the fp8 GEMM rows (issue 11)
+    "gemm_fp8": ("steptime.data.wallclock", "load_aic_gemm_fp8", {}),
+    "fpm_steps": ("steptime.data.wallclock", "load_fpm_steps", {}),
+    "fpm_workload": ("steptime.data.wallclock", "load_fpm_workload", {}),
+    "servingsim_requests": ("steptime.data.wallclock", "load_servingsim_requests", {}),
+    "servingsim_timeseries": ("steptime.data.wallclock", "load_servingsim_timeseries", {}),
+    "mlenergy_v2": ("steptime.data.wallclock", "load_mlenergy", {"version": "v2"}),
+    "mlenergy_v3": ("steptime.data.wallclock", "load_mlenergy", {"version": "v3"}),
+    "aic_silicon": ("steptime.data.wallclock", "load_aic_silicon", {}),
 }
 
 

@@ -2,7 +2,8 @@
 
 Each family module registers a function returning a list of records
     {family, gpu, predictor, subset, cells, mape, median_ape, mape_ci}
-with `subset` in {llm, all, decode, prefill}, `predictor` 'steptime' for ours and a
+with `subset` in {llm, all, decode, prefill} (wallclock: decode, mixed, prefill, tpot, and
+`dataset`, `engine`, `tp` added), `predictor` 'steptime' for ours and a
 stable baseline name otherwise, `gpu` a library key, errors as fractions.
 Family modules are imported lazily (they need pandas).
 """
@@ -18,6 +19,7 @@ FAMILIES = {
     "light": "steptime.evaluate.light",
     "host": "steptime.evaluate.host",
     "step": "steptime.evaluate.step",
+    "wallclock": "steptime.evaluate.wallclock",
 }
 RECORD_KEYS = ("family", "gpu", "predictor", "subset", "cells", "mape", "median_ape", "mape_ci")
 

@@ -149,7 +149,8 @@ def gpu_work_ratio(x, kv_len: int = 1024) -> list[dict]:
     for (g, model, tp), d in x.groupby(["gpu", "model", "tp"]):
         n = d["batch_size"].to_numpy().astype(int)
         sid = np.repeat(np.arange(len(n)), n)
-        r = predict_steps(model, g, sid, np.ones(len(sid)), np.full(len(sid), kv_len), len(n), tp=int(tp))
+        r = predict_steps(model, g, sid, np.ones(len(sid)), np.full(len(sid), kv_len), len(n), tp=int(tp),
+                          engine="kernels")  # GPU work only
         gpu_ms = r["blocks_ms"]
         for i in range(len(n)):
             out.append({"gpu": g, "model": model, "tp": int(tp), "batch_size": int(n[i]),

@@ -1,10 +1,18 @@
 """Host-side terms: the kernel-dispatch floor, the scheduler floor S(N), sampling.
 
-    dispatch floor  N_kern * T_launch   (the GPU body cannot finish faster)
-    S(N) = a + b (N - 1) + ray          scheduler/prepare/output work per step, N requests, plus
-                                         the RPC to the workers (host_ray_ms; host_ray_tp_ms once TP > 1)
-    exposed host    alpha * S(N)         alpha = 1 in eager mode
+    dispatch floor  what the launches alone cost: eager kernels x T_launch, CUDA-graph replays
+                    x T_graph plus a GPU-side gap per kernel inside a graph (the GPU body
+                    cannot finish faster)
+    S(N) = a + b (N - 1) + rpc          scheduler/prepare/output work per step, N requests, plus
+                                         the hand-off to the workers (rpc; rpc_tp once TP > 1)
+    exposed host    (1 - ov) S + ov max(0, S - t_gpu)
+                                         ov = the engine's overlapped fraction (async/overlap
+                                         scheduling runs step n+1's host work under step n);
+                                         ov = 0 in a synchronous engine (alpha = 1)
     sampling        t_samp + t_samp_b (N - 1)
+
+Every number comes from the engine profile (specs/engines.yaml); the functions without an
+`engine` argument keep the constants of calibration/defaults.yaml (the vllm-v0 values).
 """
 
 from __future__ import annotations
@@ -18,27 +26,79 @@ KERNELS_PER_STEP = 10   # embedding, final norm, lm head, sampling and bookkeepi
 
 
 def n_kernels(n_layers: int, tp: int = 1) -> int:
-    return KERNELS_PER_LAYER * n_layers + KERNELS_PER_STEP + (2 * n_layers if tp > 1 else 0)
+    from steptime.specs.engines import allreduces_per_layer
+
+    return KERNELS_PER_LAYER * n_layers + KERNELS_PER_STEP + (allreduces_per_layer() * n_layers if tp > 1 else 0)
 
 
 def dispatch_floor(n_layers: int, gpu, constants: Constants | None = None, tp: int = 1) -> float:
+    """Eager dispatch floor with defaults.yaml's t_launch_us (no engine, no graphs)."""
     constants = constants or Constants.default()
     return n_kernels(n_layers, tp) * float(constants.get("t_launch_us", gpu)) * 1e-6
 
 
-def scheduler_floor(n_requests, gpu, constants: Constants | None = None, tp: int = 1):
+def engine_dispatch_floor(n_layers: int, tokens, decode_only, gpu, engine, constants: Constants | None = None,
+                          tp: int = 1):
+    """Per-step launch floor (seconds) under `engine`'s CUDA-graph policy.
+
+    tokens: new tokens per step; decode_only: True where the step holds decodes only.
+    full graph: one replay + a GPU-side gap per kernel; piecewise: the attention op of each
+    layer eager, the rest in n_layers + 1 graph pieces; none (or above graph_max_tokens): eager.
+    """
+    T = np.asarray(tokens, dtype=float)
+    dec = np.asarray(decode_only, dtype=bool)
+    if not engine.host_terms:
+        return np.zeros_like(T)
+    n = float(n_kernels(n_layers, tp))
+    t_l = engine.get("t_launch_us", gpu, constants) * 1e-6
+    t_g = engine.get("graph_launch_us", gpu, constants) * 1e-6
+    t_n = engine.get("graph_node_us", gpu, constants) * 1e-6
+    cap = engine.get("graph_max_tokens", gpu, constants)
+    n_eager_pw = engine.get("piecewise_eager_per_layer", gpu, constants) * n_layers
+    cost = {"none": n * t_l, "full": t_g + n * t_n,
+            "piecewise": n_eager_pw * t_l + (n_layers + 1) * t_g + (n - n_eager_pw) * t_n}
+    mode_dec = engine.graph_mode("decode")
+    mode_pre = engine.graph_mode("prefill")
+    out = np.where(dec, cost[mode_dec], cost[mode_pre])
+    return np.where(T > cap, cost["none"], out)
+
+
+def scheduler_floor(n_requests, gpu, constants: Constants | None = None, tp: int = 1, engine=None):
     """S(N) in seconds (zero for an empty step)."""
     constants = constants or Constants.default()
     n = np.asarray(n_requests, dtype=float)
-    a = float(constants.get("host_a_ms", gpu))
-    b = float(constants.get("host_b_ms", gpu))
-    ray = float(constants.get("host_ray_tp_ms" if tp > 1 else "host_ray_ms", gpu))
+    if engine is None:
+        a = float(constants.get("host_a_ms", gpu))
+        b = float(constants.get("host_b_ms", gpu))
+        ray = float(constants.get("host_ray_tp_ms" if tp > 1 else "host_ray_ms", gpu))
+    elif not engine.host_terms:
+        return np.zeros_like(n)
+    else:
+        a = engine.get("sched_a_ms", gpu, constants)
+        b = engine.get("sched_b_ms", gpu, constants)
+        ray = engine.get("rpc_tp_ms" if tp > 1 else "rpc_ms", gpu, constants)
     return np.where(n > 0, (a + ray + b * np.maximum(n - 1.0, 0.0)) * 1e-3, 0.0)
 
 
-def sampling_time(n_requests, gpu, constants: Constants | None = None):
+def exposed_host(S, t_gpu, overlap: float):
+    """(exposed, hidden) seconds of host work S next to a GPU step of t_gpu seconds."""
+    S = np.asarray(S, dtype=float)
+    ov = float(overlap)
+    if not 0.0 <= ov <= 1.0:
+        raise ValueError(f"host overlap must be in [0, 1], not {ov}")
+    exposed = (1.0 - ov) * S + ov * np.maximum(0.0, S - np.asarray(t_gpu, dtype=float))
+    return exposed, S - exposed
+
+
+def sampling_time(n_requests, gpu, constants: Constants | None = None, engine=None):
     constants = constants or Constants.default()
     n = np.asarray(n_requests, dtype=float)
-    a = float(constants.get("t_samp_ms", gpu))
-    b = float(constants.get("t_samp_b_ms", gpu))
+    if engine is None:
+        a = float(constants.get("t_samp_ms", gpu))
+        b = float(constants.get("t_samp_b_ms", gpu))
+    elif not engine.host_terms:
+        return np.zeros_like(n)
+    else:
+        a = engine.get("t_samp_ms", gpu, constants)
+        b = engine.get("t_samp_b_ms", gpu, constants)
     return np.where(n > 0, (a + b * np.maximum(n - 1.0, 0.0)) * 1e-3, 0.0)

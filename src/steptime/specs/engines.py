@@ -1,0 +1,262 @@
+"""Serving-engine profiles (specs/engines.yaml) and the tensor-parallel sharding table.
+
+    >>> e = get_engine("vllm")
+    >>> e.get("sched_a_ms", get_gpu("h100-sxm"))     # resolved for one GPU
+
+A profile is data: each number is an `EngineValue` with its provenance (MEASURED, FITTED,
+DERIVED, DATASHEET or ASSUMED) and source; a value may point at a constant of
+calibration/defaults.yaml (`const:`), resolved per GPU with the caller's `Constants` (so
+a held-out fold reaches the engine too). Per-(GPU, engine) fitted values come from a
+constants file (`FITTED_FILE`, written by a pipeline rule; absent means none) or from
+`Engine.with_fitted`, and win over the profile for that GPU only.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
+from typing import Any, Iterable
+
+from steptime.errors import UnknownEngineError, UnsupportedError
+
+ENGINE_FILE = Path(__file__).resolve().parent / "engines.yaml"
+FITTED_FILE = Path(__file__).resolve().parent.parent / "calibration" / "engine_constants.yaml"
+PROVENANCES = ("MEASURED", "FITTED", "DERIVED", "DATASHEET", "ASSUMED")
+GRAPH_MODES = ("full", "piecewise", "none")
+AR_IMPLS = ("nccl", "custom", "ring")
+DTYPES = ("bf16", "fp8")
+SPLITS = ("split_n", "split_k", "heads", "replicated")
+NUMERIC = ("sched_a_ms", "sched_b_ms", "rpc_ms", "rpc_tp_ms", "overlap", "t_launch_us", "graph_launch_us",
+           "graph_node_us", "graph_max_tokens", "piecewise_eager_per_layer", "max_bytes", "t_samp_ms", "t_samp_b_ms")
+HOST_FIELDS = tuple(f for f in NUMERIC if f != "max_bytes")
+
+
+@dataclass(frozen=True)
+class EngineValue:
+    name: str
+    value: Any
+    provenance: str
+    source: str
+    const: str | None = None
+    experiment: str | None = None
+    cells: tuple = ()
+
+    def __post_init__(self):
+        if self.provenance not in PROVENANCES:
+            raise ValueError(f"engine value {self.name}: provenance {self.provenance!r} not in {PROVENANCES}")
+        if self.const is None and self.value is None:
+            raise ValueError(f"engine value {self.name}: needs a value or a const")
+
+
+def _value(name: str, e, where: str) -> EngineValue:
+    if not isinstance(e, dict) or "provenance" not in e or not e.get("source"):
+        raise ValueError(f"{where}: {name} needs {{value|const, provenance, source}}")
+    return EngineValue(name=name, value=e.get("value"), provenance=e["provenance"], source=str(e["source"]),
+                       const=e.get("const"), experiment=e.get("experiment"),
+                       cells=tuple(tuple(c) if isinstance(c, list) else c for c in e.get("cells", ())))
+
+
+@dataclass(frozen=True)
+class Engine:
+    key: str
+    name: str
+    host_terms: bool
+    graphs: dict
+    allreduce_impl: str
+    allreduce_fallback: str
+    values: dict = field(default_factory=dict)        # field -> EngineValue
+    fitted: dict = field(default_factory=dict)        # gpu key -> {field -> EngineValue}
+    default: bool = False
+
+    def lookup(self, name: str, gpu=None) -> EngineValue:
+        if gpu is not None:
+            v = self.fitted.get(getattr(gpu, "key", gpu), {}).get(name)
+            if v is not None:
+                return v
+        try:
+            return self.values[name]
+        except KeyError:
+            raise KeyError(f"engine {self.key} has no value {name!r}") from None
+
+    def get(self, name: str, gpu=None, constants=None) -> float:
+        v = self.lookup(name, gpu)
+        if v.const is not None:
+            from steptime.calibration import Constants
+
+            return float((constants or Constants.default()).get(v.const, gpu))
+        return float(v.value)
+
+    def with_fitted(self, gpu_key: str, values: dict, *, source: str, cells: Iterable = (),
+                    experiment: str | None = None, provenance: str = "FITTED") -> "Engine":
+        """A copy whose `values` (field -> number) apply to `gpu_key` only."""
+        unknown = sorted(set(values) - set(self.values))
+        if unknown:
+            raise ValueError(f"engine {self.key}: no field(s) {', '.join(unknown)} to fit "
+                             f"(known: {', '.join(sorted(self.values))})")
+        fitted = copy.deepcopy(self.fitted)
+        table = fitted.setdefault(gpu_key, {})
+        for name, val in values.items():
+            table[name] = EngineValue(name=name, value=float(val), provenance=provenance, source=source,
+                                      experiment=experiment, cells=tuple(cells))
+        return Engine(self.key, self.name, self.host_terms, dict(self.graphs), self.allreduce_impl,
+                      self.allreduce_fallback, dict(self.values), fitted, self.default)
+
+    def graph_mode(self, phase: str) -> str:
+        return self.graphs.get(phase, "none") if self.host_terms else "none"
+
+    def allreduce_for(self, nbytes: float) -> str:
+        """The implementation that carries a message of `nbytes` (custom up to max_bytes, then fallback)."""
+        if self.allreduce_impl == "custom" and nbytes > self.get("max_bytes"):
+            return self.allreduce_fallback
+        return self.allreduce_impl
+
+    def rows(self) -> list[dict]:
+        out = []
+        for scope, table in [(f"engine.{self.key}", self.values)] + [
+                (f"engine.{self.key}.gpu.{g}", t) for g, t in sorted(self.fitted.items())]:
+            for v in table.values():
+                val = f"= {v.const}" if v.const is not None else v.value
+                out.append({"scope": scope, "name": v.name, "value": val, "provenance": v.provenance,
+                            "source": v.source, "experiment": v.experiment, "cells": len(v.cells)})
+        return out
+
+
+def _parse_engine(key: str, doc: dict) -> Engine:
+    where = f"{ENGINE_FILE.name}: engine {key}"
+    host_terms = bool(doc.get("host_terms", True))
+    values: dict[str, EngineValue] = {}
+    for section in ("host", "launch", "sampling", "allreduce"):
+        for name, e in (doc.get(section) or {}).items():
+            if name in ("graphs", "impl", "fallback"):
+                continue
+            if name not in NUMERIC:
+                raise ValueError(f"{where}: unknown field {section}.{name} (known: {', '.join(NUMERIC)})")
+            values[name] = _value(name, e, where)
+    if host_terms:
+        missing = [f for f in HOST_FIELDS if f not in values]
+        if missing:
+            raise ValueError(f"{where}: missing {', '.join(missing)}")
+    ar = doc.get("allreduce") or {}
+    impl, fallback = ar.get("impl"), ar.get("fallback", "nccl")
+    if impl not in AR_IMPLS or fallback not in AR_IMPLS:
+        raise ValueError(f"{where}: allreduce impl/fallback must be one of {AR_IMPLS}")
+    if "max_bytes" not in values:
+        raise ValueError(f"{where}: allreduce.max_bytes missing")
+    graphs = dict((doc.get("launch") or {}).get("graphs") or {"decode": "none", "prefill": "none"})
+    for phase, mode in graphs.items():
+        if phase not in ("decode", "prefill") or mode not in GRAPH_MODES:
+            raise ValueError(f"{where}: launch.graphs.{phase}={mode!r} (phases decode/prefill, modes {GRAPH_MODES})")
+    return Engine(key=key, name=str(doc.get("name", key)), host_terms=host_terms, graphs=graphs,
+                  allreduce_impl=impl, allreduce_fallback=fallback, values=values, default=bool(doc.get("default")))
+
+
+@lru_cache(maxsize=1)
+def _doc() -> dict:
+    from steptime.specs import _load_yaml
+
+    return _load_yaml(ENGINE_FILE)
+
+
+def _fitted_doc(fitted) -> dict:
+    """{engine: {gpu: {field: entry}}} from a path, a dict, or the default FITTED_FILE (absent: {})."""
+    if fitted is None:
+        fitted = FITTED_FILE
+    if isinstance(fitted, (str, Path)):
+        p = Path(fitted)
+        if not p.exists():
+            return {}
+        from steptime.specs import _load_yaml
+
+        return (_load_yaml(p) or {}).get("engines") or {}
+    return (fitted.get("engines", fitted) if isinstance(fitted, dict) else {}) or {}
+
+
+@lru_cache(maxsize=1)
+def _profiles() -> dict[str, Engine]:
+    engines = {k: _parse_engine(k, v) for k, v in _doc()["engines"].items()}
+    defaults = [k for k, e in engines.items() if e.default]
+    if len(defaults) != 1:
+        raise ValueError(f"{ENGINE_FILE.name}: exactly one engine must be the default (found {defaults})")
+    return engines
+
+
+def engine_names() -> list[str]:
+    return list(_profiles())
+
+
+def default_engine() -> str:
+    return next(k for k, e in _profiles().items() if e.default)
+
+
+def get_engine(name=None, fitted=None) -> Engine:
+    """The profile `name` (default: the default engine) with the per-GPU fitted values of `fitted`
+    (a constants-file path, a dict {engine: {gpu: {field: {value, provenance, source, cells}}}},
+    or None for FITTED_FILE) laid over it. An Engine passes through unchanged."""
+    if isinstance(name, Engine):
+        return name
+    key = default_engine() if name is None else str(name).strip().lower()
+    profiles = _profiles()
+    if key not in profiles:
+        raise UnknownEngineError(f"unknown engine {name!r}; known engines: {', '.join(profiles)}")
+    eng = profiles[key]
+    over = _fitted_doc(fitted).get(key) or {}
+    if not over:
+        return eng
+    fitted_tables = {g: {f: _value(f, e, f"fitted {key}/{g}") for f, e in tbl.items()} for g, tbl in over.items()}
+    for g, tbl in fitted_tables.items():
+        bad = sorted(set(tbl) - set(eng.values))
+        if bad:
+            raise ValueError(f"fitted constants for engine {key} on {g}: unknown field(s) {', '.join(bad)}")
+    return Engine(eng.key, eng.name, eng.host_terms, dict(eng.graphs), eng.allreduce_impl, eng.allreduce_fallback,
+                  dict(eng.values), fitted_tables, eng.default)
+
+
+def engine_table() -> dict[str, Engine]:
+    return {k: get_engine(k) for k in engine_names()}
+
+
+def engine_rows() -> list[dict]:
+    """Every engine value as a row of `steptime constants` (ASSUMED ones included)."""
+    return [r for e in engine_table().values() for r in e.rows()]
+
+
+# ---------------------------------------------------------------------------------------
+@lru_cache(maxsize=1)
+def tp_sharding() -> dict[str, dict]:
+    """term -> {split, allreduce_after, note}: how tensor parallelism shares each term."""
+    out = {}
+    for term, e in _doc()["tensor_parallel"].items():
+        if e.get("split") not in SPLITS:
+            raise ValueError(f"{ENGINE_FILE.name}: tensor_parallel.{term}.split must be one of {SPLITS}")
+        out[term] = {"split": e["split"], "allreduce_after": bool(e.get("allreduce_after", False)),
+                     "note": e.get("note", "")}
+    return out
+
+
+def allreduces_per_layer() -> int:
+    return sum(1 for e in tp_sharding().values() if e["allreduce_after"])
+
+
+def check_precision(gpu, dtype: str = "bf16") -> None:
+    """Refuse a precision the GPU's tensor cores (by its datasheet) do not have."""
+    if dtype not in DTYPES:
+        raise UnsupportedError(f"unknown dtype {dtype!r} (known: {', '.join(DTYPES)})")
+    if dtype == "fp8" and not gpu.fp8_dense_tflops:
+        raise UnsupportedError(f"{gpu.key} ({gpu.architecture}) has no fp8 tensor cores: --dtype fp8 needs "
+                               f"Hopper, Ada or Blackwell")
+
+
+def engine_summary() -> list[dict]:
+    """One row per engine for `steptime engines`."""
+    out = []
+    for k, e in engine_table().items():
+        ar = e.allreduce_impl
+        if ar == "custom":
+            ar += f" up to {e.get('max_bytes') / 2**20:g} MiB, then {e.allreduce_fallback}"
+        out.append({"engine": k, "name": e.name, "default": e.default, "host_terms": e.host_terms,
+                    "graphs": {p: e.graph_mode(p) for p in ("decode", "prefill")}, "allreduce": ar,
+                    "assumed": sum(v.provenance == "ASSUMED" for v in e.values.values()),
+                    "values": {n: (f"= {v.const}" if v.const else v.value) for n, v in e.values.items()}})
+    return out

@@ -1,0 +1,204 @@
+"""Engine profiles as data (specs/engines.yaml), the TP sharding table, precision, the CLI."""
+import json
+
+import numpy as np
+import pytest
+
+from steptime.cli import main
+from steptime.errors import UnknownEngineError, UnsupportedError
+from steptime.specs import get_gpu
+from steptime.specs import engines as E
+from steptime.step import TERMS, predict_step, predict_steps
+
+GPU = "h100-sxm"
+MODEL = "llama-3.1-8b"
+
+
+def test_profiles_load_with_provenance_and_one_default():
+    names = E.engine_names()
+    assert {"vllm", "vllm-v0", "trtllm", "sglang", "kernels"} <= set(names)
+    assert E.default_engine() == "vllm"
+    for e in E.engine_table().values():
+        for v in e.values.values():
+            assert v.provenance in E.PROVENANCES and v.source
+    assert E.get_engine().key == "vllm"
+
+
+def test_unknown_engine_lists_the_known_ones():
+    with pytest.raises(UnknownEngineError) as ei:
+        E.get_engine("vllm-v2")
+    assert all(n in str(ei.value) for n in E.engine_names())
+
+
+def test_vllm_v0_reads_the_host_constants_of_defaults_yaml():
+    from steptime.calibration import Constants
+
+    g = get_gpu("a100-sxm")
+    c = Constants.default()
+    v0 = E.get_engine("vllm-v0")
+    assert v0.get("sched_a_ms", g, c) == pytest.approx(float(c.get("host_a_ms", g)))
+    held = c.with_overrides({"host_a_ms": 9.0}, scope="gpu.a100-sxm")
+    assert v0.get("sched_a_ms", g, held) == 9.0  # a fold reaches the engine through its constants
+
+
+def test_fitted_override_applies_to_its_gpu_only(tmp_path):
+    f = tmp_path / "engine_constants.yaml"
+    f.write_text("engines:\n  vllm:\n    b300:\n      sched_a_ms: {value: 1.5, provenance: FITTED, source: test, "
+                 "cells: [[b300, fpm, 1]]}\n")
+    e = E.get_engine("vllm", fitted=f)
+    assert e.get("sched_a_ms", get_gpu("b300")) == 1.5
+    assert e.get("sched_a_ms", get_gpu("h100-sxm")) == E.get_engine("vllm").get("sched_a_ms")
+    assert e.lookup("sched_a_ms", get_gpu("b300")).cells == (("b300", "fpm", 1),)
+    e2 = E.get_engine("vllm").with_fitted("h100-sxm", {"overlap": 0.5}, source="x", cells=[("h100-sxm", 1)])
+    assert e2.get("overlap", get_gpu("h100-sxm")) == 0.5 and e2.get("overlap", get_gpu("b200")) == 1.0
+    with pytest.raises(ValueError, match="no field"):
+        E.get_engine("vllm").with_fitted("h100-sxm", {"warp_speed": 1.0}, source="x")
+    f.write_text("engines:\n  vllm:\n    b300:\n      warp_speed: {value: 1, provenance: FITTED, source: t}\n")
+    with pytest.raises(ValueError, match="unknown field"):
+        E.get_engine("vllm", fitted=f)
+
+
+def test_kernels_engine_is_the_bare_gpu_sum():
+    r = predict_step(MODEL, GPU, decode=[(16, 1024)], engine="kernels")
+    assert r.terms_ms["host"] == r.terms_ms["sampling"] == r.terms_ms["dispatch_floor"] == 0.0
+    body = sum(r.terms_ms[t] for t in TERMS if t not in ("host", "sampling", "dispatch_floor"))
+    assert r.total_ms == pytest.approx(body)
+    assert r.engine == "kernels" and r.to_dict()["engine"] == "kernels"
+
+
+def test_engine_changes_only_host_launch_sampling_and_collectives():
+    a = predict_step(MODEL, GPU, decode=[(16, 1024)], engine="kernels")
+    for name in ("vllm", "vllm-v0", "trtllm", "sglang"):
+        b = predict_step(MODEL, GPU, decode=[(16, 1024)], engine=name)
+        for t in TERMS:
+            if t not in ("host", "sampling", "dispatch_floor", "allreduce"):
+                assert b.terms_ms[t] == a.terms_ms[t], (name, t)
+        assert b.total_ms >= a.total_ms
+        assert sum(b.terms_ms.values()) == pytest.approx(b.total_ms)
+
+
+def test_async_overlap_hides_host_under_a_long_gpu_step_but_not_a_short_one():
+    from steptime.terms.host import exposed_host
+
+    exp, hid = exposed_host(np.array([1e-3, 1e-3]), np.array([5e-3, 0.2e-3]), 1.0)
+    assert exp[0] == 0 and hid[0] == pytest.approx(1e-3)
+    assert exp[1] == pytest.approx(0.8e-3)
+    exp, hid = exposed_host(np.array([1e-3]), np.array([5e-3]), 0.0)
+    assert exp[0] == pytest.approx(1e-3) and hid[0] == 0
+    with pytest.raises(ValueError):
+        exposed_host(1e-3, 1e-3, 1.5)
+    v1 = predict_step(MODEL, GPU, decode=[(64, 2048)], engine="vllm")
+    v0 = predict_step(MODEL, GPU, decode=[(64, 2048)], engine="vllm-v0")
+    assert v1.terms_ms["host"] == 0.0 and v1.hidden_ms["host"] > 0
+    assert v0.terms_ms["host"] > 0 and v0.hidden_ms["host"] == 0
+
+
+def test_cuda_graphs_lower_the_launch_floor_and_large_steps_run_eager():
+    from steptime.terms.host import engine_dispatch_floor
+
+    g = get_gpu(GPU)
+    v1, v0, k = (E.get_engine(n) for n in ("vllm", "vllm-v0", "kernels"))
+    T = np.array([8.0, 8.0, 4096.0])
+    dec = np.array([True, False, False])
+    f1 = engine_dispatch_floor(32, T, dec, g, v1)
+    f0 = engine_dispatch_floor(32, T, dec, g, v0)
+    assert f1[0] < f1[1] < f1[2]         # full graph < piecewise < eager (above the capture size)
+    assert f0[1] == f0[2] > f0[0]        # V0: prefill eager, decode in a graph
+    assert np.all(engine_dispatch_floor(32, T, dec, g, k) == 0)
+
+
+def test_tp_sharding_table_is_what_the_step_does():
+    sh = E.tp_sharding()
+    kw = dict(prefill=[(1, 1024)], decode=[(8, 2048)], engine="kernels", check_memory=False)
+    one = predict_step("llama-3-70b", GPU, tp=1, **kw)
+    two = predict_step("llama-3-70b", GPU, tp=2, **kw)
+    for term, e in sh.items():
+        if term not in one.terms_ms:
+            continue
+        if e["split"] == "replicated":
+            assert two.terms_ms[term] == pytest.approx(one.terms_ms[term]), term
+        else:
+            assert two.terms_ms[term] < one.terms_ms[term], term
+    assert E.allreduces_per_layer() == 2
+    assert one.terms_ms["allreduce"] == 0 and two.terms_ms["allreduce"] > 0
+    from steptime.specs import get_model
+    from steptime.step import layer_shapes
+
+    m = get_model("llama-3-70b")
+    full, half = layer_shapes(m, 1), layer_shapes(m, 2)
+    for name, (n, k) in full.items():
+        how = sh[name]["split"]
+        assert half[name] == ((n // 2, k) if how == "split_n" else (n, k // 2))
+
+
+def test_custom_allreduce_hands_large_messages_to_the_fallback():
+    from steptime.calibration import Constants
+    from steptime.terms import comm
+
+    g = get_gpu(GPU)
+    e = E.get_engine("vllm")
+    c = Constants.default()
+    assert e.allreduce_for(1e6) == "custom" and e.allreduce_for(1e9) == "nccl"
+    x = np.array([1e5, 1e9])
+    t = comm.engine_allreduce_time(x, 4, g, e, c)
+    assert t[1] == pytest.approx(comm.allreduce_time(1e9, 4, g, c, "nccl"))
+    assert np.all(comm.engine_allreduce_time(x, 1, g, e, c) == 0)
+    with pytest.raises(ValueError, match="implementation"):
+        comm.allreduce_time(x, 2, g, c, "carrier-pigeon")
+
+
+def test_fp8_projections_are_faster_when_compute_bound_and_refused_on_a100():
+    bf = predict_step(MODEL, GPU, prefill=[(1, 8192)], engine="kernels")
+    f8 = predict_step(MODEL, GPU, prefill=[(1, 8192)], engine="kernels", dtype="fp8")
+    for t in ("qkv_proj", "o_proj", "gate_up_proj", "down_proj"):
+        assert f8.terms_ms[t] < 0.75 * bf.terms_ms[t]
+        # never faster than the fp8 datasheet peak
+    g = get_gpu(GPU)
+    flops = 2 * 8192 * 4096 * 14336 * 2 * 32
+    assert f8.terms_ms["gate_up_proj"] * 1e-3 >= flops / (g.fp8_dense_tflops * 1e12)
+    assert f8.terms_ms["attn_prefill"] == bf.terms_ms["attn_prefill"]  # attention stays bf16 unless --kv-dtype
+    with pytest.raises(UnsupportedError, match="fp8"):
+        predict_step(MODEL, "a100-sxm", decode=[(1, 16)], dtype="fp8")
+    with pytest.raises(UnsupportedError):
+        predict_steps(MODEL, "a100-sxm", [0], [1], [16], dtype="fp8")
+    with pytest.raises(UnsupportedError, match="unknown dtype"):
+        predict_step(MODEL, GPU, decode=[(1, 16)], dtype="int3")
+
+
+def test_fp8_weights_and_kv_cache_enter_the_memory_check():
+    from steptime.specs import get_model
+    from steptime.step import memory_bytes
+
+    m = get_model("llama-3-70b")
+    assert memory_bytes(m, 0, 1, weight_dtype="fp8") == pytest.approx(memory_bytes(m, 0, 1) / 2)
+    kv16 = memory_bytes(m, 10000, 1) - memory_bytes(m, 0, 1)
+    kv8 = memory_bytes(m, 10000, 1, kv_dtype="fp8") - memory_bytes(m, 0, 1)
+    assert kv8 == pytest.approx(kv16 / 2)
+    # 70B bf16 does not fit one 80 GB H100; in fp8 with an fp8 KV cache a small batch does
+    with pytest.raises(Exception):
+        predict_step("llama-3-70b", GPU, decode=[(4, 1024)])
+    r = predict_step("llama-3-70b", GPU, decode=[(4, 1024)], dtype="fp8", kv_dtype="fp8")
+    assert r.dtype == "fp8" and r.kv_dtype == "fp8"
+
+
+def test_cli_engines_and_predict_flags(capsys):
+    assert main(["engines"]) == 0
+    out = capsys.readouterr().out
+    assert "vllm (default)" in out and "kernels" in out
+    assert main(["engines", "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert {r["engine"] for r in rows} >= {"vllm", "vllm-v0", "trtllm", "sglang", "kernels"}
+    assert main(["predict", "--model", MODEL, "--gpu", GPU, "--decode", "4x512", "--engine", "trtllm", "--json"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    assert d["engine"] == "trtllm" and d["dtype"] == "bf16"
+    assert main(["predict", "--model", MODEL, "--gpu", GPU, "--decode", "4x512", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["engine"] == "vllm"
+    assert main(["predict", "--model", MODEL, "--gpu", GPU, "--decode", "4x512", "--engine", "nope"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "known engines: vllm" in err[0]
+    assert main(["predict", "--model", MODEL, "--gpu", "a100", "--decode", "4x512", "--dtype", "fp8"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "fp8" in err[0]
+    assert main(["constants"]) == 0
+    out = capsys.readouterr().out
+    assert "engine.vllm" in out and "ASSUMED" in out
