@@ -312,7 +312,14 @@ def test_e1_19_fpm_path_recovers_a_known_host_floor_and_the_shift():
     assert sh["scores"]["online_frozen"]["bias_ms"] < -2.0
     assert sh["scores"]["oracle_static"]["mae_ms"] < 1e-6
     assert sh["scores"]["online_adapt"]["mae_ms"] < sh["scores"]["online_frozen"]["mae_ms"]
-    # the static arm is the vllm profile as shipped, with its values and provenance
+    # the static arm is the vllm profile as shipped (its step minus the kernel step), with values and provenance
+    held = steps[steps["segment"] == "real"].sort_values("step").iloc[12:]
+    shipped_host = (held["static_ms"] - held["kernel_ms"]).mean()
+    assert shipped_host > 0.05 and st["constants"]["static"]["per_step_mean_ms"] == pytest.approx(shipped_host)
+    # the phase filter: no mixed step in this frame, so a mixed-only run has nothing to reduce
+    with pytest.raises(DataError, match="no \\(gpu, model, tp\\) run"):
+        hostfloor.run_e1_19(steps, phases=["mixed"])
+    # ... and the shipped values carry provenance
     assert metrics["static_arm"]["values"]["b300"]["sched_a_ms"]["provenance"] in ("ASSUMED", "FITTED", "MEASURED")
     met = [c for c in claims if "frozen < static" == c["comparison"]]
     assert [c["met"] for c in met] == [True, True]
