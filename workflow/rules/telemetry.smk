@@ -1,5 +1,6 @@
 # GPU telemetry of issue 14: collection rules (GPU node; `--profile profiles/pace`) and the
-# reductions of the experiments that await it (E1.3b, E1.6-E1.9, E1.14, E1.15, E1.17, E1.19, E2.8).
+# reductions of the experiments that await it (E1.3b, E1.6-E1.9, E1.14, E1.15, E1.17, E2.8); E1.19 is built on the
+# vendored FPM steps and any collected step traces by its own rule (E1_19, at the end of this file).
 # A reduction builds once its telemetry is in raw/telemetry/ (rule all: registry `raw:` present).
 import yaml as _tyaml
 
@@ -24,7 +25,6 @@ TELEMETRY = {
     "E1.14": ("raw/telemetry/gemm_sweep/*/duty.csv", "E1_14_duty"),
     "E1.15": ("raw/telemetry/gemm_sweep/l40s/duty.csv", "E1_15_barrier"),
     "E1.17": ("raw/telemetry/engine_kernels/*/ncu.csv", "E1_17_engine_kernels"),
-    "E1.19": ("raw/telemetry/steptrace/*/*.csv", "E1_19_host_learner"),
     "E2.8": ("raw/telemetry/clock/*/cap_sweep.csv", "E2_8_placement"),
 }
 
@@ -201,3 +201,31 @@ for _eid, (_tglob, _stem) in TELEMETRY.items():
             f"{_eid}: reducing the collected GPU telemetry"
         script:
             "../scripts/telemetry_experiment.py"
+
+
+# E1.19: the host-floor learner on real engine steps: the tidy FPM table (AIConfigurator's vendored vLLM steps)
+# and every collected step trace in the same layout (raw/telemetry/steptrace/<gpu>/<model>.csv, none yet),
+# read by one code path (steptime.collect.hostfloor); R2.3's three-reading constants as a side-by-side arm.
+rule E1_19:
+    input:
+        fpm="results/data/fpm_steps.parquet",
+        steptrace=_telemetry("raw/telemetry/steptrace/*/*.csv"),
+        constants="results/calibration/engine_constants.yaml",
+        code=lib("collect/hostfloor", "collect/steptrace", "experiments/wallclock", "terms", "specs", "calibration",
+                 "results", "plotting", "step.py", "ops.py", "errors"),
+    output:
+        result="results/E1_19.json",
+        fig="figures/E1_19_host_learner.png",
+    params:
+        question=EXPERIMENTS["E1.19"]["question"],
+        settings=EXPERIMENTS["E1.19"]["settings"],
+        round1=EXPERIMENTS["E1.19"]["round1"],
+        seed=config["seed"],
+    log:
+        "logs/E1_19.log",
+    conda:
+        CONDA_ENV
+    message:
+        "E1.19: online host-floor learner (frozen at deploy) vs the shipped profile, stationary and shift"
+    script:
+        "../scripts/E1_19.py"

@@ -3,7 +3,8 @@
 One entry per ID: which reduction reads which telemetry, what round 1 reported (quoted as
 "reported in round 1", never as ours), and the figure. `build(eid, paths, ...)` is the body
 of `workflow/scripts/telemetry_experiment.py`; files are laid out raw/telemetry/<kind>/<gpu>/<file>
-(the GPU is the folder name).
+(the GPU is the folder name). E1.19 (the host-floor learner) is built on the vendored FPM steps
+and collected step traces alike by its own rule (`steptime.collect.hostfloor`, workflow/scripts/E1_19.py).
 """
 
 from __future__ import annotations
@@ -122,41 +123,6 @@ def _e1_17(paths, **kw):
     return per, claims
 
 
-def _e1_19(paths, **kw):
-    """Host learner on FPM-layout step traces: kernel time predicted by steptime (engine=kernels)."""
-    import pandas as pd
-
-    from steptime.collect.hostfloor import host_learner
-    from steptime.specs import get_engine
-    from steptime.step import predict_steps
-
-    per = {}
-    for p in paths:
-        gpu, model = _gpu(p), Path(p).stem
-        d = pd.read_csv(p)
-        d = d[d["latency_ms"] > 0].reset_index(drop=True)
-        sid, new, kv = [], [], []
-        for i, r in d.iterrows():
-            if r["ctx_requests"] > 0:
-                per_req = int(r["ctx_tokens"] // r["ctx_requests"])
-                sid += [i] * int(r["ctx_requests"])
-                new += [max(per_req, 1)] * int(r["ctx_requests"])
-                kv += [int(r["ctx_kv_tokens"] // r["ctx_requests"])] * int(r["ctx_requests"])
-            if r["decode_requests"] > 0:
-                sid += [i] * int(r["decode_requests"])
-                new += [1] * int(r["decode_requests"])
-                kv += [int(r["mean_decode_kv_tokens"])] * int(r["decode_requests"])
-        kern = predict_steps(model, gpu, np.array(sid), np.array(new), np.array(kv), len(d), engine="kernels")
-        eng = get_engine("vllm")
-        static = (float(eng.value("host_a_ms")), float(eng.value("host_b_ms")))
-        per[f"{gpu}/{model}"] = host_learner(d["ctx_requests"] + d["decode_requests"], kern["total_ms"],
-                                             d["latency_ms"], static)
-    claims = [{"claim": f"{k}: online learner frozen at deploy vs one-time static constants (held-out MAE)",
-               "value": {a: s["mae_ms"] for a, s in r["scores"].items()}, "comparison": "ms, lower is better"}
-              for k, r in per.items()]
-    return per, claims
-
-
 def _e2_8(paths, seed=0, **kw):
     from steptime.collect.power import placement
 
@@ -190,8 +156,6 @@ EXPERIMENTS = {
     "E1.14": TelemetryExperiment(_e1_14, "in flight after round 1 (2/4 jobs), no number"),
     "E1.15": TelemetryExperiment(_e1_15, "L40S barrier 0.425, CV 1.8% (n=32) vs 0.575, CV 26.5% (n=4)"),
     "E1.17": TelemetryExperiment(_e1_17, "the standalone law misses engine decode kernels by 42.3%"),
-    "E1.19": TelemetryExperiment(_e1_19, "online ~ static on a stationary trace (wins 1/3 SKUs by ~0.22 pp); wins "
-                                         "under shift (0.43 vs 2.58); 26 steps"),
     "E2.8": TelemetryExperiment(_e2_8, "+10.5% mean makespan, oracle 6/6 (RTX 5090 cap sweep, n=3)"),
 }
 
@@ -244,10 +208,6 @@ def figure(eid: str, metrics: dict, stem) -> None:
             names += [f"{g} {c}" for c in r["per_class"]]
             vals += [v["median_gap"] for v in r["per_class"].values()]
             ax.set_ylabel("median (eta_engine - eta_law) / eta_law")
-        elif eid == "E1.19":
-            names += [f"{g} {a}" for a in r["scores"]]
-            vals += [s["mae_ms"] for s in r["scores"].values()]
-            ax.set_ylabel("held-out MAE of the step (ms)")
         elif eid == "E2.8":
             names += [g]
             vals += [r["mean_makespan_gain_vs_cap_blind"]]

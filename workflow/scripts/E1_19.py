@@ -1,0 +1,23 @@
+"""E1.19: the host-floor learner (frozen at deploy) on real engine steps and collected step traces (thin)."""
+from pathlib import Path
+
+import pandas as pd
+
+from steptime.collect.hostfloor import build_e1_19, figure
+from steptime.results import provenance, write_result
+
+p = snakemake.params
+st = p.settings
+metrics, claims, steps = build_e1_19(pd.read_parquet(snakemake.input.fpm), list(snakemake.input.steptrace),
+                                     fitted=snakemake.input.constants, round1=p.round1, **st)
+write_result(snakemake.output.result, id="E1.19", question=p.question, metrics=metrics, claims=claims,
+             provenance=provenance([snakemake.input.fpm, *snakemake.input.steptrace, snakemake.input.constants],
+                                   config={"seed": p.seed, **st}, rule=snakemake.rule,
+                                   script="workflow/scripts/E1_19.py"))
+figure(metrics["per_run"], Path(snakemake.output.fig).with_suffix(""), steps=steps,
+       caption=f"E1.19 on real vLLM steps ({', '.join(metrics['per_run'])}; phases {metrics['phases']}): held-out "
+               "MAPE of the step per arm, (a) stationary (frozen after the first "
+               f"{st['warmup']:.0%} of the '{st['stationary_segment']}' steps), (b) shift (trained on "
+               f"'{st['shift_train']}', tested on '{st['shift_test']}'); oracle_static is a bound, online_adapt a "
+               "diagnostic (hatched). (c) measured host floor vs N with the frozen and oracle S(N). Reported in "
+               f"round 1 (other telemetry): {p.round1}.")
