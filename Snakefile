@@ -19,6 +19,7 @@ include: "workflow/rules/step.smk"
 include: "workflow/rules/utility.smk"
 include: "workflow/rules/collect.smk"
 include: "workflow/rules/serve.smk"
+include: "workflow/rules/peers.smk"
 
 
 rule all:

@@ -6,6 +6,13 @@ import json
 from pathlib import Path
 
 
+def _absent_modules(names) -> list[str]:
+    """The importable module names of an optional experiment that are not installed."""
+    import importlib.util
+
+    return [n for n in names if importlib.util.find_spec(n) is None]
+
+
 def experiment_status(root: Path | None = None) -> list[dict]:
     import yaml
 
@@ -22,8 +29,10 @@ def experiment_status(root: Path | None = None) -> list[dict]:
         state = e.get("status", "planned")
         if state == "awaiting" and not missing:
             state = "data-present"
+        absent = _absent_modules(e.get("needs", []) or [])
         rows.append({"id": eid, "status": state, "result_present": built, "missing_raw": missing,
-                     "collect": e.get("collect"), "question": e.get("question", "")})
+                     "collect": e.get("collect"), "question": e.get("question", ""), "missing_packages": absent,
+                     "install": e.get("install"), "build": e.get("build")})
     return rows
 
 
@@ -37,5 +46,9 @@ def status(as_json: bool = False) -> int:
         line = f"{r['id']:<7} {r['status']:<12} result:{mark}"
         if r["status"] == "awaiting":
             line += f"  awaiting telemetry: {', '.join(r['missing_raw'])}; collect with: {r['collect']}"
+        elif r["status"] == "optional" and r["missing_packages"]:
+            line += f"  optional peers not installed ({', '.join(r['missing_packages'])}); install with: {r['install']}"
+        elif r["status"] == "optional" and not r["result_present"]:
+            line += f"  optional, not in rule all; build with: {r['build']}"
         print(line)
     return 0

@@ -116,3 +116,19 @@ class AICEstimator:
         s = self._backend.run_agg(self._model, self._db, rc, ctx_tokens=int(ctx_tokens))
         row = s.get_summary_df().iloc[0]
         return {"ttft_s": float(row["ttft"]) * 1e-3, "tpot_s": float(row["tpot"]) * 1e-3}
+
+
+def require() -> None:
+    """Raise one clear line when aiconfigurator-core is not installed."""
+    _require()
+
+
+def version() -> str | None:
+    """The installed aiconfigurator-core version (None when absent)."""
+    from importlib.metadata import PackageNotFoundError
+    from importlib.metadata import version as _v
+
+    try:
+        return _v("aiconfigurator-core")
+    except PackageNotFoundError:
+        return None
