@@ -128,3 +128,30 @@ def test_status_says_what_to_install(monkeypatch, capsys):
     status.status()
     line = [x for x in capsys.readouterr().out.splitlines() if x.startswith("E2.12")][0]
     assert "optional peers not installed (aiconfigurator_core)" in line and ".[peers]" in line
+
+
+def _servingsim(model="qwen3-32b", n=40):
+    rng = np.random.default_rng(3)
+    arr = np.sort(rng.uniform(0, 10, n))
+    out = rng.integers(5, 200, n)
+    req = pd.DataFrame({"run": "R", "gpu": "rtx-pro-6000", "model": model, "tp": 2, "moe": False,
+                        "engine_version": "0.19.0", "max_num_seqs": 64, "max_num_batched_tokens": 2048,
+                        "request_id": [f"r{i}" for i in range(n)], "arrival_s": arr, "input_tokens": rng.integers(50, 1500, n),
+                        "output_tokens": out, "ttft_s": rng.uniform(0.05, 0.5, n), "tpot_s": rng.uniform(0.02, 0.05, n)})
+    ts = pd.DataFrame({"run": "R", "t_s": np.arange(12.0), "running": [0] + [8] * 10 + [0]})
+    return req, ts
+
+
+def test_servingsim_rows_replay_the_trace_and_refuse_reserved_models():
+    req, ts = _servingsim()
+    d = peers.servingsim_rows(req, ts, runs=[{"run": "R", "aic_model": "Qwen/Qwen3-32B"}], aic=False)
+    row = d.iloc[0]
+    # the measured running count averages only the busy seconds
+    assert row["running_mean_measured"] == 8.0 and row["requests"] == 40
+    assert row["tpot_s_steptime"] > 0 and row["tpot_s_err_steptime"] == pytest.approx(
+        (row["tpot_s_steptime"] - req["tpot_s"].mean()) / req["tpot_s"].mean())
+    req8, ts8 = _servingsim(model="llama-3.1-8b")
+    with pytest.raises(ValueError, match="reserved"):
+        peers.servingsim_rows(req8, ts8, runs=[{"run": "R", "aic_model": "x"}], aic=False)
+    with pytest.raises(ValueError, match="no LLMServingSim run"):
+        peers.servingsim_rows(req, ts, runs=[{"run": "Q", "aic_model": "x"}], aic=False)

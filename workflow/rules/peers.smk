@@ -10,6 +10,8 @@ rule E2_12:
         traces="results/data/traces.parquet",
         coefficients=rules.data_distserve.output.table,
         max_tokens=rules.data_distserve_max_num_tokens.output.table,
+        servingsim_requests="results/data/servingsim_requests.parquet",
+        servingsim_timeseries="results/data/servingsim_timeseries.parquet",
         code=lib("serve", "experiments/peers", "experiments/serving", "step", "terms", "specs", "calibration"),
         constants=DEFAULTS,
     output:

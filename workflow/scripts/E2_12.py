@@ -15,9 +15,12 @@ inp = snakemake.input
 r = peers.e2_12(pd.read_parquet(inp.silicon), pd.read_parquet(inp.traces), pd.read_parquet(inp.coefficients),
                 pd.read_parquet(inp.max_tokens), cases=s["cases"], budget=s["budget"],
                 per_concurrency=s["requests_per_concurrency"], min_requests=s["min_requests"], seed=s["seed"],
-                distserve_case=s["distserve"], targets=dict(p.targets))
+                distserve_case=s["distserve"], targets=dict(p.targets),
+                servingsim=(pd.read_parquet(inp.servingsim_requests), pd.read_parquet(inp.servingsim_timeseries)),
+                servingsim_runs=s["servingsim_runs"])
 doc = peers.e2_12_document(r)
-prov = provenance([inp.silicon, inp.traces, inp.coefficients, inp.max_tokens], config={**p.config, "E2.12": s},
+prov = provenance([inp.silicon, inp.traces, inp.coefficients, inp.max_tokens, inp.servingsim_requests,
+                   inp.servingsim_timeseries], config={**p.config, "E2.12": s},
                   rule="E2_12", script="workflow/scripts/E2_12.py")
 prov["peers"] = {"aiconfigurator-core": aic.version()}
 write_result(snakemake.output.result, id="E2.12", question=p.question, metrics=doc["metrics"], claims=doc["claims"],
