@@ -32,6 +32,7 @@ include: "workflow/rules/design.smk"
 include: "workflow/rules/telemetry.smk"
 include: "workflow/rules/audit.smk"
 include: "workflow/rules/serve.smk"
+include: "workflow/rules/peers.smk"
 include: "workflow/rules/summary.smk"
 
 

@@ -8,6 +8,8 @@ States (one per experiment, from the registry and the files on disk):
     missing       the data is present but the result has not been built
     awaiting      GPU telemetry the experiment needs is not in raw/ (the command that
                   collects it is printed)
+    optional      needs an optional extra that is not installed (the install line is printed);
+                  once installed, the states above apply (it is never part of rule all)
     planned       registered by an open issue, no rule yet
 
 `stale_reasons(result_path)` is the one staleness check; `steptime audit` uses it too.
@@ -94,6 +96,13 @@ def stale_reasons(result: str | Path | dict, root: str | Path | None = None) -> 
     return reasons
 
 
+def _absent_modules(names) -> list[str]:
+    """The importable module names of an optional experiment that are not installed."""
+    import importlib.util
+
+    return [n for n in names if importlib.util.find_spec(n) is None]
+
+
 def _registry(root: Path) -> dict:
     import yaml
 
@@ -135,14 +144,20 @@ def experiment_status(root: str | Path | None = None) -> list[dict]:
         results = [want] if want in outputs else [o for o in outputs if o.startswith("results/") and o.endswith(".json")][:1]
         declared = e.get("status", "planned")
         reasons: list[str] = []
+        absent = _absent_modules(e.get("needs") or []) if declared == "optional" else []
         if declared == "planned":
             state = "planned"
+        elif absent:
+            state = "optional"
+            reasons = [f"optional packages not installed ({', '.join(absent)}); install with: {e.get('install')}"]
         elif missing:
             state = "awaiting" if declared == "awaiting" else "missing-data"
             reasons = [f"raw file {m} is missing" for m in missing]
         elif not all((root / o).exists() for o in outputs):
             state = "missing"
             reasons = [f"output {o} has not been built" for o in outputs if not (root / o).exists()]
+            if declared == "optional":
+                reasons.append(f"optional, not in rule all; build with: {e.get('build')}")
         else:
             reasons = _manifest_mismatch(root, raw)
             for r in results:

@@ -1,0 +1,33 @@
+# Serving peers side by side (issue 13, E2.12). Optional: needs the `peers` extra
+# (pip install -e '.[peers]', AIConfigurator's aiconfigurator-core==0.12.0). E2.12 is
+# registered with status `optional`, so rule all never asks for it; build it by name:
+#   snakemake -j1 results/E2_12.json
+
+
+rule E2_12:
+    input:
+        silicon="results/data/aic_silicon.parquet",
+        traces="results/data/traces.parquet",
+        coefficients=tidy("distserve"),
+        max_tokens=tidy("distserve_max_num_tokens"),
+        servingsim_requests="results/data/servingsim_requests.parquet",
+        servingsim_timeseries="results/data/servingsim_timeseries.parquet",
+        code=lib("serve", "experiments/peers", "experiments/serving", "step", "terms", "specs", "calibration"),
+        settled=SETTLED_ALL,
+    output:
+        result="results/E2_12.json",
+        timing="results/E2_12_timing.json",
+        fig="figures/E2_12_peers.png",
+    params:
+        question=EXPERIMENTS["E2.12"]["question"],
+        settings=EXPERIMENTS["E2.12"]["settings"],
+        targets=EXPERIMENTS["E2.12"]["targets"],
+        config=config,
+    log:
+        "logs/E2_12.log",
+    conda:
+        CONDA_ENV
+    message:
+        "E2.12 serving peers side by side: steptime.serve vs AIConfigurator vs measured; DistServe agreement"
+    script:
+        "../scripts/E2_12.py"

@@ -1,0 +1,35 @@
+"""E2.12: serving peers side by side (AIConfigurator's silicon rows: measured vs steptime.serve vs AIC's
+aggregated estimate; DistServe's fitted model vs steptime on the same simulated requests)."""
+import json
+
+import pandas as pd
+
+from steptime.calibration import use_settled
+from steptime.experiments import peers
+from steptime.results import provenance, write_result
+from steptime.serve import aic
+
+aic.require()
+use_settled(snakemake.input.settled)  # this run's settled constants (declared inputs)
+p = snakemake.params
+s = dict(p.settings)
+inp = snakemake.input
+r = peers.e2_12(pd.read_parquet(inp.silicon), pd.read_parquet(inp.traces), pd.read_parquet(inp.coefficients),
+                pd.read_parquet(inp.max_tokens), cases=s["cases"], budget=s["budget"],
+                per_concurrency=s["requests_per_concurrency"], min_requests=s["min_requests"], seed=s["seed"],
+                distserve_case=s["distserve"], targets=dict(p.targets),
+                servingsim=(pd.read_parquet(inp.servingsim_requests), pd.read_parquet(inp.servingsim_timeseries)),
+                servingsim_runs=s["servingsim_runs"])
+doc = peers.e2_12_document(r)
+prov = provenance([inp.silicon, inp.traces, inp.coefficients, inp.max_tokens, inp.servingsim_requests,
+                   inp.servingsim_timeseries], config={**p.config, "E2.12": s},
+                  rule="E2_12", script="workflow/scripts/E2_12.py")
+prov["peers"] = {"aiconfigurator-core": aic.version()}
+write_result(snakemake.output.result, id="E2.12", question=p.question, metrics=doc["metrics"], claims=doc["claims"],
+             provenance=prov)
+with open(snakemake.output.timing, "w") as fh:
+    json.dump(peers.timing_document(r), fh, indent=1)
+peers.plot_e2_12(r, str(snakemake.output.fig).rsplit(".", 1)[0],
+                 "E2.12: mean TTFT and TPOT of AIConfigurator's silicon sample (Qwen3-32B on H100, aggregated "
+                 "serving, closed loop) against steptime's serving simulator (datasheet + <=3 readings; simulated) "
+                 "and AIConfigurator's own estimate (its per-operator tables for that GPU and engine).")
