@@ -56,3 +56,27 @@ def test_code_hash_covers_all_of_the_library_shipped_constants_included(tmp_path
     after = code_sha256(tmp_path)
     (tmp_path / "terms.py").write_text("x = 2\n")
     assert code_sha256(tmp_path) != after
+
+
+def test_rule_provenance_is_built_from_the_declared_inputs_and_params(tmp_path):
+    """A script's provenance lists every declared input but the code (and groups it excludes),
+    and records the params it ran with as its config (questions left out)."""
+    from types import SimpleNamespace
+
+    from snakemake.iocontainers import InputFiles, Params
+
+    from steptime.results import rule_provenance
+
+    a, b, code, model = (tmp_path / n for n in ("a.parquet", "b.yaml", "lib.py", "m.joblib"))
+    for p in (a, b, code, model):
+        p.write_text(p.name)
+    inp = InputFiles(fromdict={"data": str(a), "settled": [str(b)], "code": [str(code)], "models": [str(model)]})
+    smk = SimpleNamespace(input=inp, rule="E9_9",
+                          params=Params(fromdict={"question": "why?", "q1": "x", "seed": 3, "n_boot": 50}))
+    prov = rule_provenance(smk, script="workflow/scripts/E9_9.py", exclude=("code", "models"))
+    assert sorted(prov["inputs"]) == sorted([str(a), str(b)])
+    assert prov["config"] == {"seed": 3, "n_boot": 50}
+    assert prov["rule"] == "E9_9"
+    (tmp_path / "a.parquet").unlink()
+    with pytest.raises(FileNotFoundError):
+        rule_provenance(smk, script="x")
