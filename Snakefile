@@ -19,6 +19,8 @@ include: "workflow/rules/step.smk"
 include: "workflow/rules/utility.smk"
 include: "workflow/rules/collect.smk"
 include: "workflow/rules/serve.smk"
+include: "workflow/rules/comm.smk"
+include: "workflow/rules/wallclock.smk"
 
 
 rule all:

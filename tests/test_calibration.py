@@ -67,15 +67,22 @@ def test_update_defaults_roundtrip(tmp_path):
 def test_shipped_constants_read_at_most_three_gpu_cells_per_gpu():
     """DESIGN's contract on the shipped file: per GPU, the cells of that GPU that set any constant
     (GEMM, attention, light) are at most three. Host-scheduler rows (Vidur's CPU overheads, a
-    property of the serving host, not of the GPU) are counted apart."""
+    property of the serving host, not of the GPU) are counted apart, and so are all-reduce rows
+    (E1.25: a property of the node's interconnect, with its own budget of three per GPU, like
+    the wall-clock readings per GPU and engine)."""
     cal = Calibration.from_constants(Constants.default())
     per_gpu: dict = {}
+    per_node: dict = {}
     for name, cells in cal.used.items():
         if not name.startswith("gpu."):
             continue
         for cell in cells:
-            if isinstance(cell, tuple) and len(cell) > 1 and cell[1] != "host":
+            if isinstance(cell, tuple) and len(cell) > 1 and cell[1] == "allreduce":
+                per_node.setdefault(cell[0], set()).add(cell)
+            elif isinstance(cell, tuple) and len(cell) > 1 and cell[1] != "host":
                 per_gpu.setdefault(cell[0], set()).add(cell)
     assert per_gpu, "defaults.yaml records no per-GPU cells"
     over = {g: sorted(map(str, c)) for g, c in per_gpu.items() if len(c) > 3}
     assert not over, f"more than three deploy cells: {over}"
+    over = {g: sorted(map(str, c)) for g, c in per_node.items() if len(c) > 3}
+    assert not over, f"more than three all-reduce readings: {over}"

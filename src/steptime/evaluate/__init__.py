@@ -2,7 +2,8 @@
 
 Each family module registers a function returning a list of records
     {family, gpu, predictor, subset, cells, mape, median_ape, mape_ci}
-with `subset` in {llm, all, decode, prefill}, `predictor` 'steptime' for ours and a
+with `subset` in {llm, all, decode, prefill} (wallclock: decode, mixed, prefill, tpot, and
+`dataset`, `engine`, `tp` added), `predictor` 'steptime' for ours and a
 stable baseline name otherwise, `gpu` a library key, errors as fractions.
 Family modules are imported lazily (they need pandas).
 """
@@ -18,6 +19,7 @@ FAMILIES = {
     "light": "steptime.evaluate.light",
     "host": "steptime.evaluate.host",
     "step": "steptime.evaluate.step",
+    "wallclock": "steptime.evaluate.wallclock",
 }
 RECORD_KEYS = ("family", "gpu", "predictor", "subset", "cells", "mape", "median_ape", "mape_ci")
 
@@ -62,8 +64,14 @@ def evaluate_cli(args) -> int:
     if args.json:
         print(dumps(records), end="")
         return 0
+    wc = any("dataset" in r for r in records)  # wall-clock records also name dataset, engine and TP
+    if wc:
+        print(f"{'dataset':<13}{'engine':<9}{'tp':>4} ", end="")
     print(f"{'gpu':<14}{'predictor':<24}{'subset':<9}{'cells':>7}{'MAPE':>9}{'median':>9}  95% CI")
     for r in records:
+        if wc:
+            tp = "all" if r.get("tp") is None else r["tp"]
+            print(f"{r.get('dataset', '-'):<13}{r.get('engine', '-'):<9}{tp:>4} ", end="")
         m = "-" if r["mape"] is None else f"{r['mape']:.1%}"
         md = "-" if r["median_ape"] is None else f"{r['median_ape']:.1%}"
         ci = r["mape_ci"]

@@ -1,10 +1,16 @@
 """Tensor-parallel all-reduce, per implementation.
 
-    ring (datasheet):  t = latency + 2 (p - 1) / p * bytes / (link_bw * eta)
+    x = 2 (n - 1) / n * bytes              bytes each rank moves (ring / nccl-tests bus convention)
+    ring (datasheet)  t = latency + x / (link_bw * eta)
+    nccl              t = smin(L + x/(a_ll B), L + d_ll128 + x/(a_ll128 B), L + d_simple + x/B)
+    custom            t = smin(L + (n-1) bytes/(a_one B), L + d_two + x/(a_two B), t_nccl)
+    (smin: a soft minimum, held at or above the floor plus the fastest regime's bandwidth term)
 
-`impl` is the engine's implementation (specs/engines.yaml: nccl, custom or ring); E1.25
-fits the measured laws of nccl and custom on AIConfigurator's tables. Until a GPU has
-those constants, nccl and custom use the datasheet ring law.
+L (floor) and B (bus bandwidth) per GPU, implementation and TP degree; the shape constants
+(a_*, d_*) per implementation and TP degree. E1.25 fits both on AIConfigurator's measured
+tables (held out per GPU) and writes them into defaults.yaml (`allreduce_curve` per GPU:
+{"impl/n": {L_us, B_gbps, shape}}). `impl` is the engine's implementation (specs/engines.yaml).
+A GPU without an `allreduce_curve` of its own uses the datasheet ring law for nccl and custom.
 """
 
 from __future__ import annotations
@@ -14,11 +20,52 @@ import numpy as np
 from steptime.calibration import Constants
 
 IMPLS = ("ring", "nccl", "custom")
+SMIN_P = 8.0  # soft-minimum sharpness (p-norm of the inverse times); DERIVED: a sharp switch between regimes
+SHAPE_KEYS = {"nccl": ("a_ll", "d_ll128_us", "a_ll128", "d_simple_us"), "custom": ("a_one", "d_two_us", "a_two")}
 
 
-def bus_bytes(nbytes, tp: int):
+def link_class(gpu) -> str:
+    """'nvlink' or 'pcie' (from the datasheet: a GPU without NVLink bandwidth talks over PCIe)."""
+    return "nvlink" if gpu.nvlink_gbps else "pcie"
+
+
+def bus_bytes(nbytes, tp):
     """Bytes each rank moves on its link in a ring all-reduce of `nbytes`: 2 (p - 1) / p x nbytes."""
+    tp = np.asarray(tp, dtype=float)
     return 2.0 * (tp - 1) / tp * np.asarray(nbytes, dtype=float)
+
+
+def smin(*ts):
+    t = np.asarray(np.broadcast_arrays(*ts), dtype=float)
+    return np.sum(t ** -SMIN_P, axis=0) ** (-1.0 / SMIN_P)
+
+
+def unpack(impl: str, values) -> dict:
+    return {k: float(v) for k, v in zip(SHAPE_KEYS[impl], values)}
+
+
+def nccl_law(x, L, B, shape: dict):
+    """Microseconds; x bus bytes, L floor (us), B bus bandwidth (bytes/us)."""
+    s = shape
+    t = smin(L + x / (s["a_ll"] * B), L + s["d_ll128_us"] + x / (s["a_ll128"] * B), L + s["d_simple_us"] + x / B)
+    return np.maximum(t, L + x / B)  # the soft minimum never beats the floor plus the bus bandwidth
+
+
+def custom_law(x, n, L, B, shape: dict, t_nccl):
+    s = shape
+    one = x * n / (2.0 * (n - 1)) * (n - 1)  # one-shot: each rank reads the other n-1 full buffers
+    t = smin(L + one / (s["a_one"] * B), L + s["d_two_us"] + x / (s["a_two"] * B), t_nccl)
+    return np.maximum(t, np.minimum(L + x / (max(1.0, s["a_two"]) * B), t_nccl))
+
+
+def law_time(impl: str, x, n: int, L, B, shape: dict, nccl: dict | None = None, nccl_shape: dict | None = None):
+    """Microseconds of one all-reduce of bus bytes `x` with the fitted law of `impl`."""
+    if impl == "nccl":
+        return nccl_law(x, L, B, shape)
+    if impl == "custom":
+        t_n = nccl_law(x, nccl["L"], nccl["B"], nccl_shape)
+        return custom_law(x, n, L, B, shape, t_n)
+    raise ValueError(f"no fitted law for all-reduce implementation {impl!r}")
 
 
 def ring_time(nbytes, tp: int, gpu, constants: Constants | None = None):
@@ -30,15 +77,44 @@ def ring_time(nbytes, tp: int, gpu, constants: Constants | None = None):
     return lat + bus_bytes(nbytes, tp) / (gpu.link_bw * eta)
 
 
+def _nearest(keys, tp: int) -> int:
+    ns = sorted(keys)
+    return min(ns, key=lambda n: (abs(np.log2(n) - np.log2(tp)), n))
+
+
+def _curve(constants: Constants, gpu):
+    try:
+        c = constants.lookup("allreduce_curve", gpu)
+    except KeyError:
+        return None
+    return c.value if c.scope.startswith("gpu.") else None
+
+
 def allreduce_time(nbytes, tp: int, gpu, constants: Constants | None = None, impl: str = "ring"):
-    """Seconds for one all-reduce of `nbytes` per rank across `tp` GPUs with `impl`."""
+    """Seconds for one all-reduce of `nbytes` per rank across `tp` GPUs with `impl`.
+
+    nccl/custom use the measured law at the nearest measured TP degree with the GPU's own
+    curve constants; a GPU without them falls back to the datasheet ring law."""
     constants = constants or Constants.default()
     nbytes = np.asarray(nbytes, dtype=float)
     if impl not in IMPLS:
         raise ValueError(f"unknown all-reduce implementation {impl!r} (known: {', '.join(IMPLS)})")
     if tp <= 1:
         return np.zeros_like(nbytes)
-    return ring_time(nbytes, tp, gpu, constants)
+    curve = _curve(constants, gpu) if impl != "ring" else None
+    if not curve:
+        return ring_time(nbytes, tp, gpu, constants)
+    have = {int(k.split("/")[1]) for k in curve if k.startswith(impl + "/")}
+    if not have:  # e.g. custom on a PCIe GPU beyond 2 ranks: the engine would use NCCL
+        impl = "nccl"
+        have = {int(k.split("/")[1]) for k in curve if k.startswith("nccl/")}
+    n = _nearest(have, tp)
+    x = bus_bytes(nbytes, tp)
+    p = curve[f"{impl}/{n}"]
+    pn = curve[f"nccl/{n}"]
+    t = law_time(impl, x, tp, p["L_us"], p["B_gbps"] * 1e3, p["shape"],
+                 nccl={"L": pn["L_us"], "B": pn["B_gbps"] * 1e3}, nccl_shape=pn["shape"])
+    return t * 1e-6
 
 
 def engine_allreduce_time(nbytes, tp: int, gpu, engine, constants: Constants | None = None):

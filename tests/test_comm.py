@@ -1,0 +1,96 @@
+"""All-reduce term (terms/comm.py) and E1.25 (experiments/comm.py): the law, the readings, held out."""
+import numpy as np
+import pandas as pd
+import pytest
+
+from steptime.calibration import Constants
+from steptime.experiments import comm as E
+from steptime.specs import get_gpu
+from steptime.terms import comm as C
+
+NCCL_SHAPE = {"a_ll": 0.4, "d_ll128_us": 8.0, "a_ll128": 0.8, "d_simple_us": 30.0}
+CUSTOM_SHAPE = {"a_one": 0.5, "d_two_us": 6.0, "a_two": 0.8}
+
+
+def test_law_is_monotone_floored_and_never_beats_its_bus_bandwidth():
+    x = np.logspace(2, 9, 60)
+    L, B = 10.0, 400e3  # us, bytes/us
+    t = C.nccl_law(x, L, B, NCCL_SHAPE)
+    assert np.all(np.diff(t) > 0)
+    assert t[0] == pytest.approx(L, rel=0.05)
+    assert np.all(t >= x / B)
+    assert t[-1] == pytest.approx(L + NCCL_SHAPE["d_simple_us"] + x[-1] / B, rel=0.02)
+    c = C.custom_law(x, 8, 5.0, B, CUSTOM_SHAPE, t)
+    assert np.all(c <= t + 1e-9)  # the engine falls back to NCCL where NCCL is faster
+    assert np.all(c >= np.minimum(5.0 + x / B, t) - 1e-9)
+    assert c[0] < t[0]
+
+
+def _synthetic(gpus=("h100-sxm", "h200-sxm", "b200", "b300")):
+    rows = []
+    sizes = [2 ** k for k in range(9, 30)]
+    for i, g in enumerate(gpus):
+        for n in (2, 4, 8):
+            B = (300e3 + 50e3 * i) * (1 + 0.1 * np.log2(n))
+            LN = (6.0 + i) * n ** 0.5
+            LC = 0.5 * LN
+            for impl, ks in (("nccl", "NCCL"), ("custom", "vLLM_custom_graph")):
+                m = np.array(sizes, dtype=float)
+                x = C.bus_bytes(m, n)
+                tn = C.nccl_law(x, LN, B, NCCL_SHAPE)
+                t = tn if impl == "nccl" else C.custom_law(x, n, LC, B, CUSTOM_SHAPE, tn)
+                for mm, tt in zip(m, t):
+                    rows.append({"gpu": g, "dtype": "bfloat16", "kernel_source": ks, "num_gpus": n,
+                                 "message_bytes": int(mm), "latency_ms": tt / 1e3})
+    return pd.DataFrame(rows)
+
+
+def test_held_out_fit_recovers_a_law_that_generated_the_data():
+    r = E.run(_synthetic(), ablation=False)
+    doc = E.document(r)
+    for rec in doc["metrics"]["records"]:
+        assert rec["mape"] < 4.0, rec  # B(4) is interpolated between the two read degrees
+    for g, v in r["per_gpu"].items():
+        assert g not in v["donors"]
+
+
+def test_readings_are_three_nccl_cells_outside_the_scored_range_and_disjoint():
+    d, _ = E.tidy(_synthetic())
+    for g in d["gpu"].unique():
+        reads = E.readings(d, g)
+        assert len(reads) <= 3
+        assert all(not (E.SCORE_RANGE[0] <= r["message_bytes"] <= E.SCORE_RANGE[1]) for r in reads)
+        scored = d[(d["gpu"] == g) & d["scored"]]
+        assert not {r["cell"] for r in reads} & set(E.eval_cells(scored))
+    # a leaking evaluation is refused
+    from steptime.errors import CalibrationLeakError
+
+    r = E.run(_synthetic(), ablation=False)
+    with pytest.raises(CalibrationLeakError):
+        r["calibration"].check_disjoint([E.readings(d, "b200")[0]["cell"]])
+
+
+def test_pcie_custom_beyond_two_ranks_and_eager_rows_are_left_out_and_counted():
+    df = _synthetic(("l40s", "rtx-pro-6000", "h100-sxm"))
+    eager = df[df["kernel_source"] == "vLLM_custom_graph"].assign(kernel_source="vLLM_custom_eager")
+    d, skipped = E.tidy(pd.concat([df, eager]))
+    assert skipped["custom_pcie_above_2_gpus"] == 2 * 2 * 21
+    assert skipped["eager_custom_rows"] == len(eager)
+    assert not ((d["impl"] == "custom") & (d["link"] == "pcie") & (d["num_gpus"] > 2)).any()
+
+
+def test_step_all_reduce_uses_the_shipped_curve_and_falls_back_to_the_ring_law():
+    c = Constants.default()
+    h100 = get_gpu("h100-sxm")
+    x = np.array([64e3, 16e6])
+    nc = C.allreduce_time(x, 8, h100, c, "nccl")
+    cu = C.allreduce_time(x, 8, h100, c, "custom")
+    ring = C.allreduce_time(x, 8, h100, c, "ring")
+    assert np.all(nc > 0) and np.all(cu <= nc) and not np.allclose(nc, ring)
+    assert np.all(C.allreduce_time(x, 1, h100, c, "nccl") == 0)
+    a40 = get_gpu("a40")  # no measured all-reduce table: the datasheet ring law
+    assert np.allclose(C.allreduce_time(x, 2, a40, c, "nccl"), C.ring_time(x, 2, a40, c))
+    held = c.without_gpu("h100-sxm")
+    assert np.allclose(C.allreduce_time(x, 8, h100, held, "nccl"), C.ring_time(x, 8, h100, held))
+    with pytest.raises(ValueError, match="implementation"):
+        C.allreduce_time(x, 2, h100, c, "pigeon")

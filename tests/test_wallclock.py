@@ -1,0 +1,338 @@
+"""Wall-clock experiments' library (E1.26, R2.3, E1.18, E2.11): step expansion, the reading
+rule, the engine-constant fit, scores, TP scaling and the TPOT approximation, on small
+synthetic step tables built here."""
+import numpy as np
+import pandas as pd
+import pytest
+
+from steptime.errors import SteptimeError
+from steptime.experiments import wallclock as W
+
+
+def _steps(tps=(1, 2, 8), seed=0):
+    """A toy FPM table: decode sweeps (1..32 requests, repeated), one prefill sweep, a real segment."""
+    rng = np.random.default_rng(seed)
+    rows, step = [], 0
+    for tp in tps:
+        for rep in range(3):
+            for n in (1, 2, 4, 8, 16, 32):
+                rows.append(dict(phase="decode", segment="sweep", ctx_tokens=0, ctx_requests=0, ctx_kv_tokens=0,
+                                 decode_requests=n, mean_decode_kv_tokens=4096.0, tp=tp))
+            for t in (128, 1024):
+                rows.append(dict(phase="prefill", segment="sweep", ctx_tokens=t, ctx_requests=1, ctx_kv_tokens=0,
+                                 decode_requests=0, mean_decode_kv_tokens=0.0, tp=tp))
+        for n in (1, 32, 32, 20):
+            rows.append(dict(phase="decode", segment="real", ctx_tokens=0, ctx_requests=0, ctx_kv_tokens=0,
+                             decode_requests=n, mean_decode_kv_tokens=3000.0, tp=tp))
+        rows.append(dict(phase="mixed", segment="real", ctx_tokens=512, ctx_requests=2, ctx_kv_tokens=100,
+                         decode_requests=10, mean_decode_kv_tokens=2000.0, tp=tp))
+    s = pd.DataFrame(rows)
+    s["step"] = np.arange(len(s))
+    s["gpu"], s["model"], s["engine"] = "h100-sxm", "llama-3.1-8b", "vllm"
+    s["latency_ms"] = rng.uniform(5, 50, len(s))
+    return s
+
+
+# -- a synthetic engine: total = a + b N + c [tp > 1] + g * tokens / tp (ms)
+def _toy_predictor(a=2.0, b=0.1, c=1.5, g=0.01):
+    def f(steps, tp, overrides=None):
+        p = {"a": a, "b": b, "c": c, **(overrides or {})}
+        n = (steps["decode_requests"] + steps["ctx_requests"]).to_numpy(float)
+        tok = (steps["decode_requests"] + steps["ctx_tokens"]).to_numpy(float)
+        host = p["a"] + p["b"] * n + (p["c"] if tp > 1 else 0.0)
+        gpu = g * tok / tp
+        out = {k: np.zeros(len(steps)) for k in W.KINDS}
+        out["host"], out["gemm"] = host, gpu
+        out["total"] = host + gpu
+        return out
+    return f
+
+
+def test_check_steps_names_the_problem():
+    s = _steps()
+    with pytest.raises(SteptimeError, match="lacks column"):
+        W.check_steps(s.drop(columns="latency_ms"))
+    with pytest.raises(ValueError, match="unknown phase"):
+        W.check_steps(s.assign(phase="context"))
+    bad = s.copy()
+    bad.loc[0, "decode_requests"] = 0
+    with pytest.raises(W.WallclockError, match="no request"):
+        W.check_steps(bad)
+    W.check_steps(s)
+
+
+def test_expand_requests_keeps_every_token_and_request():
+    s = _steps()
+    sid, new, kv = W.expand_requests(s)
+    n = np.bincount(sid, minlength=len(s))
+    assert np.array_equal(n, (s["decode_requests"] + s["ctx_requests"]).to_numpy())
+    tok = np.bincount(sid, weights=new, minlength=len(s))
+    assert np.allclose(tok, (s["decode_requests"] + s["ctx_tokens"]).to_numpy())
+    mixed = s.index[s["phase"] == "mixed"][0]
+    assert kv[(sid == mixed) & (new > 1)].tolist() == [50.0, 50.0]  # 100 cached tokens split over 2 prefills
+
+
+def test_reading_rule_is_three_steps_by_composition_never_by_latency():
+    s = _steps()
+    r = W.reading_rule(s)
+    assert len(r.rows) == 3
+    picked = s.loc[r.rows]
+    assert picked["tp"].tolist() == [1, 1, 8]
+    assert picked["decode_requests"].tolist() == [1, 32, 1]
+    assert (picked["segment"] == "sweep").all()
+    # the latencies play no part: shuffling them picks the same steps
+    s2 = s.assign(latency_ms=s["latency_ms"].sample(frac=1.0, random_state=3).to_numpy())
+    assert W.reading_rule(s2).rows == r.rows
+    # the repeats of the three sweep cells are excluded; the real segment's steps are not
+    ex = s.loc[r.excluded]
+    assert len(ex) == 9 and (ex["segment"] == "sweep").all()
+    assert not (s.loc[s["segment"] == "real"].index.isin(r.excluded)).any()
+
+
+def test_reading_rule_refuses_mixed_gpus():
+    s = _steps()
+    s.loc[0, "gpu"] = "b200"
+    with pytest.raises(W.WallclockError, match="one \\(GPU, engine\\)"):
+        W.reading_rule(s)
+
+
+def test_fit_recovers_the_engine_constants_from_three_readings():
+    s = _steps()
+    truth = _toy_predictor(a=3.0, b=0.2, c=0.7)
+    s["latency_ms"] = W.predict_table(s, truth)["pred_ms"]
+    r = W.reading_rule(s)
+    fit = W.fit_engine_constants(s, r, _toy_predictor(), ["a", "b", "c"], {"a": 1.0, "b": 0.05, "c": 0.1})
+    assert fit == pytest.approx({"a": 3.0, "b": 0.2, "c": 0.7}, rel=1e-4)
+    with pytest.raises(W.WallclockError, match="cannot be read"):
+        W.fit_engine_constants(s, r, _toy_predictor(), ["a", "b", "unused"], {"a": 1.0, "b": 0.05, "unused": 1.0})
+    with pytest.raises(W.WallclockError, match="under-determined"):
+        W.fit_engine_constants(s, r, _toy_predictor(), ["a", "b", "c", "g"], {"a": 1, "b": 1, "c": 1, "g": 1})
+
+
+def test_scores_by_phase_and_tp_with_signed_error():
+    s = _steps()
+    p = W.predict_table(s, _toy_predictor())
+    s["latency_ms"] = p["pred_ms"] / 1.1  # every prediction 10% high
+    sc = W.score_steps(s, p, n_boot=10)
+    assert {(r["tp"], r["phase"]) for r in sc} == {(tp, ph) for tp in (1, 2, 8) for ph in ("decode", "prefill", "mixed")}
+    for r in sc:
+        assert r["mape"] == pytest.approx(0.1)
+        assert r["signed_mean"] == pytest.approx(0.1)
+
+
+def test_tp_scaling_is_exact_for_a_constant_scale_and_not_for_a_wrong_tp_law():
+    s = _steps()
+    truth = _toy_predictor()
+    s["latency_ms"] = W.predict_table(s, truth)["pred_ms"]
+    scaled = W.predict_table(s, truth) * 1.3
+    for r in W.tp_scaling(s, scaled):
+        assert r["mean_abs_ratio_error"] == pytest.approx(0.0, abs=1e-12)
+    wrong = W.predict_table(s, _toy_predictor(c=0.0))  # misses what TP > 1 adds
+    res = {r["tp"]: r for r in W.tp_scaling(s, wrong)}
+    assert set(res) == {2, 8}
+    assert res[2]["mean_abs_ratio_error"] > 0.01
+    assert res[8]["predicted_ratio_median"] < res[8]["measured_ratio_median"]
+
+
+def test_roofline_is_a_lower_bound_of_the_kernel_model_and_grows_with_tokens():
+    s = _steps(tps=(1, 2))
+    roof = W.predict_table(s, W.make_predictor("roofline", "llama-3.1-8b", "h100-sxm"))
+    kern = W.predict_table(s, W.make_predictor("kernels", "llama-3.1-8b", "h100-sxm"))
+    assert (roof["pred_ms"] <= kern["pred_ms"]).all()
+    assert (roof["host_ms"] == 0).all() and (roof["launch_ms"] == 0).all()
+    assert (kern["host_ms"] == 0).all()  # kernels: GPU kernel time only
+    pre = s[(s["phase"] == "prefill") & (s["tp"] == 1)]
+    r = roof.loc[pre.index, "pred_ms"].to_numpy()
+    t = pre["ctx_tokens"].to_numpy()
+    assert r[np.argmax(t)] > r[np.argmin(t)]
+    parts = roof[[f"{k}_ms" for k in W.KINDS]].sum(axis=1)
+    assert np.allclose(parts, roof["pred_ms"])
+
+
+def test_exposed_host_reads_the_small_decode_steps():
+    s = _steps()
+    gpu_only = _toy_predictor(a=0.0, b=0.0, c=0.0)
+    truth = _toy_predictor(a=2.0, b=0.0, c=1.0)
+    s["latency_ms"] = W.predict_table(s, truth)["pred_ms"]
+    ex = {r["tp"]: r for r in W.exposed_host(s, W.predict_table(s, gpu_only), max_requests=4)}
+    assert ex[1]["exposed_ms_median"] == pytest.approx(2.0)
+    assert ex[8]["exposed_ms_median"] == pytest.approx(3.0)
+
+
+def _tpot_rows(mode="agg"):
+    return pd.DataFrame({"batch": [2.5, 8.0], "prompt_tokens": [1000, 1000], "output_tokens": [100, 100],
+                         "mode": mode})
+
+
+def test_tpot_interpolates_the_batch_and_adds_amortised_prefill_only_when_aggregated():
+    f = _toy_predictor(a=1.0, b=1.0, c=0.0, g=0.0)  # total = 1 + N ms
+    agg = W.predict_tpot(_tpot_rows("agg"), f, kernels=_toy_predictor(a=0, b=0, c=0, g=0.01))
+    assert agg["decode_ms"] == pytest.approx([3.5, 9.0])
+    # 1 x 1000-token prefill = 10 ms of kernels, batch / output_tokens of them per step
+    assert agg["prefill_amortised_ms"] == pytest.approx([10 * 2.5 / 100, 10 * 8 / 100])
+    dis = W.predict_tpot(_tpot_rows("disagg"), f, kernels=_toy_predictor(a=0, b=0, c=0, g=0.01))
+    assert np.all(dis["prefill_amortised_ms"] == 0)
+    with pytest.raises(W.WallclockError, match="batch"):
+        W.predict_tpot(_tpot_rows().assign(batch=0.0), f)
+
+
+def test_mean_context_is_prompt_plus_half_the_output():
+    assert W.mean_context([1000], [200]).tolist() == [1100.0]
+
+
+# -- adapters from the tidy tables ---------------------------------------------------------
+def _fpm_tidy():
+    s = _steps(tps=(1, 2))
+    t = s.rename(columns={"segment": "workload_segment"}).drop(columns=["step", "mean_decode_kv_tokens"])
+    t["phase"] = t["phase"].replace({"prefill": "context"})
+    t["counter_id"] = np.arange(len(t))
+    t["decode_kv_tokens"] = (s["decode_requests"] * s["mean_decode_kv_tokens"]).astype(int)
+    t["moe"], t["engine_version"] = False, "0.20.1"
+    moe = t.iloc[:3].assign(moe=True, model="some-moe")
+    return pd.concat([t, moe], ignore_index=True)
+
+
+def test_fpm_steps_adapter_maps_phases_versions_and_drops_moe():
+    s = W.fpm_steps(_fpm_tidy())
+    assert set(s["phase"]) == {"decode", "prefill", "mixed"}
+    assert not (s["model"] == "some-moe").any()
+    d = s[s["decode_requests"] > 0]
+    assert np.allclose(d["mean_decode_kv_tokens"], d["decode_kv_tokens"] / d["decode_requests"])
+    W.check_steps(s)
+
+
+def test_engine_profile_by_version():
+    assert W.engine_profile("vllm", "0.5.4") == "vllm-v0"
+    assert W.engine_profile("vllm", "0.11.1") == "vllm"
+    assert W.engine_profile("vllm", None) == "vllm"
+    assert W.engine_profile("trtllm", "1.0.0rc3") == "trtllm"
+
+
+def _tpot_tables():
+    v2 = pd.DataFrame({"dataset": "mlenergy-v2", "task": ["chat", "chat", "code"], "gpu": "h100-sxm",
+                       "model": ["llama-3.1-8b", "mixtral", "llama-3.1-8b"], "model_source": "x", "arch": "dense",
+                       "moe": [False, True, False], "engine": "vllm", "engine_version": "0.5.4", "dtype": "bfloat16",
+                       "tp": 1, "pp": [1, 1, 2], "avg_batch": 8.0, "mean_tpot_ms": 20.0, "avg_output_len": 300.0,
+                       "source_file": "f"})
+    sil = pd.DataFrame({"id": ["a", "b", "c", "d"], "gpu": "h100-sxm", "model": "llama-3.1-8b", "model_source": "x",
+                        "arch": "dense", "moe": False, "engine": "trtllm", "engine_version": "1.0",
+                        "precision": ["fp8", "fp4", None, "fp8"], "gemm_quant_mode": ["fp8", "nvfp4", None, "fp8"],
+                        "mode": ["agg", "agg", "agg", "disagg"], "isl": 1024, "osl": 128, "concurrency": [4, 4, 1, 4],
+                        "tp": 1, "pp": 1, "ttft_ms": 50.0, "tpot_ms": 10.0})
+    return v2, sil
+
+
+def test_tpot_table_counts_every_row_left_out_with_its_reason():
+    v2, sil = _tpot_tables()
+    rows, skipped = W.tpot_table(mlenergy_v2=v2, silicon=sil, prompt_tokens={("mlenergy-v2", "chat"): 250})
+    why = {(s["dataset"], s["reason"]): s["rows"] for s in skipped}
+    assert why[("mlenergy-v2", "MoE not supported yet")] == 1
+    assert why[("mlenergy-v2", "pipeline parallelism > 1 not modelled")] == 1
+    assert why[("aic-silicon", "disaggregated serving (per-pool layout not modelled)")] == 1
+    assert why[("aic-silicon", "precision not modelled (fp4 / block-scaled fp8)")] == 1
+    assert len(rows) == 1 + 2
+    assert rows.loc[rows["dataset"] == "mlenergy-v2", "engine"].tolist() == ["vllm-v0"]
+    assert sorted(rows.loc[rows["dataset"] == "aic-silicon", "dtype"]) == ["bf16", "fp8"]
+    # every input row is either kept or counted
+    assert len(rows) + sum(s["rows"] for s in skipped) == len(v2) + len(sil)
+
+
+def test_run_tpot_scores_per_dataset_gpu_engine_and_refuses_unknown_models_with_a_count():
+    v2, sil = _tpot_tables()
+    rows, _ = W.tpot_table(mlenergy_v2=v2, silicon=sil, prompt_tokens={("mlenergy-v2", "chat"): 250})
+    rows = pd.concat([rows, rows.iloc[:1].assign(model="no-such-model", model_source="nobody/none")])
+    res = W.run_tpot(rows, n_boot=10)
+    pooled = [s for s in res["scores"] if s["subset"] == "tpot"]
+    assert {(s["dataset"], s["engine"]) for s in pooled} == {("mlenergy-v2", "vllm-v0"), ("aic-silicon", "trtllm")}
+    assert res["skipped"] and res["skipped"][0]["rows"] == 1 and "UnknownModelError" in res["skipped"][0]["reason"]
+    assert (res["pred"]["pred_ms"] > res["pred"]["kernels_decode_ms"]).all()  # an engine adds to the kernels
+
+
+def test_evaluate_records_carry_dataset_engine_and_tp():
+    recs = W.evaluate_records(_fpm_tidy(), silicon=_tpot_tables()[1], n_boot=10,
+                              fit={"fit_names": ["t_samp_ms", "t_samp_b_ms", "comm_offset_us"],
+                                   "block_fit_names": ["t_samp_ms", "block_scale", "comm_offset_us"]},
+                              prompt_tokens={})
+    from steptime.evaluate import RECORD_KEYS
+
+    for r in recs:
+        assert set(RECORD_KEYS) | {"dataset", "engine", "tp"} <= set(r)
+        assert r["subset"] in ("decode", "mixed", "prefill", "tpot")
+    fpm = [r for r in recs if r["dataset"] == "aic-fpm"]
+    assert {r["predictor"] for r in fpm} == {"kernels", "roofline", "vllm", "vllm_wallclock_fit"}
+    assert {r["tp"] for r in fpm} == {1, 2}
+    assert any(r["subset"] == "tpot" for r in recs)
+
+
+def test_fitted_constants_file_round_trips_into_the_predictor(tmp_path):
+    s = W.fpm_steps(_fpm_tidy())
+    spec = W.FpmSpec(model="llama-3.1-8b", fit_names=("t_samp_ms", "t_samp_b_ms", "comm_offset_us"),
+                     block_fit_names=("t_samp_ms", "block_scale", "comm_offset_us"))
+    r = W.run_fpm(s, spec, n_boot=10)
+    path = tmp_path / "engine_constants.yaml"
+    W.write_fitted_constants(path, W.engine_constants_doc([r], spec))
+    vals, cells = W.fitted_values(path, "vllm", "h100-sxm")
+    assert vals == pytest.approx({k: round(v, 6) for k, v in r["fitted"].items()}, abs=1e-6)
+    assert sorted(cells) == sorted(r["readings"].cells)
+    from steptime.specs.engines import get_engine
+
+    assert get_engine("vllm", fitted=path).get("t_samp_ms", __import__("steptime.specs", fromlist=["x"]).get_gpu(
+        "h100-sxm")) == pytest.approx(round(r["fitted"]["t_samp_ms"], 6))
+    r2 = W.run_fpm(s, spec, fitted_doc=path, n_boot=10)
+    a = {(x["tp"], x["phase"]): x["mape"] for x in r["scores"]["vllm_wallclock_fit"]}
+    b = {(x["tp"], x["phase"]): x["mape"] for x in r2["scores"]["vllm_wallclock_fit"]}
+    assert a == pytest.approx(b, rel=1e-3)
+    # constants read from other steps than the rule's are refused
+    doc = W.engine_constants_doc([r], spec)
+    for sec in doc.values():
+        for per_gpu in sec.values():
+            for tbl in per_gpu.values():
+                for e in tbl.values():
+                    e["cells"] = [["h100-sxm", "vllm", 1, "decode", 1, 999999]]
+    with pytest.raises(W.WallclockError, match="not the rule's steps"):
+        W.run_fpm(s, spec, fitted_doc=doc, n_boot=10)
+
+
+def test_smallest_batch_rows_keeps_each_groups_smallest_batch_under_the_cap():
+    base = dict(dataset="d", gpu="h100-sxm", model="m", engine="vllm", dtype="bf16")
+    rows = pd.DataFrame([{**base, "tp": 1, "batch": b} for b in (4.0, 4.0, 32.0)]
+                        + [{**base, "tp": 2, "batch": b} for b in (64.0, 128.0)])
+    x = W.smallest_batch_rows(rows, 16.0)
+    assert x["batch"].tolist() == [4.0, 4.0] and set(x["tp"]) == {1}
+
+
+def test_scales_act_on_their_term_kinds_and_their_per_op_price_is_measured():
+    s = _steps(tps=(1, 8))
+    f = W.with_scales(_toy_predictor())
+    a = W.predict_table(s, f)
+    b = W.predict_table(s, f, {"comm_scale": 0.5, "a": 2.0})
+    assert np.allclose(a["gemm_ms"], b["gemm_ms"]) and np.allclose(a["host_ms"], b["host_ms"])
+    c = W.predict_table(s, f, {"block_scale": 2.0})
+    assert np.allclose(c["gemm_ms"], 2 * a["gemm_ms"]) and np.allclose(c["host_ms"], a["host_ms"])
+    assert W.kind_scale({"block_scale": 2.0, "comm_scale": 0.5}, "comm") == pytest.approx(1.0)
+    assert W.kind_scale({"comm_scale": 0.5, "t_samp_ms": 3.0}, "gemm") == 1.0
+    tables = {"g": ("gemm", np.array([1.0, 2.0]), np.array([1.0, 2.0])),
+              "ar": ("comm", np.array([1.0, 2.0]), np.array([1.0, 2.0]))}
+    cost = {c["table"]: c for c in W.per_op_cost(tables, {"comm_scale": 0.5}, n_boot=10)}
+    assert cost["g"]["delta"] == 0.0
+    assert cost["ar"]["mape_wallclock_scaled"] == pytest.approx(0.5)
+
+
+def test_comm_offset_shifts_every_all_reduce_call_of_tp_steps_only():
+    s = _steps(tps=(1, 2))
+    f = W.make_predictor("vllm", "llama-3.1-8b", "h100-sxm")
+    g = W.with_scales(f)
+    a = W.predict_table(s, g)
+    b = W.predict_table(s, g, {"comm_offset_us": 2.0})
+    tp1 = (s["tp"] == 1).to_numpy()
+    assert np.allclose(a["pred_ms"][tp1], b["pred_ms"][tp1])
+    calls = 2 * 32  # two all-reduces per layer, 32 layers
+    assert np.allclose((b["comm_ms"] - a["comm_ms"])[~tp1], calls * 2.0e-3)
+    c = W.predict_table(s, g, {"comm_offset_us": -1e6})  # never below zero
+    assert (c["comm_ms"] >= 0).all()
+
+
+def test_per_op_cost_shifts_all_reduce_cells_by_the_fitted_offset():
+    tables = {"ar": ("comm", np.array([0.010, 0.020]), np.array([0.010, 0.020]))}
+    c = W.per_op_cost(tables, {"comm_offset_us": 5.0}, n_boot=10)[0]
+    assert c["mape_wallclock_scaled"] == pytest.approx(np.mean([0.5, 0.25]))

@@ -1,0 +1,139 @@
+# Wall clock (issue 11): the engine step inside real serving engines, scored on real engine steps
+# (AIConfigurator forward-pass metrics) and token times (ML.ENERGY, AIConfigurator silicon).
+# R2.3 reads each (GPU, engine)'s constants from three steps and writes them as a declared output,
+# results/calibration/engine_constants.yaml, which every later wall-clock rule takes as an input.
+
+WALLCLOCK_LIB = lib("terms", "step.py", "ops.py", "experiments/__init__", "experiments/wallclock",
+                    "experiments/wallclock_report", "experiments/attention", "calibration/__init__", "metrics",
+                    "results", "plotting", "specs", "io", "errors")
+WC_FIT = EXPERIMENTS["R2.3"]["settings"]["fit"]
+WC_PROMPTS = EXPERIMENTS["E2.11"]["settings"]["prompt_tokens"]
+WC_TOKENS = dict(
+    mlenergy_v2="results/data/mlenergy_v2.parquet",
+    mlenergy_v3="results/data/mlenergy_v3.parquet",
+    silicon="results/data/aic_silicon.parquet",
+)
+
+
+# R2.3: engine constants from three wall-clock steps per (GPU, engine); gain and per-operator price.
+rule R2_3:
+    input:
+        fpm="results/data/fpm_steps.parquet",
+        gemm=rules.data_gemm.output.table,
+        attn_ctx=rules.data_attention_context.output.table,
+        attn_gen=rules.data_attention_generation.output.table,
+        allreduce=rules.data_allreduce.output.table,
+        settled=rules.comm_constants.output.stamp,  # the constants in defaults.yaml the predictions read
+        code=WALLCLOCK_LIB,
+    output:
+        result="results/R2_3.json",
+        constants="results/calibration/engine_constants.yaml",
+        fig="figures/R2_3_calibration.png",
+    params:
+        question=EXPERIMENTS["R2.3"]["question"],
+        targets=EXPERIMENTS["R2.3"]["targets"],
+        settings=EXPERIMENTS["R2.3"]["settings"],
+    log:
+        "logs/R2_3.log",
+    conda:
+        CONDA_ENV
+    message:
+        "R2.3 engine constants from three wall-clock steps; gain over per-operator calibration"
+    script:
+        "../scripts/R2_3.py"
+
+
+# E1.26: every FPM step, kernels / shipped profile / three readings / roofline, per phase x TP.
+rule E1_26:
+    input:
+        fpm="results/data/fpm_steps.parquet",
+        constants=rules.R2_3.output.constants,
+        settled=rules.comm_constants.output.stamp,  # the constants in defaults.yaml the predictions read
+        code=WALLCLOCK_LIB,
+    output:
+        result="results/E1_26.json",
+        fig="figures/E1_26_wallclock.png",
+    params:
+        question=EXPERIMENTS["E1.26"]["question"],
+        targets=EXPERIMENTS["E1.26"]["targets"],
+        settings={"fit": WC_FIT},
+    log:
+        "logs/E1_26.log",
+    conda:
+        CONDA_ENV
+    message:
+        "E1.26 real vLLM engine steps predicted vs measured per phase and TP"
+    script:
+        "../scripts/E1_26.py"
+
+
+# E1.18: exposed host time per engine from the smallest steps.
+rule E1_18:
+    input:
+        fpm="results/data/fpm_steps.parquet",
+        **WC_TOKENS,
+        settled=rules.comm_constants.output.stamp,  # the constants in defaults.yaml the predictions read
+        code=WALLCLOCK_LIB,
+    output:
+        result="results/E1_18.json",
+        fig="figures/E1_18_exposed_host.png",
+    params:
+        question=EXPERIMENTS["E1.18"]["question"],
+        settings={**EXPERIMENTS["E1.18"]["settings"], "prompt_tokens": WC_PROMPTS},
+    log:
+        "logs/E1_18.log",
+    conda:
+        CONDA_ENV
+    message:
+        "E1.18 exposed host time per engine"
+    script:
+        "../scripts/E1_18.py"
+
+
+# E1.21: prefill on wall clock across GPUs where the sets hold isolated prefills.
+rule E1_21:
+    input:
+        fpm="results/data/fpm_steps.parquet",
+        **WC_TOKENS,
+        constants=rules.R2_3.output.constants,
+        settled=rules.comm_constants.output.stamp,  # the constants in defaults.yaml the predictions read
+        code=WALLCLOCK_LIB,
+    output:
+        result="results/E1_21.json",
+        fig="figures/E1_21_prefill.png",
+    params:
+        question=EXPERIMENTS["E1.21"]["question"],
+        targets=EXPERIMENTS["E1.21"]["targets"],
+        settings={"fit": WC_FIT},
+    log:
+        "logs/E1_21.log",
+    conda:
+        CONDA_ENV
+    message:
+        "E1.21 wall-clock prefill across GPUs"
+    script:
+        "../scripts/E1_21.py"
+
+
+# E2.11: token time as one decode step at the measured mean batch (an approximation of a schedule).
+rule E2_11:
+    input:
+        **WC_TOKENS,
+        constants=rules.R2_3.output.constants,
+        settled=rules.comm_constants.output.stamp,  # the constants in defaults.yaml the predictions read
+        code=WALLCLOCK_LIB,
+    output:
+        result="results/E2_11.json",
+        fig="figures/E2_11_tpot.png",
+    params:
+        question=EXPERIMENTS["E2.11"]["question"],
+        targets=EXPERIMENTS["E2.11"]["targets"],
+        settings=EXPERIMENTS["E2.11"]["settings"],
+    log:
+        "logs/E2_11.log",
+    conda:
+        CONDA_ENV
+    message:
+        "E2.11 TPOT across GPUs and engines (one-step approximation)"
+    script:
+        "../scripts/E2_11.py"

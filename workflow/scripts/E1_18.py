@@ -1,0 +1,32 @@
+"""E1.18: how much host time each engine exposes, from the small steps where it dominates: FPM decode
+steps of a few requests (vLLM V1 on B300) and token times at a small mean batch (ML.ENERGY, silicon)."""
+from os.path import splitext
+
+import pandas as pd
+
+from steptime.experiments import wallclock as W
+from steptime.experiments import wallclock_report as R
+from steptime.results import provenance, write_result
+
+cfg, p = snakemake.config, snakemake.params
+st = p.settings
+steps = W.fpm_steps(pd.read_parquet(snakemake.input.fpm))
+small = steps[(steps["phase"] == "decode") & (steps["decode_requests"] <= st["small_requests"])]
+fpm_ex, fpm_prof = [], []
+for (gpu, engine, model), s in small.groupby(["gpu", "engine", "model"], sort=True):
+    kern = W.predict_table(s, W.make_predictor("kernels", model, gpu))
+    prof = W.predict_table(s, W.make_predictor(engine, model, gpu, engine=engine))
+    fpm_ex += W.exposed_host(s, kern, st["small_requests"])
+    fpm_prof += W.exposed_host(s.assign(latency_ms=prof["pred_ms"]), kern, st["small_requests"])
+prompts = {(d, t): v for d, per in st["prompt_tokens"].items() for t, v in per.items()}
+rows, _ = W.tpot_table(pd.read_parquet(snakemake.input.mlenergy_v2), pd.read_parquet(snakemake.input.mlenergy_v3),
+                       pd.read_parquet(snakemake.input.silicon), prompt_tokens=prompts)
+tok = W.run_tpot(W.smallest_batch_rows(rows, st["small_batch"]), n_boot=10, seed=cfg["seed"])
+doc = R.document_e1_18(fpm_ex, fpm_prof, R.exposed_host_tokens(tok["pred"]),
+                       st["small_requests"], st["small_batch"])
+prov = provenance(list(snakemake.input), config=cfg, rule="E1_18", script="workflow/scripts/E1_18.py")
+write_result(snakemake.output.result, id="E1.18", question=p.question, metrics=doc["metrics"], claims=doc["claims"],
+             provenance=prov, extra={"settings": st})
+R.plot_e1_18(doc, splitext(snakemake.output.fig)[0],
+             "E1.18: measured wall clock minus the predicted GPU kernel time of the same step, on the smallest steps "
+             "(FPM decode steps of few requests; token times at a small mean batch), per engine, GPU and TP.")

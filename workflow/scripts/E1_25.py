@@ -1,0 +1,18 @@
+"""E1.25: the all-reduce term held out per GPU on AIConfigurator's NCCL and vLLM custom tables."""
+from os.path import splitext
+
+import pandas as pd
+
+from steptime.experiments import comm as E
+from steptime.results import provenance, write_result
+
+r = E.run(pd.read_parquet(snakemake.input.data))
+doc = E.document(r, target_pct=float(snakemake.params.target_pct))
+prov = provenance([snakemake.input.data], config={"target_pct": snakemake.params.target_pct},
+                  calibration=r["calibration"].to_dict(), rule="E1_25", script="workflow/scripts/E1_25.py")
+write_result(snakemake.output.result, id="E1.25", question=snakemake.params.question, metrics=doc["metrics"],
+             claims=doc["claims"], provenance=prov, extra={"defaults_updates": E.defaults_updates(r)})
+E.plot(r, splitext(snakemake.output.fig)[0],
+       "E1.25: all-reduce time per message size, measured (AIConfigurator: NCCL circles, vLLM custom all-reduce "
+       "in CUDA graphs squares) and the held-out law (lines) per GPU and TP degree; titles give each "
+       "implementation's held-out MAPE over 64 KiB-256 MiB.")
