@@ -21,6 +21,7 @@ include: "workflow/rules/collect.smk"
 include: "workflow/rules/serve.smk"
 include: "workflow/rules/comm.smk"
 include: "workflow/rules/wallclock.smk"
+include: "workflow/rules/replay.smk"
 
 
 rule all:
