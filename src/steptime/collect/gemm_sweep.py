@@ -25,6 +25,7 @@ from pathlib import Path
 
 import numpy as np
 
+from steptime.collect.cli import nonnegative_int, positive_int, run
 from steptime.errors import DataError
 
 COLUMNS = {"gpu_name": str, "plan": str, "repeat": int, "order": int, "m": int, "n": int, "k": int,
@@ -232,8 +233,8 @@ def main(argv=None) -> int:
     p.add_argument("--plan", required=True, choices=PLANS)
     p.add_argument("--gpu", required=True, help="steptime GPU key of this node's GPU (sizes the L2 plan)")
     p.add_argument("--out", required=True)
-    p.add_argument("--repeats", type=int, default=3)
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--repeats", type=positive_int, default=3)
+    p.add_argument("--seed", type=nonnegative_int, default=0)
     p.add_argument("--dry-run", action="store_true", help="print the cells in run order and exit (no GPU needed)")
     a = p.parse_args(argv)
     if a.dry_run:
@@ -245,10 +246,4 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":  # pragma: no cover
-    from steptime.errors import SteptimeError
-
-    try:
-        sys.exit(main())
-    except SteptimeError as exc:
-        print(f"steptime.collect.gemm_sweep: error: {exc}", file=sys.stderr)
-        sys.exit(2)
+    sys.exit(run(main, "steptime.collect.gemm_sweep"))
