@@ -466,13 +466,13 @@ def per_op_tables(gpu: str, gemm_df=None, attn_cells=None, allreduce_df=None) ->
     'custom', NCCL -> 'nccl'; every message size and GPU count)."""
     from steptime.calibration import Constants
     from steptime.ops import predict_ops
+    from steptime.regimes import llm_shaped
     from steptime.specs import get_gpu
 
     out = {}
     if gemm_df is not None:
         g = gemm_df[gemm_df["gpu"] == gpu]
-        llm = (g["n"] >= 1024) & (g["k"] >= 1024) & (g["m"] <= 16384)
-        g = g[llm]
+        g = g[llm_shaped(g["m"], g["n"], g["k"])]
         if len(g):
             p = predict_ops("gemm", gpu, m=g["m"].to_numpy(float), n=g["n"].to_numpy(float), k=g["k"].to_numpy(float))
             out["aic_gemm_llm"] = ("gemm", p["t_ms"], g["latency_ms"].to_numpy(float))
