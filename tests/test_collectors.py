@@ -141,3 +141,17 @@ def test_collector_run_prints_a_steptime_error_as_one_line(capsys):
     assert run(main, "steptime.collect.dispatch", ["--gpu", "h100", "--out", "x", "--parse", "/no/such.log"]) == 2
     err = capsys.readouterr().err
     assert err.startswith("steptime.collect.dispatch: error: ") and err.count("\n") == 1, err
+
+
+def test_write_csv_is_the_collectors_one_writer(tmp_path):
+    import pandas as pd
+
+    from steptime.collect.cli import write_csv
+    from steptime.collect.steptrace import FPM_COLUMNS, step_row, write_rows
+
+    write_rows(tmp_path / "t.csv", [step_row(0, [(5, 0)], [10, 12], [], 1.5), step_row(1, [], [11, 13], [], 0.7)])
+    d = pd.read_csv(tmp_path / "t.csv")
+    assert list(d.columns) == list(FPM_COLUMNS) and d["latency_ms"].tolist() == [1.5, 0.7]
+    with pytest.raises(ValueError, match="a row of 2 values under 3 columns"):
+        write_csv(tmp_path / "bad.csv", ["a", "b", "c"], [[1, 2]])
+    assert not (tmp_path / "bad.csv").exists()  # atomic: nothing half-written

@@ -1,6 +1,8 @@
 """What every collector's command line shares: argparse types that refuse a bad value with one
-clear line (argparse prints it and exits 2), and `run`, the `python -m` entry that turns a
-SteptimeError (no GPU, a missing file, a setting not allowed) into one line and exit 2.
+clear line (argparse prints it and exits 2), `run`, the `python -m` entry that turns a
+SteptimeError (no GPU, a missing file, a setting not allowed) into one line and exit 2, and
+`write_csv`, the collectors' one way of writing their rows (atomically: a collection cut short
+leaves no half file).
 """
 
 from __future__ import annotations
@@ -50,3 +52,16 @@ def run(main, prog: str, argv=None) -> int:
     except SteptimeError as exc:
         print(f"{prog}: error: {exc}", file=sys.stderr)
         return 2
+
+
+def write_csv(out, header, rows) -> None:
+    """Write `rows` (sequences of values) under the `header` names to the CSV `out`, atomically."""
+    from steptime.io import atomic_path
+
+    with atomic_path(out) as tmp:
+        with open(tmp, "w") as fh:
+            fh.write(",".join(header) + "\n")
+            for r in rows:
+                if len(r) != len(header):
+                    raise ValueError(f"{out}: a row of {len(r)} values under {len(header)} columns")
+                fh.write(",".join(str(v) for v in r) + "\n")

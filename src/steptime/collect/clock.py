@@ -20,7 +20,7 @@ import threading
 import time
 from pathlib import Path
 
-from steptime.collect.cli import int_list, nonnegative_int, positive_int, run, setting_list
+from steptime.collect.cli import int_list, nonnegative_int, positive_int, run, setting_list, write_csv
 
 COLUMNS = {"gpu_name": str, "run": int, "order": int, "m": int, "n": int, "k": int, "latency_ms": float,
            "sm_clock_mhz": float, "power_w": float, "temp_c": float, "samples": int}
@@ -57,8 +57,6 @@ def collect(out: Path, n: int = 4096, k: int = 4096, runs: int = 5, hold_s: floa
             seed: int = 0, ladder=LADDER, caps=(None,), locks=(None,), allow_set_power: bool = False,
             allow_lock_clocks: bool = False, backend=None) -> None:  # pragma: no cover - needs a GPU
     from steptime.collect.safety import GpuSettings, NvmlBackend, guarded, progress, require_gpu
-    from steptime.io import atomic_path
-
     require_gpu()
     import pynvml
     import torch
@@ -116,11 +114,7 @@ def collect(out: Path, n: int = 4096, k: int = 4096, runs: int = 5, hold_s: floa
             rows.append([name, cell["run"], cell["order"], m, n, k, start.elapsed_time(end) / iters, med(0), med(1),
                          med(2), len(half), "" if want[0] is None else want[0], "" if want[1] is None else want[1]])
             time.sleep(cool_s)
-    with atomic_path(out) as tmp:
-        with open(tmp, "w") as fh:
-            fh.write(",".join([*COLUMNS, *OPTIONAL]) + "\n")
-            for r in rows:
-                fh.write(",".join(str(v) for v in r) + "\n")
+    write_csv(out, [*COLUMNS, *OPTIONAL], rows)
 
 
 def schema():

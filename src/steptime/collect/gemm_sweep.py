@@ -25,7 +25,7 @@ from pathlib import Path
 
 import numpy as np
 
-from steptime.collect.cli import nonnegative_int, positive_int, run
+from steptime.collect.cli import nonnegative_int, positive_int, run, write_csv
 from steptime.errors import DataError
 
 COLUMNS = {"gpu_name": str, "plan": str, "repeat": int, "order": int, "m": int, "n": int, "k": int,
@@ -80,8 +80,6 @@ def collect(out: Path, plan: str, gpu: str, repeats: int = 3, seed: int = 0) -> 
 
     from steptime.collect.gemm_bench import time_linear
     from steptime.collect.safety import progress, require_gpu
-    from steptime.io import atomic_path
-
     require_gpu()
     import pynvml
     import torch
@@ -105,11 +103,7 @@ def collect(out: Path, plan: str, gpu: str, repeats: int = 3, seed: int = 0) -> 
         stop.set()
         th.join()
         rows.append([name, plan, rep, order, m, n, k, lat, statistics.median(clocks) if clocks else float("nan")])
-    with atomic_path(out) as tmp:
-        with open(tmp, "w") as fh:
-            fh.write(",".join(COLUMNS) + "\n")
-            for r in rows:
-                fh.write(",".join(str(v) for v in r) + "\n")
+    write_csv(out, list(COLUMNS), rows)
 
 
 def schema():

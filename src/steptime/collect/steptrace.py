@@ -27,7 +27,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from steptime.collect.cli import positive_int, run
+from steptime.collect.cli import positive_int, run, write_csv
 
 FPM_COLUMNS = ("phase", "workload_segment", "counter_id", "worker_id", "dp_rank", "ctx_tokens", "ctx_requests",
                "ctx_kv_tokens", "decode_tokens", "decode_requests", "decode_kv_tokens", "mean_decode_kv_tokens",
@@ -209,13 +209,7 @@ def run_vllm(model, requests, budget: int, max_seqs: int) -> list[list]:  # prag
 
 
 def write_rows(out: Path, rows) -> None:
-    from steptime.io import atomic_path
-
-    with atomic_path(out) as tmp:
-        with open(tmp, "w") as fh:
-            fh.write(",".join(FPM_COLUMNS) + "\n")
-            for r in rows:
-                fh.write(",".join(str(v) for v in r) + "\n")
+    write_csv(out, FPM_COLUMNS, rows)
 
 
 def main(argv=None) -> int:
