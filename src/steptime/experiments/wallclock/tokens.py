@@ -13,7 +13,7 @@ import numpy as np
 
 from steptime.errors import SteptimeError
 from steptime.experiments.wallclock.fpm import FpmSpec, engine_constants_doc, engine_profile, fpm_steps, run_fpm
-from steptime.experiments.wallclock.steps import WallclockError, make_predictor
+from steptime.experiments.wallclock.steps import WallclockError, make_predictor, records
 
 
 # ---------------------------------------------------------------------------------------
@@ -295,14 +295,11 @@ def evaluate_records(fpm_tidy=None, mlenergy_v2=None, mlenergy_v3=None, silicon=
     out, fits = [], []
     if fpm_tidy is not None:
         steps = fpm_steps(fpm_tidy)
-        for (gpu, engine, model), s in steps.groupby(["gpu", "engine", "model"], sort=True):
+        for (_gpu, engine, model), s in steps.groupby(["gpu", "engine", "model"], sort=True):
             r = run_fpm(s, FpmSpec(model=model, engine=engine, **fit), n_boot=n_boot, seed=seed)
             fits.append((r, FpmSpec(model=model, engine=engine, **fit)))
             for name in ("kernels", "roofline", engine, r["names"]["fit"]):
-                for sc in r["scores"][name]:
-                    out.append({"family": "wallclock", "dataset": "aic-fpm", "gpu": gpu, "engine": engine,
-                                "tp": int(sc["tp"]), "predictor": name, "subset": sc["phase"], "cells": sc["cells"],
-                                "mape": sc["mape"], "median_ape": sc["median_ape"], "mape_ci": sc["mape_ci"]})
+                out += records(r["scores"][name], dataset="aic-fpm", predictor=name)
     if any(t is not None for t in (mlenergy_v2, mlenergy_v3, silicon)):
         doc = engine_constants_doc([r for r, _ in fits], fits[0][1]) if fits else None
         rows, _ = tpot_table(mlenergy_v2, mlenergy_v3, silicon, prompt_tokens=prompt_tokens)
