@@ -189,3 +189,17 @@ def test_e2_3_small():
     assert df["fcfs_attainment"].iloc[0] >= df["fcfs_attainment"].iloc[-1]
     doc = serving.e2_3_document(r)
     assert len(doc["claims"]) == 2
+
+
+def test_a_missing_registry_target_is_one_clear_error_not_a_default():
+    from steptime.errors import InputError
+    from steptime.results import target
+
+    assert target({"goodput_ratio_min": 0.9}, "goodput_ratio_min", "E2.4") == 0.9
+    with pytest.raises(InputError, match=r"E2.4: no target 'goodput_ratio_min' under its `targets:`"):
+        target({}, "goodput_ratio_min", "E2.4")
+    r = {"targets": {}, "cases": [{"model": "opt-13b", "tp": 1, "total_gpus": 2, "same_choice": True,
+                                   "choice": {"steptime": "1p1d", "distserve": "1p1d"},
+                                   "steptime_choice_under_distserve_ratio": 1.0}], "workload": {}}
+    with pytest.raises(InputError, match="no target 'goodput_ratio_min'"):
+        serving.e2_4_document(r)
