@@ -140,6 +140,8 @@ def audit(root: str | Path | None = None, select: str | None = None) -> list[Res
     from steptime.status import _registry, experiment_status, file_sha256, manifest_listing
 
     root = Path(find_root(root))
+    if select is not None and (not isinstance(select, str) or not select.strip()):
+        raise AuditError(f"empty or non-text selection {select!r}: give an experiment ID (E2.1) or a claim (E2.1:3)")
     want_id, want_claim = (select.split(":", 1) + [None])[:2] if select else (None, None)
     rows = experiment_status(root)
     known = {r["id"] for r in rows}
