@@ -80,6 +80,8 @@ def test_distserve_timer_is_its_formula_and_refuses_mixed_steps():
         t.step_arrays([1, 300], [50, 0])
     with pytest.raises(ServeError, match="no fitted"):
         DistServeTimer(_coefficients(), "opt-13b", "a100-sxm", tp=2)
+    with pytest.raises(ServeError, match="tp must be an integer, got 1.5"):  # not truncated to tp=1
+        DistServeTimer(_coefficients(), "opt-13b", "a100-sxm", tp=1.5)
 
 
 def test_placements_fit_the_gpus():
