@@ -14,10 +14,10 @@ rule E1_25:
         code=COMM_LIB,
     output:
         result="results/E1_25.json",
-        fig="figures/E1_25_allreduce.png",
+        **figure("fig", "figures/E1_25_allreduce"),
     params:
-        question=EXPERIMENTS["E1.25"]["question"],
-        target_pct=EXPERIMENTS["E1.25"]["targets"]["mape_pct_max"],
+        question=question("E1.25"),
+        target_pct=targets("E1.25").get("mape_pct_max"),
     log:
         "logs/E1_25.log",
     conda:
@@ -38,10 +38,10 @@ rule E1_27:
                  "calibration/__init__", "results", "plotting", "specs", "io", "errors"),
     output:
         result="results/E1_27.json",
-        fig="figures/E1_27_fp8_gemm.png",
+        **figure("fig", "figures/E1_27_fp8_gemm"),
     params:
-        question=EXPERIMENTS["E1.27"]["question"],
-        target_pct=EXPERIMENTS["E1.27"]["targets"]["mape_pct_max"],
+        question=question("E1.27"),
+        target_pct=targets("E1.27").get("mape_pct_max"),
         seed=config["seed"],
     log:
         "logs/E1_27.log",

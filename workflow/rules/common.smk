@@ -58,6 +58,12 @@ def targets(eid):
     return EXPERIMENTS.get(eid, {}).get("targets", {})
 
 
+def settings(eid):
+    """An experiment's method settings from the registry (config/experiments.yaml `settings:`; empty where
+    the registry leaves the experiment out, as .test/ does), passed to its script as a param."""
+    return EXPERIMENTS.get(eid, {}).get("settings", {})
+
+
 def figure(key, stem):
     """A figure's declared outputs, as plotting.save writes them: {key: stem.png, key_pdf: stem.pdf,
     key_caption: stem.caption.txt} (unpack into output: with **). The PNG goes into the Snakemake

@@ -6,8 +6,8 @@
 WALLCLOCK_LIB = lib("terms", "step.py", "ops.py", "experiments/__init__", "experiments/wallclock",
                     "experiments/wallclock_report", "experiments/attention", "calibration/__init__", "metrics",
                     "results", "plotting", "specs", "io", "errors")
-WC_FIT = EXPERIMENTS["R2.3"]["settings"]["fit"]
-WC_PROMPTS = EXPERIMENTS["E2.11"]["settings"]["prompt_tokens"]
+WC_FIT = settings("R2.3").get("fit", {})
+WC_PROMPTS = settings("E2.11").get("prompt_tokens", {})
 WC_TOKENS = dict(
     mlenergy_v2="results/data/mlenergy_v2.parquet",
     mlenergy_v3="results/data/mlenergy_v3.parquet",
@@ -28,13 +28,18 @@ rule R2_3:
     output:
         result="results/R2_3.json",
         constants="results/calibration/engine_constants.yaml",
-        fig="figures/R2_3_calibration.png",
+        **figure("fig", "figures/R2_3_calibration"),
     params:
-        question=EXPERIMENTS["R2.3"]["question"],
-        targets=EXPERIMENTS["R2.3"]["targets"],
-        settings=EXPERIMENTS["R2.3"]["settings"],
+        question=question("R2.3"),
+        targets=targets("R2.3"),
+        settings=settings("R2.3"),
+        seed=config["seed"],
+        n_boot=config["bootstrap"],
+    threads: 1
     log:
         "logs/R2_3.log",
+    benchmark:
+        "benchmarks/R2_3.tsv"
     conda:
         CONDA_ENV
     message:
@@ -52,13 +57,18 @@ rule E1_26:
         code=WALLCLOCK_LIB,
     output:
         result="results/E1_26.json",
-        fig="figures/E1_26_wallclock.png",
+        **figure("fig", "figures/E1_26_wallclock"),
     params:
-        question=EXPERIMENTS["E1.26"]["question"],
-        targets=EXPERIMENTS["E1.26"]["targets"],
+        question=question("E1.26"),
+        targets=targets("E1.26"),
         settings={"fit": WC_FIT},
+        seed=config["seed"],
+        n_boot=config["bootstrap"],
+    threads: 1
     log:
         "logs/E1_26.log",
+    benchmark:
+        "benchmarks/E1_26.tsv"
     conda:
         CONDA_ENV
     message:
@@ -76,12 +86,15 @@ rule E1_18:
         code=WALLCLOCK_LIB,
     output:
         result="results/E1_18.json",
-        fig="figures/E1_18_exposed_host.png",
+        **figure("fig", "figures/E1_18_exposed_host"),
     params:
-        question=EXPERIMENTS["E1.18"]["question"],
-        settings={**EXPERIMENTS["E1.18"]["settings"], "prompt_tokens": WC_PROMPTS},
+        question=question("E1.18"),
+        settings={**settings("E1.18"), "prompt_tokens": WC_PROMPTS},
+        seed=config["seed"],
     log:
         "logs/E1_18.log",
+    benchmark:
+        "benchmarks/E1_18.tsv"
     conda:
         CONDA_ENV
     message:
@@ -100,13 +113,18 @@ rule E1_21:
         code=WALLCLOCK_LIB,
     output:
         result="results/E1_21.json",
-        fig="figures/E1_21_prefill.png",
+        **figure("fig", "figures/E1_21_prefill"),
     params:
-        question=EXPERIMENTS["E1.21"]["question"],
-        targets=EXPERIMENTS["E1.21"]["targets"],
+        question=question("E1.21"),
+        targets=targets("E1.21"),
         settings={"fit": WC_FIT},
+        seed=config["seed"],
+        n_boot=config["bootstrap"],
+    threads: 1
     log:
         "logs/E1_21.log",
+    benchmark:
+        "benchmarks/E1_21.tsv"
     conda:
         CONDA_ENV
     message:
@@ -124,13 +142,18 @@ rule E2_11:
         code=WALLCLOCK_LIB,
     output:
         result="results/E2_11.json",
-        fig="figures/E2_11_tpot.png",
+        **figure("fig", "figures/E2_11_tpot"),
     params:
-        question=EXPERIMENTS["E2.11"]["question"],
-        targets=EXPERIMENTS["E2.11"]["targets"],
-        settings=EXPERIMENTS["E2.11"]["settings"],
+        question=question("E2.11"),
+        targets=targets("E2.11"),
+        settings=settings("E2.11"),
+        seed=config["seed"],
+        n_boot=config["bootstrap"],
+    threads: 1
     log:
         "logs/E2_11.log",
+    benchmark:
+        "benchmarks/E2_11.tsv"
     conda:
         CONDA_ENV
     message:
