@@ -11,9 +11,9 @@ rule E2_7:
         code=lib("experiments/abstract", "plotting", "results", "io"),
     output:
         result="results/E2_7.json",
-        fig="figures/E2_7_abstract.png",
+        **figure("fig", "figures/E2_7_abstract"),
     params:
-        question=EXPERIMENTS["E2.7"]["question"],
+        question=question("E2.7"),
         claim_types={eid: e.get("claim_type") for eid, e in EXPERIMENTS.items() if eid.startswith("E2")},
     log:
         "logs/E2_7.log",
