@@ -138,6 +138,17 @@ def experiment_results():
     ]
 
 
+def part2_results():
+    """Every Part-2 result among the experiment results but E2.7's own; called from input lambdas, so a
+    missing raw file stops the jobs that need it, not the parse."""
+    return [r for r in experiment_results() if Path(r).name.startswith("E2") and "E2_7" not in r]
+
+
+def results_and_e2_7():
+    """Every experiment result, E2.7's included; called from input lambdas, as part2_results."""
+    return [r for r in experiment_results() if "E2_7" not in r] + ["results/E2_7.json"]
+
+
 # The library code the step-family rules (attention, light, host, step, literature) import: all of it.
 STEP_LIB = lib()
 
