@@ -18,8 +18,11 @@ rule E1_25:
     params:
         question=question("E1.25"),
         target_pct=targets("E1.25").get("mape_pct_max"),
+    threads: 1
     log:
         "logs/E1_25.log",
+    benchmark:
+        "benchmarks/E1_25.tsv"
     conda:
         CONDA_ENV
     message:
@@ -31,7 +34,7 @@ rule E1_25:
 # E1.27: fp8 W8A8 GEMMs held out per GPU (bf16 GEMM fold + datasheet fp8 peak + fp8 factors of other GPUs).
 rule E1_27:
     input:
-        fp8="results/data/gemm_fp8.parquet",
+        fp8=tidy("gemm_fp8"),
         bf16=tidy("gemm"),
         gemm_constants=rules.settle_gemm_constants.output.constants,
         code=lib("terms", "experiments/__init__", "experiments/precision", "experiments/gemm", "evaluate",
@@ -43,8 +46,11 @@ rule E1_27:
         question=question("E1.27"),
         target_pct=targets("E1.27").get("mape_pct_max"),
         seed=config["seed"],
+    threads: 1
     log:
         "logs/E1_27.log",
+    benchmark:
+        "benchmarks/E1_27.tsv"
     conda:
         CONDA_ENV
     message:

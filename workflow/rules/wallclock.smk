@@ -9,16 +9,16 @@ WALLCLOCK_LIB = lib("terms", "step.py", "ops.py", "experiments/__init__", "exper
 WC_FIT = settings("R2.3").get("fit", {})
 WC_PROMPTS = settings("E2.11").get("prompt_tokens", {})
 WC_TOKENS = dict(
-    mlenergy_v2="results/data/mlenergy_v2.parquet",
-    mlenergy_v3="results/data/mlenergy_v3.parquet",
-    silicon="results/data/aic_silicon.parquet",
+    mlenergy_v2=tidy("mlenergy_v2"),
+    mlenergy_v3=tidy("mlenergy_v3"),
+    silicon=tidy("aic_silicon"),
 )
 
 
 # R2.3: engine constants from three wall-clock steps per (GPU, engine); gain and per-operator price.
 rule R2_3:
     input:
-        fpm="results/data/fpm_steps.parquet",
+        fpm=tidy("fpm_steps"),
         gemm=tidy("gemm"),
         attn_ctx=tidy("attention_context"),
         attn_gen=tidy("attention_generation"),
@@ -51,7 +51,7 @@ rule R2_3:
 # E1.26: every FPM step, kernels / shipped profile / three readings / roofline, per phase x TP.
 rule E1_26:
     input:
-        fpm="results/data/fpm_steps.parquet",
+        fpm=tidy("fpm_steps"),
         constants=rules.R2_3.output.constants,
         settled=SETTLED_ALL,  # this run's settled constants (the predictions read them, not src/)
         code=WALLCLOCK_LIB,
@@ -80,7 +80,7 @@ rule E1_26:
 # E1.18: exposed host time per engine from the smallest steps.
 rule E1_18:
     input:
-        fpm="results/data/fpm_steps.parquet",
+        fpm=tidy("fpm_steps"),
         **WC_TOKENS,
         settled=SETTLED_ALL,  # this run's settled constants (the predictions read them, not src/)
         code=WALLCLOCK_LIB,
@@ -106,7 +106,7 @@ rule E1_18:
 # E1.21: prefill on wall clock across GPUs where the sets hold isolated prefills.
 rule E1_21:
     input:
-        fpm="results/data/fpm_steps.parquet",
+        fpm=tidy("fpm_steps"),
         **WC_TOKENS,
         constants=rules.R2_3.output.constants,
         settled=SETTLED_ALL,  # this run's settled constants (the predictions read them, not src/)
