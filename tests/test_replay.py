@@ -1,0 +1,133 @@
+"""E2.11b library (steptime.experiments.replay): rows, sampling, workloads, the closed-loop replay
+and the side-by-side table, on tiny synthetic ML.ENERGY / silicon tables built here."""
+import numpy as np
+import pandas as pd
+import pytest
+
+from steptime.errors import SteptimeError
+from steptime.experiments import replay as R
+
+PROMPTS = {("mlenergy-v3", "lm-arena-chat"): 250}
+
+
+def _v3(**over):
+    base = dict(dataset="mlenergy-v3", task="lm-arena-chat", gpu="h100-sxm", model="llama-3.1-8b",
+                model_source="meta-llama/Llama-3.1-8B", arch="dense", moe=False, engine="vllm", engine_version="0.11.1",
+                dtype="bfloat16", tp=1, ep=1, dp=1, num_gpus=1, max_num_seqs=16, avg_batch=15.9, median_itl_ms=12.0,
+                avg_output_len=300.0)
+    rows = [dict(base, **o) for o in (over.get("rows") or [{}])]
+    return pd.DataFrame(rows)
+
+
+def _silicon(rows):
+    base = dict(id="s0", gpu="h100-sxm", model="llama-3.1-8b", model_source="meta-llama/Llama-3.1-8B", arch="dense",
+                moe=False, engine="trtllm", engine_version="1.0", precision="fp8", gemm_quant_mode="fp8", mode="agg",
+                isl=512, osl=64, concurrency=4, tp=1, pp=1, ttft_ms=50.0, tpot_ms=8.0)
+    d = pd.DataFrame([dict(base, **o) for o in rows])
+    for c in ("precision", "gemm_quant_mode"):
+        d[c] = d[c].astype("string")
+    return d
+
+
+def test_rows_carry_concurrency_and_ttft_and_count_skips():
+    v3 = _v3(rows=[{}, {"moe": True, "max_num_seqs": 8}, {"model": "no-such-model", "model_source": "x/no-such-model"}])
+    si = _silicon([{"id": "a", "concurrency": 4, "ttft_ms": 40.0}, {"id": "b", "concurrency": 32, "ttft_ms": 90.0}])
+    rows, skipped = R.replay_rows(mlenergy_v3=v3, silicon=si, prompt_tokens=PROMPTS)
+    assert len(rows) == 3
+    v = rows[rows["dataset"] == "mlenergy-v3"].iloc[0]
+    assert v["concurrency"] == 16 and np.isnan(v["ttft_ms"])  # ML.ENERGY: max_num_seqs, no TTFT
+    s = rows[rows["dataset"] == "aic-silicon"].set_index("source_id")
+    assert s.loc["b", "concurrency"] == 32 and s.loc["b", "ttft_ms"] == 90.0
+    reasons = {x["reason"][:16]: x["rows"] for x in skipped}
+    assert reasons["MoE not supporte"] == 1
+    assert reasons["UnknownModelErro"] == 1
+
+
+def test_missing_column_is_a_clear_error():
+    with pytest.raises(R.ReplayError, match="max_num_seqs"):
+        R.replay_rows(mlenergy_v3=_v3().drop(columns=["max_num_seqs"]), prompt_tokens=PROMPTS)
+    assert issubclass(R.ReplayError, SteptimeError) and issubclass(R.ReplayError, ValueError)
+
+
+def test_sampling_is_deterministic_and_capped():
+    si = _silicon([{"id": f"r{i:02d}", "concurrency": 1 + i} for i in range(20)])
+    rows, _ = R.replay_rows(silicon=si)
+    a, b = R.sample_rows(rows, 5, seed=3), R.sample_rows(rows, 5, seed=3)
+    assert len(a) == 5 and a["source_id"].tolist() == b["source_id"].tolist()
+    assert R.sample_rows(rows, 5, seed=4)["source_id"].tolist() != a["source_id"].tolist()
+    assert len(R.sample_rows(rows, 50, seed=3)) == 20
+    with pytest.raises(R.ReplayError):
+        R.sample_rows(rows, 0)
+
+
+def test_workload_lengths():
+    si_row = pd.Series(dict(dataset="aic-silicon", source_id="a", concurrency=8, prompt_tokens=512.0, output_tokens=64.0))
+    w = R.workload_for(si_row, 8192, requests_per_slot=4, min_requests=16)
+    assert len(w) == 32 and w.concurrency == 8
+    assert (w.prompt == 512).all() and (w.output == 64).all()  # silicon: exact isl/osl
+    ml_row = pd.Series(dict(dataset="mlenergy-v3", source_id="m", concurrency=100, prompt_tokens=250.0,
+                            output_tokens=400.0))
+    w = R.workload_for(ml_row, 8192, requests_per_slot=40, seed=1)
+    assert abs(w.output.mean() / 400 - 1) < 0.05 and w.output.std() > 200  # geometric: spread, measured mean
+    w = R.workload_for(ml_row, 500, requests_per_slot=4)
+    assert w.output.max() <= 250  # capped at the context left after the prompt
+    with pytest.raises(R.ReplayError, match="does not fit"):
+        R.workload_for(ml_row, 200)
+
+
+def test_policy_per_engine():
+    assert not R.policy_for("vllm-v0", 32).chunked_prefill
+    p = R.policy_for("sglang", 16000)
+    assert p.chunked_prefill and p.max_num_seqs == 16000 and p.max_num_batched_tokens >= 16000
+
+
+def _replay(concurrency, osl=64):
+    si = _silicon([{"id": "a", "concurrency": concurrency, "osl": osl, "isl": 128}])
+    rows, _ = R.replay_rows(silicon=si)
+    out = R.run_replay(rows, requests_per_slot=4, min_requests=16)
+    assert not out["skipped"]
+    return out["pred"].iloc[0]
+
+
+def test_replay_at_concurrency_one_is_the_decode_step():
+    """One request at a time: every token is one decode step of one request, so the simulated
+    TPOT equals the step timer's batch-1 decode step at the mean context (within the context spread)."""
+    from steptime.serve import StepTimer
+
+    r = _replay(1, osl=64)
+    t = StepTimer("llama-3.1-8b", "h100-sxm", engine="trtllm", dtype="fp8", max_tokens=512, max_requests=4)
+    lo = 1e3 * t.step(np.array([1]), np.array([128]))
+    hi = 1e3 * t.step(np.array([1]), np.array([128 + 64]))
+    assert lo * 0.999 <= r["tpot_p50_ms"] <= hi * 1.001
+    assert r["sim_decode_batch"] == pytest.approx(1.0, abs=0.05)
+
+
+def test_token_time_grows_with_concurrency_and_loop_stays_full():
+    a, b = _replay(2), _replay(64)
+    assert b["tpot_p50_ms"] > a["tpot_p50_ms"]
+    # the closed loop keeps the server near its concurrency; the share of slots spent before the
+    # first token (queued or in prefill) shrinks as outputs get longer
+    assert 0.5 * 64 < b["sim_decode_batch"] <= 64.001
+    assert _replay(64, osl=256)["sim_decode_batch"] > b["sim_decode_batch"]
+    assert b["pred_ms"] == b["tpot_p50_ms"]  # silicon TPOT is compared with the simulated median TPOT
+
+
+def test_side_by_side_and_claims():
+    pred = pd.DataFrame(dict(dataset="aic-silicon", gpu="h100-sxm", engine="trtllm", measure="tpot_ms",
+                             model="m", pred_ms=[9.0, 11.0], tpot_ms=[10.0, 10.0], batch=[4.0, 4.0],
+                             sim_decode_batch=[4.0, 4.0], ttft_ms=[100.0, 200.0], ttft_p50_ms=[100.0, 100.0],
+                             ttft_all_mean_ms=[100.0, 200.0]))
+    sc = R.scores(pred, n_boot=10)
+    assert sc[0]["tpot"]["mape"] == pytest.approx(0.1) and sc[0]["ttft"]["mape"] == pytest.approx(0.25)
+    e2_11 = {"metrics": {"scores": [{"dataset": "aic-silicon", "gpu": "h100-sxm", "engine": "trtllm", "subset": "tpot",
+                                     "cells": 7, "mape": 0.2}]}}
+    tab = R.side_by_side(sc, e2_11, {("aic-silicon", "h100-sxm", "trtllm"): {"cells": 2, "mape": 0.3}})
+    assert tab[0]["one_step_tpot_mape"] == 0.2 and tab[0]["one_step_tpot_mape_same_rows"] == 0.3
+    assert tab[0]["replay_ttft_all_requests_mean_mape"] == 0.0
+    doc = R.document(tab, [{"dataset": "x", "reason": "MoE not supported yet", "rows": 3}],
+                     {"tpot_mape": 0.12, "ttft_mape": 0.2}, n_rows=2, per_group=40, requests_per_slot=4)
+    met = [(c["claim"], c["met"]) for c in doc["claims"] if "target" in c]
+    assert [m for _, m in met] == [True, False]  # TPOT 10% <= 12% met; TTFT 25% > 20% missed
+    assert "one-step: 0.2" in met[0][0]
+    assert [c["value"] for c in doc["claims"] if c["comparison"] == "count"] == [3, 0, 0]
+    assert all("SIMULATED" in c["claim"] for c in doc["claims"] if "target" in c)
