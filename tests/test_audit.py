@@ -92,6 +92,9 @@ def test_select_one_claim_and_unknown_ids(repo, capsys):
         audit(repo, "E7.7")
     with pytest.raises(AuditError, match="no claim 'E9.1:9'"):
         audit(repo, "E9.1:9")
+    for bad in ("", "  "):  # an empty selection is refused, not read as "everything"
+        with pytest.raises(AuditError, match="empty or non-text selection"):
+            audit(repo, bad)
 
 
 def test_cli_unknown_experiment_is_one_line(monkeypatch, repo, capsys):

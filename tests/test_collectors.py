@@ -94,3 +94,67 @@ def test_report_writes_result_and_figure(tmp_path):
     assert doc["provenance"]["config"] == {"seed": 1}           # the rule's params, not the whole config
     for ext in (".png", ".pdf", ".caption.txt"):
         assert (tmp_path / f"E1_10_clock{ext}").stat().st_size > 0
+
+
+# ---------------------------------------------------------------------------------------
+# The collectors' command lines: a bad value is one clear line and exit 2, before any GPU is touched
+@pytest.mark.parametrize("module, argv, needle", [
+    ("clock", ["--out", "x.csv", "--m", "16,abc", "--dry-run"], "'abc' in '16,abc' is not a whole number"),
+    ("clock", ["--out", "x.csv", "--m", "0,16", "--dry-run"], "'0' in '0,16' must be >= 1"),
+    ("clock", ["--out", "x.csv", "--runs", "-1", "--dry-run"], "'-1' must be >= 1"),
+    ("clock", ["--out", "x.csv", "--caps", "500,abc", "--dry-run"], "'abc' in '500,abc' is not a number"),
+    ("clock", ["--out", "x.csv", "--caps", "0", "--dry-run"], "'0' in '0' must be >= 1"),
+    ("clock", ["--out", "x.csv", "--lock-mhz", "none,nan", "--dry-run"], "'nan' in 'none,nan' must be >= 1"),
+    ("gemm_sweep", ["--plan", "duty", "--gpu", "h100", "--out", "x", "--repeats", "0", "--dry-run"],
+     "'0' must be >= 1"),
+    ("gemm_sweep", ["--plan", "duty", "--gpu", "h100", "--out", "x", "--seed", "-3", "--dry-run"],
+     "'-3' must be >= 0"),
+    ("steptrace", ["--model", "llama-3.1-8b", "--out", "x", "--requests", "2.5", "--dry-run"],
+     "'2.5' is not a whole number"),
+    ("engine_kernels", ["--model", "llama-3.1-8b", "--gpu", "h100", "--out", "x", "--requests", "0"],
+     "'0' must be >= 1"),
+    ("gemm_bench", ["--m", "1,x", "--n", "16", "--k", "16"], "'x' in '1,x' is not a whole number"),
+])
+def test_collector_cli_refuses_bad_values_in_one_line(module, argv, needle, capsys):
+    import importlib
+
+    mod = importlib.import_module(f"steptime.collect.{module}")
+    with pytest.raises(SystemExit) as exc:
+        mod.main(argv)
+    err = capsys.readouterr().err
+    assert exc.value.code == 2 and needle in err, err
+    assert "Traceback" not in err and err.strip().splitlines()[-1].endswith(needle), err
+
+
+def test_clock_plan_cli_takes_the_parsed_settings(capsys):
+    from steptime.collect import clock
+
+    assert clock.main(["--out", "x.csv", "--m", "16,256", "--runs", "2", "--caps", "none,450", "--dry-run"]) == 0
+    import ast
+
+    cells = [ast.literal_eval(line) for line in capsys.readouterr().out.splitlines()]
+    assert len(cells) == 2 * 2 * 2 and {c["m"] for c in cells} == {16, 256}
+    assert {c["cap_w"] for c in cells} == {None, 450.0}
+
+
+def test_collector_run_prints_a_steptime_error_as_one_line(capsys):
+    from steptime.collect.cli import run
+    from steptime.collect.dispatch import main
+
+    assert run(main, "steptime.collect.dispatch", ["--gpu", "h100", "--out", "x", "--parse", "/no/such.log"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("steptime.collect.dispatch: error: ") and err.count("\n") == 1, err
+
+
+def test_write_csv_is_the_collectors_one_writer(tmp_path):
+    import pandas as pd
+
+    from steptime.collect.cli import write_csv
+    from steptime.collect.steptrace import FPM_COLUMNS, step_row, write_rows
+
+    write_rows(tmp_path / "t.csv", [step_row(0, [(5, 0)], [10, 12], [], 1.5), step_row(1, [], [11, 13], [], 0.7)])
+    d = pd.read_csv(tmp_path / "t.csv")
+    assert list(d.columns) == list(FPM_COLUMNS) and d["latency_ms"].tolist() == [1.5, 0.7]
+    with pytest.raises(ValueError, match="a row of 2 values under 3 columns"):
+        write_csv(tmp_path / "bad.csv", ["a", "b", "c"], [[1, 2]])
+    assert not (tmp_path / "bad.csv").exists()  # atomic: nothing half-written

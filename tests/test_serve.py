@@ -170,6 +170,29 @@ def test_bad_trace_table():
                                  "num_decode_tokens": [3, 3]}))
 
 
+@pytest.mark.parametrize("call, match", [
+    (lambda: from_table(pd.DataFrame({"arrived_at_s": [0.0], "num_prefill_tokens": [5], "num_decode_tokens": [3]}),
+                        time_scale=0), "time_scale must be a number > 0"),
+    (lambda: from_table(pd.DataFrame({"arrived_at_s": [0.0], "num_prefill_tokens": [5], "num_decode_tokens": [3]}),
+                        n=0), "number of requests n must be >= 1"),
+    (lambda: synthetic(5, isl=8, osl=8, seed=1.5), "seed must be an integer"),
+    (lambda: synthetic(5, isl=8, osl=8, rate=1.0, seed=-2), "seed must be >= 0"),
+    (lambda: StepTimer(M, G, tp=0), "tp must be >= 1"),
+    (lambda: StepTimer(M, G, tp=2.5), "tp must be an integer"),
+    (lambda: StepTimer(M, G, kv_dtype="int4"), "unknown KV-cache dtype"),
+    (lambda: StepTimer(M, G, dtype="fp16"), "unknown dtype 'fp16'"),
+    (lambda: StepTimer(M, "a100-sxm", dtype="fp8"), "no fp8 tensor cores"),
+    (lambda: StepTimer(M, G, f_clk=float("nan")), "f_clk"),
+    (lambda: policy("sarathi", chunk=0), "sarathi chunk must be >= 1"),
+    (lambda: policy("static", batch=0), "static batch size must be >= 1"),
+    (lambda: Policy("vllm", kv_blocks=0), "kv_blocks must be >= 1"),
+])
+def test_bad_serve_arguments_are_one_clear_value_error(call, match):
+    with pytest.raises(SteptimeError, match=match) as exc:
+        call()
+    assert isinstance(exc.value, ValueError) and "\n" not in str(exc.value)
+
+
 def test_request_beyond_context(timer):
     with pytest.raises(ServeError, match="beyond llama-3.1-8b's context"):
         simulate(M, G, Workload([0.0], [131000], [1000]), timer=timer)
@@ -220,6 +243,18 @@ def test_cli_serve(tmp_path, capsys):
     (["--rate", "-1"], "rate must be > 0"),
     (["--kv-blocks", "10", "--isl", "1000"], "cannot fit in KV memory"),
     (["--engine", "nope"], "nope"),
+    # a zero is refused, never replaced by a default
+    (["--n", "0"], "number of requests must be >= 1"),
+    (["--policy", "sarathi", "--chunk", "0"], "sarathi chunk must be >= 1"),
+    (["--policy", "static", "--batch", "0"], "static batch size must be >= 1"),
+    (["--replicas", "0"], "replicas must be >= 1"),
+    (["--tp", "0"], "tensor-parallel degree tp must be >= 1"),
+    (["--max-num-batched-tokens", "0"], "max_num_batched_tokens must be >= 1"),
+    (["--kv-blocks", "0"], "kv_blocks must be >= 1"),
+    (["--seed", "-1"], "seed must be >= 0"),
+    (["--slo-ttft-ms", "-1"], "TTFT SLO must be a time > 0"),
+    (["--slo-tpot-ms", "nan"], "TPOT SLO must be a time > 0"),
+    (["--csv", "/no/such/folder/r.csv"], "--csv '/no/such/folder/r.csv': its folder does not exist"),
 ])
 def test_cli_serve_bad_input(args, match, capsys):
     assert main(["serve", "--model", M, "--gpu", G, "--n", "5", *args]) == 2

@@ -80,6 +80,8 @@ def test_distserve_timer_is_its_formula_and_refuses_mixed_steps():
         t.step_arrays([1, 300], [50, 0])
     with pytest.raises(ServeError, match="no fitted"):
         DistServeTimer(_coefficients(), "opt-13b", "a100-sxm", tp=2)
+    with pytest.raises(ServeError, match="tp must be an integer, got 1.5"):  # not truncated to tp=1
+        DistServeTimer(_coefficients(), "opt-13b", "a100-sxm", tp=1.5)
 
 
 def test_placements_fit_the_gpus():
@@ -189,3 +191,17 @@ def test_e2_3_small():
     assert df["fcfs_attainment"].iloc[0] >= df["fcfs_attainment"].iloc[-1]
     doc = serving.e2_3_document(r)
     assert len(doc["claims"]) == 2
+
+
+def test_a_missing_registry_target_is_one_clear_error_not_a_default():
+    from steptime.errors import InputError
+    from steptime.results import target
+
+    assert target({"goodput_ratio_min": 0.9}, "goodput_ratio_min", "E2.4") == 0.9
+    with pytest.raises(InputError, match=r"E2.4: no target 'goodput_ratio_min' under its `targets:`"):
+        target({}, "goodput_ratio_min", "E2.4")
+    r = {"targets": {}, "cases": [{"model": "opt-13b", "tp": 1, "total_gpus": 2, "same_choice": True,
+                                   "choice": {"steptime": "1p1d", "distserve": "1p1d"},
+                                   "steptime_choice_under_distserve_ratio": 1.0}], "workload": {}}
+    with pytest.raises(InputError, match="no target 'goodput_ratio_min'"):
+        serving.e2_4_document(r)

@@ -127,7 +127,7 @@ def test_status_says_what_to_install(monkeypatch, capsys):
     monkeypatch.setattr(status, "_absent_modules", lambda names: list(names))
     status.status()
     line = [x for x in capsys.readouterr().out.splitlines() if x.startswith("E2.12")][0]
-    assert "optional peers not installed (aiconfigurator_core)" in line and ".[peers]" in line
+    assert "optional packages not installed (aiconfigurator_core)" in line and ".[peers]" in line
 
 
 def _servingsim(model="qwen3-32b", n=40):

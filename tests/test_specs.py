@@ -94,6 +94,13 @@ def test_experiment_gpu_sets_follow_gpus_yaml():
     assert all(get_gpu(g).architecture == "hopper" for g in gemm.HOPPER)
     assert all(get_gpu(g).architecture == "blackwell" for g in gemm.BLACKWELL)
     assert {get_gpu(g).architecture for g in gemm.WAVE_GPUS} == {"ampere", "ada"}
+    # orders chosen per experiment (ranking's tie order, Vidur's home-first order), members from gpus.yaml
+    from steptime.experiments import cells, ranking, transfer
+
+    assert set(ranking.GPUS) == set(gpu_keys(tables="aic")) and len(ranking.GPUS) == len(set(ranking.GPUS))
+    assert set(cells.VIDUR_GPUS) == set(gpu_keys(tables="vidur"))
+    assert transfer.TARGETS == {"vidur_step": cells.VIDUR_GPUS, "aic_gemm": gemm.AIC_GPUS,
+                                "aic_attention": gemm.AIC_GPUS}
 
 
 def test_vidur_operator_map_is_data():

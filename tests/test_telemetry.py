@@ -340,7 +340,17 @@ def test_e1_19_reads_a_collected_steptrace_through_the_same_path(tmp_path):
     assert "not_run" in run["shift"]  # a collected trace has one segment: no shift case
     both, _, _ = hostfloor.build_e1_19(_with_host(_tiny_fpm(), {"sweep": (1.0, 0.0), "real": (1.0, 0.0)}), [path])
     assert sorted(both["per_run"]) == ["b300/qwen3-32b/tp1", "h100-sxm/qwen3-32b/tp1"]
-    pd.read_csv(path).drop(columns=["latency_ms"]).to_csv(path, index=False)
+    good = pd.read_csv(path)
+    # a collected trace gets the vendored runs' checks: an impossible step names its file, row and column
+    bad = good.copy()
+    bad.loc[3, "decode_tokens"] = bad.loc[3, "decode_requests"] + 1
+    bad.to_csv(path, index=False)
+    with pytest.raises(DataError, match=r"qwen3-32b.csv: row 3 .*column 'decode_tokens'.*exactly one token"):
+        hostfloor.build_e1_19(None, [path])
+    good.assign(latency_ms=-good["latency_ms"]).to_csv(path, index=False)
+    with pytest.raises(DataError, match=r"qwen3-32b.csv: .*latency_ms"):
+        hostfloor.build_e1_19(None, [path])
+    good.drop(columns=["latency_ms"]).to_csv(path, index=False)
     with pytest.raises(DataError, match="lacks column"):
         hostfloor.build_e1_19(None, [path])
     with pytest.raises(DataError, match="unknown phase"):

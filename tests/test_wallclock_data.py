@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import json
 import re
-import shutil
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
 import yaml
 
+from rawcopy import mini_root, rerecord  # tests/rawcopy.py
 from steptime import data
 from steptime.data.wallclock import RESERVED_MODELS, model_arch
 from steptime.errors import DataError, UnknownModelError
@@ -22,20 +21,6 @@ V2 = "raw/wallclock/mlenergy/mlenergy_leaderboard_v2_llm.csv"
 V3 = "raw/wallclock/mlenergy/mlenergy_leaderboard_v3_llm.csv"
 SILICON = "raw/wallclock/aic_silicon/silicon_sample_no_llama31.csv"
 FP8_H100 = "raw/aiconfigurator/h100_sxm/gemm/vllm/0.24.0/gemm_perf.fp8.parquet"
-
-
-def mini_root(tmp_path: Path, repo_root: Path, paths: list[str]) -> Path:
-    """A scratch repository root holding copies of `paths` and a manifest listing just them."""
-    man = yaml.safe_load((repo_root / "raw/MANIFEST.yaml").read_text())
-    keep = [dict(e) for e in man["files"] if e["path"] in paths]
-    assert len(keep) == len(paths)
-    for e in keep:
-        dst = tmp_path / e["path"]
-        dst.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(repo_root / e["path"], dst)
-    man["files"] = keep
-    (tmp_path / "raw/MANIFEST.yaml").write_text(yaml.safe_dump(man, sort_keys=False))
-    return tmp_path
 
 
 def fpm_files(tp: int) -> list[str]:
@@ -258,6 +243,7 @@ def test_gemm_fp8_wrong_units(tmp_path, repo_root):
     df = pd.read_parquet(p)
     df["latency"] = df["latency"] / 1000.0
     df.to_parquet(p, index=False)
+    rerecord(p)  # past the checksum: the unit check must catch it
     with pytest.raises(DataError, match=r"gemm_perf.fp8.parquet: row \d+, column 'latency': GEMM implies more than"):
         data.load_aic_gemm_fp8(root=root)
 

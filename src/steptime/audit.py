@@ -136,20 +136,19 @@ def _claims(eid: str, doc: dict) -> list[ClaimAudit]:
 
 def audit(root: str | Path | None = None, select: str | None = None) -> list[ResultAudit]:
     """Audit every registered experiment (or one ID, or one claim `<ID>:<n>`)."""
-    import yaml
-
     from steptime.data.manifest import find_root
-    from steptime.status import experiment_status, file_sha256
+    from steptime.status import _registry, experiment_status, file_sha256, manifest_listing
 
     root = Path(find_root(root))
+    if select is not None and (not isinstance(select, str) or not select.strip()):
+        raise AuditError(f"empty or non-text selection {select!r}: give an experiment ID (E2.1) or a claim (E2.1:3)")
     want_id, want_claim = (select.split(":", 1) + [None])[:2] if select else (None, None)
     rows = experiment_status(root)
     known = {r["id"] for r in rows}
     if want_id is not None and want_id not in known:
         raise AuditError(f"unknown experiment {want_id!r}; registered: {', '.join(sorted(known))}")
-    man = yaml.safe_load((root / "raw" / "MANIFEST.yaml").read_text()) or {}
-    listed = {f["path"]: f for f in man.get("files") or [] if isinstance(f, dict) and "path" in f}
-    reg = yaml.safe_load((root / "config" / "experiments.yaml").read_text())["experiments"]
+    listed = manifest_listing(root)
+    reg = _registry(root)
     out = []
     for r in rows:
         if want_id is not None and r["id"] != want_id:

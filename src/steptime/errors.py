@@ -57,7 +57,7 @@ class ServeError(SteptimeError, ValueError):
     """A serving workload or scheduler configuration the simulator cannot run (one line says why)."""
 
 
-class UnknownEngineError(SteptimeError, KeyError):
+class UnknownEngineError(SteptimeError, KeyError, ValueError):
     """An engine name not among the profiles of specs/engines.yaml (the message lists them)."""
 
     def __str__(self) -> str:

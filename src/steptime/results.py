@@ -41,6 +41,16 @@ def claim(text: str, value: Any, comparison: str, target: Any = None, met: bool 
     return out
 
 
+def target(targets: dict | None, key: str, experiment: str):
+    """A pass/fail target from the registry (config/experiments.yaml `targets:`, the one home of
+    targets): a missing one is one clear error, never a default typed in the code."""
+    if key not in (targets or {}):
+        from steptime.errors import InputError
+
+        raise InputError(f"{experiment}: no target {key!r} under its `targets:` in config/experiments.yaml")
+    return targets[key]
+
+
 def provenance(inputs: Iterable[str | os.PathLike], config: dict | None = None,
                calibration: dict | None = None, rule: str | None = None,
                script: str | None = None) -> dict:

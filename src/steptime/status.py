@@ -109,17 +109,22 @@ def _registry(root: Path) -> dict:
     return yaml.safe_load((root / "config" / "experiments.yaml").read_text())["experiments"]
 
 
-def _manifest_mismatch(root: Path, raw: list[str]) -> list[str]:
-    """Registry raw inputs whose bytes differ from raw/MANIFEST.yaml (corrupted or edited)."""
+def manifest_listing(root: Path) -> dict:
+    """raw/MANIFEST.yaml's file entries by path, as written (status and audit compare bytes against them)."""
     import yaml
 
     man = yaml.safe_load((root / "raw" / "MANIFEST.yaml").read_text()) or {}
-    listed = {f["path"]: f.get("sha256") for f in man.get("files") or [] if isinstance(f, dict) and "path" in f}
+    return {f["path"]: f for f in man.get("files") or [] if isinstance(f, dict) and "path" in f}
+
+
+def _manifest_mismatch(root: Path, raw: list[str]) -> list[str]:
+    """Registry raw inputs whose bytes differ from raw/MANIFEST.yaml (corrupted or edited)."""
+    listed = manifest_listing(root)
     out = []
     for r in raw:
         if r == "raw/MANIFEST.yaml":
             continue
-        want = listed.get(r)
+        want = (listed.get(r) or {}).get("sha256")
         have = file_sha256(root / r)
         if have is None:
             continue

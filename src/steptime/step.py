@@ -414,11 +414,10 @@ def predict_step(model, gpu, batch: Batch | None = None, *, decode: Iterable = (
     elif any(len(list(x)) for x in (decode, prefill, requests)):
         raise InputError("give the batch either as `batch` or as decode=/prefill=/requests=, not both")
     count, g_new, g_kv = batch.group_arrays()
-    check_choice(dtype, "projection precision dtype", tuple(gemm.BYTES))
+    check_precision(gpu, dtype)  # the one dtype check (also predict_steps'): known dtype, fp8 tensor cores
     validate_batch(model, gpu, g_new, g_kv, tp, check_memory, count=count, kv_dtype=kv_dtype, weight_dtype=dtype)
     new, kv = batch.arrays()
     engine = get_engine(engine)
-    check_precision(gpu, dtype)
     r = predict_steps(model, gpu, np.zeros(len(new), dtype=np.int64), new, kv, 1, tp=tp, f_clk=f_clk,
                       constants=constants, kv_dtype=kv_dtype, engine=engine, dtype=dtype)
     terms = {k: float(v[0]) for k, v in r["terms_ms"].items()}

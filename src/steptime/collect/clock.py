@@ -20,6 +20,8 @@ import threading
 import time
 from pathlib import Path
 
+from steptime.collect.cli import int_list, nonnegative_int, positive_int, run, setting_list, write_csv
+
 COLUMNS = {"gpu_name": str, "run": int, "order": int, "m": int, "n": int, "k": int, "latency_ms": float,
            "sm_clock_mhz": float, "power_w": float, "temp_c": float, "samples": int}
 # Written by the collector since the cap / lock extension (E1.6-E1.9); empty = as found (default cap,
@@ -55,8 +57,6 @@ def collect(out: Path, n: int = 4096, k: int = 4096, runs: int = 5, hold_s: floa
             seed: int = 0, ladder=LADDER, caps=(None,), locks=(None,), allow_set_power: bool = False,
             allow_lock_clocks: bool = False, backend=None) -> None:  # pragma: no cover - needs a GPU
     from steptime.collect.safety import GpuSettings, NvmlBackend, guarded, progress, require_gpu
-    from steptime.io import atomic_path
-
     require_gpu()
     import pynvml
     import torch
@@ -114,11 +114,7 @@ def collect(out: Path, n: int = 4096, k: int = 4096, runs: int = 5, hold_s: floa
             rows.append([name, cell["run"], cell["order"], m, n, k, start.elapsed_time(end) / iters, med(0), med(1),
                          med(2), len(half), "" if want[0] is None else want[0], "" if want[1] is None else want[1]])
             time.sleep(cool_s)
-    with atomic_path(out) as tmp:
-        with open(tmp, "w") as fh:
-            fh.write(",".join([*COLUMNS, *OPTIONAL]) + "\n")
-            for r in rows:
-                fh.write(",".join(str(v) for v in r) + "\n")
+    write_csv(out, [*COLUMNS, *OPTIONAL], rows)
 
 
 def schema():
@@ -181,10 +177,6 @@ def clock_figure(per_gpu: dict, stem) -> None:
     save(fig, stem, caption="E1.10: median sustained SM clock under GEMM load against m, as a fraction of boost.")
 
 
-def _floats(text):
-    return tuple(None if v.strip().lower() in ("", "none", "default") else float(v) for v in text.split(","))
-
-
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(
         prog="python -m steptime.collect.clock",
@@ -193,22 +185,20 @@ def main(argv=None) -> int:
                     "--caps / --lock-mhz are given WITH their --allow flag; whatever was changed is restored on exit, "
                     "error or signal.")
     p.add_argument("--out", required=True, help="CSV to write (raw/telemetry/clock/<gpu>/<name>.csv)")
-    p.add_argument("--runs", type=int, default=5)
+    p.add_argument("--runs", type=positive_int, default=5)
     p.add_argument("--hold-s", type=float, default=3.0)
     p.add_argument("--cool-s", type=float, default=10.0)
-    p.add_argument("--m", default=",".join(str(m) for m in LADDER), help="comma-separated m ladder")
-    p.add_argument("--n", type=int, default=4096)
-    p.add_argument("--k", type=int, default=4096)
-    p.add_argument("--caps", default="", help="power caps in W, e.g. 575,500,450,400 (randomised order per repeat)")
-    p.add_argument("--lock-mhz", default="", help="'none,2200': free-running and locked at 2200 MHz")
+    p.add_argument("--m", type=int_list, default=LADDER, help="comma-separated m ladder")
+    p.add_argument("--n", type=positive_int, default=4096)
+    p.add_argument("--k", type=positive_int, default=4096)
+    p.add_argument("--caps", type=setting_list, default=(None,), help="power caps in W, e.g. 575,500,450,400 (randomised order per repeat)")
+    p.add_argument("--lock-mhz", type=setting_list, default=(None,), help="'none,2200': free-running and locked at 2200 MHz")
     p.add_argument("--allow-set-power", action="store_true", help="allow changing the power limit (restored after)")
     p.add_argument("--allow-lock-clocks", action="store_true", help="allow locking SM clocks (reset after)")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=nonnegative_int, default=0)
     p.add_argument("--dry-run", action="store_true", help="print the plan and exit (no GPU needed)")
     a = p.parse_args(argv)
-    ladder = tuple(int(v) for v in a.m.split(","))
-    caps = _floats(a.caps) if a.caps else (None,)
-    locks = _floats(a.lock_mhz) if a.lock_mhz else (None,)
+    ladder, caps, locks = tuple(a.m), a.caps, a.lock_mhz
     if a.dry_run:
         for cell in clock_plan(ladder, a.runs, caps, locks, a.seed):
             print(cell)
@@ -219,10 +209,4 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":  # pragma: no cover
-    from steptime.errors import SteptimeError
-
-    try:
-        sys.exit(main())
-    except SteptimeError as exc:
-        print(f"steptime.collect.clock: error: {exc}", file=sys.stderr)
-        sys.exit(2)
+    sys.exit(run(main, "steptime.collect.clock"))

@@ -27,6 +27,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from steptime.collect.cli import run
 from steptime.errors import DataError
 
 _LINE = re.compile(r"\[cublasLt\]\[\d+\]\[Trace\]\[(cublasLt\w*Matmul)\]\s*(.*)$")
@@ -126,10 +127,4 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":  # pragma: no cover
-    from steptime.errors import SteptimeError
-
-    try:
-        sys.exit(main())
-    except SteptimeError as exc:
-        print(f"steptime.collect.dispatch: error: {exc}", file=sys.stderr)
-        sys.exit(2)
+    sys.exit(run(main, "steptime.collect.dispatch"))

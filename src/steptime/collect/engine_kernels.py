@@ -24,6 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
+from steptime.collect.cli import positive_int, run
 from steptime.errors import DataError
 
 METRICS = ("gpu__time_duration.sum", "dram__bytes_read.sum", "dram__bytes_write.sum")
@@ -116,17 +117,11 @@ def main(argv=None) -> int:
     p.add_argument("--model", required=True)
     p.add_argument("--gpu", required=True)
     p.add_argument("--out", required=True)
-    p.add_argument("--requests", type=int, default=8)
+    p.add_argument("--requests", type=positive_int, default=8)
     a = p.parse_args(argv)
     collect(Path(a.out), a.model, a.requests)
     return 0
 
 
 if __name__ == "__main__":  # pragma: no cover
-    from steptime.errors import SteptimeError
-
-    try:
-        sys.exit(main())
-    except SteptimeError as exc:
-        print(f"steptime.collect.engine_kernels: error: {exc}", file=sys.stderr)
-        sys.exit(2)
+    sys.exit(run(main, "steptime.collect.engine_kernels"))

@@ -11,6 +11,8 @@ from __future__ import annotations
 import argparse
 import sys
 
+from steptime.collect.cli import int_list, nonnegative_int, positive_int
+
 
 def time_linear(m: int, n: int, k: int, iters: int = 50, warmup: int = 10):
     import torch
@@ -32,14 +34,14 @@ def time_linear(m: int, n: int, k: int, iters: int = 50, warmup: int = 10):
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__)
-    p.add_argument("--m", required=True, help="comma-separated m values")
-    p.add_argument("--n", type=int, required=True)
-    p.add_argument("--k", type=int, required=True)
-    p.add_argument("--iters", type=int, default=50)
-    p.add_argument("--warmup", type=int, default=10)
+    p.add_argument("--m", type=int_list, required=True, help="comma-separated m values")
+    p.add_argument("--n", type=positive_int, required=True)
+    p.add_argument("--k", type=positive_int, required=True)
+    p.add_argument("--iters", type=positive_int, default=50)
+    p.add_argument("--warmup", type=nonnegative_int, default=10)
     a = p.parse_args(argv)
     print("m,n,k,latency_ms")
-    for m in (int(x) for x in a.m.split(",")):
+    for m in a.m:
         print(f"{m},{a.n},{a.k},{time_linear(m, a.n, a.k, a.iters, a.warmup):.6f}")
         sys.stdout.flush()
     return 0

@@ -25,6 +25,7 @@ from pathlib import Path
 
 import numpy as np
 
+from steptime.collect.cli import nonnegative_int, positive_int, run, write_csv
 from steptime.errors import DataError
 
 COLUMNS = {"gpu_name": str, "plan": str, "repeat": int, "order": int, "m": int, "n": int, "k": int,
@@ -79,8 +80,6 @@ def collect(out: Path, plan: str, gpu: str, repeats: int = 3, seed: int = 0) -> 
 
     from steptime.collect.gemm_bench import time_linear
     from steptime.collect.safety import progress, require_gpu
-    from steptime.io import atomic_path
-
     require_gpu()
     import pynvml
     import torch
@@ -104,11 +103,7 @@ def collect(out: Path, plan: str, gpu: str, repeats: int = 3, seed: int = 0) -> 
         stop.set()
         th.join()
         rows.append([name, plan, rep, order, m, n, k, lat, statistics.median(clocks) if clocks else float("nan")])
-    with atomic_path(out) as tmp:
-        with open(tmp, "w") as fh:
-            fh.write(",".join(COLUMNS) + "\n")
-            for r in rows:
-                fh.write(",".join(str(v) for v in r) + "\n")
+    write_csv(out, list(COLUMNS), rows)
 
 
 def schema():
@@ -232,8 +227,8 @@ def main(argv=None) -> int:
     p.add_argument("--plan", required=True, choices=PLANS)
     p.add_argument("--gpu", required=True, help="steptime GPU key of this node's GPU (sizes the L2 plan)")
     p.add_argument("--out", required=True)
-    p.add_argument("--repeats", type=int, default=3)
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--repeats", type=positive_int, default=3)
+    p.add_argument("--seed", type=nonnegative_int, default=0)
     p.add_argument("--dry-run", action="store_true", help="print the cells in run order and exit (no GPU needed)")
     a = p.parse_args(argv)
     if a.dry_run:
@@ -245,10 +240,4 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":  # pragma: no cover
-    from steptime.errors import SteptimeError
-
-    try:
-        sys.exit(main())
-    except SteptimeError as exc:
-        print(f"steptime.collect.gemm_sweep: error: {exc}", file=sys.stderr)
-        sys.exit(2)
+    sys.exit(run(main, "steptime.collect.gemm_sweep"))

@@ -141,15 +141,16 @@ def steptrace_table(paths):
     from pathlib import Path
 
     from steptime.collect.steptrace import FPM_COLUMNS
+    from steptime.data.checks import read_csv
+    from steptime.data.wallclock import check_fpm_rows
 
     frames = []
     for p in map(Path, paths):
-        d = pd.read_csv(p)
+        d = read_csv(p, listed_in=None)
         missing = [c for c in FPM_COLUMNS if c not in d.columns]
         if missing:
             raise DataError(f"{p}: step trace lacks column(s) {', '.join(missing)} (layout: steptime.collect.steptrace)")
-        if d["counter_id"].duplicated().any():
-            raise DataError(f"{p}: step counter repeated")
+        check_fpm_rows(d, str(p))  # the same checks as the vendored FPM runs
         frames.append(d.assign(gpu=p.parent.name, model=p.stem, engine="vllm", engine_version="", tp=STEPTRACE_TP,
                                moe=False, over_token_budget=False, source=str(p)))
     if not frames:

@@ -27,6 +27,8 @@ import argparse
 import sys
 from pathlib import Path
 
+from steptime.collect.cli import positive_int, run, write_csv
+
 FPM_COLUMNS = ("phase", "workload_segment", "counter_id", "worker_id", "dp_rank", "ctx_tokens", "ctx_requests",
                "ctx_kv_tokens", "decode_tokens", "decode_requests", "decode_kv_tokens", "mean_decode_kv_tokens",
                "queued_ctx_tokens", "queued_ctx_requests", "queued_decode_requests", "queued_decode_kv_tokens",
@@ -207,13 +209,7 @@ def run_vllm(model, requests, budget: int, max_seqs: int) -> list[list]:  # prag
 
 
 def write_rows(out: Path, rows) -> None:
-    from steptime.io import atomic_path
-
-    with atomic_path(out) as tmp:
-        with open(tmp, "w") as fh:
-            fh.write(",".join(FPM_COLUMNS) + "\n")
-            for r in rows:
-                fh.write(",".join(str(v) for v in r) + "\n")
+    write_csv(out, FPM_COLUMNS, rows)
 
 
 def main(argv=None) -> int:
@@ -221,11 +217,11 @@ def main(argv=None) -> int:
     p.add_argument("--model", required=True, help="steptime model key (shapes from specs/models.yaml)")
     p.add_argument("--trace", default="splitwise_conv", help="trace name in the tidy traces table")
     p.add_argument("--traces-table", default="results/data/traces.parquet")
-    p.add_argument("--requests", type=int, default=200)
-    p.add_argument("--max-prompt", type=int, default=4096)
+    p.add_argument("--requests", type=positive_int, default=200)
+    p.add_argument("--max-prompt", type=positive_int, default=4096)
     p.add_argument("--engine", choices=["auto", "vllm", "eager"], default="auto")
-    p.add_argument("--max-num-batched-tokens", type=int, default=4096)
-    p.add_argument("--max-num-seqs", type=int, default=128)
+    p.add_argument("--max-num-batched-tokens", type=positive_int, default=4096)
+    p.add_argument("--max-num-seqs", type=positive_int, default=128)
     p.add_argument("--out", required=True)
     p.add_argument("--dry-run", action="store_true", help="print the schedule's first steps (no GPU needed)")
     a = p.parse_args(argv)
@@ -257,10 +253,4 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":  # pragma: no cover
-    from steptime.errors import SteptimeError
-
-    try:
-        sys.exit(main())
-    except SteptimeError as exc:
-        print(f"steptime.collect.steptrace: error: {exc}", file=sys.stderr)
-        sys.exit(2)
+    sys.exit(run(main, "steptime.collect.steptrace"))

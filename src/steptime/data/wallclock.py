@@ -140,26 +140,33 @@ FPM_STEP_COLUMNS = ["gpu", "model", "model_source", "arch", "moe", "arch_verifie
 FPM_PHASES = ("context", "decode", "mixed")
 
 
+def check_fpm_rows(raw: pd.DataFrame, rel: str) -> None:
+    """The forward-pass-metrics layout's checks (schema, and a batch composition that adds up), one
+    set for every source written in it: AIConfigurator's vendored vLLM runs and the step traces of
+    steptime.collect.steptrace. A DataError names the file, the row and the column."""
+    run_schema(raw, schemas.raw("aic_fpm_steps"), rel, csv=True)
+    # the batch composition must add up: a context step has new prefill tokens and no decode
+    ph = raw["phase"]
+    fail_rows(raw, ph.eq("context") & ((raw["ctx_tokens"] < 1) | (raw["decode_requests"] != 0)), rel,
+              "ctx_tokens", "a context step needs new prefill tokens and no decode requests", csv=True)
+    fail_rows(raw, ph.eq("decode") & ((raw["decode_requests"] < 1) | (raw["ctx_tokens"] != 0)), rel,
+              "decode_requests", "a decode step needs decode requests and no new prefill tokens", csv=True)
+    fail_rows(raw, ph.eq("mixed") & ((raw["decode_requests"] < 1) | (raw["ctx_tokens"] < 1)), rel,
+              "ctx_tokens", "a mixed step needs both prefill tokens and decode requests", csv=True)
+    fail_rows(raw, raw["decode_tokens"] != raw["decode_requests"], rel, "decode_tokens",
+              "a decode request adds exactly one token per step", csv=True)
+    fail_rows(raw, raw["ctx_requests"] > raw["ctx_tokens"], rel, "ctx_requests",
+              "more prefill requests than prefill tokens", csv=True)
+    fail_rows(raw, raw["decode_kv_tokens"] < raw["decode_requests"], rel, "decode_kv_tokens",
+              "decode KV length below one token per decode request", csv=True)
+    fail_rows(raw, raw["counter_id"].duplicated(), rel, "counter_id", "step counter repeated", csv=True)
+
+
 def read_fpm_file(entry: Entry) -> pd.DataFrame:
     """One fpm_metrics_phase.csv, checked: tidy steps without the detail columns."""
     raw = read_csv(entry.path)
-    run_schema(raw, schemas.raw("aic_fpm_steps"), entry.rel, csv=True)
+    check_fpm_rows(raw, entry.rel)
     f = time_factor(entry, "latency_ms")
-    # the batch composition must add up: a context step has new prefill tokens and no decode
-    ph = raw["phase"]
-    fail_rows(raw, ph.eq("context") & ((raw["ctx_tokens"] < 1) | (raw["decode_requests"] != 0)), entry.rel,
-              "ctx_tokens", "a context step needs new prefill tokens and no decode requests", csv=True)
-    fail_rows(raw, ph.eq("decode") & ((raw["decode_requests"] < 1) | (raw["ctx_tokens"] != 0)), entry.rel,
-              "decode_requests", "a decode step needs decode requests and no new prefill tokens", csv=True)
-    fail_rows(raw, ph.eq("mixed") & ((raw["decode_requests"] < 1) | (raw["ctx_tokens"] < 1)), entry.rel,
-              "ctx_tokens", "a mixed step needs both prefill tokens and decode requests", csv=True)
-    fail_rows(raw, raw["decode_tokens"] != raw["decode_requests"], entry.rel, "decode_tokens",
-              "a decode request adds exactly one token per step", csv=True)
-    fail_rows(raw, raw["ctx_requests"] > raw["ctx_tokens"], entry.rel, "ctx_requests",
-              "more prefill requests than prefill tokens", csv=True)
-    fail_rows(raw, raw["decode_kv_tokens"] < raw["decode_requests"], entry.rel, "decode_kv_tokens",
-              "decode KV length below one token per decode request", csv=True)
-    fail_rows(raw, raw["counter_id"].duplicated(), entry.rel, "counter_id", "step counter repeated", csv=True)
     if int(entry.get("tp", 0)) < 1:
         raise DataError(f"{entry.rel}: raw/MANIFEST.yaml gives no tensor-parallel degree (tp) for this run")
     cfg = entry.get("engine_config") or {}

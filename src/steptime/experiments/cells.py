@@ -157,8 +157,9 @@ def llm_mask(dataset: str, cells):
     None for the other datasets (all their cells are LLM-shaped)."""
     if dataset != "aic_gemm":
         return None
-    m, n, k = (cells[c].to_numpy() for c in ("m", "n", "k"))
-    return (n >= 1024) & (k >= 1024) & (m <= 16384)
+    from steptime.regimes import llm_shaped
+
+    return llm_shaped(*(cells[c].to_numpy() for c in ("m", "n", "k")))
 
 
 def load_cells(dataset: str, tps=(1,), tables: dict | None = None):

@@ -137,6 +137,14 @@ def workload_for(row, max_context: int, *, requests_per_slot: int = 4, min_reque
                     name=f"{row['dataset']}:{row['source_id']}")
 
 
+def _concurrency(row) -> int:
+    """A row's concurrency as a whole number of requests (refuses a fractional or non-positive one)."""
+    c = float(row["concurrency"])
+    if not c >= 1 or c != int(c):
+        raise ReplayError(f"{row['source_id']}: concurrency {row['concurrency']!r} is not a whole number >= 1")
+    return int(c)
+
+
 def policy_for(engine: str, concurrency: int, budget: int = DEFAULT_BUDGET):
     """The scheduler of an engine profile: vLLM V0 without chunked prefill, the others V1-like."""
     from steptime.serve import policy
@@ -198,6 +206,7 @@ def run_replay(rows, *, fitted=None, requests_per_slot: int = 4, min_requests: i
     statistic matching the row's measure), "skipped": [...]}. A row the simulator or the step
     model refuses (unknown model, memory, precision) is left out with its reason."""
     from steptime.experiments import wallclock as W
+    from steptime.serve import simulate
     from steptime.specs import get_model
 
     out, skipped = [], []
@@ -208,10 +217,10 @@ def run_replay(rows, *, fitted=None, requests_per_slot: int = 4, min_requests: i
             key = r["model_key"] if "model_key" in r and isinstance(r["model_key"], str) else \
                 W._known_model(r["model"], rows.loc[[r.name]])
             m = get_model(key)
-            run = __import__("steptime.serve", fromlist=["simulate"]).simulate(
+            run = simulate(
                 None, None, workload_for(r, m.max_position_embeddings, requests_per_slot=requests_per_slot,
                                          min_requests=min_requests, seed=seed + i),
-                policy_for(str(r["engine"]), int(r["concurrency"])), timer=_timer(r, key, fitted))
+                policy_for(str(r["engine"]), _concurrency(r)), timer=_timer(r, key, fitted))
         except SteptimeError as exc:
             skipped.append({"dataset": r["dataset"], "reason": f"{type(exc).__name__}: {str(exc).splitlines()[0][:160]}",
                             "rows": 1})

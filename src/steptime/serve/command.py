@@ -91,7 +91,7 @@ def workload_from_args(a):
         if a.concurrency:
             raise ServeError("--concurrency replaces a trace's arrivals: use it with --isl/--osl, not --trace")
         return from_table(df, name=a.trace, n=a.n, time_scale=a.time_scale, rate=a.rate, seed=a.seed)
-    return synthetic(a.n or 1000, isl=_length(a.isl, "isl"), osl=_length(a.osl, "osl"), rate=a.rate,
+    return synthetic(1000 if a.n is None else a.n, isl=_length(a.isl, "isl"), osl=_length(a.osl, "osl"), rate=a.rate,
                      concurrency=a.concurrency, seed=a.seed)
 
 
@@ -112,14 +112,14 @@ def run_args(a):
                               decode_policy=Policy("vllm", max_num_batched_tokens=a.max_num_batched_tokens, **kw))
     else:
         if a.policy == "static":
-            pol = policy("static", batch=a.batch or a.max_num_seqs,
+            pol = policy("static", batch=a.max_num_seqs if a.batch is None else a.batch,
                          **{k: v for k, v in kw.items() if k != "max_num_seqs"})
         elif a.policy == "sarathi":
-            pol = policy("sarathi", chunk=a.chunk or 512, **kw)
+            pol = policy("sarathi", chunk=512 if a.chunk is None else a.chunk, **kw)
         else:
             pol = policy("vllm", max_num_batched_tokens=a.max_num_batched_tokens, **kw)
         progress = not a.no_progress and len(wl) >= PROGRESS_MIN
-        if a.replicas > 1:
+        if a.replicas != 1:  # simulate_replicas refuses fewer than one
             run = simulate_replicas(a.model, a.gpu, wl, pol, a.replicas, **ekw)
         else:
             run = simulate(a.model, a.gpu, wl, pol, progress=progress, **ekw)
@@ -129,6 +129,9 @@ def run_args(a):
 def cmd_serve(a) -> int:
     from steptime.serve.report import plot_run
 
+    for flag, path in (("--csv", a.csv), ("--fig", a.fig)):
+        if path and not Path(path).resolve().parent.is_dir():
+            raise ServeError(f"{flag} {path!r}: its folder does not exist")
     wl, run = run_args(a)
     ms = lambda v: None if v is None else v / 1e3  # noqa: E731
     summ = run.summary(slo_ttft_s=ms(a.slo_ttft_ms), slo_tpot_s=ms(a.slo_tpot_ms))

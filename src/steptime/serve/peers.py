@@ -16,13 +16,14 @@ import pandas as pd
 
 from steptime.errors import ServeError
 from steptime.specs import get_gpu, get_model
+from steptime.validation import as_int
 
 
 class DistServeTimer:
     def __init__(self, coefficients: pd.DataFrame, model, gpu, *, tp: int = 1, engine: str = "distserve"):
         self.model = get_model(model)
         self.gpu = get_gpu(gpu)
-        self.tp = int(tp)
+        self.tp = as_int(tp, "tensor-parallel degree tp", 1, error=ServeError)  # 2.5 refused, not truncated
         self.dtype = "bf16"
         self.kv_dtype = "bf16"
         c = coefficients

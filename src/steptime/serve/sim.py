@@ -28,6 +28,7 @@ from __future__ import annotations
 import math
 from collections import deque
 from dataclasses import asdict, dataclass, replace
+from numbers import Real
 
 import numpy as np
 import pandas as pd
@@ -36,6 +37,7 @@ from steptime.errors import ServeError
 from steptime.serve.timer import StepTimer
 from steptime.serve.workload import Workload
 from steptime.step import memory_bytes
+from steptime.validation import as_int
 
 POLICIES = ("vllm", "sarathi", "static", "disagg")
 # ASSUMED: vLLM's documented defaults (EngineArgs: gpu_memory_utilization 0.9, block_size 16,
@@ -59,8 +61,10 @@ class Policy:
     def __post_init__(self):
         if self.name not in POLICIES:
             raise ServeError(f"unknown scheduler policy {self.name!r} (known: {', '.join(POLICIES)})")
-        if self.max_num_seqs < 1 or self.block_size < 1:
-            raise ServeError("max_num_seqs and block_size must be >= 1")
+        for what in ("max_num_batched_tokens", "max_num_seqs", "block_size"):
+            as_int(getattr(self, what), what, 1, error=ServeError)
+        if self.kv_blocks is not None:
+            as_int(self.kv_blocks, "kv_blocks", 1, error=ServeError)
         if self.name != "static" and self.max_num_batched_tokens < self.max_num_seqs:
             raise ServeError(f"token budget {self.max_num_batched_tokens} is below max_num_seqs "
                              f"{self.max_num_seqs}: every running request must fit one decode token a step")
@@ -75,12 +79,14 @@ class Policy:
 def policy(name: str = "vllm", **kw) -> Policy:
     """A named policy with the engine's defaults: vllm, sarathi (chunk=512), static (batch=...)."""
     if name == "sarathi":
-        chunk = kw.pop("chunk", None) or kw.pop("max_num_batched_tokens", None) or 512
-        return Policy("sarathi", max_num_batched_tokens=int(chunk), **kw)
+        chunk = kw.pop("chunk", None)
+        budget = kw.pop("max_num_batched_tokens", None)
+        chunk = chunk if chunk is not None else budget if budget is not None else 512
+        return Policy("sarathi", max_num_batched_tokens=as_int(chunk, "sarathi chunk", 1, error=ServeError), **kw)
     if name == "static":
         b = kw.pop("batch", None)
         if b is not None:
-            kw["max_num_seqs"] = int(b)
+            kw["max_num_seqs"] = as_int(b, "static batch size", 1, error=ServeError)
         kw.pop("chunk", None)
         return Policy("static", chunked_prefill=False, **kw)
     kw.pop("chunk", None)
@@ -565,6 +571,9 @@ def summarize(run: Run, slo_ttft_s: float | None = None, slo_tpot_s: float | Non
         "steps": int(run.n_steps), "busy_s": float(run.busy_s), "kv_blocks": int(run.kv_blocks),
         "preemptions": int(d["preemptions"].sum()),
     }
+    for what, v in (("TTFT SLO", slo_ttft_s), ("TPOT SLO", slo_tpot_s)):
+        if v is not None and not (isinstance(v, Real) and math.isfinite(v) and v > 0):
+            raise ServeError(f"{what} must be a time > 0, got {v!r} s")
     if slo_ttft_s is not None or slo_tpot_s is not None:
         ok = np.ones(len(d), dtype=bool)
         if slo_ttft_s is not None:

@@ -8,12 +8,15 @@ ignored). Every constructor checks its input and raises ServeError with one line
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
+from numbers import Real
 
 import numpy as np
 import pandas as pd
 
 from steptime.errors import ServeError
+from steptime.validation import as_int
 
 TRACE_COLUMNS = {"arrival": ("arrived_at_s", "arrival_s", "arrival"),
                  "prompt": ("num_prefill_tokens", "prompt_tokens", "input_tokens", "isl"),
@@ -74,6 +77,10 @@ def from_table(df: pd.DataFrame, *, name: str = "trace", n: int | None = None, t
     A table without arrival times (the arXiv length trace) needs `rate` (Poisson, requests/s).
     `time_scale` stretches (>1) or compresses (<1) the recorded arrivals.
     """
+    if n is not None:
+        n = as_int(n, "number of requests n", 1, error=ServeError)
+    if not (isinstance(time_scale, Real) and math.isfinite(time_scale) and time_scale > 0):
+        raise ServeError(f"{name}: time_scale must be a number > 0, got {time_scale!r}")
     cols = {}
     for key, names in TRACE_COLUMNS.items():
         hit = [c for c in names if c in df.columns]
@@ -95,6 +102,7 @@ def from_table(df: pd.DataFrame, *, name: str = "trace", n: int | None = None, t
 def poisson_arrivals(n: int, rate: float, seed: int = 0) -> np.ndarray:
     if not rate or rate <= 0 or not np.isfinite(rate):
         raise ServeError(f"Poisson arrival rate must be > 0 requests/s (got {rate})")
+    seed = as_int(seed, "seed", 0, error=ServeError)
     gaps = np.random.default_rng(seed).exponential(1.0 / rate, n)
     gaps[0] = 0.0
     return np.cumsum(gaps)
@@ -123,6 +131,7 @@ def synthetic(n: int, *, isl, osl, rate: float | None = None, concurrency: int |
     every request at t = 0. `isl`/`osl`: int, (lo, hi) or a sample to draw from."""
     if n < 1:
         raise ServeError(f"number of requests must be >= 1 (got {n})")
+    seed = as_int(seed, "seed", 0, error=ServeError)
     if rate is not None and concurrency is not None:
         raise ServeError("give a Poisson rate or a closed-loop concurrency, not both")
     rng = np.random.default_rng(seed)

@@ -6,11 +6,12 @@ from __future__ import annotations
 import numpy as np
 
 from steptime.calibration import Calibration
-from steptime.experiments.cells import DECODE_MAX_TOKENS, STEP_OPS, cell_ids, llm_mask
+from steptime.experiments.cells import DECODE_MAX_TOKENS, STEP_OPS, VIDUR_GPUS, cell_ids, llm_mask
 from steptime.experiments.ratios import predict_layer_ops, predict_steptime, spec_ratio, steptime_ratio
 from steptime.experiments.transfer.peers import reading_scale, work
 from steptime.experiments.transfer.profiled import predict_profiled
 from steptime.experiments.transfer.scoring import _calibration_mask, calibration_summary, score_many
+from steptime.specs import gpu_keys
 
 PREDICTORS = ("rf_home", "poly_home", "rf_verbatim", "poly_verbatim", "rf_spec_scaled", "poly_spec_scaled",
               "rf_steptime_scaled", "poly_steptime_scaled", "rf_spec_scaled_readings", "ml_loo", "steptime_home_only",
@@ -18,12 +19,9 @@ PREDICTORS = ("rf_home", "poly_home", "rf_verbatim", "poly_verbatim", "rf_spec_s
 # the fair-ground peers E2.1 states its claim against (steptime_home_only: unseen targets only)
 PEERS = ("rf_spec_scaled", "rf_spec_scaled_readings", "ml_loo", "steptime_home_only")
 HOME_GPUS = ("a100-sxm", "h100-sxm")
-TARGETS = {
-    "vidur_step": ("a100-sxm", "h100-sxm", "a40"),
-    "aic_gemm": ("a100-sxm", "h100-sxm", "h200-sxm", "l40s", "b200", "gb200", "b300", "gb300", "rtx-pro-6000"),
-    "aic_attention": ("a100-sxm", "h100-sxm", "h200-sxm", "l40s", "b200", "gb200", "b300", "gb300",
-                      "rtx-pro-6000"),
-}
+# targets per dataset: the GPUs each project measured (gpus.yaml is the one home of that fact)
+TARGETS = {"vidur_step": VIDUR_GPUS, "aic_gemm": tuple(gpu_keys(tables="aic")),
+           "aic_attention": tuple(gpu_keys(tables="aic"))}
 
 
 def _fitted_on_profiled(bundle: dict, what: str, readings: int = 0) -> dict:

@@ -67,15 +67,6 @@ def _ci(e, n_boot: int, seed: int):
     return _ci_paired({"e": e}, n_boot, seed)["e"]
 
 
-def llm_mask(dataset: str, cells):
-    """LLM-shaped GEMM cells (n, k >= 1024, m <= 16384: the GEMM experiments' `llm` subset);
-    None for the other datasets (all their cells are LLM-shaped)."""
-    if dataset != "aic_gemm":
-        return None
-    m, n, k = (cells[c].to_numpy() for c in ("m", "n", "k"))
-    return (n >= 1024) & (k >= 1024) & (m <= 16384)
-
-
 def score_many(preds: dict, meas, tokens, phase=None, n_boot: int = 1000, seed: int = 0, llm=None) -> dict:
     """MAPE of several predictors over all cells, decode-sized and prefill-sized cells (and
     LLM-shaped cells where `llm` is given), with paired bootstrap intervals."""

@@ -1,0 +1,67 @@
+"""What every collector's command line shares: argparse types that refuse a bad value with one
+clear line (argparse prints it and exits 2), `run`, the `python -m` entry that turns a
+SteptimeError (no GPU, a missing file, a setting not allowed) into one line and exit 2, and
+`write_csv`, the collectors' one way of writing their rows (atomically: a collection cut short
+leaves no half file).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+
+def _number(text: str, cast, what: str, minimum: float, whole: str = ""):
+    try:
+        x = cast(str(text).strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}{whole} is not {what}") from None
+    if not x >= minimum:  # also refuses nan
+        raise argparse.ArgumentTypeError(f"{text!r}{whole} must be >= {minimum:g}")
+    return x
+
+
+def positive_int(text: str) -> int:
+    """An integer >= 1 (a count, a size)."""
+    return _number(text, int, "a whole number", 1)
+
+
+def nonnegative_int(text: str) -> int:
+    """An integer >= 0 (a seed)."""
+    return _number(text, int, "a whole number", 0)
+
+
+def int_list(text: str) -> tuple:
+    """Comma-separated integers >= 1, e.g. an m ladder '1,16,256'."""
+    return tuple(_number(v, int, "a whole number", 1, f" in {text!r}") for v in str(text).split(","))
+
+
+def setting_list(text: str) -> tuple:
+    """Comma-separated positive numbers where 'none'/'default' (or empty) keeps the GPU's own setting,
+    e.g. power caps '575,none,450' (W) or locked clocks 'none,2200' (MHz)."""
+    return tuple(None if v.strip().lower() in ("", "none", "default")
+                 else _number(v, float, "a number", 1, f" in {text!r}") for v in str(text).split(","))
+
+
+def run(main, prog: str, argv=None) -> int:
+    """Call `main(argv)`; a SteptimeError becomes '<prog>: error: <message>' on stderr and exit code 2."""
+    from steptime.errors import SteptimeError
+
+    try:
+        return main(argv)
+    except SteptimeError as exc:
+        print(f"{prog}: error: {exc}", file=sys.stderr)
+        return 2
+
+
+def write_csv(out, header, rows) -> None:
+    """Write `rows` (sequences of values) under the `header` names to the CSV `out`, atomically."""
+    from steptime.io import atomic_path
+
+    with atomic_path(out) as tmp:
+        with open(tmp, "w") as fh:
+            fh.write(",".join(header) + "\n")
+            for r in rows:
+                if len(r) != len(header):
+                    raise ValueError(f"{out}: a row of {len(r)} values under {len(header)} columns")
+                fh.write(",".join(str(v) for v in r) + "\n")
