@@ -69,8 +69,8 @@ def _gpu_cells(doc: dict, tables=None) -> dict:
     the GPU's deploy cells (host-scheduler and all-reduce rows apart), or those of `tables`."""
     per_gpu: dict = {}
     consts = doc["constants"]
-    tables = [consts.get("global") or {}] + [t for kind in ("family", "gpu") for t in (consts.get(kind) or {}).values()]
-    for table in tables:
+    scopes = [consts.get("global") or {}] + [t for kind in ("family", "gpu") for t in (consts.get(kind) or {}).values()]
+    for table in scopes:
         for e in (table or {}).values():
             for rec in e.get("cells") or []:
                 assert isinstance(rec, dict) and (set(rec) == {"gpu", "table", "cell"} or set(rec) == {"sample"}), rec
@@ -167,3 +167,44 @@ def test_settled_file_refuses_bad_provenance(tmp_path):
     with pytest.raises(ValueError, match="provenance"):
         _settled(tmp_path, "x.yaml", [{"scope": "global", "name": "x", "value": 1, "provenance": "GUESSED",
                                        "source": "t"}])
+
+
+def test_ship_sends_engine_constants_to_the_engine_loader_and_pipeline_runs_ignore_the_shipped_copy(tmp_path):
+    """An engine-constants file among the shipped files goes (byte for byte) to where get_engine reads
+    fitted overrides, and `steptime predict --engine` then uses them on that GPU only; a pipeline process
+    (use_settled) reads fitted engine constants only from its declared inputs; a bad file is refused."""
+    import shutil
+
+    import yaml
+
+    from steptime.calibration import DEFAULTS_FILE, ship, use, use_settled
+    from steptime.errors import InputError
+    from steptime.specs import engines as E
+
+    field = next(k for k, v in E.get_engine("vllm", fitted={}).values.items() if v.value is not None)
+    shipped_value = E.get_engine("vllm", fitted={}).values[field].value
+    doc = {"constants": {}, "scales": {}, "engines": {"vllm": {"b300": {field: {
+        "value": shipped_value * 3 + 1.0, "provenance": "FITTED", "source": "test", "experiment": "R2.3"}}}}}
+    src = tmp_path / "engine_constants.yaml"
+    src.write_text(yaml.safe_dump(doc))
+    defaults, dest = tmp_path / "defaults.yaml", tmp_path / "fitted.yaml"
+    shutil.copy(DEFAULTS_FILE, defaults)
+    report = ship([src], path=defaults, engine_path=dest)
+    assert dest.read_bytes() == src.read_bytes() and report["fields"] == [f"vllm@b300:{field}"]
+    assert defaults.read_bytes() == DEFAULTS_FILE.read_bytes() or report["changed"] == []
+    try:
+        E.use_fitted(dest)  # as if shipped into the package
+        assert E.get_engine("vllm").get(field, get_gpu("b300")) == shipped_value * 3 + 1.0
+        assert E.get_engine("vllm").get(field, get_gpu("h100-sxm")) == E.get_engine("vllm", fitted={}).get(
+            field, get_gpu("h100-sxm"))
+        use_settled([])  # a pipeline script: the shipped copy is not read
+        assert E.get_engine("vllm").get(field, get_gpu("b300")) == shipped_value
+    finally:
+        E.use_fitted(None)
+        use(None)
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(yaml.safe_dump({"engines": {"vllm": {"b300": {"no_such_field": {
+        "value": 1.0, "provenance": "FITTED", "source": "t"}}}}}))
+    with pytest.raises(InputError, match="no_such_field"):
+        ship([bad], path=defaults, engine_path=tmp_path / "x.yaml")
+    assert not (tmp_path / "x.yaml").exists()

@@ -80,15 +80,18 @@ def test_report_writes_result_and_figure(tmp_path):
     sweep = tmp_path / "raw" / "telemetry" / "clock" / "h100-sxm" / "clock_sweep.csv"
     sweep.parent.mkdir(parents=True)
     shutil.copy(FIX / "clock_sweep_small.csv", sweep)
-    smk = SimpleNamespace(output=SimpleNamespace(result=str(tmp_path / "E1_10.json"),
-                                                 fig=str(tmp_path / "E1_10_clock.png")),
-                          config={"seed": 1}, rule="E1_10")
+    inputs = type("Input", (list,), {})([str(sweep)])  # a Snakemake named list: files, and groups as attributes
+    inputs.sweeps = [str(sweep)]
+    smk = SimpleNamespace(input=inputs, params=SimpleNamespace(items=lambda: {"seed": 1}.items()),
+                          output=SimpleNamespace(result=str(tmp_path / "E1_10.json"),
+                                                 fig=str(tmp_path / "E1_10_clock.png")), rule="E1_10")
     per_gpu = report(smk, [str(sweep)], lambda path, gpu: reduce_clock_sweep(parse_clock_sweep(path), gpu, n_boot=50),
                      clock_figure, id="E1.10", question="q", script="workflow/scripts/E1_10.py")
     assert list(per_gpu) == ["h100-sxm"]                       # the GPU is the folder name
     doc = json.loads((tmp_path / "E1_10.json").read_text())
     assert doc["id"] == "E1.10" and [r["m"] for r in doc["metrics"]["per_gpu"]["h100-sxm"]] == [64, 16384]
     assert doc["provenance"]["rule"] == "E1_10" and str(sweep) in doc["provenance"]["inputs"]
+    assert doc["provenance"]["config"] == {"seed": 1}           # the rule's params, not the whole config
     for ext in (".png", ".pdf", ".caption.txt"):
         assert (tmp_path / f"E1_10_clock{ext}").stat().st_size > 0
 

@@ -226,10 +226,12 @@ def build_parser() -> argparse.ArgumentParser:
     rd = sub.add_parser("readme", help="check README.md's results block against results/README_numbers.md")
     rd.add_argument("--write", action="store_true", help="rewrite the block from results/README_numbers.md")
     sub.add_parser("data", help="data commands: `steptime data verify [--json]`", add_help=False)
-    c = sub.add_parser("calibration", help="`steptime calibration ship results/calibration/*.yaml`: write "
-                       "the pipeline's settled constants into the shipped defaults.yaml")
+    c = sub.add_parser("calibration", help="`steptime calibration ship results/calibration/{gemm,step,comm}.yaml "
+                       "results/calibration/engine_constants.yaml`: write the pipeline's settled constants into the "
+                       "shipped defaults.yaml and R2.3's fitted engine constants where `--engine` reads them")
     c.add_argument("action", choices=["ship"])
-    c.add_argument("settled", nargs="+", help="settled files, applied in order (gemm.yaml before step.yaml)")
+    c.add_argument("settled", nargs="+", help="settled files, applied in order (gemm.yaml, step.yaml, comm.yaml); an engine-constants "
+                   "file (R2.3's engine_constants.yaml) among them is shipped to the engine loader")
     e = sub.add_parser("evaluate", help="accuracy per GPU and predictor on raw/ data")
     e.add_argument("--family", required=True)
     e.add_argument("--gpu", action="append")

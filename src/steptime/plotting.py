@@ -7,8 +7,13 @@ The style is seaborn's `whitegrid` theme with its colour-blind-safe palette (the
 
 from __future__ import annotations
 
+import logging
 import os
 from pathlib import Path
+
+# matplotlib's PDF backend subsets fonts through fontTools, which logs every glyph at INFO: a rule's
+# log (logging.basicConfig at INFO) keeps its own lines, not those
+logging.getLogger("fontTools").setLevel(logging.WARNING)
 
 # seaborn "colorblind" (Okabe-Ito-like), fixed here so figures do not depend on seaborn's version
 _CB = ["#0173b2", "#de8f05", "#029e73", "#d55e00", "#cc78bc", "#ca9161", "#fbafe4", "#949494", "#ece133",

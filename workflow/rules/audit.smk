@@ -1,19 +1,16 @@
 # Issue 15: documents drawn from the result files (the README's numbers block, figures/README.md)
 # and the Part-2 abstract figure E2.7. Nothing here is typed: each reads the results it names.
 
-PART2_RESULTS = [r for r in experiment_results() if Path(r).name.startswith("E2") and "E2_7" not in r]
-
-
 # E2.7: every Part-2 claim in one panel, coloured by claim type, each point citing its claim id.
 rule E2_7:
     input:
-        results=PART2_RESULTS,
+        results=lambda wc: part2_results(),
         code=lib("experiments/abstract", "plotting", "results", "io"),
     output:
         result="results/E2_7.json",
-        fig="figures/E2_7_abstract.png",
+        **figure("fig", "figures/E2_7_abstract"),
     params:
-        question=EXPERIMENTS["E2.7"]["question"],
+        question=question("E2.7"),
         claim_types={eid: e.get("claim_type") for eid, e in EXPERIMENTS.items() if eid.startswith("E2")},
     log:
         "logs/E2_7.log",
@@ -28,7 +25,7 @@ rule E2_7:
 # The README's results block (spliced into README.md by `steptime readme --write`; a test checks they agree).
 rule readme_numbers:
     input:
-        results=[r for r in experiment_results() if "E2_7" not in r] + ["results/E2_7.json"],
+        results=lambda wc: results_and_e2_7(),
         code=lib("reporting", "io"),
     output:
         "results/README_numbers.md",
@@ -47,7 +44,7 @@ rule readme_numbers:
 # figures/README.md: every figure with its experiment, script, inputs and caption.
 rule figures_readme:
     input:
-        results=[r for r in experiment_results() if "E2_7" not in r] + ["results/E2_7.json"],
+        results=lambda wc: results_and_e2_7(),
         code=lib("reporting", "io"),
     output:
         "figures/README.md",

@@ -59,6 +59,8 @@ rule E1_5:
     output:
         result="results/E1_5.json",
         **figure("fig", "figures/E1_5_waterfall"),
+    params:
+        question=question("E1.5"),
     log:
         "logs/E1_5.log",
     benchmark:
@@ -80,6 +82,7 @@ rule E1_10:
         result="results/E1_10.json",
         **figure("fig", "figures/E1_10_clock"),
     params:
+        question=question("E1.10"),
         seed=config["seed"],
     log:
         "logs/E1_10.log",

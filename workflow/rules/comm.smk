@@ -14,12 +14,15 @@ rule E1_25:
         code=COMM_LIB,
     output:
         result="results/E1_25.json",
-        fig="figures/E1_25_allreduce.png",
+        **figure("fig", "figures/E1_25_allreduce"),
     params:
-        question=EXPERIMENTS["E1.25"]["question"],
-        target_pct=EXPERIMENTS["E1.25"]["targets"]["mape_pct_max"],
+        question=question("E1.25"),
+        target_pct=targets("E1.25").get("mape_pct_max"),
+    threads: 1
     log:
         "logs/E1_25.log",
+    benchmark:
+        "benchmarks/E1_25.tsv"
     conda:
         CONDA_ENV
     message:
@@ -31,20 +34,23 @@ rule E1_25:
 # E1.27: fp8 W8A8 GEMMs held out per GPU (bf16 GEMM fold + datasheet fp8 peak + fp8 factors of other GPUs).
 rule E1_27:
     input:
-        fp8="results/data/gemm_fp8.parquet",
+        fp8=tidy("gemm_fp8"),
         bf16=tidy("gemm"),
         gemm_constants=rules.settle_gemm_constants.output.constants,
         code=lib("terms", "experiments/__init__", "experiments/precision", "experiments/gemm", "evaluate",
                  "calibration/__init__", "results", "plotting", "specs", "io", "errors"),
     output:
         result="results/E1_27.json",
-        fig="figures/E1_27_fp8_gemm.png",
+        **figure("fig", "figures/E1_27_fp8_gemm"),
     params:
-        question=EXPERIMENTS["E1.27"]["question"],
-        target_pct=EXPERIMENTS["E1.27"]["targets"]["mape_pct_max"],
+        question=question("E1.27"),
+        target_pct=targets("E1.27").get("mape_pct_max"),
         seed=config["seed"],
+    threads: 1
     log:
         "logs/E1_27.log",
+    benchmark:
+        "benchmarks/E1_27.tsv"
     conda:
         CONDA_ENV
     message:

@@ -58,6 +58,12 @@ def targets(eid):
     return EXPERIMENTS.get(eid, {}).get("targets", {})
 
 
+def settings(eid):
+    """An experiment's method settings from the registry (config/experiments.yaml `settings:`; empty where
+    the registry leaves the experiment out, as .test/ does), passed to its script as a param."""
+    return EXPERIMENTS.get(eid, {}).get("settings", {})
+
+
 def figure(key, stem):
     """A figure's declared outputs, as plotting.save writes them: {key: stem.png, key_pdf: stem.pdf,
     key_caption: stem.caption.txt} (unpack into output: with **). The PNG goes into the Snakemake
@@ -130,6 +136,18 @@ def experiment_results():
         for r in all_targets()
         if Path(r).name.startswith(("E1", "E2", "L0")) and r.endswith(".json") and "timing" not in r
     ]
+
+
+def part2_results():
+    """Every Part-2 result among the experiment results but E2.7's own; called from input lambdas, so a
+    missing raw file stops the jobs that need it, not the parse."""
+    return [r for r in experiment_results() if Path(r).name.startswith("E2") and "E2_7" not in r]
+
+
+def results_and_e2_7():
+    """Every experiment result, E2.7's included where the registry holds it (not in .test/); called from
+    input lambdas, as part2_results."""
+    return [r for r in experiment_results() if "E2_7" not in r] + (["results/E2_7.json"] if "E2.7" in EXPERIMENTS else [])
 
 
 # The library code the step-family rules (attention, light, host, step, literature) import: all of it.

@@ -10,9 +10,10 @@ AIC_GPUS = _gpu_keys(tables="aic")
 
 rule design_choices:
     input:
-        gemm="results/data/gemm.parquet",
-        attention=["results/data/attention_generation.parquet", "results/data/attention_context.parquet"],
-        gemm_constants="results/calibration/gemm_constants.json",
+        gemm=tidy("gemm"),
+        attention=[tidy("attention_generation"), tidy("attention_context")],
+        gemm_constants=rules.settle_gemm_constants.output.constants,
+        settled=rules.settle_gemm_constants.output.settled,  # as E1.24 fits attention: the settled GEMM constants
         e1_11="results/E1_11.json",
         e1_3="results/E1_3.json",
         e1_13="results/E1_13.json",
@@ -23,14 +24,18 @@ rule design_choices:
         question=question("R2.1"),
         fast=config["fast"],
         seed=config["seed"],
-        # fast: three held-out targets (one per architecture family with siblings); else all nine
-        targets=["h100-sxm", "b200", "l40s"] if config["fast"] else AIC_GPUS,
-        gemm_n_per_gpu=500 if config["fast"] else 2000,
-        gemm_max_nfev=30 if config["fast"] else 80,
-        attn_n_sample=300 if config["fast"] else 800,
-        attn_max_nfev=15 if config["fast"] else 40,
+        # config sizes r2_1_design: fast, three held-out targets (one per architecture family with siblings);
+        # full (targets null), every GPU with AIConfigurator tables
+        targets=size("r2_1_design")["targets"] or AIC_GPUS,
+        gemm_n_per_gpu=size("r2_1_design")["gemm_n_per_gpu"],
+        gemm_max_nfev=size("r2_1_design")["gemm_max_nfev"],
+        attn_n_sample=size("r2_1_design")["attn_n_sample"],
+        attn_max_nfev=size("r2_1_design")["attn_max_nfev"],
+    threads: 1
     log:
         "logs/design_choices.log",
+    benchmark:
+        "benchmarks/design_choices.tsv"
     conda:
         CONDA_ENV
     message:

@@ -6,25 +6,27 @@
 
 rule E2_12:
     input:
-        silicon="results/data/aic_silicon.parquet",
-        traces="results/data/traces.parquet",
+        silicon=tidy("aic_silicon"),
+        traces=tidy("traces"),
         coefficients=tidy("distserve"),
         max_tokens=tidy("distserve_max_num_tokens"),
-        servingsim_requests="results/data/servingsim_requests.parquet",
-        servingsim_timeseries="results/data/servingsim_timeseries.parquet",
+        servingsim_requests=tidy("servingsim_requests"),
+        servingsim_timeseries=tidy("servingsim_timeseries"),
         code=lib("serve", "experiments/peers", "experiments/serving", "step", "terms", "specs", "calibration"),
         settled=SETTLED_ALL,
     output:
         result="results/E2_12.json",
         timing="results/E2_12_timing.json",
-        fig="figures/E2_12_peers.png",
+        **figure("fig", "figures/E2_12_peers"),
     params:
-        question=EXPERIMENTS["E2.12"]["question"],
-        settings=EXPERIMENTS["E2.12"]["settings"],
-        targets=EXPERIMENTS["E2.12"]["targets"],
-        config=config,
+        question=question("E2.12"),
+        settings=settings("E2.12"),
+        targets=targets("E2.12"),
+    threads: 1
     log:
         "logs/E2_12.log",
+    benchmark:
+        "benchmarks/E2_12.tsv"
     conda:
         CONDA_ENV
     message:

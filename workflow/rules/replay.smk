@@ -2,9 +2,9 @@
 # (closed loop at each row's concurrency), beside E2.11's one-step approximation. Simulated.
 rule E2_11b:
     input:
-        mlenergy_v2="results/data/mlenergy_v2.parquet",
-        mlenergy_v3="results/data/mlenergy_v3.parquet",
-        silicon="results/data/aic_silicon.parquet",
+        mlenergy_v2=tidy("mlenergy_v2"),
+        mlenergy_v3=tidy("mlenergy_v3"),
+        silicon=tidy("aic_silicon"),
         constants=rules.R2_3.output.constants,
         one_step=rules.E2_11.output.result,
         settled=SETTLED_ALL,  # this run's settled constants (declared inputs)
@@ -12,16 +12,19 @@ rule E2_11b:
                  "metrics", "results", "plotting"),
     output:
         result="results/E2_11b.json",
-        fig="figures/E2_11b_replay.png",
+        **figure("fig", "figures/E2_11b_replay"),
     params:
-        question=EXPERIMENTS["E2.11b"]["question"],
-        targets=EXPERIMENTS["E2.11b"]["targets"],
-        settings=EXPERIMENTS["E2.11b"]["settings"],
-        prompt_tokens=EXPERIMENTS["E2.11"]["settings"]["prompt_tokens"],
+        question=question("E2.11b"),
+        targets=targets("E2.11b"),
+        settings=settings("E2.11b"),
+        prompt_tokens=WC_PROMPTS,
         seed=config["seed"],
         bootstrap=config["bootstrap"],
+    threads: 1
     log:
         "logs/E2_11b.log",
+    benchmark:
+        "benchmarks/E2_11b.tsv"
     conda:
         CONDA_ENV
     message:

@@ -5,19 +5,21 @@
 # E2.9: Sarathi chunk sizing for a TBT SLO: steptime's pick vs static 512/2048 vs the simulated oracle.
 rule E2_9:
     input:
-        traces="results/data/traces.parquet",
+        traces=tidy("traces"),
         code=lib("serve", "experiments/serving", "step", "terms", "specs", "calibration"),
         settled=SETTLED_ALL,
     output:
         result="results/E2_9.json",
-        fig="figures/E2_9_chunk.png",
+        **figure("fig", "figures/E2_9_chunk"),
     params:
-        question=EXPERIMENTS["E2.9"]["question"],
-        settings=EXPERIMENTS["E2.9"]["settings"],
-        targets=EXPERIMENTS["E2.9"]["targets"],
-        config=config,
+        question=question("E2.9"),
+        settings=settings("E2.9"),
+        targets=targets("E2.9"),
+    threads: 1
     log:
         "logs/E2_9.log",
+    benchmark:
+        "benchmarks/E2_9.tsv"
     conda:
         CONDA_ENV
     message:
@@ -29,21 +31,23 @@ rule E2_9:
 # E2.4: prefill/decode pool sizing, steptime vs DistServe's own fitted model driving the same simulator.
 rule E2_4:
     input:
-        traces="results/data/traces.parquet",
+        traces=tidy("traces"),
         coefficients=tidy("distserve"),
         max_tokens=tidy("distserve_max_num_tokens"),
         code=lib("serve", "experiments/serving", "step", "terms", "specs", "calibration"),
         settled=SETTLED_ALL,
     output:
         result="results/E2_4.json",
-        fig="figures/E2_4_pools.png",
+        **figure("fig", "figures/E2_4_pools"),
     params:
-        question=EXPERIMENTS["E2.4"]["question"],
-        settings=EXPERIMENTS["E2.4"]["settings"],
-        targets=EXPERIMENTS["E2.4"]["targets"],
-        config=config,
+        question=question("E2.4"),
+        settings=settings("E2.4"),
+        targets=targets("E2.4"),
+    threads: 1
     log:
         "logs/E2_4.log",
+    benchmark:
+        "benchmarks/E2_4.tsv"
     conda:
         CONDA_ENV
     message:
@@ -55,19 +59,21 @@ rule E2_4:
 # E2.10: end-to-end replay of LLMServingSim's real vLLM 0.19 runs (same arrivals), per-request TTFT/TPOT/e2e.
 rule E2_10:
     input:
-        requests="results/data/servingsim_requests.parquet",
+        requests=tidy("servingsim_requests"),
         code=lib("serve", "experiments/serving", "step", "terms", "specs", "calibration"),
         settled=SETTLED_ALL,
     output:
         result="results/E2_10.json",
-        fig="figures/E2_10_replay.png",
+        **figure("fig", "figures/E2_10_replay"),
     params:
-        question=EXPERIMENTS["E2.10"]["question"],
-        settings=EXPERIMENTS["E2.10"]["settings"],
-        targets=EXPERIMENTS["E2.10"]["targets"],
-        config=config,
+        question=question("E2.10"),
+        settings=settings("E2.10"),
+        targets=targets("E2.10"),
+    threads: 1
     log:
         "logs/E2_10.log",
+    benchmark:
+        "benchmarks/E2_10.tsv"
     conda:
         CONDA_ENV
     message:
@@ -79,19 +85,21 @@ rule E2_10:
 # E2.3: QLM-style deadline queue with steptime's waiting-time estimate vs a scalar one, under contention.
 rule E2_3:
     input:
-        traces="results/data/traces.parquet",
+        traces=tidy("traces"),
         code=lib("serve", "experiments/serving", "step", "terms", "specs", "calibration"),
         settled=SETTLED_ALL,
     output:
         result="results/E2_3.json",
-        fig="figures/E2_3_deadlines.png",
+        **figure("fig", "figures/E2_3_deadlines"),
     params:
-        question=EXPERIMENTS["E2.3"]["question"],
-        settings=EXPERIMENTS["E2.3"]["settings"],
-        targets=EXPERIMENTS["E2.3"]["targets"],
-        config=config,
+        question=question("E2.3"),
+        settings=settings("E2.3"),
+        targets=targets("E2.3"),
+    threads: 1
     log:
         "logs/E2_3.log",
+    benchmark:
+        "benchmarks/E2_3.tsv"
     conda:
         CONDA_ENV
     message:

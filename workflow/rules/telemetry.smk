@@ -155,7 +155,7 @@ rule collect_engine_kernels:
 # Per-step wall time of a serving engine with each step's composition, FPM layout (E1.19).
 rule collect_steptrace:
     input:
-        traces="results/data/traces.parquet",
+        traces=tidy("traces"),
     output:
         "raw/telemetry/steptrace/{gpu}/{model}.csv",
     params:
@@ -187,10 +187,10 @@ for _eid, (_tglob, _stem) in TELEMETRY.items():
             code=lib("collect", "terms", "specs", "calibration", "results", "plotting", "metrics", "step.py", "data"),
         output:
             result=f"results/{_eid.replace('.', '_')}.json",
-            fig=f"figures/{_stem}.png",
+            **figure("fig", f"figures/{_stem}"),
         params:
             id=_eid,
-            question=EXPERIMENTS[_eid]["question"],
+            question=question(_eid),
             seed=config["seed"],
             bootstrap=config["bootstrap"],
         log:
@@ -208,21 +208,25 @@ for _eid, (_tglob, _stem) in TELEMETRY.items():
 # read by one code path (steptime.collect.hostfloor); R2.3's three-reading constants as a side-by-side arm.
 rule E1_19:
     input:
-        fpm="results/data/fpm_steps.parquet",
+        fpm=tidy("fpm_steps"),
         steptrace=_telemetry("raw/telemetry/steptrace/*/*.csv"),
-        constants="results/calibration/engine_constants.yaml",
+        constants=rules.R2_3.output.constants,
+        settled=SETTLED_ALL,  # this run's settled constants (the predictions read them, not src/)
         code=lib("collect/hostfloor", "collect/steptrace", "experiments/wallclock", "terms", "specs", "calibration",
                  "results", "plotting", "step.py", "ops.py", "errors"),
     output:
         result="results/E1_19.json",
-        fig="figures/E1_19_host_learner.png",
+        **figure("fig", "figures/E1_19_host_learner"),
     params:
-        question=EXPERIMENTS["E1.19"]["question"],
-        settings=EXPERIMENTS["E1.19"]["settings"],
-        round1=EXPERIMENTS["E1.19"]["round1"],
+        question=question("E1.19"),
+        settings=settings("E1.19"),
+        round1=EXPERIMENTS.get("E1.19", {}).get("round1"),
         seed=config["seed"],
+    threads: 1
     log:
         "logs/E1_19.log",
+    benchmark:
+        "benchmarks/E1_19.tsv"
     conda:
         CONDA_ENV
     message:

@@ -6,19 +6,19 @@
 WALLCLOCK_LIB = lib("terms", "step.py", "ops.py", "experiments/__init__", "experiments/wallclock",
                     "experiments/wallclock_report", "experiments/attention", "calibration/__init__", "metrics",
                     "results", "plotting", "specs", "io", "errors")
-WC_FIT = EXPERIMENTS["R2.3"]["settings"]["fit"]
-WC_PROMPTS = EXPERIMENTS["E2.11"]["settings"]["prompt_tokens"]
+WC_FIT = settings("R2.3").get("fit", {})
+WC_PROMPTS = settings("E2.11").get("prompt_tokens", {})
 WC_TOKENS = dict(
-    mlenergy_v2="results/data/mlenergy_v2.parquet",
-    mlenergy_v3="results/data/mlenergy_v3.parquet",
-    silicon="results/data/aic_silicon.parquet",
+    mlenergy_v2=tidy("mlenergy_v2"),
+    mlenergy_v3=tidy("mlenergy_v3"),
+    silicon=tidy("aic_silicon"),
 )
 
 
 # R2.3: engine constants from three wall-clock steps per (GPU, engine); gain and per-operator price.
 rule R2_3:
     input:
-        fpm="results/data/fpm_steps.parquet",
+        fpm=tidy("fpm_steps"),
         gemm=tidy("gemm"),
         attn_ctx=tidy("attention_context"),
         attn_gen=tidy("attention_generation"),
@@ -28,13 +28,18 @@ rule R2_3:
     output:
         result="results/R2_3.json",
         constants="results/calibration/engine_constants.yaml",
-        fig="figures/R2_3_calibration.png",
+        **figure("fig", "figures/R2_3_calibration"),
     params:
-        question=EXPERIMENTS["R2.3"]["question"],
-        targets=EXPERIMENTS["R2.3"]["targets"],
-        settings=EXPERIMENTS["R2.3"]["settings"],
+        question=question("R2.3"),
+        targets=targets("R2.3"),
+        settings=settings("R2.3"),
+        seed=config["seed"],
+        n_boot=config["bootstrap"],
+    threads: 1
     log:
         "logs/R2_3.log",
+    benchmark:
+        "benchmarks/R2_3.tsv"
     conda:
         CONDA_ENV
     message:
@@ -46,19 +51,24 @@ rule R2_3:
 # E1.26: every FPM step, kernels / shipped profile / three readings / roofline, per phase x TP.
 rule E1_26:
     input:
-        fpm="results/data/fpm_steps.parquet",
+        fpm=tidy("fpm_steps"),
         constants=rules.R2_3.output.constants,
         settled=SETTLED_ALL,  # this run's settled constants (the predictions read them, not src/)
         code=WALLCLOCK_LIB,
     output:
         result="results/E1_26.json",
-        fig="figures/E1_26_wallclock.png",
+        **figure("fig", "figures/E1_26_wallclock"),
     params:
-        question=EXPERIMENTS["E1.26"]["question"],
-        targets=EXPERIMENTS["E1.26"]["targets"],
+        question=question("E1.26"),
+        targets=targets("E1.26"),
         settings={"fit": WC_FIT},
+        seed=config["seed"],
+        n_boot=config["bootstrap"],
+    threads: 1
     log:
         "logs/E1_26.log",
+    benchmark:
+        "benchmarks/E1_26.tsv"
     conda:
         CONDA_ENV
     message:
@@ -70,18 +80,21 @@ rule E1_26:
 # E1.18: exposed host time per engine from the smallest steps.
 rule E1_18:
     input:
-        fpm="results/data/fpm_steps.parquet",
+        fpm=tidy("fpm_steps"),
         **WC_TOKENS,
         settled=SETTLED_ALL,  # this run's settled constants (the predictions read them, not src/)
         code=WALLCLOCK_LIB,
     output:
         result="results/E1_18.json",
-        fig="figures/E1_18_exposed_host.png",
+        **figure("fig", "figures/E1_18_exposed_host"),
     params:
-        question=EXPERIMENTS["E1.18"]["question"],
-        settings={**EXPERIMENTS["E1.18"]["settings"], "prompt_tokens": WC_PROMPTS},
+        question=question("E1.18"),
+        settings={**settings("E1.18"), "prompt_tokens": WC_PROMPTS},
+        seed=config["seed"],
     log:
         "logs/E1_18.log",
+    benchmark:
+        "benchmarks/E1_18.tsv"
     conda:
         CONDA_ENV
     message:
@@ -93,20 +106,25 @@ rule E1_18:
 # E1.21: prefill on wall clock across GPUs where the sets hold isolated prefills.
 rule E1_21:
     input:
-        fpm="results/data/fpm_steps.parquet",
+        fpm=tidy("fpm_steps"),
         **WC_TOKENS,
         constants=rules.R2_3.output.constants,
         settled=SETTLED_ALL,  # this run's settled constants (the predictions read them, not src/)
         code=WALLCLOCK_LIB,
     output:
         result="results/E1_21.json",
-        fig="figures/E1_21_prefill.png",
+        **figure("fig", "figures/E1_21_prefill"),
     params:
-        question=EXPERIMENTS["E1.21"]["question"],
-        targets=EXPERIMENTS["E1.21"]["targets"],
+        question=question("E1.21"),
+        targets=targets("E1.21"),
         settings={"fit": WC_FIT},
+        seed=config["seed"],
+        n_boot=config["bootstrap"],
+    threads: 1
     log:
         "logs/E1_21.log",
+    benchmark:
+        "benchmarks/E1_21.tsv"
     conda:
         CONDA_ENV
     message:
@@ -124,13 +142,18 @@ rule E2_11:
         code=WALLCLOCK_LIB,
     output:
         result="results/E2_11.json",
-        fig="figures/E2_11_tpot.png",
+        **figure("fig", "figures/E2_11_tpot"),
     params:
-        question=EXPERIMENTS["E2.11"]["question"],
-        targets=EXPERIMENTS["E2.11"]["targets"],
-        settings=EXPERIMENTS["E2.11"]["settings"],
+        question=question("E2.11"),
+        targets=targets("E2.11"),
+        settings=settings("E2.11"),
+        seed=config["seed"],
+        n_boot=config["bootstrap"],
+    threads: 1
     log:
         "logs/E2_11.log",
+    benchmark:
+        "benchmarks/E2_11.tsv"
     conda:
         CONDA_ENV
     message:

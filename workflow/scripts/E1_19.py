@@ -1,19 +1,23 @@
 """E1.19: the host-floor learner (frozen at deploy) on real engine steps and collected step traces (thin)."""
+import logging
 from pathlib import Path
 
 import pandas as pd
 
 from steptime.collect.hostfloor import build_e1_19, figure
-from steptime.results import provenance, write_result
+from steptime.calibration import use_settled
+from steptime.results import rule_provenance, write_result
 
+logging.basicConfig(filename=snakemake.log[0], level=logging.INFO, format="%(message)s", filemode="w")
+use_settled(snakemake.input.settled)  # this run's settled constants (declared inputs)
 p = snakemake.params
 st = p.settings
 metrics, claims, steps = build_e1_19(pd.read_parquet(snakemake.input.fpm), list(snakemake.input.steptrace),
                                      fitted=snakemake.input.constants, round1=p.round1, **st)
 write_result(snakemake.output.result, id="E1.19", question=p.question, metrics=metrics, claims=claims,
-             provenance=provenance([snakemake.input.fpm, *snakemake.input.steptrace, snakemake.input.constants],
-                                   config={"seed": p.seed, **st}, rule=snakemake.rule,
-                                   script="workflow/scripts/E1_19.py"))
+             provenance=rule_provenance(snakemake, script="workflow/scripts/E1_19.py"))
+logging.info("E1.19: runs %s, %d steps; %d claims, %d met", list(metrics["per_run"]), len(steps), len(claims),
+             sum(bool(c.get("met")) for c in claims))
 figure(metrics["per_run"], Path(snakemake.output.fig).with_suffix(""), steps=steps,
        caption=f"E1.19 on real vLLM steps ({', '.join(metrics['per_run'])}; phases {metrics['phases']}): held-out "
                "MAPE of the step per arm, (a) stationary (frozen after the first "

@@ -1,30 +1,34 @@
 """E1.21: prefill on wall clock across GPUs, where the sets hold isolated prefills (FPM prefill sweep on
 B300; AIConfigurator silicon TTFT at concurrency 1); why ML.ENERGY cannot answer it."""
+import logging
 from os.path import splitext
 
 import pandas as pd
 
 from steptime.experiments import wallclock as W
 from steptime.experiments import wallclock_report as R
-from steptime.results import provenance, write_result
+from steptime.results import rule_provenance, write_result
 
-from steptime.calibration import use_settled  # noqa: E402
+from steptime.calibration import use_settled
 
+logging.basicConfig(filename=snakemake.log[0], level=logging.INFO, format="%(message)s", filemode="w")
 use_settled(snakemake.input.settled)  # this run's settled constants (declared inputs)
-cfg, p = snakemake.config, snakemake.params
+p = snakemake.params
 steps = W.fpm_steps(pd.read_parquet(snakemake.input.fpm))
 v2, v3 = pd.read_parquet(snakemake.input.mlenergy_v2), pd.read_parquet(snakemake.input.mlenergy_v3)
 sil = pd.read_parquet(snakemake.input.silicon)
 fpm = []
 for (gpu, engine, model), s in steps.groupby(["gpu", "engine", "model"], sort=True):
     spec = W.FpmSpec(model=model, engine=engine, **p.settings["fit"])
-    fpm.append(W.run_fpm(s, spec, fitted_doc=snakemake.input.constants, n_boot=cfg["bootstrap"], seed=cfg["seed"]))
-iso_scores, iso_skipped = W.score_isolated_prefills(W.isolated_prefills(sil), n_boot=cfg["bootstrap"],
-                                                    seed=cfg["seed"], fitted=snakemake.input.constants)
+    fpm.append(W.run_fpm(s, spec, fitted_doc=snakemake.input.constants, n_boot=p.n_boot, seed=p.seed))
+iso_scores, iso_skipped = W.score_isolated_prefills(W.isolated_prefills(sil), n_boot=p.n_boot,
+                                                    seed=p.seed, fitted=snakemake.input.constants)
 doc = R.document_e1_21(fpm, iso_scores, iso_skipped, W.prefill_coverage(v2, v3, sil), p.targets)
-prov = provenance(list(snakemake.input), config=cfg, rule="E1_21", script="workflow/scripts/E1_21.py")
+logging.info("E1.21: %d FPM (GPU, engine, model) sets, %d isolated-prefill scores, %d skipped", len(fpm), len(iso_scores), len(iso_skipped))
+prov = rule_provenance(snakemake, script="workflow/scripts/E1_21.py")
 write_result(snakemake.output.result, id="E1.21", question=p.question, metrics=doc["metrics"], claims=doc["claims"],
              provenance=prov, extra={"targets": p.targets})
+logging.info("E1.21: %d claims, %d met", len(doc["claims"]), sum(bool(c.get("met")) for c in doc["claims"]))
 R.plot_e1_21(doc, splitext(snakemake.output.fig)[0],
              "E1.21: wall-clock prefill MAPE per GPU, engine and TP where a set holds isolated prefills (B300 FPM "
              "prefill sweep; silicon TTFT at concurrency 1), by predictor; GPUs without such data are listed in "

@@ -1,12 +1,14 @@
 """E1.27: fp8 W8A8 projection GEMMs held out per GPU (datasheet fp8 peak, bf16 GEMM fold)."""
 import json
+import logging
 from os.path import splitext
 
 import pandas as pd
 
 from steptime.experiments import precision as E
-from steptime.results import provenance, write_result
+from steptime.results import rule_provenance, write_result
 
+logging.basicConfig(filename=snakemake.log[0], level=logging.INFO, format="%(message)s", filemode="w")
 with open(snakemake.input.gemm_constants) as fh:
     gemm_doc = json.load(fh)
 fp8 = E.load_fp8(pd.read_parquet(snakemake.input.fp8))
@@ -14,9 +16,9 @@ bf16 = pd.read_parquet(snakemake.input.bf16)
 bf16 = bf16[bf16["dtype"].astype(str).isin(["bf16", "bfloat16"])]
 r = E.run(fp8, bf16, gemm_doc, seed=int(snakemake.params.seed))
 doc = E.document(r, float(snakemake.params.target_pct))
-prov = provenance([snakemake.input.fp8, snakemake.input.bf16, snakemake.input.gemm_constants],
-                  config={"target_pct": snakemake.params.target_pct, "seed": snakemake.params.seed},
-                  calibration=r["calibration"].to_dict(), rule="E1_27", script="workflow/scripts/E1_27.py")
+logging.info("E1.27: %d fp8 GEMM cells, %d bf16 cells; %d claims, %d met", len(fp8), len(bf16),
+             len(doc["claims"]), sum(bool(c.get("met")) for c in doc["claims"]))
+prov = rule_provenance(snakemake, calibration=r["calibration"].to_dict(), script="workflow/scripts/E1_27.py")
 write_result(snakemake.output.result, id="E1.27", question=snakemake.params.question, metrics=doc["metrics"],
              claims=doc["claims"], provenance=prov, extra={"defaults_updates": E.defaults_updates(r)})
 E.plot(r, splitext(snakemake.output.fig)[0],

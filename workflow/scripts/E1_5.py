@@ -3,5 +3,5 @@ from steptime.collect import report
 from steptime.collect.ncu import parse_ncu_csv, reduce_factors, waterfall_figure
 
 report(snakemake, snakemake.input.counters, lambda path, gpu: reduce_factors(parse_ncu_csv(path), gpu),
-       waterfall_figure, id="E1.5", question="Five-factor efficiency waterfall from Nsight Compute counters.",
+       waterfall_figure, id="E1.5", question=snakemake.params.question,
        script="workflow/scripts/E1_5.py")

@@ -1,14 +1,16 @@
 """E2.11b: E2.11's token-time rows replayed through steptime.serve (closed loop at each row's
 concurrency), beside E2.11's one-step approximation. Replay numbers are simulated."""
 import json
+import logging
 from os.path import splitext
 
 import pandas as pd
 
 from steptime.calibration import use_settled
 from steptime.experiments import replay as R
-from steptime.results import provenance, write_result
+from steptime.results import rule_provenance, write_result
 
+logging.basicConfig(filename=snakemake.log[0], level=logging.INFO, format="%(message)s", filemode="w")
 use_settled(snakemake.input.settled)  # this run's settled constants (declared inputs)
 
 p, s = snakemake.params, snakemake.params.settings
@@ -25,8 +27,10 @@ with open(snakemake.input.one_step) as fh:
 table = R.side_by_side(R.scores(res["pred"], n_boot=int(p.bootstrap), seed=int(p.seed)), e2_11, same)
 doc = R.document(table, skipped + res["skipped"], p.targets, n_rows=len(res["pred"]), per_group=int(s["per_group"]),
                  requests_per_slot=int(s["requests_per_slot"]))
-prov = provenance(list(snakemake.input), config={"seed": p.seed, "bootstrap": p.bootstrap, "E2.11b": dict(s)},
-                  rule="E2_11b", script="workflow/scripts/E2_11b.py")
+logging.info("E2.11b: %d rows replayed (%d per group), %d skipped; %d claims, %d met", len(res["pred"]),
+             int(s["per_group"]), len(skipped) + len(res["skipped"]), len(doc["claims"]),
+             sum(bool(c.get("met")) for c in doc["claims"]))
+prov = rule_provenance(snakemake, script="workflow/scripts/E2_11b.py")
 write_result(snakemake.output.result, id="E2.11b", question=p.question, metrics=doc["metrics"], claims=doc["claims"],
              provenance=prov, extra={"targets": p.targets, "settings": s})
 R.plot(res["pred"], table, splitext(snakemake.output.fig)[0],

@@ -1,15 +1,17 @@
 """E2.12: serving peers side by side (AIConfigurator's silicon rows: measured vs steptime.serve vs AIC's
 aggregated estimate; DistServe's fitted model vs steptime on the same simulated requests)."""
 import json
+import logging
 
 import pandas as pd
 
 from steptime.calibration import use_settled
 from steptime.experiments import peers
-from steptime.results import provenance, write_result
+from steptime.results import rule_provenance, write_result
 from steptime.serve import aic
 
 aic.require()
+logging.basicConfig(filename=snakemake.log[0], level=logging.INFO, format="%(message)s", filemode="w")
 use_settled(snakemake.input.settled)  # this run's settled constants (declared inputs)
 p = snakemake.params
 s = dict(p.settings)
@@ -21,12 +23,12 @@ r = peers.e2_12(pd.read_parquet(inp.silicon), pd.read_parquet(inp.traces), pd.re
                 servingsim=(pd.read_parquet(inp.servingsim_requests), pd.read_parquet(inp.servingsim_timeseries)),
                 servingsim_runs=s["servingsim_runs"])
 doc = peers.e2_12_document(r)
-prov = provenance([inp.silicon, inp.traces, inp.coefficients, inp.max_tokens, inp.servingsim_requests,
-                   inp.servingsim_timeseries], config={**p.config, "E2.12": s},
-                  rule="E2_12", script="workflow/scripts/E2_12.py")
+logging.info("E2.12: aiconfigurator-core %s; settings %s", aic.version(), s)
+prov = rule_provenance(snakemake, script="workflow/scripts/E2_12.py")
 prov["peers"] = {"aiconfigurator-core": aic.version()}
 write_result(snakemake.output.result, id="E2.12", question=p.question, metrics=doc["metrics"], claims=doc["claims"],
              provenance=prov)
+logging.info("E2.12: %d claims, %d met", len(doc["claims"]), sum(bool(c.get("met")) for c in doc["claims"]))
 with open(snakemake.output.timing, "w") as fh:
     json.dump(peers.timing_document(r), fh, indent=1)
 peers.plot_e2_12(r, str(snakemake.output.fig).rsplit(".", 1)[0],

@@ -1,5 +1,6 @@
 """E2.1 grid check: the same home profile with the fast grid and Vidur's full grid, side by side."""
 import json
+import logging
 
 import joblib
 
@@ -9,6 +10,7 @@ from steptime.experiments import calibration_cost, transfer
 from steptime.io import write_json
 from steptime.results import rule_provenance, write_result
 
+logging.basicConfig(filename=snakemake.log[0], level=logging.INFO, format="%(message)s", filemode="w")
 use_settled(snakemake.input.settled)  # this run's settled constants (declared inputs)
 P = snakemake.params
 fast, full = joblib.load(snakemake.input.fast), joblib.load(snakemake.input.full)
@@ -21,6 +23,7 @@ doc = transfer.grid_check_document(ds, cells, fast, full, transfer.TARGETS[ds], 
 write_result(snakemake.output.result, id="E2.1-grid", question=P.question, metrics=doc["metrics"],
              claims=doc["claims"], provenance=rule_provenance(snakemake, exclude=("code", "fast", "full"),
                                                   script="workflow/scripts/E2_1_grid.py"))
+logging.info("E2.1 grid check on %s: %d cells; %d claims", ds, len(cells), len(doc["claims"]))
 target = cells[cells["gpu"] == "h100-sxm"].reset_index(drop=True)
 write_json(snakemake.output.timing, {
     "note": "wall seconds on this machine, measured side by side in this run; NOT deterministic",

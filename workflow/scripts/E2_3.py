@@ -1,10 +1,13 @@
 """E2.3: QLM-style deadline queue, steptime's waiting-time estimate vs a scalar one (simulated outcomes)."""
+import logging
+
 import pandas as pd
 
 from steptime.experiments import serving
 from steptime.calibration import use_settled
-from steptime.results import provenance, write_result
+from steptime.results import rule_provenance, write_result
 
+logging.basicConfig(filename=snakemake.log[0], level=logging.INFO, format="%(message)s", filemode="w")
 use_settled(snakemake.input.settled)  # this run's settled constants (declared inputs)
 
 p = snakemake.params
@@ -12,11 +15,12 @@ s = dict(p.settings)
 r = serving.e2_3(pd.read_parquet(snakemake.input.traces), model=s["model"], gpu=s["gpu"], trace=s["trace"],
                  n=s["requests"], rates=s["rates"], classes=s["classes"], budget=s["budget"], seed=s["seed"],
                  targets=dict(p.targets))
+logging.info("E2.3: settings %s", s)
 doc = serving.e2_3_document(r)
-prov = provenance([snakemake.input.traces], config={**p.config, "E2.3": s}, rule="E2_3",
-                  script="workflow/scripts/E2_3.py")
+prov = rule_provenance(snakemake, script="workflow/scripts/E2_3.py")
 write_result(snakemake.output.result, id="E2.3", question=p.question, metrics=doc["metrics"], claims=doc["claims"],
              provenance=prov)
+logging.info("E2.3: %d claims, %d met", len(doc["claims"]), sum(bool(c.get("met")) for c in doc["claims"]))
 serving.plot_e2_3(r, str(snakemake.output.fig).rsplit(".", 1)[0],
                   "E2.3 (simulated): TTFT SLO attainment against arrival rate for FCFS and for a QLM-style "
                   "deadline queue (earliest deadline first; requests estimated to miss go to the back) with "

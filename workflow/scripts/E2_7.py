@@ -1,10 +1,12 @@
 """E2.7: the Part-2 abstract figure (thin)."""
+import logging
 from pathlib import Path
 
 from steptime.experiments.abstract import figure, points, summary
 from steptime.reporting import load_results
-from steptime.results import claim, provenance, write_result
+from steptime.results import claim, rule_provenance, write_result
 
+logging.basicConfig(filename=snakemake.log[0], level=logging.INFO, format="%(message)s", filemode="w")
 results = load_results(snakemake.input.results)
 pts = points(results, snakemake.params.claim_types)
 counts = summary(pts)
@@ -13,7 +15,8 @@ claims = [claim(f"{t}: Part-2 claims with a target, met vs missed", {"met": c["m
           for t, c in counts.items() if c["met"] + c["missed"]]
 write_result(snakemake.output.result, id="E2.7", question=snakemake.params.question,
              metrics={"counts": counts, "points": pts}, claims=claims,
-             provenance=provenance(snakemake.input.results, config={}, rule="E2_7", script="workflow/scripts/E2_7.py"))
+             provenance=rule_provenance(snakemake, script="workflow/scripts/E2_7.py"))
+logging.info("E2.7: %d Part-2 results, %d claim points; per type %s", len(results), len(pts), counts)
 figure(pts, Path(snakemake.output.fig).with_suffix(""),
        "E2.7: every claim of every Part-2 result (" + ", ".join(sorted(results)) + ") as one point, coloured by claim "
        "type; filled = target met, hollow = missed, shaded = informational, square = simulated outcome. The number "

@@ -1,5 +1,6 @@
 """R2.3: the vllm profile's engine constants from three wall-clock steps per (GPU, engine), the rest
 held out; the gain over per-operator calibration and its price on the per-operator tables."""
+import logging
 from os.path import splitext
 
 import pandas as pd
@@ -7,12 +8,13 @@ import pandas as pd
 from steptime.experiments import attention as AX
 from steptime.experiments import wallclock as W
 from steptime.experiments import wallclock_report as R
-from steptime.results import provenance, write_result
+from steptime.results import rule_provenance, write_result
 
-from steptime.calibration import use_settled  # noqa: E402
+from steptime.calibration import use_settled
 
+logging.basicConfig(filename=snakemake.log[0], level=logging.INFO, format="%(message)s", filemode="w")
 use_settled(snakemake.input.settled)  # this run's settled constants (declared inputs)
-cfg, p = snakemake.config, snakemake.params
+p = snakemake.params
 steps = W.fpm_steps(pd.read_parquet(snakemake.input.fpm))
 attn = AX.tidy_cells(pd.read_parquet(snakemake.input.attn_gen), pd.read_parquet(snakemake.input.attn_ctx))
 gemm = pd.read_parquet(snakemake.input.gemm)
@@ -20,10 +22,10 @@ allreduce = pd.read_parquet(snakemake.input.allreduce)
 fits, docs = [], []
 for (gpu, engine, model), s in steps.groupby(["gpu", "engine", "model"], sort=True):
     spec = W.FpmSpec(model=model, engine=engine, **p.settings["fit"])
-    r = W.run_fpm(s, spec, n_boot=cfg["bootstrap"], seed=cfg["seed"])
+    r = W.run_fpm(s, spec, n_boot=p.n_boot, seed=p.seed)
     tables = W.per_op_tables(gpu, gemm, attn, allreduce)
-    per_op = {"arm_B": W.per_op_cost(tables, r["fitted"], n_boot=cfg["bootstrap"], seed=cfg["seed"]),
-              "arm_C": W.per_op_cost(tables, r["fitted_block"], n_boot=cfg["bootstrap"], seed=cfg["seed"])}
+    per_op = {"arm_B": W.per_op_cost(tables, r["fitted"], n_boot=p.n_boot, seed=p.seed),
+              "arm_C": W.per_op_cost(tables, r["fitted_block"], n_boot=p.n_boot, seed=p.seed)}
     fits.append(r)
     docs.append((r, R.document_r2_3(r, p.targets, per_op), per_op))
 constants = W.engine_constants_doc(fits, W.FpmSpec(model="", **p.settings["fit"]))
@@ -31,10 +33,11 @@ W.write_fitted_constants(snakemake.output.constants, constants)
 r, doc, per_op = docs[0]  # one (GPU, engine) holds FPM steps today; metrics list every one
 metrics = {f"{x['engine']}@{x['gpu']}": d["metrics"] for x, d, _ in docs}
 claims = [c for _, d, _ in docs for c in d["claims"]]
-prov = provenance(list(snakemake.input), config=cfg, calibration=r["calibration"].to_dict(), rule="R2_3",
-                  script="workflow/scripts/R2_3.py")
+logging.info("R2.3: engine constants of %d (GPU, engine, model) sets written to %s", len(fits), snakemake.output.constants)
+prov = rule_provenance(snakemake, calibration=r["calibration"].to_dict(), script="workflow/scripts/R2_3.py")
 write_result(snakemake.output.result, id="R2.3", question=p.question, metrics=metrics, claims=claims,
              provenance=prov, extra={"targets": p.targets, "settings": p.settings})
+logging.info("R2.3: %d claims, %d met", len(claims), sum(bool(c.get("met")) for c in claims))
 R.plot_r2_3(r, per_op, splitext(snakemake.output.fig)[0],
             f"R2.3: held-out step MAPE of {r['engine']}@{r['gpu']} per TP x phase with the shipped (per-operator "
             "calibrated) profile, the engine constants read from three wall-clock steps, and one kernel scale k "

@@ -1,8 +1,11 @@
 """results/SUMMARY.md: every experiment's question and claims (met / missed), from the result files."""
 import json
+import logging
 from pathlib import Path
 
 from steptime.io import atomic_path
+
+logging.basicConfig(filename=snakemake.log[0], level=logging.INFO, format="%(message)s", filemode="w")
 
 
 def fmt(v):
@@ -40,3 +43,4 @@ for path in sorted(snakemake.input.results):
 lines[4:4] = [f"Claims across all results: {totals['met']} met, {totals['missed']} missed, {totals['info']} informational.", ""]
 with atomic_path(snakemake.output[0]) as tmp:
     tmp.write_text("\n".join(lines) + "\n")
+logging.info("SUMMARY: %d results; %s", len(snakemake.input.results), totals)

@@ -1,10 +1,13 @@
 """Walkthrough: every term's share of one model's step on one GPU across batch sizes and KV lengths."""
+import logging
 from os.path import splitext
 
 from steptime.experiments.step import plot_walkthrough
 from steptime.calibration import use_settled
 
+logging.basicConfig(filename=snakemake.log[0], level=logging.INFO, format="%(message)s", filemode="w")
 use_settled(snakemake.input.settled)  # this run's settled constants (declared inputs)
 plot_walkthrough(snakemake.params.model, snakemake.params.gpu, splitext(snakemake.output.fig)[0],
                  f"Walkthrough: predicted step of {snakemake.params.model} on {snakemake.params.gpu}, every term's "
                  "share of the step (decode batches at several KV lengths, and one prefill chunk).")
+logging.info("walkthrough of %s on %s written to %s", snakemake.params.model, snakemake.params.gpu, snakemake.output.fig)

@@ -25,7 +25,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any, Iterable
 
-from steptime.errors import CalibrationLeakError
+from steptime.errors import CalibrationLeakError, InputError
 
 DEFAULTS_FILE = Path(__file__).resolve().parent / "defaults.yaml"
 # ASSUMED: a stated design choice (its source says why and which experiment tests it)
@@ -160,6 +160,9 @@ def use_settled(*settled) -> Constants:
     paths = [q for s in settled for q in ([s] if isinstance(s, (str, Path)) else list(s))]
     c = Constants.load(DEFAULTS_FILE, *paths)
     use(c)
+    from steptime.specs.engines import use_fitted
+
+    use_fitted({})  # a rule's fitted engine constants come only from its declared inputs, not the shipped copy
     return c
 
 
@@ -381,9 +384,53 @@ def _write_defaults(doc: dict, path: Path) -> None:
         _default_constants.cache_clear()
 
 
-def ship(settled: Iterable[str | Path], path: Path = DEFAULTS_FILE) -> dict:
+def is_engine_constants(path) -> bool:
+    """True for a fitted engine-constants file (R2.3's results/calibration/engine_constants.yaml:
+    `engines:` per engine and GPU), False for a settled file (`updates:`)."""
+    doc = _read_yaml(path)
+    return isinstance(doc, dict) and "engines" in doc and "updates" not in doc
+
+
+def ship_engine_constants(src, dest: Path | None = None) -> dict:
+    """Copy R2.3's fitted engine constants (byte for byte, provenance and cells included) to where
+    the engine loader reads fitted overrides (`specs.engines.FITTED_FILE`), so `steptime predict
+    --engine <name>` on a GPU that holds readings uses them. Every entry is checked first: each
+    engine is a profile, each field one of its fields, each provenance a known one."""
+    import shutil
+
+    from steptime.specs import engines as E
+
+    dest = Path(E.FITTED_FILE if dest is None else dest)
+    doc = _read_yaml(src)
+    shipped = []
+    for eng, per_gpu in (doc.get("engines") or {}).items():
+        profile = E.get_engine(eng, fitted={})  # unknown engine: ValueError naming it
+        for gpu, fields in (per_gpu or {}).items():
+            for name, e in (fields or {}).items():
+                if name not in profile.values:
+                    raise InputError(f"{src}: engine {eng} has no field {name!r} (gpu {gpu})")
+                if e.get("provenance") not in PROVENANCES:
+                    raise InputError(f"{src}: {eng}/{gpu}/{name}: provenance {e.get('provenance')!r} not in "
+                                     f"{PROVENANCES}")
+                shipped.append(f"{eng}@{gpu}:{name}")
+    E.get_engine(next(iter(doc.get("engines") or {E.default_engine(): {}})), fitted=doc)  # loads as a whole
+    from steptime.io import atomic_path
+
+    with atomic_path(dest) as tmp:
+        shutil.copyfile(src, tmp)
+    return {"engine_constants": str(dest), "fields": sorted(shipped)}
+
+
+def ship(settled: Iterable[str | Path], path: Path = DEFAULTS_FILE, engine_path: Path | None = None) -> dict:
     """Write the settled files into the shipped constants file (the one explicit writer of
-    defaults.yaml: `steptime calibration ship results/calibration/*.yaml`). Returns what changed."""
+    defaults.yaml: `steptime calibration ship results/calibration/{gemm,step,comm}.yaml
+    results/calibration/engine_constants.yaml`), in order; a fitted engine-constants file among
+    them (R2.3's) goes to the engine loader's FITTED_FILE instead (`engine_path`). Returns what changed."""
+    settled = list(settled)
+    engine_files = [p for p in settled if is_engine_constants(p)]
+    if len(engine_files) > 1:
+        raise InputError(f"ship: one engine-constants file at most, got {engine_files}")
+    settled = [p for p in settled if p not in engine_files]
     before = _read_yaml(path)
     after = settle_doc(before, [read_settled(p) for p in settled])
     _write_defaults(after, Path(path))
@@ -392,8 +439,11 @@ def ship(settled: Iterable[str | Path], path: Path = DEFAULTS_FILE) -> dict:
         return {f"{scope}:{name}": e for scope, t in _parse(d).items() for name, e in t.items()}
 
     b, a = flat(before), flat(after)
-    return {"added": sorted(set(a) - set(b)), "removed": sorted(set(b) - set(a)),
-            "changed": sorted(k for k in set(a) & set(b) if a[k] != b[k])}
+    out = {"added": sorted(set(a) - set(b)), "removed": sorted(set(b) - set(a)),
+           "changed": sorted(k for k in set(a) & set(b) if a[k] != b[k])}
+    if engine_files:
+        out.update(ship_engine_constants(engine_files[0], engine_path))
+    return out
 
 
 def update_defaults(updates: list[dict], path: Path = DEFAULTS_FILE) -> None:

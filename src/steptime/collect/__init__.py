@@ -16,13 +16,13 @@ def report(smk, paths, reduce, figure, *, id: str, question: str, script: str) -
 
     `paths`: collected files laid out raw/telemetry/<kind>/<gpu>/<file>.csv (the GPU is the folder name);
     `reduce(path, gpu)` -> that GPU's rows; `figure(per_gpu, stem)` draws and saves the figure at the stem of
-    `smk.output.fig`; the result {'per_gpu': ...} goes to `smk.output.result` with provenance (inputs `paths`,
-    `smk.config`, rule `smk.rule`, `script`). `smk` is the script's `snakemake` object (or anything with
-    those attributes). Returns the per-GPU rows.
+    `smk.output.fig`; the result {'per_gpu': ...} goes to `smk.output.result` with provenance from what the
+    rule declared (`results.rule_provenance`: its inputs, its params as the config, the rule, `script`).
+    `smk` is the script's `snakemake` object (or anything with those attributes). Returns the per-GPU rows.
     """
     from pathlib import Path
 
-    from steptime.results import provenance, write_result
+    from steptime.results import rule_provenance, write_result
 
     per_gpu = {}
     for path in paths:
@@ -30,5 +30,5 @@ def report(smk, paths, reduce, figure, *, id: str, question: str, script: str) -
         per_gpu[gpu] = reduce(path, gpu)
     figure(per_gpu, Path(smk.output.fig).with_suffix(""))
     write_result(smk.output.result, id=id, question=question, metrics={"per_gpu": per_gpu}, claims=[],
-                 provenance=provenance(paths, config=dict(smk.config), rule=smk.rule, script=script))
+                 provenance=rule_provenance(smk, script=script))
     return per_gpu

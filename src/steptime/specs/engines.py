@@ -159,10 +159,25 @@ def _doc() -> dict:
     return _load_yaml(ENGINE_FILE)
 
 
+_FITTED_ACTIVE: list = []
+
+
+def use_fitted(fitted) -> None:
+    """Make `fitted` (a fitted-constants path or dict; {} for none) what `get_engine(name)` lays over
+    the profiles in this process instead of the shipped FITTED_FILE (None: the shipped file again).
+    Pipeline scripts run with {} (through `calibration.use_settled`): a rule reads the fitted engine
+    constants only as a declared input (R2.3's results/calibration/engine_constants.yaml), never the
+    copy `steptime calibration ship` puts in the package for users."""
+    _FITTED_ACTIVE.clear()
+    if fitted is not None:
+        _FITTED_ACTIVE.append(fitted)
+
+
 def _fitted_doc(fitted) -> dict:
-    """{engine: {gpu: {field: entry}}} from a path, a dict, or the default FITTED_FILE (absent: {})."""
+    """{engine: {gpu: {field: entry}}} from a path, a dict, or the default FITTED_FILE (absent: {};
+    `use_fitted` replaces the default in this process)."""
     if fitted is None:
-        fitted = FITTED_FILE
+        fitted = _FITTED_ACTIVE[0] if _FITTED_ACTIVE else FITTED_FILE
     if isinstance(fitted, (str, Path)):
         p = Path(fitted)
         if not p.exists():
