@@ -44,3 +44,14 @@ def test_abstract_points_and_types():
     assert summary(pts)["decision"] == {"met": 1, "missed": 0, "info": 1}
     with pytest.raises(SteptimeError, match="no claim_type"):
         points({"E2.9": RESULTS["E2.9"]}, {})
+
+
+def test_readme_carries_the_generated_numbers_block():
+    """README.md's results block is results/README_numbers.md verbatim (no typed number)."""
+    from pathlib import Path
+
+    from steptime.reporting import readme_cli
+
+    root = Path(__file__).parents[1]
+    assert (root / "results" / "README_numbers.md").exists(), "build it: snakemake results/README_numbers.md"
+    assert readme_cli(write=False, root=root) == 0, "README.md's block differs: run `steptime readme --write`"
