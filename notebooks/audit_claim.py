@@ -47,7 +47,7 @@ import pandas as pd  # noqa: E402
 doc = json.loads((root / "results" / "E1_4.json").read_text())
 x = E.tidy(pd.read_parquet(root / "results" / "data" / "vidur_cpu_overheads.parquet"))
 cfg = doc["provenance"]["config"]
-r = E.run(x, seed=cfg["seed"], n_boot=cfg["bootstrap"])
+r = E.run(x, seed=cfg["seed"], n_boot=cfg["n_boot"])  # the params the rule ran with
 again = E.document(r, x)
 for old, new in zip(doc["claims"], again["claims"]):
     same = json.dumps(old["value"], sort_keys=True) == json.dumps(new["value"], sort_keys=True, default=float)

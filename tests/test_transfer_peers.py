@@ -173,7 +173,8 @@ def test_design_rows_name_the_best_alternative_and_flag_a_shipped_loser():
 
 def test_committed_e2_1_keeps_the_contract_per_target():
     """On the committed E2.1: every steptime row's shared fits exclude the target GPU, and the
-    target's own cells that set a constant (host rows apart) are at most three."""
+    target's own cells that set a constant are at most three (host rows and all-reduce readings
+    apart: the serving host's, and the interconnect's with its own budget of three, E1.25)."""
     doc = json.loads((ROOT / "results/E2_1.json").read_text())
     rows = [r for r in doc["transfer"] if r["predictor"] in ("steptime", "steptime_home_only")]
     assert rows
@@ -184,5 +185,7 @@ def test_committed_e2_1_keeps_the_contract_per_target():
             assert r["target_gpu"] not in fam["gpus"], (r["dataset"], r["target_gpu"], fam)
         assert fo["target_readings"] <= 3
     for key, cal in doc["provenance"]["calibration"].items():
-        own = {tuple(c) for cells in cal["target_cells"].values() for c in cells if c[1] != "host"}
+        own = {tuple(c) for cells in cal["target_cells"].values() for c in cells if c[1] not in ("host", "allreduce")}
         assert len(own) <= 3, (key, sorted(own))
+        comm = {tuple(c) for cells in cal["target_cells"].values() for c in cells if c[1] == "allreduce"}
+        assert len(comm) <= 3, (key, sorted(comm))
