@@ -19,7 +19,7 @@ REGISTRY = {"E1.9": {"outputs": ["results/E1_9.json", "figures/E1_9_x.png"]},
 def test_readme_block_has_every_experiment_and_its_values():
     b = readme_block(RESULTS, REGISTRY)
     assert b.startswith(BEGIN) and b.rstrip().endswith(END)
-    assert "| E1.9 | 1 / 1 |" in b and "MISSED: y within 5% = 7.0%" in b and "met: x within 5% = 4.0%" in b
+    assert "| E1.9 | 1 / 1 |" in b and "MISSED: y within 5% = 0.07" in b and "met: x within 5% = 0.04" in b
     assert "**Part 2: utility**" in b and "| E2.9 | 1 / 0 |" in b
 
 

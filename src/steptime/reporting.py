@@ -21,8 +21,8 @@ PARTS = {"E1": "Part 1: the predictor", "L0": "Part 1: literature", "E2": "Part 
 def _fmt(v) -> str:
     if isinstance(v, bool):
         return str(v)
-    if isinstance(v, float):
-        return f"{v:.1%}" if abs(v) < 1.5 else f"{v:.3g}"
+    if isinstance(v, float):  # as stored: errors are fractions, ratios are ratios (no guessing which)
+        return f"{v:.3g}"
     if isinstance(v, dict):
         items = list(v.items())[:4]
         s = ", ".join(f"{k} {_fmt(x)}" for k, x in items if not isinstance(x, (dict, list)))
@@ -38,7 +38,8 @@ def part(eid: str) -> str:
 def readme_block(results: dict[str, dict], registry: dict) -> str:
     """Markdown: per experiment its claims met / missed and the value of each targeted claim (capped)."""
     lines = [BEGIN, "", "_Generated from results/*.json by `snakemake results/README_numbers.md` and "
-             "`steptime readme`; do not edit by hand. Errors are fractions shown as %._", ""]
+             "`steptime readme`; do not edit by hand. Values as the result files store them: errors are "
+             "fractions (0.06 = 6%), ratios are ratios; each claim's comparison is in `steptime audit <ID>`._", ""]
     for title in dict.fromkeys(part(e) for e in results):
         lines += [f"**{title}**", "", "| ID | claims met / missed | targeted claims (value) |", "|---|---|---|"]
         for eid in [e for e in results if part(e) == title]:
