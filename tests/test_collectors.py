@@ -6,8 +6,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from steptime.collect import report
-from steptime.collect.clock import clock_figure, parse_clock_sweep, reduce_clock_sweep
+from steptime.collect.clock import parse_clock_sweep, reduce_clock_sweep
 from steptime.collect.ncu import parse_ncu_csv, reduce_factors
 from steptime.errors import DataError
 
@@ -77,21 +76,25 @@ def test_clock_sweep_bad_rows(tmp_path):
 
 
 def test_report_writes_result_and_figure(tmp_path):
+    """The body of every awaiting experiment's script (E1.10 here): result, provenance, its own figure."""
+    from steptime.collect.experiments import report
+
     sweep = tmp_path / "raw" / "telemetry" / "clock" / "h100-sxm" / "clock_sweep.csv"
     sweep.parent.mkdir(parents=True)
     shutil.copy(FIX / "clock_sweep_small.csv", sweep)
     inputs = type("Input", (list,), {})([str(sweep)])  # a Snakemake named list: files, and groups as attributes
-    inputs.sweeps = [str(sweep)]
-    smk = SimpleNamespace(input=inputs, params=SimpleNamespace(items=lambda: {"seed": 1}.items()),
+    inputs.telemetry = [str(sweep)]
+    params = {"id": "E1.10", "question": "q", "seed": 1, "bootstrap": 50}
+    smk = SimpleNamespace(input=inputs, params=SimpleNamespace(items=lambda: params.items(), **params),
                           output=SimpleNamespace(result=str(tmp_path / "E1_10.json"),
-                                                 fig=str(tmp_path / "E1_10_clock.png")), rule="E1_10")
-    per_gpu = report(smk, [str(sweep)], lambda path, gpu: reduce_clock_sweep(parse_clock_sweep(path), gpu, n_boot=50),
-                     clock_figure, id="E1.10", question="q", script="workflow/scripts/E1_10.py")
-    assert list(per_gpu) == ["h100-sxm"]                       # the GPU is the folder name
+                                                 fig=str(tmp_path / "E1_10_clock.png")), rule="telemetry_E1_10")
+    metrics, claims = report(smk)
+    assert list(metrics["per_gpu"]) == ["h100-sxm"]            # the GPU is the folder name
     doc = json.loads((tmp_path / "E1_10.json").read_text())
     assert doc["id"] == "E1.10" and [r["m"] for r in doc["metrics"]["per_gpu"]["h100-sxm"]] == [64, 16384]
-    assert doc["provenance"]["rule"] == "E1_10" and str(sweep) in doc["provenance"]["inputs"]
-    assert doc["provenance"]["config"] == {"seed": 1}           # the rule's params, not the whole config
+    assert doc["provenance"]["rule"] == "telemetry_E1_10" and str(sweep) in doc["provenance"]["inputs"]
+    assert doc["provenance"]["config"] == {"id": "E1.10", "seed": 1, "bootstrap": 50}  # the rule's params only
+    assert claims[-1]["claim"].startswith("reported in round 1 (E1.10")
     for ext in (".png", ".pdf", ".caption.txt"):
         assert (tmp_path / f"E1_10_clock{ext}").stat().st_size > 0
 

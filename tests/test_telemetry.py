@@ -360,14 +360,15 @@ def test_e1_19_reads_a_collected_steptrace_through_the_same_path(tmp_path):
 # ---- the experiments end to end (reduction -> result metrics/claims -> figure) and the Slurm profile ----
 FIXTURE_FOR = {"E1.3b": "gemm_sweep_small.csv", "E1.6": "clock_caps_small.csv", "E1.7": "clock_caps_small.csv",
                "E1.8": "clock_caps_small.csv", "E1.9": "clock_caps_small.csv", "E1.14": "gemm_sweep_small.csv",
-               "E1.15": "gemm_sweep_small.csv", "E1.17": "engine_kernels_small.csv", "E2.8": "clock_caps_small.csv"}
+               "E1.15": "gemm_sweep_small.csv", "E1.17": "engine_kernels_small.csv", "E2.8": "clock_caps_small.csv",
+               "E1.5": "ncu_gemm_small.csv", "E1.10": "clock_sweep_small.csv"}
 
 
 @pytest.mark.parametrize("eid", sorted(FIXTURE_FOR))
 def test_every_telemetry_experiment_reduces_and_draws(eid, tmp_path):
     from steptime.collect.experiments import build, figure
 
-    gpu = "h100-sxm" if eid == "E1.17" else "l40s"
+    gpu = "h100-sxm" if eid in ("E1.17", "E1.5", "E1.10") else "l40s"
     path = tmp_path / "raw" / "telemetry" / "x" / gpu / FIXTURE_FOR[eid]
     path.parent.mkdir(parents=True)
     path.write_bytes((FIX / FIXTURE_FOR[eid]).read_bytes())

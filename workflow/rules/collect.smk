@@ -1,5 +1,5 @@
 # GPU telemetry: collection rules (need a GPU node; run them with --profile profiles/slurm)
-# and the reductions of experiments that await that telemetry (E1.5, E1.10).
+# (the reductions of E1.5 and E1.10 run with the other awaiting experiments in telemetry.smk).
 # COLLECT: config/collect.yaml, validated in common.smk.
 
 
@@ -49,48 +49,3 @@ rule collect_ncu_gemm:
     shell:
         "python -m steptime.collect.ncu --out {output} --m {params.m} --shapes {params.shapes} "
         "--clock-control {params.clock} > {log} 2>&1"
-
-
-# E1.5: reduce the ncu counters of every collected GPU to the five-factor waterfall.
-rule E1_5:
-    input:
-        counters=lambda wc: sorted(glob.glob("raw/telemetry/ncu/*/gemm_counters.csv")),
-        code=lib("collect", "results", "plotting"),
-    output:
-        result="results/E1_5.json",
-        **figure("fig", "figures/E1_5_waterfall"),
-    params:
-        question=question("E1.5"),
-    log:
-        "logs/E1_5.log",
-    benchmark:
-        "benchmarks/E1_5.tsv"
-    conda:
-        CONDA_ENV
-    message:
-        "E1.5: five-factor waterfall from Nsight Compute counters"
-    script:
-        "../scripts/E1_5.py"
-
-
-# E1.10: reduce the clock sweeps to sustained clock vs m with 95% intervals.
-rule E1_10:
-    input:
-        sweeps=lambda wc: sorted(glob.glob("raw/telemetry/clock/*/clock_sweep.csv")),
-        code=lib("collect", "results", "plotting"),
-    output:
-        result="results/E1_10.json",
-        **figure("fig", "figures/E1_10_clock"),
-    params:
-        question=question("E1.10"),
-        seed=config["seed"],
-    log:
-        "logs/E1_10.log",
-    benchmark:
-        "benchmarks/E1_10.tsv"
-    conda:
-        CONDA_ENV
-    message:
-        "E1.10: sustained clock under GEMM load vs m"
-    script:
-        "../scripts/E1_10.py"

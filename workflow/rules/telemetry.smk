@@ -1,5 +1,5 @@
 # GPU telemetry of issue 14: collection rules (GPU node; `--profile profiles/pace`) and the
-# reductions of the experiments that await it (E1.3b, E1.6-E1.9, E1.14, E1.15, E1.17, E2.8); E1.19 is built on the
+# reductions of the experiments that await it (E1.3b, E1.5-E1.10, E1.14, E1.15, E1.17, E2.8); E1.19 is built on the
 # vendored FPM steps and any collected step traces by its own rule (E1_19, at the end of this file).
 # A reduction builds once its telemetry is in raw/telemetry/ (rule all: registry `raw:` present).
 import yaml as _tyaml
@@ -17,6 +17,8 @@ _telemetry = lambda pattern: sorted(glob.glob(pattern))
 
 TELEMETRY = {
     # ID: (telemetry glob, figure stem)
+    "E1.5": ("raw/telemetry/ncu/*/gemm_counters.csv", "E1_5_waterfall"),
+    "E1.10": ("raw/telemetry/clock/*/clock_sweep.csv", "E1_10_clock"),
     "E1.3b": ("raw/telemetry/gemm_sweep/*/l2.csv", "E1_3b_l2_sweep"),
     "E1.6": ("raw/telemetry/clock/*/maxq_sweep.csv", "E1_6_maxq"),
     "E1.7": ("raw/telemetry/clock/*/clock_sweep.csv", "E1_7_droop"),

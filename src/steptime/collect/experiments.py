@@ -136,13 +136,42 @@ def _e2_8(paths, seed=0, **kw):
     return per, claims
 
 
+def _e1_5(paths, **kw):
+    from steptime.collect.ncu import parse_ncu_csv, reduce_factors
+
+    return {_gpu(p): reduce_factors(parse_ncu_csv(p), _gpu(p)) for p in paths}, []
+
+
+def _e1_10(paths, n_boot=1000, seed=0, **kw):
+    from steptime.collect.clock import parse_clock_sweep, reduce_clock_sweep
+
+    return {_gpu(p): reduce_clock_sweep(parse_clock_sweep(p), _gpu(p), n_boot=n_boot, seed=seed) for p in paths}, []
+
+
+def _draw_waterfall(per_gpu, stem):
+    from steptime.collect.ncu import waterfall_figure
+
+    waterfall_figure(per_gpu, stem)
+
+
+def _draw_clock(per_gpu, stem):
+    from steptime.collect.clock import clock_figure
+
+    clock_figure(per_gpu, stem)
+
+
 @dataclass(frozen=True)
 class TelemetryExperiment:
     build: Callable
     round1: str
+    draw: Callable | None = None   # figure(per_gpu, stem) of its own; else the summary panel of `figure`
 
 
 EXPERIMENTS = {
+    "E1.5": TelemetryExperiment(_e1_5, "f_clk isolated with n=5 CIs: at large m the clock is the shortfall (E1.5/E1.7)",
+                                _draw_waterfall),
+    "E1.10": TelemetryExperiment(_e1_10, "Blackwell lab card: 1410 MHz sustained vs 3090 MHz boost, 54.4% droop (n=5)",
+                                 _draw_clock),
     "E1.3b": TelemetryExperiment(_e1_3b, "one (eta_max, x_half) = (0.90, 0.477) pair fits three SKUs at 4.59% MAPE "
                                          "(E1.3c); the H200/L40S sweep itself was queued, no number"),
     "E1.6": TelemetryExperiment(_droop_ids, "Blackwell lab card: 1410 MHz sustained vs 3090 MHz boost, 54.4% droop "
@@ -174,8 +203,13 @@ def build(eid: str, paths, *, n_boot: int = 1000, seed: int = 0, dispatch=()) ->
 
 
 def figure(eid: str, metrics: dict, stem) -> None:
-    """One summary panel per experiment: the per-GPU headline numbers as bars (units in the labels)."""
+    """The experiment's own figure where it has one, else one summary panel: the per-GPU headline
+    numbers as bars (units in the labels)."""
     from steptime.plotting import save, subplots
+
+    if EXPERIMENTS[eid].draw is not None:
+        EXPERIMENTS[eid].draw(metrics["per_gpu"], stem)
+        return
 
     fig, ax = subplots(figsize=(5, 3))
     names, vals = [], []
@@ -217,3 +251,20 @@ def figure(eid: str, metrics: dict, stem) -> None:
     ax.set_title(eid)
     save(fig, stem, caption=f"{eid}: per-GPU summary from the collected telemetry (see results/{eid.replace('.', '_')}"
                             ".json for every number and the round-1 figure beside it).", tight_layout=True)
+
+
+def report(smk, script: str = "workflow/scripts/telemetry_experiment.py") -> tuple[dict, list]:
+    """The body of every awaiting experiment's Snakemake script: reduce the collected files
+    (`smk.input.telemetry`, laid out raw/telemetry/<kind>/<gpu>/<file>: the GPU is the folder name),
+    write `smk.output.result` with provenance from what the rule declared (`rule_provenance`: its
+    inputs, its params as the config), draw the figure at the stem of `smk.output.fig`.
+    `smk` is the script's `snakemake` object (or anything with those attributes)."""
+    from steptime.results import rule_provenance, write_result
+
+    p = smk.params
+    metrics, claims = build(p.id, list(smk.input.telemetry), n_boot=p.bootstrap, seed=p.seed,
+                            dispatch=list(getattr(smk.input, "dispatch", None) or []))
+    write_result(smk.output.result, id=p.id, question=p.question, metrics=metrics, claims=claims,
+                 provenance=rule_provenance(smk, script=script))
+    figure(p.id, metrics, Path(smk.output.fig).with_suffix(""))
+    return metrics, claims
