@@ -95,7 +95,7 @@ def test_digest_is_cached_per_path_mtime_size(root, monkeypatch):
         return orig(path, *a, **kw)
 
     monkeypatch.setattr(io, "sha256_file", counting)
-    M._sha256.cache_clear()
+    io._cached_sha256.cache_clear()
     data.load_traces(root=root)
     data.load_traces(root=root)
     assert calls.count(str(root / TRACE_CONV)) == 1  # hashed once per process

@@ -7,6 +7,7 @@ import hashlib
 import json
 import os
 import tempfile
+from functools import lru_cache
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -17,6 +18,24 @@ def sha256_file(path: str | os.PathLike, chunk: int = 1 << 20) -> str:
         while block := fh.read(chunk):
             h.update(block)
     return h.hexdigest()
+
+
+@lru_cache(maxsize=4096)
+def _cached_sha256(path: str, mtime_ns: int, size: int) -> str:
+    return sha256_file(path)
+
+
+def file_sha256(path: str | os.PathLike) -> str | None:
+    """sha256 of a file, cached per (resolved path, mtime, size) so repeated checks in one process
+    read each file once; None when the file does not exist."""
+    p = Path(path)
+    try:
+        st = p.stat()
+    except OSError:
+        return None
+    if not p.is_file():
+        return None
+    return _cached_sha256(str(p.resolve()), st.st_mtime_ns, st.st_size)
 
 
 @contextlib.contextmanager

@@ -21,26 +21,13 @@ import json
 from functools import lru_cache
 from pathlib import Path
 
+from steptime.io import file_sha256  # the one cached digest (audit imports it from here too)
+
 
 # Inputs under these folders are git-ignored intermediates (absent from a clean clone); when
 # present they are checked like any input, when absent they are not counted as stale.
 INTERMEDIATE = ("results/cache/",)
 
-
-@lru_cache(maxsize=None)
-def _sha(path: str, mtime_ns: int, size: int) -> str:
-    from steptime.io import sha256_file
-
-    return sha256_file(path)
-
-
-def file_sha256(path: str | Path) -> str | None:
-    """sha256 of a file (cached per path, mtime and size), None when it does not exist."""
-    p = Path(path)
-    if not p.is_file():
-        return None
-    st = p.stat()
-    return _sha(str(p.resolve()), st.st_mtime_ns, st.st_size)
 
 
 @lru_cache(maxsize=1)

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from steptime.errors import DataError
+from steptime.io import file_sha256
 
 MANIFEST_REL = Path("raw") / "MANIFEST.yaml"
 ENV_ROOT = "STEPTIME_ROOT"
@@ -172,13 +173,6 @@ def completeness(man: Manifest, *, collected_ok: bool = True) -> tuple[list[str]
     return sorted(unlisted), sorted(missing)
 
 
-@lru_cache(maxsize=1024)
-def _sha256(path: str, mtime_ns: int, size: int) -> str:
-    from steptime.io import sha256_file
-
-    return sha256_file(path)
-
-
 def check_entry(entry: Entry) -> Path:
     """`entry`'s file, once present with the size and sha256 its manifest entry records; else a
     one-line DataError naming the file. The digest is cached by (path, mtime, size)."""
@@ -195,7 +189,7 @@ def check_entry(entry: Entry) -> Path:
     if size is not None and st.st_size != size:
         raise DataError(f"{entry.rel}: {st.st_size} bytes, {MANIFEST_REL} says {size}: the file is truncated, "
                         f"corrupted or changed; restore it (git checkout -- {entry.rel}) or re-vendor raw/")
-    got = _sha256(str(p), st.st_mtime_ns, st.st_size)
+    got = file_sha256(p)
     if got != want:
         raise DataError(f"{entry.rel}: sha256 {got[:12]}... does not match {MANIFEST_REL} ({str(want)[:12]}...): the "
                         f"file is corrupted or changed; restore it (git checkout -- {entry.rel}) or re-vendor raw/")
