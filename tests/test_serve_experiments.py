@@ -6,6 +6,7 @@ import pytest
 
 from steptime.experiments import serving
 from steptime.serve import StepTimer
+from distserve_table import coefficients  # tests/distserve_table.py
 
 GRID = [128, 256, 512, 1024, 2048]
 
@@ -57,21 +58,11 @@ def test_e2_9_document_scores_every_choice_in_the_simulator():
 
 
 # ---- E2.4 ---------------------------------------------------------------------------------
-def _coefficients():
-    rows = []
-    for phase, (a, b, c) in {"prefill": (18.0, 0.1, 7e-6), "decode_small_bs": (20.0, 6e-4, 0.04),
-                             "decode_large_bs": (7.0, 6e-4, 0.16)}.items():
-        rows.append({"gpu": "a100-sxm", "engine": "distserve", "model": "opt-13b", "model_source": "facebook/opt-13b",
-                     "tp": 1, "phase": phase, "a_ms": a, "b_ms": b, "c_ms": c, "b_per": "", "c_per": "",
-                     "bs_threshold": 95})
-    return pd.DataFrame(rows)
-
-
 def test_distserve_timer_is_its_formula_and_refuses_mixed_steps():
     from steptime.errors import ServeError
     from steptime.serve.peers import DistServeTimer
 
-    t = DistServeTimer(_coefficients(), "opt-13b", "a100-sxm")
+    t = DistServeTimer(coefficients(), "opt-13b", "a100-sxm")
     assert t.step_arrays([300, 200], [0, 0]) == pytest.approx((18.0 + 0.1 * 500 + 7e-6 * (300**2 + 200**2)) * 1e-3)
     assert t.step_arrays([1] * 4, [99] * 4) == pytest.approx((20.0 + 6e-4 * 400 + 0.04 * 4) * 1e-3)
     assert t.step_arrays([1] * 100, [9] * 100) == pytest.approx((7.0 + 6e-4 * 1000 + 0.16 * 100) * 1e-3)
@@ -79,9 +70,9 @@ def test_distserve_timer_is_its_formula_and_refuses_mixed_steps():
     with pytest.raises(ServeError, match="no mixed"):
         t.step_arrays([1, 300], [50, 0])
     with pytest.raises(ServeError, match="no fitted"):
-        DistServeTimer(_coefficients(), "opt-13b", "a100-sxm", tp=2)
+        DistServeTimer(coefficients(), "opt-13b", "a100-sxm", tp=2)
     with pytest.raises(ServeError, match="tp must be an integer, got 1.5"):  # not truncated to tp=1
-        DistServeTimer(_coefficients(), "opt-13b", "a100-sxm", tp=1.5)
+        DistServeTimer(coefficients(), "opt-13b", "a100-sxm", tp=1.5)
 
 
 def test_placements_fit_the_gpus():
@@ -102,7 +93,7 @@ def test_e2_4_small_case():
     mt = pd.DataFrame({"gpu": ["a100-sxm"], "model": ["opt-13b"], "model_source": ["facebook/opt-13b"], "tp": [1],
                        "pp": [1], "max_num_tokens": [66144]})
     tr = _traces(300)
-    r = serving.e2_4(tr, _coefficients(), mt, cases=[{"model": "opt-13b", "tp": 1, "total_gpus": 3, "slo_ttft_s": 0.5,
+    r = serving.e2_4(tr, coefficients(), mt, cases=[{"model": "opt-13b", "tp": 1, "total_gpus": 3, "slo_ttft_s": 0.5,
                                                        "slo_tpot_s": 0.1, "rates_per_gpu": [0.5, 1, 2, 4]}],
                      gpu="a100-sxm", trace="splitwise_conv", n=80, seed=0, targets={"goodput_ratio_min": 0.9})
     c = r["cases"][0]

@@ -6,6 +6,7 @@ import pytest
 from steptime.errors import ServeError
 from steptime.experiments import peers
 from steptime.serve import aic
+from distserve_table import coefficients  # tests/distserve_table.py
 
 needs_aic = pytest.mark.skipif(not aic.available(), reason="aiconfigurator-core not installed (pip install -e '.[peers]')")
 
@@ -72,16 +73,10 @@ def _ds_inputs():
     n = 200
     traces = pd.DataFrame({"trace": "splitwise_conv", "request_id": np.arange(n), "arrived_at_s": np.arange(n) * 0.1,
                            "num_prefill_tokens": rng.integers(64, 1500, n), "num_decode_tokens": rng.integers(16, 300, n)})
-    rows = []
-    for phase, (a, b, c) in {"prefill": (18.0, 0.1, 7e-6), "decode_small_bs": (20.0, 6e-4, 0.04),
-                             "decode_large_bs": (7.0, 6e-4, 0.16)}.items():
-        rows.append({"gpu": "a100-sxm", "engine": "distserve", "model": "opt-13b", "model_source": "facebook/opt-13b",
-                     "tp": 1, "phase": phase, "a_ms": a, "b_ms": b, "c_ms": c, "b_per": "", "c_per": "",
-                     "bs_threshold": 95})
     tokens = pd.DataFrame([{"model": "opt-13b", "tp": 1, "pp": 1, "max_num_tokens": 60000}])
     case = dict(model="opt-13b", gpu="a100-sxm", tp=1, trace="splitwise_conv", n=40, rate=1.0, prefill_instances=1,
                 decode_instances=1, max_len=2048, block_size=16)
-    return traces, pd.DataFrame(rows), tokens, case
+    return traces, coefficients(), tokens, case
 
 
 def _run(silicon, aic_on=False):
