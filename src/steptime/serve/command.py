@@ -140,7 +140,7 @@ def cmd_serve(a) -> int:
                         "mean_prompt": float(np.mean(wl.prompt)), "mean_output": float(np.mean(wl.output))},
            "policy": run.policy, "summary": summ}
     if a.csv:
-        run.requests.to_csv(a.csv, index=False)
+        run.requests.to_csv(a.csv, index=False, chunksize=100_000)  # written in chunks of rows
     if a.fig:
         plot_run(run, Path(a.fig).with_suffix(""), title=f"{a.model} on {a.gpu} (tp={a.tp}), {run.policy['name']}")
     if a.json:
