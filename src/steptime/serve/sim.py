@@ -286,6 +286,7 @@ class _Engine:
         merge_finish = self.deadline is None  # a deadline queue re-estimates at every iteration boundary
         max_seqs = p.max_num_seqs
         arr_inf = math.inf
+        cache = None  # (R, comp, held, iterations to the next finish, iterations not yet written, last end)
         while done < n:
             while nxt < n and arr[nxt] <= now:
                 waiting.append(nxt)
@@ -296,45 +297,59 @@ class _Engine:
                 continue
             if self.deadline is not None and len(waiting) > 1:
                 waiting = self._deadline_order(waiting, now, R)
-            cR = comp[R]
-            rem = ntok[R] - cR
+            if cache is not None and cache[0] is R:  # R has only decoded since the last run
+                _, cR, hR, left, pend, last_end = cache
+                pure = True
+            else:
+                cR = comp[R]
+                rem = ntok[R] - cR
+                pure = nr and rem.max() == 1
+                left = None
             # ---- fast path: a run of identical pure-decode iterations -----------------------
-            if self.fast and nr and rem.max() == 1:
+            if self.fast and pure:
                 can_join = bool(waiting) and nr < max_seqs and not static
                 if can_join:
                     h = waiting[0]
                     can_join = self._admit_need(h, min(int(ntok[h] - comp[h]), budget0 - nr)) <= self.free
                 if not can_join:
-                    left = int((out[R] - gen[R]).min())  # iterations up to the next finish
+                    if left is None:
+                        left = int((out[R] - gen[R]).min())  # iterations up to the next finish
+                        hR = held[R]
+                        pend = 0
                     k = min(left if merge_finish else left - 1, MAX_RUN)
                     joinable = nxt < n and nr < max_seqs and not static
                     if joinable and arr[nxt] < arr_inf:
                         # only how many iterations get timed at once; the run still stops at the arrival
                         k = min(k, int((arr[nxt] - now) / max(last_dt, 1e-6) * 1.25) + 2)
-                    m = self._decode_run(R, cR, k, now, nxt, joinable) if k >= (1 if merge_finish else 2) else 0
+                    m = self._decode_run(R, cR, hR, k, now, nxt, joinable) if k >= (1 if merge_finish else 2) else 0
                     if m >= 1:
                         dts = self._last_dts
                         end = now + self._last_span
-                        itl.add((now + float(dts[0])) - last[R], 1.0)
+                        d0 = float(dts[0])
+                        if pend:  # every running request's last token came at `now`
+                            itl.add(np.array([(now + d0) - now]), float(nr))
+                        else:
+                            itl.add((now + d0) - last[R], 1.0)
                         if m > 1:
                             itl.add(dts[1:], float(nr))
-                        cR += m
-                        comp[R] = cR
-                        gen[R] += m
-                        ntok[R] += m
-                        hR = held[R]
+                        cR = cR + m
                         nb = np.maximum(-(-cR // B), hR)
                         self.free -= int(nb.sum() - hR.sum())
-                        held[R] = nb
-                        last[R] = end
+                        hR = nb
                         steps += m
                         busy += self._last_span
                         now = end
                         last_dt = float(dts[-1])
+                        cache = (R, cR, hR, left - m, pend + m, end)
                         if m == left:  # the last iteration finished requests
+                            cache = self._flush(cache)
                             f = R[gen[R] >= out[R]]
                             R, done, released = self._finish(f, R, now, done, released)
                         continue
+            if cache is not None:  # write the decode runs' progress back before anything else reads it
+                cache = self._flush(cache)
+                cR = comp[R]
+                rem = ntok[R] - cR
             # ---- one iteration -------------------------------------------------------------
             budget = budget0
             preempted = False
@@ -403,6 +418,16 @@ class _Engine:
                     R, done, released = self._finish(f, R, now, done, released)
         return self._result(steps, busy, now)
 
+    def _flush(self, cache):
+        """Write decode runs kept in local arrays back to the per-request state."""
+        R, cR, hR, _, pend, last_end = cache
+        self.comp[R] = cR
+        self.gen[R] += pend
+        self.ntok[R] += pend
+        self.held[R] = hR
+        self.last[R] = last_end
+        return None
+
     def _finish(self, f, R, now, done, released):
         """Requests `f` finished at `now`: free their blocks, drop them from the running set,
         release closed-loop arrivals."""
@@ -444,7 +469,7 @@ class _Engine:
             return -(-int(self.ntok[r] - self.gen[r] + self.out[r]) // B) - int(self.held[r])
         return -(-(int(self.comp[r]) + k_new) // B) - int(self.held[r])
 
-    def _decode_run(self, R, kvs, k, now, nxt, joinable) -> int:
+    def _decode_run(self, R, kvs, hR, k, now, nxt, joinable) -> int:
         """Time up to k pure-decode iterations; return how many run before an event."""
         B = self.p.block_size
         nr = len(R)
@@ -462,7 +487,7 @@ class _Engine:
             hist = np.bincount(rem, minlength=B)
             j = np.arange(m)
             need = q.sum() + (hist[:, None] * -(-(np.arange(B)[:, None] + j[None, :]) // B)).sum(axis=0)
-            over = np.flatnonzero(need > self.free + int(self.held[R].sum()))
+            over = np.flatnonzero(need > self.free + int(hR.sum()))
             if over.size:
                 m = int(over[0])
         self._last_dts = dts[:m]
