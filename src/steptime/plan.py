@@ -35,7 +35,6 @@ DEFAULT_BUDGETS = (2048, 8192)
 REPLICAS = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32)
 DISAGG = ((1, 1), (1, 2), (1, 3), (2, 1), (2, 3))  # prefill : decode instances
 GPUS_PER_NODE_DEFAULT = 8  # ASSUMED where specs/gpus.yaml gives no gpus_per_node: an 8-GPU server
-TASK_LAYOUTS = 6  # layouts per process task (progress and Ctrl-C granularity)
 
 
 class PlanError(SteptimeError, ValueError):
@@ -164,8 +163,15 @@ def _ignore_sigint():  # workers: Ctrl-C is the parent's to handle
     signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
-def evaluate_group(model, gpu, tp, engine, dtype, constants, wl_arrays, concurrency, lays, slo, pct) -> list[dict]:
-    """Simulate layouts that share one step timer (GPU, tp, engine, dtype). Arguments only."""
+def evaluate_group(model, gpu, tp, engine, dtype, constants, wl_arrays, concurrency, lays, slo, pct,
+                   exhaustive: bool = False) -> list[dict]:
+    """Simulate layouts that share one step timer (GPU, tp, engine, dtype). Arguments only.
+
+    Unless `exhaustive`, a layout is pruned (not simulated) when a layout of its family (same
+    knobs and mode, fewer instances) already meets the SLO and provably costs less: on an
+    open-loop workload no layout's throughput exceeds T_max = output tokens / arrival span
+    (the makespan outlasts the last arrival), so g GPUs cost at least g / T_max per token while
+    the smaller layout's g1 / T1 is already below that."""
     from steptime.serve import Policy, StepTimer, Workload, kv_capacity_blocks, simulate_disagg, simulate_replicas
 
     arr, prompt, out = wl_arrays
@@ -178,7 +184,17 @@ def evaluate_group(model, gpu, tp, engine, dtype, constants, wl_arrays, concurre
     except SteptimeError as exc:
         return [_row(x, dropped=str(exc)) for x in lays]
     need = int(np.max(prompt + out))
-    for lay in lays:
+    span = float(arr.max() - arr.min())
+    t_max = float(out.sum()) / span if (span > 0 and not concurrency) else math.inf
+    met: dict = {}  # family -> (gpus, throughput, label) of its smallest layout meeting the SLO
+    for lay in sorted(lays, key=lambda x: (x.max_num_seqs, x.max_num_batched_tokens, x.mode, x.gpus, x.prefill)):
+        fam = (lay.max_num_seqs, lay.max_num_batched_tokens, lay.mode)
+        if not exhaustive and fam in met and lay.gpus > met[fam][0] and \
+                lay.gpus / met[fam][0] * met[fam][1] >= t_max:
+            g1, _, lab = met[fam]
+            rows.append(_row(lay, pruned=f"dominated: {lab} meets the SLO on {g1} GPUs; {lay.gpus} GPUs cannot be "
+                                         f"cheaper (no layout exceeds {t_max:.0f} output tok/s on this workload)"))
+            continue
         pol = Policy("vllm", max_num_batched_tokens=lay.max_num_batched_tokens, max_num_seqs=lay.max_num_seqs)
         try:
             blocks = kv_capacity_blocks(timer, pol)
@@ -205,12 +221,15 @@ def evaluate_group(model, gpu, tp, engine, dtype, constants, wl_arrays, concurre
         except SteptimeError as exc:
             rows.append(_row(lay, dropped=str(exc)))
             continue
-        rows.append(_score(lay, run, timer, slo, pct, blocks))
+        row = _score(lay, run, timer, slo, pct, blocks)
+        rows.append(row)
+        if row["meets_slo"] and fam not in met:
+            met[fam] = (lay.gpus, row["throughput_tok_s"], lay.label())
     return rows
 
 
 def _row(lay: Layout, **kw) -> dict:
-    d = {"layout": lay.label(), **asdict(lay), "mode": lay.mode, "gpus": lay.gpus, "dropped": None}
+    d = {"layout": lay.label(), **asdict(lay), "mode": lay.mode, "gpus": lay.gpus, "dropped": None, "pruned": None}
     d.update(kw)
     return d
 
@@ -284,8 +303,12 @@ class PlanResult:
 
     def ranked(self) -> list[dict]:
         ok = [r for r in self.rows if r.get("meets_slo")]
-        return sorted(ok, key=lambda r: (r["usd_per_m_output_tokens"] is None, r["usd_per_m_output_tokens"] or 0.0,
-                                         r["gpus"], -r["throughput_per_gpu"], r["layout"]))
+        # cost (rounded to 0.1 %: equal-cost layouts then rank on GPUs and latency), GPUs, TTFT, TPOT
+        def key(r):
+            c = r["usd_per_m_output_tokens"]
+            return (c is None, float(f"{c:.3g}") if c else 0.0, r["gpus"], r["ttft_pct_s"], r["tpot_pct_s"], r["layout"])
+
+        return sorted(ok, key=key)
 
     def simulated(self) -> list[dict]:
         return [r for r in self.rows if r.get("simulated")]
@@ -293,11 +316,14 @@ class PlanResult:
     def dropped(self) -> list[dict]:
         return [r for r in self.rows if r.get("dropped")]
 
+    def pruned(self) -> list[dict]:
+        return [r for r in self.rows if r.get("pruned")]
+
 
 def plan(model, workload, *, slo_ttft_s=None, slo_tpot_s=None, percentile: float = 90.0, gpus=("h100-sxm",),
          engines=("vllm",), max_gpus: int = 8, prices=None, jobs: int | None = None, progress: bool = False,
          constants=None, tps=DEFAULT_TP, seqs=DEFAULT_SEQS, budgets=DEFAULT_BUDGETS, dtypes=("bf16", "fp8"),
-         disagg: bool = True, on_progress=None) -> PlanResult:
+         disagg: bool = True, exhaustive: bool = False, on_progress=None) -> PlanResult:
     """Search layouts for `workload` (a steptime.serve.Workload); see the module docstring.
 
     `prices`: a dict from load_prices (default: the shipped table). Unknown GPUs are left out
@@ -337,11 +363,14 @@ def plan(model, workload, *, slo_ttft_s=None, slo_tpot_s=None, percentile: float
     if not known:
         raise PlanError("no known GPU to search: " + "; ".join(res.notes))
     res.prices = load_prices() if prices is None else prices
-    res.uncalibrated = frozenset(k for k in known if getattr(get_gpu(k), "uncalibrated", False))
+    constants = constants or Constants.default()
+    res.uncalibrated = frozenset(uncalibrated_gpus(known, constants))
+    for k in sorted(res.uncalibrated):
+        res.notes.append(f"{k}: uncalibrated (no deploy readings: datasheet and {get_gpu(k).architecture} family "
+                         "constants only)")
     for k in known:
         if k not in res.prices:
             res.notes.append(f"{k}: no price in the price table: its layouts are reported unpriced")
-    constants = constants or Constants.default()
     cand, dropped = layouts(m, known, engines=engines, max_gpus=max_gpus, tps=tps, seqs=seqs, budgets=budgets,
                             dtypes=dtypes, disagg=disagg)
     res.rows += [_row(x, dropped=why) for x, why in dropped]
@@ -351,10 +380,11 @@ def plan(model, workload, *, slo_ttft_s=None, slo_tpot_s=None, percentile: float
     wl_arrays = (workload.arrival, workload.prompt, workload.output)
     slo = (slo_ttft_s, slo_tpot_s)
     tasks = []
-    for (g, tp, e, dt), lays in groups.items():
-        for i in range(0, len(lays), TASK_LAYOUTS):
-            tasks.append((m.key if m.key in _model_keys() else m, g, tp, e, dt, constants, wl_arrays,
-                          workload.concurrency, lays[i:i + TASK_LAYOUTS], slo, float(percentile)))
+    mm = m.key if m.key in _model_keys() else m
+    for (g, tp, e, dt), lays in groups.items():  # one task per step timer: pruning works within it
+        tasks.append((mm, g, tp, e, dt, constants, wl_arrays, workload.concurrency, lays, slo, float(percentile),
+                      exhaustive))
+    tasks.sort(key=lambda t: -len(t[8]))  # largest first: the two cores finish together
     jobs = max(1, int(jobs or min(len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 2, 8)))
     bar = None
     if progress:
@@ -397,6 +427,13 @@ def plan(model, workload, *, slo_ttft_s=None, slo_tpot_s=None, percentile: float
     return res.priced()
 
 
+def uncalibrated_gpus(keys, constants) -> list[str]:
+    """The GPUs among `keys` without deploy readings of their own in `constants` (no `gpu.<key>` scope):
+    predicted from the datasheet and their family's constants, labelled `uncalibrated` in every output."""
+    scopes = {r["scope"] for r in constants.table()}
+    return [k for k in keys if f"gpu.{k}" not in scopes]
+
+
 def _model_keys():
     from steptime.specs import model_table
 
@@ -422,7 +459,11 @@ def why_runner_up_lost(best: dict, second: dict) -> str:
     if abs(f_tput - 1) > 1e-3:
         parts.append((f_tput, f"{second['throughput_tok_s']:.0f} against {best['throughput_tok_s']:.0f} output tok/s"))
     parts.sort(key=lambda p: -abs(math.log(p[0])))
-    why = "; ".join(t for _, t in parts) or "equal cost, ranked on GPUs and throughput per GPU"
+    if abs(cs / cb - 1) < 1e-3 and second["gpus"] == best["gpus"]:
+        return (f"same cost and GPUs; slower: TTFT {second['ttft_pct_s'] * 1e3:.1f} against "
+                f"{best['ttft_pct_s'] * 1e3:.1f} ms, TPOT {second['tpot_pct_s'] * 1e3:.2f} against "
+                f"{best['tpot_pct_s'] * 1e3:.2f} ms (at the SLO percentile)")
+    why = "; ".join(t for _, t in parts) or "equal cost, ranked on GPUs and latency"
     return f"costs {cs / cb - 1:+.1%} per million output tokens ({why})"
 
 
@@ -431,6 +472,7 @@ def to_doc(res: PlanResult, top: int = 5) -> dict:
     doc = {"simulated": True, "percentile": res.percentile,
            "slo": {"ttft_s": res.slo[0], "tpot_s": res.slo[1]},
            "evaluated": len(res.rows), "simulated_layouts": len(res.simulated()), "dropped": len(res.dropped()),
+           "pruned": len(res.pruned()),
            "meeting_slo": len(best), "interrupted": res.interrupted, "wall_s": res.wall_s,
            "notes": res.notes, "best": best[:top],
            "prices": {k: v for k, v in res.prices.items() if any(r["gpu"] == k for r in res.rows)}}

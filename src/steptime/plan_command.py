@@ -39,6 +39,9 @@ def add_parser(sub) -> None:
     s.add_argument("--tp", default=None, help="comma-separated TP degrees (default 1,2,4,8)")
     s.add_argument("--dtypes", default="bf16,fp8")
     s.add_argument("--no-disagg", action="store_true", help="aggregated layouts only")
+    s.add_argument("--exhaustive", action="store_true",
+                   help="simulate every layout (default: skip layouts provably dearer than a smaller one that meets "
+                        "the SLO)")
     s.add_argument("--prices", default=None, help="price table (YAML, as specs/prices.yaml)")
     s.add_argument("--jobs", type=int, default=None, help="worker processes (default: the CPUs)")
     s.add_argument("--top", type=int, default=5)
@@ -96,7 +99,8 @@ def cmd_plan(a) -> int:
                engines=[e.strip() for e in a.engines.split(",") if e.strip()], max_gpus=a.max_gpus, prices=prices,
                jobs=a.jobs, progress=not a.no_progress and not a.json,
                tps=_ints(a.tp, "tp") if a.tp else (1, 2, 4, 8),
-               dtypes=tuple(d.strip() for d in a.dtypes.split(",") if d.strip()), disagg=not a.no_disagg)
+               dtypes=tuple(d.strip() for d in a.dtypes.split(",") if d.strip()), disagg=not a.no_disagg,
+               exhaustive=a.exhaustive)
     doc = to_doc(res, top=a.top)
     doc.update(model=a.model, workload={"name": wl.name, "requests": len(wl), "concurrency": wl.concurrency,
                                         "mean_prompt": float(np.mean(wl.prompt)),
@@ -119,7 +123,8 @@ def cmd_plan(a) -> int:
         for note in res.notes:
             print(f"note: {note}")
         print(f"tried {len(res.rows)} layouts: {len(res.simulated())} simulated, {len(res.dropped())} dropped "
-              f"(did not fit or cannot run), {len(best)} meet the SLO; {res.wall_s:.1f} s"
+              f"(did not fit or cannot run), {len(res.pruned())} pruned (provably dearer than a smaller layout "
+              f"meeting the SLO), {len(best)} meet the SLO; {res.wall_s:.1f} s"
               + ("; INTERRUPTED: best so far" if res.interrupted else ""))
         reasons = {}
         for r in res.dropped():
