@@ -144,3 +144,15 @@ def test_pruning_skips_only_dearer_layouts(wl, res):
     best_cost = res.ranked()[0]["usd_per_m_output_tokens"]
     for r in pr.pruned():  # every pruned layout costs more than the best, when simulated
         assert full[r["layout"]]["usd_per_m_output_tokens"] > best_cost
+
+
+def test_ctrl_c_keeps_the_best_so_far(wl):
+    seen = []
+
+    def stop(res):
+        seen.append(len(res.rows))
+        raise KeyboardInterrupt  # after the first task
+
+    r = plan(M, wl, slo_tpot_s=0.2, gpus=["h100-sxm"], jobs=1, on_progress=stop, **SMALL)
+    assert r.interrupted and r.simulated() and r.ranked()
+    assert len(r.rows) < len(plan(M, wl, slo_tpot_s=0.2, gpus=["h100-sxm"], jobs=1, **SMALL).rows)

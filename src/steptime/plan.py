@@ -459,6 +459,12 @@ def why_runner_up_lost(best: dict, second: dict) -> str:
     if abs(f_tput - 1) > 1e-3:
         parts.append((f_tput, f"{second['throughput_tok_s']:.0f} against {best['throughput_tok_s']:.0f} output tok/s"))
     parts.sort(key=lambda p: -abs(math.log(p[0])))
+    if abs(cs / cb - 1) < 1e-3 and second["gpus"] == best["gpus"] and \
+            second["ttft_pct_s"] == best["ttft_pct_s"] and second["tpot_pct_s"] == best["tpot_pct_s"]:
+        diff = [k for k in ("tp", "replicas", "prefill", "decode", "engine", "dtype", "max_num_seqs",
+                            "max_num_batched_tokens") if second[k] != best[k]]
+        return (f"a tie: the same simulated numbers; it differs only in {', '.join(diff)}, which does not bind "
+                "on this workload (ranked by name)")
     if abs(cs / cb - 1) < 1e-3 and second["gpus"] == best["gpus"]:
         return (f"same cost and GPUs; slower: TTFT {second['ttft_pct_s'] * 1e3:.1f} against "
                 f"{best['ttft_pct_s'] * 1e3:.1f} ms, TPOT {second['tpot_pct_s'] * 1e3:.2f} against "
