@@ -3,7 +3,7 @@
 import pandas as pd
 import pytest
 
-from steptime.experiments.planner import curve_scores, picks
+from steptime_lab.experiments.planner import curve_scores, picks
 
 
 def _pts():
