@@ -470,8 +470,16 @@ def ship(settled: Iterable[str | Path], path: Path = DEFAULTS_FILE, engine_path:
     if len(engine_files) > 1:
         raise InputError(f"ship: one engine-constants file at most, got {engine_files}")
     settled = [p for p in settled if p not in engine_files]
+    from steptime.terms.comm import check_updates
+
+    docs = [read_settled(p) for p in settled]
+    for p, d in zip(settled, docs):
+        try:
+            check_updates(d["updates"])
+        except InputError as exc:
+            raise InputError(f"{p}: {exc}") from None
     before = _read_yaml(path)
-    after = settle_doc(before, [read_settled(p) for p in settled])
+    after = settle_doc(before, docs)
     _write_defaults(after, Path(path))
 
     def flat(d):

@@ -253,7 +253,7 @@ def cmd_serve(a) -> int:
     print(f"{'metric':<10}{'p50':>10}{'p90':>10}{'p99':>10}   (ms)")
     for key in ("ttft_s", "tpot_s", "itl_s", "e2e_s"):
         v = summ[key]
-        print(f"{key[:-2]:<10}" + "".join(f"{v[p] * 1e3:>10.1f}" if v[p] is not None else f"{'n/a':>10}"
+        print(f"{key[:-2]:<10}" + "".join(f"{v[p] * 1e3:>10.1f}" if v[p] is not None and np.isfinite(v[p]) else f"{'n/a':>10}"
                                           for p in ("p50", "p90", "p99")))
     print(f"throughput {summ['throughput_tok_s']:.1f} output tok/s, {summ['throughput_req_s']:.3f} req/s; "
           f"{summ['steps']} iterations; KV {summ['kv_blocks']} blocks; {summ['preemptions']} preemptions")
