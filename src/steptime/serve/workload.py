@@ -121,9 +121,12 @@ def _numbers(d: pd.DataFrame, col: str, name: str) -> np.ndarray:
     try:
         return d[col].to_numpy(dtype=float)
     except (TypeError, ValueError):
-        x = pd.to_numeric(d[col], errors="coerce")
-        i = int(np.flatnonzero(x.isna().to_numpy() & d[col].notna().to_numpy())[0])
-        raise ServeError(f"{name}: column {col!r} must hold numbers, row {i} has {d[col].iloc[i]!r:.40}") from None
+        for i, v in enumerate(d[col].tolist()):
+            try:
+                float(v)
+            except (TypeError, ValueError):
+                raise ServeError(f"{name}: column {col!r} must hold numbers, row {i} has {v!r:.40}") from None
+        raise ServeError(f"{name}: column {col!r} must hold numbers") from None
 
 
 def poisson_arrivals(n: int, rate: float, seed: int = 0) -> np.ndarray:
