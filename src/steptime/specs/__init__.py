@@ -21,6 +21,7 @@ from steptime.errors import (GPUTypeError, ModelConfigError, UnknownGPUError, Un
 from steptime.validation import MAX_CONFIG_BYTES, MAX_DIM, as_int, check_regular_file
 
 _HERE = Path(__file__).resolve().parent
+SPEC_DIR = _HERE  # the spec files (read by the lab too)
 GPU_FILE = _HERE / "gpus.yaml"
 MODEL_FILE = _HERE / "models.yaml"
 OPERATOR_FILE = _HERE / "operators.yaml"
