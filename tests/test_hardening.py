@@ -355,8 +355,8 @@ def test_pcie_bus_bandwidth_above_the_link_is_refused():
 
 
 def test_e1_25_refuses_the_outlier_reading_and_names_its_cell():
-    from steptime.data.manifest import find_root
-    from steptime.experiments import comm as E
+    from steptime.io import find_root
+    from steptime_lab.experiments import comm as E
 
     path = find_root() / "results" / "data" / "allreduce.parquet"
     if not path.is_file():
@@ -373,7 +373,7 @@ def test_e1_25_refuses_the_outlier_reading_and_names_its_cell():
 
 def test_settled_comm_file_within_bounds():
     from steptime.calibration import read_settled
-    from steptime.data.manifest import find_root
+    from steptime.io import find_root
 
     path = find_root() / "results" / "calibration" / "comm.yaml"
     comm.check_updates(read_settled(path)["updates"])
@@ -383,3 +383,63 @@ def test_workload_max_tokens_is_max_dim():
     assert MAX_TOKENS == 2**31 - 1
     with pytest.raises(ServeError):
         Workload(np.zeros(1), np.array([2.0**40]), np.array([1]))
+
+
+# ---- collectors: one line each (python -m steptime_collect.X, exit 2) ----------------------
+def _collector(module, argv, cwd, needle):
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if k != "STEPTIME_ROOT"}
+    r = subprocess.run([sys.executable, "-m", f"steptime_collect.{module}", *argv], cwd=cwd, env=env,
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2, r.stderr
+    assert "Traceback" not in r.stderr and needle in r.stderr.strip().splitlines()[-1], r.stderr
+    return r.stderr
+
+
+def _no_cuda() -> bool:
+    try:
+        import torch
+    except ImportError:
+        return True
+    return not torch.cuda.is_available()
+
+
+def test_steptrace_outside_the_repository(tmp_path):
+    _collector("steptrace", ["--model", "llama-3.1-8b", "--out", "o.csv", "--dry-run"], tmp_path,
+               "or pass --traces-table")
+
+
+def test_steptrace_bad_traces_table(tmp_path):
+    pd.DataFrame({"x": [1]}).to_parquet(tmp_path / "t.parquet")
+    _collector("steptrace", ["--model", "llama-3.1-8b", "--out", "o.csv", "--dry-run", "--traces-table",
+                             "t.parquet"], tmp_path, "not a traces table (no column trace, request_id, arrived_at_s, "
+                                                     "num_prefill_tokens, num_decode_tokens)")
+
+
+def test_steptrace_traces_table_not_parquet(tmp_path):
+    (tmp_path / "t.parquet").write_text("not parquet")
+    _collector("steptrace", ["--model", "llama-3.1-8b", "--out", "o.csv", "--dry-run", "--traces-table",
+                             "t.parquet"], tmp_path, "not a parquet traces table")
+
+
+def test_steptrace_traces_table_missing(tmp_path):
+    _collector("steptrace", ["--model", "llama-3.1-8b", "--out", "o.csv", "--dry-run", "--traces-table",
+                             "nope.parquet"], tmp_path, "No such file or directory")
+
+
+@pytest.mark.skipif(not _no_cuda(), reason="this node has a CUDA GPU")
+def test_ncu_without_a_gpu(tmp_path):
+    _collector("ncu", ["--out", "x.csv"], tmp_path, "on a GPU node")
+
+
+@pytest.mark.parametrize("argv,needle", [(["--shapes", "a,b"], "'a' in 'a,b' is not NxK (e.g. 4096x4096)"),
+                                         (["--m", "x"], "'x' in 'x' is not a whole number")])
+def test_ncu_bad_shapes_or_m(tmp_path, argv, needle):
+    _collector("ncu", ["--out", "x.csv", *argv], tmp_path, needle)
+
+
+@pytest.mark.skipif(not _no_cuda(), reason="this node has a CUDA GPU")
+def test_gemm_bench_without_torch_or_gpu(tmp_path):
+    _collector("gemm_bench", ["--m", "1", "--n", "16", "--k", "16"], tmp_path, "on a GPU node")
