@@ -25,7 +25,7 @@ def add_parser(sub) -> None:
     w.add_argument("--trace", default=None)
     w.add_argument("--n", type=int, default=None, help="requests (default 2000)")
     w.add_argument("--rate", type=float, default=None, help="Poisson arrivals, requests/s")
-    w.add_argument("--concurrency", type=int, default=None, help="closed loop at this concurrency (per replica)")
+    w.add_argument("--concurrency", type=int, default=None, help="closed loop: requests in flight in total (split over replicas)")
     w.add_argument("--isl", default="1024")
     w.add_argument("--osl", default="256")
     w.add_argument("--time-scale", type=float, default=1.0)
