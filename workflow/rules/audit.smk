@@ -73,7 +73,7 @@ rule notebook:
     message:
         "Pairing notebooks/{wildcards.name}.py as an .ipynb (jupytext)"
     shell:
-        "jupytext --to ipynb --output {output} {input} > {log} 2>&1"
+        "jupytext --to ipynb --output {output:q} {input:q} > {log:q} 2>&1"
 
 
 NOTEBOOKS = [f"notebooks/{Path(p).stem}.ipynb" for p in sorted(glob.glob("notebooks/*.py"))]

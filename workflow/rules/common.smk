@@ -22,6 +22,42 @@ with open("config/collect.yaml") as _fh:
     COLLECT = yaml.safe_load(_fh)
 validate(COLLECT, "../schemas/collect.schema.yaml")
 
+# The names the library knows (its spec tables): every {gpu} and {model} wildcard is one of them
+# (the wildcard_constraints in the Snakefile), and config/collect.yaml may name no other.
+with open("src/steptime/specs/gpus.yaml") as _fh:
+    SPEC_GPUS = list(yaml.safe_load(_fh)["gpus"])
+with open("src/steptime/specs/models.yaml") as _fh:
+    SPEC_MODELS = list(yaml.safe_load(_fh)["models"])
+for _g in COLLECT["gpus"]:
+    if _g not in SPEC_GPUS:
+        raise WorkflowError(f"config/collect.yaml: unknown GPU {_g!r} (not in src/steptime/specs/gpus.yaml)")
+if COLLECT["steptrace"]["model"] not in SPEC_MODELS:
+    raise WorkflowError(f"config/collect.yaml: steptrace.model {COLLECT['steptrace']['model']!r} is not in "
+                        "src/steptime/specs/models.yaml")
+
+
+def one_of(names):
+    """A wildcard constraint that matches exactly one of the given names (each taken literally); with no
+    names, one that matches nothing (e.g. no notebooks in a scratch copy)."""
+    import re
+
+    names = sorted(names, key=len, reverse=True)  # the longest first: a100-sxm-40gb before a100-sxm
+    return "|".join(re.escape(n) for n in names) or "(?!)"
+
+
+# the GPUs the collection rules run on (config/collect.yaml `gpus`, each with a Slurm gres)
+COLLECT_GPUS = one_of(COLLECT["gpus"])
+
+
+def check_wildcards_constrained(rules, global_constraints):
+    """Refuse, at parse time, a rule whose wildcard no constraint limits (its own or the Snakefile's global
+    wildcard_constraints): an unconstrained wildcard matches any text a target names, shell syntax included."""
+    for r in rules:
+        free = set(r.wildcard_names) - set(r.wildcard_constraints) - set(global_constraints)
+        if free:
+            raise WorkflowError(f"wildcard(s) {', '.join(sorted(free))} of rule {r.name} without a constraint; "
+                                "add one to the Snakefile's wildcard_constraints, from the registry's names")
+
 # The one software environment, named by every rule's conda: directive (paths resolve against
 # the rule's own .smk file): the dependencies only. Every job imports steptime from this
 # checkout's src/ (first on PYTHONPATH), with or without --use-conda, so the code a rule runs

@@ -36,6 +36,8 @@ TELEMETRY = {
 rule collect_cap_sweep:
     output:
         "raw/telemetry/clock/{gpu}/cap_sweep.csv",
+    wildcard_constraints:
+        gpu=COLLECT_GPUS,
     params:
         runs=TCOLLECT["cap_sweep"]["runs"],
         caps=lambda wc: ",".join(str(c) for c in TCOLLECT["gpus"][wc.gpu].get("caps_w", [])),
@@ -50,14 +52,16 @@ rule collect_cap_sweep:
     message:
         "Collecting the power-cap clock sweep on {wildcards.gpu} (GPU node, power limit restored after)"
     shell:
-        "python -m steptime.collect.clock --out {output} --runs {params.runs} --m {params.m} "
-        "--caps {params.caps} --allow-set-power > {log} 2>&1"
+        "python -m steptime.collect.clock --out {output:q} --runs {params.runs:q} --m {params.m:q} "
+        "--caps {params.caps:q} --allow-set-power > {log:q} 2>&1"
 
 
 # Free-running vs locked SM clock (E1.8); the lock is reset on exit.
 rule collect_lock_control:
     output:
         "raw/telemetry/clock/{gpu}/lock_control.csv",
+    wildcard_constraints:
+        gpu=COLLECT_GPUS,
     params:
         runs=TCOLLECT["lock_control"]["runs"],
         lock=lambda wc: TCOLLECT["gpus"][wc.gpu].get("lock_mhz", ""),
@@ -72,14 +76,16 @@ rule collect_lock_control:
     message:
         "Collecting the locked-clock control on {wildcards.gpu} (GPU node, clocks reset after)"
     shell:
-        "python -m steptime.collect.clock --out {output} --runs {params.runs} --m {params.m} "
-        "--lock-mhz none,{params.lock} --allow-lock-clocks > {log} 2>&1"
+        "python -m steptime.collect.clock --out {output:q} --runs {params.runs:q} --m {params.m:q} "
+        "--lock-mhz none,{params.lock:q} --allow-lock-clocks > {log:q} 2>&1"
 
 
 # The Blackwell Max-Q clock sweep (E1.6): the card as found, no setting changed.
 rule collect_maxq_sweep:
     output:
         "raw/telemetry/clock/{gpu}/maxq_sweep.csv",
+    wildcard_constraints:
+        gpu=COLLECT_GPUS,
     params:
         runs=TCOLLECT["clock_sweep"]["runs"],
     resources:
@@ -92,7 +98,7 @@ rule collect_maxq_sweep:
     message:
         "Collecting the Max-Q clock sweep on {wildcards.gpu} (GPU node)"
     shell:
-        "python -m steptime.collect.clock --out {output} --runs {params.runs} > {log} 2>&1"
+        "python -m steptime.collect.clock --out {output:q} --runs {params.runs:q} > {log:q} 2>&1"
 
 
 # GEMM latency sweeps: the dense m ladder (plan duty: E1.14, E1.15) and L2 working sets (plan l2: E1.3b).
@@ -100,7 +106,8 @@ rule collect_gemm_sweep:
     output:
         "raw/telemetry/gemm_sweep/{gpu}/{plan}.csv",
     wildcard_constraints:
-        plan="duty|l2",
+        gpu=COLLECT_GPUS,
+        plan=one_of(["duty", "l2"]),
     params:
         repeats=TCOLLECT["gemm_sweep"]["repeats"],
     resources:
@@ -113,14 +120,16 @@ rule collect_gemm_sweep:
     message:
         "Collecting the {wildcards.plan} GEMM sweep on {wildcards.gpu} (GPU node)"
     shell:
-        "python -m steptime.collect.gemm_sweep --plan {wildcards.plan} --gpu {wildcards.gpu} "
-        "--repeats {params.repeats} --out {output} > {log} 2>&1"
+        "python -m steptime.collect.gemm_sweep --plan {wildcards.plan:q} --gpu {wildcards.gpu:q} "
+        "--repeats {params.repeats:q} --out {output:q} > {log:q} 2>&1"
 
 
 # cuBLASLt's dispatch log over the dense m ladder (tiles, stages, clusters; E1.14).
 rule collect_dispatch_log:
     output:
         "raw/telemetry/dispatch/{gpu}/cublaslt.log",
+    wildcard_constraints:
+        gpu=COLLECT_GPUS,
     resources:
         gpu_model=_gres,
         slurm_extra=_slurm_extra,
@@ -131,13 +140,15 @@ rule collect_dispatch_log:
     message:
         "Collecting cuBLASLt's dispatch log on {wildcards.gpu} (GPU node)"
     shell:
-        "python -m steptime.collect.dispatch --gpu {wildcards.gpu} --out {output} > {log} 2>&1"
+        "python -m steptime.collect.dispatch --gpu {wildcards.gpu:q} --out {output:q} > {log:q} 2>&1"
 
 
 # Nsight Compute over a short eager decode run: the engine's own kernels (E1.17).
 rule collect_engine_kernels:
     output:
         "raw/telemetry/engine_kernels/{gpu}/ncu.csv",
+    wildcard_constraints:
+        gpu=COLLECT_GPUS,
     params:
         model=TCOLLECT["steptrace"]["model"],
     resources:
@@ -150,8 +161,8 @@ rule collect_engine_kernels:
     message:
         "Collecting engine-kernel counters on {wildcards.gpu} (GPU node)"
     shell:
-        "python -m steptime.collect.engine_kernels --model {params.model} --gpu {wildcards.gpu} --out {output} "
-        "> {log} 2>&1"
+        "python -m steptime.collect.engine_kernels --model {params.model:q} --gpu {wildcards.gpu:q} --out {output:q} "
+        "> {log:q} 2>&1"
 
 
 # Per-step wall time of a serving engine with each step's composition, FPM layout (E1.19).
@@ -160,6 +171,8 @@ rule collect_steptrace:
         traces=tidy("traces"),
     output:
         "raw/telemetry/steptrace/{gpu}/{model}.csv",
+    wildcard_constraints:
+        gpu=COLLECT_GPUS,
     params:
         trace=TCOLLECT["steptrace"]["trace"],
         requests=TCOLLECT["steptrace"]["requests"],
@@ -173,8 +186,8 @@ rule collect_steptrace:
     message:
         "Collecting a serving step trace of {wildcards.model} on {wildcards.gpu} (GPU node)"
     shell:
-        "python -m steptime.collect.steptrace --model {wildcards.model} --trace {params.trace} "
-        "--traces-table {input.traces} --requests {params.requests} --out {output} > {log} 2>&1"
+        "python -m steptime.collect.steptrace --model {wildcards.model:q} --trace {params.trace:q} "
+        "--traces-table {input.traces:q} --requests {params.requests:q} --out {output:q} > {log:q} 2>&1"
 
 
 # The reductions: one rule per awaiting experiment, all through one thin script.

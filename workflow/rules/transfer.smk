@@ -26,8 +26,8 @@ rule rf_fit:
     output:
         model="results/cache/rf/{dataset}_{gpu}.joblib",
     wildcard_constraints:
-        dataset="|".join(RF_DATASETS),
-        gpu="|".join(RF_HOMES),
+        dataset=one_of(RF_DATASETS),
+        gpu=one_of(RF_HOMES),
     threads: 2
     params:
         full_grid=config["rf"]["full_grid"],
@@ -53,8 +53,8 @@ rule rf_fit_full:
     output:
         model="results/cache/rf_full/{dataset}_{gpu}.joblib",
     wildcard_constraints:
-        dataset="|".join(RF_DATASETS),
-        gpu="|".join(RF_HOMES),
+        dataset=one_of(RF_DATASETS),
+        gpu=one_of(RF_HOMES),
     threads: 2
     params:
         full_grid=True,
