@@ -51,6 +51,7 @@ wildcard_constraints:
 
 
 check_wildcards_constrained(workflow.rules, workflow.wildcard_constraints)
+check_registered_raw(workflow.rules)
 
 
 rule all:

@@ -137,3 +137,92 @@ def test_collect_config_names_only_known_gpus_and_models(clean_workdir):
     path.write_text(yaml.safe_dump(doc))
     r = _snakemake(clean_workdir, "-n", "results/specs/gpus.json")
     assert r.returncode != 0 and "unknown GPU 'h100-pcie'" in r.stdout + r.stderr
+
+
+# ---------------------------------------------------------------- a registered raw input that is gone
+
+L40S_GEMM = "raw/aiconfigurator/l40s/gemm/vllm/0.24.0/gemm_perf.bf16.parquet"
+
+
+def _drop_with_its_manifest_entry(work: Path, rel: str) -> None:
+    import yaml
+
+    man = work / "raw/MANIFEST.yaml"
+    doc = yaml.safe_load(man.read_text())
+    n = len(doc["files"])
+    doc["files"] = [f for f in doc["files"] if f["path"] != rel]
+    assert len(doc["files"]) == n - 1, f"{rel} is not in the manifest"
+    man.write_text(yaml.safe_dump(doc, sort_keys=False))
+    (work / rel).unlink()
+
+
+def _verify(work: Path):
+    return subprocess.run([sys.executable, "-m", "steptime.cli", "data", "verify", "--no-schema", "--root", str(work)],
+                          capture_output=True, text=True, timeout=300, env=_env(work))
+
+
+def _env(work: Path) -> dict:
+    import os
+
+    return {**os.environ, "PYTHONPATH": str(work / "src"), "STEPTIME_ROOT": str(work)}
+
+
+def test_a_raw_file_removed_with_its_manifest_entry_stops_the_build_and_verify(clean_workdir):
+    work = clean_workdir
+    assert _verify(work).returncode == 0, "the scratch copy must verify before the edit"
+    _drop_with_its_manifest_entry(work, L40S_GEMM)
+    v = _verify(work)
+    assert v.returncode == 1 and f"raw file missing: {L40S_GEMM}" in v.stdout, v.stdout[-2000:]
+    assert "E1.3" in v.stdout
+    for target in ("results/E1_3.json", "results/data/gemm.parquet", "results/E2_1.json"):
+        r = _snakemake(work, "-n", target)
+        assert r.returncode != 0, f"{target} would rebuild without L40S"
+        out = r.stdout + r.stderr
+        lines = [ln for ln in out.splitlines() if f"raw file missing: {L40S_GEMM}" in ln]
+        assert len(lines) == 1 and "config/experiments.yaml" in lines[0], out[-2000:]
+    # a table that does not read the file still builds
+    assert _snakemake(work, "-n", "results/data/scale_matrix.parquet").returncode == 0
+    assert not (work / "results/E1_3.json").exists()
+
+
+def test_a_registered_directory_missing_a_listed_file_stops_its_experiment(clean_workdir):
+    import yaml
+
+    work = clean_workdir
+    reg = yaml.safe_load((work / "config/experiments.yaml").read_text())["experiments"]
+    assert "raw/distserve" in reg["E2.4"]["raw"]
+    man = yaml.safe_load((work / "raw/MANIFEST.yaml").read_text())["files"]
+    gone = next(f["path"] for f in man if f["path"].startswith("raw/distserve/") and f["path"].endswith(".csv"))
+    (work / gone).unlink()
+    r = _snakemake(work, "-n", "results/E2_4.json")
+    assert r.returncode != 0 and f"raw file missing: {gone}" in r.stdout + r.stderr
+    assert "under raw/distserve" in r.stdout + r.stderr
+
+
+def test_registered_problems_unit(tmp_path):
+    from steptime.data.manifest import registered_problems, registry_problems
+
+    (tmp_path / "raw/src/a").mkdir(parents=True)
+    (tmp_path / "raw/src/a/x.csv").write_text("1\n")
+    (tmp_path / "raw/src/a/y.csv").write_text("2\n")
+    (tmp_path / "raw/MANIFEST.yaml").write_text(
+        "files:\n- {path: raw/src/a/x.csv, table: t}\n- {path: raw/src/a/gone.csv, table: t}\n")
+    probs = dict(registered_problems(["raw/MANIFEST.yaml", "raw/src/a/x.csv", "raw/src/a/y.csv", "raw/src/a",
+                                      "raw/src/b.csv", "raw/telemetry/clock/l40s/c.csv"], tmp_path, needed_by="E9.9"))
+    assert set(probs) == {"raw/src/a/y.csv", "raw/src/a/gone.csv", "raw/src/b.csv", "raw/telemetry/clock/l40s/c.csv"}
+    assert probs["raw/src/a/y.csv"].startswith("raw file not in raw/MANIFEST.yaml: raw/src/a/y.csv (registered raw input of E9.9")
+    assert probs["raw/src/b.csv"].startswith("raw file missing: raw/src/b.csv")
+    assert "under raw/src/a" in probs["raw/src/a/gone.csv"]
+    reg = {"E9.9": {"status": "built", "raw": ["raw/src/b.csv"]}, "E9.8": {"status": "built", "raw": ["raw/src/b.csv"]},
+           "E9.7": {"status": "awaiting", "raw": ["raw/telemetry/x.csv"]}}
+    (p, msg), = registry_problems(tmp_path, reg)
+    assert p == "raw/src/b.csv" and "E9.9, E9.8" in msg
+
+
+def test_a_rule_without_its_registered_raw_check_is_refused_at_parse(clean_workdir):
+    f = clean_workdir / "workflow/rules/gemm.smk"
+    text = f.read_text()
+    assert '        registered=registered_raw("E1.3"),\n' in text
+    f.write_text(text.replace('        registered=registered_raw("E1.3"),\n', ""))
+    r = _snakemake(clean_workdir, "-n", "results/specs/gpus.json")
+    assert r.returncode != 0 and "the rule E1_3 writes outputs of E1.3 without" in r.stdout + r.stderr

@@ -5,6 +5,7 @@
 import collections
 import glob
 import os
+import sys
 import yaml
 from pathlib import Path
 
@@ -65,6 +66,7 @@ def check_wildcards_constrained(rules, global_constraints):
 CONDA_ENV = "../envs/steptime.yaml"
 _SRC = str(Path(workflow.basedir, "src").resolve())
 os.environ.update(PYTHONPATH=_SRC)
+sys.path.insert(0, _SRC)  # this process too (the registered-raw check reads the manifest through the library)
 
 # The library code, declared as an input of every rule that imports it (the shipped
 # constants file src/steptime/calibration/defaults.yaml included: no rule writes it; the
@@ -130,6 +132,46 @@ def size(name):
     return config["sizes"][name]["fast" if config["fast"] else "full"]
 
 
+def registered_raw(*eids):
+    """An input function that stops the build with one line naming the first registered raw input of the
+    experiments (config/experiments.yaml `raw:`) that is gone: a file missing or dropped from raw/MANIFEST.yaml,
+    a directory missing a file the manifest lists (steptime.data.manifest.registered_problems; `steptime data
+    verify` checks the same). It adds no input (the data reach the rule through its tidy tables); every rule
+    that writes a registry experiment's outputs declares it (checked at parse: check_registered_raw)."""
+
+    def check(wildcards):
+        for eid in eids:
+            stop_on_registered(EXPERIMENTS.get(eid, {}).get("raw", []), eid)
+        return []
+
+    check.eids = eids
+    return check
+
+
+def stop_on_registered(paths, eid):
+    """WorkflowError with the first problem of an experiment's registered raw inputs, if any."""
+    from steptime.data.manifest import registered_problems
+
+    problems = registered_problems(paths, ".", needed_by=eid)
+    if problems:
+        raise WorkflowError(problems[0][1])
+
+
+def check_registered_raw(rules):
+    """Refuse, at parse time, a rule that writes an experiment's registered outputs without declaring
+    `registered=registered_raw(<its IDs>)` among its inputs."""
+    owner = {o: eid for eid, exp in EXPERIMENTS.items() for o in exp["outputs"]}
+    for r in rules:
+        eids = {owner[str(o)] for o in r.output if str(o) in owner}
+        if not eids:
+            continue
+        idx = r.input._names.get("registered", (None,))[0]
+        have = set(getattr(r.input[idx], "eids", ())) if idx is not None else set()
+        if not eids <= have:
+            raise WorkflowError(f"the rule {r.name} writes outputs of {', '.join(sorted(eids))} without the input "
+                                f"registered=registered_raw(...) naming them (their config/experiments.yaml raw: check)")
+
+
 def data_present(exp):
     """True when every raw input of an experiment exists (awaiting telemetry otherwise)."""
     return all(Path(p).exists() for p in exp.get("raw", []))
@@ -152,7 +194,7 @@ def all_targets():
     out = []
     for eid, exp in EXPERIMENTS.items():
         if exp["status"] == "built":
-            missing_raw(exp.get("raw", []), eid)
+            stop_on_registered(exp.get("raw", []), eid)
             out.extend(exp["outputs"])
         elif exp["status"] == "awaiting" and data_present(exp):
             out.extend(exp["outputs"])
@@ -216,4 +258,16 @@ def raw_inputs(wildcards):
     if not files:
         raise WorkflowError(f"tidy table {wildcards.table}: raw/MANIFEST.yaml lists no file of "
                             f"{TABLES[wildcards.table]['raw']}")
-    return missing_raw(files, f"results/data/{wildcards.table}.parquet") + [RAW_MANIFEST]
+    missing_raw(files, f"results/data/{wildcards.table}.parquet")
+    table_registered(wildcards.table, files)
+    return files + [RAW_MANIFEST]
+
+
+def table_registered(table, files):
+    """Stop a tidy table's build on a registered raw input of an experiment that reads it which is gone
+    (steptime.data.manifest.table_registry_problems): a file removed together with its manifest entry no
+    longer shrinks the table silently."""
+    from steptime.data.manifest import table_registry_problems
+
+    for path, msg in table_registry_problems(files, EXPERIMENTS, "."):
+        raise WorkflowError(f"{msg} (the tidy table {table} reads it)")

@@ -197,6 +197,7 @@ for _eid, (_tglob, _stem) in TELEMETRY.items():
         name:
             f"telemetry_{_eid.replace('.', '_')}"
         input:
+            registered=registered_raw(_eid),
             telemetry=_telemetry(_tglob),
             dispatch=_telemetry("raw/telemetry/dispatch/*/cublaslt.log") if _eid == "E1.14" else [],
             code=lib("collect", "terms", "specs", "calibration", "results", "plotting", "metrics", "step.py", "data"),
@@ -223,6 +224,7 @@ for _eid, (_tglob, _stem) in TELEMETRY.items():
 # read by one code path (steptime.collect.hostfloor); R2.3's three-reading constants as a side-by-side arm.
 rule E1_19:
     input:
+        registered=registered_raw("E1.19"),
         fpm=tidy("fpm_steps"),
         steptrace=_telemetry("raw/telemetry/steptrace/*/*.csv"),
         constants=rules.R2_3.output.constants,

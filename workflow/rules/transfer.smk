@@ -105,6 +105,7 @@ rule E2_1_grid:
 # E2.1: home RF (held-out), verbatim and spec-scaled RF, and steptime (held-out folds) on every target GPU.
 rule E2_1:
     input:
+        registered=registered_raw("E2.1"),
         **UTILITY_ALL_DATA,
         models=expand("results/cache/rf/{dataset}_{gpu}.joblib", dataset=RF_DATASETS, gpu=RF_HOMES),
         gemm_constants=rules.settle_gemm_constants.output.constants,
