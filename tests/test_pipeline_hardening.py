@@ -226,3 +226,73 @@ def test_a_rule_without_its_registered_raw_check_is_refused_at_parse(clean_workd
     f.write_text(text.replace('        registered=registered_raw("E1.3"),\n', ""))
     r = _snakemake(clean_workdir, "-n", "results/specs/gpus.json")
     assert r.returncode != 0 and "the rule E1_3 writes outputs of E1.3 without" in r.stdout + r.stderr
+
+
+# ---------------------------------------------------------------- every config field has a range
+
+def _set(doc, keys, value):
+    for k in keys[:-1]:
+        doc = doc[k]
+    doc[keys[-1]] = value
+
+
+BAD_CONFIG = [
+    ("config/config.yaml", ["seed"], -1, "validat"),
+    ("config/config.yaml", ["seed"], 2 ** 40, "validat"),
+    ("config/config.yaml", ["seed"], 1.5, "validat"),
+    ("config/config.yaml", ["bootstrap"], 0, "validat"),
+    ("config/config.yaml", ["bootstrap"], 10 ** 9, "validat"),
+    ("config/config.yaml", ["sizes", "e1_24_fit_sample", "fast"], -5, "validat"),
+    ("config/config.yaml", ["sizes", "r2_1_design", "fast", "targets"], ["h100-sxm; rm -rf x"], "validat"),
+    ("config/config.yaml", ["sizes", "r2_1_design", "fast", "targets"], ["h100-pcie"], "unknown GPU 'h100-pcie'"),
+    ("config/config.yaml", ["experiments"], "../elsewhere/experiments.yaml", "validat"),
+    ("config/collect.yaml", ["clock_sweep", "runs"], 0, "validat"),
+    ("config/collect.yaml", ["clock_sweep", "hold_s"], float("inf"), "validat"),
+    ("config/collect.yaml", ["gpus", "l40s", "caps_w"], [-1, 300], "validat"),
+    ("config/collect.yaml", ["gpus", "l40s", "gres"], "L40S --exclusive=no", "validat"),
+    ("config/collect.yaml", ["ncu", "m"], "1,$(id)", "validat"),
+    ("config/collect.yaml", ["steptrace", "requests"], -1, "validat"),
+    ("config/experiments.yaml", ["experiments", "E2.9", "settings", "seed"], -1, "validat"),
+    ("config/experiments.yaml", ["experiments", "E2.9", "settings", "requests"], -1000, "validat"),
+    ("config/experiments.yaml", ["experiments", "E2.9", "settings", "requests"], float("nan"), "not a finite number"),
+    ("config/experiments.yaml", ["experiments", "E1.23", "targets", "mape", "blackwell"], -0.1, "validat"),
+    ("config/experiments.yaml", ["experiments", "E1.3", "raw"], ["raw/../../etc/passwd"], "validat"),
+    ("config/experiments.yaml", ["experiments", "E1.3", "outputs"], ["results/E1_3 x.json"], "validat"),
+    ("config/tables.yaml", ["tables", "gemm", "raw"], ["aic gemm"], "validat"),
+]
+
+
+@pytest.mark.parametrize("path,keys,value,needle", BAD_CONFIG,
+                         ids=[f"{p.split('/')[1].split('.')[0]}:{'.'.join(k)}={v!r}" for p, k, v, _ in BAD_CONFIG])
+def test_out_of_range_config_is_refused_at_parse(clean_workdir, path, keys, value, needle):
+    import yaml
+
+    doc = yaml.safe_load((clean_workdir / path).read_text())
+    _set(doc, keys, value)
+    (clean_workdir / path).write_text(yaml.safe_dump(doc))
+    r = _snakemake(clean_workdir, "-n", "results/specs/gpus.json")
+    assert r.returncode != 0, f"{path} {keys}={value!r} passed"
+    assert needle in (r.stdout + r.stderr).lower() if needle == "validat" else needle in r.stdout + r.stderr, \
+        (r.stdout + r.stderr)[-1500:]
+
+
+def test_a_bad_seed_leaves_the_committed_result_and_figures_in_place(clean_workdir):
+    """The issue's case: `seed: -1` used to pass the schema; the job then failed late, after Snakemake had
+    deleted results/E1_11.json and its figures. Now the parse refuses it and nothing is touched."""
+    import shutil
+
+    import yaml
+
+    work = clean_workdir
+    kept = ["results/E1_11.json"] + [f"figures/{p.name}" for p in (ROOT / "figures").glob("E1_11_*")]
+    assert len(kept) >= 4
+    for rel in kept:
+        (work / rel).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(ROOT / rel, work / rel)
+    cfg = yaml.safe_load((work / "config/config.yaml").read_text())
+    cfg["seed"] = -1
+    (work / "config/config.yaml").write_text(yaml.safe_dump(cfg))
+    r = _snakemake(work, "-j1", "--forcerun", "E1_11", "results/E1_11.json")
+    assert r.returncode != 0 and "seed" in r.stdout + r.stderr
+    for rel in kept:
+        assert (work / rel).read_bytes() == (ROOT / rel).read_bytes(), f"{rel} was touched"

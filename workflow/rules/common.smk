@@ -32,6 +32,31 @@ with open("src/steptime/specs/models.yaml") as _fh:
 for _g in COLLECT["gpus"]:
     if _g not in SPEC_GPUS:
         raise WorkflowError(f"config/collect.yaml: unknown GPU {_g!r} (not in src/steptime/specs/gpus.yaml)")
+for _size in ("fast", "full"):
+    for _g in config["sizes"]["r2_1_design"][_size]["targets"] or []:
+        if _g not in SPEC_GPUS:
+            raise WorkflowError(f"config/config.yaml: sizes.r2_1_design.{_size}.targets: unknown GPU {_g!r} "
+                                "(not in src/steptime/specs/gpus.yaml)")
+
+
+def refuse_non_finite(doc, where):
+    """The schemas bound every number, but NaN compares false with any bound: refuse it (and inf) by name."""
+    import math
+
+    todo = [(where, doc)]
+    while todo:
+        at, x = todo.pop()
+        if isinstance(x, float) and not math.isfinite(x):
+            raise WorkflowError(f"{at}: {x} is not a finite number")
+        if isinstance(x, dict):
+            todo += [(f"{at}.{k}", v) for k, v in x.items()]
+        elif isinstance(x, list):
+            todo += [(f"{at}[{i}]", v) for i, v in enumerate(x)]
+
+
+refuse_non_finite(config, "config/config.yaml")
+refuse_non_finite(_REGISTRY, config["experiments"])
+refuse_non_finite(COLLECT, "config/collect.yaml")
 if COLLECT["steptrace"]["model"] not in SPEC_MODELS:
     raise WorkflowError(f"config/collect.yaml: steptrace.model {COLLECT['steptrace']['model']!r} is not in "
                         "src/steptime/specs/models.yaml")
