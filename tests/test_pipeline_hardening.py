@@ -296,3 +296,108 @@ def test_a_bad_seed_leaves_the_committed_result_and_figures_in_place(clean_workd
     assert r.returncode != 0 and "seed" in r.stdout + r.stderr
     for rel in kept:
         assert (work / rel).read_bytes() == (ROOT / rel).read_bytes(), f"{rel} was touched"
+
+
+# ---------------------------------------------------------------- atomic writers: no temp left, umask honoured
+
+@pytest.fixture
+def umask():
+    import os
+
+    old = os.umask(0o022)
+    os.umask(old)
+    yield lambda m: os.umask(m)
+    os.umask(old)
+
+
+@pytest.mark.parametrize("mask,mode", [(0o022, 0o644), (0o027, 0o640), (0o077, 0o600)], ids=["022", "027", "077"])
+def test_atomic_writers_honour_the_umask(tmp_path, umask, mask, mode):
+    import stat
+
+    import pandas as pd
+
+    from steptime import plotting
+    from steptime.data.tables import write_parquet
+    from steptime.io import write_json
+
+    umask(mask)
+    write_json(tmp_path / "results/E9_9.json", {"a": 1})
+    fig, ax = plotting.subplots()
+    ax.plot([0, 1], [0, 1])
+    plotting.save(fig, tmp_path / "figures/E9_9_x", caption="a caption")
+    write_parquet(pd.DataFrame({"a": [1, 2]}), tmp_path / "results/data/t.parquet")
+    files = [p for p in tmp_path.rglob("*") if p.is_file()]
+    assert len(files) == 5
+    assert {p.name: oct(stat.S_IMODE(p.stat().st_mode)) for p in files} == {p.name: oct(mode) for p in files}
+
+
+def test_an_exception_mid_write_leaves_no_temp_and_the_old_file(tmp_path):
+    from steptime.io import atomic_path
+
+    target = tmp_path / "E9_9_x.png"
+    target.write_bytes(b"old")
+    with pytest.raises(RuntimeError):
+        with atomic_path(target) as tmp:
+            tmp.write_bytes(b"half")
+            raise RuntimeError("boom")
+    assert target.read_bytes() == b"old" and [p.name for p in tmp_path.iterdir()] == ["E9_9_x.png"]
+
+
+# A job that has written its result and is writing its first figure when the signal comes (savefig blocks
+# after writing half a file into the temp path); it prints READY once inside.
+_KILLED_JOB = textwrap.dedent("""
+    import sys, time
+    from pathlib import Path
+    from matplotlib.figure import Figure
+    from steptime import plotting
+    from steptime.io import write_json
+    out = Path(sys.argv[1])
+    write_json(out / "results/E9_9.json", {"a": 1})
+    def blocking_savefig(self, fname, **kw):
+        Path(fname).write_bytes(b"half a png")
+        print("READY", flush=True)
+        time.sleep(60)
+    Figure.savefig = blocking_savefig
+    fig, ax = plotting.subplots()
+    plotting.save(fig, out / "figures/E9_9_memory_law", caption="c")
+""")
+
+
+def _start_killed_job(tmp_path):
+    import os
+
+    p = subprocess.Popen([sys.executable, "-c", _KILLED_JOB, str(tmp_path)], stdout=subprocess.PIPE, text=True,
+                         env={**os.environ, "MPLBACKEND": "Agg", "PYTHONPATH": str(ROOT / "src")})
+    assert p.stdout.readline().strip() == "READY"
+    temps = [f.name for f in (tmp_path / "figures").iterdir()]
+    assert len(temps) == 1 and temps[0].startswith(".E9_9_memory_law.png."), temps  # the temp file exists
+    return p
+
+
+@pytest.mark.parametrize("sig", ["SIGTERM", "SIGHUP", "SIGINT"])
+def test_a_signal_between_the_result_and_the_figures_leaves_no_temp_file(tmp_path, sig):
+    import signal
+
+    p = _start_killed_job(tmp_path)
+    p.send_signal(getattr(signal, sig))
+    rc = p.wait(timeout=60)
+    assert rc != 0
+    if sig != "SIGINT":  # the process still ends by the signal (a KeyboardInterrupt exits 1)
+        assert rc == -getattr(signal, sig)
+    assert list((tmp_path / "figures").iterdir()) == [], "a temp file is left"
+    assert (tmp_path / "results/E9_9.json").is_file()
+
+
+def test_a_writer_killed_outright_has_its_temp_file_removed_by_the_next_write(tmp_path):
+    import signal
+
+    from steptime import plotting
+
+    p = _start_killed_job(tmp_path)
+    p.send_signal(signal.SIGKILL)
+    p.wait(timeout=60)
+    assert len(list((tmp_path / "figures").iterdir())) == 1, "SIGKILL cannot be caught: the temp stays until"
+    fig, ax = plotting.subplots()
+    plotting.save(fig, tmp_path / "figures/E9_9_memory_law", caption="c")
+    assert sorted(f.name for f in (tmp_path / "figures").iterdir()) == [
+        "E9_9_memory_law.caption.txt", "E9_9_memory_law.pdf", "E9_9_memory_law.png"]
