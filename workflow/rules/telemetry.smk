@@ -2,15 +2,12 @@
 # reductions of the experiments that await it (E1.3b, E1.5-E1.10, E1.14, E1.15, E1.17, E2.8); E1.19 is built on the
 # vendored FPM steps and any collected step traces by its own rule (E1_19, at the end of this file).
 # A reduction builds once its telemetry is in raw/telemetry/ (rule all: registry `raw:` present).
-import yaml as _tyaml
-
-with open("config/collect.yaml") as _tfh:
-    TCOLLECT = _tyaml.safe_load(_tfh)
+# COLLECT: config/collect.yaml, validated (and its GPU and model names checked) in common.smk.
 
 
 # the GPU model a collection job asks Slurm for, and the sbatch extra that requests it
-_gres = lambda wc: TCOLLECT["gpus"][wc.gpu]["gres"]
-_slurm_extra = lambda wc: f"'--gres=gpu:{TCOLLECT['gpus'][wc.gpu]['gres']}:1 --exclusive'"
+_gres = lambda wc: COLLECT["gpus"][wc.gpu]["gres"]
+_slurm_extra = lambda wc: f"'--gres=gpu:{COLLECT['gpus'][wc.gpu]['gres']}:1 --exclusive'"
 # every collected file matching a raw/telemetry glob (one per GPU), sorted
 _telemetry = lambda pattern: sorted(glob.glob(pattern))
 
@@ -39,9 +36,9 @@ rule collect_cap_sweep:
     wildcard_constraints:
         gpu=COLLECT_GPUS,
     params:
-        runs=TCOLLECT["cap_sweep"]["runs"],
-        caps=lambda wc: ",".join(str(c) for c in TCOLLECT["gpus"][wc.gpu].get("caps_w", [])),
-        m=TCOLLECT["cap_sweep"]["m"],
+        runs=COLLECT["cap_sweep"]["runs"],
+        caps=lambda wc: ",".join(str(c) for c in COLLECT["gpus"][wc.gpu].get("caps_w", [])),
+        m=COLLECT["cap_sweep"]["m"],
     resources:
         gpu_model=_gres,
         slurm_extra=_slurm_extra,
@@ -63,9 +60,9 @@ rule collect_lock_control:
     wildcard_constraints:
         gpu=COLLECT_GPUS,
     params:
-        runs=TCOLLECT["lock_control"]["runs"],
-        lock=lambda wc: TCOLLECT["gpus"][wc.gpu].get("lock_mhz", ""),
-        m=TCOLLECT["lock_control"]["m"],
+        runs=COLLECT["lock_control"]["runs"],
+        lock=lambda wc: COLLECT["gpus"][wc.gpu].get("lock_mhz", ""),
+        m=COLLECT["lock_control"]["m"],
     resources:
         gpu_model=_gres,
         slurm_extra=_slurm_extra,
@@ -87,7 +84,7 @@ rule collect_maxq_sweep:
     wildcard_constraints:
         gpu=COLLECT_GPUS,
     params:
-        runs=TCOLLECT["clock_sweep"]["runs"],
+        runs=COLLECT["clock_sweep"]["runs"],
     resources:
         gpu_model=_gres,
         slurm_extra=_slurm_extra,
@@ -109,7 +106,7 @@ rule collect_gemm_sweep:
         gpu=COLLECT_GPUS,
         plan=one_of(["duty", "l2"]),
     params:
-        repeats=TCOLLECT["gemm_sweep"]["repeats"],
+        repeats=COLLECT["gemm_sweep"]["repeats"],
     resources:
         gpu_model=_gres,
         slurm_extra=_slurm_extra,
@@ -150,7 +147,7 @@ rule collect_engine_kernels:
     wildcard_constraints:
         gpu=COLLECT_GPUS,
     params:
-        model=TCOLLECT["steptrace"]["model"],
+        model=COLLECT["steptrace"]["model"],
     resources:
         gpu_model=_gres,
         slurm_extra=_slurm_extra,
@@ -174,8 +171,8 @@ rule collect_steptrace:
     wildcard_constraints:
         gpu=COLLECT_GPUS,
     params:
-        trace=TCOLLECT["steptrace"]["trace"],
-        requests=TCOLLECT["steptrace"]["requests"],
+        trace=COLLECT["steptrace"]["trace"],
+        requests=COLLECT["steptrace"]["requests"],
     resources:
         gpu_model=_gres,
         slurm_extra=_slurm_extra,
