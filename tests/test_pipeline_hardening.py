@@ -33,6 +33,19 @@ def test_the_hostile_target_runs_nothing_and_creates_no_file(clean_workdir):
     assert not [p for p in new if ".snakemake" not in p.parts], sorted(map(str, new))[:5]
 
 
+@pytest.mark.parametrize("target", [
+    "raw/telemetry/gemm_sweep/l40s/x$(touch${IFS}PWNED).csv",
+    "raw/telemetry/clock/x$(touch${IFS}PWNED)/cap_sweep.csv",
+    "notebooks/x$(touch${IFS}PWNED).ipynb",
+    "results/data/x$(touch${IFS}PWNED).parquet",
+    "results/cache/rf/aic_gemm_x$(touch${IFS}PWNED).joblib",
+])
+def test_other_hostile_wildcards_match_no_rule(clean_workdir, target):
+    r = _snakemake(clean_workdir, "-n", target)
+    assert r.returncode != 0 and "No rule to produce" in r.stdout + r.stderr
+    assert not list(clean_workdir.rglob("PWNED"))
+
+
 # The rules as Snakemake parsed them (rules generated in loops included): name, wildcards, their
 # constraints (the rule's own, else the Snakefile's global ones) and the shell command template.
 _RULES_PROBE = textwrap.dedent("""
