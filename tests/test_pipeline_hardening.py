@@ -213,7 +213,7 @@ def test_a_registered_directory_missing_a_listed_file_stops_its_experiment(clean
 
 
 def test_registered_problems_unit(tmp_path):
-    from steptime.data.manifest import registered_problems, registry_problems
+    from steptime_lab.data.manifest import registered_problems, registry_problems
 
     (tmp_path / "raw/src/a").mkdir(parents=True)
     (tmp_path / "raw/src/a/x.csv").write_text("1\n")
@@ -330,7 +330,7 @@ def test_atomic_writers_honour_the_umask(tmp_path, umask, mask, mode):
     import pandas as pd
 
     from steptime import plotting
-    from steptime.data.tables import write_parquet
+    from steptime_lab.data.tables import write_parquet
     from steptime.io import write_json
 
     umask(mask)

@@ -25,7 +25,7 @@ rule collect_clock_sweep:
     message:
         "Collecting the clock sweep on {wildcards.gpu} (GPU node)"
     shell:
-        "python -m steptime.collect.clock --out {output:q} --runs {params.runs:q} "
+        "python -m steptime_collect.clock --out {output:q} --runs {params.runs:q} "
         "--hold-s {params.hold:q} --cool-s {params.cool:q} > {log:q} 2>&1"
 
 
@@ -51,5 +51,5 @@ rule collect_ncu_gemm:
     message:
         "Collecting Nsight Compute GEMM counters on {wildcards.gpu} (GPU node)"
     shell:
-        "python -m steptime.collect.ncu --out {output:q} --m {params.m:q} --shapes {params.shapes:q} "
+        "python -m steptime_collect.ncu --out {output:q} --m {params.m:q} --shapes {params.shapes:q} "
         "--clock-control {params.clock:q} > {log:q} 2>&1"

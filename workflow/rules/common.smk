@@ -93,19 +93,21 @@ _SRC = str(Path(workflow.basedir, "src").resolve())
 os.environ.update(PYTHONPATH=_SRC)
 sys.path.insert(0, _SRC)  # this process too (the registered-raw check reads the manifest through the library)
 
-# The library code, declared as an input of every rule that imports it (the shipped
-# constants file src/steptime/calibration/defaults.yaml included: no rule writes it; the
-# settle rules write results/calibration/*.yaml and `steptime calibration ship` ships them).
-LIB = sorted(glob.glob("src/steptime/**/*.py", recursive=True)) + sorted(
-    glob.glob("src/steptime/**/*.yaml", recursive=True)
-)
+# The code, declared as an input of every rule that imports it (the shipped constants file
+# src/steptime/calibration/defaults.yaml included: no rule writes it; the settle rules write
+# results/calibration/*.yaml and `steptime calibration ship` ships them). Three packages under src/:
+# the product steptime, the lab steptime_lab and the collectors steptime_collect.
+PACKAGES = ("steptime", "steptime_lab", "steptime_collect")
+LIB = sorted(p for pkg in PACKAGES for ext in ("py", "yaml") for p in glob.glob(f"src/{pkg}/**/*.{ext}", recursive=True))
 
 
 def lib(*parts):
-    """Library files of the named subpackages/modules (all of the library if none)."""
+    """Code files of the named modules/subpackages, by path inside any package or from src/ (a whole
+    package by its name), all code if none."""
     if not parts:
         return LIB
-    return [p for p in LIB if any(f"src/steptime/{part}" in p for part in parts)] + [
+    prefixes = [f"src/{part}" for part in parts] + [f"src/{pkg}/{part}" for pkg in PACKAGES for part in parts]
+    return [p for p in LIB if p.startswith(tuple(prefixes))] + [
         "src/steptime/__init__.py"
     ]
 
@@ -160,7 +162,7 @@ def size(name):
 def registered_raw(*eids):
     """An input function that stops the build with one line naming the first registered raw input of the
     experiments (config/experiments.yaml `raw:`) that is gone: a file missing or dropped from raw/MANIFEST.yaml,
-    a directory missing a file the manifest lists (steptime.data.manifest.registered_problems; `steptime data
+    a directory missing a file the manifest lists (steptime_lab.data.manifest.registered_problems; `steptime data
     verify` checks the same). It adds no input (the data reach the rule through its tidy tables); every rule
     that writes a registry experiment's outputs declares it (checked at parse: check_registered_raw)."""
 
@@ -178,7 +180,7 @@ def registered_raw(*eids):
 
 def stop_on_registered(paths, eid):
     """WorkflowError with the first problem of an experiment's registered raw inputs, if any."""
-    from steptime.data.manifest import registered_problems
+    from steptime_lab.data.manifest import registered_problems
 
     problems = registered_problems(paths, ".", needed_by=eid)
     if problems:
@@ -293,9 +295,9 @@ def raw_inputs(wildcards):
 
 def table_registered(table, files):
     """Stop a tidy table's build on a registered raw input of an experiment that reads it which is gone
-    (steptime.data.manifest.table_registry_problems): a file removed together with its manifest entry no
+    (steptime_lab.data.manifest.table_registry_problems): a file removed together with its manifest entry no
     longer shrinks the table silently."""
-    from steptime.data.manifest import table_registry_problems
+    from steptime_lab.data.manifest import table_registry_problems
 
     for path, msg in table_registry_problems(files, EXPERIMENTS, "."):
         raise WorkflowError(f"{msg} (the tidy table {table} reads it)")
