@@ -39,6 +39,7 @@ rule E2_12:
 # E2.13: the planner's simulation against AIC's measured frontiers (GPU held out), and its cost picks.
 rule E2_13:
     input:
+        registered=registered_raw("E2.13"),
         silicon=tidy("aic_silicon"),
         code=lib("plan", "serve", "experiments/planner", "experiments/peers", "step", "terms", "specs", "calibration"),
         settled=SETTLED_ALL,
