@@ -5,7 +5,7 @@ import logging
 import joblib
 import pandas as pd
 
-from steptime.calibration import use_settled
+from steptime.calibration import DEFAULTS_FILE, Constants
 from steptime_lab.evaluate.held_out import HeldOut, fit_footprint
 from steptime_lab.experiments import attention as AX
 from steptime_lab.experiments import gemm as GX
@@ -20,7 +20,7 @@ def stem(path):
 
 
 logging.basicConfig(filename=snakemake.log[0], level=logging.INFO, format="%(message)s", filemode="w")
-use_settled(snakemake.input.settled)  # this run's settled constants (declared inputs)
+constants = Constants.load(DEFAULTS_FILE, snakemake.input.settled)  # this run's settled constants (declared inputs), passed down
 P = snakemake.params
 inp = snakemake.input
 tables = {name: pd.read_parquet(getattr(inp, name))

@@ -4,14 +4,14 @@ import logging
 
 import joblib
 
-from steptime.calibration import use_settled
+from steptime.calibration import DEFAULTS_FILE, Constants
 from steptime_lab.evaluate.held_out import HeldOut
 from steptime_lab.experiments import calibration_cost, transfer
 from steptime.io import write_json
 from steptime_lab.results import rule_provenance, write_result
 
 logging.basicConfig(filename=snakemake.log[0], level=logging.INFO, format="%(message)s", filemode="w")
-use_settled(snakemake.input.settled)  # this run's settled constants (declared inputs)
+constants = Constants.load(DEFAULTS_FILE, snakemake.input.settled)  # this run's settled constants (declared inputs), passed down
 P = snakemake.params
 fast, full = joblib.load(snakemake.input.fast), joblib.load(snakemake.input.full)
 ds = fast["dataset"]

@@ -5,7 +5,7 @@ import logging
 import joblib
 import pandas as pd
 
-from steptime.calibration import use_settled
+from steptime.calibration import DEFAULTS_FILE, Constants
 from steptime_lab.evaluate.held_out import HeldOut
 from steptime_lab.experiments import ranking, transfer
 from steptime_lab.results import rule_provenance, write_result
@@ -17,7 +17,7 @@ def stem(path):
 
 
 logging.basicConfig(filename=snakemake.log[0], level=logging.INFO, format="%(message)s", filemode="w")
-use_settled(snakemake.input.settled)  # this run's settled constants (declared inputs)
+constants = Constants.load(DEFAULTS_FILE, snakemake.input.settled)  # this run's settled constants (declared inputs), passed down
 P, inp = snakemake.params, snakemake.input
 g, a, wls, meas = ranking.ranking_inputs(pd.read_parquet(inp.gemm), pd.read_parquet(inp.attention_context),
                                          pd.read_parquet(inp.attention_generation))

@@ -7,12 +7,12 @@ import pandas as pd
 from steptime_lab.experiments import attention as AX
 from steptime_lab.experiments import design
 from steptime_lab.experiments import gemm as GX
-from steptime.calibration import use_settled
+from steptime.calibration import DEFAULTS_FILE, Constants
 from steptime_lab.results import rule_provenance, write_result
 
 logging.basicConfig(filename=snakemake.log[0], level=logging.INFO, format="%(message)s", filemode="w")
 logging.captureWarnings(True)
-use_settled(snakemake.input.settled)  # this run's settled GEMM constants (declared inputs), as E1.24
+constants = Constants.load(DEFAULTS_FILE, snakemake.input.settled)  # this run's settled GEMM constants (declared inputs), as E1.24, passed down
 p = snakemake.params
 gemm_doc = json.load(open(snakemake.input.gemm_constants))
 docs = {k: json.load(open(getattr(snakemake.input, k))) for k in ("e1_11", "e1_3", "e1_13")}
