@@ -1,6 +1,5 @@
 """The import graph of steptime, steptime_lab and steptime_collect (every import, at the top or
-inside a function, read from the source with ast): no circle in the product; in the lab only
-the circles still listed in LAB_CYCLES_LEFT (issue 18 item 2, being removed), no new one."""
+inside a function, read from the source with ast): not one circle (issue 18)."""
 from __future__ import annotations
 
 import ast
@@ -85,16 +84,6 @@ def test_no_import_cycle_in_the_product():
     assert cycles(product) == []
 
 
-def test_lab_cycles_only_the_known_ones():
-    """Every circle of the whole graph lies inside the lab and among those still to remove."""
-    found = cycles(import_graph())
-    for comp in found:
-        assert all(m.startswith("steptime_lab") for m in comp), comp
-    known = set(LAB_CYCLE_MODULES)
-    new = [c for c in found if not set(c) <= known]
-    assert new == [], f"new import circle(s): {new}"
-
-
-# Modules of the lab's remaining circles (data.schemas <-> data.wallclock_schemas; experiments <->
-# evaluate): a circle among other modules fails the test above. Shrink this list, never grow it.
-LAB_CYCLE_MODULES: tuple = ("steptime_lab.data.schemas", "steptime_lab.data.wallclock_schemas")
+def test_no_import_cycle_anywhere():
+    """Product, lab and collectors together: not one circle."""
+    assert cycles(import_graph()) == []

@@ -17,7 +17,7 @@ cells = E.tidy_cells(pd.read_parquet(snakemake.input.generation), pd.read_parque
 logging.info("attention cells: %d; fit sample %d per GPU and phase", len(cells), P.fit_sample)
 with open(snakemake.input.gemm_constants) as fh:
     gemm_doc = json.load(fh)
-r = E.run(cells, gemm_doc, seed=P.seed, n_boot=P.n_boot, fit_sample=P.fit_sample)
+r = E.run(cells, gemm_doc, seed=P.seed, n_boot=P.n_boot, fit_sample=P.fit_sample, constants=constants)
 doc = E.document(r, cells, P.targets)
 prov = rule_provenance(snakemake, calibration=r["calibration"].to_dict(), script="workflow/scripts/E1_24.py")
 write_result(snakemake.output.result, id="E1.24", question=P.question, metrics=doc["metrics"],

@@ -24,7 +24,7 @@ logging.info("warm start: %s", warm)
 gen, ctx = (pd.read_parquet(x) for x in snakemake.input.attention)  # generation (decode), context (prefill)
 cells = AX.tidy_cells(gen, ctx)
 weight = design.llm_weight_check(cells, gemm_doc, p.targets, seed=int(p.seed), n_sample=int(p.attn_n_sample),
-                                 max_nfev=int(p.attn_max_nfev))
+                                 max_nfev=int(p.attn_max_nfev), constants=constants)
 logging.info("attention LLM weight: %s", weight)
 doc = design.document(collected, design.nested_rows(warm, weight), warm, weight, fast=bool(p.fast))
 write_result(snakemake.output.result, id="R2.1", question=p.question, metrics=doc["metrics"], claims=doc["claims"],
