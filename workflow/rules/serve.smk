@@ -6,7 +6,7 @@
 rule E2_9:
     input:
         traces=tidy("traces"),
-        code=lib("serve", "experiments/serving", "step", "terms", "specs", "calibration"),
+        code=code_of("E2_9"),
         settled=SETTLED_ALL,
     output:
         result="results/E2_9.json",
@@ -34,7 +34,7 @@ rule E2_4:
         traces=tidy("traces"),
         coefficients=tidy("distserve"),
         max_tokens=tidy("distserve_max_num_tokens"),
-        code=lib("serve", "experiments/serving", "step", "terms", "specs", "calibration"),
+        code=code_of("E2_4"),
         settled=SETTLED_ALL,
     output:
         result="results/E2_4.json",
@@ -60,7 +60,7 @@ rule E2_4:
 rule E2_10:
     input:
         requests=tidy("servingsim_requests"),
-        code=lib("serve", "experiments/serving", "step", "terms", "specs", "calibration"),
+        code=code_of("E2_10"),
         settled=SETTLED_ALL,
     output:
         result="results/E2_10.json",
@@ -86,7 +86,7 @@ rule E2_10:
 rule E2_3:
     input:
         traces=tidy("traces"),
-        code=lib("serve", "experiments/serving", "step", "terms", "specs", "calibration"),
+        code=code_of("E2_3"),
         settled=SETTLED_ALL,
     output:
         result="results/E2_3.json",

@@ -16,7 +16,7 @@
 rule summary:
     input:
         results=lambda wc: experiment_results(),
-        code=lib("io"),
+        code=code_of("summary"),
     output:
         "results/SUMMARY.md",
     log:
