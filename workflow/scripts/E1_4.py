@@ -14,7 +14,7 @@ P = snakemake.params
 x = E.tidy(pd.read_parquet(snakemake.input.data))
 logging.info("host rows: %d", len(x))
 r = E.run(x, seed=P.seed, n_boot=P.n_boot)
-doc = E.document(r, x)
+doc = E.document(r, x, constants=constants)
 prov = rule_provenance(snakemake, calibration=r["calibration"].to_dict(), script="workflow/scripts/E1_4.py")
 write_result(snakemake.output.result, id="E1.4", question=P.question, metrics=doc["metrics"],
              claims=doc["claims"], provenance=prov, extra={"defaults_updates": E.defaults_updates(r["per_gpu"])})
