@@ -39,9 +39,10 @@ light_cells = LX.tidy_cells(vidur)
 attn_cells = AX.tidy_cells(tables["attention_generation"], tables["attention_context"])
 gemm_df = GX.load_gemm(inp.gemm)
 vidur_gpus = transfer.TARGETS["vidur_step"]
-hooks = {"vidur_step": HeldOut.for_dataset("vidur_step", vidur=vidur, light_gpus=vidur_gpus, gemm_doc=gemm_doc),
-         "aic_gemm": HeldOut.for_dataset("aic_gemm", gemm_doc=gemm_doc),
-         "aic_attention": HeldOut.for_dataset("aic_attention", attn_doc=attn_doc)}
+hooks = {"vidur_step": HeldOut.for_dataset("vidur_step", vidur=vidur, light_gpus=vidur_gpus, gemm_doc=gemm_doc,
+                                           base=constants),
+         "aic_gemm": HeldOut.for_dataset("aic_gemm", gemm_doc=gemm_doc, base=constants),
+         "aic_attention": HeldOut.for_dataset("aic_attention", attn_doc=attn_doc, base=constants)}
 families = {"vidur_step": ("light", "gemm"), "aic_gemm": ("gemm",), "aic_attention": ("attention",)}
 ml = {ds: transfer.MLLeaveOneOut(ds, cells[ds], fast=P.fast, seed=P.seed) for ds in transfer.DATASETS}
 attn_reads = {g: [tuple(c) for c in v["scoring_excludes"].values()]

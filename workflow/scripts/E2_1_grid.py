@@ -17,7 +17,7 @@ fast, full = joblib.load(snakemake.input.fast), joblib.load(snakemake.input.full
 ds = fast["dataset"]
 cells = transfer.load_cells(ds, tables={"gemm": snakemake.input.gemm})
 with open(snakemake.input.gemm_constants) as fh, open(snakemake.input.attention) as fa:
-    hook = HeldOut.for_dataset(ds, gemm_doc=json.load(fh), attn_doc=json.load(fa))
+    hook = HeldOut.for_dataset(ds, gemm_doc=json.load(fh), attn_doc=json.load(fa), base=constants)
 doc = transfer.grid_check_document(ds, cells, fast, full, transfer.TARGETS[ds], constants_for=hook,
                                    n_boot=P.n_boot, seed=P.seed)
 write_result(snakemake.output.result, id="E2.1-grid", question=P.question, metrics=doc["metrics"],

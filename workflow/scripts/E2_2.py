@@ -24,7 +24,7 @@ g, a, wls, meas = ranking.ranking_inputs(pd.read_parquet(inp.gemm), pd.read_parq
 logging.info("%d workloads over GPUs %s", len(wls), ranking.GPUS)
 gb, ab = joblib.load(inp.gemm_rf), joblib.load(inp.attn_rf)
 with open(inp.gemm_constants) as fh, open(inp.attention) as fa:
-    hook = HeldOut.for_dataset("ranking", gemm_doc=json.load(fh), attn_doc=json.load(fa))
+    hook = HeldOut.for_dataset("ranking", gemm_doc=json.load(fh), attn_doc=json.load(fa), base=constants)
 res = ranking.run(g, a, wls, meas, gb, ab, constants_for=hook)
 cal_log = {f"ranking|{gpu}": transfer.calibration_summary(hook(gpu)[1], gpu) for gpu in ranking.GPUS}
 prov = rule_provenance(snakemake, calibration=cal_log, exclude=("code", "gemm_rf", "attn_rf"),
