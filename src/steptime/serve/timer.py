@@ -32,9 +32,9 @@ from steptime.calibration import Constants
 from steptime.errors import ServeError
 from steptime.specs import get_gpu, get_model
 from steptime.specs.engines import check_precision, get_engine
-from steptime.step import ATTN_TERMS, BLOCK_TERMS, predict_steps
+from steptime.step import ATTN_TERMS, BLOCK_TERMS, check_tp, predict_steps
 from steptime.terms import attention
-from steptime.validation import as_int, check_choice, check_f_clk
+from steptime.validation import check_choice, check_f_clk
 
 TOKEN_TERMS = tuple(t for t in BLOCK_TERMS if t not in ATTN_TERMS + ("lm_head",))
 EXACT_RTOL = 1e-9
@@ -42,10 +42,10 @@ EXACT_RTOL = 1e-9
 
 def _checked(model, gpu, tp, f_clk, kv_dtype, engine, dtype, constants):
     """The timers' arguments checked at the boundary (one clear line each): model, GPU, engine
-    (with the fitted engine constants of `constants`), a whole tp >= 1, a finite f_clk > 0, known KV
-    and projection dtypes (fp8 only where the GPU has it)."""
+    (with the fitted engine constants of `constants`), a whole tp >= 1 the GPU's node holds, a finite
+    f_clk > 0, known KV and projection dtypes (fp8 only where the GPU has it)."""
     model, gpu, engine = get_model(model), get_gpu(gpu), get_engine(engine, fitted=constants.engines)
-    tp = as_int(tp, "tensor-parallel degree tp", 1, error=ServeError)
+    tp = check_tp(tp, gpu, ServeError)
     check_f_clk(f_clk, allow_boost=True)  # as predict_steps: the API caller chose it
     check_choice(kv_dtype, "KV-cache dtype kv_dtype", tuple(attention.KV_BYTES))
     check_precision(gpu, dtype)
