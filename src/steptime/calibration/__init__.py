@@ -31,6 +31,7 @@ from typing import Any, Iterable
 
 from steptime.errors import CalibrationLeakError, InputError
 from steptime.specs import engines as E
+from steptime.terms.comm_bounds import check_updates
 
 DEFAULTS_FILE = Path(__file__).resolve().parent / "defaults.yaml"
 # ASSUMED: a stated design choice (its source says why and which experiment tests it)
@@ -476,8 +477,6 @@ def ship(settled: Iterable[str | Path], path: Path = DEFAULTS_FILE, engine_path:
     if len(engine_files) > 1:
         raise InputError(f"ship: one engine-constants file at most, got {engine_files}")
     settled = [p for p in settled if p not in engine_files]
-    from steptime.terms.comm import check_updates
-
     docs = [read_settled(p) for p in settled]
     for p, d in zip(settled, docs):
         try:
