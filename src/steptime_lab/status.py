@@ -54,11 +54,12 @@ def stale_reasons(result: str | Path | dict, root: str | Path | None = None) -> 
         path = path if path.is_absolute() else root / path
         if not path.is_file():
             return [f"result {path.relative_to(root) if path.is_relative_to(root) else path} does not exist"]
-        try:
-            doc = json.loads(path.read_text())
-        except json.JSONDecodeError as exc:
-            return [f"result {path} is not valid JSON ({exc.msg})"]
-    prov = doc.get("provenance") or {}
+        doc, why = read_result(path)
+        if why:
+            return [why]
+    if not isinstance(doc, dict):
+        return ["the result is not a JSON object"]
+    prov = doc.get("provenance") if isinstance(doc.get("provenance"), dict) else {}
     reasons = []
     inputs = prov.get("inputs") or {}
     if not inputs:
@@ -81,6 +82,32 @@ def stale_reasons(result: str | Path | dict, root: str | Path | None = None) -> 
         reasons.append(f"the steptime library changed since the result was built "
                        f"(code_sha256 {want_code[:12]} -> {_current_code_sha()[:12]})")
     return reasons
+
+
+def read_result(path: str | Path) -> tuple[dict | None, str | None]:
+    """(document, None), or (None, one line saying why the file is not a usable result): missing,
+    unreadable, empty, not JSON, not an object, or `claims` / `provenance` of the wrong type."""
+    path = Path(path)
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        return None, f"result {path.name} does not exist"
+    except (OSError, UnicodeDecodeError) as exc:
+        return None, f"result {path.name} cannot be read ({exc.__class__.__name__})"
+    if not text.strip():
+        return None, f"result {path.name} is empty"
+    try:
+        doc = json.loads(text)
+    except json.JSONDecodeError as exc:
+        return None, f"result {path.name} is not valid JSON ({exc.msg}, line {exc.lineno})"
+    if not isinstance(doc, dict):
+        return None, f"result {path.name} is a JSON {type(doc).__name__}, not an object"
+    claims = doc.get("claims")
+    if claims is not None and not (isinstance(claims, list) and all(isinstance(c, dict) for c in claims)):
+        return None, f"result {path.name}: 'claims' must be a list of objects, not {type(claims).__name__}"
+    if doc.get("provenance") is not None and not isinstance(doc.get("provenance"), dict):
+        return None, f"result {path.name}: 'provenance' must be an object"
+    return doc, None
 
 
 def _absent_modules(names) -> list[str]:
