@@ -207,3 +207,54 @@ def test_editing_a_value_fails_the_audit_naming_the_claim(repo, capsys):
     _write(p, doc)                            # even with the digest recomputed
     assert run(root=repo) == 1
     assert "FAIL E9.1:2: check failed: 0.01 <= 0.05 is True but the result says met=False" in capsys.readouterr().out
+
+
+@pytest.fixture
+def dir_repo(repo):
+    """The fixture with a registry raw input that is a directory of two manifest-listed files."""
+    d = repo / "raw" / "runs" / "a"
+    d.mkdir(parents=True)
+    (d / "x.csv").write_text("t\n1\n")
+    (d / "y.csv").write_text("t\n2\n")
+    man = yaml.safe_load((repo / "raw" / "MANIFEST.yaml").read_text())
+    man["files"] += [{"path": f"raw/runs/a/{n}", "sha256": sha256_file(d / n), "source": "s"} for n in ("x.csv", "y.csv")]
+    (repo / "raw" / "MANIFEST.yaml").write_text(yaml.safe_dump(man))
+    reg = yaml.safe_load((repo / "config" / "experiments.yaml").read_text())
+    reg["experiments"]["E9.1"]["raw"].append("raw/runs")
+    (repo / "config" / "experiments.yaml").write_text(yaml.safe_dump(reg))
+    return repo
+
+
+def test_directory_input_expands_to_its_files_each_checked(dir_repo, capsys):
+    (a,) = audit(dir_repo)
+    assert [r["path"] for r in a.raw] == ["raw/t.csv", "raw/runs/a/x.csv", "raw/runs/a/y.csv"]
+    assert all(r["sha256_manifest"] == r["sha256_now"] for r in a.raw)
+    assert run(root=dir_repo) == 0
+
+
+def test_one_flipped_byte_in_a_directory_input_fails_naming_the_file(dir_repo, capsys):
+    p = dir_repo / "raw" / "runs" / "a" / "y.csv"
+    b = bytearray(p.read_bytes())
+    b[-2] ^= 1
+    p.write_bytes(bytes(b))
+    assert run(root=dir_repo) == 1
+    assert "E9.1: raw file raw/runs/a/y.csv does not match its sha256" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("how", ["unlisted", "listed-missing", "no-sha"])
+def test_directory_file_and_manifest_must_agree(dir_repo, capsys, how):
+    man_p = dir_repo / "raw" / "MANIFEST.yaml"
+    man = yaml.safe_load(man_p.read_text())
+    if how == "unlisted":
+        (dir_repo / "raw" / "runs" / "a" / "z.csv").write_text("t\n3\n")
+        want = "raw file raw/runs/a/z.csv has no sha256"
+    elif how == "listed-missing":
+        (dir_repo / "raw" / "runs" / "a" / "x.csv").unlink()
+        want = "raw file raw/runs/a/x.csv is missing"
+    else:
+        man["files"][-1].pop("sha256")
+        man_p.write_text(yaml.safe_dump(man))
+        want = "raw file raw/runs/a/y.csv has no sha256"
+    assert run(root=dir_repo) == 1
+    out = capsys.readouterr().out
+    assert want in out and "None" not in out.split("audit:")[1]

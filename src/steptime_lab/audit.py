@@ -143,7 +143,8 @@ def audit(root: str | Path | None = None, select: str | None = None) -> list[Res
     """Audit every registered experiment (or one ID, or one claim `<ID>:<n>`)."""
     from steptime_lab.data.manifest import find_root
     from steptime_lab.results import DIGEST_KEY, result_digest
-    from steptime_lab.status import _registry, experiment_status, file_sha256, manifest_listing, read_result
+    from steptime_lab.status import (_registry, expand_raw, experiment_status, file_sha256, manifest_listing,
+                                     read_result)
 
     root = Path(find_root(root))
     if select is not None and (not isinstance(select, str) or not select.strip()):
@@ -161,7 +162,10 @@ def audit(root: str | Path | None = None, select: str | None = None) -> list[Res
             continue
         res = primary_result(r["id"], r["outputs"])
         a = ResultAudit(id=r["id"], state=r["state"], result=res, stale=list(r["reasons"]), declared=r["declared"])
-        for p in reg[r["id"]].get("raw") or []:
+        for p, why in expand_raw(root, list(reg[r["id"]].get("raw") or []), listed):
+            if why:
+                a.errors.append(why)
+                continue
             m = listed.get(p) or {}
             a.raw.append({"path": p, "sha256_manifest": m.get("sha256"), "sha256_now": file_sha256(root / p),
                           "source": m.get("source"), "version": m.get("version") or m.get("commit"),
@@ -207,6 +211,18 @@ def failures(audits: list[ResultAudit], strict: bool = False) -> list[str]:
             bad.append(f"{a.id}: stale: {a.stale[0]}" + (f" (+{len(a.stale) - 1} more)" if len(a.stale) > 1 else ""))
         if a.state == "missing-data":
             bad.append(f"{a.id}: {a.stale[0]}")
+        for rw in a.raw:
+            if rw["path"] == "raw/MANIFEST.yaml" or (rw["sha256_now"] is None and a.state in ("awaiting", "planned",
+                                                                                               "optional")):
+                continue
+            if rw["sha256_manifest"] is None:
+                if rw["path"].startswith("raw/telemetry/") and rw["sha256_now"] is not None:
+                    continue  # collected telemetry is checked by its own collector's manifest
+                bad.append(f"{a.id}: raw file {rw['path']} has no sha256 in raw/MANIFEST.yaml")
+            elif rw["sha256_now"] is None:
+                bad.append(f"{a.id}: raw file {rw['path']} is missing")
+            elif rw["sha256_now"] != rw["sha256_manifest"]:
+                bad.append(f"{a.id}: raw file {rw['path']} does not match its sha256 in raw/MANIFEST.yaml")
         for c in a.claims:
             if c.failed:
                 bad.append(f"{c.id}: check {c.check}")
@@ -237,7 +253,8 @@ def report(audits: list[ResultAudit], verbose: bool = False) -> str:
                 same = "=" if i["sha256_recorded"] == i["sha256_now"] else "CHANGED"
                 lines.append(f"    input {i['path']} sha256 {str(i['sha256_recorded'])[:12]} {same}")
             for rw in a.raw:
-                same = "=" if rw["sha256_manifest"] == rw["sha256_now"] else "MISMATCH"
+                same = ("=" if rw["sha256_manifest"] == rw["sha256_now"] else
+                        "(manifest itself)" if rw["path"] == "raw/MANIFEST.yaml" else "MISMATCH")
                 lines.append(f"    raw {rw['path']} sha256 {str(rw['sha256_manifest'])[:12]} {same} "
                              f"(source {rw['source']} {rw['version']}: {rw['original_path']})")
         for c in a.claims:
