@@ -224,3 +224,19 @@ def readme_cli(write: bool = False, root=None) -> int:
         return 0
     print("README.md: results block differs from results/README_numbers.md (run `steptime readme --write`)")
     return 1
+
+
+def pair_notebook(src, dst) -> None:
+    """notebooks/<name>.ipynb from its jupytext percent script, byte-identical on every build: each cell's
+    id is a hash of its position and source (jupytext's own ids are random on every pairing)."""
+    import hashlib
+
+    import jupytext
+
+    from steptime.io import atomic_path
+
+    nb = jupytext.read(src)
+    for i, cell in enumerate(nb.cells):
+        cell["id"] = hashlib.sha256(f"{i}\0{cell.source}".encode()).hexdigest()[:8]
+    with atomic_path(dst) as tmp:
+        jupytext.write(nb, str(tmp), fmt="ipynb")

@@ -63,7 +63,8 @@ rule figures_readme:
 # The notebooks are jupytext percent scripts (notebooks/*.py, the source); the paired .ipynb are generated.
 rule notebook:
     input:
-        "notebooks/{name}.py",
+        src="notebooks/{name}.py",
+        code=lib("reporting", "io"),
     output:
         "notebooks/{name}.ipynb",
     log:
@@ -71,9 +72,9 @@ rule notebook:
     conda:
         CONDA_ENV
     message:
-        "Pairing notebooks/{wildcards.name}.py as an .ipynb (jupytext)"
-    shell:
-        "jupytext --to ipynb --output {output} {input} > {log} 2>&1"
+        "Pairing notebooks/{wildcards.name}.py as an .ipynb (jupytext, deterministic cell ids)"
+    script:
+        "../scripts/notebook.py"
 
 
 NOTEBOOKS = [f"notebooks/{Path(p).stem}.ipynb" for p in sorted(glob.glob("notebooks/*.py"))]
