@@ -258,3 +258,32 @@ def test_directory_file_and_manifest_must_agree(dir_repo, capsys, how):
     assert run(root=dir_repo) == 1
     out = capsys.readouterr().out
     assert want in out and "None" not in out.split("audit:")[1]
+
+
+def _plans(root) -> str:
+    import subprocess
+    import sys
+
+    r = subprocess.run([sys.executable, "-m", "snakemake", "-n", "results/E9_1.json"], cwd=root,
+                       capture_output=True, text=True)
+    out = r.stdout + r.stderr
+    return "nothing" if "Nothing to be done" in out else ("E9_1 planned" if "E9_1" in out.split("Job stats")[-1] else out)
+
+
+def test_mark_current_makes_a_verified_result_current_for_snakemake(repo, capsys):
+    import os
+
+    from steptime_lab.audit import mark_current
+
+    (repo / "Snakefile").write_text('rule E9_1:\n    input: "results/data/t.parquet"\n    output: "results/E9_1.json"\n'
+                                    '    shell: "false"\n')
+    res, tidy = repo / "results" / "E9_1.json", repo / "results" / "data" / "t.parquet"
+    os.utime(res, (1_000_000, 1_000_000))          # a fresh clone: any order of mtimes
+    os.utime(tidy, (2_000_000, 2_000_000))
+    assert _plans(repo) == "E9_1 planned"          # mtime says the result is older than its input
+    assert mark_current(repo) == 0
+    assert _plans(repo) == "nothing"               # its recorded sha256s match: current, nothing to do
+    tidy.write_bytes(b"edited")                    # a real change is not hidden
+    assert mark_current(repo) == 1
+    assert "not marked (Snakemake will rebuild it): E9.1 (stale" in capsys.readouterr().out
+    assert _plans(repo) == "E9_1 planned"

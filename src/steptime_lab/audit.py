@@ -263,8 +263,48 @@ def report(audits: list[ResultAudit], verbose: bool = False) -> str:
     return "\n".join(lines)
 
 
+def mark_current(root: str | Path | None = None, select: str | None = None, dry_run: bool = False) -> int:
+    """Make currency content-based on a fresh clone (git gives every file the checkout time as mtime):
+    every result whose recorded input sha256s, raw bytes and code hash match what is on disk (`audit`
+    state ok, no failure) has its outputs, and the jobs upstream of them, marked current for Snakemake
+    (`snakemake --touch`, which touches in DAG order). Results that do not verify are left alone, so
+    Snakemake rebuilds them; a later edit of any library file still reruns what declares it as input."""
+    import subprocess
+    import sys
+
+    from steptime_lab.data.manifest import find_root
+    from steptime_lab.status import _registry
+
+    root = Path(find_root(root))
+    audits = audit(root, select)
+    bad = failures(audits)
+    reg = _registry(root)
+    verified, skipped = [], []
+    for a in audits:
+        if a.state == "ok" and not any(b.startswith(f"{a.id}:") or b.startswith(f"{a.id} ") for b in bad):
+            verified += list((reg[a.id].get("outputs") or [a.result]))
+        elif a.state in ("ok", "stale", "missing", "missing-data"):
+            skipped.append(f"{a.id} ({a.state}{': ' + (a.stale + a.errors)[0] if (a.stale + a.errors) else ''})")
+    for s in skipped:
+        print(f"not marked (Snakemake will rebuild it): {s}")
+    if not verified:
+        print("mark-current: no result verifies; nothing marked")
+        return 1
+    cmd = [sys.executable, "-m", "snakemake", *verified, "--touch", "-j1", *(["-n"] if dry_run else []), "--quiet", "all"]
+    print(f"mark-current: {len(verified)} outputs of {len(audits) - len(skipped)} verified results "
+          "(snakemake --touch, in DAG order)")
+    r = subprocess.run(cmd, cwd=root)
+    if r.returncode:
+        print(f"mark-current: snakemake --touch failed (exit {r.returncode})")
+        return 1
+    print(f"mark-current: done; `snakemake -n` now plans only what does not verify ({len(skipped)} result(s))")
+    return 1 if skipped else 0
+
+
 def run(select: str | None = None, as_json: bool = False, strict: bool = False, verbose: bool = False,
-        root: str | Path | None = None) -> int:
+        root: str | Path | None = None, mark: bool = False) -> int:
+    if mark:
+        return mark_current(root, select)
     audits = audit(root, select)
     bad = failures(audits, strict)
     if as_json:
