@@ -287,3 +287,19 @@ def test_mark_current_makes_a_verified_result_current_for_snakemake(repo, capsys
     assert mark_current(repo) == 1
     assert "not marked (Snakemake will rebuild it): E9.1 (stale" in capsys.readouterr().out
     assert _plans(repo) == "E9_1 planned"
+
+
+def test_rerun_compares_values_within_the_declared_tolerance():
+    from steptime_lab.rerun import diff_values
+
+    assert diff_values({"a": 0.1, "b": [1, "x"]}, {"a": 0.1, "b": [1, "x"]}, 0.0) == []
+    assert diff_values(0.1, 0.1000001, 0.0) == [": committed 0.1, fresh 0.1000001"]
+    assert diff_values(0.1, 0.1000001, 1e-5) == []
+    assert diff_values({"a": 1}, {"b": 1}, 0.0) == [".a: only in the committed result", ".b: only in the fresh result"]
+    assert diff_values(True, 1, 0.0) == [": committed True, fresh 1"]
+
+
+def test_rerun_refuses_an_unknown_claim_in_one_line(repo, monkeypatch, capsys):
+    monkeypatch.setenv("STEPTIME_ROOT", str(repo))
+    assert main(["audit", "E9.1:99", "--rerun"]) == 2
+    assert "no claim 'E9.1:99'" in capsys.readouterr().err

@@ -62,7 +62,8 @@ def diff_values(old, new, tol: float, path: str = "") -> list[str]:
             return out
         if isinstance(old, list) and isinstance(new, list) and len(old) == len(new):
             return [d for i, (a, b) in enumerate(zip(old, new)) for d in diff_values(a, b, tol, f"{path}[{i}]")]
-        return [] if old == new else [f"{path}: committed {old!r}, fresh {new!r}"]
+        same = old == new and (isinstance(old, bool) == isinstance(new, bool))
+        return [] if same else [f"{path}: committed {old!r}, fresh {new!r}"]
     if old == new or math.isclose(float(old), float(new), rel_tol=tol, abs_tol=0.0 if tol == 0 else 1e-12):
         return []
     return [f"{path}: committed {old!r}, fresh {new!r}"]
