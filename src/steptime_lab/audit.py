@@ -253,8 +253,10 @@ def report(audits: list[ResultAudit], verbose: bool = False) -> str:
                 same = "=" if i["sha256_recorded"] == i["sha256_now"] else "CHANGED"
                 lines.append(f"    input {i['path']} sha256 {str(i['sha256_recorded'])[:12]} {same}")
             for rw in a.raw:
-                same = ("=" if rw["sha256_manifest"] == rw["sha256_now"] else
-                        "(manifest itself)" if rw["path"] == "raw/MANIFEST.yaml" else "MISMATCH")
+                if rw["path"] == "raw/MANIFEST.yaml":
+                    lines.append(f"    raw raw/MANIFEST.yaml (the manifest itself) sha256 {str(rw['sha256_now'])[:12]}")
+                    continue
+                same = "=" if rw["sha256_manifest"] == rw["sha256_now"] else "MISMATCH"
                 lines.append(f"    raw {rw['path']} sha256 {str(rw['sha256_manifest'])[:12]} {same} "
                              f"(source {rw['source']} {rw['version']}: {rw['original_path']})")
         for c in a.claims:
