@@ -4,6 +4,7 @@
 # E2.7: every Part-2 claim in one panel, coloured by claim type, each point citing its claim id.
 rule E2_7:
     input:
+        registered=registered_raw("E2.7"),
         results=lambda wc: part2_results(),
         code=lib("experiments/abstract", "plotting", "results", "io"),
     output:
