@@ -8,6 +8,9 @@ params a result records in `provenance.config` are compared with the fresh ones)
 are then compared with the committed ones, claim by claim (and the metrics block): identical, or
 within the relative tolerance the experiment declares in the registry (`rerun_tolerance`, for known
 nondeterminism) or the one given on the command line. The time the rebuild took is printed.
+
+The code that runs is the installed steptime (an editable install resolves to this checkout's src/,
+whose hash the result records), so a rerun from a clean clone recomputes from that clone's code.
 """
 
 from __future__ import annotations
