@@ -464,7 +464,7 @@ def document(r: dict, cells, targets: dict) -> dict:
 def _claim(text, value, comparison, target, met):
     from steptime_lab.results import claim
 
-    return claim(text, round(float(value), 4), comparison, target=target, met=bool(met))
+    return claim(text, round(float(value), 4), comparison, target=target, met=bool(met), op="<=", unit="fraction")
 
 
 def plot_accuracy(r: dict, stem, caption: str | None = None, targets: dict | None = None):

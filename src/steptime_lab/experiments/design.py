@@ -152,8 +152,9 @@ def document(collected: list[dict], nested: list[dict], warm: dict, weight: dict
                     + ("" if r["held_out"] else " (metric not held out)"),
                     r["alternatives"], r["metric"],
                     # a verdict only where the metric is held out; an in-sample comparison is informational
-                    target="shipped is the best held-out alternative" if r["held_out"] else None,
-                    met=bool(r["shipped_is_best"]) if r["held_out"] else None)
+                    target=r["shipped"] if r["held_out"] else None,  # the best (lowest) alternative is the shipped one
+                    met=bool(r["shipped_is_best"]) if r["held_out"] else None,
+                    op="==" if r["held_out"] else None, rule="argmin" if r["held_out"] else None)
               for r in rows]
     return {"metrics": {"choices": rows, "warm_start": warm, "attention_llm_weight": weight,
                         "settings": {"fast": fast}}, "claims": claims}

@@ -295,7 +295,8 @@ def claims(per_run: dict, *, warmup: float, round1: str) -> list[dict]:
             out.append(claim(f"{key} {case}: does the frozen online learner beat the shipped static profile "
                              "(held-out MAPE, frozen vs static)?",
                              [round(sc["online_frozen"]["mape"], 5), round(sc["static"]["mape"], 5)],
-                             "frozen < static", met=bool(sc["online_frozen"]["mape"] < sc["static"]["mape"])))
+                             "frozen < static", met=bool(sc["online_frozen"]["mape"] < sc["static"]["mape"]),
+                             key=0, op="<", target=round(sc["static"]["mape"], 5), unit="fraction"))
     out.append(claim(f"reported in round 1 (E1.19, vLLM Poisson traces on H100/H200/A100, other telemetry): {round1}",
                      round1, "round-1 figure, not ours"))
     return out

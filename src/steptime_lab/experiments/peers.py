@@ -241,7 +241,8 @@ def e2_12_document(r: dict) -> dict:
             v = s[f"{m.lower()}_median_abs_rel_error"]
             claims.append(claim(f"{p}: median |relative error| of mean {m} over the {s['rows']} silicon rows "
                                 f"(fitted on: {FITTED_ON[p]})", v, "vs measured mean (AIC silicon sample)",
-                                target(t, key, "E2.12"), v <= target(t, key, "E2.12")))
+                                target(t, key, "E2.12"), v <= target(t, key, "E2.12"), op="<=",
+                                unit="fraction"))
     if "aiconfigurator" in r["peers"]:
         for m in ("tpot", "ttft"):
             a = summary["steptime"]["all"][f"{m}_median_abs_rel_error"]
@@ -249,7 +250,8 @@ def e2_12_document(r: dict) -> dict:
             margin = target(t, "vs_profiled_peer_margin", "E2.12")
             claims.append(claim(f"steptime (datasheet + <=3 readings) is within {margin} of "
                                 f"AIConfigurator (profiled tables) in median |{m.upper()} error|", a - b,
-                                "steptime error minus AIConfigurator error, same rows", margin, a - b <= margin))
+                                "steptime error minus AIConfigurator error, same rows", margin, a - b <= margin, op="<=",
+                                unit="fraction"))
     ss = r.get("servingsim", pd.DataFrame())
     for row in ss.to_dict(orient="records"):
         for p in r["peers"]:
@@ -257,14 +259,16 @@ def e2_12_document(r: dict) -> dict:
                 v = row[f"{m}_s_err_{p}"]
                 claims.append(claim(f"{p}: mean {m.upper()} of LLMServingSim's real run {row['run']} "
                                     f"(fitted on: {FITTED_ON[p]})", v, "relative error vs measured mean",
-                                    target(t, key, "E2.12"), abs(v) <= target(t, key, "E2.12")))
+                                    target(t, key, "E2.12"), abs(v) <= target(t, key, "E2.12"),
+                                    op="<=", abs_value=True, unit="fraction"))
     ds = r["distserve"]
     for m in ("tpot_s_mean", "ttft_s_mean"):
         v = ds["steptime_vs_distserve"][m]
         claims.append(claim(f"steptime agrees with DistServe's fitted model on {m} of the same requests (simulated; "
                             "no measured OPT run exists here)", v, "relative difference, steptime vs DistServe",
                             target(t, "distserve_agreement_max", "E2.12"),
-                            abs(v) <= target(t, "distserve_agreement_max", "E2.12")))
+                            abs(v) <= target(t, "distserve_agreement_max", "E2.12"), op="<=", abs_value=True,
+                            unit="fraction"))
     return {"metrics": {"label": "rows: measured (AIC silicon sample) vs simulated/estimated; DistServe row: " + SIMULATED,
                         "metric": "mean TTFT and mean TPOT per workload (seconds)",
                         "summary": summary, "distserve": ds, "settings": r["settings"],

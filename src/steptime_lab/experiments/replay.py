@@ -311,12 +311,13 @@ def document(table: list[dict], skipped: list[dict], targets: dict, *, n_rows: i
         lab = f"{s['dataset']} {s['gpu']} {s['engine']}"
         claims.append(claim(f"{lab}: SIMULATED closed-loop replay, {s['measure']} MAPE over {s['replay_cells']} "
                             f"configurations (E2.11 one-step: {s['one_step_tpot_mape']})", s["replay_tpot_mape"],
-                            "<= target", t, s["replay_tpot_mape"] is not None and s["replay_tpot_mape"] <= t))
+                            "<= target", t, s["replay_tpot_mape"] is not None and s["replay_tpot_mape"] <= t,
+                            op="<=", unit="fraction"))
         if s.get("replay_ttft_mape") is not None and "ttft_mape" in targets:
             tt = float(targets["ttft_mape"])
             claims.append(claim(f"{lab}: SIMULATED closed-loop replay, median TTFT MAPE over {s['replay_ttft_cells']} "
                                 f"configurations (no one-step counterpart)", s["replay_ttft_mape"], "<= target", tt,
-                                s["replay_ttft_mape"] <= tt))
+                                s["replay_ttft_mape"] <= tt, op="<=", unit="fraction"))
     moe = sum(x["rows"] for x in skipped if str(x["reason"]).startswith("MoE"))
     nospec = sum(x["rows"] for x in skipped if "UnknownModelError" in str(x["reason"]))
     claims.append(claim("mixture-of-experts configurations skipped (MoE not supported yet)", int(moe), "count"))

@@ -121,11 +121,11 @@ def e2_9_document(r: dict) -> dict:
     claims = [
         claim("steptime's chunk pick meets the TBT SLO (p99 inter-token latency) in simulation",
               meet, "fraction of (model, GPU, SLO) cases, simulated", target(t, "pick_meets_slo_fraction", "E2.9"),
-              meet >= target(t, "pick_meets_slo_fraction", "E2.9")),
+              meet >= target(t, "pick_meets_slo_fraction", "E2.9"), op=">=", unit="fraction"),
         claim("steptime's pick reaches the simulated oracle's throughput under the SLO",
               worst, "worst throughput ratio pick / oracle over cases with a feasible oracle, simulated",
               target(t, "pick_vs_oracle_min", "E2.9"),
-              worst is not None and worst >= target(t, "pick_vs_oracle_min", "E2.9")),
+              worst is not None and worst >= target(t, "pick_vs_oracle_min", "E2.9"), op=">=", unit="x"),
     ]
     for s in r["statics"]:
         claims.append(claim(f"a static chunk of {s} meets the same SLOs (context, not a target)",
@@ -249,12 +249,12 @@ def e2_4_document(r: dict) -> dict:
         claims.append(claim(f"{c['model']} (tp={c['tp']}, {c['total_gpus']} GPUs): steptime picks the same "
                             "prefill/decode pool sizes as DistServe's own fitted model", c["choice"]["steptime"],
                             f"DistServe's pick {c['choice']['distserve']}, simulated", c["choice"]["distserve"],
-                            c["same_choice"]))
+                            c["same_choice"], op="=="))
         v = c["steptime_choice_under_distserve_ratio"]
         claims.append(claim(f"{c['model']}: steptime's pick keeps its per-GPU goodput when DistServe's model "
                             "times the steps", v, "goodput per GPU of steptime's pick / of DistServe's pick, both "
                             "under DistServe's model, simulated", target(t, "goodput_ratio_min", "E2.4"),
-                            v is not None and v >= target(t, "goodput_ratio_min", "E2.4")))
+                            v is not None and v >= target(t, "goodput_ratio_min", "E2.4"), op=">=", unit="x"))
     return {"metrics": {"label": SIMULATED, "workload": r["workload"], "cases": r["cases"],
                         "round1_step_parity": "reported in round 1: step-time error on OPT-13B/A100 of 1.78% "
                                               "(steptime) vs 2.27% (DistServe's fitted model); not recomputed here"},
@@ -347,7 +347,8 @@ def e2_10_document(r: dict) -> dict:
             lim = target(t, f"{key}_abs_error_max", "E2.10")
             claims.append(claim(f"{row['run']}: simulated {label} within {lim:.0%} of the measured vLLM run",
                                 err, "relative error of the simulated percentile against the measured one "
-                                     "(same arrivals and lengths)", lim, abs(err) <= lim))
+                                     "(same arrivals and lengths)", lim, abs(err) <= lim, op="<=",
+                                abs_value=True, unit="fraction"))
     met = [c["met"] for c in claims]
     return {"metrics": {"label": "simulated replay of measured vLLM 0.19 runs (LLMServingSim); steptime fitted on "
                                  "nothing from these runs (engine profile as shipped)",
@@ -438,9 +439,11 @@ def e2_3_document(r: dict) -> dict:
               "TTFT SLOs the scalar estimate does", worst, "worst attainment difference steptime - scalar over "
               "contended rates (FCFS attainment below the contention line), simulated",
               target(t, "steptime_minus_scalar_min", "E2.3"),
-              worst is not None and worst >= target(t, "steptime_minus_scalar_min", "E2.3")),
+              worst is not None and worst >= target(t, "steptime_minus_scalar_min", "E2.3"), op=">=",
+              unit="fraction"),
         claim("steptime's first-token estimate is closer to the simulated first-token time than the scalar one",
-              err_st, f"median |relative error| over rates, scalar {err_sc:.3f}, simulated", None, err_st < err_sc),
+              err_st, f"median |relative error| over rates, scalar {err_sc:.3f}, simulated", err_sc, err_st < err_sc,
+              op="<", unit="fraction"),
     ]
     return {"metrics": {"label": SIMULATED, "workload": r["workload"], "scalar_estimate_s": r["scalar_s"],
                         "table": df.replace({np.nan: None}).to_dict(orient="list"),
