@@ -83,3 +83,10 @@ def test_ml_loo_tuned_picks_its_setting_on_the_training_gpus_only():
     assert "b200" not in info["gpus"]
     assert info["tuning"] is not None and len(info["tuning"]["inner_cv_mape"]) == len(T.peers.ML_GRID[True])
     assert info["settings"]["rows_per_gpu_cap"] == T.peers.ML_TUNED_ROWS_PER_GPU[True]
+
+
+def test_two_training_gpus_give_no_correction():
+    rng = np.random.default_rng(1)
+    data = {g: (rng.normal(size=(50, 9)), np.ones(50), np.full(50, 1.3)) for g in ("g0", "g1")}
+    model, cv = G.fit_term(data)
+    assert model.w is None and "note" in cv

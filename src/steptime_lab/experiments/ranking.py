@@ -347,19 +347,21 @@ def e2_2_document(res, wls, meas, home_gpu: str | None, targets: dict) -> dict:
                              "wrong_outside_2pct_measured_band": s["pair_wrong_clear"]},
                             "pairs (predicted ties excluded)", target="0 wrong", met=s["pair_wrong"] == 0))
         if "steptime_residual" in by and set_name == "all" and "greybox_top1" in targets:
-            gs = by["steptime_residual"]
+            gs, t1, reg = by["steptime_residual"], targets["greybox_top1"], targets["greybox_max_regret"]
             claims.append(claim(f"GPU set '{set_name}': the grey box's (steptime_residual) tie-aware top-1 pick "
                                 "matches the measured fastest GPU", gs["top1"],
-                                f"fraction of {gs['workloads']} workloads (ties {gs['top1_ties']}, misses "
-                                f"{gs['top1_misses']})", target=f">= {targets['greybox_top1']}",
-                                met=gs["top1"] >= targets["greybox_top1"]))
-            dist = gs["top1_regret_wrong_picks"]
-            claims.append(claim(f"GPU set '{set_name}': every wrong pick of the grey box is within "
-                                f"{targets['greybox_max_regret']:.0%} of the measured best's time",
-                                dict(dist, max=round(dist.get("max", 0.0), 4)) if dist["n"] else dist,
-                                "measured time of the pick / measured best - 1 over the wrong picks (ties: the "
-                                "worst tied GPU)", target=f"<= {targets['greybox_max_regret']}",
-                                met=(gs["top1_regret_max"] or 0.0) <= targets["greybox_max_regret"]))
+                                f">= {t1} of {gs['workloads']} workloads (ties {gs['top1_ties']}, misses "
+                                f"{gs['top1_misses']})", target=t1, met=gs["top1"] >= t1))
+            worst = float(gs["top1_regret_max"] or 0.0)
+            claims.append(claim(f"GPU set '{set_name}': every wrong pick of the grey box is within {reg:.0%} of "
+                                "the measured best's time", round(worst, 6),
+                                f"<= {reg}: the largest measured time of the pick / measured best - 1 (ties: the "
+                                "worst tied GPU)", target=reg, met=worst <= reg))
+            claims.append(claim(f"GPU set '{set_name}': the regret distribution of the grey box's wrong picks "
+                                "(steptime's beside it)", {"steptime_residual": gs["top1_regret_wrong_picks"],
+                                                          "steptime": s["top1_regret_wrong_picks"]},
+                                "measured time of the pick / measured best - 1 over the workloads not picked "
+                                "right: count, median, p90, max, and how many within 2% and 5%"))
         if "rf_spec_scaled" in by:
             claims.append(claim(f"GPU set '{set_name}': a home-profiled RF covers 1 GPU; verbatim it ties every pair",
                                 {"rf_verbatim_pair_ties": by["rf_verbatim"]["pair_ties"],
