@@ -439,7 +439,9 @@ def plot_ranking(res, stem):
         "E2.2 GPU ranking for the workload set (per-layer GEMM + attention; measured = sums of AIConfigurator "
         "rows on the grid). Tie-aware top-1 counts a predicted tie as a non-hit; 'clear winner' scores only the "
         "workloads whose measured runner-up is more than 2% slower; the stable-sort column is the "
-        "artifact E2.6 re-scores. The home RF verbatim predicts the same time on every GPU (all ties)."))
+        "artifact E2.6 re-scores. The home RF verbatim predicts the same time on every GPU (all ties). "
+        "steptime_residual is the grey box: steptime's GEMM and attention terms times corrections fitted on the "
+        "other GPUs' tables."))
 
 
 def plot_ties(res, stem):
