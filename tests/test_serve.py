@@ -267,3 +267,37 @@ def test_engine_changes_the_run():
     a = simulate(M, G, wl, engine="vllm").summary()["tpot_s"]["p50"]
     b = simulate(M, G, wl, engine="kernels").summary()["tpot_s"]["p50"]
     assert b < a  # the bare kernel sum has no host, launch or sampling time
+
+
+def test_itl_log_merges_exactly_then_on_a_bounded_grid():
+    from steptime.serve.sim import ItlLog
+
+    rng = np.random.default_rng(0)
+    vals = [rng.choice([0.01, 0.02, 0.03], 50) for _ in range(40)]
+    log = ItlLog(cap=100)  # compacts many times; 3 distinct values stay exact
+    for i, v in enumerate(vals):
+        log.add(v, float(i % 3 + 1))
+    v, w = log.arrays()
+    allv = np.concatenate(vals)
+    allw = np.concatenate([np.full(50, float(i % 3 + 1)) for i in range(40)])
+    assert log.exact and v.size == 3
+    assert np.array_equal(weighted_quantile(v, w, [0.1, 0.5, 0.9]), weighted_quantile(allv, allw, [0.1, 0.5, 0.9]))
+    assert w.sum() == allw.sum()
+    # distinct floats beyond the cap: a log grid of 1e-4 relative width, bounded size
+    log = ItlLog(cap=1000)
+    x = rng.uniform(0.005, 0.05, 200_000)
+    for c in np.split(x, 100):
+        log.add(c, 1.0)
+    v, w = log.arrays()
+    assert not log.exact and v.size < 30_000 and w.sum() == x.size
+    q = weighted_quantile(v, w, [0.5, 0.9, 0.99])
+    assert np.allclose(q, np.quantile(x, [0.5, 0.9, 0.99]), rtol=2e-4)
+
+
+def test_decode_runs_through_finishes_match_step_by_step(timer):
+    # many short outputs: most decode runs end in a finish (timed inside the run)
+    wl = synthetic(150, isl=(16, 256), osl=(2, 12), rate=30.0, seed=9)
+    fast = simulate(M, G, wl, timer=timer)
+    slow = simulate(M, G, wl, timer=timer, fast=False)
+    _same_runs(fast, slow)
+    assert fast.itl_w.sum() == slow.itl_w.sum() == (wl.output - 1).sum()

@@ -7,6 +7,7 @@
     steptime constants [--json]              steptime engines [--json]
     steptime audit [ID | ID:n] [--json] [--strict]   steptime readme [--write]
     steptime serve --model llama-3.1-8b --gpu h100-sxm --rate 8 --n 1000 [--json] [--csv F] [--fig F.png]
+    steptime plan --model llama-3.1-8b --rate 8 --slo-ttft-ms 1000 --slo-tpot-ms 50 --gpus h100-sxm,l40s [--json]
 
 Bad input prints one line on stderr and exits 2; no tracebacks.
 """
@@ -185,6 +186,12 @@ def cmd_serve(a) -> int:
     return run(a)
 
 
+def cmd_plan(a) -> int:
+    from steptime.plan_command import cmd_plan as run
+
+    return run(a)
+
+
 class _Parser(argparse.ArgumentParser):
     """argparse that reports a bad argument in one line (exit 2), like every other error."""
 
@@ -249,6 +256,9 @@ def build_parser() -> argparse.ArgumentParser:
     from steptime.serve.command import add_parser as add_serve
 
     add_serve(sub)
+    from steptime.plan_command import add_parser as add_plan
+
+    add_plan(sub)
     return p
 
 
@@ -262,7 +272,7 @@ def main(argv: list[str] | None = None) -> int:
         handler = {"predict": cmd_predict, "gpus": cmd_gpus, "models": cmd_models, "bench": cmd_bench,
                    "status": cmd_status, "audit": cmd_audit, "readme": cmd_readme, "evaluate": cmd_evaluate,
                    "constants": cmd_constants, "calibration": cmd_calibration, "engines": cmd_engines,
-                   "serve": cmd_serve}[a.cmd]
+                   "serve": cmd_serve, "plan": cmd_plan}[a.cmd]
         return handler(a)
     except SteptimeError as exc:
         print(f"steptime: error: {exc}", file=sys.stderr)

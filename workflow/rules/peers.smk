@@ -34,3 +34,30 @@ rule E2_12:
         "E2.12 serving peers side by side: steptime.serve vs AIConfigurator vs measured; DistServe agreement"
     script:
         "../scripts/E2_12.py"
+
+
+# E2.13: the planner's simulation against AIC's measured frontiers (GPU held out), and its cost picks.
+rule E2_13:
+    input:
+        registered=registered_raw("E2.13"),
+        silicon=tidy("aic_silicon"),
+        code=lib("plan", "serve", "experiments/planner", "experiments/peers", "step", "terms", "specs", "calibration"),
+        settled=SETTLED_ALL,
+    output:
+        result="results/E2_13.json",
+        **figure("fig", "figures/E2_13_frontier"),
+    params:
+        question=question("E2.13"),
+        settings=settings("E2.13"),
+        targets=targets("E2.13"),
+    threads: 2
+    log:
+        "logs/E2_13.log",
+    benchmark:
+        "benchmarks/E2_13.tsv"
+    conda:
+        CONDA_ENV
+    message:
+        "E2.13 planner vs measured frontiers (held-out GPU) and cost picks (simulated)"
+    script:
+        "../scripts/E2_13.py"

@@ -240,7 +240,7 @@ def cmd_serve(a) -> int:
         from steptime.io import atomic_path
 
         with atomic_path(a.csv) as tmp:
-            run.requests.to_csv(tmp, index=False)
+            run.requests.to_csv(tmp, index=False, chunksize=100_000)  # written in chunks of rows
     if a.fig:
         plot_run(run, Path(a.fig).with_suffix(""), title=f"{a.model} on {a.gpu} (tp={a.tp}), {run.policy['name']}")
     if a.json:

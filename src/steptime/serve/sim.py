@@ -18,9 +18,10 @@ goes back to the front of the queue. `reserve_full` instead admits a request onl
 blocks of its whole length reserved (no preemption; the disaggregated decode pool's default).
 
 Speed: an iteration in which every running request decodes and nothing can join repeats
-with one more KV token per request; runs of such iterations (up to the next finish,
-arrival that could join, or KV exhaustion) are timed in one vectorised call, exactly
-(steptime.serve.timer). Other iterations go one by one.
+with one more KV token per request; runs of such iterations (up to and including the next
+finish, or up to an arrival that could join, or KV exhaustion) are timed in one vectorised
+call, exactly (steptime.serve.timer). Other iterations go one by one. Memory: per-request
+state is a few numpy arrays; inter-token latencies go to a bounded ItlLog.
 """
 
 from __future__ import annotations
@@ -109,6 +110,66 @@ def kv_capacity_blocks(timer: StepTimer, pol: Policy) -> int:
     return int(free // (per_tok * pol.block_size))
 
 
+class ItlLog:
+    """Inter-token latencies as (value, weight) pairs, in bounded memory.
+
+    Pairs are kept exactly; when more than `cap` accumulate, equal values are merged (exact:
+    the weighted quantiles do not change). If the distinct values still exceed half the cap
+    (a very long replay: every step time is a distinct float), values are put on a log grid
+    of relative width `GRID` (0.01 %) and merged: quantiles then carry at most that relative
+    error, `exact` turns False, and memory stays bounded by the grid (a few 10^5 bins).
+    """
+
+    GRID = 1e-4
+
+    def __init__(self, cap: int = 1 << 21):
+        self.cap = cap
+        self.v: list = []
+        self.w: list = []
+        self.n = 0
+        self.exact = True
+
+    def add(self, values, weight) -> None:
+        self.v.append(values)
+        self.w.append(weight)
+        self.n += len(values)
+        if self.n > self.cap:
+            self._compact()
+
+    def _arrays(self):
+        if not self.v:
+            return np.zeros(0), np.zeros(0)
+        v = np.concatenate(self.v).astype(float, copy=False)
+        if isinstance(self.w[0], np.ndarray):  # a compacted head, then scalar weights per chunk
+            w = np.concatenate([self.w[0], np.repeat(np.array(self.w[1:], dtype=float),
+                                                     [len(x) for x in self.v[1:]])])
+        else:
+            w = np.repeat(np.array(self.w, dtype=float), [len(x) for x in self.v])
+        return v, w
+
+    def _compact(self) -> None:
+        v, w = self._arrays()
+        if not self.exact:
+            v = self._grid(v)
+        u, inv = np.unique(v, return_inverse=True)
+        if self.exact and u.size > self.cap // 2:
+            self.exact = False
+            u, inv = np.unique(self._grid(v), return_inverse=True)
+        self.v, self.w = [u], [np.bincount(inv, weights=w, minlength=u.size)]
+        self.n = u.size
+
+    def _grid(self, v):
+        pos = v > 0
+        g = np.exp(np.round(np.log(np.where(pos, v, 1.0)) / self.GRID) * self.GRID)
+        return np.where(pos, g, v)
+
+    def arrays(self):
+        """(values, weights), equal values merged (sorted by value)."""
+        if len(self.v) > 1 or self.n > self.cap:
+            self._compact()
+        return self._arrays()
+
+
 @dataclass
 class Run:
     """A finished simulation: per-request table, inter-token latencies, step log totals."""
@@ -120,6 +181,7 @@ class Run:
     makespan_s: float
     kv_blocks: int
     policy: dict
+    itl_exact: bool = True  # False: ITL values merged on ItlLog's 0.01 % log grid (very long runs)
 
     def summary(self, slo_ttft_s: float | None = None, slo_tpot_s: float | None = None) -> dict:
         return summarize(self, slo_ttft_s, slo_tpot_s)
@@ -166,8 +228,7 @@ class _Engine:
         self.last = np.full(n, np.nan)
         self.npre = np.zeros(n, dtype=np.int64)
         self.first_est = np.full(n, np.nan)
-        self.itl_v: list = []  # arrays of inter-token latencies ...
-        self.itl_w: list = []  # ... and how many tokens each stands for
+        self.itl = ItlLog()  # inter-token latencies and how many tokens each stands for
         self.progress = progress
         self._tick = PROGRESS_STEPS
         self.free = self.blocks
@@ -227,8 +288,12 @@ class _Engine:
         done = 0
         budget0 = p.budget
         static = p.name == "static"
-        itl_v, itl_w = self.itl_v, self.itl_w
+        itl = self.itl
         last_dt = 1e-3
+        merge_finish = self.deadline is None  # a deadline queue re-estimates at every iteration boundary
+        max_seqs = p.max_num_seqs
+        arr_inf = math.inf
+        cache = None  # (R, comp, held, iterations to the next finish, iterations not yet written, last end)
         while done < n:
             while nxt < n and arr[nxt] <= now:
                 waiting.append(nxt)
@@ -239,48 +304,68 @@ class _Engine:
                 continue
             if self.deadline is not None and len(waiting) > 1:
                 waiting = self._deadline_order(waiting, now, R)
-            rem = ntok[R] - comp[R]
+            if cache is not None and cache[0] is R:  # R has only decoded since the last run
+                _, cR, hR, left, pend, last_end = cache
+                pure = True
+            else:
+                cR = comp[R]
+                rem = ntok[R] - cR
+                pure = nr and rem.max() == 1
+                left = None
             # ---- fast path: a run of identical pure-decode iterations -----------------------
-            if self.fast and nr and rem.max() == 1:
-                can_join = bool(waiting) and nr < p.max_num_seqs and not static
+            if self.fast and pure:
+                can_join = bool(waiting) and nr < max_seqs and not static
                 if can_join:
                     h = waiting[0]
                     can_join = self._admit_need(h, min(int(ntok[h] - comp[h]), budget0 - nr)) <= self.free
                 if not can_join:
-                    k = min(int((out[R] - gen[R]).min()) - 1, MAX_RUN)  # iterations before the next finish
-                    if nxt < n and arr[nxt] < math.inf and nr < p.max_num_seqs and not static:
+                    if left is None:
+                        left = int((out[R] - gen[R]).min())  # iterations up to the next finish
+                        hR = held[R]
+                        pend = 0
+                    k = min(left if merge_finish else left - 1, MAX_RUN)
+                    joinable = nxt < n and nr < max_seqs and not static
+                    if joinable and arr[nxt] < arr_inf:
                         # only how many iterations get timed at once; the run still stops at the arrival
                         k = min(k, int((arr[nxt] - now) / max(last_dt, 1e-6) * 1.25) + 2)
-                    m = self._decode_run(R, k, now, nxt, static) if k >= 2 else 0
+                    m = self._decode_run(R, cR, hR, k, now, nxt, joinable) if k >= (1 if merge_finish else 2) else 0
                     if m >= 1:
                         dts = self._last_dts
-                        ends = now + np.cumsum(dts)
-                        itl_v.append(ends[0] - last[R])
-                        itl_w.append(np.ones(nr))
+                        end = now + self._last_span
+                        d0 = float(dts[0])
+                        if pend:  # every running request's last token came at `now`
+                            itl.add(np.array([(now + d0) - now]), float(nr))
+                        else:
+                            itl.add((now + d0) - last[R], 1.0)
                         if m > 1:
-                            itl_v.append(dts[1:])
-                            itl_w.append(np.full(m - 1, float(nr)))
-                        comp[R] += m
-                        gen[R] += m
-                        ntok[R] += m
-                        nb = np.maximum(-(-comp[R] // B), held[R])
-                        self.free -= int((nb - held[R]).sum())
-                        held[R] = nb
-                        last[R] = ends[-1]
+                            itl.add(dts[1:], float(nr))
+                        cR = cR + m
+                        nb = np.maximum(-(-cR // B), hR)
+                        self.free -= int(nb.sum() - hR.sum())
+                        hR = nb
                         steps += m
-                        busy += float(dts.sum())
-                        now = float(ends[-1])
+                        busy += self._last_span
+                        now = end
                         last_dt = float(dts[-1])
                         if self.progress is not None and steps >= self._tick:
                             self._show_steps(steps)
+                        cache = (R, cR, hR, left - m, pend + m, end)
+                        if m == left:  # the last iteration finished requests
+                            cache = self._flush(cache)
+                            f = R[gen[R] >= out[R]]
+                            R, done, released = self._finish(f, R, now, done, released)
                         continue
+            if cache is not None:  # write the decode runs' progress back before anything else reads it
+                cache = self._flush(cache)
+                cR = comp[R]
+                rem = ntok[R] - cR
             # ---- one iteration -------------------------------------------------------------
             budget = budget0
             preempted = False
             if nr:
                 cum = np.cumsum(rem)
                 take = np.clip(budget - (cum - rem), 0, rem)
-                need = np.maximum(-(-(comp[R] + take) // B) - held[R], 0)
+                need = np.maximum(-(-(cR + take) // B) - held[R], 0)
                 if int(need.sum()) > self.free:
                     n_before = self.npre.sum()
                     R, ids, takes, budget = self._preempt_loop(R, budget, waiting)
@@ -299,7 +384,7 @@ class _Engine:
             if not preempted and (not static or not len(R)):
                 a_id, a_take = [], []
                 nrun = len(R)
-                while waiting and budget > 0 and nrun < p.max_num_seqs:
+                while waiting and budget > 0 and nrun < max_seqs:
                     r = waiting[0]
                     want = int(ntok[r] - comp[r])
                     k_new = min(want, budget)
@@ -336,24 +421,40 @@ class _Engine:
                 ntok[e] += 1
                 was = np.isfinite(first[e])
                 if was.any():
-                    itl_v.append(now - last[e[was]])
-                    itl_w.append(np.ones(int(was.sum())))
+                    itl.add(now - last[e[was]], 1.0)
                 first[e[~was]] = now
                 last[e] = now
                 f = e[gen[e] >= out[e]]
                 if len(f):
-                    finish[f] = now
-                    self.free += int(held[f].sum())
-                    held[f] = 0
-                    done += len(f)
-                    R = R[np.isnan(finish[R])]
-                    if closed and released < n:
-                        k = min(len(f), n - released)
-                        arr[released:released + k] = now
-                        released += k
-                    if self.progress is not None:
-                        self.progress.update(len(f))
+                    R, done, released = self._finish(f, R, now, done, released)
         return self._result(steps, busy, now)
+
+    def _flush(self, cache):
+        """Write decode runs kept in local arrays back to the per-request state."""
+        R, cR, hR, _, pend, last_end = cache
+        self.comp[R] = cR
+        self.gen[R] += pend
+        self.ntok[R] += pend
+        self.held[R] = hR
+        self.last[R] = last_end
+        return None
+
+    def _finish(self, f, R, now, done, released):
+        """Requests `f` finished at `now`: free their blocks, drop them from the running set,
+        release closed-loop arrivals."""
+        self.finish[f] = now
+        self.free += int(self.held[f].sum())
+        self.held[f] = 0
+        done += len(f)
+        R = R[np.isnan(self.finish[R])]
+        closed = self.wl.concurrency
+        if closed and released < self.n:
+            k = min(len(f), self.n - released)
+            self.arr[released:released + k] = now
+            released += k
+        if self.progress is not None:
+            self.progress.update(len(f))
+        return R, done, released
 
     def _deadline_order(self, waiting, now: float, R) -> deque:
         """QLM-style queue: earliest first-token deadline first, except requests the estimator
@@ -379,29 +480,29 @@ class _Engine:
             return -(-int(self.ntok[r] - self.gen[r] + self.out[r]) // B) - int(self.held[r])
         return -(-(int(self.comp[r]) + k_new) // B) - int(self.held[r])
 
-    def _decode_run(self, R, k, now, nxt, static) -> int:
+    def _decode_run(self, R, kvs, hR, k, now, nxt, joinable) -> int:
         """Time up to k pure-decode iterations; return how many run before an event."""
         B = self.p.block_size
         nr = len(R)
-        kvs = self.comp[R]
         dts = self.t.decode_steps(nr, float(kvs.sum()), k)
         m = k
+        ends = np.cumsum(dts)
         # an arrival that could join stops the run at the first iteration starting after it
-        if nxt < self.n and nr < self.p.max_num_seqs and not static:
-            starts = now + np.concatenate([[0.0], np.cumsum(dts[:-1])])
-            m = min(m, int(np.searchsorted(starts, self.arr[nxt], side="left")))
+        if joinable:
+            a = self.arr[nxt]  # iteration j starts at now + sum(dts[:j])
+            if a < math.inf:
+                m = min(m, 1 + int(np.searchsorted(ends + now, a, side="left")))
         # KV blocks: iteration j needs ceil((kv_i + j + 1) / B) blocks for request i
-        if m and nr * (m // B + 1) > self.free:  # else the free blocks cover any growth in m iterations
+        if m and not self.p.reserve_full and nr * (m // B + 1) > self.free:  # else the free blocks cover any growth
             q, rem = np.divmod(kvs + 1, B)
             hist = np.bincount(rem, minlength=B)
             j = np.arange(m)
             need = q.sum() + (hist[:, None] * -(-(np.arange(B)[:, None] + j[None, :]) // B)).sum(axis=0)
-            if self.p.reserve_full:
-                need = np.zeros_like(need)  # every block is reserved at admission
-            over = np.flatnonzero(need > self.free + int(self.held[R].sum()))
+            over = np.flatnonzero(need > self.free + int(hR.sum()))
             if over.size:
                 m = int(over[0])
         self._last_dts = dts[:m]
+        self._last_span = float(ends[m - 1]) if m else 0.0
         return m
 
     def _result(self, steps, busy, now) -> Run:
@@ -413,9 +514,8 @@ class _Engine:
             "first_token_s": first, "finish_s": fin, "ttft_s": first - arr,
             "tpot_s": np.where(out > 1, (fin - first) / np.maximum(out - 1, 1), np.nan),
             "e2e_s": fin - arr, "preemptions": self.npre, "first_token_estimate_s": self.first_est})
-        itl = np.concatenate(self.itl_v) if self.itl_v else np.zeros(0)
-        w = np.concatenate(self.itl_w) if self.itl_w else np.zeros(0)
-        return Run(df, itl, w, steps, busy, now, self.blocks, asdict(self.p))
+        itl, w = self.itl.arrays()
+        return Run(df, itl, w, steps, busy, now, self.blocks, asdict(self.p), itl_exact=self.itl.exact)
 
 
 def simulate(model, gpu, workload: Workload, pol: Policy | str = "vllm", *, tp: int = 1, timer: StepTimer | None = None,
@@ -480,7 +580,7 @@ def _merge(runs, sort=False) -> Run:
         df = df.sort_values("request", kind="stable").reset_index(drop=True)
     return Run(df, np.concatenate([r.itl_s for r in runs]), np.concatenate([r.itl_w for r in runs]),
                sum(r.n_steps for r in runs), sum(r.busy_s for r in runs), max(r.makespan_s for r in runs),
-               min(r.kv_blocks for r in runs), runs[0].policy)
+               min(r.kv_blocks for r in runs), runs[0].policy, itl_exact=all(r.itl_exact for r in runs))
 
 
 def simulate_disagg(model, gpu, workload: Workload, *, prefill_instances: int = 1, decode_instances: int = 1,
@@ -549,7 +649,8 @@ def simulate_disagg(model, gpu, workload: Workload, *, prefill_instances: int = 
     pol = {"name": "disagg", "prefill_instances": prefill_instances, "decode_instances": decode_instances,
            "prefill": asdict(pp), "decode": asdict(dp), "transfer_gbps": bw}
     return Run(df, np.concatenate(itl), np.concatenate(wts), steps, busy, span,
-               min([pre.kv_blocks] + [r.kv_blocks for r in dec_runs]), pol)
+               min([pre.kv_blocks] + [r.kv_blocks for r in dec_runs]), pol,
+               itl_exact=pre.itl_exact and all(r.itl_exact for r in dec_runs))
 
 
 # ---------------------------------------------------------------------------------------

@@ -83,6 +83,14 @@ class StepTimer:
         self._pf = (float(self.heads), float(self.kv_heads), float(m.head_dim), kvb)
         self._eta_c = f * self.fc["attn_eta_ceil"] * (self.fc["attn_fp8_compute"] if fp8 else 1.0)
         self._unit = self.fc["attn_fp8_unit"] if fp8 else 1.0
+        # scalar constants of decode attention (the hot path works in Python floats)
+        fc = self.fc
+        self._dp = float(fc["attn_overlap_p"])
+        self._dinvp = 1.0 / self._dp
+        self._dunit = self._u0 * fc["attn_cta_us"] * 1e-6 / self.gpu.sms
+        self._dmem = 1.0 / (self.gpu.mem_bw * fc["attn_eta_mem"])
+        self._dfloor = fc["attn_floor_us"] * 1e-6
+        self._ar = np.arange(1024, dtype=float)
         self.A = np.zeros(1)
         self.Dp = np.zeros(1)
         self.B = np.zeros(1)
@@ -109,6 +117,7 @@ class StepTimer:
         self.A = np.concatenate([[0.0], sum(r["terms_ms"][t] for t in TOKEN_TERMS) * 1e-3])
         # dispatch floor of a step holding a prefill of T tokens (row T = 1 is a decode: unused)
         self.Dp = np.concatenate([[0.0], (r["terms_ms"]["dispatch_floor"] + r["hidden_ms"]["dispatch_floor"]) * 1e-3])
+        self._Al, self._Dpl = self.A.tolist(), self.Dp.tolist()
 
     def _grow_requests(self, n_max: int) -> None:
         n_max = int(max(n_max, 2 * (len(self.B) - 1), 16))
@@ -119,11 +128,19 @@ class StepTimer:
         self.Dd = np.concatenate([[0.0], (r["terms_ms"]["dispatch_floor"] + r["hidden_ms"]["dispatch_floor"]) * 1e-3])
         self.S = np.concatenate([[0.0], (r["terms_ms"]["host"] + r["hidden_ms"]["host"]) * 1e-3])
         self.Sm = np.concatenate([[0.0], r["terms_ms"]["sampling"] * 1e-3])
+        self._Bl, self._Ddl, self._Sl, self._Sml = self.B.tolist(), self.Dd.tolist(), self.S.tolist(), self.Sm.tolist()
 
     def _total(self, blocks, disp, N):
         body = np.maximum(blocks, disp)
         S = self.S[N]
         return body + (1.0 - self.ov) * S + self.ov * np.maximum(0.0, S - body) + self.Sm[N]
+
+    def _total1(self, blocks: float, disp: float, N: int) -> float:
+        """`_total` of one step in Python floats (same operations, same order)."""
+        body = blocks if blocks >= disp else disp
+        S = self._Sl[N]
+        hid = S - body
+        return body + (1.0 - self.ov) * S + self.ov * (hid if hid > 0.0 else 0.0) + self._Sml[N]
 
     # -- attention -----------------------------------------------------------------------
     def decode_attention(self, n_dec, sum_kv):
@@ -139,6 +156,12 @@ class StepTimer:
         t_units = n * self._u0 * fc["attn_cta_us"] * 1e-6 / self.gpu.sms
         t_mem = nb / (self.gpu.mem_bw * fc["attn_eta_mem"])
         return np.where(n > 0, fc["attn_floor_us"] * 1e-6 + (t_units ** p + t_mem ** p) ** (1.0 / p), 0.0)
+
+    def decode_attention1(self, n: int, sum_kv: float) -> float:
+        """`decode_attention` of one step in Python floats (n > 0)."""
+        t_units = n * self._dunit
+        t_mem = (n * self._b0 + self._b1 * sum_kv) * self._dmem
+        return self._dfloor + (t_units ** self._dp + t_mem ** self._dp) ** self._dinvp
 
     def _decode_attention_ref(self, n_dec, sum_kv):
         n = np.atleast_1d(np.asarray(n_dec, dtype=float))
@@ -206,22 +229,48 @@ class StepTimer:
         """`step` for integer arrays (the simulator's hot path)."""
         T = int(new.sum())
         N = len(new)
-        self._ensure(T, N)
+        if T >= len(self._Al) or N >= len(self._Bl):
+            self._ensure(T, N)
+        if T == N:  # every request decodes one token
+            att = self.decode_attention1(N, float(kv.sum()))
+            return self._total1(self._Al[T] + self._Bl[N] + self.L * att, self._Ddl[N], N)
         dec = new == 1
         nd = int(dec.sum())
         att = 0.0
         if nd:
-            att += float(self.decode_attention(nd, float(kv[dec].sum()))[()])
-        if nd < N:
-            att += self.prefill_attention(new[~dec], kv[~dec])
-        return float(self._total(self.A[T] + self.B[N] + self.L * att, self.Dd[N] if nd == N else self.Dp[T], N))
+            att += self.decode_attention1(nd, float(kv[dec].sum()))
+        pre = ~dec
+        att += self.prefill_attention(new[pre].tolist(), kv[pre].tolist())
+        return self._total1(self._Al[T] + self._Bl[N] + self.L * att, self._Dpl[T], N)
 
     def decode_steps(self, n: int, sum_kv0: float, k: int) -> np.ndarray:
         """k consecutive pure-decode steps of the same n requests, KV sum growing by n a step."""
-        self._ensure(n, n)
-        s = sum_kv0 + n * np.arange(k, dtype=float)
-        blocks = self.A[n] + self.B[n] + self.L * self.decode_attention(np.full(k, float(n)), s)
-        return self._total(blocks, self.Dd[n], n)
+        if n >= len(self._Al) or n >= len(self._Bl):
+            self._ensure(n, n)
+        if k > len(self._ar):
+            self._ar = np.arange(max(k, 2 * len(self._ar)), dtype=float)
+        p = self._dp
+        # bytes of step j: n b0 + b1 (sum_kv0 + n j), over the achieved bandwidth
+        x = self._ar[:k] * (self._b1 * n * self._dmem)
+        x += (n * self._b0 + self._b1 * sum_kv0) * self._dmem
+        x **= p
+        x += (n * self._dunit) ** p
+        x **= self._dinvp
+        x += self._dfloor  # one layer's decode attention
+        x *= self.L
+        x += self._Al[n] + self._Bl[n]
+        body = np.maximum(x, self._Ddl[n], out=x)
+        S = self._Sl[n]
+        if self.ov:
+            hid = S - body
+            np.maximum(hid, 0.0, out=hid)
+            hid *= self.ov
+            body += (1.0 - self.ov) * S
+            body += hid
+        else:
+            body += S
+        body += self._Sml[n]
+        return body
 
     def check(self, n_batches: int = 40, seed: int = 0) -> float:
         """Largest relative difference against predict_steps over random mixed batches."""

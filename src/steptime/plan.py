@@ -1,0 +1,524 @@
+"""`steptime plan`: the cheapest deployment that meets a latency SLO, searched over layouts.
+
+The search runs the serving simulator (steptime.serve) on every layout of
+
+    GPU x tensor parallelism x replicas x engine x dtype x scheduler knobs
+    (max_num_seqs, token budget), aggregated (vLLM-style chunked prefill) and
+    disaggregated (prefill:decode pools, DistServe-style)
+
+drops the layouts that do not fit in memory (with the reason), scores the rest on the
+workload, and ranks those meeting the SLO (TTFT and TPOT at a percentile) by cost per
+million output tokens at a price per GPU-hour (specs/prices.yaml: every price with a
+source and a date; `--prices FILE` replaces it), then by GPUs. Every number is simulated.
+
+Work is spread over processes; each task gets everything it needs as arguments (model,
+GPU and engine keys, the calibration constants, the workload arrays, the layouts) and
+builds its own step timer, so no process-wide state is shared.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import signal
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from steptime.errors import SteptimeError
+
+PRICE_FILE = Path(__file__).resolve().parent / "specs" / "prices.yaml"
+DEFAULT_TP = (1, 2, 4, 8)
+DEFAULT_SEQS = (64, 256)
+DEFAULT_BUDGETS = (2048, 8192)
+REPLICAS = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32)
+DISAGG = ((1, 1), (1, 2), (1, 3), (2, 1), (2, 3))  # prefill : decode instances
+GPUS_PER_NODE_DEFAULT = 8  # ASSUMED where specs/gpus.yaml gives no gpus_per_node: an 8-GPU server
+
+
+class PlanError(SteptimeError, ValueError):
+    """A plan that cannot be searched or has no answer (one line says why)."""
+
+
+# -- prices ---------------------------------------------------------------------------------
+def load_prices(path=None) -> dict:
+    """{gpu key: {usd_per_gpu_hour, source, date, provider}}; refuses a price without source or date."""
+    import yaml
+
+    from steptime.specs import gpu_key
+
+    p = Path(path) if path else PRICE_FILE
+    if not p.is_file():
+        raise PlanError(f"--prices {str(p)!r}: no such file")
+    if p.stat().st_size > 1 << 20:
+        raise PlanError(f"--prices {str(p)!r}: larger than 1 MB, not a price table")
+    try:
+        doc = yaml.safe_load(p.read_text())
+    except (yaml.YAMLError, UnicodeDecodeError) as exc:
+        raise PlanError(f"--prices {str(p)!r}: not a YAML price table ({type(exc).__name__})") from None
+    if not isinstance(doc, dict) or not isinstance(doc.get("prices"), dict):
+        raise PlanError(f"{p}: expected a `prices:` mapping of GPU -> {{usd_per_gpu_hour, source, date}}")
+    sources = doc.get("sources") or {}
+    out = {}
+    for name, e in doc["prices"].items():
+        if not isinstance(e, dict):
+            raise PlanError(f"{p}: price of {name!r} must be a mapping with usd_per_gpu_hour, source and date")
+        v = e.get("usd_per_gpu_hour")
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v <= 0:
+            raise PlanError(f"{p}: {name}: usd_per_gpu_hour must be a number > 0 (got {v!r})")
+        src, date = e.get("source"), e.get("date")
+        if not src or not str(src).strip():
+            raise PlanError(f"{p}: the price of {name} has no source: every price needs a source and a date")
+        if not date:
+            raise PlanError(f"{p}: the price of {name} has no date: every price needs a source and a date")
+        try:
+            key = gpu_key(str(name))
+        except SteptimeError:
+            raise PlanError(f"{p}: unknown GPU {name!r} in the price table (see `steptime gpus`)") from None
+        out[key] = {"usd_per_gpu_hour": float(v), "source": str(sources.get(src, src)), "date": str(date),
+                    "provider": str(e.get("provider", ""))}
+    return out
+
+
+# -- layouts --------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Layout:
+    gpu: str
+    tp: int
+    engine: str
+    dtype: str
+    max_num_seqs: int
+    max_num_batched_tokens: int
+    replicas: int = 1  # aggregated instances
+    prefill: int = 0  # disaggregated: prefill instances ...
+    decode: int = 0  # ... and decode instances
+
+    @property
+    def mode(self) -> str:
+        return "disagg" if self.prefill else "agg"
+
+    @property
+    def instances(self) -> int:
+        return self.prefill + self.decode if self.prefill else self.replicas
+
+    @property
+    def gpus(self) -> int:
+        return self.tp * self.instances
+
+    def label(self) -> str:
+        inst = f"{self.prefill}P+{self.decode}D" if self.prefill else f"{self.replicas}x"
+        return (f"{self.gpu} {inst} tp{self.tp} {self.engine} {self.dtype} seqs{self.max_num_seqs} "
+                f"budget{self.max_num_batched_tokens}")
+
+
+def gpus_per_node(gpu) -> int:
+    return int(getattr(gpu, "gpus_per_node", None) or GPUS_PER_NODE_DEFAULT)
+
+
+def layouts(model, gpus, *, engines=("vllm",), max_gpus: int = 8, tps=DEFAULT_TP, seqs=DEFAULT_SEQS,
+            budgets=DEFAULT_BUDGETS, dtypes=("bf16", "fp8"), disagg: bool = True):
+    """Every layout of the search and, for those refused before simulating, the reason.
+
+    Returns (candidates, dropped): dropped is a list of (Layout, reason)."""
+    from steptime.specs import get_gpu
+
+    cand, dropped = [], []
+    for g in gpus:
+        gs = get_gpu(g)
+        for tp in tps:
+            for engine in engines:
+                for dtype in dtypes:
+                    for s in seqs:
+                        for b in budgets:
+                            if b < s:
+                                continue
+                            insts = [dict(replicas=r) for r in REPLICAS if r * tp <= max_gpus]
+                            if disagg:
+                                insts += [dict(prefill=p, decode=d) for p, d in DISAGG if (p + d) * tp <= max_gpus]
+                            for inst in insts:
+                                lay = Layout(gs.key, tp, engine, dtype, s, b, **inst)
+                                why = _static_reason(model, gs, lay)
+                                (dropped.append((lay, why)) if why else cand.append(lay))
+    return cand, dropped
+
+
+def _static_reason(model, gpu, lay: Layout) -> str | None:
+    """Why a layout cannot run at all (before simulating), or None."""
+    from steptime.specs.engines import check_precision
+
+    if lay.tp > gpus_per_node(gpu):
+        return f"tp {lay.tp} exceeds the {gpus_per_node(gpu)} GPUs of a {gpu.key} node"
+    if model.num_attention_heads % lay.tp:
+        return f"{model.num_attention_heads} attention heads do not split over tp {lay.tp}"
+    try:
+        check_precision(gpu, lay.dtype)
+    except SteptimeError as exc:
+        return str(exc)
+    return None
+
+
+# -- evaluation (runs in worker processes) ------------------------------------------------------
+def _ignore_sigint():  # workers: Ctrl-C is the parent's to handle
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+def evaluate_group(model, gpu, tp, engine, dtype, constants, wl_arrays, concurrency, lays, slo, pct,
+                   exhaustive: bool = False) -> list[dict]:
+    """Simulate layouts that share one step timer (GPU, tp, engine, dtype). Arguments only.
+
+    Unless `exhaustive`, a layout is pruned (not simulated) when a layout of its family (same
+    knobs and mode, fewer instances) already meets the SLO and provably costs less: on an
+    open-loop workload no layout's throughput exceeds T_max = output tokens / arrival span
+    (the makespan outlasts the last arrival), so g GPUs cost at least g / T_max per token while
+    the smaller layout's g1 / T1 is already below that."""
+    from steptime.serve import Policy, StepTimer, Workload, kv_capacity_blocks, simulate_disagg, simulate_replicas
+
+    arr, prompt, out = wl_arrays
+    wl = Workload(arr, prompt, out, concurrency)
+    rows = []
+    try:
+        timer = StepTimer(model, gpu, tp=tp, engine=engine, dtype=dtype, constants=constants,
+                          max_tokens=min(max(x.max_num_batched_tokens for x in lays), 1 << 16),
+                          max_requests=max(x.max_num_seqs for x in lays))
+    except SteptimeError as exc:
+        return [_row(x, dropped=str(exc)) for x in lays]
+    need = int(np.max(prompt + out))
+    span = float(arr.max() - arr.min())
+    t_max = float(out.sum()) / span if (span > 0 and not concurrency) else math.inf
+    met: dict = {}  # family -> (gpus, throughput, label) of its smallest layout meeting the SLO
+    for lay in sorted(lays, key=lambda x: (x.max_num_seqs, x.max_num_batched_tokens, x.mode, x.gpus, x.prefill)):
+        fam = (lay.max_num_seqs, lay.max_num_batched_tokens, lay.mode)
+        if not exhaustive and fam in met and lay.gpus > met[fam][0] and \
+                lay.gpus / met[fam][0] * met[fam][1] >= t_max:
+            g1, _, lab = met[fam]
+            rows.append(_row(lay, pruned=f"dominated: {lab} meets the SLO on {g1} GPUs; {lay.gpus} GPUs cannot be "
+                                         f"cheaper (no layout exceeds {t_max:.0f} output tok/s on this workload)"))
+            continue
+        pol = Policy("vllm", max_num_batched_tokens=lay.max_num_batched_tokens, max_num_seqs=lay.max_num_seqs)
+        try:
+            blocks = kv_capacity_blocks(timer, pol)
+        except SteptimeError as exc:
+            rows.append(_row(lay, dropped=f"does not fit in memory: {exc}"))
+            continue
+        if -(-need // pol.block_size) > blocks:
+            rows.append(_row(lay, dropped=f"does not fit in memory: the longest request ({need} tokens) needs more "
+                                          f"KV than the {blocks * pol.block_size} tokens left per instance"))
+            continue
+        try:
+            if lay.prefill:
+                if concurrency:
+                    rows.append(_row(lay, dropped="disaggregation is simulated for open-loop (rate) workloads only"))
+                    continue
+                run = simulate_disagg(timer.model, timer.gpu, wl, prefill_instances=lay.prefill,
+                                      decode_instances=lay.decode, tp=tp, timer=timer,
+                                      prefill_policy=Policy("vllm", max_num_batched_tokens=lay.max_num_batched_tokens,
+                                                            max_num_seqs=lay.max_num_seqs, chunked_prefill=False),
+                                      decode_policy=Policy("vllm", max_num_batched_tokens=lay.max_num_batched_tokens,
+                                                           max_num_seqs=lay.max_num_seqs, reserve_full=True))
+            else:
+                run = simulate_replicas(timer.model, timer.gpu, wl, pol, lay.replicas, timer=timer)
+        except SteptimeError as exc:
+            rows.append(_row(lay, dropped=str(exc)))
+            continue
+        row = _score(lay, run, timer, slo, pct, blocks)
+        rows.append(row)
+        if row["meets_slo"] and fam not in met:
+            met[fam] = (lay.gpus, row["throughput_tok_s"], lay.label())
+    return rows
+
+
+def _row(lay: Layout, **kw) -> dict:
+    d = {"layout": lay.label(), **asdict(lay), "mode": lay.mode, "gpus": lay.gpus, "dropped": None, "pruned": None}
+    d.update(kw)
+    return d
+
+
+def _score(lay, run, timer, slo, pct, blocks) -> dict:
+    d = run.requests
+    ttft = d["ttft_s"].to_numpy()
+    tpot = d["tpot_s"].to_numpy()
+    tpot_f = tpot[np.isfinite(tpot)]
+    span = run.makespan_s - float(d["arrival_s"].min())
+    tok_s = float(d["output_tokens"].sum() / span) if span > 0 else float("nan")
+    q = lambda x, p: float(np.percentile(x, p)) if x.size else float("nan")  # noqa: E731
+    t_p, o_p = q(ttft, pct), q(tpot_f, pct)
+    meets = (slo[0] is None or t_p <= slo[0]) and (slo[1] is None or o_p <= slo[1])
+    tpot50 = q(tpot_f, 50)
+    row = _row(lay, simulated=True, ttft_p50_s=q(ttft, 50), ttft_pct_s=t_p, tpot_p50_s=tpot50, tpot_pct_s=o_p,
+               throughput_tok_s=tok_s, throughput_per_gpu=tok_s / lay.gpus,
+               tok_s_per_user=(1.0 / tpot50) if tpot50 > 0 else float("nan"), meets_slo=bool(meets),
+               preemptions=int(d["preemptions"].sum()), steps=int(run.n_steps), kv_blocks=int(blocks))
+    row["limiting"] = _limiting(lay, run, timer, row)
+    return row
+
+
+def _limiting(lay, run, timer, row) -> str:
+    """The term that dominates a typical decode step of this layout (compute, memory bandwidth,
+    all-reduce, host), or KV capacity when requests were preempted for want of KV blocks."""
+    from steptime.step import predict_steps
+
+    if row["preemptions"] > 0:
+        return "KV capacity"
+    d = run.requests
+    inst = lay.decode if lay.prefill else lay.replicas
+    # Little's law per decode instance: requests in flight = request rate x time in system
+    rate = len(d) / max(run.makespan_s - float(d["arrival_s"].min()), 1e-9) / inst
+    dec_time = np.nan_to_num(d["finish_s"] - d["first_token_s"]).mean()
+    n = int(min(max(1, round(rate * max(dec_time, 1e-9))), lay.max_num_seqs))
+    kv = int(d["prompt_tokens"].mean() + d["output_tokens"].mean() / 2)
+    r = predict_steps(timer.model, timer.gpu, np.zeros(n, dtype=np.int64), np.ones(n), np.full(n, kv), 1,
+                      tp=timer.tp, engine=timer.engine, dtype=timer.dtype, constants=timer.constants)
+    terms = {k: float(v[0]) for k, v in r["terms_ms"].items()}
+    cb = {k: bool(v[0]) for k, v in r["compute_bound"].items()}
+    groups = {"all-reduce": terms.get("allreduce", 0.0),
+              "host": terms.get("dispatch_floor", 0.0) + terms.get("host", 0.0) + terms.get("sampling", 0.0)}
+    groups["compute"] = sum(v for k, v in terms.items() if cb.get(k) and k != "allreduce")
+    groups["memory bandwidth"] = sum(v for k, v in terms.items() if k in cb and not cb[k] and k != "allreduce")
+    return max(groups, key=groups.get)
+
+
+# -- the search -----------------------------------------------------------------------------
+@dataclass
+class PlanResult:
+    rows: list = field(default_factory=list)  # every evaluated layout (simulated or dropped)
+    interrupted: bool = False
+    slo: tuple = (None, None)
+    percentile: float = 90.0
+    prices: dict = field(default_factory=dict)
+    notes: list = field(default_factory=list)
+    wall_s: float = 0.0
+
+    def priced(self):
+        for r in self.rows:
+            p = self.prices.get(r["gpu"])
+            r["usd_per_gpu_hour"] = p["usd_per_gpu_hour"] if p else None
+            ok = r.get("simulated") and p and r["throughput_tok_s"] > 0
+            r["usd_per_m_output_tokens"] = (p["usd_per_gpu_hour"] * r["gpus"] / 3600.0 / r["throughput_tok_s"] * 1e6
+                                            if ok else None)
+            r["uncalibrated"] = r["gpu"] in self.uncalibrated
+        return self
+
+    uncalibrated: frozenset = frozenset()
+
+    def ranked(self) -> list[dict]:
+        ok = [r for r in self.rows if r.get("meets_slo")]
+        # cost (rounded to 0.1 %: equal-cost layouts then rank on GPUs and latency), GPUs, TTFT, TPOT
+        def key(r):
+            c = r["usd_per_m_output_tokens"]
+            return (c is None, float(f"{c:.3g}") if c else 0.0, r["gpus"], r["ttft_pct_s"], r["tpot_pct_s"], r["layout"])
+
+        return sorted(ok, key=key)
+
+    def simulated(self) -> list[dict]:
+        return [r for r in self.rows if r.get("simulated")]
+
+    def dropped(self) -> list[dict]:
+        return [r for r in self.rows if r.get("dropped")]
+
+    def pruned(self) -> list[dict]:
+        return [r for r in self.rows if r.get("pruned")]
+
+
+def plan(model, workload, *, slo_ttft_s=None, slo_tpot_s=None, percentile: float = 90.0, gpus=("h100-sxm",),
+         engines=("vllm",), max_gpus: int = 8, prices=None, jobs: int | None = None, progress: bool = False,
+         constants=None, tps=DEFAULT_TP, seqs=DEFAULT_SEQS, budgets=DEFAULT_BUDGETS, dtypes=("bf16", "fp8"),
+         disagg: bool = True, exhaustive: bool = False, on_progress=None) -> PlanResult:
+    """Search layouts for `workload` (a steptime.serve.Workload); see the module docstring.
+
+    `prices`: a dict from load_prices (default: the shipped table). Unknown GPUs are left out
+    with a note; a Ctrl-C stops the search and returns what was evaluated (interrupted=True).
+    """
+    import time
+
+    from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+
+    from steptime.calibration import Constants
+    from steptime.serve import Workload
+    from steptime.specs import get_gpu, get_model
+    from steptime.specs.engines import get_engine
+
+    t0 = time.perf_counter()
+    if slo_ttft_s is None and slo_tpot_s is None:
+        raise PlanError("give an SLO: --slo-ttft-ms and/or --slo-tpot-ms")
+    for what, v in (("TTFT", slo_ttft_s), ("TPOT", slo_tpot_s)):
+        if v is not None and not (isinstance(v, (int, float)) and math.isfinite(v) and v > 0):
+            raise PlanError(f"the {what} SLO must be a time > 0 (got {v!r})")
+    if not (isinstance(percentile, (int, float)) and 0 < percentile <= 100):
+        raise PlanError(f"--percentile must be in (0, 100] (got {percentile!r})")
+    if not isinstance(workload, Workload):
+        raise PlanError("workload must be a steptime.serve.Workload")
+    if not (isinstance(max_gpus, int) and 1 <= max_gpus <= 4096):
+        raise PlanError(f"--max-gpus must be a whole number in [1, 4096] (got {max_gpus!r})")
+    m = get_model(model)
+    for e in engines:
+        get_engine(e)
+    res = PlanResult(slo=(slo_ttft_s, slo_tpot_s), percentile=float(percentile))
+    known = []
+    for g in gpus:
+        try:
+            known.append(get_gpu(g).key)
+        except SteptimeError as exc:
+            res.notes.append(f"left out: {exc}")
+    if not known:
+        raise PlanError("no known GPU to search: " + "; ".join(res.notes))
+    res.prices = load_prices() if prices is None else prices
+    constants = constants or Constants.default()
+    res.uncalibrated = frozenset(uncalibrated_gpus(known, constants))
+    for k in sorted(res.uncalibrated):
+        res.notes.append(f"{k}: uncalibrated (no deploy readings: datasheet and {get_gpu(k).architecture} family "
+                         "constants only)")
+    for k in known:
+        if k not in res.prices:
+            res.notes.append(f"{k}: no price in the price table: its layouts are reported unpriced")
+    cand, dropped = layouts(m, known, engines=engines, max_gpus=max_gpus, tps=tps, seqs=seqs, budgets=budgets,
+                            dtypes=dtypes, disagg=disagg)
+    res.rows += [_row(x, dropped=why) for x, why in dropped]
+    groups: dict = {}
+    for x in cand:
+        groups.setdefault((x.gpu, x.tp, x.engine, x.dtype), []).append(x)
+    wl_arrays = (workload.arrival, workload.prompt, workload.output)
+    slo = (slo_ttft_s, slo_tpot_s)
+    tasks = []
+    mm = m.key if m.key in _model_keys() else m
+    for (g, tp, e, dt), lays in groups.items():  # one task per step timer: pruning works within it
+        tasks.append((mm, g, tp, e, dt, constants, wl_arrays, workload.concurrency, lays, slo, float(percentile),
+                      exhaustive))
+    tasks.sort(key=lambda t: -len(t[8]))  # largest first: the two cores finish together
+    jobs = max(1, int(jobs or min(len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 2, 8)))
+    bar = None
+    if progress:
+        from tqdm import tqdm
+
+        bar = tqdm(total=len(cand), unit="layout", desc="plan", leave=False, mininterval=0.5)
+    try:
+        if jobs == 1:
+            for t in tasks:
+                rows = evaluate_group(*t)
+                res.rows += rows
+                if bar is not None:
+                    bar.update(len(rows))
+                if on_progress:
+                    on_progress(res)
+        else:
+            ex = ProcessPoolExecutor(max_workers=jobs, initializer=_ignore_sigint)
+            try:
+                pending = {ex.submit(evaluate_group, *t) for t in tasks}
+                while pending:
+                    done, pending = wait(pending, return_when=FIRST_COMPLETED)
+                    for f in done:
+                        rows = f.result()
+                        res.rows += rows
+                        if bar is not None:
+                            bar.update(len(rows))
+                    if on_progress:
+                        on_progress(res)
+            except KeyboardInterrupt:
+                res.interrupted = True
+                ex.shutdown(wait=False, cancel_futures=True)
+                raise
+            ex.shutdown()
+    except KeyboardInterrupt:
+        res.interrupted = True
+    finally:
+        if bar is not None:
+            bar.close()
+    res.wall_s = time.perf_counter() - t0
+    return res.priced()
+
+
+def uncalibrated_gpus(keys, constants) -> list[str]:
+    """The GPUs among `keys` without deploy readings of their own in `constants` (no `gpu.<key>` scope):
+    predicted from the datasheet and their family's constants, labelled `uncalibrated` in every output."""
+    scopes = {r["scope"] for r in constants.table()}
+    return [k for k in keys if f"gpu.{k}" not in scopes]
+
+
+def _model_keys():
+    from steptime.specs import model_table
+
+    return model_table()
+
+
+# -- explanations ---------------------------------------------------------------------------
+def why_runner_up_lost(best: dict, second: dict) -> str:
+    """One line: what makes the runner-up cost more (GPUs, price per GPU-hour, throughput)."""
+    cb, cs = best.get("usd_per_m_output_tokens"), second.get("usd_per_m_output_tokens")
+    if cb is None or cs is None:
+        return f"needs {second['gpus']} GPUs against {best['gpus']}" if second["gpus"] > best["gpus"] else \
+            "ranked after on GPUs and throughput per GPU (unpriced)"
+    parts = []
+    f_gpu = second["gpus"] / best["gpus"]
+    f_price = second["usd_per_gpu_hour"] / best["usd_per_gpu_hour"]
+    f_tput = best["throughput_tok_s"] / second["throughput_tok_s"]
+    if abs(f_gpu - 1) > 1e-9:
+        parts.append((f_gpu, f"{second['gpus']} GPUs against {best['gpus']}"))
+    if abs(f_price - 1) > 1e-9:
+        parts.append((f_price, f"${second['usd_per_gpu_hour']:.2f} against ${best['usd_per_gpu_hour']:.2f} "
+                               "per GPU-hour"))
+    if abs(f_tput - 1) > 1e-3:
+        parts.append((f_tput, f"{second['throughput_tok_s']:.0f} against {best['throughput_tok_s']:.0f} output tok/s"))
+    parts.sort(key=lambda p: -abs(math.log(p[0])))
+    if abs(cs / cb - 1) < 1e-3 and second["gpus"] == best["gpus"] and \
+            second["ttft_pct_s"] == best["ttft_pct_s"] and second["tpot_pct_s"] == best["tpot_pct_s"]:
+        diff = [k for k in ("tp", "replicas", "prefill", "decode", "engine", "dtype", "max_num_seqs",
+                            "max_num_batched_tokens") if second[k] != best[k]]
+        return (f"a tie: the same simulated numbers; it differs only in {', '.join(diff)}, which does not bind "
+                "on this workload (ranked by name)")
+    if abs(cs / cb - 1) < 1e-3 and second["gpus"] == best["gpus"]:
+        return (f"same cost and GPUs; slower: TTFT {second['ttft_pct_s'] * 1e3:.1f} against "
+                f"{best['ttft_pct_s'] * 1e3:.1f} ms, TPOT {second['tpot_pct_s'] * 1e3:.2f} against "
+                f"{best['tpot_pct_s'] * 1e3:.2f} ms (at the SLO percentile)")
+    why = "; ".join(t for _, t in parts) or "equal cost, ranked on GPUs and latency"
+    return f"costs {cs / cb - 1:+.1%} per million output tokens ({why})"
+
+
+def to_doc(res: PlanResult, top: int = 5) -> dict:
+    best = res.ranked()
+    doc = {"simulated": True, "percentile": res.percentile,
+           "slo": {"ttft_s": res.slo[0], "tpot_s": res.slo[1]},
+           "evaluated": len(res.rows), "simulated_layouts": len(res.simulated()), "dropped": len(res.dropped()),
+           "pruned": len(res.pruned()),
+           "meeting_slo": len(best), "interrupted": res.interrupted, "wall_s": res.wall_s,
+           "notes": res.notes, "best": best[:top],
+           "prices": {k: v for k, v in res.prices.items() if any(r["gpu"] == k for r in res.rows)}}
+    if len(best) > 1:
+        doc["runner_up_lost"] = why_runner_up_lost(best[0], best[1])
+    return doc
+
+
+def frontier_figure(res: PlanResult, stem) -> list:
+    """Throughput per GPU against tokens/s per user, one curve (Pareto front) per GPU x engine,
+    the TPOT SLO marked as the interactivity it implies. PNG + PDF at `stem`."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6.5, 4.2))
+    sims = res.simulated()
+    for key in sorted({(r["gpu"], r["engine"]) for r in sims}):
+        pts = sorted(((r["tok_s_per_user"], r["throughput_per_gpu"]) for r in sims
+                      if (r["gpu"], r["engine"]) == key and np.isfinite(r["tok_s_per_user"])), reverse=True)
+        front, best = [], -1.0
+        for x, y in pts:  # keep points no faster layout beats on throughput per GPU
+            if y > best:
+                front.append((x, y))
+                best = y
+        if front:
+            xs, ys = zip(*sorted(front))
+            ax.plot(xs, ys, marker="o", ms=3, label=f"{key[0]} ({key[1]})")
+    if res.slo[1]:
+        ax.axvline(1.0 / res.slo[1], color="k", ls="--", lw=1, label=f"TPOT SLO {res.slo[1] * 1e3:g} ms")
+    ax.set_xlabel("tokens/s per user (1 / median TPOT)")
+    ax.set_ylabel("output tokens/s per GPU")
+    ax.set_title("simulated frontier (steptime plan)", loc="left")
+    ax.legend(fontsize=7)
+    stem = Path(stem)
+    out = []
+    for ext in (".png", ".pdf"):
+        p = stem.with_suffix(ext)
+        fig.savefig(p, dpi=150, bbox_inches="tight")
+        out.append(p)
+    plt.close(fig)
+    return out

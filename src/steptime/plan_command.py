@@ -1,0 +1,165 @@
+"""`steptime plan`: the command line of steptime.plan.
+
+    steptime plan --model llama-3.1-8b --rate 8 --isl 128:2048 --osl 16:512 --n 2000 \
+        --slo-ttft-ms 1000 --slo-tpot-ms 50 --gpus h100-sxm,h200-sxm,l40s [--max-gpus 8] \
+        [--engines vllm,sglang] [--prices FILE] [--json] [--csv FILE] [--fig FILE.png]
+
+Every number it prints is simulated (scheduler model + predicted step times), priced at the
+price table's per-GPU-hour figures.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import numpy as np
+
+from steptime.errors import SteptimeError
+
+
+def add_parser(sub) -> None:
+    s = sub.add_parser("plan", help="cheapest layout (GPU, tp, replicas, engine, knobs) meeting an SLO (simulated)")
+    s.add_argument("--model", required=True)
+    w = s.add_argument_group("workload (as `steptime serve`)")
+    w.add_argument("--trace", default=None)
+    w.add_argument("--n", type=int, default=None, help="requests (default 2000)")
+    w.add_argument("--rate", type=float, default=None, help="Poisson arrivals, requests/s")
+    w.add_argument("--concurrency", type=int, default=None, help="closed loop: requests in flight in total (split over replicas)")
+    w.add_argument("--isl", default="1024")
+    w.add_argument("--osl", default="256")
+    w.add_argument("--time-scale", type=float, default=1.0)
+    w.add_argument("--seed", type=int, default=0)
+    s.add_argument("--slo-ttft-ms", type=float, default=None)
+    s.add_argument("--slo-tpot-ms", type=float, default=None)
+    s.add_argument("--percentile", type=float, default=90.0, help="SLO percentile (default 90)")
+    s.add_argument("--gpus", default="h100-sxm,h200-sxm,a100-sxm,l40s", help="comma-separated GPU keys")
+    s.add_argument("--engines", default="vllm", help="comma-separated engine profiles")
+    s.add_argument("--max-gpus", type=int, default=8)
+    s.add_argument("--tp", default=None, help="comma-separated TP degrees (default 1,2,4,8)")
+    s.add_argument("--dtypes", default="bf16,fp8")
+    s.add_argument("--no-disagg", action="store_true", help="aggregated layouts only")
+    s.add_argument("--exhaustive", action="store_true",
+                   help="simulate every layout (default: skip layouts provably dearer than a smaller one that meets "
+                        "the SLO)")
+    s.add_argument("--prices", default=None, help="price table (YAML, as specs/prices.yaml)")
+    s.add_argument("--jobs", type=int, default=None, help="worker processes (default: the CPUs)")
+    s.add_argument("--top", type=int, default=5)
+    s.add_argument("--json", action="store_true")
+    s.add_argument("--csv", metavar="FILE", help="every evaluated layout (simulated and dropped)")
+    s.add_argument("--fig", metavar="FILE.png", help="throughput/GPU vs tokens/s/user frontier")
+    s.add_argument("--no-progress", action="store_true")
+
+
+def _ints(text, what):
+    from steptime.plan import PlanError
+
+    try:
+        v = [int(x) for x in str(text).split(",") if x.strip()]
+    except ValueError:
+        raise PlanError(f"--{what} {text!r}: expected comma-separated whole numbers") from None
+    if not v or min(v) < 1:
+        raise PlanError(f"--{what} {text!r}: expected whole numbers >= 1")
+    return tuple(v)
+
+
+def _check_out(flag, path, suffixes):
+    from steptime.plan import PlanError
+
+    if not path:
+        return
+    p = Path(path)
+    if p.suffix.lower() not in suffixes:
+        raise PlanError(f"{flag} {path!r}: expected a file ending in {' or '.join(suffixes)}")
+    if p.is_dir() or not p.resolve().parent.is_dir():
+        raise PlanError(f"{flag} {path!r}: not a file in an existing folder")
+    import os
+
+    if not os.access(p.resolve().parent, os.W_OK) or (p.exists() and not os.access(p, os.W_OK)):
+        raise PlanError(f"{flag} {path!r}: not writable")
+
+
+def _fmt_ms(v):
+    return "   n/a" if v is None or not np.isfinite(v) else f"{v * 1e3:8.1f}"
+
+
+def cmd_plan(a) -> int:
+    from steptime.plan import PlanError, frontier_figure, load_prices, plan, to_doc, why_runner_up_lost
+    from steptime.serve.command import workload_from_args
+
+    _check_out("--csv", a.csv, (".csv",))
+    _check_out("--fig", a.fig, (".png",))
+    if a.n is None:
+        a.n = 2000
+    prices = load_prices(a.prices) if a.prices else None
+    wl = workload_from_args(a)
+    ms = lambda v: None if v is None else v / 1e3  # noqa: E731
+    res = plan(a.model, wl, slo_ttft_s=ms(a.slo_ttft_ms), slo_tpot_s=ms(a.slo_tpot_ms), percentile=a.percentile,
+               gpus=[g.strip() for g in a.gpus.split(",") if g.strip()],
+               engines=[e.strip() for e in a.engines.split(",") if e.strip()], max_gpus=a.max_gpus, prices=prices,
+               jobs=a.jobs, progress=not a.no_progress and not a.json,
+               tps=_ints(a.tp, "tp") if a.tp else (1, 2, 4, 8),
+               dtypes=tuple(d.strip() for d in a.dtypes.split(",") if d.strip()), disagg=not a.no_disagg,
+               exhaustive=a.exhaustive)
+    doc = to_doc(res, top=a.top)
+    doc.update(model=a.model, workload={"name": wl.name, "requests": len(wl), "concurrency": wl.concurrency,
+                                        "mean_prompt": float(np.mean(wl.prompt)),
+                                        "mean_output": float(np.mean(wl.output))})
+    if a.csv:
+        import pandas as pd
+
+        pd.DataFrame(res.rows).to_csv(a.csv, index=False)
+    if a.fig and res.simulated():
+        frontier_figure(res, Path(a.fig).with_suffix(""))
+    best = res.ranked()
+    pct = f"p{a.percentile:g}"
+    if a.json:
+        from steptime.io import dumps
+
+        sys.stdout.write(dumps(doc))
+    else:
+        print(f"steptime plan: {a.model}, {wl.name} ({len(wl)} requests); SLO {pct} TTFT <= {a.slo_ttft_ms} ms, "
+              f"TPOT <= {a.slo_tpot_ms} ms; every number simulated")
+        for note in res.notes:
+            print(f"note: {note}")
+        print(f"tried {len(res.rows)} layouts: {len(res.simulated())} simulated, {len(res.dropped())} dropped "
+              f"(did not fit or cannot run), {len(res.pruned())} pruned (provably dearer than a smaller layout "
+              f"meeting the SLO), {len(best)} meet the SLO; {res.wall_s:.1f} s"
+              + ("; INTERRUPTED: best so far" if res.interrupted else ""))
+        reasons = {}
+        for r in res.dropped():
+            key = r["dropped"].split(":")[0] if "does not fit" in r["dropped"] else r["dropped"]
+            reasons[key] = reasons.get(key, 0) + 1
+        for k, v in sorted(reasons.items(), key=lambda kv: -kv[1])[:4]:
+            print(f"  dropped {v}: {k}")
+        if best:
+            print(f"{'#':>2} {'layout':<48}{'GPUs':>5}{'$/Mtok':>8}{'TTFT ' + pct:>11}{'TPOT ' + pct:>11}"
+                  f"{'tok/s/GPU':>10}{'tok/s/user':>11}  limiting")
+            for i, r in enumerate(best[:a.top], 1):
+                cost = r["usd_per_m_output_tokens"]
+                tag = " uncalibrated" if r.get("uncalibrated") else ""
+                print(f"{i:>2} {r['layout']:<48}{r['gpus']:>5}{'n/a' if cost is None else f'{cost:.3f}':>8}"
+                      f"{_fmt_ms(r['ttft_pct_s']):>11}{_fmt_ms(r['tpot_pct_s']):>11}{r['throughput_per_gpu']:>10.0f}"
+                      f"{r['tok_s_per_user']:>11.1f}  {r['limiting']}{tag}")
+            if len(best) > 1:
+                print(f"runner-up lost: {why_runner_up_lost(best[0], best[1])}")
+            used = {r["gpu"] for r in best[:a.top]}
+            for g in sorted(used):
+                p = res.prices.get(g)
+                if p:
+                    print(f"price {g}: ${p['usd_per_gpu_hour']:.4g}/GPU-hour ({p['provider']}; {p['date']})")
+    if not best and not res.interrupted:
+        sims = res.simulated()
+        if not sims:
+            raise PlanError(f"the workload fits no layout: all {len(res.rows)} were dropped "
+                            f"(first reason: {res.dropped()[0]['dropped'] if res.dropped() else 'none'})")
+        slo = res.slo
+        close = min(sims, key=lambda r: max((r["ttft_pct_s"] / slo[0]) if slo[0] else 0,
+                                            (r["tpot_pct_s"] / slo[1]) if slo[1] else 0))
+        raise PlanError(f"no layout meets the SLO ({pct} TTFT <= {a.slo_ttft_ms} ms, TPOT <= {a.slo_tpot_ms} ms) "
+                        f"among {len(sims)} simulated: closest {close['layout']} with TTFT "
+                        f"{close['ttft_pct_s'] * 1e3:.1f} ms, TPOT {close['tpot_pct_s'] * 1e3:.1f} ms (simulated)")
+    return 0
+
+
+__all__ = ["add_parser", "cmd_plan", "SteptimeError"]

@@ -1,0 +1,158 @@
+"""`steptime plan`: layouts, prices, ranking, and bad input (one line, exit 2)."""
+
+import json
+
+import numpy as np
+import pytest
+import yaml
+
+from steptime.cli import main
+from steptime.plan import PlanError, Layout, layouts, load_prices, plan, why_runner_up_lost
+from steptime.serve import Policy, simulate_replicas, synthetic
+from steptime.specs import get_model
+
+M = "llama-3.1-8b"
+SMALL = dict(tps=(1, 2), seqs=(64,), budgets=(2048,), dtypes=("bf16",), max_gpus=2)
+
+
+@pytest.fixture(scope="module")
+def wl():
+    return synthetic(40, isl=(64, 512), osl=(8, 64), rate=4.0, seed=2)
+
+
+@pytest.fixture(scope="module")
+def res(wl):
+    return plan(M, wl, slo_ttft_s=0.5, slo_tpot_s=0.05, gpus=["h100-sxm", "l40s"], jobs=1, exhaustive=True, **SMALL)
+
+
+def test_shipped_prices_have_source_and_date():
+    p = load_prices()
+    assert p and all(v["source"] and v["date"] and v["usd_per_gpu_hour"] > 0 for v in p.values())
+
+
+@pytest.mark.parametrize("entry, msg", [
+    ({"usd_per_gpu_hour": 2.0, "date": "2026-01-01"}, "no source"),
+    ({"usd_per_gpu_hour": 2.0, "source": "x"}, "no date"),
+    ({"usd_per_gpu_hour": -1, "source": "x", "date": "2026-01-01"}, "number > 0"),
+])
+def test_price_file_without_source_or_date_is_refused(tmp_path, entry, msg):
+    f = tmp_path / "p.yaml"
+    f.write_text(yaml.safe_dump({"prices": {"h100-sxm": entry}}))
+    with pytest.raises(PlanError, match=msg):
+        load_prices(f)
+
+
+def test_layouts_drop_what_cannot_run_with_the_reason():
+    cand, dropped = layouts(get_model(M), ["h100-sxm", "a100-sxm"], tps=(1, 16), seqs=(64,), budgets=(2048,),
+                            dtypes=("bf16", "fp8"), max_gpus=16, disagg=False)
+    reasons = " | ".join(w for _, w in dropped)
+    assert "tp 16 exceeds the 8 GPUs" in reasons and "no fp8 tensor cores" in reasons
+    assert all(x.tp == 1 for x in cand) and not any(x.gpu == "a100-sxm" and x.dtype == "fp8" for x in cand)
+    assert {x.gpus for x in cand} == {1, 2, 3, 4, 6, 8, 12, 16}
+
+
+def test_plan_ranks_feasible_layouts_by_cost(res):
+    best = res.ranked()
+    assert best and all(r["meets_slo"] for r in best)
+    costs = [r["usd_per_m_output_tokens"] for r in best if r["usd_per_m_output_tokens"] is not None]
+    assert costs == sorted(costs, key=lambda c: float(f"{c:.3g}"))
+    assert all(r["simulated"] for r in res.simulated()) and len(res.simulated()) >= 8
+    assert {r["mode"] for r in res.simulated()} == {"agg", "disagg"}
+    assert all(r["limiting"] in ("compute", "memory bandwidth", "all-reduce", "host", "KV capacity")
+               for r in res.simulated())
+    assert why_runner_up_lost(best[0], best[1])
+
+
+def test_plan_numbers_are_the_simulators(res, wl):
+    r = next(x for x in res.simulated() if x["mode"] == "agg" and x["replicas"] == 2 and x["gpu"] == "h100-sxm")
+    run = simulate_replicas(M, "h100-sxm", wl, Policy("vllm", max_num_batched_tokens=2048, max_num_seqs=64), 2,
+                            tp=r["tp"])
+    assert r["ttft_pct_s"] == pytest.approx(np.percentile(run.requests["ttft_s"], 90), rel=1e-12)
+    span = run.makespan_s - run.requests["arrival_s"].min()
+    assert r["throughput_tok_s"] == pytest.approx(run.requests["output_tokens"].sum() / span, rel=1e-12)
+    price = load_prices()["h100-sxm"]["usd_per_gpu_hour"]
+    assert r["usd_per_m_output_tokens"] == pytest.approx(price * 2 * r["tp"] / 3600 / r["throughput_tok_s"] * 1e6)
+
+
+def test_processes_give_the_same_rows(wl, res):
+    res2 = plan(M, wl, slo_ttft_s=0.5, slo_tpot_s=0.05, gpus=["h100-sxm", "l40s"], jobs=2, exhaustive=True, **SMALL)
+    key = lambda rows: sorted((r["layout"], r.get("ttft_pct_s"), r.get("tpot_pct_s")) for r in rows)  # noqa: E731
+    assert key(res2.rows) == key(res.rows)
+
+
+def test_memory_misfit_is_dropped_with_reason():
+    wl = synthetic(10, isl=512, osl=16, rate=1.0)
+    cand, _ = layouts(get_model("llama-3.1-70b"), ["l40s"], tps=(1,), seqs=(64,), budgets=(2048,), dtypes=("bf16",),
+                      max_gpus=1, disagg=False)
+    assert cand == [Layout("l40s", 1, "vllm", "bf16", 64, 2048, 1)]
+    r = plan("llama-3.1-70b", wl, slo_tpot_s=0.1, gpus=["l40s"], jobs=1, tps=(1,), seqs=(64,), budgets=(2048,),
+             dtypes=("bf16",), max_gpus=1, disagg=False)
+    assert not r.simulated() and "does not fit in memory" in r.rows[0]["dropped"]
+
+
+CLI = ["plan", "--model", M, "--n", "30", "--rate", "4", "--isl", "64:256", "--osl", "8:32", "--tp", "1",
+       "--dtypes", "bf16", "--max-gpus", "1", "--no-disagg", "--jobs", "1", "--no-progress"]
+
+
+def test_cli_json_csv_fig(tmp_path, capsys):
+    csv, fig = tmp_path / "p.csv", tmp_path / "f.png"
+    assert main(CLI + ["--gpus", "h100-sxm,nosuchgpu", "--slo-tpot-ms", "50", "--json", "--csv", str(csv),
+                       "--fig", str(fig)]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["simulated"] is True and doc["best"] and any("nosuchgpu" in n for n in doc["notes"])
+    assert csv.is_file() and fig.is_file() and fig.with_suffix(".pdf").is_file()
+
+
+@pytest.mark.parametrize("extra, msg", [
+    (["--gpus", "nosuchgpu", "--slo-tpot-ms", "50"], "no known GPU"),
+    (["--gpus", "h100-sxm", "--slo-tpot-ms", "0.001"], "no layout meets the SLO"),
+    (["--gpus", "h100-sxm"], "give an SLO"),
+    (["--gpus", "h100-sxm", "--slo-tpot-ms", "50", "--csv", "/nonexistent/x.csv"], "existing folder"),
+])
+def test_cli_bad_input_one_line(capsys, extra, msg):
+    assert main(CLI + extra) == 2
+    err = capsys.readouterr().err.strip()
+    assert msg in err and len(err.splitlines()) == 1
+
+
+def test_cli_nothing_meets_still_reports_what_it_tried(capsys):
+    assert main(CLI + ["--gpus", "h100-sxm", "--slo-tpot-ms", "0.001"]) == 2
+    out = capsys.readouterr().out
+    assert "tried 4 layouts: 4 simulated" in out and "simulated" in out
+
+
+def test_cli_price_file_without_source(tmp_path, capsys):
+    f = tmp_path / "p.yaml"
+    f.write_text("prices:\n  h100-sxm: {usd_per_gpu_hour: 2.0, date: 2026-01-01}\n")
+    assert main(CLI + ["--gpus", "h100-sxm", "--slo-tpot-ms", "50", "--prices", str(f)]) == 2
+    assert "no source" in capsys.readouterr().err
+
+
+def test_gpu_without_readings_is_labelled_uncalibrated(wl):
+    r = plan(M, wl, slo_tpot_s=0.2, gpus=["a100-sxm-40gb", "a100-sxm"], jobs=1, tps=(1,), seqs=(64,),
+             budgets=(2048,), dtypes=("bf16",), max_gpus=1, disagg=False)
+    rows = {x["gpu"]: x for x in r.simulated()}
+    assert rows["a100-sxm-40gb"]["uncalibrated"] and not rows["a100-sxm"]["uncalibrated"]
+    assert any("a100-sxm-40gb: uncalibrated" in n for n in r.notes)
+
+
+def test_pruning_skips_only_dearer_layouts(wl, res):
+    pr = plan(M, wl, slo_ttft_s=0.5, slo_tpot_s=0.05, gpus=["h100-sxm", "l40s"], jobs=1, **SMALL)
+    assert pr.pruned() and len(pr.simulated()) < len(res.simulated())
+    assert pr.ranked()[0]["layout"] == res.ranked()[0]["layout"]
+    full = {r["layout"]: r for r in res.simulated()}
+    best_cost = res.ranked()[0]["usd_per_m_output_tokens"]
+    for r in pr.pruned():  # every pruned layout costs more than the best, when simulated
+        assert full[r["layout"]]["usd_per_m_output_tokens"] > best_cost
+
+
+def test_ctrl_c_keeps_the_best_so_far(wl):
+    seen = []
+
+    def stop(res):
+        seen.append(len(res.rows))
+        raise KeyboardInterrupt  # after the first task
+
+    r = plan(M, wl, slo_tpot_s=0.2, gpus=["h100-sxm"], jobs=1, on_progress=stop, **SMALL)
+    assert r.interrupted and r.simulated() and r.ranked()
+    assert len(r.rows) < len(plan(M, wl, slo_tpot_s=0.2, gpus=["h100-sxm"], jobs=1, **SMALL).rows)
