@@ -172,16 +172,16 @@ def e2_13_document(r: dict) -> dict:
     claims = [
         claim("throughput per GPU along each measured frontier curve (held-out GPU)", med_gpu,
               "median over curves of the per-curve MAPE", tg("curve_mape_per_gpu_median_max"),
-              med_gpu is not None and med_gpu <= tg("curve_mape_per_gpu_median_max")),
+              med_gpu is not None and med_gpu <= tg("curve_mape_per_gpu_median_max"), op="<=", unit="MAPE"),
         claim("tokens/s per user along each measured frontier curve (held-out GPU)", med_user,
               "median over curves of the per-curve MAPE", tg("curve_mape_per_user_median_max"),
-              med_user is not None and med_user <= tg("curve_mape_per_user_median_max")),
+              med_user is not None and med_user <= tg("curve_mape_per_user_median_max"), op="<=", unit="MAPE"),
         claim("the planner's pick at a TPOT SLO is the measured best layout", top1,
               "fraction of (ISL, OSL, SLO) cases with a feasible pick and a feasible measured best",
-              tg("pick_top1_min"), top1 is not None and top1 >= tg("pick_top1_min")),
+              tg("pick_top1_min"), top1 is not None and top1 >= tg("pick_top1_min"), op=">=", unit="fraction of cases"),
         claim("the planner's pick meets the SLO measured and reaches 90 % of the measured best's throughput per GPU",
               w10, "fraction of the same cases", tg("pick_within_10pct_min"),
-              w10 is not None and w10 >= tg("pick_within_10pct_min")),
+              w10 is not None and w10 >= tg("pick_within_10pct_min"), op=">=", unit="fraction of cases"),
     ]
     clean = lambda df: df.replace({np.nan: None}).to_dict(orient="records")  # noqa: E731
     return {"metrics": {"settings": r["settings"], "curves": clean(cur), "picks": clean(pk),
