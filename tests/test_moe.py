@@ -214,3 +214,11 @@ def test_gpu_scales_recover_known_scales():
     sc, used = E.gpu_scales(d, "h100-sxm", law)
     assert sc["s_c"] == pytest.approx(0.8, rel=1e-3) and sc["s_mem"] == pytest.approx(1.2, rel=1e-3)
     assert sc["d_floor_us"] == pytest.approx(7.0, abs=0.05) and len(used) == 3
+
+
+def test_serve_refuses_moe_with_one_line():
+    from steptime.errors import SteptimeError
+    from steptime.serve.timer import StepTimer
+
+    with pytest.raises(SteptimeError, match="mixture-of-experts model: the serving simulator's step timer"):
+        StepTimer("qwen3-30b-a3b", "h100")

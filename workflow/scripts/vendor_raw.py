@@ -252,14 +252,15 @@ def vendor_aic(aic: Path, out_root: Path, repo_root: Path, apache: tuple[Path, s
               "num_experts": "routed experts of the whole model layer"}),
             ("mla", FRAMEWORK, "mla_context_module_perf.parquet", "aic_mla_context", None, None,
              "mla_context_module_perf.parquet",
-             "DeepSeek-V3 multi-head latent attention module in prefill (q/kv down and up projections, "
-             "attention, output projection excluded as in the collector) for batch_size requests of isl new "
-             "tokens, num_heads local heads, latency per call",
+             "DeepSeek-V3 multi-head latent attention module in prefill (the package's 'complete self_attn "
+             "forward'; its sdk/operations/mla.py uses it in place of q_b_proj + kv_b_proj + context MLA + "
+             "output projection) for batch_size requests of isl new tokens, num_heads local heads, latency per call",
              {"latency": "ms", "isl": "tokens per request", "num_heads": "local attention heads"}),
             ("mla", FRAMEWORK, "mla_generation_module_perf.parquet", "aic_mla_generation", None, None,
              "mla_generation_module_perf.parquet",
-             "DeepSeek-V3 multi-head latent attention module in decode (weight-absorbed) for batch_size "
-             "requests, one new token each, KV length isl + step, num_heads local heads, latency per call",
+             "DeepSeek-V3 multi-head latent attention module in decode (the package's sdk/operations/mla.py "
+             "uses it in place of the absorbed bmm pre + generation MLA + bmm post) for batch_size requests, one "
+             "new token each, KV length isl + step, num_heads local heads, latency per call",
              {"latency": "ms", "isl": "tokens", "step": "tokens (KV length = isl + step)",
               "num_heads": "local attention heads"}),
             ("mla_bmm", FRAMEWORK, "mla_bmm_perf.parquet", "aic_mla_bmm", None, None, "mla_bmm_perf.parquet",

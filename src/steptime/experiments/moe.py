@@ -362,3 +362,61 @@ def settle(kernel_doc: dict, a2a_doc: dict) -> dict:
             "constants": {"global": {**kernel_doc["global"], **a2a_doc["global"]},
                           "gpu": {g: {**kernel_doc["gpu"].get(g, {}), **a2a_doc["gpu"].get(g, {})}
                                   for g in sorted({*kernel_doc["gpu"], *a2a_doc["gpu"]})}}}
+
+
+# --------------------------------------------------------------------------- E3.5: what EP buys (simulated)
+def ep_sweep(models, gpus, *, n_gpus: int = 8, requests: int = 256, kv_len: int = 2048,
+             layouts=((8, 1), (4, 8), (2, 8), (1, 8))) -> pd.DataFrame:
+    """Predicted decode throughput per GPU of each (model, GPU, tp, ep) on one node of n_gpus: `requests`
+    concurrent decodes at `kv_len`, split evenly over the attention data-parallel ranks (dp = n_gpus / tp
+    when ep > 1, else n_gpus / tp independent replicas); the term that takes the largest share names the limit.
+    Every number is simulated (steptime's own prediction), none measured."""
+    from steptime.errors import SteptimeError
+    from steptime.specs import get_model as gm
+    from steptime.step import predict_step
+
+    rows = []
+    for mk in models:
+        m = gm(mk)
+        dtype = {"fp8_block": "fp8_block", "mxfp4": "mxfp4"}.get(m.weights_dtype, "bf16")
+        for g in gpus:
+            gpu = get_gpu(g)
+            dt = "nvfp4" if (dtype == "mxfp4" and gpu.architecture == "blackwell") else dtype
+            for tp, ep in layouts:
+                groups = n_gpus // tp
+                per_rank = max(1, requests // groups)
+                row = {"model": mk, "gpu": gpu.key, "tp": tp, "ep": ep, "dtype": dt, "requests_per_rank": per_rank}
+                try:
+                    r = predict_step(mk, gpu, decode=[(per_rank, kv_len)], tp=tp, ep=ep, dtype=dt)
+                except SteptimeError as exc:
+                    rows.append({**row, "error": str(exc).splitlines()[0][:160]})
+                    continue
+                terms = {k: v for k, v in r.terms_ms.items() if v > 0}
+                limit = max(terms, key=terms.get)
+                rows.append({**row, "step_ms": r.total_ms, "tok_s_per_gpu": per_rank * groups / (r.total_ms * 1e-3) / n_gpus,
+                             "limit": limit, "limit_share": terms[limit] / r.total_ms, "error": None})
+    return pd.DataFrame(rows)
+
+
+def plot_ep(df: pd.DataFrame, stem, caption: str | None = None):
+    from steptime import plotting
+
+    plt = plotting.setup()
+    models = list(dict.fromkeys(df["model"]))
+    fig, axes = plt.subplots(1, len(models), figsize=(3.6 * len(models), 3.4), squeeze=False)
+    for ax, mk in zip(axes.flat, models):
+        x = df[(df.model == mk)]
+        for j, (g, y) in enumerate(x.groupby("gpu", sort=True)):
+            labels = [f"tp{t}/ep{e}" for t, e in zip(y.tp, y.ep)]
+            pos = np.arange(len(y)) + 0.4 * j
+            vals = y["tok_s_per_gpu"].fillna(0.0).to_numpy()
+            ax.bar(pos, vals, width=0.4, label=g)
+            for p_, v, lim in zip(pos, vals, y["limit"]):
+                ax.text(p_, v, "does not fit" if v == 0 else str(lim), rotation=90, fontsize=6, ha="center",
+                        va="bottom")
+            ax.set_xticks(np.arange(len(y)) + 0.2, labels, fontsize=7)
+        ax.set_title(f"{mk} (simulated)", fontsize=8)
+        ax.set_ylabel("decode tokens/s per GPU")
+        ax.legend(fontsize=6)
+    fig.tight_layout()
+    plotting.save(fig, stem, caption)

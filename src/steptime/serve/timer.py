@@ -46,6 +46,9 @@ def _checked(model, gpu, tp, f_clk, kv_dtype, engine, dtype):
     from steptime.specs.engines import check_precision
 
     model, gpu, engine = get_model(model), get_gpu(gpu), get_engine(engine)
+    if getattr(model, "is_moe", False):
+        raise ServeError(f"{model.key} is a mixture-of-experts model: the serving simulator's step timer models "
+                         "dense blocks only (use predict_step / predict_steps for MoE steps)")
     tp = as_int(tp, "tensor-parallel degree tp", 1, error=ServeError)
     check_f_clk(f_clk, allow_boost=True)  # as predict_steps: the API caller chose it
     check_choice(kv_dtype, "KV-cache dtype kv_dtype", tuple(attention.KV_BYTES))
