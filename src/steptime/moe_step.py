@@ -106,10 +106,11 @@ def block_terms(model, gpu, step_id, new, kv, T, n_steps, *, tp, ep, dtype, kv_d
         g = shapes_fn(T, shapes, gpu, constants, f_clk=f_clk)
         put("qkv_proj", L * sum(g[s]["t"] for s in shapes if s != "o"), g["q_b"]["compute_bound"])
         put("o_proj", L * g["o"]["t"], g["o"]["compute_bound"])
-        # weight-absorbed MLA: per head, q_nope x W_UK into the latent space and the latent output x W_UV
-        b = gemm.gemm_time_shapes(T, {"uk": (model.kv_lora_rank, model.qk_nope_head_dim),
-                                      "uv": (model.v_head_dim, model.kv_lora_rank)}, gpu, constants, f_clk=f_clk)
-        put("mla_absorb", L * H * (b["uk"]["t"] + b["uv"]["t"]), b["uk"]["compute_bound"])
+        # weight-absorbed MLA: per head, q_nope x W_UK into the latent space and the latent output x W_UV; one
+        # batched GEMM each (one launch), sized as a GEMM with the heads' weights side by side (same bytes, FLOPs)
+        b = gemm.gemm_time_shapes(T, {"uk": (H * model.kv_lora_rank, model.qk_nope_head_dim),
+                                      "uv": (H * model.v_head_dim, model.kv_lora_rank)}, gpu, constants, f_clk=f_clk)
+        put("mla_absorb", L * (b["uk"]["t"] + b["uv"]["t"]), b["uk"]["compute_bound"])
         a_heads, a_kv_heads, a_dim = H, 1, model.kv_lora_rank + model.qk_rope_head_dim
     else:
         kvh = max(1, model.num_key_value_heads // tp)

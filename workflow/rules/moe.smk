@@ -74,3 +74,27 @@ rule settle_moe_constants:
         "MoE constants settled from E3.1 and E3.2"
     script:
         "../scripts/settle_moe_constants.py"
+
+
+# E3.5: what expert parallelism buys (simulated): decode tokens/s per GPU by layout, and the limiting term.
+rule E3_5:
+    input:
+        constants="src/steptime/calibration/moe.yaml",
+        code=MOE_LIB + lib("step", "moe_step", "terms", "specs"),
+    output:
+        result="results/E3_5.json",
+        **figure("fig", "figures/E3_5_ep"),
+    params:
+        question=question("E3.5"),
+        settings=settings("E3.5"),
+    threads: 1
+    log:
+        "logs/E3_5.log",
+    benchmark:
+        "benchmarks/E3_5.tsv"
+    conda:
+        CONDA_ENV
+    message:
+        "E3.5 what expert parallelism buys (simulated)"
+    script:
+        "../scripts/E3_5.py"
