@@ -18,8 +18,8 @@
 # %%
 import json
 
-from steptime.audit import audit
-from steptime.data.manifest import find_root
+from steptime_lab.audit import audit
+from steptime_lab.data.manifest import find_root
 
 root = find_root()
 (a,) = audit(root, "E1.4")
@@ -41,7 +41,7 @@ for r in a.raw:
 # ## Recompute the number from the tidy table and the library
 
 # %%
-from steptime.experiments import host as E  # noqa: E402
+from steptime_lab.experiments import host as E  # noqa: E402
 import pandas as pd  # noqa: E402
 
 doc = json.loads((root / "results" / "E1_4.json").read_text())

@@ -21,7 +21,7 @@ from pathlib import Path
 import pandas as pd
 import seaborn as sns
 
-from steptime.data.manifest import find_root
+from steptime_lab.data.manifest import find_root
 from steptime.plotting import PALETTE, subplots
 
 root = find_root()

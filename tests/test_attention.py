@@ -5,7 +5,7 @@ import pytest
 
 from steptime.calibration import Constants
 from steptime.errors import CalibrationLeakError
-from steptime.experiments import attention as E
+from steptime_lab.experiments import attention as E
 from steptime.specs import get_gpu
 from steptime.terms import attention as A
 

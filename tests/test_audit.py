@@ -4,10 +4,10 @@ import json
 import pytest
 import yaml
 
-from steptime.audit import AuditError, audit, check_claim, failures, run
+from steptime_lab.audit import AuditError, audit, check_claim, failures, run
 from steptime.cli import main
 from steptime.io import sha256_file
-from steptime.results import code_sha256
+from steptime_lab.results import code_sha256
 
 
 def _claims():

@@ -6,8 +6,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from steptime.collect.clock import parse_clock_sweep, reduce_clock_sweep
-from steptime.collect.ncu import parse_ncu_csv, reduce_factors
+from steptime_collect.clock import parse_clock_sweep, reduce_clock_sweep
+from steptime_collect.ncu import parse_ncu_csv, reduce_factors
 from steptime.errors import DataError
 
 FIX = Path(__file__).parent / "fixtures"
@@ -77,7 +77,7 @@ def test_clock_sweep_bad_rows(tmp_path):
 
 def test_report_writes_result_and_figure(tmp_path):
     """The body of every awaiting experiment's script (E1.10 here): result, provenance, its own figure."""
-    from steptime.collect.experiments import report
+    from steptime_lab.experiments.telemetry import report
 
     sweep = tmp_path / "raw" / "telemetry" / "clock" / "h100-sxm" / "clock_sweep.csv"
     sweep.parent.mkdir(parents=True)
@@ -121,7 +121,7 @@ def test_report_writes_result_and_figure(tmp_path):
 def test_collector_cli_refuses_bad_values_in_one_line(module, argv, needle, capsys):
     import importlib
 
-    mod = importlib.import_module(f"steptime.collect.{module}")
+    mod = importlib.import_module(f"steptime_collect.{module}")
     with pytest.raises(SystemExit) as exc:
         mod.main(argv)
     err = capsys.readouterr().err
@@ -130,7 +130,7 @@ def test_collector_cli_refuses_bad_values_in_one_line(module, argv, needle, caps
 
 
 def test_clock_plan_cli_takes_the_parsed_settings(capsys):
-    from steptime.collect import clock
+    from steptime_collect import clock
 
     assert clock.main(["--out", "x.csv", "--m", "16,256", "--runs", "2", "--caps", "none,450", "--dry-run"]) == 0
     import ast
@@ -141,19 +141,19 @@ def test_clock_plan_cli_takes_the_parsed_settings(capsys):
 
 
 def test_collector_run_prints_a_steptime_error_as_one_line(capsys):
-    from steptime.collect.cli import run
-    from steptime.collect.dispatch import main
+    from steptime_collect.cli import run
+    from steptime_collect.dispatch import main
 
-    assert run(main, "steptime.collect.dispatch", ["--gpu", "h100", "--out", "x", "--parse", "/no/such.log"]) == 2
+    assert run(main, "steptime_collect.dispatch", ["--gpu", "h100", "--out", "x", "--parse", "/no/such.log"]) == 2
     err = capsys.readouterr().err
-    assert err.startswith("steptime.collect.dispatch: error: ") and err.count("\n") == 1, err
+    assert err.startswith("steptime_collect.dispatch: error: ") and err.count("\n") == 1, err
 
 
 def test_write_csv_is_the_collectors_one_writer(tmp_path):
     import pandas as pd
 
-    from steptime.collect.cli import write_csv
-    from steptime.collect.steptrace import FPM_COLUMNS, step_row, write_rows
+    from steptime_collect.cli import write_csv
+    from steptime_collect.steptrace import FPM_COLUMNS, step_row, write_rows
 
     write_rows(tmp_path / "t.csv", [step_row(0, [(5, 0)], [10, 12], [], 1.5), step_row(1, [], [11, 13], [], 0.7)])
     d = pd.read_csv(tmp_path / "t.csv")

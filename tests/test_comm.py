@@ -4,7 +4,7 @@ import pandas as pd
 import pytest
 
 from steptime.calibration import Constants
-from steptime.experiments import comm as E
+from steptime_lab.experiments import comm as E
 from steptime.specs import get_gpu
 from steptime.terms import comm as C
 

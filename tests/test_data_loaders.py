@@ -1,4 +1,4 @@
-"""steptime.data loaders: on the real vendored files (subsets) and on corrupted copies."""
+"""steptime_lab.data loaders: on the real vendored files (subsets) and on corrupted copies."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import pandas as pd
 import pytest
 
 from rawcopy import mini_root, rerecord  # tests/rawcopy.py
-from steptime import data
+from steptime_lab import data
 from steptime.errors import DataError, UnknownGPUError
 
 VIDUR_7B_A100 = "raw/vidur/profiling/compute/a100/meta-llama/Llama-2-7b-hf/mlp.csv"
@@ -122,7 +122,7 @@ def test_unknown_gpu_and_root_discovery(monkeypatch, tmp_path, repo_root):
 
 
 def test_import_steptime_does_not_import_pandas():
-    code = "import sys, steptime, steptime.data; assert 'pandas' not in sys.modules and 'pandera' not in sys.modules"
+    code = "import sys, steptime, steptime_lab.data; assert 'pandas' not in sys.modules and 'pandera' not in sys.modules"
     subprocess.run([sys.executable, "-c", code], check=True)
 
 

@@ -9,9 +9,9 @@ import shutil
 import pytest
 import yaml
 
-from steptime import data
-from steptime.data import manifest as M
-from steptime.data.verify import verify
+from steptime_lab import data
+from steptime_lab.data import manifest as M
+from steptime_lab.data.verify import verify
 from steptime.errors import DataError
 
 GEMM_L40S = "raw/aiconfigurator/l40s/gemm/vllm/0.24.0/gemm_perf.bf16.parquet"
@@ -110,6 +110,6 @@ def test_collected_telemetry_is_not_a_cut_manifest_but_verify_lists_it(root):
     t = root / "raw/telemetry/clock/h100-sxm/clock_sweep.csv"
     t.parent.mkdir(parents=True)
     t.write_text("gpu\nh100-sxm\n")
-    data.load_traces(root=root)  # written by a collection rule, read by steptime.collect
+    data.load_traces(root=root)  # written by a collection rule, read by steptime_collect
     rep = verify(root, schema=False)
     assert any(p.path == "raw/telemetry/clock/h100-sxm/clock_sweep.csv" for p in rep.problems)

@@ -10,8 +10,8 @@ import pandas as pd
 import pytest
 import yaml
 
-from steptime.data import cli_main
-from steptime.data.verify import main, verify
+from steptime_lab.data import cli_main
+from steptime_lab.data.verify import main, verify
 
 GEMM_L40S = "raw/aiconfigurator/l40s/gemm/vllm/0.24.0/gemm_perf.bf16.parquet"
 TRACE_CONV = "raw/vidur/processed_traces/splitwise_conv.csv"

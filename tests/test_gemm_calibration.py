@@ -3,9 +3,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from steptime.baselines import make_baseline
+from steptime_lab.baselines import make_baseline
 from steptime.errors import CalibrationLeakError
-from steptime.experiments import gemm as E
+from steptime_lab.experiments import gemm as E
 from steptime.specs import get_gpu
 from steptime.terms import gemm as G
 
@@ -76,7 +76,7 @@ def test_loo_fit_excludes_the_held_out_gpu(monkeypatch):
         seen.append(tuple(gpus))
         return {nm: v[0] for nm, v in E.FIT_GLOBALS.items()}
 
-    from steptime.experiments.gemm import settling
+    from steptime_lab.experiments.gemm import settling
 
     monkeypatch.setattr(settling, "fit_globals", spy)  # patched where settle() calls it
     frames = []
@@ -105,7 +105,7 @@ def test_bare_roofline_is_the_datasheet_max():
 
 
 def test_calibrated_roofline_recovers_its_constants():
-    from steptime.baselines.roofline import roofline_ms
+    from steptime_lab.baselines.roofline import roofline_ms
 
     m = np.repeat([1, 16, 128, 1024, 4096, 16384], 4)
     n = np.tile([1024, 4096, 8192, 16384], 6)

@@ -28,7 +28,7 @@ def test_evaluate_gemm_records(monkeypatch):
     if not (ROOT / "results/calibration/gemm_constants.json").exists():
         pytest.skip("settle_gemm_constants has not run")
     monkeypatch.setenv("STEPTIME_ROOT", str(ROOT))
-    from steptime.evaluate import RECORD_KEYS, evaluate
+    from steptime_lab.evaluate import RECORD_KEYS, evaluate
 
     recs = evaluate("gemm", ["h100-sxm"], n_boot=50)
     assert {r["predictor"] for r in recs} == {"steptime", "bare_roofline", "datasheet_alpha", "aic_empirical",

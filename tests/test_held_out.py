@@ -1,11 +1,11 @@
-"""steptime.evaluate.held_out: a GPU's held-out constants across families, with its calibration cells."""
+"""steptime_lab.evaluate.held_out: a GPU's held-out constants across families, with its calibration cells."""
 import json
 from pathlib import Path
 
 import pytest
 
 from steptime.calibration import Constants
-from steptime.evaluate.held_out import HeldOut, held_out_constants
+from steptime_lab.evaluate.held_out import HeldOut, held_out_constants
 from steptime.specs import get_gpu
 
 

@@ -4,7 +4,7 @@ import pandas as pd
 import pytest
 
 from steptime.calibration import Constants
-from steptime.experiments import light as E
+from steptime_lab.experiments import light as E
 from steptime.specs import get_gpu, get_model
 from steptime.terms import light as L
 
@@ -98,7 +98,7 @@ def test_light_claims_take_their_target_from_the_caller():
     import pandas as pd
     import yaml
 
-    from steptime.experiments import light as LX
+    from steptime_lab.experiments import light as LX
 
     k = sorted(LX.KERNELS)[0]
     r = {"records": [{"predictor": "steptime", "subset": k, "gpu": "a100-sxm", "cells": 10, "mape": 0.07}],

@@ -5,7 +5,7 @@ import pandas as pd
 import pytest
 
 from rawcopy import mini_root, rerecord  # tests/rawcopy.py
-from steptime import data
+from steptime_lab import data
 from steptime.errors import DataError
 
 MOE_H100 = "raw/aiconfigurator/h100_sxm/moe/vllm/0.24.0/moe_perf.parquet"

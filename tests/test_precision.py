@@ -4,7 +4,7 @@ import pandas as pd
 import pytest
 
 from steptime.calibration import Constants
-from steptime.experiments import precision as E
+from steptime_lab.experiments import precision as E
 from steptime.specs import get_gpu
 from steptime.terms import gemm as G
 from steptime.terms import precision as PT

@@ -1,11 +1,11 @@
-"""E2.11b library (steptime.experiments.replay): rows, sampling, workloads, the closed-loop replay
+"""E2.11b library (steptime_lab.experiments.replay): rows, sampling, workloads, the closed-loop replay
 and the side-by-side table, on tiny synthetic ML.ENERGY / silicon tables built here."""
 import numpy as np
 import pandas as pd
 import pytest
 
 from steptime.errors import SteptimeError
-from steptime.experiments import replay as R
+from steptime_lab.experiments import replay as R
 
 PROMPTS = {("mlenergy-v3", "lm-arena-chat"): 250}
 

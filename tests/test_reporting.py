@@ -2,8 +2,8 @@
 import pytest
 
 from steptime.errors import SteptimeError
-from steptime.experiments.abstract import points, summary
-from steptime.reporting import BEGIN, END, figures_index, readme_block, splice
+from steptime_lab.experiments.abstract import points, summary
+from steptime_lab.reporting import BEGIN, END, figures_index, readme_block, splice
 
 RESULTS = {
     "E1.9": {"id": "E1.9", "claims": [{"claim": "x within 5%", "value": 0.04, "met": True},
@@ -50,7 +50,7 @@ def test_readme_carries_the_generated_numbers_block():
     """README.md's results block is results/README_numbers.md verbatim (no typed number)."""
     from pathlib import Path
 
-    from steptime.reporting import readme_cli
+    from steptime_lab.reporting import readme_cli
 
     root = Path(__file__).parents[1]
     assert (root / "results" / "README_numbers.md").exists(), "build it: snakemake results/README_numbers.md"

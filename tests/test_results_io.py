@@ -3,7 +3,7 @@ import json
 import pytest
 
 from steptime.io import atomic_path, write_json
-from steptime.results import claim, provenance, write_result
+from steptime_lab.results import claim, provenance, write_result
 
 
 def test_atomic_path_leaves_target_untouched_on_error(tmp_path):
@@ -45,7 +45,7 @@ def test_write_json_rejects_nan_as_null(tmp_path):
 
 def test_code_hash_covers_all_of_the_library_shipped_constants_included(tmp_path):
     """No build step writes into src/, so the hash covers every .py and .yaml there."""
-    from steptime.results import code_sha256
+    from steptime_lab.results import code_sha256
 
     (tmp_path / "calibration").mkdir()
     (tmp_path / "terms.py").write_text("x = 1\n")
@@ -65,7 +65,7 @@ def test_rule_provenance_is_built_from_the_declared_inputs_and_params(tmp_path):
 
     from snakemake.iocontainers import InputFiles, Params
 
-    from steptime.results import rule_provenance
+    from steptime_lab.results import rule_provenance
 
     a, b, code, model = (tmp_path / n for n in ("a.parquet", "b.yaml", "lib.py", "m.joblib"))
     for p in (a, b, code, model):

@@ -4,7 +4,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from steptime.experiments import serving
+from steptime_lab.experiments import serving
 from steptime.serve import StepTimer
 from distserve_table import coefficients  # tests/distserve_table.py
 
@@ -186,7 +186,7 @@ def test_e2_3_small():
 
 def test_a_missing_registry_target_is_one_clear_error_not_a_default():
     from steptime.errors import InputError
-    from steptime.results import target
+    from steptime_lab.results import target
 
     assert target({"goodput_ratio_min": 0.9}, "goodput_ratio_min", "E2.4") == 0.9
     with pytest.raises(InputError, match=r"E2.4: no target 'goodput_ratio_min' under its `targets:`"):

@@ -4,7 +4,7 @@ import pandas as pd
 import pytest
 
 from steptime.errors import ServeError
-from steptime.experiments import peers
+from steptime_lab.experiments import peers
 from steptime.serve import aic
 from distserve_table import coefficients  # tests/distserve_table.py
 
@@ -117,7 +117,7 @@ def test_e2_12_with_aic_adds_its_columns():
 
 
 def test_status_says_what_to_install(monkeypatch, capsys):
-    from steptime import status
+    from steptime_lab import status
 
     monkeypatch.setattr(status, "_absent_modules", lambda names: list(names))
     status.status()

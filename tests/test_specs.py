@@ -88,14 +88,14 @@ def test_gpu_sets_come_from_gpus_yaml(repo_root):
 
 
 def test_experiment_gpu_sets_follow_gpus_yaml():
-    from steptime.experiments import attention, gemm
+    from steptime_lab.experiments import attention, gemm
 
     assert gemm.AIC_GPUS == attention.AIC_GPUS == tuple(gpu_keys(tables="aic"))
     assert all(get_gpu(g).architecture == "hopper" for g in gemm.HOPPER)
     assert all(get_gpu(g).architecture == "blackwell" for g in gemm.BLACKWELL)
     assert {get_gpu(g).architecture for g in gemm.WAVE_GPUS} == {"ampere", "ada"}
     # orders chosen per experiment (ranking's tie order, Vidur's home-first order), members from gpus.yaml
-    from steptime.experiments import cells, ranking, transfer
+    from steptime_lab.experiments import cells, ranking, transfer
 
     assert set(ranking.GPUS) == set(gpu_keys(tables="aic")) and len(ranking.GPUS) == len(set(ranking.GPUS))
     assert set(cells.VIDUR_GPUS) == set(gpu_keys(tables="vidur"))

@@ -5,8 +5,8 @@ import pytest
 import yaml
 
 from steptime.io import sha256_file
-from steptime.results import code_sha256
-from steptime.status import experiment_status, stale_reasons
+from steptime_lab.results import code_sha256
+from steptime_lab.status import experiment_status, stale_reasons
 
 
 @pytest.fixture

@@ -3,8 +3,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from steptime.experiments import light as LX
-from steptime.experiments import step as E
+from steptime_lab.experiments import light as LX
+from steptime_lab.experiments import step as E
 from steptime.step import VIDUR_LAYER_OPS, predict_step, vidur_layer_ops, vidur_layer_time
 
 
@@ -56,7 +56,7 @@ def test_run_scores_splits_and_ladder_on_synthetic_tables():
 
 
 def test_evaluate_families_registered():
-    from steptime.evaluate import FAMILIES
+    from steptime_lab.evaluate import FAMILIES
 
     for f in ("attention_decode", "attention_prefill", "light", "host", "step"):
         assert f in FAMILIES

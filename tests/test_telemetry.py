@@ -9,7 +9,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from steptime.collect import clock, dispatch, engine_kernels, gemm_sweep, hostfloor, power, safety, steptrace
+from steptime_collect import clock, dispatch, engine_kernels, gemm_sweep, power, safety, steptrace
+from steptime_lab.experiments import hostfloor
 from steptime.errors import DataError
 
 FIX = Path(__file__).parent / "fixtures"
@@ -104,13 +105,13 @@ def test_restore_on_exception_and_on_signal():
 
 @pytest.mark.parametrize("module", ["clock", "gemm_sweep", "dispatch", "steptrace", "engine_kernels", "ncu"])
 def test_every_collector_has_help(module):
-    r = subprocess.run([sys.executable, "-m", f"steptime.collect.{module}", "--help"], capture_output=True, text=True)
+    r = subprocess.run([sys.executable, "-m", f"steptime_collect.{module}", "--help"], capture_output=True, text=True)
     assert r.returncode == 0 and "usage" in r.stdout
 
 
 @pytest.mark.skipif(__import__("importlib").util.find_spec("torch") is not None, reason="torch installed here")
 def test_collector_without_gpu_stops_with_one_line(tmp_path):
-    r = subprocess.run([sys.executable, "-m", "steptime.collect.clock", "--out", str(tmp_path / "x.csv"), "--runs", "1"],
+    r = subprocess.run([sys.executable, "-m", "steptime_collect.clock", "--out", str(tmp_path / "x.csv"), "--runs", "1"],
                        capture_output=True, text=True)
     assert r.returncode == 2 and r.stderr.strip().count("\n") == 0 and "no GPU here" in r.stderr
     assert not (tmp_path / "x.csv").exists()
@@ -366,7 +367,7 @@ FIXTURE_FOR = {"E1.3b": "gemm_sweep_small.csv", "E1.6": "clock_caps_small.csv", 
 
 @pytest.mark.parametrize("eid", sorted(FIXTURE_FOR))
 def test_every_telemetry_experiment_reduces_and_draws(eid, tmp_path):
-    from steptime.collect.experiments import build, figure
+    from steptime_lab.experiments.telemetry import build, figure
 
     gpu = "h100-sxm" if eid in ("E1.17", "E1.5", "E1.10") else "l40s"
     path = tmp_path / "raw" / "telemetry" / "x" / gpu / FIXTURE_FOR[eid]

@@ -7,9 +7,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from steptime.experiments import calibration_cost as cc
-from steptime.experiments import transfer as T
-from steptime.experiments.ratios import gemm_work, roofline_s
+from steptime_lab.experiments import calibration_cost as cc
+from steptime_lab.experiments import transfer as T
+from steptime_lab.experiments.ratios import gemm_work, roofline_s
 
 ROOT = Path(__file__).resolve().parents[1]
 GPUS = ("a100-sxm", "h100-sxm", "h200-sxm", "l40s", "b200")
@@ -97,7 +97,7 @@ def test_home_only_fits_on_the_home_table_alone_and_keeps_the_targets_readings()
 
 
 def test_fit_footprint_counts_the_shared_fits():
-    from steptime.evaluate.held_out import fit_footprint
+    from steptime_lab.evaluate.held_out import fit_footprint
 
     doc = json.loads((ROOT / "results/calibration/gemm_constants.json").read_text())
     fp = fit_footprint("aic_gemm", "h100-sxm", gemm_doc=doc)
@@ -121,8 +121,8 @@ def test_ledger_counts_every_cell_behind_a_target():
 
 def test_held_out_vidur_step_holds_out_the_knee_exponent():
     """light_p comes from the other Vidur GPUs: distorting the target's table leaves it unchanged."""
-    from steptime.experiments import light as LX
-    from steptime.experiments import step as SX
+    from steptime_lab.experiments import light as LX
+    from steptime_lab.experiments import step as SX
     from steptime.step import vidur_layer_ops
 
     rows = []
@@ -143,7 +143,7 @@ def test_held_out_vidur_step_holds_out_the_knee_exponent():
 
 
 def test_peer_claims_state_wins_and_losses():
-    from steptime.experiments.transfer.document import peer_claims
+    from steptime_lab.experiments.transfer.document import peer_claims
 
     def rec(t, p, m):
         return {"dataset": "aic_gemm", "home_gpu": "a100-sxm", "target_gpu": t, "predictor": p, "mape_all": m}
@@ -159,7 +159,7 @@ def test_peer_claims_state_wins_and_losses():
 
 
 def test_design_rows_name_the_best_alternative_and_flag_a_shipped_loser():
-    from steptime.experiments import design
+    from steptime_lab.experiments import design
 
     r = design._row("x", 2, {2: 0.10, 4: 0.09}, metric="m", held_out=True, source="s")
     assert r["best_alternative"] == "4" and r["shipped_is_best"] is False

@@ -1,5 +1,5 @@
 """E2.5 ledger: rows, coverage and accuracy per predictor from E2.1-style records."""
-from steptime.experiments import calibration_cost as cc
+from steptime_lab.experiments import calibration_cost as cc
 
 
 def _rec(target, pred, mape):
@@ -29,7 +29,7 @@ def test_steptime_rows_counts_deploy_cells():
 
 
 def test_deploy_cells_count_every_gpu_cell_but_host_rows():
-    from steptime.experiments.calibration_cost import deploy_cells_used
+    from steptime_lab.experiments.calibration_cost import deploy_cells_used
 
     gemm = [["h100-sxm", "gemm", "4096", "4096", "4096"], ["h100-sxm", "gemm", "1", "10240", "10240"],
             ["h100-sxm", "gemm", "1", "32", "32"]]

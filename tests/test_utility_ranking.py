@@ -2,7 +2,7 @@
 import numpy as np
 import pytest
 
-from steptime.experiments import ranking as R
+from steptime_lab.experiments import ranking as R
 
 
 def test_predicted_tie_is_never_a_hit():

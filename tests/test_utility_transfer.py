@@ -5,7 +5,7 @@ import pytest
 
 from steptime.calibration import Calibration, Constants
 from steptime.errors import CalibrationLeakError
-from steptime.experiments import transfer as T
+from steptime_lab.experiments import transfer as T
 from steptime.specs import get_gpu
 
 

@@ -577,7 +577,7 @@ BAD_EVALUATE_GPUS = [["h900"], "tpu"]
 
 @pytest.mark.parametrize("gpus", BAD_EVALUATE_GPUS)
 def test_evaluate_api_unknown_gpu(gpus):
-    from steptime.evaluate import evaluate
+    from steptime_lab.evaluate import evaluate
 
     with pytest.raises(UnknownGPUError) as e:
         evaluate("host", gpus)

@@ -3,8 +3,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from steptime.baselines import make_baseline
-from steptime.baselines.vidur_rf import FEATURES, GRID_FULL, OperatorModels, vidur_mape
+from steptime_lab.baselines import make_baseline
+from steptime_lab.baselines.vidur_rf import FEATURES, GRID_FULL, OperatorModels, vidur_mape
 
 
 def _table(n=120, seed=0):

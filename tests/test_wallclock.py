@@ -6,7 +6,7 @@ import pandas as pd
 import pytest
 
 from steptime.errors import SteptimeError
-from steptime.experiments import wallclock as W
+from steptime_lab.experiments import wallclock as W
 
 
 def _steps(tps=(1, 2, 8), seed=0):
@@ -253,7 +253,7 @@ def test_evaluate_records_carry_dataset_engine_and_tp():
                               fit={"fit_names": ["t_samp_ms", "t_samp_b_ms", "comm_offset_us"],
                                    "block_fit_names": ["t_samp_ms", "block_scale", "comm_offset_us"]},
                               prompt_tokens={})
-    from steptime.evaluate import RECORD_KEYS
+    from steptime_lab.evaluate import RECORD_KEYS
 
     for r in recs:
         assert set(RECORD_KEYS) | {"dataset", "engine", "tp"} <= set(r)

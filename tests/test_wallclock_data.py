@@ -11,8 +11,8 @@ import pytest
 import yaml
 
 from rawcopy import mini_root, rerecord  # tests/rawcopy.py
-from steptime import data
-from steptime.data.wallclock import RESERVED_MODELS, model_arch
+from steptime_lab import data
+from steptime_lab.data.wallclock import RESERVED_MODELS, model_arch
 from steptime.errors import DataError, UnknownModelError
 
 FPM = "raw/wallclock/aic_fpm/qwen3-32b_tp{tp}/"
@@ -98,8 +98,8 @@ def test_fpm_metadata_tp_mismatch(tmp_path, repo_root):
     doc = json.loads(p.read_text())
     doc["effective_config"]["parallel_config.tensor_parallel_size"] = 4
     p.write_text(json.dumps(doc))
-    from steptime.data.manifest import load_manifest
-    from steptime.data.tables import read_entry
+    from steptime_lab.data.manifest import load_manifest
+    from steptime_lab.data.tables import read_entry
 
     e = load_manifest(root).entries("aic_fpm_metadata")[0]
     with pytest.raises(DataError, match="vllm_metadata.json: row all, column 'parallel_config.tensor_parallel_size'"):
@@ -259,7 +259,7 @@ def test_model_arch_facts():
 
 
 def test_model_arch_file_agrees_with_models_yaml():
-    from steptime.data.wallclock import ARCH_FILE
+    from steptime_lab.data.wallclock import ARCH_FILE
     from steptime.errors import UnknownModelError as UME
     from steptime.specs import get_model
 

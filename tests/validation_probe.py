@@ -98,7 +98,7 @@ def cases(skip_huge: bool):
     for field, value in T.BAD_MODEL_FIELDS:
         d = dict(asdict(get_model(T.M)), **{field: value})
         yield "Model()", f"{field}={value!r}", lambda d=d: api_clean(lambda: Model(**d))
-    from steptime.evaluate import evaluate
+    from steptime_lab.evaluate import evaluate
 
     for gpus in T.BAD_EVALUATE_GPUS:
         yield "evaluate()", repr(gpus), lambda g=gpus: api_clean(lambda: evaluate("host", g))

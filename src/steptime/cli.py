@@ -156,25 +156,25 @@ def cmd_bench(a) -> int:
 
 
 def cmd_status(a) -> int:
-    from steptime.status import status
+    from steptime_lab.status import status
 
     return status(as_json=a.json)
 
 
 def cmd_audit(a) -> int:
-    from steptime.audit import run
+    from steptime_lab.audit import run
 
     return run(select=a.select, as_json=a.json, strict=a.strict, verbose=a.verbose)
 
 
 def cmd_readme(a) -> int:
-    from steptime.reporting import readme_cli
+    from steptime_lab.reporting import readme_cli
 
     return readme_cli(write=a.write)
 
 
 def cmd_data(a, rest) -> int:
-    from steptime.data import cli_main
+    from steptime_lab.data import cli_main
 
     return cli_main(rest)
 
@@ -187,7 +187,7 @@ def cmd_calibration(a) -> int:
 
 
 def cmd_evaluate(a) -> int:
-    from steptime.evaluate import evaluate_cli
+    from steptime_lab.evaluate import evaluate_cli
 
     return evaluate_cli(a)
 

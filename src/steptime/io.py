@@ -11,6 +11,13 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any, Iterator
 
+from steptime.errors import DataError
+
+# The repository root (what serve's trace names and the lab's loaders resolve against): the
+# directory holding raw/MANIFEST.yaml.
+MANIFEST_REL = Path("raw") / "MANIFEST.yaml"
+ENV_ROOT = "STEPTIME_ROOT"
+
 
 def sha256_file(path: str | os.PathLike, chunk: int = 1 << 20) -> str:
     h = hashlib.sha256()
@@ -111,3 +118,23 @@ def write_json(path: str | os.PathLike, obj: Any) -> None:
     text = dumps(obj)
     with atomic_path(path) as tmp:
         tmp.write_text(text)
+
+
+def find_root(root: str | os.PathLike | None = None) -> Path:
+    """The repository root holding raw/MANIFEST.yaml (argument, then $STEPTIME_ROOT, then cwd upwards)."""
+    if root is not None:
+        p = Path(root).resolve()
+        if not (p / MANIFEST_REL).is_file():
+            raise DataError(f"{p / MANIFEST_REL}: no manifest here (root given explicitly)")
+        return p
+    env = os.environ.get(ENV_ROOT)
+    if env:
+        p = Path(env).resolve()
+        if not (p / MANIFEST_REL).is_file():
+            raise DataError(f"{p / MANIFEST_REL}: no manifest here (from ${ENV_ROOT})")
+        return p
+    here = Path.cwd().resolve()
+    for d in (here, *here.parents):
+        if (d / MANIFEST_REL).is_file():
+            return d
+    raise DataError(f"no {MANIFEST_REL} in {here} or any parent; set ${ENV_ROOT} to the repository root")

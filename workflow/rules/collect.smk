@@ -23,7 +23,7 @@ rule collect_clock_sweep:
     message:
         "Collecting the clock sweep on {wildcards.gpu} (GPU node)"
     shell:
-        "python -m steptime.collect.clock --out {output} --runs {params.runs} "
+        "python -m steptime_collect.clock --out {output} --runs {params.runs} "
         "--hold-s {params.hold} --cool-s {params.cool} > {log} 2>&1"
 
 
@@ -47,5 +47,5 @@ rule collect_ncu_gemm:
     message:
         "Collecting Nsight Compute GEMM counters on {wildcards.gpu} (GPU node)"
     shell:
-        "python -m steptime.collect.ncu --out {output} --m {params.m} --shapes {params.shapes} "
+        "python -m steptime_collect.ncu --out {output} --m {params.m} --shapes {params.shapes} "
         "--clock-control {params.clock} > {log} 2>&1"

@@ -30,19 +30,21 @@ CONDA_ENV = "../envs/steptime.yaml"
 _SRC = str(Path(workflow.basedir, "src").resolve())
 os.environ.update(PYTHONPATH=_SRC)
 
-# The library code, declared as an input of every rule that imports it (the shipped
-# constants file src/steptime/calibration/defaults.yaml included: no rule writes it; the
-# settle rules write results/calibration/*.yaml and `steptime calibration ship` ships them).
-LIB = sorted(glob.glob("src/steptime/**/*.py", recursive=True)) + sorted(
-    glob.glob("src/steptime/**/*.yaml", recursive=True)
-)
+# The code, declared as an input of every rule that imports it (the shipped constants file
+# src/steptime/calibration/defaults.yaml included: no rule writes it; the settle rules write
+# results/calibration/*.yaml and `steptime calibration ship` ships them). Three packages under src/:
+# the product steptime, the lab steptime_lab and the collectors steptime_collect.
+PACKAGES = ("steptime", "steptime_lab", "steptime_collect")
+LIB = sorted(p for pkg in PACKAGES for ext in ("py", "yaml") for p in glob.glob(f"src/{pkg}/**/*.{ext}", recursive=True))
 
 
 def lib(*parts):
-    """Library files of the named subpackages/modules (all of the library if none)."""
+    """Code files of the named modules/subpackages, by path inside any package or from src/ (a whole
+    package by its name), all code if none."""
     if not parts:
         return LIB
-    return [p for p in LIB if any(f"src/steptime/{part}" in p for part in parts)] + [
+    prefixes = [f"src/{part}" for part in parts] + [f"src/{pkg}/{part}" for pkg in PACKAGES for part in parts]
+    return [p for p in LIB if p.startswith(tuple(prefixes))] + [
         "src/steptime/__init__.py"
     ]
 

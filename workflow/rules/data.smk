@@ -1,6 +1,6 @@
 # Ingest: every source in raw/ (listed in raw/MANIFEST.yaml) becomes one tidy, checked table
 # under results/data/ (one parametrised rule, rows in config/tables.yaml), plus a coverage figure.
-# One tidy table from its raw files, through its loader in steptime.data (checked schema, units, ranges).
+# One tidy table from its raw files, through its loader in steptime_lab.data (checked schema, units, ranges).
 rule ingest:
     input:
         raw=raw_inputs,

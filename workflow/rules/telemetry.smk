@@ -50,7 +50,7 @@ rule collect_cap_sweep:
     message:
         "Collecting the power-cap clock sweep on {wildcards.gpu} (GPU node, power limit restored after)"
     shell:
-        "python -m steptime.collect.clock --out {output} --runs {params.runs} --m {params.m} "
+        "python -m steptime_collect.clock --out {output} --runs {params.runs} --m {params.m} "
         "--caps {params.caps} --allow-set-power > {log} 2>&1"
 
 
@@ -72,7 +72,7 @@ rule collect_lock_control:
     message:
         "Collecting the locked-clock control on {wildcards.gpu} (GPU node, clocks reset after)"
     shell:
-        "python -m steptime.collect.clock --out {output} --runs {params.runs} --m {params.m} "
+        "python -m steptime_collect.clock --out {output} --runs {params.runs} --m {params.m} "
         "--lock-mhz none,{params.lock} --allow-lock-clocks > {log} 2>&1"
 
 
@@ -92,7 +92,7 @@ rule collect_maxq_sweep:
     message:
         "Collecting the Max-Q clock sweep on {wildcards.gpu} (GPU node)"
     shell:
-        "python -m steptime.collect.clock --out {output} --runs {params.runs} > {log} 2>&1"
+        "python -m steptime_collect.clock --out {output} --runs {params.runs} > {log} 2>&1"
 
 
 # GEMM latency sweeps: the dense m ladder (plan duty: E1.14, E1.15) and L2 working sets (plan l2: E1.3b).
@@ -113,7 +113,7 @@ rule collect_gemm_sweep:
     message:
         "Collecting the {wildcards.plan} GEMM sweep on {wildcards.gpu} (GPU node)"
     shell:
-        "python -m steptime.collect.gemm_sweep --plan {wildcards.plan} --gpu {wildcards.gpu} "
+        "python -m steptime_collect.gemm_sweep --plan {wildcards.plan} --gpu {wildcards.gpu} "
         "--repeats {params.repeats} --out {output} > {log} 2>&1"
 
 
@@ -131,7 +131,7 @@ rule collect_dispatch_log:
     message:
         "Collecting cuBLASLt's dispatch log on {wildcards.gpu} (GPU node)"
     shell:
-        "python -m steptime.collect.dispatch --gpu {wildcards.gpu} --out {output} > {log} 2>&1"
+        "python -m steptime_collect.dispatch --gpu {wildcards.gpu} --out {output} > {log} 2>&1"
 
 
 # Nsight Compute over a short eager decode run: the engine's own kernels (E1.17).
@@ -150,7 +150,7 @@ rule collect_engine_kernels:
     message:
         "Collecting engine-kernel counters on {wildcards.gpu} (GPU node)"
     shell:
-        "python -m steptime.collect.engine_kernels --model {params.model} --gpu {wildcards.gpu} --out {output} "
+        "python -m steptime_collect.engine_kernels --model {params.model} --gpu {wildcards.gpu} --out {output} "
         "> {log} 2>&1"
 
 
@@ -173,7 +173,7 @@ rule collect_steptrace:
     message:
         "Collecting a serving step trace of {wildcards.model} on {wildcards.gpu} (GPU node)"
     shell:
-        "python -m steptime.collect.steptrace --model {wildcards.model} --trace {params.trace} "
+        "python -m steptime_collect.steptrace --model {wildcards.model} --trace {params.trace} "
         "--traces-table {input.traces} --requests {params.requests} --out {output} > {log} 2>&1"
 
 
@@ -186,7 +186,7 @@ for _eid, (_tglob, _stem) in TELEMETRY.items():
         input:
             telemetry=_telemetry(_tglob),
             dispatch=_telemetry("raw/telemetry/dispatch/*/cublaslt.log") if _eid == "E1.14" else [],
-            code=lib("collect", "terms", "specs", "calibration", "results", "plotting", "metrics", "step.py", "data"),
+            code=lib("steptime_collect", "experiments/telemetry", "terms", "specs", "calibration", "results", "plotting", "metrics", "step.py", "data"),
         output:
             result=f"results/{_eid.replace('.', '_')}.json",
             **figure("fig", f"figures/{_stem}"),
@@ -207,14 +207,14 @@ for _eid, (_tglob, _stem) in TELEMETRY.items():
 
 # E1.19: the host-floor learner on real engine steps: the tidy FPM table (AIConfigurator's vendored vLLM steps)
 # and every collected step trace in the same layout (raw/telemetry/steptrace/<gpu>/<model>.csv, none yet),
-# read by one code path (steptime.collect.hostfloor); R2.3's three-reading constants as a side-by-side arm.
+# read by one code path (steptime_lab.experiments.hostfloor); R2.3's three-reading constants as a side-by-side arm.
 rule E1_19:
     input:
         fpm=tidy("fpm_steps"),
         steptrace=_telemetry("raw/telemetry/steptrace/*/*.csv"),
         constants=rules.R2_3.output.constants,
         settled=SETTLED_ALL,  # this run's settled constants (the predictions read them, not src/)
-        code=lib("collect/hostfloor", "collect/steptrace", "experiments/wallclock", "terms", "specs", "calibration",
+        code=lib("experiments/hostfloor", "steptrace", "experiments/wallclock", "terms", "specs", "calibration",
                  "results", "plotting", "step.py", "ops.py", "errors"),
     output:
         result="results/E1_19.json",

@@ -7,11 +7,11 @@ from pathlib import Path
 import pandas as pd
 
 from steptime.calibration import use_settled
-from steptime.data import write_parquet
-from steptime.experiments import light as LX
-from steptime.experiments import step as E
-from steptime.regimes import DECODE_MAX_TOKENS, PREFILL_MIN_TOKENS
-from steptime.results import rule_provenance, write_result
+from steptime_lab.data import write_parquet
+from steptime_lab.experiments import light as LX
+from steptime_lab.experiments import step as E
+from steptime_lab.regimes import DECODE_MAX_TOKENS, PREFILL_MIN_TOKENS
+from steptime_lab.results import rule_provenance, write_result
 
 logging.basicConfig(filename=snakemake.log[0], level=logging.INFO, format="%(message)s", filemode="w")
 use_settled(snakemake.input.settled)  # this run's settled constants (declared inputs)

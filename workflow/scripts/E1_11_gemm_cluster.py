@@ -2,9 +2,9 @@
 import logging
 from os.path import splitext
 
-from steptime.experiments import gemm as E
-from steptime.experiments import gemm_figures as F
-from steptime.results import rule_provenance, write_result
+from steptime_lab.experiments import gemm as E
+from steptime_lab.experiments import gemm_figures as F
+from steptime_lab.results import rule_provenance, write_result
 
 logging.basicConfig(filename=snakemake.log[0], level=logging.INFO, format="%(message)s", filemode="w")
 df = E.load_gemm(snakemake.input.gemm)

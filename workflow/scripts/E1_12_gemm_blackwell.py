@@ -2,9 +2,9 @@
 import logging
 from os.path import splitext
 
-from steptime.experiments import gemm as E
-from steptime.experiments import gemm_figures as F
-from steptime.results import rule_provenance, write_result
+from steptime_lab.experiments import gemm as E
+from steptime_lab.experiments import gemm_figures as F
+from steptime_lab.results import rule_provenance, write_result
 from steptime.calibration import use_settled
 
 use_settled(snakemake.input.settled)  # this run's settled constants (declared inputs)

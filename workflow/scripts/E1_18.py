@@ -5,9 +5,9 @@ from os.path import splitext
 
 import pandas as pd
 
-from steptime.experiments import wallclock as W
-from steptime.experiments import wallclock_report as R
-from steptime.results import rule_provenance, write_result
+from steptime_lab.experiments import wallclock as W
+from steptime_lab.experiments import wallclock_report as R
+from steptime_lab.results import rule_provenance, write_result
 
 from steptime.calibration import use_settled
 

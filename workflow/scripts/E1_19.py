@@ -4,9 +4,9 @@ from pathlib import Path
 
 import pandas as pd
 
-from steptime.collect.hostfloor import build_e1_19, figure
+from steptime_lab.experiments.hostfloor import build_e1_19, figure
 from steptime.calibration import use_settled
-from steptime.results import rule_provenance, write_result
+from steptime_lab.results import rule_provenance, write_result
 
 logging.basicConfig(filename=snakemake.log[0], level=logging.INFO, format="%(message)s", filemode="w")
 use_settled(snakemake.input.settled)  # this run's settled constants (declared inputs)

@@ -4,9 +4,9 @@ from os.path import splitext
 
 import pandas as pd
 
-from steptime.experiments import attention as A
-from steptime.experiments import step as S
-from steptime.results import rule_provenance, write_result
+from steptime_lab.experiments import attention as A
+from steptime_lab.experiments import step as S
+from steptime_lab.results import rule_provenance, write_result
 
 logging.basicConfig(filename=snakemake.log[0], level=logging.INFO, format="%(message)s", filemode="w")
 attn = {"pred": pd.read_parquet(snakemake.input.attn)}

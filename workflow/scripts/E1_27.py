@@ -5,8 +5,8 @@ from os.path import splitext
 
 import pandas as pd
 
-from steptime.experiments import precision as E
-from steptime.results import rule_provenance, write_result
+from steptime_lab.experiments import precision as E
+from steptime_lab.results import rule_provenance, write_result
 
 logging.basicConfig(filename=snakemake.log[0], level=logging.INFO, format="%(message)s", filemode="w")
 with open(snakemake.input.gemm_constants) as fh:

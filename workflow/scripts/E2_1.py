@@ -6,12 +6,12 @@ import joblib
 import pandas as pd
 
 from steptime.calibration import use_settled
-from steptime.evaluate.held_out import HeldOut, fit_footprint
-from steptime.experiments import attention as AX
-from steptime.experiments import gemm as GX
-from steptime.experiments import light as LX
-from steptime.experiments import transfer
-from steptime.results import rule_provenance, write_result
+from steptime_lab.evaluate.held_out import HeldOut, fit_footprint
+from steptime_lab.experiments import attention as AX
+from steptime_lab.experiments import gemm as GX
+from steptime_lab.experiments import light as LX
+from steptime_lab.experiments import transfer
+from steptime_lab.results import rule_provenance, write_result
 
 
 def stem(path):

@@ -7,8 +7,8 @@ from os.path import splitext
 import pandas as pd
 
 from steptime.calibration import use_settled
-from steptime.experiments import replay as R
-from steptime.results import rule_provenance, write_result
+from steptime_lab.experiments import replay as R
+from steptime_lab.results import rule_provenance, write_result
 
 logging.basicConfig(filename=snakemake.log[0], level=logging.INFO, format="%(message)s", filemode="w")
 use_settled(snakemake.input.settled)  # this run's settled constants (declared inputs)

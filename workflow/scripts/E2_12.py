@@ -6,8 +6,8 @@ import logging
 import pandas as pd
 
 from steptime.calibration import use_settled
-from steptime.experiments import peers
-from steptime.results import rule_provenance, write_result
+from steptime_lab.experiments import peers
+from steptime_lab.results import rule_provenance, write_result
 from steptime.serve import aic
 
 aic.require()

@@ -5,10 +5,10 @@ import logging
 import joblib
 
 from steptime.calibration import use_settled
-from steptime.evaluate.held_out import HeldOut
-from steptime.experiments import calibration_cost, transfer
+from steptime_lab.evaluate.held_out import HeldOut
+from steptime_lab.experiments import calibration_cost, transfer
 from steptime.io import write_json
-from steptime.results import rule_provenance, write_result
+from steptime_lab.results import rule_provenance, write_result
 
 logging.basicConfig(filename=snakemake.log[0], level=logging.INFO, format="%(message)s", filemode="w")
 use_settled(snakemake.input.settled)  # this run's settled constants (declared inputs)

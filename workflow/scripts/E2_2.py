@@ -6,9 +6,9 @@ import joblib
 import pandas as pd
 
 from steptime.calibration import use_settled
-from steptime.evaluate.held_out import HeldOut
-from steptime.experiments import ranking, transfer
-from steptime.results import rule_provenance, write_result
+from steptime_lab.evaluate.held_out import HeldOut
+from steptime_lab.experiments import ranking, transfer
+from steptime_lab.results import rule_provenance, write_result
 
 
 def stem(path):

@@ -3,10 +3,10 @@ import json
 
 import joblib
 
-from steptime.experiments import calibration_cost as cc
-from steptime.experiments import transfer
+from steptime_lab.experiments import calibration_cost as cc
+from steptime_lab.experiments import transfer
 from steptime.io import write_json
-from steptime.results import rule_provenance, write_result
+from steptime_lab.results import rule_provenance, write_result
 from steptime.specs import gpu_keys
 from steptime.calibration import use_settled
 

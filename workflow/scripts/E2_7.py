@@ -2,9 +2,9 @@
 import logging
 from pathlib import Path
 
-from steptime.experiments.abstract import figure, points, summary
-from steptime.reporting import load_results
-from steptime.results import claim, rule_provenance, write_result
+from steptime_lab.experiments.abstract import figure, points, summary
+from steptime_lab.reporting import load_results
+from steptime_lab.results import claim, rule_provenance, write_result
 
 logging.basicConfig(filename=snakemake.log[0], level=logging.INFO, format="%(message)s", filemode="w")
 results = load_results(snakemake.input.results)

@@ -3,7 +3,7 @@ import sys
 
 import joblib
 
-from steptime.experiments import transfer
+from steptime_lab.experiments import transfer
 from steptime.io import atomic_path
 
 P = snakemake.params

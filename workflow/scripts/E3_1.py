@@ -5,9 +5,9 @@ from os.path import splitext
 import pandas as pd
 import yaml
 
-from steptime.experiments import moe as E
+from steptime_lab.experiments import moe as E
 from steptime.io import atomic_path
-from steptime.results import rule_provenance, write_result
+from steptime_lab.results import rule_provenance, write_result
 
 logging.basicConfig(filename=snakemake.log[0], level=logging.INFO, format="%(message)s", filemode="w")
 r = E.run(pd.read_parquet(snakemake.input.data))

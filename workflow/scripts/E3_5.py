@@ -2,8 +2,8 @@
 import logging
 from os.path import splitext
 
-from steptime.experiments import moe as E
-from steptime.results import rule_provenance, write_result
+from steptime_lab.experiments import moe as E
+from steptime_lab.results import rule_provenance, write_result
 
 logging.basicConfig(filename=snakemake.log[0], level=logging.INFO, format="%(message)s", filemode="w")
 s = dict(snakemake.params.settings)

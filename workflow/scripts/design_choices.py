@@ -4,11 +4,11 @@ import logging
 
 import pandas as pd
 
-from steptime.experiments import attention as AX
-from steptime.experiments import design
-from steptime.experiments import gemm as GX
+from steptime_lab.experiments import attention as AX
+from steptime_lab.experiments import design
+from steptime_lab.experiments import gemm as GX
 from steptime.calibration import use_settled
-from steptime.results import rule_provenance, write_result
+from steptime_lab.results import rule_provenance, write_result
 
 logging.basicConfig(filename=snakemake.log[0], level=logging.INFO, format="%(message)s", filemode="w")
 logging.captureWarnings(True)

@@ -2,7 +2,7 @@
 import logging
 
 from steptime.io import atomic_path
-from steptime.reporting import figures_index, load_results
+from steptime_lab.reporting import figures_index, load_results
 
 logging.basicConfig(filename=snakemake.log[0], level=logging.INFO, format="%(message)s", filemode="w")
 results = load_results(snakemake.input.results)

@@ -1,8 +1,8 @@
-"""Ingest one raw source into its tidy table: results/data/<table>.parquet (thin: steptime.data does the work)."""
+"""Ingest one raw source into its tidy table: results/data/<table>.parquet (thin: steptime_lab.data does the work)."""
 import logging
 from pathlib import Path
 
-from steptime.data import tidy_table, write_parquet
+from steptime_lab.data import tidy_table, write_parquet
 
 logging.basicConfig(filename=snakemake.log[0], level=logging.INFO, format="%(message)s", filemode="w")
 name = snakemake.wildcards.table

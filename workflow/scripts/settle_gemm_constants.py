@@ -4,7 +4,7 @@ import json
 import logging
 
 from steptime.calibration import write_settled
-from steptime.experiments import gemm as E
+from steptime_lab.experiments import gemm as E
 from steptime.io import write_json
 
 logging.basicConfig(filename=snakemake.log[0], level=logging.INFO, format="%(message)s", filemode="w")

@@ -1,7 +1,7 @@
 """The shipped MoE constants (calibration/moe.yaml) from E3.1's and E3.2's fragments."""
 import yaml
 
-from steptime.experiments import moe as E
+from steptime_lab.experiments import moe as E
 from steptime.io import atomic_path
 
 k = yaml.safe_load(open(snakemake.input.kernel))

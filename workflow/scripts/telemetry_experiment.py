@@ -1,7 +1,7 @@
 """An awaiting GPU-telemetry experiment (issue 14): collected files -> results/<ID>.json + figure (thin)."""
 import logging
 
-from steptime.collect.experiments import report
+from steptime_lab.experiments.telemetry import report
 
 logging.basicConfig(filename=snakemake.log[0], level=logging.INFO, format="%(message)s", filemode="w")
 logging.info("%s: reducing %s", snakemake.params.id, list(snakemake.input.telemetry))

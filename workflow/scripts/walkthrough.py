@@ -2,7 +2,7 @@
 import logging
 from os.path import splitext
 
-from steptime.experiments.step import plot_walkthrough
+from steptime_lab.experiments.step import plot_walkthrough
 from steptime.calibration import use_settled
 
 logging.basicConfig(filename=snakemake.log[0], level=logging.INFO, format="%(message)s", filemode="w")

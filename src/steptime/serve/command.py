@@ -76,7 +76,7 @@ def workload_from_args(a):
         import pandas as pd
 
         if a.trace in TRACES:
-            from steptime.data.manifest import find_root
+            from steptime.io import find_root
 
             path = find_root() / "results" / "data" / "traces.parquet"
             if not path.is_file():

@@ -3,7 +3,7 @@ StepTimer: step_arrays, decode_steps, plus model/gpu/tp/dtype/kv_dtype for the m
 
 DistServeTimer: DistServe's own fitted latency model (simdistserve/estimators/
 time_estimator.py; coefficients in results/data/distserve.parquet via
-steptime.data.load_distserve), in milliseconds:
+steptime_lab.data.load_distserve), in milliseconds:
     prefill = a + b * sum(prompt) + c * sum(prompt^2)
     decode  = a + b * sum(context) + c * batch      (small/large-batch rows split at bs_threshold)
 Only pure steps exist in it (DistServe never mixes phases); a mixed step is refused.

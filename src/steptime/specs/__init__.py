@@ -20,6 +20,7 @@ from steptime.errors import ModelConfigError, UnknownGPUError, UnknownModelError
 from steptime.validation import MAX_DIM, as_int
 
 _HERE = Path(__file__).resolve().parent
+SPEC_DIR = _HERE  # the spec files (read by the lab too)
 GPU_FILE = _HERE / "gpus.yaml"
 MODEL_FILE = _HERE / "models.yaml"
 OPERATOR_FILE = _HERE / "operators.yaml"

@@ -1,0 +1,310 @@
+"""E1.25: the tensor-parallel all-reduce term against AIConfigurator's measured tables.
+
+The law (terms/comm.py), per implementation, with x = 2 (n-1)/n x message bytes (the bytes
+each rank moves, nccl-tests' bus convention), L the GPU's floor and B its bus bandwidth:
+
+    nccl    t = smin(L + x/(a_ll B),  L + d_ll128 + x/(a_ll128 B),  L + d_simple + x/B)
+            (NCCL's three protocols: low latency and low bandwidth to full bandwidth)
+    custom  t = smin(L + (n-1) S/(a_one B),  L + d_two + x/(a_two B),  t_nccl)
+            (vLLM's one-shot and two-shot kernels; large messages go to NCCL)
+
+smin is a soft minimum (p-norm of the inverses, p = comm.SMIN_P). The shape constants
+(a_*, d_*) are per implementation and TP degree, fitted on the OTHER GPUs' tables with their
+own L and B. The held-out GPU's L and B come from at most three readings (`readings`):
+
+    r1 NCCL, largest message, largest n     -> B(n_max)
+    r2 NCCL, largest message, n = 2         -> B(2); B at a middle n interpolated in log n
+    r3 NCCL, smallest message, largest n    -> L_nccl(n_max)
+
+and the other GPUs of its interconnect class (NVLink / PCIe, from the datasheet) give the
+floor ratios L_impl(n) / L_nccl(n_max). Custom kernels share NCCL's bus bandwidth. All three
+readings sit outside the scored range (64 KiB - 256 MiB), and a test checks the disjointness.
+vLLM disables its custom all-reduce on more than two PCIe-only GPUs; those rows are left out
+(counted), and the eager (non-graph) custom rows are not scored (engines replay the
+all-reduce inside CUDA graphs).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from steptime.calibration import Calibration
+from steptime_lab.results import claim
+from steptime.specs import get_gpu
+from steptime.terms import comm
+
+SCORE_RANGE = (65536, 268435456)
+KERNEL_IMPL = {"NCCL": "nccl", "vLLM_custom_graph": "custom"}
+TWO_BYTE = ("float16", "bfloat16")
+
+
+def tidy(df: pd.DataFrame) -> tuple[pd.DataFrame, dict]:
+    """Rows of the all-reduce table this experiment uses, with impl, link class, bus bytes, t_us."""
+    d = df[df["dtype"].isin(TWO_BYTE) & df["kernel_source"].isin(list(KERNEL_IMPL))].copy()
+    d["impl"] = d["kernel_source"].map(KERNEL_IMPL)
+    d["link"] = [comm.link_class(get_gpu(g)) for g in d["gpu"]]
+    drop = (d["impl"] == "custom") & (d["link"] == "pcie") & (d["num_gpus"] > 2)
+    skipped = {"custom_pcie_above_2_gpus": int(drop.sum()),
+               "eager_custom_rows": int((df["kernel_source"] == "vLLM_custom_eager").sum()),
+               "one_byte_rows": int((~df["dtype"].isin(TWO_BYTE)).sum())}
+    d = d[~drop]
+    d["x"] = comm.bus_bytes(d["message_bytes"].to_numpy(), d["num_gpus"].to_numpy())
+    d["t_us"] = d["latency_ms"] * 1e3
+    d["scored"] = d["message_bytes"].between(*SCORE_RANGE)
+    return d.sort_values(["gpu", "impl", "num_gpus", "message_bytes"]).reset_index(drop=True), skipped
+
+
+def curve_params(d: pd.DataFrame) -> dict:
+    """(gpu, impl, n) -> {L: smallest-message latency (us), B: largest-message bus bandwidth (bytes/us)}."""
+    out = {}
+    for (g, impl, n), x in d.groupby(["gpu", "impl", "num_gpus"]):
+        lo, hi = x.iloc[0], x.iloc[-1]
+        out[(g, impl, int(n))] = {"L": float(lo["t_us"]), "B": float(hi["x"] / hi["t_us"])}
+    return out
+
+
+def readings(d: pd.DataFrame, gpu: str) -> list[dict]:
+    """The GPU's (at most three) deploy readings, chosen by rule (module docstring)."""
+    x = d[(d["gpu"] == gpu) & (d["impl"] == "nccl")]
+    ns = sorted(x["num_gpus"].unique())
+    nmax, nmin = int(ns[-1]), int(ns[0])
+    plan = [("B", nmax, -1)] + ([("B", nmin, -1)] if nmin != nmax else []) + [("L", nmax, 0)]
+    out = []
+    for what, n, pick in plan:
+        r = x[x["num_gpus"] == n].sort_values("message_bytes").iloc[pick]
+        out.append({"what": what, "n": n, "message_bytes": int(r["message_bytes"]), "t_us": float(r["t_us"]),
+                    "x": float(r["x"]), "cell": (gpu, "allreduce", "nccl", n, int(r["message_bytes"]))})
+    return out
+
+
+def fit_shapes(d: pd.DataFrame, cp: dict, gpus) -> dict:
+    """Shape constants per (impl, n) by least squares in log time on `gpus`' scored rows."""
+    from scipy.optimize import least_squares
+
+    gpus = set(gpus)
+    shapes: dict = {}
+    for n in sorted(d["num_gpus"].unique()):
+        n = int(n)
+        for impl in ("nccl", "custom"):
+            x = d[(d["impl"] == impl) & (d["num_gpus"] == n) & d["gpu"].isin(gpus) & d["scored"]]
+            if x.empty or (impl == "custom" and ("nccl", n) not in shapes):
+                continue
+            L = np.array([cp[(g, impl, n)]["L"] for g in x["gpu"]])
+            B = np.array([cp[(g, "nccl", n)]["B"] for g in x["gpu"]])
+            LN = np.array([cp[(g, "nccl", n)]["L"] for g in x["gpu"]])
+            xb, t = x["x"].to_numpy(), x["t_us"].to_numpy()
+            if impl == "nccl":
+                def f(p):
+                    return np.log(comm.nccl_law(xb, L, B, comm.unpack("nccl", np.exp(p)))) - np.log(t)
+                p0 = np.log([0.3, 5.0, 0.7, 20.0])
+            else:
+                tn = comm.nccl_law(xb, LN, B, shapes[("nccl", n)])
+
+                def f(p):
+                    return np.log(comm.custom_law(xb, n, L, B, comm.unpack("custom", np.exp(p)), tn)) - np.log(t)
+                p0 = np.log([0.5, 5.0, 0.7])
+            lo = np.log([0.01 if k.startswith("a_") else 1e-3 for k in comm.SHAPE_KEYS[impl]])
+            hi = np.log([2.0 if k.startswith("a_") else 1e3 for k in comm.SHAPE_KEYS[impl]])
+            s = least_squares(f, p0, bounds=(lo, hi))
+            shapes[(impl, n)] = comm.unpack(impl, np.exp(s.x))
+    return shapes
+
+
+def shape_donors(gpu: str, others) -> list[str]:
+    """The GPUs whose tables set the held-out GPU's shapes: the other GPUs of its architecture family
+    and link class, else of its link class, else all others (family constants, as for GEMM)."""
+    g = get_gpu(gpu)
+    fam = [o for o in others if get_gpu(o).architecture == g.architecture
+           and comm.link_class(get_gpu(o)) == comm.link_class(g)]
+    if fam:
+        return fam
+    return [o for o in others if comm.link_class(get_gpu(o)) == comm.link_class(g)] or list(others)
+
+
+def transfer(cp: dict, gpu: str, reads: list[dict], others) -> dict:
+    """The held-out GPU's (impl, n) -> {L, B} from its readings and the other GPUs of its link class."""
+    link = comm.link_class(get_gpu(gpu))
+    same = [g for g in others if comm.link_class(get_gpu(g)) == link] or list(others)
+    B_read = {r["n"]: r["x"] / r["t_us"] for r in reads if r["what"] == "B"}
+    L_read = {r["n"]: r["t_us"] for r in reads if r["what"] == "L"}
+    nref = max(L_read)
+    ns = sorted({k[2] for k in cp if k[0] == gpu})
+    out = {}
+    for n in ns:
+        if n in B_read:
+            B = B_read[n]
+        else:  # log-linear in log2 n between the two read degrees
+            lo, hi = min(B_read), max(B_read)
+            w = (np.log2(n) - np.log2(lo)) / (np.log2(hi) - np.log2(lo))
+            B = float(np.exp((1 - w) * np.log(B_read[lo]) + w * np.log(B_read[hi])))
+        for impl in ("nccl", "custom"):
+            if (gpu, impl, n) not in cp:
+                continue
+            ratios = [cp[(g, impl, n)]["L"] / cp[(g, "nccl", nref)]["L"] for g in same
+                      if (g, impl, n) in cp and (g, "nccl", nref) in cp]
+            if not ratios:
+                ratios = [cp[(g, impl, n)]["L"] / cp[(g, "nccl", nref)]["L"] for g in others
+                          if (g, impl, n) in cp and (g, "nccl", nref) in cp]
+            out[(impl, n)] = {"L": L_read[nref] * float(np.median(ratios)), "B": B}
+    return out
+
+
+def datasheet_transfer(cp: dict, gpu: str, others) -> dict:
+    """No reading of the GPU: B = its datasheet link bandwidth x the other GPUs' (same link class)
+    achieved fraction, L = their median floor (the ablation of the three readings)."""
+    g = get_gpu(gpu)
+    link = comm.link_class(g)
+    same = [o for o in others if comm.link_class(get_gpu(o)) == link] or list(others)
+    out = {}
+    for (gg, impl, n) in cp:
+        if gg != gpu:
+            continue
+        eta = [cp[(o, "nccl", n)]["B"] / (get_gpu(o).link_bw / 1e6) for o in same if (o, "nccl", n) in cp]
+        L = [cp[(o, impl, n)]["L"] for o in same if (o, impl, n) in cp] or \
+            [cp[(o, impl, n)]["L"] for o in others if (o, impl, n) in cp]
+        out[(impl, n)] = {"L": float(np.median(L)), "B": float(np.median(eta)) * g.link_bw / 1e6}
+    return out
+
+
+def predict_rows(x: pd.DataFrame, gpu_params: dict, shapes: dict) -> np.ndarray:
+    out = np.empty(len(x))
+    for (impl, n), idx in x.groupby(["impl", "num_gpus"]).indices.items():
+        n = int(n)
+        rows = x.iloc[idx]
+        p = gpu_params[(impl, n)]
+        out[idx] = comm.law_time(impl, rows["x"].to_numpy(), n, p["L"], p["B"], shapes[(impl, n)],
+                                 nccl=gpu_params[("nccl", n)], nccl_shape=shapes[("nccl", n)])
+    return out
+
+
+def eval_cells(x: pd.DataFrame) -> list[tuple]:
+    return [(g, "allreduce", impl, int(n), int(m))
+            for g, impl, n, m in zip(x["gpu"], x["impl"], x["num_gpus"], x["message_bytes"])]
+
+
+def ring_baseline(x: pd.DataFrame, gpu: str) -> np.ndarray:
+    """The datasheet ring law (defaults.yaml's starting values), no reading of the GPU."""
+    g = get_gpu(gpu)
+    out = np.empty(len(x))
+    for n, idx in x.groupby("num_gpus").indices.items():
+        out[idx] = comm.ring_time(x.iloc[idx]["message_bytes"].to_numpy(), int(n), g) * 1e6
+    return out
+
+
+def run(df: pd.DataFrame, ablation: bool = True) -> dict:
+    """Held out per GPU; with `ablation`, also the shapes of ALL other GPUs (no family scoping)."""
+    d, skipped = tidy(df)
+    cp = curve_params(d)
+    gpus = sorted(d["gpu"].unique())
+    cal = Calibration()
+    rows, per_gpu = [], {}
+    for g in gpus:
+        others = [o for o in gpus if o != g]
+        shapes = fit_shapes(d, cp, shape_donors(g, others))
+        if ablation:
+            flat = fit_shapes(d, cp, others)
+        reads = readings(d, g)
+        cal.record(f"gpu.{g}.allreduce", [r["cell"] for r in reads], note="E1.25 deploy readings (NCCL)")
+        params = transfer(cp, g, reads, others)
+        x = d[(d["gpu"] == g) & d["scored"]].reset_index(drop=True)
+        cal.check_disjoint(eval_cells(x))
+        x["pred_us"] = predict_rows(x, params, shapes)
+        x["ring_us"] = ring_baseline(x, g)
+        if ablation:
+            x["flat_us"] = predict_rows(x, params, flat)
+            x["noread_us"] = predict_rows(x, datasheet_transfer(cp, g, others), shapes)
+        rows.append(x)
+        per_gpu[g] = {"readings": reads, "params": {f"{i}/{n}": v for (i, n), v in sorted(params.items())},
+                      "shapes": {f"{i}/{n}": shapes[(i, n)] for (i, n) in sorted(params)},
+                      "donors": shape_donors(g, others)}
+    pred = pd.concat(rows, ignore_index=True)
+    pred["err"] = pred["pred_us"] / pred["t_us"] - 1
+    pred["err_ring"] = pred["ring_us"] / pred["t_us"] - 1
+    if ablation:
+        pred["err_flat"] = pred["flat_us"] / pred["t_us"] - 1
+        pred["err_noread"] = pred["noread_us"] / pred["t_us"] - 1
+    return {"pred": pred, "per_gpu": per_gpu, "skipped": skipped, "calibration": cal, "curve_params": cp, "data": d}
+
+
+def _mape(e) -> float:
+    return float(np.mean(np.abs(e)) * 100)
+
+
+def document(r: dict, target_pct: float = 10.0) -> dict:
+    p = r["pred"]
+    records, claims = [], []
+    for (g, impl), x in p.groupby(["gpu", "impl"]):
+        rec = {"gpu": g, "impl": impl, "cells": int(len(x)), "mape": round(_mape(x["err"]), 2),
+               "mape_ring": round(_mape(x["err_ring"]), 2),
+               "mape_shapes_all_others": round(_mape(x["err_flat"]), 2) if "err_flat" in x else None,
+               "mape_no_own_reading": round(_mape(x["err_noread"]), 2) if "err_noread" in x else None, "bias": round(float(np.median(x["err"]) * 100), 2),
+               "by_tp": {str(int(n)): round(_mape(y["err"]), 2) for n, y in x.groupby("num_gpus")}}
+        records.append(rec)
+        claims.append(claim(f"all-reduce ({impl}) on {g}, held out (shapes from the other GPUs, 3 NCCL readings "
+                            f"of its own), message sizes 64 KiB-256 MiB, all TP degrees", rec["mape"],
+                            "MAPE % (lower is better)", target=f"<= {target_pct:g}", met=rec["mape"] <= target_pct))
+    for impl, x in p.groupby("impl"):
+        claims.append(claim(f"the measured {impl} law (held out) beats the datasheet ring law (10 us + bus bytes / "
+                            f"(0.7 link))",
+                            {"law": round(_mape(x["err"]), 2), "ring": round(_mape(x["err_ring"]), 2)},
+                            "pooled MAPE % over all held-out GPUs", met=_mape(x["err"]) < _mape(x["err_ring"])))
+    metrics = {"records": records, "skipped_rows": r["skipped"],
+               "target_met": sum(rec["mape"] <= target_pct for rec in records), "target_scored": len(records),
+               "per_gpu": {g: {"readings": [{k: x[k] for k in ("what", "n", "message_bytes", "t_us")}
+                                            for x in v["readings"]],
+                               "shape_donors": v["donors"],
+                               "params": {k: {"L_us": p["L"], "B_gbps": p["B"] / 1e3} for k, p in v["params"].items()}}
+                           for g, v in r["per_gpu"].items()}}
+    return {"metrics": metrics, "claims": claims}
+
+
+def defaults_updates(r: dict, experiment: str = "E1.25") -> list[dict]:
+    """Per GPU, the constants its held-out score used (so what ships is what was scored): floor and
+    bus bandwidth per implementation/TP from its three NCCL readings and the floor ratios of the
+    other GPUs of its link class, and the law shapes fitted on its shape donors (never itself)."""
+    ups = []
+    for g, v in sorted(r["per_gpu"].items()):
+        val = {k: {"L_us": round(p["L"], 4), "B_gbps": round(p["B"] / 1e3, 3),
+                   "shape": {n: round(float(x), 5) for n, x in v["shapes"][k].items()}}
+               for k, p in v["params"].items()}
+        ups.append({"scope": f"gpu.{g}", "name": "allreduce_curve", "value": val, "provenance": "FITTED",
+                    "source": "E1.25: all-reduce law per implementation/TP (terms/comm.py): floor L and bus bandwidth B "
+                              "from three NCCL deploy readings of the GPU (largest message at the largest and smallest "
+                              "TP, smallest message at the largest TP) with the floor ratios of the other GPUs of its "
+                              "link class; shapes fitted on AIConfigurator's tables of " + ", ".join(v["donors"]),
+                    "experiment": experiment, "cells": [list(x["cell"]) for x in v["readings"]]})
+    return ups
+
+
+def plot(r: dict, stem, caption: str | None = None):
+    from steptime import plotting
+
+    plt = plotting.setup()
+    p = r["pred"]
+    gpus = sorted(p["gpu"].unique())
+    ncol = 3
+    nrow = int(np.ceil(len(gpus) / ncol))
+    fig, axes = plt.subplots(nrow, ncol, figsize=(4.2 * ncol, 3.2 * nrow), squeeze=False)
+    colors = {2: "tab:blue", 4: "tab:orange", 8: "tab:green"}
+    for ax, g in zip(axes.flat, gpus):
+        x = p[p["gpu"] == g]
+        for (impl, n), y in x.groupby(["impl", "num_gpus"]):
+            mk = "o" if impl == "nccl" else "s"
+            ax.loglog(y["message_bytes"], y["t_us"], mk, ms=3, color=colors.get(int(n), "k"), alpha=0.6)
+            ax.loglog(y["message_bytes"], y["pred_us"], "-" if impl == "nccl" else "--", color=colors.get(int(n), "k"),
+                      lw=1)
+        m = {impl: _mape(y["err"]) for impl, y in x.groupby("impl")}
+        ax.set_title(f"{g}: " + ", ".join(f"{k} {v:.1f}%" for k, v in sorted(m.items())), fontsize=8)
+        ax.set_xlabel("message size per GPU (bytes)")
+        ax.set_ylabel("all-reduce time (us)")
+    for ax in list(axes.flat)[len(gpus):]:
+        ax.axis("off")
+    handles = [plt.Line2D([], [], color=c, label=f"TP {n}") for n, c in colors.items()]
+    handles += [plt.Line2D([], [], marker="o", ls="", color="k", label="NCCL measured"),
+                plt.Line2D([], [], marker="s", ls="", color="k", label="vLLM custom (graph) measured"),
+                plt.Line2D([], [], ls="-", color="k", label="NCCL law (held out)"),
+                plt.Line2D([], [], ls="--", color="k", label="custom law (held out)")]
+    fig.legend(handles=handles, loc="upper center", ncol=7, fontsize=7, bbox_to_anchor=(0.5, 1.02))
+    fig.tight_layout()
+    plotting.save(fig, stem, caption)

@@ -1,0 +1,223 @@
+"""The GEMM term's calibration contract as code: the deploy cells, the neutral starting
+parameters, predictions with explicit parameters and the inversion of the deploy readings.
+
+* per GPU, three named deploy readings (`DEPLOY_CELLS`), each one measured cell of the
+  GPU's own table, setting one per-GPU constant: a large square GEMM sets `eta_active`,
+  a one-token GEMM over a large weight sets `eta_mem_max`, a tiny GEMM sets the
+  launch floor `kernel_floor_us`. They are excluded from every score of that GPU.
+* the remaining constants (`FIT_GLOBALS`: duty, memory ramp, L2 path, overlap, stream-K,
+  clock droop) are fitted on the OTHER GPUs when a GPU is scored (leave-one-GPU-out;
+  `steptime_lab.experiments.gemm.folds`).
+
+Everything here takes a tidy table with columns gpu, m, n, k, latency_ms (one dtype).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from steptime.calibration import Calibration
+from steptime_lab.regimes import is_decode, is_prefill, llm_shaped
+from steptime.specs import get_gpu, gpu_keys
+from steptime.terms import gemm as G
+
+
+AIC_GPUS = tuple(gpu_keys(tables="aic"))  # the nine GPUs with AIConfigurator tables (gpus.yaml aic_name)
+
+# name of the per-GPU constant -> the (m, n, k) cell whose latency sets it. The streaming
+# reading's weight shape is not fixed a priori: `select_stream_cell` picks it on the GPUs a
+# fit may see (the other GPUs, when one is held out); (1, 16384, 16384) is only its default.
+DEPLOY_CELLS = {
+    "eta_active": (4096, 4096, 4096),
+    "eta_mem_max": (1, 16384, 16384),
+    "kernel_floor_us": (1, 32, 32),
+}
+
+STREAM_MIN_MIB = 64  # candidate streaming readings: single-token GEMMs over weights at least this large
+
+DEPLOY_NOTES = {
+    "eta_active": "one large square GEMM (m=n=k=4096, an LLM prefill-sized projection): sustained tensor "
+                  "throughput over the fill/duty factors",
+    "eta_mem_max": "one single-token GEMM (m=1) over a weight of at least 64 MiB, its (n, k) chosen on the other GPUs "
+                   "(select_stream_cell): streaming DRAM efficiency",
+    "kernel_floor_us": "one tiny GEMM (m=1, n=k=32): launch-to-completion floor",
+    "mem_t_half_us": "one single-token GEMM over a mid-sized weight: the memory branch's fixed ramp",
+}
+
+# global constants fitted leave-one-GPU-out: name -> (start, lower, upper)
+FIT_GLOBALS = {
+    "mem_t_half_us": (2.0, 0.0, 20.0),
+    "duty_c": (0.3, 0.0, 5.0),
+    "duty_k": (64.0, 0.0, 2000.0),
+    "l2_resident_x": (0.15, 0.01, 0.95),
+    "l2_gain": (5.0, 0.0, 64.0),
+    "overlap_p": (4.0, 1.0, 50.0),
+    "streamk_rel": (0.9, 0.0, 1.0),
+    "clk_droop": (0.2, 0.0, 0.6),
+    "clk_droop_us": (1000.0, 10.0, 1e5),
+}
+
+FIT_SAMPLE = 1500  # cells per GPU in a fit (seeded)
+
+SUBSETS = ("llm", "all", "decode", "prefill")
+
+
+def subset_masks(df) -> dict:
+    """Boolean masks: llm (LLM-shaped: n, k >= 1024, m <= 16384), all, decode (llm, decode-sized m),
+    prefill (llm, prefill-sized m); sizes as steptime_lab.regimes defines them."""
+    m, n, k = df["m"].to_numpy(), df["n"].to_numpy(), df["k"].to_numpy()
+    llm = llm_shaped(m, n, k)
+    return {"llm": llm, "all": np.ones(len(df), dtype=bool), "decode": llm & is_decode(m),
+            "prefill": llm & is_prefill(m)}
+
+
+def cell_ids(df) -> list:
+    return [(g, "gemm", int(m), int(n), int(k)) for g, m, n, k in
+            zip(df["gpu"], df["m"], df["n"], df["k"])]
+
+
+def load_gemm(path=None, gpus=None):
+    """bf16 GEMM table of the AIConfigurator GPUs: gpu, m, n, k, latency_ms.
+
+    From the tidy table `path` (results/data/gemm.parquet, written by steptime_lab.data's
+    ingest) when given, else through steptime_lab.data.load_aic_gemm.
+    """
+    import pandas as pd
+
+    if path is not None:
+        df = pd.read_parquet(path)
+    else:
+        from steptime_lab.data import load_aic_gemm
+
+        df = load_aic_gemm()
+    if "dtype" in df.columns:
+        df = df[df["dtype"].astype(str).isin(["bf16", "bfloat16"])]
+    df = df[df["gpu"].isin(list(gpus or AIC_GPUS))]
+    df = df.groupby(["gpu", "m", "n", "k"], as_index=False)["latency_ms"].median()
+    return df.sort_values(["gpu", "n", "k", "m"]).reset_index(drop=True)
+
+
+def select_stream_cell(df, gpus) -> tuple:
+    """The streaming deploy cell (1, n, k), chosen on `gpus` alone: among the single-token
+    cells over weights >= STREAM_MIN_MIB that every one of `gpus` measured, the (n, k) whose
+    achieved DRAM fraction best tracks each GPU's median single-token fraction (minimum of
+    mean |log ratio| + its spread across `gpus`). A single cell's kernel choice can sit
+    +-10% off the GPU's typical streaming GEMM; this picks a cell that, on the GPUs seen,
+    does not. Ties go to the smaller (n, k)."""
+    ratios = []
+    for g in gpus:
+        d = df[(df["gpu"] == g) & (df["m"] == 1)].groupby(["n", "k"], as_index=False)["latency_ms"].median()
+        w = 2.0 * d["n"].to_numpy(float) * d["k"].to_numpy(float)
+        d = d[w >= STREAM_MIN_MIB * 2 ** 20].copy()
+        eff = 2.0 * d["n"] * d["k"] / (d["latency_ms"] * 1e-3) / get_gpu(g).mem_bw
+        d["lr"] = np.log(eff / eff.median())
+        ratios.append(d.set_index(["n", "k"])["lr"].rename(g))
+    if not ratios:
+        raise ValueError("select_stream_cell: no GPUs given")
+    import pandas as pd
+
+    tab = pd.concat(ratios, axis=1).dropna()
+    if tab.empty:
+        raise ValueError(f"no single-token cell >= {STREAM_MIN_MIB} MiB is measured on every GPU of {list(gpus)}")
+    crit = tab.abs().mean(axis=1) + (tab.std(axis=1, ddof=0) if tab.shape[1] > 1 else 0.0)
+    best = crit.sort_index().idxmin()
+    return (1, int(best[0]), int(best[1]))
+
+
+def deploy_readings(df, gpu: str, stream: tuple | None = None) -> dict:
+    """{constant: (cell id, latency_ms)} of `gpu`'s deploy readings, from its table;
+    `stream` overrides the streaming reading's (m, n, k)."""
+    out = {}
+    sub = df[df["gpu"] == gpu]
+    cells = dict(DEPLOY_CELLS, **({"eta_mem_max": tuple(stream)} if stream is not None else {}))
+    for name, (m, n, k) in cells.items():
+        row = sub[(sub["m"] == m) & (sub["n"] == n) & (sub["k"] == k)]
+        if len(row) != 1:
+            raise ValueError(f"{gpu}: deploy cell {name} (m={m}, n={n}, k={k}) missing from the table")
+        out[name] = ((gpu, "gemm", m, n, k), float(row["latency_ms"].iloc[0]))
+    return out
+
+
+# neutral starting values for everything a fit or a reading sets, so that nothing written into
+# defaults.yaml by an earlier settle run feeds back into the next one (determinism)
+NEUTRAL_START = {"eta_active": 0.8, "eta_mem_max": 0.8, "kernel_floor_us": 2.0, "mem_x_half": 0.0,
+                 "f_clk": 1.0}
+
+
+def base_params(gpu) -> dict:
+    p = G.resolve(get_gpu(gpu))
+    p.update(NEUTRAL_START)
+    p.update({nm: v[0] for nm, v in FIT_GLOBALS.items()})
+    return p
+
+
+def predict(gpu, m, n, k, params: dict, paradigm: str | None = None, full: bool = False):
+    r = G.gemm_time(m, n, k, get_gpu(gpu), params=params, paradigm=paradigm)
+    if full:
+        return r
+    return r["t"] * 1e3
+
+
+def apply_readings(gpu: str, params: dict, readings: dict, paradigm: str | None = None,
+                   rounds: int = 4) -> dict:
+    """Set the per-GPU constants from the deploy readings (each inverts its own cell).
+
+    The memory branch is affine in bytes on non-resident cells, t_m = B / (BW eta_max) +
+    t_half, so the two one-token readings give eta_max and t_half in closed form; the
+    compute time scales as 1 / eta_active. Both are read through the overlap max
+    (t - floor = smax(t_c, t_m)) and iterated a few rounds (they interact only there).
+    """
+    p = dict(params)
+    g = get_gpu(gpu)
+    names = [nm for nm in ("eta_active", "eta_mem_max", "mem_t_half_us", "kernel_floor_us") if nm in readings]
+    if not names:
+        return p
+    cells = [readings[nm][0] for nm in names]
+    t_meas = np.array([readings[nm][1] for nm in names]) * 1e-3
+    m = np.array([c[2] for c in cells], dtype=float)
+    n = np.array([c[3] for c in cells], dtype=float)
+    k = np.array([c[4] for c in cells], dtype=float)
+    idx = {nm: i for i, nm in enumerate(names)}
+    pw = float(p["overlap_p"])
+
+    def unmax(total, other):
+        # the branch value b with smax(b, other) = total
+        if not np.isfinite(pw):
+            return total
+        d = total ** pw - other ** pw
+        return np.where(d > 0, np.abs(d) ** (1.0 / pw), 0.05 * total)
+
+    for _ in range(rounds):
+        r = G.gemm_time(m, n, k, g, params=p, paradigm=paradigm)
+        if "kernel_floor_us" in idx:
+            i = idx["kernel_floor_us"]
+            p["kernel_floor_us"] = float(np.clip((t_meas[i] - (r["t"][i] - r["t_floor"][i])) * 1e6, 0.0, 50.0))
+            r = G.gemm_time(m, n, k, g, params=p, paradigm=paradigm)
+        net = np.maximum(t_meas - r["t_floor"], 1e-9)
+        if "eta_mem_max" in idx and "mem_t_half_us" in idx:
+            i, j = idx["eta_mem_max"], idx["mem_t_half_us"]
+            tm_i = unmax(net[i], r["t_compute"][i])
+            tm_j = unmax(net[j], r["t_compute"][j])
+            bi, bj = r["bytes"][i], r["bytes"][j]
+            inv = g.mem_bw * (tm_i - tm_j) / (bi - bj)
+            e = float(np.clip(1.0 / inv if inv > 0 else 2.0, 0.05, 2.0))
+            h = float(np.clip(tm_j - bj / (g.mem_bw * e), 0.0, 50e-6))
+            p["eta_mem_max"], p["mem_t_half_us"] = e, h * 1e6
+        elif "eta_mem_max" in idx:
+            i = idx["eta_mem_max"]
+            tm = unmax(net[i], r["t_compute"][i])
+            h = float(p["mem_t_half_us"]) * 1e-6
+            p["eta_mem_max"] = float(np.clip(r["bytes"][i] / (g.mem_bw * max(tm - h, 1e-9)), 0.05, 2.0))
+        if "eta_active" in idx:
+            i = idx["eta_active"]
+            tc = unmax(net[i], r["t_memory"][i])
+            p["eta_active"] = float(np.clip(p["eta_active"] * r["t_compute"][i] / tc, 0.05, 1.0))
+    return p
+
+
+def calibration_record(readings: dict) -> Calibration:
+    cal = Calibration()
+    for g, rd in readings.items():
+        for name, (cell, _) in rd.items():
+            cal.record(f"{name}@{g}", [cell], note=DEPLOY_NOTES.get(name, "deploy reading"))
+    return cal

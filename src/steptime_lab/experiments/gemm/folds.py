@@ -1,0 +1,163 @@
+"""Leave-one-GPU-out fits of the GEMM globals and the folds rebuilt from a settled document
+(`results/calibration/gemm_constants.json`): each GPU's parameters are its globals fitted
+without it plus its own deploy readings.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from steptime_lab.experiments.gemm.contract import (
+    DEPLOY_CELLS, FIT_GLOBALS, FIT_SAMPLE, apply_readings, base_params, calibration_record, cell_ids,
+    deploy_readings, predict, subset_masks,
+)
+from steptime.specs import get_gpu
+
+
+def _fit_sample(df, gpus, n_per_gpu: int, seed: int, exclude: set, llm_share: float = 0.7) -> dict:
+    """Seeded subsample per GPU: `llm_share` of it from LLM-shaped cells (the cells the
+    contract's targets are on), the rest from the remaining grid; deploy cells excluded."""
+    import pandas as pd
+
+    out = {}
+    for i, gpu in enumerate(gpus):
+        sub = df[df["gpu"] == gpu]
+        keep = np.array([c not in exclude for c in cell_ids(sub)])
+        sub = sub[keep]
+        llm = subset_masks(sub)["llm"]
+        n_llm = min(int(llm.sum()), int(round(n_per_gpu * llm_share)))
+        n_rest = min(int((~llm).sum()), n_per_gpu - n_llm)
+        parts = [sub[llm].sample(n_llm, random_state=seed + i), sub[~llm].sample(n_rest, random_state=seed + i)]
+        sub = pd.concat(parts)
+        out[gpu] = (sub["m"].to_numpy(float), sub["n"].to_numpy(float), sub["k"].to_numpy(float),
+                    sub["latency_ms"].to_numpy(float))
+    return out
+
+
+def fit_globals(df, gpus, readings: dict, *, seed: int = 0, n_per_gpu: int = FIT_SAMPLE,
+                x0: dict | None = None, max_nfev: int = 60, names=None, fixed: dict | None = None) -> dict:
+    """Least-squares fit (log error, soft-L1) of the global constants on `gpus`' cells.
+
+    `readings[gpu]` are that GPU's deploy readings (applied inside the fit; their cells
+    are left out of the fitted sample). Returns {name: value} for `names` (all of
+    FIT_GLOBALS by default) plus `fixed` as given.
+    """
+    from scipy.optimize import least_squares
+
+    fixed = dict(fixed or {})
+    names = [nm for nm in (names or FIT_GLOBALS) if nm not in fixed]
+    exclude = {c for g in gpus for c, _ in readings[g].values()}
+    sample = _fit_sample(df, gpus, n_per_gpu, seed, exclude)
+    bases = {g: base_params(g) for g in gpus}
+    start = np.array([(x0 or {}).get(nm, FIT_GLOBALS[nm][0]) for nm in names], dtype=float)
+    lo = np.array([FIT_GLOBALS[nm][1] for nm in names])
+    hi = np.array([FIT_GLOBALS[nm][2] for nm in names])
+    start = np.clip(start, lo + 1e-9, hi - 1e-9)
+
+    def resid(x):
+        glob = dict(zip(names, x), **fixed)
+        out = []
+        for g in gpus:
+            p = apply_readings(g, with_globals(g, bases[g], glob), readings[g], rounds=3)
+            m, n, k, y = sample[g]
+            out.append(np.log(predict(g, m, n, k, p) / y))
+        return np.concatenate(out)
+
+    # one BLAS thread: the fit's landscape has flat directions, and multi-threaded reductions
+    # would make the result depend on the machine's thread count (determinism)
+    from threadpoolctl import threadpool_limits
+
+    with threadpool_limits(limits=1):
+        r = least_squares(resid, start, bounds=(lo, hi), loss="soft_l1", f_scale=0.1, max_nfev=max_nfev,
+                          x_scale=np.maximum(np.abs(start), 0.1))
+    return {**dict(zip(names, map(float, r.x))), **fixed}
+
+
+def with_globals(gpu: str, base: dict, glob: dict) -> dict:
+    """`base` with the global constants applied; `hopper_cluster_size` sets Hopper's cluster size only."""
+    p = dict(base)
+    for k, v in glob.items():
+        if k == "hopper_cluster_size":
+            if get_gpu(gpu).architecture == "hopper":
+                p["cluster_size"] = int(v)
+        else:
+            p[k] = v
+    return p
+
+
+def gpu_params(gpu: str, glob: dict, readings: dict, paradigm: str | None = None) -> dict:
+    """The full parameter set for `gpu`: defaults, then fitted globals, then its readings."""
+    return apply_readings(gpu, with_globals(gpu, base_params(gpu), glob), readings, paradigm=paradigm)
+
+
+def loo(df, gpus=None, *, seed: int = 0, n_per_gpu: int = FIT_SAMPLE, max_nfev: int = 60,
+        warm: dict | None = None) -> dict:
+    """Leave-one-GPU-out: for each GPU, globals fitted on the others + its own readings.
+
+    Returns {'folds': {gpu: {'globals', 'params', 'readings'}}, 'all': globals fitted on
+    every GPU, 'calibration': Calibration}.
+    """
+    gpus = list(gpus or sorted(df["gpu"].unique()))
+    readings = {g: deploy_readings(df, g) for g in gpus}
+    glob_all = fit_globals(df, gpus, readings, seed=seed, n_per_gpu=n_per_gpu, x0=warm, max_nfev=max_nfev)
+    folds = {}
+    for g in gpus:
+        others = [o for o in gpus if o != g]
+        glob = fit_globals(df, others, readings, seed=seed, n_per_gpu=n_per_gpu, x0=glob_all,
+                           max_nfev=max_nfev)
+        folds[g] = {"globals": glob, "params": gpu_params(g, glob, readings[g]), "readings": readings[g]}
+    return {"folds": folds, "all": glob_all, "readings": readings, "calibration": calibration_record(readings)}
+
+
+def _readings_json(rd: dict) -> dict:
+    return {nm: {"cell": list(cell), "latency_ms": t} for nm, (cell, t) in rd.items()}
+
+
+def folds_from_doc(doc: dict, gpus=None) -> dict:
+    """{gpu: fold} with params rebuilt from a settle() document (no refit)."""
+    return {g: fold_from_json(doc, g) for g in (gpus or doc["folds"])}
+
+
+def _readings_from_json(doc: dict, gpu: str) -> dict:
+    return {name: (tuple(v["cell"]), float(v["latency_ms"])) for name, v in doc["folds"][gpu]["readings"].items()}
+
+
+def fold_from_json(doc: dict, gpu: str, paradigm: str | None = None) -> dict:
+    readings = _readings_from_json(doc, gpu)
+    glob = dict(doc["folds"][gpu]["globals"])
+    return {"globals": glob, "params": gpu_params(gpu, glob, readings, paradigm=paradigm), "readings": readings}
+
+
+def with_fold(constants, gpu: str, doc: dict | None):
+    """`constants` with `gpu`'s leave-one-GPU-out GEMM fold overlaid (globals fitted on the other
+    GPUs plus its own three deploy readings). Returns (constants, the fold's reading cells);
+    unchanged, with no cells, when `doc` has no fold for the GPU."""
+    key = get_gpu(gpu).key
+    if not doc or key not in doc.get("folds", {}):
+        return constants, []
+    fold = fold_from_json(doc, key)
+    constants = constants.with_overrides(fold["params"], scope=f"gpu.{key}", provenance="FITTED",
+                                         source="GEMM leave-one-GPU-out fold (results/calibration/gemm_constants.json)")
+    return constants, [tuple(cell) for cell, _ in fold["readings"].values()]
+
+
+def readings_in_fold(doc: dict, fold_gpu: str | None, gpus) -> dict:
+    """{gpu: {reading name: value}} for every GPU of `gpus` with GEMM deploy readings, each
+    solved from its own deploy cells under the globals of `fold_gpu`'s leave-one-GPU-out
+    fold (fitted without `fold_gpu`; None: the all-GPU fit). Other families carry these
+    readings to their own per-GPU constants, so a GPU needs no readings beyond these three."""
+    glob = doc["all"] if fold_gpu is None else doc["folds"][fold_gpu]["globals"]
+    stream = None if fold_gpu is None else doc["folds"][fold_gpu].get("stream_cell")
+    out = {}
+    for g in gpus:
+        if g not in doc["folds"]:
+            continue
+        rd = _readings_from_json(doc, g)
+        # the doc keeps each GPU's readings at its own fold's stream cell: only valid here when
+        # that is the cell `fold_gpu`'s fit used for every GPU
+        if stream is not None and list(rd["eta_mem_max"][0][2:]) != list(stream):
+            raise ValueError(f"{g}: its stored streaming reading {rd['eta_mem_max'][0]} is not at the stream cell "
+                             f"{stream} that {fold_gpu}'s fold was fitted with")
+        p = gpu_params(g, glob, rd)
+        out[g] = {name: float(p[name]) for name in DEPLOY_CELLS}
+    return out

@@ -1,0 +1,366 @@
+"""E2.11b: the ML.ENERGY and AIConfigurator-silicon token-time rows replayed through the serving
+simulator (steptime.serve) as closed loops at the row's concurrency, beside E2.11's one-step
+approximation (one decode step at the measured mean batch).
+
+Everything the replay produces is SIMULATED: a model of the scheduler (steptime.serve) whose
+every iteration is timed by steptime's wall-clock step. The measured values are the tables'.
+
+Per row:
+- rows: exactly the rows E2.11 predicts (`wallclock.tpot_table`: dense, aggregated, TP only,
+  a precision steptime models), so both predictors are scored on the same configurations;
+- concurrency: ML.ENERGY's `max_num_seqs` (its runs keep the server full: measured mean batch /
+  max_num_seqs has median 0.998 in v2 and v3), AIConfigurator's client `concurrency`; the
+  scheduler's `max_num_seqs` is the same number;
+- lengths: silicon rows state isl/osl exactly (fixed). ML.ENERGY publishes only the mean output
+  length: outputs are drawn from a geometric distribution with that mean (ASSUMED: chat and code
+  answers end when a stop token is sampled, a memoryless stop; the maximum-entropy law for a
+  known positive mean), capped at the model's context; the prompt is E2.11's stated per-task
+  estimate (ASSUMED there, fixed here), so the two predictors share every assumption but the
+  schedule;
+- scheduler: vLLM V1's policy (token budget 8192, chunked prefill, decodes first) for vLLM >= 0.8,
+  SGLang and TRT-LLM (ASSUMED: both run continuous batching with chunked prefill under a token
+  budget, 8192 by default on these GPUs); vLLM 0.5.4 (V0 engine) without chunked prefill;
+- steady state: `requests_per_slot` x concurrency requests (at least `min_requests`); the
+  per-request statistics use only requests that arrive after the first wave (index >=
+  concurrency) and finish before the last request is admitted (the loop is full throughout).
+  A sensitivity, not a claim: TTFT as the mean over every simulated request (the first wave, which
+  arrives all at once, included), since the benchmark's own averaging window is not published.
+  ML.ENERGY v3's median inter-token latency is the token-weighted median of every simulated gap
+  (warm-up and drain included; they are a small share of the tokens).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from steptime.errors import SteptimeError, UnknownModelError
+
+# measured column of a row -> the simulated statistic compared with it
+MEASURES = {
+    "mean_tpot_ms": ("tpot_mean_ms", "mean TPOT (ML.ENERGY v2)"),
+    "median_itl_ms": ("itl_p50_ms", "median inter-token latency (ML.ENERGY v3)"),
+    "tpot_ms": ("tpot_p50_ms", "TPOT (AIConfigurator silicon; compared with the simulated median per-request TPOT)"),
+}
+DEFAULT_BUDGET = 8192  # ASSUMED: token budget of vLLM V1 / SGLang / TRT-LLM on these GPUs
+GEOMETRIC_NOTE = ("ML.ENERGY output lengths: geometric with the row's measured mean (ASSUMED: a memoryless "
+                  "stop; maximum entropy for a known positive mean), capped at the model context minus the prompt")
+
+
+class ReplayError(SteptimeError, ValueError):
+    """Bad input to the E2.11b replay (a table without the columns it needs, a row that cannot run)."""
+
+
+def replay_rows(mlenergy_v2=None, mlenergy_v3=None, silicon=None, prompt_tokens: dict | None = None):
+    """E2.11's rows (`wallclock.tpot_table`) with what a replay needs beside them: `concurrency`
+    (ML.ENERGY max_num_seqs, silicon concurrency) and `ttft_ms` (silicon only; NaN elsewhere).
+    Returns (rows, skipped) as tpot_table does."""
+    from steptime_lab.experiments import wallclock as W
+
+    tabs, extra = {}, []
+    for name, df, conc in (("mlenergy-v2", mlenergy_v2, "max_num_seqs"), ("mlenergy-v3", mlenergy_v3, "max_num_seqs"),
+                           ("aic-silicon", silicon, "concurrency")):
+        if df is None:
+            continue
+        need = {conc, "tp", "gpu", "model"} | ({"id", "ttft_ms"} if name == "aic-silicon" else set())
+        miss = sorted(need - set(df.columns))
+        if miss:
+            raise ReplayError(f"{name} table lacks column(s) {', '.join(miss)}")
+        x = df.reset_index(drop=True).copy()
+        key = x["id"].astype(str) if name == "aic-silicon" else pd.Series([f"{name}#{i}" for i in range(len(x))])
+        if name != "aic-silicon":
+            x["source_file"] = key  # the row key tpot_table carries through as source_id
+        if key.duplicated().any():
+            raise ReplayError(f"{name}: row ids are not unique ({key[key.duplicated()].iloc[0]})")
+        extra.append(pd.DataFrame({"dataset": name, "source_id": key.to_numpy(),
+                                   "concurrency": pd.to_numeric(x[conc], errors="coerce").to_numpy(float),
+                                   "ttft_ms": x["ttft_ms"].to_numpy(float) if "ttft_ms" in x else np.nan}))
+        tabs[{"mlenergy-v2": "mlenergy_v2", "mlenergy-v3": "mlenergy_v3", "aic-silicon": "silicon"}[name]] = x
+    rows, skipped = W.tpot_table(**tabs, prompt_tokens=prompt_tokens)
+    if not len(rows):
+        return rows.assign(concurrency=[], ttft_ms=[]), skipped
+    rows = rows.merge(pd.concat(extra, ignore_index=True), on=["dataset", "source_id"], how="left",
+                      validate="one_to_one")
+    known = []
+    for ds, m, src in zip(rows["dataset"], rows["model"], rows["model_source"]):
+        try:
+            known.append(W._known_model(m, pd.DataFrame({"model_source": [src]})))
+        except UnknownModelError as exc:
+            known.append(None)
+            skipped.append({"dataset": ds, "reason": f"UnknownModelError: {str(exc).splitlines()[0][:160]}", "rows": 1})
+    rows = rows.assign(model_key=known)
+    nospec = rows["model_key"].isna()
+    rows = rows[~nospec]
+    bad = ~np.isfinite(rows["concurrency"]) | (rows["concurrency"] < 1)
+    if bad.any():
+        skipped.append({"dataset": "all", "reason": "no concurrency / max_num_seqs recorded", "rows": int(bad.sum())})
+        rows = rows[~bad]
+    if skipped:  # one line per (dataset, reason), rows summed
+        skipped = pd.DataFrame(skipped).groupby(["dataset", "reason"], as_index=False, sort=False)["rows"].sum()
+        skipped = [{k: (int(v) if k == "rows" else v) for k, v in r.items()} for r in skipped.to_dict("records")]
+    return rows.reset_index(drop=True), skipped
+
+
+def sample_rows(rows, per_group: int, seed: int = 0, keys=("dataset", "gpu", "engine")):
+    """At most `per_group` rows of each dataset x GPU x engine, drawn without replacement by a
+    seeded generator from the rows sorted by their id (deterministic for a seed and table)."""
+    if per_group < 1:
+        raise ReplayError(f"per_group must be >= 1 (got {per_group})")
+    out = []
+    for i, (_, d) in enumerate(rows.groupby(list(keys), sort=True)):
+        d = d.sort_values("source_id", kind="stable")
+        if len(d) > per_group:
+            pick = np.sort(np.random.default_rng([seed, i]).choice(len(d), per_group, replace=False))
+            d = d.iloc[pick]
+        out.append(d)
+    return pd.concat(out).reset_index(drop=True) if out else rows.iloc[:0]
+
+
+def workload_for(row, max_context: int, *, requests_per_slot: int = 4, min_requests: int = 64, seed: int = 0):
+    """The closed-loop workload of one row (see the module note for the lengths)."""
+    from steptime.serve import Workload
+
+    c = int(row["concurrency"])
+    n = max(int(min_requests), int(requests_per_slot) * c)
+    isl = int(round(float(row["prompt_tokens"])))
+    if isl < 1 or isl >= max_context:
+        raise ReplayError(f"{row['source_id']}: prompt of {isl} tokens does not fit a context of {max_context}")
+    mean_out = float(row["output_tokens"])
+    if not np.isfinite(mean_out) or mean_out < 1:
+        raise ReplayError(f"{row['source_id']}: mean output length {mean_out} must be >= 1")
+    if row["dataset"] == "aic-silicon":
+        out = np.full(n, int(round(mean_out)), dtype=np.int64)
+    else:
+        out = np.random.default_rng(seed).geometric(1.0 / mean_out, n).astype(np.int64)
+    out = np.clip(out, 1, max_context - isl)
+    return Workload(np.zeros(n), np.full(n, isl, dtype=np.int64), out, concurrency=c,
+                    name=f"{row['dataset']}:{row['source_id']}")
+
+
+def _concurrency(row) -> int:
+    """A row's concurrency as a whole number of requests (refuses a fractional or non-positive one)."""
+    c = float(row["concurrency"])
+    if not c >= 1 or c != int(c):
+        raise ReplayError(f"{row['source_id']}: concurrency {row['concurrency']!r} is not a whole number >= 1")
+    return int(c)
+
+
+def policy_for(engine: str, concurrency: int, budget: int = DEFAULT_BUDGET):
+    """The scheduler of an engine profile: vLLM V0 without chunked prefill, the others V1-like."""
+    from steptime.serve import policy
+
+    b = max(int(budget), int(concurrency))
+    return policy("vllm", max_num_seqs=int(concurrency), max_num_batched_tokens=b,
+                  chunked_prefill=(engine != "vllm-v0"))
+
+
+def steady_stats(run) -> dict:
+    """Simulated statistics of one closed-loop run (ms), over the steady window of the module note."""
+    from steptime.serve import weighted_quantile
+
+    d = run.requests
+    c = int(run.policy["max_num_seqs"])
+    last_admit = float(d["arrival_s"].max())
+    win = d[(d["request"] >= c) & (d["finish_s"] <= last_admit)]
+    if len(win) < 8:  # too few requests inside the full-loop window: fall back to every request
+        win = d
+    itl = weighted_quantile(run.itl_s, run.itl_w, [0.5])[0] if len(run.itl_s) else np.nan
+    return {"tpot_mean_ms": 1e3 * float(np.nanmean(win["tpot_s"])), "tpot_p50_ms": 1e3 * float(np.nanmedian(win["tpot_s"])),
+            "itl_p50_ms": 1e3 * float(itl), "ttft_p50_ms": 1e3 * float(np.median(win["ttft_s"])),
+            "ttft_all_mean_ms": 1e3 * float(d["ttft_s"].mean()),
+            "sim_decode_batch": _mean_decoding(d, float(d["arrival_s"].iloc[min(c, len(d) - 1)]), last_admit),
+            "window_requests": int(len(win)), "requests": int(len(d)), "steps": int(run.n_steps),
+            "preemptions": int(d["preemptions"].sum()), "kv_blocks": int(run.kv_blocks)}
+
+
+def _mean_decoding(d, t0: float, t1: float) -> float:
+    """Mean number of requests past their first token over [t0, t1] (the full-loop window);
+    over the whole run when the window is empty."""
+    a, b = d["first_token_s"].to_numpy(float), d["finish_s"].to_numpy(float)
+    if not t1 > t0:
+        t0, t1 = float(a.min()), float(b.max())
+    if not t1 > t0:
+        return float("nan")
+    return float(np.clip(np.minimum(b, t1) - np.maximum(a, t0), 0, None).sum() / (t1 - t0))
+
+
+def _timer(row, model_key, fitted):
+    from steptime_lab.experiments import wallclock as W
+    from steptime.serve import StepTimer
+    from steptime.specs.engines import get_engine
+
+    eng_part, consts, scales = W.split_fitted(fitted)
+    eng, gpu = str(row["engine"]), str(row["gpu"])
+    from steptime.specs import get_gpu
+
+    g = get_gpu(gpu).key
+    if consts.get(eng, {}).get(g) or scales.get(eng, {}).get(g):
+        raise ReplayError(f"fitted constants/scales for {eng}@{g} are not applied by the serving timer")
+    c = int(row["concurrency"])
+    return StepTimer(model_key, gpu, tp=int(row["tp"]), engine=get_engine(eng, fitted=eng_part or None),
+                     dtype=str(row["dtype"]), max_tokens=max(DEFAULT_BUDGET, c) + 16, max_requests=c)
+
+
+def run_replay(rows, *, fitted=None, requests_per_slot: int = 4, min_requests: int = 64, seed: int = 0) -> dict:
+    """Replay every row; returns {"pred": rows + simulated columns + `pred_ms` (the simulated
+    statistic matching the row's measure), "skipped": [...]}. A row the simulator or the step
+    model refuses (unknown model, memory, precision) is left out with its reason."""
+    from steptime_lab.experiments import wallclock as W
+    from steptime.serve import simulate
+    from steptime.specs import get_model
+
+    out, skipped = [], []
+    for i, (_, r) in enumerate(rows.iterrows()):
+        if r["measure"] not in MEASURES:
+            raise ReplayError(f"{r['source_id']}: no simulated statistic for measure {r['measure']!r}")
+        try:
+            key = r["model_key"] if "model_key" in r and isinstance(r["model_key"], str) else \
+                W._known_model(r["model"], rows.loc[[r.name]])
+            m = get_model(key)
+            run = simulate(
+                None, None, workload_for(r, m.max_position_embeddings, requests_per_slot=requests_per_slot,
+                                         min_requests=min_requests, seed=seed + i),
+                policy_for(str(r["engine"]), _concurrency(r)), timer=_timer(r, key, fitted))
+        except SteptimeError as exc:
+            skipped.append({"dataset": r["dataset"], "reason": f"{type(exc).__name__}: {str(exc).splitlines()[0][:160]}",
+                            "rows": 1})
+            continue
+        s = steady_stats(run)
+        out.append({**r.to_dict(), **s, "pred_ms": s[MEASURES[r["measure"]][0]]})
+    if skipped:
+        skipped = pd.DataFrame(skipped).groupby(["dataset", "reason"], as_index=False)["rows"].sum().to_dict("records")
+    return {"pred": pd.DataFrame(out) if out else rows.iloc[:0].assign(pred_ms=[]), "skipped": skipped}
+
+
+def scores(pred, *, n_boot: int = 1000, seed: int = 0, keys=("dataset", "gpu", "engine")) -> list[dict]:
+    """Per group: MAPE of the simulated token time (and of the median TTFT where measured)."""
+    from steptime_lab.metrics import score
+
+    res = []
+    for k, d in pred.groupby(list(keys), sort=True):
+        s = score(d["pred_ms"].to_numpy(float), d["tpot_ms"].to_numpy(float), n_boot=n_boot, seed=seed)
+        rec = {**dict(zip(keys, k)), "measure": str(d["measure"].iloc[0]), "tpot": s,
+               "tpot_signed_mean": float(np.mean((d["pred_ms"] - d["tpot_ms"]) / d["tpot_ms"])),
+               "models": sorted(d["model"].astype(str).unique().tolist()),
+               "measured_batch_over_sim": float(np.median(d["batch"] / d["sim_decode_batch"]))}
+        t = d[np.isfinite(d["ttft_ms"].astype(float))]
+        if len(t):
+            rec["ttft"] = score(t["ttft_p50_ms"].to_numpy(float), t["ttft_ms"].to_numpy(float), n_boot=n_boot, seed=seed)
+            rec["ttft_signed_mean"] = float(np.mean((t["ttft_p50_ms"] - t["ttft_ms"]) / t["ttft_ms"]))
+            # sensitivity: the mean TTFT over every simulated request, the first (all-at-once) wave included
+            rec["ttft_all_mean"] = score(t["ttft_all_mean_ms"].to_numpy(float), t["ttft_ms"].to_numpy(float),
+                                         n_boot=n_boot, seed=seed)
+        res.append(rec)
+    return res
+
+
+def one_step_same_rows(rows, fitted=None) -> dict:
+    """E2.11's one-step predictor (`wallclock.run_tpot`, same code, same fitted constants) on
+    exactly the replayed rows: {(dataset, gpu, engine): {cells, mape}}."""
+    from steptime_lab.experiments import wallclock as W
+
+    p = W.run_tpot(rows, n_boot=1, seed=0, fitted=fitted)["pred"]
+    out = {}
+    for k, d in p.groupby(["dataset", "gpu", "engine"], sort=True):
+        out[k] = {"cells": int(len(d)), "mape": float(np.mean(np.abs(d["pred_ms"] - d["tpot_ms"]) / d["tpot_ms"]))}
+    return out
+
+
+def side_by_side(replay_scores: list[dict], e2_11: dict, onestep_same_rows: dict | None = None) -> list[dict]:
+    """One record per dataset x GPU x engine: the replay's MAPE (simulated, on the sampled rows),
+    E2.11's one-step MAPE from its result file (all of its rows), and, where given, the one-step
+    MAPE on exactly the replayed rows."""
+    one = {(s["dataset"], s["gpu"], s["engine"]): s for s in (e2_11.get("metrics", {}).get("scores") or [])
+           if s.get("subset") == "tpot"}
+    out = []
+    for s in replay_scores:
+        k = (s["dataset"], s["gpu"], s["engine"])
+        o = one.get(k)
+        rec = {"dataset": k[0], "gpu": k[1], "engine": k[2], "measure": s["measure"],
+               "replay_cells": s["tpot"]["cells"], "replay_tpot_mape": _r(s["tpot"]["mape"]),
+               "replay_tpot_mape_ci": [_r(v) for v in s["tpot"]["mape_ci"]],
+               "replay_tpot_signed_mean": _r(s["tpot_signed_mean"]),
+               "one_step_cells": o["cells"] if o else None, "one_step_tpot_mape": _r(o["mape"]) if o else None}
+        if onestep_same_rows and k in onestep_same_rows:
+            rec["one_step_tpot_mape_same_rows"] = _r(onestep_same_rows[k]["mape"])
+        if "ttft" in s:
+            rec.update(replay_ttft_cells=s["ttft"]["cells"], replay_ttft_mape=_r(s["ttft"]["mape"]),
+                       replay_ttft_signed_mean=_r(s["ttft_signed_mean"]),
+                       replay_ttft_all_requests_mean_mape=_r(s["ttft_all_mean"]["mape"]))
+        rec["measured_batch_over_simulated"] = _r(s["measured_batch_over_sim"])
+        out.append(rec)
+    return out
+
+
+def _r(x, nd: int = 4):
+    return None if x is None or (isinstance(x, float) and not np.isfinite(x)) else round(float(x), nd)
+
+
+def document(table: list[dict], skipped: list[dict], targets: dict, *, n_rows: int, per_group: int,
+             requests_per_slot: int) -> dict:
+    """metrics and claims of E2.11b (every replay number is simulated and labelled so)."""
+    from steptime_lab.results import claim
+
+    t = float(targets["tpot_mape"])
+    claims = []
+    for s in table:
+        lab = f"{s['dataset']} {s['gpu']} {s['engine']}"
+        claims.append(claim(f"{lab}: SIMULATED closed-loop replay, {s['measure']} MAPE over {s['replay_cells']} "
+                            f"configurations (E2.11 one-step: {s['one_step_tpot_mape']})", s["replay_tpot_mape"],
+                            "<= target", t, s["replay_tpot_mape"] is not None and s["replay_tpot_mape"] <= t))
+        if s.get("replay_ttft_mape") is not None and "ttft_mape" in targets:
+            tt = float(targets["ttft_mape"])
+            claims.append(claim(f"{lab}: SIMULATED closed-loop replay, median TTFT MAPE over {s['replay_ttft_cells']} "
+                                f"configurations (no one-step counterpart)", s["replay_ttft_mape"], "<= target", tt,
+                                s["replay_ttft_mape"] <= tt))
+    moe = sum(x["rows"] for x in skipped if str(x["reason"]).startswith("MoE"))
+    nospec = sum(x["rows"] for x in skipped if "UnknownModelError" in str(x["reason"]))
+    claims.append(claim("mixture-of-experts configurations skipped (MoE not supported yet)", int(moe), "count"))
+    claims.append(claim("configurations skipped: model has no steptime spec", int(nospec), "count"))
+    claims.append(claim("other configurations left out, by reason (metrics.skipped)",
+                        int(sum(x["rows"] for x in skipped) - moe - nospec), "count"))
+    return {"metrics": {"label": "replay numbers are SIMULATED (steptime.serve closed loop, steps timed by steptime); "
+                                 "measured values from ML.ENERGY v2/v3 and AIConfigurator silicon",
+                        "method": __doc__.split("Per row:")[1].strip(), "lengths": GEOMETRIC_NOTE,
+                        "sampling": f"at most {per_group} rows per dataset x GPU x engine, seeded draw; "
+                                    f"{requests_per_slot} x concurrency requests per row (>= 64)",
+                        "rows_replayed": int(n_rows), "side_by_side": table, "skipped": skipped},
+            "claims": claims}
+
+
+def plot(pred, table: list[dict], stem, caption: str | None = None):
+    from steptime import plotting
+
+    plt = plotting.setup()
+    fig, axes = plt.subplots(1, 3, figsize=(15, 4.2))
+    ax = axes[0]
+    for (ds, g, eng), d in pred.groupby(["dataset", "gpu", "engine"]):
+        ax.loglog(d["tpot_ms"], d["pred_ms"], "o", ms=3, label=f"{ds} {g} {eng}")
+    if len(pred):
+        lim = [pred["tpot_ms"].min() * 0.8, pred["tpot_ms"].max() * 1.25]
+        ax.plot(lim, lim, "k--", lw=0.8)
+    ax.set_xlabel("measured TPOT / median ITL (ms)")
+    ax.set_ylabel("simulated (ms)")
+    ax.set_title("token time: closed-loop replay (simulated)")
+    ax.legend(fontsize=6)
+    ax = axes[1]
+    lab = [f"{s['dataset']}\n{s['gpu']} {s['engine']}" for s in table]
+    x = np.arange(len(table))
+    ax.bar(x - 0.2, [100 * (s["replay_tpot_mape"] or 0) for s in table], 0.4, label="replay (simulated)")
+    ax.bar(x + 0.2, [100 * (s["one_step_tpot_mape"] or 0) for s in table], 0.4, label="one step (E2.11)")
+    ax.set_xticks(x, lab, fontsize=6, rotation=30, ha="right")
+    ax.set_ylabel("token-time MAPE (%)")
+    ax.set_title("per dataset x GPU x engine")
+    ax.legend(fontsize=7)
+    ax = axes[2]
+    t = pred[np.isfinite(pred["ttft_ms"].astype(float))]
+    for (g, eng), d in t.groupby(["gpu", "engine"]):
+        ax.loglog(d["ttft_ms"], d["ttft_p50_ms"], "o", ms=3, label=f"{g} {eng}")
+    if len(t):
+        lim = [t["ttft_ms"].min() * 0.8, t["ttft_ms"].max() * 1.25]
+        ax.plot(lim, lim, "k--", lw=0.8)
+    ax.set_xlabel("measured TTFT (ms)")
+    ax.set_ylabel("simulated median TTFT (ms)")
+    ax.set_title("TTFT, AIConfigurator silicon")
+    ax.legend(fontsize=6)
+    return plotting.save(fig, stem, caption, tight_layout=True)

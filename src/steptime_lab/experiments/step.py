@@ -1,0 +1,440 @@
+"""E1.1 / E1.1b / E1.20 / E1.22 (Vidur part): the whole per-layer step on Vidur's tables.
+
+The measured quantity is the sum of ONE layer's non-attention operators as Vidur
+profiles them (steptime.step.VIDUR_LAYER_OPS; `emb` runs once per step and is left out of
+the layer sum, as Vidur's own predictor leaves it out of a block). Each (gpu, model, tp,
+num_tokens) row is one cell, decode-sized, prefill-sized or mid as steptime_lab.regimes defines them.
+
+Held out per GPU: the GEMM constants are the shipped ones (defaults.yaml, set on
+AIConfigurator GEMM tables by E1.x GEMM experiments; Vidur cells never set them), the
+light-kernel constants come from the OTHER Vidur GPUs (E1.1c's fit) and the GPU's own
+light_bw_scale (carried from its GEMM streaming reading when it has GEMM readings, else its
+one light deploy reading; that light cell's row is excluded from scoring either way).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from steptime.calibration import Calibration, Constants
+from steptime_lab.experiments import gemm as GX
+from steptime_lab.experiments import light as LX
+from steptime_lab.metrics import score, signed_error
+from steptime_lab.regimes import size_class
+from steptime.specs import get_gpu, get_model
+from steptime.step import VIDUR_GEMM, VIDUR_LAYER_OPS, VIDUR_LIGHT, vidur_layer_ops
+
+TERM_OF = {**{op: "gemm" for op in VIDUR_GEMM}, **{op: "light" for op in VIDUR_LIGHT}}
+RUNGS = ("bare_roofline", "+gemm_eta_c", "+gemm_eta_mem", "+gemm_floor", "+light_eta", "+light_floor")
+
+
+def wide_cells(vidur):
+    """One row per (gpu, model, tp, num_tokens): measured ms per Vidur operator + the layer sum."""
+    x = vidur[vidur["op"].isin(list(VIDUR_LAYER_OPS) + ["emb"])]
+    w = x.pivot_table(index=["gpu", "model", "tp", "num_tokens"], columns="op", values="latency_ms",
+                      aggfunc="median").reset_index()
+    w.columns.name = None
+    present = [op for op in VIDUR_LAYER_OPS if op in w]
+    w["layer_ms"] = w[present].sum(axis=1, min_count=1)
+    w = w.dropna(subset=["layer_ms"])
+    w["cell"] = list(zip(w["gpu"], ["vidur_layer"] * len(w), w["model"], w["tp"].astype(int),
+                         w["num_tokens"].astype(int)))
+    T = w["num_tokens"].to_numpy()
+    w["size"] = size_class(T)
+    return w.sort_values(["gpu", "model", "tp", "num_tokens"]).reset_index(drop=True)
+
+
+def held_out_constants(light_cells, gpu, gpus, gemm_doc: dict | None = None) -> tuple[Constants, dict]:
+    """Shipped constants with the light-kernel factors refitted on the other Vidur GPUs and
+    the GPU's light_bw_scale: carried from its GEMM reading eta_mem_max when `gemm_doc` has
+    one (`LX.derived_bw_scale`, ratio fitted on the other GPUs), else its own light deploy
+    reading. `info['deploy_cell']` is the light cell that reading would use (kept out of
+    scoring either way); `info['reading_cell']` the cell that actually set the scale."""
+    others = [g for g in gpus if g != gpu]
+    fit = LX.fit_kernels(light_cells, others)
+    eta = dict(fit["light_eta"])
+    floors = dict(fit["light_floor_us"])
+    knee = dict(fit["light_p"])  # the knee exponent too: fitted without the held-out GPU (issue 12)
+    base = Constants.default()
+    eta.setdefault("kv_write", base.get("light_eta")["kv_write"])
+    floors.setdefault("kv_write", float(np.median(list(floors.values()))))
+    knee.setdefault("kv_write", float(np.median(list(knee.values()))))
+    xg = light_cells[light_cells["gpu"] == gpu].reset_index(drop=True)
+    deploy_cell = list(xg["cell"].iloc[LX.deploy_index(xg)])
+    derived = LX.derived_bw_scale(light_cells, gpu, others, GX.readings_in_fold(gemm_doc, gpu, gpus)) \
+        if gemm_doc and gpu in gemm_doc["folds"] else None
+    if derived is not None:
+        scale, source = derived[0], f"GEMM reading eta_mem_max x {derived[1]:.4g} (ratio fitted on {others})"
+        reading_cell, prov = LX.gemm_stream_cell(gemm_doc, gpu), "DERIVED"
+    else:
+        scale, source, reading_cell, prov = LX.bw_scale(xg, gpu), "E1.1c deploy reading", deploy_cell, "MEASURED"
+    c = base.with_overrides({"light_eta": eta, "light_floor_us": floors, "light_p": knee}, scope="global",
+                            source=f"E1.1c fit on {others}")
+    c = c.with_overrides({"light_bw_scale": scale}, scope=f"gpu.{get_gpu(gpu).key}", provenance=prov,
+                         source=source)
+    return c, {"fit_on": others, "light_bw_scale": scale, "light_bw_scale_from": source, "light_eta": eta,
+               "light_floor_us": floors, "light_p": knee, "deploy_cell": deploy_cell, "reading_cell": reading_cell}
+
+
+def predict_ops_frame(w, gpu, constants) -> dict:
+    """Predicted ms per Vidur op for every row of one GPU (dict op -> array)."""
+    out = {op: np.full(len(w), np.nan) for op in list(VIDUR_LAYER_OPS) + ["emb"]}
+    for (model, tp), idx in w.groupby(["model", "tp"]).groups.items():
+        ii = w.index.get_indexer(idx)
+        r = vidur_layer_ops(model, gpu, w.loc[idx, "num_tokens"].to_numpy(float), tp=int(tp), constants=constants)
+        for op, v in r.items():
+            out[op][ii] = v
+    return out
+
+
+def ladder_ops(w, gpu, constants) -> dict:
+    """Layer time (ms) per ablation rung for every row of one GPU."""
+    g = get_gpu(gpu)
+    res = {r: np.zeros(len(w)) for r in RUNGS}
+    for (model, tp), idx in w.groupby(["model", "tp"]).groups.items():
+        ii = w.index.get_indexer(idx)
+        parts = vidur_layer_ops(model, gpu, w.loc[idx, "num_tokens"].to_numpy(float), tp=int(tp),
+                                constants=constants, parts=True)
+        for op, p in parts.items():
+            if op not in VIDUR_LAYER_OPS:
+                continue
+            if TERM_OF[op] == "gemm":
+                bare = np.maximum(p["flops"] / g.peak_flops, p["bytes"] / g.mem_bw)
+                r1 = np.maximum(p["t_compute"], p["bytes"] / g.mem_bw)
+                r2 = np.maximum(p["t_compute"], p["t_memory"])
+                r3 = p["t"]
+                rungs = (bare, r1, r2, r3, r3, r3)
+            else:
+                floor, stream, nb = p
+                bare = nb / g.mem_bw
+                rungs = (bare, bare, bare, bare, stream, floor + stream)
+            for r, v in zip(RUNGS, rungs):
+                res[r][ii] += v * 1e3
+    return res
+
+
+def run(vidur, light_cells, gpus=None, seed: int = 0, n_boot: int = 1000, gemm_doc: dict | None = None) -> dict:
+    """Held out per GPU: light constants from the other Vidur GPUs and, with `gemm_doc`, the
+    GEMM constants from the GPU's leave-one-GPU-out fold (else defaults.yaml as shipped,
+    whose GEMM globals were fitted on AIConfigurator tables of nine GPUs, never on Vidur rows)."""
+    import pandas as pd
+
+    w_all = wide_cells(vidur)
+    gpus = gpus or sorted(w_all["gpu"].unique())
+    cal = Calibration()
+    recs, ladder, frames, decomp, per_gpu = [], [], [], [], {}
+    for g in gpus:
+        C, info = held_out_constants(light_cells, g, gpus, gemm_doc)
+        C, gemm_cells = GX.with_fold(C, g, gemm_doc)
+        info["gemm_constants"] = "leave-one-GPU-out fold" if gemm_cells else "defaults.yaml as shipped"
+        per_gpu[g] = info
+        if info["reading_cell"] == info["deploy_cell"]:
+            cal.record(f"light_bw_scale[{g}]", [tuple(info["deploy_cell"])], LX.DEPLOY_NOTE)
+        else:  # carried from the GEMM streaming reading (recorded with the GEMM fold below)
+            cal.notes[f"light_bw_scale[{g}]"] = info["light_bw_scale_from"]
+        if gemm_cells:
+            cal.record(f"gemm_fold[{g}]", [("aic",) + c for c in gemm_cells],
+                       "AIConfigurator GEMM deploy readings of this GPU (a different table from the scored Vidur rows)")
+        w = w_all[w_all["gpu"] == g].reset_index(drop=True)
+        # the deploy cell is one operator of one row: drop that row from scoring
+        dep = info["deploy_cell"]
+        drop = (w["model"] == dep[2]) & (w["tp"] == dep[3]) & (w["num_tokens"] == dep[4])
+        w = w[~drop.to_numpy()].reset_index(drop=True)
+        cal.check_disjoint([(c[0], "light", c[2], c[3], c[4], LX.DEPLOY_OP) for c in w["cell"]])
+        ops = predict_ops_frame(w, g, C)
+        present = [op for op in VIDUR_LAYER_OPS]
+        pred = np.zeros(len(w))
+        for op in present:
+            pred += np.where(np.isnan(w[op].to_numpy()) if op in w else True, 0.0, ops[op])
+        rung = ladder_ops(w, g, C)
+        fr = w.copy()
+        fr["pred_ms"] = pred
+        for op in present:
+            fr[f"pred_{op}"] = ops[op]
+        for r in RUNGS:
+            fr[f"rung_{r}"] = rung[r]
+        frames.append(fr)
+        y = w["layer_ms"].to_numpy()
+        for subset in ("decode", "prefill", "all"):
+            m = (w["size"] == subset).to_numpy() if subset != "all" else np.ones(len(w), bool)
+            recs.append({"family": "step", "gpu": g, "predictor": "steptime", "subset": subset,
+                         **score(pred[m], y[m], n_boot=n_boot, seed=seed)})
+            recs.append({"family": "step", "gpu": g, "predictor": "bare_roofline", "subset": subset,
+                         **score(rung["bare_roofline"][m], y[m], n_boot=n_boot, seed=seed)})
+            for r in RUNGS:
+                ladder.append({"gpu": g, "subset": subset, "rung": r,
+                               **score(rung[r][m], y[m], n_boot=n_boot, seed=seed)})
+            for (model, tp), d in w[m].groupby(["model", "tp"]):
+                mm = m & (w["model"] == model).to_numpy() & (w["tp"] == tp).to_numpy()
+                recs.append({"family": "step", "gpu": g, "predictor": "steptime", "subset": subset,
+                             "model": model, "tp": int(tp), "scope": "cell_group",
+                             **score(pred[mm], y[mm], n_boot=200, seed=seed)})
+            # residual decomposition by term (E1.1b)
+            net = float(np.sum(pred[m] - y[m]))
+            tot = float(np.sum(y[m]))
+            for term in ("gemm", "light"):
+                tops = [op for op in present if TERM_OF[op] == term and op in w]
+                pm = np.nansum([np.where(np.isnan(w[op].to_numpy()), 0, ops[op])[m] for op in tops], axis=0)
+                ym = np.nansum([np.nan_to_num(w[op].to_numpy())[m] for op in tops], axis=0)
+                s = score(pm, ym, n_boot=200, seed=seed) if np.all(ym > 0) else {"mape": None}
+                decomp.append({"gpu": g, "subset": subset, "term": term, "time_share": float(ym.sum() / tot),
+                               "mape": s["mape"], "signed_residual_ms": float(np.sum(pm - ym)),
+                               "share_of_net_residual": float(np.sum(pm - ym) / net) if net else None,
+                               "share_of_abs_residual": float(np.sum(np.abs(pm - ym)) / max(np.sum(np.abs(pred[m] - y[m])), 1e-12))})
+            for op in present:
+                if op not in w:
+                    continue
+                ok = m & ~np.isnan(w[op].to_numpy())
+                decomp.append({"gpu": g, "subset": subset, "term": op, "time_share": float(np.sum(w[op].to_numpy()[ok]) / tot),
+                               "mape": score(ops[op][ok], w[op].to_numpy()[ok], n_boot=50, seed=seed)["mape"],
+                               "signed_residual_ms": float(np.sum(ops[op][ok] - w[op].to_numpy()[ok])),
+                               "share_of_net_residual": float(np.sum(ops[op][ok] - w[op].to_numpy()[ok]) / net) if net else None})
+    return {"records": recs, "ladder": ladder, "decomposition": decomp, "per_gpu": per_gpu, "calibration": cal,
+            "pred": pd.concat(frames, ignore_index=True)}
+
+
+def dominant_op(row, ops=VIDUR_LAYER_OPS) -> str:
+    """The operator with the largest absolute error in one predicted row."""
+    best, val = None, -1.0
+    for op in ops:
+        m = row.get(op)
+        if m is None or np.isnan(m):
+            continue
+        e = abs(row[f"pred_{op}"] - m)
+        if e > val:
+            best, val = op, e
+    return best
+
+
+def signed(fr) -> np.ndarray:
+    return signed_error(fr["pred_ms"].to_numpy(), fr["layer_ms"].to_numpy())
+
+
+# ---------------------------------------------------------------------------------------
+# result documents and figures
+SUBSETS = ("decode", "prefill")  # decode-sized and prefill-sized cells
+
+
+def document(r: dict, eid: str, targets: dict | None = None) -> dict:
+    """metrics + claims of E1.1, E1.1b or E1.20; E1.1 needs `targets` (held-out MAPE bound per
+    subset, config/experiments.yaml E1.1 targets, e.g. {decode: 0.05, prefill: 0.06})."""
+    from steptime_lab.results import claim
+
+    recs = r["records"]
+    if eid == "E1.1":
+        claims = []
+        if not targets:
+            raise ValueError("E1.1 document: pass the targets (config/experiments.yaml E1.1 targets)")
+        groups = [x for x in recs if x.get("scope") == "cell_group" and x["subset"] in SUBSETS and x["cells"]]
+        for sub in SUBSETS:
+            tgt = targets[sub]
+            gg = [x for x in groups if x["subset"] == sub]
+            met = [x for x in gg if x["mape"] <= tgt]
+            claims.append(claim(f"{sub}-sized cells: model x GPU x TP groups within the {tgt:.0%} MAPE target",
+                                f"{len(met)}/{len(gg)}", f"<= {tgt:.0%} on every model x GPU", target=tgt,
+                                met=len(met) == len(gg)))
+            for x in recs:
+                if x.get("scope") is None and x["predictor"] == "steptime" and x["subset"] == sub:
+                    claims.append(claim(f"{x['gpu']}: held-out MAPE of the per-layer step, {sub}-sized cells",
+                                        round(x["mape"], 4), f"<= {tgt:.0%}", target=tgt, met=x["mape"] <= tgt))
+        claims.append(claim("reported in round 1 (A100, E1.1): prefill MAPE 17.34%, decode 5.86% after the GEMM fixes",
+                            {"prefill": 0.1734, "decode": 0.0586}, "round-1 figure, other telemetry"))
+        return {"metrics": {"records": recs, "per_gpu": r["per_gpu"],
+                            "layer_ops": list(VIDUR_LAYER_OPS), "emb": "per step, not in the layer sum"},
+                "claims": claims}
+    if eid == "E1.1b":
+        dec = r["decomposition"]
+        claims = []
+        for g in sorted({d["gpu"] for d in dec}):
+            for sub in ("decode", "prefill"):
+                rows = [d for d in dec if d["gpu"] == g and d["subset"] == sub and d["term"] in ("gemm", "light")]
+                if not rows:
+                    continue
+                top = max(rows, key=lambda d: abs(d["signed_residual_ms"]))
+                claims.append(claim(f"{g}, {sub}-sized: the term carrying most of the residual (|signed residual|)",
+                                    {"term": top["term"], "share_of_net_residual": top["share_of_net_residual"],
+                                     "term_mape": top["mape"], "time_share": round(top["time_share"], 4)},
+                                    "largest |sum(pred - measured)|"))
+        claims.append(claim("reported in round 1 (A100 prefill): light+KV-write carried 81% of the net residual, "
+                            "GEMM 22%", {"light": 0.81, "gemm": 0.22}, "round-1 figure, other telemetry"))
+        return {"metrics": {"decomposition": dec}, "claims": claims}
+    if eid == "E1.20":
+        lad = r["ladder"]
+        claims = []
+        for g in sorted({x["gpu"] for x in lad}):
+            rows = {x["rung"]: x["mape"] for x in lad if x["gpu"] == g and x["subset"] == "all"}
+            claims.append(claim(f"{g}: MAPE after each rung (all cells)",
+                                {k: round(rows[k], 4) for k in RUNGS}, "ladder from bare roofline to full model"))
+        claims.append(claim("reported in round 1 (A100): peak roofline 31.09% -> full ladder 10.62%",
+                            {"bare": 0.3109, "full": 0.1062}, "round-1 figure, other telemetry"))
+        return {"metrics": {"ladder": lad, "rungs": list(RUNGS)}, "claims": claims}
+    raise KeyError(eid)
+
+
+def plot_step(r: dict, stem, caption=None, targets: dict | None = None):
+    from steptime import plotting
+
+    plt = plotting.setup()
+    groups = [x for x in r["records"] if x.get("scope") == "cell_group"]
+    gpus = sorted({x["gpu"] for x in groups})
+    fig, axes = plt.subplots(1, 2, figsize=(11, 3.8), sharey=True)
+    for ax, sub in zip(axes, SUBSETS):
+        labels = sorted({(x["model"], x["tp"]) for x in groups})
+        for j, g in enumerate(gpus):
+            v = [next((x["mape"] for x in groups if x["gpu"] == g and x["subset"] == sub and (x["model"], x["tp"]) == lb
+                       and x["cells"]), np.nan) for lb in labels]
+            ax.bar(np.arange(len(labels)) + (j - 1) * 0.27, np.array(v, dtype=float) * 100, 0.27, label=g)
+        if targets:
+            ax.axhline(targets[sub] * 100, color="k", ls="--", lw=0.8)
+        ax.set_xticks(np.arange(len(labels)))
+        ax.set_xticklabels([f"{m} tp{t}" for m, t in labels], rotation=60, ha="right", fontsize=6)
+        ax.set_title(f"{sub}-sized cells")
+    axes[0].set_ylabel("held-out MAPE (%)")
+    axes[0].legend(fontsize=7)
+    plotting.save(fig, stem, caption)
+
+
+def plot_residual(r: dict, stem, caption=None):
+    from steptime import plotting
+
+    plt = plotting.setup()
+    dec = [d for d in r["decomposition"] if d["term"] in VIDUR_LAYER_OPS and d["subset"] in SUBSETS]
+    gpus = sorted({d["gpu"] for d in dec})
+    fig, axes = plt.subplots(1, len(gpus), figsize=(4 * len(gpus), 3.4), sharey=True)
+    for ax, g in zip(np.atleast_1d(axes), gpus):
+        for j, sub in enumerate(SUBSETS):
+            rows = [d for d in dec if d["gpu"] == g and d["subset"] == sub]
+            tot = sum(abs(d["signed_residual_ms"]) for d in rows) or 1.0
+            ax.barh(np.arange(len(rows)) + (j - 0.5) * 0.4, [d["signed_residual_ms"] / tot * 100 for d in rows], 0.4,
+                    label=sub)
+            ax.set_yticks(np.arange(len(rows)))
+            ax.set_yticklabels([d["term"] for d in rows], fontsize=7)
+        ax.axvline(0, color="k", lw=0.6)
+        ax.set_xlabel("signed residual share (%)")
+        ax.set_title(g)
+    np.atleast_1d(axes)[0].legend(fontsize=7)
+    plotting.save(fig, stem, caption)
+
+
+def plot_ladder(r: dict, stem, caption=None):
+    from steptime import plotting
+
+    plt = plotting.setup()
+    lad = r["ladder"]
+    gpus = sorted({x["gpu"] for x in lad})
+    fig, axes = plt.subplots(1, 3, figsize=(12, 3.4), sharey=True)
+    for ax, sub in zip(axes, ("decode", "prefill", "all")):
+        for g in gpus:
+            v = [next(x["mape"] for x in lad if x["gpu"] == g and x["subset"] == sub and x["rung"] == rr) for rr in RUNGS]
+            ax.plot(range(len(RUNGS)), np.array(v) * 100, "o-", label=g)
+        ax.set_xticks(range(len(RUNGS)))
+        ax.set_xticklabels(RUNGS, rotation=35, ha="right", fontsize=7)
+        ax.set_title(f"{sub}-sized cells")
+    axes[0].set_ylabel("MAPE (%)")
+    axes[0].legend(fontsize=7)
+    plotting.save(fig, stem, caption)
+
+
+def plot_atlas(r: dict, stem, caption=None) -> list[dict]:
+    """Signed error over (tokens x model@tp) per GPU; bad regions (|median err| > 10%) with their dominant op."""
+    from steptime import plotting
+
+    plt = plotting.setup()
+    pr = r["pred"].copy()
+    pr["err"] = (pr["pred_ms"] - pr["layer_ms"]) / pr["layer_ms"]
+    pr["tbin"] = 2 ** np.floor(np.log2(pr["num_tokens"].to_numpy()))
+    pr["shape"] = pr["model"] + " tp" + pr["tp"].astype(str)
+    gpus = sorted(pr["gpu"].unique())
+    fig, axes = plt.subplots(1, len(gpus), figsize=(4.2 * len(gpus), 4.2))
+    regions = []
+    for ax, g in zip(np.atleast_1d(axes), gpus):
+        x = pr[pr["gpu"] == g]
+        piv = x.pivot_table(index="shape", columns="tbin", values="err", aggfunc="median")
+        im = ax.imshow(piv.to_numpy() * 100, cmap="RdBu_r", vmin=-30, vmax=30, aspect="auto")
+        ax.set_xticks(range(len(piv.columns)))
+        ax.set_xticklabels([int(v) for v in piv.columns], rotation=90, fontsize=6)
+        ax.set_yticks(range(len(piv.index)))
+        ax.set_yticklabels(piv.index, fontsize=6)
+        ax.set_xlabel("tokens in the step (m, power-of-two bins)")
+        ax.set_title(g)
+        ax.grid(False)
+        for (shape, tb), d in x.groupby(["shape", "tbin"]):
+            med = float(np.median(d["err"]))
+            if abs(med) <= 0.10:
+                continue
+            err = {op: float(np.nansum(d[f"pred_{op}"] - d[op])) for op in VIDUR_LAYER_OPS if op in d}
+            dom = max(err, key=lambda k: abs(err[k]))
+            regions.append({"gpu": g, "shape": shape, "tokens_bin": int(tb), "median_signed_error": round(med, 4),
+                            "dominant_op": dom, "dominant_term": TERM_OF[dom], "cells": int(len(d))})
+    fig.colorbar(im, ax=axes, shrink=0.7, label="signed error (%), predicted vs measured")
+    plotting.save(fig, stem, caption)
+    return regions
+
+
+def atlas_document(attn_regions: list[dict], step_regions: list[dict]) -> dict:
+    import collections
+
+    from steptime_lab.results import claim
+
+    claims = []
+    for g in sorted({x["gpu"] for x in step_regions}):
+        c = collections.Counter(x["dominant_op"] for x in step_regions if x["gpu"] == g)
+        if c:
+            op, n = c.most_common(1)[0]
+            claims.append(claim(f"Vidur step on {g}: operator dominating most bad (|median error| > 10%) regions",
+                                {"op": op, "regions": n, "bad_regions": sum(c.values())}, "count of (m bin x shape)"))
+    for g in sorted({x["gpu"] for x in attn_regions}):
+        rows = [x for x in attn_regions if x["gpu"] == g]
+        top = max(rows, key=lambda x: x["bad_cells"])
+        claims.append(claim(f"attention on {g}: named factor governing most bad (|error| > 10%) Llama-like cells",
+                            {"phase": top["phase"], "branch": top["dominant_branch"], "sign": top["sign"],
+                             "cells": top["bad_cells"], "bad_cells": sum(x["bad_cells"] for x in rows)},
+                            "count of cells"))
+    return {"metrics": {"attention_bad_cells": attn_regions, "step_bad_regions": step_regions}, "claims": claims}
+
+
+def plot_walkthrough(model: str, gpu: str, stem, caption=None):
+    from steptime import plotting
+    from steptime.step import TERMS, memory_bytes, predict_steps
+
+    plt = plotting.setup()
+    kvs = (512, 4096, 32768)
+    batches = (1, 4, 16, 64, 256)
+    cases, labels = [], []
+    mem = get_gpu(gpu).mem_bytes
+    for kv in kvs:
+        for b in batches:
+            if memory_bytes(get_model(model), b * (kv + 1)) > mem:
+                continue  # the batch does not fit in the GPU's memory
+            cases.append((b, kv, 1))
+            labels.append(f"{b}x{kv // 1024 or kv}{'k' if kv >= 1024 else ''}")
+    cases.append((1, 0, 2048))
+    labels.append("prefill 2048")
+    sid, new, kvl = [], [], []
+    for i, (b, kv, t) in enumerate(cases):
+        sid += [i] * b
+        new += [t] * b
+        kvl += [kv] * b
+    r = predict_steps(model, gpu, np.array(sid), np.array(new), np.array(kvl), len(cases))
+    tot = r["total_ms"]
+    fig, axes = plt.subplots(1, 2, figsize=(12, 4), gridspec_kw={"width_ratios": [3, 1]})
+    bottom = np.zeros(len(cases))
+    cmap = plt.cm.tab20
+    for i, t in enumerate(TERMS):
+        share = r["terms_ms"][t] / tot * 100
+        if np.all(share < 0.05):
+            continue
+        axes[0].bar(range(len(cases)), share, bottom=bottom, color=cmap(i % 20), label=t)
+        bottom += share
+    axes[0].set_xticks(range(len(cases)))
+    axes[0].set_xticklabels(labels, rotation=70, fontsize=7)
+    axes[0].set_ylabel("share of the step (%)")
+    axes[0].set_xlabel("batch: requests x KV length (decode), or one prefill chunk")
+    fig.legend(*axes[0].get_legend_handles_labels(), fontsize=7, ncol=9, loc="upper center",
+               bbox_to_anchor=(0.5, 1.12))
+    axes[1].semilogy(range(len(cases)), tot, "o-", color="k")
+    axes[1].set_xticks(range(len(cases)))
+    axes[1].set_xticklabels(labels, rotation=70, fontsize=6)
+    axes[1].set_ylabel("predicted step (ms)")
+    axes[1].set_title(f"{model} on {gpu}")
+    plotting.save(fig, stem, caption)

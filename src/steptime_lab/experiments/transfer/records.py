@@ -1,0 +1,191 @@
+"""E2.1's records: every (predictor, target) score for one dataset and one home bundle,
+the headline ratio table and the profiler gap."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from steptime.calibration import Calibration
+from steptime_lab.experiments.cells import DECODE_MAX_TOKENS, STEP_OPS, VIDUR_GPUS, cell_ids, llm_mask
+from steptime_lab.experiments.ratios import predict_layer_ops, predict_steptime, spec_ratio, steptime_ratio
+from steptime_lab.experiments.transfer.peers import reading_scale, work
+from steptime_lab.experiments.transfer.profiled import predict_profiled
+from steptime_lab.experiments.transfer.scoring import _calibration_mask, calibration_summary, score_many
+from steptime.specs import gpu_keys
+
+PREDICTORS = ("rf_home", "poly_home", "rf_verbatim", "poly_verbatim", "rf_spec_scaled", "poly_spec_scaled",
+              "rf_steptime_scaled", "poly_steptime_scaled", "rf_spec_scaled_readings", "ml_loo", "steptime_home_only",
+              "steptime")
+# the fair-ground peers E2.1 states its claim against (steptime_home_only: unseen targets only)
+PEERS = ("rf_spec_scaled", "rf_spec_scaled_readings", "ml_loo", "steptime_home_only")
+HOME_GPUS = ("a100-sxm", "h100-sxm")
+# targets per dataset: the GPUs each project measured (gpus.yaml is the one home of that fact)
+TARGETS = {"vidur_step": VIDUR_GPUS, "aic_gemm": tuple(gpu_keys(tables="aic")),
+           "aic_attention": tuple(gpu_keys(tables="aic"))}
+
+
+def _fitted_on_profiled(bundle: dict, what: str, readings: int = 0) -> dict:
+    return {"gpus": [bundle["home_gpu"]], "cells": int(bundle["train_rows"]), "target_readings": int(readings),
+            "what": what}
+
+
+def transfer_records(dataset: str, cells, bundle: dict, targets, *, n_boot: int = 1000, seed: int = 0,
+                     constants=None, calibration=None, constants_for=None, cal_log: dict | None = None,
+                     home_only=None, ml=None, reading_ids=None, steptime_fit=None) -> list[dict]:
+    """Every (predictor, target) record for one dataset and one home bundle.
+
+    `constants_for(target) -> (Constants, Calibration)` supplies held-out constants for the
+    steptime row (the family's constants fitted without the target, plus its deploy cells);
+    without it steptime runs on `constants` (default: defaults.yaml) and its recorded cells.
+    The fair-ground peers (`steptime_lab.experiments.transfer.peers`) ride along when given:
+    `home_only` (a `HomeOnly`: steptime_home_only on unseen targets), `ml` (an
+    `MLLeaveOneOut`: ml_loo on every target) and `reading_ids(target)` (the target's reading
+    cells in this table beyond those the calibration excludes: rf_spec_scaled_readings is the
+    spec-scaled forest times the geometric-mean ratio measured / predicted on them). Every
+    reading cell is kept out of every row's scoring, so all rows score the same cells.
+    `steptime_fit(target) -> dict` says what the held-out steptime constants were fitted on.
+    Each record carries `fitted_on` (GPUs, cells, target readings) beside its score.
+    """
+    home = bundle["home_gpu"]
+    home_constants = constants_for(home)[0] if constants_for is not None else constants
+    recs = []
+    for target in targets:
+        if constants_for is not None:
+            constants, cal = constants_for(target)
+        else:
+            cal = calibration if calibration is not None else Calibration.from_constants(constants)
+        tc = cells[cells["gpu"] == target].reset_index(drop=True)
+        if tc.empty:
+            continue
+        if target == home:
+            tc = tc[bundle["test_mask"]].reset_index(drop=True)
+        excl = _calibration_mask(dataset, tc, target, cal)
+        extra = {tuple(c) for c in (reading_ids(target) if reading_ids is not None else [])}
+        if extra:
+            excl = excl | np.array([c in extra for c in cell_ids(dataset, tc, target)], dtype=bool)
+        read = tc[excl].reset_index(drop=True)
+        tc = tc[~excl].reset_index(drop=True)
+        cal.check_disjoint(cell_ids(dataset, tc, target))
+        if cal_log is not None:
+            cal_log[f"{dataset}|{target}"] = calibration_summary(cal, target)
+        phase = tc["phase"].to_numpy() if dataset == "aic_attention" else None
+        meas = tc["latency_ms"].to_numpy(dtype=float)
+        st_fit = dict(steptime_fit(target)) if steptime_fit is not None else {"what": "defaults.yaml as shipped"}
+        fitted = {"steptime": st_fit}
+        if dataset == "vidur_step":  # per operator: the steptime-scaled rows scale each one
+            st_pred = predict_layer_ops(tc, target, constants, per_op=True)
+            preds = {"steptime": sum(st_pred.values())}
+        else:
+            st_pred = predict_steptime(dataset, tc, target, constants)
+            preds = {"steptime": st_pred}
+        if home_only is not None and target != home:
+            c_ho, cal_ho = home_only(target)
+            cal_ho.check_disjoint(cell_ids(dataset, tc, target))
+            preds["steptime_home_only"] = predict_steptime(dataset, tc, target, c_ho)
+            fitted["steptime_home_only"] = {"families": home_only.fitted_on(), "gpus": [home],
+                                            "target_readings": 3, "what": "every family constant fitted on the "
+                                            "home GPU's tables alone, then the target's three deploy readings"}
+        if ml is not None:
+            preds["ml_loo"] = ml.predict(tc, target)
+            fitted["ml_loo"] = dict(ml.fitted_on(target), what="gradient-boosted trees on every other GPU's "
+                                    "table of this dataset, datasheet features beside the shapes")
+        st_ratio = None
+        for tag in ("rf", "poly"):
+            if target == home:
+                preds[f"{tag}_home"] = predict_profiled(bundle, tag, tc)
+                fitted[f"{tag}_home"] = _fitted_on_profiled(bundle, "home GPU's training split")
+                continue
+            if st_ratio is None:
+                st_ratio = steptime_ratio(dataset, tc, home, target, home_constants, constants, target_pred=st_pred)
+            if dataset == "vidur_step":
+                per = predict_profiled(bundle, tag, tc, per_op=True)
+                ratio = spec_ratio(dataset, tc, home, target)
+                preds[f"{tag}_verbatim"] = sum(per.values())
+                preds[f"{tag}_spec_scaled"] = sum(per[op] * ratio[op] for op in STEP_OPS)
+                preds[f"{tag}_steptime_scaled"] = sum(per[op] * st_ratio[op] for op in STEP_OPS)
+            else:
+                p = predict_profiled(bundle, tag, tc)
+                preds[f"{tag}_verbatim"] = p
+                preds[f"{tag}_spec_scaled"] = p * spec_ratio(dataset, tc, home, target)
+                preds[f"{tag}_steptime_scaled"] = p * st_ratio
+            fitted[f"{tag}_verbatim"] = _fitted_on_profiled(bundle, "home profile used unchanged")
+            fitted[f"{tag}_spec_scaled"] = _fitted_on_profiled(bundle, "home profile x datasheet roofline ratio")
+            fitted[f"{tag}_steptime_scaled"] = dict(_fitted_on_profiled(
+                bundle, "home profile x steptime's held-out ratio target / home"), steptime=st_fit)
+            if tag == "rf" and reading_ids is not None and len(read):
+                fitted["rf_spec_scaled_readings"] = _fitted_on_profiled(
+                    bundle, "spec-scaled home forest x measured / predicted on the target's reading cell "
+                    "nearest each cell in (log FLOPs, log bytes)", readings=len(read))
+                preds["rf_spec_scaled_readings"] = preds["rf_spec_scaled"] * reading_scale(
+                    _spec_scaled(bundle, dataset, read, home, target), read["latency_ms"].to_numpy(dtype=float),
+                    work(dataset, read), work(dataset, tc))
+        order = [p for p in PREDICTORS if p in preds]
+        scores = score_many({p: preds[p] for p in order}, meas, tc["tokens"].to_numpy(), phase, n_boot=n_boot,
+                            seed=seed, llm=llm_mask(dataset, tc))
+        for name in order:
+            recs.append({"dataset": dataset, "home_gpu": home, "target_gpu": target, "predictor": name,
+                         "calibration_cells_excluded": int(excl.sum()), "fitted_on": fitted.get(name),
+                         **scores[name]})
+    return recs
+
+
+def _spec_scaled(bundle: dict, dataset: str, cells, home: str, target: str):
+    """The home forest's spec-scaled prediction (ms) of `cells` on `target`."""
+    if dataset == "vidur_step":
+        per = predict_profiled(bundle, "rf", cells, per_op=True)
+        ratio = spec_ratio(dataset, cells, home, target)
+        return sum(per[op] * ratio[op] for op in STEP_OPS)
+    return predict_profiled(bundle, "rf", cells) * spec_ratio(dataset, cells, home, target)
+
+
+def ratio_table(records) -> list[dict]:
+    """steptime vs the spec-scaled RF on every unseen target: the headline ratio per row."""
+    by = {(r["dataset"], r["home_gpu"], r["target_gpu"], r["predictor"]): r for r in records}
+    out = []
+    for (ds, home, tgt, pred), r in sorted(by.items()):
+        if pred != "steptime" or tgt == home:
+            continue
+        rf = by.get((ds, home, tgt, "rf_spec_scaled"))
+        if rf is None or not r["mape_all"]:
+            continue
+        row = {"dataset": ds, "home_gpu": home, "target_gpu": tgt, "steptime_mape": r["mape_all"],
+               "rf_spec_scaled_mape": rf["mape_all"], "ratio": rf["mape_all"] / r["mape_all"]}
+        hy = by.get((ds, home, tgt, "rf_steptime_scaled"))
+        if hy is not None and hy["mape_all"]:
+            row.update({"rf_steptime_scaled_mape": hy["mape_all"],
+                        "ratio_profile_transfer": rf["mape_all"] / hy["mape_all"]})
+        if r.get("mape_llm"):
+            row.update({"steptime_mape_llm": r["mape_llm"], "rf_spec_scaled_mape_llm": rf["mape_llm"],
+                        "ratio_llm": rf["mape_llm"] / r["mape_llm"]})
+        for peer in PEERS[1:]:  # peer MAPE / steptime MAPE (> 1: steptime wins)
+            q = by.get((ds, home, tgt, peer))
+            if q is not None and q["mape_all"]:
+                row[f"{peer}_mape"] = q["mape_all"]
+                row[f"ratio_vs_{peer}"] = q["mape_all"] / r["mape_all"]
+                if q.get("mape_llm") and r.get("mape_llm"):
+                    row[f"ratio_llm_vs_{peer}"] = q["mape_llm"] / r["mape_llm"]
+        out.append(row)
+    return out
+
+
+def profiler_gap(vidur, gemm) -> dict:
+    """The same GEMM on the same GPU as two profilers time it: Vidur's per-operator profile
+    (eager PyTorch, CUDA events) against AIConfigurator's table (CUDA-graph replay), on every
+    (gpu, m, n, k) both hold. Returns {gpu: {size: {cells, median, p10, p90}}} of the ratio
+    Vidur / AIConfigurator, size 'decode' for m <= DECODE_MAX_TOKENS else 'prefill'.
+
+    steptime's GEMM constants are fitted on AIConfigurator's tables, the Vidur-step RF on
+    Vidur's: a ratio away from 1 is a measurement-stack offset no datasheet predicts."""
+    v = vidur.dropna(subset=["gemm_m", "gemm_n", "gemm_k"])
+    v = v.groupby(["gpu", "gemm_m", "gemm_n", "gemm_k"], as_index=False)["latency_ms"].median()
+    a = gemm.groupby(["gpu", "m", "n", "k"], as_index=False)["latency_ms"].median()
+    j = v.merge(a, left_on=["gpu", "gemm_m", "gemm_n", "gemm_k"], right_on=["gpu", "m", "n", "k"],
+                suffixes=("_vidur", "_aic"))
+    j["ratio"] = j["latency_ms_vidur"] / j["latency_ms_aic"]
+    j["size"] = np.where(j["m"] <= DECODE_MAX_TOKENS, "decode", "prefill")
+    out: dict = {}
+    for (gpu, size), r in j.groupby(["gpu", "size"]):
+        q = np.quantile(r["ratio"], [0.1, 0.5, 0.9])
+        out.setdefault(gpu, {})[size] = {"cells": int(len(r)), "median": float(q[1]), "p10": float(q[0]),
+                                         "p90": float(q[2])}
+    return out

@@ -1,0 +1,51 @@
+"""Wall clock: the engine step inside a real serving engine, scored on real step and token times.
+
+One step table (``steps``: one row per measured engine step) and one token table
+(``tpot``: one row per served configuration) feed every experiment here:
+
+* E1.26  every forward-pass-metrics (FPM) step predicted vs measured, per phase (prefill
+         sweep / decode / mixed) x TP, for three predictors on the same steps: ``kernels``
+         (the per-operator model: GPU kernel time only), the engine profile (``vllm``), and
+         a bare roofline (datasheet peaks, no host, no floors);
+* R2.3   the engine constants read from at most three wall-clock steps per (GPU, engine),
+         chosen by `reading_rule` (batch composition only, never scores), the rest held out;
+* E1.18  exposed host time per engine: measured minus predicted GPU kernel time on the
+         smallest steps, where the host dominates;
+* E1.21  prefill on wall clock across GPUs where the sets hold isolated prefills;
+* E2.11  token time (TPOT) predicted as ONE decode step at the measured mean running batch
+         with a stated mean context, plus the amortised prefill of arriving requests for
+         aggregated serving: an approximation of a schedule, not a replay.
+
+Step columns (`STEP_COLUMNS`): ``gpu, model, engine, tp, phase`` ('prefill' | 'decode' |
+'mixed'), ``segment``, ``step`` (an id unique within (gpu, model, engine, tp)),
+``ctx_tokens, ctx_requests, ctx_kv_tokens`` (new prefill tokens, requests, prefix already
+cached), ``decode_requests, mean_decode_kv_tokens``, ``latency_ms``.
+
+Predictors are callables ``f(steps_of_one_tp, tp, overrides) -> dict`` of per-step
+arrays (ms): ``total`` and one entry per term kind (host, launch, gemm, attention, comm,
+light). `make_predictor` builds them on `steptime.step.predict_steps`.
+
+The code lives in three modules along its seams: `steps` (step table, predictors, readings,
+scores, step-level scales), `fpm` (the FPM step tables: E1.26/R2.3/E1.18 and the fitted
+constants) and `tokens` (token times: E2.11, E1.21, evaluate records); every name is
+re-exported here, so `from steptime_lab.experiments import wallclock as W` keeps working.
+"""
+
+from __future__ import annotations
+
+from steptime_lab.experiments.wallclock.steps import (  # noqa: F401
+    PHASES, STEP_COLUMNS, KINDS, WallclockError, check_steps, expand_requests, term_kinds, make_predictor,
+    split_fitted, roofline_steps, predict_table, READING_RULE, Readings, composition_key, reading_rule,
+    fit_engine_constants, score_steps, tp_scaling, shares, signed_error_bins, exposed_host, records, GPU_KINDS,
+    BLOCK_SCALE, COMM_SCALE, COMM_OFFSET, SCALES, STEP_ADJUSTMENTS, with_scales, with_block_scale, kind_scale,
+    per_op_cost, per_op_tables,
+)
+from steptime_lab.experiments.wallclock.fpm import (  # noqa: F401
+    FpmSpec, run_fpm, _start_value, engine_constants_doc, fitted_values, engine_profile, fpm_steps,
+    write_fitted_constants,
+)
+from steptime_lab.experiments.wallclock.tokens import (  # noqa: F401
+    TPOT_COLUMNS, TPOT_NOTE, mean_context, _decode_frame, _prefill_frame, predict_tpot, DTYPES, tpot_table,
+    _known_model, run_tpot, isolated_prefills, prefill_coverage, score_isolated_prefills, prompt_sensitivity,
+    evaluate_records, smallest_batch_rows,
+)

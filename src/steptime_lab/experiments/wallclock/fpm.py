@@ -1,0 +1,184 @@
+"""Wall-clock experiments on the forward-pass-metrics (FPM) step tables: E1.26 + R2.3 + E1.18 on one
+(GPU, engine) table (`run_fpm`), the fitted engine-constants document, and the tidy FPM table as steps.
+
+Part of `steptime_lab.experiments.wallclock` (import from there).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from steptime_lab.experiments.wallclock.steps import (
+    BLOCK_SCALE, COMM_OFFSET, COMM_SCALE, READING_RULE, SCALES, STEP_ADJUSTMENTS, WallclockError, check_steps,
+    exposed_host, fit_engine_constants, make_predictor, predict_table, reading_rule, score_steps, shares,
+    signed_error_bins, tp_scaling, with_scales,
+)
+
+
+# ---------------------------------------------------------------------------------------
+# E1.26 + R2.3 + E1.18 on one (GPU, engine) step table
+@dataclass
+class FpmSpec:
+    """What run_fpm fits and compares (all from the workflow's params)."""
+    model: str
+    engine: str = "vllm"
+    dtype: str = "bf16"
+    fit_names: tuple = ("host_a_ms", "host_b_ms", "host_ray_tp_ms")        # R2.3: the engine's constants
+    block_fit_names: tuple = ("host_a_ms", BLOCK_SCALE, "host_ray_tp_ms")   # R2.3 arm C: scale on kernels
+    bounds: dict = field(default_factory=dict)
+    small_requests: int = 4
+    kv_bucket: int = 512
+
+
+def run_fpm(steps, spec: FpmSpec, *, fitted_doc=None, n_boot: int = 1000, seed: int = 0) -> dict:
+    """Every predictor on the same held-out steps of one (GPU, engine) table.
+
+    Without `fitted_doc`, R2.3: the engine constants `spec.fit_names` (and the block-scale
+    arm's `spec.block_fit_names`) are fitted on the three reading steps. With it (the
+    engine_constants.yaml R2.3 wrote), E1.26: those values are used as written, after
+    checking that they were read from the same three steps the rule picks here."""
+    from steptime.calibration import Calibration, Constants
+    from steptime.specs import get_gpu
+
+    check_steps(steps)
+    gpus = steps["gpu"].unique()
+    if len(gpus) != 1:
+        raise WallclockError(f"run_fpm: one GPU per call (got {sorted(gpus)})")
+    gpu = str(gpus[0])
+    rd = reading_rule(steps)
+    ev = steps.drop(index=rd.excluded)
+    cal = Calibration()
+    cal.record(f"engine[{spec.engine}@{gpu}]", rd.cells, READING_RULE)
+    cal.check_disjoint([(str(r.gpu), str(r.engine), int(r.tp), str(r.phase), int(r.decode_requests), int(r.step))
+                        for r in ev.itertuples()])
+    eng = with_scales(make_predictor(spec.engine, spec.model, gpu, engine=spec.engine, dtype=spec.dtype))
+    preds = {"kernels": make_predictor("kernels", spec.model, gpu, dtype=spec.dtype), spec.engine: eng,
+             "roofline": make_predictor("roofline", spec.model, gpu)}
+    fit_name, blk_name = f"{spec.engine}_wallclock_fit", f"{spec.engine}_wallclock_block_scale"
+    c0 = Constants.default()
+    names = list(dict.fromkeys(list(spec.fit_names) + list(spec.block_fit_names)))
+    x0 = {n: (1.0 if n in SCALES else 0.0 if n == COMM_OFFSET else _start_value(n, spec.engine, gpu, c0))
+          for n in names}
+    fitted_blk = None
+    if fitted_doc is None:
+        bnd = {BLOCK_SCALE: (0.3, 3.0), COMM_SCALE: (0.0, 3.0), COMM_OFFSET: (-50.0, 50.0),
+               **{k: tuple(v) for k, v in spec.bounds.items()}}
+        fitted = fit_engine_constants(steps, rd, eng, list(spec.fit_names), x0, bnd)
+        blk = eng
+        fitted_blk = fit_engine_constants(steps, rd, blk, list(spec.block_fit_names), x0, bnd)
+    else:
+        fitted, cells = fitted_values(fitted_doc, spec.engine, gpu)
+        if sorted(map(tuple, cells)) != sorted(map(tuple, rd.cells)):
+            raise WallclockError(f"engine constants for {spec.engine}@{gpu} were read from {cells}, "
+                                 f"not the rule's steps {rd.cells}")
+    tabs = {name: predict_table(ev, p) for name, p in preds.items()}
+    tabs[fit_name] = predict_table(ev, eng, fitted)
+    if fitted_blk is not None:
+        tabs[blk_name] = predict_table(ev, eng, fitted_blk)
+    sol_ok = ev["latency_ms"].to_numpy() >= tabs["roofline"]["pred_ms"].to_numpy()
+    scores = {name: score_steps(ev, t, n_boot=n_boot, seed=seed) for name, t in tabs.items()}
+    scores_sol = {name: score_steps(ev[sol_ok], t, n_boot=n_boot, seed=seed) for name, t in tabs.items()}
+    scaling = {name: tp_scaling(ev, t, kv_bucket=spec.kv_bucket) for name, t in tabs.items()}
+    ev_tok = ev.assign(tokens=ev["ctx_tokens"] + ev["decode_requests"])
+    focus = [n for n in (spec.engine, fit_name, "kernels", "roofline") if n in tabs]
+    bins_req = {n: signed_error_bins(ev, tabs[n], "decode_requests", [0, 2, 5, 9, 17, 25, 33, 65, 129]) for n in focus}
+    bins_tok = {n: signed_error_bins(ev_tok, tabs[n], "tokens", [0, 33, 129, 513, 2049, 4097, 8193]) for n in focus}
+    return {"gpu": gpu, "engine": spec.engine, "model": spec.model, "readings": rd, "calibration": cal,
+            "fitted": fitted, "fitted_block": fitted_blk, "x0": x0, "eval": ev, "pred": tabs,
+            "scores": scores, "scores_sol": scores_sol, "tp_scaling": scaling,
+            "shares": {n: shares(tabs[n], ev) for n in focus if n != "roofline"},
+            "signed_vs_requests": bins_req, "signed_vs_tokens": bins_tok,
+            "exposed_host": exposed_host(ev, tabs["kernels"], spec.small_requests),
+            "below_speed_of_light": {"steps": int((~sol_ok).sum()),
+                                     "by_tp_phase": [{"tp": int(tp), "phase": ph, "steps": int(n)} for (tp, ph), n in
+                                                     ev[~sol_ok].groupby(["tp", "phase"]).size().items()]},
+            "names": {"fit": fit_name, "block": blk_name}}
+
+
+def _start_value(name: str, engine: str, gpu: str, constants) -> float:
+    """The shipped value of an engine field (profile) or a calibration constant, for one GPU."""
+    from steptime.specs import get_gpu
+    from steptime.specs.engines import get_engine
+
+    e = get_engine(engine, fitted={})
+    g = get_gpu(gpu)
+    if name in e.values:
+        return float(e.get(name, g, constants))
+    return float(constants.get(name, g))
+
+
+def engine_constants_doc(fits: list[dict], spec: FpmSpec, experiment: str = "R2.3") -> dict:
+    """The fitted-constants file: engine fields under `engines`, calibration constants under
+    `constants`, each {value, provenance: FITTED, source, experiment, cells}."""
+    from steptime.specs.engines import get_engine
+
+    doc: dict = {"engines": {}, "constants": {}, "scales": {}}
+    for r in fits:
+        fields = set(get_engine(r["engine"], fitted={}).values)
+        for n, v in sorted(r["fitted"].items()):
+            cells = [list(c) for c in r["readings"].cells]
+            sec = "engines" if n in fields else ("scales" if n in STEP_ADJUSTMENTS else "constants")
+            doc[sec].setdefault(r["engine"], {}).setdefault(r["gpu"], {})[n] = {
+                "value": round(float(v), 6), "provenance": "FITTED", "experiment": experiment, "cells": cells,
+                "source": f"{experiment}: least squares on log step time over three wall-clock steps of "
+                          f"{r['model']} ({READING_RULE.split(':')[0]}; shipped value {r['x0'][n]:.6g})"}
+    return doc
+
+
+def fitted_values(doc, engine: str, gpu: str) -> tuple[dict, list]:
+    """({name: value}, reading cells) of one (engine, GPU) in a fitted-constants doc or path."""
+    raw = doc if isinstance(doc, dict) else __import__("yaml").safe_load(__import__("pathlib").Path(doc).read_text())
+    vals, cells = {}, None
+    for sec in ("engines", "constants", "scales"):
+        for n, e in ((raw.get(sec) or {}).get(engine, {}).get(gpu, {}) or {}).items():
+            vals[n] = float(e["value"])
+            cells = [tuple(c) for c in e.get("cells", [])]
+    if not vals:
+        raise WallclockError(f"no fitted engine constants for {engine}@{gpu}")
+    return vals, cells
+
+
+# ---------------------------------------------------------------------------------------
+# Adapters: the tidy tables of steptime_lab.data (W1's loaders) -> the frames above
+def engine_profile(engine: str, version=None) -> str:
+    """The engine profile of a measured (engine, version): vLLM before 0.8 ran the V0 engine
+    (V1 became the default in 0.8), later ones V1; other engines map to their own profile."""
+    e = str(engine).lower()
+    if e == "vllm" and version is not None and str(version) not in ("", "<NA>", "nan", "None"):
+        try:
+            major, minor = (int(p) for p in str(version).split(".")[:2])
+        except ValueError:
+            return "vllm"
+        return "vllm-v0" if (major, minor) < (0, 8) else "vllm"
+    return e
+
+
+def fpm_steps(tidy, moe: bool = False):
+    """STEP_COLUMNS from the tidy `fpm_steps` table (dense models only unless `moe`)."""
+    x = tidy if moe else tidy[~tidy["moe"].astype(bool)]
+    out = x.rename(columns={"workload_segment": "segment"}).copy()
+    out["phase"] = out["phase"].replace({"context": "prefill"})
+    out["step"] = out["counter_id"]
+    if "mean_decode_kv_tokens" not in out:
+        out["mean_decode_kv_tokens"] = np.where(out["decode_requests"] > 0,
+                                                out["decode_kv_tokens"] / np.maximum(out["decode_requests"], 1), 0.0)
+    out["engine"] = [engine_profile(e, v) for e, v in zip(out["engine"], out["engine_version"])]
+    return out.reset_index(drop=True)
+
+
+def write_fitted_constants(path, doc: dict) -> None:
+    """Write the fitted-constants file (YAML, sorted keys, atomically) with a header naming its writer."""
+    import yaml
+
+    from steptime.io import atomic_path
+
+    text = ("# Engine constants read from at most three wall-clock steps per (GPU, engine): written by the\n"
+            "# pipeline (rule R2_3, steptime_lab.experiments.wallclock); do not edit. Read with\n"
+            "# steptime.specs.engines.get_engine(name, fitted=<this file>) (the `engines` part) and\n"
+            "# steptime_lab.experiments.wallclock.split_fitted / make_predictor(fitted=...) (all three parts).\n")
+    text += yaml.safe_dump(doc, sort_keys=True, width=120)
+    with atomic_path(path) as tmp:
+        tmp.write_text(text)
+

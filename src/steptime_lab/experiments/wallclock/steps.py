@@ -1,0 +1,506 @@
+"""Wall-clock steps: the step table, predictors on it, the three-reading rule and fit, scores,
+and the step-level adjustments (block/comm scales) with their per-operator price.
+
+Part of `steptime_lab.experiments.wallclock` (import from there).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable
+
+import numpy as np
+
+from steptime.errors import SteptimeError
+
+PHASES = ("prefill", "decode", "mixed")
+STEP_COLUMNS = ("gpu", "model", "engine", "tp", "phase", "segment", "step", "ctx_tokens", "ctx_requests",
+                "ctx_kv_tokens", "decode_requests", "mean_decode_kv_tokens", "latency_ms")
+KINDS = ("gemm", "attention", "light", "comm", "launch", "host")
+
+
+class WallclockError(SteptimeError, ValueError):
+    """Bad wall-clock input (missing columns, impossible batch composition)."""
+
+
+def check_steps(steps) -> None:
+    missing = [c for c in STEP_COLUMNS if c not in steps.columns]
+    if missing:
+        raise WallclockError(f"step table lacks column(s) {', '.join(missing)}")
+    bad = steps["phase"][~steps["phase"].isin(PHASES)]
+    if len(bad):
+        raise WallclockError(f"step table: unknown phase {bad.iloc[0]!r} (known: {', '.join(PHASES)})")
+    n = steps["ctx_requests"].to_numpy() + steps["decode_requests"].to_numpy()
+    if np.any(n <= 0):
+        i = int(np.flatnonzero(n <= 0)[0])
+        raise WallclockError(f"step table row {i}: a step with no request")
+    if np.any((steps["ctx_requests"].to_numpy() > 0) & (steps["ctx_tokens"].to_numpy() < steps["ctx_requests"].to_numpy())):
+        raise WallclockError("step table: fewer prefill tokens than prefill requests in a step")
+    if np.any(steps["latency_ms"].to_numpy() <= 0):
+        raise WallclockError("step table: latency_ms must be > 0")
+
+
+# ---------------------------------------------------------------------------------------
+# Steps -> per-request arrays (the batch composition the predictor sees)
+def expand_requests(steps):
+    """(step_index, new_tokens, kv_len) per request, from each step's aggregate composition.
+
+    Decode requests each read the step's mean decode KV length; a step's prefill tokens
+    and cached prefix are split evenly over its prefill requests (the FPM rows give sums,
+    not per-request lengths: a stated approximation).
+    """
+    nd = steps["decode_requests"].to_numpy().astype(np.int64)
+    nc = steps["ctx_requests"].to_numpy().astype(np.int64)
+    idx = np.arange(len(steps))
+    d_sid = np.repeat(idx, nd)
+    d_kv = np.repeat(steps["mean_decode_kv_tokens"].to_numpy(float), nd)
+    c_sid = np.repeat(idx, nc)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        per_tok = np.where(nc > 0, steps["ctx_tokens"].to_numpy(float) / np.maximum(nc, 1), 0.0)
+        per_kv = np.where(nc > 0, steps["ctx_kv_tokens"].to_numpy(float) / np.maximum(nc, 1), 0.0)
+    c_new = np.repeat(per_tok, nc)
+    c_kv = np.repeat(per_kv, nc)
+    sid = np.concatenate([d_sid, c_sid])
+    new = np.concatenate([np.ones(len(d_sid)), np.maximum(c_new, 2.0)])  # a prefill chunk is > 1 token
+    kv = np.concatenate([d_kv, c_kv])
+    return sid, new, kv
+
+
+def term_kinds(terms_ms: dict, n: int) -> dict:
+    """Sum a predict_steps term breakdown into KINDS (+ 'total')."""
+    from steptime.step import TERM_KIND
+
+    out = {k: np.zeros(n) for k in KINDS}
+    for t, v in terms_ms.items():
+        kind = TERM_KIND.get(t, "host" if ("host" in t or "samp" in t) else "light")
+        kind = {"launch": "launch", "comm": "comm"}.get(kind, kind)
+        out.setdefault(kind, np.zeros(n))
+        out[kind] = out[kind] + np.asarray(v, dtype=float)
+    out["total"] = sum(out[k] for k in out)
+    return out
+
+
+def make_predictor(name: str, model, gpu, *, engine: str | None = None, dtype: str = "bf16",
+                   constants=None, fitted=None) -> Callable:
+    """A step predictor by name: 'kernels', 'roofline', or an engine profile ('vllm', ...).
+
+    `overrides` passed at call time (name -> value) are laid over the profile for this GPU:
+    engine fields (specs/engines.yaml) through `Engine.with_fitted`, any other name as a
+    constant of calibration; this is how R2.3's fitted engine constants enter. `fitted` is a
+    fitted-constants file or dict (results/calibration/engine_constants.yaml) for get_engine.
+    """
+    from steptime.calibration import Constants
+    from steptime.specs import get_gpu, get_model
+    from steptime.step import predict_steps
+
+    m = get_model(model)
+    g = get_gpu(gpu)
+    base = constants or Constants.default()
+    fitted_engines, fitted_consts, fitted_scales = split_fitted(fitted)
+    mine = fitted_consts.get("kernels" if name == "kernels" else (engine or name), {}).get(g.key)
+    my_scales = fitted_scales.get("kernels" if name == "kernels" else (engine or name), {}).get(g.key) or {}
+    if mine:
+        base = base.with_overrides(mine, scope=f"gpu.{g.key}", provenance="FITTED",
+                                   source="R2.3 wall-clock readings (engine_constants.yaml)")
+    if name == "roofline":
+        def f(steps, tp, overrides=None):
+            sid, new, kv = expand_requests(steps)
+            return roofline_steps(m, g, sid, new, kv, len(steps), tp=tp)
+        return f
+    from steptime.specs.engines import get_engine
+
+    profile = get_engine("kernels" if name == "kernels" else (engine or name), fitted=fitted_engines)
+    fields = set(profile.values)
+
+    def f(steps, tp, overrides=None):
+        ov = dict(overrides or {})
+        eng_ov = {k: v for k, v in ov.items() if k in fields}
+        const_ov = {k: v for k, v in ov.items() if k not in fields}
+        c = base.with_overrides(const_ov, scope=f"gpu.{g.key}", provenance="FITTED",
+                                source="wall-clock readings (R2.3)") if const_ov else base
+        e = profile.with_fitted(g.key, eng_ov, source="wall-clock readings (R2.3)") if eng_ov else profile
+        sid, new, kv = expand_requests(steps)
+        r = predict_steps(m, g, sid, new, kv, len(steps), tp=int(tp), constants=c, engine=e, dtype=dtype)
+        return term_kinds(r["terms_ms"], len(steps))
+    from steptime.specs.engines import allreduces_per_layer
+
+    f.n_allreduce_calls = allreduces_per_layer() * m.num_hidden_layers
+    return with_scales(f, my_scales) if my_scales else f
+
+
+def split_fitted(fitted):
+    """(engines part for get_engine, {engine: {gpu: {constant: value}}}, {engine: {gpu: {scale: value}}})
+    of a fitted-constants doc or path.
+
+    The file R2.3 writes has `engines: {engine: {gpu: {field: entry}}}` (fields of
+    specs/engines.yaml, read by get_engine) and `constants: {engine: {gpu: {name: entry}}}`
+    (calibration constants fitted on the same readings), `scales: {engine: {gpu: {name: entry}}}`
+    (SCALES: multipliers on term kinds, e.g. comm_scale); the last two apply to that engine's
+    predictions on that GPU only, through make_predictor."""
+    if fitted is None:
+        return {}, {}, {}
+    if not isinstance(fitted, dict):
+        import yaml
+        from pathlib import Path
+
+        fitted = yaml.safe_load(Path(fitted).read_text()) or {}
+    engines = fitted.get("engines", {}) or {}
+    def values(sec):
+        return {eng: {gk: {n: e["value"] for n, e in tbl.items()} for gk, tbl in per_gpu.items()}
+                for eng, per_gpu in (fitted.get(sec, {}) or {}).items()}
+    return {"engines": engines}, values("constants"), values("scales")
+
+
+def roofline_steps(model, gpu, step_id, new_tokens, kv_len, n_steps: int, *, tp: int = 1) -> dict:
+    """Bare roofline of a step: every GEMM and attention kernel at max(flops / peak, bytes / BW)
+    with datasheet peaks, light kernels as bytes / BW, the TP all-reduce as bytes over the
+    link bandwidth (ring), no floors, no host, no launches. A speed-of-light lower bound."""
+    from steptime.step import layer_shapes
+    from steptime.terms import light
+
+    P, BW = gpu.peak_flops, gpu.mem_bw
+    sid = np.asarray(step_id, dtype=np.int64)
+    new = np.asarray(new_tokens, dtype=float)
+    kv = np.asarray(kv_len, dtype=float)
+    T = np.bincount(sid, weights=new, minlength=n_steps)
+    N = np.bincount(sid, minlength=n_steps).astype(float)
+    L = model.num_hidden_layers
+    gem = np.zeros(n_steps)
+    for n_, k_ in layer_shapes(model, tp).values():
+        gem += L * np.maximum(2 * T * n_ * k_ / P, 2.0 * (T * k_ + n_ * k_ + T * n_) / BW)
+    v = model.vocab_size // tp
+    h = model.hidden_size
+    gem += np.where(N > 0, np.maximum(2 * N * v * h / P, 2.0 * (N * h + v * h + N * v) / BW), 0.0)
+    hq = model.num_attention_heads // tp
+    hkv = max(1, model.num_key_value_heads // tp)
+    d = model.head_dim
+    fl = 4.0 * hq * d * (new * kv + new * new / 2.0)
+    by = (kv + new) * 2 * hkv * d * 2.0
+    att = L * np.maximum(np.bincount(sid, weights=fl, minlength=n_steps) / P,
+                         np.bincount(sid, weights=by, minlength=n_steps) / BW)
+    lt = np.zeros(n_steps)
+    for kern in light.LIGHT_KERNELS:
+        reps = 1 if kern == "emb" else L * light.PER_LAYER[kern]
+        lt += reps * light.light_bytes(kern, T, model, tp) / BW
+    comm = np.zeros(n_steps)
+    if tp > 1 and gpu.link_bw > 0:
+        comm = 2 * L * 2.0 * (tp - 1) / tp * (2.0 * T * h) / gpu.link_bw
+    out = {k: np.zeros(n_steps) for k in KINDS}
+    out.update(gemm=gem * 1e3, attention=att * 1e3, light=lt * 1e3, comm=comm * 1e3)
+    out["total"] = sum(out[k] for k in KINDS)
+    return out
+
+
+def predict_table(steps, predictor: Callable, overrides=None):
+    """Per-step predictions (a DataFrame aligned with `steps`: pred_ms and one column per kind)."""
+    import pandas as pd
+
+    parts = []
+    for tp, s in steps.groupby("tp", sort=True):
+        r = predictor(s, int(tp), overrides)
+        parts.append(pd.DataFrame({"pred_ms": r["total"], **{f"{k}_ms": r[k] for k in KINDS}}, index=s.index))
+    return pd.concat(parts).loc[steps.index]
+
+
+# ---------------------------------------------------------------------------------------
+# The reading rule (R2.3): at most three steps per (GPU, engine), by composition only.
+READING_RULE = ("three sweep compositions, chosen by batch composition alone: (1) the decode step with the "
+                "fewest requests at the smallest TP (host, launch and per-step floors dominate), (2) the decode "
+                "step with the most requests at the smallest TP (the per-request host slope), (3) the decode step "
+                "with the fewest requests at the largest TP (the per-step cost tensor parallelism adds). Within "
+                "a composition the reading is the earliest such step of the sweep (lowest step id). Every step of "
+                "those three sweep compositions at that TP (the repeats of the same cell) is excluded from scoring; "
+                "steps of the chat-shaped segment are never excluded: they are other cells.")
+
+
+@dataclass
+class Readings:
+    rows: list  # index labels of the three reading steps in `steps`
+    cells: list  # (gpu, engine, tp, phase, composition) per reading
+    excluded: list = field(default_factory=list)  # index labels excluded from scoring
+
+
+def composition_key(steps):
+    """A hashable composition per step: (tp, phase, ctx_tokens, ctx_requests, ctx_kv_tokens, decode_requests)."""
+    cols = ["tp", "phase", "ctx_tokens", "ctx_requests", "ctx_kv_tokens", "decode_requests"]
+    return list(map(tuple, steps[cols].astype(object).to_numpy()))
+
+
+def reading_rule(steps) -> Readings:
+    """The three reading steps of one (GPU, engine) step table (see READING_RULE)."""
+    if steps[["gpu", "engine"]].drop_duplicates().shape[0] != 1:
+        raise WallclockError("reading_rule: give the steps of one (GPU, engine)")
+    dec = steps[(steps["phase"] == "decode") & (steps["segment"] == "sweep")]
+    if dec.empty:
+        dec = steps[steps["phase"] == "decode"]
+    if dec.empty:
+        raise WallclockError("reading_rule: no decode step to read")
+    tps = sorted(dec["tp"].unique())
+    picks = []
+    for tp, which in ((tps[0], "min"), (tps[0], "max"), (tps[-1], "min")):
+        d = dec[dec["tp"] == tp]
+        n = d["decode_requests"]
+        target = n.min() if which == "min" else n.max()
+        cand = d[n == target].sort_values("step")
+        picks.append(cand.index[0])
+    picks = list(dict.fromkeys(picks))  # one TP degree: the third reading equals the first
+    sweep = steps[steps["segment"] == "sweep"]
+    keys = composition_key(sweep)
+    key_of = dict(zip(steps.index, composition_key(steps)))
+    chosen = {key_of[i] for i in picks}
+    excluded = sorted(set(picks) | {i for i, k in zip(sweep.index, keys) if k in chosen})
+    cells = [(str(steps.at[i, "gpu"]), str(steps.at[i, "engine"]), int(steps.at[i, "tp"]), "decode",
+              int(steps.at[i, "decode_requests"]), int(steps.at[i, "step"])) for i in picks]
+    return Readings(rows=picks, cells=cells, excluded=excluded)
+
+
+def fit_engine_constants(steps, readings: Readings, predictor: Callable, names: list[str], x0: dict,
+                         bounds: dict | None = None) -> dict:
+    """Solve `names` (at most as many as readings) so the predictor meets the reading steps.
+
+    Least squares on log(pred / measured) over the reading steps only (scipy), starting
+    at x0; returns {name: value}.
+    """
+    from scipy.optimize import least_squares
+
+    if len(names) > len(readings.rows):
+        raise WallclockError(f"{len(names)} constants from {len(readings.rows)} readings: under-determined")
+    r = steps.loc[readings.rows]
+    meas = r["latency_ms"].to_numpy(float)
+    lo = [(bounds or {}).get(n, (0.0, np.inf))[0] for n in names]
+    hi = [(bounds or {}).get(n, (0.0, np.inf))[1] for n in names]
+    p0 = np.clip([float(x0[n]) for n in names], lo, [h if np.isfinite(h) else 1e9 for h in hi])
+
+    def resid(p):
+        pred = predict_table(r, predictor, dict(zip(names, p)))["pred_ms"].to_numpy()
+        return np.log(np.maximum(pred, 1e-9) / meas)
+
+    base = resid(p0)
+    for i, n in enumerate(names):  # a constant the readings cannot see is refused, not "fitted"
+        q = p0.copy()
+        q[i] = q[i] * 1.5 + 0.1
+        if np.max(np.abs(resid(q) - base)) < 1e-9:
+            raise WallclockError(f"constant {n!r} does not change the prediction of the reading steps: it cannot "
+                                 f"be read from them (choose another constant)")
+
+    sol = least_squares(resid, p0, bounds=(lo, hi), x_scale="jac")
+    return {n: float(v) for n, v in zip(names, sol.x)}
+
+
+# ---------------------------------------------------------------------------------------
+# Scores
+def score_steps(steps, pred, *, keys=("gpu", "engine", "tp", "phase"), n_boot: int = 1000, seed: int = 0) -> list[dict]:
+    """MAPE, median APE, signed mean error per group (errors as fractions)."""
+    from steptime_lab.metrics import score, signed_error
+
+    out = []
+    x = steps.assign(pred_ms=pred.loc[steps.index, "pred_ms"].to_numpy())
+    for k, d in x.groupby(list(keys), sort=True):
+        k = k if isinstance(k, tuple) else (k,)
+        s = score(d["pred_ms"].to_numpy(), d["latency_ms"].to_numpy(), n_boot=n_boot, seed=seed)
+        s["signed_mean"] = float(np.mean(signed_error(d["pred_ms"], d["latency_ms"])))
+        out.append({**dict(zip(keys, [v.item() if hasattr(v, "item") else v for v in k])), **s})
+    return out
+
+
+def tp_scaling(steps, pred, ref_tp: int = 1, kv_bucket: int = 512) -> list[dict]:
+    """t(TP) / t(ref_tp) on matched sweep compositions, measured vs predicted (medians per cell).
+
+    A cell is a sweep composition (phase, ctx tokens/requests/prefix, decode requests, mean
+    decode KV rounded to `kv_bucket`) present at both TP degrees."""
+    x = steps.assign(pred_ms=pred.loc[steps.index, "pred_ms"].to_numpy())
+    x = x[x["segment"] == "sweep"].copy()
+    x["kvb"] = (x["mean_decode_kv_tokens"] / kv_bucket).round().astype(int)
+    cols = ["phase", "ctx_tokens", "ctx_requests", "ctx_kv_tokens", "decode_requests", "kvb"]
+    med = x.groupby(["tp"] + cols)[["latency_ms", "pred_ms"]].median().reset_index()
+    base = med[med["tp"] == ref_tp].drop(columns="tp")
+    out = []
+    for tp in sorted(med["tp"].unique()):
+        if tp == ref_tp:
+            continue
+        j = med[med["tp"] == tp].merge(base, on=cols, suffixes=("", "_ref"))
+        if j.empty:
+            continue
+        mr = j["latency_ms"] / j["latency_ms_ref"]
+        pr = j["pred_ms"] / j["pred_ms_ref"]
+        err = (pr / mr - 1.0).to_numpy()
+        out.append({"tp": int(tp), "ref_tp": ref_tp, "cells": int(len(j)),
+                    "measured_ratio_median": float(np.median(mr)), "predicted_ratio_median": float(np.median(pr)),
+                    "mean_abs_ratio_error": float(np.mean(np.abs(err))), "max_abs_ratio_error": float(np.max(np.abs(err))),
+                    "by_phase": {ph: float(np.mean(np.abs(err[(j["phase"] == ph).to_numpy()])))
+                                 for ph in sorted(j["phase"].unique())}})
+    return out
+
+
+def shares(pred, steps, keys=("tp", "phase")) -> list[dict]:
+    """Median share of each term kind in the predicted step, per group."""
+    x = pred.join(steps[list(keys)])
+    out = []
+    for k, d in x.groupby(list(keys), sort=True):
+        k = k if isinstance(k, tuple) else (k,)
+        row = dict(zip(keys, [v.item() if hasattr(v, "item") else v for v in k]))
+        for kind in KINDS:
+            row[kind] = float(np.median(d[f"{kind}_ms"] / d["pred_ms"]))
+        out.append(row)
+    return out
+
+
+def signed_error_bins(steps, pred, by: str, bins) -> list[dict]:
+    """Median signed error per bin of `by` (e.g. decode_requests, total tokens)."""
+    from steptime_lab.metrics import signed_error
+
+    x = steps.assign(err=signed_error(pred.loc[steps.index, "pred_ms"], steps["latency_ms"]))
+    x["bin"] = np.digitize(x[by].to_numpy(float), bins)
+    out = []
+    for (tp, ph, b), d in x.groupby(["tp", "phase", "bin"], sort=True):
+        lo = bins[b - 1] if b > 0 else None
+        out.append({"tp": int(tp), "phase": ph, "bin_lo": None if lo is None else float(lo), "steps": int(len(d)),
+                    f"{by}_median": float(d[by].median()), "signed_median": float(d["err"].median())})
+    return out
+
+
+# ---------------------------------------------------------------------------------------
+# E1.18: exposed host time from the small steps
+def exposed_host(steps, kernels_pred, max_requests: int = 4) -> list[dict]:
+    """Measured minus predicted GPU kernel time on decode steps with at most `max_requests`
+    requests (where the host dominates), per (gpu, engine, tp): median and IQR, in ms."""
+    x = steps.assign(gpu_ms=kernels_pred.loc[steps.index, "pred_ms"].to_numpy())
+    x = x[(x["phase"] == "decode") & (x["decode_requests"] <= max_requests)]
+    out = []
+    for (g, e, tp), d in x.groupby(["gpu", "engine", "tp"], sort=True):
+        ex = (d["latency_ms"] - d["gpu_ms"]).to_numpy()
+        out.append({"gpu": g, "engine": e, "tp": int(tp), "steps": int(len(d)),
+                    "exposed_ms_median": float(np.median(ex)), "exposed_ms_q25": float(np.quantile(ex, 0.25)),
+                    "exposed_ms_q75": float(np.quantile(ex, 0.75)),
+                    "exposed_share_median": float(np.median(ex / d["latency_ms"].to_numpy()))})
+    return out
+
+
+# ---------------------------------------------------------------------------------------
+# Records for `steptime evaluate --family wallclock`
+def records(scores: list[dict], *, dataset: str, predictor: str, family: str = "wallclock") -> list[dict]:
+    """Score rows (gpu, engine, tp, phase|subset, cells, mape, ...) as evaluate records."""
+    out = []
+    for s in scores:
+        out.append({"family": family, "dataset": dataset, "gpu": s["gpu"], "engine": s["engine"], "tp": s["tp"],
+                    "predictor": predictor, "subset": s.get("subset", s.get("phase")), "cells": s["cells"],
+                    "mape": s["mape"], "median_ape": s["median_ape"], "mape_ci": s["mape_ci"]})
+    return out
+
+
+# ---------------------------------------------------------------------------------------
+# R2.3's block-scale arm and its price on the per-operator tables (E1.16 re-measured)
+GPU_KINDS = ("gemm", "attention", "light", "comm")
+BLOCK_SCALE = "block_scale"
+COMM_SCALE = "comm_scale"
+# Step-level multipliers a wall-clock fit may read (they act on term kinds of the prediction, so
+# they mean the same thing whatever law sits behind a term): name -> the kinds they multiply.
+COMM_OFFSET = "comm_offset_us"
+SCALES = {BLOCK_SCALE: GPU_KINDS, COMM_SCALE: ("comm",)}
+# Step-level adjustments: SCALES multiply term kinds; COMM_OFFSET adds microseconds to every
+# all-reduce call of a TP > 1 step (a shift of the per-call latency floor, whatever law sits
+# behind the all-reduce term; the term is held at >= 0).
+STEP_ADJUSTMENTS = (*SCALES, COMM_OFFSET)
+
+
+def with_scales(predictor: Callable, fixed: dict | None = None) -> Callable:
+    """`predictor` with the STEP_ADJUSTMENTS among the overrides (and `fixed`) applied: block_scale
+    on every GPU kernel term (round 1's aggregate k on T_blocks), comm_scale on the all-reduce term,
+    comm_offset_us per all-reduce call (`predictor.n_allreduce_calls` per step); identity when absent."""
+    calls = getattr(predictor, "n_allreduce_calls", None)
+
+    def f(steps, tp, overrides=None):
+        ov = {**(fixed or {}), **dict(overrides or {})}
+        sc = {n: float(ov.pop(n)) for n in list(ov) if n in SCALES}
+        off = float(ov.pop(COMM_OFFSET, 0.0))
+        r = dict(predictor(steps, tp, ov or None))
+        for n, k in sc.items():
+            for kind in SCALES[n]:
+                r[kind] = r[kind] * k
+        if off and tp > 1:
+            if calls is None:
+                raise WallclockError(f"{COMM_OFFSET} needs a predictor that states its all-reduce calls per step")
+            r["comm"] = np.maximum(r["comm"] + np.where(r["comm"] > 0, calls * off * 1e-3, 0.0), 0.0)
+        r["total"] = sum(r[kind] for kind in KINDS)
+        return r
+    f.n_allreduce_calls = calls
+    return f
+
+
+with_block_scale = with_scales
+
+
+def kind_scale(fitted: dict, kind: str) -> float:
+    """The product of the fitted SCALES that act on term kind `kind` (1 when none does)."""
+    k = 1.0
+    for n, v in (fitted or {}).items():
+        if n in SCALES and kind in SCALES[n]:
+            k *= float(v)
+    return k
+
+
+def per_op_cost(tables: dict, fitted: dict, n_boot: int = 1000, seed: int = 0) -> list[dict]:
+    """MAPE on per-operator tables before and after a wall-clock fit's scales.
+
+    `tables`: name -> (term kind, pred_ms, measured_ms) of one GPU's per-operator cells; each
+    table's predictions are multiplied by the fitted scales acting on its kind (kind_scale), and an
+    all-reduce table's cells (one call each) shifted by the fitted comm_offset_us."""
+    from steptime_lab.metrics import score
+
+    out = []
+    for name, (kind, p, m) in sorted(tables.items()):
+        k = kind_scale(fitted, kind)
+        off = float((fitted or {}).get(COMM_OFFSET, 0.0)) if kind == "comm" else 0.0
+        a = score(p, m, n_boot=n_boot, seed=seed)
+        b = score(np.maximum(np.asarray(p) * k + off * 1e-3, 1e-9), m, n_boot=n_boot, seed=seed)
+        out.append({"table": name, "kind": kind, "cells": a["cells"], "scale": k, "offset_us": off,
+                    "mape_per_op_calibrated": a["mape"], "mape_wallclock_scaled": b["mape"],
+                    "delta": b["mape"] - a["mape"]})
+    return out
+
+
+def per_op_tables(gpu: str, gemm_df=None, attn_cells=None, allreduce_df=None) -> dict:
+    """name -> (term kind, steptime prediction, measured) in ms on one GPU's per-operator tables
+    with the shipped constants: GEMM cells (LLM-shaped: n, k >= 1024, m <= 16384), attention
+    cells of LLM shapes, and all-reduce cells (vLLM's custom all-reduce under CUDA graphs ->
+    'custom', NCCL -> 'nccl'; every message size and GPU count)."""
+    from steptime.calibration import Constants
+    from steptime.ops import predict_ops
+    from steptime_lab.regimes import llm_shaped
+    from steptime.specs import get_gpu
+
+    out = {}
+    if gemm_df is not None:
+        g = gemm_df[gemm_df["gpu"] == gpu]
+        g = g[llm_shaped(g["m"], g["n"], g["k"])]
+        if len(g):
+            p = predict_ops("gemm", gpu, m=g["m"].to_numpy(float), n=g["n"].to_numpy(float), k=g["k"].to_numpy(float))
+            out["aic_gemm_llm"] = ("gemm", p["t_ms"], g["latency_ms"].to_numpy(float))
+    if attn_cells is not None:
+        from steptime.terms import attention as A
+
+        x = attn_cells[(attn_cells["gpu"] == gpu) & attn_cells["llm"]]
+        for phase in ("decode", "prefill"):
+            xp = x[x["phase"] == phase]
+            if len(xp):
+                r = A.attention_cells(xp["b"].to_numpy(), xp["s"].to_numpy(), xp["c"].to_numpy(), xp["H"].to_numpy(),
+                                      xp["Hkv"].to_numpy(), xp["d"].to_numpy(), get_gpu(gpu), Constants.default(),
+                                      kv_dtype=xp["kv_dtype"].to_numpy(), warm_l2=True)
+                out[f"aic_attention_{phase}_llm"] = ("attention", np.asarray(r["t"]) * 1e3, xp["y_ms"].to_numpy(float))
+    if allreduce_df is not None:
+        from steptime.terms import comm
+
+        a = allreduce_df[allreduce_df["gpu"] == gpu]
+        for backend, impl in (("vllm_graph", "custom"), ("nccl", "nccl")):
+            ab = a[a["backend"] == backend]
+            if not len(ab):
+                continue
+            pred = np.zeros(len(ab))
+            for n in sorted(ab["num_gpus"].unique()):
+                m = (ab["num_gpus"] == n).to_numpy()
+                pred[m] = comm.allreduce_time(ab["message_bytes"].to_numpy(float)[m], int(n), get_gpu(gpu),
+                                              Constants.default(), impl) * 1e3
+            out[f"aic_allreduce_{impl}"] = ("comm", pred, ab["latency_ms"].to_numpy(float))
+    return out
+
+

@@ -1,0 +1,322 @@
+"""Wall-clock token times (E2.11, E1.21): TPOT as one decode step at the measured mean batch, the
+token-time table from the tidy ML.ENERGY / AIConfigurator silicon tables, isolated prefills, and the
+records of `steptime evaluate --family wallclock`.
+
+Part of `steptime_lab.experiments.wallclock` (import from there).
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import numpy as np
+
+from steptime.errors import SteptimeError
+from steptime_lab.experiments.wallclock.fpm import FpmSpec, engine_constants_doc, engine_profile, fpm_steps, run_fpm
+from steptime_lab.experiments.wallclock.steps import WallclockError, make_predictor, records
+
+
+# ---------------------------------------------------------------------------------------
+# E2.11: token time as one decode step at the measured mean batch (an approximation)
+TPOT_COLUMNS = ("dataset", "gpu", "model", "engine", "tp", "dtype", "mode", "batch", "prompt_tokens",
+                "output_tokens", "tpot_ms")
+TPOT_NOTE = ("TPOT approximated as ONE decode step at the measured mean running batch (linear between the two "
+             "integer batches around it), every request at the mean context prompt + output/2, plus for "
+             "aggregated serving the prefill of the requests that arrive meanwhile, amortised over the decode "
+             "steps (batch / output_tokens prefills of prompt_tokens per step, GPU kernel time only). This "
+             "approximates a continuous-batching schedule; it is not a replay of one. Silicon rows that record "
+             "no precision are predicted in bf16 (ASSUMED; counted per group in metrics.dtype_assumed).")
+
+
+def mean_context(prompt_tokens, output_tokens):
+    """Mean KV length a decode step reads over a request's life: the prompt plus half the output."""
+    return np.asarray(prompt_tokens, dtype=float) + np.asarray(output_tokens, dtype=float) / 2.0
+
+
+def _decode_frame(n, kv, tp):
+    import pandas as pd
+
+    n = np.asarray(n, dtype=int)
+    return pd.DataFrame({"tp": tp, "phase": "decode", "ctx_tokens": 0, "ctx_requests": 0, "ctx_kv_tokens": 0,
+                         "decode_requests": n, "mean_decode_kv_tokens": np.asarray(kv, float)})
+
+
+def _prefill_frame(tokens, tp):
+    import pandas as pd
+
+    t = np.maximum(np.asarray(tokens, dtype=float).round().astype(int), 2)
+    return pd.DataFrame({"tp": tp, "phase": "prefill", "ctx_tokens": t, "ctx_requests": 1, "ctx_kv_tokens": 0,
+                         "decode_requests": 0, "mean_decode_kv_tokens": 0.0})
+
+
+def predict_tpot(rows, predictor: Callable, kernels: Callable | None = None, tp: int = 1) -> dict:
+    """Predicted TPOT (ms) for rows of ONE (gpu, model, engine, tp, dtype): decode step at the
+    mean batch, plus the amortised prefill for mode == 'agg' (GPU kernel time of a 1 x prompt
+    prefill from `kernels`, times batch / output_tokens)."""
+    B = rows["batch"].to_numpy(float)
+    if np.any(B <= 0):
+        raise WallclockError("TPOT rows: mean running batch must be > 0")
+    kv = mean_context(rows["prompt_tokens"], rows["output_tokens"])
+    lo = np.maximum(np.floor(B), 1).astype(int)
+    hi = np.maximum(np.ceil(B), 1).astype(int)
+    t_lo = predictor(_decode_frame(lo, kv, tp), tp, None)["total"]
+    t_hi = predictor(_decode_frame(hi, kv, tp), tp, None)["total"]
+    w = np.where(hi > lo, B - lo, 0.0)
+    dec = t_lo + w * (t_hi - t_lo)
+    pre = np.zeros(len(rows))
+    kdec = np.full(len(rows), np.nan)
+    agg = (rows["mode"] == "agg").to_numpy()
+    if kernels is not None:
+        k_lo = kernels(_decode_frame(lo, kv, tp), tp, None)["total"]
+        k_hi = kernels(_decode_frame(hi, kv, tp), tp, None)["total"]
+        kdec = k_lo + w * (k_hi - k_lo)
+    if kernels is not None and agg.any():
+        tp_pre = kernels(_prefill_frame(rows["prompt_tokens"].to_numpy()[agg], tp), tp, None)["total"]
+        pre[agg] = tp_pre * B[agg] / np.maximum(rows["output_tokens"].to_numpy(float)[agg], 1.0)
+    return {"decode_ms": dec, "prefill_amortised_ms": pre, "pred_ms": dec + pre, "kernels_decode_ms": kdec}
+
+
+DTYPES = {"bfloat16": "bf16", "bf16": "bf16", "float16": "bf16", "fp8": "fp8", "float8": "fp8"}
+
+
+def tpot_table(mlenergy_v2=None, mlenergy_v3=None, silicon=None, prompt_tokens: dict | None = None):
+    """One TPOT frame (TPOT_COLUMNS + `measure`, `source_id`) from the tidy token-time tables, and
+    the rows left out with their reason (a count per reason and dataset).
+
+    ML.ENERGY: `avg_batch` is the measured mean running batch; the prompt length is not
+    published, so the mean prompt comes from `prompt_tokens[(dataset, task)]` (an ASSUMED
+    estimate, given by the caller); v2 gives the mean TPOT, v3 the MEDIAN inter-token latency
+    (the measure compared is named per row). AIConfigurator silicon: the client concurrency
+    stands for the running batch, prompt and output lengths are exact (isl, osl)."""
+    import pandas as pd
+
+    rows, skipped = [], []
+
+    def skip(dataset, reason, n):
+        if n:
+            skipped.append({"dataset": dataset, "reason": reason, "rows": int(n)})
+
+    prompt_tokens = prompt_tokens or {}
+    for name, df, measure in (("mlenergy-v2", mlenergy_v2, "mean_tpot_ms"), ("mlenergy-v3", mlenergy_v3, "median_itl_ms")):
+        if df is None:
+            continue
+        x = df.copy()
+        skip(name, "MoE not supported yet", x["moe"].astype(bool).sum())
+        x = x[~x["moe"].astype(bool)]
+        if "arch" in x:
+            skip(name, f"architecture not modelled (hybrid)", (x["arch"] == "hybrid").sum())
+            x = x[x["arch"] == "dense"]
+        for col, why in (("pp", "pipeline parallelism > 1 not modelled"), ("dp", "data parallelism > 1 not modelled"),
+                         ("ep", "expert parallelism > 1 not modelled")):
+            if col in x:
+                skip(name, why, (x[col] > 1).sum())
+                x = x[x[col] <= 1]
+        key = [(name, t) for t in x["task"]]
+        known = np.array([k in prompt_tokens for k in key], dtype=bool)
+        skip(name, "task without a stated prompt-length estimate (multimodal or unlisted)", (~known).sum())
+        x = x[known]
+        rows.append(pd.DataFrame({
+            "dataset": name, "gpu": x["gpu"].to_numpy(), "model": x["model"].to_numpy(),
+            "model_source": x["model_source"].astype(str).to_numpy(),
+            "engine": [engine_profile(e, v) for e, v in zip(x["engine"], x["engine_version"])],
+            "tp": x["tp"].to_numpy(int), "dtype": [DTYPES.get(str(d).lower(), str(d).lower()) for d in x["dtype"]],
+            "mode": "agg", "batch": x["avg_batch"].to_numpy(float),
+            "prompt_tokens": [float(prompt_tokens[(name, t)]) for t in x["task"]],
+            "output_tokens": x["avg_output_len"].to_numpy(float), "tpot_ms": x[measure].to_numpy(float),
+            "measure": measure, "task": x["task"].to_numpy(),
+            "source_id": x.get("source_file", x["model"]).astype(str).to_numpy()}))
+    if silicon is not None:
+        name = "aic-silicon"
+        x = silicon.copy()
+        skip(name, "MoE not supported yet", x["moe"].astype(bool).sum())
+        x = x[~x["moe"].astype(bool)]
+        skip(name, "disaggregated serving (per-pool layout not modelled)", (x["mode"] != "agg").sum())
+        x = x[x["mode"] == "agg"]
+        pp = x["pp"].fillna(1).astype(int)
+        skip(name, "pipeline parallelism > 1 not modelled", (pp > 1).sum())
+        x = x[pp <= 1]
+        prec = x["precision"].astype("string").fillna("").str.lower()
+        quant = x["gemm_quant_mode"].astype("string").fillna("").str.lower()
+        dtype = np.where(quant.eq("fp8") | prec.eq("fp8"), "fp8",
+                         np.where(prec.isin(["bf16", "bfloat16", "fp16", "float16"]) | (prec.eq("") & quant.eq("")),
+                                  "bf16", "other:" + prec))
+        other = np.char.startswith(dtype.astype(str), "other:")
+        skip(name, "precision not modelled (fp4 / block-scaled fp8)", other.sum())
+        x, dtype, prec, quant = x[~other], dtype[~other], prec[~other], quant[~other]
+        rows.append(pd.DataFrame({
+            "dataset": name, "gpu": x["gpu"].to_numpy(), "model": x["model"].to_numpy(),
+            "model_source": x["model_source"].astype(str).to_numpy(),
+            "engine": [engine_profile(e, v) for e, v in zip(x["engine"], x["engine_version"])],
+            "tp": x["tp"].astype(int).to_numpy(), "dtype": dtype, "mode": "agg",
+            "batch": x["concurrency"].astype(float).to_numpy(), "prompt_tokens": x["isl"].to_numpy(float),
+            "output_tokens": x["osl"].to_numpy(float), "tpot_ms": x["tpot_ms"].to_numpy(float),
+            "measure": "tpot_ms", "task": "isl/osl", "source_id": x["id"].astype(str).to_numpy(),
+            "dtype_assumed": (prec.eq("") & quant.eq("")).to_numpy()}))
+    frame = pd.concat(rows, ignore_index=True) if rows else pd.DataFrame(columns=list(TPOT_COLUMNS))
+    return frame, skipped
+
+
+def _known_model(model: str, rows) -> str:
+    """The table's model key, or its Hugging Face repository id when the key is not in models.yaml."""
+    from steptime.errors import UnknownModelError
+    from steptime.specs import get_model
+
+    try:
+        return get_model(model).key
+    except UnknownModelError:
+        if "model_source" in rows:
+            return get_model(str(rows["model_source"].iloc[0])).key
+        raise
+
+
+def run_tpot(rows, model_of=None, n_boot: int = 1000, seed: int = 0, fitted=None) -> dict:
+    """Predict every TPOT row (grouped by dataset, gpu, model, engine, tp, dtype) with the engine
+    profile, and score per dataset x GPU x engine (and per TP). A group the predictor refuses
+    (unknown model, memory, precision a GPU cannot run) is left out with its reason."""
+    import pandas as pd
+
+    from steptime_lab.metrics import score
+
+    preds, skipped = [], []
+    keys = ["dataset", "gpu", "model", "engine", "tp", "dtype"]
+    for k, d in rows.groupby(keys, sort=True):
+        ds, gpu, model, eng, tp, dt = k
+        try:
+            model = _known_model(model, d)
+            f = make_predictor(eng, model if model_of is None else model_of(model), gpu, engine=eng, dtype=dt,
+                               fitted=fitted)
+            kern = make_predictor("kernels", model if model_of is None else model_of(model), gpu, dtype=dt)
+            r = predict_tpot(d, f, kern, tp=int(tp))
+        except SteptimeError as exc:
+            skipped.append({"dataset": ds, "reason": f"{type(exc).__name__}: {str(exc).splitlines()[0][:160]}",
+                            "rows": int(len(d)), "group": [str(v) for v in k]})
+            continue
+        preds.append(d.assign(pred_ms=r["pred_ms"], decode_ms=r["decode_ms"],
+                              prefill_amortised_ms=r["prefill_amortised_ms"], kernels_decode_ms=r["kernels_decode_ms"]))
+    if skipped:  # one line per (dataset, reason), rows summed
+        sk = pd.DataFrame(skipped).groupby(["dataset", "reason"], as_index=False)["rows"].sum()
+        skipped = sk.to_dict("records")
+    p = pd.concat(preds) if preds else rows.iloc[:0].assign(pred_ms=[], decode_ms=[], prefill_amortised_ms=[],
+                                                            kernels_decode_ms=[])
+    scores = []
+    for by, sub in ((["dataset", "gpu", "engine"], "tpot"), (["dataset", "gpu", "engine", "tp"], "tpot_by_tp")):
+        for k, d in p.groupby(by, sort=True):
+            s = score(d["pred_ms"].to_numpy(), d["tpot_ms"].to_numpy(), n_boot=n_boot, seed=seed)
+            s["signed_mean"] = float(np.mean((d["pred_ms"] - d["tpot_ms"]) / d["tpot_ms"]))
+            s["models"] = sorted(d["model"].unique().tolist())
+            scores.append({**dict(zip(by, [v.item() if hasattr(v, "item") else v for v in k])),
+                           "tp": int(k[3]) if len(k) > 3 else "all", "subset": sub, **s})
+    return {"pred": p, "scores": scores, "skipped": skipped}
+
+
+# ---------------------------------------------------------------------------------------
+# E1.21: prefill on wall clock across GPUs, where a set holds isolated prefills
+def isolated_prefills(silicon):
+    """AIConfigurator silicon rows whose TTFT is one isolated prefill: aggregated serving at client
+    concurrency 1 (no queue, no batching with other prefills), dense models."""
+    x = silicon[(~silicon["moe"].astype(bool)) & (silicon["mode"] == "agg")]
+    return x[x["concurrency"].astype(float) == 1.0]
+
+
+def prefill_coverage(mlenergy_v2=None, mlenergy_v3=None, silicon=None) -> list[dict]:
+    """Per (dataset, GPU): dense configurations, and how many carry an isolated prefill time."""
+    out = []
+    for name, df in (("mlenergy-v2", mlenergy_v2), ("mlenergy-v3", mlenergy_v3)):
+        if df is None:
+            continue
+        for g, d in df[~df["moe"].astype(bool)].groupby("gpu"):
+            out.append({"dataset": name, "gpu": g, "dense_configurations": int(len(d)), "isolated_prefills": 0,
+                        "why": "the leaderboard publishes token times (TPOT / inter-token latency), energy and "
+                               "throughput only: no time-to-first-token or prefill time"})
+    if silicon is not None:
+        iso = isolated_prefills(silicon)
+        for g, d in silicon[~silicon["moe"].astype(bool)].groupby("gpu"):
+            n = int((iso["gpu"] == g).sum())
+            cmin = d["concurrency"].astype(float).min()
+            out.append({"dataset": "aic-silicon", "gpu": g, "dense_configurations": int(len(d)), "isolated_prefills": n,
+                        "why": "" if n else f"TTFT only at client concurrency >= {cmin:g}: queueing and batched "
+                                            f"prefills are inside it, not one prefill step"})
+    return out
+
+
+def score_isolated_prefills(iso, n_boot: int = 1000, seed: int = 0, fitted=None) -> tuple[list[dict], list[dict]]:
+    """TTFT at concurrency 1 predicted as one prefill step of `isl` tokens (engine profile)."""
+    import pandas as pd
+
+    from steptime_lab.metrics import score
+
+    scores, skipped = [], []
+    if iso is None or not len(iso):
+        return scores, skipped
+    for (g, model, eng_raw, ver, tp), d in iso.groupby(["gpu", "model", "engine", "engine_version", "tp"],
+                                                        dropna=False, sort=True):
+        eng = engine_profile(eng_raw, ver)
+        prec = str(d["precision"].iloc[0]).lower()
+        dt = "fp8" if prec == "fp8" else ("bf16" if prec in ("bf16", "bfloat16", "<na>", "nan", "none", "") else None)
+        if dt is None:
+            skipped.append({"dataset": "aic-silicon", "reason": f"precision {prec} not modelled", "rows": int(len(d))})
+            continue
+        try:
+            f = make_predictor(eng, model, g, engine=eng, dtype=dt, fitted=fitted)
+            pred = f(_prefill_frame(d["isl"].to_numpy(), int(tp)), int(tp), None)["total"]
+        except SteptimeError as exc:
+            skipped.append({"dataset": "aic-silicon", "reason": f"{type(exc).__name__}: {str(exc)[:160]}",
+                            "rows": int(len(d))})
+            continue
+        s = score(pred, d["ttft_ms"].to_numpy(float), n_boot=n_boot, seed=seed)
+        scores.append({"dataset": "aic-silicon", "gpu": g, "engine": eng, "tp": int(tp), "model": model,
+                       "dtype": dt, "subset": "prefill", **s})
+    return scores, skipped
+
+
+def prompt_sensitivity(rows, prompt_tokens: dict, scales, fitted=None) -> list[dict]:
+    """TPOT MAPE per dataset x GPU x engine of the rows whose prompt length is an estimate (ML.ENERGY),
+    with every estimate multiplied by each of `scales`: how much the stated guess matters."""
+    est = rows[rows["dataset"].str.startswith("mlenergy")]
+    out = []
+    for sc in scales:
+        x = est.assign(prompt_tokens=est["prompt_tokens"] * float(sc))
+        res = run_tpot(x, n_boot=10, seed=0, fitted=fitted)
+        for s in res["scores"]:
+            if s["subset"] == "tpot":
+                out.append({"scale": float(sc), "dataset": s["dataset"], "gpu": s["gpu"], "engine": s["engine"],
+                            "cells": s["cells"], "mape": s["mape"]})
+    return out
+
+
+# ---------------------------------------------------------------------------------------
+# `steptime evaluate --family wallclock`
+def evaluate_records(fpm_tidy=None, mlenergy_v2=None, mlenergy_v3=None, silicon=None, *, fit: dict,
+                     prompt_tokens: dict, n_boot: int = 1000, seed: int = 0) -> list[dict]:
+    """Evaluate records from the tidy tables: FPM steps per (GPU, engine, TP, phase) for the kernel
+    sum, the shipped profile, the profile with its three wall-clock readings (refitted here by the
+    same rule as R2.3) and the bare roofline; TPOT per (dataset, GPU, engine, TP) and pooled over TP
+    (tp None) for the engine profile. Errors as fractions."""
+    out, fits = [], []
+    if fpm_tidy is not None:
+        steps = fpm_steps(fpm_tidy)
+        for (_gpu, engine, model), s in steps.groupby(["gpu", "engine", "model"], sort=True):
+            r = run_fpm(s, FpmSpec(model=model, engine=engine, **fit), n_boot=n_boot, seed=seed)
+            fits.append((r, FpmSpec(model=model, engine=engine, **fit)))
+            for name in ("kernels", "roofline", engine, r["names"]["fit"]):
+                out += records(r["scores"][name], dataset="aic-fpm", predictor=name)
+    if any(t is not None for t in (mlenergy_v2, mlenergy_v3, silicon)):
+        doc = engine_constants_doc([r for r, _ in fits], fits[0][1]) if fits else None
+        rows, _ = tpot_table(mlenergy_v2, mlenergy_v3, silicon, prompt_tokens=prompt_tokens)
+        res = run_tpot(rows, n_boot=n_boot, seed=seed, fitted=doc)
+        for sc in res["scores"]:
+            out.append({"family": "wallclock", "dataset": sc["dataset"], "gpu": sc["gpu"], "engine": sc["engine"],
+                        "tp": sc["tp"] if sc["subset"] == "tpot_by_tp" else None, "predictor": "steptime",
+                        "subset": "tpot", "cells": sc["cells"], "mape": sc["mape"], "median_ape": sc["median_ape"],
+                        "mape_ci": sc["mape_ci"]})
+    return out
+
+
+def smallest_batch_rows(rows, max_batch: float):
+    """Per (dataset, gpu, model, engine, tp, dtype): the rows at the group's smallest mean batch,
+    where that batch is at most `max_batch` (the token-time rows where the host weighs most)."""
+    keys = ["dataset", "gpu", "model", "engine", "tp", "dtype"]
+    if not len(rows):
+        return rows
+    bmin = rows.groupby(keys)["batch"].transform("min")
+    return rows[(rows["batch"] == bmin) & (bmin <= max_batch)]

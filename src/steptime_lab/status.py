@@ -1,0 +1,184 @@
+"""`steptime status`: every registered experiment with its state, and what to run next.
+
+States (one per experiment, from the registry and the files on disk):
+
+    ok            the result exists and nothing it was built from has changed since
+    stale         the result exists but an input's sha256, or the library code, changed
+                  since it was built (the reasons are listed)
+    missing       the data is present but the result has not been built
+    awaiting      GPU telemetry the experiment needs is not in raw/ (the command that
+                  collects it is printed)
+    optional      needs an optional extra that is not installed (the install line is printed);
+                  once installed, the states above apply (it is never part of rule all)
+    planned       registered by an open issue, no rule yet
+
+`stale_reasons(result_path)` is the one staleness check; `steptime audit` uses it too.
+"""
+
+from __future__ import annotations
+
+import json
+from functools import lru_cache
+from pathlib import Path
+
+from steptime.io import file_sha256  # the one cached digest (audit imports it from here too)
+
+
+# Inputs under these folders are git-ignored intermediates (absent from a clean clone); when
+# present they are checked like any input, when absent they are not counted as stale.
+INTERMEDIATE = ("results/cache/",)
+
+
+
+@lru_cache(maxsize=1)
+def _current_code_sha() -> str:
+    from steptime_lab.results import code_sha256
+
+    return code_sha256()
+
+
+def stale_reasons(result: str | Path | dict, root: str | Path | None = None) -> list[str]:
+    """Why a built result no longer matches what it was built from ([] when it does).
+
+    A result records, in its provenance block, the sha256 of every declared input and the
+    hash of the library source (`code_sha256`). It is stale when an input is gone or its
+    bytes changed, or when the library changed since.
+    """
+    from steptime_lab.data.manifest import find_root
+
+    root = Path(find_root(root))
+    if isinstance(result, dict):
+        doc = result
+    else:
+        path = Path(result)
+        path = path if path.is_absolute() else root / path
+        if not path.is_file():
+            return [f"result {path.relative_to(root) if path.is_relative_to(root) else path} does not exist"]
+        try:
+            doc = json.loads(path.read_text())
+        except json.JSONDecodeError as exc:
+            return [f"result {path} is not valid JSON ({exc.msg})"]
+    prov = doc.get("provenance") or {}
+    reasons = []
+    inputs = prov.get("inputs") or {}
+    if not inputs:
+        reasons.append("the result records no inputs in its provenance")
+    for rel, meta in sorted(inputs.items()):
+        want = (meta or {}).get("sha256")
+        if want is None:  # a directory input: nothing to compare
+            continue
+        have = file_sha256(root / rel)
+        if have is None and rel.startswith(INTERMEDIATE):
+            continue  # a git-ignored intermediate: absent from a clean clone, rebuilt by its rule
+        if have is None:
+            reasons.append(f"input {rel} is missing")
+        elif have != want:
+            reasons.append(f"input {rel} changed since the result was built (sha256 {want[:12]} -> {have[:12]})")
+    want_code = prov.get("code_sha256")
+    if want_code is None:
+        reasons.append("the result records no code hash")
+    elif want_code != _current_code_sha():
+        reasons.append(f"the steptime library changed since the result was built "
+                       f"(code_sha256 {want_code[:12]} -> {_current_code_sha()[:12]})")
+    return reasons
+
+
+def _absent_modules(names) -> list[str]:
+    """The importable module names of an optional experiment that are not installed."""
+    import importlib.util
+
+    return [n for n in names if importlib.util.find_spec(n) is None]
+
+
+def _registry(root: Path) -> dict:
+    import yaml
+
+    return yaml.safe_load((root / "config" / "experiments.yaml").read_text())["experiments"]
+
+
+def manifest_listing(root: Path) -> dict:
+    """raw/MANIFEST.yaml's file entries by path, as written (status and audit compare bytes against them)."""
+    import yaml
+
+    man = yaml.safe_load((root / "raw" / "MANIFEST.yaml").read_text()) or {}
+    return {f["path"]: f for f in man.get("files") or [] if isinstance(f, dict) and "path" in f}
+
+
+def _manifest_mismatch(root: Path, raw: list[str]) -> list[str]:
+    """Registry raw inputs whose bytes differ from raw/MANIFEST.yaml (corrupted or edited)."""
+    listed = manifest_listing(root)
+    out = []
+    for r in raw:
+        if r == "raw/MANIFEST.yaml":
+            continue
+        want = (listed.get(r) or {}).get("sha256")
+        have = file_sha256(root / r)
+        if have is None:
+            continue
+        if want is None and r.startswith("raw/") and not r.startswith("raw/telemetry/"):
+            out.append(f"raw file {r} is not listed in raw/MANIFEST.yaml")
+        elif want is not None and have != want:
+            out.append(f"raw file {r} does not match its sha256 in raw/MANIFEST.yaml")
+    return out
+
+
+def experiment_status(root: str | Path | None = None) -> list[dict]:
+    """One record per registered experiment: id, state, reasons, missing raw files, command."""
+    from steptime_lab.data.manifest import find_root
+
+    root = Path(find_root(root))
+    rows = []
+    for eid, e in _registry(root).items():
+        raw = list(e.get("raw") or [])
+        missing = [r for r in raw if not (root / r).exists()]
+        outputs = e.get("outputs") or [f"results/{eid.replace('.', '_')}.json"]
+        want = f"results/{eid.replace('.', '_')}.json"
+        results = [want] if want in outputs else [o for o in outputs if o.startswith("results/") and o.endswith(".json")][:1]
+        declared = e.get("status", "planned")
+        reasons: list[str] = []
+        absent = _absent_modules(e.get("needs") or []) if declared == "optional" else []
+        if declared == "planned":
+            state = "planned"
+        elif absent:
+            state = "optional"
+            reasons = [f"optional packages not installed ({', '.join(absent)}); install with: {e.get('install')}"]
+        elif missing:
+            state = "awaiting" if declared == "awaiting" else "missing-data"
+            reasons = [f"raw file {m} is missing" for m in missing]
+        elif not all((root / o).exists() for o in outputs):
+            state = "missing"
+            reasons = [f"output {o} has not been built" for o in outputs if not (root / o).exists()]
+            if declared == "optional":
+                reasons.append(f"optional, not in rule all; build with: {e.get('build')}")
+        else:
+            reasons = _manifest_mismatch(root, raw)
+            for r in results:
+                reasons += stale_reasons(root / r, root)
+            state = "stale" if reasons else "ok"
+        rows.append({
+            "id": eid,
+            "state": state,
+            "declared": declared,
+            "reasons": reasons,
+            "outputs": outputs,
+            "missing_raw": missing,
+            "collect": e.get("collect") if (state == "awaiting" or declared == "awaiting") else None,
+            "question": e.get("question", ""),
+        })
+    return rows
+
+
+def status(as_json: bool = False, root: str | Path | None = None) -> int:
+    """Print every experiment's state (informational: exit 0; `steptime audit` is the gate)."""
+    rows = experiment_status(root)
+    if as_json:
+        print(json.dumps(rows, indent=1))
+    else:
+        for r in rows:
+            line = f"{r['id']:<7} {r['state']:<12}"
+            if r["state"] == "awaiting":
+                line += f" awaiting telemetry ({len(r['missing_raw'])} file(s)); collect with: {r['collect']}"
+            elif r["reasons"]:
+                line += " " + r["reasons"][0] + (f" (+{len(r['reasons']) - 1} more)" if len(r["reasons"]) > 1 else "")
+            print(line)
+    return 0
