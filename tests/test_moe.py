@@ -222,3 +222,15 @@ def test_serve_refuses_moe_with_one_line():
 
     with pytest.raises(SteptimeError, match="mixture-of-experts model: the serving simulator's step timer"):
         StepTimer("qwen3-30b-a3b", "h100")
+
+
+def test_mla_module_terms_grow_with_context_and_heads():
+    from steptime_lab.experiments import moe as E
+
+    d = pd.DataFrame({"gpu": "h100-sxm", "kv_cache_dtype": "bfloat16", "num_heads": [16, 16, 128],
+                      "batch_size": 8, "isl": 1, "step": [1024, 65536, 65536]})
+    d["kv_len"] = d["isl"] + d["step"]
+    t = E.mla_predict(d, "generation")
+    assert np.all(np.isfinite(t)) and t[0] < t[1] < t[2]
+    a = d.assign(gpu="a100-sxm", kv_cache_dtype="fp8")
+    assert np.isnan(E.mla_predict(a, "generation")).all()  # no fp8 KV on Ampere: not predicted, not scored

@@ -98,3 +98,28 @@ rule E3_5:
         "E3.5 what expert parallelism buys (simulated)"
     script:
         "../scripts/E3_5.py"
+
+
+# E3.3: DeepSeek-V3's MLA attention module from steptime's MLA terms (zero-fit: no MLA cell sets a constant).
+rule E3_3:
+    input:
+        gen=tidy("mla_generation"),
+        ctx=tidy("mla_context"),
+        code=MOE_LIB,
+    output:
+        result="results/E3_3.json",
+        **figure("fig", "figures/E3_3_mla"),
+    params:
+        question=question("E3.3"),
+        target_pct=targets("E3.3").get("mape_pct_max"),
+    threads: 1
+    log:
+        "logs/E3_3.log",
+    benchmark:
+        "benchmarks/E3_3.tsv"
+    conda:
+        CONDA_ENV
+    message:
+        "E3.3 MLA attention module from steptime's MLA terms"
+    script:
+        "../scripts/E3_3.py"
