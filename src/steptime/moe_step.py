@@ -50,6 +50,10 @@ def check_layout(model, gpu, tp: int, ep, dtype: str):
     moe_terms.check_moe_dtype(gpu, dtype)
     check_precision(gpu, proj_dtype(dtype))
     E = model.num_experts
+    node = getattr(gpu, "gpus_per_node", None)
+    if node is not None and ep > node:
+        raise InputError(f"expert-parallel degree {ep} is beyond {gpu.key}'s {node} GPUs per node (specs/gpus.yaml): "
+                         "steptime's all-to-all law is the in-node one (E3.2's tables are one node)")
     if ep > 1:
         if ep % tp:
             raise InputError(f"expert-parallel degree {ep} must be a multiple of the tensor-parallel degree {tp} "
