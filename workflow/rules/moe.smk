@@ -79,7 +79,7 @@ rule settle_moe_constants:
 # E3.5: what expert parallelism buys (simulated): decode tokens/s per GPU by layout, and the limiting term.
 rule E3_5:
     input:
-        constants="src/steptime/calibration/moe.yaml",
+        constants=rules.settle_moe_constants.output.constants,
         code=MOE_LIB + lib("step", "moe_step", "terms", "specs"),
     output:
         result="results/E3_5.json",

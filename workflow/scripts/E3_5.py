@@ -2,13 +2,18 @@
 import logging
 from os.path import splitext
 
+import yaml
+
 from steptime_lab.experiments import moe as E
 from steptime_lab.results import rule_provenance, write_result
 
 logging.basicConfig(filename=snakemake.log[0], level=logging.INFO, format="%(message)s", filemode="w")
+from steptime.terms.moe import MoEConstants
+
 s = dict(snakemake.params.settings)
+mc = MoEConstants.from_doc(yaml.safe_load(open(snakemake.input.constants))["constants"])
 df = E.ep_sweep(s["models"], s["gpus"], n_gpus=int(s["n_gpus"]), requests=int(s["requests"]),
-                kv_len=int(s["kv_len"]), layouts=[tuple(x) for x in s["layouts"]])
+                kv_len=int(s["kv_len"]), layouts=[tuple(x) for x in s["layouts"]], moe_constants=mc)
 rows = df.where(df.notna(), None).to_dict("records")
 best = {}
 for (m, g), y in df.dropna(subset=["tok_s_per_gpu"]).groupby(["model", "gpu"]):

@@ -376,7 +376,7 @@ def settle(kernel_doc: dict, a2a_doc: dict) -> dict:
 
 # --------------------------------------------------------------------------- E3.5: what EP buys (simulated)
 def ep_sweep(models, gpus, *, n_gpus: int = 8, requests: int = 256, kv_len: int = 2048,
-             layouts=((8, 1), (8, 8), (4, 8), (2, 8), (1, 8))) -> pd.DataFrame:
+             layouts=((8, 1), (8, 8), (4, 8), (2, 8), (1, 8)), moe_constants=None) -> pd.DataFrame:
     """Predicted decode throughput per GPU of each (model, GPU, tp, ep) on one node of n_gpus: `requests`
     concurrent decodes at `kv_len`, split evenly over the attention data-parallel ranks (dp = n_gpus / tp
     when ep > 1, else n_gpus / tp independent replicas); the term that takes the largest share names the limit.
@@ -397,7 +397,8 @@ def ep_sweep(models, gpus, *, n_gpus: int = 8, requests: int = 256, kv_len: int 
                 per_rank = max(1, requests // groups)
                 row = {"model": mk, "gpu": gpu.key, "tp": tp, "ep": ep, "dtype": dt, "requests_per_rank": per_rank}
                 try:
-                    r = predict_step(mk, gpu, decode=[(per_rank, kv_len)], tp=tp, ep=ep, dtype=dt)
+                    r = predict_step(mk, gpu, decode=[(per_rank, kv_len)], tp=tp, ep=ep, dtype=dt,
+                                     moe_constants=moe_constants)
                 except SteptimeError as exc:
                     rows.append({**row, "error": str(exc).splitlines()[0][:160]})
                     continue
