@@ -9,6 +9,7 @@ MOE_LIB = lib("terms/moe", "terms/gemm", "experiments/__init__", "experiments/mo
 # E3.1: fused-MoE kernel law per dtype held out by GPU, three bf16 readings of its own; naive dense-GEMM baseline.
 rule E3_1:
     input:
+        registered=registered_raw("E3.1"),
         data=tidy("moe"),
         code=MOE_LIB,
     output:
@@ -34,6 +35,7 @@ rule E3_1:
 # E3.2: DeepEP all-to-all (low-latency and high-throughput) held out by GPU, three readings of its own.
 rule E3_2:
     input:
+        registered=registered_raw("E3.2"),
         data=tidy("moe_a2a"),
         code=MOE_LIB,
     output:
@@ -79,6 +81,7 @@ rule settle_moe_constants:
 # E3.5: what expert parallelism buys (simulated): decode tokens/s per GPU by layout, and the limiting term.
 rule E3_5:
     input:
+        registered=registered_raw("E3.5"),
         constants=rules.settle_moe_constants.output.constants,
         code=MOE_LIB + lib("step", "moe_step", "terms", "specs"),
     output:
@@ -103,6 +106,7 @@ rule E3_5:
 # E3.3: DeepSeek-V3's MLA attention module from steptime's MLA terms (zero-fit: no MLA cell sets a constant).
 rule E3_3:
     input:
+        registered=registered_raw("E3.3"),
         gen=tidy("mla_generation"),
         ctx=tidy("mla_context"),
         code=MOE_LIB,
