@@ -96,7 +96,9 @@ BAD_CLI = [
     (["predict", "--model", "", "--gpu", "h100", "--decode", "1x1"], "unknown model"),
     (["predict", "--model", "nope/config.json", "--gpu", "h100", "--decode", "1x1"], "cannot read"),
     (["predict", "--model", "mistralai/Mixtral-8x7B-v0.1", "--gpu", "h100", "--decode", "1x1"],
-     "MoE not supported yet"),
+     "93.4 GB per GPU"),  # Mixtral's 46.7 B bf16 parameters do not fit one H100
+    (["predict", "--model", "databricks/dbrx-instruct", "--gpu", "h100", "--decode", "1x1"],
+     "unlisted mixture-of-experts model"),
     (["predict", "--gpu", "h100", "--decode", "1x1"], "required"),
     (["predict", "--model", "llama-3.1-8b", "--gpu", "h100", "--decode", "1x1", "--bogus"], "unrecognized"),
     (["nonsense"], "invalid choice"),
@@ -219,9 +221,8 @@ BAD_NAMES = [
     (123, G, UnknownModelError, "name or a path"),
     ("", G, UnknownModelError, "unknown model"),
     ("llama-9", G, UnknownModelError, "unknown model"),
-    ("deepseek-ai/DeepSeek-V3", G, UnsupportedModelError, "MoE not supported yet"),
-    ("Qwen/Qwen3-30B-A3B", G, UnsupportedModelError, "MoE not supported yet"),
-    ("databricks/dbrx-instruct", G, UnsupportedModelError, "MoE not supported yet"),
+    ("databricks/dbrx-instruct", G, UnsupportedModelError, "unlisted mixture-of-experts model"),
+    ("Qwen/Qwen3-480B-A99B", G, UnsupportedModelError, "known MoE models: deepseek-v3"),
     (M, None, UnknownGPUError, "unknown GPU"),
     (M, "", UnknownGPUError, "unknown GPU"),
     (M, "tpu-v5", UnknownGPUError, "known: a100-sxm"),
@@ -487,16 +488,18 @@ def test_bad_model_config(tmp_path, content, needle):
 
 
 @pytest.mark.parametrize("content", MOE_CONFIGS, ids=[str(i) for i in range(len(MOE_CONFIGS))])
-def test_moe_config_refused_not_treated_as_dense(tmp_path, content):
+def test_moe_config_never_treated_as_dense(tmp_path, content):
+    """An MoE config is read as an MoE model or refused with one line; never as a dense model."""
     p = tmp_path / "config.json"
     p.write_bytes(content)
-    with pytest.raises(UnsupportedModelError) as e:
+    with pytest.raises(ModelConfigError) as e:
         model_from_config(p)
-    assert "MoE not supported yet" in clean(e, UnsupportedModelError)
+    msg = clean(e, ModelConfigError)
+    assert "cannot represent" in msg or "routed-expert count" in msg
 
 
 @pytest.mark.parametrize("content,needle", [(BAD_CONFIGS[0][0], "num_attention_heads"),
-                                            (MOE_CONFIGS[0], "MoE not supported yet"),
+                                            (MOE_CONFIGS[0], "cannot represent"),
                                             (b"\xff", "not UTF-8")])
 def test_bad_model_config_on_the_cli(tmp_path, capsys, content, needle):
     p = tmp_path / "config.json"
@@ -560,7 +563,7 @@ def test_moe_entry_in_models_yaml_is_refused_by_name(tmp_path, monkeypatch):
         for name in ("toy-experts", "org/Toy-Experts"):
             with pytest.raises(UnsupportedModelError) as e:
                 S.get_model(name)
-            assert "MoE not supported yet" in clean(e)
+            assert "unlisted mixture-of-experts model" in clean(e)
     finally:
         monkeypatch.undo()
         for c in caches:

@@ -32,19 +32,23 @@ def cmd_predict(a) -> int:
 
     batch = Batch.parse(decode=a.decode or [], prefill=a.prefill or [])
     r = predict_step(a.model, a.gpu, batch, tp=a.tp, f_clk=a.f_clk, kv_dtype=a.kv_dtype,
-                     check_memory=not a.no_memory_check, allow_boost=a.allow_boost, engine=a.engine, dtype=a.dtype)
+                     check_memory=not a.no_memory_check, allow_boost=a.allow_boost, engine=a.engine, dtype=a.dtype,
+                     ep=a.ep)
     if a.json:
         _print_json(r.to_dict())
         return 0
-    print(f"{r.model} on {r.gpu} (tp={r.tp}, engine {r.engine}, {r.dtype}): {r.requests} requests, "
+    layout = f"tp={r.tp}, ep={r.ep}" if r.moe else f"tp={r.tp}"
+    print(f"{r.model} on {r.gpu} ({layout}, engine {r.engine}, {r.dtype}): {r.requests} requests, "
           f"{r.tokens} new tokens")
-    print(f"{'term':<16}{'ms':>10}{'share':>8}  bound")
+    print(f"{'term':<20}{'ms':>10}{'share':>8}  bound")
+    if r.moe:
+        from steptime.moe_step import TERMS
     for t in TERMS:
         v = r.terms_ms[t]
         if v == 0.0:
             continue
-        print(f"{t:<16}{v:>10.4f}{v / r.total_ms:>8.1%}  {r.bound[t]}")
-    print(f"{'total':<16}{r.total_ms:>10.4f}{1:>8.1%}")
+        print(f"{t:<20}{v:>10.4f}{v / r.total_ms:>8.1%}  {r.bound[t]}")
+    print(f"{'total':<20}{r.total_ms:>10.4f}{1:>8.1%}")
     hidden = {k: v for k, v in r.hidden_ms.items() if v > 0}
     if hidden:
         print("hidden under overlap (not in total): " + ", ".join(f"{k} {v:.4f} ms" for k, v in hidden.items()))
@@ -86,16 +90,29 @@ def cmd_models(a) -> int:
     from dataclasses import asdict
 
     from steptime.specs import model_table
+    from steptime.specs.moe import moe_model_table
 
     table = model_table()
+    moe = moe_model_table()
     if a.json:
-        _print_json({k: {**asdict(m), "params": m.n_params()} for k, m in table.items()})
+        out = {k: {**asdict(m), "params": m.n_params()} for k, m in table.items()}
+        out.update({k: {**asdict(m), "params": m.n_params(), "active_params": m.n_active_params(), "moe": True}
+                    for k, m in moe.items()})
+        _print_json(out)
         return 0
     print(f"{'key':<15}{'hidden':>7}{'layers':>7}{'heads':>6}{'kv':>4}{'hd':>5}{'inter':>7}{'vocab':>8}{'params B':>9}")
     for k, m in table.items():
         print(f"{k:<15}{m.hidden_size:>7}{m.num_hidden_layers:>7}{m.num_attention_heads:>6}"
               f"{m.num_key_value_heads:>4}{m.head_dim:>5}{m.intermediate_size:>7}{m.vocab_size:>8}"
               f"{m.n_params() / 1e9:>9.2f}")
+    print()
+    print("mixture of experts (active / total parameters per token):")
+    print(f"{'key':<17}{'hidden':>7}{'layers':>7}{'attn':>5}{'experts':>8}{'top-k':>6}{'shared':>7}{'e.inter':>8}"
+          f"{'dense':>6}{'active B':>9}{'total B':>9}")
+    for k, m in moe.items():
+        print(f"{k:<17}{m.hidden_size:>7}{m.num_hidden_layers:>7}{m.attention:>5}{m.num_experts:>8}"
+              f"{m.num_experts_per_tok:>6}{m.n_shared_experts:>7}{m.moe_intermediate_size:>8}"
+              f"{m.first_k_dense_replace:>6}{m.n_active_params() / 1e9:>9.2f}{m.n_params() / 1e9:>9.2f}")
     return 0
 
 
@@ -215,7 +232,10 @@ def build_parser() -> argparse.ArgumentParser:
                          "(overclocked, or a datasheet that understates it), so compute exceeds the datasheet peak")
     pr.add_argument("--kv-dtype", choices=["bf16", "fp8"], default="bf16")
     pr.add_argument("--engine", default=None, help="serving-engine profile (see `steptime engines`; default vllm)")
-    pr.add_argument("--dtype", default="bf16", help="projection GEMM precision: bf16 or fp8 (W8A8)")
+    pr.add_argument("--dtype", default="bf16", help="projection GEMM precision: bf16 or fp8 (W8A8); for an MoE "
+                    "model the expert weights: bf16, fp8, fp8_block, fp4 (NVFP4, Blackwell), mxfp4")
+    pr.add_argument("--ep", type=int, default=1, help="expert-parallel degree (MoE models; ep = tp x attention "
+                    "data-parallel ranks)")
     pr.add_argument("--no-memory-check", action="store_true", help="skip the fits-in-memory check")
     pr.add_argument("--json", action="store_true")
     for name in ("gpus", "models", "constants", "engines"):

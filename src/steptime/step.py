@@ -22,6 +22,7 @@ import numpy as np
 from steptime.calibration import Constants
 from steptime.errors import BatchError, InputError, MemoryFitError
 from steptime.specs import get_gpu, get_model, vidur_operators
+from steptime.specs.moe import is_moe
 from steptime.specs.engines import allreduces_per_layer, check_precision, get_engine, tp_sharding
 from steptime.terms import attention, comm, gemm, host, light, precision
 from steptime.validation import MAX_REQUESTS, MAX_TOKENS, as_int, check_choice, check_f_clk, check_tokens
@@ -211,16 +212,21 @@ class StepPrediction:
     factors: dict
     tokens: int
     requests: int
+    ep: int = 1
+    moe: bool = False
 
     def to_dict(self) -> dict:
-        return {"model": self.model, "gpu": self.gpu, "tp": self.tp, "engine": self.engine, "dtype": self.dtype,
-                "kv_dtype": self.kv_dtype, "total_ms": self.total_ms,
-                "terms_ms": self.terms_ms, "hidden_ms": self.hidden_ms, "bound": self.bound,
-                "factors": self.factors, "tokens": self.tokens, "requests": self.requests}
+        d = {"model": self.model, "gpu": self.gpu, "tp": self.tp, "engine": self.engine, "dtype": self.dtype,
+             "kv_dtype": self.kv_dtype, "total_ms": self.total_ms,
+             "terms_ms": self.terms_ms, "hidden_ms": self.hidden_ms, "bound": self.bound,
+             "factors": self.factors, "tokens": self.tokens, "requests": self.requests}
+        if self.moe:
+            d.update(ep=self.ep, moe=True)
+        return d
 
 
 def validate_batch(model, gpu, new, kv, tp: int = 1, check_memory: bool = True, *, count=None,
-                   kv_dtype: str = "bf16", weight_dtype: str = "bf16") -> None:
+                   kv_dtype: str = "bf16", weight_dtype: str = "bf16", ep: int = 1) -> None:
     """Check a batch against the model and the GPU: one entry per request, or per group of
     `count` alike requests (so a huge batch is checked before it is expanded)."""
     new = np.asarray(new)
@@ -245,11 +251,19 @@ def validate_batch(model, gpu, new, kv, tp: int = 1, check_memory: bool = True, 
         raise BatchError(f"tensor-parallel degree {tp} must divide {model.key}'s "
                          f"{model.num_attention_heads} attention heads")
     if check_memory:
-        need = memory_bytes(model, float((total * count).sum()), tp, kv_dtype=kv_dtype, weight_dtype=weight_dtype)
+        if is_moe(model):
+            from steptime import moe_step
+
+            need = moe_step.memory_bytes(model, float((total * count).sum()), tp, ep, dtype=weight_dtype,
+                                         kv_dtype=kv_dtype)
+            layout = f"tp={tp}, ep={ep}"
+        else:
+            need = memory_bytes(model, float((total * count).sum()), tp, kv_dtype=kv_dtype, weight_dtype=weight_dtype)
+            layout = f"tp={tp}"
         if need > gpu.mem_bytes:
             raise MemoryFitError(
                 f"{model.key} with this batch needs {need / 1e9:.1f} GB per GPU (weights + KV cache, "
-                f"tp={tp}, {weight_dtype} weights, {kv_dtype} KV) but {gpu.key} has {gpu.mem_gb:g} GB: "
+                f"{layout}, {weight_dtype} weights, {kv_dtype} KV) but {gpu.key} has {gpu.mem_gb:g} GB: "
                 f"{(need - gpu.mem_bytes) / 1e9:.1f} GB over")
 
 
@@ -332,11 +346,15 @@ def _check_steps(model, gpu, step_id, new_tokens, kv_len, n_steps, tp, f_clk, kv
 
 def predict_steps(model, gpu, step_id, new_tokens, kv_len, n_steps: int | None = None, *, tp: int = 1,
                   f_clk: float | None = None, constants: Constants | None = None,
-                  kv_dtype: str = "bf16", engine=None, dtype: str = "bf16") -> dict:
+                  kv_dtype: str = "bf16", engine=None, dtype: str = "bf16", ep: int = 1,
+                  moe_constants=None) -> dict:
     """Vectorised core: per-step term times in milliseconds (dict of arrays) plus totals.
 
     engine: a profile name or Engine (default: the default engine, `vllm`); dtype: the
-    projection GEMMs' precision (bf16, or fp8 W8A8 from the datasheet fp8 peak).
+    projection GEMMs' precision (bf16, or fp8 W8A8 from the datasheet fp8 peak); for a
+    mixture-of-experts model the expert weights' (bf16, fp8, fp8_block, nvfp4/fp4, mxfp4), with
+    `ep` its expert-parallel degree and `moe_constants` (steptime.terms.moe.MoEConstants, default
+    the shipped calibration/moe.yaml) the fused-MoE law's constants.
     """
     model = get_model(model)
     gpu = get_gpu(gpu)
@@ -344,7 +362,11 @@ def predict_steps(model, gpu, step_id, new_tokens, kv_len, n_steps: int | None =
     constants = constants or Constants.default()
     step_id, new, kv, n_steps, tp = _check_steps(model, gpu, step_id, new_tokens, kv_len, n_steps, tp, f_clk, kv_dtype)
     engine = get_engine(engine, fitted=constants.engines)
-    check_precision(gpu, dtype)
+    moe = is_moe(model)
+    if not moe:
+        if as_int(ep, "expert-parallel degree ep", 1) != 1:
+            raise InputError(f"expert parallelism (ep={ep}) applies to mixture-of-experts models; {model.key} is dense")
+        check_precision(gpu, dtype)
     T = np.bincount(step_id, weights=new, minlength=n_steps)
     N = np.bincount(step_id, minlength=n_steps).astype(float)
     L = model.num_hidden_layers
@@ -352,15 +374,22 @@ def predict_steps(model, gpu, step_id, new_tokens, kv_len, n_steps: int | None =
     compute_bound: dict[str, np.ndarray] = {}
     factors: dict[str, dict] = {}
     n_pref = np.bincount(step_id, weights=(new > 1).astype(float), minlength=n_steps)
+    if moe:
+        from steptime import moe_step
+        from steptime.terms.moe import MoEConstants
+
+        out, compute_bound, factors = moe_step.block_terms(
+            model, gpu, step_id, new, kv, T, n_steps, tp=tp, ep=ep, dtype=dtype, kv_dtype=kv_dtype,
+            constants=constants, mc=moe_constants or MoEConstants.default(), f_clk=f_clk)
     shapes_fn = precision.gemm_time_shapes_fp8 if dtype == "fp8" else gemm.gemm_time_shapes
-    for name, g in shapes_fn(T, layer_shapes(model, tp), gpu, constants, f_clk=f_clk).items():
+    for name, g in ({} if moe else shapes_fn(T, layer_shapes(model, tp), gpu, constants, f_clk=f_clk)).items():
         out[name] = L * g["t"]
         compute_bound[name] = g["compute_bound"]
         factors[name] = {f: g[f] for f in ("eta_c", "f_clk", "eta_cluster", "eta_active", "eta_duty", "eta_mem")}
     heads = model.num_attention_heads // tp
     kv_heads = max(1, model.num_key_value_heads // tp)
     is_pref = new > 1
-    for name, mask in (("attn_prefill", is_pref), ("attn_decode", ~is_pref)):
+    for name, mask in (() if moe else (("attn_prefill", is_pref), ("attn_decode", ~is_pref))):
         if mask.any():
             a = attention.attention_time(new[mask], kv[mask], heads, kv_heads, model.head_dim, gpu, constants,
                                          kv_dtype=kv_dtype, f_clk=f_clk, group=step_id[mask], n_groups=n_steps)
@@ -369,7 +398,7 @@ def predict_steps(model, gpu, step_id, new_tokens, kv_len, n_steps: int | None =
         else:
             out[name] = np.zeros(n_steps)
             compute_bound[name] = np.zeros(n_steps, dtype=bool)
-    for kern in LIGHT_TERMS:
+    for kern in (() if moe else LIGHT_TERMS):
         t = light.light_time(kern, light.light_bytes(kern, T, model, tp), gpu, constants)
         reps = 1 if kern == "emb" else L * light.PER_LAYER[kern]
         out[kern] = np.where(T > 0, reps * t, 0.0)
@@ -380,7 +409,7 @@ def predict_steps(model, gpu, step_id, new_tokens, kv_len, n_steps: int | None =
     ar = comm.engine_allreduce_time(2.0 * T * model.hidden_size, tp, gpu, engine, constants)  # bf16 activations
     out["allreduce"] = np.where(T > 0, allreduces_per_layer() * L * ar, 0.0) if tp > 1 else np.zeros(n_steps)
     compute_bound["allreduce"] = np.zeros(n_steps, dtype=bool)
-    blocks = sum(out[t] for t in BLOCK_TERMS)
+    blocks = sum(out[t] for t in (moe_step.BLOCK_TERMS if moe else BLOCK_TERMS))
     disp = host.engine_dispatch_floor(L, T, n_pref == 0, gpu, engine, constants, tp)
     out["dispatch_floor"] = np.maximum(0.0, disp - blocks)
     hidden_dispatch = np.minimum(disp, blocks)
@@ -388,10 +417,11 @@ def predict_steps(model, gpu, step_id, new_tokens, kv_len, n_steps: int | None =
     overlap = engine.get("overlap", gpu, constants) if engine.host_terms else 0.0
     out["host"], hidden_host = host.exposed_host(S, blocks + out["dispatch_floor"], overlap)
     out["sampling"] = host.sampling_time(N, gpu, constants, engine=engine)
-    total = sum(out[t] for t in TERMS)
+    terms = moe_step.TERMS if moe else TERMS
+    total = sum(out[t] for t in terms)
     if not np.isfinite(total).all():
         i = int(np.flatnonzero(~np.isfinite(total))[0])
-        bad = next(t for t in TERMS if not np.isfinite(out[t][i]))
+        bad = next(t for t in terms if not np.isfinite(out[t][i]))
         raise InputError(f"step {i}: the predicted time is not finite (term {bad}); the inputs are outside what "
                          f"the model covers")
     ms = {k: v * 1e3 for k, v in out.items()}
@@ -411,7 +441,7 @@ def predict_step(model, gpu, batch: Batch | None = None, *, decode: Iterable = (
                  requests: Iterable = (), tp: int = 1, f_clk: float | None = None,
                  constants: Constants | None = None, kv_dtype: str = "bf16",
                  check_memory: bool = True, allow_boost: bool = False, engine=None,
-                 dtype: str = "bf16") -> StepPrediction:
+                 dtype: str = "bf16", ep: int = 1, moe_constants=None) -> StepPrediction:
     """Predict one engine step of `model` on `gpu` for `batch`, term by term.
 
     `f_clk` (sustained / datasheet boost clock) must lie in (0, 1]; a value above 1 runs
@@ -434,27 +464,38 @@ def predict_step(model, gpu, batch: Batch | None = None, *, decode: Iterable = (
     elif any(len(list(x)) for x in (decode, prefill, requests)):
         raise InputError("give the batch either as `batch` or as decode=/prefill=/requests=, not both")
     count, g_new, g_kv = batch.group_arrays()
-    check_precision(gpu, dtype)  # the one dtype check (also predict_steps'): known dtype, fp8 tensor cores
-    validate_batch(model, gpu, g_new, g_kv, tp, check_memory, count=count, kv_dtype=kv_dtype, weight_dtype=dtype)
+    moe = is_moe(model)
+    if moe:
+        from steptime import moe_step
+
+        ep = moe_step.check_layout(model, gpu, tp, ep, dtype)[1]  # dtype and layout, one line each
+    else:
+        check_precision(gpu, dtype)  # the one dtype check (also predict_steps'): known dtype, fp8 tensor cores
+        if as_int(ep, "expert-parallel degree ep", 1) != 1:
+            raise InputError(f"expert parallelism (ep={ep}) applies to mixture-of-experts models; {model.key} is dense")
+    validate_batch(model, gpu, g_new, g_kv, tp, check_memory, count=count, kv_dtype=kv_dtype, weight_dtype=dtype,
+                   ep=ep)
     new, kv = batch.arrays()
     engine = get_engine(engine, fitted=constants.engines)
     r = predict_steps(model, gpu, np.zeros(len(new), dtype=np.int64), new, kv, 1, tp=tp, f_clk=f_clk,
-                      constants=constants, kv_dtype=kv_dtype, engine=engine, dtype=dtype)
+                      constants=constants, kv_dtype=kv_dtype, engine=engine, dtype=dtype, ep=ep,
+                      moe_constants=moe_constants)
     terms = {k: float(v[0]) for k, v in r["terms_ms"].items()}
     bound = {}
-    for t in TERMS:
-        kind = TERM_KIND[t]
-        if kind in ("gemm", "attention"):
+    kinds = moe_step.TERM_KIND if moe else TERM_KIND
+    for t in (moe_step.TERMS if moe else TERMS):
+        kind = kinds[t]
+        if kind in ("gemm", "attention", "moe"):
             bound[t] = "compute" if bool(r["compute_bound"][t][0]) else "memory"
         elif kind == "light":
             bound[t] = "memory"
         else:
             bound[t] = kind
-    factors = {t: {f: float(v[0]) for f, v in fs.items()} for t, fs in r["factors"].items()}
+    factors = {t: {f: float(np.asarray(v).reshape(-1)[0]) for f, v in fs.items()} for t, fs in r["factors"].items()}
     return StepPrediction(
         model=model.key, gpu=gpu.key, tp=tp, engine=engine.key, dtype=dtype, kv_dtype=kv_dtype, total_ms=float(r["total_ms"][0]), terms_ms=terms,
         hidden_ms={k: float(v[0]) for k, v in r["hidden_ms"].items()}, bound=bound, factors=factors,
-        tokens=int(new.sum()), requests=len(new))
+        tokens=int(new.sum()), requests=len(new), ep=ep, moe=moe)
 
 
 # ---------------------------------------------------------------------------------------

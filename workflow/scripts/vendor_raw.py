@@ -241,6 +241,38 @@ def vendor_aic(aic: Path, out_root: Path, repo_root: Path, apache: tuple[Path, s
              "nccl_perf.all_reduce.parquet",
              "NCCL all-reduce across num_gpus GPUs of one node (nccl-tests style)",
              {"latency": "ms", "message_size": "elements of nccl_dtype per GPU"}),
+            # ---- mixture of experts (issue 20): all rows, every dtype and routing distribution
+            ("moe", FRAMEWORK, "moe_perf.parquet", "aic_moe", None, None, "moe_perf.parquet",
+             "fused MoE layer (router top-k already chosen; permute, grouped expert GEMMs gate_up and down with "
+             "the activation, unpermute/combine) for num_tokens tokens, latency per call on one GPU holding "
+             "num_experts/moe_ep_size experts each sliced 1/moe_tp_size along inter_size; distribution is the "
+             "collector's token-to-expert routing (balanced or power_law_<alpha>)",
+             {"latency": "ms", "num_tokens": "tokens", "hidden_size": "features",
+              "inter_size": "features per expert (one branch, before TP slicing)", "topk": "experts per token",
+              "num_experts": "routed experts of the whole model layer"}),
+            ("mla", FRAMEWORK, "mla_context_module_perf.parquet", "aic_mla_context", None, None,
+             "mla_context_module_perf.parquet",
+             "DeepSeek-V3 multi-head latent attention module in prefill (the package's 'complete self_attn "
+             "forward'; its sdk/operations/mla.py uses it in place of q_b_proj + kv_b_proj + context MLA + "
+             "output projection) for batch_size requests of isl new tokens, num_heads local heads, latency per call",
+             {"latency": "ms", "isl": "tokens per request", "num_heads": "local attention heads"}),
+            ("mla", FRAMEWORK, "mla_generation_module_perf.parquet", "aic_mla_generation", None, None,
+             "mla_generation_module_perf.parquet",
+             "DeepSeek-V3 multi-head latent attention module in decode (the package's sdk/operations/mla.py "
+             "uses it in place of the absorbed bmm pre + generation MLA + bmm post) for batch_size requests, one "
+             "new token each, KV length isl + step, num_heads local heads, latency per call",
+             {"latency": "ms", "isl": "tokens", "step": "tokens (KV length = isl + step)",
+              "num_heads": "local attention heads"}),
+            ("mla_bmm", FRAMEWORK, "mla_bmm_perf.parquet", "aic_mla_bmm", None, None, "mla_bmm_perf.parquet",
+             "the batched GEMMs of weight-absorbed MLA decode (mla_gen_pre: q_nope x W_UK into the latent "
+             "space; mla_gen_post: latent output x W_UV), num_tokens tokens x num_heads heads, latency per call",
+             {"latency": "ms", "num_tokens": "tokens", "num_heads": "local attention heads"}),
+            ("comm", FRAMEWORK, "moe_a2a_perf.parquet", "aic_moe_a2a", None, None, "moe_a2a_perf.parquet",
+             "expert-parallel all-to-all (dispatch or combine phase) of num_tokens tokens per GPU, hidden_size "
+             "features each, topk destinations among num_experts experts over ep_size GPUs of node_num nodes, "
+             "by comm_backend (DeepEP high-throughput / low-latency / v2); latency per call",
+             {"latency": "us", "transmit_us": "us", "notify_us": "us", "num_tokens": "tokens per GPU",
+              "hidden_size": "features", "sms": "SMs given to the communication kernel (0 = backend default)"}),
         ]
         for family, fw, fname, table, col, keep, out_name, measures, units in specs:
             target = nccl_ver if fw == "nccl" else want
@@ -277,7 +309,7 @@ def vendor_aic(aic: Path, out_root: Path, repo_root: Path, apache: tuple[Path, s
                                        "head_dim, window and (for context tables) isl=1 rows going to the decode "
                                        "kernel; keep kernel_source in any key"
                                        if family == "attention" else "several kernel sources in one table")
-            if family in ("attention", "comm"):
+            if family in ("attention", "comm", "moe", "mla", "mla_bmm"):
                 n_dup = _duplicate_configs(repo_root / dst)
                 if n_dup:
                     entry_notes.append(f"{n_dup} configurations appear more than once (same shape, dtype, "

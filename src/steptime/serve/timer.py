@@ -45,6 +45,9 @@ def _checked(model, gpu, tp, f_clk, kv_dtype, engine, dtype, constants):
     (with the fitted engine constants of `constants`), a whole tp >= 1 the GPU's node holds, a finite
     f_clk > 0, known KV and projection dtypes (fp8 only where the GPU has it)."""
     model, gpu, engine = get_model(model), get_gpu(gpu), get_engine(engine, fitted=constants.engines)
+    if getattr(model, "is_moe", False):
+        raise ServeError(f"{model.key} is a mixture-of-experts model: the serving simulator's step timer models "
+                         "dense blocks only (use predict_step / predict_steps for MoE steps)")
     tp = check_tp(tp, gpu, ServeError)
     check_f_clk(f_clk, allow_boost=True)  # as predict_steps: the API caller chose it
     check_choice(kv_dtype, "KV-cache dtype kv_dtype", tuple(attention.KV_BYTES))

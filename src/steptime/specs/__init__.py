@@ -287,7 +287,7 @@ _MOE_ARCH = re.compile(r"moe|mixtral|deepseekv[23]|dbrx|jamba|arctic|grok|gptoss
 # Names of well-known MoE checkpoints, so `--model mixtral-8x7b` says why it is refused.
 _MOE_NAME = re.compile(r"mixtral|moe|deepseek-?(v2|v3|r1)|dbrx|jamba|arctic|grok|gpt-?oss|"
                        r"qwen[\d.]*-\d+b-a\d+b|llama-?4|kimi-?k2", re.I)
-MOE_REFUSAL = "MoE not supported yet: steptime models dense decoder blocks only"
+MOE_REFUSAL = "an unlisted mixture-of-experts model: pass its config.json, or use one of moe_models.yaml"
 
 
 def _moe_reason(cfg: dict) -> str | None:
@@ -347,7 +347,27 @@ def _model_alias_index() -> dict[str, str]:
 
 
 def model_keys() -> list[str]:
+    """The dense models' keys (models.yaml); moe_model_keys() lists the mixture-of-experts ones."""
     return list(model_table())
+
+
+def moe_model_keys() -> list[str]:
+    """The mixture-of-experts models' keys (moe_models.yaml)."""
+    from steptime.specs.moe import moe_model_table
+
+    return list(moe_model_table())
+
+
+@lru_cache(maxsize=1)
+def _moe_alias_index() -> dict[str, str]:
+    from steptime.specs.moe import moe_model_table
+
+    idx = {}
+    for key, m in moe_model_table().items():
+        for name in (key, m.source, *m.aliases):
+            idx[_norm(name)] = key
+            idx[_norm(str(name).split("/")[-1])] = key
+    return idx
 
 
 _JSON_KIND = {dict: "an object", list: "a list", str: "a string", int: "a number", float: "a number",
@@ -405,7 +425,9 @@ def model_from_config(path: str | os.PathLike) -> Model:
         raise ModelConfigError(f"{p}: expected a JSON object of model fields, got {kind}")
     reason = _moe_reason(cfg)
     if reason:
-        raise UnsupportedModelError(f"{p}: mixture-of-experts config ({reason}): {MOE_REFUSAL}")
+        from steptime.specs.moe import moe_from_config
+
+        return moe_from_config(cfg, p)
     where = str(p)
     need = ["hidden_size", "num_hidden_layers", "num_attention_heads", "vocab_size"]
     missing = [k for k in need if k not in cfg]
@@ -468,12 +490,17 @@ def get_model(name: str | Model) -> Model:
         return model_from_config(p)
     key = _model_alias_index().get(_norm(s)) or _model_alias_index().get(_norm(s.split("/")[-1]))
     if key is None:
+        moe_key = _moe_alias_index().get(_norm(s)) or _moe_alias_index().get(_norm(s.split("/")[-1]))
+        if moe_key is not None:
+            from steptime.specs.moe import moe_model_table
+
+            return moe_model_table()[moe_key]
         moe = _moe_index().get(_norm(s)) or _moe_index().get(_norm(s.split("/")[-1]))
         if moe:
             raise UnsupportedModelError(f"model {s!r} is mixture-of-experts ({moe[1]}): {MOE_REFUSAL}")
         if _MOE_NAME.search(s):
             raise UnsupportedModelError(f"model {s!r} looks like a mixture-of-experts model: {MOE_REFUSAL} "
-                                        f"(known dense models: {', '.join(model_keys())})")
+                                        f"(known MoE models: {', '.join(moe_model_keys())})")
         close = difflib.get_close_matches(s.lower(), model_keys(), n=3, cutoff=0.3)
         hint = f"; closest: {', '.join(close)}" if close else ""
         raise UnknownModelError(f"unknown model {s!r}{hint} (or pass a path to a config.json)")

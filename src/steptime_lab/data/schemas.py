@@ -49,6 +49,8 @@ def raw(table: str) -> pa.DataFrameSchema:
         cols = {"model": _str(), "tp": _pos_int(), "pp": _pos_int(), "max_num_tokens": _pos_int()}
     elif table in _wallclock().RAW_TABLES:
         cols = _wallclock().raw_columns(table)
+    elif table in _moe().RAW_TABLES:
+        cols = _moe().raw_columns(table)
     else:  # pragma: no cover
         raise KeyError(table)
     return pa.DataFrameSchema(cols, strict=False, coerce=False, name=table)
@@ -92,6 +94,8 @@ def tidy(name: str) -> pa.DataFrameSchema:
         cols = {"model": _str(), "tp": _pos_int(), "pp": _pos_int(), "max_num_tokens": _pos_int()}
     elif name in _wallclock().TIDY_TABLES:
         cols = _wallclock().tidy_columns(name)
+    elif name in _moe().TIDY_TABLES:
+        cols = _moe().tidy_columns(name)
     else:  # pragma: no cover
         raise KeyError(name)
     return pa.DataFrameSchema(cols, strict=False, coerce=False, name=name)
@@ -100,3 +104,9 @@ def tidy(name: str) -> pa.DataFrameSchema:
 def _wallclock():
     """The wall-clock sets' schemas (their own module)."""
     return wallclock_schemas
+
+
+def _moe():
+    from steptime_lab.data import moe
+
+    return moe

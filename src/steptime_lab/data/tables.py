@@ -34,6 +34,12 @@ READERS = {
     "mlenergy_v2": ("steptime_lab.data.wallclock", "read_mlenergy_v2_file"),
     "mlenergy_v3": ("steptime_lab.data.wallclock", "read_mlenergy_v3_file"),
     "aic_silicon": ("steptime_lab.data.wallclock", "read_silicon_file"),
+    # mixture of experts (issue 20)
+    "aic_moe": ("steptime_lab.data.moe", "read_moe_file"),
+    "aic_mla_context": ("steptime_lab.data.moe", "read_mla_file"),
+    "aic_mla_generation": ("steptime_lab.data.moe", "read_mla_file"),
+    "aic_mla_bmm": ("steptime_lab.data.moe", "read_mla_bmm_file"),
+    "aic_moe_a2a": ("steptime_lab.data.moe", "read_a2a_file"),
 }
 YAML_TABLES = {"aic_system", "aic_query_versions"}
 TEXT_TABLES = {"licence", "dataset_card"}
@@ -59,6 +65,12 @@ TIDY = {
     "mlenergy_v2": ("steptime_lab.data.wallclock", "load_mlenergy", {"version": "v2"}),
     "mlenergy_v3": ("steptime_lab.data.wallclock", "load_mlenergy", {"version": "v3"}),
     "aic_silicon": ("steptime_lab.data.wallclock", "load_aic_silicon", {}),
+    # mixture of experts (issue 20)
+    "moe": ("steptime_lab.data.moe", "load_aic_moe", {}),
+    "mla_context": ("steptime_lab.data.moe", "load_aic_mla", {"kind": "context"}),
+    "mla_generation": ("steptime_lab.data.moe", "load_aic_mla", {"kind": "generation"}),
+    "mla_bmm": ("steptime_lab.data.moe", "load_aic_mla_bmm", {}),
+    "moe_a2a": ("steptime_lab.data.moe", "load_aic_moe_a2a", {}),
 }
 
 

@@ -1,0 +1,185 @@
+"""The block terms of a mixture-of-experts model's step (issue 20), for steptime.step.predict_steps.
+
+A layer is attention (GQA, or DeepSeek's MLA: compressed projections, weight-absorbed batched GEMMs
+and a latent KV cache; a sliding window on some layers where the model has one) followed by either a
+dense MLP (the first `first_k_dense_replace` layers) or an MoE block:
+
+    router (T x E GEMM) -> routed experts (fused grouped GEMM, efficiency from the tokens each
+    expert gets) + permute/combine (token copies) + shared experts -> all-to-all (EP > 1)
+
+Layout: `tp` GPUs shard attention by heads; `ep` > 1 is expert parallelism over ep GPUs, which run
+attention data-parallel in groups of tp (dp = ep / tp, each DP rank with the given batch) and hold
+num_experts / ep experts each (moe_tp = 1); with ep = 1 the experts are sliced tp ways (moe_tp = tp).
+Every term returned is seconds per step (arrays over steps); the dense path never comes here.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from steptime.errors import InputError, UnsupportedError
+from steptime.specs.engines import check_precision
+from steptime.terms import attention, gemm, light, precision
+from steptime.terms import moe as moe_terms
+from steptime.validation import as_int
+
+ATTN_TERMS = ("qkv_proj", "o_proj", "mla_absorb", "attn_prefill", "attn_decode")
+MOE_TERMS = ("dense_mlp", "router", "moe_experts", "moe_permute_combine", "shared_experts", "moe_a2a")
+LIGHT_TERMS = ("rmsnorm", "add", "rope", "act", "kv_write", "emb")
+BLOCK_TERMS = ATTN_TERMS + MOE_TERMS + LIGHT_TERMS + ("lm_head", "allreduce")
+TERMS = BLOCK_TERMS + ("dispatch_floor", "host", "sampling")
+TERM_KIND = {"qkv_proj": "gemm", "o_proj": "gemm", "mla_absorb": "gemm", "attn_prefill": "attention",
+             "attn_decode": "attention", "dense_mlp": "gemm", "router": "gemm", "moe_experts": "moe",
+             "moe_permute_combine": "light", "shared_experts": "gemm", "moe_a2a": "comm",
+             **{t: "light" for t in LIGHT_TERMS}, "lm_head": "gemm", "allreduce": "comm",
+             "dispatch_floor": "launch", "host": "host", "sampling": "host"}
+MOE_DTYPES = tuple(moe_terms.WEIGHT_BYTES)
+
+
+def proj_dtype(dtype: str) -> str:
+    """The attention / dense projections' GEMM precision for an MoE weight dtype: fp8 checkpoints run their
+    projections in fp8 too; fp4 checkpoints (NVFP4, gpt-oss's MXFP4) keep attention in bf16."""
+    return "fp8" if dtype in ("fp8", "fp8_block") else "bf16"
+
+
+def check_layout(model, gpu, tp: int, ep, dtype: str):
+    """(tp, ep, dp, moe_tp) checked: one line naming what does not fit."""
+    ep = as_int(ep, "expert-parallel degree ep", 1)
+    if dtype not in MOE_DTYPES:
+        raise UnsupportedError(f"unknown dtype {dtype!r} for an MoE model (known: {', '.join(MOE_DTYPES)})")
+    moe_terms.check_moe_dtype(gpu, dtype)
+    check_precision(gpu, proj_dtype(dtype))
+    E = model.num_experts
+    node = getattr(gpu, "gpus_per_node", None)
+    if node is not None and ep > node:
+        raise InputError(f"expert-parallel degree {ep} is beyond {gpu.key}'s {node} GPUs per node (specs/gpus.yaml): "
+                         "steptime's all-to-all law is the in-node one (E3.2's tables are one node)")
+    if ep > 1:
+        if ep % tp:
+            raise InputError(f"expert-parallel degree {ep} must be a multiple of the tensor-parallel degree {tp} "
+                             f"(ep = tp x attention data-parallel ranks)")
+        if E % ep:
+            raise InputError(f"expert-parallel degree {ep} must divide {model.key}'s {E} experts")
+        return tp, ep, ep // tp, 1
+    if model.moe_intermediate_size % tp:
+        raise InputError(f"tensor-parallel degree {tp} must divide {model.key}'s expert width "
+                         f"{model.moe_intermediate_size}")
+    return tp, 1, 1, tp
+
+
+def memory_bytes(model, kv_tokens, tp: int = 1, ep: int = 1, *, dtype: str = "bf16", kv_dtype: str = "bf16") -> float:
+    """Weights plus KV cache on one GPU, bytes: attention, dense MLPs, shared experts, router and embeddings
+    sharded tp ways; routed experts ep ways (ep > 1) or sliced tp ways; MLA's latent KV replicated over TP."""
+    wb = gemm.BYTES[proj_dtype(dtype)]
+    eb = moe_terms.WEIGHT_BYTES[dtype]
+    h = model.hidden_size
+    L, Lm, Ld = model.num_hidden_layers, model.n_moe_layers, model.n_dense_layers
+    shard = ep if ep > 1 else tp
+    w = (L * model.attention_params() + Ld * 3 * h * model.intermediate_size
+         + Lm * (3 * h * model.shared_inter + h * model.num_experts)) * wb / tp
+    w += Lm * model.num_experts * model.expert_params() * eb / shard
+    w += model.vocab_size * h * (1 if model.tie_word_embeddings else 2) * 2.0 / tp
+    kvb = attention.KV_BYTES[kv_dtype]
+    return w + float(kv_tokens) * L * model.kv_elems_per_token_layer(tp) * kvb
+
+
+def block_terms(model, gpu, step_id, new, kv, T, n_steps, *, tp, ep, dtype, kv_dtype, constants, mc, f_clk):
+    """{term: seconds per step}, {term: compute-bound flags}, {term: factors} of the MoE model's blocks."""
+    _, ep, dp, moe_tp = check_layout(model, gpu, tp, ep, dtype)
+    if not mc.has_dtype(dtype):
+        raise UnsupportedError(f"no fitted fused-MoE constants for dtype {dtype!r} (calibration/moe.yaml has "
+                               f"{', '.join(sorted({k.split(':')[1] for k in mc.values if k.startswith('eta_c:')}))})")
+    pdt = proj_dtype(dtype)
+    shapes_fn = precision.gemm_time_shapes_fp8 if pdt == "fp8" else gemm.gemm_time_shapes
+    L, Lm, Ld = model.num_hidden_layers, model.n_moe_layers, model.n_dense_layers
+    h = model.hidden_size
+    out, cb, factors = {}, {}, {}
+    zeros = np.zeros(n_steps)
+
+    def put(name, t, bound=None):
+        out[name] = np.where(T > 0, t, 0.0)
+        cb[name] = np.zeros(n_steps, dtype=bool) if bound is None else np.asarray(bound, dtype=bool)
+
+    # ---- attention projections
+    H = model.num_attention_heads // tp
+    if model.attention == "mla":
+        shapes = {"q_b": (H * model.head_dim, model.q_lora_rank or h),
+                  "kv_a": (model.kv_lora_rank + model.qk_rope_head_dim, h), "o": (h, H * model.v_head_dim)}
+        if model.q_lora_rank:
+            shapes["q_a"] = (model.q_lora_rank, h)
+        g = shapes_fn(T, shapes, gpu, constants, f_clk=f_clk)
+        put("qkv_proj", L * sum(g[s]["t"] for s in shapes if s != "o"), g["q_b"]["compute_bound"])
+        put("o_proj", L * g["o"]["t"], g["o"]["compute_bound"])
+        # weight-absorbed MLA: per head, q_nope x W_UK into the latent space and the latent output x W_UV; one
+        # batched GEMM each (one launch), sized as a GEMM with the heads' weights side by side (same bytes, FLOPs)
+        b = gemm.gemm_time_shapes(T, {"uk": (H * model.kv_lora_rank, model.qk_nope_head_dim),
+                                      "uv": (H * model.v_head_dim, model.kv_lora_rank)}, gpu, constants, f_clk=f_clk)
+        put("mla_absorb", L * (b["uk"]["t"] + b["uv"]["t"]), b["uk"]["compute_bound"])
+        a_heads, a_kv_heads, a_dim = H, 1, model.kv_lora_rank + model.qk_rope_head_dim
+    else:
+        kvh = max(1, model.num_key_value_heads // tp)
+        shapes = {"qkv": ((H + 2 * kvh) * model.head_dim, h), "o": (h, H * model.head_dim)}
+        g = shapes_fn(T, shapes, gpu, constants, f_clk=f_clk)
+        put("qkv_proj", L * g["qkv"]["t"], g["qkv"]["compute_bound"])
+        put("o_proj", L * g["o"]["t"], g["o"]["compute_bound"])
+        put("mla_absorb", zeros)
+        a_heads, a_kv_heads, a_dim = H, kvh, model.head_dim
+    for name in ("qkv_proj", "o_proj"):
+        key = "q_b" if name == "qkv_proj" and model.attention == "mla" else ("o" if name == "o_proj" else "qkv")
+        factors[name] = {f: g[key][f] for f in ("eta_c", "f_clk", "eta_cluster", "eta_active", "eta_duty", "eta_mem")}
+    # ---- attention (a window on 1 of every `sliding_layers_every` layers)
+    n_slide = L // model.sliding_layers_every if model.sliding_layers_every else 0
+    is_pref = new > 1
+    for name, mask in (("attn_prefill", is_pref), ("attn_decode", ~is_pref)):
+        if not mask.any():
+            put(name, zeros)
+            continue
+        a = attention.attention_time(new[mask], kv[mask], a_heads, a_kv_heads, a_dim, gpu, constants,
+                                     kv_dtype=kv_dtype, f_clk=f_clk, group=step_id[mask], n_groups=n_steps)
+        t = (L - n_slide) * a["t"]
+        if n_slide:
+            w = attention.attention_time(new[mask], np.minimum(kv[mask], model.sliding_window), a_heads,
+                                         a_kv_heads, a_dim, gpu, constants, kv_dtype=kv_dtype, f_clk=f_clk,
+                                         group=step_id[mask], n_groups=n_steps)
+            t = t + n_slide * w["t"]
+        put(name, t, a["compute_bound"])
+    # ---- dense layers' MLP
+    if Ld:
+        i = model.intermediate_size // tp
+        d = shapes_fn(T, {"gu": (2 * i, h), "dn": (h, i)}, gpu, constants, f_clk=f_clk)
+        put("dense_mlp", Ld * (d["gu"]["t"] + d["dn"]["t"]), d["gu"]["compute_bound"])
+    else:
+        put("dense_mlp", zeros)
+    # ---- MoE layers: the experts see every DP rank's tokens (equal batches assumed)
+    r = gemm.gemm_time(T, model.num_experts, h, gpu, constants, f_clk=f_clk)
+    put("router", Lm * r["t"], r["compute_bound"])
+    Tm = T * dp
+    x = moe_terms.routed_experts_time(Tm, h, model.moe_intermediate_size, model.num_experts_per_tok,
+                                      model.num_experts, gpu, mc, tp=moe_tp, ep=ep, dtype=dtype, routing="uniform")
+    put("moe_experts", Lm * (x["t"] - x["t_tokens"]), x["compute_bound"])
+    put("moe_permute_combine", Lm * x["t_tokens"])
+    factors["moe_experts"] = {"eta_mem": x["eta_mem"], "weight_bytes": x["weight_bytes"],
+                              "experts_touched": moe_terms.experts_touched(Tm, model.num_experts,
+                                                                           model.num_experts_per_tok)}
+    if model.shared_inter:
+        si = model.shared_inter // tp
+        s = shapes_fn(T, {"gu": (2 * si, h), "dn": (h, si)}, gpu, constants, f_clk=f_clk)
+        put("shared_experts", Lm * (s["gu"]["t"] + s["dn"]["t"]), s["gu"]["compute_bound"])
+    else:
+        put("shared_experts", zeros)
+    if ep > 1:
+        mode = "ll" if bool(np.all(new <= 1)) else "ht"
+        put("moe_a2a", Lm * moe_terms.a2a_time(T, h, model.num_experts_per_tok, ep, gpu, mc, mode=mode))
+    else:
+        put("moe_a2a", zeros)
+    # ---- light kernels (the activation runs inside the fused MoE kernel: only dense layers pay it)
+    for kern in LIGHT_TERMS:
+        t = light.light_time(kern, light.light_bytes(kern, T, model, tp), gpu, constants)
+        if kern == "emb":
+            reps = 1
+        elif kern == "act":
+            reps = Ld + (Lm if model.shared_inter else 0)
+        else:
+            reps = L * light.PER_LAYER[kern]
+        put(kern, reps * t)
+    return out, cb, factors

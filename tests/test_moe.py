@@ -1,0 +1,236 @@
+"""Mixture-of-experts models (issue 20): specs, terms, the step and the CLI."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+import yaml
+
+from steptime.errors import InputError, MemoryFitError, ModelConfigError, UnsupportedError, UnsupportedModelError
+from steptime.specs import get_model, model_keys, moe_model_keys
+from steptime.step import predict_step, predict_steps
+from steptime.terms import moe as M
+
+FIXTURE = Path(__file__).parent / "fixtures" / "dense_predictions_pre_moe.json"
+
+
+# --------------------------------------------------------------------------- dense untouched
+def test_dense_predictions_unchanged():
+    """Every dense prediction is bit-for-bit what the code before MoE support gave (fixture written by the
+    pre-MoE commit 58ad966 over 4 models x 4 GPUs x 3 TP x 2 dtypes x 3 batches)."""
+    cases = json.loads(FIXTURE.read_text())
+    assert len(cases) > 200
+    for c in cases:
+        model, gpu, tp, dtype, dec, pre = c["args"]
+        if "error" in c:
+            with pytest.raises(Exception) as e:
+                predict_step(model, gpu, decode=dec, prefill=pre, tp=tp, dtype=dtype, check_memory=False)
+            assert type(e.value).__name__ == c["error"]
+            continue
+        r = predict_step(model, gpu, decode=[tuple(x) for x in dec], prefill=[tuple(x) for x in pre], tp=tp,
+                         dtype=dtype, check_memory=False).to_dict()
+        assert json.loads(json.dumps(r, sort_keys=True)) == c["result"], c["args"]
+    assert "deepseek-v3" not in model_keys()  # dense listings unchanged: MoE models have their own
+
+
+# --------------------------------------------------------------------------- specs
+@pytest.mark.parametrize("key,total,active", [("deepseek-v3", 671e9, 37e9), ("qwen3-30b-a3b", 30.5e9, 3.3e9),
+                                              ("qwen3-235b-a22b", 235e9, 22e9), ("mixtral-8x7b", 46.7e9, 12.9e9),
+                                              ("gpt-oss-120b", 117e9, None), ("kimi-k2", 1.03e12, 32e9)])
+def test_published_parameter_counts(key, total, active):
+    m = get_model(key)
+    assert m.n_params() == pytest.approx(total, rel=0.01)
+    if active:
+        assert m.n_active_params() == pytest.approx(active, rel=0.04)
+
+
+def test_aliases_and_listing():
+    assert get_model("deepseek-ai/DeepSeek-R1").key == "deepseek-v3"
+    assert get_model("Qwen/Qwen3-30B-A3B-FP8").key == "qwen3-30b-a3b"
+    assert set(moe_model_keys()) >= {"deepseek-v3", "qwen3-30b-a3b", "qwen3-235b-a22b", "gpt-oss-20b",
+                                     "gpt-oss-120b", "mixtral-8x7b"}
+    m = get_model("gpt-oss-20b")
+    assert (m.sliding_window, m.sliding_layers_every, m.attention) == (128, 2, "gqa")
+    d = get_model("deepseek-v3")
+    assert d.attention == "mla" and d.kv_elems_per_token_layer(8) == 576 and d.n_moe_layers == 58
+
+
+def _qwen_cfg(**kw):
+    m = get_model("qwen3-30b-a3b")
+    cfg = {"architectures": ["Qwen3MoeForCausalLM"], "hidden_size": m.hidden_size,
+           "num_hidden_layers": m.num_hidden_layers, "num_attention_heads": m.num_attention_heads,
+           "num_key_value_heads": m.num_key_value_heads, "head_dim": m.head_dim,
+           "intermediate_size": m.intermediate_size, "moe_intermediate_size": m.moe_intermediate_size,
+           "num_experts": m.num_experts, "num_experts_per_tok": m.num_experts_per_tok, "mlp_only_layers": [],
+           "decoder_sparse_step": 1, "vocab_size": m.vocab_size, "max_position_embeddings": 40960,
+           "tie_word_embeddings": False}
+    cfg.update(kw)
+    return cfg
+
+
+def test_moe_config_path_accepted(tmp_path):
+    p = tmp_path / "config.json"
+    p.write_text(json.dumps(_qwen_cfg()))
+    m = get_model(str(p))
+    assert m.is_moe and m.n_params() == get_model("qwen3-30b-a3b").n_params()
+
+
+@pytest.mark.parametrize("kw,needle", [
+    ({"layer_types": ["linear_attention", "full_attention"]}, "linear-attention layers"),
+    ({"decoder_sparse_step": 2}, "MoE on only every n-th layer"),
+    ({"mlp_only_layers": [3]}, "dense layers at arbitrary positions"),
+    ({"index_topk": 2048}, "sparse-indexer attention"),
+    ({"architectures": ["MiniMaxM2ForCausalLM"]}, "'MiniMaxM2ForCausalLM': steptime cannot represent"),
+    ({"num_experts_per_tok": 500}, "between 1 and num_experts"),
+])
+def test_unrepresentable_moe_refused_naming_what(tmp_path, kw, needle):
+    p = tmp_path / "config.json"
+    p.write_text(json.dumps(_qwen_cfg(**kw)))
+    with pytest.raises(ModelConfigError) as e:
+        get_model(str(p))
+    assert needle in str(e.value) and "\n" not in str(e.value)
+
+
+# --------------------------------------------------------------------------- terms
+def test_experts_touched():
+    assert M.experts_touched(1, 128, 8) == pytest.approx(8)
+    assert M.experts_touched(10000, 128, 8) == pytest.approx(128)
+    assert M.experts_touched(16, 128, 8) == pytest.approx(128 * (1 - (1 - 8 / 128) ** 16))
+    assert M.experts_touched(16, 128, 8, "balanced") == 128 and M.experts_touched(4, 128, 8, "balanced") == 32
+    with pytest.raises(ValueError):
+        M.experts_touched(4, 128, 8, "zipf")
+
+
+def test_routed_experts_law_shape():
+    from steptime.specs import get_gpu
+
+    mc = M.MoEConstants.default()
+    g = get_gpu("h100")
+    T = np.array([1, 4, 16, 64, 256, 4096, 16384])
+    r = M.routed_experts_time(T, 4096, 1536, 8, 128, g, mc, dtype="bf16")
+    assert np.all(np.diff(r["t"]) > 0)
+    assert not r["compute_bound"][0] and r["compute_bound"][-1]
+    # EP shards the experts: fewer weight bytes per GPU, less time at small batches
+    r8 = M.routed_experts_time(T, 4096, 1536, 8, 128, g, mc, ep=8, dtype="bf16")
+    assert np.all(r8["weight_bytes"] < r["weight_bytes"]) and r8["t"][2] < r["t"][2]
+
+
+def test_fp_formats_refused_where_missing():
+    from steptime.specs import get_gpu
+
+    with pytest.raises(UnsupportedError, match="no fp4 tensor cores: NVFP4 needs Blackwell"):
+        M.check_moe_dtype(get_gpu("h100"), "fp4")
+    with pytest.raises(UnsupportedError, match="no fp8 tensor cores"):
+        M.check_moe_dtype(get_gpu("a100"), "fp8_block")
+    assert M.check_moe_dtype(get_gpu("h100"), "mxfp4") == "mxfp4"  # w4a16: bf16 math on Hopper
+    assert M.check_moe_dtype(get_gpu("b200"), "fp4") == "fp4"
+
+
+def test_shipped_constants_are_the_settled_ones():
+    root = Path(__file__).resolve().parents[1]
+    shipped = yaml.safe_load((root / "src/steptime/calibration/moe.yaml").read_text())
+    settled = yaml.safe_load((root / "results/calibration/moe.yaml").read_text())
+    assert shipped == settled
+    for scope in (shipped["constants"]["global"], *shipped["constants"]["gpu"].values()):
+        for name, c in scope.items():
+            assert c["provenance"] in ("FITTED", "MEASURED") and c["source"], name
+
+
+# --------------------------------------------------------------------------- the step
+def test_moe_step_breakdown_sums_and_names_moe_terms():
+    r = predict_step("gpt-oss-120b", "b200", decode=[(64, 2048)], ep=8, dtype="fp4")
+    assert r.moe and r.ep == 8
+    assert sum(r.terms_ms.values()) == pytest.approx(r.total_ms, rel=1e-12)
+    for t in ("router", "moe_experts", "moe_permute_combine", "moe_a2a"):
+        assert r.terms_ms[t] > 0, t
+    assert r.terms_ms["shared_experts"] == 0 and r.terms_ms["mla_absorb"] == 0
+    d = predict_step("deepseek-v3", "h200", decode=[(16, 1024)], tp=8, dtype="fp8_block")
+    assert d.terms_ms["mla_absorb"] > 0 and d.terms_ms["shared_experts"] > 0 and d.terms_ms["dense_mlp"] > 0
+    assert d.terms_ms["moe_a2a"] == 0  # no EP
+
+
+def test_sliding_window_layers_cost_less_at_long_context():
+    full = predict_step("gpt-oss-20b", "h100", decode=[(8, 100000)], dtype="mxfp4").terms_ms["attn_decode"]
+    short = predict_step("gpt-oss-20b", "h100", decode=[(8, 128)], dtype="mxfp4").terms_ms["attn_decode"]
+    # half the layers see only 128 tokens: far less than twice a 100k-token all-full model would cost
+    assert short < full < 100000 / 128 * short
+
+
+def test_moe_layout_and_memory_checks():
+    with pytest.raises(InputError, match="must divide deepseek-v3's 256 experts"):
+        predict_step("deepseek-v3", "h200", decode=[(1, 10)], tp=1, ep=3, dtype="fp8_block")
+    with pytest.raises(InputError, match="multiple of the tensor-parallel degree"):
+        predict_step("qwen3-30b-a3b", "h100", decode=[(1, 10)], tp=4, ep=2)
+    with pytest.raises(InputError, match="applies to mixture-of-experts models"):
+        predict_step("llama-3.1-8b", "h100", decode=[(1, 10)], ep=2)
+    with pytest.raises(MemoryFitError, match="deepseek-v3 .* needs .* GB per GPU .*tp=1, ep=1"):
+        predict_step("deepseek-v3", "h200", decode=[(1, 10)], dtype="fp8_block")
+    predict_step("deepseek-v3", "h200", decode=[(1, 10)], tp=8, ep=8, dtype="fp8_block")  # fits on 8 x 141 GB
+    with pytest.raises(UnsupportedError, match="unknown dtype 'int3' for an MoE model"):
+        predict_step("qwen3-30b-a3b", "h100", decode=[(1, 10)], dtype="int3")
+    from steptime.moe_step import memory_bytes
+
+    m = get_model("qwen3-235b-a22b")
+    assert memory_bytes(m, 0, 1, 8) < memory_bytes(m, 0, 1, 1) / 4
+
+
+def test_predict_steps_vectorised_matches_predict_step():
+    r = predict_steps("qwen3-30b-a3b", "h100", np.array([0, 0, 1]), np.array([1, 1, 512]),
+                      np.array([100, 200, 0]), tp=2)
+    one = predict_step("qwen3-30b-a3b", "h100", requests=[(512, 0)], tp=2)
+    assert r["total_ms"][1] == pytest.approx(one.total_ms, rel=1e-12)
+
+
+def test_cli_predict_and_models(capsys):
+    from steptime.cli import main
+
+    assert main(["predict", "--model", "gpt-oss-120b", "--gpu", "b200", "--ep", "8", "--dtype", "fp4",
+                 "--decode", "32x1024"]) == 0
+    out = capsys.readouterr().out
+    assert "ep=8" in out and "moe_experts" in out and "moe_a2a" in out and "total" in out
+    assert main(["models"]) == 0
+    out = capsys.readouterr().out
+    line = next(x for x in out.splitlines() if x.startswith("gpt-oss-120b"))
+    assert "5.71" in line and "116.79" in line
+    assert main(["predict", "--model", "gpt-oss-120b", "--gpu", "h100", "--dtype", "fp4", "--decode", "1x1"]) == 2
+    assert "NVFP4 needs Blackwell" in capsys.readouterr().err
+
+
+# --------------------------------------------------------------------------- E3.1's reading step
+def test_gpu_scales_recover_known_scales():
+    """Cells generated by the law itself with known GPU scales: three readings recover them."""
+    from steptime_lab.experiments import moe as E
+
+    law = {"bf16": {"eta_c": 0.4, "eta_mem_max": 0.8, "w_half_mb": 8.0, "floor_us": 20.0, "token_passes": 2.0,
+                    "local_token_passes": 1.0}}
+    h, i, k, n = E.READING_SHAPE
+    d = pd.DataFrame({"gpu": "h100-sxm", "sdtype": "bf16", "hidden_size": h, "inter_size": i, "topk": k,
+                      "num_experts": n, "moe_tp": 1, "moe_ep": 1, "num_tokens": list(E.READINGS.values())})
+    truth = {"h100-sxm": {"s_c": 0.8, "s_mem": 1.2, "d_floor_us": 7.0}}
+    d["latency_ms"] = E.predict(d, law, truth)
+    sc, used = E.gpu_scales(d, "h100-sxm", law)
+    assert sc["s_c"] == pytest.approx(0.8, rel=1e-3) and sc["s_mem"] == pytest.approx(1.2, rel=1e-3)
+    assert sc["d_floor_us"] == pytest.approx(7.0, abs=0.05) and len(used) == 3
+
+
+def test_serve_refuses_moe_with_one_line():
+    from steptime.errors import SteptimeError
+    from steptime.serve.timer import StepTimer
+
+    with pytest.raises(SteptimeError, match="mixture-of-experts model: the serving simulator's step timer"):
+        StepTimer("qwen3-30b-a3b", "h100")
+
+
+def test_mla_module_terms_grow_with_context_and_heads():
+    from steptime_lab.experiments import moe as E
+
+    d = pd.DataFrame({"gpu": "h100-sxm", "kv_cache_dtype": "bfloat16", "num_heads": [16, 16, 128],
+                      "batch_size": 8, "isl": 1, "step": [1024, 65536, 65536]})
+    d["kv_len"] = d["isl"] + d["step"]
+    t = E.mla_predict(d, "generation")
+    assert np.all(np.isfinite(t)) and t[0] < t[1] < t[2]
+    a = d.assign(gpu="a100-sxm", kv_cache_dtype="fp8")
+    assert np.isnan(E.mla_predict(a, "generation")).all()  # no fp8 KV on Ampere: not predicted, not scored

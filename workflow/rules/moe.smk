@@ -1,0 +1,129 @@
+# Mixture of experts (issue 20): the fused-MoE kernel term (E3.1) and the expert-parallel all-to-all
+# (E3.2), both held out per GPU on AIConfigurator's vLLM tables, and the constants they settle
+# (results/calibration/moe.yaml, shipped as src/steptime/calibration/moe.yaml).
+
+MOE_LIB = lib("terms/moe", "terms/gemm", "experiments/__init__", "experiments/moe", "ops", "calibration/__init__",
+              "results", "plotting", "specs", "io", "errors")
+
+
+# E3.1: fused-MoE kernel law per dtype held out by GPU, three bf16 readings of its own; naive dense-GEMM baseline.
+rule E3_1:
+    input:
+        registered=registered_raw("E3.1"),
+        data=tidy("moe"),
+        code=MOE_LIB,
+    output:
+        result="results/E3_1.json",
+        constants="results/calibration/moe_kernel.yaml",
+        **figure("fig", "figures/E3_1_moe_kernel"),
+    params:
+        question=question("E3.1"),
+        target_pct=targets("E3.1").get("mape_pct_max"),
+    threads: 1
+    log:
+        "logs/E3_1.log",
+    benchmark:
+        "benchmarks/E3_1.tsv"
+    conda:
+        CONDA_ENV
+    message:
+        "E3.1 fused-MoE kernel term held out per GPU and dtype"
+    script:
+        "../scripts/E3_1.py"
+
+
+# E3.2: DeepEP all-to-all (low-latency and high-throughput) held out by GPU, three readings of its own.
+rule E3_2:
+    input:
+        registered=registered_raw("E3.2"),
+        data=tidy("moe_a2a"),
+        code=MOE_LIB,
+    output:
+        result="results/E3_2.json",
+        constants="results/calibration/moe_a2a.yaml",
+        **figure("fig", "figures/E3_2_moe_a2a"),
+    params:
+        question=question("E3.2"),
+        target_pct=targets("E3.2").get("mape_pct_max"),
+    threads: 1
+    log:
+        "logs/E3_2.log",
+    benchmark:
+        "benchmarks/E3_2.tsv"
+    conda:
+        CONDA_ENV
+    message:
+        "E3.2 expert-parallel all-to-all held out per GPU and mode"
+    script:
+        "../scripts/E3_2.py"
+
+
+# The shipped MoE constants: E3.1's and E3.2's fragments merged (copy to src/steptime/calibration/moe.yaml).
+rule settle_moe_constants:
+    input:
+        kernel=rules.E3_1.output.constants,
+        a2a=rules.E3_2.output.constants,
+        code=MOE_LIB,
+    output:
+        constants="results/calibration/moe.yaml",
+    log:
+        "logs/settle_moe_constants.log",
+    benchmark:
+        "benchmarks/settle_moe_constants.tsv"
+    conda:
+        CONDA_ENV
+    message:
+        "MoE constants settled from E3.1 and E3.2"
+    script:
+        "../scripts/settle_moe_constants.py"
+
+
+# E3.5: what expert parallelism buys (simulated): decode tokens/s per GPU by layout, and the limiting term.
+rule E3_5:
+    input:
+        registered=registered_raw("E3.5"),
+        constants=rules.settle_moe_constants.output.constants,
+        code=MOE_LIB + lib("step", "moe_step", "terms", "specs"),
+    output:
+        result="results/E3_5.json",
+        **figure("fig", "figures/E3_5_ep"),
+    params:
+        question=question("E3.5"),
+        settings=settings("E3.5"),
+    threads: 1
+    log:
+        "logs/E3_5.log",
+    benchmark:
+        "benchmarks/E3_5.tsv"
+    conda:
+        CONDA_ENV
+    message:
+        "E3.5 what expert parallelism buys (simulated)"
+    script:
+        "../scripts/E3_5.py"
+
+
+# E3.3: DeepSeek-V3's MLA attention module from steptime's MLA terms (zero-fit: no MLA cell sets a constant).
+rule E3_3:
+    input:
+        registered=registered_raw("E3.3"),
+        gen=tidy("mla_generation"),
+        ctx=tidy("mla_context"),
+        code=MOE_LIB,
+    output:
+        result="results/E3_3.json",
+        **figure("fig", "figures/E3_3_mla"),
+    params:
+        question=question("E3.3"),
+        target_pct=targets("E3.3").get("mape_pct_max"),
+    threads: 1
+    log:
+        "logs/E3_3.log",
+    benchmark:
+        "benchmarks/E3_3.tsv"
+    conda:
+        CONDA_ENV
+    message:
+        "E3.3 MLA attention module from steptime's MLA terms"
+    script:
+        "../scripts/E3_3.py"

@@ -1,0 +1,10 @@
+"""The shipped MoE constants (calibration/moe.yaml) from E3.1's and E3.2's fragments."""
+import yaml
+
+from steptime_lab.experiments import moe as E
+from steptime.io import atomic_path
+
+k = yaml.safe_load(open(snakemake.input.kernel))
+a = yaml.safe_load(open(snakemake.input.a2a))
+with atomic_path(snakemake.output.constants) as tmp:
+    tmp.write_text(yaml.safe_dump(E.settle(k, a), sort_keys=False))
