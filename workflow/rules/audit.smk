@@ -6,7 +6,7 @@ rule E2_7:
     input:
         registered=registered_raw("E2.7"),
         results=lambda wc: part2_results(),
-        code=lib("experiments/abstract", "plotting", "results", "io"),
+        code=code_of("E2_7"),
     output:
         result="results/E2_7.json",
         **figure("fig", "figures/E2_7_abstract"),
@@ -27,7 +27,7 @@ rule E2_7:
 rule readme_numbers:
     input:
         results=lambda wc: results_and_e2_7(),
-        code=lib("reporting", "io"),
+        code=code_of("readme_numbers"),
     output:
         "results/README_numbers.md",
     params:
@@ -46,7 +46,7 @@ rule readme_numbers:
 rule figures_readme:
     input:
         results=lambda wc: results_and_e2_7(),
-        code=lib("reporting", "io"),
+        code=code_of("figures_readme"),
     output:
         "figures/README.md",
     params:

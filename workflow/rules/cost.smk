@@ -10,7 +10,7 @@ rule E2_5:
         **UTILITY_DATA["vidur_step"],
         settled=[rules.settle_gemm_constants.output.settled, rules.settle_step_constants.output.settled],
         models=expand("results/cache/rf/{dataset}_{gpu}.joblib", dataset=RF_DATASETS, gpu=RF_HOMES),
-        code=lib(),
+        code=code_of("E2_5"),
     output:
         result="results/E2_5.json",
         timing="results/E2_5_timing.json",

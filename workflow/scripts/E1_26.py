@@ -9,17 +9,18 @@ from steptime_lab.experiments import wallclock as W
 from steptime_lab.experiments import wallclock_report as R
 from steptime_lab.results import rule_provenance, write_result
 
-from steptime.calibration import use_settled
+from steptime.calibration import DEFAULTS_FILE, Constants
 
 logging.basicConfig(filename=snakemake.log[0], level=logging.INFO, format="%(message)s", filemode="w")
-use_settled(snakemake.input.settled)  # this run's settled constants (declared inputs)
+constants = Constants.load(DEFAULTS_FILE, snakemake.input.settled)  # this run's settled constants (declared inputs), passed down
 p = snakemake.params
 tidy = pd.read_parquet(snakemake.input.fpm)
 steps = W.fpm_steps(tidy)
 docs = []
 for (gpu, engine, model), s in steps.groupby(["gpu", "engine", "model"], sort=True):
     spec = W.FpmSpec(model=model, engine=engine, **p.settings["fit"])
-    r = W.run_fpm(s, spec, fitted_doc=snakemake.input.constants, n_boot=p.n_boot, seed=p.seed)
+    r = W.run_fpm(s, spec, fitted_doc=snakemake.input.constants, n_boot=p.n_boot, seed=p.seed,
+                  constants=constants)
     docs.append((r, R.document_e1_26(r, p.targets)))
 r, doc = docs[0]
 metrics = {f"{x['engine']}@{x['gpu']}": d["metrics"] for x, d in docs}

@@ -57,9 +57,10 @@ def pick_chunk(timer: StepTimer, concurrency: int, prompt_mean: float, output_me
     return {"chunk": int(best["chunk"]), "t_dec_s": float(t_dec), "table": df}
 
 
-def chunk_sweep(model, gpu, prompt, output, concurrency: int, grid, engine=None) -> pd.DataFrame:
+def chunk_sweep(model, gpu, prompt, output, concurrency: int, grid, engine=None, constants=None) -> pd.DataFrame:
     """Simulate a closed loop at `concurrency` for each Sarathi chunk: p99 TBT and throughput."""
-    timer = StepTimer(model, gpu, engine=engine, max_tokens=max(grid) + concurrency, max_requests=concurrency)
+    timer = StepTimer(model, gpu, engine=engine, max_tokens=max(grid) + concurrency, max_requests=concurrency,
+                      constants=constants)
     wl = Workload(np.zeros(len(prompt)), prompt, output, concurrency=concurrency, name="closed loop")
     rows = []
     for c in grid:
@@ -71,7 +72,7 @@ def chunk_sweep(model, gpu, prompt, output, concurrency: int, grid, engine=None)
 
 
 def e2_9(traces: pd.DataFrame, *, models, gpus, trace: str, n: int, concurrency: int, grid, slo_multiples,
-         statics=(512, 2048), seed: int = 0, targets: dict | None = None) -> dict:
+         statics=(512, 2048), seed: int = 0, targets: dict | None = None, constants=None) -> dict:
     """Run E2.9 for every (model, GPU, SLO): picks, oracle, statics, each scored in the simulator."""
     targets = targets or {}
     grid = sorted({int(c) for c in grid} | {int(s) for s in statics})
@@ -79,7 +80,7 @@ def e2_9(traces: pd.DataFrame, *, models, gpus, trace: str, n: int, concurrency:
     cases, sweeps = [], {}
     for model in models:
         for gpu in gpus:
-            sweep, timer = chunk_sweep(model, gpu, prompt, output, concurrency, grid)
+            sweep, timer = chunk_sweep(model, gpu, prompt, output, concurrency, grid, constants=constants)
             sweeps[f"{model}|{gpu}"] = sweep
             by = sweep.set_index("chunk")
             for mult in slo_multiples:
@@ -208,7 +209,8 @@ def per_gpu_goodput(timer, lengths, placement, tp, rates, slo_ttft_s, slo_tpot_s
 
 
 def e2_4(traces: pd.DataFrame, coefficients: pd.DataFrame, max_tokens: pd.DataFrame, *, cases, gpu: str, trace: str,
-         n: int, seed: int, attainment: float = 0.9, block_size: int = 16, targets: dict | None = None) -> dict:
+         n: int, seed: int, attainment: float = 0.9, block_size: int = 16, targets: dict | None = None,
+         constants=None) -> dict:
     from steptime.serve.peers import DistServeTimer
 
     out = []
@@ -218,7 +220,7 @@ def e2_4(traces: pd.DataFrame, coefficients: pd.DataFrame, max_tokens: pd.DataFr
         ctx_ok = ctx_ok[ctx_ok["num_prefill_tokens"] + ctx_ok["num_decode_tokens"] <= int(case.get("max_len", 2048))]
         lengths = trace_lengths(ctx_ok.assign(trace=trace), trace, n, seed)
         kv = _kv_blocks(max_tokens, model, tp, block_size)
-        timers = {"steptime": StepTimer(model, gpu, tp=tp, max_tokens=4096 + 256),
+        timers = {"steptime": StepTimer(model, gpu, tp=tp, max_tokens=4096 + 256, constants=constants),
                   "distserve": DistServeTimer(coefficients, model, gpu, tp=tp)}
         res = {}
         for name, timer in timers.items():
@@ -285,7 +287,7 @@ METRICS = ("ttft_s", "tpot_s", "e2e_s")
 
 
 def replay_run(rows: pd.DataFrame, *, engine: str = "vllm", gpu_memory_utilization: float = 0.9,
-               block_size: int = 16):
+               block_size: int = 16, constants=None):
     """Simulate one measured run: its arrivals, prompt and output lengths, TP and scheduler limits."""
     r0 = rows.iloc[0]
     rows = rows.sort_values("arrival_s", kind="stable")
@@ -293,7 +295,7 @@ def replay_run(rows: pd.DataFrame, *, engine: str = "vllm", gpu_memory_utilizati
                   rows["output_tokens"].to_numpy(), name=str(r0["run"]))
     pol = policy("vllm", max_num_batched_tokens=int(r0["max_num_batched_tokens"]), max_num_seqs=int(r0["max_num_seqs"]),
                  block_size=block_size, gpu_memory_utilization=gpu_memory_utilization)
-    run = simulate(r0["model"], r0["gpu"], wl, pol, tp=int(r0["tp"]), engine=engine)
+    run = simulate(r0["model"], r0["gpu"], wl, pol, tp=int(r0["tp"]), engine=engine, constants=constants)
     sim = run.requests.copy()
     sim["request_id"] = rows["request_id"].to_numpy()
     return sim, run
@@ -303,14 +305,14 @@ def _err(sim, meas):
     return float((sim - meas) / meas)
 
 
-def e2_10(requests: pd.DataFrame, *, targets: dict, engine: str = "vllm") -> dict:
+def e2_10(requests: pd.DataFrame, *, targets: dict, engine: str = "vllm", constants=None) -> dict:
     runs, skipped, per_request = [], [], {}
     for run_id, rows in requests.groupby("run", sort=True):
         r0 = rows.iloc[0]
         if bool(r0["moe"]):
             skipped.append({"run": run_id, "reason": "mixture-of-experts model: steptime's step model is dense only"})
             continue
-        sim, srun = replay_run(rows, engine=engine)
+        sim, srun = replay_run(rows, engine=engine, constants=constants)
         meas = rows.set_index("request_id").loc[sim["request_id"]]
         row = {"run": run_id, "gpu": r0["gpu"], "model": r0["model"], "tp": int(r0["tp"]),
                "engine_version": r0["engine_version"], "requests": int(len(rows)),
@@ -383,7 +385,7 @@ def plot_e2_10(r: dict, stem, caption: str = "") -> list:
 # E2.3: QLM-style deadline queue (earliest first-token deadline first; requests estimated to
 # miss go to the back) with steptime's waiting-time estimate vs a scalar one, under contention.
 def e2_3(traces: pd.DataFrame, *, model: str, gpu: str, trace: str, n: int, rates, classes, budget: int,
-         seed: int, targets: dict | None = None) -> dict:
+         seed: int, targets: dict | None = None, constants=None) -> dict:
     from steptime.serve import ScalarEstimator, StepEstimator, poisson_arrivals
 
     prompt, output = trace_lengths(traces, trace, n, seed)
@@ -391,7 +393,7 @@ def e2_3(traces: pd.DataFrame, *, model: str, gpu: str, trace: str, n: int, rate
     names = [c["name"] for c in classes]
     cls = rng.choice(len(classes), n, p=[c["share"] for c in classes])
     slo = np.array([c["ttft_slo_s"] for c in classes])[cls]
-    timer = StepTimer(model, gpu, max_tokens=budget + 512)
+    timer = StepTimer(model, gpu, max_tokens=budget + 512, constants=constants)
     pol = policy("vllm", max_num_batched_tokens=budget)
     step_est = StepEstimator(timer, budget, int(prompt.mean() + output.mean() / 2))
     scalar_s = timer.step_arrays(np.array([int(prompt.mean())]), np.array([0]))
