@@ -72,7 +72,7 @@ def test_expand_requests_keeps_every_token_and_request():
     assert kv[(sid == mixed) & (new > 1)].tolist() == [50.0, 50.0]  # 100 cached tokens split over 2 prefills
 
 
-def test_reading_rule_is_three_steps_by_composition_never_by_latency():
+def test_reading_rule_is_three_compositions_chosen_without_latency_each_read_at_its_median_repeat():
     s = _steps()
     r = W.reading_rule(s)
     assert len(r.rows) == 3
@@ -80,9 +80,22 @@ def test_reading_rule_is_three_steps_by_composition_never_by_latency():
     assert picked["tp"].tolist() == [1, 1, 8]
     assert picked["decode_requests"].tolist() == [1, 32, 1]
     assert (picked["segment"] == "sweep").all()
-    # the latencies play no part: shuffling them picks the same steps
+    # the compositions are chosen without the latencies: shuffling them picks the same compositions
     s2 = s.assign(latency_ms=s["latency_ms"].sample(frac=1.0, random_state=3).to_numpy())
-    assert W.reading_rule(s2).rows == r.rows
+    r2 = W.reading_rule(s2)
+    assert s2.loc[r2.rows, ["tp", "decode_requests"]].values.tolist() == picked[["tp", "decode_requests"]].values.tolist()
+    # within a composition the reading is the lower-median repeat (not the first, often a warm-up)
+    for i in r.rows:
+        reps = s[(s["segment"] == "sweep") & (s["phase"] == "decode") & (s["tp"] == s.at[i, "tp"])
+                 & (s["decode_requests"] == s.at[i, "decode_requests"])]["latency_ms"].sort_values().to_numpy()
+        assert len(reps) == 3 and s.at[i, "latency_ms"] == reps[1]
+    early = W.reading_rule(s, pick="earliest")
+    assert [s.at[i, "step"] for i in early.rows] == [int(s.loc[(s["tp"] == s.at[i, "tp"]) & (s["segment"] == "sweep")
+                                                          & (s["phase"] == "decode") & (s["decode_requests"] == s.at[i, "decode_requests"]),
+                                                          "step"].min()) for i in early.rows]
+    assert early.excluded == r.excluded  # every repeat of a read composition is held out, whichever is read
+    with pytest.raises(W.WallclockError, match="unknown repeat pick"):
+        W.reading_rule(s, pick="latest")
     # the repeats of the three sweep cells are excluded; the real segment's steps are not
     ex = s.loc[r.excluded]
     assert len(ex) == 9 and (ex["segment"] == "sweep").all()
@@ -336,3 +349,42 @@ def test_per_op_cost_shifts_all_reduce_cells_by_the_fitted_offset():
     tables = {"ar": ("comm", np.array([0.010, 0.020]), np.array([0.010, 0.020]))}
     c = W.per_op_cost(tables, {"comm_offset_us": 5.0}, n_boot=10)[0]
     assert c["mape_wallclock_scaled"] == pytest.approx(np.mean([0.5, 0.25]))
+
+
+def test_make_predictor_refuses_unknown_override_names_and_applies_step_adjustments_itself():
+    s = _steps(tps=(1, 2))
+    f = W.make_predictor("vllm", "llama-3.1-8b", "h100-sxm")
+    with pytest.raises(W.WallclockError, match="unknown override name.*no_such_constant"):
+        W.predict_table(s, f, {"no_such_constant": 1.0})
+    a = W.predict_table(s, f)
+    b = W.predict_table(s, f, {"comm_offset_us": 2.0})  # no wrapping needed: the constructor applies it
+    tp2 = (s["tp"] == 2).to_numpy()
+    assert np.allclose((b["comm_ms"] - a["comm_ms"])[tp2], 2 * 32 * 2.0e-3)
+
+
+def test_fitted_doc_scales_reach_the_predictor_through_the_one_constructor():
+    """E1.19's bug: a fitted doc's comm_offset_us (a scale) must move the TP > 1 prediction."""
+    s = _steps(tps=(1, 2))
+    doc = {"engines": {}, "constants": {},
+           "scales": {"vllm": {"h100-sxm": {"comm_offset_us": {"value": 50.0, "cells": []}}}}}
+    a = W.predict_table(s, W.make_predictor("vllm", "llama-3.1-8b", "h100-sxm"))
+    b = W.predict_table(s, W.make_predictor("vllm", "llama-3.1-8b", "h100-sxm", fitted=doc))
+    tp2 = (s["tp"] == 2).to_numpy()
+    assert np.allclose((b["comm_ms"] - a["comm_ms"])[tp2], 2 * 32 * 50.0e-3)
+    assert np.allclose(b["pred_ms"][~tp2], a["pred_ms"][~tp2])
+
+
+def test_host_floor_r23_arm_carries_the_fitted_comm_offset():
+    from steptime_lab.experiments import hostfloor
+
+    tidy = _fpm_tidy()
+    doc = {"engines": {"vllm": {"h100-sxm": {"t_samp_ms": {"value": 0.2, "cells": [], "provenance": "FITTED",
+                                                         "source": "test"}}}}, "constants": {},
+           "scales": {"vllm": {"h100-sxm": {"comm_offset_us": {"value": 40.0, "cells": []}}}}}
+    no_off = {**doc, "scales": {}}
+    a, _ = hostfloor.predict_host_floor(tidy, fitted=no_off, skip_over_budget=False)
+    b, _ = hostfloor.predict_host_floor(tidy, fitted=doc, skip_over_budget=False)
+    tp = b["tp"].to_numpy() > 1
+    assert tp.any() and (~tp).any()
+    assert np.allclose(b["r23_ms"].to_numpy()[~tp], a["r23_ms"].to_numpy()[~tp])
+    assert (b["r23_ms"].to_numpy()[tp] > a["r23_ms"].to_numpy()[tp] + 1.0).all()
