@@ -30,12 +30,16 @@ def _yaml(doc):
 
 def readings_by_family(constants_doc=None, engine_doc=None) -> dict:
     """{gpu: {'gemm': {cells}, 'nccl': {cells}, 'wallclock': {engine: {cells}}, 'other': {table: {cells}}}}
-    from a constants document (default: the shipped defaults.yaml) and a fitted engine-constants
+    from a constants document or a resolved `Constants` (default: the shipped defaults.yaml) and a fitted engine-constants
     document (default: the shipped engine_constants.yaml; absent: no wall-clock readings)."""
     from steptime.calibration import DEFAULTS_FILE
     from steptime.specs.engines import FITTED_FILE
 
-    cdoc = _yaml(constants_doc) if constants_doc is not None else _yaml(DEFAULTS_FILE)
+    if hasattr(constants_doc, "table") and hasattr(constants_doc, "lookup"):  # a resolved Constants
+        cdoc = {"constants": {"gpu": {s: {c.name: {"cells": list(c.cells)} for c in t.values()}
+                                      for s, t in constants_doc._scopes.items()}}}
+    else:
+        cdoc = _yaml(constants_doc) if constants_doc is not None else _yaml(DEFAULTS_FILE)
     if engine_doc is None:
         edoc = _yaml(FITTED_FILE) if FITTED_FILE.exists() else {}
     else:
