@@ -61,7 +61,7 @@ rule E1_26:
     params:
         question=question("E1.26"),
         targets=targets("E1.26"),
-        settings={"fit": WC_FIT},
+        settings={"fit": WC_FIT, **settings("E1.26")},
         seed=config["seed"],
         n_boot=config["bootstrap"],
     threads: 1

@@ -74,6 +74,24 @@ def document_e1_26(r: dict, targets: dict) -> dict:
     return {"metrics": metrics, "claims": claims}
 
 
+def document_repeat_spread(sp: dict, gpu: str, engine: str) -> list[dict]:
+    """Claims on how E1.26's pass counts move with the repeat a reading takes (W.repeat_spread)."""
+    ct, rt = sp["cells_total"], sp["ratios_total"]
+    med, early = sp["median_repeat"], sp["earliest_repeat"]
+    return [
+        claim(f"{gpu} {engine}: phase x TP cells within target when each reading is its composition's median "
+              f"repeat (the rule) vs its earliest repeat (the rule before issue 19), of {ct}",
+              {"median_repeat": med["cells_met"], "earliest_repeat": early["cells_met"]}, "count"),
+        claim(f"{gpu} {engine}: TP ratios t(TP)/t(1) within target, median vs earliest repeat, of {rt}",
+              {"median_repeat": med["ratios_met"], "earliest_repeat": early["ratios_met"]}, "count"),
+        claim(f"{gpu} {engine}: spread of the phase x TP pass count over {sp['draws']} random repeat draws "
+              f"(seed {sp['seed']}; one random repeat of each read composition, refitted, same held-out steps), of {ct}",
+              {k: sp["cells_met"][k] for k in ("min", "median", "max")}, "spread"),
+        claim(f"{gpu} {engine}: spread of the TP-ratio pass count over the same {sp['draws']} draws, of {rt}",
+              {k: sp["ratios_met"][k] for k in ("min", "median", "max")}, "spread"),
+    ]
+
+
 def plot_e1_26(r: dict, stem, caption=None):
     from steptime import plotting
 
