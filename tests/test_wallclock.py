@@ -265,12 +265,17 @@ def test_evaluate_records_carry_dataset_engine_and_tp():
     recs = W.evaluate_records(_fpm_tidy(), silicon=_tpot_tables()[1], n_boot=10,
                               fit={"fit_names": ["t_samp_ms", "t_samp_b_ms", "comm_offset_us"],
                                    "block_fit_names": ["t_samp_ms", "block_scale", "comm_offset_us"]},
-                              prompt_tokens={})
+                              prompt_tokens={}, mixed={"chunked": ["trtllm"], "token_budget": 8192})
     from steptime_lab.evaluate import RECORD_KEYS
 
     for r in recs:
-        assert set(RECORD_KEYS) | {"dataset", "engine", "tp"} <= set(r)
+        assert set(RECORD_KEYS) | {"dataset", "engine", "tp", "variant", "fitted_on"} <= set(r)
         assert r["subset"] in ("decode", "mixed", "prefill", "tpot")
+        assert r["variant"] == ("step" if r["dataset"] == "aic-fpm" else r["variant"])
+        assert r["fitted_on"]
+    tpot = [r for r in recs if r["subset"] == "tpot"]
+    assert {r["variant"] for r in tpot} == {"naive", "mixed"}
+    assert all(r["tps"] for r in tpot)
     fpm = [r for r in recs if r["dataset"] == "aic-fpm"]
     assert {r["predictor"] for r in fpm} == {"kernels", "roofline", "vllm", "vllm_wallclock_fit"}
     assert {r["tp"] for r in fpm} == {1, 2}
@@ -388,3 +393,26 @@ def test_host_floor_r23_arm_carries_the_fitted_comm_offset():
     assert tp.any() and (~tp).any()
     assert np.allclose(b["r23_ms"].to_numpy()[~tp], a["r23_ms"].to_numpy()[~tp])
     assert (b["r23_ms"].to_numpy()[tp] > a["r23_ms"].to_numpy()[tp] + 1.0).all()
+
+
+def test_tpot_mixed_variant_runs_the_arriving_prompts_inside_the_steps():
+    rows = pd.DataFrame({"batch": [8.0, 8.0, 8.0], "prompt_tokens": [1000.0, 1000.0, 20000.0],
+                         "output_tokens": [200.0, 200.0, 200.0], "mode": ["agg", "static", "agg"]})
+    f = _toy_predictor(a=2.0, b=0.1, c=0.0, g=0.01)
+    naive = W.predict_tpot(rows, f, f, variant="naive")
+    mixed = W.predict_tpot(rows, f, f, variant="mixed", chunked=True, token_budget=8192)
+    t_dec = 2.0 + 0.1 * 8 + 0.01 * 8
+    assert np.allclose(mixed["decode_ms"], t_dec)
+    # row 0: P = 8 x 1000 / 200 = 40 prefill tokens per step in chunks of 1000: f = 0.04 mixed steps,
+    # each one more request and 1000 more tokens than the decode step
+    assert mixed["pred_ms"][0] == pytest.approx(t_dec + 0.04 * (0.1 + 0.01 * 1000))
+    assert mixed["pred_ms"][1] == pytest.approx(t_dec) == naive["pred_ms"][1]  # a static batch: the decode step
+    # row 2: a 20000-token prompt is chunked by the budget: chunk = 8192 - 8, f = 800 / 8184
+    assert mixed["pred_ms"][2] == pytest.approx(t_dec + 800 / 8184 * (0.1 + 0.01 * 8184))
+    # an engine that does not chunk runs each prompt as a prefill step of its own
+    v0 = W.predict_tpot(rows, f, f, variant="mixed", chunked=False)
+    assert v0["pred_ms"][0] == pytest.approx(t_dec + 40 / 1000 * (2.0 + 0.1 + 0.01 * 1000))
+    with pytest.raises(W.WallclockError, match="unknown TPOT variant"):
+        W.predict_tpot(rows, f, f, variant="simulated")
+    with pytest.raises(W.WallclockError, match="token budget"):
+        W.predict_tpot(rows, f, f, variant="mixed", chunked=True, token_budget=None)
