@@ -60,6 +60,7 @@ rule E2_4:
 rule E2_10:
     input:
         requests=tidy("servingsim_requests"),
+        llmservingsim=tidy("servingsim_sim"),  # LLMServingSim's own simulated replay, scored beside steptime's
         code=lib("serve", "experiments/serving", "step", "terms", "specs", "calibration"),
         settled=SETTLED_ALL,
     output:

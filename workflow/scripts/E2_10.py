@@ -12,7 +12,8 @@ use_settled(snakemake.input.settled)  # this run's settled constants (declared i
 
 p = snakemake.params
 s = dict(p.settings)
-r = serving.e2_10(pd.read_parquet(snakemake.input.requests), targets=dict(p.targets), engine=s["engine"])
+r = serving.e2_10(pd.read_parquet(snakemake.input.requests), targets=dict(p.targets), engine=s["engine"],
+                  peer=pd.read_parquet(snakemake.input.llmservingsim))
 logging.info("E2.10: settings %s", s)
 doc = serving.e2_10_document(r)
 prov = rule_provenance(snakemake, script="workflow/scripts/E2_10.py")
