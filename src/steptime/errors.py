@@ -23,6 +23,10 @@ class UnknownGPUError(SteptimeError, KeyError, ValueError):
         return self.args[0] if self.args else ""
 
 
+class GPUTypeError(UnknownGPUError, TypeError):
+    """A GPU given as something other than one name (a tuple, a set, None): a TypeError too."""
+
+
 class UnknownModelError(SteptimeError, KeyError, ValueError):
     def __str__(self) -> str:
         return self.args[0] if self.args else ""

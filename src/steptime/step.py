@@ -24,7 +24,7 @@ from steptime.errors import BatchError, InputError, MemoryFitError
 from steptime.specs import get_gpu, get_model, vidur_operators
 from steptime.specs.engines import allreduces_per_layer, check_precision, get_engine, tp_sharding
 from steptime.terms import attention, comm, gemm, host, light, precision
-from steptime.validation import MAX_REQUESTS, as_int, check_choice, check_f_clk
+from steptime.validation import MAX_REQUESTS, MAX_TOKENS, as_int, check_choice, check_f_clk, check_tokens
 
 PROJ_TERMS = ("qkv_proj", "o_proj", "gate_up_proj", "down_proj")
 ATTN_TERMS = ("attn_prefill", "attn_decode")
@@ -62,6 +62,8 @@ def _group(count, new_tokens, kv_len, where: str) -> Group:
         raise BatchError(f"{where}: KV length must be >= 0 (got {kv_len})")
     if count > MAX_REQUESTS:
         raise BatchError(f"{where}: {count} requests exceed the limit of {MAX_REQUESTS} per step")
+    check_tokens(new_tokens, f"{where}: new tokens", BatchError)
+    check_tokens(kv_len, f"{where}: KV length", BatchError)
     return Group(count, new_tokens, kv_len)
 
 
@@ -238,7 +240,7 @@ def validate_batch(model, gpu, new, kv, tp: int = 1, check_memory: bool = True, 
     if np.any(total > model.max_position_embeddings):
         raise BatchError(f"KV length + new tokens {int(total.max())} exceeds {model.key}'s maximum "
                          f"of {model.max_position_embeddings} positions")
-    tp = as_int(tp, "tensor-parallel degree tp", 1)
+    tp = check_tp(tp, gpu, BatchError)
     if model.num_attention_heads % tp:
         raise BatchError(f"tensor-parallel degree {tp} must divide {model.key}'s "
                          f"{model.num_attention_heads} attention heads")
@@ -283,11 +285,21 @@ def _check_constants(constants):
         raise InputError(f"constants must be a steptime Constants (or None for the defaults), got {_kind(constants)}")
 
 
-def _check_steps(model, step_id, new_tokens, kv_len, n_steps, tp, f_clk, kv_dtype):
+def check_tp(tp, gpu, error=InputError) -> int:
+    """A whole tensor-parallel degree >= 1 within the GPU's `gpus_per_node` (specs/gpus.yaml): the
+    all-reduce law is the in-node one, so a group spanning nodes is refused, not mispredicted."""
+    tp = as_int(tp, "tensor-parallel degree tp", 1, error)
+    if gpu.gpus_per_node is not None and tp > gpu.gpus_per_node:
+        raise error(f"tensor-parallel degree {tp} is beyond {gpu.key}'s {gpu.gpus_per_node} GPUs per node "
+                    f"(specs/gpus.yaml): steptime models the in-node all-reduce only")
+    return tp
+
+
+def _check_steps(model, gpu, step_id, new_tokens, kv_len, n_steps, tp, f_clk, kv_dtype):
     """predict_steps' arguments, checked (vectorised: this is the fast path) and as arrays."""
     check_f_clk(f_clk, allow_boost=True)  # the API caller chose it; the CLI and predict_step gate boosts
     check_choice(kv_dtype, "KV-cache dtype kv_dtype", tuple(attention.KV_BYTES))
-    tp = as_int(tp, "tensor-parallel degree tp", 1)
+    tp = check_tp(tp, gpu)
     if model.num_attention_heads % tp:
         raise InputError(f"tensor-parallel degree {tp} must divide {model.key}'s {model.num_attention_heads} "
                          f"attention heads")
@@ -300,6 +312,8 @@ def _check_steps(model, step_id, new_tokens, kv_len, n_steps, tp, f_clk, kv_dtyp
             raise InputError(f"predict_steps: {name} must be finite")
         if len(a) and a.min() < lo:
             raise InputError(f"predict_steps: {name} must be >= {lo:g}, got {a.min()!r}")
+        if len(a) and name != "step_id" and a.max() > MAX_TOKENS:
+            raise InputError(f"predict_steps: {name} {a.max():.3g} is beyond any model's context (limit {MAX_TOKENS})")
         arrays.append(a)
     if not len(arrays[0]) == len(arrays[1]) == len(arrays[2]):
         raise InputError(f"predict_steps: step_id, new_tokens and kv_len differ in length "
@@ -328,7 +342,7 @@ def predict_steps(model, gpu, step_id, new_tokens, kv_len, n_steps: int | None =
     gpu = get_gpu(gpu)
     constants = constants or Constants.default()
     _check_constants(constants)
-    step_id, new, kv, n_steps, tp = _check_steps(model, step_id, new_tokens, kv_len, n_steps, tp, f_clk, kv_dtype)
+    step_id, new, kv, n_steps, tp = _check_steps(model, gpu, step_id, new_tokens, kv_len, n_steps, tp, f_clk, kv_dtype)
     engine = get_engine(engine)
     check_precision(gpu, dtype)
     T = np.bincount(step_id, weights=new, minlength=n_steps)
@@ -375,6 +389,11 @@ def predict_steps(model, gpu, step_id, new_tokens, kv_len, n_steps: int | None =
     out["host"], hidden_host = host.exposed_host(S, blocks + out["dispatch_floor"], overlap)
     out["sampling"] = host.sampling_time(N, gpu, constants, engine=engine)
     total = sum(out[t] for t in TERMS)
+    if not np.isfinite(total).all():
+        i = int(np.flatnonzero(~np.isfinite(total))[0])
+        bad = next(t for t in TERMS if not np.isfinite(out[t][i]))
+        raise InputError(f"step {i}: the predicted time is not finite (term {bad}); the inputs are outside what "
+                         f"the model covers")
     ms = {k: v * 1e3 for k, v in out.items()}
     return {
         "total_ms": total * 1e3,
@@ -405,7 +424,7 @@ def predict_step(model, gpu, batch: Batch | None = None, *, decode: Iterable = (
     gpu = get_gpu(gpu)
     check_f_clk(f_clk, allow_boost)
     check_choice(kv_dtype, "KV-cache dtype kv_dtype", tuple(attention.KV_BYTES))
-    tp = as_int(tp, "tensor-parallel degree tp", 1)
+    tp = check_tp(tp, gpu)
     _check_constants(constants)
     if batch is None:
         batch = Batch.build(decode=decode, prefill=prefill, requests=requests)

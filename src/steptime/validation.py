@@ -14,12 +14,25 @@ The limits every entry point enforces live here, in one place:
 - F_CLK_MAX_BOOST: the largest clock ratio (sustained / datasheet boost clock) accepted
   with `allow_boost`. ASSUMED: an overclocked part, or a datasheet that understates the
   clock it reaches, stays well under twice the rated boost clock.
+- F_CLK_MIN: the smallest clock ratio accepted. DERIVED from specs/gpus.yaml's clocks: the
+  lowest application clock NVIDIA's data-centre parts accept (210 MHz, `nvidia-smi -q -d
+  SUPPORTED_CLOCKS` on A100/H100) is 0.07-0.15 of their boost clock, so 0.05 is below every
+  real setting, while 1e-300 (which gives an infinite step time) is refused.
+- MAX_TOKENS: the largest token count (prompt, output, KV length, new tokens) anything
+  accepts: MAX_DIM, since no model's context reaches it; checked before any integer cast,
+  so 10**30 is refused instead of overflowing an int64.
+- MAX_CONFIG_BYTES / MAX_TABLE_BYTES: the largest model config.json / settled-constants or
+  trace file read. ASSUMED: a Hugging Face config.json is a few KB (Llama-3.1-405B's is
+  under 1 KB), a settled constants file under 1 MB and a trace of 10**7 requests under 1 GB;
+  `/dev/zero` or a FIFO is refused before it is read (not a regular file).
 """
 
 from __future__ import annotations
 
 import math
+import stat
 from numbers import Integral, Real
+from pathlib import Path
 
 import numpy as np
 
@@ -27,7 +40,12 @@ from steptime.errors import InputError
 
 MAX_REQUESTS = 1_000_000
 MAX_DIM = 2**31 - 1
+MAX_TOKENS = MAX_DIM
 F_CLK_MAX_BOOST = 2.0
+F_CLK_MIN = 0.05
+MAX_CONFIG_BYTES = 4 << 20
+MAX_SETTLED_BYTES = 64 << 20
+MAX_TABLE_BYTES = 4 << 30
 
 
 def _kind(x) -> str:
@@ -91,6 +109,9 @@ def check_f_clk(f_clk, allow_boost: bool = False):
     f = float(f_clk)
     if not math.isfinite(f) or f <= 0:
         raise InputError(f"f_clk (--f-clk) must be in (0, 1] (sustained / boost clock), got {f_clk!r}")
+    if f < F_CLK_MIN:
+        raise InputError(f"f_clk (--f-clk) {f_clk!r} is below {F_CLK_MIN:g} of the boost clock, lower than any "
+                         f"clock a GPU runs at")
     if f > 1:
         if not allow_boost:
             raise InputError(f"f_clk (--f-clk) {f_clk!r} is above the datasheet boost clock (1.0): compute would "
@@ -100,6 +121,35 @@ def check_f_clk(f_clk, allow_boost: bool = False):
             raise InputError(f"f_clk (--f-clk) {f_clk!r} is above {F_CLK_MAX_BOOST:g}x the boost clock even with "
                              f"allow_boost")
     return f_clk
+
+
+def check_regular_file(path, what: str, max_bytes: int, error=InputError) -> Path:
+    """`path` as a Path when it names a regular file of at most `max_bytes`; one line otherwise
+    (missing, a directory, a device such as /dev/zero, a FIFO that would block, too large).
+    Only stat() is called, so nothing is opened or read."""
+    p = Path(path)
+    try:
+        st = p.stat()
+    except OSError as exc:
+        raise error(f"{what} {str(p)!r}: {exc.strerror or exc}") from None
+    if stat.S_ISDIR(st.st_mode):
+        raise error(f"{what} {str(p)!r}: is a directory, not a file")
+    if not stat.S_ISREG(st.st_mode):
+        kind = "a FIFO" if stat.S_ISFIFO(st.st_mode) else "a device" if (
+            stat.S_ISCHR(st.st_mode) or stat.S_ISBLK(st.st_mode)) else "a socket" if stat.S_ISSOCK(
+            st.st_mode) else "not a regular file"
+        raise error(f"{what} {str(p)!r}: {kind}, not a regular file")
+    if st.st_size > max_bytes:
+        raise error(f"{what} {str(p)!r}: {st.st_size} bytes, above the limit of {max_bytes} bytes for such a file")
+    return p
+
+
+def check_tokens(x, what: str, error=InputError) -> int:
+    """A token count (or KV length) as an int in [0, MAX_TOKENS], checked before any cast."""
+    v = as_int(x, what, 0, error)
+    if v > MAX_TOKENS:
+        raise error(f"{what} {v:.3g} is beyond any model's context (limit {MAX_TOKENS})")
+    return v
 
 
 def check_choice(value, what: str, known) -> str:

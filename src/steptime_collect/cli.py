@@ -36,6 +36,17 @@ def int_list(text: str) -> tuple:
     return tuple(_number(v, int, "a whole number", 1, f" in {text!r}") for v in str(text).split(","))
 
 
+def shape_list(text: str) -> tuple:
+    """Comma-separated NxK GEMM shapes with N, K >= 1, e.g. '4096x4096,28672x4096'."""
+    out = []
+    for v in str(text).split(","):
+        parts = v.strip().lower().split("x")
+        if len(parts) != 2:
+            raise argparse.ArgumentTypeError(f"{v!r} in {text!r} is not NxK (e.g. 4096x4096)")
+        out.append(tuple(_number(x, int, "a whole number", 1, f" in {text!r}") for x in parts))
+    return tuple(out)
+
+
 def setting_list(text: str) -> tuple:
     """Comma-separated positive numbers where 'none'/'default' (or empty) keeps the GPU's own setting,
     e.g. power caps '575,none,450' (W) or locked clocks 'none,2200' (MHz)."""

@@ -11,7 +11,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from steptime_collect.cli import int_list, nonnegative_int, positive_int
+from steptime_collect.cli import int_list, nonnegative_int, positive_int, run
 
 
 def time_linear(m: int, n: int, k: int, iters: int = 50, warmup: int = 10):
@@ -32,6 +32,18 @@ def time_linear(m: int, n: int, k: int, iters: int = 50, warmup: int = 10):
     return start.elapsed_time(end) / iters
 
 
+def require_torch_cuda() -> None:
+    """One line unless PyTorch is installed and sees a CUDA GPU (this benchmark needs nothing else)."""
+    from steptime_collect.safety import NoGPUError
+
+    try:
+        import torch
+    except ImportError:
+        raise NoGPUError("this benchmark needs PyTorch with CUDA (pip install torch) on a GPU node") from None
+    if not torch.cuda.is_available():  # pragma: no cover - depends on the node
+        raise NoGPUError("no GPU here: torch.cuda.is_available() is False; run this benchmark on a GPU node")
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__)
     p.add_argument("--m", type=int_list, required=True, help="comma-separated m values")
@@ -40,6 +52,7 @@ def main(argv=None) -> int:
     p.add_argument("--iters", type=positive_int, default=50)
     p.add_argument("--warmup", type=nonnegative_int, default=10)
     a = p.parse_args(argv)
+    require_torch_cuda()
     print("m,n,k,latency_ms")
     for m in a.m:
         print(f"{m},{a.n},{a.k},{time_linear(m, a.n, a.k, a.iters, a.warmup):.6f}")
@@ -48,4 +61,4 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":  # pragma: no cover
-    sys.exit(main())
+    sys.exit(run(main, "steptime_collect.gemm_bench"))

@@ -22,6 +22,8 @@ import sys
 from pathlib import Path
 
 from steptime.errors import DataError
+from steptime_collect.cli import int_list, run, shape_list
+from steptime_collect.safety import NoGPUError
 
 METRICS = (
     "gpu__time_duration.sum",
@@ -151,18 +153,32 @@ def waterfall_figure(per_gpu: dict, stem) -> None:
          caption="E1.5: each factor of eta_c read from Nsight Compute counters, and the achieved fraction of peak.")
 
 
-def main(argv=None) -> int:  # pragma: no cover - needs a GPU
-    p = argparse.ArgumentParser(description="Collect E1.5 Nsight Compute GEMM counters on this node's GPU")
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(prog="python -m steptime_collect.ncu",
+                                description="Collect E1.5 Nsight Compute GEMM counters on this node's GPU")
     p.add_argument("--out", required=True)
-    p.add_argument("--m", default="1,16,64,256,1024,2048,4096,8192,16384")
-    p.add_argument("--shapes", default="6144x4096,4096x4096,28672x4096,4096x14336", help="NxK list")
+    p.add_argument("--m", type=int_list, default=int_list("1,16,64,256,1024,2048,4096,8192,16384"),
+                   help="comma-separated m values")
+    p.add_argument("--shapes", type=shape_list, default=shape_list("6144x4096,4096x4096,28672x4096,4096x14336"),
+                   help="NxK list")
     p.add_argument("--clock-control", default="none", choices=["none", "base"])
     a = p.parse_args(argv)
-    cells = [(int(m), int(s.split("x")[0]), int(s.split("x")[1])) for s in a.shapes.split(",")
-             for m in a.m.split(",")]
-    collect(cells, Path(a.out), a.clock_control)
-    return 0
+    require_ncu()
+    cells = [(m, n, k) for n, k in a.shapes for m in a.m]
+    collect(cells, Path(a.out), a.clock_control)  # pragma: no cover - needs a GPU
+    return 0  # pragma: no cover
+
+
+def require_ncu() -> None:
+    """One line unless this node has a GPU (torch, CUDA) and Nsight Compute's `ncu` on PATH."""
+    import shutil
+
+    from steptime_collect.safety import require_gpu
+
+    require_gpu()
+    if shutil.which("ncu") is None:  # pragma: no cover - needs a GPU
+        raise NoGPUError("Nsight Compute (`ncu`) is not on PATH: load the CUDA toolkit module on the GPU node")
 
 
 if __name__ == "__main__":  # pragma: no cover
-    sys.exit(main())
+    sys.exit(run(main, "steptime_collect.ncu"))

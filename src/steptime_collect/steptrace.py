@@ -35,6 +35,37 @@ FPM_COLUMNS = ("phase", "workload_segment", "counter_id", "worker_id", "dp_rank"
                "latency_ms")
 
 
+TRACE_COLUMNS = ("trace", "request_id", "arrived_at_s", "num_prefill_tokens", "num_decode_tokens")
+
+
+def read_traces(path=None):
+    """The tidy traces table, or one line: the default one outside a steptime repository, a path
+    that is not a regular file, a file that is not parquet, a table without the trace columns."""
+    import pandas as pd
+
+    from steptime.errors import DataError
+    from steptime.io import find_root
+    from steptime.validation import MAX_TABLE_BYTES, check_regular_file
+
+    if path is None:
+        try:
+            path = find_root() / "results" / "data" / "traces.parquet"
+        except DataError as exc:  # outside a steptime repository: find_root names what it looked for
+            raise DataError(f"no traces table: {exc}; or pass --traces-table") from None
+    p = check_regular_file(path, "--traces-table", MAX_TABLE_BYTES, DataError)
+    try:
+        import pyarrow
+
+        df = pd.read_parquet(p)
+    except (ValueError, OSError, pyarrow.ArrowException) as exc:
+        why = str(exc).strip().splitlines()[0][:100] if str(exc).strip() else type(exc).__name__
+        raise DataError(f"{p}: not a parquet traces table ({why})") from None
+    missing = [c for c in TRACE_COLUMNS if c not in df.columns]
+    if missing:
+        raise DataError(f"{p}: not a traces table (no column {', '.join(missing)})")
+    return df
+
+
 def plan_requests(trace, name: str, n: int, seed: int = 0, max_prompt: int | None = None):
     """The first `n` requests of one trace (arrival order), prompts capped at `max_prompt` tokens.
 
@@ -216,7 +247,8 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m steptime_collect.steptrace", description=__doc__.split("\n\n")[0])
     p.add_argument("--model", required=True, help="steptime model key (shapes from specs/models.yaml)")
     p.add_argument("--trace", default="splitwise_conv", help="trace name in the tidy traces table")
-    p.add_argument("--traces-table", default="results/data/traces.parquet")
+    p.add_argument("--traces-table", default=None,
+                   help="the tidy traces table (default: results/data/traces.parquet of this repository)")
     p.add_argument("--requests", type=positive_int, default=200)
     p.add_argument("--max-prompt", type=positive_int, default=4096)
     p.add_argument("--engine", choices=["auto", "vllm", "eager"], default="auto")
@@ -225,9 +257,7 @@ def main(argv=None) -> int:
     p.add_argument("--out", required=True)
     p.add_argument("--dry-run", action="store_true", help="print the schedule's first steps (no GPU needed)")
     a = p.parse_args(argv)
-    import pandas as pd
-
-    reqs = plan_requests(pd.read_parquet(a.traces_table), a.trace, a.requests, max_prompt=a.max_prompt)
+    reqs = plan_requests(read_traces(a.traces_table), a.trace, a.requests, max_prompt=a.max_prompt)
     if a.dry_run:
         for i, (step, ctx, dec_kv, queued, _) in enumerate(schedule(reqs, a.max_num_batched_tokens, a.max_num_seqs)):
             if i >= 20:

@@ -338,11 +338,50 @@ def settle_doc(doc: dict, settled: list[dict]) -> dict:
     return doc
 
 
+def _read_input_yaml(path) -> dict:
+    """A YAML file a user hands in (`steptime calibration ship`): one line if it is missing, not a
+    regular file, too large, not UTF-8 text, not YAML, or uses a tag safe_load refuses (!!python/...)."""
+    import yaml
+
+    from steptime.validation import MAX_SETTLED_BYTES, check_regular_file
+
+    p = check_regular_file(path, "constants file", MAX_SETTLED_BYTES)
+    try:
+        text = p.read_bytes().decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise InputError(f"{p}: not a constants file (not UTF-8 text: byte at offset {exc.start})") from None
+    except OSError as exc:
+        raise InputError(f"{p}: cannot read ({exc.strerror or exc})") from None
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}" if mark is not None else ""
+        what = getattr(exc, "problem", None) or type(exc).__name__
+        raise InputError(f"{p}: not a constants file (YAML error{where}: {str(what)[:80]})") from None
+
+
+_UPDATE_KEYS = ("scope", "name", "value", "provenance", "source")
+
+
 def read_settled(path) -> dict:
-    """A settled file (results/calibration/*.yaml): {settled_by, inputs, updates: [...]}."""
-    doc = _read_yaml(path)
+    """A settled file (results/calibration/*.yaml): {settled_by, inputs, updates: [...]}, each update a
+    mapping with scope, name, value, provenance and source (one line naming the first that is not)."""
+    doc = _read_input_yaml(path)
     if not isinstance(doc, dict) or not isinstance(doc.get("updates"), list):
-        raise ValueError(f"{path}: not a settled-constants file (no 'updates' list)")
+        raise InputError(f"{path}: not a settled-constants file (no 'updates' list)")
+    for i, u in enumerate(doc["updates"]):
+        if not isinstance(u, dict):
+            raise InputError(f"{path}: updates[{i}] is not a mapping")
+        missing = [k for k in _UPDATE_KEYS if k not in u]
+        if missing:
+            raise InputError(f"{path}: updates[{i}] lacks {', '.join(missing)}")
+        if u["provenance"] not in PROVENANCES:
+            raise InputError(f"{path}: updates[{i}] ({u['name']}): provenance {u['provenance']!r} not in {PROVENANCES}")
+        try:
+            _table({}, str(u["scope"]))
+        except ValueError as exc:
+            raise InputError(f"{path}: updates[{i}]: {exc}") from None
     return doc
 
 
@@ -387,7 +426,7 @@ def _write_defaults(doc: dict, path: Path) -> None:
 def is_engine_constants(path) -> bool:
     """True for a fitted engine-constants file (R2.3's results/calibration/engine_constants.yaml:
     `engines:` per engine and GPU), False for a settled file (`updates:`)."""
-    doc = _read_yaml(path)
+    doc = _read_input_yaml(path)
     return isinstance(doc, dict) and "engines" in doc and "updates" not in doc
 
 
@@ -401,7 +440,7 @@ def ship_engine_constants(src, dest: Path | None = None) -> dict:
     from steptime.specs import engines as E
 
     dest = Path(E.FITTED_FILE if dest is None else dest)
-    doc = _read_yaml(src)
+    doc = _read_input_yaml(src)
     shipped = []
     for eng, per_gpu in (doc.get("engines") or {}).items():
         profile = E.get_engine(eng, fitted={})  # unknown engine: ValueError naming it
@@ -431,8 +470,16 @@ def ship(settled: Iterable[str | Path], path: Path = DEFAULTS_FILE, engine_path:
     if len(engine_files) > 1:
         raise InputError(f"ship: one engine-constants file at most, got {engine_files}")
     settled = [p for p in settled if p not in engine_files]
+    from steptime.terms.comm import check_updates
+
+    docs = [read_settled(p) for p in settled]
+    for p, d in zip(settled, docs):
+        try:
+            check_updates(d["updates"])
+        except InputError as exc:
+            raise InputError(f"{p}: {exc}") from None
     before = _read_yaml(path)
-    after = settle_doc(before, [read_settled(p) for p in settled])
+    after = settle_doc(before, docs)
     _write_defaults(after, Path(path))
 
     def flat(d):

@@ -19,7 +19,13 @@ import numpy as np
 from steptime.errors import ServeError
 
 TRACES = ("splitwise_conv", "splitwise_code", "arxiv")
-PROGRESS_MIN = 5000  # requests from which a progress bar is shown
+PROGRESS_MIN = 5000  # requests from which a progress bar is shown ...
+PROGRESS_MIN_STEPS = 100_000  # ... or simulated iterations (a lower bound: workload.min_steps)
+# The most engine iterations one run may need. ASSUMED: at ~30 us a simulated iteration (one
+# request's prefill chunk at a time) 10**8 iterations is close to an hour; a budget that needs
+# more (e.g. --max-num-batched-tokens 1 --max-num-seqs 1 --isl 100000, 10**8 prefill chunks)
+# is refused before the run starts.
+MAX_SIM_STEPS = 10**8
 
 
 def add_parser(sub) -> None:
@@ -46,7 +52,9 @@ def add_parser(sub) -> None:
                                    "csv/parquet file with arrival, prompt and output token columns")
     w.add_argument("--n", type=int, default=None, help="first N requests (synthetic: how many; default 1000)")
     w.add_argument("--rate", type=float, default=None, help="Poisson arrivals, requests/s")
-    w.add_argument("--concurrency", type=int, default=None, help="closed loop at this concurrency")
+    w.add_argument("--concurrency", type=int, default=None,
+                   help="closed loop with this many requests in flight in total (with --replicas R, split "
+                        "across the replicas: C // R each, the remainder one more on the first ones)")
     w.add_argument("--isl", default="1024", help="input length: N or LO:HI (uniform)")
     w.add_argument("--osl", default="256", help="output length: N or LO:HI (uniform)")
     w.add_argument("--time-scale", type=float, default=1.0, help="stretch a trace's arrivals")
@@ -54,19 +62,86 @@ def add_parser(sub) -> None:
     s.add_argument("--slo-ttft-ms", type=float, default=None)
     s.add_argument("--slo-tpot-ms", type=float, default=None)
     s.add_argument("--json", action="store_true")
-    s.add_argument("--csv", metavar="FILE", help="write the per-request table")
-    s.add_argument("--fig", metavar="FILE.png", help="write a figure of the run")
+    s.add_argument("--csv", metavar="FILE", help="write the per-request table (checked writable before the run)")
+    s.add_argument("--fig", metavar="FILE.png", help="write a figure of the run: FILE.png and FILE.pdf beside it")
     s.add_argument("--no-progress", action="store_true")
 
 
 def _length(text: str, what: str):
+    from steptime.validation import check_tokens
+
     try:
         if ":" in str(text):
             lo, hi = str(text).split(":", 1)
-            return (int(lo), int(hi))
-        return int(text)
+            if max(len(lo.strip()), len(hi.strip())) > 20:
+                raise ServeError(f"--{what} {text[:40]!r}: a number with more than 20 digits")
+            return (check_tokens(int(lo), f"--{what}", ServeError), check_tokens(int(hi), f"--{what}", ServeError))
+        if len(str(text).strip()) > 20:
+            raise ServeError(f"--{what} {text[:40]!r}: a number with more than 20 digits")
+        return check_tokens(int(text), f"--{what}", ServeError)
+    except ServeError:
+        raise
     except ValueError:
         raise ServeError(f"--{what} {text!r}: expected N or LO:HI") from None
+
+
+def _read_trace(path):
+    """A trace file as a table, or one line saying why not (not a regular file, too large,
+    empty, not CSV/parquet)."""
+    import pandas as pd
+
+    from steptime.validation import MAX_TABLE_BYTES, check_regular_file
+
+    p = check_regular_file(path, "--trace", MAX_TABLE_BYTES, ServeError)
+    kind = "parquet" if p.suffix == ".parquet" else "CSV"
+    errors: tuple = (ValueError, OSError, UnicodeError)
+    try:
+        import pyarrow
+
+        errors += (pyarrow.ArrowException,)
+    except ImportError:  # pragma: no cover
+        pass
+    try:
+        return pd.read_parquet(p) if kind == "parquet" else pd.read_csv(p)
+    except errors as exc:
+        why = str(exc).strip().splitlines()[0][:120] if str(exc).strip() else type(exc).__name__
+        raise ServeError(f"--trace {str(p)!r}: not a readable {kind} trace ({why})") from None
+
+
+def check_output(flag: str, path: str, suffix: str | None = None) -> Path:
+    """Refuse an output path before the simulation runs: a directory, a device or other
+    non-regular file (/dev/full), a folder that does not exist or cannot be written (/proc),
+    or (`suffix`) a file name with another suffix. A trial file is created and removed."""
+    import os
+    import stat
+    import tempfile
+
+    p = Path(path)
+    if suffix is not None and p.suffix.lower() != suffix:
+        raise ServeError(f"{flag} {path!r}: expected a {suffix} file name (got suffix {p.suffix or 'none'!r})")
+    try:
+        st = p.stat()
+    except FileNotFoundError:
+        st = None
+    except OSError as exc:
+        raise ServeError(f"{flag} {path!r}: {exc.strerror or exc}") from None
+    if st is not None and stat.S_ISDIR(st.st_mode):
+        raise ServeError(f"{flag} {path!r}: is a directory; give a file name")
+    if st is not None and not stat.S_ISREG(st.st_mode):
+        raise ServeError(f"{flag} {path!r}: not a regular file (a device, FIFO or socket); give a file name")
+    parent = p.resolve().parent
+    if not parent.is_dir():
+        raise ServeError(f"{flag} {path!r}: its folder does not exist")
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", dir=parent)
+        os.close(fd)
+        os.unlink(tmp)
+        if st is not None:
+            with open(p, "ab"):
+                pass
+    except OSError as exc:
+        raise ServeError(f"{flag} {path!r}: cannot write there ({exc.strerror or exc})") from None
+    return p
 
 
 def workload_from_args(a):
@@ -84,15 +159,32 @@ def workload_from_args(a):
             df = pd.read_parquet(path)
             df = df[df["trace"].str.startswith(a.trace)]
         else:
-            p = Path(a.trace)
-            if not p.is_file():
+            if not Path(a.trace).exists():
                 raise ServeError(f"--trace {a.trace!r}: neither a known trace ({', '.join(TRACES)}) nor a file")
-            df = pd.read_parquet(p) if p.suffix == ".parquet" else pd.read_csv(p)
+            df = _read_trace(a.trace)
         if a.concurrency:
             raise ServeError("--concurrency replaces a trace's arrivals: use it with --isl/--osl, not --trace")
         return from_table(df, name=a.trace, n=a.n, time_scale=a.time_scale, rate=a.rate, seed=a.seed)
     return synthetic(1000 if a.n is None else a.n, isl=_length(a.isl, "isl"), osl=_length(a.osl, "osl"), rate=a.rate,
                      concurrency=a.concurrency, seed=a.seed)
+
+
+def check_budget(wl, budget: int, max_num_seqs: int, chunked: bool, what: str = "--max-num-batched-tokens") -> int:
+    """Refuse, before the run, a token budget under which the workload cannot finish: a prompt
+    longer than an unchunked budget is never scheduled, and a run needing more than MAX_SIM_STEPS
+    iterations would not end in useful time. Returns the lower bound on iterations."""
+    from steptime.serve.workload import min_steps
+
+    if not chunked and int(wl.prompt.max()) > budget:
+        i = int(np.argmax(wl.prompt))
+        raise ServeError(f"{wl.name}: request {i}'s prompt of {int(wl.prompt[i])} tokens exceeds the unchunked "
+                         f"prefill budget {what} {budget}: it could never be scheduled")
+    steps = min_steps(wl, budget, max_num_seqs)
+    if steps > MAX_SIM_STEPS:
+        raise ServeError(f"{wl.name}: {len(wl)} requests need at least {steps:,} engine iterations under {what} "
+                         f"{budget} and --max-num-seqs {max_num_seqs}, above the limit of {MAX_SIM_STEPS:,}: "
+                         f"raise the budget or lower --n")
+    return steps
 
 
 def run_args(a):
@@ -105,6 +197,7 @@ def run_args(a):
     if a.policy == "disagg":
         from steptime.serve import Policy
 
+        check_budget(wl, a.max_num_batched_tokens, a.max_num_seqs, False)
         run = simulate_disagg(a.model, a.gpu, wl, **ekw, prefill_instances=a.prefill_instances,
                               decode_instances=a.decode_instances,
                               prefill_policy=Policy("vllm", max_num_batched_tokens=a.max_num_batched_tokens,
@@ -118,7 +211,9 @@ def run_args(a):
             pol = policy("sarathi", chunk=512 if a.chunk is None else a.chunk, **kw)
         else:
             pol = policy("vllm", max_num_batched_tokens=a.max_num_batched_tokens, **kw)
-        progress = not a.no_progress and len(wl) >= PROGRESS_MIN
+        steps = check_budget(wl, pol.budget, pol.max_num_seqs, pol.chunked_prefill,
+                             "--chunk" if a.policy == "sarathi" else "--max-num-batched-tokens")
+        progress = not a.no_progress and (len(wl) >= PROGRESS_MIN or steps >= PROGRESS_MIN_STEPS)
         if a.replicas != 1:  # simulate_replicas refuses fewer than one
             run = simulate_replicas(a.model, a.gpu, wl, pol, a.replicas, **ekw)
         else:
@@ -129,9 +224,11 @@ def run_args(a):
 def cmd_serve(a) -> int:
     from steptime.serve.report import plot_run
 
-    for flag, path in (("--csv", a.csv), ("--fig", a.fig)):
-        if path and not Path(path).resolve().parent.is_dir():
-            raise ServeError(f"{flag} {path!r}: its folder does not exist")
+    if a.csv:
+        check_output("--csv", a.csv)
+    if a.fig:
+        check_output("--fig", a.fig, ".png")
+        check_output("--fig", str(Path(a.fig).with_suffix(".pdf")))
     wl, run = run_args(a)
     ms = lambda v: None if v is None else v / 1e3  # noqa: E731
     summ = run.summary(slo_ttft_s=ms(a.slo_ttft_ms), slo_tpot_s=ms(a.slo_tpot_ms))
@@ -140,7 +237,10 @@ def cmd_serve(a) -> int:
                         "mean_prompt": float(np.mean(wl.prompt)), "mean_output": float(np.mean(wl.output))},
            "policy": run.policy, "summary": summ}
     if a.csv:
-        run.requests.to_csv(a.csv, index=False)
+        from steptime.io import atomic_path
+
+        with atomic_path(a.csv) as tmp:
+            run.requests.to_csv(tmp, index=False)
     if a.fig:
         plot_run(run, Path(a.fig).with_suffix(""), title=f"{a.model} on {a.gpu} (tp={a.tp}), {run.policy['name']}")
     if a.json:
@@ -153,7 +253,8 @@ def cmd_serve(a) -> int:
     print(f"{'metric':<10}{'p50':>10}{'p90':>10}{'p99':>10}   (ms)")
     for key in ("ttft_s", "tpot_s", "itl_s", "e2e_s"):
         v = summ[key]
-        print(f"{key[:-2]:<10}" + "".join(f"{(v[p] or float('nan')) * 1e3:>10.1f}" for p in ("p50", "p90", "p99")))
+        print(f"{key[:-2]:<10}" + "".join(f"{v[p] * 1e3:>10.1f}" if v[p] is not None and np.isfinite(v[p]) else f"{'n/a':>10}"
+                                          for p in ("p50", "p90", "p99")))
     print(f"throughput {summ['throughput_tok_s']:.1f} output tok/s, {summ['throughput_req_s']:.3f} req/s; "
           f"{summ['steps']} iterations; KV {summ['kv_blocks']} blocks; {summ['preemptions']} preemptions")
     if "slo" in summ:

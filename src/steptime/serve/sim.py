@@ -45,6 +45,7 @@ POLICIES = ("vllm", "sarathi", "static", "disagg")
 VLLM_DEFAULTS = {"max_num_batched_tokens": 8192, "max_num_seqs": 256, "block_size": 16,
                  "gpu_memory_utilization": 0.9}
 MAX_RUN = 4096  # longest run of identical-shape decode iterations timed in one call
+PROGRESS_STEPS = 20000  # a progress bar's step count is refreshed every this many simulated iterations
 
 
 @dataclass(frozen=True)
@@ -168,7 +169,13 @@ class _Engine:
         self.itl_v: list = []  # arrays of inter-token latencies ...
         self.itl_w: list = []  # ... and how many tokens each stands for
         self.progress = progress
+        self._tick = PROGRESS_STEPS
         self.free = self.blocks
+
+    def _show_steps(self, steps: int) -> None:
+        """Progress by simulated iterations too (a long prefill can run for minutes before a request finishes)."""
+        self.progress.set_postfix_str(f"{steps:,} steps", refresh=True)
+        self._tick = steps + PROGRESS_STEPS
 
     def _preempt_loop(self, R, budget, waiting):
         """Running requests one by one, preempting from the back when KV blocks run out."""
@@ -264,6 +271,8 @@ class _Engine:
                         busy += float(dts.sum())
                         now = float(ends[-1])
                         last_dt = float(dts[-1])
+                        if self.progress is not None and steps >= self._tick:
+                            self._show_steps(steps)
                         continue
             # ---- one iteration -------------------------------------------------------------
             budget = budget0
@@ -318,6 +327,8 @@ class _Engine:
             now += dt
             steps += 1
             busy += dt
+            if self.progress is not None and steps >= self._tick:
+                self._show_steps(steps)
             comp[s_id] += s_take
             e = s_id[comp[s_id] == ntok[s_id]]
             if len(e):
@@ -439,16 +450,23 @@ def simulate(model, gpu, workload: Workload, pol: Policy | str = "vllm", *, tp: 
 
 
 def simulate_replicas(model, gpu, workload: Workload, pol: Policy, replicas: int, **kw) -> Run:
-    """`replicas` identical instances behind a round-robin router."""
-    if replicas < 1:
-        raise ServeError(f"replicas must be >= 1 (got {replicas})")
+    """`replicas` identical instances behind a round-robin router.
+
+    A closed-loop workload's concurrency is the TOTAL number of requests in flight across the
+    replicas (as a benchmark client's): it is split as evenly as it goes (C // R each, one more on
+    the first C % R), each replica a closed loop of its share fed round-robin; with fewer in flight
+    than replicas, only C replicas get requests."""
+    replicas = as_int(replicas, "replicas", 1, error=ServeError)
     if replicas == 1:
         return simulate(model, gpu, workload, pol, **kw)
+    closed = workload.concurrency
+    active = min(replicas, int(closed)) if closed else replicas
     runs = []
-    for i in range(replicas):
-        sel = np.arange(i, len(workload), replicas)
+    for i in range(active):
+        sel = np.arange(i, len(workload), active)
+        share = None if not closed else int(closed) // active + (i < int(closed) % active)
         if sel.size:
-            sub = Workload(workload.arrival[sel], workload.prompt[sel], workload.output[sel], workload.concurrency,
+            sub = Workload(workload.arrival[sel], workload.prompt[sel], workload.output[sel], share,
                            workload.name)
             r = simulate(model, gpu, sub, pol, **kw)
             r.requests["request"] = sel

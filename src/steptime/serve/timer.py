@@ -34,7 +34,7 @@ from steptime.specs import get_gpu, get_model
 from steptime.specs.engines import get_engine
 from steptime.step import ATTN_TERMS, BLOCK_TERMS, predict_steps
 from steptime.terms import attention
-from steptime.validation import as_int, check_choice, check_f_clk
+from steptime.validation import check_choice, check_f_clk
 
 TOKEN_TERMS = tuple(t for t in BLOCK_TERMS if t not in ATTN_TERMS + ("lm_head",))
 EXACT_RTOL = 1e-9
@@ -46,7 +46,9 @@ def _checked(model, gpu, tp, f_clk, kv_dtype, engine, dtype):
     from steptime.specs.engines import check_precision
 
     model, gpu, engine = get_model(model), get_gpu(gpu), get_engine(engine)
-    tp = as_int(tp, "tensor-parallel degree tp", 1, error=ServeError)
+    from steptime.step import check_tp
+
+    tp = check_tp(tp, gpu, ServeError)
     check_f_clk(f_clk, allow_boost=True)  # as predict_steps: the API caller chose it
     check_choice(kv_dtype, "KV-cache dtype kv_dtype", tuple(attention.KV_BYTES))
     check_precision(gpu, dtype)

@@ -16,7 +16,15 @@ import numpy as np
 import pandas as pd
 
 from steptime.errors import ServeError
-from steptime.validation import as_int
+from steptime.validation import MAX_TOKENS, as_int, check_tokens
+
+# The latest arrival a workload may have, seconds. DERIVED: float64 spacing at 1e8 s is 1.5e-8 s,
+# far below any engine step, so simulated times keep their resolution (a Poisson rate of 1e-300
+# puts arrivals near 1e301 s, where adding a step time changes nothing and every latency reads 0).
+MAX_TIME_S = 1e8
+# The most requests one workload holds. ASSUMED: 10x the 10**7-request traces the simulator is sized
+# for; `--n 10**11` is refused before 2.4 TB of arrays is asked for.
+MAX_WORKLOAD_REQUESTS = 10**8
 
 TRACE_COLUMNS = {"arrival": ("arrived_at_s", "arrival_s", "arrival"),
                  "prompt": ("num_prefill_tokens", "prompt_tokens", "input_tokens", "isl"),
@@ -46,6 +54,15 @@ class Workload:
                 raise ServeError(f"{self.name}: request {bad[0]} has a missing {col}")
         if np.any(a < 0):
             raise ServeError(f"{self.name}: request {int(np.flatnonzero(a < 0)[0])} has a negative arrival time")
+        if np.any(a > MAX_TIME_S):
+            i = int(np.flatnonzero(a > MAX_TIME_S)[0])
+            raise ServeError(f"{self.name}: request {i} arrives at {a[i]:.3g} s, beyond the simulator's horizon of "
+                             f"{MAX_TIME_S:g} s (a rate or time scale that spreads arrivals over years)")
+        for col, x in (("prompt", p), ("output", o)):
+            big = np.flatnonzero(np.asarray(x, dtype=float) > MAX_TOKENS)
+            if big.size:
+                raise ServeError(f"{self.name}: request {int(big[0])} has {col} tokens {float(x[big[0]]):.3g}, "
+                                 f"beyond any model's context (limit {MAX_TOKENS})")
         for col, x in (("prompt", p), ("output", o)):
             if np.any(np.asarray(x, dtype=float) != np.round(np.asarray(x, dtype=float))):
                 raise ServeError(f"{self.name}: {col} token counts must be whole numbers")
@@ -88,19 +105,32 @@ def from_table(df: pd.DataFrame, *, name: str = "trace", n: int | None = None, t
             raise ServeError(f"{name}: no {key} column (looked for {', '.join(names)})")
         cols[key] = hit[0] if hit else None
     d = df.iloc[:n] if n else df
-    p = d[cols["prompt"]].to_numpy(dtype=float)
-    o = d[cols["output"]].to_numpy(dtype=float)
+    p = _numbers(d, cols["prompt"], name)
+    o = _numbers(d, cols["output"], name)
     if rate is not None:
         arr = poisson_arrivals(len(d), rate, seed)
     else:
-        arr = d[cols["arrival"]].to_numpy(dtype=float)
+        arr = _numbers(d, cols["arrival"], name)
         if len(arr) and np.isfinite(arr[0]):
             arr = (arr - np.nanmin(arr)) * time_scale
     return Workload(arr, p, o, name=name)
 
 
+def _numbers(d: pd.DataFrame, col: str, name: str) -> np.ndarray:
+    """A trace column as floats; text or other non-numbers are refused naming the column and the row."""
+    try:
+        return d[col].to_numpy(dtype=float)
+    except (TypeError, ValueError):
+        for i, v in enumerate(d[col].tolist()):
+            try:
+                float(v)
+            except (TypeError, ValueError):
+                raise ServeError(f"{name}: column {col!r} must hold numbers, row {i} has {v!r:.40}") from None
+        raise ServeError(f"{name}: column {col!r} must hold numbers") from None
+
+
 def poisson_arrivals(n: int, rate: float, seed: int = 0) -> np.ndarray:
-    if not rate or rate <= 0 or not np.isfinite(rate):
+    if not isinstance(rate, Real) or not rate or rate <= 0 or not np.isfinite(rate) or not np.isfinite(1.0 / rate):
         raise ServeError(f"Poisson arrival rate must be > 0 requests/s (got {rate})")
     seed = as_int(seed, "seed", 0, error=ServeError)
     gaps = np.random.default_rng(seed).exponential(1.0 / rate, n)
@@ -111,9 +141,12 @@ def poisson_arrivals(n: int, rate: float, seed: int = 0) -> np.ndarray:
 def _lengths(spec, n: int, rng, what: str) -> np.ndarray:
     """A length distribution: an int (fixed), (lo, hi) uniform, or an array to resample."""
     if np.isscalar(spec):
-        if int(spec) < 1:
+        v = check_tokens(spec, f"{what} length", ServeError)
+        if v < 1:
             raise ServeError(f"{what} length must be >= 1 (got {spec})")
-        return np.full(n, int(spec), dtype=np.int64)
+        return np.full(n, v, dtype=np.int64)
+    if isinstance(spec, (tuple, list)) and len(spec) == 2:
+        spec = [check_tokens(v, f"{what} length", ServeError) for v in spec]
     arr = np.asarray(spec)
     if arr.shape == (2,):
         lo, hi = int(arr[0]), int(arr[1])
@@ -122,6 +155,8 @@ def _lengths(spec, n: int, rng, what: str) -> np.ndarray:
         return rng.integers(lo, hi + 1, n)
     if arr.size == 0:
         raise ServeError(f"{what} length sample is empty")
+    if arr.dtype.kind not in "iuf" or not np.isfinite(arr).all() or arr.max() > MAX_TOKENS:
+        raise ServeError(f"{what} length sample must hold finite token counts up to {MAX_TOKENS}")
     return rng.choice(arr.astype(np.int64), n)
 
 
@@ -129,8 +164,9 @@ def synthetic(n: int, *, isl, osl, rate: float | None = None, concurrency: int |
               seed: int = 0, name: str = "synthetic") -> Workload:
     """Poisson arrivals at `rate` requests/s, or a closed loop at `concurrency`, or (neither)
     every request at t = 0. `isl`/`osl`: int, (lo, hi) or a sample to draw from."""
-    if n < 1:
-        raise ServeError(f"number of requests must be >= 1 (got {n})")
+    n = as_int(n, "number of requests", 1, error=ServeError)
+    if n > MAX_WORKLOAD_REQUESTS:
+        raise ServeError(f"number of requests {n} is above the limit of {MAX_WORKLOAD_REQUESTS}")
     seed = as_int(seed, "seed", 0, error=ServeError)
     if rate is not None and concurrency is not None:
         raise ServeError("give a Poisson rate or a closed-loop concurrency, not both")
@@ -144,3 +180,12 @@ def synthetic(n: int, *, isl, osl, rate: float | None = None, concurrency: int |
 def static_batch(batch: int, prompt: int, output: int) -> Workload:
     """`batch` identical requests all at t = 0 (run it with the `static` policy)."""
     return synthetic(batch, isl=prompt, osl=output, name=f"static {batch}x{prompt}+{output}")
+
+
+def min_steps(wl: Workload, budget: int, max_num_seqs: int) -> int:
+    """A lower bound on the engine iterations a workload needs under a token budget per step and a
+    cap on running requests: every prompt and output token is scheduled within some step's budget,
+    each step emits at most `max_num_seqs` output tokens, and a request's outputs take a step each."""
+    tokens = float(wl.prompt.sum()) + float(wl.output.sum())
+    return int(max(math.ceil(tokens / budget), math.ceil(float(wl.output.sum()) / max_num_seqs),
+                   int(wl.output.max())))

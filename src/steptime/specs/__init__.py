@@ -16,8 +16,9 @@ from numbers import Integral
 from pathlib import Path
 from typing import Any
 
-from steptime.errors import ModelConfigError, UnknownGPUError, UnknownModelError, UnsupportedModelError
-from steptime.validation import MAX_DIM, as_int
+from steptime.errors import (GPUTypeError, ModelConfigError, UnknownGPUError, UnknownModelError,
+                             UnsupportedModelError)
+from steptime.validation import MAX_CONFIG_BYTES, MAX_DIM, as_int, check_regular_file
 
 _HERE = Path(__file__).resolve().parent
 SPEC_DIR = _HERE  # the spec files (read by the lab too)
@@ -70,6 +71,7 @@ class GPU:
     nvlink_gbps: float | None
     pcie_gbps: float | None
     max_active_clusters: dict = field(default_factory=dict)
+    gpus_per_node: int | None = None  # GPUs one tensor-parallel group can span on the in-node links
     aliases: tuple = ()
     vidur_name: str | None = None
     aic_name: str | None = None
@@ -174,7 +176,7 @@ def _unwrap(raw: dict, key: str, default_source: str) -> Figure:
 
 _GPU_FIELDS = (
     "bf16_dense_tflops fp8_dense_tflops mem_type mem_bw_gbps mem_gb sms gpcs sms_per_gpc_max "
-    "l2_mb boost_mhz base_mhz power_w nvlink_gbps pcie_gbps max_active_clusters"
+    "l2_mb boost_mhz base_mhz power_w nvlink_gbps pcie_gbps max_active_clusters gpus_per_node"
 ).split()
 
 
@@ -187,6 +189,9 @@ def gpu_table() -> dict[str, GPU]:
         figs = {f: _unwrap(raw, f, src) for f in _GPU_FIELDS}
         vals = {f: figs[f].value for f in _GPU_FIELDS}
         vals["max_active_clusters"] = {int(k): int(v) for k, v in (vals["max_active_clusters"] or {}).items()}
+        if not (isinstance(vals["gpus_per_node"], int) and vals["gpus_per_node"] >= 1):
+            raise ValueError(f"{GPU_FILE}: {key}: gpus_per_node must be a positive integer with its source, "
+                             f"got {vals['gpus_per_node']!r}")
         if raw["architecture"] not in ARCHITECTURES:
             raise ValueError(f"{GPU_FILE}: {key}: unknown architecture {raw['architecture']!r}")
         out[key] = GPU(
@@ -251,6 +256,9 @@ def get_gpu(name: str | GPU) -> GPU:
     """Look a GPU up by its key or any alias (case and punctuation do not matter)."""
     if isinstance(name, GPU):
         return name
+    if not isinstance(name, str):
+        raise GPUTypeError(f"unknown GPU {name!r:.60}: expected one GPU name (a string, see `steptime gpus`) "
+                           f"or a GPU spec, got {type(name).__name__}")
     key = _gpu_alias_index().get(_norm(name))
     if key is None:
         close = difflib.get_close_matches(str(name).lower(), gpu_keys(), n=3, cutoff=0.3)
@@ -377,7 +385,7 @@ def model_from_config(path: str | os.PathLike) -> Model:
     size, more KV heads than heads, a hidden size the heads do not divide (when no head_dim is
     given). A mixture-of-experts config raises `UnsupportedModelError` ("MoE not supported yet").
     """
-    p = Path(path)
+    p = check_regular_file(path, "cannot read model config", MAX_CONFIG_BYTES, ModelConfigError)
     try:
         data = p.read_bytes()
     except OSError as exc:
@@ -414,8 +422,15 @@ def model_from_config(path: str | os.PathLike) -> Model:
             raise ModelConfigError(f"{where}: hidden_size ({hidden}) is not a multiple of num_attention_heads "
                                    f"({heads}) and no head_dim is given")
         head_dim = hidden // heads
-    inter_key = next((k for k in ("intermediate_size", "ffn_dim", "n_inner") if cfg.get(k) is not None), None)
-    inter = 4 * hidden if inter_key is None else _cfg_int(cfg, inter_key, where)
+    # the MLP width: intermediate_size (or OPT's ffn_dim) is required when present, null is refused; GPT-2
+    # style configs give n_inner, whose null means 4 x hidden (Hugging Face's documented default)
+    inter_key = next((k for k in ("intermediate_size", "ffn_dim") if k in cfg), None)
+    if inter_key is not None:
+        inter = _cfg_int(cfg, inter_key, where)
+    elif "n_inner" in cfg:
+        inter = 4 * hidden if cfg["n_inner"] is None else _cfg_int(cfg, "n_inner", where)
+    else:
+        raise ModelConfigError(f"{where}: intermediate_size is missing; expected a positive integer (the MLP width)")
     act = cfg.get("hidden_act", cfg.get("activation_function", "silu"))
     if act is None:
         act = "silu"

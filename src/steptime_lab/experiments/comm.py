@@ -122,12 +122,37 @@ def shape_donors(gpu: str, others) -> list[str]:
     return [o for o in others if comm.link_class(get_gpu(o)) == comm.link_class(g)] or list(others)
 
 
+def refuse_out_of_bounds(cp: dict, gpu: str, reads: list[dict], others) -> list[dict]:
+    """Readings whose bus bandwidth or floor is outside the physics bounds (terms/comm.py), each with
+    its cell, value and why. A refused bandwidth reading is replaced, in `reads`, by the datasheet
+    transfer (the other GPUs' of its link class achieved fraction of their datasheet link x this
+    GPU's link, as `datasheet_transfer`); a refused floor by the other GPUs' median floor."""
+    g = get_gpu(gpu)
+    refused = []
+    sub = datasheet_transfer(cp, gpu, others)
+    for r in reads:
+        B = r["x"] / r["t_us"] / 1e3 if r["what"] == "B" else None
+        L = r["t_us"] if r["what"] == "L" else None
+        why = comm.bound_violation(g, r["n"], B, L)
+        if why:
+            repl = sub[("nccl", r["n"])]
+            refused.append({"gpu": gpu, "cell": list(r["cell"]), "what": r["what"], "n": r["n"],
+                            "value": B if B is not None else L, "unit": "GB/s" if B is not None else "us",
+                            "why": why, "replaced_by": repl["B"] / 1e3 if B is not None else repl["L"]})
+            r["refused"] = True
+            r["substitute"] = repl["B"] if B is not None else repl["L"]
+    return refused
+
+
 def transfer(cp: dict, gpu: str, reads: list[dict], others) -> dict:
-    """The held-out GPU's (impl, n) -> {L, B} from its readings and the other GPUs of its link class."""
+    """The held-out GPU's (impl, n) -> {L, B} from its readings and the other GPUs of its link class
+    (a reading refused by `refuse_out_of_bounds` enters as its substitute)."""
     link = comm.link_class(get_gpu(gpu))
     same = [g for g in others if comm.link_class(get_gpu(g)) == link] or list(others)
-    B_read = {r["n"]: r["x"] / r["t_us"] for r in reads if r["what"] == "B"}
-    L_read = {r["n"]: r["t_us"] for r in reads if r["what"] == "L"}
+    val = {id(r): (r["substitute"] if r.get("refused") else
+                   (r["x"] / r["t_us"] if r["what"] == "B" else r["t_us"])) for r in reads}
+    B_read = {r["n"]: val[id(r)] for r in reads if r["what"] == "B"}
+    L_read = {r["n"]: val[id(r)] for r in reads if r["what"] == "L"}
     nref = max(L_read)
     ns = sorted({k[2] for k in cp if k[0] == gpu})
     out = {}
@@ -206,7 +231,12 @@ def run(df: pd.DataFrame, ablation: bool = True) -> dict:
             flat = fit_shapes(d, cp, others)
         reads = readings(d, g)
         cal.record(f"gpu.{g}.allreduce", [r["cell"] for r in reads], note="E1.25 deploy readings (NCCL)")
+        refused = refuse_out_of_bounds(cp, g, reads, others)
         params = transfer(cp, g, reads, others)
+        for (impl, n), p in params.items():  # what ships is within the bounds, whatever the readings said
+            why = comm.bound_violation(get_gpu(g), n, p["B"] / 1e3, p["L"])
+            if why:
+                raise ValueError(f"E1.25: {g} {impl}/{n}: {why}")
         x = d[(d["gpu"] == g) & d["scored"]].reset_index(drop=True)
         cal.check_disjoint(eval_cells(x))
         x["pred_us"] = predict_rows(x, params, shapes)
@@ -217,7 +247,7 @@ def run(df: pd.DataFrame, ablation: bool = True) -> dict:
         rows.append(x)
         per_gpu[g] = {"readings": reads, "params": {f"{i}/{n}": v for (i, n), v in sorted(params.items())},
                       "shapes": {f"{i}/{n}": shapes[(i, n)] for (i, n) in sorted(params)},
-                      "donors": shape_donors(g, others)}
+                      "donors": shape_donors(g, others), "refused": refused}
     pred = pd.concat(rows, ignore_index=True)
     pred["err"] = pred["pred_us"] / pred["t_us"] - 1
     pred["err_ring"] = pred["ring_us"] / pred["t_us"] - 1
@@ -249,7 +279,8 @@ def document(r: dict, target_pct: float = 10.0) -> dict:
                             f"(0.7 link))",
                             {"law": round(_mape(x["err"]), 2), "ring": round(_mape(x["err_ring"]), 2)},
                             "pooled MAPE % over all held-out GPUs", met=_mape(x["err"]) < _mape(x["err_ring"])))
-    metrics = {"records": records, "skipped_rows": r["skipped"],
+    refused = [x for v in r["per_gpu"].values() for x in v["refused"]]
+    metrics = {"refused_readings": refused, "records": records, "skipped_rows": r["skipped"],
                "target_met": sum(rec["mape"] <= target_pct for rec in records), "target_scored": len(records),
                "per_gpu": {g: {"readings": [{k: x[k] for k in ("what", "n", "message_bytes", "t_us")}
                                             for x in v["readings"]],
@@ -273,7 +304,12 @@ def defaults_updates(r: dict, experiment: str = "E1.25") -> list[dict]:
                               "from three NCCL deploy readings of the GPU (largest message at the largest and smallest "
                               "TP, smallest message at the largest TP) with the floor ratios of the other GPUs of its "
                               "link class; shapes fitted on AIConfigurator's tables of " + ", ".join(v["donors"]),
-                    "experiment": experiment, "cells": [list(x["cell"]) for x in v["readings"]]})
+                    "experiment": experiment, "cells": [list(x["cell"]) for x in v["readings"] if not x.get("refused")]})
+        if v["refused"]:
+            ups[-1]["source"] += ("; refused as outside the physics bounds (replaced by the other GPUs' achieved "
+                                  "fraction of their datasheet link): " + "; ".join(
+                                      f"{'/'.join(map(str, x['cell'][2:]))} {x['value']:.3g} {x['unit']}"
+                                      for x in v["refused"]))
     return ups
 
 
