@@ -25,7 +25,7 @@ rule E2_5:
         question=question("E2.5"),
         fast=config["fast"],
         full_grid=config["rf"]["full_grid"],
-        reading_repeats=settings("E2.5")["reading_repeats"],
+        reading_repeats=settings("E2.5").get("reading_repeats"),  # the registry names it (not .test/)
     threads: 1  # one BLAS thread: the fits are deterministic only single-threaded
     log:
         "logs/E2_5.log",
