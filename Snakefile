@@ -37,6 +37,23 @@ include: "workflow/rules/peers.smk"
 include: "workflow/rules/summary.smk"
 
 
+# Every wildcard matches only a name the registry knows (wildcards reach file names, logs and the
+# collectors' shell: commands, so a target such as `x$(touch PWNED).csv` must match no rule); a rule
+# may narrow one further (the collectors: config/collect.yaml's GPUs). Set after the includes so the
+# names are defined; it applies to every rule above.
+wildcard_constraints:
+    gpu=one_of(SPEC_GPUS),
+    model=one_of(SPEC_MODELS),
+    table=one_of(TABLES),
+    dataset=one_of(RF_DATASETS),
+    plan=one_of(["duty", "l2"]),
+    name=one_of(Path(p).stem for p in NOTEBOOKS),
+
+
+check_wildcards_constrained(workflow.rules, workflow.wildcard_constraints)
+check_registered_raw(workflow.rules)
+
+
 rule all:
     input:
         lambda wc: all_targets() + DOC_TARGETS,

@@ -6,7 +6,10 @@ import contextlib
 import hashlib
 import json
 import os
+import re
+import signal
 import tempfile
+import threading
 from functools import lru_cache
 from pathlib import Path
 from typing import Any, Iterator
@@ -45,24 +48,106 @@ def file_sha256(path: str | os.PathLike) -> str | None:
     return _cached_sha256(str(p.resolve()), st.st_mtime_ns, st.st_size)
 
 
+def _umask() -> int:
+    """The process umask, read without changing it where Linux tells it (/proc/self/status)."""
+    with contextlib.suppress(OSError, ValueError):
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    with _UMASK_LOCK:  # elsewhere: set and restore at once
+        old = os.umask(0o022)
+        os.umask(old)
+    return old
+
+
+_UMASK_LOCK = threading.Lock()
+# the signals that would end the process between the temp file and the rename without running any cleanup
+_CLEANUP_SIGNALS = tuple(getattr(signal, n) for n in ("SIGTERM", "SIGHUP") if hasattr(signal, n))
+
+
+class _Signalled(BaseException):
+    """Raised in the main thread by a signal that arrives while a temp file exists, so it is removed first."""
+
+    def __init__(self, signum: int):
+        super().__init__(signum)
+        self.signum = signum
+
+
+def _raise_signalled(signum, frame):
+    raise _Signalled(signum)
+
+
+@contextlib.contextmanager
+def _signals_unwind() -> Iterator[bool]:
+    """Within it, SIGTERM/SIGHUP raise _Signalled (where they would kill the process outright: default
+    handler, main thread); yields whether this context installed the handlers (and so re-delivers them)."""
+    installed = {}
+    if threading.current_thread() is threading.main_thread():
+        for s in _CLEANUP_SIGNALS:
+            with contextlib.suppress(ValueError, OSError):
+                if signal.getsignal(s) == signal.SIG_DFL:
+                    installed[s] = signal.signal(s, _raise_signalled)
+    try:
+        yield bool(installed)
+    finally:
+        for s, h in installed.items():
+            signal.signal(s, h)
+
+
+def _sweep_stale(target: Path, suffix: str) -> None:
+    """Remove temp files of `target` left by a writer that no longer runs (killed with SIGKILL, power loss):
+    their names carry the writer's pid."""
+    pat = re.compile(rf"^\.{re.escape(target.name)}\.(\d+)\.[^/]*{re.escape(suffix)}$")
+    with contextlib.suppress(OSError):
+        for f in target.parent.iterdir():
+            m = pat.match(f.name)
+            if not m or int(m.group(1)) == os.getpid():
+                continue
+            try:
+                os.kill(int(m.group(1)), 0)
+            except ProcessLookupError:
+                with contextlib.suppress(FileNotFoundError):
+                    f.unlink()
+            except (PermissionError, OverflowError):
+                continue  # alive under another user, or not a pid
+
+
 @contextlib.contextmanager
 def atomic_path(path: str | os.PathLike, suffix: str | None = None) -> Iterator[Path]:
     """Yield a temporary path in the target's directory; rename onto `path` on success.
 
-    On any exception the temporary file is removed and `path` is left untouched.
+    The temp file is removed and `path` left untouched on any exception, and on SIGTERM/SIGHUP (which are
+    then delivered as before: the process still ends by that signal); temp files of the same target left by
+    a writer killed outright (SIGKILL) are removed by the next write. The file gets the mode a plain open()
+    would give (0666 less the umask, e.g. 0644), not mkstemp's 0600.
     """
     target = Path(path)
+    suffix = suffix or target.suffix
     target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=suffix or target.suffix, dir=target.parent)
-    os.close(fd)
-    tmp_path = Path(tmp)
-    try:
-        yield tmp_path
-        os.replace(tmp_path, target)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            tmp_path.unlink()
-        raise
+    _sweep_stale(target, suffix)
+    mode = 0o666 & ~_umask()
+    with _signals_unwind() as owner:
+        tmp_path = None
+        try:
+            fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.{os.getpid()}.", suffix=suffix, dir=target.parent)
+            tmp_path = Path(tmp)
+            try:
+                os.fchmod(fd, mode)
+            finally:
+                os.close(fd)
+            yield tmp_path
+            with contextlib.suppress(FileNotFoundError):
+                os.chmod(tmp_path, mode)  # a writer that replaced the file: the same mode again
+            os.replace(tmp_path, target)
+        except BaseException as exc:
+            if tmp_path is not None:
+                with contextlib.suppress(FileNotFoundError):
+                    tmp_path.unlink()
+            if isinstance(exc, _Signalled) and owner:
+                signal.signal(exc.signum, signal.SIG_DFL)
+                os.kill(os.getpid(), exc.signum)  # end as the signal would have
+                raise SystemExit(128 + exc.signum) from None  # pragma: no cover (where it does not end us)
+            raise
 
 
 def _default(o: Any) -> Any:

@@ -5,6 +5,7 @@
 # E1.24: attention held out per GPU (per kernel family) on AIConfigurator's attention tables.
 rule E1_24:
     input:
+        registered=registered_raw("E1.24"),
         generation=tidy("attention_generation"),
         context=tidy("attention_context"),
         gemm_constants=rules.settle_gemm_constants.output.constants,

@@ -4,6 +4,7 @@
 # E2.7: every Part-2 claim in one panel, coloured by claim type, each point citing its claim id.
 rule E2_7:
     input:
+        registered=registered_raw("E2.7"),
         results=lambda wc: part2_results(),
         code=lib("experiments/abstract", "plotting", "results", "io"),
     output:
@@ -73,7 +74,7 @@ rule notebook:
     message:
         "Pairing notebooks/{wildcards.name}.py as an .ipynb (jupytext)"
     shell:
-        "jupytext --to ipynb --output {output} {input} > {log} 2>&1"
+        "jupytext --to ipynb --output {output:q} {input:q} > {log:q} 2>&1"
 
 
 NOTEBOOKS = [f"notebooks/{Path(p).stem}.ipynb" for p in sorted(glob.glob("notebooks/*.py"))]

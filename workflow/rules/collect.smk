@@ -7,6 +7,8 @@
 rule collect_clock_sweep:
     output:
         "raw/telemetry/clock/{gpu}/clock_sweep.csv",
+    wildcard_constraints:
+        gpu=COLLECT_GPUS,
     params:
         runs=COLLECT["clock_sweep"]["runs"],
         hold=COLLECT["clock_sweep"]["hold_s"],
@@ -23,14 +25,16 @@ rule collect_clock_sweep:
     message:
         "Collecting the clock sweep on {wildcards.gpu} (GPU node)"
     shell:
-        "python -m steptime_collect.clock --out {output} --runs {params.runs} "
-        "--hold-s {params.hold} --cool-s {params.cool} > {log} 2>&1"
+        "python -m steptime_collect.clock --out {output:q} --runs {params.runs:q} "
+        "--hold-s {params.hold:q} --cool-s {params.cool:q} > {log:q} 2>&1"
 
 
 # Profile the GEMM kernels of the m ladder with Nsight Compute on one GPU.
 rule collect_ncu_gemm:
     output:
         "raw/telemetry/ncu/{gpu}/gemm_counters.csv",
+    wildcard_constraints:
+        gpu=COLLECT_GPUS,
     params:
         m=COLLECT["ncu"]["m"],
         shapes=COLLECT["ncu"]["shapes"],
@@ -47,5 +51,5 @@ rule collect_ncu_gemm:
     message:
         "Collecting Nsight Compute GEMM counters on {wildcards.gpu} (GPU node)"
     shell:
-        "python -m steptime_collect.ncu --out {output} --m {params.m} --shapes {params.shapes} "
-        "--clock-control {params.clock} > {log} 2>&1"
+        "python -m steptime_collect.ncu --out {output:q} --m {params.m:q} --shapes {params.shapes:q} "
+        "--clock-control {params.clock:q} > {log:q} 2>&1"

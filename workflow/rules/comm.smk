@@ -10,6 +10,7 @@ COMM_LIB = lib("terms/comm", "experiments/__init__", "experiments/comm", "calibr
 # E1.25: all-reduce law (floor + bus bytes over achieved bus bandwidth, per protocol regime).
 rule E1_25:
     input:
+        registered=registered_raw("E1.25"),
         data=tidy("allreduce"),
         code=COMM_LIB,
     output:
@@ -34,6 +35,7 @@ rule E1_25:
 # E1.27: fp8 W8A8 GEMMs held out per GPU (bf16 GEMM fold + datasheet fp8 peak + fp8 factors of other GPUs).
 rule E1_27:
     input:
+        registered=registered_raw("E1.27"),
         fp8=tidy("gemm_fp8"),
         bf16=tidy("gemm"),
         gemm_constants=rules.settle_gemm_constants.output.constants,

@@ -5,6 +5,7 @@
 import collections
 import glob
 import os
+import sys
 import yaml
 from pathlib import Path
 
@@ -22,6 +23,67 @@ with open("config/collect.yaml") as _fh:
     COLLECT = yaml.safe_load(_fh)
 validate(COLLECT, "../schemas/collect.schema.yaml")
 
+# The names the library knows (its spec tables): every {gpu} and {model} wildcard is one of them
+# (the wildcard_constraints in the Snakefile), and config/collect.yaml may name no other.
+with open("src/steptime/specs/gpus.yaml") as _fh:
+    SPEC_GPUS = list(yaml.safe_load(_fh)["gpus"])
+with open("src/steptime/specs/models.yaml") as _fh:
+    SPEC_MODELS = list(yaml.safe_load(_fh)["models"])
+for _g in COLLECT["gpus"]:
+    if _g not in SPEC_GPUS:
+        raise WorkflowError(f"config/collect.yaml: unknown GPU {_g!r} (not in src/steptime/specs/gpus.yaml)")
+for _size in ("fast", "full"):
+    for _g in config["sizes"]["r2_1_design"][_size]["targets"] or []:
+        if _g not in SPEC_GPUS:
+            raise WorkflowError(f"config/config.yaml: sizes.r2_1_design.{_size}.targets: unknown GPU {_g!r} "
+                                "(not in src/steptime/specs/gpus.yaml)")
+
+
+def refuse_non_finite(doc, where):
+    """The schemas bound every number, but NaN compares false with any bound: refuse it (and inf) by name."""
+    import math
+
+    todo = [(where, doc)]
+    while todo:
+        at, x = todo.pop()
+        if isinstance(x, float) and not math.isfinite(x):
+            raise WorkflowError(f"{at}: {x} is not a finite number")
+        if isinstance(x, dict):
+            todo += [(f"{at}.{k}", v) for k, v in x.items()]
+        elif isinstance(x, list):
+            todo += [(f"{at}[{i}]", v) for i, v in enumerate(x)]
+
+
+refuse_non_finite(config, "config/config.yaml")
+refuse_non_finite(_REGISTRY, config["experiments"])
+refuse_non_finite(COLLECT, "config/collect.yaml")
+if COLLECT["steptrace"]["model"] not in SPEC_MODELS:
+    raise WorkflowError(f"config/collect.yaml: steptrace.model {COLLECT['steptrace']['model']!r} is not in "
+                        "src/steptime/specs/models.yaml")
+
+
+def one_of(names):
+    """A wildcard constraint that matches exactly one of the given names (each taken literally); with no
+    names, one that matches nothing (e.g. no notebooks in a scratch copy)."""
+    import re
+
+    names = sorted(names, key=len, reverse=True)  # the longest first: a100-sxm-40gb before a100-sxm
+    return "|".join(re.escape(n) for n in names) or "(?!)"
+
+
+# the GPUs the collection rules run on (config/collect.yaml `gpus`, each with a Slurm gres)
+COLLECT_GPUS = one_of(COLLECT["gpus"])
+
+
+def check_wildcards_constrained(rules, global_constraints):
+    """Refuse, at parse time, a rule whose wildcard no constraint limits (its own or the Snakefile's global
+    wildcard_constraints): an unconstrained wildcard matches any text a target names, shell syntax included."""
+    for r in rules:
+        free = set(r.wildcard_names) - set(r.wildcard_constraints) - set(global_constraints)
+        if free:
+            raise WorkflowError(f"wildcard(s) {', '.join(sorted(free))} of rule {r.name} without a constraint; "
+                                "add one to the Snakefile's wildcard_constraints, from the registry's names")
+
 # The one software environment, named by every rule's conda: directive (paths resolve against
 # the rule's own .smk file): the dependencies only. Every job imports steptime from this
 # checkout's src/ (first on PYTHONPATH), with or without --use-conda, so the code a rule runs
@@ -29,6 +91,7 @@ validate(COLLECT, "../schemas/collect.schema.yaml")
 CONDA_ENV = "../envs/steptime.yaml"
 _SRC = str(Path(workflow.basedir, "src").resolve())
 os.environ.update(PYTHONPATH=_SRC)
+sys.path.insert(0, _SRC)  # this process too (the registered-raw check reads the manifest through the library)
 
 # The code, declared as an input of every rule that imports it (the shipped constants file
 # src/steptime/calibration/defaults.yaml included: no rule writes it; the settle rules write
@@ -96,6 +159,49 @@ def size(name):
     return config["sizes"][name]["fast" if config["fast"] else "full"]
 
 
+def registered_raw(*eids):
+    """An input function that stops the build with one line naming the first registered raw input of the
+    experiments (config/experiments.yaml `raw:`) that is gone: a file missing or dropped from raw/MANIFEST.yaml,
+    a directory missing a file the manifest lists (steptime_lab.data.manifest.registered_problems; `steptime data
+    verify` checks the same). It adds no input (the data reach the rule through its tidy tables); every rule
+    that writes a registry experiment's outputs declares it (checked at parse: check_registered_raw)."""
+
+    def check(wildcards):
+        for eid in eids:
+            exp = EXPERIMENTS.get(eid, {})
+            # awaiting: its `raw:` names the telemetry rule all waits for; the rule reads whatever was collected
+            if exp.get("status") in ("built", "optional"):
+                stop_on_registered(exp.get("raw", []), eid)
+        return []
+
+    check.eids = eids
+    return check
+
+
+def stop_on_registered(paths, eid):
+    """WorkflowError with the first problem of an experiment's registered raw inputs, if any."""
+    from steptime_lab.data.manifest import registered_problems
+
+    problems = registered_problems(paths, ".", needed_by=eid)
+    if problems:
+        raise WorkflowError(problems[0][1])
+
+
+def check_registered_raw(rules):
+    """Refuse, at parse time, a rule that writes an experiment's registered outputs without declaring
+    `registered=registered_raw(<its IDs>)` among its inputs."""
+    owner = {o: eid for eid, exp in EXPERIMENTS.items() for o in exp["outputs"]}
+    for r in rules:
+        eids = {owner[str(o)] for o in r.output if str(o) in owner}
+        if not eids:
+            continue
+        idx = r.input._names.get("registered", (None,))[0]
+        have = set(getattr(r.input[idx], "eids", ())) if idx is not None else set()
+        if not eids <= have:
+            raise WorkflowError(f"the rule {r.name} writes outputs of {', '.join(sorted(eids))} without the input "
+                                f"registered=registered_raw(...) naming them (their config/experiments.yaml raw: check)")
+
+
 def data_present(exp):
     """True when every raw input of an experiment exists (awaiting telemetry otherwise)."""
     return all(Path(p).exists() for p in exp.get("raw", []))
@@ -118,7 +224,7 @@ def all_targets():
     out = []
     for eid, exp in EXPERIMENTS.items():
         if exp["status"] == "built":
-            missing_raw(exp.get("raw", []), eid)
+            stop_on_registered(exp.get("raw", []), eid)
             out.extend(exp["outputs"])
         elif exp["status"] == "awaiting" and data_present(exp):
             out.extend(exp["outputs"])
@@ -182,4 +288,16 @@ def raw_inputs(wildcards):
     if not files:
         raise WorkflowError(f"tidy table {wildcards.table}: raw/MANIFEST.yaml lists no file of "
                             f"{TABLES[wildcards.table]['raw']}")
-    return missing_raw(files, f"results/data/{wildcards.table}.parquet") + [RAW_MANIFEST]
+    missing_raw(files, f"results/data/{wildcards.table}.parquet")
+    table_registered(wildcards.table, files)
+    return files + [RAW_MANIFEST]
+
+
+def table_registered(table, files):
+    """Stop a tidy table's build on a registered raw input of an experiment that reads it which is gone
+    (steptime_lab.data.manifest.table_registry_problems): a file removed together with its manifest entry no
+    longer shrinks the table silently."""
+    from steptime_lab.data.manifest import table_registry_problems
+
+    for path, msg in table_registry_problems(files, EXPERIMENTS, "."):
+        raise WorkflowError(f"{msg} (the tidy table {table} reads it)")

@@ -4,6 +4,7 @@
 # E2.5: rows profiled and wall seconds against GPUs covered and home accuracy.
 rule E2_5:
     input:
+        registered=registered_raw("E2.5"),
         e2_1=rules.E2_1.output.result,
         **UTILITY_DATA["aic_gemm"],
         **UTILITY_DATA["vidur_step"],

@@ -8,7 +8,7 @@ rule ingest:
     output:
         table="results/data/{table}.parquet",
     wildcard_constraints:
-        table="|".join(TABLES),
+        table=one_of(TABLES),
     params:
         about=lambda wc: TABLES[wc.table]["about"],
     log:

@@ -10,6 +10,7 @@ AIC_GPUS = _gpu_keys(tables="aic")
 
 rule design_choices:
     input:
+        registered=registered_raw("R2.1"),
         gemm=tidy("gemm"),
         attention=[tidy("attention_generation"), tidy("attention_context")],
         gemm_constants=rules.settle_gemm_constants.output.constants,

@@ -9,6 +9,7 @@ GEMM_LIB = lib()  # the whole library: the experiment modules import across it (
 # E1.11: Hopper grid cap from GPC geometry vs blind; which cluster size the latency data supports.
 rule E1_11:
     input:
+        registered=registered_raw("E1.11"),
         gemm=tidy("gemm"),
         code=GEMM_LIB,
     output:
@@ -33,6 +34,7 @@ rule E1_11:
 # E1.3: memory efficiency as one law in working set over L2 or in bytes read, per GPU and held out.
 rule E1_3:
     input:
+        registered=registered_raw("E1.3"),
         gemm=tidy("gemm"),
         scale=tidy("scale_matrix"),
         code=GEMM_LIB,
@@ -57,6 +59,7 @@ rule E1_3:
 # the all-GPU fit, the readings and the E1.11/E1.3 decisions go to a settled file downstream rules load.
 rule settle_gemm_constants:
     input:
+        registered=registered_raw("E1.23"),
         gemm=tidy("gemm"),
         e1_11=rules.E1_11.output.result,
         e1_3=rules.E1_3.output.result,
@@ -82,6 +85,7 @@ rule settle_gemm_constants:
 # E1.23: head-to-head on the same cells vs bare roofline, datasheet alphas, AIC empirical, calibrated roofline.
 rule E1_23:
     input:
+        registered=registered_raw("E1.23"),
         gemm=tidy("gemm"),
         constants=rules.settle_gemm_constants.output.constants,
         settled=rules.settle_gemm_constants.output.settled,
@@ -111,6 +115,7 @@ rule E1_23:
 # E1.2: tile ladder + last-wave tail on Ampere/Ada (A100, L40S) and on Vidur's A40 GEMM operators.
 rule E1_2:
     input:
+        registered=registered_raw("E1.2"),
         gemm=tidy("gemm"),
         vidur=tidy("vidur_mlp"),
         constants=rules.settle_gemm_constants.output.constants,
@@ -136,6 +141,7 @@ rule E1_2:
 # E1.2b: Hopper latency curves under the persistent cluster model (settled cluster size vs 16).
 rule E1_2b:
     input:
+        registered=registered_raw("E1.2b"),
         gemm=tidy("gemm"),
         constants=rules.settle_gemm_constants.output.constants,
         settled=rules.settle_gemm_constants.output.settled,
@@ -161,6 +167,7 @@ rule E1_2b:
 # E1.12: which SM-fill paradigm each Blackwell GPU's curves follow.
 rule E1_12:
     input:
+        registered=registered_raw("E1.12"),
         gemm=tidy("gemm"),
         constants=rules.settle_gemm_constants.output.constants,
         settled=rules.settle_gemm_constants.output.settled,
@@ -188,6 +195,7 @@ rule E1_12:
 # E1.13: the factor product vs one scalar efficiency per GPU, and the scalar's drift.
 rule E1_13:
     input:
+        registered=registered_raw("E1.13"),
         gemm=tidy("gemm"),
         constants=rules.settle_gemm_constants.output.constants,
         settled=rules.settle_gemm_constants.output.settled,
@@ -216,6 +224,7 @@ rule E1_13:
 # L0.2: the efficiency a bare roofline needs per cell, on both branches, before and after our factors.
 rule L0_2:
     input:
+        registered=registered_raw("L0.2"),
         gemm=tidy("gemm"),
         constants=rules.settle_gemm_constants.output.constants,
         settled=rules.settle_gemm_constants.output.settled,

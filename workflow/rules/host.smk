@@ -4,6 +4,7 @@
 # E1.4: host floor S(N) = a + b(N-1) and its parts on Vidur's cpu_overheads.
 rule E1_4:
     input:
+        registered=registered_raw("E1.4"),
         data=tidy("vidur_cpu_overheads"),
         settled=rules.settle_gemm_constants.output.settled,
         code=STEP_LIB,

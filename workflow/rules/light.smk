@@ -4,6 +4,7 @@
 # E1.1c: per-kernel launch floor + achieved bandwidth on Vidur's light operators.
 rule E1_1c:
     input:
+        registered=registered_raw("E1.1c"),
         data=tidy("vidur_mlp"),
         gemm_constants=rules.settle_gemm_constants.output.constants,
         settled=rules.settle_gemm_constants.output.settled,

@@ -4,6 +4,7 @@
 # L0.1: prior predictors' efficiency source, GPU coverage, reported accuracy (cited data file).
 rule L0_1:
     input:
+        registered=registered_raw("L0.1"),
         lit="config/literature.yaml",
         code=STEP_LIB,
     output:

@@ -6,6 +6,7 @@
 
 rule E2_12:
     input:
+        registered=registered_raw("E2.12"),
         silicon=tidy("aic_silicon"),
         traces=tidy("traces"),
         coefficients=tidy("distserve"),

@@ -4,6 +4,7 @@
 # E2.2 + E2.6: rank GPUs per workload against measured-table sums, tie-aware.
 rule E2_2:
     input:
+        registered=registered_raw("E2.2", "E2.6"),
         **UTILITY_DATA["aic_gemm"],
         **UTILITY_DATA["aic_attention"],
         gemm_rf="results/cache/rf/aic_gemm_a100-sxm.joblib",

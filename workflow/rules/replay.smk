@@ -2,6 +2,7 @@
 # (closed loop at each row's concurrency), beside E2.11's one-step approximation. Simulated.
 rule E2_11b:
     input:
+        registered=registered_raw("E2.11b"),
         mlenergy_v2=tidy("mlenergy_v2"),
         mlenergy_v3=tidy("mlenergy_v3"),
         silicon=tidy("aic_silicon"),

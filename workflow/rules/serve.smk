@@ -5,6 +5,7 @@
 # E2.9: Sarathi chunk sizing for a TBT SLO: steptime's pick vs static 512/2048 vs the simulated oracle.
 rule E2_9:
     input:
+        registered=registered_raw("E2.9"),
         traces=tidy("traces"),
         code=lib("serve", "experiments/serving", "step", "terms", "specs", "calibration"),
         settled=SETTLED_ALL,
@@ -31,6 +32,7 @@ rule E2_9:
 # E2.4: prefill/decode pool sizing, steptime vs DistServe's own fitted model driving the same simulator.
 rule E2_4:
     input:
+        registered=registered_raw("E2.4"),
         traces=tidy("traces"),
         coefficients=tidy("distserve"),
         max_tokens=tidy("distserve_max_num_tokens"),
@@ -59,6 +61,7 @@ rule E2_4:
 # E2.10: end-to-end replay of LLMServingSim's real vLLM 0.19 runs (same arrivals), per-request TTFT/TPOT/e2e.
 rule E2_10:
     input:
+        registered=registered_raw("E2.10"),
         requests=tidy("servingsim_requests"),
         llmservingsim=tidy("servingsim_sim"),  # LLMServingSim's own simulated replay, scored beside steptime's
         code=lib("serve", "experiments/serving", "step", "terms", "specs", "calibration"),
@@ -86,6 +89,7 @@ rule E2_10:
 # E2.3: QLM-style deadline queue with steptime's waiting-time estimate vs a scalar one, under contention.
 rule E2_3:
     input:
+        registered=registered_raw("E2.3"),
         traces=tidy("traces"),
         code=lib("serve", "experiments/serving", "step", "terms", "specs", "calibration"),
         settled=SETTLED_ALL,

@@ -5,6 +5,7 @@
 # The constants E1.24, E1.1c and E1.4 settle, as a settled file (with provenance) later rules load.
 rule settle_step_constants:
     input:
+        registered=registered_raw("E1.1"),
         e1_24=rules.E1_24.output.result,
         e1_1c=rules.E1_1c.output.result,
         e1_4=rules.E1_4.output.result,
@@ -26,6 +27,7 @@ rule settle_step_constants:
 # E1.1 / E1.1b / E1.20: whole per-layer Vidur step, residual by term, ablation ladder.
 rule E1_1:
     input:
+        registered=registered_raw("E1.1", "E1.1b", "E1.20"),
         data=tidy("vidur_mlp"),
         gemm_constants=rules.settle_gemm_constants.output.constants,
         settled=[rules.settle_gemm_constants.output.settled, rules.settle_step_constants.output.settled],
@@ -61,6 +63,7 @@ rule E1_1:
 # E1.22: signed-error atlas over attention (tokens x KV) and Vidur step (m x shape).
 rule E1_22:
     input:
+        registered=registered_raw("E1.22"),
         attn=rules.E1_24.output.pred,
         step=rules.E1_1.output.pred,
         code=STEP_LIB,
@@ -85,6 +88,7 @@ rule E1_22:
 # Walkthrough: every term's share of a llama-3.1-8b step on h100-sxm over batch and KV length.
 rule walkthrough:
     input:
+        registered=registered_raw("E1.1"),
         settled=[rules.settle_gemm_constants.output.settled, rules.settle_step_constants.output.settled],
         code=STEP_LIB,
     output:

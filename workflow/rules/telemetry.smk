@@ -2,15 +2,12 @@
 # reductions of the experiments that await it (E1.3b, E1.5-E1.10, E1.14, E1.15, E1.17, E2.8); E1.19 is built on the
 # vendored FPM steps and any collected step traces by its own rule (E1_19, at the end of this file).
 # A reduction builds once its telemetry is in raw/telemetry/ (rule all: registry `raw:` present).
-import yaml as _tyaml
-
-with open("config/collect.yaml") as _tfh:
-    TCOLLECT = _tyaml.safe_load(_tfh)
+# COLLECT: config/collect.yaml, validated (and its GPU and model names checked) in common.smk.
 
 
 # the GPU model a collection job asks Slurm for, and the sbatch extra that requests it
-_gres = lambda wc: TCOLLECT["gpus"][wc.gpu]["gres"]
-_slurm_extra = lambda wc: f"'--gres=gpu:{TCOLLECT['gpus'][wc.gpu]['gres']}:1 --exclusive'"
+_gres = lambda wc: COLLECT["gpus"][wc.gpu]["gres"]
+_slurm_extra = lambda wc: f"'--gres=gpu:{COLLECT['gpus'][wc.gpu]['gres']}:1 --exclusive'"
 # every collected file matching a raw/telemetry glob (one per GPU), sorted
 _telemetry = lambda pattern: sorted(glob.glob(pattern))
 
@@ -36,10 +33,12 @@ TELEMETRY = {
 rule collect_cap_sweep:
     output:
         "raw/telemetry/clock/{gpu}/cap_sweep.csv",
+    wildcard_constraints:
+        gpu=COLLECT_GPUS,
     params:
-        runs=TCOLLECT["cap_sweep"]["runs"],
-        caps=lambda wc: ",".join(str(c) for c in TCOLLECT["gpus"][wc.gpu].get("caps_w", [])),
-        m=TCOLLECT["cap_sweep"]["m"],
+        runs=COLLECT["cap_sweep"]["runs"],
+        caps=lambda wc: ",".join(str(c) for c in COLLECT["gpus"][wc.gpu].get("caps_w", [])),
+        m=COLLECT["cap_sweep"]["m"],
     resources:
         gpu_model=_gres,
         slurm_extra=_slurm_extra,
@@ -50,18 +49,20 @@ rule collect_cap_sweep:
     message:
         "Collecting the power-cap clock sweep on {wildcards.gpu} (GPU node, power limit restored after)"
     shell:
-        "python -m steptime_collect.clock --out {output} --runs {params.runs} --m {params.m} "
-        "--caps {params.caps} --allow-set-power > {log} 2>&1"
+        "python -m steptime_collect.clock --out {output:q} --runs {params.runs:q} --m {params.m:q} "
+        "--caps {params.caps:q} --allow-set-power > {log:q} 2>&1"
 
 
 # Free-running vs locked SM clock (E1.8); the lock is reset on exit.
 rule collect_lock_control:
     output:
         "raw/telemetry/clock/{gpu}/lock_control.csv",
+    wildcard_constraints:
+        gpu=COLLECT_GPUS,
     params:
-        runs=TCOLLECT["lock_control"]["runs"],
-        lock=lambda wc: TCOLLECT["gpus"][wc.gpu].get("lock_mhz", ""),
-        m=TCOLLECT["lock_control"]["m"],
+        runs=COLLECT["lock_control"]["runs"],
+        lock=lambda wc: COLLECT["gpus"][wc.gpu].get("lock_mhz", ""),
+        m=COLLECT["lock_control"]["m"],
     resources:
         gpu_model=_gres,
         slurm_extra=_slurm_extra,
@@ -72,16 +73,18 @@ rule collect_lock_control:
     message:
         "Collecting the locked-clock control on {wildcards.gpu} (GPU node, clocks reset after)"
     shell:
-        "python -m steptime_collect.clock --out {output} --runs {params.runs} --m {params.m} "
-        "--lock-mhz none,{params.lock} --allow-lock-clocks > {log} 2>&1"
+        "python -m steptime_collect.clock --out {output:q} --runs {params.runs:q} --m {params.m:q} "
+        "--lock-mhz none,{params.lock:q} --allow-lock-clocks > {log:q} 2>&1"
 
 
 # The Blackwell Max-Q clock sweep (E1.6): the card as found, no setting changed.
 rule collect_maxq_sweep:
     output:
         "raw/telemetry/clock/{gpu}/maxq_sweep.csv",
+    wildcard_constraints:
+        gpu=COLLECT_GPUS,
     params:
-        runs=TCOLLECT["clock_sweep"]["runs"],
+        runs=COLLECT["clock_sweep"]["runs"],
     resources:
         gpu_model=_gres,
         slurm_extra=_slurm_extra,
@@ -92,7 +95,7 @@ rule collect_maxq_sweep:
     message:
         "Collecting the Max-Q clock sweep on {wildcards.gpu} (GPU node)"
     shell:
-        "python -m steptime_collect.clock --out {output} --runs {params.runs} > {log} 2>&1"
+        "python -m steptime_collect.clock --out {output:q} --runs {params.runs:q} > {log:q} 2>&1"
 
 
 # GEMM latency sweeps: the dense m ladder (plan duty: E1.14, E1.15) and L2 working sets (plan l2: E1.3b).
@@ -100,9 +103,10 @@ rule collect_gemm_sweep:
     output:
         "raw/telemetry/gemm_sweep/{gpu}/{plan}.csv",
     wildcard_constraints:
-        plan="duty|l2",
+        gpu=COLLECT_GPUS,
+        plan=one_of(["duty", "l2"]),
     params:
-        repeats=TCOLLECT["gemm_sweep"]["repeats"],
+        repeats=COLLECT["gemm_sweep"]["repeats"],
     resources:
         gpu_model=_gres,
         slurm_extra=_slurm_extra,
@@ -113,14 +117,16 @@ rule collect_gemm_sweep:
     message:
         "Collecting the {wildcards.plan} GEMM sweep on {wildcards.gpu} (GPU node)"
     shell:
-        "python -m steptime_collect.gemm_sweep --plan {wildcards.plan} --gpu {wildcards.gpu} "
-        "--repeats {params.repeats} --out {output} > {log} 2>&1"
+        "python -m steptime_collect.gemm_sweep --plan {wildcards.plan:q} --gpu {wildcards.gpu:q} "
+        "--repeats {params.repeats:q} --out {output:q} > {log:q} 2>&1"
 
 
 # cuBLASLt's dispatch log over the dense m ladder (tiles, stages, clusters; E1.14).
 rule collect_dispatch_log:
     output:
         "raw/telemetry/dispatch/{gpu}/cublaslt.log",
+    wildcard_constraints:
+        gpu=COLLECT_GPUS,
     resources:
         gpu_model=_gres,
         slurm_extra=_slurm_extra,
@@ -131,15 +137,17 @@ rule collect_dispatch_log:
     message:
         "Collecting cuBLASLt's dispatch log on {wildcards.gpu} (GPU node)"
     shell:
-        "python -m steptime_collect.dispatch --gpu {wildcards.gpu} --out {output} > {log} 2>&1"
+        "python -m steptime_collect.dispatch --gpu {wildcards.gpu:q} --out {output:q} > {log:q} 2>&1"
 
 
 # Nsight Compute over a short eager decode run: the engine's own kernels (E1.17).
 rule collect_engine_kernels:
     output:
         "raw/telemetry/engine_kernels/{gpu}/ncu.csv",
+    wildcard_constraints:
+        gpu=COLLECT_GPUS,
     params:
-        model=TCOLLECT["steptrace"]["model"],
+        model=COLLECT["steptrace"]["model"],
     resources:
         gpu_model=_gres,
         slurm_extra=_slurm_extra,
@@ -150,8 +158,8 @@ rule collect_engine_kernels:
     message:
         "Collecting engine-kernel counters on {wildcards.gpu} (GPU node)"
     shell:
-        "python -m steptime_collect.engine_kernels --model {params.model} --gpu {wildcards.gpu} --out {output} "
-        "> {log} 2>&1"
+        "python -m steptime_collect.engine_kernels --model {params.model:q} --gpu {wildcards.gpu:q} --out {output:q} "
+        "> {log:q} 2>&1"
 
 
 # Per-step wall time of a serving engine with each step's composition, FPM layout (E1.19).
@@ -160,9 +168,11 @@ rule collect_steptrace:
         traces=tidy("traces"),
     output:
         "raw/telemetry/steptrace/{gpu}/{model}.csv",
+    wildcard_constraints:
+        gpu=COLLECT_GPUS,
     params:
-        trace=TCOLLECT["steptrace"]["trace"],
-        requests=TCOLLECT["steptrace"]["requests"],
+        trace=COLLECT["steptrace"]["trace"],
+        requests=COLLECT["steptrace"]["requests"],
     resources:
         gpu_model=_gres,
         slurm_extra=_slurm_extra,
@@ -173,8 +183,8 @@ rule collect_steptrace:
     message:
         "Collecting a serving step trace of {wildcards.model} on {wildcards.gpu} (GPU node)"
     shell:
-        "python -m steptime_collect.steptrace --model {wildcards.model} --trace {params.trace} "
-        "--traces-table {input.traces} --requests {params.requests} --out {output} > {log} 2>&1"
+        "python -m steptime_collect.steptrace --model {wildcards.model:q} --trace {params.trace:q} "
+        "--traces-table {input.traces:q} --requests {params.requests:q} --out {output:q} > {log:q} 2>&1"
 
 
 # The reductions: one rule per awaiting experiment, all through one thin script.
@@ -184,6 +194,7 @@ for _eid, (_tglob, _stem) in TELEMETRY.items():
         name:
             f"telemetry_{_eid.replace('.', '_')}"
         input:
+            registered=registered_raw(_eid),
             telemetry=_telemetry(_tglob),
             dispatch=_telemetry("raw/telemetry/dispatch/*/cublaslt.log") if _eid == "E1.14" else [],
             code=lib("steptime_collect", "experiments/telemetry", "terms", "specs", "calibration", "results", "plotting", "metrics", "step.py", "data"),
@@ -210,6 +221,7 @@ for _eid, (_tglob, _stem) in TELEMETRY.items():
 # read by one code path (steptime_lab.experiments.hostfloor); R2.3's three-reading constants as a side-by-side arm.
 rule E1_19:
     input:
+        registered=registered_raw("E1.19"),
         fpm=tidy("fpm_steps"),
         steptrace=_telemetry("raw/telemetry/steptrace/*/*.csv"),
         constants=rules.R2_3.output.constants,

@@ -26,8 +26,8 @@ rule rf_fit:
     output:
         model="results/cache/rf/{dataset}_{gpu}.joblib",
     wildcard_constraints:
-        dataset="|".join(RF_DATASETS),
-        gpu="|".join(RF_HOMES),
+        dataset=one_of(RF_DATASETS),
+        gpu=one_of(RF_HOMES),
     threads: 2
     params:
         full_grid=config["rf"]["full_grid"],
@@ -53,8 +53,8 @@ rule rf_fit_full:
     output:
         model="results/cache/rf_full/{dataset}_{gpu}.joblib",
     wildcard_constraints:
-        dataset="|".join(RF_DATASETS),
-        gpu="|".join(RF_HOMES),
+        dataset=one_of(RF_DATASETS),
+        gpu=one_of(RF_HOMES),
     threads: 2
     params:
         full_grid=True,
@@ -105,6 +105,7 @@ rule E2_1_grid:
 # E2.1: home RF (held-out), verbatim and spec-scaled RF, and steptime (held-out folds) on every target GPU.
 rule E2_1:
     input:
+        registered=registered_raw("E2.1"),
         **UTILITY_ALL_DATA,
         models=expand("results/cache/rf/{dataset}_{gpu}.joblib", dataset=RF_DATASETS, gpu=RF_HOMES),
         gemm_constants=rules.settle_gemm_constants.output.constants,

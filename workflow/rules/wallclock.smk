@@ -18,6 +18,7 @@ WC_TOKENS = dict(
 # R2.3: engine constants from three wall-clock steps per (GPU, engine); gain and per-operator price.
 rule R2_3:
     input:
+        registered=registered_raw("R2.3"),
         fpm=tidy("fpm_steps"),
         gemm=tidy("gemm"),
         attn_ctx=tidy("attention_context"),
@@ -51,6 +52,7 @@ rule R2_3:
 # E1.26: every FPM step, kernels / shipped profile / three readings / roofline, per phase x TP.
 rule E1_26:
     input:
+        registered=registered_raw("E1.26"),
         fpm=tidy("fpm_steps"),
         constants=rules.R2_3.output.constants,
         settled=SETTLED_ALL,  # this run's settled constants (the predictions read them, not src/)
@@ -80,6 +82,7 @@ rule E1_26:
 # E1.18: exposed host time per engine from the smallest steps.
 rule E1_18:
     input:
+        registered=registered_raw("E1.18"),
         fpm=tidy("fpm_steps"),
         **WC_TOKENS,
         settled=SETTLED_ALL,  # this run's settled constants (the predictions read them, not src/)
@@ -106,6 +109,7 @@ rule E1_18:
 # E1.21: prefill on wall clock across GPUs where the sets hold isolated prefills.
 rule E1_21:
     input:
+        registered=registered_raw("E1.21"),
         fpm=tidy("fpm_steps"),
         **WC_TOKENS,
         constants=rules.R2_3.output.constants,
@@ -136,6 +140,7 @@ rule E1_21:
 # E2.11: token time as one decode step at the measured mean batch (an approximation of a schedule).
 rule E2_11:
     input:
+        registered=registered_raw("E2.11"),
         **WC_TOKENS,
         constants=rules.R2_3.output.constants,
         settled=SETTLED_ALL,  # this run's settled constants (the predictions read them, not src/)

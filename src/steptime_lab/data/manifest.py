@@ -172,3 +172,96 @@ def check_entry(entry: Entry) -> Path:
         raise DataError(f"{entry.rel}: sha256 {got[:12]}... does not match {MANIFEST_REL} ({str(want)[:12]}...): the "
                         f"file is corrupted or changed; restore it (git checkout -- {entry.rel}) or re-vendor raw/")
     return p
+
+
+# the statuses whose registered raw inputs must be in raw/ now (awaiting: GPU telemetry still to collect)
+REGISTERED_NOW = ("built", "optional")
+
+
+def registered_problems(paths: Iterable[str], root: str | os.PathLike | None = None, *,
+                        needed_by: str = "") -> list[tuple[str, str]]:
+    """(path, one-line problem) for each registered raw input that is gone. Registered raw inputs are an
+    experiment's `raw:` in config/experiments.yaml: the record of what it reads that does not live in the
+    manifest, so a file removed together with its manifest entry is still caught. A file must exist and be
+    listed in raw/MANIFEST.yaml (files under raw/telemetry/, collected, need only exist); a directory must
+    hold at least one listed file, and every file the manifest lists under it. `needed_by` names who reads
+    it in the message (e.g. 'E1.3')."""
+    r = find_root(root)
+    who = f"registered raw input of {needed_by} in config/experiments.yaml" if needed_by else \
+        "registered raw input in config/experiments.yaml"
+    fix = "restore it (git checkout -- {p}) or change the registry"
+    out: list[tuple[str, str]] = []
+    paths = list(paths)
+    man = None
+    if any(p != MANIFEST_REL.as_posix() and not p.startswith(COLLECTED_REL) for p in paths):
+        if not (r / MANIFEST_REL).is_file():
+            return [(MANIFEST_REL.as_posix(), f"raw file missing: {MANIFEST_REL} ({who}): "
+                     + fix.format(p=MANIFEST_REL))]
+        man = load_manifest(r, complete=False)
+    listed = sorted(e.rel for e in man.entries()) if man is not None else []
+    listed_set = set(listed)
+    for p in paths:
+        path = r / p
+        if path.is_dir():
+            under = [x for x in listed if x.startswith(p.rstrip("/") + "/")]
+            if not under:
+                out.append((p, f"registered raw directory {p} holds no file raw/MANIFEST.yaml lists ({who})"))
+                continue
+            gone = [x for x in under if not (r / x).is_file()]
+            if gone:
+                more = f" (and {len(gone) - 1} more)" if len(gone) > 1 else ""
+                out.append((gone[0], f"raw file missing: {gone[0]}{more} (listed in raw/MANIFEST.yaml under {p}, "
+                                     f"a {who}): " + fix.format(p=gone[0])))
+        elif not path.is_file():
+            out.append((p, f"raw file missing: {p} ({who}): " + fix.format(p=p)))
+        elif p != MANIFEST_REL.as_posix() and not p.startswith(COLLECTED_REL) and p not in listed_set:
+            out.append((p, f"raw file not in raw/MANIFEST.yaml: {p} ({who}): its manifest entry is gone; "
+                           "re-vendor raw/ (workflow/scripts/vendor_raw.py) or change the registry"))
+    return out
+
+
+def registry_problems(root: str | os.PathLike | None = None, registry: dict | None = None) -> list[tuple[str, str]]:
+    """registered_problems over every experiment of the registry (config/experiments.yaml under `root`, or
+    `registry`, its `experiments` mapping) whose status needs its data now (built, optional)."""
+    r = find_root(root)
+    if registry is None:
+        import yaml
+
+        p = r / "config" / "experiments.yaml"
+        if not p.is_file():
+            return []  # a data-only checkout (raw/ without the registry): nothing registered to check
+        registry = (yaml.safe_load(p.read_text()) or {}).get("experiments", {})
+    by_path: dict[str, list[str]] = {}
+    for eid, exp in registry.items():
+        if isinstance(exp, dict) and exp.get("status") in REGISTERED_NOW:
+            for path, _ in registered_problems(exp.get("raw") or [], r, needed_by=eid):
+                by_path.setdefault(path, []).append(eid)
+    out = []
+    for path, eids in by_path.items():  # one line per path, naming every experiment that registers it
+        raw = next(x for x in registry[eids[0]].get("raw") or [] if path == x or path.startswith(x.rstrip("/") + "/"))
+        out += [(p, m) for p, m in registered_problems([raw], r, needed_by=", ".join(eids)) if p == path]
+    return out
+
+
+def table_registry_problems(files: Iterable[str], registry: dict, root: str | os.PathLike | None = None,
+                            ) -> list[tuple[str, str]]:
+    """The registered raw inputs that are gone and belong to the tidy table whose raw files (manifest paths) are
+    `files`: of each experiment in `registry` (its `experiments` mapping) that registers one of these files or
+    a directory holding one, the problems of registered_problems on a path the manifest does not give to another
+    table and, when unlisted, with a file name one of `files` has (gemm_perf.bf16.parquet: a GEMM table's)."""
+    r = find_root(root)
+    mine = set(files)
+    names = {Path(f).name for f in mine}
+    listed = {e.rel for e in load_manifest(r, complete=False).entries()}
+
+    def covers(p: str) -> bool:
+        return p in mine or any(f.startswith(p.rstrip("/") + "/") for f in mine)
+
+    out = []
+    for eid, exp in registry.items():
+        if exp.get("status") not in REGISTERED_NOW or not any(covers(p) for p in exp.get("raw") or []):
+            continue
+        for path, msg in registered_problems(exp.get("raw") or [], r, needed_by=eid):
+            if path in mine or (path not in listed and Path(path).name in names):
+                out.append((path, msg))
+    return out

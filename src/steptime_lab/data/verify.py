@@ -2,7 +2,8 @@
 
 For every manifest entry: the file is present, its size and sha256 match, its licence file is
 listed, and it passes its loader's checks (schema, ranges, units). Every file under raw/ must be
-in the manifest. Exit 0 when all holds, 1 with a list of problems otherwise.
+in the manifest, and every raw input a built experiment registers (config/experiments.yaml `raw:`)
+must be present and listed. Exit 0 when all holds, 1 with a list of problems otherwise.
 """
 
 from __future__ import annotations
@@ -43,7 +44,7 @@ class Report:
 
 
 def verify(root=None, schema: bool = True) -> Report:
-    from steptime_lab.data.manifest import MANIFEST_REL, completeness, find_root, load_manifest
+    from steptime_lab.data.manifest import MANIFEST_REL, completeness, find_root, load_manifest, registry_problems
     from steptime.io import sha256_file
 
     try:
@@ -105,6 +106,12 @@ def verify(root=None, schema: bool = True) -> Report:
     unlisted, _ = completeness(man, collected_ok=False)  # missing files are reported above
     for rel in unlisted:
         problems.append(Problem(rel, "file under raw/ is not in the manifest"))
+    # what the experiments register (config/experiments.yaml `raw:`): a file removed together with its
+    # manifest entry leaves the manifest consistent, but not the registry
+    reported = {p.path for p in problems}
+    for rel, msg in registry_problems(r):
+        if rel not in reported:
+            problems.append(Problem(rel, msg))
     return Report(str(r), len(entries), total, schema, problems)
 
 
