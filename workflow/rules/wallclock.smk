@@ -170,6 +170,7 @@ rule E2_11:
 # E1.28: what TP costs: measured and predicted per-GPU efficiency at TP 1/2/4/8, and the term that carries the loss.
 rule E1_28:
     input:
+        registered=registered_raw("E1.28"),
         fpm=tidy("fpm_steps"),
         silicon=tidy("aic_silicon"),
         constants=rules.R2_3.output.constants,
