@@ -128,9 +128,9 @@ def _settled(tmp_path, name, updates):
 
 
 def test_settled_files_overlay_without_touching_the_shipped_file(tmp_path):
-    """Constants.load(defaults, settled...) applies the settled records in memory; use() makes the
-    library answer with them; the shipped file is written only by ship()."""
-    from steptime.calibration import DEFAULTS_FILE, ship, use
+    """Constants.load(defaults, settled...) applies the settled records in memory; a prediction given
+    them answers with them; the shipped file is written only by ship()."""
+    from steptime.calibration import DEFAULTS_FILE, ship
 
     before = DEFAULTS_FILE.read_bytes()
     p = _settled(tmp_path, "gemm.yaml", [{"scope": "gpu.h100-sxm", "name": "eta_mem_max", "value": 0.5,
@@ -139,12 +139,12 @@ def test_settled_files_overlay_without_touching_the_shipped_file(tmp_path):
     c = Constants.load(DEFAULTS_FILE, p)
     assert c.lookup("eta_mem_max", get_gpu("h100-sxm")).value == 0.5
     assert c.lookup("eta_mem_max", get_gpu("h100-sxm")).cells == ({"gpu": "h100-sxm", "table": "gemm", "cell": [1, 8, 8]},)
-    try:
-        use(c)
-        assert Constants.default().get("eta_mem_max", get_gpu("h100-sxm")) == 0.5
-    finally:
-        use(None)
     assert Constants.default().get("eta_mem_max", get_gpu("h100-sxm")) != 0.5
+    from steptime.ops import predict_ops
+
+    t_settled = predict_ops("gemm", "h100-sxm", m=1, n=8192, k=8192, constants=c)["t_ms"]
+    t_shipped = predict_ops("gemm", "h100-sxm", m=1, n=8192, k=8192)["t_ms"]
+    assert t_settled != t_shipped  # the argument, not anything process-wide, decides
     assert DEFAULTS_FILE.read_bytes() == before
     # ship into a copy: the value lands, and a constant its experiment no longer sets is dropped
     import shutil
@@ -171,13 +171,13 @@ def test_settled_file_refuses_bad_provenance(tmp_path):
 
 def test_ship_sends_engine_constants_to_the_engine_loader_and_pipeline_runs_ignore_the_shipped_copy(tmp_path):
     """An engine-constants file among the shipped files goes (byte for byte) to where get_engine reads
-    fitted overrides, and `steptime predict --engine` then uses them on that GPU only; a pipeline process
-    (use_settled) reads fitted engine constants only from its declared inputs; a bad file is refused."""
+    fitted overrides, and `steptime predict --engine` then uses them on that GPU only; constants a pipeline
+    rule loads (Constants.load) carry fitted engine constants only from its declared inputs; a bad file is refused."""
     import shutil
 
     import yaml
 
-    from steptime.calibration import DEFAULTS_FILE, ship, use, use_settled
+    from steptime.calibration import DEFAULTS_FILE, ship
     from steptime.errors import InputError
     from steptime.specs import engines as E
 
@@ -192,16 +192,12 @@ def test_ship_sends_engine_constants_to_the_engine_loader_and_pipeline_runs_igno
     report = ship([src], path=defaults, engine_path=dest)
     assert dest.read_bytes() == src.read_bytes() and report["fields"] == [f"vllm@b300:{field}"]
     assert defaults.read_bytes() == DEFAULTS_FILE.read_bytes() or report["changed"] == []
-    try:
-        E.use_fitted(dest)  # as if shipped into the package
-        assert E.get_engine("vllm").get(field, get_gpu("b300")) == shipped_value * 3 + 1.0
-        assert E.get_engine("vllm").get(field, get_gpu("h100-sxm")) == E.get_engine("vllm", fitted={}).get(
-            field, get_gpu("h100-sxm"))
-        use_settled([])  # a pipeline script: the shipped copy is not read
-        assert E.get_engine("vllm").get(field, get_gpu("b300")) == shipped_value
-    finally:
-        E.use_fitted(None)
-        use(None)
+    shipped = Constants.default().with_engines(dest)  # as if shipped into the package
+    assert shipped.engine("vllm").get(field, get_gpu("b300")) == shipped_value * 3 + 1.0
+    assert shipped.engine("vllm").get(field, get_gpu("h100-sxm")) == E.get_engine("vllm", fitted={}).get(
+        field, get_gpu("h100-sxm"))
+    assert Constants.load(DEFAULTS_FILE).engines == {}  # a pipeline rule: the shipped copy is not read
+    assert Constants.load(DEFAULTS_FILE, [src]).engine("vllm").get(field, get_gpu("b300")) == shipped_value * 3 + 1.0
     bad = tmp_path / "bad.yaml"
     bad.write_text(yaml.safe_dump({"engines": {"vllm": {"b300": {"no_such_field": {
         "value": 1.0, "provenance": "FITTED", "source": "t"}}}}}))

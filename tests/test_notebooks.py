@@ -29,3 +29,15 @@ def test_paired_ipynb_is_generated_from_the_script(nb):
     want = [c.source for c in jupytext.read(nb).cells]
     have = [c.source for c in jupytext.read(ipynb).cells]
     assert want == have, f"{ipynb.name} is out of date with {nb.name}: snakemake -f {ipynb.relative_to(ROOT)}"
+
+
+@pytest.mark.parametrize("nb", NOTEBOOKS, ids=lambda p: p.stem)
+def test_paired_notebook_rebuilds_byte_identical(nb, tmp_path):
+    """The build rewrites notebooks/*.ipynb from the scripts: twice gives the same bytes, and the same bytes as
+    the committed file (a fresh clone's `git status` stays clean)."""
+    from steptime_lab.reporting import pair_notebook
+
+    a, b = tmp_path / "a.ipynb", tmp_path / "b.ipynb"
+    pair_notebook(nb, a)
+    pair_notebook(nb, b)
+    assert a.read_bytes() == b.read_bytes() == nb.with_suffix(".ipynb").read_bytes()

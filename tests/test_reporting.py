@@ -6,10 +6,13 @@ from steptime_lab.experiments.abstract import points, summary
 from steptime_lab.reporting import BEGIN, END, figures_index, readme_block, splice
 
 RESULTS = {
-    "E1.9": {"id": "E1.9", "claims": [{"claim": "x within 5%", "value": 0.04, "met": True},
-                                      {"claim": "y within 5%", "value": 0.07, "met": False}],
+    "E1.9": {"id": "E1.9", "claims": [{"claim": "x within 5%", "value": 0.04, "met": True, "op": "<=",
+                                       "target": 0.05, "unit": "fraction", "comparison": "MAPE"},
+                                      {"claim": "y within 5%", "value": 0.07, "met": False, "op": "<=",
+                                       "target": 0.05, "unit": "fraction", "comparison": "MAPE"}],
              "provenance": {"script": "workflow/scripts/a.py", "inputs": {"results/data/t.parquet": {}}}},
-    "E2.9": {"id": "E2.9", "claims": [{"claim": "simulated gain", "value": 0.3, "met": True},
+    "E2.9": {"id": "E2.9", "claims": [{"claim": "simulated gain", "value": 0.3, "met": True, "op": ">=",
+                                       "target": 0.2},
                                       {"claim": "info", "value": {"a": 1}}], "provenance": {}},
 }
 REGISTRY = {"E1.9": {"outputs": ["results/E1_9.json", "figures/E1_9_x.png"]},
@@ -19,8 +22,8 @@ REGISTRY = {"E1.9": {"outputs": ["results/E1_9.json", "figures/E1_9_x.png"]},
 def test_readme_block_has_every_experiment_and_its_values():
     b = readme_block(RESULTS, REGISTRY)
     assert b.startswith(BEGIN) and b.rstrip().endswith(END)
-    assert "| E1.9 | 1 / 1 |" in b and "MISSED: y within 5% = 0.07" in b and "met: x within 5% = 0.04" in b
-    assert "**Part 2: utility**" in b and "| E2.9 | 1 / 0 |" in b
+    assert "| E1.9 |  | 4.0% to 7.0% | <= 5.0% | 1/2 met |" in b
+    assert "**Part 2: utility**" in b and "| E2.9 |  | 0.3 | >= 0.2 | 1/1 met |" in b
 
 
 def test_splice_replaces_only_the_block():
@@ -55,3 +58,91 @@ def test_readme_carries_the_generated_numbers_block():
     root = Path(__file__).parents[1]
     assert (root / "results" / "README_numbers.md").exists(), "build it: snakemake results/README_numbers.md"
     assert readme_cli(write=False, root=root) == 0, "README.md's block differs: run `steptime readme --write`"
+
+
+STRUCTURED = {
+    "E1.23": {"id": "E1.23", "claims": [
+        {"claim": "a: MAPE", "value": 0.064, "comparison": "MAPE", "op": "<=", "target": 0.06, "unit": "fraction",
+         "met": False},
+        {"claim": "b: MAPE", "value": 0.108, "comparison": "MAPE", "op": "<=", "target": 0.09, "unit": "fraction",
+         "met": False},
+        {"claim": "c: MAPE", "value": 0.05, "comparison": "MAPE", "op": "<=", "target": 0.06, "unit": "fraction",
+         "met": True},
+        {"claim": "a: ratio", "value": 4.2, "comparison": "x", "op": ">=", "target": 3.0, "unit": "x", "met": True}]},
+    "E1.4": {"id": "E1.4", "claims": [{"claim": "floor", "value": 0.4, "comparison": "ms"}]},
+}
+
+
+def test_readme_line_per_experiment_with_headline_target_and_verdicts():
+    b = readme_block(STRUCTURED, {"E1.23": {"question": "GEMM, held-out MAPE on LLM-shaped cells, per GPU"}}, ["x"])
+    assert ("| E1.23 | GEMM, held-out MAPE on LLM-shaped cells, per GPU | 3 of 4: 5.0% to 10.8% | <= 6.0% / 9.0% "
+            "| 2/4 met |") in b
+    assert "| E1.4 |  | 0.4 (ms) | - | descriptive |" in b and "<!-- sources: x -->" in b
+
+
+def _repo(tmp_path):
+    import json
+
+    import yaml
+
+    (tmp_path / "raw").mkdir()
+    (tmp_path / "raw" / "MANIFEST.yaml").write_text("files: []\n")
+    (tmp_path / "config").mkdir()
+    reg = {"E1.23": {"question": "q", "status": "built"}, "E1.4": {"question": "q4", "status": "built"}}
+    (tmp_path / "config" / "experiments.yaml").write_text(yaml.safe_dump({"experiments": reg}))
+    (tmp_path / "results").mkdir()
+    for eid, doc in STRUCTURED.items():
+        (tmp_path / "results" / f"{eid.replace('.', '_')}.json").write_text(json.dumps(doc))
+    src = ["results/E1_23.json", "results/E1_4.json"]
+    block = readme_block({k: STRUCTURED[k] for k in STRUCTURED}, reg, src)
+    (tmp_path / "results" / "README_numbers.md").write_text(block)
+    (tmp_path / "README.md").write_text(f"intro\n{block}outro\n")
+    return tmp_path
+
+
+def test_readme_check_fails_when_a_result_value_is_edited(tmp_path, capsys):
+    import json
+
+    from steptime_lab.reporting import readme_cli
+
+    root = _repo(tmp_path)
+    assert readme_cli(root=root) == 0
+    p = root / "results" / "E1_23.json"
+    doc = json.loads(p.read_text())
+    doc["claims"][1]["value"] = 0.2
+    p.write_text(json.dumps(doc))
+    assert readme_cli(root=root) == 1
+    assert "differs from what the result files give" in capsys.readouterr().out
+    assert readme_cli(root=root, write=True) == 0 and readme_cli(root=root) == 0
+    assert "20.0%" in (root / "README.md").read_text()
+
+
+def test_readme_check_fails_when_a_built_result_is_left_out(tmp_path, capsys):
+    from steptime_lab.reporting import readme_cli
+
+    root = _repo(tmp_path)
+    text = (root / "results" / "README_numbers.md").read_text().replace(" results/E1_4.json", "")
+    (root / "results" / "README_numbers.md").write_text(text)
+    assert readme_cli(root=root) == 1
+    assert "leaves out the built result results/E1_4.json" in capsys.readouterr().out
+
+
+def test_every_paper_figure_has_its_file_or_a_reason():
+    """config/paper_figures.yaml: each figure of the round-1 reports maps to an existing file or says why not."""
+    from pathlib import Path
+
+    import yaml
+
+    from steptime_lab.reporting import paper_index
+
+    root = Path(__file__).parents[1]
+    mapping = yaml.safe_load((root / "config" / "paper_figures.yaml").read_text())
+    registry = yaml.safe_load((root / "config" / "experiments.yaml").read_text())["experiments"]
+    assert len(mapping["figures"]) >= 46
+    for fid, m in mapping["figures"].items():
+        assert m.get("file") or m.get("reason") or registry[m["experiment"]]["status"] == "awaiting", fid
+        if m.get("file"):
+            assert (root / m["file"]).is_file(), f"{fid}: {m['file']} missing"
+            assert m["file"] in registry[m["experiment"]]["outputs"], fid
+    md = paper_index(mapping, registry, {}, root)
+    assert "MISSING FILE" not in md and "| E1.5a | - | E1.5 | - | awaiting GPU telemetry; collect with:" in md

@@ -21,7 +21,7 @@ def test_result_is_deterministic_and_has_provenance(tmp_path):
     inp = tmp_path / "in.csv"
     inp.write_text("a,b\n1,2\n")
     kw = dict(id="X1", question="q?", metrics={"mape": 0.123456789123},
-              claims=[claim("mape below 10%", 0.12, "<= 0.10", target=0.10, met=False)],
+              claims=[claim("mape below 10%", 0.12, "<= 0.10", target=0.10, met=False, op="<=")],
               provenance=provenance([inp], config={"fast": True}))
     write_result(tmp_path / "a.json", **kw)
     write_result(tmp_path / "b.json", **kw)

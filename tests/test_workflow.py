@@ -54,8 +54,8 @@ def test_test_config_builds_rule_all_to_the_committed_bytes(test_workdir):
         assert (work / "results/specs" / name).read_bytes() == (ROOT / "results/specs" / name).read_bytes()
     new, old = (json.loads((d / "results/L0_1.json").read_text()) for d in (work, ROOT))
     assert new["metrics"] == old["metrics"] and new["claims"] == old["claims"]
-    # L0.1's figure and the figures index (figures/README.md, a document of rule all), nothing else
-    assert {p.name for p in (work / "figures").iterdir()} == {f"L0_1_literature.{e}" for e in ("png", "pdf", "caption.txt")} | {"README.md"}
+    # L0.1's figure and the figures indexes (figures/README.md, figures/PAPER.md: documents of rule all), nothing else
+    assert {p.name for p in (work / "figures").iterdir()} == {f"L0_1_literature.{e}" for e in ("png", "pdf", "caption.txt")} | {"README.md", "PAPER.md"}
     assert "L0_1_literature" in (work / "figures/README.md").read_text()
     assert "L0.1" in (work / "results/SUMMARY.md").read_text()
     assert (work / "logs/data/vidur_cpu_overheads.log").read_text().strip(), "the ingest log says nothing"

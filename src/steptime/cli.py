@@ -147,7 +147,11 @@ def cmd_status(a) -> int:
 def cmd_audit(a) -> int:
     from steptime_lab.audit import run
 
-    return run(select=a.select, as_json=a.json, strict=a.strict, verbose=a.verbose)
+    if a.rerun:
+        from steptime_lab.rerun import rerun
+
+        return rerun(a.select, tolerance=a.tolerance)
+    return run(select=a.select, as_json=a.json, strict=a.strict, verbose=a.verbose, mark=a.mark_current)
 
 
 def cmd_readme(a) -> int:
@@ -223,6 +227,12 @@ def build_parser() -> argparse.ArgumentParser:
     au.add_argument("--json", action="store_true")
     au.add_argument("--strict", action="store_true", help="also fail on a missed target")
     au.add_argument("-v", "--verbose", action="store_true", help="the provenance chain of every result")
+    au.add_argument("--mark-current", action="store_true", help="on a fresh clone: mark every result that verifies "
+                    "(recorded input sha256s, raw bytes, code hash) current for Snakemake (snakemake --touch)")
+    au.add_argument("--rerun", action="store_true", help="rebuild the selected result (or claim) in a scratch copy "
+                    "with Snakemake and compare the fresh values with the committed ones")
+    au.add_argument("--tolerance", type=float, default=None, help="relative tolerance for --rerun (default: the "
+                    "experiment's declared rerun_tolerance, else identical)")
     rd = sub.add_parser("readme", help="check README.md's results block against results/README_numbers.md")
     rd.add_argument("--write", action="store_true", help="rewrite the block from results/README_numbers.md")
     sub.add_parser("data", help="data commands: `steptime data verify [--json]`", add_help=False)

@@ -340,10 +340,10 @@ def predict_steps(model, gpu, step_id, new_tokens, kv_len, n_steps: int | None =
     """
     model = get_model(model)
     gpu = get_gpu(gpu)
-    constants = constants or Constants.default()
     _check_constants(constants)
+    constants = constants or Constants.default()
     step_id, new, kv, n_steps, tp = _check_steps(model, gpu, step_id, new_tokens, kv_len, n_steps, tp, f_clk, kv_dtype)
-    engine = get_engine(engine)
+    engine = get_engine(engine, fitted=constants.engines)
     check_precision(gpu, dtype)
     T = np.bincount(step_id, weights=new, minlength=n_steps)
     N = np.bincount(step_id, minlength=n_steps).astype(float)
@@ -426,6 +426,7 @@ def predict_step(model, gpu, batch: Batch | None = None, *, decode: Iterable = (
     check_choice(kv_dtype, "KV-cache dtype kv_dtype", tuple(attention.KV_BYTES))
     tp = check_tp(tp, gpu)
     _check_constants(constants)
+    constants = constants or Constants.default()
     if batch is None:
         batch = Batch.build(decode=decode, prefill=prefill, requests=requests)
     elif not isinstance(batch, Batch):
@@ -436,7 +437,7 @@ def predict_step(model, gpu, batch: Batch | None = None, *, decode: Iterable = (
     check_precision(gpu, dtype)  # the one dtype check (also predict_steps'): known dtype, fp8 tensor cores
     validate_batch(model, gpu, g_new, g_kv, tp, check_memory, count=count, kv_dtype=kv_dtype, weight_dtype=dtype)
     new, kv = batch.arrays()
-    engine = get_engine(engine)
+    engine = get_engine(engine, fitted=constants.engines)
     r = predict_steps(model, gpu, np.zeros(len(new), dtype=np.int64), new, kv, 1, tp=tp, f_clk=f_clk,
                       constants=constants, kv_dtype=kv_dtype, engine=engine, dtype=dtype)
     terms = {k: float(v[0]) for k, v in r["terms_ms"].items()}

@@ -24,16 +24,11 @@ from __future__ import annotations
 
 import json
 import math
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from steptime.errors import SteptimeError
 
-_OP = re.compile(r"^\s*(<=|>=|<|>|==)\s*([-+0-9.eE]+)\s*(%?)")
-_OPS = {"<=": lambda a, b: a <= b, ">=": lambda a, b: a >= b, "<": lambda a, b: a < b,
-        ">": lambda a, b: a > b, "==": lambda a, b: a == b}
-_ROUND = 1e-4  # result files round floats to ~6 significant digits
 
 
 class AuditError(SteptimeError, ValueError):
@@ -48,7 +43,7 @@ class ClaimAudit:
     comparison: str
     target: object
     holds: str            # "yes", "no" or "info"
-    check: str            # "ok", "not recomputable" or "failed: ..."
+    check: str            # "ok", "descriptive" (no verdict) or "failed: ..."
 
     @property
     def failed(self) -> bool:
@@ -68,6 +63,8 @@ class ResultAudit:
     raw: list = field(default_factory=list)
     stale: list = field(default_factory=list)
     claims: list = field(default_factory=list)
+    declared: str | None = None
+    errors: list = field(default_factory=list)   # reasons the result itself is unusable or edited
 
     def to_dict(self) -> dict:
         d = dict(self.__dict__)
@@ -90,28 +87,35 @@ def _finite(v) -> bool:
 
 
 def check_claim(c: dict) -> str:
-    """'ok', 'not recomputable' or 'failed: <why>' for one claim of a result file."""
-    value, met, target = c.get("value"), c.get("met"), c.get("target")
-    if "claim" not in c or "value" not in c:
+    """'ok', 'descriptive' (no verdict to recompute) or 'failed: <why>' for one claim of a result file.
+
+    A claim with a verdict must state its comparison as data (`op`, `target`, and `rule` / `key` /
+    `abs` where they apply: steptime_lab.results.verdict); its verdict is recomputed from the stored
+    value and must agree (a value within the file's rounding of the target is a tie: either stands)."""
+    from steptime_lab.results import ClaimSchemaError, verdict
+
+    if not isinstance(c, dict) or "claim" not in c or "value" not in c:
         return "failed: a claim needs 'claim' and 'value'"
+    value, met = c.get("value"), c.get("met")
     if not _finite(value):
         return f"failed: value {value!r} is missing or not finite"
-    if target is not None and met is None:
-        return "failed: the claim names a target but no verdict ('met')"
-    # an explicit operator (claim(..., op="<=")) wins; else an inequality at the start of the comparison
-    m = _OP.match(f"{c['op']} {target}") if c.get("op") and isinstance(target, (int, float)) else None
-    m = m or _OP.match(str(c.get("comparison", "")))
-    if not m or met is None or isinstance(value, (dict, list, str)) or isinstance(value, bool):
-        return "not recomputable"
-    op, num, pct = m.groups()
-    bound = float(num) / (100.0 if pct else 1.0)
-    if isinstance(target, (int, float)) and not math.isclose(bound, float(target), rel_tol=1e-6, abs_tol=1e-12):
-        return f"failed: comparison {c.get('comparison')!r} and target {target!r} disagree"
-    if math.isclose(float(value), bound, rel_tol=_ROUND, abs_tol=1e-12):
-        return "ok"  # on the boundary within the rounding of the stored value: either verdict stands
-    got = _OPS[op](float(value), bound)
-    if bool(got) != bool(met):
-        return f"failed: {value!r} {op} {bound:g} is {bool(got)} but the result says met={bool(met)}"
+    if met is None:
+        if c.get("target") is not None or c.get("op") is not None:
+            return "failed: the claim names a target but no verdict ('met')"
+        return "descriptive"
+    if not isinstance(met, bool):
+        return f"failed: verdict {met!r} is not true/false"
+    if c.get("op") is None:
+        return "failed: not recomputable: the verdict states no operator (op) and target as data"
+    try:
+        got = verdict(c)
+    except ClaimSchemaError as exc:
+        return f"failed: not recomputable: {exc}"
+    if got is not None and got != met:
+        shown = f"|{_fmt(value)}|" if c.get("abs") else _fmt(value)
+        key = f"[{c['key']!r}]" if c.get("key") is not None else ""
+        rule = f" ({c['rule']})" if c.get("rule") else ""
+        return f"failed: {shown}{key} {c['op']} {_fmt(c.get('target'))}{rule} is {got} but the result says met={met}"
     return "ok"
 
 
@@ -126,7 +130,8 @@ def primary_result(eid: str, outputs: list[str]) -> str | None:
 
 def _claims(eid: str, doc: dict) -> list[ClaimAudit]:
     out = []
-    for i, c in enumerate(doc.get("claims") or [], start=1):
+    claims = doc.get("claims")
+    for i, c in enumerate(claims if isinstance(claims, list) else [], start=1):
         met = c.get("met")
         out.append(ClaimAudit(id=f"{eid}:{i}", claim=str(c.get("claim", "")), value=c.get("value"),
                               comparison=str(c.get("comparison", "")), target=c.get("target"),
@@ -137,7 +142,9 @@ def _claims(eid: str, doc: dict) -> list[ClaimAudit]:
 def audit(root: str | Path | None = None, select: str | None = None) -> list[ResultAudit]:
     """Audit every registered experiment (or one ID, or one claim `<ID>:<n>`)."""
     from steptime_lab.data.manifest import find_root
-    from steptime_lab.status import _registry, experiment_status, file_sha256, manifest_listing
+    from steptime_lab.results import DIGEST_KEY, result_digest
+    from steptime_lab.status import (_registry, expand_raw, experiment_status, file_sha256, manifest_listing,
+                                     read_result)
 
     root = Path(find_root(root))
     if select is not None and (not isinstance(select, str) or not select.strip()):
@@ -154,14 +161,28 @@ def audit(root: str | Path | None = None, select: str | None = None) -> list[Res
         if want_id is not None and r["id"] != want_id:
             continue
         res = primary_result(r["id"], r["outputs"])
-        a = ResultAudit(id=r["id"], state=r["state"], result=res, stale=list(r["reasons"]))
-        for p in reg[r["id"]].get("raw") or []:
+        a = ResultAudit(id=r["id"], state=r["state"], result=res, stale=list(r["reasons"]), declared=r["declared"])
+        for p, why in expand_raw(root, list(reg[r["id"]].get("raw") or []), listed):
+            if why:
+                a.errors.append(why)
+                continue
             m = listed.get(p) or {}
             a.raw.append({"path": p, "sha256_manifest": m.get("sha256"), "sha256_now": file_sha256(root / p),
                           "source": m.get("source"), "version": m.get("version") or m.get("commit"),
                           "original_path": m.get("original_path")})
+        doc = None
         if res and (root / res).is_file() and r["state"] in ("ok", "stale"):
-            doc = json.loads((root / res).read_text())
+            doc, why = read_result(root / res)
+            if why:
+                a.errors.append(why)
+                a.stale = [s for s in a.stale if s != why]
+            elif DIGEST_KEY not in doc:
+                a.errors.append(f"{res} records no {DIGEST_KEY} (written before results were hashed; rebuild it)")
+            elif doc[DIGEST_KEY] != result_digest(doc):
+                a.errors.append(f"{res} was edited after it was written ({DIGEST_KEY} does not match its content)")
+        elif r["declared"] == "built" and r["state"] == "missing":
+            a.errors += list(r["reasons"])  # a built experiment's committed output is gone (deleted, killed job)
+        if doc is not None:
             prov = doc.get("provenance") or {}
             a.rule, a.script = prov.get("rule"), prov.get("script")
             a.steptime_version, a.code_sha256 = prov.get("steptime_version"), prov.get("code_sha256")
@@ -184,10 +205,24 @@ def failures(audits: list[ResultAudit], strict: bool = False) -> list[str]:
     """One line per reason the audit fails (empty when it passes)."""
     bad = []
     for a in audits:
-        if a.state == "stale":
+        for e in a.errors:
+            bad.append(f"{a.id}: {e}")
+        if a.state == "stale" and a.stale:
             bad.append(f"{a.id}: stale: {a.stale[0]}" + (f" (+{len(a.stale) - 1} more)" if len(a.stale) > 1 else ""))
         if a.state == "missing-data":
             bad.append(f"{a.id}: {a.stale[0]}")
+        for rw in a.raw:
+            if rw["path"] == "raw/MANIFEST.yaml" or (rw["sha256_now"] is None and a.state in ("awaiting", "planned",
+                                                                                               "optional")):
+                continue
+            if rw["sha256_manifest"] is None:
+                if rw["path"].startswith("raw/telemetry/") and rw["sha256_now"] is not None:
+                    continue  # collected telemetry is checked by its own collector's manifest
+                bad.append(f"{a.id}: raw file {rw['path']} has no sha256 in raw/MANIFEST.yaml")
+            elif rw["sha256_now"] is None:
+                bad.append(f"{a.id}: raw file {rw['path']} is missing")
+            elif rw["sha256_now"] != rw["sha256_manifest"]:
+                bad.append(f"{a.id}: raw file {rw['path']} does not match its sha256 in raw/MANIFEST.yaml")
         for c in a.claims:
             if c.failed:
                 bad.append(f"{c.id}: check {c.check}")
@@ -209,7 +244,7 @@ def report(audits: list[ResultAudit], verbose: bool = False) -> str:
         n_no = sum(c.holds == "no" for c in a.claims)
         n_yes = sum(c.holds == "yes" for c in a.claims)
         lines.append(f"{a.id} [{a.state}] {a.result or ''}: {len(a.claims)} claims ({n_yes} hold, {n_no} missed)")
-        for s in a.stale:
+        for s in a.stale + a.errors:
             lines.append(f"    ! {s}")
         if a.result and (verbose or len(audits) == 1):
             lines.append(f"    rule {a.rule} <- script {a.script}; steptime {a.steptime_version}, "
@@ -218,6 +253,9 @@ def report(audits: list[ResultAudit], verbose: bool = False) -> str:
                 same = "=" if i["sha256_recorded"] == i["sha256_now"] else "CHANGED"
                 lines.append(f"    input {i['path']} sha256 {str(i['sha256_recorded'])[:12]} {same}")
             for rw in a.raw:
+                if rw["path"] == "raw/MANIFEST.yaml":
+                    lines.append(f"    raw raw/MANIFEST.yaml (the manifest itself) sha256 {str(rw['sha256_now'])[:12]}")
+                    continue
                 same = "=" if rw["sha256_manifest"] == rw["sha256_now"] else "MISMATCH"
                 lines.append(f"    raw {rw['path']} sha256 {str(rw['sha256_manifest'])[:12]} {same} "
                              f"(source {rw['source']} {rw['version']}: {rw['original_path']})")
@@ -227,8 +265,48 @@ def report(audits: list[ResultAudit], verbose: bool = False) -> str:
     return "\n".join(lines)
 
 
+def mark_current(root: str | Path | None = None, select: str | None = None, dry_run: bool = False) -> int:
+    """Make currency content-based on a fresh clone (git gives every file the checkout time as mtime):
+    every result whose recorded input sha256s, raw bytes and code hash match what is on disk (`audit`
+    state ok, no failure) has its outputs, and the jobs upstream of them, marked current for Snakemake
+    (`snakemake --touch`, which touches in DAG order). Results that do not verify are left alone, so
+    Snakemake rebuilds them; a later edit of any library file still reruns what declares it as input."""
+    import subprocess
+    import sys
+
+    from steptime_lab.data.manifest import find_root
+    from steptime_lab.status import _registry
+
+    root = Path(find_root(root))
+    audits = audit(root, select)
+    bad = failures(audits)
+    reg = _registry(root)
+    verified, skipped = [], []
+    for a in audits:
+        if a.state == "ok" and not any(b.startswith(f"{a.id}:") or b.startswith(f"{a.id} ") for b in bad):
+            verified += list((reg[a.id].get("outputs") or [a.result]))
+        elif a.state in ("ok", "stale", "missing", "missing-data"):
+            skipped.append(f"{a.id} ({a.state}{': ' + (a.stale + a.errors)[0] if (a.stale + a.errors) else ''})")
+    for s in skipped:
+        print(f"not marked (Snakemake will rebuild it): {s}")
+    if not verified:
+        print("mark-current: no result verifies; nothing marked")
+        return 1
+    cmd = [sys.executable, "-m", "snakemake", *verified, "--touch", "-j1", *(["-n"] if dry_run else []), "--quiet", "all"]
+    print(f"mark-current: {len(verified)} outputs of {len(audits) - len(skipped)} verified results "
+          "(snakemake --touch, in DAG order)")
+    r = subprocess.run(cmd, cwd=root)
+    if r.returncode:
+        print(f"mark-current: snakemake --touch failed (exit {r.returncode})")
+        return 1
+    print(f"mark-current: done; `snakemake -n` now plans only what does not verify ({len(skipped)} result(s))")
+    return 1 if skipped else 0
+
+
 def run(select: str | None = None, as_json: bool = False, strict: bool = False, verbose: bool = False,
-        root: str | Path | None = None) -> int:
+        root: str | Path | None = None, mark: bool = False) -> int:
+    if mark:
+        return mark_current(root, select)
     audits = audit(root, select)
     bad = failures(audits, strict)
     if as_json:

@@ -10,13 +10,27 @@ and which cells calibrated which constant.
 from __future__ import annotations
 
 import hashlib
+import json
+import math
 import os
+import re
 from pathlib import Path
 from typing import Any, Iterable
 
-from steptime.io import sha256_file, write_json
+from steptime.errors import SteptimeError
+from steptime.io import dumps, sha256_file, write_json
 
 RESULT_KEYS = ("id", "question", "status", "metrics", "claims", "provenance")
+DIGEST_KEY = "result_sha256"
+
+
+def result_digest(doc: dict) -> str:
+    """sha256 of a result document as written (every key but `result_sha256` itself, canonical JSON):
+    recorded by `write_result` in the file, recomputed by `steptime audit`, so an edit of a value
+    together with its verdict after the build is caught."""
+    body = {k: v for k, v in doc.items() if k != DIGEST_KEY}
+    text = json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=True, allow_nan=False)
+    return hashlib.sha256(text.encode()).hexdigest()
 
 
 def code_sha256(root: str | os.PathLike | None = None) -> str:
@@ -32,14 +46,138 @@ def code_sha256(root: str | os.PathLike | None = None) -> str:
     return h.hexdigest()
 
 
-def claim(text: str, value: Any, comparison: str, target: Any = None, met: bool | None = None) -> dict:
-    """One claim: what is asserted, the measured value, against what, and whether it holds."""
+OPS = ("<=", "<", ">=", ">", "==", "in")
+_RULE = re.compile(r"^(all|any|count>=(\d+)|argmin|argmax)$")
+ROUND_REL = 1e-4  # result files round floats to 6 significant digits: a value this close to its target is a tie
+
+
+class ClaimSchemaError(SteptimeError, ValueError):
+    """A claim whose verdict cannot be recomputed from its value, operator and target."""
+
+
+def _compare(value, op: str, target, abs_value: bool = False):
+    """True/False for one comparison; None where the stored value sits on the boundary (either verdict)."""
+    if value is None:
+        return False  # nothing measured meets no target
+    if op == "in":
+        return value in target
+    if op == "==":
+        if isinstance(value, (int, float)) and isinstance(target, (int, float)) and not isinstance(value, bool):
+            if value == target:
+                return True
+            return None if math.isclose(value, target, rel_tol=ROUND_REL, abs_tol=1e-12) else False
+        return value == target
+    v = abs(float(value)) if abs_value else float(value)
+    t = float(target)
+    if math.isclose(v, t, rel_tol=ROUND_REL, abs_tol=1e-12):
+        return None
+    return {"<=": v <= t, "<": v < t, ">=": v >= t, ">": v > t}[op]
+
+
+def verdict(c: dict):
+    """The verdict a structured claim's data gives (True / False), None on a rounding boundary.
+
+    value (a number, a pick, or a mapping / list), `key` (the entry of a mapping or list compared),
+    `abs` (compare |value|), `op` among <=, <, >=, >, ==, in, `target`, and for a mapping `rule`:
+    all / any / count>=k of its entries (None entries are not applicable and skipped).
+    Raises ClaimSchemaError when the data cannot give a verdict."""
+    op, tgt, value = c.get("op"), c.get("target"), c.get("value")
+    if op not in OPS:
+        raise ClaimSchemaError(f"operator {op!r} is not one of {', '.join(OPS)}")
+    if "target" not in c:
+        raise ClaimSchemaError("a verdict needs a target")
+    if op == "in" and not isinstance(tgt, list):
+        raise ClaimSchemaError(f"'in' needs a list target, not {tgt!r}")
+    if op in ("<=", "<", ">=", ">") and (not isinstance(tgt, (int, float)) or isinstance(tgt, bool)):
+        raise ClaimSchemaError(f"{op!r} needs a numeric target, not {tgt!r}")
+    key = c.get("key")
+    if key is not None:
+        try:
+            value = value[key]
+        except (KeyError, IndexError, TypeError):
+            raise ClaimSchemaError(f"value has no entry {key!r}") from None
+    if isinstance(value, (dict, list)):
+        rule = c.get("rule")
+        m = _RULE.match(str(rule or ""))
+        if not m:
+            raise ClaimSchemaError(f"a {type(value).__name__} value needs a rule (all, any, count>=k, argmin or "
+                                   f"argmax), not {rule!r}")
+        if m.group(1) in ("argmin", "argmax"):  # the key of the smallest / largest entry is compared
+            if not isinstance(value, dict):
+                raise ClaimSchemaError(f"{m.group(1)} needs a mapping value")
+            scored = {k: x for k, x in value.items() if isinstance(x, (int, float)) and not isinstance(x, bool)}
+            if not scored:
+                raise ClaimSchemaError("a mapping value with no applicable entry")
+            pick = (min if m.group(1) == "argmin" else max)(scored, key=scored.get)
+            return _compare(pick, op, tgt)
+        items = [x for x in (value.values() if isinstance(value, dict) else value) if x is not None]
+        if not items:
+            raise ClaimSchemaError("a mapping value with no applicable entry")
+        got = [_compare(x, op, tgt, c.get("abs", False)) for x in items]
+        if m.group(1) == "all":
+            return False if False in got else (None if None in got else True)
+        if m.group(1) == "any":
+            return True if True in got else (None if None in got else False)
+        k = int(m.group(2))
+        lo, hi = got.count(True), got.count(True) + got.count(None)
+        return True if lo >= k else (False if hi < k else None)
+    if op in ("<=", "<", ">=", ">") and value is not None and (isinstance(value, (bool, str)) or not isinstance(value, (int, float))):
+        raise ClaimSchemaError(f"{op!r} needs a numeric value, not {value!r}")
+    return _compare(value, op, tgt, c.get("abs", False))
+
+
+def claim(text: str, value: Any, comparison: str, target: Any = None, met: bool | None = None, *,
+          op: str | None = None, unit: str | None = None, rule: str | None = None, key: Any = None,
+          abs_value: bool = False) -> dict:
+    """One claim: what is asserted, the measured value, against what, and whether it holds.
+
+    A claim with a verdict (`met`) states its comparison as data (`op`, `target`, `unit`; `rule` for a
+    mapping or list, `key` for one entry of it, `abs_value` to compare |value|) and the verdict is
+    recomputed here: one that cannot be recomputed, or that disagrees with `met`, is a ClaimSchemaError
+    when the result is written. A claim without a verdict is descriptive (no op, no target)."""
     out = {"claim": text, "value": value, "comparison": comparison}
-    if target is not None:
-        out["target"] = target
-    if met is not None:
-        out["met"] = bool(met)
+    for k, v in (("target", target), ("op", op), ("unit", unit), ("rule", rule), ("key", key)):
+        if v is not None:
+            out[k] = v
+    if abs_value:
+        out["abs"] = True
+    if met is None:
+        if op is not None or target is not None:
+            raise ClaimSchemaError(f"claim {text[:60]!r}: a target or operator without a verdict ('met')")
+        return out
+    out["met"] = bool(met)
+    if op is None:
+        raise ClaimSchemaError(f"claim {text[:60]!r}: a verdict needs its comparison as data (op=, target=)")
+    try:
+        got = verdict(json.loads(dumps(out)))  # recomputed from the value as it will be stored
+    except ClaimSchemaError as exc:
+        raise ClaimSchemaError(f"claim {text[:60]!r}: {exc}") from None
+    if got is not None and got != bool(met):
+        raise ClaimSchemaError(f"claim {text[:60]!r}: {out.get('value')!r} {op} {target!r} gives {got}, "
+                               f"but the experiment says met={bool(met)}")
     return out
+
+
+def validate_claims(claims, experiment: str = "") -> None:
+    """Every claim of a result, as it will be stored, is recomputable: a ClaimSchemaError otherwise."""
+    if not isinstance(claims, list):
+        raise ClaimSchemaError(f"{experiment}: claims must be a list, not {type(claims).__name__}")
+    for i, c in enumerate(json.loads(dumps(claims)), start=1):
+        if not isinstance(c, dict) or "claim" not in c or "value" not in c:
+            raise ClaimSchemaError(f"{experiment}:{i}: a claim needs 'claim' and 'value'")
+        if c.get("met") is None:
+            if c.get("op") is not None or c.get("target") is not None:
+                raise ClaimSchemaError(f"{experiment}:{i}: a target or operator without a verdict ('met')")
+            continue
+        if c.get("op") is None:
+            raise ClaimSchemaError(f"{experiment}:{i}: a verdict needs its comparison as data (op=, target=)")
+        try:
+            got = verdict(c)
+        except ClaimSchemaError as exc:
+            raise ClaimSchemaError(f"{experiment}:{i}: {exc}") from None
+        if got is not None and got != c["met"]:
+            raise ClaimSchemaError(f"{experiment}:{i}: {c['value']!r} {c['op']} {c['target']!r} gives {got}, "
+                                   f"but the claim says met={c['met']}")
 
 
 def target(targets: dict | None, key: str, experiment: str):
@@ -113,5 +251,8 @@ def write_result(path: str | os.PathLike, *, id: str, question: str, metrics: di
         if overlap:
             raise ValueError(f"write_result: extra keys clash with {sorted(overlap)}")
         doc.update(extra)
+    validate_claims(claims, id)
+    doc = json.loads(dumps(doc))  # as it will read back (rounded floats, no NaN), then hashed
+    doc[DIGEST_KEY] = result_digest(doc)
     write_json(path, doc)
     return doc

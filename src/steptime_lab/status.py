@@ -54,11 +54,12 @@ def stale_reasons(result: str | Path | dict, root: str | Path | None = None) -> 
         path = path if path.is_absolute() else root / path
         if not path.is_file():
             return [f"result {path.relative_to(root) if path.is_relative_to(root) else path} does not exist"]
-        try:
-            doc = json.loads(path.read_text())
-        except json.JSONDecodeError as exc:
-            return [f"result {path} is not valid JSON ({exc.msg})"]
-    prov = doc.get("provenance") or {}
+        doc, why = read_result(path)
+        if why:
+            return [why]
+    if not isinstance(doc, dict):
+        return ["the result is not a JSON object"]
+    prov = doc.get("provenance") if isinstance(doc.get("provenance"), dict) else {}
     reasons = []
     inputs = prov.get("inputs") or {}
     if not inputs:
@@ -83,6 +84,32 @@ def stale_reasons(result: str | Path | dict, root: str | Path | None = None) -> 
     return reasons
 
 
+def read_result(path: str | Path) -> tuple[dict | None, str | None]:
+    """(document, None), or (None, one line saying why the file is not a usable result): missing,
+    unreadable, empty, not JSON, not an object, or `claims` / `provenance` of the wrong type."""
+    path = Path(path)
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        return None, f"result {path.name} does not exist"
+    except (OSError, UnicodeDecodeError) as exc:
+        return None, f"result {path.name} cannot be read ({exc.__class__.__name__})"
+    if not text.strip():
+        return None, f"result {path.name} is empty"
+    try:
+        doc = json.loads(text)
+    except json.JSONDecodeError as exc:
+        return None, f"result {path.name} is not valid JSON ({exc.msg}, line {exc.lineno})"
+    if not isinstance(doc, dict):
+        return None, f"result {path.name} is a JSON {type(doc).__name__}, not an object"
+    claims = doc.get("claims")
+    if claims is not None and not (isinstance(claims, list) and all(isinstance(c, dict) for c in claims)):
+        return None, f"result {path.name}: 'claims' must be a list of objects, not {type(claims).__name__}"
+    if doc.get("provenance") is not None and not isinstance(doc.get("provenance"), dict):
+        return None, f"result {path.name}: 'provenance' must be an object"
+    return doc, None
+
+
 def _absent_modules(names) -> list[str]:
     """The importable module names of an optional experiment that are not installed."""
     import importlib.util
@@ -104,19 +131,47 @@ def manifest_listing(root: Path) -> dict:
     return {f["path"]: f for f in man.get("files") or [] if isinstance(f, dict) and "path" in f}
 
 
-def _manifest_mismatch(root: Path, raw: list[str]) -> list[str]:
-    """Registry raw inputs whose bytes differ from raw/MANIFEST.yaml (corrupted or edited)."""
-    listed = manifest_listing(root)
+def expand_raw(root: Path, raw: list[str], listed: dict | None = None) -> list[tuple[str, str | None]]:
+    """A registry's raw inputs as (file, why-not-checkable or None): a directory expands to every file
+    under it (on disk and in raw/MANIFEST.yaml), so each of its bytes is checked by its own entry."""
+    listed = manifest_listing(root) if listed is None else listed
     out = []
     for r in raw:
+        d = root / r
+        if d.is_dir():
+            prefix = r.rstrip("/") + "/"
+            on_disk = {str(p.relative_to(root)) for p in d.rglob("*") if p.is_file() and p.name != ".gitkeep"}
+            in_manifest = {p for p in listed if p.startswith(prefix)}
+            if not on_disk and not in_manifest:
+                out.append((r, f"raw directory {r} is empty and has no raw/MANIFEST.yaml entry"))
+            out += [(p, None) for p in sorted(on_disk | in_manifest)]
+        else:
+            out.append((r, None))
+    return out
+
+
+def _manifest_mismatch(root: Path, raw: list[str]) -> list[str]:
+    """Registry raw inputs whose bytes differ from raw/MANIFEST.yaml (corrupted or edited); a directory
+    input is checked file by file, and a file under it without a manifest entry (or an entry without
+    its file) is a mismatch too."""
+    listed = manifest_listing(root)
+    out = []
+    dirs = {r for r in raw if (root / r).is_dir()}
+    for r, why in expand_raw(root, raw, listed):
+        if why:
+            out.append(why)
+            continue
         if r == "raw/MANIFEST.yaml":
             continue
+        in_dir = any(r.startswith(d.rstrip("/") + "/") for d in dirs)
         want = (listed.get(r) or {}).get("sha256")
         have = file_sha256(root / r)
         if have is None:
+            if in_dir:
+                out.append(f"raw file {r} is listed in raw/MANIFEST.yaml but missing")
             continue
-        if want is None and r.startswith("raw/") and not r.startswith("raw/telemetry/"):
-            out.append(f"raw file {r} is not listed in raw/MANIFEST.yaml")
+        if want is None and (in_dir or r.startswith("raw/") and not r.startswith("raw/telemetry/")):
+            out.append(f"raw file {r} is not listed in raw/MANIFEST.yaml (or its entry has no sha256)")
         elif want is not None and have != want:
             out.append(f"raw file {r} does not match its sha256 in raw/MANIFEST.yaml")
     return out

@@ -10,7 +10,7 @@ rule E1_24:
         context=tidy("attention_context"),
         gemm_constants=rules.settle_gemm_constants.output.constants,
         settled=rules.settle_gemm_constants.output.settled,
-        code=STEP_LIB,
+        code=code_of("E1_24"),
     output:
         result="results/E1_24.json",
         pred="results/cache/E1_24_pred.parquet",

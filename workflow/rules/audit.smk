@@ -6,7 +6,7 @@ rule E2_7:
     input:
         registered=registered_raw("E2.7"),
         results=lambda wc: part2_results(),
-        code=lib("experiments/abstract", "plotting", "results", "io"),
+        code=code_of("E2_7"),
     output:
         result="results/E2_7.json",
         **figure("fig", "figures/E2_7_abstract"),
@@ -27,7 +27,7 @@ rule E2_7:
 rule readme_numbers:
     input:
         results=lambda wc: results_and_e2_7(),
-        code=lib("reporting", "io"),
+        code=code_of("readme_numbers"),
     output:
         "results/README_numbers.md",
     params:
@@ -46,7 +46,7 @@ rule readme_numbers:
 rule figures_readme:
     input:
         results=lambda wc: results_and_e2_7(),
-        code=lib("reporting", "io"),
+        code=code_of("figures_readme"),
     output:
         "figures/README.md",
     params:
@@ -64,7 +64,8 @@ rule figures_readme:
 # The notebooks are jupytext percent scripts (notebooks/*.py, the source); the paired .ipynb are generated.
 rule notebook:
     input:
-        "notebooks/{name}.py",
+        src="notebooks/{name}.py",
+        code=lib("reporting", "io"),
     output:
         "notebooks/{name}.ipynb",
     log:
@@ -72,11 +73,31 @@ rule notebook:
     conda:
         CONDA_ENV
     message:
-        "Pairing notebooks/{wildcards.name}.py as an .ipynb (jupytext)"
-    shell:
-        "jupytext --to ipynb --output {output:q} {input:q} > {log:q} 2>&1"
+        "Pairing notebooks/{wildcards.name}.py as an .ipynb (jupytext, deterministic cell ids)"
+    script:
+        "../scripts/notebook.py"
 
 
 NOTEBOOKS = [f"notebooks/{Path(p).stem}.ipynb" for p in sorted(glob.glob("notebooks/*.py"))]
 # what rule all builds beside the experiments: the documents drawn from the results
-DOC_TARGETS = ["results/README_numbers.md", "figures/README.md", *NOTEBOOKS]
+DOC_TARGETS = ["results/README_numbers.md", "figures/README.md", "figures/PAPER.md", *NOTEBOOKS]
+
+
+# figures/PAPER.md: every figure ID of the round-1 reports, with its file or why it cannot be drawn.
+rule paper_index:
+    input:
+        results=lambda wc: results_and_e2_7(),
+        mapping="config/paper_figures.yaml",
+        code=lib("reporting", "io"),
+    output:
+        "figures/PAPER.md",
+    params:
+        registry=EXPERIMENTS,
+    log:
+        "logs/paper_index.log",
+    conda:
+        CONDA_ENV
+    message:
+        "Writing figures/PAPER.md: every figure of the reports, its file or why it cannot be drawn"
+    script:
+        "../scripts/paper_index.py"

@@ -3,16 +3,12 @@
 # (E1.27, AIConfigurator's fp8 GEMM tables), both held out per GPU, and the constants they
 # settle (results/calibration/comm.yaml: allreduce_curve and gemm_fp8_rel).
 
-COMM_LIB = lib("terms/comm", "experiments/__init__", "experiments/comm", "calibration/__init__", "results",
-               "plotting", "specs", "io", "errors")
-
-
 # E1.25: all-reduce law (floor + bus bytes over achieved bus bandwidth, per protocol regime).
 rule E1_25:
     input:
         registered=registered_raw("E1.25"),
         data=tidy("allreduce"),
-        code=COMM_LIB,
+        code=code_of("E1_25"),
     output:
         result="results/E1_25.json",
         **figure("fig", "figures/E1_25_allreduce"),
@@ -39,8 +35,7 @@ rule E1_27:
         fp8=tidy("gemm_fp8"),
         bf16=tidy("gemm"),
         gemm_constants=rules.settle_gemm_constants.output.constants,
-        code=lib("terms", "experiments/__init__", "experiments/precision", "experiments/gemm", "evaluate",
-                 "calibration/__init__", "results", "plotting", "specs", "io", "errors"),
+        code=code_of("E1_27"),
     output:
         result="results/E1_27.json",
         **figure("fig", "figures/E1_27_fp8_gemm"),
@@ -67,7 +62,7 @@ rule settle_comm_constants:
     input:
         e1_25=rules.E1_25.output.result,
         e1_27=rules.E1_27.output.result,
-        code=lib("calibration", "io"),
+        code=code_of("settle_comm_constants"),
     output:
         settled="results/calibration/comm.yaml",
     log:

@@ -93,7 +93,8 @@ _SRC = str(Path(workflow.basedir, "src").resolve())
 os.environ.update(PYTHONPATH=_SRC)
 sys.path.insert(0, _SRC)  # this process too (the registered-raw check reads the manifest through the library)
 
-# The code, declared as an input of every rule that imports it (the shipped constants file
+# The code, declared as an input of every rule that imports it (code_of, derived from the import
+# graph of the rule's script, not typed per rule) (the shipped constants file
 # src/steptime/calibration/defaults.yaml included: no rule writes it; the settle rules write
 # results/calibration/*.yaml and `steptime calibration ship` ships them). Three packages under src/:
 # the product steptime, the lab steptime_lab and the collectors steptime_collect.
@@ -110,6 +111,62 @@ def lib(*parts):
     return [p for p in LIB if p.startswith(tuple(prefixes))] + [
         "src/steptime/__init__.py"
     ]
+
+
+def _module_files():
+    """{module name: its file} for every module of the three packages."""
+    out = {}
+    for p in LIB:
+        if p.endswith(".py"):
+            parts = Path(p).relative_to("src").with_suffix("").parts
+            out[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = p
+    return out
+
+
+_MODULES = _module_files()
+
+
+def _imports(path):
+    """The package modules `path` imports (ast: top-level and function-level imports alike)."""
+    import ast
+
+    found = set()
+    for node in ast.walk(ast.parse(Path(path).read_text())):
+        if isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            names = [f"{node.module}.{a.name}" if f"{node.module}.{a.name}" in _MODULES else node.module
+                     for a in node.names]
+        else:
+            continue
+        for n in names:
+            while n and n not in _MODULES:  # the deepest module the name points at
+                n = n.rpartition(".")[0]
+            if n:
+                found.add(n)
+    return found
+
+
+def code_of(script):
+    """The library files a workflow script runs: the transitive closure of the steptime,
+    steptime_lab and steptime_collect modules it imports (each module's parent packages, whose
+    __init__ runs first, included), plus the data files (*.yaml) beside each, plus the data
+    loaders config/tables.yaml names by module (imported by name, invisible to ast)."""
+    todo = list(_imports(f"workflow/scripts/{script}.py"))
+    seen = set()
+    while todo:
+        m = todo.pop()
+        if m in seen:
+            continue
+        seen.add(m)
+        parents = [".".join(m.split(".")[:i]) for i in range(1, m.count(".") + 1)]
+        todo += [q for q in parents if q in _MODULES] + sorted(_imports(_MODULES[m]))
+    files = {_MODULES[m] for m in seen}
+    if "steptime_lab.data.tables" in seen:
+        files |= set(lib("data"))
+    dirs = {str(Path(f).parent) for f in files}
+    files |= {p for p in LIB if p.endswith(".yaml") and str(Path(p).parent) in dirs}
+    return sorted(files)
 
 
 def question(eid):
@@ -256,10 +313,6 @@ def results_and_e2_7():
     """Every experiment result, E2.7's included where the registry holds it (not in .test/); called from
     input lambdas, as part2_results."""
     return [r for r in experiment_results() if "E2_7" not in r] + (["results/E2_7.json"] if "E2.7" in EXPERIMENTS else [])
-
-
-# The library code the step-family rules (attention, light, host, step, literature) import: all of it.
-STEP_LIB = lib()
 
 
 # The tidy tables (config/tables.yaml) and the raw files each reads (raw/MANIFEST.yaml).

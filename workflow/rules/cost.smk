@@ -17,7 +17,7 @@ rule E2_5:
         engine_constants="results/calibration/engine_constants.yaml",  # R2_3 (wallclock.smk, included later)
         allreduce=tidy("allreduce"),
         fpm=tidy("fpm_steps"),
-        code=lib(),
+        code=code_of("E2_5"),
     output:
         result="results/E2_5.json",
         timing="results/E2_5_timing.json",

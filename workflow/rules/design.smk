@@ -18,7 +18,7 @@ rule design_choices:
         e1_11="results/E1_11.json",
         e1_3="results/E1_3.json",
         e1_13="results/E1_13.json",
-        code=lib("experiments/design", "experiments/gemm", "experiments/attention", "terms", "calibration"),
+        code=code_of("design_choices"),
     output:
         result="results/R2_1.json",
     params:

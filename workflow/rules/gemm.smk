@@ -3,15 +3,12 @@
 # scalar (E1.13), the head-to-head (E1.23), the implied-alpha ledger (L0.2), and the
 # constants they settle (leave-one-GPU-out fits + three deploy readings per GPU).
 
-GEMM_LIB = lib()  # the whole library: the experiment modules import across it (regimes, specs, terms, ...)
-
-
 # E1.11: Hopper grid cap from GPC geometry vs blind; which cluster size the latency data supports.
 rule E1_11:
     input:
         registered=registered_raw("E1.11"),
         gemm=tidy("gemm"),
-        code=GEMM_LIB,
+        code=code_of("E1_11_gemm_cluster"),
     output:
         result="results/E1_11.json",
         **figure("fig", "figures/E1_11_cluster_cap"),
@@ -37,7 +34,7 @@ rule E1_3:
         registered=registered_raw("E1.3"),
         gemm=tidy("gemm"),
         scale=tidy("scale_matrix"),
-        code=GEMM_LIB,
+        code=code_of("E1_3_gemm_memory"),
     output:
         result="results/E1_3.json",
         **figure("fig", "figures/E1_3_memory_law"),
@@ -63,7 +60,7 @@ rule settle_gemm_constants:
         gemm=tidy("gemm"),
         e1_11=rules.E1_11.output.result,
         e1_3=rules.E1_3.output.result,
-        code=GEMM_LIB,
+        code=code_of("settle_gemm_constants"),
     output:
         constants="results/calibration/gemm_constants.json",
         settled="results/calibration/gemm.yaml",
@@ -89,7 +86,7 @@ rule E1_23:
         gemm=tidy("gemm"),
         constants=rules.settle_gemm_constants.output.constants,
         settled=rules.settle_gemm_constants.output.settled,
-        code=GEMM_LIB,
+        code=code_of("E1_23_gemm_h2h"),
     output:
         result="results/E1_23.json",
         **figure("fig", "figures/E1_23_head_to_head"),
@@ -120,7 +117,7 @@ rule E1_2:
         vidur=tidy("vidur_mlp"),
         constants=rules.settle_gemm_constants.output.constants,
         settled=rules.settle_gemm_constants.output.settled,
-        code=GEMM_LIB,
+        code=code_of("E1_2_gemm_wave"),
     output:
         result="results/E1_2.json",
         **figure("fig", "figures/E1_2_staircase"),
@@ -146,7 +143,7 @@ rule E1_2b:
         constants=rules.settle_gemm_constants.output.constants,
         settled=rules.settle_gemm_constants.output.settled,
         e1_11=rules.E1_11.output.result,
-        code=GEMM_LIB,
+        code=code_of("E1_2b_gemm_hopper"),
     output:
         result="results/E1_2b.json",
         **figure("fig", "figures/E1_2b_hopper"),
@@ -171,7 +168,7 @@ rule E1_12:
         gemm=tidy("gemm"),
         constants=rules.settle_gemm_constants.output.constants,
         settled=rules.settle_gemm_constants.output.settled,
-        code=GEMM_LIB,
+        code=code_of("E1_12_gemm_blackwell"),
     output:
         result="results/E1_12.json",
         **figure("fig", "figures/E1_12_blackwell_paradigm"),
@@ -199,7 +196,7 @@ rule E1_13:
         gemm=tidy("gemm"),
         constants=rules.settle_gemm_constants.output.constants,
         settled=rules.settle_gemm_constants.output.settled,
-        code=GEMM_LIB,
+        code=code_of("E1_13_gemm_scalar"),
     output:
         result="results/E1_13.json",
         **figure("fig", "figures/E1_13_scalar_vs_factors"),
@@ -228,7 +225,7 @@ rule L0_2:
         gemm=tidy("gemm"),
         constants=rules.settle_gemm_constants.output.constants,
         settled=rules.settle_gemm_constants.output.settled,
-        code=GEMM_LIB,
+        code=code_of("L0_2_gemm_alpha"),
     output:
         result="results/L0_2.json",
         **figure("fig", "figures/L0_2_implied_alpha"),

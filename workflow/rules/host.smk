@@ -7,7 +7,7 @@ rule E1_4:
         registered=registered_raw("E1.4"),
         data=tidy("vidur_cpu_overheads"),
         settled=rules.settle_gemm_constants.output.settled,
-        code=STEP_LIB,
+        code=code_of("E1_4"),
     output:
         result="results/E1_4.json",
         **figure("fig", "figures/E1_4_host"),

@@ -8,7 +8,7 @@ rule E1_1c:
         data=tidy("vidur_mlp"),
         gemm_constants=rules.settle_gemm_constants.output.constants,
         settled=rules.settle_gemm_constants.output.settled,
-        code=STEP_LIB,
+        code=code_of("E1_1c"),
     output:
         result="results/E1_1c.json",
         **figure("fig", "figures/E1_1c_light"),

@@ -6,7 +6,7 @@ rule L0_1:
     input:
         registered=registered_raw("L0.1"),
         lit="config/literature.yaml",
-        code=STEP_LIB,
+        code=code_of("L0_1"),
     output:
         result="results/L0_1.json",
         **figure("fig", "figures/L0_1_literature"),

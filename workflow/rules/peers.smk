@@ -13,7 +13,7 @@ rule E2_12:
         max_tokens=tidy("distserve_max_num_tokens"),
         servingsim_requests=tidy("servingsim_requests"),
         servingsim_timeseries=tidy("servingsim_timeseries"),
-        code=lib("serve", "experiments/peers", "experiments/serving", "step", "terms", "specs", "calibration"),
+        code=code_of("E2_12"),
         settled=SETTLED_ALL,
     output:
         result="results/E2_12.json",

@@ -9,8 +9,7 @@ rule E2_11b:
         constants=rules.R2_3.output.constants,
         one_step=rules.E2_11.output.result,
         settled=SETTLED_ALL,  # this run's settled constants (declared inputs)
-        code=lib("experiments/replay", "experiments/wallclock", "serve", "step", "terms", "specs", "calibration",
-                 "metrics", "results", "plotting"),
+        code=code_of("E2_11b"),
     output:
         result="results/E2_11b.json",
         **figure("fig", "figures/E2_11b_replay"),

@@ -7,7 +7,7 @@ rule E2_9:
     input:
         registered=registered_raw("E2.9"),
         traces=tidy("traces"),
-        code=lib("serve", "experiments/serving", "step", "terms", "specs", "calibration"),
+        code=code_of("E2_9"),
         settled=SETTLED_ALL,
     output:
         result="results/E2_9.json",
@@ -36,7 +36,7 @@ rule E2_4:
         traces=tidy("traces"),
         coefficients=tidy("distserve"),
         max_tokens=tidy("distserve_max_num_tokens"),
-        code=lib("serve", "experiments/serving", "step", "terms", "specs", "calibration"),
+        code=code_of("E2_4"),
         settled=SETTLED_ALL,
     output:
         result="results/E2_4.json",
@@ -64,7 +64,7 @@ rule E2_10:
         registered=registered_raw("E2.10"),
         requests=tidy("servingsim_requests"),
         llmservingsim=tidy("servingsim_sim"),  # LLMServingSim's own simulated replay, scored beside steptime's
-        code=lib("serve", "experiments/serving", "step", "terms", "specs", "calibration"),
+        code=code_of("E2_10"),
         settled=SETTLED_ALL,
     output:
         result="results/E2_10.json",
@@ -91,7 +91,7 @@ rule E2_3:
     input:
         registered=registered_raw("E2.3"),
         traces=tidy("traces"),
-        code=lib("serve", "experiments/serving", "step", "terms", "specs", "calibration"),
+        code=code_of("E2_3"),
         settled=SETTLED_ALL,
     output:
         result="results/E2_3.json",

@@ -9,7 +9,7 @@ rule settle_step_constants:
         e1_24=rules.E1_24.output.result,
         e1_1c=rules.E1_1c.output.result,
         e1_4=rules.E1_4.output.result,
-        code=lib("calibration", "io"),
+        code=code_of("settle_step_constants"),
     output:
         settled="results/calibration/step.yaml",
     log:
@@ -31,7 +31,7 @@ rule E1_1:
         data=tidy("vidur_mlp"),
         gemm_constants=rules.settle_gemm_constants.output.constants,
         settled=[rules.settle_gemm_constants.output.settled, rules.settle_step_constants.output.settled],
-        code=STEP_LIB,
+        code=code_of("E1_1"),
     output:
         e1_1="results/E1_1.json",
         e1_1b="results/E1_1b.json",
@@ -66,7 +66,7 @@ rule E1_22:
         registered=registered_raw("E1.22"),
         attn=rules.E1_24.output.pred,
         step=rules.E1_1.output.pred,
-        code=STEP_LIB,
+        code=code_of("E1_22"),
     output:
         result="results/E1_22.json",
         **figure("fig_attn", "figures/E1_22_attention_atlas"),
@@ -90,7 +90,7 @@ rule walkthrough:
     input:
         registered=registered_raw("E1.1"),
         settled=[rules.settle_gemm_constants.output.settled, rules.settle_step_constants.output.settled],
-        code=STEP_LIB,
+        code=code_of("walkthrough"),
     output:
         **figure("fig", "figures/walkthrough_llama-3_1-8b_h100-sxm"),
     params:

@@ -7,8 +7,9 @@
 # (what Constants.default() and `steptime predict` read) and copies R2.3's fitted engine constants
 # to src/steptime/calibration/engine_constants.yaml (specs.engines.FITTED_FILE, what
 # `steptime predict --engine vllm` lays over the profile on the GPUs that hold readings). Pipeline
-# scripts never read either shipped copy: use_settled() takes the declared settled files and turns
-# the shipped engine constants off, so a rebuild after shipping computes the same numbers (the
+# scripts never read either shipped copy: each builds Constants.load(DEFAULTS_FILE, settled) from its
+# declared settled files (no engine fits unless one is named) and passes it down, so a rebuild after
+# shipping computes the same numbers (the
 # library hash in each result's provenance changes, so the next `snakemake` reruns the rules).
 
 
@@ -16,7 +17,7 @@
 rule summary:
     input:
         results=lambda wc: experiment_results(),
-        code=lib("io"),
+        code=code_of("summary"),
     output:
         "results/SUMMARY.md",
     log:

@@ -197,7 +197,7 @@ for _eid, (_tglob, _stem) in TELEMETRY.items():
             registered=registered_raw(_eid),
             telemetry=_telemetry(_tglob),
             dispatch=_telemetry("raw/telemetry/dispatch/*/cublaslt.log") if _eid == "E1.14" else [],
-            code=lib("steptime_collect", "experiments/telemetry", "terms", "specs", "calibration", "results", "plotting", "metrics", "step.py", "data"),
+            code=code_of("telemetry_experiment"),
         output:
             result=f"results/{_eid.replace('.', '_')}.json",
             **figure("fig", f"figures/{_stem}"),
@@ -226,8 +226,7 @@ rule E1_19:
         steptrace=_telemetry("raw/telemetry/steptrace/*/*.csv"),
         constants=rules.R2_3.output.constants,
         settled=SETTLED_ALL,  # this run's settled constants (the predictions read them, not src/)
-        code=lib("experiments/hostfloor", "steptrace", "experiments/wallclock", "terms", "specs", "calibration",
-                 "results", "plotting", "step.py", "ops.py", "errors"),
+        code=code_of("E1_19"),
     output:
         result="results/E1_19.json",
         **figure("fig", "figures/E1_19_host_learner"),

@@ -22,7 +22,7 @@ GRID_CHECK_TARGETS = ["results/E2_1_grid.json", "results/E2_1_grid_timing.json"]
 rule rf_fit:
     input:
         unpack(lambda wc: UTILITY_DATA[wc.dataset]),
-        code=lib("baselines", "experiments/transfer/profiled", "experiments/cells", "specs", "data"),
+        code=code_of("E2_rf_fit"),
     output:
         model="results/cache/rf/{dataset}_{gpu}.joblib",
     wildcard_constraints:
@@ -49,7 +49,7 @@ rule rf_fit:
 rule rf_fit_full:
     input:
         unpack(lambda wc: UTILITY_DATA[wc.dataset]),
-        code=lib("baselines", "experiments/transfer/profiled", "experiments/cells", "specs", "data"),
+        code=code_of("E2_rf_fit"),
     output:
         model="results/cache/rf_full/{dataset}_{gpu}.joblib",
     wildcard_constraints:
@@ -81,7 +81,7 @@ rule E2_1_grid:
         gemm_constants=rules.settle_gemm_constants.output.constants,
         attention=rules.E1_24.output.result,
         settled=[rules.settle_gemm_constants.output.settled, rules.settle_step_constants.output.settled],
-        code=lib(),
+        code=code_of("E2_1_grid"),
     output:
         result="results/E2_1_grid.json",
         timing="results/E2_1_grid_timing.json",
@@ -111,7 +111,7 @@ rule E2_1:
         gemm_constants=rules.settle_gemm_constants.output.constants,
         attention=rules.E1_24.output.result,
         settled=[rules.settle_gemm_constants.output.settled, rules.settle_step_constants.output.settled],
-        code=lib(),
+        code=code_of("E2_1"),
     output:
         result="results/E2_1.json",
         **figure("figure", "figures/E2_1_transfer"),

@@ -3,9 +3,6 @@
 # R2.3 reads each (GPU, engine)'s constants from three steps and writes them as a declared output,
 # results/calibration/engine_constants.yaml, which every later wall-clock rule takes as an input.
 
-WALLCLOCK_LIB = lib("terms", "step.py", "ops.py", "experiments/__init__", "experiments/wallclock",
-                    "experiments/wallclock_report", "experiments/attention", "calibration/__init__", "metrics",
-                    "results", "plotting", "specs", "io", "errors")
 WC_FIT = settings("R2.3").get("fit", {})
 WC_PROMPTS = settings("E2.11").get("prompt_tokens", {})
 WC_TOKENS = dict(
@@ -25,7 +22,7 @@ rule R2_3:
         attn_gen=tidy("attention_generation"),
         allreduce=tidy("allreduce"),
         settled=SETTLED_ALL,  # this run's settled constants (the predictions read them, not src/)
-        code=WALLCLOCK_LIB,
+        code=code_of("R2_3"),
     output:
         result="results/R2_3.json",
         constants="results/calibration/engine_constants.yaml",
@@ -56,7 +53,7 @@ rule E1_26:
         fpm=tidy("fpm_steps"),
         constants=rules.R2_3.output.constants,
         settled=SETTLED_ALL,  # this run's settled constants (the predictions read them, not src/)
-        code=WALLCLOCK_LIB,
+        code=code_of("E1_26"),
     output:
         result="results/E1_26.json",
         **figure("fig", "figures/E1_26_wallclock"),
@@ -86,7 +83,7 @@ rule E1_18:
         fpm=tidy("fpm_steps"),
         **WC_TOKENS,
         settled=SETTLED_ALL,  # this run's settled constants (the predictions read them, not src/)
-        code=WALLCLOCK_LIB,
+        code=code_of("E1_18"),
     output:
         result="results/E1_18.json",
         **figure("fig", "figures/E1_18_exposed_host"),
@@ -114,7 +111,7 @@ rule E1_21:
         **WC_TOKENS,
         constants=rules.R2_3.output.constants,
         settled=SETTLED_ALL,  # this run's settled constants (the predictions read them, not src/)
-        code=WALLCLOCK_LIB,
+        code=code_of("E1_21"),
     output:
         result="results/E1_21.json",
         **figure("fig", "figures/E1_21_prefill"),
@@ -144,7 +141,7 @@ rule E2_11:
         **WC_TOKENS,
         constants=rules.R2_3.output.constants,
         settled=SETTLED_ALL,  # this run's settled constants (the predictions read them, not src/)
-        code=WALLCLOCK_LIB,
+        code=code_of("E2_11"),
     output:
         result="results/E2_11.json",
         **figure("fig", "figures/E2_11_tpot"),
@@ -175,7 +172,7 @@ rule E1_28:
         silicon=tidy("aic_silicon"),
         constants=rules.R2_3.output.constants,
         settled=SETTLED_ALL,  # this run's settled constants (the predictions read them, not src/)
-        code=WALLCLOCK_LIB + lib("experiments/tp_cost"),
+        code=code_of("E1_28"),
     output:
         result="results/E1_28.json",
         **figure("fig", "figures/E1_28_tp_cost"),

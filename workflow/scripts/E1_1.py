@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from steptime.calibration import use_settled
+from steptime.calibration import DEFAULTS_FILE, Constants
 from steptime_lab.data import write_parquet
 from steptime_lab.experiments import light as LX
 from steptime_lab.experiments import step as E
@@ -14,12 +14,12 @@ from steptime_lab.regimes import DECODE_MAX_TOKENS, PREFILL_MIN_TOKENS
 from steptime_lab.results import rule_provenance, write_result
 
 logging.basicConfig(filename=snakemake.log[0], level=logging.INFO, format="%(message)s", filemode="w")
-use_settled(snakemake.input.settled)  # this run's settled constants (declared inputs)
+constants = Constants.load(DEFAULTS_FILE, snakemake.input.settled)  # this run's settled constants (declared inputs), passed down
 P = snakemake.params
 v = pd.read_parquet(snakemake.input.data)
 logging.info("Vidur operator table: %d rows, GPUs %s", len(v), sorted(v["gpu"].unique()))
 gemm_doc = json.loads(Path(snakemake.input.gemm_constants).read_text())
-r = E.run(v, LX.tidy_cells(v), seed=P.seed, n_boot=P.n_boot, gemm_doc=gemm_doc)
+r = E.run(v, LX.tidy_cells(v), seed=P.seed, n_boot=P.n_boot, gemm_doc=gemm_doc, constants=constants)
 prov = rule_provenance(snakemake, calibration=r["calibration"].to_dict(), script="workflow/scripts/E1_1.py")
 for key, eid, q in (("e1_1", "E1.1", P.q1), ("e1_1b", "E1.1b", P.q1b), ("e1_20", "E1.20", P.q20)):
     doc = E.document(r, eid, P.targets if eid == "E1.1" else None)

@@ -5,15 +5,16 @@ from pathlib import Path
 import pandas as pd
 
 from steptime_lab.experiments.hostfloor import build_e1_19, figure
-from steptime.calibration import use_settled
+from steptime.calibration import DEFAULTS_FILE, Constants
 from steptime_lab.results import rule_provenance, write_result
 
 logging.basicConfig(filename=snakemake.log[0], level=logging.INFO, format="%(message)s", filemode="w")
-use_settled(snakemake.input.settled)  # this run's settled constants (declared inputs)
+constants = Constants.load(DEFAULTS_FILE, snakemake.input.settled)  # this run's settled constants (declared inputs), passed down
 p = snakemake.params
 st = p.settings
 metrics, claims, steps = build_e1_19(pd.read_parquet(snakemake.input.fpm), list(snakemake.input.steptrace),
-                                     fitted=snakemake.input.constants, round1=p.round1, **st)
+                                     fitted=snakemake.input.constants, round1=p.round1,
+                                     constants=constants, **st)
 write_result(snakemake.output.result, id="E1.19", question=p.question, metrics=metrics, claims=claims,
              provenance=rule_provenance(snakemake, script="workflow/scripts/E1_19.py"))
 logging.info("E1.19: runs %s, %d steps; %d claims, %d met", list(metrics["per_run"]), len(steps), len(claims),

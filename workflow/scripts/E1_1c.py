@@ -5,12 +5,12 @@ from os.path import splitext
 
 import pandas as pd
 
-from steptime.calibration import use_settled
+from steptime.calibration import DEFAULTS_FILE, Constants
 from steptime_lab.experiments import light as E
 from steptime_lab.results import rule_provenance, write_result
 
 logging.basicConfig(filename=snakemake.log[0], level=logging.INFO, format="%(message)s", filemode="w")
-use_settled(snakemake.input.settled)  # this run's settled constants (declared inputs)
+constants = Constants.load(DEFAULTS_FILE, snakemake.input.settled)  # this run's settled constants (declared inputs), passed down
 P = snakemake.params
 cells = E.tidy_cells(pd.read_parquet(snakemake.input.data))
 logging.info("light-kernel cells: %d", len(cells))

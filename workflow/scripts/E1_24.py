@@ -5,19 +5,19 @@ from os.path import splitext
 
 import pandas as pd
 
-from steptime.calibration import use_settled
+from steptime.calibration import DEFAULTS_FILE, Constants
 from steptime_lab.data import write_parquet
 from steptime_lab.experiments import attention as E
 from steptime_lab.results import rule_provenance, write_result
 
 logging.basicConfig(filename=snakemake.log[0], level=logging.INFO, format="%(message)s", filemode="w")
-use_settled(snakemake.input.settled)  # this run's settled constants (declared inputs)
+constants = Constants.load(DEFAULTS_FILE, snakemake.input.settled)  # this run's settled constants (declared inputs), passed down
 P = snakemake.params
 cells = E.tidy_cells(pd.read_parquet(snakemake.input.generation), pd.read_parquet(snakemake.input.context))
 logging.info("attention cells: %d; fit sample %d per GPU and phase", len(cells), P.fit_sample)
 with open(snakemake.input.gemm_constants) as fh:
     gemm_doc = json.load(fh)
-r = E.run(cells, gemm_doc, seed=P.seed, n_boot=P.n_boot, fit_sample=P.fit_sample)
+r = E.run(cells, gemm_doc, seed=P.seed, n_boot=P.n_boot, fit_sample=P.fit_sample, constants=constants)
 doc = E.document(r, cells, P.targets)
 prov = rule_provenance(snakemake, calibration=r["calibration"].to_dict(), script="workflow/scripts/E1_24.py")
 write_result(snakemake.output.result, id="E1.24", question=P.question, metrics=doc["metrics"],

@@ -9,19 +9,20 @@ from steptime_lab.experiments import wallclock as W
 from steptime_lab.experiments import wallclock_report as R
 from steptime_lab.results import rule_provenance, write_result
 
-from steptime.calibration import use_settled
+from steptime.calibration import DEFAULTS_FILE, Constants
 
 logging.basicConfig(filename=snakemake.log[0], level=logging.INFO, format="%(message)s", filemode="w")
-use_settled(snakemake.input.settled)  # this run's settled constants (declared inputs)
+constants = Constants.load(DEFAULTS_FILE, snakemake.input.settled)  # this run's settled constants (declared inputs), passed down
 p = snakemake.params
 tidy = pd.read_parquet(snakemake.input.fpm)
 steps = W.fpm_steps(tidy)
 docs = []
 for (gpu, engine, model), s in steps.groupby(["gpu", "engine", "model"], sort=True):
     spec = W.FpmSpec(model=model, engine=engine, **p.settings["fit"])
-    r = W.run_fpm(s, spec, fitted_doc=snakemake.input.constants, n_boot=p.n_boot, seed=p.seed)
+    r = W.run_fpm(s, spec, fitted_doc=snakemake.input.constants, n_boot=p.n_boot, seed=p.seed,
+                  constants=constants)
     d = R.document_e1_26(r, p.targets)
-    sp = W.repeat_spread(s, spec, p.targets, draws=p.settings["repeat_draws"], seed=p.seed)
+    sp = W.repeat_spread(s, spec, p.targets, draws=p.settings["repeat_draws"], seed=p.seed, constants=constants)
     d["metrics"]["repeat_spread"] = sp
     d["claims"] += R.document_repeat_spread(sp, gpu, engine)
     docs.append((r, d))

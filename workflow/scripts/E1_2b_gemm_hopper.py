@@ -5,9 +5,9 @@ from os.path import splitext
 from steptime_lab.experiments import gemm as E
 from steptime_lab.experiments import gemm_figures as F
 from steptime_lab.results import rule_provenance, write_result
-from steptime.calibration import use_settled
+from steptime.calibration import DEFAULTS_FILE, Constants
 
-use_settled(snakemake.input.settled)  # this run's settled constants (declared inputs)
+constants = Constants.load(DEFAULTS_FILE, snakemake.input.settled)  # this run's settled constants (declared inputs), passed down
 logging.basicConfig(filename=snakemake.log[0], level=logging.INFO, format="%(message)s", filemode="w")
 df = E.load_gemm(snakemake.input.gemm)
 doc = E.load_constants(snakemake.input.constants)

@@ -4,17 +4,17 @@ from os.path import splitext
 
 import pandas as pd
 
-from steptime.calibration import use_settled
+from steptime.calibration import DEFAULTS_FILE, Constants
 from steptime_lab.experiments import host as E
 from steptime_lab.results import rule_provenance, write_result
 
 logging.basicConfig(filename=snakemake.log[0], level=logging.INFO, format="%(message)s", filemode="w")
-use_settled(snakemake.input.settled)  # this run's settled constants (declared inputs)
+constants = Constants.load(DEFAULTS_FILE, snakemake.input.settled)  # this run's settled constants (declared inputs), passed down
 P = snakemake.params
 x = E.tidy(pd.read_parquet(snakemake.input.data))
 logging.info("host rows: %d", len(x))
 r = E.run(x, seed=P.seed, n_boot=P.n_boot)
-doc = E.document(r, x)
+doc = E.document(r, x, constants=constants)
 prov = rule_provenance(snakemake, calibration=r["calibration"].to_dict(), script="workflow/scripts/E1_4.py")
 write_result(snakemake.output.result, id="E1.4", question=P.question, metrics=doc["metrics"],
              claims=doc["claims"], provenance=prov, extra={"defaults_updates": E.defaults_updates(r["per_gpu"])})

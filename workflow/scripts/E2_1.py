@@ -5,7 +5,7 @@ import logging
 import joblib
 import pandas as pd
 
-from steptime.calibration import use_settled
+from steptime.calibration import DEFAULTS_FILE, Constants
 from steptime_lab.evaluate.held_out import HeldOut, fit_footprint
 from steptime_lab.experiments import attention as AX
 from steptime_lab.experiments import gemm as GX
@@ -20,7 +20,7 @@ def stem(path):
 
 
 logging.basicConfig(filename=snakemake.log[0], level=logging.INFO, format="%(message)s", filemode="w")
-use_settled(snakemake.input.settled)  # this run's settled constants (declared inputs)
+constants = Constants.load(DEFAULTS_FILE, snakemake.input.settled)  # this run's settled constants (declared inputs), passed down
 P = snakemake.params
 inp = snakemake.input
 tables = {name: pd.read_parquet(getattr(inp, name))
@@ -39,9 +39,10 @@ light_cells = LX.tidy_cells(vidur)
 attn_cells = AX.tidy_cells(tables["attention_generation"], tables["attention_context"])
 gemm_df = GX.load_gemm(inp.gemm)
 vidur_gpus = transfer.TARGETS["vidur_step"]
-hooks = {"vidur_step": HeldOut.for_dataset("vidur_step", vidur=vidur, light_gpus=vidur_gpus, gemm_doc=gemm_doc),
-         "aic_gemm": HeldOut.for_dataset("aic_gemm", gemm_doc=gemm_doc),
-         "aic_attention": HeldOut.for_dataset("aic_attention", attn_doc=attn_doc)}
+hooks = {"vidur_step": HeldOut.for_dataset("vidur_step", vidur=vidur, light_gpus=vidur_gpus, gemm_doc=gemm_doc,
+                                           base=constants),
+         "aic_gemm": HeldOut.for_dataset("aic_gemm", gemm_doc=gemm_doc, base=constants),
+         "aic_attention": HeldOut.for_dataset("aic_attention", attn_doc=attn_doc, base=constants)}
 families = {"vidur_step": ("light", "gemm"), "aic_gemm": ("gemm",), "aic_attention": ("attention",)}
 ml = {ds: transfer.MLLeaveOneOut(ds, cells[ds], fast=P.fast, seed=P.seed) for ds in transfer.DATASETS}
 attn_reads = {g: [tuple(c) for c in v["scoring_excludes"].values()]

@@ -4,16 +4,16 @@ import logging
 import pandas as pd
 
 from steptime_lab.experiments import serving
-from steptime.calibration import use_settled
+from steptime.calibration import DEFAULTS_FILE, Constants
 from steptime_lab.results import rule_provenance, write_result
 
 logging.basicConfig(filename=snakemake.log[0], level=logging.INFO, format="%(message)s", filemode="w")
-use_settled(snakemake.input.settled)  # this run's settled constants (declared inputs)
+constants = Constants.load(DEFAULTS_FILE, snakemake.input.settled)  # this run's settled constants (declared inputs), passed down
 
 p = snakemake.params
 s = dict(p.settings)
 r = serving.e2_10(pd.read_parquet(snakemake.input.requests), targets=dict(p.targets), engine=s["engine"],
-                  peer=pd.read_parquet(snakemake.input.llmservingsim))
+                  peer=pd.read_parquet(snakemake.input.llmservingsim), constants=constants)
 logging.info("E2.10: settings %s", s)
 doc = serving.e2_10_document(r)
 prov = rule_provenance(snakemake, script="workflow/scripts/E2_10.py")

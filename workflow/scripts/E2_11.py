@@ -9,19 +9,20 @@ from steptime_lab.experiments import wallclock as W
 from steptime_lab.experiments import wallclock_report as R
 from steptime_lab.results import rule_provenance, write_result
 
-from steptime.calibration import use_settled
+from steptime.calibration import DEFAULTS_FILE, Constants
 
 logging.basicConfig(filename=snakemake.log[0], level=logging.INFO, format="%(message)s", filemode="w")
-use_settled(snakemake.input.settled)  # this run's settled constants (declared inputs)
+constants = Constants.load(DEFAULTS_FILE, snakemake.input.settled)  # this run's settled constants (declared inputs), passed down
 p = snakemake.params
 prompts = {(d, t): v for d, per in p.settings["prompt_tokens"].items() for t, v in per.items()}
 tables = dict(mlenergy_v2=pd.read_parquet(snakemake.input.mlenergy_v2),
               mlenergy_v3=pd.read_parquet(snakemake.input.mlenergy_v3), silicon=pd.read_parquet(snakemake.input.silicon))
 rows, skipped = W.tpot_table(**tables, prompt_tokens=prompts)
-res = W.run_tpot(rows, n_boot=p.n_boot, seed=p.seed, fitted=snakemake.input.constants)
+res = W.run_tpot(rows, n_boot=p.n_boot, seed=p.seed, fitted=snakemake.input.constants, constants=constants)
 mixed = W.run_tpot(rows, n_boot=p.n_boot, seed=p.seed, fitted=snakemake.input.constants, variant="mixed",
-                   mixed=p.settings["mixed"])
-sens = W.prompt_sensitivity(rows, prompts, p.settings["prompt_scale"], fitted=snakemake.input.constants)
+                   mixed=p.settings["mixed"], constants=constants)
+sens = W.prompt_sensitivity(rows, prompts, p.settings["prompt_scale"], fitted=snakemake.input.constants,
+                            constants=constants)
 doc = R.document_e2_11(res, skipped + res["skipped"], p.targets, sens, mixed=mixed)
 logging.info("E2.11: %d token-time rows scored, %d skipped", len(res["pred"]), len(skipped) + len(res["skipped"]))
 prov = rule_provenance(snakemake, script="workflow/scripts/E2_11.py")

@@ -6,12 +6,12 @@ from os.path import splitext
 
 import pandas as pd
 
-from steptime.calibration import use_settled
+from steptime.calibration import DEFAULTS_FILE, Constants
 from steptime_lab.experiments import replay as R
 from steptime_lab.results import rule_provenance, write_result
 
 logging.basicConfig(filename=snakemake.log[0], level=logging.INFO, format="%(message)s", filemode="w")
-use_settled(snakemake.input.settled)  # this run's settled constants (declared inputs)
+constants = Constants.load(DEFAULTS_FILE, snakemake.input.settled)  # this run's settled constants (declared inputs), passed down
 
 p, s = snakemake.params, snakemake.params.settings
 prompts = {(d, t): v for d, per in p.prompt_tokens.items() for t, v in per.items()}
@@ -20,8 +20,8 @@ rows, skipped = R.replay_rows(mlenergy_v2=pd.read_parquet(snakemake.input.mlener
                               silicon=pd.read_parquet(snakemake.input.silicon), prompt_tokens=prompts)
 rows = R.sample_rows(rows, int(s["per_group"]), seed=int(p.seed))
 res = R.run_replay(rows, fitted=snakemake.input.constants, requests_per_slot=int(s["requests_per_slot"]),
-                   min_requests=int(s["min_requests"]), seed=int(p.seed))
-same = R.one_step_same_rows(rows, fitted=snakemake.input.constants)
+                   min_requests=int(s["min_requests"]), seed=int(p.seed), constants=constants)
+same = R.one_step_same_rows(rows, fitted=snakemake.input.constants, constants=constants)
 with open(snakemake.input.one_step) as fh:
     e2_11 = json.load(fh)
 table = R.side_by_side(R.scores(res["pred"], n_boot=int(p.bootstrap), seed=int(p.seed)), e2_11, same)

@@ -5,14 +5,14 @@ import logging
 
 import pandas as pd
 
-from steptime.calibration import use_settled
+from steptime.calibration import DEFAULTS_FILE, Constants
 from steptime_lab.experiments import peers
 from steptime_lab.results import rule_provenance, write_result
 from steptime.serve import aic
 
 aic.require()
 logging.basicConfig(filename=snakemake.log[0], level=logging.INFO, format="%(message)s", filemode="w")
-use_settled(snakemake.input.settled)  # this run's settled constants (declared inputs)
+constants = Constants.load(DEFAULTS_FILE, snakemake.input.settled)  # this run's settled constants (declared inputs), passed down
 p = snakemake.params
 s = dict(p.settings)
 inp = snakemake.input
@@ -21,7 +21,7 @@ r = peers.e2_12(pd.read_parquet(inp.silicon), pd.read_parquet(inp.traces), pd.re
                 per_concurrency=s["requests_per_concurrency"], min_requests=s["min_requests"], seed=s["seed"],
                 distserve_case=s["distserve"], targets=dict(p.targets),
                 servingsim=(pd.read_parquet(inp.servingsim_requests), pd.read_parquet(inp.servingsim_timeseries)),
-                servingsim_runs=s["servingsim_runs"])
+                servingsim_runs=s["servingsim_runs"], constants=constants)
 doc = peers.e2_12_document(r)
 logging.info("E2.12: aiconfigurator-core %s; settings %s", aic.version(), s)
 prov = rule_provenance(snakemake, script="workflow/scripts/E2_12.py")

@@ -5,7 +5,7 @@ import logging
 import joblib
 import pandas as pd
 
-from steptime.calibration import use_settled
+from steptime.calibration import DEFAULTS_FILE, Constants
 from steptime_lab.evaluate.held_out import HeldOut
 from steptime_lab.experiments import ranking, transfer
 from steptime_lab.results import rule_provenance, write_result
@@ -17,14 +17,14 @@ def stem(path):
 
 
 logging.basicConfig(filename=snakemake.log[0], level=logging.INFO, format="%(message)s", filemode="w")
-use_settled(snakemake.input.settled)  # this run's settled constants (declared inputs)
+constants = Constants.load(DEFAULTS_FILE, snakemake.input.settled)  # this run's settled constants (declared inputs), passed down
 P, inp = snakemake.params, snakemake.input
 g, a, wls, meas = ranking.ranking_inputs(pd.read_parquet(inp.gemm), pd.read_parquet(inp.attention_context),
                                          pd.read_parquet(inp.attention_generation))
 logging.info("%d workloads over GPUs %s", len(wls), ranking.GPUS)
 gb, ab = joblib.load(inp.gemm_rf), joblib.load(inp.attn_rf)
 with open(inp.gemm_constants) as fh, open(inp.attention) as fa:
-    hook = HeldOut.for_dataset("ranking", gemm_doc=json.load(fh), attn_doc=json.load(fa))
+    hook = HeldOut.for_dataset("ranking", gemm_doc=json.load(fh), attn_doc=json.load(fa), base=constants)
 res = ranking.run(g, a, wls, meas, gb, ab, constants_for=hook)
 cal_log = {f"ranking|{gpu}": transfer.calibration_summary(hook(gpu)[1], gpu) for gpu in ranking.GPUS}
 prov = rule_provenance(snakemake, calibration=cal_log, exclude=("code", "gemm_rf", "attn_rf"),

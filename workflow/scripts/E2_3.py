@@ -4,17 +4,17 @@ import logging
 import pandas as pd
 
 from steptime_lab.experiments import serving
-from steptime.calibration import use_settled
+from steptime.calibration import DEFAULTS_FILE, Constants
 from steptime_lab.results import rule_provenance, write_result
 
 logging.basicConfig(filename=snakemake.log[0], level=logging.INFO, format="%(message)s", filemode="w")
-use_settled(snakemake.input.settled)  # this run's settled constants (declared inputs)
+constants = Constants.load(DEFAULTS_FILE, snakemake.input.settled)  # this run's settled constants (declared inputs), passed down
 
 p = snakemake.params
 s = dict(p.settings)
 r = serving.e2_3(pd.read_parquet(snakemake.input.traces), model=s["model"], gpu=s["gpu"], trace=s["trace"],
                  n=s["requests"], rates=s["rates"], classes=s["classes"], budget=s["budget"], seed=s["seed"],
-                 targets=dict(p.targets))
+                 targets=dict(p.targets), constants=constants)
 logging.info("E2.3: settings %s", s)
 doc = serving.e2_3_document(r)
 prov = rule_provenance(snakemake, script="workflow/scripts/E2_3.py")

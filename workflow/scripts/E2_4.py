@@ -4,18 +4,19 @@ import logging
 import pandas as pd
 
 from steptime_lab.experiments import serving
-from steptime.calibration import use_settled
+from steptime.calibration import DEFAULTS_FILE, Constants
 from steptime_lab.results import rule_provenance, write_result
 
 logging.basicConfig(filename=snakemake.log[0], level=logging.INFO, format="%(message)s", filemode="w")
-use_settled(snakemake.input.settled)  # this run's settled constants (declared inputs)
+constants = Constants.load(DEFAULTS_FILE, snakemake.input.settled)  # this run's settled constants (declared inputs), passed down
 
 p = snakemake.params
 s = dict(p.settings)
 inp = snakemake.input
 r = serving.e2_4(pd.read_parquet(inp.traces), pd.read_parquet(inp.coefficients), pd.read_parquet(inp.max_tokens),
                  cases=s["cases"], gpu=s["gpu"], trace=s["trace"], n=s["requests"], seed=s["seed"],
-                 attainment=s["attainment"], targets=dict(p.targets))
+                 attainment=s["attainment"], targets=dict(p.targets),
+                 constants=constants)
 logging.info("E2.4: settings %s", s)
 doc = serving.e2_4_document(r)
 prov = rule_provenance(snakemake, script="workflow/scripts/E2_4.py")

@@ -9,7 +9,7 @@ from steptime_lab.experiments import transfer
 from steptime.io import write_json
 from steptime_lab.results import rule_provenance, write_result
 from steptime.specs import gpu_keys
-from steptime.calibration import DEFAULTS_FILE, Constants, use_settled
+from steptime.calibration import DEFAULTS_FILE, Constants
 
 
 def stem(path):
@@ -17,7 +17,7 @@ def stem(path):
     return str(path).rsplit(".", 1)[0]
 
 
-use_settled(snakemake.input.settled)  # this run's settled constants (declared inputs)
+constants = Constants.load(DEFAULTS_FILE, snakemake.input.settled)  # this run's settled constants (declared inputs), passed down
 P = snakemake.params
 e21 = json.load(open(snakemake.input.e2_1))
 metas, fit_s, speed, step_speed = {}, {}, {}, {}

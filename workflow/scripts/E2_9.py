@@ -4,17 +4,18 @@ import logging
 import pandas as pd
 
 from steptime_lab.experiments import serving
-from steptime.calibration import use_settled
+from steptime.calibration import DEFAULTS_FILE, Constants
 from steptime_lab.results import rule_provenance, write_result
 
 logging.basicConfig(filename=snakemake.log[0], level=logging.INFO, format="%(message)s", filemode="w")
-use_settled(snakemake.input.settled)  # this run's settled constants (declared inputs)
+constants = Constants.load(DEFAULTS_FILE, snakemake.input.settled)  # this run's settled constants (declared inputs), passed down
 
 p = snakemake.params
 s = dict(p.settings)
 r = serving.e2_9(pd.read_parquet(snakemake.input.traces), models=s["models"], gpus=s["gpus"], trace=s["trace"],
                  n=s["requests"], concurrency=s["concurrency"], grid=s["chunks"], slo_multiples=s["slo_multiples"],
-                 statics=s["statics"], seed=s["seed"], targets=dict(p.targets))
+                 statics=s["statics"], seed=s["seed"], targets=dict(p.targets),
+                 constants=constants)
 logging.info("E2.9: settings %s", s)
 doc = serving.e2_9_document(r)
 prov = rule_provenance(snakemake, script="workflow/scripts/E2_9.py")

@@ -10,10 +10,10 @@ from steptime_lab.experiments import wallclock as W
 from steptime_lab.experiments import wallclock_report as R
 from steptime_lab.results import rule_provenance, write_result
 
-from steptime.calibration import use_settled
+from steptime.calibration import DEFAULTS_FILE, Constants
 
 logging.basicConfig(filename=snakemake.log[0], level=logging.INFO, format="%(message)s", filemode="w")
-use_settled(snakemake.input.settled)  # this run's settled constants (declared inputs)
+constants = Constants.load(DEFAULTS_FILE, snakemake.input.settled)  # this run's settled constants (declared inputs), passed down
 p = snakemake.params
 steps = W.fpm_steps(pd.read_parquet(snakemake.input.fpm))
 attn = AX.tidy_cells(pd.read_parquet(snakemake.input.attn_gen), pd.read_parquet(snakemake.input.attn_ctx))
@@ -22,14 +22,14 @@ allreduce = pd.read_parquet(snakemake.input.allreduce)
 fits, docs = [], []
 for (gpu, engine, model), s in steps.groupby(["gpu", "engine", "model"], sort=True):
     spec = W.FpmSpec(model=model, engine=engine, **p.settings["fit"])
-    r = W.run_fpm(s, spec, n_boot=p.n_boot, seed=p.seed)
-    tables = W.per_op_tables(gpu, gemm, attn, allreduce)
+    r = W.run_fpm(s, spec, n_boot=p.n_boot, seed=p.seed, constants=constants)
+    tables = W.per_op_tables(gpu, gemm, attn, allreduce, constants=constants)
     per_op = {"arm_B": W.per_op_cost(tables, r["fitted"], n_boot=p.n_boot, seed=p.seed),
               "arm_C": W.per_op_cost(tables, r["fitted_block"], n_boot=p.n_boot, seed=p.seed)}
     fits.append(r)
     docs.append((r, R.document_r2_3(r, p.targets, per_op), per_op))
-constants = W.engine_constants_doc(fits, W.FpmSpec(model="", **p.settings["fit"]))
-W.write_fitted_constants(snakemake.output.constants, constants)
+engine_doc = W.engine_constants_doc(fits, W.FpmSpec(model="", **p.settings["fit"]))
+W.write_fitted_constants(snakemake.output.constants, engine_doc)
 r, doc, per_op = docs[0]  # one (GPU, engine) holds FPM steps today; metrics list every one
 metrics = {f"{x['engine']}@{x['gpu']}": d["metrics"] for x, d, _ in docs}
 claims = [c for _, d, _ in docs for c in d["claims"]]

@@ -7,12 +7,12 @@ import pandas as pd
 from steptime_lab.experiments import attention as AX
 from steptime_lab.experiments import design
 from steptime_lab.experiments import gemm as GX
-from steptime.calibration import use_settled
+from steptime.calibration import DEFAULTS_FILE, Constants
 from steptime_lab.results import rule_provenance, write_result
 
 logging.basicConfig(filename=snakemake.log[0], level=logging.INFO, format="%(message)s", filemode="w")
 logging.captureWarnings(True)
-use_settled(snakemake.input.settled)  # this run's settled GEMM constants (declared inputs), as E1.24
+constants = Constants.load(DEFAULTS_FILE, snakemake.input.settled)  # this run's settled GEMM constants (declared inputs), as E1.24, passed down
 p = snakemake.params
 gemm_doc = json.load(open(snakemake.input.gemm_constants))
 docs = {k: json.load(open(getattr(snakemake.input, k))) for k in ("e1_11", "e1_3", "e1_13")}
@@ -24,7 +24,7 @@ logging.info("warm start: %s", warm)
 gen, ctx = (pd.read_parquet(x) for x in snakemake.input.attention)  # generation (decode), context (prefill)
 cells = AX.tidy_cells(gen, ctx)
 weight = design.llm_weight_check(cells, gemm_doc, p.targets, seed=int(p.seed), n_sample=int(p.attn_n_sample),
-                                 max_nfev=int(p.attn_max_nfev))
+                                 max_nfev=int(p.attn_max_nfev), constants=constants)
 logging.info("attention LLM weight: %s", weight)
 doc = design.document(collected, design.nested_rows(warm, weight), warm, weight, fast=bool(p.fast))
 write_result(snakemake.output.result, id="R2.1", question=p.question, metrics=doc["metrics"], claims=doc["claims"],

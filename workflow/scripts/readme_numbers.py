@@ -8,5 +8,5 @@ logging.basicConfig(filename=snakemake.log[0], level=logging.INFO, format="%(mes
 results = load_results(snakemake.input.results)
 logging.info("README numbers block from %d result files: %s", len(results), sorted(results))
 with atomic_path(snakemake.output[0]) as tmp:
-    tmp.write_text(readme_block(results, snakemake.params.registry))
+    tmp.write_text(readme_block(results, snakemake.params.registry, [str(p) for p in snakemake.input.results]))
 logging.info("wrote %s", snakemake.output[0])

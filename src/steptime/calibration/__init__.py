@@ -10,8 +10,12 @@ Where constants come from, and who writes what:
   `ship(settled_files)` (the `steptime calibration ship` command) writes it.
 - The pipeline's settle rules write *settled files* (`results/calibration/*.yaml`: a list of
   update records with provenance). A rule that needs them names them as inputs and loads
-  `Constants.load(DEFAULTS_FILE, *settled)`; its script calls `use(...)` so the library's
-  `Constants.default()` answers with them in that process. Nothing is written into src/.
+  `Constants.load(DEFAULTS_FILE, *settled)` and passes those constants down to every
+  prediction (`constants=`): nothing process-wide decides what a prediction uses, and nothing
+  is written into src/.
+- A `Constants` also carries the fitted engine constants (`engines`: R2.3's
+  {engine: {gpu: {field: entry}}}): `Constants.default()` holds the shipped copy
+  (`specs.engines.FITTED_FILE`), `Constants.load` only the engine-constants files it is given.
 - Calibration cells are records: `{gpu, table, cell}` for a named cell of one GPU's table
   (e.g. `{gpu: h100-sxm, table: gemm, cell: [1, 10240, 10240]}`), `{sample}` for a
   described sample of many cells.
@@ -26,6 +30,8 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from steptime.errors import CalibrationLeakError, InputError
+from steptime.specs import engines as E
+from steptime.terms.comm_bounds import check_updates
 
 DEFAULTS_FILE = Path(__file__).resolve().parent / "defaults.yaml"
 # ASSUMED: a stated design choice (its source says why and which experiment tests it)
@@ -76,21 +82,44 @@ def _default_doc() -> dict:
 
 
 class Constants:
-    """A resolved set of constants. Immutable in use: `with_overrides` returns a new one."""
+    """A resolved set of constants, with the fitted engine constants. Immutable in use:
+    `with_overrides`, `without_gpu` and `with_engines` return new ones."""
 
-    def __init__(self, scopes: dict[str, dict[str, Constant]] | None = None):
+    def __init__(self, scopes: dict[str, dict[str, Constant]] | None = None, engines: dict | None = None):
+        """`scopes` {scope: {name: Constant}} (None: the shipped defaults.yaml); `engines` the fitted
+        engine constants {engine: {gpu: {field: entry}}} (None: none)."""
         self._scopes = scopes if scopes is not None else _parse(_default_doc())
+        self.engines: dict = copy.deepcopy(engines) if engines else {}
         self._cache: dict[tuple, Any] = {}
 
     @classmethod
     def default(cls) -> "Constants":
-        """The constants in use: those set by `use(...)` in this process, else the shipped file."""
-        return _ACTIVE[0] if _ACTIVE else _default_constants()
+        """The shipped constants: defaults.yaml with the shipped fitted engine constants (FITTED_FILE)."""
+        return _default_constants()
 
     @classmethod
-    def load(cls, base: str | Path = DEFAULTS_FILE, *settled: str | Path) -> "Constants":
-        """A constants file overlaid with settled files (in order), as `ship` would write it."""
-        return cls(_parse(settle_doc(_read_yaml(base), [read_settled(p) for p in settled])))
+    def load(cls, base: str | Path = DEFAULTS_FILE, *settled) -> "Constants":
+        """A constants file overlaid with settled files (in order), as `ship` would write it.
+
+        Each of `settled` is a path or a list of paths (as a rule's named input gives them). A
+        fitted engine-constants file among them (R2.3's) becomes `engines`; without one, no engine
+        fits apply (a pipeline rule reads them only as a declared input, never the shipped copy)."""
+        paths = [q for s in settled for q in ([s] if isinstance(s, (str, Path)) else list(s))]
+        engine_files = [p for p in paths if is_engine_constants(p)]
+        if len(engine_files) > 1:
+            raise InputError(f"Constants.load: one engine-constants file at most, got {engine_files}")
+        docs = [read_settled(p) for p in paths if p not in engine_files]
+        engines = E.fitted_engines(engine_files[0]) if engine_files else {}
+        return cls(_parse(settle_doc(_read_yaml(base), docs)), engines)
+
+    def with_engines(self, fitted) -> "Constants":
+        """A copy whose fitted engine constants are `fitted` (a path, a fitted document or
+        {engine: {gpu: ...}}; {} for none)."""
+        return Constants(self._scopes, E.fitted_engines(fitted))
+
+    def engine(self, name=None):
+        """The engine profile `name` (default: the default engine) with these fitted engine constants."""
+        return E.get_engine(name, fitted=self.engines)
 
     def lookup(self, name: str, gpu=None) -> Constant:
         """The Constant that applies to `gpu` (a steptime.specs.GPU or None)."""
@@ -122,12 +151,12 @@ class Constants:
         for name, value in (overrides or {}).items():
             table[name] = Constant(name=name, value=value, provenance=provenance, source=source, scope=scope,
                                    experiment=experiment, cells=tuple(cells))
-        return Constants(scopes)
+        return Constants(scopes, self.engines)
 
     def without_gpu(self, gpu_key: str) -> "Constants":
         """Drop a GPU's own deploy readings (for scoring it held out)."""
         scopes = {k: v for k, v in self._scopes.items() if k != f"gpu.{gpu_key}"}
-        return Constants(copy.deepcopy(scopes))
+        return Constants(copy.deepcopy(scopes), self.engines)
 
     def table(self) -> list[dict]:
         rows = []
@@ -138,32 +167,11 @@ class Constants:
         return rows
 
 
+# lru_caches of the immutable shipped files (defaults.yaml, FITTED_FILE): not state that decides a
+# prediction (only `ship`, which rewrites those files, clears them)
 @lru_cache(maxsize=1)
 def _default_constants() -> Constants:
-    return Constants()
-
-
-_ACTIVE: list[Constants] = []
-
-
-def use(constants: Constants | None) -> None:
-    """Make `constants` what `Constants.default()` answers in this process (None: the shipped
-    file again). Pipeline scripts call it first with the settled files their rule declares."""
-    _ACTIVE.clear()
-    if constants is not None:
-        _ACTIVE.append(constants)
-
-
-def use_settled(*settled) -> Constants:
-    """`use(Constants.load(DEFAULTS_FILE, *settled))` (each argument a path or a list of paths,
-    as a rule's named input gives them); returns the constants."""
-    paths = [q for s in settled for q in ([s] if isinstance(s, (str, Path)) else list(s))]
-    c = Constants.load(DEFAULTS_FILE, *paths)
-    use(c)
-    from steptime.specs.engines import use_fitted
-
-    use_fitted({})  # a rule's fitted engine constants come only from its declared inputs, not the shipped copy
-    return c
+    return Constants(_parse(_default_doc()), E.fitted_engines(E.FITTED_FILE))
 
 
 # ---------------------------------------------------------------------------------------
@@ -437,8 +445,6 @@ def ship_engine_constants(src, dest: Path | None = None) -> dict:
     engine is a profile, each field one of its fields, each provenance a known one."""
     import shutil
 
-    from steptime.specs import engines as E
-
     dest = Path(E.FITTED_FILE if dest is None else dest)
     doc = _read_input_yaml(src)
     shipped = []
@@ -457,6 +463,7 @@ def ship_engine_constants(src, dest: Path | None = None) -> dict:
 
     with atomic_path(dest) as tmp:
         shutil.copyfile(src, tmp)
+    _default_constants.cache_clear()
     return {"engine_constants": str(dest), "fields": sorted(shipped)}
 
 
@@ -470,8 +477,6 @@ def ship(settled: Iterable[str | Path], path: Path = DEFAULTS_FILE, engine_path:
     if len(engine_files) > 1:
         raise InputError(f"ship: one engine-constants file at most, got {engine_files}")
     settled = [p for p in settled if p not in engine_files]
-    from steptime.terms.comm import check_updates
-
     docs = [read_settled(p) for p in settled]
     for p, d in zip(settled, docs):
         try:

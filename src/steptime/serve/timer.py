@@ -31,8 +31,8 @@ import numpy as np
 from steptime.calibration import Constants
 from steptime.errors import ServeError
 from steptime.specs import get_gpu, get_model
-from steptime.specs.engines import get_engine
-from steptime.step import ATTN_TERMS, BLOCK_TERMS, predict_steps
+from steptime.specs.engines import check_precision, get_engine
+from steptime.step import ATTN_TERMS, BLOCK_TERMS, check_tp, predict_steps
 from steptime.terms import attention
 from steptime.validation import check_choice, check_f_clk
 
@@ -40,14 +40,11 @@ TOKEN_TERMS = tuple(t for t in BLOCK_TERMS if t not in ATTN_TERMS + ("lm_head",)
 EXACT_RTOL = 1e-9
 
 
-def _checked(model, gpu, tp, f_clk, kv_dtype, engine, dtype):
-    """The timers' arguments checked at the boundary (one clear line each): model, GPU, engine,
-    a whole tp >= 1, a finite f_clk > 0, known KV and projection dtypes (fp8 only where the GPU has it)."""
-    from steptime.specs.engines import check_precision
-
-    model, gpu, engine = get_model(model), get_gpu(gpu), get_engine(engine)
-    from steptime.step import check_tp
-
+def _checked(model, gpu, tp, f_clk, kv_dtype, engine, dtype, constants):
+    """The timers' arguments checked at the boundary (one clear line each): model, GPU, engine
+    (with the fitted engine constants of `constants`), a whole tp >= 1 the GPU's node holds, a finite
+    f_clk > 0, known KV and projection dtypes (fp8 only where the GPU has it)."""
+    model, gpu, engine = get_model(model), get_gpu(gpu), get_engine(engine, fitted=constants.engines)
     tp = check_tp(tp, gpu, ServeError)
     check_f_clk(f_clk, allow_boost=True)  # as predict_steps: the API caller chose it
     check_choice(kv_dtype, "KV-cache dtype kv_dtype", tuple(attention.KV_BYTES))
@@ -61,8 +58,9 @@ class StepTimer:
     def __init__(self, model, gpu, *, tp: int = 1, constants: Constants | None = None,
                  f_clk: float | None = None, kv_dtype: str = "bf16", engine=None, dtype: str = "bf16",
                  max_tokens: int = 8192, max_requests: int = 256, check: bool = True):
-        self.model, self.gpu, self.tp, self.engine = _checked(model, gpu, tp, f_clk, kv_dtype, engine, dtype)
         self.constants = constants or Constants.default()
+        self.model, self.gpu, self.tp, self.engine = _checked(model, gpu, tp, f_clk, kv_dtype, engine, dtype,
+                                                              self.constants)
         self.f_clk = f_clk
         self.kv_dtype = kv_dtype
         self.dtype = dtype
@@ -271,10 +269,12 @@ class DirectTimer:
 
     def __init__(self, model, gpu, *, tp: int = 1, constants: Constants | None = None, f_clk: float | None = None,
                  kv_dtype: str = "bf16", engine=None, dtype: str = "bf16", **_):
-        self.model, self.gpu, self.tp, self.engine = _checked(model, gpu, tp, f_clk, kv_dtype, engine, dtype)
+        constants = constants or Constants.default()
+        self.model, self.gpu, self.tp, self.engine = _checked(model, gpu, tp, f_clk, kv_dtype, engine, dtype,
+                                                              constants)
         self.kv_dtype = kv_dtype
         self.dtype = dtype
-        self._kw = dict(tp=self.tp, f_clk=f_clk, constants=constants or Constants.default(), kv_dtype=kv_dtype,
+        self._kw = dict(tp=self.tp, f_clk=f_clk, constants=constants, kv_dtype=kv_dtype,
                         engine=self.engine, dtype=dtype)
 
     def step_arrays(self, new, kv) -> float:

@@ -83,9 +83,10 @@ class Engine:
     def get(self, name: str, gpu=None, constants=None) -> float:
         v = self.lookup(name, gpu)
         if v.const is not None:
-            from steptime.calibration import Constants
-
-            return float((constants or Constants.default()).get(v.const, gpu))
+            if constants is None:
+                raise ValueError(f"engine {self.key}: {name} is constant {v.const!r}; pass the Constants to resolve "
+                                 f"it with (e.g. steptime.calibration.Constants.default())")
+            return float(constants.get(v.const, gpu))
         return float(v.value)
 
     def with_fitted(self, gpu_key: str, values: dict, *, source: str, cells: Iterable = (),
@@ -159,25 +160,9 @@ def _doc() -> dict:
     return _load_yaml(ENGINE_FILE)
 
 
-_FITTED_ACTIVE: list = []
-
-
-def use_fitted(fitted) -> None:
-    """Make `fitted` (a fitted-constants path or dict; {} for none) what `get_engine(name)` lays over
-    the profiles in this process instead of the shipped FITTED_FILE (None: the shipped file again).
-    Pipeline scripts run with {} (through `calibration.use_settled`): a rule reads the fitted engine
-    constants only as a declared input (R2.3's results/calibration/engine_constants.yaml), never the
-    copy `steptime calibration ship` puts in the package for users."""
-    _FITTED_ACTIVE.clear()
-    if fitted is not None:
-        _FITTED_ACTIVE.append(fitted)
-
-
-def _fitted_doc(fitted) -> dict:
-    """{engine: {gpu: {field: entry}}} from a path, a dict, or the default FITTED_FILE (absent: {};
-    `use_fitted` replaces the default in this process)."""
-    if fitted is None:
-        fitted = _FITTED_ACTIVE[0] if _FITTED_ACTIVE else FITTED_FILE
+def fitted_engines(fitted) -> dict:
+    """{engine: {gpu: {field: entry}}} from a path (absent file: {}), a fitted document or that dict
+    itself ({} or None: none)."""
     if isinstance(fitted, (str, Path)):
         p = Path(fitted)
         if not p.exists():
@@ -208,7 +193,8 @@ def default_engine() -> str:
 def get_engine(name=None, fitted=None) -> Engine:
     """The profile `name` (default: the default engine) with the per-GPU fitted values of `fitted`
     (a constants-file path, a dict {engine: {gpu: {field: {value, provenance, source, cells}}}},
-    or None for FITTED_FILE) laid over it. An Engine passes through unchanged."""
+    or None for the shipped FITTED_FILE) laid over it. An Engine passes through unchanged.
+    Predictions take the fits from their `Constants` (`constants.engine(name)`)."""
     if isinstance(name, Engine):
         return name
     key = default_engine() if name is None else str(name).strip().lower()
@@ -216,7 +202,7 @@ def get_engine(name=None, fitted=None) -> Engine:
     if key not in profiles:
         raise UnknownEngineError(f"unknown engine {name!r}; known engines: {', '.join(profiles)}")
     eng = profiles[key]
-    over = _fitted_doc(fitted).get(key) or {}
+    over = fitted_engines(FITTED_FILE if fitted is None else fitted).get(key) or {}
     if not over:
         return eng
     fitted_tables = {g: {f: _value(f, e, f"fitted {key}/{g}") for f, e in tbl.items()} for g, tbl in over.items()}

@@ -49,6 +49,7 @@ def engine_dispatch_floor(n_layers: int, tokens, decode_only, gpu, engine, const
     dec = np.asarray(decode_only, dtype=bool)
     if not engine.host_terms:
         return np.zeros_like(T)
+    constants = constants or Constants.default()
     n = float(n_kernels(n_layers, tp))
     t_l = engine.get("t_launch_us", gpu, constants) * 1e-6
     t_g = engine.get("graph_launch_us", gpu, constants) * 1e-6

@@ -4,27 +4,10 @@ from __future__ import annotations
 
 from functools import lru_cache
 
-import numpy as np
 import pandera.pandas as pa
 
-Check = pa.Check
-FINITE = Check(lambda s: np.isfinite(s.astype("float64")), element_wise=False, name="finite")
-
-
-def _pos_int(**kw):
-    return pa.Column("int64", Check.ge(1), **kw)
-
-
-def _nonneg_int(**kw):
-    return pa.Column("int64", Check.ge(0), **kw)
-
-
-def _latency(**kw):
-    return pa.Column("float64", [Check.gt(0), FINITE], **kw)
-
-
-def _str(**kw):
-    return pa.Column(str, Check.str_length(min_value=1), **kw)
+from steptime_lab.data import wallclock_schemas
+from steptime_lab.data.columns import FINITE, Check, _latency, _nonneg_int, _pos_int, _str  # noqa: F401
 
 
 # --------------------------------------------------------------------------- raw files
@@ -115,7 +98,5 @@ def tidy(name: str) -> pa.DataFrameSchema:
 
 
 def _wallclock():
-    """The wall-clock sets' schemas (their own module, imported on first use)."""
-    from steptime_lab.data import wallclock_schemas
-
+    """The wall-clock sets' schemas (their own module)."""
     return wallclock_schemas

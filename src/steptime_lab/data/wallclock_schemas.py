@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pandera.pandas as pa
 
-from steptime_lab.data.schemas import FINITE, Check, _latency, _nonneg_int, _pos_int, _str
+from steptime_lab.data.columns import FINITE, Check, _latency, _nonneg_int, _pos_int, _str
 
 
 def _nonneg_float(**kw):

@@ -49,7 +49,7 @@ def held_out_constants(target: str, families=FAMILIES, *, gemm_doc: dict | None 
         from steptime_lab.experiments import step as SX
 
         c, info = SX.held_out_constants(light_cells, target, list(light_gpus or sorted(set(light_cells["gpu"]))),
-                                        gemm_doc)
+                                        gemm_doc, c)
         notes["light"] = (f"light_bw_scale@{key}", [tuple(info["reading_cell"])],
                           f"light constants (eta, floor, knee p) fitted on {info['fit_on']}; light_bw_scale: {info['light_bw_scale_from']}")
     if "gemm" in families:
@@ -80,15 +80,17 @@ class HeldOut:
     """`held_out_constants` for one set of folds, memoised per target: call it with a GPU."""
 
     def __init__(self, families=FAMILIES, *, gemm_doc: dict | None = None, attn_doc: dict | None = None,
-                 light_cells=None, light_gpus=None):
+                 light_cells=None, light_gpus=None, base: Constants | None = None):
         self.families = tuple(families)
-        self._kw = dict(gemm_doc=gemm_doc, attn_doc=attn_doc, light_cells=light_cells, light_gpus=light_gpus)
+        self._kw = dict(gemm_doc=gemm_doc, attn_doc=attn_doc, light_cells=light_cells, light_gpus=light_gpus,
+                        base=base)
         self._memo: dict = {}
 
     @classmethod
     def for_dataset(cls, dataset: str, *, vidur=None, light_gpus=None, gemm_doc: dict | None = None,
-                    attn_doc: dict | None = None) -> "HeldOut":
-        """The families `dataset` exercises; `vidur` is the tidy Vidur table the light fit reads."""
+                    attn_doc: dict | None = None, base: Constants | None = None) -> "HeldOut":
+        """The families `dataset` exercises; `vidur` is the tidy Vidur table the light fit reads; `base`
+        the rule's constants the folds are laid over (None: the shipped ones)."""
         if dataset not in DATASET_FAMILIES:
             raise ValueError(f"unknown dataset {dataset!r} (known: {', '.join(DATASET_FAMILIES)})")
         fams = DATASET_FAMILIES[dataset]
@@ -97,7 +99,8 @@ class HeldOut:
             from steptime_lab.experiments import light as LX
 
             light_cells = LX.tidy_cells(vidur)
-        return cls(fams, gemm_doc=gemm_doc, attn_doc=attn_doc, light_cells=light_cells, light_gpus=light_gpus)
+        return cls(fams, gemm_doc=gemm_doc, attn_doc=attn_doc, light_cells=light_cells, light_gpus=light_gpus,
+                   base=base)
 
     def __call__(self, target: str) -> tuple[Constants, Calibration]:
         if target not in self._memo:

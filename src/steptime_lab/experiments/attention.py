@@ -125,12 +125,13 @@ def deploy_cells(cells_gpu) -> dict:
 
 
 # ---------------------------------------------------------------------------------------
-def predict(cells_gpu, gpu, fc: dict, warm_l2: bool = True) -> dict:
-    """steptime prediction (ms) for the cells of one GPU with the factor dict `fc`."""
+def predict(cells_gpu, gpu, fc: dict, warm_l2: bool = True, constants: Constants | None = None) -> dict:
+    """steptime prediction (ms) for the cells of one GPU with the factor dict `fc` (other constants:
+    `constants`, None for the shipped ones)."""
     g = get_gpu(gpu)
     x = cells_gpu
     r = A.attention_cells(x["b"].to_numpy(), x["s"].to_numpy(), x["c"].to_numpy(), x["H"].to_numpy(),
-                          x["Hkv"].to_numpy(), x["d"].to_numpy(), g, Constants.default(),
+                          x["Hkv"].to_numpy(), x["d"].to_numpy(), g, constants or Constants.default(),
                           kv_dtype=x["kv_dtype"].to_numpy(), warm_l2=warm_l2, fc=fc)
     return {k: (np.asarray(v) * 1e3 if k.startswith("t") else v) for k, v in r.items()}
 
@@ -140,7 +141,8 @@ def deploy_frame(cells_gpu):
     return cells_gpu.iloc[[dep["attn_floor_us"], dep["attn_eta_mem"], dep["attn_eta_ceil"]]]
 
 
-def calibrate_gpu(cells_gpu, gpu, fc_globals: dict, base: dict | None = None, sub=None) -> dict:
+def calibrate_gpu(cells_gpu, gpu, fc_globals: dict, base: dict | None = None, sub=None,
+                  constants: Constants | None = None) -> dict:
     """Solve the three per-GPU readings from their deploy cells, given the global factors."""
     fc = dict(base or {})
     fc.update(fc_globals)
@@ -150,10 +152,10 @@ def calibrate_gpu(cells_gpu, gpu, fc_globals: dict, base: dict | None = None, su
         sub = deploy_frame(cells_gpu)
     y = sub["y_ms"].to_numpy()
     fc["attn_floor_us"] = 0.0
-    body0 = predict(sub.iloc[[0]], gpu, fc)["t"][0]
+    body0 = predict(sub.iloc[[0]], gpu, fc, constants=constants)["t"][0]
     fc["attn_floor_us"] = max(0.0, (y[0] - body0) * 1e3)
     for _ in range(6):  # fixed point: each efficiency scales its own branch
-        p = predict(sub, gpu, fc)
+        p = predict(sub, gpu, fc, constants=constants)
         fl = fc["attn_floor_us"] * 1e-3
         fc["attn_eta_mem"] = float(np.clip(fc["attn_eta_mem"] * (p["t"][1] - fl) / max(y[1] - fl, 1e-9), 0.05, 3.0))
         fc["attn_eta_ceil"] = float(np.clip(fc["attn_eta_ceil"] * (p["t"][2] - fl) / max(y[2] - fl, 1e-9), 0.02, 1.5))
@@ -170,14 +172,14 @@ def gemm_reading_cells(gemm_doc: dict, gpu: str) -> dict:
     return {a: list(cells[b]) for a, b in READING_PAIRS.items()}
 
 
-def reading_ratios(cells, gpus, fc_globals: dict, readings: dict) -> dict:
+def reading_ratios(cells, gpus, fc_globals: dict, readings: dict, constants: Constants | None = None) -> dict:
     """Median over `gpus` of (attention constant solved from the GPU's own deploy cells) /
     (the GEMM reading it pairs with): the factor that carries a GEMM reading to attention."""
     vals: dict = {a: [] for a in READING_PAIRS}
     for o in gpus:
         if o not in readings:
             continue
-        fo = calibrate_gpu(cells[cells["gpu"] == o].reset_index(drop=True), o, fc_globals)
+        fo = calibrate_gpu(cells[cells["gpu"] == o].reset_index(drop=True), o, fc_globals, constants=constants)
         for a, b in READING_PAIRS.items():
             vals[a].append(fo[a] / readings[o][b])
     if not vals["attn_floor_us"]:
@@ -212,7 +214,7 @@ def _sample(cells, seed, n=FIT_SAMPLE):
 
 
 def fit_globals(cells, gpus, seed: int = 0, n_sample: int = FIT_SAMPLE, max_nfev: int = 40,
-                llm_weight: float = LLM_WEIGHT) -> dict:
+                llm_weight: float = LLM_WEIGHT, constants: Constants | None = None) -> dict:
     """Least-squares (log ratio) fit of FIT_GLOBALS on `gpus`, each with its own deploy readings;
     `llm_weight`: residual weight of the Llama-like cells."""
     from scipy.optimize import least_squares
@@ -233,9 +235,9 @@ def fit_globals(cells, gpus, seed: int = 0, n_sample: int = FIT_SAMPLE, max_nfev
         fcg = dict(zip(names, q))
         out = []
         for g in gpus:
-            fc = calibrate_gpu(None, g, fcg, sub=subs[g])
+            fc = calibrate_gpu(None, g, fcg, sub=subs[g], constants=constants)
             x = per[g]
-            p = predict(x, g, fc)["t"]
+            p = predict(x, g, fc, constants=constants)["t"]
             w = np.where(x["llm"].to_numpy(), llm_weight, 1.0)
             out.append(w * np.log(np.maximum(p, 1e-9) / x["y_ms"].to_numpy()))
         return np.concatenate(out)
@@ -250,11 +252,11 @@ def fit_globals(cells, gpus, seed: int = 0, n_sample: int = FIT_SAMPLE, max_nfev
 
 
 # ---------------------------------------------------------------------------------------
-def baseline_predict(name, cells_gpu, gpu, cal: dict | None = None) -> np.ndarray:
+def baseline_predict(name, cells_gpu, gpu, cal: dict | None = None, constants: Constants | None = None) -> np.ndarray:
     g = get_gpu(gpu)
     x = cells_gpu
     r = A.attention_request_terms(x["s"].to_numpy(), x["c"].to_numpy(), x["H"].to_numpy(), x["Hkv"].to_numpy(),
-                                  x["d"].to_numpy(), g, Constants.default(), kv_dtype=x["kv_dtype"].to_numpy(),
+                                  x["d"].to_numpy(), g, constants or Constants.default(), kv_dtype=x["kv_dtype"].to_numpy(),
                                   fc={**{f: 1.0 for f in A.FACTORS}, "attn_c_tokens": 0.0, "attn_causal_tile": 1.0,
                                       "attn_fill_half": 0.0, "attn_prefill_floor_rel": 1.0})
     b = x["b"].to_numpy()
@@ -269,10 +271,10 @@ def baseline_predict(name, cells_gpu, gpu, cal: dict | None = None) -> np.ndarra
     raise KeyError(name)
 
 
-def calibrate_roofline(cells_gpu, gpu) -> dict:
+def calibrate_roofline(cells_gpu, gpu, constants: Constants | None = None) -> dict:
     dep = deploy_cells(cells_gpu)
     sub = cells_gpu.iloc[[dep["attn_floor_us"], dep["attn_eta_mem"], dep["attn_eta_ceil"]]]
-    bare = baseline_predict("bare_roofline", sub, gpu)
+    bare = baseline_predict("bare_roofline", sub, gpu, constants=constants)
     y = sub["y_ms"].to_numpy()
     floor = float(y[0])
     eta_m = float(bare[1] / max(y[1] - floor, 1e-9))
@@ -282,7 +284,7 @@ def calibrate_roofline(cells_gpu, gpu) -> dict:
 
 # ---------------------------------------------------------------------------------------
 def run(cells, gemm_doc: dict, gpus=AIC_GPUS, seed: int = 0, n_boot: int = 1000, eval_gpus=None,
-        ship: bool = True, fit_sample: int = FIT_SAMPLE) -> dict:
+        ship: bool = True, fit_sample: int = FIT_SAMPLE, constants: Constants | None = None) -> dict:
     """Leave-one-GPU-out evaluation and the shipped (all-GPU) constants.
 
     `gemm_doc` is the GEMM calibration (results/calibration/gemm_constants.json): each
@@ -302,15 +304,15 @@ def run(cells, gemm_doc: dict, gpus=AIC_GPUS, seed: int = 0, n_boot: int = 1000,
         others = training_gpus(g, gpus, lanes)
         key = tuple(others)
         if key not in fits:
-            fits[key] = fit_globals(cells, others, seed, n_sample=fit_sample)
+            fits[key] = fit_globals(cells, others, seed, n_sample=fit_sample, constants=constants)
         fcg = fits[key]
         x = cells[cells["gpu"] == g].reset_index(drop=True)
         if g not in gemm_doc["folds"]:
             raise ValueError(f"{g}: no GEMM readings in the GEMM calibration (folds: {sorted(gemm_doc['folds'])})")
         readings = GX.readings_in_fold(gemm_doc, g, gpus)
-        ratios = reading_ratios(cells, others, fcg, readings)
+        ratios = reading_ratios(cells, others, fcg, readings, constants)
         fc = from_gemm_readings(fcg, ratios, readings[g])
-        fc_own = calibrate_gpu(x, g, fcg)
+        fc_own = calibrate_gpu(x, g, fcg, constants=constants)
         dep = deploy_cells(x)
         dep_cells = [x["cell"].iloc[i] for i in dep.values()]
         gemm_cells = gemm_reading_cells(gemm_doc, g)
@@ -320,11 +322,11 @@ def run(cells, gemm_doc: dict, gpus=AIC_GPUS, seed: int = 0, n_boot: int = 1000,
             cal.record(f"{name}_own[{g}]", [x["cell"].iloc[dep[name]]], DEPLOY_NOTES[name] + " (ablation row)")
         ev = x[~x["cell"].isin(dep_cells)].reset_index(drop=True)
         cal.check_disjoint(ev["cell"].tolist())
-        p = predict(ev, g, fc)
-        rl = calibrate_roofline(x, g)
-        pr = {"steptime": p["t"], "steptime_own_readings": predict(ev, g, fc_own)["t"],
-              "calibrated_roofline": baseline_predict("calibrated_roofline", ev, g, rl),
-              "bare_roofline": baseline_predict("bare_roofline", ev, g)}
+        p = predict(ev, g, fc, constants=constants)
+        rl = calibrate_roofline(x, g, constants)
+        pr = {"steptime": p["t"], "steptime_own_readings": predict(ev, g, fc_own, constants=constants)["t"],
+              "calibrated_roofline": baseline_predict("calibrated_roofline", ev, g, rl, constants),
+              "bare_roofline": baseline_predict("bare_roofline", ev, g, constants=constants)}
         frame = ev.copy()
         for k, v in pr.items():
             frame[f"pred_{k}"] = v
@@ -347,14 +349,14 @@ def run(cells, gemm_doc: dict, gpus=AIC_GPUS, seed: int = 0, n_boot: int = 1000,
     if not ship:
         return {"records": records, "per_gpu": per_gpu, "shipped": None, "calibration": cal,
                 "pred": pd.concat(preds, ignore_index=True), "fit_sample": fit_sample}
-    shipped_g = fit_globals(cells, gpus, seed, n_sample=fit_sample)
+    shipped_g = fit_globals(cells, gpus, seed, n_sample=fit_sample, constants=constants)
     shipped = {"globals": shipped_g, "lanes": {}, "lane_of": lanes, "per_gpu": {}, "fit_sample": fit_sample}
     readings = GX.readings_in_fold(gemm_doc, None, gpus)
     shipped["reading_ratios"] = {}
     for lane in sorted(set(lanes.values())):
         members = [g for g in gpus if lanes[g] == lane]
-        shipped["lanes"][lane] = fit_globals(cells, members, seed, n_sample=fit_sample)
-        shipped["reading_ratios"][lane] = reading_ratios(cells, members, shipped["lanes"][lane], readings)
+        shipped["lanes"][lane] = fit_globals(cells, members, seed, n_sample=fit_sample, constants=constants)
+        shipped["reading_ratios"][lane] = reading_ratios(cells, members, shipped["lanes"][lane], readings, constants)
     shipped["gemm_cells"] = {g: gemm_reading_cells(gemm_doc, g) for g in gpus}
     for g in gpus:
         fc = from_gemm_readings(shipped["lanes"][lanes[g]], shipped["reading_ratios"][lanes[g]], readings[g])
@@ -462,7 +464,7 @@ def document(r: dict, cells, targets: dict) -> dict:
 def _claim(text, value, comparison, target, met):
     from steptime_lab.results import claim
 
-    return claim(text, round(float(value), 4), comparison, target=target, met=bool(met))
+    return claim(text, round(float(value), 4), comparison, target=target, met=bool(met), op="<=", unit="fraction")
 
 
 def plot_accuracy(r: dict, stem, caption: str | None = None, targets: dict | None = None):

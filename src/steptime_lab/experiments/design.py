@@ -93,7 +93,7 @@ def warm_start_check(df, gemm_doc: dict, targets, *, seed: int = 0, n_per_gpu: i
 
 
 def llm_weight_check(cells, gemm_doc: dict, targets, weights=(1.0, 10.0), *, seed: int = 0, n_sample: int = 300,
-                     max_nfev: int = 15) -> dict:
+                     max_nfev: int = 15, constants=None) -> dict:
     """Held-out attention MAPE (LLM-like cells, both phases) per target and LLM-cell weight
     of the shape-factor fit, each fold refitted on the target's training GPUs exactly as
     E1.24 does (per-GPU constants from the GEMM readings), at a reduced fit budget."""
@@ -106,13 +106,14 @@ def llm_weight_check(cells, gemm_doc: dict, targets, weights=(1.0, 10.0), *, see
     for w in weights:
         for t in targets:
             others = AX.training_gpus(t, gpus, lanes)
-            fcg = AX.fit_globals(cells, others, seed, n_sample=n_sample, max_nfev=max_nfev, llm_weight=float(w))
+            fcg = AX.fit_globals(cells, others, seed, n_sample=n_sample, max_nfev=max_nfev, llm_weight=float(w),
+                                   constants=constants)
             readings = GX.readings_in_fold(gemm_doc, t, gpus)
-            fc = AX.from_gemm_readings(fcg, AX.reading_ratios(cells, others, fcg, readings), readings[t])
+            fc = AX.from_gemm_readings(fcg, AX.reading_ratios(cells, others, fcg, readings, constants), readings[t])
             x = cells[cells["gpu"] == t].reset_index(drop=True)
             dep = set(x["cell"].iloc[list(AX.deploy_cells(x).values())])
             ev = x[~x["cell"].isin(dep) & x["llm"]].reset_index(drop=True)
-            p = AX.predict(ev, t, fc)["t"]
+            p = AX.predict(ev, t, fc, constants=constants)["t"]
             y = ev["y_ms"].to_numpy()
             out.setdefault(t, {})[str(w)] = float(np.mean(np.abs(p - y) / y))
     return {"per_target": out, "settings": {"n_sample": n_sample, "max_nfev": max_nfev, "seed": seed,
@@ -151,8 +152,9 @@ def document(collected: list[dict], nested: list[dict], warm: dict, weight: dict
                     + ("" if r["held_out"] else " (metric not held out)"),
                     r["alternatives"], r["metric"],
                     # a verdict only where the metric is held out; an in-sample comparison is informational
-                    target="shipped is the best held-out alternative" if r["held_out"] else None,
-                    met=bool(r["shipped_is_best"]) if r["held_out"] else None)
+                    target=r["shipped"] if r["held_out"] else None,  # the best (lowest) alternative is the shipped one
+                    met=bool(r["shipped_is_best"]) if r["held_out"] else None,
+                    op="==" if r["held_out"] else None, rule="argmin" if r["held_out"] else None)
               for r in rows]
     return {"metrics": {"choices": rows, "warm_start": warm, "attention_llm_weight": weight,
                         "settings": {"fast": fast}}, "claims": claims}

@@ -141,7 +141,7 @@ def part_shares(x) -> list[dict]:
     return out
 
 
-def gpu_work_ratio(x, kv_len: int = 1024) -> list[dict]:
+def gpu_work_ratio(x, kv_len: int = 1024, constants=None) -> list[dict]:
     """Measured host time against our predicted GPU work of the same decode step."""
     from steptime.step import predict_steps
 
@@ -150,7 +150,7 @@ def gpu_work_ratio(x, kv_len: int = 1024) -> list[dict]:
         n = d["batch_size"].to_numpy().astype(int)
         sid = np.repeat(np.arange(len(n)), n)
         r = predict_steps(model, g, sid, np.ones(len(sid)), np.full(len(sid), kv_len), len(n), tp=int(tp),
-                          engine="kernels")  # GPU work only
+                          engine="kernels", constants=constants)  # GPU work only
         gpu_ms = r["blocks_ms"]
         for i in range(len(n)):
             out.append({"gpu": g, "model": model, "tp": int(tp), "batch_size": int(n[i]),
@@ -181,12 +181,12 @@ def defaults_updates(per_gpu: dict, experiment: str = "E1.4") -> list[dict]:
 
 
 # ---------------------------------------------------------------------------------------
-def document(r: dict, x) -> dict:
+def document(r: dict, x, constants=None) -> dict:
     from steptime_lab.results import claim
 
     recs = r["records"]
     shares = part_shares(x)
-    ratio = gpu_work_ratio(x)
+    ratio = gpu_work_ratio(x, constants=constants)
     claims = []
     for g, d in r["per_gpu"].items():
         c = d["deploy"]

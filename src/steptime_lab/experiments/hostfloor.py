@@ -159,7 +159,7 @@ def steptrace_table(paths):
     return pd.concat(frames, ignore_index=True)
 
 
-def predict_host_floor(tidy, *, engine: str = "vllm", fitted=None, skip_over_budget: bool = True):
+def predict_host_floor(tidy, *, engine: str = "vllm", fitted=None, skip_over_budget: bool = True, constants=None):
     """Per step of a tidy FPM-layout table: n_requests, kernel_ms (steptime, engine `kernels`), static_ms (the
     engine profile as shipped) and, where `fitted` (R2.3's engine_constants.yaml) holds this (engine, GPU),
     r23_ms (the profile with those constants). Returns (steps, {'over_token_budget': skipped rows})."""
@@ -174,8 +174,8 @@ def predict_host_floor(tidy, *, engine: str = "vllm", fitted=None, skip_over_bud
         raise DataError("E1.19: no dense-model steps in the step table")
     parts = []
     for (gpu, model), s in steps.groupby(["gpu", "model"], sort=True):
-        kern = predict_table(s, make_predictor("kernels", model, gpu))["pred_ms"]
-        prof = make_predictor(engine, model, gpu, engine=engine)
+        kern = predict_table(s, make_predictor("kernels", model, gpu, constants=constants))["pred_ms"]
+        prof = make_predictor(engine, model, gpu, engine=engine, constants=constants)
         out = s.assign(n_requests=s["ctx_requests"] + s["decode_requests"], kernel_ms=kern,
                        static_ms=predict_table(s, prof)["pred_ms"])
         if fitted is not None:
@@ -184,7 +184,7 @@ def predict_host_floor(tidy, *, engine: str = "vllm", fitted=None, skip_over_bud
             except WallclockError:
                 pass
             else:  # every part of the fitted doc (engines, constants, scales) through the one constructor
-                r23 = make_predictor(engine, model, gpu, engine=engine, fitted=fitted)
+                r23 = make_predictor(engine, model, gpu, engine=engine, fitted=fitted, constants=constants)
                 out["r23_ms"] = predict_table(s, r23)["pred_ms"]
         parts.append(out)
     return pd.concat(parts), {"over_token_budget": skipped}
@@ -249,12 +249,13 @@ def run_e1_19(steps, *, stationary_segment: str = "real", shift_train: str = "sw
     return out
 
 
-def static_profile_values(engine: str, gpus) -> dict:
+def static_profile_values(engine: str, gpus, constants=None) -> dict:
     """The shipped host, launch and sampling values of an engine profile per GPU, with provenance."""
     from steptime.calibration import Constants
     from steptime.specs import get_gpu
     from steptime.specs.engines import HOST_FIELDS, get_engine
 
+    constants = constants or Constants.default()
     e = get_engine(engine, fitted={})
     out = {}
     for gk in gpus:
@@ -263,7 +264,7 @@ def static_profile_values(engine: str, gpus) -> dict:
         for name in HOST_FIELDS:
             if name in e.values:
                 v = e.lookup(name, g)
-                rows[name] = {"value": e.get(name, g, Constants.default()), "provenance": v.provenance,
+                rows[name] = {"value": e.get(name, g, constants), "provenance": v.provenance,
                               "source": v.source}
         out[g.key] = rows
     return out
@@ -295,7 +296,8 @@ def claims(per_run: dict, *, warmup: float, round1: str) -> list[dict]:
             out.append(claim(f"{key} {case}: does the frozen online learner beat the shipped static profile "
                              "(held-out MAPE, frozen vs static)?",
                              [round(sc["online_frozen"]["mape"], 5), round(sc["static"]["mape"], 5)],
-                             "frozen < static", met=bool(sc["online_frozen"]["mape"] < sc["static"]["mape"])))
+                             "frozen < static", met=bool(sc["online_frozen"]["mape"] < sc["static"]["mape"]),
+                             key=0, op="<", target=round(sc["static"]["mape"], 5), unit="fraction"))
     out.append(claim(f"reported in round 1 (E1.19, vLLM Poisson traces on H100/H200/A100, other telemetry): {round1}",
                      round1, "round-1 figure, not ours"))
     return out
@@ -360,7 +362,7 @@ FAIRNESS = ("R2.3 reads the engine constants (t_samp_ms, t_samp_b_ms, allreduce_
 def build_e1_19(fpm_tidy, steptrace_paths=(), *, fitted=None, engine: str = "vllm", warmup: float = 0.2,
                 lam: float = 0.99, stationary_segment: str = "real", shift_train: str = "sweep",
                 shift_test: str = "real", phases=("decode",), skip_over_budget: bool = True,
-                round1: str = "") -> tuple[dict, list, object]:
+                round1: str = "", constants=None) -> tuple[dict, list, object]:
     """E1.19 end to end on the tidy FPM table plus collected step traces: (metrics, claims, steps)."""
     import pandas as pd
 
@@ -369,7 +371,8 @@ def build_e1_19(fpm_tidy, steptrace_paths=(), *, fitted=None, engine: str = "vll
     if not tables:
         raise DataError("E1.19: neither FPM steps nor collected step traces to reduce")
     tidy = pd.concat(tables, ignore_index=True) if len(tables) > 1 else tables[0]
-    steps, skipped = predict_host_floor(tidy, engine=engine, fitted=fitted, skip_over_budget=skip_over_budget)
+    steps, skipped = predict_host_floor(tidy, engine=engine, fitted=fitted, skip_over_budget=skip_over_budget,
+                                          constants=constants)
     kw = dict(stationary_segment=stationary_segment, shift_train=shift_train, shift_test=shift_test,
               warmup=warmup, lam=lam)
     primary = run_e1_19(steps, phases=list(phases) if phases else None, **kw)
@@ -387,7 +390,7 @@ def build_e1_19(fpm_tidy, steptrace_paths=(), *, fitted=None, engine: str = "vll
         "static_arm": {"engine": engine, "how": f"per step: the '{engine}' profile's predicted step minus the "
                                                 "'kernels' prediction (host, launch, sampling and all-reduce terms "
                                                 "as shipped, async overlap included)",
-                       "values": static_profile_values(engine, gpus)},
+                       "values": static_profile_values(engine, gpus, constants)},
         "host_floor": "h = measured step latency - steptime's kernel-only step (engine 'kernels', W2b's per-request "
                       "batches from the FPM composition); S(N) = a + b (N - 1), N = requests in the step",
         "fairness_vs_R2_3": FAIRNESS.format(warmup=warmup, n_train=n_train, n_shift=n_shift),

@@ -256,7 +256,8 @@ def document(r: dict, cells, targets: dict) -> dict:
         if x["predictor"] == "steptime" and x["subset"] in KERNELS and x["cells"]:
             claims.append(claim(f"light kernel {x['subset']} on {x['gpu']}: held-out MAPE (floor + bytes over "
                                 f"achieved bandwidth, factors from the other Vidur GPUs)", round(x["mape"], 4),
-                                f"<= {tgt:.0%}", target=tgt, met=x["mape"] <= tgt))
+                                f"<= {tgt:.0%}", target=tgt, met=x["mape"] <= tgt, op="<=",
+                                unit="fraction"))
     ours = {x["gpu"]: x for x in recs if x["predictor"] == "steptime" and x["subset"] == "all"}
     own = {x["gpu"]: x for x in recs if x["predictor"] == "steptime_own_reading" and x["subset"] == "all"}
     if own:

@@ -56,7 +56,8 @@ def silicon_workloads(silicon: pd.DataFrame, *, model: str, gpu: str) -> pd.Data
     return d.sort_values(["engine", "engine_version", "tp", "isl", "osl", "concurrency", "id"]).reset_index(drop=True)
 
 
-def _closed_loop(model, gpu, row, *, budget: int, per_concurrency: int, min_requests: int, seed: int, timers: dict):
+def _closed_loop(model, gpu, row, *, budget: int, per_concurrency: int, min_requests: int, seed: int, timers: dict,
+                 constants=None):
     c = int(row.concurrency)
     n = max(min_requests, per_concurrency * c)
     dtype = "fp8" if str(row.precision).startswith("fp8") else "bf16"
@@ -64,7 +65,7 @@ def _closed_loop(model, gpu, row, *, budget: int, per_concurrency: int, min_requ
     pol = Policy("vllm", max_num_batched_tokens=budget, max_num_seqs=max(c, 1))
     if key not in timers:
         timers[key] = StepTimer(model, gpu, tp=int(row.tp), engine=row.engine, dtype=dtype,
-                                max_tokens=budget, max_requests=max(c, 1))
+                                max_tokens=budget, max_requests=max(c, 1), constants=constants)
     wl = synthetic(n, isl=int(row.isl), osl=int(row.osl), concurrency=c, seed=seed)
     t0 = time.perf_counter()
     run = simulate(model, gpu, wl, pol, tp=int(row.tp), timer=timers[key])
@@ -80,7 +81,7 @@ def _rel(pred, meas):
 def e2_12(silicon: pd.DataFrame, traces: pd.DataFrame, distserve: pd.DataFrame, distserve_tokens: pd.DataFrame, *,
           cases, budget: int, per_concurrency: int, min_requests: int, seed: int, distserve_case: dict,
           aic: bool = True, targets: dict | None = None, servingsim: tuple | None = None,
-          servingsim_runs=()) -> dict:
+          servingsim_runs=(), constants=None) -> dict:
     """The side-by-side table. `cases`: [{model, gpu, aic_model}], `aic`: ask AIConfigurator too;
     `servingsim`: (requests, timeseries) of LLMServingSim's runs, `servingsim_runs`: [{run, aic_model}]."""
     rows, timing = [], {"steptime": [0.0, 0], "aiconfigurator": [0.0, 0], "distserve": [0.0, 0],
@@ -91,7 +92,7 @@ def e2_12(silicon: pd.DataFrame, traces: pd.DataFrame, distserve: pd.DataFrame, 
         timers = {}
         for row in silicon_workloads(silicon, model=model, gpu=gpu).itertuples(index=False):
             st, dt = _closed_loop(model, gpu, row, budget=budget, per_concurrency=per_concurrency,
-                                  min_requests=min_requests, seed=seed, timers=timers)
+                                  min_requests=min_requests, seed=seed, timers=timers, constants=constants)
             timing["steptime"][0] += dt
             timing["steptime"][1] += st["requests"]
             out = {"id": row.id, "model": model, "gpu": gpu, "engine": row.engine,
@@ -121,9 +122,11 @@ def e2_12(silicon: pd.DataFrame, traces: pd.DataFrame, distserve: pd.DataFrame, 
     for p in peers:
         for m in ("ttft_s", "tpot_s"):
             table[f"{m}_err_{p}"] = _rel(table[f"{m}_{p}"], table[f"{m}_measured"])
-    replay = (servingsim_rows(*servingsim, runs=servingsim_runs, aic=aic, timing=timing)
+    replay = (servingsim_rows(*servingsim, runs=servingsim_runs, aic=aic, timing=timing,
+                                      constants=constants)
               if servingsim is not None and servingsim_runs else pd.DataFrame())
-    ds = distserve_agreement(traces, distserve, distserve_tokens, seed=seed, timing=timing, **distserve_case)
+    ds = distserve_agreement(traces, distserve, distserve_tokens, seed=seed, timing=timing, constants=constants,
+                             **distserve_case)
     speed = {k: ({"seconds_per_request": v[0] / v[1], "requests": v[1]} if v[1] else None) for k, v in timing.items()}
     if timing["aiconfigurator"][1]:
         speed["aiconfigurator"] = {"seconds_per_workload_point": timing["aiconfigurator"][0] / timing["aiconfigurator"][1],
@@ -138,7 +141,7 @@ def e2_12(silicon: pd.DataFrame, traces: pd.DataFrame, distserve: pd.DataFrame, 
 
 
 def servingsim_rows(requests: pd.DataFrame, timeseries: pd.DataFrame, *, runs, aic: bool = True,
-                    timing: dict | None = None) -> pd.DataFrame:
+                    timing: dict | None = None, constants=None) -> pd.DataFrame:
     """LLMServingSim's real vLLM runs (open loop, arrival trace): measured mean TTFT/TPOT, steptime's replay
     of the same arrivals (steptime_lab.experiments.serving.replay_run, as E2.10), and AIC's aggregated estimate.
 
@@ -156,7 +159,7 @@ def servingsim_rows(requests: pd.DataFrame, timeseries: pd.DataFrame, *, runs, a
         if str(r0["model"]).startswith(("llama-3.1-8b", "llama-3.1-70b")):
             raise ValueError(f"{spec['run']}: Llama-3.1-8B/70B are reserved from AIConfigurator's estimator")
         t0 = time.perf_counter()
-        sim, _ = replay_run(rows)
+        sim, _ = replay_run(rows, constants=constants)
         if timing is not None:
             timing["steptime_replay"][0] += time.perf_counter() - t0
             timing["steptime_replay"][1] += len(rows)
@@ -185,7 +188,7 @@ def servingsim_rows(requests: pd.DataFrame, timeseries: pd.DataFrame, *, runs, a
 
 def distserve_agreement(traces, coefficients, max_tokens, *, model: str, gpu: str, tp: int, trace: str, n: int,
                         rate: float, prefill_instances: int, decode_instances: int, max_len: int, block_size: int,
-                        seed: int, timing: dict | None = None) -> dict:
+                        seed: int, timing: dict | None = None, constants=None) -> dict:
     """steptime vs DistServe's fitted model driving the same disaggregated simulator, same requests."""
     from steptime_lab.experiments.serving import _kv_blocks, trace_lengths
     from steptime.serve.peers import DistServeTimer
@@ -198,7 +201,7 @@ def distserve_agreement(traces, coefficients, max_tokens, *, model: str, gpu: st
     dp = Policy("vllm", kv_blocks=kv, reserve_full=True)
     wl = Workload(poisson_arrivals(n, rate, seed), prompt, output, name="disagg")
     out = {}
-    for name, timer in (("steptime", StepTimer(model, gpu, tp=tp, max_tokens=4096 + 256)),
+    for name, timer in (("steptime", StepTimer(model, gpu, tp=tp, max_tokens=4096 + 256, constants=constants)),
                         ("distserve", DistServeTimer(coefficients, model, gpu, tp=tp))):
         t0 = time.perf_counter()
         run = simulate_disagg(model, gpu, wl, prefill_instances=prefill_instances, decode_instances=decode_instances,
@@ -240,7 +243,8 @@ def e2_12_document(r: dict) -> dict:
             v = s[f"{m.lower()}_median_abs_rel_error"]
             claims.append(claim(f"{p}: median |relative error| of mean {m} over the {s['rows']} silicon rows "
                                 f"(fitted on: {FITTED_ON[p]})", v, "vs measured mean (AIC silicon sample)",
-                                target(t, key, "E2.12"), v <= target(t, key, "E2.12")))
+                                target(t, key, "E2.12"), v <= target(t, key, "E2.12"), op="<=",
+                                unit="fraction"))
     if "aiconfigurator" in r["peers"]:
         for m in ("tpot", "ttft"):
             a = summary["steptime"]["all"][f"{m}_median_abs_rel_error"]
@@ -248,7 +252,8 @@ def e2_12_document(r: dict) -> dict:
             margin = target(t, "vs_profiled_peer_margin", "E2.12")
             claims.append(claim(f"steptime (datasheet + <=9 readings, three per family) is within {margin} of "
                                 f"AIConfigurator (profiled tables) in median |{m.upper()} error|", a - b,
-                                "steptime error minus AIConfigurator error, same rows", margin, a - b <= margin))
+                                "steptime error minus AIConfigurator error, same rows", margin, a - b <= margin, op="<=",
+                                unit="fraction"))
     ss = r.get("servingsim", pd.DataFrame())
     for row in ss.to_dict(orient="records"):
         for p in r["peers"]:
@@ -256,14 +261,16 @@ def e2_12_document(r: dict) -> dict:
                 v = row[f"{m}_s_err_{p}"]
                 claims.append(claim(f"{p}: mean {m.upper()} of LLMServingSim's real run {row['run']} "
                                     f"(fitted on: {FITTED_ON[p]})", v, "relative error vs measured mean",
-                                    target(t, key, "E2.12"), abs(v) <= target(t, key, "E2.12")))
+                                    target(t, key, "E2.12"), abs(v) <= target(t, key, "E2.12"),
+                                    op="<=", abs_value=True, unit="fraction"))
     ds = r["distserve"]
     for m in ("tpot_s_mean", "ttft_s_mean"):
         v = ds["steptime_vs_distserve"][m]
         claims.append(claim(f"steptime agrees with DistServe's fitted model on {m} of the same requests (simulated; "
                             "no measured OPT run exists here)", v, "relative difference, steptime vs DistServe",
                             target(t, "distserve_agreement_max", "E2.12"),
-                            abs(v) <= target(t, "distserve_agreement_max", "E2.12")))
+                            abs(v) <= target(t, "distserve_agreement_max", "E2.12"), op="<=", abs_value=True,
+                            unit="fraction"))
     return {"metrics": {"label": "rows: measured (AIC silicon sample) vs simulated/estimated; DistServe row: " + SIMULATED,
                         "metric": "mean TTFT and mean TPOT per workload (seconds)",
                         "summary": summary, "distserve": ds, "settings": r["settings"],

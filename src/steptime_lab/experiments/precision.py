@@ -150,10 +150,11 @@ def document(r: dict, target_pct: float) -> dict:
         records.append(rec)
         claims.append(claim(f"{g}: fp8 W8A8 GEMM, held out (bf16 GEMM fold, datasheet fp8 peak, fp8 factors from "
                             f"{', '.join(r['rel'][g]['donors'])}; no fp8 cell of {g}), LLM-shaped cells", rec["llm"]["mape"], "MAPE % (lower is better)",
-                            target=f"<= {target_pct:g}", met=rec["llm"]["mape"] <= target_pct))
+                            target=target_pct, met=rec["llm"]["mape"] <= target_pct, op="<=", unit="%"))
     ours, roof = _mape(p["err"]), _mape(p["err_roof"])
     claims.append(claim("the fp8 term beats the bare fp8 roofline on LLM-shaped cells, all GPUs pooled",
-                        {"steptime": round(ours, 2), "bare_roofline": round(roof, 2)}, "MAPE %", met=ours < roof))
+                        {"steptime": round(ours, 2), "bare_roofline": round(roof, 2)}, "MAPE %", met=ours < roof,
+                        key="steptime", op="<", target=round(roof, 2), unit="%"))
     return {"metrics": {"records": records, "target_met": sum(c.get("met", False) for c in claims[:-1]),
                         "target_scored": len(claims) - 1}, "claims": claims}
 

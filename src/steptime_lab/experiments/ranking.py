@@ -305,7 +305,8 @@ def e2_2_document(res, wls, meas, home_gpu: str | None, targets: dict) -> dict:
         s = by["steptime"]
         claims.append(claim(f"GPU set '{set_name}': steptime's tie-aware top-1 pick matches the measured fastest GPU",
                             s["top1"], f"fraction of {s['workloads']} workloads (ties {s['top1_ties']}, misses "
-                            f"{s['top1_misses']})", target=f">= {targets['top1']}", met=s["top1"] >= targets["top1"]))
+                            f"{s['top1_misses']})", target=targets["top1"], met=s["top1"] >= targets["top1"], op=">=",
+                            unit="fraction"))
         claims.append(claim(f"GPU set '{set_name}': steptime's top-1 on workloads with a clear measured winner "
                             f"(runner-up more than {MEAS_TIE_REL:.0%} slower)", s["top1_clear_winner"],
                             f"fraction of {s['workloads_clear_winner']} such workloads; ties count as non-hits"))
@@ -317,7 +318,8 @@ def e2_2_document(res, wls, meas, home_gpu: str | None, targets: dict) -> dict:
         claims.append(claim(f"GPU set '{set_name}': every pair steptime decides is ordered as measured",
                             {"wrong": s["pair_wrong"], "decided": s["pair_correct"] + s["pair_wrong"],
                              "wrong_outside_2pct_measured_band": s["pair_wrong_clear"]},
-                            "pairs (predicted ties excluded)", target="0 wrong", met=s["pair_wrong"] == 0))
+                            "pairs (predicted ties excluded)", target=0, met=s["pair_wrong"] == 0, key="wrong", op="==",
+                            unit="pairs"))
         if "rf_spec_scaled" in by:
             claims.append(claim(f"GPU set '{set_name}': a home-profiled RF covers 1 GPU; verbatim it ties every pair",
                                 {"rf_verbatim_pair_ties": by["rf_verbatim"]["pair_ties"],

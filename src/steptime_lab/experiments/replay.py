@@ -34,6 +34,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from steptime.calibration import Constants
 from steptime.errors import SteptimeError, UnknownModelError
 
 # measured column of a row -> the simulated statistic compared with it
@@ -184,7 +185,7 @@ def _mean_decoding(d, t0: float, t1: float) -> float:
     return float(np.clip(np.minimum(b, t1) - np.maximum(a, t0), 0, None).sum() / (t1 - t0))
 
 
-def _timer(row, model_key, fitted):
+def _timer(row, model_key, fitted, constants=None):
     from steptime_lab.experiments import wallclock as W
     from steptime.serve import StepTimer
     from steptime.specs.engines import get_engine
@@ -197,11 +198,14 @@ def _timer(row, model_key, fitted):
     if consts.get(eng, {}).get(g) or scales.get(eng, {}).get(g):
         raise ReplayError(f"fitted constants/scales for {eng}@{g} are not applied by the serving timer")
     c = int(row["concurrency"])
-    return StepTimer(model_key, gpu, tp=int(row["tp"]), engine=get_engine(eng, fitted=eng_part or None),
-                     dtype=str(row["dtype"]), max_tokens=max(DEFAULT_BUDGET, c) + 16, max_requests=c)
+    constants = constants or Constants.default()
+    return StepTimer(model_key, gpu, tp=int(row["tp"]), engine=get_engine(eng, fitted=eng_part or constants.engines),
+                     dtype=str(row["dtype"]), max_tokens=max(DEFAULT_BUDGET, c) + 16, max_requests=c,
+                     constants=constants)
 
 
-def run_replay(rows, *, fitted=None, requests_per_slot: int = 4, min_requests: int = 64, seed: int = 0) -> dict:
+def run_replay(rows, *, fitted=None, requests_per_slot: int = 4, min_requests: int = 64, seed: int = 0,
+               constants=None) -> dict:
     """Replay every row; returns {"pred": rows + simulated columns + `pred_ms` (the simulated
     statistic matching the row's measure), "skipped": [...]}. A row the simulator or the step
     model refuses (unknown model, memory, precision) is left out with its reason."""
@@ -220,7 +224,7 @@ def run_replay(rows, *, fitted=None, requests_per_slot: int = 4, min_requests: i
             run = simulate(
                 None, None, workload_for(r, m.max_position_embeddings, requests_per_slot=requests_per_slot,
                                          min_requests=min_requests, seed=seed + i),
-                policy_for(str(r["engine"]), _concurrency(r)), timer=_timer(r, key, fitted))
+                policy_for(str(r["engine"]), _concurrency(r)), timer=_timer(r, key, fitted, constants))
         except SteptimeError as exc:
             skipped.append({"dataset": r["dataset"], "reason": f"{type(exc).__name__}: {str(exc).splitlines()[0][:160]}",
                             "rows": 1})
@@ -254,12 +258,12 @@ def scores(pred, *, n_boot: int = 1000, seed: int = 0, keys=("dataset", "gpu", "
     return res
 
 
-def one_step_same_rows(rows, fitted=None) -> dict:
+def one_step_same_rows(rows, fitted=None, constants=None) -> dict:
     """E2.11's one-step predictor (`wallclock.run_tpot`, same code, same fitted constants) on
     exactly the replayed rows: {(dataset, gpu, engine): {cells, mape}}."""
     from steptime_lab.experiments import wallclock as W
 
-    p = W.run_tpot(rows, n_boot=1, seed=0, fitted=fitted)["pred"]
+    p = W.run_tpot(rows, n_boot=1, seed=0, fitted=fitted, constants=constants)["pred"]
     out = {}
     for k, d in p.groupby(["dataset", "gpu", "engine"], sort=True):
         out[k] = {"cells": int(len(d)), "mape": float(np.mean(np.abs(d["pred_ms"] - d["tpot_ms"]) / d["tpot_ms"]))}
@@ -307,12 +311,13 @@ def document(table: list[dict], skipped: list[dict], targets: dict, *, n_rows: i
         lab = f"{s['dataset']} {s['gpu']} {s['engine']}"
         claims.append(claim(f"{lab}: SIMULATED closed-loop replay, {s['measure']} MAPE over {s['replay_cells']} "
                             f"configurations (E2.11 one-step: {s['one_step_tpot_mape']})", s["replay_tpot_mape"],
-                            "<= target", t, s["replay_tpot_mape"] is not None and s["replay_tpot_mape"] <= t))
+                            "<= target", t, s["replay_tpot_mape"] is not None and s["replay_tpot_mape"] <= t,
+                            op="<=", unit="fraction"))
         if s.get("replay_ttft_mape") is not None and "ttft_mape" in targets:
             tt = float(targets["ttft_mape"])
             claims.append(claim(f"{lab}: SIMULATED closed-loop replay, median TTFT MAPE over {s['replay_ttft_cells']} "
                                 f"configurations (no one-step counterpart)", s["replay_ttft_mape"], "<= target", tt,
-                                s["replay_ttft_mape"] <= tt))
+                                s["replay_ttft_mape"] <= tt, op="<=", unit="fraction"))
     moe = sum(x["rows"] for x in skipped if str(x["reason"]).startswith("MoE"))
     nospec = sum(x["rows"] for x in skipped if "UnknownModelError" in str(x["reason"]))
     claims.append(claim("mixture-of-experts configurations skipped (MoE not supported yet)", int(moe), "count"))

@@ -57,9 +57,10 @@ def pick_chunk(timer: StepTimer, concurrency: int, prompt_mean: float, output_me
     return {"chunk": int(best["chunk"]), "t_dec_s": float(t_dec), "table": df}
 
 
-def chunk_sweep(model, gpu, prompt, output, concurrency: int, grid, engine=None) -> pd.DataFrame:
+def chunk_sweep(model, gpu, prompt, output, concurrency: int, grid, engine=None, constants=None) -> pd.DataFrame:
     """Simulate a closed loop at `concurrency` for each Sarathi chunk: p99 TBT and throughput."""
-    timer = StepTimer(model, gpu, engine=engine, max_tokens=max(grid) + concurrency, max_requests=concurrency)
+    timer = StepTimer(model, gpu, engine=engine, max_tokens=max(grid) + concurrency, max_requests=concurrency,
+                      constants=constants)
     wl = Workload(np.zeros(len(prompt)), prompt, output, concurrency=concurrency, name="closed loop")
     rows = []
     for c in grid:
@@ -71,7 +72,7 @@ def chunk_sweep(model, gpu, prompt, output, concurrency: int, grid, engine=None)
 
 
 def e2_9(traces: pd.DataFrame, *, models, gpus, trace: str, n: int, concurrency: int, grid, slo_multiples,
-         statics=(512, 2048), seed: int = 0, targets: dict | None = None) -> dict:
+         statics=(512, 2048), seed: int = 0, targets: dict | None = None, constants=None) -> dict:
     """Run E2.9 for every (model, GPU, SLO): picks, oracle, statics, each scored in the simulator."""
     targets = targets or {}
     grid = sorted({int(c) for c in grid} | {int(s) for s in statics})
@@ -79,7 +80,7 @@ def e2_9(traces: pd.DataFrame, *, models, gpus, trace: str, n: int, concurrency:
     cases, sweeps = [], {}
     for model in models:
         for gpu in gpus:
-            sweep, timer = chunk_sweep(model, gpu, prompt, output, concurrency, grid)
+            sweep, timer = chunk_sweep(model, gpu, prompt, output, concurrency, grid, constants=constants)
             sweeps[f"{model}|{gpu}"] = sweep
             by = sweep.set_index("chunk")
             for mult in slo_multiples:
@@ -120,11 +121,11 @@ def e2_9_document(r: dict) -> dict:
     claims = [
         claim("steptime's chunk pick meets the TBT SLO (p99 inter-token latency) in simulation",
               meet, "fraction of (model, GPU, SLO) cases, simulated", target(t, "pick_meets_slo_fraction", "E2.9"),
-              meet >= target(t, "pick_meets_slo_fraction", "E2.9")),
+              meet >= target(t, "pick_meets_slo_fraction", "E2.9"), op=">=", unit="fraction"),
         claim("steptime's pick reaches the simulated oracle's throughput under the SLO",
               worst, "worst throughput ratio pick / oracle over cases with a feasible oracle, simulated",
               target(t, "pick_vs_oracle_min", "E2.9"),
-              worst is not None and worst >= target(t, "pick_vs_oracle_min", "E2.9")),
+              worst is not None and worst >= target(t, "pick_vs_oracle_min", "E2.9"), op=">=", unit="x"),
     ]
     for s in r["statics"]:
         claims.append(claim(f"a static chunk of {s} meets the same SLOs (context, not a target)",
@@ -208,7 +209,8 @@ def per_gpu_goodput(timer, lengths, placement, tp, rates, slo_ttft_s, slo_tpot_s
 
 
 def e2_4(traces: pd.DataFrame, coefficients: pd.DataFrame, max_tokens: pd.DataFrame, *, cases, gpu: str, trace: str,
-         n: int, seed: int, attainment: float = 0.9, block_size: int = 16, targets: dict | None = None) -> dict:
+         n: int, seed: int, attainment: float = 0.9, block_size: int = 16, targets: dict | None = None,
+         constants=None) -> dict:
     from steptime.serve.peers import DistServeTimer
 
     out = []
@@ -218,7 +220,7 @@ def e2_4(traces: pd.DataFrame, coefficients: pd.DataFrame, max_tokens: pd.DataFr
         ctx_ok = ctx_ok[ctx_ok["num_prefill_tokens"] + ctx_ok["num_decode_tokens"] <= int(case.get("max_len", 2048))]
         lengths = trace_lengths(ctx_ok.assign(trace=trace), trace, n, seed)
         kv = _kv_blocks(max_tokens, model, tp, block_size)
-        timers = {"steptime": StepTimer(model, gpu, tp=tp, max_tokens=4096 + 256),
+        timers = {"steptime": StepTimer(model, gpu, tp=tp, max_tokens=4096 + 256, constants=constants),
                   "distserve": DistServeTimer(coefficients, model, gpu, tp=tp)}
         res = {}
         for name, timer in timers.items():
@@ -247,12 +249,12 @@ def e2_4_document(r: dict) -> dict:
         claims.append(claim(f"{c['model']} (tp={c['tp']}, {c['total_gpus']} GPUs): steptime picks the same "
                             "prefill/decode pool sizes as DistServe's own fitted model", c["choice"]["steptime"],
                             f"DistServe's pick {c['choice']['distserve']}, simulated", c["choice"]["distserve"],
-                            c["same_choice"]))
+                            c["same_choice"], op="=="))
         v = c["steptime_choice_under_distserve_ratio"]
         claims.append(claim(f"{c['model']}: steptime's pick keeps its per-GPU goodput when DistServe's model "
                             "times the steps", v, "goodput per GPU of steptime's pick / of DistServe's pick, both "
                             "under DistServe's model, simulated", target(t, "goodput_ratio_min", "E2.4"),
-                            v is not None and v >= target(t, "goodput_ratio_min", "E2.4")))
+                            v is not None and v >= target(t, "goodput_ratio_min", "E2.4"), op=">=", unit="x"))
     return {"metrics": {"label": SIMULATED, "workload": r["workload"], "cases": r["cases"],
                         "round1_step_parity": "reported in round 1: step-time error on OPT-13B/A100 of 1.78% "
                                               "(steptime) vs 2.27% (DistServe's fitted model); not recomputed here"},
@@ -292,7 +294,7 @@ def recorded_kv(r0) -> tuple[int | None, int | None]:
 
 
 def replay_run(rows: pd.DataFrame, *, engine: str = "vllm", gpu_memory_utilization: float = 0.9,
-               block_size: int = 16):
+               block_size: int = 16, constants=None):
     """Simulate one measured run: its arrivals, prompt and output lengths, TP and scheduler limits, and the KV
     block count (and block size) the run's engine logged where it records them (else the memory model's)."""
     r0 = rows.iloc[0]
@@ -302,7 +304,7 @@ def replay_run(rows: pd.DataFrame, *, engine: str = "vllm", gpu_memory_utilizati
     kv_blocks, kv_bs = recorded_kv(r0)
     pol = policy("vllm", max_num_batched_tokens=int(r0["max_num_batched_tokens"]), max_num_seqs=int(r0["max_num_seqs"]),
                  block_size=kv_bs or block_size, gpu_memory_utilization=gpu_memory_utilization, kv_blocks=kv_blocks)
-    run = simulate(r0["model"], r0["gpu"], wl, pol, tp=int(r0["tp"]), engine=engine)
+    run = simulate(r0["model"], r0["gpu"], wl, pol, tp=int(r0["tp"]), engine=engine, constants=constants)
     sim = run.requests.copy()
     sim["request_id"] = rows["request_id"].to_numpy()
     return sim, run
@@ -312,7 +314,8 @@ def _err(sim, meas):
     return float((sim - meas) / meas)
 
 
-def e2_10(requests: pd.DataFrame, *, targets: dict, engine: str = "vllm", peer: pd.DataFrame | None = None) -> dict:
+def e2_10(requests: pd.DataFrame, *, targets: dict, engine: str = "vllm", peer: pd.DataFrame | None = None,
+          constants=None) -> dict:
     """Replay each dense run through steptime.serve; `peer`: LLMServingSim's own simulated replay of the same runs
     (its outputs/sim.csv, servingsim_sim), scored the same way beside steptime's."""
     runs, skipped, per_request = [], [], {}
@@ -321,7 +324,7 @@ def e2_10(requests: pd.DataFrame, *, targets: dict, engine: str = "vllm", peer: 
         if bool(r0["moe"]):
             skipped.append({"run": run_id, "reason": "mixture-of-experts model: steptime's step model is dense only"})
             continue
-        sim, srun = replay_run(rows, engine=engine)
+        sim, srun = replay_run(rows, engine=engine, constants=constants)
         meas = rows.set_index("request_id").loc[sim["request_id"]]
         row = {"run": run_id, "gpu": r0["gpu"], "model": r0["model"], "tp": int(r0["tp"]),
                "engine_version": r0["engine_version"], "requests": int(len(rows)),
@@ -368,7 +371,8 @@ def e2_10_document(r: dict) -> dict:
             lim = target(t, f"{key}_abs_error_max", "E2.10")
             claims.append(claim(f"{row['run']}: simulated {label} within {lim:.0%} of the measured vLLM run",
                                 err, "relative error of the simulated percentile against the measured one "
-                                     "(same arrivals and lengths)", lim, abs(err) <= lim))
+                                     "(same arrivals and lengths)", lim, abs(err) <= lim, op="<=",
+                                abs_value=True, unit="fraction"))
     met = [c["met"] for c in claims]
     for row in r["runs"].to_dict(orient="records"):
         if "tpot_s_p50_llmservingsim_error" not in row or pd.isna(row.get("tpot_s_p50_llmservingsim_error")):
@@ -421,7 +425,7 @@ def plot_e2_10(r: dict, stem, caption: str = "") -> list:
 # E2.3: QLM-style deadline queue (earliest first-token deadline first; requests estimated to
 # miss go to the back) with steptime's waiting-time estimate vs a scalar one, under contention.
 def e2_3(traces: pd.DataFrame, *, model: str, gpu: str, trace: str, n: int, rates, classes, budget: int,
-         seed: int, targets: dict | None = None) -> dict:
+         seed: int, targets: dict | None = None, constants=None) -> dict:
     from steptime.serve import ScalarEstimator, StepEstimator, poisson_arrivals
 
     prompt, output = trace_lengths(traces, trace, n, seed)
@@ -429,7 +433,7 @@ def e2_3(traces: pd.DataFrame, *, model: str, gpu: str, trace: str, n: int, rate
     names = [c["name"] for c in classes]
     cls = rng.choice(len(classes), n, p=[c["share"] for c in classes])
     slo = np.array([c["ttft_slo_s"] for c in classes])[cls]
-    timer = StepTimer(model, gpu, max_tokens=budget + 512)
+    timer = StepTimer(model, gpu, max_tokens=budget + 512, constants=constants)
     pol = policy("vllm", max_num_batched_tokens=budget)
     step_est = StepEstimator(timer, budget, int(prompt.mean() + output.mean() / 2))
     scalar_s = timer.step_arrays(np.array([int(prompt.mean())]), np.array([0]))
@@ -475,9 +479,11 @@ def e2_3_document(r: dict) -> dict:
               "TTFT SLOs the scalar estimate does", worst, "worst attainment difference steptime - scalar over "
               "contended rates (FCFS attainment below the contention line), simulated",
               target(t, "steptime_minus_scalar_min", "E2.3"),
-              worst is not None and worst >= target(t, "steptime_minus_scalar_min", "E2.3")),
+              worst is not None and worst >= target(t, "steptime_minus_scalar_min", "E2.3"), op=">=",
+              unit="fraction"),
         claim("steptime's first-token estimate is closer to the simulated first-token time than the scalar one",
-              err_st, f"median |relative error| over rates, scalar {err_sc:.3f}, simulated", None, err_st < err_sc),
+              err_st, f"median |relative error| over rates, scalar {err_sc:.3f}, simulated", err_sc, err_st < err_sc,
+              op="<", unit="fraction"),
     ]
     return {"metrics": {"label": SIMULATED, "workload": r["workload"], "scalar_estimate_s": r["scalar_s"],
                         "table": df.replace({np.nan: None}).to_dict(orient="list"),

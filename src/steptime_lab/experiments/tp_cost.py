@@ -64,7 +64,7 @@ def fpm_cells(steps: pd.DataFrame, pred: pd.DataFrame, kv_bucket: int = 512) -> 
     return med.rename(columns={"latency_ms": "meas_ms"}).assign(dataset="aic-fpm")
 
 
-def silicon_cells(rows: pd.DataFrame, fitted=None) -> tuple[pd.DataFrame, list[dict]]:
+def silicon_cells(rows: pd.DataFrame, fitted=None, constants=None) -> tuple[pd.DataFrame, list[dict]]:
     """Silicon TPOT rows (W.tpot_table, dataset aic-silicon, aggregated serving) with the decode step at
     the measured batch predicted per TP (total and kinds). Returns (cells, skipped groups)."""
     from steptime.errors import SteptimeError
@@ -76,7 +76,7 @@ def silicon_cells(rows: pd.DataFrame, fitted=None) -> tuple[pd.DataFrame, list[d
     for (gpu, model, eng, tp, dt), d in x.groupby(["gpu", "model", "engine", "tp", "dtype"], sort=True):
         try:
             key = _known_model(model, d)
-            f = make_predictor(eng, key, gpu, engine=eng, dtype=dt, fitted=fitted)
+            f = make_predictor(eng, key, gpu, engine=eng, dtype=dt, fitted=fitted, constants=constants)
             r = f(_decode_frame(np.maximum(np.round(d["batch"].to_numpy(float)), 1),
                                 mean_context(d["prompt_tokens"], d["output_tokens"]), int(tp)), int(tp), None)
         except SteptimeError as exc:
@@ -93,13 +93,14 @@ def silicon_cells(rows: pd.DataFrame, fitted=None) -> tuple[pd.DataFrame, list[d
     return c.groupby(["dataset", "gpu", "model", "engine", "tp", *match])[cols].median().reset_index(), skipped
 
 
-def run_e1_28(fpm_steps=None, fpm_pred=None, silicon_rows=None, *, fitted=None, kv_bucket: int = 512) -> dict:
+def run_e1_28(fpm_steps=None, fpm_pred=None, silicon_rows=None, *, fitted=None, kv_bucket: int = 512,
+              constants=None) -> dict:
     keys = ["dataset", "gpu", "model", "engine"]
     rows, skipped = [], []
     if fpm_steps is not None and len(fpm_steps):
         rows += efficiency(fpm_cells(fpm_steps, fpm_pred, kv_bucket), keys, COMP)
     if silicon_rows is not None and len(silicon_rows):
-        c, skipped = silicon_cells(silicon_rows, fitted)
+        c, skipped = silicon_cells(silicon_rows, fitted, constants)
         if len(c):
             # a concurrency is matched across TP only where the measured batch is the same (it is the client's)
             rows += efficiency(c, keys, ["dtype", "prompt_tokens", "output_tokens", "batch"])

@@ -43,13 +43,14 @@ def document_e1_26(r: dict, targets: dict) -> dict:
         t = targets["fpm_mape"][s["phase"]]
         claims.append(claim(f"{r['gpu']} {eng} TP {s['tp']} {s['phase']} steps: MAPE of the engine profile with its "
                             f"three wall-clock readings (held-out steps: {s['cells']})", _r(s["mape"]), "<= target",
-                            t, s["mape"] <= t))
+                            t, s["mape"] <= t, op="<=", unit="fraction"))
     for s in r["tp_scaling"][fit]:
         t = targets["tp_ratio_error"]
         claims.append(claim(f"TP scaling t(TP {s['tp']}) / t(TP 1) on {s['cells']} matched sweep compositions: mean "
                             f"|predicted ratio / measured ratio - 1| (measured median ratio "
                             f"{s['measured_ratio_median']:.3f}, predicted {s['predicted_ratio_median']:.3f})",
-                            _r(s["mean_abs_ratio_error"]), "<= target", t, s["mean_abs_ratio_error"] <= t))
+                            _r(s["mean_abs_ratio_error"]), "<= target", t, s["mean_abs_ratio_error"] <= t,
+                            op="<=", unit="fraction"))
     med = {n: _r(float(np.median([s["mape"] for s in sc]))) for n, sc in r["scores"].items()}
     claims.append(claim("median over TP x phase cells of the step MAPE, same held-out steps, by predictor "
                         f"(kernels = GPU kernel sum; {eng} = shipped profile; {fit} = three wall-clock readings; "
@@ -152,7 +153,8 @@ def document_r2_3(r: dict, targets: dict, per_op: list[dict]) -> dict:
     fit, blk, eng = r["names"]["fit"], r["names"]["block"], r["engine"]
     n_read = len(r["readings"].rows)
     claims = [claim(f"wall-clock readings of {eng}@{r['gpu']} (chosen by composition: {W.READING_RULE})",
-                    n_read, "<= target", targets["max_readings"], n_read <= targets["max_readings"]),
+                    n_read, "<= target", targets["max_readings"], n_read <= targets["max_readings"],
+                    op="<=", unit="readings"),
               claim("fitted engine constants (shipped value in metrics.start_values)",
                     {k: _r(v, 6) for k, v in r["fitted"].items()}, "fitted")]
     ev = r["eval"]
@@ -334,7 +336,7 @@ def document_e2_11(res: dict, skipped: list[dict], targets: dict, sensitivity: l
             t = targets["tpot_mape"]
             claims.append(claim(f"{s['dataset']} {s['gpu']} {s['engine']} (TP {s['tps']}): TPOT MAPE over {s['cells']} "
                                 f"configurations ({len(s['models'])} dense models; {v}: {what[v]})",
-                                _r(s["mape"]), "<= target", t, s["mape"] <= t))
+                                _r(s["mape"]), "<= target", t, s["mape"] <= t, op="<=", unit="fraction"))
     p = res["pred"]
     assumed = []
     if "dtype_assumed" in p and len(p):
@@ -403,12 +405,13 @@ def document_e1_21(fpm: list[dict], iso_scores: list[dict], iso_skipped: list[di
             if s["phase"] == "prefill":
                 claims.append(claim(f"{r['gpu']} {r['engine']} TP {s['tp']}: isolated prefill sweep (128/1024/4096 "
                                     f"tokens), MAPE with three wall-clock readings", _r(s["mape"]), "<= target", t,
-                                    s["mape"] <= t))
+                                    s["mape"] <= t, op="<=", unit="fraction"))
     for s in iso_scores:
         rows.append({"dataset": s["dataset"], "gpu": s["gpu"], "engine": s["engine"], "tp": s["tp"],
                      "predictor": s["engine"], "cells": s["cells"], "mape": s["mape"]})
         claims.append(claim(f"{s['gpu']} {s['engine']} TP {s['tp']} ({s['model']}, {s['dtype']}): TTFT at concurrency 1 "
-                            f"as one prefill step, {s['cells']} rows", _r(s["mape"]), "<= target", t, s["mape"] <= t))
+                            f"as one prefill step, {s['cells']} rows", _r(s["mape"]), "<= target", t, s["mape"] <= t, op="<=",
+                            unit="fraction"))
     answered = sorted({(r["gpu"]) for r in rows})
     missing = [c for c in coverage if not c["isolated_prefills"]]
     claims.append(claim("GPUs with a wall-clock prefill we can score (an isolated prefill step or TTFT at concurrency 1)",

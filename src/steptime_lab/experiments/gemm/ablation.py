@@ -88,7 +88,8 @@ def e1_13_document(an: dict, ablation: dict | None = None) -> dict:
         claims.append(claim(f"{gpu}: on LLM-shaped cells with m >= 128 the factor product's held-out MAPE is {f:.1%} vs "
                             f"{s:.1%} for one scalar eta_bar = {a['eta_bar']:.3f} read off the same deploy cell "
                             f"(drift of the scalar vs the factors: mean {a['drift_abs_mean']:.1%}, max "
-                            f"{a['drift_abs_max']:.1%})", f, "latency MAPE, factors vs scalar", target=s, met=f < s))
+                            f"{a['drift_abs_max']:.1%})", f, "latency MAPE, factors vs scalar", target=s, met=f < s, op="<",
+                            unit="fraction"))
     metrics = {g: {k: v for k, v in a.items() if not k.startswith("_")} for g, a in an.items()}
     if ablation:
         metrics = {"scalar_vs_factors": metrics, "factor_ablation": ablation,
@@ -139,7 +140,7 @@ def l0_2_document(an: dict) -> dict:
                             {"alpha_range": [lo, hi], "cv_before": float(np.median(cvs)), "cv_after": float(np.median(after))},
                             "CV of implied alpha vs CV of predicted/measured, per GPU"))
         claims.append(claim(f"{branch} branch: alpha < 1 on every cell ({hi:.3f} max)", hi, "max implied alpha",
-                            target=1.0, met=hi < 1.0))
+                            target=1.0, met=hi < 1.0, op="<"))
     metrics = {g: {k: v for k, v in a.items() if not k.startswith("_")} for g, a in an.items()}
     return {"metrics": metrics, "claims": claims}
 
@@ -210,5 +211,5 @@ def ablation_claims(ab: dict) -> list:
         out.append(claim(f"{what}: mean LLM-cell MAPE {v['mean_llm_mape']:.2%} vs {base:.2%} with the shipped "
                          f"factors ({'+' if d >= 0 else ''}{d * 100:.2f} pp)", d,
                          "change in mean MAPE over the 9 GPUs when the factor is off (globals refitted, all-GPU fit)",
-                         target=0.0, met=d > 0))
+                         target=0.0, met=d > 0, op=">", unit="fraction"))
     return out

@@ -81,7 +81,7 @@ def e1_11_document(df, comparison: dict, sizes=CLUSTER_SIZES, targets=HOPPER) ->
         claim(f"GPC geometry (layout {G.gpc_layout(g0)}) gives {lay16} CTAs for 16-CTA clusters on {g0.sms} SMs, "
               f"matching the measured cudaOccupancyMaxActiveClusters (7 x 16 = 112); an even SM spread gives "
               f"{even16} and the cluster-blind floor(SMs/16) x 16 gives {blind16}", lay16,
-              "geometry vs measured vs blind", target=112, met=geo_ok),
+              "geometry vs measured vs blind", target=112, met=geo_ok, op="==", unit="CTAs"),
         claim(f"held-out Hopper LLM MAPE barely depends on the assumed cluster size ("
               + ", ".join(f"c={c} (cap {G.cluster_cap(g0, c)}) {mean_llm[c]:.2%}" for c in sizes)
               + "): the compute deploy reading absorbs the grid cap into eta_active, so latency alone does not "
@@ -93,7 +93,8 @@ def e1_11_document(df, comparison: dict, sizes=CLUSTER_SIZES, targets=HOPPER) ->
         claim(f"the measured tables reach {max(p['max'] for p in peaks.values()):.2f} of the datasheet peak, above "
               f"the {ceiling16:.2f} a 112-CTA grid allows at full clock: the 7 x 16 cap cannot be what these "
               f"kernels run", max(p["max"] for p in peaks.values()), "max measured fraction of peak vs 112/132",
-              target=ceiling16, met=max(p["max"] for p in peaks.values()) > ceiling16),
+              target=ceiling16, met=max(p["max"] for p in peaks.values()) > ceiling16, op=">",
+              unit="fraction of peak"),
     ]
     return {"metrics": metrics, "claims": claims,
             "decision": {"cluster_size": best, "mean_llm_mape": mean_llm, "best_fit": best_fit,
@@ -139,7 +140,7 @@ def e1_2b_document(an: dict) -> dict:
         claims.append(claim(f"{gpu}: persistent grid of {r[f'cluster_{s}']['grid_cap']} CTAs (cluster {s}) gives "
                             f"{ms:.1%} held-out MAPE on prefill-sized cells vs {ma:.1%} with the 7 x 16 = "
                             f"{r[f'cluster_{a}']['grid_cap']} cap", ms, "prefill-cell MAPE, settled vs 16-CTA clusters",
-                            target=ma, met=ms < ma))
+                            target=ma, met=ms < ma, op="<", unit="fraction"))
         js = r[f"cluster_{s}"]["jumps"]
         claims.append(claim(f"{gpu}: measured staircases in m are shallow (mean t(m+1)/t(m) "
                             f"{js['measured_jump_mean']:.3f}, {js['measured_steps_over_5pct']} of {js['pairs']} "

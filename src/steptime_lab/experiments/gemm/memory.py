@@ -251,10 +251,11 @@ def e1_3_document(study: dict, l2_gemm: dict, l2_stream: dict) -> dict:
     claims = [
         claim(f"one {law}-law (shared shape, eta_max per GPU) fits every GPU's memory-bound GEMM cells within "
               f"{worst_gap:.1%} MAPE of its own per-GPU fit", worst_gap, "global minus per-GPU MAPE, worst GPU",
-              target=0.02, met=worst_gap <= 0.02),
+              target=0.02, met=worst_gap <= 0.02, op="<=", unit="fraction"),
         claim(f"held out (shape from the other GPUs, eta_max from one reading), the {law}-law's MAPE averages "
               f"{loo_mean[law]:.1%} (worst {max(v['mape'] for v in loo.values()):.1%})", loo_mean[law],
-              "mean held-out-GPU MAPE on memory-bound GEMM cells", target=0.08, met=loo_mean[law] <= 0.08),
+              "mean held-out-GPU MAPE on memory-bound GEMM cells", target=0.08, met=loo_mean[law] <= 0.08, op="<=",
+              unit="fraction"),
         claim(f"the {law}-law beats the other law held out ({loo_mean[law]:.1%} vs "
               f"{loo_mean[[o for o in MEM_LAWS if o != law][0]]:.1%})", loo_mean[law], "mean held-out MAPE, both laws"),
         claim("single-token GEMMs beat DRAM speed only on the GDDR parts with a large L2 ("

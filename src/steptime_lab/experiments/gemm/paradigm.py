@@ -54,7 +54,7 @@ def e1_12_document(scores: dict) -> dict:
         claims.append(claim(f"{gpu}: the {best} paradigm fits the measured curves better (held-out prefill MAPE "
                             f"wave {w:.1%}, persistent {p:.1%}); fill_paradigm() says {coded}", best,
                             "prefill-sized LLM cells, same constants, paradigm switched", target=coded,
-                            met=best == coded))
+                            met=best == coded, op="=="))
     return {"metrics": {"scores": scores, "decision": decision}, "claims": claims}
 
 

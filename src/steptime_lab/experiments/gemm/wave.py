@@ -94,7 +94,7 @@ def e1_2_document(an: dict) -> dict:
         w, nf = ab["with_fill"]["mape"], ab["without_fill"]["mape"]
         claims.append(claim(f"{gpu}: the tile ladder + last-wave tail {'lowers' if w < nf else 'does NOT lower'} the "
                             f"held-out MAPE on m >= {ab['m_min']} LLM-shaped cells ({w:.1%} with fill vs {nf:.1%} "
-                            f"without)", w, "MAPE with vs without the fill factor", target=nf, met=w < nf))
+                            f"without)", w, "MAPE with vs without the fill factor", target=nf, met=w < nf, op="<", unit="fraction"))
         js = a.get("jumps", {})
         if js.get("pairs"):
             claims.append(claim(f"{gpu}: at tile boundaries (m -> m+1) the measured latency steps by > 5% on "
@@ -102,7 +102,7 @@ def e1_2_document(an: dict) -> dict:
                                 f"{js.get('caught', 0)} of them (mean |jump error| {js.get('mae', float('nan')):.3f} vs "
                                 f"{js.get('mae_nofill', float('nan')):.3f} without fill)", js.get("mae"),
                                 "mean absolute error of t(m+1)/t(m)", target=js.get("mae_nofill"),
-                                met=js.get("mae", 1) < js.get("mae_nofill", 0)))
+                                met=js.get("mae", 1) < js.get("mae_nofill", 0), op="<"))
     return {"metrics": an, "claims": claims}
 
 

@@ -36,8 +36,8 @@ def grid_check_document(dataset: str, cells, fast_bundle: dict, full_bundle: dic
     claims = [
         claim(f"{dataset}, home {home}: Vidur's full grid search changes no RF MAPE of E2.1 by more than one "
               "percentage point against the fast grid", round(max(moved), 4) if moved else None,
-              "largest |MAPE full grid - MAPE fast grid| over targets and RF rows", target="<= 0.01",
-              met=bool(moved) and max(moved) <= 0.01),
+              "largest |MAPE full grid - MAPE fast grid| over targets and RF rows", target=0.01,
+              met=bool(moved) and max(moved) <= 0.01, op="<=", unit="fraction"),
         claim(f"{dataset}, home {home}: the full grid's choice and its 10-fold CV MAPE",
               {"best_params": full_bundle["meta"]["rf"].get("best_params"),
                "cv_mape_pct": full_bundle["meta"]["rf"].get("cv_mape_pct")},
@@ -91,8 +91,8 @@ def peer_claims(records) -> list:
                     out.append(claim(
                         f"{ds}{where}, {label}: {a}'s MAPE is below {b}'s on every unseen GPU ({what})"
                         + (f"; it loses on {', '.join(lost)}" if lost else ""),
-                        vals, f"{b} MAPE / {a} MAPE per target GPU (> 1: {a} wins)", target="> 1 on every target",
-                        met=not lost))
+                        vals, f"{b} MAPE / {a} MAPE per target GPU (> 1: {a} wins)", target=1,
+                        met=not lost, op=">", rule="all", unit="x"))
     return out
 
 
@@ -120,14 +120,15 @@ def e2_1_document(records, fits, cells, *, fast: bool, full_grid: bool, targets:
                     + (f" by >= {need}x" if need > 1 else ""),
                     {r["target_gpu"]: round(r[key], 3) for r in rows},
                     "rf_spec_scaled MAPE / steptime MAPE per target GPU",
-                    target=f">= {need} on every target", met=worst >= need))
+                    target=need, met=worst >= need, op=">=", rule="all", unit="x"))
             if all("ratio_profile_transfer" in r for r in rows):
                 claims.append(claim(
                     f"{ds}, home {home}: the home profile carried to each GPU by steptime's ratio beats the "
                     "same profile carried by the datasheet-roofline ratio",
                     {r["target_gpu"]: round(r["ratio_profile_transfer"], 3) for r in rows},
                     "rf_spec_scaled MAPE / rf_steptime_scaled MAPE per target GPU (> 1: steptime's ratio wins)",
-                    target="> 1 on every target", met=min(r["ratio_profile_transfer"] for r in rows) > 1))
+                    target=1, met=min(r["ratio_profile_transfer"] for r in rows) > 1, op=">", rule="all",
+                    unit="x"))
             at_home = {r["predictor"]: r for r in records
                        if r["dataset"] == ds and r["home_gpu"] == home and r["target_gpu"] == home}
             if "rf_home" in at_home and "steptime" in at_home:

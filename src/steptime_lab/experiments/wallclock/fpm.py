@@ -32,13 +32,14 @@ class FpmSpec:
     kv_bucket: int = 512
 
 
-def run_fpm(steps, spec: FpmSpec, *, fitted_doc=None, n_boot: int = 1000, seed: int = 0) -> dict:
+def run_fpm(steps, spec: FpmSpec, *, fitted_doc=None, n_boot: int = 1000, seed: int = 0, constants=None) -> dict:
     """Every predictor on the same held-out steps of one (GPU, engine) table.
 
     Without `fitted_doc`, R2.3: the engine constants `spec.fit_names` (and the block-scale
     arm's `spec.block_fit_names`) are fitted on the three reading steps. With it (the
     engine_constants.yaml R2.3 wrote), E1.26: those values are used as written, after
-    checking that they were read from the same three steps the rule picks here."""
+    checking that they were read from the same three steps the rule picks here. `constants`: the
+    rule's settled constants (None: the shipped ones)."""
     from steptime.calibration import Calibration, Constants
     from steptime.specs import get_gpu
 
@@ -53,11 +54,12 @@ def run_fpm(steps, spec: FpmSpec, *, fitted_doc=None, n_boot: int = 1000, seed: 
     cal.record(f"engine[{spec.engine}@{gpu}]", rd.cells, READING_RULE)
     cal.check_disjoint([(str(r.gpu), str(r.engine), int(r.tp), str(r.phase), int(r.decode_requests), int(r.step))
                         for r in ev.itertuples()])
-    eng = with_scales(make_predictor(spec.engine, spec.model, gpu, engine=spec.engine, dtype=spec.dtype))
-    preds = {"kernels": make_predictor("kernels", spec.model, gpu, dtype=spec.dtype), spec.engine: eng,
-             "roofline": make_predictor("roofline", spec.model, gpu)}
+    c0 = constants or Constants.default()
+    eng = with_scales(make_predictor(spec.engine, spec.model, gpu, engine=spec.engine, dtype=spec.dtype, constants=c0))
+    preds = {"kernels": make_predictor("kernels", spec.model, gpu, dtype=spec.dtype, constants=c0), spec.engine: eng,
+             "roofline": make_predictor("roofline", spec.model, gpu, constants=c0)}
     fit_name, blk_name = f"{spec.engine}_wallclock_fit", f"{spec.engine}_wallclock_block_scale"
-    x0, bnd = _fit_start(spec, gpu)
+    x0, bnd = _fit_start(spec, gpu, c0)
     fitted_blk = None
     if fitted_doc is None:
         fitted = fit_engine_constants(steps, rd, eng, list(spec.fit_names), x0, bnd)
@@ -92,7 +94,7 @@ def run_fpm(steps, spec: FpmSpec, *, fitted_doc=None, n_boot: int = 1000, seed: 
             "names": {"fit": fit_name, "block": blk_name}}
 
 
-def repeat_spread(steps, spec: FpmSpec, targets: dict, *, draws: int = 30, seed: int = 0) -> dict:
+def repeat_spread(steps, spec: FpmSpec, targets: dict, *, draws: int = 30, seed: int = 0, constants=None) -> dict:
     """How much E1.26's score depends on which repeat of each read composition is read.
 
     The three compositions are the rule's (reading_rule); each of `draws` draws reads one uniformly
@@ -103,8 +105,8 @@ def repeat_spread(steps, spec: FpmSpec, targets: dict, *, draws: int = 30, seed:
     for the median-repeat reading (the rule) and the earliest repeat (the rule before issue 19)."""
     check_steps(steps)
     gpu = str(steps["gpu"].iloc[0])
-    eng = make_predictor(spec.engine, spec.model, gpu, engine=spec.engine, dtype=spec.dtype)
-    x0, bnd = _fit_start(spec, gpu)
+    eng = make_predictor(spec.engine, spec.model, gpu, engine=spec.engine, dtype=spec.dtype, constants=constants)
+    x0, bnd = _fit_start(spec, gpu, constants)
     ev = steps.drop(index=reading_rule(steps).excluded)
 
     def one(pick):
@@ -141,11 +143,11 @@ def repeat_spread(steps, spec: FpmSpec, targets: dict, *, draws: int = 30, seed:
             "median_repeat": med, "earliest_repeat": early}
 
 
-def _fit_start(spec: FpmSpec, gpu: str):
+def _fit_start(spec: FpmSpec, gpu: str, constants=None):
     """(x0, bounds) of R2.3's fit: shipped values (scales 1, offsets 0) and the fit's bounds."""
     from steptime.calibration import Constants
 
-    c0 = Constants.default()
+    c0 = constants or Constants.default()
     names = list(dict.fromkeys(list(spec.fit_names) + list(spec.block_fit_names)))
     x0 = {n: (1.0 if n in SCALES else 0.0 if n == COMM_OFFSET else _start_value(n, spec.engine, gpu, c0))
           for n in names}

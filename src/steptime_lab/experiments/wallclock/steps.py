@@ -487,22 +487,23 @@ def per_op_cost(tables: dict, fitted: dict, n_boot: int = 1000, seed: int = 0) -
     return out
 
 
-def per_op_tables(gpu: str, gemm_df=None, attn_cells=None, allreduce_df=None) -> dict:
+def per_op_tables(gpu: str, gemm_df=None, attn_cells=None, allreduce_df=None, constants=None) -> dict:
     """name -> (term kind, steptime prediction, measured) in ms on one GPU's per-operator tables
     with the shipped constants: GEMM cells (LLM-shaped: n, k >= 1024, m <= 16384), attention
     cells of LLM shapes, and all-reduce cells (vLLM's custom all-reduce under CUDA graphs ->
-    'custom', NCCL -> 'nccl'; every message size and GPU count)."""
+    'custom', NCCL -> 'nccl'; every message size and GPU count). `constants`: the rule's (None: shipped)."""
     from steptime.calibration import Constants
     from steptime.ops import predict_ops
     from steptime_lab.regimes import llm_shaped
     from steptime.specs import get_gpu
 
+    constants = constants or Constants.default()
     out = {}
     if gemm_df is not None:
         g = gemm_df[gemm_df["gpu"] == gpu]
         g = g[llm_shaped(g["m"], g["n"], g["k"])]
         if len(g):
-            p = predict_ops("gemm", gpu, m=g["m"].to_numpy(float), n=g["n"].to_numpy(float), k=g["k"].to_numpy(float))
+            p = predict_ops("gemm", gpu, constants=constants, m=g["m"].to_numpy(float), n=g["n"].to_numpy(float), k=g["k"].to_numpy(float))
             out["aic_gemm_llm"] = ("gemm", p["t_ms"], g["latency_ms"].to_numpy(float))
     if attn_cells is not None:
         from steptime.terms import attention as A
@@ -512,7 +513,7 @@ def per_op_tables(gpu: str, gemm_df=None, attn_cells=None, allreduce_df=None) ->
             xp = x[x["phase"] == phase]
             if len(xp):
                 r = A.attention_cells(xp["b"].to_numpy(), xp["s"].to_numpy(), xp["c"].to_numpy(), xp["H"].to_numpy(),
-                                      xp["Hkv"].to_numpy(), xp["d"].to_numpy(), get_gpu(gpu), Constants.default(),
+                                      xp["Hkv"].to_numpy(), xp["d"].to_numpy(), get_gpu(gpu), constants,
                                       kv_dtype=xp["kv_dtype"].to_numpy(), warm_l2=True)
                 out[f"aic_attention_{phase}_llm"] = ("attention", np.asarray(r["t"]) * 1e3, xp["y_ms"].to_numpy(float))
     if allreduce_df is not None:
@@ -527,7 +528,7 @@ def per_op_tables(gpu: str, gemm_df=None, attn_cells=None, allreduce_df=None) ->
             for n in sorted(ab["num_gpus"].unique()):
                 m = (ab["num_gpus"] == n).to_numpy()
                 pred[m] = comm.allreduce_time(ab["message_bytes"].to_numpy(float)[m], int(n), get_gpu(gpu),
-                                              Constants.default(), impl) * 1e3
+                                              constants, impl) * 1e3
             out[f"aic_allreduce_{impl}"] = ("comm", pred, ab["latency_ms"].to_numpy(float))
     return out
 

@@ -222,7 +222,7 @@ def _known_model(model: str, rows) -> str:
 
 
 def run_tpot(rows, model_of=None, n_boot: int = 1000, seed: int = 0, fitted=None, variant: str = "naive",
-             mixed: dict | None = None) -> dict:
+             mixed: dict | None = None, constants=None) -> dict:
     """Predict every TPOT row (grouped by dataset, gpu, model, engine, tp, dtype) with the engine
     profile, and score per dataset x GPU x engine (and per TP). A group the predictor refuses
     (unknown model, memory, precision a GPU cannot run) is left out with its reason. `variant`:
@@ -238,8 +238,9 @@ def run_tpot(rows, model_of=None, n_boot: int = 1000, seed: int = 0, fitted=None
         try:
             model = _known_model(model, d)
             f = make_predictor(eng, model if model_of is None else model_of(model), gpu, engine=eng, dtype=dt,
-                               fitted=fitted)
-            kern = make_predictor("kernels", model if model_of is None else model_of(model), gpu, dtype=dt)
+                               fitted=fitted, constants=constants)
+            kern = make_predictor("kernels", model if model_of is None else model_of(model), gpu, dtype=dt,
+                                  constants=constants)
             mx = mixed or {}
             r = predict_tpot(d, f, kern, tp=int(tp), variant=variant, chunked=eng in mx.get("chunked", ()),
                              token_budget=mx.get("token_budget"))
@@ -296,7 +297,8 @@ def prefill_coverage(mlenergy_v2=None, mlenergy_v3=None, silicon=None) -> list[d
     return out
 
 
-def score_isolated_prefills(iso, n_boot: int = 1000, seed: int = 0, fitted=None) -> tuple[list[dict], list[dict]]:
+def score_isolated_prefills(iso, n_boot: int = 1000, seed: int = 0, fitted=None,
+                            constants=None) -> tuple[list[dict], list[dict]]:
     """TTFT at concurrency 1 predicted as one prefill step of `isl` tokens (engine profile)."""
     import pandas as pd
 
@@ -314,7 +316,7 @@ def score_isolated_prefills(iso, n_boot: int = 1000, seed: int = 0, fitted=None)
             skipped.append({"dataset": "aic-silicon", "reason": f"precision {prec} not modelled", "rows": int(len(d))})
             continue
         try:
-            f = make_predictor(eng, model, g, engine=eng, dtype=dt, fitted=fitted)
+            f = make_predictor(eng, model, g, engine=eng, dtype=dt, fitted=fitted, constants=constants)
             pred = f(_prefill_frame(d["isl"].to_numpy(), int(tp)), int(tp), None)["total"]
         except SteptimeError as exc:
             skipped.append({"dataset": "aic-silicon", "reason": f"{type(exc).__name__}: {str(exc)[:160]}",
@@ -326,14 +328,14 @@ def score_isolated_prefills(iso, n_boot: int = 1000, seed: int = 0, fitted=None)
     return scores, skipped
 
 
-def prompt_sensitivity(rows, prompt_tokens: dict, scales, fitted=None) -> list[dict]:
+def prompt_sensitivity(rows, prompt_tokens: dict, scales, fitted=None, constants=None) -> list[dict]:
     """TPOT MAPE per dataset x GPU x engine of the rows whose prompt length is an estimate (ML.ENERGY),
     with every estimate multiplied by each of `scales`: how much the stated guess matters."""
     est = rows[rows["dataset"].str.startswith("mlenergy")]
     out = []
     for sc in scales:
         x = est.assign(prompt_tokens=est["prompt_tokens"] * float(sc))
-        res = run_tpot(x, n_boot=10, seed=0, fitted=fitted)
+        res = run_tpot(x, n_boot=10, seed=0, fitted=fitted, constants=constants)
         for s in res["scores"]:
             if s["subset"] == "tpot":
                 out.append({"scale": float(sc), "dataset": s["dataset"], "gpu": s["gpu"], "engine": s["engine"],
@@ -359,7 +361,8 @@ def tpot_fitted_on(doc, engine: str, gpu: str) -> str:
 
 
 def evaluate_records(fpm_tidy=None, mlenergy_v2=None, mlenergy_v3=None, silicon=None, *, fit: dict,
-                     prompt_tokens: dict, n_boot: int = 1000, seed: int = 0, mixed: dict | None = None) -> list[dict]:
+                     prompt_tokens: dict, n_boot: int = 1000, seed: int = 0, mixed: dict | None = None,
+                     constants=None) -> list[dict]:
     """Evaluate records from the tidy tables: FPM steps per (GPU, engine, TP, phase) for the kernel
     sum, the shipped profile, the profile with its three wall-clock readings (refitted here by the
     same rule as R2.3) and the bare roofline; TPOT per (dataset, GPU, engine, TP) and pooled over TP
@@ -368,7 +371,7 @@ def evaluate_records(fpm_tidy=None, mlenergy_v2=None, mlenergy_v3=None, silicon=
     if fpm_tidy is not None:
         steps = fpm_steps(fpm_tidy)
         for (_gpu, engine, model), s in steps.groupby(["gpu", "engine", "model"], sort=True):
-            r = run_fpm(s, FpmSpec(model=model, engine=engine, **fit), n_boot=n_boot, seed=seed)
+            r = run_fpm(s, FpmSpec(model=model, engine=engine, **fit), n_boot=n_boot, seed=seed, constants=constants)
             fits.append((r, FpmSpec(model=model, engine=engine, **fit)))
             on = {"kernels": "datasheet + shipped calibration; GPU kernels only",
                   "roofline": "datasheet only (speed of light)",
@@ -384,7 +387,8 @@ def evaluate_records(fpm_tidy=None, mlenergy_v2=None, mlenergy_v3=None, silicon=
         for variant in VARIANTS:
             if variant == "mixed" and mixed is None:
                 continue
-            res = run_tpot(rows, n_boot=n_boot, seed=seed, fitted=doc, variant=variant, mixed=mixed)
+            res = run_tpot(rows, n_boot=n_boot, seed=seed, fitted=doc, variant=variant, mixed=mixed,
+                           constants=constants)
             for sc in res["scores"]:
                 out.append({"family": "wallclock", "dataset": sc["dataset"], "gpu": sc["gpu"], "engine": sc["engine"],
                             "tp": sc["tp"] if sc["subset"] == "tpot_by_tp" else None, "tps": sc["tps"],
