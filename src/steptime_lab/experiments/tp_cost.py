@@ -116,9 +116,10 @@ def document(r: dict, targets: dict) -> dict:
         claims.append(claim(
             f"{x['dataset']} {x['gpu']} {x['model']} {x['engine']} TP {x['tp']}: per-GPU efficiency t(1)/(TP t(TP)) "
             f"predicted {x['efficiency_predicted']:.3f} vs measured {x['efficiency_measured']:.3f} over {x['cells']} "
-            f"matched cells; the predicted loss is carried by {x['loss_term']}",
-            round(x["efficiency_error"], 4), "<= target (|predicted / measured - 1|)", lim,
-            abs(x["efficiency_error"]) <= lim))
+            f"matched cells (signed error {x['efficiency_error']:+.3f}); the predicted loss is carried by "
+            f"{x['loss_term']}",
+            round(abs(x["efficiency_error"]), 4), "|predicted / measured - 1| <= target", lim,
+            abs(x["efficiency_error"]) <= lim, op="<="))
     return {"metrics": {"rows": r["rows"], "skipped": r["skipped"],
                         "definition": __doc__.split("\n\n")[1].strip()}, "claims": claims}
 
