@@ -51,3 +51,12 @@ def test_regret_is_the_measured_cost_of_the_pick():
     assert s["top1_regret_max"] == pytest.approx(2.0)
     assert s["top1_regret_mean"] == pytest.approx((0.1 + 2.0) / 2)
     assert R.rank_scores(meas, meas, ("a", "b", "c"))["top1_regret_max"] == 0.0
+
+
+def test_regret_distribution_of_the_wrong_picks():
+    meas = np.array([[1.0, 1.01, 2.0], [1.0, 1.5, 3.0], [1.0, 2.0, 3.0]])
+    pred = np.array([[1.0, 0.9, 2.0], [1.0, 0.9, 3.0], [1.0, 2.0, 3.0]])  # +1%, +50%, a hit
+    d = R.rank_scores(pred, meas, ("a", "b", "c"))["top1_regret_wrong_picks"]
+    assert d["n"] == 2 and d["within_2pct"] == 1 and d["within_5pct"] == 1 and d["over_5pct"] == 1
+    assert d["max"] == pytest.approx(0.5)
+    assert R.rank_scores(meas, meas, ("a", "b", "c"))["top1_regret_wrong_picks"] == {"n": 0}

@@ -22,6 +22,7 @@ rule E2_2:
         q2=question("E2.2"),
         targets=targets("E2.2"),
         q6=question("E2.6"),
+        seed=config["seed"],
     threads: 1  # one BLAS thread: the fits are deterministic only single-threaded
     log:
         "logs/E2_2.log",

@@ -122,6 +122,7 @@ rule E2_1:
         n_boot=config["bootstrap"],
         fast=config["fast"],
         full_grid=config["rf"]["full_grid"],
+        ml_tuned=not config["fast"],  # ml_loo's fair best (all rows, nested GPU-grouped CV): fast: false
     threads: 1  # one BLAS thread: the fits are deterministic only single-threaded
     log:
         "logs/E2_1.log",

@@ -248,6 +248,8 @@ def rank_scores(pred, meas, gpus=GPUS, tie_rel: float = TIE_REL, meas_tie_rel: f
         "top1_within_meas_band": within / n_wl if n_wl else None,
         "top1_regret_mean": float(np.mean(regret)) if regret else None,
         "top1_regret_max": float(np.max(regret)) if regret else None,
+        # the regret distribution over the workloads whose pick was not the measured best
+        "top1_regret_wrong_picks": _regret_distribution([r for r in regret if r > 0]),
         "workloads_clear_winner": clear["n"],
         "top1_clear_winner": clear["hit"] / clear["n"] if clear["n"] else None,
         "pairs": int(n_pairs), "pair_correct": pairs["correct"], "pair_wrong": pairs["wrong"],
@@ -258,6 +260,30 @@ def rank_scores(pred, meas, gpus=GPUS, tie_rel: float = TIE_REL, meas_tie_rel: f
         "spearman_min": float(np.min(rho)) if rho else None,
         "per_pair": per_pair,
     }
+
+
+def _regret_distribution(wrong) -> dict:
+    """Quantiles and bands of the measured slowdown of the wrong picks."""
+    if not wrong:
+        return {"n": 0}
+    w = np.asarray(wrong, dtype=float)
+    q = np.quantile(w, [0.5, 0.9, 1.0])
+    return {"n": int(len(w)), "p50": float(q[0]), "p90": float(q[1]), "max": float(q[2]),
+            "within_2pct": int((w <= 0.02).sum()), "within_5pct": int((w <= 0.05).sum()),
+            "over_5pct": int((w > 0.05).sum())}
+
+
+def greybox_times(wls, grey_gemm, grey_attn, gpus=GPUS, constants_for=None):
+    """The grey box's prediction of the same pieces (each GPU's GEMM and attention terms on its
+    held-out constants times corrections fitted on the other GPUs' tables): [n_workloads, n_gpus] ms."""
+    gf, af = _frames(wls)
+    out = np.zeros((len(wls), len(gpus)))
+    for j, g in enumerate(gpus):
+        c = constants_for(g)[0] if constants_for is not None else None
+        pg = grey_gemm.predict(gf, g, c)
+        pa = grey_attn.predict(af, g, c)
+        out[:, j] = np.bincount(gf["wl"], weights=pg, minlength=len(wls)) + pa
+    return out
 
 
 def ranking_inputs(gemm_raw, ctx_raw, gen_raw, gpus=GPUS):
@@ -280,7 +306,7 @@ GPU_SETS = {
 
 
 def run(gemm_cells_df, attn_cells_df, wls, meas, gemm_bundle=None, attn_bundle=None, constants=None,
-        constants_for=None) -> dict:
+        constants_for=None, grey=None) -> dict:
     """Scores of every predictor on every GPU set. The RF (home-profiled) cannot rank GPUs
     it has not profiled: verbatim it predicts the same time everywhere (all ties); only its
     spec-scaled transfer produces an order."""
@@ -289,6 +315,8 @@ def run(gemm_cells_df, attn_cells_df, wls, meas, gemm_bundle=None, attn_bundle=N
     if gemm_bundle is not None and attn_bundle is not None:
         preds["rf_spec_scaled"] = rf_times(wls, gemm_bundle, attn_bundle, GPUS, scaled=True)
         preds["rf_verbatim"] = rf_times(wls, gemm_bundle, attn_bundle, GPUS, scaled=False)
+    if grey is not None:  # (GreyBox for aic_gemm, GreyBox for aic_attention)
+        preds["steptime_residual"] = greybox_times(wls, grey[0], grey[1], GPUS, constants_for)
     out = {}
     for set_name, gset in GPU_SETS.items():
         idx = [GPUS.index(g) for g in gset]
@@ -320,6 +348,22 @@ def e2_2_document(res, wls, meas, home_gpu: str | None, targets: dict) -> dict:
                              "wrong_outside_2pct_measured_band": s["pair_wrong_clear"]},
                             "pairs (predicted ties excluded)", target=0, met=s["pair_wrong"] == 0, key="wrong", op="==",
                             unit="pairs"))
+        if "steptime_residual" in by and set_name == "all" and "greybox_top1" in targets:
+            gs, t1, reg = by["steptime_residual"], targets["greybox_top1"], targets["greybox_max_regret"]
+            claims.append(claim(f"GPU set '{set_name}': the grey box's (steptime_residual) tie-aware top-1 pick "
+                                "matches the measured fastest GPU", gs["top1"],
+                                f">= {t1} of {gs['workloads']} workloads (ties {gs['top1_ties']}, misses "
+                                f"{gs['top1_misses']})", target=t1, met=gs["top1"] >= t1, op=">=", unit="fraction of workloads"))
+            worst = float(gs["top1_regret_max"] or 0.0)
+            claims.append(claim(f"GPU set '{set_name}': every wrong pick of the grey box is within {reg:.0%} of "
+                                "the measured best's time", round(worst, 6),
+                                f"<= {reg}: the largest measured time of the pick / measured best - 1 (ties: the "
+                                "worst tied GPU)", target=reg, met=worst <= reg, op="<=", unit="fraction"))
+            claims.append(claim(f"GPU set '{set_name}': the regret distribution of the grey box's wrong picks "
+                                "(steptime's beside it)", {"steptime_residual": gs["top1_regret_wrong_picks"],
+                                                          "steptime": s["top1_regret_wrong_picks"]},
+                                "measured time of the pick / measured best - 1 over the workloads not picked "
+                                "right: count, median, p90, max, and how many within 2% and 5%"))
         if "rf_spec_scaled" in by:
             claims.append(claim(f"GPU set '{set_name}': a home-profiled RF covers 1 GPU; verbatim it ties every pair",
                                 {"rf_verbatim_pair_ties": by["rf_verbatim"]["pair_ties"],
@@ -327,7 +371,10 @@ def e2_2_document(res, wls, meas, home_gpu: str | None, targets: dict) -> dict:
                                 f"the RF profiled only {home_gpu}; its only way to rank is the spec-scaled transfer"))
     metrics = {"by_gpu_set": {k: v for k, v in res["scores"].items()},
                "workloads": [dict(w, measured_ms={g: float(x) for g, x in zip(GPUS, meas[i])},
-                                  steptime_ms={g: float(x) for g, x in zip(GPUS, res["pred"]["steptime"][i])})
+                                  steptime_ms={g: float(x) for g, x in zip(GPUS, res["pred"]["steptime"][i])},
+                                  **({"steptime_residual_ms": {g: float(x) for g, x in zip(
+                                      GPUS, res["pred"]["steptime_residual"][i])}}
+                                     if "steptime_residual" in res["pred"] else {}))
                              for i, w in enumerate(wls)],
                "settings": {"tie_rel": TIE_REL, "measured_band_rel": MEAS_TIE_REL, "gpus": list(GPUS),
                             "gpu_sets": {k: list(v) for k, v in GPU_SETS.items()},
@@ -394,7 +441,9 @@ def plot_ranking(res, stem):
         "E2.2 GPU ranking for the workload set (per-layer GEMM + attention; measured = sums of AIConfigurator "
         "rows on the grid). Tie-aware top-1 counts a predicted tie as a non-hit; 'clear winner' scores only the "
         "workloads whose measured runner-up is more than 2% slower; the stable-sort column is the "
-        "artifact E2.6 re-scores. The home RF verbatim predicts the same time on every GPU (all ties)."))
+        "artifact E2.6 re-scores. The home RF verbatim predicts the same time on every GPU (all ties). "
+        "steptime_residual is the grey box: steptime's GEMM and attention terms times corrections fitted on the "
+        "other GPUs' tables."))
 
 
 def plot_ties(res, stem):

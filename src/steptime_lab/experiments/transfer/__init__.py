@@ -21,6 +21,8 @@ Predictors, per (home GPU, target GPU):
   per cell (per operator for the step) by steptime's ratio target / home instead of the
   roofline ratio: the profile kept, steptime used only as the transfer function (each
   GPU on its own held-out constants);
+* ``steptime_residual`` (`greybox.GreyBox`): steptime's terms on the same held-out
+  constants, each times a bounded smooth correction fitted on the other GPUs' tables;
 * ``steptime``: the library's prediction from the datasheet and, per target GPU, the
   families' leave-one-GPU-out constants (fitted without the target) plus the target's own
   deploy readings (`steptime_lab.evaluate.held_out.HeldOut`); every cell that set a constant for the target
@@ -39,8 +41,6 @@ pipeline (results/cache/rf/<dataset>_<gpu>.joblib).
 
 from __future__ import annotations
 
-from __future__ import annotations
-
 from steptime_lab.experiments.cells import (CELL_KEYS, DATASETS, DECODE_MAX_TOKENS, GEMM_OPS, LIGHT_OPS,  # noqa: F401
                                         STEP_OPS, VIDUR_GPUS, _col, _major_kernel, attention_cells, cell_ids,
                                         gemm_cells, llm_mask, load_cells, model_tp_groups, models_on_all,
@@ -52,6 +52,7 @@ from steptime_lab.experiments.transfer.document import (GRID_CHECK_PREDICTORS, e
 from steptime_lab.experiments.transfer.profiled import (ATTN_FEATURES, FAST_MAX_ROWS, TEST_FRACTION,  # noqa: F401
                                                     _long_step, bundle_summary, fit_home, predict_profiled,
                                                     split_home)
+from steptime_lab.experiments.transfer.greybox import GreyBox, term_features  # noqa: F401
 from steptime_lab.experiments.transfer.peers import HomeOnly, MLLeaveOneOut, ml_features, reading_scale  # noqa: F401
 from steptime_lab.experiments.transfer.records import (HOME_GPUS, PEERS, PREDICTORS, TARGETS, profiler_gap,  # noqa: F401
                                                    ratio_table, transfer_records)

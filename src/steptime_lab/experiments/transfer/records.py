@@ -15,7 +15,7 @@ from steptime.specs import gpu_keys
 
 PREDICTORS = ("rf_home", "poly_home", "rf_verbatim", "poly_verbatim", "rf_spec_scaled", "poly_spec_scaled",
               "rf_steptime_scaled", "poly_steptime_scaled", "rf_spec_scaled_readings", "ml_loo", "steptime_home_only",
-              "steptime")
+              "steptime", "steptime_residual")
 # the fair-ground peers E2.1 states its claim against (steptime_home_only: unseen targets only)
 PEERS = ("rf_spec_scaled", "rf_spec_scaled_readings", "ml_loo", "steptime_home_only")
 HOME_GPUS = ("a100-sxm", "h100-sxm")
@@ -31,7 +31,7 @@ def _fitted_on_profiled(bundle: dict, what: str, readings: int = 0) -> dict:
 
 def transfer_records(dataset: str, cells, bundle: dict, targets, *, n_boot: int = 1000, seed: int = 0,
                      constants=None, calibration=None, constants_for=None, cal_log: dict | None = None,
-                     home_only=None, ml=None, reading_ids=None, steptime_fit=None) -> list[dict]:
+                     home_only=None, ml=None, reading_ids=None, steptime_fit=None, grey=None) -> list[dict]:
     """Every (predictor, target) record for one dataset and one home bundle.
 
     `constants_for(target) -> (Constants, Calibration)` supplies held-out constants for the
@@ -44,6 +44,9 @@ def transfer_records(dataset: str, cells, bundle: dict, targets, *, n_boot: int 
     spec-scaled forest times the geometric-mean ratio measured / predicted on them). Every
     reading cell is kept out of every row's scoring, so all rows score the same cells.
     `steptime_fit(target) -> dict` says what the held-out steptime constants were fitted on.
+    `grey` (a `greybox.GreyBox`) adds steptime_residual: steptime's terms on the same
+    held-out constants times per-term corrections fitted on the other GPUs' tables; its
+    record carries `term_corrections` (the geometric-mean factor per term on the scored cells).
     Each record carries `fitted_on` (GPUs, cells, target readings) beside its score.
     """
     home = bundle["home_gpu"]
@@ -78,6 +81,14 @@ def transfer_records(dataset: str, cells, bundle: dict, targets, *, n_boot: int 
         else:
             st_pred = predict_steptime(dataset, tc, target, constants)
             preds = {"steptime": st_pred}
+        term_corr = None
+        if grey is not None:
+            gt = grey.predict_terms(tc, target, constants)
+            preds["steptime_residual"] = gt["total"]
+            fitted["steptime_residual"] = dict(grey.fitted_on(target), steptime=st_fit, what=(
+                "steptime's terms on its held-out constants, each times a bounded smooth correction fitted on "
+                "every other GPU's table of this dataset (ridge strength by leave-one-GPU-out CV on those GPUs)"))
+            term_corr = {t: round(float(np.exp(np.mean(np.log(c)))), 4) for t, c in gt["correction"].items()}
         if home_only is not None and target != home:
             c_ho, cal_ho = home_only(target)
             cal_ho.check_disjoint(cell_ids(dataset, tc, target))
@@ -125,7 +136,7 @@ def transfer_records(dataset: str, cells, bundle: dict, targets, *, n_boot: int 
         for name in order:
             recs.append({"dataset": dataset, "home_gpu": home, "target_gpu": target, "predictor": name,
                          "calibration_cells_excluded": int(excl.sum()), "fitted_on": fitted.get(name),
-                         **scores[name]})
+                         **scores[name], **({"term_corrections": term_corr} if name == "steptime_residual" else {})})
     return recs
 
 
