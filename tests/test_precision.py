@@ -2,6 +2,7 @@
 import numpy as np
 import pandas as pd
 import pytest
+from steptime.errors import SteptimeError
 
 from steptime.calibration import Constants
 from steptime_lab.experiments import precision as E
@@ -59,3 +60,20 @@ def test_load_fp8_keeps_fp8_rows_only_and_aggregates_duplicates():
     d = E.load_fp8(df)
     assert len(d) == 2 and set(d["gpu"]) == {"h100-sxm"}
     assert d[d["m"] == 1]["latency_ms"].iloc[0] == 2.0
+
+
+def test_predict_ops_fp8_gemm_is_the_step_fp8_gemm_one_code_path():
+    """predict_ops('gemm', dtype='fp8') and predict_step(dtype='fp8') price a GEMM the same way
+    (terms/precision: the fitted fp8 fractions relative to bf16), not two different laws."""
+    from steptime.ops import predict_ops
+    from steptime.specs import get_gpu
+    from steptime.terms import precision
+
+    g = "h200-sxm"
+    m, shapes = np.array([1, 64, 4096]), {"qkv": (10240, 8192), "down": (8192, 28672)}
+    step = precision.gemm_time_shapes_fp8(m, shapes, get_gpu(g))
+    for name, (n, k) in shapes.items():
+        ops = predict_ops("gemm", g, m=m, n=n, k=k, dtype="fp8")["t_ms"]
+        assert np.allclose(ops, step[name]["t"] * 1e3, rtol=1e-12)
+    with pytest.raises(SteptimeError):
+        predict_ops("gemm", "a100-sxm", m=64, n=4096, k=4096, dtype="fp8")  # no fp8 tensor cores: one clear error

@@ -145,6 +145,30 @@ def test_e2_10_scores_each_run_and_skips_moe():
         assert c["met"] == (abs(c["value"]) <= c["target"])
 
 
+def test_replay_uses_the_kv_block_count_the_run_recorded():
+    rows = _measured_run()
+    _, free = serving.replay_run(rows)
+    _, rec = serving.replay_run(rows.assign(kv_blocks_recorded=123, kv_block_size_recorded=32))
+    assert rec.kv_blocks == 123 and rec.policy["block_size"] == 32
+    _, none = serving.replay_run(rows.assign(kv_blocks_recorded=-1, kv_block_size_recorded=-1))
+    assert none.kv_blocks == free.kv_blocks  # not recorded: the memory model's count
+
+
+def test_e2_10_puts_the_peer_simulator_beside_steptime():
+    t = {"tpot_s_p50_abs_error_max": 0.1, "ttft_s_p50_abs_error_max": 0.2, "tpot_s_p90_abs_error_max": 0.2,
+         "ttft_s_p90_abs_error_max": 0.3}
+    req = _measured_run()
+    peer = req[["run", "request_id", "ttft_s", "tpot_s", "e2e_s"]].assign(tpot_s=req["tpot_s"] * 1.1)
+    r = serving.e2_10(req, targets=t, peer=peer)
+    row = r["runs"].iloc[0]
+    assert row["tpot_s_p50_llmservingsim_error"] == pytest.approx(0.1)
+    assert row["e2e_s_p50_llmservingsim_error"] == pytest.approx(0.0)
+    doc = serving.e2_10_document(r)
+    side = [c for c in doc["claims"] if "side by side" in c["claim"]]
+    assert len(side) == 1 and side[0]["value"]["llmservingsim"]["tpot_p50"] == pytest.approx(0.1)
+    assert "met" not in side[0]
+
+
 # ---- E2.3 ---------------------------------------------------------------------------------
 def test_deadline_queue_serves_tight_deadlines_first():
     from steptime.serve import ScalarEstimator, Workload, policy, simulate

@@ -72,7 +72,7 @@ def test_expand_requests_keeps_every_token_and_request():
     assert kv[(sid == mixed) & (new > 1)].tolist() == [50.0, 50.0]  # 100 cached tokens split over 2 prefills
 
 
-def test_reading_rule_is_three_steps_by_composition_never_by_latency():
+def test_reading_rule_is_three_compositions_chosen_without_latency_each_read_at_its_median_repeat():
     s = _steps()
     r = W.reading_rule(s)
     assert len(r.rows) == 3
@@ -80,9 +80,22 @@ def test_reading_rule_is_three_steps_by_composition_never_by_latency():
     assert picked["tp"].tolist() == [1, 1, 8]
     assert picked["decode_requests"].tolist() == [1, 32, 1]
     assert (picked["segment"] == "sweep").all()
-    # the latencies play no part: shuffling them picks the same steps
+    # the compositions are chosen without the latencies: shuffling them picks the same compositions
     s2 = s.assign(latency_ms=s["latency_ms"].sample(frac=1.0, random_state=3).to_numpy())
-    assert W.reading_rule(s2).rows == r.rows
+    r2 = W.reading_rule(s2)
+    assert s2.loc[r2.rows, ["tp", "decode_requests"]].values.tolist() == picked[["tp", "decode_requests"]].values.tolist()
+    # within a composition the reading is the lower-median repeat (not the first, often a warm-up)
+    for i in r.rows:
+        reps = s[(s["segment"] == "sweep") & (s["phase"] == "decode") & (s["tp"] == s.at[i, "tp"])
+                 & (s["decode_requests"] == s.at[i, "decode_requests"])]["latency_ms"].sort_values().to_numpy()
+        assert len(reps) == 3 and s.at[i, "latency_ms"] == reps[1]
+    early = W.reading_rule(s, pick="earliest")
+    assert [s.at[i, "step"] for i in early.rows] == [int(s.loc[(s["tp"] == s.at[i, "tp"]) & (s["segment"] == "sweep")
+                                                          & (s["phase"] == "decode") & (s["decode_requests"] == s.at[i, "decode_requests"]),
+                                                          "step"].min()) for i in early.rows]
+    assert early.excluded == r.excluded  # every repeat of a read composition is held out, whichever is read
+    with pytest.raises(W.WallclockError, match="unknown repeat pick"):
+        W.reading_rule(s, pick="latest")
     # the repeats of the three sweep cells are excluded; the real segment's steps are not
     ex = s.loc[r.excluded]
     assert len(ex) == 9 and (ex["segment"] == "sweep").all()
@@ -252,12 +265,17 @@ def test_evaluate_records_carry_dataset_engine_and_tp():
     recs = W.evaluate_records(_fpm_tidy(), silicon=_tpot_tables()[1], n_boot=10,
                               fit={"fit_names": ["t_samp_ms", "t_samp_b_ms", "comm_offset_us"],
                                    "block_fit_names": ["t_samp_ms", "block_scale", "comm_offset_us"]},
-                              prompt_tokens={})
+                              prompt_tokens={}, mixed={"chunked": ["trtllm"], "token_budget": 8192})
     from steptime_lab.evaluate import RECORD_KEYS
 
     for r in recs:
-        assert set(RECORD_KEYS) | {"dataset", "engine", "tp"} <= set(r)
+        assert set(RECORD_KEYS) | {"dataset", "engine", "tp", "variant", "fitted_on"} <= set(r)
         assert r["subset"] in ("decode", "mixed", "prefill", "tpot")
+        assert r["variant"] == ("step" if r["dataset"] == "aic-fpm" else r["variant"])
+        assert r["fitted_on"]
+    tpot = [r for r in recs if r["subset"] == "tpot"]
+    assert {r["variant"] for r in tpot} == {"naive", "mixed"}
+    assert all(r["tps"] for r in tpot)
     fpm = [r for r in recs if r["dataset"] == "aic-fpm"]
     assert {r["predictor"] for r in fpm} == {"kernels", "roofline", "vllm", "vllm_wallclock_fit"}
     assert {r["tp"] for r in fpm} == {1, 2}
@@ -336,3 +354,65 @@ def test_per_op_cost_shifts_all_reduce_cells_by_the_fitted_offset():
     tables = {"ar": ("comm", np.array([0.010, 0.020]), np.array([0.010, 0.020]))}
     c = W.per_op_cost(tables, {"comm_offset_us": 5.0}, n_boot=10)[0]
     assert c["mape_wallclock_scaled"] == pytest.approx(np.mean([0.5, 0.25]))
+
+
+def test_make_predictor_refuses_unknown_override_names_and_applies_step_adjustments_itself():
+    s = _steps(tps=(1, 2))
+    f = W.make_predictor("vllm", "llama-3.1-8b", "h100-sxm")
+    with pytest.raises(W.WallclockError, match="unknown override name.*no_such_constant"):
+        W.predict_table(s, f, {"no_such_constant": 1.0})
+    a = W.predict_table(s, f)
+    b = W.predict_table(s, f, {"comm_offset_us": 2.0})  # no wrapping needed: the constructor applies it
+    tp2 = (s["tp"] == 2).to_numpy()
+    assert np.allclose((b["comm_ms"] - a["comm_ms"])[tp2], 2 * 32 * 2.0e-3)
+
+
+def test_fitted_doc_scales_reach_the_predictor_through_the_one_constructor():
+    """E1.19's bug: a fitted doc's comm_offset_us (a scale) must move the TP > 1 prediction."""
+    s = _steps(tps=(1, 2))
+    doc = {"engines": {}, "constants": {},
+           "scales": {"vllm": {"h100-sxm": {"comm_offset_us": {"value": 50.0, "cells": []}}}}}
+    a = W.predict_table(s, W.make_predictor("vllm", "llama-3.1-8b", "h100-sxm"))
+    b = W.predict_table(s, W.make_predictor("vllm", "llama-3.1-8b", "h100-sxm", fitted=doc))
+    tp2 = (s["tp"] == 2).to_numpy()
+    assert np.allclose((b["comm_ms"] - a["comm_ms"])[tp2], 2 * 32 * 50.0e-3)
+    assert np.allclose(b["pred_ms"][~tp2], a["pred_ms"][~tp2])
+
+
+def test_host_floor_r23_arm_carries_the_fitted_comm_offset():
+    from steptime_lab.experiments import hostfloor
+
+    tidy = _fpm_tidy()
+    doc = {"engines": {"vllm": {"h100-sxm": {"t_samp_ms": {"value": 0.2, "cells": [], "provenance": "FITTED",
+                                                         "source": "test"}}}}, "constants": {},
+           "scales": {"vllm": {"h100-sxm": {"comm_offset_us": {"value": 40.0, "cells": []}}}}}
+    no_off = {**doc, "scales": {}}
+    a, _ = hostfloor.predict_host_floor(tidy, fitted=no_off, skip_over_budget=False)
+    b, _ = hostfloor.predict_host_floor(tidy, fitted=doc, skip_over_budget=False)
+    tp = b["tp"].to_numpy() > 1
+    assert tp.any() and (~tp).any()
+    assert np.allclose(b["r23_ms"].to_numpy()[~tp], a["r23_ms"].to_numpy()[~tp])
+    assert (b["r23_ms"].to_numpy()[tp] > a["r23_ms"].to_numpy()[tp] + 1.0).all()
+
+
+def test_tpot_mixed_variant_runs_the_arriving_prompts_inside_the_steps():
+    rows = pd.DataFrame({"batch": [8.0, 8.0, 8.0], "prompt_tokens": [1000.0, 1000.0, 20000.0],
+                         "output_tokens": [200.0, 200.0, 200.0], "mode": ["agg", "static", "agg"]})
+    f = _toy_predictor(a=2.0, b=0.1, c=0.0, g=0.01)
+    naive = W.predict_tpot(rows, f, f, variant="naive")
+    mixed = W.predict_tpot(rows, f, f, variant="mixed", chunked=True, token_budget=8192)
+    t_dec = 2.0 + 0.1 * 8 + 0.01 * 8
+    assert np.allclose(mixed["decode_ms"], t_dec)
+    # row 0: P = 8 x 1000 / 200 = 40 prefill tokens per step in chunks of 1000: f = 0.04 mixed steps,
+    # each one more request and 1000 more tokens than the decode step
+    assert mixed["pred_ms"][0] == pytest.approx(t_dec + 0.04 * (0.1 + 0.01 * 1000))
+    assert mixed["pred_ms"][1] == pytest.approx(t_dec) == naive["pred_ms"][1]  # a static batch: the decode step
+    # row 2: a 20000-token prompt is chunked by the budget: chunk = 8192 - 8, f = 800 / 8184
+    assert mixed["pred_ms"][2] == pytest.approx(t_dec + 800 / 8184 * (0.1 + 0.01 * 8184))
+    # an engine that does not chunk runs each prompt as a prefill step of its own
+    v0 = W.predict_tpot(rows, f, f, variant="mixed", chunked=False)
+    assert v0["pred_ms"][0] == pytest.approx(t_dec + 40 / 1000 * (2.0 + 0.1 + 0.01 * 1000))
+    with pytest.raises(W.WallclockError, match="unknown TPOT variant"):
+        W.predict_tpot(rows, f, f, variant="simulated")
+    with pytest.raises(W.WallclockError, match="token budget"):
+        W.predict_tpot(rows, f, f, variant="mixed", chunked=True, token_budget=None)

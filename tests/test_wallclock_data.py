@@ -124,6 +124,29 @@ def test_servingsim_real():
     assert ts["run"].nunique() == 4 and ts.groupby("run")["t_s"].apply(lambda s: s.is_monotonic_increasing).all()
 
 
+def test_servingsim_own_simulator_outputs_and_recorded_kv_blocks():
+    sim = data.load_servingsim_sim()
+    assert sim.groupby("run").size().eq(300).all() and sim["run"].nunique() == 4
+    assert (sim["e2e_s"] >= sim["ttft_s"]).all() and (sim["tpot_s"] > 0).all()
+    q = sim[sim.run == "RTXPRO6000_Qwen3-32B"]
+    assert 0.05 < q["tpot_s"].median() < 0.15  # ns in the file, seconds here (LLMServingSim's summary: 85.0 ms)
+    r = data.load_servingsim_requests()
+    kv = r.groupby("run")["kv_blocks_recorded"].first()
+    assert kv["RTX4090_Llama-3.1-8B"] == 2588 and (kv.drop("RTX4090_Llama-3.1-8B") == -1).all()
+
+
+def test_servingsim_sim_checks(tmp_path, repo_root):
+    d = LSS.format(run="RTX4090_Llama-3.1-8B")
+    root = mini_root(tmp_path, repo_root, [d + "sim.csv"])
+    p = root / d / "sim.csv"
+    df = pd.read_csv(p)
+    df.loc[5, "TTFT"] = df.loc[5, "latency"] + 1
+    df.to_csv(p, index=False)
+    rerecord(p)
+    with pytest.raises(DataError, match=r"sim.csv: .*'TTFT': longer than the request's latency"):
+        data.load_servingsim_sim(root=root)
+
+
 def test_servingsim_timestamps_out_of_order(tmp_path, repo_root):
     run = "RTX4090_Llama-3.1-8B"
     d = LSS.format(run=run)

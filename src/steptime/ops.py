@@ -99,7 +99,13 @@ def predict_ops(op: str, gpu, *, constants: Constants | None = None, f_clk: floa
         raise InputError(f"constants must be a steptime Constants (or None for the defaults), got "
                          f"{type(constants).__name__}")
     constants = constants or Constants.default()
-    if op == "gemm":
+    if op == "gemm" and cells.get("dtype", "bf16") == "fp8":
+        from steptime.specs.engines import check_precision
+        from steptime.terms import precision  # the step's fp8 path (gemm_time_shapes_fp8): one code path
+
+        check_precision(gpu, "fp8")  # the one dtype check, as predict_step
+        r = precision.gemm_time_fp8(cells["m"], cells["n"], cells["k"], gpu, constants, f_clk=f_clk)
+    elif op == "gemm":
         r = gemm.gemm_time(cells["m"], cells["n"], cells["k"], gpu, constants, f_clk=f_clk,
                            dtype=cells.get("dtype", "bf16"))
     elif op == "attention_prefill":

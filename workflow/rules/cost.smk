@@ -10,6 +10,13 @@ rule E2_5:
         **UTILITY_DATA["vidur_step"],
         settled=[rules.settle_gemm_constants.output.settled, rules.settle_step_constants.output.settled],
         models=expand("results/cache/rf/{dataset}_{gpu}.joblib", dataset=RF_DATASETS, gpu=RF_HOMES),
+        # the readings count (nine per GPU, three per family) from every settled file and R2.3's
+        # wall-clock readings, with the tables that time the read cells
+        readings_settled=[rules.settle_gemm_constants.output.settled, rules.settle_step_constants.output.settled,
+                          "results/calibration/comm.yaml"],  # settle_comm_constants (comm.smk, included later)
+        engine_constants="results/calibration/engine_constants.yaml",  # R2_3 (wallclock.smk, included later)
+        allreduce=tidy("allreduce"),
+        fpm=tidy("fpm_steps"),
         code=code_of("E2_5"),
     output:
         result="results/E2_5.json",
@@ -19,6 +26,7 @@ rule E2_5:
         question=question("E2.5"),
         fast=config["fast"],
         full_grid=config["rf"]["full_grid"],
+        reading_repeats=settings("E2.5").get("reading_repeats"),  # the registry names it (not .test/)
     threads: 1  # one BLAS thread: the fits are deterministic only single-threaded
     log:
         "logs/E2_5.log",

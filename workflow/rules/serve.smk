@@ -63,6 +63,7 @@ rule E2_10:
     input:
         registered=registered_raw("E2.10"),
         requests=tidy("servingsim_requests"),
+        llmservingsim=tidy("servingsim_sim"),  # LLMServingSim's own simulated replay, scored beside steptime's
         code=code_of("E2_10"),
         settled=SETTLED_ALL,
     output:

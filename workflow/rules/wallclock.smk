@@ -60,7 +60,7 @@ rule E1_26:
     params:
         question=question("E1.26"),
         targets=targets("E1.26"),
-        settings={"fit": WC_FIT},
+        settings={"fit": WC_FIT, **settings("E1.26")},
         seed=config["seed"],
         n_boot=config["bootstrap"],
     threads: 1
@@ -162,3 +162,32 @@ rule E2_11:
         "E2.11 TPOT across GPUs and engines (one-step approximation)"
     script:
         "../scripts/E2_11.py"
+
+
+# E1.28: what TP costs: measured and predicted per-GPU efficiency at TP 1/2/4/8, and the term that carries the loss.
+rule E1_28:
+    input:
+        registered=registered_raw("E1.28"),
+        fpm=tidy("fpm_steps"),
+        silicon=tidy("aic_silicon"),
+        constants=rules.R2_3.output.constants,
+        settled=SETTLED_ALL,  # this run's settled constants (the predictions read them, not src/)
+        code=code_of("E1_28"),
+    output:
+        result="results/E1_28.json",
+        **figure("fig", "figures/E1_28_tp_cost"),
+    params:
+        question=question("E1.28"),
+        targets=targets("E1.28"),
+        settings={"kv_bucket": WC_FIT.get("kv_bucket", 512), "prompt_tokens": WC_PROMPTS},
+    threads: 1
+    log:
+        "logs/E1_28.log",
+    benchmark:
+        "benchmarks/E1_28.tsv"
+    conda:
+        CONDA_ENV
+    message:
+        "E1.28 what tensor parallelism costs: per-GPU efficiency at TP 1-8, measured vs predicted"
+    script:
+        "../scripts/E1_28.py"

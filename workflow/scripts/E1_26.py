@@ -21,7 +21,11 @@ for (gpu, engine, model), s in steps.groupby(["gpu", "engine", "model"], sort=Tr
     spec = W.FpmSpec(model=model, engine=engine, **p.settings["fit"])
     r = W.run_fpm(s, spec, fitted_doc=snakemake.input.constants, n_boot=p.n_boot, seed=p.seed,
                   constants=constants)
-    docs.append((r, R.document_e1_26(r, p.targets)))
+    d = R.document_e1_26(r, p.targets)
+    sp = W.repeat_spread(s, spec, p.targets, draws=p.settings["repeat_draws"], seed=p.seed, constants=constants)
+    d["metrics"]["repeat_spread"] = sp
+    d["claims"] += R.document_repeat_spread(sp, gpu, engine)
+    docs.append((r, d))
 r, doc = docs[0]
 metrics = {f"{x['engine']}@{x['gpu']}": d["metrics"] for x, d in docs}
 metrics["moe_runs_skipped"] = {"steps": int(tidy["moe"].astype(bool).sum()),

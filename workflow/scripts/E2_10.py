@@ -13,7 +13,7 @@ constants = Constants.load(DEFAULTS_FILE, snakemake.input.settled)  # this run's
 p = snakemake.params
 s = dict(p.settings)
 r = serving.e2_10(pd.read_parquet(snakemake.input.requests), targets=dict(p.targets), engine=s["engine"],
-                    constants=constants)
+                  peer=pd.read_parquet(snakemake.input.llmservingsim), constants=constants)
 logging.info("E2.10: settings %s", s)
 doc = serving.e2_10_document(r)
 prov = rule_provenance(snakemake, script="workflow/scripts/E2_10.py")

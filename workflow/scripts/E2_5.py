@@ -2,6 +2,7 @@
 import json
 
 import joblib
+import pandas as pd
 
 from steptime_lab.experiments import calibration_cost as cc
 from steptime_lab.experiments import transfer
@@ -38,7 +39,12 @@ rows = cc.ledger(e21["transfer"], metas, len(gpu_keys()), cal_log=e21["provenanc
 settings = {"rf_grid": e21["metrics"]["settings"]["rf_grid"], "fast": bool(P.fast),
             "rows_profiled": "rows of the home GPU's table the profile holds (the fit used the 80% train split)",
             "steptime_rows": cc.steptime_rows()}
-doc = cc.e2_5_document(rows, settings)
+settings["reading_repeats"] = P.reading_repeats
+readings = cc.reading_gpu_seconds(
+    Constants.load(DEFAULTS_FILE, *snakemake.input.readings_settled), snakemake.input.engine_constants,
+    gemm=pd.read_parquet(snakemake.input.gemm), allreduce=pd.read_parquet(snakemake.input.allreduce),
+    fpm=pd.read_parquet(snakemake.input.fpm), repeats=P.reading_repeats)
+doc = cc.e2_5_document(rows, settings, readings)
 write_result(snakemake.output.result, id="E2.5", question=snakemake.params.question, metrics=doc["metrics"],
              claims=doc["claims"], provenance=rule_provenance(snakemake, exclude=("code", "models"),
                                                                 script="workflow/scripts/E2_5.py"))

@@ -459,7 +459,14 @@ def _fpm_meta(path: Path) -> dict:
     return doc["effective_config"]
 
 
-def vendor_wallclock(src: Path, repo_root: Path) -> tuple[list, list]:
+LSS_SIM_MEASURES = ("SIMULATED, not measured: LLMServingSim's own simulator replaying this run (profiled on this GPU, "
+                    "committed by its authors as outputs/sim.csv), one row per request: input and output tokens, "
+                    "arrival, end time, latency, queuing delay, TTFT, TPOT and the inter-token latencies")
+LSS_SIM_UNITS = {"input": "tokens", "output": "tokens", "arrival": "ns", "end_time": "ns", "latency": "ns",
+                 "queuing_delay": "ns", "TTFT": "ns", "TPOT": "ns", "ITL": "ns (list)"}
+
+
+def vendor_wallclock(src: Path, repo_root: Path, lss_repo: Path | None = None) -> tuple[list, list]:
     """The real wall-clock sets of shared/datasets/wallclock: byte-for-byte copies."""
     entries, notes = [], []
 
@@ -575,6 +582,12 @@ def vendor_wallclock(src: Path, repo_root: Path) -> tuple[list, list]:
             copy(d / fname, repo_root / dst)
             entries.append({"path": dst, "table": table, **common, "original_path": f"{orig}/{fname}",
                             "measures": measures, "units": units})
+        if lss_repo is not None:  # LLMServingSim's own simulator output for the same run (issue 19)
+            sim_orig = f"bench/examples/{hw}/{model_dir}/outputs/sim.csv"
+            dst = f"{out}/sim.csv"
+            copy(lss_repo / sim_orig, repo_root / dst)
+            entries.append({"path": dst, "table": "llmservingsim_sim", **common, "original_path": sim_orig,
+                            "measures": LSS_SIM_MEASURES, "units": LSS_SIM_UNITS})
     notes.append("llmservingsim: the RTX PRO 6000 runs are recorded as steptime's rtx-pro-6000 (the Server "
                  "Edition): LLMServingSim's own config.json for these runs models the part with 96 GB at "
                  "1597 GB/s, the Server Edition's datasheet bandwidth (the Workstation and Max-Q Workstation "
@@ -697,6 +710,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--datasets", required=True, help="dir holding vidur/ and distserve/")
     ap.add_argument("--out", default="raw", help="raw/ dir to (re)write (default: raw)")
     ap.add_argument("--apache-license", default=None, help="Apache-2.0 text for the AIC tables")
+    ap.add_argument("--llmservingsim", default=None,
+                    help="a checkout of casys-kaist/LLMServingSim at LSS_COMMIT (its outputs/sim.csv per run)")
     a = ap.parse_args(argv)
 
     out = Path(a.out).resolve()
@@ -710,7 +725,8 @@ def main(argv: list[str] | None = None) -> int:
         aic, wheel_sha, wheel_name = resolve_aic(a.aic, Path(tmp))
         apache = find_apache_text(a.apache_license)
         aic_entries, aic_notes = vendor_aic(aic, out, repo_root, apache)
-    wc_entries, wc_notes = vendor_wallclock(datasets / "wallclock", repo_root)
+    wc_entries, wc_notes = vendor_wallclock(datasets / "wallclock", repo_root,
+                                            Path(a.llmservingsim) if a.llmservingsim else None)
     entries = (aic_entries + vendor_vidur(datasets / "vidur", repo_root)
                + vendor_distserve(datasets / "distserve", repo_root) + wc_entries)
     for e in entries:
@@ -748,7 +764,9 @@ def main(argv: list[str] | None = None) -> int:
             "llmservingsim": {
                 "what": "whole real vLLM 0.19.0 runs of 300 ShareGPT requests (the runs LLMServingSim validates "
                         "against)", "repository": "casys-kaist/LLMServingSim", "commit": LSS_COMMIT,
-                "folder": "bench/examples/<GPU>/<model>/vllm/", "licence": "MIT", "licence_file": LSS_LICENCE},
+                "folder": "bench/examples/<GPU>/<model>/vllm/",
+                "simulator_outputs": "bench/examples/<GPU>/<model>/outputs/sim.csv (LLMServingSim's own replay)",
+                "licence": "MIT", "licence_file": LSS_LICENCE},
             "mlenergy": {
                 "what": "ML.ENERGY leaderboard: inter-token latency at a measured running batch",
                 "v2": {"repository": "ml-energy/leaderboard-v2", "commit": MLE_V2_COMMIT, "licence": "Apache-2.0",

@@ -5,7 +5,7 @@ each operator of a model by interpolating tables it measured on the target GPU w
 target engine (a profiled peer), then turns a step time into TTFT/TPOT of aggregated
 (continuous-batching) serving with a mean-field schedule: `BaseBackend.run_agg` for one
 (batch size = concurrency, context tokens per step) point. steptime uses datasheet numbers and
-at most three readings per GPU, and simulates the schedule request by request.
+at most nine readings per GPU (three per family: GEMM, NCCL, wall clock), and simulates the schedule request by request.
 
     est = AICEstimator("Qwen/Qwen3-32B", "h100-sxm", "vllm", tp=2)
     est.estimate(isl=2048, osl=256, concurrency=32)   # {"ttft_s": ..., "tpot_s": ...}

@@ -27,6 +27,7 @@ _EXPORTS = {
     "load_fpm_workload": "steptime_lab.data.wallclock",
     "load_servingsim_requests": "steptime_lab.data.wallclock",
     "load_servingsim_timeseries": "steptime_lab.data.wallclock",
+    "load_servingsim_sim": "steptime_lab.data.wallclock",
     "load_mlenergy": "steptime_lab.data.wallclock",
     "load_aic_silicon": "steptime_lab.data.wallclock",
     "model_arch": "steptime_lab.data.wallclock",

@@ -287,7 +287,8 @@ def load_fpm_workload(*, root=None) -> pd.DataFrame:
 # --------------------------------------------------------------------------- LLMServingSim runs
 SERVINGSIM_REQUEST_COLUMNS = [
     "gpu", "model", "model_source", "arch", "moe", "arch_verified", "engine", "engine_version", "tp", "dp", "expert_parallel",
-    "max_num_seqs", "max_num_batched_tokens", "run", "request_id", "request_index", "input_tokens",
+    "max_num_seqs", "max_num_batched_tokens", "kv_blocks_recorded", "kv_block_size_recorded", "run", "request_id",
+    "request_index", "input_tokens",
     "output_tokens", "arrival_s", "queued_s", "scheduled_s", "first_token_s", "last_token_s", "ttft_s",
     "tpot_s", "e2e_s", "queue_wait_s"]
 _REQ_KEYS = ("request_id", "input_toks", "output_toks", "arrival_time", "queued_ts", "scheduled_ts",
@@ -326,6 +327,11 @@ def read_servingsim_config(entry: Entry) -> None:
     return None
 
 
+def _kv(meta: dict | None, key: str) -> int:
+    v = ((meta or {}).get("kv_cache") or {}).get(key)
+    return int(v) if v is not None else -1
+
+
 def read_servingsim_requests_file(entry: Entry, meta: dict | None = None) -> pd.DataFrame:
     if not entry.path.is_file():
         raise DataError(f"{entry.rel}: file missing (listed in raw/MANIFEST.yaml)")
@@ -356,6 +362,8 @@ def read_servingsim_requests_file(entry: Entry, meta: dict | None = None) -> pd.
         "dp": int(entry.get("dp", 1)), "expert_parallel": bool(entry.get("expert_parallel", False)),
         "max_num_seqs": int(kw["max_num_seqs"]) if "max_num_seqs" in kw else -1,
         "max_num_batched_tokens": int(kw["max_num_batched_tokens"]) if "max_num_batched_tokens" in kw else -1,
+        # the KV-cache size the engine logged (meta.json kv_cache, where the run records it; -1: not recorded)
+        "kv_blocks_recorded": _kv(meta, "num_gpu_blocks"), "kv_block_size_recorded": _kv(meta, "block_size"),
         "run": entry.get("run"), "request_id": raw["request_id"].astype(str),
         "request_index": np.arange(len(raw), dtype="int64"),
         "input_tokens": raw["input_toks"].to_numpy("int64"), "output_tokens": raw["output_toks"].to_numpy("int64"),
@@ -413,6 +421,37 @@ def load_servingsim_timeseries(run=None, *, root=None) -> pd.DataFrame:
     cols = ["gpu", "model", "model_source", "arch", "moe", "arch_verified", "tp", "run", "t_s", "prompt_tokens_per_s",
             "gen_tokens_per_s", "running", "waiting", "kv_cache_pct"]
     return _concat([read_servingsim_timeseries_file(e)[cols] for e in ents], "llmservingsim_timeseries", None)
+
+
+def read_servingsim_sim_file(entry: Entry) -> pd.DataFrame:
+    """LLMServingSim's own simulator output for one run (SIMULATED by LLMServingSim, not measured): per request
+    input/output tokens and TTFT, TPOT, end-to-end latency in seconds (the file's ns / 1e9)."""
+    raw = read_csv(entry.path)
+    run_schema(raw, schemas.raw("llmservingsim_sim"), entry.rel, csv=True)
+    fail_rows(raw, raw["request id"].duplicated().to_numpy(), entry.rel, "request id", "request id repeated", csv=True)
+    fail_rows(raw, (raw["TTFT"] > raw["latency"]).to_numpy(), entry.rel, "TTFT", "longer than the request's latency",
+              csv=True)
+    out = pd.DataFrame({"gpu": _entry_gpu(entry), "model_source": entry.get("model_source"),
+                        "tp": int(entry.get("tp")), "run": entry.get("run"),
+                        "request_id": raw["request id"].astype(str),
+                        "input_tokens": raw["input"].to_numpy("int64"), "output_tokens": raw["output"].to_numpy("int64"),
+                        "ttft_s": raw["TTFT"].to_numpy("float64") * 1e-9,
+                        "tpot_s": raw["TPOT"].to_numpy("float64") * 1e-9,
+                        "e2e_s": raw["latency"].to_numpy("float64") * 1e-9,
+                        "queue_wait_s": raw["queuing_delay"].to_numpy("float64") * 1e-9})
+    return _model_cols(out, "model_source", entry.rel)
+
+
+def load_servingsim_sim(run=None, *, root=None) -> pd.DataFrame:
+    """LLMServingSim's own simulated replay of each run (its outputs/sim.csv; SIMULATED, in its authors' setup):
+    gpu, model, model_source, arch, moe, tp, run, request_id, input_tokens, output_tokens, ttft_s, tpot_s, e2e_s,
+    queue_wait_s."""
+    ents = load_manifest(root).entries("llmservingsim_sim")
+    if run is not None:
+        ents = [e for e in ents if e.get("run") == run]
+    cols = ["gpu", "model", "model_source", "arch", "moe", "arch_verified", "tp", "run", "request_id", "input_tokens",
+            "output_tokens", "ttft_s", "tpot_s", "e2e_s", "queue_wait_s"]
+    return _concat([read_servingsim_sim_file(e)[cols] for e in ents], "llmservingsim_sim", None)
 
 
 # --------------------------------------------------------------------------- ML.ENERGY

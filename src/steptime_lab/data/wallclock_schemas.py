@@ -43,6 +43,10 @@ def raw_columns(table: str) -> dict:
         return {"request_id": _str(), "input_toks": _pos_int(), "output_toks": _pos_int(),
                 "arrival_time": _pos_float(), "queued_ts": _pos_float(), "scheduled_ts": _pos_float(),
                 "first_token_ts": _pos_float(), "last_token_ts": _pos_float()}
+    if table == "llmservingsim_sim":
+        return {"request id": _nonneg_int(), "input": _pos_int(), "output": _pos_int(), "arrival": _nonneg_int(),
+                "end_time": _pos_int(), "latency": _pos_int(), "queuing_delay": _nonneg_int(), "TTFT": _pos_int(),
+                "TPOT": _nonneg_int()}
     if table == "llmservingsim_timeseries":
         return {"t": _nonneg_float(), "prompt_throughput": _nonneg_float(), "gen_throughput": _nonneg_float(),
                 "running": _nonneg_int(), "waiting": _nonneg_int(),
@@ -88,6 +92,10 @@ def tidy_columns(name: str) -> dict:
                 "run": _str(), "request_id": _str(), "input_tokens": _pos_int(), "output_tokens": _pos_int(),
                 "arrival_s": _nonneg_float(), "queued_s": _nonneg_float(), "ttft_s": _nonneg_float(),
                 "e2e_s": _nonneg_float(), "tpot_s": pa.Column("float64", Check.ge(0), nullable=True)}
+    if name == "servingsim_sim":
+        return {"gpu": _str(), **_MODEL, "tp": _pos_int(), "run": _str(), "request_id": _str(),
+                "input_tokens": _pos_int(), "output_tokens": _pos_int(), "ttft_s": _nonneg_float(),
+                "tpot_s": _nonneg_float(), "e2e_s": _nonneg_float()}
     if name == "servingsim_timeseries":
         return {"gpu": _str(), **_MODEL, "tp": _pos_int(), "run": _str(), "t_s": _nonneg_float(),
                 "running": _nonneg_int(), "waiting": _nonneg_int()}
@@ -107,6 +115,7 @@ def tidy_columns(name: str) -> dict:
 
 
 RAW_TABLES = ("aic_fpm_steps", "aic_fpm_steps_detail", "aic_fpm_workload", "llmservingsim_requests",
-              "llmservingsim_timeseries", "mlenergy_v2", "mlenergy_v3", "aic_silicon")
-TIDY_TABLES = ("fpm_steps", "fpm_workload", "servingsim_requests", "servingsim_timeseries", "mlenergy_v2",
+              "llmservingsim_timeseries", "llmservingsim_sim", "mlenergy_v2", "mlenergy_v3", "aic_silicon")
+TIDY_TABLES = ("fpm_steps", "fpm_workload", "servingsim_requests", "servingsim_timeseries", "servingsim_sim",
+               "mlenergy_v2",
                "mlenergy_v3", "aic_silicon")

@@ -78,12 +78,12 @@ def evaluate_cli(args) -> int:
         return 0
     wc = any("dataset" in r for r in records)  # wall-clock records also name dataset, engine and TP
     if wc:
-        print(f"{'dataset':<13}{'engine':<9}{'tp':>4} ", end="")
+        print(f"{'dataset':<13}{'engine':<9}{'tp':>4} {'variant':<8}", end="")
     print(f"{'gpu':<14}{'predictor':<24}{'subset':<9}{'cells':>7}{'MAPE':>9}{'median':>9}  95% CI")
     for r in records:
         if wc:
             tp = "all" if r.get("tp") is None else r["tp"]
-            print(f"{r.get('dataset', '-'):<13}{r.get('engine', '-'):<9}{tp:>4} ", end="")
+            print(f"{r.get('dataset', '-'):<13}{r.get('engine', '-'):<9}{tp:>4} {r.get('variant', '-'):<8}", end="")
         m = "-" if r["mape"] is None else f"{r['mape']:.1%}"
         md = "-" if r["median_ape"] is None else f"{r['median_ape']:.1%}"
         ci = r["mape_ci"]

@@ -163,7 +163,49 @@ def calibrate_steptime_seconds(repeats: int = 5) -> float:
     return time_calls(go, repeats)
 
 
-def e2_5_document(rows, settings: dict) -> dict:
+def reading_gpu_seconds(constants, engine_doc, *, gemm, allreduce, fpm, repeats: int) -> dict:
+    """Per GPU and reading family (DESIGN's nine readings: three GEMM, three NCCL, three wall clock),
+    the readings counted from the calibration records (steptime.calibration.readings) and the
+    GPU-seconds they cost: each read cell's measured time in the tidy table, times the GPUs it
+    occupies (an all-reduce: its GPU count; an engine step: its TP), times `repeats` (a reading is
+    the median of a few repeats). A record with no row in the table is counted as unmatched, never
+    given a time. Engine start-up, process launch and warm-up are not in any table and not counted."""
+    from steptime.calibration.readings import readings_by_family
+
+    out = {}
+    for g, r in sorted(readings_by_family(constants, engine_doc).items()):
+        fams = {}
+        gm = gemm[gemm["gpu"] == g]
+        secs, miss = 0.0, 0
+        for _, (m, n, k) in sorted(r["gemm"]):
+            x = gm[(gm["m"] == m) & (gm["n"] == n) & (gm["k"] == k)]["latency_ms"]
+            secs, miss = (secs + float(x.median()) * 1e-3, miss) if len(x) else (secs, miss + 1)
+        fams["gemm"] = {"readings": len(r["gemm"]), "gpu_seconds": secs * repeats, "unmatched": miss}
+        ar = allreduce[allreduce["gpu"] == g]
+        secs, miss = 0.0, 0
+        for _, (backend, n_gpus, size) in sorted(r["nccl"]):
+            x = ar[(ar["backend"] == backend) & (ar["num_gpus"] == n_gpus) & (ar["message_bytes"] == size)]["latency_ms"]
+            secs, miss = (secs + float(x.median()) * 1e-3 * int(n_gpus), miss) if len(x) else (secs, miss + 1)
+        fams["nccl"] = {"readings": len(r["nccl"]), "gpu_seconds": secs * repeats, "unmatched": miss}
+        fp = fpm[fpm["gpu"] == g]
+        per_engine = {}
+        for engine, cells in sorted(r["wallclock"].items()):
+            secs, miss = 0.0, 0
+            for c in sorted(cells):
+                tp, step = int(c[2]), int(c[5])
+                x = fp[(fp["tp"] == tp) & (fp["counter_id"] == step)]["latency_ms"]
+                secs, miss = (secs + float(x.median()) * 1e-3 * tp, miss) if len(x) else (secs, miss + 1)
+            per_engine[engine] = {"readings": len(cells), "gpu_seconds": secs * repeats, "unmatched": miss}
+        fams["wallclock"] = {"readings": max((v["readings"] for v in per_engine.values()), default=0),
+                             "gpu_seconds": sum(v["gpu_seconds"] for v in per_engine.values()),
+                             "per_engine": per_engine}
+        fams["total_readings"] = sum(fams[f]["readings"] for f in ("gemm", "nccl", "wallclock"))
+        fams["other_records"] = {t: len(c) for t, c in sorted(r["other"].items())}
+        out[g] = fams
+    return out
+
+
+def e2_5_document(rows, settings: dict, readings: dict | None = None) -> dict:
     from steptime_lab.results import claim
 
     claims = []
@@ -188,7 +230,22 @@ def e2_5_document(rows, settings: dict) -> dict:
                      "unseen_mape_mean": r["unseen_mape_mean"]} for p, r in sub.items()},
                 "every measured cell that shaped a constant or a training row used for the target "
                 "(max over targets, E2.1 fitted_on)"))
-    return {"metrics": {"ledger": rows, "settings": settings}, "claims": claims}
+    metrics = {"ledger": rows, "settings": settings}
+    if readings is not None:
+        from steptime.calibration.readings import CONTRACT
+
+        metrics["readings_per_gpu"] = readings
+        for g, r in readings.items():
+            if not r["total_readings"]:
+                continue
+            claims.append(claim(
+                f"{g}: readings counted from the calibration records ({CONTRACT}) and the GPU-seconds each "
+                f"family costs (read cells' measured time x GPUs occupied x {settings.get('reading_repeats')} "
+                f"repeats; engine start-up not counted)",
+                {f: {"readings": r[f]["readings"], "gpu_seconds": round(r[f]["gpu_seconds"], 6)}
+                 for f in ("gemm", "nccl", "wallclock")} | {"total_readings": r["total_readings"]},
+                "count"))
+    return {"metrics": metrics, "claims": claims}
 
 
 def plot_ledger(rows, timing: dict, stem):

@@ -180,11 +180,12 @@ def predict_host_floor(tidy, *, engine: str = "vllm", fitted=None, skip_over_bud
                        static_ms=predict_table(s, prof)["pred_ms"])
         if fitted is not None:
             try:
-                vals, _ = fitted_values(fitted, engine, gpu)
+                fitted_values(fitted, engine, gpu)  # raises when R2.3 fitted nothing for this (engine, GPU)
             except WallclockError:
-                vals = None
-            if vals:
-                out["r23_ms"] = predict_table(s, prof, vals)["pred_ms"]
+                pass
+            else:  # every part of the fitted doc (engines, constants, scales) through the one constructor
+                r23 = make_predictor(engine, model, gpu, engine=engine, fitted=fitted, constants=constants)
+                out["r23_ms"] = predict_table(s, r23)["pred_ms"]
         parts.append(out)
     return pd.concat(parts), {"over_token_budget": skipped}
 

@@ -35,17 +35,18 @@ from __future__ import annotations
 
 from steptime_lab.experiments.wallclock.steps import (  # noqa: F401
     PHASES, STEP_COLUMNS, KINDS, WallclockError, check_steps, expand_requests, term_kinds, make_predictor,
-    split_fitted, roofline_steps, predict_table, READING_RULE, Readings, composition_key, reading_rule,
+    split_fitted, roofline_steps, predict_table, READING_RULE, REPEAT_PICKS, Readings, composition_key, reading_rule,
+    pick_repeat,
     fit_engine_constants, score_steps, tp_scaling, shares, signed_error_bins, exposed_host, records, GPU_KINDS,
     BLOCK_SCALE, COMM_SCALE, COMM_OFFSET, SCALES, STEP_ADJUSTMENTS, with_scales, with_block_scale, kind_scale,
     per_op_cost, per_op_tables,
 )
 from steptime_lab.experiments.wallclock.fpm import (  # noqa: F401
-    FpmSpec, run_fpm, _start_value, engine_constants_doc, fitted_values, engine_profile, fpm_steps,
+    FpmSpec, run_fpm, repeat_spread, _start_value, engine_constants_doc, fitted_values, engine_profile, fpm_steps,
     write_fitted_constants,
 )
 from steptime_lab.experiments.wallclock.tokens import (  # noqa: F401
     TPOT_COLUMNS, TPOT_NOTE, mean_context, _decode_frame, _prefill_frame, predict_tpot, DTYPES, tpot_table,
     _known_model, run_tpot, isolated_prefills, prefill_coverage, score_isolated_prefills, prompt_sensitivity,
-    evaluate_records, smallest_batch_rows,
+    evaluate_records, smallest_batch_rows, VARIANTS, MIXED_NOTE, mixed_schedule, tpot_fitted_on,
 )

@@ -59,13 +59,9 @@ def run_fpm(steps, spec: FpmSpec, *, fitted_doc=None, n_boot: int = 1000, seed: 
     preds = {"kernels": make_predictor("kernels", spec.model, gpu, dtype=spec.dtype, constants=c0), spec.engine: eng,
              "roofline": make_predictor("roofline", spec.model, gpu, constants=c0)}
     fit_name, blk_name = f"{spec.engine}_wallclock_fit", f"{spec.engine}_wallclock_block_scale"
-    names = list(dict.fromkeys(list(spec.fit_names) + list(spec.block_fit_names)))
-    x0 = {n: (1.0 if n in SCALES else 0.0 if n == COMM_OFFSET else _start_value(n, spec.engine, gpu, c0))
-          for n in names}
+    x0, bnd = _fit_start(spec, gpu, c0)
     fitted_blk = None
     if fitted_doc is None:
-        bnd = {BLOCK_SCALE: (0.3, 3.0), COMM_SCALE: (0.0, 3.0), COMM_OFFSET: (-50.0, 50.0),
-               **{k: tuple(v) for k, v in spec.bounds.items()}}
         fitted = fit_engine_constants(steps, rd, eng, list(spec.fit_names), x0, bnd)
         blk = eng
         fitted_blk = fit_engine_constants(steps, rd, blk, list(spec.block_fit_names), x0, bnd)
@@ -96,6 +92,68 @@ def run_fpm(steps, spec: FpmSpec, *, fitted_doc=None, n_boot: int = 1000, seed: 
                                      "by_tp_phase": [{"tp": int(tp), "phase": ph, "steps": int(n)} for (tp, ph), n in
                                                      ev[~sol_ok].groupby(["tp", "phase"]).size().items()]},
             "names": {"fit": fit_name, "block": blk_name}}
+
+
+def repeat_spread(steps, spec: FpmSpec, targets: dict, *, draws: int = 30, seed: int = 0, constants=None) -> dict:
+    """How much E1.26's score depends on which repeat of each read composition is read.
+
+    The three compositions are the rule's (reading_rule); each of `draws` draws reads one uniformly
+    random repeat of each, fits `spec.fit_names` on them as R2.3 does, and scores the same held-out
+    steps (every repeat of a read composition stays out of scoring whichever is read). Returns the
+    pass count of the phase x TP cells (targets['fpm_mape']) and of the TP ratios
+    (targets['tp_ratio_error']) per draw, their spread, and each cell's MAPE range; plus the same
+    for the median-repeat reading (the rule) and the earliest repeat (the rule before issue 19)."""
+    check_steps(steps)
+    gpu = str(steps["gpu"].iloc[0])
+    eng = make_predictor(spec.engine, spec.model, gpu, engine=spec.engine, dtype=spec.dtype, constants=constants)
+    x0, bnd = _fit_start(spec, gpu, constants)
+    ev = steps.drop(index=reading_rule(steps).excluded)
+
+    def one(pick):
+        rd = reading_rule(steps, pick=pick)
+        fitted = fit_engine_constants(steps, rd, eng, list(spec.fit_names), x0, bnd)
+        t = predict_table(ev, eng, fitted)
+        ape = (t["pred_ms"] / ev["latency_ms"] - 1.0).abs()
+        cells = {f"tp{int(tp)}/{ph}": float(v) for (tp, ph), v in ape.groupby([ev["tp"], ev["phase"]]).mean().items()}
+        ratios = {f"tp{s['tp']}": float(s["mean_abs_ratio_error"]) for s in tp_scaling(ev, t, kv_bucket=spec.kv_bucket)}
+        n_cells = sum(v <= targets["fpm_mape"][k.split("/")[1]] for k, v in cells.items())
+        n_ratio = sum(v <= targets["tp_ratio_error"] for v in ratios.values())
+        return {"cells": cells, "ratios": ratios, "cells_met": int(n_cells), "ratios_met": int(n_ratio),
+                "read_steps": [int(steps.at[i, "step"]) for i in rd.rows],
+                "read_ms": [float(steps.at[i, "latency_ms"]) for i in rd.rows],
+                "fitted": {k: float(v) for k, v in fitted.items()}}
+
+    rng = np.random.default_rng(seed)
+    runs = [one(rng) for _ in range(draws)]
+    med, early = one("median"), one("earliest")
+
+    def spread(key):
+        v = np.array([r[key] for r in runs])
+        return {"min": int(v.min()), "median": float(np.median(v)), "max": int(v.max()),
+                "histogram": {int(k): int((v == k).sum()) for k in sorted(set(v.tolist()))}}
+
+    def ranges(key):
+        names = sorted(runs[0][key])
+        return {n: {"min": float(min(r[key][n] for r in runs)), "median": float(np.median([r[key][n] for r in runs])),
+                    "max": float(max(r[key][n] for r in runs))} for n in names}
+
+    return {"draws": draws, "seed": seed, "cells_total": len(med["cells"]), "ratios_total": len(med["ratios"]),
+            "cells_met": spread("cells_met"), "ratios_met": spread("ratios_met"),
+            "cell_mape": ranges("cells"), "ratio_error": ranges("ratios"),
+            "median_repeat": med, "earliest_repeat": early}
+
+
+def _fit_start(spec: FpmSpec, gpu: str, constants=None):
+    """(x0, bounds) of R2.3's fit: shipped values (scales 1, offsets 0) and the fit's bounds."""
+    from steptime.calibration import Constants
+
+    c0 = constants or Constants.default()
+    names = list(dict.fromkeys(list(spec.fit_names) + list(spec.block_fit_names)))
+    x0 = {n: (1.0 if n in SCALES else 0.0 if n == COMM_OFFSET else _start_value(n, spec.engine, gpu, c0))
+          for n in names}
+    bnd = {BLOCK_SCALE: (0.3, 3.0), COMM_SCALE: (0.0, 3.0), COMM_OFFSET: (-50.0, 50.0),
+           **{k: tuple(v) for k, v in spec.bounds.items()}}
+    return x0, bnd
 
 
 def _start_value(name: str, engine: str, gpu: str, constants) -> float:

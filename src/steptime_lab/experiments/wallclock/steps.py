@@ -85,9 +85,12 @@ def make_predictor(name: str, model, gpu, *, engine: str | None = None, dtype: s
     """A step predictor by name: 'kernels', 'roofline', or an engine profile ('vllm', ...).
 
     `overrides` passed at call time (name -> value) are laid over the profile for this GPU:
-    engine fields (specs/engines.yaml) through `Engine.with_fitted`, any other name as a
-    constant of calibration; this is how R2.3's fitted engine constants enter. `fitted` is a
-    fitted-constants file or dict (results/calibration/engine_constants.yaml) for get_engine.
+    engine fields (specs/engines.yaml) through `Engine.with_fitted`, the STEP_ADJUSTMENTS
+    (block/comm scales, comm_offset_us) through `with_scales`, and a constant of calibration
+    (a name the constants define) as that constant; any other name is refused (WallclockError),
+    so a misrouted name cannot be dropped silently. `fitted` is a fitted-constants file or dict
+    (results/calibration/engine_constants.yaml): all three of its parts (engines, constants,
+    scales) for this (engine, GPU) enter here, the one constructor that reads it.
     """
     from steptime.calibration import Constants
     from steptime.specs import get_gpu, get_model
@@ -111,9 +114,15 @@ def make_predictor(name: str, model, gpu, *, engine: str | None = None, dtype: s
 
     profile = get_engine("kernels" if name == "kernels" else (engine or name), fitted=fitted_engines)
     fields = set(profile.values)
+    known = {r["name"] for r in base.table()}
 
     def f(steps, tp, overrides=None):
         ov = dict(overrides or {})
+        unknown = sorted(set(ov) - fields - known)
+        if unknown:
+            raise WallclockError(f"unknown override name(s) {', '.join(unknown)} for {name}@{g.key} "
+                                 f"(known: engine fields of specs/engines.yaml, constants of calibration, "
+                                 f"step adjustments {', '.join(STEP_ADJUSTMENTS)})")
         eng_ov = {k: v for k, v in ov.items() if k in fields}
         const_ov = {k: v for k, v in ov.items() if k not in fields}
         c = base.with_overrides(const_ov, scope=f"gpu.{g.key}", provenance="FITTED",
@@ -125,7 +134,7 @@ def make_predictor(name: str, model, gpu, *, engine: str | None = None, dtype: s
     from steptime.specs.engines import allreduces_per_layer
 
     f.n_allreduce_calls = allreduces_per_layer() * m.num_hidden_layers
-    return with_scales(f, my_scales) if my_scales else f
+    return with_scales(f, my_scales)
 
 
 def split_fitted(fitted):
@@ -208,7 +217,9 @@ READING_RULE = ("three sweep compositions, chosen by batch composition alone: (1
                 "fewest requests at the smallest TP (host, launch and per-step floors dominate), (2) the decode "
                 "step with the most requests at the smallest TP (the per-request host slope), (3) the decode step "
                 "with the fewest requests at the largest TP (the per-step cost tensor parallelism adds). Within "
-                "a composition the reading is the earliest such step of the sweep (lowest step id). Every step of "
+                "a composition the reading is its median repeat (the step whose latency is the lower median of the "
+                "composition's repeats; ties by lowest step id): a user takes a few repeats and reads the typical "
+                "one, not the first, which is often the slowest (warm-up). Every step of "
                 "those three sweep compositions at that TP (the repeats of the same cell) is excluded from scoring; "
                 "steps of the chat-shaped segment are never excluded: they are other cells.")
 
@@ -226,8 +237,26 @@ def composition_key(steps):
     return list(map(tuple, steps[cols].astype(object).to_numpy()))
 
 
-def reading_rule(steps) -> Readings:
-    """The three reading steps of one (GPU, engine) step table (see READING_RULE)."""
+REPEAT_PICKS = ("median", "earliest")
+
+
+def pick_repeat(cand, pick="median"):
+    """The index label of one repeat of a composition (`cand`: its steps): 'median' (the lower median
+    latency, ties by step id), 'earliest' (the lowest step id; the rule before issue 19), or a
+    numpy Generator (a uniformly random repeat, for the spread of a score over repeats)."""
+    if isinstance(pick, np.random.Generator):
+        return cand.index[int(pick.integers(len(cand)))]
+    if pick == "earliest":
+        return cand.sort_values("step", kind="stable").index[0]
+    if pick == "median":
+        c = cand.sort_values(["latency_ms", "step"], kind="stable")
+        return c.index[(len(c) - 1) // 2]
+    raise WallclockError(f"unknown repeat pick {pick!r} (known: {', '.join(REPEAT_PICKS)}, or a numpy Generator)")
+
+
+def reading_rule(steps, pick="median") -> Readings:
+    """The three reading steps of one (GPU, engine) step table (see READING_RULE); `pick` chooses the
+    repeat within a composition (pick_repeat)."""
     if steps[["gpu", "engine"]].drop_duplicates().shape[0] != 1:
         raise WallclockError("reading_rule: give the steps of one (GPU, engine)")
     dec = steps[(steps["phase"] == "decode") & (steps["segment"] == "sweep")]
@@ -241,8 +270,7 @@ def reading_rule(steps) -> Readings:
         d = dec[dec["tp"] == tp]
         n = d["decode_requests"]
         target = n.min() if which == "min" else n.max()
-        cand = d[n == target].sort_values("step")
-        picks.append(cand.index[0])
+        picks.append(pick_repeat(d[n == target], pick))
     picks = list(dict.fromkeys(picks))  # one TP degree: the third reading equals the first
     sweep = steps[steps["segment"] == "sweep"]
     keys = composition_key(sweep)

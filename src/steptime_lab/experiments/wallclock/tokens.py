@@ -49,10 +49,51 @@ def _prefill_frame(tokens, tp):
                          "decode_requests": 0, "mean_decode_kv_tokens": 0.0})
 
 
-def predict_tpot(rows, predictor: Callable, kernels: Callable | None = None, tp: int = 1) -> dict:
+VARIANTS = ("naive", "mixed")
+MIXED_NOTE = ("mixed: what the engine runs in aggregated serving. Arriving requests' prompts ride in the decode steps: "
+              "on average P = batch x prompt / output prefill tokens per step. A chunking engine (mixed.chunked) "
+              "carries a prompt in chunks of min(prompt, token budget - batch) tokens inside a step with the batch's "
+              "decodes, so a fraction f = P / chunk of the steps is a mixed step (batch decodes + one chunk, the chunk "
+              "reading half the prompt before it as prefix) and the rest pure decode steps; TPOT = (1 - f) t_decode "
+              "+ f t_mixed, every step the whole engine step (host, launches, sampling). An engine that does not chunk "
+              "runs each prompt as a prefill step of its own between decode steps: TPOT = t_decode + (P / prompt) "
+              "t_prefill. f is capped at 1 (the engine saturated: every step full). Static batches: the decode step.")
+
+
+def _mixed_frame(n, kv, chunk, prefix, tp):
+    import pandas as pd
+
+    n = np.asarray(n, dtype=int)
+    c = np.maximum(np.asarray(chunk, dtype=float).round().astype(int), 2)
+    return pd.DataFrame({"tp": tp, "phase": "mixed", "ctx_tokens": c, "ctx_requests": 1,
+                         "ctx_kv_tokens": np.asarray(prefix, dtype=float).round().astype(int),
+                         "decode_requests": n, "mean_decode_kv_tokens": np.asarray(kv, float)})
+
+
+def mixed_schedule(batch, prompt_tokens, output_tokens, *, chunked: bool, token_budget: float | None):
+    """(prefill tokens per step P, chunk tokens, prefix tokens a chunk reads, fraction f of steps carrying
+    prefill) of aggregated serving at mean batch `batch` (MIXED_NOTE)."""
+    B, isl, osl = (np.asarray(a, dtype=float) for a in (batch, prompt_tokens, output_tokens))
+    P = B * isl / np.maximum(osl, 1.0)
+    if chunked:
+        if token_budget is None or token_budget <= 0:
+            raise WallclockError("a chunking engine needs a token budget > 0")
+        chunk = np.maximum(np.minimum(isl, token_budget - B), 2.0)
+    else:
+        chunk = np.maximum(isl, 2.0)
+    prefix = np.where(isl > chunk, (isl - chunk) / 2.0, 0.0)
+    return P, chunk, prefix, np.minimum(P / chunk, 1.0)
+
+
+def predict_tpot(rows, predictor: Callable, kernels: Callable | None = None, tp: int = 1, *,
+                 variant: str = "naive", chunked: bool = True, token_budget: float | None = None) -> dict:
     """Predicted TPOT (ms) for rows of ONE (gpu, model, engine, tp, dtype): decode step at the
-    mean batch, plus the amortised prefill for mode == 'agg' (GPU kernel time of a 1 x prompt
-    prefill from `kernels`, times batch / output_tokens)."""
+    mean batch, plus for mode == 'agg' either (variant 'naive') the amortised prefill (GPU kernel
+    time of a 1 x prompt prefill from `kernels`, times batch / output_tokens) or (variant 'mixed')
+    the steps the engine runs with the arriving prompts inside (MIXED_NOTE; `chunked` and
+    `token_budget` are the engine's)."""
+    if variant not in VARIANTS:
+        raise WallclockError(f"unknown TPOT variant {variant!r} (known: {', '.join(VARIANTS)})")
     B = rows["batch"].to_numpy(float)
     if np.any(B <= 0):
         raise WallclockError("TPOT rows: mean running batch must be > 0")
@@ -70,7 +111,18 @@ def predict_tpot(rows, predictor: Callable, kernels: Callable | None = None, tp:
         k_lo = kernels(_decode_frame(lo, kv, tp), tp, None)["total"]
         k_hi = kernels(_decode_frame(hi, kv, tp), tp, None)["total"]
         kdec = k_lo + w * (k_hi - k_lo)
-    if kernels is not None and agg.any():
+    if variant == "mixed" and agg.any():
+        isl = rows["prompt_tokens"].to_numpy(float)[agg]
+        P, chunk, prefix, f = mixed_schedule(B[agg], isl, rows["output_tokens"].to_numpy(float)[agg],
+                                             chunked=chunked, token_budget=token_budget)
+        if chunked:
+            m_lo = predictor(_mixed_frame(lo[agg], kv[agg], chunk, prefix, tp), tp, None)["total"]
+            m_hi = predictor(_mixed_frame(hi[agg], kv[agg], chunk, prefix, tp), tp, None)["total"]
+            t_mix = m_lo + w[agg] * (m_hi - m_lo)
+            pre[agg] = f * (t_mix - dec[agg])  # (1 - f) t_decode + f t_mixed = t_decode + f (t_mixed - t_decode)
+        else:
+            pre[agg] = (P / chunk) * predictor(_prefill_frame(isl, tp), tp, None)["total"]
+    elif kernels is not None and agg.any():
         tp_pre = kernels(_prefill_frame(rows["prompt_tokens"].to_numpy()[agg], tp), tp, None)["total"]
         pre[agg] = tp_pre * B[agg] / np.maximum(rows["output_tokens"].to_numpy(float)[agg], 1.0)
     return {"decode_ms": dec, "prefill_amortised_ms": pre, "pred_ms": dec + pre, "kernels_decode_ms": kdec}
@@ -169,10 +221,12 @@ def _known_model(model: str, rows) -> str:
         raise
 
 
-def run_tpot(rows, model_of=None, n_boot: int = 1000, seed: int = 0, fitted=None, constants=None) -> dict:
+def run_tpot(rows, model_of=None, n_boot: int = 1000, seed: int = 0, fitted=None, variant: str = "naive",
+             mixed: dict | None = None, constants=None) -> dict:
     """Predict every TPOT row (grouped by dataset, gpu, model, engine, tp, dtype) with the engine
     profile, and score per dataset x GPU x engine (and per TP). A group the predictor refuses
-    (unknown model, memory, precision a GPU cannot run) is left out with its reason."""
+    (unknown model, memory, precision a GPU cannot run) is left out with its reason. `variant`:
+    'naive' or 'mixed' (predict_tpot); `mixed`: {chunked: [engines], token_budget: tokens}."""
     import pandas as pd
 
     from steptime_lab.metrics import score
@@ -187,7 +241,9 @@ def run_tpot(rows, model_of=None, n_boot: int = 1000, seed: int = 0, fitted=None
                                fitted=fitted, constants=constants)
             kern = make_predictor("kernels", model if model_of is None else model_of(model), gpu, dtype=dt,
                                   constants=constants)
-            r = predict_tpot(d, f, kern, tp=int(tp))
+            mx = mixed or {}
+            r = predict_tpot(d, f, kern, tp=int(tp), variant=variant, chunked=eng in mx.get("chunked", ()),
+                             token_budget=mx.get("token_budget"))
         except SteptimeError as exc:
             skipped.append({"dataset": ds, "reason": f"{type(exc).__name__}: {str(exc).splitlines()[0][:160]}",
                             "rows": int(len(d)), "group": [str(v) for v in k]})
@@ -206,8 +262,9 @@ def run_tpot(rows, model_of=None, n_boot: int = 1000, seed: int = 0, fitted=None
             s["signed_mean"] = float(np.mean((d["pred_ms"] - d["tpot_ms"]) / d["tpot_ms"]))
             s["models"] = sorted(d["model"].unique().tolist())
             scores.append({**dict(zip(by, [v.item() if hasattr(v, "item") else v for v in k])),
-                           "tp": int(k[3]) if len(k) > 3 else "all", "subset": sub, **s})
-    return {"pred": p, "scores": scores, "skipped": skipped}
+                           "tp": int(k[3]) if len(k) > 3 else "all", "subset": sub, "variant": variant,
+                           "tps": sorted(int(t) for t in d["tp"].unique()), **s})
+    return {"pred": p, "scores": scores, "skipped": skipped, "variant": variant}
 
 
 # ---------------------------------------------------------------------------------------
@@ -288,8 +345,24 @@ def prompt_sensitivity(rows, prompt_tokens: dict, scales, fitted=None, constants
 
 # ---------------------------------------------------------------------------------------
 # `steptime evaluate --family wallclock`
+def tpot_fitted_on(doc, engine: str, gpu: str) -> str:
+    """What a TPOT prediction of (engine, GPU) rests on: the shipped calibration, and the engine profile
+    with or without wall-clock readings of that (GPU, engine)."""
+    from steptime_lab.experiments.wallclock.fpm import fitted_values
+
+    base = "datasheet + shipped calibration (per-GPU GEMM/NCCL readings, shared fits on other GPUs)"
+    try:
+        _, cells = fitted_values(doc, engine, gpu) if doc else (None, None)
+    except WallclockError:
+        cells = None
+    if cells:
+        return f"{base}; engine profile {engine} with {len(cells)} wall-clock readings of {engine}@{gpu} (R2.3 rule)"
+    return f"{base}; engine profile {engine} as shipped (no wall-clock reading of {engine}@{gpu})"
+
+
 def evaluate_records(fpm_tidy=None, mlenergy_v2=None, mlenergy_v3=None, silicon=None, *, fit: dict,
-                     prompt_tokens: dict, n_boot: int = 1000, seed: int = 0, constants=None) -> list[dict]:
+                     prompt_tokens: dict, n_boot: int = 1000, seed: int = 0, mixed: dict | None = None,
+                     constants=None) -> list[dict]:
     """Evaluate records from the tidy tables: FPM steps per (GPU, engine, TP, phase) for the kernel
     sum, the shipped profile, the profile with its three wall-clock readings (refitted here by the
     same rule as R2.3) and the bare roofline; TPOT per (dataset, GPU, engine, TP) and pooled over TP
@@ -300,17 +373,29 @@ def evaluate_records(fpm_tidy=None, mlenergy_v2=None, mlenergy_v3=None, silicon=
         for (_gpu, engine, model), s in steps.groupby(["gpu", "engine", "model"], sort=True):
             r = run_fpm(s, FpmSpec(model=model, engine=engine, **fit), n_boot=n_boot, seed=seed, constants=constants)
             fits.append((r, FpmSpec(model=model, engine=engine, **fit)))
+            on = {"kernels": "datasheet + shipped calibration; GPU kernels only",
+                  "roofline": "datasheet only (speed of light)",
+                  engine: f"datasheet + shipped calibration; engine profile {engine} as shipped",
+                  r["names"]["fit"]: f"datasheet + shipped calibration; engine profile {engine} with the "
+                                     f"{len(r['readings'].cells)} wall-clock readings of the R2.3 rule (refitted here)"}
             for name in ("kernels", "roofline", engine, r["names"]["fit"]):
-                out += records(r["scores"][name], dataset="aic-fpm", predictor=name)
+                out += [{**x, "variant": "step", "fitted_on": on[name]}
+                        for x in records(r["scores"][name], dataset="aic-fpm", predictor=name)]
     if any(t is not None for t in (mlenergy_v2, mlenergy_v3, silicon)):
         doc = engine_constants_doc([r for r, _ in fits], fits[0][1]) if fits else None
         rows, _ = tpot_table(mlenergy_v2, mlenergy_v3, silicon, prompt_tokens=prompt_tokens)
-        res = run_tpot(rows, n_boot=n_boot, seed=seed, fitted=doc, constants=constants)
-        for sc in res["scores"]:
-            out.append({"family": "wallclock", "dataset": sc["dataset"], "gpu": sc["gpu"], "engine": sc["engine"],
-                        "tp": sc["tp"] if sc["subset"] == "tpot_by_tp" else None, "predictor": "steptime",
-                        "subset": "tpot", "cells": sc["cells"], "mape": sc["mape"], "median_ape": sc["median_ape"],
-                        "mape_ci": sc["mape_ci"]})
+        for variant in VARIANTS:
+            if variant == "mixed" and mixed is None:
+                continue
+            res = run_tpot(rows, n_boot=n_boot, seed=seed, fitted=doc, variant=variant, mixed=mixed,
+                           constants=constants)
+            for sc in res["scores"]:
+                out.append({"family": "wallclock", "dataset": sc["dataset"], "gpu": sc["gpu"], "engine": sc["engine"],
+                            "tp": sc["tp"] if sc["subset"] == "tpot_by_tp" else None, "tps": sc["tps"],
+                            "predictor": "steptime", "variant": variant,
+                            "fitted_on": tpot_fitted_on(doc, sc["engine"], sc["gpu"]),
+                            "subset": "tpot", "cells": sc["cells"], "mape": sc["mape"],
+                            "median_ape": sc["median_ape"], "mape_ci": sc["mape_ci"]})
     return out
 
 

@@ -1,0 +1,49 @@
+"""E1.28's per-GPU efficiency and its attribution to term kinds, on synthetic cells built here."""
+import pandas as pd
+import pytest
+
+from steptime_lab.experiments import tp_cost as T
+from steptime_lab.experiments.wallclock import KINDS
+
+
+def _cells(scale_comm: float):
+    rows = []
+    for comp in (1, 2, 3):
+        for tp in (1, 2, 4):
+            gemm = 8.0 * comp / tp            # ideal split
+            comm = 0.0 if tp == 1 else scale_comm * tp  # grows with TP
+            host = 1.0                        # replicated
+            kinds = {f"{k}_ms": 0.0 for k in KINDS}
+            kinds.update(gemm_ms=gemm, comm_ms=comm, host_ms=host)
+            pred = gemm + comm + host
+            rows.append({"dataset": "d", "gpu": "g", "model": "m", "engine": "e", "tp": tp, "comp": comp,
+                         "meas_ms": pred * 1.1 if tp > 1 else pred, "pred_ms": pred, **kinds})
+    return pd.DataFrame(rows)
+
+
+def test_efficiency_is_t1_over_tp_times_t_and_names_the_term_that_grows():
+    r = T.efficiency(_cells(0.5), ["dataset", "gpu", "model", "engine"], ["comp"])
+    assert [x["tp"] for x in r] == [2, 4]
+    x = r[0]
+    # comp 2 is the median: t(1) = 17, t(2) = 8 + 1 + 1 = 10 predicted, 11 measured
+    assert x["efficiency_predicted"] == pytest.approx(17 / 20)
+    assert x["efficiency_measured"] == pytest.approx(17 / 22)
+    assert x["efficiency_error"] == pytest.approx((17 / 20) / (17 / 22) - 1)
+    # added per-GPU time 2 x 10 - 17 = 3: comm 2 x 1 = 2, host 2 x 1 - 1 = 1, gemm 0
+    assert x["added_share_by_kind"]["comm"] == pytest.approx(2 / 3)
+    assert x["added_share_by_kind"]["gemm"] == pytest.approx(0.0, abs=1e-12)
+    assert x["loss_term"] == "comm"
+    r0 = T.efficiency(_cells(0.0), ["dataset", "gpu", "model", "engine"], ["comp"])
+    assert r0[0]["loss_term"] == "host"  # no all-reduce: the replicated host is what TP adds
+
+
+def test_document_scores_each_tp_against_the_registry_target():
+    r = {"rows": T.efficiency(_cells(0.5), ["dataset", "gpu", "model", "engine"], ["comp"]), "skipped": []}
+    doc = T.document(r, {"efficiency_error": 0.08})
+    assert len(doc["claims"]) == 2
+    for c in doc["claims"]:
+        assert c["value"] >= 0 and c["met"] == (c["value"] <= 0.08)
+    from steptime.errors import SteptimeError
+
+    with pytest.raises(SteptimeError):
+        T.document(r, {})
