@@ -65,7 +65,7 @@ rule figures_readme:
 rule notebook:
     input:
         src="notebooks/{name}.py",
-        code=lib("reporting", "io"),
+        code=code_of("notebook"),
     output:
         "notebooks/{name}.ipynb",
     log:
@@ -88,7 +88,7 @@ rule paper_index:
     input:
         results=lambda wc: results_and_e2_7(),
         mapping="config/paper_figures.yaml",
-        code=lib("reporting", "io"),
+        code=code_of("paper_index"),
     output:
         "figures/PAPER.md",
     params:

@@ -2,16 +2,13 @@
 # (E3.2), both held out per GPU on AIConfigurator's vLLM tables, and the constants they settle
 # (results/calibration/moe.yaml, shipped as src/steptime/calibration/moe.yaml).
 
-MOE_LIB = lib("terms/moe", "terms/gemm", "experiments/__init__", "experiments/moe", "ops", "calibration/__init__",
-              "results", "plotting", "specs", "io", "errors")
-
 
 # E3.1: fused-MoE kernel law per dtype held out by GPU, three bf16 readings of its own; naive dense-GEMM baseline.
 rule E3_1:
     input:
         registered=registered_raw("E3.1"),
         data=tidy("moe"),
-        code=MOE_LIB,
+        code=code_of("E3_1"),
     output:
         result="results/E3_1.json",
         constants="results/calibration/moe_kernel.yaml",
@@ -37,7 +34,7 @@ rule E3_2:
     input:
         registered=registered_raw("E3.2"),
         data=tidy("moe_a2a"),
-        code=MOE_LIB,
+        code=code_of("E3_2"),
     output:
         result="results/E3_2.json",
         constants="results/calibration/moe_a2a.yaml",
@@ -63,7 +60,7 @@ rule settle_moe_constants:
     input:
         kernel=rules.E3_1.output.constants,
         a2a=rules.E3_2.output.constants,
-        code=MOE_LIB,
+        code=code_of("settle_moe_constants"),
     output:
         constants="results/calibration/moe.yaml",
     log:
@@ -83,7 +80,7 @@ rule E3_5:
     input:
         registered=registered_raw("E3.5"),
         constants=rules.settle_moe_constants.output.constants,
-        code=MOE_LIB + lib("step", "moe_step", "terms", "specs"),
+        code=code_of("E3_5"),
     output:
         result="results/E3_5.json",
         **figure("fig", "figures/E3_5_ep"),
@@ -109,7 +106,7 @@ rule E3_3:
         registered=registered_raw("E3.3"),
         gen=tidy("mla_generation"),
         ctx=tidy("mla_context"),
-        code=MOE_LIB,
+        code=code_of("E3_3"),
     output:
         result="results/E3_3.json",
         **figure("fig", "figures/E3_3_mla"),

@@ -41,7 +41,7 @@ rule E2_13:
     input:
         registered=registered_raw("E2.13"),
         silicon=tidy("aic_silicon"),
-        code=lib("plan", "serve", "experiments/planner", "experiments/peers", "step", "terms", "specs", "calibration"),
+        code=code_of("E2_13"),
         settled=SETTLED_ALL,
     output:
         result="results/E2_13.json",

@@ -3,19 +3,19 @@ import logging
 
 import pandas as pd
 
-from steptime.calibration import use_settled
+from steptime.calibration import DEFAULTS_FILE, Constants
 from steptime_lab.experiments import planner
 from steptime_lab.results import rule_provenance, write_result
 
 logging.basicConfig(filename=snakemake.log[0], level=logging.INFO, format="%(message)s", filemode="w")
-use_settled(snakemake.input.settled)  # this run's settled constants (declared inputs)
+constants = Constants.load(DEFAULTS_FILE, snakemake.input.settled)  # this run's settled constants (declared inputs)
 
 p = snakemake.params
 s = dict(p.settings)
 r = planner.e2_13(pd.read_parquet(snakemake.input.silicon), model=s["model"], gpu=s["gpu"], engine=s["engine"],
                   budget=s["budget"], per_concurrency=s["requests_per_concurrency"], min_requests=s["min_requests"],
                   slos_ms=s["slos_tpot_ms"], seed=s["seed"], cost={**s["cost"], "jobs": snakemake.threads},
-                  targets=dict(p.targets))
+                  targets=dict(p.targets), constants=constants)
 doc = planner.e2_13_document(r)
 prov = rule_provenance(snakemake, script="workflow/scripts/E2_13.py")
 write_result(snakemake.output.result, id="E2.13", question=p.question, metrics=doc["metrics"], claims=doc["claims"],

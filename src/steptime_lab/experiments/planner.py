@@ -111,7 +111,8 @@ def picks(points: pd.DataFrame, slos_s) -> pd.DataFrame:
     return pd.DataFrame(out)
 
 
-def cost_table(*, model: str, workloads: dict, gpus, max_gpus: int, jobs: int, seed: int) -> pd.DataFrame:
+def cost_table(*, model: str, workloads: dict, gpus, max_gpus: int, jobs: int, seed: int,
+               constants=None) -> pd.DataFrame:
     """`steptime.plan` on each named workload: the pick, its cost and limiting term (simulated)."""
     from steptime.plan import plan
     from steptime.serve import synthetic
@@ -121,7 +122,8 @@ def cost_table(*, model: str, workloads: dict, gpus, max_gpus: int, jobs: int, s
         wl = synthetic(int(w["requests"]), isl=tuple(w["isl"]), osl=tuple(w["osl"]), rate=float(w["rate"]),
                        seed=seed, name=name)
         res = plan(model, wl, slo_ttft_s=w["slo_ttft_ms"] / 1e3, slo_tpot_s=w["slo_tpot_ms"] / 1e3,
-                   percentile=float(w.get("percentile", 90)), gpus=gpus, max_gpus=max_gpus, jobs=jobs)
+                   percentile=float(w.get("percentile", 90)), gpus=gpus, max_gpus=max_gpus, jobs=jobs,
+                   constants=constants)
         best = res.ranked()
         row = {"workload": name, "model": model, "rate_req_s": float(w["rate"]), "isl": list(w["isl"]),
                "osl": list(w["osl"]), "slo_ttft_ms": w["slo_ttft_ms"], "slo_tpot_ms": w["slo_tpot_ms"],
@@ -143,17 +145,19 @@ def cost_table(*, model: str, workloads: dict, gpus, max_gpus: int, jobs: int, s
 
 
 def e2_13(silicon: pd.DataFrame, *, model: str, gpu: str, engine: str, budget: int, per_concurrency: int,
-          min_requests: int, slos_ms, seed: int, cost: dict, targets: dict) -> dict:
+          min_requests: int, slos_ms, seed: int, cost: dict, targets: dict, constants=None) -> dict:
     pts = frontier_points(silicon, model=model, gpu=gpu, engine=engine, budget=budget,
-                          per_concurrency=per_concurrency, min_requests=min_requests, seed=seed)
+                          per_concurrency=per_concurrency, min_requests=min_requests, seed=seed,
+                          constants=constants)
     curves = curve_scores(pts)
     # the same points with the GPU's own readings: what the uncalibrated (datasheet + family) mode costs
     cal = curve_scores(frontier_points(silicon, model=model, gpu=gpu, engine=engine, budget=budget,
                                        per_concurrency=per_concurrency, min_requests=min_requests, seed=seed,
-                                       hold_out=False))
+                                       hold_out=False, constants=constants))
     pk = picks(pts, [s / 1e3 for s in slos_ms])
     costs = cost_table(model=cost["model"], workloads=cost["workloads"], gpus=cost["gpus"],
-                       max_gpus=int(cost["max_gpus"]), jobs=int(cost.get("jobs", 1)), seed=seed)
+                       max_gpus=int(cost["max_gpus"]), jobs=int(cost.get("jobs", 1)), seed=seed,
+                       constants=constants)
     return {"points": pts, "curves": curves, "calibrated_curves": cal, "picks": pk, "costs": costs, "targets": targets,
             "settings": {"model": model, "gpu": gpu, "engine": engine, "budget": budget, "slos_ms": list(slos_ms),
                          "held_out": f"{gpu}'s own deploy readings removed (Constants.without_gpu); "
