@@ -12,13 +12,13 @@ import os
 import re
 from dataclasses import dataclass, field
 from functools import lru_cache
-from numbers import Integral
 from pathlib import Path
 from typing import Any
 
 from steptime.errors import (GPUTypeError, ModelConfigError, UnknownGPUError, UnknownModelError,
                              UnsupportedModelError)
-from steptime.validation import MAX_CONFIG_BYTES, MAX_DIM, as_int, check_regular_file
+from steptime.validation import MAX_CONFIG_BYTES, check_regular_file
+from steptime.specs.model import _JSON_KIND, _MODEL_FIELDS, Model, _cfg_bool, _cfg_int  # noqa: F401 (re-exported)
 
 _HERE = Path(__file__).resolve().parent
 SPEC_DIR = _HERE  # the spec files (read by the lab too)
@@ -107,66 +107,6 @@ class GPU:
         return self.peak_flops / self.mem_bw
 
 
-@dataclass(frozen=True)
-class Model:
-    key: str
-    source: str
-    hidden_size: int
-    num_hidden_layers: int
-    num_attention_heads: int
-    num_key_value_heads: int
-    head_dim: int
-    intermediate_size: int
-    vocab_size: int
-    gated_mlp: bool
-    tie_word_embeddings: bool
-    max_position_embeddings: int
-    aliases: tuple = ()
-    parallel_block: bool = False  # attention and MLP in parallel off one norm (phi-2); models.yaml
-
-    def __post_init__(self):
-        """Refuse shapes no dense decoder has, with one line naming the model and the field."""
-        where = f"model {self.key!r} ({self.source})" if self.source != self.key else f"model {self.key!r}"
-        for f in _MODEL_INT_FIELDS:
-            v = getattr(self, f)
-            if isinstance(v, bool) or not isinstance(v, Integral):
-                raise ModelConfigError(f"{where}: {f} must be a positive integer, got {v!r} ({type(v).__name__})")
-            if not 1 <= v <= MAX_DIM:
-                raise ModelConfigError(f"{where}: {f} must be between 1 and {MAX_DIM}, got {v}")
-        for f in ("gated_mlp", "tie_word_embeddings"):
-            if not isinstance(getattr(self, f), bool):
-                raise ModelConfigError(f"{where}: {f} must be true or false, got {getattr(self, f)!r}")
-        h, kvh = self.num_attention_heads, self.num_key_value_heads
-        if kvh > h or h % kvh:
-            raise ModelConfigError(f"{where}: num_attention_heads ({h}) must be a multiple of "
-                                   f"num_key_value_heads ({kvh})")
-
-    @property
-    def q_size(self) -> int:
-        return self.num_attention_heads * self.head_dim
-
-    @property
-    def kv_size(self) -> int:
-        return self.num_key_value_heads * self.head_dim
-
-    @property
-    def qkv_out(self) -> int:
-        return self.q_size + 2 * self.kv_size
-
-    @property
-    def mlp_up_out(self) -> int:
-        return (2 if self.gated_mlp else 1) * self.intermediate_size
-
-    def n_params(self) -> int:
-        """Parameter count of the weights steptime moves (projections, embeddings, LM head)."""
-        h = self.hidden_size
-        per_layer = h * self.qkv_out + self.q_size * h + h * self.mlp_up_out + self.intermediate_size * h
-        emb = self.vocab_size * h
-        head = 0 if self.tie_word_embeddings else self.vocab_size * h
-        return self.num_hidden_layers * per_layer + emb + head
-
-
-# ---------------------------------------------------------------------------------------
 def _unwrap(raw: dict, key: str, default_source: str) -> Figure:
     v = raw.get(key)
     if isinstance(v, dict) and "value" in v:
@@ -272,11 +212,6 @@ def gpu_key(name: str) -> str:
 
 
 # ---------------------------------------------------------------------------------------
-_MODEL_FIELDS = (
-    "hidden_size num_hidden_layers num_attention_heads num_key_value_heads head_dim "
-    "intermediate_size vocab_size gated_mlp tie_word_embeddings max_position_embeddings"
-).split()
-_MODEL_INT_FIELDS = tuple(f for f in _MODEL_FIELDS if f not in ("gated_mlp", "tie_word_embeddings"))
 
 # Mixture-of-experts markers in a Hugging Face config.json (Mixtral, Qwen-MoE, DeepSeek-V2/V3,
 # DBRX, OLMoE, Jamba, ...): any of these with a value other than null/0/false, or an
@@ -368,33 +303,6 @@ def _moe_alias_index() -> dict[str, str]:
             idx[_norm(name)] = key
             idx[_norm(str(name).split("/")[-1])] = key
     return idx
-
-
-_JSON_KIND = {dict: "an object", list: "a list", str: "a string", int: "a number", float: "a number",
-              bool: "a boolean", type(None): "null"}
-_REQUIRED = object()
-
-
-def _cfg_int(cfg: dict, key: str, where: str, default=_REQUIRED) -> int:
-    """A positive whole-number field of a config.json; absent or null optional fields take `default`."""
-    v = cfg.get(key)
-    if v is None:
-        if default is not _REQUIRED:
-            return default
-        state = "is null" if key in cfg else "is missing"
-        raise ModelConfigError(f"{where}: {key} {state}; expected a positive integer")
-    if isinstance(v, (str, list, dict)):
-        raise ModelConfigError(f"{where}: {key} must be a positive integer, got {_JSON_KIND[type(v)]} {v!r:.40}")
-    return as_int(v, f"{where}: {key}", 1, ModelConfigError)
-
-
-def _cfg_bool(cfg: dict, key: str, where: str, default: bool) -> bool:
-    v = cfg.get(key)
-    if v is None:
-        return default
-    if not isinstance(v, bool):
-        raise ModelConfigError(f"{where}: {key} must be true or false, got {v!r:.40}")
-    return v
 
 
 def model_from_config(path: str | os.PathLike) -> Model:

@@ -14,6 +14,7 @@ from functools import lru_cache
 from pathlib import Path
 
 from steptime.errors import ModelConfigError, UnsupportedModelError
+from steptime.specs.model import Model, _cfg_bool, _cfg_int
 
 MOE_MODEL_FILE = Path(__file__).with_name("moe_models.yaml")
 ATTENTION_KINDS = ("gqa", "mla")
@@ -24,8 +25,6 @@ SUPPORTED_ARCHS = ("DeepseekV3ForCausalLM", "Qwen3MoeForCausalLM", "Qwen2MoeForC
 
 
 def _model_cls():
-    from steptime.specs import Model
-
     return Model
 
 
@@ -196,8 +195,6 @@ _UNREPRESENTABLE = (
 
 def moe_from_config(cfg: dict, path) -> object:
     """An MoEModel from a config.json already known to be MoE; refuse what steptime cannot represent."""
-    from steptime.specs import _cfg_bool, _cfg_int
-
     where = str(path)
     text = cfg.get("text_config") if isinstance(cfg.get("text_config"), dict) else None
     if text is not None:

@@ -6,7 +6,7 @@ from functools import lru_cache
 
 import pandera.pandas as pa
 
-from steptime_lab.data import wallclock_schemas
+from steptime_lab.data import moe_schemas, wallclock_schemas
 from steptime_lab.data.columns import FINITE, Check, _latency, _nonneg_int, _pos_int, _str  # noqa: F401
 
 
@@ -107,6 +107,5 @@ def _wallclock():
 
 
 def _moe():
-    from steptime_lab.data import moe
-
-    return moe
+    """The MoE tables' schemas (their own module)."""
+    return moe_schemas
