@@ -9,6 +9,7 @@ import pandas as pd
 import pytest
 import yaml
 
+from steptime.calibration import Constants
 from steptime.errors import InputError, MemoryFitError, ModelConfigError, UnsupportedError, UnsupportedModelError
 from steptime.specs import get_model, model_keys, moe_model_keys
 from steptime.step import predict_step, predict_steps
@@ -20,18 +21,23 @@ FIXTURE = Path(__file__).parent / "fixtures" / "dense_predictions_pre_moe.json"
 # --------------------------------------------------------------------------- dense untouched
 def test_dense_predictions_unchanged():
     """Every dense prediction is bit-for-bit what the code before MoE support gave (fixture written by the
-    pre-MoE commit 58ad966 over 4 models x 4 GPUs x 3 TP x 2 dtypes x 3 batches)."""
+    pre-MoE commit 58ad966 over 4 models x 4 GPUs x 3 TP x 2 dtypes x 3 batches), with the constants that
+    commit shipped (tests/fixtures/constants_58ad966: the settled constants have been re-shipped since, so the
+    shipped ones would compare code and constants at once)."""
+    fix = Path(__file__).parent / "fixtures" / "constants_58ad966"
+    constants = Constants.load(fix / "defaults.yaml", fix / "engine_constants.yaml")
     cases = json.loads(FIXTURE.read_text())
     assert len(cases) > 200
     for c in cases:
         model, gpu, tp, dtype, dec, pre = c["args"]
         if "error" in c:
             with pytest.raises(Exception) as e:
-                predict_step(model, gpu, decode=dec, prefill=pre, tp=tp, dtype=dtype, check_memory=False)
+                predict_step(model, gpu, decode=dec, prefill=pre, tp=tp, dtype=dtype, check_memory=False,
+                             constants=constants)
             assert type(e.value).__name__ == c["error"]
             continue
         r = predict_step(model, gpu, decode=[tuple(x) for x in dec], prefill=[tuple(x) for x in pre], tp=tp,
-                         dtype=dtype, check_memory=False).to_dict()
+                         dtype=dtype, check_memory=False, constants=constants).to_dict()
         assert json.loads(json.dumps(r, sort_keys=True)) == c["result"], c["args"]
     assert "deepseek-v3" not in model_keys()  # dense listings unchanged: MoE models have their own
 

@@ -243,7 +243,7 @@ class GreyBox:
                 models[term], cv[term] = fit_term({g: self._training(g)[term] for g in gpus}, self.lambdas)
             info = {"gpus": gpus, "cells": int(sum(len(self._training(g)[terms_of(self.dataset)[0]][1])
                                                     for g in gpus)),
-                    "target_readings": "through steptime's held-out constants only", "rows_per_gpu_cap": self.rows,
+                    "target_readings": 3, "target_readings_via": "steptime's held-out constants (the target's three deploy readings)", "rows_per_gpu_cap": self.rows,
                     "model": "steptime terms x exp(ln2 * tanh(ridge(poly2(features)) / ln2)) per term",
                     "lambda": {t: m.lam for t, m in models.items()},
                     "nested_cv_mape": {t: {str(k): (round(v, 5) if isinstance(v, float) else v) for k, v in c.items()}
