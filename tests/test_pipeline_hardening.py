@@ -358,8 +358,13 @@ def test_an_exception_mid_write_leaves_no_temp_and_the_old_file(tmp_path):
 
 # A job that has written its result and is writing its first figure when the signal comes (savefig blocks
 # after writing half a file into the temp path); it prints READY once inside.
+# The job starts with the default signal dispositions a job in a terminal has, whatever it inherits (a CI
+# runner or a shell's background job may start it with SIGINT/SIGHUP ignored, which the writer respects).
 _KILLED_JOB = textwrap.dedent("""
-    import sys, time
+    import signal, sys, time
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGHUP, signal.SIG_DFL)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
     from pathlib import Path
     from matplotlib.figure import Figure
     from steptime import plotting
