@@ -77,7 +77,7 @@ def main(argv=None):
     if coef.exists():
         import pandas as pd
 
-        from steptime.serve.peers import DistServeTimer
+        from steptime.serve.distserve import DistServeTimer
 
         rng = np.random.default_rng(4)
         wl4 = Workload(poisson_arrivals(n, 1.5, 5), rng.integers(64, 1500, n), rng.integers(16, 400, n), name="ds")

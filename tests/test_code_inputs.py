@@ -68,7 +68,9 @@ def test_a_module_reruns_exactly_its_importers(code_of):
     def users(module):
         return {r for r, s in rules.items() if module in code_of(s)}
 
-    # E2_13 through steptime_lab.experiments.peers (silicon_workloads), whose AIC arm imports serve.aic
-    assert users("src/steptime/serve/aic.py") == {"E2_12", "E2_13"}
+    # E2_13 through steptime_lab.experiments.serving_peers (silicon_workloads)
+    assert users("src/steptime_lab/experiments/serving_peers.py") == {"E2_12", "E2_13"}
+    # the peer registry imports every product peer: a rule that obtains peers reruns when any of them changes
+    assert users("src/steptime/serve/aic.py") == users("src/steptime/peers.py") > {"E1_23", "E2_1", "E2_12"}
     assert users("src/steptime_lab/experiments/design.py") == {"design_choices"}
     assert users("src/steptime_lab/experiments/serving.py") == {"E2_3", "E2_4", "E2_9", "E2_10", "E2_12", "E2_13"}

@@ -3,7 +3,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from steptime_lab.baselines import make_baseline
+import steptime_lab.baselines  # noqa: F401  (registers the lab's peers)
+from steptime import peers
 from steptime.errors import CalibrationLeakError
 from steptime_lab.experiments import gemm as E
 from steptime.specs import get_gpu
@@ -95,23 +96,23 @@ def test_loo_fit_excludes_the_held_out_gpu(monkeypatch):
 def test_bare_roofline_is_the_datasheet_max():
     g = get_gpu(GPU)
     X = pd.DataFrame({"m": [1, 8192], "n": [4096, 4096], "k": [4096, 4096]})
-    t = make_baseline("bare_roofline", gpu=GPU).fit(X, None).predict(X)
+    t = peers.make("bare_roofline", gpu=GPU).fit(X, None).predict(X)
     m, n, k = (X[c].to_numpy(float) for c in "mnk")
     want = np.maximum(2 * m * n * k / g.peak_flops, 2 * (m * k + k * n + m * n) / g.mem_bw) * 1e3
     assert np.allclose(t, want)
-    ds = make_baseline("datasheet_alpha", gpu=GPU).predict(X)
-    aic = make_baseline("aic_empirical", gpu=GPU).predict(X)
+    ds = peers.make("datasheet_alpha", gpu=GPU).predict(X)
+    aic = peers.make("aic_empirical", gpu=GPU).predict(X)
     assert np.all(ds >= t) and np.all(aic >= t + 3e-3 - 1e-12)
 
 
 def test_calibrated_roofline_recovers_its_constants():
-    from steptime_lab.baselines.roofline import roofline_ms
+    from steptime.rooflines import roofline_ms
 
     m = np.repeat([1, 16, 128, 1024, 4096, 16384], 4)
     n = np.tile([1024, 4096, 8192, 16384], 6)
     X = pd.DataFrame({"m": m, "n": n, "k": 4096})
     y = roofline_ms(m.astype(float), n.astype(float), 4096.0, GPU, 0.7, 0.85, 4.0)
-    est = make_baseline("calibrated_roofline", gpu=GPU).fit(X, y)
+    est = peers.make("calibrated_roofline", gpu=GPU).fit(X, y)
     assert est.a_c_ == pytest.approx(0.7, rel=1e-3)
     assert est.a_m_ == pytest.approx(0.85, rel=1e-3)
     assert est.t0_us_ == pytest.approx(4.0, rel=1e-2)

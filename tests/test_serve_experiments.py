@@ -60,7 +60,7 @@ def test_e2_9_document_scores_every_choice_in_the_simulator():
 # ---- E2.4 ---------------------------------------------------------------------------------
 def test_distserve_timer_is_its_formula_and_refuses_mixed_steps():
     from steptime.errors import ServeError
-    from steptime.serve.peers import DistServeTimer
+    from steptime.serve.distserve import DistServeTimer
 
     t = DistServeTimer(coefficients(), "opt-13b", "a100-sxm")
     assert t.step_arrays([300, 200], [0, 0]) == pytest.approx((18.0 + 0.1 * 500 + 7e-6 * (300**2 + 200**2)) * 1e-3)

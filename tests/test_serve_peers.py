@@ -4,7 +4,7 @@ import pandas as pd
 import pytest
 
 from steptime.errors import ServeError
-from steptime_lab.experiments import peers
+from steptime_lab.experiments import serving_peers as peers
 from steptime.serve import aic
 from distserve_table import coefficients  # tests/distserve_table.py
 

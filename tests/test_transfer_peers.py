@@ -7,6 +7,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from steptime.calibration import Constants
 from steptime_lab.experiments import calibration_cost as cc
 from steptime_lab.experiments import transfer as T
 from steptime_lab.experiments.ratios import gemm_work, roofline_s
@@ -82,7 +83,7 @@ def test_home_only_fits_on_the_home_table_alone_and_keeps_the_targets_readings()
     """GEMM globals from the home GPU's table only; the target's per-GPU constants from its readings."""
     doc = json.loads((ROOT / "results/calibration/gemm_constants.json").read_text())
     home = _gemm_cells(("a100-sxm",), {"a100-sxm": 0.7})[["gpu", "m", "n", "k", "latency_ms"]]
-    ho = T.HomeOnly(("gemm",), "a100-sxm", gemm_doc=doc, gemm_df=home, seed=0, gemm_n_per_gpu=60, gemm_max_nfev=5)
+    ho = T.HomeOnly(("gemm",), "a100-sxm", constants=Constants.default(), gemm_doc=doc, gemm_df=home, seed=0, gemm_n_per_gpu=60, gemm_max_nfev=5)
     c, cal = ho("h100-sxm")
     from steptime.specs import get_gpu
 

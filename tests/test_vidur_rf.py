@@ -3,7 +3,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from steptime_lab.baselines import make_baseline
+import steptime_lab.baselines  # noqa: F401  (registers the lab's peers)
+from steptime import peers
 from steptime_lab.baselines.vidur_rf import FEATURES, GRID_FULL, OperatorModels, vidur_mape
 
 
@@ -14,12 +15,12 @@ def _table(n=120, seed=0):
 
 
 def test_full_grid_is_vidurs():
-    est = make_baseline("vidur_rf", full_grid=True)
+    est = peers.make("vidur_rf", full_grid=True)
     assert est.grid_name == "vidur_full"
     assert est.param_grid() == GRID_FULL
     n = np.prod([len(v) for v in GRID_FULL.values()])
     assert n == 27 and est._cv() == 10
-    assert make_baseline("vidur_rf").grid_name == "fast"
+    assert peers.make("vidur_rf").grid_name == "fast"
 
 
 def test_vidur_features():
@@ -36,8 +37,8 @@ def test_vidur_mape_handles_zero_targets():
 @pytest.mark.parametrize("kind", ["vidur_rf", "vidur_poly"])
 def test_fit_predict_interpolates_and_is_seeded(kind):
     d = _table()
-    a = make_baseline(kind, features=["num_tokens"], seed=3).fit(d, d["latency_ms"])
-    b = make_baseline(kind, features=["num_tokens"], seed=3).fit(d, d["latency_ms"])
+    a = peers.make(kind, features=["num_tokens"], seed=3).fit(d, d["latency_ms"])
+    b = peers.make(kind, features=["num_tokens"], seed=3).fit(d, d["latency_ms"])
     q = pd.DataFrame({"num_tokens": [100.0, 1000.0, 3000.0]})
     pa, pb = a.predict(q), b.predict(q)
     np.testing.assert_array_equal(pa, pb)
@@ -49,13 +50,13 @@ def test_fit_predict_interpolates_and_is_seeded(kind):
 def test_rf_cannot_extrapolate_across_scale():
     """A forest predicts within the range it saw: far outside it, it plateaus."""
     d = _table()
-    est = make_baseline("vidur_rf", features=["num_tokens"], seed=0).fit(d, d["latency_ms"])
+    est = peers.make("vidur_rf", features=["num_tokens"], seed=0).fit(d, d["latency_ms"])
     far = est.predict(pd.DataFrame({"num_tokens": [40000.0]}))[0]
     assert far <= d["latency_ms"].max() * 1.0001
 
 
 def test_errors():
-    est = make_baseline("vidur_rf", features=["num_tokens"])
+    est = peers.make("vidur_rf", features=["num_tokens"])
     with pytest.raises(RuntimeError):
         est.predict(pd.DataFrame({"num_tokens": [1.0]}))
     d = _table()

@@ -5,6 +5,7 @@ import logging
 import joblib
 import pandas as pd
 
+from steptime import peers
 from steptime.calibration import DEFAULTS_FILE, Constants
 from steptime_lab.evaluate.held_out import HeldOut, fit_footprint
 from steptime_lab.experiments import attention as AX
@@ -44,7 +45,8 @@ hooks = {"vidur_step": HeldOut.for_dataset("vidur_step", vidur=vidur, light_gpus
          "aic_gemm": HeldOut.for_dataset("aic_gemm", gemm_doc=gemm_doc, base=constants),
          "aic_attention": HeldOut.for_dataset("aic_attention", attn_doc=attn_doc, base=constants)}
 families = {"vidur_step": ("light", "gemm"), "aic_gemm": ("gemm",), "aic_attention": ("attention",)}
-ml = {ds: transfer.MLLeaveOneOut(ds, cells[ds], fast=P.fast, seed=P.seed, tuned=P.ml_tuned) for ds in transfer.DATASETS}
+# the fair-ground peers from the registry (importing steptime_lab.experiments.transfer registered them)
+ml = {ds: peers.make("ml_loo", ds, cells[ds], fast=P.fast, seed=P.seed, tuned=P.ml_tuned) for ds in transfer.DATASETS}
 grey = {ds: transfer.GreyBox(ds, cells[ds], hooks[ds], seed=P.seed) for ds in transfer.DATASETS}
 attn_reads = {g: [tuple(c) for c in v["scoring_excludes"].values()]
               for g, v in attn_doc["metrics"]["per_gpu"].items()}
@@ -55,9 +57,10 @@ for path in inp.models:
     bundle = joblib.load(path)
     ds, home = bundle["dataset"], bundle["home_gpu"]
     logging.info("scoring %s (home %s) on %s", ds, home, transfer.TARGETS[ds])
-    home_only = transfer.HomeOnly(families[ds], home, gemm_doc=gemm_doc, gemm_df=gemm_df, attn_cells=attn_cells,
-                                  light_cells=light_cells, seed=P.seed, gemm_n_per_gpu=int(gemm_fit["n_per_gpu"]),
-                                  gemm_max_nfev=int(gemm_fit["max_nfev"]), attn_sample=attn_sample)
+    home_only = peers.make("steptime_home_only", families[ds], home, constants=constants, gemm_doc=gemm_doc,
+                           gemm_df=gemm_df, attn_cells=attn_cells, light_cells=light_cells, seed=P.seed,
+                           gemm_n_per_gpu=int(gemm_fit["n_per_gpu"]), gemm_max_nfev=int(gemm_fit["max_nfev"]),
+                           attn_sample=attn_sample)
     records += transfer.transfer_records(
         ds, cells[ds], bundle, transfer.TARGETS[ds], n_boot=P.n_boot, seed=P.seed,
         constants_for=hooks.get(ds), cal_log=cal_log, home_only=home_only, ml=ml[ds], reading_ids=reading_ids[ds],

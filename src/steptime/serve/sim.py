@@ -32,7 +32,6 @@ from dataclasses import asdict, dataclass, replace
 from numbers import Real
 
 import numpy as np
-import pandas as pd
 
 from steptime.errors import ServeError
 from steptime.serve.timer import StepTimer
@@ -173,7 +172,7 @@ class ItlLog:
 @dataclass
 class Run:
     """A finished simulation: per-request table, inter-token latencies, step log totals."""
-    requests: pd.DataFrame
+    requests: "pandas.DataFrame"
     itl_s: np.ndarray
     itl_w: np.ndarray
     n_steps: int
@@ -509,6 +508,8 @@ class _Engine:
         wl = self.wl
         first, fin, arr = self.first, self.finish, self.arr
         out = wl.output.astype(float)
+        import pandas as pd  # the run's per-request table: pandas only once a run is built (import stays light)
+
         df = pd.DataFrame({
             "request": np.arange(self.n), "arrival_s": arr, "prompt_tokens": wl.prompt, "output_tokens": wl.output,
             "first_token_s": first, "finish_s": fin, "ttft_s": first - arr,
@@ -575,6 +576,8 @@ def simulate_replicas(model, gpu, workload: Workload, pol: Policy, replicas: int
 
 
 def _merge(runs, sort=False) -> Run:
+    import pandas as pd  # the runs' per-request tables (pandas only here, not at import)
+
     df = pd.concat([r.requests for r in runs], ignore_index=True)
     if sort:
         df = df.sort_values("request", kind="stable").reset_index(drop=True)

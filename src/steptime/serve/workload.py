@@ -13,7 +13,6 @@ from dataclasses import dataclass
 from numbers import Real
 
 import numpy as np
-import pandas as pd
 
 from steptime.errors import ServeError
 from steptime.validation import MAX_TOKENS, as_int, check_tokens
@@ -86,7 +85,7 @@ class Workload:
         return Workload(self.arrival[:n], self.prompt[:n], self.output[:n], self.concurrency, self.name)
 
 
-def from_table(df: pd.DataFrame, *, name: str = "trace", n: int | None = None, time_scale: float = 1.0,
+def from_table(df: "pandas.DataFrame", *, name: str = "trace", n: int | None = None, time_scale: float = 1.0,
                rate: float | None = None, seed: int = 0) -> Workload:
     """A trace from a tidy table (columns: arrival, prompt tokens, output tokens; names as in
     results/data/traces.parquet or LLMServingSim's request tables).
@@ -116,7 +115,7 @@ def from_table(df: pd.DataFrame, *, name: str = "trace", n: int | None = None, t
     return Workload(arr, p, o, name=name)
 
 
-def _numbers(d: pd.DataFrame, col: str, name: str) -> np.ndarray:
+def _numbers(d: "pandas.DataFrame", col: str, name: str) -> np.ndarray:
     """A trace column as floats; text or other non-numbers are refused naming the column and the row."""
     try:
         return d[col].to_numpy(dtype=float)

@@ -17,7 +17,7 @@ Written after Vidur's scikit-learn execution-time predictor (microsoft/vidur,
 `full_grid=False` selects a small fast grid (`GRID_FAST`) with fewer trees and folds,
 for the 2-core main job; every result says which grid built it (`grid_name`).
 
-    est = make_baseline("vidur_rf", features=["num_tokens"], full_grid=False, seed=0)
+    est = steptime.peers.make("vidur_rf", features=["num_tokens"], full_grid=False, seed=0)
     est.fit(X, y); est.predict(X)
 
 sklearn is imported inside methods only, so `import steptime` stays fast.
@@ -27,8 +27,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from steptime_lab.baselines import register
+from steptime.peers import make, register
 from steptime.specs import vidur_operators
+
+VIDUR_FITTED_ON = "the profiled operator table of one GPU (Vidur: one model and TP degree), fitted per operator"
 
 # Vidur's feature choices per operator kind (names as in Vidur's tables).
 FEATURES = {
@@ -160,7 +162,7 @@ class _GridSearched:
         return out
 
 
-@register("vidur_rf")
+@register("vidur_rf", query="op", fitted_on=VIDUR_FITTED_ON)
 class VidurRF(_GridSearched):
     """Vidur's random forest for one operator (RandomForestRegressor, seeded)."""
 
@@ -173,7 +175,7 @@ class VidurRF(_GridSearched):
         return RandomForestRegressor(random_state=self.seed, n_jobs=1)
 
 
-@register("vidur_poly")
+@register("vidur_poly", query="op", fitted_on=VIDUR_FITTED_ON)
 class VidurPoly(_GridSearched):
     """Vidur's linear-regression variant: polynomial features then least squares."""
 
@@ -210,8 +212,6 @@ class OperatorModels:
         self.progress = progress
 
     def fit(self, frame, target: str = "latency_ms"):
-        from steptime_lab.baselines import make_baseline
-
         groups = list(frame.groupby(list(self.key_cols), sort=True))
         it = groups
         if self.progress:
@@ -221,7 +221,7 @@ class OperatorModels:
         self.models_ = {}
         for key, sub in it:
             key = key if isinstance(key, tuple) else (key,)
-            est = make_baseline(self.kind, features=list(self.features), full_grid=self.full_grid,
+            est = make(self.kind, features=list(self.features), full_grid=self.full_grid,
                                 n_jobs=self.n_jobs, seed=self.seed, max_rows=self.max_rows)
             self.models_[tuple(_py(k) for k in key)] = est.fit(sub, sub[target])
         self.n_rows_ = int(sum(m.n_rows_ for m in self.models_.values()))

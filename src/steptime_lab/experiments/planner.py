@@ -26,7 +26,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from steptime_lab.experiments.peers import silicon_workloads
+from steptime_lab.experiments.serving_peers import silicon_workloads
 from steptime_lab.results import claim, target
 
 SIMULATED = "simulated (a scheduler model driven by predicted step times), not measured"

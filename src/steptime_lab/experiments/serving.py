@@ -15,6 +15,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from steptime import peers
 from steptime_lab.results import claim, target
 from steptime.serve import StepTimer, Workload, policy, simulate
 
@@ -211,8 +212,6 @@ def per_gpu_goodput(timer, lengths, placement, tp, rates, slo_ttft_s, slo_tpot_s
 def e2_4(traces: pd.DataFrame, coefficients: pd.DataFrame, max_tokens: pd.DataFrame, *, cases, gpu: str, trace: str,
          n: int, seed: int, attainment: float = 0.9, block_size: int = 16, targets: dict | None = None,
          constants=None) -> dict:
-    from steptime.serve.peers import DistServeTimer
-
     out = []
     for case in cases:
         model, tp = case["model"], int(case["tp"])
@@ -220,8 +219,8 @@ def e2_4(traces: pd.DataFrame, coefficients: pd.DataFrame, max_tokens: pd.DataFr
         ctx_ok = ctx_ok[ctx_ok["num_prefill_tokens"] + ctx_ok["num_decode_tokens"] <= int(case.get("max_len", 2048))]
         lengths = trace_lengths(ctx_ok.assign(trace=trace), trace, n, seed)
         kv = _kv_blocks(max_tokens, model, tp, block_size)
-        timers = {"steptime": StepTimer(model, gpu, tp=tp, max_tokens=4096 + 256, constants=constants),
-                  "distserve": DistServeTimer(coefficients, model, gpu, tp=tp)}
+        timers = {"steptime": peers.make("steptime", model, gpu, tp=tp, max_tokens=4096 + 256, constants=constants),
+                  "distserve": peers.make("distserve", coefficients, model, gpu, tp=tp)}
         res = {}
         for name, timer in timers.items():
             res[name] = {f"{p}p{d}d": per_gpu_goodput(timer, lengths, (p, d), tp, case["rates_per_gpu"],

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from steptime import peers
+from steptime_lab import baselines  # noqa: F401  (registers calibrated_roofline in steptime.peers)
 from steptime_lab.experiments.gemm.contract import calibration_record, cell_ids, predict, subset_masks
 from steptime_lab.experiments.gemm.folds import fold_from_json, gpu_params
 from steptime_lab.results import claim
@@ -25,7 +27,6 @@ def predictions(df, folds: dict, baselines=("bare_roofline", "datasheet_alpha", 
     Baselines that need fitting are fitted per subset in-sample (calibrated_roofline is an
     in-sample reference); the others have fixed constants.
     """
-    from steptime_lab.baselines import make_baseline
 
     out = {}
     for g, fold in folds.items():
@@ -40,7 +41,7 @@ def predictions(df, folds: dict, baselines=("bare_roofline", "datasheet_alpha", 
         masks = subset_masks(sub)
         y = sub["latency_ms"].to_numpy(float)
         for b in baselines:
-            est = make_baseline(b, gpu=g)
+            est = peers.make(b, gpu=g)
             if getattr(est, "in_sample", False):
                 # fitted on the very cells it is scored on, per subset: an in-sample reference
                 pb = np.full(len(sub), np.nan)

@@ -32,7 +32,7 @@ Split along its seams: `steptime_lab.experiments.cells` (cell building, shared w
 ranking and the cost ledger), `steptime_lab.experiments.ratios` (rooflines, steptime's
 prediction and the target/home ratios), and here `profiled` (the home RF/poly),
 `scoring` (contract masks and paired-bootstrap scores), `records` (per-target rows),
-`peers` (the fair-ground peers) and `document` (result, figure, grid check). Every old
+`fair_ground` (the fair-ground peers) and `document` (result, figure, grid check). Every old
 name is re-exported here, so `from steptime_lab.experiments.transfer import X` keeps working.
 
 The home model is fitted once per (dataset, home GPU) by `fit_home` and cached by the
@@ -53,7 +53,7 @@ from steptime_lab.experiments.transfer.profiled import (ATTN_FEATURES, FAST_MAX_
                                                     _long_step, bundle_summary, fit_home, predict_profiled,
                                                     split_home)
 from steptime_lab.experiments.transfer.greybox import GreyBox, term_features  # noqa: F401
-from steptime_lab.experiments.transfer.peers import HomeOnly, MLLeaveOneOut, ml_features, reading_scale  # noqa: F401
+from steptime_lab.experiments.transfer.fair_ground import HomeOnly, MLLeaveOneOut, ml_features, reading_scale  # noqa: F401
 from steptime_lab.experiments.transfer.records import (HOME_GPUS, PEERS, PREDICTORS, TARGETS, profiler_gap,  # noqa: F401
                                                    ratio_table, transfer_records)
 from steptime_lab.experiments.transfer.scoring import (_calibration_mask, _ci, _ci_paired,  # noqa: F401

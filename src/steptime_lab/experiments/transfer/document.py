@@ -6,7 +6,7 @@ from steptime_lab.experiments.cells import DATASETS, DECODE_MAX_TOKENS, step_tps
 from steptime_lab.experiments.transfer.greybox import LAMBDAS as GB_LAMBDAS
 from steptime_lab.experiments.transfer.greybox import MIN_TRAIN_GPUS as GB_MIN_GPUS
 from steptime_lab.experiments.transfer.greybox import ROWS_PER_GPU as GB_ROWS
-from steptime_lab.experiments.transfer.peers import (ML_FAST_ROWS_PER_GPU, ML_GRID, ML_INNER_FOLDS, ML_SETTINGS,
+from steptime_lab.experiments.transfer.fair_ground import (ML_FAST_ROWS_PER_GPU, ML_GRID, ML_INNER_FOLDS, ML_SETTINGS,
                                                      ML_TUNED_ROWS_PER_GPU)
 from steptime_lab.experiments.transfer.profiled import FAST_MAX_ROWS, TEST_FRACTION, bundle_summary
 from steptime_lab.experiments.transfer.records import HOME_GPUS, TARGETS, ratio_table, transfer_records

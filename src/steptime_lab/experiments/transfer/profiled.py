@@ -7,6 +7,9 @@ import time
 
 import numpy as np
 
+from steptime import peers
+from steptime_lab import baselines  # noqa: F401  (registers the Vidur-style peers in steptime.peers)
+from steptime_lab.baselines.vidur_rf import OperatorModels
 from steptime_lab.experiments.cells import DATASETS, STEP_OPS
 
 TEST_FRACTION = 0.2
@@ -48,9 +51,6 @@ def fit_home(dataset: str, cells, home_gpu: str, *, full_grid: bool = False, see
     Returns a bundle {models, test_mask, meta, fit_seconds} that `predict_profiled` uses.
     `fit_seconds` is wall time on this machine (not deterministic; kept out of results).
     """
-    from steptime_lab.baselines import make_baseline
-    from steptime_lab.baselines.vidur_rf import OperatorModels
-
     home = cells[cells["gpu"] == home_gpu].reset_index(drop=True)
     if home.empty:
         raise ValueError(f"{dataset}: no cells for home GPU {home_gpu}")
@@ -66,7 +66,7 @@ def fit_home(dataset: str, cells, home_gpu: str, *, full_grid: bool = False, see
             models[tag] = om.fit(_long_step(train))
             meta[tag] = om.describe()
         elif dataset == "aic_gemm":
-            est = make_baseline(kind, features=["m", "n", "k"], full_grid=full_grid, n_jobs=n_jobs, seed=seed,
+            est = peers.make(kind, features=["m", "n", "k"], full_grid=full_grid, n_jobs=n_jobs, seed=seed,
                                 max_rows=max_rows)
             models[tag] = est.fit(train, train["latency_ms"])
             meta[tag] = est.describe()
@@ -74,7 +74,7 @@ def fit_home(dataset: str, cells, home_gpu: str, *, full_grid: bool = False, see
             per = {}
             for phase, feats in ATTN_FEATURES.items():
                 sub = train[train["phase"] == phase]
-                est = make_baseline(kind, features=feats, full_grid=full_grid, n_jobs=n_jobs, seed=seed,
+                est = peers.make(kind, features=feats, full_grid=full_grid, n_jobs=n_jobs, seed=seed,
                                     max_rows=max_rows)
                 per[phase] = est.fit(sub, sub["latency_ms"])
                 meta[f"{tag}_{phase}"] = est.describe()

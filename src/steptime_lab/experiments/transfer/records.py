@@ -8,7 +8,7 @@ import numpy as np
 from steptime.calibration import Calibration
 from steptime_lab.experiments.cells import DECODE_MAX_TOKENS, STEP_OPS, VIDUR_GPUS, cell_ids, llm_mask
 from steptime_lab.experiments.ratios import predict_layer_ops, predict_steptime, spec_ratio, steptime_ratio
-from steptime_lab.experiments.transfer.peers import reading_scale, work
+from steptime_lab.experiments.transfer.fair_ground import reading_scale, work
 from steptime_lab.experiments.transfer.profiled import predict_profiled
 from steptime_lab.experiments.transfer.scoring import _calibration_mask, calibration_summary, score_many
 from steptime.specs import gpu_keys
@@ -37,7 +37,7 @@ def transfer_records(dataset: str, cells, bundle: dict, targets, *, n_boot: int 
     `constants_for(target) -> (Constants, Calibration)` supplies held-out constants for the
     steptime row (the family's constants fitted without the target, plus its deploy cells);
     without it steptime runs on `constants` (default: defaults.yaml) and its recorded cells.
-    The fair-ground peers (`steptime_lab.experiments.transfer.peers`) ride along when given:
+    The fair-ground peers (`steptime_lab.experiments.transfer.fair_ground`) ride along when given:
     `home_only` (a `HomeOnly`: steptime_home_only on unseen targets), `ml` (an
     `MLLeaveOneOut`: ml_loo on every target) and `reading_ids(target)` (the target's reading
     cells in this table beyond those the calibration excludes: rf_spec_scaled_readings is the

@@ -24,16 +24,13 @@ import time
 import numpy as np
 import pandas as pd
 
+from steptime import peers
+from steptime.serve import Policy, Workload, poisson_arrivals, simulate, simulate_disagg, synthetic
+from steptime_lab.experiments.serving import _kv_blocks, replay_run, trace_lengths
 from steptime_lab.results import claim, target
-from steptime.serve import Policy, StepTimer, Workload, poisson_arrivals, simulate, simulate_disagg, synthetic
 
-FITTED_ON = {
-    "steptime": "datasheet + at most nine readings per GPU (three per family: GEMM, NCCL, wall clock; "
-                "no serving run, no silicon row)",
-    "aiconfigurator": "AIC's per-operator tables measured on that GPU with that engine, interpolated "
-                      "(profiled peer); the silicon rows are AIC's own validation sample, shipped with it",
-    "distserve": "DistServe's latency model fitted on its own profiling runs (OPT on A100)",
-}
+# what each peer was fitted on: the registry's line (steptime.peers), the fairness line of every score
+FITTED_ON = {p: peers.entry(p).fitted_on for p in ("steptime", "aiconfigurator", "distserve")}
 SIMULATED = "simulated (a scheduler model driven by predicted step times), not measured"
 
 
@@ -64,7 +61,7 @@ def _closed_loop(model, gpu, row, *, budget: int, per_concurrency: int, min_requ
     key = (row.engine, int(row.tp), dtype, c)
     pol = Policy("vllm", max_num_batched_tokens=budget, max_num_seqs=max(c, 1))
     if key not in timers:
-        timers[key] = StepTimer(model, gpu, tp=int(row.tp), engine=row.engine, dtype=dtype,
+        timers[key] = peers.make("steptime", model, gpu, tp=int(row.tp), engine=row.engine, dtype=dtype,
                                 max_tokens=budget, max_requests=max(c, 1), constants=constants)
     wl = synthetic(n, isl=int(row.isl), osl=int(row.osl), concurrency=c, seed=seed)
     t0 = time.perf_counter()
@@ -102,12 +99,10 @@ def e2_12(silicon: pd.DataFrame, traces: pd.DataFrame, distserve: pd.DataFrame, 
                    "ttft_s_measured": float(row.ttft_ms) * 1e-3, "tpot_s_measured": float(row.tpot_ms) * 1e-3,
                    "ttft_s_steptime": st["ttft_s"], "tpot_s_steptime": st["tpot_s"]}
             if aic:
-                from steptime.serve.aic import AICEstimator
-
                 k = (case["aic_model"], gpu, row.engine, int(row.tp), row.gemm_quant_mode)
                 if k not in estimators:
-                    estimators[k] = AICEstimator(case["aic_model"], gpu, row.engine, tp=int(row.tp),
-                                                 quant=row.gemm_quant_mode)
+                    estimators[k] = peers.make("aiconfigurator", case["aic_model"], gpu, row.engine, tp=int(row.tp),
+                                               quant=row.gemm_quant_mode)
                 t0 = time.perf_counter()
                 a = estimators[k].estimate(int(row.isl), int(row.osl), int(row.concurrency), ctx_tokens=budget)
                 aic_calls.append(time.perf_counter() - t0)
@@ -148,8 +143,6 @@ def servingsim_rows(requests: pd.DataFrame, timeseries: pd.DataFrame, *, runs, a
     AIC takes a fixed concurrency and ISL/OSL, not a trace: it is asked at the run's mean prompt and output
     lengths and the run's time-averaged number of running requests, an input read from the MEASURED
     1-second series (steptime's replay needs no such input)."""
-    from steptime_lab.experiments.serving import replay_run
-
     out = []
     for spec in runs:
         rows = requests[requests["run"] == spec["run"]]
@@ -172,9 +165,7 @@ def servingsim_rows(requests: pd.DataFrame, timeseries: pd.DataFrame, *, runs, a
                "ttft_s_measured": float(rows["ttft_s"].mean()), "tpot_s_measured": float(rows["tpot_s"].mean()),
                "ttft_s_steptime": float(np.nanmean(sim["ttft_s"])), "tpot_s_steptime": float(np.nanmean(sim["tpot_s"]))}
         if aic:
-            from steptime.serve.aic import AICEstimator
-
-            est = AICEstimator(spec["aic_model"], r0["gpu"], "vllm", tp=int(r0["tp"]))
+            est = peers.make("aiconfigurator", spec["aic_model"], r0["gpu"], "vllm", tp=int(r0["tp"]))
             a = est.estimate(round(row["isl_mean"]), round(row["osl_mean"]), round(row["running_mean_measured"]),
                              ctx_tokens=row["max_num_batched_tokens"])
             row.update({"ttft_s_aiconfigurator": a["ttft_s"], "tpot_s_aiconfigurator": a["tpot_s"],
@@ -190,9 +181,6 @@ def distserve_agreement(traces, coefficients, max_tokens, *, model: str, gpu: st
                         rate: float, prefill_instances: int, decode_instances: int, max_len: int, block_size: int,
                         seed: int, timing: dict | None = None, constants=None) -> dict:
     """steptime vs DistServe's fitted model driving the same disaggregated simulator, same requests."""
-    from steptime_lab.experiments.serving import _kv_blocks, trace_lengths
-    from steptime.serve.peers import DistServeTimer
-
     d = traces[traces["trace"].str.startswith(trace)]
     d = d[d["num_prefill_tokens"] + d["num_decode_tokens"] <= max_len]
     prompt, output = trace_lengths(d.assign(trace=trace), trace, n, seed)
@@ -201,8 +189,9 @@ def distserve_agreement(traces, coefficients, max_tokens, *, model: str, gpu: st
     dp = Policy("vllm", kv_blocks=kv, reserve_full=True)
     wl = Workload(poisson_arrivals(n, rate, seed), prompt, output, name="disagg")
     out = {}
-    for name, timer in (("steptime", StepTimer(model, gpu, tp=tp, max_tokens=4096 + 256, constants=constants)),
-                        ("distserve", DistServeTimer(coefficients, model, gpu, tp=tp))):
+    for name, timer in (("steptime", peers.make("steptime", model, gpu, tp=tp, max_tokens=4096 + 256,
+                                                constants=constants)),
+                        ("distserve", peers.make("distserve", coefficients, model, gpu, tp=tp))):
         t0 = time.perf_counter()
         run = simulate_disagg(model, gpu, wl, prefill_instances=prefill_instances, decode_instances=decode_instances,
                               tp=tp, prefill_policy=pp, decode_policy=dp, timer=timer)

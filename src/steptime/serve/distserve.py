@@ -1,5 +1,6 @@
-"""Peer step-time models the simulator can run instead of steptime's (same interface as
-StepTimer: step_arrays, decode_steps, plus model/gpu/tp/dtype/kv_dtype for the memory model).
+"""DistServe's step-time model, a peer the simulator can run instead of steptime's (same interface
+as StepTimer: step_arrays, decode_steps, plus model/gpu/tp/dtype/kv_dtype for the memory model;
+registered as `distserve` in `steptime.peers`).
 
 DistServeTimer: DistServe's own fitted latency model (simdistserve/estimators/
 time_estimator.py; coefficients in results/data/distserve.parquet via
@@ -12,7 +13,6 @@ Only pure steps exist in it (DistServe never mixes phases); a mixed step is refu
 from __future__ import annotations
 
 import numpy as np
-import pandas as pd
 
 from steptime.errors import ServeError
 from steptime.specs import get_gpu, get_model
@@ -20,7 +20,9 @@ from steptime.validation import as_int
 
 
 class DistServeTimer:
-    def __init__(self, coefficients: pd.DataFrame, model, gpu, *, tp: int = 1, engine: str = "distserve"):
+    """`coefficients`: the pandas DataFrame of DistServe's fitted rows (the caller's table)."""
+
+    def __init__(self, coefficients, model, gpu, *, tp: int = 1, engine: str = "distserve"):
         self.model = get_model(model)
         self.gpu = get_gpu(gpu)
         self.tp = as_int(tp, "tensor-parallel degree tp", 1, error=ServeError)  # 2.5 refused, not truncated

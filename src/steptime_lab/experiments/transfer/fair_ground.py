@@ -19,10 +19,10 @@ from __future__ import annotations
 import numpy as np
 
 from steptime.calibration import Calibration, Constants
+from steptime.peers import register
+from steptime.specs import get_gpu, get_model
 from steptime_lab.experiments.cells import STEP_OPS
 from steptime_lab.experiments.ratios import attention_work, gemm_work, roofline_s, step_op_work
-
-
 
 # datasheet columns of gpus.yaml the ML peer sees for each GPU
 DATASHEET_FEATURES = ("bf16_dense_tflops", "mem_bw_gbps", "sms", "gpcs", "l2_mb", "boost_mhz", "base_mhz",
@@ -34,8 +34,6 @@ ML_SETTINGS = {True: {"max_iter": 300, "learning_rate": 0.08, "max_leaf_nodes": 
 
 
 def datasheet_row(gpu: str) -> list[float]:
-    from steptime.specs import get_gpu
-
     g = get_gpu(gpu)
     # a figure gpus.yaml lacks is NaN (the boosted trees route missing values natively)
     return [float(v) if (v := getattr(g, f)) is not None else float("nan") for f in DATASHEET_FEATURES]
@@ -58,8 +56,6 @@ def _shape_features(dataset: str, cells) -> list[np.ndarray]:
         return [(cells["phase"] == "decode").to_numpy(dtype=float)] + [
             np.log2(1.0 + cells[c].to_numpy(dtype=float))
             for c in ("batch_size", "new_tokens", "kv_len", "num_heads", "num_kv_heads")]
-    from steptime.specs import get_model
-
     dims = {m: get_model(m) for m in cells["model"].unique()}
     hid = cells["model"].map({m: float(d.hidden_size) for m, d in dims.items()}).to_numpy(dtype=float)
     inter = cells["model"].map({m: float(d.intermediate_size) for m, d in dims.items()}).to_numpy(dtype=float)
@@ -91,6 +87,8 @@ ML_INNER_FOLDS = {True: 2, False: None}  # None: leave-one-GPU-out
 ML_TUNED_ROWS_PER_GPU = {True: 6000, False: None}
 
 
+@register("ml_loo", query="transfer",
+          fitted_on="every other GPU's table of the same dataset with datasheet features; no target reading")
 class MLLeaveOneOut:
     """Gradient-boosted trees trained on every GPU of `cells` but the target (memoised per
     target); `fast` caps each training GPU at ML_FAST_ROWS_PER_GPU rows (seeded). With
@@ -200,18 +198,24 @@ def reading_scale(pred_at_readings, meas_at_readings, work_at_readings=None, wor
     return r[nearest]
 
 
+@register("steptime_home_only", query="constants",
+          fitted_on="every family constant fitted on the home GPU's tables alone, then the target's three deploy "
+                    "readings")
 class HomeOnly:
     """steptime with every family constant fitted on the home GPU's tables alone, then each
-    target's three deploy readings (the same reading cells as the held-out fold's).
+    target's three deploy readings (the same reading cells as the held-out fold's), over the
+    `constants` given (the run's settled constants: the constants no family here refits).
 
     `gemm_df`: GEMM table in `experiments.gemm.load_gemm` form; `attn_cells`: attention
     cells in `experiments.attention.tidy_cells` form; `light_cells`: light cells in
     `experiments.light.tidy_cells` form; each only for the families the dataset uses.
     """
 
-    def __init__(self, families, home: str, *, gemm_doc: dict, gemm_df=None, attn_cells=None, light_cells=None,
-                 seed: int = 0, gemm_n_per_gpu: int = 2000, gemm_max_nfev: int = 80, attn_sample: int = 800):
+    def __init__(self, families, home: str, *, constants: Constants, gemm_doc: dict, gemm_df=None, attn_cells=None,
+                 light_cells=None, seed: int = 0, gemm_n_per_gpu: int = 2000, gemm_max_nfev: int = 80,
+                 attn_sample: int = 800):
         self.families, self.home, self.doc = tuple(families), home, gemm_doc
+        self.base = constants
         self.gemm_df, self.attn_cells, self.light_cells = gemm_df, attn_cells, light_cells
         self.seed, self.kw = int(seed), dict(n_per_gpu=gemm_n_per_gpu, max_nfev=gemm_max_nfev)
         self.attn_sample = int(attn_sample)
@@ -277,10 +281,9 @@ class HomeOnly:
 
     def _constants(self, target: str):
         from steptime_lab.experiments import gemm as GX
-        from steptime.specs import get_gpu
 
         key = get_gpu(target).key
-        c = Constants.default()
+        c = self.base
         src = f"fitted on {self.home}'s table alone (E2.1 steptime_home_only)"
         rd_cells = []
         if "light" in self.families:
