@@ -36,6 +36,7 @@ import pandas as pd
 
 from steptime.calibration import Constants
 from steptime.errors import SteptimeError, UnknownModelError
+from steptime_lab.figures import parity
 
 # measured column of a row -> the simulated statistic compared with it
 MEASURES = {
@@ -338,16 +339,10 @@ def plot(pred, table: list[dict], stem, caption: str | None = None):
 
     plt = plotting.setup()
     fig, axes = plt.subplots(1, 3, figsize=(15, 4.2))
-    ax = axes[0]
-    for (ds, g, eng), d in pred.groupby(["dataset", "gpu", "engine"]):
-        ax.loglog(d["tpot_ms"], d["pred_ms"], "o", ms=3, label=f"{ds} {g} {eng}")
-    if len(pred):
-        lim = [pred["tpot_ms"].min() * 0.8, pred["tpot_ms"].max() * 1.25]
-        ax.plot(lim, lim, "k--", lw=0.8)
-    ax.set_xlabel("measured TPOT / median ITL (ms)")
-    ax.set_ylabel("simulated (ms)")
-    ax.set_title("token time: closed-loop replay (simulated)")
-    ax.legend(fontsize=6)
+    parity(axes[0], [(f"{ds} {g} {eng}", d["tpot_ms"], d["pred_ms"], None)
+                     for (ds, g, eng), d in pred.groupby(["dataset", "gpu", "engine"])],
+           xlabel="measured TPOT / median ITL (ms)", ylabel="simulated (ms)",
+           title="token time: closed-loop replay (simulated)")
     ax = axes[1]
     lab = [f"{s['dataset']}\n{s['gpu']} {s['engine']}" for s in table]
     x = np.arange(len(table))
@@ -357,15 +352,7 @@ def plot(pred, table: list[dict], stem, caption: str | None = None):
     ax.set_ylabel("token-time MAPE (%)")
     ax.set_title("per dataset x GPU x engine")
     ax.legend(fontsize=7)
-    ax = axes[2]
     t = pred[np.isfinite(pred["ttft_ms"].astype(float))]
-    for (g, eng), d in t.groupby(["gpu", "engine"]):
-        ax.loglog(d["ttft_ms"], d["ttft_p50_ms"], "o", ms=3, label=f"{g} {eng}")
-    if len(t):
-        lim = [t["ttft_ms"].min() * 0.8, t["ttft_ms"].max() * 1.25]
-        ax.plot(lim, lim, "k--", lw=0.8)
-    ax.set_xlabel("measured TTFT (ms)")
-    ax.set_ylabel("simulated median TTFT (ms)")
-    ax.set_title("TTFT, AIConfigurator silicon")
-    ax.legend(fontsize=6)
+    parity(axes[2], [(f"{g} {eng}", d["ttft_ms"], d["ttft_p50_ms"], None) for (g, eng), d in t.groupby(["gpu", "engine"])],
+           xlabel="measured TTFT (ms)", ylabel="simulated median TTFT (ms)", title="TTFT, AIConfigurator silicon")
     return plotting.save(fig, stem, caption, tight_layout=True)

@@ -27,6 +27,7 @@ import pandas as pd
 from steptime import peers
 from steptime.serve import Policy, Workload, poisson_arrivals, simulate, simulate_disagg, synthetic
 from steptime_lab.experiments.serving import _kv_blocks, replay_run, trace_lengths
+from steptime_lab.figures import parity
 from steptime_lab.results import claim, target
 
 # what each peer was fitted on: the registry's line (steptime.peers), the fairness line of every score
@@ -284,16 +285,9 @@ def plot_e2_12(r: dict, stem, caption: str = "") -> list:
     fig, axes = subplots(1, 2, figsize=(9, 4), squeeze=False)
     colors = {"steptime": PALETTE["steptime"], "aiconfigurator": PALETTE["aic_empirical"]}
     for ax, (m, name, unit, f) in zip(axes[0], (("ttft_s", "TTFT", "ms", 1e3), ("tpot_s", "TPOT", "ms", 1e3))):
-        meas = table[f"{m}_measured"] * f
-        for p in r["peers"]:
-            ax.scatter(meas, table[f"{m}_{p}"] * f, s=10, alpha=0.6, color=colors[p], label=p)
-        lo, hi = float(meas.min()) * 0.5, float(meas.max()) * 2
-        ax.plot([lo, hi], [lo, hi], color=PALETTE["measured"], lw=0.8, label="y = x")
-        ax.set_xscale("log")
-        ax.set_yscale("log")
-        ax.set_xlabel(f"measured mean {name} ({unit})")
-        ax.set_ylabel(f"predicted mean {name} ({unit})")
-        ax.legend(fontsize=7)
+        parity(ax, [(p, table[f"{m}_measured"] * f, table[f"{m}_{p}"] * f, {"color": colors[p], "alpha": 0.6})
+                    for p in r["peers"]], pad=(0.5, 2), xlabel=f"measured mean {name} ({unit})",
+               ylabel=f"predicted mean {name} ({unit})", legend={"fontsize": 7})
     return save(fig, stem, caption=caption, tight_layout=True)
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from steptime_lab.experiments import wallclock as W
+from steptime_lab.figures import parity
 from steptime_lab.results import claim
 
 PRED_COLORS = {"kernels": "#9e9e9e", "roofline": "#d95f02", "shipped": "#7b3fa0", "fit": "#1b6ca8",
@@ -100,17 +101,12 @@ def plot_e1_26(r: dict, stem, caption=None):
     fit, eng = r["names"]["fit"], r["engine"]
     ev = r["eval"]
     fig, axes = plt.subplots(1, 4, figsize=(17, 3.8))
-    ax = axes[0]
     p = r["pred"][fit]["pred_ms"]
-    for tp, col in zip(sorted(ev["tp"].unique()), plt.cm.viridis(np.linspace(0, 0.9, ev["tp"].nunique()))):
-        m = ev["tp"] == tp
-        ax.loglog(ev.loc[m, "latency_ms"], p[m], ".", ms=1.5, color=col, label=f"TP {tp}")
-    lim = [ev["latency_ms"].min() * 0.8, ev["latency_ms"].max() * 1.2]
-    ax.plot(lim, lim, "k--", lw=0.8)
-    ax.set_xlabel("measured step time (ms)")
-    ax.set_ylabel("predicted step time (ms)")
-    ax.set_title(f"{eng} with three wall-clock readings")
-    ax.legend(fontsize=7, markerscale=4)
+    tps = sorted(ev["tp"].unique())
+    parity(axes[0], [(f"TP {tp}", ev.loc[ev["tp"] == tp, "latency_ms"], p[ev["tp"] == tp], {"color": col})
+                     for tp, col in zip(tps, plt.cm.viridis(np.linspace(0, 0.9, len(tps))))],
+           marker=".", ms=1.5, pad=(0.8, 1.2), xlabel="measured step time (ms)", ylabel="predicted step time (ms)",
+           title=f"{eng} with three wall-clock readings", legend={"fontsize": 7, "markerscale": 4})
     ax = axes[1]
     names = [("kernels", "kernels"), ("roofline", "roofline"), (eng, "shipped"), (fit, "fit")]
     cells = [(s["tp"], s["phase"]) for s in r["scores"][fit]]
@@ -361,16 +357,9 @@ def plot_e2_11(res: dict, stem, caption=None, mixed: dict | None = None, target:
     plt = plotting.setup()
     p = res["pred"]
     fig, axes = plt.subplots(1, 2, figsize=(11, 3.8))
-    ax = axes[0]
-    for (ds, eng), d in p.groupby(["dataset", "engine"]):
-        ax.loglog(d["tpot_ms"], d["pred_ms"], "o", ms=3, label=f"{ds} {eng}")
-    if len(p):
-        lim = [p["tpot_ms"].min() * 0.8, p["tpot_ms"].max() * 1.2]
-        ax.plot(lim, lim, "k--", lw=0.8)
-    ax.set_xlabel("measured TPOT / inter-token latency (ms)")
-    ax.set_ylabel("predicted (ms)")
-    ax.set_title("token time as one decode step (approximation)")
-    ax.legend(fontsize=6)
+    parity(axes[0], [(f"{ds} {eng}", d["tpot_ms"], d["pred_ms"], None) for (ds, eng), d in p.groupby(["dataset", "engine"])],
+           pad=(0.8, 1.2), xlabel="measured TPOT / inter-token latency (ms)", ylabel="predicted (ms)",
+           title="token time as one decode step (approximation)")
     ax = axes[1]
     sc = [s for s in res["scores"] if s["subset"] == "tpot"]
     y = np.arange(len(sc))
