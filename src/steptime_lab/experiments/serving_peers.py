@@ -24,14 +24,14 @@ import time
 import numpy as np
 import pandas as pd
 
-from steptime import peers
+from steptime import peers as registry  # the peer registry (`peers` here names the peers of a table)
 from steptime.serve import Policy, Workload, poisson_arrivals, simulate, simulate_disagg, synthetic
 from steptime_lab.experiments.serving import _kv_blocks, replay_run, trace_lengths
 from steptime_lab.figures import parity
 from steptime_lab.results import claim, target
 
 # what each peer was fitted on: the registry's line (steptime.peers), the fairness line of every score
-FITTED_ON = {p: peers.entry(p).fitted_on for p in ("steptime", "aiconfigurator", "distserve")}
+FITTED_ON = {p: registry.entry(p).fitted_on for p in ("steptime", "aiconfigurator", "distserve")}
 SIMULATED = "simulated (a scheduler model driven by predicted step times), not measured"
 
 
@@ -62,7 +62,7 @@ def _closed_loop(model, gpu, row, *, budget: int, per_concurrency: int, min_requ
     key = (row.engine, int(row.tp), dtype, c)
     pol = Policy("vllm", max_num_batched_tokens=budget, max_num_seqs=max(c, 1))
     if key not in timers:
-        timers[key] = peers.make("steptime", model, gpu, tp=int(row.tp), engine=row.engine, dtype=dtype,
+        timers[key] = registry.make("steptime", model, gpu, tp=int(row.tp), engine=row.engine, dtype=dtype,
                                 max_tokens=budget, max_requests=max(c, 1), constants=constants)
     wl = synthetic(n, isl=int(row.isl), osl=int(row.osl), concurrency=c, seed=seed)
     t0 = time.perf_counter()
@@ -102,7 +102,7 @@ def e2_12(silicon: pd.DataFrame, traces: pd.DataFrame, distserve: pd.DataFrame, 
             if aic:
                 k = (case["aic_model"], gpu, row.engine, int(row.tp), row.gemm_quant_mode)
                 if k not in estimators:
-                    estimators[k] = peers.make("aiconfigurator", case["aic_model"], gpu, row.engine, tp=int(row.tp),
+                    estimators[k] = registry.make("aiconfigurator", case["aic_model"], gpu, row.engine, tp=int(row.tp),
                                                quant=row.gemm_quant_mode)
                 t0 = time.perf_counter()
                 a = estimators[k].estimate(int(row.isl), int(row.osl), int(row.concurrency), ctx_tokens=budget)
@@ -166,7 +166,7 @@ def servingsim_rows(requests: pd.DataFrame, timeseries: pd.DataFrame, *, runs, a
                "ttft_s_measured": float(rows["ttft_s"].mean()), "tpot_s_measured": float(rows["tpot_s"].mean()),
                "ttft_s_steptime": float(np.nanmean(sim["ttft_s"])), "tpot_s_steptime": float(np.nanmean(sim["tpot_s"]))}
         if aic:
-            est = peers.make("aiconfigurator", spec["aic_model"], r0["gpu"], "vllm", tp=int(r0["tp"]))
+            est = registry.make("aiconfigurator", spec["aic_model"], r0["gpu"], "vllm", tp=int(r0["tp"]))
             a = est.estimate(round(row["isl_mean"]), round(row["osl_mean"]), round(row["running_mean_measured"]),
                              ctx_tokens=row["max_num_batched_tokens"])
             row.update({"ttft_s_aiconfigurator": a["ttft_s"], "tpot_s_aiconfigurator": a["tpot_s"],
@@ -190,9 +190,9 @@ def distserve_agreement(traces, coefficients, max_tokens, *, model: str, gpu: st
     dp = Policy("vllm", kv_blocks=kv, reserve_full=True)
     wl = Workload(poisson_arrivals(n, rate, seed), prompt, output, name="disagg")
     out = {}
-    for name, timer in (("steptime", peers.make("steptime", model, gpu, tp=tp, max_tokens=4096 + 256,
+    for name, timer in (("steptime", registry.make("steptime", model, gpu, tp=tp, max_tokens=4096 + 256,
                                                 constants=constants)),
-                        ("distserve", peers.make("distserve", coefficients, model, gpu, tp=tp))):
+                        ("distserve", registry.make("distserve", coefficients, model, gpu, tp=tp))):
         t0 = time.perf_counter()
         run = simulate_disagg(model, gpu, wl, prefill_instances=prefill_instances, decode_instances=decode_instances,
                               tp=tp, prefill_policy=pp, decode_policy=dp, timer=timer)

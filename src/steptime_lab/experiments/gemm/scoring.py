@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 
 from steptime import peers
-from steptime_lab import baselines  # noqa: F401  (registers calibrated_roofline in steptime.peers)
+import steptime_lab.baselines  # noqa: F401  (registers calibrated_roofline in steptime.peers)
 from steptime_lab.experiments.gemm.contract import calibration_record, cell_ids, predict, subset_masks
 from steptime_lab.experiments.gemm.folds import fold_from_json, gpu_params
 from steptime_lab.results import claim

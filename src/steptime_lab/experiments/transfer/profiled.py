@@ -8,7 +8,7 @@ import time
 import numpy as np
 
 from steptime import peers
-from steptime_lab import baselines  # noqa: F401  (registers the Vidur-style peers in steptime.peers)
+import steptime_lab.baselines  # noqa: F401  (registers the Vidur-style peers in steptime.peers)
 from steptime_lab.baselines.vidur_rf import OperatorModels
 from steptime_lab.experiments.cells import DATASETS, STEP_OPS
 
