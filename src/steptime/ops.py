@@ -22,6 +22,8 @@ from steptime.errors import InputError
 from steptime.specs import get_gpu
 from steptime.terms import attention, comm, gemm, light
 from steptime.validation import as_int, check_array, check_choice, check_f_clk
+from steptime.specs.engines import check_precision
+from steptime.terms import precision
 
 OPS = ("gemm", "attention_prefill", "attention_decode", "light", "allreduce")
 
@@ -100,9 +102,6 @@ def predict_ops(op: str, gpu, *, constants: Constants | None = None, f_clk: floa
                          f"{type(constants).__name__}")
     constants = constants or Constants.default()
     if op == "gemm" and cells.get("dtype", "bf16") == "fp8":
-        from steptime.specs.engines import check_precision
-        from steptime.terms import precision  # the step's fp8 path (gemm_time_shapes_fp8): one code path
-
         check_precision(gpu, "fp8")  # the one dtype check, as predict_step
         r = precision.gemm_time_fp8(cells["m"], cells["n"], cells["k"], gpu, constants, f_clk=f_clk)
     elif op == "gemm":

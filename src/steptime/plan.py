@@ -27,6 +27,11 @@ from pathlib import Path
 import numpy as np
 
 from steptime.errors import SteptimeError
+from steptime.calibration import Constants
+from steptime.serve import Policy, StepTimer, Workload, kv_capacity_blocks, simulate_disagg, simulate_replicas
+from steptime.specs import get_gpu, get_model, gpu_key, model_table
+from steptime.specs.engines import check_precision, get_engine
+from steptime.step import predict_steps
 
 PRICE_FILE = Path(__file__).resolve().parent / "specs" / "prices.yaml"
 DEFAULT_TP = (1, 2, 4, 8)
@@ -45,8 +50,6 @@ class PlanError(SteptimeError, ValueError):
 def load_prices(path=None) -> dict:
     """{gpu key: {usd_per_gpu_hour, source, date, provider}}; refuses a price without source or date."""
     import yaml
-
-    from steptime.specs import gpu_key
 
     p = Path(path) if path else PRICE_FILE
     if not p.is_file():
@@ -121,8 +124,6 @@ def layouts(model, gpus, *, engines=("vllm",), max_gpus: int = 8, tps=DEFAULT_TP
     """Every layout of the search and, for those refused before simulating, the reason.
 
     Returns (candidates, dropped): dropped is a list of (Layout, reason)."""
-    from steptime.specs import get_gpu
-
     cand, dropped = [], []
     for g in gpus:
         gs = get_gpu(g)
@@ -145,8 +146,6 @@ def layouts(model, gpus, *, engines=("vllm",), max_gpus: int = 8, tps=DEFAULT_TP
 
 def _static_reason(model, gpu, lay: Layout) -> str | None:
     """Why a layout cannot run at all (before simulating), or None."""
-    from steptime.specs.engines import check_precision
-
     if lay.tp > gpus_per_node(gpu):
         return f"tp {lay.tp} exceeds the {gpus_per_node(gpu)} GPUs of a {gpu.key} node"
     if model.num_attention_heads % lay.tp:
@@ -172,8 +171,6 @@ def evaluate_group(model, gpu, tp, engine, dtype, constants, wl_arrays, concurre
     open-loop workload no layout's throughput exceeds T_max = output tokens / arrival span
     (the makespan outlasts the last arrival), so g GPUs cost at least g / T_max per token while
     the smaller layout's g1 / T1 is already below that."""
-    from steptime.serve import Policy, StepTimer, Workload, kv_capacity_blocks, simulate_disagg, simulate_replicas
-
     arr, prompt, out = wl_arrays
     wl = Workload(arr, prompt, out, concurrency)
     rows = []
@@ -256,8 +253,6 @@ def _score(lay, run, timer, slo, pct, blocks) -> dict:
 def _limiting(lay, run, timer, row) -> str:
     """The term that dominates a typical decode step of this layout (compute, memory bandwidth,
     all-reduce, host), or KV capacity when requests were preempted for want of KV blocks."""
-    from steptime.step import predict_steps
-
     if row["preemptions"] > 0:
         return "KV capacity"
     d = run.requests
@@ -332,11 +327,6 @@ def plan(model, workload, *, slo_ttft_s=None, slo_tpot_s=None, percentile: float
     import time
 
     from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
-
-    from steptime.calibration import Constants
-    from steptime.serve import Workload
-    from steptime.specs import get_gpu, get_model
-    from steptime.specs.engines import get_engine
 
     t0 = time.perf_counter()
     if slo_ttft_s is None and slo_tpot_s is None:
@@ -435,8 +425,6 @@ def uncalibrated_gpus(keys, constants) -> list[str]:
 
 
 def _model_keys():
-    from steptime.specs import model_table
-
     return model_table()
 
 

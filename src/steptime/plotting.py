@@ -11,6 +11,8 @@ import logging
 import os
 from pathlib import Path
 
+from steptime.io import atomic_path, atomic_path as ap
+
 # matplotlib's PDF backend subsets fonts through fontTools, which logs every glyph at INFO: a rule's
 # log (logging.basicConfig at INFO) keeps its own lines, not those
 logging.getLogger("fontTools").setLevel(logging.WARNING)
@@ -72,8 +74,6 @@ def subplots(*args, **kwargs):
 def save(fig, stem: str | os.PathLike, caption: str | None = None, tight_layout: bool = False) -> list[Path]:
     """Write `<stem>.png` and `<stem>.pdf` (no timestamps, so reruns give the same bytes); `tight_layout`
     first runs `fig.tight_layout()`."""
-    from steptime.io import atomic_path
-
     if tight_layout:
         fig.tight_layout()
     stem = Path(stem)
@@ -84,8 +84,6 @@ def save(fig, stem: str | os.PathLike, caption: str | None = None, tight_layout:
             fig.savefig(tmp, format=ext[1:], metadata=meta, bbox_inches="tight")
         out.append(target)
     if caption:
-        from steptime.io import atomic_path as ap
-
         with ap(stem.with_suffix(".caption.txt")) as tmp:
             tmp.write_text(caption.strip() + "\n")
     import matplotlib.pyplot as plt

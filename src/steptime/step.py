@@ -26,6 +26,8 @@ from steptime.specs.moe import is_moe
 from steptime.specs.engines import allreduces_per_layer, check_precision, get_engine, tp_sharding
 from steptime.terms import attention, comm, gemm, host, light, precision
 from steptime.validation import MAX_REQUESTS, MAX_TOKENS, as_int, check_choice, check_f_clk, check_tokens
+from steptime import moe_step
+from steptime.terms.moe import MoEConstants
 
 PROJ_TERMS = ("qkv_proj", "o_proj", "gate_up_proj", "down_proj")
 ATTN_TERMS = ("attn_prefill", "attn_decode")
@@ -252,8 +254,6 @@ def validate_batch(model, gpu, new, kv, tp: int = 1, check_memory: bool = True, 
                          f"{model.num_attention_heads} attention heads")
     if check_memory:
         if is_moe(model):
-            from steptime import moe_step
-
             need = moe_step.memory_bytes(model, float((total * count).sum()), tp, ep, dtype=weight_dtype,
                                          kv_dtype=kv_dtype)
             layout = f"tp={tp}, ep={ep}"
@@ -375,9 +375,6 @@ def predict_steps(model, gpu, step_id, new_tokens, kv_len, n_steps: int | None =
     factors: dict[str, dict] = {}
     n_pref = np.bincount(step_id, weights=(new > 1).astype(float), minlength=n_steps)
     if moe:
-        from steptime import moe_step
-        from steptime.terms.moe import MoEConstants
-
         out, compute_bound, factors = moe_step.block_terms(
             model, gpu, step_id, new, kv, T, n_steps, tp=tp, ep=ep, dtype=dtype, kv_dtype=kv_dtype,
             constants=constants, mc=moe_constants or MoEConstants.default(), f_clk=f_clk)
@@ -466,8 +463,6 @@ def predict_step(model, gpu, batch: Batch | None = None, *, decode: Iterable = (
     count, g_new, g_kv = batch.group_arrays()
     moe = is_moe(model)
     if moe:
-        from steptime import moe_step
-
         ep = moe_step.check_layout(model, gpu, tp, ep, dtype)[1]  # dtype and layout, one line each
     else:
         check_precision(gpu, dtype)  # the one dtype check (also predict_steps'): known dtype, fp8 tensor cores

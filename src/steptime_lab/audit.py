@@ -28,6 +28,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from steptime.errors import SteptimeError
+from steptime_lab.data.manifest import find_root
+from steptime_lab.results import ClaimSchemaError, DIGEST_KEY, result_digest, verdict
+from steptime_lab.status import _registry, expand_raw, experiment_status, file_sha256, manifest_listing, read_result
 
 
 
@@ -92,8 +95,6 @@ def check_claim(c: dict) -> str:
     A claim with a verdict must state its comparison as data (`op`, `target`, and `rule` / `key` /
     `abs` where they apply: steptime_lab.results.verdict); its verdict is recomputed from the stored
     value and must agree (a value within the file's rounding of the target is a tie: either stands)."""
-    from steptime_lab.results import ClaimSchemaError, verdict
-
     if not isinstance(c, dict) or "claim" not in c or "value" not in c:
         return "failed: a claim needs 'claim' and 'value'"
     value, met = c.get("value"), c.get("met")
@@ -141,11 +142,6 @@ def _claims(eid: str, doc: dict) -> list[ClaimAudit]:
 
 def audit(root: str | Path | None = None, select: str | None = None) -> list[ResultAudit]:
     """Audit every registered experiment (or one ID, or one claim `<ID>:<n>`)."""
-    from steptime_lab.data.manifest import find_root
-    from steptime_lab.results import DIGEST_KEY, result_digest
-    from steptime_lab.status import (_registry, expand_raw, experiment_status, file_sha256, manifest_listing,
-                                     read_result)
-
     root = Path(find_root(root))
     if select is not None and (not isinstance(select, str) or not select.strip()):
         raise AuditError(f"empty or non-text selection {select!r}: give an experiment ID (E2.1) or a claim (E2.1:3)")
@@ -273,9 +269,6 @@ def mark_current(root: str | Path | None = None, select: str | None = None, dry_
     Snakemake rebuilds them; a later edit of any library file still reruns what declares it as input."""
     import subprocess
     import sys
-
-    from steptime_lab.data.manifest import find_root
-    from steptime_lab.status import _registry
 
     root = Path(find_root(root))
     audits = audit(root, select)

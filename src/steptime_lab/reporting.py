@@ -14,6 +14,10 @@ import json
 import re
 from pathlib import Path
 
+from steptime.errors import SteptimeError
+from steptime.io import atomic_path, atomic_path as _ap
+from steptime_lab.data.manifest import find_root
+
 BEGIN, END = "<!-- results:begin -->", "<!-- results:end -->"
 PARTS = {"E1": "Part 1: the predictor", "L0": "Part 1: literature", "E2": "Part 2: utility", "R2": "Round 2"}
 
@@ -135,8 +139,6 @@ def _short(text: str, n: int = 70) -> str:
 
 def splice(readme: str, block: str) -> str:
     """README text with its marked block replaced by `block` (which carries the markers)."""
-    from steptime.errors import SteptimeError
-
     if BEGIN not in readme or END not in readme:
         raise SteptimeError(f"README.md has no {BEGIN} ... {END} block")
     head, rest = readme.split(BEGIN, 1)
@@ -172,9 +174,6 @@ def load_results(paths) -> dict[str, dict]:
 
 def readme_cli(write: bool = False, root=None) -> int:
     """`steptime readme [--write]`: check (or write) README.md's block against results/README_numbers.md."""
-    from steptime_lab.data.manifest import find_root
-    from steptime.errors import SteptimeError
-
     root = Path(find_root(root))
     block_path = root / "results" / "README_numbers.md"
     if not block_path.exists():
@@ -205,7 +204,6 @@ def readme_cli(write: bool = False, root=None) -> int:
               "rebuild it with `snakemake -j1 results/README_numbers.md`")
         if not write:
             return 1
-        from steptime.io import atomic_path as _ap
 
         with _ap(block_path) as tmp:
             tmp.write_text(fresh)
@@ -216,8 +214,6 @@ def readme_cli(write: bool = False, root=None) -> int:
         print("README.md: results block matches results/README_numbers.md")
         return 0
     if write:
-        from steptime.io import atomic_path
-
         with atomic_path(root / "README.md") as tmp:
             tmp.write_text(new)
         print("README.md: results block rewritten from results/README_numbers.md")
@@ -232,8 +228,6 @@ def pair_notebook(src, dst) -> None:
     import hashlib
 
     import jupytext
-
-    from steptime.io import atomic_path
 
     nb = jupytext.read(src)
     for i, cell in enumerate(nb.cells):

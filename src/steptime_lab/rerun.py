@@ -26,6 +26,9 @@ import time
 from pathlib import Path
 
 from steptime.errors import SteptimeError
+from steptime_lab.audit import AuditError, audit, primary_result
+from steptime_lab.data.manifest import find_root
+from steptime_lab.status import _registry
 
 SKIP = {".git", ".venv", ".snakemake", "logs", "__pycache__", ".pytest_cache", "cache"}
 
@@ -74,10 +77,6 @@ def diff_values(old, new, tol: float, path: str = "") -> list[str]:
 
 def rerun(select: str | None, tolerance: float | None = None, root: str | Path | None = None,
           keep: bool = False, jobs: int = 2) -> int:
-    from steptime_lab.audit import AuditError, audit, primary_result
-    from steptime_lab.data.manifest import find_root
-    from steptime_lab.status import _registry
-
     root = Path(find_root(root))
     if not select:
         raise RerunError("--rerun needs an experiment ID (E1.1) or a claim (E1.1:1)")

@@ -19,6 +19,8 @@ from typing import Any, Iterable
 
 from steptime.errors import SteptimeError
 from steptime.io import dumps, sha256_file, write_json
+from steptime import __version__
+from steptime.errors import InputError
 
 RESULT_KEYS = ("id", "question", "status", "metrics", "claims", "provenance")
 DIGEST_KEY = "result_sha256"
@@ -184,8 +186,6 @@ def target(targets: dict | None, key: str, experiment: str):
     """A pass/fail target from the registry (config/experiments.yaml `targets:`, the one home of
     targets): a missing one is one clear error, never a default typed in the code."""
     if key not in (targets or {}):
-        from steptime.errors import InputError
-
         raise InputError(f"{experiment}: no target {key!r} under its `targets:` in config/experiments.yaml")
     return targets[key]
 
@@ -193,8 +193,6 @@ def target(targets: dict | None, key: str, experiment: str):
 def provenance(inputs: Iterable[str | os.PathLike], config: dict | None = None,
                calibration: dict | None = None, rule: str | None = None,
                script: str | None = None) -> dict:
-    from steptime import __version__
-
     files = {}
     for p in sorted({str(x) for x in inputs}):
         path = Path(p)

@@ -22,6 +22,8 @@ from functools import lru_cache
 from pathlib import Path
 
 from steptime.io import file_sha256  # the one cached digest (audit imports it from here too)
+from steptime_lab.data.manifest import find_root
+from steptime_lab.results import code_sha256
 
 
 # Inputs under these folders are git-ignored intermediates (absent from a clean clone); when
@@ -32,8 +34,6 @@ INTERMEDIATE = ("results/cache/",)
 
 @lru_cache(maxsize=1)
 def _current_code_sha() -> str:
-    from steptime_lab.results import code_sha256
-
     return code_sha256()
 
 
@@ -44,8 +44,6 @@ def stale_reasons(result: str | Path | dict, root: str | Path | None = None) -> 
     hash of the library source (`code_sha256`). It is stale when an input is gone or its
     bytes changed, or when the library changed since.
     """
-    from steptime_lab.data.manifest import find_root
-
     root = Path(find_root(root))
     if isinstance(result, dict):
         doc = result
@@ -179,8 +177,6 @@ def _manifest_mismatch(root: Path, raw: list[str]) -> list[str]:
 
 def experiment_status(root: str | Path | None = None) -> list[dict]:
     """One record per registered experiment: id, state, reasons, missing raw files, command."""
-    from steptime_lab.data.manifest import find_root
-
     root = Path(find_root(root))
     rows = []
     for eid, e in _registry(root).items():

@@ -32,6 +32,8 @@ from typing import Any, Iterable
 from steptime.errors import CalibrationLeakError, InputError
 from steptime.specs import engines as E
 from steptime.terms.comm_bounds import check_updates
+from steptime.io import atomic_path
+from steptime.validation import MAX_SETTLED_BYTES, check_regular_file
 
 DEFAULTS_FILE = Path(__file__).resolve().parent / "defaults.yaml"
 # ASSUMED: a stated design choice (its source says why and which experiment tests it)
@@ -351,8 +353,6 @@ def _read_input_yaml(path) -> dict:
     regular file, too large, not UTF-8 text, not YAML, or uses a tag safe_load refuses (!!python/...)."""
     import yaml
 
-    from steptime.validation import MAX_SETTLED_BYTES, check_regular_file
-
     p = check_regular_file(path, "constants file", MAX_SETTLED_BYTES)
     try:
         text = p.read_bytes().decode("utf-8")
@@ -409,8 +409,6 @@ def _dump_yaml(doc: dict, path) -> None:
     """Block YAML with short lists of scalars (a cell's shape) on one line; atomic."""
     import yaml
 
-    from steptime.io import atomic_path
-
     class _Dumper(yaml.SafeDumper):
         pass
 
@@ -459,7 +457,6 @@ def ship_engine_constants(src, dest: Path | None = None) -> dict:
                                      f"{PROVENANCES}")
                 shipped.append(f"{eng}@{gpu}:{name}")
     E.get_engine(next(iter(doc.get("engines") or {E.default_engine(): {}})), fitted=doc)  # loads as a whole
-    from steptime.io import atomic_path
 
     with atomic_path(dest) as tmp:
         shutil.copyfile(src, tmp)

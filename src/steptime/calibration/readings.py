@@ -11,6 +11,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from steptime.calibration import DEFAULTS_FILE
+from steptime.specs.engines import FITTED_FILE
+
 FAMILIES = ("gemm", "nccl", "wallclock")
 PER_FAMILY = 3
 CONTRACT = (f"nine readings per held-out GPU, three per family ({PER_FAMILY} GEMM + {PER_FAMILY} NCCL all-reduce + "
@@ -32,9 +35,6 @@ def readings_by_family(constants_doc=None, engine_doc=None) -> dict:
     """{gpu: {'gemm': {cells}, 'nccl': {cells}, 'wallclock': {engine: {cells}}, 'other': {table: {cells}}}}
     from a constants document or a resolved `Constants` (default: the shipped defaults.yaml) and a fitted engine-constants
     document (default: the shipped engine_constants.yaml; absent: no wall-clock readings)."""
-    from steptime.calibration import DEFAULTS_FILE
-    from steptime.specs.engines import FITTED_FILE
-
     if hasattr(constants_doc, "table") and hasattr(constants_doc, "lookup"):  # a resolved Constants
         cdoc = {"constants": {"gpu": {s: {c.name: {"cells": list(c.cells)} for c in t.values()}
                                       for s, t in constants_doc._scopes.items()}}}

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from steptime.plotting import save, subplots
+
 
 def _ecdf(ax, x, label, **kw):
     x = np.sort(np.asarray(x, dtype=float)[np.isfinite(x)])
@@ -13,8 +15,6 @@ def _ecdf(ax, x, label, **kw):
 
 def plot_run(run, stem, title: str = "") -> list:
     """TTFT, TPOT and end-to-end CDFs of one simulated run (PNG + PDF at `stem`)."""
-    from steptime.plotting import save, subplots
-
     fig, axes = subplots(1, 3, figsize=(10, 3))
     d = run.requests
     for ax, col, name in zip(axes, ("ttft_s", "tpot_s", "e2e_s"), ("TTFT", "TPOT", "end-to-end")):

@@ -19,6 +19,7 @@ from steptime.errors import (GPUTypeError, ModelConfigError, UnknownGPUError, Un
                              UnsupportedModelError)
 from steptime.validation import MAX_CONFIG_BYTES, check_regular_file
 from steptime.specs.model import _JSON_KIND, _MODEL_FIELDS, Model, _cfg_bool, _cfg_int  # noqa: F401 (re-exported)
+from steptime.specs.moe import moe_from_config, moe_model_table
 
 _HERE = Path(__file__).resolve().parent
 SPEC_DIR = _HERE  # the spec files (read by the lab too)
@@ -288,15 +289,11 @@ def model_keys() -> list[str]:
 
 def moe_model_keys() -> list[str]:
     """The mixture-of-experts models' keys (moe_models.yaml)."""
-    from steptime.specs.moe import moe_model_table
-
     return list(moe_model_table())
 
 
 @lru_cache(maxsize=1)
 def _moe_alias_index() -> dict[str, str]:
-    from steptime.specs.moe import moe_model_table
-
     idx = {}
     for key, m in moe_model_table().items():
         for name in (key, m.source, *m.aliases):
@@ -333,8 +330,6 @@ def model_from_config(path: str | os.PathLike) -> Model:
         raise ModelConfigError(f"{p}: expected a JSON object of model fields, got {kind}")
     reason = _moe_reason(cfg)
     if reason:
-        from steptime.specs.moe import moe_from_config
-
         return moe_from_config(cfg, p)
     where = str(p)
     need = ["hidden_size", "num_hidden_layers", "num_attention_heads", "vocab_size"]
@@ -400,8 +395,6 @@ def get_model(name: str | Model) -> Model:
     if key is None:
         moe_key = _moe_alias_index().get(_norm(s)) or _moe_alias_index().get(_norm(s.split("/")[-1]))
         if moe_key is not None:
-            from steptime.specs.moe import moe_model_table
-
             return moe_model_table()[moe_key]
         moe = _moe_index().get(_norm(s)) or _moe_index().get(_norm(s.split("/")[-1]))
         if moe:

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from steptime.errors import UnknownEngineError, UnsupportedError
+from steptime.specs import _load_yaml
 
 ENGINE_FILE = Path(__file__).resolve().parent / "engines.yaml"
 FITTED_FILE = Path(__file__).resolve().parent.parent / "calibration" / "engine_constants.yaml"
@@ -155,8 +156,6 @@ def _parse_engine(key: str, doc: dict) -> Engine:
 
 @lru_cache(maxsize=1)
 def _doc() -> dict:
-    from steptime.specs import _load_yaml
-
     return _load_yaml(ENGINE_FILE)
 
 
@@ -167,7 +166,6 @@ def fitted_engines(fitted) -> dict:
         p = Path(fitted)
         if not p.exists():
             return {}
-        from steptime.specs import _load_yaml
 
         return (_load_yaml(p) or {}).get("engines") or {}
     return (fitted.get("engines", fitted) if isinstance(fitted, dict) else {}) or {}

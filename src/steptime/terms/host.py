@@ -20,14 +20,13 @@ from __future__ import annotations
 import numpy as np
 
 from steptime.calibration import Constants
+from steptime.specs.engines import allreduces_per_layer
 
 KERNELS_PER_LAYER = 12  # qkv, rope, kv_write, attn, o, 2 norms, 2 adds, gate_up, act, down
 KERNELS_PER_STEP = 10   # embedding, final norm, lm head, sampling and bookkeeping kernels
 
 
 def n_kernels(n_layers: int, tp: int = 1) -> int:
-    from steptime.specs.engines import allreduces_per_layer
-
     return KERNELS_PER_LAYER * n_layers + KERNELS_PER_STEP + (allreduces_per_layer() * n_layers if tp > 1 else 0)
 
 

@@ -13,6 +13,7 @@ from steptime_lab.data import schemas
 from steptime_lab.data.checks import aggregate_duplicates, fail_rows, read_parquet, run_schema, time_factor
 from steptime_lab.data.manifest import Entry, load_manifest
 from steptime.errors import DataError
+from steptime.specs import get_gpu, gpu_key
 
 # Unit sanity bounds (a units slip shows up as impossible efficiencies).
 MAX_PEAK_FRACTION = 1.25      # no kernel runs faster than 1.25x the datasheet compute peak
@@ -27,7 +28,6 @@ DTYPE_NAMES = {"half": "float16", "float": "float32"}
 def _gpu_filter(gpu):
     if gpu is None:
         return None
-    from steptime.specs import gpu_key
 
     return [gpu_key(gpu)] if isinstance(gpu, str) else [gpu_key(g) for g in gpu]
 
@@ -39,8 +39,6 @@ def _concat(frames: list[pd.DataFrame], what: str, gpu) -> pd.DataFrame:
 
 
 def _spec(entry: Entry):
-    from steptime.specs import get_gpu
-
     if not entry.gpu:
         raise DataError(f"{entry.rel}: raw/MANIFEST.yaml gives no gpu for this file")
     return get_gpu(entry.gpu)

@@ -7,6 +7,9 @@ import os
 from pathlib import Path
 
 from steptime.errors import DataError
+from steptime.io import atomic_path
+from steptime_lab.data import schemas
+from steptime_lab.data.checks import run_schema
 
 # manifest `table` -> (module, per-file reader returning a tidy DataFrame)
 READERS = {
@@ -110,8 +113,6 @@ def tidy_table(name: str, root=None):
         raise KeyError(f"unknown tidy table {name!r} (known: {', '.join(TIDY)})")
     mod, fn, kw = TIDY[name]
     df = getattr(importlib.import_module(mod), fn)(root=root, **kw)
-    from steptime_lab.data import schemas
-    from steptime_lab.data.checks import run_schema
 
     schema_name = {"distserve_max_num_tokens": "distserve_max_num_tokens"}.get(name, name)
     run_schema(df, schemas.tidy(schema_name), f"tidy table {name}")
@@ -122,8 +123,6 @@ def write_parquet(df, path: str | os.PathLike) -> Path:
     """Write a DataFrame as parquet, atomically and byte-for-byte reproducibly."""
     import pyarrow as pa
     import pyarrow.parquet as pq
-
-    from steptime.io import atomic_path
 
     table = pa.Table.from_pandas(df.reset_index(drop=True), preserve_index=False)
     with atomic_path(path) as tmp:

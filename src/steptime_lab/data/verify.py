@@ -15,6 +15,10 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from steptime.errors import DataError
+from steptime.io import sha256_file
+from steptime.specs import gpu_keys
+from steptime_lab.data.manifest import MANIFEST_REL, completeness, find_root, load_manifest, registry_problems
+from steptime_lab.data.tables import read_entry
 
 REQUIRED = ("path", "table", "source", "original_path", "licence", "licence_file", "sha256", "bytes", "measures",
             "units")
@@ -44,9 +48,6 @@ class Report:
 
 
 def verify(root=None, schema: bool = True) -> Report:
-    from steptime_lab.data.manifest import MANIFEST_REL, completeness, find_root, load_manifest, registry_problems
-    from steptime.io import sha256_file
-
     try:
         r = find_root(root)
         man = load_manifest(r, complete=False)  # every problem is listed below, not just the first
@@ -62,8 +63,6 @@ def verify(root=None, schema: bool = True) -> Report:
         if n > 1:
             problems.append(Problem(rel, f"listed {n} times in the manifest"))
     total = 0
-    from steptime_lab.data.tables import read_entry
-    from steptime.specs import gpu_keys
 
     keys = set(gpu_keys())
     for e in entries:
@@ -147,7 +146,6 @@ def list_main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--root", default=None)
     a = ap.parse_args(argv)
-    from steptime_lab.data.manifest import load_manifest
 
     man = load_manifest(a.root, complete=False)
     rows = [{k: e.get(k) for k in ("path", "table", "gpu", "source", "rows", "bytes")} for e in man.entries()]

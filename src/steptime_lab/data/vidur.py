@@ -15,6 +15,7 @@ from steptime_lab.data.checks import aggregate_duplicates, fail_rows, read_csv, 
 from steptime_lab.data.manifest import Entry, load_manifest
 from steptime.errors import DataError, UnknownModelError
 from steptime.specs import vidur_operators
+from steptime.specs import get_model
 
 VIDUR_OPS = tuple(vidur_operators())  # Vidur's operators in execution order (specs/operators.yaml)
 GEMM_OPS = tuple(vidur_operators(kind="gemm"))
@@ -25,8 +26,6 @@ CPU_STAGES = ("schedule", "sampler_launch", "sampler_e2e", "prepare_inputs_launc
 
 def model_key(name: str) -> str:
     """steptime's model key for a Hugging Face id (its last path part, lower-cased, if steptime lacks it)."""
-    from steptime.specs import get_model
-
     try:
         return get_model(name).key
     except UnknownModelError:

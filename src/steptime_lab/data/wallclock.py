@@ -30,6 +30,9 @@ from steptime_lab.data.checks import fail_rows, read_csv, run_schema, time_facto
 from steptime_lab.data.manifest import Entry, load_manifest
 from steptime.errors import DataError, UnknownModelError
 from steptime.specs import SPEC_DIR
+from steptime.specs import get_model, gpu_key
+from steptime_lab.data.aic import _gpu_filter, read_gemm_file
+from steptime_lab.data.vidur import model_key
 
 ARCH_FILE = SPEC_DIR / "model_arch.yaml"
 ARCHS = ("dense", "moe", "hybrid")
@@ -71,7 +74,6 @@ def model_arch(model_id: str) -> str:
     fact = _arch_table().get(str(model_id).lower())
     if fact is not None:
         return fact["arch"]
-    from steptime.specs import get_model
 
     try:
         get_model(model_id)
@@ -85,8 +87,6 @@ def model_arch(model_id: str) -> str:
 def _model_cols(df: pd.DataFrame, source_col: str, file, raw_col: str | None = None) -> pd.DataFrame:
     """Add model (steptime key or lower-cased HF name), arch and moe for each row's model id; a failure
     names the raw file's column `raw_col` (and the CSV line) when given."""
-    from steptime_lab.data.vidur import model_key
-
     ids = df[source_col].astype(str)
     uniq = ids.unique()
     arch = {}
@@ -108,8 +108,6 @@ def _model_cols(df: pd.DataFrame, source_col: str, file, raw_col: str | None = N
 
 
 def _entry_gpu(entry: Entry) -> str:
-    from steptime.specs import gpu_key
-
     if not entry.gpu:
         raise DataError(f"{entry.rel}: raw/MANIFEST.yaml gives no gpu for this file")
     return gpu_key(entry.gpu)
@@ -581,7 +579,6 @@ def read_silicon_file(entry: Entry) -> pd.DataFrame:
     fail_rows(raw, reserved.to_numpy(), entry.rel, "model_path",
               "a reserved Llama-3.1-8B/70B row (an outside check of this project: never vendored or read)",
               csv=True)
-    from steptime.specs import gpu_key
 
     sysname = raw["system"].astype(str)
     keys = {}
@@ -630,7 +627,5 @@ def load_aic_gemm_fp8(gpu=None, *, root=None) -> pd.DataFrame:
     """fp8 W8A8 GEMM latencies (per-tensor scaled, vLLM's CutlassFP8ScaledMMLinearKernel), the same columns
     as load_aic_gemm: min_bytes and hbm_floor_ms count 1-byte operands, the compute check uses the
     datasheet fp8 peak. No fp8 rows exist for Ampere GPUs."""
-    from steptime_lab.data.aic import _gpu_filter, read_gemm_file
-
     ents = load_manifest(root).entries("aic_gemm_fp8", _gpu_filter(gpu))
     return _concat([read_gemm_file(e) for e in ents], "aic_gemm_fp8", gpu)

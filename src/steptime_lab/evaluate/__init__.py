@@ -12,6 +12,11 @@ from __future__ import annotations
 
 import importlib
 
+from steptime.errors import InputError, SteptimeError
+from steptime.io import dumps
+from steptime.specs import gpu_key
+from steptime_lab.data.manifest import find_root
+
 FAMILIES = {
     "gemm": "steptime_lab.evaluate.gemm",
     "attention_decode": "steptime_lab.evaluate.attention",
@@ -29,9 +34,6 @@ def load_gemm_calibration() -> dict:
     results/calibration/gemm_constants.json: leave-one-GPU-out folds and deploy readings)."""
     import json
 
-    from steptime_lab.data.manifest import find_root
-    from steptime.errors import SteptimeError
-
     path = find_root() / "results" / "calibration" / "gemm_constants.json"
     if not path.exists():
         raise SteptimeError(f"{path} missing: build it with `snakemake -j2 results/calibration/gemm_constants.json`")
@@ -41,9 +43,6 @@ def load_gemm_calibration() -> dict:
 def evaluate(family: str, gpus: list[str] | None = None, **kw) -> list[dict]:
     """Records of `family` (one of FAMILIES), restricted to `gpus` (keys or aliases) if given.
     An unknown family or GPU raises a SteptimeError that lists the known ones."""
-    from steptime.errors import InputError, SteptimeError
-    from steptime.specs import gpu_key
-
     if family not in FAMILIES:
         raise InputError(f"unknown family {family!r} (known: {', '.join(FAMILIES)})")
     if gpus is not None:
@@ -65,10 +64,6 @@ def evaluate(family: str, gpus: list[str] | None = None, **kw) -> list[dict]:
 
 
 def evaluate_cli(args) -> int:
-    from steptime.io import dumps
-
-    from steptime.errors import SteptimeError
-
     records = evaluate(args.family, args.gpu)
     if not records:
         which = f" for {', '.join(args.gpu)}" if args.gpu else ""

@@ -5,21 +5,20 @@ results/calibration/gemm_constants.json."""
 
 from __future__ import annotations
 
+from steptime.specs import gpu_key
+from steptime_lab.data import load_aic_attention
+from steptime_lab.evaluate import load_gemm_calibration
+from steptime_lab.experiments import attention as E
+from steptime_lab.experiments.attention import tidy_cells
+
 
 def load_cells():
-    from steptime_lab.data import load_aic_attention
-    from steptime_lab.experiments.attention import tidy_cells
-
     return tidy_cells(load_aic_attention("generation"), load_aic_attention("context"))
 
 
 def evaluate(family: str, gpus=None, seed: int = 0, n_boot: int = 1000, **kw) -> list[dict]:
-    from steptime_lab.experiments import attention as E
-    from steptime.specs import gpu_key
-
     cells = load_cells()
     ev = [gpu_key(g) for g in gpus] if gpus else None
-    from steptime_lab.evaluate import load_gemm_calibration
 
     r = E.run(cells, load_gemm_calibration(), seed=seed, n_boot=n_boot, eval_gpus=ev, ship=False)
     return [x for x in r["records"] if x["family"] == family]

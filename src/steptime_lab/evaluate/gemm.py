@@ -7,12 +7,12 @@ when present (else the leave-one-GPU-out fits are rerun here, ~1 min).
 
 from __future__ import annotations
 
+from steptime_lab.data.manifest import find_root
+from steptime_lab.experiments import gemm as E
+
 
 def evaluate(family: str = "gemm", gpus=None, *, refit: bool = False, n_boot: int = 1000, seed: int = 0,
              **kw) -> list[dict]:
-    from steptime_lab.data.manifest import find_root
-    from steptime_lab.experiments import gemm as E
-
     root = find_root()
     table = root / "results" / "data" / "gemm.parquet"
     df = E.load_gemm(table if table.exists() else None)

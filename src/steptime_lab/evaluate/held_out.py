@@ -25,6 +25,8 @@ the Calibration, so the scorer can `check_disjoint` / exclude them.
 from __future__ import annotations
 
 from steptime.calibration import Calibration, Constants
+from steptime.specs import get_gpu
+from steptime_lab.experiments import attention as AX, gemm as GX, light as LX, step as SX
 
 FAMILIES = ("gemm", "attention", "light")
 # Which families each scored dataset exercises (E2.x experiments use these names).
@@ -37,8 +39,6 @@ def held_out_constants(target: str, families=FAMILIES, *, gemm_doc: dict | None 
                        base: Constants | None = None) -> tuple[Constants, Calibration]:
     """Constants for scoring `target` held out, and the Calibration listing every cell that
     set one (defaults.yaml's own cells included, `Calibration.from_constants`)."""
-    from steptime.specs import get_gpu
-
     unknown = [f for f in families if f not in FAMILIES]
     if unknown:
         raise ValueError(f"unknown constant families {unknown} (known: {', '.join(FAMILIES)})")
@@ -46,15 +46,11 @@ def held_out_constants(target: str, families=FAMILIES, *, gemm_doc: dict | None 
     c = base or Constants.default()
     notes: dict[str, tuple] = {}
     if "light" in families and light_cells is not None:
-        from steptime_lab.experiments import step as SX
-
         c, info = SX.held_out_constants(light_cells, target, list(light_gpus or sorted(set(light_cells["gpu"]))),
                                         gemm_doc, c)
         notes["light"] = (f"light_bw_scale@{key}", [tuple(info["reading_cell"])],
                           f"light constants (eta, floor, knee p) fitted on {info['fit_on']}; light_bw_scale: {info['light_bw_scale_from']}")
     if "gemm" in families:
-        from steptime_lab.experiments import gemm as GX
-
         c, gemm_cells = GX.with_fold(c, key, gemm_doc)
         if gemm_cells:
             notes["gemm"] = (f"gemm_fold@{key}", gemm_cells,
@@ -96,8 +92,6 @@ class HeldOut:
         fams = DATASET_FAMILIES[dataset]
         light_cells = None
         if "light" in fams and vidur is not None:
-            from steptime_lab.experiments import light as LX
-
             light_cells = LX.tidy_cells(vidur)
         return cls(fams, gemm_doc=gemm_doc, attn_doc=attn_doc, light_cells=light_cells, light_gpus=light_gpus,
                    base=base)
@@ -117,8 +111,6 @@ def fit_footprint(dataset: str, target: str, *, gemm_doc: dict | None = None, at
     attention: E1.24's fit sample on the fold's GPUs (`attention._sample`), its GPUs' deploy
     cells behind the reading ratios, and the GEMM fold its readings are solved under; light:
     the other Vidur GPUs' light tables (and the GEMM fold behind a derived bandwidth scale)."""
-    from steptime.specs import get_gpu
-
     key = get_gpu(target).key
     fams = DATASET_FAMILIES[dataset]
     out: dict = {}
@@ -132,8 +124,6 @@ def fit_footprint(dataset: str, target: str, *, gemm_doc: dict | None = None, at
                        "what": f"global fit sample ({n} cells per GPU) plus each GPU's three deploy readings"}
     per_gpu = (attn_doc or {}).get("metrics", {}).get("per_gpu", {})
     if "attention" in fams and key in per_gpu and attn_cells is not None:
-        from steptime_lab.experiments import attention as AX
-
         fit_on = list(per_gpu[key]["fit_on"])
         n_fit = len(AX._sample(attn_cells[attn_cells["gpu"].isin(fit_on)], seed,
                                attn_sample or AX.FIT_SAMPLE))

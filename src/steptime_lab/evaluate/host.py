@@ -5,12 +5,12 @@ subset 'all' / 'tp1' / 'tp>1' score the whole host time per step (S(N) + Ray + s
 
 from __future__ import annotations
 
+from steptime.specs import gpu_key
+from steptime_lab.data import load_vidur_cpu_overheads
+from steptime_lab.experiments import host as E
+
 
 def evaluate(family: str = "host", gpus=None, seed: int = 0, n_boot: int = 1000, **kw) -> list[dict]:
-    from steptime_lab.data import load_vidur_cpu_overheads
-    from steptime_lab.experiments import host as E
-    from steptime.specs import gpu_key
-
     recs = E.run(E.tidy(load_vidur_cpu_overheads()), seed=seed, n_boot=n_boot)["records"]
     if gpus:
         keep = {gpu_key(g) for g in gpus}

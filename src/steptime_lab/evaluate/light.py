@@ -5,13 +5,13 @@ and 'op:<vidur op>' score one kernel or one Vidur operator."""
 
 from __future__ import annotations
 
+from steptime.specs import gpu_key
+from steptime_lab.data import load_vidur_mlp
+from steptime_lab.evaluate import load_gemm_calibration
+from steptime_lab.experiments import light as E
+
 
 def evaluate(family: str = "light", gpus=None, seed: int = 0, n_boot: int = 1000, **kw) -> list[dict]:
-    from steptime_lab.data import load_vidur_mlp
-    from steptime_lab.experiments import light as E
-    from steptime_lab.evaluate import load_gemm_calibration
-    from steptime.specs import gpu_key
-
     cells = E.tidy_cells(load_vidur_mlp())
     recs = E.run(cells, seed=seed, n_boot=n_boot, gemm_doc=load_gemm_calibration())["records"]
     if gpus:

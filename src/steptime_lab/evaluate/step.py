@@ -3,14 +3,13 @@
 
 from __future__ import annotations
 
+from steptime.specs import gpu_key
+from steptime_lab.data import load_vidur_mlp
+from steptime_lab.evaluate import load_gemm_calibration
+from steptime_lab.experiments import light as LX, step as E
+
 
 def evaluate(family: str = "step", gpus=None, seed: int = 0, n_boot: int = 1000, **kw) -> list[dict]:
-    from steptime_lab.data import load_vidur_mlp
-    from steptime_lab.experiments import light as LX
-    from steptime_lab.experiments import step as E
-    from steptime_lab.evaluate import load_gemm_calibration
-    from steptime.specs import gpu_key
-
     v = load_vidur_mlp()
     # GEMM leave-one-GPU-out folds as the pipeline settled them from raw/ (rule settle_gemm_constants)
     recs = E.run(v, LX.tidy_cells(v), seed=seed, n_boot=n_boot, gemm_doc=load_gemm_calibration())["records"]

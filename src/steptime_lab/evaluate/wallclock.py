@@ -7,11 +7,14 @@ and prompt-length settings come from the registry (config/experiments.yaml, R2.3
 
 from __future__ import annotations
 
+from steptime.specs import gpu_key
+from steptime_lab import data
+from steptime_lab.data.manifest import find_root
+from steptime_lab.experiments import wallclock as W
+
 
 def settings() -> tuple[dict, dict]:
     import yaml
-
-    from steptime_lab.data.manifest import find_root
 
     reg = yaml.safe_load((find_root() / "config" / "experiments.yaml").read_text())["experiments"]
     fit = reg["R2.3"]["settings"]["fit"]
@@ -20,10 +23,6 @@ def settings() -> tuple[dict, dict]:
 
 
 def evaluate(family: str = "wallclock", gpus=None, seed: int = 0, n_boot: int = 1000, **kw) -> list[dict]:
-    from steptime_lab import data
-    from steptime_lab.experiments import wallclock as W
-    from steptime.specs import gpu_key
-
     fit, prompts, mixed = settings()
     recs = W.evaluate_records(data.load_fpm_steps(), data.load_mlenergy("v2"), data.load_mlenergy("v3"),
                               data.load_aic_silicon(), fit=fit, prompt_tokens=prompts, n_boot=n_boot, seed=seed,

@@ -10,13 +10,14 @@ experiment is a registry field (`claim_type` in config/experiments.yaml).
 
 from __future__ import annotations
 
+from steptime.errors import SteptimeError
+from steptime.plotting import CLAIM_COLORS, save, subplots
+
 TYPES = ("accuracy", "decision", "cost")
 
 
 def points(results: dict[str, dict], types: dict[str, str]) -> list[dict]:
     """One record per claim: id, result, type, verdict ('met', 'missed', 'info'), value and text."""
-    from steptime.errors import SteptimeError
-
     out = []
     for eid in sorted(results, key=_order):
         if types.get(eid) not in TYPES:
@@ -47,8 +48,6 @@ def summary(pts: list[dict]) -> dict:
 def figure(pts: list[dict], stem, caption: str) -> None:
     from matplotlib.colors import to_rgba
     from matplotlib.ticker import MaxNLocator
-
-    from steptime.plotting import CLAIM_COLORS, save, subplots
 
     results = sorted({p["result"] for p in pts}, key=_order)
     fig, ax = subplots(figsize=(7.5, 0.45 * len(results) + 1.6))

@@ -28,6 +28,8 @@ from steptime_lab.experiments import gemm as GX
 from steptime_lab.metrics import score, signed_error
 from steptime.specs import get_gpu, gpu_keys
 from steptime.terms import attention as A
+from steptime import plotting
+from steptime_lab.results import claim
 
 AIC_GPUS = tuple(gpu_keys(tables="aic"))  # the nine GPUs with AIConfigurator tables (gpus.yaml aic_name)
 LLM_HEADS = (32, 64)
@@ -420,8 +422,6 @@ FAMILIES = ("attention_decode", "attention_prefill")
 def document(r: dict, cells, targets: dict) -> dict:
     """metrics + claims for results/E1_24.json; `targets`: held-out MAPE bound per family
     (config/experiments.yaml E1.24 targets, e.g. {attention_decode: 0.08, attention_prefill: 0.10})."""
-    from steptime_lab.results import claim
-
     recs = r["records"]
     metrics = {"records": recs, "per_gpu": r["per_gpu"],
                "shipped": {"globals": r["shipped"]["globals"], "lanes": r["shipped"]["lanes"],
@@ -462,14 +462,10 @@ def document(r: dict, cells, targets: dict) -> dict:
 
 
 def _claim(text, value, comparison, target, met):
-    from steptime_lab.results import claim
-
     return claim(text, round(float(value), 4), comparison, target=target, met=bool(met), op="<=", unit="fraction")
 
 
 def plot_accuracy(r: dict, stem, caption: str | None = None, targets: dict | None = None):
-    from steptime import plotting
-
     plt = plotting.setup()
     fig, axes = plt.subplots(1, 2, figsize=(10, 3.4), sharey=True)
     for ax, fam in zip(axes, FAMILIES):
@@ -493,8 +489,6 @@ def plot_accuracy(r: dict, stem, caption: str | None = None, targets: dict | Non
 
 def plot_factors(r: dict, stem, gpu: str = "h100-sxm", caption: str | None = None):
     """Measured vs predicted decode latency over KV length (Llama-like config) and the branches."""
-    from steptime import plotting
-
     plt = plotting.setup()
     pr = r["pred"]
     fig, axes = plt.subplots(1, 2, figsize=(10, 3.6))
@@ -529,8 +523,6 @@ def plot_factors(r: dict, stem, gpu: str = "h100-sxm", caption: str | None = Non
 def plot_atlas(r: dict, stem, caption: str | None = None):
     """E1.22: signed error heatmaps (Llama-like, bf16, 32 q heads) per GPU: decode (batch x KV),
     prefill (batch x prompt), each bad cell (|err| > 10%) tagged with the dominant branch."""
-    from steptime import plotting
-
     plt = plotting.setup()
     pr = r["pred"]
     gpus = sorted(pr["gpu"].unique())

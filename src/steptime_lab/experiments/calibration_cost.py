@@ -13,14 +13,20 @@ import time
 
 import numpy as np
 
+from steptime.calibration import Constants, _default_doc
+from steptime.calibration.readings import CONTRACT, readings_by_family
+from steptime.ops import predict_ops
+from steptime.plotting import PALETTE, save, setup
+from steptime_lab.experiments.ratios import predict_layer_ops
+from steptime_lab.experiments.transfer.profiled import predict_profiled
+from steptime_lab.results import claim
+
 LEDGER_PREDICTORS = ("steptime", "steptime_home_only", "rf", "rf_spec_scaled", "rf_spec_scaled_readings", "ml_loo",
                      "poly", "poly_spec_scaled")
 
 
 def steptime_rows(constants=None) -> dict:
     """Rows that set steptime's constants: per-GPU deploy cells and family/global fitted cells."""
-    from steptime.calibration import Constants
-
     constants = constants or Constants.default()
     per_gpu, shared = {}, 0
     for scope, table in constants._scopes.items():
@@ -136,8 +142,6 @@ def time_calls(fn, repeats: int = 5) -> float:
 def prediction_speed(rf_estimator, cells, gpu: str, repeats: int = 5) -> dict:
     """Seconds per cell of steptime vs the RF's predict on the same GEMM cells, batched and one
     cell per call (the scheduler's case), measured side by side in this process."""
-    from steptime.ops import predict_ops
-
     m, n, k = (cells[c].to_numpy() for c in ("m", "n", "k"))
     X = cells[["m", "n", "k"]]
     batch_st = time_calls(lambda: predict_ops("gemm", gpu, m=m, n=n, k=k), repeats)
@@ -154,8 +158,6 @@ def prediction_speed(rf_estimator, cells, gpu: str, repeats: int = 5) -> dict:
 
 def calibrate_steptime_seconds(repeats: int = 5) -> float:
     """Wall seconds for steptime to 'calibrate': read the constants file and resolve it."""
-    from steptime.calibration import Constants, _default_doc
-
     def go():
         _default_doc.cache_clear()
         Constants()
@@ -170,8 +172,6 @@ def reading_gpu_seconds(constants, engine_doc, *, gemm, allreduce, fpm, repeats:
     occupies (an all-reduce: its GPU count; an engine step: its TP), times `repeats` (a reading is
     the median of a few repeats). A record with no row in the table is counted as unmatched, never
     given a time. Engine start-up, process launch and warm-up are not in any table and not counted."""
-    from steptime.calibration.readings import readings_by_family
-
     out = {}
     for g, r in sorted(readings_by_family(constants, engine_doc).items()):
         fams = {}
@@ -206,8 +206,6 @@ def reading_gpu_seconds(constants, engine_doc, *, gemm, allreduce, fpm, repeats:
 
 
 def e2_5_document(rows, settings: dict, readings: dict | None = None) -> dict:
-    from steptime_lab.results import claim
-
     claims = []
     for ds in sorted({r["dataset"] for r in rows}):
         sub = {r["predictor"]: r for r in rows if r["dataset"] == ds and r["home_gpu"] == "a100-sxm"}
@@ -232,8 +230,6 @@ def e2_5_document(rows, settings: dict, readings: dict | None = None) -> dict:
                 "(max over targets, E2.1 fitted_on)"))
     metrics = {"ledger": rows, "settings": settings}
     if readings is not None:
-        from steptime.calibration.readings import CONTRACT
-
         metrics["readings_per_gpu"] = readings
         for g, r in readings.items():
             if not r["total_readings"]:
@@ -251,8 +247,6 @@ def e2_5_document(rows, settings: dict, readings: dict | None = None) -> dict:
 def plot_ledger(rows, timing: dict, stem):
     """(a) rows profiled per GPU vs GPUs covered; (b) home and unseen-GPU MAPE per dataset."""
     from matplotlib.ticker import FuncFormatter
-
-    from steptime.plotting import PALETTE, save, setup
 
     plt = setup()
     marks = {"vidur_step": "o", "aic_gemm": "s", "aic_attention": "^"}
@@ -312,9 +306,6 @@ def plot_ledger(rows, timing: dict, stem):
 def step_prediction_speed(bundle: dict, cells, gpu: str, repeats: int = 3) -> dict:
     """Seconds per per-layer step cell: the RF (nine per-operator forests, as Vidur predicts a
     layer) vs steptime's per-layer function, batched and one cell per call."""
-    from steptime_lab.experiments.ratios import predict_layer_ops
-    from steptime_lab.experiments.transfer.profiled import predict_profiled
-
     one = cells.iloc[:1]
     batch_rf = time_calls(lambda: predict_profiled(bundle, "rf", cells), repeats)
     batch_st = time_calls(lambda: predict_layer_ops(cells, gpu), repeats)

@@ -15,6 +15,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from steptime_lab import data
+from steptime_lab.regimes import llm_shaped
+
 DATASETS = ("vidur_step", "aic_gemm", "aic_attention")
 DECODE_MAX_TOKENS = 256  # a cell is decode-sized when its new tokens (GEMM m, num_tokens) <= this
 VIDUR_GPUS = ("a100-sxm", "h100-sxm", "a40")  # the GPUs Vidur profiled
@@ -157,7 +160,6 @@ def llm_mask(dataset: str, cells):
     None for the other datasets (all their cells are LLM-shaped)."""
     if dataset != "aic_gemm":
         return None
-    from steptime_lab.regimes import llm_shaped
 
     return llm_shaped(*(cells[c].to_numpy() for c in ("m", "n", "k")))
 
@@ -167,8 +169,6 @@ def load_cells(dataset: str, tps=(1,), tables: dict | None = None):
     (gemm, attention_context, attention_generation, vidur_mlp) to its frame or parquet path
     (the pipeline passes its declared inputs); without it, steptime_lab.data loads them from raw/."""
     import pandas as pd
-
-    from steptime_lab import data
 
     def table(name, load):
         if tables is None:

@@ -33,6 +33,7 @@ from steptime.calibration import Calibration
 from steptime_lab.results import claim
 from steptime.specs import get_gpu
 from steptime.terms import comm
+from steptime import plotting
 
 SCORE_RANGE = (65536, 268435456)
 KERNEL_IMPL = {"NCCL": "nccl", "vLLM_custom_graph": "custom"}
@@ -316,8 +317,6 @@ def defaults_updates(r: dict, experiment: str = "E1.25") -> list[dict]:
 
 
 def plot(r: dict, stem, caption: str | None = None):
-    from steptime import plotting
-
     plt = plotting.setup()
     p = r["pred"]
     gpus = sorted(p["gpu"].unique())

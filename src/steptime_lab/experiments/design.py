@@ -18,6 +18,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from steptime_lab.experiments import attention as AX, gemm as GX
+from steptime_lab.results import claim
+
 
 def _row(choice, shipped, alternatives: dict, *, metric: str, held_out: bool, source: str, note: str = "") -> dict:
     vals = {str(k): (None if v is None else float(v)) for k, v in alternatives.items()}
@@ -54,8 +57,6 @@ def collected_choices(e1_11: dict, e1_3: dict, e1_13: dict, gemm_doc: dict) -> l
 
 
 def _gemm_target_mape(df, gpu: str, glob: dict, readings: dict) -> float:
-    from steptime_lab.experiments import gemm as GX
-
     sub = df[df["gpu"] == gpu].reset_index(drop=True)
     used = {c for c, _ in readings[gpu].values()}
     keep = np.array([c not in used for c in GX.cell_ids(sub)]) & GX.subset_masks(sub)["llm"]
@@ -72,8 +73,6 @@ def warm_start_check(df, gemm_doc: dict, targets, *, seed: int = 0, n_per_gpu: i
     (warm, as shipped: the start saw the target) and from the neutral start values (cold,
     nested: no look at the target), same sample and budget; the shipped fold's MAPE beside
     them. Returns {'per_target': {target: {'warm', 'cold', 'shipped_fold'}}, 'settings'}."""
-    from steptime_lab.experiments import gemm as GX
-
     s = gemm_doc["settings"]
     kw = dict(seed=seed, n_per_gpu=int(n_per_gpu or s["n_per_gpu"]), max_nfev=int(max_nfev or s["max_nfev"]),
               fixed=gemm_doc.get("fixed"))
@@ -97,9 +96,6 @@ def llm_weight_check(cells, gemm_doc: dict, targets, weights=(1.0, 10.0), *, see
     """Held-out attention MAPE (LLM-like cells, both phases) per target and LLM-cell weight
     of the shape-factor fit, each fold refitted on the target's training GPUs exactly as
     E1.24 does (per-GPU constants from the GEMM readings), at a reduced fit budget."""
-    from steptime_lab.experiments import attention as AX
-    from steptime_lab.experiments import gemm as GX
-
     gpus = [g for g in AX.AIC_GPUS if (cells["gpu"] == g).any()]
     lanes = AX.lane_of(cells)
     out: dict = {}
@@ -142,8 +138,6 @@ def nested_rows(warm: dict, weight: dict) -> list[dict]:
 
 
 def document(collected: list[dict], nested: list[dict], warm: dict, weight: dict, *, fast: bool) -> dict:
-    from steptime_lab.results import claim
-
     rows = collected + nested
     claims = [claim(f"design choice {r['choice']}: shipped {r['shipped']} "
                     + ("is the best alternative" if r["shipped_is_best"] else

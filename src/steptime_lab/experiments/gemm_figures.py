@@ -6,6 +6,7 @@ import numpy as np
 
 from steptime.plotting import PALETTE, save, subplots
 from steptime.specs import by_family, get_gpu, gpu_keys
+from steptime_lab.experiments.gemm import mem_law_predict, predict
 
 GPU_ORDER = tuple(by_family(gpu_keys(tables="aic")))  # the AIConfigurator GPUs by generation
 GPU_COLORS = dict(zip(GPU_ORDER, ("#1b9e77", "#d95f02", "#7570b3", "#e7298a", "#66a61e", "#e6ab02", "#a6761d",
@@ -30,8 +31,6 @@ def _gpu_bars(ax, gpus, series, w, ylabel=None, **ticklabels):
 
 
 def memory_law_figure(tab, study: dict, stem: str) -> None:
-    from steptime_lab.experiments.gemm import mem_law_predict
-
     fig, axes = subplots(1, 3, figsize=(13, 4))
     g = tab[tab["kind"] == "gemm"]
     for law, ax in zip(("x", "bytes"), axes[:2]):
@@ -170,8 +169,6 @@ def error_atlas_figure(ape, stem: str) -> None:
 
 def _curve_panel(ax, axf, gpu, cells, params_list, title):
     """Measured latency vs m for one (n, k), model lines, and the factors on a lower axis."""
-    from steptime_lab.experiments.gemm import predict
-
     m = cells["m"].to_numpy(float)
     n = float(cells["n"].iloc[0])
     k = float(cells["k"].iloc[0])

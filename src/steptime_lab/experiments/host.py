@@ -18,6 +18,9 @@ import numpy as np
 
 from steptime.calibration import Calibration
 from steptime_lab.metrics import score
+from steptime import plotting
+from steptime.step import predict_steps
+from steptime_lab.results import claim
 
 CORE = ("schedule_median_ms", "prepare_inputs_e2e_median_ms", "process_model_outputs_median_ms")
 PARTS = {"schedule": "schedule_median_ms", "prepare_inputs": "prepare_inputs_e2e_median_ms",
@@ -143,8 +146,6 @@ def part_shares(x) -> list[dict]:
 
 def gpu_work_ratio(x, kv_len: int = 1024, constants=None) -> list[dict]:
     """Measured host time against our predicted GPU work of the same decode step."""
-    from steptime.step import predict_steps
-
     out = []
     for (g, model, tp), d in x.groupby(["gpu", "model", "tp"]):
         n = d["batch_size"].to_numpy().astype(int)
@@ -182,8 +183,6 @@ def defaults_updates(per_gpu: dict, experiment: str = "E1.4") -> list[dict]:
 
 # ---------------------------------------------------------------------------------------
 def document(r: dict, x, constants=None) -> dict:
-    from steptime_lab.results import claim
-
     recs = r["records"]
     shares = part_shares(x)
     ratio = gpu_work_ratio(x, constants=constants)
@@ -210,8 +209,6 @@ def document(r: dict, x, constants=None) -> dict:
 
 def plot(r: dict, x, doc: dict, stem, caption: str | None = None):
     import numpy as np
-
-    from steptime import plotting
 
     plt = plotting.setup()
     gpus = sorted(x["gpu"].unique())

@@ -27,6 +27,15 @@ from __future__ import annotations
 import numpy as np
 
 from steptime.errors import DataError
+from steptime.calibration import Constants
+from steptime.plotting import save, subplots
+from steptime.specs import get_gpu
+from steptime.specs.engines import HOST_FIELDS, get_engine
+from steptime_lab.data.checks import read_csv
+from steptime_lab.data.wallclock import check_fpm_rows
+from steptime_lab.experiments.wallclock import WallclockError, fitted_values, fpm_steps, make_predictor, predict_table
+from steptime_lab.results import claim
+from steptime_collect.steptrace import FPM_COLUMNS
 
 
 def _fit(n, h):
@@ -140,10 +149,6 @@ def steptrace_table(paths):
     import pandas as pd
     from pathlib import Path
 
-    from steptime_collect.steptrace import FPM_COLUMNS
-    from steptime_lab.data.checks import read_csv
-    from steptime_lab.data.wallclock import check_fpm_rows
-
     frames = []
     for p in map(Path, paths):
         d = read_csv(p, listed_in=None)
@@ -164,8 +169,6 @@ def predict_host_floor(tidy, *, engine: str = "vllm", fitted=None, skip_over_bud
     engine profile as shipped) and, where `fitted` (R2.3's engine_constants.yaml) holds this (engine, GPU),
     r23_ms (the profile with those constants). Returns (steps, {'over_token_budget': skipped rows})."""
     import pandas as pd
-
-    from steptime_lab.experiments.wallclock import WallclockError, fitted_values, fpm_steps, make_predictor, predict_table
 
     skipped = int(tidy["over_token_budget"].astype(bool).sum()) if skip_over_budget else 0
     x = tidy[~tidy["over_token_budget"].astype(bool)] if skip_over_budget else tidy
@@ -251,10 +254,6 @@ def run_e1_19(steps, *, stationary_segment: str = "real", shift_train: str = "sw
 
 def static_profile_values(engine: str, gpus, constants=None) -> dict:
     """The shipped host, launch and sampling values of an engine profile per GPU, with provenance."""
-    from steptime.calibration import Constants
-    from steptime.specs import get_gpu
-    from steptime.specs.engines import HOST_FIELDS, get_engine
-
     constants = constants or Constants.default()
     e = get_engine(engine, fitted={})
     out = {}
@@ -280,8 +279,6 @@ ARM_NOTE = {"static": "engine profile as shipped (one-time, no wall-clock readin
 
 def claims(per_run: dict, *, warmup: float, round1: str) -> list[dict]:
     """Per run: stationary and shift held-out MAPE of every arm; whether the frozen learner beats the static arm."""
-    from steptime_lab.results import claim
-
     out = []
     for key, r in per_run.items():
         for case in ("stationary", "shift"):
@@ -306,8 +303,6 @@ def claims(per_run: dict, *, warmup: float, round1: str) -> list[dict]:
 def figure(per_run: dict, stem, steps=None, caption: str | None = None) -> None:
     """(a) stationary and (b) shift held-out MAPE per arm and TP; (c) the measured host floor against N for
     the first run's stationary segment with the frozen and oracle S(N) lines."""
-    from steptime.plotting import save, subplots
-
     fig, axes = subplots(1, 3, figsize=(13, 3.8))
     keys = list(per_run)
     width = 0.8 / len(ARMS)

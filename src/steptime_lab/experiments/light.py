@@ -25,6 +25,9 @@ from steptime.calibration import Calibration
 from steptime_lab.metrics import score
 from steptime.specs import get_gpu, get_model, vidur_operators
 from steptime.terms import light as L
+from steptime import plotting
+from steptime_lab.experiments import gemm as GX
+from steptime_lab.results import claim
 
 OPMAP = vidur_operators(kind="light")  # Vidur operator -> light kernel (specs/operators.yaml)
 KERNELS = ("rmsnorm", "rope", "act", "add", "emb")
@@ -136,8 +139,6 @@ def run(cells, gpus=None, seed: int = 0, n_boot: int = 1000, gemm_doc: dict | No
     GEMM readings takes its light_bw_scale from them (`derived_bw_scale`)."""
     import pandas as pd
 
-    from steptime_lab.experiments import gemm as GX
-
     gpus = gpus or sorted(cells["gpu"].unique())
     cal = Calibration()
     recs, preds, per_gpu = [], [], {}
@@ -247,8 +248,6 @@ def defaults_updates(shipped: dict, cells, experiment: str = "E1.1c") -> list[di
 
 def document(r: dict, cells, targets: dict) -> dict:
     """metrics + claims of E1.1c; `targets["mape"]`: held-out MAPE bound per kernel (config/experiments.yaml)."""
-    from steptime_lab.results import claim
-
     tgt = targets["mape"]
     recs = r["records"]
     claims = []
@@ -281,8 +280,6 @@ def document(r: dict, cells, targets: dict) -> dict:
 
 
 def plot(r: dict, stem, caption: str | None = None):
-    from steptime import plotting
-
     plt = plotting.setup()
     pr = r["pred"]
     gpus = sorted(pr["gpu"].unique())

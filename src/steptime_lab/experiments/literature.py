@@ -7,6 +7,9 @@ the string 'not reported'.
 
 from __future__ import annotations
 
+from steptime import plotting
+from steptime_lab.results import claim
+
 ETA_CLASSES = ("peak", "fixed_scalar", "profiled_scalar", "user_supplied", "learned", "table", "simulated", "factored")
 REQUIRED = ("name", "citation", "efficiency_source", "eta_class", "gpus", "reported_accuracy", "cited_in")
 
@@ -28,8 +31,6 @@ def load(path) -> list[dict]:
 
 
 def document(rows: list[dict]) -> dict:
-    from steptime_lab.results import claim
-
     n_acc = sum(1 for r in rows if not str(r["reported_accuracy"]).startswith("not reported"))
     cls = {c: [r["name"] for r in rows if r["eta_class"] == c] for c in ETA_CLASSES}
     claims = [
@@ -43,8 +44,6 @@ def document(rows: list[dict]) -> dict:
 
 def plot(rows: list[dict], stem, caption: str | None = None):
     import numpy as np
-
-    from steptime import plotting
 
     plt = plotting.setup()
     fig, ax = plt.subplots(figsize=(11, 0.42 * len(rows) + 1.2))

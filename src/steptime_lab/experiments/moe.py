@@ -19,6 +19,13 @@ import pandas as pd
 
 from steptime.specs import get_gpu
 from steptime.terms import moe as M
+from steptime import plotting
+from steptime.errors import SteptimeError
+from steptime.ops import predict_ops
+from steptime.specs import get_model, get_model as gm
+from steptime.specs.moe import moe_model_table
+from steptime.step import predict_step
+from steptime_lab.results import claim
 
 PARAMS = ("eta_c", "eta_mem_max", "w_half_mb", "floor_us", "token_passes", "local_token_passes")
 P0 = (0.5, 0.75, 16.0, 25.0, 1.0, 1.0)
@@ -31,8 +38,6 @@ FIT_SAMPLE = 6000   # cells per dtype used by the least-squares fit (determinist
 
 
 def named_shapes() -> dict:
-    from steptime.specs.moe import moe_model_table
-
     return {(m.hidden_size, m.moe_intermediate_size, m.num_experts_per_tok, m.num_experts): k
             for k, m in moe_model_table().items()}
 
@@ -114,8 +119,6 @@ def gpu_scales(d: pd.DataFrame, gpu: str, per_dtype: dict) -> tuple[dict, list]:
 def baseline(d: pd.DataFrame) -> np.ndarray:
     """The dense-GEMM law applied naively: touched local experts x (gate_up + down GEMM at M = tokens per
     expert), through steptime's GEMM term with the shipped constants (bf16; fp8 rows for fp8/fp8_block)."""
-    from steptime.ops import predict_ops
-
     out = np.full(len(d), np.nan)
     for (g, dt), ix in d.groupby(["gpu", "sdtype"], sort=False).groups.items():
         gdt = {"bf16": "bf16", "fp8": "fp8", "fp8_block": "fp8"}.get(dt)
@@ -168,7 +171,6 @@ def run(df: pd.DataFrame) -> dict:
 
 def document(r: dict, target_pct: float) -> dict:
     per = r["per"]
-    from steptime_lab.results import claim
 
     claims = []
     for row in per.itertuples():
@@ -319,7 +321,6 @@ def run_a2a(df: pd.DataFrame) -> dict:
 
 def document_a2a(r: dict, target_pct: float) -> dict:
     per = r["per"]
-    from steptime_lab.results import claim
 
     claims = [claim(f"DeepEP {row.mode} all-to-all on {row.gpu}, held out (law from the other GPUs, three dispatch "
                     f"readings of its own), dispatch and combine, {int(row.n)} cells", round(100 * row.mape, 2),
@@ -335,8 +336,6 @@ def document_a2a(r: dict, target_pct: float) -> dict:
 
 def plot(r: dict, stem, caption: str | None = None, *, kind: str = "kernel"):
     """Measured vs held-out predicted time per GPU (log-log), coloured by dtype (kernel) or mode (a2a)."""
-    from steptime import plotting
-
     plt = plotting.setup()
     ev = r["eval"]
     col = "sdtype" if kind == "kernel" else "mode"
@@ -381,10 +380,6 @@ def ep_sweep(models, gpus, *, n_gpus: int = 8, requests: int = 256, kv_len: int 
     concurrent decodes at `kv_len`, split evenly over the attention data-parallel ranks (dp = n_gpus / tp
     when ep > 1, else n_gpus / tp independent replicas); the term that takes the largest share names the limit.
     Every number is simulated (steptime's own prediction), none measured."""
-    from steptime.errors import SteptimeError
-    from steptime.specs import get_model as gm
-    from steptime.step import predict_step
-
     rows = []
     for mk in models:
         m = gm(mk)
@@ -410,8 +405,6 @@ def ep_sweep(models, gpus, *, n_gpus: int = 8, requests: int = 256, kv_len: int 
 
 
 def plot_ep(df: pd.DataFrame, stem, caption: str | None = None):
-    from steptime import plotting
-
     plt = plotting.setup()
     models = list(dict.fromkeys(df["model"]))
     fig, axes = plt.subplots(1, len(models), figsize=(3.6 * len(models), 3.4), squeeze=False)
@@ -446,9 +439,6 @@ def mla_predict(d: pd.DataFrame, kind: str) -> np.ndarray:
     MLA terms as moe_step composes them, shipped constants, nothing fitted on MLA data: the q/kv down
     projections, q up projection, weight-absorbed batched GEMMs, attention over the latent KV cache
     (one shared KV head of kv_lora + rope dims) and the output projection."""
-    from steptime.ops import predict_ops
-    from steptime.specs import get_model
-
     m = get_model("deepseek-v3")
     lat = m.kv_lora_rank + m.qk_rope_head_dim
     out = np.full(len(d), np.nan)
@@ -494,8 +484,6 @@ def run_mla(gen: pd.DataFrame, ctx: pd.DataFrame) -> dict:
 
 
 def document_mla(r: dict, target_pct: float) -> dict:
-    from steptime_lab.results import claim
-
     per = r["per"]
     claims = [claim(f"MLA {row.kind} module on {row.gpu} from steptime's MLA terms (no MLA cell sets a constant), "
                     f"{int(row.n)} cells", round(100 * row.mape, 2), "MAPE % (lower is better)",

@@ -28,6 +28,10 @@ import pandas as pd
 
 from steptime_lab.experiments.serving_peers import silicon_workloads
 from steptime_lab.results import claim, target
+from steptime.calibration import Constants
+from steptime.plan import plan
+from steptime.plotting import save, subplots
+from steptime.serve import Policy, StepTimer, simulate, synthetic
 
 SIMULATED = "simulated (a scheduler model driven by predicted step times), not measured"
 CURVE = ["gpu", "engine", "precision", "tp", "isl", "osl"]
@@ -41,9 +45,6 @@ def frontier_points(silicon: pd.DataFrame, *, model: str, gpu: str, engine: str,
                     min_requests: int, seed: int, constants=None, hold_out: bool = True) -> pd.DataFrame:
     """Every measured point of `model` on `gpu` with `engine`, with steptime's simulated twin
     (`hold_out`: the GPU's own deploy readings removed, as for a GPU nobody measured)."""
-    from steptime.calibration import Constants
-    from steptime.serve import Policy, StepTimer, simulate, synthetic
-
     held = (constants or Constants.default())
     held = held.without_gpu(gpu) if hold_out else held
     d = silicon_workloads(silicon, model=model, gpu=gpu)
@@ -114,9 +115,6 @@ def picks(points: pd.DataFrame, slos_s) -> pd.DataFrame:
 def cost_table(*, model: str, workloads: dict, gpus, max_gpus: int, jobs: int, seed: int,
                constants=None) -> pd.DataFrame:
     """`steptime.plan` on each named workload: the pick, its cost and limiting term (simulated)."""
-    from steptime.plan import plan
-    from steptime.serve import synthetic
-
     rows = []
     for name, w in workloads.items():
         wl = synthetic(int(w["requests"]), isl=tuple(w["isl"]), osl=tuple(w["osl"]), rate=float(w["rate"]),
@@ -202,8 +200,6 @@ def e2_13_document(r: dict) -> dict:
 
 
 def plot_e2_13(r: dict, stem, caption: str = "") -> list:
-    from steptime.plotting import save, subplots
-
     pts = r["points"]
     tps = sorted(pts["tp"].unique())
     fig, axes = subplots(1, len(tps), figsize=(3.4 * len(tps), 3.2), squeeze=False)

@@ -27,6 +27,8 @@ from steptime_lab.results import claim
 from steptime.specs import get_gpu
 from steptime.terms import gemm as G
 from steptime.terms import precision as PT
+from steptime import plotting
+from steptime_lab.evaluate.held_out import held_out_constants
 
 SUBSETS = ("llm", "decode", "prefill")
 
@@ -78,8 +80,6 @@ def fit_rel(parts: dict, gpus, seed: int = 0, n_per_gpu: int = 3000) -> dict:
 
 
 def run(fp8: pd.DataFrame, bf16: pd.DataFrame, gemm_doc: dict, base=None, seed: int = 0) -> dict:
-    from steptime_lab.evaluate.held_out import held_out_constants
-
     rows, cal, parts, consts = [], Calibration(), {}, {}
     gpus = [g for g in sorted(fp8["gpu"].unique()) if get_gpu(g).fp8_dense_tflops]
     for g in gpus:
@@ -160,8 +160,6 @@ def document(r: dict, target_pct: float) -> dict:
 
 
 def plot(r: dict, stem, caption: str | None = None):
-    from steptime import plotting
-
     plt = plotting.setup()
     p = r["pred"]
     gpus = sorted(p["gpu"].unique())

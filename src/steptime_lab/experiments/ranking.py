@@ -24,6 +24,11 @@ from steptime_lab.experiments.cells import attention_cells, gemm_cells
 from steptime_lab.experiments.ratios import attention_work, gemm_work, roofline_s
 from steptime_lab.experiments.transfer.profiled import predict_profiled
 from steptime.step import layer_shapes
+from steptime.plotting import PALETTE, save, subplots
+from steptime.specs import get_gpu, get_model, model_keys
+from steptime.step import memory_bytes
+from steptime_lab.experiments.ratios import predict_steptime
+from steptime_lab.results import claim
 
 GPUS = ("a100-sxm", "l40s", "rtx-pro-6000", "h100-sxm", "h200-sxm", "b200", "gb200", "b300", "gb300")
 TPS = (1, 2, 4, 8)
@@ -38,8 +43,6 @@ PIECES = ("qkv_proj", "o_proj", "gate_up_proj", "down_proj", "attn")
 def on_grid_models(gemm, attn, gpus=GPUS, tps=TPS):
     """(model, tp) pairs of the zoo whose GEMM (n, k) and attention heads are measured on every GPU.
     Models with identical shapes at the same TP are kept once (the first by name)."""
-    from steptime.specs import get_model, model_keys
-
     nk = [set(zip(gemm.loc[gemm.gpu == g, "n"], gemm.loc[gemm.gpu == g, "k"])) for g in gpus]
     heads = {}
     for phase in ("decode", "prefill"):
@@ -69,9 +72,6 @@ def workloads(gemm, attn, gpus=GPUS):
     """Workload set: on-grid (model, tp) x decode batches x KV lengths, plus prefill chunks.
     Kept only when every component cell is measured on every GPU and the KV cache fits the
     smallest GPU's memory."""
-    from steptime.specs import get_gpu, get_model
-    from steptime.step import memory_bytes
-
     min_mem = min(get_gpu(g).mem_bytes for g in gpus)
     out = []
     for model, tp in on_grid_models(gemm, attn, gpus):
@@ -88,8 +88,6 @@ def workloads(gemm, attn, gpus=GPUS):
 
 def component_cells(wl: dict):
     """The GEMM and attention cells of one workload (shapes per GPU after TP)."""
-    from steptime.specs import get_model
-
     m = get_model(wl["model"])
     tp = wl["tp"]
     gem = [(term, wl["tokens"], n, k) for term, (n, k) in layer_shapes(m, tp).items()]
@@ -142,8 +140,6 @@ def _frames(wls):
 def predicted_times(wls, gpus=GPUS, constants=None, constants_for=None):
     """steptime's prediction of the same pieces: [n_workloads, n_gpus] in ms.
     `constants_for(gpu) -> (Constants, Calibration)` gives each GPU its held-out constants."""
-    from steptime_lab.experiments.ratios import predict_steptime
-
     gf, af = _frames(wls)
     out = np.zeros((len(wls), len(gpus)))
     for j, g in enumerate(gpus):
@@ -326,8 +322,6 @@ def run(gemm_cells_df, attn_cells_df, wls, meas, gemm_bundle=None, attn_bundle=N
 
 def e2_2_document(res, wls, meas, home_gpu: str | None, targets: dict) -> dict:
     """metrics + claims of E2.2; `targets["top1"]`: the tie-aware top-1 agreement to reach (config/experiments.yaml)."""
-    from steptime_lab.results import claim
-
     claims = []
     for set_name, by in res["scores"].items():
         s = by["steptime"]
@@ -387,8 +381,6 @@ def e2_2_document(res, wls, meas, home_gpu: str | None, targets: dict) -> dict:
 
 def e2_6_document(res) -> dict:
     """Naive (stable-sort) vs tie-aware scoring, and where the predicted ties sit."""
-    from steptime_lab.results import claim
-
     claims, metrics = [], {}
     for set_name, by in res["scores"].items():
         m = {}
@@ -411,16 +403,12 @@ def e2_6_document(res) -> dict:
 
 def _set_panels(res, figsize):
     """One panel per GPU set: the figure, its row of axes and (axis, set name, scores by predictor) per panel."""
-    from steptime.plotting import subplots
-
     sets = list(res["scores"])
     fig, axes = subplots(1, len(sets), figsize=figsize, squeeze=False)
     return fig, axes[0], [(ax, s, res["scores"][s]) for ax, s in zip(axes[0], sets)]
 
 
 def plot_ranking(res, stem):
-    from steptime.plotting import PALETTE, save
-
     fig, axes, panels = _set_panels(res, (11, 3.8))
     for ax, set_name, by in panels:
         names = list(by)
@@ -447,8 +435,6 @@ def plot_ranking(res, stem):
 
 
 def plot_ties(res, stem):
-    from steptime.plotting import save
-
     fig, axes, panels = _set_panels(res, (10, 3.6))
     for ax, set_name, by in panels:
         names = list(by)

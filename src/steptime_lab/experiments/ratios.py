@@ -10,11 +10,14 @@ from __future__ import annotations
 import numpy as np
 
 from steptime_lab.experiments.cells import GEMM_OPS, LIGHT_OPS, STEP_OPS, model_tp_groups
+from steptime.ops import predict_ops
+from steptime.specs import get_gpu, get_model
+from steptime.step import layer_shapes, vidur_layer_ops
+from steptime.terms import light
+from steptime.terms.attention import attention_cells
 
 def roofline_s(flops, nbytes, gpu):
     """Branch-aware datasheet roofline: max(flops / P_bf16, bytes / BW), seconds per cell."""
-    from steptime.specs import get_gpu
-
     g = get_gpu(gpu)
     return np.maximum(np.asarray(flops, dtype=float) / g.peak_flops, np.asarray(nbytes, dtype=float) / g.mem_bw)
 
@@ -41,10 +44,6 @@ def attention_work(cells):
 
 def step_op_work(cells):
     """{op: (flops, bytes)} for Vidur's per-layer operators of each step cell."""
-    from steptime.specs import get_model
-    from steptime.step import layer_shapes
-    from steptime.terms import light
-
     out = {op: (np.zeros(len(cells)), np.zeros(len(cells))) for op in STEP_OPS}
     for (model, tp), idx in model_tp_groups(cells).items():
         mdl = get_model(model)
@@ -73,8 +72,6 @@ def spec_ratio(dataset: str, cells, home_gpu: str, target_gpu: str):
 
 def predict_steptime(dataset: str, cells, gpu: str, constants=None):
     """steptime's prediction (ms) for each cell on `gpu`, from the datasheet and defaults.yaml."""
-    from steptime.ops import predict_ops
-
     if dataset == "aic_gemm":
         return np.asarray(predict_ops("gemm", gpu, constants=constants, m=cells["m"].to_numpy(),
                                       n=cells["n"].to_numpy(), k=cells["k"].to_numpy())["t_ms"], dtype=float)
@@ -82,8 +79,6 @@ def predict_steptime(dataset: str, cells, gpu: str, constants=None):
         # the attention term's operator-table cell function (as E1.24 scores it): a cell is
         # `batch` alike requests of `new_tokens` over `kv_len - new_tokens` cached tokens;
         # AIConfigurator replays its kernels in CUDA graphs, so the L2 is warm
-        from steptime.specs import get_gpu
-        from steptime.terms.attention import attention_cells
 
         cached = cells["kv_len"].to_numpy(dtype=float) - np.where(cells["phase"] == "decode", 1.0, 0.0)
         r = attention_cells(cells["batch_size"].to_numpy(dtype=float), cells["new_tokens"].to_numpy(dtype=float),
@@ -97,8 +92,6 @@ def predict_steptime(dataset: str, cells, gpu: str, constants=None):
 def predict_layer_ops(cells, gpu, constants=None, per_op: bool = False):
     """Per-layer non-attention step (Vidur's nine operators, each once), ms per cell; with
     `per_op` a dict {op: ms} (an operator a model's block lacks is 0)."""
-    from steptime.step import vidur_layer_ops
-
     ops = {op: np.zeros(len(cells)) for op in STEP_OPS}
     T = cells["num_tokens"].to_numpy(dtype=float)
     for (model, tp), idx in model_tp_groups(cells).items():

@@ -37,6 +37,13 @@ import pandas as pd
 from steptime.calibration import Constants
 from steptime.errors import SteptimeError, UnknownModelError
 from steptime_lab.figures import parity
+from steptime import plotting
+from steptime.serve import StepTimer, Workload, policy, simulate, weighted_quantile
+from steptime.specs import get_gpu, get_model
+from steptime.specs.engines import get_engine
+from steptime_lab.experiments import wallclock as W
+from steptime_lab.metrics import score
+from steptime_lab.results import claim
 
 # measured column of a row -> the simulated statistic compared with it
 MEASURES = {
@@ -57,8 +64,6 @@ def replay_rows(mlenergy_v2=None, mlenergy_v3=None, silicon=None, prompt_tokens:
     """E2.11's rows (`wallclock.tpot_table`) with what a replay needs beside them: `concurrency`
     (ML.ENERGY max_num_seqs, silicon concurrency) and `ttft_ms` (silicon only; NaN elsewhere).
     Returns (rows, skipped) as tpot_table does."""
-    from steptime_lab.experiments import wallclock as W
-
     tabs, extra = {}, []
     for name, df, conc in (("mlenergy-v2", mlenergy_v2, "max_num_seqs"), ("mlenergy-v3", mlenergy_v3, "max_num_seqs"),
                            ("aic-silicon", silicon, "concurrency")):
@@ -120,8 +125,6 @@ def sample_rows(rows, per_group: int, seed: int = 0, keys=("dataset", "gpu", "en
 
 def workload_for(row, max_context: int, *, requests_per_slot: int = 4, min_requests: int = 64, seed: int = 0):
     """The closed-loop workload of one row (see the module note for the lengths)."""
-    from steptime.serve import Workload
-
     c = int(row["concurrency"])
     n = max(int(min_requests), int(requests_per_slot) * c)
     isl = int(round(float(row["prompt_tokens"])))
@@ -149,8 +152,6 @@ def _concurrency(row) -> int:
 
 def policy_for(engine: str, concurrency: int, budget: int = DEFAULT_BUDGET):
     """The scheduler of an engine profile: vLLM V0 without chunked prefill, the others V1-like."""
-    from steptime.serve import policy
-
     b = max(int(budget), int(concurrency))
     return policy("vllm", max_num_seqs=int(concurrency), max_num_batched_tokens=b,
                   chunked_prefill=(engine != "vllm-v0"))
@@ -158,8 +159,6 @@ def policy_for(engine: str, concurrency: int, budget: int = DEFAULT_BUDGET):
 
 def steady_stats(run) -> dict:
     """Simulated statistics of one closed-loop run (ms), over the steady window of the module note."""
-    from steptime.serve import weighted_quantile
-
     d = run.requests
     c = int(run.policy["max_num_seqs"])
     last_admit = float(d["arrival_s"].max())
@@ -187,13 +186,8 @@ def _mean_decoding(d, t0: float, t1: float) -> float:
 
 
 def _timer(row, model_key, fitted, constants=None):
-    from steptime_lab.experiments import wallclock as W
-    from steptime.serve import StepTimer
-    from steptime.specs.engines import get_engine
-
     eng_part, consts, scales = W.split_fitted(fitted)
     eng, gpu = str(row["engine"]), str(row["gpu"])
-    from steptime.specs import get_gpu
 
     g = get_gpu(gpu).key
     if consts.get(eng, {}).get(g) or scales.get(eng, {}).get(g):
@@ -210,10 +204,6 @@ def run_replay(rows, *, fitted=None, requests_per_slot: int = 4, min_requests: i
     """Replay every row; returns {"pred": rows + simulated columns + `pred_ms` (the simulated
     statistic matching the row's measure), "skipped": [...]}. A row the simulator or the step
     model refuses (unknown model, memory, precision) is left out with its reason."""
-    from steptime_lab.experiments import wallclock as W
-    from steptime.serve import simulate
-    from steptime.specs import get_model
-
     out, skipped = [], []
     for i, (_, r) in enumerate(rows.iterrows()):
         if r["measure"] not in MEASURES:
@@ -239,8 +229,6 @@ def run_replay(rows, *, fitted=None, requests_per_slot: int = 4, min_requests: i
 
 def scores(pred, *, n_boot: int = 1000, seed: int = 0, keys=("dataset", "gpu", "engine")) -> list[dict]:
     """Per group: MAPE of the simulated token time (and of the median TTFT where measured)."""
-    from steptime_lab.metrics import score
-
     res = []
     for k, d in pred.groupby(list(keys), sort=True):
         s = score(d["pred_ms"].to_numpy(float), d["tpot_ms"].to_numpy(float), n_boot=n_boot, seed=seed)
@@ -262,8 +250,6 @@ def scores(pred, *, n_boot: int = 1000, seed: int = 0, keys=("dataset", "gpu", "
 def one_step_same_rows(rows, fitted=None, constants=None) -> dict:
     """E2.11's one-step predictor (`wallclock.run_tpot`, same code, same fitted constants) on
     exactly the replayed rows: {(dataset, gpu, engine): {cells, mape}}."""
-    from steptime_lab.experiments import wallclock as W
-
     p = W.run_tpot(rows, n_boot=1, seed=0, fitted=fitted, constants=constants)["pred"]
     out = {}
     for k, d in p.groupby(["dataset", "gpu", "engine"], sort=True):
@@ -304,8 +290,6 @@ def _r(x, nd: int = 4):
 def document(table: list[dict], skipped: list[dict], targets: dict, *, n_rows: int, per_group: int,
              requests_per_slot: int) -> dict:
     """metrics and claims of E2.11b (every replay number is simulated and labelled so)."""
-    from steptime_lab.results import claim
-
     t = float(targets["tpot_mape"])
     claims = []
     for s in table:
@@ -335,8 +319,6 @@ def document(table: list[dict], skipped: list[dict], targets: dict, *, n_rows: i
 
 
 def plot(pred, table: list[dict], stem, caption: str | None = None):
-    from steptime import plotting
-
     plt = plotting.setup()
     fig, axes = plt.subplots(1, 3, figsize=(15, 4.2))
     parity(axes[0], [(f"{ds} {g} {eng}", d["tpot_ms"], d["pred_ms"], None)

@@ -18,6 +18,9 @@ import pandas as pd
 from steptime import peers
 from steptime_lab.results import claim, target
 from steptime.serve import StepTimer, Workload, policy, simulate
+from steptime.plotting import PALETTE, save, subplots
+from steptime.serve import Policy, ScalarEstimator, StepEstimator, poisson_arrivals, simulate_disagg
+from steptime.serve.report import _ecdf
 
 SIMULATED = "simulated (steptime serving simulator; no measured serving run)"
 
@@ -141,8 +144,6 @@ def e2_9_document(r: dict) -> dict:
 
 
 def plot_e2_9(r: dict, stem, caption: str = "") -> list:
-    from steptime.plotting import save, subplots
-
     keys = list(r["sweeps"])
     fig, axes = subplots(1, len(keys), figsize=(4.2 * len(keys), 3.4), squeeze=False)
     df = r["cases"]
@@ -189,8 +190,6 @@ def per_gpu_goodput(timer, lengths, placement, tp, rates, slo_ttft_s, slo_tpot_s
                     attainment: float = 0.9, seed: int = 0) -> dict:
     """Largest per-GPU Poisson rate (of `rates`, ascending) at which a (p, d) placement keeps
     `attainment` of requests within both SLOs, scanning up to the first rate that fails."""
-    from steptime.serve import Policy, poisson_arrivals, simulate_disagg
-
     prompt, output = lengths
     p, d = placement
     gpus = (p + d) * tp
@@ -261,8 +260,6 @@ def e2_4_document(r: dict) -> dict:
 
 
 def plot_e2_4(r: dict, stem, caption: str = "") -> list:
-    from steptime.plotting import PALETTE, save, subplots
-
     cases = r["cases"]
     fig, axes = subplots(1, len(cases), figsize=(4.6 * len(cases), 3.2), squeeze=False)
     for ax, c in zip(axes[0], cases):
@@ -400,9 +397,6 @@ def e2_10_document(r: dict) -> dict:
 
 
 def plot_e2_10(r: dict, stem, caption: str = "") -> list:
-    from steptime.plotting import PALETTE, save, subplots
-    from steptime.serve.report import _ecdf
-
     keys = list(r["per_request"])
     fig, axes = subplots(len(keys), 3, figsize=(10, 2.6 * len(keys)), squeeze=False)
     for i, key in enumerate(keys):
@@ -425,8 +419,6 @@ def plot_e2_10(r: dict, stem, caption: str = "") -> list:
 # miss go to the back) with steptime's waiting-time estimate vs a scalar one, under contention.
 def e2_3(traces: pd.DataFrame, *, model: str, gpu: str, trace: str, n: int, rates, classes, budget: int,
          seed: int, targets: dict | None = None, constants=None) -> dict:
-    from steptime.serve import ScalarEstimator, StepEstimator, poisson_arrivals
-
     prompt, output = trace_lengths(traces, trace, n, seed)
     rng = np.random.default_rng(seed + 1)
     names = [c["name"] for c in classes]
@@ -491,8 +483,6 @@ def e2_3_document(r: dict) -> dict:
 
 
 def plot_e2_3(r: dict, stem, caption: str = "") -> list:
-    from steptime.plotting import PALETTE, save, subplots
-
     df = r["table"]
     fig, ax = subplots(1, 1, figsize=(4.8, 3.2))
     for name, color, label in (("fcfs", PALETTE["bare_roofline"], "FCFS"),

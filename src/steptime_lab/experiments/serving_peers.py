@@ -29,6 +29,7 @@ from steptime.serve import Policy, Workload, poisson_arrivals, simulate, simulat
 from steptime_lab.experiments.serving import _kv_blocks, replay_run, trace_lengths
 from steptime_lab.figures import parity
 from steptime_lab.results import claim, target
+from steptime.plotting import PALETTE, save, subplots
 
 # what each peer was fitted on: the registry's line (steptime.peers), the fairness line of every score
 FITTED_ON = {p: registry.entry(p).fitted_on for p in ("steptime", "aiconfigurator", "distserve")}
@@ -279,8 +280,6 @@ def e2_12_document(r: dict) -> dict:
 
 
 def plot_e2_12(r: dict, stem, caption: str = "") -> list:
-    from steptime.plotting import PALETTE, save, subplots
-
     table = r["table"]
     fig, axes = subplots(1, 2, figsize=(9, 4), squeeze=False)
     colors = {"steptime": PALETTE["steptime"], "aiconfigurator": PALETTE["aic_empirical"]}

@@ -23,6 +23,9 @@ from steptime_lab.metrics import score, signed_error
 from steptime_lab.regimes import size_class
 from steptime.specs import get_gpu, get_model
 from steptime.step import VIDUR_GEMM, VIDUR_LAYER_OPS, VIDUR_LIGHT, vidur_layer_ops
+from steptime import plotting
+from steptime.step import TERMS, memory_bytes, predict_steps
+from steptime_lab.results import claim
 
 TERM_OF = {**{op: "gemm" for op in VIDUR_GEMM}, **{op: "light" for op in VIDUR_LIGHT}}
 RUNGS = ("bare_roofline", "+gemm_eta_c", "+gemm_eta_mem", "+gemm_floor", "+light_eta", "+light_floor")
@@ -220,8 +223,6 @@ SUBSETS = ("decode", "prefill")  # decode-sized and prefill-sized cells
 def document(r: dict, eid: str, targets: dict | None = None) -> dict:
     """metrics + claims of E1.1, E1.1b or E1.20; E1.1 needs `targets` (held-out MAPE bound per
     subset, config/experiments.yaml E1.1 targets, e.g. {decode: 0.05, prefill: 0.06})."""
-    from steptime_lab.results import claim
-
     recs = r["records"]
     if eid == "E1.1":
         claims = []
@@ -275,8 +276,6 @@ def document(r: dict, eid: str, targets: dict | None = None) -> dict:
 
 
 def plot_step(r: dict, stem, caption=None, targets: dict | None = None):
-    from steptime import plotting
-
     plt = plotting.setup()
     groups = [x for x in r["records"] if x.get("scope") == "cell_group"]
     gpus = sorted({x["gpu"] for x in groups})
@@ -298,8 +297,6 @@ def plot_step(r: dict, stem, caption=None, targets: dict | None = None):
 
 
 def plot_residual(r: dict, stem, caption=None):
-    from steptime import plotting
-
     plt = plotting.setup()
     dec = [d for d in r["decomposition"] if d["term"] in VIDUR_LAYER_OPS and d["subset"] in SUBSETS]
     gpus = sorted({d["gpu"] for d in dec})
@@ -320,8 +317,6 @@ def plot_residual(r: dict, stem, caption=None):
 
 
 def plot_ladder(r: dict, stem, caption=None):
-    from steptime import plotting
-
     plt = plotting.setup()
     lad = r["ladder"]
     gpus = sorted({x["gpu"] for x in lad})
@@ -340,8 +335,6 @@ def plot_ladder(r: dict, stem, caption=None):
 
 def plot_atlas(r: dict, stem, caption=None) -> list[dict]:
     """Signed error over (tokens x model@tp) per GPU; bad regions (|median err| > 10%) with their dominant op."""
-    from steptime import plotting
-
     plt = plotting.setup()
     pr = r["pred"].copy()
     pr["err"] = (pr["pred_ms"] - pr["layer_ms"]) / pr["layer_ms"]
@@ -377,8 +370,6 @@ def plot_atlas(r: dict, stem, caption=None) -> list[dict]:
 def atlas_document(attn_regions: list[dict], step_regions: list[dict]) -> dict:
     import collections
 
-    from steptime_lab.results import claim
-
     claims = []
     for g in sorted({x["gpu"] for x in step_regions}):
         c = collections.Counter(x["dominant_op"] for x in step_regions if x["gpu"] == g)
@@ -397,9 +388,6 @@ def atlas_document(attn_regions: list[dict], step_regions: list[dict]) -> dict:
 
 
 def plot_walkthrough(model: str, gpu: str, stem, caption=None, constants: Constants | None = None):
-    from steptime import plotting
-    from steptime.step import TERMS, memory_bytes, predict_steps
-
     plt = plotting.setup()
     kvs = (512, 4096, 32768)
     batches = (1, 4, 16, 64, 256)

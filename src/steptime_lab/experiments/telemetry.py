@@ -16,6 +16,14 @@ from typing import Callable
 import numpy as np
 
 from steptime.errors import SteptimeError
+from steptime.plotting import save, subplots
+from steptime_lab.results import rule_provenance, write_result
+from steptime_collect.clock import clock_figure, parse_clock_sweep, reduce_clock_sweep
+from steptime_collect.dispatch import parse_dispatch_log, tile_agreement
+from steptime_collect.engine_kernels import law_gap, parse_engine_kernels
+from steptime_collect.gemm_sweep import barrier, duty_law, memory_law, parse_gemm_sweep
+from steptime_collect.ncu import parse_ncu_csv, reduce_factors, waterfall_figure
+from steptime_collect.power import cap_chain, droop, lock_control, placement
 
 
 def _gpu(path) -> str:
@@ -23,20 +31,14 @@ def _gpu(path) -> str:
 
 
 def _clock(p):
-    from steptime_collect.clock import parse_clock_sweep
-
     return parse_clock_sweep(p)
 
 
 def _sweep(p):
-    from steptime_collect.gemm_sweep import parse_gemm_sweep
-
     return parse_gemm_sweep(p)
 
 
 def _e1_3b(paths, **kw):
-    from steptime_collect.gemm_sweep import memory_law
-
     per = {_gpu(p): memory_law(_sweep(p), _gpu(p)) for p in paths}
     claims = [{"claim": f"{g}: steptime's shipped memory law against the measured L2 sweep (x >= 1)",
                "value": r["shipped_law_mape_x_ge_1"], "comparison": "MAPE of eta_mem, x = bytes/L2 >= 1"}
@@ -45,8 +47,6 @@ def _e1_3b(paths, **kw):
 
 
 def _droop_ids(paths, n_boot=1000, seed=0, **kw):
-    from steptime_collect.power import droop
-
     per = {_gpu(p): droop(_clock(p), _gpu(p), n_boot=n_boot, seed=seed) for p in paths}
     claims = []
     for g, rows in per.items():
@@ -60,8 +60,6 @@ def _droop_ids(paths, n_boot=1000, seed=0, **kw):
 
 
 def _e1_8(paths, **kw):
-    from steptime_collect.power import lock_control
-
     per = {_gpu(p): lock_control(_clock(p), _gpu(p)) for p in paths}
     claims = [{"claim": f"{g}: the large-m throughput decline free-running vs with the SM clock locked",
                "value": {"free": r["decline_free"], "locked": r["decline_locked"]},
@@ -71,8 +69,6 @@ def _e1_8(paths, **kw):
 
 
 def _e1_9(paths, **kw):
-    from steptime_collect.power import cap_chain
-
     per = {_gpu(p): cap_chain(_clock(p), _gpu(p)) for p in paths}
     claims = []
     for g, r in per.items():
@@ -89,9 +85,6 @@ def _e1_9(paths, **kw):
 
 
 def _e1_14(paths, dispatch=(), **kw):
-    from steptime_collect.dispatch import parse_dispatch_log, tile_agreement
-    from steptime_collect.gemm_sweep import duty_law
-
     per = {_gpu(p): duty_law(_sweep(p), _gpu(p)) for p in paths}
     for d in dispatch:
         if _gpu(d) in per:
@@ -104,8 +97,6 @@ def _e1_14(paths, dispatch=(), **kw):
 
 
 def _e1_15(paths, **kw):
-    from steptime_collect.gemm_sweep import barrier
-
     per = {_gpu(p): barrier(_sweep(p), _gpu(p)) for p in paths}
     claims = [{"claim": f"{g}: the lumped barrier constant over compute-bound cells (mean, CV, n)",
                "value": {"mean": r["mean"], "cv": r["cv"], "n": r["cells"], "shipped": r["shipped_eta_active"]},
@@ -114,8 +105,6 @@ def _e1_15(paths, **kw):
 
 
 def _e1_17(paths, **kw):
-    from steptime_collect.engine_kernels import law_gap, parse_engine_kernels
-
     per = {_gpu(p): law_gap(parse_engine_kernels(p), _gpu(p)) for p in paths}
     claims = [{"claim": f"{g}: engine kernels against the standalone memory law (median |gap|)",
                "value": r["median_abs_gap_all"], "comparison": "|eta_engine - eta_law| / eta_law"}
@@ -124,8 +113,6 @@ def _e1_17(paths, **kw):
 
 
 def _e2_8(paths, seed=0, **kw):
-    from steptime_collect.power import placement
-
     per = {_gpu(p): placement(_clock(p), _gpu(p), seed=seed) for p in paths}
     claims = [{"claim": f"{g}: SIMULATED placement of chunk jobs on a fleet of this card at different caps: "
                         "steptime with the measured f_clk(m, cap) vs a cap-blind datasheet scheduler",
@@ -137,26 +124,18 @@ def _e2_8(paths, seed=0, **kw):
 
 
 def _e1_5(paths, **kw):
-    from steptime_collect.ncu import parse_ncu_csv, reduce_factors
-
     return {_gpu(p): reduce_factors(parse_ncu_csv(p), _gpu(p)) for p in paths}, []
 
 
 def _e1_10(paths, n_boot=1000, seed=0, **kw):
-    from steptime_collect.clock import parse_clock_sweep, reduce_clock_sweep
-
     return {_gpu(p): reduce_clock_sweep(parse_clock_sweep(p), _gpu(p), n_boot=n_boot, seed=seed) for p in paths}, []
 
 
 def _draw_waterfall(per_gpu, stem):
-    from steptime_collect.ncu import waterfall_figure
-
     waterfall_figure(per_gpu, stem)
 
 
 def _draw_clock(per_gpu, stem):
-    from steptime_collect.clock import clock_figure
-
     clock_figure(per_gpu, stem)
 
 
@@ -205,8 +184,6 @@ def build(eid: str, paths, *, n_boot: int = 1000, seed: int = 0, dispatch=()) ->
 def figure(eid: str, metrics: dict, stem) -> None:
     """The experiment's own figure where it has one, else one summary panel: the per-GPU headline
     numbers as bars (units in the labels)."""
-    from steptime.plotting import save, subplots
-
     if EXPERIMENTS[eid].draw is not None:
         EXPERIMENTS[eid].draw(metrics["per_gpu"], stem)
         return
@@ -259,8 +236,6 @@ def report(smk, script: str = "workflow/scripts/telemetry_experiment.py") -> tup
     write `smk.output.result` with provenance from what the rule declared (`rule_provenance`: its
     inputs, its params as the config), draw the figure at the stem of `smk.output.fig`.
     `smk` is the script's `snakemake` object (or anything with those attributes)."""
-    from steptime_lab.results import rule_provenance, write_result
-
     p = smk.params
     metrics, claims = build(p.id, list(smk.input.telemetry), n_boot=p.bootstrap, seed=p.seed,
                             dispatch=list(getattr(smk.input, "dispatch", None) or []))

@@ -21,6 +21,11 @@ import numpy as np
 import pandas as pd
 
 from steptime_lab.experiments.wallclock import KINDS
+from steptime import plotting
+from steptime.errors import SteptimeError
+from steptime_lab.experiments.wallclock import make_predictor, mean_context
+from steptime_lab.experiments.wallclock.tokens import _decode_frame, _known_model
+from steptime_lab.results import claim, target
 
 COMP = ["phase", "ctx_tokens", "ctx_requests", "ctx_kv_tokens", "decode_requests", "kvb"]
 
@@ -67,10 +72,6 @@ def fpm_cells(steps: pd.DataFrame, pred: pd.DataFrame, kv_bucket: int = 512) -> 
 def silicon_cells(rows: pd.DataFrame, fitted=None, constants=None) -> tuple[pd.DataFrame, list[dict]]:
     """Silicon TPOT rows (W.tpot_table, dataset aic-silicon, aggregated serving) with the decode step at
     the measured batch predicted per TP (total and kinds). Returns (cells, skipped groups)."""
-    from steptime.errors import SteptimeError
-    from steptime_lab.experiments.wallclock import make_predictor, mean_context
-    from steptime_lab.experiments.wallclock.tokens import _decode_frame, _known_model
-
     x = rows[(rows["dataset"] == "aic-silicon") & (rows["mode"] == "agg")]
     parts, skipped = [], []
     for (gpu, model, eng, tp, dt), d in x.groupby(["gpu", "model", "engine", "tp", "dtype"], sort=True):
@@ -108,8 +109,6 @@ def run_e1_28(fpm_steps=None, fpm_pred=None, silicon_rows=None, *, fitted=None, 
 
 
 def document(r: dict, targets: dict) -> dict:
-    from steptime_lab.results import claim, target
-
     lim = target(targets, "efficiency_error", "E1.28")
     claims = []
     for x in r["rows"]:
@@ -125,8 +124,6 @@ def document(r: dict, targets: dict) -> dict:
 
 
 def plot(r: dict, stem, caption: str = ""):
-    from steptime import plotting
-
     plt = plotting.setup()
     d = pd.DataFrame(r["rows"])
     if d.empty:

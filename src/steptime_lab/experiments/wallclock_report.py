@@ -13,6 +13,8 @@ import numpy as np
 from steptime_lab.experiments import wallclock as W
 from steptime_lab.figures import parity
 from steptime_lab.results import claim
+from steptime import plotting
+from steptime_lab.metrics import mape
 
 PRED_COLORS = {"kernels": "#9e9e9e", "roofline": "#d95f02", "shipped": "#7b3fa0", "fit": "#1b6ca8",
                "block": "#8fb8de"}
@@ -95,8 +97,6 @@ def document_repeat_spread(sp: dict, gpu: str, engine: str) -> list[dict]:
 
 
 def plot_e1_26(r: dict, stem, caption=None):
-    from steptime import plotting
-
     plt = plotting.setup()
     fit, eng = r["names"]["fit"], r["engine"]
     ev = r["eval"]
@@ -154,7 +154,6 @@ def document_r2_3(r: dict, targets: dict, per_op: list[dict]) -> dict:
               claim("fitted engine constants (shipped value in metrics.start_values)",
                     {k: _r(v, 6) for k, v in r["fitted"].items()}, "fitted")]
     ev = r["eval"]
-    from steptime_lab.metrics import mape
 
     gain = []
     for ph in W.PHASES:
@@ -203,8 +202,6 @@ def document_r2_3(r: dict, targets: dict, per_op: list[dict]) -> dict:
 
 
 def plot_r2_3(r: dict, per_op: list[dict], stem, caption=None):
-    from steptime import plotting
-
     plt = plotting.setup()
     fit, blk, eng = r["names"]["fit"], r["names"]["block"], r["engine"]
     fig, axes = plt.subplots(1, 2, figsize=(11, 3.6))
@@ -284,8 +281,6 @@ def document_e1_18(fpm_exposed: list[dict], fpm_profile: list[dict], tok_exposed
 
 
 def plot_e1_18(doc: dict, stem, caption=None):
-    from steptime import plotting
-
     plt = plotting.setup()
     m = doc["metrics"]
     rows = [(f"FPM {e['gpu']} {e['engine']} TP{e['tp']}", e["exposed_ms_median"]) for e in m["fpm_small_steps"]]
@@ -352,8 +347,6 @@ def document_e2_11(res: dict, skipped: list[dict], targets: dict, sensitivity: l
 
 
 def plot_e2_11(res: dict, stem, caption=None, mixed: dict | None = None, target: float = 0.12):
-    from steptime import plotting
-
     plt = plotting.setup()
     p = res["pred"]
     fig, axes = plt.subplots(1, 2, figsize=(11, 3.8))
@@ -413,8 +406,6 @@ def document_e1_21(fpm: list[dict], iso_scores: list[dict], iso_skipped: list[di
 
 
 def plot_e1_21(doc: dict, stem, caption=None):
-    from steptime import plotting
-
     plt = plotting.setup()
     rows = doc["metrics"]["prefill_scores"]
     fig, ax = plt.subplots(figsize=(8, 3.6))

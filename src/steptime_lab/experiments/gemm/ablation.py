@@ -12,6 +12,8 @@ from steptime_lab.experiments.gemm.scoring import predictions, records
 from steptime_lab.results import claim
 from steptime.specs import get_gpu
 from steptime.terms import gemm as G
+from steptime_lab.experiments.gemm import folds as _F
+from steptime_lab.metrics import score
 
 
 def implied_alpha(df, gpu: str, params: dict):
@@ -45,8 +47,6 @@ def cv(x) -> float:
 
 
 def e1_13_analysis(df, doc: dict) -> dict:
-    from steptime_lab.metrics import score
-
     out = {}
     for gpu in sorted(doc["folds"]):
         g = get_gpu(gpu)
@@ -167,7 +167,6 @@ def factor_ablation(df, fixed: dict, *, seed: int = 0, n_per_gpu: int = 800, max
     readings = {g: deploy_readings(df, g) for g in gpus}
     df_llm = df[subset_masks(df)["llm"]]
     # the "skinny 16-row tile" entry swaps the base parameters that the fit and the folds start from
-    from steptime_lab.experiments.gemm import folds as _F
 
     base_fn = _F.base_params
     out = {}

@@ -18,6 +18,7 @@ from steptime_lab.experiments.gemm.settling import FIT_SETTINGS, SHIPPED_FIXED
 from steptime_lab.results import claim
 from steptime.specs import get_gpu, gpu_keys
 from steptime.terms import gemm as G
+from steptime_lab.metrics import score
 
 
 def cluster_comparison(df, sizes, targets, *, seed: int = 0, others=None) -> dict:
@@ -104,8 +105,6 @@ def e1_11_document(df, comparison: dict, sizes=CLUSTER_SIZES, targets=HOPPER) ->
 
 
 def e1_2b_analysis(df, doc: dict, alt_cluster: int = 16) -> dict:
-    from steptime_lab.metrics import score
-
     settled = int(doc["fixed"].get("hopper_cluster_size", 2))
     out = {"settled_cluster_size": settled, "alternative_cluster_size": alt_cluster, "gpus": {}}
     for gpu in HOPPER:

@@ -20,6 +20,7 @@ from steptime.calibration import Calibration
 from steptime_lab.regimes import is_decode, is_prefill, llm_shaped
 from steptime.specs import get_gpu, gpu_keys
 from steptime.terms import gemm as G
+from steptime_lab.data import load_aic_gemm
 
 
 AIC_GPUS = tuple(gpu_keys(tables="aic"))  # the nine GPUs with AIConfigurator tables (gpus.yaml aic_name)
@@ -87,8 +88,6 @@ def load_gemm(path=None, gpus=None):
     if path is not None:
         df = pd.read_parquet(path)
     else:
-        from steptime_lab.data import load_aic_gemm
-
         df = load_aic_gemm()
     if "dtype" in df.columns:
         df = df[df["dtype"].astype(str).isin(["bf16", "bfloat16"])]

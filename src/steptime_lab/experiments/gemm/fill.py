@@ -10,6 +10,7 @@ from steptime_lab.experiments.gemm.contract import apply_readings, base_params, 
 from steptime_lab.experiments.gemm.folds import gpu_params, with_globals
 from steptime.specs import get_gpu
 from steptime.terms import gemm as G
+from steptime_lab.metrics import score
 
 
 def staircase_jumps(df, gpu: str, params: dict | None, boundaries=None, paradigm: str | None = None):
@@ -74,8 +75,6 @@ def params_no_fill(gpu: str, glob: dict, readings: dict) -> dict:
 
 def fill_ablation(cells, gpu: str, params: dict, params_nf: dict, m_min: int = 64) -> dict:
     """MAPE with and without the fill factor on cells with m >= m_min (n, k >= 1024)."""
-    from steptime_lab.metrics import score
-
     c = cells[(cells["gpu"] == gpu) & (cells["m"] >= m_min) & (cells["n"] >= 1024) & (cells["k"] >= 1024)]
     m, n, k = (c[x].to_numpy(float) for x in ("m", "n", "k"))
     y = c["latency_ms"].to_numpy(float)

@@ -12,6 +12,7 @@ from steptime_lab.experiments.gemm.contract import cell_ids
 from steptime_lab.results import claim
 from steptime.specs import get_gpu
 from steptime.terms import gemm as G
+from steptime_lab.metrics import mape
 
 
 def memory_cells(df, gpu: str, m_max: int = 16):
@@ -125,8 +126,6 @@ def _law_fit_global(tab, law: str, gpus, reading_cells: dict | None = None):
 def memory_law_study(tab, kind: str = "gemm", reading_m: int = 1, reading_nk=(16384, 16384)) -> dict:
     """Per-GPU fits, one global law, and held-out GPUs (shape from the others, eta_max from
     the GPU's own large single-token reading), for both laws, on cells of `kind`."""
-    from steptime_lab.metrics import mape
-
     tab = tab[tab["kind"] == kind]
     gpus = sorted(tab["gpu"].unique())
     out = {"per_gpu": {}, "global": {}, "loo": {}, "cells": {g: int((tab["gpu"] == g).sum()) for g in gpus}}

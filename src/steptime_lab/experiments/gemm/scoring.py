@@ -12,11 +12,10 @@ from steptime_lab.experiments.gemm.contract import calibration_record, cell_ids,
 from steptime_lab.experiments.gemm.folds import fold_from_json, gpu_params
 from steptime_lab.results import claim
 from steptime.specs import get_gpu
+from steptime_lab.metrics import mape, score
 
 
 def score_cells(pred, meas, masks: dict, n_boot: int = 1000, seed: int = 0) -> dict:
-    from steptime_lab.metrics import score
-
     return {s: score(pred[mk], meas[mk], n_boot=n_boot, seed=seed) for s, mk in masks.items()}
 
 
@@ -57,8 +56,6 @@ def predictions(df, folds: dict, baselines=("bare_roofline", "datasheet_alpha", 
 
 
 def records(preds: dict, n_boot: int = 1000, seed: int = 0) -> list[dict]:
-    from steptime_lab.metrics import score
-
     recs = []
     for g, d in preds.items():
         y = d["df"]["latency_ms"].to_numpy(float)
@@ -161,8 +158,6 @@ def reading_sensitivity(df, doc: dict, cells=SENSITIVITY_CELLS) -> dict:
     """Held-out LLM-cell MAPE per GPU when one deploy reading is taken from a neighbouring cell
     instead (fold globals unchanged; every reading cell in play excluded from scoring): the
     readings' noise around the fold's own choice."""
-    from steptime_lab.metrics import mape
-
     out = {}
     for gpu in sorted(doc["folds"]):
         fold = fold_from_json(doc, gpu)

@@ -13,6 +13,7 @@ from steptime_lab.experiments.gemm.fill import (
 from steptime_lab.experiments.gemm.folds import _readings_json, fold_from_json, gpu_params
 from steptime_lab.results import claim
 from steptime.specs import gpu_keys, vidur_operators
+from steptime_lab.metrics import score
 
 
 VIDUR_GEMM_OPS = tuple(vidur_operators(kind="gemm"))  # Vidur's projection GEMMs (specs/operators.yaml)
@@ -73,7 +74,6 @@ def e1_2_analysis(df, doc: dict, vidur_cells) -> dict:
         cells = cells[[c not in cal.all_cells() for c in cell_ids(cells)]]
         cal.check_disjoint(cell_ids(cells))
         per_op = {}
-        from steptime_lab.metrics import score
 
         for op, c in cells.groupby("op"):
             m, n, k = (c[x].to_numpy(float) for x in ("m", "n", "k"))

@@ -10,6 +10,8 @@ from steptime_lab.experiments.transfer.fair_ground import (ML_FAST_ROWS_PER_GPU,
                                                      ML_TUNED_ROWS_PER_GPU)
 from steptime_lab.experiments.transfer.profiled import FAST_MAX_ROWS, TEST_FRACTION, bundle_summary
 from steptime_lab.experiments.transfer.records import HOME_GPUS, TARGETS, ratio_table, transfer_records
+from steptime.plotting import PALETTE, save, setup
+from steptime_lab.results import claim
 
 GRID_CHECK_PREDICTORS = ("rf_home", "rf_verbatim", "rf_spec_scaled", "rf_steptime_scaled")
 
@@ -19,8 +21,6 @@ def grid_check_document(dataset: str, cells, fast_bundle: dict, full_bundle: dic
     """The same home profile fitted with the fast grid and with Vidur's full grid (27
     settings x 10 folds): the RF rows of E2.1 for both, side by side, and the claim whether
     the full grid moves any MAPE by more than one percentage point."""
-    from steptime_lab.results import claim
-
     if not full_bundle["full_grid"] or fast_bundle["full_grid"]:
         raise ValueError("grid check: expects one fast-grid bundle and one full-grid bundle")
     for key in ("dataset", "home_gpu", "seed"):
@@ -74,8 +74,6 @@ def peer_claims(records) -> list:
     """E2.1's claim restated against each fair-ground peer, whichever way it comes out: the
     challenger's MAPE below the peer's on every unseen GPU (ratio peer / challenger > 1).
     ml_loo does not depend on the home GPU; its pair is stated once per dataset (home a100-sxm)."""
-    from steptime_lab.results import claim
-
     by = {(r["dataset"], r["home_gpu"], r["target_gpu"], r["predictor"]): r for r in records}
     out = []
     for ds in DATASETS:
@@ -122,8 +120,6 @@ def greybox_rows(records) -> dict:
 def greybox_claims(records, targets: dict) -> list:
     """E2.1's grey-box targets (config/experiments.yaml E2.1 greybox_beats): steptime_residual's
     MAPE below each named predictor's on every held-out GPU, per dataset; where it loses, by how much."""
-    from steptime_lab.results import claim
-
     rows = greybox_rows(records)
     out = []
     for ds, per in rows.items():
@@ -150,8 +146,6 @@ def e2_1_document(records, fits, cells, *, fast: bool, full_grid: bool, targets:
     """Metrics and claims of E2.1 (targets: steptime below the spec-scaled RF on every unseen
     GPU, by the ratio `targets['ratio'][dataset]` (config/experiments.yaml E2.1, e.g. 1.5x on GEMM
     and step); the home RF's advantage stated)."""
-    from steptime_lab.results import claim
-
     ratios = ratio_table(records)
     claims = []
     for ds in DATASETS:
@@ -244,8 +238,6 @@ def e2_1_document(records, fits, cells, *, fast: bool, full_grid: bool, targets:
 def plot_transfer(records, stem, full_grid: bool = False):
     """One panel per (home, dataset): MAPE per target GPU and predictor (log scale)."""
     from matplotlib.ticker import FuncFormatter
-
-    from steptime.plotting import PALETTE, save, setup
 
     plt = setup()
     preds = ["rf_home", "rf_spec_scaled", "rf_spec_scaled_readings", "ml_loo", "steptime_home_only", "steptime",

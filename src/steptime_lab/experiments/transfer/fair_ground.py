@@ -23,6 +23,7 @@ from steptime.peers import register
 from steptime.specs import get_gpu, get_model
 from steptime_lab.experiments.cells import STEP_OPS
 from steptime_lab.experiments.ratios import attention_work, gemm_work, roofline_s, step_op_work
+from steptime_lab.experiments import attention as AX, gemm as GX, light as LX
 
 # datasheet columns of gpus.yaml the ML peer sees for each GPU
 DATASHEET_FEATURES = ("bf16_dense_tflops", "mem_bw_gbps", "sms", "gpcs", "l2_mb", "boost_mhz", "base_mhz",
@@ -227,8 +228,6 @@ class HomeOnly:
     # --- fits on the home GPU alone (each once)
     def gemm_globals(self) -> dict:
         if self._glob is None:
-            from steptime_lab.experiments import gemm as GX
-
             rd = {self.home: GX._readings_from_json(self.doc, self.home)}
             self._glob = GX.fit_globals(self.gemm_df, [self.home], rd, seed=self.seed, fixed=self.doc.get("fixed"),
                                         **self.kw)
@@ -236,8 +235,6 @@ class HomeOnly:
 
     def readings(self, gpu: str) -> dict | None:
         """`gpu`'s GEMM per-GPU constants solved from its own deploy cells under the home-only globals."""
-        from steptime_lab.experiments import gemm as GX
-
         if gpu not in self.doc["folds"]:
             return None
         p = GX.gpu_params(gpu, self.gemm_globals(), GX._readings_from_json(self.doc, gpu))
@@ -245,8 +242,6 @@ class HomeOnly:
 
     def attention_fit(self):
         if self._attn is None:
-            from steptime_lab.experiments import attention as AX
-
             fcg = AX.fit_globals(self.attn_cells, [self.home], self.seed, n_sample=self.attn_sample)
             ratios = AX.reading_ratios(self.attn_cells, [self.home], fcg, {self.home: self.readings(self.home)})
             self._attn = (fcg, ratios)
@@ -254,8 +249,6 @@ class HomeOnly:
 
     def light_fit(self):
         if self._light is None:
-            from steptime_lab.experiments import light as LX
-
             self._light = LX.fit_kernels(self.light_cells, [self.home])
         return self._light
 
@@ -266,8 +259,6 @@ class HomeOnly:
             out["gemm"] = {"gpus": [self.home], "cells": int(min(self.kw["n_per_gpu"],
                                                                   int((self.gemm_df["gpu"] == self.home).sum())))}
         if "attention" in self.families:
-            from steptime_lab.experiments import attention as AX
-
             out["attention"] = {"gpus": [self.home], "cells": int(len(AX._sample(
                 self.attn_cells[self.attn_cells["gpu"] == self.home], self.seed, self.attn_sample)))}
         if "light" in self.families:
@@ -280,15 +271,11 @@ class HomeOnly:
         return self._memo[target]
 
     def _constants(self, target: str):
-        from steptime_lab.experiments import gemm as GX
-
         key = get_gpu(target).key
         c = self.base
         src = f"fitted on {self.home}'s table alone (E2.1 steptime_home_only)"
         rd_cells = []
         if "light" in self.families:
-            from steptime_lab.experiments import light as LX
-
             fit = self.light_fit()
             base = c
             eta, floors, ps = dict(fit["light_eta"]), dict(fit["light_floor_us"]), dict(fit["light_p"])
@@ -318,8 +305,6 @@ class HomeOnly:
                 params = {k: v for k, v in glob.items() if k != "hopper_cluster_size"}
             c = c.with_overrides(params, scope=f"gpu.{key}", provenance="FITTED", source=f"GEMM globals {src}")
         if "attention" in self.families:
-            from steptime_lab.experiments import attention as AX
-
             fcg, ratios = self.attention_fit()
             fc = AX.from_gemm_readings(fcg, ratios, self.readings(key))
             c = c.with_overrides({**fc, "attn_lane_factors": {}}, scope=f"gpu.{key}", provenance="FITTED",

@@ -35,6 +35,7 @@ import numpy as np
 from steptime_lab.experiments.cells import GEMM_OPS, STEP_OPS
 from steptime_lab.experiments.ratios import (attention_work, gemm_work, predict_layer_ops, predict_steptime,
                                              step_op_work)
+from steptime.specs import get_gpu, get_model
 
 BOUND = math.log(2.0)
 # ridge strengths tried by the nested leave-one-GPU-out CV (None: no correction, physics alone)
@@ -49,29 +50,21 @@ TILE = 128  # output tile edge used for the wave count (the common bf16 CTA tile
 
 
 def _datasheet(gpu: str) -> list[float]:
-    from steptime.specs import get_gpu
-
     g = get_gpu(gpu)
     return [math.log2(g.peak_flops), math.log2(g.mem_bw), math.log2(float(g.sms)), math.log2(float(g.l2_mb)),
             math.log2(g.peak_flops / g.mem_bw), float(int(g.sm_version) // 10)]
 
 
 def _l2_bytes(gpu: str) -> float:
-    from steptime.specs import get_gpu
-
     return float(get_gpu(gpu).l2_mb) * 2 ** 20
 
 
 def _ridge_point(gpu: str) -> float:
-    from steptime.specs import get_gpu
-
     g = get_gpu(gpu)
     return g.peak_flops / g.mem_bw
 
 
 def _sms(gpu: str) -> float:
-    from steptime.specs import get_gpu
-
     return float(get_gpu(gpu).sms)
 
 
@@ -102,7 +95,6 @@ def term_features(dataset: str, cells, gpu: str) -> dict[str, np.ndarray]:
         waves = bs * h * np.ceil(s / TILE) / sms
         cols = [dec, _lg(bs), _lg(s), _lg(kv), _lg(h), _lg(hk), _lg(b / l2), _lg(waves), _lg(f / b / ridge)]
         return {"attention": np.column_stack(cols + [ds])}
-    from steptime.specs import get_model
 
     work = step_op_work(cells)
     T = cells["num_tokens"].to_numpy(dtype=float)

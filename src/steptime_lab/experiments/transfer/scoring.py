@@ -6,12 +6,11 @@ from __future__ import annotations
 import numpy as np
 
 from steptime_lab.experiments.cells import DECODE_MAX_TOKENS, cell_ids
+from steptime.specs import get_gpu
 
 def calibration_summary(cal, target: str) -> dict:
     """Compact calibration record for one scored GPU: the target's own cells that set a
     constant (excluded from scoring), a count of the other cells, and the fold notes."""
-    from steptime.specs import get_gpu
-
     key = get_gpu(target).key
     own, other = {}, 0
     for name, cells in sorted(cal.used.items()):

@@ -15,6 +15,10 @@ from steptime_lab.experiments.wallclock.steps import (
     exposed_host, fit_engine_constants, make_predictor, predict_table, reading_rule, score_steps, shares,
     signed_error_bins, tp_scaling, with_scales,
 )
+from steptime.calibration import Calibration, Constants
+from steptime.io import atomic_path
+from steptime.specs import get_gpu
+from steptime.specs.engines import get_engine
 
 
 # ---------------------------------------------------------------------------------------
@@ -40,9 +44,6 @@ def run_fpm(steps, spec: FpmSpec, *, fitted_doc=None, n_boot: int = 1000, seed: 
     engine_constants.yaml R2.3 wrote), E1.26: those values are used as written, after
     checking that they were read from the same three steps the rule picks here. `constants`: the
     rule's settled constants (None: the shipped ones)."""
-    from steptime.calibration import Calibration, Constants
-    from steptime.specs import get_gpu
-
     check_steps(steps)
     gpus = steps["gpu"].unique()
     if len(gpus) != 1:
@@ -145,8 +146,6 @@ def repeat_spread(steps, spec: FpmSpec, targets: dict, *, draws: int = 30, seed:
 
 def _fit_start(spec: FpmSpec, gpu: str, constants=None):
     """(x0, bounds) of R2.3's fit: shipped values (scales 1, offsets 0) and the fit's bounds."""
-    from steptime.calibration import Constants
-
     c0 = constants or Constants.default()
     names = list(dict.fromkeys(list(spec.fit_names) + list(spec.block_fit_names)))
     x0 = {n: (1.0 if n in SCALES else 0.0 if n == COMM_OFFSET else _start_value(n, spec.engine, gpu, c0))
@@ -158,9 +157,6 @@ def _fit_start(spec: FpmSpec, gpu: str, constants=None):
 
 def _start_value(name: str, engine: str, gpu: str, constants) -> float:
     """The shipped value of an engine field (profile) or a calibration constant, for one GPU."""
-    from steptime.specs import get_gpu
-    from steptime.specs.engines import get_engine
-
     e = get_engine(engine, fitted={})
     g = get_gpu(gpu)
     if name in e.values:
@@ -171,8 +167,6 @@ def _start_value(name: str, engine: str, gpu: str, constants) -> float:
 def engine_constants_doc(fits: list[dict], spec: FpmSpec, experiment: str = "R2.3") -> dict:
     """The fitted-constants file: engine fields under `engines`, calibration constants under
     `constants`, each {value, provenance: FITTED, source, experiment, cells}."""
-    from steptime.specs.engines import get_engine
-
     doc: dict = {"engines": {}, "constants": {}, "scales": {}}
     for r in fits:
         fields = set(get_engine(r["engine"], fitted={}).values)
@@ -230,8 +224,6 @@ def fpm_steps(tidy, moe: bool = False):
 def write_fitted_constants(path, doc: dict) -> None:
     """Write the fitted-constants file (YAML, sorted keys, atomically) with a header naming its writer."""
     import yaml
-
-    from steptime.io import atomic_path
 
     text = ("# Engine constants read from at most three wall-clock steps per (GPU, engine): written by the\n"
             "# pipeline (rule R2_3, steptime_lab.experiments.wallclock); do not edit. Read with\n"

@@ -12,6 +12,14 @@ from typing import Callable
 import numpy as np
 
 from steptime.errors import SteptimeError
+from steptime.calibration import Constants
+from steptime.ops import predict_ops
+from steptime.specs import get_gpu, get_model
+from steptime.specs.engines import allreduces_per_layer, get_engine
+from steptime.step import TERM_KIND, layer_shapes, predict_steps
+from steptime.terms import attention as A, comm, light
+from steptime_lab.metrics import score, signed_error
+from steptime_lab.regimes import llm_shaped
 
 PHASES = ("prefill", "decode", "mixed")
 STEP_COLUMNS = ("gpu", "model", "engine", "tp", "phase", "segment", "step", "ctx_tokens", "ctx_requests",
@@ -68,8 +76,6 @@ def expand_requests(steps):
 
 def term_kinds(terms_ms: dict, n: int) -> dict:
     """Sum a predict_steps term breakdown into KINDS (+ 'total')."""
-    from steptime.step import TERM_KIND
-
     out = {k: np.zeros(n) for k in KINDS}
     for t, v in terms_ms.items():
         kind = TERM_KIND.get(t, "host" if ("host" in t or "samp" in t) else "light")
@@ -92,10 +98,6 @@ def make_predictor(name: str, model, gpu, *, engine: str | None = None, dtype: s
     (results/calibration/engine_constants.yaml): all three of its parts (engines, constants,
     scales) for this (engine, GPU) enter here, the one constructor that reads it.
     """
-    from steptime.calibration import Constants
-    from steptime.specs import get_gpu, get_model
-    from steptime.step import predict_steps
-
     m = get_model(model)
     g = get_gpu(gpu)
     base = constants or Constants.default()
@@ -110,7 +112,6 @@ def make_predictor(name: str, model, gpu, *, engine: str | None = None, dtype: s
             sid, new, kv = expand_requests(steps)
             return roofline_steps(m, g, sid, new, kv, len(steps), tp=tp)
         return f
-    from steptime.specs.engines import get_engine
 
     profile = get_engine("kernels" if name == "kernels" else (engine or name), fitted=fitted_engines)
     fields = set(profile.values)
@@ -131,7 +132,6 @@ def make_predictor(name: str, model, gpu, *, engine: str | None = None, dtype: s
         sid, new, kv = expand_requests(steps)
         r = predict_steps(m, g, sid, new, kv, len(steps), tp=int(tp), constants=c, engine=e, dtype=dtype)
         return term_kinds(r["terms_ms"], len(steps))
-    from steptime.specs.engines import allreduces_per_layer
 
     f.n_allreduce_calls = allreduces_per_layer() * m.num_hidden_layers
     return with_scales(f, my_scales)
@@ -164,9 +164,6 @@ def roofline_steps(model, gpu, step_id, new_tokens, kv_len, n_steps: int, *, tp:
     """Bare roofline of a step: every GEMM and attention kernel at max(flops / peak, bytes / BW)
     with datasheet peaks, light kernels as bytes / BW, the TP all-reduce as bytes over the
     link bandwidth (ring), no floors, no host, no launches. A speed-of-light lower bound."""
-    from steptime.step import layer_shapes
-    from steptime.terms import light
-
     P, BW = gpu.peak_flops, gpu.mem_bw
     sid = np.asarray(step_id, dtype=np.int64)
     new = np.asarray(new_tokens, dtype=float)
@@ -319,8 +316,6 @@ def fit_engine_constants(steps, readings: Readings, predictor: Callable, names: 
 # Scores
 def score_steps(steps, pred, *, keys=("gpu", "engine", "tp", "phase"), n_boot: int = 1000, seed: int = 0) -> list[dict]:
     """MAPE, median APE, signed mean error per group (errors as fractions)."""
-    from steptime_lab.metrics import score, signed_error
-
     out = []
     x = steps.assign(pred_ms=pred.loc[steps.index, "pred_ms"].to_numpy())
     for k, d in x.groupby(list(keys), sort=True):
@@ -375,8 +370,6 @@ def shares(pred, steps, keys=("tp", "phase")) -> list[dict]:
 
 def signed_error_bins(steps, pred, by: str, bins) -> list[dict]:
     """Median signed error per bin of `by` (e.g. decode_requests, total tokens)."""
-    from steptime_lab.metrics import signed_error
-
     x = steps.assign(err=signed_error(pred.loc[steps.index, "pred_ms"], steps["latency_ms"]))
     x["bin"] = np.digitize(x[by].to_numpy(float), bins)
     out = []
@@ -473,8 +466,6 @@ def per_op_cost(tables: dict, fitted: dict, n_boot: int = 1000, seed: int = 0) -
     `tables`: name -> (term kind, pred_ms, measured_ms) of one GPU's per-operator cells; each
     table's predictions are multiplied by the fitted scales acting on its kind (kind_scale), and an
     all-reduce table's cells (one call each) shifted by the fitted comm_offset_us."""
-    from steptime_lab.metrics import score
-
     out = []
     for name, (kind, p, m) in sorted(tables.items()):
         k = kind_scale(fitted, kind)
@@ -492,11 +483,6 @@ def per_op_tables(gpu: str, gemm_df=None, attn_cells=None, allreduce_df=None, co
     with the shipped constants: GEMM cells (LLM-shaped: n, k >= 1024, m <= 16384), attention
     cells of LLM shapes, and all-reduce cells (vLLM's custom all-reduce under CUDA graphs ->
     'custom', NCCL -> 'nccl'; every message size and GPU count). `constants`: the rule's (None: shipped)."""
-    from steptime.calibration import Constants
-    from steptime.ops import predict_ops
-    from steptime_lab.regimes import llm_shaped
-    from steptime.specs import get_gpu
-
     constants = constants or Constants.default()
     out = {}
     if gemm_df is not None:
@@ -506,8 +492,6 @@ def per_op_tables(gpu: str, gemm_df=None, attn_cells=None, allreduce_df=None, co
             p = predict_ops("gemm", gpu, constants=constants, m=g["m"].to_numpy(float), n=g["n"].to_numpy(float), k=g["k"].to_numpy(float))
             out["aic_gemm_llm"] = ("gemm", p["t_ms"], g["latency_ms"].to_numpy(float))
     if attn_cells is not None:
-        from steptime.terms import attention as A
-
         x = attn_cells[(attn_cells["gpu"] == gpu) & attn_cells["llm"]]
         for phase in ("decode", "prefill"):
             xp = x[x["phase"] == phase]
@@ -517,8 +501,6 @@ def per_op_tables(gpu: str, gemm_df=None, attn_cells=None, allreduce_df=None, co
                                       kv_dtype=xp["kv_dtype"].to_numpy(), warm_l2=True)
                 out[f"aic_attention_{phase}_llm"] = ("attention", np.asarray(r["t"]) * 1e3, xp["y_ms"].to_numpy(float))
     if allreduce_df is not None:
-        from steptime.terms import comm
-
         a = allreduce_df[allreduce_df["gpu"] == gpu]
         for backend, impl in (("vllm_graph", "custom"), ("nccl", "nccl")):
             ab = a[a["backend"] == backend]

@@ -14,6 +14,10 @@ import numpy as np
 from steptime.errors import SteptimeError
 from steptime_lab.experiments.wallclock.fpm import FpmSpec, engine_constants_doc, engine_profile, fpm_steps, run_fpm
 from steptime_lab.experiments.wallclock.steps import WallclockError, make_predictor, records
+from steptime.errors import UnknownModelError
+from steptime.specs import get_model
+from steptime_lab.experiments.wallclock.fpm import fitted_values
+from steptime_lab.metrics import score
 
 
 # ---------------------------------------------------------------------------------------
@@ -210,9 +214,6 @@ def tpot_table(mlenergy_v2=None, mlenergy_v3=None, silicon=None, prompt_tokens: 
 
 def _known_model(model: str, rows) -> str:
     """The table's model key, or its Hugging Face repository id when the key is not in models.yaml."""
-    from steptime.errors import UnknownModelError
-    from steptime.specs import get_model
-
     try:
         return get_model(model).key
     except UnknownModelError:
@@ -228,8 +229,6 @@ def run_tpot(rows, model_of=None, n_boot: int = 1000, seed: int = 0, fitted=None
     (unknown model, memory, precision a GPU cannot run) is left out with its reason. `variant`:
     'naive' or 'mixed' (predict_tpot); `mixed`: {chunked: [engines], token_budget: tokens}."""
     import pandas as pd
-
-    from steptime_lab.metrics import score
 
     preds, skipped = [], []
     keys = ["dataset", "gpu", "model", "engine", "tp", "dtype"]
@@ -302,8 +301,6 @@ def score_isolated_prefills(iso, n_boot: int = 1000, seed: int = 0, fitted=None,
     """TTFT at concurrency 1 predicted as one prefill step of `isl` tokens (engine profile)."""
     import pandas as pd
 
-    from steptime_lab.metrics import score
-
     scores, skipped = [], []
     if iso is None or not len(iso):
         return scores, skipped
@@ -348,8 +345,6 @@ def prompt_sensitivity(rows, prompt_tokens: dict, scales, fitted=None, constants
 def tpot_fitted_on(doc, engine: str, gpu: str) -> str:
     """What a TPOT prediction of (engine, GPU) rests on: the shipped calibration, and the engine profile
     with or without wall-clock readings of that (GPU, engine)."""
-    from steptime_lab.experiments.wallclock.fpm import fitted_values
-
     base = "datasheet + shipped calibration (per-GPU GEMM/NCCL readings, shared fits on other GPUs)"
     try:
         _, cells = fitted_values(doc, engine, gpu) if doc else (None, None)
