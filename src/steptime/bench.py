@@ -21,6 +21,8 @@ for the import timing; numpy elementwise work here is single-threaded anyway).
 
 from __future__ import annotations
 
+# The predictor's imports stay inside run(): the module loads with the CLI, the predictor only when a check runs.
+
 import math
 import subprocess
 import sys

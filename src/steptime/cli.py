@@ -14,6 +14,9 @@ Bad input prints one line on stderr and exits 2; no tracebacks.
 
 from __future__ import annotations
 
+# Imports of steptime modules stay inside each command: a command loads only what it runs (fast --help and
+# predict), and the lab front imports the lab only when a lab command runs (tests/test_wall.py).
+
 import argparse
 import json
 import sys

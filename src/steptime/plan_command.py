@@ -10,6 +10,8 @@ price table's per-GPU-hour figures.
 
 from __future__ import annotations
 
+# Imports stay inside each command function: a CLI command loads only what it runs.
+
 import sys
 from pathlib import Path
 

@@ -14,6 +14,9 @@ and achieved TFLOP/s.
 
 from __future__ import annotations
 
+# Imports of the product and the lab stay inside the functions that use them: a collector runs on a GPU
+# host and loads only what its measurement needs.
+
 import argparse
 import sys
 import threading

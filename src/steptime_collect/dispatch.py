@@ -20,6 +20,9 @@ split-K, cluster shape, algorithm id and the data types.
 
 from __future__ import annotations
 
+# Imports of the product and the lab stay inside the functions that use them: a collector runs on a GPU
+# host and loads only what its measurement needs.
+
 import argparse
 import os
 import re

@@ -16,6 +16,9 @@ standalone memory law at the same bytes (`terms.gemm.eta_mem`), and the median g
 
 from __future__ import annotations
 
+# Imports of the product and the lab stay inside the functions that use them: a collector runs on a GPU
+# host and loads only what its measurement needs.
+
 import argparse
 import re
 import subprocess

@@ -8,6 +8,9 @@ Times C = A @ W^T (torch.nn.functional.linear, bf16) with CUDA events; prints CS
 
 from __future__ import annotations
 
+# Imports of the product and the lab stay inside the functions that use them: a collector runs on a GPU
+# host and loads only what its measurement needs.
+
 import argparse
 import sys
 

@@ -19,6 +19,9 @@ Parser: `parse_gemm_sweep(path)` (checked). Reductions:
 
 from __future__ import annotations
 
+# Imports of the product and the lab stay inside the functions that use them: a collector runs on a GPU
+# host and loads only what its measurement needs.
+
 import argparse
 import sys
 from pathlib import Path

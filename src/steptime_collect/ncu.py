@@ -16,6 +16,9 @@ picks the GEMM kernel of each cell (the longest kernel) and derives
 
 from __future__ import annotations
 
+# Imports of the product and the lab stay inside the functions that use them: a collector runs on a GPU
+# host and loads only what its measurement needs.
+
 import argparse
 import subprocess
 import sys

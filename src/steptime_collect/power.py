@@ -20,6 +20,9 @@ run, m, n, k, latency, sustained SM clock, power, and the cap / lock the cell ra
 
 from __future__ import annotations
 
+# Imports of the product and the lab stay inside the functions that use them: a collector runs on a GPU
+# host and loads only what its measurement needs.
+
 import itertools
 
 import numpy as np

@@ -11,6 +11,8 @@ Every number it prints is simulated (scheduler model + predicted step times).
 
 from __future__ import annotations
 
+# Imports stay inside each command function: a CLI command loads only what it runs.
+
 import sys
 from pathlib import Path
 

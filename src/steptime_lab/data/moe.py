@@ -26,6 +26,7 @@ from steptime_lab.data.moe_schemas import MOE_DTYPES, RAW_TABLES, TIDY_TABLES, r
 MAX_PEAK_FRACTION = 1.25
 
 
+# the AIC loader's helpers, imported when called (data.aic's wrappers here share their names)
 def _gpu_filter(gpu):
     from steptime_lab.data.aic import _gpu_filter as f
 
