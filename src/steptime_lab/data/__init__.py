@@ -11,8 +11,6 @@ pandas and pandera are imported only when a loader is first used.
 
 from __future__ import annotations
 
-from steptime_lab.data.verify import cli
-
 _EXPORTS = {
     "load_aic_gemm": "steptime_lab.data.aic",
     "load_aic_attention": "steptime_lab.data.aic",
@@ -59,4 +57,6 @@ def __getattr__(name):
 
 def cli_main(argv: list[str]) -> int:
     """`steptime data <subcommand> ...`: verify (check raw/ against its manifest), list (what is there)."""
+    from steptime_lab.data.verify import cli  # here, not at the top: `import steptime_lab.data` loads no pandas
+
     return cli(list(argv))
