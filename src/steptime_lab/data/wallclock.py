@@ -26,7 +26,7 @@ import pandas as pd
 
 from steptime_lab.data import schemas
 from steptime_lab.data.aic import _concat
-from steptime_lab.data.checks import fail_rows, read_csv, run_schema, time_factor
+from steptime_lab.data.checks import fail_rows, read_csv, run_schema, time_factor, where
 from steptime_lab.data.manifest import Entry, load_manifest
 from steptime.errors import DataError, UnknownModelError
 from steptime.specs import SPEC_DIR
@@ -95,8 +95,6 @@ def _model_cols(df: pd.DataFrame, source_col: str, file, raw_col: str | None = N
             arch[mid] = model_arch(mid)
         except UnknownModelError as exc:
             rows = np.flatnonzero((ids == mid).to_numpy())
-            from steptime_lab.data.checks import where
-
             loc = where(file, int(df.index[rows[0]]), raw_col or source_col, csv=raw_col is not None)
             raise DataError(f"{loc}: {exc}") from None
     keys = {mid: model_key(mid) for mid in uniq}
