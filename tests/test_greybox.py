@@ -81,8 +81,8 @@ def test_ml_loo_tuned_picks_its_setting_on_the_training_gpus_only():
     ml = T.MLLeaveOneOut("aic_gemm", cells, fast=True, seed=0, tuned=True)
     info = ml.fitted_on("b200")
     assert "b200" not in info["gpus"]
-    assert info["tuning"] is not None and len(info["tuning"]["inner_cv_mape"]) == len(T.peers.ML_GRID[True])
-    assert info["settings"]["rows_per_gpu_cap"] == T.peers.ML_TUNED_ROWS_PER_GPU[True]
+    assert info["tuning"] is not None and len(info["tuning"]["inner_cv_mape"]) == len(T.fair_ground.ML_GRID[True])
+    assert info["settings"]["rows_per_gpu_cap"] == T.fair_ground.ML_TUNED_ROWS_PER_GPU[True]
 
 
 def test_two_training_gpus_give_no_correction():
