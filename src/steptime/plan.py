@@ -430,8 +430,7 @@ def plan(model, workload, *, slo_ttft_s=None, slo_tpot_s=None, percentile: float
 def uncalibrated_gpus(keys, constants) -> list[str]:
     """The GPUs among `keys` without deploy readings of their own in `constants` (no `gpu.<key>` scope):
     predicted from the datasheet and their family's constants, labelled `uncalibrated` in every output."""
-    scopes = {r["scope"] for r in constants.table()}
-    return [k for k in keys if f"gpu.{k}" not in scopes]
+    return [k for k in keys if not constants.calibrated(k)]
 
 
 def _model_keys():

@@ -153,6 +153,12 @@ class Constants:
                                    experiment=experiment, cells=tuple(cells))
         return Constants(scopes, self.engines)
 
+    def calibrated(self, gpu) -> bool:
+        """Whether `gpu` (a key or a steptime.specs.GPU) has deploy readings of its own here (a
+        `gpu.<key>` scope). Without them it is predicted from its datasheet and its family's
+        constants, and every output labels it `uncalibrated` (the AMD GPUs always are)."""
+        return f"gpu.{getattr(gpu, 'key', gpu)}" in self._scopes
+
     def without_gpu(self, gpu_key: str) -> "Constants":
         """Drop a GPU's own deploy readings (for scoring it held out)."""
         scopes = {k: v for k, v in self._scopes.items() if k != f"gpu.{gpu_key}"}
