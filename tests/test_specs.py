@@ -218,3 +218,26 @@ def test_power_limited_variants_are_their_own_entries():
     assert get_gpu("h100-pcie").bf16_dense_tflops == 1513 / 2
     m = get_gpu("mi300x")
     assert abs(m.sms * m.boost_mhz * 1e6 * 2048 / 1e12 - m.bf16_dense_tflops) < 0.1
+
+
+# every output labels a GPU without readings `uncalibrated` (issue 21)
+def test_uncalibrated_label_in_every_output(capsys):
+    from steptime import predict_step
+    from steptime.cli import main
+
+    assert not predict_step("llama-3.1-8b", "mi300x", decode=[(4, 512)]).calibrated
+    assert predict_step("llama-3.1-8b", "h100-sxm", decode=[(4, 512)]).to_dict()["uncalibrated"] is False
+    assert main(["predict", "--model", "llama-3.1-8b", "--gpu", "l4", "--decode", "4x512", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["uncalibrated"] is True
+    assert main(["predict", "--model", "llama-3.1-8b", "--gpu", "mi355x", "--decode", "4x512"]) == 0
+    assert "mi355x is uncalibrated" in capsys.readouterr().out
+    assert main(["serve", "--model", "llama-3.1-8b", "--gpu", "h100-pcie", "--rate", "2", "--n", "8", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["uncalibrated"] is True
+    assert main(["serve", "--model", "llama-3.1-8b", "--gpu", "h100-pcie", "--rate", "2", "--n", "8"]) == 0
+    assert "h100-pcie is uncalibrated" in capsys.readouterr().out
+    assert main(["gpus", "--json"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    assert d["mi325x"]["uncalibrated"] and not d["a100-sxm"]["uncalibrated"]
+    assert main(["gpus"]) == 0
+    rows = {ln.split()[0]: ln.split()[-1] for ln in capsys.readouterr().out.splitlines()[1:] if ln and ln[0] != "u"}
+    assert rows["gh200"] == "uncalibrated" and rows["h200-sxm"] == "calibrated"
