@@ -158,7 +158,7 @@ def cmd_engines(a) -> int:
 def cmd_bench(a) -> int:
     from steptime.bench import run
 
-    res = run(quick=a.quick)
+    res = run(quick=a.quick, plan=a.plan, jobs=a.jobs)
     if a.json:
         _print_json(res)
     else:
@@ -257,6 +257,8 @@ def build_parser() -> argparse.ArgumentParser:
     b = sub.add_parser("bench", help="prediction speed against a plain-Python baseline")
     b.add_argument("--json", action="store_true")
     b.add_argument("--quick", action="store_true", help="smaller cell counts")
+    b.add_argument("--plan", action="store_true", help="also time one planner search (5,000 requests, >= 300 layouts)")
+    b.add_argument("--jobs", type=int, default=2, help="worker processes of the planner search (default 2)")
     s = sub.add_parser("status", help="which experiments are built and which await telemetry")
     s.add_argument("--json", action="store_true")
     au = sub.add_parser("audit", help="every claim: its value, whether it holds, whether it is current, and "
