@@ -146,10 +146,10 @@ def test_collect_config_names_only_known_gpus_and_models(clean_workdir):
 
     path = clean_workdir / "config/collect.yaml"
     doc = yaml.safe_load(path.read_text())
-    doc["gpus"]["h100-pcie"] = {"gres": "H100"}
+    doc["gpus"]["h100-sxm-96"] = {"gres": "H100"}
     path.write_text(yaml.safe_dump(doc))
     r = _snakemake(clean_workdir, "-n", "results/specs/gpus.json")
-    assert r.returncode != 0 and "unknown GPU 'h100-pcie'" in r.stdout + r.stderr
+    assert r.returncode != 0 and "unknown GPU 'h100-sxm-96'" in r.stdout + r.stderr
 
 
 # ---------------------------------------------------------------- a registered raw input that is gone

@@ -156,3 +156,17 @@ def test_ctrl_c_keeps_the_best_so_far(wl):
     r = plan(M, wl, slo_tpot_s=0.2, gpus=["h100-sxm"], jobs=1, on_progress=stop, **SMALL)
     assert r.interrupted and r.simulated() and r.ranked()
     assert len(r.rows) < len(plan(M, wl, slo_tpot_s=0.2, gpus=["h100-sxm"], jobs=1, **SMALL).rows)
+
+
+def test_itl_slo_and_rejudging(wl):
+    r = plan(M, wl, slo_itl_s=1.0, percentile=99, gpus=["h100-sxm"], jobs=1, exhaustive=True, disagg=False, **SMALL)
+    sims = r.simulated()
+    assert sims and all(np.isfinite(x["itl_pct_s"]) and x["itl_p50_s"] <= x["itl_pct_s"] for x in sims)
+    assert all(x["meets_slo"] == (x["itl_pct_s"] <= 1.0) for x in sims)
+    tight = min(x["itl_pct_s"] for x in sims)
+    again = r.with_slo(slo_itl_s=tight)
+    assert [x["layout"] for x in again.ranked()] == [x["layout"] for x in sims if x["itl_pct_s"] <= tight]
+    assert not r.with_slo(slo_itl_s=tight * 0.5).ranked()
+    assert len(r.with_slo(slo_ttft_s=1e9, slo_tpot_s=1e9).ranked()) == len(sims)
+    with pytest.raises(PlanError, match="time-between-tokens SLO must be a time > 0"):
+        plan(M, wl, slo_itl_s=-1.0, gpus=["h100-sxm"], jobs=1, **SMALL)

@@ -32,7 +32,7 @@ def test_aliases(alias, key):
 
 def test_unknown_gpu_lists_closest():
     with pytest.raises(UnknownGPUError, match="closest: h100-sxm"):
-        get_gpu("h100-pcie-96")
+        get_gpu("h100-sxm-96")
 
 
 def test_hopper_peaks_and_ridge():
@@ -78,7 +78,9 @@ def test_gpu_sets_come_from_gpus_yaml(repo_root):
     assert gpu_keys("blackwell") == ["b200", "gb200", "b300", "gb300", "rtx-pro-6000"]
     assert "a40" in gpu_keys(tables="vidur") and "h200-sxm" not in gpu_keys(tables="vidur")
     # the families partition the GPUs, and by_family orders by generation
-    fams = [gpu_keys(f) for f in ("ampere", "ada", "hopper", "blackwell")]
+    from steptime.specs import ARCHITECTURES
+
+    fams = [gpu_keys(f) for f in ARCHITECTURES]
     assert sorted(sum(fams, [])) == sorted(gpu_keys())
     assert by_family(["b200", "l40s", "a100-sxm", "h100-sxm"]) == ["a100-sxm", "l40s", "h100-sxm", "b200"]
     with pytest.raises(ValueError, match="unknown GPU family"):
@@ -172,3 +174,70 @@ def test_mistral_v03_is_not_v01():
     """v0.3 extends the vocabulary (32768) and drops the sliding window: it must not resolve to v0.1's entry."""
     assert get_model("mistralai/Mistral-7B-Instruct-v0.3").vocab_size == 32768
     assert get_model("mistralai/Mistral-7B-v0.1").vocab_size == 32000
+
+
+# ---------------------------------------------------------------- issue 21: the GPUs a buyer compares
+BUYER_GPUS = ["h100-pcie", "h100-nvl", "h200-nvl", "gh200", "l4", "l40", "a10", "a30", "rtx-6000-ada",
+              "mi300x", "mi325x", "mi355x", "mi350x"]
+
+
+def test_buyer_gpus_present_with_node_and_interconnect():
+    for k in BUYER_GPUS:
+        g = get_gpu(k)
+        assert g.gpus_per_node >= 1 and g.interconnect, k
+        assert g.bf16_dense_tflops > 0 and g.mem_bw_gbps > 0 and g.mem_gb > 0, k
+
+
+def test_buyer_gpu_sources_name_a_document_and_url():
+    from steptime.specs import gpu_sources
+
+    src = gpu_sources()
+    for k in BUYER_GPUS:
+        g = get_gpu(k)
+        for f in ("bf16_dense_tflops", "mem_bw_gbps", "mem_gb", "power_w"):
+            text = src[g.figures[f].source]
+            assert "http" in text and any(y in text for y in ("2021", "2022", "2023", "2024", "2025")), (k, f)
+
+
+def test_amd_is_its_own_family_and_never_calibrated():
+    from steptime.calibration import Constants
+
+    c = Constants.default()
+    assert gpu_keys("cdna3") == ["mi300x", "mi325x"] and gpu_keys("cdna4") == ["mi355x", "mi350x"]
+    for k in gpu_keys(("cdna3", "cdna4")):
+        assert get_gpu(k).vendor == "AMD" and not c.calibrated(k)
+    assert c.calibrated("h100-sxm") and not c.calibrated("h100-pcie")
+
+
+def test_power_limited_variants_are_their_own_entries():
+    # same die and memory, lower clock and power: a lower peak, the same bandwidth
+    a, b = get_gpu("mi350x"), get_gpu("mi355x")
+    assert a.power_w < b.power_w and a.boost_mhz < b.boost_mhz and a.peak_flops < b.peak_flops
+    assert a.mem_bw == b.mem_bw
+    # the sparse datasheet figure halved, and the CDNA peaks = CUs x clock x per-CU rate
+    assert get_gpu("h100-pcie").bf16_dense_tflops == 1513 / 2
+    m = get_gpu("mi300x")
+    assert abs(m.sms * m.boost_mhz * 1e6 * 2048 / 1e12 - m.bf16_dense_tflops) < 0.1
+
+
+# every output labels a GPU without readings `uncalibrated` (issue 21)
+def test_uncalibrated_label_in_every_output(capsys):
+    from steptime import predict_step
+    from steptime.cli import main
+
+    assert not predict_step("llama-3.1-8b", "mi300x", decode=[(4, 512)]).calibrated
+    assert predict_step("llama-3.1-8b", "h100-sxm", decode=[(4, 512)]).to_dict()["uncalibrated"] is False
+    assert main(["predict", "--model", "llama-3.1-8b", "--gpu", "l4", "--decode", "4x512", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["uncalibrated"] is True
+    assert main(["predict", "--model", "llama-3.1-8b", "--gpu", "mi355x", "--decode", "4x512"]) == 0
+    assert "mi355x is uncalibrated" in capsys.readouterr().out
+    assert main(["serve", "--model", "llama-3.1-8b", "--gpu", "h100-pcie", "--rate", "2", "--n", "8", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["uncalibrated"] is True
+    assert main(["serve", "--model", "llama-3.1-8b", "--gpu", "h100-pcie", "--rate", "2", "--n", "8"]) == 0
+    assert "h100-pcie is uncalibrated" in capsys.readouterr().out
+    assert main(["gpus", "--json"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    assert d["mi325x"]["uncalibrated"] and not d["a100-sxm"]["uncalibrated"]
+    assert main(["gpus"]) == 0
+    rows = {ln.split()[0]: ln.split()[-1] for ln in capsys.readouterr().out.splitlines()[1:] if ln and ln[0] != "u"}
+    assert rows["gh200"] == "uncalibrated" and rows["h200-sxm"] == "calibrated"

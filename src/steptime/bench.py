@@ -15,6 +15,16 @@
   serve_direct_steps_per_s the same simulator timing each iteration with one predict_steps call
                          (first 100 requests; quick: 50), and serve_speedup, their ratio
   serve_requests_per_s   simulated requests per second of wall time
+  serve_steps_per_cpu_s, serve_direct_steps_per_cpu_s, serve_speedup_cpu
+                         the same two rates per second of this process's CPU time (the machine may be
+                         shared: CPU time does not count the time other processes held the core)
+  load_before, load_after  the 1-minute load average and the CPUs this process may use, so a reader can
+                         tell a quiet run from a loaded one
+`steptime bench --plan` adds the planner: one `steptime plan` search (Llama-3.1-8B, a 5,000-request
+Poisson workload, H100 and H200, the default grid: >= 300 layouts) on `--jobs` worker processes:
+  plan_layouts, plan_simulated, plan_pruned, plan_wall_s, plan_cpu_s (parent + workers),
+  plan_cpu_per_simulated_s, and plan_sim_cpu_ratio: the CPU the planner spent per simulated
+  layout over the CPU one plain `simulate` of the same workload costs in this run (1 = no overhead).
 All on one core (BLAS threads pinned to 1 through the environment of the subprocess
 for the import timing; numpy elementwise work here is single-threaded anyway).
 """
@@ -68,11 +78,31 @@ def _import_time(mod: str) -> float:
     return min(times)
 
 
-def run(quick: bool = False, seed: int = 0) -> dict:
+def _load() -> dict:
+    import os
+
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    la = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
+    return {"load_1min": la, "cpus": cpus}
+
+
+def _cpu_timeit(fn, repeat: int = 3) -> tuple[float, float]:
+    """(best wall, best CPU time of this process) over `repeat` calls."""
+    best_w = best_c = math.inf
+    for _ in range(repeat):
+        w0, c0 = time.perf_counter(), time.process_time()
+        fn()
+        best_c = min(best_c, time.process_time() - c0)
+        best_w = min(best_w, time.perf_counter() - w0)
+    return best_w, best_c
+
+
+def run(quick: bool = False, seed: int = 0, plan: bool = False, jobs: int = 2) -> dict:
     from steptime.ops import predict_ops
     from steptime.specs import get_gpu
     from steptime.step import predict_step, predict_steps
 
+    load_before = _load()
     rng = np.random.default_rng(seed)
     gpu = get_gpu("h100-sxm")
     n_cells = 100_000 if quick else 1_000_000
@@ -102,8 +132,10 @@ def run(quick: bool = False, seed: int = 0) -> dict:
 
     t_loop = _timeit(loop, repeat=1)
     serve = _serve(quick, seed)
+    planned = _plan(seed, jobs) if plan else {}
     return {
         **serve,
+        **planned,
         "gemm_cells": n_cells,
         "gemm_cells_per_s": gemm_rate,
         "gemm_python_cells_per_s": gemm_py_rate,
@@ -115,7 +147,10 @@ def run(quick: bool = False, seed: int = 0) -> dict:
         "import_s": _import_time("steptime"),
         "import_predict_s": _import_time("steptime.step"),
         "import_numpy_s": _import_time("numpy"),
-        "targets": {"gemm_cells_per_s": 2e6, "steps_per_s": 1e5, "import_s": 0.2, "serve_steps_per_s": 1e5},
+        "load_before": load_before,
+        "load_after": _load(),
+        "targets": {"gemm_cells_per_s": 2e6, "steps_per_s": 1e5, "import_s": 0.2, "serve_steps_per_s": 1e5,
+                    "plan_wall_s": 60.0},
     }
 
 
@@ -126,15 +161,41 @@ def _serve(quick: bool, seed: int) -> dict:
     wl = synthetic(n, isl=(128, 2048), osl=(16, 512), rate=8.0, seed=seed)
     timer = StepTimer("llama-3.1-8b", "h100-sxm")
     runs = []
-    t_fast = _timeit(lambda: runs.append(simulate("llama-3.1-8b", "h100-sxm", wl, timer=timer)), repeat=2)
+    t_fast, c_fast = _cpu_timeit(lambda: runs.append(simulate("llama-3.1-8b", "h100-sxm", wl, timer=timer)), repeat=3)
     n_direct = 50 if quick else 100
     direct = DirectTimer("llama-3.1-8b", "h100-sxm")
     sub = wl.head(n_direct)
     ref = []
-    t_direct = _timeit(lambda: ref.append(simulate("llama-3.1-8b", "h100-sxm", sub, timer=direct, fast=False)),
-                       repeat=1)
+    t_direct, c_direct = _cpu_timeit(lambda: ref.append(simulate("llama-3.1-8b", "h100-sxm", sub, timer=direct,
+                                                                  fast=False)), repeat=1)
     fast_rate = runs[-1].n_steps / t_fast
     direct_rate = ref[-1].n_steps / t_direct
     return {"serve_requests": n, "serve_steps": runs[-1].n_steps, "serve_steps_per_s": fast_rate,
             "serve_requests_per_s": n / t_fast, "serve_direct_steps_per_s": direct_rate,
-            "serve_speedup": fast_rate / direct_rate}
+            "serve_speedup": fast_rate / direct_rate,
+            "serve_steps_per_cpu_s": runs[-1].n_steps / c_fast,
+            "serve_direct_steps_per_cpu_s": ref[-1].n_steps / c_direct,
+            "serve_speedup_cpu": (runs[-1].n_steps / c_fast) / (ref[-1].n_steps / c_direct)}
+
+
+def _plan(seed: int, jobs: int) -> dict:
+    """One planner search (see the module docstring), wall and CPU time (parent + worker processes)."""
+    import resource
+
+    from steptime.plan import plan
+    from steptime.serve import simulate, synthetic
+
+    wl = synthetic(5000, isl=(128, 2048), osl=(16, 512), rate=8.0, seed=seed)
+    r0 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    w0, c0 = time.perf_counter(), time.process_time()
+    res = plan("llama-3.1-8b", wl, slo_ttft_s=1.0, slo_tpot_s=0.05, gpus=("h100-sxm", "h200-sxm"), jobs=jobs)
+    wall, cpu_self = time.perf_counter() - w0, time.process_time() - c0
+    r1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = cpu_self + (r1.ru_utime - r0.ru_utime) + (r1.ru_stime - r0.ru_stime)
+    sims = len(res.simulated())
+    _, c_sim = _cpu_timeit(lambda: simulate("llama-3.1-8b", "h100-sxm", wl), repeat=1)
+    per = cpu / max(sims, 1)
+    return {"plan_requests": len(wl), "plan_jobs": jobs, "plan_layouts": len(res.rows), "plan_simulated": sims,
+            "plan_pruned": len(res.pruned()), "plan_dropped": len(res.dropped()), "plan_wall_s": wall,
+            "plan_cpu_s": cpu, "plan_cpu_per_simulated_s": per, "plan_one_simulate_cpu_s": c_sim,
+            "plan_sim_cpu_ratio": per / c_sim}

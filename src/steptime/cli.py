@@ -55,29 +55,40 @@ def cmd_predict(a) -> int:
     hidden = {k: v for k, v in r.hidden_ms.items() if v > 0}
     if hidden:
         print("hidden under overlap (not in total): " + ", ".join(f"{k} {v:.4f} ms" for k, v in hidden.items()))
+    if not r.calibrated:
+        from steptime.calibration import Constants
+
+        print(f"note: {Constants.default().calibration_note(r.gpu)}")
     return 0
 
 
 def cmd_gpus(a) -> int:
     from dataclasses import asdict
 
+    from steptime.calibration import Constants
     from steptime.specs import gpu_sources, gpu_table
 
     table = gpu_table()
+    consts = Constants.default()
     if a.json:
         out = {}
         for k, g in table.items():
             row = {f: v for f, v in asdict(g).items() if f != "figures"}
+            row.update(vendor=g.vendor, uncalibrated=not consts.calibrated(k))
             if a.sources:
                 row["sources"] = {f: {"source": x.source, "confidence": x.confidence} for f, x in g.figures.items()}
             out[k] = row
         _print_json(out)
         return 0
-    print(f"{'key':<14}{'arch':<10}{'bf16 TF':>9}{'fp8 TF':>9}{'BW GB/s':>9}{'mem GB':>8}{'SMs':>5}{'L2 MB':>7}{'W':>6}")
+    print(f"{'key':<14}{'arch':<10}{'bf16 TF':>9}{'fp8 TF':>9}{'BW GB/s':>9}{'mem GB':>8}{'SMs':>5}{'L2 MB':>7}{'W':>6}"
+          f"{'node':>5}  readings")
     for k, g in table.items():
         fp8 = f"{g.fp8_dense_tflops:g}" if g.fp8_dense_tflops else "-"
+        cal = "calibrated" if consts.calibrated(k) else "uncalibrated"
         print(f"{k:<14}{g.architecture:<10}{g.bf16_dense_tflops:>9g}{fp8:>9}{g.mem_bw_gbps:>9g}{g.mem_gb:>8g}"
-              f"{g.sms:>5}{g.l2_mb:>7g}{g.power_w:>6g}")
+              f"{g.sms:>5}{g.l2_mb:>7g}{g.power_w:>6g}{g.gpus_per_node:>5}  {cal}")
+    print("uncalibrated: no deploy readings; predicted from the datasheet and the architecture family's constants "
+          "(AMD CDNA always); SMs are CUs on AMD")
     if a.sources:
         print()
         for k, g in table.items():
@@ -150,7 +161,7 @@ def cmd_engines(a) -> int:
 def cmd_bench(a) -> int:
     from steptime.bench import run
 
-    res = run(quick=a.quick)
+    res = run(quick=a.quick, plan=a.plan, jobs=a.jobs)
     if a.json:
         _print_json(res)
     else:
@@ -249,6 +260,8 @@ def build_parser() -> argparse.ArgumentParser:
     b = sub.add_parser("bench", help="prediction speed against a plain-Python baseline")
     b.add_argument("--json", action="store_true")
     b.add_argument("--quick", action="store_true", help="smaller cell counts")
+    b.add_argument("--plan", action="store_true", help="also time one planner search (5,000 requests, >= 300 layouts)")
+    b.add_argument("--jobs", type=int, default=2, help="worker processes of the planner search (default 2)")
     s = sub.add_parser("status", help="which experiments are built and which await telemetry")
     s.add_argument("--json", action="store_true")
     au = sub.add_parser("audit", help="every claim: its value, whether it holds, whether it is current, and "

@@ -240,14 +240,25 @@ def _score(lay, run, timer, slo, pct, blocks) -> dict:
     tok_s = float(d["output_tokens"].sum() / span) if span > 0 else float("nan")
     q = lambda x, p: float(np.percentile(x, p)) if x.size else float("nan")  # noqa: E731
     t_p, o_p = q(ttft, pct), q(tpot_f, pct)
-    meets = (slo[0] is None or t_p <= slo[0]) and (slo[1] is None or o_p <= slo[1])
+    from steptime.serve.sim import weighted_quantile
+
+    i50, i_p = (float(v) for v in weighted_quantile(run.itl_s, run.itl_w, [0.5, pct / 100.0])) if run.itl_s.size \
+        else (float("nan"), float("nan"))
+    meets = _meets(slo, t_p, o_p, i_p)
     tpot50 = q(tpot_f, 50)
     row = _row(lay, simulated=True, ttft_p50_s=q(ttft, 50), ttft_pct_s=t_p, tpot_p50_s=tpot50, tpot_pct_s=o_p,
+               itl_p50_s=i50, itl_pct_s=i_p,
                throughput_tok_s=tok_s, throughput_per_gpu=tok_s / lay.gpus,
                tok_s_per_user=(1.0 / tpot50) if tpot50 > 0 else float("nan"), meets_slo=bool(meets),
                preemptions=int(d["preemptions"].sum()), steps=int(run.n_steps), kv_blocks=int(blocks))
     row["limiting"] = _limiting(lay, run, timer, row)
     return row
+
+
+def _meets(slo, ttft_p, tpot_p, itl_p) -> bool:
+    """Whether the percentiles meet the SLO (TTFT, TPOT[, ITL]); a bound of None is not set."""
+    slo = tuple(slo) + (None,) * (3 - len(slo))
+    return bool(all(b is None or v <= b for b, v in zip(slo, (ttft_p, tpot_p, itl_p))))
 
 
 def _limiting(lay, run, timer, row) -> str:
@@ -278,7 +289,7 @@ def _limiting(lay, run, timer, row) -> str:
 class PlanResult:
     rows: list = field(default_factory=list)  # every evaluated layout (simulated or dropped)
     interrupted: bool = False
-    slo: tuple = (None, None)
+    slo: tuple = (None, None, None)  # TTFT, TPOT, ITL (time between tokens) bounds, seconds
     percentile: float = 90.0
     prices: dict = field(default_factory=dict)
     notes: list = field(default_factory=list)
@@ -305,6 +316,17 @@ class PlanResult:
 
         return sorted(ok, key=key)
 
+    def with_slo(self, slo_ttft_s=None, slo_tpot_s=None, slo_itl_s=None) -> "PlanResult":
+        """The same simulated layouts judged against another SLO at the same percentile (the
+        simulations do not depend on the SLO; only the pruning of a non-exhaustive search does,
+        so use this on an exhaustive one)."""
+        from dataclasses import replace
+
+        slo = (slo_ttft_s, slo_tpot_s, slo_itl_s)
+        rows = [dict(r, meets_slo=_meets(slo, r["ttft_pct_s"], r["tpot_pct_s"], r["itl_pct_s"]))
+                if r.get("simulated") else dict(r) for r in self.rows]
+        return replace(self, rows=rows, slo=slo)
+
     def simulated(self) -> list[dict]:
         return [r for r in self.rows if r.get("simulated")]
 
@@ -315,7 +337,8 @@ class PlanResult:
         return [r for r in self.rows if r.get("pruned")]
 
 
-def plan(model, workload, *, slo_ttft_s=None, slo_tpot_s=None, percentile: float = 90.0, gpus=("h100-sxm",),
+def plan(model, workload, *, slo_ttft_s=None, slo_tpot_s=None, slo_itl_s=None, percentile: float = 90.0,
+         gpus=("h100-sxm",),
          engines=("vllm",), max_gpus: int = 8, prices=None, jobs: int | None = None, progress: bool = False,
          constants=None, tps=DEFAULT_TP, seqs=DEFAULT_SEQS, budgets=DEFAULT_BUDGETS, dtypes=("bf16", "fp8"),
          disagg: bool = True, exhaustive: bool = False, on_progress=None) -> PlanResult:
@@ -329,9 +352,9 @@ def plan(model, workload, *, slo_ttft_s=None, slo_tpot_s=None, percentile: float
     from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 
     t0 = time.perf_counter()
-    if slo_ttft_s is None and slo_tpot_s is None:
+    if slo_ttft_s is None and slo_tpot_s is None and slo_itl_s is None:
         raise PlanError("give an SLO: --slo-ttft-ms and/or --slo-tpot-ms")
-    for what, v in (("TTFT", slo_ttft_s), ("TPOT", slo_tpot_s)):
+    for what, v in (("TTFT", slo_ttft_s), ("TPOT", slo_tpot_s), ("time-between-tokens", slo_itl_s)):
         if v is not None and not (isinstance(v, (int, float)) and math.isfinite(v) and v > 0):
             raise PlanError(f"the {what} SLO must be a time > 0 (got {v!r})")
     if not (isinstance(percentile, (int, float)) and 0 < percentile <= 100):
@@ -343,7 +366,7 @@ def plan(model, workload, *, slo_ttft_s=None, slo_tpot_s=None, percentile: float
     m = get_model(model)
     for e in engines:
         get_engine(e)
-    res = PlanResult(slo=(slo_ttft_s, slo_tpot_s), percentile=float(percentile))
+    res = PlanResult(slo=(slo_ttft_s, slo_tpot_s, slo_itl_s), percentile=float(percentile))
     known = []
     for g in gpus:
         try:
@@ -368,7 +391,7 @@ def plan(model, workload, *, slo_ttft_s=None, slo_tpot_s=None, percentile: float
     for x in cand:
         groups.setdefault((x.gpu, x.tp, x.engine, x.dtype), []).append(x)
     wl_arrays = (workload.arrival, workload.prompt, workload.output)
-    slo = (slo_ttft_s, slo_tpot_s)
+    slo = (slo_ttft_s, slo_tpot_s, slo_itl_s)
     tasks = []
     mm = m.key if m.key in _model_keys() else m
     for (g, tp, e, dt), lays in groups.items():  # one task per step timer: pruning works within it
@@ -420,8 +443,7 @@ def plan(model, workload, *, slo_ttft_s=None, slo_tpot_s=None, percentile: float
 def uncalibrated_gpus(keys, constants) -> list[str]:
     """The GPUs among `keys` without deploy readings of their own in `constants` (no `gpu.<key>` scope):
     predicted from the datasheet and their family's constants, labelled `uncalibrated` in every output."""
-    scopes = {r["scope"] for r in constants.table()}
-    return [k for k in keys if f"gpu.{k}" not in scopes]
+    return [k for k in keys if not constants.calibrated(k)]
 
 
 def _model_keys():
@@ -464,7 +486,7 @@ def why_runner_up_lost(best: dict, second: dict) -> str:
 def to_doc(res: PlanResult, top: int = 5) -> dict:
     best = res.ranked()
     doc = {"simulated": True, "percentile": res.percentile,
-           "slo": {"ttft_s": res.slo[0], "tpot_s": res.slo[1]},
+           "slo": {"ttft_s": res.slo[0], "tpot_s": res.slo[1], "itl_s": res.slo[2] if len(res.slo) > 2 else None},
            "evaluated": len(res.rows), "simulated_layouts": len(res.simulated()), "dropped": len(res.dropped()),
            "pruned": len(res.pruned()),
            "meeting_slo": len(best), "interrupted": res.interrupted, "wall_s": res.wall_s,

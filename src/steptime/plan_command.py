@@ -34,6 +34,7 @@ def add_parser(sub) -> None:
     w.add_argument("--seed", type=int, default=0)
     s.add_argument("--slo-ttft-ms", type=float, default=None)
     s.add_argument("--slo-tpot-ms", type=float, default=None)
+    s.add_argument("--slo-itl-ms", type=float, default=None, help="time between tokens (inter-token latency) SLO")
     s.add_argument("--percentile", type=float, default=90.0, help="SLO percentile (default 90)")
     s.add_argument("--gpus", default="h100-sxm,h200-sxm,a100-sxm,l40s", help="comma-separated GPU keys")
     s.add_argument("--engines", default="vllm", help="comma-separated engine profiles")
@@ -96,7 +97,8 @@ def cmd_plan(a) -> int:
     prices = load_prices(a.prices) if a.prices else None
     wl = workload_from_args(a)
     ms = lambda v: None if v is None else v / 1e3  # noqa: E731
-    res = plan(a.model, wl, slo_ttft_s=ms(a.slo_ttft_ms), slo_tpot_s=ms(a.slo_tpot_ms), percentile=a.percentile,
+    res = plan(a.model, wl, slo_ttft_s=ms(a.slo_ttft_ms), slo_tpot_s=ms(a.slo_tpot_ms), slo_itl_s=ms(a.slo_itl_ms),
+               percentile=a.percentile,
                gpus=[g.strip() for g in a.gpus.split(",") if g.strip()],
                engines=[e.strip() for e in a.engines.split(",") if e.strip()], max_gpus=a.max_gpus, prices=prices,
                jobs=a.jobs, progress=not a.no_progress and not a.json,
@@ -120,8 +122,9 @@ def cmd_plan(a) -> int:
 
         sys.stdout.write(dumps(doc))
     else:
+        itl = f", ITL <= {a.slo_itl_ms} ms" if a.slo_itl_ms else ""
         print(f"steptime plan: {a.model}, {wl.name} ({len(wl)} requests); SLO {pct} TTFT <= {a.slo_ttft_ms} ms, "
-              f"TPOT <= {a.slo_tpot_ms} ms; every number simulated")
+              f"TPOT <= {a.slo_tpot_ms} ms{itl}; every number simulated")
         for note in res.notes:
             print(f"note: {note}")
         print(f"tried {len(res.rows)} layouts: {len(res.simulated())} simulated, {len(res.dropped())} dropped "
@@ -157,8 +160,10 @@ def cmd_plan(a) -> int:
                             f"(first reason: {res.dropped()[0]['dropped'] if res.dropped() else 'none'})")
         slo = res.slo
         close = min(sims, key=lambda r: max((r["ttft_pct_s"] / slo[0]) if slo[0] else 0,
-                                            (r["tpot_pct_s"] / slo[1]) if slo[1] else 0))
-        raise PlanError(f"no layout meets the SLO ({pct} TTFT <= {a.slo_ttft_ms} ms, TPOT <= {a.slo_tpot_ms} ms) "
+                                            (r["tpot_pct_s"] / slo[1]) if slo[1] else 0,
+                                            (r["itl_pct_s"] / slo[2]) if slo[2] else 0))
+        raise PlanError(f"no layout meets the SLO ({pct} TTFT <= {a.slo_ttft_ms} ms, TPOT <= {a.slo_tpot_ms} ms"
+                        f"{', ITL <= ' + str(a.slo_itl_ms) + ' ms' if a.slo_itl_ms else ''}) "
                         f"among {len(sims)} simulated: closest {close['layout']} with TTFT "
                         f"{close['ttft_pct_s'] * 1e3:.1f} ms, TPOT {close['tpot_pct_s'] * 1e3:.1f} ms (simulated)")
     return 0

@@ -216,6 +216,7 @@ class StepPrediction:
     requests: int
     ep: int = 1
     moe: bool = False
+    calibrated: bool = True  # False: the GPU has no deploy readings (datasheet + family constants only)
 
     def to_dict(self) -> dict:
         d = {"model": self.model, "gpu": self.gpu, "tp": self.tp, "engine": self.engine, "dtype": self.dtype,
@@ -224,6 +225,7 @@ class StepPrediction:
              "factors": self.factors, "tokens": self.tokens, "requests": self.requests}
         if self.moe:
             d.update(ep=self.ep, moe=True)
+        d["uncalibrated"] = not self.calibrated
         return d
 
 
@@ -490,7 +492,7 @@ def predict_step(model, gpu, batch: Batch | None = None, *, decode: Iterable = (
     return StepPrediction(
         model=model.key, gpu=gpu.key, tp=tp, engine=engine.key, dtype=dtype, kv_dtype=kv_dtype, total_ms=float(r["total_ms"][0]), terms_ms=terms,
         hidden_ms={k: float(v[0]) for k, v in r["hidden_ms"].items()}, bound=bound, factors=factors,
-        tokens=int(new.sum()), requests=len(new), ep=ep, moe=moe)
+        tokens=int(new.sum()), requests=len(new), ep=ep, moe=moe, calibrated=constants.calibrated(gpu))
 
 
 # ---------------------------------------------------------------------------------------

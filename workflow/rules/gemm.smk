@@ -109,6 +109,34 @@ rule E1_23:
         "../scripts/E1_23_gemm_h2h.py"
 
 
+# E1.23b: what the uncalibrated (datasheet + family constants) mode costs, on E1.23's held-out cells.
+rule E1_23b:
+    input:
+        registered=registered_raw("E1.23b"),
+        gemm=tidy("gemm"),
+        constants=rules.settle_gemm_constants.output.constants,
+        code=code_of("E1_23b_uncalibrated"),
+    output:
+        result="results/E1_23b.json",
+        **figure("fig", "figures/E1_23b_uncalibrated"),
+    params:
+        question=question("E1.23b"),
+        targets=targets("E1.23b"),
+        seed=config["seed"],
+        n_boot=config["bootstrap"],
+    threads: 1
+    log:
+        "logs/E1_23b.log",
+    benchmark:
+        "benchmarks/E1_23b.tsv"
+    conda:
+        CONDA_ENV
+    message:
+        "E1.23b uncalibrated mode: held-out GEMM MAPE with and without each GPU's own deploy readings"
+    script:
+        "../scripts/E1_23b_uncalibrated.py"
+
+
 # E1.2: tile ladder + last-wave tail on Ampere/Ada (A100, L40S) and on Vidur's A40 GEMM operators.
 rule E1_2:
     input:

@@ -155,6 +155,22 @@ class Constants:
                                    experiment=experiment, cells=tuple(cells))
         return Constants(scopes, self.engines)
 
+    def calibrated(self, gpu) -> bool:
+        """Whether `gpu` (a key or a steptime.specs.GPU) has deploy readings of its own here (a
+        `gpu.<key>` scope). Without them it is predicted from its datasheet and its family's
+        constants, and every output labels it `uncalibrated` (the AMD GPUs always are)."""
+        return f"gpu.{getattr(gpu, 'key', gpu)}" in self._scopes
+
+    def calibration_note(self, gpu) -> str | None:
+        """One line for outputs when `gpu` is uncalibrated (None when it has readings)."""
+        if self.calibrated(gpu):
+            return None
+        from steptime.specs import get_gpu
+
+        g = get_gpu(gpu)
+        return (f"{g.key} is uncalibrated: no deploy readings; predicted from its datasheet and the {g.architecture} "
+                "family constants (see `steptime gpus`)")
+
     def without_gpu(self, gpu_key: str) -> "Constants":
         """Drop a GPU's own deploy readings (for scoring it held out)."""
         scopes = {k: v for k, v in self._scopes.items() if k != f"gpu.{gpu_key}"}

@@ -238,6 +238,11 @@ def cmd_serve(a) -> int:
            "workload": {"name": wl.name, "requests": len(wl), "concurrency": wl.concurrency,
                         "mean_prompt": float(np.mean(wl.prompt)), "mean_output": float(np.mean(wl.output))},
            "policy": run.policy, "summary": summ}
+    from steptime.calibration import Constants
+    from steptime.specs import get_gpu
+
+    note = Constants.default().calibration_note(get_gpu(a.gpu).key)
+    doc["uncalibrated"] = note is not None
     if a.csv:
         from steptime.io import atomic_path
 
@@ -261,4 +266,6 @@ def cmd_serve(a) -> int:
           f"{summ['steps']} iterations; KV {summ['kv_blocks']} blocks; {summ['preemptions']} preemptions")
     if "slo" in summ:
         print(f"SLO attainment {summ['slo']['attainment']:.1%}, goodput {summ['slo']['goodput_req_s']:.3f} req/s")
+    if note:
+        print(f"note: {note}")
     return 0

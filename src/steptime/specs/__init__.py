@@ -27,7 +27,10 @@ GPU_FILE = _HERE / "gpus.yaml"
 MODEL_FILE = _HERE / "models.yaml"
 OPERATOR_FILE = _HERE / "operators.yaml"
 
-ARCHITECTURES = ("ampere", "ada", "hopper", "blackwell")
+# NVIDIA families, then AMD Instinct (CDNA 3: MI300X/MI325X; CDNA 4: MI350X/MI355X), which have no readings:
+# their GPUs are always predicted from the datasheet and labelled `uncalibrated`
+ARCHITECTURES = ("ampere", "ada", "hopper", "blackwell", "cdna3", "cdna4")
+VENDOR = {"cdna3": "AMD", "cdna4": "AMD"}  # default NVIDIA
 
 
 def _load_yaml(path: Path) -> dict:
@@ -76,7 +79,12 @@ class GPU:
     aliases: tuple = ()
     vidur_name: str | None = None
     aic_name: str | None = None
+    interconnect: str | None = None  # the in-node GPU-to-GPU links, in words (gpus.yaml `interconnect`)
     figures: dict = field(default_factory=dict, compare=False, repr=False)
+
+    @property
+    def vendor(self) -> str:
+        return VENDOR.get(self.architecture, "NVIDIA")
 
     # Derived SI quantities used by the terms -------------------------------------------
     @property
@@ -143,6 +151,7 @@ def gpu_table() -> dict[str, GPU]:
             aliases=tuple(raw.get("aliases", ())),
             vidur_name=raw.get("vidur_name"),
             aic_name=raw.get("aic_name"),
+            interconnect=raw.get("interconnect"),
             figures=figs,
             **vals,
         )

@@ -58,6 +58,10 @@ def fill_paradigm(gpu) -> str:
         # sm120 (RTX PRO 6000 Blackwell) lacks the sm100 2-SM tensor-core pairs and
         # ships wave-launched kernels; sm100/sm103 data-centre parts persist.
         return "wave" if gpu.sm_version >= 120 else "persistent"
+    if gpu.architecture in ("cdna3", "cdna4"):
+        # ASSUMED: AMD Instinct has no thread-block clusters; hipBLASLt launches one workgroup per
+        # output tile over the CUs, in waves (the wave law, CUs in place of SMs). Uncalibrated.
+        return "wave"
     raise ValueError(f"no SM-fill paradigm for architecture {gpu.architecture!r}")
 
 
