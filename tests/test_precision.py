@@ -170,3 +170,16 @@ def test_e1_27_fits_each_engine_on_its_own_table_held_out_by_gpu():
         fit = E.fit_rel(parts, E.donors("h100-sxm", ["h200-sxm"]))
         assert fit["eta_c_rel"] == pytest.approx(truth[eng]["eta_c_rel"], rel=0.05)
     assert E.const_name("vllm") == "gemm_fp8_rel" and E.const_name("trtllm") == "gemm_fp8_rel_trtllm"
+
+
+def test_the_user_case_an_fp8_trtllm_prefill_is_faster_than_bf16_and_than_vllms_fp8():
+    """Issue 19's held-out user case (an fp8 TensorRT-LLM step no faster than bf16): with the shipped
+    per-engine factors a compute-bound Qwen3-32B prefill on H100 (whose factors are fitted on the other
+    Hopper GPU's TensorRT-LLM table) runs clearly faster in fp8, and faster than with vLLM's kernels."""
+    from steptime import predict_step
+
+    kw = dict(prefill=[(1, 4096)], tp=1, check_memory=False)
+    bf16 = predict_step("qwen3-32b", "h100-sxm", engine="trtllm", dtype="bf16", **kw).total_ms
+    trt = predict_step("qwen3-32b", "h100-sxm", engine="trtllm", dtype="fp8", **kw).total_ms
+    vllm = predict_step("qwen3-32b", "h100-sxm", engine="vllm", dtype="fp8", **kw).total_ms
+    assert bf16 / trt > 1.2 and trt < 0.9 * vllm
