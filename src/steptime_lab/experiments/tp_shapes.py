@@ -228,12 +228,13 @@ def plot(doc: dict, stem, caption: str | None = None):
     panels = [(t, s) for t, s in (("gemm", "aic"), ("gemm", "vidur"), ("attention_decode", "aic"),
                                   ("attention_prefill", "aic")) if ((r["term"] == t) & (r["source"] == s)).any()]
     fig, axes = plt.subplots(1, len(panels), figsize=(4.2 * len(panels), 3.8), squeeze=False)
+    colour = {g: f"C{i % 10}" for i, g in enumerate(sorted(r["gpu"].unique()))}  # one colour per GPU in every panel
     for ax, (t, s) in zip(axes[0], panels):
         x = r[(r["term"] == t) & (r["source"] == s)]
         for g, y in x.groupby("gpu", sort=True):
             y = y.sort_values("tp")
-            line = ax.plot(y["tp"], y["mape"] * 100, marker="o", lw=1.2, label=g)[0]
-            ax.axhline(float(y["target"].iloc[0]) * 100, color=line.get_color(), ls=":", lw=0.7)
+            ax.plot(y["tp"], y["mape"] * 100, marker="o", lw=1.2, label=g, color=colour[g])
+            ax.axhline(float(y["target"].iloc[0]) * 100, color=colour[g], ls=":", lw=0.7)
         ax.set_xscale("log", base=2)
         ax.set_xticks(list(TPS))
         ax.set_xticklabels([str(v) for v in TPS])
