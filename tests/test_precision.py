@@ -77,3 +77,109 @@ def test_predict_ops_fp8_gemm_is_the_step_fp8_gemm_one_code_path():
         assert np.allclose(ops, step[name]["t"] * 1e3, rtol=1e-12)
     with pytest.raises(SteptimeError):
         predict_ops("gemm", "a100-sxm", m=64, n=4096, k=4096, dtype="fp8")  # no fp8 tensor cores: one clear error
+
+
+# ---- precision is a property of the engine's kernels (issue 19 item 5) ----------------------------
+def _two_engine_constants():
+    slow = {"eta_c_rel": 0.5, "eta_mem_rel": 0.9, "floor_add_us": 4.0}
+    fast = {"eta_c_rel": 0.7, "eta_mem_rel": 1.0, "floor_add_us": 10.0}
+    c = Constants.default().with_overrides({"gemm_fp8_rel": slow}, scope="gpu.h200-sxm")
+    return c.with_overrides({"gemm_fp8_rel_trtllm": fast}, scope="gpu.h200-sxm"), slow, fast
+
+
+def test_each_engine_prices_fp8_gemms_with_its_own_constant_in_both_public_functions():
+    """predict_ops('gemm', dtype='fp8', engine=e) and predict_step(dtype='fp8', engine=e) read the constant
+    engines.yaml names for e (precision.fp8_gemm), through one code path."""
+    from steptime import predict_step
+    from steptime.ops import predict_ops
+    from steptime.specs import get_model
+    from steptime.step import layer_shapes
+
+    c, slow, fast = _two_engine_constants()
+    g, model, T = "h200-sxm", get_model("llama-3-70b"), 4096
+    for engine, rel in (("vllm", slow), ("trtllm", fast)):
+        step = predict_step(model, g, prefill=[(1, T)], tp=4, engine=engine, dtype="fp8", constants=c)
+        for name, (n, k) in layer_shapes(model, 4).items():
+            ops = predict_ops("gemm", g, m=T, n=n, k=k, dtype="fp8", engine=engine, constants=c)["t_ms"]
+            assert step.terms_ms[name] == pytest.approx(model.num_hidden_layers * float(ops), rel=1e-9)
+            ref = PT.gemm_time_fp8(T, n, k, get_gpu(g), c, rel=rel)["t"] * 1e3
+            assert float(ops) == pytest.approx(float(ref), rel=1e-12)
+    vllm = predict_ops("gemm", g, m=T, n=8192, k=8192, dtype="fp8", engine="vllm", constants=c)["t_ms"]
+    trt = predict_ops("gemm", g, m=T, n=8192, k=8192, dtype="fp8", engine="trtllm", constants=c)["t_ms"]
+    assert trt < 0.85 * vllm  # the faster engine's kernels are faster on a compute-bound GEMM
+    default = predict_ops("gemm", g, m=T, n=8192, k=8192, dtype="fp8", constants=c)["t_ms"]
+    assert default == pytest.approx(vllm)  # no engine: vLLM's kernels, as before
+    with pytest.raises(SteptimeError):
+        predict_ops("gemm", g, m=T, n=8192, k=8192, dtype="fp8", engine="no-such-engine")
+
+
+def test_every_engine_names_a_shipped_fitted_fp8_constant():
+    from steptime.specs.engines import FP8_GEMM_DEFAULT, engine_table
+
+    c = Constants.default()
+    for key, eng in engine_table().items():
+        name = eng.fp8_gemm_const()
+        v = eng.values.get("fp8_gemm")
+        if v is None:
+            assert name == FP8_GEMM_DEFAULT
+            continue
+        assert v.provenance == "FITTED" and "E1.27" in v.source
+        for g in ("h100-sxm", "b200", "l40s"):
+            rel = c.get(name, get_gpu(g))  # shipped per GPU, fitted on the other GPUs' tables of that engine
+            assert set(rel) == set(PT.IDENTITY) and 0.2 < rel["eta_c_rel"] <= 2.0
+    assert engine_table()["trtllm"].fp8_gemm_const() == "gemm_fp8_rel_trtllm"
+    assert engine_table()["sglang"].fp8_gemm_const() == "gemm_fp8_rel_sglang"
+
+
+def test_an_engine_precision_field_must_name_its_constant():
+    from steptime.specs.engines import _parse_engine
+
+    doc = {"host_terms": False, "allreduce": {"impl": "nccl", "fallback": "nccl",
+                                              "max_bytes": {"value": 0, "provenance": "DERIVED", "source": "x"}}}
+    assert _parse_engine("k", doc).fp8_gemm_const() == "gemm_fp8_rel"
+    with pytest.raises(ValueError, match="const"):
+        _parse_engine("k", {**doc, "precision": {"fp8_gemm": {"value": 0.5, "provenance": "FITTED", "source": "x"}}})
+    with pytest.raises(ValueError, match="unknown field precision"):
+        _parse_engine("k", {**doc, "precision": {"fp4_gemm": {"const": "a", "provenance": "FITTED", "source": "x"}}})
+
+
+def test_e1_27_fits_each_engine_on_its_own_table_held_out_by_gpu():
+    """Synthetic per-engine tables: each engine's held-out factors come from its own rows of the OTHER GPUs,
+    and settle under its own constant name."""
+    c = Constants.default()
+    m, n, k = _cells()
+    truth = {"vllm": {"eta_c_rel": 0.5, "eta_mem_rel": 0.95, "floor_add_us": 4.0},
+             "trtllm": {"eta_c_rel": 0.8, "eta_mem_rel": 1.0, "floor_add_us": 9.0}}
+    rows = []
+    for eng, rel in truth.items():
+        for key in ("h100-sxm", "h200-sxm"):
+            g = get_gpu(key)
+            t = PT.apply_rel(G.gemm_time(m, n, k, g, c, dtype="fp8"), g, c, rel) * 1e3
+            rows.append(pd.DataFrame({"gpu": key, "m": m, "n": n, "k": k, "dtype": "fp8", "latency_ms": t,
+                                      "framework": eng}))
+    d = pd.concat(rows, ignore_index=True)
+    tables = E.engine_tables(E.load_fp8(d[d["framework"] == "vllm"]), d.iloc[:0], d[d["framework"] == "trtllm"])
+    assert set(tables) == {"vllm", "trtllm"}
+    for eng, (f8, _) in tables.items():
+        parts = {}
+        for key in ("h100-sxm", "h200-sxm"):
+            x = f8[f8["gpu"] == key]
+            g = get_gpu(key)
+            parts[key] = (G.gemm_time(x["m"].to_numpy(), x["n"].to_numpy(), x["k"].to_numpy(), g, c, dtype="fp8"),
+                          x["latency_ms"].to_numpy(), g, c)
+        fit = E.fit_rel(parts, E.donors("h100-sxm", ["h200-sxm"]))
+        assert fit["eta_c_rel"] == pytest.approx(truth[eng]["eta_c_rel"], rel=0.05)
+    assert E.const_name("vllm") == "gemm_fp8_rel" and E.const_name("trtllm") == "gemm_fp8_rel_trtllm"
+
+
+def test_the_user_case_an_fp8_trtllm_prefill_is_faster_than_bf16_and_than_vllms_fp8():
+    """Issue 19's held-out user case (an fp8 TensorRT-LLM step no faster than bf16): with the shipped
+    per-engine factors a compute-bound Qwen3-32B prefill on H100 (whose factors are fitted on the other
+    Hopper GPU's TensorRT-LLM table) runs clearly faster in fp8, and faster than with vLLM's kernels."""
+    from steptime import predict_step
+
+    kw = dict(prefill=[(1, 4096)], tp=1, check_memory=False)
+    bf16 = predict_step("qwen3-32b", "h100-sxm", engine="trtllm", dtype="bf16", **kw).total_ms
+    trt = predict_step("qwen3-32b", "h100-sxm", engine="trtllm", dtype="fp8", **kw).total_ms
+    vllm = predict_step("qwen3-32b", "h100-sxm", engine="vllm", dtype="fp8", **kw).total_ms
+    assert bf16 / trt > 1.2 and trt < 0.9 * vllm

@@ -20,6 +20,7 @@ import numpy as np
 from steptime.calibration import Constants
 from steptime.errors import InputError
 from steptime.specs import get_gpu
+from steptime.specs.engines import get_engine
 from steptime.terms import attention, comm, gemm, light
 from steptime.validation import as_int, check_array, check_choice, check_f_clk
 from steptime.specs.engines import check_precision
@@ -86,8 +87,11 @@ def _check_cells(op: str, cells: dict) -> None:
 
 
 def predict_ops(op: str, gpu, *, constants: Constants | None = None, f_clk: float | None = None,
-                allow_boost: bool = False, **cells) -> dict:
+                allow_boost: bool = False, engine=None, **cells) -> dict:
     """Predict operator cells (see the module docstring for each op's arguments).
+
+    `engine` (a profile name or Engine; default vLLM's kernels) picks whose fp8 GEMM kernels an
+    fp8 `gemm` cell is priced with (engines.yaml precision.fp8_gemm), as predict_step does.
 
     Sizes must be finite and positive (whole numbers where they count things); `f_clk` must
     lie in (0, 1] unless `allow_boost`. Bad input raises `InputError` (a `SteptimeError` and a
@@ -101,9 +105,12 @@ def predict_ops(op: str, gpu, *, constants: Constants | None = None, f_clk: floa
         raise InputError(f"constants must be a steptime Constants (or None for the defaults), got "
                          f"{type(constants).__name__}")
     constants = constants or Constants.default()
+    if engine is not None:
+        get_engine(engine, fitted=constants.engines)  # an unknown engine is one clear error, whatever the op
     if op == "gemm" and cells.get("dtype", "bf16") == "fp8":
         check_precision(gpu, "fp8")  # the one dtype check, as predict_step
-        r = precision.gemm_time_fp8(cells["m"], cells["n"], cells["k"], gpu, constants, f_clk=f_clk)
+        r = precision.gemm_time_fp8(cells["m"], cells["n"], cells["k"], gpu, constants, f_clk=f_clk,
+                                    engine=None if engine is None else get_engine(engine, fitted=constants.engines))
     elif op == "gemm":
         r = gemm.gemm_time(cells["m"], cells["n"], cells["k"], gpu, constants, f_clk=f_clk,
                            dtype=cells.get("dtype", "bf16"))

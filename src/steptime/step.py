@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Iterable, Sequence
 
 import numpy as np
@@ -380,7 +381,8 @@ def predict_steps(model, gpu, step_id, new_tokens, kv_len, n_steps: int | None =
         out, compute_bound, factors = moe_step.block_terms(
             model, gpu, step_id, new, kv, T, n_steps, tp=tp, ep=ep, dtype=dtype, kv_dtype=kv_dtype,
             constants=constants, mc=moe_constants or MoEConstants.default(), f_clk=f_clk)
-    shapes_fn = precision.gemm_time_shapes_fp8 if dtype == "fp8" else gemm.gemm_time_shapes
+    shapes_fn = (partial(precision.gemm_time_shapes_fp8, engine=engine) if dtype == "fp8"  # the engine's fp8 kernels
+                 else gemm.gemm_time_shapes)
     for name, g in ({} if moe else shapes_fn(T, layer_shapes(model, tp), gpu, constants, f_clk=f_clk)).items():
         out[name] = L * g["t"]
         compute_bound[name] = g["compute_bound"]

@@ -28,12 +28,14 @@ rule E1_25:
         "../scripts/E1_25.py"
 
 
-# E1.27: fp8 W8A8 GEMMs held out per GPU (bf16 GEMM fold + datasheet fp8 peak + fp8 factors of other GPUs).
+# E1.27: fp8 W8A8 GEMMs held out per GPU (bf16 GEMM fold + datasheet fp8 peak + fp8 factors of other GPUs),
+# per engine (vLLM's, TensorRT-LLM's and SGLang's own fp8 tables; issue 19).
 rule E1_27:
     input:
         registered=registered_raw("E1.27"),
         fp8=tidy("gemm_fp8"),
         bf16=tidy("gemm"),
+        engines=tidy("gemm_engines"),
         gemm_constants=rules.settle_gemm_constants.output.constants,
         code=code_of("E1_27"),
     output:
@@ -51,7 +53,7 @@ rule E1_27:
     conda:
         CONDA_ENV
     message:
-        "E1.27 fp8 W8A8 projection GEMMs held out per GPU"
+        "E1.27 fp8 W8A8 projection GEMMs held out per GPU, per engine"
     script:
         "../scripts/E1_27.py"
 

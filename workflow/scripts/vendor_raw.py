@@ -7,7 +7,8 @@
         --out raw
 
 Rows are filtered (never edited): AIConfigurator GEMM tables keep bf16 rows (and, in a
-second file, the per-tensor fp8 W8A8 rows), the NCCL tables keep all_reduce rows; every
+second file, the per-tensor fp8 W8A8 rows; for TensorRT-LLM and SGLang, one file per GPU
+with both, issue 19), the NCCL tables keep all_reduce rows; every
 other file is copied byte for byte (the wall-clock sets under raw/wallclock/ too). The committed
 raw/ is this script's output; rerunning it on the same inputs gives the same bytes.
 Get the wheel with `pip download --no-deps aiconfigurator-core==0.12.0 -d /tmp/aic`.
@@ -30,6 +31,15 @@ AIC_VERSION = "0.12.0"
 AIC_GPUS = ["a100_sxm", "h100_sxm", "h200_sxm", "l40s", "b200_sxm", "gb200", "b300_sxm", "gb300",
             "rtx_pro_6000_server"]
 FRAMEWORK = "vllm"
+# the other engines whose GEMM tables are vendored (bf16 and per-tensor fp8 rows): precision is
+# a property of the engine's kernels (issue 19 item 5), so each engine's fp8 is fitted on its own
+ENGINE_GEMM_FRAMEWORKS = ("trtllm", "sglang")
+ENGINE_GEMM_MEASURES = {
+    "trtllm": "TensorRT-LLM (PyTorch flow) linear layer, bf16 rows and per-tensor fp8 W8A8 rows (fp8 weights and "
+              "activations, bf16 output)",
+    "sglang": "SGLang linear layer, bf16 rows (torch linear) and per-tensor fp8 W8A8 rows (sgl-kernel fp8_scaled_mm, "
+              "bf16 output)",
+}
 KV_DTYPES = ("bfloat16", "fp8")
 
 VIDUR_COMMIT = "7d47513363ec447a741ac5e47241580b47724fbf"
@@ -178,7 +188,10 @@ def vendor_aic(aic: Path, out_root: Path, repo_root: Path, apache: tuple[Path, s
 
     for g in AIC_GPUS:
         key = canonical_gpu(g)
-        want = qv.get("overrides", {}).get(g, {}).get(FRAMEWORK, qv["defaults"][FRAMEWORK])["current"]
+        def current(fw: str) -> str:
+            return qv.get("overrides", {}).get(g, {}).get(fw, qv["defaults"][fw])["current"]
+
+        want = current(FRAMEWORK)
         data = systems / "data" / g
         sys_yaml = yaml.safe_load((systems / f"{g}.yaml").read_text())
         nccl_ver = str(sys_yaml.get("misc", {}).get("nccl_version"))
@@ -274,8 +287,14 @@ def vendor_aic(aic: Path, out_root: Path, repo_root: Path, apache: tuple[Path, s
              {"latency": "us", "transmit_us": "us", "notify_us": "us", "num_tokens": "tokens per GPU",
               "hidden_size": "features", "sms": "SMs given to the communication kernel (0 = backend default)"}),
         ]
+        specs += [("gemm", fw, "gemm_perf.parquet", "aic_gemm_engine", "gemm_dtype", ("bfloat16", "fp8"),
+                   "gemm_perf.bf16_fp8.parquet",
+                   ENGINE_GEMM_MEASURES[fw] + ": C[m,n] = A[m,k] @ W[k,n], latency per call, as AIConfigurator "
+                   "collects every engine's GEMM table",
+                   {"latency": "ms", "m": "rows (tokens)", "n": "output features", "k": "input features"})
+                  for fw in ENGINE_GEMM_FRAMEWORKS]
         for family, fw, fname, table, col, keep, out_name, measures, units in specs:
-            target = nccl_ver if fw == "nccl" else want
+            target = nccl_ver if fw == "nccl" else current(fw)
             ver, note = pick(family, fw, target, fname)
             if note:
                 notes.append(note)
@@ -293,14 +312,14 @@ def vendor_aic(aic: Path, out_root: Path, repo_root: Path, apache: tuple[Path, s
                  "original_path": f"aiconfigurator_core/systems/data/{g}/{family}/{fw}/{ver}/{fname}",
                  "original_sha256": sha256(src), "original_bytes": src.stat().st_size,
                  "measures": measures, "units": units,
-                 "framework": FRAMEWORK if fw != "nccl" else "nccl",
+                 "framework": fw,
                  "framework_version": ver,
                  "filter": (f"{col} in {list(keep)}" if col else "none (all rows)"),
                  "rows_original": n0, "rows": n1}
             if fw == "nccl":
                 e["why_this_version"] = f"systems/{g}.yaml misc.nccl_version = {nccl_ver!r}"
             else:
-                e["why_this_version"] = f"query_versions.yaml: {FRAMEWORK} current for {g} = {want}"
+                e["why_this_version"] = f"query_versions.yaml: {fw} current for {g} = {current(fw)}"
             entry_notes = [note] if note else []
             if "kernel_source" in _columns(repo_root / dst):
                 e["kernel_sources"] = value_counts(repo_root / dst, "kernel_source")
@@ -321,7 +340,10 @@ def vendor_aic(aic: Path, out_root: Path, repo_root: Path, apache: tuple[Path, s
             if table == "aic_gemm_fp8":
                 entry_notes.append("same file, version and grid as the bf16 rows of this GPU; the fp8_block "
                                    "(block-scaled) and nvfp4 rows of the file are not vendored")
-            if family == "gemm" and g == "a100_sxm":
+            if table == "aic_gemm_engine":
+                entry_notes.append("bf16 and per-tensor fp8 rows of the engine's own GEMM table (column gemm_dtype); "
+                                   "its fp8_block, nvfp4 and weight-only rows are not vendored")
+            if family == "gemm" and g == "a100_sxm" and fw == FRAMEWORK:
                 entry_notes.append("thinner grid than the 0.24.0 tables: 21 m values x 440 (n, k) pairs; "
                                    "kernel_source 'vllm_default'")
             if entry_notes:

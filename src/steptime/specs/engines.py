@@ -32,6 +32,11 @@ SPLITS = ("split_n", "split_k", "heads", "replicated")
 NUMERIC = ("sched_a_ms", "sched_b_ms", "rpc_ms", "rpc_tp_ms", "overlap", "t_launch_us", "graph_launch_us",
            "graph_node_us", "graph_max_tokens", "piecewise_eager_per_layer", "max_bytes", "t_samp_ms", "t_samp_b_ms")
 HOST_FIELDS = tuple(f for f in NUMERIC if f != "max_bytes")
+# precision.<field>: the engine's own kernels' constant (a `const:` pointer into defaults.yaml);
+# fp8_gemm names the relative fp8 GEMM factors (terms/precision.py) fitted on the engine's own
+# fp8 tables (E1.27). An engine without one uses vLLM's (FP8_GEMM_DEFAULT).
+PRECISION = ("fp8_gemm",)
+FP8_GEMM_DEFAULT = "gemm_fp8_rel"
 
 
 @dataclass(frozen=True)
@@ -105,6 +110,11 @@ class Engine:
         return Engine(self.key, self.name, self.host_terms, dict(self.graphs), self.allreduce_impl,
                       self.allreduce_fallback, dict(self.values), fitted, self.default)
 
+    def fp8_gemm_const(self) -> str:
+        """The constant holding this engine's relative fp8 GEMM factors (engines.yaml precision.fp8_gemm)."""
+        v = self.values.get("fp8_gemm")
+        return v.const if v is not None else FP8_GEMM_DEFAULT
+
     def graph_mode(self, phase: str) -> str:
         return self.graphs.get(phase, "none") if self.host_terms else "none"
 
@@ -136,6 +146,12 @@ def _parse_engine(key: str, doc: dict) -> Engine:
             if name not in NUMERIC:
                 raise ValueError(f"{where}: unknown field {section}.{name} (known: {', '.join(NUMERIC)})")
             values[name] = _value(name, e, where)
+    for name, e in (doc.get("precision") or {}).items():
+        if name not in PRECISION:
+            raise ValueError(f"{where}: unknown field precision.{name} (known: {', '.join(PRECISION)})")
+        values[name] = _value(name, e, where)
+        if values[name].const is None:
+            raise ValueError(f"{where}: precision.{name} must name its fitted constant (const: NAME)")
     if host_terms:
         missing = [f for f in HOST_FIELDS if f not in values]
         if missing:

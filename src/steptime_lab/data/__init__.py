@@ -23,6 +23,7 @@ _EXPORTS = {
     "load_distserve": "steptime_lab.data.distserve",
     "load_distserve_max_tokens": "steptime_lab.data.distserve",
     "load_aic_gemm_fp8": "steptime_lab.data.wallclock",
+    "load_aic_gemm_engines": "steptime_lab.data.aic",
     "load_fpm_steps": "steptime_lab.data.wallclock",
     "load_fpm_workload": "steptime_lab.data.wallclock",
     "load_servingsim_requests": "steptime_lab.data.wallclock",

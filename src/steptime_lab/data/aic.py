@@ -97,6 +97,13 @@ def load_aic_gemm(gpu=None, *, root=None) -> pd.DataFrame:
     return _concat([read_gemm_file(e) for e in ents], "aic_gemm", gpu)
 
 
+def load_aic_gemm_engines(gpu=None, *, root=None) -> pd.DataFrame:
+    """The other engines' own GEMM tables (TensorRT-LLM, SGLang): bf16 and per-tensor fp8 W8A8 rows, the
+    columns of load_aic_gemm; `framework` names the engine (issue 19: fp8 is fitted per engine)."""
+    ents = load_manifest(root).entries("aic_gemm_engine", _gpu_filter(gpu))
+    return _concat([read_gemm_file(e) for e in ents], "aic_gemm_engine", gpu)
+
+
 # --------------------------------------------------------------------------- attention
 _ATTN_KEYS = ["batch_size", "isl", "step", "num_heads", "num_kv_heads", "head_dim", "beam_width", "attn_dtype",
               "kv_cache_dtype", "window_size", "kernel_source"]

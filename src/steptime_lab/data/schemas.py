@@ -60,7 +60,7 @@ def raw(table: str) -> pa.DataFrameSchema:
 @lru_cache(maxsize=None)
 def tidy(name: str) -> pa.DataFrameSchema:
     common = {"gpu": _str(), "latency_ms": _latency(), "n_dup": _pos_int()}
-    if name in ("gemm", "gemm_fp8"):
+    if name in ("gemm", "gemm_fp8", "gemm_engines"):
         cols = {**common, "m": _pos_int(), "n": _pos_int(), "k": _pos_int(), "dtype": _str(),
                 "kernel_source": _str(), "flops": pa.Column("float64", Check.gt(0)),
                 "min_bytes": pa.Column("float64", Check.gt(0)), "hbm_floor_ms": pa.Column("float64", Check.gt(0)),

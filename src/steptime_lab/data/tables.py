@@ -26,6 +26,7 @@ READERS = {
     "distserve_max_num_tokens": ("steptime_lab.data.distserve", "read_max_tokens_file"),
     # wall-clock sets and the fp8 GEMM rows (issue 11)
     "aic_gemm_fp8": ("steptime_lab.data.aic", "read_gemm_file"),
+    "aic_gemm_engine": ("steptime_lab.data.aic", "read_gemm_file"),  # TRT-LLM / SGLang bf16 + fp8 (issue 19)
     "aic_fpm_steps": ("steptime_lab.data.wallclock", "read_fpm_file"),
     "aic_fpm_steps_detail": ("steptime_lab.data.wallclock", "read_fpm_detail_file"),
     "aic_fpm_metadata": ("steptime_lab.data.wallclock", "read_fpm_metadata"),
@@ -62,6 +63,7 @@ TIDY = {
     "distserve_max_num_tokens": ("steptime_lab.data.distserve", "load_distserve_max_tokens", {}),
     # wall-clock sets and the fp8 GEMM rows (issue 11)
     "gemm_fp8": ("steptime_lab.data.wallclock", "load_aic_gemm_fp8", {}),
+    "gemm_engines": ("steptime_lab.data.aic", "load_aic_gemm_engines", {}),
     "fpm_steps": ("steptime_lab.data.wallclock", "load_fpm_steps", {}),
     "fpm_workload": ("steptime_lab.data.wallclock", "load_fpm_workload", {}),
     "servingsim_requests": ("steptime_lab.data.wallclock", "load_servingsim_requests", {}),

@@ -14,6 +14,12 @@ other GPUs' bf16 tables plus its three bf16 deploy readings). Two variants:
 
 Baseline: the bare fp8 roofline max(2mnk / P_fp8, bytes / BW). Also the measured fp8/bf16
 speed-up on the same cells against the predicted one (what a planner asks of --dtype fp8).
+
+Precision is a property of the engine's kernels (issue 19): the relative factors are fitted per
+engine on that engine's own fp8 tables (vLLM's CUTLASS scaled-mm, TensorRT-LLM's and SGLang's
+fp8 GEMMs, all from AIConfigurator), held out by GPU in the same way, and settle as one constant
+per engine (`gemm_fp8_rel` for vLLM, `gemm_fp8_rel_<engine>` for the others; engines.yaml
+precision.fp8_gemm points at it). The bf16 fold is the same for every engine.
 """
 
 from __future__ import annotations
@@ -31,6 +37,25 @@ from steptime import plotting
 from steptime_lab.evaluate.held_out import held_out_constants
 
 SUBSETS = ("llm", "decode", "prefill")
+DEFAULT_ENGINE = "vllm"  # its constant keeps the name gemm_fp8_rel (the fp8 factors before issue 19)
+ENGINE_LABEL = {"vllm": "vLLM CUTLASS scaled-mm", "trtllm": "TensorRT-LLM", "sglang": "SGLang sgl-kernel"}
+
+
+def const_name(engine: str) -> str:
+    """The constant an engine's fp8 factors settle as (engines.yaml precision.fp8_gemm names it)."""
+    return "gemm_fp8_rel" if engine == DEFAULT_ENGINE else f"gemm_fp8_rel_{engine}"
+
+
+def engine_tables(fp8: pd.DataFrame, bf16: pd.DataFrame, engines: pd.DataFrame | None = None) -> dict:
+    """{engine: (fp8 cells, bf16 rows)}: vLLM's from the gemm_fp8 / gemm tables, the others' from their own
+    tables (tidy gemm_engines, `framework` naming the engine)."""
+    out = {DEFAULT_ENGINE: (fp8, bf16)}
+    if engines is not None:
+        for eng, d in engines.groupby("framework", sort=True):
+            f8 = load_fp8(d)
+            if len(f8):
+                out[str(eng)] = (f8, d[d["dtype"].astype(str).isin(["bf16", "bfloat16"])])
+    return out
 
 
 def load_fp8(df: pd.DataFrame) -> pd.DataFrame:
@@ -79,12 +104,37 @@ def fit_rel(parts: dict, gpus, seed: int = 0, n_per_gpu: int = 3000) -> dict:
     return {"eta_c_rel": float(np.exp(s.x[0])), "eta_mem_rel": float(np.exp(s.x[1])), "floor_add_us": float(s.x[2])}
 
 
-def run(fp8: pd.DataFrame, bf16: pd.DataFrame, gemm_doc: dict, base=None, seed: int = 0) -> dict:
+def run(fp8: pd.DataFrame, bf16: pd.DataFrame, gemm_doc: dict, base=None, seed: int = 0,
+        engines: pd.DataFrame | None = None) -> dict:
+    """E1.27 for vLLM's fp8 table (`fp8`, `bf16`) and, when `engines` (tidy gemm_engines) is given, for each
+    other engine's own table: one `run_engine` per engine, the bf16 fold shared."""
+    folds: dict = {}
+    out = {}
+    for eng, (f8, b16) in engine_tables(fp8, bf16, engines).items():
+        # the other engines are also priced with vLLM's held-out factors: what one factor for every engine gave
+        alt = None if eng == DEFAULT_ENGINE else {g: v["rel"] for g, v in out[DEFAULT_ENGINE]["rel"].items()}
+        out[eng] = run_engine(f8, b16, gemm_doc, base=base, seed=seed, folds=folds, alt_rel=alt)
+    pred = pd.concat([r["pred"].assign(engine=e) for e, r in out.items()], ignore_index=True)
+    cal = Calibration()
+    for r in out.values():
+        for name, cs in r["calibration"].used.items():
+            cal.record(name, cs, note=r["calibration"].notes.get(name, ""))
+    return {"pred": pred, "calibration": cal, "engines": out,
+            "rel": out[DEFAULT_ENGINE]["rel"], "all": out[DEFAULT_ENGINE]["all"]}
+
+
+def run_engine(fp8: pd.DataFrame, bf16: pd.DataFrame, gemm_doc: dict, base=None, seed: int = 0,
+               folds: dict | None = None, alt_rel: dict | None = None) -> dict:
+    """One engine's fp8 table held out per GPU (the bf16 fold per GPU cached in `folds`); with `alt_rel`
+    ({gpu: factors}, another engine's held-out factors) also `pred_alt_ms`, the same cells priced with those."""
+    folds = {} if folds is None else folds
     rows, cal, parts, consts = [], Calibration(), {}, {}
     gpus = [g for g in sorted(fp8["gpu"].unique()) if get_gpu(g).fp8_dense_tflops]
     for g in gpus:
         gpu = get_gpu(g)
-        c, cal_g = held_out_constants(g, ("gemm",), gemm_doc=gemm_doc, base=base)
+        if g not in folds:
+            folds[g] = held_out_constants(g, ("gemm",), gemm_doc=gemm_doc, base=base)
+        c, cal_g = folds[g]
         x = fp8[fp8["gpu"] == g].reset_index(drop=True)
         x = x[GX.subset_masks(x)["llm"]].reset_index(drop=True)
         gt = G.gemm_time(x["m"].to_numpy(), x["n"].to_numpy(), x["k"].to_numpy(), gpu, c, dtype="fp8")
@@ -104,6 +154,8 @@ def run(fp8: pd.DataFrame, bf16: pd.DataFrame, gemm_doc: dict, base=None, seed: 
         tb = G.gemm_time(x["m"].to_numpy(), x["n"].to_numpy(), x["k"].to_numpy(), gpu, c, dtype="bf16")
         x["datasheet_ms"] = gt["t"] * 1e3
         x["pred_ms"] = PT.apply_rel(gt, gpu, c, rels[g]["rel"]) * 1e3
+        if alt_rel is not None and g in alt_rel:
+            x["pred_alt_ms"] = PT.apply_rel(gt, gpu, c, alt_rel[g]) * 1e3
         x["pred_bf16_ms"] = tb["t"] * 1e3
         x["roof_ms"] = bare_roofline_fp8(g, x["m"], x["n"], x["k"])
         x["compute_bound"] = gt["compute_bound"]
@@ -115,6 +167,8 @@ def run(fp8: pd.DataFrame, bf16: pd.DataFrame, gemm_doc: dict, base=None, seed: 
     pred["err"] = pred["pred_ms"] / pred["latency_ms"] - 1
     pred["err_roof"] = pred["roof_ms"] / pred["latency_ms"] - 1
     pred["err_datasheet"] = pred["datasheet_ms"] / pred["latency_ms"] - 1
+    if "pred_alt_ms" in pred:
+        pred["err_alt"] = pred["pred_alt_ms"] / pred["latency_ms"] - 1
     pred["speedup_meas"] = pred["bf16_ms"] / pred["latency_ms"]
     pred["speedup_pred"] = pred["pred_bf16_ms"] / pred["pred_ms"]
     return {"pred": pred, "calibration": cal, "rel": rels, "all": fit_rel(parts, gpus, seed=seed)}
@@ -125,80 +179,132 @@ def _mape(e) -> float:
     return float(np.mean(np.abs(e[np.isfinite(e)])) * 100)
 
 
+def _engines(r: dict) -> dict:
+    """{engine: run_engine result}; a run_engine result alone stands for vLLM's."""
+    return r["engines"] if "engines" in r else {DEFAULT_ENGINE: r}
+
+
+def _record(g: str, x: pd.DataFrame, rel: dict) -> dict:
+    masks = GX.subset_masks(x)
+    rec = {"gpu": g, "cells": int(len(x))}
+    for s in SUBSETS:
+        y = x[masks[s]]
+        rec[s] = {"cells": int(len(y)), "mape": round(_mape(y["err"]), 2),
+                  "mape_bare_roofline": round(_mape(y["err_roof"]), 2),
+                  "mape_datasheet_only": round(_mape(y["err_datasheet"]), 2),
+                  "bias": round(float(np.median(y["err"]) * 100), 2) if len(y) else None}
+        if "err_alt" in y:
+            rec[s]["mape_with_vllm_factors"] = round(_mape(y["err_alt"]), 2)
+    both = x.dropna(subset=["speedup_meas"])
+    big = both[both["compute_bound"]]
+    big = big.assign(speedup_pred=big["pred_bf16_ms"] / big["pred_ms"])
+    rec["speedup_fp8_over_bf16"] = {
+        "compute_bound_cells": int(len(big)),
+        "measured_median": round(float(big["speedup_meas"].median()), 3) if len(big) else None,
+        "predicted_median": round(float(big["speedup_pred"].median()), 3) if len(big) else None,
+        "datasheet_peak_ratio": round(get_gpu(g).fp8_dense_tflops / get_gpu(g).bf16_dense_tflops, 3)}
+    rec["rel"] = {k: round(v, 4) for k, v in rel["rel"].items()}
+    rec["rel_fitted_on"] = rel["donors"]
+    return rec
+
+
 def document(r: dict, target_pct: float) -> dict:
-    p = r["pred"]
-    records, claims = [], []
-    for g, x in p.groupby("gpu"):
-        masks = GX.subset_masks(x)
-        rec = {"gpu": g, "cells": int(len(x))}
-        for s in SUBSETS:
-            y = x[masks[s]]
-            rec[s] = {"cells": int(len(y)), "mape": round(_mape(y["err"]), 2),
-                      "mape_bare_roofline": round(_mape(y["err_roof"]), 2),
-                      "mape_datasheet_only": round(_mape(y["err_datasheet"]), 2),
-                      "bias": round(float(np.median(y["err"]) * 100), 2) if len(y) else None}
-        both = x.dropna(subset=["speedup_meas"])
-        big = both[both["compute_bound"]]
-        big = big.assign(speedup_pred=big["pred_bf16_ms"] / big["pred_ms"])
-        rec["speedup_fp8_over_bf16"] = {
-            "compute_bound_cells": int(len(big)),
-            "measured_median": round(float(big["speedup_meas"].median()), 3) if len(big) else None,
-            "predicted_median": round(float(big["speedup_pred"].median()), 3) if len(big) else None,
-            "datasheet_peak_ratio": round(get_gpu(g).fp8_dense_tflops / get_gpu(g).bf16_dense_tflops, 3)}
-        rec["rel"] = {k: round(v, 4) for k, v in r["rel"][g]["rel"].items()}
-        rec["rel_fitted_on"] = r["rel"][g]["donors"]
-        records.append(rec)
-        claims.append(claim(f"{g}: fp8 W8A8 GEMM, held out (bf16 GEMM fold, datasheet fp8 peak, fp8 factors from "
-                            f"{', '.join(r['rel'][g]['donors'])}; no fp8 cell of {g}), LLM-shaped cells", rec["llm"]["mape"], "MAPE % (lower is better)",
-                            target=target_pct, met=rec["llm"]["mape"] <= target_pct, op="<=", unit="%"))
-    ours, roof = _mape(p["err"]), _mape(p["err_roof"])
-    claims.append(claim("the fp8 term beats the bare fp8 roofline on LLM-shaped cells, all GPUs pooled",
-                        {"steptime": round(ours, 2), "bare_roofline": round(roof, 2)}, "MAPE %", met=ours < roof,
-                        key="steptime", op="<", target=round(roof, 2), unit="%"))
-    return {"metrics": {"records": records, "target_met": sum(c.get("met", False) for c in claims[:-1]),
-                        "target_scored": len(claims) - 1}, "claims": claims}
+    """Per engine and GPU: MAPE on LLM-shaped cells against the target (vLLM's claims keep their wording;
+    the other engines' name the engine), the measured and predicted fp8/bf16 speed-up, and per engine
+    whether the term beats the bare fp8 roofline."""
+    records, claims, per_engine, pooled = [], [], {}, []
+    for eng, re_ in _engines(r).items():
+        p = re_["pred"]
+        met = scored = 0
+        for g, x in p.groupby("gpu"):
+            rec = {"engine": eng, **_record(g, x, re_["rel"][g])}
+            records.append(rec)
+            donors = ", ".join(re_["rel"][g]["donors"])
+            what = (f"{g}: fp8 W8A8 GEMM" if eng == DEFAULT_ENGINE
+                    else f"{eng} {g}: the engine's own fp8 W8A8 GEMM ({ENGINE_LABEL.get(eng, eng)})")
+            claims.append(claim(f"{what}, held out (bf16 GEMM fold, datasheet fp8 peak, fp8 factors from "
+                                f"{donors}; no fp8 cell of {g}), LLM-shaped cells", rec["llm"]["mape"],
+                                "MAPE % (lower is better)", target=target_pct, met=rec["llm"]["mape"] <= target_pct,
+                                op="<=", unit="%"))
+            met += int(rec["llm"]["mape"] <= target_pct)
+            scored += 1
+        mapes = [v["llm"]["mape"] for v in records if v["engine"] == eng]
+        per_engine[eng] = {"target_met": met, "target_scored": scored, "mape_min": min(mapes), "mape_max": max(mapes),
+                           "missed_by_pct_points": {v["gpu"]: round(v["llm"]["mape"] - target_pct, 2)
+                                                    for v in records if v["engine"] == eng
+                                                    and v["llm"]["mape"] > target_pct}}
+        ours, roof = _mape(p["err"]), _mape(p["err_roof"])
+        text = ("the fp8 term beats the bare fp8 roofline on LLM-shaped cells, all GPUs pooled" if eng == DEFAULT_ENGINE
+                else f"{eng}: the fp8 term beats the bare fp8 roofline on the engine's LLM-shaped cells, all GPUs pooled")
+        pooled.append(claim(text, {"steptime": round(ours, 2), "bare_roofline": round(roof, 2)}, "MAPE %",
+                            met=ours < roof, key="steptime", op="<", target=round(roof, 2), unit="%"))
+        if "err_alt" in p:  # the engine's own fit against the one factor (vLLM's) every engine had before
+            alt = _mape(p["err_alt"])
+            pooled.append(claim(f"{eng}: fp8 factors fitted on the engine's own tables beat vLLM's factors on the "
+                                f"engine's LLM-shaped cells, all GPUs pooled (both held out by GPU)",
+                                {"own_engine_factors": round(ours, 2), "vllm_factors": round(alt, 2)}, "MAPE %",
+                                met=ours < alt, key="own_engine_factors", op="<", target=round(alt, 2), unit="%"))
+    n_target = len(claims)
+    claims += pooled
+    return {"metrics": {"records": records, "target_met": sum(bool(c.get("met", False)) for c in claims[:n_target]),
+                        "target_scored": n_target, "engines": per_engine}, "claims": claims}
 
 
 def plot(r: dict, stem, caption: str | None = None):
+    """Left: predicted against measured fp8 GEMM time, per engine (colour). Right: MAPE per GPU, one bar
+    per engine, against the bare fp8 roofline (vLLM's) and the target."""
     plt = plotting.setup()
-    p = r["pred"]
-    gpus = sorted(p["gpu"].unique())
-    fig, axes = plt.subplots(1, 2, figsize=(12, 4.2))
-    for g in gpus:
-        x = p[p["gpu"] == g]
-        axes[0].scatter(x["latency_ms"], x["pred_ms"], s=2, alpha=0.3, label=g)
-    lim = [p["latency_ms"].min(), p["latency_ms"].max()]
-    axes[0].plot(lim, lim, "k-", lw=0.8)
+    eng_r = _engines(r)
+    fig, axes = plt.subplots(1, 2, figsize=(13, 4.4))
+    lo, hi = np.inf, 0.0
+    for eng, re_ in eng_r.items():
+        p = re_["pred"]
+        sub = p.sample(n=min(len(p), 20000), random_state=0)
+        axes[0].scatter(sub["latency_ms"], sub["pred_ms"], s=2, alpha=0.25, label=eng)
+        lo, hi = min(lo, p["latency_ms"].min()), max(hi, p["latency_ms"].max())
+    axes[0].plot([lo, hi], [lo, hi], "k-", lw=0.8)
     axes[0].set_xscale("log")
     axes[0].set_yscale("log")
     axes[0].set_xlabel("measured fp8 GEMM time (ms)")
     axes[0].set_ylabel("predicted, held out (ms)")
     axes[0].legend(fontsize=7, markerscale=4)
     recs = document(r, 100)["metrics"]["records"]
-    xs = np.arange(len(recs))
-    axes[1].bar(xs - 0.2, [v["llm"]["mape"] for v in recs], 0.4, label="steptime (fp8 peak, bf16 fold)")
-    axes[1].bar(xs + 0.2, [v["llm"]["mape_bare_roofline"] for v in recs], 0.4, label="bare fp8 roofline")
+    gpus = sorted({v["gpu"] for v in recs})
+    engs = list(eng_r)
+    w = 0.8 / (len(engs) + 1)
+    xs = np.arange(len(gpus))
+    for i, eng in enumerate(engs):
+        by = {v["gpu"]: v["llm"]["mape"] for v in recs if v["engine"] == eng}
+        axes[1].bar(xs + (i - len(engs) / 2) * w, [by.get(g, np.nan) for g in gpus], w, label=f"steptime, {eng}")
+    roof = {v["gpu"]: v["llm"]["mape_bare_roofline"] for v in recs if v["engine"] == DEFAULT_ENGINE}
+    axes[1].bar(xs + (len(engs) / 2) * w, [roof.get(g, np.nan) for g in gpus], w, color="0.7",
+                label="bare fp8 roofline (vLLM)")
     axes[1].set_xticks(xs)
-    axes[1].set_xticklabels([v["gpu"] for v in recs], rotation=30, fontsize=8)
+    axes[1].set_xticklabels(gpus, rotation=30, fontsize=8)
     axes[1].set_ylabel("MAPE on LLM-shaped cells (%)")
-    axes[1].legend(fontsize=8)
+    axes[1].legend(fontsize=7)
     fig.tight_layout()
     plotting.save(fig, stem, caption)
 
 
 def defaults_updates(r: dict, experiment: str = "E1.27") -> list[dict]:
-    """Each GPU's relative fp8 factors as scored (fitted on its donors, never itself), and a
-    global value fitted on every GPU for GPUs without fp8 tables."""
+    """Per engine (constant `const_name(engine)`): each GPU's relative fp8 factors as scored (fitted on its
+    donors, never itself), and a global value fitted on every GPU for GPUs without fp8 tables."""
     ups = []
-    for g, v in sorted(r["rel"].items()):
-        ups.append({"scope": f"gpu.{g}", "name": "gemm_fp8_rel", "value": {k: round(x, 5) for k, x in v["rel"].items()},
-                    "provenance": "FITTED",
-                    "source": "E1.27: achieved fp8 compute/memory fraction relative to the bf16 term and extra floor, "
-                              "fitted on AIConfigurator's fp8 W8A8 GEMM tables (LLM-shaped cells) of "
-                              + ", ".join(v["donors"]), "experiment": experiment, "cells": []})
-    if "all" in r:
-        ups.append({"scope": "global", "name": "gemm_fp8_rel", "value": {k: round(x, 5) for k, x in r["all"].items()},
-                    "provenance": "FITTED",
-                    "source": "E1.27: relative fp8 factors fitted on the fp8 W8A8 GEMM tables of " + ", ".join(sorted(r["rel"])),
-                    "experiment": experiment, "cells": []})
+    for eng, re_ in _engines(r).items():
+        name = const_name(eng)
+        table = ("AIConfigurator's fp8 W8A8 GEMM tables" if eng == DEFAULT_ENGINE
+                 else f"{ENGINE_LABEL.get(eng, eng)}'s own fp8 W8A8 GEMM tables (AIConfigurator)")
+        for g, v in sorted(re_["rel"].items()):
+            ups.append({"scope": f"gpu.{g}", "name": name, "value": {k: round(x, 5) for k, x in v["rel"].items()},
+                        "provenance": "FITTED",
+                        "source": "E1.27: achieved fp8 compute/memory fraction relative to the bf16 term and extra "
+                                  f"floor, fitted on {table} (LLM-shaped cells) of " + ", ".join(v["donors"]),
+                        "experiment": experiment, "cells": []})
+        if "all" in re_:
+            ups.append({"scope": "global", "name": name, "value": {k: round(x, 5) for k, x in re_["all"].items()},
+                        "provenance": "FITTED",
+                        "source": f"E1.27: relative fp8 factors fitted on {table if eng != DEFAULT_ENGINE else 'the fp8 W8A8 GEMM tables'} of "
+                                  + ", ".join(sorted(re_["rel"])),
+                        "experiment": experiment, "cells": []})
     return ups

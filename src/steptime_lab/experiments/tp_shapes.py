@@ -1,0 +1,246 @@
+"""E1.29: do the efficiency laws hold at the TP-split shapes? (issue 19 item 1)
+
+At tensor parallelism TP each rank runs the projection GEMMs with n (column-parallel: qkv,
+gate_up) or k (row-parallel: o, down) divided by TP, and attention on heads / TP query heads
+and max(1, kv_heads / TP) KV heads (`steptime.step.layer_shapes`, specs/engines.yaml
+tensor_parallel). At TP 8 a 70B layer's GEMMs are skinny. This experiment scores the GEMM
+and attention terms at exactly those per-rank shapes of the dense models steptime knows
+(specs/models.yaml), per GPU and TP, held out by GPU, on measured cells that have them:
+
+* AIConfigurator's bf16 GEMM tables (nine GPUs): every (m, n, k) cell, m <= 16384, whose
+  (n, k) is one of a known model's per-rank projection shapes at that TP;
+* Vidur's per-operator tables (A100, H100): the four projection operators of the profiled
+  models at TP 1/2/4/8, which Vidur measured at exactly the per-rank shapes;
+* AIConfigurator's attention tables (bf16 KV): decode and prefill cells whose (heads,
+  kv_heads, head_dim) is a known model's per-rank head split at that TP.
+
+Constants: the GPU's leave-one-GPU-out GEMM fold (E1.23's; its three deploy readings are
+excluded from scoring) and E1.24's held-out attention fold (its excluded cells too). Nothing
+is fitted here: the split shapes only score. Targets: E1.23's GEMM bound per architecture and
+E1.24's attention bounds, per GPU x TP.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from steptime.calibration import Constants
+from steptime.specs import get_gpu, get_model, model_keys
+from steptime.specs.moe import is_moe
+from steptime.step import layer_shapes
+from steptime.terms import attention as A
+from steptime.terms import gemm as G
+from steptime_lab.regimes import LLM_MAX_M, LLM_MIN_NK
+from steptime_lab.results import claim
+
+TPS = (1, 2, 4, 8)
+VIDUR_OPS = {"attn_pre_proj": "qkv_proj", "attn_post_proj": "o_proj", "mlp_up_proj": "gate_up_proj",
+             "mlp_down_proj": "down_proj"}
+
+
+def dense_models() -> list[str]:
+    return [k for k in model_keys() if not is_moe(k)]
+
+
+def split_shapes(models=None, tps=TPS) -> pd.DataFrame:
+    """One row per (model, tp, weight): the per-rank GEMM (n, k). TP must divide the query heads."""
+    rows = []
+    for key in models or dense_models():
+        m = get_model(key)
+        for tp in tps:
+            if m.num_attention_heads % tp:
+                continue
+            for w, (n, k) in layer_shapes(m, tp).items():
+                rows.append({"model": key, "tp": tp, "weight": w, "n": int(n), "k": int(k)})
+    return pd.DataFrame(rows)
+
+
+def split_heads(models=None, tps=TPS) -> pd.DataFrame:
+    """One row per (model, tp): per-rank query heads, KV heads (replicated below one per rank), head dim."""
+    rows = []
+    for key in models or dense_models():
+        m = get_model(key)
+        for tp in tps:
+            if m.num_attention_heads % tp:
+                continue
+            rows.append({"model": key, "tp": tp, "H": m.num_attention_heads // tp,
+                         "Hkv": max(1, m.num_key_value_heads // tp), "d": m.head_dim})
+    return pd.DataFrame(rows)
+
+
+def _skinny(n, k) -> np.ndarray:
+    return (np.asarray(n) < LLM_MIN_NK) | (np.asarray(k) < LLM_MIN_NK)
+
+
+def aic_gemm_cells(gemm: pd.DataFrame, shapes: pd.DataFrame) -> pd.DataFrame:
+    """AIConfigurator bf16 GEMM cells at a per-rank shape: gpu, tp, m, n, k, latency_ms, models (which
+    models have the shape at that TP), skinny (n or k below E1.23's LLM-shaped bound)."""
+    g = gemm[gemm["m"] <= LLM_MAX_M][["gpu", "m", "n", "k", "latency_ms"]]
+    who = (shapes.groupby(["tp", "n", "k"])["model"].agg(lambda s: ",".join(sorted(set(s)))).reset_index()
+           .rename(columns={"model": "models"}))
+    x = g.merge(who, on=["n", "k"])
+    x["source"] = "aic"
+    x["skinny"] = _skinny(x["n"], x["k"])
+    return x.sort_values(["gpu", "tp", "n", "k", "m"]).reset_index(drop=True)
+
+
+def vidur_gemm_cells(vidur: pd.DataFrame, gpus) -> pd.DataFrame:
+    """Vidur's projection operators (measured at the per-rank shapes of its models at TP 1-8) on `gpus`."""
+    v = vidur[vidur["op"].isin(list(VIDUR_OPS)) & vidur["gpu"].isin(list(gpus))]
+    v = v[v["gemm_m"].astype(float) <= LLM_MAX_M]
+    x = pd.DataFrame({"gpu": v["gpu"].astype(str).to_numpy(), "tp": v["tp"].astype(int).to_numpy(),
+                      "m": v["gemm_m"].astype(int).to_numpy(), "n": v["gemm_n"].astype(int).to_numpy(),
+                      "k": v["gemm_k"].astype(int).to_numpy(), "latency_ms": v["latency_ms"].astype(float).to_numpy(),
+                      "models": v["model"].astype(str).to_numpy(), "weight": v["op"].map(VIDUR_OPS).to_numpy()})
+    x["source"] = "vidur"
+    x["skinny"] = _skinny(x["n"], x["k"])
+    return x.sort_values(["gpu", "tp", "models", "weight", "m"]).reset_index(drop=True)
+
+
+def attention_cells(cells: pd.DataFrame, heads: pd.DataFrame) -> pd.DataFrame:
+    """E1.24's tidy attention cells (bf16 KV) at a per-rank head split of a known model at that TP."""
+    c = cells[cells["kv_dtype"] == "bf16"]
+    who = (heads.groupby(["tp", "H", "Hkv", "d"])["model"].agg(lambda s: ",".join(sorted(set(s)))).reset_index()
+           .rename(columns={"model": "models"}))
+    x = c.merge(who.astype({"H": float, "Hkv": float, "d": float}), on=["H", "Hkv", "d"])
+    return x.reset_index(drop=True)
+
+
+def predict_gemm(cells: pd.DataFrame, gemm_doc: dict, base: Constants) -> tuple[pd.DataFrame, dict]:
+    """Held-out GEMM predictions (ms) per GPU; the fold's deploy-reading cells are dropped."""
+    from steptime_lab.evaluate.held_out import held_out_constants
+
+    out, notes = [], {}
+    for g, x in cells.groupby("gpu", sort=True):
+        if g not in gemm_doc.get("folds", {}):
+            notes[g] = "no held-out GEMM fold (not an AIConfigurator GPU): not scored"
+            continue
+        c, cal = held_out_constants(g, ("gemm",), gemm_doc=gemm_doc, base=base)
+        used = cal.all_cells()
+        keep = np.array([(g, "gemm", int(m), int(n), int(k)) not in used
+                         for m, n, k in zip(x["m"], x["n"], x["k"])]) if x["source"].iloc[0] == "aic" \
+            else np.ones(len(x), dtype=bool)
+        x = x[keep].copy()
+        x["pred_ms"] = G.gemm_time(x["m"].to_numpy(), x["n"].to_numpy(), x["k"].to_numpy(), get_gpu(g), c)["t"] * 1e3
+        out.append(x)
+    p = pd.concat(out, ignore_index=True)
+    p["err"] = p["pred_ms"] / p["latency_ms"] - 1
+    return p, notes
+
+
+def predict_attention(cells: pd.DataFrame, gemm_doc: dict, attn_doc: dict, base: Constants) -> pd.DataFrame:
+    """Held-out attention predictions (ms): E1.24's fold per GPU, its scoring exclusions dropped."""
+    from steptime_lab.evaluate.held_out import held_out_constants
+
+    per_gpu = attn_doc["metrics"]["per_gpu"]
+    out = []
+    for g, x in cells.groupby("gpu", sort=True):
+        if g not in per_gpu:
+            continue
+        c, _ = held_out_constants(g, ("gemm", "attention"), gemm_doc=gemm_doc, attn_doc=attn_doc, base=base)
+        drop = {tuple(v) for v in per_gpu[g].get("scoring_excludes", {}).values()}
+        x = x[[tuple(cid) not in drop for cid in x["cell"]]].copy()
+        r = A.attention_cells(x["b"].to_numpy(), x["s"].to_numpy(), x["c"].to_numpy(), x["H"].to_numpy(),
+                              x["Hkv"].to_numpy(), x["d"].to_numpy(), get_gpu(g), c, kv_dtype="bf16", warm_l2=True)
+        x["pred_ms"] = np.asarray(r["t"]) * 1e3
+        out.append(x)
+    p = pd.concat(out, ignore_index=True)
+    p["err"] = p["pred_ms"] / p["y_ms"] - 1
+    return p
+
+
+def _mape(e) -> float:
+    e = np.asarray(e, dtype=float)
+    return float(np.mean(np.abs(e))) if len(e) else float("nan")
+
+
+def _score(x: pd.DataFrame) -> dict:
+    return {"cells": int(len(x)), "mape": round(_mape(x["err"]), 4),
+            "bias": round(float(np.median(x["err"])), 4) if len(x) else None}
+
+
+def gemm_target(gpu: str, targets: dict) -> float:
+    t = targets["gemm_mape"]
+    return float(t.get(get_gpu(gpu).architecture, t["default"]))
+
+
+def document(gemm_pred: pd.DataFrame, attn_pred: pd.DataFrame, targets: dict, unsplit: dict | None = None,
+             notes: dict | None = None) -> dict:
+    """Per (source, GPU, TP): MAPE at the split shapes against the target (E1.23's for GEMMs, E1.24's for
+    attention), with the skinny cells (n or k < 1024) apart and how far each TP is from TP 1."""
+    records, claims = [], []
+    for (src, g), x in gemm_pred.groupby(["source", "gpu"], sort=True):
+        tgt = gemm_target(g, targets)
+        base = _score(x[x["tp"] == 1])["mape"] if (x["tp"] == 1).any() else None
+        for tp, y in x.groupby("tp", sort=True):
+            rec = {"term": "gemm", "source": src, "gpu": g, "tp": int(tp), **_score(y), "target": tgt,
+                   "skinny": _score(y[y["skinny"]]), "not_skinny": _score(y[~y["skinny"]]),
+                   "tp1_mape": base, "unsplit_e1_23": (unsplit or {}).get(g)}
+            records.append(rec)
+            claims.append(claim(f"{g} TP {tp}: held-out GEMM MAPE at the per-rank shapes of the known models "
+                                f"({'AIConfigurator' if src == 'aic' else 'Vidur'}, {rec['cells']} cells, "
+                                f"{rec['skinny']['cells']} skinny)", rec["mape"], "steptime MAPE at TP-split shapes",
+                                target=tgt, met=rec["mape"] <= tgt, op="<=", unit="fraction"))
+    for (g, phase), x in attn_pred.groupby(["gpu", "phase"], sort=True):
+        tgt = float(targets[f"attention_{phase}"])
+        base = _score(x[x["tp"] == 1])["mape"] if (x["tp"] == 1).any() else None
+        for tp, y in x.groupby("tp", sort=True):
+            rec = {"term": f"attention_{phase}", "source": "aic", "gpu": g, "tp": int(tp), **_score(y),
+                   "target": tgt, "tp1_mape": base, "heads": sorted({f"{int(h)}/{int(kv)}/{int(d)}" for h, kv, d
+                                                                       in zip(y["H"], y["Hkv"], y["d"])})}
+            records.append(rec)
+            claims.append(claim(f"{g} TP {tp}: held-out {phase} attention MAPE at the per-rank head splits of the "
+                                f"known models ({rec['cells']} cells)", rec["mape"],
+                                f"steptime MAPE at TP-split heads ({phase})", target=tgt, met=rec["mape"] <= tgt,
+                                op="<=", unit="fraction"))
+    r = pd.DataFrame(records)
+    summary = {}
+    for (term, src), x in r.groupby(["term", "source"], sort=True):
+        met = x["mape"] <= x["target"]
+        miss = x[~met]
+        summary[f"{term}:{src}"] = {
+            "met": int(met.sum()), "scored": int(len(x)),
+            "mape_by_tp": {int(tp): round(float(y["mape"].median()), 4) for tp, y in x.groupby("tp")},
+            "worst": {"gpu": str(x.loc[x["mape"].idxmax(), "gpu"]), "tp": int(x.loc[x["mape"].idxmax(), "tp"]),
+                      "mape": float(x["mape"].max())},
+            "missed_by": {f"{g}@tp{int(tp)}": round(float(m - t), 4)
+                          for g, tp, m, t in zip(miss["gpu"], miss["tp"], miss["mape"], miss["target"])},
+            "tp8_minus_tp1": {g: round(float(y.loc[y["tp"] == 8, "mape"].iloc[0] - y.loc[y["tp"] == 1, "mape"].iloc[0]), 4)
+                              for g, y in x.groupby("gpu") if {1, 8} <= set(y["tp"])}}
+    for key, s in summary.items():
+        grow = s["tp8_minus_tp1"]
+        if grow:
+            claims.append(claim(f"{key}: the MAPE at TP 8 minus TP 1, per GPU (positive: the law degrades at the "
+                                f"skinny shapes)", grow, "MAPE(TP 8) - MAPE(TP 1)"))
+    return {"metrics": {"records": records, "summary": summary, "notes": notes or {},
+                        "target_met": int(sum(c.get("met", False) for c in claims if "met" in c)),
+                        "target_scored": int(sum(1 for c in claims if "met" in c))},
+            "claims": claims}
+
+
+def plot(doc: dict, stem, caption: str | None = None):
+    """MAPE against TP per GPU, one panel per term and source; dashed: the target."""
+    from steptime import plotting
+
+    plt = plotting.setup()
+    r = pd.DataFrame(doc["metrics"]["records"])
+    panels = [(t, s) for t, s in (("gemm", "aic"), ("gemm", "vidur"), ("attention_decode", "aic"),
+                                  ("attention_prefill", "aic")) if ((r["term"] == t) & (r["source"] == s)).any()]
+    fig, axes = plt.subplots(1, len(panels), figsize=(4.2 * len(panels), 3.8), squeeze=False)
+    colour = {g: f"C{i % 10}" for i, g in enumerate(sorted(r["gpu"].unique()))}  # one colour per GPU in every panel
+    for ax, (t, s) in zip(axes[0], panels):
+        x = r[(r["term"] == t) & (r["source"] == s)]
+        for g, y in x.groupby("gpu", sort=True):
+            y = y.sort_values("tp")
+            ax.plot(y["tp"], y["mape"] * 100, marker="o", lw=1.2, label=g, color=colour[g])
+            ax.axhline(float(y["target"].iloc[0]) * 100, color=colour[g], ls=":", lw=0.7)
+        ax.set_xscale("log", base=2)
+        ax.set_xticks(list(TPS))
+        ax.set_xticklabels([str(v) for v in TPS])
+        ax.set_xlabel("tensor-parallel degree (per-rank shapes)")
+        ax.set_ylabel("held-out MAPE (%)")
+        ax.set_title(f"{t.replace('_', ' ')} ({'AIConfigurator' if s == 'aic' else 'Vidur'})", fontsize=9)
+    axes[0][0].legend(fontsize=6, ncol=2)
+    fig.tight_layout()
+    plotting.save(fig, stem, caption)
