@@ -180,7 +180,11 @@ def block_terms(model, gpu, step_id, new, kv, T, n_steps, *, tp, ep, dtype, kv_d
         put("shared_experts", Lm * (s["gu"]["t"] + s["dn"]["t"]), s["gu"]["compute_bound"])
     else:
         put("shared_experts", zeros)
-    if ep > 1:  # DeepEP's mode per step: low-latency for a decode-only step, high-throughput with a prefill in it
+    # All-to-all only across attention data-parallel ranks (dp > 1), each holding different tokens: with ep = tp
+    # (dp = 1) every GPU already holds every token (attention TP), runs its local experts on them and the TP
+    # all-reduce after the block combines them (vLLM: FusedMoEParallelConfig.use_all2all_kernels = dp_size > 1
+    # and use_ep). DeepEP's mode per step: low-latency for a decode-only step, high-throughput with a prefill.
+    if ep > 1 and dp > 1:
         decode_only = np.bincount(step_id, weights=(new > 1).astype(float), minlength=n_steps) == 0
         ll = moe_terms.a2a_time(T, h, model.num_experts_per_tok, ep, gpu, mc, mode="ll")
         ht = moe_terms.a2a_time(T, h, model.num_experts_per_tok, ep, gpu, mc, mode="ht")

@@ -527,7 +527,7 @@ class _Engine:
 def simulate(model, gpu, workload: Workload, pol: Policy | str = "vllm", *, tp: int = 1, timer: StepTimer | None = None,
              engine=None, dtype: str = "bf16", constants=None, f_clk=None, kv_dtype: str = "bf16",
              progress: bool = False, fast: bool = True, deadline=None, estimator=None, ep: int = 1,
-             **policy_kw) -> Run:
+             moe_constants=None, **policy_kw) -> Run:
     """Replay `workload` on one instance of `model` on `gpu` under a scheduler policy.
 
     `fast=False` times every iteration on its own (the reference the fast path is tested against).
@@ -545,7 +545,7 @@ def simulate(model, gpu, workload: Workload, pol: Policy | str = "vllm", *, tp: 
         raise ServeError("the disagg policy needs two pools: use simulate_disagg")
     timer = timer or StepTimer(model, gpu, tp=tp, constants=constants, f_clk=f_clk, kv_dtype=kv_dtype,
                                engine=engine, dtype=dtype, max_tokens=min(pol.budget, 1 << 16),
-                               max_requests=pol.max_num_seqs, ep=ep)
+                               max_requests=pol.max_num_seqs, ep=ep, moe_constants=moe_constants)
     bar = None
     if progress:
         from tqdm import tqdm
