@@ -193,12 +193,18 @@ def predict_tokens(rows: pd.DataFrame, *, mixed: dict, fitted=None, constants=No
 
 
 # --------------------------------------------------------------------------- LLMServingSim replay (E2.10's way)
+METRICS = ("ttft_s", "tpot_s", "e2e_s")  # E2.10's per-request metrics
+
+
+def _err(sim, meas):
+    return float((sim - meas) / meas)
+
+
 def replay(requests: pd.DataFrame, *, model_map: dict, engine: str = "vllm", constants=None, moe_constants=None,
            gpu_memory_utilization: float = 0.9, block_size: int = 16) -> dict:
     """Replay every MoE run of the LLMServingSim table: its arrivals and lengths, scheduler limits, attention
     DP ranks (round-robin: vLLM's DP balancer is not modelled) sharing EP experts."""
     from steptime.serve import Workload, policy, simulate_replicas
-    from steptime_lab.experiments.serving import METRICS, _err
 
     runs, skipped, per_request = [], [], {}
     for run_id, rows in requests.groupby("run", sort=True):
