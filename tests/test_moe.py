@@ -222,12 +222,13 @@ def test_gpu_scales_recover_known_scales():
     assert sc["d_floor_us"] == pytest.approx(7.0, abs=0.05) and len(used) == 3
 
 
-def test_serve_refuses_moe_with_one_line():
+def test_serve_times_moe_and_refuses_an_unrepresentable_layout_with_one_line():
     from steptime.errors import SteptimeError
     from steptime.serve.timer import StepTimer
 
-    with pytest.raises(SteptimeError, match="mixture-of-experts model: the serving simulator's step timer"):
-        StepTimer("qwen3-30b-a3b", "h100")
+    assert StepTimer("qwen3-30b-a3b", "h100", max_tokens=64, max_requests=16).moe  # tests/test_moe_serve.py
+    with pytest.raises(SteptimeError, match="must divide qwen3-30b-a3b's 128 experts"):
+        StepTimer("qwen3-30b-a3b", "h100", ep=3)
 
 
 def test_mla_module_terms_grow_with_context_and_heads():

@@ -67,6 +67,20 @@ def check_layout(model, gpu, tp: int, ep, dtype: str):
     return tp, 1, 1, tp
 
 
+def attention_geometry(model, tp: int) -> tuple:
+    """(heads, KV heads, head dim) the attention kernels see on one GPU: MLA attends over the latent KV
+    (one shared KV head of kv_lora_rank + rope dims, every local head reading it); GQA its K/V heads."""
+    H = model.num_attention_heads // tp
+    if model.attention == "mla":
+        return H, 1, model.kv_lora_rank + model.qk_rope_head_dim
+    return H, max(1, model.num_key_value_heads // tp), model.head_dim
+
+
+def sliding_layers(model) -> int:
+    """How many layers attend over a sliding window (1 of every `sliding_layers_every`), 0 without one."""
+    return model.num_hidden_layers // model.sliding_layers_every if model.sliding_layers_every else 0
+
+
 def memory_bytes(model, kv_tokens, tp: int = 1, ep: int = 1, *, dtype: str = "bf16", kv_dtype: str = "bf16") -> float:
     """Weights plus KV cache on one GPU, bytes: attention, dense MLPs, shared experts, router and embeddings
     sharded tp ways; routed experts ep ways (ep > 1) or sliced tp ways; MLA's latent KV replicated over TP."""
@@ -115,7 +129,6 @@ def block_terms(model, gpu, step_id, new, kv, T, n_steps, *, tp, ep, dtype, kv_d
         b = gemm.gemm_time_shapes(T, {"uk": (H * model.kv_lora_rank, model.qk_nope_head_dim),
                                       "uv": (H * model.v_head_dim, model.kv_lora_rank)}, gpu, constants, f_clk=f_clk)
         put("mla_absorb", L * (b["uk"]["t"] + b["uv"]["t"]), b["uk"]["compute_bound"])
-        a_heads, a_kv_heads, a_dim = H, 1, model.kv_lora_rank + model.qk_rope_head_dim
     else:
         kvh = max(1, model.num_key_value_heads // tp)
         shapes = {"qkv": ((H + 2 * kvh) * model.head_dim, h), "o": (h, H * model.head_dim)}
@@ -123,12 +136,12 @@ def block_terms(model, gpu, step_id, new, kv, T, n_steps, *, tp, ep, dtype, kv_d
         put("qkv_proj", L * g["qkv"]["t"], g["qkv"]["compute_bound"])
         put("o_proj", L * g["o"]["t"], g["o"]["compute_bound"])
         put("mla_absorb", zeros)
-        a_heads, a_kv_heads, a_dim = H, kvh, model.head_dim
+    a_heads, a_kv_heads, a_dim = attention_geometry(model, tp)
     for name in ("qkv_proj", "o_proj"):
         key = "q_b" if name == "qkv_proj" and model.attention == "mla" else ("o" if name == "o_proj" else "qkv")
         factors[name] = {f: g[key][f] for f in ("eta_c", "f_clk", "eta_cluster", "eta_active", "eta_duty", "eta_mem")}
     # ---- attention (a window on 1 of every `sliding_layers_every` layers)
-    n_slide = L // model.sliding_layers_every if model.sliding_layers_every else 0
+    n_slide = sliding_layers(model)
     is_pref = new > 1
     for name, mask in (("attn_prefill", is_pref), ("attn_decode", ~is_pref)):
         if not mask.any():
@@ -167,9 +180,15 @@ def block_terms(model, gpu, step_id, new, kv, T, n_steps, *, tp, ep, dtype, kv_d
         put("shared_experts", Lm * (s["gu"]["t"] + s["dn"]["t"]), s["gu"]["compute_bound"])
     else:
         put("shared_experts", zeros)
-    if ep > 1:
-        mode = "ll" if bool(np.all(new <= 1)) else "ht"
-        put("moe_a2a", Lm * moe_terms.a2a_time(T, h, model.num_experts_per_tok, ep, gpu, mc, mode=mode))
+    # All-to-all only across attention data-parallel ranks (dp > 1), each holding different tokens: with ep = tp
+    # (dp = 1) every GPU already holds every token (attention TP), runs its local experts on them and the TP
+    # all-reduce after the block combines them (vLLM: FusedMoEParallelConfig.use_all2all_kernels = dp_size > 1
+    # and use_ep). DeepEP's mode per step: low-latency for a decode-only step, high-throughput with a prefill.
+    if ep > 1 and dp > 1:
+        decode_only = np.bincount(step_id, weights=(new > 1).astype(float), minlength=n_steps) == 0
+        ll = moe_terms.a2a_time(T, h, model.num_experts_per_tok, ep, gpu, mc, mode="ll")
+        ht = moe_terms.a2a_time(T, h, model.num_experts_per_tok, ep, gpu, mc, mode="ht")
+        put("moe_a2a", Lm * np.where(decode_only, ll, ht))
     else:
         put("moe_a2a", zeros)
     # ---- light kernels (the activation runs inside the fused MoE kernel: only dense layers pay it)

@@ -31,6 +31,7 @@ from steptime.calibration import Constants
 from steptime.serve import Policy, StepTimer, Workload, kv_capacity_blocks, simulate_disagg, simulate_replicas
 from steptime.specs import get_gpu, get_model, gpu_key, model_table
 from steptime.specs.engines import check_precision, get_engine
+from steptime.specs.moe import is_moe, moe_model_table
 from steptime.step import predict_steps
 
 PRICE_FILE = Path(__file__).resolve().parent / "specs" / "prices.yaml"
@@ -96,6 +97,7 @@ class Layout:
     replicas: int = 1  # aggregated instances
     prefill: int = 0  # disaggregated: prefill instances ...
     decode: int = 0  # ... and decode instances
+    ep: int = 1  # expert parallelism (MoE): an instance is ep GPUs, ep / tp attention data-parallel ranks
 
     @property
     def mode(self) -> str:
@@ -106,12 +108,22 @@ class Layout:
         return self.prefill + self.decode if self.prefill else self.replicas
 
     @property
+    def gpus_per_instance(self) -> int:
+        return self.ep if self.ep > 1 else self.tp
+
+    @property
+    def dp(self) -> int:
+        """Attention data-parallel ranks per instance (each its own scheduler)."""
+        return self.ep // self.tp if self.ep > 1 else 1
+
+    @property
     def gpus(self) -> int:
-        return self.tp * self.instances
+        return self.gpus_per_instance * self.instances
 
     def label(self) -> str:
         inst = f"{self.prefill}P+{self.decode}D" if self.prefill else f"{self.replicas}x"
-        return (f"{self.gpu} {inst} tp{self.tp} {self.engine} {self.dtype} seqs{self.max_num_seqs} "
+        ep = f" ep{self.ep}" if self.ep > 1 else ""
+        return (f"{self.gpu} {inst} tp{self.tp}{ep} {self.engine} {self.dtype} seqs{self.max_num_seqs} "
                 f"budget{self.max_num_batched_tokens}")
 
 
@@ -119,28 +131,40 @@ def gpus_per_node(gpu) -> int:
     return int(getattr(gpu, "gpus_per_node", None) or GPUS_PER_NODE_DEFAULT)
 
 
+def expert_parallel_degrees(model, tp: int, eps=None) -> tuple:
+    """The expert-parallel degrees searched at `tp`: 1 (experts sliced tp ways) and, for a mixture-of-experts
+    model, every degree of `eps` (default DEFAULT_TP) that is a multiple of tp above it (ep = tp x data-parallel
+    attention ranks); (1,) for a dense model."""
+    if not is_moe(model):
+        return (1,)
+    return (1,) + tuple(e for e in (eps or DEFAULT_TP) if e > tp and e % tp == 0)
+
+
 def layouts(model, gpus, *, engines=("vllm",), max_gpus: int = 8, tps=DEFAULT_TP, seqs=DEFAULT_SEQS,
-            budgets=DEFAULT_BUDGETS, dtypes=("bf16", "fp8"), disagg: bool = True):
-    """Every layout of the search and, for those refused before simulating, the reason.
+            budgets=DEFAULT_BUDGETS, dtypes=("bf16", "fp8"), disagg: bool = True, eps=None):
+    """Every layout of the search and, for those refused before simulating, the reason. A mixture-of-experts
+    model adds expert parallelism (expert_parallel_degrees) to the search.
 
     Returns (candidates, dropped): dropped is a list of (Layout, reason)."""
     cand, dropped = [], []
     for g in gpus:
         gs = get_gpu(g)
         for tp in tps:
-            for engine in engines:
-                for dtype in dtypes:
-                    for s in seqs:
-                        for b in budgets:
-                            if b < s:
-                                continue
-                            insts = [dict(replicas=r) for r in REPLICAS if r * tp <= max_gpus]
-                            if disagg:
-                                insts += [dict(prefill=p, decode=d) for p, d in DISAGG if (p + d) * tp <= max_gpus]
-                            for inst in insts:
-                                lay = Layout(gs.key, tp, engine, dtype, s, b, **inst)
-                                why = _static_reason(model, gs, lay)
-                                (dropped.append((lay, why)) if why else cand.append(lay))
+            for ep in expert_parallel_degrees(model, tp, eps):
+                per = ep if ep > 1 else tp
+                for engine in engines:
+                    for dtype in dtypes:
+                        for s in seqs:
+                            for b in budgets:
+                                if b < s:
+                                    continue
+                                insts = [dict(replicas=r) for r in REPLICAS if r * per <= max_gpus]
+                                if disagg:
+                                    insts += [dict(prefill=p, decode=d) for p, d in DISAGG if (p + d) * per <= max_gpus]
+                                for inst in insts:
+                                    lay = Layout(gs.key, tp, engine, dtype, s, b, **inst, ep=ep)
+                                    why = _static_reason(model, gs, lay)
+                                    (dropped.append((lay, why)) if why else cand.append(lay))
     return cand, dropped
 
 
@@ -151,7 +175,14 @@ def _static_reason(model, gpu, lay: Layout) -> str | None:
     if model.num_attention_heads % lay.tp:
         return f"{model.num_attention_heads} attention heads do not split over tp {lay.tp}"
     try:
-        check_precision(gpu, lay.dtype)
+        if is_moe(model):
+            from steptime import moe_step
+
+            moe_step.check_layout(model, gpu, lay.tp, lay.ep, lay.dtype)
+            if lay.prefill and lay.ep > 1:
+                return "disaggregated pools with expert parallelism are not simulated (data-parallel ranks per pool)"
+        else:
+            check_precision(gpu, lay.dtype)
     except SteptimeError as exc:
         return str(exc)
     return None
@@ -177,7 +208,7 @@ def evaluate_group(model, gpu, tp, engine, dtype, constants, wl_arrays, concurre
     try:
         timer = StepTimer(model, gpu, tp=tp, engine=engine, dtype=dtype, constants=constants,
                           max_tokens=min(max(x.max_num_batched_tokens for x in lays), 1 << 16),
-                          max_requests=max(x.max_num_seqs for x in lays))
+                          max_requests=max(x.max_num_seqs for x in lays), **({"ep": lays[0].ep} if lays[0].ep > 1 else {}))
     except SteptimeError as exc:
         return [_row(x, dropped=str(exc)) for x in lays]
     need = int(np.max(prompt + out))
@@ -214,7 +245,9 @@ def evaluate_group(model, gpu, tp, engine, dtype, constants, wl_arrays, concurre
                                       decode_policy=Policy("vllm", max_num_batched_tokens=lay.max_num_batched_tokens,
                                                            max_num_seqs=lay.max_num_seqs, reserve_full=True))
             else:
-                run = simulate_replicas(timer.model, timer.gpu, wl, pol, lay.replicas, timer=timer)
+                # with expert parallelism each attention data-parallel rank is a scheduler of its own (lockstep
+                # steps of equal batches assumed: steptime.serve.simulate)
+                run = simulate_replicas(timer.model, timer.gpu, wl, pol, lay.replicas * lay.dp, timer=timer)
         except SteptimeError as exc:
             rows.append(_row(lay, dropped=str(exc)))
             continue
@@ -227,6 +260,8 @@ def evaluate_group(model, gpu, tp, engine, dtype, constants, wl_arrays, concurre
 
 def _row(lay: Layout, **kw) -> dict:
     d = {"layout": lay.label(), **asdict(lay), "mode": lay.mode, "gpus": lay.gpus, "dropped": None, "pruned": None}
+    if lay.ep == 1:  # a dense model's rows keep their columns
+        del d["ep"]
     d.update(kw)
     return d
 
@@ -267,20 +302,24 @@ def _limiting(lay, run, timer, row) -> str:
     if row["preemptions"] > 0:
         return "KV capacity"
     d = run.requests
-    inst = lay.decode if lay.prefill else lay.replicas
+    inst = lay.decode if lay.prefill else lay.replicas * lay.dp
     # Little's law per decode instance: requests in flight = request rate x time in system
     rate = len(d) / max(run.makespan_s - float(d["arrival_s"].min()), 1e-9) / inst
     dec_time = np.nan_to_num(d["finish_s"] - d["first_token_s"]).mean()
     n = int(min(max(1, round(rate * max(dec_time, 1e-9))), lay.max_num_seqs))
     kv = int(d["prompt_tokens"].mean() + d["output_tokens"].mean() / 2)
     r = predict_steps(timer.model, timer.gpu, np.zeros(n, dtype=np.int64), np.ones(n), np.full(n, kv), 1,
-                      tp=timer.tp, engine=timer.engine, dtype=timer.dtype, constants=timer.constants)
+                      tp=timer.tp, engine=timer.engine, dtype=timer.dtype, constants=timer.constants,
+                      **({"ep": timer.ep} if getattr(timer, "moe", False) else {}))
     terms = {k: float(v[0]) for k, v in r["terms_ms"].items()}
     cb = {k: bool(v[0]) for k, v in r["compute_bound"].items()}
+    comm = ("allreduce", "moe_a2a")
     groups = {"all-reduce": terms.get("allreduce", 0.0),
               "host": terms.get("dispatch_floor", 0.0) + terms.get("host", 0.0) + terms.get("sampling", 0.0)}
-    groups["compute"] = sum(v for k, v in terms.items() if cb.get(k) and k != "allreduce")
-    groups["memory bandwidth"] = sum(v for k, v in terms.items() if k in cb and not cb[k] and k != "allreduce")
+    if "moe_a2a" in terms:
+        groups["all-to-all"] = terms["moe_a2a"]
+    groups["compute"] = sum(v for k, v in terms.items() if cb.get(k) and k not in comm)
+    groups["memory bandwidth"] = sum(v for k, v in terms.items() if k in cb and not cb[k] and k not in comm)
     return max(groups, key=groups.get)
 
 
@@ -341,7 +380,7 @@ def plan(model, workload, *, slo_ttft_s=None, slo_tpot_s=None, slo_itl_s=None, p
          gpus=("h100-sxm",),
          engines=("vllm",), max_gpus: int = 8, prices=None, jobs: int | None = None, progress: bool = False,
          constants=None, tps=DEFAULT_TP, seqs=DEFAULT_SEQS, budgets=DEFAULT_BUDGETS, dtypes=("bf16", "fp8"),
-         disagg: bool = True, exhaustive: bool = False, on_progress=None) -> PlanResult:
+         disagg: bool = True, exhaustive: bool = False, on_progress=None, eps=None) -> PlanResult:
     """Search layouts for `workload` (a steptime.serve.Workload); see the module docstring.
 
     `prices`: a dict from load_prices (default: the shipped table). Unknown GPUs are left out
@@ -385,16 +424,16 @@ def plan(model, workload, *, slo_ttft_s=None, slo_tpot_s=None, slo_itl_s=None, p
         if k not in res.prices:
             res.notes.append(f"{k}: no price in the price table: its layouts are reported unpriced")
     cand, dropped = layouts(m, known, engines=engines, max_gpus=max_gpus, tps=tps, seqs=seqs, budgets=budgets,
-                            dtypes=dtypes, disagg=disagg)
+                            dtypes=dtypes, disagg=disagg, eps=eps)
     res.rows += [_row(x, dropped=why) for x, why in dropped]
     groups: dict = {}
     for x in cand:
-        groups.setdefault((x.gpu, x.tp, x.engine, x.dtype), []).append(x)
+        groups.setdefault((x.gpu, x.tp, x.engine, x.dtype, x.ep), []).append(x)
     wl_arrays = (workload.arrival, workload.prompt, workload.output)
     slo = (slo_ttft_s, slo_tpot_s, slo_itl_s)
     tasks = []
     mm = m.key if m.key in _model_keys() else m
-    for (g, tp, e, dt), lays in groups.items():  # one task per step timer: pruning works within it
+    for (g, tp, e, dt, _ep), lays in groups.items():  # one task per step timer (its ep: lays[0].ep)
         tasks.append((mm, g, tp, e, dt, constants, wl_arrays, workload.concurrency, lays, slo, float(percentile),
                       exhaustive))
     tasks.sort(key=lambda t: -len(t[8]))  # largest first: the two cores finish together
@@ -447,7 +486,7 @@ def uncalibrated_gpus(keys, constants) -> list[str]:
 
 
 def _model_keys():
-    return model_table()
+    return {**model_table(), **moe_model_table()}  # a table key travels to the workers by name
 
 
 # -- explanations ---------------------------------------------------------------------------

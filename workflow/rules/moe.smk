@@ -124,3 +124,4 @@ rule E3_3:
         "E3.3 MLA attention module from steptime's MLA terms"
     script:
         "../scripts/E3_3.py"
+

@@ -1,4 +1,4 @@
-"""E3.5: predicted decode tokens/s per GPU by tensor/expert-parallel layout on one node (simulated)."""
+"""E3.5: predicted decode tokens/s per GPU against the expert-parallel degree on one node, and the limiting term (simulated)."""
 import logging
 from os.path import splitext
 
@@ -13,18 +13,13 @@ from steptime.terms.moe import MoEConstants
 s = dict(snakemake.params.settings)
 mc = MoEConstants.from_doc(yaml.safe_load(open(snakemake.input.constants))["constants"])
 df = E.ep_sweep(s["models"], s["gpus"], n_gpus=int(s["n_gpus"]), requests=int(s["requests"]),
-                kv_len=int(s["kv_len"]), layouts=[tuple(x) for x in s["layouts"]], moe_constants=mc)
-rows = df.where(df.notna(), None).to_dict("records")
-best = {}
-for (m, g), y in df.dropna(subset=["tok_s_per_gpu"]).groupby(["model", "gpu"]):
-    b = y.loc[y["tok_s_per_gpu"].idxmax()]
-    best[f"{m}/{g}"] = {"tp": int(b.tp), "ep": int(b.ep), "tok_s_per_gpu": round(float(b.tok_s_per_gpu), 1),
-                        "limit": b["limit"]}
-logging.info("E3.5: %d layouts predicted", len(df))
-write_result(snakemake.output.result, id="E3.5", question=snakemake.params.question,
-             metrics={"simulated": True, "best_layout": best, "rows": rows}, claims=[],
-             provenance=rule_provenance(snakemake, script="workflow/scripts/E3_5.py"))
+                kv_len=int(s["kv_len"]), layouts=E.ep_layouts(int(s["n_gpus"]), tuple(s["degrees"])), moe_constants=mc)
+doc = E.document_ep(df)
+logging.info("E3.5: %d layouts predicted, %d do not fit", len(df), doc["metrics"]["does_not_fit"])
+write_result(snakemake.output.result, id="E3.5", question=snakemake.params.question, metrics=doc["metrics"],
+             claims=doc["claims"], provenance=rule_provenance(snakemake, script="workflow/scripts/E3_5.py"))
 E.plot_ep(df, splitext(snakemake.output.fig)[0],
-          "E3.5 (simulated): steptime's predicted decode tokens/s per GPU on one 8-GPU node, 256 concurrent "
-          "decodes at KV 2048 spread over the attention data-parallel ranks, per tensor/expert-parallel layout; "
-          "each bar names the term with the largest share of the step.")
+          "E3.5 (simulated, no measured truth): steptime's predicted decode tokens/s per GPU on one 8-GPU node against "
+          "the expert-parallel degree (1: experts sliced by tensor parallelism), one line per attention TP; 256 "
+          "concurrent decodes at KV 2048 spread over the attention ranks; each point names the term with the largest "
+          "share of the step; layouts whose weights and KV do not fit are left out.")

@@ -35,9 +35,14 @@ def add_parser(sub) -> None:
     s.add_argument("--model", required=True)
     s.add_argument("--gpu", required=True)
     s.add_argument("--engine", default=None, help="engine profile (default vllm; see `steptime engines`)")
-    s.add_argument("--dtype", default="bf16", choices=["bf16", "fp8"], help="projection GEMM precision")
+    s.add_argument("--dtype", default="bf16", choices=["bf16", "fp8", "fp8_block", "nvfp4", "fp4", "mxfp4"],
+                   help="projection GEMM precision (dense: bf16 or fp8); for a mixture-of-experts model the expert "
+                        "weights' dtype")
     s.add_argument("--kv-dtype", default="bf16", choices=["bf16", "fp8"])
     s.add_argument("--tp", type=int, default=1)
+    s.add_argument("--ep", type=int, default=1,
+                   help="expert-parallel degree (MoE models): an instance is ep GPUs, ep / tp attention data-parallel "
+                        "ranks sharing the experts")
     s.add_argument("--policy", default="vllm", choices=["vllm", "sarathi", "static", "disagg"])
     s.add_argument("--max-num-batched-tokens", type=int, default=8192)
     s.add_argument("--max-num-seqs", type=int, default=256)
@@ -189,16 +194,44 @@ def check_budget(wl, budget: int, max_num_seqs: int, chunked: bool, what: str = 
     return steps
 
 
+EP_NOTE = ("expert parallelism: the ep / tp attention data-parallel ranks of an instance are simulated as independent "
+           "schedulers behind a round-robin router, each step timed as if every rank ran a batch of the same size "
+           "(ranks run in lockstep in the engine; load imbalance between them is not represented)")
+
+
+def ep_ranks(model, gpu, tp: int, ep: int, dtype: str) -> int:
+    """Attention data-parallel ranks per instance (ep / tp with expert parallelism, else 1), the layout
+    checked with one line: ep > 1 only for a mixture-of-experts model (steptime.moe_step.check_layout)."""
+    from steptime.specs import get_gpu, get_model
+    from steptime.specs.moe import is_moe
+
+    m = get_model(model)
+    if not is_moe(m):
+        if ep != 1:
+            raise ServeError(f"--ep {ep}: expert parallelism applies to mixture-of-experts models; {m.key} is dense")
+        return 1
+    from steptime import moe_step
+
+    _, ep, dp, _ = moe_step.check_layout(m, get_gpu(gpu), tp, ep, dtype)
+    return dp
+
+
 def run_args(a):
     from steptime.serve import policy, simulate, simulate_disagg, simulate_replicas
 
     wl = workload_from_args(a)
     ekw = dict(tp=a.tp, engine=a.engine, dtype=a.dtype, kv_dtype=a.kv_dtype)
+    ranks = ep_ranks(a.model, a.gpu, a.tp, a.ep, a.dtype)
+    if a.ep != 1:
+        ekw["ep"] = a.ep
     kw = dict(max_num_seqs=a.max_num_seqs, block_size=a.block_size,
               gpu_memory_utilization=a.gpu_memory_utilization, kv_blocks=a.kv_blocks)
     if a.policy == "disagg":
         from steptime.serve import Policy
 
+        if ranks > 1:
+            raise ServeError("--policy disagg with expert parallelism (--ep > --tp) is not simulated: the prefill "
+                             "and decode pools' data-parallel ranks are not modelled")
         check_budget(wl, a.max_num_batched_tokens, a.max_num_seqs, False)
         run = simulate_disagg(a.model, a.gpu, wl, **ekw, prefill_instances=a.prefill_instances,
                               decode_instances=a.decode_instances,
@@ -216,8 +249,8 @@ def run_args(a):
         steps = check_budget(wl, pol.budget, pol.max_num_seqs, pol.chunked_prefill,
                              "--chunk" if a.policy == "sarathi" else "--max-num-batched-tokens")
         progress = not a.no_progress and (len(wl) >= PROGRESS_MIN or steps >= PROGRESS_MIN_STEPS)
-        if a.replicas != 1:  # simulate_replicas refuses fewer than one
-            run = simulate_replicas(a.model, a.gpu, wl, pol, a.replicas, **ekw)
+        if a.replicas != 1 or ranks > 1:  # simulate_replicas refuses fewer than one
+            run = simulate_replicas(a.model, a.gpu, wl, pol, a.replicas * ranks, **ekw)
         else:
             run = simulate(a.model, a.gpu, wl, pol, progress=progress, **ekw)
     return wl, run
@@ -235,6 +268,7 @@ def cmd_serve(a) -> int:
     ms = lambda v: None if v is None else v / 1e3  # noqa: E731
     summ = run.summary(slo_ttft_s=ms(a.slo_ttft_ms), slo_tpot_s=ms(a.slo_tpot_ms))
     doc = {"simulated": True, "model": a.model, "gpu": a.gpu, "engine": a.engine or "vllm", "tp": a.tp,
+           **({"ep": a.ep, "note": EP_NOTE} if a.ep != 1 else {}),
            "workload": {"name": wl.name, "requests": len(wl), "concurrency": wl.concurrency,
                         "mean_prompt": float(np.mean(wl.prompt)), "mean_output": float(np.mean(wl.output))},
            "policy": run.policy, "summary": summ}
@@ -255,7 +289,9 @@ def cmd_serve(a) -> int:
 
         sys.stdout.write(dumps(doc))
         return 0
-    print(f"{a.model} on {a.gpu} (tp={a.tp}, engine {a.engine or 'vllm'}, policy {run.policy['name']}): {len(wl)} requests "
+    if a.ep != 1:
+        print(f"note: {EP_NOTE}")
+    print(f"{a.model} on {a.gpu} (tp={a.tp}{f', ep={a.ep}' if a.ep != 1 else ''}, engine {a.engine or 'vllm'}, policy {run.policy['name']}): {len(wl)} requests "
           f"[{wl.name}], simulated")
     print(f"{'metric':<10}{'p50':>10}{'p90':>10}{'p99':>10}   (ms)")
     for key in ("ttft_s", "tpot_s", "itl_s", "e2e_s"):

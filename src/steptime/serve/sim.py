@@ -99,12 +99,17 @@ def kv_capacity_blocks(timer: StepTimer, pol: Policy) -> int:
     if pol.kv_blocks is not None:
         return int(pol.kv_blocks)
     m, gpu, tp = timer.model, timer.gpu, timer.tp
-    kw = dict(weight_dtype=timer.dtype, kv_dtype=timer.kv_dtype)
-    weights = memory_bytes(m, 0, tp, **kw)
-    per_tok = memory_bytes(m, 1, tp, **kw) - weights
+    if getattr(timer, "moe", False):  # experts sharded by EP (or sliced by TP), latent KV for MLA
+        weights = timer.memory_bytes(0)
+        per_tok = timer.memory_bytes(1) - weights
+    else:
+        kw = dict(weight_dtype=timer.dtype, kv_dtype=timer.kv_dtype)
+        weights = memory_bytes(m, 0, tp, **kw)
+        per_tok = memory_bytes(m, 1, tp, **kw) - weights
     free = gpu.mem_bytes * pol.gpu_memory_utilization - weights
+    where = f"tp={tp}, ep={timer.ep}" if getattr(timer, "moe", False) else f"tp={tp}"
     if free <= 0:
-        raise ServeError(f"{m.key} weights ({weights / 1e9:.1f} GB per GPU at tp={tp}) leave no KV "
+        raise ServeError(f"{m.key} weights ({weights / 1e9:.1f} GB per GPU at {where}) leave no KV "
                          f"cache in {pol.gpu_memory_utilization:g} of {gpu.key}'s {gpu.mem_gb:g} GB")
     return int(free // (per_tok * pol.block_size))
 
@@ -483,7 +488,8 @@ class _Engine:
         """Time up to k pure-decode iterations; return how many run before an event."""
         B = self.p.block_size
         nr = len(R)
-        dts = self.t.decode_steps(nr, float(kvs.sum()), k)
+        dts = (self.t.decode_steps(nr, float(kvs.sum()), k, kvs=kvs) if getattr(self.t, "needs_kvs", False)
+               else self.t.decode_steps(nr, float(kvs.sum()), k))
         m = k
         ends = np.cumsum(dts)
         # an arrival that could join stops the run at the first iteration starting after it
@@ -521,12 +527,15 @@ class _Engine:
 
 def simulate(model, gpu, workload: Workload, pol: Policy | str = "vllm", *, tp: int = 1, timer: StepTimer | None = None,
              engine=None, dtype: str = "bf16", constants=None, f_clk=None, kv_dtype: str = "bf16",
-             progress: bool = False, fast: bool = True, deadline=None, estimator=None, **policy_kw) -> Run:
+             progress: bool = False, fast: bool = True, deadline=None, estimator=None, ep: int = 1,
+             moe_constants=None, **policy_kw) -> Run:
     """Replay `workload` on one instance of `model` on `gpu` under a scheduler policy.
 
     `fast=False` times every iteration on its own (the reference the fast path is tested against).
     `deadline` (absolute first-token deadlines, seconds) with `estimator` (see steptime.serve.queueing)
-    turns the waiting queue into a QLM-style deadline queue.
+    turns the waiting queue into a QLM-style deadline queue. For a mixture-of-experts model `ep` > 1 is
+    expert parallelism: the instance simulated is ONE attention data-parallel rank (ep / tp of them share
+    the experts), each step timed as if every rank ran a batch of the same size (steptime.moe_step).
 
     >>> from steptime.serve import simulate, synthetic
     >>> run = simulate("llama-3.1-8b", "h100-sxm", synthetic(200, isl=512, osl=128, rate=5.0))
@@ -537,7 +546,7 @@ def simulate(model, gpu, workload: Workload, pol: Policy | str = "vllm", *, tp: 
         raise ServeError("the disagg policy needs two pools: use simulate_disagg")
     timer = timer or StepTimer(model, gpu, tp=tp, constants=constants, f_clk=f_clk, kv_dtype=kv_dtype,
                                engine=engine, dtype=dtype, max_tokens=min(pol.budget, 1 << 16),
-                               max_requests=pol.max_num_seqs)
+                               max_requests=pol.max_num_seqs, ep=ep, moe_constants=moe_constants)
     bar = None
     if progress:
         from tqdm import tqdm
@@ -589,7 +598,7 @@ def _merge(runs, sort=False) -> Run:
 def simulate_disagg(model, gpu, workload: Workload, *, prefill_instances: int = 1, decode_instances: int = 1,
                     tp: int = 1, prefill_policy: Policy | None = None, decode_policy: Policy | None = None,
                     transfer_gbps: float | None = None, constants=None, f_clk=None, kv_dtype: str = "bf16",
-                    engine=None, dtype: str = "bf16", timer: StepTimer | None = None) -> Run:
+                    engine=None, dtype: str = "bf16", timer: StepTimer | None = None, ep: int = 1) -> Run:
     """DistServe-style disaggregation: prefill pool -> KV hand-over -> decode pool.
 
     Prefill instances run whole prompts (no decode), requests routed round-robin. The
@@ -605,7 +614,7 @@ def simulate_disagg(model, gpu, workload: Workload, *, prefill_instances: int = 
     dp = decode_policy or Policy("vllm", reserve_full=True)
     timer = timer or StepTimer(model, gpu, tp=tp, constants=constants, f_clk=f_clk, kv_dtype=kv_dtype,
                                engine=engine, dtype=dtype, max_tokens=min(pp.budget, 1 << 16),
-                               max_requests=max(pp.max_num_seqs, dp.max_num_seqs))
+                               max_requests=max(pp.max_num_seqs, dp.max_num_seqs), ep=ep)
     n = len(workload)
     ones = np.ones(n, dtype=np.int64)
     pre = simulate_replicas(model, gpu, Workload(workload.arrival, workload.prompt, ones, name=workload.name),
@@ -613,7 +622,8 @@ def simulate_disagg(model, gpu, workload: Workload, *, prefill_instances: int = 
     first = pre.requests["first_token_s"].to_numpy()
     gpu_s = timer.gpu
     bw = transfer_gbps or getattr(gpu_s, "nvlink_gbps", None) or getattr(gpu_s, "pcie_gbps", None) or 0.0
-    per_tok = memory_bytes(timer.model, 1, tp, kv_dtype=kv_dtype) - memory_bytes(timer.model, 0, tp, kv_dtype=kv_dtype)
+    per_tok = (timer.kv_bytes_per_token() if getattr(timer, "moe", False) else
+               memory_bytes(timer.model, 1, tp, kv_dtype=kv_dtype) - memory_bytes(timer.model, 0, tp, kv_dtype=kv_dtype))
     xfer = workload.prompt * per_tok / (bw * 1e9) if bw else np.zeros(n)
     ready = first + xfer
     dec_runs = []

@@ -32,27 +32,46 @@ from steptime.calibration import Constants
 from steptime.errors import ServeError
 from steptime.specs import get_gpu, get_model
 from steptime.specs.engines import check_precision, get_engine
-from steptime.step import ATTN_TERMS, BLOCK_TERMS, check_tp, predict_steps
+from steptime.specs.moe import is_moe
+from steptime.step import ATTN_TERMS, BLOCK_TERMS, check_tp, memory_bytes, predict_steps
 from steptime.terms import attention
-from steptime.validation import check_choice, check_f_clk
+from steptime.validation import as_int, check_choice, check_f_clk
 
 TOKEN_TERMS = tuple(t for t in BLOCK_TERMS if t not in ATTN_TERMS + ("lm_head",))
 EXACT_RTOL = 1e-9
 
 
-def _checked(model, gpu, tp, f_clk, kv_dtype, engine, dtype, constants):
+def _token_terms(model) -> tuple:
+    """The terms that are functions of the step's tokens alone (a mixture-of-experts model's blocks included)."""
+    if not is_moe(model):
+        return TOKEN_TERMS
+    from steptime import moe_step
+
+    return tuple(t for t in moe_step.BLOCK_TERMS if t not in ATTN_TERMS + ("lm_head",))
+
+
+def _checked(model, gpu, tp, f_clk, kv_dtype, engine, dtype, constants, ep=1):
     """The timers' arguments checked at the boundary (one clear line each): model, GPU, engine
     (with the fitted engine constants of `constants`), a whole tp >= 1 the GPU's node holds, a finite
-    f_clk > 0, known KV and projection dtypes (fp8 only where the GPU has it)."""
+    f_clk > 0, known KV and projection dtypes (fp8 only where the GPU has it); for a mixture-of-experts
+    model the expert dtype and the tp/ep layout (steptime.moe_step.check_layout), ep = 1 for a dense one."""
     model, gpu, engine = get_model(model), get_gpu(gpu), get_engine(engine, fitted=constants.engines)
-    if getattr(model, "is_moe", False):
-        raise ServeError(f"{model.key} is a mixture-of-experts model: the serving simulator's step timer models "
-                         "dense blocks only (use predict_step / predict_steps for MoE steps)")
     tp = check_tp(tp, gpu, ServeError)
     check_f_clk(f_clk, allow_boost=True)  # as predict_steps: the API caller chose it
     check_choice(kv_dtype, "KV-cache dtype kv_dtype", tuple(attention.KV_BYTES))
-    check_precision(gpu, dtype)
-    return model, gpu, tp, engine
+    if is_moe(model):
+        from steptime import moe_step
+
+        if model.num_attention_heads % tp:
+            raise ServeError(f"tensor-parallel degree {tp} must divide {model.key}'s {model.num_attention_heads} "
+                             f"attention heads")
+        ep = moe_step.check_layout(model, gpu, tp, ep, dtype)[1]
+    else:
+        if as_int(ep, "expert-parallel degree ep", 1, ServeError) != 1:
+            raise ServeError(f"expert parallelism (ep={ep}) applies to mixture-of-experts models; {model.key} is dense")
+        check_precision(gpu, dtype)
+        ep = 1
+    return model, gpu, tp, engine, ep
 
 
 class StepTimer:
@@ -60,20 +79,35 @@ class StepTimer:
 
     def __init__(self, model, gpu, *, tp: int = 1, constants: Constants | None = None,
                  f_clk: float | None = None, kv_dtype: str = "bf16", engine=None, dtype: str = "bf16",
-                 max_tokens: int = 8192, max_requests: int = 256, check: bool = True):
+                 max_tokens: int = 8192, max_requests: int = 256, check: bool = True, ep: int = 1,
+                 moe_constants=None):
         self.constants = constants or Constants.default()
-        self.model, self.gpu, self.tp, self.engine = _checked(model, gpu, tp, f_clk, kv_dtype, engine, dtype,
-                                                              self.constants)
+        self.model, self.gpu, self.tp, self.engine, self.ep = _checked(model, gpu, tp, f_clk, kv_dtype, engine,
+                                                                       dtype, self.constants, ep)
         self.f_clk = f_clk
         self.kv_dtype = kv_dtype
         self.dtype = dtype
         m = self.model
+        self.moe = is_moe(m)
         self._kw = dict(tp=self.tp, f_clk=f_clk, constants=self.constants, kv_dtype=kv_dtype, engine=self.engine,
                         dtype=dtype)
+        if self.moe:  # the experts' layout and constants; a DP rank's step (steptime.moe_step)
+            self._kw.update(ep=self.ep, moe_constants=moe_constants)
+        self._token_terms = _token_terms(m)
         self.ov = float(self.engine.get("overlap", self.gpu, self.constants)) if self.engine.host_terms else 0.0
         self.L = m.num_hidden_layers
         self.heads = m.num_attention_heads // self.tp
         self.kv_heads = max(1, m.num_key_value_heads // self.tp)
+        self.head_dim = m.head_dim
+        # sliding-window layers (gpt-oss): attention over min(KV, window) on n_slide of the L layers
+        self.n_slide, self.window = 0, 0
+        if self.moe:
+            from steptime import moe_step
+
+            self.heads, self.kv_heads, self.head_dim = moe_step.attention_geometry(m, self.tp)
+            self.n_slide, self.window = moe_step.sliding_layers(m), m.sliding_window
+        self.L_full = self.L - self.n_slide
+        self.needs_kvs = bool(self.n_slide)  # decode_steps needs each request's KV, not only their sum
         self.fc = attention.attention_constants(self.gpu, self.constants)
         # decode attention: per-request bytes = b0 + b1 * kv, work units = u0 (linear in kv)
         r = self._req_terms(np.ones(2), np.array([0.0, 1.0]))
@@ -83,7 +117,7 @@ class StepTimer:
         kvb = float(attention._kvb(kv_dtype))
         fp8 = kvb == 1.0
         f = float(self.constants.get("f_clk", self.gpu)) if f_clk is None else float(f_clk)
-        self._pf = (float(self.heads), float(self.kv_heads), float(m.head_dim), kvb)
+        self._pf = (float(self.heads), float(self.kv_heads), float(self.head_dim), kvb)
         self._eta_c = f * self.fc["attn_eta_ceil"] * (self.fc["attn_fp8_compute"] if fp8 else 1.0)
         self._unit = self.fc["attn_fp8_unit"] if fp8 else 1.0
         # scalar constants of decode attention (the hot path works in Python floats)
@@ -110,14 +144,14 @@ class StepTimer:
 
     # -- tables --------------------------------------------------------------------------
     def _req_terms(self, new, kv):
-        return attention.attention_request_terms(new, kv, self.heads, self.kv_heads, self.model.head_dim, self.gpu,
+        return attention.attention_request_terms(new, kv, self.heads, self.kv_heads, self.head_dim, self.gpu,
                                                  self.constants, self.kv_dtype, self.f_clk, self.fc)
 
     def _grow_tokens(self, t_max: int) -> None:
         t_max = int(max(t_max, 2 * (len(self.A) - 1), 16))
         T = np.arange(1, t_max + 1)
         r = predict_steps(self.model, self.gpu, np.arange(t_max), T, np.zeros(t_max), t_max, **self._kw)
-        self.A = np.concatenate([[0.0], sum(r["terms_ms"][t] for t in TOKEN_TERMS) * 1e-3])
+        self.A = np.concatenate([[0.0], sum(r["terms_ms"][t] for t in self._token_terms) * 1e-3])
         # dispatch floor of a step holding a prefill of T tokens (row T = 1 is a decode: unused)
         self.Dp = np.concatenate([[0.0], (r["terms_ms"]["dispatch_floor"] + r["hidden_ms"]["dispatch_floor"]) * 1e-3])
         self._Al, self._Dpl = self.A.tolist(), self.Dp.tolist()
@@ -132,6 +166,31 @@ class StepTimer:
         self.S = np.concatenate([[0.0], (r["terms_ms"]["host"] + r["hidden_ms"]["host"]) * 1e-3])
         self.Sm = np.concatenate([[0.0], r["terms_ms"]["sampling"] * 1e-3])
         self._Bl, self._Ddl, self._Sl, self._Sml = self.B.tolist(), self.Dd.tolist(), self.S.tolist(), self.Sm.tolist()
+        if self.moe:  # a decode-only step's token terms (its all-to-all runs in the low-latency mode)
+            self.Ad = np.concatenate([[0.0], sum(r["terms_ms"][t] for t in self._token_terms) * 1e-3])
+            self._Adl = self.Ad.tolist()
+
+    def _A_decode(self):
+        """Token terms of a decode-only step of T = N tokens (a list, the hot path's)."""
+        return self._Adl if self.moe else self._Al
+
+    # -- memory --------------------------------------------------------------------------
+    def memory_bytes(self, kv_tokens) -> float:
+        """Weights plus KV cache on one GPU (bytes) at this timer's layout and dtypes: a mixture-of-experts
+        model's experts sharded by EP (or sliced by TP) and its latent KV for MLA (steptime.moe_step)."""
+        if self.moe:
+            from steptime import moe_step
+
+            return moe_step.memory_bytes(self.model, kv_tokens, self.tp, self.ep, dtype=self.dtype,
+                                         kv_dtype=self.kv_dtype)
+        return memory_bytes(self.model, kv_tokens, self.tp, weight_dtype=self.dtype, kv_dtype=self.kv_dtype)
+
+    def kv_bytes_per_token(self) -> float:
+        """KV-cache bytes one token adds on one GPU."""
+        if self.moe:
+            return self.memory_bytes(1) - self.memory_bytes(0)
+        return (memory_bytes(self.model, 1, self.tp, kv_dtype=self.kv_dtype)
+                - memory_bytes(self.model, 0, self.tp, kv_dtype=self.kv_dtype))
 
     def _total(self, blocks, disp, N):
         body = np.maximum(blocks, disp)
@@ -217,6 +276,8 @@ class StepTimer:
         T = int(sum(new))
         N = len(new)
         self._ensure(T, N)
+        if self.n_slide:
+            return self._step_windowed(np.asarray(new), np.asarray(kv))
         dec_kv = [k for s, k in zip(new, kv) if s == 1]
         att = 0.0
         if dec_kv:
@@ -225,18 +286,41 @@ class StepTimer:
             pn = [s for s in new if s > 1]
             pk = [k for s, k in zip(new, kv) if s > 1]
             att += self.prefill_attention(pn, pk)
-        blocks = self.A[T] + self.B[N] + self.L * att
+        blocks = (self.Ad if self.moe and len(dec_kv) == N else self.A)[T] + self.B[N] + self.L * att
         return float(self._total(blocks, self.Dd[N] if len(dec_kv) == N else self.Dp[T], N))
+
+    def _step_windowed(self, new, kv) -> float:
+        """One step of a model with sliding-window layers: full attention on L - n_slide layers, attention
+        over min(KV, window) on the other n_slide."""
+        T, N = int(new.sum()), len(new)
+        self._ensure(T, N)
+        dec = new == 1
+        nd = int(dec.sum())
+        full = win = 0.0
+        if nd:
+            kd = kv[dec].astype(float)
+            full += self.decode_attention1(nd, float(kd.sum()))
+            win += self.decode_attention1(nd, float(np.minimum(kd, self.window).sum()))
+        if nd < N:
+            pn, pk = new[~dec].tolist(), kv[~dec]
+            full += self.prefill_attention(pn, pk.tolist())
+            win += self.prefill_attention(pn, np.minimum(pk, self.window).tolist())
+        att = self.L_full * full + self.n_slide * win
+        if nd == N:
+            return self._total1(self._A_decode()[T] + self._Bl[N] + att, self._Ddl[N], N)
+        return self._total1(self._Al[T] + self._Bl[N] + att, self._Dpl[T], N)
 
     def step_arrays(self, new: np.ndarray, kv: np.ndarray) -> float:
         """`step` for integer arrays (the simulator's hot path)."""
+        if self.n_slide:
+            return self._step_windowed(new, kv)
         T = int(new.sum())
         N = len(new)
         if T >= len(self._Al) or N >= len(self._Bl):
             self._ensure(T, N)
         if T == N:  # every request decodes one token
             att = self.decode_attention1(N, float(kv.sum()))
-            return self._total1(self._Al[T] + self._Bl[N] + self.L * att, self._Ddl[N], N)
+            return self._total1(self._A_decode()[T] + self._Bl[N] + self.L * att, self._Ddl[N], N)
         dec = new == 1
         nd = int(dec.sum())
         att = 0.0
@@ -246,10 +330,19 @@ class StepTimer:
         att += self.prefill_attention(new[pre].tolist(), kv[pre].tolist())
         return self._total1(self._Al[T] + self._Bl[N] + self.L * att, self._Dpl[T], N)
 
-    def decode_steps(self, n: int, sum_kv0: float, k: int) -> np.ndarray:
-        """k consecutive pure-decode steps of the same n requests, KV sum growing by n a step."""
+    def decode_steps(self, n: int, sum_kv0: float, k: int, kvs=None) -> np.ndarray:
+        """k consecutive pure-decode steps of the same n requests, KV sum growing by n a step (`kvs`, each
+        request's KV at the first step, where `needs_kvs`: a sliding window caps each request's KV)."""
         if n >= len(self._Al) or n >= len(self._Bl):
             self._ensure(n, n)
+        if self.n_slide:
+            if kvs is None:
+                raise ServeError(f"{self.model.key} has sliding-window layers: decode_steps needs each request's KV")
+            j = np.arange(k, dtype=float)
+            win = np.minimum(np.asarray(kvs, dtype=float)[None, :] + j[:, None], self.window).sum(axis=1)
+            nn = np.full(k, float(n))
+            att = self.L_full * self.decode_attention(nn, sum_kv0 + n * j) + self.n_slide * self.decode_attention(nn, win)
+            return self._total(att + self._A_decode()[n] + self._Bl[n], self._Ddl[n], n)
         if k > len(self._ar):
             self._ar = np.arange(max(k, 2 * len(self._ar)), dtype=float)
         p = self._dp
@@ -261,7 +354,7 @@ class StepTimer:
         x **= self._dinvp
         x += self._dfloor  # one layer's decode attention
         x *= self.L
-        x += self._Al[n] + self._Bl[n]
+        x += self._A_decode()[n] + self._Bl[n]
         body = np.maximum(x, self._Ddl[n], out=x)
         S = self._Sl[n]
         if self.ov:
@@ -298,7 +391,7 @@ class StepTimer:
         kvs = np.repeat(kv0 / n + np.arange(k)[:, None], n, axis=1)  # n requests, equal KV, growing
         ref = predict_steps(self.model, self.gpu, np.repeat(np.arange(k), n), np.ones(k * n), kvs.ravel(), k,
                             **self._kw)["total_ms"] * 1e-3
-        got = self.decode_steps(n, kv0, k)
+        got = self.decode_steps(n, kv0, k, kvs=kvs[0]) if self.needs_kvs else self.decode_steps(n, kv0, k)
         worst = max(worst, float(np.max(np.abs(got - ref) / ref)))
         nd = np.arange(1, 300.0)
         skv = nd * rng.integers(0, 8192, nd.size)
@@ -320,14 +413,17 @@ class DirectTimer:
     """
 
     def __init__(self, model, gpu, *, tp: int = 1, constants: Constants | None = None, f_clk: float | None = None,
-                 kv_dtype: str = "bf16", engine=None, dtype: str = "bf16", **_):
+                 kv_dtype: str = "bf16", engine=None, dtype: str = "bf16", ep: int = 1, moe_constants=None, **_):
         constants = constants or Constants.default()
-        self.model, self.gpu, self.tp, self.engine = _checked(model, gpu, tp, f_clk, kv_dtype, engine, dtype,
-                                                              constants)
+        self.model, self.gpu, self.tp, self.engine, self.ep = _checked(model, gpu, tp, f_clk, kv_dtype, engine,
+                                                                       dtype, constants, ep)
         self.kv_dtype = kv_dtype
         self.dtype = dtype
+        self.moe = is_moe(self.model)
         self._kw = dict(tp=self.tp, f_clk=f_clk, constants=constants, kv_dtype=kv_dtype,
                         engine=self.engine, dtype=dtype)
+        if self.moe:
+            self._kw.update(ep=self.ep, moe_constants=moe_constants)
 
     def step_arrays(self, new, kv) -> float:
         new = np.asarray(new)
@@ -337,5 +433,8 @@ class DirectTimer:
 
     step = step_arrays
 
-    def decode_steps(self, n: int, sum_kv0: float, k: int) -> np.ndarray:
+    memory_bytes = StepTimer.memory_bytes
+    kv_bytes_per_token = StepTimer.kv_bytes_per_token
+
+    def decode_steps(self, n: int, sum_kv0: float, k: int, kvs=None) -> np.ndarray:
         raise ServeError("DirectTimer times iterations one by one: simulate with fast=False")

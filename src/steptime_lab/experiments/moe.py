@@ -374,12 +374,29 @@ def settle(kernel_doc: dict, a2a_doc: dict) -> dict:
 
 
 # --------------------------------------------------------------------------- E3.5: what EP buys (simulated)
+TERM_GROUP = {"moe_experts": "routed experts", "moe_a2a": "all-to-all", "allreduce": "all-reduce",
+              "attn_decode": "attention", "attn_prefill": "attention"}
+
+
+def ep_layouts(n_gpus: int = 8, degrees=(1, 2, 4, 8)) -> list[tuple]:
+    """(tp, ep) layouts of one node: each tp of `degrees`, experts sliced tp ways (ep 1) or spread over
+    ep >= tp GPUs (ep a multiple of tp: ep / tp attention data-parallel ranks)."""
+    out = []
+    for tp in degrees:
+        if tp > n_gpus:
+            continue
+        out.append((tp, 1))
+        out += [(tp, ep) for ep in degrees if ep >= tp and ep % tp == 0 and ep > 1 and ep <= n_gpus]
+    return out
+
+
 def ep_sweep(models, gpus, *, n_gpus: int = 8, requests: int = 256, kv_len: int = 2048,
-             layouts=((8, 1), (8, 8), (4, 8), (2, 8), (1, 8)), moe_constants=None) -> pd.DataFrame:
+             layouts=None, moe_constants=None) -> pd.DataFrame:
     """Predicted decode throughput per GPU of each (model, GPU, tp, ep) on one node of n_gpus: `requests`
-    concurrent decodes at `kv_len`, split evenly over the attention data-parallel ranks (dp = n_gpus / tp
-    when ep > 1, else n_gpus / tp independent replicas); the term that takes the largest share names the limit.
-    Every number is simulated (steptime's own prediction), none measured."""
+    concurrent decodes at `kv_len`, split evenly over the attention ranks (n_gpus / tp of them: the data-parallel
+    ranks of the ep / tp-rank EP groups, or n_gpus / tp replicas at ep 1); the memory fit is checked (a layout
+    whose weights and KV do not fit is kept with its reason); the term that takes the largest share of the step
+    names the limit. Every number is simulated (steptime's own prediction), none measured."""
     rows = []
     for mk in models:
         m = gm(mk)
@@ -387,10 +404,11 @@ def ep_sweep(models, gpus, *, n_gpus: int = 8, requests: int = 256, kv_len: int 
         for g in gpus:
             gpu = get_gpu(g)
             dt = "nvfp4" if (dtype == "mxfp4" and gpu.architecture == "blackwell") else dtype
-            for tp, ep in layouts:
+            for tp, ep in (layouts or ep_layouts(n_gpus)):
                 groups = n_gpus // tp
                 per_rank = max(1, requests // groups)
-                row = {"model": mk, "gpu": gpu.key, "tp": tp, "ep": ep, "dtype": dt, "requests_per_rank": per_rank}
+                row = {"model": mk, "gpu": gpu.key, "tp": tp, "ep": ep, "dp": ep // tp if ep > 1 else 1, "dtype": dt,
+                       "requests_per_rank": per_rank}
                 try:
                     r = predict_step(mk, gpu, decode=[(per_rank, kv_len)], tp=tp, ep=ep, dtype=dt,
                                      moe_constants=moe_constants)
@@ -400,28 +418,67 @@ def ep_sweep(models, gpus, *, n_gpus: int = 8, requests: int = 256, kv_len: int 
                 terms = {k: v for k, v in r.terms_ms.items() if v > 0}
                 limit = max(terms, key=terms.get)
                 rows.append({**row, "step_ms": r.total_ms, "tok_s_per_gpu": per_rank * groups / (r.total_ms * 1e-3) / n_gpus,
-                             "limit": limit, "limit_share": terms[limit] / r.total_ms, "error": None})
+                             "limit": limit, "limit_share": terms[limit] / r.total_ms,
+                             "a2a_share": terms.get("moe_a2a", 0.0) / r.total_ms, "error": None})
     return pd.DataFrame(rows)
 
 
+def document_ep(df: pd.DataFrame) -> dict:
+    """Descriptive claims per model x GPU (no measured truth: every number is steptime's prediction): the best
+    layout and its limiting term, and what spreading the experts buys at each attention TP (the best ep > 1
+    against ep 1 at the same tp, where both fit)."""
+    claims, best, gain = [], {}, {}
+    ok = df.dropna(subset=["tok_s_per_gpu"])
+    for (m, g), y in ok.groupby(["model", "gpu"], sort=True):
+        b = y.loc[y["tok_s_per_gpu"].idxmax()]
+        best[f"{m}/{g}"] = {"tp": int(b.tp), "ep": int(b.ep), "tok_s_per_gpu": round(float(b.tok_s_per_gpu), 1),
+                            "limit": b["limit"]}
+        claims.append(claim(f"{m} on {g} (simulated, no measured truth): the most decode tokens/s per GPU on one node "
+                            f"come from tp {int(b.tp)} / ep {int(b.ep)}, limited by {b['limit']} "
+                            f"({100 * b.limit_share:.0f}% of the step)", round(float(b.tok_s_per_gpu), 1),
+                            "predicted decode tokens/s per GPU (steptime; descriptive, no target)"))
+        per_tp = {}
+        for tp, z in y.groupby("tp"):
+            base = z[z.ep == 1]
+            spread = z[z.ep > 1]
+            if len(base) and len(spread):
+                s_ = spread.loc[spread["tok_s_per_gpu"].idxmax()]
+                per_tp[int(tp)] = {"ep": int(s_.ep), "ratio": round(float(s_.tok_s_per_gpu / base.tok_s_per_gpu.iloc[0]), 3),
+                                   "limit_ep1": base["limit"].iloc[0], "limit_ep": s_["limit"]}
+        if per_tp:
+            gain[f"{m}/{g}"] = per_tp
+            claims.append(claim(f"{m} on {g} (simulated, no measured truth): tokens/s per GPU of the best expert-parallel "
+                                f"layout over experts sliced by TP at the same tp, per tp",
+                                {str(k): v["ratio"] for k, v in per_tp.items()},
+                                "ratio of predicted tokens/s per GPU (ep > 1 best / ep 1), descriptive"))
+    nofit = df[df["tok_s_per_gpu"].isna()] if "tok_s_per_gpu" in df else df
+    metrics = {"simulated": True, "best_layout": best, "ep_gain": gain,
+               "does_not_fit": int(len(nofit)), "rows": df.where(df.notna(), None).to_dict("records")}
+    return {"metrics": metrics, "claims": claims}
+
+
 def plot_ep(df: pd.DataFrame, stem, caption: str | None = None):
+    """Per model x GPU: predicted tokens/s per GPU against the EP degree, one line per attention TP, each point
+    labelled by its limiting term; layouts that do not fit are left out."""
     plt = plotting.setup()
     models = list(dict.fromkeys(df["model"]))
-    fig, axes = plt.subplots(1, len(models), figsize=(3.6 * len(models), 3.4), squeeze=False)
-    for ax, mk in zip(axes.flat, models):
-        x = df[(df.model == mk)]
-        for j, (g, y) in enumerate(x.groupby("gpu", sort=True)):
-            labels = [f"tp{t}/ep{e}" for t, e in zip(y.tp, y.ep)]
-            pos = np.arange(len(y)) + 0.4 * j
-            vals = y["tok_s_per_gpu"].fillna(0.0).to_numpy()
-            ax.bar(pos, vals, width=0.4, label=g)
-            for p_, v, lim in zip(pos, vals, y["limit"]):
-                ax.text(p_, v, "does not fit" if v == 0 else str(lim), rotation=90, fontsize=6, ha="center",
-                        va="bottom")
-            ax.set_xticks(np.arange(len(y)) + 0.2, labels, fontsize=7)
-        ax.set_title(f"{mk} (simulated)", fontsize=8)
-        ax.set_ylabel("decode tokens/s per GPU")
-        ax.legend(fontsize=6)
+    gpus = sorted(df["gpu"].unique())
+    fig, axes = plt.subplots(len(gpus), len(models), figsize=(3.4 * len(models), 3.0 * len(gpus)), squeeze=False)
+    for i, g in enumerate(gpus):
+        for j, mk in enumerate(models):
+            ax = axes[i][j]
+            x = df[(df.model == mk) & (df.gpu == g)].dropna(subset=["tok_s_per_gpu"])
+            for tp, y in x.groupby("tp", sort=True):
+                y = y.sort_values("ep")
+                ax.plot(y["ep"], y["tok_s_per_gpu"], marker="o", ms=3, label=f"tp {tp}")
+                for e, v, lim in zip(y["ep"], y["tok_s_per_gpu"], y["limit"]):
+                    ax.annotate(TERM_GROUP.get(lim, lim), (e, v), fontsize=5, xytext=(2, 2), textcoords="offset points")
+            ax.set_xscale("log", base=2)
+            ax.set_xticks([1, 2, 4, 8], ["1", "2", "4", "8"])
+            ax.set_title(f"{mk} on {g}", fontsize=8)
+            ax.set_xlabel("expert-parallel degree (1: experts sliced by TP)", fontsize=7)
+            ax.set_ylabel("decode tok/s per GPU (simulated)", fontsize=7)
+            ax.legend(fontsize=6)
     fig.tight_layout()
     plotting.save(fig, stem, caption)
 

@@ -87,7 +87,7 @@ def term_kinds(terms_ms: dict, n: int) -> dict:
 
 
 def make_predictor(name: str, model, gpu, *, engine: str | None = None, dtype: str = "bf16",
-                   constants=None, fitted=None) -> Callable:
+                   constants=None, fitted=None, ep: int = 1, moe_constants=None) -> Callable:
     """A step predictor by name: 'kernels', 'roofline', or an engine profile ('vllm', ...).
 
     `overrides` passed at call time (name -> value) are laid over the profile for this GPU:
@@ -96,7 +96,8 @@ def make_predictor(name: str, model, gpu, *, engine: str | None = None, dtype: s
     (a name the constants define) as that constant; any other name is refused (WallclockError),
     so a misrouted name cannot be dropped silently. `fitted` is a fitted-constants file or dict
     (results/calibration/engine_constants.yaml): all three of its parts (engines, constants,
-    scales) for this (engine, GPU) enter here, the one constructor that reads it.
+    scales) for this (engine, GPU) enter here, the one constructor that reads it. A mixture-of-experts
+    model's expert-parallel degree `ep` and fused-MoE constants `moe_constants` go to predict_steps.
     """
     m = get_model(model)
     g = get_gpu(gpu)
@@ -130,7 +131,8 @@ def make_predictor(name: str, model, gpu, *, engine: str | None = None, dtype: s
                                 source="wall-clock readings (R2.3)") if const_ov else base
         e = profile.with_fitted(g.key, eng_ov, source="wall-clock readings (R2.3)") if eng_ov else profile
         sid, new, kv = expand_requests(steps)
-        r = predict_steps(m, g, sid, new, kv, len(steps), tp=int(tp), constants=c, engine=e, dtype=dtype)
+        moe_kw = {"ep": ep, "moe_constants": moe_constants} if getattr(m, "is_moe", False) else {}
+        r = predict_steps(m, g, sid, new, kv, len(steps), tp=int(tp), constants=c, engine=e, dtype=dtype, **moe_kw)
         return term_kinds(r["terms_ms"], len(steps))
 
     f.n_allreduce_calls = allreduces_per_layer() * m.num_hidden_layers

@@ -1,0 +1,83 @@
+"""E3.4 (MoE wall clock) and E3.5 (what EP buys): layouts read in steptime's terms, models and dtypes, the
+FPM refusals, the documents' structured claims (tests/test_moe_serve.py covers the simulator itself)."""
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from steptime.specs import get_gpu
+from steptime.step import predict_steps
+from steptime_lab.experiments import moe as E
+from steptime_lab.experiments import moe_wallclock as X
+
+
+@pytest.mark.parametrize("row,want", [
+    ((8, 1, 8, 1), (8, 1, 1)),        # attention TP 8, experts sliced 8 ways
+    ((1, 8, 1, 8), (1, 8, 8)),        # attention DP 8, EP 8
+    ((8, None, 1, 8), (8, 8, 1)),     # attention TP 8, EP over the same 8 GPUs
+    ((1, 4, 2, 2), None),             # MoE TP x EP hybrid: not represented
+    ((8, 1, 4, 1), None),             # experts on fewer GPUs than attention: not represented
+])
+def test_silicon_layouts_in_steptime_terms(row, want):
+    got, why = X.silicon_layout(*[np.nan if v is None else v for v in row])
+    assert got == want and (bool(why) == (want is None))
+
+
+@pytest.mark.parametrize("tp,dp,ep,want", [(1, 1, 1, (1, 1, 1)), (2, 1, 1, (2, 1, 1)), (1, 4, 4, (1, 4, 4)),
+                                           (1, 1, 8, (8, 8, 1)), (1, 2, 1, None), (2, 2, 4, None)])
+def test_mlenergy_layouts_in_steptime_terms(tp, dp, ep, want):
+    assert X.mlenergy_layout(tp, dp, ep)[0] == want
+
+
+def test_models_and_dtypes():
+    mm = {"Qwen/Qwen3-30B-A3B-Instruct-2507": "qwen3-30b-a3b"}
+    assert X.model_key("deepseek-v3", "deepseek-ai/DeepSeek-R1", mm) == ("deepseek-v3", "specs")
+    assert X.model_key("x", "Qwen/Qwen3-30B-A3B-Instruct-2507", mm)[1].startswith("model_map (ASSUMED")
+    assert X.model_key("minimax-m2.5", "MiniMaxAI/MiniMax-M2.5", mm)[0] is None
+    assert X.model_key("llama-3.1-8b", "meta-llama/Llama-3.1-8B", mm)[0] is None  # dense: not an MoE row
+    dm = {"nvfp4": "fp4", "fp8": "fp8_block"}
+    assert X.weight_dtype("nvfp4", "gpt-oss-120b", get_gpu("h100-sxm"), dm)[0] == "mxfp4"
+    assert X.weight_dtype("nvfp4", "gpt-oss-120b", get_gpu("b200"), dm)[0] == "nvfp4"
+    assert X.weight_dtype("nvfp4", "deepseek-v3", get_gpu("b200"), dm)[0] == "nvfp4"
+    assert X.weight_dtype("int4_wo", "deepseek-v3", get_gpu("b200"), dm)[0] is None
+
+
+def test_fpm_models_steptime_cannot_represent_are_refused_with_its_line():
+    parts = X.fpm_parts([{"name": "DeepSeek-V4-Flash", "model": "deepseek-ai/DeepSeek-V4-Flash", "runs": "r", "why": "w"},
+                         {"name": "Qwen3-30B-A3B", "model": "qwen3-30b-a3b", "runs": "r", "why": ""}])
+    assert not parts[0]["represented"] and "Error" in parts[0]["refusal"]
+    assert parts[1]["represented"] and parts[1]["model_key"] == "qwen3-30b-a3b"
+
+
+def test_no_all_to_all_when_ep_equals_tp():
+    """ep = tp (one data-parallel rank): every GPU holds every token; the TP all-reduce combines the experts."""
+    kw = dict(dtype="fp8_block")
+    same = predict_steps("deepseek-v3", "h200-sxm", np.zeros(16, int), np.ones(16), np.full(16, 1000), 1, tp=8, ep=8, **kw)
+    dp = predict_steps("deepseek-v3", "h200-sxm", np.zeros(16, int), np.ones(16), np.full(16, 1000), 1, tp=1, ep=8, **kw)
+    assert same["terms_ms"]["moe_a2a"][0] == 0 and same["terms_ms"]["allreduce"][0] > 0
+    assert dp["terms_ms"]["moe_a2a"][0] > 0 and dp["terms_ms"]["allreduce"][0] == 0
+
+
+def test_token_rows_predicted_and_scored_per_group():
+    rows = pd.DataFrame({"dataset": "aic-silicon", "gpu": "h200-sxm", "model": "qwen3-235b-a22b", "model_found": "specs",
+                         "engine": "vllm", "tp": [4, 4], "ep": [1, 1], "dp": 1, "dtype": "fp8", "mode": "agg",
+                         "batch": [8.0, 16.0], "prompt_tokens": 1024.0, "output_tokens": 256.0,
+                         "tpot_ms": [30.0, 33.0], "measure": "tpot_ms", "source_id": ["a", "b"]})
+    tok = X.predict_tokens(rows, mixed={"chunked": ["vllm"], "token_budget": 8192}, n_boot=10)
+    assert len(tok["pred"]) == 2 and np.all(tok["pred"]["pred_ms"] > 0) and len(tok["scores"]) == 1
+    doc = X.document(tok, {"runs": [], "skipped": []}, [], [], {"tpot_mape_per_group": 0.15, "fpm_mape_per_phase": 0.12})
+    c = doc["claims"][0]
+    assert c["op"] == "<=" and c["target"] == 0.15 and c["met"] == (c["value"] <= 0.15)
+    assert doc["metrics"]["targets_total"] == 1 and len(doc["metrics"]["missed"]) == (0 if c["met"] else 1)
+
+
+def test_ep_sweep_names_the_limit_and_keeps_misfits():
+    df = E.ep_sweep(["qwen3-30b-a3b", "deepseek-v3"], ["h100-sxm"], layouts=[(1, 1), (1, 8), (8, 8)])
+    fit = df.dropna(subset=["tok_s_per_gpu"])
+    assert set(fit["limit"]) <= set(fit.columns.tolist() + list(predict_steps.__globals__["TERMS"]) +
+                                    ["moe_experts", "moe_a2a", "router", "shared_experts", "mla_absorb", "dense_mlp"])
+    assert df[(df.model == "deepseek-v3") & (df.tp == 1) & (df.ep == 1)]["error"].str.contains("GB").all()
+    doc = E.document_ep(df)
+    assert all("met" not in c and "no measured truth" in c["claim"] for c in doc["claims"])
+    assert E.ep_layouts(8) == [(1, 1), (1, 2), (1, 4), (1, 8), (2, 1), (2, 2), (2, 4), (2, 8), (4, 1), (4, 4), (4, 8),
+                               (8, 1), (8, 8)]
