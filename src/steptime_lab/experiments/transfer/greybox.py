@@ -32,9 +32,8 @@ tuning score.)
 
 The corrected terms sum to the total; each term's mean correction is reported beside it.
 `fast` (the main job) fits smaller boosted models on fewer rows (`SIZES`); the result
-records the setting. `export_term` writes a fitted correction as plain arrays (the trees'
-split features, thresholds, children and leaf values) for the product's shipped
-`greybox.json` (`steptime.calibration.greybox`), evaluated there without scikit-learn.
+records the setting. (Not built yet: a product-side copy of the corrections for `steptime
+predict --explain`; the product may not import this module.)
 """
 
 from __future__ import annotations
