@@ -23,6 +23,7 @@ rule E2_2:
         targets=targets("E2.2"),
         q6=question("E2.6"),
         seed=config["seed"],
+        fast=config["fast"],  # the grey box's fit sizes (greybox.SIZES)
     threads: 1  # one BLAS thread: the fits are deterministic only single-threaded
     log:
         "logs/E2_2.log",

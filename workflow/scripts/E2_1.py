@@ -47,11 +47,12 @@ hooks = {"vidur_step": HeldOut.for_dataset("vidur_step", vidur=vidur, light_gpus
 families = {"vidur_step": ("light", "gemm"), "aic_gemm": ("gemm",), "aic_attention": ("attention",)}
 # the fair-ground peers from the registry (importing steptime_lab.experiments.transfer registered them)
 ml = {ds: peers.make("ml_loo", ds, cells[ds], fast=P.fast, seed=P.seed, tuned=P.ml_tuned) for ds in transfer.DATASETS}
-grey = {ds: transfer.GreyBox(ds, cells[ds], hooks[ds], seed=P.seed) for ds in transfer.DATASETS}
 attn_reads = {g: [tuple(c) for c in v["scoring_excludes"].values()]
               for g, v in attn_doc["metrics"]["per_gpu"].items()}
 reading_ids = {"aic_attention": lambda t: attn_reads.get(t, []), "aic_gemm": lambda t: [],
                "vidur_step": lambda t: []}
+grey = {ds: transfer.GreyBox(ds, cells[ds], hooks[ds], fast=P.fast, seed=P.seed, reading_ids=reading_ids[ds])
+        for ds in transfer.DATASETS}
 gemm_fit = gemm_doc["settings"]
 for path in inp.models:
     bundle = joblib.load(path)

@@ -24,9 +24,15 @@ g, a, wls, meas = ranking.ranking_inputs(pd.read_parquet(inp.gemm), pd.read_parq
 logging.info("%d workloads over GPUs %s", len(wls), ranking.GPUS)
 gb, ab = joblib.load(inp.gemm_rf), joblib.load(inp.attn_rf)
 with open(inp.gemm_constants) as fh, open(inp.attention) as fa:
-    hook = HeldOut.for_dataset("ranking", gemm_doc=json.load(fh), attn_doc=json.load(fa), base=constants)
-# the grey box per term: corrections fitted on the other GPUs' tables (each GPU held out in turn)
-grey = (transfer.GreyBox("aic_gemm", g, hook, seed=P.seed), transfer.GreyBox("aic_attention", a, hook, seed=P.seed))
+    attn_doc = json.load(fa)
+    hook = HeldOut.for_dataset("ranking", gemm_doc=json.load(fh), attn_doc=attn_doc, base=constants)
+attn_reads = {gpu: [tuple(c) for c in v["scoring_excludes"].values()]
+              for gpu, v in attn_doc["metrics"]["per_gpu"].items()}
+# the grey box per term: corrections fitted on the other GPUs' tables (each GPU held out in turn),
+# anchored (where its nested CV says so) on each GPU's readings
+grey = (transfer.GreyBox("aic_gemm", g, hook, fast=P.fast, seed=P.seed),
+        transfer.GreyBox("aic_attention", a, hook, fast=P.fast, seed=P.seed,
+                         reading_ids=lambda gpu: attn_reads.get(gpu, [])))
 res = ranking.run(g, a, wls, meas, gb, ab, constants_for=hook, grey=grey)
 cal_log = {f"ranking|{gpu}": transfer.calibration_summary(hook(gpu)[1], gpu) for gpu in ranking.GPUS}
 prov = rule_provenance(snakemake, calibration=cal_log, exclude=("code", "gemm_rf", "attn_rf"),

@@ -317,7 +317,15 @@ def run(gemm_cells_df, attn_cells_df, wls, meas, gemm_bundle=None, attn_bundle=N
     for set_name, gset in GPU_SETS.items():
         idx = [GPUS.index(g) for g in gset]
         out[set_name] = {p: rank_scores(v[:, idx], meas[:, idx], gset) for p, v in preds.items()}
-    return {"scores": out, "pred": preds}
+    res = {"scores": out, "pred": preds}
+    if grey is not None:  # what each GPU's grey box was fitted on (never that GPU's table)
+        res["greybox_fitted_on"] = {g: {"gemm": _brief(grey[0].fitted_on(g)),
+                                        "attention": _brief(grey[1].fitted_on(g))} for g in GPUS}
+    return res
+
+
+def _brief(info: dict) -> dict:
+    return {k: info[k] for k in ("gpus", "cells", "target_readings", "fast", "setting") if k in info}
 
 
 def e2_2_document(res, wls, meas, home_gpu: str | None, targets: dict) -> dict:
@@ -370,6 +378,7 @@ def e2_2_document(res, wls, meas, home_gpu: str | None, targets: dict) -> dict:
                                       GPUS, res["pred"]["steptime_residual"][i])}}
                                      if "steptime_residual" in res["pred"] else {}))
                              for i, w in enumerate(wls)],
+               **({"greybox_fitted_on": res["greybox_fitted_on"]} if "greybox_fitted_on" in res else {}),
                "settings": {"tie_rel": TIE_REL, "measured_band_rel": MEAS_TIE_REL, "gpus": list(GPUS),
                             "gpu_sets": {k: list(v) for k, v in GPU_SETS.items()},
                             "decode_batches": list(DECODE_BATCHES), "kv_lens": list(KV_LENS),

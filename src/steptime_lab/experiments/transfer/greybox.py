@@ -1,20 +1,28 @@
 """The grey box (`steptime_residual`): steptime's step equation kept term by term, each
-term multiplied by a learned, bounded, smooth correction.
+term multiplied by a learned, bounded correction.
 
 For a target GPU T and one dataset, every term of steptime's prediction (the GEMM; the
 attention call; each of Vidur's nine per-layer operators for the step) is multiplied by
 
-    c_term(x) = exp(B * tanh(w_term . phi(x) / B)),   B = ln 2 (a factor within [1/2, 2]),
+    c_term(x) = exp(clip(g_term(phi(x)) + a_T(x), -B, B)),   B = ln 2 (a factor within [1/2, 2]),
 
-where phi is a degree-2 polynomial of standardised features (the term's shape: m, n, k,
-working set over L2, waves over the SMs, tokens, KV length, heads, arithmetic intensity
-over the GPU's ridge point; and the GPU's datasheet: peak bf16 FLOP/s, DRAM bandwidth,
-SMs, L2, ridge point, SM major version). w_term is a ridge fit of log(measured / steptime)
-on the OTHER GPUs' tables only (each GPU weighted equally); the ridge strength is chosen
-by leave-one-GPU-out cross-validation inside those training GPUs (nested: the target's
-cells are never seen), and "no correction" is one of the candidates, so the grey box can
-only fall back to the physics, never past it on the training GPUs. The target's own data
-enters only through steptime's held-out constants (its three deploy readings).
+* g_term: gradient-boosted trees (scikit-learn's HistGradientBoostingRegressor, least
+  squares) fitted to the clipped log residual log(measured / steptime) of the term on the
+  OTHER GPUs' tables only (each training GPU weighted equally, times a datasheet-similarity
+  weight exp(-d^2 / 2h^2) to the GPU being predicted, d the distance between the two GPUs'
+  datasheet vectors: log2 peak bf16 FLOP/s, log2 DRAM bandwidth, log2 ridge point, GDDR flag x 2,
+  SM major / 2). phi(x): the term's shape (m, n, k; working set over the GPU's L2; waves
+  over its SMs; tokens, KV length, heads; arithmetic intensity over the GPU's ridge point)
+  and the GPU's datasheet (`term_features`).
+* a_T(x): the target's readings (the cells that set its held-out constants, kept out of
+  every scoring): the log ratio measured / corrected at the reading nearest to x in
+  (log FLOPs, log bytes). steptime is pinned to the readings; the anchor keeps the
+  correction from moving the prediction away from them near the reading's regime.
+* the setting (h among BANDWIDTHS[fast]; anchored or not; or no correction at all, the
+  physics) is chosen per target and term by leave-one-GPU-out cross-validation inside the
+  training GPUs (nested: each inner held-out GPU is predicted exactly as the target is,
+  similarity weights and readings its own; the target's cells are never seen), on the mean
+  per-GPU MAPE of the term.
 
 Base predictions on a training GPU g are steptime's on g's own held-out fold (constants
 fitted without g plus g's readings): the residuals the correction learns are out-of-sample
@@ -23,7 +31,9 @@ other eight GPUs, the target among them; no target cell is ever a correction lab
 tuning score.)
 
 The corrected terms sum to the total; each term's mean correction is reported beside it.
-Everything here is numpy (the fit is a small normal-equations solve).
+`fast` (the main job) fits smaller boosted models on fewer rows (`SIZES`); the result
+records the setting. (Not built yet: a product-side copy of the corrections for `steptime
+predict --explain`; the product may not import this module.)
 """
 
 from __future__ import annotations
@@ -32,27 +42,46 @@ import math
 
 import numpy as np
 
-from steptime_lab.experiments.cells import GEMM_OPS, STEP_OPS
+from steptime_lab.experiments.cells import GEMM_OPS, STEP_OPS, cell_ids
+from steptime_lab.experiments.transfer.fair_ground import work
 from steptime_lab.experiments.ratios import (attention_work, gemm_work, predict_layer_ops, predict_steptime,
                                              step_op_work)
 from steptime.specs import get_gpu, get_model
 
 BOUND = math.log(2.0)
-# ridge strengths tried by the nested leave-one-GPU-out CV (None: no correction, physics alone)
-LAMBDAS = (None, 1e-4, 1e-3, 1e-2, 1e-1, 1.0, 10.0)
-# training cells per GPU and term (seeded sample; the correction is smooth, a few thousand pin it)
-ROWS_PER_GPU = 4000
-# fewer training GPUs than this: no correction (with two, each inner fold fits on ONE GPU and
-# cannot tell a shape effect from that GPU's offset). Disclosed: chosen after the Vidur step's
-# A40 fold (trained on A100 + H100 only) came out 3x worse than the physics with a correction.
-MIN_TRAIN_GPUS = 3
+# datasheet-similarity bandwidths tried by the nested CV (inf: every training GPU weighs the same)
+BANDWIDTHS = {True: (1.0, math.inf), False: (0.5, 1.0, 2.0, math.inf)}
+# boosted-tree sizes and rows per training GPU: fast (main job) / full (fast: false)
+SIZES = {True: {"max_iter": 120, "learning_rate": 0.1, "max_leaf_nodes": 15, "min_samples_leaf": 40,
+                "rows_per_gpu": 4000, "inner_rows_per_gpu": 1500},
+         False: {"max_iter": 300, "learning_rate": 0.06, "max_leaf_nodes": 31, "min_samples_leaf": 40,
+                 "rows_per_gpu": 12000, "inner_rows_per_gpu": 4000}}
+# fewer training GPUs than this: no correction (the nested CV needs one GPU to fit on and
+# one to score on; with two, each inner fold fits on one GPU and the CV says whether that carries)
+MIN_TRAIN_GPUS = 2
 TILE = 128  # output tile edge used for the wave count (the common bf16 CTA tile)
 
 
 def _datasheet(gpu: str) -> list[float]:
     g = get_gpu(gpu)
     return [math.log2(g.peak_flops), math.log2(g.mem_bw), math.log2(float(g.sms)), math.log2(float(g.l2_mb)),
-            math.log2(g.peak_flops / g.mem_bw), float(int(g.sm_version) // 10)]
+            math.log2(g.peak_flops / g.mem_bw), float(int(g.sm_version) // 10), _gddr(gpu)]
+
+
+def _gddr(gpu: str) -> float:
+    from steptime.specs import get_gpu
+
+    return float(str(get_gpu(gpu).mem_type or "").upper().startswith("GDDR"))
+
+
+def similarity_vector(gpu: str) -> np.ndarray:
+    """The datasheet coordinates the similarity weights measure distance in (log2 units;
+    the GDDR flag counts 2, the SM major a half per generation)."""
+    from steptime.specs import get_gpu
+
+    g = get_gpu(gpu)
+    return np.array([math.log2(g.peak_flops), math.log2(g.mem_bw), math.log2(g.peak_flops / g.mem_bw),
+                     2.0 * _gddr(gpu), 0.5 * (int(g.sm_version) // 10)])
 
 
 def _l2_bytes(gpu: str) -> float:
@@ -115,92 +144,153 @@ def term_features(dataset: str, cells, gpu: str) -> dict[str, np.ndarray]:
     return out
 
 
-def _poly2(Z: np.ndarray) -> np.ndarray:
-    """Intercept, every feature, and every square and pairwise product (shape x datasheet
-    included: how a shape's correction moves with the GPU)."""
-    n, p = Z.shape
-    iu = np.triu_indices(p)
-    quad = (Z[:, :, None] * Z[:, None, :])[:, iu[0], iu[1]]
-    return np.hstack([np.ones((n, 1)), Z, quad])
 
 
 class _TermModel:
-    """Standardisation + ridge weights of one term (or None: no correction)."""
+    """One term's correction: a boosted-tree regressor of the log residual (None: no
+    correction), whether the target's readings anchor it, and the setting's name."""
 
-    def __init__(self, mu, sd, w, lam):
-        self.mu, self.sd, self.w, self.lam = mu, sd, w, lam
+    def __init__(self, est=None, anchored: bool = False, name: str = "none"):
+        self.est, self.anchored, self.name = est, bool(anchored), name
 
     def log_correction(self, F: np.ndarray) -> np.ndarray:
-        if self.w is None:
+        if self.est is None:
             return np.zeros(len(F))
-        z = _poly2((F - self.mu) / self.sd) @ self.w
-        return BOUND * np.tanh(z / BOUND)
+        from threadpoolctl import threadpool_limits
+
+        with threadpool_limits(limits=1):
+            return np.clip(self.est.predict(F), -BOUND, BOUND)
 
 
-def _grams(parts):
-    """Per-GPU weighted normal-equation pieces (X'WX, X'Wy) of already-expanded designs."""
-    out = {}
-    for g, (X, y) in parts.items():
-        wt = 1.0 / max(len(y), 1)
-        out[g] = (X.T @ X * wt, X.T @ y * wt)
+def anchor(log_corr, base, meas_read, base_read, log_corr_read, work_cells, work_read) -> np.ndarray:
+    """log_corr moved, per cell, by log(measured / corrected) at the reading nearest to it in
+    (log FLOPs, log bytes), then bounded. Without readings: log_corr unchanged."""
+    if not len(meas_read):
+        return log_corr
+    r = np.log(np.asarray(meas_read, dtype=float) / (np.asarray(base_read, dtype=float) * np.exp(log_corr_read)))
+    lw = np.log10(np.maximum(np.column_stack([np.asarray(x, dtype=float) for x in work_cells]), 1.0))
+    lr = np.log10(np.maximum(np.column_stack([np.asarray(x, dtype=float) for x in work_read]), 1.0))
+    nearest = np.argmin(((lw[:, None, :] - lr[None, :, :]) ** 2).sum(axis=2), axis=1)
+    return np.clip(log_corr + r[nearest], -BOUND, BOUND)
+
+
+def _fit_gbt(X, y, w, size, seed):
+    from sklearn.ensemble import HistGradientBoostingRegressor
+    from threadpoolctl import threadpool_limits
+
+    with threadpool_limits(limits=1):  # one core (shared machines; deterministic)
+        return HistGradientBoostingRegressor(
+            max_iter=size["max_iter"], learning_rate=size["learning_rate"], max_leaf_nodes=size["max_leaf_nodes"],
+            min_samples_leaf=size["min_samples_leaf"], random_state=seed).fit(X, y, sample_weight=w)
+
+
+def _weights(gpus, toward: str, h: float) -> dict:
+    z = similarity_vector(toward)
+    if not math.isfinite(h):
+        return {g: 1.0 for g in gpus}
+    return {g: float(np.exp(-np.sum((similarity_vector(g) - z) ** 2) / (2.0 * h * h))) for g in gpus}
+
+
+def _design(data, gpus, toward, h, rows, seed):
+    """Stacked (X, y, w) of `gpus`' cells (at most `rows` each, seeded), each GPU's weights
+    summing to its similarity to `toward`."""
+    wg = _weights(gpus, toward, h)
+    xs, ys, ws = [], [], []
+    for i, g in enumerate(gpus):
+        F, b, m = data[g]["F"], data[g]["base"], data[g]["meas"]
+        idx = np.arange(len(b))
+        if rows is not None and len(idx) > rows:
+            idx = np.sort(np.random.default_rng(seed + i).choice(idx, rows, replace=False))
+        xs.append(F[idx])
+        ys.append(np.clip(np.log(m[idx] / b[idx]), -BOUND, BOUND))
+        ws.append(np.full(len(idx), max(wg[g], 1e-12) / max(len(idx), 1)))
+    w = np.concatenate(ws)
+    return np.vstack(xs), np.concatenate(ys), w / w.mean()
+
+
+def _score_set(d: dict, rows, seed: int) -> dict:
+    """`d` cut to at most `rows` cells (seeded; readings kept whole): an inner fold's scoring set."""
+    n = len(d["base"])
+    if rows is None or n <= rows:
+        return d
+    idx = np.sort(np.random.default_rng(seed).choice(n, rows, replace=False))
+    return dict(d, F=d["F"][idx], base=d["base"][idx], meas=d["meas"][idx],
+                work=(np.asarray(d["work"][0])[idx], np.asarray(d["work"][1])[idx]))
+
+
+def _mapes(est, d) -> dict:
+    """{anchored: MAPE of the corrected term on `d`} for one fitted estimator."""
+    lc = np.clip(est.predict(d["F"]), -BOUND, BOUND)
+    out = {False: float(np.mean(np.abs(d["base"] * np.exp(lc) - d["meas"]) / d["meas"]))}
+    if len(d["read_meas"]):
+        lr = np.clip(est.predict(d["read_F"]), -BOUND, BOUND)
+        la = anchor(lc, d["base"], d["read_meas"], d["read_base"], lr, d["work"], d["read_work"])
+        out[True] = float(np.mean(np.abs(d["base"] * np.exp(la) - d["meas"]) / d["meas"]))
     return out
 
 
-def _solve(grams, gpus, lam, p):
-    A = sum(grams[g][0] for g in gpus)
-    b = sum(grams[g][1] for g in gpus)
-    reg = np.full(p, lam * len(gpus))
-    reg[0] = 1e-9  # the intercept is not shrunk
-    return np.linalg.solve(A + np.diag(reg), b)
+def fit_term(data: dict, target: str, *, fast: bool = True, seed: int = 0, bandwidths=None):
+    """`data`: {gpu: {F, base, meas, work, read_F, read_base, read_meas, read_work}} of the
+    training GPUs (every cell but each GPU's readings; the readings apart). Returns the
+    term model for `target` (the setting chosen by leave-one-GPU-out CV over these GPUs,
+    mean per-GPU MAPE; "none" is a candidate) and the CV table."""
+    from threadpoolctl import threadpool_limits
 
-
-def fit_term(data: dict, lambdas=LAMBDAS, criterion: str = "mean"):
-    """`data`: {gpu: (features, base ms, measured ms)} of the training GPUs. Returns the
-    term model (the lambda chosen by leave-one-GPU-out CV over these GPUs, mean per-GPU
-    MAPE) and the CV table."""
-    data = {g: (F, b, m) for g, (F, b, m) in data.items() if len(b)}
+    data = {g: d for g, d in data.items() if len(d["base"])}
     gpus = sorted(data)
+    size = SIZES[bool(fast)]
+    hs = tuple(bandwidths if bandwidths is not None else BANDWIDTHS[bool(fast)])
+    if len(gpus) < 3:  # each inner fold fits on ONE GPU: its weight cannot matter, no bandwidth is identifiable
+        hs = (math.inf,)
     if len(gpus) < MIN_TRAIN_GPUS:
-        return _TermModel(None, None, None, None), {"none": None, "note": f"fewer than {MIN_TRAIN_GPUS} training GPUs"}
-    allF = np.vstack([data[g][0] for g in gpus])
-    mu, sd = allF.mean(axis=0), allF.std(axis=0)
-    sd[sd < 1e-9] = 1.0
-    parts = {}
-    for g in gpus:
-        F, b, m = data[g]
-        parts[g] = (_poly2((F - mu) / sd), np.clip(np.log(m / b), -BOUND, BOUND))
-    p = parts[gpus[0]][0].shape[1]
-    grams = _grams(parts)
-    cv, phys = {}, [float(np.mean(np.abs(data[h][1] - data[h][2]) / data[h][2])) for h in gpus]
-    for lam in lambdas:
-        errs = []
-        for h in gpus:
-            _, b, m = data[h]
-            if lam is None:
-                pred = b
-            else:
-                w = _solve(grams, [g for g in gpus if g != h], lam, p)
-                pred = b * np.exp(BOUND * np.tanh(parts[h][0] @ w / BOUND))
-            errs.append(float(np.mean(np.abs(pred - m) / m)))
-        if criterion == "worst":  # the largest MAPE ratio corrected / physics over the inner held-out GPUs
-            cv["none" if lam is None else lam] = float(max(e / max(p0, 1e-12) for e, p0 in zip(errs, phys)))
-        else:
-            cv["none" if lam is None else lam] = float(np.mean(errs))
+        return _TermModel(), {"none": None, "note": f"fewer than {MIN_TRAIN_GPUS} training GPUs"}
+    errs: dict = {"none": []}
+    with threadpool_limits(limits=1):
+        for held in gpus:
+            d = _score_set(data[held], size["inner_rows_per_gpu"], seed + 7)
+            errs["none"].append(float(np.mean(np.abs(d["base"] - d["meas"]) / d["meas"])))
+            inner = [g for g in gpus if g != held]
+            for h in hs:
+                X, y, w = _design(data, inner, held, h, size["inner_rows_per_gpu"], seed)
+                for anchored, e in _mapes(_fit_gbt(X, y, w, size, seed), d).items():
+                    errs.setdefault(_name(h, anchored), []).append(e)
+    cv = {k: float(np.mean(v)) for k, v in errs.items() if len(v) == len(gpus)}
     best = min(cv, key=lambda k: (cv[k], k != "none"))
+    table = {k: round(v, 5) for k, v in cv.items()}
     if best == "none":
-        return _TermModel(mu, sd, None, None), cv
-    return _TermModel(mu, sd, _solve(grams, gpus, best, p), best), cv
+        return _TermModel(), table
+    h, anchored = _parse(best)
+    X, y, w = _design(data, gpus, target, h, size["rows_per_gpu"], seed)
+    return _TermModel(_fit_gbt(X, y, w, size, seed), anchored, best), table
+
+
+def _name(h: float, anchored: bool) -> str:
+    return ("h=inf" if not math.isfinite(h) else f"h={h:g}") + ("+readings" if anchored else "")
+
+
+def _parse(name: str):
+    core, _, rest = name.partition("+")
+    v = core.split("=", 1)[1]
+    return (math.inf if v == "inf" else float(v)), rest == "readings"
+
+
+def _work(dataset: str, cells):
+    return work(dataset, cells)
 
 
 class GreyBox:
     """`steptime_residual` for one dataset: steptime's terms (held-out constants via
-    `constants_for`) times per-term corrections fitted on every other GPU (memoised per target)."""
+    `constants_for`) times per-term corrections fitted on every other GPU (memoised per
+    target). A GPU's readings are the cells of its table that set its held-out constants
+    (`constants_for(gpu)[1]`) plus `reading_ids(gpu)` (cell ids of this table); they anchor
+    the correction and are never training labels."""
 
-    def __init__(self, dataset: str, cells, constants_for, *, lambdas=LAMBDAS, rows_per_gpu=ROWS_PER_GPU,
-                 seed: int = 0):
+    def __init__(self, dataset: str, cells, constants_for, *, fast: bool = True, seed: int = 0,
+                 reading_ids=None, bandwidths=None):
         self.dataset, self.cells, self.constants_for = dataset, cells, constants_for
-        self.lambdas, self.rows, self.seed = tuple(lambdas), rows_per_gpu, int(seed)
-        self._base: dict = {}
+        self.fast, self.seed, self.reading_ids = bool(fast), int(seed), reading_ids
+        self.bandwidths = bandwidths
+        self._data: dict = {}
         self._memo: dict = {}
 
     def base_terms(self, cells, gpu: str, constants=None) -> dict[str, np.ndarray]:
@@ -210,36 +300,73 @@ class GreyBox:
             return predict_layer_ops(cells, gpu, c, per_op=True)
         return {terms_of(self.dataset)[0]: np.asarray(predict_steptime(self.dataset, cells, gpu, c), dtype=float)}
 
+    def _measured(self, cells, term):
+        col = term if self.dataset == "vidur_step" else "latency_ms"
+        return cells[col].to_numpy(dtype=float)
+
+    def reading_mask(self, cells, gpu: str) -> np.ndarray:
+        """True for the cells of `cells` (one GPU's) that are its readings."""
+        from steptime_lab.experiments.transfer.scoring import _calibration_mask
+
+        mask = _calibration_mask(self.dataset, cells, gpu, self.constants_for(gpu)[1])
+        extra = {tuple(c) for c in (self.reading_ids(gpu) if self.reading_ids is not None else [])}
+        if extra:
+            mask = mask | np.array([c in extra for c in cell_ids(self.dataset, cells, gpu)], dtype=bool)
+        return mask
+
+    def _readings(self, gpu: str) -> dict:
+        """The readings of `gpu` per term: features, base, measured, work."""
+        sub = self.cells[self.cells["gpu"] == gpu].reset_index(drop=True)
+        if self.dataset == "vidur_step":  # the step's readings are GEMM / light cells of other tables
+            sub = sub.iloc[:0]
+        else:
+            sub = sub[self.reading_mask(sub, gpu)].reset_index(drop=True)
+        base = self.base_terms(sub, gpu) if len(sub) else {t: np.zeros(0) for t in terms_of(self.dataset)}
+        feats = term_features(self.dataset, sub, gpu) if len(sub) else None
+        wk = _work(self.dataset, sub) if len(sub) else (np.zeros(0), np.zeros(0))
+        out = {}
+        for t in terms_of(self.dataset):
+            out[t] = {"read_F": feats[t] if feats is not None else np.zeros((0, 1)), "read_base": base[t],
+                      "read_meas": self._measured(sub, t) if len(sub) else np.zeros(0), "read_work": wk}
+        return out
+
     def _training(self, gpu: str):
-        if gpu not in self._base:
-            sub = self.cells[self.cells["gpu"] == gpu]
-            if self.rows is not None and len(sub) > self.rows:
-                sub = sub.sample(self.rows, random_state=self.seed)
-            sub = sub.reset_index(drop=True)
+        if gpu not in self._data:
+            sub = self.cells[self.cells["gpu"] == gpu].reset_index(drop=True)
+            if self.dataset != "vidur_step":
+                sub = sub[~self.reading_mask(sub, gpu)].reset_index(drop=True)
             base = self.base_terms(sub, gpu)
             feats = term_features(self.dataset, sub, gpu)
+            wk = _work(self.dataset, sub)
+            reads = self._readings(gpu)
             out = {}
             for term in terms_of(self.dataset):
-                meas = (sub[term].to_numpy(dtype=float) if self.dataset == "vidur_step"
-                        else sub["latency_ms"].to_numpy(dtype=float))
+                meas = self._measured(sub, term)
                 ok = np.isfinite(meas) & (meas > 0) & (base[term] > 0)
-                out[term] = (feats[term][ok], base[term][ok], meas[ok])
-            self._base[gpu] = out
-        return self._base[gpu]
+                out[term] = {"F": feats[term][ok], "base": base[term][ok], "meas": meas[ok],
+                             "work": (np.asarray(wk[0])[ok], np.asarray(wk[1])[ok]), **reads[term]}
+            self._data[gpu] = out
+        return self._data[gpu]
 
     def fit(self, target: str):
         if target not in self._memo:
             gpus = sorted(g for g in self.cells["gpu"].unique() if g != target)
             models, cv = {}, {}
             for term in terms_of(self.dataset):
-                models[term], cv[term] = fit_term({g: self._training(g)[term] for g in gpus}, self.lambdas)
-            info = {"gpus": gpus, "cells": int(sum(len(self._training(g)[terms_of(self.dataset)[0]][1])
-                                                    for g in gpus)),
-                    "target_readings": 3, "target_readings_via": "steptime's held-out constants (the target's three deploy readings)", "rows_per_gpu_cap": self.rows,
-                    "model": "steptime terms x exp(ln2 * tanh(ridge(poly2(features)) / ln2)) per term",
-                    "lambda": {t: m.lam for t, m in models.items()},
-                    "nested_cv_mape": {t: {str(k): (round(v, 5) if isinstance(v, float) else v) for k, v in c.items()}
-                                       for t, c in cv.items()}}
+                models[term], cv[term] = fit_term({g: self._training(g)[term] for g in gpus}, target,
+                                                  fast=self.fast, seed=self.seed, bandwidths=self.bandwidths)
+            first = terms_of(self.dataset)[0]
+            info = {"gpus": gpus, "cells": int(sum(len(self._training(g)[first]["base"]) for g in gpus)),
+                    "target_readings": 3,
+                    "target_readings_via": "steptime's held-out constants (the target's three deploy readings); "
+                                           "their cells anchor the correction where the table holds them",
+                    "fast": self.fast, "sizes": dict(SIZES[self.fast]),
+                    "bandwidths": [("inf" if not math.isfinite(h) else h) for h in
+                                   (self.bandwidths or BANDWIDTHS[self.fast])],
+                    "model": "steptime terms x exp(clip(boosted trees(log residual; similarity-weighted other GPUs) "
+                             "[+ nearest-reading anchor], +-ln 2)) per term",
+                    "setting": {t: m.name for t, m in models.items()},
+                    "nested_cv_mape": cv}
             self._memo[target] = (models, info)
         return self._memo[target]
 
@@ -248,7 +375,17 @@ class GreyBox:
         models, _ = self.fit(target)
         base = self.base_terms(cells, target, constants)
         feats = term_features(self.dataset, cells, target)
-        corr = {t: np.exp(models[t].log_correction(feats[t])) for t in base}
+        reads = self._readings(target) if any(m.anchored for m in models.values()) else None
+        wk = _work(self.dataset, cells) if reads is not None else None
+        corr = {}
+        for t in base:
+            m = models[t]
+            lc = m.log_correction(feats[t])
+            if m.anchored and reads is not None and len(reads[t]["read_meas"]):
+                r = reads[t]
+                lc = anchor(lc, base[t], r["read_meas"], r["read_base"], m.log_correction(r["read_F"]), wk,
+                            r["read_work"])
+            corr[t] = np.exp(lc)
         terms = {t: base[t] * corr[t] for t in base}
         return {"terms": terms, "physics": base, "correction": corr, "total": sum(terms.values())}
 
