@@ -38,6 +38,7 @@ def test_dense_predictions_unchanged():
             continue
         r = predict_step(model, gpu, decode=[tuple(x) for x in dec], prefill=[tuple(x) for x in pre], tp=tp,
                          dtype=dtype, check_memory=False, constants=constants).to_dict()
+        r.pop("uncalibrated")  # a label added since (issue 21), not a prediction
         assert json.loads(json.dumps(r, sort_keys=True)) == c["result"], c["args"]
     assert "deepseek-v3" not in model_keys()  # dense listings unchanged: MoE models have their own
 

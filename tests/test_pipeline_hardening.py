@@ -257,7 +257,7 @@ BAD_CONFIG = [
     ("config/config.yaml", ["bootstrap"], 10 ** 9, "validat"),
     ("config/config.yaml", ["sizes", "e1_24_fit_sample", "fast"], -5, "validat"),
     ("config/config.yaml", ["sizes", "r2_1_design", "fast", "targets"], ["h100-sxm; rm -rf x"], "validat"),
-    ("config/config.yaml", ["sizes", "r2_1_design", "fast", "targets"], ["h100-pcie"], "unknown GPU 'h100-pcie'"),
+    ("config/config.yaml", ["sizes", "r2_1_design", "fast", "targets"], ["h100-sxm-96"], "unknown GPU 'h100-sxm-96'"),
     ("config/config.yaml", ["experiments"], "../elsewhere/experiments.yaml", "validat"),
     ("config/collect.yaml", ["clock_sweep", "runs"], 0, "validat"),
     ("config/collect.yaml", ["clock_sweep", "hold_s"], float("inf"), "validat"),
