@@ -205,11 +205,18 @@ def _law(mc: "MoEConstants", name: str, dtype: str, family, gpu=None):
     return mc.get(f"{name}:{dtype}")
 
 
+def _has_law(mc: "MoEConstants", name: str, dtype: str, family) -> bool:
+    return f"{name}:{dtype}@{family}" in mc.values or f"{name}:{dtype}" in mc.values
+
+
 def routed_experts_time(tokens, hidden, inter, topk, num_experts, gpu, mc: MoEConstants, *, tp=1, ep=1,
                         dtype="bf16", routing="uniform", regime: str = "evicted", family=None) -> dict:
     """The fused routed-expert kernel on one GPU (seconds), with its branches:
 
-        t = t0 + max(F_pad / (P eta_c), W_hbm / (BW eta_mem(W)) + W_l2 / BW_l2) + (a + b / ep) A / BW
+        t = t0 + smax_p(F_pad / (P eta_c), W_hbm / (BW eta_mem(W)) + W_l2 / BW_l2) + (a + b / ep) A / BW
+
+    smax_p(x, y) = (x^p + y^p)^(1/p): compute and weight streaming overlap imperfectly where they are close
+    (the dense GEMM law's overlap exponent; p -> infinity is the plain max, the default without `overlap_p`);
 
     F_pad: GEMM FLOPs at tile granularity (each expert's rows padded to TILE_M); W: expert weights touched;
     eta_mem(W) = eta_max x / (x + x_half), x = W / L2 (the working-set law, as E1.3 has for dense GEMMs);
@@ -242,7 +249,9 @@ def routed_experts_time(tokens, hidden, inter, topk, num_experts, gpu, mc: MoECo
     ep_f = np.asarray(ep, dtype=float)
     t_tok = (law("token_passes") + law("local_token_passes") / ep_f) * A / gpu.mem_bw
     t0 = max(0.0, law("floor_us") + mc.get("d_floor_us", gpu, 0.0)) * 1e-6
-    t = np.where(T > 0, t0 + np.maximum(t_c, t_m) + t_tok, 0.0)
+    p = float(_law(mc, "overlap_p", dtype, family)) if _has_law(mc, "overlap_p", dtype, family) else np.inf
+    both = np.maximum(t_c, t_m) if np.isinf(p) else (t_c ** p + t_m ** p) ** (1.0 / p)
+    t = np.where(T > 0, t0 + both + t_tok, 0.0)
     return {"t": t, "t_compute": t_c, "t_memory": t_m, "t_tokens": t_tok, "compute_bound": t_c >= t_m,
             "weight_bytes": W, "flops": F, "eta_mem": eta_m, "l2_resident_share": res, "experts_touched": Et}
 
