@@ -147,7 +147,13 @@ def block_terms(model, gpu, step_id, new, kv, T, n_steps, *, tp, ep, dtype, kv_d
         if not mask.any():
             put(name, zeros)
             continue
-        a = attention.attention_time(new[mask], kv[mask], a_heads, a_kv_heads, a_dim, gpu, constants,
+        heads, kv_heads, dim = a_heads, a_kv_heads, a_dim
+        if model.attention == "mla" and name == "attn_prefill":
+            # engines run MLA prefill NOT absorbed: kv_b up-projects the latent to per-head K (nope) and V, then
+            # multi-head attention with qk = nope + rope and v dims (their mean gives the FLOPs; E3.3)
+            heads, kv_heads = H, H
+            dim = (model.qk_nope_head_dim + model.qk_rope_head_dim + model.v_head_dim) / 2
+        a = attention.attention_time(new[mask], kv[mask], heads, kv_heads, dim, gpu, constants,
                                      kv_dtype=kv_dtype, f_clk=f_clk, group=step_id[mask], n_groups=n_steps)
         t = (L - n_slide) * a["t"]
         if n_slide:

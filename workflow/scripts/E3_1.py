@@ -22,5 +22,6 @@ with atomic_path(snakemake.output.constants) as tmp:
     tmp.write_text(yaml.safe_dump(E.moe_constants_doc(r), sort_keys=True))
 E.plot(r, splitext(snakemake.output.fig)[0],
        "E3.1: fused-MoE kernel time (AIConfigurator, vLLM, balanced routing, the listed models' shapes, every "
-       "moe_tp/moe_ep) measured vs predicted with the GPU held out (per-dtype law from the other GPUs, three "
-       "bf16 readings of its own); titles give the MAPE per dtype.", kind="kernel")
+       "moe_tp/moe_ep) measured vs predicted with the GPU held out (the law of its kernel family per dtype from the "
+       "other GPUs, three bf16 readings of its own; collector regime: weight sets that fit L2 stay there); titles "
+       "give the MAPE per dtype.", kind="kernel")

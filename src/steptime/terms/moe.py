@@ -127,52 +127,180 @@ def _default_moe() -> MoEConstants:
     return MoEConstants.from_doc(yaml.safe_load(MOE_FILE.read_text())["constants"])
 
 
+TILE_M = 64   # rows per grouped-GEMM tile: each expert's token rows are padded to a multiple (DERIVED: the
+              # 64-row M tiles of the Triton / CUTLASS / TRT-LLM grouped GEMMs' small-batch configs)
+REGIMES = ("evicted", "resident")
+KERNEL_FAMILIES = ("trtllm", "cutlass", "marlin", "triton")
+
+
+def kernel_family(kernel_source: str) -> str:
+    """The grouped-GEMM implementation a kernel-source name belongs to (AIConfigurator's vLLM names)."""
+    return next((f for f in KERNEL_FAMILIES if f in str(kernel_source)), "triton")
+
+
+def power_law_counts(tokens: int, num_experts: int, topk: int, ep: int, alpha: float, *, draws: int = 16,
+                     seed: int = 0) -> np.ndarray:
+    """Tokens per local expert on the busiest EP rank under AIConfigurator's power-law router (its collector's
+    procedure, re-derived): per expert a load drawn from a power law x^-alpha on [1, 0.8 T] (on [0.01, 2] when
+    T k <= E), scaled to the T k token-expert pairs and rounded, the EP rank with the most pairs measured.
+    Returns (draws, E / ep) counts, seeded: the same inputs give the same counts."""
+    T, E, k, ep = int(tokens), int(num_experts), int(topk), int(ep)
+    rng = np.random.default_rng(seed)
+    lo, hi = (1.0, 0.8 * T) if T * k > E else (0.01, 2.0)
+    hi = max(hi, lo * (1 + 1e-9))
+    a1 = 1.0 - alpha
+    u = rng.random((draws, E))
+    x = ((hi ** a1 - lo ** a1) * u + lo ** a1) ** (1.0 / a1)
+    n = np.round(x / x.sum(axis=1, keepdims=True) * T * k)
+    delta = T * k - n.sum(axis=1)
+    top = np.argmax(n, axis=1)
+    n[np.arange(draws), top] = np.maximum(n[np.arange(draws), top] + delta, 0)   # exact sum (the biggest absorbs it)
+    per_rank = n.reshape(draws, ep, E // ep)
+    busiest = np.argmax(per_rank.sum(axis=2), axis=1)
+    return per_rank[np.arange(draws), busiest]
+
+
+@lru_cache(maxsize=65536)
+def _power_law_load(T: int, E: int, k: int, ep: int, alpha: float, tile: int) -> tuple:
+    c = power_law_counts(T, E, k, ep, alpha)
+    return float(c.sum(1).mean()), float((c > 0).sum(1).mean()), float((np.ceil(c / tile) * tile).sum(1).mean())
+
+
+def routed_load(tokens, num_experts, topk, ep=1, routing: str = "uniform", tile: int = TILE_M):
+    """(token-expert pairs, experts touched, tile-padded rows) on the measured GPU: uniform random routing
+    (a serving step's expectation), AIConfigurator's balanced router (round-robin) or its power-law router
+    (`power_law_<alpha>`: the busiest EP rank). Padded rows: each touched expert's rows rounded up to `tile`."""
+    T = np.atleast_1d(np.asarray(tokens, dtype=float))
+    E, k, ep = (np.broadcast_to(np.asarray(v, dtype=float), T.shape) for v in (num_experts, topk, ep))
+    if routing.startswith("power_law_"):
+        alpha = float(routing.split("_")[-1])
+        P, Et, R = (np.zeros_like(T) for _ in range(3))
+        for j, key in enumerate(zip(T.astype(int), E.astype(int), k.astype(int), ep.astype(int))):
+            P[j], Et[j], R[j] = _power_law_load(*key, alpha, int(tile))
+        return P, np.maximum(Et, 1.0), np.maximum(R, tile)
+    Et = np.maximum(experts_touched(T, E, k, routing) / ep, 1.0)
+    P = T * k / ep
+    R = Et * np.ceil(P / Et / tile) * tile
+    return P, Et, R
+
+
 def routed_work(tokens, hidden, inter, topk, num_experts, tp=1, ep=1, dtype="bf16", routing="uniform"):
-    """(FLOPs, weight bytes, token bytes) of the routed experts on one GPU: the T*k/ep local token-expert
-    pairs' GEMM FLOPs, the local expert weights the batch touches, and the bf16 token copies (T*k*h*2
-    bytes: every pair is permuted and combined on every EP rank, local or not)."""
+    """(FLOPs, weight bytes, token bytes) of the routed experts on one GPU: the local token-expert pairs'
+    GEMM FLOPs, the local expert weights the batch touches, and the bf16 token copies (T*k*h*2 bytes: every
+    pair is permuted and combined on every EP rank, local or not)."""
     T = np.asarray(tokens, dtype=float)
     h, i = np.asarray(hidden, dtype=float), np.asarray(inter, dtype=float) / np.asarray(tp, dtype=float)
-    k, E, ep = np.asarray(topk, dtype=float), np.asarray(num_experts, dtype=float), np.asarray(ep, dtype=float)
-    F = 6.0 * h * i * T * k / ep
-    W = experts_touched(T, E, k, routing) / ep * 3.0 * h * i * WEIGHT_BYTES[dtype]
+    k = np.asarray(topk, dtype=float)
+    P, Et, _ = routed_load(T, num_experts, k, ep, routing)
+    F = 6.0 * h * i * P
+    W = Et * 3.0 * h * i * WEIGHT_BYTES[dtype]
     A = 2.0 * h * T * k
-    return F, W, A
+    return F.reshape(np.shape(F)), W, A
+
+
+def _law(mc: "MoEConstants", name: str, dtype: str, family, gpu=None):
+    """A law constant: the (dtype, kernel family) value where one is shipped, else the dtype's."""
+    if family is not None and f"{name}:{dtype}@{family}" in mc.values:
+        return mc.values[f"{name}:{dtype}@{family}"]
+    return mc.get(f"{name}:{dtype}")
+
+
+def _has_law(mc: "MoEConstants", name: str, dtype: str, family) -> bool:
+    return f"{name}:{dtype}@{family}" in mc.values or f"{name}:{dtype}" in mc.values
 
 
 def routed_experts_time(tokens, hidden, inter, topk, num_experts, gpu, mc: MoEConstants, *, tp=1, ep=1,
-                        dtype="bf16", routing="uniform") -> dict:
+                        dtype="bf16", routing="uniform", regime: str = "evicted", family=None) -> dict:
     """The fused routed-expert kernel on one GPU (seconds), with its branches:
-    t = t0 + max(F / (P eta_c), W / (BW eta_mem(W))) + (passes + local_passes / ep) * A / BW."""
+
+        t = t0 + smax_p(F_pad / (P eta_c), W_hbm / (BW eta_mem(W)) + W_l2 / BW_l2) + (a + b / ep) A / BW
+
+    smax_p(x, y) = (x^p + y^p)^(1/p): compute and weight streaming overlap imperfectly where they are close
+    (the dense GEMM law's overlap exponent; p -> infinity is the plain max, the default without `overlap_p`);
+
+    F_pad: GEMM FLOPs at tile granularity (each expert's rows padded to TILE_M); W: expert weights touched;
+    eta_mem(W) = eta_max x / (x + x_half), x = W / L2 (the working-set law, as E1.3 has for dense GEMMs);
+    regime 'evicted' (a serving step: other layers' weights evict L2, every weight byte comes from HBM) or
+    'resident' (AIConfigurator's collector, the same layer back to back: a weight set that fits L2 stays
+    there, a share 1 / (1 + (W / (f L2))^4) read at the L2 bandwidth c * SMs * boost clock).
+    The kernel family picks the (dtype, family) constants where shipped (None: the GPU's own, else the dtype's)."""
     dtype = canonical_dtype(dtype)
-    F, W, A = routed_work(tokens, hidden, inter, topk, num_experts, tp, ep, dtype, routing)
-    eta_c = mc.get(f"eta_c:{dtype}") * mc.get("s_c", gpu, 1.0)
-    t_c = F / (math_peak(gpu, dtype) * eta_c)
-    w_half = mc.get(f"w_half_mb:{dtype}") * 2**20
-    eta_m = mc.get(f"eta_mem_max:{dtype}") * mc.get("s_mem", gpu, 1.0) * W / (W + w_half)
-    t_m = W / (gpu.mem_bw * np.maximum(eta_m, 1e-9))
-    ep_f = np.asarray(ep, dtype=float)
-    t_tok = (mc.get(f"token_passes:{dtype}") + mc.get(f"local_token_passes:{dtype}") / ep_f) * A / gpu.mem_bw
-    t0 = max(0.0, mc.get(f"floor_us:{dtype}") + mc.get("d_floor_us", gpu, 0.0)) * 1e-6
+    if regime not in REGIMES:
+        raise ValueError(f"regime must be one of {REGIMES}, not {regime!r}")
+    if family is None:
+        family = mc.get(f"family:{dtype}", gpu, "")
+    family = family or None
     T = np.asarray(tokens, dtype=float)
-    t = np.where(T > 0, t0 + np.maximum(t_c, t_m) + t_tok, 0.0)
+    h, i = np.asarray(hidden, dtype=float), np.asarray(inter, dtype=float) / np.asarray(tp, dtype=float)
+    P, Et, R = routed_load(T, num_experts, topk, ep, routing)
+    P, Et, R = (np.reshape(v, np.broadcast(T, h).shape) for v in (P, Et, R))
+    F = 6.0 * h * i * P
+    W = Et * 3.0 * h * i * WEIGHT_BYTES[dtype]
+    A = 2.0 * h * T * np.asarray(topk, dtype=float)
+    law = lambda n: _law(mc, n, dtype, family)  # noqa: E731
+    eta_c = law("eta_c") * mc.get("s_c", gpu, 1.0)
+    t_c = 6.0 * h * i * R / (math_peak(gpu, dtype) * eta_c)
+    l2 = gpu.l2_mb * 2**20
+    x = W / l2
+    eta_m = law("eta_mem_max") * mc.get("s_mem", gpu, 1.0) * x / (x + law("x_half"))
+    res = 1.0 / (1.0 + (W / (law("l2_fit") * l2)) ** 4) if regime == "resident" else np.zeros_like(W)
+    bw_l2 = law("l2_bytes_per_clk_sm") * gpu.sms * gpu.boost_mhz * 1e6
+    t_m = W * (1.0 - res) / (gpu.mem_bw * np.maximum(eta_m, 1e-9)) + W * res / bw_l2
+    ep_f = np.asarray(ep, dtype=float)
+    t_tok = (law("token_passes") + law("local_token_passes") / ep_f) * A / gpu.mem_bw
+    t0 = max(0.0, law("floor_us") + mc.get("d_floor_us", gpu, 0.0)) * 1e-6
+    p = float(_law(mc, "overlap_p", dtype, family)) if _has_law(mc, "overlap_p", dtype, family) else np.inf
+    both = np.maximum(t_c, t_m) if np.isinf(p) else (t_c ** p + t_m ** p) ** (1.0 / p)
+    t = np.where(T > 0, t0 + both + t_tok, 0.0)
     return {"t": t, "t_compute": t_c, "t_memory": t_m, "t_tokens": t_tok, "compute_bound": t_c >= t_m,
-            "weight_bytes": W, "flops": F, "eta_mem": eta_m}
+            "weight_bytes": W, "flops": F, "eta_mem": eta_m, "l2_resident_share": res, "experts_touched": Et}
+
+
+def a2a_bytes(tokens, hidden, topk, ep, mode: str = "ll"):
+    """bf16 bytes one GPU sends in one all-to-all phase under uniform routing. Low-latency mode sends a copy per
+    (token, remote expert): T k h 2 (ep-1)/ep. Normal (high-throughput) mode sends a token once per remote rank
+    that holds any of its top-k experts: T h 2 (ep-1)/ep * ep (1 - (1 - 1/ep)^k)."""
+    T, h, k, ep = (np.asarray(x, dtype=float) for x in (tokens, hidden, topk, ep))
+    if mode == "ht":
+        return T * h * 2.0 * (ep - 1.0) * (1.0 - (1.0 - 1.0 / ep) ** k)
+    return T * k * h * 2.0 * (ep - 1.0) / ep
 
 
 def a2a_time(tokens, hidden, topk, ep, gpu, mc: MoEConstants, *, mode: str = "ll"):
-    """Expert-parallel dispatch + combine on one GPU (seconds): per phase a latency floor plus the bf16
-    bytes that leave the GPU over the achieved all-to-all bandwidth (E3.2's measured curves)."""
+    """Expert-parallel dispatch + combine on one GPU (seconds): per phase a latency floor plus the bytes the mode
+    sends over the achieved all-to-all bandwidth of that (mode, phase) (E3.2's measured curves)."""
     T = np.asarray(tokens, dtype=float)
     ep = float(ep)
     if ep <= 1:
         return np.zeros_like(T)
-    nbytes = T * float(topk) * float(hidden) * 2.0 * (ep - 1) / ep
-    t0 = mc.get(f"a2a_floor_us:{mode}") * mc.get("a2a_s_floor", gpu, 1.0) * 1e-6
-    bw = mc.get(f"a2a_bw_gbps:{mode}") * mc.get(f"a2a_s_bw:{mode}", gpu, 1.0) * 1e9
-    return np.where(T > 0, 2.0 * (t0 + nbytes / bw), 0.0)
+    nbytes = a2a_bytes(T, hidden, topk, ep, mode)
+    t = np.zeros_like(T)
+    for phase in ("dispatch", "combine"):
+        t0 = mc.get(f"a2a_floor_us:{mode}:{phase}") * mc.get("a2a_s_floor", gpu, 1.0) * 1e-6
+        bw = mc.get(f"a2a_bw_gbps:{mode}:{phase}") * mc.get(f"a2a_s_bw:{mode}", gpu, 1.0) * 1e9
+        t = t + t0 + nbytes / bw
+    return np.where(T > 0, t, 0.0)
 
 
 def mla_decode_bytes(kv_len, kv_lora_rank, rope_dim, kv_bytes: float = 2.0):
     """Latent-KV bytes one decode request reads per layer: (kv_lora + rope) per cached token, all heads sharing it."""
     return np.asarray(kv_len, dtype=float) * (kv_lora_rank + rope_dim) * kv_bytes
+
+
+def mla_decode_attention_time(batch, kv_len, heads, kv_lora_rank, rope_dim, gpu, constants=None, *,
+                              kv_bytes: float = 2.0) -> dict:
+    """Weight-absorbed MLA decode attention (FlashMLA-style, seconds): every head of a request attends over the
+    same latent KV (kv_lora + rope per cached token), read ONCE, as one GEMM whose 'weight' is the latent cache:
+    M = heads, N = batch x kv_len, K = kv_lora + rope (the scores), at steptime's GEMM law (the achieved
+    bandwidth of its working set, the compute efficiency of its launch geometry); the value product over the
+    same latent adds kv_lora / (kv_lora + rope) of the compute and no bytes."""
+    from steptime.terms import gemm
+
+    b, kv, H = (np.asarray(x, dtype=float) for x in (batch, kv_len, heads))
+    lat = float(kv_lora_rank + rope_dim)
+    g = gemm.gemm_time(H, b * kv, np.full(np.broadcast(b, kv, H).shape, lat), gpu, constants)
+    t_c = g["t_compute"] * (lat + kv_lora_rank) / lat
+    t_m = g["t_memory"] * kv_bytes / 2.0
+    t = np.maximum(t_c, t_m) + g["t_floor"]
+    return {"t": t, "t_compute": t_c, "t_memory": t_m, "compute_bound": t_c >= t_m,
+            "bytes": mla_decode_bytes(kv * b, kv_lora_rank, rope_dim, kv_bytes)}
