@@ -118,6 +118,11 @@ class StepTimer:
         fp8 = kvb == 1.0
         f = float(self.constants.get("f_clk", self.gpu)) if f_clk is None else float(f_clk)
         self._pf = (float(self.heads), float(self.kv_heads), float(self.head_dim), kvb)
+        if self.moe and m.attention == "mla":
+            # MLA prefill is not absorbed (steptime.moe_step.block_terms): per-head K/V up-projected from the latent,
+            # qk = nope + rope and v dims (their mean gives the FLOPs)
+            self._pf = (float(self.heads), float(self.heads),
+                        (m.qk_nope_head_dim + m.qk_rope_head_dim + m.v_head_dim) / 2, kvb)
         self._eta_c = f * self.fc["attn_eta_ceil"] * (self.fc["attn_fp8_compute"] if fp8 else 1.0)
         self._unit = self.fc["attn_fp8_unit"] if fp8 else 1.0
         # scalar constants of decode attention (the hot path works in Python floats)
@@ -258,7 +263,10 @@ class StepTimer:
         return fc["attn_floor_us"] * 1e-6 * fc["attn_prefill_floor_rel"] + (t_units ** p + t_work ** p) ** (1.0 / p)
 
     def _prefill_attention_ref(self, new, kv) -> float:
-        r = self._req_terms(np.asarray(new, dtype=float), np.asarray(kv, dtype=float))
+        hq, hkv, d, _ = self._pf  # MLA prefill's geometry differs from decode's (not absorbed)
+        r = attention.attention_request_terms(np.asarray(new, dtype=float), np.asarray(kv, dtype=float), int(hq),
+                                              int(hkv), d, self.gpu, self.constants, self.kv_dtype, self.f_clk,
+                                              self.fc)
         a = attention.combine(np.array([r["t_compute"].sum()]), np.array([r["bytes"].sum()]),
                               np.array([r["units"].sum()]), np.array([float(len(new))]), self.gpu, self.fc,
                               tiles=np.array([r["tiles"].sum()]), prefill=np.array([True]))
