@@ -19,6 +19,8 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any, Iterable
 
+import numpy as np
+
 from steptime.errors import UnknownEngineError, UnsupportedError
 
 ENGINE_FILE = Path(__file__).resolve().parent / "engines.yaml"
@@ -29,8 +31,10 @@ AR_IMPLS = ("nccl", "custom", "ring")
 DTYPES = ("bf16", "fp8")
 SPLITS = ("split_n", "split_k", "heads", "replicated")
 NUMERIC = ("sched_a_ms", "sched_b_ms", "rpc_ms", "rpc_tp_ms", "overlap", "t_launch_us", "graph_launch_us",
-           "graph_node_us", "graph_max_tokens", "piecewise_eager_per_layer", "max_bytes", "t_samp_ms", "t_samp_b_ms")
-HOST_FIELDS = tuple(f for f in NUMERIC if f != "max_bytes")
+           "graph_node_us", "graph_max_tokens", "piecewise_eager_per_layer", "max_bytes", "t_samp_ms", "t_samp_b_ms",
+           "fuse_norm_max_bytes")
+OPTIONAL = ("max_bytes", "fuse_norm_max_bytes")  # not host fields; fuse_norm_max_bytes absent = never fused
+HOST_FIELDS = tuple(f for f in NUMERIC if f not in OPTIONAL)
 
 
 @dataclass(frozen=True)
@@ -112,6 +116,14 @@ class Engine:
         if self.allreduce_impl == "custom" and nbytes > self.get("max_bytes"):
             return self.allreduce_fallback
         return self.allreduce_impl
+
+    def fuses_norm(self, nbytes, tp: int, gpu=None, constants=None):
+        """True where an all-reduce of `nbytes` at TP `tp` runs fused with the residual add and RMSNorm
+        that follow it (allreduce.fuse_norm_max_bytes; absent: never)."""
+        nbytes = np.asarray(nbytes, dtype=float)
+        if tp <= 1 or "fuse_norm_max_bytes" not in self.values:
+            return np.zeros(nbytes.shape, dtype=bool)
+        return nbytes <= self.get("fuse_norm_max_bytes", gpu, constants)
 
     def rows(self) -> list[dict]:
         out = []
