@@ -247,3 +247,15 @@ def test_fused_allreduce_takes_the_residual_add_and_norm_at_tp_above_one_only():
     v = E.get_engine("vllm")
     big = predict_step(MODEL, GPU, tp=2, engine=v, prefill=[(1, 8192)])
     assert v.get("fuse_norm_max_bytes") < 2 * 8192 * 4096 and big.terms_ms["rmsnorm"] > 0
+
+
+def test_every_engine_with_host_terms_states_its_executor_and_a_bad_one_is_refused():
+    for name in E.engine_names():
+        e = E.get_engine(name)
+        if e.host_terms:
+            v = e.lookup("executor")
+            assert v.value in E.EXECUTORS and v.provenance in E.PROVENANCES and v.source
+    doc = {"host_terms": False, "host": {"executor": {"value": "threads", "provenance": "ASSUMED", "source": "x"}},
+           "allreduce": {"impl": "nccl", "max_bytes": {"value": 0, "provenance": "DERIVED", "source": "x"}}}
+    with pytest.raises(ValueError, match="executor"):
+        E._parse_engine("bad", doc)

@@ -28,6 +28,7 @@ FITTED_FILE = Path(__file__).resolve().parent.parent / "calibration" / "engine_c
 PROVENANCES = ("MEASURED", "FITTED", "DERIVED", "DATASHEET", "ASSUMED")
 GRAPH_MODES = ("full", "piecewise", "none")
 AR_IMPLS = ("nccl", "custom", "ring")
+EXECUTORS = ("uniproc", "mp", "ray", "mpi")
 DTYPES = ("bf16", "fp8")
 SPLITS = ("split_n", "split_k", "heads", "replicated")
 NUMERIC = ("sched_a_ms", "sched_b_ms", "rpc_ms", "rpc_tp_ms", "overlap", "t_launch_us", "graph_launch_us",
@@ -143,6 +144,12 @@ def _parse_engine(key: str, doc: dict) -> Engine:
     for section in ("host", "launch", "sampling", "allreduce"):
         for name, e in (doc.get(section) or {}).items():
             if name in ("graphs", "impl", "fallback"):
+                continue
+            if name == "executor":  # descriptive (not a number): kept with its provenance, read by no term
+                v = _value(name, e, where)
+                if v.value not in EXECUTORS:
+                    raise ValueError(f"{where}: host.executor {v.value!r} not in {EXECUTORS}")
+                values[name] = v
                 continue
             if name not in NUMERIC:
                 raise ValueError(f"{where}: unknown field {section}.{name} (known: {', '.join(NUMERIC)})")
