@@ -216,7 +216,8 @@ def test_fpm_steps_adapter_maps_phases_versions_and_drops_moe():
 
 def test_engine_profile_by_version():
     assert W.engine_profile("vllm", "0.5.4") == "vllm-v0"
-    assert W.engine_profile("vllm", "0.11.1") == "vllm"
+    assert W.engine_profile("vllm", "0.11.1") == "vllm-v1-unfused"  # before the -O2 all-reduce + RMSNorm fusion
+    assert W.engine_profile("vllm", "0.20.1") == "vllm"
     assert W.engine_profile("vllm", None) == "vllm"
     assert W.engine_profile("trtllm", "1.0.0rc3") == "trtllm"
 
