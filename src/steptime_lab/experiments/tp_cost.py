@@ -168,12 +168,14 @@ def document(r: dict, targets: dict) -> dict:
             abs(x["efficiency_error"]) <= lim, op="<="))
     for x in r.get("rank_overhead", []):
         for law, v in x["laws"].items():
+            held = ", ".join(f"TP {o['held_out_tp']}: {o['error_ms']:+.3f}" for o in v["loo"])
             claims.append(claim(
                 f"{x['gpu']} {x['engine']} {x['model']}: multi-process overhead TP adds to a small decode step "
                 f"(<= {x['max_requests']} requests) beyond the shipped profile, law b x {law}(TP), fitted "
                 f"leave-one-TP-out (b on two TP degrees, the third predicted): b on all TP > 1 = "
                 f"{v['b_ms_all']:+.3f} ms; added ms by TP {', '.join(f'{t}: {a:+.3f}' for t, a in x['added_ms_by_tp'].items())}"
-                f"{'' if x['identifiable'] else ' (negative: no per-rank overhead identifiable on these steps)'}",
+                f"{'' if v['b_ms_all'] > 0 else ' (b <= 0: this law finds no overhead on these steps)'}; "
+                f"held-out errors {held} ms",
                 round(v["loo_mean_abs_error_ms"], 4), "ms (mean |held-out TP error|)"))
     return {"metrics": {"rows": r["rows"], "skipped": r["skipped"], "rank_overhead": r.get("rank_overhead", []),
                         "rank_overhead_method": rank_overhead.__doc__.split("\n\n")[1].strip(),
