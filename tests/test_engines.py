@@ -219,3 +219,43 @@ def test_fp8_kv_cache_halves_the_decode_kv_read():
     f8 = predict_step(MODEL, GPU, decode=[(32, 8192)], engine="kernels", kv_dtype="fp8")
     assert f8.terms_ms["attn_decode"] < 0.75 * bf.terms_ms["attn_decode"]
     assert f8.terms_ms["qkv_proj"] == bf.terms_ms["qkv_proj"]
+
+
+def _without_fusion(name):
+    e = E.get_engine(name)
+    vals = {k: v for k, v in e.values.items() if k != "fuse_norm_max_bytes"}
+    return E.Engine(e.key, e.name, e.host_terms, dict(e.graphs), e.allreduce_impl, e.allreduce_fallback, vals,
+                    dict(e.fitted), e.default)
+
+
+def test_fused_allreduce_takes_the_residual_add_and_norm_at_tp_above_one_only():
+    """An engine that fuses (engines.yaml allreduce.fuse_norm_max_bytes) runs the add and RMSNorm after each
+    all-reduce inside it: the light kernels' time leaves, their streaming bytes join the all-reduce term,
+    the launch count drops; TP 1 (no all-reduce) and an engine without the field are unchanged."""
+    fused, plain = E.get_engine("trtllm"), _without_fusion("trtllm")
+    assert fused.fuses_norm(1e6, 2).all() and not fused.fuses_norm(1e6, 1).any()
+    assert not plain.fuses_norm(1e6, 2).any() and not E.get_engine("sglang").fuses_norm(1e3, 2).any()
+    b = dict(decode=[(16, 1024)])
+    a1, p1 = (predict_step(MODEL, GPU, tp=1, engine=e, **b) for e in (fused, plain))
+    assert a1.total_ms == pytest.approx(p1.total_ms)
+    a, p = (predict_step(MODEL, GPU, tp=2, engine=e, **b) for e in (fused, plain))
+    assert a.terms_ms["rmsnorm"] == 0 and a.terms_ms["add"] == 0 and p.terms_ms["rmsnorm"] > 0
+    extra = a.terms_ms["allreduce"] - p.terms_ms["allreduce"]
+    assert 0 < extra < p.terms_ms["rmsnorm"] + p.terms_ms["add"]  # the bytes stay, the floors go
+    assert a.total_ms < p.total_ms
+    # vLLM fuses only up to its size limit: a large prefill's all-reduce is not fused
+    v = E.get_engine("vllm")
+    big = predict_step(MODEL, GPU, tp=2, engine=v, prefill=[(1, 8192)])
+    assert v.get("fuse_norm_max_bytes") < 2 * 8192 * 4096 and big.terms_ms["rmsnorm"] > 0
+
+
+def test_every_engine_with_host_terms_states_its_executor_and_a_bad_one_is_refused():
+    for name in E.engine_names():
+        e = E.get_engine(name)
+        if e.host_terms:
+            v = e.lookup("executor")
+            assert v.value in E.EXECUTORS and v.provenance in E.PROVENANCES and v.source
+    doc = {"host_terms": False, "host": {"executor": {"value": "threads", "provenance": "ASSUMED", "source": "x"}},
+           "allreduce": {"impl": "nccl", "max_bytes": {"value": 0, "provenance": "DERIVED", "source": "x"}}}
+    with pytest.raises(ValueError, match="executor"):
+        E._parse_engine("bad", doc)

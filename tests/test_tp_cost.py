@@ -47,3 +47,26 @@ def test_document_scores_each_tp_against_the_registry_target():
 
     with pytest.raises(SteptimeError):
         T.document(r, {})
+
+
+def test_rank_overhead_recovers_a_per_rank_cost_held_out_by_tp():
+    """Issue 19 item 3: a small step that costs the shipped profile plus 0.1 ms per extra rank gives b = 0.1 ms
+    under the per-rank law, also at each held-out TP, and is flagged identifiable; a cost that falls with TP is not."""
+    from steptime_lab.experiments.wallclock import make_predictor, predict_table
+
+    rows = []
+    for tp in (1, 2, 4, 8):
+        for n in (1, 2, 4):
+            rows.append(dict(gpu="h100-sxm", engine="vllm", model="llama-3.1-8b", tp=tp, phase="decode",
+                             segment="sweep", ctx_tokens=0, ctx_requests=0, ctx_kv_tokens=0, decode_requests=n,
+                             mean_decode_kv_tokens=1024.0))
+    s = pd.DataFrame(rows)
+    base = predict_table(s, make_predictor("vllm", "llama-3.1-8b", "h100-sxm", engine="vllm"))["pred_ms"]
+    up = s.assign(latency_ms=base + 0.1 * (s["tp"] - 1))
+    r = T.rank_overhead(up)[0]
+    per = r["laws"]["per_rank"]
+    assert per["b_ms_all"] == pytest.approx(0.1)
+    assert all(x["error_ms"] == pytest.approx(0.0, abs=1e-9) for x in per["loo"])
+    assert r["identifiable"]  # every law positive here
+    down = s.assign(latency_ms=base - 0.1 * (s["tp"] - 1))
+    assert T.rank_overhead(down)[0]["identifiable"] is False

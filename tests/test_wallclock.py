@@ -216,7 +216,8 @@ def test_fpm_steps_adapter_maps_phases_versions_and_drops_moe():
 
 def test_engine_profile_by_version():
     assert W.engine_profile("vllm", "0.5.4") == "vllm-v0"
-    assert W.engine_profile("vllm", "0.11.1") == "vllm"
+    assert W.engine_profile("vllm", "0.11.1") == "vllm-v1-unfused"  # before the -O2 all-reduce + RMSNorm fusion
+    assert W.engine_profile("vllm", "0.20.1") == "vllm"
     assert W.engine_profile("vllm", None) == "vllm"
     assert W.engine_profile("trtllm", "1.0.0rc3") == "trtllm"
 
@@ -416,3 +417,28 @@ def test_tpot_mixed_variant_runs_the_arriving_prompts_inside_the_steps():
         W.predict_tpot(rows, f, f, variant="simulated")
     with pytest.raises(W.WallclockError, match="token budget"):
         W.predict_tpot(rows, f, f, variant="mixed", chunked=True, token_budget=None)
+
+
+def _ttft_rows(c, isl=1024, osl=128):
+    return pd.DataFrame({"batch": [float(c)], "prompt_tokens": [float(isl)], "output_tokens": [float(osl)]})
+
+
+def test_ttft_wave_is_the_prefill_stream_of_the_wave_and_queues_beyond_the_kv_cache():
+    """TTFT (W.TTFT_NOTE): one client = one prefill step of its prompt; c clients in lockstep = the mean over
+    their prompts' completion steps of budget-sized prefill steps; a KV cache smaller than the wave queues the
+    rest behind a whole wave; the steady schedule is half a decode step plus the mixed steps."""
+    f = W.make_predictor("vllm", "llama-3.1-8b", "h100-sxm", engine="vllm")
+    one = W.predict_ttft(_ttft_rows(1), f, "llama-3.1-8b", "h100-sxm", 1, token_budget=8192)
+    pf = f(W.tokens._prefill_steps([1024], [1], 1), 1, None)["total"]
+    assert one[0] == pytest.approx(pf[0])
+    eight = W.predict_ttft(_ttft_rows(8), f, "llama-3.1-8b", "h100-sxm", 1, token_budget=8192)
+    pf8 = f(W.tokens._prefill_steps([8192], [8], 1), 1, None)["total"]
+    assert eight[0] == pytest.approx(pf8[0])  # eight prompts of 1024 fill one 8192-token step
+    sixteen = W.predict_ttft(_ttft_rows(16), f, "llama-3.1-8b", "h100-sxm", 1, token_budget=8192)
+    assert sixteen[0] == pytest.approx(1.5 * pf8[0])  # half finish with the first full step, half with the second
+    tight = W.predict_ttft(_ttft_rows(16), f, "llama-3.1-8b", "h100-sxm", 1, token_budget=8192, mem_util=0.2)
+    assert tight[0] > sixteen[0]  # fewer requests fit: the rest wait for a wave
+    steady = W.predict_ttft(_ttft_rows(16), f, "llama-3.1-8b", "h100-sxm", 1, token_budget=8192, variant="steady")
+    assert 0 < steady[0] < sixteen[0]
+    with pytest.raises(W.WallclockError):
+        W.predict_ttft(_ttft_rows(1), f, "llama-3.1-8b", "h100-sxm", 1, token_budget=8192, variant="burst")

@@ -33,6 +33,7 @@ from steptime.terms.moe import MoEConstants
 PROJ_TERMS = ("qkv_proj", "o_proj", "gate_up_proj", "down_proj")
 ATTN_TERMS = ("attn_prefill", "attn_decode")
 LIGHT_TERMS = ("rmsnorm", "add", "rope", "act", "kv_write", "emb")
+FUSED_LIGHT = ("rmsnorm", "add")  # what an engine may fuse into the all-reduce (engines.yaml fuse_norm_max_bytes)
 BLOCK_TERMS = PROJ_TERMS + ATTN_TERMS + LIGHT_TERMS + ("lm_head", "allreduce")
 TERMS = BLOCK_TERMS + ("dispatch_floor", "host", "sampling")
 TERM_KIND = {**{t: "gemm" for t in PROJ_TERMS + ("lm_head",)}, **{t: "attention" for t in ATTN_TERMS},
@@ -399,19 +400,28 @@ def predict_steps(model, gpu, step_id, new_tokens, kv_len, n_steps: int | None =
         else:
             out[name] = np.zeros(n_steps)
             compute_bound[name] = np.zeros(n_steps, dtype=bool)
+    ar_bytes = 2.0 * T * model.hidden_size  # bf16 activations
+    fused = np.zeros(n_steps, dtype=bool) if moe else engine.fuses_norm(ar_bytes, tp, gpu, constants)
+    n_fused = allreduces_per_layer() * L  # each fused all-reduce takes one residual add and one RMSNorm
+    fused_stream = np.zeros(n_steps)
     for kern in (() if moe else LIGHT_TERMS):
-        t = light.light_time(kern, light.light_bytes(kern, T, model, tp), gpu, constants)
+        nb = light.light_bytes(kern, T, model, tp)
+        t = light.light_time(kern, nb, gpu, constants)
         reps = 1 if kern == "emb" else L * light.PER_LAYER[kern]
+        if kern in FUSED_LIGHT and fused.any():  # the kernel's launch floor goes; its bytes move into the all-reduce
+            fused_stream = fused_stream + np.where(fused, n_fused * (t - light.light_time(kern, 0.0 * nb, gpu, constants)), 0.0)
+            reps = np.where(fused, reps - n_fused, reps)
         out[kern] = np.where(T > 0, reps * t, 0.0)
         compute_bound[kern] = np.zeros(n_steps, dtype=bool)
     g = gemm.gemm_time(N, model.vocab_size // tp, model.hidden_size, gpu, constants, f_clk=f_clk)
     out["lm_head"] = np.where(N > 0, g["t"], 0.0)
     compute_bound["lm_head"] = g["compute_bound"]
-    ar = comm.engine_allreduce_time(2.0 * T * model.hidden_size, tp, gpu, engine, constants)  # bf16 activations
-    out["allreduce"] = np.where(T > 0, allreduces_per_layer() * L * ar, 0.0) if tp > 1 else np.zeros(n_steps)
+    ar = comm.engine_allreduce_time(ar_bytes, tp, gpu, engine, constants)
+    out["allreduce"] = np.where(T > 0, allreduces_per_layer() * L * ar + fused_stream, 0.0) if tp > 1 else np.zeros(n_steps)
     compute_bound["allreduce"] = np.zeros(n_steps, dtype=bool)
     blocks = sum(out[t] for t in (moe_step.BLOCK_TERMS if moe else BLOCK_TERMS))
-    disp = host.engine_dispatch_floor(L, T, n_pref == 0, gpu, engine, constants, tp)
+    disp = host.engine_dispatch_floor(L, T, n_pref == 0, gpu, engine, constants, tp,
+                                      fused_kernels=np.where(fused, len(FUSED_LIGHT) * n_fused, 0))
     out["dispatch_floor"] = np.maximum(0.0, disp - blocks)
     hidden_dispatch = np.minimum(disp, blocks)
     S = host.scheduler_floor(N, gpu, constants, tp, engine=engine)

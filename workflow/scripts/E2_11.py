@@ -24,6 +24,11 @@ mixed = W.run_tpot(rows, n_boot=p.n_boot, seed=p.seed, fitted=snakemake.input.co
 sens = W.prompt_sensitivity(rows, prompts, p.settings["prompt_scale"], fitted=snakemake.input.constants,
                             constants=constants)
 doc = R.document_e2_11(res, skipped + res["skipped"], p.targets, sens, mixed=mixed)
+ttft = W.run_ttft(rows, token_budget=p.settings["mixed"]["token_budget"], mem_util=p.settings["ttft"]["mem_util"],
+                  fitted=snakemake.input.constants, constants=constants, n_boot=p.n_boot, seed=p.seed)
+tdoc = R.document_ttft(ttft, p.targets, min_rows=p.settings["ttft"]["min_rows"])
+doc["claims"] += tdoc["claims"]
+doc["metrics"].update(tdoc["metrics"])
 logging.info("E2.11: %d token-time rows scored, %d skipped", len(res["pred"]), len(skipped) + len(res["skipped"]))
 prov = rule_provenance(snakemake, script="workflow/scripts/E2_11.py")
 write_result(snakemake.output.result, id="E2.11", question=p.question, metrics=doc["metrics"], claims=doc["claims"],

@@ -19,6 +19,8 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any, Iterable
 
+import numpy as np
+
 from steptime.errors import UnknownEngineError, UnsupportedError
 from steptime.specs import _load_yaml
 
@@ -27,11 +29,14 @@ FITTED_FILE = Path(__file__).resolve().parent.parent / "calibration" / "engine_c
 PROVENANCES = ("MEASURED", "FITTED", "DERIVED", "DATASHEET", "ASSUMED")
 GRAPH_MODES = ("full", "piecewise", "none")
 AR_IMPLS = ("nccl", "custom", "ring")
+EXECUTORS = ("uniproc", "mp", "ray", "mpi")
 DTYPES = ("bf16", "fp8")
 SPLITS = ("split_n", "split_k", "heads", "replicated")
 NUMERIC = ("sched_a_ms", "sched_b_ms", "rpc_ms", "rpc_tp_ms", "overlap", "t_launch_us", "graph_launch_us",
-           "graph_node_us", "graph_max_tokens", "piecewise_eager_per_layer", "max_bytes", "t_samp_ms", "t_samp_b_ms")
-HOST_FIELDS = tuple(f for f in NUMERIC if f != "max_bytes")
+           "graph_node_us", "graph_max_tokens", "piecewise_eager_per_layer", "max_bytes", "t_samp_ms", "t_samp_b_ms",
+           "fuse_norm_max_bytes")
+OPTIONAL = ("max_bytes", "fuse_norm_max_bytes")  # not host fields; fuse_norm_max_bytes absent = never fused
+HOST_FIELDS = tuple(f for f in NUMERIC if f not in OPTIONAL)
 # precision.<field>: the engine's own kernels' constant (a `const:` pointer into defaults.yaml);
 # fp8_gemm names the relative fp8 GEMM factors (terms/precision.py) fitted on the engine's own
 # fp8 tables (E1.27). An engine without one uses vLLM's (FP8_GEMM_DEFAULT).
@@ -124,6 +129,14 @@ class Engine:
             return self.allreduce_fallback
         return self.allreduce_impl
 
+    def fuses_norm(self, nbytes, tp: int, gpu=None, constants=None):
+        """True where an all-reduce of `nbytes` at TP `tp` runs fused with the residual add and RMSNorm
+        that follow it (allreduce.fuse_norm_max_bytes; absent: never)."""
+        nbytes = np.asarray(nbytes, dtype=float)
+        if tp <= 1 or "fuse_norm_max_bytes" not in self.values:
+            return np.zeros(nbytes.shape, dtype=bool)
+        return nbytes <= self.get("fuse_norm_max_bytes", gpu, constants)
+
     def rows(self) -> list[dict]:
         out = []
         for scope, table in [(f"engine.{self.key}", self.values)] + [
@@ -142,6 +155,12 @@ def _parse_engine(key: str, doc: dict) -> Engine:
     for section in ("host", "launch", "sampling", "allreduce"):
         for name, e in (doc.get(section) or {}).items():
             if name in ("graphs", "impl", "fallback"):
+                continue
+            if name == "executor":  # descriptive (not a number): kept with its provenance, read by no term
+                v = _value(name, e, where)
+                if v.value not in EXECUTORS:
+                    raise ValueError(f"{where}: host.executor {v.value!r} not in {EXECUTORS}")
+                values[name] = v
                 continue
             if name not in NUMERIC:
                 raise ValueError(f"{where}: unknown field {section}.{name} (known: {', '.join(NUMERIC)})")

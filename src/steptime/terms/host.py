@@ -37,19 +37,20 @@ def dispatch_floor(n_layers: int, gpu, constants: Constants | None = None, tp: i
 
 
 def engine_dispatch_floor(n_layers: int, tokens, decode_only, gpu, engine, constants: Constants | None = None,
-                          tp: int = 1):
+                          tp: int = 1, fused_kernels=0):
     """Per-step launch floor (seconds) under `engine`'s CUDA-graph policy.
 
     tokens: new tokens per step; decode_only: True where the step holds decodes only.
     full graph: one replay + a GPU-side gap per kernel; piecewise: the attention op of each
     layer eager, the rest in n_layers + 1 graph pieces; none (or above graph_max_tokens): eager.
+    fused_kernels: kernels per step the engine fuses into its all-reduces (not launched on their own).
     """
     T = np.asarray(tokens, dtype=float)
     dec = np.asarray(decode_only, dtype=bool)
     if not engine.host_terms:
         return np.zeros_like(T)
     constants = constants or Constants.default()
-    n = float(n_kernels(n_layers, tp))
+    n = float(n_kernels(n_layers, tp)) - np.asarray(fused_kernels, dtype=float)
     t_l = engine.get("t_launch_us", gpu, constants) * 1e-6
     t_g = engine.get("graph_launch_us", gpu, constants) * 1e-6
     t_n = engine.get("graph_node_us", gpu, constants) * 1e-6

@@ -86,6 +86,7 @@ def replay_rows(mlenergy_v2=None, mlenergy_v3=None, silicon=None, prompt_tokens:
     rows, skipped = W.tpot_table(**tabs, prompt_tokens=prompt_tokens)
     if not len(rows):
         return rows.assign(concurrency=[], ttft_ms=[]), skipped
+    rows = rows.drop(columns=["ttft_ms"], errors="ignore")  # tpot_table carries silicon TTFT too; one copy
     rows = rows.merge(pd.concat(extra, ignore_index=True), on=["dataset", "source_id"], how="left",
                       validate="one_to_one")
     known = []

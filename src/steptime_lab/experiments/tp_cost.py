@@ -94,18 +94,64 @@ def silicon_cells(rows: pd.DataFrame, fitted=None, constants=None) -> tuple[pd.D
     return c.groupby(["dataset", "gpu", "model", "engine", "tp", *match])[cols].median().reset_index(), skipped
 
 
+# D(TP) laws: one hand-off per step at any TP > 1 (rpc_tp_ms), per extra rank (a broadcast to each worker,
+# skew growing with the ranks), per tree level (a tree broadcast / barrier)
+RANK_LAWS = {"per_step": lambda tp: 1.0, "per_rank": lambda tp: tp - 1.0, "log2": lambda tp: np.log2(tp)}
+
+
+def rank_overhead(steps, *, max_requests: int = 4, constants=None) -> list[dict]:
+    """Issue 19 item 3, multi-process engine overhead from the small-step floors of FPM steps.
+
+    On sweep decode steps of at most `max_requests` requests (host, launch and per-step costs dominate),
+    the residual measured - predicted (the engine profile as shipped: no wall-clock reading, its rpc_tp_ms
+    included) per TP, minus TP 1's: D(TP), what TP adds to a small step beyond the profile (broadcast of the
+    scheduler output to the workers, per-step synchronisation and rank skew, and any error of the kernel
+    sum at the split shapes). Each law D = b x g(TP) (RANK_LAWS) is fitted leave-one-TP-out: b on the other
+    TP > 1 degrees (least squares through the origin), D predicted at the held-out TP; and on all TP > 1
+    (the value an engine field would take). b <= 0 means no per-rank overhead is identifiable on these steps."""
+    from steptime_lab.experiments.wallclock import make_predictor, predict_table
+
+    out = []
+    for (gpu, eng, model), s in steps.groupby(["gpu", "engine", "model"], sort=True):
+        x = s[(s["segment"] == "sweep") & (s["phase"] == "decode") & (s["decode_requests"] <= max_requests)]
+        if x["tp"].nunique() < 3 or 1 not in set(x["tp"]):
+            continue
+        pred = predict_table(x, make_predictor(eng, model, gpu, engine=eng, constants=constants))["pred_ms"]
+        res = (x["latency_ms"] - pred).groupby(x["tp"]).median()
+        d = {int(t): float(v - res.loc[1]) for t, v in res.items() if t > 1}
+        tps = sorted(d)
+        laws = {}
+        for name, g in RANK_LAWS.items():
+            def fit(ts):
+                gx = np.array([g(t) for t in ts])
+                return float(np.dot(gx, [d[t] for t in ts]) / np.dot(gx, gx))
+            loo = [{"held_out_tp": h, "fitted_on_tp": [t for t in tps if t != h],
+                    "b_ms": fit([t for t in tps if t != h]), "predicted_ms": fit([t for t in tps if t != h]) * g(h),
+                    "measured_ms": d[h]} for h in tps]
+            for r in loo:
+                r["error_ms"] = r["predicted_ms"] - r["measured_ms"]
+            laws[name] = {"b_ms_all": fit(tps), "loo": loo,
+                          "loo_mean_abs_error_ms": float(np.mean([abs(r["error_ms"]) for r in loo]))}
+        out.append({"gpu": gpu, "engine": eng, "model": model, "max_requests": max_requests,
+                    "steps": {int(t): int(n) for t, n in x.groupby("tp").size().items()},
+                    "residual_ms_by_tp": {int(t): float(v) for t, v in res.items()}, "added_ms_by_tp": d,
+                    "laws": laws, "identifiable": bool(all(v["b_ms_all"] > 0 for v in laws.values()))})
+    return out
+
+
 def run_e1_28(fpm_steps=None, fpm_pred=None, silicon_rows=None, *, fitted=None, kv_bucket: int = 512,
               constants=None) -> dict:
     keys = ["dataset", "gpu", "model", "engine"]
-    rows, skipped = [], []
+    rows, skipped, ranks = [], [], []
     if fpm_steps is not None and len(fpm_steps):
         rows += efficiency(fpm_cells(fpm_steps, fpm_pred, kv_bucket), keys, COMP)
+        ranks = rank_overhead(fpm_steps, constants=constants)
     if silicon_rows is not None and len(silicon_rows):
         c, skipped = silicon_cells(silicon_rows, fitted, constants)
         if len(c):
             # a concurrency is matched across TP only where the measured batch is the same (it is the client's)
             rows += efficiency(c, keys, ["dtype", "prompt_tokens", "output_tokens", "batch"])
-    return {"rows": rows, "skipped": skipped}
+    return {"rows": rows, "skipped": skipped, "rank_overhead": ranks}
 
 
 def document(r: dict, targets: dict) -> dict:
@@ -119,7 +165,19 @@ def document(r: dict, targets: dict) -> dict:
             f"{x['loss_term']}",
             round(abs(x["efficiency_error"]), 4), "|predicted / measured - 1| <= target", lim,
             abs(x["efficiency_error"]) <= lim, op="<="))
-    return {"metrics": {"rows": r["rows"], "skipped": r["skipped"],
+    for x in r.get("rank_overhead", []):
+        for law, v in x["laws"].items():
+            held = ", ".join(f"TP {o['held_out_tp']}: {o['error_ms']:+.3f}" for o in v["loo"])
+            claims.append(claim(
+                f"{x['gpu']} {x['engine']} {x['model']}: multi-process overhead TP adds to a small decode step "
+                f"(<= {x['max_requests']} requests) beyond the shipped profile, law b x {law}(TP), fitted "
+                f"leave-one-TP-out (b on two TP degrees, the third predicted): b on all TP > 1 = "
+                f"{v['b_ms_all']:+.3f} ms; added ms by TP {', '.join(f'{t}: {a:+.3f}' for t, a in x['added_ms_by_tp'].items())}"
+                f"{'' if v['b_ms_all'] > 0 else ' (b <= 0: this law finds no overhead on these steps)'}; "
+                f"held-out errors {held} ms",
+                round(v["loo_mean_abs_error_ms"], 4), "ms (mean |held-out TP error|)"))
+    return {"metrics": {"rows": r["rows"], "skipped": r["skipped"], "rank_overhead": r.get("rank_overhead", []),
+                        "rank_overhead_method": rank_overhead.__doc__.split("\n\n")[1].strip(),
                         "definition": __doc__.split("\n\n")[1].strip()}, "claims": claims}
 
 

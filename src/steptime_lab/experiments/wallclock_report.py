@@ -346,6 +346,25 @@ def document_e2_11(res: dict, skipped: list[dict], targets: dict, sensitivity: l
     return {"metrics": metrics, "claims": claims}
 
 
+def document_ttft(ttft: dict, targets: dict, min_rows: int = 10) -> dict:
+    """TTFT claims (both TTFT_VARIANTS, every (dataset, GPU, engine) group with at least `min_rows` rows
+    against targets['ttft_mape']) and metrics."""
+    t = targets["ttft_mape"]
+    claims = []
+    for s in ttft["scores"]:
+        if s["subset"] != "ttft" or s["cells"] < min_rows:
+            continue
+        claims.append(claim(f"{s['dataset']} {s['gpu']} {s['engine']} (TP {s['tps']}): TTFT MAPE over {s['cells']} "
+                            f"configurations ({len(s['models'])} dense models; {s['variant']} schedule, signed mean "
+                            f"{s['signed_mean']:+.3f})", _r(s["mape"]), "<= target", t, s["mape"] <= t, op="<=",
+                            unit="fraction"))
+    small = [{k: s[k] for k in ("dataset", "gpu", "engine", "cells")} for s in ttft["scores"]
+             if s["subset"] == "ttft" and s["variant"] == W.TTFT_VARIANTS[0] and s["cells"] < min_rows]
+    return {"claims": claims, "metrics": {"ttft_schedules": W.TTFT_NOTE, "ttft_scores": _clean(ttft["scores"]),
+                                          "ttft_skipped": ttft["skipped"], "ttft_rows": int(len(ttft["pred"])),
+                                          "ttft_groups_below_min_rows": small, "ttft_min_rows": min_rows}}
+
+
 def plot_e2_11(res: dict, stem, caption=None, mixed: dict | None = None, target: float = 0.12):
     plt = plotting.setup()
     p = res["pred"]

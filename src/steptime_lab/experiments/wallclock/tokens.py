@@ -207,6 +207,7 @@ def tpot_table(mlenergy_v2=None, mlenergy_v3=None, silicon=None, prompt_tokens: 
             "batch": x["concurrency"].astype(float).to_numpy(), "prompt_tokens": x["isl"].to_numpy(float),
             "output_tokens": x["osl"].to_numpy(float), "tpot_ms": x["tpot_ms"].to_numpy(float),
             "measure": "tpot_ms", "task": "isl/osl", "source_id": x["id"].astype(str).to_numpy(),
+            "ttft_ms": x["ttft_ms"].to_numpy(float) if "ttft_ms" in x else np.nan,
             "dtype_assumed": (prec.eq("") & quant.eq("")).to_numpy()}))
     frame = pd.concat(rows, ignore_index=True) if rows else pd.DataFrame(columns=list(TPOT_COLUMNS))
     return frame, skipped
@@ -264,6 +265,114 @@ def run_tpot(rows, model_of=None, n_boot: int = 1000, seed: int = 0, fitted=None
                            "tp": int(k[3]) if len(k) > 3 else "all", "subset": sub, "variant": variant,
                            "tps": sorted(int(t) for t in d["tp"].unique()), **s})
     return {"pred": p, "scores": scores, "skipped": skipped, "variant": variant}
+
+
+# ---------------------------------------------------------------------------------------
+# E2.11: time to first token where the rows measure it (AIConfigurator silicon, aggregated serving)
+TTFT_VARIANTS = ("wave", "steady")
+TTFT_NOTE = (
+    "TTFT of aggregated serving at client concurrency c with fixed prompt (ISL) and output (OSL) lengths, from "
+    "the steps the engine runs (the engine profile; no TTFT reading enters), two schedules, both scored and "
+    "claimed against the same target (neither is picked per engine). wave: the c clients start together and, every request having the "
+    "same lengths, stay in step, so each wave's prompts arrive at once. The engine prefills them as one stream "
+    "of c x ISL tokens in steps of the token budget (mixed.token_budget); request i's first token comes with the "
+    "step that finishes its prompt, ceil(i ISL / budget) prefill steps of `budget` tokens; the mean over i is the "
+    "TTFT. Where the KV cache (ttft.mem_util of the GPU memory minus the weights, bf16 KV) holds fewer than c "
+    "requests of ISL + OSL tokens, the requests beyond it wait for the earlier wave to finish (its prefill plus "
+    "OSL decode steps at its batch). steady (reported beside it): arrivals spread out, a request waits half a "
+    "decode step and then rides ceil(ISL / chunk) mixed steps (chunk = min(ISL, budget - c)) with the c - 1 "
+    "decodes. The benchmark harness (request count, arrival pattern) is not recorded in the rows, so which "
+    "schedule a set follows is not known in advance.")
+
+
+def _prefill_steps(tokens, requests, tp):
+    import pandas as pd
+
+    return pd.DataFrame({"tp": tp, "phase": "prefill", "ctx_tokens": np.maximum(np.asarray(tokens).round(), 2).astype(int),
+                         "ctx_requests": np.maximum(np.asarray(requests).round(), 1).astype(int), "ctx_kv_tokens": 0,
+                         "decode_requests": 0, "mean_decode_kv_tokens": 0.0})
+
+
+def kv_capacity_tokens(model, gpu, tp: int, dtype: str = "bf16", mem_util: float = 0.9) -> float:
+    """KV-cache tokens one engine instance holds: mem_util of a GPU's memory minus its weight share,
+    over the bf16 KV bytes per token per rank (steptime.step.memory_bytes)."""
+    from steptime.step import memory_bytes
+
+    w = memory_bytes(model, 0.0, tp, weight_dtype=dtype, kv_dtype="bf16")
+    per_tok = memory_bytes(model, 1.0e6, tp, weight_dtype=dtype, kv_dtype="bf16") - w
+    return max(mem_util * gpu.mem_bytes - w, 0.0) / (per_tok / 1.0e6)
+
+
+def predict_ttft(rows, predictor: Callable, model, gpu, tp: int, *, token_budget: float, dtype: str = "bf16",
+                 mem_util: float = 0.9, variant: str = "wave") -> np.ndarray:
+    """Predicted mean TTFT (ms) of rows of ONE (gpu, model, engine, tp, dtype) (TTFT_NOTE)."""
+    from steptime.specs import get_gpu, get_model
+
+    if variant not in TTFT_VARIANTS:
+        raise WallclockError(f"unknown TTFT variant {variant!r} (known: {', '.join(TTFT_VARIANTS)})")
+    if token_budget is None or token_budget <= 0:
+        raise WallclockError("TTFT needs the engine's token budget > 0")
+    m, g = get_model(model), get_gpu(gpu)
+    c = np.maximum(np.round(rows["batch"].to_numpy(float)), 1).astype(int)
+    isl = rows["prompt_tokens"].to_numpy(float)
+    osl = rows["output_tokens"].to_numpy(float)
+    if variant == "steady":
+        kv = mean_context(isl, osl)
+        dec = predictor(_decode_frame(c, kv, tp), tp, None)["total"]
+        _, chunk, prefix, _ = mixed_schedule(c, isl, osl, chunked=True, token_budget=token_budget)
+        mix = predictor(_mixed_frame(np.maximum(c - 1, 1), kv, chunk, prefix, tp), tp, None)["total"]
+        return 0.5 * dec + np.ceil(isl / chunk) * mix
+    cap = kv_capacity_tokens(m, g, tp, dtype, mem_util)
+    fit = np.clip(np.floor(cap / (isl + osl)), 1, c).astype(int)  # requests of one wave
+    stream = fit * isl
+    step_tok = np.minimum(token_budget, stream)
+    t_pf = predictor(_prefill_steps(step_tok, step_tok / isl, tp), tp, None)["total"]
+    t_dec = predictor(_decode_frame(fit, isl + osl / 2.0, tp), tp, None)["total"]
+    out = np.zeros(len(rows))
+    for r in range(len(rows)):
+        i = np.arange(c[r])
+        first = np.ceil(((i % fit[r]) + 1) * isl[r] / token_budget) * t_pf[r]
+        wave = np.ceil(stream[r] / token_budget) * t_pf[r] + osl[r] * t_dec[r]
+        out[r] = float(np.mean((i // fit[r]) * wave + first))
+    return out
+
+
+def run_ttft(rows, *, token_budget: float, mem_util: float = 0.9, fitted=None, constants=None, n_boot: int = 1000,
+             seed: int = 0) -> dict:
+    """Every row with a measured TTFT (ttft_ms) predicted by both TTFT_VARIANTS and scored per (dataset,
+    gpu, engine) and per TP; groups the predictor refuses are left out with their reason."""
+    import pandas as pd
+
+    from steptime_lab.metrics import score
+
+    if "ttft_ms" not in rows:
+        return {"pred": rows.iloc[:0], "scores": [], "skipped": []}
+    x = rows[np.isfinite(rows["ttft_ms"].to_numpy(float)) & (rows["ttft_ms"].to_numpy(float) > 0)]
+    preds, skipped = [], []
+    for k, d in x.groupby(["dataset", "gpu", "model", "engine", "tp", "dtype"], sort=True):
+        ds, gpu, model, eng, tp, dt = k
+        try:
+            key = _known_model(model, d)
+            f = make_predictor(eng, key, gpu, engine=eng, dtype=dt, fitted=fitted, constants=constants)
+            p = {v: predict_ttft(d, f, key, gpu, int(tp), token_budget=token_budget, dtype=dt, mem_util=mem_util,
+                                 variant=v) for v in TTFT_VARIANTS}
+        except SteptimeError as exc:
+            skipped.append({"dataset": ds, "group": [str(v) for v in k], "rows": int(len(d)),
+                            "reason": f"{type(exc).__name__}: {str(exc).splitlines()[0][:160]}"})
+            continue
+        preds.append(d.assign(**{f"ttft_{v}_ms": p[v] for v in TTFT_VARIANTS}))
+    p = pd.concat(preds) if preds else x.iloc[:0]
+    scores = []
+    for by, sub in ((["dataset", "gpu", "engine"], "ttft"), (["dataset", "gpu", "engine", "tp"], "ttft_by_tp")):
+        for k, d in p.groupby(by, sort=True):
+            for v in TTFT_VARIANTS:
+                s = score(d[f"ttft_{v}_ms"].to_numpy(), d["ttft_ms"].to_numpy(), n_boot=n_boot, seed=seed)
+                s["signed_mean"] = float(np.mean(d[f"ttft_{v}_ms"] / d["ttft_ms"] - 1.0))
+                scores.append({**dict(zip(by, [x.item() if hasattr(x, "item") else x for x in k])),
+                               "tp": int(k[3]) if len(k) > 3 else "all", "subset": sub, "variant": v,
+                               "tps": sorted(int(t) for t in d["tp"].unique()),
+                               "models": sorted(d["model"].unique().tolist()), **s})
+    return {"pred": p, "scores": scores, "skipped": skipped}
 
 
 # ---------------------------------------------------------------------------------------
@@ -357,7 +466,7 @@ def tpot_fitted_on(doc, engine: str, gpu: str) -> str:
 
 def evaluate_records(fpm_tidy=None, mlenergy_v2=None, mlenergy_v3=None, silicon=None, *, fit: dict,
                      prompt_tokens: dict, n_boot: int = 1000, seed: int = 0, mixed: dict | None = None,
-                     constants=None) -> list[dict]:
+                     constants=None, ttft: dict | None = None) -> list[dict]:
     """Evaluate records from the tidy tables: FPM steps per (GPU, engine, TP, phase) for the kernel
     sum, the shipped profile, the profile with its three wall-clock readings (refitted here by the
     same rule as R2.3) and the bare roofline; TPOT per (dataset, GPU, engine, TP) and pooled over TP
@@ -390,6 +499,16 @@ def evaluate_records(fpm_tidy=None, mlenergy_v2=None, mlenergy_v3=None, silicon=
                             "predictor": "steptime", "variant": variant,
                             "fitted_on": tpot_fitted_on(doc, sc["engine"], sc["gpu"]),
                             "subset": "tpot", "cells": sc["cells"], "mape": sc["mape"],
+                            "median_ape": sc["median_ape"], "mape_ci": sc["mape_ci"]})
+        if ttft is not None and mixed is not None:  # TTFT where rows measure it (TTFT_NOTE), both schedules
+            res = run_ttft(rows, token_budget=mixed["token_budget"], mem_util=ttft.get("mem_util", 0.9), fitted=doc,
+                           constants=constants, n_boot=n_boot, seed=seed)
+            for sc in res["scores"]:
+                out.append({"family": "wallclock", "dataset": sc["dataset"], "gpu": sc["gpu"], "engine": sc["engine"],
+                            "tp": sc["tp"] if sc["subset"] == "ttft_by_tp" else None, "tps": sc["tps"],
+                            "predictor": "steptime", "variant": sc["variant"],
+                            "fitted_on": tpot_fitted_on(doc, sc["engine"], sc["gpu"]),
+                            "subset": "ttft", "cells": sc["cells"], "mape": sc["mape"],
                             "median_ape": sc["median_ape"], "mape_ci": sc["mape_ci"]})
     return out
 
