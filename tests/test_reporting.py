@@ -216,3 +216,15 @@ def test_committed_e2_7_rows_are_what_the_committed_results_give():
     srcs = sorted({f for r in doc["metrics"]["systems"] for f in r["files"]})
     fresh = systems(load_results([root / f for f in srcs]), reg["E2.7"]["settings"]["systems"])
     assert json.loads(dumps(fresh)) == doc["metrics"]["systems"]  # as stored (the writer rounds floats)
+
+
+def test_readme_block_groups_every_experiment_by_its_id_prefix():
+    """E3.x and R2.x have their parts, a new prefix its own group: no experiment is left out by a hand list."""
+    res = {e: {"id": e, "claims": [{"claim": "c", "value": 1.0, "comparison": "ms"}]}
+           for e in ("E3.1", "R2.3", "E1.16", "E9.2", "E2.7", "L0.1")}
+    b = readme_block(res, {}, ["x"])
+    titles = [ln for ln in b.splitlines() if ln.startswith("**")]
+    assert titles == ["**Part 1: the predictor**", "**Part 1: literature**", "**Part 2: utility**",
+                      "**Part 3: mixture of experts**", "**Round 2**", "**Experiments E9.x**"]
+    for e in res:
+        assert f"| {e} |" in b
