@@ -303,3 +303,18 @@ def test_rerun_refuses_an_unknown_claim_in_one_line(repo, monkeypatch, capsys):
     monkeypatch.setenv("STEPTIME_ROOT", str(repo))
     assert main(["audit", "E9.1:99", "--rerun"]) == 2
     assert "no claim 'E9.1:99'" in capsys.readouterr().err
+
+
+def test_rerun_of_the_whole_repository_visits_every_built_result(repo, monkeypatch, capsys):
+    """`steptime audit --rerun` with no ID reruns each built experiment with a committed result, and fails
+    when one is not reproduced (the per-ID rerun is replaced here by a recorder)."""
+    import steptime_lab.rerun as R
+
+    seen = []
+    monkeypatch.setattr(R, "_rerun_one", lambda eid, *a: seen.append(eid) or (1 if eid == "E9.1" else 0))
+    assert R.rerun(None, root=repo) == 1
+    assert seen == ["E9.1"]
+    assert "1 of 1 experiments not reproduced (E9.1)" in capsys.readouterr().out
+    (repo / "results" / "E9_1.json").unlink()
+    with pytest.raises(R.RerunError, match="no committed result"):
+        R.rerun(None, root=repo)

@@ -117,6 +117,26 @@ def test_readme_check_fails_when_a_result_value_is_edited(tmp_path, capsys):
     assert "20.0%" in (root / "README.md").read_text()
 
 
+def test_readme_check_fails_when_a_readme_number_is_edited_naming_the_line(tmp_path, capsys):
+    """A number typed over in README.md's block (or in results/README_numbers.md) fails `steptime readme`,
+    printing the edited line."""
+    from steptime_lab.reporting import readme_cli
+
+    root = _repo(tmp_path)
+    readme = (root / "README.md").read_text()
+    assert "5.0% to 10.8%" in readme
+    (root / "README.md").write_text(readme.replace("5.0% to 10.8%", "5.0% to 6.8%"))
+    assert readme_cli(root=root) == 1
+    out = capsys.readouterr().out
+    assert "README.md: results block differs" in out and "| E1.23 |" in out and "6.8%" in out
+    (root / "README.md").write_text(readme)
+    assert readme_cli(root=root) == 0
+    nums = root / "results" / "README_numbers.md"
+    nums.write_text(nums.read_text().replace("2/4 met", "3/4 met"))
+    assert readme_cli(root=root) == 1
+    assert "results/README_numbers.md differs from what the result files give (first: | E1.23 |" in capsys.readouterr().out
+
+
 def test_readme_check_fails_when_a_built_result_is_left_out(tmp_path, capsys):
     from steptime_lab.reporting import readme_cli
 
@@ -146,3 +166,65 @@ def test_every_paper_figure_has_its_file_or_a_reason():
             assert m["file"] in registry[m["experiment"]]["outputs"], fid
     md = paper_index(mapping, registry, {}, root)
     assert "MISSING FILE" not in md and "| E1.5a | - | E1.5 | - | awaiting GPU telemetry; collect with:" in md
+
+
+def test_e2_7_one_row_per_system_with_numbers_read_from_the_results():
+    from steptime_lab.experiments.abstract import systems
+
+    res = {"E2.9": RESULTS["E2.9"],
+           "E2.1": {"id": "E2.1", "claims": [
+               {"claim": "vidur_step, home a: steptime's MAPE is below the RF's", "value": {"x": 2.0, "y": 0.5},
+                "unit": "x", "op": ">=", "target": 1.5, "rule": "all", "met": False},
+               {"claim": "vidur_step, at home on a: the RF", "value": {"rf_home": 0.02, "steptime": 0.08}}]}}
+    spec = [{"system": "Vidur", "replaces": "an RF", "type": "accuracy", "outcome": [
+                {"result": "E2.1", "match": "below the RF", "show": "range", "label": "RF over steptime:"},
+                {"result": "E2.1", "match": "at home on", "show": "wins", "a": "rf_home", "b": "steptime",
+                 "label": "home RF wins"}]},
+            {"system": "Gone", "replaces": "x", "type": "decision", "outcome": [
+                {"result": "E2.99", "match": ".", "show": "met", "label": "met:"}]},
+            {"system": "Note", "replaces": "y", "type": "accuracy", "note": "not measured"}]
+    rows = systems(res, spec)
+    assert rows[0]["outcome"] == "RF over steptime: 1.25x (0.50x to 2.00x, n=2); home RF wins 1/1"
+    assert rows[0]["claims"] == ["E2.1:1", "E2.1:2"] and rows[0]["files"] == ["results/E2_1.json"]
+    assert rows[1]["outcome"] == "met: E2.99 not built" and rows[1]["files"] == []
+    assert rows[2]["outcome"] == "not measured"
+    res["E2.1"]["claims"][0]["value"]["y"] = 0.25  # the numbers follow the file
+    assert systems(res, spec[:1])[0]["parts"][0]["numbers"]["min"] == 0.25
+    with pytest.raises(SteptimeError, match="no claim of E2.1 matches"):
+        systems(res, [{**spec[0], "outcome": [{"result": "E2.1", "match": "nothing like this", "show": "met"}]}])
+    with pytest.raises(SteptimeError, match="show 'typed'"):
+        systems(res, [{**spec[0], "outcome": [{"result": "E2.1", "match": ".", "show": "typed"}]}])
+
+
+def test_committed_e2_7_rows_are_what_the_committed_results_give():
+    import json
+    from pathlib import Path
+
+    import yaml
+
+    from steptime.io import dumps
+    from steptime_lab.experiments.abstract import systems
+    from steptime_lab.reporting import load_results
+
+    root = Path(__file__).parents[1]
+    reg = yaml.safe_load((root / "config/experiments.yaml").read_text())["experiments"]
+    doc = json.loads((root / "results/E2_7.json").read_text())
+    names = [s["system"] for s in reg["E2.7"]["settings"]["systems"]]
+    assert [r["system"] for r in doc["metrics"]["systems"]] == names
+    for s in ("Vidur", "DistServe", "QLM", "Sarathi-Serve", "Splitwise", "End-to-end replay (vLLM)"):
+        assert any(n.startswith(s) for n in names), s
+    srcs = sorted({f for r in doc["metrics"]["systems"] for f in r["files"]})
+    fresh = systems(load_results([root / f for f in srcs]), reg["E2.7"]["settings"]["systems"])
+    assert json.loads(dumps(fresh)) == doc["metrics"]["systems"]  # as stored (the writer rounds floats)
+
+
+def test_readme_block_groups_every_experiment_by_its_id_prefix():
+    """E3.x and R2.x have their parts, a new prefix its own group: no experiment is left out by a hand list."""
+    res = {e: {"id": e, "claims": [{"claim": "c", "value": 1.0, "comparison": "ms"}]}
+           for e in ("E3.1", "R2.3", "E1.16", "E9.2", "E2.7", "L0.1")}
+    b = readme_block(res, {}, ["x"])
+    titles = [ln for ln in b.splitlines() if ln.startswith("**")]
+    assert titles == ["**Part 1: the predictor**", "**Part 1: literature**", "**Part 2: utility**",
+                      "**Part 3: mixture of experts**", "**Round 2**", "**Experiments E9.x**"]
+    for e in res:
+        assert f"| {e} |" in b

@@ -273,7 +273,8 @@ def build_parser() -> argparse.ArgumentParser:
     au.add_argument("--mark-current", action="store_true", help="on a fresh clone: mark every result that verifies "
                     "(recorded input sha256s, raw bytes, code hash) current for Snakemake (snakemake --touch)")
     au.add_argument("--rerun", action="store_true", help="rebuild the selected result (or claim) in a scratch copy "
-                    "with Snakemake and compare the fresh values with the committed ones")
+                    "with Snakemake and compare the fresh values with the committed ones; with no ID, every built "
+                    "experiment's result in turn (CI runs it on the .test/ subset; overnight on the whole repository)")
     au.add_argument("--tolerance", type=float, default=None, help="relative tolerance for --rerun (default: the "
                     "experiment's declared rerun_tolerance, else identical)")
     rd = sub.add_parser("readme", help="check README.md's results block against results/README_numbers.md")

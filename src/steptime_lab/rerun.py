@@ -77,9 +77,32 @@ def diff_values(old, new, tol: float, path: str = "") -> list[str]:
 
 def rerun(select: str | None, tolerance: float | None = None, root: str | Path | None = None,
           keep: bool = False, jobs: int = 2) -> int:
+    """Rerun one experiment (E1.1) or claim (E1.1:1); with no selection, every built (or optional)
+    experiment that has a committed result, one after the other (what CI runs on the .test/ subset and a
+    reviewer runs overnight on the whole repository): exit 1 when any differs or fails to rebuild."""
     root = Path(find_root(root))
-    if not select:
-        raise RerunError("--rerun needs an experiment ID (E1.1) or a claim (E1.1:1)")
+    if select:
+        return _rerun_one(select, tolerance, root, keep, jobs)
+    reg = _registry(root)
+    todo = [eid for eid, e in reg.items() if e.get("status") in ("built", "optional")
+            and (res := primary_result(eid, e.get("outputs") or [f"results/{eid.replace('.', '_')}.json"]))
+            and (root / res).is_file()]
+    if not todo:
+        raise RerunError(f"{root}: no committed result of a built experiment to rerun")
+    t0, failed = time.monotonic(), []
+    for eid in todo:
+        print(f"== rerun {eid}", flush=True)
+        if _rerun_one(eid, tolerance, root, keep, jobs):
+            failed.append(eid)
+    took = time.monotonic() - t0
+    if failed:
+        print(f"rerun: {len(failed)} of {len(todo)} experiments not reproduced ({', '.join(failed)}); {took:.1f} s")
+        return 1
+    print(f"rerun: all {len(todo)} experiments reproduced from scratch ({', '.join(todo)}); {took:.1f} s")
+    return 0
+
+
+def _rerun_one(select: str, tolerance: float | None, root: Path, keep: bool, jobs: int) -> int:
     eid, claim_n = (select.split(":", 1) + [None])[:2]
     reg = _registry(root)
     if eid not in reg:

@@ -1,7 +1,7 @@
 # Issue 15: documents drawn from the result files (the README's numbers block, figures/README.md)
 # and the Part-2 abstract figure E2.7. Nothing here is typed: each reads the results it names.
 
-# E2.7: every Part-2 claim in one panel, coloured by claim type, each point citing its claim id.
+# E2.7: the Part-2 abstract table: one row per integrated system, its outcome read from the Part-2 results.
 rule E2_7:
     input:
         registered=registered_raw("E2.7"),
@@ -12,13 +12,14 @@ rule E2_7:
         **figure("fig", "figures/E2_7_abstract"),
     params:
         question=question("E2.7"),
+        settings=settings("E2.7"),
         claim_types={eid: e.get("claim_type") for eid, e in EXPERIMENTS.items() if eid.startswith("E2")},
     log:
         "logs/E2_7.log",
     conda:
         CONDA_ENV
     message:
-        "E2.7: the Part-2 abstract figure from every Part-2 result"
+        "E2.7: the Part-2 abstract figure, one row per integrated system, from the Part-2 results"
     script:
         "../scripts/E2_7.py"
 
@@ -101,3 +102,15 @@ rule paper_index:
         "Writing figures/PAPER.md: every figure of the reports, its file or why it cannot be drawn"
     script:
         "../scripts/paper_index.py"
+
+
+# `snakemake -j2 paper`: every figure of the round-1 reports our data allows (config/paper_figures.yaml's
+# files whose experiment rule all builds) and figures/PAPER.md, which says why each other one is not drawn.
+rule paper:
+    input:
+        lambda wc: sorted({m["file"] for m in PAPER_FIGURES.values() if m.get("file")} & set(all_targets()))
+        + ["figures/PAPER.md"],
+
+
+with open("config/paper_figures.yaml") as _fh:
+    PAPER_FIGURES = yaml.safe_load(_fh)["figures"]

@@ -294,13 +294,16 @@ def all_targets():
     return out
 
 
+def primary_result(eid):
+    """An experiment's own result file: results/<ID with _>.json (E1.16 -> results/E1_16.json)."""
+    return f"results/{eid.replace('.', '_')}.json"
+
+
 def experiment_results():
-    """The experiment result JSONs among all_targets() (E1.x, E2.x, L0.x; no timing side files)."""
-    return [
-        r
-        for r in all_targets()
-        if Path(r).name.startswith(("E1", "E2", "L0")) and r.endswith(".json") and "timing" not in r
-    ]
+    """Every registered experiment's own result among all_targets(), whatever its ID's prefix (E1, E2, E3, L0,
+    R2, any new one): the registry names them, no hand list (no timing or calibration side files)."""
+    own = {primary_result(eid) for eid in EXPERIMENTS}
+    return [r for r in all_targets() if r in own]
 
 
 def part2_results():

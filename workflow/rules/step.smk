@@ -60,6 +60,24 @@ rule E1_1:
         "../scripts/E1_1.py"
 
 
+# E1.20b: the ladder's per-term change in step MAPE as a tornado, read from E1.20's result.
+rule E1_20_tornado:
+    input:
+        registered=registered_raw("E1.20"),
+        result=rules.E1_1.output.e1_20,
+        code=code_of("E1_20_tornado"),
+    output:
+        **figure("fig", "figures/E1_20_tornado"),
+    log:
+        "logs/E1_20_tornado.log",
+    conda:
+        CONDA_ENV
+    message:
+        "E1.20b per-term change in step MAPE (tornado) from E1.20's ladder"
+    script:
+        "../scripts/E1_20_tornado.py"
+
+
 # E1.22: signed-error atlas over attention (tokens x KV) and Vidur step (m x shape).
 rule E1_22:
     input:

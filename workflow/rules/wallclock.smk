@@ -46,6 +46,30 @@ rule R2_3:
         "../scripts/R2_3.py"
 
 
+# E1.16: the metric-divergence lesson, read from R2.3's scores (per-operator tables vs held-out wall clock).
+rule E1_16:
+    input:
+        registered=registered_raw("E1.16"),
+        r2_3=rules.R2_3.output.result,
+        code=code_of("E1_16"),
+    output:
+        result="results/E1_16.json",
+        **figure("fig", "figures/E1_16_divergence"),
+    params:
+        question=question("E1.16"),
+        targets=targets("E1.16"),
+    log:
+        "logs/E1_16.log",
+    benchmark:
+        "benchmarks/E1_16.tsv"
+    conda:
+        CONDA_ENV
+    message:
+        "E1.16 the metric-divergence lesson from R2.3's per-operator and wall-clock scores"
+    script:
+        "../scripts/E1_16.py"
+
+
 # E1.26: every FPM step, kernels / shipped profile / three readings / roofline, per phase x TP.
 rule E1_26:
     input:

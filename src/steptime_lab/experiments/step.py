@@ -429,3 +429,42 @@ def plot_walkthrough(model: str, gpu: str, stem, caption=None, constants: Consta
     axes[1].set_ylabel("predicted step (ms)")
     axes[1].set_title(f"{model} on {gpu}")
     plotting.save(fig, stem, caption)
+
+
+def tornado(ladder: list[dict], rungs: list[str]) -> list[dict]:
+    """E1.20b: the change in MAPE each rung brings over the one before it, per (GPU, subset), from E1.20's
+    ladder rows (negative: the term helps)."""
+    out = []
+    for g in sorted({x["gpu"] for x in ladder}):
+        for sub in sorted({x["subset"] for x in ladder}):
+            m = {x["rung"]: x["mape"] for x in ladder if x["gpu"] == g and x["subset"] == sub}
+            seq = [r for r in rungs if r in m]
+            for prev, r in zip(seq, seq[1:]):
+                out.append({"gpu": g, "subset": sub, "rung": r, "delta_mape": m[r] - m[prev]})
+    return out
+
+
+def plot_tornado(rows: list[dict], stem, caption=None, subsets=("decode", "prefill")) -> None:
+    """E1.20b: per subset, one horizontal bar per rung and GPU (change in step MAPE, points), rungs sorted by
+    their largest |change|."""
+    from steptime import plotting
+
+    subs = [s for s in subsets if any(r["subset"] == s for r in rows)]
+    gpus = sorted({r["gpu"] for r in rows})
+    fig, axes = plotting.subplots(1, len(subs), figsize=(5 * len(subs), 3.4), squeeze=False)
+    colors = list(dict.fromkeys(plotting.PALETTE.values()))
+    for ax, sub in zip(axes[0], subs):
+        mine = [r for r in rows if r["subset"] == sub]
+        order = sorted({r["rung"] for r in mine}, key=lambda k: -max(abs(r["delta_mape"]) for r in mine if r["rung"] == k))
+        y = np.arange(len(order))
+        w = 0.8 / len(gpus)
+        for j, g in enumerate(gpus):
+            v = [next((100 * r["delta_mape"] for r in mine if r["gpu"] == g and r["rung"] == k), np.nan) for k in order]
+            ax.barh(y + (j - (len(gpus) - 1) / 2) * w, v, w, color=colors[j % len(colors)], label=g)
+        ax.axvline(0, color="k", lw=0.8)
+        ax.set_yticks(y, order, fontsize=7)
+        ax.invert_yaxis()
+        ax.set_xlabel("change in step MAPE (percentage points; < 0 helps)")
+        ax.set_title(f"{sub}-sized cells")
+    axes[0][0].legend(fontsize=7)
+    plotting.save(fig, stem, caption, tight_layout=True)
