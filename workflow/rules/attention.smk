@@ -10,7 +10,7 @@ rule E1_24:
         context=tidy("attention_context"),
         gemm_constants=rules.settle_gemm_constants.output.constants,
         settled=rules.settle_gemm_constants.output.settled,
-        code=code_of("E1_24"),
+        code=code_of("E1_24_attention"),
     output:
         result="results/E1_24.json",
         pred="results/cache/E1_24_pred.parquet",
@@ -32,7 +32,7 @@ rule E1_24:
     message:
         "E1.24 attention: leave-one-GPU-out fits per kernel family, per-GPU constants from the GEMM readings, scores"
     script:
-        "../scripts/E1_24.py"
+        "../scripts/E1_24_attention.py"
 
 
 # E1.29: the GEMM and attention laws at the TP-split (per-rank) shapes of the known models, held out by GPU.

@@ -6,7 +6,7 @@ rule E2_7:
     input:
         registered=registered_raw("E2.7"),
         results=lambda wc: part2_results(),
-        code=code_of("E2_7"),
+        code=code_of("E2_7_abstract"),
     output:
         result="results/E2_7.json",
         **figure("fig", "figures/E2_7_abstract"),
@@ -21,7 +21,7 @@ rule E2_7:
     message:
         "E2.7: the Part-2 abstract figure, one row per integrated system, from the Part-2 results"
     script:
-        "../scripts/E2_7.py"
+        "../scripts/E2_7_abstract.py"
 
 
 # The README's results block (spliced into README.md by `steptime readme --write`; a test checks they agree).

@@ -8,7 +8,7 @@ rule E1_25:
     input:
         registered=registered_raw("E1.25"),
         data=tidy("allreduce"),
-        code=code_of("E1_25"),
+        code=code_of("E1_25_allreduce"),
     output:
         result="results/E1_25.json",
         **figure("fig", "figures/E1_25_allreduce"),
@@ -25,7 +25,7 @@ rule E1_25:
     message:
         "E1.25 all-reduce term held out per GPU (NCCL and vLLM custom all-reduce)"
     script:
-        "../scripts/E1_25.py"
+        "../scripts/E1_25_allreduce.py"
 
 
 # E1.27: fp8 W8A8 GEMMs held out per GPU (bf16 GEMM fold + datasheet fp8 peak + fp8 factors of other GPUs),
@@ -37,7 +37,7 @@ rule E1_27:
         bf16=tidy("gemm"),
         engines=tidy("gemm_engines"),
         gemm_constants=rules.settle_gemm_constants.output.constants,
-        code=code_of("E1_27"),
+        code=code_of("E1_27_fp8_gemm"),
     output:
         result="results/E1_27.json",
         **figure("fig", "figures/E1_27_fp8_gemm"),
@@ -55,7 +55,7 @@ rule E1_27:
     message:
         "E1.27 fp8 W8A8 projection GEMMs held out per GPU, per engine"
     script:
-        "../scripts/E1_27.py"
+        "../scripts/E1_27_fp8_gemm.py"
 
 
 # The constants E1.25 (all-reduce laws) and E1.27 (fp8 GEMM factors) settle, as a declared output

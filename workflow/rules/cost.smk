@@ -17,7 +17,7 @@ rule E2_5:
         engine_constants="results/calibration/engine_constants.yaml",  # R2_3 (wallclock.smk, included later)
         allreduce=tidy("allreduce"),
         fpm=tidy("fpm_steps"),
-        code=code_of("E2_5"),
+        code=code_of("E2_5_calibration_cost"),
     output:
         result="results/E2_5.json",
         timing="results/E2_5_timing.json",
@@ -37,4 +37,4 @@ rule E2_5:
     message:
         "E2.5 calibration cost vs coverage ledger"
     script:
-        "../scripts/E2_5.py"
+        "../scripts/E2_5_calibration_cost.py"

@@ -7,7 +7,7 @@ rule E1_4:
         registered=registered_raw("E1.4"),
         data=tidy("vidur_cpu_overheads"),
         settled=rules.settle_gemm_constants.output.settled,
-        code=code_of("E1_4"),
+        code=code_of("E1_4_host_floor"),
     output:
         result="results/E1_4.json",
         **figure("fig", "figures/E1_4_host"),
@@ -24,4 +24,4 @@ rule E1_4:
     message:
         "E1.4 host floor and its parts against the GPU work of a decode step"
     script:
-        "../scripts/E1_4.py"
+        "../scripts/E1_4_host_floor.py"

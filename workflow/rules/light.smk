@@ -8,7 +8,7 @@ rule E1_1c:
         data=tidy("vidur_mlp"),
         gemm_constants=rules.settle_gemm_constants.output.constants,
         settled=rules.settle_gemm_constants.output.settled,
-        code=code_of("E1_1c"),
+        code=code_of("E1_1c_light"),
     output:
         result="results/E1_1c.json",
         **figure("fig", "figures/E1_1c_light"),
@@ -27,4 +27,4 @@ rule E1_1c:
     message:
         "E1.1c light kernels: floor + bytes/achieved bandwidth, held out per GPU"
     script:
-        "../scripts/E1_1c.py"
+        "../scripts/E1_1c_light.py"

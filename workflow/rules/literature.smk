@@ -6,7 +6,7 @@ rule L0_1:
     input:
         registered=registered_raw("L0.1"),
         lit="config/literature.yaml",
-        code=code_of("L0_1"),
+        code=code_of("L0_1_literature"),
     output:
         result="results/L0_1.json",
         **figure("fig", "figures/L0_1_literature"),
@@ -21,4 +21,4 @@ rule L0_1:
     message:
         "L0.1 literature matrix"
     script:
-        "../scripts/L0_1.py"
+        "../scripts/L0_1_literature.py"

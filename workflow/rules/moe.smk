@@ -8,7 +8,7 @@ rule E3_1:
     input:
         registered=registered_raw("E3.1"),
         data=tidy("moe"),
-        code=code_of("E3_1"),
+        code=code_of("E3_1_moe_kernel"),
     output:
         result="results/E3_1.json",
         constants="results/calibration/moe_kernel.yaml",
@@ -26,7 +26,7 @@ rule E3_1:
     message:
         "E3.1 fused-MoE kernel term held out per GPU and dtype"
     script:
-        "../scripts/E3_1.py"
+        "../scripts/E3_1_moe_kernel.py"
 
 
 # E3.2: DeepEP all-to-all (low-latency and high-throughput) held out by GPU, three readings of its own.
@@ -34,7 +34,7 @@ rule E3_2:
     input:
         registered=registered_raw("E3.2"),
         data=tidy("moe_a2a"),
-        code=code_of("E3_2"),
+        code=code_of("E3_2_moe_a2a"),
     output:
         result="results/E3_2.json",
         constants="results/calibration/moe_a2a.yaml",
@@ -52,7 +52,7 @@ rule E3_2:
     message:
         "E3.2 expert-parallel all-to-all held out per GPU and mode"
     script:
-        "../scripts/E3_2.py"
+        "../scripts/E3_2_moe_a2a.py"
 
 
 # The shipped MoE constants: E3.1's and E3.2's fragments merged (copy to src/steptime/calibration/moe.yaml).
@@ -80,7 +80,7 @@ rule E3_5:
     input:
         registered=registered_raw("E3.5"),
         constants=rules.settle_moe_constants.output.constants,
-        code=code_of("E3_5"),
+        code=code_of("E3_5_expert_parallel"),
     output:
         result="results/E3_5.json",
         **figure("fig", "figures/E3_5_ep"),
@@ -97,7 +97,7 @@ rule E3_5:
     message:
         "E3.5 what expert parallelism buys (simulated)"
     script:
-        "../scripts/E3_5.py"
+        "../scripts/E3_5_expert_parallel.py"
 
 
 # E3.3: DeepSeek-V3's MLA attention module from steptime's MLA terms (zero-fit: no MLA cell sets a constant).
@@ -106,7 +106,7 @@ rule E3_3:
         registered=registered_raw("E3.3"),
         gen=tidy("mla_generation"),
         ctx=tidy("mla_context"),
-        code=code_of("E3_3"),
+        code=code_of("E3_3_mla"),
     output:
         result="results/E3_3.json",
         **figure("fig", "figures/E3_3_mla"),
@@ -123,5 +123,5 @@ rule E3_3:
     message:
         "E3.3 MLA attention module from steptime's MLA terms"
     script:
-        "../scripts/E3_3.py"
+        "../scripts/E3_3_mla.py"
 

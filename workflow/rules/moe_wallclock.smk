@@ -13,7 +13,7 @@ rule E3_4:
         constants=rules.R2_3.output.constants,
         moe=rules.settle_moe_constants.output.constants,
         settled=SETTLED_ALL,  # this run's settled constants (the predictions read them, not src/)
-        code=code_of("E3_4"),
+        code=code_of("E3_4_moe_wallclock"),
     output:
         result="results/E3_4.json",
         **figure("fig", "figures/E3_4_moe_wallclock"),
@@ -33,4 +33,4 @@ rule E3_4:
     message:
         "E3.4 MoE wall clock: token times, the LLMServingSim MoE replay, the FPM MoE runs"
     script:
-        "../scripts/E3_4.py"
+        "../scripts/E3_4_moe_wallclock.py"

@@ -13,7 +13,7 @@ rule E2_12:
         max_tokens=tidy("distserve_max_num_tokens"),
         servingsim_requests=tidy("servingsim_requests"),
         servingsim_timeseries=tidy("servingsim_timeseries"),
-        code=code_of("E2_12"),
+        code=code_of("E2_12_serving_peers"),
         settled=SETTLED_ALL,
     output:
         result="results/E2_12.json",
@@ -33,7 +33,7 @@ rule E2_12:
     message:
         "E2.12 serving peers side by side: steptime.serve vs AIConfigurator vs measured; DistServe agreement"
     script:
-        "../scripts/E2_12.py"
+        "../scripts/E2_12_serving_peers.py"
 
 
 # E2.13: the planner's simulation against AIC's measured frontiers (GPU held out), and its cost picks.
@@ -41,7 +41,7 @@ rule E2_13:
     input:
         registered=registered_raw("E2.13"),
         silicon=tidy("aic_silicon"),
-        code=code_of("E2_13"),
+        code=code_of("E2_13_planner"),
         settled=SETTLED_ALL,
     output:
         result="results/E2_13.json",
@@ -60,4 +60,4 @@ rule E2_13:
     message:
         "E2.13 planner vs measured frontiers (held-out GPU) and cost picks (simulated)"
     script:
-        "../scripts/E2_13.py"
+        "../scripts/E2_13_planner.py"

@@ -12,7 +12,7 @@ rule E2_2:
         gemm_constants=rules.settle_gemm_constants.output.constants,
         attention=rules.E1_24.output.result,
         settled=[rules.settle_gemm_constants.output.settled, rules.settle_step_constants.output.settled],
-        code=code_of("E2_2"),
+        code=code_of("E2_2_ranking"),
     output:
         e2_2="results/E2_2.json",
         e2_6="results/E2_6.json",
@@ -34,4 +34,4 @@ rule E2_2:
     message:
         "E2.2/E2.6 GPU ranking, tie-aware"
     script:
-        "../scripts/E2_2.py"
+        "../scripts/E2_2_ranking.py"

@@ -9,7 +9,7 @@ rule E2_11b:
         constants=rules.R2_3.output.constants,
         one_step=rules.E2_11.output.result,
         settled=SETTLED_ALL,  # this run's settled constants (declared inputs)
-        code=code_of("E2_11b"),
+        code=code_of("E2_11b_token_replay"),
     output:
         result="results/E2_11b.json",
         **figure("fig", "figures/E2_11b_replay"),
@@ -30,4 +30,4 @@ rule E2_11b:
     message:
         "E2.11b token time by closed-loop replay on the serving simulator (simulated) beside E2.11's one step"
     script:
-        "../scripts/E2_11b.py"
+        "../scripts/E2_11b_token_replay.py"

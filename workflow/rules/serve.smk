@@ -7,7 +7,7 @@ rule E2_9:
     input:
         registered=registered_raw("E2.9"),
         traces=tidy("traces"),
-        code=code_of("E2_9"),
+        code=code_of("E2_9_chunk_budget"),
         settled=SETTLED_ALL,
     output:
         result="results/E2_9.json",
@@ -26,7 +26,7 @@ rule E2_9:
     message:
         "E2.9 Sarathi chunk sizing on the serving simulator (simulated)"
     script:
-        "../scripts/E2_9.py"
+        "../scripts/E2_9_chunk_budget.py"
 
 
 # E2.4: prefill/decode pool sizing, steptime vs DistServe's own fitted model driving the same simulator.
@@ -36,7 +36,7 @@ rule E2_4:
         traces=tidy("traces"),
         coefficients=tidy("distserve"),
         max_tokens=tidy("distserve_max_num_tokens"),
-        code=code_of("E2_4"),
+        code=code_of("E2_4_pools"),
         settled=SETTLED_ALL,
     output:
         result="results/E2_4.json",
@@ -55,7 +55,7 @@ rule E2_4:
     message:
         "E2.4 disaggregated pool sizing: steptime vs DistServe's fitted model (simulated)"
     script:
-        "../scripts/E2_4.py"
+        "../scripts/E2_4_pools.py"
 
 
 # E2.10: end-to-end replay of LLMServingSim's real vLLM 0.19 runs (same arrivals), per-request TTFT/TPOT/e2e.
@@ -64,7 +64,7 @@ rule E2_10:
         registered=registered_raw("E2.10"),
         requests=tidy("servingsim_requests"),
         llmservingsim=tidy("servingsim_sim"),  # LLMServingSim's own simulated replay, scored beside steptime's
-        code=code_of("E2_10"),
+        code=code_of("E2_10_replay"),
         settled=SETTLED_ALL,
     output:
         result="results/E2_10.json",
@@ -83,7 +83,7 @@ rule E2_10:
     message:
         "E2.10 replay of real vLLM runs through the serving simulator"
     script:
-        "../scripts/E2_10.py"
+        "../scripts/E2_10_replay.py"
 
 
 # E2.3: QLM-style deadline queue with steptime's waiting-time estimate vs a scalar one, under contention.
@@ -91,7 +91,7 @@ rule E2_3:
     input:
         registered=registered_raw("E2.3"),
         traces=tidy("traces"),
-        code=code_of("E2_3"),
+        code=code_of("E2_3_deadlines"),
         settled=SETTLED_ALL,
     output:
         result="results/E2_3.json",
@@ -110,4 +110,4 @@ rule E2_3:
     message:
         "E2.3 deadline queue: steptime vs scalar waiting-time estimate (simulated)"
     script:
-        "../scripts/E2_3.py"
+        "../scripts/E2_3_deadlines.py"

@@ -31,7 +31,7 @@ rule E1_1:
         data=tidy("vidur_mlp"),
         gemm_constants=rules.settle_gemm_constants.output.constants,
         settled=[rules.settle_gemm_constants.output.settled, rules.settle_step_constants.output.settled],
-        code=code_of("E1_1"),
+        code=code_of("E1_1_step"),
     output:
         e1_1="results/E1_1.json",
         e1_1b="results/E1_1b.json",
@@ -57,7 +57,7 @@ rule E1_1:
     message:
         "E1.1/E1.1b/E1.20 Vidur per-layer step: held-out scores, residual by term, ablation ladder"
     script:
-        "../scripts/E1_1.py"
+        "../scripts/E1_1_step.py"
 
 
 # E1.20b: the ladder's per-term change in step MAPE as a tornado, read from E1.20's result.
@@ -84,7 +84,7 @@ rule E1_22:
         registered=registered_raw("E1.22"),
         attn=rules.E1_24.output.pred,
         step=rules.E1_1.output.pred,
-        code=code_of("E1_22"),
+        code=code_of("E1_22_error_atlas"),
     output:
         result="results/E1_22.json",
         **figure("fig_attn", "figures/E1_22_attention_atlas"),
@@ -100,7 +100,7 @@ rule E1_22:
     message:
         "E1.22 error atlas with the dominant term of each bad region"
     script:
-        "../scripts/E1_22.py"
+        "../scripts/E1_22_error_atlas.py"
 
 
 # Walkthrough: every term's share of a llama-3.1-8b step on h100-sxm over batch and KV length.

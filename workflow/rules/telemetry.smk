@@ -226,7 +226,7 @@ rule E1_19:
         steptrace=_telemetry("raw/telemetry/steptrace/*/*.csv"),
         constants=rules.R2_3.output.constants,
         settled=SETTLED_ALL,  # this run's settled constants (the predictions read them, not src/)
-        code=code_of("E1_19"),
+        code=code_of("E1_19_host_learner"),
     output:
         result="results/E1_19.json",
         **figure("fig", "figures/E1_19_host_learner"),
@@ -245,4 +245,4 @@ rule E1_19:
     message:
         "E1.19: online host-floor learner (frozen at deploy) vs the shipped profile, stationary and shift"
     script:
-        "../scripts/E1_19.py"
+        "../scripts/E1_19_host_learner.py"

@@ -111,7 +111,7 @@ rule E2_1:
         gemm_constants=rules.settle_gemm_constants.output.constants,
         attention=rules.E1_24.output.result,
         settled=[rules.settle_gemm_constants.output.settled, rules.settle_step_constants.output.settled],
-        code=code_of("E2_1"),
+        code=code_of("E2_1_transfer"),
     output:
         result="results/E2_1.json",
         **figure("figure", "figures/E2_1_transfer"),
@@ -133,4 +133,4 @@ rule E2_1:
     message:
         "E2.1 cross-GPU transfer: profiled RF vs steptime"
     script:
-        "../scripts/E2_1.py"
+        "../scripts/E2_1_transfer.py"

@@ -22,7 +22,7 @@ rule R2_3:
         attn_gen=tidy("attention_generation"),
         allreduce=tidy("allreduce"),
         settled=SETTLED_ALL,  # this run's settled constants (the predictions read them, not src/)
-        code=code_of("R2_3"),
+        code=code_of("R2_3_wallclock_constants"),
     output:
         result="results/R2_3.json",
         constants="results/calibration/engine_constants.yaml",
@@ -43,7 +43,7 @@ rule R2_3:
     message:
         "R2.3 engine constants from three wall-clock steps; gain over per-operator calibration"
     script:
-        "../scripts/R2_3.py"
+        "../scripts/R2_3_wallclock_constants.py"
 
 
 # E1.16: the metric-divergence lesson, read from R2.3's scores (per-operator tables vs held-out wall clock).
@@ -51,7 +51,7 @@ rule E1_16:
     input:
         registered=registered_raw("E1.16"),
         r2_3=rules.R2_3.output.result,
-        code=code_of("E1_16"),
+        code=code_of("E1_16_divergence"),
     output:
         result="results/E1_16.json",
         **figure("fig", "figures/E1_16_divergence"),
@@ -67,7 +67,7 @@ rule E1_16:
     message:
         "E1.16 the metric-divergence lesson from R2.3's per-operator and wall-clock scores"
     script:
-        "../scripts/E1_16.py"
+        "../scripts/E1_16_divergence.py"
 
 
 # E1.26: every FPM step, kernels / shipped profile / three readings / roofline, per phase x TP.
@@ -77,7 +77,7 @@ rule E1_26:
         fpm=tidy("fpm_steps"),
         constants=rules.R2_3.output.constants,
         settled=SETTLED_ALL,  # this run's settled constants (the predictions read them, not src/)
-        code=code_of("E1_26"),
+        code=code_of("E1_26_wallclock"),
     output:
         result="results/E1_26.json",
         **figure("fig", "figures/E1_26_wallclock"),
@@ -97,7 +97,7 @@ rule E1_26:
     message:
         "E1.26 real vLLM engine steps predicted vs measured per phase and TP"
     script:
-        "../scripts/E1_26.py"
+        "../scripts/E1_26_wallclock.py"
 
 
 # E1.18: exposed host time per engine from the smallest steps.
@@ -107,7 +107,7 @@ rule E1_18:
         fpm=tidy("fpm_steps"),
         **WC_TOKENS,
         settled=SETTLED_ALL,  # this run's settled constants (the predictions read them, not src/)
-        code=code_of("E1_18"),
+        code=code_of("E1_18_exposed_host"),
     output:
         result="results/E1_18.json",
         **figure("fig", "figures/E1_18_exposed_host"),
@@ -124,7 +124,7 @@ rule E1_18:
     message:
         "E1.18 exposed host time per engine"
     script:
-        "../scripts/E1_18.py"
+        "../scripts/E1_18_exposed_host.py"
 
 
 # E1.21: prefill on wall clock across GPUs where the sets hold isolated prefills.
@@ -135,7 +135,7 @@ rule E1_21:
         **WC_TOKENS,
         constants=rules.R2_3.output.constants,
         settled=SETTLED_ALL,  # this run's settled constants (the predictions read them, not src/)
-        code=code_of("E1_21"),
+        code=code_of("E1_21_prefill"),
     output:
         result="results/E1_21.json",
         **figure("fig", "figures/E1_21_prefill"),
@@ -155,7 +155,7 @@ rule E1_21:
     message:
         "E1.21 wall-clock prefill across GPUs"
     script:
-        "../scripts/E1_21.py"
+        "../scripts/E1_21_prefill.py"
 
 
 # E2.11: token time as one decode step at the measured mean batch (an approximation of a schedule).
@@ -165,7 +165,7 @@ rule E2_11:
         **WC_TOKENS,
         constants=rules.R2_3.output.constants,
         settled=SETTLED_ALL,  # this run's settled constants (the predictions read them, not src/)
-        code=code_of("E2_11"),
+        code=code_of("E2_11_token_time"),
     output:
         result="results/E2_11.json",
         **figure("fig", "figures/E2_11_tpot"),
@@ -185,7 +185,7 @@ rule E2_11:
     message:
         "E2.11 TPOT across GPUs and engines (one-step approximation)"
     script:
-        "../scripts/E2_11.py"
+        "../scripts/E2_11_token_time.py"
 
 
 # E1.28: what TP costs: measured and predicted per-GPU efficiency at TP 1/2/4/8, and the term that carries the loss.
@@ -196,7 +196,7 @@ rule E1_28:
         silicon=tidy("aic_silicon"),
         constants=rules.R2_3.output.constants,
         settled=SETTLED_ALL,  # this run's settled constants (the predictions read them, not src/)
-        code=code_of("E1_28"),
+        code=code_of("E1_28_tp_cost"),
     output:
         result="results/E1_28.json",
         **figure("fig", "figures/E1_28_tp_cost"),
@@ -214,4 +214,4 @@ rule E1_28:
     message:
         "E1.28 what tensor parallelism costs: per-GPU efficiency at TP 1-8, measured vs predicted"
     script:
-        "../scripts/E1_28.py"
+        "../scripts/E1_28_tp_cost.py"

@@ -4,7 +4,7 @@ One entry per ID: which reduction reads which telemetry, what round 1 reported (
 "reported in round 1", never as ours), and the figure. `build(eid, paths, ...)` is the body
 of `workflow/scripts/telemetry_experiment.py`; files are laid out raw/telemetry/<kind>/<gpu>/<file>
 (the GPU is the folder name). E1.19 (the host-floor learner) is built on the vendored FPM steps
-and collected step traces alike by its own rule (`steptime_lab.experiments.hostfloor`, workflow/scripts/E1_19.py).
+and collected step traces alike by its own rule (`steptime_lab.experiments.hostfloor`, workflow/scripts/E1_19_host_learner.py).
 """
 
 from __future__ import annotations

@@ -1,0 +1,42 @@
+"""E2.11: token time across GPUs and engines (ML.ENERGY v2/v3, AIConfigurator silicon), each predicted
+as one decode step at the measured mean batch plus amortised prefill (an approximation of a schedule)."""
+import logging
+from os.path import splitext
+
+import pandas as pd
+
+from steptime_lab.experiments import wallclock as W
+from steptime_lab.experiments import wallclock_report as R
+from steptime_lab.results import rule_provenance, write_result
+
+from steptime.calibration import DEFAULTS_FILE, Constants
+
+logging.basicConfig(filename=snakemake.log[0], level=logging.INFO, format="%(message)s", filemode="w")
+constants = Constants.load(DEFAULTS_FILE, snakemake.input.settled)  # this run's settled constants (declared inputs), passed down
+p = snakemake.params
+prompts = {(d, t): v for d, per in p.settings["prompt_tokens"].items() for t, v in per.items()}
+tables = dict(mlenergy_v2=pd.read_parquet(snakemake.input.mlenergy_v2),
+              mlenergy_v3=pd.read_parquet(snakemake.input.mlenergy_v3), silicon=pd.read_parquet(snakemake.input.silicon))
+rows, skipped = W.tpot_table(**tables, prompt_tokens=prompts)
+res = W.run_tpot(rows, n_boot=p.n_boot, seed=p.seed, fitted=snakemake.input.constants, constants=constants)
+mixed = W.run_tpot(rows, n_boot=p.n_boot, seed=p.seed, fitted=snakemake.input.constants, variant="mixed",
+                   mixed=p.settings["mixed"], constants=constants)
+sens = W.prompt_sensitivity(rows, prompts, p.settings["prompt_scale"], fitted=snakemake.input.constants,
+                            constants=constants)
+doc = R.document_e2_11(res, skipped + res["skipped"], p.targets, sens, mixed=mixed)
+ttft = W.run_ttft(rows, token_budget=p.settings["mixed"]["token_budget"], mem_util=p.settings["ttft"]["mem_util"],
+                  fitted=snakemake.input.constants, constants=constants, n_boot=p.n_boot, seed=p.seed)
+tdoc = R.document_ttft(ttft, p.targets, min_rows=p.settings["ttft"]["min_rows"])
+doc["claims"] += tdoc["claims"]
+doc["metrics"].update(tdoc["metrics"])
+logging.info("E2.11: %d token-time rows scored, %d skipped", len(res["pred"]), len(skipped) + len(res["skipped"]))
+prov = rule_provenance(snakemake, script="workflow/scripts/E2_11_token_time.py")
+write_result(snakemake.output.result, id="E2.11", question=p.question, metrics=doc["metrics"], claims=doc["claims"],
+             provenance=prov, extra={"targets": p.targets, "settings": p.settings})
+logging.info("E2.11: %d claims, %d met", len(doc["claims"]), sum(bool(c.get("met")) for c in doc["claims"]))
+R.plot_e2_11(res, splitext(snakemake.output.fig)[0],
+             "E2.11: measured token time (ML.ENERGY v2 mean TPOT, v3 median inter-token latency, AIConfigurator "
+             "silicon TPOT) against one decode step at the measured mean batch plus the amortised prefill of "
+             "arriving requests (an approximation of a schedule); right: MAPE per dataset x GPU x engine, naive "
+             "(that approximation) beside mixed (the decode and mixed steps the engine runs).",
+             mixed=mixed, target=p.targets["tpot_mape"])
