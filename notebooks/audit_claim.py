@@ -41,7 +41,7 @@ for r in a.raw:
 # ## Recompute the number from the tidy table and the library
 
 # %%
-from steptime_lab.experiments import host as E  # noqa: E402
+from steptime_lab.experiments.host import floor as E  # noqa: E402
 import pandas as pd  # noqa: E402
 
 doc = json.loads((root / "results" / "E1_4.json").read_text())

@@ -3,7 +3,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from steptime_lab.experiments import host as E
+from steptime_lab.experiments.host import floor as E
 from steptime.specs import get_gpu
 from steptime.terms import host as H
 

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from steptime_collect import clock, dispatch, engine_kernels, gemm_sweep, power, safety, steptrace
-from steptime_lab.experiments import hostfloor
+from steptime_lab.experiments.host import learner as hostfloor
 from steptime.errors import DataError
 
 FIX = Path(__file__).parent / "fixtures"
@@ -300,7 +300,7 @@ def _with_host(tidy, floors):
 
 def test_e1_19_fpm_path_recovers_a_known_host_floor_and_the_shift():
     tidy = _with_host(_tiny_fpm(), {"sweep": (1.0, 0.02), "real": (3.0, 0.05)})
-    metrics, claims, steps = hostfloor.build_e1_19(tidy, warmup=0.2)
+    metrics, claims, steps = hostfloor.build(tidy, warmup=0.2)
     run = metrics["per_run"]["b300/qwen3-32b/tp1"]
     st, sh = run["stationary"], run["shift"]
     # stationary: the frozen learner reads the real floor from the first 20% of its steps (noise-free here)
@@ -319,7 +319,7 @@ def test_e1_19_fpm_path_recovers_a_known_host_floor_and_the_shift():
     assert shipped_host > 0.05 and st["constants"]["static"]["per_step_mean_ms"] == pytest.approx(shipped_host)
     # the phase filter: no mixed step in this frame, so a mixed-only run has nothing to reduce
     with pytest.raises(DataError, match="no \\(gpu, model, tp\\) run"):
-        hostfloor.run_e1_19(steps, phases=["mixed"])
+        hostfloor.score_runs(steps, phases=["mixed"])
     # ... and the shipped values carry provenance
     assert metrics["static_arm"]["values"]["b300"]["sched_a_ms"]["provenance"] in ("ASSUMED", "FITTED", "MEASURED")
     met = [c for c in claims if "frozen < static" == c["comparison"]]
@@ -335,11 +335,11 @@ def test_e1_19_reads_a_collected_steptrace_through_the_same_path(tmp_path):
     path = tmp_path / "raw" / "telemetry" / "steptrace" / "h100-sxm" / "qwen3-32b.csv"
     path.parent.mkdir(parents=True)
     pd.DataFrame({c: (real[c] if c in real else 0) for c in steptrace.FPM_COLUMNS}).to_csv(path, index=False)
-    metrics, _, _ = hostfloor.build_e1_19(None, [path], warmup=0.2)
+    metrics, _, _ = hostfloor.build(None, [path], warmup=0.2)
     run = metrics["per_run"]["h100-sxm/qwen3-32b/tp1"]
     assert run["stationary"]["constants"]["online_frozen"] == pytest.approx([2.0, 0.0], abs=1e-6)
     assert "not_run" in run["shift"]  # a collected trace has one segment: no shift case
-    both, _, _ = hostfloor.build_e1_19(_with_host(_tiny_fpm(), {"sweep": (1.0, 0.0), "real": (1.0, 0.0)}), [path])
+    both, _, _ = hostfloor.build(_with_host(_tiny_fpm(), {"sweep": (1.0, 0.0), "real": (1.0, 0.0)}), [path])
     assert sorted(both["per_run"]) == ["b300/qwen3-32b/tp1", "h100-sxm/qwen3-32b/tp1"]
     good = pd.read_csv(path)
     # a collected trace gets the vendored runs' checks: an impossible step names its file, row and column
@@ -347,15 +347,15 @@ def test_e1_19_reads_a_collected_steptrace_through_the_same_path(tmp_path):
     bad.loc[3, "decode_tokens"] = bad.loc[3, "decode_requests"] + 1
     bad.to_csv(path, index=False)
     with pytest.raises(DataError, match=r"qwen3-32b.csv: row 3 .*column 'decode_tokens'.*exactly one token"):
-        hostfloor.build_e1_19(None, [path])
+        hostfloor.build(None, [path])
     good.assign(latency_ms=-good["latency_ms"]).to_csv(path, index=False)
     with pytest.raises(DataError, match=r"qwen3-32b.csv: .*latency_ms"):
-        hostfloor.build_e1_19(None, [path])
+        hostfloor.build(None, [path])
     good.drop(columns=["latency_ms"]).to_csv(path, index=False)
     with pytest.raises(DataError, match="lacks column"):
-        hostfloor.build_e1_19(None, [path])
+        hostfloor.build(None, [path])
     with pytest.raises(DataError, match="unknown phase"):
-        hostfloor.run_e1_19(pd.DataFrame({"phase": ["decode"]}), phases=["prefil"])
+        hostfloor.score_runs(pd.DataFrame({"phase": ["decode"]}), phases=["prefil"])
 
 
 # ---- the experiments end to end (reduction -> result metrics/claims -> figure) and the Slurm profile ----

@@ -381,7 +381,7 @@ def test_fitted_doc_scales_reach_the_predictor_through_the_one_constructor():
 
 
 def test_host_floor_r23_arm_carries_the_fitted_comm_offset():
-    from steptime_lab.experiments import hostfloor
+    from steptime_lab.experiments.host import learner as hostfloor
 
     tidy = _fpm_tidy()
     doc = {"engines": {"vllm": {"h100-sxm": {"t_samp_ms": {"value": 0.2, "cells": [], "provenance": "FITTED",

@@ -218,7 +218,7 @@ for _eid, (_tglob, _stem) in TELEMETRY.items():
 
 # E1.19: the host-floor learner on real engine steps: the tidy FPM table (AIConfigurator's vendored vLLM steps)
 # and every collected step trace in the same layout (raw/telemetry/steptrace/<gpu>/<model>.csv, none yet),
-# read by one code path (steptime_lab.experiments.hostfloor); R2.3's three-reading constants as a side-by-side arm.
+# read by one code path (steptime_lab.experiments.host.learner); R2.3's three-reading constants as a side-by-side arm.
 rule E1_19:
     input:
         registered=registered_raw("E1.19"),

@@ -5,7 +5,7 @@ from os.path import splitext
 import pandas as pd
 
 from steptime.calibration import DEFAULTS_FILE, Constants
-from steptime_lab.experiments import host as E
+from steptime_lab.experiments.host import floor as E
 from steptime_lab.results import rule_provenance, write_result
 
 logging.basicConfig(filename=snakemake.log[0], level=logging.INFO, format="%(message)s", filemode="w")

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from steptime.specs import gpu_key
 from steptime_lab.data import load_vidur_cpu_overheads
-from steptime_lab.experiments import host as E
+from steptime_lab.experiments.host import floor as E
 
 
 def evaluate(family: str = "host", gpus=None, seed: int = 0, n_boot: int = 1000, **kw) -> list[dict]:

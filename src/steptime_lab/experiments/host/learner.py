@@ -2,7 +2,7 @@
 and the shift case.
 
 Input: engine steps in the forward-pass-metrics (FPM) layout, from two sources read by one code
-path (`build_e1_19`): the tidy FPM table of AIConfigurator's vendored vLLM steps
+path (`build`): the tidy FPM table of AIConfigurator's vendored vLLM steps
 (results/data/fpm_steps.parquet) and step traces collected by `steptime_collect.steptrace`
 (raw/telemetry/steptrace/<gpu>/<model>.csv, `steptrace_table`). Both become W2b's step table
 (`steptime_lab.experiments.wallclock.fpm_steps`) and are predicted by W2b's predictors on the same
@@ -213,8 +213,8 @@ def _n_range(n) -> dict:
             "share_at_max": float(np.mean(n == n.max()))}
 
 
-def run_e1_19(steps, *, stationary_segment: str = "real", shift_train: str = "sweep", shift_test: str = "real",
-              warmup: float = 0.2, lam: float = 0.99, phases=None) -> dict:
+def score_runs(steps, *, stationary_segment: str = "real", shift_train: str = "sweep", shift_test: str = "real",
+               warmup: float = 0.2, lam: float = 0.99, phases=None) -> dict:
     """Stationary case and shift case per (gpu, model, tp) run of `predict_host_floor`'s steps, in time order
     (step = counter_id), on the steps of `phases` (None: every phase). A run without the shift's train segment
     (a collected step trace) gets no shift case."""
@@ -300,7 +300,7 @@ def claims(per_run: dict, *, warmup: float, round1: str) -> list[dict]:
     return out
 
 
-def figure(per_run: dict, stem, steps=None, caption: str | None = None) -> None:
+def plot(per_run: dict, stem, steps=None, caption: str | None = None) -> None:
     """(a) stationary and (b) shift held-out MAPE per arm and TP; (c) the measured host floor against N for
     the first run's stationary segment with the frozen and oracle S(N) lines."""
     fig, axes = subplots(1, 3, figsize=(13, 3.8))
@@ -354,10 +354,10 @@ FAIRNESS = ("R2.3 reads the engine constants (t_samp_ms, t_samp_b_ms, allreduce_
             "readings are sweep steps, never in a test set here).")
 
 
-def build_e1_19(fpm_tidy, steptrace_paths=(), *, fitted=None, engine: str = "vllm", warmup: float = 0.2,
-                lam: float = 0.99, stationary_segment: str = "real", shift_train: str = "sweep",
-                shift_test: str = "real", phases=("decode",), skip_over_budget: bool = True,
-                round1: str = "", constants=None) -> tuple[dict, list, object]:
+def build(fpm_tidy, steptrace_paths=(), *, fitted=None, engine: str = "vllm", warmup: float = 0.2,
+          lam: float = 0.99, stationary_segment: str = "real", shift_train: str = "sweep",
+          shift_test: str = "real", phases=("decode",), skip_over_budget: bool = True,
+          round1: str = "", constants=None) -> tuple[dict, list, object]:
     """E1.19 end to end on the tidy FPM table plus collected step traces: (metrics, claims, steps)."""
     import pandas as pd
 
@@ -370,8 +370,8 @@ def build_e1_19(fpm_tidy, steptrace_paths=(), *, fitted=None, engine: str = "vll
                                           constants=constants)
     kw = dict(stationary_segment=stationary_segment, shift_train=shift_train, shift_test=shift_test,
               warmup=warmup, lam=lam)
-    primary = run_e1_19(steps, phases=list(phases) if phases else None, **kw)
-    every = run_e1_19(steps, phases=None, **kw)
+    primary = score_runs(steps, phases=list(phases) if phases else None, **kw)
+    every = score_runs(steps, phases=None, **kw)
     n_train = sorted({r["stationary"]["deploy_boundary"] for r in primary.values() if "stationary" in r})
     n_shift = sorted({r["shift"]["train_steps"] for r in primary.values() if "train_steps" in r["shift"]})
     gpus = sorted(steps["gpu"].unique())
