@@ -44,7 +44,7 @@ readings = cc.reading_gpu_seconds(
     Constants.load(DEFAULTS_FILE, *snakemake.input.readings_settled), snakemake.input.engine_constants,
     gemm=pd.read_parquet(snakemake.input.gemm), allreduce=pd.read_parquet(snakemake.input.allreduce),
     fpm=pd.read_parquet(snakemake.input.fpm), repeats=P.reading_repeats)
-doc = cc.e2_5_document(rows, settings, readings)
+doc = cc.document(rows, settings, readings)
 write_result(snakemake.output.result, id="E2.5", question=snakemake.params.question, metrics=doc["metrics"],
              claims=doc["claims"], provenance=rule_provenance(snakemake, exclude=("code", "models"),
                                                                 script="workflow/scripts/E2_5_calibration_cost.py"))

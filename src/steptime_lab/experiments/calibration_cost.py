@@ -205,7 +205,8 @@ def reading_gpu_seconds(constants, engine_doc, *, gemm, allreduce, fpm, repeats:
     return out
 
 
-def e2_5_document(rows, settings: dict, readings: dict | None = None) -> dict:
+def document(rows, settings: dict, readings: dict | None = None) -> dict:
+    """E2.5's metrics and claims from the ledger rows (`ledger`) and the readings' GPU-seconds (`reading_gpu_seconds`)."""
     claims = []
     for ds in sorted({r["dataset"] for r in rows}):
         sub = {r["predictor"]: r for r in rows if r["dataset"] == ds and r["home_gpu"] == "a100-sxm"}

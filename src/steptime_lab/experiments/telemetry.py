@@ -4,7 +4,7 @@ One entry per ID: which reduction reads which telemetry, what round 1 reported (
 "reported in round 1", never as ours), and the figure. `build(eid, paths, ...)` is the body
 of `workflow/scripts/telemetry_experiment.py`; files are laid out raw/telemetry/<kind>/<gpu>/<file>
 (the GPU is the folder name). E1.19 (the host-floor learner) is built on the vendored FPM steps
-and collected step traces alike by its own rule (`steptime_lab.experiments.hostfloor`, workflow/scripts/E1_19_host_learner.py).
+and collected step traces alike by its own rule (`steptime_lab.experiments.host.learner`, workflow/scripts/E1_19_host_learner.py).
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ def _sweep(p):
     return parse_gemm_sweep(p)
 
 
-def _e1_3b(paths, **kw):
+def _memory_law_sweep(paths, **kw):
     per = {_gpu(p): memory_law(_sweep(p), _gpu(p)) for p in paths}
     claims = [{"claim": f"{g}: steptime's shipped memory law against the measured L2 sweep (x >= 1)",
                "value": r["shipped_law_mape_x_ge_1"], "comparison": "MAPE of eta_mem, x = bytes/L2 >= 1"}
@@ -46,7 +46,7 @@ def _e1_3b(paths, **kw):
     return per, claims
 
 
-def _droop_ids(paths, n_boot=1000, seed=0, **kw):
+def _clock_droop(paths, n_boot=1000, seed=0, **kw):
     per = {_gpu(p): droop(_clock(p), _gpu(p), n_boot=n_boot, seed=seed) for p in paths}
     claims = []
     for g, rows in per.items():
@@ -59,7 +59,7 @@ def _droop_ids(paths, n_boot=1000, seed=0, **kw):
     return per, claims
 
 
-def _e1_8(paths, **kw):
+def _clock_lock(paths, **kw):
     per = {_gpu(p): lock_control(_clock(p), _gpu(p)) for p in paths}
     claims = [{"claim": f"{g}: the large-m throughput decline free-running vs with the SM clock locked",
                "value": {"free": r["decline_free"], "locked": r["decline_locked"]},
@@ -68,7 +68,7 @@ def _e1_8(paths, **kw):
     return per, claims
 
 
-def _e1_9(paths, **kw):
+def _cap_clock_chain(paths, **kw):
     per = {_gpu(p): cap_chain(_clock(p), _gpu(p)) for p in paths}
     claims = []
     for g, r in per.items():
@@ -84,7 +84,7 @@ def _e1_9(paths, **kw):
     return per, claims
 
 
-def _e1_14(paths, dispatch=(), **kw):
+def _duty_law(paths, dispatch=(), **kw):
     per = {_gpu(p): duty_law(_sweep(p), _gpu(p)) for p in paths}
     for d in dispatch:
         if _gpu(d) in per:
@@ -96,7 +96,7 @@ def _e1_14(paths, dispatch=(), **kw):
     return per, claims
 
 
-def _e1_15(paths, **kw):
+def _barrier_constant(paths, **kw):
     per = {_gpu(p): barrier(_sweep(p), _gpu(p)) for p in paths}
     claims = [{"claim": f"{g}: the lumped barrier constant over compute-bound cells (mean, CV, n)",
                "value": {"mean": r["mean"], "cv": r["cv"], "n": r["cells"], "shipped": r["shipped_eta_active"]},
@@ -104,7 +104,7 @@ def _e1_15(paths, **kw):
     return per, claims
 
 
-def _e1_17(paths, **kw):
+def _engine_law_gap(paths, **kw):
     per = {_gpu(p): law_gap(parse_engine_kernels(p), _gpu(p)) for p in paths}
     claims = [{"claim": f"{g}: engine kernels against the standalone memory law (median |gap|)",
                "value": r["median_abs_gap_all"], "comparison": "|eta_engine - eta_law| / eta_law"}
@@ -112,7 +112,7 @@ def _e1_17(paths, **kw):
     return per, claims
 
 
-def _e2_8(paths, seed=0, **kw):
+def _cap_aware_placement(paths, seed=0, **kw):
     per = {_gpu(p): placement(_clock(p), _gpu(p), seed=seed) for p in paths}
     claims = [{"claim": f"{g}: SIMULATED placement of chunk jobs on a fleet of this card at different caps: "
                         "steptime with the measured f_clk(m, cap) vs a cap-blind datasheet scheduler",
@@ -123,11 +123,11 @@ def _e2_8(paths, seed=0, **kw):
     return per, claims
 
 
-def _e1_5(paths, **kw):
+def _ncu_factors(paths, **kw):
     return {_gpu(p): reduce_factors(parse_ncu_csv(p), _gpu(p)) for p in paths}, []
 
 
-def _e1_10(paths, n_boot=1000, seed=0, **kw):
+def _clock_sweep(paths, n_boot=1000, seed=0, **kw):
     return {_gpu(p): reduce_clock_sweep(parse_clock_sweep(p), _gpu(p), n_boot=n_boot, seed=seed) for p in paths}, []
 
 
@@ -147,24 +147,27 @@ class TelemetryExperiment:
 
 
 EXPERIMENTS = {
-    "E1.5": TelemetryExperiment(_e1_5, "f_clk isolated with n=5 CIs: at large m the clock is the shortfall (E1.5/E1.7)",
-                                _draw_waterfall),
-    "E1.10": TelemetryExperiment(_e1_10, "Blackwell lab card: 1410 MHz sustained vs 3090 MHz boost, 54.4% droop (n=5)",
-                                 _draw_clock),
-    "E1.3b": TelemetryExperiment(_e1_3b, "one (eta_max, x_half) = (0.90, 0.477) pair fits three SKUs at 4.59% MAPE "
-                                         "(E1.3c); the H200/L40S sweep itself was queued, no number"),
-    "E1.6": TelemetryExperiment(_droop_ids, "Blackwell lab card: 1410 MHz sustained vs 3090 MHz boost, 54.4% droop "
-                                            "(n=5, E1.10)"),
-    "E1.7": TelemetryExperiment(_droop_ids, "at large m the clock droop is the whole shortfall (n=5 CIs)"),
-    "E1.8": TelemetryExperiment(_e1_8, "L40S: -15.6% free-running large-m decline; the lock was denied on the "
-                                       "cluster (inconclusive)"),
-    "E1.9": TelemetryExperiment(_e1_9, "RTX 5090, n=5: r(cap, clock) = 0.99/0.97/0.97, slope 1.4/1.7/1.8 MHz/W at "
-                                       "m = 4096/8192/16384; clock -> TFLOP/s r ~ 1.00; 575 -> 400 W penalty ~0% "
-                                       "decode-shaped, 8.7% (m=4096), 12.1% (m=16384)"),
-    "E1.14": TelemetryExperiment(_e1_14, "in flight after round 1 (2/4 jobs), no number"),
-    "E1.15": TelemetryExperiment(_e1_15, "L40S barrier 0.425, CV 1.8% (n=32) vs 0.575, CV 26.5% (n=4)"),
-    "E1.17": TelemetryExperiment(_e1_17, "the standalone law misses engine decode kernels by 42.3%"),
-    "E2.8": TelemetryExperiment(_e2_8, "+10.5% mean makespan, oracle 6/6 (RTX 5090 cap sweep, n=3)"),
+    "E1.5": TelemetryExperiment(
+        _ncu_factors, "f_clk isolated with n=5 CIs: at large m the clock is the shortfall (E1.5/E1.7)",
+        _draw_waterfall),
+    "E1.10": TelemetryExperiment(
+        _clock_sweep, "Blackwell lab card: 1410 MHz sustained vs 3090 MHz boost, 54.4% droop (n=5)", _draw_clock),
+    "E1.3b": TelemetryExperiment(
+        _memory_law_sweep, "one (eta_max, x_half) = (0.90, 0.477) pair fits three SKUs at 4.59% MAPE (E1.3c); "
+                           "the H200/L40S sweep itself was queued, no number"),
+    "E1.6": TelemetryExperiment(
+        _clock_droop, "Blackwell lab card: 1410 MHz sustained vs 3090 MHz boost, 54.4% droop (n=5, E1.10)"),
+    "E1.7": TelemetryExperiment(_clock_droop, "at large m the clock droop is the whole shortfall (n=5 CIs)"),
+    "E1.8": TelemetryExperiment(
+        _clock_lock, "L40S: -15.6% free-running large-m decline; the lock was denied on the cluster (inconclusive)"),
+    "E1.9": TelemetryExperiment(
+        _cap_clock_chain, "RTX 5090, n=5: r(cap, clock) = 0.99/0.97/0.97, slope 1.4/1.7/1.8 MHz/W at "
+                          "m = 4096/8192/16384; clock -> TFLOP/s r ~ 1.00; 575 -> 400 W penalty ~0% "
+                          "decode-shaped, 8.7% (m=4096), 12.1% (m=16384)"),
+    "E1.14": TelemetryExperiment(_duty_law, "in flight after round 1 (2/4 jobs), no number"),
+    "E1.15": TelemetryExperiment(_barrier_constant, "L40S barrier 0.425, CV 1.8% (n=32) vs 0.575, CV 26.5% (n=4)"),
+    "E1.17": TelemetryExperiment(_engine_law_gap, "the standalone law misses engine decode kernels by 42.3%"),
+    "E2.8": TelemetryExperiment(_cap_aware_placement, "+10.5% mean makespan, oracle 6/6 (RTX 5090 cap sweep, n=3)"),
 }
 
 
