@@ -520,21 +520,41 @@ def plot_factors(r: dict, stem, gpu: str = "h100-sxm", caption: str | None = Non
     plotting.save(fig, stem, caption)
 
 
-def plot_atlas(r: dict, stem, caption: str | None = None):
-    """E1.22: signed error heatmaps (Llama-like, bf16, 32 q heads) per GPU: decode (batch x KV),
-    prefill (batch x prompt), each bad cell (|err| > 10%) tagged with the dominant branch."""
+def _atlas_cells(pr, gpu: str, phase: str):
+    """One GPU's and phase's Llama-like cells (32 q / 8 KV heads, d 128, bf16 KV) with their signed error, and
+    the column that is the heatmap's y axis (KV length in decode, prompt tokens in prefill)."""
+    x = pr[(pr["gpu"] == gpu) & (pr["phase"] == phase) & (pr["H"] == 32) & (pr["Hkv"] == 8) & (pr["d"] == 128)
+           & (pr["kv_dtype"] == "bf16")].copy()
+    x["err"] = (x["pred_steptime"] - x["y_ms"]) / x["y_ms"]
+    return x, ("c" if phase == "decode" else "s")
+
+
+def atlas_regions(r: dict) -> list[dict]:
+    """E1.22's score: each bad Llama-like cell (|signed error| > 10%) per GPU and phase, tagged with the
+    named factor that governs its prediction (`dominant_factor`)."""
+    pr = r["pred"]
+    regions = []
+    for g in sorted(pr["gpu"].unique()):
+        for phase in PHASES:
+            x, col = _atlas_cells(pr, g, phase)
+            bad = x[np.abs(x["err"]) > 0.10]
+            for _, row in bad.iterrows():
+                regions.append({"gpu": g, "phase": phase, "batch": int(row["b"]), "tokens": int(row[col]),
+                                "signed_error": round(float(row["err"]), 4), "dominant_branch": dominant_factor(row)})
+    return regions
+
+
+def plot_atlas(r: dict, stem, caption: str | None = None) -> None:
+    """E1.22's figure: signed error heatmaps (Llama-like, bf16, 32 q heads) per GPU: decode (batch x KV),
+    prefill (batch x prompt)."""
     plt = plotting.setup()
     pr = r["pred"]
     gpus = sorted(pr["gpu"].unique())
-    fig, axes = plt.subplots(2, len(gpus), figsize=(2.3 * len(gpus), 5.2))
-    regions = []
+    fig, axes = plt.subplots(2, len(gpus), figsize=(2.3 * len(gpus), 5.2), squeeze=False)  # one GPU: still 2-D
     for j, g in enumerate(gpus):
         for i, phase in enumerate(PHASES):
             ax = axes[i, j]
-            x = pr[(pr["gpu"] == g) & (pr["phase"] == phase) & (pr["H"] == 32) & (pr["Hkv"] == 8) & (pr["d"] == 128)
-                   & (pr["kv_dtype"] == "bf16")].copy()
-            x["err"] = (x["pred_steptime"] - x["y_ms"]) / x["y_ms"]
-            col = "c" if phase == "decode" else "s"
+            x, col = _atlas_cells(pr, g, phase)
             piv = x.pivot_table(index=col, columns="b", values="err")
             im = ax.imshow(piv.to_numpy() * 100, cmap="RdBu_r", vmin=-30, vmax=30, aspect="auto", origin="lower")
             ax.set_xticks(range(len(piv.columns)))
@@ -546,15 +566,9 @@ def plot_atlas(r: dict, stem, caption: str | None = None):
                 ax.set_title(g, fontsize=8)
             if j == 0:
                 ax.set_ylabel(("KV length" if phase == "decode" else "prompt tokens") + f"\n{phase}", fontsize=7)
-            bad = x[np.abs(x["err"]) > 0.10]
-            for _, row in bad.iterrows():
-                dom = dominant_factor(row)
-                regions.append({"gpu": g, "phase": phase, "batch": int(row["b"]), "tokens": int(row[col]),
-                                "signed_error": round(float(row["err"]), 4), "dominant_branch": dom})
     fig.supxlabel("requests in the batch")
     fig.colorbar(im, ax=axes, shrink=0.6, label="signed error (%), predicted vs measured")
     plotting.save(fig, stem, caption)
-    return regions
 
 
 def dominant_factor(row) -> str:

@@ -333,16 +333,39 @@ def plot_ladder(r: dict, stem, caption=None):
     plotting.save(fig, stem, caption)
 
 
-def plot_atlas(r: dict, stem, caption=None) -> list[dict]:
-    """Signed error over (tokens x model@tp) per GPU; bad regions (|median err| > 10%) with their dominant op."""
-    plt = plotting.setup()
+def _atlas_frame(r: dict):
+    """The Vidur step predictions with their signed error, power-of-two token bin and model@tp shape."""
     pr = r["pred"].copy()
     pr["err"] = (pr["pred_ms"] - pr["layer_ms"]) / pr["layer_ms"]
     pr["tbin"] = 2 ** np.floor(np.log2(pr["num_tokens"].to_numpy()))
     pr["shape"] = pr["model"] + " tp" + pr["tp"].astype(str)
+    return pr
+
+
+def atlas_regions(r: dict) -> list[dict]:
+    """E1.22's score: the bad regions (|median signed error| > 10%) of each GPU's (tokens bin x model@tp)
+    grid, each with the operator (and term) whose summed residual dominates it."""
+    pr = _atlas_frame(r)
+    regions = []
+    for g in sorted(pr["gpu"].unique()):
+        x = pr[pr["gpu"] == g]
+        for (shape, tb), d in x.groupby(["shape", "tbin"]):
+            med = float(np.median(d["err"]))
+            if abs(med) <= 0.10:
+                continue
+            err = {op: float(np.nansum(d[f"pred_{op}"] - d[op])) for op in VIDUR_LAYER_OPS if op in d}
+            dom = max(err, key=lambda k: abs(err[k]))
+            regions.append({"gpu": g, "shape": shape, "tokens_bin": int(tb), "median_signed_error": round(med, 4),
+                            "dominant_op": dom, "dominant_term": TERM_OF[dom], "cells": int(len(d))})
+    return regions
+
+
+def plot_atlas(r: dict, stem, caption=None) -> None:
+    """E1.22's figure: signed error over (tokens x model@tp) per GPU."""
+    plt = plotting.setup()
+    pr = _atlas_frame(r)
     gpus = sorted(pr["gpu"].unique())
     fig, axes = plt.subplots(1, len(gpus), figsize=(4.2 * len(gpus), 4.2))
-    regions = []
     for ax, g in zip(np.atleast_1d(axes), gpus):
         x = pr[pr["gpu"] == g]
         piv = x.pivot_table(index="shape", columns="tbin", values="err", aggfunc="median")
@@ -354,20 +377,12 @@ def plot_atlas(r: dict, stem, caption=None) -> list[dict]:
         ax.set_xlabel("tokens in the step (m, power-of-two bins)")
         ax.set_title(g)
         ax.grid(False)
-        for (shape, tb), d in x.groupby(["shape", "tbin"]):
-            med = float(np.median(d["err"]))
-            if abs(med) <= 0.10:
-                continue
-            err = {op: float(np.nansum(d[f"pred_{op}"] - d[op])) for op in VIDUR_LAYER_OPS if op in d}
-            dom = max(err, key=lambda k: abs(err[k]))
-            regions.append({"gpu": g, "shape": shape, "tokens_bin": int(tb), "median_signed_error": round(med, 4),
-                            "dominant_op": dom, "dominant_term": TERM_OF[dom], "cells": int(len(d))})
     fig.colorbar(im, ax=axes, shrink=0.7, label="signed error (%), predicted vs measured")
     plotting.save(fig, stem, caption)
-    return regions
 
 
 def atlas_document(attn_regions: list[dict], step_regions: list[dict]) -> dict:
+    """E1.22's claims: per GPU, the operator (step) and the named factor (attention) behind most bad regions."""
     import collections
 
     claims = []
