@@ -43,30 +43,28 @@ def dense_models() -> list[str]:
     return [k for k in model_keys() if not is_moe(k)]
 
 
-def split_shapes(models=None, tps=TPS) -> pd.DataFrame:
-    """One row per (model, tp, weight): the per-rank GEMM (n, k). TP must divide the query heads."""
-    rows = []
+def model_splits(models=None, tps=TPS):
+    """(key, model, tp) for every dense model (or `models`) and TP degree that divides its query heads:
+    the one loop over the split configurations that split_shapes and split_heads share."""
     for key in models or dense_models():
         m = get_model(key)
         for tp in tps:
-            if m.num_attention_heads % tp:
-                continue
-            for w, (n, k) in layer_shapes(m, tp).items():
-                rows.append({"model": key, "tp": tp, "weight": w, "n": int(n), "k": int(k)})
-    return pd.DataFrame(rows)
+            if m.num_attention_heads % tp == 0:
+                yield key, m, tp
+
+
+def split_shapes(models=None, tps=TPS) -> pd.DataFrame:
+    """One row per (model, tp, weight): the per-rank GEMM (n, k). TP must divide the query heads."""
+    return pd.DataFrame([{"model": key, "tp": tp, "weight": w, "n": int(n), "k": int(k)}
+                         for key, m, tp in model_splits(models, tps)
+                         for w, (n, k) in layer_shapes(m, tp).items()])
 
 
 def split_heads(models=None, tps=TPS) -> pd.DataFrame:
     """One row per (model, tp): per-rank query heads, KV heads (replicated below one per rank), head dim."""
-    rows = []
-    for key in models or dense_models():
-        m = get_model(key)
-        for tp in tps:
-            if m.num_attention_heads % tp:
-                continue
-            rows.append({"model": key, "tp": tp, "H": m.num_attention_heads // tp,
-                         "Hkv": max(1, m.num_key_value_heads // tp), "d": m.head_dim})
-    return pd.DataFrame(rows)
+    return pd.DataFrame([{"model": key, "tp": tp, "H": m.num_attention_heads // tp,
+                          "Hkv": max(1, m.num_key_value_heads // tp), "d": m.head_dim}
+                         for key, m, tp in model_splits(models, tps)])
 
 
 def _skinny(n, k) -> np.ndarray:
