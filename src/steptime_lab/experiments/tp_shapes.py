@@ -158,6 +158,33 @@ def _score(x: pd.DataFrame) -> dict:
             "bias": round(float(np.median(x["err"])), 4) if len(x) else None}
 
 
+SKINNY_M_BANDS = ((1, 256, "m <= 256 (decode-sized, memory-bound)"), (257, LLM_MAX_M, "m > 256 (prefill-sized)"))
+
+
+def skinny_by_side(gemm_pred: pd.DataFrame) -> list[dict]:
+    """Where the GEMM law misses at the skinny split shapes (issue 19): the held-out signed error of the
+    AIConfigurator skinny cells per architecture, by which dimension TP made small (n: a column-parallel
+    weight, qkv / gate_up; k: a row-parallel one, o / down) and by m band. A law in the bytes alone would
+    give both sides one sign at the same bytes; opposite signs point at the shape (few output tiles and
+    a long serial k loop per CTA when n is small; a short one when k is small)."""
+    if not {"m", "n", "k", "skinny", "source"} <= set(gemm_pred.columns):
+        return []
+    x = gemm_pred[(gemm_pred["source"] == "aic") & gemm_pred["skinny"].astype(bool)].copy()
+    if x.empty:
+        return []
+    x["arch"] = [get_gpu(g).architecture for g in x["gpu"]]
+    x["side"] = np.where(x["n"] < x["k"], "small_n", "small_k")
+    out = []
+    for (arch, side), y in x.groupby(["arch", "side"], sort=True):
+        for lo, hi, band in SKINNY_M_BANDS:
+            z = y[(y["m"] >= lo) & (y["m"] <= hi)]
+            if len(z):
+                out.append({"arch": arch, "side": side, "m_band": band, "cells": int(len(z)),
+                            "shapes": sorted({f"{int(n)}x{int(k)}" for n, k in zip(z["n"], z["k"])}),
+                            "bias": round(float(np.median(z["err"])), 4), "mape": round(_mape(z["err"]), 4)})
+    return out
+
+
 def gemm_target(gpu: str, targets: dict) -> float:
     t = targets["gemm_mape"]
     return float(t.get(get_gpu(gpu).architecture, t["default"]))
@@ -211,7 +238,13 @@ def document(gemm_pred: pd.DataFrame, attn_pred: pd.DataFrame, targets: dict, un
         if grow:
             claims.append(claim(f"{key}: the MAPE at TP 8 minus TP 1, per GPU (positive: the law degrades at the "
                                 f"skinny shapes)", grow, "MAPE(TP 8) - MAPE(TP 1)"))
-    return {"metrics": {"records": records, "summary": summary, "notes": notes or {},
+    sides = skinny_by_side(gemm_pred)
+    if sides:
+        claims.append(claim("held-out signed error (median predicted / measured - 1) of the skinny AIConfigurator "
+                            "cells by architecture, small side and m band (arch/side/m band)",
+                            {f"{d['arch']}/{d['side']}/{'small_m' if d['m_band'].startswith('m <=') else 'large_m'}":
+                             d["bias"] for d in sides}, "signed error by side"))
+    return {"metrics": {"records": records, "summary": summary, "notes": notes or {}, "skinny_by_side": sides,
                         "target_met": int(sum(c.get("met", False) for c in claims if "met" in c)),
                         "target_scored": int(sum(1 for c in claims if "met" in c))},
             "claims": claims}
