@@ -267,9 +267,10 @@ def test_every_engine_with_host_terms_states_its_executor_and_a_bad_one_is_refus
 
 def test_vllm_picks_its_allreduce_per_size_tp_and_architecture():
     """engines.yaml vllm allreduce.by_tp: on B300 (sm 103) at TP 8 a message up to 2 MB runs fused with the
-    norm (one-shot), an unfused one the custom kernel below 4 MiB (one-shot below 256 KiB, two-shot above),
-    torch symmetric memory below 64 MiB (priced with the custom two-shot branch), NCCL above; an
-    architecture the table does not list (A100, sm 80) keeps the profile's max_bytes rule."""
+    norm (FlashInfer one-shot: the custom one-shot branch), an unfused one the custom kernel below 4 MiB
+    (one-shot below 256 KiB, two-shot above); above 4 MiB vLLM runs torch symmetric memory, which no table
+    covers: priced by the plain rule (custom law up to max_bytes, NCCL above), as is an architecture the
+    table does not list (A100, sm 80)."""
     from steptime.calibration import Constants
     from steptime.terms import comm
 
@@ -280,16 +281,17 @@ def test_vllm_picks_its_allreduce_per_size_tp_and_architecture():
     assert lim["custom_max_bytes"] == 4 * 2 ** 20 and lim["one_shot_max_bytes"] == 2 ** 18
     assert lim["symm_mem_max_bytes"] == 64 * 2 ** 20 and lim["fuse_norm_max_bytes"] == 2 * 2 ** 20
     assert e.allreduce_limits(a1, 8) == {} and e.allreduce_limits(b3, 1) == {}
+    assert e.allreduce_limits(b3, 2)["one_shot_max_bytes"] is None  # one kernel at every size at 2 ranks
     assert e.fuses_norm(2 * 2 ** 20, 8, b3).all() and not e.fuses_norm(2 * 2 ** 20 + 1, 8, b3).any()
     assert e.fuses_norm(64 * 2 ** 20, 2, b3).all()       # TP 2 on sm 103 fuses up to 64 MB
     x = np.array([1e5, 3e5, 5e6, 1e8])
     t = comm.engine_allreduce_time(x, 8, b3, e, c)
     custom = lambda m, osm: comm.allreduce_time(m, 8, b3, c, "custom", one_shot_max=osm)
     assert t[0] == pytest.approx(custom(1e5, 2 ** 18)) and t[1] == pytest.approx(custom(3e5, 0.0))
-    assert t[2] == pytest.approx(custom(5e6, 0.0))
+    assert t[2] == pytest.approx(comm.allreduce_time(5e6, 8, b3, c, "custom"))
     assert t[3] == pytest.approx(comm.allreduce_time(1e8, 8, b3, c, "nccl"))
     f = comm.engine_allreduce_time(x[:2], 8, b3, e, c, fused=True)
-    assert f == pytest.approx(custom(x[:2], 2 * 2 ** 20 + 1))   # the fused kernel: one-shot up to 2 MB
+    assert f == pytest.approx(custom(x[:2], np.inf))      # the fused one-shot kernel up to 2 MB
     old = comm.engine_allreduce_time(np.array([1e5, 1e9]), 4, a1, e, c)
     assert old[1] == pytest.approx(comm.allreduce_time(1e9, 4, a1, c, "nccl"))
     assert old[0] == pytest.approx(comm.allreduce_time(1e5, 4, a1, c, "custom"))

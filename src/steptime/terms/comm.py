@@ -133,27 +133,31 @@ def allreduce_time(nbytes, tp: int, gpu, constants: Constants | None = None, imp
 def engine_allreduce_time(nbytes, tp: int, gpu, engine, constants: Constants | None = None, fused=None):
     """Seconds of one all-reduce under `engine`, with the implementation the engine picks at each size.
 
-    With the engine's per-TP dispatch table (engines.yaml allreduce.by_tp, for the GPU's architecture):
-    a message fused with the residual add + RMSNorm (`fused`, Engine.fuses_norm) runs the fused kernel
-    (one-shot up to fuse_one_shot_max_bytes, else two-shot: custom_law's branches); an unfused one the
-    custom kernel below custom_max_bytes (its own one-shot switch), torch symmetric memory below
-    symm_mem_max_bytes (priced with the custom two-shot branch), else the fallback (NCCL). Without a
-    table: the implementation up to max_bytes, the fallback above."""
+    Without a per-TP dispatch table (or on an architecture it does not list): the implementation up to
+    max_bytes, the fallback above (the profile's plain rule). With one (engines.yaml allreduce.by_tp, vLLM):
+    where vLLM runs a kernel a measured table covers, its law prices it: the custom kernel below
+    custom_max_bytes, with its own one-shot / two-shot switch (E1.25's tables are that kernel); a message
+    fused with the residual add + RMSNorm (`fused`, Engine.fuses_norm) up to fuse_one_shot_max_bytes runs
+    FlashInfer's one-shot kernel, the same algorithm as the custom one-shot (every rank reads the others'
+    buffers), priced with that branch. Where vLLM runs a kernel no vendored table covers (FlashInfer's fused
+    two-shot above its one-shot limit, torch symmetric memory between custom_max_bytes and
+    symm_mem_max_bytes), the price stays the plain rule's: no evidence, no change."""
     nbytes = np.asarray(nbytes, dtype=float)
     if tp <= 1:
         return np.zeros_like(nbytes)
-    lim = engine.allreduce_limits(gpu, tp) if engine.allreduce_impl == "custom" else {}
+    main = allreduce_time(nbytes, tp, gpu, constants, engine.allreduce_impl)
+    if engine.allreduce_impl != "custom":
+        return main
+    fb = allreduce_time(nbytes, tp, gpu, constants, engine.allreduce_fallback)
+    plain = np.where(nbytes > engine.get("max_bytes"), fb, main)
+    lim = engine.allreduce_limits(gpu, tp)
     if not lim:
-        main = allreduce_time(nbytes, tp, gpu, constants, engine.allreduce_impl)
-        if engine.allreduce_impl != "custom":
-            return main
-        fb = allreduce_time(nbytes, tp, gpu, constants, engine.allreduce_fallback)
-        return np.where(nbytes > engine.get("max_bytes"), fb, main)
+        return plain
     fused = np.zeros(nbytes.shape, dtype=bool) if fused is None else np.broadcast_to(np.asarray(fused, dtype=bool),
                                                                                       nbytes.shape)
-    t_fused = allreduce_time(nbytes, tp, gpu, constants, "custom", one_shot_max=lim["fuse_one_shot_max_bytes"] + 1)
-    t_custom = allreduce_time(nbytes, tp, gpu, constants, "custom", one_shot_max=lim["one_shot_max_bytes"])
-    t_symm = allreduce_time(nbytes, tp, gpu, constants, "custom", one_shot_max=0.0)
-    t_fb = allreduce_time(nbytes, tp, gpu, constants, engine.allreduce_fallback)
-    return np.where(fused, t_fused, np.where(nbytes < lim["custom_max_bytes"], t_custom,
-                                             np.where(nbytes < lim["symm_mem_max_bytes"], t_symm, t_fb)))
+    # one-shot at every size (at 2 ranks, where the custom kernel is one-shot at every size: its soft-minimum law)
+    one = allreduce_time(nbytes, tp, gpu, constants, "custom",
+                         one_shot_max=None if lim["one_shot_max_bytes"] is None else np.inf)
+    custom = allreduce_time(nbytes, tp, gpu, constants, "custom", one_shot_max=lim["one_shot_max_bytes"])
+    return np.where(fused, np.where(nbytes <= lim["fuse_one_shot_max_bytes"], one, plain),
+                    np.where(nbytes < lim["custom_max_bytes"], custom, plain))
