@@ -26,6 +26,23 @@ def test_law_is_monotone_floored_and_never_beats_its_bus_bandwidth():
     assert c[0] < t[0]
 
 
+def test_custom_law_switches_where_the_kernel_switches():
+    """With the kernel's one-shot limit, the one-shot branch runs strictly below it and the two-shot branch
+    (never slower than NCCL) from it on: the law jumps where vLLM's kernel jumps, as the measured tables do
+    (B300 at 8 ranks: 9.4 us at 128 KiB, 26 us at 256 KiB)."""
+    L, B, n = 7.0, 700e3, 8
+    m = np.array([65536.0, 262143.0, 262144.0, 1048576.0])
+    x = C.bus_bytes(m, n)
+    tn = C.nccl_law(x, 26.0, B, NCCL_SHAPE)
+    t = C.custom_law(x, n, L, B, CUSTOM_SHAPE, tn, 262144)
+    one = L + m * (n - 1) / (CUSTOM_SHAPE["a_one"] * B)
+    assert t[:2] == pytest.approx(one[:2])
+    assert np.all(t[2:] <= tn[2:] + 1e-9) and np.all(t[2:] >= L + CUSTOM_SHAPE["d_two_us"] * 0.5)
+    assert t[2] != pytest.approx(one[2])
+    soft = C.custom_law(x, n, L, B, CUSTOM_SHAPE, tn)  # no switch stated: the soft minimum, below both branches
+    assert np.all(soft <= np.maximum(t, one) + 1e-9)
+
+
 def _synthetic(gpus=("h100-sxm", "h200-sxm", "b200", "b300")):
     rows = []
     sizes = [2 ** k for k in range(9, 30)]
@@ -38,7 +55,7 @@ def _synthetic(gpus=("h100-sxm", "h200-sxm", "b200", "b300")):
                 m = np.array(sizes, dtype=float)
                 x = C.bus_bytes(m, n)
                 tn = C.nccl_law(x, LN, B, NCCL_SHAPE)
-                t = tn if impl == "nccl" else C.custom_law(x, n, LC, B, CUSTOM_SHAPE, tn)
+                t = tn if impl == "nccl" else C.custom_law(x, n, LC, B, CUSTOM_SHAPE, tn, E.one_shot_max(n))
                 for mm, tt in zip(m, t):
                     rows.append({"gpu": g, "dtype": "bfloat16", "kernel_source": ks, "num_gpus": n,
                                  "message_bytes": int(mm), "latency_ms": tt / 1e3})

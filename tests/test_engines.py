@@ -243,10 +243,14 @@ def test_fused_allreduce_takes_the_residual_add_and_norm_at_tp_above_one_only():
     extra = a.terms_ms["allreduce"] - p.terms_ms["allreduce"]
     assert 0 < extra < p.terms_ms["rmsnorm"] + p.terms_ms["add"]  # the bytes stay, the floors go
     assert a.total_ms < p.total_ms
-    # vLLM fuses only up to its size limit: a large prefill's all-reduce is not fused
+    # vLLM fuses only up to its size limit at that TP (H100, sm 90: 0.5 MB at TP 8, 64 MB at TP 2)
     v = E.get_engine("vllm")
-    big = predict_step(MODEL, GPU, tp=2, engine=v, prefill=[(1, 8192)])
-    assert v.get("fuse_norm_max_bytes") < 2 * 8192 * 4096 and big.terms_ms["rmsnorm"] > 0
+    lim8 = v.allreduce_limits(get_gpu(GPU), 8)["fuse_norm_max_bytes"]
+    big = predict_step(MODEL, GPU, tp=8, engine=v, prefill=[(1, 8192)])
+    assert lim8 < 2 * 8192 * 4096 and big.terms_ms["rmsnorm"] > 0
+    small = predict_step(MODEL, GPU, tp=8, engine=v, prefill=[(1, 32)])
+    two = predict_step(MODEL, GPU, tp=2, engine=v, prefill=[(1, 4096)])
+    assert 2 * 32 * 4096 <= lim8 and small.terms_ms["rmsnorm"] == 0 and two.terms_ms["rmsnorm"] == 0
 
 
 def test_every_engine_with_host_terms_states_its_executor_and_a_bad_one_is_refused():
@@ -259,3 +263,47 @@ def test_every_engine_with_host_terms_states_its_executor_and_a_bad_one_is_refus
            "allreduce": {"impl": "nccl", "max_bytes": {"value": 0, "provenance": "DERIVED", "source": "x"}}}
     with pytest.raises(ValueError, match="executor"):
         E._parse_engine("bad", doc)
+
+
+def test_vllm_picks_its_allreduce_per_size_tp_and_architecture():
+    """engines.yaml vllm allreduce.by_tp: on B300 (sm 103) at TP 8 a message up to 2 MB runs fused with the
+    norm (FlashInfer one-shot: the custom one-shot branch), an unfused one the custom kernel below 4 MiB
+    (one-shot below 256 KiB, two-shot above); above 4 MiB vLLM runs torch symmetric memory, which no table
+    covers: priced by the plain rule (custom law up to max_bytes, NCCL above), as is an architecture the
+    table does not list (A100, sm 80)."""
+    from steptime.calibration import Constants
+    from steptime.terms import comm
+
+    c = Constants.default()
+    e = E.get_engine("vllm")
+    b3, a1 = get_gpu("b300"), get_gpu("a100-sxm")
+    lim = e.allreduce_limits(b3, 8)
+    assert lim["custom_max_bytes"] == 4 * 2 ** 20 and lim["one_shot_max_bytes"] == 2 ** 18
+    assert lim["symm_mem_max_bytes"] == 64 * 2 ** 20 and lim["fuse_norm_max_bytes"] == 2 * 2 ** 20
+    assert e.allreduce_limits(a1, 8) == {} and e.allreduce_limits(b3, 1) == {}
+    assert e.allreduce_limits(b3, 2)["one_shot_max_bytes"] is None  # one kernel at every size at 2 ranks
+    assert e.fuses_norm(2 * 2 ** 20, 8, b3).all() and not e.fuses_norm(2 * 2 ** 20 + 1, 8, b3).any()
+    assert e.fuses_norm(64 * 2 ** 20, 2, b3).all()       # TP 2 on sm 103 fuses up to 64 MB
+    x = np.array([1e5, 3e5, 5e6, 1e8])
+    t = comm.engine_allreduce_time(x, 8, b3, e, c)
+    custom = lambda m, osm: comm.allreduce_time(m, 8, b3, c, "custom", one_shot_max=osm)
+    assert t[0] == pytest.approx(custom(1e5, 2 ** 18)) and t[1] == pytest.approx(custom(3e5, 0.0))
+    assert t[2] == pytest.approx(comm.allreduce_time(5e6, 8, b3, c, "custom"))
+    assert t[3] == pytest.approx(comm.allreduce_time(1e8, 8, b3, c, "nccl"))
+    f = comm.engine_allreduce_time(x[:2], 8, b3, e, c, fused=True)
+    assert f == pytest.approx(custom(x[:2], np.inf))      # the fused one-shot kernel up to 2 MB
+    old = comm.engine_allreduce_time(np.array([1e5, 1e9]), 4, a1, e, c)
+    assert old[1] == pytest.approx(comm.allreduce_time(1e9, 4, a1, c, "nccl"))
+    assert old[0] == pytest.approx(comm.allreduce_time(1e5, 4, a1, c, "custom"))
+
+
+def test_allreduce_table_is_checked(tmp_path):
+    base = {"provenance": "DERIVED", "source": "x", "one_shot_max_bytes": {2: 1, 8: 1},
+            **{k: {90: {2: 1, 8: 1}} for k in E.AR_LIMIT_TABLES}}
+    assert E._parse_limits(base, "t")["custom_max_bytes"] == {90: {2: 1.0, 8: 1.0}}
+    with pytest.raises(ValueError, match="TP"):
+        E._parse_limits({**base, "symm_mem_max_bytes": {90: {2: 1}}}, "t")
+    with pytest.raises(ValueError, match="unknown"):
+        E._parse_limits({**base, "nvls_max_bytes": {}}, "t")
+    with pytest.raises(ValueError, match="provenance"):
+        E._parse_limits({k: v for k, v in base.items() if k != "source"}, "t")

@@ -50,3 +50,21 @@ def test_document_scores_each_gpu_and_tp_against_its_architectures_target():
     assert s["tp8_minus_tp1"]["h100-sxm"] == pytest.approx(0.07)
     assert s["missed_by"] == {"h100-sxm@tp8": pytest.approx(0.06)}
     assert doc["metrics"]["target_scored"] == 6 and doc["metrics"]["target_met"] == 4
+
+
+def test_skinny_by_side_separates_the_small_dimension_and_the_m_band():
+    """The diagnosis of the skinny split shapes keeps the two sides apart: cells with a small n and cells with
+    a small k are scored separately (they err with opposite signs on the AIConfigurator tables), per m band."""
+    import pandas as pd
+    from steptime_lab.experiments import tp_shapes as T
+
+    rows = []
+    for m in (1, 64, 1024):
+        rows.append({"gpu": "h100-sxm", "source": "aic", "skinny": True, "m": m, "n": 768, "k": 4096, "err": -0.2})
+        rows.append({"gpu": "h100-sxm", "source": "aic", "skinny": True, "m": m, "n": 4096, "k": 512, "err": 0.4})
+        rows.append({"gpu": "h100-sxm", "source": "aic", "skinny": False, "m": m, "n": 4096, "k": 4096, "err": 9.0})
+    out = T.skinny_by_side(pd.DataFrame(rows))
+    got = {(d["side"], d["m_band"].startswith("m <=")): (d["bias"], d["cells"]) for d in out}
+    assert got == {("small_n", True): (-0.2, 2), ("small_n", False): (-0.2, 1),
+                   ("small_k", True): (0.4, 2), ("small_k", False): (0.4, 1)}
+    assert {d["arch"] for d in out} == {"hopper"}

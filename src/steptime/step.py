@@ -416,7 +416,7 @@ def predict_steps(model, gpu, step_id, new_tokens, kv_len, n_steps: int | None =
     g = gemm.gemm_time(N, model.vocab_size // tp, model.hidden_size, gpu, constants, f_clk=f_clk)
     out["lm_head"] = np.where(N > 0, g["t"], 0.0)
     compute_bound["lm_head"] = g["compute_bound"]
-    ar = comm.engine_allreduce_time(ar_bytes, tp, gpu, engine, constants)
+    ar = comm.engine_allreduce_time(ar_bytes, tp, gpu, engine, constants, fused=fused)
     out["allreduce"] = np.where(T > 0, allreduces_per_layer() * L * ar + fused_stream, 0.0) if tp > 1 else np.zeros(n_steps)
     compute_bound["allreduce"] = np.zeros(n_steps, dtype=bool)
     blocks = sum(out[t] for t in (moe_step.BLOCK_TERMS if moe else BLOCK_TERMS))

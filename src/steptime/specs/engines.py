@@ -41,6 +41,7 @@ HOST_FIELDS = tuple(f for f in NUMERIC if f not in OPTIONAL)
 # fp8_gemm names the relative fp8 GEMM factors (terms/precision.py) fitted on the engine's own
 # fp8 tables (E1.27). An engine without one uses vLLM's (FP8_GEMM_DEFAULT).
 PRECISION = ("fp8_gemm",)
+AR_LIMIT_TABLES = ("custom_max_bytes", "symm_mem_max_bytes", "fuse_norm_max_bytes", "fuse_one_shot_max_bytes")
 FP8_GEMM_DEFAULT = "gemm_fp8_rel"
 
 
@@ -80,6 +81,7 @@ class Engine:
     values: dict = field(default_factory=dict)        # field -> EngineValue
     fitted: dict = field(default_factory=dict)        # gpu key -> {field -> EngineValue}
     default: bool = False
+    ar_limits: dict = field(default_factory=dict)     # allreduce.by_tp: the per-(architecture, TP) dispatch table
 
     def lookup(self, name: str, gpu=None) -> EngineValue:
         if gpu is not None:
@@ -113,7 +115,7 @@ class Engine:
             table[name] = EngineValue(name=name, value=float(val), provenance=provenance, source=source,
                                       experiment=experiment, cells=tuple(cells))
         return Engine(self.key, self.name, self.host_terms, dict(self.graphs), self.allreduce_impl,
-                      self.allreduce_fallback, dict(self.values), fitted, self.default)
+                      self.allreduce_fallback, dict(self.values), fitted, self.default, self.ar_limits)
 
     def fp8_gemm_const(self) -> str:
         """The constant holding this engine's relative fp8 GEMM factors (engines.yaml precision.fp8_gemm)."""
@@ -129,12 +131,34 @@ class Engine:
             return self.allreduce_fallback
         return self.allreduce_impl
 
+    def allreduce_limits(self, gpu, tp: int) -> dict:
+        """The sizes (bytes) that decide the all-reduce implementation at TP `tp` on `gpu`'s architecture
+        (allreduce.by_tp; {} where the profile has no table or none for this architecture / TP):
+        one_shot_max_bytes, custom_max_bytes, symm_mem_max_bytes, fuse_norm_max_bytes, fuse_one_shot_max_bytes.
+        A TP degree between listed ones takes the next larger listed one's limits (vLLM lists 2, 4, 6, 8)."""
+        t = self.ar_limits
+        sm = getattr(gpu, "sm_version", None)
+        if not t or tp <= 1 or sm is None or int(sm) not in t["custom_max_bytes"]:
+            return {}
+        sizes = sorted(t["one_shot_max_bytes"])
+        n = next((s for s in sizes if s >= tp), None)
+        if n is None:
+            return {}
+        out = {"one_shot_max_bytes": t["one_shot_max_bytes"][n]}  # None: no switch (custom_law's soft minimum)
+        for k in AR_LIMIT_TABLES:
+            out[k] = float(t[k][int(sm)][n])
+        return out
+
     def fuses_norm(self, nbytes, tp: int, gpu=None, constants=None):
         """True where an all-reduce of `nbytes` at TP `tp` runs fused with the residual add and RMSNorm
-        that follow it (allreduce.fuse_norm_max_bytes; absent: never)."""
+        that follow it (allreduce.fuse_norm_max_bytes; absent: never). Where the per-TP table
+        (allreduce.by_tp) covers the GPU's architecture, its limit at that TP decides."""
         nbytes = np.asarray(nbytes, dtype=float)
         if tp <= 1 or "fuse_norm_max_bytes" not in self.values:
             return np.zeros(nbytes.shape, dtype=bool)
+        lim = self.allreduce_limits(gpu, tp) if gpu is not None else {}
+        if lim:
+            return nbytes <= lim["fuse_norm_max_bytes"]
         return nbytes <= self.get("fuse_norm_max_bytes", gpu, constants)
 
     def rows(self) -> list[dict]:
@@ -154,7 +178,7 @@ def _parse_engine(key: str, doc: dict) -> Engine:
     values: dict[str, EngineValue] = {}
     for section in ("host", "launch", "sampling", "allreduce"):
         for name, e in (doc.get(section) or {}).items():
-            if name in ("graphs", "impl", "fallback"):
+            if name in ("graphs", "impl", "fallback", "by_tp"):
                 continue
             if name == "executor":  # descriptive (not a number): kept with its provenance, read by no term
                 v = _value(name, e, where)
@@ -181,12 +205,41 @@ def _parse_engine(key: str, doc: dict) -> Engine:
         raise ValueError(f"{where}: allreduce impl/fallback must be one of {AR_IMPLS}")
     if "max_bytes" not in values:
         raise ValueError(f"{where}: allreduce.max_bytes missing")
+    limits = _parse_limits(ar.get("by_tp"), where)
     graphs = dict((doc.get("launch") or {}).get("graphs") or {"decode": "none", "prefill": "none"})
     for phase, mode in graphs.items():
         if phase not in ("decode", "prefill") or mode not in GRAPH_MODES:
             raise ValueError(f"{where}: launch.graphs.{phase}={mode!r} (phases decode/prefill, modes {GRAPH_MODES})")
     return Engine(key=key, name=str(doc.get("name", key)), host_terms=host_terms, graphs=graphs,
-                  allreduce_impl=impl, allreduce_fallback=fallback, values=values, default=bool(doc.get("default")))
+                  allreduce_impl=impl, allreduce_fallback=fallback, values=values, default=bool(doc.get("default")),
+                  ar_limits=limits)
+
+
+def _parse_limits(doc, where: str) -> dict:
+    """allreduce.by_tp: {provenance, source, one_shot_max_bytes: {tp: bytes}, <table>: {sm_version: {tp: bytes}}}."""
+    if doc is None:
+        return {}
+    if not isinstance(doc, dict) or doc.get("provenance") not in PROVENANCES or not doc.get("source"):
+        raise ValueError(f"{where}: allreduce.by_tp needs provenance and source")
+    need = ("one_shot_max_bytes",) + AR_LIMIT_TABLES
+    missing = [k for k in need if k not in doc]
+    unknown = sorted(set(doc) - set(need) - {"provenance", "source"})
+    if missing or unknown:
+        raise ValueError(f"{where}: allreduce.by_tp missing {missing} / unknown {unknown}")
+    tps = sorted(int(n) for n in doc["one_shot_max_bytes"])
+    out = {"provenance": doc["provenance"], "source": str(doc["source"]),
+           "one_shot_max_bytes": {int(n): (None if v is None else float(v)) for n, v in doc["one_shot_max_bytes"].items()}}
+    archs = None
+    for k in AR_LIMIT_TABLES:
+        tab = {int(sm): {int(n): float(v) for n, v in per.items()} for sm, per in doc[k].items()}
+        if archs is None:
+            archs = sorted(tab)
+        if sorted(tab) != archs or any(sorted(per) != tps for per in tab.values()):
+            raise ValueError(f"{where}: allreduce.by_tp.{k} must list architectures {archs} and TP {tps}")
+        if any(v <= 0 for per in tab.values() for v in per.values()):
+            raise ValueError(f"{where}: allreduce.by_tp.{k}: sizes must be positive")
+        out[k] = tab
+    return out
 
 
 @lru_cache(maxsize=1)
@@ -244,7 +297,7 @@ def get_engine(name=None, fitted=None) -> Engine:
         if bad:
             raise ValueError(f"fitted constants for engine {key} on {g}: unknown field(s) {', '.join(bad)}")
     return Engine(eng.key, eng.name, eng.host_terms, dict(eng.graphs), eng.allreduce_impl, eng.allreduce_fallback,
-                  dict(eng.values), fitted_tables, eng.default)
+                  dict(eng.values), fitted_tables, eng.default, eng.ar_limits)
 
 
 def engine_table() -> dict[str, Engine]:

@@ -48,20 +48,33 @@ def nccl_law(x, L, B, shape: dict):
     return np.maximum(t, L + x / B)  # the soft minimum never beats the floor plus the bus bandwidth
 
 
-def custom_law(x, n, L, B, shape: dict, t_nccl):
+def custom_law(x, n, L, B, shape: dict, t_nccl, one_shot_max=None):
+    """Microseconds of vLLM's custom all-reduce of bus bytes `x` on `n` ranks.
+
+    `one_shot_max` (message bytes; the kernel's own switch, engines.yaml allreduce.by_tp): the one-shot
+    branch below it, the two-shot branch (held at or below NCCL's law) from it on, as the kernel picks.
+    None: the soft minimum of both branches and NCCL (an engine whose switch is not stated)."""
     s = shape
     one = x * n / (2.0 * (n - 1)) * (n - 1)  # one-shot: each rank reads the other n-1 full buffers
-    t = smin(L + one / (s["a_one"] * B), L + s["d_two_us"] + x / (s["a_two"] * B), t_nccl)
-    return np.maximum(t, np.minimum(L + x / (max(1.0, s["a_two"]) * B), t_nccl))
+    t_one = L + one / (s["a_one"] * B)
+    t_two = L + s["d_two_us"] + x / (s["a_two"] * B)
+    floor = np.minimum(L + x / (max(1.0, s["a_two"]) * B), t_nccl)
+    if one_shot_max is None:
+        return np.maximum(smin(t_one, t_two, t_nccl), floor)
+    two = np.maximum(smin(t_two, t_nccl), floor)
+    msg = x * n / (2.0 * (n - 1))
+    return np.where(msg < np.asarray(one_shot_max, dtype=float), t_one, two)
 
 
-def law_time(impl: str, x, n: int, L, B, shape: dict, nccl: dict | None = None, nccl_shape: dict | None = None):
-    """Microseconds of one all-reduce of bus bytes `x` with the fitted law of `impl`."""
+def law_time(impl: str, x, n: int, L, B, shape: dict, nccl: dict | None = None, nccl_shape: dict | None = None,
+             one_shot_max=None):
+    """Microseconds of one all-reduce of bus bytes `x` with the fitted law of `impl` (`one_shot_max`:
+    custom_law's switch)."""
     if impl == "nccl":
         return nccl_law(x, L, B, shape)
     if impl == "custom":
         t_n = nccl_law(x, nccl["L"], nccl["B"], nccl_shape)
-        return custom_law(x, n, L, B, shape, t_n)
+        return custom_law(x, n, L, B, shape, t_n, one_shot_max)
     raise ValueError(f"no fitted law for all-reduce implementation {impl!r}")
 
 
@@ -87,11 +100,13 @@ def _curve(constants: Constants, gpu):
     return c.value if c.scope.startswith("gpu.") else None
 
 
-def allreduce_time(nbytes, tp: int, gpu, constants: Constants | None = None, impl: str = "ring"):
+def allreduce_time(nbytes, tp: int, gpu, constants: Constants | None = None, impl: str = "ring",
+                   one_shot_max=None):
     """Seconds for one all-reduce of `nbytes` per rank across `tp` GPUs with `impl`.
 
     nccl/custom use the measured law at the nearest measured TP degree with the GPU's own
-    curve constants; a GPU without them falls back to the datasheet ring law."""
+    curve constants; a GPU without them falls back to the datasheet ring law. `one_shot_max`
+    (custom only): message bytes below which the one-shot kernel runs (None: custom_law's soft minimum)."""
     constants = constants or Constants.default()
     nbytes = np.asarray(nbytes, dtype=float)
     if impl not in IMPLS:
@@ -110,12 +125,23 @@ def allreduce_time(nbytes, tp: int, gpu, constants: Constants | None = None, imp
     p = curve[f"{impl}/{n}"]
     pn = curve[f"nccl/{n}"]
     t = law_time(impl, x, tp, p["L_us"], p["B_gbps"] * 1e3, p["shape"],
-                 nccl={"L": pn["L_us"], "B": pn["B_gbps"] * 1e3}, nccl_shape=pn["shape"])
+                 nccl={"L": pn["L_us"], "B": pn["B_gbps"] * 1e3}, nccl_shape=pn["shape"],
+                 one_shot_max=one_shot_max if impl == "custom" else None)
     return t * 1e-6
 
 
-def engine_allreduce_time(nbytes, tp: int, gpu, engine, constants: Constants | None = None):
-    """All-reduce under `engine`: its implementation up to max_bytes, the fallback above."""
+def engine_allreduce_time(nbytes, tp: int, gpu, engine, constants: Constants | None = None, fused=None):
+    """Seconds of one all-reduce under `engine`, with the implementation the engine picks at each size.
+
+    Without a per-TP dispatch table (or on an architecture it does not list): the implementation up to
+    max_bytes, the fallback above (the profile's plain rule). With one (engines.yaml allreduce.by_tp, vLLM):
+    where vLLM runs a kernel a measured table covers, its law prices it: the custom kernel below
+    custom_max_bytes, with its own one-shot / two-shot switch (E1.25's tables are that kernel); a message
+    fused with the residual add + RMSNorm (`fused`, Engine.fuses_norm) up to fuse_one_shot_max_bytes runs
+    FlashInfer's one-shot kernel, the same algorithm as the custom one-shot (every rank reads the others'
+    buffers), priced with that branch. Where vLLM runs a kernel no vendored table covers (FlashInfer's fused
+    two-shot above its one-shot limit, torch symmetric memory between custom_max_bytes and
+    symm_mem_max_bytes), the price stays the plain rule's: no evidence, no change."""
     nbytes = np.asarray(nbytes, dtype=float)
     if tp <= 1:
         return np.zeros_like(nbytes)
@@ -123,4 +149,15 @@ def engine_allreduce_time(nbytes, tp: int, gpu, engine, constants: Constants | N
     if engine.allreduce_impl != "custom":
         return main
     fb = allreduce_time(nbytes, tp, gpu, constants, engine.allreduce_fallback)
-    return np.where(nbytes > engine.get("max_bytes"), fb, main)
+    plain = np.where(nbytes > engine.get("max_bytes"), fb, main)
+    lim = engine.allreduce_limits(gpu, tp)
+    if not lim:
+        return plain
+    fused = np.zeros(nbytes.shape, dtype=bool) if fused is None else np.broadcast_to(np.asarray(fused, dtype=bool),
+                                                                                      nbytes.shape)
+    # one-shot at every size (at 2 ranks, where the custom kernel is one-shot at every size: its soft-minimum law)
+    one = allreduce_time(nbytes, tp, gpu, constants, "custom",
+                         one_shot_max=None if lim["one_shot_max_bytes"] is None else np.inf)
+    custom = allreduce_time(nbytes, tp, gpu, constants, "custom", one_shot_max=lim["one_shot_max_bytes"])
+    return np.where(fused, np.where(nbytes <= lim["fuse_one_shot_max_bytes"], one, plain),
+                    np.where(nbytes < lim["custom_max_bytes"], custom, plain))

@@ -5,8 +5,10 @@ each rank moves, nccl-tests' bus convention), L the GPU's floor and B its bus ba
 
     nccl    t = smin(L + x/(a_ll B),  L + d_ll128 + x/(a_ll128 B),  L + d_simple + x/B)
             (NCCL's three protocols: low latency and low bandwidth to full bandwidth)
-    custom  t = smin(L + (n-1) S/(a_one B),  L + d_two + x/(a_two B),  t_nccl)
-            (vLLM's one-shot and two-shot kernels; large messages go to NCCL)
+    custom  t = L + (n-1) S/(a_one B)                  message S below the kernel's one-shot switch
+            t = smin(L + d_two + x/(a_two B), t_nccl)   from it on
+            (vLLM's one-shot and two-shot kernels, switched where the kernel switches: always one-shot
+            at 2 ranks, below 512 KiB at 4, below 256 KiB at 8; engines.yaml vllm allreduce.by_tp)
 
 smin is a soft minimum (p-norm of the inverses, p = comm.SMIN_P). The shape constants
 (a_*, d_*) are per implementation and TP degree, fitted on the OTHER GPUs' tables with their
@@ -32,6 +34,7 @@ import pandas as pd
 from steptime.calibration import Calibration
 from steptime_lab.results import claim
 from steptime.specs import get_gpu
+from steptime.specs.engines import get_engine
 from steptime.terms import comm
 from steptime import plotting
 
@@ -79,6 +82,12 @@ def readings(d: pd.DataFrame, gpu: str) -> list[dict]:
     return out
 
 
+def one_shot_max(n: int) -> float:
+    """Message bytes below which vLLM's custom kernel (the table's vLLM_custom_graph rows) runs one-shot at
+    `n` ranks: the kernel's own switch, stated once in specs/engines.yaml (vllm allreduce.by_tp)."""
+    return get_engine("vllm").ar_limits["one_shot_max_bytes"][int(n)]
+
+
 def fit_shapes(d: pd.DataFrame, cp: dict, gpus) -> dict:
     """Shape constants per (impl, n) by least squares in log time on `gpus`' scored rows."""
     from scipy.optimize import least_squares
@@ -103,7 +112,8 @@ def fit_shapes(d: pd.DataFrame, cp: dict, gpus) -> dict:
                 tn = comm.nccl_law(xb, LN, B, shapes[("nccl", n)])
 
                 def f(p):
-                    return np.log(comm.custom_law(xb, n, L, B, comm.unpack("custom", np.exp(p)), tn)) - np.log(t)
+                    return np.log(comm.custom_law(xb, n, L, B, comm.unpack("custom", np.exp(p)), tn,
+                                                  one_shot_max(n))) - np.log(t)
                 p0 = np.log([0.5, 5.0, 0.7])
             lo = np.log([0.01 if k.startswith("a_") else 1e-3 for k in comm.SHAPE_KEYS[impl]])
             hi = np.log([2.0 if k.startswith("a_") else 1e3 for k in comm.SHAPE_KEYS[impl]])
@@ -200,7 +210,8 @@ def predict_rows(x: pd.DataFrame, gpu_params: dict, shapes: dict) -> np.ndarray:
         rows = x.iloc[idx]
         p = gpu_params[(impl, n)]
         out[idx] = comm.law_time(impl, rows["x"].to_numpy(), n, p["L"], p["B"], shapes[(impl, n)],
-                                 nccl=gpu_params[("nccl", n)], nccl_shape=shapes[("nccl", n)])
+                                 nccl=gpu_params[("nccl", n)], nccl_shape=shapes[("nccl", n)],
+                                 one_shot_max=one_shot_max(n) if impl == "custom" else None)
     return out
 
 

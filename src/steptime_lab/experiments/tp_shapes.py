@@ -43,30 +43,28 @@ def dense_models() -> list[str]:
     return [k for k in model_keys() if not is_moe(k)]
 
 
-def split_shapes(models=None, tps=TPS) -> pd.DataFrame:
-    """One row per (model, tp, weight): the per-rank GEMM (n, k). TP must divide the query heads."""
-    rows = []
+def model_splits(models=None, tps=TPS):
+    """(key, model, tp) for every dense model (or `models`) and TP degree that divides its query heads:
+    the one loop over the split configurations that split_shapes and split_heads share."""
     for key in models or dense_models():
         m = get_model(key)
         for tp in tps:
-            if m.num_attention_heads % tp:
-                continue
-            for w, (n, k) in layer_shapes(m, tp).items():
-                rows.append({"model": key, "tp": tp, "weight": w, "n": int(n), "k": int(k)})
-    return pd.DataFrame(rows)
+            if m.num_attention_heads % tp == 0:
+                yield key, m, tp
+
+
+def split_shapes(models=None, tps=TPS) -> pd.DataFrame:
+    """One row per (model, tp, weight): the per-rank GEMM (n, k). TP must divide the query heads."""
+    return pd.DataFrame([{"model": key, "tp": tp, "weight": w, "n": int(n), "k": int(k)}
+                         for key, m, tp in model_splits(models, tps)
+                         for w, (n, k) in layer_shapes(m, tp).items()])
 
 
 def split_heads(models=None, tps=TPS) -> pd.DataFrame:
     """One row per (model, tp): per-rank query heads, KV heads (replicated below one per rank), head dim."""
-    rows = []
-    for key in models or dense_models():
-        m = get_model(key)
-        for tp in tps:
-            if m.num_attention_heads % tp:
-                continue
-            rows.append({"model": key, "tp": tp, "H": m.num_attention_heads // tp,
-                         "Hkv": max(1, m.num_key_value_heads // tp), "d": m.head_dim})
-    return pd.DataFrame(rows)
+    return pd.DataFrame([{"model": key, "tp": tp, "H": m.num_attention_heads // tp,
+                          "Hkv": max(1, m.num_key_value_heads // tp), "d": m.head_dim}
+                         for key, m, tp in model_splits(models, tps)])
 
 
 def _skinny(n, k) -> np.ndarray:
@@ -160,6 +158,33 @@ def _score(x: pd.DataFrame) -> dict:
             "bias": round(float(np.median(x["err"])), 4) if len(x) else None}
 
 
+SKINNY_M_BANDS = ((1, 256, "m <= 256 (decode-sized, memory-bound)"), (257, LLM_MAX_M, "m > 256 (prefill-sized)"))
+
+
+def skinny_by_side(gemm_pred: pd.DataFrame) -> list[dict]:
+    """Where the GEMM law misses at the skinny split shapes (issue 19): the held-out signed error of the
+    AIConfigurator skinny cells per architecture, by which dimension TP made small (n: a column-parallel
+    weight, qkv / gate_up; k: a row-parallel one, o / down) and by m band. A law in the bytes alone would
+    give both sides one sign at the same bytes; opposite signs point at the shape (few output tiles and
+    a long serial k loop per CTA when n is small; a short one when k is small)."""
+    if not {"m", "n", "k", "skinny", "source"} <= set(gemm_pred.columns):
+        return []
+    x = gemm_pred[(gemm_pred["source"] == "aic") & gemm_pred["skinny"].astype(bool)].copy()
+    if x.empty:
+        return []
+    x["arch"] = [get_gpu(g).architecture for g in x["gpu"]]
+    x["side"] = np.where(x["n"] < x["k"], "small_n", "small_k")
+    out = []
+    for (arch, side), y in x.groupby(["arch", "side"], sort=True):
+        for lo, hi, band in SKINNY_M_BANDS:
+            z = y[(y["m"] >= lo) & (y["m"] <= hi)]
+            if len(z):
+                out.append({"arch": arch, "side": side, "m_band": band, "cells": int(len(z)),
+                            "shapes": sorted({f"{int(n)}x{int(k)}" for n, k in zip(z["n"], z["k"])}),
+                            "bias": round(float(np.median(z["err"])), 4), "mape": round(_mape(z["err"]), 4)})
+    return out
+
+
 def gemm_target(gpu: str, targets: dict) -> float:
     t = targets["gemm_mape"]
     return float(t.get(get_gpu(gpu).architecture, t["default"]))
@@ -213,7 +238,13 @@ def document(gemm_pred: pd.DataFrame, attn_pred: pd.DataFrame, targets: dict, un
         if grow:
             claims.append(claim(f"{key}: the MAPE at TP 8 minus TP 1, per GPU (positive: the law degrades at the "
                                 f"skinny shapes)", grow, "MAPE(TP 8) - MAPE(TP 1)"))
-    return {"metrics": {"records": records, "summary": summary, "notes": notes or {},
+    sides = skinny_by_side(gemm_pred)
+    if sides:
+        claims.append(claim("held-out signed error (median predicted / measured - 1) of the skinny AIConfigurator "
+                            "cells by architecture, small side and m band (arch/side/m band)",
+                            {f"{d['arch']}/{d['side']}/{'small_m' if d['m_band'].startswith('m <=') else 'large_m'}":
+                             d["bias"] for d in sides}, "signed error by side"))
+    return {"metrics": {"records": records, "summary": summary, "notes": notes or {}, "skinny_by_side": sides,
                         "target_met": int(sum(c.get("met", False) for c in claims if "met" in c)),
                         "target_scored": int(sum(1 for c in claims if "met" in c))},
             "claims": claims}

@@ -511,8 +511,9 @@ def per_op_tables(gpu: str, gemm_df=None, attn_cells=None, allreduce_df=None, co
             pred = np.zeros(len(ab))
             for n in sorted(ab["num_gpus"].unique()):
                 m = (ab["num_gpus"] == n).to_numpy()
+                osm = get_engine("vllm").ar_limits["one_shot_max_bytes"][int(n)] if impl == "custom" else None
                 pred[m] = comm.allreduce_time(ab["message_bytes"].to_numpy(float)[m], int(n), get_gpu(gpu),
-                                              constants, impl) * 1e3
+                                              constants, impl, one_shot_max=osm) * 1e3
             out[f"aic_allreduce_{impl}"] = ("comm", pred, ab["latency_ms"].to_numpy(float))
     return out
 
