@@ -11,7 +11,7 @@ import yaml
 
 from steptime.calibration import Constants
 from steptime.errors import InputError, MemoryFitError, ModelConfigError, UnsupportedError, UnsupportedModelError
-from steptime.specs import get_model, model_keys, moe_model_keys
+from steptime.specs import get_gpu, get_model, model_keys, moe_model_keys
 from steptime.step import predict_step, predict_steps
 from steptime.terms import moe as M
 
@@ -163,6 +163,38 @@ def test_moe_step_breakdown_sums_and_names_moe_terms():
     d = predict_step("deepseek-v3", "h200", decode=[(16, 1024)], tp=8, dtype="fp8_block")
     assert d.terms_ms["mla_absorb"] > 0 and d.terms_ms["shared_experts"] > 0 and d.terms_ms["dense_mlp"] > 0
     assert d.terms_ms["moe_a2a"] == 0  # no EP
+
+
+def test_mla_step_terms_follow_the_engine_paths():
+    """MLA decode reads the latent KV once (moe_step.mla_decode_time, the serving timer's function too); decode
+    tokens run the absorbed GEMMs, prefill rows (new + context) the kv_b up-projection."""
+    from steptime import moe_step
+
+    m, g = get_model("deepseek-v3"), get_gpu("b200")
+    dec = predict_step(m, g, decode=[(16, 4096)], ep=8, dtype="fp8")
+    lat = moe_step.mla_decode_time(m, g, 1, np.array([16.0]), np.array([16 * 4096.0]), kv_dtype="bf16",
+                                   constants=Constants.default())
+    assert dec.terms_ms["attn_decode"] == pytest.approx(m.num_hidden_layers * lat[0] * 1e3, rel=1e-12)
+    longer = predict_step(m, g, decode=[(16, 8192)], ep=8, dtype="fp8").terms_ms["attn_decode"]
+    assert dec.terms_ms["attn_decode"] < longer < 2.2 * dec.terms_ms["attn_decode"]
+    assert dec.terms_ms["mla_absorb"] > 0 and dec.terms_ms["mla_kv_up"] == 0
+    pre = predict_step(m, g, prefill=[(1, 2048)], ep=8, dtype="fp8")
+    assert pre.terms_ms["mla_kv_up"] > 0 and pre.terms_ms["mla_absorb"] == 0
+    ctx = predict_step(m, g, prefill=[(1, 2048, 8192)], ep=8, dtype="fp8")
+    assert ctx.terms_ms["mla_kv_up"] > 2 * pre.terms_ms["mla_kv_up"]  # the context is up-projected too
+    for r in (dec, pre, ctx):
+        assert sum(r.terms_ms.values()) == pytest.approx(r.total_ms, rel=1e-12)
+
+
+def test_cli_predict_mla_moe_names_its_terms(capsys):
+    from steptime.cli import main
+
+    assert main(["predict", "--model", "deepseek-v3", "--gpu", "b200", "--ep", "8", "--dtype", "fp8",
+                 "--decode", "64x2048", "--prefill", "1x1024@2048", "--json"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    assert sum(d["terms_ms"].values()) == pytest.approx(d["total_ms"], rel=1e-5)
+    for t in ("mla_absorb", "mla_kv_up", "attn_decode", "moe_experts", "moe_a2a", "router", "shared_experts"):
+        assert d["terms_ms"][t] > 0, t
 
 
 def test_sliding_window_layers_cost_less_at_long_context():
