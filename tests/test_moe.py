@@ -317,3 +317,40 @@ def test_mla_module_terms_grow_with_context_and_heads():
     assert np.all(np.isfinite(t)) and t[0] < t[1] < t[2]
     a = d.assign(gpu="a100-sxm", kv_cache_dtype="fp8")
     assert np.isnan(E.mla_predict(a, "generation")).all()  # no fp8 KV on Ampere: not predicted, not scored
+
+
+# --------------------------------------------------------------------------- specs held to their vendored configs
+STRUCTURE = ("hidden_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads", "head_dim",
+             "intermediate_size", "vocab_size", "max_position_embeddings", "tie_word_embeddings", "num_experts",
+             "num_experts_per_tok", "moe_intermediate_size", "n_shared_experts", "shared_expert_intermediate_size",
+             "first_k_dense_replace", "attention", "q_lora_rank", "kv_lora_rank", "qk_nope_head_dim",
+             "qk_rope_head_dim", "v_head_dim", "sliding_window", "sliding_layers_every")
+
+
+@pytest.mark.parametrize("key", moe_model_keys())
+def test_moe_spec_equals_its_vendored_config(key, repo_root):
+    """Every MoE spec's structure is what steptime's config reader reads from the config.json it cites (vendored
+    byte for byte under raw/aiconfigurator/model_configs/ with a manifest entry); a multimodal config's text model."""
+    import re
+
+    from steptime.specs.moe import moe_from_config
+
+    m = get_model(key)
+    name = re.search(r"model_configs/(\S+_config\.json)", m.config).group(1)
+    path = repo_root / "raw/aiconfigurator/model_configs" / name
+    manifest = yaml.safe_load((repo_root / "raw/MANIFEST.yaml").read_text())
+    assert any(e["path"] == f"raw/aiconfigurator/model_configs/{name}" for e in manifest["files"])
+    cfg = json.loads(path.read_text())
+    cfg = cfg.get("text_config", cfg)
+    got = moe_from_config(cfg, path)
+    assert {f: getattr(m, f) for f in STRUCTURE} == {f: getattr(got, f) for f in STRUCTURE}
+
+
+def test_unrepresentable_vendored_configs_are_refused_with_the_reason(repo_root):
+    from steptime.specs.moe import moe_from_config
+
+    root = repo_root / "raw/aiconfigurator/model_configs"
+    for name, what in (("zai-org--GLM-5_config.json", "sparse-indexer attention"),
+                       ("Qwen--Qwen3.5-397B-A17B_config.json", "multimodal")):
+        with pytest.raises(UnsupportedModelError, match=what):
+            moe_from_config(json.loads((root / name).read_text()), root / name)

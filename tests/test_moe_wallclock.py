@@ -29,11 +29,15 @@ def test_mlenergy_layouts_in_steptime_terms(tp, dp, ep, want):
     assert X.mlenergy_layout(tp, dp, ep)[0] == want
 
 
-def test_models_and_dtypes():
+def test_models_and_dtypes(repo_root):
     mm = {"Qwen/Qwen3-30B-A3B-Instruct-2507": "qwen3-30b-a3b"}
     assert X.model_key("deepseek-v3", "deepseek-ai/DeepSeek-R1", mm) == ("deepseek-v3", "specs")
     assert X.model_key("x", "Qwen/Qwen3-30B-A3B-Instruct-2507", mm)[1].startswith("model_map (ASSUMED")
-    assert X.model_key("minimax-m2.5", "MiniMaxAI/MiniMax-M2.5", mm)[0] is None
+    assert X.model_key("minimax-m2.5", "MiniMaxAI/MiniMax-M2.5", mm) == ("minimax-m2.5", "specs")
+    assert X.model_key("glm-5", "zhipuai/GLM-5", mm)[0] is None
+    cfg = {"zhipuai/GLM-5": repo_root / "raw/aiconfigurator/model_configs/zai-org--GLM-5_config.json"}
+    key, why = X.model_key("glm-5", "zhipuai/GLM-5", mm, cfg)
+    assert key is None and "sparse-indexer attention" in why
     assert X.model_key("llama-3.1-8b", "meta-llama/Llama-3.1-8B", mm)[0] is None  # dense: not an MoE row
     dm = {"nvfp4": "fp4", "fp8": "fp8_block"}
     assert X.weight_dtype("nvfp4", "gpt-oss-120b", get_gpu("h100-sxm"), dm)[0] == "mxfp4"
