@@ -133,9 +133,13 @@ REGIMES = ("evicted", "resident")
 KERNEL_FAMILIES = ("trtllm", "cutlass", "marlin", "triton")
 
 
-def kernel_family(kernel_source: str) -> str:
-    """The grouped-GEMM implementation a kernel-source name belongs to (AIConfigurator's vLLM names)."""
-    return next((f for f in KERNEL_FAMILIES if f in str(kernel_source)), "triton")
+def kernel_family(kernel_source: str, gpu=None) -> str:
+    """The grouped-GEMM implementation a kernel-source name belongs to (AIConfigurator's vLLM names). CUTLASS
+    fused-MoE kernels are built per SM generation (FlashInfer's sm90 grouped GEMM is not its sm120 one): with a
+    `gpu`, the CUTLASS family is named with its SM version (cutlass_sm90, cutlass_sm120)."""
+    fam = next((f for f in KERNEL_FAMILIES if f in str(kernel_source)), "triton")
+    sm = getattr(gpu, "sm_version", None)
+    return f"{fam}_sm{sm}" if fam == "cutlass" and sm else fam
 
 
 def power_law_counts(tokens: int, num_experts: int, topk: int, ep: int, alpha: float, *, draws: int = 16,

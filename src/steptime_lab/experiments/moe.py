@@ -63,7 +63,8 @@ def cells(df: pd.DataFrame, distributions=("balanced",)) -> pd.DataFrame:
     cols = ["gpu", "sdtype", "distribution", "hidden_size", "inter_size", "topk", "num_experts", "moe_tp", "moe_ep",
             "num_tokens"]
     d = d.loc[d.groupby(cols, sort=True)["latency_ms"].idxmin()]
-    d["family"] = d["kernel_source"].map(M.kernel_family)
+    fam = {(k, g): M.kernel_family(k, get_gpu(g)) for k, g in set(zip(d["kernel_source"], d["gpu"]))}
+    d["family"] = [fam[kg] for kg in zip(d["kernel_source"], d["gpu"])]
     return d[[*cols, "model", "kernel_source", "family", "latency_ms"]].sort_values(cols).reset_index(drop=True)
 
 
