@@ -96,7 +96,7 @@ def test_moe_config_path_accepted(tmp_path):
     ({"decoder_sparse_step": 2}, "MoE on only every n-th layer"),
     ({"mlp_only_layers": [3]}, "dense layers at arbitrary positions"),
     ({"index_topk": 2048}, "sparse-indexer attention"),
-    ({"architectures": ["MiniMaxM2ForCausalLM"]}, "'MiniMaxM2ForCausalLM': steptime cannot represent"),
+    ({"architectures": ["JambaForCausalLM"]}, "'JambaForCausalLM': steptime cannot represent"),
     ({"num_experts_per_tok": 500}, "between 1 and num_experts"),
 ])
 def test_unrepresentable_moe_refused_naming_what(tmp_path, kw, needle):
@@ -354,3 +354,11 @@ def test_unrepresentable_vendored_configs_are_refused_with_the_reason(repo_root)
                        ("Qwen--Qwen3.5-397B-A17B_config.json", "multimodal")):
         with pytest.raises(UnsupportedModelError, match=what):
             moe_from_config(json.loads((root / name).read_text()), root / name)
+
+
+def test_cutlass_kernel_family_is_per_sm_generation():
+    src = "vllm_modeloptfp8moe_flashinfer_cutlass_flashinferexperts"
+    assert M.kernel_family(src, get_gpu("h100")) == "cutlass_sm90"
+    assert M.kernel_family(src, get_gpu("rtx-pro-6000")) == "cutlass_sm120"
+    assert M.kernel_family(src) == "cutlass"
+    assert M.kernel_family("vllm_fp8moe_triton_tritonexperts", get_gpu("h100")) == "triton"
