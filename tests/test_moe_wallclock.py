@@ -85,3 +85,9 @@ def test_ep_sweep_names_the_limit_and_keeps_misfits():
     assert all("met" not in c and "no measured truth" in c["claim"] for c in doc["claims"])
     assert E.ep_layouts(8) == [(1, 1), (1, 2), (1, 4), (1, 8), (2, 1), (2, 2), (2, 4), (2, 8), (4, 1), (4, 4), (4, 8),
                                (8, 1), (8, 8)]
+
+
+def test_fp8_label_on_a_block_scaled_checkpoint_runs_block_scaled():
+    dm = {"fp8": "fp8"}
+    assert X.weight_dtype("fp8", "minimax-m2.5", get_gpu("h200-sxm"), dm)[0] == "fp8_block"
+    assert X.weight_dtype("fp8", "qwen3-235b-a22b", get_gpu("h200-sxm"), dm)[0] == "fp8"

@@ -53,7 +53,8 @@ def model_key(name: str, source: str, model_map: dict, configs: dict | None = No
 
 def weight_dtype(label: str, model_key_: str, gpu, dtype_map: dict) -> tuple[str | None, str]:
     """steptime's expert dtype for a table's precision label: `dtype_map` (settings); an fp4 label on a
-    model that ships MXFP4 (gpt-oss) runs MXFP4 (bf16 math) off Blackwell and NVFP4 on it (as E3.5)."""
+    model that ships MXFP4 (gpt-oss) runs MXFP4 (bf16 math) off Blackwell and NVFP4 on it (as E3.5); an fp8
+    label on a model that ships block-scaled fp8 (DeepSeek, MiniMax-M2.5) runs its block-scaled checkpoint."""
     from steptime.specs import get_model
 
     lab = str(label).lower()
@@ -62,8 +63,10 @@ def weight_dtype(label: str, model_key_: str, gpu, dtype_map: dict) -> tuple[str
     dt = dtype_map.get(lab)
     if dt is None:
         return None, f"precision {lab} not modelled"
+    native = get_model(model_key_).weights_dtype
+    if dt == "fp8" and native == "fp8_block":
+        dt = "fp8_block"  # the checkpoint is block-scaled fp8 (weight_block_size in its config.json): the engine runs that
     if dt == "fp4":
-        native = get_model(model_key_).weights_dtype
         if native == "mxfp4":
             dt = "nvfp4" if gpu.architecture == "blackwell" else "mxfp4"
         else:
