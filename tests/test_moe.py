@@ -11,7 +11,7 @@ import yaml
 
 from steptime.calibration import Constants
 from steptime.errors import InputError, MemoryFitError, ModelConfigError, UnsupportedError, UnsupportedModelError
-from steptime.specs import get_model, model_keys, moe_model_keys
+from steptime.specs import get_gpu, get_model, model_keys, moe_model_keys
 from steptime.step import predict_step, predict_steps
 from steptime.terms import moe as M
 
@@ -96,7 +96,7 @@ def test_moe_config_path_accepted(tmp_path):
     ({"decoder_sparse_step": 2}, "MoE on only every n-th layer"),
     ({"mlp_only_layers": [3]}, "dense layers at arbitrary positions"),
     ({"index_topk": 2048}, "sparse-indexer attention"),
-    ({"architectures": ["MiniMaxM2ForCausalLM"]}, "'MiniMaxM2ForCausalLM': steptime cannot represent"),
+    ({"architectures": ["JambaForCausalLM"]}, "'JambaForCausalLM': steptime cannot represent"),
     ({"num_experts_per_tok": 500}, "between 1 and num_experts"),
 ])
 def test_unrepresentable_moe_refused_naming_what(tmp_path, kw, needle):
@@ -163,6 +163,38 @@ def test_moe_step_breakdown_sums_and_names_moe_terms():
     d = predict_step("deepseek-v3", "h200", decode=[(16, 1024)], tp=8, dtype="fp8_block")
     assert d.terms_ms["mla_absorb"] > 0 and d.terms_ms["shared_experts"] > 0 and d.terms_ms["dense_mlp"] > 0
     assert d.terms_ms["moe_a2a"] == 0  # no EP
+
+
+def test_mla_step_terms_follow_the_engine_paths():
+    """MLA decode reads the latent KV once (moe_step.mla_decode_time, the serving timer's function too); decode
+    tokens run the absorbed GEMMs, prefill rows (new + context) the kv_b up-projection."""
+    from steptime import moe_step
+
+    m, g = get_model("deepseek-v3"), get_gpu("b200")
+    dec = predict_step(m, g, decode=[(16, 4096)], ep=8, dtype="fp8")
+    lat = moe_step.mla_decode_time(m, g, 1, np.array([16.0]), np.array([16 * 4096.0]), kv_dtype="bf16",
+                                   constants=Constants.default())
+    assert dec.terms_ms["attn_decode"] == pytest.approx(m.num_hidden_layers * lat[0] * 1e3, rel=1e-12)
+    longer = predict_step(m, g, decode=[(16, 8192)], ep=8, dtype="fp8").terms_ms["attn_decode"]
+    assert dec.terms_ms["attn_decode"] < longer < 2.2 * dec.terms_ms["attn_decode"]
+    assert dec.terms_ms["mla_absorb"] > 0 and dec.terms_ms["mla_kv_up"] == 0
+    pre = predict_step(m, g, prefill=[(1, 2048)], ep=8, dtype="fp8")
+    assert pre.terms_ms["mla_kv_up"] > 0 and pre.terms_ms["mla_absorb"] == 0
+    ctx = predict_step(m, g, prefill=[(1, 2048, 8192)], ep=8, dtype="fp8")
+    assert ctx.terms_ms["mla_kv_up"] > 2 * pre.terms_ms["mla_kv_up"]  # the context is up-projected too
+    for r in (dec, pre, ctx):
+        assert sum(r.terms_ms.values()) == pytest.approx(r.total_ms, rel=1e-12)
+
+
+def test_cli_predict_mla_moe_names_its_terms(capsys):
+    from steptime.cli import main
+
+    assert main(["predict", "--model", "deepseek-v3", "--gpu", "b200", "--ep", "8", "--dtype", "fp8",
+                 "--decode", "64x2048", "--prefill", "1x1024@2048", "--json"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    assert sum(d["terms_ms"].values()) == pytest.approx(d["total_ms"], rel=1e-5)
+    for t in ("mla_absorb", "mla_kv_up", "attn_decode", "moe_experts", "moe_a2a", "router", "shared_experts"):
+        assert d["terms_ms"][t] > 0, t
 
 
 def test_sliding_window_layers_cost_less_at_long_context():
@@ -285,3 +317,48 @@ def test_mla_module_terms_grow_with_context_and_heads():
     assert np.all(np.isfinite(t)) and t[0] < t[1] < t[2]
     a = d.assign(gpu="a100-sxm", kv_cache_dtype="fp8")
     assert np.isnan(E.mla_predict(a, "generation")).all()  # no fp8 KV on Ampere: not predicted, not scored
+
+
+# --------------------------------------------------------------------------- specs held to their vendored configs
+STRUCTURE = ("hidden_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads", "head_dim",
+             "intermediate_size", "vocab_size", "max_position_embeddings", "tie_word_embeddings", "num_experts",
+             "num_experts_per_tok", "moe_intermediate_size", "n_shared_experts", "shared_expert_intermediate_size",
+             "first_k_dense_replace", "attention", "q_lora_rank", "kv_lora_rank", "qk_nope_head_dim",
+             "qk_rope_head_dim", "v_head_dim", "sliding_window", "sliding_layers_every")
+
+
+@pytest.mark.parametrize("key", moe_model_keys())
+def test_moe_spec_equals_its_vendored_config(key, repo_root):
+    """Every MoE spec's structure is what steptime's config reader reads from the config.json it cites (vendored
+    byte for byte under raw/aiconfigurator/model_configs/ with a manifest entry); a multimodal config's text model."""
+    import re
+
+    from steptime.specs.moe import moe_from_config
+
+    m = get_model(key)
+    name = re.search(r"model_configs/(\S+_config\.json)", m.config).group(1)
+    path = repo_root / "raw/aiconfigurator/model_configs" / name
+    manifest = yaml.safe_load((repo_root / "raw/MANIFEST.yaml").read_text())
+    assert any(e["path"] == f"raw/aiconfigurator/model_configs/{name}" for e in manifest["files"])
+    cfg = json.loads(path.read_text())
+    cfg = cfg.get("text_config", cfg)
+    got = moe_from_config(cfg, path)
+    assert {f: getattr(m, f) for f in STRUCTURE} == {f: getattr(got, f) for f in STRUCTURE}
+
+
+def test_unrepresentable_vendored_configs_are_refused_with_the_reason(repo_root):
+    from steptime.specs.moe import moe_from_config
+
+    root = repo_root / "raw/aiconfigurator/model_configs"
+    for name, what in (("zai-org--GLM-5_config.json", "sparse-indexer attention"),
+                       ("Qwen--Qwen3.5-397B-A17B_config.json", "multimodal")):
+        with pytest.raises(UnsupportedModelError, match=what):
+            moe_from_config(json.loads((root / name).read_text()), root / name)
+
+
+def test_cutlass_kernel_family_is_per_sm_generation():
+    src = "vllm_modeloptfp8moe_flashinfer_cutlass_flashinferexperts"
+    assert M.kernel_family(src, get_gpu("h100")) == "cutlass_sm90"
+    assert M.kernel_family(src, get_gpu("rtx-pro-6000")) == "cutlass_sm120"
+    assert M.kernel_family(src) == "cutlass"
+    assert M.kernel_family("vllm_fp8moe_triton_tritonexperts", get_gpu("h100")) == "triton"

@@ -29,11 +29,15 @@ def test_mlenergy_layouts_in_steptime_terms(tp, dp, ep, want):
     assert X.mlenergy_layout(tp, dp, ep)[0] == want
 
 
-def test_models_and_dtypes():
+def test_models_and_dtypes(repo_root):
     mm = {"Qwen/Qwen3-30B-A3B-Instruct-2507": "qwen3-30b-a3b"}
     assert X.model_key("deepseek-v3", "deepseek-ai/DeepSeek-R1", mm) == ("deepseek-v3", "specs")
     assert X.model_key("x", "Qwen/Qwen3-30B-A3B-Instruct-2507", mm)[1].startswith("model_map (ASSUMED")
-    assert X.model_key("minimax-m2.5", "MiniMaxAI/MiniMax-M2.5", mm)[0] is None
+    assert X.model_key("minimax-m2.5", "MiniMaxAI/MiniMax-M2.5", mm) == ("minimax-m2.5", "specs")
+    assert X.model_key("glm-5", "zhipuai/GLM-5", mm)[0] is None
+    cfg = {"zhipuai/GLM-5": repo_root / "raw/aiconfigurator/model_configs/zai-org--GLM-5_config.json"}
+    key, why = X.model_key("glm-5", "zhipuai/GLM-5", mm, cfg)
+    assert key is None and "sparse-indexer attention" in why
     assert X.model_key("llama-3.1-8b", "meta-llama/Llama-3.1-8B", mm)[0] is None  # dense: not an MoE row
     dm = {"nvfp4": "fp4", "fp8": "fp8_block"}
     assert X.weight_dtype("nvfp4", "gpt-oss-120b", get_gpu("h100-sxm"), dm)[0] == "mxfp4"
@@ -81,3 +85,9 @@ def test_ep_sweep_names_the_limit_and_keeps_misfits():
     assert all("met" not in c and "no measured truth" in c["claim"] for c in doc["claims"])
     assert E.ep_layouts(8) == [(1, 1), (1, 2), (1, 4), (1, 8), (2, 1), (2, 2), (2, 4), (2, 8), (4, 1), (4, 4), (4, 8),
                                (8, 1), (8, 8)]
+
+
+def test_fp8_label_on_a_block_scaled_checkpoint_runs_block_scaled():
+    dm = {"fp8": "fp8"}
+    assert X.weight_dtype("fp8", "minimax-m2.5", get_gpu("h200-sxm"), dm)[0] == "fp8_block"
+    assert X.weight_dtype("fp8", "qwen3-235b-a22b", get_gpu("h200-sxm"), dm)[0] == "fp8"

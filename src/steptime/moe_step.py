@@ -23,12 +23,13 @@ from steptime.terms import attention, gemm, light, precision
 from steptime.terms import moe as moe_terms
 from steptime.validation import as_int
 
-ATTN_TERMS = ("qkv_proj", "o_proj", "mla_absorb", "attn_prefill", "attn_decode")
+ATTN_TERMS = ("qkv_proj", "o_proj", "mla_absorb", "mla_kv_up", "attn_prefill", "attn_decode")
+MLA_GEMM_TERMS = ("mla_absorb", "mla_kv_up")
 MOE_TERMS = ("dense_mlp", "router", "moe_experts", "moe_permute_combine", "shared_experts", "moe_a2a")
 LIGHT_TERMS = ("rmsnorm", "add", "rope", "act", "kv_write", "emb")
 BLOCK_TERMS = ATTN_TERMS + MOE_TERMS + LIGHT_TERMS + ("lm_head", "allreduce")
 TERMS = BLOCK_TERMS + ("dispatch_floor", "host", "sampling")
-TERM_KIND = {"qkv_proj": "gemm", "o_proj": "gemm", "mla_absorb": "gemm", "attn_prefill": "attention",
+TERM_KIND = {"qkv_proj": "gemm", "o_proj": "gemm", "mla_absorb": "gemm", "mla_kv_up": "gemm", "attn_prefill": "attention",
              "attn_decode": "attention", "dense_mlp": "gemm", "router": "gemm", "moe_experts": "moe",
              "moe_permute_combine": "light", "shared_experts": "gemm", "moe_a2a": "comm",
              **{t: "light" for t in LIGHT_TERMS}, "lm_head": "gemm", "allreduce": "comm",
@@ -81,6 +82,44 @@ def sliding_layers(model) -> int:
     return model.num_hidden_layers // model.sliding_layers_every if model.sliding_layers_every else 0
 
 
+def mla_tokens(step_id, new, kv, n_steps):
+    """Per step: (decode tokens, prefill latent rows up-projected) of an MLA model. Decode tokens run the
+    weight-absorbed GEMMs; a prefill chunk's kv_b up-projection covers its new tokens and its cached context
+    (vLLM's MLA prefill rebuilds the context's per-head K/V from the latent cache)."""
+    dec = new == 1
+    nd = np.bincount(step_id, weights=dec.astype(float), minlength=n_steps)
+    up = np.bincount(step_id, weights=np.where(dec, 0.0, new + kv).astype(float), minlength=n_steps)
+    return nd, up
+
+
+def mla_gemm_times(model, gpu, tp, dec_tokens, up_tokens, *, dtype, constants, f_clk=None) -> dict:
+    """One layer's MLA per-head GEMMs (seconds, arrays): `absorb` for the decode tokens (q_nope x W_UK into the
+    latent space and the latent output x W_UV: one batched GEMM each, sized as a GEMM with the heads' weights
+    side by side, same bytes and FLOPs; bf16, engines dequantise W_UK / W_UV for absorption) and `kv_up` for
+    the prefill rows (kv_b: latent -> per-head K nope and V, in the projections' precision)."""
+    H = model.num_attention_heads // tp
+    nd, up = np.asarray(dec_tokens, dtype=float), np.asarray(up_tokens, dtype=float)
+    b = gemm.gemm_time_shapes(np.maximum(nd, 1.0), {"uk": (H * model.kv_lora_rank, model.qk_nope_head_dim),
+                                                    "uv": (H * model.v_head_dim, model.kv_lora_rank)},
+                              gpu, constants, f_clk=f_clk)
+    shapes_fn = precision.gemm_time_shapes_fp8 if proj_dtype(dtype) == "fp8" else gemm.gemm_time_shapes
+    u = shapes_fn(np.maximum(up, 1.0), {"kv_b": (H * (model.qk_nope_head_dim + model.v_head_dim),
+                                                 model.kv_lora_rank)}, gpu, constants, f_clk=f_clk)["kv_b"]
+    return {"absorb": np.where(nd > 0, b["uk"]["t"] + b["uv"]["t"], 0.0), "absorb_bound": b["uk"]["compute_bound"],
+            "kv_up": np.where(up > 0, u["t"], 0.0), "kv_up_bound": u["compute_bound"]}
+
+
+def mla_decode_time(model, gpu, tp, n_dec, sum_kv, *, kv_dtype, constants, f_clk=None, params=None):
+    """One layer's weight-absorbed MLA decode attention (seconds, arrays over steps) of `n_dec` decode requests
+    over `sum_kv` cached tokens in all: each attends over its cache plus its new token, the latent read once
+    (terms.moe.mla_decode_latent_time; E3.3 scores the same law)."""
+    n = np.asarray(n_dec, dtype=float)
+    a = moe_terms.mla_decode_latent_time(np.asarray(sum_kv, dtype=float) + n, model.num_attention_heads // tp,
+                                         model.kv_lora_rank, model.qk_rope_head_dim, gpu, constants,
+                                         kv_bytes=attention.KV_BYTES[kv_dtype], f_clk=f_clk, params=params)
+    return np.where(n > 0, a["t"], 0.0)
+
+
 def memory_bytes(model, kv_tokens, tp: int = 1, ep: int = 1, *, dtype: str = "bf16", kv_dtype: str = "bf16") -> float:
     """Weights plus KV cache on one GPU, bytes: attention, dense MLPs, shared experts, router and embeddings
     sharded tp ways; routed experts ep ways (ep > 1) or sliced tp ways; MLA's latent KV replicated over TP."""
@@ -124,11 +163,10 @@ def block_terms(model, gpu, step_id, new, kv, T, n_steps, *, tp, ep, dtype, kv_d
         g = shapes_fn(T, shapes, gpu, constants, f_clk=f_clk)
         put("qkv_proj", L * sum(g[s]["t"] for s in shapes if s != "o"), g["q_b"]["compute_bound"])
         put("o_proj", L * g["o"]["t"], g["o"]["compute_bound"])
-        # weight-absorbed MLA: per head, q_nope x W_UK into the latent space and the latent output x W_UV; one
-        # batched GEMM each (one launch), sized as a GEMM with the heads' weights side by side (same bytes, FLOPs)
-        b = gemm.gemm_time_shapes(T, {"uk": (H * model.kv_lora_rank, model.qk_nope_head_dim),
-                                      "uv": (H * model.v_head_dim, model.kv_lora_rank)}, gpu, constants, f_clk=f_clk)
-        put("mla_absorb", L * (b["uk"]["t"] + b["uv"]["t"]), b["uk"]["compute_bound"])
+        nd, up = mla_tokens(step_id, new, kv, n_steps)
+        mg = mla_gemm_times(model, gpu, tp, nd, up, dtype=dtype, constants=constants, f_clk=f_clk)
+        put("mla_absorb", L * mg["absorb"], mg["absorb_bound"])
+        put("mla_kv_up", L * mg["kv_up"], mg["kv_up_bound"])
     else:
         kvh = max(1, model.num_key_value_heads // tp)
         shapes = {"qkv": ((H + 2 * kvh) * model.head_dim, h), "o": (h, H * model.head_dim)}
@@ -136,6 +174,7 @@ def block_terms(model, gpu, step_id, new, kv, T, n_steps, *, tp, ep, dtype, kv_d
         put("qkv_proj", L * g["qkv"]["t"], g["qkv"]["compute_bound"])
         put("o_proj", L * g["o"]["t"], g["o"]["compute_bound"])
         put("mla_absorb", zeros)
+        put("mla_kv_up", zeros)
     a_heads, a_kv_heads, a_dim = attention_geometry(model, tp)
     for name in ("qkv_proj", "o_proj"):
         key = "q_b" if name == "qkv_proj" and model.attention == "mla" else ("o" if name == "o_proj" else "qkv")
@@ -146,6 +185,19 @@ def block_terms(model, gpu, step_id, new, kv, T, n_steps, *, tp, ep, dtype, kv_d
     for name, mask in (("attn_prefill", is_pref), ("attn_decode", ~is_pref)):
         if not mask.any():
             put(name, zeros)
+            continue
+        if model.attention == "mla" and name == "attn_decode":
+            # weight-absorbed: the latent KV read once by every head (mla_decode_time; the serving timer's too)
+            nd = np.bincount(step_id[mask], minlength=n_steps).astype(float)
+
+            def latent(kv_m):
+                skv = np.bincount(step_id[mask], weights=kv_m.astype(float), minlength=n_steps)
+                return mla_decode_time(model, gpu, tp, nd, skv, kv_dtype=kv_dtype, constants=constants, f_clk=f_clk)
+
+            t = (L - n_slide) * latent(kv[mask])
+            if n_slide:
+                t = t + n_slide * latent(np.minimum(kv[mask], model.sliding_window))
+            put(name, t)
             continue
         heads, kv_heads, dim = a_heads, a_kv_heads, a_dim
         if model.attention == "mla" and name == "attn_prefill":

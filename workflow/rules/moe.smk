@@ -34,6 +34,7 @@ rule E3_2:
     input:
         registered=registered_raw("E3.2"),
         data=tidy("moe_a2a"),
+        trtllm=tidy("moe_a2a_trtllm"),
         code=code_of("E3_2_moe_a2a"),
     output:
         result="results/E3_2.json",

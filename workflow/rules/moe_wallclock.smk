@@ -10,6 +10,7 @@ rule E3_4:
         silicon=tidy("aic_silicon"),
         mlenergy_v3=tidy("mlenergy_v3"),
         requests=tidy("servingsim_requests"),
+        model_configs="raw/aiconfigurator/model_configs",
         constants=rules.R2_3.output.constants,
         moe=rules.settle_moe_constants.output.constants,
         settled=SETTLED_ALL,  # this run's settled constants (the predictions read them, not src/)

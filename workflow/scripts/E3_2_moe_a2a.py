@@ -1,4 +1,4 @@
-"""E3.2: DeepEP expert-parallel all-to-all held out by GPU on AIConfigurator's vLLM moe_a2a tables."""
+"""E3.2: DeepEP expert-parallel all-to-all held out by GPU on AIConfigurator's vLLM and TensorRT-LLM moe_a2a tables."""
 import logging
 from os.path import splitext
 
@@ -10,7 +10,7 @@ from steptime.io import atomic_path
 from steptime_lab.results import rule_provenance, write_result
 
 logging.basicConfig(filename=snakemake.log[0], level=logging.INFO, format="%(message)s", filemode="w")
-r = E.run_a2a(pd.read_parquet(snakemake.input.data))
+r = E.run_a2a_engines(pd.read_parquet(snakemake.input.data), pd.read_parquet(snakemake.input.trtllm))
 doc = E.document_a2a(r, target_pct=float(snakemake.params.target_pct))
 logging.info("E3.2: %d cells scored; %d of %d groups met", doc["metrics"]["cells_scored"], doc["metrics"]["met"],
              doc["metrics"]["groups"])

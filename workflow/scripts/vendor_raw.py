@@ -41,6 +41,16 @@ ENGINE_GEMM_MEASURES = {
               "bf16 output)",
 }
 KV_DTYPES = ("bfloat16", "fp8")
+# the Hugging Face config.json copies in the wheel's model_configs/ that src/steptime/specs/moe_models.yaml
+# reads its mixture-of-experts shapes from (issue 20), and those whose structure steptime refuses (the reason
+# is read from them): vendored byte for byte so a test holds every spec to its config
+MODEL_CONFIGS = (
+    "deepseek-ai--DeepSeek-V3_config.json", "deepseek-ai--DeepSeek-R1_config.json",
+    "nvidia--DeepSeek-V3.1-NVFP4_config.json", "moonshotai--Kimi-K2-Instruct_config.json",
+    "moonshotai--Kimi-K2.5_config.json", "Qwen--Qwen3-30B-A3B_config.json", "Qwen--Qwen3-235B-A22B_config.json",
+    "openai--gpt-oss-20b_config.json", "openai--gpt-oss-120b_config.json", "mistralai--Mixtral-8x7B-v0.1_config.json",
+    "MiniMaxAI--MiniMax-M2.5_config.json", "zai-org--GLM-5_config.json", "Qwen--Qwen3.5-397B-A17B_config.json",
+)
 
 VIDUR_COMMIT = "7d47513363ec447a741ac5e47241580b47724fbf"
 VIDUR_CPU_COMMIT = "6d98aa8f71696520acc603d87439e77cc78160a7"
@@ -186,6 +196,16 @@ def vendor_aic(aic: Path, out_root: Path, repo_root: Path, apache: tuple[Path, s
                     "measures": "which (framework, version) each system's data is queried at; names the "
                                 "vLLM versions vendored here", "units": None, "gpu": None, "framework": None})
 
+    for name in MODEL_CONFIGS:
+        dst = f"raw/aiconfigurator/model_configs/{name}"
+        copy(aic / "model_configs" / name, repo_root / dst)
+        entries.append({"path": dst, "table": "aic_model_config", **base,
+                        "original_path": f"aiconfigurator_core/model_configs/{name}",
+                        "measures": "a Hugging Face model's config.json as copied in the wheel (the model's structure: "
+                                    "layers, widths, heads, experts, attention kind); not a measurement",
+                        "units": None, "gpu": None, "framework": None,
+                        "model_source": name.removesuffix("_config.json").replace("--", "/", 1)})
+
     for g in AIC_GPUS:
         key = canonical_gpu(g)
         def current(fw: str) -> str:
@@ -287,6 +307,22 @@ def vendor_aic(aic: Path, out_root: Path, repo_root: Path, apache: tuple[Path, s
              {"latency": "us", "transmit_us": "us", "notify_us": "us", "num_tokens": "tokens per GPU",
               "hidden_size": "features", "sms": "SMs given to the communication kernel (0 = backend default)"}),
         ]
+        # TensorRT-LLM's expert-parallel all-to-all (issue 20, E3.2): DeepEP inside TensorRT-LLM and its own
+        # NVLink all-to-all kernels (one-sided / two-sided), at the version query_versions.yaml names or older
+        specs += [("comm", "trtllm", "moe_a2a_perf.parquet", "aic_moe_a2a_trtllm", None, None, "moe_a2a_perf.parquet",
+                   "expert-parallel all-to-all (dispatch or combine phase) in TensorRT-LLM through DeepEP "
+                   "(comm_backend trtllm_deepep_ht high-throughput / trtllm_deepep_ll low-latency) of num_tokens "
+                   "tokens per GPU, hidden_size features each in comm_dtype, topk destinations among num_experts "
+                   "experts over ep_size GPUs of node_num nodes; latency per call",
+                   {"latency": "us", "transmit_us": "us", "notify_us": "us", "num_tokens": "tokens per GPU",
+                    "hidden_size": "features", "sms": "SMs given to the communication kernel (0 = backend default)"}),
+                  ("comm", "trtllm", "trtllm_alltoall_perf.parquet", "aic_trtllm_alltoall", None, None,
+                   "trtllm_alltoall_perf.parquet",
+                   "TensorRT-LLM's NVLink all-to-all for expert parallelism (kernel_source NVLinkOneSided / "
+                   "NVLinkTwoSided; op_name alltoall_prepare, alltoall_dispatch, alltoall_combine, "
+                   "alltoall_combine_low_precision) of num_tokens tokens per GPU in moe_dtype over moe_ep_size "
+                   "GPUs; latency per call",
+                   {"latency": "ms", "num_tokens": "tokens per GPU", "hidden_size": "features"})]
         specs += [("gemm", fw, "gemm_perf.parquet", "aic_gemm_engine", "gemm_dtype", ("bfloat16", "fp8"),
                    "gemm_perf.bf16_fp8.parquet",
                    ENGINE_GEMM_MEASURES[fw] + ": C[m,n] = A[m,k] @ W[k,n], latency per call, as AIConfigurator "

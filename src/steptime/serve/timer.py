@@ -34,7 +34,7 @@ from steptime.specs import get_gpu, get_model
 from steptime.specs.engines import check_precision, get_engine
 from steptime.specs.moe import is_moe
 from steptime.step import ATTN_TERMS, BLOCK_TERMS, check_tp, memory_bytes, predict_steps
-from steptime.terms import attention
+from steptime.terms import attention, gemm
 from steptime.validation import as_int, check_choice, check_f_clk
 
 TOKEN_TERMS = tuple(t for t in BLOCK_TERMS if t not in ATTN_TERMS + ("lm_head",))
@@ -47,7 +47,7 @@ def _token_terms(model) -> tuple:
         return TOKEN_TERMS
     from steptime import moe_step
 
-    return tuple(t for t in moe_step.BLOCK_TERMS if t not in ATTN_TERMS + ("lm_head",))
+    return tuple(t for t in moe_step.BLOCK_TERMS if t not in ATTN_TERMS + moe_step.MLA_GEMM_TERMS + ("lm_head",))
 
 
 def _checked(model, gpu, tp, f_clk, kv_dtype, engine, dtype, constants, ep=1):
@@ -89,6 +89,11 @@ class StepTimer:
         self.dtype = dtype
         m = self.model
         self.moe = is_moe(m)
+        # MLA (steptime.moe_step): decode attention over the latent KV read once, and the per-head GEMMs that
+        # depend on the step's split (absorbed for decode tokens, kv_b over each prefill's tokens and context)
+        self.mla = self.moe and m.attention == "mla"
+        self._gp = gemm.resolve(self.gpu, self.constants) if self.mla else None
+        self._Mab, self._Mup = [0.0], [0.0]
         self._kw = dict(tp=self.tp, f_clk=f_clk, constants=self.constants, kv_dtype=kv_dtype, engine=self.engine,
                         dtype=dtype)
         if self.moe:  # the experts' layout and constants; a DP rank's step (steptime.moe_step)
@@ -109,6 +114,8 @@ class StepTimer:
         self.L_full = self.L - self.n_slide
         self.needs_kvs = bool(self.n_slide)  # decode_steps needs each request's KV, not only their sum
         self.fc = attention.attention_constants(self.gpu, self.constants)
+        if self.mla:
+            self._grow_mla(16, 16)
         # decode attention: per-request bytes = b0 + b1 * kv, work units = u0 (linear in kv)
         r = self._req_terms(np.ones(2), np.array([0.0, 1.0]))
         self._b0 = float(r["bytes"][0])
@@ -175,6 +182,29 @@ class StepTimer:
             self.Ad = np.concatenate([[0.0], sum(r["terms_ms"][t] for t in self._token_terms) * 1e-3])
             self._Adl = self.Ad.tolist()
 
+    def _grow_mla(self, n_dec: int, up: int) -> None:
+        """Tables of the MLA per-head GEMMs over all layers (seconds): absorbed by decode tokens, kv_b by prefill
+        rows (steptime.moe_step.mla_gemm_times, the function predict_steps sums)."""
+        from steptime import moe_step
+
+        for attr, key, size in (("_Mab", "absorb", n_dec), ("_Mup", "kv_up", up)):
+            have = len(getattr(self, attr))
+            if size < have:
+                continue
+            x = np.arange(max(size + 1, 2 * have))
+            g = moe_step.mla_gemm_times(self.model, self.gpu, self.tp, x if key == "absorb" else 0 * x,
+                                        x if key == "kv_up" else 0 * x, dtype=self.dtype, constants=self.constants,
+                                        f_clk=self.f_clk)
+            setattr(self, attr, (self.L * g[key]).tolist())
+
+    def _mla1(self, n_dec: int, up: int) -> float:
+        """MLA per-head GEMMs of one step (seconds, all layers): 0 for a GQA model."""
+        if not self.mla:
+            return 0.0
+        if n_dec >= len(self._Mab) or up >= len(self._Mup):
+            self._grow_mla(n_dec, up)
+        return self._Mab[n_dec] + self._Mup[up]
+
     def _A_decode(self):
         """Token terms of a decode-only step of T = N tokens (a list, the hot path's)."""
         return self._Adl if self.moe else self._Al
@@ -216,6 +246,8 @@ class StepTimer:
         attention.combine for a decode-only group (no compute branch, no SM-fill factor, cold
         L2), written out so a scalar costs microseconds; `check` holds it to combine's value.
         """
+        if self.mla:
+            return self._mla_decode(n_dec, sum_kv)
         n = np.asarray(n_dec, dtype=float)
         nb = n * self._b0 + self._b1 * np.asarray(sum_kv, dtype=float)
         fc = self.fc
@@ -226,11 +258,24 @@ class StepTimer:
 
     def decode_attention1(self, n: int, sum_kv: float) -> float:
         """`decode_attention` of one step in Python floats (n > 0)."""
+        if self.mla:
+            return float(self._mla_decode(n, sum_kv)[()])
         t_units = n * self._dunit
         t_mem = (n * self._b0 + self._b1 * sum_kv) * self._dmem
         return self._dfloor + (t_units ** self._dp + t_mem ** self._dp) ** self._dinvp
 
+    def _mla_decode(self, n_dec, sum_kv, params="resolved"):
+        """MLA decode attention of one layer (seconds): steptime.moe_step.mla_decode_time, the GEMM constants
+        resolved once."""
+        from steptime import moe_step
+
+        return moe_step.mla_decode_time(self.model, self.gpu, self.tp, n_dec, sum_kv, kv_dtype=self.kv_dtype,
+                                        constants=self.constants, f_clk=self.f_clk,
+                                        params=self._gp if params == "resolved" else None)
+
     def _decode_attention_ref(self, n_dec, sum_kv):
+        if self.mla:
+            return self._mla_decode(n_dec, sum_kv, params=None)
         n = np.atleast_1d(np.asarray(n_dec, dtype=float))
         nb = n * self._b0 + self._b1 * np.asarray(sum_kv, dtype=float)
         return attention.combine(np.zeros_like(nb), nb, n * self._u0, n, self.gpu, self.fc, tiles=np.zeros_like(nb),
@@ -288,13 +333,14 @@ class StepTimer:
             return self._step_windowed(np.asarray(new), np.asarray(kv))
         dec_kv = [k for s, k in zip(new, kv) if s == 1]
         att = 0.0
+        mla = self._mla1(len(dec_kv), int(sum(s + k for s, k in zip(new, kv) if s > 1))) if self.mla else 0.0
         if dec_kv:
             att += float(self.decode_attention(len(dec_kv), sum(dec_kv))[()])
         if len(dec_kv) < N:
             pn = [s for s in new if s > 1]
             pk = [k for s, k in zip(new, kv) if s > 1]
             att += self.prefill_attention(pn, pk)
-        blocks = (self.Ad if self.moe and len(dec_kv) == N else self.A)[T] + self.B[N] + self.L * att
+        blocks = (self.Ad if self.moe and len(dec_kv) == N else self.A)[T] + self.B[N] + self.L * att + mla
         return float(self._total(blocks, self.Dd[N] if len(dec_kv) == N else self.Dp[T], N))
 
     def _step_windowed(self, new, kv) -> float:
@@ -314,6 +360,8 @@ class StepTimer:
             full += self.prefill_attention(pn, pk.tolist())
             win += self.prefill_attention(pn, np.minimum(pk, self.window).tolist())
         att = self.L_full * full + self.n_slide * win
+        if self.mla:
+            att += self._mla1(nd, int((new[~dec] + kv[~dec]).sum()))
         if nd == N:
             return self._total1(self._A_decode()[T] + self._Bl[N] + att, self._Ddl[N], N)
         return self._total1(self._Al[T] + self._Bl[N] + att, self._Dpl[T], N)
@@ -328,7 +376,8 @@ class StepTimer:
             self._ensure(T, N)
         if T == N:  # every request decodes one token
             att = self.decode_attention1(N, float(kv.sum()))
-            return self._total1(self._A_decode()[T] + self._Bl[N] + self.L * att, self._Ddl[N], N)
+            mla = self._mla1(N, 0) if self.mla else 0.0
+            return self._total1(self._A_decode()[T] + self._Bl[N] + self.L * att + mla, self._Ddl[N], N)
         dec = new == 1
         nd = int(dec.sum())
         att = 0.0
@@ -336,7 +385,8 @@ class StepTimer:
             att += self.decode_attention1(nd, float(kv[dec].sum()))
         pre = ~dec
         att += self.prefill_attention(new[pre].tolist(), kv[pre].tolist())
-        return self._total1(self._Al[T] + self._Bl[N] + self.L * att, self._Dpl[T], N)
+        mla = self._mla1(nd, int((new[pre] + kv[pre]).sum())) if self.mla else 0.0
+        return self._total1(self._Al[T] + self._Bl[N] + self.L * att + mla, self._Dpl[T], N)
 
     def decode_steps(self, n: int, sum_kv0: float, k: int, kvs=None) -> np.ndarray:
         """k consecutive pure-decode steps of the same n requests, KV sum growing by n a step (`kvs`, each
@@ -350,7 +400,11 @@ class StepTimer:
             win = np.minimum(np.asarray(kvs, dtype=float)[None, :] + j[:, None], self.window).sum(axis=1)
             nn = np.full(k, float(n))
             att = self.L_full * self.decode_attention(nn, sum_kv0 + n * j) + self.n_slide * self.decode_attention(nn, win)
-            return self._total(att + self._A_decode()[n] + self._Bl[n], self._Ddl[n], n)
+            return self._total(att + self._A_decode()[n] + self._Bl[n] + self._mla1(n, 0), self._Ddl[n], n)
+        if self.mla:  # the latent read follows the GEMM law (not linear in the KV sum): evaluated per step
+            j = np.arange(k, dtype=float)
+            att = self.L * self.decode_attention(np.full(k, float(n)), sum_kv0 + n * j)
+            return self._total(att + self._A_decode()[n] + self._Bl[n] + self._mla1(n, 0), self._Ddl[n], n)
         if k > len(self._ar):
             self._ar = np.arange(max(k, 2 * len(self._ar)), dtype=float)
         p = self._dp

@@ -18,10 +18,10 @@ from steptime.specs.model import Model, _cfg_bool, _cfg_int
 
 MOE_MODEL_FILE = Path(__file__).with_name("moe_models.yaml")
 ATTENTION_KINDS = ("gqa", "mla")
-WEIGHT_DTYPES = ("bf16", "fp8", "fp8_block", "mxfp4", "nvfp4")
+WEIGHT_DTYPES = ("bf16", "fp8", "fp8_block", "mxfp4", "nvfp4", "int4")  # int4: as published, not a timed dtype
 # architectures whose blocks are attention + (dense MLP | routed MoE with optional shared experts)
 SUPPORTED_ARCHS = ("DeepseekV3ForCausalLM", "Qwen3MoeForCausalLM", "Qwen2MoeForCausalLM", "MixtralForCausalLM",
-                   "GptOssForCausalLM")
+                   "GptOssForCausalLM", "MiniMaxM2ForCausalLM")
 
 
 def _model_cls():

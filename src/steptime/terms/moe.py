@@ -133,9 +133,13 @@ REGIMES = ("evicted", "resident")
 KERNEL_FAMILIES = ("trtllm", "cutlass", "marlin", "triton")
 
 
-def kernel_family(kernel_source: str) -> str:
-    """The grouped-GEMM implementation a kernel-source name belongs to (AIConfigurator's vLLM names)."""
-    return next((f for f in KERNEL_FAMILIES if f in str(kernel_source)), "triton")
+def kernel_family(kernel_source: str, gpu=None) -> str:
+    """The grouped-GEMM implementation a kernel-source name belongs to (AIConfigurator's vLLM names). CUTLASS
+    fused-MoE kernels are built per SM generation (FlashInfer's sm90 grouped GEMM is not its sm120 one): with a
+    `gpu`, the CUTLASS family is named with its SM version (cutlass_sm90, cutlass_sm120)."""
+    fam = next((f for f in KERNEL_FAMILIES if f in str(kernel_source)), "triton")
+    sm = getattr(gpu, "sm_version", None)
+    return f"{fam}_sm{sm}" if fam == "cutlass" and sm else fam
 
 
 def power_law_counts(tokens: int, num_experts: int, topk: int, ep: int, alpha: float, *, draws: int = 16,
@@ -287,20 +291,29 @@ def mla_decode_bytes(kv_len, kv_lora_rank, rope_dim, kv_bytes: float = 2.0):
     return np.asarray(kv_len, dtype=float) * (kv_lora_rank + rope_dim) * kv_bytes
 
 
-def mla_decode_attention_time(batch, kv_len, heads, kv_lora_rank, rope_dim, gpu, constants=None, *,
-                              kv_bytes: float = 2.0) -> dict:
-    """Weight-absorbed MLA decode attention (FlashMLA-style, seconds): every head of a request attends over the
-    same latent KV (kv_lora + rope per cached token), read ONCE, as one GEMM whose 'weight' is the latent cache:
-    M = heads, N = batch x kv_len, K = kv_lora + rope (the scores), at steptime's GEMM law (the achieved
-    bandwidth of its working set, the compute efficiency of its launch geometry); the value product over the
-    same latent adds kv_lora / (kv_lora + rope) of the compute and no bytes."""
+def mla_decode_latent_time(latent_tokens, heads, kv_lora_rank, rope_dim, gpu, constants=None, *,
+                           kv_bytes: float = 2.0, f_clk=None, params=None) -> dict:
+    """Weight-absorbed MLA decode attention over `latent_tokens` cached latent rows in all (the sum over the
+    batch's requests of the KV each attends over), seconds: every head attends over its request's latent KV
+    (kv_lora + rope per token), read ONCE, as one GEMM whose 'weight' is the latent cache: M = heads,
+    N = latent tokens, K = kv_lora + rope (the scores), at steptime's GEMM law (the achieved bandwidth of its
+    working set, the compute efficiency of its launch geometry); the value product over the same latent adds
+    kv_lora / (kv_lora + rope) of the compute and no bytes. `params`: gemm.resolve's, resolved once by a caller
+    that times many steps."""
     from steptime.terms import gemm
 
-    b, kv, H = (np.asarray(x, dtype=float) for x in (batch, kv_len, heads))
+    n, H = np.broadcast_arrays(np.asarray(latent_tokens, dtype=float), np.asarray(heads, dtype=float))
     lat = float(kv_lora_rank + rope_dim)
-    g = gemm.gemm_time(H, b * kv, np.full(np.broadcast(b, kv, H).shape, lat), gpu, constants)
+    g = gemm.gemm_time(H, np.maximum(n, 1.0), np.full(n.shape, lat), gpu, constants, f_clk=f_clk, params=params)
     t_c = g["t_compute"] * (lat + kv_lora_rank) / lat
     t_m = g["t_memory"] * kv_bytes / 2.0
-    t = np.maximum(t_c, t_m) + g["t_floor"]
+    t = np.where(n > 0, np.maximum(t_c, t_m) + g["t_floor"], 0.0)
     return {"t": t, "t_compute": t_c, "t_memory": t_m, "compute_bound": t_c >= t_m,
-            "bytes": mla_decode_bytes(kv * b, kv_lora_rank, rope_dim, kv_bytes)}
+            "bytes": mla_decode_bytes(n, kv_lora_rank, rope_dim, kv_bytes)}
+
+
+def mla_decode_attention_time(batch, kv_len, heads, kv_lora_rank, rope_dim, gpu, constants=None, *,
+                              kv_bytes: float = 2.0) -> dict:
+    """`mla_decode_latent_time` of `batch` requests of `kv_len` cached tokens each (an operator table's cells)."""
+    b, kv = (np.asarray(x, dtype=float) for x in (batch, kv_len))
+    return mla_decode_latent_time(b * kv, heads, kv_lora_rank, rope_dim, gpu, constants, kv_bytes=kv_bytes)

@@ -36,6 +36,7 @@ _EXPORTS = {
     "load_aic_mla": "steptime_lab.data.moe",
     "load_aic_mla_bmm": "steptime_lab.data.moe",
     "load_aic_moe_a2a": "steptime_lab.data.moe",
+    "load_aic_trtllm_alltoall": "steptime_lab.data.moe",
     "tidy_table": "steptime_lab.data.tables",
     "write_parquet": "steptime_lab.data.tables",
     "TIDY": "steptime_lab.data.tables",

@@ -6,7 +6,9 @@ Four families (issue 20), each checked for schema, units and value ranges before
   shape, top-k, expert count, moe_tp/moe_ep, dtype and routing distribution;
 - `aic_mla_context` / `aic_mla_generation`: DeepSeek-V3's MLA attention module, prefill and decode;
 - `aic_mla_bmm`: the two batched GEMMs of weight-absorbed MLA decode;
-- `aic_moe_a2a`: DeepEP's expert-parallel all-to-all (dispatch / combine), per backend.
+- `aic_moe_a2a` (vLLM) and `aic_moe_a2a_trtllm` (TensorRT-LLM): DeepEP's expert-parallel all-to-all
+  (dispatch / combine), per backend and payload dtype;
+- `aic_trtllm_alltoall`: TensorRT-LLM's own NVLink all-to-all kernels (prepare / dispatch / combine).
 
 Latencies come back as `latency_ms` per call; exact duplicate configurations are collapsed by
 the median and counted in `n_dup`. GPUs are steptime keys.
@@ -20,7 +22,7 @@ import pandera.pandas as pa
 
 from steptime_lab.data.checks import aggregate_duplicates, fail_rows, read_parquet, run_schema, time_factor
 from steptime_lab.data.manifest import Entry, load_manifest
-from steptime_lab.data.moe_schemas import MOE_DTYPES, RAW_TABLES, TIDY_TABLES, raw_columns, tidy_columns  # noqa: F401
+from steptime_lab.data.moe_schemas import A2A_PAYLOAD_BYTES, MOE_DTYPES, RAW_TABLES, TIDY_TABLES, raw_columns, tidy_columns  # noqa: F401
 
 # unit sanity bound: no fused MoE call runs faster than this many times the datasheet peak of its math
 MAX_PEAK_FRACTION = 1.25
@@ -57,6 +59,14 @@ def _schema(kind: str, name: str) -> pa.DataFrameSchema:
     return pa.DataFrameSchema(cols, strict=False, coerce=False, name=name)
 
 
+def _read(entry: Entry):
+    """Every reader's preamble: the file read and held to its table's raw schema, the GPU spec of the entry, and
+    the latency column in ms (the manifest's stated unit). Returns (raw frame, GPU spec, latency ms)."""
+    raw = read_parquet(entry.checked_path)
+    run_schema(raw, _schema("raw", entry.table), entry.rel)
+    return raw, _spec(entry), raw["latency"].to_numpy("float64") * time_factor(entry, "latency")
+
+
 # --------------------------------------------------------------------------- fused MoE
 MOE_KEYS = ["gpu", "kernel_source", "dtype", "distribution", "hidden_size", "inter_size", "topk", "num_experts",
             "moe_tp", "moe_ep", "num_tokens"]
@@ -77,15 +87,12 @@ def moe_work(num_tokens, hidden, inter, topk, num_experts, tp, ep, dtype) -> tup
 
 
 def read_moe_file(entry: Entry) -> pd.DataFrame:
-    raw = read_parquet(entry.checked_path)
-    run_schema(raw, _schema("raw", "aic_moe"), entry.rel)
-    g = _spec(entry)
+    raw, g, lat = _read(entry)
     fail_rows(raw, raw["topk"] > raw["num_experts"], entry.rel, "topk", "more experts per token than experts")
     fail_rows(raw, raw["num_experts"] % raw["moe_ep_size"] != 0, entry.rel, "moe_ep_size",
               "does not divide num_experts")
     fail_rows(raw, raw["inter_size"] % raw["moe_tp_size"] != 0, entry.rel, "moe_tp_size",
               "does not divide inter_size")
-    lat = raw["latency"].to_numpy("float64") * time_factor(entry, "latency")
     df = pd.DataFrame({"gpu": g.key, "kernel_source": raw["kernel_source"].astype(str),
                        "dtype": raw["moe_dtype"].astype(str), "distribution": raw["distribution"].astype(str),
                        "hidden_size": raw["hidden_size"], "inter_size": raw["inter_size"], "topk": raw["topk"],
@@ -118,13 +125,10 @@ MLA_KEYS = ["gpu", "kernel_source", "kv_cache_dtype", "gemm_type", "num_heads", 
 
 
 def read_mla_file(entry: Entry) -> pd.DataFrame:
-    raw = read_parquet(entry.checked_path)
-    run_schema(raw, _schema("raw", entry.table), entry.rel)
-    g = _spec(entry)
+    raw, g, lat = _read(entry)
     fail_rows(raw, raw["model"] != "deepseek-ai/DeepSeek-V3", entry.rel, "model",
               "only DeepSeek-V3's MLA shapes are understood by this loader")
     fail_rows(raw, raw["tp_size"] != 1, entry.rel, "tp_size", "expected 1 (heads are given per GPU)")
-    lat = raw["latency"].to_numpy("float64") * time_factor(entry, "latency")
     df = pd.DataFrame({"gpu": g.key, "kernel_source": raw["kernel_source"].astype(str),
                        "kv_cache_dtype": raw["kv_cache_dtype"].astype(str), "gemm_type": raw["gemm_type"].astype(str),
                        "num_heads": raw["num_heads"], "batch_size": raw["batch_size"], "isl": raw["isl"],
@@ -146,10 +150,7 @@ def load_aic_mla(kind: str = "generation", gpu=None, *, root=None) -> pd.DataFra
 
 
 def read_mla_bmm_file(entry: Entry) -> pd.DataFrame:
-    raw = read_parquet(entry.checked_path)
-    run_schema(raw, _schema("raw", "aic_mla_bmm"), entry.rel)
-    g = _spec(entry)
-    lat = raw["latency"].to_numpy("float64") * time_factor(entry, "latency")
+    raw, g, lat = _read(entry)
     df = pd.DataFrame({"gpu": g.key, "kernel_source": raw["kernel_source"].astype(str),
                        "op": raw["op_name"].astype(str), "dtype": raw["bmm_dtype"].astype(str),
                        "num_heads": raw["num_heads"], "num_tokens": raw["num_tokens"], "latency_ms": lat})
@@ -165,27 +166,28 @@ def load_aic_mla_bmm(gpu=None, *, root=None) -> pd.DataFrame:
 
 
 # --------------------------------------------------------------------------- all-to-all
-A2A_KEYS = ["gpu", "kernel_source", "backend", "phase", "ep_size", "node_num", "sms", "hidden_size", "topk",
+A2A_KEYS = ["gpu", "kernel_source", "backend", "phase", "comm_dtype", "ep_size", "node_num", "sms", "hidden_size", "topk",
             "num_experts", "num_tokens"]
 
 
 def read_a2a_file(entry: Entry) -> pd.DataFrame:
-    raw = read_parquet(entry.checked_path)
-    run_schema(raw, _schema("raw", "aic_moe_a2a"), entry.rel)
-    g = _spec(entry)
-    fail_rows(raw, raw["comm_dtype"] != "default", entry.rel, "comm_dtype",
-              "only the backend's default (bf16 payload) rows are understood")
-    lat = raw["latency"].to_numpy("float64") * time_factor(entry, "latency")
+    """DeepEP all-to-all rows of vLLM (`aic_moe_a2a`, the backend's default bf16 payload) or TensorRT-LLM
+    (`aic_moe_a2a_trtllm`, bf16 / fp8 / NVFP4 payloads; its backends' `trtllm_` prefix dropped)."""
+    raw, g, lat = _read(entry)
+    if entry.table == "aic_moe_a2a":
+        fail_rows(raw, raw["comm_dtype"] != "default", entry.rel, "comm_dtype",
+                  "only the backend's default (bf16 payload) rows are understood")
     df = pd.DataFrame({"gpu": g.key, "kernel_source": raw["kernel_source"].astype(str),
-                       "backend": raw["comm_backend"].astype(str), "phase": raw["phase"].astype(str),
+                       "backend": raw["comm_backend"].astype(str).str.removeprefix("trtllm_"),
+                       "phase": raw["phase"].astype(str), "comm_dtype": raw["comm_dtype"].astype(str),
                        "ep_size": raw["ep_size"], "node_num": raw["node_num"], "sms": raw["sms"],
                        "hidden_size": raw["hidden_size"], "topk": raw["topk"], "num_experts": raw["num_experts"],
                        "num_tokens": raw["num_tokens"], "latency_ms": lat})
     df = aggregate_duplicates(df, A2A_KEYS, {"latency_ms": "median"})
-    # bytes a GPU sends: each token's bf16 hidden vector to the GPUs of its top-k experts that are not its own
-    # (uniform routing: a fraction (ep-1)/ep of the T*k copies leave the GPU)
+    # bytes a GPU sends: each token's hidden vector to the GPUs of its top-k experts that are not its own
+    # (uniform routing: a fraction (ep-1)/ep of the T*k copies leave the GPU), at the payload's bytes per element
     T, h, k, ep = (df[c].to_numpy("float64") for c in ("num_tokens", "hidden_size", "topk", "ep_size"))
-    df["message_bytes"] = T * k * h * 2.0 * (ep - 1) / ep
+    df["message_bytes"] = T * k * h * df["comm_dtype"].map(A2A_PAYLOAD_BYTES).to_numpy("float64") * (ep - 1) / ep
     bw = g.mem_bw  # no a2a moves bytes faster than the GPU's own memory can supply them
     fail_rows(df, df["message_bytes"] / (df["latency_ms"] * 1e-3) > 1.25 * bw, entry.rel, "latency",
               "all-to-all implies more bytes per second than HBM bandwidth; wrong units?",
@@ -195,9 +197,39 @@ def read_a2a_file(entry: Entry) -> pd.DataFrame:
     return df
 
 
-def load_aic_moe_a2a(gpu=None, *, root=None) -> pd.DataFrame:
-    """Expert-parallel all-to-all latencies: gpu, kernel_source, backend (deepep_ht | deepep_ll | ...), phase
-    (dispatch | combine), ep_size, node_num, sms, hidden_size, topk, num_experts, num_tokens (per GPU),
-    latency_ms, n_dup, message_bytes (bf16 bytes a GPU sends under uniform routing)."""
-    ents = load_manifest(root).entries("aic_moe_a2a", _gpu_filter(gpu))
-    return _concat([read_a2a_file(e) for e in ents], "aic_moe_a2a", gpu)
+def load_aic_moe_a2a(gpu=None, *, root=None, framework: str = "vllm") -> pd.DataFrame:
+    """Expert-parallel all-to-all latencies (DeepEP through `framework`: vllm or trtllm): gpu, kernel_source,
+    backend (deepep_ht | deepep_ll | ...), phase (dispatch | combine), comm_dtype, ep_size, node_num, sms,
+    hidden_size, topk, num_experts, num_tokens (per GPU), latency_ms, n_dup, message_bytes (payload bytes a GPU
+    sends under uniform routing)."""
+    table = {"vllm": "aic_moe_a2a", "trtllm": "aic_moe_a2a_trtllm"}.get(framework)
+    if table is None:
+        raise ValueError(f"framework must be 'vllm' or 'trtllm', not {framework!r}")
+    ents = load_manifest(root).entries(table, _gpu_filter(gpu))
+    return _concat([read_a2a_file(e) for e in ents], table, gpu)
+
+
+NVLINK_A2A_KEYS = ["gpu", "kernel_source", "op", "dtype", "ep_size", "hidden_size", "topk", "num_experts",
+                   "num_tokens"]
+
+
+def read_nvlink_a2a_file(entry: Entry) -> pd.DataFrame:
+    """TensorRT-LLM's NVLink all-to-all (one-sided / two-sided kernels), one row per (op, dtype, ep, tokens)."""
+    raw, g, lat = _read(entry)
+    fail_rows(raw, raw["distribution"] != "balanced", entry.rel, "distribution", "only balanced routing is understood")
+    df = pd.DataFrame({"gpu": g.key, "kernel_source": raw["kernel_source"].astype(str),
+                       "op": raw["op_name"].astype(str).str.removeprefix("alltoall_"),
+                       "dtype": raw["moe_dtype"].astype(str), "ep_size": raw["moe_ep_size"],
+                       "hidden_size": raw["hidden_size"], "topk": raw["topk"], "num_experts": raw["num_experts"],
+                       "num_tokens": raw["num_tokens"], "latency_ms": lat})
+    fail_rows(df, df["latency_ms"] > 100.0, entry.rel, "latency", "an in-node all-to-all over 100 ms; wrong units?",
+              values=df["latency_ms"])
+    return aggregate_duplicates(df, NVLINK_A2A_KEYS, {"latency_ms": "median"})
+
+
+def load_aic_trtllm_alltoall(gpu=None, *, root=None) -> pd.DataFrame:
+    """TensorRT-LLM NVLink all-to-all latencies: gpu, kernel_source (NVLinkOneSided | NVLinkTwoSided), op (prepare |
+    dispatch | combine | combine_low_precision), dtype, ep_size, hidden_size, topk, num_experts, num_tokens,
+    latency_ms, n_dup."""
+    ents = load_manifest(root).entries("aic_trtllm_alltoall", _gpu_filter(gpu))
+    return _concat([read_nvlink_a2a_file(e) for e in ents], "aic_trtllm_alltoall", gpu)

@@ -20,8 +20,12 @@ MOE_DTYPES = {
 }
 
 # --------------------------------------------------------------------------- schemas
-RAW_TABLES = ("aic_moe", "aic_mla_context", "aic_mla_generation", "aic_mla_bmm", "aic_moe_a2a")
-TIDY_TABLES = ("moe", "mla_context", "mla_generation", "mla_bmm", "moe_a2a")
+RAW_TABLES = ("aic_moe", "aic_mla_context", "aic_mla_generation", "aic_mla_bmm", "aic_moe_a2a", "aic_moe_a2a_trtllm",
+              "aic_trtllm_alltoall")
+TIDY_TABLES = ("moe", "mla_context", "mla_generation", "mla_bmm", "moe_a2a", "moe_a2a_trtllm", "trtllm_alltoall")
+# bytes per payload element of an all-to-all by comm_dtype ('default': the backend's bf16; NVFP4: 4 bits plus one
+# fp8 scale per 16 elements; TensorRT-LLM's low-latency "fp4" rows taken as the same format, ASSUMED)
+A2A_PAYLOAD_BYTES = {"default": 2.0, "bfloat16": 2.0, "fp8": 1.0, "nvfp4": 0.5 + 1.0 / 16, "fp4": 0.5 + 1.0 / 16}
 
 
 def raw_columns(table: str) -> dict:
@@ -37,11 +41,18 @@ def raw_columns(table: str) -> dict:
     if table == "aic_mla_bmm":
         return {"op_name": pa.Column(str, Check.isin(["mla_gen_pre", "mla_gen_post"])), "kernel_source": _str(),
                 "bmm_dtype": _str(), "num_tokens": _pos_int(), "num_heads": _pos_int(), "latency": _latency()}
-    if table == "aic_moe_a2a":
+    if table in ("aic_moe_a2a", "aic_moe_a2a_trtllm"):
         return {"op_name": pa.Column(str, Check.eq("moe_a2a")), "kernel_source": _str(), "comm_backend": _str(),
+                "comm_dtype": pa.Column(str, Check.isin(list(A2A_PAYLOAD_BYTES))),
                 "phase": pa.Column(str, Check.isin(["dispatch", "combine"])), "ep_size": pa.Column("int64", Check.ge(2)),
                 "node_num": _pos_int(), "hidden_size": _pos_int(), "topk": _pos_int(), "num_experts": _pos_int(),
                 "num_tokens": _pos_int(), "sms": _nonneg_int(), "latency": _latency()}
+    if table == "aic_trtllm_alltoall":
+        return {"op_name": pa.Column(str, Check.isin(["alltoall_prepare", "alltoall_dispatch", "alltoall_combine",
+                                                      "alltoall_combine_low_precision"])),
+                "kernel_source": _str(), "moe_dtype": pa.Column(str, Check.isin(list(A2A_PAYLOAD_BYTES))),
+                "num_tokens": _pos_int(), "hidden_size": _pos_int(), "topk": _pos_int(), "num_experts": _pos_int(),
+                "moe_ep_size": pa.Column("int64", Check.ge(2)), "distribution": _str(), "latency": _latency()}
     raise KeyError(table)  # pragma: no cover
 
 
@@ -60,8 +71,11 @@ def tidy_columns(name: str) -> dict:
         return cols
     if name == "mla_bmm":
         return {**common, "op": _str(), "num_tokens": _pos_int(), "num_heads": _pos_int(), "dtype": _str()}
-    if name == "moe_a2a":
+    if name in ("moe_a2a", "moe_a2a_trtllm"):
         return {**common, "backend": _str(), "phase": _str(), "ep_size": _pos_int(), "num_tokens": _pos_int(),
                 "hidden_size": _pos_int(), "topk": _pos_int(), "num_experts": _pos_int(),
-                "message_bytes": pa.Column("float64", Check.gt(0))}
+                "message_bytes": pa.Column("float64", Check.gt(0)), "comm_dtype": _str()}
+    if name == "trtllm_alltoall":
+        return {**common, "op": _str(), "dtype": _str(), "ep_size": _pos_int(), "num_tokens": _pos_int(),
+                "hidden_size": _pos_int(), "topk": _pos_int(), "num_experts": _pos_int()}
     raise KeyError(name)  # pragma: no cover

@@ -45,8 +45,11 @@ READERS = {
     "aic_mla_generation": ("steptime_lab.data.moe", "read_mla_file"),
     "aic_mla_bmm": ("steptime_lab.data.moe", "read_mla_bmm_file"),
     "aic_moe_a2a": ("steptime_lab.data.moe", "read_a2a_file"),
+    "aic_moe_a2a_trtllm": ("steptime_lab.data.moe", "read_a2a_file"),
+    "aic_trtllm_alltoall": ("steptime_lab.data.moe", "read_nvlink_a2a_file"),
 }
 YAML_TABLES = {"aic_system", "aic_query_versions"}
+JSON_TABLES = {"aic_model_config"}  # Hugging Face config.json copies (a model's structure, not a measurement)
 TEXT_TABLES = {"licence", "dataset_card"}
 
 # tidy table name -> (module, loader, kwargs); what results/data/<name>.parquet holds
@@ -78,6 +81,8 @@ TIDY = {
     "mla_generation": ("steptime_lab.data.moe", "load_aic_mla", {"kind": "generation"}),
     "mla_bmm": ("steptime_lab.data.moe", "load_aic_mla_bmm", {}),
     "moe_a2a": ("steptime_lab.data.moe", "load_aic_moe_a2a", {}),
+    "moe_a2a_trtllm": ("steptime_lab.data.moe", "load_aic_moe_a2a", {"framework": "trtllm"}),
+    "trtllm_alltoall": ("steptime_lab.data.moe", "load_aic_trtllm_alltoall", {}),
 }
 
 
@@ -97,6 +102,16 @@ def read_entry(entry):
         if not isinstance(doc, dict):
             raise DataError(f"{entry.rel}: row all, column all: expected a YAML mapping")
         return None
+    if t in JSON_TABLES:
+        import json
+
+        try:
+            doc = json.loads(entry.checked_path.read_text())
+        except (OSError, UnicodeDecodeError, ValueError) as exc:
+            raise DataError(f"{entry.rel}: unreadable JSON: {exc}") from None
+        if not isinstance(doc, dict) or "model_type" not in doc:
+            raise DataError(f"{entry.rel}: row all, column model_type: expected a config.json mapping with a model_type")
+        return None
     if t in TEXT_TABLES:
         try:
             text = entry.checked_path.read_text()
@@ -106,7 +121,7 @@ def read_entry(entry):
             raise DataError(f"{entry.rel}: does not look like a licence text")
         return None
     raise DataError(f"{entry.rel}: unknown table {t!r} in raw/MANIFEST.yaml (known: "
-                    f"{', '.join(sorted({*READERS, *YAML_TABLES, *TEXT_TABLES}))})")
+                    f"{', '.join(sorted({*READERS, *YAML_TABLES, *JSON_TABLES, *TEXT_TABLES}))})")
 
 
 def tidy_table(name: str, root=None):

@@ -25,8 +25,10 @@ KEYS = ["dataset", "gpu", "model", "engine", "tp", "ep", "dtype"]
 
 
 # --------------------------------------------------------------------------- models and layouts
-def model_key(name: str, source: str, model_map: dict) -> tuple[str | None, str | None]:
-    """(steptime model key, how it was found) for a table's model, or (None, reason)."""
+def model_key(name: str, source: str, model_map: dict, configs: dict | None = None) -> tuple[str | None, str | None]:
+    """(steptime model key, how it was found) for a table's model, or (None, reason). `configs`: the vendored
+    config.json of a model steptime's specs do not list ({source: path}); steptime's config reader gives the
+    reason it cannot represent it."""
     from steptime.specs import get_model
     from steptime.specs.moe import is_moe
 
@@ -39,12 +41,20 @@ def model_key(name: str, source: str, model_map: dict) -> tuple[str | None, str 
     for cand in (source, name):
         if str(cand) in model_map:
             return str(model_map[str(cand)]), "model_map (ASSUMED same architecture)"
+    path = (configs or {}).get(str(source))
+    if path is not None:
+        try:
+            get_model(str(path))
+        except SteptimeError as exc:
+            line = str(exc).splitlines()[0]
+            return None, f"refused by steptime's config reader: {line[line.find(': ') + 2:][:160]}"
     return None, "no cited config.json in specs/moe_models.yaml (model not represented)"
 
 
 def weight_dtype(label: str, model_key_: str, gpu, dtype_map: dict) -> tuple[str | None, str]:
     """steptime's expert dtype for a table's precision label: `dtype_map` (settings); an fp4 label on a
-    model that ships MXFP4 (gpt-oss) runs MXFP4 (bf16 math) off Blackwell and NVFP4 on it (as E3.5)."""
+    model that ships MXFP4 (gpt-oss) runs MXFP4 (bf16 math) off Blackwell and NVFP4 on it (as E3.5); an fp8
+    label on a model that ships block-scaled fp8 (DeepSeek, MiniMax-M2.5) runs its block-scaled checkpoint."""
     from steptime.specs import get_model
 
     lab = str(label).lower()
@@ -53,8 +63,10 @@ def weight_dtype(label: str, model_key_: str, gpu, dtype_map: dict) -> tuple[str
     dt = dtype_map.get(lab)
     if dt is None:
         return None, f"precision {lab} not modelled"
+    native = get_model(model_key_).weights_dtype
+    if dt == "fp8" and native == "fp8_block":
+        dt = "fp8_block"  # the checkpoint is block-scaled fp8 (weight_block_size in its config.json): the engine runs that
     if dt == "fp4":
-        native = get_model(model_key_).weights_dtype
         if native == "mxfp4":
             dt = "nvfp4" if gpu.architecture == "blackwell" else "mxfp4"
         else:
@@ -62,10 +74,12 @@ def weight_dtype(label: str, model_key_: str, gpu, dtype_map: dict) -> tuple[str
     return dt, ""
 
 
-def silicon_layout(tp, adp, moe_tp, moe_ep) -> tuple[tuple | None, str]:
+def silicon_layout(tp, adp, moe_tp, moe_ep, pp=1) -> tuple[tuple | None, str]:
     """((tp, ep, dp), '') of an AIConfigurator silicon row's layout in steptime's terms, or (None, reason):
     attention TP x attention DP GPUs; experts either sliced TP ways (moe_tp = tp, no DP) or spread EP ways
-    over every GPU (moe_tp = 1, moe_ep = tp x dp)."""
+    over every GPU (moe_tp = 1, moe_ep = tp x dp); one pipeline stage."""
+    if int(pp if not pd.isna(pp) else 1) > 1:
+        return None, "pipeline parallelism > 1 not modelled"
     tp, moe_tp, moe_ep = int(tp), int(moe_tp), int(moe_ep)
     adp = 1 if pd.isna(adp) else int(adp)
     if moe_tp * moe_ep != tp * adp:
@@ -92,11 +106,29 @@ def mlenergy_layout(tp, dp, ep) -> tuple[tuple | None, str]:
 
 
 # --------------------------------------------------------------------------- token-time rows
+def resolve_row(name, source, layout, label, gpu_name, *, model_map: dict, dtype_map: dict, configs=None):
+    """One table row in steptime's terms: ((model key, how found, (tp, ep, dp), GPU spec, expert dtype), '') or
+    (None, the reason it is left out): the model first, then the layout (`layout`: a (layout, reason) pair from
+    silicon_layout / mlenergy_layout), then the precision label."""
+    from steptime.specs import get_gpu
+
+    key, how = model_key(name, source, model_map, configs)
+    if key is None:
+        return None, f"{name}: {how}"
+    lay, why = layout
+    if lay is None:
+        return None, why
+    gpu = get_gpu(gpu_name)
+    dt, why = weight_dtype(label, key, gpu, dtype_map)
+    if dt is None:
+        return None, why
+    return (key, how, lay, gpu, dt), ""
+
+
 def token_rows(silicon: pd.DataFrame, mlenergy_v3: pd.DataFrame, *, prompt_tokens: dict, model_map: dict,
-               dtype_map: dict) -> tuple[pd.DataFrame, list]:
+               dtype_map: dict, configs: dict | None = None) -> tuple[pd.DataFrame, list]:
     """The MoE token-time rows steptime can represent (KEYS + dp, batch per DP rank, lengths, measured ms),
     and the rows left out with their reason (counted per dataset and reason)."""
-    from steptime.specs import get_gpu
     from steptime_lab.experiments.wallclock.fpm import engine_profile
 
     rows, skipped = [], []
@@ -104,56 +136,32 @@ def token_rows(silicon: pd.DataFrame, mlenergy_v3: pd.DataFrame, *, prompt_token
     def skip(ds, why, n=1):
         skipped.append({"dataset": ds, "reason": why, "rows": int(n)})
 
+    def row(ds, r, layout, label, **kw):
+        got, why = resolve_row(r.model, r.model_source, layout, label, r.gpu, model_map=model_map,
+                               dtype_map=dtype_map[ds], configs=configs)
+        if got is None:
+            skip(ds, why)
+            return
+        key, how, lay, gpu, dt = got
+        rows.append({"dataset": ds, "gpu": gpu.key, "model": key, "model_found": how,
+                     "engine": engine_profile(r.engine, r.engine_version), "tp": lay[0], "ep": lay[1], "dp": lay[2],
+                     "dtype": dt, "mode": "agg", "batch": kw.pop("concurrency") / lay[2], **kw})
+
     s = silicon[silicon["moe"].astype(bool)]
     skip("aic-silicon", "disaggregated serving (per-pool layout not modelled)", (s["mode"] != "agg").sum())
-    s = s[s["mode"] == "agg"]
-    for r in s.itertuples(index=False):
-        key, how = model_key(r.model, r.model_source, model_map)
-        if key is None:
-            skip("aic-silicon", f"{r.model}: {how}")
-            continue
-        if int(r.pp if not pd.isna(r.pp) else 1) > 1:
-            skip("aic-silicon", "pipeline parallelism > 1 not modelled")
-            continue
-        lay, why = silicon_layout(r.tp, r.attention_dp, r.moe_tp, r.moe_ep)
-        if lay is None:
-            skip("aic-silicon", why)
-            continue
-        gpu = get_gpu(r.gpu)
-        dt, why = weight_dtype(r.moe_quant_mode if not pd.isna(r.moe_quant_mode) else r.precision, key, gpu,
-                               dtype_map["aic-silicon"])
-        if dt is None:
-            skip("aic-silicon", why)
-            continue
-        rows.append({"dataset": "aic-silicon", "gpu": gpu.key, "model": key, "model_found": how,
-                     "engine": engine_profile(r.engine, r.engine_version), "tp": lay[0], "ep": lay[1], "dp": lay[2],
-                     "dtype": dt, "mode": "agg", "batch": float(r.concurrency) / lay[2],
-                     "prompt_tokens": float(r.isl), "output_tokens": float(r.osl), "tpot_ms": float(r.tpot_ms),
-                     "measure": "tpot_ms", "source_id": str(r.id)})
-    v = mlenergy_v3[mlenergy_v3["moe"].astype(bool)]
-    for r in v.itertuples(index=False):
+    for r in s[s["mode"] == "agg"].itertuples(index=False):
+        row("aic-silicon", r, silicon_layout(r.tp, r.attention_dp, r.moe_tp, r.moe_ep, r.pp),
+            r.moe_quant_mode if not pd.isna(r.moe_quant_mode) else r.precision, concurrency=float(r.concurrency),
+            prompt_tokens=float(r.isl), output_tokens=float(r.osl), tpot_ms=float(r.tpot_ms), measure="tpot_ms",
+            source_id=str(r.id))
+    for r in mlenergy_v3[mlenergy_v3["moe"].astype(bool)].itertuples(index=False):
         if ("mlenergy-v3", r.task) not in prompt_tokens:
             skip("mlenergy-v3", "task without a stated prompt-length estimate (multimodal or unlisted)")
             continue
-        key, how = model_key(r.model, r.model_source, model_map)
-        if key is None:
-            skip("mlenergy-v3", f"{r.model}: {how}")
-            continue
-        lay, why = mlenergy_layout(r.tp, r.dp, r.ep)
-        if lay is None:
-            skip("mlenergy-v3", why)
-            continue
-        gpu = get_gpu(r.gpu)
-        dt, why = weight_dtype(r.dtype, key, gpu, dtype_map["mlenergy-v3"])
-        if dt is None:
-            skip("mlenergy-v3", why)
-            continue
-        rows.append({"dataset": "mlenergy-v3", "gpu": gpu.key, "model": key, "model_found": how,
-                     "engine": engine_profile(r.engine, r.engine_version), "tp": lay[0], "ep": lay[1], "dp": lay[2],
-                     "dtype": dt, "mode": "agg", "batch": float(r.avg_batch) / lay[2],
-                     "prompt_tokens": float(prompt_tokens[("mlenergy-v3", r.task)]),
-                     "output_tokens": float(r.avg_output_len), "tpot_ms": float(r.median_itl_ms),
-                     "measure": "median_itl_ms", "source_id": f"{r.model_source}/{r.task}/{r.max_num_seqs}"})
+        row("mlenergy-v3", r, mlenergy_layout(r.tp, r.dp, r.ep), r.dtype, concurrency=float(r.avg_batch),
+            prompt_tokens=float(prompt_tokens[("mlenergy-v3", r.task)]), output_tokens=float(r.avg_output_len),
+            tpot_ms=float(r.median_itl_ms), measure="median_itl_ms",
+            source_id=f"{r.model_source}/{r.task}/{r.max_num_seqs}")
     sk = (pd.DataFrame(skipped).groupby(["dataset", "reason"], as_index=False)["rows"].sum().to_dict("records")
           if skipped else [])
     return pd.DataFrame(rows), [x for x in sk if x["rows"]]
