@@ -362,7 +362,8 @@ def document_ttft(ttft: dict, targets: dict, min_rows: int = 10) -> dict:
              if s["subset"] == "ttft" and s["variant"] == W.TTFT_VARIANTS[0] and s["cells"] < min_rows]
     return {"claims": claims, "metrics": {"ttft_schedules": W.TTFT_NOTE, "ttft_scores": _clean(ttft["scores"]),
                                           "ttft_skipped": ttft["skipped"], "ttft_rows": int(len(ttft["pred"])),
-                                          "ttft_groups_below_min_rows": small, "ttft_min_rows": min_rows}}
+                                          "ttft_groups_below_min_rows": small, "ttft_min_rows": min_rows,
+                                          "ttft_over_isolated_prefill": ttft.get("over_prefill", [])}}
 
 
 def plot_e2_11(res: dict, stem, caption=None, mixed: dict | None = None, target: float = 0.12):
