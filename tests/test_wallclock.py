@@ -455,3 +455,15 @@ def test_ttft_over_isolated_prefill_is_the_median_ratio_per_concurrency_and_prom
     assert out[0]["median_ratio"] == pytest.approx(3.0)
     assert out[0]["by_prompt_tokens"] == {"1024": pytest.approx(3.15), "4096": pytest.approx(3.0)}
     assert W.tokens.ttft_over_prefill(p.drop(columns=["ttft_isolated_prefill_ms"])) == []
+
+
+def test_residual_per_request_reads_a_per_request_host_cost_off_the_misses():
+    """E2.11's residual diagnostic: a miss of b ms per running request shows as the line's slope b."""
+    from steptime_lab.experiments import wallclock_report as WR
+
+    batch = np.array([8.0, 16.0, 64.0, 128.0])
+    pred = pd.DataFrame({"dataset": "d", "gpu": "g", "engine": "e", "tp": [1, 1, 2, 2], "batch": batch,
+                         "pred_ms": 10.0, "tpot_ms": 10.0 + 1.0 + 0.3 * batch})
+    rec = WR.residual_per_request(pred)[0]
+    assert rec["line"]["b_ms_per_request"] == pytest.approx(0.3) and rec["line"]["a_ms"] == pytest.approx(1.0)
+    assert set(rec["by_tp"]) == {"1", "2"} and rec["rows"] == 4
