@@ -25,7 +25,10 @@ def test_relative_factors_slow_the_branches_they_name():
     base = PT.gemm_time_fp8(m, n, k, g, c, rel=PT.IDENTITY)
     slow_c = PT.gemm_time_fp8(m, n, k, g, c, rel={**PT.IDENTITY, "eta_c_rel": 0.5})
     big = base["t_compute"] > 3 * base["t_memory"]
-    assert np.all(slow_c["t"][big] > 1.7 * base["t"][big] - 1e-6)
+    # the factors act on the GEMM; the activation-quantise kernels (t_quant) do not move with them
+    assert np.allclose(slow_c["t_quant"], base["t_quant"])
+    gemm_slow, gemm_base = slow_c["t"] - slow_c["t_quant"], base["t"] - base["t_quant"]
+    assert np.all(gemm_slow[big] > 1.7 * gemm_base[big] - 1e-6)
     assert np.allclose(slow_c["t"][m == 1], base["t"][m == 1], rtol=0.05)  # memory-bound cells barely move
     floor = PT.gemm_time_fp8(m, n, k, g, c, rel={**PT.IDENTITY, "floor_add_us": 3.0})
     assert np.allclose(floor["t"] - base["t"], 3e-6)
@@ -183,3 +186,48 @@ def test_the_user_case_an_fp8_trtllm_prefill_is_faster_than_bf16_and_than_vllms_
     trt = predict_step("qwen3-32b", "h100-sxm", engine="trtllm", dtype="fp8", **kw).total_ms
     vllm = predict_step("qwen3-32b", "h100-sxm", engine="vllm", dtype="fp8", **kw).total_ms
     assert bf16 / trt > 1.2 and trt < 0.9 * vllm
+
+
+def test_activation_quantise_passes_are_engine_data_read_from_each_collector():
+    """TensorRT-LLM's and vLLM's fp8 linears quantise the bf16 input per tensor dynamically (an amax pass,
+    then the quantise pass), SGLang's per token in one pass; the bare kernel sum has none."""
+    from steptime.specs.engines import get_engine
+
+    assert get_engine("trtllm").fp8_act_quant_passes() == 2
+    assert get_engine("vllm").fp8_act_quant_passes() == 2
+    assert get_engine("sglang").fp8_act_quant_passes() == 1
+    assert get_engine("kernels").fp8_act_quant_passes() == 0
+    assert PT.act_quant_passes(None) == 2  # no engine: vLLM's, as the fp8 factors
+
+
+def test_act_quant_term_is_light_kernels_and_enters_both_public_functions():
+    from steptime.terms import light
+
+    c = Constants.default()
+    g = get_gpu("h100-sxm")
+    m = np.array([1.0, 16.0, 4096.0])
+    t2 = PT.act_quant_time(m, 5120, g, c, passes=2)
+    t1 = PT.act_quant_time(m, 5120, g, c, passes=1)
+    assert (PT.act_quant_time(m, 5120, g, c, passes=0) == 0).all()
+    assert t1 == pytest.approx(light.light_time("act", 3.0 * m * 5120, g, c))
+    assert (t2 > t1).all() and t2[2] > t2[0]  # a second (reduction) pass; bytes grow with m
+    # a per-call floor at small m: at least the light kernel's launch floor per pass
+    floor = float(c.get("light_floor_us", g)["act"]) * 1e-6
+    assert t2[0] >= 2 * floor * 0.999
+    r = PT.gemm_time_fp8(m, 5120, 5120, g, c, engine="trtllm")
+    base = PT.apply_rel(G.gemm_time(m, 5120, 5120, g, c, dtype="fp8"), g, c, PT.fp8_rel(g, c, "trtllm"))
+    assert r["t"] == pytest.approx(base + r["t_quant"]) and r["t_quant"] == pytest.approx(t2)
+    shapes = PT.gemm_time_shapes_fp8(m, {"o": (5120, 5120), "down": (5120, 25600)}, g, c, engine="sglang")
+    assert shapes["down"]["t_quant"] == pytest.approx(PT.act_quant_time(m, 25600, g, c, passes=1))
+
+
+def test_a_precision_value_field_must_be_a_non_negative_number():
+    from steptime.specs.engines import _parse_engine
+
+    doc = {"host_terms": False, "allreduce": {"impl": "nccl", "fallback": "nccl",
+                                              "max_bytes": {"value": 0, "provenance": "DERIVED", "source": "x"}}}
+    ok = {"fp8_act_quant_passes": {"value": 1, "provenance": "DERIVED", "source": "x"}}
+    assert _parse_engine("k", {**doc, "precision": ok}).fp8_act_quant_passes() == 1
+    with pytest.raises(ValueError, match=">= 0"):
+        _parse_engine("k", {**doc, "precision": {"fp8_act_quant_passes": {"value": -1, "provenance": "DERIVED",
+                                                                          "source": "x"}}})

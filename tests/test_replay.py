@@ -63,7 +63,8 @@ def test_sampling_is_deterministic_and_capped():
 def test_workload_lengths():
     si_row = pd.Series(dict(dataset="aic-silicon", source_id="a", concurrency=8, prompt_tokens=512.0, output_tokens=64.0))
     w = R.workload_for(si_row, 8192, requests_per_slot=4, min_requests=16)
-    assert len(w) == 32 and w.concurrency == 8
+    # silicon: the benchmark client's 2c warm-up + 10c measured requests (R.CLIENT), more than 4c
+    assert len(w) == 12 * 8 and w.concurrency == 8
     assert (w.prompt == 512).all() and (w.output == 64).all()  # silicon: exact isl/osl
     ml_row = pd.Series(dict(dataset="mlenergy-v3", source_id="m", concurrency=100, prompt_tokens=250.0,
                             output_tokens=400.0))
@@ -115,8 +116,8 @@ def test_token_time_grows_with_concurrency_and_loop_stays_full():
 def test_side_by_side_and_claims():
     pred = pd.DataFrame(dict(dataset="aic-silicon", gpu="h100-sxm", engine="trtllm", measure="tpot_ms",
                              model="m", pred_ms=[9.0, 11.0], tpot_ms=[10.0, 10.0], batch=[4.0, 4.0],
-                             sim_decode_batch=[4.0, 4.0], ttft_ms=[100.0, 200.0], ttft_p50_ms=[100.0, 100.0],
-                             ttft_all_mean_ms=[100.0, 200.0]))
+                             sim_decode_batch=[4.0, 4.0], ttft_ms=[100.0, 200.0], ttft_p50_ms=[100.0, 200.0],
+                             ttft_client_mean_ms=[100.0, 100.0], ttft_all_mean_ms=[100.0, 200.0]))
     sc = R.scores(pred, n_boot=10)
     assert sc[0]["tpot"]["mape"] == pytest.approx(0.1) and sc[0]["ttft"]["mape"] == pytest.approx(0.25)
     e2_11 = {"metrics": {"scores": [{"dataset": "aic-silicon", "gpu": "h100-sxm", "engine": "trtllm", "subset": "tpot",
@@ -124,6 +125,7 @@ def test_side_by_side_and_claims():
     tab = R.side_by_side(sc, e2_11, {("aic-silicon", "h100-sxm", "trtllm"): {"cells": 2, "mape": 0.3}})
     assert tab[0]["one_step_tpot_mape"] == 0.2 and tab[0]["one_step_tpot_mape_same_rows"] == 0.3
     assert tab[0]["replay_ttft_all_requests_mean_mape"] == 0.0
+    assert tab[0]["replay_ttft_window_median_mape"] == 0.0  # the claimed TTFT is the client's mean, not this one
     doc = R.document(tab, [{"dataset": "x", "reason": "MoE not supported yet", "rows": 3}],
                      {"tpot_mape": 0.12, "ttft_mape": 0.2}, n_rows=2, per_group=40, requests_per_slot=4)
     met = [(c["claim"], c["met"]) for c in doc["claims"] if "target" in c]
@@ -131,3 +133,22 @@ def test_side_by_side_and_claims():
     assert "one-step: 0.2" in met[0][0]
     assert [c["value"] for c in doc["claims"] if c["comparison"] == "count"] == [3, 0, 0]
     assert all("SIMULATED" in c["claim"] for c in doc["claims"] if "target" in c)
+
+
+def test_silicon_ttft_is_the_clients_mean_after_its_warm_up():
+    """The claimed TTFT statistic is the benchmark client's: the first 2c requests (warm-up) left out,
+    the mean over the next 10c (R.CLIENT); the first, all-at-once wave is inside the warm-up."""
+    r = _replay(4, osl=16)
+    assert r["requests"] >= 12 * 4
+    assert np.isfinite(r["ttft_client_mean_ms"]) and r["ttft_client_mean_ms"] > 0
+    si = _silicon([{"id": "a", "concurrency": 4, "osl": 16, "isl": 128}])
+    rows, _ = R.replay_rows(silicon=si)
+    from steptime.serve import simulate
+    from steptime.specs import get_model
+
+    run = simulate(None, None, R.workload_for(rows.iloc[0], get_model("llama-3.1-8b").max_position_embeddings,
+                                              requests_per_slot=4, min_requests=16),
+                   R.policy_for("trtllm", 4), timer=R._timer(rows.iloc[0], "llama-3.1-8b", None))
+    d = run.requests
+    want = 1e3 * d[(d["request"] >= 8) & (d["request"] < 48)]["ttft_s"].mean()
+    assert R.steady_stats(run)["ttft_client_mean_ms"] == pytest.approx(want)

@@ -442,3 +442,28 @@ def test_ttft_wave_is_the_prefill_stream_of_the_wave_and_queues_beyond_the_kv_ca
     assert 0 < steady[0] < sixteen[0]
     with pytest.raises(W.WallclockError):
         W.predict_ttft(_ttft_rows(1), f, "llama-3.1-8b", "h100-sxm", 1, token_budget=8192, variant="burst")
+
+
+def test_ttft_over_isolated_prefill_is_the_median_ratio_per_concurrency_and_prompt():
+    """E2.11's TTFT diagnostic: measured TTFT over the predicted isolated prefill of the same prompt, the
+    median per (dataset, gpu, engine, concurrency) and per prompt length."""
+    p = pd.DataFrame({"dataset": "aic-silicon", "gpu": "h100-sxm", "engine": "trtllm",
+                      "batch": [8.0, 8.0, 8.0, 16.0], "prompt_tokens": [1024.0, 1024.0, 4096.0, 1024.0],
+                      "ttft_ms": [300.0, 330.0, 1200.0, 400.0], "ttft_isolated_prefill_ms": [100.0, 100.0, 400.0, 100.0]})
+    out = W.tokens.ttft_over_prefill(p)
+    assert [(o["concurrency"], o["rows"]) for o in out] == [(8.0, 3), (16.0, 1)]
+    assert out[0]["median_ratio"] == pytest.approx(3.0)
+    assert out[0]["by_prompt_tokens"] == {"1024": pytest.approx(3.15), "4096": pytest.approx(3.0)}
+    assert W.tokens.ttft_over_prefill(p.drop(columns=["ttft_isolated_prefill_ms"])) == []
+
+
+def test_residual_per_request_reads_a_per_request_host_cost_off_the_misses():
+    """E2.11's residual diagnostic: a miss of b ms per running request shows as the line's slope b."""
+    from steptime_lab.experiments import wallclock_report as WR
+
+    batch = np.array([8.0, 16.0, 64.0, 128.0])
+    pred = pd.DataFrame({"dataset": "d", "gpu": "g", "engine": "e", "tp": [1, 1, 2, 2], "batch": batch,
+                         "pred_ms": 10.0, "tpot_ms": 10.0 + 1.0 + 0.3 * batch})
+    rec = WR.residual_per_request(pred)[0]
+    assert rec["line"]["b_ms_per_request"] == pytest.approx(0.3) and rec["line"]["a_ms"] == pytest.approx(1.0)
+    assert set(rec["by_tp"]) == {"1", "2"} and rec["rows"] == 4

@@ -40,7 +40,8 @@ HOST_FIELDS = tuple(f for f in NUMERIC if f not in OPTIONAL)
 # precision.<field>: the engine's own kernels' constant (a `const:` pointer into defaults.yaml);
 # fp8_gemm names the relative fp8 GEMM factors (terms/precision.py) fitted on the engine's own
 # fp8 tables (E1.27). An engine without one uses vLLM's (FP8_GEMM_DEFAULT).
-PRECISION = ("fp8_gemm",)
+PRECISION = ("fp8_gemm", "fp8_act_quant_passes")
+PRECISION_CONST = ("fp8_gemm",)  # precision fields that point at a fitted constant (the others carry a value)
 AR_LIMIT_TABLES = ("custom_max_bytes", "symm_mem_max_bytes", "fuse_norm_max_bytes", "fuse_one_shot_max_bytes")
 FP8_GEMM_DEFAULT = "gemm_fp8_rel"
 
@@ -122,6 +123,12 @@ class Engine:
         v = self.values.get("fp8_gemm")
         return v.const if v is not None else FP8_GEMM_DEFAULT
 
+    def fp8_act_quant_passes(self) -> int:
+        """Passes over the bf16 activations that quantise them to fp8 before each fp8 GEMM
+        (engines.yaml precision.fp8_act_quant_passes; absent: 0, no separate quantise kernel)."""
+        v = self.values.get("fp8_act_quant_passes")
+        return int(v.value) if v is not None else 0
+
     def graph_mode(self, phase: str) -> str:
         return self.graphs.get(phase, "none") if self.host_terms else "none"
 
@@ -193,8 +200,10 @@ def _parse_engine(key: str, doc: dict) -> Engine:
         if name not in PRECISION:
             raise ValueError(f"{where}: unknown field precision.{name} (known: {', '.join(PRECISION)})")
         values[name] = _value(name, e, where)
-        if values[name].const is None:
+        if name in PRECISION_CONST and values[name].const is None:
             raise ValueError(f"{where}: precision.{name} must name its fitted constant (const: NAME)")
+        if name not in PRECISION_CONST and (values[name].value is None or float(values[name].value) < 0):
+            raise ValueError(f"{where}: precision.{name} needs a value >= 0")
     if host_terms:
         missing = [f for f in HOST_FIELDS if f not in values]
         if missing:

@@ -27,6 +27,11 @@ Per row:
   arrives all at once, included), since the benchmark's own averaging window is not published.
   ML.ENERGY v3's median inter-token latency is the token-weighted median of every simulated gap
   (warm-up and drain included; they are a small share of the tokens).
+- silicon TTFT: compared with the TTFT the benchmark client reports (CLIENT_NOTE): a closed loop of
+  c clients with fixed ISL/OSL, the first 2c requests a warm-up left out, the mean TTFT over the
+  next 10c requests. The silicon rows do not name their client; AIConfigurator's own benchmark
+  harness is the evidence (CLIENT_NOTE). The median TTFT over the steady window above is kept as a
+  sensitivity (`replay_ttft_window_median_mape`).
 """
 
 from __future__ import annotations
@@ -52,6 +57,21 @@ MEASURES = {
     "tpot_ms": ("tpot_p50_ms", "TPOT (AIConfigurator silicon; compared with the simulated median per-request TPOT)"),
 }
 DEFAULT_BUDGET = 8192  # ASSUMED: token budget of vLLM V1 / SGLang / TRT-LLM on these GPUs
+# The benchmark client of the AIConfigurator silicon rows (TTFT): AIConfigurator's evaluation pipeline
+# runs genai-perf per concurrency c with fixed lengths and a warm-up (src/aiconfigurator/eval/benchmarks/
+# genai_perf_runner.py at commit a7c507ed787df7185ab4081325a64dee650e26b4, Sept 2025: --concurrency c,
+# --request-count 10c, --warmup-request-count 2c, --synthetic-input-tokens-stddev 0, ignore_eos with
+# min_tokens = max_tokens = osl, streaming; time_to_first_token avg), and its generated benchmark since
+# Feb 2026 runs aiperf the same way with 20c requests (generator/config/backend_templates/benchmark/
+# bench_run.sh.j2 at 095f58a51c4ca8e61b66ec108d86f223f8d559ce: --concurrency c, --num-requests 20c,
+# --warmup-request-count 2c). The rows' silicon_data_source names the sweep (aic-auto-gap-analysis, Dynamo
+# images), not the client: ASSUMED to be this harness.
+CLIENT = {"warmup_per_slot": 2, "measured_per_slot": 10}
+CLIENT_NOTE = ("AIConfigurator silicon TTFT as its benchmark client reports it (ASSUMED: AIConfigurator's own "
+               "harness, genai-perf / aiperf in concurrency mode): a closed loop of c clients with fixed ISL/OSL, "
+               "the first 2c requests a warm-up left out, the mean TTFT over the next 10c requests "
+               "(genai_perf_runner.py, aiconfigurator commit a7c507ed; aiperf bench_run.sh.j2, commit 095f58a5, "
+               "measures 20c)")
 GEOMETRIC_NOTE = ("ML.ENERGY output lengths: geometric with the row's measured mean (ASSUMED: a memoryless "
                   "stop; maximum entropy for a known positive mean), capped at the model context minus the prompt")
 
@@ -128,6 +148,8 @@ def workload_for(row, max_context: int, *, requests_per_slot: int = 4, min_reque
     """The closed-loop workload of one row (see the module note for the lengths)."""
     c = int(row["concurrency"])
     n = max(int(min_requests), int(requests_per_slot) * c)
+    if row["dataset"] == "aic-silicon":  # the client's warm-up and measured requests (CLIENT)
+        n = max(n, (CLIENT["warmup_per_slot"] + CLIENT["measured_per_slot"]) * c)
     isl = int(round(float(row["prompt_tokens"])))
     if isl < 1 or isl >= max_context:
         raise ReplayError(f"{row['source_id']}: prompt of {isl} tokens does not fit a context of {max_context}")
@@ -167,9 +189,12 @@ def steady_stats(run) -> dict:
     if len(win) < 8:  # too few requests inside the full-loop window: fall back to every request
         win = d
     itl = weighted_quantile(run.itl_s, run.itl_w, [0.5])[0] if len(run.itl_s) else np.nan
+    w0 = CLIENT["warmup_per_slot"] * c
+    client = d[(d["request"] >= w0) & (d["request"] < w0 + CLIENT["measured_per_slot"] * c)]
     return {"tpot_mean_ms": 1e3 * float(np.nanmean(win["tpot_s"])), "tpot_p50_ms": 1e3 * float(np.nanmedian(win["tpot_s"])),
             "itl_p50_ms": 1e3 * float(itl), "ttft_p50_ms": 1e3 * float(np.median(win["ttft_s"])),
             "ttft_all_mean_ms": 1e3 * float(d["ttft_s"].mean()),
+            "ttft_client_mean_ms": 1e3 * float(client["ttft_s"].mean()) if len(client) else float("nan"),
             "sim_decode_batch": _mean_decoding(d, float(d["arrival_s"].iloc[min(c, len(d) - 1)]), last_admit),
             "window_requests": int(len(win)), "requests": int(len(d)), "steps": int(run.n_steps),
             "preemptions": int(d["preemptions"].sum()), "kv_blocks": int(run.kv_blocks)}
@@ -239,8 +264,12 @@ def scores(pred, *, n_boot: int = 1000, seed: int = 0, keys=("dataset", "gpu", "
                "measured_batch_over_sim": float(np.median(d["batch"] / d["sim_decode_batch"]))}
         t = d[np.isfinite(d["ttft_ms"].astype(float))]
         if len(t):
-            rec["ttft"] = score(t["ttft_p50_ms"].to_numpy(float), t["ttft_ms"].to_numpy(float), n_boot=n_boot, seed=seed)
-            rec["ttft_signed_mean"] = float(np.mean((t["ttft_p50_ms"] - t["ttft_ms"]) / t["ttft_ms"]))
+            rec["ttft"] = score(t["ttft_client_mean_ms"].to_numpy(float), t["ttft_ms"].to_numpy(float), n_boot=n_boot,
+                                seed=seed)
+            rec["ttft_signed_mean"] = float(np.mean((t["ttft_client_mean_ms"] - t["ttft_ms"]) / t["ttft_ms"]))
+            # sensitivity: the median TTFT over the steady window (the statistic before the client was read)
+            rec["ttft_window_median"] = score(t["ttft_p50_ms"].to_numpy(float), t["ttft_ms"].to_numpy(float),
+                                              n_boot=n_boot, seed=seed)
             # sensitivity: the mean TTFT over every simulated request, the first (all-at-once) wave included
             rec["ttft_all_mean"] = score(t["ttft_all_mean_ms"].to_numpy(float), t["ttft_ms"].to_numpy(float),
                                          n_boot=n_boot, seed=seed)
@@ -278,7 +307,8 @@ def side_by_side(replay_scores: list[dict], e2_11: dict, onestep_same_rows: dict
         if "ttft" in s:
             rec.update(replay_ttft_cells=s["ttft"]["cells"], replay_ttft_mape=_r(s["ttft"]["mape"]),
                        replay_ttft_signed_mean=_r(s["ttft_signed_mean"]),
-                       replay_ttft_all_requests_mean_mape=_r(s["ttft_all_mean"]["mape"]))
+                       replay_ttft_all_requests_mean_mape=_r(s["ttft_all_mean"]["mape"]),
+                       replay_ttft_window_median_mape=_r(s["ttft_window_median"]["mape"]))
         rec["measured_batch_over_simulated"] = _r(s["measured_batch_over_sim"])
         out.append(rec)
     return out
@@ -301,8 +331,9 @@ def document(table: list[dict], skipped: list[dict], targets: dict, *, n_rows: i
                             op="<=", unit="fraction"))
         if s.get("replay_ttft_mape") is not None and "ttft_mape" in targets:
             tt = float(targets["ttft_mape"])
-            claims.append(claim(f"{lab}: SIMULATED closed-loop replay, median TTFT MAPE over {s['replay_ttft_cells']} "
-                                f"configurations (no one-step counterpart)", s["replay_ttft_mape"], "<= target", tt,
+            claims.append(claim(f"{lab}: SIMULATED closed-loop replay, mean TTFT as the client reports it (warm-up 2c "
+                                f"left out, mean over the next 10c requests) MAPE over {s['replay_ttft_cells']} "
+                                f"configurations (signed mean {s['replay_ttft_signed_mean']:+.3f}; no one-step counterpart)", s["replay_ttft_mape"], "<= target", tt,
                                 s["replay_ttft_mape"] <= tt, op="<=", unit="fraction"))
     moe = sum(x["rows"] for x in skipped if str(x["reason"]).startswith("MoE"))
     nospec = sum(x["rows"] for x in skipped if "UnknownModelError" in str(x["reason"]))
@@ -312,7 +343,7 @@ def document(table: list[dict], skipped: list[dict], targets: dict, *, n_rows: i
                         int(sum(x["rows"] for x in skipped) - moe - nospec), "count"))
     return {"metrics": {"label": "replay numbers are SIMULATED (steptime.serve closed loop, steps timed by steptime); "
                                  "measured values from ML.ENERGY v2/v3 and AIConfigurator silicon",
-                        "method": __doc__.split("Per row:")[1].strip(), "lengths": GEOMETRIC_NOTE,
+                        "method": __doc__.split("Per row:")[1].strip(), "lengths": GEOMETRIC_NOTE, "ttft_client": CLIENT_NOTE,
                         "sampling": f"at most {per_group} rows per dataset x GPU x engine, seeded draw; "
                                     f"{requests_per_slot} x concurrency requests per row (>= 64)",
                         "rows_replayed": int(n_rows), "side_by_side": table, "skipped": skipped},
@@ -336,6 +367,6 @@ def plot(pred, table: list[dict], stem, caption: str | None = None):
     ax.set_title("per dataset x GPU x engine")
     ax.legend(fontsize=7)
     t = pred[np.isfinite(pred["ttft_ms"].astype(float))]
-    parity(axes[2], [(f"{g} {eng}", d["ttft_ms"], d["ttft_p50_ms"], None) for (g, eng), d in t.groupby(["gpu", "engine"])],
+    parity(axes[2], [(f"{g} {eng}", d["ttft_ms"], d["ttft_client_mean_ms"], None) for (g, eng), d in t.groupby(["gpu", "engine"])],
            xlabel="measured TTFT (ms)", ylabel="simulated median TTFT (ms)", title="TTFT, AIConfigurator silicon")
     return plotting.save(fig, stem, caption, tight_layout=True)

@@ -312,6 +312,36 @@ def side_by_side(naive: dict, mixed: dict) -> list[dict]:
     return out
 
 
+RESIDUAL_NOTE = (
+    "Diagnostic, no claim and nothing fitted from it: the mixed variant's miss (measured minus predicted token time, "
+    "ms) per group and TP, over the measured mean running batch, and a least-squares line gap = a + b x batch per "
+    "group. A miss that is a fixed share of the step points at a kernel term; one that grows by the same b per "
+    "running request on every GPU and TP points at a per-request host cost the engine profile does not carry.")
+
+
+def residual_per_request(pred) -> list[dict]:
+    """RESIDUAL_NOTE's diagnostic over a run_tpot prediction table (tpot_ms, pred_ms, batch)."""
+    out = []
+    if not len(pred):
+        return out
+    gap = pred["tpot_ms"].astype(float) - pred["pred_ms"].astype(float)
+    x = pred.assign(gap=gap, gap_per_req=gap / pred["batch"].astype(float))
+    for k, d in x.groupby(["dataset", "gpu", "engine"], sort=True):
+        rec = {"dataset": k[0], "gpu": k[1], "engine": k[2], "rows": int(len(d)),
+               "median_gap_ms": _r(float(d["gap"].median())),
+               "median_gap_per_request_ms": _r(float(d["gap_per_req"].median())),
+               "by_tp": {str(int(t)): {"rows": int(len(e)), "median_batch": _r(float(e["batch"].median())),
+                                       "median_gap_ms": _r(float(e["gap"].median())),
+                                       "median_gap_per_request_ms": _r(float(e["gap_per_req"].median()))}
+                         for t, e in d.groupby("tp")}}
+        if len(d) >= 3 and d["batch"].nunique() > 1:
+            b, a = np.polyfit(d["batch"].astype(float), d["gap"].astype(float), 1)
+            rec["line"] = {"a_ms": _r(float(a)), "b_ms_per_request": _r(float(b), 5),
+                           "corr": _r(float(np.corrcoef(d["batch"].astype(float), d["gap"])[0, 1]))}
+        out.append(rec)
+    return out
+
+
 def document_e2_11(res: dict, skipped: list[dict], targets: dict, sensitivity: list[dict],
                    mixed: dict | None = None) -> dict:
     claims = []
@@ -343,6 +373,8 @@ def document_e2_11(res: dict, skipped: list[dict], targets: dict, sensitivity: l
     if mixed is not None:
         metrics.update(mixed_variant=W.MIXED_NOTE, scores_mixed=_clean(mixed["scores"]),
                        naive_vs_mixed=side_by_side(res, mixed))
+        metrics.update(residual_per_request=residual_per_request(mixed["pred"]),
+                       residual_note=RESIDUAL_NOTE)
     return {"metrics": metrics, "claims": claims}
 
 
@@ -362,7 +394,8 @@ def document_ttft(ttft: dict, targets: dict, min_rows: int = 10) -> dict:
              if s["subset"] == "ttft" and s["variant"] == W.TTFT_VARIANTS[0] and s["cells"] < min_rows]
     return {"claims": claims, "metrics": {"ttft_schedules": W.TTFT_NOTE, "ttft_scores": _clean(ttft["scores"]),
                                           "ttft_skipped": ttft["skipped"], "ttft_rows": int(len(ttft["pred"])),
-                                          "ttft_groups_below_min_rows": small, "ttft_min_rows": min_rows}}
+                                          "ttft_groups_below_min_rows": small, "ttft_min_rows": min_rows,
+                                          "ttft_over_isolated_prefill": ttft.get("over_prefill", [])}}
 
 
 def plot_e2_11(res: dict, stem, caption=None, mixed: dict | None = None, target: float = 0.12):

@@ -281,8 +281,12 @@ TTFT_NOTE = (
     "requests of ISL + OSL tokens, the requests beyond it wait for the earlier wave to finish (its prefill plus "
     "OSL decode steps at its batch). steady (reported beside it): arrivals spread out, a request waits half a "
     "decode step and then rides ceil(ISL / chunk) mixed steps (chunk = min(ISL, budget - c)) with the c - 1 "
-    "decodes. The benchmark harness (request count, arrival pattern) is not recorded in the rows, so which "
-    "schedule a set follows is not known in advance.")
+    "decodes. The rows do not record their benchmark client; AIConfigurator's own harness (genai-perf, later "
+    "aiperf, in concurrency mode: a closed loop of c clients, fixed ISL/OSL, 2c warm-up requests left out, the "
+    "mean TTFT over the next 10c or 20c) is replayed in E2.11b. Diagnostic (metrics.ttft_over_isolated_prefill, "
+    "no claim): measured TTFT over steptime's isolated prefill of the same prompt, per group and concurrency, "
+    "and how it moves with the prompt length; a wave schedule makes that ratio fall as ISL grows (more of the "
+    "wave's prompts share each budget-sized step), a spread steady state keeps it near 1.")
 
 
 def _prefill_steps(tokens, requests, tp):
@@ -356,11 +360,13 @@ def run_ttft(rows, *, token_budget: float, mem_util: float = 0.9, fitted=None, c
             f = make_predictor(eng, key, gpu, engine=eng, dtype=dt, fitted=fitted, constants=constants)
             p = {v: predict_ttft(d, f, key, gpu, int(tp), token_budget=token_budget, dtype=dt, mem_util=mem_util,
                                  variant=v) for v in TTFT_VARIANTS}
+            isl = d["prompt_tokens"].to_numpy(float)  # the diagnostic's reference: one isolated prefill
+            p["isolated_prefill"] = predictor_total(f, _prefill_steps(isl, np.ones(len(d)), int(tp)), int(tp))
         except SteptimeError as exc:
             skipped.append({"dataset": ds, "group": [str(v) for v in k], "rows": int(len(d)),
                             "reason": f"{type(exc).__name__}: {str(exc).splitlines()[0][:160]}"})
             continue
-        preds.append(d.assign(**{f"ttft_{v}_ms": p[v] for v in TTFT_VARIANTS}))
+        preds.append(d.assign(**{f"ttft_{v}_ms": p[v] for v in (*TTFT_VARIANTS, "isolated_prefill")}))
     p = pd.concat(preds) if preds else x.iloc[:0]
     scores = []
     for by, sub in ((["dataset", "gpu", "engine"], "ttft"), (["dataset", "gpu", "engine", "tp"], "ttft_by_tp")):
@@ -372,7 +378,27 @@ def run_ttft(rows, *, token_budget: float, mem_util: float = 0.9, fitted=None, c
                                "tp": int(k[3]) if len(k) > 3 else "all", "subset": sub, "variant": v,
                                "tps": sorted(int(t) for t in d["tp"].unique()),
                                "models": sorted(d["model"].unique().tolist()), **s})
-    return {"pred": p, "scores": scores, "skipped": skipped}
+    return {"pred": p, "scores": scores, "skipped": skipped, "over_prefill": ttft_over_prefill(p)}
+
+
+def predictor_total(f: Callable, frame, tp: int) -> np.ndarray:
+    """The engine step total (ms) of each row of a step frame."""
+    return np.asarray(f(frame, tp, None)["total"], dtype=float)
+
+
+def ttft_over_prefill(p) -> list[dict]:
+    """Per (dataset, gpu, engine, concurrency): the median of measured TTFT over the predicted isolated
+    prefill of the same prompt, overall and per prompt length (TTFT_NOTE's diagnostic)."""
+    out = []
+    if not len(p) or "ttft_isolated_prefill_ms" not in p:
+        return out
+    r = p.assign(ratio=p["ttft_ms"].astype(float) / p["ttft_isolated_prefill_ms"].astype(float))
+    for k, d in r.groupby(["dataset", "gpu", "engine", "batch"], sort=True):
+        out.append({"dataset": k[0], "gpu": k[1], "engine": k[2], "concurrency": float(k[3]), "rows": int(len(d)),
+                    "median_ratio": round(float(d["ratio"].median()), 3),
+                    "by_prompt_tokens": {str(int(i)): round(float(v), 3)
+                                         for i, v in d.groupby("prompt_tokens")["ratio"].median().items()}})
+    return out
 
 
 # ---------------------------------------------------------------------------------------
