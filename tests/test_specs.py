@@ -292,3 +292,13 @@ def test_new_gpus_predict_uncalibrated_and_plan_over_them(capsys):
         assert main(["predict", "--model", "llama-3.1-8b", "--gpu", k, "--decode", "8x1024", "--json"]) == 0
         d = json.loads(capsys.readouterr().out)
         assert d["uncalibrated"] is True and d["total_ms"] > 0, k
+
+
+def test_gpus_sources_counts_how_each_figure_was_checked(capsys):
+    from steptime.cli import main
+
+    assert main(["gpus", "--sources"]) == 0
+    lines = {ln.split(":")[0]: ln for ln in capsys.readouterr().out.splitlines() if ln and ln[0] != " "}
+    assert "high" in lines["mi355x"] and "l2_mb" not in lines["mi355x"]  # stated by ROCm's spec table
+    assert "low: " in lines["h20"] and "boost_mhz" in lines["h20"]        # no document gives an H20 clock
+    assert "datasheet" in lines["h100-sxm"] and "high" not in lines["h100-sxm"]
