@@ -28,7 +28,7 @@ def test_predict_json_sums(capsys):
 
 
 @pytest.mark.parametrize("argv,needle", [
-    (["--model", "llama-3.1-8b", "--gpu", "h10", "--decode", "1x10"], "closest: a10, h100-sxm"),
+    (["--model", "llama-3.1-8b", "--gpu", "h10", "--decode", "1x10"], "closest: h20, a10, h800"),
     (["--model", "llama-3.1-7b", "--gpu", "h100", "--decode", "1x10"], "unknown model"),
     (["--model", "llama-3.1-8b", "--gpu", "h100", "--decode", "32by1024"], "malformed"),
     (["--model", "llama-3.1-8b", "--gpu", "h100", "--prefill", "1x0"], ">= 1"),

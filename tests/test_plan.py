@@ -28,12 +28,18 @@ def res(wl):
 def test_shipped_prices_have_source_and_date():
     p = load_prices()
     assert p and all(v["source"] and v["date"] and v["usd_per_gpu_hour"] > 0 for v in p.values())
+    # every shipped price resolves to a public page (an address) with the day it was read
+    assert all("http" in v["source"] and len(v["date"]) == 10 for v in p.values())
+    # wave 5: the new GPUs with a public price are priced; those without one stay unpriced
+    assert {"h100-pcie", "l4", "a10", "rtx-5090"} <= set(p) and not {"h20", "mi300x", "b100"} & set(p)
 
 
 @pytest.mark.parametrize("entry, msg", [
     ({"usd_per_gpu_hour": 2.0, "date": "2026-01-01"}, "no source"),
     ({"usd_per_gpu_hour": 2.0, "source": "x"}, "no date"),
     ({"usd_per_gpu_hour": -1, "source": "x", "date": "2026-01-01"}, "number > 0"),
+    ({"usd_per_gpu_hour": 2.0, "source": "x", "date": "recent"}, "YYYY-MM-DD"),
+    ({"usd_per_gpu_hour": 2.0, "source": " ", "date": "2026-01-01"}, "no source"),
 ])
 def test_price_file_without_source_or_date_is_refused(tmp_path, entry, msg):
     f = tmp_path / "p.yaml"
@@ -170,3 +176,12 @@ def test_itl_slo_and_rejudging(wl):
     assert len(r.with_slo(slo_ttft_s=1e9, slo_tpot_s=1e9).ranked()) == len(sims)
     with pytest.raises(PlanError, match="time-between-tokens SLO must be a time > 0"):
         plan(M, wl, slo_itl_s=-1.0, gpus=["h100-sxm"], jobs=1, **SMALL)
+
+
+def test_plan_over_datasheet_only_gpus_labels_them_and_leaves_the_unpriced_unpriced(wl):
+    # wave 5 (issue 21): GPUs added from datasheets plan like any other, uncalibrated; one without a sourced
+    # price is evaluated and reported unpriced, never given an invented price
+    r = plan(M, wl, slo_ttft_s=0.5, slo_tpot_s=0.05, gpus=["l4", "h20"], jobs=1, exhaustive=True, **SMALL)
+    rows = [x for x in r.rows if x["simulated"]]
+    assert {x["gpu"] for x in rows} == {"l4", "h20"} and all(x["uncalibrated"] for x in rows)
+    assert all((x["usd_per_m_output_tokens"] is None) == (x["gpu"] == "h20") for x in rows)

@@ -1,4 +1,5 @@
 import json
+import re
 
 import pytest
 
@@ -75,7 +76,8 @@ def test_gpu_sets_come_from_gpus_yaml(repo_root):
     man = yaml.safe_load((repo_root / "raw/MANIFEST.yaml").read_text())
     assert {e["gpu"] for e in man["files"] if e.get("table") == "aic_gemm"} == set(aic)
     assert gpu_keys("hopper", tables="aic") == ["h100-sxm", "h200-sxm"]
-    assert gpu_keys("blackwell") == ["b200", "gb200", "b300", "gb300", "rtx-pro-6000"]
+    assert gpu_keys("blackwell", tables="aic") == ["b200", "gb200", "b300", "gb300", "rtx-pro-6000"]
+    assert gpu_keys("blackwell")[:5] == ["b200", "gb200", "b300", "gb300", "rtx-pro-6000"]  # then the datasheet-only ones
     assert "a40" in gpu_keys(tables="vidur") and "h200-sxm" not in gpu_keys(tables="vidur")
     # the families partition the GPUs, and by_family orders by generation
     from steptime.specs import ARCHITECTURES
@@ -178,7 +180,10 @@ def test_mistral_v03_is_not_v01():
 
 # ---------------------------------------------------------------- issue 21: the GPUs a buyer compares
 BUYER_GPUS = ["h100-pcie", "h100-nvl", "h200-nvl", "gh200", "l4", "l40", "a10", "a30", "rtx-6000-ada",
-              "mi300x", "mi325x", "mi355x", "mi350x"]
+              "mi300x", "mi325x", "mi355x", "mi350x",
+              # wave 5: the GPUs still missing, and power-limited variants as their own entries
+              "h20", "h800", "a800-sxm", "b100", "l20", "rtx-pro-6000-ws", "rtx-pro-6000-maxq", "rtx-5090",
+              "rtx-5000-ada", "rtx-4500-ada", "rtx-4000-ada"]
 
 
 def test_buyer_gpus_present_with_node_and_interconnect():
@@ -195,8 +200,11 @@ def test_buyer_gpu_sources_name_a_document_and_url():
     for k in BUYER_GPUS:
         g = get_gpu(k)
         for f in ("bf16_dense_tflops", "mem_bw_gbps", "mem_gb", "power_w"):
-            text = src[g.figures[f].source]
-            assert "http" in text and any(y in text for y in ("2021", "2022", "2023", "2024", "2025")), (k, f)
+            fig = g.figures[f]
+            if fig.confidence == "low":  # no document read states it (DERIVED or ASSUMED): flagged, not passed off
+                continue
+            text = src[fig.source]
+            assert "http" in text and re.search(r"\b20(2[0-9])\b", text), (k, f)
 
 
 def test_amd_is_its_own_family_and_never_calibrated():
@@ -241,3 +249,56 @@ def test_uncalibrated_label_in_every_output(capsys):
     assert main(["gpus"]) == 0
     rows = {ln.split()[0]: ln.split()[-1] for ln in capsys.readouterr().out.splitlines()[1:] if ln and ln[0] != "u"}
     assert rows["gh200"] == "uncalibrated" and rows["h200-sxm"] == "calibrated"
+
+
+# wave 5 (issue 21): how well each figure is checked is data, and `high`/`medium` mean a document was read
+def test_confidence_levels_are_checked_and_read_sources_are_dated():
+    from steptime.specs import CONFIDENCE, Figure, _unwrap, gpu_sources
+
+    src = gpu_sources()
+    seen = set()
+    for g in gpu_table().values():
+        for f, fig in g.figures.items():
+            assert fig.confidence in CONFIDENCE, (g.key, f)
+            seen.add(fig.confidence)
+            if fig.confidence in ("high", "medium"):
+                # a figure marked read-in-session cites a document with its address and the day it was read
+                assert "http" in src[fig.source] and re.search(r"read 20\d\d-\d\d-\d\d|retrieved http", src[fig.source]), \
+                    (g.key, f)
+    assert seen == set(CONFIDENCE)
+    with pytest.raises(ValueError, match="confidence"):
+        _unwrap({"sms": {"value": 1, "confidence": "verified"}}, "sms", "x")
+    # a bare figure takes the GPU's default confidence; one citing another document does not inherit it
+    assert _unwrap({"sms": 1}, "sms", "a", "high") == Figure(1, "a", "high")
+    assert _unwrap({"sms": {"value": 1, "source": "b"}}, "sms", "a", "high").confidence == "datasheet"
+
+
+def test_power_limited_workstation_variants():
+    ws, maxq = get_gpu("rtx-pro-6000-ws"), get_gpu("rtx-pro-6000-maxq")
+    server = get_gpu("rtx-pro-6000")
+    assert ws.sms == maxq.sms == server.sms and ws.mem_bw == maxq.mem_bw
+    assert maxq.power_w < ws.power_w and maxq.boost_mhz < ws.boost_mhz and maxq.peak_flops < ws.peak_flops
+    # export-limited parts: the H800/A800 cut the links, not the math; the H20 cuts the math, not the memory
+    assert get_gpu("h800").peak_flops == get_gpu("h100-sxm").peak_flops and get_gpu("h800").link_bw < get_gpu("h100-sxm").link_bw
+    assert get_gpu("a800-sxm").link_bw < get_gpu("a100-sxm").link_bw
+    assert get_gpu("h20").peak_flops < 0.2 * get_gpu("h100-sxm").peak_flops
+    assert get_gpu("h20").mem_bw > get_gpu("h100-sxm").mem_bw
+
+
+def test_new_gpus_predict_uncalibrated_and_plan_over_them(capsys):
+    from steptime.cli import main
+
+    for k in ("h20", "l20", "rtx-5090", "b100"):
+        assert main(["predict", "--model", "llama-3.1-8b", "--gpu", k, "--decode", "8x1024", "--json"]) == 0
+        d = json.loads(capsys.readouterr().out)
+        assert d["uncalibrated"] is True and d["total_ms"] > 0, k
+
+
+def test_gpus_sources_counts_how_each_figure_was_checked(capsys):
+    from steptime.cli import main
+
+    assert main(["gpus", "--sources"]) == 0
+    lines = {ln.split(":")[0]: ln for ln in capsys.readouterr().out.splitlines() if ln and ln[0] != " "}
+    assert "high" in lines["mi355x"] and "l2_mb" not in lines["mi355x"]  # stated by ROCm's spec table
+    assert "low: " in lines["h20"] and "boost_mhz" in lines["h20"]        # no document gives an H20 clock
+    assert "datasheet" in lines["h100-sxm"] and "high" not in lines["h100-sxm"]

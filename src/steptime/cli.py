@@ -66,7 +66,7 @@ def cmd_gpus(a) -> int:
     from dataclasses import asdict
 
     from steptime.calibration import Constants
-    from steptime.specs import gpu_sources, gpu_table
+    from steptime.specs import CONFIDENCE, gpu_sources, gpu_table
 
     table = gpu_table()
     consts = Constants.default()
@@ -80,21 +80,25 @@ def cmd_gpus(a) -> int:
             out[k] = row
         _print_json(out)
         return 0
-    print(f"{'key':<14}{'arch':<10}{'bf16 TF':>9}{'fp8 TF':>9}{'BW GB/s':>9}{'mem GB':>8}{'SMs':>5}{'L2 MB':>7}{'W':>6}"
+    print(f"{'key':<18}{'arch':<10}{'bf16 TF':>9}{'fp8 TF':>9}{'BW GB/s':>9}{'mem GB':>8}{'SMs':>5}{'L2 MB':>7}{'W':>6}"
           f"{'node':>5}  readings")
     for k, g in table.items():
         fp8 = f"{g.fp8_dense_tflops:g}" if g.fp8_dense_tflops else "-"
         cal = "calibrated" if consts.calibrated(k) else "uncalibrated"
-        print(f"{k:<14}{g.architecture:<10}{g.bf16_dense_tflops:>9g}{fp8:>9}{g.mem_bw_gbps:>9g}{g.mem_gb:>8g}"
+        print(f"{k:<18}{g.architecture:<10}{g.bf16_dense_tflops:>9g}{fp8:>9}{g.mem_bw_gbps:>9g}{g.mem_gb:>8g}"
               f"{g.sms:>5}{g.l2_mb:>7g}{g.power_w:>6g}{g.gpus_per_node:>5}  {cal}")
     print("uncalibrated: no deploy readings; predicted from the datasheet and the architecture family's constants "
           "(AMD CDNA always); SMs are CUs on AMD")
     if a.sources:
         print()
+        print("how each figure was checked: high = a vendor document read in a session states it; medium = a "
+              "secondary source read in a session; datasheet = a cited vendor document not re-read; low = no "
+              "document read states it (DERIVED or ASSUMED)")
         for k, g in table.items():
-            low = [f for f, x in g.figures.items() if x.confidence == "low"]
-            if low:
-                print(f"{k}: low-confidence figures: {', '.join(low)}")
+            by = {c: [f for f, x in g.figures.items() if x.confidence == c and x.value is not None] for c in CONFIDENCE}
+            counts = ", ".join(f"{len(by[c])} {c}" for c in CONFIDENCE if by[c])
+            low = f"; low: {', '.join(by['low'])}" if by["low"] else ""
+            print(f"{k}: {counts}{low}")
         for s, text in gpu_sources().items():
             print(f"  [{s}] {text}")
     return 0

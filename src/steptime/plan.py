@@ -18,6 +18,7 @@ builds its own step timer, so no process-wide state is shared.
 
 from __future__ import annotations
 
+import datetime as _dt
 import math
 import os
 import signal
@@ -76,6 +77,11 @@ def load_prices(path=None) -> dict:
             raise PlanError(f"{p}: the price of {name} has no source: every price needs a source and a date")
         if not date:
             raise PlanError(f"{p}: the price of {name} has no date: every price needs a source and a date")
+        try:  # the day the source states the price was read: an ISO date, not "recent"
+            date = _dt.date.fromisoformat(str(date))
+        except ValueError:
+            raise PlanError(f"{p}: the price of {name} has date {date!r}: give the day the source was read as "
+                            f"YYYY-MM-DD") from None
         try:
             key = gpu_key(str(name))
         except SteptimeError:

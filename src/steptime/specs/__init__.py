@@ -45,9 +45,16 @@ def _norm(name: str) -> str:
     return "".join(ch for ch in str(name).lower() if ch.isalnum())
 
 
+# How well a figure is checked (gpus.yaml header): `high` a vendor document (or a verbatim copy of the
+# vendor's table) read in a session states it; `medium` a secondary source read in a session states it (a spec
+# database, a review, a public repository's table, a press report); `datasheet` a cited vendor document not
+# re-read in a session; `low` no document read states it (DERIVED, ASSUMED or from memory).
+CONFIDENCE = ("high", "medium", "datasheet", "low")
+
+
 @dataclass(frozen=True)
 class Figure:
-    """One datasheet number with where it came from."""
+    """One datasheet number with where it came from and how well that was checked (CONFIDENCE)."""
 
     value: Any
     source: str
@@ -116,11 +123,16 @@ class GPU:
         return self.peak_flops / self.mem_bw
 
 
-def _unwrap(raw: dict, key: str, default_source: str) -> Figure:
+def _unwrap(raw: dict, key: str, default_source: str, default_confidence: str = "datasheet") -> Figure:
     v = raw.get(key)
     if isinstance(v, dict) and "value" in v:
-        return Figure(v["value"], v.get("source", default_source), v.get("confidence", "datasheet"))
-    return Figure(v, default_source)
+        src = v.get("source", default_source)  # a figure citing another document does not inherit the default
+        fig = Figure(v["value"], src, v.get("confidence", default_confidence if src == default_source else "datasheet"))
+    else:
+        fig = Figure(v, default_source, default_confidence)
+    if fig.confidence not in CONFIDENCE:
+        raise ValueError(f"{GPU_FILE}: {key}: confidence {fig.confidence!r} is not one of {', '.join(CONFIDENCE)}")
+    return fig
 
 
 _GPU_FIELDS = (
@@ -135,7 +147,8 @@ def gpu_table() -> dict[str, GPU]:
     out = {}
     for key, raw in doc["gpus"].items():
         src = raw.get("default_source", "")
-        figs = {f: _unwrap(raw, f, src) for f in _GPU_FIELDS}
+        conf = raw.get("default_confidence", "datasheet")  # of the bare figures (they cite default_source)
+        figs = {f: _unwrap(raw, f, src, conf) for f in _GPU_FIELDS}
         vals = {f: figs[f].value for f in _GPU_FIELDS}
         vals["max_active_clusters"] = {int(k): int(v) for k, v in (vals["max_active_clusters"] or {}).items()}
         if not (isinstance(vals["gpus_per_node"], int) and vals["gpus_per_node"] >= 1):
