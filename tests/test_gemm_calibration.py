@@ -3,8 +3,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-import steptime_lab.baselines  # noqa: F401  (registers the lab's peers)
-from steptime import peers
+from steptime_lab.baselines import REGISTRY as peers  # the product's peers + the lab's baselines
 from steptime.errors import CalibrationLeakError
 from steptime_lab.experiments import gemm as E
 from steptime.specs import get_gpu

@@ -6,8 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from steptime import peers
-import steptime_lab.baselines  # noqa: F401  (registers calibrated_roofline in steptime.peers)
+from steptime_lab.baselines import REGISTRY as PEERS  # the product's peers + calibrated_roofline
 from steptime_lab.experiments.gemm.contract import calibration_record, cell_ids, predict, subset_masks
 from steptime_lab.experiments.gemm.folds import fold_from_json, gpu_params
 from steptime_lab.results import claim
@@ -40,7 +39,7 @@ def predictions(df, folds: dict, baselines=("bare_roofline", "datasheet_alpha", 
         masks = subset_masks(sub)
         y = sub["latency_ms"].to_numpy(float)
         for b in baselines:
-            est = peers.make(b, gpu=g)
+            est = PEERS.make(b, gpu=g)
             if getattr(est, "in_sample", False):
                 # fitted on the very cells it is scored on, per subset: an in-sample reference
                 pb = np.full(len(sub), np.nan)
