@@ -11,10 +11,10 @@ constants = Constants.load(DEFAULTS_FILE, snakemake.input.settled)  # this run's
 logging.basicConfig(filename=snakemake.log[0], level=logging.INFO, format="%(message)s", filemode="w")
 df = E.load_gemm(snakemake.input.gemm)
 doc = E.load_constants(snakemake.input.constants)
-an = E.e1_13_analysis(df, doc)
+an = E.e1_13_analysis(df, doc, constants=constants)
 # the ablation's refit sizes are params (config sizes, fast or full set)
 ab_kw = dict(snakemake.params.ablation)
-ab = E.factor_ablation(df, doc["fixed"], seed=snakemake.params.seed, **ab_kw)
+ab = E.factor_ablation(df, doc["fixed"], constants=constants, seed=snakemake.params.seed, **ab_kw)
 ab["settings"] = {"fast": bool(snakemake.params.fast), **ab_kw}
 logging.info("factor ablation with %s", ab["settings"])
 out = E.e1_13_document(an, ab)

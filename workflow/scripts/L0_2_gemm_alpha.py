@@ -11,7 +11,7 @@ constants = Constants.load(DEFAULTS_FILE, snakemake.input.settled)  # this run's
 logging.basicConfig(filename=snakemake.log[0], level=logging.INFO, format="%(message)s", filemode="w")
 df = E.load_gemm(snakemake.input.gemm)
 doc = E.load_constants(snakemake.input.constants)
-an = E.l0_2_analysis(df, doc)
+an = E.l0_2_analysis(df, doc, constants=constants)
 out = E.l0_2_document(an)
 prov = rule_provenance(snakemake, calibration=doc["calibration"], script="workflow/scripts/L0_2_gemm_alpha.py")
 write_result(snakemake.output.result, id="L0.2", question=snakemake.params.question, metrics=out["metrics"],

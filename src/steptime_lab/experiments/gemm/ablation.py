@@ -6,13 +6,13 @@ from __future__ import annotations
 
 import numpy as np
 
+from steptime.calibration import Constants
 from steptime_lab.experiments.gemm.contract import calibration_record, cell_ids, deploy_readings, subset_masks
 from steptime_lab.experiments.gemm.folds import fit_globals, fold_from_json, gpu_params
 from steptime_lab.experiments.gemm.scoring import predictions, records
 from steptime_lab.results import claim
 from steptime.specs import get_gpu
 from steptime.terms import gemm as G
-from steptime_lab.experiments.gemm import folds as _F
 from steptime_lab.metrics import score
 
 
@@ -46,11 +46,11 @@ def cv(x) -> float:
     return float(np.std(x) / np.mean(x)) if x.size else float("nan")
 
 
-def e1_13_analysis(df, doc: dict) -> dict:
+def e1_13_analysis(df, doc: dict, *, constants: Constants) -> dict:
     out = {}
     for gpu in sorted(doc["folds"]):
         g = get_gpu(gpu)
-        fold = fold_from_json(doc, gpu)
+        fold = fold_from_json(doc, gpu, constants=constants)
         p = fold["params"]
         cell, t_read = fold["readings"]["eta_active"]
         _, _, m0, n0, k0 = cell
@@ -98,10 +98,10 @@ def e1_13_document(an: dict, ablation: dict | None = None) -> dict:
     return {"metrics": metrics, "claims": claims}
 
 
-def l0_2_analysis(df, doc: dict) -> dict:
+def l0_2_analysis(df, doc: dict, *, constants: Constants) -> dict:
     out = {}
     for gpu in sorted(doc["folds"]):
-        fold = fold_from_json(doc, gpu)
+        fold = fold_from_json(doc, gpu, constants=constants)
         cal = calibration_record({gpu: fold["readings"]})
         a = implied_alpha(df, gpu, fold["params"])
         a = a[[x not in cal.all_cells() for x in cell_ids(a)]].reset_index(drop=True)
@@ -158,7 +158,18 @@ ABLATIONS = {
 }
 
 
-def factor_ablation(df, fixed: dict, *, seed: int = 0, n_per_gpu: int = 800, max_nfev: int = 30) -> dict:
+def without_tile(constants: Constants, gpus, tile_m: int) -> Constants:
+    """`constants` with every tile of `tile_m` rows dropped from each GPU's tile ladder."""
+    out = constants
+    for g in gpus:
+        tiles = constants.get("tiles", get_gpu(g))
+        out = out.with_overrides({"tiles": [t for t in tiles if t[0] != tile_m]}, scope=f"gpu.{g}",
+                                 provenance="ASSUMED", source=f"ablation: the {tile_m}-row tile dropped")
+    return out
+
+
+def factor_ablation(df, fixed: dict, *, constants: Constants, seed: int = 0, n_per_gpu: int = 800,
+                    max_nfev: int = 30) -> dict:
     """LLM-cell MAPE per GPU with every factor, and with each factor off (globals refitted on all
     GPUs each time, readings re-applied): in-sample for the globals, not held out."""
     import pandas as pd
@@ -166,9 +177,6 @@ def factor_ablation(df, fixed: dict, *, seed: int = 0, n_per_gpu: int = 800, max
     gpus = sorted(df["gpu"].unique())
     readings = {g: deploy_readings(df, g) for g in gpus}
     df_llm = df[subset_masks(df)["llm"]]
-    # the "skinny 16-row tile" entry swaps the base parameters that the fit and the folds start from
-
-    base_fn = _F.base_params
     out = {}
     for name, off in [("all factors", {})] + list(ABLATIONS.items()):
         drop = off.get("_drop_tile")
@@ -179,20 +187,14 @@ def factor_ablation(df, fixed: dict, *, seed: int = 0, n_per_gpu: int = 800, max
             base_fixed.pop("clk_droop")
             fx = {}
             name = "clock droop (fitted back in)"
-        if drop is not None:
-            def _bp(g, _orig=base_fn, _d=drop):
-                p = _orig(g)
-                p["tiles"] = [t for t in p["tiles"] if t[0] != _d]
-                return p
-            _F.base_params = _bp
-        try:
-            glob = fit_globals(df, gpus, readings, seed=seed, n_per_gpu=n_per_gpu, max_nfev=max_nfev,
-                               fixed={**base_fixed, **fx})
-            folds = {g: {"globals": glob, "params": gpu_params(g, glob, readings[g]), "readings": readings[g]}
-                     for g in gpus}
-            P = predictions(df_llm, folds, baselines=())
-        finally:
-            _F.base_params = base_fn
+        # the "skinny 16-row tile" entry starts the fit and the folds from constants whose tile ladder
+        # lacks that tile on every GPU
+        c = constants if drop is None else without_tile(constants, gpus, drop)
+        glob = fit_globals(df, gpus, readings, constants=c, seed=seed, n_per_gpu=n_per_gpu, max_nfev=max_nfev,
+                           fixed={**base_fixed, **fx})
+        folds = {g: {"globals": glob, "params": gpu_params(g, glob, readings[g], constants=c), "readings": readings[g]}
+                 for g in gpus}
+        P = predictions(df_llm, folds, baselines=())
         r = pd.DataFrame(records(P, n_boot=10, seed=seed))
         r = r[r["subset"] == "llm"].set_index("gpu")["mape"]
         out[name] = {"llm_mape": {g: float(v) for g, v in r.items()}, "mean_llm_mape": float(r.mean())}

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from steptime.calibration import Constants
 from steptime_lab.experiments.gemm.contract import (
     calibration_record, cell_ids, deploy_readings, predict, subset_masks,
 )
@@ -21,21 +22,23 @@ from steptime.terms import gemm as G
 from steptime_lab.metrics import score
 
 
-def cluster_comparison(df, sizes, targets, *, seed: int = 0, others=None) -> dict:
+def cluster_comparison(df, sizes, targets, *, constants: Constants, seed: int = 0, others=None) -> dict:
     """For each cluster size: LOO fits (held-out target, globals from the other GPUs, the
-    cluster size applied to the Hopper GPUs) and the target's scores."""
+    cluster size applied to the Hopper GPUs) over `constants` and the target's scores."""
     gpus = list(others or sorted(df["gpu"].unique()))
     readings = {g: deploy_readings(df, g) for g in gpus}
     out = {}
     for c in sizes:
         fixed = {"hopper_cluster_size": c, **SHIPPED_FIXED}
-        glob_all = fit_globals(df, gpus, readings, seed=seed, n_per_gpu=FIT_SETTINGS["n_per_gpu"] // 2,
-                               max_nfev=FIT_SETTINGS["max_nfev"] // 2, fixed=fixed)
-        for t in targets:
-            glob = fit_globals(df, [o for o in gpus if o != t], readings, seed=seed, x0=glob_all,
+        glob_all = fit_globals(df, gpus, readings, constants=constants, seed=seed,
                                n_per_gpu=FIT_SETTINGS["n_per_gpu"] // 2, max_nfev=FIT_SETTINGS["max_nfev"] // 2,
                                fixed=fixed)
-            fold = {"globals": glob, "params": gpu_params(t, glob, readings[t]), "readings": readings[t]}
+        for t in targets:
+            glob = fit_globals(df, [o for o in gpus if o != t], readings, constants=constants, seed=seed, x0=glob_all,
+                               n_per_gpu=FIT_SETTINGS["n_per_gpu"] // 2, max_nfev=FIT_SETTINGS["max_nfev"] // 2,
+                               fixed=fixed)
+            fold = {"globals": glob, "params": gpu_params(t, glob, readings[t], constants=constants),
+                    "readings": readings[t]}
             P = predictions(df, {t: fold}, baselines=())
             recs = {r["subset"]: r for r in records(P, n_boot=200, seed=seed)}
             out[(c, t)] = {"llm": recs["llm"]["mape"], "prefill": recs["prefill"]["mape"],
@@ -104,12 +107,12 @@ def e1_11_document(df, comparison: dict, sizes=CLUSTER_SIZES, targets=HOPPER) ->
                                  "the highest measured fraction of peak"}}
 
 
-def e1_2b_analysis(df, doc: dict, alt_cluster: int = 16) -> dict:
+def e1_2b_analysis(df, doc: dict, alt_cluster: int = 16, *, constants: Constants) -> dict:
     settled = int(doc["fixed"].get("hopper_cluster_size", 2))
     out = {"settled_cluster_size": settled, "alternative_cluster_size": alt_cluster, "gpus": {}}
     for gpu in HOPPER:
-        fold = fold_from_json(doc, gpu)
-        palt = params_cluster(gpu, fold["globals"], fold["readings"], alt_cluster)
+        fold = fold_from_json(doc, gpu, constants=constants)
+        palt = params_cluster(gpu, fold["globals"], fold["readings"], alt_cluster, constants=constants)
         cal = calibration_record({gpu: fold["readings"]})
         cells = df[df["gpu"] == gpu].reset_index(drop=True)
         cells = cells[[c not in cal.all_cells() for c in cell_ids(cells)]].reset_index(drop=True)
@@ -148,12 +151,12 @@ def e1_2b_document(an: dict) -> dict:
     return {"metrics": an, "claims": claims}
 
 
-def e1_2b_panels(df, doc: dict, alt_cluster: int = 16) -> list:
+def e1_2b_panels(df, doc: dict, alt_cluster: int = 16, *, constants: Constants) -> list:
     panels = []
     settled = int(doc["fixed"].get("hopper_cluster_size", 2))
     for gpu, (n, k) in zip(HOPPER, ((4096, 4096), (16384, 4096))):
-        fold = fold_from_json(doc, gpu)
-        palt = params_cluster(gpu, fold["globals"], fold["readings"], alt_cluster)
+        fold = fold_from_json(doc, gpu, constants=constants)
+        palt = params_cluster(gpu, fold["globals"], fold["readings"], alt_cluster, constants=constants)
         panels.append((gpu, _shape_cells(df, gpu, n, k),
                        [(f"cluster {settled} (settled)", fold["params"], "-"),
                         (f"cluster {alt_cluster} (112-CTA cap)", palt, "--")], f"{gpu}: n = {n}, k = {k}"))

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from steptime.calibration import Constants
 from steptime_lab.experiments.gemm.contract import apply_readings, base_params, predict
 from steptime_lab.experiments.gemm.folds import gpu_params, with_globals
 from steptime.specs import get_gpu
@@ -67,9 +68,9 @@ def peak_fraction(df, gpu: str) -> dict:
     return {"max": float(fr.max()), "p99": float(fr.quantile(0.99))}
 
 
-def params_no_fill(gpu: str, glob: dict, readings: dict) -> dict:
+def params_no_fill(gpu: str, glob: dict, readings: dict, *, constants: Constants) -> dict:
     """Ablation: the same globals with the SM-fill factor off, deploy readings re-applied."""
-    base = no_fill_params(with_globals(gpu, base_params(gpu), glob))
+    base = no_fill_params(with_globals(gpu, base_params(gpu, constants), glob))
     return apply_readings(gpu, base, readings)
 
 
@@ -99,10 +100,10 @@ def jump_stats(j) -> dict:
     return out
 
 
-def params_cluster(gpu: str, glob: dict, readings: dict, cluster: int) -> dict:
+def params_cluster(gpu: str, glob: dict, readings: dict, cluster: int, *, constants: Constants) -> dict:
     g = dict(glob)
     g["hopper_cluster_size"] = cluster
-    return gpu_params(gpu, g, readings)
+    return gpu_params(gpu, g, readings, constants=constants)
 
 
 def _shape_cells(df, gpu, n, k):

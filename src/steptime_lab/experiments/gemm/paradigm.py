@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from steptime.calibration import Constants
 from steptime_lab.experiments.gemm.contract import calibration_record, cell_ids, predict, subset_masks
 from steptime_lab.experiments.gemm.fill import _shape_cells, staircase_jumps
 from steptime_lab.experiments.gemm.folds import fold_from_json
@@ -15,10 +16,11 @@ from steptime.specs import get_gpu, gpu_keys
 from steptime.terms import gemm as G
 
 
-def paradigm_scores(df, doc: dict, gpu: str, paradigms=("wave", "persistent"), seed: int = 0) -> dict:
+def paradigm_scores(df, doc: dict, gpu: str, paradigms=("wave", "persistent"), seed: int = 0, *,
+                    constants: Constants) -> dict:
     out = {}
     for par in paradigms:
-        fold = fold_from_json(doc, gpu, paradigm=par)
+        fold = fold_from_json(doc, gpu, paradigm=par, constants=constants)
         sub = df[df["gpu"] == gpu].reset_index(drop=True)
         cal = calibration_record({gpu: fold["readings"]})
         sub = sub[[c not in cal.all_cells() for c in cell_ids(sub)]].reset_index(drop=True)
@@ -58,13 +60,13 @@ def e1_12_document(scores: dict) -> dict:
     return {"metrics": {"scores": scores, "decision": decision}, "claims": claims}
 
 
-def e1_12_panels(df, doc: dict, n: int = 8192, k: int = 4096) -> list:
+def e1_12_panels(df, doc: dict, n: int = 8192, k: int = 4096, *, constants: Constants) -> list:
     panels = []
     for gpu in BLACKWELL:
         coded = G.fill_paradigm(get_gpu(gpu))
         other = "wave" if coded == "persistent" else "persistent"
-        fa = fold_from_json(doc, gpu)
-        fb = fold_from_json(doc, gpu, paradigm=other)
+        fa = fold_from_json(doc, gpu, constants=constants)
+        fb = fold_from_json(doc, gpu, paradigm=other, constants=constants)
         pb = dict(fb["params"], _paradigm=other)
         panels.append((gpu, _shape_cells(df, gpu, n, k),
                        [(f"{coded} (fill_paradigm)", fa["params"], "-"), (f"{other}", pb, "--")],

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from steptime.calibration import Constants
 from steptime_lab.baselines import REGISTRY as PEERS  # the product's peers + calibrated_roofline
 from steptime_lab.experiments.gemm.contract import calibration_record, cell_ids, predict, subset_masks
 from steptime_lab.experiments.gemm.folds import fold_from_json, gpu_params
@@ -98,10 +99,10 @@ def load_constants(path) -> dict:
         return json.load(fh)
 
 
-def evaluate_records(df, doc: dict, gpus=None, n_boot: int = 1000, seed: int = 0):
-    """(records, predictions) for every GPU of `doc` (held-out folds) and every baseline."""
+def evaluate_records(df, doc: dict, gpus=None, n_boot: int = 1000, seed: int = 0, *, constants: Constants):
+    """(records, predictions) for every GPU of `doc` (held-out folds over `constants`) and every baseline."""
     gpus = [g for g in (gpus or sorted(doc["folds"])) if g in doc["folds"]]
-    folds = {g: fold_from_json(doc, g) for g in gpus}
+    folds = {g: fold_from_json(doc, g, constants=constants) for g in gpus}
     P = predictions(df, folds, BASELINES)
     return records(P, n_boot=n_boot, seed=seed), P
 
@@ -153,13 +154,13 @@ SENSITIVITY_CELLS = {
 }
 
 
-def reading_sensitivity(df, doc: dict, cells=SENSITIVITY_CELLS) -> dict:
+def reading_sensitivity(df, doc: dict, cells=SENSITIVITY_CELLS, *, constants: Constants) -> dict:
     """Held-out LLM-cell MAPE per GPU when one deploy reading is taken from a neighbouring cell
     instead (fold globals unchanged; every reading cell in play excluded from scoring): the
     readings' noise around the fold's own choice."""
     out = {}
     for gpu in sorted(doc["folds"]):
-        fold = fold_from_json(doc, gpu)
+        fold = fold_from_json(doc, gpu, constants=constants)
         sub = df[df["gpu"] == gpu]
         excl = {c for c, _ in fold["readings"].values()}
         excl |= {(gpu, "gemm", *c) for alts in cells.values() for c in alts}
@@ -176,7 +177,7 @@ def reading_sensitivity(df, doc: dict, cells=SENSITIVITY_CELLS) -> dict:
                     continue
                 rd = dict(fold["readings"])
                 rd[name] = ((gpu, "gemm", *c), float(row["latency_ms"].iloc[0]))
-                p = gpu_params(gpu, fold["globals"], rd)
+                p = gpu_params(gpu, fold["globals"], rd, constants=constants)
                 r["x".join(map(str, c))] = mape(predict(gpu, m, n, k, p), y)
             res[name] = r
         out[gpu] = {"cells": int(len(sub)), "alternatives": res}

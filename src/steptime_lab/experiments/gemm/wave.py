@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from steptime.calibration import Constants
 from steptime_lab.experiments.gemm.contract import calibration_record, cell_ids, predict
 from steptime_lab.experiments.gemm.fill import (
     _shape_cells, fill_ablation, jump_stats, params_no_fill, staircase_jumps,
@@ -48,11 +49,11 @@ def vidur_readings(cells, gpu: str) -> dict:
 WAVE_GPUS = tuple(gpu_keys(("ampere", "ada"), tables="aic"))  # a100-sxm, l40s
 
 
-def e1_2_analysis(df, doc: dict, vidur_cells) -> dict:
+def e1_2_analysis(df, doc: dict, vidur_cells, *, constants: Constants) -> dict:
     out = {}
     for gpu in WAVE_GPUS:
-        fold = fold_from_json(doc, gpu)
-        pnf = params_no_fill(gpu, fold["globals"], fold["readings"])
+        fold = fold_from_json(doc, gpu, constants=constants)
+        pnf = params_no_fill(gpu, fold["globals"], fold["readings"], constants=constants)
         j = staircase_jumps(df, gpu, fold["params"])
         if len(j):
             j["predicted_jump_nofill"] = staircase_jumps(df, gpu, pnf)["predicted_jump"].to_numpy()
@@ -67,8 +68,8 @@ def e1_2_analysis(df, doc: dict, vidur_cells) -> dict:
     if vidur_cells is not None and (vidur_cells["gpu"] == gpu).any():
         rd = vidur_readings(vidur_cells, gpu)
         glob = doc["all"]
-        p = gpu_params(gpu, glob, rd)
-        pnf = params_no_fill(gpu, glob, rd)
+        p = gpu_params(gpu, glob, rd, constants=constants)
+        pnf = params_no_fill(gpu, glob, rd, constants=constants)
         cal = calibration_record({gpu: rd})
         cells = vidur_cells[vidur_cells["gpu"] == gpu]
         cells = cells[[c not in cal.all_cells() for c in cell_ids(cells)]]
@@ -106,18 +107,18 @@ def e1_2_document(an: dict) -> dict:
     return {"metrics": an, "claims": claims}
 
 
-def e1_2_panels(df, doc: dict, vidur_cells) -> list:
+def e1_2_panels(df, doc: dict, vidur_cells, *, constants: Constants) -> list:
     panels = []
     for gpu in WAVE_GPUS:
-        fold = fold_from_json(doc, gpu)
-        pnf = params_no_fill(gpu, fold["globals"], fold["readings"])
+        fold = fold_from_json(doc, gpu, constants=constants)
+        pnf = params_no_fill(gpu, fold["globals"], fold["readings"], constants=constants)
         cells = _shape_cells(df, gpu, 4096, 4096)
         panels.append((gpu, cells, [("model (held out)", fold["params"], "-"), ("without SM fill", pnf, "--")],
                        f"{gpu}: n = k = 4096"))
     if vidur_cells is not None and len(vidur_cells):
         rd = vidur_readings(vidur_cells, "a40")
-        p = gpu_params("a40", doc["all"], rd)
-        pnf = params_no_fill("a40", doc["all"], rd)
+        p = gpu_params("a40", doc["all"], rd, constants=constants)
+        pnf = params_no_fill("a40", doc["all"], rd, constants=constants)
         c = vidur_cells[vidur_cells["op"] == "mlp_up_proj"]
         n, k = c.groupby(["n", "k"]).size().idxmax()
         panels.append(("a40", _shape_cells(vidur_cells, "a40", n, k),

@@ -228,15 +228,15 @@ class HomeOnly:
     def gemm_globals(self) -> dict:
         if self._glob is None:
             rd = {self.home: GX._readings_from_json(self.doc, self.home)}
-            self._glob = GX.fit_globals(self.gemm_df, [self.home], rd, seed=self.seed, fixed=self.doc.get("fixed"),
-                                        **self.kw)
+            self._glob = GX.fit_globals(self.gemm_df, [self.home], rd, constants=self.base, seed=self.seed,
+                                        fixed=self.doc.get("fixed"), **self.kw)
         return self._glob
 
     def readings(self, gpu: str) -> dict | None:
         """`gpu`'s GEMM per-GPU constants solved from its own deploy cells under the home-only globals."""
         if gpu not in self.doc["folds"]:
             return None
-        p = GX.gpu_params(gpu, self.gemm_globals(), GX._readings_from_json(self.doc, gpu))
+        p = GX.gpu_params(gpu, self.gemm_globals(), GX._readings_from_json(self.doc, gpu), constants=self.base)
         return {nm: float(p[nm]) for nm in GX.DEPLOY_CELLS}
 
     def attention_fit(self):
@@ -298,7 +298,7 @@ class HomeOnly:
             glob = self.gemm_globals()
             if key in self.doc["folds"]:
                 rd = GX._readings_from_json(self.doc, key)
-                params = GX.gpu_params(key, glob, rd)
+                params = GX.gpu_params(key, glob, rd, constants=self.base)
                 rd_cells += [tuple(cell) for cell, _ in rd.values()]
             else:  # a GPU without GEMM readings: home-only globals over its shipped per-GPU constants
                 params = {k: v for k, v in glob.items() if k != "hopper_cluster_size"}
