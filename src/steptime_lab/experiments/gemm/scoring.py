@@ -1,5 +1,5 @@
 """Scoring held-out GEMM folds against the baselines (E1.23 and `steptime evaluate --family
-gemm`), the E1.23 document, and the deploy readings' sensitivity to their cell.
+gemm`) and the deploy readings' sensitivity to their cell (claims: `claims.head_to_head_claims`).
 """
 
 from __future__ import annotations
@@ -10,8 +10,6 @@ from steptime.calibration import Constants
 from steptime_lab.baselines import REGISTRY as PEERS  # the product's peers + calibrated_roofline
 from steptime_lab.experiments.gemm.contract import calibration_record, cell_ids, predict, subset_masks
 from steptime_lab.experiments.gemm.folds import fold_from_json, gpu_params
-from steptime_lab.results import claim
-from steptime.specs import get_gpu
 from steptime_lab.metrics import mape, score
 
 
@@ -88,7 +86,6 @@ def ape_table(preds: dict, predictor: str = "steptime"):
     return pd.concat(rows, ignore_index=True)
 
 
-
 BASELINES = ("bare_roofline", "datasheet_alpha", "aic_empirical", "calibrated_roofline")
 
 
@@ -105,47 +102,6 @@ def evaluate_records(df, doc: dict, gpus=None, n_boot: int = 1000, seed: int = 0
     folds = {g: fold_from_json(doc, g, constants=constants) for g in gpus}
     P = predictions(df, folds, BASELINES)
     return records(P, n_boot=n_boot, seed=seed), P
-
-
-def e1_23_document(recs: list[dict], targets: dict, sensitivity: dict | None = None) -> dict:
-    """metrics + claims of E1.23. `targets` (config/experiments.yaml E1.23): `mape`, the held-out
-    LLM-cell MAPE bound per architecture family (`default` for the others); `bare_ratio`, how many
-    times lower than the bare roofline."""
-    import pandas as pd
-
-    r = pd.DataFrame(recs)
-    piv = r.pivot_table(index=["gpu", "subset"], columns="predictor", values="mape")
-    claims = []
-    summary = {}
-    for g in sorted(r["gpu"].unique()):
-        ours = piv.loc[(g, "llm"), "steptime"]
-        bare = piv.loc[(g, "llm"), "bare_roofline"]
-        cal = piv.loc[(g, "llm"), "calibrated_roofline"]
-        tgt = targets["mape"].get(get_gpu(g).architecture, targets["mape"]["default"])
-        summary[g] = {"steptime": ours, "bare_roofline": bare, "calibrated_roofline_in_sample": cal,
-                      "ratio_bare_over_steptime": bare / ours, "target": tgt}
-        claims.append(claim(f"{g}: held-out GEMM MAPE on LLM-shaped cells {ours:.1%} (target <= {tgt:.0%})", ours,
-                            "steptime MAPE, LLM-shaped cells", target=tgt, met=ours <= tgt, op="<=", unit="fraction"))
-        claims.append(claim(f"{g}: {bare / ours:.1f}x lower than the bare roofline ({bare:.1%})", bare / ours,
-                            "bare-roofline MAPE / steptime MAPE, LLM-shaped cells", target=targets["bare_ratio"],
-                            met=bare / ours >= targets["bare_ratio"], op=">=", unit="x"))
-        claims.append(claim(f"{g}: {'below' if ours < cal else 'NOT below'} the best single calibrated roofline "
-                            f"({cal:.1%}, 3 constants fitted in-sample on these very cells)", cal,
-                            "calibrated_roofline (IN-SAMPLE) MAPE, LLM-shaped cells", target=ours, met=ours < cal, op=">",
-                            unit="fraction"))
-    if sensitivity:
-        for g, sv in sensitivity.items():
-            for name, alts in sv["alternatives"].items():
-                if alts:
-                    lo, hi = min(alts.values()), max(alts.values())
-                    claims.append(claim(f"{g}: moving the {name} reading to a neighbouring cell moves the LLM-cell "
-                                        f"MAPE between {lo:.1%} and {hi:.1%} (single-cell reading noise)",
-                                        {"min": lo, "max": hi}, f"LLM MAPE over alternative {name} cells"))
-    return {"metrics": {"records": recs, "summary_llm": summary, "reading_sensitivity": sensitivity,
-                        "note": "steptime: every GPU held out (global constants from the other GPUs, three deploy "
-                                "readings of its own, excluded from scoring); calibrated_roofline is an IN-SAMPLE "
-                                "reference fitted per GPU and subset on the scored cells"},
-            "claims": claims}
 
 
 SENSITIVITY_CELLS = {
