@@ -1,5 +1,7 @@
-"""Scratch copies of raw files for the loader tests (imported by tests/test_data_loaders.py and
-tests/test_wallclock_data.py; pytest puts tests/ on sys.path)."""
+"""Scratch copies of raw files for the loader tests (imported by tests/test_data_loaders.py,
+tests/test_wallclock_data.py and tests/test_moe_data.py; pytest puts tests/ on sys.path): a scratch
+root (`mini_root`), an edited table written back in its own format (`rewrite`), and the manifest
+entry re-recorded (`rerecord`)."""
 import hashlib
 import shutil
 from pathlib import Path
@@ -35,3 +37,28 @@ def rerecord(path: Path) -> None:
             e["sha256"] = hashlib.sha256(path.read_bytes()).hexdigest()
             e["bytes"] = path.stat().st_size
     (root / "raw/MANIFEST.yaml").write_text(yaml.safe_dump(man, sort_keys=False))
+
+
+def rewrite(path: Path, edit, *, record: bool = True) -> None:
+    """Read the table at `path` (CSV or parquet, by its ending), apply `edit` (it changes the frame
+    in place, or returns the new one) and write it back in the same format; with `record`, record
+    the new checksum (`rerecord`), so only the loader's own checks can catch the edit."""
+    import pandas as pd
+
+    path = Path(path)
+    parquet = path.suffix == ".parquet"
+    df = pd.read_parquet(path) if parquet else pd.read_csv(path)
+    out = edit(df)
+    df = df if out is None else out
+    (df.to_parquet if parquet else df.to_csv)(path, index=False)
+    if record:
+        rerecord(path)
+
+
+def set_at(row: int, column: str, value):
+    """An edit for `rewrite`: one cell set to `value` (or to `value(frame)` when it is callable)."""
+
+    def edit(df):
+        df.loc[row, column] = value(df) if callable(value) else value
+
+    return edit

@@ -2,17 +2,27 @@
 
 - two predictions with different Constants, interleaved in one process, equal the same
   predictions made each in a fresh process;
-- no module of the product holds module-level mutable state that a function changes (a scan
-  of the source; lru_caches of the immutable shipped files are allowed, they are not state);
+- no module of the product holds module-level mutable state: a scan of the source (containers a
+  function changes, `global`), and a check of every imported module's objects, all the way down
+  (containers, unfrozen instances, caches not argued for, the values the caches hold);
 - `import steptime` stays light.
 """
 from __future__ import annotations
 
 import ast
+import collections
+import dataclasses
+import enum
+import functools
+import importlib
+import inspect
 import json
+import pkgutil
+import re
 import subprocess
 import sys
 import textwrap
+import types
 from pathlib import Path
 
 import pytest
@@ -130,3 +140,164 @@ def test_import_steptime_is_light():
     best = min(float(subprocess.run([sys.executable, "-c", code], check=True, capture_output=True,
                                     text=True).stdout) for _ in range(3))
     assert best < 0.2, f"import steptime took {best:.3f} s"
+
+
+# ---------------------------------------------------------------------------------------------
+# The same rule, checked on the imported modules (what the source scan cannot see: a dict built
+# by a call, a registry object, a cache's value): every module-level object of the product is
+# immutable, all the way down, except the few named here with their reason.
+
+# module-level objects that are not data: what each is for
+ALLOWED_OBJECTS = {
+    ("steptime.io", "_UMASK_LOCK"): "a lock that serialises umask changes while a file is created; holds no data",
+}
+# functools caches: a pure function of its (hashable) arguments, or a loader of a file the package
+# ships (read-only once installed; `steptime constants ship`, the one command that rewrites one,
+# clears its caches). Each zero-argument cache's value is itself checked below.
+CACHES = {
+    "steptime.calibration._default_doc", "steptime.calibration._default_constants",
+    "steptime.io._cached_sha256",  # keyed on (path, mtime, size): a changed file is a new key
+    "steptime.terms.moe._default_moe", "steptime.terms.moe._power_law_load",
+    "steptime.specs.engines._doc", "steptime.specs.engines._profiles", "steptime.specs.engines.tp_sharding",
+    "steptime.specs.gpu_table", "steptime.specs._gpu_alias_index", "steptime.specs._model_doc",
+    "steptime.specs.model_table", "steptime.specs._moe_index", "steptime.specs._model_alias_index",
+    "steptime.specs._moe_alias_index", "steptime.specs._operators",
+    "steptime.specs.moe.moe_class", "steptime.specs.moe.moe_model_table",
+}
+# raw YAML documents the loaders above parse; private, read by their own module only (their
+# contents are checked unchanged by predictions in test_predictions_leave_the_caches_unchanged)
+RAW_DOCS = {"steptime.calibration._default_doc", "steptime.specs.engines._doc", "steptime.specs._model_doc",
+            "steptime.specs._operators"}
+
+
+def _product_modules():
+    import steptime
+
+    return [m.name for m in pkgutil.walk_packages(steptime.__path__, "steptime.")
+            if not m.name.endswith("__main__")]  # __main__ runs the CLI
+
+
+def mutable_parts(v, where: str, depth: int = 0) -> list[str]:
+    """Where `v` holds something mutable: containers, instances of the product's own classes that
+    are not frozen, anything of a type not known to be immutable. Empty list: immutable."""
+    if depth > 6 or isinstance(v, (str, bytes, int, float, complex, bool, type(None), range, Path, re.Pattern,
+                                   types.ModuleType, type, types.FunctionType, types.BuiltinFunctionType,
+                                   functools.partial)):
+        return []
+    if type(v) is object or type(v).__module__ in ("typing", "__future__", "collections.abc"):
+        return []  # a sentinel, a type annotation
+    from steptime.readonly import ReadOnlyDict
+
+    if isinstance(v, (types.MappingProxyType, ReadOnlyDict)):
+        return [p for k, x in v.items() for p in mutable_parts(x, f"{where}[{k!r}]", depth + 1)]
+    if isinstance(v, (list, dict, set, bytearray, collections.deque)):
+        return [f"{where}: a {type(v).__name__}"]
+    if isinstance(v, (tuple, frozenset)):
+        return [p for i, x in enumerate(v) for p in mutable_parts(x, f"{where}[{i}]", depth + 1)]
+    if isinstance(v, enum.Enum):
+        return []
+    if dataclasses.is_dataclass(v):
+        if not type(v).__dataclass_params__.frozen:
+            return [f"{where}: an unfrozen {type(v).__name__}"]
+        return [p for f in dataclasses.fields(v) for p in mutable_parts(getattr(v, f.name), f"{where}.{f.name}",
+                                                                         depth + 1)]
+    from steptime.calibration import Constants
+    from steptime.peers import Registry
+
+    if isinstance(v, Constants):
+        # its scope tables are read-only mappings of frozen Constants; `_cache` memoises get() (a pure
+        # function of those tables). A Constant's value may be a table (a dict or list: light_eta, tiles,
+        # allreduce_curve) and `engines` is the fitted engine document: they stay plain containers because
+        # results and settled files serialise them; no product code writes them (the cached default is
+        # compared before and after a battery of predictions in test_predictions_leave_the_caches_unchanged)
+        assert isinstance(v._scopes, types.MappingProxyType)
+        return [p for s, t in v._scopes.items() for p in ([] if isinstance(t, types.MappingProxyType) else
+                                                         [f"{where}._scopes[{s!r}]: a {type(t).__name__}"])]
+    if isinstance(v, Registry):  # immutable by construction: no __setattr__, a read-only mapping of frozen entries
+        return mutable_parts(v._entries, f"{where}._entries", depth + 1)
+    return [f"{where}: a {type(v).__module__}.{type(v).__name__} (not known to be immutable)"]
+
+
+def _module_state(name: str) -> list[str]:
+    mod = importlib.import_module(name)
+    found = []
+    for k, v in vars(mod).items():
+        if k.startswith("__") or (name, k) in ALLOWED_OBJECTS:
+            continue
+        if isinstance(v, functools._lru_cache_wrapper):
+            qual = f"{v.__module__}.{v.__name__}"
+            if qual not in CACHES:
+                found.append(f"{name}.{k}: a cache not argued for (add it to CACHES with its reason, or remove it)")
+            elif qual not in RAW_DOCS and not inspect.signature(v).parameters:
+                found += mutable_parts(v(), f"{name}.{k}()")
+            continue
+        found += mutable_parts(v, f"{name}.{k}")
+    return found
+
+
+def test_the_runtime_check_finds_mutable_objects():
+    from steptime.peers import PRODUCT
+
+    assert mutable_parts({"a": 1}, "x") == ["x: a dict"]
+    assert mutable_parts(types.MappingProxyType({"a": [1]}), "x") == ["x['a']: a list"]
+    assert mutable_parts(types.MappingProxyType({"a": (1, frozenset({2}))}), "x") == []
+    assert mutable_parts(((1, {3}),), "x") == ["x[0][1]: a set"]
+    from steptime.readonly import ReadOnlyDict, read_only
+
+    ro = read_only({"a": {"b": 1}})
+    assert isinstance(ro["a"], ReadOnlyDict) and mutable_parts(ro, "x") == []
+    with pytest.raises(TypeError, match="read-only"):
+        ro["a"]["b"] = 2
+    with pytest.raises(TypeError, match="read-only"):
+        ro.update(c=3)
+    assert json.loads(json.dumps(ro)) == {"a": {"b": 1}} and dict(ro) == {"a": {"b": 1}}
+    import copy
+    import pickle
+
+    mine = copy.deepcopy(ro)  # a copy is the caller's: plain and changeable
+    mine["a"]["b"] = 2
+    assert ro["a"]["b"] == 1 and type(mine["a"]) is dict
+    assert pickle.loads(pickle.dumps(ro)) == ro and isinstance(pickle.loads(pickle.dumps(ro)), ReadOnlyDict)
+    assert mutable_parts(PRODUCT, "PRODUCT") == []
+
+    @dataclasses.dataclass
+    class Loose:
+        a: int = 0
+
+    assert mutable_parts(Loose(), "x") == ["x: an unfrozen Loose"]
+
+
+@pytest.mark.parametrize("name", _product_modules())
+def test_no_module_level_mutable_object_in_the_product(name):
+    assert _module_state(name) == []
+
+
+def test_predictions_leave_the_caches_unchanged():
+    """The cached loaders' values (raw documents included) are read, never written: a battery of
+    predictions (steps, operators, the simulator's timer, MoE) leaves each one as it was."""
+    import numpy as np
+
+    from steptime.calibration import Constants
+    from steptime.ops import predict_ops
+    from steptime.serve import StepTimer
+    from steptime.step import predict_step
+
+    def snapshot():
+        out = {}
+        for name in _product_modules():
+            for k, v in vars(importlib.import_module(name)).items():
+                if isinstance(v, functools._lru_cache_wrapper) and not inspect.signature(v).parameters:
+                    val = v()
+                    out[f"{name}.{k}"] = repr(val) if not isinstance(val, Constants) else repr(
+                        (sorted(val._scopes.items()), val.engines))
+        return out
+
+    before = snapshot()
+    c = Constants.default().with_overrides({"eta_mem_max": 0.5}, scope="gpu.h100-sxm")
+    for cc in (None, c):
+        predict_step("llama-3.1-8b", "h100-sxm", decode=[(8, 512)], prefill=[(1, 256)], constants=cc, tp=2)
+        predict_step("qwen3-30b-a3b", "h100-sxm", decode=[(8, 512)], constants=cc)
+        predict_ops("gemm", "a100-sxm", m=[16, 4096], n=[4096, 4096], k=[4096, 4096], constants=cc)
+        StepTimer("llama-3.1-8b", "h100-sxm", constants=cc, max_tokens=1024).step_arrays(
+            np.array([1, 256]), np.array([512, 0]))
+    assert snapshot() == before

@@ -12,7 +12,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from rawcopy import mini_root, rerecord  # tests/rawcopy.py
+from rawcopy import mini_root, rerecord, rewrite, set_at  # tests/rawcopy.py
 from steptime_lab import data
 from steptime.errors import DataError, UnknownGPUError
 
@@ -129,12 +129,6 @@ def test_import_steptime_does_not_import_pandas():
 # --------------------------------------------------------------------------- corrupted copies
 
 
-def rewrite_parquet(path: Path, fn) -> None:
-    df = pd.read_parquet(path)
-    fn(df).to_parquet(path, index=False)
-    rerecord(path)
-
-
 def test_truncated_parquet(tmp_path, repo_root):
     root = mini_root(tmp_path, repo_root, [GEMM_H100])
     p = root / GEMM_H100
@@ -161,7 +155,7 @@ def test_truncated_csv_names_row_and_column(tmp_path, repo_root):
 
 def test_missing_column(tmp_path, repo_root):
     root = mini_root(tmp_path, repo_root, [GEMM_H100])
-    rewrite_parquet(root / GEMM_H100, lambda d: d.drop(columns="latency"))
+    rewrite(root / GEMM_H100, lambda d: d.drop(columns="latency"))
     with pytest.raises(DataError, match=r"gemm_perf.bf16.parquet: row all, column 'latency': required column missing"):
         data.load_aic_gemm(root=root)
 
@@ -173,25 +167,17 @@ def test_nan_latency(tmp_path, repo_root):
         d.loc[7, "latency"] = np.nan
         return d
 
-    rewrite_parquet(root / CTX_A100, poison)
+    rewrite(root / CTX_A100, poison)
     with pytest.raises(DataError, match=r"context_attention_perf.parquet: row 7, column 'latency'"):
         data.load_aic_attention("context", root=root)
 
 
 def test_negative_tokens(tmp_path, repo_root):
     root = mini_root(tmp_path, repo_root, [VIDUR_7B_A100, TRACE_CODE])
-    p = root / VIDUR_7B_A100
-    df = pd.read_csv(p)
-    df.loc[3, "num_tokens"] = -4
-    df.to_csv(p, index=False)
-    rerecord(p)
+    rewrite(root / VIDUR_7B_A100, set_at(3, "num_tokens", -4))
     with pytest.raises(DataError, match=r"row 3 \(line 5\), column 'num_tokens'"):
         data.load_vidur_mlp(root=root)
-    t = root / TRACE_CODE
-    tr = pd.read_csv(t)
-    tr.loc[10, "num_decode_tokens"] = 0
-    tr.to_csv(t, index=False)
-    rerecord(t)
+    rewrite(root / TRACE_CODE, set_at(10, "num_decode_tokens", 0))
     with pytest.raises(DataError, match=r"splitwise_code.csv: row 10 \(line 12\), column 'num_decode_tokens'"):
         data.load_traces(root=root)
 
@@ -203,19 +189,19 @@ def test_wrong_units_gemm_in_seconds(tmp_path, repo_root):
         d["latency"] = d["latency"] / 1000.0
         return d
 
-    rewrite_parquet(root / GEMM_H100, to_seconds)
+    rewrite(root / GEMM_H100, to_seconds)
     with pytest.raises(DataError, match=r"row \d+, column 'latency': GEMM implies more than .*wrong units"):
         data.load_aic_gemm(root=root)
 
 
 def test_wrong_units_vidur_in_microseconds(tmp_path, repo_root):
     root = mini_root(tmp_path, repo_root, [VIDUR_7B_A100])
-    p = root / VIDUR_7B_A100
-    df = pd.read_csv(p)
-    for c in [c for c in df.columns if c.startswith("time_stats.")]:
-        df[c] = df[c] * 1000.0
-    df.to_csv(p, index=False)
-    rerecord(p)
+
+    def to_microseconds(d):
+        for c in [c for c in d.columns if c.startswith("time_stats.")]:
+            d[c] = d[c] * 1000.0
+
+    rewrite(root / VIDUR_7B_A100, to_microseconds)
     with pytest.raises(DataError, match=r"mlp.csv: row \d+ \(line \d+\), column 'time_stats\..*wrong units"):
         data.load_vidur_mlp(root=root)
 

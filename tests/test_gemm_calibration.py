@@ -3,14 +3,15 @@ import numpy as np
 import pandas as pd
 import pytest
 
-import steptime_lab.baselines  # noqa: F401  (registers the lab's peers)
-from steptime import peers
+from steptime_lab.baselines import REGISTRY as peers  # the product's peers + the lab's baselines
+from steptime.calibration import Constants
 from steptime.errors import CalibrationLeakError
 from steptime_lab.experiments import gemm as E
 from steptime.specs import get_gpu
 from steptime.terms import gemm as G
 
 GPU = "h100-sxm"
+C = Constants.default()  # the constants every GEMM-chain function takes as an argument
 
 
 def _synthetic_table(params, noise=0.0, seed=0):
@@ -24,7 +25,7 @@ def _synthetic_table(params, noise=0.0, seed=0):
 
 
 def _truth():
-    p = E.base_params(GPU)
+    p = E.base_params(GPU, C)
     p.update(eta_active=0.83, eta_mem_max=0.88, mem_t_half_us=2.5, overlap_p=3.0, kernel_floor_us=2.0)
     return p
 
@@ -84,12 +85,32 @@ def test_loo_fit_excludes_the_held_out_gpu(monkeypatch):
     for g in ("h100-sxm", "b200", "l40s"):
         t = _synthetic_table(_truth()).assign(gpu=g)
         frames.append(t)
-    doc = E.settle(pd.concat(frames, ignore_index=True))
+    doc = E.settle(pd.concat(frames, ignore_index=True), constants=C)
     assert ("b200", "h100-sxm", "l40s") in seen          # the all-GPU fit
     for g in ("h100-sxm", "b200", "l40s"):
         assert tuple(x for x in ("b200", "h100-sxm", "l40s") if x != g) in seen
     assert set(doc["folds"]) == {"h100-sxm", "b200", "l40s"}
     assert real is not settling.fit_globals
+
+
+def test_the_gemm_chain_takes_its_constants_as_an_argument():
+    """The tile ladder (a constant no fit or reading sets) comes from the constants passed down,
+    never from the shipped file behind the caller's back; none passed is refused."""
+    with pytest.raises(TypeError, match="constants must be"):
+        E.base_params(GPU, None)
+    truth = _truth()
+    rd = E.deploy_readings(_synthetic_table(truth), GPU)
+    glob = {nm: v[0] for nm, v in E.FIT_GLOBALS.items()}
+    one_tile = C.with_overrides({"tiles": [[128, 128, 1.0]]}, scope=f"gpu.{GPU}")
+    p = E.gpu_params(GPU, glob, rd, constants=C)
+    q = E.gpu_params(GPU, glob, rd, constants=one_tile)
+    assert p["tiles"] == C.get("tiles", get_gpu(GPU)) and q["tiles"] == [[128, 128, 1.0]]
+    assert not np.allclose(E.predict(GPU, 64.0, 4096.0, 4096.0, p), E.predict(GPU, 64.0, 4096.0, 4096.0, q))
+    from steptime_lab.experiments.gemm.ablation import without_tile
+
+    dropped = without_tile(C, [GPU], 16).get("tiles", get_gpu(GPU))
+    assert dropped == [t for t in C.get("tiles", get_gpu(GPU)) if t[0] != 16] and len(dropped) < len(p["tiles"])
+    assert C.get("tiles", get_gpu(GPU)) == p["tiles"]  # the ablation built new constants, the run's are as they were
 
 
 # ---------------------------------------------------------------- baselines

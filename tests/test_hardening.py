@@ -13,33 +13,15 @@ import pytest
 
 from steptime import predict_step
 from steptime.cli import main
-from steptime.errors import (BatchError, GPUTypeError, InputError, ModelConfigError, ServeError, SteptimeError)
+from steptime.errors import (BatchError, GPUTypeError, InputError, ModelConfigError, ServeError)
 from steptime.serve import Workload, from_table, policy, simulate_replicas, synthetic
 from steptime.specs import get_gpu, gpu_sources, gpu_table, model_from_config
+from refusals import clean, refuses  # tests/refusals.py: the one refusal shape
 from steptime.terms import comm
 from steptime.validation import F_CLK_MIN, MAX_TOKENS
 
 MODEL = ["--model", "llama-3.1-8b", "--gpu", "h100-sxm"]
 SERVE = ["serve", *MODEL, "--no-progress"]
-
-
-def refuses(capsys, argv, needle):
-    try:
-        rc = main(list(argv))
-    except SystemExit as exc:  # argparse
-        rc = exc.code
-    err = capsys.readouterr().err
-    assert rc == 2, err
-    assert needle in err, err
-    assert "Traceback" not in err and err.count("\n") == 1, err
-    return err
-
-
-def clean(exc_info, cls=SteptimeError):
-    e = exc_info.value
-    assert isinstance(e, cls) and isinstance(e, SteptimeError) and isinstance(e, ValueError)
-    assert "\n" not in str(e) and str(e)
-    return str(e)
 
 
 # ---- serve --trace at file edges --------------------------------------------------------

@@ -49,7 +49,7 @@ def _toy(gpus=("a100-sxm", "h100-sxm", "a40")):
 
 def test_fit_recovers_a_synthetic_floor_and_bandwidth_held_out():
     c = _toy()
-    r = E.run(c, n_boot=20)
+    r = E.run(c, n_boot=20, constants=Constants.default())
     rec = [x for x in r["records"] if x["predictor"] == "steptime" and x["subset"] == "rmsnorm"]
     assert all(x["mape"] < 0.05 for x in rec)
     assert all(x["cells"] > 0 for x in rec)
@@ -57,7 +57,7 @@ def test_fit_recovers_a_synthetic_floor_and_bandwidth_held_out():
 
 def test_deploy_cell_is_excluded():
     c = _toy()
-    r = E.run(c, n_boot=20)
+    r = E.run(c, n_boot=20, constants=Constants.default())
     for g, d in r["per_gpu"].items():
         dep = [tuple(x) for x in r["calibration"].used[f"light_bw_scale[{g}]"]]
         assert len(dep) == 1
@@ -82,7 +82,7 @@ def test_run_with_gemm_readings_records_the_gemm_cell_and_an_ablation_row():
     from pathlib import Path
 
     doc = json.loads((Path(__file__).resolve().parents[1] / "results/calibration/gemm_constants.json").read_text())
-    r = E.run(_toy(), n_boot=20, gemm_doc=doc)
+    r = E.run(_toy(), n_boot=20, gemm_doc=doc, constants=Constants.default())
     used = r["calibration"].used
     assert [tuple(x) for x in used["light_bw_scale[a100-sxm]"]] == [tuple(E.gemm_stream_cell(doc, "a100-sxm"))]
     assert used["light_bw_scale[a40]"] and "light_bw_scale_own[a40]" not in used

@@ -1,10 +1,9 @@
 """The mixture-of-experts tables (issue 20): AIConfigurator's fused MoE, MLA, MLA bmm and all-to-all."""
 from __future__ import annotations
 
-import pandas as pd
 import pytest
 
-from rawcopy import mini_root, rerecord  # tests/rawcopy.py
+from rawcopy import mini_root, rewrite, set_at  # tests/rawcopy.py
 from steptime_lab import data
 from steptime.errors import DataError
 
@@ -41,22 +40,14 @@ def test_moe_nvfp4_only_on_blackwell():
 
 def test_moe_wrong_units(tmp_path, repo_root):
     root = mini_root(tmp_path, repo_root, [MOE_H100])
-    p = root / MOE_H100
-    df = pd.read_parquet(p)
-    df["latency"] = df["latency"] / 1000.0
-    df.to_parquet(p, index=False)
-    rerecord(p)
+    rewrite(root / MOE_H100, lambda d: d.assign(latency=d["latency"] / 1000.0))
     with pytest.raises(DataError, match=r"moe_perf.parquet: row \d+, column 'latency': fused MoE implies more"):
         data.load_aic_moe(root=root)
 
 
 def test_moe_bad_ep(tmp_path, repo_root):
     root = mini_root(tmp_path, repo_root, [MOE_H100])
-    p = root / MOE_H100
-    df = pd.read_parquet(p)
-    df.loc[5, "moe_ep_size"] = 3
-    df.to_parquet(p, index=False)
-    rerecord(p)
+    rewrite(root / MOE_H100, set_at(5, "moe_ep_size", 3))
     with pytest.raises(DataError, match=r"row 5, column 'moe_ep_size': does not divide num_experts"):
         data.load_aic_moe(root=root)
 
@@ -81,9 +72,7 @@ def test_mla_real_and_missing_column(tmp_path, repo_root):
     b = data.load_aic_mla_bmm()
     assert set(b.op) == {"mla_gen_pre", "mla_gen_post"}
     root = mini_root(tmp_path, repo_root, [MLA_H100])
-    p = root / MLA_H100
-    pd.read_parquet(p).drop(columns=["num_heads"]).to_parquet(p, index=False)
-    rerecord(p)
+    rewrite(root / MLA_H100, lambda d: d.drop(columns=["num_heads"]))
     with pytest.raises(DataError, match="num_heads"):
         data.load_aic_mla("generation", root=root)
     with pytest.raises(ValueError):

@@ -12,41 +12,16 @@ import numpy as np
 import pytest
 
 from steptime import errors, predict_ops, predict_step
-from steptime.cli import main
 from steptime.errors import (BatchError, InputError, MemoryFitError, ModelConfigError, SteptimeError,
                              UnknownGPUError, UnknownModelError, UnsupportedModelError)
 from steptime.specs import get_model, model_from_config
 from steptime.step import Batch, Group, Request, memory_bytes, predict_steps
 from steptime.validation import F_CLK_MAX_BOOST, MAX_DIM, MAX_REQUESTS
+from refusals import clean, refuses, run_cli  # tests/refusals.py: the one refusal shape
 
 NAN, INF = float("nan"), float("inf")
 
 
-def clean(exc_info, cls=SteptimeError):
-    """A clean refusal: the project's type, a ValueError, one line."""
-    e = exc_info.value
-    assert isinstance(e, cls) and isinstance(e, SteptimeError) and isinstance(e, ValueError)
-    assert "\n" not in str(e) and str(e)
-    return str(e)
-
-
-def run_cli(capsys, argv):
-    rc = main(list(argv))
-    out = capsys.readouterr()
-    return rc, out.out, out.err
-
-
-def assert_cli_refuses(capsys, argv, needle):
-    with_exit = None
-    try:
-        rc, out, err = run_cli(capsys, argv)
-    except SystemExit as exc:  # argparse
-        with_exit = exc.code
-        err = capsys.readouterr().err
-        rc = with_exit
-    assert rc == 2, err
-    assert needle in err, err
-    assert "Traceback" not in err and err.count("\n") == 1, err
 
 
 # ---------------------------------------------------------------------------------------
@@ -107,7 +82,7 @@ BAD_CLI = [
 
 @pytest.mark.parametrize("argv,needle", BAD_CLI, ids=[" ".join(a[5:] or a)[:60] for a, _ in BAD_CLI])
 def test_bad_cli_predict_one_line_exit_2(capsys, argv, needle):
-    assert_cli_refuses(capsys, argv, needle)
+    refuses(capsys, argv, needle)
 
 
 def test_f_clk_range_accepted_and_boost_only_when_asked():
@@ -140,7 +115,7 @@ BAD_EVALUATE = [
 
 @pytest.mark.parametrize("argv,needle", BAD_EVALUATE)
 def test_bad_cli_evaluate(capsys, argv, needle):
-    assert_cli_refuses(capsys, argv, needle)
+    refuses(capsys, argv, needle)
 
 
 def test_evaluate_gpu_accepts_aliases_like_predict(capsys):
@@ -504,7 +479,7 @@ def test_moe_config_never_treated_as_dense(tmp_path, content):
 def test_bad_model_config_on_the_cli(tmp_path, capsys, content, needle):
     p = tmp_path / "config.json"
     p.write_bytes(content)
-    assert_cli_refuses(capsys, ["predict", "--model", str(p), "--gpu", "h100", "--decode", "1x16"], needle)
+    refuses(capsys, ["predict", "--model", str(p), "--gpu", "h100", "--decode", "1x16"], needle)
 
 
 def test_missing_paths(tmp_path):

@@ -3,8 +3,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-import steptime_lab.baselines  # noqa: F401  (registers the lab's peers)
-from steptime import peers
+from steptime_lab.baselines import REGISTRY as peers  # the product's peers + the lab's baselines
 from steptime_lab.baselines.vidur_rf import FEATURES, GRID_FULL, OperatorModels, vidur_mape
 
 

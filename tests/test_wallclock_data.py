@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 import yaml
 
-from rawcopy import mini_root, rerecord  # tests/rawcopy.py
+from rawcopy import mini_root, rewrite, set_at  # tests/rawcopy.py
 from steptime_lab import data
 from steptime_lab.data.wallclock import RESERVED_MODELS, model_arch
 from steptime.errors import DataError, UnknownModelError
@@ -71,10 +71,8 @@ def test_fpm_impossible_decode_step(tmp_path, repo_root):
 
 def test_fpm_detail_must_agree(tmp_path, repo_root):
     root = mini_root(tmp_path, repo_root, fpm_files(1))
-    p = root / FPM.format(tp=1) / "fpm_metrics_detail.csv"
-    df = pd.read_csv(p)
-    df.loc[10, "latency_ms"] = df.loc[10, "latency_ms"] * 2
-    df.to_csv(p, index=False)
+    rewrite(root / FPM.format(tp=1) / "fpm_metrics_detail.csv",
+            set_at(10, "latency_ms", lambda d: d.loc[10, "latency_ms"] * 2), record=False)
     with pytest.raises(DataError, match=r"fpm_metrics_detail.csv: row 10, column 'latency_ms': disagrees"):
         data.load_fpm_steps(root=root)
 
@@ -82,12 +80,10 @@ def test_fpm_detail_must_agree(tmp_path, repo_root):
 def test_fpm_negative_latency_and_missing_column(tmp_path, repo_root):
     root = mini_root(tmp_path, repo_root, fpm_files(4))
     p = root / FPM.format(tp=4) / "fpm_metrics_phase.csv"
-    df = pd.read_csv(p)
-    df.loc[3, "latency_ms"] = -1.0
-    df.to_csv(p, index=False)
+    rewrite(p, set_at(3, "latency_ms", -1.0), record=False)
     with pytest.raises(DataError, match=r"row 3 \(line 5\), column 'latency_ms'"):
         data.load_fpm_steps(root=root)
-    df.drop(columns="decode_kv_tokens").to_csv(p, index=False)
+    rewrite(p, lambda d: d.drop(columns="decode_kv_tokens"), record=False)
     with pytest.raises(DataError, match=r"row all, column 'decode_kv_tokens': required column missing"):
         data.load_fpm_steps(root=root)
 
@@ -138,11 +134,7 @@ def test_servingsim_own_simulator_outputs_and_recorded_kv_blocks():
 def test_servingsim_sim_checks(tmp_path, repo_root):
     d = LSS.format(run="RTX4090_Llama-3.1-8B")
     root = mini_root(tmp_path, repo_root, [d + "sim.csv"])
-    p = root / d / "sim.csv"
-    df = pd.read_csv(p)
-    df.loc[5, "TTFT"] = df.loc[5, "latency"] + 1
-    df.to_csv(p, index=False)
-    rerecord(p)
+    rewrite(root / d / "sim.csv", set_at(5, "TTFT", lambda x: x.loc[5, "latency"] + 1))
     with pytest.raises(DataError, match=r"sim.csv: .*'TTFT': longer than the request's latency"):
         data.load_servingsim_sim(root=root)
 
@@ -191,10 +183,7 @@ def test_mlenergy_real():
 
 def test_mlenergy_unknown_gpu_and_wrong_arch(tmp_path, repo_root):
     root = mini_root(tmp_path, repo_root, [V2, V3])
-    p2 = root / V2
-    df = pd.read_csv(p2)
-    df.loc[12, "GPU"] = "NVIDIA V100"
-    df.to_csv(p2, index=False)
+    rewrite(root / V2, set_at(12, "GPU", "NVIDIA V100"), record=False)
     with pytest.raises(DataError, match=r"mlenergy_leaderboard_v2_llm.csv: row 12 \(line 14\), column 'GPU'"):
         data.load_mlenergy("v2", root=root)
     p3 = root / V3
@@ -208,10 +197,7 @@ def test_mlenergy_unknown_gpu_and_wrong_arch(tmp_path, repo_root):
 
 def test_mlenergy_unclassified_model_refused(tmp_path, repo_root):
     root = mini_root(tmp_path, repo_root, [V2])
-    p = root / V2
-    df = pd.read_csv(p)
-    df.loc[20, "Model"] = "someone/Unheard-Of-13B"
-    df.to_csv(p, index=False)
+    rewrite(root / V2, set_at(20, "Model", "someone/Unheard-Of-13B"), record=False)
     with pytest.raises(DataError, match=r"row 20 \(line 22\), column 'Model': model 'someone/Unheard-Of-13B': no architecture"):
         data.load_mlenergy("v2", root=root)
 
@@ -233,10 +219,7 @@ def test_silicon_refuses_reserved_row(tmp_path, repo_root):
     assert RESERVED_MODELS.search("meta-llama/Meta-Llama-3.1-70B-Instruct")
     assert RESERVED_MODELS.search("meta-llama/Llama-3.1-8B") and not RESERVED_MODELS.search("Llama-3.1-405B")
     root = mini_root(tmp_path, repo_root, [SILICON])
-    p = root / SILICON
-    df = pd.read_csv(p)
-    df.loc[30, "model_path"] = "meta-llama/Llama-3.1-8B-Instruct"
-    df.to_csv(p, index=False)
+    rewrite(root / SILICON, set_at(30, "model_path", "meta-llama/Llama-3.1-8B-Instruct"), record=False)
     with pytest.raises(DataError, match=r"row 30 \(line 32\), column 'model_path': a reserved Llama-3.1"):
         data.load_aic_silicon(root=root)
 
@@ -262,11 +245,8 @@ def test_gemm_fp8_real():
 
 def test_gemm_fp8_wrong_units(tmp_path, repo_root):
     root = mini_root(tmp_path, repo_root, [FP8_H100])
-    p = root / FP8_H100
-    df = pd.read_parquet(p)
-    df["latency"] = df["latency"] / 1000.0
-    df.to_parquet(p, index=False)
-    rerecord(p)  # past the checksum: the unit check must catch it
+    # past the checksum: the unit check must catch it
+    rewrite(root / FP8_H100, lambda d: d.assign(latency=d["latency"] / 1000.0))
     with pytest.raises(DataError, match=r"gemm_perf.fp8.parquet: row \d+, column 'latency': GEMM implies more than"):
         data.load_aic_gemm_fp8(root=root)
 

@@ -15,6 +15,8 @@ Every term returned is seconds per step (arrays over steps); the dense path neve
 
 from __future__ import annotations
 
+from types import MappingProxyType
+
 import numpy as np
 
 from steptime.errors import InputError, UnsupportedError
@@ -29,11 +31,12 @@ MOE_TERMS = ("dense_mlp", "router", "moe_experts", "moe_permute_combine", "share
 LIGHT_TERMS = ("rmsnorm", "add", "rope", "act", "kv_write", "emb")
 BLOCK_TERMS = ATTN_TERMS + MOE_TERMS + LIGHT_TERMS + ("lm_head", "allreduce")
 TERMS = BLOCK_TERMS + ("dispatch_floor", "host", "sampling")
-TERM_KIND = {"qkv_proj": "gemm", "o_proj": "gemm", "mla_absorb": "gemm", "mla_kv_up": "gemm", "attn_prefill": "attention",
-             "attn_decode": "attention", "dense_mlp": "gemm", "router": "gemm", "moe_experts": "moe",
-             "moe_permute_combine": "light", "shared_experts": "gemm", "moe_a2a": "comm",
-             **{t: "light" for t in LIGHT_TERMS}, "lm_head": "gemm", "allreduce": "comm",
-             "dispatch_floor": "launch", "host": "host", "sampling": "host"}
+TERM_KIND = MappingProxyType({
+    "qkv_proj": "gemm", "o_proj": "gemm", "mla_absorb": "gemm", "mla_kv_up": "gemm", "attn_prefill": "attention",
+    "attn_decode": "attention", "dense_mlp": "gemm", "router": "gemm", "moe_experts": "moe",
+    "moe_permute_combine": "light", "shared_experts": "gemm", "moe_a2a": "comm",
+    **{t: "light" for t in LIGHT_TERMS}, "lm_head": "gemm", "allreduce": "comm",
+    "dispatch_floor": "launch", "host": "host", "sampling": "host"})
 MOE_DTYPES = tuple(moe_terms.WEIGHT_BYTES)
 
 

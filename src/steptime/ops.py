@@ -15,6 +15,8 @@ Returns a dict of arrays; `t_ms` is the prediction, the rest are its branches an
 
 from __future__ import annotations
 
+from types import MappingProxyType
+
 import numpy as np
 
 from steptime.calibration import Constants
@@ -32,15 +34,16 @@ OPS = ("gemm", "attention_prefill", "attention_decode", "light", "allreduce")
 _POS_INT = (0.0, True, True)  # whole numbers >= 1
 _NONNEG_INT = (0.0, False, True)  # whole numbers >= 0
 _POS = (0.0, True, False)  # sizes in bytes > 0
-_ATTN = {"batch": _POS_INT, "heads": _POS_INT, "kv_heads": _POS_INT, "head_dim": _POS_INT}
-_ARGS = {
-    "gemm": ({"m": _POS_INT, "n": _POS_INT, "k": _POS_INT}, {"dtype"}),
-    "attention_prefill": ({**_ATTN, "tokens": _POS_INT}, {"kv_len", "kv_dtype", "warm_l2"}),
-    "attention_decode": ({**_ATTN, "kv_len": _POS_INT}, {"kv_dtype", "warm_l2"}),
-    "light": ({"nbytes": _POS}, {"kernel"}),
-    "allreduce": ({"nbytes": _POS, "tp": None}, set()),
-}
-_OPTIONAL_CHECKS = {"kv_len": _NONNEG_INT}
+_ATTN = MappingProxyType({"batch": _POS_INT, "heads": _POS_INT, "kv_heads": _POS_INT, "head_dim": _POS_INT})
+_ARGS = MappingProxyType({
+    "gemm": (MappingProxyType({"m": _POS_INT, "n": _POS_INT, "k": _POS_INT}), frozenset({"dtype"})),
+    "attention_prefill": (MappingProxyType({**_ATTN, "tokens": _POS_INT}),
+                          frozenset({"kv_len", "kv_dtype", "warm_l2"})),
+    "attention_decode": (MappingProxyType({**_ATTN, "kv_len": _POS_INT}), frozenset({"kv_dtype", "warm_l2"})),
+    "light": (MappingProxyType({"nbytes": _POS}), frozenset({"kernel"})),
+    "allreduce": (MappingProxyType({"nbytes": _POS, "tp": None}), frozenset()),
+})
+_OPTIONAL_CHECKS = MappingProxyType({"kv_len": _NONNEG_INT})
 
 
 def _ms(d: dict) -> dict:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import os
 from pathlib import Path
+from types import MappingProxyType
 
 from steptime.io import atomic_path, atomic_path as ap
 
@@ -18,9 +19,9 @@ from steptime.io import atomic_path, atomic_path as ap
 logging.getLogger("fontTools").setLevel(logging.WARNING)
 
 # seaborn "colorblind" (Okabe-Ito-like), fixed here so figures do not depend on seaborn's version
-_CB = ["#0173b2", "#de8f05", "#029e73", "#d55e00", "#cc78bc", "#ca9161", "#fbafe4", "#949494", "#ece133",
-       "#56b4e9"]
-PALETTE = {
+_CB = ("#0173b2", "#de8f05", "#029e73", "#d55e00", "#cc78bc", "#ca9161", "#fbafe4", "#949494", "#ece133",
+       "#56b4e9")
+PALETTE = MappingProxyType({
     "steptime": _CB[0],
     "steptime_own_readings": _CB[9],
     "steptime_home_only": _CB[9],
@@ -34,8 +35,8 @@ PALETTE = {
     "rf_steptime_scaled": _CB[6],
     "ml_loo": _CB[5],
     "measured": "#000000",
-}
-CLAIM_COLORS = {"accuracy": _CB[0], "decision": _CB[1], "cost": _CB[2]}
+})
+CLAIM_COLORS = MappingProxyType({"accuracy": _CB[0], "decision": _CB[1], "cost": _CB[2]})
 
 
 def setup():
@@ -47,9 +48,9 @@ def setup():
     try:
         import seaborn as sns
 
-        sns.set_theme(style="whitegrid", palette=_CB, rc={"axes.edgecolor": "0.3"})
+        sns.set_theme(style="whitegrid", palette=list(_CB), rc={"axes.edgecolor": "0.3"})
     except ImportError:  # pragma: no cover - seaborn is in the pipeline extra
-        plt.rcParams["axes.prop_cycle"] = matplotlib.cycler(color=_CB)
+        plt.rcParams["axes.prop_cycle"] = matplotlib.cycler(color=list(_CB))
     plt.rcParams.update({
         "figure.dpi": 110,
         "savefig.dpi": 150,

@@ -56,9 +56,13 @@ class FixedRoofline:
 class BareRoofline(FixedRoofline):
     """Datasheet peaks, efficiency 1 on both branches (speed of light)."""
 
+    name = "bare_roofline"
+
 
 class DatasheetAlpha(FixedRoofline):
     """Datasheet peaks scaled by fixed efficiencies: compute 0.5, memory 0.8."""
+
+    name = "datasheet_alpha"
 
     a_c = 0.5
     a_m = 0.8
@@ -66,6 +70,8 @@ class DatasheetAlpha(FixedRoofline):
 
 class AICEmpirical(FixedRoofline):
     """AIConfigurator empirical SOL: memory efficiency 0.8 plus a constant 3 us."""
+
+    name = "aic_empirical"
 
     a_c = 1.0
     a_m = 0.8

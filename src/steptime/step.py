@@ -16,6 +16,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 from functools import partial
+from types import MappingProxyType
 from typing import Iterable, Sequence
 
 import numpy as np
@@ -36,9 +37,10 @@ LIGHT_TERMS = ("rmsnorm", "add", "rope", "act", "kv_write", "emb")
 FUSED_LIGHT = ("rmsnorm", "add")  # what an engine may fuse into the all-reduce (engines.yaml fuse_norm_max_bytes)
 BLOCK_TERMS = PROJ_TERMS + ATTN_TERMS + LIGHT_TERMS + ("lm_head", "allreduce")
 TERMS = BLOCK_TERMS + ("dispatch_floor", "host", "sampling")
-TERM_KIND = {**{t: "gemm" for t in PROJ_TERMS + ("lm_head",)}, **{t: "attention" for t in ATTN_TERMS},
-             **{t: "light" for t in LIGHT_TERMS}, "allreduce": "comm", "dispatch_floor": "launch",
-             "host": "host", "sampling": "host"}
+TERM_KIND = MappingProxyType({
+    **{t: "gemm" for t in PROJ_TERMS + ("lm_head",)}, **{t: "attention" for t in ATTN_TERMS},
+    **{t: "light" for t in LIGHT_TERMS}, "allreduce": "comm", "dispatch_floor": "launch",
+    "host": "host", "sampling": "host"})
 
 
 @dataclass(frozen=True)
@@ -512,8 +514,8 @@ def predict_step(model, gpu, batch: Batch | None = None, *, decode: Iterable = (
 # The operator -> term map is data: specs/operators.yaml (Vidur's order of execution).
 VIDUR_LAYER_OPS = tuple(vidur_operators(per="layer"))
 VIDUR_STEP_OPS = tuple(vidur_operators(per="step"))  # once per forward pass, not per layer
-VIDUR_GEMM = vidur_operators(kind="gemm")
-VIDUR_LIGHT = vidur_operators(kind="light")
+VIDUR_GEMM = MappingProxyType(vidur_operators(kind="gemm"))
+VIDUR_LIGHT = MappingProxyType(vidur_operators(kind="light"))
 
 
 def vidur_layer_ops(model, gpu, tokens, *, tp: int = 1, constants: Constants | None = None,

@@ -115,6 +115,7 @@ rule E1_23b:
         registered=registered_raw("E1.23b"),
         gemm=tidy("gemm"),
         constants=rules.settle_gemm_constants.output.constants,
+        settled=rules.settle_gemm_constants.output.settled,
         code=code_of("E1_23b_uncalibrated"),
     output:
         result="results/E1_23b.json",

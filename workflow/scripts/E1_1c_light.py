@@ -16,7 +16,7 @@ cells = E.tidy_cells(pd.read_parquet(snakemake.input.data))
 logging.info("light-kernel cells: %d", len(cells))
 with open(snakemake.input.gemm_constants) as fh:
     gemm_doc = json.load(fh)
-r = E.run(cells, seed=P.seed, n_boot=P.n_boot, gemm_doc=gemm_doc)
+r = E.run(cells, seed=P.seed, n_boot=P.n_boot, gemm_doc=gemm_doc, constants=constants)
 doc = E.document(r, cells, P.targets)
 prov = rule_provenance(snakemake, calibration=r["calibration"].to_dict(), script="workflow/scripts/E1_1c_light.py")
 write_result(snakemake.output.result, id="E1.1c", question=P.question, metrics=doc["metrics"],

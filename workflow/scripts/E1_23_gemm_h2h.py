@@ -3,7 +3,7 @@ import logging
 from os.path import splitext
 
 from steptime_lab.experiments import gemm as E
-from steptime_lab.experiments import gemm_figures as F
+from steptime_lab.experiments.gemm import figures as F
 from steptime_lab.results import rule_provenance, write_result
 from steptime.calibration import DEFAULTS_FILE, Constants
 
@@ -11,8 +11,8 @@ constants = Constants.load(DEFAULTS_FILE, snakemake.input.settled)  # this run's
 logging.basicConfig(filename=snakemake.log[0], level=logging.INFO, format="%(message)s", filemode="w")
 df = E.load_gemm(snakemake.input.gemm)
 doc = E.load_constants(snakemake.input.constants)
-recs, preds = E.evaluate_records(df, doc, n_boot=snakemake.params.n_boot, seed=snakemake.params.seed)
-out = E.e1_23_document(recs, snakemake.params.targets, E.reading_sensitivity(df, doc))
+recs, preds = E.evaluate_records(df, doc, n_boot=snakemake.params.n_boot, seed=snakemake.params.seed, constants=constants)
+out = E.head_to_head_claims(recs, snakemake.params.targets, E.reading_sensitivity(df, doc, constants=constants))
 prov = rule_provenance(snakemake, calibration=doc["calibration"], script="workflow/scripts/E1_23_gemm_h2h.py")
 write_result(snakemake.output.result, id="E1.23", question=snakemake.params.question, metrics=out["metrics"],
              claims=out["claims"], provenance=prov)

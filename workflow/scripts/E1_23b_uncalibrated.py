@@ -5,11 +5,13 @@ from os.path import splitext
 from steptime_lab.experiments import gemm as E
 from steptime_lab.experiments import uncalibrated as U
 from steptime_lab.results import rule_provenance, write_result
+from steptime.calibration import DEFAULTS_FILE, Constants
 
 logging.basicConfig(filename=snakemake.log[0], level=logging.INFO, format="%(message)s", filemode="w")
+constants = Constants.load(DEFAULTS_FILE, snakemake.input.settled)  # this run's settled constants (declared inputs), passed down
 df = E.load_gemm(snakemake.input.gemm)
 doc = E.load_constants(snakemake.input.constants)
-r = U.e1_23b(df, doc, n_boot=snakemake.params.n_boot, seed=snakemake.params.seed)
+r = U.e1_23b(df, doc, n_boot=snakemake.params.n_boot, seed=snakemake.params.seed, constants=constants)
 out = U.e1_23b_document(r, snakemake.params.targets)
 prov = rule_provenance(snakemake, calibration=doc["calibration"], script="workflow/scripts/E1_23b_uncalibrated.py")
 write_result(snakemake.output.result, id="E1.23b", question=snakemake.params.question, metrics=out["metrics"],

@@ -5,13 +5,13 @@ import logging
 import joblib
 import pandas as pd
 
-from steptime import peers
 from steptime.calibration import DEFAULTS_FILE, Constants
 from steptime_lab.evaluate.held_out import HeldOut, fit_footprint
 from steptime_lab.experiments import attention as AX
 from steptime_lab.experiments import gemm as GX
 from steptime_lab.experiments import light as LX
 from steptime_lab.experiments import transfer
+from steptime_lab.peer_registry import LAB as peers
 from steptime_lab.results import rule_provenance, write_result
 
 
@@ -45,7 +45,7 @@ hooks = {"vidur_step": HeldOut.for_dataset("vidur_step", vidur=vidur, light_gpus
          "aic_gemm": HeldOut.for_dataset("aic_gemm", gemm_doc=gemm_doc, base=constants),
          "aic_attention": HeldOut.for_dataset("aic_attention", attn_doc=attn_doc, base=constants)}
 families = {"vidur_step": ("light", "gemm"), "aic_gemm": ("gemm",), "aic_attention": ("attention",)}
-# the fair-ground peers from the registry (importing steptime_lab.experiments.transfer registered them)
+# the fair-ground peers from the lab's registry (the product's peers + the lab's)
 ml = {ds: peers.make("ml_loo", ds, cells[ds], fast=P.fast, seed=P.seed, tuned=P.ml_tuned) for ds in transfer.DATASETS}
 attn_reads = {g: [tuple(c) for c in v["scoring_excludes"].values()]
               for g, v in attn_doc["metrics"]["per_gpu"].items()}

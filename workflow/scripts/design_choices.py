@@ -19,7 +19,7 @@ docs = {k: json.load(open(getattr(snakemake.input, k))) for k in ("e1_11", "e1_3
 collected = design.collected_choices(docs["e1_11"], docs["e1_3"], docs["e1_13"], gemm_doc)
 df = GX.load_gemm(snakemake.input.gemm)
 warm = design.warm_start_check(df, gemm_doc, p.targets, seed=int(p.seed), n_per_gpu=int(p.gemm_n_per_gpu),
-                               max_nfev=int(p.gemm_max_nfev))
+                               max_nfev=int(p.gemm_max_nfev), constants=constants)
 logging.info("warm start: %s", warm)
 gen, ctx = (pd.read_parquet(x) for x in snakemake.input.attention)  # generation (decode), context (prefill)
 cells = AX.tidy_cells(gen, ctx)

@@ -3,11 +3,12 @@ folds) and gemm.yaml (the settled constants downstream rules load; never written
 import json
 import logging
 
-from steptime.calibration import write_settled
+from steptime.calibration import DEFAULTS_FILE, Constants, write_settled
 from steptime_lab.experiments import gemm as E
 from steptime.io import write_json
 
 logging.basicConfig(filename=snakemake.log[0], level=logging.INFO, format="%(message)s", filemode="w")
+constants = Constants.load(DEFAULTS_FILE)  # the shipped constants file (a code input), passed down
 df = E.load_gemm(snakemake.input.gemm)
 logging.info("GEMM table: %d rows, %d GPUs", len(df), df["gpu"].nunique())
 with open(snakemake.input.e1_11) as fh:
@@ -15,7 +16,8 @@ with open(snakemake.input.e1_11) as fh:
 with open(snakemake.input.e1_3) as fh:
     law = json.load(fh)["decision"]["law"]
 logging.info("decisions: Hopper cluster size %s (E1.11), memory law %s (E1.3)", cluster, law)
-doc = E.settle(df, seed=snakemake.params.seed, fixed={"hopper_cluster_size": cluster, **E.SHIPPED_FIXED})
+doc = E.settle(df, seed=snakemake.params.seed, fixed={"hopper_cluster_size": cluster, **E.SHIPPED_FIXED},
+               constants=constants)
 doc["decisions"] = {"cluster_size": {"value": cluster, "from": "results/E1_11.json"},
                     "memory_law": {"value": law, "from": "results/E1_3.json"}}
 write_json(snakemake.output.constants, doc)

@@ -27,6 +27,7 @@ import copy
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any, Iterable
 
 from steptime.errors import CalibrationLeakError, InputError
@@ -90,9 +91,11 @@ class Constants:
     def __init__(self, scopes: dict[str, dict[str, Constant]] | None = None, engines: dict | None = None):
         """`scopes` {scope: {name: Constant}} (None: the shipped defaults.yaml); `engines` the fitted
         engine constants {engine: {gpu: {field: entry}}} (None: none)."""
-        self._scopes = scopes if scopes is not None else _parse(_default_doc())
+        scopes = scopes if scopes is not None else _parse(_default_doc())
+        # read-only tables of frozen Constants: a Constants changes only by building another
+        self._scopes = MappingProxyType({s: MappingProxyType(dict(t)) for s, t in scopes.items()})
         self.engines: dict = copy.deepcopy(engines) if engines else {}
-        self._cache: dict[tuple, Any] = {}
+        self._cache: dict[tuple, Any] = {}  # memo of get(): a pure function of the read-only tables
 
     @classmethod
     def default(cls) -> "Constants":
@@ -148,7 +151,7 @@ class Constants:
     def with_overrides(self, overrides: dict[str, Any] | None = None, scope: str = "global",
                        provenance: str = "FITTED", source: str = "override", cells: Iterable = (),
                        experiment: str | None = None) -> "Constants":
-        scopes = copy.deepcopy(self._scopes)
+        scopes = copy.deepcopy({s: dict(t) for s, t in self._scopes.items()})
         table = scopes.setdefault(scope, {})
         for name, value in (overrides or {}).items():
             table[name] = Constant(name=name, value=value, provenance=provenance, source=source, scope=scope,
@@ -173,7 +176,7 @@ class Constants:
 
     def without_gpu(self, gpu_key: str) -> "Constants":
         """Drop a GPU's own deploy readings (for scoring it held out)."""
-        scopes = {k: v for k, v in self._scopes.items() if k != f"gpu.{gpu_key}"}
+        scopes = {k: dict(v) for k, v in self._scopes.items() if k != f"gpu.{gpu_key}"}
         return Constants(copy.deepcopy(scopes), self.engines)
 
     def table(self) -> list[dict]:

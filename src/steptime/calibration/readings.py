@@ -10,6 +10,7 @@ GPU, the wall-clock steps read), never from labels a result writes about itself.
 from __future__ import annotations
 
 from pathlib import Path
+from types import MappingProxyType
 
 from steptime.calibration import DEFAULTS_FILE
 from steptime.specs.engines import FITTED_FILE
@@ -20,7 +21,7 @@ CONTRACT = (f"nine readings per held-out GPU, three per family ({PER_FAMILY} GEM
             f"{PER_FAMILY} wall-clock steps per serving engine)")
 # cell-record tables -> reading family; tables outside these (host-scheduler rows, a light-kernel
 # cell where a GPU has no GEMM table) are counted apart under `other`, never hidden
-TABLE_FAMILY = {"gemm": "gemm", "allreduce": "nccl"}
+TABLE_FAMILY = MappingProxyType({"gemm": "gemm", "allreduce": "nccl"})
 
 
 def _yaml(doc):

@@ -18,11 +18,12 @@ from __future__ import annotations
 
 import importlib.util
 import logging
+from types import MappingProxyType
 
 from steptime.errors import ServeError
 
 # steptime GPU key -> AIConfigurator system name (the folders of aiconfigurator_core/systems/)
-AIC_SYSTEMS = {
+AIC_SYSTEMS = MappingProxyType({
     "a100-sxm": "a100_sxm",
     "h100-sxm": "h100_sxm",
     "h200-sxm": "h200_sxm",
@@ -32,7 +33,7 @@ AIC_SYSTEMS = {
     "gb300": "gb300",
     "l40s": "l40s",
     "rtx-pro-6000": "rtx_pro_6000_server",
-}
+})
 RESERVED = ("llama-3.1-8b", "llama-3.1-70b", "meta-llama/llama-3.1-8b", "meta-llama/llama-3.1-70b",
             "meta-llama/meta-llama-3.1-8b", "meta-llama/meta-llama-3.1-70b")
 BACKENDS = ("vllm", "trtllm", "sglang")
@@ -62,6 +63,8 @@ class AICEstimator:
     `quant`: AIC's GEMM quant mode name ("bfloat16", "fp8", "fp8_block", ...); None keeps the
     checkpoint's own.
     """
+
+    name = "aiconfigurator"  # its key in steptime.peers.PRODUCT
 
     def __init__(self, model: str, gpu: str, backend: str = "vllm", *, tp: int = 1, version: str | None = None,
                  quant: str | None = None):

@@ -22,6 +22,8 @@ from steptime.validation import as_int
 class DistServeTimer:
     """`coefficients`: the pandas DataFrame of DistServe's fitted rows (the caller's table)."""
 
+    name = "distserve"  # its key in steptime.peers.PRODUCT
+
     def __init__(self, coefficients, model, gpu, *, tp: int = 1, engine: str = "distserve"):
         self.model = get_model(model)
         self.gpu = get_gpu(gpu)

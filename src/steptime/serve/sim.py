@@ -30,6 +30,7 @@ import math
 from collections import deque
 from dataclasses import asdict, dataclass, replace
 from numbers import Real
+from types import MappingProxyType
 
 import numpy as np
 
@@ -42,8 +43,8 @@ from steptime.validation import as_int
 POLICIES = ("vllm", "sarathi", "static", "disagg")
 # ASSUMED: vLLM's documented defaults (EngineArgs: gpu_memory_utilization 0.9, block_size 16,
 # max_num_seqs 256; max_num_batched_tokens 8192 for online serving in V1).
-VLLM_DEFAULTS = {"max_num_batched_tokens": 8192, "max_num_seqs": 256, "block_size": 16,
-                 "gpu_memory_utilization": 0.9}
+VLLM_DEFAULTS = MappingProxyType({"max_num_batched_tokens": 8192, "max_num_seqs": 256, "block_size": 16,
+                                  "gpu_memory_utilization": 0.9})
 MAX_RUN = 4096  # longest run of identical-shape decode iterations timed in one call
 PROGRESS_STEPS = 20000  # a progress bar's step count is refreshed every this many simulated iterations
 

@@ -77,6 +77,8 @@ def _checked(model, gpu, tp, f_clk, kv_dtype, engine, dtype, constants, ep=1):
 class StepTimer:
     """Step time (seconds) of a batch composition, exact against `predict_steps`."""
 
+    name = "steptime"  # its key in steptime.peers.PRODUCT
+
     def __init__(self, model, gpu, *, tp: int = 1, constants: Constants | None = None,
                  f_clk: float | None = None, kv_dtype: str = "bf16", engine=None, dtype: str = "bf16",
                  max_tokens: int = 8192, max_requests: int = 256, check: bool = True, ep: int = 1,

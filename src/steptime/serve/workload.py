@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from numbers import Real
+from types import MappingProxyType
 
 import numpy as np
 
@@ -25,9 +26,9 @@ MAX_TIME_S = 1e8
 # for; `--n 10**11` is refused before 2.4 TB of arrays is asked for.
 MAX_WORKLOAD_REQUESTS = 10**8
 
-TRACE_COLUMNS = {"arrival": ("arrived_at_s", "arrival_s", "arrival"),
-                 "prompt": ("num_prefill_tokens", "prompt_tokens", "input_tokens", "isl"),
-                 "output": ("num_decode_tokens", "output_tokens", "osl")}
+TRACE_COLUMNS = MappingProxyType({"arrival": ("arrived_at_s", "arrival_s", "arrival"),
+                                  "prompt": ("num_prefill_tokens", "prompt_tokens", "input_tokens", "isl"),
+                                  "output": ("num_decode_tokens", "output_tokens", "osl")})
 
 
 @dataclass(frozen=True)

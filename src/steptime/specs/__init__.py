@@ -13,10 +13,12 @@ import re
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
 from steptime.errors import (GPUTypeError, ModelConfigError, UnknownGPUError, UnknownModelError,
                              UnsupportedModelError)
+from steptime.readonly import read_only
 from steptime.validation import MAX_CONFIG_BYTES, check_regular_file
 from steptime.specs.model import _JSON_KIND, _MODEL_FIELDS, Model, _cfg_bool, _cfg_int  # noqa: F401 (re-exported)
 from steptime.specs.moe import moe_from_config, moe_model_table
@@ -30,7 +32,7 @@ OPERATOR_FILE = _HERE / "operators.yaml"
 # NVIDIA families, then AMD Instinct (CDNA 3: MI300X/MI325X; CDNA 4: MI350X/MI355X), which have no readings:
 # their GPUs are always predicted from the datasheet and labelled `uncalibrated`
 ARCHITECTURES = ("ampere", "ada", "hopper", "blackwell", "cdna3", "cdna4")
-VENDOR = {"cdna3": "AMD", "cdna4": "AMD"}  # default NVIDIA
+VENDOR = MappingProxyType({"cdna3": "AMD", "cdna4": "AMD"})  # default NVIDIA
 
 
 def _load_yaml(path: Path) -> dict:
@@ -60,6 +62,9 @@ class Figure:
     source: str
     confidence: str = "datasheet"
 
+    def __post_init__(self):
+        object.__setattr__(self, "value", read_only(self.value))
+
 
 @dataclass(frozen=True)
 class GPU:
@@ -88,6 +93,10 @@ class GPU:
     aic_name: str | None = None
     interconnect: str | None = None  # the in-node GPU-to-GPU links, in words (gpus.yaml `interconnect`)
     figures: dict = field(default_factory=dict, compare=False, repr=False)
+
+    def __post_init__(self):  # a GPU is shared by every prediction in the process: its tables are read-only
+        object.__setattr__(self, "max_active_clusters", read_only(self.max_active_clusters))
+        object.__setattr__(self, "figures", read_only(self.figures))
 
     @property
     def vendor(self) -> str:
@@ -135,10 +144,9 @@ def _unwrap(raw: dict, key: str, default_source: str, default_confidence: str = 
     return fig
 
 
-_GPU_FIELDS = (
+_GPU_FIELDS = tuple(
     "bf16_dense_tflops fp8_dense_tflops mem_type mem_bw_gbps mem_gb sms gpcs sms_per_gpc_max "
-    "l2_mb boost_mhz base_mhz power_w nvlink_gbps pcie_gbps max_active_clusters gpus_per_node"
-).split()
+    "l2_mb boost_mhz base_mhz power_w nvlink_gbps pcie_gbps max_active_clusters gpus_per_node".split())
 
 
 @lru_cache(maxsize=1)
@@ -168,11 +176,11 @@ def gpu_table() -> dict[str, GPU]:
             figures=figs,
             **vals,
         )
-    return out
+    return MappingProxyType(out)
 
 
-@lru_cache(maxsize=1)
 def gpu_sources() -> dict[str, str]:
+    """The datasheet sources gpus.yaml cites (a fresh dict: read when asked, by the CLI and the specs rule)."""
     return dict(_load_yaml(GPU_FILE)["sources"])
 
 
@@ -183,10 +191,10 @@ def _gpu_alias_index() -> dict[str, str]:
         for name in (key, g.name, *g.aliases, g.vidur_name, g.aic_name):
             if name:
                 idx[_norm(name)] = key
-    return idx
+    return MappingProxyType(idx)
 
 
-TABLE_NAMES = {"aic": "aic_name", "vidur": "vidur_name"}
+TABLE_NAMES = MappingProxyType({"aic": "aic_name", "vidur": "vidur_name"})
 
 
 def gpu_keys(family: str | tuple | list | None = None, tables: str | None = None) -> list[str]:
@@ -278,7 +286,7 @@ def _model_doc() -> dict:
 @lru_cache(maxsize=1)
 def model_table() -> dict[str, Model]:
     """Dense models (MoE entries, if models.yaml lists any, are kept apart and refused by name)."""
-    return {k: _model_from_raw(k, v) for k, v in _model_doc().items() if not _moe_reason(v)}
+    return MappingProxyType({k: _model_from_raw(k, v) for k, v in _model_doc().items() if not _moe_reason(v)})
 
 
 @lru_cache(maxsize=1)
@@ -291,7 +299,7 @@ def _moe_index() -> dict[str, tuple[str, str]]:
             for name in (key, raw.get("source", key), *raw.get("aliases", ())):
                 idx[_norm(name)] = (key, reason)
                 idx[_norm(str(name).split("/")[-1])] = (key, reason)
-    return idx
+    return MappingProxyType(idx)
 
 
 @lru_cache(maxsize=1)
@@ -301,7 +309,7 @@ def _model_alias_index() -> dict[str, str]:
         for name in (key, m.source, *m.aliases):
             idx[_norm(name)] = key
             idx[_norm(str(name).split("/")[-1])] = key
-    return idx
+    return MappingProxyType(idx)
 
 
 def model_keys() -> list[str]:
@@ -321,7 +329,7 @@ def _moe_alias_index() -> dict[str, str]:
         for name in (key, m.source, *m.aliases):
             idx[_norm(name)] = key
             idx[_norm(str(name).split("/")[-1])] = key
-    return idx
+    return MappingProxyType(idx)
 
 
 def model_from_config(path: str | os.PathLike) -> Model:

@@ -17,11 +17,13 @@ import copy
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any, Iterable
 
 import numpy as np
 
 from steptime.errors import UnknownEngineError, UnsupportedError
+from steptime.readonly import read_only
 from steptime.specs import _load_yaml
 
 ENGINE_FILE = Path(__file__).resolve().parent / "engines.yaml"
@@ -83,6 +85,10 @@ class Engine:
     fitted: dict = field(default_factory=dict)        # gpu key -> {field -> EngineValue}
     default: bool = False
     ar_limits: dict = field(default_factory=dict)     # allreduce.by_tp: the per-(architecture, TP) dispatch table
+
+    def __post_init__(self):  # a profile is shared by every prediction in the process: its tables are read-only
+        for name in ("graphs", "values", "fitted"):
+            object.__setattr__(self, name, read_only(getattr(self, name)))
 
     def lookup(self, name: str, gpu=None) -> EngineValue:
         if gpu is not None:
@@ -274,7 +280,7 @@ def _profiles() -> dict[str, Engine]:
     defaults = [k for k, e in engines.items() if e.default]
     if len(defaults) != 1:
         raise ValueError(f"{ENGINE_FILE.name}: exactly one engine must be the default (found {defaults})")
-    return engines
+    return MappingProxyType(engines)
 
 
 def engine_names() -> list[str]:
@@ -326,9 +332,9 @@ def tp_sharding() -> dict[str, dict]:
     for term, e in _doc()["tensor_parallel"].items():
         if e.get("split") not in SPLITS:
             raise ValueError(f"{ENGINE_FILE.name}: tensor_parallel.{term}.split must be one of {SPLITS}")
-        out[term] = {"split": e["split"], "allreduce_after": bool(e.get("allreduce_after", False)),
-                     "note": e.get("note", "")}
-    return out
+        out[term] = MappingProxyType({"split": e["split"], "allreduce_after": bool(e.get("allreduce_after", False)),
+                                      "note": e.get("note", "")})
+    return MappingProxyType(out)
 
 
 def allreduces_per_layer() -> int:

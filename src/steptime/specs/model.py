@@ -6,15 +6,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from numbers import Integral
+from types import MappingProxyType
 
 from steptime.errors import ModelConfigError
 from steptime.validation import MAX_DIM, as_int
 
 
-_MODEL_FIELDS = (
+_MODEL_FIELDS = tuple(
     "hidden_size num_hidden_layers num_attention_heads num_key_value_heads head_dim "
-    "intermediate_size vocab_size gated_mlp tie_word_embeddings max_position_embeddings"
-).split()
+    "intermediate_size vocab_size gated_mlp tie_word_embeddings max_position_embeddings".split())
 _MODEL_INT_FIELDS = tuple(f for f in _MODEL_FIELDS if f not in ("gated_mlp", "tie_word_embeddings"))
 
 
@@ -80,8 +80,8 @@ class Model:
 # ---------------------------------------------------------------------------------------
 
 
-_JSON_KIND = {dict: "an object", list: "a list", str: "a string", int: "a number", float: "a number",
-              bool: "a boolean", type(None): "null"}
+_JSON_KIND = MappingProxyType({dict: "an object", list: "a list", str: "a string", int: "a number",
+                               float: "a number", bool: "a boolean", type(None): "null"})
 _REQUIRED = object()
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
+from types import MappingProxyType
 
 from steptime.errors import ModelConfigError, UnsupportedModelError
 from steptime.specs.model import Model, _cfg_bool, _cfg_int
@@ -178,7 +179,7 @@ def moe_model_table() -> dict:
         if missing:
             raise ModelConfigError(f"{MOE_MODEL_FILE.name}: model {key!r}: missing fields {', '.join(missing)}")
         out[key] = cls(key=key, aliases=tuple(raw.get("aliases", ())), gated_mlp=True, **kw)
-    return out
+    return MappingProxyType(out)
 
 
 # --------------------------------------------------------------------------- config.json

@@ -38,11 +38,13 @@ keeps its KV cache in L2, a real forward pass streams every other layer in betwe
 
 from __future__ import annotations
 
+from types import MappingProxyType
+
 import numpy as np
 
 from steptime.calibration import Constants
 
-KV_BYTES = {"bf16": 2, "bfloat16": 2, "fp16": 2, "fp8": 1}
+KV_BYTES = MappingProxyType({"bf16": 2, "bfloat16": 2, "fp16": 2, "fp8": 1})
 Q_TILE = 128  # query rows per CTA of FlashAttention-class prefill kernels (DERIVED)
 
 FACTORS = ("attn_floor_us", "attn_prefill_floor_rel", "attn_eta_mem", "attn_eta_ceil", "attn_c_tokens", "attn_causal_tile", "attn_fill_half",

@@ -15,6 +15,8 @@ A GPU without an `allreduce_curve` of its own uses the datasheet ring law for nc
 
 from __future__ import annotations
 
+from types import MappingProxyType
+
 import numpy as np
 
 from steptime.calibration import Constants
@@ -23,7 +25,8 @@ from steptime.terms.comm_bounds import (  # noqa: F401  (the bounds, re-exported
 
 IMPLS = ("ring", "nccl", "custom")
 SMIN_P = 8.0  # soft-minimum sharpness (p-norm of the inverse times); DERIVED: a sharp switch between regimes
-SHAPE_KEYS = {"nccl": ("a_ll", "d_ll128_us", "a_ll128", "d_simple_us"), "custom": ("a_one", "d_two_us", "a_two")}
+SHAPE_KEYS = MappingProxyType({"nccl": ("a_ll", "d_ll128_us", "a_ll128", "d_simple_us"),
+                               "custom": ("a_one", "d_two_us", "a_two")})
 
 
 def bus_bytes(nbytes, tp):

@@ -32,11 +32,13 @@ SM clock), which is how a GDDR part with a large L2 beats its DRAM speed.
 
 from __future__ import annotations
 
+from types import MappingProxyType
+
 import numpy as np
 
 from steptime.calibration import Constants
 
-BYTES = {"bf16": 2, "fp16": 2, "fp8": 1}
+BYTES = MappingProxyType({"bf16": 2, "fp16": 2, "fp8": 1})
 SPLITK_OPTIONS = (1, 2, 4, 8)
 SPLITK_MIN_K = 512  # each split keeps at least this much of k
 
@@ -44,8 +46,8 @@ SPLITK_MIN_K = 512  # each split keeps at least this much of k
 GEMM_CONSTANTS = ("tiles", "ctas_per_sm", "cluster_size", "duty_c", "duty_k", "eta_active", "f_clk",
                   "eta_mem_max", "mem_x_half", "mem_t_half_us", "l2_gain", "l2_resident_x",
                   "kernel_floor_us", "overlap_p", "streamk_rel", "clk_droop", "clk_droop_us")
-_OPTIONAL = {"duty_k": 0.0, "mem_t_half_us": 0.0, "l2_resident_x": 0.0, "overlap_p": float("inf"),
-             "streamk_rel": 0.0, "clk_droop": 0.0, "clk_droop_us": 1.0}
+_OPTIONAL = MappingProxyType({"duty_k": 0.0, "mem_t_half_us": 0.0, "l2_resident_x": 0.0,
+                              "overlap_p": float("inf"), "streamk_rel": 0.0, "clk_droop": 0.0, "clk_droop_us": 1.0})
 
 
 def fill_paradigm(gpu) -> str:

@@ -22,12 +22,14 @@ Bytes per kernel for T new tokens (bf16 activations, per GPU after TP):
 
 from __future__ import annotations
 
+from types import MappingProxyType
+
 import numpy as np
 
 from steptime.calibration import Constants
 
 LIGHT_KERNELS = ("rmsnorm", "add", "rope", "act", "kv_write", "emb")
-PER_LAYER = {"rmsnorm": 2, "add": 2, "rope": 1, "act": 1, "kv_write": 1}
+PER_LAYER = MappingProxyType({"rmsnorm": 2, "add": 2, "rope": 1, "act": 1, "kv_write": 1})
 
 
 def light_bytes(kernel: str, tokens, model, tp: int = 1):

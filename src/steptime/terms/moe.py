@@ -20,18 +20,22 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
+from types import MappingProxyType
 
 import numpy as np
 
 from steptime.errors import UnsupportedError
+from steptime.readonly import read_only
 
 MOE_FILE = Path(__file__).resolve().parent.parent / "calibration" / "moe.yaml"
 
 # expert-weight bytes per element, and the tensor-core math each MoE dtype runs on
-WEIGHT_BYTES = {"bf16": 2.0, "fp8": 1.0, "fp8_block": 1.0, "fp4": 0.5, "nvfp4": 0.5, "mxfp4": 0.5}
-MATH = {"bf16": "bf16", "fp8": "fp8", "fp8_block": "fp8", "fp4": "fp4", "nvfp4": "fp4", "mxfp4": "mxfp4"}
+WEIGHT_BYTES = MappingProxyType({"bf16": 2.0, "fp8": 1.0, "fp8_block": 1.0, "fp4": 0.5, "nvfp4": 0.5, "mxfp4": 0.5})
+MATH = MappingProxyType({"bf16": "bf16", "fp8": "fp8", "fp8_block": "fp8", "fp4": "fp4", "nvfp4": "fp4",
+                         "mxfp4": "mxfp4"})
 # AIConfigurator's moe_dtype names -> steptime's
-AIC_DTYPE = {"bfloat16": "bf16", "fp8": "fp8", "fp8_block": "fp8_block", "nvfp4": "nvfp4", "w4a16_mxfp4": "mxfp4"}
+AIC_DTYPE = MappingProxyType({"bfloat16": "bf16", "fp8": "fp8", "fp8_block": "fp8_block", "nvfp4": "nvfp4",
+                              "w4a16_mxfp4": "mxfp4"})
 
 
 def canonical_dtype(dtype: str) -> str:
@@ -88,6 +92,10 @@ class MoEConstants:
     values: dict = field(default_factory=dict)     # name -> value (global)
     per_gpu: dict = field(default_factory=dict)    # gpu key -> {name: value}
     provenance: dict = field(default_factory=dict)  # name -> {provenance, source}
+
+    def __post_init__(self):  # the shipped MoE constants are shared by the process: read-only
+        for name in ("values", "per_gpu", "provenance"):
+            object.__setattr__(self, name, read_only(getattr(self, name)))
 
     def get(self, name: str, gpu=None, default=None):
         """A per-GPU reading's value if `gpu` has one, else the global value, else `default`."""

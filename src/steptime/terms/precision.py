@@ -20,12 +20,14 @@ predict_step both price fp8 GEMMs here (one code path).
 
 from __future__ import annotations
 
+from types import MappingProxyType
+
 import numpy as np
 
 from steptime.calibration import Constants
 from steptime.terms import gemm, light
 
-IDENTITY = {"eta_c_rel": 1.0, "eta_mem_rel": 1.0, "floor_add_us": 0.0}
+IDENTITY = MappingProxyType({"eta_c_rel": 1.0, "eta_mem_rel": 1.0, "floor_add_us": 0.0})
 
 
 def fp8_const(engine=None) -> str:

@@ -1,9 +1,9 @@
-"""The lab's table-fitted peers: importing this package registers them in `steptime.peers`
-(`calibrated_roofline`, `vidur_rf`, `vidur_poly`), beside the product's own peers.
+"""The lab's table-fitted peers (`calibrated_roofline`, `vidur_rf`, `vidur_poly`): their entries,
+and `REGISTRY`, the product's peers plus these (an immutable `steptime.peers.Registry` value;
+importing this package changes nothing in `steptime.peers`).
 
-    from steptime import peers
-    import steptime_lab.baselines  # noqa: F401  (registers the lab's peers)
-    est = peers.make("vidur_rf", features=["num_tokens"], full_grid=False, seed=0)
+    from steptime_lab.baselines import REGISTRY
+    est = REGISTRY.make("vidur_rf", features=["num_tokens"], full_grid=False, seed=0)
     est.fit(X, y)            # X: pandas DataFrame of cells, y: measured latency_ms
     est.predict(X) -> np.ndarray of latency_ms
 
@@ -13,4 +13,8 @@ ending with '_', no hidden state.
 
 from __future__ import annotations
 
-from steptime_lab.baselines import roofline, vidur_rf  # noqa: F401  (registers their peers)
+from steptime import peers
+from steptime_lab.baselines import roofline, vidur_rf
+
+PEER_ENTRIES = (*roofline.PEER_ENTRIES, *vidur_rf.PEER_ENTRIES)
+REGISTRY = peers.PRODUCT.with_peers(*PEER_ENTRIES)

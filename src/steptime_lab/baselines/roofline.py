@@ -1,5 +1,5 @@
 """The roofline fitted on measured GEMM cells, a lab peer (the fixed rooflines are the
-product's: `steptime.rooflines`, registered in `steptime.peers`).
+product's: `steptime.rooflines`, in `steptime.peers.PRODUCT`).
 
 * ``calibrated_roofline`` (a_c, a_m, t0) fitted per GPU on the cells it is then scored on
                           (IN-SAMPLE reference: the best any single 3-constant roofline does).
@@ -12,17 +12,17 @@ from __future__ import annotations
 import numpy as np
 from scipy.optimize import least_squares
 
-from steptime.peers import register
+from steptime.peers import Entry
 from steptime.rooflines import cells_mnk, roofline_ms
 
 
-@register("calibrated_roofline", query="gemm",
-          fitted_on="(a_c, a_m, t0) fitted per GPU on the cells it is then scored on (in-sample reference)")
 class CalibratedRoofline:
     """Best single roofline per GPU: (a_c, a_m, t0) fitted on the cells given (in-sample).
 
     Fitted by minimising the soft-L1 relative error, close to the MAPE it is scored on.
     """
+
+    name = "calibrated_roofline"
 
     in_sample = True
 
@@ -44,3 +44,8 @@ class CalibratedRoofline:
     def predict(self, X) -> np.ndarray:
         m, n, k = cells_mnk(X)
         return roofline_ms(m, n, k, self.gpu, self.a_c_, self.a_m_, self.t0_us_)
+
+
+PEER_ENTRIES = (Entry.of(CalibratedRoofline, query="gemm",
+                         fitted_on="(a_c, a_m, t0) fitted per GPU on the cells it is then scored on "
+                                   "(in-sample reference)"),)

@@ -17,7 +17,7 @@ Written after Vidur's scikit-learn execution-time predictor (microsoft/vidur,
 `full_grid=False` selects a small fast grid (`GRID_FAST`) with fewer trees and folds,
 for the 2-core main job; every result says which grid built it (`grid_name`).
 
-    est = steptime.peers.make("vidur_rf", features=["num_tokens"], full_grid=False, seed=0)
+    est = steptime_lab.baselines.REGISTRY.make("vidur_rf", features=["num_tokens"], full_grid=False, seed=0)
     est.fit(X, y); est.predict(X)
 
 sklearn is imported inside methods only, so `import steptime` stays fast.
@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from steptime.peers import make, register
+from steptime.peers import Entry, Registry
 from steptime.specs import vidur_operators
 
 VIDUR_FITTED_ON = "the profiled operator table of one GPU (Vidur: one model and TP degree), fitted per operator"
@@ -162,9 +162,10 @@ class _GridSearched:
         return out
 
 
-@register("vidur_rf", query="op", fitted_on=VIDUR_FITTED_ON)
 class VidurRF(_GridSearched):
     """Vidur's random forest for one operator (RandomForestRegressor, seeded)."""
+
+    name = "vidur_rf"
 
     grid_full = GRID_FULL
     grid_fast = GRID_FAST
@@ -175,9 +176,10 @@ class VidurRF(_GridSearched):
         return RandomForestRegressor(random_state=self.seed, n_jobs=1)
 
 
-@register("vidur_poly", query="op", fitted_on=VIDUR_FITTED_ON)
 class VidurPoly(_GridSearched):
     """Vidur's linear-regression variant: polynomial features then least squares."""
+
+    name = "vidur_poly"
 
     grid_full = POLY_GRID_FULL
     grid_fast = POLY_GRID_FAST
@@ -188,6 +190,11 @@ class VidurPoly(_GridSearched):
         from sklearn.preprocessing import PolynomialFeatures
 
         return make_pipeline(PolynomialFeatures(), LinearRegression())
+
+
+PEER_ENTRIES = (Entry.of(VidurRF, query="op", fitted_on=VIDUR_FITTED_ON),
+                Entry.of(VidurPoly, query="op", fitted_on=VIDUR_FITTED_ON))
+_OWN = Registry(PEER_ENTRIES)  # the operator models' estimator kinds
 
 
 class OperatorModels:
@@ -221,8 +228,8 @@ class OperatorModels:
         self.models_ = {}
         for key, sub in it:
             key = key if isinstance(key, tuple) else (key,)
-            est = make(self.kind, features=list(self.features), full_grid=self.full_grid,
-                                n_jobs=self.n_jobs, seed=self.seed, max_rows=self.max_rows)
+            est = _OWN.make(self.kind, features=list(self.features), full_grid=self.full_grid,
+                            n_jobs=self.n_jobs, seed=self.seed, max_rows=self.max_rows)
             self.models_[tuple(_py(k) for k in key)] = est.fit(sub, sub[target])
         self.n_rows_ = int(sum(m.n_rows_ for m in self.models_.values()))
         return self

@@ -5,6 +5,7 @@ results/calibration/gemm_constants.json."""
 
 from __future__ import annotations
 
+from steptime.calibration import Constants
 from steptime.specs import gpu_key
 from steptime_lab.data import load_aic_attention
 from steptime_lab.evaluate import load_gemm_calibration
@@ -20,5 +21,6 @@ def evaluate(family: str, gpus=None, seed: int = 0, n_boot: int = 1000, **kw) ->
     cells = load_cells()
     ev = [gpu_key(g) for g in gpus] if gpus else None
 
-    r = E.run(cells, load_gemm_calibration(), seed=seed, n_boot=n_boot, eval_gpus=ev, ship=False)
+    r = E.run(cells, load_gemm_calibration(), seed=seed, n_boot=n_boot, eval_gpus=ev, ship=False,
+              constants=Constants.default())  # the command's constants: the shipped ones, passed down
     return [x for x in r["records"] if x["family"] == family]

@@ -7,6 +7,7 @@ when present (else the leave-one-GPU-out fits are rerun here, ~1 min).
 
 from __future__ import annotations
 
+from steptime.calibration import Constants
 from steptime_lab.data.manifest import find_root
 from steptime_lab.experiments import gemm as E
 
@@ -14,6 +15,7 @@ from steptime_lab.experiments import gemm as E
 def evaluate(family: str = "gemm", gpus=None, *, refit: bool = False, n_boot: int = 1000, seed: int = 0,
              **kw) -> list[dict]:
     root = find_root()
+    constants = Constants.default()  # the command's constants: the shipped ones, passed down
     table = root / "results" / "data" / "gemm.parquet"
     df = E.load_gemm(table if table.exists() else None)
     const = root / "results" / "calibration" / "gemm_constants.json"
@@ -25,6 +27,6 @@ def evaluate(family: str = "gemm", gpus=None, *, refit: bool = False, n_boot: in
         if e111.exists():
             cluster = E.load_constants(e111)["decision"]["cluster_size"]
         fixed = {"hopper_cluster_size": cluster} if cluster else {}
-        doc = E.settle(df, seed=seed, fixed={**fixed, **E.SHIPPED_FIXED})
-    recs, _ = E.evaluate_records(df, doc, gpus=gpus, n_boot=n_boot, seed=seed)
+        doc = E.settle(df, seed=seed, fixed={**fixed, **E.SHIPPED_FIXED}, constants=constants)
+    recs, _ = E.evaluate_records(df, doc, gpus=gpus, n_boot=n_boot, seed=seed, constants=constants)
     return recs

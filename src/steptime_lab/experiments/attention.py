@@ -311,7 +311,7 @@ def run(cells, gemm_doc: dict, gpus=AIC_GPUS, seed: int = 0, n_boot: int = 1000,
         x = cells[cells["gpu"] == g].reset_index(drop=True)
         if g not in gemm_doc["folds"]:
             raise ValueError(f"{g}: no GEMM readings in the GEMM calibration (folds: {sorted(gemm_doc['folds'])})")
-        readings = GX.readings_in_fold(gemm_doc, g, gpus)
+        readings = GX.readings_in_fold(gemm_doc, g, gpus, constants=constants)
         ratios = reading_ratios(cells, others, fcg, readings, constants)
         fc = from_gemm_readings(fcg, ratios, readings[g])
         fc_own = calibrate_gpu(x, g, fcg, constants=constants)
@@ -353,7 +353,7 @@ def run(cells, gemm_doc: dict, gpus=AIC_GPUS, seed: int = 0, n_boot: int = 1000,
                 "pred": pd.concat(preds, ignore_index=True), "fit_sample": fit_sample}
     shipped_g = fit_globals(cells, gpus, seed, n_sample=fit_sample, constants=constants)
     shipped = {"globals": shipped_g, "lanes": {}, "lane_of": lanes, "per_gpu": {}, "fit_sample": fit_sample}
-    readings = GX.readings_in_fold(gemm_doc, None, gpus)
+    readings = GX.readings_in_fold(gemm_doc, None, gpus, constants=constants)
     shipped["reading_ratios"] = {}
     for lane in sorted(set(lanes.values())):
         members = [g for g in gpus if lanes[g] == lane]

@@ -56,18 +56,18 @@ def collected_choices(e1_11: dict, e1_3: dict, e1_13: dict, gemm_doc: dict) -> l
     return rows
 
 
-def _gemm_target_mape(df, gpu: str, glob: dict, readings: dict) -> float:
+def _gemm_target_mape(df, gpu: str, glob: dict, readings: dict, constants) -> float:
     sub = df[df["gpu"] == gpu].reset_index(drop=True)
     used = {c for c, _ in readings[gpu].values()}
     keep = np.array([c not in used for c in GX.cell_ids(sub)]) & GX.subset_masks(sub)["llm"]
     sub = sub[keep]
     p = GX.predict(gpu, sub["m"].to_numpy(float), sub["n"].to_numpy(float), sub["k"].to_numpy(float),
-                   GX.gpu_params(gpu, glob, readings[gpu]))
+                   GX.gpu_params(gpu, glob, readings[gpu], constants=constants))
     y = sub["latency_ms"].to_numpy(float)
     return float(np.mean(np.abs(p - y) / y))
 
 
-def warm_start_check(df, gemm_doc: dict, targets, *, seed: int = 0, n_per_gpu: int | None = None,
+def warm_start_check(df, gemm_doc: dict, targets, *, constants, seed: int = 0, n_per_gpu: int | None = None,
                      max_nfev: int | None = None) -> dict:
     """Held-out GEMM MAPE (LLM cells) per target: the fold refitted from the all-GPU fit
     (warm, as shipped: the start saw the target) and from the neutral start values (cold,
@@ -83,10 +83,11 @@ def warm_start_check(df, gemm_doc: dict, targets, *, seed: int = 0, n_per_gpu: i
         rd = {g: GX.deploy_readings(df, g, stream) for g in gpus}
         others = [g for g in gpus if g != t]
         # both starts with the same sample and budget; the shipped fold (full budget) for reference
-        warm = GX.fit_globals(df, others, rd, x0=gemm_doc["all"], **kw)
-        cold = GX.fit_globals(df, others, rd, x0=None, **kw)
-        out[t] = {"warm": _gemm_target_mape(df, t, warm, rd), "cold": _gemm_target_mape(df, t, cold, rd),
-                  "shipped_fold": _gemm_target_mape(df, t, gemm_doc["folds"][t]["globals"], rd)}
+        warm = GX.fit_globals(df, others, rd, x0=gemm_doc["all"], constants=constants, **kw)
+        cold = GX.fit_globals(df, others, rd, x0=None, constants=constants, **kw)
+        out[t] = {"warm": _gemm_target_mape(df, t, warm, rd, constants),
+                  "cold": _gemm_target_mape(df, t, cold, rd, constants),
+                  "shipped_fold": _gemm_target_mape(df, t, gemm_doc["folds"][t]["globals"], rd, constants)}
     return {"per_target": out, "settings": {k: v for k, v in kw.items() if k != "fixed"},
             "warm_fold_settings": {"n_per_gpu": s["n_per_gpu"], "max_nfev": s["max_nfev"]}}
 
@@ -104,7 +105,7 @@ def llm_weight_check(cells, gemm_doc: dict, targets, weights=(1.0, 10.0), *, see
             others = AX.training_gpus(t, gpus, lanes)
             fcg = AX.fit_globals(cells, others, seed, n_sample=n_sample, max_nfev=max_nfev, llm_weight=float(w),
                                    constants=constants)
-            readings = GX.readings_in_fold(gemm_doc, t, gpus)
+            readings = GX.readings_in_fold(gemm_doc, t, gpus, constants=constants)
             fc = AX.from_gemm_readings(fcg, AX.reading_ratios(cells, others, fcg, readings, constants), readings[t])
             x = cells[cells["gpu"] == t].reset_index(drop=True)
             dep = set(x["cell"].iloc[list(AX.deploy_cells(x).values())])

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from steptime.calibration import Calibration
+from steptime.calibration import Calibration, Constants
 from steptime_lab.metrics import score
 from steptime.specs import get_gpu, get_model, vidur_operators
 from steptime.terms import light as L
@@ -134,9 +134,11 @@ def baseline(cells_gpu, gpu, name: str, scale: float | None = None, floor_us: fl
     raise KeyError(name)
 
 
-def run(cells, gpus=None, seed: int = 0, n_boot: int = 1000, gemm_doc: dict | None = None) -> dict:
+def run(cells, gpus=None, seed: int = 0, n_boot: int = 1000, gemm_doc: dict | None = None, *,
+        constants: Constants) -> dict:
     """Held out per GPU; with `gemm_doc` (results/calibration/gemm_constants.json) a GPU with
-    GEMM readings takes its light_bw_scale from them (`derived_bw_scale`)."""
+    GEMM readings takes its light_bw_scale from them (`derived_bw_scale`; the readings solved
+    over `constants`, the run's)."""
     import pandas as pd
 
     gpus = gpus or sorted(cells["gpu"].unique())
@@ -148,7 +150,7 @@ def run(cells, gpus=None, seed: int = 0, n_boot: int = 1000, gemm_doc: dict | No
         x = cells[cells["gpu"] == g].reset_index(drop=True)
         di = deploy_index(x)
         own = bw_scale(x, g)
-        derived = derived_bw_scale(cells, g, others, GX.readings_in_fold(gemm_doc, g, gpus)) \
+        derived = derived_bw_scale(cells, g, others, GX.readings_in_fold(gemm_doc, g, gpus, constants=constants)) \
             if gemm_doc and g in gemm_doc["folds"] else None
         if derived is not None:
             scale = derived[0]
@@ -188,7 +190,7 @@ def run(cells, gpus=None, seed: int = 0, n_boot: int = 1000, gemm_doc: dict | No
     shipped = fit_kernels(cells, gpus)
     shipped["derived"] = {}
     if gemm_doc:
-        readings = GX.readings_in_fold(gemm_doc, None, gpus)
+        readings = GX.readings_in_fold(gemm_doc, None, gpus, constants=constants)
         for g in gpus:
             d = derived_bw_scale(cells, g, gpus, readings)
             if d is not None:

@@ -65,7 +65,7 @@ def held_out_constants(light_cells, gpu, gpus, gemm_doc: dict | None = None,
     knee.setdefault("kv_write", float(np.median(list(knee.values()))))
     xg = light_cells[light_cells["gpu"] == gpu].reset_index(drop=True)
     deploy_cell = list(xg["cell"].iloc[LX.deploy_index(xg)])
-    derived = LX.derived_bw_scale(light_cells, gpu, others, GX.readings_in_fold(gemm_doc, gpu, gpus)) \
+    derived = LX.derived_bw_scale(light_cells, gpu, others, GX.readings_in_fold(gemm_doc, gpu, gpus, constants=base)) \
         if gemm_doc and gpu in gemm_doc["folds"] else None
     if derived is not None:
         scale, source = derived[0], f"GEMM reading eta_mem_max x {derived[1]:.4g} (ratio fitted on {others})"

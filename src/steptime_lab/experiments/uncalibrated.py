@@ -26,32 +26,33 @@ from steptime_lab.results import claim, target
 PER_GPU = ("eta_active", "eta_mem_max", "kernel_floor_us")
 
 
-def uncalibrated_params(doc: dict, gpu: str) -> dict:
-    """GEMM parameters for `gpu` without its readings: its fold's globals, the other GPUs' median readings."""
+def uncalibrated_params(doc: dict, gpu: str, *, constants) -> dict:
+    """GEMM parameters for `gpu` without its readings: its fold's globals, the other GPUs' median
+    readings, over `constants` (the run's)."""
     from steptime_lab.experiments import gemm as E
 
     others = [g for g in sorted(doc["folds"]) if g != gpu]
-    rd = E.readings_in_fold(doc, gpu, others)
-    p = E.with_globals(gpu, E.base_params(gpu), doc["folds"][gpu]["globals"])
+    rd = E.readings_in_fold(doc, gpu, others, constants=constants)
+    p = E.with_globals(gpu, E.base_params(gpu, constants), doc["folds"][gpu]["globals"])
     for nm in PER_GPU:
         p[nm] = float(np.median([rd[o][nm] for o in others]))
     return p
 
 
-def e1_23b(df, doc: dict, *, n_boot: int = 1000, seed: int = 0) -> dict:
+def e1_23b(df, doc: dict, *, constants, n_boot: int = 1000, seed: int = 0) -> dict:
     """{'records': [...], 'fallback': {gpu: {name: value}}} per GPU of `doc`'s folds."""
     from steptime_lab.experiments import gemm as E
     from steptime_lab.metrics import score
 
     gpus = sorted(doc["folds"])
-    folds = {g: E.fold_from_json(doc, g) for g in gpus}
+    folds = {g: E.fold_from_json(doc, g, constants=constants) for g in gpus}
     # E1.23's scored cells (deploy cells removed), calibrated steptime, and the datasheet-only bare roofline
     P = E.predictions(df, folds, baselines=("bare_roofline",))
     recs, fallback = [], {}
     for g in gpus:
         d = P[g]
         sub = d["df"]
-        p_unc = uncalibrated_params(doc, g)
+        p_unc = uncalibrated_params(doc, g, constants=constants)
         fallback[g] = {nm: p_unc[nm] for nm in PER_GPU}
         unc = E.predict(g, sub["m"].to_numpy(float), sub["n"].to_numpy(float), sub["k"].to_numpy(float), p_unc)
         y = sub["latency_ms"].to_numpy(float)

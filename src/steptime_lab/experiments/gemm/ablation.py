@@ -6,13 +6,12 @@ from __future__ import annotations
 
 import numpy as np
 
+from steptime.calibration import Constants
 from steptime_lab.experiments.gemm.contract import calibration_record, cell_ids, deploy_readings, subset_masks
 from steptime_lab.experiments.gemm.folds import fit_globals, fold_from_json, gpu_params
 from steptime_lab.experiments.gemm.scoring import predictions, records
-from steptime_lab.results import claim
 from steptime.specs import get_gpu
 from steptime.terms import gemm as G
-from steptime_lab.experiments.gemm import folds as _F
 from steptime_lab.metrics import score
 
 
@@ -46,11 +45,11 @@ def cv(x) -> float:
     return float(np.std(x) / np.mean(x)) if x.size else float("nan")
 
 
-def e1_13_analysis(df, doc: dict) -> dict:
+def scalar_vs_factors(df, doc: dict, *, constants: Constants) -> dict:
     out = {}
     for gpu in sorted(doc["folds"]):
         g = get_gpu(gpu)
-        fold = fold_from_json(doc, gpu)
+        fold = fold_from_json(doc, gpu, constants=constants)
         p = fold["params"]
         cell, t_read = fold["readings"]["eta_active"]
         _, _, m0, n0, k0 = cell
@@ -81,27 +80,10 @@ def e1_13_analysis(df, doc: dict) -> dict:
     return out
 
 
-def e1_13_document(an: dict, ablation: dict | None = None) -> dict:
-    claims = ablation_claims(ablation) if ablation else []
-    for gpu, a in an.items():
-        f, s = a["latency_factor"]["mape"], a["latency_scalar"]["mape"]
-        claims.append(claim(f"{gpu}: on LLM-shaped cells with m >= 128 the factor product's held-out MAPE is {f:.1%} vs "
-                            f"{s:.1%} for one scalar eta_bar = {a['eta_bar']:.3f} read off the same deploy cell "
-                            f"(drift of the scalar vs the factors: mean {a['drift_abs_mean']:.1%}, max "
-                            f"{a['drift_abs_max']:.1%})", f, "latency MAPE, factors vs scalar", target=s, met=f < s, op="<",
-                            unit="fraction"))
-    metrics = {g: {k: v for k, v in a.items() if not k.startswith("_")} for g, a in an.items()}
-    if ablation:
-        metrics = {"scalar_vs_factors": metrics, "factor_ablation": ablation,
-                   "note": "ablation: each factor off, global constants refitted on all GPUs (in-sample for the "
-                           "globals), per-GPU deploy readings re-applied; LLM-shaped cells"}
-    return {"metrics": metrics, "claims": claims}
-
-
-def l0_2_analysis(df, doc: dict) -> dict:
+def implied_alpha_ledger(df, doc: dict, *, constants: Constants) -> dict:
     out = {}
     for gpu in sorted(doc["folds"]):
-        fold = fold_from_json(doc, gpu)
+        fold = fold_from_json(doc, gpu, constants=constants)
         cal = calibration_record({gpu: fold["readings"]})
         a = implied_alpha(df, gpu, fold["params"])
         a = a[[x not in cal.all_cells() for x in cell_ids(a)]].reset_index(drop=True)
@@ -126,25 +108,6 @@ def l0_2_analysis(df, doc: dict) -> dict:
     return out
 
 
-def l0_2_document(an: dict) -> dict:
-    claims = []
-    for branch in ("compute", "memory"):
-        lo = min(a[branch]["alpha_min"] for a in an.values())
-        hi = max(a[branch]["alpha_max"] for a in an.values())
-        cvs = [a[branch]["alpha_cv"] for a in an.values()]
-        after = [a[branch]["after_factors_cv"] for a in an.values()]
-        claims.append(claim(f"{branch} branch: a bare roofline needs alpha between {lo:.3f} and {hi:.3f} across GPUs "
-                            f"and cells (CV per GPU {min(cvs):.1%}-{max(cvs):.1%}); after our factors the spread of "
-                            f"predicted/measured is CV {min(after):.1%}-{max(after):.1%} "
-                            f"({np.median(np.array(cvs) / np.array(after)):.1f}x collapse, median GPU)",
-                            {"alpha_range": [lo, hi], "cv_before": float(np.median(cvs)), "cv_after": float(np.median(after))},
-                            "CV of implied alpha vs CV of predicted/measured, per GPU"))
-        claims.append(claim(f"{branch} branch: alpha < 1 on every cell ({hi:.3f} max)", hi, "max implied alpha",
-                            target=1.0, met=hi < 1.0, op="<"))
-    metrics = {g: {k: v for k, v in a.items() if not k.startswith("_")} for g, a in an.items()}
-    return {"metrics": metrics, "claims": claims}
-
-
 ABLATIONS = {
     "sm_fill (tile ladder, tail, grid cap)": {"tiles": [[1, 1, 1.0]], "streamk_rel": 0.0},
     "skinny 16-row tile": {"_drop_tile": 16},
@@ -158,7 +121,18 @@ ABLATIONS = {
 }
 
 
-def factor_ablation(df, fixed: dict, *, seed: int = 0, n_per_gpu: int = 800, max_nfev: int = 30) -> dict:
+def without_tile(constants: Constants, gpus, tile_m: int) -> Constants:
+    """`constants` with every tile of `tile_m` rows dropped from each GPU's tile ladder."""
+    out = constants
+    for g in gpus:
+        tiles = constants.get("tiles", get_gpu(g))
+        out = out.with_overrides({"tiles": [t for t in tiles if t[0] != tile_m]}, scope=f"gpu.{g}",
+                                 provenance="ASSUMED", source=f"ablation: the {tile_m}-row tile dropped")
+    return out
+
+
+def factor_ablation(df, fixed: dict, *, constants: Constants, seed: int = 0, n_per_gpu: int = 800,
+                    max_nfev: int = 30) -> dict:
     """LLM-cell MAPE per GPU with every factor, and with each factor off (globals refitted on all
     GPUs each time, readings re-applied): in-sample for the globals, not held out."""
     import pandas as pd
@@ -166,9 +140,6 @@ def factor_ablation(df, fixed: dict, *, seed: int = 0, n_per_gpu: int = 800, max
     gpus = sorted(df["gpu"].unique())
     readings = {g: deploy_readings(df, g) for g in gpus}
     df_llm = df[subset_masks(df)["llm"]]
-    # the "skinny 16-row tile" entry swaps the base parameters that the fit and the folds start from
-
-    base_fn = _F.base_params
     out = {}
     for name, off in [("all factors", {})] + list(ABLATIONS.items()):
         drop = off.get("_drop_tile")
@@ -179,36 +150,15 @@ def factor_ablation(df, fixed: dict, *, seed: int = 0, n_per_gpu: int = 800, max
             base_fixed.pop("clk_droop")
             fx = {}
             name = "clock droop (fitted back in)"
-        if drop is not None:
-            def _bp(g, _orig=base_fn, _d=drop):
-                p = _orig(g)
-                p["tiles"] = [t for t in p["tiles"] if t[0] != _d]
-                return p
-            _F.base_params = _bp
-        try:
-            glob = fit_globals(df, gpus, readings, seed=seed, n_per_gpu=n_per_gpu, max_nfev=max_nfev,
-                               fixed={**base_fixed, **fx})
-            folds = {g: {"globals": glob, "params": gpu_params(g, glob, readings[g]), "readings": readings[g]}
-                     for g in gpus}
-            P = predictions(df_llm, folds, baselines=())
-        finally:
-            _F.base_params = base_fn
+        # the "skinny 16-row tile" entry starts the fit and the folds from constants whose tile ladder
+        # lacks that tile on every GPU
+        c = constants if drop is None else without_tile(constants, gpus, drop)
+        glob = fit_globals(df, gpus, readings, constants=c, seed=seed, n_per_gpu=n_per_gpu, max_nfev=max_nfev,
+                           fixed={**base_fixed, **fx})
+        folds = {g: {"globals": glob, "params": gpu_params(g, glob, readings[g], constants=c), "readings": readings[g]}
+                 for g in gpus}
+        P = predictions(df_llm, folds, baselines=())
         r = pd.DataFrame(records(P, n_boot=10, seed=seed))
         r = r[r["subset"] == "llm"].set_index("gpu")["mape"]
         out[name] = {"llm_mape": {g: float(v) for g, v in r.items()}, "mean_llm_mape": float(r.mean())}
-    return out
-
-
-def ablation_claims(ab: dict) -> list:
-    base = ab["all factors"]["mean_llm_mape"]
-    out = []
-    for name, v in ab.items():
-        if name in ("all factors", "settings"):
-            continue
-        d = v["mean_llm_mape"] - base
-        what = f"with {name}" if "fitted back in" in name else f"without {name}"
-        out.append(claim(f"{what}: mean LLM-cell MAPE {v['mean_llm_mape']:.2%} vs {base:.2%} with the shipped "
-                         f"factors ({'+' if d >= 0 else ''}{d * 100:.2f} pp)", d,
-                         "change in mean MAPE over the 9 GPUs when the factor is off (globals refitted, all-GPU fit)",
-                         target=0.0, met=d > 0, op=">", unit="fraction"))
     return out

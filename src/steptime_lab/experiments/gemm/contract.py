@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from steptime.calibration import Calibration
+from steptime.calibration import Calibration, Constants
 from steptime_lab.regimes import is_decode, is_prefill, llm_shaped
 from steptime.specs import get_gpu, gpu_keys
 from steptime.terms import gemm as G
@@ -143,8 +143,14 @@ NEUTRAL_START = {"eta_active": 0.8, "eta_mem_max": 0.8, "kernel_floor_us": 2.0, 
                  "f_clk": 1.0}
 
 
-def base_params(gpu) -> dict:
-    p = G.resolve(get_gpu(gpu))
+def base_params(gpu, constants: Constants) -> dict:
+    """`gpu`'s GEMM constants from `constants` (the run's: the tile ladder, CTAs per SM, cluster size),
+    with every constant a fit or a reading sets at its neutral start. The constants are an argument:
+    a library function never falls back to the shipped file."""
+    if not isinstance(constants, Constants):
+        raise TypeError(f"base_params: constants must be the run's steptime.calibration.Constants, got "
+                        f"{type(constants).__name__}")
+    p = G.resolve(get_gpu(gpu), constants)
     p.update(NEUTRAL_START)
     p.update({nm: v[0] for nm, v in FIT_GLOBALS.items()})
     return p

@@ -1,15 +1,23 @@
-"""SM-fill mechanics shared by E1.2, E1.2b, E1.11 and E1.12: tile-boundary staircases, the
-fill factor switched off, the cluster size switched, grid caps and the measured peak fraction.
+"""SM fill, scored: the mechanics (tile-boundary staircases, the fill factor switched off, the
+cluster size switched, grid caps, the measured peak fraction) and the held-out scores built on them:
+the tile ladder and last-wave tail on Ampere/Ada and Vidur's A40 (`wave_fill_scores`, E1.2), the
+Hopper cluster size (`cluster_comparison`, E1.11; `cluster_cap_scores`, E1.2b) and the Blackwell
+paradigm (`paradigm_scores`, E1.12). Claims: `claims.py`; figures: `figures.py`.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from steptime_lab.experiments.gemm.contract import apply_readings, base_params, predict
-from steptime_lab.experiments.gemm.folds import gpu_params, with_globals
-from steptime.specs import get_gpu
+from steptime.calibration import Constants
+from steptime.specs import get_gpu, gpu_keys, vidur_operators
 from steptime.terms import gemm as G
+from steptime_lab.experiments.gemm.contract import (
+    apply_readings, base_params, calibration_record, cell_ids, deploy_readings, predict, subset_masks,
+)
+from steptime_lab.experiments.gemm.folds import _readings_json, fit_globals, fold_from_json, gpu_params, with_globals
+from steptime_lab.experiments.gemm.scoring import predictions, records, score_cells
+from steptime_lab.experiments.gemm.settling import FIT_SETTINGS, SHIPPED_FIXED
 from steptime_lab.metrics import score
 
 
@@ -67,9 +75,9 @@ def peak_fraction(df, gpu: str) -> dict:
     return {"max": float(fr.max()), "p99": float(fr.quantile(0.99))}
 
 
-def params_no_fill(gpu: str, glob: dict, readings: dict) -> dict:
+def params_no_fill(gpu: str, glob: dict, readings: dict, *, constants: Constants) -> dict:
     """Ablation: the same globals with the SM-fill factor off, deploy readings re-applied."""
-    base = no_fill_params(with_globals(gpu, base_params(gpu), glob))
+    base = no_fill_params(with_globals(gpu, base_params(gpu, constants), glob))
     return apply_readings(gpu, base, readings)
 
 
@@ -99,11 +107,168 @@ def jump_stats(j) -> dict:
     return out
 
 
-def params_cluster(gpu: str, glob: dict, readings: dict, cluster: int) -> dict:
+def params_cluster(gpu: str, glob: dict, readings: dict, cluster: int, *, constants: Constants) -> dict:
     g = dict(glob)
     g["hopper_cluster_size"] = cluster
-    return gpu_params(gpu, g, readings)
+    return gpu_params(gpu, g, readings, constants=constants)
 
 
 def _shape_cells(df, gpu, n, k):
     return df[(df["gpu"] == gpu) & (df["n"] == n) & (df["k"] == k)].sort_values("m")
+
+
+# ---------------------------------------------------------------- wave quantisation (Ampere/Ada, Vidur's A40)
+VIDUR_GEMM_OPS = tuple(vidur_operators(kind="gemm"))  # Vidur's projection GEMMs (specs/operators.yaml)
+
+def vidur_gemm_cells(vm, gpu: str):
+    """Vidur's four projection GEMMs on `gpu` as GEMM cells: gpu, m, n, k, latency_ms (median over
+    models/TP rows with the same shape), op."""
+    sub = vm[(vm["gpu"] == gpu) & (vm["op"].isin(VIDUR_GEMM_OPS))].dropna(subset=["gemm_m", "gemm_n", "gemm_k"])
+    sub = sub.assign(m=sub["gemm_m"].astype(int), n=sub["gemm_n"].astype(int), k=sub["gemm_k"].astype(int))
+    out = sub.groupby(["gpu", "m", "n", "k"], as_index=False).agg(latency_ms=("latency_ms", "median"),
+                                                                   op=("op", "first"))
+    return out.sort_values(["n", "k", "m"]).reset_index(drop=True)
+
+
+def vidur_readings(cells, gpu: str) -> dict:
+    """Deploy readings for a GPU known only through Vidur's operator table, chosen by rule:
+    compute = the cell with the most flops; memory = the single-token cell with the largest
+    weight (n k) and the one whose weight is closest to 128 MiB (as on the AIC GPUs)."""
+    c = cells[cells["gpu"] == gpu]
+    big = c.loc[(c["m"] * c["n"] * c["k"]).idxmax()]
+    one = c[c["m"] == c["m"].min()].assign(w=lambda d: d["n"] * d["k"]).sort_values("w")
+    hi = one.iloc[-1]
+    lo = one.iloc[int(np.argmin(np.abs(one["w"].to_numpy() * 2.0 - 128 * 2**20)))]
+
+    def cell(r):
+        return ((gpu, "gemm", int(r["m"]), int(r["n"]), int(r["k"])), float(r["latency_ms"]))
+
+    return {"eta_active": cell(big), "eta_mem_max": cell(hi), "mem_t_half_us": cell(lo)}
+
+
+WAVE_GPUS = tuple(gpu_keys(("ampere", "ada"), tables="aic"))  # a100-sxm, l40s
+
+def wave_fill_scores(df, doc: dict, vidur_cells, *, constants: Constants) -> dict:
+    out = {}
+    for gpu in WAVE_GPUS:
+        fold = fold_from_json(doc, gpu, constants=constants)
+        pnf = params_no_fill(gpu, fold["globals"], fold["readings"], constants=constants)
+        j = staircase_jumps(df, gpu, fold["params"])
+        if len(j):
+            j["predicted_jump_nofill"] = staircase_jumps(df, gpu, pnf)["predicted_jump"].to_numpy()
+        cal = calibration_record({gpu: fold["readings"]})
+        cells = df[df["gpu"] == gpu]
+        cells = cells[[c not in cal.all_cells() for c in cell_ids(cells)]]
+        out[gpu] = {"source": "aic-gemm", "jumps": jump_stats(j), "ablation": fill_ablation(cells, gpu, fold["params"], pnf),
+                    "params": {k: fold["params"][k] for k in ("eta_active", "eta_mem_max", "mem_t_half_us")},
+                    "calibration": cal.to_dict()}
+    # A40 via Vidur: never in any fit; globals from the all-GPU fit, three readings of its own
+    gpu = "a40"
+    if vidur_cells is not None and (vidur_cells["gpu"] == gpu).any():
+        rd = vidur_readings(vidur_cells, gpu)
+        glob = doc["all"]
+        p = gpu_params(gpu, glob, rd, constants=constants)
+        pnf = params_no_fill(gpu, glob, rd, constants=constants)
+        cal = calibration_record({gpu: rd})
+        cells = vidur_cells[vidur_cells["gpu"] == gpu]
+        cells = cells[[c not in cal.all_cells() for c in cell_ids(cells)]]
+        cal.check_disjoint(cell_ids(cells))
+        per_op = {}
+
+        for op, c in cells.groupby("op"):
+            m, n, k = (c[x].to_numpy(float) for x in ("m", "n", "k"))
+            y = c["latency_ms"].to_numpy(float)
+            per_op[op] = {"with_fill": score(predict(gpu, m, n, k, p), y, n_boot=200),
+                          "without_fill": score(predict(gpu, m, n, k, pnf), y, n_boot=200)}
+        out[gpu] = {"source": f"vidur mlp.csv ({', '.join(VIDUR_GEMM_OPS)})",
+                    "ablation": fill_ablation(cells, gpu, p, pnf, m_min=64), "per_op": per_op,
+                    "params": {k: p[k] for k in ("eta_active", "eta_mem_max", "mem_t_half_us")},
+                    "readings": _readings_json(rd), "calibration": cal.to_dict()}
+    return out
+
+
+
+# ---------------------------------------------------------------- Hopper's cluster size and grid cap
+HOPPER = tuple(gpu_keys("hopper", tables="aic"))  # h100-sxm, h200-sxm
+
+CLUSTER_SIZES = (2, 4, 16)  # distinct Hopper caps: 132, 116, 112 CTAs
+
+
+def cluster_comparison(df, sizes, targets, *, constants: Constants, seed: int = 0, others=None) -> dict:
+    """For each cluster size: LOO fits (held-out target, globals from the other GPUs, the
+    cluster size applied to the Hopper GPUs) over `constants` and the target's scores."""
+    gpus = list(others or sorted(df["gpu"].unique()))
+    readings = {g: deploy_readings(df, g) for g in gpus}
+    out = {}
+    for c in sizes:
+        fixed = {"hopper_cluster_size": c, **SHIPPED_FIXED}
+        glob_all = fit_globals(df, gpus, readings, constants=constants, seed=seed,
+                               n_per_gpu=FIT_SETTINGS["n_per_gpu"] // 2, max_nfev=FIT_SETTINGS["max_nfev"] // 2,
+                               fixed=fixed)
+        for t in targets:
+            glob = fit_globals(df, [o for o in gpus if o != t], readings, constants=constants, seed=seed, x0=glob_all,
+                               n_per_gpu=FIT_SETTINGS["n_per_gpu"] // 2, max_nfev=FIT_SETTINGS["max_nfev"] // 2,
+                               fixed=fixed)
+            fold = {"globals": glob, "params": gpu_params(t, glob, readings[t], constants=constants),
+                    "readings": readings[t]}
+            P = predictions(df, {t: fold}, baselines=())
+            recs = {r["subset"]: r for r in records(P, n_boot=200, seed=seed)}
+            out[(c, t)] = {"llm": recs["llm"]["mape"], "prefill": recs["prefill"]["mape"],
+                           "all": recs["all"]["mape"], "eta_active": fold["params"]["eta_active"],
+                           "params": fold["params"]}
+    return out
+
+
+def cluster_cap_scores(df, doc: dict, alt_cluster: int = 16, *, constants: Constants) -> dict:
+    settled = int(doc["fixed"].get("hopper_cluster_size", 2))
+    out = {"settled_cluster_size": settled, "alternative_cluster_size": alt_cluster, "gpus": {}}
+    for gpu in HOPPER:
+        fold = fold_from_json(doc, gpu, constants=constants)
+        palt = params_cluster(gpu, fold["globals"], fold["readings"], alt_cluster, constants=constants)
+        cal = calibration_record({gpu: fold["readings"]})
+        cells = df[df["gpu"] == gpu].reset_index(drop=True)
+        cells = cells[[c not in cal.all_cells() for c in cell_ids(cells)]].reset_index(drop=True)
+        cal.check_disjoint(cell_ids(cells))
+        masks = subset_masks(cells)
+        m, n, k = (cells[x].to_numpy(float) for x in ("m", "n", "k"))
+        y = cells["latency_ms"].to_numpy(float)
+        r = {}
+        for name, p in ((f"cluster_{settled}", fold["params"]), (f"cluster_{alt_cluster}", palt)):
+            pr = predict(gpu, m, n, k, p)
+            full = predict(gpu, m, n, k, p, full=True)
+            r[name] = {s: score(pr[mk], y[mk], n_boot=200) for s, mk in masks.items() if s in ("llm", "prefill")}
+            r[name]["grid_cap"] = G.cluster_cap(get_gpu(gpu), int(p["cluster_size"]))
+            r[name]["eta_active"] = p["eta_active"]
+            r[name]["stream_k_share_prefill"] = float(np.mean(full["stream_k"][masks["prefill"]]))
+            j = staircase_jumps(df, gpu, p)
+            r[name]["jumps"] = jump_stats(j)
+        out["gpus"][gpu] = r
+    return out
+
+
+# ---------------------------------------------------------------- Blackwell's fill paradigm
+BLACKWELL = tuple(gpu_keys("blackwell", tables="aic"))
+
+
+def paradigm_scores(df, doc: dict, gpu: str, paradigms=("wave", "persistent"), seed: int = 0, *,
+                    constants: Constants) -> dict:
+    out = {}
+    for par in paradigms:
+        fold = fold_from_json(doc, gpu, paradigm=par, constants=constants)
+        sub = df[df["gpu"] == gpu].reset_index(drop=True)
+        cal = calibration_record({gpu: fold["readings"]})
+        sub = sub[[c not in cal.all_cells() for c in cell_ids(sub)]].reset_index(drop=True)
+        cal.check_disjoint(cell_ids(sub))
+        pred = predict(gpu, sub["m"].to_numpy(float), sub["n"].to_numpy(float), sub["k"].to_numpy(float),
+                       fold["params"], paradigm=par)
+        y = sub["latency_ms"].to_numpy(float)
+        sc = score_cells(pred, y, subset_masks(sub), n_boot=200, seed=seed)
+        jumps = staircase_jumps(df, gpu, fold["params"], paradigm=par)
+        mid = (jumps["m"] >= 128) & (jumps["m"] <= 4352)
+        j = jumps[mid]
+        out[par] = {"scores": {s: {"mape": v["mape"], "mape_ci": v["mape_ci"], "cells": v["cells"]}
+                               for s, v in sc.items()},
+                    "jump_mae": float(np.mean(np.abs(j["predicted_jump"] - j["measured_jump"]))),
+                    "jump_corr": float(np.corrcoef(j["predicted_jump"], j["measured_jump"])[0, 1]),
+                    "eta_active": fold["params"]["eta_active"]}
+    return out

@@ -11,6 +11,7 @@ from steptime_lab.experiments.gemm.contract import (
     DEPLOY_CELLS, FIT_GLOBALS, FIT_SAMPLE, apply_readings, base_params, calibration_record, cell_ids,
     deploy_readings, predict, subset_masks,
 )
+from steptime.calibration import Constants
 from steptime.specs import get_gpu
 
 
@@ -34,13 +35,14 @@ def _fit_sample(df, gpus, n_per_gpu: int, seed: int, exclude: set, llm_share: fl
     return out
 
 
-def fit_globals(df, gpus, readings: dict, *, seed: int = 0, n_per_gpu: int = FIT_SAMPLE,
+def fit_globals(df, gpus, readings: dict, *, constants: Constants, seed: int = 0, n_per_gpu: int = FIT_SAMPLE,
                 x0: dict | None = None, max_nfev: int = 60, names=None, fixed: dict | None = None) -> dict:
     """Least-squares fit (log error, soft-L1) of the global constants on `gpus`' cells.
 
     `readings[gpu]` are that GPU's deploy readings (applied inside the fit; their cells
-    are left out of the fitted sample). Returns {name: value} for `names` (all of
-    FIT_GLOBALS by default) plus `fixed` as given.
+    are left out of the fitted sample); `constants` the run's (the constants no fit sets:
+    `base_params`). Returns {name: value} for `names` (all of FIT_GLOBALS by default) plus
+    `fixed` as given.
     """
     from scipy.optimize import least_squares
 
@@ -48,7 +50,7 @@ def fit_globals(df, gpus, readings: dict, *, seed: int = 0, n_per_gpu: int = FIT
     names = [nm for nm in (names or FIT_GLOBALS) if nm not in fixed]
     exclude = {c for g in gpus for c, _ in readings[g].values()}
     sample = _fit_sample(df, gpus, n_per_gpu, seed, exclude)
-    bases = {g: base_params(g) for g in gpus}
+    bases = {g: base_params(g, constants) for g in gpus}
     start = np.array([(x0 or {}).get(nm, FIT_GLOBALS[nm][0]) for nm in names], dtype=float)
     lo = np.array([FIT_GLOBALS[nm][1] for nm in names])
     hi = np.array([FIT_GLOBALS[nm][2] for nm in names])
@@ -85,12 +87,13 @@ def with_globals(gpu: str, base: dict, glob: dict) -> dict:
     return p
 
 
-def gpu_params(gpu: str, glob: dict, readings: dict, paradigm: str | None = None) -> dict:
-    """The full parameter set for `gpu`: defaults, then fitted globals, then its readings."""
-    return apply_readings(gpu, with_globals(gpu, base_params(gpu), glob), readings, paradigm=paradigm)
+def gpu_params(gpu: str, glob: dict, readings: dict, *, constants: Constants, paradigm: str | None = None) -> dict:
+    """The full parameter set for `gpu`: the run's constants (`base_params`), then fitted globals,
+    then its readings."""
+    return apply_readings(gpu, with_globals(gpu, base_params(gpu, constants), glob), readings, paradigm=paradigm)
 
 
-def loo(df, gpus=None, *, seed: int = 0, n_per_gpu: int = FIT_SAMPLE, max_nfev: int = 60,
+def loo(df, gpus=None, *, constants: Constants, seed: int = 0, n_per_gpu: int = FIT_SAMPLE, max_nfev: int = 60,
         warm: dict | None = None) -> dict:
     """Leave-one-GPU-out: for each GPU, globals fitted on the others + its own readings.
 
@@ -99,13 +102,15 @@ def loo(df, gpus=None, *, seed: int = 0, n_per_gpu: int = FIT_SAMPLE, max_nfev: 
     """
     gpus = list(gpus or sorted(df["gpu"].unique()))
     readings = {g: deploy_readings(df, g) for g in gpus}
-    glob_all = fit_globals(df, gpus, readings, seed=seed, n_per_gpu=n_per_gpu, x0=warm, max_nfev=max_nfev)
+    glob_all = fit_globals(df, gpus, readings, constants=constants, seed=seed, n_per_gpu=n_per_gpu, x0=warm,
+                           max_nfev=max_nfev)
     folds = {}
     for g in gpus:
         others = [o for o in gpus if o != g]
-        glob = fit_globals(df, others, readings, seed=seed, n_per_gpu=n_per_gpu, x0=glob_all,
+        glob = fit_globals(df, others, readings, constants=constants, seed=seed, n_per_gpu=n_per_gpu, x0=glob_all,
                            max_nfev=max_nfev)
-        folds[g] = {"globals": glob, "params": gpu_params(g, glob, readings[g]), "readings": readings[g]}
+        folds[g] = {"globals": glob, "params": gpu_params(g, glob, readings[g], constants=constants),
+                    "readings": readings[g]}
     return {"folds": folds, "all": glob_all, "readings": readings, "calibration": calibration_record(readings)}
 
 
@@ -113,19 +118,22 @@ def _readings_json(rd: dict) -> dict:
     return {nm: {"cell": list(cell), "latency_ms": t} for nm, (cell, t) in rd.items()}
 
 
-def folds_from_doc(doc: dict, gpus=None) -> dict:
-    """{gpu: fold} with params rebuilt from a settle() document (no refit)."""
-    return {g: fold_from_json(doc, g) for g in (gpus or doc["folds"])}
+def folds_from_doc(doc: dict, gpus=None, *, constants: Constants) -> dict:
+    """{gpu: fold} with params rebuilt from a settle() document (no refit) over `constants`."""
+    return {g: fold_from_json(doc, g, constants=constants) for g in (gpus or doc["folds"])}
 
 
 def _readings_from_json(doc: dict, gpu: str) -> dict:
     return {name: (tuple(v["cell"]), float(v["latency_ms"])) for name, v in doc["folds"][gpu]["readings"].items()}
 
 
-def fold_from_json(doc: dict, gpu: str, paradigm: str | None = None) -> dict:
+def fold_from_json(doc: dict, gpu: str, paradigm: str | None = None, *, constants: Constants) -> dict:
+    """`gpu`'s leave-one-GPU-out fold of a settle() document: its globals, readings and the
+    parameters they give over `constants` (the run's)."""
     readings = _readings_from_json(doc, gpu)
     glob = dict(doc["folds"][gpu]["globals"])
-    return {"globals": glob, "params": gpu_params(gpu, glob, readings, paradigm=paradigm), "readings": readings}
+    return {"globals": glob, "params": gpu_params(gpu, glob, readings, constants=constants, paradigm=paradigm),
+            "readings": readings}
 
 
 def with_fold(constants, gpu: str, doc: dict | None):
@@ -135,17 +143,18 @@ def with_fold(constants, gpu: str, doc: dict | None):
     key = get_gpu(gpu).key
     if not doc or key not in doc.get("folds", {}):
         return constants, []
-    fold = fold_from_json(doc, key)
+    fold = fold_from_json(doc, key, constants=constants)
     constants = constants.with_overrides(fold["params"], scope=f"gpu.{key}", provenance="FITTED",
                                          source="GEMM leave-one-GPU-out fold (results/calibration/gemm_constants.json)")
     return constants, [tuple(cell) for cell, _ in fold["readings"].values()]
 
 
-def readings_in_fold(doc: dict, fold_gpu: str | None, gpus) -> dict:
+def readings_in_fold(doc: dict, fold_gpu: str | None, gpus, *, constants: Constants) -> dict:
     """{gpu: {reading name: value}} for every GPU of `gpus` with GEMM deploy readings, each
     solved from its own deploy cells under the globals of `fold_gpu`'s leave-one-GPU-out
     fold (fitted without `fold_gpu`; None: the all-GPU fit). Other families carry these
-    readings to their own per-GPU constants, so a GPU needs no readings beyond these three."""
+    readings to their own per-GPU constants, so a GPU needs no readings beyond these three.
+    `constants`: the run's (the constants no fit or reading sets)."""
     glob = doc["all"] if fold_gpu is None else doc["folds"][fold_gpu]["globals"]
     stream = None if fold_gpu is None else doc["folds"][fold_gpu].get("stream_cell")
     out = {}
@@ -158,6 +167,6 @@ def readings_in_fold(doc: dict, fold_gpu: str | None, gpus) -> dict:
         if stream is not None and list(rd["eta_mem_max"][0][2:]) != list(stream):
             raise ValueError(f"{g}: its stored streaming reading {rd['eta_mem_max'][0]} is not at the stream cell "
                              f"{stream} that {fold_gpu}'s fold was fitted with")
-        p = gpu_params(g, glob, rd)
+        p = gpu_params(g, glob, rd, constants=constants)
         out[g] = {name: float(p[name]) for name in DEPLOY_CELLS}
     return out

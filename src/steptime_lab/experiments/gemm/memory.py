@@ -7,9 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from steptime.calibration import Calibration
 from steptime_lab.experiments.gemm.contract import cell_ids
-from steptime_lab.results import claim
 from steptime.specs import get_gpu
 from steptime.terms import gemm as G
 from steptime_lab.metrics import mape
@@ -215,59 +213,3 @@ def l2_resident_summary(df) -> dict:
                     "x_of_max": float(x[np.argmax(bw)]),
                     "largest_x_above_dram": float(x[above].max()) if above.any() else None}
     return out
-
-
-def e1_3_document(study: dict, l2_gemm: dict, l2_stream: dict) -> dict:
-    g = study["gemm"]
-    loo_mean = {law: float(np.mean([v["mape"] for v in g["loo"][law].values()])) for law in MEM_LAWS}
-    law = min(MEM_LAWS, key=lambda k: loo_mean[k])
-    glob = g["global"][law]["per_gpu"]
-    per = g["per_gpu"][law]
-    worst_gap = max(glob[x]["mape"] - per[x]["mape"] for x in glob)
-    loo = g["loo"][law]
-    cal = Calibration()
-    for kind, st in study.items():
-        for lw, lo in st["loo"].items():
-            for gpu, v in lo.items():
-                cal.record(f"eta_max[{kind},{lw}]@{gpu}", [tuple(v["reading_cell"])],
-                           note="held-out GPU: eta_max from this one reading, shape from the other GPUs")
-    hbm = [x for x in l2_gemm if get_gpu(x).mem_type.startswith("HBM")]
-    gddr = [x for x in l2_gemm if x not in hbm]
-    metrics = {
-        "laws": {"x": "t = (bytes + x_half L2) / (BW eta_max)  (eta = eta_max x/(x + x_half), x = bytes/L2)",
-                 "bytes": "t = bytes / (BW eta_max) + t_half  (eta = eta_max B/(B + eta_max BW t_half))"},
-        "note": "fits include the launch floor in the offset; DRAM regime only (GEMM working set >= 0.3 L2, "
-                "scale_matrix >= 1 L2)",
-        "study": study,
-        "loo_mean_mape_gemm": loo_mean,
-        "l2_resident_gemm": l2_gemm,
-        "l2_resident_scale_matrix": l2_stream,
-    }
-    sm = study["scale_matrix"]
-    ratio = {x: sm["per_gpu"][law][x]["eta_max"] / g["per_gpu"][law][x]["eta_max"]
-             for x in sm["per_gpu"][law] if x in g["per_gpu"][law]}
-    metrics["eta_max_scale_matrix_over_gemm"] = ratio
-    claims = [
-        claim(f"one {law}-law (shared shape, eta_max per GPU) fits every GPU's memory-bound GEMM cells within "
-              f"{worst_gap:.1%} MAPE of its own per-GPU fit", worst_gap, "global minus per-GPU MAPE, worst GPU",
-              target=0.02, met=worst_gap <= 0.02, op="<=", unit="fraction"),
-        claim(f"held out (shape from the other GPUs, eta_max from one reading), the {law}-law's MAPE averages "
-              f"{loo_mean[law]:.1%} (worst {max(v['mape'] for v in loo.values()):.1%})", loo_mean[law],
-              "mean held-out-GPU MAPE on memory-bound GEMM cells", target=0.08, met=loo_mean[law] <= 0.08, op="<=",
-              unit="fraction"),
-        claim(f"the {law}-law beats the other law held out ({loo_mean[law]:.1%} vs "
-              f"{loo_mean[[o for o in MEM_LAWS if o != law][0]]:.1%})", loo_mean[law], "mean held-out MAPE, both laws"),
-        claim("single-token GEMMs beat DRAM speed only on the GDDR parts with a large L2 ("
-              + ", ".join(f"{x} up to {l2_gemm[x]['max_bw_over_dram']:.2f}x" for x in gddr) + "); no HBM part does ("
-              + ", ".join(f"{x} max {l2_gemm[x]['max_bw_over_dram']:.2f}x" for x in hbm) + ")",
-              {x: l2_gemm[x]["max_bw_over_dram"] for x in l2_gemm}, "max achieved / datasheet DRAM bandwidth"),
-        claim("the streaming scale_matrix kernel stays above DRAM speed up to working sets of "
-              + ", ".join(f"{x} {v['largest_x_above_dram']:.2f} L2" for x, v in l2_stream.items()
-                          if v["largest_x_above_dram"] is not None),
-              {x: v["largest_x_above_dram"] for x, v in l2_stream.items()}, "largest x = bytes/L2 above DRAM speed"),
-        claim("scale_matrix's streaming eta_max relative to the GEMM's: "
-              + ", ".join(f"{x} {v:.2f}" for x, v in ratio.items()), ratio, "per-GPU ratio of fitted eta_max"),
-    ]
-    return {"metrics": metrics, "claims": claims, "calibration": cal.to_dict(),
-            "decision": {"law": law, "shape": g["global"][law]["shape"],
-                         "reason": f"lower mean held-out-GPU MAPE on memory-bound GEMM cells ({loo_mean})"}}

@@ -1,17 +1,15 @@
 """Scoring held-out GEMM folds against the baselines (E1.23 and `steptime evaluate --family
-gemm`), the E1.23 document, and the deploy readings' sensitivity to their cell.
+gemm`) and the deploy readings' sensitivity to their cell (claims: `claims.head_to_head_claims`).
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from steptime import peers
-import steptime_lab.baselines  # noqa: F401  (registers calibrated_roofline in steptime.peers)
+from steptime.calibration import Constants
+from steptime_lab.baselines import REGISTRY as PEERS  # the product's peers + calibrated_roofline
 from steptime_lab.experiments.gemm.contract import calibration_record, cell_ids, predict, subset_masks
 from steptime_lab.experiments.gemm.folds import fold_from_json, gpu_params
-from steptime_lab.results import claim
-from steptime.specs import get_gpu
 from steptime_lab.metrics import mape, score
 
 
@@ -40,7 +38,7 @@ def predictions(df, folds: dict, baselines=("bare_roofline", "datasheet_alpha", 
         masks = subset_masks(sub)
         y = sub["latency_ms"].to_numpy(float)
         for b in baselines:
-            est = peers.make(b, gpu=g)
+            est = PEERS.make(b, gpu=g)
             if getattr(est, "in_sample", False):
                 # fitted on the very cells it is scored on, per subset: an in-sample reference
                 pb = np.full(len(sub), np.nan)
@@ -88,7 +86,6 @@ def ape_table(preds: dict, predictor: str = "steptime"):
     return pd.concat(rows, ignore_index=True)
 
 
-
 BASELINES = ("bare_roofline", "datasheet_alpha", "aic_empirical", "calibrated_roofline")
 
 
@@ -99,53 +96,12 @@ def load_constants(path) -> dict:
         return json.load(fh)
 
 
-def evaluate_records(df, doc: dict, gpus=None, n_boot: int = 1000, seed: int = 0):
-    """(records, predictions) for every GPU of `doc` (held-out folds) and every baseline."""
+def evaluate_records(df, doc: dict, gpus=None, n_boot: int = 1000, seed: int = 0, *, constants: Constants):
+    """(records, predictions) for every GPU of `doc` (held-out folds over `constants`) and every baseline."""
     gpus = [g for g in (gpus or sorted(doc["folds"])) if g in doc["folds"]]
-    folds = {g: fold_from_json(doc, g) for g in gpus}
+    folds = {g: fold_from_json(doc, g, constants=constants) for g in gpus}
     P = predictions(df, folds, BASELINES)
     return records(P, n_boot=n_boot, seed=seed), P
-
-
-def e1_23_document(recs: list[dict], targets: dict, sensitivity: dict | None = None) -> dict:
-    """metrics + claims of E1.23. `targets` (config/experiments.yaml E1.23): `mape`, the held-out
-    LLM-cell MAPE bound per architecture family (`default` for the others); `bare_ratio`, how many
-    times lower than the bare roofline."""
-    import pandas as pd
-
-    r = pd.DataFrame(recs)
-    piv = r.pivot_table(index=["gpu", "subset"], columns="predictor", values="mape")
-    claims = []
-    summary = {}
-    for g in sorted(r["gpu"].unique()):
-        ours = piv.loc[(g, "llm"), "steptime"]
-        bare = piv.loc[(g, "llm"), "bare_roofline"]
-        cal = piv.loc[(g, "llm"), "calibrated_roofline"]
-        tgt = targets["mape"].get(get_gpu(g).architecture, targets["mape"]["default"])
-        summary[g] = {"steptime": ours, "bare_roofline": bare, "calibrated_roofline_in_sample": cal,
-                      "ratio_bare_over_steptime": bare / ours, "target": tgt}
-        claims.append(claim(f"{g}: held-out GEMM MAPE on LLM-shaped cells {ours:.1%} (target <= {tgt:.0%})", ours,
-                            "steptime MAPE, LLM-shaped cells", target=tgt, met=ours <= tgt, op="<=", unit="fraction"))
-        claims.append(claim(f"{g}: {bare / ours:.1f}x lower than the bare roofline ({bare:.1%})", bare / ours,
-                            "bare-roofline MAPE / steptime MAPE, LLM-shaped cells", target=targets["bare_ratio"],
-                            met=bare / ours >= targets["bare_ratio"], op=">=", unit="x"))
-        claims.append(claim(f"{g}: {'below' if ours < cal else 'NOT below'} the best single calibrated roofline "
-                            f"({cal:.1%}, 3 constants fitted in-sample on these very cells)", cal,
-                            "calibrated_roofline (IN-SAMPLE) MAPE, LLM-shaped cells", target=ours, met=ours < cal, op=">",
-                            unit="fraction"))
-    if sensitivity:
-        for g, sv in sensitivity.items():
-            for name, alts in sv["alternatives"].items():
-                if alts:
-                    lo, hi = min(alts.values()), max(alts.values())
-                    claims.append(claim(f"{g}: moving the {name} reading to a neighbouring cell moves the LLM-cell "
-                                        f"MAPE between {lo:.1%} and {hi:.1%} (single-cell reading noise)",
-                                        {"min": lo, "max": hi}, f"LLM MAPE over alternative {name} cells"))
-    return {"metrics": {"records": recs, "summary_llm": summary, "reading_sensitivity": sensitivity,
-                        "note": "steptime: every GPU held out (global constants from the other GPUs, three deploy "
-                                "readings of its own, excluded from scoring); calibrated_roofline is an IN-SAMPLE "
-                                "reference fitted per GPU and subset on the scored cells"},
-            "claims": claims}
 
 
 SENSITIVITY_CELLS = {
@@ -154,13 +110,13 @@ SENSITIVITY_CELLS = {
 }
 
 
-def reading_sensitivity(df, doc: dict, cells=SENSITIVITY_CELLS) -> dict:
+def reading_sensitivity(df, doc: dict, cells=SENSITIVITY_CELLS, *, constants: Constants) -> dict:
     """Held-out LLM-cell MAPE per GPU when one deploy reading is taken from a neighbouring cell
     instead (fold globals unchanged; every reading cell in play excluded from scoring): the
     readings' noise around the fold's own choice."""
     out = {}
     for gpu in sorted(doc["folds"]):
-        fold = fold_from_json(doc, gpu)
+        fold = fold_from_json(doc, gpu, constants=constants)
         sub = df[df["gpu"] == gpu]
         excl = {c for c, _ in fold["readings"].values()}
         excl |= {(gpu, "gemm", *c) for alts in cells.values() for c in alts}
@@ -177,7 +133,7 @@ def reading_sensitivity(df, doc: dict, cells=SENSITIVITY_CELLS) -> dict:
                     continue
                 rd = dict(fold["readings"])
                 rd[name] = ((gpu, "gemm", *c), float(row["latency_ms"].iloc[0]))
-                p = gpu_params(gpu, fold["globals"], rd)
+                p = gpu_params(gpu, fold["globals"], rd, constants=constants)
                 r["x".join(map(str, c))] = mape(predict(gpu, m, n, k, p), y)
             res[name] = r
         out[gpu] = {"cells": int(len(sub)), "alternatives": res}

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from steptime.calibration import Constants
 from steptime_lab.experiments.gemm.contract import (
     DEPLOY_CELLS, DEPLOY_NOTES, FIT_GLOBALS, STREAM_MIN_MIB, calibration_record, deploy_readings,
     select_stream_cell,
@@ -16,9 +17,10 @@ from steptime_lab.experiments.gemm.folds import _readings_json, fit_globals, gpu
 FIT_SETTINGS = {"n_per_gpu": 2000, "max_nfev": 80, "llm_share": 0.7}
 
 
-def settle(df, gpus=None, *, seed: int = 0, fixed: dict | None = None, n_per_gpu: int | None = None,
-           max_nfev: int | None = None) -> dict:
-    """Run the leave-one-GPU-out calibration and return a JSON-able document.
+def settle(df, gpus=None, *, constants: Constants, seed: int = 0, fixed: dict | None = None,
+           n_per_gpu: int | None = None, max_nfev: int | None = None) -> dict:
+    """Run the leave-one-GPU-out calibration over `constants` (the constants no fit or reading
+    sets: the tile ladder, CTAs per SM, cluster size) and return a JSON-able document.
 
     {'settings', 'deploy_cells', 'fixed', 'all': globals on every GPU, 'folds': {gpu:
     {'globals' (fitted without gpu), 'readings', 'per_gpu' (its read constants)}},
@@ -30,7 +32,7 @@ def settle(df, gpus=None, *, seed: int = 0, fixed: dict | None = None, n_per_gpu
     fixed = dict(fixed or {})
     stream_all = select_stream_cell(df, gpus)
     readings = {g: deploy_readings(df, g, stream_all) for g in gpus}
-    kw = dict(seed=seed, n_per_gpu=n_per_gpu, max_nfev=max_nfev, fixed=fixed)
+    kw = dict(constants=constants, seed=seed, n_per_gpu=n_per_gpu, max_nfev=max_nfev, fixed=fixed)
     glob_all = fit_globals(df, gpus, readings, **kw)
     folds = {}
     for g in gpus:
@@ -38,10 +40,10 @@ def settle(df, gpus=None, *, seed: int = 0, fixed: dict | None = None, n_per_gpu
         stream = select_stream_cell(df, others)  # chosen without the held-out GPU
         rd = readings if stream == stream_all else {o: deploy_readings(df, o, stream) for o in gpus}
         glob = fit_globals(df, others, rd, x0=glob_all, **kw)
-        p = gpu_params(g, glob, rd[g])
+        p = gpu_params(g, glob, rd[g], constants=constants)
         folds[g] = {"globals": glob, "readings": _readings_json(rd[g]), "stream_cell": list(stream),
                     "per_gpu": {nm: p[nm] for nm in DEPLOY_CELLS}}
-    p_all = {g: gpu_params(g, glob_all, readings[g]) for g in gpus}
+    p_all = {g: gpu_params(g, glob_all, readings[g], constants=constants) for g in gpus}
     return {
         "settings": {"seed": seed, "n_per_gpu": n_per_gpu, "max_nfev": max_nfev,
                      "llm_share": FIT_SETTINGS["llm_share"], "fit_globals": list(FIT_GLOBALS)},

@@ -19,7 +19,7 @@ from __future__ import annotations
 import numpy as np
 
 from steptime.calibration import Calibration, Constants
-from steptime.peers import register
+from steptime.peers import Entry
 from steptime.specs import get_gpu, get_model
 from steptime_lab.experiments.cells import STEP_OPS
 from steptime_lab.experiments.ratios import attention_work, gemm_work, roofline_s, step_op_work
@@ -88,14 +88,14 @@ ML_INNER_FOLDS = {True: 2, False: None}  # None: leave-one-GPU-out
 ML_TUNED_ROWS_PER_GPU = {True: 6000, False: None}
 
 
-@register("ml_loo", query="transfer",
-          fitted_on="every other GPU's table of the same dataset with datasheet features; no target reading")
 class MLLeaveOneOut:
     """Gradient-boosted trees trained on every GPU of `cells` but the target (memoised per
     target); `fast` caps each training GPU at ML_FAST_ROWS_PER_GPU rows (seeded). With
     `tuned` (the fair best), the setting is picked from ML_GRID[fast] by GPU-grouped
     cross-validation on the training GPUs (mean per-GPU MAPE), rows capped at
     ML_TUNED_ROWS_PER_GPU[fast] (None: all rows)."""
+
+    name = "ml_loo"
 
     def __init__(self, dataset: str, cells, *, fast: bool = True, seed: int = 0, tuned: bool = False):
         self.dataset, self.cells, self.fast, self.seed = dataset, cells, bool(fast), int(seed)
@@ -199,9 +199,6 @@ def reading_scale(pred_at_readings, meas_at_readings, work_at_readings=None, wor
     return r[nearest]
 
 
-@register("steptime_home_only", query="constants",
-          fitted_on="every family constant fitted on the home GPU's tables alone, then the target's three deploy "
-                    "readings")
 class HomeOnly:
     """steptime with every family constant fitted on the home GPU's tables alone, then each
     target's three deploy readings (the same reading cells as the held-out fold's), over the
@@ -211,6 +208,8 @@ class HomeOnly:
     cells in `experiments.attention.tidy_cells` form; `light_cells`: light cells in
     `experiments.light.tidy_cells` form; each only for the families the dataset uses.
     """
+
+    name = "steptime_home_only"
 
     def __init__(self, families, home: str, *, constants: Constants, gemm_doc: dict, gemm_df=None, attn_cells=None,
                  light_cells=None, seed: int = 0, gemm_n_per_gpu: int = 2000, gemm_max_nfev: int = 80,
@@ -229,15 +228,15 @@ class HomeOnly:
     def gemm_globals(self) -> dict:
         if self._glob is None:
             rd = {self.home: GX._readings_from_json(self.doc, self.home)}
-            self._glob = GX.fit_globals(self.gemm_df, [self.home], rd, seed=self.seed, fixed=self.doc.get("fixed"),
-                                        **self.kw)
+            self._glob = GX.fit_globals(self.gemm_df, [self.home], rd, constants=self.base, seed=self.seed,
+                                        fixed=self.doc.get("fixed"), **self.kw)
         return self._glob
 
     def readings(self, gpu: str) -> dict | None:
         """`gpu`'s GEMM per-GPU constants solved from its own deploy cells under the home-only globals."""
         if gpu not in self.doc["folds"]:
             return None
-        p = GX.gpu_params(gpu, self.gemm_globals(), GX._readings_from_json(self.doc, gpu))
+        p = GX.gpu_params(gpu, self.gemm_globals(), GX._readings_from_json(self.doc, gpu), constants=self.base)
         return {nm: float(p[nm]) for nm in GX.DEPLOY_CELLS}
 
     def attention_fit(self):
@@ -299,7 +298,7 @@ class HomeOnly:
             glob = self.gemm_globals()
             if key in self.doc["folds"]:
                 rd = GX._readings_from_json(self.doc, key)
-                params = GX.gpu_params(key, glob, rd)
+                params = GX.gpu_params(key, glob, rd, constants=self.base)
                 rd_cells += [tuple(cell) for cell, _ in rd.values()]
             else:  # a GPU without GEMM readings: home-only globals over its shipped per-GPU constants
                 params = {k: v for k, v in glob.items() if k != "hopper_cluster_size"}
@@ -314,3 +313,12 @@ class HomeOnly:
         cal.record(f"home_only@{key}", sorted(set(rd_cells), key=str),
                    note=f"every family constant {src}; the target's deploy readings")
         return c, cal
+
+
+# E2.1's fair-ground peers (steptime_lab.peer_registry.LAB composes them with the product's and the baselines')
+PEER_ENTRIES = (Entry.of(MLLeaveOneOut, query="transfer",
+                         fitted_on="every other GPU's table of the same dataset with datasheet features; "
+                                   "no target reading"),
+                Entry.of(HomeOnly, query="constants",
+                         fitted_on="every family constant fitted on the home GPU's tables alone, then the "
+                                   "target's three deploy readings"))

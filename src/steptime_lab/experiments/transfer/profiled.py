@@ -7,8 +7,7 @@ import time
 
 import numpy as np
 
-from steptime import peers
-import steptime_lab.baselines  # noqa: F401  (registers the Vidur-style peers in steptime.peers)
+from steptime_lab.baselines import REGISTRY as PEERS  # the product's peers + the Vidur-style ones
 from steptime_lab.baselines.vidur_rf import OperatorModels
 from steptime_lab.experiments.cells import DATASETS, STEP_OPS
 
@@ -66,7 +65,7 @@ def fit_home(dataset: str, cells, home_gpu: str, *, full_grid: bool = False, see
             models[tag] = om.fit(_long_step(train))
             meta[tag] = om.describe()
         elif dataset == "aic_gemm":
-            est = peers.make(kind, features=["m", "n", "k"], full_grid=full_grid, n_jobs=n_jobs, seed=seed,
+            est = PEERS.make(kind, features=["m", "n", "k"], full_grid=full_grid, n_jobs=n_jobs, seed=seed,
                                 max_rows=max_rows)
             models[tag] = est.fit(train, train["latency_ms"])
             meta[tag] = est.describe()
@@ -74,7 +73,7 @@ def fit_home(dataset: str, cells, home_gpu: str, *, full_grid: bool = False, see
             per = {}
             for phase, feats in ATTN_FEATURES.items():
                 sub = train[train["phase"] == phase]
-                est = peers.make(kind, features=feats, full_grid=full_grid, n_jobs=n_jobs, seed=seed,
+                est = PEERS.make(kind, features=feats, full_grid=full_grid, n_jobs=n_jobs, seed=seed,
                                     max_rows=max_rows)
                 per[phase] = est.fit(sub, sub["latency_ms"])
                 meta[f"{tag}_{phase}"] = est.describe()

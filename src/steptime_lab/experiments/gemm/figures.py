@@ -1,12 +1,19 @@
-"""Figures of the GEMM-term experiments (house style via steptime.plotting)."""
+"""Figures of the GEMM family (house style via steptime.plotting): the panels a figure draws
+(`*_panels`: held-out parameters per GPU, built from the settled folds) and the drawings."""
 
 from __future__ import annotations
 
 import numpy as np
 
+from steptime.calibration import Constants
 from steptime.plotting import PALETTE, save, subplots
 from steptime.specs import by_family, get_gpu, gpu_keys
-from steptime_lab.experiments.gemm import mem_law_predict, predict
+from steptime.terms import gemm as G
+from steptime_lab.experiments.gemm.contract import predict
+from steptime_lab.experiments.gemm.fill import (
+    BLACKWELL, HOPPER, WAVE_GPUS, _shape_cells, params_cluster, params_no_fill, vidur_readings,
+)
+from steptime_lab.experiments.gemm.folds import fold_from_json, gpu_params
 
 GPU_ORDER = tuple(by_family(gpu_keys(tables="aic")))  # the AIConfigurator GPUs by generation
 GPU_COLORS = dict(zip(GPU_ORDER, ("#1b9e77", "#d95f02", "#7570b3", "#e7298a", "#66a61e", "#e6ab02", "#a6761d",
@@ -265,3 +272,50 @@ def alpha_figure(an: dict, stem: str) -> None:
     save(fig, stem, "L0.2: the efficiency a bare roofline must absorb per cell (grey; compute branch on "
                     "LLM-shaped cells with m >= 128 that the model calls compute-bound, memory branch on single-token cells in the DRAM regime) and "
                     "the spread left after the factor model (blue: predicted/measured scaled by the mean alpha).")
+
+
+# ---------------------------------------------------------------- the panels the staircase figures draw
+def wave_fill_panels(df, doc: dict, vidur_cells, *, constants: Constants) -> list:
+    panels = []
+    for gpu in WAVE_GPUS:
+        fold = fold_from_json(doc, gpu, constants=constants)
+        pnf = params_no_fill(gpu, fold["globals"], fold["readings"], constants=constants)
+        cells = _shape_cells(df, gpu, 4096, 4096)
+        panels.append((gpu, cells, [("model (held out)", fold["params"], "-"), ("without SM fill", pnf, "--")],
+                       f"{gpu}: n = k = 4096"))
+    if vidur_cells is not None and len(vidur_cells):
+        rd = vidur_readings(vidur_cells, "a40")
+        p = gpu_params("a40", doc["all"], rd, constants=constants)
+        pnf = params_no_fill("a40", doc["all"], rd, constants=constants)
+        c = vidur_cells[vidur_cells["op"] == "mlp_up_proj"]
+        n, k = c.groupby(["n", "k"]).size().idxmax()
+        panels.append(("a40", _shape_cells(vidur_cells, "a40", n, k),
+                       [("model (held out)", p, "-"), ("without SM fill", pnf, "--")],
+                       f"a40 (Vidur mlp_up_proj): n = {n}, k = {k}"))
+    return panels
+
+
+def cluster_cap_panels(df, doc: dict, alt_cluster: int = 16, *, constants: Constants) -> list:
+    panels = []
+    settled = int(doc["fixed"].get("hopper_cluster_size", 2))
+    for gpu, (n, k) in zip(HOPPER, ((4096, 4096), (16384, 4096))):
+        fold = fold_from_json(doc, gpu, constants=constants)
+        palt = params_cluster(gpu, fold["globals"], fold["readings"], alt_cluster, constants=constants)
+        panels.append((gpu, _shape_cells(df, gpu, n, k),
+                       [(f"cluster {settled} (settled)", fold["params"], "-"),
+                        (f"cluster {alt_cluster} (112-CTA cap)", palt, "--")], f"{gpu}: n = {n}, k = {k}"))
+    return panels
+
+
+def paradigm_panels(df, doc: dict, n: int = 8192, k: int = 4096, *, constants: Constants) -> list:
+    panels = []
+    for gpu in BLACKWELL:
+        coded = G.fill_paradigm(get_gpu(gpu))
+        other = "wave" if coded == "persistent" else "persistent"
+        fa = fold_from_json(doc, gpu, constants=constants)
+        fb = fold_from_json(doc, gpu, paradigm=other, constants=constants)
+        pb = dict(fb["params"], _paradigm=other)
+        panels.append((gpu, _shape_cells(df, gpu, n, k),
+                       [(f"{coded} (fill_paradigm)", fa["params"], "-"), (f"{other}", pb, "--")],
+                       f"{gpu}: n = {n}, k = {k}"))
+    return panels
