@@ -87,7 +87,7 @@ class Engine:
     ar_limits: dict = field(default_factory=dict)     # allreduce.by_tp: the per-(architecture, TP) dispatch table
 
     def __post_init__(self):  # a profile is shared by every prediction in the process: its tables are read-only
-        for name in ("graphs", "values", "fitted"):
+        for name in ("graphs", "values", "fitted", "ar_limits"):
             object.__setattr__(self, name, read_only(getattr(self, name)))
 
     def lookup(self, name: str, gpu=None) -> EngineValue:
