@@ -170,3 +170,35 @@ def test_itl_slo_and_rejudging(wl):
     assert len(r.with_slo(slo_ttft_s=1e9, slo_tpot_s=1e9).ranked()) == len(sims)
     with pytest.raises(PlanError, match="time-between-tokens SLO must be a time > 0"):
         plan(M, wl, slo_itl_s=-1.0, gpus=["h100-sxm"], jobs=1, **SMALL)
+
+
+def _same_rows(a, b):
+    """Rows equal field by field (NaN equal to NaN), `shared_with` aside."""
+    assert [r["layout"] for r in a] == [r["layout"] for r in b]
+    for ra, rb in zip(a, b):
+        ra, rb = {k: v for k, v in ra.items() if k != "shared_with"}, {k: v for k, v in rb.items() if k != "shared_with"}
+        assert ra.keys() == rb.keys()
+        for k in ra:
+            assert ra[k] == rb[k] or (isinstance(ra[k], float) and np.isnan(ra[k]) and np.isnan(rb[k])), (ra["layout"], k)
+
+
+def test_layouts_whose_knobs_do_not_bind_share_one_simulation_bit_for_bit():
+    # light load: max_num_seqs and a large token budget never bind, so their layouts share runs; a 128-token
+    # budget binds (prompts up to 512 tokens are chunked) and is simulated on its own
+    light = synthetic(120, isl=(64, 512), osl=(8, 64), rate=6.0, seed=3)
+    kw = dict(slo_ttft_s=0.5, slo_tpot_s=0.05, gpus=["h100-sxm"], jobs=1, exhaustive=True, tps=(1,),
+              seqs=(16, 64), budgets=(128, 2048, 8192), dtypes=("bf16",), max_gpus=2)
+    on, off = plan(M, light, **kw), plan(M, light, share=False, **kw)
+    shared = [r for r in on.simulated() if r.get("shared_with")]
+    assert shared and not any(r.get("shared_with") for r in off.simulated())
+    assert all(r["max_num_batched_tokens"] != 128 or r["shared_with"].endswith("budget128") for r in shared)
+    key = lambda r: r["layout"]  # noqa: E731
+    _same_rows(sorted(on.rows, key=key), sorted(off.rows, key=key))
+
+
+def test_waves_make_the_search_independent_of_the_workers(wl):
+    kw = dict(slo_ttft_s=0.5, slo_tpot_s=0.05, gpus=["h100-sxm", "l40s"], **SMALL)
+    a, b = plan(M, wl, jobs=1, **kw), plan(M, wl, jobs=2, **kw)
+    key = lambda r: r["layout"]  # noqa: E731
+    _same_rows(sorted(a.rows, key=key), sorted(b.rows, key=key))
+    assert any("$" in (r["pruned"] or "") or "GPUs cannot be cheaper" in (r["pruned"] or "") for r in a.pruned())

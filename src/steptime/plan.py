@@ -29,6 +29,7 @@ import numpy as np
 from steptime.errors import SteptimeError
 from steptime.calibration import Constants
 from steptime.serve import Policy, StepTimer, Workload, kv_capacity_blocks, simulate_disagg, simulate_replicas
+from steptime.serve.sim import same_run
 from steptime.specs import get_gpu, get_model, gpu_key, model_table
 from steptime.specs.engines import check_precision, get_engine
 from steptime.specs.moe import is_moe, moe_model_table
@@ -193,15 +194,75 @@ def _ignore_sigint():  # workers: Ctrl-C is the parent's to handle
     signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
+@dataclass
+class Bound:
+    """What the layouts meeting the SLO so far prove about the rest (open-loop workloads).
+
+    No layout's throughput exceeds T_max = output tokens / arrival span (the makespan outlasts the last
+    arrival), so a layout of g GPUs of one type spends at least g / T_max GPU-seconds per output token. A
+    layout that met the SLO on g1 GPUs of that type at throughput T1 spends g1 / T1; when g > g1 and
+    g / T_max >= g1 / T1, the larger layout cannot be cheaper (nor rank before it) and is not simulated.
+    Across GPU types the same holds in dollars: price x g / T_max against the cheapest priced layout met."""
+    gpu: str = ""
+    price: float | None = None  # this group's GPU, USD per GPU-hour (None: unpriced)
+    per_tok: dict = field(default_factory=dict)  # gpu key -> (g1 / T1, g1, label) of its best met layout
+    usd: tuple | None = None  # (USD per output token, label) of the cheapest priced met layout
+
+    @classmethod
+    def of(cls, b, gpu: str, price) -> "Bound":
+        b = b if b is not None else cls()
+        return cls(gpu, price, dict(b.per_tok), b.usd)
+
+    def met(self, lay, tok_s: float) -> None:
+        if not (tok_s > 0):
+            return
+        v = lay.gpus / tok_s
+        if lay.gpu not in self.per_tok or v < self.per_tok[lay.gpu][0]:
+            self.per_tok[lay.gpu] = (v, lay.gpus, lay.label())
+        if self.price is not None:
+            usd = self.price * v / 3600.0
+            if self.usd is None or usd < self.usd[0]:
+                self.usd = (usd, lay.label())
+
+    def merge(self, other: "Bound") -> "Bound":
+        out = Bound(self.gpu, self.price, dict(self.per_tok), self.usd)
+        for g, v in other.per_tok.items():
+            if g not in out.per_tok or v[0] < out.per_tok[g][0]:
+                out.per_tok[g] = v
+        if other.usd is not None and (out.usd is None or other.usd[0] < out.usd[0]):
+            out.usd = other.usd
+        return out
+
+    def dominates(self, lay, t_max: float) -> str | None:
+        """Why `lay` provably cannot be cheaper than a layout already met, or None."""
+        if not math.isfinite(t_max):
+            return None
+        low = lay.gpus / t_max  # GPU-seconds per output token, at best
+        b = self.per_tok.get(lay.gpu)
+        if b is not None and lay.gpus > b[1] and low >= b[0]:
+            return (f"dominated: {b[2]} meets the SLO on {b[1]} GPUs; {lay.gpus} GPUs cannot be cheaper (no layout "
+                    f"exceeds {t_max:.0f} output tok/s on this workload)")
+        # across GPU types: strictly dearer by more than the ranking's rounding (3 significant digits)
+        if self.price is not None and self.usd is not None and self.price * low / 3600.0 > self.usd[0] * 1.01:
+            return (f"dominated: {self.usd[1]} meets the SLO at ${self.usd[0] * 1e6:.3g} per million output tokens; "
+                    f"{lay.gpus} x {lay.gpu} at ${self.price:.4g}/GPU-hour cost at least "
+                    f"${self.price * low / 3600.0 * 1e6:.3g} (no layout exceeds {t_max:.0f} output tok/s)")
+        return None
+
+
 def evaluate_group(model, gpu, tp, engine, dtype, constants, wl_arrays, concurrency, lays, slo, pct,
-                   exhaustive: bool = False) -> list[dict]:
+                   exhaustive: bool = False, share: bool = True, bound: Bound | None = None,
+                   price: float | None = None) -> list[dict]:
     """Simulate layouts that share one step timer (GPU, tp, engine, dtype). Arguments only.
 
-    Unless `exhaustive`, a layout is pruned (not simulated) when a layout of its family (same
-    knobs and mode, fewer instances) already meets the SLO and provably costs less: on an
-    open-loop workload no layout's throughput exceeds T_max = output tokens / arrival span
-    (the makespan outlasts the last arrival), so g GPUs cost at least g / T_max per token while
-    the smaller layout's g1 / T1 is already below that."""
+    Unless `exhaustive`, a layout is pruned (not simulated) when a layout already met (in this group,
+    or in `bound`: what earlier groups met, passed in by the search) provably costs less (see Bound).
+
+    Layouts that differ only in scheduler knobs (max_num_seqs, token budget) share one simulation when the
+    knobs do not bind (`share`, exhaustive or not): the largest knobs are simulated first, and a layout with
+    smaller ones reuses that run when the run never came near them (steptime.serve.sim.same_run: every
+    check against a knob comes out the same, so the simulation would be the same bit for bit). Its row
+    carries `shared_with`, the layout whose simulation it is."""
     arr, prompt, out = wl_arrays
     wl = Workload(arr, prompt, out, concurrency)
     rows = []
@@ -214,14 +275,12 @@ def evaluate_group(model, gpu, tp, engine, dtype, constants, wl_arrays, concurre
     need = int(np.max(prompt + out))
     span = float(arr.max() - arr.min())
     t_max = float(out.sum()) / span if (span > 0 and not concurrency) else math.inf
-    met: dict = {}  # family -> (gpus, throughput, label) of its smallest layout meeting the SLO
-    for lay in sorted(lays, key=lambda x: (x.max_num_seqs, x.max_num_batched_tokens, x.mode, x.gpus, x.prefill)):
-        fam = (lay.max_num_seqs, lay.max_num_batched_tokens, lay.mode)
-        if not exhaustive and fam in met and lay.gpus > met[fam][0] and \
-                lay.gpus / met[fam][0] * met[fam][1] >= t_max:
-            g1, _, lab = met[fam]
-            rows.append(_row(lay, pruned=f"dominated: {lab} meets the SLO on {g1} GPUs; {lay.gpus} GPUs cannot be "
-                                         f"cheaper (no layout exceeds {t_max:.0f} output tok/s on this workload)"))
+    bound = Bound.of(bound, gpu, price)
+    runs: dict = {}  # instances -> [(seqs, budget, run, label)] simulated so far (largest knobs first)
+    for lay in sorted(lays, key=lambda x: (-x.max_num_seqs, -x.max_num_batched_tokens, x.mode, x.gpus, x.prefill)):
+        why = None if exhaustive else bound.dominates(lay, t_max)
+        if why:
+            rows.append(_row(lay, pruned=why))
             continue
         pol = Policy("vllm", max_num_batched_tokens=lay.max_num_batched_tokens, max_num_seqs=lay.max_num_seqs)
         try:
@@ -233,8 +292,14 @@ def evaluate_group(model, gpu, tp, engine, dtype, constants, wl_arrays, concurre
             rows.append(_row(lay, dropped=f"does not fit in memory: the longest request ({need} tokens) needs more "
                                           f"KV than the {blocks * pol.block_size} tokens left per instance"))
             continue
+        inst = (lay.mode, lay.replicas, lay.prefill, lay.decode, lay.ep)
+        seqs, budget = lay.max_num_seqs, lay.max_num_batched_tokens
+        twin = next(((run, lab) for s0, b0, run, lab in runs.get(inst, ()) if share and
+                     same_run(run.knobs, s0, b0, seqs, budget)), None) if not (lay.prefill and concurrency) else None
         try:
-            if lay.prefill:
+            if twin is not None:
+                run = twin[0]
+            elif lay.prefill:
                 if concurrency:
                     rows.append(_row(lay, dropped="disaggregation is simulated for open-loop (rate) workloads only"))
                     continue
@@ -252,9 +317,13 @@ def evaluate_group(model, gpu, tp, engine, dtype, constants, wl_arrays, concurre
             rows.append(_row(lay, dropped=str(exc)))
             continue
         row = _score(lay, run, timer, slo, pct, blocks)
+        if twin is not None:
+            row["shared_with"] = twin[1]
+        else:
+            runs.setdefault(inst, []).append((seqs, budget, run, lay.label()))
         rows.append(row)
-        if row["meets_slo"] and fam not in met:
-            met[fam] = (lay.gpus, row["throughput_tok_s"], lay.label())
+        if row["meets_slo"]:
+            bound.met(lay, row["throughput_tok_s"])
     return rows
 
 
@@ -380,9 +449,11 @@ def plan(model, workload, *, slo_ttft_s=None, slo_tpot_s=None, slo_itl_s=None, p
          gpus=("h100-sxm",),
          engines=("vllm",), max_gpus: int = 8, prices=None, jobs: int | None = None, progress: bool = False,
          constants=None, tps=DEFAULT_TP, seqs=DEFAULT_SEQS, budgets=DEFAULT_BUDGETS, dtypes=("bf16", "fp8"),
-         disagg: bool = True, exhaustive: bool = False, on_progress=None, eps=None) -> PlanResult:
+         disagg: bool = True, exhaustive: bool = False, on_progress=None, eps=None, share: bool = True) -> PlanResult:
     """Search layouts for `workload` (a steptime.serve.Workload); see the module docstring.
 
+    `share=False` simulates every layout on its own even where its knobs do not bind (see evaluate_group;
+    the answers are the same, bit for bit: tests/test_plan.py).
     `prices`: a dict from load_prices (default: the shipped table). Unknown GPUs are left out
     with a note; a Ctrl-C stops the search and returns what was evaluated (interrupted=True).
     """
@@ -431,52 +502,86 @@ def plan(model, workload, *, slo_ttft_s=None, slo_tpot_s=None, slo_itl_s=None, p
         groups.setdefault((x.gpu, x.tp, x.engine, x.dtype, x.ep), []).append(x)
     wl_arrays = (workload.arrival, workload.prompt, workload.output)
     slo = (slo_ttft_s, slo_tpot_s, slo_itl_s)
-    tasks = []
     mm = m.key if m.key in _model_keys() else m
-    for (g, tp, e, dt, _ep), lays in groups.items():  # one task per step timer (its ep: lays[0].ep)
-        tasks.append((mm, g, tp, e, dt, constants, wl_arrays, workload.concurrency, lays, slo, float(percentile),
-                      exhaustive))
-    tasks.sort(key=lambda t: -len(t[8]))  # largest first: the two cores finish together
+    price = {k: (res.prices[k]["usd_per_gpu_hour"] if k in res.prices else None) for k in known}
+    span = float(workload.arrival.max() - workload.arrival.min()) if len(workload) else 0.0
+    t_max = float(workload.output.sum()) / span if (span > 0 and not workload.concurrency) else math.inf
+
+    def task(key, lays, bound):
+        g, tp, e, dt, _ep = key  # one task per step timer (its ep: lays[0].ep)
+        return (mm, g, tp, e, dt, constants, wl_arrays, workload.concurrency, lays, slo, float(percentile),
+                exhaustive, share, bound, price[g])
+
+    # two waves, so that the result does not depend on which worker finishes first: the groups of the fewest
+    # GPUs per instance first, then the rest with what the first wave met (Bound): whole groups the first
+    # wave already dominates are pruned here without starting a worker
+    least = min((lays[0].gpus_per_instance for lays in groups.values()), default=1)
+    waves = [[k for k in groups if groups[k][0].gpus_per_instance == least],
+             [k for k in groups if groups[k][0].gpus_per_instance != least]]
     jobs = max(1, int(jobs or min(len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 2, 8)))
     bar = None
     if progress:
         from tqdm import tqdm
 
         bar = tqdm(total=len(cand), unit="layout", desc="plan", leave=False, mininterval=0.5)
+    ex = ProcessPoolExecutor(max_workers=jobs, initializer=_ignore_sigint) if jobs > 1 else None
+
+    def take(rows):
+        res.rows += rows
+        if bar is not None:
+            bar.update(len(rows))
+            best = res.ranked() if any(r.get("meets_slo") for r in rows) else None
+            if best:
+                bar.set_postfix_str(f"best so far {best[0]['layout']}", refresh=False)
+        if on_progress:
+            on_progress(res)
+
     try:
-        if jobs == 1:
-            for t in tasks:
-                rows = evaluate_group(*t)
-                res.rows += rows
+        for wave in waves:
+            bound = Bound()
+            if not exhaustive:
+                for r in res.rows:
+                    if r.get("meets_slo"):
+                        bound.price = price.get(r["gpu"])
+                        bound.met(_layout_of(r), r["throughput_tok_s"])
+            tasks = []
+            for k in wave:
+                lays, here = [], Bound.of(bound, k[0], price[k[0]])
+                for x in groups[k]:
+                    why = None if exhaustive else here.dominates(x, t_max)
+                    (lays.append(x) if not why else res.rows.append(_row(x, pruned=why)))
                 if bar is not None:
-                    bar.update(len(rows))
-                if on_progress:
-                    on_progress(res)
-        else:
-            ex = ProcessPoolExecutor(max_workers=jobs, initializer=_ignore_sigint)
-            try:
+                    bar.update(len(groups[k]) - len(lays))
+                if lays:
+                    tasks.append(task(k, lays, bound))
+            tasks.sort(key=lambda t: -len(t[8]))  # largest first: the cores finish together
+            if ex is None:
+                for t in tasks:
+                    take(evaluate_group(*t))
+            else:
                 pending = {ex.submit(evaluate_group, *t) for t in tasks}
                 while pending:
                     done, pending = wait(pending, return_when=FIRST_COMPLETED)
                     for f in done:
-                        rows = f.result()
-                        res.rows += rows
-                        if bar is not None:
-                            bar.update(len(rows))
-                    if on_progress:
-                        on_progress(res)
-            except KeyboardInterrupt:
-                res.interrupted = True
-                ex.shutdown(wait=False, cancel_futures=True)
-                raise
-            ex.shutdown()
+                        take(f.result())
     except KeyboardInterrupt:
         res.interrupted = True
+        if ex is not None:
+            ex.shutdown(wait=False, cancel_futures=True)
+            ex = None
     finally:
+        if ex is not None:
+            ex.shutdown()
         if bar is not None:
             bar.close()
     res.wall_s = time.perf_counter() - t0
     return res.priced()
+
+
+def _layout_of(row: dict) -> Layout:
+    """The Layout of a result row."""
+    return Layout(**{k: row[k] for k in ("gpu", "tp", "engine", "dtype", "max_num_seqs", "max_num_batched_tokens",
+                                          "replicas", "prefill", "decode")}, ep=row.get("ep", 1))
 
 
 def uncalibrated_gpus(keys, constants) -> list[str]:
