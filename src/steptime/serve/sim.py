@@ -27,7 +27,9 @@ state is a few numpy arrays; inter-token latencies go to a bounded ItlLog.
 from __future__ import annotations
 
 import math
+from bisect import bisect_left
 from collections import deque
+from itertools import accumulate
 from dataclasses import asdict, dataclass, replace
 from numbers import Real
 
@@ -45,6 +47,7 @@ POLICIES = ("vllm", "sarathi", "static", "disagg")
 VLLM_DEFAULTS = {"max_num_batched_tokens": 8192, "max_num_seqs": 256, "block_size": 16,
                  "gpu_memory_utilization": 0.9}
 MAX_RUN = 4096  # longest run of identical-shape decode iterations timed in one call
+SHORT_RUN = 24  # runs up to this many iterations are timed in Python floats (numpy's call overhead dominates)
 PROGRESS_STEPS = 20000  # a progress bar's step count is refreshed every this many simulated iterations
 
 
@@ -284,6 +287,7 @@ class _Engine:
         self._tick = PROGRESS_STEPS
         self.free = self.blocks
         self.knobs = Knobs()
+        self._short = hasattr(timer, "decode_steps_list") and not getattr(timer, "needs_kvs", False)
 
     def _show_steps(self, steps: int) -> None:
         """Progress by simulated iterations too (a long prefill can run for minutes before a request finishes)."""
@@ -550,15 +554,24 @@ class _Engine:
         """Time up to k pure-decode iterations; return how many run before an event."""
         B = self.p.block_size
         nr = len(R)
-        dts = (self.t.decode_steps(nr, float(kvs.sum()), k, kvs=kvs) if getattr(self.t, "needs_kvs", False)
-               else self.t.decode_steps(nr, float(kvs.sum()), k))
-        m = k
-        ends = np.cumsum(dts)
-        # an arrival that could join stops the run at the first iteration starting after it
-        if joinable:
-            a = self.arr[nxt]  # iteration j starts at now + sum(dts[:j])
-            if a < math.inf:
-                m = min(m, 1 + int(np.searchsorted(ends + now, a, side="left")))
+        if k <= SHORT_RUN and self._short:  # a short run in Python floats (same values, no numpy call overhead)
+            dts = self.t.decode_steps_list(nr, float(kvs.sum()), k)
+            ends = list(accumulate(dts))
+            m = k
+            if joinable:
+                a = self.arr[nxt]
+                if a < math.inf:
+                    m = min(m, 1 + bisect_left([e + now for e in ends], a))
+        else:
+            dts = (self.t.decode_steps(nr, float(kvs.sum()), k, kvs=kvs) if getattr(self.t, "needs_kvs", False)
+                   else self.t.decode_steps(nr, float(kvs.sum()), k))
+            m = k
+            ends = np.cumsum(dts)
+            # an arrival that could join stops the run at the first iteration starting after it
+            if joinable:
+                a = self.arr[nxt]  # iteration j starts at now + sum(dts[:j])
+                if a < math.inf:
+                    m = min(m, 1 + int(np.searchsorted(ends + now, a, side="left")))
         # KV blocks: iteration j needs ceil((kv_i + j + 1) / B) blocks for request i
         if m and not self.p.reserve_full and nr * (m // B + 1) > self.free:  # else the free blocks cover any growth
             q, rem = np.divmod(kvs + 1, B)
