@@ -142,7 +142,8 @@ def expert_parallel_degrees(model, tp: int, eps=None) -> tuple:
 
 
 def layouts(model, gpus, *, engines=("vllm",), max_gpus: int = 8, tps=DEFAULT_TP, seqs=DEFAULT_SEQS,
-            budgets=DEFAULT_BUDGETS, dtypes=("bf16", "fp8"), disagg: bool = True, eps=None):
+            budgets=DEFAULT_BUDGETS, dtypes=("bf16", "fp8"), disagg: bool = True, eps=None, replicas=REPLICAS,
+            pools=DISAGG):
     """Every layout of the search and, for those refused before simulating, the reason. A mixture-of-experts
     model adds expert parallelism (expert_parallel_degrees) to the search.
 
@@ -159,9 +160,9 @@ def layouts(model, gpus, *, engines=("vllm",), max_gpus: int = 8, tps=DEFAULT_TP
                             for b in budgets:
                                 if b < s:
                                     continue
-                                insts = [dict(replicas=r) for r in REPLICAS if r * per <= max_gpus]
+                                insts = [dict(replicas=r) for r in replicas if r * per <= max_gpus]
                                 if disagg:
-                                    insts += [dict(prefill=p, decode=d) for p, d in DISAGG if (p + d) * per <= max_gpus]
+                                    insts += [dict(prefill=p, decode=d) for p, d in pools if (p + d) * per <= max_gpus]
                                 for inst in insts:
                                     lay = Layout(gs.key, tp, engine, dtype, s, b, **inst, ep=ep)
                                     why = _static_reason(model, gs, lay)
@@ -252,7 +253,7 @@ class Bound:
 
 def evaluate_group(model, gpu, tp, engine, dtype, constants, wl_arrays, concurrency, lays, slo, pct,
                    exhaustive: bool = False, share: bool = True, bound: Bound | None = None,
-                   price: float | None = None) -> list[dict]:
+                   price: float | None = None, search: dict | None = None) -> list[dict]:
     """Simulate layouts that share one step timer (GPU, tp, engine, dtype). Arguments only.
 
     Unless `exhaustive`, a layout is pruned (not simulated) when a layout already met (in this group,
@@ -262,19 +263,30 @@ def evaluate_group(model, gpu, tp, engine, dtype, constants, wl_arrays, concurre
     knobs do not bind (`share`, exhaustive or not): the largest knobs are simulated first, and a layout with
     smaller ones reuses that run when the run never came near them (steptime.serve.sim.same_run: every
     check against a knob comes out the same, so the simulation would be the same bit for bit). Its row
-    carries `shared_with`, the layout whose simulation it is."""
+    carries `shared_with`, the layout whose simulation it is.
+
+    `search` (from `plan`): objective ("cost" or "max_rate", with its per-GPU `rates` and arrival `seed`),
+    `attainment` (judge the SLO as the fraction of requests meeting every bound), `kv_blocks` (a fixed KV
+    capacity per instance) and `timer_factory` (a peer's step timer instead of steptime's)."""
+    search = search or {}
     arr, prompt, out = wl_arrays
     wl = Workload(arr, prompt, out, concurrency)
     rows = []
     try:
-        timer = StepTimer(model, gpu, tp=tp, engine=engine, dtype=dtype, constants=constants,
-                          max_tokens=min(max(x.max_num_batched_tokens for x in lays), 1 << 16),
-                          max_requests=max(x.max_num_seqs for x in lays), **({"ep": lays[0].ep} if lays[0].ep > 1 else {}))
+        if search.get("timer_factory") is not None:
+            timer = search["timer_factory"](model, gpu, tp=tp)
+        else:
+            timer = StepTimer(model, gpu, tp=tp, engine=engine, dtype=dtype, constants=constants,
+                              max_tokens=min(max(x.max_num_batched_tokens for x in lays), 1 << 16),
+                              max_requests=max(x.max_num_seqs for x in lays),
+                              **({"ep": lays[0].ep} if lays[0].ep > 1 else {}))
     except SteptimeError as exc:
         return [_row(x, dropped=str(exc)) for x in lays]
+    kv_fixed = search.get("kv_blocks")
+    max_rate = search.get("objective") == "max_rate"
     need = int(np.max(prompt + out))
     span = float(arr.max() - arr.min())
-    t_max = float(out.sum()) / span if (span > 0 and not concurrency) else math.inf
+    t_max = float(out.sum()) / span if (span > 0 and not concurrency and not max_rate) else math.inf
     bound = Bound.of(bound, gpu, price)
     runs: dict = {}  # instances -> [(seqs, budget, run, label)] simulated so far (largest knobs first)
     for lay in sorted(lays, key=lambda x: (-x.max_num_seqs, -x.max_num_batched_tokens, x.mode, x.gpus, x.prefill)):
@@ -282,7 +294,8 @@ def evaluate_group(model, gpu, tp, engine, dtype, constants, wl_arrays, concurre
         if why:
             rows.append(_row(lay, pruned=why))
             continue
-        pol = Policy("vllm", max_num_batched_tokens=lay.max_num_batched_tokens, max_num_seqs=lay.max_num_seqs)
+        pol = Policy("vllm", max_num_batched_tokens=lay.max_num_batched_tokens, max_num_seqs=lay.max_num_seqs,
+                     kv_blocks=kv_fixed)
         try:
             blocks = kv_capacity_blocks(timer, pol)
         except SteptimeError as exc:
@@ -292,39 +305,79 @@ def evaluate_group(model, gpu, tp, engine, dtype, constants, wl_arrays, concurre
             rows.append(_row(lay, dropped=f"does not fit in memory: the longest request ({need} tokens) needs more "
                                           f"KV than the {blocks * pol.block_size} tokens left per instance"))
             continue
+        if lay.prefill and concurrency:
+            rows.append(_row(lay, dropped="disaggregation is simulated for open-loop (rate) workloads only"))
+            continue
         inst = (lay.mode, lay.replicas, lay.prefill, lay.decode, lay.ep)
         seqs, budget = lay.max_num_seqs, lay.max_num_batched_tokens
-        twin = next(((run, lab) for s0, b0, run, lab in runs.get(inst, ()) if share and
-                     same_run(run.knobs, s0, b0, seqs, budget)), None) if not (lay.prefill and concurrency) else None
-        try:
+
+        def run_at(w, key):
+            """The layout's simulation of workload `w` (shared with a twin whose knobs did not bind)."""
+            twin = next(((r, lab) for s0, b0, r, lab in runs.get(key, ()) if share and
+                         same_run(r.knobs, s0, b0, seqs, budget)), None)
             if twin is not None:
-                run = twin[0]
-            elif lay.prefill:
-                if concurrency:
-                    rows.append(_row(lay, dropped="disaggregation is simulated for open-loop (rate) workloads only"))
-                    continue
-                run = simulate_disagg(timer.model, timer.gpu, wl, prefill_instances=lay.prefill,
-                                      decode_instances=lay.decode, tp=tp, timer=timer,
-                                      prefill_policy=Policy("vllm", max_num_batched_tokens=lay.max_num_batched_tokens,
-                                                            max_num_seqs=lay.max_num_seqs, chunked_prefill=False),
-                                      decode_policy=Policy("vllm", max_num_batched_tokens=lay.max_num_batched_tokens,
-                                                           max_num_seqs=lay.max_num_seqs, reserve_full=True))
+                return twin
+            r = _simulate(lay, timer, w, pol, kv_fixed)
+            runs.setdefault(key, []).append((seqs, budget, r, lay.label()))
+            return r, None
+
+        try:
+            if max_rate:
+                row = _max_rate(lay, timer, prompt, out, search, run_at, inst, slo, pct, blocks)
             else:
-                # with expert parallelism each attention data-parallel rank is a scheduler of its own (lockstep
-                # steps of equal batches assumed: steptime.serve.simulate)
-                run = simulate_replicas(timer.model, timer.gpu, wl, pol, lay.replicas * lay.dp, timer=timer)
+                run, twin = run_at(wl, inst)
+                row = _score(lay, run, timer, slo, pct, blocks, search.get("attainment", False))
+                if twin is not None:
+                    row["shared_with"] = twin
         except SteptimeError as exc:
             rows.append(_row(lay, dropped=str(exc)))
             continue
-        row = _score(lay, run, timer, slo, pct, blocks)
-        if twin is not None:
-            row["shared_with"] = twin[1]
-        else:
-            runs.setdefault(inst, []).append((seqs, budget, run, lay.label()))
         rows.append(row)
-        if row["meets_slo"]:
+        if row["meets_slo"] and not max_rate:
             bound.met(lay, row["throughput_tok_s"])
     return rows
+
+
+def _simulate(lay, timer, wl, pol, kv_blocks):
+    """One layout's run of `wl`: a disaggregated pair of pools or replicas of an aggregated instance."""
+    if lay.prefill:
+        return simulate_disagg(timer.model, timer.gpu, wl, prefill_instances=lay.prefill,
+                               decode_instances=lay.decode, tp=lay.tp, timer=timer,
+                               prefill_policy=Policy("vllm", max_num_batched_tokens=lay.max_num_batched_tokens,
+                                                     max_num_seqs=lay.max_num_seqs, chunked_prefill=False,
+                                                     kv_blocks=kv_blocks),
+                               decode_policy=Policy("vllm", max_num_batched_tokens=lay.max_num_batched_tokens,
+                                                    max_num_seqs=lay.max_num_seqs, reserve_full=True,
+                                                    kv_blocks=kv_blocks))
+    # with expert parallelism each attention data-parallel rank is a scheduler of its own (lockstep
+    # steps of equal batches assumed: steptime.serve.simulate)
+    return simulate_replicas(timer.model, timer.gpu, wl, pol, lay.replicas * lay.dp, timer=timer)
+
+
+def _max_rate(lay, timer, prompt, out, search, run_at, inst, slo, pct, blocks) -> dict:
+    """The largest per-GPU Poisson rate of `search["rates"]` (ascending) at which `lay` meets the SLO, scanning
+    up to the first rate that fails (the same requests at every rate, arrivals drawn with `search["seed"]`):
+    the row of that rate's simulation, with the scan."""
+    from steptime.serve import poisson_arrivals
+
+    best, best_rate, scan = None, 0.0, []
+    for r in search["rates"]:
+        wl = Workload(poisson_arrivals(len(prompt), r * lay.gpus, search.get("seed", 0)), prompt, out,
+                      name=f"poisson {r:g} req/s/GPU")
+        run, twin = run_at(wl, (inst, float(r)))
+        row = _score(lay, run, timer, slo, pct, blocks, search.get("attainment", False))
+        scan.append({"rate_per_gpu": float(r), "meets_slo": row["meets_slo"],
+                     **({"attainment": row["attainment"]} if "attainment" in row else
+                        {"ttft_pct_s": row["ttft_pct_s"], "tpot_pct_s": row["tpot_pct_s"]})})
+        if twin is not None:
+            row["shared_with"] = twin
+        if not row["meets_slo"]:
+            break
+        best, best_rate = row, float(r)
+    row = best if best is not None else row  # at no rate met: the lowest rate's simulation
+    row.update(meets_slo=best is not None, max_rate_per_gpu=best_rate, max_rate_req_s=best_rate * lay.gpus,
+               rate_scan=scan)
+    return row
 
 
 def _row(lay: Layout, **kw) -> dict:
@@ -335,7 +388,7 @@ def _row(lay: Layout, **kw) -> dict:
     return d
 
 
-def _score(lay, run, timer, slo, pct, blocks) -> dict:
+def _score(lay, run, timer, slo, pct, blocks, attainment: bool = False) -> dict:
     d = run.requests
     ttft = d["ttft_s"].to_numpy()
     tpot = d["tpot_s"].to_numpy()
@@ -348,14 +401,20 @@ def _score(lay, run, timer, slo, pct, blocks) -> dict:
 
     i50, i_p = (float(v) for v in weighted_quantile(run.itl_s, run.itl_w, [0.5, pct / 100.0])) if run.itl_s.size \
         else (float("nan"), float("nan"))
-    meets = _meets(slo, t_p, o_p, i_p)
+    extra = {}
+    if attainment:  # DistServe's SLO: at least pct % of requests within every bound (TTFT and TPOT)
+        att = run.summary(slo[0], slo[1])["slo"]["attainment"]
+        meets, extra = att >= pct / 100.0, {"attainment": att}
+    else:
+        meets = _meets(slo, t_p, o_p, i_p)
     tpot50 = q(tpot_f, 50)
     row = _row(lay, simulated=True, ttft_p50_s=q(ttft, 50), ttft_pct_s=t_p, tpot_p50_s=tpot50, tpot_pct_s=o_p,
                itl_p50_s=i50, itl_pct_s=i_p,
                throughput_tok_s=tok_s, throughput_per_gpu=tok_s / lay.gpus,
                tok_s_per_user=(1.0 / tpot50) if tpot50 > 0 else float("nan"), meets_slo=bool(meets),
-               preemptions=int(d["preemptions"].sum()), steps=int(run.n_steps), kv_blocks=int(blocks))
-    row["limiting"] = _limiting(lay, run, timer, row)
+               preemptions=int(d["preemptions"].sum()), steps=int(run.n_steps), kv_blocks=int(blocks), **extra)
+    # the limiting term comes from steptime's own terms; a peer's timer (DistServe's) has none
+    row["limiting"] = _limiting(lay, run, timer, row) if isinstance(timer, StepTimer) else None
     return row
 
 
@@ -414,9 +473,16 @@ class PlanResult:
         return self
 
     uncalibrated: frozenset = frozenset()
+    objective: str = "cost"
 
     def ranked(self) -> list[dict]:
         ok = [r for r in self.rows if r.get("meets_slo")]
+        if self.objective == "max_rate":  # rate per GPU (per dollar where priced), then fewer GPUs, then name
+            def per(r):
+                p = r.get("usd_per_gpu_hour")
+                return r["max_rate_per_gpu"] / p if p else r["max_rate_per_gpu"]
+
+            return sorted(ok, key=lambda r: (r.get("usd_per_gpu_hour") is None, -per(r), r["gpus"], r["layout"]))
         # cost (rounded to 0.1 %: equal-cost layouts then rank on GPUs and latency), GPUs, TTFT, TPOT
         def key(r):
             c = r["usd_per_m_output_tokens"]
@@ -430,6 +496,8 @@ class PlanResult:
         so use this on an exhaustive one)."""
         from dataclasses import replace
 
+        if self.objective != "cost":
+            raise PlanError("with_slo re-judges a cost search; a max-rate scan depends on its SLO: search again")
         slo = (slo_ttft_s, slo_tpot_s, slo_itl_s)
         rows = [dict(r, meets_slo=_meets(slo, r["ttft_pct_s"], r["tpot_pct_s"], r["itl_pct_s"]))
                 if r.get("simulated") else dict(r) for r in self.rows]
@@ -449,8 +517,20 @@ def plan(model, workload, *, slo_ttft_s=None, slo_tpot_s=None, slo_itl_s=None, p
          gpus=("h100-sxm",),
          engines=("vllm",), max_gpus: int = 8, prices=None, jobs: int | None = None, progress: bool = False,
          constants=None, tps=DEFAULT_TP, seqs=DEFAULT_SEQS, budgets=DEFAULT_BUDGETS, dtypes=("bf16", "fp8"),
-         disagg: bool = True, exhaustive: bool = False, on_progress=None, eps=None, share: bool = True) -> PlanResult:
+         disagg: bool = True, exhaustive: bool = False, on_progress=None, eps=None, share: bool = True,
+         objective: str = "cost", rates=None, seed: int = 0, attainment: bool = False, kv_blocks: int | None = None,
+         timer_factory=None, replicas=REPLICAS, pools=DISAGG) -> PlanResult:
     """Search layouts for `workload` (a steptime.serve.Workload); see the module docstring.
+
+    `objective="max_rate"` asks another question of the same search: the largest request rate each layout
+    serves within the SLO. `rates` (requests/s per GPU, scanned in ascending order up to the first that
+    fails) replace the workload's arrivals: at rate r a layout of g GPUs gets Poisson arrivals at r x g
+    (seeded by `seed`) for the workload's requests. Layouts rank by that rate per GPU (per dollar where
+    priced). `attainment=True` judges the SLO as DistServe does: at least `percentile` % of requests within
+    every bound (not each bound's percentile). `kv_blocks` fixes the KV capacity of every instance (blocks
+    of 16 tokens; default: the memory model). `timer_factory(model, gpu, tp=)` gives the step timer of each
+    (GPU, tp) group (a peer's, e.g. DistServe's fitted model; default steptime's StepTimer). `replicas` and
+    `pools` (prefill, decode instance pairs) are the aggregated and disaggregated instance counts searched.
 
     `share=False` simulates every layout on its own even where its knobs do not bind (see evaluate_group;
     the answers are the same, bit for bit: tests/test_plan.py).
@@ -471,12 +551,27 @@ def plan(model, workload, *, slo_ttft_s=None, slo_tpot_s=None, slo_itl_s=None, p
         raise PlanError(f"--percentile must be in (0, 100] (got {percentile!r})")
     if not isinstance(workload, Workload):
         raise PlanError("workload must be a steptime.serve.Workload")
+    if objective not in ("cost", "max_rate"):
+        raise PlanError(f"unknown objective {objective!r} (known: cost, max_rate)")
+    if objective == "max_rate":
+        ok = rates is not None and len(rates) and all(isinstance(r, (int, float)) and math.isfinite(r) and r > 0
+                                                      for r in rates)
+        if not ok:
+            raise PlanError("--max-rate needs request rates per GPU > 0 to scan (e.g. 0.25,0.5,1,2)")
+        if workload.concurrency:
+            raise PlanError("--max-rate scans open-loop arrival rates: give lengths, not a closed loop")
+        rates = tuple(sorted(float(r) for r in rates))
+    if attainment and slo_itl_s is not None:
+        raise PlanError("SLO attainment counts requests within TTFT and TPOT; a time-between-tokens SLO is a "
+                        "percentile of every gap (drop --attainment or --slo-itl-ms)")
+    if kv_blocks is not None and not (isinstance(kv_blocks, int) and kv_blocks >= 1):
+        raise PlanError(f"kv_blocks must be a whole number >= 1 (got {kv_blocks!r})")
     if not (isinstance(max_gpus, int) and 1 <= max_gpus <= 4096):
         raise PlanError(f"--max-gpus must be a whole number in [1, 4096] (got {max_gpus!r})")
     m = get_model(model)
     for e in engines:
         get_engine(e)
-    res = PlanResult(slo=(slo_ttft_s, slo_tpot_s, slo_itl_s), percentile=float(percentile))
+    res = PlanResult(slo=(slo_ttft_s, slo_tpot_s, slo_itl_s), percentile=float(percentile), objective=objective)
     known = []
     for g in gpus:
         try:
@@ -495,8 +590,10 @@ def plan(model, workload, *, slo_ttft_s=None, slo_tpot_s=None, slo_itl_s=None, p
         if k not in res.prices:
             res.notes.append(f"{k}: no price in the price table: its layouts are reported unpriced")
     cand, dropped = layouts(m, known, engines=engines, max_gpus=max_gpus, tps=tps, seqs=seqs, budgets=budgets,
-                            dtypes=dtypes, disagg=disagg, eps=eps)
+                            dtypes=dtypes, disagg=disagg, eps=eps, replicas=replicas, pools=pools)
     res.rows += [_row(x, dropped=why) for x, why in dropped]
+    search = {"objective": objective, "rates": rates, "seed": int(seed), "attainment": bool(attainment),
+              "kv_blocks": kv_blocks, "timer_factory": timer_factory}
     groups: dict = {}
     for x in cand:
         groups.setdefault((x.gpu, x.tp, x.engine, x.dtype, x.ep), []).append(x)
@@ -505,12 +602,13 @@ def plan(model, workload, *, slo_ttft_s=None, slo_tpot_s=None, slo_itl_s=None, p
     mm = m.key if m.key in _model_keys() else m
     price = {k: (res.prices[k]["usd_per_gpu_hour"] if k in res.prices else None) for k in known}
     span = float(workload.arrival.max() - workload.arrival.min()) if len(workload) else 0.0
-    t_max = float(workload.output.sum()) / span if (span > 0 and not workload.concurrency) else math.inf
+    t_max = float(workload.output.sum()) / span if (span > 0 and not workload.concurrency
+                                                     and objective == "cost") else math.inf
 
     def task(key, lays, bound):
         g, tp, e, dt, _ep = key  # one task per step timer (its ep: lays[0].ep)
         return (mm, g, tp, e, dt, constants, wl_arrays, workload.concurrency, lays, slo, float(percentile),
-                exhaustive, share, bound, price[g])
+                exhaustive, share, bound, price[g], search)
 
     # two waves, so that the result does not depend on which worker finishes first: the groups of the fewest
     # GPUs per instance first, then the rest with what the first wave met (Bound): whole groups the first
@@ -629,14 +727,17 @@ def why_runner_up_lost(best: dict, second: dict) -> str:
 
 def to_doc(res: PlanResult, top: int = 5) -> dict:
     best = res.ranked()
-    doc = {"simulated": True, "percentile": res.percentile,
+    doc = {"simulated": True, "objective": res.objective, "percentile": res.percentile,
            "slo": {"ttft_s": res.slo[0], "tpot_s": res.slo[1], "itl_s": res.slo[2] if len(res.slo) > 2 else None},
            "evaluated": len(res.rows), "simulated_layouts": len(res.simulated()), "dropped": len(res.dropped()),
            "pruned": len(res.pruned()),
            "meeting_slo": len(best), "interrupted": res.interrupted, "wall_s": res.wall_s,
            "notes": res.notes, "best": best[:top],
            "prices": {k: v for k, v in res.prices.items() if any(r["gpu"] == k for r in res.rows)}}
-    if len(best) > 1:
+    if len(best) > 1 and res.objective == "max_rate":
+        doc["runner_up_lost"] = (f"serves {best[1]['max_rate_per_gpu']:g} against {best[0]['max_rate_per_gpu']:g} "
+                                 "req/s per GPU within the SLO (simulated)")
+    elif len(best) > 1:
         doc["runner_up_lost"] = why_runner_up_lost(best[0], best[1])
     return doc
 
