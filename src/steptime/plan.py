@@ -203,16 +203,18 @@ class Bound:
     arrival), so a layout of g GPUs of one type spends at least g / T_max GPU-seconds per output token. A
     layout that met the SLO on g1 GPUs of that type at throughput T1 spends g1 / T1; when g > g1 and
     g / T_max >= g1 / T1, the larger layout cannot be cheaper (nor rank before it) and is not simulated.
-    Across GPU types the same holds in dollars: price x g / T_max against the cheapest priced layout met."""
+    Across GPU types (`across`, off by default: it would leave each GPU type's own best layout unknown) the
+    same holds in dollars: price x g / T_max against the cheapest priced layout met."""
     gpu: str = ""
     price: float | None = None  # this group's GPU, USD per GPU-hour (None: unpriced)
     per_tok: dict = field(default_factory=dict)  # gpu key -> (g1 / T1, g1, label) of its best met layout
     usd: tuple | None = None  # (USD per output token, label) of the cheapest priced met layout
+    across: bool = False
 
     @classmethod
     def of(cls, b, gpu: str, price) -> "Bound":
         b = b if b is not None else cls()
-        return cls(gpu, price, dict(b.per_tok), b.usd)
+        return cls(gpu, price, dict(b.per_tok), b.usd, b.across)
 
     def met(self, lay, tok_s: float) -> None:
         if not (tok_s > 0):
@@ -226,7 +228,7 @@ class Bound:
                 self.usd = (usd, lay.label())
 
     def merge(self, other: "Bound") -> "Bound":
-        out = Bound(self.gpu, self.price, dict(self.per_tok), self.usd)
+        out = Bound(self.gpu, self.price, dict(self.per_tok), self.usd, self.across)
         for g, v in other.per_tok.items():
             if g not in out.per_tok or v[0] < out.per_tok[g][0]:
                 out.per_tok[g] = v
@@ -244,7 +246,8 @@ class Bound:
             return (f"dominated: {b[2]} meets the SLO on {b[1]} GPUs; {lay.gpus} GPUs cannot be cheaper (no layout "
                     f"exceeds {t_max:.0f} output tok/s on this workload)")
         # across GPU types: strictly dearer by more than the ranking's rounding (3 significant digits)
-        if self.price is not None and self.usd is not None and self.price * low / 3600.0 > self.usd[0] * 1.01:
+        if self.across and self.price is not None and self.usd is not None and \
+                self.price * low / 3600.0 > self.usd[0] * 1.01:
             return (f"dominated: {self.usd[1]} meets the SLO at ${self.usd[0] * 1e6:.3g} per million output tokens; "
                     f"{lay.gpus} x {lay.gpu} at ${self.price:.4g}/GPU-hour cost at least "
                     f"${self.price * low / 3600.0 * 1e6:.3g} (no layout exceeds {t_max:.0f} output tok/s)")
@@ -519,7 +522,7 @@ def plan(model, workload, *, slo_ttft_s=None, slo_tpot_s=None, slo_itl_s=None, p
          constants=None, tps=DEFAULT_TP, seqs=DEFAULT_SEQS, budgets=DEFAULT_BUDGETS, dtypes=("bf16", "fp8"),
          disagg: bool = True, exhaustive: bool = False, on_progress=None, eps=None, share: bool = True,
          objective: str = "cost", rates=None, seed: int = 0, attainment: bool = False, kv_blocks: int | None = None,
-         timer_factory=None, replicas=REPLICAS, pools=DISAGG) -> PlanResult:
+         timer_factory=None, replicas=REPLICAS, pools=DISAGG, prune_across_gpus: bool = False) -> PlanResult:
     """Search layouts for `workload` (a steptime.serve.Workload); see the module docstring.
 
     `objective="max_rate"` asks another question of the same search: the largest request rate each layout
@@ -531,6 +534,9 @@ def plan(model, workload, *, slo_ttft_s=None, slo_tpot_s=None, slo_itl_s=None, p
     of 16 tokens; default: the memory model). `timer_factory(model, gpu, tp=)` gives the step timer of each
     (GPU, tp) group (a peer's, e.g. DistServe's fitted model; default steptime's StepTimer). `replicas` and
     `pools` (prefill, decode instance pairs) are the aggregated and disaggregated instance counts searched.
+    `prune_across_gpus` also skips layouts of one GPU type that cost more, at the workload's throughput
+    ceiling, than a layout of another type already met (Bound): the overall pick is the same, but each GPU
+    type's own best layout may then go unsimulated.
 
     `share=False` simulates every layout on its own even where its knobs do not bind (see evaluate_group;
     the answers are the same, bit for bit: tests/test_plan.py).
@@ -636,7 +642,7 @@ def plan(model, workload, *, slo_ttft_s=None, slo_tpot_s=None, slo_itl_s=None, p
 
     try:
         for wave in waves:
-            bound = Bound()
+            bound = Bound(across=prune_across_gpus)
             if not exhaustive:
                 for r in res.rows:
                     if r.get("meets_slo"):
