@@ -56,7 +56,7 @@ def test_every_code_input_is_derived():
 def test_e2_9_gets_what_its_script_imports(code_of):
     files = code_of("E2_9_chunk_budget")
     # the files the hand-typed list missed (issue 18), and what the serving experiment runs
-    for f in ("src/steptime_lab/results.py", "src/steptime/io.py", "src/steptime_lab/experiments/serving.py",
+    for f in ("src/steptime_lab/results.py", "src/steptime/io.py", "src/steptime_lab/experiments/serving/chunks.py",
               "src/steptime/serve/sim.py", "src/steptime/step.py", "src/steptime/calibration/defaults.yaml",
               "src/steptime/specs/engines.yaml"):
         assert f in files, f
@@ -73,4 +73,5 @@ def test_a_module_reruns_exactly_its_importers(code_of):
     # the peer registry imports every product peer: a rule that obtains peers reruns when any of them changes
     assert users("src/steptime/serve/aic.py") == users("src/steptime/peers.py") > {"E1_23", "E2_1", "E2_12"}
     assert users("src/steptime_lab/experiments/design.py") == {"design_choices"}
-    assert users("src/steptime_lab/experiments/serving.py") == {"E2_3", "E2_4", "E2_9", "E2_10", "E2_12", "E2_13"}
+    assert users("src/steptime_lab/experiments/serving/__init__.py") == {"E2_3", "E2_4", "E2_9", "E2_10", "E2_12", "E2_13"}
+    assert users("src/steptime_lab/experiments/serving/pools.py") == users("src/steptime_lab/experiments/serving/__init__.py")

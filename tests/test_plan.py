@@ -185,3 +185,110 @@ def test_plan_over_datasheet_only_gpus_labels_them_and_leaves_the_unpriced_unpri
     rows = [x for x in r.rows if x["simulated"]]
     assert {x["gpu"] for x in rows} == {"l4", "h20"} and all(x["uncalibrated"] for x in rows)
     assert all((x["usd_per_m_output_tokens"] is None) == (x["gpu"] == "h20") for x in rows)
+
+
+def _same_rows(a, b):
+    """Rows equal field by field (NaN equal to NaN), `shared_with` aside."""
+    assert [r["layout"] for r in a] == [r["layout"] for r in b]
+    for ra, rb in zip(a, b):
+        ra, rb = {k: v for k, v in ra.items() if k != "shared_with"}, {k: v for k, v in rb.items() if k != "shared_with"}
+        assert ra.keys() == rb.keys()
+        for k in ra:
+            assert ra[k] == rb[k] or (isinstance(ra[k], float) and np.isnan(ra[k]) and np.isnan(rb[k])), (ra["layout"], k)
+
+
+def test_layouts_whose_knobs_do_not_bind_share_one_simulation_bit_for_bit():
+    # light load: max_num_seqs and a large token budget never bind, so their layouts share runs; a 128-token
+    # budget binds (prompts up to 512 tokens are chunked) and is simulated on its own
+    light = synthetic(120, isl=(64, 512), osl=(8, 64), rate=6.0, seed=3)
+    kw = dict(slo_ttft_s=0.5, slo_tpot_s=0.05, gpus=["h100-sxm"], jobs=1, exhaustive=True, tps=(1,),
+              seqs=(16, 64), budgets=(128, 2048, 8192), dtypes=("bf16",), max_gpus=2)
+    on, off = plan(M, light, **kw), plan(M, light, share=False, **kw)
+    shared = [r for r in on.simulated() if r.get("shared_with")]
+    assert shared and not any(r.get("shared_with") for r in off.simulated())
+    assert all(r["max_num_batched_tokens"] != 128 or r["shared_with"].endswith("budget128") for r in shared)
+    key = lambda r: r["layout"]  # noqa: E731
+    _same_rows(sorted(on.rows, key=key), sorted(off.rows, key=key))
+
+
+def test_waves_make_the_search_independent_of_the_workers(wl):
+    kw = dict(slo_ttft_s=0.5, slo_tpot_s=0.05, gpus=["h100-sxm", "l40s"], **SMALL)
+    a, b = plan(M, wl, jobs=1, **kw), plan(M, wl, jobs=2, **kw)
+    key = lambda r: r["layout"]  # noqa: E731
+    _same_rows(sorted(a.rows, key=key), sorted(b.rows, key=key))
+    assert any("$" in (r["pruned"] or "") or "GPUs cannot be cheaper" in (r["pruned"] or "") for r in a.pruned())
+
+
+def test_max_rate_is_the_last_rate_met_before_the_first_that_fails():
+    from steptime.serve import Workload, poisson_arrivals, simulate_replicas
+
+    base = synthetic(80, isl=(64, 512), osl=(8, 64), rate=1.0, seed=4)
+    rates = (1.0, 4.0, 16.0, 64.0, 256.0)
+    r = plan(M, base, slo_ttft_s=0.3, slo_tpot_s=0.03, objective="max_rate", rates=rates, seed=7, gpus=["h100-sxm"],
+             jobs=1, tps=(1,), seqs=(64,), budgets=(2048,), dtypes=("bf16",), max_gpus=2, disagg=False)
+    sims = r.simulated()
+    assert sims and all(x["max_rate_per_gpu"] in (0.0,) + rates for x in sims)
+    assert any(0 < x["max_rate_per_gpu"] < rates[-1] for x in sims)  # the scan stopped inside the grid
+    for x in sims:
+        scan = x["rate_scan"]
+        assert [s["rate_per_gpu"] for s in scan] == list(rates[:len(scan)])
+        assert all(s["meets_slo"] for s in scan[:-1]) and (len(scan) == len(rates) or not scan[-1]["meets_slo"])
+        assert x["max_rate_req_s"] == x["max_rate_per_gpu"] * x["gpus"]
+    # the planner's answer, re-simulated by hand: met at the max rate, missed at the next
+    x = next(x for x in sims if 0 < x["max_rate_per_gpu"] < rates[-1])
+    pol = Policy("vllm", max_num_batched_tokens=2048, max_num_seqs=64)
+
+    def p90s(rate):
+        wl = Workload(poisson_arrivals(len(base), rate * x["gpus"], 7), base.prompt, base.output)
+        d = simulate_replicas(M, "h100-sxm", wl, pol, x["replicas"]).requests
+        return np.percentile(d["ttft_s"], 90), np.percentile(d["tpot_s"].dropna(), 90)
+
+    t, o = p90s(x["max_rate_per_gpu"])
+    assert t <= 0.3 and o <= 0.03
+    t, o = p90s(rates[rates.index(x["max_rate_per_gpu"]) + 1])
+    assert t > 0.3 or o > 0.03
+    best = r.ranked()
+    assert [b["max_rate_per_gpu"] for b in best] == sorted((b["max_rate_per_gpu"] for b in best), reverse=True)
+
+
+@pytest.mark.parametrize("kw, msg", [
+    (dict(objective="max_rate"), "rates per GPU > 0"),
+    (dict(objective="max_rate", rates=(1.0, -2.0)), "rates per GPU > 0"),
+    (dict(objective="fastest"), "unknown objective"),
+    (dict(attainment=True, slo_itl_s=0.1), "SLO attainment"),
+])
+def test_bad_objective_one_line(wl, kw, msg):
+    with pytest.raises(PlanError, match=msg):
+        plan(M, wl, slo_tpot_s=0.1, gpus=["h100-sxm"], jobs=1, **SMALL, **kw)
+
+
+def test_cli_max_rate(capsys):
+    assert main(CLI + ["--gpus", "h100-sxm", "--slo-ttft-ms", "500", "--slo-tpot-ms", "50", "--max-rate",
+                       "0.5,2,8", "--attainment", "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["objective"] == "max_rate" and doc["best"][0]["max_rate_per_gpu"] in (0.5, 2.0, 8.0)
+    assert "attainment" in doc["best"][0]
+    assert main(CLI + ["--gpus", "h100-sxm", "--slo-tpot-ms", "50", "--max-rate", "fast"]) == 2
+    assert "--max-rate 'fast'" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("jobs", [1, 2])
+def test_ctrl_c_on_the_command_line_prints_the_best_so_far(monkeypatch, capsys, jobs):
+    """A Ctrl-C after the first group of layouts (raised where the parent waits for results): the command
+    still prints what it tried, marked INTERRUPTED, with the best layout found so far, and exits 0."""
+    import steptime.plan as P
+
+    real, calls = P.plan, []
+
+    def interrupted(*a, **kw):
+        def stop(res):
+            calls.append(len(res.rows))
+            raise KeyboardInterrupt
+        return real(*a, on_progress=stop, **kw)
+
+    monkeypatch.setattr(P, "plan", interrupted)
+    args = CLI + ["--jobs", str(jobs), "--gpus", "h100-sxm,l40s", "--tp", "1,2", "--max-gpus", "2",
+                  "--slo-tpot-ms", "200"]  # the last of a repeated option wins
+    assert main(args) == 0
+    out = capsys.readouterr().out
+    assert calls == [calls[0]] and "INTERRUPTED: best so far" in out and " 1 " in out  # a ranked row printed

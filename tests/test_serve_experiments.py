@@ -39,7 +39,7 @@ def _traces(n=400, seed=0):
 
 
 def test_e2_9_document_scores_every_choice_in_the_simulator():
-    r = serving.e2_9(_traces(), models=["llama-3.1-8b"], gpus=["h100-sxm"], trace="splitwise_conv", n=200,
+    r = serving.chunk_sizing(_traces(), models=["llama-3.1-8b"], gpus=["h100-sxm"], trace="splitwise_conv", n=200,
                      concurrency=16, grid=GRID, slo_multiples=[2, 5], targets={"pick_meets_slo_fraction": 1.0,
                                                                                 "pick_vs_oracle_min": 0.95})
     df = r["cases"]
@@ -50,7 +50,7 @@ def test_e2_9_document_scores_every_choice_in_the_simulator():
         ok = sw[sw["tbt_p99_s"] <= row.slo_tbt_s]
         assert row.oracle == ok.loc[ok["throughput_tok_s"].idxmax(), "chunk"]
         assert row.pick_tok_s <= row.oracle_tok_s + 1e-9 or not row.pick_meets
-    doc = serving.e2_9_document(r)
+    doc = serving.chunk_sizing_claims(r)
     assert doc["metrics"]["label"].startswith("simulated")
     assert all("met" in c for c in doc["claims"][:2])
     # a larger chunk never lowers the simulated p99 time between tokens
@@ -93,7 +93,7 @@ def test_e2_4_small_case():
     mt = pd.DataFrame({"gpu": ["a100-sxm"], "model": ["opt-13b"], "model_source": ["facebook/opt-13b"], "tp": [1],
                        "pp": [1], "max_num_tokens": [66144]})
     tr = _traces(300)
-    r = serving.e2_4(tr, coefficients(), mt, cases=[{"model": "opt-13b", "tp": 1, "total_gpus": 3, "slo_ttft_s": 0.5,
+    r = serving.pool_sizing(tr, coefficients(), mt, cases=[{"model": "opt-13b", "tp": 1, "total_gpus": 3, "slo_ttft_s": 0.5,
                                                        "slo_tpot_s": 0.1, "rates_per_gpu": [0.5, 1, 2, 4]}],
                      gpu="a100-sxm", trace="splitwise_conv", n=80, seed=0, targets={"goodput_ratio_min": 0.9})
     c = r["cases"][0]
@@ -104,7 +104,7 @@ def test_e2_4_small_case():
         # the scan stops at the first rate that misses the attainment target
         for scan in c["scans"][name].values():
             assert all(s["attainment"] >= 0.9 for s in scan[:-1])
-    doc = serving.e2_4_document(r)
+    doc = serving.pool_sizing_claims(r)
     assert len(doc["claims"]) == 2 and "round 1" in doc["metrics"]["round1_step_parity"]
 
 
@@ -135,11 +135,11 @@ def test_e2_10_scores_each_run_and_skips_moe():
     t = {"tpot_s_p50_abs_error_max": 0.1, "ttft_s_p50_abs_error_max": 0.2, "tpot_s_p90_abs_error_max": 0.2,
          "ttft_s_p90_abs_error_max": 0.3}
     req = pd.concat([_measured_run(), _measured_run(moe=True, run="Y_MoE")])
-    r = serving.e2_10(req, targets=t)
+    r = serving.replay_runs(req, targets=t)
     assert list(r["runs"]["run"]) == ["X_Llama"] and r["skipped"][0]["run"] == "Y_MoE"
     row = r["runs"].iloc[0]
     assert row["tpot_s_p50_error"] == pytest.approx(row["tpot_s_p50_simulated"] / row["tpot_s_p50_measured"] - 1)
-    doc = serving.e2_10_document(r)
+    doc = serving.replay_claims(r)
     assert len(doc["claims"]) == 4
     for c in doc["claims"]:
         assert c["met"] == (abs(c["value"]) <= c["target"])
@@ -159,11 +159,11 @@ def test_e2_10_puts_the_peer_simulator_beside_steptime():
          "ttft_s_p90_abs_error_max": 0.3}
     req = _measured_run()
     peer = req[["run", "request_id", "ttft_s", "tpot_s", "e2e_s"]].assign(tpot_s=req["tpot_s"] * 1.1)
-    r = serving.e2_10(req, targets=t, peer=peer)
+    r = serving.replay_runs(req, targets=t, peer=peer)
     row = r["runs"].iloc[0]
     assert row["tpot_s_p50_llmservingsim_error"] == pytest.approx(0.1)
     assert row["e2e_s_p50_llmservingsim_error"] == pytest.approx(0.0)
-    doc = serving.e2_10_document(r)
+    doc = serving.replay_claims(r)
     side = [c for c in doc["claims"] if "side by side" in c["claim"]]
     assert len(side) == 1 and side[0]["value"]["llmservingsim"]["tpot_p50"] == pytest.approx(0.1)
     assert "met" not in side[0]
@@ -198,13 +198,13 @@ def test_step_estimator_counts_tokens_through_the_budget():
 
 
 def test_e2_3_small():
-    r = serving.e2_3(_traces(300), model="llama-3.1-8b", gpu="h100-sxm", trace="splitwise_conv", n=120,
+    r = serving.deadline_queue_attainment(_traces(300), model="llama-3.1-8b", gpu="h100-sxm", trace="splitwise_conv", n=120,
                      rates=[2, 40], classes=[{"name": "a", "share": 0.5, "ttft_slo_s": 0.5},
                                              {"name": "b", "share": 0.5, "ttft_slo_s": 5.0}],
                      budget=2048, seed=0, targets={"steptime_minus_scalar_min": 0.0, "contention_below": 0.95})
     df = r["table"]
     assert df["fcfs_attainment"].iloc[0] >= df["fcfs_attainment"].iloc[-1]
-    doc = serving.e2_3_document(r)
+    doc = serving.deadline_queue_claims(r)
     assert len(doc["claims"]) == 2
 
 
@@ -219,4 +219,4 @@ def test_a_missing_registry_target_is_one_clear_error_not_a_default():
                                    "choice": {"steptime": "1p1d", "distserve": "1p1d"},
                                    "steptime_choice_under_distserve_ratio": 1.0}], "workload": {}}
     with pytest.raises(InputError, match="no target 'goodput_ratio_min'"):
-        serving.e2_4_document(r)
+        serving.pool_sizing_claims(r)

@@ -22,7 +22,8 @@
                          tell a quiet run from a loaded one
 `steptime bench --plan` adds the planner: one `steptime plan` search (Llama-3.1-8B, a 5,000-request
 Poisson workload, H100 and H200, the default grid: >= 300 layouts) on `--jobs` worker processes:
-  plan_layouts, plan_simulated, plan_pruned, plan_wall_s, plan_cpu_s (parent + workers),
+  plan_layouts, plan_simulated (of which plan_shared reuse the run of a layout whose knobs did not bind),
+  plan_pruned (provably dearer than a layout met: steptime.plan.Bound), plan_wall_s, plan_cpu_s (parent + workers),
   plan_cpu_per_simulated_s, and plan_sim_cpu_ratio: the CPU the planner spent per simulated
   layout over the CPU one plain `simulate` of the same workload costs in this run (1 = no overhead).
 All on one core (BLAS threads pinned to 1 through the environment of the subprocess
@@ -196,6 +197,7 @@ def _plan(seed: int, jobs: int) -> dict:
     _, c_sim = _cpu_timeit(lambda: simulate("llama-3.1-8b", "h100-sxm", wl), repeat=1)
     per = cpu / max(sims, 1)
     return {"plan_requests": len(wl), "plan_jobs": jobs, "plan_layouts": len(res.rows), "plan_simulated": sims,
+            "plan_shared": sum(1 for r in res.simulated() if r.get("shared_with")),
             "plan_pruned": len(res.pruned()), "plan_dropped": len(res.dropped()), "plan_wall_s": wall,
             "plan_cpu_s": cpu, "plan_cpu_per_simulated_s": per, "plan_one_simulate_cpu_s": c_sim,
             "plan_sim_cpu_ratio": per / c_sim}

@@ -30,6 +30,7 @@ import numpy as np
 from steptime.errors import SteptimeError
 from steptime.calibration import Constants
 from steptime.serve import Policy, StepTimer, Workload, kv_capacity_blocks, simulate_disagg, simulate_replicas
+from steptime.serve.sim import same_run
 from steptime.specs import get_gpu, get_model, gpu_key, model_table
 from steptime.specs.engines import check_precision, get_engine
 from steptime.specs.moe import is_moe, moe_model_table
@@ -147,7 +148,8 @@ def expert_parallel_degrees(model, tp: int, eps=None) -> tuple:
 
 
 def layouts(model, gpus, *, engines=("vllm",), max_gpus: int = 8, tps=DEFAULT_TP, seqs=DEFAULT_SEQS,
-            budgets=DEFAULT_BUDGETS, dtypes=("bf16", "fp8"), disagg: bool = True, eps=None):
+            budgets=DEFAULT_BUDGETS, dtypes=("bf16", "fp8"), disagg: bool = True, eps=None, replicas=REPLICAS,
+            pools=DISAGG):
     """Every layout of the search and, for those refused before simulating, the reason. A mixture-of-experts
     model adds expert parallelism (expert_parallel_degrees) to the search.
 
@@ -164,9 +166,9 @@ def layouts(model, gpus, *, engines=("vllm",), max_gpus: int = 8, tps=DEFAULT_TP
                             for b in budgets:
                                 if b < s:
                                     continue
-                                insts = [dict(replicas=r) for r in REPLICAS if r * per <= max_gpus]
+                                insts = [dict(replicas=r) for r in replicas if r * per <= max_gpus]
                                 if disagg:
-                                    insts += [dict(prefill=p, decode=d) for p, d in DISAGG if (p + d) * per <= max_gpus]
+                                    insts += [dict(prefill=p, decode=d) for p, d in pools if (p + d) * per <= max_gpus]
                                 for inst in insts:
                                     lay = Layout(gs.key, tp, engine, dtype, s, b, **inst, ep=ep)
                                     why = _static_reason(model, gs, lay)
@@ -199,37 +201,110 @@ def _ignore_sigint():  # workers: Ctrl-C is the parent's to handle
     signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
+@dataclass
+class Bound:
+    """What the layouts meeting the SLO so far prove about the rest (open-loop workloads).
+
+    No layout's throughput exceeds T_max = output tokens / arrival span (the makespan outlasts the last
+    arrival), so a layout of g GPUs of one type spends at least g / T_max GPU-seconds per output token. A
+    layout that met the SLO on g1 GPUs of that type at throughput T1 spends g1 / T1; when g > g1 and
+    g / T_max >= g1 / T1, the larger layout cannot be cheaper (nor rank before it) and is not simulated.
+    Across GPU types (`across`, off by default: it would leave each GPU type's own best layout unknown) the
+    same holds in dollars: price x g / T_max against the cheapest priced layout met."""
+    gpu: str = ""
+    price: float | None = None  # this group's GPU, USD per GPU-hour (None: unpriced)
+    per_tok: dict = field(default_factory=dict)  # gpu key -> (g1 / T1, g1, label) of its best met layout
+    usd: tuple | None = None  # (USD per output token, label) of the cheapest priced met layout
+    across: bool = False
+
+    @classmethod
+    def of(cls, b, gpu: str, price) -> "Bound":
+        b = b if b is not None else cls()
+        return cls(gpu, price, dict(b.per_tok), b.usd, b.across)
+
+    def met(self, lay, tok_s: float) -> None:
+        if not (tok_s > 0):
+            return
+        v = lay.gpus / tok_s
+        if lay.gpu not in self.per_tok or v < self.per_tok[lay.gpu][0]:
+            self.per_tok[lay.gpu] = (v, lay.gpus, lay.label())
+        if self.price is not None:
+            usd = self.price * v / 3600.0
+            if self.usd is None or usd < self.usd[0]:
+                self.usd = (usd, lay.label())
+
+    def merge(self, other: "Bound") -> "Bound":
+        out = Bound(self.gpu, self.price, dict(self.per_tok), self.usd, self.across)
+        for g, v in other.per_tok.items():
+            if g not in out.per_tok or v[0] < out.per_tok[g][0]:
+                out.per_tok[g] = v
+        if other.usd is not None and (out.usd is None or other.usd[0] < out.usd[0]):
+            out.usd = other.usd
+        return out
+
+    def dominates(self, lay, t_max: float) -> str | None:
+        """Why `lay` provably cannot be cheaper than a layout already met, or None."""
+        if not math.isfinite(t_max):
+            return None
+        low = lay.gpus / t_max  # GPU-seconds per output token, at best
+        b = self.per_tok.get(lay.gpu)
+        if b is not None and lay.gpus > b[1] and low >= b[0]:
+            return (f"dominated: {b[2]} meets the SLO on {b[1]} GPUs; {lay.gpus} GPUs cannot be cheaper (no layout "
+                    f"exceeds {t_max:.0f} output tok/s on this workload)")
+        # across GPU types: strictly dearer by more than the ranking's rounding (3 significant digits)
+        if self.across and self.price is not None and self.usd is not None and \
+                self.price * low / 3600.0 > self.usd[0] * 1.01:
+            return (f"dominated: {self.usd[1]} meets the SLO at ${self.usd[0] * 1e6:.3g} per million output tokens; "
+                    f"{lay.gpus} x {lay.gpu} at ${self.price:.4g}/GPU-hour cost at least "
+                    f"${self.price * low / 3600.0 * 1e6:.3g} (no layout exceeds {t_max:.0f} output tok/s)")
+        return None
+
+
 def evaluate_group(model, gpu, tp, engine, dtype, constants, wl_arrays, concurrency, lays, slo, pct,
-                   exhaustive: bool = False) -> list[dict]:
+                   exhaustive: bool = False, share: bool = True, bound: Bound | None = None,
+                   price: float | None = None, search: dict | None = None) -> list[dict]:
     """Simulate layouts that share one step timer (GPU, tp, engine, dtype). Arguments only.
 
-    Unless `exhaustive`, a layout is pruned (not simulated) when a layout of its family (same
-    knobs and mode, fewer instances) already meets the SLO and provably costs less: on an
-    open-loop workload no layout's throughput exceeds T_max = output tokens / arrival span
-    (the makespan outlasts the last arrival), so g GPUs cost at least g / T_max per token while
-    the smaller layout's g1 / T1 is already below that."""
+    Unless `exhaustive`, a layout is pruned (not simulated) when a layout already met (in this group,
+    or in `bound`: what earlier groups met, passed in by the search) provably costs less (see Bound).
+
+    Layouts that differ only in scheduler knobs (max_num_seqs, token budget) share one simulation when the
+    knobs do not bind (`share`, exhaustive or not): the largest knobs are simulated first, and a layout with
+    smaller ones reuses that run when the run never came near them (steptime.serve.sim.same_run: every
+    check against a knob comes out the same, so the simulation would be the same bit for bit). Its row
+    carries `shared_with`, the layout whose simulation it is.
+
+    `search` (from `plan`): objective ("cost" or "max_rate", with its per-GPU `rates` and arrival `seed`),
+    `attainment` (judge the SLO as the fraction of requests meeting every bound), `kv_blocks` (a fixed KV
+    capacity per instance) and `timer_factory` (a peer's step timer instead of steptime's)."""
+    search = search or {}
     arr, prompt, out = wl_arrays
     wl = Workload(arr, prompt, out, concurrency)
     rows = []
     try:
-        timer = StepTimer(model, gpu, tp=tp, engine=engine, dtype=dtype, constants=constants,
-                          max_tokens=min(max(x.max_num_batched_tokens for x in lays), 1 << 16),
-                          max_requests=max(x.max_num_seqs for x in lays), **({"ep": lays[0].ep} if lays[0].ep > 1 else {}))
+        if search.get("timer_factory") is not None:
+            timer = search["timer_factory"](model, gpu, tp=tp)
+        else:
+            timer = StepTimer(model, gpu, tp=tp, engine=engine, dtype=dtype, constants=constants,
+                              max_tokens=min(max(x.max_num_batched_tokens for x in lays), 1 << 16),
+                              max_requests=max(x.max_num_seqs for x in lays),
+                              **({"ep": lays[0].ep} if lays[0].ep > 1 else {}))
     except SteptimeError as exc:
         return [_row(x, dropped=str(exc)) for x in lays]
+    kv_fixed = search.get("kv_blocks")
+    max_rate = search.get("objective") == "max_rate"
     need = int(np.max(prompt + out))
     span = float(arr.max() - arr.min())
-    t_max = float(out.sum()) / span if (span > 0 and not concurrency) else math.inf
-    met: dict = {}  # family -> (gpus, throughput, label) of its smallest layout meeting the SLO
-    for lay in sorted(lays, key=lambda x: (x.max_num_seqs, x.max_num_batched_tokens, x.mode, x.gpus, x.prefill)):
-        fam = (lay.max_num_seqs, lay.max_num_batched_tokens, lay.mode)
-        if not exhaustive and fam in met and lay.gpus > met[fam][0] and \
-                lay.gpus / met[fam][0] * met[fam][1] >= t_max:
-            g1, _, lab = met[fam]
-            rows.append(_row(lay, pruned=f"dominated: {lab} meets the SLO on {g1} GPUs; {lay.gpus} GPUs cannot be "
-                                         f"cheaper (no layout exceeds {t_max:.0f} output tok/s on this workload)"))
+    t_max = float(out.sum()) / span if (span > 0 and not concurrency and not max_rate) else math.inf
+    bound = Bound.of(bound, gpu, price)
+    runs: dict = {}  # instances -> [(seqs, budget, run, label)] simulated so far (largest knobs first)
+    for lay in sorted(lays, key=lambda x: (-x.max_num_seqs, -x.max_num_batched_tokens, x.mode, x.gpus, x.prefill)):
+        why = None if exhaustive else bound.dominates(lay, t_max)
+        if why:
+            rows.append(_row(lay, pruned=why))
             continue
-        pol = Policy("vllm", max_num_batched_tokens=lay.max_num_batched_tokens, max_num_seqs=lay.max_num_seqs)
+        pol = Policy("vllm", max_num_batched_tokens=lay.max_num_batched_tokens, max_num_seqs=lay.max_num_seqs,
+                     kv_blocks=kv_fixed)
         try:
             blocks = kv_capacity_blocks(timer, pol)
         except SteptimeError as exc:
@@ -239,29 +314,79 @@ def evaluate_group(model, gpu, tp, engine, dtype, constants, wl_arrays, concurre
             rows.append(_row(lay, dropped=f"does not fit in memory: the longest request ({need} tokens) needs more "
                                           f"KV than the {blocks * pol.block_size} tokens left per instance"))
             continue
+        if lay.prefill and concurrency:
+            rows.append(_row(lay, dropped="disaggregation is simulated for open-loop (rate) workloads only"))
+            continue
+        inst = (lay.mode, lay.replicas, lay.prefill, lay.decode, lay.ep)
+        seqs, budget = lay.max_num_seqs, lay.max_num_batched_tokens
+
+        def run_at(w, key):
+            """The layout's simulation of workload `w` (shared with a twin whose knobs did not bind)."""
+            twin = next(((r, lab) for s0, b0, r, lab in runs.get(key, ()) if share and
+                         same_run(r.knobs, s0, b0, seqs, budget)), None)
+            if twin is not None:
+                return twin
+            r = _simulate(lay, timer, w, pol, kv_fixed)
+            runs.setdefault(key, []).append((seqs, budget, r, lay.label()))
+            return r, None
+
         try:
-            if lay.prefill:
-                if concurrency:
-                    rows.append(_row(lay, dropped="disaggregation is simulated for open-loop (rate) workloads only"))
-                    continue
-                run = simulate_disagg(timer.model, timer.gpu, wl, prefill_instances=lay.prefill,
-                                      decode_instances=lay.decode, tp=tp, timer=timer,
-                                      prefill_policy=Policy("vllm", max_num_batched_tokens=lay.max_num_batched_tokens,
-                                                            max_num_seqs=lay.max_num_seqs, chunked_prefill=False),
-                                      decode_policy=Policy("vllm", max_num_batched_tokens=lay.max_num_batched_tokens,
-                                                           max_num_seqs=lay.max_num_seqs, reserve_full=True))
+            if max_rate:
+                row = _max_rate(lay, timer, prompt, out, search, run_at, inst, slo, pct, blocks)
             else:
-                # with expert parallelism each attention data-parallel rank is a scheduler of its own (lockstep
-                # steps of equal batches assumed: steptime.serve.simulate)
-                run = simulate_replicas(timer.model, timer.gpu, wl, pol, lay.replicas * lay.dp, timer=timer)
+                run, twin = run_at(wl, inst)
+                row = _score(lay, run, timer, slo, pct, blocks, search.get("attainment", False))
+                if twin is not None:
+                    row["shared_with"] = twin
         except SteptimeError as exc:
             rows.append(_row(lay, dropped=str(exc)))
             continue
-        row = _score(lay, run, timer, slo, pct, blocks)
         rows.append(row)
-        if row["meets_slo"] and fam not in met:
-            met[fam] = (lay.gpus, row["throughput_tok_s"], lay.label())
+        if row["meets_slo"] and not max_rate:
+            bound.met(lay, row["throughput_tok_s"])
     return rows
+
+
+def _simulate(lay, timer, wl, pol, kv_blocks):
+    """One layout's run of `wl`: a disaggregated pair of pools or replicas of an aggregated instance."""
+    if lay.prefill:
+        return simulate_disagg(timer.model, timer.gpu, wl, prefill_instances=lay.prefill,
+                               decode_instances=lay.decode, tp=lay.tp, timer=timer,
+                               prefill_policy=Policy("vllm", max_num_batched_tokens=lay.max_num_batched_tokens,
+                                                     max_num_seqs=lay.max_num_seqs, chunked_prefill=False,
+                                                     kv_blocks=kv_blocks),
+                               decode_policy=Policy("vllm", max_num_batched_tokens=lay.max_num_batched_tokens,
+                                                    max_num_seqs=lay.max_num_seqs, reserve_full=True,
+                                                    kv_blocks=kv_blocks))
+    # with expert parallelism each attention data-parallel rank is a scheduler of its own (lockstep
+    # steps of equal batches assumed: steptime.serve.simulate)
+    return simulate_replicas(timer.model, timer.gpu, wl, pol, lay.replicas * lay.dp, timer=timer)
+
+
+def _max_rate(lay, timer, prompt, out, search, run_at, inst, slo, pct, blocks) -> dict:
+    """The largest per-GPU Poisson rate of `search["rates"]` (ascending) at which `lay` meets the SLO, scanning
+    up to the first rate that fails (the same requests at every rate, arrivals drawn with `search["seed"]`):
+    the row of that rate's simulation, with the scan."""
+    from steptime.serve import poisson_arrivals
+
+    best, best_rate, scan = None, 0.0, []
+    for r in search["rates"]:
+        wl = Workload(poisson_arrivals(len(prompt), r * lay.gpus, search.get("seed", 0)), prompt, out,
+                      name=f"poisson {r:g} req/s/GPU")
+        run, twin = run_at(wl, (inst, float(r)))
+        row = _score(lay, run, timer, slo, pct, blocks, search.get("attainment", False))
+        scan.append({"rate_per_gpu": float(r), "meets_slo": row["meets_slo"],
+                     **({"attainment": row["attainment"]} if "attainment" in row else
+                        {"ttft_pct_s": row["ttft_pct_s"], "tpot_pct_s": row["tpot_pct_s"]})})
+        if twin is not None:
+            row["shared_with"] = twin
+        if not row["meets_slo"]:
+            break
+        best, best_rate = row, float(r)
+    row = best if best is not None else row  # at no rate met: the lowest rate's simulation
+    row.update(meets_slo=best is not None, max_rate_per_gpu=best_rate, max_rate_req_s=best_rate * lay.gpus,
+               rate_scan=scan)
+    return row
 
 
 def _row(lay: Layout, **kw) -> dict:
@@ -272,7 +397,7 @@ def _row(lay: Layout, **kw) -> dict:
     return d
 
 
-def _score(lay, run, timer, slo, pct, blocks) -> dict:
+def _score(lay, run, timer, slo, pct, blocks, attainment: bool = False) -> dict:
     d = run.requests
     ttft = d["ttft_s"].to_numpy()
     tpot = d["tpot_s"].to_numpy()
@@ -285,14 +410,20 @@ def _score(lay, run, timer, slo, pct, blocks) -> dict:
 
     i50, i_p = (float(v) for v in weighted_quantile(run.itl_s, run.itl_w, [0.5, pct / 100.0])) if run.itl_s.size \
         else (float("nan"), float("nan"))
-    meets = _meets(slo, t_p, o_p, i_p)
+    extra = {}
+    if attainment:  # DistServe's SLO: at least pct % of requests within every bound (TTFT and TPOT)
+        att = run.summary(slo[0], slo[1])["slo"]["attainment"]
+        meets, extra = att >= pct / 100.0, {"attainment": att}
+    else:
+        meets = _meets(slo, t_p, o_p, i_p)
     tpot50 = q(tpot_f, 50)
     row = _row(lay, simulated=True, ttft_p50_s=q(ttft, 50), ttft_pct_s=t_p, tpot_p50_s=tpot50, tpot_pct_s=o_p,
                itl_p50_s=i50, itl_pct_s=i_p,
                throughput_tok_s=tok_s, throughput_per_gpu=tok_s / lay.gpus,
                tok_s_per_user=(1.0 / tpot50) if tpot50 > 0 else float("nan"), meets_slo=bool(meets),
-               preemptions=int(d["preemptions"].sum()), steps=int(run.n_steps), kv_blocks=int(blocks))
-    row["limiting"] = _limiting(lay, run, timer, row)
+               preemptions=int(d["preemptions"].sum()), steps=int(run.n_steps), kv_blocks=int(blocks), **extra)
+    # the limiting term comes from steptime's own terms; a peer's timer (DistServe's) has none
+    row["limiting"] = _limiting(lay, run, timer, row) if isinstance(timer, StepTimer) else None
     return row
 
 
@@ -351,9 +482,16 @@ class PlanResult:
         return self
 
     uncalibrated: frozenset = frozenset()
+    objective: str = "cost"
 
     def ranked(self) -> list[dict]:
         ok = [r for r in self.rows if r.get("meets_slo")]
+        if self.objective == "max_rate":  # rate per GPU (per dollar where priced), then fewer GPUs, then name
+            def per(r):
+                p = r.get("usd_per_gpu_hour")
+                return r["max_rate_per_gpu"] / p if p else r["max_rate_per_gpu"]
+
+            return sorted(ok, key=lambda r: (r.get("usd_per_gpu_hour") is None, -per(r), r["gpus"], r["layout"]))
         # cost (rounded to 0.1 %: equal-cost layouts then rank on GPUs and latency), GPUs, TTFT, TPOT
         def key(r):
             c = r["usd_per_m_output_tokens"]
@@ -367,6 +505,8 @@ class PlanResult:
         so use this on an exhaustive one)."""
         from dataclasses import replace
 
+        if self.objective != "cost":
+            raise PlanError("with_slo re-judges a cost search; a max-rate scan depends on its SLO: search again")
         slo = (slo_ttft_s, slo_tpot_s, slo_itl_s)
         rows = [dict(r, meets_slo=_meets(slo, r["ttft_pct_s"], r["tpot_pct_s"], r["itl_pct_s"]))
                 if r.get("simulated") else dict(r) for r in self.rows]
@@ -386,9 +526,26 @@ def plan(model, workload, *, slo_ttft_s=None, slo_tpot_s=None, slo_itl_s=None, p
          gpus=("h100-sxm",),
          engines=("vllm",), max_gpus: int = 8, prices=None, jobs: int | None = None, progress: bool = False,
          constants=None, tps=DEFAULT_TP, seqs=DEFAULT_SEQS, budgets=DEFAULT_BUDGETS, dtypes=("bf16", "fp8"),
-         disagg: bool = True, exhaustive: bool = False, on_progress=None, eps=None) -> PlanResult:
+         disagg: bool = True, exhaustive: bool = False, on_progress=None, eps=None, share: bool = True,
+         objective: str = "cost", rates=None, seed: int = 0, attainment: bool = False, kv_blocks: int | None = None,
+         timer_factory=None, replicas=REPLICAS, pools=DISAGG, prune_across_gpus: bool = False) -> PlanResult:
     """Search layouts for `workload` (a steptime.serve.Workload); see the module docstring.
 
+    `objective="max_rate"` asks another question of the same search: the largest request rate each layout
+    serves within the SLO. `rates` (requests/s per GPU, scanned in ascending order up to the first that
+    fails) replace the workload's arrivals: at rate r a layout of g GPUs gets Poisson arrivals at r x g
+    (seeded by `seed`) for the workload's requests. Layouts rank by that rate per GPU (per dollar where
+    priced). `attainment=True` judges the SLO as DistServe does: at least `percentile` % of requests within
+    every bound (not each bound's percentile). `kv_blocks` fixes the KV capacity of every instance (blocks
+    of 16 tokens; default: the memory model). `timer_factory(model, gpu, tp=)` gives the step timer of each
+    (GPU, tp) group (a peer's, e.g. DistServe's fitted model; default steptime's StepTimer). `replicas` and
+    `pools` (prefill, decode instance pairs) are the aggregated and disaggregated instance counts searched.
+    `prune_across_gpus` also skips layouts of one GPU type that cost more, at the workload's throughput
+    ceiling, than a layout of another type already met (Bound): the overall pick is the same, but each GPU
+    type's own best layout may then go unsimulated.
+
+    `share=False` simulates every layout on its own even where its knobs do not bind (see evaluate_group;
+    the answers are the same, bit for bit: tests/test_plan.py).
     `prices`: a dict from load_prices (default: the shipped table). Unknown GPUs are left out
     with a note; a Ctrl-C stops the search and returns what was evaluated (interrupted=True).
     """
@@ -406,12 +563,27 @@ def plan(model, workload, *, slo_ttft_s=None, slo_tpot_s=None, slo_itl_s=None, p
         raise PlanError(f"--percentile must be in (0, 100] (got {percentile!r})")
     if not isinstance(workload, Workload):
         raise PlanError("workload must be a steptime.serve.Workload")
+    if objective not in ("cost", "max_rate"):
+        raise PlanError(f"unknown objective {objective!r} (known: cost, max_rate)")
+    if objective == "max_rate":
+        ok = rates is not None and len(rates) and all(isinstance(r, (int, float)) and math.isfinite(r) and r > 0
+                                                      for r in rates)
+        if not ok:
+            raise PlanError("--max-rate needs request rates per GPU > 0 to scan (e.g. 0.25,0.5,1,2)")
+        if workload.concurrency:
+            raise PlanError("--max-rate scans open-loop arrival rates: give lengths, not a closed loop")
+        rates = tuple(sorted(float(r) for r in rates))
+    if attainment and slo_itl_s is not None:
+        raise PlanError("SLO attainment counts requests within TTFT and TPOT; a time-between-tokens SLO is a "
+                        "percentile of every gap (drop --attainment or --slo-itl-ms)")
+    if kv_blocks is not None and not (isinstance(kv_blocks, int) and kv_blocks >= 1):
+        raise PlanError(f"kv_blocks must be a whole number >= 1 (got {kv_blocks!r})")
     if not (isinstance(max_gpus, int) and 1 <= max_gpus <= 4096):
         raise PlanError(f"--max-gpus must be a whole number in [1, 4096] (got {max_gpus!r})")
     m = get_model(model)
     for e in engines:
         get_engine(e)
-    res = PlanResult(slo=(slo_ttft_s, slo_tpot_s, slo_itl_s), percentile=float(percentile))
+    res = PlanResult(slo=(slo_ttft_s, slo_tpot_s, slo_itl_s), percentile=float(percentile), objective=objective)
     known = []
     for g in gpus:
         try:
@@ -430,59 +602,96 @@ def plan(model, workload, *, slo_ttft_s=None, slo_tpot_s=None, slo_itl_s=None, p
         if k not in res.prices:
             res.notes.append(f"{k}: no price in the price table: its layouts are reported unpriced")
     cand, dropped = layouts(m, known, engines=engines, max_gpus=max_gpus, tps=tps, seqs=seqs, budgets=budgets,
-                            dtypes=dtypes, disagg=disagg, eps=eps)
+                            dtypes=dtypes, disagg=disagg, eps=eps, replicas=replicas, pools=pools)
     res.rows += [_row(x, dropped=why) for x, why in dropped]
+    search = {"objective": objective, "rates": rates, "seed": int(seed), "attainment": bool(attainment),
+              "kv_blocks": kv_blocks, "timer_factory": timer_factory}
     groups: dict = {}
     for x in cand:
         groups.setdefault((x.gpu, x.tp, x.engine, x.dtype, x.ep), []).append(x)
     wl_arrays = (workload.arrival, workload.prompt, workload.output)
     slo = (slo_ttft_s, slo_tpot_s, slo_itl_s)
-    tasks = []
     mm = m.key if m.key in _model_keys() else m
-    for (g, tp, e, dt, _ep), lays in groups.items():  # one task per step timer (its ep: lays[0].ep)
-        tasks.append((mm, g, tp, e, dt, constants, wl_arrays, workload.concurrency, lays, slo, float(percentile),
-                      exhaustive))
-    tasks.sort(key=lambda t: -len(t[8]))  # largest first: the two cores finish together
+    price = {k: (res.prices[k]["usd_per_gpu_hour"] if k in res.prices else None) for k in known}
+    span = float(workload.arrival.max() - workload.arrival.min()) if len(workload) else 0.0
+    t_max = float(workload.output.sum()) / span if (span > 0 and not workload.concurrency
+                                                     and objective == "cost") else math.inf
+
+    def task(key, lays, bound):
+        g, tp, e, dt, _ep = key  # one task per step timer (its ep: lays[0].ep)
+        return (mm, g, tp, e, dt, constants, wl_arrays, workload.concurrency, lays, slo, float(percentile),
+                exhaustive, share, bound, price[g], search)
+
+    # two waves, so that the result does not depend on which worker finishes first: the groups of the fewest
+    # GPUs per instance first, then the rest with what the first wave met (Bound): whole groups the first
+    # wave already dominates are pruned here without starting a worker
+    least = min((lays[0].gpus_per_instance for lays in groups.values()), default=1)
+    waves = [[k for k in groups if groups[k][0].gpus_per_instance == least],
+             [k for k in groups if groups[k][0].gpus_per_instance != least]]
     jobs = max(1, int(jobs or min(len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 2, 8)))
     bar = None
     if progress:
         from tqdm import tqdm
 
         bar = tqdm(total=len(cand), unit="layout", desc="plan", leave=False, mininterval=0.5)
+    ex = ProcessPoolExecutor(max_workers=jobs, initializer=_ignore_sigint) if jobs > 1 else None
+
+    def take(rows):
+        res.rows += rows
+        if bar is not None:
+            bar.update(len(rows))
+            best = res.ranked() if any(r.get("meets_slo") for r in rows) else None
+            if best:
+                bar.set_postfix_str(f"best so far {best[0]['layout']}", refresh=False)
+        if on_progress:
+            on_progress(res)
+
     try:
-        if jobs == 1:
-            for t in tasks:
-                rows = evaluate_group(*t)
-                res.rows += rows
+        for wave in waves:
+            bound = Bound(across=prune_across_gpus)
+            if not exhaustive:
+                for r in res.rows:
+                    if r.get("meets_slo"):
+                        bound.price = price.get(r["gpu"])
+                        bound.met(_layout_of(r), r["throughput_tok_s"])
+            tasks = []
+            for k in wave:
+                lays, here = [], Bound.of(bound, k[0], price[k[0]])
+                for x in groups[k]:
+                    why = None if exhaustive else here.dominates(x, t_max)
+                    (lays.append(x) if not why else res.rows.append(_row(x, pruned=why)))
                 if bar is not None:
-                    bar.update(len(rows))
-                if on_progress:
-                    on_progress(res)
-        else:
-            ex = ProcessPoolExecutor(max_workers=jobs, initializer=_ignore_sigint)
-            try:
+                    bar.update(len(groups[k]) - len(lays))
+                if lays:
+                    tasks.append(task(k, lays, bound))
+            tasks.sort(key=lambda t: -len(t[8]))  # largest first: the cores finish together
+            if ex is None:
+                for t in tasks:
+                    take(evaluate_group(*t))
+            else:
                 pending = {ex.submit(evaluate_group, *t) for t in tasks}
                 while pending:
                     done, pending = wait(pending, return_when=FIRST_COMPLETED)
                     for f in done:
-                        rows = f.result()
-                        res.rows += rows
-                        if bar is not None:
-                            bar.update(len(rows))
-                    if on_progress:
-                        on_progress(res)
-            except KeyboardInterrupt:
-                res.interrupted = True
-                ex.shutdown(wait=False, cancel_futures=True)
-                raise
-            ex.shutdown()
+                        take(f.result())
     except KeyboardInterrupt:
         res.interrupted = True
+        if ex is not None:
+            ex.shutdown(wait=False, cancel_futures=True)
+            ex = None
     finally:
+        if ex is not None:
+            ex.shutdown()
         if bar is not None:
             bar.close()
     res.wall_s = time.perf_counter() - t0
     return res.priced()
+
+
+def _layout_of(row: dict) -> Layout:
+    """The Layout of a result row."""
+    return Layout(**{k: row[k] for k in ("gpu", "tp", "engine", "dtype", "max_num_seqs", "max_num_batched_tokens",
+                                          "replicas", "prefill", "decode")}, ep=row.get("ep", 1))
 
 
 def uncalibrated_gpus(keys, constants) -> list[str]:
@@ -530,14 +739,17 @@ def why_runner_up_lost(best: dict, second: dict) -> str:
 
 def to_doc(res: PlanResult, top: int = 5) -> dict:
     best = res.ranked()
-    doc = {"simulated": True, "percentile": res.percentile,
+    doc = {"simulated": True, "objective": res.objective, "percentile": res.percentile,
            "slo": {"ttft_s": res.slo[0], "tpot_s": res.slo[1], "itl_s": res.slo[2] if len(res.slo) > 2 else None},
            "evaluated": len(res.rows), "simulated_layouts": len(res.simulated()), "dropped": len(res.dropped()),
            "pruned": len(res.pruned()),
            "meeting_slo": len(best), "interrupted": res.interrupted, "wall_s": res.wall_s,
            "notes": res.notes, "best": best[:top],
            "prices": {k: v for k, v in res.prices.items() if any(r["gpu"] == k for r in res.rows)}}
-    if len(best) > 1:
+    if len(best) > 1 and res.objective == "max_rate":
+        doc["runner_up_lost"] = (f"serves {best[1]['max_rate_per_gpu']:g} against {best[0]['max_rate_per_gpu']:g} "
+                                 "req/s per GPU within the SLO (simulated)")
+    elif len(best) > 1:
         doc["runner_up_lost"] = why_runner_up_lost(best[0], best[1])
     return doc
 

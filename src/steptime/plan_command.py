@@ -36,6 +36,12 @@ def add_parser(sub) -> None:
     s.add_argument("--slo-tpot-ms", type=float, default=None)
     s.add_argument("--slo-itl-ms", type=float, default=None, help="time between tokens (inter-token latency) SLO")
     s.add_argument("--percentile", type=float, default=90.0, help="SLO percentile (default 90)")
+    s.add_argument("--attainment", action="store_true",
+                   help="judge the SLO as DistServe does: at least --percentile %% of requests within every bound")
+    s.add_argument("--max-rate", metavar="RATES", default=None,
+                   help="another question: the largest request rate per GPU (of these comma-separated req/s/GPU, "
+                        "scanned up to the first that fails) each layout serves within the SLO; the workload's "
+                        "lengths are replayed with Poisson arrivals at each rate")
     s.add_argument("--gpus", default="h100-sxm,h200-sxm,a100-sxm,l40s", help="comma-separated GPU keys")
     s.add_argument("--engines", default="vllm", help="comma-separated engine profiles")
     s.add_argument("--max-gpus", type=int, default=8)
@@ -82,6 +88,18 @@ def _check_out(flag, path, suffixes):
         raise PlanError(f"{flag} {path!r}: not writable")
 
 
+def _rates(text):
+    from steptime.plan import PlanError
+
+    try:
+        v = [float(x) for x in str(text).split(",") if x.strip()]
+    except ValueError:
+        raise PlanError(f"--max-rate {text!r}: expected comma-separated request rates per GPU") from None
+    if not v or not all(np.isfinite(x) and x > 0 for x in v):
+        raise PlanError(f"--max-rate {text!r}: expected request rates per GPU > 0")
+    return v
+
+
 def _fmt_ms(v):
     return "   n/a" if v is None or not np.isfinite(v) else f"{v * 1e3:8.1f}"
 
@@ -104,7 +122,8 @@ def cmd_plan(a) -> int:
                jobs=a.jobs, progress=not a.no_progress and not a.json,
                tps=_ints(a.tp, "tp") if a.tp else (1, 2, 4, 8),
                dtypes=tuple(d.strip() for d in a.dtypes.split(",") if d.strip()), disagg=not a.no_disagg,
-               exhaustive=a.exhaustive)
+               exhaustive=a.exhaustive, attainment=a.attainment, seed=a.seed,
+               **({"objective": "max_rate", "rates": _rates(a.max_rate)} if a.max_rate else {}))
     doc = to_doc(res, top=a.top)
     doc.update(model=a.model, workload={"name": wl.name, "requests": len(wl), "concurrency": wl.concurrency,
                                         "mean_prompt": float(np.mean(wl.prompt)),
@@ -137,7 +156,13 @@ def cmd_plan(a) -> int:
             reasons[key] = reasons.get(key, 0) + 1
         for k, v in sorted(reasons.items(), key=lambda kv: -kv[1])[:4]:
             print(f"  dropped {v}: {k}")
-        if best:
+        if best and res.objective == "max_rate":
+            print(f"{'#':>2} {'layout':<48}{'GPUs':>5}{'req/s/GPU':>10}{'req/s':>8}{'TTFT ' + pct:>11}{'TPOT ' + pct:>11}"
+                  "  (at the largest rate meeting the SLO)")
+            for i, r in enumerate(best[:a.top], 1):
+                print(f"{i:>2} {r['layout']:<48}{r['gpus']:>5}{r['max_rate_per_gpu']:>10.4g}{r['max_rate_req_s']:>8.4g}"
+                      f"{_fmt_ms(r['ttft_pct_s']):>11}{_fmt_ms(r['tpot_pct_s']):>11}")
+        elif best:
             print(f"{'#':>2} {'layout':<48}{'GPUs':>5}{'$/Mtok':>8}{'TTFT ' + pct:>11}{'TPOT ' + pct:>11}"
                   f"{'tok/s/GPU':>10}{'tok/s/user':>11}  limiting")
             for i, r in enumerate(best[:a.top], 1):
@@ -147,7 +172,7 @@ def cmd_plan(a) -> int:
                       f"{_fmt_ms(r['ttft_pct_s']):>11}{_fmt_ms(r['tpot_pct_s']):>11}{r['throughput_per_gpu']:>10.0f}"
                       f"{r['tok_s_per_user']:>11.1f}  {r['limiting']}{tag}")
             if len(best) > 1:
-                print(f"runner-up lost: {why_runner_up_lost(best[0], best[1])}")
+                print(f"runner-up lost: {doc['runner_up_lost']}")
             used = {r["gpu"] for r in best[:a.top]}
             for g in sorted(used):
                 p = res.prices.get(g)

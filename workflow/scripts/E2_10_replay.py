@@ -12,15 +12,15 @@ constants = Constants.load(DEFAULTS_FILE, snakemake.input.settled)  # this run's
 
 p = snakemake.params
 s = dict(p.settings)
-r = serving.e2_10(pd.read_parquet(snakemake.input.requests), targets=dict(p.targets), engine=s["engine"],
+r = serving.replay_runs(pd.read_parquet(snakemake.input.requests), targets=dict(p.targets), engine=s["engine"],
                   peer=pd.read_parquet(snakemake.input.llmservingsim), constants=constants)
 logging.info("E2.10: settings %s", s)
-doc = serving.e2_10_document(r)
+doc = serving.replay_claims(r)
 prov = rule_provenance(snakemake, script="workflow/scripts/E2_10_replay.py")
 write_result(snakemake.output.result, id="E2.10", question=p.question, metrics=doc["metrics"], claims=doc["claims"],
              provenance=prov)
 logging.info("E2.10: %d claims, %d met", len(doc["claims"]), sum(bool(c.get("met")) for c in doc["claims"]))
-serving.plot_e2_10(r, str(snakemake.output.fig).rsplit(".", 1)[0],
+serving.replay_figure(r, str(snakemake.output.fig).rsplit(".", 1)[0],
                    "E2.10: per-request TTFT, TPOT and end-to-end latency of LLMServingSim's real vLLM 0.19 runs "
                    "(300 ShareGPT requests each, measured) against steptime.serve replaying the same arrivals "
                    "and lengths (simulated), one row per run; the MoE run is not replayed.")

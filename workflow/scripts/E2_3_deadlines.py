@@ -12,16 +12,16 @@ constants = Constants.load(DEFAULTS_FILE, snakemake.input.settled)  # this run's
 
 p = snakemake.params
 s = dict(p.settings)
-r = serving.e2_3(pd.read_parquet(snakemake.input.traces), model=s["model"], gpu=s["gpu"], trace=s["trace"],
+r = serving.deadline_queue_attainment(pd.read_parquet(snakemake.input.traces), model=s["model"], gpu=s["gpu"], trace=s["trace"],
                  n=s["requests"], rates=s["rates"], classes=s["classes"], budget=s["budget"], seed=s["seed"],
                  targets=dict(p.targets), constants=constants)
 logging.info("E2.3: settings %s", s)
-doc = serving.e2_3_document(r)
+doc = serving.deadline_queue_claims(r)
 prov = rule_provenance(snakemake, script="workflow/scripts/E2_3_deadlines.py")
 write_result(snakemake.output.result, id="E2.3", question=p.question, metrics=doc["metrics"], claims=doc["claims"],
              provenance=prov)
 logging.info("E2.3: %d claims, %d met", len(doc["claims"]), sum(bool(c.get("met")) for c in doc["claims"]))
-serving.plot_e2_3(r, str(snakemake.output.fig).rsplit(".", 1)[0],
+serving.deadline_queue_figure(r, str(snakemake.output.fig).rsplit(".", 1)[0],
                   "E2.3 (simulated): TTFT SLO attainment against arrival rate for FCFS and for a QLM-style "
                   "deadline queue (earliest deadline first; requests estimated to miss go to the back) with "
                   "steptime's waiting-time estimate and with a scalar one (predicted prefill of a mean prompt "

@@ -13,17 +13,17 @@ constants = Constants.load(DEFAULTS_FILE, snakemake.input.settled)  # this run's
 p = snakemake.params
 s = dict(p.settings)
 inp = snakemake.input
-r = serving.e2_4(pd.read_parquet(inp.traces), pd.read_parquet(inp.coefficients), pd.read_parquet(inp.max_tokens),
+r = serving.pool_sizing(pd.read_parquet(inp.traces), pd.read_parquet(inp.coefficients), pd.read_parquet(inp.max_tokens),
                  cases=s["cases"], gpu=s["gpu"], trace=s["trace"], n=s["requests"], seed=s["seed"],
                  attainment=s["attainment"], targets=dict(p.targets),
                  constants=constants)
 logging.info("E2.4: settings %s", s)
-doc = serving.e2_4_document(r)
+doc = serving.pool_sizing_claims(r)
 prov = rule_provenance(snakemake, script="workflow/scripts/E2_4_pools.py")
 write_result(snakemake.output.result, id="E2.4", question=p.question, metrics=doc["metrics"], claims=doc["claims"],
              provenance=prov)
 logging.info("E2.4: %d claims, %d met", len(doc["claims"]), sum(bool(c.get("met")) for c in doc["claims"]))
-serving.plot_e2_4(r, str(snakemake.output.fig).rsplit(".", 1)[0],
+serving.pool_sizing_figure(r, str(snakemake.output.fig).rsplit(".", 1)[0],
                   "E2.4 (simulated): per-GPU goodput (largest Poisson rate per GPU with 90% of requests within "
                   "both SLOs) of each prefill/decode placement, with steptime's step times and with DistServe's "
                   "fitted latency model driving the same disaggregated simulator on the same requests.")

@@ -12,17 +12,17 @@ constants = Constants.load(DEFAULTS_FILE, snakemake.input.settled)  # this run's
 
 p = snakemake.params
 s = dict(p.settings)
-r = serving.e2_9(pd.read_parquet(snakemake.input.traces), models=s["models"], gpus=s["gpus"], trace=s["trace"],
+r = serving.chunk_sizing(pd.read_parquet(snakemake.input.traces), models=s["models"], gpus=s["gpus"], trace=s["trace"],
                  n=s["requests"], concurrency=s["concurrency"], grid=s["chunks"], slo_multiples=s["slo_multiples"],
                  statics=s["statics"], seed=s["seed"], targets=dict(p.targets),
                  constants=constants)
 logging.info("E2.9: settings %s", s)
-doc = serving.e2_9_document(r)
+doc = serving.chunk_sizing_claims(r)
 prov = rule_provenance(snakemake, script="workflow/scripts/E2_9_chunk_budget.py")
 write_result(snakemake.output.result, id="E2.9", question=p.question, metrics=doc["metrics"], claims=doc["claims"],
              provenance=prov)
 logging.info("E2.9: %d claims, %d met", len(doc["claims"]), sum(bool(c.get("met")) for c in doc["claims"]))
-serving.plot_e2_9(r, str(snakemake.output.fig).rsplit(".", 1)[0],
+serving.chunk_sizing_figure(r, str(snakemake.output.fig).rsplit(".", 1)[0],
                   "E2.9 (simulated): closed loop at the stated concurrency on Splitwise conversation lengths; "
                   "each point one Sarathi chunk (p99 time between tokens vs output throughput); dashed lines "
                   "the TBT SLOs (multiples of the predicted decode step); stars steptime's pick per SLO.")

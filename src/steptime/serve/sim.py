@@ -27,7 +27,9 @@ state is a few numpy arrays; inter-token latencies go to a bounded ItlLog.
 from __future__ import annotations
 
 import math
+from bisect import bisect_left
 from collections import deque
+from itertools import accumulate
 from dataclasses import asdict, dataclass, replace
 from numbers import Real
 from types import MappingProxyType
@@ -46,6 +48,7 @@ POLICIES = ("vllm", "sarathi", "static", "disagg")
 VLLM_DEFAULTS = MappingProxyType({"max_num_batched_tokens": 8192, "max_num_seqs": 256, "block_size": 16,
                                   "gpu_memory_utilization": 0.9})
 MAX_RUN = 4096  # longest run of identical-shape decode iterations timed in one call
+SHORT_RUN = 24  # runs up to this many iterations are timed in Python floats (numpy's call overhead dominates)
 PROGRESS_STEPS = 20000  # a progress bar's step count is refreshed every this many simulated iterations
 
 
@@ -187,9 +190,56 @@ class Run:
     kv_blocks: int
     policy: dict
     itl_exact: bool = True  # False: ITL values merged on ItlLog's 0.01 % log grid (very long runs)
+    knobs: dict | None = None  # how close the run came to its scheduler knobs (see Knobs; None: not recorded)
 
     def summary(self, slo_ttft_s: float | None = None, slo_tpot_s: float | None = None) -> dict:
         return summarize(self, slo_ttft_s, slo_tpot_s)
+
+
+@dataclass
+class Knobs:
+    """How close one run came to its scheduler knobs, recorded as it runs, so that a planner can tell that
+    the same workload under a smaller `max_num_seqs` or token budget makes exactly the same decisions (and
+    so the same simulation, bit for bit) without running it again (`same_run`).
+
+    peak_running  most requests running at once (after admissions)
+    peak_tokens   most tokens scheduled in one iteration
+    join_demand   most (running + prompt tokens still to compute) of a waiting request checked for joining a
+                  decode run (the fast path asks for min(prompt left, budget - running))
+    blocked       a waiting request was refused KV blocks or a whole-prompt (unchunked) slot while the token
+                  budget still had room: a smaller budget (a smaller chunk) might have let it in
+    preempted     a running request was preempted (the take depends on the budget)
+    """
+    peak_running: int = 0
+    peak_tokens: int = 0
+    join_demand: int = 0
+    blocked: bool = False
+    preempted: bool = False
+
+    def merge(self, other: "Knobs") -> "Knobs":
+        return Knobs(max(self.peak_running, other.peak_running), max(self.peak_tokens, other.peak_tokens),
+                     max(self.join_demand, other.join_demand), self.blocked or other.blocked,
+                     self.preempted or other.preempted)
+
+
+def same_run(knobs: dict | None, seqs: int, budget: int, seqs2: int, budget2: int) -> bool:
+    """Whether a run recorded under (`seqs`, `budget`) (its `Run.knobs`) is also, decision for decision, the
+    run under (`seqs2`, `budget2`) of the same workload, timer and policy otherwise: every check the
+    scheduler made against a knob comes out the same under both values.
+
+    max_num_seqs: equal, or the run never held as many requests as the smaller one allows (every
+    `running < max_num_seqs` check was true under both). Token budget: equal, or no iteration scheduled more
+    tokens than the smaller budget, no decode run was checked against a join that needed more, nothing was
+    refused while budget was left, and nothing was preempted (so every take min(want, budget left) is the
+    same under both)."""
+    if not knobs:
+        return False
+    if seqs2 != seqs and not knobs["peak_running"] < min(seqs, seqs2):
+        return False
+    if budget2 != budget and (knobs["blocked"] or knobs["preempted"] or
+                              max(knobs["peak_tokens"], knobs["join_demand"]) > min(budget, budget2)):
+        return False
+    return True
 
 
 class _Engine:
@@ -237,6 +287,8 @@ class _Engine:
         self.progress = progress
         self._tick = PROGRESS_STEPS
         self.free = self.blocks
+        self.knobs = Knobs()
+        self._short = hasattr(timer, "decode_steps_list") and not getattr(timer, "needs_kvs", False)
 
     def _show_steps(self, steps: int) -> None:
         """Progress by simulated iterations too (a long prefill can run for minutes before a request finishes)."""
@@ -322,7 +374,12 @@ class _Engine:
                 can_join = bool(waiting) and nr < max_seqs and not static
                 if can_join:
                     h = waiting[0]
-                    can_join = self._admit_need(h, min(int(ntok[h] - comp[h]), budget0 - nr)) <= self.free
+                    want = int(ntok[h] - comp[h])
+                    if want + nr > self.knobs.join_demand:
+                        self.knobs.join_demand = want + nr
+                    can_join = self._admit_need(h, min(want, budget0 - nr)) <= self.free
+                    if not can_join:
+                        self.knobs.blocked = True
                 if not can_join:
                     if left is None:
                         left = int((out[R] - gen[R]).min())  # iterations up to the next finish
@@ -375,6 +432,7 @@ class _Engine:
                     n_before = self.npre.sum()
                     R, ids, takes, budget = self._preempt_loop(R, budget, waiting)
                     preempted = self.npre.sum() > n_before
+                    self.knobs.preempted |= bool(preempted)
                     s_id = np.array(ids, dtype=np.int64)
                     s_take = np.array(takes, dtype=np.int64)
                 else:
@@ -394,9 +452,11 @@ class _Engine:
                     want = int(ntok[r] - comp[r])
                     k_new = min(want, budget)
                     if k_new < want and not p.chunked_prefill:
+                        self.knobs.blocked = True
                         break
                     need_r = self._admit_need(r, k_new)
                     if need_r > self.free:
+                        self.knobs.blocked = True
                         break
                     waiting.popleft()
                     nrun += 1
@@ -412,6 +472,12 @@ class _Engine:
                     s_take = np.concatenate([s_take, np.array(a_take, dtype=np.int64)])
             if not len(s_id):  # nothing schedulable (cannot happen for a workload that fits)
                 raise ServeError("scheduler stalled: no request could be scheduled")
+            kn = self.knobs
+            if len(R) > kn.peak_running:
+                kn.peak_running = len(R)
+            tok = int(s_take.sum())
+            if tok > kn.peak_tokens:
+                kn.peak_tokens = tok
             dt = t.step_arrays(s_take, comp[s_id])
             last_dt = dt
             now += dt
@@ -489,15 +555,24 @@ class _Engine:
         """Time up to k pure-decode iterations; return how many run before an event."""
         B = self.p.block_size
         nr = len(R)
-        dts = (self.t.decode_steps(nr, float(kvs.sum()), k, kvs=kvs) if getattr(self.t, "needs_kvs", False)
-               else self.t.decode_steps(nr, float(kvs.sum()), k))
-        m = k
-        ends = np.cumsum(dts)
-        # an arrival that could join stops the run at the first iteration starting after it
-        if joinable:
-            a = self.arr[nxt]  # iteration j starts at now + sum(dts[:j])
-            if a < math.inf:
-                m = min(m, 1 + int(np.searchsorted(ends + now, a, side="left")))
+        if k <= SHORT_RUN and self._short:  # a short run in Python floats (same values, no numpy call overhead)
+            dts = self.t.decode_steps_list(nr, float(kvs.sum()), k)
+            ends = list(accumulate(dts))
+            m = k
+            if joinable:
+                a = self.arr[nxt]
+                if a < math.inf:
+                    m = min(m, 1 + bisect_left([e + now for e in ends], a))
+        else:
+            dts = (self.t.decode_steps(nr, float(kvs.sum()), k, kvs=kvs) if getattr(self.t, "needs_kvs", False)
+                   else self.t.decode_steps(nr, float(kvs.sum()), k))
+            m = k
+            ends = np.cumsum(dts)
+            # an arrival that could join stops the run at the first iteration starting after it
+            if joinable:
+                a = self.arr[nxt]  # iteration j starts at now + sum(dts[:j])
+                if a < math.inf:
+                    m = min(m, 1 + int(np.searchsorted(ends + now, a, side="left")))
         # KV blocks: iteration j needs ceil((kv_i + j + 1) / B) blocks for request i
         if m and not self.p.reserve_full and nr * (m // B + 1) > self.free:  # else the free blocks cover any growth
             q, rem = np.divmod(kvs + 1, B)
@@ -523,7 +598,8 @@ class _Engine:
             "tpot_s": np.where(out > 1, (fin - first) / np.maximum(out - 1, 1), np.nan),
             "e2e_s": fin - arr, "preemptions": self.npre, "first_token_estimate_s": self.first_est})
         itl, w = self.itl.arrays()
-        return Run(df, itl, w, steps, busy, now, self.blocks, asdict(self.p), itl_exact=self.itl.exact)
+        return Run(df, itl, w, steps, busy, now, self.blocks, asdict(self.p), itl_exact=self.itl.exact,
+                   knobs=asdict(self.knobs))
 
 
 def simulate(model, gpu, workload: Workload, pol: Policy | str = "vllm", *, tp: int = 1, timer: StepTimer | None = None,
@@ -593,7 +669,18 @@ def _merge(runs, sort=False) -> Run:
         df = df.sort_values("request", kind="stable").reset_index(drop=True)
     return Run(df, np.concatenate([r.itl_s for r in runs]), np.concatenate([r.itl_w for r in runs]),
                sum(r.n_steps for r in runs), sum(r.busy_s for r in runs), max(r.makespan_s for r in runs),
-               min(r.kv_blocks for r in runs), runs[0].policy, itl_exact=all(r.itl_exact for r in runs))
+               min(r.kv_blocks for r in runs), runs[0].policy, itl_exact=all(r.itl_exact for r in runs),
+               knobs=_merge_knobs(runs))
+
+
+def _merge_knobs(runs) -> dict | None:
+    """The knobs record of runs simulated together (replicas, pools): the largest peaks, any refusal."""
+    if any(r.knobs is None for r in runs):
+        return None
+    k = Knobs(**runs[0].knobs)
+    for r in runs[1:]:
+        k = k.merge(Knobs(**r.knobs))
+    return asdict(k)
 
 
 def simulate_disagg(model, gpu, workload: Workload, *, prefill_instances: int = 1, decode_instances: int = 1,
@@ -664,7 +751,7 @@ def simulate_disagg(model, gpu, workload: Workload, *, prefill_instances: int = 
            "prefill": asdict(pp), "decode": asdict(dp), "transfer_gbps": bw}
     return Run(df, np.concatenate(itl), np.concatenate(wts), steps, busy, span,
                min([pre.kv_blocks] + [r.kv_blocks for r in dec_runs]), pol,
-               itl_exact=pre.itl_exact and all(r.itl_exact for r in dec_runs))
+               itl_exact=pre.itl_exact and all(r.itl_exact for r in dec_runs), knobs=_merge_knobs([pre] + dec_runs))
 
 
 # ---------------------------------------------------------------------------------------

@@ -432,6 +432,38 @@ class StepTimer:
         body += self._Sml[n]
         return body
 
+    def decode_steps_list(self, n: int, sum_kv0: float, k: int) -> list:
+        """`decode_steps` for a short run, in Python floats (the same operations in the same order; a numpy call
+        costs more than a few scalar steps). Models without sliding-window layers."""
+        if n >= len(self._Al) or n >= len(self._Bl):
+            self._ensure(n, n)
+        p, invp, L = self._dp, self._dinvp, self.L
+        c1 = self._b1 * n * self._dmem
+        c0 = (n * self._b0 + self._b1 * sum_kv0) * self._dmem
+        u = (n * self._dunit) ** p
+        fl = self._dfloor
+        ab = self._A_decode()[n] + self._Bl[n]
+        D, S, Sm, ov = self._Ddl[n], self._Sl[n], self._Sml[n], self.ov
+        out = []
+        for j in range(k):
+            x = float(j) * c1
+            x += c0
+            x = (x ** p + u) ** invp
+            x += fl
+            x *= L
+            x += ab
+            body = x if x >= D else D
+            if ov:
+                hid = S - body
+                hid = hid if hid > 0.0 else 0.0
+                hid *= ov
+                body += (1.0 - ov) * S
+                body += hid
+            else:
+                body += S
+            out.append(body + Sm)
+        return out
+
     def check(self, n_batches: int = 40, seed: int = 0) -> float:
         """Largest relative difference against predict_steps over random mixed batches."""
         rng = np.random.default_rng(seed)

@@ -1,0 +1,104 @@
+"""Sarathi chunk sizing for a time-between-tokens (TBT) SLO: steptime picks the chunk budget from two
+predicted steps and a fluid throughput model (`pick_chunk`, no simulation); the oracle is the planner's
+exhaustive search over the chunk grid; static 512 and 2048 are the common fixed settings. Every choice is
+scored in the simulator (E2.9)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from steptime.plan import plan
+from steptime.serve import StepTimer, Workload
+from steptime_lab.experiments.serving.common import trace_lengths
+
+
+def pick_chunk(timer: StepTimer, concurrency: int, prompt_mean: float, output_mean: float, slo_s: float,
+               grid) -> dict:
+    """Steptime's chunk pick without simulating: for each chunk c, two predicted steps,
+
+        t_mix(c)  (C - 1) decodes at the mean context + one chunk of c tokens at mid-prompt
+        t_dec     C decodes at the mean context
+
+    and a fluid model of a closed loop at concurrency C: a fraction f = C P / (O c) of
+    iterations must carry a chunk for prefill to keep pace with decode (f <= 1), so the
+    output rate is C / (f t_mix + (1 - f) t_dec); when f > 1, prefill limits it to
+    (c O / P) / t_mix. Picks the c of highest rate with t_mix(c) <= SLO (the smallest c if
+    none qualifies)."""
+    C, P, O = int(concurrency), float(prompt_mean), float(output_mean)
+    ctx = int(P + O / 2)
+    t_dec = timer.step_arrays(np.ones(C, dtype=np.int64), np.full(C, ctx))
+    rows = []
+    for c in grid:
+        new = np.concatenate([np.ones(C - 1, dtype=np.int64), [int(c)]])
+        kv = np.concatenate([np.full(C - 1, ctx), [int(max(0, P / 2 - c / 2))]])
+        t_mix = timer.step_arrays(new, kv)
+        f = C * P / (O * c)
+        rate = C / (f * t_mix + (1 - f) * t_dec) if f <= 1 else (c * O / P) / t_mix
+        rows.append({"chunk": int(c), "t_mix_s": t_mix, "rate_tok_s": rate, "meets": t_mix <= slo_s})
+    df = pd.DataFrame(rows)
+    ok = df[df["meets"]]
+    best = ok.loc[ok["rate_tok_s"].idxmax()] if len(ok) else df.iloc[0]
+    return {"chunk": int(best["chunk"]), "t_dec_s": float(t_dec), "table": df}
+
+
+def chunk_sweep(model, gpu, prompt, output, concurrency: int, grid, slo_tbt_s: float, engine=None,
+                constants=None):
+    """The planner's search (`steptime.plan.plan`) over Sarathi chunk budgets for one instance (tp 1,
+    bf16, `concurrency` sequences, a closed loop at `concurrency`): every chunk simulated
+    (exhaustive), judged on the p99 time between tokens. Returns (sweep table, the PlanResult)."""
+    wl = Workload(np.zeros(len(prompt)), prompt, output, concurrency=concurrency, name="closed loop")
+    res = plan(model, wl, slo_itl_s=slo_tbt_s, percentile=99.0, gpus=(gpu,), engines=(engine or "vllm",),
+               max_gpus=1, tps=(1,), seqs=(int(concurrency),), budgets=tuple(int(c) for c in grid), dtypes=("bf16",),
+               disagg=False, exhaustive=True, jobs=1, constants=constants)
+    rows = sorted(res.simulated(), key=lambda r: r["max_num_batched_tokens"])
+    sweep = pd.DataFrame([{"chunk": int(r["max_num_batched_tokens"]), "tbt_p99_s": r["itl_pct_s"],
+                           "tbt_p50_s": r["itl_p50_s"], "tpot_p50_s": r["tpot_p50_s"], "ttft_p50_s": r["ttft_p50_s"],
+                           "throughput_tok_s": r["throughput_tok_s"], "steps": r["steps"]} for r in rows])
+    return sweep, res
+
+
+def chunk_sizing(traces: pd.DataFrame, *, models, gpus, trace: str, n: int, concurrency: int, grid, slo_multiples,
+         statics=(512, 2048), seed: int = 0, targets: dict | None = None, constants=None) -> dict:
+    """Run E2.9 for every (model, GPU, SLO): steptime's pick (two predicted steps, no simulation), the
+    oracle (the planner's best chunk under the SLO: one exhaustive `steptime plan` search over the chunk
+    grid per model and GPU, judged against each SLO), and the statics, each scored on the planner's
+    simulations."""
+    targets = targets or {}
+    grid = sorted({int(c) for c in grid} | {int(s) for s in statics})
+    prompt, output = trace_lengths(traces, trace, n, seed)
+    cases, sweeps = [], {}
+    for model in models:
+        for gpu in gpus:
+            timer = StepTimer(model, gpu, max_tokens=max(grid) + concurrency, max_requests=concurrency,
+                              constants=constants)
+            t_dec = pick_chunk(timer, concurrency, prompt.mean(), output.mean(), 0.0, grid)["t_dec_s"]
+            slos = {float(m): float(m) * t_dec for m in slo_multiples}
+            sweep, res = chunk_sweep(model, gpu, prompt, output, concurrency, grid, max(slos.values()),
+                                     constants=constants)
+            sweeps[f"{model}|{gpu}"] = sweep
+            by = sweep.set_index("chunk")
+            for mult, slo in slos.items():
+                pk = pick_chunk(timer, concurrency, prompt.mean(), output.mean(), slo, grid)
+                best = res.with_slo(slo_itl_s=slo).ranked()
+                oracle = int(best[0]["max_num_batched_tokens"]) if best else None
+                # E2.9's rule before the planner: the highest-throughput chunk of the sweep within the SLO
+                ok = sweep[sweep["tbt_p99_s"] <= slo]
+                sweep_rule = int(ok.loc[ok["throughput_tok_s"].idxmax(), "chunk"]) if len(ok) else None
+                row = {"model": model, "gpu": gpu, "slo_multiple": mult, "slo_tbt_s": slo,
+                       "pick": pk["chunk"], "oracle": oracle, "oracle_sweep_rule": sweep_rule}
+                for name, c in [("pick", pk["chunk"]), ("oracle", oracle)] + [(f"static_{s}", s) for s in statics]:
+                    if c is None:
+                        row[f"{name}_tok_s"] = None
+                        row[f"{name}_meets"] = False
+                        continue
+                    row[f"{name}_tok_s"] = float(by.loc[c, "throughput_tok_s"])
+                    row[f"{name}_tbt_p99_s"] = float(by.loc[c, "tbt_p99_s"])
+                    row[f"{name}_meets"] = bool(by.loc[c, "tbt_p99_s"] <= slo)
+                cases.append(row)
+    df = pd.DataFrame(cases)
+    return {"cases": df, "sweeps": sweeps, "targets": targets, "workload": {
+        "trace": trace, "requests": n, "concurrency": concurrency, "prompt_mean": float(prompt.mean()),
+        "output_mean": float(output.mean()), "seed": seed}, "grid": grid, "statics": list(statics),
+        "oracle_by": "steptime plan (exhaustive search over the chunk grid; ranked by cost per output token at one "
+                     "GPU, i.e. by throughput, among chunks whose simulated p99 time between tokens meets the SLO)"}

@@ -1,0 +1,84 @@
+"""End-to-end replay of whole real vLLM runs (LLMServingSim's vLLM 0.19 runs): the same arrivals and lengths
+through the simulator, per-request TTFT / TPOT / end-to-end compared with the measured ones (E2.10)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from steptime.serve import Workload, policy, simulate
+
+
+METRICS = ("ttft_s", "tpot_s", "e2e_s")
+
+
+def recorded_kv(r0) -> tuple[int | None, int | None]:
+    """(KV blocks, block size) the run's engine logged (meta.json kv_cache), or (None, None) where not recorded."""
+    n = int(r0.get("kv_blocks_recorded", -1)) if "kv_blocks_recorded" in r0 else -1
+    b = int(r0.get("kv_block_size_recorded", -1)) if "kv_block_size_recorded" in r0 else -1
+    return (n, b if b > 0 else None) if n > 0 else (None, None)
+
+
+def replay_run(rows: pd.DataFrame, *, engine: str = "vllm", gpu_memory_utilization: float = 0.9,
+               block_size: int = 16, constants=None):
+    """Simulate one measured run: its arrivals, prompt and output lengths, TP and scheduler limits, and the KV
+    block count (and block size) the run's engine logged where it records them (else the memory model's)."""
+    r0 = rows.iloc[0]
+    rows = rows.sort_values("arrival_s", kind="stable")
+    wl = Workload(rows["arrival_s"].to_numpy() - rows["arrival_s"].min(), rows["input_tokens"].to_numpy(),
+                  rows["output_tokens"].to_numpy(), name=str(r0["run"]))
+    kv_blocks, kv_bs = recorded_kv(r0)
+    pol = policy("vllm", max_num_batched_tokens=int(r0["max_num_batched_tokens"]), max_num_seqs=int(r0["max_num_seqs"]),
+                 block_size=kv_bs or block_size, gpu_memory_utilization=gpu_memory_utilization, kv_blocks=kv_blocks)
+    run = simulate(r0["model"], r0["gpu"], wl, pol, tp=int(r0["tp"]), engine=engine, constants=constants)
+    sim = run.requests.copy()
+    sim["request_id"] = rows["request_id"].to_numpy()
+    return sim, run
+
+
+def _err(sim, meas):
+    return float((sim - meas) / meas)
+
+
+def replay_runs(requests: pd.DataFrame, *, targets: dict, engine: str = "vllm", peer: pd.DataFrame | None = None,
+          constants=None) -> dict:
+    """Replay each dense run through steptime.serve; `peer`: LLMServingSim's own simulated replay of the same runs
+    (its outputs/sim.csv, servingsim_sim), scored the same way beside steptime's."""
+    runs, skipped, per_request = [], [], {}
+    for run_id, rows in requests.groupby("run", sort=True):
+        r0 = rows.iloc[0]
+        if bool(r0["moe"]):
+            skipped.append({"run": run_id, "reason": "mixture-of-experts model: steptime's step model is dense only"})
+            continue
+        sim, srun = replay_run(rows, engine=engine, constants=constants)
+        meas = rows.set_index("request_id").loc[sim["request_id"]]
+        row = {"run": run_id, "gpu": r0["gpu"], "model": r0["model"], "tp": int(r0["tp"]),
+               "engine_version": r0["engine_version"], "requests": int(len(rows)),
+               "kv_blocks_simulated": int(srun.kv_blocks),
+               "kv_blocks_from": "the run's log (meta.json)" if recorded_kv(r0)[0] else "steptime's memory model",
+               "preemptions_simulated": int(sim["preemptions"].sum())}
+        for m in METRICS:
+            s = sim[m].to_numpy(dtype=float)
+            x = meas[m].to_numpy(dtype=float)
+            ok = np.isfinite(s) & np.isfinite(x)
+            for q, name in ((50, "p50"), (90, "p90")):
+                row[f"{m}_{name}_measured"] = float(np.percentile(x[ok], q))
+                row[f"{m}_{name}_simulated"] = float(np.percentile(s[ok], q))
+                row[f"{m}_{name}_error"] = _err(row[f"{m}_{name}_simulated"], row[f"{m}_{name}_measured"])
+            row[f"{m}_per_request_mape"] = float(np.mean(np.abs(s[ok] - x[ok]) / x[ok]))
+        pr = None if peer is None else peer[peer["run"] == run_id]
+        if pr is not None and len(pr):  # LLMServingSim's own simulator, same percentiles of the same run
+            row["llmservingsim_requests"] = int(len(pr))
+            for m in METRICS:
+                v, x = pr[m].to_numpy(dtype=float), meas[m].to_numpy(dtype=float)
+                v, x = v[np.isfinite(v)], x[np.isfinite(x)]
+                for q, name in ((50, "p50"), (90, "p90")):
+                    row[f"{m}_{name}_llmservingsim"] = float(np.percentile(v, q))
+                    row[f"{m}_{name}_llmservingsim_error"] = _err(row[f"{m}_{name}_llmservingsim"],
+                                                                  float(np.percentile(x, q)))
+        runs.append(row)
+        per_request[run_id] = pd.DataFrame({"request_id": sim["request_id"].to_numpy(),
+                                            **{f"{m}_simulated": sim[m].to_numpy() for m in METRICS},
+                                            **{f"{m}_measured": meas[m].to_numpy() for m in METRICS}})
+    return {"runs": pd.DataFrame(runs), "skipped": skipped, "per_request": per_request, "targets": targets,
+            "engine": engine}
