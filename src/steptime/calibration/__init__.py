@@ -27,13 +27,13 @@ import copy
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
-from types import MappingProxyType
 from typing import Any, Iterable
 
 from steptime.errors import CalibrationLeakError, InputError
 from steptime.specs import engines as E
 from steptime.terms.comm_bounds import check_updates
 from steptime.io import atomic_path
+from steptime.readonly import ReadOnlyDict
 from steptime.validation import MAX_SETTLED_BYTES, check_regular_file
 
 DEFAULTS_FILE = Path(__file__).resolve().parent / "defaults.yaml"
@@ -93,7 +93,7 @@ class Constants:
         engine constants {engine: {gpu: {field: entry}}} (None: none)."""
         scopes = scopes if scopes is not None else _parse(_default_doc())
         # read-only tables of frozen Constants: a Constants changes only by building another
-        self._scopes = MappingProxyType({s: MappingProxyType(dict(t)) for s, t in scopes.items()})
+        self._scopes = ReadOnlyDict({s: ReadOnlyDict(t) for s, t in scopes.items()})  # picklable: plan's workers get it
         self.engines: dict = copy.deepcopy(engines) if engines else {}
         self._cache: dict[tuple, Any] = {}  # memo of get(): a pure function of the read-only tables
 
