@@ -140,3 +140,17 @@ def test_cli_explain_labels_the_grey_box(shipped_gemm, tmp_path, monkeypatch, ca
     monkeypatch.setattr(PG, "GREYBOX_FILE", tmp_path / "missing.npz")
     assert main(argv) == 2
     assert "no shipped grey-box corrections" in capsys.readouterr().err
+
+
+def test_the_shipped_corrections_are_the_settled_ones_and_fit_the_features():
+    from pathlib import Path
+
+    settled = Path(__file__).resolve().parents[1] / "results" / "calibration" / "greybox.npz"
+    assert PG.GREYBOX_FILE.read_bytes() == settled.read_bytes()  # `steptime calibration ship` copied it
+    corr = PG.Corrections.load()
+    width = {"gemm": PG.gemm_features([8], [4096], [4096], "h100-sxm").shape[1],
+             "attention": PG.attention_features([1], [8], [1], [1024], [32], [8], [128], "h100-sxm").shape[1]}
+    for name, m in corr.meta["models"].items():
+        assert m["n_features"] == width.get(name, 13), name
+        assert m["setting"] in ("none", "h=inf")
+        assert (name in corr.models) == (m["setting"] != "none")

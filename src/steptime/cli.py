@@ -83,10 +83,15 @@ def _explain(a, r, batch) -> int:
     print(f"{'total':<20}{e['physics_total_ms']:>12.4f}{e['total_ms'] / e['physics_total_ms']:>9.3f}"
           f"{e['total_ms']:>13.4f}")
     for name, f in sorted(e["fitted_on"].items()):
-        gpus = f.get("gpus", []) if f else []
+        gpus, cells = (f or {}).get("gpus", []), (f or {}).get("cells", 0)
+        cv = ", ".join(f"{k} {v:.1%}" for k, v in (e["loo_cv_mape"].get(name) or {}).items())
+        on = f"{len(gpus)} GPUs' tables ({', '.join(gpus)}; {cells} cells)"
+        if e["settings"][name] == "none":
+            print(f"  {name}: no correction: leave-one-GPU-out CV over {on} kept the physics (MAPE {cv})")
+            continue
         where = "in-sample (its table was fitted)" if r.gpu in gpus else "held out (not in the fit)"
-        print(f"  {name}: fitted on {len(gpus)} GPUs' tables ({', '.join(gpus)}; {f.get('cells', 0) if f else 0} cells), "
-              f"setting {e['settings'][name]}; for {r.gpu}: {where}")
+        print(f"  {name}: fitted on {on}, each GPU weighing the same; leave-one-GPU-out MAPE {cv}; "
+              f"for {r.gpu}: {where}")
     print("plain `steptime predict` is the physics alone; the corrections are the lab's grey box (E2.1), shipped as data")
     return 0
 

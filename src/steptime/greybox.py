@@ -252,17 +252,19 @@ def explain(prediction, model, gpu, batch, *, tp: int = 1, corrections: Correcti
             names = ()
         if term in ("attn_prefill", "attn_decode") and not kv_bf16:
             names = ()
-        factors = []
+        factors, used = [], []
         for name in names:
             X = _features_for(term, name, mdl, g, batch, tp) if ms > 0 else None
-            if X is not None:
+            if X is not None:  # a model the fit kept at the physics ('none') gives factor 1
                 factors.append(float(np.exp(corr.log_correction(name, X))[0]))
+                used += [name] if name in corr.models else []
         factor = float(np.mean(factors)) if factors else 1.0
         rows[term] = {"physics_ms": float(ms), "factor": factor, "corrected_ms": float(ms) * factor,
-                      "models": list(names) if factors else []}
+                      "models": used}
     total = float(sum(r["corrected_ms"] for r in rows.values()))
     return {"terms": rows, "total_ms": total, "physics_total_ms": float(prediction.total_ms),
             "label": "grey box (steptime_residual): physics terms x bounded learned corrections (factor in [1/2, 2])",
             "fitted_on": {name: m.get("fitted_on") for name, m in corr.meta.get("models", {}).items()},
             "settings": {name: m.get("setting") for name, m in corr.meta.get("models", {}).items()},
+            "loo_cv_mape": {name: m.get("loo_cv_mape") for name, m in corr.meta.get("models", {}).items()},
             "source": corr.meta.get("source")}
