@@ -151,6 +151,7 @@ rule E2_1:
         fast=config["fast"],
         full_grid=config["rf"]["full_grid"],
         ml_tuned=not config["fast"],  # ml_loo's fair best (all rows, nested GPU-grouped CV): fast: false
+        settings=settings("E2.1"),  # ml_tuned_full_tables: where the fast job also scores ml_loo's fair best
     threads: 1  # one BLAS thread: the fits are deterministic only single-threaded
     log:
         "logs/E2_1.log",
