@@ -226,6 +226,14 @@ def _work(dataset: str, cells):
     return work(dataset, cells)
 
 
+# `shared` grey box (ranking): the correction sees the cell's pure shape only (the leading columns of
+# term_features: GEMM log m, n, k; attention phase, batch, new tokens, KV length, heads, KV heads), no
+# GPU-normalised shape and no datasheet: the same cell gets nearly the same factor on every GPU (each
+# GPU's model is still fitted without it, on the other GPUs, which share all but one table), so the
+# correction cannot reorder near-tied GPUs by fit noise
+SHAPE_COLUMNS = {"aic_gemm": 3, "aic_attention": 6}
+
+
 class GreyBox:
     """`steptime_residual` for one dataset: steptime's terms (held-out constants via
     `constants_for`) times per-term corrections fitted on every other GPU (memoised per
@@ -234,12 +242,21 @@ class GreyBox:
     the correction and are never training labels."""
 
     def __init__(self, dataset: str, cells, constants_for, *, fast: bool = True, seed: int = 0,
-                 reading_ids=None, bandwidths=None):
+                 reading_ids=None, bandwidths=None, shared: bool = False):
         self.dataset, self.cells, self.constants_for = dataset, cells, constants_for
+        self.shared = bool(shared)
+        if self.shared and bandwidths is None:  # no similarity weighting either: one weight per training GPU
+            bandwidths = (math.inf,)
+        if self.shared and dataset not in SHAPE_COLUMNS:
+            raise ValueError(f"a shared (shape-only) grey box is defined for {sorted(SHAPE_COLUMNS)}, not {dataset}")
         self.fast, self.seed, self.reading_ids = bool(fast), int(seed), reading_ids
         self.bandwidths = bandwidths
         self._data: dict = {}
         self._memo: dict = {}
+
+    def _features(self, cells, gpu: str) -> dict[str, np.ndarray]:
+        f = term_features(self.dataset, cells, gpu)
+        return {t: F[:, :SHAPE_COLUMNS[self.dataset]] for t, F in f.items()} if self.shared else f
 
     def base_terms(self, cells, gpu: str, constants=None) -> dict[str, np.ndarray]:
         """steptime's prediction (ms) of each term of `cells` on `gpu` ({term: ms})."""
@@ -270,7 +287,7 @@ class GreyBox:
         else:
             sub = sub[self.reading_mask(sub, gpu)].reset_index(drop=True)
         base = self.base_terms(sub, gpu) if len(sub) else {t: np.zeros(0) for t in terms_of(self.dataset)}
-        feats = term_features(self.dataset, sub, gpu) if len(sub) else None
+        feats = self._features(sub, gpu) if len(sub) else None
         wk = _work(self.dataset, sub) if len(sub) else (np.zeros(0), np.zeros(0))
         out = {}
         for t in terms_of(self.dataset):
@@ -284,7 +301,7 @@ class GreyBox:
             if self.dataset != "vidur_step":
                 sub = sub[~self.reading_mask(sub, gpu)].reset_index(drop=True)
             base = self.base_terms(sub, gpu)
-            feats = term_features(self.dataset, sub, gpu)
+            feats = self._features(sub, gpu)
             wk = _work(self.dataset, sub)
             reads = self._readings(gpu)
             out = {}
@@ -312,7 +329,10 @@ class GreyBox:
                     "bandwidths": [("inf" if not math.isfinite(h) else h) for h in
                                    (self.bandwidths or BANDWIDTHS[self.fast])],
                     "model": "steptime terms x exp(clip(boosted trees(log residual; similarity-weighted other GPUs) "
-                             "[+ nearest-reading anchor], +-ln 2)) per term",
+                             "[+ nearest-reading anchor], +-ln 2)) per term"
+                             + ("; shared: the trees see the cell's pure shape only (no datasheet, no "
+                                "GPU-normalised feature)" if self.shared else ""),
+                    "shared": self.shared,
                     "setting": {t: m.name for t, m in models.items()},
                     "nested_cv_mape": cv}
             self._memo[target] = (models, info)
@@ -322,7 +342,7 @@ class GreyBox:
         """{'terms': {term: corrected ms}, 'physics': {term: ms}, 'correction': {term: factor}, 'total': ms}."""
         models, _ = self.fit(target)
         base = self.base_terms(cells, target, constants)
-        feats = term_features(self.dataset, cells, target)
+        feats = self._features(cells, target)
         reads = self._readings(target) if any(m.anchored for m in models.values()) else None
         wk = _work(self.dataset, cells) if reads is not None else None
         corr = {}
