@@ -130,3 +130,20 @@ def test_one_training_gpu_gives_no_correction():
     data = {"a100-sxm": _term_data(rng.normal(size=(50, 3)), np.ones(50), np.full(50, 1.3))}
     model, cv = G.fit_term(data, "h100-sxm")
     assert model.est is None and "note" in cv
+
+
+def test_shared_greybox_sees_the_shape_only_and_gives_each_gpu_nearly_the_same_factor():
+    # the residual depends on the shape only; a per-GPU fit noise is what the shared box must not add
+    law = lambda m, g: 1.3 - 0.3 * np.log2(m) / 12.0  # noqa: E731
+    cells = _cells(GPUS, law)
+    shared = T.GreyBox("aic_gemm", cells, _defaults, shared=True)
+    full = T.GreyBox("aic_gemm", cells, _defaults)
+    tc = cells[cells["gpu"] == "a100-sxm"].drop(columns="gpu").reset_index(drop=True)
+    assert shared._features(tc, "b200")["gemm"].shape[1] == G.SHAPE_COLUMNS["aic_gemm"] == 3
+    assert full._features(tc, "b200")["gemm"].shape[1] > 3
+    f = {g: shared.predict_terms(tc, g)["correction"]["gemm"] for g in ("h100-sxm", "b200", "l40s")}
+    spread = max(np.max(np.abs(np.log(f[a] / f[b]))) for a in f for b in f)
+    assert spread < 0.05
+    assert shared.fitted_on("b200")["shared"] and "b200" not in shared.fitted_on("b200")["gpus"]
+    with pytest.raises(ValueError, match="shared"):
+        T.GreyBox("vidur_step", cells, _defaults, shared=True)

@@ -37,6 +37,8 @@ def cmd_predict(a) -> int:
     r = predict_step(a.model, a.gpu, batch, tp=a.tp, f_clk=a.f_clk, kv_dtype=a.kv_dtype,
                      check_memory=not a.no_memory_check, allow_boost=a.allow_boost, engine=a.engine, dtype=a.dtype,
                      ep=a.ep)
+    if a.explain:
+        return _explain(a, r, batch)
     if a.json:
         _print_json(r.to_dict())
         return 0
@@ -59,6 +61,38 @@ def cmd_predict(a) -> int:
         from steptime.calibration import Constants
 
         print(f"note: {Constants.default().calibration_note(r.gpu)}")
+    return 0
+
+
+def _explain(a, r, batch) -> int:
+    """The grey box's reading of the step: each term's physics value, its shipped correction, the corrected value."""
+    from steptime.greybox import explain
+
+    e = explain(r, r.model, r.gpu, batch, tp=r.tp)
+    if a.json:
+        _print_json({"prediction": r.to_dict(), "greybox": e})
+        return 0
+    print(f"{r.model} on {r.gpu} (tp={r.tp}, engine {r.engine}, {r.dtype}): {r.requests} requests, {r.tokens} new tokens")
+    print(f"{e['label']}")
+    print(f"{'term':<20}{'physics ms':>12}{'factor':>9}{'grey-box ms':>13}  correction from")
+    for t, row in e["terms"].items():
+        if row["physics_ms"] == 0.0:
+            continue
+        src = ", ".join(row["models"]) if row["models"] else "none (physics only)"
+        print(f"{t:<20}{row['physics_ms']:>12.4f}{row['factor']:>9.3f}{row['corrected_ms']:>13.4f}  {src}")
+    print(f"{'total':<20}{e['physics_total_ms']:>12.4f}{e['total_ms'] / e['physics_total_ms']:>9.3f}"
+          f"{e['total_ms']:>13.4f}")
+    for name, f in sorted(e["fitted_on"].items()):
+        gpus, cells = (f or {}).get("gpus", []), (f or {}).get("cells", 0)
+        cv = ", ".join(f"{k} {v:.1%}" for k, v in (e["loo_cv_mape"].get(name) or {}).items())
+        on = f"{len(gpus)} GPUs' tables ({', '.join(gpus)}; {cells} cells)"
+        if e["settings"][name] == "none":
+            print(f"  {name}: no correction: leave-one-GPU-out CV over {on} kept the physics (MAPE {cv})")
+            continue
+        where = "in-sample (its table was fitted)" if r.gpu in gpus else "held out (not in the fit)"
+        print(f"  {name}: fitted on {on}, each GPU weighing the same; leave-one-GPU-out MAPE {cv}; "
+              f"for {r.gpu}: {where}")
+    print("plain `steptime predict` is the physics alone; the corrections are the lab's grey box (E2.1), shipped as data")
     return 0
 
 
@@ -255,6 +289,9 @@ def build_parser() -> argparse.ArgumentParser:
     pr.add_argument("--ep", type=int, default=1, help="expert-parallel degree (MoE models; ep = tp x attention "
                     "data-parallel ranks)")
     pr.add_argument("--no-memory-check", action="store_true", help="skip the fits-in-memory check")
+    pr.add_argument("--explain", action="store_true",
+                    help="the grey box: each term's physics value, its learned correction factor (within [1/2, 2]) "
+                         "and the corrected value, with what the corrections were fitted on")
     pr.add_argument("--json", action="store_true")
     for name in ("gpus", "models", "constants", "engines"):
         sp = sub.add_parser(name, help=f"list known {name}")

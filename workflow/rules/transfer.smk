@@ -102,6 +102,34 @@ rule E2_1_grid:
         "../scripts/E2_1_grid.py"
 
 
+# The grey box's per-term corrections fitted on every GPU's tables (shipped by `steptime calibration ship
+# results/calibration/greybox.npz` as src/steptime/calibration/greybox.npz, for `steptime predict --explain`).
+rule settle_greybox_corrections:
+    input:
+        registered=registered_raw("E2.1"),
+        **UTILITY_ALL_DATA,
+        gemm_constants=rules.settle_gemm_constants.output.constants,
+        attention=rules.E1_24.output.result,
+        settled=[rules.settle_gemm_constants.output.settled, rules.settle_step_constants.output.settled],
+        code=code_of("settle_greybox_corrections"),
+    output:
+        corrections="results/calibration/greybox.npz",
+    params:
+        seed=config["seed"],
+        fast=config["fast"],  # the boosted trees' sizes (greybox.SIZES)
+    threads: 1  # one BLAS thread: the fits are deterministic only single-threaded
+    log:
+        "logs/settle_greybox_corrections.log",
+    benchmark:
+        "benchmarks/settle_greybox_corrections.tsv"
+    conda:
+        CONDA_ENV
+    message:
+        "Grey-box per-term corrections fitted on every GPU's tables into {output.corrections}"
+    script:
+        "../scripts/settle_greybox_corrections.py"
+
+
 # E2.1: home RF (held-out), verbatim and spec-scaled RF, and steptime (held-out folds) on every target GPU.
 rule E2_1:
     input:
@@ -123,6 +151,7 @@ rule E2_1:
         fast=config["fast"],
         full_grid=config["rf"]["full_grid"],
         ml_tuned=not config["fast"],  # ml_loo's fair best (all rows, nested GPU-grouped CV): fast: false
+        settings=settings("E2.1"),  # ml_tuned_full_tables: where the fast job also scores ml_loo's fair best
     threads: 1  # one BLAS thread: the fits are deterministic only single-threaded
     log:
         "logs/E2_1.log",

@@ -47,6 +47,9 @@ hooks = {"vidur_step": HeldOut.for_dataset("vidur_step", vidur=vidur, light_gpus
 families = {"vidur_step": ("light", "gemm"), "aic_gemm": ("gemm",), "aic_attention": ("attention",)}
 # the fair-ground peers from the lab's registry (the product's peers + the lab's)
 ml = {ds: peers.make("ml_loo", ds, cells[ds], fast=P.fast, seed=P.seed, tuned=P.ml_tuned) for ds in transfer.DATASETS}
+# ml_loo's fair best beside it in the fast job, on the tables where its cost allows (fast: false gives it everywhere)
+ml_full = {ds: peers.make("ml_loo", ds, cells[ds], fast=False, seed=P.seed, tuned=True)
+           for ds in P.settings.get("ml_tuned_full_tables", []) if P.fast}
 attn_reads = {g: [tuple(c) for c in v["scoring_excludes"].values()]
               for g, v in attn_doc["metrics"]["per_gpu"].items()}
 reading_ids = {"aic_attention": lambda t: attn_reads.get(t, []), "aic_gemm": lambda t: [],
@@ -64,14 +67,15 @@ for path in inp.models:
                            attn_sample=attn_sample)
     records += transfer.transfer_records(
         ds, cells[ds], bundle, transfer.TARGETS[ds], n_boot=P.n_boot, seed=P.seed,
-        constants_for=hooks.get(ds), cal_log=cal_log, home_only=home_only, ml=ml[ds], reading_ids=reading_ids[ds],
+        constants_for=hooks.get(ds), cal_log=cal_log, home_only=home_only, ml=ml[ds], ml_full=ml_full.get(ds), reading_ids=reading_ids[ds],
         grey=grey[ds],
         steptime_fit=lambda t, ds=ds: fit_footprint(ds, t, gemm_doc=gemm_doc, attn_doc=attn_doc,
                                                     attn_cells=attn_cells, attn_sample=attn_sample,
                                                     light_cells=light_cells, light_gpus=vidur_gpus, seed=P.seed))
     fits.append(transfer.bundle_summary(bundle))
 doc = transfer.e2_1_document(records, fits, cells, fast=P.fast, full_grid=P.full_grid, targets=P.targets,
-                             gap=transfer.profiler_gap(tables["vidur_mlp"], tables["gemm"]), ml_tuned=P.ml_tuned)
+                             gap=transfer.profiler_gap(tables["vidur_mlp"], tables["gemm"]), ml_tuned=P.ml_tuned,
+                             ml_full_tables=sorted(ml_full))
 write_result(snakemake.output.result, id="E2.1", question=P.question, metrics=doc["metrics"],
              claims=doc["claims"], extra={"transfer": records},
              provenance=rule_provenance(snakemake, calibration=cal_log, exclude=("code", "models"), script="workflow/scripts/E2_1_transfer.py"))

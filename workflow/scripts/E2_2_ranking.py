@@ -33,7 +33,11 @@ attn_reads = {gpu: [tuple(c) for c in v["scoring_excludes"].values()]
 grey = (transfer.GreyBox("aic_gemm", g, hook, fast=P.fast, seed=P.seed),
         transfer.GreyBox("aic_attention", a, hook, fast=P.fast, seed=P.seed,
                          reading_ids=lambda gpu: attn_reads.get(gpu, [])))
-res = ranking.run(g, a, wls, meas, gb, ab, constants_for=hook, grey=grey)
+# the same with shape-only corrections (the same cell gets nearly the same factor on every GPU), set a priori
+grey_shared = (transfer.GreyBox("aic_gemm", g, hook, fast=P.fast, seed=P.seed, shared=True),
+               transfer.GreyBox("aic_attention", a, hook, fast=P.fast, seed=P.seed, shared=True,
+                                reading_ids=lambda gpu: attn_reads.get(gpu, [])))
+res = ranking.run(g, a, wls, meas, gb, ab, constants_for=hook, grey=grey, grey_shared=grey_shared)
 cal_log = {f"ranking|{gpu}": transfer.calibration_summary(hook(gpu)[1], gpu) for gpu in ranking.GPUS}
 prov = rule_provenance(snakemake, calibration=cal_log, exclude=("code", "gemm_rf", "attn_rf"),
                        script="workflow/scripts/E2_2_ranking.py")

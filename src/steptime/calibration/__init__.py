@@ -13,6 +13,8 @@ Where constants come from, and who writes what:
   `Constants.load(DEFAULTS_FILE, *settled)` and passes those constants down to every
   prediction (`constants=`): nothing process-wide decides what a prediction uses, and nothing
   is written into src/.
+- The grey box's per-term corrections (`greybox.npz`, rule settle_greybox_corrections) are data
+  too: `ship` copies a settled .npz to GREYBOX_FILE, which only `steptime predict --explain` reads.
 - A `Constants` also carries the fitted engine constants (`engines`: R2.3's
   {engine: {gpu: {field: entry}}}): `Constants.default()` holds the shipped copy
   (`specs.engines.FITTED_FILE`), `Constants.load` only the engine-constants files it is given.
@@ -24,10 +26,14 @@ Where constants come from, and who writes what:
 from __future__ import annotations
 
 import copy
+import json
+import shutil
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 from typing import Any, Iterable
+
+import numpy as np
 
 from steptime.errors import CalibrationLeakError, InputError
 from steptime.specs import engines as E
@@ -37,6 +43,8 @@ from steptime.readonly import ReadOnlyDict
 from steptime.validation import MAX_SETTLED_BYTES, check_regular_file
 
 DEFAULTS_FILE = Path(__file__).resolve().parent / "defaults.yaml"
+# the grey box's per-term corrections (steptime.greybox; `steptime predict --explain`), written only by `ship`
+GREYBOX_FILE = Path(__file__).resolve().parent / "greybox.npz"
 # ASSUMED: a stated design choice (its source says why and which experiment tests it)
 PROVENANCES = ("DERIVED", "DATASHEET", "MEASURED", "FITTED", "ASSUMED")
 
@@ -460,8 +468,6 @@ def ship_engine_constants(src, dest: Path | None = None) -> dict:
     the engine loader reads fitted overrides (`specs.engines.FITTED_FILE`), so `steptime predict
     --engine <name>` on a GPU that holds readings uses them. Every entry is checked first: each
     engine is a profile, each field one of its fields, each provenance a known one."""
-    import shutil
-
     dest = Path(E.FITTED_FILE if dest is None else dest)
     doc = _read_input_yaml(src)
     shipped = []
@@ -483,12 +489,39 @@ def ship_engine_constants(src, dest: Path | None = None) -> dict:
     return {"engine_constants": str(dest), "fields": sorted(shipped)}
 
 
-def ship(settled: Iterable[str | Path], path: Path = DEFAULTS_FILE, engine_path: Path | None = None) -> dict:
+def ship_greybox(src, dest: Path | None = None) -> dict:
+    """Copy the grey box's settled corrections (results/calibration/greybox.npz, rule
+    settle_greybox_corrections) to where `steptime predict --explain` reads them (GREYBOX_FILE),
+    after checking it is an .npz of arrays (no pickles) whose `meta` names its models."""
+    dest = Path(GREYBOX_FILE if dest is None else dest)
+    try:
+        with np.load(src, allow_pickle=False) as z:
+            meta = json.loads(str(z["meta"]))
+            names = set(z.files)
+    except (OSError, ValueError, KeyError) as exc:
+        raise InputError(f"{src}: not a grey-box corrections file ({exc})") from None
+    models = meta.get("models") if isinstance(meta, dict) else None
+    if not isinstance(models, dict) or not models:
+        raise InputError(f"{src}: grey-box corrections without `models` in its meta")
+    for name, m in models.items():
+        if m.get("setting") != "none" and f"{name}/value" not in names:
+            raise InputError(f"{src}: grey-box model {name!r} has no trees")
+    with atomic_path(dest) as tmp:
+        shutil.copyfile(src, tmp)
+    return {"greybox": str(dest), "models": sorted(models)}
+
+
+def ship(settled: Iterable[str | Path], path: Path = DEFAULTS_FILE, engine_path: Path | None = None,
+         greybox_path: Path | None = None) -> dict:
     """Write the settled files into the shipped constants file (the one explicit writer of
     defaults.yaml: `steptime calibration ship results/calibration/{gemm,step,comm}.yaml
     results/calibration/engine_constants.yaml`), in order; a fitted engine-constants file among
     them (R2.3's) goes to the engine loader's FITTED_FILE instead (`engine_path`). Returns what changed."""
     settled = list(settled)
+    grey_files = [p for p in settled if str(p).endswith(".npz")]
+    if len(grey_files) > 1:
+        raise InputError(f"ship: one grey-box corrections file at most, got {grey_files}")
+    settled = [p for p in settled if p not in grey_files]
     engine_files = [p for p in settled if is_engine_constants(p)]
     if len(engine_files) > 1:
         raise InputError(f"ship: one engine-constants file at most, got {engine_files}")
@@ -511,6 +544,8 @@ def ship(settled: Iterable[str | Path], path: Path = DEFAULTS_FILE, engine_path:
            "changed": sorted(k for k in set(a) & set(b) if a[k] != b[k])}
     if engine_files:
         out.update(ship_engine_constants(engine_files[0], engine_path))
+    if grey_files:
+        out.update(ship_greybox(grey_files[0], greybox_path))
     return out
 
 

@@ -54,7 +54,8 @@ def grid_check_document(dataset: str, cells, fast_bundle: dict, full_bundle: dic
 
 
 
-PEER_COLORS = {"rf_spec_scaled_readings": "#b2182b", "ml_loo": "#7b3fa0", "steptime_home_only": "#8fb8de",
+PEER_COLORS = {"rf_spec_scaled_readings": "#b2182b", "ml_loo": "#7b3fa0", "ml_loo_tuned_full": "#c9a0dc",
+               "steptime_home_only": "#8fb8de",
                "steptime_residual": "#1b7837"}
 # (challenger, peer, what they share): E2.1's claim restated on fair ground, each pair trained
 # on the same data (steptime's held-out fold vs the peers; steptime fitted on the home GPU
@@ -100,7 +101,8 @@ def peer_claims(records) -> list:
 
 
 def greybox_rows(records) -> dict:
-    """{dataset: {target: {steptime_residual, steptime, ml_loo MAPE (all cells), term corrections}}},
+    """{dataset: {target: {steptime_residual, steptime, ml_loo (and ml_loo_tuned_full where it ran) MAPE
+    (all cells), term corrections, what each was fitted on}}},
     each target read from the records of a home GPU other than itself (every non-reading cell scored)."""
     by = {(r["dataset"], r["home_gpu"], r["target_gpu"], r["predictor"]): r for r in records}
     out: dict = {}
@@ -109,12 +111,22 @@ def greybox_rows(records) -> dict:
             home = next((h for h in HOME_GPUS if h != t and (ds, h, t, "steptime_residual") in by), None)
             if home is None:
                 continue
-            row = {p: by[(ds, home, t, p)]["mape_all"] for p in ("steptime_residual", "steptime", "ml_loo")
-                   if (ds, home, t, p) in by}
+            names = [p for p in ("steptime_residual", "steptime", "ml_loo", "ml_loo_tuned_full")
+                     if (ds, home, t, p) in by]
+            row = {p: by[(ds, home, t, p)]["mape_all"] for p in names}
+            row["fitted_on"] = {p: _fitted_brief(by[(ds, home, t, p)].get("fitted_on")) for p in names}
             row["term_corrections"] = by[(ds, home, t, "steptime_residual")].get("term_corrections")
             row["scored_in_records_of_home"] = home
             out.setdefault(ds, {})[t] = row
     return out
+
+
+def _fitted_brief(f) -> dict | None:
+    """What a predictor was fitted on, in a line: its training GPUs, cells, target readings, settings."""
+    if not f:
+        return None
+    keep = ("gpus", "cells", "target_readings", "fast", "setting", "settings", "what")
+    return {k: f[k] for k in keep if k in f}
 
 
 def greybox_claims(records, targets: dict) -> list:
@@ -142,7 +154,7 @@ def greybox_claims(records, targets: dict) -> list:
 
 
 def e2_1_document(records, fits, cells, *, fast: bool, full_grid: bool, targets: dict,
-                  gap: dict | None = None, ml_tuned: bool = False) -> dict:
+                  gap: dict | None = None, ml_tuned: bool = False, ml_full_tables=()) -> dict:
     """Metrics and claims of E2.1 (targets: steptime below the spec-scaled RF on every unseen
     GPU, by the ratio `targets['ratio'][dataset]` (config/experiments.yaml E2.1, e.g. 1.5x on GEMM
     and step); the home RF's advantage stated)."""
@@ -213,6 +225,13 @@ def e2_1_document(records, fits, cells, *, fast: bool, full_grid: bool, targets:
                                           "settings": ML_SETTINGS[fast] if not ml_tuned else
                                           {"grid": list(ML_GRID[fast]), "inner_folds":
                                            ML_INNER_FOLDS[fast] or "leave-one-GPU-out"}},
+                               **({"ml_loo_tuned_full": {
+                                   "tables": sorted(ml_full_tables), "rows_per_gpu_cap": ML_TUNED_ROWS_PER_GPU[False],
+                                   "tuned": True, "settings": {"grid": list(ML_GRID[False]),
+                                                               "inner_folds": "leave-one-GPU-out"},
+                                   "what": "ml_loo's fair best (what fast: false gives ml_loo on every table), "
+                                           "scored beside the fast job's ml_loo on these tables only"}}
+                                  if fast and ml_full_tables else {}),
                                "steptime_residual": {"bound": "factor within [1/2, 2] per term",
                                                      "fast": fast, "sizes": dict(GB_SIZES[fast]),
                                                      "similarity_bandwidths": [
@@ -246,8 +265,8 @@ def plot_transfer(records, stem, full_grid: bool = False):
     from matplotlib.ticker import FuncFormatter
 
     plt = setup()
-    preds = ["rf_home", "rf_spec_scaled", "rf_spec_scaled_readings", "ml_loo", "steptime_home_only", "steptime",
-             "steptime_residual"]
+    preds = ["rf_home", "rf_spec_scaled", "rf_spec_scaled_readings", "ml_loo", "ml_loo_tuned_full",
+             "steptime_home_only", "steptime", "steptime_residual"]
     fig, axes = plt.subplots(len(HOME_GPUS), len(DATASETS), figsize=(13, 6.5), squeeze=False)
     for i, home in enumerate(HOME_GPUS):
         for j, ds in enumerate(DATASETS):

@@ -46,9 +46,10 @@ from steptime_lab.experiments.cells import GEMM_OPS, STEP_OPS, cell_ids
 from steptime_lab.experiments.transfer.fair_ground import work
 from steptime_lab.experiments.ratios import (attention_work, gemm_work, predict_layer_ops, predict_steptime,
                                              step_op_work)
+from steptime import greybox as PG
 from steptime.specs import get_gpu, get_model
 
-BOUND = math.log(2.0)
+BOUND = PG.BOUND
 # datasheet-similarity bandwidths tried by the nested CV (inf: every training GPU weighs the same)
 BANDWIDTHS = {True: (1.0, math.inf), False: (0.5, 1.0, 2.0, math.inf)}
 # boosted-tree sizes and rows per training GPU: fast (main job) / full (fast: false)
@@ -59,46 +60,18 @@ SIZES = {True: {"max_iter": 120, "learning_rate": 0.1, "max_leaf_nodes": 15, "mi
 # fewer training GPUs than this: no correction (the nested CV needs one GPU to fit on and
 # one to score on; with two, each inner fold fits on one GPU and the CV says whether that carries)
 MIN_TRAIN_GPUS = 2
-TILE = 128  # output tile edge used for the wave count (the common bf16 CTA tile)
-
-
-def _datasheet(gpu: str) -> list[float]:
-    g = get_gpu(gpu)
-    return [math.log2(g.peak_flops), math.log2(g.mem_bw), math.log2(float(g.sms)), math.log2(float(g.l2_mb)),
-            math.log2(g.peak_flops / g.mem_bw), float(int(g.sm_version) // 10), _gddr(gpu)]
 
 
 def _gddr(gpu: str) -> float:
-    from steptime.specs import get_gpu
-
     return float(str(get_gpu(gpu).mem_type or "").upper().startswith("GDDR"))
 
 
 def similarity_vector(gpu: str) -> np.ndarray:
     """The datasheet coordinates the similarity weights measure distance in (log2 units;
     the GDDR flag counts 2, the SM major a half per generation)."""
-    from steptime.specs import get_gpu
-
     g = get_gpu(gpu)
     return np.array([math.log2(g.peak_flops), math.log2(g.mem_bw), math.log2(g.peak_flops / g.mem_bw),
                      2.0 * _gddr(gpu), 0.5 * (int(g.sm_version) // 10)])
-
-
-def _l2_bytes(gpu: str) -> float:
-    return float(get_gpu(gpu).l2_mb) * 2 ** 20
-
-
-def _ridge_point(gpu: str) -> float:
-    g = get_gpu(gpu)
-    return g.peak_flops / g.mem_bw
-
-
-def _sms(gpu: str) -> float:
-    return float(get_gpu(gpu).sms)
-
-
-def _lg(x) -> np.ndarray:
-    return np.log2(np.maximum(np.asarray(x, dtype=float), 1e-12))
 
 
 def terms_of(dataset: str) -> tuple[str, ...]:
@@ -106,44 +79,19 @@ def terms_of(dataset: str) -> tuple[str, ...]:
 
 
 def term_features(dataset: str, cells, gpu: str) -> dict[str, np.ndarray]:
-    """{term: features (cells x p)} before the polynomial expansion."""
-    n = len(cells)
-    ds = np.tile(np.asarray(_datasheet(gpu)), (n, 1))
-    l2, ridge, sms = _l2_bytes(gpu), _ridge_point(gpu), _sms(gpu)
+    """{term: features (cells x p)}: the product's feature functions (`steptime.greybox`), so the
+    shipped corrections see exactly what the fit saw."""
     if dataset == "aic_gemm":
-        m, nn, k = (cells[c].to_numpy(dtype=float) for c in ("m", "n", "k"))
-        f, b = gemm_work(m, nn, k)
-        waves = np.ceil(m / TILE) * np.ceil(nn / TILE) / sms
-        cols = [_lg(m), _lg(nn), _lg(k), _lg(b / l2), _lg(waves), _lg(f / b / ridge)]
-        return {"gemm": np.column_stack(cols + [ds])}
+        return {"gemm": PG.gemm_features(cells["m"], cells["n"], cells["k"], gpu)}
     if dataset == "aic_attention":
-        f, b = attention_work(cells)
-        bs, s, kv, h, hk = (cells[c].to_numpy(dtype=float)
-                            for c in ("batch_size", "new_tokens", "kv_len", "num_heads", "num_kv_heads"))
-        dec = (cells["phase"] == "decode").to_numpy(dtype=float)
-        waves = bs * h * np.ceil(s / TILE) / sms
-        cols = [dec, _lg(bs), _lg(s), _lg(kv), _lg(h), _lg(hk), _lg(b / l2), _lg(waves), _lg(f / b / ridge)]
-        return {"attention": np.column_stack(cols + [ds])}
-
+        cols = [cells[c].to_numpy(dtype=float)
+                for c in ("batch_size", "new_tokens", "kv_len", "num_heads", "num_kv_heads", "head_dim")]
+        return {"attention": PG.attention_features((cells["phase"] == "decode").to_numpy(dtype=float), *cols, gpu)}
     work = step_op_work(cells)
     T = cells["num_tokens"].to_numpy(dtype=float)
     tp = cells["tp"].to_numpy(dtype=float)
     hid = cells["model"].map({m: float(get_model(m).hidden_size) for m in cells["model"].unique()}).to_numpy(float)
-    out = {}
-    for op in STEP_OPS:
-        f, b = work[op]
-        if op in GEMM_OPS:  # n = flops / (2 T k) is not needed: working set and waves carry the shape
-            nk = f / np.maximum(2.0 * T, 1.0)
-            waves = np.ceil(T / TILE) * np.maximum(nk / hid / TILE, 1.0) / sms
-            extra = [_lg(f / np.maximum(b, 1.0) / ridge)]
-        else:
-            waves = T * hid / tp / (sms * 1024.0)
-            extra = [np.zeros(len(T))]
-        cols = [_lg(T), _lg(tp), _lg(hid), _lg(b / l2), _lg(waves)] + extra
-        out[op] = np.column_stack(cols + [ds])
-    return out
-
-
+    return {op: PG.step_op_features(op in GEMM_OPS, T, tp, hid, work[op][0], work[op][1], gpu) for op in STEP_OPS}
 
 
 class _TermModel:
@@ -185,9 +133,9 @@ def _fit_gbt(X, y, w, size, seed):
 
 
 def _weights(gpus, toward: str, h: float) -> dict:
-    z = similarity_vector(toward)
     if not math.isfinite(h):
         return {g: 1.0 for g in gpus}
+    z = similarity_vector(toward)
     return {g: float(np.exp(-np.sum((similarity_vector(g) - z) ** 2) / (2.0 * h * h))) for g in gpus}
 
 
@@ -278,6 +226,14 @@ def _work(dataset: str, cells):
     return work(dataset, cells)
 
 
+# `shared` grey box (ranking): the correction sees the cell's pure shape only (the leading columns of
+# term_features: GEMM log m, n, k; attention phase, batch, new tokens, KV length, heads, KV heads), no
+# GPU-normalised shape and no datasheet: the same cell gets nearly the same factor on every GPU (each
+# GPU's model is still fitted without it, on the other GPUs, which share all but one table), so the
+# correction cannot reorder near-tied GPUs by fit noise
+SHAPE_COLUMNS = {"aic_gemm": 3, "aic_attention": 6}
+
+
 class GreyBox:
     """`steptime_residual` for one dataset: steptime's terms (held-out constants via
     `constants_for`) times per-term corrections fitted on every other GPU (memoised per
@@ -286,12 +242,21 @@ class GreyBox:
     the correction and are never training labels."""
 
     def __init__(self, dataset: str, cells, constants_for, *, fast: bool = True, seed: int = 0,
-                 reading_ids=None, bandwidths=None):
+                 reading_ids=None, bandwidths=None, shared: bool = False):
         self.dataset, self.cells, self.constants_for = dataset, cells, constants_for
+        self.shared = bool(shared)
+        if self.shared and bandwidths is None:  # no similarity weighting either: one weight per training GPU
+            bandwidths = (math.inf,)
+        if self.shared and dataset not in SHAPE_COLUMNS:
+            raise ValueError(f"a shared (shape-only) grey box is defined for {sorted(SHAPE_COLUMNS)}, not {dataset}")
         self.fast, self.seed, self.reading_ids = bool(fast), int(seed), reading_ids
         self.bandwidths = bandwidths
         self._data: dict = {}
         self._memo: dict = {}
+
+    def _features(self, cells, gpu: str) -> dict[str, np.ndarray]:
+        f = term_features(self.dataset, cells, gpu)
+        return {t: F[:, :SHAPE_COLUMNS[self.dataset]] for t, F in f.items()} if self.shared else f
 
     def base_terms(self, cells, gpu: str, constants=None) -> dict[str, np.ndarray]:
         """steptime's prediction (ms) of each term of `cells` on `gpu` ({term: ms})."""
@@ -322,7 +287,7 @@ class GreyBox:
         else:
             sub = sub[self.reading_mask(sub, gpu)].reset_index(drop=True)
         base = self.base_terms(sub, gpu) if len(sub) else {t: np.zeros(0) for t in terms_of(self.dataset)}
-        feats = term_features(self.dataset, sub, gpu) if len(sub) else None
+        feats = self._features(sub, gpu) if len(sub) else None
         wk = _work(self.dataset, sub) if len(sub) else (np.zeros(0), np.zeros(0))
         out = {}
         for t in terms_of(self.dataset):
@@ -336,7 +301,7 @@ class GreyBox:
             if self.dataset != "vidur_step":
                 sub = sub[~self.reading_mask(sub, gpu)].reset_index(drop=True)
             base = self.base_terms(sub, gpu)
-            feats = term_features(self.dataset, sub, gpu)
+            feats = self._features(sub, gpu)
             wk = _work(self.dataset, sub)
             reads = self._readings(gpu)
             out = {}
@@ -364,7 +329,10 @@ class GreyBox:
                     "bandwidths": [("inf" if not math.isfinite(h) else h) for h in
                                    (self.bandwidths or BANDWIDTHS[self.fast])],
                     "model": "steptime terms x exp(clip(boosted trees(log residual; similarity-weighted other GPUs) "
-                             "[+ nearest-reading anchor], +-ln 2)) per term",
+                             "[+ nearest-reading anchor], +-ln 2)) per term"
+                             + ("; shared: the trees see the cell's pure shape only (no datasheet, no "
+                                "GPU-normalised feature)" if self.shared else ""),
+                    "shared": self.shared,
                     "setting": {t: m.name for t, m in models.items()},
                     "nested_cv_mape": cv}
             self._memo[target] = (models, info)
@@ -374,7 +342,7 @@ class GreyBox:
         """{'terms': {term: corrected ms}, 'physics': {term: ms}, 'correction': {term: factor}, 'total': ms}."""
         models, _ = self.fit(target)
         base = self.base_terms(cells, target, constants)
-        feats = term_features(self.dataset, cells, target)
+        feats = self._features(cells, target)
         reads = self._readings(target) if any(m.anchored for m in models.values()) else None
         wk = _work(self.dataset, cells) if reads is not None else None
         corr = {}
@@ -394,3 +362,68 @@ class GreyBox:
 
     def fitted_on(self, target: str) -> dict:
         return self.fit(target)[1]
+
+
+# ---------------------------------------------------------------- the shipped corrections (`steptime predict --explain`)
+
+# the terms the product's explain corrects, per table (Vidur's projections are corrected from the GEMM table)
+SHIPPED_TERMS = {"aic_gemm": ("gemm",), "aic_attention": ("attention",),
+                 "vidur_step": tuple(PG.LIGHT_KERNEL)}
+
+
+def export_trees(est) -> PG.TreeEnsemble:
+    """A fitted HistGradientBoostingRegressor (least squares, numeric features) as the product's
+    `TreeEnsemble` arrays: the same prediction with numpy alone."""
+    cols = {f: [] for f in ("feature", "threshold", "left", "right", "leaf", "value", "missing_left")}
+    roots, off = [], 0
+    for (tree,) in est._predictors:
+        nd = tree.nodes
+        if np.any(nd["is_categorical"]):
+            raise ValueError("export_trees: categorical splits are not supported")
+        roots.append(off)
+        cols["feature"].append(nd["feature_idx"])
+        cols["threshold"].append(nd["num_threshold"])
+        cols["left"].append(np.where(nd["is_leaf"], 0, nd["left"] + off))
+        cols["right"].append(np.where(nd["is_leaf"], 0, nd["right"] + off))
+        cols["leaf"].append(nd["is_leaf"].astype(bool))
+        cols["value"].append(nd["value"])
+        cols["missing_left"].append(nd["missing_go_to_left"].astype(bool))
+        off += len(nd)
+    arrays = {k: (np.concatenate(v) if v else np.zeros(0)) for k, v in cols.items()}
+    return PG.TreeEnsemble(**arrays, roots=np.asarray(roots), baseline=np.asarray(est._baseline_prediction))
+
+
+def fit_shipped(grey: "GreyBox", terms=None) -> tuple[dict, dict]:
+    """The corrections a user's `steptime predict --explain` applies: each term's boosted trees fitted
+    on EVERY GPU of the table (each GPU weighing the same: the user's GPU is not known at fit time;
+    no anchor: the product holds no measured readings), the setting ('h=inf' or 'none', the physics)
+    chosen by leave-one-GPU-out CV over those GPUs (mean per-GPU MAPE). Returns ({term: _TermModel},
+    {term: meta}). For a GPU of the table the correction is in-sample; for any other, held out."""
+    gpus = sorted(grey.cells["gpu"].unique())
+    out, meta = {}, {}
+    for term in (terms or terms_of(grey.dataset)):
+        data = {g: dict(grey._training(g)[term], read_meas=np.zeros(0)) for g in gpus}  # no anchor
+        m, cv = fit_term(data, "", fast=grey.fast, seed=grey.seed, bandwidths=(math.inf,))
+        out[term] = m
+        meta[term] = {"table": grey.dataset, "setting": m.name, "loo_cv_mape": cv,
+                      "fitted_on": {"gpus": gpus, "cells": int(sum(len(data[g]["base"]) for g in gpus)),
+                                    "base": "steptime's terms on each GPU's held-out constants (fitted without it, "
+                                            "plus its three readings); label log(measured / steptime), clipped to "
+                                            "+-ln 2; each GPU weighs the same",
+                                    "readings": "excluded from the labels; no anchor"},
+                      "fast": grey.fast, "sizes": dict(SIZES[grey.fast]), "n_features": int(data[gpus[0]]["F"].shape[1])}
+    return out, meta
+
+
+def shipped_corrections(greys: dict) -> PG.Corrections:
+    """{dataset: GreyBox} -> the product's `Corrections` (SHIPPED_TERMS of each table)."""
+    models, meta = {}, {}
+    for ds, grey in greys.items():
+        fitted, m = fit_shipped(grey, SHIPPED_TERMS[ds])
+        models.update({t: export_trees(tm.est) for t, tm in fitted.items() if tm.est is not None})
+        meta.update(m)
+    return PG.Corrections(models, {"models": meta, "bound": "factor within [1/2, 2] (log correction clipped to "
+                                                          "+-ln 2)",
+                                   "source": "results/calibration/greybox.npz (rule settle_greybox_corrections; "
+                                             "steptime_lab.experiments.transfer.greybox.shipped_corrections)",
+                                   "term_models": {k: list(v) for k, v in PG.TERM_MODELS.items()}})

@@ -14,7 +14,8 @@ from steptime_lab.experiments.transfer.scoring import _calibration_mask, calibra
 from steptime.specs import gpu_keys
 
 PREDICTORS = ("rf_home", "poly_home", "rf_verbatim", "poly_verbatim", "rf_spec_scaled", "poly_spec_scaled",
-              "rf_steptime_scaled", "poly_steptime_scaled", "rf_spec_scaled_readings", "ml_loo", "steptime_home_only",
+              "rf_steptime_scaled", "poly_steptime_scaled", "rf_spec_scaled_readings", "ml_loo", "ml_loo_tuned_full",
+              "steptime_home_only",
               "steptime", "steptime_residual")
 # the fair-ground peers E2.1 states its claim against (steptime_home_only: unseen targets only)
 PEERS = ("rf_spec_scaled", "rf_spec_scaled_readings", "ml_loo", "steptime_home_only")
@@ -31,7 +32,7 @@ def _fitted_on_profiled(bundle: dict, what: str, readings: int = 0) -> dict:
 
 def transfer_records(dataset: str, cells, bundle: dict, targets, *, n_boot: int = 1000, seed: int = 0,
                      constants=None, calibration=None, constants_for=None, cal_log: dict | None = None,
-                     home_only=None, ml=None, reading_ids=None, steptime_fit=None, grey=None) -> list[dict]:
+                     home_only=None, ml=None, ml_full=None, reading_ids=None, steptime_fit=None, grey=None) -> list[dict]:
     """Every (predictor, target) record for one dataset and one home bundle.
 
     `constants_for(target) -> (Constants, Calibration)` supplies held-out constants for the
@@ -39,7 +40,8 @@ def transfer_records(dataset: str, cells, bundle: dict, targets, *, n_boot: int 
     without it steptime runs on `constants` (default: defaults.yaml) and its recorded cells.
     The fair-ground peers (`steptime_lab.experiments.transfer.fair_ground`) ride along when given:
     `home_only` (a `HomeOnly`: steptime_home_only on unseen targets), `ml` (an
-    `MLLeaveOneOut`: ml_loo on every target) and `reading_ids(target)` (the target's reading
+    `MLLeaveOneOut`: ml_loo on every target; `ml_full`, the same peer in its fair best, tuned on all
+    rows, scored as ml_loo_tuned_full where the fast job runs it) and `reading_ids(target)` (the target's reading
     cells in this table beyond those the calibration excludes: rf_spec_scaled_readings is the
     spec-scaled forest times the geometric-mean ratio measured / predicted on them). Every
     reading cell is kept out of every row's scoring, so all rows score the same cells.
@@ -96,6 +98,11 @@ def transfer_records(dataset: str, cells, bundle: dict, targets, *, n_boot: int 
             fitted["steptime_home_only"] = {"families": home_only.fitted_on(), "gpus": [home],
                                             "target_readings": 3, "what": "every family constant fitted on the "
                                             "home GPU's tables alone, then the target's three deploy readings"}
+        if ml_full is not None:
+            preds["ml_loo_tuned_full"] = ml_full.predict(tc, target)
+            fitted["ml_loo_tuned_full"] = dict(ml_full.fitted_on(target), what=(
+                "ml_loo's fair best: gradient-boosted trees on every row of every other GPU's table, the setting "
+                "chosen from the wide grid by leave-one-GPU-out CV on those GPUs (what fast: false gives ml_loo)"))
         if ml is not None:
             preds["ml_loo"] = ml.predict(tc, target)
             fitted["ml_loo"] = dict(ml.fitted_on(target), what="gradient-boosted trees on every other GPU's "
