@@ -210,8 +210,8 @@ def mutable_parts(v, where: str, depth: int = 0) -> list[str]:
         # allreduce_curve) and `engines` is the fitted engine document: they stay plain containers because
         # results and settled files serialise them; no product code writes them (the cached default is
         # compared before and after a battery of predictions in test_predictions_leave_the_caches_unchanged)
-        assert isinstance(v._scopes, types.MappingProxyType)
-        return [p for s, t in v._scopes.items() for p in ([] if isinstance(t, types.MappingProxyType) else
+        assert isinstance(v._scopes, ReadOnlyDict)  # read-only and picklable (plan's worker processes get it)
+        return [p for s, t in v._scopes.items() for p in ([] if isinstance(t, ReadOnlyDict) else
                                                          [f"{where}._scopes[{s!r}]: a {type(t).__name__}"])]
     if isinstance(v, Registry):  # immutable by construction: no __setattr__, a read-only mapping of frozen entries
         return mutable_parts(v._entries, f"{where}._entries", depth + 1)

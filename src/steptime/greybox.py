@@ -33,6 +33,7 @@ import json
 import math
 import zipfile
 from pathlib import Path
+from types import MappingProxyType
 
 import numpy as np
 
@@ -45,12 +46,12 @@ from steptime.terms import light
 BOUND = math.log(2.0)
 TILE = 128  # output tile edge used for the wave count (the common bf16 CTA tile)
 # the product's terms -> the shipped correction models (averaged when several)
-TERM_MODELS = {"qkv_proj": ("gemm",), "o_proj": ("gemm",), "gate_up_proj": ("gemm",), "down_proj": ("gemm",),
+TERM_MODELS = MappingProxyType({"qkv_proj": ("gemm",), "o_proj": ("gemm",), "gate_up_proj": ("gemm",), "down_proj": ("gemm",),
                "attn_prefill": ("attention",), "attn_decode": ("attention",),
                "rmsnorm": ("input_layernorm", "post_attention_layernorm"), "add": ("add",), "rope": ("attn_rope",),
-               "act": ("mlp_act",)}
-LIGHT_KERNEL = {"input_layernorm": "rmsnorm", "post_attention_layernorm": "rmsnorm", "attn_rope": "rope",
-                "mlp_act": "act", "add": "add"}
+               "act": ("mlp_act",)})
+LIGHT_KERNEL = MappingProxyType({"input_layernorm": "rmsnorm", "post_attention_layernorm": "rmsnorm", "attn_rope": "rope",
+                "mlp_act": "act", "add": "add"})
 
 
 # ---------------------------------------------------------------- features (shared with the lab's fit)
