@@ -1,33 +1,13 @@
 """The grey box (steptime_residual): per-term bounded corrections fitted on the other GPUs only."""
 import numpy as np
-import pandas as pd
 import pytest
 
-from steptime.calibration import Calibration, Constants
 from steptime_lab.experiments import transfer as T
-from steptime_lab.experiments.ratios import predict_steptime
 from steptime_lab.experiments.transfer import greybox as G
 
+from greybox_cells import default_constants as _defaults, gemm_cells as _cells  # tests/greybox_cells.py
+
 GPUS = ("a100-sxm", "h100-sxm", "h200-sxm", "b200", "l40s")
-
-
-def _cells(gpus, law):
-    """GEMM cells whose latency is steptime's default prediction times law(m, n, k, gpu)."""
-    m, n, k = np.meshgrid(2.0 ** np.arange(0, 13, 2), 2.0 ** np.arange(10, 15), 2.0 ** np.arange(10, 15))
-    base = pd.DataFrame({"m": m.ravel(), "n": n.ravel(), "k": k.ravel()})
-    out = []
-    for g in gpus:
-        d = base.copy()
-        d["gpu"] = g
-        d["latency_ms"] = predict_steptime("aic_gemm", d, g) * law(d["m"].to_numpy(), g)
-        d["tokens"] = d["m"]
-        out.append(d)
-    return pd.concat(out, ignore_index=True)
-
-
-def _defaults(gpu):
-    c = Constants.default()
-    return c, Calibration.from_constants(c)
 
 
 def _mape(p, m):

@@ -7,35 +7,16 @@ import numpy as np
 import pytest
 
 from steptime import greybox as PG
-from steptime.calibration import Calibration, Constants, ship_greybox
+from steptime.calibration import ship_greybox
 from steptime.cli import main
 from steptime.errors import InputError
 from steptime.specs import get_model
 from steptime.step import Batch, layer_shapes, predict_step
-from steptime_lab.experiments.ratios import predict_steptime
 from steptime_lab.experiments.transfer import greybox as G
 
+from greybox_cells import default_constants as _defaults, gemm_cells  # tests/greybox_cells.py
+
 GPUS = ("a100-sxm", "h100-sxm", "h200-sxm", "b200")
-
-
-def _gemm_cells(law):
-    import pandas as pd
-
-    m, n, k = np.meshgrid(2.0 ** np.arange(0, 13, 2), 2.0 ** np.arange(10, 15), 2.0 ** np.arange(10, 15))
-    base = pd.DataFrame({"m": m.ravel(), "n": n.ravel(), "k": k.ravel()})
-    out = []
-    for g in GPUS:
-        d = base.copy()
-        d["gpu"] = g
-        d["latency_ms"] = predict_steptime("aic_gemm", d, g) * law(d["m"].to_numpy())
-        d["tokens"] = d["m"]
-        out.append(d)
-    return pd.concat(out, ignore_index=True)
-
-
-def _defaults(gpu):
-    c = Constants.default()
-    return c, Calibration.from_constants(c)
 
 
 @pytest.fixture(scope="module")
@@ -43,7 +24,7 @@ def shipped_gemm():
     """The shipped GEMM correction fitted by the lab on synthetic tables: physics 3x too fast at m = 1,
     right at m = 4096 (the bound, ln 2, must cut it)."""
     law = lambda m: 3.0 - 2.0 * np.log2(m) / 12.0  # noqa: E731
-    grey = G.GreyBox("aic_gemm", _gemm_cells(law), _defaults, fast=True, seed=0)
+    grey = G.GreyBox("aic_gemm", gemm_cells(GPUS, lambda m, g: law(m)), _defaults, fast=True, seed=0)
     fitted, meta = G.fit_shipped(grey, ("gemm",))
     corr = G.shipped_corrections({"aic_gemm": grey})
     return grey, fitted["gemm"], meta["gemm"], corr
