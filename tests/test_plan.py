@@ -31,7 +31,9 @@ def test_shipped_prices_have_source_and_date():
     # every shipped price resolves to a public page (an address) with the day it was read
     assert all("http" in v["source"] and len(v["date"]) == 10 for v in p.values())
     # wave 5: the new GPUs with a public price are priced; those without one stay unpriced
-    assert {"h100-pcie", "l4", "a10", "rtx-5090"} <= set(p) and not {"h20", "mi300x", "b100"} & set(p)
+    assert {"h100-pcie", "l4", "a10", "rtx-5090"} <= set(p) and not {"h20", "b100"} & set(p)
+    # wave 6: public prices found for the MI300X/MI325X and the L40; none for the export parts or the B100
+    assert {"mi300x", "mi325x", "l40"} <= set(p) and not {"h800", "a800-sxm", "l20", "rtx-pro-4500"} & set(p)
 
 
 @pytest.mark.parametrize("entry, msg", [

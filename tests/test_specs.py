@@ -183,7 +183,9 @@ BUYER_GPUS = ["h100-pcie", "h100-nvl", "h200-nvl", "gh200", "l4", "l40", "a10", 
               "mi300x", "mi325x", "mi355x", "mi350x",
               # wave 5: the GPUs still missing, and power-limited variants as their own entries
               "h20", "h800", "a800-sxm", "b100", "l20", "rtx-pro-6000-ws", "rtx-pro-6000-maxq", "rtx-5090",
-              "rtx-5000-ada", "rtx-4500-ada", "rtx-4000-ada"]
+              "rtx-5000-ada", "rtx-4500-ada", "rtx-4000-ada",
+              # wave 6: the RTX PRO Blackwell cards below the 6000 (memory and power variants their own entries)
+              "rtx-pro-5000", "rtx-pro-5000-72gb", "rtx-pro-4500", "rtx-pro-4000", "rtx-pro-4000-sff", "rtx-2000-ada"]
 
 
 def test_buyer_gpus_present_with_node_and_interconnect():
@@ -302,3 +304,58 @@ def test_gpus_sources_counts_how_each_figure_was_checked(capsys):
     assert "high" in lines["mi355x"] and "l2_mb" not in lines["mi355x"]  # stated by ROCm's spec table
     assert "low: " in lines["h20"] and "boost_mhz" in lines["h20"]        # no document gives an H20 clock
     assert "datasheet" in lines["h100-sxm"] and "high" not in lines["h100-sxm"]
+
+
+# wave 6 (issue 21): which figures a session re-read is data, checked to name real fields and a real day
+def test_rechecked_figures_are_recorded_and_checked(capsys):
+    from steptime.cli import main
+    from steptime.specs import _GPU_FIELDS, _rechecked
+
+    for k in ("a30", "h100-nvl", "h200-nvl", "rtx-pro-4500", "rtx-2000-ada"):
+        g = get_gpu(k)
+        assert g.rechecked and all(set(figs) <= set(_GPU_FIELDS) for _, figs in g.rechecked), k
+    # the A30's clocks, SMs and L2 were found in a spec database this session: no longer `low`
+    a30 = get_gpu("a30")
+    assert {a30.figures[f].confidence for f in ("sms", "l2_mb", "boost_mhz", "base_mhz")} == {"medium"}
+    # the NVL parts' clocks and L2 were looked for and not found: re-read, still `low`
+    nvl = get_gpu("h100-nvl")
+    assert "boost_mhz" in nvl.rechecked[0][1] and nvl.figures["boost_mhz"].confidence == "low"
+    for bad, msg in [([{"date": "2026-12-03", "figures": ["clock"]}], "must name fields"),
+                     ([{"date": "recently", "figures": ["sms"]}], "YYYY-MM-DD"),
+                     ([{"date": "2026-12-03"}], "date, figures")]:
+        with pytest.raises(ValueError, match=msg):
+            _rechecked({"rechecked": bad}, "x")
+    assert main(["gpus", "--sources"]) == 0
+    lines = {ln.split(":")[0]: ln for ln in capsys.readouterr().out.splitlines() if ln and ln[0] != " "}
+    assert "re-read 2026-12-03: sms, l2_mb, boost_mhz" in lines["h100-nvl"]
+    assert main(["gpus", "--sources", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["a30"]["rechecked"]["2026-12-03"][0] == "bf16_dense_tflops"
+
+
+def test_rtx_pro_blackwell_family_is_ordered_by_its_documents():
+    # the 140 W and 70 W RTX PRO 4000 share SMs and memory size; the SFF's lower clock and power give a lower peak
+    full, sff = get_gpu("rtx-pro-4000"), get_gpu("rtx-pro-4000-sff")
+    assert full.sms == sff.sms and full.mem_gb == sff.mem_gb
+    assert sff.power_w < full.power_w and sff.boost_mhz < full.boost_mhz and sff.peak_flops < full.peak_flops
+    # a DERIVED peak says so; the SFF's, stated by the page read, is medium
+    assert full.figures["bf16_dense_tflops"].confidence == "low" and sff.figures["bf16_dense_tflops"].confidence == "medium"
+    # the two RTX PRO 5000 memory sizes: same GPU and bandwidth, more memory
+    a, b = get_gpu("rtx-pro-5000"), get_gpu("rtx-pro-5000-72gb")
+    assert a.peak_flops == b.peak_flops and a.mem_bw == b.mem_bw and b.mem_gb == 1.5 * a.mem_gb
+    # the RTX 2000 Ada's peak is the datasheet's tensor figure (FP8 with sparsity) halved: 22 SMs x 2,130 MHz x 2,048
+    r = get_gpu("rtx-2000-ada")
+    assert abs(r.sms * r.boost_mhz * 1e6 * 2048 / 1e12 - r.fp8_dense_tflops) < 0.05
+
+
+def test_wave6_gpus_predict_uncalibrated(capsys):
+    from steptime.cli import main
+
+    for k in ("rtx-pro-5000", "rtx-pro-5000-72gb", "rtx-pro-4500", "rtx-pro-4000", "rtx-pro-4000-sff", "rtx-2000-ada"):
+        # llama-3.1-8b's bf16 weights alone (16 GB) overflow the 16 GB RTX 2000 Ada: it gets a 3B model
+        model = "llama-3.2-3b" if k == "rtx-2000-ada" else "llama-3.1-8b"
+        assert main(["predict", "--model", model, "--gpu", k, "--decode", "8x1024", "--json"]) == 0
+        d = json.loads(capsys.readouterr().out)
+        assert d["uncalibrated"] is True and d["total_ms"] > 0, k
+    assert main(["predict", "--model", "llama-3.1-8b", "--gpu", "rtx-2000-ada", "--decode", "8x1024"]) == 2
+    assert "rtx-2000-ada has 16 GB" in capsys.readouterr().err
+

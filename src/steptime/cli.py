@@ -107,10 +107,11 @@ def cmd_gpus(a) -> int:
     if a.json:
         out = {}
         for k, g in table.items():
-            row = {f: v for f, v in asdict(g).items() if f != "figures"}
+            row = {f: v for f, v in asdict(g).items() if f not in ("figures", "rechecked")}
             row.update(vendor=g.vendor, uncalibrated=not consts.calibrated(k))
             if a.sources:
                 row["sources"] = {f: {"source": x.source, "confidence": x.confidence} for f, x in g.figures.items()}
+                row["rechecked"] = {day: list(figs) for day, figs in g.rechecked}
             out[k] = row
         _print_json(out)
         return 0
@@ -132,7 +133,8 @@ def cmd_gpus(a) -> int:
             by = {c: [f for f, x in g.figures.items() if x.confidence == c and x.value is not None] for c in CONFIDENCE}
             counts = ", ".join(f"{len(by[c])} {c}" for c in CONFIDENCE if by[c])
             low = f"; low: {', '.join(by['low'])}" if by["low"] else ""
-            print(f"{k}: {counts}{low}")
+            re_read = "".join(f"; re-read {day}: {', '.join(figs)}" for day, figs in g.rechecked)
+            print(f"{k}: {counts}{low}{re_read}")
         for s, text in gpu_sources().items():
             print(f"  [{s}] {text}")
     return 0

@@ -6,6 +6,7 @@ Everything else asks `get_gpu` / `get_model`.
 
 from __future__ import annotations
 
+import datetime as _dt
 import difflib
 import json
 import os
@@ -93,6 +94,8 @@ class GPU:
     aic_name: str | None = None
     interconnect: str | None = None  # the in-node GPU-to-GPU links, in words (gpus.yaml `interconnect`)
     figures: dict = field(default_factory=dict, compare=False, repr=False)
+    # which figures a session re-read against a document, and on which day: ((YYYY-MM-DD, (field, ...)), ...)
+    rechecked: tuple = field(default=(), compare=False, repr=False)
 
     def __post_init__(self):  # a GPU is shared by every prediction in the process: its tables are read-only
         object.__setattr__(self, "max_active_clusters", read_only(self.max_active_clusters))
@@ -149,6 +152,26 @@ _GPU_FIELDS = tuple(
     "l2_mb boost_mhz base_mhz power_w nvlink_gbps pcie_gbps max_active_clusters gpus_per_node".split())
 
 
+def _rechecked(raw: dict, key: str) -> tuple:
+    """gpus.yaml `rechecked: [{date: YYYY-MM-DD, figures: [field, ...]}, ...]`: the figures a session re-read
+    against a document (found or not: the figure's comment says), checked to name real fields and a real day."""
+    out = []
+    for e in raw.get("rechecked") or ():
+        if not (isinstance(e, dict) and set(e) == {"date", "figures"}):
+            raise ValueError(f"{GPU_FILE}: {key}: rechecked entries are {{date, figures}}, got {e!r}")
+        try:
+            day = _dt.date.fromisoformat(str(e["date"])).isoformat()
+        except ValueError:
+            raise ValueError(f"{GPU_FILE}: {key}: rechecked date {e['date']!r} is not YYYY-MM-DD") from None
+        figs = tuple(e["figures"] or ())
+        bad = [f for f in figs if f not in _GPU_FIELDS]
+        if not figs or bad:
+            raise ValueError(f"{GPU_FILE}: {key}: rechecked figures must name fields of {', '.join(_GPU_FIELDS)}; "
+                             f"got {list(figs)!r}")
+        out.append((day, figs))
+    return tuple(out)
+
+
 @lru_cache(maxsize=1)
 def gpu_table() -> dict[str, GPU]:
     doc = _load_yaml(GPU_FILE)
@@ -174,6 +197,7 @@ def gpu_table() -> dict[str, GPU]:
             aic_name=raw.get("aic_name"),
             interconnect=raw.get("interconnect"),
             figures=figs,
+            rechecked=_rechecked(raw, key),
             **vals,
         )
     return MappingProxyType(out)
