@@ -185,7 +185,8 @@ BUYER_GPUS = ["h100-pcie", "h100-nvl", "h200-nvl", "gh200", "l4", "l40", "a10", 
               "h20", "h800", "a800-sxm", "b100", "l20", "rtx-pro-6000-ws", "rtx-pro-6000-maxq", "rtx-5090",
               "rtx-5000-ada", "rtx-4500-ada", "rtx-4000-ada",
               # wave 6: the RTX PRO Blackwell cards below the 6000 (memory and power variants their own entries)
-              "rtx-pro-5000", "rtx-pro-5000-72gb", "rtx-pro-4500", "rtx-pro-4000", "rtx-pro-4000-sff", "rtx-2000-ada"]
+              "rtx-pro-5000", "rtx-pro-5000-72gb", "rtx-pro-4500", "rtx-pro-4000", "rtx-pro-4000-sff", "rtx-2000-ada",
+              "a100-pcie"]
 
 
 def test_buyer_gpus_present_with_node_and_interconnect():
@@ -345,12 +346,16 @@ def test_rtx_pro_blackwell_family_is_ordered_by_its_documents():
     # the RTX 2000 Ada's peak is the datasheet's tensor figure (FP8 with sparsity) halved: 22 SMs x 2,130 MHz x 2,048
     r = get_gpu("rtx-2000-ada")
     assert abs(r.sms * r.boost_mhz * 1e6 * 2048 / 1e12 - r.fp8_dense_tflops) < 0.05
+    # the A100 PCIe: the SXM4 part's math at lower power and bandwidth
+    pcie, sxm = get_gpu("a100-pcie"), get_gpu("a100-sxm")
+    assert pcie.peak_flops == sxm.peak_flops and pcie.mem_bw < sxm.mem_bw and pcie.power_w < sxm.power_w
 
 
 def test_wave6_gpus_predict_uncalibrated(capsys):
     from steptime.cli import main
 
-    for k in ("rtx-pro-5000", "rtx-pro-5000-72gb", "rtx-pro-4500", "rtx-pro-4000", "rtx-pro-4000-sff", "rtx-2000-ada"):
+    for k in ("rtx-pro-5000", "rtx-pro-5000-72gb", "rtx-pro-4500", "rtx-pro-4000", "rtx-pro-4000-sff", "rtx-2000-ada",
+              "a100-pcie"):
         # llama-3.1-8b's bf16 weights alone (16 GB) overflow the 16 GB RTX 2000 Ada: it gets a 3B model
         model = "llama-3.2-3b" if k == "rtx-2000-ada" else "llama-3.1-8b"
         assert main(["predict", "--model", model, "--gpu", k, "--decode", "8x1024", "--json"]) == 0
