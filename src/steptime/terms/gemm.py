@@ -225,16 +225,16 @@ def sm_fill(m, n, k, gpu, constants: Constants | None = None, params: dict | Non
         idx = _best_option_2d(m, n, k, opts, paradigm, gpu, p, grid_max)
     else:
         idx = _best_option_loop(m, n, k, opts, paradigm, gpu, p, grid_max)
-    ch = opts[idx]
-    r = _option_terms(m, n, k, ch[:, 0], ch[:, 1], ch[:, 2], ch[:, 3], ch[:, 4], paradigm, gpu, p, grid_max)
+    ch = np.ascontiguousarray(opts.T)[:, idx]  # one contiguous row per option field (tile_m, tile_n, rel, split, stream-K)
+    r = _option_terms(m, n, k, ch[0], ch[1], ch[2], ch[3], ch[4], paradigm, gpu, p, grid_max)
     return {
         "paradigm": paradigm,
         "eta_cluster": r["eta_cluster"].reshape(shape),
         "eta_duty": r["eta_duty"].reshape(shape),
-        "tile_m": ch[:, 0].reshape(shape),
-        "tile_n": ch[:, 1].reshape(shape),
-        "split_k": ch[:, 3].reshape(shape),
-        "stream_k": (ch[:, 4] > 0).reshape(shape),
+        "tile_m": ch[0].reshape(shape),
+        "tile_n": ch[1].reshape(shape),
+        "split_k": ch[3].reshape(shape),
+        "stream_k": (ch[4] > 0).reshape(shape),
         "grid": r["grid"].reshape(shape),
         "tiles_per_cta": r["tiles_per_cta"].reshape(shape),
     }
