@@ -396,7 +396,8 @@ def predict_steps(model, gpu, step_id, new_tokens, kv_len, n_steps: int | None =
         factors[name] = {f: g[f] for f in ("eta_c", "f_clk", "eta_cluster", "eta_active", "eta_duty", "eta_mem")}
     heads = model.num_attention_heads // tp
     kv_heads = max(1, model.num_key_value_heads // tp)
-    for name, mask in (() if moe else (("attn_prefill", is_pref), ("attn_decode", None if not any_pref else ~is_pref))):
+    decode = ~is_pref if any_pref else None
+    for name, mask in (() if moe else (("attn_prefill", is_pref), ("attn_decode", decode))):
         if mask is None:  # every row a decode: no masked copies
             a = attention.attention_time(new, kv, heads, kv_heads, model.head_dim, gpu, constants,
                                          kv_dtype=kv_dtype, f_clk=f_clk, group=step_id, n_groups=n_steps)

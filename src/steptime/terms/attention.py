@@ -186,8 +186,9 @@ def attention_time(new_tokens, kv_len, n_heads, n_kv_heads, head_dim, gpu, const
     constants = constants or Constants.default()
     fc = attention_constants(gpu, constants)
     s = np.asarray(new_tokens, dtype=float)
-    if (group is not None and s.ndim == 1 and isinstance(kv_dtype, str) and s.size > 256
-            and all(np.ndim(x) == 0 for x in (n_heads, n_kv_heads, head_dim)) and not np.any(s != 1.0)):
+    if (group is not None and s.ndim == 1 and s.size > 256 and np.shape(kv_len) == s.shape == np.shape(group)
+            and isinstance(kv_dtype, str) and all(np.ndim(x) == 0 for x in (n_heads, n_kv_heads, head_dim))
+            and not np.any(s != 1.0)):  # decode rows only, one group (step) each
         return _decode_time(kv_len, n_heads, n_kv_heads, head_dim, gpu, kv_dtype, group, n_groups, warm_l2, fc)
     r = attention_request_terms(new_tokens, kv_len, n_heads, n_kv_heads, head_dim, gpu, constants, kv_dtype,
                                 f_clk, fc)
