@@ -65,8 +65,13 @@ def test_bench_quick_json(capsys):
     d = json.loads(out)
     assert rc == 0
     for key in ("gemm_cells_per_s", "gemm_speedup", "steps_per_s", "steps_speedup", "import_s", "serve_steps_per_s",
-                "serve_speedup"):
+                "serve_speedup", "gemm_cells_per_cpu_s", "gemm_python_cells_per_cpu_s", "gemm_speedup_cpu",
+                "steps_per_cpu_s", "steps_python_per_cpu_s", "steps_speedup_cpu", "gemm_cpu_s", "steps_cpu_s"):
         assert d[key] > 0
+    # the same run's plain path gives the ratio; the load average says how busy the machine was
+    assert d["gemm_speedup_cpu"] == pytest.approx(d["gemm_cells_per_cpu_s"] / d["gemm_python_cells_per_cpu_s"])
+    assert d["steps_speedup_cpu"] == pytest.approx(d["steps_per_cpu_s"] / d["steps_python_per_cpu_s"])
+    assert d["load_before"]["cpus"] >= 1 and d["load_after"]["load_1min"] >= 0
 
 
 def test_status_lists_awaiting(capsys):

@@ -340,14 +340,14 @@ def _check_steps(model, gpu, step_id, new_tokens, kv_len, n_steps, tp, f_clk, kv
                          f"({len(arrays[0])}, {len(arrays[1])}, {len(arrays[2])})")
     if arrays[0].dtype.kind == "f" and np.any(arrays[0] != np.floor(arrays[0])):
         raise InputError("predict_steps: step_id must be whole numbers")
-    sid = arrays[0].astype(np.int64)
+    sid = np.asarray(arrays[0], dtype=np.int64)  # no copy where the caller's arrays already have the dtype
     if n_steps is None:
         n_steps = int(sid.max()) + 1 if len(sid) else 0
     else:
         n_steps = as_int(n_steps, "predict_steps: n_steps", 0)
         if len(sid) and sid.max() >= n_steps:
             raise InputError(f"predict_steps: step_id {int(sid.max())} is not below n_steps={n_steps}")
-    return sid, arrays[1].astype(float), arrays[2].astype(float), n_steps, tp
+    return sid, np.asarray(arrays[1], dtype=float), np.asarray(arrays[2], dtype=float), n_steps, tp
 
 
 def predict_steps(model, gpu, step_id, new_tokens, kv_len, n_steps: int | None = None, *, tp: int = 1,
@@ -373,13 +373,17 @@ def predict_steps(model, gpu, step_id, new_tokens, kv_len, n_steps: int | None =
         if as_int(ep, "expert-parallel degree ep", 1) != 1:
             raise InputError(f"expert parallelism (ep={ep}) applies to mixture-of-experts models; {model.key} is dense")
         check_precision(gpu, dtype)
-    T = np.bincount(step_id, weights=new, minlength=n_steps)
+    is_pref = new > 1
+    any_pref = bool(is_pref.any())
     N = np.bincount(step_id, minlength=n_steps).astype(float)
+    # decode rows only: every new_tokens is 1, so the token sum is the request count (the same floats)
+    T = np.bincount(step_id, weights=new, minlength=n_steps) if any_pref else N.copy()
     L = model.num_hidden_layers
     out: dict[str, np.ndarray] = {}
     compute_bound: dict[str, np.ndarray] = {}
     factors: dict[str, dict] = {}
-    n_pref = np.bincount(step_id, weights=(new > 1).astype(float), minlength=n_steps)
+    n_pref = (np.bincount(step_id, weights=is_pref.astype(float), minlength=n_steps) if any_pref
+              else np.zeros(n_steps))
     if moe:
         out, compute_bound, factors = moe_step.block_terms(
             model, gpu, step_id, new, kv, T, n_steps, tp=tp, ep=ep, dtype=dtype, kv_dtype=kv_dtype,
@@ -392,9 +396,14 @@ def predict_steps(model, gpu, step_id, new_tokens, kv_len, n_steps: int | None =
         factors[name] = {f: g[f] for f in ("eta_c", "f_clk", "eta_cluster", "eta_active", "eta_duty", "eta_mem")}
     heads = model.num_attention_heads // tp
     kv_heads = max(1, model.num_key_value_heads // tp)
-    is_pref = new > 1
-    for name, mask in (() if moe else (("attn_prefill", is_pref), ("attn_decode", ~is_pref))):
-        if mask.any():
+    decode = ~is_pref if any_pref else None
+    for name, mask in (() if moe else (("attn_prefill", is_pref), ("attn_decode", decode))):
+        if mask is None:  # every row a decode: no masked copies
+            a = attention.attention_time(new, kv, heads, kv_heads, model.head_dim, gpu, constants,
+                                         kv_dtype=kv_dtype, f_clk=f_clk, group=step_id, n_groups=n_steps)
+            out[name] = L * a["t"]
+            compute_bound[name] = a["compute_bound"]
+        elif mask.any():
             a = attention.attention_time(new[mask], kv[mask], heads, kv_heads, model.head_dim, gpu, constants,
                                          kv_dtype=kv_dtype, f_clk=f_clk, group=step_id[mask], n_groups=n_steps)
             out[name] = L * a["t"]

@@ -185,6 +185,11 @@ def attention_time(new_tokens, kv_len, n_heads, n_kv_heads, head_dim, gpu, const
     """
     constants = constants or Constants.default()
     fc = attention_constants(gpu, constants)
+    s = np.asarray(new_tokens, dtype=float)
+    if (group is not None and s.ndim == 1 and s.size > 256 and np.shape(kv_len) == s.shape == np.shape(group)
+            and isinstance(kv_dtype, str) and all(np.ndim(x) == 0 for x in (n_heads, n_kv_heads, head_dim))
+            and not np.any(s != 1.0)):  # decode rows only, one group (step) each
+        return _decode_time(kv_len, n_heads, n_kv_heads, head_dim, gpu, kv_dtype, group, n_groups, warm_l2, fc)
     r = attention_request_terms(new_tokens, kv_len, n_heads, n_kv_heads, head_dim, gpu, constants, kv_dtype,
                                 f_clk, fc)
     if group is None:
@@ -197,5 +202,33 @@ def attention_time(new_tokens, kv_len, n_heads, n_kv_heads, head_dim, gpu, const
     nreq = np.bincount(group, minlength=n_groups).astype(float)
     pre = np.bincount(group, weights=(np.asarray(new_tokens, dtype=float) > 1).astype(float), minlength=n_groups) > 0
     out = combine(tc, nb, un, nreq, gpu, fc, warm_l2, tiles=ti, prefill=pre)
+    out["requests"] = nreq
+    return out
+
+
+def _decode_time(kv_len, n_heads, n_kv_heads, head_dim, gpu, kv_dtype: str, group, n_groups, warm_l2: bool,
+                 fc: dict) -> dict:
+    """`attention_time` of decode requests only (one new token each), per group: the same values
+    as the general path, which this is `attention_request_terms` reduced to (s = 1: no compute
+    branch, no tiles, one work unit per KV head), without its per-request temporaries."""
+    c = np.asarray(kv_len, dtype=float)
+    hq, hkv, d = (np.asarray(x, dtype=float) for x in (n_heads, n_kv_heads, head_dim))
+    kvb = _kvb(kv_dtype)
+    nbytes = c + 1.0  # (c + s) 2 H_kv d b_kv + 4 s H_q d (+ 0: a decode writes no new K/V of its own)
+    nbytes *= 2.0
+    nbytes *= hkv
+    nbytes *= d
+    nbytes *= kvb
+    nbytes += 4.0 * 1.0 * hq * d
+    unit = hkv * np.ceil(1.0 / Q_TILE) * (fc["attn_fp8_unit"] if kvb == 1.0 else 1.0)
+    nreq = np.bincount(group, minlength=n_groups).astype(float)
+    nb = np.bincount(group, weights=nbytes, minlength=n_groups)
+    unit = float(unit)
+    if unit.is_integer() and unit * c.size < 2.0 ** 53:  # a sum of whole numbers below 2^53 is exact: count x unit
+        un = nreq * unit
+    else:
+        un = np.bincount(group, weights=np.full(c.shape, unit), minlength=n_groups)
+    zero = np.zeros(n_groups)
+    out = combine(zero, nb, un, nreq, gpu, fc, warm_l2, tiles=zero, prefill=np.zeros(n_groups, dtype=bool))
     out["requests"] = nreq
     return out

@@ -146,6 +146,9 @@ SPLITK_MAX_WAVES = 2.0  # split-K is considered only while a tile's output grid 
 # Below this many cells every option is scored in one (cells x options) broadcast: a
 # scheduler's one-step call then pays a few numpy calls instead of one loop turn per option.
 SMALL_BATCH = 256
+# Above this many cells `gemm_time` runs in passes of this many (the same values; the
+# temporaries of a pass stay in cache, about twice the cells per CPU-second at 10^6 cells).
+CHUNK = 65536
 
 
 def grid_cap(gpu, p: dict, paradigm: str) -> float:
@@ -222,16 +225,16 @@ def sm_fill(m, n, k, gpu, constants: Constants | None = None, params: dict | Non
         idx = _best_option_2d(m, n, k, opts, paradigm, gpu, p, grid_max)
     else:
         idx = _best_option_loop(m, n, k, opts, paradigm, gpu, p, grid_max)
-    ch = opts[idx]
-    r = _option_terms(m, n, k, ch[:, 0], ch[:, 1], ch[:, 2], ch[:, 3], ch[:, 4], paradigm, gpu, p, grid_max)
+    ch = np.ascontiguousarray(opts.T)[:, idx]  # one contiguous row per option field (tile_m, tile_n, rel, split, stream-K)
+    r = _option_terms(m, n, k, ch[0], ch[1], ch[2], ch[3], ch[4], paradigm, gpu, p, grid_max)
     return {
         "paradigm": paradigm,
         "eta_cluster": r["eta_cluster"].reshape(shape),
         "eta_duty": r["eta_duty"].reshape(shape),
-        "tile_m": ch[:, 0].reshape(shape),
-        "tile_n": ch[:, 1].reshape(shape),
-        "split_k": ch[:, 3].reshape(shape),
-        "stream_k": (ch[:, 4] > 0).reshape(shape),
+        "tile_m": ch[0].reshape(shape),
+        "tile_n": ch[1].reshape(shape),
+        "split_k": ch[3].reshape(shape),
+        "stream_k": (ch[4] > 0).reshape(shape),
         "grid": r["grid"].reshape(shape),
         "tiles_per_cta": r["tiles_per_cta"].reshape(shape),
     }
@@ -285,39 +288,95 @@ def _best_option_2d(m, n, k, opts, paradigm: str, gpu, p: dict, grid_max: float)
 
 def _best_option_loop(m, n, k, opts, paradigm: str, gpu, p: dict, grid_max: float):
     """Index of the best launch option per cell, one option at a time over 1-D cell arrays
-    (large batches: no cells x options temporaries)."""
+    (large batches: no cells x options temporaries). The scores are `_split1_score`'s and
+    `_option_terms`' to the last bit (the same operations in the same order), with what a
+    tile shape's options share (its tile count, rounds, the plain launch's prologue) computed
+    once, and the per-option passes written into reused buffers."""
     best = np.full(m.shape, -1.0)
     idx = np.zeros(m.shape, dtype=np.int64)
     mn = m * n
-    ceil_m, ceil_n, few_tiles = {}, {}, {}
+    ceil_m, ceil_n, shape = {}, {}, {}
     duty_k = float(p["duty_k"])
     duty_c = float(p["duty_c"])
     dk = 1.0 / (1.0 + duty_k / k)
+    sc = np.empty(m.shape)
+    better = np.empty(m.shape, dtype=bool)
     for j, (tm, tn, rel, split, sk) in enumerate(opts):
+        tiles, rounds, plain_den, few = shape.get((tm, tn)) or _tile_shape(m, n, tm, tn, ceil_m, ceil_n, paradigm,
+                                                                           grid_max, duty_c, shape)
         if split > 1:
-            few = few_tiles.get((tm, tn))
-            if few is None:
-                few = few_tiles[(tm, tn)] = np.flatnonzero(np.ceil(m / tm) * np.ceil(n / tn)
-                                                           < SPLITK_MAX_WAVES * grid_max)
             sel = few[k[few] >= SPLITK_MIN_K * split]
             if sel.size == 0:
                 continue
-            sc = _option_terms(m[sel], n[sel], k[sel], tm, tn, rel, split, sk, paradigm, gpu, p, grid_max)["score"]
-            better = sc > best[sel]
-            best[sel[better]] = sc[better]
-            idx[sel[better]] = j
+            sc_sel = _splitk_score(mn[sel], tiles[sel], k[sel], tm, tn, rel, split, paradigm, gpu, grid_max,
+                                   duty_k, duty_c)
+            b = sc_sel > best[sel]
+            best[sel[b]] = sc_sel[b]
+            idx[sel[b]] = j
             continue
-        # split-K 1: the score alone (fast path), ceil(m/tm) and ceil(n/tn) shared across options
-        if tm not in ceil_m:
-            ceil_m[tm] = np.ceil(m / tm)
-        if tn not in ceil_n:
-            ceil_n[tn] = np.ceil(n / tn)
-        sc = _split1_score(ceil_m[tm] * ceil_n[tn], mn, k, tm, tn, rel, sk, paradigm, gpu, grid_max, duty_k,
-                           duty_c, dk)
-        better = sc > best
+        if paradigm == "wave":  # (mn * (rel / (tm tn grid))) / ceil(tiles / grid) * dk
+            np.multiply(mn, rel / (tm * tn * grid_max), out=sc)
+            sc /= rounds
+            sc *= dk
+        elif sk > 0:  # stream-K: (mn * (rel grid / (tm tn SMs))) / tiles / (1 + duty_k / kc) / (1 + duty_c / max(tpc, 1/8))
+            tpc = tiles / grid_max
+            kc = k * np.minimum(1.0, tpc)
+            np.multiply(mn, rel * grid_max / (tm * tn * gpu.sms), out=sc)
+            sc /= tiles
+            np.divide(duty_k, kc, out=kc)
+            kc += 1.0
+            sc /= kc
+            np.maximum(tpc, 1.0 / 8.0, out=tpc)
+            np.divide(duty_c, tpc, out=tpc)
+            tpc += 1.0
+            sc /= tpc
+        else:  # persistent: (mn * (rel / (tm tn SMs))) / rounds * dk / (1 + duty_c / rounds)
+            np.multiply(mn, rel / (tm * tn * gpu.sms), out=sc)
+            sc /= rounds
+            sc *= dk
+            sc /= plain_den
+        np.greater(sc, best, out=better)
         np.maximum(best, sc, out=best)
         np.putmask(idx, better, j)
     return idx
+
+
+def _tile_shape(m, n, tm, tn, ceil_m: dict, ceil_n: dict, paradigm: str, grid_max: float, duty_c: float,
+                shape: dict) -> tuple:
+    """What every option of one tile shape shares: tiles = ceil(m/tm) ceil(n/tn), rounds =
+    ceil(tiles / grid), 1 + duty_c / rounds (persistent), and the cells few enough tiles for split-K."""
+    if tm not in ceil_m:
+        ceil_m[tm] = np.ceil(m / tm)
+    if tn not in ceil_n:
+        ceil_n[tn] = np.ceil(n / tn)
+    tiles = ceil_m[tm] * ceil_n[tn]
+    rounds = np.ceil(tiles / grid_max)
+    plain_den = 1.0 + duty_c / rounds if paradigm == "persistent" else None
+    few = np.flatnonzero(tiles < SPLITK_MAX_WAVES * grid_max)
+    shape[(tm, tn)] = out = (tiles, rounds, plain_den, few)
+    return out
+
+
+def _splitk_score(mn, tiles_mn, k, tm, tn, rel, split, paradigm: str, gpu, grid_max: float, duty_k: float,
+                  duty_c: float):
+    """`_option_terms(...)["score"]` of a split-K (split > 1, not stream-K) option, the same
+    operations in the same order, given mn = m n and tiles_mn = ceil(m/tm) ceil(n/tn)."""
+    tiles = tiles_mn * split
+    pad = mn / (tiles_mn * tm * tn)
+    if paradigm == "wave":
+        waves = np.ceil(tiles / grid_max)
+        eta_cluster = pad * (tiles / (waves * grid_max))
+        prologue = 1.0
+    elif paradigm == "persistent":
+        grid = np.minimum(tiles, grid_max)
+        rounds = np.ceil(tiles / grid)
+        eta_cluster = pad * (tiles / (rounds * grid)) * grid / gpu.sms
+        prologue = 1.0 / (1.0 + duty_c / np.maximum(rounds, 1.0 / 8.0))
+    else:
+        raise ValueError(f"unknown paradigm {paradigm!r}")
+    eta_duty = rel / (1.0 + duty_k / (k / split)) * prologue
+    reduce_pen = 1.0 / (1.0 + (split - 1.0) * 0.5 * (tn / np.maximum(k, 1.0)))
+    return eta_cluster * reduce_pen * eta_duty
 
 
 def l2_path_fraction(gpu, gain: float) -> float:
@@ -393,8 +452,17 @@ def gemm_time(m, n, k, gpu, constants: Constants | None = None, f_clk: float | N
     `paradigm` forces an SM-fill model (E1.12 compares them); default `fill_paradigm(gpu)`.
     """
     p = params if params is not None else resolve(gpu, constants)
-    m, n, k = np.broadcast_arrays(np.asarray(m, dtype=float), np.asarray(n, dtype=float),
-                                  np.asarray(k, dtype=float))
+    m, n, k = np.asarray(m, dtype=float), np.asarray(n, dtype=float), np.asarray(k, dtype=float)
+    if n.size == 1 and k.size == 1 and m.size > SMALL_BATCH:  # one weight, many token counts: each distinct m once
+        u, inv = np.unique(m.ravel(), return_inverse=True)
+        if u.size <= m.size // 4:
+            shape = np.broadcast_shapes(m.shape, n.shape, k.shape)
+            g = gemm_time(u, n.ravel()[0], k.ravel()[0], gpu, f_clk=f_clk, dtype=dtype, floor=floor, params=p,
+                          paradigm=paradigm)
+            return _expand(g, inv.ravel(), shape)
+    m, n, k = np.broadcast_arrays(m, n, k)
+    if m.size > CHUNK:
+        return _chunked(m, n, k, gpu, f_clk, dtype, floor, p, paradigm)
     flops = 2.0 * m * n * k
     if f_clk is None:
         f_clk = clock_factor(flops, gpu, p)
@@ -434,12 +502,41 @@ def gemm_time(m, n, k, gpu, constants: Constants | None = None, f_clk: float | N
     }
 
 
+def _expand(g: dict, inv, shape) -> dict:
+    """A gemm_time dict over distinct cells, gathered back to every cell (`inv` indexes the distinct ones)."""
+    return {key: (v[inv].reshape(shape) if isinstance(v, np.ndarray) and v.ndim == 1 else v) for key, v in g.items()}
+
+
+def _chunked(m, n, k, gpu, f_clk, dtype: str, floor: bool, p: dict, paradigm) -> dict:
+    """`gemm_time` over many cells, CHUNK cells per pass: every value is the one a single pass
+    gives (the arithmetic is elementwise), but each pass's temporaries stay in cache."""
+    shape = m.shape
+    m, n, k = m.ravel(), n.ravel(), k.ravel()
+    out: dict = {}
+    for i in range(0, m.size, CHUNK):
+        sl = slice(i, i + CHUNK)
+        g = gemm_time(m[sl], n[sl], k[sl], gpu, f_clk=f_clk, dtype=dtype, floor=floor, params=p, paradigm=paradigm)
+        for key, v in g.items():
+            if isinstance(v, np.ndarray):
+                if key not in out:
+                    out[key] = np.empty(m.size, dtype=v.dtype)
+                out[key][sl] = v
+            else:
+                out[key] = v
+    return {key: (v.reshape(shape) if isinstance(v, np.ndarray) else v) for key, v in out.items()}
+
+
 def gemm_time_shapes(m, shapes: dict, gpu, constants: Constants | None = None, **kw) -> dict:
     """`gemm_time` of several weights {name: (n, k)} at the same token counts `m`, in ONE
     vectorised call (a layer's projections share one pass over the launch options, which
     is most of a one-step prediction's cost). Returns {name: gemm_time dict}; every value
     is the one `gemm_time` gives for that weight alone."""
     m = np.asarray(m, dtype=float)
+    if m.size > SMALL_BATCH:  # a step's token counts repeat: time each distinct count once
+        u, inv = np.unique(m.ravel(), return_inverse=True)
+        if u.size <= m.size // 4:
+            return {name: _expand(g, inv.ravel(), m.shape)
+                    for name, g in gemm_time_shapes(u, shapes, gpu, constants, **kw).items()}
     names = list(shapes)
     size = m.size
     n = np.repeat(np.asarray([shapes[s][0] for s in names], dtype=float), size)
