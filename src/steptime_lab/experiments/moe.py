@@ -879,5 +879,13 @@ def document_mla(r: dict, target_pct: float) -> dict:
                "readings_per_gpu": max(len(v) for v in r["readings"].values()), "reading_cells": r.get("readings", {}),
                "held_out_constants": {g: {k: round(v, 6) for k, v in c.items()}
                                       for g, c in r["held_out_constants"].items()},
-               "constants": {k: round(v, 6) for k, v in r["constants"].items()}}
+               "constants": {k: round(v, 6) for k, v in r["constants"].items()},
+               "disclosure": "Every factor of the MLA term (the BMM activation-bytes law, split-KV bandwidth, head "
+                             "tiles in waves, activation passes, the per-doubling batch cost, prefill per-token "
+                             "passes, causal-FLOP prefill attention), the readings (module floor per path) and "
+                             "fitting each training GPU's floor from its own reading cell were chosen after seeing "
+                             "leave-one-GPU-out scores of this experiment (each GPU is held out in turn: no GPU's "
+                             "score was unseen). A third reading (a per-GPU scale from a 128-head decode cell) "
+                             "was tried and left out: it helped the Blackwell HBM GPUs and broke L40S and RTX PRO "
+                             "6000 (their 128-head kernels are slower than the model)."}
     return {"metrics": metrics, "claims": claims}
