@@ -179,7 +179,7 @@ def test_mla_step_terms_follow_the_engine_paths():
     m, g = get_model("deepseek-v3"), get_gpu("b200")
     dec = predict_step(m, g, decode=[(16, 4096)], ep=8, dtype="fp8")
     lat = moe_step.mla_decode_time(m, g, 1, np.array([16.0]), np.array([16 * 4096.0]), kv_dtype="bf16",
-                                   constants=Constants.default())
+                                   mc=M.MoEConstants.default())
     assert dec.terms_ms["attn_decode"] == pytest.approx(m.num_hidden_layers * lat[0] * 1e3, rel=1e-12)
     longer = predict_step(m, g, decode=[(16, 8192)], ep=8, dtype="fp8").terms_ms["attn_decode"]
     assert dec.terms_ms["attn_decode"] < longer < 2.2 * dec.terms_ms["attn_decode"]
@@ -190,6 +190,67 @@ def test_mla_step_terms_follow_the_engine_paths():
     assert ctx.terms_ms["mla_kv_up"] > 2 * pre.terms_ms["mla_kv_up"]  # the context is up-projected too
     for r in (dec, pre, ctx):
         assert sum(r.terms_ms.values()) == pytest.approx(r.total_ms, rel=1e-12)
+
+
+def test_mla_bmm_is_bound_by_activation_bytes():
+    """The absorbed BMMs: a launch floor when small; at many tokens x heads their time follows the activations
+    (T H (d_in + d_out)), not the heads' weights (E3.3's mla_bmm finding)."""
+    g, mc = get_gpu("h200"), M.MoEConstants.default()
+    floor = 2 * mc.get("mla_bmm_floor_us") * 1e-6
+    assert M.mla_bmm_time(1, 1, 128, 512, 128, g, mc) == pytest.approx(floor)
+    big = M.mla_bmm_time(8192, 128, 128, 512, 128, g, mc)
+    act = 2.0 * 8192 * 128 * (128 + 512) * 2 / (g.mem_bw * mc.get("mla_bmm_eta_mem"))
+    assert act < big < 1.02 * act  # the weights (H x 128 x 512 each) add little
+    assert M.mla_bmm_time(16384, 128, 128, 512, 128, g, mc) == pytest.approx(2 * big, rel=0.02)
+    assert M.mla_bmm_time(0, 128, 128, 512, 128, g, mc) == 0
+
+
+def test_mla_decode_split_kv_tiles_and_head_padding():
+    """One request cannot draw the whole bandwidth (split-KV gives it mla_split_ctas CTAs); the head tiles run in
+    waves over the SMs; heads are padded to the kernel's 64-head tile (1 and 64 heads cost the same scores)."""
+    g, mc = get_gpu("h200"), M.MoEConstants.default()
+    kw = dict(kv_lora_rank=512, rope_dim=64, gpu=g, mc=mc)
+    one = M.mla_decode_latent_time(1, 131072, 16, **kw)
+    many = M.mla_decode_latent_time(64, 64 * 131072, 16, **kw)
+    par = min(1.0, mc.get("mla_split_ctas") / g.sms)
+    assert one["t_memory"] == pytest.approx(many["t_memory"] / 64 / par, rel=1e-9)
+    assert M.mla_decode_latent_time(1, 4096, 1, **kw)["t_compute"] == pytest.approx(
+        M.mla_decode_latent_time(1, 4096, 64, **kw)["t_compute"])
+    assert M.mla_decode_latent_time(1, 4096, 65, **kw)["t_compute"] == pytest.approx(
+        2 * M.mla_decode_latent_time(1, 4096, 64, **kw)["t_compute"])
+    w = M.mla_decode_latent_time(np.array([g.sms, g.sms + 1.0]), 1.0, 128, **kw)["t_tiles"]
+    assert w[1] - w[0] > mc.get("mla_tile_us") * 1e-6  # a third wave of (request, head tile) CTAs
+    assert M.mla_decode_latent_time(0, 0, 128, **kw)["t"] == 0
+
+
+def test_mla_prefill_attention_counts_causal_flops_and_copies():
+    g, mc = get_gpu("b200"), M.MoEConstants.default()
+    t = M.mla_prefill_attention_time(4096, 0, 128, 192, 128, g, mc)
+    assert t == pytest.approx(2 * 128 * 320 * 4096 * 4097 / 2 / (g.peak_flops * mc.get("mla_eta_fa")))
+    assert M.mla_prefill_attention_time(1024, 3072, 128, 192, 128, g, mc) > M.mla_prefill_attention_time(
+        1024, 0, 128, 192, 128, g, mc)
+    c = M.mla_prefill_copy_time(1000, 128, 192, 128, g, mc)
+    assert M.mla_prefill_copy_time(2000, 128, 192, 128, g, mc) == pytest.approx(2 * c)
+    assert M.mla_prefill_copy_time(1000, 128, 192, 128, g, mc, tokens=1000, hidden=7168) > c
+
+
+def test_mla_constants_are_shipped():
+    mc = M.MoEConstants.default()
+    for name in M.MLA_CONSTANTS:
+        assert mc.provenance[name]["provenance"] == "FITTED" and "E3.3" in mc.provenance[name]["source"], name
+
+
+def test_mla_prefill_and_decode_paths_agree_with_the_serving_timer():
+    """predict_steps and the serving timer time MLA steps with the same functions (one prefill with context, a
+    decode batch, a mixed step)."""
+    from steptime.serve.timer import StepTimer
+
+    m, g = get_model("deepseek-v3"), get_gpu("h200")
+    tm = StepTimer(m, g, tp=8, dtype="fp8_block", check=False)
+    for new, kv in (([2048], [4096]), ([1] * 32, [1000] * 32), ([512, 1, 1], [0, 300, 5000])):
+        new, kv = np.array(new), np.array(kv)
+        r = predict_steps(m, g, np.zeros(len(new), dtype=np.int64), new, kv, 1, tp=8, dtype="fp8_block")
+        assert tm.step(new.tolist(), kv.tolist()) == pytest.approx(r["total_ms"][0] * 1e-3, rel=1e-6)
 
 
 def test_cli_predict_mla_moe_names_its_terms(capsys):
@@ -316,13 +377,17 @@ def test_serve_times_moe_and_refuses_an_unrepresentable_layout_with_one_line():
 def test_mla_module_terms_grow_with_context_and_heads():
     from steptime_lab.experiments import moe as E
 
-    d = pd.DataFrame({"gpu": "h100-sxm", "kv_cache_dtype": "bfloat16", "num_heads": [16, 16, 128],
-                      "batch_size": 8, "isl": 1, "step": [1024, 65536, 65536]})
-    d["kv_len"] = d["isl"] + d["step"]
-    t = E.mla_predict(d, "generation")
-    assert np.all(np.isfinite(t)) and t[0] < t[1] < t[2]
-    a = d.assign(gpu="a100-sxm", kv_cache_dtype="fp8")
-    assert np.isnan(E.mla_predict(a, "generation")).all()  # no fp8 KV on Ampere: not predicted, not scored
+    gen = pd.DataFrame({"gpu": "h100-sxm", "kv_cache_dtype": "bfloat16", "gemm_type": "bfloat16",
+                        "num_heads": [16, 16, 128], "batch_size": 8, "isl": 1, "step": [1024, 65536, 65536],
+                        "latency_ms": 1.0})
+    gen["kv_len"] = gen["step"] + 1
+    ctx = pd.DataFrame({"gpu": "h100-sxm", "kv_cache_dtype": "bfloat16", "gemm_type": "bfloat16", "num_heads": 16,
+                        "batch_size": 1, "isl": [1, 1024, 8192], "step": 0, "latency_ms": 1.0})
+    d = E.mla_frame(pd.concat([gen, gen.assign(gpu="a100-sxm", kv_cache_dtype="fp8")], ignore_index=True), ctx)
+    assert set(d["gpu"]) == {"h100-sxm"}  # no fp8 KV on Ampere: not predicted, not scored
+    assert list(d["path"]) == ["decode"] * 3 + ["decode", "prefill", "prefill"]  # a one-token 'prefill' decodes
+    t = E.mla_predict(d, M.MoEConstants.default())
+    assert np.all(np.isfinite(t)) and t[0] < t[1] < t[2] and t[4] < t[5]
 
 
 # --------------------------------------------------------------------------- specs held to their vendored configs

@@ -95,32 +95,45 @@ def mla_tokens(step_id, new, kv, n_steps):
     return nd, up
 
 
-def mla_gemm_times(model, gpu, tp, dec_tokens, up_tokens, *, dtype, constants, f_clk=None) -> dict:
+def mla_gemm_times(model, gpu, tp, dec_tokens, up_tokens, *, dtype, constants, mc, f_clk=None,
+                   prefill_tokens=None) -> dict:
     """One layer's MLA per-head GEMMs (seconds, arrays): `absorb` for the decode tokens (q_nope x W_UK into the
-    latent space and the latent output x W_UV: one batched GEMM each, sized as a GEMM with the heads' weights
-    side by side, same bytes and FLOPs; bf16, engines dequantise W_UK / W_UV for absorption) and `kv_up` for
-    the prefill rows (kv_b: latent -> per-head K nope and V, in the projections' precision)."""
+    latent space and the latent output x W_UV: two bf16 batched GEMMs over the heads, bound by their activation
+    bytes, terms.moe.mla_bmm_time) and `kv_up` for the prefill rows (kv_b: latent -> per-head K nope and V, in
+    the projections' precision, plus the K / V assembly copies over those rows and, for the `prefill_tokens`
+    new tokens, the module's per-token passes: terms.moe.mla_prefill_copy_time)."""
     H = model.num_attention_heads // tp
     nd, up = np.asarray(dec_tokens, dtype=float), np.asarray(up_tokens, dtype=float)
-    b = gemm.gemm_time_shapes(np.maximum(nd, 1.0), {"uk": (H * model.kv_lora_rank, model.qk_nope_head_dim),
-                                                    "uv": (H * model.v_head_dim, model.kv_lora_rank)},
-                              gpu, constants, f_clk=f_clk)
+    absorb = moe_terms.mla_bmm_time(nd, H, model.qk_nope_head_dim, model.kv_lora_rank, model.v_head_dim, gpu, mc)
     shapes_fn = precision.gemm_time_shapes_fp8 if proj_dtype(dtype) == "fp8" else gemm.gemm_time_shapes
     u = shapes_fn(np.maximum(up, 1.0), {"kv_b": (H * (model.qk_nope_head_dim + model.v_head_dim),
                                                  model.kv_lora_rank)}, gpu, constants, f_clk=f_clk)["kv_b"]
-    return {"absorb": np.where(nd > 0, b["uk"]["t"] + b["uv"]["t"], 0.0), "absorb_bound": b["uk"]["compute_bound"],
-            "kv_up": np.where(up > 0, u["t"], 0.0), "kv_up_bound": u["compute_bound"]}
+    qk = model.qk_nope_head_dim + model.qk_rope_head_dim
+    copies = moe_terms.mla_prefill_copy_time(up, H, qk, model.v_head_dim, gpu, mc)
+    pt = np.zeros(up.shape) if prefill_tokens is None else np.asarray(prefill_tokens, dtype=float)
+    tok = moe_terms.mla_prefill_copy_time(0.0, H, qk, model.v_head_dim, gpu, mc, tokens=pt, hidden=model.hidden_size)
+    return {"absorb": np.where(nd > 0, absorb, 0.0), "absorb_bound": np.zeros(nd.shape, dtype=bool),
+            "kv_up": np.where(up > 0, u["t"] + copies, 0.0), "kv_up_bound": u["compute_bound"],
+            "prefill_tok": np.where(pt > 0, tok, 0.0)}
 
 
-def mla_decode_time(model, gpu, tp, n_dec, sum_kv, *, kv_dtype, constants, f_clk=None, params=None):
+def mla_decode_time(model, gpu, tp, n_dec, sum_kv, *, kv_dtype, mc):
     """One layer's weight-absorbed MLA decode attention (seconds, arrays over steps) of `n_dec` decode requests
     over `sum_kv` cached tokens in all: each attends over its cache plus its new token, the latent read once
     (terms.moe.mla_decode_latent_time; E3.3 scores the same law)."""
     n = np.asarray(n_dec, dtype=float)
-    a = moe_terms.mla_decode_latent_time(np.asarray(sum_kv, dtype=float) + n, model.num_attention_heads // tp,
-                                         model.kv_lora_rank, model.qk_rope_head_dim, gpu, constants,
-                                         kv_bytes=attention.KV_BYTES[kv_dtype], f_clk=f_clk, params=params)
+    a = moe_terms.mla_decode_latent_time(n, np.asarray(sum_kv, dtype=float) + n, model.num_attention_heads // tp,
+                                         model.kv_lora_rank, model.qk_rope_head_dim, gpu, mc,
+                                         kv_bytes=attention.KV_BYTES[kv_dtype])
     return np.where(n > 0, a["t"], 0.0)
+
+
+def mla_prefill_time(model, gpu, tp, new, kv, *, mc):
+    """One layer's non-absorbed MLA prefill attention (seconds) of chunks of `new` tokens over `kv` cached tokens
+    (arrays, one per chunk): terms.moe.mla_prefill_attention_time with qk = nope + rope and v dims (E3.3)."""
+    return moe_terms.mla_prefill_attention_time(new, kv, model.num_attention_heads // tp,
+                                                model.qk_nope_head_dim + model.qk_rope_head_dim, model.v_head_dim,
+                                                gpu, mc)
 
 
 def memory_bytes(model, kv_tokens, tp: int = 1, ep: int = 1, *, dtype: str = "bf16", kv_dtype: str = "bf16") -> float:
@@ -167,9 +180,11 @@ def block_terms(model, gpu, step_id, new, kv, T, n_steps, *, tp, ep, dtype, kv_d
         put("qkv_proj", L * sum(g[s]["t"] for s in shapes if s != "o"), g["q_b"]["compute_bound"])
         put("o_proj", L * g["o"]["t"], g["o"]["compute_bound"])
         nd, up = mla_tokens(step_id, new, kv, n_steps)
-        mg = mla_gemm_times(model, gpu, tp, nd, up, dtype=dtype, constants=constants, f_clk=f_clk)
+        pt = np.bincount(step_id, weights=np.where(new > 1, new, 0).astype(float), minlength=n_steps)
+        mg = mla_gemm_times(model, gpu, tp, nd, up, dtype=dtype, constants=constants, mc=mc, f_clk=f_clk,
+                            prefill_tokens=pt)
         put("mla_absorb", L * mg["absorb"], mg["absorb_bound"])
-        put("mla_kv_up", L * mg["kv_up"], mg["kv_up_bound"])
+        put("mla_kv_up", L * (mg["kv_up"] + mg["prefill_tok"]), mg["kv_up_bound"])
     else:
         kvh = max(1, model.num_key_value_heads // tp)
         shapes = {"qkv": ((H + 2 * kvh) * model.head_dim, h), "o": (h, H * model.head_dim)}
@@ -195,19 +210,22 @@ def block_terms(model, gpu, step_id, new, kv, T, n_steps, *, tp, ep, dtype, kv_d
 
             def latent(kv_m):
                 skv = np.bincount(step_id[mask], weights=kv_m.astype(float), minlength=n_steps)
-                return mla_decode_time(model, gpu, tp, nd, skv, kv_dtype=kv_dtype, constants=constants, f_clk=f_clk)
+                return mla_decode_time(model, gpu, tp, nd, skv, kv_dtype=kv_dtype, mc=mc)
 
             t = (L - n_slide) * latent(kv[mask])
             if n_slide:
                 t = t + n_slide * latent(np.minimum(kv[mask], model.sliding_window))
             put(name, t)
             continue
-        heads, kv_heads, dim = a_heads, a_kv_heads, a_dim
         if model.attention == "mla" and name == "attn_prefill":
             # engines run MLA prefill NOT absorbed: kv_b up-projects the latent to per-head K (nope) and V, then
-            # multi-head attention with qk = nope + rope and v dims (their mean gives the FLOPs; E3.3)
-            heads, kv_heads = H, H
-            dim = (model.qk_nope_head_dim + model.qk_rope_head_dim + model.v_head_dim) / 2
+            # causal multi-head attention with qk = nope + rope and v dims (mla_prefill_time; the serving
+            # timer's too; E3.3)
+            t = np.bincount(step_id[mask], weights=mla_prefill_time(model, gpu, tp, new[mask], kv[mask], mc=mc),
+                            minlength=n_steps)
+            put(name, L * t, np.ones(n_steps, dtype=bool))
+            continue
+        heads, kv_heads, dim = a_heads, a_kv_heads, a_dim
         a = attention.attention_time(new[mask], kv[mask], heads, kv_heads, dim, gpu, constants,
                                      kv_dtype=kv_dtype, f_clk=f_clk, group=step_id[mask], n_groups=n_steps)
         t = (L - n_slide) * a["t"]

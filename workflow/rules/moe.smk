@@ -56,11 +56,41 @@ rule E3_2:
         "../scripts/E3_2_moe_a2a.py"
 
 
-# The shipped MoE constants: E3.1's and E3.2's fragments merged (copy to src/steptime/calibration/moe.yaml).
+# E3.3: DeepSeek-V3's MLA attention module from steptime's MLA terms held out by GPU (constants from the other
+# GPUs' module and mla_bmm rows, the module floor per path read on the GPU itself); settles the MLA constants.
+rule E3_3:
+    input:
+        registered=registered_raw("E3.3"),
+        gen=tidy("mla_generation"),
+        ctx=tidy("mla_context"),
+        bmm=tidy("mla_bmm"),
+        code=code_of("E3_3_mla"),
+    output:
+        result="results/E3_3.json",
+        constants="results/calibration/moe_mla.yaml",
+        **figure("fig", "figures/E3_3_mla"),
+    params:
+        question=question("E3.3"),
+        target_pct=targets("E3.3").get("mape_pct_max"),
+    threads: 1
+    log:
+        "logs/E3_3.log",
+    benchmark:
+        "benchmarks/E3_3.tsv"
+    conda:
+        CONDA_ENV
+    message:
+        "E3.3 MLA attention module from steptime's MLA terms"
+    script:
+        "../scripts/E3_3_mla.py"
+
+
+# The shipped MoE constants: E3.1's, E3.2's and E3.3's fragments merged (copy to src/steptime/calibration/moe.yaml).
 rule settle_moe_constants:
     input:
         kernel=rules.E3_1.output.constants,
         a2a=rules.E3_2.output.constants,
+        mla=rules.E3_3.output.constants,
         code=code_of("settle_moe_constants"),
     output:
         constants="results/calibration/moe.yaml",
@@ -71,7 +101,7 @@ rule settle_moe_constants:
     conda:
         CONDA_ENV
     message:
-        "MoE constants settled from E3.1 and E3.2"
+        "MoE constants settled from E3.1, E3.2 and E3.3"
     script:
         "../scripts/settle_moe_constants.py"
 
@@ -99,30 +129,3 @@ rule E3_5:
         "E3.5 what expert parallelism buys (simulated)"
     script:
         "../scripts/E3_5_expert_parallel.py"
-
-
-# E3.3: DeepSeek-V3's MLA attention module from steptime's MLA terms (zero-fit: no MLA cell sets a constant).
-rule E3_3:
-    input:
-        registered=registered_raw("E3.3"),
-        gen=tidy("mla_generation"),
-        ctx=tidy("mla_context"),
-        code=code_of("E3_3_mla"),
-    output:
-        result="results/E3_3.json",
-        **figure("fig", "figures/E3_3_mla"),
-    params:
-        question=question("E3.3"),
-        target_pct=targets("E3.3").get("mape_pct_max"),
-    threads: 1
-    log:
-        "logs/E3_3.log",
-    benchmark:
-        "benchmarks/E3_3.tsv"
-    conda:
-        CONDA_ENV
-    message:
-        "E3.3 MLA attention module from steptime's MLA terms"
-    script:
-        "../scripts/E3_3_mla.py"
-

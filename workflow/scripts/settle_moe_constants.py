@@ -1,4 +1,4 @@
-"""The shipped MoE constants (calibration/moe.yaml) from E3.1's and E3.2's fragments."""
+"""The shipped MoE constants (calibration/moe.yaml) from E3.1's, E3.2's and E3.3's fragments."""
 import yaml
 
 from steptime_lab.experiments import moe as E
@@ -6,5 +6,6 @@ from steptime.io import atomic_path
 
 k = yaml.safe_load(open(snakemake.input.kernel))
 a = yaml.safe_load(open(snakemake.input.a2a))
+m = yaml.safe_load(open(snakemake.input.mla))
 with atomic_path(snakemake.output.constants) as tmp:
-    tmp.write_text(yaml.safe_dump(E.settle(k, a), sort_keys=False))
+    tmp.write_text(yaml.safe_dump(E.settle(k, a, m), sort_keys=False))

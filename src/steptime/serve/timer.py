@@ -34,7 +34,8 @@ from steptime.specs import get_gpu, get_model
 from steptime.specs.engines import check_precision, get_engine
 from steptime.specs.moe import is_moe
 from steptime.step import ATTN_TERMS, BLOCK_TERMS, check_tp, memory_bytes, predict_steps
-from steptime.terms import attention, gemm
+from steptime.terms import attention
+from steptime.terms.moe import MoEConstants
 from steptime.validation import as_int, check_choice, check_f_clk
 
 TOKEN_TERMS = tuple(t for t in BLOCK_TERMS if t not in ATTN_TERMS + ("lm_head",))
@@ -94,8 +95,8 @@ class StepTimer:
         # MLA (steptime.moe_step): decode attention over the latent KV read once, and the per-head GEMMs that
         # depend on the step's split (absorbed for decode tokens, kv_b over each prefill's tokens and context)
         self.mla = self.moe and m.attention == "mla"
-        self._gp = gemm.resolve(self.gpu, self.constants) if self.mla else None
-        self._Mab, self._Mup = [0.0], [0.0]
+        self._mc = (moe_constants or MoEConstants.default()) if self.mla else None
+        self._Mab, self._Mup, self._Mpt = [0.0], [0.0], [0.0]
         self._kw = dict(tp=self.tp, f_clk=f_clk, constants=self.constants, kv_dtype=kv_dtype, engine=self.engine,
                         dtype=dtype)
         if self.moe:  # the experts' layout and constants; a DP rank's step (steptime.moe_step)
@@ -127,11 +128,6 @@ class StepTimer:
         fp8 = kvb == 1.0
         f = float(self.constants.get("f_clk", self.gpu)) if f_clk is None else float(f_clk)
         self._pf = (float(self.heads), float(self.kv_heads), float(self.head_dim), kvb)
-        if self.moe and m.attention == "mla":
-            # MLA prefill is not absorbed (steptime.moe_step.block_terms): per-head K/V up-projected from the latent,
-            # qk = nope + rope and v dims (their mean gives the FLOPs)
-            self._pf = (float(self.heads), float(self.heads),
-                        (m.qk_nope_head_dim + m.qk_rope_head_dim + m.v_head_dim) / 2, kvb)
         self._eta_c = f * self.fc["attn_eta_ceil"] * (self.fc["attn_fp8_compute"] if fp8 else 1.0)
         self._unit = self.fc["attn_fp8_unit"] if fp8 else 1.0
         # scalar constants of decode attention (the hot path works in Python floats)
@@ -184,28 +180,30 @@ class StepTimer:
             self.Ad = np.concatenate([[0.0], sum(r["terms_ms"][t] for t in self._token_terms) * 1e-3])
             self._Adl = self.Ad.tolist()
 
-    def _grow_mla(self, n_dec: int, up: int) -> None:
-        """Tables of the MLA per-head GEMMs over all layers (seconds): absorbed by decode tokens, kv_b by prefill
-        rows (steptime.moe_step.mla_gemm_times, the function predict_steps sums)."""
+    def _grow_mla(self, n_dec: int, up: int, pt: int = 0) -> None:
+        """Tables of the MLA per-head terms over all layers (seconds): the absorbed BMMs by decode tokens, kv_b and
+        the K / V copies by prefill rows, the per-token passes by prefill tokens (steptime.moe_step.mla_gemm_times,
+        the function predict_steps sums)."""
         from steptime import moe_step
 
-        for attr, key, size in (("_Mab", "absorb", n_dec), ("_Mup", "kv_up", up)):
+        for attr, key, size in (("_Mab", "absorb", n_dec), ("_Mup", "kv_up", up), ("_Mpt", "prefill_tok", pt)):
             have = len(getattr(self, attr))
             if size < have:
                 continue
             x = np.arange(max(size + 1, 2 * have))
             g = moe_step.mla_gemm_times(self.model, self.gpu, self.tp, x if key == "absorb" else 0 * x,
                                         x if key == "kv_up" else 0 * x, dtype=self.dtype, constants=self.constants,
-                                        f_clk=self.f_clk)
+                                        mc=self._mc, f_clk=self.f_clk,
+                                        prefill_tokens=x if key == "prefill_tok" else 0 * x)
             setattr(self, attr, (self.L * g[key]).tolist())
 
-    def _mla1(self, n_dec: int, up: int) -> float:
-        """MLA per-head GEMMs of one step (seconds, all layers): 0 for a GQA model."""
+    def _mla1(self, n_dec: int, up: int, pt: int = 0) -> float:
+        """MLA per-head terms of one step (seconds, all layers): 0 for a GQA model. `pt`: its prefill tokens."""
         if not self.mla:
             return 0.0
-        if n_dec >= len(self._Mab) or up >= len(self._Mup):
-            self._grow_mla(n_dec, up)
-        return self._Mab[n_dec] + self._Mup[up]
+        if n_dec >= len(self._Mab) or up >= len(self._Mup) or pt >= len(self._Mpt):
+            self._grow_mla(n_dec, up, pt)
+        return self._Mab[n_dec] + self._Mup[up] + self._Mpt[pt]
 
     def _A_decode(self):
         """Token terms of a decode-only step of T = N tokens (a list, the hot path's)."""
@@ -266,18 +264,16 @@ class StepTimer:
         t_mem = (n * self._b0 + self._b1 * sum_kv) * self._dmem
         return self._dfloor + (t_units ** self._dp + t_mem ** self._dp) ** self._dinvp
 
-    def _mla_decode(self, n_dec, sum_kv, params="resolved"):
-        """MLA decode attention of one layer (seconds): steptime.moe_step.mla_decode_time, the GEMM constants
-        resolved once."""
+    def _mla_decode(self, n_dec, sum_kv):
+        """MLA decode attention of one layer (seconds): steptime.moe_step.mla_decode_time."""
         from steptime import moe_step
 
         return moe_step.mla_decode_time(self.model, self.gpu, self.tp, n_dec, sum_kv, kv_dtype=self.kv_dtype,
-                                        constants=self.constants, f_clk=self.f_clk,
-                                        params=self._gp if params == "resolved" else None)
+                                        mc=self._mc)
 
     def _decode_attention_ref(self, n_dec, sum_kv):
         if self.mla:
-            return self._mla_decode(n_dec, sum_kv, params=None)
+            return self._mla_decode(n_dec, sum_kv)
         n = np.atleast_1d(np.asarray(n_dec, dtype=float))
         nb = n * self._b0 + self._b1 * np.asarray(sum_kv, dtype=float)
         return attention.combine(np.zeros_like(nb), nb, n * self._u0, n, self.gpu, self.fc, tiles=np.zeros_like(nb),
@@ -290,6 +286,8 @@ class StepTimer:
         (a step holds a handful of chunks; numpy's per-call overhead dominated); `check`
         holds it to the library functions (`_prefill_attention_ref`).
         """
+        if self.mla:  # not absorbed: steptime.moe_step.mla_prefill_time, predict_steps' function
+            return self._mla_prefill(new, kv)
         hq, hkv, d, kvb = self._pf
         fc = self.fc
         tc = nb = un = ti = 0.0
@@ -309,7 +307,15 @@ class StepTimer:
         t_work = max(tc, nb / (self.gpu.mem_bw * fc["attn_eta_mem"]))
         return fc["attn_floor_us"] * 1e-6 * fc["attn_prefill_floor_rel"] + (t_units ** p + t_work ** p) ** (1.0 / p)
 
+    def _mla_prefill(self, new, kv) -> float:
+        from steptime import moe_step
+
+        return float(moe_step.mla_prefill_time(self.model, self.gpu, self.tp, np.asarray(new, dtype=float),
+                                               np.asarray(kv, dtype=float), mc=self._mc).sum())
+
     def _prefill_attention_ref(self, new, kv) -> float:
+        if self.mla:
+            return self._mla_prefill(new, kv)
         hq, hkv, d, _ = self._pf  # MLA prefill's geometry differs from decode's (not absorbed)
         r = attention.attention_request_terms(np.asarray(new, dtype=float), np.asarray(kv, dtype=float), int(hq),
                                               int(hkv), d, self.gpu, self.constants, self.kv_dtype, self.f_clk,
@@ -335,7 +341,8 @@ class StepTimer:
             return self._step_windowed(np.asarray(new), np.asarray(kv))
         dec_kv = [k for s, k in zip(new, kv) if s == 1]
         att = 0.0
-        mla = self._mla1(len(dec_kv), int(sum(s + k for s, k in zip(new, kv) if s > 1))) if self.mla else 0.0
+        mla = (self._mla1(len(dec_kv), int(sum(s + k for s, k in zip(new, kv) if s > 1)), int(sum(s for s in new if s > 1)))
+               if self.mla else 0.0)
         if dec_kv:
             att += float(self.decode_attention(len(dec_kv), sum(dec_kv))[()])
         if len(dec_kv) < N:
@@ -363,7 +370,7 @@ class StepTimer:
             win += self.prefill_attention(pn, np.minimum(pk, self.window).tolist())
         att = self.L_full * full + self.n_slide * win
         if self.mla:
-            att += self._mla1(nd, int((new[~dec] + kv[~dec]).sum()))
+            att += self._mla1(nd, int((new[~dec] + kv[~dec]).sum()), int(new[~dec].sum()))
         if nd == N:
             return self._total1(self._A_decode()[T] + self._Bl[N] + att, self._Ddl[N], N)
         return self._total1(self._Al[T] + self._Bl[N] + att, self._Dpl[T], N)
@@ -387,7 +394,7 @@ class StepTimer:
             att += self.decode_attention1(nd, float(kv[dec].sum()))
         pre = ~dec
         att += self.prefill_attention(new[pre].tolist(), kv[pre].tolist())
-        mla = self._mla1(nd, int((new[pre] + kv[pre]).sum())) if self.mla else 0.0
+        mla = self._mla1(nd, int((new[pre] + kv[pre]).sum()), int(new[pre].sum())) if self.mla else 0.0
         return self._total1(self._Al[T] + self._Bl[N] + self.L * att + mla, self._Dpl[T], N)
 
     def decode_steps(self, n: int, sum_kv0: float, k: int, kvs=None) -> np.ndarray:

@@ -299,29 +299,85 @@ def mla_decode_bytes(kv_len, kv_lora_rank, rope_dim, kv_bytes: float = 2.0):
     return np.asarray(kv_len, dtype=float) * (kv_lora_rank + rope_dim) * kv_bytes
 
 
-def mla_decode_latent_time(latent_tokens, heads, kv_lora_rank, rope_dim, gpu, constants=None, *,
-                           kv_bytes: float = 2.0, f_clk=None, params=None) -> dict:
-    """Weight-absorbed MLA decode attention over `latent_tokens` cached latent rows in all (the sum over the
-    batch's requests of the KV each attends over), seconds: every head attends over its request's latent KV
-    (kv_lora + rope per token), read ONCE, as one GEMM whose 'weight' is the latent cache: M = heads,
-    N = latent tokens, K = kv_lora + rope (the scores), at steptime's GEMM law (the achieved bandwidth of its
-    working set, the compute efficiency of its launch geometry); the value product over the same latent adds
-    kv_lora / (kv_lora + rope) of the compute and no bytes. `params`: gemm.resolve's, resolved once by a caller
-    that times many steps."""
-    from steptime.terms import gemm
+# MLA (DeepSeek-style) attention module, as vLLM runs it (vllm/model_executor/layers/attention/mla_attention.py
+# @0.24.0; AIConfigurator's collector/vllm/collect_mla_module.py times the whole DeepseekV2MLAAttention forward in
+# one CUDA graph: the q/kv down projections, their norms, RoPE, the latent-cache write, then decode = the absorbed
+# W_UK BMM, the latent attention kernel and the W_UV BMM, or prefill = kv_b, the per-head K/V assembly and
+# flash attention; then o_proj). The named factors, each fitted on measured tables (E3.3, calibration/moe.yaml):
+#   absorbed BMMs     per launch max(floor, (activations in + out + the heads' weights) / (BW eta_bmm)): the
+#                     bmm writes T*H*kv_lora (W_UK) or reads it (W_UV), so it is bound by activation bytes, not
+#                     by its weights (AIConfigurator's mla_bmm table: 1.3-1.4x the bytes at datasheet bandwidth)
+#   latent read       KV bytes / (BW eta_kv par), par = min(1, requests * split_ctas / SMs): split-KV gives a
+#                     request at most split_ctas CTAs, so a small batch cannot draw the whole HBM bandwidth
+#   head tiles        the decode kernels compute MLA_HEAD_TILE query heads per CTA (heads padded to the tile: the
+#                     score FLOPs count the padded rows) and each (request, head tile) CTA costs tile_us, run in
+#                     waves over the SMs
+#   activation passes the per-head tensors the module copies around its kernels (decode: q = [W_UK q_nope, q_pe]
+#                     and the latent output, kv_lora + rope per head; prefill: K = [k_nope, k_pe], V and the
+#                     output, qk + v + v per head) in passes of HBM traffic
+#   prefill attention causal FLOPs of q.k (qk dims) and p.v (v dims) at eta_fa of the bf16 peak
+MLA_HEAD_TILE = 64  # DERIVED: query-head rows per CTA of FlashMLA / FlashInfer-MLA / FA3-MLA decode (q_len 1)
+MLA_CONSTANTS = ("mla_bmm_eta_mem", "mla_bmm_floor_us", "mla_eta_kv", "mla_eta_c", "mla_split_ctas", "mla_tile_us",
+                 "mla_decode_passes", "mla_batch_log_us", "mla_prefill_passes", "mla_prefill_token_passes",
+                 "mla_eta_fa")
 
-    n, H = np.broadcast_arrays(np.asarray(latent_tokens, dtype=float), np.asarray(heads, dtype=float))
+
+def mla_bmm_time(tokens, heads, nope_dim, kv_lora_rank, v_head_dim, gpu, mc: MoEConstants) -> np.ndarray:
+    """The two absorbed BMMs of weight-absorbed decode (seconds): W_UK maps each head's q_nope (nope_dim) into the
+    latent (kv_lora_rank), W_UV maps the latent output back to v_head_dim; one bf16 launch each of
+    max(floor, bytes / (BW eta_bmm)), bytes = T H (d_in + d_out) activations plus H d_in d_out weights."""
+    T, H = np.broadcast_arrays(np.asarray(tokens, dtype=float), np.asarray(heads, dtype=float))
+    floor = mc.get("mla_bmm_floor_us") * 1e-6
+    bw = gpu.mem_bw * mc.get("mla_bmm_eta_mem")
+    t = np.zeros(T.shape)
+    for d_in, d_out in ((nope_dim, kv_lora_rank), (kv_lora_rank, v_head_dim)):
+        t = t + np.maximum(floor, 2.0 * (T * H * (d_in + d_out) + H * d_in * d_out) / bw)
+    return np.where(T > 0, t, 0.0)
+
+
+def mla_decode_bytes(kv_len, kv_lora_rank, rope_dim, kv_bytes: float = 2.0):
+    """Latent-KV bytes one decode request reads per layer: (kv_lora + rope) per cached token, all heads sharing it."""
+    return np.asarray(kv_len, dtype=float) * (kv_lora_rank + rope_dim) * kv_bytes
+
+
+def mla_decode_latent_time(requests, latent_tokens, heads, kv_lora_rank, rope_dim, gpu, mc: MoEConstants, *,
+                           kv_bytes: float = 2.0) -> dict:
+    """Weight-absorbed MLA decode attention of `requests` decode requests over `latent_tokens` latent rows in all
+    (each request's cache plus its new token), seconds: the latent read once for all heads at the split-KV
+    bandwidth (max with the scores' FLOPs over the heads padded to the kernel's tile), plus the waves of
+    (request, head tile) CTAs and the activation passes over each head's latent query and output."""
+    n, N, H = np.broadcast_arrays(*(np.asarray(x, dtype=float) for x in (requests, latent_tokens, heads)))
     lat = float(kv_lora_rank + rope_dim)
-    g = gemm.gemm_time(H, np.maximum(n, 1.0), np.full(n.shape, lat), gpu, constants, f_clk=f_clk, params=params)
-    t_c = g["t_compute"] * (lat + kv_lora_rank) / lat
-    t_m = g["t_memory"] * kv_bytes / 2.0
-    t = np.where(n > 0, np.maximum(t_c, t_m) + g["t_floor"], 0.0)
-    return {"t": t, "t_compute": t_c, "t_memory": t_m, "compute_bound": t_c >= t_m,
-            "bytes": mla_decode_bytes(n, kv_lora_rank, rope_dim, kv_bytes)}
+    sms = np.asarray(gpu.sms, dtype=float)
+    par = np.minimum(1.0, n * mc.get("mla_split_ctas") / sms)
+    nbytes = mla_decode_bytes(N, kv_lora_rank, rope_dim, kv_bytes)
+    t_m = nbytes / (gpu.mem_bw * mc.get("mla_eta_kv") * np.maximum(par, 1e-9))
+    tiles = np.ceil(H / MLA_HEAD_TILE)
+    t_c = 2.0 * N * tiles * MLA_HEAD_TILE * (lat + kv_lora_rank) / (gpu.peak_flops * mc.get("mla_eta_c"))
+    t_tiles = (np.ceil(n * tiles / sms) * mc.get("mla_tile_us")
+               + np.log2(np.maximum(n, 1.0)) * mc.get("mla_batch_log_us")) * 1e-6
+    t_act = mc.get("mla_decode_passes") * n * H * lat * 2.0 / gpu.mem_bw
+    t = np.where(n > 0, np.maximum(t_c, t_m) + t_tiles + t_act, 0.0)
+    return {"t": t, "t_compute": t_c, "t_memory": t_m, "t_tiles": t_tiles, "t_act": t_act,
+            "compute_bound": t_c >= t_m, "bytes": nbytes}
 
 
-def mla_decode_attention_time(batch, kv_len, heads, kv_lora_rank, rope_dim, gpu, constants=None, *,
-                              kv_bytes: float = 2.0) -> dict:
-    """`mla_decode_latent_time` of `batch` requests of `kv_len` cached tokens each (an operator table's cells)."""
-    b, kv = (np.asarray(x, dtype=float) for x in (batch, kv_len))
-    return mla_decode_latent_time(b * kv, heads, kv_lora_rank, rope_dim, gpu, constants, kv_bytes=kv_bytes)
+def mla_prefill_attention_time(new_tokens, kv_len, heads, qk_dim, v_dim, gpu, mc: MoEConstants) -> np.ndarray:
+    """Non-absorbed MLA prefill attention of chunks of `new_tokens` over `kv_len` cached tokens each (seconds, per
+    chunk): causal q.k (qk_dim) and p.v (v_dim) FLOPs over the chunk and its context at eta_fa of the bf16 peak."""
+    s, c, H = np.broadcast_arrays(*(np.asarray(x, dtype=float) for x in (new_tokens, kv_len, heads)))
+    flops = 2.0 * H * (qk_dim + v_dim) * (s * c + s * (s + 1.0) / 2.0)
+    return np.where(s > 0, flops / (gpu.peak_flops * mc.get("mla_eta_fa")), 0.0)
+
+
+def mla_prefill_copy_time(rows, heads, qk_dim, v_dim, gpu, mc: MoEConstants, *, tokens=None,
+                          hidden: int = 0) -> np.ndarray:
+    """The per-head K / V assembly and output copies of MLA prefill over `rows` up-projected latent rows (seconds):
+    mla_prefill_passes passes over qk + v + v bf16 values per head per row; plus, for the chunk's `tokens` new
+    tokens, mla_prefill_token_passes passes over their bf16 hidden state (the per-token cost the module's prefill
+    pays beyond its projection GEMMs' law, E3.3: not tied to one kernel)."""
+    R, H = np.broadcast_arrays(np.asarray(rows, dtype=float), np.asarray(heads, dtype=float))
+    t = mc.get("mla_prefill_passes") * R * H * (qk_dim + 2.0 * v_dim) * 2.0 / gpu.mem_bw
+    if tokens is not None:
+        t = t + mc.get("mla_prefill_token_passes") * np.asarray(tokens, dtype=float) * hidden * 2.0 / gpu.mem_bw
+    return t

