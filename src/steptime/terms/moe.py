@@ -279,18 +279,25 @@ def a2a_bytes(tokens, hidden, topk, ep, mode: str = "ll"):
 
 
 def a2a_time(tokens, hidden, topk, ep, gpu, mc: MoEConstants, *, mode: str = "ll"):
-    """Expert-parallel dispatch + combine on one GPU (seconds): per phase a latency floor plus the bytes the mode
-    sends over the achieved all-to-all bandwidth of that (mode, phase) (E3.2's measured curves)."""
+    """Expert-parallel dispatch + combine on one GPU (seconds). Per phase (E3.2's measured curves):
+    s_curve * (floor + s_slope * (bytes / bw + c_tok * tokens)): a latency floor, the bytes the mode sends over the
+    achieved all-to-all bandwidth of that (mode, phase), and a per-token cost that does not scale with the hidden
+    size (DeepEP's per-token layout / bookkeeping; fitted where the evidence carries it, the normal "ht" mode,
+    else 0). Per-GPU readings: `a2a_s:<mode>:<phase>` scales a whole curve (the low-latency mode, a floor regime),
+    `a2a_s_slope:<mode>` the transfer part (the normal mode, a bandwidth regime); 1 where a GPU has none."""
     T = np.asarray(tokens, dtype=float)
     ep = float(ep)
     if ep <= 1:
         return np.zeros_like(T)
     nbytes = a2a_bytes(T, hidden, topk, ep, mode)
     t = np.zeros_like(T)
+    s_slope = mc.get(f"a2a_s_slope:{mode}", gpu, 1.0)
     for phase in ("dispatch", "combine"):
-        t0 = mc.get(f"a2a_floor_us:{mode}:{phase}") * mc.get("a2a_s_floor", gpu, 1.0) * 1e-6
-        bw = mc.get(f"a2a_bw_gbps:{mode}:{phase}") * mc.get(f"a2a_s_bw:{mode}", gpu, 1.0) * 1e9
-        t = t + t0 + nbytes / bw
+        t0 = mc.get(f"a2a_floor_us:{mode}:{phase}") * 1e-6
+        bw = mc.get(f"a2a_bw_gbps:{mode}:{phase}") * 1e9
+        c_tok = mc.get(f"a2a_tok_us:{mode}:{phase}", None, 0.0) * 1e-6
+        s_curve = mc.get(f"a2a_s:{mode}:{phase}", gpu, 1.0)
+        t = t + s_curve * (t0 + s_slope * (nbytes / bw + c_tok * T))
     return np.where(T > 0, t, 0.0)
 
 
