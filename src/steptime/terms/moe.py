@@ -8,7 +8,8 @@
                       eta_mem(W) = eta_max * W / (W + W_half)   (a law in the weight bytes touched)
     router            a T x E GEMM (bf16), a memory-bound kernel for small T
     permute/combine   light kernels streaming the T*k token copies (bf16)
-    all-to-all        dispatch + combine: t0_a2a + bytes / bw_a2a per phase, measured curves (E3.2)
+                      (BW: HBM, or the SMs' issue rate for a family whose weight stream is SM-bound, sm_stream)
+    all-to-all        dispatch + combine: t0_a2a + bytes / bw_a2a + c_tok T per phase, measured curves (E3.2)
     MLA decode        latent KV read: T_kv * (kv_lora + rope) bytes per layer; absorbed projections
 
 Constants come in as a `MoEConstants` argument (never process-wide state); `MoEConstants.default()`
@@ -138,6 +139,7 @@ def _default_moe() -> MoEConstants:
 TILE_M = 64   # rows per grouped-GEMM tile: each expert's token rows are padded to a multiple (DERIVED: the
               # 64-row M tiles of the Triton / CUTLASS / TRT-LLM grouped GEMMs' small-batch configs)
 REGIMES = ("evicted", "resident")
+SM_STREAM_BYTES_PER_CLK = 64.0  # the nominal bytes per clock per SM of an SM-bound weight stream (eta_mem scales it)
 KERNEL_FAMILIES = ("trtllm", "cutlass", "marlin", "triton")
 
 
@@ -235,6 +237,8 @@ def routed_experts_time(tokens, hidden, inter, topk, num_experts, gpu, mc: MoECo
     regime 'evicted' (a serving step: other layers' weights evict L2, every weight byte comes from HBM) or
     'resident' (AIConfigurator's collector, the same layer back to back: a weight set that fits L2 stays
     there, a share 1 / (1 + (W / (f L2))^4) read at the L2 bandwidth c * SMs * boost clock).
+    A family flagged `sm_stream` streams its weights at the SMs' issue rate instead of HBM's (E3.1: Hopper's fp8
+    CUTLASS and mxfp4 Triton kernels run as fast on H100 as on H200, whose HBM is 1.43x faster).
     The kernel family picks the (dtype, family) constants where shipped (None: the GPU's own, else the dtype's)."""
     dtype = canonical_dtype(dtype)
     if regime not in REGIMES:
@@ -257,7 +261,16 @@ def routed_experts_time(tokens, hidden, inter, topk, num_experts, gpu, mc: MoECo
     eta_m = law("eta_mem_max") * mc.get("s_mem", gpu, 1.0) * x / (x + law("x_half"))
     res = 1.0 / (1.0 + (W / (law("l2_fit") * l2)) ** 4) if regime == "resident" else np.zeros_like(W)
     bw_l2 = law("l2_bytes_per_clk_sm") * gpu.sms * gpu.boost_mhz * 1e6
-    t_m = W * (1.0 - res) / (gpu.mem_bw * np.maximum(eta_m, 1e-9)) + W * res / bw_l2
+    # the weight stream's rate: HBM bandwidth x the GPU's memory reading, or, for a kernel family whose weight
+    # handling is bound by the SMs (sm_stream = 1: its time does not follow HBM bandwidth across GPUs that share
+    # SMs and clock), the SMs' issue rate SM_STREAM_BYTES_PER_CLK x SMs x boost clock (no HBM reading applies)
+    sm_stream = _has_law(mc, "sm_stream", dtype, family) and bool(law("sm_stream"))
+    if sm_stream:
+        eta_m = law("eta_mem_max") * x / (x + law("x_half"))
+        bw_stream = SM_STREAM_BYTES_PER_CLK * gpu.sms * gpu.boost_mhz * 1e6
+    else:
+        bw_stream = gpu.mem_bw
+    t_m = W * (1.0 - res) / (bw_stream * np.maximum(eta_m, 1e-9)) + W * res / bw_l2
     ep_f = np.asarray(ep, dtype=float)
     t_tok = (law("token_passes") + law("local_token_passes") / ep_f) * A / gpu.mem_bw
     t0 = max(0.0, law("floor_us") + mc.get("d_floor_us", gpu, 0.0)) * 1e-6
@@ -279,18 +292,25 @@ def a2a_bytes(tokens, hidden, topk, ep, mode: str = "ll"):
 
 
 def a2a_time(tokens, hidden, topk, ep, gpu, mc: MoEConstants, *, mode: str = "ll"):
-    """Expert-parallel dispatch + combine on one GPU (seconds): per phase a latency floor plus the bytes the mode
-    sends over the achieved all-to-all bandwidth of that (mode, phase) (E3.2's measured curves)."""
+    """Expert-parallel dispatch + combine on one GPU (seconds). Per phase (E3.2's measured curves):
+    s_curve * (floor + s_slope * (bytes / bw + c_tok * tokens)): a latency floor, the bytes the mode sends over the
+    achieved all-to-all bandwidth of that (mode, phase), and a per-token cost that does not scale with the hidden
+    size (DeepEP's per-token layout / bookkeeping; fitted where the evidence carries it, the normal "ht" mode,
+    else 0). Per-GPU readings: `a2a_s:<mode>:<phase>` scales a whole curve (the low-latency mode, a floor regime),
+    `a2a_s_slope:<mode>` the transfer part (the normal mode, a bandwidth regime); 1 where a GPU has none."""
     T = np.asarray(tokens, dtype=float)
     ep = float(ep)
     if ep <= 1:
         return np.zeros_like(T)
     nbytes = a2a_bytes(T, hidden, topk, ep, mode)
     t = np.zeros_like(T)
+    s_slope = mc.get(f"a2a_s_slope:{mode}", gpu, 1.0)
     for phase in ("dispatch", "combine"):
-        t0 = mc.get(f"a2a_floor_us:{mode}:{phase}") * mc.get("a2a_s_floor", gpu, 1.0) * 1e-6
-        bw = mc.get(f"a2a_bw_gbps:{mode}:{phase}") * mc.get(f"a2a_s_bw:{mode}", gpu, 1.0) * 1e9
-        t = t + t0 + nbytes / bw
+        t0 = mc.get(f"a2a_floor_us:{mode}:{phase}") * 1e-6
+        bw = mc.get(f"a2a_bw_gbps:{mode}:{phase}") * 1e9
+        c_tok = mc.get(f"a2a_tok_us:{mode}:{phase}", None, 0.0) * 1e-6
+        s_curve = mc.get(f"a2a_s:{mode}:{phase}", gpu, 1.0)
+        t = t + s_curve * (t0 + s_slope * (nbytes / bw + c_tok * T))
     return np.where(T > 0, t, 0.0)
 
 

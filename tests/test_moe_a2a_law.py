@@ -1,0 +1,82 @@
+"""E3.2's all-to-all law: the per-token cost of the normal mode and the held-out GPU's three readings."""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from steptime.terms import moe as M
+from steptime_lab.experiments import moe as E
+
+H100_KEY = "h100-sxm"
+
+
+def _law(tok_us=0.0):
+    return {f"{m}:{p}": {"floor_us": 50.0, "bw_gbps": 200.0, "tok_us": tok_us if m == "ht" else 0.0}
+            for m in ("ll", "ht") for p in ("dispatch", "combine")}
+
+
+def _cells(law, gpu="x", scale=None):
+    """Synthetic DeepEP rows generated from `law` (a whole-curve `scale` per (mode, phase) on top)."""
+    rows = [dict(gpu=gpu, backend={"ll": "deepep_ll", "ht": "deepep_ht"}[m], phase=p, ep_size=8, hidden_size=h,
+                 topk=8, num_experts=256, num_tokens=T, latency_ms=1.0)
+            for m, Ts in (("ll", (1, 16, 128, 256)), ("ht", (16, 512, 8192, 65536)))
+            for p in ("dispatch", "combine") for h in (3072, 7168) for T in Ts]
+    d = E.a2a_cells(pd.DataFrame(rows))
+    d["latency_ms"] = E.a2a_predict(d, law) * d.apply(lambda r: (scale or {}).get(f"{r['mode']}:{r.phase}", 1.0), axis=1)
+    return d
+
+
+def test_per_token_term_is_recovered_and_independent_of_hidden():
+    """A cost per token that does not grow with the hidden size: the fit finds it in the normal mode, and at a
+    fixed byte count it adds tokens * c_tok."""
+    truth = _law(tok_us=0.05)
+    fit = E.a2a_fit(_cells(truth))
+    assert fit["ht:dispatch"]["tok_us"] == pytest.approx(0.05, rel=0.02)
+    assert fit["ll:dispatch"]["tok_us"] == 0.0  # not fitted for the low-latency mode (A2A_TOKEN_TERM)
+    d = _cells(truth)
+    ht = d[(d["mode"] == "ht") & (d.phase == "dispatch") & (d.num_tokens == 8192)]
+    no_tok = E.a2a_predict(ht, _law(0.0))
+    assert np.allclose(ht.latency_ms.to_numpy() - no_tok, 8192 * 0.05e-3)
+
+
+def test_readings_are_three_and_set_the_named_scales():
+    """Three readings per GPU: low-latency dispatch and combine at their smallest cell, normal dispatch at its
+    largest; each sets its own scale, and a GPU twice as slow in one curve is recovered exactly."""
+    law = _law(0.05)
+    d = _cells(law, scale={"ll:combine": 2.0})
+    rd = E.a2a_readings(d, "x")
+    assert len(rd) == 3 and list(rd["scale"]) == ["s:ll:dispatch", "s:ll:combine", "s_slope:ht"]
+    assert list(rd.num_tokens) == [1, 1, 65536]
+    sc = E.a2a_scales(d, "x", law)
+    assert sc["s:ll:combine"] == pytest.approx(2.0) and sc["s:ll:dispatch"] == pytest.approx(1.0)
+    assert sc["s_slope:ht"] == pytest.approx(1.0)
+    assert np.allclose(E.a2a_predict(d, law, {"x": sc}), d.latency_ms)
+
+
+def test_transfer_scale_is_bounded_when_a_reading_sits_at_the_floor():
+    """A normal-mode reading at (or below) the predicted floor must not send the bandwidth to infinity."""
+    law = _law(0.0)
+    d = _cells(law)
+    big = (d["mode"] == "ht") & (d.phase == "dispatch") & (d.num_tokens == 65536) & (d.hidden_size == 7168)
+    d.loc[big, "latency_ms"] = 0.01  # under the 50 us floor
+    sc = E.a2a_scales(d, "x", law)
+    assert 0 < sc["s_slope:ht"] < 1 and np.isfinite(sc["s_slope:ht"])
+
+
+def test_product_a2a_time_matches_the_lab_law_with_per_gpu_scales():
+    """terms.moe.a2a_time is the lab's law: s_curve * (floor + s_slope * (bytes/bw + c_tok T)) summed over
+    dispatch and combine, with the GPU's scales applied and 1 for a GPU without readings."""
+    vals = {}
+    for key, p in _law(0.05).items():
+        vals[f"a2a_floor_us:{key}"], vals[f"a2a_bw_gbps:{key}"] = p["floor_us"], p["bw_gbps"]
+        vals[f"a2a_tok_us:{key}"] = p["tok_us"]
+    mc = M.MoEConstants(values=vals, per_gpu={"g": {"a2a_s:ll:combine": 2.0, "a2a_s_slope:ht": 1.5}})
+    for mode, T in (("ll", 64), ("ht", 4096)):
+        row = pd.DataFrame([dict(gpu="g", mode=mode, phase=p, num_tokens=T,
+                                 a2a_bytes=float(M.a2a_bytes(T, 7168, 8, 8, mode))) for p in ("dispatch", "combine")])
+        lab = E.a2a_predict(row, _law(0.05), {"g": {"s:ll:combine": 2.0, "s_slope:ht": 1.5}}).sum() * 1e-3
+        assert float(M.a2a_time(T, 7168, 8, 8, "g", mc, mode=mode)) == pytest.approx(lab, rel=1e-9)
+        plain = E.a2a_predict(row, _law(0.05)).sum() * 1e-3
+        assert float(M.a2a_time(T, 7168, 8, 8, "other", mc, mode=mode)) == pytest.approx(plain, rel=1e-9)
+    assert float(M.a2a_time(64, 7168, 8, 1, "g", mc)) == 0.0
