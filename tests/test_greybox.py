@@ -127,3 +127,29 @@ def test_shared_greybox_sees_the_shape_only_and_gives_each_gpu_nearly_the_same_f
     assert shared.fitted_on("b200")["shared"] and "b200" not in shared.fitted_on("b200")["gpus"]
     with pytest.raises(ValueError, match="shared"):
         T.GreyBox("vidur_step", cells, _defaults, shared=True)
+
+
+def test_inner_fits_shared_across_targets_give_the_same_models_and_a_cache_is_adopted_only_on_its_own_data():
+    law = lambda m, g: (1.3 - 0.3 * np.log2(m) / 12.0) * (1.1 if g == "l40s" else 1.0)  # noqa: E731
+    cells = _cells(GPUS, law)
+    memo = T.GreyBox("aic_gemm", cells, _defaults)
+    doc = memo.fit_all()
+    assert sorted(doc["fits"]) == sorted(GPUS) and memo._fits["gemm"]  # the unweighted inner fits were shared
+    tc = cells[cells["gpu"] == "b200"].reset_index(drop=True)
+    for g in ("h100-sxm", "b200"):  # each target fitted alone (no memo) gives the same setting and prediction
+        alone = T.GreyBox("aic_gemm", cells, _defaults)
+        gpus = sorted(x for x in GPUS if x != g)
+        model, cv = G.fit_term({x: alone._training(x)["gemm"] for x in gpus}, g)  # no memo: every inner fold afresh
+        assert cv == doc["fits"][g][1]["nested_cv_mape"]["gemm"]
+        F = alone._features(tc, g)["gemm"]
+        assert np.array_equal(model.log_correction(F), doc["fits"][g][0]["gemm"].log_correction(F))
+    # adopted by a box on the same data: the same predictions, no refit
+    other = T.GreyBox("aic_gemm", cells, _defaults).adopt(doc)
+    assert np.array_equal(other.predict(tc, "b200"), memo.predict(tc, "b200"))
+    # refused on other data or other settings, with the reason named
+    c2 = cells.copy()
+    c2.loc[c2["gpu"] == "l40s", "latency_ms"] *= 1.01
+    with pytest.raises(ValueError, match="other data"):
+        T.GreyBox("aic_gemm", c2, _defaults).adopt(doc)
+    with pytest.raises(ValueError, match="settings"):
+        T.GreyBox("aic_gemm", cells, _defaults, seed=1).adopt(doc)
