@@ -10,7 +10,7 @@ import pandas as pd
 
 from steptime.calibration import DEFAULTS_FILE, Constants
 from steptime.io import atomic_path
-from steptime_lab.experiments.transfer import greybox
+from steptime_lab.experiments.transfer import greybox_cache
 
 logging.basicConfig(filename=snakemake.log[0], level=logging.INFO, format="%(message)s", filemode="w")
 constants = Constants.load(DEFAULTS_FILE, snakemake.input.settled)  # this run's settled constants (declared inputs)
@@ -20,7 +20,7 @@ tables = {name: pd.read_parquet(path) for name, path in inp.items()
 with open(inp.gemm_constants) as fh, open(inp.attention) as fa:
     gemm_doc, attn_doc = json.load(fh), json.load(fa)
 t0 = time.perf_counter()
-grey = greybox.greybox_for(ds, tables, constants=constants, gemm_doc=gemm_doc, attn_doc=attn_doc, fast=P.fast,
+grey = greybox_cache.greybox_for(ds, tables, constants=constants, gemm_doc=gemm_doc, attn_doc=attn_doc, fast=P.fast,
                            full_grid=P.full_grid, seed=P.seed)
 doc = grey.fit_all()
 for target, (_, info) in sorted(doc["fits"].items()):
