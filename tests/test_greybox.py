@@ -153,3 +153,20 @@ def test_inner_fits_shared_across_targets_give_the_same_models_and_a_cache_is_ad
         T.GreyBox("aic_gemm", c2, _defaults).adopt(doc)
     with pytest.raises(ValueError, match="settings"):
         T.GreyBox("aic_gemm", cells, _defaults, seed=1).adopt(doc)
+
+
+def test_ml_loo_full_tuning_shares_each_inner_fit_between_its_two_targets_and_changes_nothing(monkeypatch):
+    # a small grid keeps it quick; the sharing is what is tested: the same tuning tables and predictions
+    monkeypatch.setitem(T.fair_ground.ML_GRID, False, ({"max_iter": 20, "max_leaf_nodes": 7},
+                                                       {"max_iter": 40, "max_leaf_nodes": 15}))
+    law = lambda m, g: 1.0 + (0.2 if g in ("l40s", "b200") else 0.0) * np.log2(m) / 12.0  # noqa: E731
+    cells = _cells(GPUS[:4], law)
+    shared = T.MLLeaveOneOut("aic_gemm", cells, fast=False, seed=0, tuned=True)
+    tc = cells[cells["gpu"] == "a100-sxm"].reset_index(drop=True)
+    shared.fit(GPUS[0])
+    assert len(shared._inner) == 2 * 3  # 2 settings x 3 inner folds, each waiting for its second target
+    for g in GPUS[:4]:
+        alone = T.MLLeaveOneOut("aic_gemm", cells, fast=False, seed=0, tuned=True)  # nothing to share with
+        assert shared.fitted_on(g)["tuning"] == alone.fitted_on(g)["tuning"]
+        assert np.array_equal(shared.predict(tc, g), alone.predict(tc, g))
+    assert not shared._inner  # every shared inner fit was used twice, then let go
