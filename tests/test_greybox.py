@@ -127,3 +127,46 @@ def test_shared_greybox_sees_the_shape_only_and_gives_each_gpu_nearly_the_same_f
     assert shared.fitted_on("b200")["shared"] and "b200" not in shared.fitted_on("b200")["gpus"]
     with pytest.raises(ValueError, match="shared"):
         T.GreyBox("vidur_step", cells, _defaults, shared=True)
+
+
+def test_inner_fits_shared_across_targets_give_the_same_models_and_a_cache_is_adopted_only_on_its_own_data():
+    law = lambda m, g: (1.3 - 0.3 * np.log2(m) / 12.0) * (1.1 if g == "l40s" else 1.0)  # noqa: E731
+    cells = _cells(GPUS, law)
+    memo = T.GreyBox("aic_gemm", cells, _defaults)
+    doc = memo.fit_all()
+    assert sorted(doc["fits"]) == sorted(GPUS) and memo._fits["gemm"]  # the unweighted inner fits were shared
+    tc = cells[cells["gpu"] == "b200"].reset_index(drop=True)
+    for g in ("h100-sxm", "b200"):  # each target fitted alone (no memo) gives the same setting and prediction
+        alone = T.GreyBox("aic_gemm", cells, _defaults)
+        gpus = sorted(x for x in GPUS if x != g)
+        model, cv = G.fit_term({x: alone._training(x)["gemm"] for x in gpus}, g)  # no memo: every inner fold afresh
+        assert cv == doc["fits"][g][1]["nested_cv_mape"]["gemm"]
+        F = alone._features(tc, g)["gemm"]
+        assert np.array_equal(model.log_correction(F), doc["fits"][g][0]["gemm"].log_correction(F))
+    # adopted by a box on the same data: the same predictions, no refit
+    other = T.GreyBox("aic_gemm", cells, _defaults).adopt(doc)
+    assert np.array_equal(other.predict(tc, "b200"), memo.predict(tc, "b200"))
+    # refused on other data or other settings, with the reason named
+    c2 = cells.copy()
+    c2.loc[c2["gpu"] == "l40s", "latency_ms"] *= 1.01
+    with pytest.raises(ValueError, match="other data"):
+        T.GreyBox("aic_gemm", c2, _defaults).adopt(doc)
+    with pytest.raises(ValueError, match="settings"):
+        T.GreyBox("aic_gemm", cells, _defaults, seed=1).adopt(doc)
+
+
+def test_ml_loo_full_tuning_shares_each_inner_fit_between_its_two_targets_and_changes_nothing(monkeypatch):
+    # a small grid keeps it quick; the sharing is what is tested: the same tuning tables and predictions
+    monkeypatch.setitem(T.fair_ground.ML_GRID, False, ({"max_iter": 20, "max_leaf_nodes": 7},
+                                                       {"max_iter": 40, "max_leaf_nodes": 15}))
+    law = lambda m, g: 1.0 + (0.2 if g in ("l40s", "b200") else 0.0) * np.log2(m) / 12.0  # noqa: E731
+    cells = _cells(GPUS[:4], law)
+    shared = T.MLLeaveOneOut("aic_gemm", cells, fast=False, seed=0, tuned=True)
+    tc = cells[cells["gpu"] == "a100-sxm"].reset_index(drop=True)
+    shared.fit(GPUS[0])
+    assert len(shared._inner) == 2 * 3  # 2 settings x 3 inner folds, each waiting for its second target
+    for g in GPUS[:4]:
+        alone = T.MLLeaveOneOut("aic_gemm", cells, fast=False, seed=0, tuned=True)  # nothing to share with
+        assert shared.fitted_on(g)["tuning"] == alone.fitted_on(g)["tuning"]
+        assert np.array_equal(shared.predict(tc, g), alone.predict(tc, g))
+    assert not shared._inner  # every shared inner fit was used twice, then let go

@@ -9,6 +9,7 @@ rule E2_2:
         **UTILITY_DATA["aic_attention"],
         gemm_rf="results/cache/rf/aic_gemm_a100-sxm.joblib",
         attn_rf="results/cache/rf/aic_attention_a100-sxm.joblib",
+        greybox=expand("results/cache/greybox/{dataset}.joblib", dataset=["aic_gemm", "aic_attention"]),
         gemm_constants=rules.settle_gemm_constants.output.constants,
         attention=rules.E1_24.output.result,
         settled=[rules.settle_gemm_constants.output.settled, rules.settle_step_constants.output.settled],

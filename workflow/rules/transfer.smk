@@ -130,12 +130,43 @@ rule settle_greybox_corrections:
         "../scripts/settle_greybox_corrections.py"
 
 
+# The grey box fitted once per table, every GPU held out in turn (cached): E2.1 scores it, E2.2 ranks with
+# it (the same cells, held-out constants and readings; each adopts the cache only if it fits its own data).
+rule greybox_fit:
+    input:
+        unpack(lambda wc: UTILITY_DATA[wc.dataset]),
+        gemm_constants=rules.settle_gemm_constants.output.constants,
+        attention=rules.E1_24.output.result,
+        settled=[rules.settle_gemm_constants.output.settled, rules.settle_step_constants.output.settled],
+        code=code_of("E2_greybox_fit"),
+    output:
+        fits="results/cache/greybox/{dataset}.joblib",
+    wildcard_constraints:
+        dataset=one_of(RF_DATASETS),
+    params:
+        seed=config["seed"],
+        fast=config["fast"],  # the boosted trees' sizes and bandwidths (greybox.SIZES, BANDWIDTHS)
+        full_grid=config["rf"]["full_grid"],  # Vidur's TP grid (as E2.1's cells)
+    threads: 1  # one BLAS thread: the fits are deterministic only single-threaded
+    log:
+        "logs/greybox_fit/{dataset}.log",
+    benchmark:
+        "benchmarks/greybox_fit/{dataset}.tsv"
+    conda:
+        CONDA_ENV
+    message:
+        "Grey-box fits on {wildcards.dataset}, every GPU held out in turn"
+    script:
+        "../scripts/E2_greybox_fit.py"
+
+
 # E2.1: home RF (held-out), verbatim and spec-scaled RF, and steptime (held-out folds) on every target GPU.
 rule E2_1:
     input:
         registered=registered_raw("E2.1"),
         **UTILITY_ALL_DATA,
         models=expand("results/cache/rf/{dataset}_{gpu}.joblib", dataset=RF_DATASETS, gpu=RF_HOMES),
+        greybox=expand("results/cache/greybox/{dataset}.joblib", dataset=RF_DATASETS),
         gemm_constants=rules.settle_gemm_constants.output.constants,
         attention=rules.E1_24.output.result,
         settled=[rules.settle_gemm_constants.output.settled, rules.settle_step_constants.output.settled],

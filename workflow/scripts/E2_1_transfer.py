@@ -56,6 +56,9 @@ reading_ids = {"aic_attention": lambda t: attn_reads.get(t, []), "aic_gemm": lam
                "vidur_step": lambda t: []}
 grey = {ds: transfer.GreyBox(ds, cells[ds], hooks[ds], fast=P.fast, seed=P.seed, reading_ids=reading_ids[ds])
         for ds in transfer.DATASETS}
+for path in inp.greybox:  # fitted once by the greybox_fit rule (E2.2 ranks with the same fits); adopted if they fit these data
+    fitted = joblib.load(path)
+    grey[fitted["settings"]["dataset"]].adopt(fitted)
 gemm_fit = gemm_doc["settings"]
 for path in inp.models:
     bundle = joblib.load(path)
@@ -78,6 +81,6 @@ doc = transfer.e2_1_document(records, fits, cells, fast=P.fast, full_grid=P.full
                              ml_full_tables=sorted(ml_full))
 write_result(snakemake.output.result, id="E2.1", question=P.question, metrics=doc["metrics"],
              claims=doc["claims"], extra={"transfer": records},
-             provenance=rule_provenance(snakemake, calibration=cal_log, exclude=("code", "models"), script="workflow/scripts/E2_1_transfer.py"))
+             provenance=rule_provenance(snakemake, calibration=cal_log, exclude=("code", "models", "greybox"), script="workflow/scripts/E2_1_transfer.py"))
 logging.info("E2.1: %d records, %d claims", len(records), len(doc["claims"]))
 transfer.plot_transfer(records, stem(snakemake.output.figure), full_grid=P.full_grid)

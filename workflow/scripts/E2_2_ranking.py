@@ -33,13 +33,18 @@ attn_reads = {gpu: [tuple(c) for c in v["scoring_excludes"].values()]
 grey = (transfer.GreyBox("aic_gemm", g, hook, fast=P.fast, seed=P.seed),
         transfer.GreyBox("aic_attention", a, hook, fast=P.fast, seed=P.seed,
                          reading_ids=lambda gpu: attn_reads.get(gpu, [])))
+# E2.1's fits (the greybox_fit rule: the same cells, GEMM / attention constants and readings); `adopt`
+# refuses them unless this run's training data hash to the same fingerprint
+fitted = {d["settings"]["dataset"]: d for d in map(joblib.load, inp.greybox)}
+for gbox in grey:
+    gbox.adopt(fitted[gbox.dataset])
 # the same with shape-only corrections (the same cell gets nearly the same factor on every GPU), set a priori
 grey_shared = (transfer.GreyBox("aic_gemm", g, hook, fast=P.fast, seed=P.seed, shared=True),
                transfer.GreyBox("aic_attention", a, hook, fast=P.fast, seed=P.seed, shared=True,
                                 reading_ids=lambda gpu: attn_reads.get(gpu, [])))
 res = ranking.run(g, a, wls, meas, gb, ab, constants_for=hook, grey=grey, grey_shared=grey_shared)
 cal_log = {f"ranking|{gpu}": transfer.calibration_summary(hook(gpu)[1], gpu) for gpu in ranking.GPUS}
-prov = rule_provenance(snakemake, calibration=cal_log, exclude=("code", "gemm_rf", "attn_rf"),
+prov = rule_provenance(snakemake, calibration=cal_log, exclude=("code", "gemm_rf", "attn_rf", "greybox"),
                        script="workflow/scripts/E2_2_ranking.py")
 d2 = ranking.e2_2_document(res, wls, meas, gb["home_gpu"], P.targets)
 write_result(snakemake.output.e2_2, id="E2.2", question=P.q2, metrics=d2["metrics"], claims=d2["claims"],

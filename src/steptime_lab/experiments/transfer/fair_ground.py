@@ -101,6 +101,7 @@ class MLLeaveOneOut:
         self.dataset, self.cells, self.fast, self.seed = dataset, cells, bool(fast), int(seed)
         self.tuned = bool(tuned)
         self._memo: dict = {}
+        self._inner: dict = {}  # inner-fold fits shared by the two targets whose tuning both fit them (_tune)
 
     def _cap(self):
         if self.tuned:
@@ -122,19 +123,28 @@ class MLLeaveOneOut:
             n[g] = int(len(sub))
         return np.vstack(xs), np.concatenate(ys), n, np.concatenate(grp)
 
-    def _tune(self, X, y, grp):
-        """{setting index: mean per-GPU MAPE} of GPU-grouped inner folds, and the best index."""
+    def _tune(self, X, y, grp, gpus=None):
+        """{setting index: mean per-GPU MAPE} of GPU-grouped inner folds, and the best index.
+        Leave-one-GPU-out on uncapped rows (`gpus` given): the fold of target T holding out H fits
+        on exactly the rows target H's fold holding out T fits on (every row of the other GPUs, in
+        the same order, the same seed): fitted once, kept until its second use."""
         from sklearn.ensemble import HistGradientBoostingRegressor
 
         gids = np.unique(grp)
         k = ML_INNER_FOLDS[self.fast] or len(gids)
         folds = [gids[i::k] for i in range(min(k, len(gids)))]
+        share = gpus is not None and ML_INNER_FOLDS[self.fast] is None and self._cap() is None
         cv = {}
         for j, setting in enumerate(ML_GRID[self.fast]):
             errs = []
             for held in folds:
                 te = np.isin(grp, held)
-                est = HistGradientBoostingRegressor(random_state=self.seed, **setting).fit(X[~te], y[~te])
+                key = (j, tuple(g for i, g in enumerate(gpus) if i not in set(held.tolist()))) if share else None
+                est = self._inner.pop(key, None) if share else None
+                if est is None:
+                    est = HistGradientBoostingRegressor(random_state=self.seed, **setting).fit(X[~te], y[~te])
+                    if share:
+                        self._inner[key] = est
                 r = np.abs(np.exp(est.predict(X[te]) - y[te]) - 1.0)
                 errs += [float(np.mean(r[grp[te] == g])) for g in held]
             cv[j] = float(np.mean(errs))
@@ -150,7 +160,7 @@ class MLLeaveOneOut:
             X, y, n, grp = self._train(gpus)
             with threadpool_limits(limits=1):  # one core (shared machines; deterministic)
                 if self.tuned and len(gpus) >= 2:
-                    cv, best = self._tune(X, y, grp)
+                    cv, best = self._tune(X, y, grp, gpus)
                     setting = dict(ML_GRID[self.fast][best])
                     tuning = {"grid": [dict(s) for s in ML_GRID[self.fast]],
                               "inner_cv_mape": {str(j): round(v, 5) for j, v in cv.items()},

@@ -177,11 +177,14 @@ def _mapes(est, d) -> dict:
     return out
 
 
-def fit_term(data: dict, target: str, *, fast: bool = True, seed: int = 0, bandwidths=None):
+def fit_term(data: dict, target: str, *, fast: bool = True, seed: int = 0, bandwidths=None, fits: dict | None = None):
     """`data`: {gpu: {F, base, meas, work, read_F, read_base, read_meas, read_work}} of the
     training GPUs (every cell but each GPU's readings; the readings apart). Returns the
     term model for `target` (the setting chosen by leave-one-GPU-out CV over these GPUs,
-    mean per-GPU MAPE; "none" is a candidate) and the CV table."""
+    mean per-GPU MAPE; "none" is a candidate) and the CV table. `fits`: a memo of inner-fold
+    fits shared across targets (same term, same `data` per GPU): an unweighted (h=inf) inner fit
+    depends only on the GPUs it is fitted on, so target T's fold holding out H and target H's
+    fold holding out T are one fit (the same design, the same seed: the same trees)."""
     from threadpoolctl import threadpool_limits
 
     data = {g: d for g, d in data.items() if len(d["base"])}
@@ -199,8 +202,14 @@ def fit_term(data: dict, target: str, *, fast: bool = True, seed: int = 0, bandw
             errs["none"].append(float(np.mean(np.abs(d["base"] - d["meas"]) / d["meas"])))
             inner = [g for g in gpus if g != held]
             for h in hs:
-                X, y, w = _design(data, inner, held, h, size["inner_rows_per_gpu"], seed)
-                for anchored, e in _mapes(_fit_gbt(X, y, w, size, seed), d).items():
+                key = (tuple(inner), held if math.isfinite(h) else None, h, bool(fast), seed)
+                est = fits.get(key) if fits is not None else None
+                if est is None:
+                    X, y, w = _design(data, inner, held, h, size["inner_rows_per_gpu"], seed)
+                    est = _fit_gbt(X, y, w, size, seed)
+                    if fits is not None and not math.isfinite(h):
+                        fits[key] = est
+                for anchored, e in _mapes(est, d).items():
                     errs.setdefault(_name(h, anchored), []).append(e)
     cv = {k: float(np.mean(v)) for k, v in errs.items() if len(v) == len(gpus)}
     best = min(cv, key=lambda k: (cv[k], k != "none"))
@@ -253,6 +262,7 @@ class GreyBox:
         self.bandwidths = bandwidths
         self._data: dict = {}
         self._memo: dict = {}
+        self._fits: dict = {}  # {term: inner-fold fits shared across targets (fit_term's `fits`)}
 
     def _features(self, cells, gpu: str) -> dict[str, np.ndarray]:
         f = term_features(self.dataset, cells, gpu)
@@ -319,7 +329,8 @@ class GreyBox:
             models, cv = {}, {}
             for term in terms_of(self.dataset):
                 models[term], cv[term] = fit_term({g: self._training(g)[term] for g in gpus}, target,
-                                                  fast=self.fast, seed=self.seed, bandwidths=self.bandwidths)
+                                                  fast=self.fast, seed=self.seed, bandwidths=self.bandwidths,
+                                                  fits=self._fits.setdefault(term, {}))
             first = terms_of(self.dataset)[0]
             info = {"gpus": gpus, "cells": int(sum(len(self._training(g)[first]["base"]) for g in gpus)),
                     "target_readings": 3,
@@ -337,6 +348,43 @@ class GreyBox:
                     "nested_cv_mape": cv}
             self._memo[target] = (models, info)
         return self._memo[target]
+
+    # ------------------------------------------------ fitted once, shared (E2.1 and E2.2 read one cache)
+
+    def settings(self) -> dict:
+        """What the fits depend on besides the data: a cache is adopted only where these match."""
+        return {"dataset": self.dataset, "fast": self.fast, "seed": self.seed, "shared": self.shared,
+                "bandwidths": [("inf" if not math.isfinite(h) else h) for h in (self.bandwidths or BANDWIDTHS[self.fast])]}
+
+    def fingerprint(self) -> str:
+        """sha256 of every GPU's training data (cells, steptime's terms, measured, readings): a cache
+        is adopted only by a GreyBox that would fit exactly the same models."""
+        import hashlib
+
+        h = hashlib.sha256()
+        for g in sorted(self.cells["gpu"].unique()):
+            for t, d in sorted(self._training(g).items()):
+                h.update(f"{g}|{t}|".encode())
+                for k in ("F", "base", "meas", "read_F", "read_base", "read_meas"):
+                    h.update(np.ascontiguousarray(np.asarray(d[k], dtype=float)).tobytes())
+        return h.hexdigest()
+
+    def fit_all(self, targets=None) -> dict:
+        """Every target's fit (default: every GPU of the table) as a cache document for `adopt`."""
+        for t in (targets if targets is not None else sorted(self.cells["gpu"].unique())):
+            self.fit(t)
+        return {"settings": self.settings(), "fingerprint": self.fingerprint(), "fits": dict(self._memo)}
+
+    def adopt(self, doc: dict) -> "GreyBox":
+        """Take the fits of a cache written by `fit_all` (results/cache/greybox/*.joblib) instead of
+        refitting; refuses, naming what differs, a cache fitted with other settings or on other data."""
+        if doc.get("settings") != self.settings():
+            raise ValueError(f"grey-box cache settings {doc.get('settings')} differ from this run's {self.settings()}")
+        if doc.get("fingerprint") != self.fingerprint():
+            raise ValueError(f"grey-box cache for {self.dataset} was fitted on other data than this run's "
+                             "(training fingerprint differs); rebuild results/cache/greybox")
+        self._memo.update(doc["fits"])
+        return self
 
     def predict_terms(self, cells, target: str, constants=None) -> dict:
         """{'terms': {term: corrected ms}, 'physics': {term: ms}, 'correction': {term: factor}, 'total': ms}."""
