@@ -142,7 +142,7 @@ def cost_table(*, model: str, workloads: dict, gpus, max_gpus: int, jobs: int, s
     return pd.DataFrame(rows)
 
 
-def e2_13(silicon: pd.DataFrame, *, model: str, gpu: str, engine: str, budget: int, per_concurrency: int,
+def held_out_plan(silicon: pd.DataFrame, *, model: str, gpu: str, engine: str, budget: int, per_concurrency: int,
           min_requests: int, slos_ms, seed: int, cost: dict, targets: dict, constants=None) -> dict:
     pts = frontier_points(silicon, model=model, gpu=gpu, engine=engine, budget=budget,
                           per_concurrency=per_concurrency, min_requests=min_requests, seed=seed,
@@ -162,7 +162,7 @@ def e2_13(silicon: pd.DataFrame, *, model: str, gpu: str, engine: str, budget: i
                                      "family and global constants as shipped"}}
 
 
-def e2_13_document(r: dict) -> dict:
+def document(r: dict) -> dict:
     t = r["targets"]
     cur, pk = r["curves"], r["picks"]
     both = pk.dropna(subset=["top1"]) if "top1" in pk else pk.iloc[0:0]
@@ -199,7 +199,7 @@ def e2_13_document(r: dict) -> dict:
             "claims": claims}
 
 
-def plot_e2_13(r: dict, stem, caption: str = "") -> list:
+def plot(r: dict, stem, caption: str = "") -> list:
     pts = r["points"]
     tps = sorted(pts["tp"].unique())
     fig, axes = subplots(1, len(tps), figsize=(3.4 * len(tps), 3.2), squeeze=False)
