@@ -7,7 +7,9 @@ import pandas as pd
 
 from steptime_lab.experiments import precision as E
 from steptime_lab.results import rule_provenance, write_result
+from steptime.calibration import DEFAULTS_FILE, Constants
 
+constants = Constants.load(DEFAULTS_FILE, snakemake.input.settled)  # this run's settled constants (declared inputs), passed down
 logging.basicConfig(filename=snakemake.log[0], level=logging.INFO, format="%(message)s", filemode="w")
 with open(snakemake.input.gemm_constants) as fh:
     gemm_doc = json.load(fh)
@@ -15,7 +17,7 @@ fp8 = E.load_fp8(pd.read_parquet(snakemake.input.fp8))
 bf16 = pd.read_parquet(snakemake.input.bf16)
 bf16 = bf16[bf16["dtype"].astype(str).isin(["bf16", "bfloat16"])]
 engines = pd.read_parquet(snakemake.input.engines)
-r = E.run(fp8, bf16, gemm_doc, seed=int(snakemake.params.seed), engines=engines)
+r = E.run(fp8, bf16, gemm_doc, base=constants, seed=int(snakemake.params.seed), engines=engines)
 doc = E.document(r, float(snakemake.params.target_pct))
 logging.info("E1.27: %d vLLM fp8 GEMM cells, %d bf16 cells, %d other-engine rows; %d claims, %d met", len(fp8),
              len(bf16), len(engines), len(doc["claims"]), sum(bool(c.get("met")) for c in doc["claims"]))

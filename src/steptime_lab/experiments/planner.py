@@ -32,6 +32,7 @@ from steptime.calibration import Constants
 from steptime.plan import plan
 from steptime.plotting import save, subplots
 from steptime.serve import Policy, StepTimer, simulate, synthetic
+from steptime_lab.run_constants import require_constants
 
 SIMULATED = "simulated (a scheduler model driven by predicted step times), not measured"
 CURVE = ["gpu", "engine", "precision", "tp", "isl", "osl"]
@@ -45,7 +46,7 @@ def frontier_points(silicon: pd.DataFrame, *, model: str, gpu: str, engine: str,
                     min_requests: int, seed: int, constants=None, hold_out: bool = True) -> pd.DataFrame:
     """Every measured point of `model` on `gpu` with `engine`, with steptime's simulated twin
     (`hold_out`: the GPU's own deploy readings removed, as for a GPU nobody measured)."""
-    held = (constants or Constants.default())
+    held = (require_constants(constants, "planner.frontier_points"))
     held = held.without_gpu(gpu) if hold_out else held
     d = silicon_workloads(silicon, model=model, gpu=gpu)
     d = d[d["engine"] == engine]
