@@ -103,8 +103,8 @@ def test_deploy_cells_are_three_named_cells_excluded_from_scoring():
     assert x["phase"].iloc[dep["attn_eta_ceil"]] == "prefill"
     assert x["b"].iloc[dep["attn_floor_us"]] >= E.DEPLOY_BATCH_FLOOR
     assert x["c"].iloc[dep["attn_floor_us"]] == x[x["phase"] == "decode"]["c"].min()
-    fc = E.calibrate_gpu(x, "h100-sxm", {k: v[0] for k, v in E.FIT_GLOBALS.items()})
-    p = E.predict(x.iloc[list(dep.values())], "h100-sxm", fc)["t"]
+    fc = E.calibrate_gpu(x, "h100-sxm", {k: v[0] for k, v in E.FIT_GLOBALS.items()}, constants=Constants.default())
+    p = E.predict(x.iloc[list(dep.values())], "h100-sxm", fc, constants=Constants.default())["t"]
     assert p[0] == pytest.approx(x["y_ms"].iloc[dep["attn_floor_us"]], rel=1e-3)
 
 
@@ -132,8 +132,8 @@ def test_per_gpu_constants_carried_from_gemm_readings():
     fcg = {k: v[0] for k, v in E.FIT_GLOBALS.items()}
     readings = {"h100-sxm": {"kernel_floor_us": 2.5, "eta_mem_max": 0.8, "eta_active": 0.9},
                 "h200-sxm": {"kernel_floor_us": 2.0, "eta_mem_max": 0.9, "eta_active": 0.8}}
-    ratios = E.reading_ratios(c, ["h100-sxm"], fcg, readings)
-    own = E.calibrate_gpu(c[c["gpu"] == "h100-sxm"].reset_index(drop=True), "h100-sxm", fcg)
+    ratios = E.reading_ratios(c, ["h100-sxm"], fcg, readings, constants=Constants.default())
+    own = E.calibrate_gpu(c[c["gpu"] == "h100-sxm"].reset_index(drop=True), "h100-sxm", fcg, constants=Constants.default())
     back = E.from_gemm_readings(fcg, ratios, readings["h100-sxm"])
     for a in E.READING_PAIRS:
         assert back[a] == pytest.approx(own[a])
@@ -141,7 +141,7 @@ def test_per_gpu_constants_carried_from_gemm_readings():
     assert moved["attn_floor_us"] == pytest.approx(own["attn_floor_us"] * 2.0 / 2.5)
     assert moved["attn_eta_ceil"] == pytest.approx(own["attn_eta_ceil"] * 0.8 / 0.9)
     with pytest.raises(ValueError, match="GEMM readings"):
-        E.reading_ratios(c, ["h200-sxm"], fcg, {"h100-sxm": readings["h100-sxm"]})
+        E.reading_ratios(c, ["h200-sxm"], fcg, {"h100-sxm": readings["h100-sxm"]}, constants=Constants.default())
 
 
 def test_gemm_reading_cells_name_the_gemm_deploy_cells():

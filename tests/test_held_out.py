@@ -15,7 +15,7 @@ ROOT = Path(__file__).resolve().parents[1]
 def test_gemm_fold_comes_from_the_other_gpus_and_lists_the_targets_readings():
     """On the committed GEMM folds: the target's constants are its fold's, not the all-GPU fit."""
     doc = json.loads((ROOT / "results/calibration/gemm_constants.json").read_text())
-    c, cal = held_out_constants("h100-sxm", ("gemm",), gemm_doc=doc)
+    c, cal = held_out_constants("h100-sxm", ("gemm",), gemm_doc=doc, base=Constants.default())
     fold = doc["folds"]["h100-sxm"]
     name = next(iter(fold["globals"]))
     assert c.get(name, get_gpu("h100-sxm")) == pytest.approx(fold["globals"][name])
@@ -24,7 +24,7 @@ def test_gemm_fold_comes_from_the_other_gpus_and_lists_the_targets_readings():
 
 
 def test_without_folds_keeps_defaults_and_says_so():
-    c, cal = held_out_constants("h100-sxm", ("gemm", "attention"))
+    c, cal = held_out_constants("h100-sxm", ("gemm", "attention"), base=Constants.default())
     assert c.get("duty_k") == Constants.default().get("duty_k")
     assert cal.notes["gemm_constants"].startswith("defaults.yaml as shipped")
     assert cal.notes["attention_constants"].startswith("defaults.yaml as shipped")
@@ -34,7 +34,7 @@ def test_attention_fold_overrides_the_target_only_and_records_its_cells():
     factors = {"attn_eta_mem": 0.123}
     doc = {"metrics": {"per_gpu": {"h100-sxm": {"factors": factors, "fit_on": ["a100-sxm"],
                                                 "deploy_cells": {"d": ["h100-sxm", "attention", "decode", 1]}}}}}
-    heldout = HeldOut(("attention",), attn_doc=doc)
+    heldout = HeldOut(("attention",), attn_doc=doc, base=Constants.default())
     c, cal = heldout("h100-sxm")
     assert c.get("attn_eta_mem", get_gpu("h100-sxm")) == pytest.approx(0.123)
     assert ("h100-sxm", "attention", "decode", 1) in cal.used["attention_fold@h100-sxm"]
@@ -46,6 +46,6 @@ def test_attention_fold_overrides_the_target_only_and_records_its_cells():
 
 def test_unknown_family_and_dataset_are_refused():
     with pytest.raises(ValueError, match="unknown constant families"):
-        held_out_constants("h100-sxm", ("gemm", "kv"))
+        held_out_constants("h100-sxm", ("gemm", "kv"), base=Constants.default())
     with pytest.raises(ValueError, match="unknown dataset"):
         HeldOut.for_dataset("trace")

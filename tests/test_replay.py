@@ -6,6 +6,7 @@ import pytest
 
 from steptime.errors import SteptimeError
 from steptime_lab.experiments import replay as R
+from steptime.calibration import Constants
 
 PROMPTS = {("mlenergy-v3", "lm-arena-chat"): 250}
 
@@ -85,7 +86,7 @@ def test_policy_per_engine():
 def _replay(concurrency, osl=64):
     si = _silicon([{"id": "a", "concurrency": concurrency, "osl": osl, "isl": 128}])
     rows, _ = R.replay_rows(silicon=si)
-    out = R.run_replay(rows, requests_per_slot=4, min_requests=16)
+    out = R.run_replay(rows, requests_per_slot=4, min_requests=16, constants=Constants.default())
     assert not out["skipped"]
     return out["pred"].iloc[0]
 
@@ -148,7 +149,7 @@ def test_silicon_ttft_is_the_clients_mean_after_its_warm_up():
 
     run = simulate(None, None, R.workload_for(rows.iloc[0], get_model("llama-3.1-8b").max_position_embeddings,
                                               requests_per_slot=4, min_requests=16),
-                   R.policy_for("trtllm", 4), timer=R._timer(rows.iloc[0], "llama-3.1-8b", None))
+                   R.policy_for("trtllm", 4), timer=R._timer(rows.iloc[0], "llama-3.1-8b", None, constants=Constants.default()))
     d = run.requests
     want = 1e3 * d[(d["request"] >= 8) & (d["request"] < 48)]["ttft_s"].mean()
     assert R.steady_stats(run)["ttft_client_mean_ms"] == pytest.approx(want)

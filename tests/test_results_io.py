@@ -80,3 +80,28 @@ def test_rule_provenance_is_built_from_the_declared_inputs_and_params(tmp_path):
     (tmp_path / "a.parquet").unlink()
     with pytest.raises(FileNotFoundError):
         rule_provenance(smk, script="x")
+
+
+def test_write_experiment_writes_the_result_then_draws_at_the_figure_stem(tmp_path):
+    """The thin scripts' shared tail: the result carries the rule's question, provenance (peers
+    added) and `extra`; the figure is drawn at the output's path without its extension."""
+    from types import SimpleNamespace
+
+    from snakemake.iocontainers import InputFiles, Params
+
+    from steptime_lab.results import write_experiment
+
+    data = tmp_path / "a.parquet"
+    data.write_text("a")
+    smk = SimpleNamespace(input=InputFiles(fromdict={"data": str(data)}), rule="E9_9",
+                          params=Params(fromdict={"question": "why?", "seed": 3}),
+                          output=SimpleNamespace(result=str(tmp_path / "E9_9.json"), fig=str(tmp_path / "E9_9.png")))
+    doc = {"metrics": {"x": 1.5}, "claims": [claim("x small", 1.5, "x <= target", target=2.0, op="<=", met=True)]}
+    drawn = []
+    out = write_experiment(smk, id="E9.9", doc=doc, script="workflow/scripts/E9_9_x.py", peers={"peer": "1.0"},
+                           extra={"defaults_updates": []}, figure=drawn.append)
+    back = json.loads((tmp_path / "E9_9.json").read_text())
+    assert back == out and back["question"] == "why?" and back["metrics"] == {"x": 1.5}
+    assert back["claims"][0]["met"] is True and back["defaults_updates"] == []
+    assert back["provenance"]["peers"] == {"peer": "1.0"} and back["provenance"]["config"] == {"seed": 3}
+    assert drawn == [str(tmp_path / "E9_9")]

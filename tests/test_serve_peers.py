@@ -81,7 +81,7 @@ def _ds_inputs():
 
 def _run(silicon, aic_on=False):
     traces, coef, tokens, case = _ds_inputs()
-    return peers.e2_12(silicon, traces, coef, tokens, cases=[{"model": "qwen3-32b", "gpu": "h100-sxm",
+    return peers.side_by_side(silicon, traces, coef, tokens, cases=[{"model": "qwen3-32b", "gpu": "h100-sxm",
                                                              "aic_model": "Qwen/Qwen3-32B"}],
                        budget=2048, per_concurrency=2, min_requests=8, seed=1, distserve_case=case, aic=aic_on,
                        targets={"tpot_s_p50_abs_error_max": 0.1, "ttft_s_p50_abs_error_max": 0.2,
@@ -96,12 +96,12 @@ def test_e2_12_scores_against_the_measured_rows_and_is_deterministic():
     exact = _silicon()
     exact.loc[:1, "ttft_ms"] = t["ttft_s_steptime"].to_numpy() * 1e3
     exact.loc[:1, "tpot_ms"] = t["tpot_s_steptime"].to_numpy() * 1e3
-    doc = peers.e2_12_document(_run(exact))
+    doc = peers.document(_run(exact))
     st = [c for c in doc["claims"] if c["claim"].startswith("steptime:")]
     assert len(st) == 2 and all(c["met"] and abs(c["value"]) < 1e-9 for c in st)
     # the unchanged (300 ms / 20 ms) table is far from the predictions and misses
-    doc2 = peers.e2_12_document(r)
-    assert doc2["metrics"]["rows"] == peers.e2_12_document(_run(_silicon()))["metrics"]["rows"]
+    doc2 = peers.document(r)
+    assert doc2["metrics"]["rows"] == peers.document(_run(_silicon()))["metrics"]["rows"]
     ds = doc2["metrics"]["distserve"]
     assert set(ds) >= {"steptime", "distserve", "steptime_vs_distserve", "workload"}
     assert ds["steptime"]["tpot_s_mean"] > 0 and ds["distserve"]["tpot_s_mean"] > 0

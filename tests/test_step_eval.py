@@ -6,6 +6,7 @@ import pytest
 from steptime_lab.experiments import light as LX
 from steptime_lab.experiments import step as E
 from steptime.step import VIDUR_LAYER_OPS, predict_step, vidur_layer_ops, vidur_layer_time
+from steptime.calibration import Constants
 
 
 def test_layer_ops_are_vidurs_operator_set():
@@ -47,7 +48,7 @@ def _toy_vidur():
 
 def test_run_scores_splits_and_ladder_on_synthetic_tables():
     v = _toy_vidur()
-    r = E.run(v, LX.tidy_cells(v), n_boot=20)
+    r = E.run(v, LX.tidy_cells(v), n_boot=20, constants=Constants.default())
     subs = {(x["gpu"], x["subset"]) for x in r["records"] if x["predictor"] == "steptime"}
     assert ("a100-sxm", "decode") in subs and ("a100-sxm", "prefill") in subs
     rungs = {x["rung"] for x in r["ladder"]}

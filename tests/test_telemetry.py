@@ -12,6 +12,7 @@ import pytest
 from steptime_collect import clock, dispatch, engine_kernels, gemm_sweep, power, safety, steptrace
 from steptime_lab.experiments.host import learner as hostfloor
 from steptime.errors import DataError
+from steptime.calibration import Constants
 
 FIX = Path(__file__).parent / "fixtures"
 
@@ -288,7 +289,7 @@ def _tiny_fpm(n_steps=60, gpu="b300", model="qwen3-32b", tp=1):
 
 def _with_host(tidy, floors):
     """latency = steptime's kernel-only step + a known floor a + b (N - 1) per segment (floors: seg -> (a, b))."""
-    steps, _ = hostfloor.predict_host_floor(tidy)
+    steps, _ = hostfloor.predict_host_floor(tidy, constants=Constants.default())
     k = steps.set_index("step")["kernel_ms"]
     out = tidy.copy()
     n = out["decode_requests"].to_numpy(float)
@@ -300,7 +301,7 @@ def _with_host(tidy, floors):
 
 def test_e1_19_fpm_path_recovers_a_known_host_floor_and_the_shift():
     tidy = _with_host(_tiny_fpm(), {"sweep": (1.0, 0.02), "real": (3.0, 0.05)})
-    metrics, claims, steps = hostfloor.build(tidy, warmup=0.2)
+    metrics, claims, steps = hostfloor.build(tidy, warmup=0.2, constants=Constants.default())
     run = metrics["per_run"]["b300/qwen3-32b/tp1"]
     st, sh = run["stationary"], run["shift"]
     # stationary: the frozen learner reads the real floor from the first 20% of its steps (noise-free here)
@@ -335,11 +336,11 @@ def test_e1_19_reads_a_collected_steptrace_through_the_same_path(tmp_path):
     path = tmp_path / "raw" / "telemetry" / "steptrace" / "h100-sxm" / "qwen3-32b.csv"
     path.parent.mkdir(parents=True)
     pd.DataFrame({c: (real[c] if c in real else 0) for c in steptrace.FPM_COLUMNS}).to_csv(path, index=False)
-    metrics, _, _ = hostfloor.build(None, [path], warmup=0.2)
+    metrics, _, _ = hostfloor.build(None, [path], warmup=0.2, constants=Constants.default())
     run = metrics["per_run"]["h100-sxm/qwen3-32b/tp1"]
     assert run["stationary"]["constants"]["online_frozen"] == pytest.approx([2.0, 0.0], abs=1e-6)
     assert "not_run" in run["shift"]  # a collected trace has one segment: no shift case
-    both, _, _ = hostfloor.build(_with_host(_tiny_fpm(), {"sweep": (1.0, 0.0), "real": (1.0, 0.0)}), [path])
+    both, _, _ = hostfloor.build(_with_host(_tiny_fpm(), {"sweep": (1.0, 0.0), "real": (1.0, 0.0)}), [path], constants=Constants.default())
     assert sorted(both["per_run"]) == ["b300/qwen3-32b/tp1", "h100-sxm/qwen3-32b/tp1"]
     good = pd.read_csv(path)
     # a collected trace gets the vendored runs' checks: an impossible step names its file, row and column
@@ -347,13 +348,13 @@ def test_e1_19_reads_a_collected_steptrace_through_the_same_path(tmp_path):
     bad.loc[3, "decode_tokens"] = bad.loc[3, "decode_requests"] + 1
     bad.to_csv(path, index=False)
     with pytest.raises(DataError, match=r"qwen3-32b.csv: row 3 .*column 'decode_tokens'.*exactly one token"):
-        hostfloor.build(None, [path])
+        hostfloor.build(None, [path], constants=Constants.default())
     good.assign(latency_ms=-good["latency_ms"]).to_csv(path, index=False)
     with pytest.raises(DataError, match=r"qwen3-32b.csv: .*latency_ms"):
-        hostfloor.build(None, [path])
+        hostfloor.build(None, [path], constants=Constants.default())
     good.drop(columns=["latency_ms"]).to_csv(path, index=False)
     with pytest.raises(DataError, match="lacks column"):
-        hostfloor.build(None, [path])
+        hostfloor.build(None, [path], constants=Constants.default())
     with pytest.raises(DataError, match="unknown phase"):
         hostfloor.score_runs(pd.DataFrame({"phase": ["decode"]}), phases=["prefil"])
 

@@ -4,6 +4,7 @@ import pytest
 
 from steptime_lab.experiments import tp_cost as T
 from steptime_lab.experiments.wallclock import KINDS
+from steptime.calibration import Constants
 
 
 def _cells(scale_comm: float):
@@ -61,12 +62,12 @@ def test_rank_overhead_recovers_a_per_rank_cost_held_out_by_tp():
                              segment="sweep", ctx_tokens=0, ctx_requests=0, ctx_kv_tokens=0, decode_requests=n,
                              mean_decode_kv_tokens=1024.0))
     s = pd.DataFrame(rows)
-    base = predict_table(s, make_predictor("vllm", "llama-3.1-8b", "h100-sxm", engine="vllm"))["pred_ms"]
+    base = predict_table(s, make_predictor("vllm", "llama-3.1-8b", "h100-sxm", engine="vllm", constants=Constants.default()))["pred_ms"]
     up = s.assign(latency_ms=base + 0.1 * (s["tp"] - 1))
-    r = T.rank_overhead(up)[0]
+    r = T.rank_overhead(up, constants=Constants.default())[0]
     per = r["laws"]["per_rank"]
     assert per["b_ms_all"] == pytest.approx(0.1)
     assert all(x["error_ms"] == pytest.approx(0.0, abs=1e-9) for x in per["loo"])
     assert r["identifiable"]  # every law positive here
     down = s.assign(latency_ms=base - 0.1 * (s["tp"] - 1))
-    assert T.rank_overhead(down)[0]["identifiable"] is False
+    assert T.rank_overhead(down, constants=Constants.default())[0]["identifiable"] is False

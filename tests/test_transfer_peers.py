@@ -115,7 +115,7 @@ def test_ledger_counts_every_cell_behind_a_target():
              "mape_all": 0.1, "fitted_on": fo},
             {"dataset": "aic_gemm", "home_gpu": "a100-sxm", "target_gpu": "h100-sxm", "predictor": "rf_verbatim",
              "mape_all": 1.0, "fitted_on": {"gpus": ["a100-sxm"], "cells": 7000, "target_readings": 0}}]
-    rows = {r["predictor"]: r for r in cc.ledger(recs, {}, 10)}
+    rows = {r["predictor"]: r for r in cc.ledger(recs, {}, 10, constants=Constants.default())}
     assert rows["steptime"]["cells_behind_one_gpu"] == 4009 and rows["steptime"]["gpus_fitted_on"] == 2
     assert rows["rf"]["cells_behind_one_gpu"] == 7000
 
@@ -135,7 +135,7 @@ def test_held_out_vidur_step_holds_out_the_knee_exponent():
                 rows.append(dict(gpu=g, model="llama-2-7b", tp=1, num_tokens=t, op=op, latency_ms=lat))
     cells = LX.tidy_cells(pd.DataFrame(rows))
     gpus = ["a100-sxm", "h100-sxm", "a40"]
-    c, info = SX.held_out_constants(cells, "a40", gpus)
+    c, info = SX.held_out_constants(cells, "a40", gpus, constants=Constants.default())
     others = LX.fit_kernels(cells, ["a100-sxm", "h100-sxm"])["light_p"]
     with_target = LX.fit_kernels(cells, gpus)["light_p"]
     got = c.get("light_p")

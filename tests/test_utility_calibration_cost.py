@@ -1,5 +1,6 @@
 """E2.5 ledger: rows, coverage and accuracy per predictor from E2.1-style records."""
 from steptime_lab.experiments import calibration_cost as cc
+from steptime.calibration import Constants
 
 
 def _rec(target, pred, mape):
@@ -13,7 +14,7 @@ def test_ledger_rows():
     cal_log = {"aic_gemm|h100-sxm": {"target_cells": {"eta_active": [["h100-sxm", "gemm", "4096", "4096", "4096"]],
                                                       "host_a_ms": [["h100-sxm", "host", "x"]]}}}
     rows = cc.ledger(recs, {("aic_gemm", "a100-sxm"): {"profiled_rows": 9240, "train_rows": 7400}}, 10,
-                     cal_log=cal_log)
+                     constants=Constants.default(), cal_log=cal_log)
     by = {r["predictor"]: r for r in rows}
     assert by["rf"]["gpus_covered"] == 1 and by["rf"]["rows_profiled_per_gpu"] == 9240
     assert by["rf"]["home_mape"] == 0.05 and by["rf"]["unseen_mape_mean"] == 1.0
@@ -24,7 +25,7 @@ def test_ledger_rows():
 
 
 def test_steptime_rows_counts_deploy_cells():
-    r = cc.steptime_rows()
+    r = cc.steptime_rows(Constants.default())
     assert r["max_deploy_cells_one_gpu"] == max(r["deploy_cells_per_gpu"].values(), default=0)
 
 

@@ -7,6 +7,7 @@ import pytest
 
 from steptime.errors import SteptimeError
 from steptime_lab.experiments import wallclock as W
+from steptime.calibration import Constants
 
 
 def _steps(tps=(1, 2, 8), seed=0):
@@ -149,8 +150,8 @@ def test_tp_scaling_is_exact_for_a_constant_scale_and_not_for_a_wrong_tp_law():
 
 def test_roofline_is_a_lower_bound_of_the_kernel_model_and_grows_with_tokens():
     s = _steps(tps=(1, 2))
-    roof = W.predict_table(s, W.make_predictor("roofline", "llama-3.1-8b", "h100-sxm"))
-    kern = W.predict_table(s, W.make_predictor("kernels", "llama-3.1-8b", "h100-sxm"))
+    roof = W.predict_table(s, W.make_predictor("roofline", "llama-3.1-8b", "h100-sxm", constants=Constants.default()))
+    kern = W.predict_table(s, W.make_predictor("kernels", "llama-3.1-8b", "h100-sxm", constants=Constants.default()))
     assert (roof["pred_ms"] <= kern["pred_ms"]).all()
     assert (roof["host_ms"] == 0).all() and (roof["launch_ms"] == 0).all()
     assert (kern["host_ms"] == 0).all()  # kernels: GPU kernel time only
@@ -255,7 +256,7 @@ def test_run_tpot_scores_per_dataset_gpu_engine_and_refuses_unknown_models_with_
     v2, sil = _tpot_tables()
     rows, _ = W.tpot_table(mlenergy_v2=v2, silicon=sil, prompt_tokens={("mlenergy-v2", "chat"): 250})
     rows = pd.concat([rows, rows.iloc[:1].assign(model="no-such-model", model_source="nobody/none")])
-    res = W.run_tpot(rows, n_boot=10)
+    res = W.run_tpot(rows, n_boot=10, constants=Constants.default())
     pooled = [s for s in res["scores"] if s["subset"] == "tpot"]
     assert {(s["dataset"], s["engine"]) for s in pooled} == {("mlenergy-v2", "vllm-v0"), ("aic-silicon", "trtllm")}
     assert res["skipped"] and res["skipped"][0]["rows"] == 1 and "UnknownModelError" in res["skipped"][0]["reason"]
@@ -266,7 +267,7 @@ def test_evaluate_records_carry_dataset_engine_and_tp():
     recs = W.evaluate_records(_fpm_tidy(), silicon=_tpot_tables()[1], n_boot=10,
                               fit={"fit_names": ["t_samp_ms", "t_samp_b_ms", "comm_offset_us"],
                                    "block_fit_names": ["t_samp_ms", "block_scale", "comm_offset_us"]},
-                              prompt_tokens={}, mixed={"chunked": ["trtllm"], "token_budget": 8192})
+                              prompt_tokens={}, mixed={"chunked": ["trtllm"], "token_budget": 8192}, constants=Constants.default())
     from steptime_lab.evaluate import RECORD_KEYS
 
     for r in recs:
@@ -287,7 +288,7 @@ def test_fitted_constants_file_round_trips_into_the_predictor(tmp_path):
     s = W.fpm_steps(_fpm_tidy())
     spec = W.FpmSpec(model="llama-3.1-8b", fit_names=("t_samp_ms", "t_samp_b_ms", "comm_offset_us"),
                      block_fit_names=("t_samp_ms", "block_scale", "comm_offset_us"))
-    r = W.run_fpm(s, spec, n_boot=10)
+    r = W.run_fpm(s, spec, n_boot=10, constants=Constants.default())
     path = tmp_path / "engine_constants.yaml"
     W.write_fitted_constants(path, W.engine_constants_doc([r], spec))
     vals, cells = W.fitted_values(path, "vllm", "h100-sxm")
@@ -297,7 +298,7 @@ def test_fitted_constants_file_round_trips_into_the_predictor(tmp_path):
 
     assert get_engine("vllm", fitted=path).get("t_samp_ms", __import__("steptime.specs", fromlist=["x"]).get_gpu(
         "h100-sxm")) == pytest.approx(round(r["fitted"]["t_samp_ms"], 6))
-    r2 = W.run_fpm(s, spec, fitted_doc=path, n_boot=10)
+    r2 = W.run_fpm(s, spec, fitted_doc=path, n_boot=10, constants=Constants.default())
     a = {(x["tp"], x["phase"]): x["mape"] for x in r["scores"]["vllm_wallclock_fit"]}
     b = {(x["tp"], x["phase"]): x["mape"] for x in r2["scores"]["vllm_wallclock_fit"]}
     assert a == pytest.approx(b, rel=1e-3)
@@ -309,7 +310,7 @@ def test_fitted_constants_file_round_trips_into_the_predictor(tmp_path):
                 for e in tbl.values():
                     e["cells"] = [["h100-sxm", "vllm", 1, "decode", 1, 999999]]
     with pytest.raises(W.WallclockError, match="not the rule's steps"):
-        W.run_fpm(s, spec, fitted_doc=doc, n_boot=10)
+        W.run_fpm(s, spec, fitted_doc=doc, n_boot=10, constants=Constants.default())
 
 
 def test_smallest_batch_rows_keeps_each_groups_smallest_batch_under_the_cap():
@@ -339,7 +340,7 @@ def test_scales_act_on_their_term_kinds_and_their_per_op_price_is_measured():
 
 def test_comm_offset_shifts_every_all_reduce_call_of_tp_steps_only():
     s = _steps(tps=(1, 2))
-    f = W.make_predictor("vllm", "llama-3.1-8b", "h100-sxm")
+    f = W.make_predictor("vllm", "llama-3.1-8b", "h100-sxm", constants=Constants.default())
     g = W.with_scales(f)
     a = W.predict_table(s, g)
     b = W.predict_table(s, g, {"comm_offset_us": 2.0})
@@ -359,7 +360,7 @@ def test_per_op_cost_shifts_all_reduce_cells_by_the_fitted_offset():
 
 def test_make_predictor_refuses_unknown_override_names_and_applies_step_adjustments_itself():
     s = _steps(tps=(1, 2))
-    f = W.make_predictor("vllm", "llama-3.1-8b", "h100-sxm")
+    f = W.make_predictor("vllm", "llama-3.1-8b", "h100-sxm", constants=Constants.default())
     with pytest.raises(W.WallclockError, match="unknown override name.*no_such_constant"):
         W.predict_table(s, f, {"no_such_constant": 1.0})
     a = W.predict_table(s, f)
@@ -373,8 +374,8 @@ def test_fitted_doc_scales_reach_the_predictor_through_the_one_constructor():
     s = _steps(tps=(1, 2))
     doc = {"engines": {}, "constants": {},
            "scales": {"vllm": {"h100-sxm": {"comm_offset_us": {"value": 50.0, "cells": []}}}}}
-    a = W.predict_table(s, W.make_predictor("vllm", "llama-3.1-8b", "h100-sxm"))
-    b = W.predict_table(s, W.make_predictor("vllm", "llama-3.1-8b", "h100-sxm", fitted=doc))
+    a = W.predict_table(s, W.make_predictor("vllm", "llama-3.1-8b", "h100-sxm", constants=Constants.default()))
+    b = W.predict_table(s, W.make_predictor("vllm", "llama-3.1-8b", "h100-sxm", fitted=doc, constants=Constants.default()))
     tp2 = (s["tp"] == 2).to_numpy()
     assert np.allclose((b["comm_ms"] - a["comm_ms"])[tp2], 2 * 32 * 50.0e-3)
     assert np.allclose(b["pred_ms"][~tp2], a["pred_ms"][~tp2])
@@ -388,8 +389,8 @@ def test_host_floor_r23_arm_carries_the_fitted_comm_offset():
                                                          "source": "test"}}}}, "constants": {},
            "scales": {"vllm": {"h100-sxm": {"comm_offset_us": {"value": 40.0, "cells": []}}}}}
     no_off = {**doc, "scales": {}}
-    a, _ = hostfloor.predict_host_floor(tidy, fitted=no_off, skip_over_budget=False)
-    b, _ = hostfloor.predict_host_floor(tidy, fitted=doc, skip_over_budget=False)
+    a, _ = hostfloor.predict_host_floor(tidy, fitted=no_off, skip_over_budget=False, constants=Constants.default())
+    b, _ = hostfloor.predict_host_floor(tidy, fitted=doc, skip_over_budget=False, constants=Constants.default())
     tp = b["tp"].to_numpy() > 1
     assert tp.any() and (~tp).any()
     assert np.allclose(b["r23_ms"].to_numpy()[~tp], a["r23_ms"].to_numpy()[~tp])
@@ -427,7 +428,7 @@ def test_ttft_wave_is_the_prefill_stream_of_the_wave_and_queues_beyond_the_kv_ca
     """TTFT (W.TTFT_NOTE): one client = one prefill step of its prompt; c clients in lockstep = the mean over
     their prompts' completion steps of budget-sized prefill steps; a KV cache smaller than the wave queues the
     rest behind a whole wave; the steady schedule is half a decode step plus the mixed steps."""
-    f = W.make_predictor("vllm", "llama-3.1-8b", "h100-sxm", engine="vllm")
+    f = W.make_predictor("vllm", "llama-3.1-8b", "h100-sxm", engine="vllm", constants=Constants.default())
     one = W.predict_ttft(_ttft_rows(1), f, "llama-3.1-8b", "h100-sxm", 1, token_budget=8192)
     pf = f(W.tokens._prefill_steps([1024], [1], 1), 1, None)["total"]
     assert one[0] == pytest.approx(pf[0])

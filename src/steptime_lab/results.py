@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import math
 import os
 import re
@@ -254,3 +255,20 @@ def write_result(path: str | os.PathLike, *, id: str, question: str, metrics: di
     doc[DIGEST_KEY] = result_digest(doc)
     write_json(path, doc)
     return doc
+
+
+def write_experiment(smk, *, id: str, doc: dict, script: str, figure=None, calibration: dict | None = None,
+                     extra: dict | None = None, peers: dict | None = None) -> dict:
+    """The tail every thin experiment script shares: the result file (`doc`'s metrics and claims, the
+    question from the rule's params, `rule_provenance`, `peers` recorded in it when given) at
+    `smk.output.result`, one log line with the claims met, then the figure: `figure(stem)` draws at
+    `smk.output.fig` without its extension."""
+    prov = rule_provenance(smk, calibration=calibration, script=script)
+    if peers:
+        prov["peers"] = peers
+    out = write_result(smk.output.result, id=id, question=smk.params.question, metrics=doc["metrics"],
+                       claims=doc["claims"], provenance=prov, extra=extra)
+    logging.info("%s: %d claims, %d met", id, len(doc["claims"]), sum(bool(c.get("met")) for c in doc["claims"]))
+    if figure is not None:
+        figure(os.path.splitext(str(smk.output.fig))[0])
+    return out

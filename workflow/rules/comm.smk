@@ -37,6 +37,7 @@ rule E1_27:
         bf16=tidy("gemm"),
         engines=tidy("gemm_engines"),
         gemm_constants=rules.settle_gemm_constants.output.constants,
+        settled=rules.settle_gemm_constants.output.settled,
         code=code_of("E1_27_fp8_gemm"),
     output:
         result="results/E1_27.json",

@@ -27,13 +27,13 @@ prompts = {(d, t): v for d, per in st["prompt_tokens"].items() for t, v in per.i
 rows, _ = W.tpot_table(pd.read_parquet(snakemake.input.mlenergy_v2), pd.read_parquet(snakemake.input.mlenergy_v3),
                        pd.read_parquet(snakemake.input.silicon), prompt_tokens=prompts)
 tok = W.run_tpot(W.smallest_batch_rows(rows, st["small_batch"]), n_boot=10, seed=p.seed, constants=constants)
-doc = R.document_e1_18(fpm_ex, fpm_prof, R.exposed_host_tokens(tok["pred"]),
+doc = R.exposed_host_document(fpm_ex, fpm_prof, R.exposed_host_tokens(tok["pred"]),
                        st["small_requests"], st["small_batch"])
 logging.info("E1.18: %d small FPM decode groups, %d token rows at a small batch", len(fpm_ex), len(tok["pred"]))
 prov = rule_provenance(snakemake, script="workflow/scripts/E1_18_exposed_host.py")
 write_result(snakemake.output.result, id="E1.18", question=p.question, metrics=doc["metrics"], claims=doc["claims"],
              provenance=prov, extra={"settings": st})
 logging.info("E1.18: %d claims, %d met", len(doc["claims"]), sum(bool(c.get("met")) for c in doc["claims"]))
-R.plot_e1_18(doc, splitext(snakemake.output.fig)[0],
+R.plot_exposed_host(doc, splitext(snakemake.output.fig)[0],
              "E1.18: measured wall clock minus the predicted GPU kernel time of the same step, on the smallest steps "
              "(FPM decode steps of few requests; token times at a small mean batch), per engine, GPU and TP.")

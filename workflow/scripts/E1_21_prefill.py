@@ -25,13 +25,13 @@ for (gpu, engine, model), s in steps.groupby(["gpu", "engine", "model"], sort=Tr
 iso_scores, iso_skipped = W.score_isolated_prefills(W.isolated_prefills(sil), n_boot=p.n_boot,
                                                     seed=p.seed, fitted=snakemake.input.constants,
                                                     constants=constants)
-doc = R.document_e1_21(fpm, iso_scores, iso_skipped, W.prefill_coverage(v2, v3, sil), p.targets)
+doc = R.prefill_document(fpm, iso_scores, iso_skipped, W.prefill_coverage(v2, v3, sil), p.targets)
 logging.info("E1.21: %d FPM (GPU, engine, model) sets, %d isolated-prefill scores, %d skipped", len(fpm), len(iso_scores), len(iso_skipped))
 prov = rule_provenance(snakemake, script="workflow/scripts/E1_21_prefill.py")
 write_result(snakemake.output.result, id="E1.21", question=p.question, metrics=doc["metrics"], claims=doc["claims"],
              provenance=prov, extra={"targets": p.targets})
 logging.info("E1.21: %d claims, %d met", len(doc["claims"]), sum(bool(c.get("met")) for c in doc["claims"]))
-R.plot_e1_21(doc, splitext(snakemake.output.fig)[0],
+R.plot_prefill(doc, splitext(snakemake.output.fig)[0],
              "E1.21: wall-clock prefill MAPE per GPU, engine and TP where a set holds isolated prefills (B300 FPM "
              "prefill sweep; silicon TTFT at concurrency 1), by predictor; GPUs without such data are listed in "
              "metrics.coverage with the reason.")

@@ -21,7 +21,7 @@ for (gpu, engine, model), s in steps.groupby(["gpu", "engine", "model"], sort=Tr
     spec = W.FpmSpec(model=model, engine=engine, **p.settings["fit"])
     r = W.run_fpm(s, spec, fitted_doc=snakemake.input.constants, n_boot=p.n_boot, seed=p.seed,
                   constants=constants)
-    d = R.document_e1_26(r, p.targets)
+    d = R.engine_step_document(r, p.targets)
     sp = W.repeat_spread(s, spec, p.targets, draws=p.settings["repeat_draws"], seed=p.seed, constants=constants)
     d["metrics"]["repeat_spread"] = sp
     d["claims"] += R.document_repeat_spread(sp, gpu, engine)
@@ -37,7 +37,7 @@ prov = rule_provenance(snakemake, calibration=r["calibration"].to_dict(), script
 write_result(snakemake.output.result, id="E1.26", question=p.question, metrics=metrics, claims=claims,
              provenance=prov, extra={"targets": p.targets})
 logging.info("E1.26: %d claims, %d met", len(claims), sum(bool(c.get("met")) for c in claims))
-R.plot_e1_26(r, splitext(snakemake.output.fig)[0],
+R.plot_engine_step(r, splitext(snakemake.output.fig)[0],
              f"E1.26: real vLLM engine steps ({r['model']}, {r['gpu']}, TP 1-8, AIConfigurator forward-pass metrics) "
              "held out from R2.3's three readings: predicted vs measured, MAPE per TP x phase for kernels / bare "
              "roofline / shipped profile / three wall-clock readings, signed error of decode steps vs batch, and the "

@@ -5,7 +5,7 @@ import pandas as pd
 
 from steptime_lab.experiments import serving
 from steptime.calibration import DEFAULTS_FILE, Constants
-from steptime_lab.results import rule_provenance, write_result
+from steptime_lab.results import write_experiment
 
 logging.basicConfig(filename=snakemake.log[0], level=logging.INFO, format="%(message)s", filemode="w")
 constants = Constants.load(DEFAULTS_FILE, snakemake.input.settled)  # this run's settled constants (declared inputs), passed down
@@ -16,11 +16,8 @@ r = serving.replay_runs(pd.read_parquet(snakemake.input.requests), targets=dict(
                   peer=pd.read_parquet(snakemake.input.llmservingsim), constants=constants)
 logging.info("E2.10: settings %s", s)
 doc = serving.replay_claims(r)
-prov = rule_provenance(snakemake, script="workflow/scripts/E2_10_replay.py")
-write_result(snakemake.output.result, id="E2.10", question=p.question, metrics=doc["metrics"], claims=doc["claims"],
-             provenance=prov)
-logging.info("E2.10: %d claims, %d met", len(doc["claims"]), sum(bool(c.get("met")) for c in doc["claims"]))
-serving.replay_figure(r, str(snakemake.output.fig).rsplit(".", 1)[0],
-                   "E2.10: per-request TTFT, TPOT and end-to-end latency of LLMServingSim's real vLLM 0.19 runs "
-                   "(300 ShareGPT requests each, measured) against steptime.serve replaying the same arrivals "
-                   "and lengths (simulated), one row per run; the MoE run is not replayed.")
+write_experiment(snakemake, id="E2.10", doc=doc, script="workflow/scripts/E2_10_replay.py",
+                 figure=lambda stem: serving.replay_figure(r, stem, (
+    "E2.10: per-request TTFT, TPOT and end-to-end latency of LLMServingSim's real vLLM 0.19 runs "
+    "(300 ShareGPT requests each, measured) against steptime.serve replaying the same arrivals "
+    "and lengths (simulated), one row per run; the MoE run is not replayed.")))

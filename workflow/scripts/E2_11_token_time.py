@@ -23,7 +23,7 @@ mixed = W.run_tpot(rows, n_boot=p.n_boot, seed=p.seed, fitted=snakemake.input.co
                    mixed=p.settings["mixed"], constants=constants)
 sens = W.prompt_sensitivity(rows, prompts, p.settings["prompt_scale"], fitted=snakemake.input.constants,
                             constants=constants)
-doc = R.document_e2_11(res, skipped + res["skipped"], p.targets, sens, mixed=mixed)
+doc = R.token_time_document(res, skipped + res["skipped"], p.targets, sens, mixed=mixed)
 ttft = W.run_ttft(rows, token_budget=p.settings["mixed"]["token_budget"], mem_util=p.settings["ttft"]["mem_util"],
                   fitted=snakemake.input.constants, constants=constants, n_boot=p.n_boot, seed=p.seed)
 tdoc = R.document_ttft(ttft, p.targets, min_rows=p.settings["ttft"]["min_rows"])
@@ -34,7 +34,7 @@ prov = rule_provenance(snakemake, script="workflow/scripts/E2_11_token_time.py")
 write_result(snakemake.output.result, id="E2.11", question=p.question, metrics=doc["metrics"], claims=doc["claims"],
              provenance=prov, extra={"targets": p.targets, "settings": p.settings})
 logging.info("E2.11: %d claims, %d met", len(doc["claims"]), sum(bool(c.get("met")) for c in doc["claims"]))
-R.plot_e2_11(res, splitext(snakemake.output.fig)[0],
+R.plot_token_time(res, splitext(snakemake.output.fig)[0],
              "E2.11: measured token time (ML.ENERGY v2 mean TPOT, v3 median inter-token latency, AIConfigurator "
              "silicon TPOT) against one decode step at the measured mean batch plus the amortised prefill of "
              "arriving requests (an approximation of a schedule); right: MAPE per dataset x GPU x engine, naive "

@@ -7,7 +7,7 @@ import pandas as pd
 
 from steptime.calibration import DEFAULTS_FILE, Constants
 from steptime_lab.experiments import serving_peers
-from steptime_lab.results import rule_provenance, write_result
+from steptime_lab.results import write_experiment
 from steptime.serve import aic
 
 aic.require()
@@ -16,22 +16,18 @@ constants = Constants.load(DEFAULTS_FILE, snakemake.input.settled)  # this run's
 p = snakemake.params
 s = dict(p.settings)
 inp = snakemake.input
-r = serving_peers.e2_12(pd.read_parquet(inp.silicon), pd.read_parquet(inp.traces), pd.read_parquet(inp.coefficients),
+r = serving_peers.side_by_side(pd.read_parquet(inp.silicon), pd.read_parquet(inp.traces), pd.read_parquet(inp.coefficients),
                 pd.read_parquet(inp.max_tokens), cases=s["cases"], budget=s["budget"],
                 per_concurrency=s["requests_per_concurrency"], min_requests=s["min_requests"], seed=s["seed"],
                 distserve_case=s["distserve"], targets=dict(p.targets),
                 servingsim=(pd.read_parquet(inp.servingsim_requests), pd.read_parquet(inp.servingsim_timeseries)),
                 servingsim_runs=s["servingsim_runs"], constants=constants)
-doc = serving_peers.e2_12_document(r)
+doc = serving_peers.document(r)
 logging.info("E2.12: aiconfigurator-core %s; settings %s", aic.version(), s)
-prov = rule_provenance(snakemake, script="workflow/scripts/E2_12_serving_peers.py")
-prov["peers"] = {"aiconfigurator-core": aic.version()}
-write_result(snakemake.output.result, id="E2.12", question=p.question, metrics=doc["metrics"], claims=doc["claims"],
-             provenance=prov)
-logging.info("E2.12: %d claims, %d met", len(doc["claims"]), sum(bool(c.get("met")) for c in doc["claims"]))
 with open(snakemake.output.timing, "w") as fh:
     json.dump(serving_peers.timing_document(r), fh, indent=1)
-serving_peers.plot_e2_12(r, str(snakemake.output.fig).rsplit(".", 1)[0],
+write_experiment(snakemake, id="E2.12", doc=doc, script="workflow/scripts/E2_12_serving_peers.py",
+                 peers={"aiconfigurator-core": aic.version()}, figure=lambda stem: serving_peers.plot(r, stem,
                  "E2.12: mean TTFT and TPOT of AIConfigurator's silicon sample (Qwen3-32B on H100, aggregated "
                  "serving, closed loop) against steptime's serving simulator (datasheet + <=3 readings; simulated) "
-                 "and AIConfigurator's own estimate (its per-operator tables for that GPU and engine).")
+                 "and AIConfigurator's own estimate (its per-operator tables for that GPU and engine)."))

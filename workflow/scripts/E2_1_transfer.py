@@ -76,7 +76,7 @@ for path in inp.models:
                                                     attn_cells=attn_cells, attn_sample=attn_sample,
                                                     light_cells=light_cells, light_gpus=vidur_gpus, seed=P.seed))
     fits.append(transfer.bundle_summary(bundle))
-doc = transfer.e2_1_document(records, fits, cells, fast=P.fast, full_grid=P.full_grid, targets=P.targets,
+doc = transfer.transfer_document(records, fits, cells, fast=P.fast, full_grid=P.full_grid, targets=P.targets,
                              gap=transfer.profiler_gap(tables["vidur_mlp"], tables["gemm"]), ml_tuned=P.ml_tuned,
                              ml_full_tables=sorted(ml_full))
 write_result(snakemake.output.result, id="E2.1", question=P.question, metrics=doc["metrics"],

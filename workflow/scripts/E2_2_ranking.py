@@ -46,10 +46,10 @@ res = ranking.run(g, a, wls, meas, gb, ab, constants_for=hook, grey=grey, grey_s
 cal_log = {f"ranking|{gpu}": transfer.calibration_summary(hook(gpu)[1], gpu) for gpu in ranking.GPUS}
 prov = rule_provenance(snakemake, calibration=cal_log, exclude=("code", "gemm_rf", "attn_rf", "greybox"),
                        script="workflow/scripts/E2_2_ranking.py")
-d2 = ranking.e2_2_document(res, wls, meas, gb["home_gpu"], P.targets)
+d2 = ranking.ranking_document(res, wls, meas, gb["home_gpu"], P.targets)
 write_result(snakemake.output.e2_2, id="E2.2", question=P.q2, metrics=d2["metrics"], claims=d2["claims"],
              provenance=prov)
-d6 = ranking.e2_6_document(res)
+d6 = ranking.tie_document(res)
 write_result(snakemake.output.e2_6, id="E2.6", question=P.q6, metrics=d6["metrics"], claims=d6["claims"],
              provenance=prov)
 for eid, d in (("E2.2", d2), ("E2.6", d6)):

@@ -5,7 +5,7 @@ import pandas as pd
 
 from steptime_lab.experiments import serving
 from steptime.calibration import DEFAULTS_FILE, Constants
-from steptime_lab.results import rule_provenance, write_result
+from steptime_lab.results import write_experiment
 
 logging.basicConfig(filename=snakemake.log[0], level=logging.INFO, format="%(message)s", filemode="w")
 constants = Constants.load(DEFAULTS_FILE, snakemake.input.settled)  # this run's settled constants (declared inputs), passed down
@@ -17,12 +17,9 @@ r = serving.deadline_queue_attainment(pd.read_parquet(snakemake.input.traces), m
                  targets=dict(p.targets), constants=constants)
 logging.info("E2.3: settings %s", s)
 doc = serving.deadline_queue_claims(r)
-prov = rule_provenance(snakemake, script="workflow/scripts/E2_3_deadlines.py")
-write_result(snakemake.output.result, id="E2.3", question=p.question, metrics=doc["metrics"], claims=doc["claims"],
-             provenance=prov)
-logging.info("E2.3: %d claims, %d met", len(doc["claims"]), sum(bool(c.get("met")) for c in doc["claims"]))
-serving.deadline_queue_figure(r, str(snakemake.output.fig).rsplit(".", 1)[0],
-                  "E2.3 (simulated): TTFT SLO attainment against arrival rate for FCFS and for a QLM-style "
-                  "deadline queue (earliest deadline first; requests estimated to miss go to the back) with "
-                  "steptime's waiting-time estimate and with a scalar one (predicted prefill of a mean prompt "
-                  "per request ahead).")
+write_experiment(snakemake, id="E2.3", doc=doc, script="workflow/scripts/E2_3_deadlines.py",
+                 figure=lambda stem: serving.deadline_queue_figure(r, stem, (
+    "E2.3 (simulated): TTFT SLO attainment against arrival rate for FCFS and for a QLM-style "
+    "deadline queue (earliest deadline first; requests estimated to miss go to the back) with "
+    "steptime's waiting-time estimate and with a scalar one (predicted prefill of a mean prompt "
+    "per request ahead).")))

@@ -5,7 +5,7 @@ import pandas as pd
 
 from steptime_lab.experiments import serving
 from steptime.calibration import DEFAULTS_FILE, Constants
-from steptime_lab.results import rule_provenance, write_result
+from steptime_lab.results import write_experiment
 
 logging.basicConfig(filename=snakemake.log[0], level=logging.INFO, format="%(message)s", filemode="w")
 constants = Constants.load(DEFAULTS_FILE, snakemake.input.settled)  # this run's settled constants (declared inputs), passed down
@@ -19,11 +19,8 @@ r = serving.pool_sizing(pd.read_parquet(inp.traces), pd.read_parquet(inp.coeffic
                  constants=constants)
 logging.info("E2.4: settings %s", s)
 doc = serving.pool_sizing_claims(r)
-prov = rule_provenance(snakemake, script="workflow/scripts/E2_4_pools.py")
-write_result(snakemake.output.result, id="E2.4", question=p.question, metrics=doc["metrics"], claims=doc["claims"],
-             provenance=prov)
-logging.info("E2.4: %d claims, %d met", len(doc["claims"]), sum(bool(c.get("met")) for c in doc["claims"]))
-serving.pool_sizing_figure(r, str(snakemake.output.fig).rsplit(".", 1)[0],
-                  "E2.4 (simulated): per-GPU goodput (largest Poisson rate per GPU with 90% of requests within "
-                  "both SLOs) of each prefill/decode placement, with steptime's step times and with DistServe's "
-                  "fitted latency model driving the same disaggregated simulator on the same requests.")
+write_experiment(snakemake, id="E2.4", doc=doc, script="workflow/scripts/E2_4_pools.py",
+                 figure=lambda stem: serving.pool_sizing_figure(r, stem, (
+    "E2.4 (simulated): per-GPU goodput (largest Poisson rate per GPU with 90% of requests within "
+    "both SLOs) of each prefill/decode placement, with steptime's step times and with DistServe's "
+    "fitted latency model driving the same disaggregated simulator on the same requests.")))

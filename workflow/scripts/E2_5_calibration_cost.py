@@ -35,10 +35,10 @@ for path in snakemake.input.models:
         cells = transfer.load_cells("vidur_step", transfer.step_tps(P.fast, P.full_grid),
                                     tables={"vidur_mlp": snakemake.input.vidur_mlp})
         step_speed = cc.step_prediction_speed(b, cells[cells.gpu == "h100-sxm"].reset_index(drop=True), "h100-sxm")
-rows = cc.ledger(e21["transfer"], metas, len(gpu_keys()), cal_log=e21["provenance"]["calibration"])
+rows = cc.ledger(e21["transfer"], metas, len(gpu_keys()), constants=constants, cal_log=e21["provenance"]["calibration"])
 settings = {"rf_grid": e21["metrics"]["settings"]["rf_grid"], "fast": bool(P.fast),
             "rows_profiled": "rows of the home GPU's table the profile holds (the fit used the 80% train split)",
-            "steptime_rows": cc.steptime_rows()}
+            "steptime_rows": cc.steptime_rows(constants)}
 settings["reading_repeats"] = P.reading_repeats
 readings = cc.reading_gpu_seconds(
     Constants.load(DEFAULTS_FILE, *snakemake.input.readings_settled), snakemake.input.engine_constants,

@@ -5,7 +5,7 @@ import pandas as pd
 
 from steptime_lab.experiments import serving
 from steptime.calibration import DEFAULTS_FILE, Constants
-from steptime_lab.results import rule_provenance, write_result
+from steptime_lab.results import write_experiment
 
 logging.basicConfig(filename=snakemake.log[0], level=logging.INFO, format="%(message)s", filemode="w")
 constants = Constants.load(DEFAULTS_FILE, snakemake.input.settled)  # this run's settled constants (declared inputs), passed down
@@ -18,11 +18,8 @@ r = serving.chunk_sizing(pd.read_parquet(snakemake.input.traces), models=s["mode
                  constants=constants)
 logging.info("E2.9: settings %s", s)
 doc = serving.chunk_sizing_claims(r)
-prov = rule_provenance(snakemake, script="workflow/scripts/E2_9_chunk_budget.py")
-write_result(snakemake.output.result, id="E2.9", question=p.question, metrics=doc["metrics"], claims=doc["claims"],
-             provenance=prov)
-logging.info("E2.9: %d claims, %d met", len(doc["claims"]), sum(bool(c.get("met")) for c in doc["claims"]))
-serving.chunk_sizing_figure(r, str(snakemake.output.fig).rsplit(".", 1)[0],
-                  "E2.9 (simulated): closed loop at the stated concurrency on Splitwise conversation lengths; "
-                  "each point one Sarathi chunk (p99 time between tokens vs output throughput); dashed lines "
-                  "the TBT SLOs (multiples of the predicted decode step); stars steptime's pick per SLO.")
+write_experiment(snakemake, id="E2.9", doc=doc, script="workflow/scripts/E2_9_chunk_budget.py",
+                 figure=lambda stem: serving.chunk_sizing_figure(r, stem, (
+    "E2.9 (simulated): closed loop at the stated concurrency on Splitwise conversation lengths; "
+    "each point one Sarathi chunk (p99 time between tokens vs output throughput); dashed lines "
+    "the TBT SLOs (multiples of the predicted decode step); stars steptime's pick per SLO.")))

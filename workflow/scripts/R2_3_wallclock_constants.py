@@ -27,7 +27,7 @@ for (gpu, engine, model), s in steps.groupby(["gpu", "engine", "model"], sort=Tr
     per_op = {"arm_B": W.per_op_cost(tables, r["fitted"], n_boot=p.n_boot, seed=p.seed),
               "arm_C": W.per_op_cost(tables, r["fitted_block"], n_boot=p.n_boot, seed=p.seed)}
     fits.append(r)
-    docs.append((r, R.document_r2_3(r, p.targets, per_op), per_op))
+    docs.append((r, R.wallclock_constants_document(r, p.targets, per_op), per_op))
 engine_doc = W.engine_constants_doc(fits, W.FpmSpec(model="", **p.settings["fit"]))
 W.write_fitted_constants(snakemake.output.constants, engine_doc)
 r, doc, per_op = docs[0]  # one (GPU, engine) holds FPM steps today; metrics list every one
@@ -38,7 +38,7 @@ prov = rule_provenance(snakemake, calibration=r["calibration"].to_dict(), script
 write_result(snakemake.output.result, id="R2.3", question=p.question, metrics=metrics, claims=claims,
              provenance=prov, extra={"targets": p.targets, "settings": p.settings})
 logging.info("R2.3: %d claims, %d met", len(claims), sum(bool(c.get("met")) for c in claims))
-R.plot_r2_3(r, per_op, splitext(snakemake.output.fig)[0],
+R.plot_wallclock_constants(r, per_op, splitext(snakemake.output.fig)[0],
             f"R2.3: held-out step MAPE of {r['engine']}@{r['gpu']} per TP x phase with the shipped (per-operator "
             "calibrated) profile, the engine constants read from three wall-clock steps, and one kernel scale k "
             "(arm C); right: what k costs on the per-operator GEMM/attention tables.")

@@ -14,7 +14,7 @@ constants file (`FITTED_FILE`, written by a pipeline rule; absent means none) or
 from __future__ import annotations
 
 import copy
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from functools import lru_cache
 from pathlib import Path
 from types import MappingProxyType
@@ -87,8 +87,9 @@ class Engine:
     ar_limits: dict = field(default_factory=dict)     # allreduce.by_tp: the per-(architecture, TP) dispatch table
 
     def __post_init__(self):  # a profile is shared by every prediction in the process: its tables are read-only
-        for name in ("graphs", "values", "fitted", "ar_limits"):
-            object.__setattr__(self, name, read_only(getattr(self, name)))
+        for f in fields(self):
+            if f.type in (dict, "dict"):  # every table field (annotations are strings here: `from __future__`)
+                object.__setattr__(self, f.name, read_only(getattr(self, f.name)))
 
     def lookup(self, name: str, gpu=None) -> EngineValue:
         if gpu is not None:

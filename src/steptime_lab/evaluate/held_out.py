@@ -27,6 +27,7 @@ from __future__ import annotations
 from steptime.calibration import Calibration, Constants
 from steptime.specs import get_gpu
 from steptime_lab.experiments import attention as AX, gemm as GX, light as LX, step as SX
+from steptime_lab.run_constants import require_constants
 
 FAMILIES = ("gemm", "attention", "light")
 # Which families each scored dataset exercises (E2.x experiments use these names).
@@ -43,7 +44,7 @@ def held_out_constants(target: str, families=FAMILIES, *, gemm_doc: dict | None 
     if unknown:
         raise ValueError(f"unknown constant families {unknown} (known: {', '.join(FAMILIES)})")
     key = get_gpu(target).key
-    c = base or Constants.default()
+    c = require_constants(base, "held_out_constants")
     notes: dict[str, tuple] = {}
     if "light" in families and light_cells is not None:
         c, info = SX.held_out_constants(light_cells, target, list(light_gpus or sorted(set(light_cells["gpu"]))),

@@ -7,6 +7,7 @@ and prompt-length settings come from the registry (config/experiments.yaml, R2.3
 
 from __future__ import annotations
 
+from steptime.calibration import Constants
 from steptime.specs import gpu_key
 from steptime_lab import data
 from steptime_lab.data.manifest import find_root
@@ -26,7 +27,8 @@ def evaluate(family: str = "wallclock", gpus=None, seed: int = 0, n_boot: int = 
     fit, prompts, mixed, ttft = settings()
     recs = W.evaluate_records(data.load_fpm_steps(), data.load_mlenergy("v2"), data.load_mlenergy("v3"),
                               data.load_aic_silicon(), fit=fit, prompt_tokens=prompts, n_boot=n_boot, seed=seed,
-                              mixed=mixed, ttft=ttft)
+                              mixed=mixed, ttft=ttft,
+                              constants=Constants.default())  # the command's constants: the shipped ones, passed down
     if gpus:
         keep = {gpu_key(g) for g in gpus}
         recs = [r for r in recs if r["gpu"] in keep]

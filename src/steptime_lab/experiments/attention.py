@@ -30,6 +30,7 @@ from steptime.specs import get_gpu, gpu_keys
 from steptime.terms import attention as A
 from steptime import plotting
 from steptime_lab.results import claim
+from steptime_lab.run_constants import require_constants
 
 AIC_GPUS = tuple(gpu_keys(tables="aic"))  # the nine GPUs with AIConfigurator tables (gpus.yaml aic_name)
 LLM_HEADS = (32, 64)
@@ -133,7 +134,7 @@ def predict(cells_gpu, gpu, fc: dict, warm_l2: bool = True, constants: Constants
     g = get_gpu(gpu)
     x = cells_gpu
     r = A.attention_cells(x["b"].to_numpy(), x["s"].to_numpy(), x["c"].to_numpy(), x["H"].to_numpy(),
-                          x["Hkv"].to_numpy(), x["d"].to_numpy(), g, constants or Constants.default(),
+                          x["Hkv"].to_numpy(), x["d"].to_numpy(), g, require_constants(constants, "attention.predict"),
                           kv_dtype=x["kv_dtype"].to_numpy(), warm_l2=warm_l2, fc=fc)
     return {k: (np.asarray(v) * 1e3 if k.startswith("t") else v) for k, v in r.items()}
 
@@ -258,7 +259,7 @@ def baseline_predict(name, cells_gpu, gpu, cal: dict | None = None, constants: C
     g = get_gpu(gpu)
     x = cells_gpu
     r = A.attention_request_terms(x["s"].to_numpy(), x["c"].to_numpy(), x["H"].to_numpy(), x["Hkv"].to_numpy(),
-                                  x["d"].to_numpy(), g, constants or Constants.default(), kv_dtype=x["kv_dtype"].to_numpy(),
+                                  x["d"].to_numpy(), g, require_constants(constants, "attention.baseline_predict"), kv_dtype=x["kv_dtype"].to_numpy(),
                                   fc={**{f: 1.0 for f in A.FACTORS}, "attn_c_tokens": 0.0, "attn_causal_tile": 1.0,
                                       "attn_fill_half": 0.0, "attn_prefill_floor_rel": 1.0})
     b = x["b"].to_numpy()

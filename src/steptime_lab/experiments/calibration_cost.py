@@ -20,14 +20,15 @@ from steptime.plotting import PALETTE, save, setup
 from steptime_lab.experiments.ratios import predict_layer_ops
 from steptime_lab.experiments.transfer.profiled import predict_profiled
 from steptime_lab.results import claim
+from steptime_lab.run_constants import require_constants
 
 LEDGER_PREDICTORS = ("steptime", "steptime_home_only", "rf", "rf_spec_scaled", "rf_spec_scaled_readings", "ml_loo",
                      "poly", "poly_spec_scaled")
 
 
-def steptime_rows(constants=None) -> dict:
+def steptime_rows(constants) -> dict:
     """Rows that set steptime's constants: per-GPU deploy cells and family/global fitted cells."""
-    constants = constants or Constants.default()
+    constants = require_constants(constants, "calibration_cost.steptime_rows")
     per_gpu, shared = {}, 0
     for scope, table in constants._scopes.items():
         n = sum(len(c.cells) for c in table.values())
@@ -73,7 +74,7 @@ def ledger(transfer_records, bundles_meta: dict, n_gpus_datasheet: int, constant
     the predictor used for one unseen target, shared fits on other GPUs included (maximum
     over the targets; from E2.1's `fitted_on`); `target_cells_per_gpu`: of those, the cells
     measured on the target itself (steptime's deploy readings, 0 for a pure transfer)."""
-    st = steptime_rows(constants)
+    st = steptime_rows(require_constants(constants, "calibration_cost.ledger"))
     used = deploy_cells_used(cal_log)
     by = {}
     for r in transfer_records:

@@ -32,6 +32,7 @@ from steptime.calibration import Constants
 from steptime.plan import plan
 from steptime.plotting import save, subplots
 from steptime.serve import Policy, StepTimer, simulate, synthetic
+from steptime_lab.run_constants import require_constants
 
 SIMULATED = "simulated (a scheduler model driven by predicted step times), not measured"
 CURVE = ["gpu", "engine", "precision", "tp", "isl", "osl"]
@@ -45,7 +46,7 @@ def frontier_points(silicon: pd.DataFrame, *, model: str, gpu: str, engine: str,
                     min_requests: int, seed: int, constants=None, hold_out: bool = True) -> pd.DataFrame:
     """Every measured point of `model` on `gpu` with `engine`, with steptime's simulated twin
     (`hold_out`: the GPU's own deploy readings removed, as for a GPU nobody measured)."""
-    held = (constants or Constants.default())
+    held = (require_constants(constants, "planner.frontier_points"))
     held = held.without_gpu(gpu) if hold_out else held
     d = silicon_workloads(silicon, model=model, gpu=gpu)
     d = d[d["engine"] == engine]
@@ -142,7 +143,7 @@ def cost_table(*, model: str, workloads: dict, gpus, max_gpus: int, jobs: int, s
     return pd.DataFrame(rows)
 
 
-def e2_13(silicon: pd.DataFrame, *, model: str, gpu: str, engine: str, budget: int, per_concurrency: int,
+def held_out_plan(silicon: pd.DataFrame, *, model: str, gpu: str, engine: str, budget: int, per_concurrency: int,
           min_requests: int, slos_ms, seed: int, cost: dict, targets: dict, constants=None) -> dict:
     pts = frontier_points(silicon, model=model, gpu=gpu, engine=engine, budget=budget,
                           per_concurrency=per_concurrency, min_requests=min_requests, seed=seed,
@@ -162,7 +163,7 @@ def e2_13(silicon: pd.DataFrame, *, model: str, gpu: str, engine: str, budget: i
                                      "family and global constants as shipped"}}
 
 
-def e2_13_document(r: dict) -> dict:
+def document(r: dict) -> dict:
     t = r["targets"]
     cur, pk = r["curves"], r["picks"]
     both = pk.dropna(subset=["top1"]) if "top1" in pk else pk.iloc[0:0]
@@ -199,7 +200,7 @@ def e2_13_document(r: dict) -> dict:
             "claims": claims}
 
 
-def plot_e2_13(r: dict, stem, caption: str = "") -> list:
+def plot(r: dict, stem, caption: str = "") -> list:
     pts = r["points"]
     tps = sorted(pts["tp"].unique())
     fig, axes = subplots(1, len(tps), figsize=(3.4 * len(tps), 3.2), squeeze=False)

@@ -333,7 +333,7 @@ def _brief(info: dict) -> dict:
     return {k: info[k] for k in ("gpus", "cells", "target_readings", "fast", "setting", "shared") if k in info}
 
 
-def e2_2_document(res, wls, meas, home_gpu: str | None, targets: dict) -> dict:
+def ranking_document(res, wls, meas, home_gpu: str | None, targets: dict) -> dict:
     """metrics + claims of E2.2; `targets["top1"]`: the tie-aware top-1 agreement to reach (config/experiments.yaml)."""
     claims = []
     for set_name, by in res["scores"].items():
@@ -406,7 +406,7 @@ def e2_2_document(res, wls, meas, home_gpu: str | None, targets: dict) -> dict:
     return {"metrics": metrics, "claims": claims}
 
 
-def e2_6_document(res) -> dict:
+def tie_document(res) -> dict:
     """Naive (stable-sort) vs tie-aware scoring, and where the predicted ties sit."""
     claims, metrics = [], {}
     for set_name, by in res["scores"].items():

@@ -39,7 +39,6 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from steptime.calibration import Constants
 from steptime.errors import SteptimeError, UnknownModelError
 from steptime_lab.figures import parity
 from steptime import plotting
@@ -49,6 +48,7 @@ from steptime.specs.engines import get_engine
 from steptime_lab.experiments import wallclock as W
 from steptime_lab.metrics import score
 from steptime_lab.results import claim
+from steptime_lab.run_constants import require_constants
 
 # measured column of a row -> the simulated statistic compared with it
 MEASURES = {
@@ -219,7 +219,7 @@ def _timer(row, model_key, fitted, constants=None):
     if consts.get(eng, {}).get(g) or scales.get(eng, {}).get(g):
         raise ReplayError(f"fitted constants/scales for {eng}@{g} are not applied by the serving timer")
     c = int(row["concurrency"])
-    constants = constants or Constants.default()
+    constants = require_constants(constants, "replay._timer")
     return StepTimer(model_key, gpu, tp=int(row["tp"]), engine=get_engine(eng, fitted=eng_part or constants.engines),
                      dtype=str(row["dtype"]), max_tokens=max(DEFAULT_BUDGET, c) + 16, max_requests=c,
                      constants=constants)

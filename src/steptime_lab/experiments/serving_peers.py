@@ -77,7 +77,7 @@ def _rel(pred, meas):
     return (pred - meas) / meas
 
 
-def e2_12(silicon: pd.DataFrame, traces: pd.DataFrame, distserve: pd.DataFrame, distserve_tokens: pd.DataFrame, *,
+def side_by_side(silicon: pd.DataFrame, traces: pd.DataFrame, distserve: pd.DataFrame, distserve_tokens: pd.DataFrame, *,
           cases, budget: int, per_concurrency: int, min_requests: int, seed: int, distserve_case: dict,
           aic: bool = True, targets: dict | None = None, servingsim: tuple | None = None,
           servingsim_runs=(), constants=None) -> dict:
@@ -223,7 +223,7 @@ def _summ(table: pd.DataFrame, peer: str, by=None) -> dict:
     return {" ".join(str(x) for x in (k if isinstance(k, tuple) else (k,))): one(g) for k, g in table.groupby(by)}
 
 
-def e2_12_document(r: dict) -> dict:
+def document(r: dict) -> dict:
     t, table = r["targets"], r["table"]
     summary = {p: {"all": _summ(table, p), "by_engine": _summ(table, p, ["engine", "engine_version"]),
                    "fitted_on": FITTED_ON[p]} for p in r["peers"]}
@@ -279,7 +279,7 @@ def e2_12_document(r: dict) -> dict:
             "claims": claims}
 
 
-def plot_e2_12(r: dict, stem, caption: str = "") -> list:
+def plot(r: dict, stem, caption: str = "") -> list:
     table = r["table"]
     fig, axes = subplots(1, 2, figsize=(9, 4), squeeze=False)
     colors = {"steptime": PALETTE["steptime"], "aiconfigurator": PALETTE["aic_empirical"]}

@@ -26,6 +26,7 @@ from steptime.step import VIDUR_GEMM, VIDUR_LAYER_OPS, VIDUR_LIGHT, vidur_layer_
 from steptime import plotting
 from steptime.step import TERMS, memory_bytes, predict_steps
 from steptime_lab.results import claim
+from steptime_lab.run_constants import require_constants
 
 TERM_OF = {**{op: "gemm" for op in VIDUR_GEMM}, **{op: "light" for op in VIDUR_LIGHT}}
 RUNGS = ("bare_roofline", "+gemm_eta_c", "+gemm_eta_mem", "+gemm_floor", "+light_eta", "+light_floor")
@@ -59,7 +60,7 @@ def held_out_constants(light_cells, gpu, gpus, gemm_doc: dict | None = None,
     eta = dict(fit["light_eta"])
     floors = dict(fit["light_floor_us"])
     knee = dict(fit["light_p"])  # the knee exponent too: fitted without the held-out GPU (issue 12)
-    base = constants or Constants.default()
+    base = require_constants(constants, "step.held_out_constants")
     eta.setdefault("kv_write", base.get("light_eta")["kv_write"])
     floors.setdefault("kv_write", float(np.median(list(floors.values()))))
     knee.setdefault("kv_write", float(np.median(list(knee.values()))))

@@ -139,7 +139,7 @@ def rank_overhead(steps, *, max_requests: int = 4, constants=None) -> list[dict]
     return out
 
 
-def run_e1_28(fpm_steps=None, fpm_pred=None, silicon_rows=None, *, fitted=None, kv_bucket: int = 512,
+def run(fpm_steps=None, fpm_pred=None, silicon_rows=None, *, fitted=None, kv_bucket: int = 512,
               constants=None) -> dict:
     keys = ["dataset", "gpu", "model", "engine"]
     rows, skipped, ranks = [], [], []

@@ -39,7 +39,7 @@ def uncalibrated_params(doc: dict, gpu: str, *, constants) -> dict:
     return p
 
 
-def e1_23b(df, doc: dict, *, constants, n_boot: int = 1000, seed: int = 0) -> dict:
+def score_datasheet_only(df, doc: dict, *, constants, n_boot: int = 1000, seed: int = 0) -> dict:
     """{'records': [...], 'fallback': {gpu: {name: value}}} per GPU of `doc`'s folds."""
     from steptime_lab.experiments import gemm as E
     from steptime_lab.metrics import score
@@ -64,7 +64,7 @@ def e1_23b(df, doc: dict, *, constants, n_boot: int = 1000, seed: int = 0) -> di
     return {"records": recs, "fallback": fallback, "gpus": gpus}
 
 
-def e1_23b_document(r: dict, targets: dict) -> dict:
+def document(r: dict, targets: dict) -> dict:
     import pandas as pd
 
     from steptime.specs import get_gpu
@@ -107,7 +107,7 @@ def e1_23b_document(r: dict, targets: dict) -> dict:
             "claims": claims}
 
 
-def plot_e1_23b(doc: dict, stem, caption: str = "") -> list:
+def plot(doc: dict, stem, caption: str = "") -> list:
     from steptime.plotting import save, subplots
 
     per = doc["metrics"]["per_gpu"]

@@ -39,7 +39,7 @@ def readings_json(r: dict) -> dict:
 
 # ---------------------------------------------------------------------------------------
 # E1.26
-def document_e1_26(r: dict, targets: dict) -> dict:
+def engine_step_document(r: dict, targets: dict) -> dict:
     fit, eng = r["names"]["fit"], r["engine"]
     claims = []
     for s in r["scores"][fit]:
@@ -96,7 +96,7 @@ def document_repeat_spread(sp: dict, gpu: str, engine: str) -> list[dict]:
     ]
 
 
-def plot_e1_26(r: dict, stem, caption=None):
+def plot_engine_step(r: dict, stem, caption=None):
     plt = plotting.setup()
     fit, eng = r["names"]["fit"], r["engine"]
     ev = r["eval"]
@@ -145,7 +145,7 @@ def plot_e1_26(r: dict, stem, caption=None):
 
 # ---------------------------------------------------------------------------------------
 # R2.3
-def document_r2_3(r: dict, targets: dict, per_op: list[dict]) -> dict:
+def wallclock_constants_document(r: dict, targets: dict, per_op: list[dict]) -> dict:
     fit, blk, eng = r["names"]["fit"], r["names"]["block"], r["engine"]
     n_read = len(r["readings"].rows)
     claims = [claim(f"wall-clock readings of {eng}@{r['gpu']} (chosen by composition: {W.READING_RULE})",
@@ -201,7 +201,7 @@ def document_r2_3(r: dict, targets: dict, per_op: list[dict]) -> dict:
     return {"metrics": metrics, "claims": claims}
 
 
-def plot_r2_3(r: dict, per_op: list[dict], stem, caption=None):
+def plot_wallclock_constants(r: dict, per_op: list[dict], stem, caption=None):
     plt = plotting.setup()
     fit, blk, eng = r["names"]["fit"], r["names"]["block"], r["engine"]
     fig, axes = plt.subplots(1, 2, figsize=(11, 3.6))
@@ -253,7 +253,7 @@ def exposed_host_tokens(rows) -> list[dict]:
     return out
 
 
-def document_e1_18(fpm_exposed: list[dict], fpm_profile: list[dict], tok_exposed: list[dict],
+def exposed_host_document(fpm_exposed: list[dict], fpm_profile: list[dict], tok_exposed: list[dict],
                    max_requests: int, max_batch: float) -> dict:
     claims = []
     for e in fpm_exposed:
@@ -280,7 +280,7 @@ def document_e1_18(fpm_exposed: list[dict], fpm_profile: list[dict], tok_exposed
             "claims": claims}
 
 
-def plot_e1_18(doc: dict, stem, caption=None):
+def plot_exposed_host(doc: dict, stem, caption=None):
     plt = plotting.setup()
     m = doc["metrics"]
     rows = [(f"FPM {e['gpu']} {e['engine']} TP{e['tp']}", e["exposed_ms_median"]) for e in m["fpm_small_steps"]]
@@ -342,7 +342,7 @@ def residual_per_request(pred) -> list[dict]:
     return out
 
 
-def document_e2_11(res: dict, skipped: list[dict], targets: dict, sensitivity: list[dict],
+def token_time_document(res: dict, skipped: list[dict], targets: dict, sensitivity: list[dict],
                    mixed: dict | None = None) -> dict:
     claims = []
     what = {"naive": "one decode step at the measured mean batch plus amortised prefill kernels",
@@ -398,7 +398,7 @@ def document_ttft(ttft: dict, targets: dict, min_rows: int = 10) -> dict:
                                           "ttft_over_isolated_prefill": ttft.get("over_prefill", [])}}
 
 
-def plot_e2_11(res: dict, stem, caption=None, mixed: dict | None = None, target: float = 0.12):
+def plot_token_time(res: dict, stem, caption=None, mixed: dict | None = None, target: float = 0.12):
     plt = plotting.setup()
     p = res["pred"]
     fig, axes = plt.subplots(1, 2, figsize=(11, 3.8))
@@ -424,7 +424,7 @@ def plot_e2_11(res: dict, stem, caption=None, mixed: dict | None = None, target:
 
 # ---------------------------------------------------------------------------------------
 # E1.21
-def document_e1_21(fpm: list[dict], iso_scores: list[dict], iso_skipped: list[dict], coverage: list[dict],
+def prefill_document(fpm: list[dict], iso_scores: list[dict], iso_skipped: list[dict], coverage: list[dict],
                    targets: dict) -> dict:
     claims, rows = [], []
     t = targets["fpm_mape"]["prefill"]
@@ -457,7 +457,7 @@ def document_e1_21(fpm: list[dict], iso_scores: list[dict], iso_skipped: list[di
             "claims": claims}
 
 
-def plot_e1_21(doc: dict, stem, caption=None):
+def plot_prefill(doc: dict, stem, caption=None):
     plt = plotting.setup()
     rows = doc["metrics"]["prefill_scores"]
     fig, ax = plt.subplots(figsize=(8, 3.6))

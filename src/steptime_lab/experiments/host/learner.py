@@ -27,7 +27,6 @@ from __future__ import annotations
 import numpy as np
 
 from steptime.errors import DataError
-from steptime.calibration import Constants
 from steptime.plotting import save, subplots
 from steptime.specs import get_gpu
 from steptime.specs.engines import HOST_FIELDS, get_engine
@@ -36,6 +35,7 @@ from steptime_lab.data.wallclock import check_fpm_rows
 from steptime_lab.experiments.wallclock import WallclockError, fitted_values, fpm_steps, make_predictor, predict_table
 from steptime_lab.results import claim
 from steptime_collect.steptrace import FPM_COLUMNS
+from steptime_lab.run_constants import require_constants
 
 
 def _fit(n, h):
@@ -254,7 +254,7 @@ def score_runs(steps, *, stationary_segment: str = "real", shift_train: str = "s
 
 def static_profile_values(engine: str, gpus, constants=None) -> dict:
     """The shipped host, launch and sampling values of an engine profile per GPU, with provenance."""
-    constants = constants or Constants.default()
+    constants = require_constants(constants, "host.learner.static_profile_values")
     e = get_engine(engine, fitted={})
     out = {}
     for gk in gpus:

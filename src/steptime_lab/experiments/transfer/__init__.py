@@ -47,7 +47,7 @@ from steptime_lab.experiments.cells import (CELL_KEYS, DATASETS, DECODE_MAX_TOKE
                                         step_cells, step_tps)
 from steptime_lab.experiments.ratios import (attention_work, gemm_work, predict_layer_ops, predict_steptime,  # noqa: F401
                                          roofline_s, spec_ratio, step_op_work, steptime_ratio)
-from steptime_lab.experiments.transfer.document import (GRID_CHECK_PREDICTORS, e2_1_document,  # noqa: F401
+from steptime_lab.experiments.transfer.document import (GRID_CHECK_PREDICTORS, transfer_document,  # noqa: F401
                                                     grid_check_document, plot_transfer)
 from steptime_lab.experiments.transfer.profiled import (ATTN_FEATURES, FAST_MAX_ROWS, TEST_FRACTION,  # noqa: F401
                                                     _long_step, bundle_summary, fit_home, predict_profiled,

@@ -153,7 +153,7 @@ def greybox_claims(records, targets: dict) -> list:
     return out
 
 
-def e2_1_document(records, fits, cells, *, fast: bool, full_grid: bool, targets: dict,
+def transfer_document(records, fits, cells, *, fast: bool, full_grid: bool, targets: dict,
                   gap: dict | None = None, ml_tuned: bool = False, ml_full_tables=()) -> dict:
     """Metrics and claims of E2.1 (targets: steptime below the spec-scaled RF on every unseen
     GPU, by the ratio `targets['ratio'][dataset]` (config/experiments.yaml E2.1, e.g. 1.5x on GEMM

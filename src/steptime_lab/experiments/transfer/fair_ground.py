@@ -251,8 +251,10 @@ class HomeOnly:
 
     def attention_fit(self):
         if self._attn is None:
-            fcg = AX.fit_globals(self.attn_cells, [self.home], self.seed, n_sample=self.attn_sample)
-            ratios = AX.reading_ratios(self.attn_cells, [self.home], fcg, {self.home: self.readings(self.home)})
+            fcg = AX.fit_globals(self.attn_cells, [self.home], self.seed, n_sample=self.attn_sample,
+                                 constants=self.base)
+            ratios = AX.reading_ratios(self.attn_cells, [self.home], fcg, {self.home: self.readings(self.home)},
+                                       self.base)
             self._attn = (fcg, ratios)
         return self._attn
 

@@ -15,10 +15,11 @@ from steptime_lab.experiments.wallclock.steps import (
     exposed_host, fit_engine_constants, make_predictor, predict_table, reading_rule, score_steps, shares,
     signed_error_bins, tp_scaling, with_scales,
 )
-from steptime.calibration import Calibration, Constants
+from steptime.calibration import Calibration
 from steptime.io import atomic_path
 from steptime.specs import get_gpu
 from steptime.specs.engines import get_engine
+from steptime_lab.run_constants import require_constants
 
 
 # ---------------------------------------------------------------------------------------
@@ -55,7 +56,7 @@ def run_fpm(steps, spec: FpmSpec, *, fitted_doc=None, n_boot: int = 1000, seed: 
     cal.record(f"engine[{spec.engine}@{gpu}]", rd.cells, READING_RULE)
     cal.check_disjoint([(str(r.gpu), str(r.engine), int(r.tp), str(r.phase), int(r.decode_requests), int(r.step))
                         for r in ev.itertuples()])
-    c0 = constants or Constants.default()
+    c0 = require_constants(constants, "wallclock.fpm.run_fpm")
     eng = with_scales(make_predictor(spec.engine, spec.model, gpu, engine=spec.engine, dtype=spec.dtype, constants=c0))
     preds = {"kernels": make_predictor("kernels", spec.model, gpu, dtype=spec.dtype, constants=c0), spec.engine: eng,
              "roofline": make_predictor("roofline", spec.model, gpu, constants=c0)}
@@ -146,7 +147,7 @@ def repeat_spread(steps, spec: FpmSpec, targets: dict, *, draws: int = 30, seed:
 
 def _fit_start(spec: FpmSpec, gpu: str, constants=None):
     """(x0, bounds) of R2.3's fit: shipped values (scales 1, offsets 0) and the fit's bounds."""
-    c0 = constants or Constants.default()
+    c0 = require_constants(constants, "wallclock.fpm._fit_start")
     names = list(dict.fromkeys(list(spec.fit_names) + list(spec.block_fit_names)))
     x0 = {n: (1.0 if n in SCALES else 0.0 if n == COMM_OFFSET else _start_value(n, spec.engine, gpu, c0))
           for n in names}

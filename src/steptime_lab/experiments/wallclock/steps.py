@@ -12,7 +12,6 @@ from typing import Callable
 import numpy as np
 
 from steptime.errors import SteptimeError
-from steptime.calibration import Constants
 from steptime.ops import predict_ops
 from steptime.specs import get_gpu, get_model
 from steptime.specs.engines import allreduces_per_layer, get_engine
@@ -20,6 +19,7 @@ from steptime.step import TERM_KIND, layer_shapes, predict_steps
 from steptime.terms import attention as A, comm, light
 from steptime_lab.metrics import score, signed_error
 from steptime_lab.regimes import llm_shaped
+from steptime_lab.run_constants import require_constants
 
 PHASES = ("prefill", "decode", "mixed")
 STEP_COLUMNS = ("gpu", "model", "engine", "tp", "phase", "segment", "step", "ctx_tokens", "ctx_requests",
@@ -101,7 +101,7 @@ def make_predictor(name: str, model, gpu, *, engine: str | None = None, dtype: s
     """
     m = get_model(model)
     g = get_gpu(gpu)
-    base = constants or Constants.default()
+    base = require_constants(constants, "wallclock.steps.make_predictor")
     fitted_engines, fitted_consts, fitted_scales = split_fitted(fitted)
     mine = fitted_consts.get("kernels" if name == "kernels" else (engine or name), {}).get(g.key)
     my_scales = fitted_scales.get("kernels" if name == "kernels" else (engine or name), {}).get(g.key) or {}
@@ -485,7 +485,7 @@ def per_op_tables(gpu: str, gemm_df=None, attn_cells=None, allreduce_df=None, co
     with the shipped constants: GEMM cells (LLM-shaped: n, k >= 1024, m <= 16384), attention
     cells of LLM shapes, and all-reduce cells (vLLM's custom all-reduce under CUDA graphs ->
     'custom', NCCL -> 'nccl'; every message size and GPU count). `constants`: the rule's (None: shipped)."""
-    constants = constants or Constants.default()
+    constants = require_constants(constants, "wallclock.steps.per_op_tables")
     out = {}
     if gemm_df is not None:
         g = gemm_df[gemm_df["gpu"] == gpu]
