@@ -68,6 +68,9 @@ def engine_step_document(r: dict, targets: dict) -> dict:
                "scores_consistent": {n: _clean(v) for n, v in r["scores_sol"].items()},
                "tp_scaling": {n: _clean(v) for n, v in r["tp_scaling"].items()},
                "term_shares": {n: _clean(v) for n, v in r["shares"].items()},
+               "residual_by_term": {n: {"groups": v["groups"], "residual_ms": _clean(v["residual_ms"]),
+                                        "leave_one_tp_out": _clean(v["by_phase"])}
+                                    for n, v in r.get("residual_terms", {}).items()},
                "signed_error_vs_decode_requests": {n: _clean(v) for n, v in r["signed_vs_requests"].items()},
                "signed_error_vs_tokens": {n: _clean(v) for n, v in r["signed_vs_tokens"].items()},
                "below_speed_of_light": sol,

@@ -37,7 +37,7 @@ from steptime_lab.experiments.wallclock.steps import (  # noqa: F401
     PHASES, STEP_COLUMNS, KINDS, WallclockError, check_steps, expand_requests, term_kinds, make_predictor,
     split_fitted, roofline_steps, predict_table, READING_RULE, REPEAT_PICKS, Readings, composition_key, reading_rule,
     pick_repeat,
-    fit_engine_constants, score_steps, tp_scaling, shares, signed_error_bins, exposed_host, records, GPU_KINDS,
+    fit_engine_constants, score_steps, tp_scaling, shares, signed_error_bins, residual_terms, TERM_GROUPS, exposed_host, records, GPU_KINDS,
     BLOCK_SCALE, COMM_SCALE, COMM_OFFSET, SCALES, STEP_ADJUSTMENTS, with_scales, with_block_scale, kind_scale,
     per_op_cost, per_op_tables,
 )

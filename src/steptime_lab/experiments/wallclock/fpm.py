@@ -13,7 +13,7 @@ import numpy as np
 from steptime_lab.experiments.wallclock.steps import (
     BLOCK_SCALE, COMM_OFFSET, COMM_SCALE, READING_RULE, SCALES, STEP_ADJUSTMENTS, WallclockError, check_steps,
     exposed_host, fit_engine_constants, make_predictor, predict_table, reading_rule, score_steps, shares,
-    signed_error_bins, tp_scaling, with_scales,
+    signed_error_bins, residual_terms, tp_scaling, with_scales,
 )
 from steptime.calibration import Calibration
 from steptime.io import atomic_path
@@ -88,6 +88,7 @@ def run_fpm(steps, spec: FpmSpec, *, fitted_doc=None, n_boot: int = 1000, seed: 
             "fitted": fitted, "fitted_block": fitted_blk, "x0": x0, "eval": ev, "pred": tabs,
             "scores": scores, "scores_sol": scores_sol, "tp_scaling": scaling,
             "shares": {n: shares(tabs[n], ev) for n in focus if n != "roofline"},
+            "residual_terms": {n: residual_terms(ev, tabs[n]) for n in focus if n != "roofline"},
             "signed_vs_requests": bins_req, "signed_vs_tokens": bins_tok,
             "exposed_host": exposed_host(ev, tabs["kernels"], spec.small_requests),
             "below_speed_of_light": {"steps": int((~sol_ok).sum()),

@@ -370,6 +370,50 @@ def shares(pred, steps, keys=("tp", "phase")) -> list[dict]:
     return out
 
 
+TERM_GROUPS = {"compute": ("gemm", "attention", "light"), "comm": ("comm",), "host": ("launch", "host")}
+
+
+def residual_terms(steps, pred) -> dict:
+    """Which predicted term the residual (measured - predicted) scales with, per phase, leave-one-TP-out.
+
+    Diagnostic, not a predictor: per phase, measured_ms = sum_g (1 + s_g) * term_g_ms is fitted by least
+    squares on the steps of every TP but one (groups `TERM_GROUPS`; a group absent from every fitting step
+    keeps s_g = 0), and the left-out TP's steps are scored with those scales: if one term's scale explains
+    the error at every TP, the held-out signed error is small at every TP. Also the median residual in ms
+    per (TP, phase)."""
+    x = pred.loc[steps.index].join(steps[["tp", "phase", "latency_ms"]])
+    for g, kinds in TERM_GROUPS.items():
+        x[g] = sum(x[f"{k}_ms"] for k in kinds)
+    groups = list(TERM_GROUPS)
+    out = {"groups": {g: list(k) for g, k in TERM_GROUPS.items()}, "by_phase": [], "residual_ms": []}
+    for (tp, ph), d in x.groupby(["tp", "phase"], sort=True):
+        r = d["latency_ms"] - d["pred_ms"]
+        out["residual_ms"].append({"tp": int(tp), "phase": ph, "steps": int(len(d)),
+                                   "median_ms": float(r.median()), "median_signed": float((-r / d["latency_ms"]).median())})
+    for ph, d in x.groupby("phase", sort=True):
+        tps = sorted(d["tp"].unique())
+        for held in tps:
+            fit, ev = d[d["tp"] != held], d[d["tp"] == held]
+            used = [g for g in groups if float(fit[g].abs().sum()) > 0.0]
+            scale = dict.fromkeys(groups, 0.0)
+            if len(fit) >= len(used) and used:
+                a = fit[used].to_numpy(float)
+                y = (fit["latency_ms"] - fit["pred_ms"]).to_numpy(float)
+                sol, *_ = np.linalg.lstsq(a / fit[["latency_ms"]].to_numpy(float), y / fit["latency_ms"].to_numpy(float),
+                                          rcond=None)
+                scale.update({g: round(float(v), 4) for g, v in zip(used, sol)})
+            adj = ev["pred_ms"] + sum(scale[g] * ev[g] for g in groups)
+            before = signed_error(ev["pred_ms"], ev["latency_ms"])
+            after = signed_error(adj, ev["latency_ms"])
+            out["by_phase"].append({"phase": ph, "held_out_tp": int(held), "steps": int(len(ev)),
+                                    "fitted_on_tp": [int(t) for t in tps if t != held],
+                                    "scales": scale, "signed_median_before": float(np.median(before)),
+                                    "signed_median_after": float(np.median(after)),
+                                    "mape_before": float(np.mean(np.abs(before))),
+                                    "mape_after": float(np.mean(np.abs(after)))})
+    return out
+
+
 def signed_error_bins(steps, pred, by: str, bins) -> list[dict]:
     """Median signed error per bin of `by` (e.g. decode_requests, total tokens)."""
     x = steps.assign(err=signed_error(pred.loc[steps.index, "pred_ms"], steps["latency_ms"]))
