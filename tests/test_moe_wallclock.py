@@ -5,6 +5,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from steptime.calibration import Constants
 from steptime.specs import get_gpu
 from steptime.step import predict_steps
 from steptime_lab.experiments import moe as E
@@ -67,7 +68,8 @@ def test_token_rows_predicted_and_scored_per_group():
                          "engine": "vllm", "tp": [4, 4], "ep": [1, 1], "dp": 1, "dtype": "fp8", "mode": "agg",
                          "batch": [8.0, 16.0], "prompt_tokens": 1024.0, "output_tokens": 256.0,
                          "tpot_ms": [30.0, 33.0], "measure": "tpot_ms", "source_id": ["a", "b"]})
-    tok = X.predict_tokens(rows, mixed={"chunked": ["vllm"], "token_budget": 8192}, n_boot=10)
+    tok = X.predict_tokens(rows, mixed={"chunked": ["vllm"], "token_budget": 8192}, n_boot=10,
+                           constants=Constants.default())
     assert len(tok["pred"]) == 2 and np.all(tok["pred"]["pred_ms"] > 0) and len(tok["scores"]) == 1
     doc = X.document(tok, {"runs": [], "skipped": []}, [], [], {"tpot_mape_per_group": 0.15, "fpm_mape_per_phase": 0.12})
     c = doc["claims"][0]
