@@ -69,8 +69,8 @@ def test_bench_quick_json(capsys):
                 "steps_per_cpu_s", "steps_python_per_cpu_s", "steps_speedup_cpu", "gemm_cpu_s", "steps_cpu_s"):
         assert d[key] > 0
     # the same run's plain path gives the ratio; the load average says how busy the machine was
-    assert d["gemm_speedup_cpu"] == pytest.approx(d["gemm_cells_per_cpu_s"] / d["gemm_python_cells_per_cpu_s"])
-    assert d["steps_speedup_cpu"] == pytest.approx(d["steps_per_cpu_s"] / d["steps_python_per_cpu_s"])
+    assert d["gemm_speedup_cpu"] == pytest.approx(d["gemm_cells_per_cpu_s"] / d["gemm_python_cells_per_cpu_s"], rel=1e-3, abs=0.06)  # printed to 0.1
+    assert d["steps_speedup_cpu"] == pytest.approx(d["steps_per_cpu_s"] / d["steps_python_per_cpu_s"], rel=1e-3, abs=0.06)
     assert d["load_before"]["cpus"] >= 1 and d["load_after"]["load_1min"] >= 0
 
 
