@@ -3,6 +3,7 @@ graph of its script (`code_of` in workflow/rules/common.smk), not typed per rule
 from __future__ import annotations
 
 import ast
+import functools
 import glob
 import os
 import re
@@ -24,12 +25,14 @@ def code_of():
     cwd = os.getcwd()
     os.chdir(ROOT)
     try:
-        ns = {"Path": Path, "PACKAGES": ("steptime", "steptime_lab", "steptime_collect")}
+        ns = {"Path": Path, "functools": functools, "PACKAGES": ("steptime", "steptime_lab", "steptime_collect")}
         ns["LIB"] = sorted(p for pkg in ns["PACKAGES"] for ext in ("py", "yaml")
                            for p in glob.glob(f"src/{pkg}/**/*.{ext}", recursive=True))
         exec(compile(ast.Module(body=fns, type_ignores=[]), str(COMMON), "exec"), ns)
         ns["_MODULES"] = ns["_module_files"]()
-        yield lambda s: (os.chdir(ROOT), ns["code_of"](s))[1]
+        # memoised: the derivation is a pure function of the script and the files, and the tests ask
+        # for the same scripts many times (unmemoised this file took minutes)
+        yield functools.cache(lambda s: (os.chdir(ROOT), tuple(ns["code_of"](s)))[1])
     finally:
         os.chdir(cwd)
 

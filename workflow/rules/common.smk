@@ -3,6 +3,7 @@
 # unknown keys refused), the experiment registry, the software environment, the library
 # source as an input (an edit to steptime reruns what imports it), and the raw-file check.
 import collections
+import functools
 import glob
 import os
 import sys
@@ -126,8 +127,10 @@ def _module_files():
 _MODULES = _module_files()
 
 
+@functools.cache
 def _imports(path):
-    """The package modules `path` imports (ast: top-level and function-level imports alike)."""
+    """The package modules `path` imports (ast: top-level and function-level imports alike). Memoised:
+    every rule's code_of walks the same modules, and re-parsing them took most of the parse time."""
     import ast
 
     found = set()
@@ -144,7 +147,7 @@ def _imports(path):
                 n = n.rpartition(".")[0]
             if n:
                 found.add(n)
-    return found
+    return frozenset(found)
 
 
 def code_of(script):
