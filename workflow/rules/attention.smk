@@ -23,6 +23,7 @@ rule E1_24:
         n_boot=config["bootstrap"],
         fit_sample=size("e1_24_fit_sample"),
     threads: 1  # one BLAS thread: the fits are deterministic only single-threaded
+    priority: 40  # main job: critical path first (see Snakefile)
     log:
         "logs/E1_24.log",
     benchmark:

@@ -16,6 +16,7 @@ rule E1_25:
         question=question("E1.25"),
         target_pct=targets("E1.25").get("mape_pct_max"),
     threads: 1
+    priority: 40  # main job: critical path first (see Snakefile)
     log:
         "logs/E1_25.log",
     benchmark:
@@ -47,6 +48,7 @@ rule E1_27:
         target_pct=targets("E1.27").get("mape_pct_max"),
         seed=config["seed"],
     threads: 1
+    priority: 40  # main job: critical path first (see Snakefile)
     log:
         "logs/E1_27.log",
     benchmark:
@@ -68,6 +70,7 @@ rule settle_comm_constants:
         code=code_of("settle_comm_constants"),
     output:
         settled="results/calibration/comm.yaml",
+    priority: 40  # main job: critical path first (see Snakefile)
     log:
         "logs/settle_comm_constants.log",
     conda:

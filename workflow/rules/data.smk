@@ -11,6 +11,7 @@ rule ingest:
         table=one_of(TABLES),
     params:
         about=lambda wc: TABLES[wc.table]["about"],
+    priority: 50  # main job: critical path first (see Snakefile)
     log:
         "logs/data/{table}.log",
     benchmark:

@@ -67,6 +67,7 @@ rule settle_gemm_constants:
     params:
         seed=config["seed"],
     threads: 1  # one BLAS thread: the fits are deterministic only single-threaded
+    priority: 40  # main job: critical path first (see Snakefile)
     log:
         "logs/settle_gemm_constants.log",
     benchmark:

@@ -15,6 +15,7 @@ rule E1_4:
         question=question("E1.4"),
         seed=config["seed"],
         n_boot=config["bootstrap"],
+    priority: 40  # main job: critical path first (see Snakefile)
     log:
         "logs/E1_4.log",
     benchmark:

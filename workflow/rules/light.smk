@@ -18,6 +18,7 @@ rule E1_1c:
         seed=config["seed"],
         n_boot=config["bootstrap"],
     threads: 1  # one BLAS thread: the fits are deterministic only single-threaded
+    priority: 40  # main job: critical path first (see Snakefile)
     log:
         "logs/E1_1c.log",
     benchmark:

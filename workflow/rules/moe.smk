@@ -17,6 +17,7 @@ rule E3_1:
         question=question("E3.1"),
         target_pct=targets("E3.1").get("mape_pct_max"),
     threads: 1
+    priority: 40  # main job: critical path first (see Snakefile)
     log:
         "logs/E3_1.log",
     benchmark:
@@ -44,6 +45,7 @@ rule E3_2:
         question=question("E3.2"),
         target_pct=targets("E3.2").get("mape_pct_max"),
     threads: 1
+    priority: 40  # main job: critical path first (see Snakefile)
     log:
         "logs/E3_2.log",
     benchmark:
@@ -73,6 +75,7 @@ rule E3_3:
         question=question("E3.3"),
         target_pct=targets("E3.3").get("mape_pct_max"),
     threads: 1
+    priority: 40  # main job: critical path first (see Snakefile)
     log:
         "logs/E3_3.log",
     benchmark:
@@ -94,6 +97,7 @@ rule settle_moe_constants:
         code=code_of("settle_moe_constants"),
     output:
         constants="results/calibration/moe.yaml",
+    priority: 40  # main job: critical path first (see Snakefile)
     log:
         "logs/settle_moe_constants.log",
     benchmark:

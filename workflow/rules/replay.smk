@@ -21,6 +21,7 @@ rule E2_11b:
         seed=config["seed"],
         bootstrap=config["bootstrap"],
     threads: 1
+    priority: 30  # main job: critical path first (see Snakefile)
     log:
         "logs/E2_11b.log",
     benchmark:

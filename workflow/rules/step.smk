@@ -12,6 +12,7 @@ rule settle_step_constants:
         code=code_of("settle_step_constants"),
     output:
         settled="results/calibration/step.yaml",
+    priority: 40  # main job: critical path first (see Snakefile)
     log:
         "logs/settle_step_constants.log",
     benchmark:

@@ -33,6 +33,7 @@ rule rf_fit:
         full_grid=config["rf"]["full_grid"],
         fast=config["fast"],
         seed=config["seed"],
+    priority: 25  # main job: critical path first (see Snakefile)
     log:
         "logs/rf_fit/{dataset}_{gpu}.log",
     benchmark:
@@ -148,6 +149,7 @@ rule greybox_fit:
         fast=config["fast"],  # the boosted trees' sizes and bandwidths (greybox.SIZES, BANDWIDTHS)
         full_grid=config["rf"]["full_grid"],  # Vidur's TP grid (as E2.1's cells)
     threads: 1  # one BLAS thread: the fits are deterministic only single-threaded
+    priority: 30  # main job: critical path first (see Snakefile)
     log:
         "logs/greybox_fit/{dataset}.log",
     benchmark:
@@ -184,6 +186,7 @@ rule E2_1:
         ml_tuned=not config["fast"],  # ml_loo's fair best (all rows, nested GPU-grouped CV): fast: false
         settings=settings("E2.1"),  # ml_tuned_full_tables: where the fast job also scores ml_loo's fair best
     threads: 1  # one BLAS thread: the fits are deterministic only single-threaded
+    priority: 30  # main job: critical path first (see Snakefile)
     log:
         "logs/E2_1.log",
     benchmark:

@@ -34,6 +34,7 @@ rule R2_3:
         seed=config["seed"],
         n_boot=config["bootstrap"],
     threads: 1
+    priority: 35  # main job: critical path first (see Snakefile)
     log:
         "logs/R2_3.log",
     benchmark:
@@ -176,6 +177,7 @@ rule E2_11:
         seed=config["seed"],
         n_boot=config["bootstrap"],
     threads: 1
+    priority: 35  # main job: critical path first (see Snakefile)
     log:
         "logs/E2_11.log",
     benchmark:
