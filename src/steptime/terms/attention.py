@@ -92,7 +92,11 @@ def _kvb(kv_dtype):
             raise ValueError(f"unknown KV-cache dtype {kv_dtype!r} (known: {', '.join(KV_BYTES)})")
         return float(KV_BYTES[kv_dtype])
     arr = np.asarray(kv_dtype)
-    return np.vectorize(lambda k: float(KV_BYTES[str(k)]), otypes=[float])(arr)
+    if arr.size == 0:
+        return np.zeros(arr.shape, dtype=float)
+    # one dict look-up per distinct dtype (the tables hold two), not per row
+    keys, inv = np.unique(arr.astype(str), return_inverse=True)
+    return np.array([float(KV_BYTES[str(k)]) for k in keys])[inv].reshape(arr.shape)
 
 
 def attention_request_terms(new_tokens, kv_len, n_heads, n_kv_heads, head_dim, gpu,

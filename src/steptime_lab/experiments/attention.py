@@ -133,10 +133,26 @@ def predict(cells_gpu, gpu, fc: dict, warm_l2: bool = True, constants: Constants
     `constants`, None for the shipped ones)."""
     g = get_gpu(gpu)
     x = cells_gpu
-    r = A.attention_cells(x["b"].to_numpy(), x["s"].to_numpy(), x["c"].to_numpy(), x["H"].to_numpy(),
-                          x["Hkv"].to_numpy(), x["d"].to_numpy(), g, require_constants(constants, "attention.predict"),
-                          kv_dtype=x["kv_dtype"].to_numpy(), warm_l2=warm_l2, fc=fc)
+    r = A.attention_cells(_col(x, "b"), _col(x, "s"), _col(x, "c"), _col(x, "H"),
+                          _col(x, "Hkv"), _col(x, "d"), g, require_constants(constants, "attention.predict"),
+                          kv_dtype=_col(x, "kv_dtype"), warm_l2=warm_l2, fc=fc)
     return {k: (np.asarray(v) * 1e3 if k.startswith("t") else v) for k, v in r.items()}
+
+
+_PRED_COLS = ("b", "s", "c", "H", "Hkv", "d", "kv_dtype", "y_ms", "llm")
+
+
+def _col(x, name):
+    """Column `name` of a cell frame, or of its numpy form (`_arrays`), as a numpy array."""
+    v = x[name]
+    return v if isinstance(v, np.ndarray) else v.to_numpy()
+
+
+def _arrays(frame, rows=None) -> dict:
+    """The columns `predict` and `calibrate_gpu` read, as numpy arrays (optionally only `rows`):
+    the fits call them thousands of times on the same cells, so the frame is unpacked once."""
+    out = {k: frame[k].to_numpy() for k in _PRED_COLS}
+    return out if rows is None else {k: v[rows] for k, v in out.items()}
 
 
 def deploy_frame(cells_gpu):
@@ -153,9 +169,11 @@ def calibrate_gpu(cells_gpu, gpu, fc_globals: dict, base: dict | None = None, su
     fc.setdefault("attn_eta_ceil", 0.6)
     if sub is None:
         sub = deploy_frame(cells_gpu)
-    y = sub["y_ms"].to_numpy()
+    if not isinstance(sub, dict):
+        sub = _arrays(sub)
+    y = sub["y_ms"]
     fc["attn_floor_us"] = 0.0
-    body0 = predict(sub.iloc[[0]], gpu, fc, constants=constants)["t"][0]
+    body0 = predict({k: v[[0]] for k, v in sub.items()}, gpu, fc, constants=constants)["t"][0]
     fc["attn_floor_us"] = max(0.0, (y[0] - body0) * 1e3)
     for _ in range(6):  # fixed point: each efficiency scales its own branch
         p = predict(sub, gpu, fc, constants=constants)
@@ -230,9 +248,10 @@ def fit_globals(cells, gpus, seed: int = 0, n_sample: int = FIT_SAMPLE, max_nfev
     subs, per = {}, {}
     for g in gpus:
         sub = deploy_frame(cells[cells["gpu"] == g].reset_index(drop=True))
-        subs[g] = sub
+        subs[g] = _arrays(sub)
         x = train[train["gpu"] == g]
-        per[g] = x[~x["cell"].isin(set(sub["cell"]))]
+        per[g] = _arrays(x[~x["cell"].isin(set(sub["cell"]))])
+        per[g]["w"] = np.where(per[g]["llm"], llm_weight, 1.0)
 
     def resid(q):
         fcg = dict(zip(names, q))
@@ -241,8 +260,7 @@ def fit_globals(cells, gpus, seed: int = 0, n_sample: int = FIT_SAMPLE, max_nfev
             fc = calibrate_gpu(None, g, fcg, sub=subs[g], constants=constants)
             x = per[g]
             p = predict(x, g, fc, constants=constants)["t"]
-            w = np.where(x["llm"].to_numpy(), llm_weight, 1.0)
-            out.append(w * np.log(np.maximum(p, 1e-9) / x["y_ms"].to_numpy()))
+            out.append(x["w"] * np.log(np.maximum(p, 1e-9) / x["y_ms"]))
         return np.concatenate(out)
 
     best = None
