@@ -33,7 +33,7 @@ rule rf_fit:
         full_grid=config["rf"]["full_grid"],
         fast=config["fast"],
         seed=config["seed"],
-    priority: 25  # main job: critical path first (see Snakefile)
+    priority: 45  # main job: early, while both cores are free (it takes both; see Snakefile)
     log:
         "logs/rf_fit/{dataset}_{gpu}.log",
     benchmark:
