@@ -149,7 +149,7 @@ def test_silicon_ttft_is_the_clients_mean_after_its_warm_up():
 
     run = simulate(None, None, R.workload_for(rows.iloc[0], get_model("llama-3.1-8b").max_position_embeddings,
                                               requests_per_slot=4, min_requests=16),
-                   R.policy_for("trtllm", 4), timer=R._timer(rows.iloc[0], "llama-3.1-8b", None, constants=Constants.default()))
+                   R.policy_for("trtllm", 4), timer=R._timer(rows.iloc[0], "llama-3.1-8b", ({}, {}, {}), constants=Constants.default()))
     d = run.requests
     want = 1e3 * d[(d["request"] >= 8) & (d["request"] < 48)]["ttft_s"].mean()
     assert R.steady_stats(run)["ttft_client_mean_ms"] == pytest.approx(want)

@@ -298,9 +298,22 @@ class _Engine:
     def _preempt_loop(self, R, budget, waiting):
         """Running requests one by one, preempting from the back when KV blocks run out."""
         comp, ntok, held, B = self.comp, self.ntok, self.held, self.p.block_size
+        # the leading requests whose blocks fit without preempting anyone, in bulk (the loop below,
+        # request by request, would accept exactly these: each takes min(left, budget) tokens while the
+        # budget lasts, and a request fits while the blocks asked so far, released ones counted
+        # negative, stay within the free ones)
+        rem = ntok[R] - comp[R]
+        take = np.minimum(rem, np.maximum(budget - (np.cumsum(rem) - rem), 0))
+        need = -(-(comp[R] + take) // B) - held[R]
+        live = (budget - (np.cumsum(take) - take)) > 0  # the budget left before each request
+        over = np.cumsum(need) > self.free
+        i = int(np.argmax(over | ~live)) if (over | ~live).any() else len(R)
+        ids, takes = R[:i].tolist(), take[:i].tolist()
+        if i:
+            self.free -= int(need[:i].sum())
+            held[R[:i]] += need[:i]
+            budget -= int(take[:i].sum())
         running = R.tolist()
-        ids, takes = [], []
-        i = 0
         while i < len(running) and budget > 0:
             r = running[i]
             k_new = min(int(ntok[r] - comp[r]), budget)

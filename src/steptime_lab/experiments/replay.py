@@ -211,8 +211,9 @@ def _mean_decoding(d, t0: float, t1: float) -> float:
     return float(np.clip(np.minimum(b, t1) - np.maximum(a, t0), 0, None).sum() / (t1 - t0))
 
 
-def _timer(row, model_key, fitted, constants=None):
-    eng_part, consts, scales = W.split_fitted(fitted)
+def _timer(row, model_key, parsed, constants=None):
+    """The serving timer of one row; `parsed` is `W.split_fitted(fitted)`, read once per run."""
+    eng_part, consts, scales = parsed
     eng, gpu = str(row["engine"]), str(row["gpu"])
 
     g = get_gpu(gpu).key
@@ -231,6 +232,7 @@ def run_replay(rows, *, fitted=None, requests_per_slot: int = 4, min_requests: i
     statistic matching the row's measure), "skipped": [...]}. A row the simulator or the step
     model refuses (unknown model, memory, precision) is left out with its reason."""
     out, skipped = [], []
+    parsed = W.split_fitted(fitted)
     for i, (_, r) in enumerate(rows.iterrows()):
         if r["measure"] not in MEASURES:
             raise ReplayError(f"{r['source_id']}: no simulated statistic for measure {r['measure']!r}")
@@ -241,7 +243,7 @@ def run_replay(rows, *, fitted=None, requests_per_slot: int = 4, min_requests: i
             run = simulate(
                 None, None, workload_for(r, m.max_position_embeddings, requests_per_slot=requests_per_slot,
                                          min_requests=min_requests, seed=seed + i),
-                policy_for(str(r["engine"]), _concurrency(r)), timer=_timer(r, key, fitted, constants))
+                policy_for(str(r["engine"]), _concurrency(r)), timer=_timer(r, key, parsed, constants))
         except SteptimeError as exc:
             skipped.append({"dataset": r["dataset"], "reason": f"{type(exc).__name__}: {str(exc).splitlines()[0][:160]}",
                             "rows": 1})
