@@ -59,31 +59,6 @@ def test_fast_path_equals_step_by_step_under_preemption(timer):
     _same_runs(fast, simulate(M, G, wl, pol, timer=timer, fast=False))
 
 
-def _preempt_one_by_one(self, R, budget, waiting):
-    """Reference for _Engine._preempt_loop: every running request one at a time (no bulk accept)."""
-    comp, ntok, held, B = self.comp, self.ntok, self.held, self.p.block_size
-    running, ids, takes, i = R.tolist(), [], [], 0
-    while i < len(running) and budget > 0:
-        r = running[i]
-        k_new = min(int(ntok[r] - comp[r]), budget)
-        need = -(-(int(comp[r]) + k_new) // B) - int(held[r])
-        while need > self.free:
-            v = running.pop()
-            self.free += int(held[v])
-            held[v], comp[v] = 0, 0
-            self.npre[v] += 1
-            waiting.appendleft(v)
-            if v == r:
-                return np.array(running, dtype=np.int64), ids, takes, budget
-        self.free -= need
-        held[r] += need
-        ids.append(r)
-        takes.append(k_new)
-        budget -= k_new
-        i += 1
-    return np.array(running, dtype=np.int64), ids, takes, budget
-
-
 @pytest.mark.parametrize("kv_blocks,seed", [(900, 5), (400, 6), (2000, 7)])
 def test_preempt_bulk_accept_equals_one_by_one(timer, monkeypatch, kv_blocks, seed):
     from steptime.serve import sim
@@ -91,7 +66,8 @@ def test_preempt_bulk_accept_equals_one_by_one(timer, monkeypatch, kv_blocks, se
     wl = synthetic(150, isl=(200, 1500), osl=(100, 600), rate=40.0, seed=seed)
     pol = Policy("vllm", kv_blocks=kv_blocks)
     bulk = simulate(M, G, wl, pol, timer=timer)
-    monkeypatch.setattr(sim._Engine, "_preempt_loop", _preempt_one_by_one)
+    # the reference: _preempt_loop's one-by-one walk over every request (nothing accepted in bulk)
+    monkeypatch.setattr(sim._Engine, "_accept_fitting", lambda self, R, budget: (0, [], [], budget))
     ref = simulate(M, G, wl, pol, timer=timer)
     assert ref.requests["preemptions"].sum() > 0  # the path under test is taken
     pd.testing.assert_frame_equal(bulk.requests, ref.requests, rtol=0, atol=0)

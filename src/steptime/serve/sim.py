@@ -295,24 +295,28 @@ class _Engine:
         self.progress.set_postfix_str(f"{steps:,} steps", refresh=True)
         self._tick = steps + PROGRESS_STEPS
 
-    def _preempt_loop(self, R, budget, waiting):
-        """Running requests one by one, preempting from the back when KV blocks run out."""
+    def _accept_fitting(self, R, budget):
+        """The leading running requests whose KV blocks fit without preempting anyone, accepted in bulk:
+        exactly those `_preempt_loop`'s one-by-one walk would accept first (each takes min(left, budget)
+        tokens while the budget lasts; a request fits while the blocks asked so far, released ones
+        counted negative, stay within the free ones). Returns (i, ids, takes, budget left)."""
         comp, ntok, held, B = self.comp, self.ntok, self.held, self.p.block_size
-        # the leading requests whose blocks fit without preempting anyone, in bulk (the loop below,
-        # request by request, would accept exactly these: each takes min(left, budget) tokens while the
-        # budget lasts, and a request fits while the blocks asked so far, released ones counted
-        # negative, stay within the free ones)
         rem = ntok[R] - comp[R]
         take = np.minimum(rem, np.maximum(budget - (np.cumsum(rem) - rem), 0))
         need = -(-(comp[R] + take) // B) - held[R]
         live = (budget - (np.cumsum(take) - take)) > 0  # the budget left before each request
-        over = np.cumsum(need) > self.free
-        i = int(np.argmax(over | ~live)) if (over | ~live).any() else len(R)
-        ids, takes = R[:i].tolist(), take[:i].tolist()
+        stop = (np.cumsum(need) > self.free) | ~live
+        i = int(np.argmax(stop)) if stop.any() else len(R)
         if i:
             self.free -= int(need[:i].sum())
             held[R[:i]] += need[:i]
             budget -= int(take[:i].sum())
+        return i, R[:i].tolist(), take[:i].tolist(), budget
+
+    def _preempt_loop(self, R, budget, waiting):
+        """Running requests one by one, preempting from the back when KV blocks run out."""
+        comp, ntok, held, B = self.comp, self.ntok, self.held, self.p.block_size
+        i, ids, takes, budget = self._accept_fitting(R, budget)
         running = R.tolist()
         while i < len(running) and budget > 0:
             r = running[i]
