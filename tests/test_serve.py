@@ -34,6 +34,18 @@ def test_timer_mixed_step_matches_direct_prediction(timer):
     assert timer.step(new.tolist(), kv.tolist()) == pytest.approx(ref, rel=1e-12)
 
 
+def test_decode_steps_list_stops_at_the_first_step_ending_at_or_after_until(timer):
+    full = timer.decode_steps(12, 12 * 700.0, 20)
+    assert timer.decode_steps_list(12, 12 * 700.0, 20) == pytest.approx(full.tolist(), rel=1e-14)
+    ends = np.cumsum(full)
+    t0 = 3.0
+    until = t0 + (ends[6] + ends[7]) / 2  # inside step 7: the list ends with it
+    short = timer.decode_steps_list(12, 12 * 700.0, 20, until, t0)
+    assert len(short) == 8 and short == pytest.approx(full[:8].tolist(), rel=1e-14)
+    assert len(timer.decode_steps_list(12, 12 * 700.0, 20, t0 + ends[3], t0)) in (4, 5)  # float rounding at the edge
+    assert len(timer.decode_steps_list(12, 12 * 700.0, 20, t0 + ends[-1] * 2, t0)) == 20
+
+
 def _same_runs(a, b):
     cols = ["first_token_s", "finish_s", "preemptions"]
     pd.testing.assert_frame_equal(a.requests[cols], b.requests[cols], rtol=1e-9, atol=0)

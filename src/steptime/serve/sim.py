@@ -27,7 +27,6 @@ state is a few numpy arrays; inter-token latencies go to a bounded ItlLog.
 from __future__ import annotations
 
 import math
-from bisect import bisect_left
 from collections import deque
 from itertools import accumulate
 from dataclasses import asdict, dataclass, replace
@@ -367,7 +366,8 @@ class _Engine:
         merge_finish = self.deadline is None  # a deadline queue re-estimates at every iteration boundary
         max_seqs = p.max_num_seqs
         arr_inf = math.inf
-        cache = None  # (R, comp, held, iterations to the next finish, iterations not yet written, last end)
+        # (R, comp, held, iterations to the next finish, iterations not yet written, last end, sum of comp, sum of held)
+        cache = None
         while done < n:
             while nxt < n and arr[nxt] <= now:
                 waiting.append(nxt)
@@ -379,7 +379,7 @@ class _Engine:
             if self.deadline is not None and len(waiting) > 1:
                 waiting = self._deadline_order(waiting, now, R)
             if cache is not None and cache[0] is R:  # R has only decoded since the last run
-                _, cR, hR, left, pend, last_end = cache
+                _, cR, hR, left, pend, last_end, sR, sH = cache
                 pure = True
             else:
                 cR = comp[R]
@@ -402,12 +402,14 @@ class _Engine:
                         left = int((out[R] - gen[R]).min())  # iterations up to the next finish
                         hR = held[R]
                         pend = 0
+                        sR = int(cR.sum())
+                        sH = int(hR.sum())
                     k = min(left if merge_finish else left - 1, MAX_RUN)
                     joinable = nxt < n and nr < max_seqs and not static
                     if joinable and arr[nxt] < arr_inf:
                         # only how many iterations get timed at once; the run still stops at the arrival
                         k = min(k, int((arr[nxt] - now) / max(last_dt, 1e-6) * 1.25) + 2)
-                    m = self._decode_run(R, cR, hR, k, now, nxt, joinable) if k >= (1 if merge_finish else 2) else 0
+                    m = self._decode_run(R, cR, sR, sH, k, now, nxt, joinable) if k >= (1 if merge_finish else 2) else 0
                     if m >= 1:
                         dts = self._last_dts
                         end = now + self._last_span
@@ -419,16 +421,18 @@ class _Engine:
                         if m > 1:
                             itl.add(dts[1:], float(nr))
                         cR = cR + m
-                        nb = np.maximum(-(-cR // B), hR)
-                        self.free -= int(nb.sum() - hR.sum())
-                        hR = nb
+                        sR += m * nr
+                        hR = np.maximum(-(-cR // B), hR)
+                        sH_new = int(hR.sum())
+                        self.free -= sH_new - sH
+                        sH = sH_new
                         steps += m
                         busy += self._last_span
                         now = end
                         last_dt = float(dts[-1])
                         if self.progress is not None and steps >= self._tick:
                             self._show_steps(steps)
-                        cache = (R, cR, hR, left - m, pend + m, end)
+                        cache = (R, cR, hR, left - m, pend + m, end, sR, sH)
                         if m == left:  # the last iteration finished requests
                             cache = self._flush(cache)
                             f = R[gen[R] >= out[R]]
@@ -443,9 +447,10 @@ class _Engine:
             preempted = False
             if nr:
                 cum = np.cumsum(rem)
-                take = np.clip(budget - (cum - rem), 0, rem)
+                take = np.minimum(np.maximum(budget - (cum - rem), 0), rem)  # np.clip, without its wrapper's cost
                 need = np.maximum(-(-(cR + take) // B) - held[R], 0)
-                if int(need.sum()) > self.free:
+                n_need = int(need.sum())
+                if n_need > self.free:
                     n_before = self.npre.sum()
                     R, ids, takes, budget = self._preempt_loop(R, budget, waiting)
                     preempted = self.npre.sum() > n_before
@@ -453,12 +458,12 @@ class _Engine:
                     s_id = np.array(ids, dtype=np.int64)
                     s_take = np.array(takes, dtype=np.int64)
                 else:
-                    self.free -= int(need.sum())
+                    self.free -= n_need
                     held[R] += need
                     sel = take > 0
                     s_id = R[sel]
                     s_take = take[sel]
-                    budget -= int(take.sum())
+                    budget -= min(budget, int(cum[-1]))  # take's sum: the budget, or every remaining token
             else:
                 s_id = s_take = np.zeros(0, dtype=np.int64)
             if not preempted and (not static or not len(R)):
@@ -492,7 +497,7 @@ class _Engine:
             kn = self.knobs
             if len(R) > kn.peak_running:
                 kn.peak_running = len(R)
-            tok = int(s_take.sum())
+            tok = budget0 - budget  # s_take's sum: every take came out of the budget
             if tok > kn.peak_tokens:
                 kn.peak_tokens = tok
             dt = t.step_arrays(s_take, comp[s_id])
@@ -519,7 +524,7 @@ class _Engine:
 
     def _flush(self, cache):
         """Write decode runs kept in local arrays back to the per-request state."""
-        R, cR, hR, _, pend, last_end = cache
+        R, cR, hR, _, pend, last_end = cache[:6]
         self.comp[R] = cR
         self.gen[R] += pend
         self.ntok[R] += pend
@@ -568,21 +573,20 @@ class _Engine:
             return -(-int(self.ntok[r] - self.gen[r] + self.out[r]) // B) - int(self.held[r])
         return -(-(int(self.comp[r]) + k_new) // B) - int(self.held[r])
 
-    def _decode_run(self, R, kvs, hR, k, now, nxt, joinable) -> int:
-        """Time up to k pure-decode iterations; return how many run before an event."""
+    def _decode_run(self, R, kvs, sum_kv: int, sum_held: int, k, now, nxt, joinable) -> int:
+        """Time up to k pure-decode iterations; return how many run before an event. `sum_kv`, `sum_held`:
+        the sums of `kvs` and of the requests' held blocks."""
         B = self.p.block_size
         nr = len(R)
         if k <= SHORT_RUN and self._short:  # a short run in Python floats (same values, no numpy call overhead)
-            dts = self.t.decode_steps_list(nr, float(kvs.sum()), k)
+            # an arrival that could join stops the run at the first iteration ending at or after it
+            a = float(self.arr[nxt]) if joinable else math.inf
+            dts = self.t.decode_steps_list(nr, float(sum_kv), k, a, now)
             ends = list(accumulate(dts))
-            m = k
-            if joinable:
-                a = self.arr[nxt]
-                if a < math.inf:
-                    m = min(m, 1 + bisect_left([e + now for e in ends], a))
+            m = len(dts)
         else:
-            dts = (self.t.decode_steps(nr, float(kvs.sum()), k, kvs=kvs) if getattr(self.t, "needs_kvs", False)
-                   else self.t.decode_steps(nr, float(kvs.sum()), k))
+            dts = (self.t.decode_steps(nr, float(sum_kv), k, kvs=kvs) if getattr(self.t, "needs_kvs", False)
+                   else self.t.decode_steps(nr, float(sum_kv), k))
             m = k
             ends = np.cumsum(dts)
             # an arrival that could join stops the run at the first iteration starting after it
@@ -596,7 +600,7 @@ class _Engine:
             hist = np.bincount(rem, minlength=B)
             j = np.arange(m)
             need = q.sum() + (hist[:, None] * -(-(np.arange(B)[:, None] + j[None, :]) // B)).sum(axis=0)
-            over = np.flatnonzero(need > self.free + int(hR.sum()))
+            over = np.flatnonzero(need > self.free + sum_held)
             if over.size:
                 m = int(over[0])
         self._last_dts = dts[:m]

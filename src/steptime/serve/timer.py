@@ -439,9 +439,10 @@ class StepTimer:
         body += self._Sml[n]
         return body
 
-    def decode_steps_list(self, n: int, sum_kv0: float, k: int) -> list:
+    def decode_steps_list(self, n: int, sum_kv0: float, k: int, until: float = math.inf, t0: float = 0.0) -> list:
         """`decode_steps` for a short run, in Python floats (the same operations in the same order; a numpy call
-        costs more than a few scalar steps). Models without sliding-window layers."""
+        costs more than a few scalar steps). Models without sliding-window layers. `until`: stop after the first
+        step whose end, t0 plus the running sum of the step times (summed left to right), reaches it."""
         if n >= len(self._Al) or n >= len(self._Bl):
             self._ensure(n, n)
         p, invp, L = self._dp, self._dinvp, self.L
@@ -452,6 +453,7 @@ class StepTimer:
         ab = self._A_decode()[n] + self._Bl[n]
         D, S, Sm, ov = self._Ddl[n], self._Sl[n], self._Sml[n], self.ov
         out = []
+        end = 0.0
         for j in range(k):
             x = float(j) * c1
             x += c0
@@ -468,7 +470,11 @@ class StepTimer:
                 body += hid
             else:
                 body += S
-            out.append(body + Sm)
+            body += Sm
+            out.append(body)
+            end += body
+            if end + t0 >= until:
+                break
         return out
 
     def check(self, n_batches: int = 40, seed: int = 0) -> float:
