@@ -72,22 +72,38 @@ def _routing(dist: str) -> str:
     return "balanced" if dist == "balanced" else dist
 
 
+_COLS = ("num_tokens", "hidden_size", "inter_size", "topk", "num_experts", "moe_tp", "moe_ep")
+
+
+def _groups(d: pd.DataFrame) -> list:
+    """The cells as `predict` evaluates them: one entry per (gpu, dtype, distribution) with the positions of its
+    rows and its shape columns as float arrays (taken once, so a least-squares fit does not redo it per call)."""
+    dist = d["distribution"] if "distribution" in d else pd.Series("balanced", index=d.index)
+    out = []
+    for (g, dt, ds), pos in d.groupby([d["gpu"], d["sdtype"], dist], sort=False).indices.items():
+        s = d.iloc[pos]
+        out.append((g, dt, ds, pos, {c: np.asarray(s[c], dtype=float) for c in _COLS}))
+    return out
+
+
+def _predict_groups(groups: list, n: int, per_dtype: dict, scales: dict | None, regime: str) -> np.ndarray:
+    out = np.full(n, np.nan)
+    for g, dt, ds, pos, a in groups:
+        if dt not in per_dtype:
+            continue
+        mc = M.MoEConstants(values={f"{k}:{dt}": v for k, v in per_dtype[dt].items()},
+                            per_gpu={g: (scales or {}).get(g, {})})
+        r = M.routed_experts_time(a["num_tokens"], a["hidden_size"], a["inter_size"], a["topk"], a["num_experts"],
+                                  get_gpu(g), mc, tp=a["moe_tp"], ep=a["moe_ep"], dtype=dt, routing=_routing(ds),
+                                  regime=regime, family="")
+        out[pos] = r["t"] * 1e3
+    return out
+
+
 def predict(d: pd.DataFrame, per_dtype: dict, scales: dict | None = None, *, regime: str = REGIME) -> np.ndarray:
     """Predicted ms per cell, law constants per dtype ({dtype: {param: value}}), optional per-GPU scales
     {gpu: {s_floor, s_mem, s_c}}; routing from each cell's distribution."""
-    out = np.full(len(d), np.nan)
-    dist = d["distribution"] if "distribution" in d else pd.Series("balanced", index=d.index)
-    for (g, dt, ds), ix in d.groupby([d["gpu"], d["sdtype"], dist], sort=False).groups.items():
-        if dt not in per_dtype:
-            continue
-        s = d.loc[ix]
-        gpu = get_gpu(g)
-        mc = M.MoEConstants(values={f"{k}:{dt}": v for k, v in per_dtype[dt].items()},
-                            per_gpu={g: (scales or {}).get(g, {})})
-        r = M.routed_experts_time(s.num_tokens, s.hidden_size, s.inter_size, s.topk, s.num_experts, gpu, mc,
-                                  tp=s.moe_tp, ep=s.moe_ep, dtype=dt, routing=_routing(ds), regime=regime, family="")
-        out[d.index.get_indexer(ix)] = r["t"] * 1e3
-    return out
+    return _predict_groups(_groups(d), len(d), per_dtype, scales, regime)
 
 
 # (dtype, kernel family) whose weight stream is bound by the SMs, not HBM (terms.moe sm_stream): on H100 and H200
@@ -112,9 +128,10 @@ def fit_dtype(train: pd.DataFrame, dt: str) -> dict:
         t = t.sample(FIT_SAMPLE, random_state=0)
     t = t.reset_index(drop=True)
     y = t["latency_ms"].to_numpy()
+    groups = _groups(t)
 
     def resid(x):
-        return np.log(predict(t, {dt: {**dict(zip(PARAMS, x)), **flag}}) / y)
+        return np.log(_predict_groups(groups, len(t), {dt: {**dict(zip(PARAMS, x)), **flag}}, None, REGIME) / y)
 
     r = least_squares(resid, P0, bounds=(LO, HI), x_scale="jac")
     return {**{k: float(v) for k, v in zip(PARAMS, r.x)}, **flag}
