@@ -321,6 +321,43 @@ def test_itl_log_merges_exactly_then_on_a_bounded_grid():
     assert np.allclose(q, np.quantile(x, [0.5, 0.9, 0.99]), rtol=2e-4)
 
 
+def test_itl_log_merge_compaction_equals_sorting_everything():
+    """The compaction merges the tail into the sorted head; a reference re-sorts every pair each time
+    (the plain definition). Same values, weights and exact flag, through the switch to the grid."""
+    from steptime.serve.sim import ItlLog
+
+    class Plain(ItlLog):
+        def _compact(self):
+            v, w = self._arrays()
+            if not self.exact:
+                v = self._grid(v)
+            u, inv = np.unique(v, return_inverse=True)
+            if self.exact and u.size > self.cap // 2:
+                self.exact = False
+                u, inv = np.unique(self._grid(v), return_inverse=True)
+            self.v, self.w = [u], [np.bincount(inv, weights=w, minlength=u.size)]
+            self.n = u.size
+
+    rng = np.random.default_rng(3)
+    pool = rng.uniform(0.001, 0.1, 3000)
+    flips = []
+    for grow in (0, 3, 8):  # distinct values: 150 throughout (exact); growing, so the grid comes after merges
+        a, b = ItlLog(cap=1000), Plain(cap=1000)
+        merged_exact = 0
+        for i in range(300):
+            x = rng.choice(pool[:150 + grow * i], 37)
+            a.add(x, float(i % 5 + 1))
+            b.add(x.copy(), float(i % 5 + 1))
+            merged_exact += a.exact and isinstance(a.w[0], np.ndarray)
+            (va, wa), (vb, wb) = a._arrays(), b._arrays()
+            assert a.exact == b.exact and np.array_equal(va, vb) and np.array_equal(wa, wb)
+        (va, wa), (vb, wb) = a.arrays(), b.arrays()
+        assert a.exact == b.exact and np.array_equal(va, vb) and np.array_equal(wa, wb)
+        assert wa.sum() == sum(37 * (i % 5 + 1) for i in range(300)) and merged_exact
+        flips.append(a.exact)
+    assert flips == [True, False, False]
+
+
 def test_decode_runs_through_finishes_match_step_by_step(timer):
     # many short outputs: most decode runs end in a finish (timed inside the run)
     wl = synthetic(150, isl=(16, 256), osl=(2, 12), rate=30.0, seed=9)

@@ -155,15 +155,38 @@ class ItlLog:
         return v, w
 
     def _compact(self) -> None:
-        v, w = self._arrays()
+        head = isinstance(self.w[0], np.ndarray)  # a compacted head: sorted distinct values (on the grid if not exact)
+        v, w = self._tail_arrays(1 if head else 0)
         if not self.exact:
             v = self._grid(v)
-        u, inv = np.unique(v, return_inverse=True)
+        u, w = self._merge(v, w)
+        if head:  # the tail's distinct values merged into the head's (a stable sort of two sorted runs)
+            hv = self.v[0] if self.exact else self._grid(self.v[0])  # the grid is monotone: still sorted
+            u, w = self._merge(np.concatenate([hv, u]), np.concatenate([self.w[0], w]), presorted=True)
         if self.exact and u.size > self.cap // 2:
             self.exact = False
-            u, inv = np.unique(self._grid(v), return_inverse=True)
-        self.v, self.w = [u], [np.bincount(inv, weights=w, minlength=u.size)]
+            u, w = self._merge(self._grid(u), w)
+        self.v, self.w = [u], [w]
         self.n = u.size
+
+    @staticmethod
+    def _merge(v, w, presorted: bool = False):
+        """Equal values merged, their weights summed (sorted by value). The weights are token counts (whole
+        numbers), so the sums do not depend on the order they are added in."""
+        if presorted:
+            order = np.argsort(v, kind="stable")
+            v, w = v[order], w[order]
+            start = np.flatnonzero(np.concatenate([[True], v[1:] != v[:-1]]))
+            return v[start], np.add.reduceat(w, start) if v.size else w
+        u, inv = np.unique(v, return_inverse=True)
+        return u, np.bincount(inv, weights=w, minlength=u.size)
+
+    def _tail_arrays(self, i0: int):
+        """(values, weights) of the chunks from the i0-th on, each chunk's scalar weight repeated."""
+        if len(self.v) <= i0:
+            return np.zeros(0), np.zeros(0)
+        v = np.concatenate(self.v[i0:]).astype(float, copy=False)
+        return v, np.repeat(np.array(self.w[i0:], dtype=float), [len(x) for x in self.v[i0:]])
 
     def _grid(self, v):
         pos = v > 0
@@ -313,7 +336,8 @@ class _Engine:
         return i, R[:i].tolist(), take[:i].tolist(), budget
 
     def _preempt_loop(self, R, budget, waiting):
-        """Running requests one by one, preempting from the back when KV blocks run out."""
+        """Running requests one by one, preempting from the back when KV blocks run out (the runs of requests
+        that fit without preempting are accepted in bulk)."""
         comp, ntok, held, B = self.comp, self.ntok, self.held, self.p.block_size
         i, ids, takes, budget = self._accept_fitting(R, budget)
         running = R.tolist()
@@ -340,6 +364,11 @@ class _Engine:
             takes.append(k_new)
             budget -= k_new
             i += 1
+            if i < len(running) and budget > 0:  # the next ones that fit without preempting, in bulk again
+                j, ids_j, takes_j, budget = self._accept_fitting(R[i:len(running)], budget)
+                ids += ids_j
+                takes += takes_j
+                i += j
         return np.array(running, dtype=np.int64), ids, takes, budget
 
     def run(self) -> Run:
