@@ -233,6 +233,7 @@ def run_replay(rows, *, fitted=None, requests_per_slot: int = 4, min_requests: i
     model refuses (unknown model, memory, precision) is left out with its reason."""
     out, skipped = [], []
     parsed = W.split_fitted(fitted)
+    timers = {}  # one per (model, engine, GPU, TP, dtype): its tables grow with the concurrency (prefix-identical)
     for i, (_, r) in enumerate(rows.iterrows()):
         if r["measure"] not in MEASURES:
             raise ReplayError(f"{r['source_id']}: no simulated statistic for measure {r['measure']!r}")
@@ -240,10 +241,13 @@ def run_replay(rows, *, fitted=None, requests_per_slot: int = 4, min_requests: i
             key = r["model_key"] if "model_key" in r and isinstance(r["model_key"], str) else \
                 W._known_model(r["model"], rows.loc[[r.name]])
             m = get_model(key)
+            tkey = (key, str(r["engine"]), str(r["gpu"]), int(r["tp"]), str(r["dtype"]))
+            if tkey not in timers:
+                timers[tkey] = _timer(r, key, parsed, constants)
             run = simulate(
                 None, None, workload_for(r, m.max_position_embeddings, requests_per_slot=requests_per_slot,
                                          min_requests=min_requests, seed=seed + i),
-                policy_for(str(r["engine"]), _concurrency(r)), timer=_timer(r, key, parsed, constants))
+                policy_for(str(r["engine"]), _concurrency(r)), timer=timers[tkey])
         except SteptimeError as exc:
             skipped.append({"dataset": r["dataset"], "reason": f"{type(exc).__name__}: {str(exc).splitlines()[0][:160]}",
                             "rows": 1})
