@@ -73,8 +73,8 @@ def subset_masks(df) -> dict:
 
 
 def cell_ids(df) -> list:
-    return [(g, "gemm", int(m), int(n), int(k)) for g, m, n, k in
-            zip(df["gpu"], df["m"], df["n"], df["k"])]
+    cols = (df[c].to_numpy().tolist() for c in ("gpu", "m", "n", "k"))  # Python values (no per-cell pandas access)
+    return [(g, "gemm", int(m), int(n), int(k)) for g, m, n, k in zip(*cols)]
 
 
 def load_gemm(path=None, gpus=None):
