@@ -137,6 +137,33 @@ def test_routed_experts_law_shape():
     assert np.all(r8["weight_bytes"] < r["weight_bytes"]) and r8["t"][2] < r["t"][2]
 
 
+def test_routed_experts_row_tile_from_the_law():
+    """Each touched expert's rows are padded to the law's `tile_m` (TILE_M where the law has none): at 20 rows per
+    expert a 128-row tile computes 128 padded rows, a 16-row tile 32; E3.1's fit picks the tile among its choices."""
+    from steptime.specs import get_gpu
+    from steptime_lab.experiments import moe as E
+
+    g = get_gpu("h100")
+    base = M.MoEConstants.default()
+    T = 20 * 128 // 8  # balanced routing: 20 rows on each of 128 experts
+
+    def t_c(tile):
+        mc = dataclasses.replace(base, values={**base.values, "tile_m:bf16": float(tile)}) if tile else base
+        return M.routed_experts_time(T, 4096, 1536, 8, 128, g, mc, dtype="bf16", routing="balanced",
+                                     family="")["t_compute"]
+
+    assert t_c(128) / t_c(16) == pytest.approx(128 / 32)
+    assert t_c(None) == pytest.approx(t_c(M.TILE_M))
+    d = pd.DataFrame({"gpu": "h100-sxm", "sdtype": "bf16", "distribution": "balanced", "family": "triton",
+                      "num_tokens": np.unique(np.geomspace(1, 16384, 60).astype(int)), "hidden_size": 4096,
+                      "inter_size": 1536,
+                      "topk": 8, "num_experts": 128, "moe_tp": 1, "moe_ep": 1})
+    mc = dataclasses.replace(base, values={**base.values, "tile_m:bf16": 128.0})
+    d["latency_ms"] = M.routed_experts_time(d.num_tokens, 4096, 1536, 8, 128, g, mc, dtype="bf16",
+                                            routing="balanced", regime="resident", family="")["t"] * 1e3
+    assert E.fit_dtype(d, "bf16")["tile_m"] == 128.0  # the generating tile fits best
+
+
 def test_fp_formats_refused_where_missing():
     from steptime.specs import get_gpu
 

@@ -232,7 +232,8 @@ def routed_experts_time(tokens, hidden, inter, topk, num_experts, gpu, mc: MoECo
     smax_p(x, y) = (x^p + y^p)^(1/p): compute and weight streaming overlap imperfectly where they are close
     (the dense GEMM law's overlap exponent; p -> infinity is the plain max, the default without `overlap_p`);
 
-    F_pad: GEMM FLOPs at tile granularity (each expert's rows padded to TILE_M); W: expert weights touched;
+    F_pad: GEMM FLOPs at tile granularity (each expert's rows padded to the law's `tile_m`, TILE_M where it has
+    none); W: expert weights touched;
     eta_mem(W) = eta_max x / (x + x_half), x = W / L2 (the working-set law, as E1.3 has for dense GEMMs);
     regime 'evicted' (a serving step: other layers' weights evict L2, every weight byte comes from HBM) or
     'resident' (AIConfigurator's collector, the same layer back to back: a weight set that fits L2 stays
@@ -248,7 +249,9 @@ def routed_experts_time(tokens, hidden, inter, topk, num_experts, gpu, mc: MoECo
     family = family or None
     T = np.asarray(tokens, dtype=float)
     h, i = np.asarray(hidden, dtype=float), np.asarray(inter, dtype=float) / np.asarray(tp, dtype=float)
-    P, Et, R = routed_load(T, num_experts, topk, ep, routing)
+    # rows per grouped-GEMM tile: the (dtype, family) law's fitted choice where it has one, else TILE_M
+    tile = int(_law(mc, "tile_m", dtype, family)) if _has_law(mc, "tile_m", dtype, family) else TILE_M
+    P, Et, R = routed_load(T, num_experts, topk, ep, routing, tile)
     P, Et, R = (np.reshape(v, np.broadcast(T, h).shape) for v in (P, Et, R))
     F = 6.0 * h * i * P
     W = Et * 3.0 * h * i * WEIGHT_BYTES[dtype]
