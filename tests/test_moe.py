@@ -139,7 +139,8 @@ def test_routed_experts_law_shape():
 
 def test_routed_experts_row_tile_from_the_law():
     """Each touched expert's rows are padded to the law's `tile_m` (TILE_M where the law has none): at 20 rows per
-    expert a 128-row tile computes 128 padded rows, a 16-row tile 32; E3.1's fit picks the tile among its choices."""
+    expert a 128-row tile computes 128 padded rows, a 16-row tile 32; E3.1's fit picks the tiling among its
+    choices."""
     from steptime.specs import get_gpu
     from steptime_lab.experiments import moe as E
 
@@ -154,6 +155,10 @@ def test_routed_experts_row_tile_from_the_law():
 
     assert t_c(128) / t_c(16) == pytest.approx(128 / 32)
     assert t_c(None) == pytest.approx(t_c(M.TILE_M))
+    # the small-batch path: at or below `unpadded_rows` rows per expert the rows are not padded
+    P, Et, R = M.routed_load(np.array([8 * 16, 10 * 16]), 128, 8, routing="balanced", tile=64, unpadded_rows=8)
+    assert list(R / Et) == [8.0, 64.0] and list(P / Et) == [8.0, 10.0]
+    assert list(M.routed_load(np.array([8 * 16]), 128, 8, routing="balanced", tile=64)[2] / 128) == [64.0]
     d = pd.DataFrame({"gpu": "h100-sxm", "sdtype": "bf16", "distribution": "balanced", "family": "triton",
                       "num_tokens": np.unique(np.geomspace(1, 16384, 60).astype(int)), "hidden_size": 4096,
                       "inter_size": 1536,
@@ -161,7 +166,8 @@ def test_routed_experts_row_tile_from_the_law():
     mc = dataclasses.replace(base, values={**base.values, "tile_m:bf16": 128.0})
     d["latency_ms"] = M.routed_experts_time(d.num_tokens, 4096, 1536, 8, 128, g, mc, dtype="bf16",
                                             routing="balanced", regime="resident", family="")["t"] * 1e3
-    assert E.fit_dtype(d, "bf16")["tile_m"] == 128.0  # the generating tile fits best
+    fit = E.fit_dtype(d, "bf16")
+    assert fit["tile_m"] == 128.0 and fit["unpadded_rows"] == 0.0  # the generating tiling fits best
 
 
 def test_fp_formats_refused_where_missing():

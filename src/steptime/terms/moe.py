@@ -180,10 +180,13 @@ def _power_law_load(T: int, E: int, k: int, ep: int, alpha: float, tile: int) ->
     return float(c.sum(1).mean()), float((c > 0).sum(1).mean()), float((np.ceil(c / tile) * tile).sum(1).mean())
 
 
-def routed_load(tokens, num_experts, topk, ep=1, routing: str = "uniform", tile: int = TILE_M):
+def routed_load(tokens, num_experts, topk, ep=1, routing: str = "uniform", tile: int = TILE_M,
+                unpadded_rows: float = 0.0):
     """(token-expert pairs, experts touched, tile-padded rows) on the measured GPU: uniform random routing
     (a serving step's expectation), AIConfigurator's balanced router (round-robin) or its power-law router
-    (`power_law_<alpha>`: the busiest EP rank). Padded rows: each touched expert's rows rounded up to `tile`."""
+    (`power_law_<alpha>`: the busiest EP rank). Padded rows: each touched expert's rows rounded up to `tile`,
+    except where the mean rows per touched expert are at most `unpadded_rows` (a small-batch kernel path that
+    does not pad: the rows themselves)."""
     T = np.atleast_1d(np.asarray(tokens, dtype=float))
     E, k, ep = (np.broadcast_to(np.asarray(v, dtype=float), T.shape) for v in (num_experts, topk, ep))
     if routing.startswith("power_law_"):
@@ -191,10 +194,14 @@ def routed_load(tokens, num_experts, topk, ep=1, routing: str = "uniform", tile:
         P, Et, R = (np.zeros_like(T) for _ in range(3))
         for j, key in enumerate(zip(T.astype(int), E.astype(int), k.astype(int), ep.astype(int))):
             P[j], Et[j], R[j] = _power_law_load(*key, alpha, int(tile))
-        return P, np.maximum(Et, 1.0), np.maximum(R, tile)
+        Et = np.maximum(Et, 1.0)
+        R = np.maximum(R, tile)
+        return P, Et, (np.where(P / Et <= unpadded_rows, P, R) if unpadded_rows > 0 else R)
     Et = np.maximum(experts_touched(T, E, k, routing) / ep, 1.0)
     P = T * k / ep
     R = Et * np.ceil(P / Et / tile) * tile
+    if unpadded_rows > 0:
+        R = np.where(P / Et <= unpadded_rows, P, R)
     return P, Et, R
 
 
@@ -233,7 +240,7 @@ def routed_experts_time(tokens, hidden, inter, topk, num_experts, gpu, mc: MoECo
     (the dense GEMM law's overlap exponent; p -> infinity is the plain max, the default without `overlap_p`);
 
     F_pad: GEMM FLOPs at tile granularity (each expert's rows padded to the law's `tile_m`, TILE_M where it has
-    none); W: expert weights touched;
+    none; unpadded at or below `unpadded_rows` rows per expert where the law has it); W: expert weights touched;
     eta_mem(W) = eta_max x / (x + x_half), x = W / L2 (the working-set law, as E1.3 has for dense GEMMs);
     regime 'evicted' (a serving step: other layers' weights evict L2, every weight byte comes from HBM) or
     'resident' (AIConfigurator's collector, the same layer back to back: a weight set that fits L2 stays
@@ -251,7 +258,8 @@ def routed_experts_time(tokens, hidden, inter, topk, num_experts, gpu, mc: MoECo
     h, i = np.asarray(hidden, dtype=float), np.asarray(inter, dtype=float) / np.asarray(tp, dtype=float)
     # rows per grouped-GEMM tile: the (dtype, family) law's fitted choice where it has one, else TILE_M
     tile = int(_law(mc, "tile_m", dtype, family)) if _has_law(mc, "tile_m", dtype, family) else TILE_M
-    P, Et, R = routed_load(T, num_experts, topk, ep, routing, tile)
+    small = float(_law(mc, "unpadded_rows", dtype, family)) if _has_law(mc, "unpadded_rows", dtype, family) else 0.0
+    P, Et, R = routed_load(T, num_experts, topk, ep, routing, tile, small)
     P, Et, R = (np.reshape(v, np.broadcast(T, h).shape) for v in (P, Et, R))
     F = 6.0 * h * i * P
     W = Et * 3.0 * h * i * WEIGHT_BYTES[dtype]

@@ -43,6 +43,9 @@ READINGS = {"floor": (1, 1, 8), "memory": (1, 1, 1), "compute": (16384, 1, 1)}
 # family), the one whose least-squares fit on the training cells has the lowest cost (the kernels' tuned configs pick
 # M tiles of 16-128 rows). Added after E3.1's held-out scores had been seen (a fixed 64 before; disclosed).
 TILE_CHOICES = (16, 32, 64, 128)
+# and whether a small-batch path runs unpadded up to 8 rows per expert (B200 TRT-LLM bf16 steps from 0.68 to 0.77 ms
+# between 8 and 10 rows per expert on Qwen3-235B-A22B's layer): 0 (always padded) or 8, chosen the same way
+UNPADDED_CHOICES = (0, 8)
 FIT_SAMPLE = 6000   # cells per (dtype, family) used by the least-squares fit (deterministic subsample)
 REGIME = "resident"  # the collector's back-to-back runs: E3.1 scores this regime (metrics give 'evicted' too)
 DISTRIBUTIONS = ("balanced", "power_law_1.01", "power_law_1.2")
@@ -138,13 +141,14 @@ def fit_dtype(train: pd.DataFrame, dt: str) -> dict:
         return np.log(_predict_groups(groups, len(t), {dt: {**dict(zip(PARAMS, x)), **flag}}, None, REGIME) / y)
 
     best = None
-    for tile in TILE_CHOICES:  # the grouped GEMM's row tile: the one the training cells fit best
-        flag["tile_m"] = float(tile)
-        r = least_squares(resid, P0, bounds=(LO, HI), x_scale="jac")
-        if best is None or r.cost < best[0]:
-            best = (r.cost, tile, r.x)
-    flag["tile_m"] = float(best[1])
-    return {**{k: float(v) for k, v in zip(PARAMS, best[2])}, **flag}
+    for small in UNPADDED_CHOICES:  # the kernel's tiling: the (small-batch path, row tile) the training cells fit best
+        for tile in TILE_CHOICES:
+            flag["unpadded_rows"], flag["tile_m"] = float(small), float(tile)
+            r = least_squares(resid, P0, bounds=(LO, HI), x_scale="jac")
+            if best is None or r.cost < best[0]:
+                best = (r.cost, small, tile, r.x)
+    flag["unpadded_rows"], flag["tile_m"] = float(best[1]), float(best[2])
+    return {**{k: float(v) for k, v in zip(PARAMS, best[3])}, **flag}
 
 
 def training_cells(d: pd.DataFrame, gpu: str, dt: str) -> tuple[pd.DataFrame, str]:
@@ -332,10 +336,12 @@ def document(r: dict, target_pct: float) -> dict:
         "sm_stream_families": sorted(f"{dt}@{fam}" for dt, fam in SM_STREAM),
         "disclosed": "SM_STREAM (the SM-bound weight stream of fp8 cutlass_sm90 and mxfp4 triton) was chosen after "
                      "this experiment's held-out scores had been seen, from the H100 vs H200 cell ratios (both GPUs "
-                     "are scored here). The grouped GEMM's row tile as a per-(dtype, family) choice among "
-                     f"{list(TILE_CHOICES)} (picked by the training cells' least-squares cost; a fixed 64 before) was "
-                     "added after the held-out scores had been seen too (before and after in DESIGN.md).",
-        "tile_m": {g: {dt: p.get("tile_m") for dt, p in v["per_dtype"].items()} for g, v in r["fits"].items()},
+                     "are scored here). The grouped GEMM's row tile and an unpadded small-batch path as per-(dtype, family) "
+                     f"choices among {list(TILE_CHOICES)} rows and {list(UNPADDED_CHOICES)} rows per expert (picked by "
+                     "the training cells' least-squares cost; a fixed 64-row tile before) were added after the "
+                     "held-out scores had been seen too (before and after in DESIGN.md).",
+        "tiling": {g: {dt: {k: p.get(k) for k in ("tile_m", "unpadded_rows")} for dt, p in v["per_dtype"].items()}
+                   for g, v in r["fits"].items()},
     }
     return {"metrics": metrics, "claims": claims}
 
@@ -352,11 +358,13 @@ def moe_constants_doc(r: dict | None, a2a: dict | None = None) -> dict:
             glob[f"{name}:{dt}"] = {"value": round(v, 6), "provenance": "FITTED",
                                     "source": f"E3.1: fused-MoE law fitted on every GPU's balanced-routing {what} "
                                               "of the listed models' shapes, collector regime (results/E3_1.json)"}
-            if name == "tile_m":
+            if name in ("tile_m", "unpadded_rows"):
+                choices = TILE_CHOICES if name == "tile_m" else UNPADDED_CHOICES
+                which = "grouped GEMM's row tile" if name == "tile_m" else "rows per expert run unpadded"
                 glob[f"{name}:{dt}"] = {"value": v, "provenance": "FITTED",
-                                        "source": f"E3.1: the grouped GEMM's row tile among {list(TILE_CHOICES)} whose "
-                                                  f"least-squares fit on every GPU's balanced-routing {what} has the "
-                                                  "lowest cost (results/E3_1.json)"}
+                                        "source": f"E3.1: the {which} among {list(choices)} whose least-squares fit "
+                                                  f"on every GPU's balanced-routing {what} has the lowest cost "
+                                                  "(results/E3_1.json)"}
             if name == "sm_stream":
                 glob[f"{name}:{dt}"] = {"value": v, "provenance": "DERIVED",
                                         "source": "E3.1: the family's weight stream is SM-bound (H100 and H200, same "
