@@ -48,6 +48,8 @@ def test_dense_predictions_unchanged():
         r = predict_step(model, gpu, decode=[tuple(x) for x in dec], prefill=[tuple(x) for x in pre], tp=tp,
                          dtype=dtype, check_memory=False, constants=constants, engine=eng).to_dict()
         r.pop("uncalibrated")  # a label added since (issue 21), not a prediction
+        for fs in r["factors"].values():  # the per-CTA stream, a factor added since (issue 19, wave 9): the
+            assert fs.pop("t_cta", 0.0) == 0.0  # pinned constants carry no cta_stream_us_mb, so it is off
         assert r.pop("engine") == engine
         want = dict(c["result"])
         assert want.pop("engine") == "vllm"

@@ -196,7 +196,8 @@ def block_terms(model, gpu, step_id, new, kv, T, n_steps, *, tp, ep, dtype, kv_d
     a_heads, a_kv_heads, a_dim = attention_geometry(model, tp)
     for name in ("qkv_proj", "o_proj"):
         key = "q_b" if name == "qkv_proj" and model.attention == "mla" else ("o" if name == "o_proj" else "qkv")
-        factors[name] = {f: g[key][f] for f in ("eta_c", "f_clk", "eta_cluster", "eta_active", "eta_duty", "eta_mem")}
+        factors[name] = {f: g[key][f] for f in ("eta_c", "f_clk", "eta_cluster", "eta_active", "eta_duty", "eta_mem",
+                                                "t_cta")}
     # ---- attention (a window on 1 of every `sliding_layers_every` layers)
     n_slide = sliding_layers(model)
     is_pref = new > 1

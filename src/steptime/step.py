@@ -393,7 +393,8 @@ def predict_steps(model, gpu, step_id, new_tokens, kv_len, n_steps: int | None =
     for name, g in ({} if moe else shapes_fn(T, layer_shapes(model, tp), gpu, constants, f_clk=f_clk)).items():
         out[name] = L * g["t"]
         compute_bound[name] = g["compute_bound"]
-        factors[name] = {f: g[f] for f in ("eta_c", "f_clk", "eta_cluster", "eta_active", "eta_duty", "eta_mem")}
+        factors[name] = {f: g[f] for f in ("eta_c", "f_clk", "eta_cluster", "eta_active", "eta_duty", "eta_mem",
+                                             "t_cta")}
     heads = model.num_attention_heads // tp
     kv_heads = max(1, model.num_key_value_heads // tp)
     decode = ~is_pref if any_pref else None

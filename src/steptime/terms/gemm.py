@@ -1,6 +1,6 @@
 """The projection GEMM term: a roofline with a factored compute efficiency.
 
-    t_gemm = smax( 2 m n k / (P_boost * eta_c),  bytes / (BW * eta_mem) ) + t_floor
+    t_gemm = smax( 2 m n k / (P_boost * eta_c),  bytes / (BW * eta_mem) + t_cta ) + t_floor
     eta_c  = f_clk * eta_cluster * eta_active * eta_duty
 
 `smax(a, b) = (a^p + b^p)^(1/p)` is the roofline max with a finite overlap exponent
@@ -28,6 +28,14 @@ x = bytes / L2:  eta_max * x / (x + x_half). Working sets below `l2_resident_x` 
 stay resident between back-to-back launches (weights re-read from L2, not DRAM); there
 the achieved bandwidth is max(DRAM law, an L2 path of `l2_gain` bytes per
 SM clock), which is how a GDDR part with a large L2 beats its DRAM speed.
+
+Per-CTA stream (`t_cta`, persistent paradigm only): the CTA of one output column walks
+its k loop over k x tile_n weight elements (times the columns it walks, ceil(n-tiles /
+grid cap)), and one CTA does not pull DRAM at the device's rate. Its time, bytes_cta x
+`cta_stream_us_mb` (microseconds per MB per CTA), is added to the memory branch. It
+matters at the few-tile skinny shapes (column-parallel n = 768 at TP 8, m <= 256: one CTA
+streams 1 MB of a 6 MB weight) and is a small share where many CTAs share the bytes.
+`cta_stream_us_mb` = 0 turns it off; wave-launched families always keep it off (E1.29).
 """
 
 from __future__ import annotations
@@ -45,8 +53,9 @@ SPLITK_MIN_K = 512  # each split keeps at least this much of k
 # Constants the term reads (resolved per GPU into a plain dict by `resolve`).
 GEMM_CONSTANTS = ("tiles", "ctas_per_sm", "cluster_size", "duty_c", "duty_k", "eta_active", "f_clk",
                   "eta_mem_max", "mem_x_half", "mem_t_half_us", "l2_gain", "l2_resident_x",
-                  "kernel_floor_us", "overlap_p", "streamk_rel", "clk_droop", "clk_droop_us")
-_OPTIONAL = MappingProxyType({"duty_k": 0.0, "mem_t_half_us": 0.0, "l2_resident_x": 0.0,
+                  "kernel_floor_us", "overlap_p", "streamk_rel", "clk_droop", "clk_droop_us",
+                  "cta_stream_us_mb")
+_OPTIONAL = MappingProxyType({"cta_stream_us_mb": 0.0, "duty_k": 0.0, "mem_t_half_us": 0.0, "l2_resident_x": 0.0,
                               "overlap_p": float("inf"), "streamk_rel": 0.0, "clk_droop": 0.0, "clk_droop_us": 1.0})
 
 
@@ -238,6 +247,21 @@ def sm_fill(m, n, k, gpu, constants: Constants | None = None, params: dict | Non
         "grid": r["grid"].reshape(shape),
         "tiles_per_cta": r["tiles_per_cta"].reshape(shape),
     }
+
+
+def cta_stream_time(n, k, fill: dict, gpu, p: dict, dtype: str = "bf16"):
+    """Seconds one CTA spends streaming the weight of its output column (persistent launches only):
+    k x tile_n x bytes per element for each of the ceil(n-tiles / grid cap) columns it walks,
+    times `cta_stream_us_mb` (us per MB per CTA). The k loop is the full k: the measured
+    few-tile kernels show no rescue by split-K or stream-K (DESIGN.md, E1.29), so the chosen
+    launch's k split does not divide it. Zero where the constant is 0 or the launch is
+    wave-paradigm (the wave-launched parts show no such cost)."""
+    c = float(p.get("cta_stream_us_mb", 0.0))
+    tn = fill["tile_n"]
+    if c <= 0 or fill["paradigm"] != "persistent":
+        return np.zeros(np.shape(tn))
+    cols = np.ceil(np.ceil(n / tn) / grid_cap(gpu, p, "persistent"))
+    return k * tn * BYTES[dtype] * cols * c * 1e-12
 
 
 def _split1_score(tiles, mn, k, tm, tn, rel, sk, paradigm: str, gpu, grid_max: float, duty_k: float,
@@ -476,14 +500,16 @@ def gemm_time(m, n, k, gpu, constants: Constants | None = None, f_clk: float | N
     nbytes = gemm_bytes(m, n, k, dtype)
     e_mem = eta_mem(nbytes, gpu, params=p)
     t_memory = nbytes / (gpu.mem_bw * e_mem)
+    t_cta = cta_stream_time(n, k, fill, gpu, p, dtype)
     t_floor = float(p["kernel_floor_us"]) * 1e-6 if floor else 0.0
-    t = smax(t_compute, t_memory, float(p["overlap_p"])) + t_floor
+    t = smax(t_compute, t_memory + t_cta, float(p["overlap_p"])) + t_floor
     return {
         "t": t,
         "t_compute": t_compute,
         "t_memory": t_memory,
+        "t_cta": t_cta,
         "t_floor": np.full_like(t, t_floor),
-        "compute_bound": t_compute >= t_memory,
+        "compute_bound": t_compute >= t_memory + t_cta,
         "flops": flops,
         "bytes": nbytes,
         "f_clk": f_clk,

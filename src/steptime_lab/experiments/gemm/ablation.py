@@ -65,7 +65,7 @@ def scalar_vs_factors(df, doc: dict, *, constants: Constants) -> dict:
         r = G.gemm_time(m, n, k, g, params=p)
         t_c0 = r["flops"] / g.peak_flops
         eta_meas = t_c0 / np.maximum(y - floor, 1e-9)
-        t_scalar = G.smax(t_c0 / eta_bar, r["t_memory"], float(p["overlap_p"])) + floor
+        t_scalar = G.smax(t_c0 / eta_bar, r["t_memory"] + r["t_cta"], float(p["overlap_p"])) + floor
         drift = eta_bar / r["eta_c"] - 1.0
         out[gpu] = {"eta_bar": float(eta_bar), "cells": int(len(c)),
                     "eta_c_factor": {"mean": float(r["eta_c"].mean()), "min": float(r["eta_c"].min()),
@@ -118,6 +118,7 @@ ABLATIONS = {
     "overlap max (hard max instead)": {"overlap_p": 50.0},
     "L2-resident path": {"l2_resident_x": 0.0},
     "memory ramp t_half": {"mem_t_half_us": 0.0},
+    "per-CTA stream (persistent)": {"cta_stream_us_mb": 0.0},
 }
 
 

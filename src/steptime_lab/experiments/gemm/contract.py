@@ -5,7 +5,7 @@ parameters, predictions with explicit parameters and the inversion of the deploy
   GPU's own table, setting one per-GPU constant: a large square GEMM sets `eta_active`,
   a one-token GEMM over a large weight sets `eta_mem_max`, a tiny GEMM sets the
   launch floor `kernel_floor_us`. They are excluded from every score of that GPU.
-* the remaining constants (`FIT_GLOBALS`: duty, memory ramp, L2 path, overlap, stream-K,
+* the remaining constants (`FIT_GLOBALS`: duty, memory ramp, L2 path, overlap, stream-K, per-CTA stream,
   clock droop) are fitted on the OTHER GPUs when a GPU is scored (leave-one-GPU-out;
   `steptime_lab.experiments.gemm.folds`).
 
@@ -56,6 +56,8 @@ FIT_GLOBALS = {
     "streamk_rel": (0.9, 0.0, 1.0),
     "clk_droop": (0.2, 0.0, 0.6),
     "clk_droop_us": (1000.0, 10.0, 1e5),
+    # per-CTA stream (us per MB per CTA; persistent launches only, see steptime.terms.gemm)
+    "cta_stream_us_mb": (1.0, 0.0, 20.0),
 }
 
 FIT_SAMPLE = 1500  # cells per GPU in a fit (seeded)
@@ -201,8 +203,8 @@ def apply_readings(gpu: str, params: dict, readings: dict, paradigm: str | None 
         net = np.maximum(t_meas - r["t_floor"], 1e-9)
         if "eta_mem_max" in idx and "mem_t_half_us" in idx:
             i, j = idx["eta_mem_max"], idx["mem_t_half_us"]
-            tm_i = unmax(net[i], r["t_compute"][i])
-            tm_j = unmax(net[j], r["t_compute"][j])
+            tm_i = unmax(net[i], r["t_compute"][i]) - r["t_cta"][i]  # the DRAM branch: less the per-CTA stream
+            tm_j = unmax(net[j], r["t_compute"][j]) - r["t_cta"][j]
             bi, bj = r["bytes"][i], r["bytes"][j]
             inv = g.mem_bw * (tm_i - tm_j) / (bi - bj)
             e = float(np.clip(1.0 / inv if inv > 0 else 2.0, 0.05, 2.0))
@@ -210,12 +212,12 @@ def apply_readings(gpu: str, params: dict, readings: dict, paradigm: str | None 
             p["eta_mem_max"], p["mem_t_half_us"] = e, h * 1e6
         elif "eta_mem_max" in idx:
             i = idx["eta_mem_max"]
-            tm = unmax(net[i], r["t_compute"][i])
+            tm = unmax(net[i], r["t_compute"][i]) - r["t_cta"][i]  # the DRAM branch: less the per-CTA stream
             h = float(p["mem_t_half_us"]) * 1e-6
             p["eta_mem_max"] = float(np.clip(r["bytes"][i] / (g.mem_bw * max(tm - h, 1e-9)), 0.05, 2.0))
         if "eta_active" in idx:
             i = idx["eta_active"]
-            tc = unmax(net[i], r["t_memory"][i])
+            tc = unmax(net[i], r["t_memory"][i] + r["t_cta"][i])
             p["eta_active"] = float(np.clip(p["eta_active"] * r["t_compute"][i] / tc, 0.05, 1.0))
     return p
 
