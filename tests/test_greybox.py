@@ -1,4 +1,6 @@
 """The grey box (steptime_residual): per-term bounded corrections fitted on the other GPUs only."""
+import math
+
 import numpy as np
 import pytest
 

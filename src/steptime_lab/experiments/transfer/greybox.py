@@ -22,7 +22,7 @@ attention call; each of Vidur's nine per-layer operators for the step) is multip
   physics) is chosen per target and term by leave-one-GPU-out cross-validation inside the
   training GPUs (nested: each inner held-out GPU is predicted exactly as the target is,
   similarity weights and readings its own; the target's cells are never seen), on the mean
-  per-GPU MAPE of the term.
+  per-GPU MAPE of the term; the correction may also be shrunk by half toward the physics (SHRINKS).
 
 Base predictions on a training GPU g are steptime's on g's own held-out fold (constants
 fitted without g plus g's readings): the residuals the correction learns are out-of-sample
