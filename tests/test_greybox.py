@@ -1,4 +1,6 @@
 """The grey box (steptime_residual): per-term bounded corrections fitted on the other GPUs only."""
+import math
+
 import numpy as np
 import pytest
 
@@ -139,7 +141,7 @@ def test_inner_fits_shared_across_targets_give_the_same_models_and_a_cache_is_ad
     for g in ("h100-sxm", "b200"):  # each target fitted alone (no memo) gives the same setting and prediction
         alone = T.GreyBox("aic_gemm", cells, _defaults)
         gpus = sorted(x for x in GPUS if x != g)
-        model, cv = G.fit_term({x: alone._training(x)["gemm"] for x in gpus}, g)  # no memo: every inner fold afresh
+        model, cv = G.fit_term({x: alone._training(x)["gemm"] for x in gpus}, g, shrinks=G.SHRINKS)  # no memo: every inner fold afresh
         assert cv == doc["fits"][g][1]["nested_cv_mape"]["gemm"]
         F = alone._features(tc, g)["gemm"]
         assert np.array_equal(model.log_correction(F), doc["fits"][g][0]["gemm"].log_correction(F))
@@ -170,3 +172,21 @@ def test_ml_loo_full_tuning_shares_each_inner_fit_between_its_two_targets_and_ch
         assert shared.fitted_on(g)["tuning"] == alone.fitted_on(g)["tuning"]
         assert np.array_equal(shared.predict(tc, g), alone.predict(tc, g))
     assert not shared._inner  # every shared inner fit was used twice, then let go
+
+
+def test_shrunk_settings_are_candidates_and_scale_the_log_correction():
+    assert G._parse(G._name(1.0, True, 0.5)) == (1.0, True, 0.5)
+    assert G._parse(G._name(math.inf, False)) == (math.inf, False, 1.0)
+    law = lambda m, g: (1.3 - 0.3 * np.log2(m) / 12.0)  # noqa: E731
+    cells = _cells(GPUS, law)
+    box = T.GreyBox("aic_gemm", cells, _defaults)
+    gpus = sorted(x for x in GPUS if x != "b200")
+    data = {x: box._training(x)["gemm"] for x in gpus}
+    model, cv = G.fit_term(data, "b200", shrinks=(1.0, 0.5))
+    assert any("*0.5" in k for k in cv) and "none" in cv
+    full = G._TermModel(model.est, False, "h=inf", 1.0)
+    half = G._TermModel(model.est, False, "h=inf*0.5", 0.5)
+    F = box._features(cells[cells["gpu"] == "b200"].reset_index(drop=True), "b200")["gemm"]
+    raw = model.est.predict(F)
+    ok = np.abs(raw) < G.BOUND
+    assert np.allclose(half.log_correction(F)[ok], 0.5 * full.log_correction(F)[ok])

@@ -22,7 +22,7 @@ attention call; each of Vidur's nine per-layer operators for the step) is multip
   physics) is chosen per target and term by leave-one-GPU-out cross-validation inside the
   training GPUs (nested: each inner held-out GPU is predicted exactly as the target is,
   similarity weights and readings its own; the target's cells are never seen), on the mean
-  per-GPU MAPE of the term.
+  per-GPU MAPE of the term; the correction may also be shrunk by half toward the physics (SHRINKS).
 
 Base predictions on a training GPU g are steptime's on g's own held-out fold (constants
 fitted without g plus g's readings): the residuals the correction learns are out-of-sample
@@ -60,6 +60,9 @@ SIZES = {True: {"max_iter": 120, "learning_rate": 0.1, "max_leaf_nodes": 15, "mi
 # fewer training GPUs than this: no correction (the nested CV needs one GPU to fit on and
 # one to score on; with two, each inner fold fits on one GPU and the CV says whether that carries)
 MIN_TRAIN_GPUS = 2
+# shrinkage of the learned log correction toward 0 (the physics) tried by the nested CV: the
+# correction times lambda; lambda = 1 is the full correction, "none" (lambda = 0) is always a candidate
+SHRINKS = (1.0, 0.5)
 
 
 def _gddr(gpu: str) -> float:
@@ -98,8 +101,8 @@ class _TermModel:
     """One term's correction: a boosted-tree regressor of the log residual (None: no
     correction), whether the target's readings anchor it, and the setting's name."""
 
-    def __init__(self, est=None, anchored: bool = False, name: str = "none"):
-        self.est, self.anchored, self.name = est, bool(anchored), name
+    def __init__(self, est=None, anchored: bool = False, name: str = "none", shrink: float = 1.0):
+        self.est, self.anchored, self.name, self.shrink = est, bool(anchored), name, float(shrink)
 
     def log_correction(self, F: np.ndarray) -> np.ndarray:
         if self.est is None:
@@ -107,7 +110,7 @@ class _TermModel:
         from threadpoolctl import threadpool_limits
 
         with threadpool_limits(limits=1):
-            return np.clip(self.est.predict(F), -BOUND, BOUND)
+            return np.clip(getattr(self, "shrink", 1.0) * self.est.predict(F), -BOUND, BOUND)
 
 
 def anchor(log_corr, base, meas_read, base_read, log_corr_read, work_cells, work_read) -> np.ndarray:
@@ -168,18 +171,24 @@ def _score_set(d: dict, rows, seed: int) -> dict:
                 work=(np.asarray(d["work"][0])[idx], np.asarray(d["work"][1])[idx]))
 
 
-def _mapes(est, d) -> dict:
-    """{anchored: MAPE of the corrected term on `d`} for one fitted estimator."""
-    lc = np.clip(est.predict(d["F"]), -BOUND, BOUND)
-    out = {False: float(np.mean(np.abs(d["base"] * np.exp(lc) - d["meas"]) / d["meas"]))}
-    if len(d["read_meas"]):
-        lr = np.clip(est.predict(d["read_F"]), -BOUND, BOUND)
-        la = anchor(lc, d["base"], d["read_meas"], d["read_base"], lr, d["work"], d["read_work"])
-        out[True] = float(np.mean(np.abs(d["base"] * np.exp(la) - d["meas"]) / d["meas"]))
+def _mapes(est, d, shrinks=(1.0,)) -> dict:
+    """{(anchored, shrink): MAPE of the corrected term on `d`} for one fitted estimator, its
+    log correction times each shrink (then bounded, then anchored)."""
+    pf = est.predict(d["F"])
+    pr = est.predict(d["read_F"]) if len(d["read_meas"]) else None
+    out = {}
+    for s in shrinks:
+        lc = np.clip(s * pf, -BOUND, BOUND)
+        out[(False, s)] = float(np.mean(np.abs(d["base"] * np.exp(lc) - d["meas"]) / d["meas"]))
+        if pr is not None:
+            lr = np.clip(s * pr, -BOUND, BOUND)
+            la = anchor(lc, d["base"], d["read_meas"], d["read_base"], lr, d["work"], d["read_work"])
+            out[(True, s)] = float(np.mean(np.abs(d["base"] * np.exp(la) - d["meas"]) / d["meas"]))
     return out
 
 
-def fit_term(data: dict, target: str, *, fast: bool = True, seed: int = 0, bandwidths=None, fits: dict | None = None):
+def fit_term(data: dict, target: str, *, fast: bool = True, seed: int = 0, bandwidths=None, fits: dict | None = None,
+             shrinks=(1.0,)):
     """`data`: {gpu: {F, base, meas, work, read_F, read_base, read_meas, read_work}} of the
     training GPUs (every cell but each GPU's readings; the readings apart). Returns the
     term model for `target` (the setting chosen by leave-one-GPU-out CV over these GPUs,
@@ -211,26 +220,28 @@ def fit_term(data: dict, target: str, *, fast: bool = True, seed: int = 0, bandw
                     est = _fit_gbt(X, y, w, size, seed)
                     if fits is not None and not math.isfinite(h):
                         fits[key] = est
-                for anchored, e in _mapes(est, d).items():
-                    errs.setdefault(_name(h, anchored), []).append(e)
+                for (anchored, s), e in _mapes(est, d, shrinks).items():
+                    errs.setdefault(_name(h, anchored, s), []).append(e)
     cv = {k: float(np.mean(v)) for k, v in errs.items() if len(v) == len(gpus)}
     best = min(cv, key=lambda k: (cv[k], k != "none"))
     table = {k: round(v, 5) for k, v in cv.items()}
     if best == "none":
         return _TermModel(), table
-    h, anchored = _parse(best)
+    h, anchored, s = _parse(best)
     X, y, w = _design(data, gpus, target, h, size["rows_per_gpu"], seed)
-    return _TermModel(_fit_gbt(X, y, w, size, seed), anchored, best), table
+    return _TermModel(_fit_gbt(X, y, w, size, seed), anchored, best, s), table
 
 
-def _name(h: float, anchored: bool) -> str:
-    return ("h=inf" if not math.isfinite(h) else f"h={h:g}") + ("+readings" if anchored else "")
+def _name(h: float, anchored: bool, shrink: float = 1.0) -> str:
+    return (("h=inf" if not math.isfinite(h) else f"h={h:g}") + (f"*{shrink:g}" if shrink != 1.0 else "")
+            + ("+readings" if anchored else ""))
 
 
 def _parse(name: str):
+    """(h, anchored, shrink) of a setting's name ('h=1*0.5+readings')."""
     core, _, rest = name.partition("+")
-    v = core.split("=", 1)[1]
-    return (math.inf if v == "inf" else float(v)), rest == "readings"
+    v, _, s = core.split("=", 1)[1].partition("*")
+    return (math.inf if v == "inf" else float(v)), rest == "readings", (float(s) if s else 1.0)
 
 
 def _work(dataset: str, cells):
@@ -253,7 +264,7 @@ class GreyBox:
     the correction and are never training labels."""
 
     def __init__(self, dataset: str, cells, constants_for, *, fast: bool = True, seed: int = 0,
-                 reading_ids=None, bandwidths=None, shared: bool = False):
+                 reading_ids=None, bandwidths=None, shared: bool = False, shrinks=SHRINKS):
         self.dataset, self.cells, self.constants_for = dataset, cells, constants_for
         self.shared = bool(shared)
         if self.shared and bandwidths is None:  # no similarity weighting either: one weight per training GPU
@@ -262,6 +273,7 @@ class GreyBox:
             raise ValueError(f"a shared (shape-only) grey box is defined for {sorted(SHAPE_COLUMNS)}, not {dataset}")
         self.fast, self.seed, self.reading_ids = bool(fast), int(seed), reading_ids
         self.bandwidths = bandwidths
+        self.shrinks = tuple(float(s) for s in shrinks)
         self._data: dict = {}
         self._memo: dict = {}
         self._fits: dict = {}  # {term: inner-fold fits shared across targets (fit_term's `fits`)}
@@ -332,7 +344,7 @@ class GreyBox:
             for term in terms_of(self.dataset):
                 models[term], cv[term] = fit_term({g: self._training(g)[term] for g in gpus}, target,
                                                   fast=self.fast, seed=self.seed, bandwidths=self.bandwidths,
-                                                  fits=self._fits.setdefault(term, {}))
+                                                  fits=self._fits.setdefault(term, {}), shrinks=self.shrinks)
             first = terms_of(self.dataset)[0]
             info = {"gpus": gpus, "cells": int(sum(len(self._training(g)[first]["base"]) for g in gpus)),
                     "target_readings": 3,
@@ -345,7 +357,7 @@ class GreyBox:
                              "[+ nearest-reading anchor], +-ln 2)) per term"
                              + ("; shared: the trees see the cell's pure shape only (no datasheet, no "
                                 "GPU-normalised feature)" if self.shared else ""),
-                    "shared": self.shared,
+                    "shared": self.shared, "shrinks": list(self.shrinks),
                     "setting": {t: m.name for t, m in models.items()},
                     "nested_cv_mape": cv}
             self._memo[target] = (models, info)
@@ -356,6 +368,7 @@ class GreyBox:
     def settings(self) -> dict:
         """What the fits depend on besides the data: a cache is adopted only where these match."""
         return {"dataset": self.dataset, "fast": self.fast, "seed": self.seed, "shared": self.shared,
+                "shrinks": list(self.shrinks),
                 "bandwidths": [("inf" if not math.isfinite(h) else h) for h in (self.bandwidths or BANDWIDTHS[self.fast])]}
 
     def fingerprint(self) -> str:
