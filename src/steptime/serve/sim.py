@@ -143,19 +143,19 @@ class ItlLog:
         if self.n > self.cap:
             self._compact()
 
+    def _has_head(self) -> bool:
+        """Whether the first chunk is a compacted head: sorted distinct values (on the grid if not exact) with
+        per-value weights, then chunks with a scalar weight each."""
+        return bool(self.w) and isinstance(self.w[0], np.ndarray)
+
     def _arrays(self):
-        if not self.v:
-            return np.zeros(0), np.zeros(0)
-        v = np.concatenate(self.v).astype(float, copy=False)
-        if isinstance(self.w[0], np.ndarray):  # a compacted head, then scalar weights per chunk
-            w = np.concatenate([self.w[0], np.repeat(np.array(self.w[1:], dtype=float),
-                                                     [len(x) for x in self.v[1:]])])
-        else:
-            w = np.repeat(np.array(self.w, dtype=float), [len(x) for x in self.v])
-        return v, w
+        if not self._has_head():
+            return self._tail_arrays(0)
+        v, w = self._tail_arrays(1)
+        return np.concatenate([self.v[0], v]).astype(float, copy=False), np.concatenate([self.w[0], w])
 
     def _compact(self) -> None:
-        head = isinstance(self.w[0], np.ndarray)  # a compacted head: sorted distinct values (on the grid if not exact)
+        head = self._has_head()
         v, w = self._tail_arrays(1 if head else 0)
         if not self.exact:
             v = self._grid(v)

@@ -194,12 +194,11 @@ def routed_load(tokens, num_experts, topk, ep=1, routing: str = "uniform", tile:
         P, Et, R = (np.zeros_like(T) for _ in range(3))
         for j, key in enumerate(zip(T.astype(int), E.astype(int), k.astype(int), ep.astype(int))):
             P[j], Et[j], R[j] = _power_law_load(*key, alpha, int(tile))
-        Et = np.maximum(Et, 1.0)
-        R = np.maximum(R, tile)
-        return P, Et, (np.where(P / Et <= unpadded_rows, P, R) if unpadded_rows > 0 else R)
-    Et = np.maximum(experts_touched(T, E, k, routing) / ep, 1.0)
-    P = T * k / ep
-    R = Et * np.ceil(P / Et / tile) * tile
+        Et, R = np.maximum(Et, 1.0), np.maximum(R, tile)
+    else:
+        Et = np.maximum(experts_touched(T, E, k, routing) / ep, 1.0)
+        P = T * k / ep
+        R = Et * np.ceil(P / Et / tile) * tile
     if unpadded_rows > 0:
         R = np.where(P / Et <= unpadded_rows, P, R)
     return P, Et, R

@@ -79,7 +79,7 @@ def fp8_rel(gpu, constants: Constants | None = None, engine=None) -> dict:
 def apply_rel(g: dict, gpu, constants: Constants | None, rel: dict) -> np.ndarray:
     """Seconds: a gemm_time(dtype='fp8') dict re-combined with the relative fp8 efficiencies."""
     p = gemm.resolve(gpu, constants)
-    t_mem = g["t_memory"] / rel["eta_mem_rel"] + g.get("t_cta", 0.0)  # plus the per-CTA stream (fp8 bytes)
+    t_mem = g["t_memory"] / rel["eta_mem_rel"] + g["t_cta"]  # plus the per-CTA stream (fp8 bytes)
     t = gemm.smax(g["t_compute"] / rel["eta_c_rel"], t_mem, float(p["overlap_p"]))
     return t + g["t_floor"] + rel["floor_add_us"] * 1e-6
 

@@ -110,7 +110,7 @@ class _TermModel:
         from threadpoolctl import threadpool_limits
 
         with threadpool_limits(limits=1):
-            return np.clip(getattr(self, "shrink", 1.0) * self.est.predict(F), -BOUND, BOUND)
+            return np.clip(self.shrink * self.est.predict(F), -BOUND, BOUND)
 
 
 def anchor(log_corr, base, meas_read, base_read, log_corr_read, work_cells, work_read) -> np.ndarray:
