@@ -241,7 +241,7 @@ def test_tpot_table_counts_every_row_left_out_with_its_reason():
     v2, sil = _tpot_tables()
     rows, skipped = W.tpot_table(mlenergy_v2=v2, silicon=sil, prompt_tokens={("mlenergy-v2", "chat"): 250})
     why = {(s["dataset"], s["reason"]): s["rows"] for s in skipped}
-    assert why[("mlenergy-v2", "MoE not supported yet")] == 1
+    assert why[("mlenergy-v2", "MoE: scored in E3.4 (MoE wall clock), not here")] == 1
     assert why[("mlenergy-v2", "pipeline parallelism > 1 not modelled")] == 1
     assert why[("aic-silicon", "disaggregated serving (per-pool layout not modelled)")] == 1
     assert why[("aic-silicon", "precision not modelled (fp4 / block-scaled fp8)")] == 1

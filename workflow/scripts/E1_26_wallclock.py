@@ -30,7 +30,7 @@ r, doc = docs[0]
 metrics = {f"{x['engine']}@{x['gpu']}": d["metrics"] for x, d in docs}
 metrics["moe_runs_skipped"] = {"steps": int(tidy["moe"].astype(bool).sum()),
                                "models": sorted(tidy.loc[tidy["moe"].astype(bool), "model"].unique().tolist()),
-                               "why": "MoE not supported yet"}
+                               "why": "MoE: E3.4 scores the FPM MoE runs steptime can represent (this experiment is the dense step)"}
 claims = [c for _, d in docs for c in d["claims"]]
 logging.info("E1.26: %d FPM steps in %d (GPU, engine, model) sets", len(steps), len(docs))
 prov = rule_provenance(snakemake, calibration=r["calibration"].to_dict(), script="workflow/scripts/E1_26_wallclock.py")

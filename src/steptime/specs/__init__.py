@@ -362,7 +362,8 @@ def model_from_config(path: str | os.PathLike) -> Model:
     Every failure is one `ModelConfigError` line naming the file and the field: unreadable or
     non-UTF-8 bytes, invalid JSON, not a JSON object, a missing/null/non-integer/non-positive
     size, more KV heads than heads, a hidden size the heads do not divide (when no head_dim is
-    given). A mixture-of-experts config raises `UnsupportedModelError` ("MoE not supported yet").
+    given). A mixture-of-experts config is read by `steptime.specs.moe.moe_from_config` (an MoE structure it
+    cannot represent raises `UnsupportedModelError` naming what).
     """
     p = check_regular_file(path, "cannot read model config", MAX_CONFIG_BYTES, ModelConfigError)
     try:
