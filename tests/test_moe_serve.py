@@ -13,7 +13,7 @@ from steptime.errors import SteptimeError
 from steptime.plan import Layout, layouts, plan
 from steptime.serve import DirectTimer, Policy, StepTimer, kv_capacity_blocks, simulate, simulate_replicas, synthetic
 from steptime.specs import get_gpu, get_model
-from steptime.step import predict_steps
+from steptime.step import predict_step, predict_steps
 
 CASES = [  # model, gpu, tp, ep, dtype: GQA, MLA (fp8 block-scaled), sliding-window + MXFP4, EP with DP attention
     ("qwen3-30b-a3b", "h100-sxm", 1, 1, "bf16"),
@@ -79,6 +79,33 @@ def test_memory_shards_experts_by_ep_and_keeps_the_latent_kv():
     with pytest.raises(SteptimeError, match="leave no KV"):
         kv_capacity_blocks(StepTimer(m, "h100-sxm", tp=2, ep=4, dtype="fp8_block", max_tokens=64, max_requests=16),
                            Policy("vllm"))
+
+
+def test_sliding_window_layers_hold_only_the_window():
+    """gpt-oss: 18 of its 36 layers attend over a 128-token window, so they keep at most 128 tokens per request
+    (the engine frees the blocks that leave the window); the memory check and the KV capacity count that."""
+    m, g = get_model("gpt-oss-120b"), get_gpu("h200-sxm")
+    assert (m.sliding_window, moe_step.sliding_layers(m)) == (128, 18)
+    layer = moe_step.kv_layer_bytes(m, 1)
+    assert layer == 2 * 8 * 64 * 2  # K and V, 8 KV heads of 64, bf16
+    w = moe_step.memory_bytes(m, 0, 1, dtype="mxfp4")
+    # 10 requests of 10,000 tokens: full layers 100,000 tokens, window layers 10 x 128
+    got = moe_step.memory_bytes(m, 100_000, 1, dtype="mxfp4", window_tokens=10 * 128)
+    assert got - w == pytest.approx((100_000 * 18 + 1_280 * 18) * layer)
+    # without the per-request window: every layer charged every token (the upper bound)
+    assert moe_step.memory_bytes(m, 100_000, 1, dtype="mxfp4") - w == pytest.approx(100_000 * 36 * layer)
+    # a model without a window is unchanged by window_tokens
+    q = get_model("qwen3-30b-a3b")
+    assert moe_step.memory_bytes(q, 5_000, 1, window_tokens=10) == moe_step.memory_bytes(q, 5_000, 1)
+    # capacity: blocks of the 18 full layers, after the window of max_num_seqs requests is set aside
+    t = StepTimer(m, g, tp=1, dtype="mxfp4", max_tokens=64, max_requests=16)
+    pol = Policy("vllm")
+    reserve = pol.max_num_seqs * (128 + 16) * 18 * layer
+    assert kv_capacity_blocks(t, pol) == int((g.mem_bytes * 0.9 - w - reserve) // (18 * layer * 16))
+    # the step's memory check uses the window: 64 decodes over 25,000 tokens fit on one H200 (weights + 59 GB of
+    # full-layer KV) only because the window layers hold 128 tokens each (all 36 layers: 118 GB of KV)
+    assert predict_step(m, g, decode=[(64, 25_000)], dtype="mxfp4").total_ms > 0
+    assert w + 64 * 25_001 * 36 * layer > g.mem_bytes
 
 
 @pytest.mark.parametrize("args,msg", [

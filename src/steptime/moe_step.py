@@ -136,9 +136,20 @@ def mla_prefill_time(model, gpu, tp, new, kv, *, mc):
                                                 gpu, mc)
 
 
-def memory_bytes(model, kv_tokens, tp: int = 1, ep: int = 1, *, dtype: str = "bf16", kv_dtype: str = "bf16") -> float:
+def kv_layer_bytes(model, tp: int = 1, kv_dtype: str = "bf16") -> float:
+    """KV-cache bytes one token stores in ONE layer on one GPU (MLA's latent, or GQA's K and V heads)."""
+    return model.kv_elems_per_token_layer(tp) * attention.KV_BYTES[kv_dtype]
+
+
+def memory_bytes(model, kv_tokens, tp: int = 1, ep: int = 1, *, dtype: str = "bf16", kv_dtype: str = "bf16",
+                 window_tokens=None) -> float:
     """Weights plus KV cache on one GPU, bytes: attention, dense MLPs, shared experts, router and embeddings
-    sharded tp ways; routed experts ep ways (ep > 1) or sliced tp ways; MLA's latent KV replicated over TP."""
+    sharded tp ways; routed experts ep ways (ep > 1) or sliced tp ways; MLA's latent KV replicated over TP.
+
+    KV: `kv_tokens` cached tokens in every full-attention layer. A sliding-window layer (gpt-oss: 1 of every
+    `sliding_layers_every`) keeps at most the window per request: `window_tokens` = the sum over requests of
+    min(tokens, window) (the engine frees blocks that fall out of the window: vLLM's hybrid KV-cache manager);
+    without it every layer is charged `kv_tokens` (an upper bound)."""
     wb = gemm.BYTES[proj_dtype(dtype)]
     eb = moe_terms.WEIGHT_BYTES[dtype]
     h = model.hidden_size
@@ -148,8 +159,9 @@ def memory_bytes(model, kv_tokens, tp: int = 1, ep: int = 1, *, dtype: str = "bf
          + Lm * (3 * h * model.shared_inter + h * model.num_experts)) * wb / tp
     w += Lm * model.num_experts * model.expert_params() * eb / shard
     w += model.vocab_size * h * (1 if model.tie_word_embeddings else 2) * 2.0 / tp
-    kvb = attention.KV_BYTES[kv_dtype]
-    return w + float(kv_tokens) * L * model.kv_elems_per_token_layer(tp) * kvb
+    n_slide = sliding_layers(model)
+    win = float(kv_tokens) if window_tokens is None else min(float(window_tokens), float(kv_tokens))
+    return w + (float(kv_tokens) * (L - n_slide) + win * n_slide) * kv_layer_bytes(model, tp, kv_dtype)
 
 
 def block_terms(model, gpu, step_id, new, kv, T, n_steps, *, tp, ep, dtype, kv_dtype, constants, mc, f_clk):

@@ -98,21 +98,34 @@ def policy(name: str = "vllm", **kw) -> Policy:
 
 
 def kv_capacity_blocks(timer: StepTimer, pol: Policy) -> int:
-    """KV-cache blocks per instance from the memory model (weights at bf16, KV at its dtype)."""
+    """KV-cache blocks per instance from the memory model (weights at their dtype, KV at its dtype). A block
+    holds `block_size` tokens of every full-attention layer; a mixture-of-experts model with sliding-window
+    layers (gpt-oss) first sets aside those layers' window for `max_num_seqs` running requests (they keep
+    at most the window, steptime.moe_step.memory_bytes)."""
     if pol.kv_blocks is not None:
         return int(pol.kv_blocks)
     m, gpu, tp = timer.model, timer.gpu, timer.tp
     if getattr(timer, "moe", False):  # experts sharded by EP (or sliced by TP), latent KV for MLA
+        from steptime import moe_step
+
         weights = timer.memory_bytes(0)
-        per_tok = timer.memory_bytes(1) - weights
+        n_slide = moe_step.sliding_layers(m)
+        layer = moe_step.kv_layer_bytes(m, tp, timer.kv_dtype)
+        # sliding-window layers keep at most the window (plus the block it ends in) per running request: set
+        # aside for max_num_seqs requests; the blocks are then counted in the full-attention layers' bytes
+        reserve = pol.max_num_seqs * (m.sliding_window + pol.block_size) * n_slide * layer
+        per_tok = (m.num_hidden_layers - n_slide) * layer
     else:
         kw = dict(weight_dtype=timer.dtype, kv_dtype=timer.kv_dtype)
         weights = memory_bytes(m, 0, tp, **kw)
         per_tok = memory_bytes(m, 1, tp, **kw) - weights
-    free = gpu.mem_bytes * pol.gpu_memory_utilization - weights
+        reserve = 0.0
+    free = gpu.mem_bytes * pol.gpu_memory_utilization - weights - reserve
     where = f"tp={tp}, ep={timer.ep}" if getattr(timer, "moe", False) else f"tp={tp}"
     if free <= 0:
-        raise ServeError(f"{m.key} weights ({weights / 1e9:.1f} GB per GPU at {where}) leave no KV "
+        also = (f" and the sliding-window layers' KV of {pol.max_num_seqs} requests ({reserve / 1e9:.1f} GB)"
+                if reserve else "")
+        raise ServeError(f"{m.key} weights ({weights / 1e9:.1f} GB per GPU at {where}){also} leave no KV "
                          f"cache in {pol.gpu_memory_utilization:g} of {gpu.key}'s {gpu.mem_gb:g} GB")
     return int(free // (per_tok * pol.block_size))
 
