@@ -141,8 +141,7 @@ def test_inner_fits_shared_across_targets_give_the_same_models_and_a_cache_is_ad
     for g in ("h100-sxm", "b200"):  # each target fitted alone (no memo) gives the same setting and prediction
         alone = T.GreyBox("aic_gemm", cells, _defaults)
         gpus = sorted(x for x in GPUS if x != g)
-        model, cv = G.fit_term({x: alone._training(x)["gemm"] for x in gpus}, g, shrinks=G.SHRINKS,
-                                    out_shrinks=G.OUT_SHRINKS)  # no memo: every inner fold afresh
+        model, cv = G.fit_term({x: alone._training(x)["gemm"] for x in gpus}, g, shrinks=G.SHRINKS)  # no memo: every inner fold afresh
         assert cv == doc["fits"][g][1]["nested_cv_mape"]["gemm"]
         F = alone._features(tc, g)["gemm"]
         assert np.array_equal(model.log_correction(F), doc["fits"][g][0]["gemm"].log_correction(F))
@@ -191,35 +190,3 @@ def test_shrunk_settings_are_candidates_and_scale_the_log_correction():
     raw = model.est.predict(F)
     ok = np.abs(raw) < G.BOUND
     assert np.allclose(half.log_correction(F)[ok], 0.5 * full.log_correction(F)[ok])
-
-
-def test_out_of_range_targets_get_a_factor_chosen_on_the_out_of_range_inner_folds_only():
-    # issue 24: a target outside the training GPUs' datasheet range gets the chosen correction times a factor
-    # (OUT_SHRINKS) picked on the inner folds whose held-out GPU is out of the others' range; in range: unchanged
-    assert G.out_of_range("a100-sxm", ("h100-sxm", "gb200")) and not G.out_of_range("h100-sxm", ("a100-sxm", "gb200"))
-    assert "GDDR" in G.out_of_range("l40s", ("h100-sxm", "a100-sxm"))  # the flag is a feature like the others
-    assert "GDDR" not in G.out_of_range("l40s", ("h100-sxm", "rtx-pro-6000"))  # within [0, 1]: inclusive
-    train = ("a100-sxm", "b200", "b300", "gb200", "h200-sxm", "l40s")
-    out = {g for g in train if G.out_of_range(g, [x for x in train if x != g])}
-    assert out == {"a100-sxm", "gb200", "l40s"}
-    rng = np.random.default_rng(3)
-    data = {}
-    for g in train:  # the shape law holds on the in-range GPUs; the physics is exact on the out-of-range ones
-        F = rng.uniform(-1, 1, size=(300, 2))
-        b = np.ones(300)
-        data[g] = _term_data(F, b, b * (1.0 if g in out else np.exp(0.4 * F[:, 0])))
-    grid = np.column_stack([np.linspace(-1, 1, 9), np.zeros(9)])
-    fits: dict = {}
-    inside, cv_in = G.fit_term(data, "h100-sxm", shrinks=G.SHRINKS, out_shrinks=G.OUT_SHRINKS, fits=fits)
-    plain, cv_plain = G.fit_term(data, "h100-sxm", shrinks=G.SHRINKS, fits=fits)
-    assert cv_in["out_of_range"]["target_out_of_range"] == [] and cv_in["out_of_range"]["factor"] == 1.0
-    assert inside.name == plain.name and inside.est is not None  # in range: the setting and correction as before
-    assert np.array_equal(inside.log_correction(grid), plain.log_correction(grid))
-    assert "out_of_range" not in cv_plain  # off: the table as before
-    outside, cv_out = G.fit_term(data, "rtx-pro-6000", shrinks=G.SHRINKS, out_shrinks=G.OUT_SHRINKS, fits=fits)
-    rec = cv_out["out_of_range"]
-    assert rec["target_out_of_range"] and sorted(rec["inner_out_of_range_folds"]) == sorted(out)
-    assert rec["factor"] == 0.0 and rec["out_cv_mape"]["0"] < rec["out_cv_mape"]["1"]
-    assert outside.name == plain.name + "|out*0" and np.allclose(outside.log_correction(grid), 0.0)
-    # the target's own cells play no part: the same choice without them in `data`
-    assert "rtx-pro-6000" not in data

@@ -5,8 +5,6 @@ from __future__ import annotations
 from steptime_lab.experiments.cells import DATASETS, DECODE_MAX_TOKENS, step_tps
 from steptime_lab.experiments.transfer.greybox import BANDWIDTHS as GB_BANDWIDTHS
 from steptime_lab.experiments.transfer.greybox import MIN_TRAIN_GPUS as GB_MIN_GPUS
-from steptime_lab.experiments.transfer.greybox import OUT_SHRINKS as GB_OUT_SHRINKS
-from steptime_lab.experiments.transfer.greybox import SHRINKS as GB_SHRINKS
 from steptime_lab.experiments.transfer.greybox import SIZES as GB_SIZES
 from steptime_lab.experiments.transfer.fair_ground import (ML_FAST_ROWS_PER_GPU, ML_GRID, ML_INNER_FOLDS, ML_SETTINGS,
                                                      ML_TUNED_ROWS_PER_GPU)
@@ -240,25 +238,14 @@ def transfer_document(records, fits, cells, *, fast: bool, full_grid: bool, targ
                                                          "inf" if h == float("inf") else h
                                                          for h in GB_BANDWIDTHS[fast]],
                                                      "min_training_gpus": GB_MIN_GPUS,
-                                                     "shrinks": list(GB_SHRINKS),
-                                                     "out_of_range_factors": list(GB_OUT_SHRINKS),
                                                      "setting_choice": "per target and term by leave-one-GPU-out "
                                                                        "CV inside the training GPUs: no correction, "
                                                                        "or boosted trees at each bandwidth, with or "
-                                                                       "without the nearest-reading anchor, at each "
-                                                                       "shrink (greybox.SHRINKS); a target outside "
-                                                                       "the training GPUs' datasheet range gets the "
-                                                                       "correction times a factor (greybox."
-                                                                       "OUT_SHRINKS) chosen on the inner folds whose "
-                                                                       "held-out GPU is out of range",
+                                                                       "without the nearest-reading anchor",
                                                      "disclosed": "the model family (boosted trees, similarity "
                                                                   "weights, reading anchor) was chosen after "
                                                                   "seeing earlier versions' held-out scores; its "
-                                                                  "setting per target is chosen blind to the target; "
-                                                                  "the out-of-range factor (issue 24) was proposed "
-                                                                  "knowing the grey box lost on held-out a100-sxm "
-                                                                  "and l40s, its rule fixed before its held-out "
-                                                                  "scores were computed"},
+                                                                  "setting per target is chosen blind to the target"},
                                "steptime_home_only": "scored on unseen targets only (at home it is in-sample)",
                                "rf_spec_scaled_readings": "reading cells: GEMM and step, the cells the held-out "
                                                           "calibration excludes; attention, E1.24's three attention "

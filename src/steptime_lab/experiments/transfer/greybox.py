@@ -23,9 +23,6 @@ attention call; each of Vidur's nine per-layer operators for the step) is multip
   training GPUs (nested: each inner held-out GPU is predicted exactly as the target is,
   similarity weights and readings its own; the target's cells are never seen), on the mean
   per-GPU MAPE of the term; the correction may also be shrunk by half toward the physics (SHRINKS).
-* a target outside the training GPUs' datasheet range (`out_of_range`) gets the chosen setting's
-  correction further scaled by a factor in OUT_SHRINKS (1, 1/2, 0), chosen by the same inner CV on
-  the inner folds whose held-out GPU is itself out of the remaining GPUs' range (issue 24).
 
 Base predictions on a training GPU g are steptime's on g's own held-out fold (constants
 fitted without g plus g's readings): the residuals the correction learns are out-of-sample
@@ -66,26 +63,6 @@ MIN_TRAIN_GPUS = 2
 # shrinkage of the learned log correction toward 0 (the physics) tried by the nested CV: the
 # correction times lambda; lambda = 1 is the full correction, "none" (lambda = 0) is always a candidate
 SHRINKS = (1.0, 0.5)
-# out-of-range shrink (issue 24, E2.1; rule defined 2026-12-04 ~05:55 UTC, before any held-out score of it
-# was computed): a target GPU is OUT of range when any of its datasheet features (`steptime.greybox.datasheet`:
-# log2 peak bf16, DRAM bandwidth, SMs, L2, ridge point; SM major; GDDR flag) lies outside [min, max] of the
-# GPUs the correction is fitted on (inclusive; no tolerance); there the correction is extrapolated. For an
-# out-of-range target the setting chosen as before (h, anchored, shrink) is further multiplied by a factor
-# from OUT_SHRINKS, chosen by the same inner leave-one-training-GPU-out CV, on the mean per-GPU MAPE of the
-# inner folds whose held-out training GPU is itself out of the range of the remaining inner-training GPUs
-# (ties: the larger factor); no such inner fold: factor 1. In-range targets are unchanged. The factor scales
-# the trees' log correction like SHRINKS (then bound, then the reading anchor where the setting has it).
-OUT_SHRINKS = (1.0, 0.5, 0.0)
-
-
-def out_of_range(target: str, gpus) -> list[str]:
-    """The datasheet features (`steptime.greybox.datasheet`) of `target` outside [min, max] of `gpus`' ([] when
-    every feature is within range: the target is in range)."""
-    names = ("log2 peak bf16", "log2 DRAM bandwidth", "log2 SMs", "log2 L2", "log2 ridge point", "SM major", "GDDR")
-    t = np.asarray(PG.datasheet(target), dtype=float)
-    A = np.array([PG.datasheet(g) for g in gpus], dtype=float)
-    lo, hi = A.min(axis=0), A.max(axis=0)
-    return [names[i] for i in range(len(t)) if t[i] < lo[i] or t[i] > hi[i]]
 
 
 def _gddr(gpu: str) -> float:
@@ -211,16 +188,14 @@ def _mapes(est, d, shrinks=(1.0,)) -> dict:
 
 
 def fit_term(data: dict, target: str, *, fast: bool = True, seed: int = 0, bandwidths=None, fits: dict | None = None,
-             shrinks=(1.0,), out_shrinks=None):
+             shrinks=(1.0,)):
     """`data`: {gpu: {F, base, meas, work, read_F, read_base, read_meas, read_work}} of the
     training GPUs (every cell but each GPU's readings; the readings apart). Returns the
     term model for `target` (the setting chosen by leave-one-GPU-out CV over these GPUs,
     mean per-GPU MAPE; "none" is a candidate) and the CV table. `fits`: a memo of inner-fold
     fits shared across targets (same term, same `data` per GPU): an unweighted (h=inf) inner fit
     depends only on the GPUs it is fitted on, so target T's fold holding out H and target H's
-    fold holding out T are one fit (the same design, the same seed: the same trees).
-    `out_shrinks` (None: off): the out-of-range factor (OUT_SHRINKS; `out_of_range`), its choice recorded
-    under the table's "out_of_range" entry."""
+    fold holding out T are one fit (the same design, the same seed: the same trees)."""
     from threadpoolctl import threadpool_limits
 
     data = {g: d for g, d in data.items() if len(d["base"])}
@@ -231,10 +206,7 @@ def fit_term(data: dict, target: str, *, fast: bool = True, seed: int = 0, bandw
         hs = (math.inf,)
     if len(gpus) < MIN_TRAIN_GPUS:
         return _TermModel(), {"none": None, "note": f"fewer than {MIN_TRAIN_GPUS} training GPUs"}
-    outs = tuple(float(x) for x in out_shrinks) if out_shrinks else (1.0,)
     errs: dict = {"none": []}
-    out_errs: dict = {}  # {(h, anchored, shrink, out factor): [MAPE of each out-of-range inner fold]}
-    out_folds = [held for held in gpus if out_of_range(held, [g for g in gpus if g != held])] if out_shrinks else []
     with threadpool_limits(limits=1):
         for held in gpus:
             d = _score_set(data[held], size["inner_rows_per_gpu"], seed + 7)
@@ -250,31 +222,14 @@ def fit_term(data: dict, target: str, *, fast: bool = True, seed: int = 0, bandw
                         fits[key] = est
                 for (anchored, s), e in _mapes(est, d, shrinks).items():
                     errs.setdefault(_name(h, anchored, s), []).append(e)
-                if held in out_folds:
-                    for s in shrinks:
-                        for o in outs:
-                            for (anchored, _), e in _mapes(est, d, (s * o,)).items():
-                                out_errs.setdefault((h, anchored, s, o), []).append(e)
     cv = {k: float(np.mean(v)) for k, v in errs.items() if len(v) == len(gpus)}
     best = min(cv, key=lambda k: (cv[k], k != "none"))
     table = {k: round(v, 5) for k, v in cv.items()}
-    factor = 1.0
-    if out_shrinks and target:
-        off = out_of_range(target, gpus)
-        rng = {"target_out_of_range": off, "inner_out_of_range_folds": out_folds, "factor": 1.0, "out_cv_mape": {}}
-        if off and out_folds and best != "none":
-            hb, ab, sb = _parse(best)
-            ocv = {o: float(np.mean(out_errs[(hb, ab, sb, o)])) for o in outs
-                   if len(out_errs.get((hb, ab, sb, o), ())) == len(out_folds)}
-            factor = min(ocv, key=lambda o: (ocv[o], -o))
-            rng.update(factor=factor, out_cv_mape={f"{o:g}": round(v, 5) for o, v in ocv.items()})
-        table["out_of_range"] = rng
     if best == "none":
         return _TermModel(), table
     h, anchored, s = _parse(best)
-    name = best if factor == 1.0 else f"{best}|out*{factor:g}"
     X, y, w = _design(data, gpus, target, h, size["rows_per_gpu"], seed)
-    return _TermModel(_fit_gbt(X, y, w, size, seed), anchored, name, s * factor), table
+    return _TermModel(_fit_gbt(X, y, w, size, seed), anchored, best, s), table
 
 
 def _name(h: float, anchored: bool, shrink: float = 1.0) -> str:
@@ -309,7 +264,7 @@ class GreyBox:
     the correction and are never training labels."""
 
     def __init__(self, dataset: str, cells, constants_for, *, fast: bool = True, seed: int = 0,
-                 reading_ids=None, bandwidths=None, shared: bool = False, shrinks=SHRINKS, out_shrinks=None):
+                 reading_ids=None, bandwidths=None, shared: bool = False, shrinks=SHRINKS):
         self.dataset, self.cells, self.constants_for = dataset, cells, constants_for
         self.shared = bool(shared)
         if self.shared and bandwidths is None:  # no similarity weighting either: one weight per training GPU
@@ -319,11 +274,6 @@ class GreyBox:
         self.fast, self.seed, self.reading_ids = bool(fast), int(seed), reading_ids
         self.bandwidths = bandwidths
         self.shrinks = tuple(float(s) for s in shrinks)
-        # the out-of-range factor (OUT_SHRINKS) by default; off for the shared box (its correction sees no
-        # datasheet and is meant to give nearly the same factor on every GPU)
-        if out_shrinks is None:
-            out_shrinks = () if self.shared else OUT_SHRINKS
-        self.out_shrinks = tuple(float(s) for s in out_shrinks)
         self._data: dict = {}
         self._memo: dict = {}
         self._fits: dict = {}  # {term: inner-fold fits shared across targets (fit_term's `fits`)}
@@ -394,8 +344,7 @@ class GreyBox:
             for term in terms_of(self.dataset):
                 models[term], cv[term] = fit_term({g: self._training(g)[term] for g in gpus}, target,
                                                   fast=self.fast, seed=self.seed, bandwidths=self.bandwidths,
-                                                  fits=self._fits.setdefault(term, {}), shrinks=self.shrinks,
-                                                  out_shrinks=self.out_shrinks or None)
+                                                  fits=self._fits.setdefault(term, {}), shrinks=self.shrinks)
             first = terms_of(self.dataset)[0]
             info = {"gpus": gpus, "cells": int(sum(len(self._training(g)[first]["base"]) for g in gpus)),
                     "target_readings": 3,
@@ -408,7 +357,7 @@ class GreyBox:
                              "[+ nearest-reading anchor], +-ln 2)) per term"
                              + ("; shared: the trees see the cell's pure shape only (no datasheet, no "
                                 "GPU-normalised feature)" if self.shared else ""),
-                    "shared": self.shared, "shrinks": list(self.shrinks), "out_shrinks": list(self.out_shrinks),
+                    "shared": self.shared, "shrinks": list(self.shrinks),
                     "setting": {t: m.name for t, m in models.items()},
                     "nested_cv_mape": cv}
             self._memo[target] = (models, info)
@@ -419,7 +368,7 @@ class GreyBox:
     def settings(self) -> dict:
         """What the fits depend on besides the data: a cache is adopted only where these match."""
         return {"dataset": self.dataset, "fast": self.fast, "seed": self.seed, "shared": self.shared,
-                "shrinks": list(self.shrinks), "out_shrinks": list(self.out_shrinks),
+                "shrinks": list(self.shrinks),
                 "bandwidths": [("inf" if not math.isfinite(h) else h) for h in (self.bandwidths or BANDWIDTHS[self.fast])]}
 
     def fingerprint(self) -> str:
