@@ -11,7 +11,8 @@ import pytest
 import yaml
 
 from steptime.calibration import Constants
-from steptime.errors import InputError, MemoryFitError, ModelConfigError, UnsupportedError, UnsupportedModelError
+from steptime.errors import (InputError, MemoryFitError, ModelConfigError, SteptimeError, UnsupportedError,
+                             UnsupportedModelError)
 from steptime.specs import get_gpu, get_model, model_keys, moe_model_keys
 from steptime.specs.engines import get_engine
 from steptime.step import predict_step, predict_steps
@@ -426,6 +427,40 @@ def test_mla_module_terms_grow_with_context_and_heads():
     t = E.mla_predict(d, M.MoEConstants.default())
     assert np.all(np.isfinite(t)) and t[0] < t[1] < t[2] and t[4] < t[5]
 
+
+
+def test_mla_prefill_token_scale_reading_recovers_scale_and_floor():
+    """E3.3's prefill readings: two cells give the GPU's per-token scale and module floor exactly when the cells
+    follow measured = rest + scale x per_token + floor; a faster-than-zero slope clips to no per-token cost."""
+    rest, tok = np.array([0.01, 0.03]), np.array([0.02, 0.40])
+    s, f = M.mla_prefill_token_scale_reading(rest + 1.7 * tok + 0.05, rest, tok)
+    assert s == pytest.approx(1.7) and f == pytest.approx(0.05)
+    s, f = M.mla_prefill_token_scale_reading(rest + 0.6 * tok + 0.03, rest, tok)   # B200-like: below the laws
+    assert s == pytest.approx(0.6) and f == pytest.approx(0.03)
+    y = np.array([0.10, 0.05])   # the long cell faster than the floor cell: no negative per-token cost
+    s, f = M.mla_prefill_token_scale_reading(y, rest, tok)
+    assert s == 0.0 and f == pytest.approx(0.10 - 0.01)
+    with pytest.raises(ValueError):
+        M.mla_prefill_token_scale_reading(y, rest, tok[::-1])
+    with pytest.raises(ValueError):
+        M.mla_prefill_token_scale_reading([1.0], [0.0], [1.0])
+
+
+def test_mla_prefill_readings_are_the_floor_cell_and_the_long_one_head_prefill():
+    from steptime_lab.experiments import moe as E
+
+    gen = pd.DataFrame({"gpu": "h100-sxm", "kv_cache_dtype": "bfloat16", "gemm_type": "bfloat16", "num_heads": 1,
+                        "batch_size": 1, "isl": 1, "step": [2, 64], "latency_ms": 0.1})
+    ctx = pd.DataFrame({"gpu": "h100-sxm", "kv_cache_dtype": "bfloat16", "gemm_type": "bfloat16",
+                        "num_heads": [1, 1, 1, 4, 1], "batch_size": [1, 1, 1, 1, 2],
+                        "isl": [16, E.MLA_TOKEN_READING_ISL, 2 * E.MLA_TOKEN_READING_ISL, E.MLA_TOKEN_READING_ISL,
+                                E.MLA_TOKEN_READING_ISL], "step": 0, "latency_ms": 0.1})
+    d = E.mla_frame(gen, ctx)
+    rd = E.mla_readings(d)["h100-sxm"]
+    assert d.loc[rd["prefill"], ["num_heads", "batch_size", "isl"]].tolist() == [1, 1, 16]
+    assert d.loc[rd["prefill_tokens"], ["num_heads", "batch_size", "isl"]].tolist() == [1, 1, E.MLA_TOKEN_READING_ISL]
+    with pytest.raises(SteptimeError, match="no one-head batch-1"):
+        E.mla_readings(E.mla_frame(gen, ctx[ctx["isl"] != E.MLA_TOKEN_READING_ISL]))
 
 # --------------------------------------------------------------------------- specs held to their vendored configs
 STRUCTURE = ("hidden_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads", "head_dim",
