@@ -93,3 +93,17 @@ def test_fp8_label_on_a_block_scaled_checkpoint_runs_block_scaled():
     dm = {"fp8": "fp8"}
     assert X.weight_dtype("fp8", "minimax-m2.5", get_gpu("h200-sxm"), dm)[0] == "fp8_block"
     assert X.weight_dtype("fp8", "qwen3-235b-a22b", get_gpu("h200-sxm"), dm)[0] == "fp8"
+
+
+def test_tp_labels_that_cannot_be_attention_tp_flag_their_whole_source_group():
+    """A source file that labels DeepSeek (128 heads) with TP 52 counts GPUs in that column: all its rows for that
+    model, GPU and engine are flagged (the TP 64 row of the same file too); another file's rows are not."""
+    def row(tp, src, engine="trtllm"):
+        return {"gpu": "gb200", "model": "deepseek-v3", "model_source": "deepseek-ai/DeepSeek-R1", "engine": engine,
+                "tp": tp, "silicon_data_source": f"source_file={src}; model=DeepSeek-R1"}
+    s = pd.DataFrame([row(52, "a.csv"), row(64, "a.csv"), row(8, "b.csv"), row(64, "a.csv", engine="sglang")])
+    got = X.tp_not_attention_tp(s, model_map={})
+    assert got.tolist() == [True, True, False, False]
+    # an unknown model is not flagged here (it is left out as unresolved)
+    s2 = s.assign(model="no-such-moe", model_source="x/no-such-moe")
+    assert not X.tp_not_attention_tp(s2, model_map={}).any()

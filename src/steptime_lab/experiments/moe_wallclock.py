@@ -106,6 +106,27 @@ def mlenergy_layout(tp, dp, ep) -> tuple[tuple | None, str]:
 
 
 # --------------------------------------------------------------------------- token-time rows
+def tp_not_attention_tp(silicon: pd.DataFrame, model_map: dict, configs: dict | None = None) -> pd.Series:
+    """Per silicon row: whether its `tp` cannot be read as attention tensor parallelism. A source file that labels
+    a model on a GPU and engine (any serving mode) with a TP degree that does not divide the model's attention
+    heads (e.g. 12, 28 or 52 for DeepSeek's 128) uses the column for something else (a GPU count): none of that
+    group's layouts is known, so every row of it is flagged. Models steptime cannot resolve are not flagged here
+    (they are left out for that reason)."""
+    from steptime.specs import get_model
+
+    src = silicon["silicon_data_source"].astype(str).str.extract(r"source_file=([^;]+)")[0].fillna("")
+    out = pd.Series(False, index=silicon.index)
+    for (_, _, name, source, _), d in silicon.groupby([src, "gpu", "model", "model_source", "engine"], sort=False):
+        key, _how = model_key(name, source, model_map, configs)
+        if key is None:
+            continue
+        heads = get_model(key).num_attention_heads
+        tps = d["tp"].dropna().astype(int)
+        if (heads % tps != 0).any():
+            out[d.index] = True
+    return out
+
+
 def resolve_row(name, source, layout, label, gpu_name, *, model_map: dict, dtype_map: dict, configs=None):
     """One table row in steptime's terms: ((model key, how found, (tp, ep, dp), GPU spec, expert dtype), '') or
     (None, the reason it is left out): the model first, then the layout (`layout`: a (layout, reason) pair from
@@ -149,7 +170,13 @@ def token_rows(silicon: pd.DataFrame, mlenergy_v3: pd.DataFrame, *, prompt_token
 
     s = silicon[silicon["moe"].astype(bool)]
     skip("aic-silicon", "disaggregated serving (per-pool layout not modelled)", (s["mode"] != "agg").sum())
-    for r in s[s["mode"] == "agg"].itertuples(index=False):
+    s = s[s["mode"] == "agg"]
+    odd = tp_not_attention_tp(silicon[silicon["moe"].astype(bool)], model_map, configs)
+    skip("aic-silicon", "layout labels not attention TP: the same source file labels this model on this GPU and "
+                        "engine with TP degrees its attention heads cannot split (the column counts GPUs there)",
+         odd.reindex(s.index, fill_value=False).sum())
+    s = s[~odd.reindex(s.index, fill_value=False)]
+    for r in s.itertuples(index=False):
         row("aic-silicon", r, silicon_layout(r.tp, r.attention_dp, r.moe_tp, r.moe_ep, r.pp),
             r.moe_quant_mode if not pd.isna(r.moe_quant_mode) else r.precision, concurrency=float(r.concurrency),
             prompt_tokens=float(r.isl), output_tokens=float(r.osl), tpot_ms=float(r.tpot_ms), measure="tpot_ms",
@@ -326,6 +353,10 @@ def document(tok: dict, rep: dict, fpm: list, skipped_rows: list, targets: dict)
                                                                        tok["pred"].get("model", []),
                                                                        tok["pred"].get("model_found", []))
                                   if "ASSUMED" in str(how)}),
+        "disclosed": "The rule that leaves out a silicon source group whose TP labels its model's attention heads "
+                     "cannot split (tp_not_attention_tp) was added in wave 10 after this experiment's scores had "
+                     "been seen: two GB200 TensorRT-LLM DeepSeek rows labelled TP 32 and TP 64, from a file that "
+                     "labels the same model TP 12-52, were predicted 7-12x too slow as attention TP.",
     }
     return {"metrics": metrics, "claims": claims}
 
