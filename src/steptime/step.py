@@ -241,7 +241,8 @@ def validate_batch(model, gpu, new, kv, tp: int = 1, check_memory: bool = True, 
     kv = np.asarray(kv)
     count = np.ones(len(new), dtype=np.int64) if count is None else np.asarray(count, dtype=np.int64)
     if len(new) == 0 or count.sum() == 0:
-        raise BatchError("empty batch: give at least one --decode or --prefill request")
+        raise BatchError("empty batch: give at least one --decode or --prefill request (e.g. --decode 32x1024: "
+                         "32 requests decoding over 1,024 cached tokens; --prefill 1x2048: one 2,048-token prompt)")
     if int(count.sum()) > MAX_REQUESTS:
         raise BatchError(f"{int(count.sum())} requests in one step exceed the limit of {MAX_REQUESTS}")
     live = count > 0
