@@ -432,18 +432,20 @@ def test_mla_module_terms_grow_with_context_and_heads():
 def test_mla_prefill_token_scale_reading_recovers_scale_and_floor():
     """E3.3's prefill readings: two cells give the GPU's per-token scale and module floor exactly when the cells
     follow measured = rest + scale x per_token + floor; a faster-than-zero slope clips to no per-token cost."""
+    from steptime_lab.experiments import moe as E
+
     rest, tok = np.array([0.01, 0.03]), np.array([0.02, 0.40])
-    s, f = M.mla_prefill_token_scale_reading(rest + 1.7 * tok + 0.05, rest, tok)
+    s, f = E.mla_prefill_token_scale_reading(rest + 1.7 * tok + 0.05, rest, tok)
     assert s == pytest.approx(1.7) and f == pytest.approx(0.05)
-    s, f = M.mla_prefill_token_scale_reading(rest + 0.6 * tok + 0.03, rest, tok)   # B200-like: below the laws
+    s, f = E.mla_prefill_token_scale_reading(rest + 0.6 * tok + 0.03, rest, tok)   # B200-like: below the laws
     assert s == pytest.approx(0.6) and f == pytest.approx(0.03)
     y = np.array([0.10, 0.05])   # the long cell faster than the floor cell: no negative per-token cost
-    s, f = M.mla_prefill_token_scale_reading(y, rest, tok)
+    s, f = E.mla_prefill_token_scale_reading(y, rest, tok)
     assert s == 0.0 and f == pytest.approx(0.10 - 0.01)
     with pytest.raises(ValueError):
-        M.mla_prefill_token_scale_reading(y, rest, tok[::-1])
+        E.mla_prefill_token_scale_reading(y, rest, tok[::-1])
     with pytest.raises(ValueError):
-        M.mla_prefill_token_scale_reading([1.0], [0.0], [1.0])
+        E.mla_prefill_token_scale_reading([1.0], [0.0], [1.0])
 
 
 def test_mla_prefill_readings_are_the_floor_cell_and_the_long_one_head_prefill():

@@ -346,10 +346,10 @@ def mla_decode_bytes(kv_len, kv_lora_rank, rope_dim, kv_bytes: float = 2.0):
 #                     and the latent output, kv_lora + rope per head; prefill: K = [k_nope, k_pe], V and the
 #                     output, qk + v + v per head) in passes of HBM traffic
 #   prefill attention causal FLOPs of q.k (qk dims) and p.v (v dims) at eta_fa of the bf16 peak
-#   prefill token scale  a GPU's reading (E3.3, mla_prefill_token_scale_reading), not a shared constant: the rate
-#                     of the prefill module's per-token part (projection GEMMs, light kernels, hidden-state
-#                     passes) relative to the laws, read from a long one-head prefill; the module tables of
-#                     datasheet twins differ 1.8x there (B200 against B300 / GB200 / GB300)
+#   prefill token scale  not a term here: E3.3 reads it per GPU (steptime_lab.experiments.moe.
+#                     mla_prefill_token_scale_reading), the rate of the prefill module's per-token part relative to
+#                     the laws; the module tables of datasheet twins differ 1.8x there (B200 against B300 / GB200 /
+#                     GB300); the product applies none (scale 1)
 MLA_HEAD_TILE = 64  # DERIVED: query-head rows per CTA of FlashMLA / FlashInfer-MLA / FA3-MLA decode (q_len 1)
 MLA_CONSTANTS = ("mla_bmm_eta_mem", "mla_bmm_floor_us", "mla_eta_kv", "mla_eta_c", "mla_split_ctas", "mla_tile_us",
                  "mla_decode_passes", "mla_batch_log_us", "mla_prefill_passes", "mla_prefill_token_passes",
@@ -410,20 +410,3 @@ def mla_prefill_copy_time(rows, heads, qk_dim, v_dim, gpu, mc: MoEConstants, *, 
     if tokens is not None:
         t = t + mc.get("mla_prefill_token_passes") * np.asarray(tokens, dtype=float) * hidden * 2.0 / gpu.mem_bw
     return t
-
-
-def mla_prefill_token_scale_reading(measured, rest, per_token):
-    """The held-out GPU's prefill readings from two cells (E3.3): the module floor and `mla_prefill_token_scale`,
-    the GPU's rate of the module's per-token part relative to the laws. Cell 0 is the smallest prefill (the floor
-    cell), cell 1 a long one-head batch-1 prefill (MLA_TOKEN_READING_ISL tokens, where the per-token part
-    dominates); `measured`, `rest` (the prediction's parts that do not scale: attention and per-head copies) and
-    `per_token` (the projection GEMMs, light kernels and hidden-state passes) are each the pair's values. Solves
-    measured = rest + scale x per_token + floor on both cells; a scale below 0 is clipped to 0 (no negative cost)
-    and the floor then comes from cell 0 alone. Returns (scale, floor) in the cells' unit."""
-    y, a, u = (np.asarray(v, dtype=float) for v in (measured, rest, per_token))
-    if y.shape != (2,) or a.shape != (2,) or u.shape != (2,):
-        raise ValueError("two reading cells: the floor cell and the long one-head prefill")
-    if not u[1] > u[0]:
-        raise ValueError("the long prefill cell must carry more per-token time than the floor cell")
-    scale = max(0.0, float(((y[1] - a[1]) - (y[0] - a[0])) / (u[1] - u[0])))
-    return scale, float(y[0] - a[0] - scale * u[0])

@@ -756,7 +756,7 @@ MLA_PREFILL_HI = (1.0, 100.0, 100.0)   # physical bounds: no efficiency above th
 MLA_BMM_P0 = (0.7, 4.0)
 # the prefill path's second reading: the bf16-KV one-head batch-1 prefill of this many tokens, where the module's
 # per-token part (projection GEMMs, light kernels, hidden-state passes) is most of the time; it reads the GPU's
-# mla_prefill_token_scale (terms.moe.mla_prefill_token_scale_reading). Chosen after seeing held-out scores of
+# mla_prefill_token_scale (mla_prefill_token_scale_reading). Chosen after seeing held-out scores of
 # 2048, 4096, 8192, 16384 and 32768 tokens (E3.3's disclosure).
 MLA_TOKEN_READING_ISL = 8192
 
@@ -863,9 +863,26 @@ def _mla_prefill_parts(x: dict, static_ms: np.ndarray, mc) -> tuple:
     return rest * 1e3, static_ms + tok * 1e3
 
 
+def mla_prefill_token_scale_reading(measured, rest, per_token):
+    """The held-out GPU's prefill readings from two cells (E3.3): the module floor and `mla_prefill_token_scale`,
+    the GPU's rate of the module's per-token part relative to the laws. Cell 0 is the smallest prefill (the floor
+    cell), cell 1 a long one-head batch-1 prefill (MLA_TOKEN_READING_ISL tokens, where the per-token part
+    dominates); `measured`, `rest` (the prediction's parts that do not scale: attention and per-head copies) and
+    `per_token` (the projection GEMMs, light kernels and hidden-state passes) are each the pair's values. Solves
+    measured = rest + scale x per_token + floor on both cells; a scale below 0 is clipped to 0 (no negative cost)
+    and the floor then comes from cell 0 alone. Returns (scale, floor) in the cells' unit."""
+    y, a, u = (np.asarray(v, dtype=float) for v in (measured, rest, per_token))
+    if y.shape != (2,) or a.shape != (2,) or u.shape != (2,):
+        raise ValueError("two reading cells: the floor cell and the long one-head prefill")
+    if not u[1] > u[0]:
+        raise ValueError("the long prefill cell must carry more per-token time than the floor cell")
+    scale = max(0.0, float(((y[1] - a[1]) - (y[0] - a[0])) / (u[1] - u[0])))
+    return scale, float(y[0] - a[0] - scale * u[0])
+
+
 def _mla_prefill_read(y: np.ndarray, rest: np.ndarray, per_token: np.ndarray, i0: int, i1: int) -> tuple:
     """(token scale, floor) of one GPU from its floor cell i0 and its long one-head prefill cell i1."""
-    return M.mla_prefill_token_scale_reading(y[[i0, i1]], rest[[i0, i1]], per_token[[i0, i1]])
+    return mla_prefill_token_scale_reading(y[[i0, i1]], rest[[i0, i1]], per_token[[i0, i1]])
 
 
 def mla_frame(gen: pd.DataFrame, ctx: pd.DataFrame) -> pd.DataFrame:

@@ -169,14 +169,13 @@ def token_rows(silicon: pd.DataFrame, mlenergy_v3: pd.DataFrame, *, prompt_token
                      "dtype": dt, "mode": "agg", "batch": kw.pop("concurrency") / lay[2], **kw})
 
     s = silicon[silicon["moe"].astype(bool)]
-    skip("aic-silicon", "disaggregated serving (per-pool layout not modelled)", (s["mode"] != "agg").sum())
-    s = s[s["mode"] == "agg"]
-    odd = tp_not_attention_tp(silicon[silicon["moe"].astype(bool)], model_map, configs)
+    agg = s["mode"] == "agg"
+    skip("aic-silicon", "disaggregated serving (per-pool layout not modelled)", (~agg).sum())
+    odd = agg & tp_not_attention_tp(s, model_map, configs)  # judged on every mode's labels, counted in agg rows
     skip("aic-silicon", "layout labels not attention TP: the same source file labels this model on this GPU and "
                         "engine with TP degrees its attention heads cannot split (the column counts GPUs there)",
-         odd.reindex(s.index, fill_value=False).sum())
-    s = s[~odd.reindex(s.index, fill_value=False)]
-    for r in s.itertuples(index=False):
+         odd.sum())
+    for r in s[agg & ~odd].itertuples(index=False):
         row("aic-silicon", r, silicon_layout(r.tp, r.attention_dp, r.moe_tp, r.moe_ep, r.pp),
             r.moe_quant_mode if not pd.isna(r.moe_quant_mode) else r.precision, concurrency=float(r.concurrency),
             prompt_tokens=float(r.isl), output_tokens=float(r.osl), tpot_ms=float(r.tpot_ms), measure="tpot_ms",
