@@ -36,8 +36,10 @@ DTYPES = ("bf16", "fp8")
 SPLITS = ("split_n", "split_k", "heads", "replicated")
 NUMERIC = ("sched_a_ms", "sched_b_ms", "rpc_ms", "rpc_tp_ms", "overlap", "t_launch_us", "graph_launch_us",
            "graph_node_us", "graph_max_tokens", "piecewise_eager_per_layer", "max_bytes", "t_samp_ms", "t_samp_b_ms",
-           "fuse_norm_max_bytes")
-OPTIONAL = ("max_bytes", "fuse_norm_max_bytes")  # not host fields; fuse_norm_max_bytes absent = never fused
+           "fuse_norm_max_bytes", "server_a_ms", "server_b_ms")
+# not required host fields: fuse_norm_max_bytes absent = never fused; server_* absent = 0 (a front end in
+# its own process, or none: the engine loop carries no API-server work)
+OPTIONAL = ("max_bytes", "fuse_norm_max_bytes", "server_a_ms", "server_b_ms")
 HOST_FIELDS = tuple(f for f in NUMERIC if f not in OPTIONAL)
 # precision.<field>: the engine's own kernels' constant (a `const:` pointer into defaults.yaml);
 # fp8_gemm names the relative fp8 GEMM factors (terms/precision.py) fitted on the engine's own
@@ -109,6 +111,12 @@ class Engine:
                                  f"it with (e.g. steptime.calibration.Constants.default())")
             return float(constants.get(v.const, gpu))
         return float(v.value)
+
+    def get_or(self, name: str, gpu=None, constants=None, default: float = 0.0) -> float:
+        """`get`, or `default` where the profile has no such (optional) field."""
+        if name not in self.values:
+            return float(default)
+        return self.get(name, gpu, constants)
 
     def with_fitted(self, gpu_key: str, values: dict, *, source: str, cells: Iterable = (),
                     experiment: str | None = None, provenance: str = "FITTED") -> "Engine":

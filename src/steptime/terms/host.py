@@ -3,8 +3,11 @@
     dispatch floor  what the launches alone cost: eager kernels x T_launch, CUDA-graph replays
                     x T_graph plus a GPU-side gap per kernel inside a graph (the GPU body
                     cannot finish faster)
-    S(N) = a + b (N - 1) + rpc          scheduler/prepare/output work per step, N requests, plus
-                                         the hand-off to the workers (rpc; rpc_tp once TP > 1)
+    S(N) = a + b (N - 1) + rpc + s_a + s_b N
+                                         scheduler/prepare/output work per step, N requests, plus
+                                         the hand-off to the workers (rpc; rpc_tp once TP > 1), plus
+                                         the serving front end where it runs in the engine's loop
+                                         (s_a, s_b: engines.yaml host.server_*; absent = 0)
     exposed host    (1 - ov) S + ov max(0, S - t_gpu)
                                          ov = the engine's overlapped fraction (async/overlap
                                          scheduling runs step n+1's host work under step n);
@@ -78,6 +81,7 @@ def scheduler_floor(n_requests, gpu, constants: Constants | None = None, tp: int
         a = engine.get("sched_a_ms", gpu, constants)
         b = engine.get("sched_b_ms", gpu, constants)
         ray = engine.get("rpc_tp_ms" if tp > 1 else "rpc_ms", gpu, constants)
+        ray = ray + engine.get_or("server_a_ms", gpu, constants) + engine.get_or("server_b_ms", gpu, constants) * n
     return np.where(n > 0, (a + ray + b * np.maximum(n - 1.0, 0.0)) * 1e-3, 0.0)
 
 
