@@ -216,8 +216,16 @@ def test_fpm_steps_adapter_maps_phases_versions_and_drops_moe():
 
 
 def test_engine_profile_by_version():
+    from steptime.specs.engines import get_engine
+    sync, unfused = get_engine("vllm-v1-sync"), get_engine("vllm-v1-unfused")
+    assert sync.get("overlap") == 0.0 and unfused.get("overlap") == 1.0  # the only difference (YAML merge)
+    assert {k: v for k, v in sync.values.items() if k != "overlap"} == \
+        {k: v for k, v in unfused.values.items() if k != "overlap"}
     assert W.engine_profile("vllm", "0.5.4") == "vllm-v0"
-    assert W.engine_profile("vllm", "0.11.1") == "vllm-v1-unfused"  # before the -O2 all-reduce + RMSNorm fusion
+    assert W.engine_profile("vllm", "0.11.1") == "vllm-v1-sync"  # before async scheduling became the default
+    assert W.engine_profile("vllm", "0.13.0") == "vllm-v1-sync"
+    assert W.engine_profile("vllm", "0.14.0") == "vllm-v1-unfused"  # before the -O2 all-reduce + RMSNorm fusion
+    assert W.engine_profile("vllm", "0.17.0") == "vllm-v1-unfused"
     assert W.engine_profile("vllm", "0.20.1") == "vllm"
     assert W.engine_profile("vllm", None) == "vllm"
     assert W.engine_profile("trtllm", "1.0.0rc3") == "trtllm"

@@ -199,15 +199,20 @@ def fitted_values(doc, engine: str, gpu: str) -> tuple[dict, list]:
 # Adapters: the tidy tables of steptime_lab.data (W1's loaders) -> the frames above
 def engine_profile(engine: str, version=None) -> str:
     """The engine profile of a measured (engine, version): vLLM before 0.8 ran the V0 engine
-    (V1 became the default in 0.8), 0.8-0.17 V1 without the all-reduce + RMSNorm fusion, 0.18 and later
-    (and an unrecorded version) V1 with it; other engines map to their own profile."""
+    (V1 became the default in 0.8), 0.8-0.13 V1 without the all-reduce + RMSNorm fusion and without async
+    scheduling (its default from 0.14), 0.14-0.17 V1 without the fusion, 0.18 and later (and an unrecorded
+    version) V1 with it; other engines map to their own profile."""
     e = str(engine).lower()
     if e == "vllm" and version is not None and str(version) not in ("", "<NA>", "nan", "None"):
         try:
             major, minor = (int(p) for p in str(version).split(".")[:2])
         except ValueError:
             return "vllm"
-        return "vllm-v0" if (major, minor) < (0, 8) else ("vllm-v1-unfused" if (major, minor) < (0, 18) else "vllm")
+        if (major, minor) < (0, 8):
+            return "vllm-v0"
+        if (major, minor) < (0, 14):
+            return "vllm-v1-sync"
+        return "vllm-v1-unfused" if (major, minor) < (0, 18) else "vllm"
     return e
 
 
