@@ -261,6 +261,30 @@ def test_mla_decode_split_kv_tiles_and_head_padding():
     assert M.mla_decode_latent_time(0, 0, 128, **kw)["t"] == 0
 
 
+def test_mla_decode_triton_head_tile_and_kv_reread():
+    """vLLM runs Triton MLA (16 heads per CTA) on NVIDIA parts without FlashMLA / FlashInfer-MLA (L40S sm 89, RTX
+    PRO 6000 sm 120, A100 sm 80), 64-head kernels on Hopper and datacenter Blackwell; each head tile beyond the
+    first re-reads mla_kv_reread of the request's latent (0: the old single read)."""
+    for g, tile in (("l40s", 16), ("rtx-pro-6000", 16), ("a100-sxm", 16), ("h100-sxm", 64), ("b200", 64),
+                    ("gb300", 64), ("mi300x", 64)):
+        assert M.mla_decode_head_tile(get_gpu(g)) == tile, g
+    g = get_gpu("l40s")
+    mc = M.MoEConstants.default().with_values({"mla_kv_reread": 0.25})
+    kw = dict(kv_lora_rank=512, rope_dim=64, gpu=g)
+    one = M.mla_decode_latent_time(8, 8 * 65536, 16, mc=mc, **kw)
+    eight = M.mla_decode_latent_time(8, 8 * 65536, 128, mc=mc, **kw)   # 8 tiles of 16 heads: 7 re-read a quarter
+    assert eight["bytes"] == pytest.approx(one["bytes"] * (1 + 0.25 * 7))
+    assert eight["t_memory"] == pytest.approx(one["t_memory"] * (1 + 0.25 * 7))
+    # the head padding follows the tile: 1 and 16 heads cost the same scores on Triton, 17 two tiles
+    c = [M.mla_decode_latent_time(1, 4096, h, mc=mc, **kw)["t_compute"] for h in (1, 16, 17)]
+    assert c[0] == pytest.approx(c[1]) and c[2] == pytest.approx(2 * c[1])
+    off = mc.with_values({"mla_kv_reread": 0.0})
+    assert M.mla_decode_latent_time(8, 8 * 65536, 128, mc=off, **kw)["bytes"] == pytest.approx(one["bytes"])
+    # an explicit head_tile (E3.3 passes one per cell) overrides the GPU's
+    assert M.mla_decode_latent_time(8, 8 * 65536, 128, mc=mc, head_tile=64, **kw)["bytes"] == pytest.approx(
+        one["bytes"] * 1.25)
+
+
 def test_mla_prefill_attention_counts_causal_flops_and_copies():
     g, mc = get_gpu("b200"), M.MoEConstants.default()
     t = M.mla_prefill_attention_time(4096, 0, 128, 192, 128, g, mc)
