@@ -261,6 +261,30 @@ def test_mla_decode_split_kv_tiles_and_head_padding():
     assert M.mla_decode_latent_time(0, 0, 128, **kw)["t"] == 0
 
 
+def test_mla_decode_triton_head_tile_and_kv_reread():
+    """vLLM runs Triton MLA (16 heads per CTA) on NVIDIA parts without FlashMLA / FlashInfer-MLA (L40S sm 89, RTX
+    PRO 6000 sm 120, A100 sm 80), 64-head kernels on Hopper and datacenter Blackwell; each head tile beyond the
+    first re-reads mla_kv_reread of the request's latent (0: the old single read)."""
+    for g, tile in (("l40s", 16), ("rtx-pro-6000", 16), ("a100-sxm", 16), ("h100-sxm", 64), ("b200", 64),
+                    ("gb300", 64), ("mi300x", 64)):
+        assert M.mla_decode_head_tile(get_gpu(g)) == tile, g
+    g = get_gpu("l40s")
+    mc = M.MoEConstants.default().with_values({"mla_kv_reread": 0.25})
+    kw = dict(kv_lora_rank=512, rope_dim=64, gpu=g)
+    one = M.mla_decode_latent_time(8, 8 * 65536, 16, mc=mc, **kw)
+    eight = M.mla_decode_latent_time(8, 8 * 65536, 128, mc=mc, **kw)   # 8 tiles of 16 heads: 7 re-read a quarter
+    assert eight["bytes"] == pytest.approx(one["bytes"] * (1 + 0.25 * 7))
+    assert eight["t_memory"] == pytest.approx(one["t_memory"] * (1 + 0.25 * 7))
+    # the head padding follows the tile: 1 and 16 heads cost the same scores on Triton, 17 two tiles
+    c = [M.mla_decode_latent_time(1, 4096, h, mc=mc, **kw)["t_compute"] for h in (1, 16, 17)]
+    assert c[0] == pytest.approx(c[1]) and c[2] == pytest.approx(2 * c[1])
+    off = mc.with_values({"mla_kv_reread": 0.0})
+    assert M.mla_decode_latent_time(8, 8 * 65536, 128, mc=off, **kw)["bytes"] == pytest.approx(one["bytes"])
+    # an explicit head_tile (E3.3 passes one per cell) overrides the GPU's
+    assert M.mla_decode_latent_time(8, 8 * 65536, 128, mc=mc, head_tile=64, **kw)["bytes"] == pytest.approx(
+        one["bytes"] * 1.25)
+
+
 def test_mla_prefill_attention_counts_causal_flops_and_copies():
     g, mc = get_gpu("b200"), M.MoEConstants.default()
     t = M.mla_prefill_attention_time(4096, 0, 128, 192, 128, g, mc)
@@ -463,6 +487,40 @@ def test_mla_prefill_readings_are_the_floor_cell_and_the_long_one_head_prefill()
     assert d.loc[rd["prefill_tokens"], ["num_heads", "batch_size", "isl"]].tolist() == [1, 1, E.MLA_TOKEN_READING_ISL]
     with pytest.raises(SteptimeError, match="no one-head batch-1"):
         E.mla_readings(E.mla_frame(gen, ctx[ctx["isl"] != E.MLA_TOKEN_READING_ISL]))
+
+def test_mla_decode_readings_fp8_floor_and_batch_cost_scale():
+    """E3.3's decode readings: fp8-KV decode rows take the GPU's fp8-KV floor cell (the smallest fp8-KV generation
+    cell), bf16 rows the bf16 floor cell; the per-doubling batch cost scales with the bf16 floor cell's time less
+    the module's weights at datasheet bandwidth, over MLA_LATENCY_REF_US."""
+    from steptime.specs import get_gpu
+    from steptime_lab.experiments import moe as E
+
+    gen = pd.DataFrame({"gpu": "h100-sxm", "gemm_type": "bfloat16", "num_heads": [1, 1, 1, 1, 16, 16],
+                        "kv_cache_dtype": ["bfloat16", "bfloat16", "fp8", "fp8", "bfloat16", "fp8"],
+                        "batch_size": [1, 8, 1, 8, 8, 8], "isl": 1, "step": [2, 64, 2, 64, 64, 64],
+                        "latency_ms": [0.072, 0.09, 0.086, 0.1, 0.12, 0.13]})
+    ctx = pd.DataFrame({"gpu": "h100-sxm", "kv_cache_dtype": ["bfloat16", "bfloat16", "fp8"],
+                        "gemm_type": "bfloat16", "num_heads": 1, "batch_size": [1, 1, 4],
+                        "isl": [16, E.MLA_TOKEN_READING_ISL, 1], "step": 0, "latency_ms": 0.1})
+    d = E.mla_frame(gen, ctx)
+    rd = E.mla_readings(d)
+    r = rd["h100-sxm"]
+    assert d.loc[r["decode"], ["kv_cache_dtype", "batch_size", "step"]].tolist() == ["bfloat16", 1, 2]
+    assert d.loc[r["decode_fp8"], ["kv_cache_dtype", "batch_size", "step"]].tolist() == ["fp8", 1, 2]
+    dec = d[d["path"] == "decode"]
+    cells = E.mla_decode_floor_cells(dec, rd, "h100-sxm")
+    fp8 = (dec["kv_cache_dtype"] == "fp8").to_numpy()
+    assert set(cells[fp8]) == {r["decode_fp8"]} and set(cells[~fp8]) == {r["decode"]}  # the one-token fp8 prefill too
+    no8 = {"h100-sxm": {"decode": r["decode"]}}   # a GPU without fp8-KV rows: every row its bf16 floor
+    assert set(E.mla_decode_floor_cells(dec, no8, "h100-sxm")) == {r["decode"]}
+    bw = get_gpu("h100-sxm").mem_bw
+    w_us = float(E.mla_weight_bytes(1)) / bw * 1e6
+    assert 5.0 < w_us < 15.0   # ~33 MB of weights (the fused q_a + kv_a projection most of it) at 3.35 TB/s
+    assert E.mla_decode_latency_us(0.072, 1, bw) == pytest.approx(72.0 - w_us)
+    assert E.mla_decode_latency_us(0.001, 1, bw) == 0.0   # clipped: no negative latency
+    assert E.mla_batch_log_scale(d, rd, "h100-sxm") == pytest.approx((72.0 - w_us) / E.MLA_LATENCY_REF_US)
+    assert float(E.mla_weight_bytes(128)) > float(E.mla_weight_bytes(1))
+
 
 # --------------------------------------------------------------------------- specs held to their vendored configs
 STRUCTURE = ("hidden_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads", "head_dim",

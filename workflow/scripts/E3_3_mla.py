@@ -24,5 +24,6 @@ r["eval"]["sdtype"] = r["eval"]["kind"]
 E.plot(r, splitext(snakemake.output.fig)[0],
        "E3.3: DeepSeek-V3 MLA attention module time (AIConfigurator, vLLM, bf16 GEMMs; decode = generation, "
        "weight-absorbed with the latent KV read once; prefill = context, not absorbed) measured vs steptime's MLA "
-       "terms held out by GPU (MLA constants fitted on the other GPUs) plus the module floor per path read on the "
-       "GPU; titles give the MAPE per phase.", kind="kernel")
+       "terms held out by GPU (MLA constants fitted on the other GPUs) plus the GPU's readings (module floor per "
+       "path, an fp8-KV decode floor, the batch-cost scale from the decode floor cell, the prefill per-token scale); "
+       "titles give the MAPE per phase.", kind="kernel")

@@ -339,9 +339,11 @@ def mla_decode_bytes(kv_len, kv_lora_rank, rope_dim, kv_bytes: float = 2.0):
 #                     by its weights (AIConfigurator's mla_bmm table: 1.3-1.4x the bytes at datasheet bandwidth)
 #   latent read       KV bytes / (BW eta_kv par), par = min(1, requests * split_ctas / SMs): split-KV gives a
 #                     request at most split_ctas CTAs, so a small batch cannot draw the whole HBM bandwidth
-#   head tiles        the decode kernels compute MLA_HEAD_TILE query heads per CTA (heads padded to the tile: the
-#                     score FLOPs count the padded rows) and each (request, head tile) CTA costs tile_us, run in
-#                     waves over the SMs
+#   head tiles        the decode kernels compute MLA_HEAD_TILE query heads per CTA (MLA_TRITON_HEAD_TILE on the
+#                     Triton backend, mla_decode_head_tile; heads padded to the tile: the score FLOPs count the
+#                     padded rows) and each (request, head tile) CTA costs tile_us, run in waves over the SMs; every
+#                     head tile streams the request's latent, so a tile beyond the first re-reads mla_kv_reread of
+#                     it from DRAM (the rest hits L2: the tiles of one request run side by side)
 #   activation passes the per-head tensors the module copies around its kernels (decode: q = [W_UK q_nope, q_pe]
 #                     and the latent output, kv_lora + rope per head; prefill: K = [k_nope, k_pe], V and the
 #                     output, qk + v + v per head) in passes of HBM traffic
@@ -351,6 +353,11 @@ def mla_decode_bytes(kv_len, kv_lora_rank, rope_dim, kv_bytes: float = 2.0):
 #                     the laws; the module tables of datasheet twins differ 1.8x there (B200 against B300 / GB200 /
 #                     GB300); the product applies none (scale 1)
 MLA_HEAD_TILE = 64  # DERIVED: query-head rows per CTA of FlashMLA / FlashInfer-MLA / FA3-MLA decode (q_len 1)
+# DERIVED: query heads per CTA of vLLM's Triton MLA decode (vllm/attention/ops/triton_decode_attention.py,
+# _decode_grouped_att_m_fwd: BLOCK_H = 16, grid (requests, cdiv(heads, 16), kv splits)), the backend vLLM runs on
+# NVIDIA parts without a FlashMLA / FlashInfer-MLA / FA3-MLA kernel (sm < 90 and sm >= 110; AIConfigurator's L40S and
+# RTX PRO 6000 MLA tables are TRITON_MLA rows)
+MLA_TRITON_HEAD_TILE = 16
 MLA_CONSTANTS = ("mla_bmm_eta_mem", "mla_bmm_floor_us", "mla_eta_kv", "mla_eta_c", "mla_split_ctas", "mla_tile_us",
                  "mla_decode_passes", "mla_batch_log_us", "mla_prefill_passes", "mla_prefill_token_passes",
                  "mla_eta_fa")
@@ -369,20 +376,33 @@ def mla_bmm_time(tokens, heads, nope_dim, kv_lora_rank, v_head_dim, gpu, mc: MoE
     return np.where(T > 0, t, 0.0)
 
 
+def mla_decode_head_tile(gpu) -> int:
+    """Query heads per CTA of the MLA decode kernel vLLM runs on `gpu`: MLA_TRITON_HEAD_TILE on NVIDIA parts without
+    a FlashMLA / FlashInfer-MLA / FA3-MLA kernel (sm < 90, sm >= 110: Triton MLA), else MLA_HEAD_TILE."""
+    sm = getattr(gpu, "sm_version", None)
+    if str(getattr(gpu, "vendor", "NVIDIA")).upper() == "NVIDIA" and sm is not None and (sm < 90 or sm >= 110):
+        return MLA_TRITON_HEAD_TILE
+    return MLA_HEAD_TILE
+
+
 def mla_decode_latent_time(requests, latent_tokens, heads, kv_lora_rank, rope_dim, gpu, mc: MoEConstants, *,
-                           kv_bytes: float = 2.0) -> dict:
+                           kv_bytes: float = 2.0, head_tile=None) -> dict:
     """Weight-absorbed MLA decode attention of `requests` decode requests over `latent_tokens` latent rows in all
-    (each request's cache plus its new token), seconds: the latent read once for all heads at the split-KV
-    bandwidth (max with the scores' FLOPs over the heads padded to the kernel's tile), plus the waves of
-    (request, head tile) CTAs and the activation passes over each head's latent query and output."""
+    (each request's cache plus its new token), seconds: the latent read for all heads at the split-KV bandwidth,
+    each head tile beyond the first re-reading mla_kv_reread of it (max with the scores' FLOPs over the heads
+    padded to the kernel's tile), plus the waves of (request, head tile) CTAs and the activation passes over each
+    head's latent query and output. `head_tile`: the kernel's heads per CTA (mla_decode_head_tile(gpu) if None;
+    an array broadcasts)."""
     n, N, H = np.broadcast_arrays(*(np.asarray(x, dtype=float) for x in (requests, latent_tokens, heads)))
+    ht = np.asarray(mla_decode_head_tile(gpu) if head_tile is None else head_tile, dtype=float)
     lat = float(kv_lora_rank + rope_dim)
     sms = np.asarray(gpu.sms, dtype=float)
     par = np.minimum(1.0, n * mc.get("mla_split_ctas") / sms)
-    nbytes = mla_decode_bytes(N, kv_lora_rank, rope_dim, kv_bytes)
+    tiles = np.ceil(H / ht)
+    nbytes = mla_decode_bytes(N, kv_lora_rank, rope_dim, kv_bytes) * (1.0 + mc.get("mla_kv_reread", default=0.0)
+                                                                    * (tiles - 1.0))
     t_m = nbytes / (gpu.mem_bw * mc.get("mla_eta_kv") * np.maximum(par, 1e-9))
-    tiles = np.ceil(H / MLA_HEAD_TILE)
-    t_c = 2.0 * N * tiles * MLA_HEAD_TILE * (lat + kv_lora_rank) / (gpu.peak_flops * mc.get("mla_eta_c"))
+    t_c = 2.0 * N * tiles * ht * (lat + kv_lora_rank) / (gpu.peak_flops * mc.get("mla_eta_c"))
     t_tiles = (np.ceil(n * tiles / sms) * mc.get("mla_tile_us")
                + np.log2(np.maximum(n, 1.0)) * mc.get("mla_batch_log_us")) * 1e-6
     t_act = mc.get("mla_decode_passes") * n * H * lat * 2.0 / gpu.mem_bw
