@@ -80,3 +80,55 @@ def test_product_a2a_time_matches_the_lab_law_with_per_gpu_scales():
         plain = E.a2a_predict(row, _law(0.05)).sum() * 1e-3
         assert float(M.a2a_time(T, 7168, 8, 8, "other", mc, mode=mode)) == pytest.approx(plain, rel=1e-9)
     assert float(M.a2a_time(64, 7168, 8, 1, "g", mc)) == 0.0
+
+
+# --------------------------------------------------------------------------- the donor rule (normal mode)
+AIC_GPUS = ("b200", "b300", "gb200", "gb300", "h100-sxm", "h200-sxm")
+
+
+def test_donors_are_the_gpus_of_the_same_family_and_nvlink_domain():
+    """A held-out GPU's normal-mode law comes from the other GPUs of its architecture family and NVLink domain (an
+    8-GPU HGX board, a 72-GPU NVL72 rack), else its family, else all others."""
+    others = lambda g: [o for o in AIC_GPUS if o != g]  # noqa: E731
+    assert E.a2a_donors("b200", others("b200")) == ["b300"]
+    assert E.a2a_donors("gb200", others("gb200")) == ["gb300"]
+    assert E.a2a_donors("h100-sxm", others("h100-sxm")) == ["h200-sxm"]
+    assert E.a2a_donors("gb200", ["b200", "b300", "h100-sxm"]) == ["b200", "b300"]  # no NVL72 twin: the family
+    assert E.a2a_donors("h100-sxm", ["b200", "gb200"]) == ["b200", "gb200"]  # no Hopper: every other GPU
+
+
+def _law2(floor_us, bw_gbps, tok_us):
+    return {f"{m}:{p}": {"floor_us": floor_us if m == "ht" else 50.0, "bw_gbps": bw_gbps if m == "ht" else 200.0,
+                         "tok_us": tok_us if m == "ht" else 0.0} for m in ("ll", "ht") for p in ("dispatch", "combine")}
+
+
+def test_held_out_law_takes_the_normal_mode_from_the_donors_and_the_low_latency_mode_from_all():
+    """Two platforms whose normal-mode curves differ (per-token cost, bandwidth): the law a GPU is predicted with
+    is the donors' fit for the normal mode, the pooled fit for the low-latency mode."""
+    a, b = _law2(80.0, 450.0, 0.06), _law2(80.0, 900.0, 0.18)
+    d = pd.concat([_cells(a, "h200-sxm"), _cells(b, "b200"), _cells(b, "b300")], ignore_index=True)
+    law = E.a2a_law(d, ["h200-sxm"], ["h200-sxm", "b200", "b300"])
+    for p in ("dispatch", "combine"):
+        assert law[f"ht:{p}"]["bw_gbps"] == pytest.approx(450.0, rel=0.02)
+        assert law[f"ht:{p}"]["tok_us"] == pytest.approx(0.06, rel=0.05)
+        assert law[f"ll:{p}"] == E.a2a_fit(d)[f"ll:{p}"]
+    h = d[d.gpu == "h200-sxm"]
+    assert np.allclose(E.a2a_predict(h, law), h.latency_ms, rtol=0.02)
+
+
+def test_shipped_gpu_law_overrides_the_global_one_in_the_product():
+    """moe_constants_doc writes each GPU's platform law (normal mode) into its scope, and terms.moe.a2a_time
+    prices that GPU with it; another GPU keeps the global law."""
+    glob, own = _law(0.05), _law2(80.0, 450.0, 0.06)
+    a2a = {"ship": glob, "ship_laws": {"g": {k: v for k, v in own.items() if k.startswith("ht")}},
+           "ship_scales": {"g": {"s_slope:ht": 1.0}}}
+    doc = E.moe_constants_doc(None, a2a)
+    assert {k for k in doc["gpu"]["g"] if k.startswith("a2a_") and not k.startswith("a2a_s")} == {
+        f"a2a_{c}:ht:{p}" for c in ("floor_us", "bw_gbps", "tok_us") for p in ("dispatch", "combine")}
+    mc = M.MoEConstants(values={k: c["value"] for k, c in doc["global"].items()},
+                        per_gpu={g: {k: c["value"] for k, c in s.items()} for g, s in doc["gpu"].items()})
+    for gpu, law in (("g", {**glob, **own}), ("other", glob)):
+        row = pd.DataFrame([dict(gpu=gpu, mode="ht", phase=p, num_tokens=4096,
+                                 a2a_bytes=float(M.a2a_bytes(4096, 7168, 8, 8, "ht"))) for p in ("dispatch", "combine")])
+        lab = E.a2a_predict(row, law).sum() * 1e-3
+        assert float(M.a2a_time(4096, 7168, 8, 8, gpu, mc, mode="ht")) == pytest.approx(lab, rel=1e-6)

@@ -307,7 +307,8 @@ def a2a_time(tokens, hidden, topk, ep, gpu, mc: MoEConstants, *, mode: str = "ll
     achieved all-to-all bandwidth of that (mode, phase), and a per-token cost that does not scale with the hidden
     size (DeepEP's per-token layout / bookkeeping; fitted where the evidence carries it, the normal "ht" mode,
     else 0). Per-GPU readings: `a2a_s:<mode>:<phase>` scales a whole curve (the low-latency mode, a floor regime),
-    `a2a_s_slope:<mode>` the transfer part (the normal mode, a bandwidth regime); 1 where a GPU has none."""
+    `a2a_s_slope:<mode>` the transfer part (the normal mode, a bandwidth regime); 1 where a GPU has none. A GPU's
+    own law constants (its platform's fit, E3.2's donor rule: the normal mode) replace the global ones where given."""
     T = np.asarray(tokens, dtype=float)
     ep = float(ep)
     if ep <= 1:
@@ -316,9 +317,9 @@ def a2a_time(tokens, hidden, topk, ep, gpu, mc: MoEConstants, *, mode: str = "ll
     t = np.zeros_like(T)
     s_slope = mc.get(f"a2a_s_slope:{mode}", gpu, 1.0)
     for phase in ("dispatch", "combine"):
-        t0 = mc.get(f"a2a_floor_us:{mode}:{phase}") * 1e-6
-        bw = mc.get(f"a2a_bw_gbps:{mode}:{phase}") * 1e9
-        c_tok = mc.get(f"a2a_tok_us:{mode}:{phase}", None, 0.0) * 1e-6
+        t0 = mc.get(f"a2a_floor_us:{mode}:{phase}", gpu) * 1e-6
+        bw = mc.get(f"a2a_bw_gbps:{mode}:{phase}", gpu) * 1e9
+        c_tok = mc.get(f"a2a_tok_us:{mode}:{phase}", gpu, 0.0) * 1e-6
         s_curve = mc.get(f"a2a_s:{mode}:{phase}", gpu, 1.0)
         t = t + s_curve * (t0 + s_slope * (nbytes / bw + c_tok * T))
     return np.where(T > 0, t, 0.0)
