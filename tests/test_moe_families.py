@@ -85,3 +85,22 @@ def test_bf16_readings_scale_only_the_bf16_family():
     assert t("triton", "triton") > t("triton", "triton", per=False)        # same family: the readings apply
     assert t("marlin", "triton") == pytest.approx(t("marlin", "triton", per=False))   # other code: they do not
     assert E.readings_apply("triton", "triton") and not E.readings_apply("marlin", "triton")
+
+
+def test_memory_ramp_is_a_fixed_latency_not_an_l2_fraction():
+    import dataclasses
+
+    h100 = get_gpu("h100-sxm")
+    big_l2 = dataclasses.replace(h100, l2_mb=h100.l2_mb * 4)
+    mc = _mc()
+
+    def t_m(gpu, tokens):
+        return float(M.routed_experts_time(tokens, 4096, 1536, 8, 128, gpu, mc, routing="balanced",
+                                           regime="evicted", family="")["t_memory"])
+
+    # evicted: t_m = (W + x_half x BW x RAMP_REF_S) / (BW eta_max): the offset is x_half x RAMP_REF_S / eta_max,
+    # whatever the L2 size
+    W = 8 * 3 * 4096 * 1536 * 2.0   # one token, eight experts touched
+    offset = LAW["x_half"] * M.RAMP_REF_S / LAW["eta_mem_max"]
+    assert t_m(h100, 1) == pytest.approx(W / (h100.mem_bw * LAW["eta_mem_max"]) + offset)
+    assert t_m(big_l2, 1) == pytest.approx(t_m(h100, 1))

@@ -401,7 +401,9 @@ def document(r: dict, target_pct: float) -> dict:
                      "is predicted as the faster of their laws, a family no other GPU ran in the dtype takes its "
                      "sibling dtype's cells (fp8 <-> fp8_block), then the same architecture's; the bf16 readings "
                      "scale only laws of the GPU's bf16 kernel family; GA100/GH100's partitioned L2 holds a weight "
-                     "set in half the L2 (terms.moe.l2_effective_bytes).",
+                     "set in half the L2 (terms.moe.l2_effective_bytes); the memory-efficiency ramp is in the bytes "
+                     "the stream moves in 10 us (a fixed latency), not in L2 sizes (a latency of L2 / bandwidth, 5-7x "
+                     "longer on the GDDR parts).",
         "tiling": {g: {dt: {k: p.get(k) for k in ("tile_m", "unpadded_rows")} for dt, p in v["per_dtype"].items()}
                    for g, v in r["fits"].items()},
     }
