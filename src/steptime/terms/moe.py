@@ -141,6 +141,18 @@ TILE_M = 64   # rows per grouped-GEMM tile: each expert's token rows are padded 
 REGIMES = ("evicted", "resident")
 SM_STREAM_BYTES_PER_CLK = 64.0  # the nominal bytes per clock per SM of an SM-bound weight stream (eta_mem scales it)
 KERNEL_FAMILIES = ("trtllm", "cutlass", "marlin", "triton")
+# GPUs whose L2 is split in two partitions that each cache the lines their own GPCs read (DERIVED: the A100 whitepaper,
+# "each L2 partition localizes and caches data for memory accesses from SMs in the GPCs directly connected to the
+# partition", kept by GH100): a weight set every SM reads is held in both, so it stays resident up to half the L2.
+# GA100 and GH100 (sm 80, 90); Ada's AD102/AD103 and Blackwell are taken as one L2 (B200's fitted residency reaches
+# 0.8 of its 126.5 MB, E3.1).
+L2_PARTITIONED_SM = frozenset({80, 90})
+RAMP_REF_S = 10e-6  # the memory-efficiency ramp's unit: the bytes the weight stream moves in 10 us (E3.1, wave 11)
+
+
+def l2_effective_bytes(gpu) -> float:
+    """The L2 bytes a weight set read by every SM can occupy: the L2, halved where it is partitioned."""
+    return gpu.l2_mb * 2**20 / (2.0 if getattr(gpu, "sm_version", None) in L2_PARTITIONED_SM else 1.0)
 
 
 def kernel_family(kernel_source: str, gpu=None) -> str:
@@ -240,7 +252,9 @@ def routed_experts_time(tokens, hidden, inter, topk, num_experts, gpu, mc: MoECo
 
     F_pad: GEMM FLOPs at tile granularity (each expert's rows padded to the law's `tile_m`, TILE_M where it has
     none; unpadded at or below `unpadded_rows` rows per expert where the law has it); W: expert weights touched;
-    eta_mem(W) = eta_max x / (x + x_half), x = W / L2 (the working-set law, as E1.3 has for dense GEMMs);
+    eta_mem(W) = eta_max x / (x + x_half), x = W / (BW x RAMP_REF_S) (a fixed latency x_half x RAMP_REF_S on the
+    stream; it was W / L2, wave 11); the L2 a weight set can occupy is l2_effective_bytes (half the L2 on GA100 /
+    GH100, whose two partitions each cache it);
     regime 'evicted' (a serving step: other layers' weights evict L2, every weight byte comes from HBM) or
     'resident' (AIConfigurator's collector, the same layer back to back: a weight set that fits L2 stays
     there, a share 1 / (1 + (W / (f L2))^4) read at the L2 bandwidth c * SMs * boost clock).
@@ -264,26 +278,29 @@ def routed_experts_time(tokens, hidden, inter, topk, num_experts, gpu, mc: MoECo
     W = Et * 3.0 * h * i * WEIGHT_BYTES[dtype]
     A = 2.0 * h * T * np.asarray(topk, dtype=float)
     law = lambda n: _law(mc, n, dtype, family)  # noqa: E731
-    eta_c = law("eta_c") * mc.get("s_c", gpu, 1.0)
+    # the GPU's three bf16 readings (s_c, s_mem, d_floor_us) scale the law only where the GPU runs the same kernel
+    # family for this dtype as for bf16 (they measure that code on this GPU; another family is other code)
+    fam_bf16 = mc.get("family:bf16", gpu, "")
+    reads = mc if not (fam_bf16 and family and family != fam_bf16) else MoEConstants(values=mc.values)
+    eta_c = law("eta_c") * reads.get("s_c", gpu, 1.0)
     t_c = 6.0 * h * i * R / (math_peak(gpu, dtype) * eta_c)
-    l2 = gpu.l2_mb * 2**20
-    x = W / l2
-    eta_m = law("eta_mem_max") * mc.get("s_mem", gpu, 1.0) * x / (x + law("x_half"))
+    l2 = l2_effective_bytes(gpu)   # halved where the L2 is partitioned (a weight set is cached in both halves)
     res = 1.0 / (1.0 + (W / (law("l2_fit") * l2)) ** 4) if regime == "resident" else np.zeros_like(W)
     bw_l2 = law("l2_bytes_per_clk_sm") * gpu.sms * gpu.boost_mhz * 1e6
     # the weight stream's rate: HBM bandwidth x the GPU's memory reading, or, for a kernel family whose weight
     # handling is bound by the SMs (sm_stream = 1: its time does not follow HBM bandwidth across GPUs that share
     # SMs and clock), the SMs' issue rate SM_STREAM_BYTES_PER_CLK x SMs x boost clock (no HBM reading applies)
     sm_stream = _has_law(mc, "sm_stream", dtype, family) and bool(law("sm_stream"))
-    if sm_stream:
-        eta_m = law("eta_mem_max") * x / (x + law("x_half"))
-        bw_stream = SM_STREAM_BYTES_PER_CLK * gpu.sms * gpu.boost_mhz * 1e6
-    else:
-        bw_stream = gpu.mem_bw
+    bw_stream = SM_STREAM_BYTES_PER_CLK * gpu.sms * gpu.boost_mhz * 1e6 if sm_stream else gpu.mem_bw
+    # the efficiency ramp in the bytes the stream moves in RAMP_REF_S: W x (x + x_half) / x = W + x_half x bw x
+    # RAMP_REF_S, a fixed latency of x_half x RAMP_REF_S (it was x = W / L2: a latency of x_half x L2 / BW, 5-7x
+    # longer on the GDDR parts, whose L2 / bandwidth is 84-116 us against HBM parts' 15-17 us)
+    x = W / (bw_stream * RAMP_REF_S)
+    eta_m = law("eta_mem_max") * (1.0 if sm_stream else reads.get("s_mem", gpu, 1.0)) * x / (x + law("x_half"))
     t_m = W * (1.0 - res) / (bw_stream * np.maximum(eta_m, 1e-9)) + W * res / bw_l2
     ep_f = np.asarray(ep, dtype=float)
     t_tok = (law("token_passes") + law("local_token_passes") / ep_f) * A / gpu.mem_bw
-    t0 = max(0.0, law("floor_us") + mc.get("d_floor_us", gpu, 0.0)) * 1e-6
+    t0 = max(0.0, law("floor_us") + reads.get("d_floor_us", gpu, 0.0)) * 1e-6
     p = float(_law(mc, "overlap_p", dtype, family)) if _has_law(mc, "overlap_p", dtype, family) else np.inf
     both = np.maximum(t_c, t_m) if np.isinf(p) else (t_c ** p + t_m ** p) ** (1.0 / p)
     t = np.where(T > 0, t0 + both + t_tok, 0.0)

