@@ -378,7 +378,7 @@ MLA_HEAD_TILE = 64  # DERIVED: query-head rows per CTA of FlashMLA / FlashInfer-
 MLA_TRITON_HEAD_TILE = 16
 MLA_CONSTANTS = ("mla_bmm_eta_mem", "mla_bmm_floor_us", "mla_eta_kv", "mla_eta_c", "mla_split_ctas", "mla_tile_us",
                  "mla_decode_passes", "mla_batch_log_us", "mla_prefill_passes", "mla_prefill_token_passes",
-                 "mla_eta_fa")
+                 "mla_eta_fa", "mla_kv_reread")
 
 
 def mla_bmm_time(tokens, heads, nope_dim, kv_lora_rank, v_head_dim, gpu, mc: MoEConstants) -> np.ndarray:
