@@ -34,12 +34,15 @@ AR_IMPLS = ("nccl", "custom", "ring")
 EXECUTORS = ("uniproc", "mp", "ray", "mpi")
 DTYPES = ("bf16", "fp8")
 SPLITS = ("split_n", "split_k", "heads", "replicated")
+# host.server_a_ms / server_b_ms: the serving front end's work in the engine's step loop, per step and per running
+# request (terms/host.py scheduler_floor)
+SERVER_FIELDS = ("server_a_ms", "server_b_ms")
 NUMERIC = ("sched_a_ms", "sched_b_ms", "rpc_ms", "rpc_tp_ms", "overlap", "t_launch_us", "graph_launch_us",
            "graph_node_us", "graph_max_tokens", "piecewise_eager_per_layer", "max_bytes", "t_samp_ms", "t_samp_b_ms",
-           "fuse_norm_max_bytes", "server_a_ms", "server_b_ms")
+           "fuse_norm_max_bytes", *SERVER_FIELDS)
 # not required host fields: fuse_norm_max_bytes absent = never fused; server_* absent = 0 (a front end in
 # its own process, or none: the engine loop carries no API-server work)
-OPTIONAL = ("max_bytes", "fuse_norm_max_bytes", "server_a_ms", "server_b_ms")
+OPTIONAL = ("max_bytes", "fuse_norm_max_bytes", *SERVER_FIELDS)
 HOST_FIELDS = tuple(f for f in NUMERIC if f not in OPTIONAL)
 # precision.<field>: the engine's own kernels' constant (a `const:` pointer into defaults.yaml);
 # fp8_gemm names the relative fp8 GEMM factors (terms/precision.py) fitted on the engine's own

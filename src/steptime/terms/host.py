@@ -23,7 +23,7 @@ from __future__ import annotations
 import numpy as np
 
 from steptime.calibration import Constants
-from steptime.specs.engines import allreduces_per_layer
+from steptime.specs.engines import SERVER_FIELDS, allreduces_per_layer
 
 KERNELS_PER_LAYER = 12  # qkv, rope, kv_write, attn, o, 2 norms, 2 adds, gate_up, act, down
 KERNELS_PER_STEP = 10   # embedding, final norm, lm head, sampling and bookkeeping kernels
@@ -81,7 +81,8 @@ def scheduler_floor(n_requests, gpu, constants: Constants | None = None, tp: int
         a = engine.get("sched_a_ms", gpu, constants)
         b = engine.get("sched_b_ms", gpu, constants)
         ray = engine.get("rpc_tp_ms" if tp > 1 else "rpc_ms", gpu, constants)
-        ray = ray + engine.get_or("server_a_ms", gpu, constants) + engine.get_or("server_b_ms", gpu, constants) * n
+        s_a, s_b = (engine.get_or(f, gpu, constants) for f in SERVER_FIELDS)
+        return np.where(n > 0, (a + ray + b * np.maximum(n - 1.0, 0.0) + s_a + s_b * n) * 1e-3, 0.0)
     return np.where(n > 0, (a + ray + b * np.maximum(n - 1.0, 0.0)) * 1e-3, 0.0)
 
 

@@ -1055,6 +1055,13 @@ def _mla_prefill_read(y: np.ndarray, rest: np.ndarray, per_token: np.ndarray, i0
     return mla_prefill_token_scale_reading(y[[i0, i1]], rest[[i0, i1]], per_token[[i0, i1]])
 
 
+def _mla_reading(d: pd.DataFrame, i, path: str, term: str, **value) -> dict:
+    """One reading record of run_mla: the cell `i` of `d` it was read from, the term it sets and its value."""
+    return {"path": path, "kind": d.at[i, "kind"], "term": term, "num_heads": int(d.at[i, "num_heads"]),
+            "batch_size": int(d.at[i, "batch_size"]), "isl": int(d.at[i, "isl"]), "step": int(d.at[i, "step"]),
+            "kv_cache_dtype": d.at[i, "kv_cache_dtype"], **value}
+
+
 def mla_frame(gen: pd.DataFrame, ctx: pd.DataFrame) -> pd.DataFrame:
     """Every scored cell of both tables: its phase (`kind`, the table), the path vLLM runs (`path`: context rows of
     one token run the decode path) and the static part of its prediction (`static_ms`). GPUs without fp8 tensor
@@ -1205,28 +1212,14 @@ def run_mla(gen: pd.DataFrame, ctx: pd.DataFrame, bmm: pd.DataFrame, base_mc=Non
                 if "decode_fp8" in rd[g]:
                     i8 = rd[g]["decode_fp8"]
                     d.at[i8, "reading"] = True
-                    readings.setdefault(g, []).append(
-                        {"path": path, "kind": d.at[i8, "kind"], "term": "floor (fp8 KV)",
-                         "num_heads": int(d.at[i8, "num_heads"]), "batch_size": int(d.at[i8, "batch_size"]),
-                         "isl": int(d.at[i8, "isl"]), "step": int(d.at[i8, "step"]),
-                         "kv_cache_dtype": d.at[i8, "kv_cache_dtype"],
-                         "value_us": round(float(d.at[i8, "latency_ms"] - p.at[i8]) * 1e3, 4)})
-                readings.setdefault(g, []).append(
-                    {"path": path, "kind": d.at[i0, "kind"], "term": "mla_batch_log_scale (from the floor cell)",
-                     "num_heads": int(d.at[i0, "num_heads"]), "batch_size": int(d.at[i0, "batch_size"]),
-                     "isl": int(d.at[i0, "isl"]), "step": int(d.at[i0, "step"]),
-                     "kv_cache_dtype": d.at[i0, "kv_cache_dtype"], "value": round(sc, 4)})
+                    readings.setdefault(g, []).append(_mla_reading(d, i8, path, "floor (fp8 KV)", value_us=round(
+                        float(d.at[i8, "latency_ms"] - p.at[i8]) * 1e3, 4)))
+                readings.setdefault(g, []).append(_mla_reading(d, i0, path, "mla_batch_log_scale (from the floor cell)",
+                                                               value=round(sc, 4)))
             d.at[i0, "reading"] = True
-            readings.setdefault(g, []).append(
-                {"path": path, "kind": d.at[i0, "kind"], "term": "floor", "num_heads": int(d.at[i0, "num_heads"]),
-                 "batch_size": int(d.at[i0, "batch_size"]), "isl": int(d.at[i0, "isl"]), "step": int(d.at[i0, "step"]),
-                 "kv_cache_dtype": d.at[i0, "kv_cache_dtype"], "value_us": round(f * 1e3, 4)})
+            readings.setdefault(g, []).append(_mla_reading(d, i0, path, "floor", value_us=round(f * 1e3, 4)))
             if path == "prefill":
-                readings[g].append(
-                    {"path": path, "kind": d.at[i1, "kind"], "term": "mla_prefill_token_scale",
-                     "num_heads": int(d.at[i1, "num_heads"]), "batch_size": int(d.at[i1, "batch_size"]),
-                     "isl": int(d.at[i1, "isl"]), "step": int(d.at[i1, "step"]),
-                     "kv_cache_dtype": d.at[i1, "kv_cache_dtype"], "value": round(s, 4)})
+                readings[g].append(_mla_reading(d, i1, path, "mla_prefill_token_scale", value=round(s, 4)))
     ev = d[~d["reading"]].copy()
     ev["ape"] = (ev.pred_ms / ev.latency_ms - 1).abs()
     ev["ape0"] = (ev.pred0_ms / ev.latency_ms - 1).abs()

@@ -16,6 +16,7 @@ from steptime_lab.experiments.wallclock.fpm import FpmSpec, engine_constants_doc
 from steptime_lab.experiments.wallclock.steps import WallclockError, make_predictor, records
 from steptime.errors import UnknownModelError
 from steptime.specs import get_model
+from steptime.specs.engines import SERVER_FIELDS
 from steptime_lab.experiments.wallclock.fpm import fitted_values
 from steptime_lab.metrics import score
 
@@ -571,7 +572,6 @@ def smallest_batch_rows(rows, max_batch: float):
 
 # ---------------------------------------------------------------------------------------
 # The serving front end's host work inside a synchronous engine's loop (engines.yaml host.server_*)
-SERVER_FIELDS = ("server_a_ms", "server_b_ms")
 SERVER_NOTE = (
     "vLLM V0 (0.4-0.6, ML.ENERGY v2's 0.5.4) runs its OpenAI API server and the per-request output work "
     "(detokenisation, the streamed response) in the engine's own process, in the same loop as the scheduler; "
@@ -617,6 +617,7 @@ def fit_server_host(rows, *, engine: str = "vllm-v0", fitted=None, constants=Non
     gpus = sorted(mine["gpu"].unique())
     if not gpus:
         return {"fitted": fitted, "per_gpu": [], "all_rows": None, "note": SERVER_NOTE}
+    fitted = _with_server(fitted, engine, {})  # read once (a path), copied by each _with_server below
     basis, frame = {}, None
     for key, ab in (("p0", (0.0, 0.0)), ("pa", (1.0, 0.0)), ("pb", (0.0, 1.0))):
         doc = _with_server(fitted, engine, {g: (*ab, "basis") for g in gpus})
