@@ -93,6 +93,22 @@ def test_fp8_label_on_a_block_scaled_checkpoint_runs_block_scaled():
     dm = {"fp8": "fp8"}
     assert X.weight_dtype("fp8", "minimax-m2.5", get_gpu("h200-sxm"), dm)[0] == "fp8_block"
     assert X.weight_dtype("fp8", "qwen3-235b-a22b", get_gpu("h200-sxm"), dm)[0] == "fp8"
+    # the served checkpoint decides: Qwen3-235B-A22B-FP8's own config.json is block-scaled (weight_block_size)
+    assert X.weight_dtype("fp8", "qwen3-235b-a22b", get_gpu("h200-sxm"), dm, block_scaled=True)[0] == "fp8_block"
+
+
+def test_served_checkpoint_config_decides_block_scaling(repo_root, tmp_path):
+    root = repo_root / "raw/aiconfigurator/model_configs"
+    assert X.block_scaled_checkpoint(root / "Qwen--Qwen3-235B-A22B-FP8_config.json")
+    assert not X.block_scaled_checkpoint(root / "Qwen--Qwen3-235B-A22B_config.json")
+    ck = {"Qwen/Qwen3-235B-A22B-FP8": root / "Qwen--Qwen3-235B-A22B-FP8_config.json"}
+    kw = dict(model_map={}, dtype_map={"fp8": "fp8"})
+    lay = ((2, 1, 1), "")
+    got, _ = X.resolve_row("Qwen3-235B-A22B-FP8", "Qwen/Qwen3-235B-A22B-FP8", lay, "fp8", "h200-sxm", **kw,
+                           checkpoints=ck)
+    assert got[-1] == "fp8_block"
+    got, _ = X.resolve_row("Qwen3-235B-A22B-FP8", "Qwen/Qwen3-235B-A22B-FP8", lay, "fp8", "h200-sxm", **kw)
+    assert got[-1] == "fp8"   # no checkpoint config given: the label and the model spec decide
 
 
 def test_tp_labels_that_cannot_be_attention_tp_flag_their_whole_source_group():

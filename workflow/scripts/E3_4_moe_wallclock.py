@@ -19,8 +19,10 @@ s = dict(p.settings)
 prompts = {(d, t): v for d, per in s["prompt_tokens"].items() for t, v in per.items()}
 model_map = {e["source"]: e["model"] for e in s["model_map"]}
 configs = {e["source"]: f"{snakemake.input.model_configs}/{e['config']}" for e in s["model_configs"]}
+checkpoints = {e["source"]: f"{snakemake.input.model_configs}/{e['config']}" for e in s["checkpoint_configs"]}
 rows, skipped = X.token_rows(pd.read_parquet(snakemake.input.silicon), pd.read_parquet(snakemake.input.mlenergy_v3),
-                             prompt_tokens=prompts, model_map=model_map, dtype_map=s["dtype_map"], configs=configs)
+                             prompt_tokens=prompts, model_map=model_map, dtype_map=s["dtype_map"], configs=configs,
+                             checkpoints=checkpoints)
 tok = X.predict_tokens(rows, mixed=s["mixed"], fitted=snakemake.input.constants, constants=constants, moe_constants=mc,
                        n_boot=p.n_boot, seed=p.seed)
 rep = X.replay(pd.read_parquet(snakemake.input.requests), model_map=model_map, engine=s["engine"],

@@ -50,7 +50,7 @@ MODEL_CONFIGS = (
     "moonshotai--Kimi-K2.5_config.json", "Qwen--Qwen3-30B-A3B_config.json", "Qwen--Qwen3-235B-A22B_config.json",
     "openai--gpt-oss-20b_config.json", "openai--gpt-oss-120b_config.json", "mistralai--Mixtral-8x7B-v0.1_config.json",
     "MiniMaxAI--MiniMax-M2.5_config.json", "zai-org--GLM-5_config.json", "Qwen--Qwen3.5-397B-A17B_config.json",
-    "Qwen--Qwen3-Coder-480B-A35B-Instruct_config.json",
+    "Qwen--Qwen3-Coder-480B-A35B-Instruct_config.json", "Qwen--Qwen3-235B-A22B-FP8_config.json",
 )
 
 VIDUR_COMMIT = "7d47513363ec447a741ac5e47241580b47724fbf"

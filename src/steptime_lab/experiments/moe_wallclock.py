@@ -51,10 +51,23 @@ def model_key(name: str, source: str, model_map: dict, configs: dict | None = No
     return None, "no cited config.json in specs/moe_models.yaml (model not represented)"
 
 
-def weight_dtype(label: str, model_key_: str, gpu, dtype_map: dict) -> tuple[str | None, str]:
+def block_scaled_checkpoint(path) -> bool:
+    """Whether a served checkpoint's own config.json (vendored) quantizes its weights in blocks
+    (quantization_config.weight_block_size): an engine loading it runs the block-scaled fp8 kernels whatever
+    a results table's precision column calls the run."""
+    import json
+
+    with open(path) as fh:
+        q = json.load(fh).get("quantization_config") or {}
+    return bool(q.get("weight_block_size"))
+
+
+def weight_dtype(label: str, model_key_: str, gpu, dtype_map: dict, *, block_scaled: bool = False
+                 ) -> tuple[str | None, str]:
     """steptime's expert dtype for a table's precision label: `dtype_map` (settings); an fp4 label on a
     model that ships MXFP4 (gpt-oss) runs MXFP4 (bf16 math) off Blackwell and NVFP4 on it (as E3.5); an fp8
-    label on a model that ships block-scaled fp8 (DeepSeek, MiniMax-M2.5) runs its block-scaled checkpoint."""
+    label on a model that ships block-scaled fp8 (DeepSeek, MiniMax-M2.5), or on a served checkpoint whose own
+    config.json is block-scaled (`block_scaled`: Qwen3-235B-A22B-FP8), runs the block-scaled kernels."""
     from steptime.specs import get_model
 
     lab = str(label).lower()
@@ -64,7 +77,7 @@ def weight_dtype(label: str, model_key_: str, gpu, dtype_map: dict) -> tuple[str
     if dt is None:
         return None, f"precision {lab} not modelled"
     native = get_model(model_key_).weights_dtype
-    if dt == "fp8" and native == "fp8_block":
+    if dt == "fp8" and (native == "fp8_block" or block_scaled):
         dt = "fp8_block"  # the checkpoint is block-scaled fp8 (weight_block_size in its config.json): the engine runs that
     if dt == "fp4":
         if native == "mxfp4":
@@ -127,10 +140,12 @@ def tp_not_attention_tp(silicon: pd.DataFrame, model_map: dict, configs: dict | 
     return out
 
 
-def resolve_row(name, source, layout, label, gpu_name, *, model_map: dict, dtype_map: dict, configs=None):
+def resolve_row(name, source, layout, label, gpu_name, *, model_map: dict, dtype_map: dict, configs=None,
+                checkpoints: dict | None = None):
     """One table row in steptime's terms: ((model key, how found, (tp, ep, dp), GPU spec, expert dtype), '') or
     (None, the reason it is left out): the model first, then the layout (`layout`: a (layout, reason) pair from
-    silicon_layout / mlenergy_layout), then the precision label."""
+    silicon_layout / mlenergy_layout), then the precision label (`checkpoints`: {source: the served checkpoint's
+    vendored config.json}, read for its weight quantization)."""
     from steptime.specs import get_gpu
 
     key, how = model_key(name, source, model_map, configs)
@@ -140,16 +155,18 @@ def resolve_row(name, source, layout, label, gpu_name, *, model_map: dict, dtype
     if lay is None:
         return None, why
     gpu = get_gpu(gpu_name)
-    dt, why = weight_dtype(label, key, gpu, dtype_map)
+    ck = (checkpoints or {}).get(str(source))
+    dt, why = weight_dtype(label, key, gpu, dtype_map, block_scaled=ck is not None and block_scaled_checkpoint(ck))
     if dt is None:
         return None, why
     return (key, how, lay, gpu, dt), ""
 
 
 def token_rows(silicon: pd.DataFrame, mlenergy_v3: pd.DataFrame, *, prompt_tokens: dict, model_map: dict,
-               dtype_map: dict, configs: dict | None = None) -> tuple[pd.DataFrame, list]:
+               dtype_map: dict, configs: dict | None = None, checkpoints: dict | None = None
+               ) -> tuple[pd.DataFrame, list]:
     """The MoE token-time rows steptime can represent (KEYS + dp, batch per DP rank, lengths, measured ms),
-    and the rows left out with their reason (counted per dataset and reason)."""
+    and the rows left out with their reason (counted per dataset and reason). `checkpoints`: resolve_row's."""
     from steptime_lab.experiments.wallclock.fpm import engine_profile
 
     rows, skipped = [], []
@@ -159,7 +176,7 @@ def token_rows(silicon: pd.DataFrame, mlenergy_v3: pd.DataFrame, *, prompt_token
 
     def row(ds, r, layout, label, **kw):
         got, why = resolve_row(r.model, r.model_source, layout, label, r.gpu, model_map=model_map,
-                               dtype_map=dtype_map[ds], configs=configs)
+                               dtype_map=dtype_map[ds], configs=configs, checkpoints=checkpoints)
         if got is None:
             skip(ds, why)
             return
