@@ -372,7 +372,13 @@ def document(tok: dict, rep: dict, fpm: list, skipped_rows: list, targets: dict)
         "disclosed": "The rule that leaves out a silicon source group whose TP labels its model's attention heads "
                      "cannot split (tp_not_attention_tp) was added in wave 10 after this experiment's scores had "
                      "been seen: two GB200 TensorRT-LLM DeepSeek rows labelled TP 32 and TP 64, from a file that "
-                     "labels the same model TP 12-52, were predicted 7-12x too slow as attention TP.",
+                     "labels the same model TP 12-52, were predicted 7-12x too slow as attention TP. In wave 12, "
+                     "after E3.4's worst group (H200 vLLM 0.12, Qwen3-235B-A22B-FP8, predicted 119% too slow) had "
+                     "been seen: an fp8 label on a served checkpoint whose own config.json is block-scaled "
+                     "(settings.checkpoint_configs) runs the block-scaled kernels (the file labels that checkpoint "
+                     "fp8 in 52 rows and fp8_block in 150); the group went to 31% too fast. Also in wave 12: "
+                     "Qwen3-Coder-480B-A35B added from its cited config and Qwen3-Coder-30B-A3B mapped to "
+                     "Qwen3-30B-A3B's structure (ASSUMED), adding 50 ML.ENERGY rows.",
     }
     return {"metrics": metrics, "claims": claims}
 
