@@ -516,8 +516,19 @@ def test_server_law_is_fitted_held_out_by_gpu_and_enters_the_scheduler_floor():
     # naive variant: one decode step at the batch (linear between integer batches) + GPU-kernel prefill
     assert np.allclose(withl["pred_ms"].to_numpy()[h] - base["pred_ms"].to_numpy()[h],
                        x["server_a_ms"] + x["server_b_ms"] * base["batch"].to_numpy()[h])
-    text = W.tpot_fitted_on(None, "vllm-v0", "h100-sxm", r)
+    both = W.fit_server_hosts(rows, constants=c, mixed=mixed)  # every profile with a server law; v0 has rows here
+    assert set(both["engines"]) == {"vllm-v0"} and both["engines"]["vllm-v0"]["per_gpu"] == r["per_gpu"]
+    text = W.tpot_fitted_on(None, "vllm-v0", "h100-sxm", both)
     assert "fitted on a100-sxm's 3 TPOT rows, not on h100-sxm's" in text
+    assert "server law" not in W.tpot_fitted_on(None, "vllm-v1-sync", "h100-sxm", both)
+    assert W.server_fitted({"server_host": {"engines": both["engines"]}}, None)["engines"]["vllm-v0"]["h100-sxm"][
+        "server_b_ms"]["value"] == per["h100-sxm"]["server_b_ms"]
+
+
+def test_server_law_engines_are_the_profiles_that_carry_one():
+    """One place: the engines E2.11 fits a server law for are the profiles with host.server_* fields (the
+    synchronous engines whose front-end or output work sits in the step loop)."""
+    assert set(W.server_engines()) == {"vllm-v0", "vllm-v1-sync"}
 
 
 def test_server_fields_are_optional_and_zero_where_a_profile_has_none():
@@ -537,9 +548,10 @@ def test_server_fields_are_optional_and_zero_where_a_profile_has_none():
     assert np.allclose(d, [0.0, 2.5e-3, 7.0e-3])  # s_a + s_b N per non-empty step, in seconds
 
 
-def test_shipped_server_law_is_the_fit_e2_11_reports():
-    """engines.yaml vllm-v0 host.server_* = E2.11's fit on every row (metrics.server_host.all_rows) of the
-    committed result: one number, one source."""
+@pytest.mark.parametrize("engine", ["vllm-v0", "vllm-v1-sync"])
+def test_shipped_server_law_is_the_fit_e2_11_reports(engine):
+    """engines.yaml <engine> host.server_* = E2.11's fit on every row (metrics.server_host.engines.<engine>.all_rows)
+    of the committed result: one number, one source."""
     import json
     from pathlib import Path
 
@@ -548,7 +560,7 @@ def test_shipped_server_law_is_the_fit_e2_11_reports():
     res = Path(__file__).resolve().parents[1] / "results" / "E2_11.json"
     if not res.exists():
         pytest.skip("results/E2_11.json not built")
-    fit = json.loads(res.read_text())["metrics"]["server_host"]["all_rows"]
-    e = get_engine("vllm-v0")
+    fit = json.loads(res.read_text())["metrics"]["server_host"]["engines"][engine]["all_rows"]
+    e = get_engine(engine)
     assert e.get("server_a_ms") == pytest.approx(fit["server_a_ms"], abs=1e-4)
     assert e.get("server_b_ms") == pytest.approx(fit["server_b_ms"], abs=1e-5)

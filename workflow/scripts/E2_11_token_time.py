@@ -18,8 +18,9 @@ prompts = {(d, t): v for d, per in p.settings["prompt_tokens"].items() for t, v 
 tables = dict(mlenergy_v2=pd.read_parquet(snakemake.input.mlenergy_v2),
               mlenergy_v3=pd.read_parquet(snakemake.input.mlenergy_v3), silicon=pd.read_parquet(snakemake.input.silicon))
 rows, skipped = W.tpot_table(**tables, prompt_tokens=prompts)
-# vLLM V0's server law (engines.yaml host.server_*), each GPU's fitted on the other GPUs' rows (W.SERVER_NOTE)
-server = W.fit_server_host(rows, fitted=snakemake.input.constants, constants=constants, mixed=p.settings["mixed"])
+# the synchronous engines' server laws (engines.yaml host.server_*: vLLM V0 and V1 before 0.14), each GPU's
+# fitted on the other GPUs' rows of the same engine (W.SERVER_NOTE)
+server = W.fit_server_hosts(rows, fitted=snakemake.input.constants, constants=constants, mixed=p.settings["mixed"])
 fitted = server["fitted"]
 res = W.run_tpot(rows, n_boot=p.n_boot, seed=p.seed, fitted=fitted, constants=constants)
 mixed = W.run_tpot(rows, n_boot=p.n_boot, seed=p.seed, fitted=fitted, variant="mixed",
@@ -31,7 +32,7 @@ ttft = W.run_ttft(rows, token_budget=p.settings["mixed"]["token_budget"], mem_ut
 tdoc = R.document_ttft(ttft, p.targets, min_rows=p.settings["ttft"]["min_rows"])
 doc["claims"] += tdoc["claims"]
 doc["metrics"].update(tdoc["metrics"])
-doc["metrics"]["server_host"] = {k: server[k] for k in ("note", "per_gpu", "all_rows")}
+doc["metrics"]["server_host"] = {k: server[k] for k in ("note", "engines")}
 logging.info("E2.11: %d token-time rows scored, %d skipped", len(res["pred"]), len(skipped) + len(res["skipped"]))
 prov = rule_provenance(snakemake, script="workflow/scripts/E2_11_token_time.py")
 write_result(snakemake.output.result, id="E2.11", question=p.question, metrics=doc["metrics"], claims=doc["claims"],

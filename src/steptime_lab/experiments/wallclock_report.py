@@ -348,9 +348,10 @@ def residual_per_request(pred) -> list[dict]:
 def token_time_document(res: dict, skipped: list[dict], targets: dict, sensitivity: list[dict],
                    mixed: dict | None = None, server: dict | None = None) -> dict:
     claims = []
-    srv_on = {}  # (engine, gpu) -> the GPUs its server law was fitted on (W.fit_server_host)
-    if server and server.get("all_rows"):
-        srv_on = {(server["all_rows"]["engine"], x["gpu"]): x["fitted_on"] for x in server["per_gpu"] if x["fitted_on"]}
+    srv_on = {}  # (engine, gpu) -> the GPUs its server law was fitted on (W.fit_server_hosts)
+    srv = (server or {}).get("engines") or {}
+    for eng, r in srv.items():
+        srv_on.update({(eng, x["gpu"]): x["fitted_on"] for x in r["per_gpu"] if x["fitted_on"]})
     what = {"naive": "one decode step at the measured mean batch plus amortised prefill kernels",
             "mixed": "the steps the engine runs: decode steps and mixed steps carrying the arriving prompts"}
     for r in (res, mixed):
@@ -374,12 +375,14 @@ def token_time_document(res: dict, skipped: list[dict], targets: dict, sensitivi
                    for k, d in a.groupby(["dataset", "gpu", "engine"], sort=True)]
     moe = sum(s["rows"] for s in skipped if s["reason"].startswith("MoE"))
     claims.append(claim("mixture-of-experts configurations left out of this dense experiment (scored in E3.4, MoE wall clock)", int(moe), "count"))
-    if srv_on:
-        claims.append(claim(f"{server['all_rows']['engine']}'s serving front end in the engine loop (host.server_a_ms + "
+    for eng, r in srv.items():
+        if not any(x["fitted_on"] for x in r["per_gpu"]):
+            continue
+        claims.append(claim(f"{eng}'s serving front end in the engine loop (host.server_a_ms + "
                             "server_b_ms x running requests, per step), fitted held out by GPU on the other GPUs' "
                             "TPOT rows (metrics.server_host; the form chosen after seeing these rows' residuals)",
                             {x["gpu"]: {"server_a_ms": x["server_a_ms"], "server_b_ms": x["server_b_ms"],
-                                        "fitted_on": x["fitted_on"]} for x in server["per_gpu"] if x["fitted_on"]},
+                                        "fitted_on": x["fitted_on"]} for x in r["per_gpu"] if x["fitted_on"]},
                             "ms per step, ms per running request"))
     claims.append(claim("other configurations left out, by reason (metrics.skipped)",
                         int(sum(s["rows"] for s in skipped) - moe), "count"))

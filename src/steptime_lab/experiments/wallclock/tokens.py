@@ -480,7 +480,7 @@ def prompt_sensitivity(rows, prompt_tokens: dict, scales, fitted=None, constants
 # `steptime evaluate --family wallclock`
 def tpot_fitted_on(doc, engine: str, gpu: str, server: dict | None = None) -> str:
     """What a TPOT prediction of (engine, GPU) rests on: the shipped calibration, and the engine profile
-    with or without wall-clock readings of that (GPU, engine); `server` (fit_server_host's result) adds
+    with or without wall-clock readings of that (GPU, engine); `server` (fit_server_hosts's result) adds
     where the engine's server law was fitted, held out by GPU."""
     base = "datasheet + shipped calibration (per-GPU GEMM/NCCL readings, shared fits on other GPUs)"
     try:
@@ -491,8 +491,8 @@ def tpot_fitted_on(doc, engine: str, gpu: str, server: dict | None = None) -> st
         out = f"{base}; engine profile {engine} with {len(cells)} wall-clock readings of {engine}@{gpu} (R2.3 rule)"
     else:
         out = f"{base}; engine profile {engine} as shipped (no wall-clock reading of {engine}@{gpu})"
-    for x in (server or {}).get("per_gpu", []):
-        if server["all_rows"]["engine"] == engine and x["gpu"] == gpu and x["fitted_on"]:
+    for x in ((server or {}).get("engines") or {}).get(engine, {}).get("per_gpu", []):
+        if x["gpu"] == gpu and x["fitted_on"]:
             out += (f"; its server law (host.server_*) fitted on {', '.join(x['fitted_on'])}'s {x['rows']} TPOT "
                     f"rows, not on {gpu}'s (held out by GPU)")
     return out
@@ -501,12 +501,13 @@ def tpot_fitted_on(doc, engine: str, gpu: str, server: dict | None = None) -> st
 def server_fitted(e2_11_metrics: dict, fitted=None) -> dict:
     """The fitted-constants doc `fitted` with E2.11's held-out-by-GPU server laws (metrics.server_host)
     laid over it: what E2.11b replays with, so both experiments use the same held-out values."""
-    srv = e2_11_metrics.get("server_host") or {}
-    if not srv.get("all_rows"):
-        return fitted
-    vals = {x["gpu"]: (x["server_a_ms"], x["server_b_ms"], f"E2.11 held out by GPU (fitted on {', '.join(x['fitted_on'])})")
-            for x in srv["per_gpu"] if x["fitted_on"]}
-    return _with_server(fitted, srv["all_rows"]["engine"], vals)
+    srv = (e2_11_metrics.get("server_host") or {}).get("engines") or {}
+    for engine, r in srv.items():
+        vals = {x["gpu"]: (x["server_a_ms"], x["server_b_ms"],
+                           f"E2.11 held out by GPU (fitted on {', '.join(x['fitted_on'])})")
+                for x in r["per_gpu"] if x["fitted_on"]}
+        fitted = _with_server(fitted, engine, vals)
+    return fitted
 
 
 def evaluate_records(fpm_tidy=None, mlenergy_v2=None, mlenergy_v3=None, silicon=None, *, fit: dict,
@@ -533,7 +534,7 @@ def evaluate_records(fpm_tidy=None, mlenergy_v2=None, mlenergy_v3=None, silicon=
     if any(t is not None for t in (mlenergy_v2, mlenergy_v3, silicon)):
         doc = engine_constants_doc([r for r, _ in fits], fits[0][1]) if fits else None
         rows, _ = tpot_table(mlenergy_v2, mlenergy_v3, silicon, prompt_tokens=prompt_tokens)
-        server = fit_server_host(rows, fitted=doc, constants=constants, mixed=mixed)  # held out by GPU (SERVER_NOTE)
+        server = fit_server_hosts(rows, fitted=doc, constants=constants, mixed=mixed)  # held out by GPU (SERVER_NOTE)
         doc = server["fitted"]
         for variant in VARIANTS:
             if variant == "mixed" and mixed is None:
@@ -584,7 +585,12 @@ SERVER_NOTE = (
     "and a per-request part) was chosen after seeing E2.11's residuals of these rows (metrics.residual_per_request: "
     "0.25-0.5 ms per running request beyond the profile at every TP on both GPUs); vLLM's own account of 0.5.3 "
     "(the v0.6.0 performance blog, Sept 2024: the API server 33% and scheduling 29% of the wall time of Llama-3-8B "
-    "on one H100, the GPU busy 38%) names the same cost.")
+    "on one H100, the GPU busy 38%) names the same cost. vLLM V1 before 0.14 (profile vllm-v1-sync: ML.ENERGY v3's "
+    "0.11.1, the silicon rows' 0.12.0) schedules synchronously, so the engine core's per-request work between two "
+    "steps (update_from_output, building and serialising each request's output for the API-server process; the "
+    "profile's sched_b_ms 0.004 ms was an assumption) is exposed too: wave 12 fits the same two-part law for it, "
+    "held out by GPU in the same way (the form reused from V0's, not searched; chosen after seeing E2.11's V1 "
+    "groups predicted too fast at large batches: ML.ENERGY v3 H100 -13.6%, B200 -24% signed).")
 
 
 def _with_server(fitted, engine: str, values: dict) -> dict:
@@ -649,3 +655,25 @@ def fit_server_host(rows, *, engine: str = "vllm-v0", fitted=None, constants=Non
     return {"fitted": _with_server(fitted, engine, values), "per_gpu": per_gpu, "note": SERVER_NOTE,
             "all_rows": {"engine": engine, "gpus": gpus, "rows": int(len(y)), "server_a_ms": round(float(a), 4),
                          "server_b_ms": round(float(b), 5)}}
+
+
+def server_engines() -> list[str]:
+    """The engine profiles that carry a serving front-end law (host.server_* in engines.yaml): one place
+    (the profile) says which engines E2.11 fits it for."""
+    from steptime.specs.engines import engine_names, get_engine
+
+    return [e for e in engine_names() if any(f in get_engine(e).values for f in SERVER_FIELDS)]
+
+
+def fit_server_hosts(rows, *, engines=None, fitted=None, constants=None, mixed: dict | None = None) -> dict:
+    """fit_server_host for each engine of `engines` (default: server_engines()), each laid over the last:
+    {'fitted': the doc with every engine's held-out values, 'note': SERVER_NOTE,
+     'engines': {engine: {'per_gpu': [...], 'all_rows': {...}}}} (engines without rows left out)."""
+    out = {}
+    for e in (server_engines() if engines is None else engines):
+        r = fit_server_host(rows, engine=e, fitted=fitted, constants=constants, mixed=mixed)
+        if r["all_rows"] is None:
+            continue
+        fitted = r["fitted"]
+        out[e] = {"per_gpu": r["per_gpu"], "all_rows": r["all_rows"]}
+    return {"fitted": fitted, "note": SERVER_NOTE, "engines": out}
