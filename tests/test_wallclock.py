@@ -218,9 +218,12 @@ def test_fpm_steps_adapter_maps_phases_versions_and_drops_moe():
 def test_engine_profile_by_version():
     from steptime.specs.engines import get_engine
     sync, unfused = get_engine("vllm-v1-sync"), get_engine("vllm-v1-unfused")
-    assert sync.get("overlap") == 0.0 and unfused.get("overlap") == 1.0  # the only difference (YAML merge)
-    assert {k: v for k, v in sync.values.items() if k != "overlap"} == \
-        {k: v for k, v in unfused.values.items() if k != "overlap"}
+    # the only differences (YAML merge): the overlap, and the server law the synchronous core exposes (wave 12)
+    assert sync.get("overlap") == 0.0 and unfused.get("overlap") == 1.0
+    diff = ("overlap", "server_a_ms", "server_b_ms")
+    assert {k: v for k, v in sync.values.items() if k not in diff} == \
+        {k: v for k, v in unfused.values.items() if k not in diff}
+    assert "server_b_ms" in sync.values and "server_b_ms" not in unfused.values
     assert W.engine_profile("vllm", "0.5.4") == "vllm-v0"
     assert W.engine_profile("vllm", "0.11.1") == "vllm-v1-sync"  # before async scheduling became the default
     assert W.engine_profile("vllm", "0.13.0") == "vllm-v1-sync"
