@@ -60,3 +60,66 @@ def test_regret_distribution_of_the_wrong_picks():
     assert d["n"] == 2 and d["within_2pct"] == 1 and d["within_5pct"] == 1 and d["over_5pct"] == 1
     assert d["max"] == pytest.approx(0.5)
     assert R.rank_scores(meas, meas, ("a", "b", "c"))["top1_regret_wrong_picks"] == {"n": 0}
+
+
+def test_confusions_name_the_pick_and_the_measured_best():
+    meas = np.array([[1.0, 1.01, 2.0], [1.0, 1.04, 3.0], [1.0, 2.0, 3.0], [2.0, 1.0, 3.0]])
+    pred = np.array([[1.0, 0.9, 2.0], [1.0, 0.5, 3.0], [1.0, 2.0, 3.0], [1.0, 2.0, 3.0]])
+    c = R.rank_scores(pred, meas, ("a", "b", "c"))["top1_confusions"]
+    assert list(c) == ["b>a", "a>b"]  # most frequent first
+    assert c["b>a"]["n"] == 2 and c["b>a"]["meas_gap_max"] == pytest.approx(0.04)
+    assert c["b>a"]["meas_gap_p50"] == pytest.approx(0.025) and c["b>a"]["pred_gap_p50"] == pytest.approx(0.5 * (1 / 0.9 - 1) + 0.5)
+    assert c["a>b"] == {"n": 1, "meas_gap_p50": 1.0, "meas_gap_max": 1.0, "pred_gap_p50": 1.0}
+
+
+def test_runner_up_gaps_are_a_property_of_the_measured_data():
+    d = R.runner_up_gaps(np.array([[1.0, 1.005, 2.0], [3.0, 1.0, 1.5], [1.0, 1.04, 1.04]]))
+    assert d["n"] == 3 and d["within_1pct"] == 1 and d["within_2pct"] == 1 and d["within_5pct"] == 2
+    assert d["max"] == pytest.approx(0.5)
+
+
+def test_diagnosis_finds_the_term_that_misorders():
+    wls = [{"phase": "decode", "tokens": 1, "kv_len": 1024}, {"phase": "decode", "tokens": 16, "kv_len": 1024}]
+    mg = np.array([[1.0, 1.1], [1.0, 1.1]])
+    ma = np.array([[1.0, 1.0], [1.0, 1.0]])
+    pg = np.array([[1.2, 1.0], [1.0, 1.1]])  # the GEMM term flips workload 0
+    pa = ma.copy()
+    d = R.ranking_diagnosis({"gemm": pg, "attention": pa}, {"gemm": mg, "attention": ma}, wls, ("a", "b"))
+    assert d["which_term"]["carrier"] == {"gemm": 1, "attention": 0}
+    assert d["which_term"]["measured_gemm_predicted_attention"]["top1"] == 1.0
+    assert d["which_term"]["predicted_gemm_measured_attention"]["top1"] == 0.5
+    assert list(d["twin_ratios"]) == ["b/a"] and d["twin_ratios"]["b/a"]["gemm"]["meas"] == pytest.approx(1.1)
+    # rescaling per GPU and regime on the scored workloads themselves recovers both (in-sample ceiling)
+    assert d["ceilings_in_sample"]["per_gpu_per_term_per_regime_scale"]["top1"] == 1.0
+    ie = d["independent_error"]["sigma_to_expected"]
+    assert set(ie) == {f"{s:g}" for s in R.NOISE_SIGMAS}
+    assert ie["0.005"]["top1_mean"] >= ie["0.03"]["top1_mean"]
+
+
+def test_measured_terms_sum_to_the_measured_times():
+    import pandas as pd
+
+    wl = {"model": "llama-3-8b", "tp": 4, "phase": "decode", "batch": 16, "kv_len": 4096, "tokens": 16}
+    gem, att = R.component_cells(wl)
+    g = pd.DataFrame([{"gpu": x, "m": m, "n": n, "k": k, "latency_ms": 0.01 * (i + 1) * (j + 1)}
+                      for j, x in enumerate(("a", "b")) for i, (_, m, n, k) in enumerate(gem)])
+    akey = ["phase", "batch_size", "new_tokens", "kv_len", "num_heads", "num_kv_heads"]
+    a = pd.DataFrame([{"gpu": x, **{c: att[c] for c in akey}, "latency_ms": 0.5 * (j + 1)} for j, x in enumerate(("a", "b"))])
+    kept, terms = R.measured_terms([wl, dict(wl, batch=999)], g, a, ("a", "b"))
+    assert len(kept) == 1  # the second workload's attention cell is not measured
+    assert terms["gemm"][0].tolist() == pytest.approx([0.1, 0.2]) and terms["attention"][0].tolist() == [0.5, 1.0]
+    assert R.measured_times([wl], g, a, ("a", "b"))[1][0].tolist() == pytest.approx([0.6, 1.2])
+
+
+def test_flat_region_jitter_reads_the_spread_over_m():
+    import pandas as pd
+
+    rows = []
+    for m in range(1, 9):
+        rows.append({"gpu": "a", "m": m, "n": 64, "k": 64, "latency_ms": 1.0})
+        rows.append({"gpu": "b", "m": m, "n": 64, "k": 64, "latency_ms": 1.0 * (1.1 if m % 2 else 1.0)})
+    rows.append({"gpu": "a", "m": 16, "n": 64, "k": 64, "latency_ms": 9.0})  # outside the flat region
+    d = R.flat_region_jitter(pd.DataFrame(rows), ("a", "b"), ("b/a",))
+    assert d["per_gpu_log_sd_p50"]["a"] == 0.0 and d["per_gpu_log_sd_p50"]["b"] > 0.04
+    assert d["per_pair_log_ratio_sd_p50"]["b/a"]["shapes"] == 1
+    assert d["per_pair_log_ratio_sd_p50"]["b/a"]["sd_p50"] == pytest.approx(d["per_gpu_log_sd_p50"]["b"])

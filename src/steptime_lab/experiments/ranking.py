@@ -101,28 +101,38 @@ def component_cells(wl: dict):
     return gem, att
 
 
-def measured_times(wls, gemm, attn, gpus=GPUS):
-    """(workloads kept, array [n_workloads, n_gpus] of measured ms); drops any workload with a
-    component cell missing on any GPU."""
+def measured_terms(wls, gemm, attn, gpus=GPUS):
+    """(workloads kept, {"gemm", "attention"}: arrays [n_workloads, n_gpus] of measured ms, the four
+    projection GEMMs summed and the attention call); drops any workload with a component cell missing
+    on any GPU."""
     gidx = {g: gemm[gemm.gpu == g].set_index(["m", "n", "k"])["latency_ms"] for g in gpus}
     akey = ["phase", "batch_size", "new_tokens", "kv_len", "num_heads", "num_kv_heads"]
     aidx = {g: attn[attn.gpu == g].set_index(akey)["latency_ms"] for g in gpus}
-    kept, rows = [], []
+    kept, rows_g, rows_a = [], [], []
     for wl in wls:
         gem, att = component_cells(wl)
-        row = []
+        row_g, row_a = [], []
         for g in gpus:
             try:
-                t = sum(float(gidx[g].loc[(m, n, k)]) for _, m, n, k in gem)
-                t += float(aidx[g].loc[tuple(att[c] for c in akey)])
+                row_g.append(sum(float(gidx[g].loc[(m, n, k)]) for _, m, n, k in gem))
+                row_a.append(float(aidx[g].loc[tuple(att[c] for c in akey)]))
             except KeyError:
-                row = None
+                row_g = None
                 break
-            row.append(t)
-        if row is not None:
+        if row_g is not None:
             kept.append(wl)
-            rows.append(row)
-    return kept, np.asarray(rows, dtype=float).reshape(len(kept), len(gpus))
+            rows_g.append(row_g)
+            rows_a.append(row_a)
+    shape = (len(kept), len(gpus))
+    return kept, {"gemm": np.asarray(rows_g, dtype=float).reshape(shape),
+                  "attention": np.asarray(rows_a, dtype=float).reshape(shape)}
+
+
+def measured_times(wls, gemm, attn, gpus=GPUS):
+    """(workloads kept, array [n_workloads, n_gpus] of measured ms); drops any workload with a
+    component cell missing on any GPU."""
+    kept, terms = measured_terms(wls, gemm, attn, gpus)
+    return kept, terms["gemm"] + terms["attention"]
 
 
 def _frames(wls):
@@ -137,17 +147,23 @@ def _frames(wls):
     return pd.DataFrame(g_rows), pd.DataFrame(a_rows)
 
 
-def predicted_times(wls, gpus=GPUS, constants=None, constants_for=None):
-    """steptime's prediction of the same pieces: [n_workloads, n_gpus] in ms.
-    `constants_for(gpu) -> (Constants, Calibration)` gives each GPU its held-out constants."""
+def predicted_terms(wls, gpus=GPUS, constants=None, constants_for=None) -> dict:
+    """steptime's prediction of the same pieces, per term: {"gemm", "attention"}: [n_workloads, n_gpus]
+    in ms. `constants_for(gpu) -> (Constants, Calibration)` gives each GPU its held-out constants."""
     gf, af = _frames(wls)
-    out = np.zeros((len(wls), len(gpus)))
+    out = {"gemm": np.zeros((len(wls), len(gpus))), "attention": np.zeros((len(wls), len(gpus)))}
     for j, g in enumerate(gpus):
         c = constants_for(g)[0] if constants_for is not None else constants
         pg = predict_steptime("aic_gemm", gf, g, c)
-        pa = predict_steptime("aic_attention", af, g, c)
-        out[:, j] = np.bincount(gf["wl"], weights=pg, minlength=len(wls)) + pa
+        out["gemm"][:, j] = np.bincount(gf["wl"], weights=pg, minlength=len(wls))
+        out["attention"][:, j] = predict_steptime("aic_attention", af, g, c)
     return out
+
+
+def predicted_times(wls, gpus=GPUS, constants=None, constants_for=None):
+    """steptime's prediction of the same pieces: [n_workloads, n_gpus] in ms (the sum of `predicted_terms`)."""
+    t = predicted_terms(wls, gpus, constants, constants_for)
+    return t["gemm"] + t["attention"]
 
 
 def roofline_times(wls, gpus=GPUS):
@@ -197,6 +213,7 @@ def rank_scores(pred, meas, gpus=GPUS, tie_rel: float = TIE_REL, meas_tie_rel: f
     naive_hits = 0
     within = 0
     regret = []  # measured slowdown of the predicted pick over the measured best (ties: the worst tied)
+    confused = {}  # "pick>best": [(measured gap, predicted gap)] over the wrong (untied) picks
     clear = {"n": 0, "hit": 0}
     pairs = {"correct": 0, "wrong": 0, "tie": 0, "meas_near_tie": 0, "correct_clear": 0, "wrong_clear": 0}
     per_pair = {}
@@ -217,6 +234,9 @@ def rank_scores(pred, meas, gpus=GPUS, tie_rel: float = TIE_REL, meas_tie_rel: f
         if len(tied) == 1 and m[tied[0]] <= m[best_m] * (1 + meas_tie_rel):
             within += 1
         regret.append(float(m[tied].max() / m[best_m] - 1.0))
+        if len(tied) == 1 and tied[0] != best_m:  # a wrong pick: which GPU was taken for the measured best
+            confused.setdefault(f"{gpus[tied[0]]}>{gpus[best_m]}", []).append(
+                (m[tied[0]] / m[best_m] - 1.0, p[best_m] / p[tied[0]] - 1.0))
         if np.sort(m)[1] > m[best_m] * (1 + meas_tie_rel):  # the measured winner is clear
             clear["n"] += 1
             clear["hit"] += int(len(tied) == 1 and tied[0] == best_m)
@@ -246,6 +266,9 @@ def rank_scores(pred, meas, gpus=GPUS, tie_rel: float = TIE_REL, meas_tie_rel: f
         "top1_regret_max": float(np.max(regret)) if regret else None,
         # the regret distribution over the workloads whose pick was not the measured best
         "top1_regret_wrong_picks": _regret_distribution([r for r in regret if r > 0]),
+        # which GPU pairs the wrong picks confuse: "pick>best" -> count, the measured gap (pick / best - 1)
+        # and the predicted one (best / pick - 1, the margin the pick won by)
+        "top1_confusions": _confusions(confused),
         "workloads_clear_winner": clear["n"],
         "top1_clear_winner": clear["hit"] / clear["n"] if clear["n"] else None,
         "pairs": int(n_pairs), "pair_correct": pairs["correct"], "pair_wrong": pairs["wrong"],
@@ -259,14 +282,148 @@ def rank_scores(pred, meas, gpus=GPUS, tie_rel: float = TIE_REL, meas_tie_rel: f
 
 
 def _regret_distribution(wrong) -> dict:
-    """Quantiles and bands of the measured slowdown of the wrong picks."""
-    if not wrong:
+    """Quantiles and bands of the measured slowdown of the wrong picks (or of any measured gaps)."""
+    if not len(wrong):
         return {"n": 0}
     w = np.asarray(wrong, dtype=float)
     q = np.quantile(w, [0.5, 0.9, 1.0])
     return {"n": int(len(w)), "p50": float(q[0]), "p90": float(q[1]), "max": float(q[2]),
-            "within_2pct": int((w <= 0.02).sum()), "within_5pct": int((w <= 0.05).sum()),
+            "within_1pct": int((w <= 0.01).sum()), "within_2pct": int((w <= 0.02).sum()),
+            "within_3pct": int((w <= 0.03).sum()), "within_5pct": int((w <= 0.05).sum()),
             "over_5pct": int((w > 0.05).sum())}
+
+
+def _confusions(confused: dict) -> dict:
+    """Per confused pair "pick>best" (built most frequent first; a result file sorts the keys): how many
+    wrong picks, their measured gap (median, max) and the predicted margin the pick won by (median)."""
+    out = {}
+    for key, v in sorted(confused.items(), key=lambda kv: (-len(kv[1]), kv[0])):
+        a = np.asarray(v, dtype=float)
+        out[key] = {"n": int(len(a)), "meas_gap_p50": float(np.median(a[:, 0])), "meas_gap_max": float(a[:, 0].max()),
+                    "pred_gap_p50": float(np.median(a[:, 1]))}
+    return out
+
+
+def runner_up_gaps(meas) -> dict:
+    """A property of the measured data, no predictor's: per workload the measured runner-up's slowdown
+    over the measured fastest GPU (second fastest / fastest - 1), as a distribution with its bands."""
+    s = np.sort(np.asarray(meas, dtype=float), axis=1)
+    return _regret_distribution(s[:, 1] / s[:, 0] - 1.0)
+
+
+FLAT_M_MAX = 8  # decode GEMMs with m <= this stream the same weights: the law's time is flat in m there
+
+
+def flat_region_jitter(gemm_cells_df, gpus=GPUS, pairs=(), m_max: int = FLAT_M_MAX) -> dict:
+    """A property of the measured GEMM table, no predictor's: at each (n, k) measured at m = 1..m_max
+    (at least 6 of them; the same weight bytes streamed, so one time in the law), the standard
+    deviation over m of log latency, per GPU (median over shapes), and of the log ratio of two GPUs'
+    latencies, per pair (a GPU "a/b" of `pairs`). Whether kernel-tactic switches or run-to-run spread,
+    a GPU's own table decides it and a held-out predictor cannot see it."""
+    f = gemm_cells_df[(gemm_cells_df["m"] <= m_max) & gemm_cells_df["gpu"].isin(list(gpus))]
+    f = f.assign(lt=np.log(f["latency_ms"].to_numpy(dtype=float)))
+    sd = f.groupby(["gpu", "n", "k"])["lt"].agg(["std", "count"])
+    sd = sd[sd["count"] >= 6]
+    out = {"m_max": m_max, "per_gpu_log_sd_p50": {g: float(v) for g, v in sd.groupby("gpu")["std"].median().items()},
+           "per_pair_log_ratio_sd_p50": {}}
+    wide = f.pivot_table(index=["n", "k", "m"], columns="gpu", values="lt")
+    for pair in pairs:
+        a, b = pair.split("/")
+        if a in wide and b in wide:
+            r = (wide[a] - wide[b]).dropna()
+            cnt = r.groupby(level=[0, 1]).count()
+            r_sd = r.groupby(level=[0, 1]).std()[cnt >= 6]
+            out["per_pair_log_ratio_sd_p50"][pair] = {"sd_p50": float(r_sd.median()), "shapes": int(len(r_sd))}
+    return out
+
+
+def _top1_of(pred, meas) -> dict:
+    """Top-1 hits by argmin (ties broken by GPU order: a diagnostic's short score, not the tie-aware one)
+    and the measured regret of the picks."""
+    pick, best = np.argmin(pred, axis=1), np.argmin(meas, axis=1)
+    reg = meas[np.arange(len(meas)), pick] / meas.min(axis=1) - 1.0
+    return {"top1": float(np.mean(pick == best)), "hits": int(np.sum(pick == best)),
+            "regret_max": float(reg.max()), "regret_over_5pct": int(np.sum(reg > 0.05))}
+
+
+DIAGNOSIS_DISCLOSED = (
+    "The diagnosis (top1_confusions, runner_up_gaps, diagnosis: which_term, twin_ratios, ceilings_in_sample, "
+    "independent_error, gemm_flat_region_jitter) was designed after E2.2's scores had been seen (issue 24). It changes "
+    "no predictor and no score. The ceilings are fitted on the scored workloads themselves: bounds on what a per-GPU "
+    "factor could add, not predictors. The regimes (GEMM: phase x tokens; attention: phase x KV length), the error "
+    "sigmas and m <= 8 for the flat region were chosen with the scores in view.")
+NOISE_SIGMAS = (0.005, 0.01, 0.02, 0.03)  # independent log-normal errors for the attainable-top-1 reference
+NOISE_DRAWS = 200
+
+
+def ranking_diagnosis(pred_terms: dict, meas_terms: dict, wls, gpus=GPUS, seed: int = 0) -> dict:
+    """Why the top-1 picks go wrong, for one predictor with a GEMM and an attention term
+    ({"gemm", "attention"}: [n_workloads, n_gpus] ms each, predicted and measured):
+
+    * `which_term`: top-1 with one term replaced by its measured value (the other predicted), and
+      per wrong pick which term's predicted pick-minus-best difference errs more (`carrier`);
+    * `twin_ratios`: per confused GPU pair and term, the median measured and predicted time ratio
+      over all workloads (is the pair's typical gap right?) and the 10-90% range of the measured one;
+    * `ceilings` (IN-SAMPLE, not predictors): the top-1 reached by rescaling each GPU's predicted terms
+      by their median measured/predicted ratio on the scored workloads themselves, per GPU and term,
+      and per GPU, term and regime (GEMM: phase x tokens; attention: phase x KV length). A per-GPU
+      fact (a clock, a bandwidth, a power limit) moves a GPU's terms by about one factor per regime, so
+      these bound what any such fact could add;
+    * `independent_error`: the expected top-1 of a predictor whose each (workload, GPU) time is the
+      measured one times an independent log-normal error of the given sigma (seeded draws), and the
+      predictor's own cross-GPU error spread on the GPUs its wrong picks involve.
+    """
+    pg, pa, mg, ma = (np.asarray(x, dtype=float) for x in (pred_terms["gemm"], pred_terms["attention"],
+                                                            meas_terms["gemm"], meas_terms["attention"]))
+    pred, meas = pg + pa, mg + ma
+    n = len(meas)
+    pick, best = np.argmin(pred, axis=1), np.argmin(meas, axis=1)
+    carrier = {"gemm": 0, "attention": 0}
+    involved = set()
+    for i in np.flatnonzero(pick != best):
+        a, b = pick[i], best[i]
+        involved |= {int(a), int(b)}
+        err_g = (pg[i, b] - pg[i, a]) - (mg[i, b] - mg[i, a])  # predicted minus measured (best - pick), ms
+        err_a = (pa[i, b] - pa[i, a]) - (ma[i, b] - ma[i, a])
+        carrier["gemm" if err_g >= err_a else "attention"] += 1
+    which = {"measured_gemm_predicted_attention": _top1_of(mg + pa, meas),
+             "predicted_gemm_measured_attention": _top1_of(pg + ma, meas),
+             "carrier": carrier}
+    pairs = sorted({(int(a), int(b)) for a, b in zip(pick, best) if a != b})
+    twins = {}
+    for a, b in pairs:
+        row = {}
+        for term, (P, M) in (("gemm", (pg, mg)), ("attention", (pa, ma)), ("total", (pred, meas))):
+            mr, pr = M[:, a] / M[:, b], P[:, a] / P[:, b]
+            row[term] = {"meas": float(np.median(mr)), "pred": float(np.median(pr)),
+                         "meas_p10": float(np.quantile(mr, 0.1)), "meas_p90": float(np.quantile(mr, 0.9))}
+        twins[f"{gpus[a]}/{gpus[b]}"] = row
+    per_gpu = _top1_of(pg * np.median(mg / pg, axis=0) + pa * np.median(ma / pa, axis=0), meas)
+    phase = np.array([w["phase"] for w in wls])
+    tok = np.array([w["tokens"] for w in wls])
+    kv = np.array([w["kv_len"] for w in wls])
+    pg2, pa2 = pg.copy(), pa.copy()
+    for key in sorted(set(zip(phase, tok))):
+        i = (phase == key[0]) & (tok == key[1])
+        pg2[i] = pg[i] * np.median(mg[i] / pg[i], axis=0)
+    for key in sorted(set(zip(phase, kv))):
+        i = (phase == key[0]) & (kv == key[1])
+        pa2[i] = pa[i] * np.median(ma[i] / pa[i], axis=0)
+    per_regime = _top1_of(pg2 + pa2, meas)
+    rng = np.random.default_rng(seed)
+    noise = {}
+    for s in NOISE_SIGMAS:
+        draws = [_top1_of(meas * np.exp(rng.normal(0.0, s, meas.shape)), meas) for _ in range(NOISE_DRAWS)]
+        noise[f"{s:g}"] = {"top1_mean": float(np.mean([d["top1"] for d in draws])),
+                           "regret_max_p50": float(np.median([d["regret_max"] for d in draws]))}
+    cols = sorted(involved)
+    spread = (np.log(pred[:, cols] / meas[:, cols]).std(axis=1, ddof=1) if len(cols) > 1 else np.zeros(n))
+    return {"which_term": which, "twin_ratios": twins,
+            "ceilings_in_sample": {"per_gpu_per_term_scale": per_gpu, "per_gpu_per_term_per_regime_scale": per_regime},
+            "independent_error": {"sigma_to_expected": noise, "draws": NOISE_DRAWS, "seed": seed,
+                                  "predictor_cross_gpu_log_error_sd": {
+                                      "gpus": [gpus[j] for j in cols], "p50": float(np.median(spread)),
+                                      "mean": float(np.mean(spread))}}}
 
 
 def greybox_times(wls, grey_gemm, grey_attn, gpus=GPUS, constants_for=None):
@@ -306,7 +463,8 @@ def run(gemm_cells_df, attn_cells_df, wls, meas, gemm_bundle=None, attn_bundle=N
     """Scores of every predictor on every GPU set. The RF (home-profiled) cannot rank GPUs
     it has not profiled: verbatim it predicts the same time everywhere (all ties); only its
     spec-scaled transfer produces an order."""
-    preds = {"steptime": predicted_times(wls, GPUS, constants, constants_for),
+    terms = predicted_terms(wls, GPUS, constants, constants_for)
+    preds = {"steptime": terms["gemm"] + terms["attention"],
              "datasheet_roofline": roofline_times(wls, GPUS)}
     if gemm_bundle is not None and attn_bundle is not None:
         preds["rf_spec_scaled"] = rf_times(wls, gemm_bundle, attn_bundle, GPUS, scaled=True)
@@ -319,7 +477,13 @@ def run(gemm_cells_df, attn_cells_df, wls, meas, gemm_bundle=None, attn_bundle=N
     for set_name, gset in GPU_SETS.items():
         idx = [GPUS.index(g) for g in gset]
         out[set_name] = {p: rank_scores(v[:, idx], meas[:, idx], gset) for p, v in preds.items()}
-    res = {"scores": out, "pred": preds}
+    res = {"scores": out, "pred": preds,
+           "runner_up_gaps": {k: runner_up_gaps(meas[:, [GPUS.index(g) for g in v]]) for k, v in GPU_SETS.items()}}
+    kept, meas_terms = measured_terms(wls, gemm_cells_df, attn_cells_df, GPUS)
+    if len(kept) == len(wls) and np.allclose(meas_terms["gemm"] + meas_terms["attention"], meas):
+        res["diagnosis"] = {"steptime": ranking_diagnosis(terms, meas_terms, wls, GPUS)}
+        res["diagnosis"]["gemm_flat_region_jitter"] = flat_region_jitter(
+            gemm_cells_df, GPUS, tuple(res["diagnosis"]["steptime"]["twin_ratios"]))
     if grey is not None:  # what each GPU's grey box was fitted on (never that GPU's table)
         res["greybox_fitted_on"] = {g: {"gemm": _brief(grey[0].fitted_on(g)),
                                         "attention": _brief(grey[1].fitted_on(g))} for g in GPUS}
@@ -385,6 +549,26 @@ def ranking_document(res, wls, meas, home_gpu: str | None, targets: dict) -> dic
                 f"wrong pick's measured slowdown (target {targets['greybox_max_regret']}) and the pairs ordered "
                 "wrongly", target=targets["greybox_top1"], key="top1", met=sh["top1"] >= targets["greybox_top1"],
                 op=">=", unit="fraction of workloads"))
+        if set_name == "all" and "diagnosis" in res:
+            dg = res["diagnosis"]["steptime"]
+            wrong = s["top1_regret_wrong_picks"]
+            claims.append(claim(
+                f"GPU set '{set_name}': which GPUs steptime's wrong picks confuse, and how far apart they measure",
+                {"confusions": {k: v["n"] for k, v in s["top1_confusions"].items()},
+                 "wrong_picks": wrong.get("n", 0), "wrong_within_2pct": wrong.get("within_2pct", 0),
+                 "wrong_within_3pct": wrong.get("within_3pct", 0),
+                 "workloads_runner_up_within_2pct": res["runner_up_gaps"][set_name].get("within_2pct", 0),
+                 "top1_measured_gemm": dg["which_term"]["measured_gemm_predicted_attention"]["top1"],
+                 "top1_independent_error_1pct": dg["independent_error"]["sigma_to_expected"]["0.01"]["top1_mean"],
+                 "twin_gemm_log_ratio_sd_over_m": {k: v["sd_p50"] for k, v in res["diagnosis"][
+                     "gemm_flat_region_jitter"]["per_pair_log_ratio_sd_p50"].items()},
+                 "top1_ceiling_per_gpu_regime_scale_in_sample": dg["ceilings_in_sample"][
+                     "per_gpu_per_term_per_regime_scale"]["top1"]},
+                "wrong picks per 'pick>measured best' pair; their measured gap (pick / best - 1) bands; workloads whose "
+                "measured runner-up is within 2% of the fastest (a property of the data); top-1 with the measured GEMM "
+                "in place of the predicted one; the in-sample ceiling of rescaling each GPU's terms per regime; the "
+                "top-1 expected of the measured times with an independent 1% error per GPU; per confused pair, the "
+                "spread (sd of the log ratio) of the two GPUs' measured GEMM times over m = 1..8 at one (n, k)"))
         if "rf_spec_scaled" in by:
             claims.append(claim(f"GPU set '{set_name}': a home-profiled RF covers 1 GPU; verbatim it ties every pair",
                                 {"rf_verbatim_pair_ties": by["rf_verbatim"]["pair_ties"],
@@ -396,7 +580,9 @@ def ranking_document(res, wls, meas, home_gpu: str | None, targets: dict) -> dic
                                   **{f"{p}_ms": {g: float(x) for g, x in zip(GPUS, res["pred"][p][i])}
                                      for p in ("steptime_residual", "steptime_residual_shared") if p in res["pred"]})
                              for i, w in enumerate(wls)],
-               **{k: res[k] for k in ("greybox_fitted_on", "greybox_shared_fitted_on") if k in res},
+               **{k: res[k] for k in ("greybox_fitted_on", "greybox_shared_fitted_on", "runner_up_gaps", "diagnosis")
+                  if k in res},
+               **({"disclosed": DIAGNOSIS_DISCLOSED} if "diagnosis" in res else {}),
                "settings": {"tie_rel": TIE_REL, "measured_band_rel": MEAS_TIE_REL, "gpus": list(GPUS),
                             "gpu_sets": {k: list(v) for k, v in GPU_SETS.items()},
                             "decode_batches": list(DECODE_BATCHES), "kv_lens": list(KV_LENS),
