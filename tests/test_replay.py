@@ -64,8 +64,8 @@ def test_sampling_is_deterministic_and_capped():
 def test_workload_lengths():
     si_row = pd.Series(dict(dataset="aic-silicon", source_id="a", concurrency=8, prompt_tokens=512.0, output_tokens=64.0))
     w = R.workload_for(si_row, 8192, requests_per_slot=4, min_requests=16)
-    # silicon: the benchmark client's 2c warm-up + 10c measured requests (R.CLIENT), more than 4c
-    assert len(w) == 12 * 8 and w.concurrency == 8
+    # silicon: the harness's measured phase alone, 10c requests (R.HARNESS; the drained warm-up leaves nothing)
+    assert len(w) == 10 * 8 and w.concurrency == 8
     assert (w.prompt == 512).all() and (w.output == 64).all()  # silicon: exact isl/osl
     ml_row = pd.Series(dict(dataset="mlenergy-v3", source_id="m", concurrency=100, prompt_tokens=250.0,
                             output_tokens=400.0))
@@ -80,7 +80,14 @@ def test_workload_lengths():
 def test_policy_per_engine():
     assert not R.policy_for("vllm-v0", 32).chunked_prefill
     p = R.policy_for("sglang", 16000)
-    assert p.chunked_prefill and p.max_num_seqs == 16000 and p.max_num_batched_tokens >= 16000
+    assert p.chunked_prefill and p.max_num_seqs == 16000 and p.max_num_batched_tokens >= 16000 and p.mixed_prefill
+    # the silicon rows' engines as the harness deploys them (R.HARNESS_NOTE)
+    p = R.policy_for("sglang", 64, isl=4096)
+    assert p.chunked_prefill and not p.mixed_prefill and p.max_num_batched_tokens == 8192
+    p = R.policy_for("trtllm", 64, isl=4096)
+    assert not p.chunked_prefill and p.mixed_prefill and p.max_num_batched_tokens == 64 + 4096 + 1500
+    p = R.policy_for("vllm-v1-sync", 64, isl=4096)
+    assert p.chunked_prefill and p.mixed_prefill and p.max_num_batched_tokens == 8192
 
 
 def _replay(concurrency, osl=64):
@@ -111,22 +118,22 @@ def test_token_time_grows_with_concurrency_and_loop_stays_full():
     # first token (queued or in prefill) shrinks as outputs get longer
     assert 0.5 * 64 < b["sim_decode_batch"] <= 64.001
     assert _replay(64, osl=256)["sim_decode_batch"] > b["sim_decode_batch"]
-    assert b["pred_ms"] == b["tpot_p50_ms"]  # silicon TPOT is compared with the simulated median TPOT
+    assert b["pred_ms"] == b["tpot_harness_mean_ms"]  # silicon TPOT: the mean over the harness's measured phase
 
 
 def test_side_by_side_and_claims():
     pred = pd.DataFrame(dict(dataset="aic-silicon", gpu="h100-sxm", engine="trtllm", measure="tpot_ms",
                              model="m", pred_ms=[9.0, 11.0], tpot_ms=[10.0, 10.0], batch=[4.0, 4.0],
                              sim_decode_batch=[4.0, 4.0], ttft_ms=[100.0, 200.0], ttft_p50_ms=[100.0, 200.0],
-                             ttft_client_mean_ms=[100.0, 100.0], ttft_all_mean_ms=[100.0, 200.0]))
+                             ttft_harness_mean_ms=[100.0, 100.0], tpot_p50_ms=[10.0, 10.0]))
     sc = R.scores(pred, n_boot=10)
     assert sc[0]["tpot"]["mape"] == pytest.approx(0.1) and sc[0]["ttft"]["mape"] == pytest.approx(0.25)
     e2_11 = {"metrics": {"scores": [{"dataset": "aic-silicon", "gpu": "h100-sxm", "engine": "trtllm", "subset": "tpot",
                                      "cells": 7, "mape": 0.2}]}}
     tab = R.side_by_side(sc, e2_11, {("aic-silicon", "h100-sxm", "trtllm"): {"cells": 2, "mape": 0.3}})
     assert tab[0]["one_step_tpot_mape"] == 0.2 and tab[0]["one_step_tpot_mape_same_rows"] == 0.3
-    assert tab[0]["replay_ttft_all_requests_mean_mape"] == 0.0
-    assert tab[0]["replay_ttft_window_median_mape"] == 0.0  # the claimed TTFT is the client's mean, not this one
+    assert tab[0]["replay_tpot_window_median_mape"] == 0.0
+    assert tab[0]["replay_ttft_window_median_mape"] == 0.0  # the claimed TTFT is the harness's mean, not this one
     doc = R.document(tab, [{"dataset": "x", "reason": "MoE: scored in E3.4 (MoE wall clock), not here", "rows": 3}],
                      {"tpot_mape": 0.12, "ttft_mape": 0.2}, n_rows=2, per_group=40, requests_per_slot=4)
     met = [(c["claim"], c["met"]) for c in doc["claims"] if "target" in c]
@@ -136,20 +143,53 @@ def test_side_by_side_and_claims():
     assert all("SIMULATED" in c["claim"] for c in doc["claims"] if "target" in c)
 
 
-def test_silicon_ttft_is_the_clients_mean_after_its_warm_up():
-    """The claimed TTFT statistic is the benchmark client's: the first 2c requests (warm-up) left out,
-    the mean over the next 10c (R.CLIENT); the first, all-at-once wave is inside the warm-up."""
-    r = _replay(4, osl=16)
-    assert r["requests"] >= 12 * 4
-    assert np.isfinite(r["ttft_client_mean_ms"]) and r["ttft_client_mean_ms"] > 0
-    si = _silicon([{"id": "a", "concurrency": 4, "osl": 16, "isl": 128}])
-    rows, _ = R.replay_rows(silicon=si)
+def _harness_run(c, isl, osl, engine="trtllm"):
     from steptime.serve import simulate
     from steptime.specs import get_model
 
-    run = simulate(None, None, R.workload_for(rows.iloc[0], get_model("llama-3.1-8b").max_position_embeddings,
-                                              requests_per_slot=4, min_requests=16),
-                   R.policy_for("trtllm", 4), timer=R._timer(rows.iloc[0], "llama-3.1-8b", ({}, {}, {}), constants=Constants.default()))
+    si = _silicon([{"id": "a", "concurrency": c, "osl": osl, "isl": isl, "engine": engine}])
+    rows, _ = R.replay_rows(silicon=si)
+    row = rows.iloc[0]
+    timer = R._timer(row, "llama-3.1-8b", ({}, {}, {}), constants=Constants.default())
+    run = simulate(None, None, R.workload_for(row, get_model("llama-3.1-8b").max_position_embeddings),
+                   R.policy_for(engine, c, isl=isl), timer=timer)
+    return run, timer
+
+
+def test_silicon_ttft_is_the_harness_mean_over_its_measured_phase():
+    """The claimed TTFT is the harness's: the mean over the 10c requests of the measured phase, which starts on
+    an empty engine (the warm-up drained) with all c clients sending at once (R.HARNESS)."""
+    run, _ = _harness_run(4, 128, 16)
     d = run.requests
-    want = 1e3 * d[(d["request"] >= 8) & (d["request"] < 48)]["ttft_s"].mean()
-    assert R.steady_stats(run)["ttft_client_mean_ms"] == pytest.approx(want)
+    assert len(d) == 10 * 4 and (d["arrival_s"].iloc[:4] == 0).all()
+    assert R.steady_stats(run)["ttft_harness_mean_ms"] == pytest.approx(1e3 * d["ttft_s"].mean())
+    assert R.steady_stats(run)["tpot_harness_mean_ms"] == pytest.approx(1e3 * d["tpot_s"].mean())
+
+
+@pytest.mark.parametrize("engine", ["trtllm", "sglang", "vllm-v1-sync"])
+def test_harness_at_concurrency_one_is_one_prefill(engine):
+    """c = 1: nothing queues and nothing shares the step, so every TTFT is one prefill of the prompt."""
+    run, timer = _harness_run(1, 900, 8, engine)
+    one = timer.step_arrays(np.array([900]), np.array([0]))
+    assert run.requests["ttft_s"].to_numpy() == pytest.approx(one, rel=1e-12)
+
+
+def test_harness_first_round_is_the_wave():
+    """The measured phase's first c requests arrive together on an empty engine: under SGLang's policy (prefill
+    steps without decodes) their TTFTs are the wave, the stream of c x ISL tokens in budget-sized steps."""
+    c, isl = 6, 3000
+    run, timer = _harness_run(c, isl, 8, "sglang")
+    t, firsts, left, comp = 0.0, [], [isl] * c, [0] * c
+    while any(left):
+        take, budget = [], R.DEFAULT_BUDGET
+        for i in range(c):
+            take.append(min(left[i], budget))
+            budget -= take[-1]
+        ids = [i for i in range(c) if take[i]]
+        t += timer.step_arrays(np.array([take[i] for i in ids]), np.array([comp[i] for i in ids]))
+        for i in ids:
+            comp[i] += take[i]
+            left[i] -= take[i]
+            if not left[i]:
+                firsts.append(t)
+    assert run.requests["ttft_s"].iloc[:c].to_numpy() == pytest.approx(firsts, rel=1e-9)

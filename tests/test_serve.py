@@ -365,3 +365,41 @@ def test_decode_runs_through_finishes_match_step_by_step(timer):
     slow = simulate(M, G, wl, timer=timer, fast=False)
     _same_runs(fast, slow)
     assert fast.itl_w.sum() == slow.itl_w.sum() == (wl.output - 1).sum()
+
+
+def test_prefill_first_steps_carry_no_decodes(timer):
+    """`mixed_prefill=False` (SGLang's default): while a prompt can be admitted or is unfinished, the iteration
+    computes prompt tokens only; a closed loop of identical requests then stays in step (every request of a
+    wave decodes together and finishes together), so each round arrives as one wave again."""
+    c, isl, osl = 12, 1024, 20
+    wl = Workload(np.zeros(3 * c), np.full(3 * c, isl), np.full(3 * c, osl), concurrency=c)
+    run = simulate(M, G, wl, Policy("vllm", max_num_seqs=c, max_num_batched_tokens=4096, mixed_prefill=False),
+                   timer=timer)
+    d = run.requests
+    assert d["finish_s"].iloc[:c].nunique() == 1  # the first wave finishes in one step
+    assert (d["arrival_s"].iloc[c:2 * c] == d["finish_s"].iloc[0]).all()
+    # the first wave: a stream of c x isl prompt tokens in 4096-token prefill steps, nothing else
+    t, firsts, left = 0.0, [], [isl] * c
+    comp = [0] * c
+    while any(left):
+        take, budget = [], 4096
+        for i in range(c):
+            k = min(left[i], budget)
+            take.append(k)
+            budget -= k
+        ids = [i for i in range(c) if take[i]]
+        t += timer.step_arrays(np.array([take[i] for i in ids]), np.array([comp[i] for i in ids]))
+        for i in ids:
+            comp[i] += take[i]
+            left[i] -= take[i]
+            if not left[i]:
+                firsts.append(t)
+    assert d["first_token_s"].iloc[:c].to_numpy() == pytest.approx(firsts, rel=1e-9)
+    mixed = simulate(M, G, wl, Policy("vllm", max_num_seqs=c, max_num_batched_tokens=4096), timer=timer).requests
+    assert mixed["finish_s"].iloc[:c].nunique() > 1  # mixed steps let the early requests decode during the wave
+
+
+def test_prefill_first_under_kv_pressure_still_finishes(timer):
+    wl = synthetic(80, isl=(200, 1500), osl=(50, 300), concurrency=24, seed=7)
+    run = simulate(M, G, wl, Policy("vllm", max_num_seqs=24, kv_blocks=700, mixed_prefill=False), timer=timer)
+    assert run.requests["finish_s"].notna().all() and run.itl_w.sum() == (wl.output - 1).sum()

@@ -8,6 +8,10 @@ Policies (each named, as the engines implement them):
   sarathi  Sarathi-Serve: the same loop with a fixed chunk (token) budget per step.
   static   static batching: up to `max_num_seqs` waiting requests start together (whole
            prompts in one step) and no request joins until the whole batch has finished.
+
+`mixed_prefill=False` (any policy but static) runs prefill first and apart: an iteration in which a
+waiting request can be admitted schedules only prompt tokens (unfinished chunks of running requests,
+then waiting ones), no decodes, as SGLang does by default; the decodes resume once nothing waiting fits.
   disagg   DistServe-style prefill/decode disaggregation: a prefill pool and a decode pool
            of instances (`simulate_disagg`), KV handed over after the first token.
 
@@ -61,6 +65,9 @@ class Policy:
     gpu_memory_utilization: float = 0.9
     kv_blocks: int | None = None  # override the memory model's block count
     reserve_full: bool = False  # admit only with blocks for the whole request reserved (no preemption)
+    # False: a step that admits waiting prompts carries no decodes (SGLang's default: a prefill batch of its own,
+    # run before the decode batch whenever a waiting request can be admitted; --enable-mixed-chunk off)
+    mixed_prefill: bool = True
 
     def __post_init__(self):
         if self.name not in POLICIES:
@@ -487,6 +494,12 @@ class _Engine:
             # ---- one iteration -------------------------------------------------------------
             budget = budget0
             preempted = False
+            R_all = None
+            if nr and not p.mixed_prefill and not static and self._prefill_first(R, rem, waiting, budget0):
+                R_all, keep = R, rem > 1  # a prefill-only iteration: the decodes sit this one out
+                R, rem, cR = R[keep], rem[keep], cR[keep]
+                R_pre = R
+                nr = len(R)
             if nr:
                 cum = np.cumsum(rem)
                 take = np.minimum(np.maximum(budget - (cum - rem), 0), rem)  # np.clip, without its wrapper's cost
@@ -508,6 +521,8 @@ class _Engine:
                     budget -= min(budget, int(cum[-1]))  # take's sum: the budget, or every remaining token
             else:
                 s_id = s_take = np.zeros(0, dtype=np.int64)
+            if R_all is not None:  # back to the whole running set (admission order), the decodes kept
+                R = R_all[~np.isin(R_all, np.setdiff1d(R_pre, R))] if preempted else R_all
             if not preempted and (not static or not len(R)):
                 a_id, a_take = [], []
                 nrun = len(R)
@@ -607,6 +622,24 @@ class _Engine:
         self.first_est[ids[fresh]] = est[fresh]  # the estimate made when the request was first queued
         late = est > dl
         return deque(np.concatenate([ids[~late], ids[late]]).tolist())
+
+    def _prefill_first(self, R, rem, waiting, budget0: int) -> bool:
+        """Whether a prefill-only iteration runs now (`mixed_prefill=False`): a running request still has prompt
+        tokens to compute and their next chunks' KV blocks are free, or the first waiting request can be admitted
+        (a free slot, its first chunk's blocks). Otherwise the iteration is the mixed one (and preempts as it does)."""
+        pre = rem > 1
+        if bool(pre.any()):
+            Rp, rp = R[pre], rem[pre]
+            take = np.minimum(np.maximum(budget0 - (np.cumsum(rp) - rp), 0), rp)
+            B = self.p.block_size
+            return int(np.maximum(-(-(self.comp[Rp] + take) // B) - self.held[Rp], 0).sum()) <= self.free
+        if not waiting or len(R) >= self.p.max_num_seqs:
+            return False
+        h = waiting[0]
+        want = int(self.ntok[h] - self.comp[h])
+        if want > budget0 and not self.p.chunked_prefill:
+            return False
+        return self._admit_need(h, min(want, budget0)) <= self.free
 
     def _admit_need(self, r: int, k_new: int) -> int:
         """Blocks a waiting request needs to join with `k_new` tokens this step."""
