@@ -232,6 +232,10 @@ def read_fpm_metadata(entry: Entry) -> None:
     if entry.get("tp") is not None and int(cfg["parallel_config.tensor_parallel_size"]) != int(entry.get("tp")):
         raise DataError(f"{entry.rel}: row all, column 'parallel_config.tensor_parallel_size': "
                         f"{cfg['parallel_config.tensor_parallel_size']} but raw/MANIFEST.yaml says tp {entry.get('tp')}")
+    dp = int(cfg.get("parallel_config.data_parallel_size") or 1)
+    if entry.get("dp") is not None and dp != int(entry.get("dp")):
+        raise DataError(f"{entry.rel}: row all, column 'parallel_config.data_parallel_size': {dp} but "
+                        f"raw/MANIFEST.yaml says dp {entry.get('dp')}")
     if str(cfg["vllm_version"]) != str(entry.get("framework_version")):
         raise DataError(f"{entry.rel}: row all, column 'vllm_version': {cfg['vllm_version']} but "
                         f"raw/MANIFEST.yaml says {entry.get('framework_version')}")
