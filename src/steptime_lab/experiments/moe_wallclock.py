@@ -431,7 +431,10 @@ def document(tok: dict, rep: dict, fpm: list, skipped_rows: list, targets: dict,
                      "no constant is fitted on these rows (the engine constants are R2.3's, read on the dense "
                      "Qwen3-32B steps of the same B300 collector). The layout of each run is read from its "
                      "vllm_metadata.json (ep = tp x dp with --enable-expert-parallel); each DP run records DP rank "
-                     "0's steps only, and the other ranks are assumed to hold as many requests.",
+                     "0's steps only, and the other ranks are assumed to hold as many requests. After seeing the scores two "
+                     "diagnostics were computed and not shipped (DESIGN.md, wave 12): the prefill steps' floor "
+                     "(15.8-17.1 ms up to 512 tokens, about 40 ms above) and the DP layouts priced with vLLM's default "
+                     "allgather_reducescatter exchange instead of DeepEP (DP decode 5-17% instead of 29-54%).",
     }
     return {"metrics": metrics, "claims": claims}
 
