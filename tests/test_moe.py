@@ -527,6 +527,8 @@ STRUCTURE = ("hidden_size", "num_hidden_layers", "num_attention_heads", "num_key
              "intermediate_size", "vocab_size", "max_position_embeddings", "tie_word_embeddings", "num_experts",
              "num_experts_per_tok", "moe_intermediate_size", "n_shared_experts", "shared_expert_intermediate_size",
              "first_k_dense_replace", "attention", "q_lora_rank", "kv_lora_rank", "qk_nope_head_dim",
+             "full_attention_interval", "linear_num_key_heads", "linear_num_value_heads", "linear_key_head_dim",
+             "linear_value_head_dim", "linear_conv_kernel_dim", "attn_output_gate", "mamba_ssm_dtype",
              "qk_rope_head_dim", "v_head_dim", "sliding_window", "sliding_layers_every")
 
 
@@ -553,10 +555,13 @@ def test_unrepresentable_vendored_configs_are_refused_with_the_reason(repo_root)
     from steptime.specs.moe import moe_from_config
 
     root = repo_root / "raw/aiconfigurator/model_configs"
-    for name, what in (("zai-org--GLM-5_config.json", "sparse-indexer attention"),
-                       ("Qwen--Qwen3.5-397B-A17B_config.json", "multimodal")):
+    for name, what in (("zai-org--GLM-5_config.json", "sparse-indexer attention"),):
         with pytest.raises(UnsupportedModelError, match=what):
             moe_from_config(json.loads((root / name).read_text()), root / name)
+    # wave 12: Qwen3.5's multimodal config is read as its text model, a Gated DeltaNet hybrid
+    name = "Qwen--Qwen3.5-397B-A17B_config.json"
+    m = moe_from_config(json.loads((root / name).read_text()), root / name)
+    assert m.n_linear_layers == 45 and m.n_full_layers == 15 and m.num_experts == 512
 
 
 def test_cutlass_kernel_family_is_per_sm_generation():

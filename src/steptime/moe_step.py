@@ -10,6 +10,10 @@ dense MLP (the first `first_k_dense_replace` layers) or an MoE block:
 Layout: `tp` GPUs shard attention by heads; `ep` > 1 is expert parallelism over ep GPUs, which run
 attention data-parallel in groups of tp (dp = ep / tp, each DP rank with the given batch) and hold
 num_experts / ep experts each (moe_tp = 1); with ep = 1 the experts are sliced tp ways (moe_tp = tp).
+A hybrid (Qwen3.5/3.6: `full_attention_interval`) has full attention (GQA, its q projection doubled by the
+output gate) on 1 of every `full_attention_interval` layers and Gated DeltaNet linear attention on the others:
+`gdn_proj` (in_proj_qkvz, in_proj_ba, out_proj through the GEMM law) and `gdn_kernel` (conv1d, the gated delta
+rule, the gated RMSNorm: steptime.terms.gdn); those layers keep a fixed-size state per request, no KV cache.
 Every term returned is seconds per step (arrays over steps); the dense path never comes here.
 """
 
@@ -21,19 +25,20 @@ import numpy as np
 
 from steptime.errors import InputError, UnsupportedError
 from steptime.specs.engines import check_precision
-from steptime.terms import attention, gemm, light, precision
+from steptime.terms import attention, gdn, gemm, light, precision
 from steptime.terms import moe as moe_terms
 from steptime.validation import as_int
 
 ATTN_TERMS = ("qkv_proj", "o_proj", "mla_absorb", "mla_kv_up", "attn_prefill", "attn_decode")
 MLA_GEMM_TERMS = ("mla_absorb", "mla_kv_up")
+GDN_TERMS = ("gdn_proj", "gdn_kernel")  # a hybrid's linear-attention layers (zero otherwise)
 MOE_TERMS = ("dense_mlp", "router", "moe_experts", "moe_permute_combine", "shared_experts", "moe_a2a")
 LIGHT_TERMS = ("rmsnorm", "add", "rope", "act", "kv_write", "emb")
-BLOCK_TERMS = ATTN_TERMS + MOE_TERMS + LIGHT_TERMS + ("lm_head", "allreduce")
+BLOCK_TERMS = ATTN_TERMS + GDN_TERMS + MOE_TERMS + LIGHT_TERMS + ("lm_head", "allreduce")
 TERMS = BLOCK_TERMS + ("dispatch_floor", "host", "sampling")
 TERM_KIND = MappingProxyType({
     "qkv_proj": "gemm", "o_proj": "gemm", "mla_absorb": "gemm", "mla_kv_up": "gemm", "attn_prefill": "attention",
-    "attn_decode": "attention", "dense_mlp": "gemm", "router": "gemm", "moe_experts": "moe",
+    "attn_decode": "attention", "gdn_proj": "gemm", "gdn_kernel": "light", "dense_mlp": "gemm", "router": "gemm", "moe_experts": "moe",
     "moe_permute_combine": "light", "shared_experts": "gemm", "moe_a2a": "comm",
     **{t: "light" for t in LIGHT_TERMS}, "lm_head": "gemm", "allreduce": "comm",
     "dispatch_floor": "launch", "host": "host", "sampling": "host"})
@@ -142,26 +147,31 @@ def kv_layer_bytes(model, tp: int = 1, kv_dtype: str = "bf16") -> float:
 
 
 def memory_bytes(model, kv_tokens, tp: int = 1, ep: int = 1, *, dtype: str = "bf16", kv_dtype: str = "bf16",
-                 window_tokens=None) -> float:
+                 window_tokens=None, requests: float = 0.0) -> float:
     """Weights plus KV cache on one GPU, bytes: attention, dense MLPs, shared experts, router and embeddings
     sharded tp ways; routed experts ep ways (ep > 1) or sliced tp ways; MLA's latent KV replicated over TP.
 
     KV: `kv_tokens` cached tokens in every full-attention layer. A sliding-window layer (gpt-oss: 1 of every
     `sliding_layers_every`) keeps at most the window per request: `window_tokens` = the sum over requests of
     min(tokens, window) (the engine frees blocks that fall out of the window: vLLM's hybrid KV-cache manager);
-    without it every layer is charged `kv_tokens` (an upper bound)."""
+    without it every layer is charged `kv_tokens` (an upper bound). A hybrid's linear-attention layers hold no KV
+    cache but `requests` fixed states each (MoEModel.gdn_state_bytes)."""
     wb = gemm.BYTES[proj_dtype(dtype)]
     eb = moe_terms.WEIGHT_BYTES[dtype]
     h = model.hidden_size
     L, Lm, Ld = model.num_hidden_layers, model.n_moe_layers, model.n_dense_layers
     shard = ep if ep > 1 else tp
-    w = (L * model.attention_params() + Ld * 3 * h * model.intermediate_size
+    Lf, Ll = model.n_full_layers, model.n_linear_layers
+    w = (Lf * model.attention_params() + Ll * (model.gdn_params() if Ll else 0) + Ld * 3 * h * model.intermediate_size
          + Lm * (3 * h * model.shared_inter + h * model.num_experts)) * wb / tp
     w += Lm * model.num_experts * model.expert_params() * eb / shard
     w += model.vocab_size * h * (1 if model.tie_word_embeddings else 2) * 2.0 / tp
     n_slide = sliding_layers(model)
     win = float(kv_tokens) if window_tokens is None else min(float(window_tokens), float(kv_tokens))
-    return w + (float(kv_tokens) * (L - n_slide) + win * n_slide) * kv_layer_bytes(model, tp, kv_dtype)
+    kv = (float(kv_tokens) * (Lf - n_slide) + win * n_slide) * kv_layer_bytes(model, tp, kv_dtype)
+    # linear-attention layers: a fixed state per request (recurrent state + conv window), no KV cache
+    state = float(requests) * Ll * model.gdn_state_bytes(tp) if Ll else 0.0
+    return w + kv + state
 
 
 def block_terms(model, gpu, step_id, new, kv, T, n_steps, *, tp, ep, dtype, kv_dtype, constants, mc, f_clk):
@@ -173,6 +183,7 @@ def block_terms(model, gpu, step_id, new, kv, T, n_steps, *, tp, ep, dtype, kv_d
     pdt = proj_dtype(dtype)
     shapes_fn = precision.gemm_time_shapes_fp8 if pdt == "fp8" else gemm.gemm_time_shapes
     L, Lm, Ld = model.num_hidden_layers, model.n_moe_layers, model.n_dense_layers
+    Lf, Ll = model.n_full_layers, model.n_linear_layers  # Lf = L but for a linear-attention hybrid
     h = model.hidden_size
     out, cb, factors = {}, {}, {}
     zeros = np.zeros(n_steps)
@@ -199,12 +210,24 @@ def block_terms(model, gpu, step_id, new, kv, T, n_steps, *, tp, ep, dtype, kv_d
         put("mla_kv_up", L * (mg["kv_up"] + mg["prefill_tok"]), mg["kv_up_bound"])
     else:
         kvh = max(1, model.num_key_value_heads // tp)
-        shapes = {"qkv": ((H + 2 * kvh) * model.head_dim, h), "o": (h, H * model.head_dim)}
+        qh = 2 * H if model.attn_output_gate else H  # the output gate doubles q_proj
+        shapes = {"qkv": ((qh + 2 * kvh) * model.head_dim, h), "o": (h, H * model.head_dim)}
         g = shapes_fn(T, shapes, gpu, constants, f_clk=f_clk)
-        put("qkv_proj", L * g["qkv"]["t"], g["qkv"]["compute_bound"])
-        put("o_proj", L * g["o"]["t"], g["o"]["compute_bound"])
+        put("qkv_proj", Lf * g["qkv"]["t"], g["qkv"]["compute_bound"])
+        put("o_proj", Lf * g["o"]["t"], g["o"]["compute_bound"])
         put("mla_absorb", zeros)
         put("mla_kv_up", zeros)
+    # ---- a hybrid's Gated DeltaNet layers: projections through the GEMM law, the light kernels (terms.gdn)
+    if Ll:
+        kd, vd, hv = model.gdn_key_dim // tp, model.gdn_value_dim // tp, model.linear_num_value_heads // tp
+        gs = shapes_fn(T, {"qkvz": (2 * kd + 2 * vd, h), "ba": (2 * hv, h), "out": (h, vd)}, gpu, constants,
+                       f_clk=f_clk)
+        put("gdn_proj", Ll * (gs["qkvz"]["t"] + gs["ba"]["t"] + gs["out"]["t"]), gs["qkvz"]["compute_bound"])
+        k = gdn.gdn_time(new, model, gpu, constants, tp, group=step_id, n_groups=n_steps)
+        put("gdn_kernel", Ll * k["t"], k["compute_bound"])
+    else:
+        put("gdn_proj", zeros)
+        put("gdn_kernel", zeros)
     a_heads, a_kv_heads, a_dim = attention_geometry(model, tp)
     for name in ("qkv_proj", "o_proj"):
         key = "q_b" if name == "qkv_proj" and model.attention == "mla" else ("o" if name == "o_proj" else "qkv")
@@ -241,7 +264,7 @@ def block_terms(model, gpu, step_id, new, kv, T, n_steps, *, tp, ep, dtype, kv_d
         heads, kv_heads, dim = a_heads, a_kv_heads, a_dim
         a = attention.attention_time(new[mask], kv[mask], heads, kv_heads, dim, gpu, constants,
                                      kv_dtype=kv_dtype, f_clk=f_clk, group=step_id[mask], n_groups=n_steps)
-        t = (L - n_slide) * a["t"]
+        t = (Lf - n_slide) * a["t"]
         if n_slide:
             w = attention.attention_time(new[mask], np.minimum(kv[mask], model.sliding_window), a_heads,
                                          a_kv_heads, a_dim, gpu, constants, kv_dtype=kv_dtype, f_clk=f_clk,
@@ -290,6 +313,8 @@ def block_terms(model, gpu, step_id, new, kv, T, n_steps, *, tp, ep, dtype, kv_d
             reps = 1
         elif kern == "act":
             reps = Ld + (Lm if model.shared_inter else 0)
+        elif kern in ("rope", "kv_write"):
+            reps = Lf * light.PER_LAYER[kern]  # only layers with a KV cache
         else:
             reps = L * light.PER_LAYER[kern]
         put(kern, reps * t)

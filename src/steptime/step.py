@@ -264,7 +264,7 @@ def validate_batch(model, gpu, new, kv, tp: int = 1, check_memory: bool = True, 
             win = (float((np.minimum(total, model.sliding_window) * count).sum()) if model.sliding_window
                    else None)  # sliding-window layers hold at most the window per request
             need = moe_step.memory_bytes(model, float((total * count).sum()), tp, ep, dtype=weight_dtype,
-                                         kv_dtype=kv_dtype, window_tokens=win)
+                                         kv_dtype=kv_dtype, window_tokens=win, requests=float(count.sum()))
             layout = f"tp={tp}, ep={ep}"
         else:
             need = memory_bytes(model, float((total * count).sum()), tp, kv_dtype=kv_dtype, weight_dtype=weight_dtype)

@@ -10,6 +10,7 @@ rule E3_4:
         silicon=tidy("aic_silicon"),
         mlenergy_v3=tidy("mlenergy_v3"),
         requests=tidy("servingsim_requests"),
+        fpm_moe=tidy("fpm_moe_steps"),
         model_configs="raw/aiconfigurator/model_configs",
         constants=rules.R2_3.output.constants,
         moe=rules.settle_moe_constants.output.constants,

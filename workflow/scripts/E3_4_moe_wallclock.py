@@ -28,7 +28,10 @@ tok = X.predict_tokens(rows, mixed=s["mixed"], fitted=snakemake.input.constants,
 rep = X.replay(pd.read_parquet(snakemake.input.requests), model_map=model_map, engine=s["engine"],
                constants=constants, moe_constants=mc)
 fpm = X.fpm_parts(s["fpm_runs"])
-doc = X.document(tok, rep, fpm, skipped, p.targets)
+fpm_scores = X.score_fpm_moe(pd.read_parquet(snakemake.input.fpm_moe), fitted=snakemake.input.constants,
+                             constants=constants, moe_constants=mc, n_boot=p.n_boot, seed=p.seed)
+gdn = X.gdn_share("qwen3.6-35b-a3b", "b300", constants=constants, moe_constants=mc)
+doc = X.document(tok, rep, fpm, skipped, p.targets, fpm_scores=fpm_scores, gdn=gdn)
 logging.info("E3.4: %d token rows scored, %d replayed runs, %d claims (%d met of %d with a target)", len(tok["pred"]),
              len(rep["runs"]), len(doc["claims"]), doc["metrics"]["targets_met"], doc["metrics"]["targets_total"])
 write_result(snakemake.output.result, id="E3.4", question=p.question, metrics=doc["metrics"], claims=doc["claims"],

@@ -51,6 +51,9 @@ MODEL_CONFIGS = (
     "openai--gpt-oss-20b_config.json", "openai--gpt-oss-120b_config.json", "mistralai--Mixtral-8x7B-v0.1_config.json",
     "MiniMaxAI--MiniMax-M2.5_config.json", "zai-org--GLM-5_config.json", "Qwen--Qwen3.5-397B-A17B_config.json",
     "Qwen--Qwen3-Coder-480B-A35B-Instruct_config.json", "Qwen--Qwen3-235B-A22B-FP8_config.json",
+    # the only config.json of Qwen/Qwen3.6-35B-A3B in the wheel (NVIDIA's NVFP4 repackaging): its text_config's
+    # structure is the model's; the FPM runs served the bf16 checkpoint, so its quantization_config is not read
+    "nvidia--Qwen3.6-35B-A3B-NVFP4_config.json",
 )
 
 VIDUR_COMMIT = "7d47513363ec447a741ac5e47241580b47724fbf"
@@ -67,6 +70,8 @@ AIC_FPM_BRANCH = "simonec/dev-layerwise-collector-clean-base"
 AIC_FPM_RUN = "fpm_upfront_qwen32_full_once_20260613_194007"
 AIC_FPM_TPS = (1, 2, 4, 8)
 AIC_FPM_LICENCE = "raw/wallclock/aic_fpm/LICENSE"
+# the hybrid MoE runs (issue 20, wave 12): Qwen/Qwen3.6-35B-A3B, bf16, every TP/EP/DP layout of two run folders
+AIC_FPM_MOE_RUNS = ("fpm_upfront_qwen36_moe_full_once_20260613_201336", "fpm_gap_qwen36_dp_ep_official_20260614_025420")
 LSS_COMMIT = "5daddb2"
 LSS_LICENCE = "raw/wallclock/llmservingsim/LICENSE"
 MLE_V2_COMMIT = "c3af7f31e231a2a7021c5f8e2a54dd712d02e6e2"
@@ -525,6 +530,56 @@ LSS_SIM_UNITS = {"input": "tokens", "output": "tokens", "arrival": "ns", "end_ti
                  "queuing_delay": "ns", "TTFT": "ns", "TPOT": "ns", "ITL": "ns (list)"}
 
 
+def fpm_moe_layout(cfg: dict, requested: dict) -> tuple[int, int, int]:
+    """(tp, ep, dp) of an FPM run from its vllm_metadata.json: attention TP, data-parallel ranks, and expert
+    parallelism over every GPU (tp x dp) when --enable-expert-parallel was given (vLLM), else 1."""
+    tp = int(cfg["parallel_config.tensor_parallel_size"])
+    dp = int(cfg.get("parallel_config.data_parallel_size") or 1)
+    ep = tp * dp if "--enable-expert-parallel" in (requested.get("extra_args") or []) else 1
+    return tp, ep, dp
+
+
+def vendor_fpm_moe(fpm: Path, repo_root: Path, base: dict) -> list:
+    """The Qwen3.6-35B-A3B FPM runs: each layout's fpm_metrics_phase.csv and vllm_metadata.json, byte for byte."""
+    import json
+
+    entries = []
+    for run_dir in AIC_FPM_MOE_RUNS:
+        for meta in sorted((fpm / run_dir).rglob("vllm_metadata.json")):
+            d = meta.parent
+            doc = json.loads(meta.read_text())
+            cfg, req = doc["effective_config"], doc["requested"]["deployment_config"]
+            if req["model"] != "Qwen/Qwen3.6-35B-A3B" or cfg["model_config.dtype"] != "torch.bfloat16":
+                sys.exit(f"{meta}: expected Qwen/Qwen3.6-35B-A3B in bf16, got {req['model']} {cfg['model_config.dtype']}")
+            tp, ep, dp = fpm_moe_layout(cfg, req)
+            run = f"qwen3.6-35b-a3b_tp{tp}_ep{ep}_dp{dp}"
+            rel = d.relative_to(fpm)
+            common = {**base, "gpu": "b300", "gpu_evidence": B300_REASONING, "framework": "vllm",
+                      "framework_version": str(cfg["vllm_version"]), "model": "qwen3.6-35b-a3b",
+                      "model_source": "Qwen/Qwen3.6-35B-A3B", "tp": tp, "ep": ep, "dp": dp, "run": run}
+            out = f"raw/wallclock/aic_fpm/{run}"
+            for fname, table, measures, units in (
+                    ("fpm_metrics_phase.csv", "aic_fpm_moe_steps",
+                     "one row per real vLLM engine step of DP rank 0 (Dynamo forward-pass metrics), the columns of "
+                     "aic_fpm_steps plus worker_id and dp_rank: batch composition, queue sizes and latency_ms",
+                     {"latency_ms": "ms", "*_tokens": "tokens", "*_requests": "requests"}),
+                    ("vllm_metadata.json", "aic_fpm_metadata",
+                     "the engine's effective configuration for the run (vLLM version, dtype, CUDA graph mode, "
+                     "tensor and data parallel sizes, prefix caching off) and the requested engine arguments "
+                     "(--enable-expert-parallel)", None)):
+                dst = f"{out}/{fname}"
+                copy(d / fname, repo_root / dst)
+                e = {"path": dst, "table": table, **common,
+                     "original_path": f"fpm_golden_runs/{rel}/{fname}", "measures": measures, "units": units}
+                if table == "aic_fpm_moe_steps":
+                    e["engine_config"] = {k.split(".")[-1]: cfg[k] for k in (
+                        "model_config.dtype", "compilation_config.cudagraph_mode", "compilation_config.mode",
+                        "scheduler_config.max_num_batched_tokens", "scheduler_config.max_num_seqs",
+                        "cache_config.enable_prefix_caching", "cache_config.block_size")}
+                entries.append(e)
+    return entries
+
+
 def vendor_wallclock(src: Path, repo_root: Path, lss_repo: Path | None = None) -> tuple[list, list]:
     """The real wall-clock sets of shared/datasets/wallclock: byte-for-byte copies."""
     entries, notes = [], []
@@ -584,10 +639,14 @@ def vendor_wallclock(src: Path, repo_root: Path, lss_repo: Path | None = None) -
                     "scheduler_config.max_num_batched_tokens", "scheduler_config.max_num_seqs",
                     "cache_config.enable_prefix_caching", "cache_config.block_size")}
             entries.append(e)
-    notes.append("aic_fpm (AIConfigurator forward-pass metrics): only the dense Qwen/Qwen3-32B runs "
-                 f"({AIC_FPM_RUN}, TP 1/2/4/8) are vendored. The mixture-of-experts runs of the same branch "
-                 "(Qwen3.6-35B-A3B, DeepSeek-V4-Flash; several TP/EP/DP layouts) are not vendored now: "
-                 "steptime does not model MoE layers yet. " + B300_REASONING + ".")
+    moe_entries = vendor_fpm_moe(fpm, repo_root, base)
+    entries += moe_entries
+    notes.append("aic_fpm (AIConfigurator forward-pass metrics): the dense Qwen/Qwen3-32B runs "
+                 f"({AIC_FPM_RUN}, TP 1/2/4/8) and the hybrid mixture-of-experts Qwen/Qwen3.6-35B-A3B runs "
+                 f"({', '.join(AIC_FPM_MOE_RUNS)}; {len(moe_entries) // 2} TP/EP/DP layouts, table aic_fpm_moe_steps, "
+                 "bf16) are vendored. DeepSeek-V4-Flash's runs are not: steptime cannot represent its attention "
+                 "(compressed attention with a sparse indexer). In the data-parallel runs only DP rank 0's steps are "
+                 "recorded (dp_rank 0 in every row). " + B300_REASONING + ".")
     notes.append("aic_fpm: 732 of the 26,819 Qwen3-32B rows (2.7%, every TP) hold more new tokens than the engine's "
                  "recorded max_num_batched_tokens of 2048 (context sweep rows of 4096 and 8192 tokens, mixed rows up "
                  "to 8191 + 1). The run's raw fpm_metrics.csv (same folder upstream, not vendored) reports the same "

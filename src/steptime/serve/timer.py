@@ -67,6 +67,9 @@ def _checked(model, gpu, tp, f_clk, kv_dtype, engine, dtype, constants, ep=1):
             raise ServeError(f"tensor-parallel degree {tp} must divide {model.key}'s {model.num_attention_heads} "
                              f"attention heads")
         ep = moe_step.check_layout(model, gpu, tp, ep, dtype)[1]
+        if getattr(model, "n_linear_layers", 0):
+            raise ServeError(f"{model.key} has Gated DeltaNet linear-attention layers: the serving simulator's timer "
+                             "does not represent them yet (predict_steps does: steptime.moe_step)")
     else:
         if as_int(ep, "expert-parallel degree ep", 1, ServeError) != 1:
             raise ServeError(f"expert parallelism (ep={ep}) applies to mixture-of-experts models; {model.key} is dense")

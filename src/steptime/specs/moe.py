@@ -2,9 +2,10 @@
 
 An `MoEModel` is a `Model` (attention, embeddings, dense layers) plus its experts: routed experts,
 top-k, shared experts, the expert width, which layers are dense, and the attention kind (GQA, or
-DeepSeek's multi-head latent attention with its ranks; a sliding window on some layers).
-A config.json whose structure steptime cannot represent (linear-attention hybrids, interleaved
-dense/MoE layers, sparse-indexer attention, ...) is refused with one line that names what.
+DeepSeek's multi-head latent attention with its ranks; a sliding window on some layers; Qwen3.5/3.6's
+hybrid of Gated DeltaNet linear-attention layers and gated full-attention layers, 1 of every
+`full_attention_interval`). A config.json whose structure steptime cannot represent (other linear-attention
+hybrids, interleaved dense/MoE layers, sparse-indexer attention, ...) is refused with one line that names what.
 """
 
 from __future__ import annotations
@@ -22,7 +23,17 @@ ATTENTION_KINDS = ("gqa", "mla")
 WEIGHT_DTYPES = ("bf16", "fp8", "fp8_block", "mxfp4", "nvfp4", "int4")  # int4: as published, not a timed dtype
 # architectures whose blocks are attention + (dense MLP | routed MoE with optional shared experts)
 SUPPORTED_ARCHS = ("DeepseekV3ForCausalLM", "Qwen3MoeForCausalLM", "Qwen2MoeForCausalLM", "MixtralForCausalLM",
-                   "GptOssForCausalLM", "MiniMaxM2ForCausalLM")
+                   "GptOssForCausalLM", "MiniMaxM2ForCausalLM", "Qwen3_5MoeForConditionalGeneration",
+                   "Qwen3_5MoeForCausalLM")
+# a text_config read on its own names no architecture: its model_type does
+MODEL_TYPE_ARCH = MappingProxyType({"qwen3_5_moe_text": "Qwen3_5MoeForCausalLM"})
+# multimodal architectures whose text model steptime reads from `text_config` (a text-only step: the vision
+# tower runs only on image/video inputs, which the timed requests do not carry)
+TEXT_CONFIG_ARCHS = ("Qwen3_5MoeForConditionalGeneration",)
+# the Gated DeltaNet fields of a hybrid (full_attention_interval > 0); config.json's names
+GDN_FIELDS = ("linear_num_key_heads", "linear_num_value_heads", "linear_key_head_dim", "linear_value_head_dim",
+              "linear_conv_kernel_dim")
+SSM_DTYPES = ("float32", "bfloat16")
 
 
 def _model_cls():
@@ -53,6 +64,16 @@ def _make_moe_class():
         sliding_layers_every: int = 0   # 1 of every n layers has the window
         weights_dtype: str = "bf16"
         config: str = ""
+        # Qwen3.5/3.6 hybrid: 1 of every `full_attention_interval` layers is full (gated) attention, the others
+        # Gated DeltaNet linear attention (0: every layer full attention)
+        full_attention_interval: int = 0
+        linear_num_key_heads: int = 0
+        linear_num_value_heads: int = 0
+        linear_key_head_dim: int = 0
+        linear_value_head_dim: int = 0
+        linear_conv_kernel_dim: int = 0
+        attn_output_gate: bool = False     # q_proj also produces a sigmoid gate of the attention output (2x q)
+        mamba_ssm_dtype: str = "float32"   # the recurrent state's dtype (config.json's; vLLM keeps the state in it)
 
         def __post_init__(self):
             super().__post_init__()
@@ -84,6 +105,21 @@ def _make_moe_class():
                                            f"qk_rope_head_dim ({self.qk_nope_head_dim + self.qk_rope_head_dim})")
             if bool(self.sliding_window) != bool(self.sliding_layers_every):
                 raise ModelConfigError(f"{where}: sliding_window and sliding_layers_every go together")
+            if self.full_attention_interval:
+                bad = [f for f in GDN_FIELDS if isinstance(getattr(self, f), bool) or not isinstance(getattr(self, f), int)
+                       or getattr(self, f) < 1]
+                if bad or self.full_attention_interval < 1:
+                    raise ModelConfigError(f"{where}: a linear-attention hybrid (full_attention_interval "
+                                           f"{self.full_attention_interval!r}) needs positive {', '.join(bad or GDN_FIELDS)}")
+                if self.num_hidden_layers % self.full_attention_interval:
+                    raise ModelConfigError(f"{where}: full_attention_interval ({self.full_attention_interval}) must "
+                                           f"divide num_hidden_layers ({self.num_hidden_layers})")
+                if self.linear_num_value_heads % self.linear_num_key_heads:
+                    raise ModelConfigError(f"{where}: linear_num_value_heads must be a multiple of linear_num_key_heads")
+                if self.attention != "gqa" or self.sliding_window:
+                    raise ModelConfigError(f"{where}: a linear-attention hybrid has GQA full-attention layers only")
+                if self.mamba_ssm_dtype not in SSM_DTYPES:
+                    raise ModelConfigError(f"{where}: mamba_ssm_dtype must be one of {', '.join(SSM_DTYPES)}")
             if self.weights_dtype not in WEIGHT_DTYPES:
                 raise ModelConfigError(f"{where}: weights_dtype must be one of {', '.join(WEIGHT_DTYPES)}, "
                                        f"got {self.weights_dtype!r}")
@@ -92,6 +128,41 @@ def _make_moe_class():
         @property
         def is_moe(self) -> bool:
             return True
+
+        @property
+        def n_linear_layers(self) -> int:
+            """Gated DeltaNet (linear-attention) layers; 0 unless a hybrid."""
+            if not self.full_attention_interval:
+                return 0
+            return self.num_hidden_layers - self.num_hidden_layers // self.full_attention_interval
+
+        @property
+        def n_full_layers(self) -> int:
+            """Layers with (full or sliding-window) softmax attention and a KV cache."""
+            return self.num_hidden_layers - self.n_linear_layers
+
+        @property
+        def gdn_key_dim(self) -> int:
+            return self.linear_num_key_heads * self.linear_key_head_dim
+
+        @property
+        def gdn_value_dim(self) -> int:
+            return self.linear_num_value_heads * self.linear_value_head_dim
+
+        def gdn_params(self) -> int:
+            """One Gated DeltaNet layer: in_proj_qkvz (q, k, v, z), in_proj_ba (beta, a), out_proj, conv1d."""
+            h, kd, vd = self.hidden_size, self.gdn_key_dim, self.gdn_value_dim
+            conv = (2 * kd + vd) * self.linear_conv_kernel_dim
+            return h * (2 * kd + 2 * vd) + h * 2 * self.linear_num_value_heads + vd * h + conv
+
+        def gdn_state_bytes(self, tp: int = 1, conv_bytes: int = 2) -> float:
+            """One request's state in ONE Gated DeltaNet layer on one GPU (heads split tp ways): the recurrent
+            state (value heads x key dim x value dim, in mamba_ssm_dtype) and the conv1d's last kernel - 1 inputs
+            (in the model dtype)."""
+            sb = 4 if self.mamba_ssm_dtype == "float32" else 2
+            rec = self.linear_num_value_heads / tp * self.linear_key_head_dim * self.linear_value_head_dim * sb
+            conv = (2 * self.gdn_key_dim + self.gdn_value_dim) / tp * (self.linear_conv_kernel_dim - 1) * conv_bytes
+            return rec + conv
 
         @property
         def n_moe_layers(self) -> int:
@@ -117,7 +188,8 @@ def _make_moe_class():
                 kv = h * (self.kv_lora_rank + self.qk_rope_head_dim) + \
                     self.kv_lora_rank * H * (self.qk_nope_head_dim + self.v_head_dim)
                 return q + kv + H * self.v_head_dim * h
-            return h * self.qkv_out + self.q_size * h
+            q_gate = self.q_size * h if self.attn_output_gate else 0  # the gate half of q_proj
+            return h * self.qkv_out + q_gate + self.q_size * h
 
         def expert_params(self) -> int:
             """One routed expert (gate, up, down)."""
@@ -138,7 +210,8 @@ def _make_moe_class():
             moe = h * self.num_experts + experts * self.expert_params() + 3 * h * self.shared_inter
             emb = self.vocab_size * h
             head = 0 if self.tie_word_embeddings else self.vocab_size * h
-            return (self.num_hidden_layers * self.attention_params() + self.n_dense_layers * dense_mlp
+            gdn = self.n_linear_layers * self.gdn_params() if self.n_linear_layers else 0
+            return (self.n_full_layers * self.attention_params() + gdn + self.n_dense_layers * dense_mlp
                     + self.n_moe_layers * moe + emb + head)
 
         # ---- KV cache
@@ -197,13 +270,20 @@ _UNREPRESENTABLE = (
 def moe_from_config(cfg: dict, path) -> object:
     """An MoEModel from a config.json already known to be MoE; refuse what steptime cannot represent."""
     where = str(path)
+    archs = cfg.get("architectures") or []
+    arch = archs[0] if archs else MODEL_TYPE_ARCH.get(str(cfg.get("model_type")), cfg.get("model_type", "?"))
     text = cfg.get("text_config") if isinstance(cfg.get("text_config"), dict) else None
     if text is not None:
-        raise UnsupportedModelError(f"{where}: a multimodal config (text_config): steptime cannot represent "
-                                    "its vision tower; give the text model's config.json")
-    archs = cfg.get("architectures") or []
-    arch = archs[0] if archs else cfg.get("model_type", "?")
+        if arch not in TEXT_CONFIG_ARCHS:
+            raise UnsupportedModelError(f"{where}: a multimodal config (text_config) of {arch}: steptime cannot "
+                                        "represent its vision tower; give the text model's config.json")
+        # a text-only step: the text model's structure; the vision tower is not represented
+        cfg = {**text, "architectures": [arch], "tie_word_embeddings": cfg.get("tie_word_embeddings",
+                                                                               text.get("tie_word_embeddings"))}
+    hybrid = hybrid_fields(cfg, where, arch)
     for key, bad, what in _UNREPRESENTABLE:
+        if hybrid and key == "layer_types":
+            continue
         if key in cfg and bad(cfg[key]):
             raise UnsupportedModelError(f"{where}: {arch} has {what} ({key}={str(cfg[key])[:40]}): steptime "
                                         "cannot represent it")
@@ -222,8 +302,12 @@ def moe_from_config(cfg: dict, path) -> object:
         head_dim = nope + rope
     else:
         head_dim = _cfg_int(cfg, "head_dim", where, None) or hidden // heads
-    inter = _cfg_int(cfg, "intermediate_size", where)
+    inter = _cfg_int(cfg, "intermediate_size", where, None)
     moe_inter = _cfg_int(cfg, "moe_intermediate_size", where, None) or inter
+    if inter is None and moe_inter is not None and not cfg.get("first_k_dense_replace"):
+        inter = moe_inter  # no dense layer (Qwen3.5/3.6 give no intermediate_size): the expert width stands in
+    if inter is None or moe_inter is None:
+        raise ModelConfigError(f"{where}: config.json gives no intermediate_size")
     sliding = cfg.get("sliding_window") if isinstance(cfg.get("layer_types"), list) else None
     every = 0
     if sliding:
@@ -253,4 +337,27 @@ def moe_from_config(cfg: dict, path) -> object:
         attention="mla" if mla else "gqa", q_lora_rank=int(cfg.get("q_lora_rank") or 0),
         kv_lora_rank=int(cfg.get("kv_lora_rank") or 0), qk_nope_head_dim=int(cfg.get("qk_nope_head_dim") or 0),
         qk_rope_head_dim=int(cfg.get("qk_rope_head_dim") or 0), v_head_dim=int(cfg.get("v_head_dim") or 0),
-        sliding_window=int(sliding or 0), sliding_layers_every=every, weights_dtype=wd)
+        sliding_window=int(sliding or 0), sliding_layers_every=every, weights_dtype=wd, **hybrid)
+
+
+def hybrid_fields(cfg: dict, where: str, arch: str) -> dict:
+    """The Gated DeltaNet hybrid's fields of a config (Qwen3.5/3.6: layer_types of linear_attention and
+    full_attention, one full layer of every full_attention_interval), {} for a model without linear layers.
+    Refuses a hybrid steptime cannot represent: linear layers without the Gated DeltaNet dims, or an
+    irregular layer pattern."""
+    lt = cfg.get("layer_types")
+    if not (isinstance(lt, list) and any("linear" in str(t) for t in lt)):
+        return {}
+    missing = [f for f in GDN_FIELDS if not isinstance(cfg.get(f), int)]
+    if missing:
+        raise UnsupportedModelError(f"{where}: {arch} has linear-attention layers (layer_types) without the Gated "
+                                    f"DeltaNet dims ({', '.join(missing)}): steptime cannot represent them")
+    n = int(cfg.get("full_attention_interval") or 0)
+    want = ["full_attention" if (i + 1) % n == 0 else "linear_attention" for i in range(len(lt))] if n else None
+    if want is None or [str(t) for t in lt] != want:
+        raise UnsupportedModelError(f"{where}: {arch} has linear- and full-attention layers in a pattern other "
+                                    "than one full layer of every full_attention_interval: steptime cannot "
+                                    "represent it")
+    ssm = str(cfg.get("mamba_ssm_dtype") or cfg.get("dtype") or "bfloat16")
+    return {"full_attention_interval": n, **{f: int(cfg[f]) for f in GDN_FIELDS},
+            "attn_output_gate": bool(cfg.get("attn_output_gate", False)), "mamba_ssm_dtype": ssm}

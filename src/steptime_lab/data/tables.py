@@ -29,6 +29,7 @@ READERS = {
     "aic_gemm_engine": ("steptime_lab.data.aic", "read_gemm_file"),  # TRT-LLM / SGLang bf16 + fp8 (issue 19)
     "aic_fpm_steps": ("steptime_lab.data.wallclock", "read_fpm_file"),
     "aic_fpm_steps_detail": ("steptime_lab.data.wallclock", "read_fpm_detail_file"),
+    "aic_fpm_moe_steps": ("steptime_lab.data.wallclock", "read_fpm_moe_file"),
     "aic_fpm_metadata": ("steptime_lab.data.wallclock", "read_fpm_metadata"),
     "aic_fpm_workload": ("steptime_lab.data.wallclock", "read_fpm_workload_file"),
     "llmservingsim_requests": ("steptime_lab.data.wallclock", "read_servingsim_requests_file"),
@@ -68,6 +69,7 @@ TIDY = {
     "gemm_fp8": ("steptime_lab.data.wallclock", "load_aic_gemm_fp8", {}),
     "gemm_engines": ("steptime_lab.data.aic", "load_aic_gemm_engines", {}),
     "fpm_steps": ("steptime_lab.data.wallclock", "load_fpm_steps", {}),
+    "fpm_moe_steps": ("steptime_lab.data.wallclock", "load_fpm_moe_steps", {}),
     "fpm_workload": ("steptime_lab.data.wallclock", "load_fpm_workload", {}),
     "servingsim_requests": ("steptime_lab.data.wallclock", "load_servingsim_requests", {}),
     "servingsim_timeseries": ("steptime_lab.data.wallclock", "load_servingsim_timeseries", {}),

@@ -191,6 +191,28 @@ def read_fpm_file(entry: Entry) -> pd.DataFrame:
     return _model_cols(df, "model_source", entry.rel)
 
 
+FPM_MOE_COLUMNS = [c for c in FPM_STEP_COLUMNS if c not in ("var_prefill_length", "var_decode_kv_tokens")]
+
+
+def read_fpm_moe_file(entry: Entry) -> pd.DataFrame:
+    """One fpm_metrics_phase.csv of an MoE run (the dense layout's checks) with its layout from the manifest:
+    attention TP `tp`, expert parallelism `ep` and data-parallel ranks `dp`, and each row's dp_rank."""
+    df = read_fpm_file(entry)
+    for k in ("ep", "dp"):
+        if int(entry.get(k, 0)) < 1:
+            raise DataError(f"{entry.rel}: raw/MANIFEST.yaml gives no {k} for this MoE run")
+    df["ep"], df["dp"] = int(entry.get("ep")), int(entry.get("dp"))
+    df["dp_rank"] = read_csv(entry.path)["dp_rank"].to_numpy("int64")
+    return df[FPM_MOE_COLUMNS[:8] + ["ep", "dp", "dp_rank"] + FPM_MOE_COLUMNS[8:]]
+
+
+def load_fpm_moe_steps(*, root=None) -> pd.DataFrame:
+    """Every vendored FPM MoE run's steps (read_fpm_moe_file), sorted by run and step counter."""
+    ents = load_manifest(root).entries("aic_fpm_moe_steps")
+    out = _concat([read_fpm_moe_file(e) for e in ents], "aic_fpm_moe_steps", None)
+    return out.sort_values(["model", "run", "counter_id"], kind="stable").reset_index(drop=True)
+
+
 def read_fpm_detail_file(entry: Entry) -> pd.DataFrame:
     """One fpm_metrics_detail.csv, checked: counter_id and the two variance columns (and what they share
     with the phase file, for the join check)."""
@@ -210,6 +232,10 @@ def read_fpm_metadata(entry: Entry) -> None:
     if entry.get("tp") is not None and int(cfg["parallel_config.tensor_parallel_size"]) != int(entry.get("tp")):
         raise DataError(f"{entry.rel}: row all, column 'parallel_config.tensor_parallel_size': "
                         f"{cfg['parallel_config.tensor_parallel_size']} but raw/MANIFEST.yaml says tp {entry.get('tp')}")
+    dp = int(cfg.get("parallel_config.data_parallel_size") or 1)
+    if entry.get("dp") is not None and dp != int(entry.get("dp")):
+        raise DataError(f"{entry.rel}: row all, column 'parallel_config.data_parallel_size': {dp} but "
+                        f"raw/MANIFEST.yaml says dp {entry.get('dp')}")
     if str(cfg["vllm_version"]) != str(entry.get("framework_version")):
         raise DataError(f"{entry.rel}: row all, column 'vllm_version': {cfg['vllm_version']} but "
                         f"raw/MANIFEST.yaml says {entry.get('framework_version')}")

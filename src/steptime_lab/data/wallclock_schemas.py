@@ -26,7 +26,7 @@ _MODEL = {"model": _str(), "model_source": _str(), "arch": pa.Column(str, Check.
 
 
 def raw_columns(table: str) -> dict:
-    if table == "aic_fpm_steps":
+    if table in ("aic_fpm_steps", "aic_fpm_moe_steps"):
         return {"phase": pa.Column(str, Check.isin(["context", "decode", "mixed"])),
                 "workload_segment": pa.Column(str, Check.isin(["sweep", "real"])),
                 "counter_id": _nonneg_int(), **{c: _nonneg_int() for c in _FPM_COUNTS},
@@ -84,6 +84,13 @@ def tidy_columns(name: str) -> dict:
                 "var_prefill_length": _nonneg_float(), "var_decode_kv_tokens": _nonneg_float(),
                 "latency_ms": _latency(), "max_num_batched_tokens": _pos_int(), "max_num_seqs": _pos_int(),
                 "over_token_budget": pa.Column(bool)}
+    if name == "fpm_moe_steps":
+        return {"gpu": _str(), **_MODEL, "engine": _str(), "engine_version": _str(), "tp": _pos_int(), "ep": _pos_int(),
+                "dp": _pos_int(), "dp_rank": _nonneg_int(), "run": _str(),
+                "phase": pa.Column(str, Check.isin(["context", "decode", "mixed"])), "workload_segment": _str(),
+                "counter_id": _nonneg_int(), **{c: _nonneg_int() for c in _FPM_COUNTS}, "num_tokens": _pos_int(),
+                "latency_ms": _latency(), "max_num_batched_tokens": _pos_int(), "max_num_seqs": _pos_int(),
+                "over_token_budget": pa.Column(bool)}
     if name == "fpm_workload":
         return {"gpu": _str(), **_MODEL, "tp": _pos_int(), "run": _str(), "prompt_tokens": _pos_int(),
                 "max_tokens": _pos_int()}
@@ -114,8 +121,8 @@ def tidy_columns(name: str) -> dict:
     raise KeyError(name)
 
 
-RAW_TABLES = ("aic_fpm_steps", "aic_fpm_steps_detail", "aic_fpm_workload", "llmservingsim_requests",
+RAW_TABLES = ("aic_fpm_steps", "aic_fpm_moe_steps", "aic_fpm_steps_detail", "aic_fpm_workload", "llmservingsim_requests",
               "llmservingsim_timeseries", "llmservingsim_sim", "mlenergy_v2", "mlenergy_v3", "aic_silicon")
-TIDY_TABLES = ("fpm_steps", "fpm_workload", "servingsim_requests", "servingsim_timeseries", "servingsim_sim",
+TIDY_TABLES = ("fpm_steps", "fpm_moe_steps", "fpm_workload", "servingsim_requests", "servingsim_timeseries", "servingsim_sim",
                "mlenergy_v2",
                "mlenergy_v3", "aic_silicon")
