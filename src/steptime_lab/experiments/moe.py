@@ -403,7 +403,10 @@ def document(r: dict, target_pct: float) -> dict:
                      "scale only laws of the GPU's bf16 kernel family; GA100/GH100's partitioned L2 holds a weight "
                      "set in half the L2 (terms.moe.l2_effective_bytes); the memory-efficiency ramp is in the bytes "
                      "the stream moves in 10 us (a fixed latency), not in L2 sizes (a latency of L2 / bandwidth, 5-7x "
-                     "longer on the GDDR parts).",
+                     "longer on the GDDR parts). Wave 12: the cell set grew with the models listed in "
+                     "specs/moe_models.yaml (Qwen3-Coder-480B-A35B, Qwen3.6-35B-A3B, Qwen3.5-397B-A17B add their "
+                     "expert shapes where the tables measure them); the law is unchanged, and every GPU's score moved "
+                     "with the larger cell set (the per-GPU scores before and after are in the wave-12 note).",
         "tiling": {g: {dt: {k: p.get(k) for k in ("tile_m", "unpadded_rows")} for dt, p in v["per_dtype"].items()}
                    for g, v in r["fits"].items()},
     }
