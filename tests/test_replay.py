@@ -7,6 +7,7 @@ import pytest
 from steptime.errors import SteptimeError
 from steptime_lab.experiments import replay as R
 from steptime.calibration import Constants
+from prefill_wave import wave_first_token_times  # tests/prefill_wave.py
 
 PROMPTS = {("mlenergy-v3", "lm-arena-chat"): 250}
 
@@ -179,17 +180,5 @@ def test_harness_first_round_is_the_wave():
     steps without decodes) their TTFTs are the wave, the stream of c x ISL tokens in budget-sized steps."""
     c, isl = 6, 3000
     run, timer = _harness_run(c, isl, 8, "sglang")
-    t, firsts, left, comp = 0.0, [], [isl] * c, [0] * c
-    while any(left):
-        take, budget = [], R.DEFAULT_BUDGET
-        for i in range(c):
-            take.append(min(left[i], budget))
-            budget -= take[-1]
-        ids = [i for i in range(c) if take[i]]
-        t += timer.step_arrays(np.array([take[i] for i in ids]), np.array([comp[i] for i in ids]))
-        for i in ids:
-            comp[i] += take[i]
-            left[i] -= take[i]
-            if not left[i]:
-                firsts.append(t)
+    firsts = wave_first_token_times(timer, c, isl, R.DEFAULT_BUDGET)
     assert run.requests["ttft_s"].iloc[:c].to_numpy() == pytest.approx(firsts, rel=1e-9)

@@ -9,6 +9,7 @@ from steptime.errors import ServeError, SteptimeError
 from steptime.serve import (Policy, StepTimer, Workload, from_table, policy, simulate, simulate_disagg,
                             static_batch, synthetic, weighted_quantile)
 from steptime.step import predict_steps
+from prefill_wave import wave_first_token_times  # tests/prefill_wave.py
 
 M, G = "llama-3.1-8b", "h100-sxm"
 
@@ -379,21 +380,7 @@ def test_prefill_first_steps_carry_no_decodes(timer):
     assert d["finish_s"].iloc[:c].nunique() == 1  # the first wave finishes in one step
     assert (d["arrival_s"].iloc[c:2 * c] == d["finish_s"].iloc[0]).all()
     # the first wave: a stream of c x isl prompt tokens in 4096-token prefill steps, nothing else
-    t, firsts, left = 0.0, [], [isl] * c
-    comp = [0] * c
-    while any(left):
-        take, budget = [], 4096
-        for i in range(c):
-            k = min(left[i], budget)
-            take.append(k)
-            budget -= k
-        ids = [i for i in range(c) if take[i]]
-        t += timer.step_arrays(np.array([take[i] for i in ids]), np.array([comp[i] for i in ids]))
-        for i in ids:
-            comp[i] += take[i]
-            left[i] -= take[i]
-            if not left[i]:
-                firsts.append(t)
+    firsts = wave_first_token_times(timer, c, isl, 4096)
     assert d["first_token_s"].iloc[:c].to_numpy() == pytest.approx(firsts, rel=1e-9)
     mixed = simulate(M, G, wl, Policy("vllm", max_num_seqs=c, max_num_batched_tokens=4096), timer=timer).requests
     assert mixed["finish_s"].iloc[:c].nunique() > 1  # mixed steps let the early requests decode during the wave
