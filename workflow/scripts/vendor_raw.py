@@ -539,6 +539,18 @@ def fpm_moe_layout(cfg: dict, requested: dict) -> tuple[int, int, int]:
     return tp, ep, dp
 
 
+# a fresh copy per manifest entry (a shared dict would be written as a YAML anchor)
+FPM_STEP_UNITS = {"latency_ms": "ms", "*_tokens": "tokens", "*_requests": "requests"}
+# the engine settings a run's vllm_metadata.json records that its steps' manifest entry carries
+FPM_ENGINE_CONFIG = ("model_config.dtype", "compilation_config.cudagraph_mode", "compilation_config.mode",
+                     "scheduler_config.max_num_batched_tokens", "scheduler_config.max_num_seqs",
+                     "cache_config.enable_prefix_caching", "cache_config.block_size")
+
+
+def _fpm_engine_config(cfg: dict) -> dict:
+    return {k.split(".")[-1]: cfg[k] for k in FPM_ENGINE_CONFIG}
+
+
 def vendor_fpm_moe(fpm: Path, repo_root: Path, base: dict) -> list:
     """The Qwen3.6-35B-A3B FPM runs: each layout's fpm_metrics_phase.csv and vllm_metadata.json, byte for byte."""
     import json
@@ -562,7 +574,7 @@ def vendor_fpm_moe(fpm: Path, repo_root: Path, base: dict) -> list:
                     ("fpm_metrics_phase.csv", "aic_fpm_moe_steps",
                      "one row per real vLLM engine step of DP rank 0 (Dynamo forward-pass metrics), the columns of "
                      "aic_fpm_steps plus worker_id and dp_rank: batch composition, queue sizes and latency_ms",
-                     {"latency_ms": "ms", "*_tokens": "tokens", "*_requests": "requests"}),
+                     dict(FPM_STEP_UNITS)),
                     ("vllm_metadata.json", "aic_fpm_metadata",
                      "the engine's effective configuration for the run (vLLM version, dtype, CUDA graph mode, "
                      "tensor and data parallel sizes, prefix caching off) and the requested engine arguments "
@@ -572,10 +584,7 @@ def vendor_fpm_moe(fpm: Path, repo_root: Path, base: dict) -> list:
                 e = {"path": dst, "table": table, **common,
                      "original_path": f"fpm_golden_runs/{rel}/{fname}", "measures": measures, "units": units}
                 if table == "aic_fpm_moe_steps":
-                    e["engine_config"] = {k.split(".")[-1]: cfg[k] for k in (
-                        "model_config.dtype", "compilation_config.cudagraph_mode", "compilation_config.mode",
-                        "scheduler_config.max_num_batched_tokens", "scheduler_config.max_num_seqs",
-                        "cache_config.enable_prefix_caching", "cache_config.block_size")}
+                    e["engine_config"] = _fpm_engine_config(cfg)
                 entries.append(e)
     return entries
 
@@ -604,14 +613,13 @@ def vendor_wallclock(src: Path, repo_root: Path, lss_repo: Path | None = None) -
                   "framework_version": ver, "model": "qwen3-32b", "model_source": "Qwen/Qwen3-32B", "tp": tp,
                   "run": f"qwen3-32b_tp{tp}"}
         out = f"raw/wallclock/aic_fpm/qwen3-32b_tp{tp}"
-        step_units = {"latency_ms": "ms", "*_tokens": "tokens", "*_requests": "requests"}
         files = [
             ("fpm_metrics_phase.csv", "aic_fpm_steps",
              "one row per real vLLM engine step (Dynamo forward-pass metrics): batch composition (new prefill "
              "tokens and requests, their prefix already in the KV cache, decode requests and their summed KV "
              "length), queue sizes, and latency_ms, the step's wall time with the scheduler included; phase "
              "context (isolated prefill sweep at 128/1024/4096 tokens), decode or mixed; workload_segment "
-             "sweep (synthetic) or real (chat-shaped requests at concurrency 32)", step_units),
+             "sweep (synthetic) or real (chat-shaped requests at concurrency 32)", dict(FPM_STEP_UNITS)),
             ("fpm_metrics_detail.csv", "aic_fpm_steps_detail",
              "the same steps as fpm_metrics_phase.csv (same counter_id), with the variance of the prefill "
              "lengths and of the decode KV lengths within each step (needed for the quadratic prefill-"
@@ -634,10 +642,7 @@ def vendor_wallclock(src: Path, repo_root: Path, lss_repo: Path | None = None) -
                  "original_path": f"fpm_golden_runs/{AIC_FPM_RUN}/{run}/{fname}", "measures": measures,
                  "units": units}
             if table == "aic_fpm_steps":
-                e["engine_config"] = {k.split(".")[-1]: cfg[k] for k in (
-                    "model_config.dtype", "compilation_config.cudagraph_mode", "compilation_config.mode",
-                    "scheduler_config.max_num_batched_tokens", "scheduler_config.max_num_seqs",
-                    "cache_config.enable_prefix_caching", "cache_config.block_size")}
+                e["engine_config"] = _fpm_engine_config(cfg)
             entries.append(e)
     moe_entries = vendor_fpm_moe(fpm, repo_root, base)
     entries += moe_entries
