@@ -16,6 +16,8 @@ Rows steptime cannot represent are left out with one reason each (counted in the
 
 from __future__ import annotations
 
+from functools import lru_cache
+
 import numpy as np
 import pandas as pd
 
@@ -53,6 +55,7 @@ def model_key(name: str, source: str, model_map: dict, configs: dict | None = No
     return None, "no cited config.json in specs/moe_models.yaml (model not represented)"
 
 
+@lru_cache(maxsize=None)  # read once per file: resolve_row asks for every row of that checkpoint
 def block_scaled_checkpoint(path) -> bool:
     """Whether a served checkpoint's own config.json (vendored) quantizes its weights in blocks
     (quantization_config.weight_block_size): an engine loading it runs the block-scaled fp8 kernels whatever
