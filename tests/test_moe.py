@@ -102,7 +102,7 @@ def test_moe_config_path_accepted(tmp_path):
 
 @pytest.mark.parametrize("kw,needle", [
     ({"layer_types": ["linear_attention", "full_attention"]}, "linear-attention layers"),
-    ({"decoder_sparse_step": 2}, "MoE on only every n-th layer"),
+    ({"decoder_sparse_step": 0.5}, "MoE layer step"),
     ({"mlp_only_layers": [3]}, "dense layers at arbitrary positions"),
     ({"index_topk": 2048}, "sparse-indexer attention"),
     ({"architectures": ["JambaForCausalLM"]}, "'JambaForCausalLM': steptime cannot represent"),
@@ -529,7 +529,8 @@ STRUCTURE = ("hidden_size", "num_hidden_layers", "num_attention_heads", "num_key
              "first_k_dense_replace", "attention", "q_lora_rank", "kv_lora_rank", "qk_nope_head_dim",
              "full_attention_interval", "linear_num_key_heads", "linear_num_value_heads", "linear_key_head_dim",
              "linear_value_head_dim", "linear_conv_kernel_dim", "attn_output_gate", "mamba_ssm_dtype",
-             "qk_rope_head_dim", "v_head_dim", "sliding_window", "sliding_layers_every")
+             "qk_rope_head_dim", "v_head_dim", "sliding_window", "sliding_layers_every", "attention_chunk_size",
+             "global_layers_every", "moe_layer_step")
 
 
 @pytest.mark.parametrize("key", moe_model_keys())
@@ -570,3 +571,50 @@ def test_cutlass_kernel_family_is_per_sm_generation():
     assert M.kernel_family(src, get_gpu("rtx-pro-6000")) == "cutlass_sm120"
     assert M.kernel_family(src) == "cutlass"
     assert M.kernel_family("vllm_fp8moe_triton_tritonexperts", get_gpu("h100")) == "triton"
+
+
+# --------------------------------------------------------------------------- Llama 4 (wave 13)
+@pytest.mark.parametrize("key,total_b,active_b,moe,dense", [
+    # model cards: Scout 109B total (with its vision tower, not represented here) and 17B active; Maverick 400B / 17B
+    ("llama-4-scout", 109, 17, 48, 0), ("llama-4-maverick", 400, 17, 24, 24)])
+def test_llama4_structure_and_parameters(key, total_b, active_b, moe, dense):
+    m = get_model(key)
+    assert (m.n_moe_layers, m.n_dense_layers) == (moe, dense)
+    assert m.attention_window == 8192 and m.n_window_layers == 36  # chunked on 3 of every 4 layers
+    assert m.n_params() / 1e9 == pytest.approx(total_b, rel=0.02)
+    assert m.n_active_params() / 1e9 == pytest.approx(active_b, rel=0.02)
+
+
+def test_interleaved_moe_layers_from_a_config(tmp_path):
+    p = tmp_path / "config.json"
+    p.write_text(json.dumps(_qwen_cfg(decoder_sparse_step=2)))
+    m, full = get_model(str(p)), get_model("qwen3-30b-a3b")
+    assert (m.n_moe_layers, m.n_dense_layers) == (24, 24)
+    # half the layers trade the routed experts and router for a dense MLP of intermediate_size
+    h = m.hidden_size
+    moe_layer = h * m.num_experts + m.num_experts * m.expert_params()
+    assert full.n_params() - m.n_params() == 24 * (moe_layer - 3 * h * m.intermediate_size)
+
+
+def test_llama4_nope_layers_in_another_pattern_refused(tmp_path, repo_root):
+    cfg = json.loads((repo_root / "raw/aiconfigurator/model_configs/"
+                      "meta-llama--Llama-4-Scout-17B-16E-Instruct_config.json").read_text())
+    cfg["text_config"]["no_rope_layers"] = [1, 0] * 24
+    p = tmp_path / "config.json"
+    p.write_text(json.dumps(cfg))
+    with pytest.raises(ModelConfigError, match="NoPE") as e:
+        get_model(str(p))
+    assert "\n" not in str(e.value)
+
+
+def test_chunked_layers_attend_at_most_one_chunk():
+    """Past the chunk, only the 12 global layers' decode attention still grows with the context."""
+    from steptime import predict_step
+
+    m = get_model("llama-4-scout")
+    t = {kv: predict_step(m, "h100", decode=[(1, kv)], tp=4, ep=4).terms_ms["attn_decode"]
+         for kv in (4096, 8192, 16384, 32768)}
+    below, above = t[8192] - t[4096], t[32768] - t[16384]
+    assert above > 0
+    # per added KV token every layer grows below the chunk, 12 of 48 above it
+    assert above / 16384 == pytest.approx(below / 4096 * 12 / 48, rel=0.05)

@@ -166,7 +166,7 @@ def cmd_models(a) -> int:
     for k, m in moe.items():
         print(f"{k:<17}{m.hidden_size:>7}{m.num_hidden_layers:>7}{m.attention:>5}{m.num_experts:>8}"
               f"{m.num_experts_per_tok:>6}{m.n_shared_experts:>7}{m.moe_intermediate_size:>8}"
-              f"{m.first_k_dense_replace:>6}{m.n_active_params() / 1e9:>9.2f}{m.n_params() / 1e9:>9.2f}")
+              f"{m.n_dense_layers:>6}{m.n_active_params() / 1e9:>9.2f}{m.n_params() / 1e9:>9.2f}")
     return 0
 
 

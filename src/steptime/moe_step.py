@@ -86,8 +86,10 @@ def attention_geometry(model, tp: int) -> tuple:
 
 
 def sliding_layers(model) -> int:
-    """How many layers attend over a sliding window (1 of every `sliding_layers_every`), 0 without one."""
-    return model.num_hidden_layers // model.sliding_layers_every if model.sliding_layers_every else 0
+    """How many layers attend over a window of at most `model.attention_window` keys: gpt-oss's sliding
+    window (1 of every `sliding_layers_every`) or Llama 4's attention chunk (all but 1 of every
+    `global_layers_every`); 0 without one (MoEModel.n_window_layers)."""
+    return model.n_window_layers
 
 
 def mla_tokens(step_id, new, kv, n_steps):
@@ -250,7 +252,7 @@ def block_terms(model, gpu, step_id, new, kv, T, n_steps, *, tp, ep, dtype, kv_d
 
             t = (L - n_slide) * latent(kv[mask])
             if n_slide:
-                t = t + n_slide * latent(np.minimum(kv[mask], model.sliding_window))
+                t = t + n_slide * latent(np.minimum(kv[mask], model.attention_window))
             put(name, t)
             continue
         if model.attention == "mla" and name == "attn_prefill":
@@ -266,7 +268,7 @@ def block_terms(model, gpu, step_id, new, kv, T, n_steps, *, tp, ep, dtype, kv_d
                                      kv_dtype=kv_dtype, f_clk=f_clk, group=step_id[mask], n_groups=n_steps)
         t = (Lf - n_slide) * a["t"]
         if n_slide:
-            w = attention.attention_time(new[mask], np.minimum(kv[mask], model.sliding_window), a_heads,
+            w = attention.attention_time(new[mask], np.minimum(kv[mask], model.attention_window), a_heads,
                                          a_kv_heads, a_dim, gpu, constants, kv_dtype=kv_dtype, f_clk=f_clk,
                                          group=step_id[mask], n_groups=n_steps)
             t = t + n_slide * w["t"]

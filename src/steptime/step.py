@@ -261,7 +261,7 @@ def validate_batch(model, gpu, new, kv, tp: int = 1, check_memory: bool = True, 
                          f"{model.num_attention_heads} attention heads")
     if check_memory:
         if is_moe(model):
-            win = (float((np.minimum(total, model.sliding_window) * count).sum()) if model.sliding_window
+            win = (float((np.minimum(total, model.attention_window) * count).sum()) if model.attention_window
                    else None)  # sliding-window layers hold at most the window per request
             need = moe_step.memory_bytes(model, float((total * count).sum()), tp, ep, dtype=weight_dtype,
                                          kv_dtype=kv_dtype, window_tokens=win, requests=float(count.sum()))

@@ -54,6 +54,8 @@ MODEL_CONFIGS = (
     # the only config.json of Qwen/Qwen3.6-35B-A3B in the wheel (NVIDIA's NVFP4 repackaging): its text_config's
     # structure is the model's; the FPM runs served the bf16 checkpoint, so its quantization_config is not read
     "nvidia--Qwen3.6-35B-A3B-NVFP4_config.json",
+    # Llama 4 (wave 13): multimodal configs whose text_config steptime reads (interleaved MoE, chunked attention)
+    "meta-llama--Llama-4-Scout-17B-16E-Instruct_config.json", "meta-llama--Llama-4-Maverick-17B-128E-Instruct_config.json",
 )
 
 VIDUR_COMMIT = "7d47513363ec447a741ac5e47241580b47724fbf"

@@ -120,7 +120,7 @@ def kv_capacity_blocks(timer: StepTimer, pol: Policy) -> int:
         layer = moe_step.kv_layer_bytes(m, tp, timer.kv_dtype)
         # sliding-window layers keep at most the window (plus the block it ends in) per running request: set
         # aside for max_num_seqs requests; the blocks are then counted in the full-attention layers' bytes
-        reserve = pol.max_num_seqs * (m.sliding_window + pol.block_size) * n_slide * layer
+        reserve = pol.max_num_seqs * (m.attention_window + pol.block_size) * n_slide * layer
         per_tok = (m.num_hidden_layers - n_slide) * layer
     else:
         kw = dict(weight_dtype=timer.dtype, kv_dtype=timer.kv_dtype)

@@ -116,7 +116,7 @@ class StepTimer:
             from steptime import moe_step
 
             self.heads, self.kv_heads, self.head_dim = moe_step.attention_geometry(m, self.tp)
-            self.n_slide, self.window = moe_step.sliding_layers(m), m.sliding_window
+            self.n_slide, self.window = moe_step.sliding_layers(m), m.attention_window
         self.L_full = self.L - self.n_slide
         self.needs_kvs = bool(self.n_slide)  # decode_steps needs each request's KV, not only their sum
         self.fc = attention.attention_constants(self.gpu, self.constants)

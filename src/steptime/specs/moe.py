@@ -2,10 +2,12 @@
 
 An `MoEModel` is a `Model` (attention, embeddings, dense layers) plus its experts: routed experts,
 top-k, shared experts, the expert width, which layers are dense, and the attention kind (GQA, or
-DeepSeek's multi-head latent attention with its ranks; a sliding window on some layers; Qwen3.5/3.6's
-hybrid of Gated DeltaNet linear-attention layers and gated full-attention layers, 1 of every
-`full_attention_interval`). A config.json whose structure steptime cannot represent (other linear-attention
-hybrids, interleaved dense/MoE layers, sparse-indexer attention, ...) is refused with one line that names what.
+DeepSeek's multi-head latent attention with its ranks; a sliding window on some layers; Llama 4's chunked
+local attention on all layers but 1 of every few; Qwen3.5/3.6's hybrid of Gated DeltaNet linear-attention
+layers and gated full-attention layers, 1 of every `full_attention_interval`; MoE on 1 of every
+`moe_layer_step` layers, dense MLPs between). A config.json whose structure steptime cannot represent (other
+linear-attention hybrids, dense layers at arbitrary positions, sparse-indexer attention, ...) is refused with
+one line that names what.
 """
 
 from __future__ import annotations
@@ -24,12 +26,19 @@ WEIGHT_DTYPES = ("bf16", "fp8", "fp8_block", "mxfp4", "nvfp4", "int4")  # int4: 
 # architectures whose blocks are attention + (dense MLP | routed MoE with optional shared experts)
 SUPPORTED_ARCHS = ("DeepseekV3ForCausalLM", "Qwen3MoeForCausalLM", "Qwen2MoeForCausalLM", "MixtralForCausalLM",
                    "GptOssForCausalLM", "MiniMaxM2ForCausalLM", "Qwen3_5MoeForConditionalGeneration",
-                   "Qwen3_5MoeForCausalLM")
+                   "Qwen3_5MoeForCausalLM", "Llama4ForConditionalGeneration", "Llama4ForCausalLM")
 # a text_config read on its own names no architecture: its model_type does
-MODEL_TYPE_ARCH = MappingProxyType({"qwen3_5_moe_text": "Qwen3_5MoeForCausalLM"})
+MODEL_TYPE_ARCH = MappingProxyType({"qwen3_5_moe_text": "Qwen3_5MoeForCausalLM", "llama4_text": "Llama4ForCausalLM"})
 # multimodal architectures whose text model steptime reads from `text_config` (a text-only step: the vision
 # tower runs only on image/video inputs, which the timed requests do not carry)
-TEXT_CONFIG_ARCHS = ("Qwen3_5MoeForConditionalGeneration",)
+TEXT_CONFIG_ARCHS = ("Qwen3_5MoeForConditionalGeneration", "Llama4ForConditionalGeneration")
+# Llama 4 (transformers' Llama4TextConfig and vLLM's llama4.py): `intermediate_size` is the width of a routed
+# expert AND of the one shared expert every MoE layer has; the dense layers between MoE layers
+# (interleave_moe_layer_step > 1) use `intermediate_size_mlp`; every layer but 1 of every
+# `no_rope_layer_interval` (default 4; those are NoPE global-attention layers) runs chunked local attention over
+# `attention_chunk_size` tokens
+LLAMA4_ARCHS = ("Llama4ForConditionalGeneration", "Llama4ForCausalLM")
+LLAMA4_NOPE_INTERVAL_DEFAULT = 4
 # the Gated DeltaNet fields of a hybrid (full_attention_interval > 0); config.json's names
 GDN_FIELDS = ("linear_num_key_heads", "linear_num_value_heads", "linear_key_head_dim", "linear_value_head_dim",
               "linear_conv_kernel_dim")
@@ -62,6 +71,13 @@ def _make_moe_class():
         v_head_dim: int = 0
         sliding_window: int = 0         # 0: full attention on every layer
         sliding_layers_every: int = 0   # 1 of every n layers has the window
+        # Llama 4: chunked local attention (a query attends to the keys of its own chunk of attention_chunk_size
+        # tokens) on every layer but 1 of every `global_layers_every` (0: none)
+        attention_chunk_size: int = 0
+        global_layers_every: int = 0
+        # MoE on 1 of every `moe_layer_step` layers (layer i is MoE when (i + 1) % step == 0; Llama 4's
+        # interleave_moe_layer_step, Qwen-MoE's decoder_sparse_step), a dense MLP of intermediate_size between
+        moe_layer_step: int = 1
         weights_dtype: str = "bf16"
         config: str = ""
         # Qwen3.5/3.6 hybrid: 1 of every `full_attention_interval` layers is full (gated) attention, the others
@@ -86,10 +102,17 @@ def _make_moe_class():
                     raise ModelConfigError(f"{where}: {f} must be a positive integer, got {getattr(self, f)!r}")
             for f in ("n_shared_experts", "shared_expert_intermediate_size", "first_k_dense_replace", "q_lora_rank",
                       "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim", "sliding_window",
-                      "sliding_layers_every"):
+                      "sliding_layers_every", "attention_chunk_size", "global_layers_every"):
                 v = getattr(self, f)
                 if isinstance(v, bool) or not isinstance(v, int) or v < 0:
                     raise ModelConfigError(f"{where}: {f} must be a whole number >= 0, got {v!r}")
+            step = self.moe_layer_step
+            if isinstance(step, bool) or not isinstance(step, int) or not 1 <= step <= self.num_hidden_layers:
+                raise ModelConfigError(f"{where}: moe_layer_step must be a whole number from 1 to num_hidden_layers "
+                                       f"({self.num_hidden_layers}), got {step!r}")
+            if step > 1 and self.first_k_dense_replace:
+                raise ModelConfigError(f"{where}: first_k_dense_replace and moe_layer_step > 1 together (dense "
+                                       "layers first AND interleaved) cannot be represented")
             if self.first_k_dense_replace >= self.num_hidden_layers:
                 raise ModelConfigError(f"{where}: first_k_dense_replace ({self.first_k_dense_replace}) leaves no "
                                        f"MoE layer of {self.num_hidden_layers}")
@@ -105,6 +128,11 @@ def _make_moe_class():
                                            f"qk_rope_head_dim ({self.qk_nope_head_dim + self.qk_rope_head_dim})")
             if bool(self.sliding_window) != bool(self.sliding_layers_every):
                 raise ModelConfigError(f"{where}: sliding_window and sliding_layers_every go together")
+            if bool(self.attention_chunk_size) != bool(self.global_layers_every):
+                raise ModelConfigError(f"{where}: attention_chunk_size and global_layers_every go together")
+            if self.attention_chunk_size and (self.sliding_window or self.attention != "gqa"):
+                raise ModelConfigError(f"{where}: chunked local attention is represented on GQA models without a "
+                                       "sliding window only")
             if self.full_attention_interval:
                 bad = [f for f in GDN_FIELDS if isinstance(getattr(self, f), bool) or not isinstance(getattr(self, f), int)
                        or getattr(self, f) < 1]
@@ -116,7 +144,7 @@ def _make_moe_class():
                                            f"divide num_hidden_layers ({self.num_hidden_layers})")
                 if self.linear_num_value_heads % self.linear_num_key_heads:
                     raise ModelConfigError(f"{where}: linear_num_value_heads must be a multiple of linear_num_key_heads")
-                if self.attention != "gqa" or self.sliding_window:
+                if self.attention != "gqa" or self.sliding_window or self.attention_chunk_size:
                     raise ModelConfigError(f"{where}: a linear-attention hybrid has GQA full-attention layers only")
                 if self.mamba_ssm_dtype not in SSM_DTYPES:
                     raise ModelConfigError(f"{where}: mamba_ssm_dtype must be one of {', '.join(SSM_DTYPES)}")
@@ -166,11 +194,31 @@ def _make_moe_class():
 
         @property
         def n_moe_layers(self) -> int:
+            if self.moe_layer_step > 1:  # layers i with (i + 1) % step == 0
+                return self.num_hidden_layers // self.moe_layer_step
             return self.num_hidden_layers - self.first_k_dense_replace
 
         @property
         def n_dense_layers(self) -> int:
-            return self.first_k_dense_replace
+            return self.num_hidden_layers - self.n_moe_layers
+
+        @property
+        def attention_window(self) -> int:
+            """The most keys a windowed layer's query attends to: the sliding window, or Llama 4's attention
+            chunk (a query attends to the keys of its own chunk so far: min(KV, chunk) is exact up to one
+            chunk and an upper bound beyond); 0 without windowed layers."""
+            return self.sliding_window or self.attention_chunk_size
+
+        @property
+        def n_window_layers(self) -> int:
+            """Layers that attend over `attention_window` keys at most: 1 of every `sliding_layers_every`
+            (gpt-oss), or all but 1 of every `global_layers_every` (Llama 4's chunked layers); 0 without."""
+            L = self.num_hidden_layers
+            if self.sliding_layers_every:
+                return L // self.sliding_layers_every
+            if self.global_layers_every:
+                return L - L // self.global_layers_every
+            return 0
 
         @property
         def shared_inter(self) -> int:
@@ -259,8 +307,6 @@ def moe_model_table() -> dict:
 _UNREPRESENTABLE = (
     ("layer_types", lambda v: isinstance(v, list) and any("linear" in str(t) for t in v),
      "linear-attention layers (a hybrid of linear and full attention)"),
-    ("interleave_moe_layer_step", lambda v: isinstance(v, int) and v > 1, "MoE on only every n-th layer"),
-    ("decoder_sparse_step", lambda v: isinstance(v, int) and v > 1, "MoE on only every n-th layer"),
     ("mlp_only_layers", lambda v: isinstance(v, list) and len(v) > 0, "dense layers at arbitrary positions"),
     ("index_topk", lambda v: v not in (None, 0), "sparse-indexer attention (DeepSeek sparse attention)"),
     ("num_nextn_predict_layers", lambda v: False, ""),  # MTP head: not part of a normal step; ignored
@@ -302,8 +348,9 @@ def moe_from_config(cfg: dict, path) -> object:
         head_dim = nope + rope
     else:
         head_dim = _cfg_int(cfg, "head_dim", where, None) or hidden // heads
-    inter = _cfg_int(cfg, "intermediate_size", where, None)
-    moe_inter = _cfg_int(cfg, "moe_intermediate_size", where, None) or inter
+    llama4 = arch in LLAMA4_ARCHS
+    inter = _cfg_int(cfg, "intermediate_size_mlp" if llama4 else "intermediate_size", where, None)
+    moe_inter = _cfg_int(cfg, "intermediate_size" if llama4 else "moe_intermediate_size", where, None) or inter
     if inter is None and moe_inter is not None and not cfg.get("first_k_dense_replace"):
         inter = moe_inter  # no dense layer (Qwen3.5/3.6 give no intermediate_size): the expert width stands in
     if inter is None or moe_inter is None:
@@ -318,6 +365,11 @@ def moe_from_config(cfg: dict, path) -> object:
             raise UnsupportedModelError(f"{where}: sliding-window layers in an irregular pattern: steptime cannot "
                                         "represent it")
         every = len(lt) // n_slide
+    step = next((cfg[k] for k in ("interleave_moe_layer_step", "decoder_sparse_step") if cfg.get(k)), 1)
+    if isinstance(step, bool) or not isinstance(step, int) or step < 1:
+        raise ModelConfigError(f"{where}: the MoE layer step (interleave_moe_layer_step / decoder_sparse_step) must "
+                               f"be a positive whole number, got {step!r}")
+    chunk, global_every = _chunked_attention(cfg, where, arch) if llama4 else (0, 0)
     quant = (cfg.get("quantization_config") or {}).get("quant_method")
     wd = {"fp8": "fp8_block" if (cfg.get("quantization_config") or {}).get("weight_block_size") else "fp8",
           "mxfp4": "mxfp4"}.get(quant, "bf16")
@@ -331,13 +383,36 @@ def moe_from_config(cfg: dict, path) -> object:
         tie_word_embeddings=_cfg_bool(cfg, "tie_word_embeddings", where, False),
         max_position_embeddings=_cfg_int(cfg, "max_position_embeddings", where, 4096),
         num_experts=int(E), num_experts_per_tok=_cfg_int(cfg, "num_experts_per_tok", where),
-        moe_intermediate_size=moe_inter, n_shared_experts=int(cfg.get("n_shared_experts") or 0),
+        moe_intermediate_size=moe_inter, n_shared_experts=1 if llama4 else int(cfg.get("n_shared_experts") or 0),
         shared_expert_intermediate_size=int(cfg.get("shared_expert_intermediate_size") or 0),
         first_k_dense_replace=int(cfg.get("first_k_dense_replace") or 0),
         attention="mla" if mla else "gqa", q_lora_rank=int(cfg.get("q_lora_rank") or 0),
         kv_lora_rank=int(cfg.get("kv_lora_rank") or 0), qk_nope_head_dim=int(cfg.get("qk_nope_head_dim") or 0),
         qk_rope_head_dim=int(cfg.get("qk_rope_head_dim") or 0), v_head_dim=int(cfg.get("v_head_dim") or 0),
-        sliding_window=int(sliding or 0), sliding_layers_every=every, weights_dtype=wd, **hybrid)
+        sliding_window=int(sliding or 0), sliding_layers_every=every, weights_dtype=wd, moe_layer_step=step,
+        attention_chunk_size=chunk, global_layers_every=global_every, **hybrid)
+
+
+def _chunked_attention(cfg: dict, where: str, arch: str) -> tuple[int, int]:
+    """(attention_chunk_size, global_layers_every) of a Llama 4 text config: chunked local attention on the RoPE
+    layers, global attention on the NoPE layers, 1 of every `no_rope_layer_interval` (transformers'
+    Llama4TextConfig default 4 when the config does not say); (0, 0) without a chunk size. An explicit
+    `no_rope_layers` list in another pattern is refused."""
+    chunk = cfg.get("attention_chunk_size")
+    if not chunk:
+        return 0, 0
+    if isinstance(chunk, bool) or not isinstance(chunk, int) or chunk < 1:
+        raise ModelConfigError(f"{where}: attention_chunk_size must be a positive whole number, got {chunk!r}")
+    n = cfg.get("no_rope_layer_interval", LLAMA4_NOPE_INTERVAL_DEFAULT)
+    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+        raise ModelConfigError(f"{where}: no_rope_layer_interval must be a positive whole number, got {n!r}")
+    given = cfg.get("no_rope_layers")
+    if given:  # 1 = a RoPE (chunked) layer, 0 = a NoPE (global) layer
+        want = [int((i + 1) % n != 0) for i in range(len(given))]
+        if [int(v) for v in given] != want:
+            raise UnsupportedModelError(f"{where}: {arch} has global-attention (NoPE) layers in a pattern other than "
+                                        "1 of every no_rope_layer_interval: steptime cannot represent it")
+    return int(chunk), int(n)
 
 
 def hybrid_fields(cfg: dict, where: str, arch: str) -> dict:
