@@ -5,7 +5,8 @@ and a latent KV cache; a sliding window on some layers where the model has one) 
 dense MLP (the first `first_k_dense_replace` layers) or an MoE block:
 
     router (T x E GEMM) -> routed experts (fused grouped GEMM, efficiency from the tokens each
-    expert gets) + permute/combine (token copies) + shared experts -> all-to-all (EP > 1)
+    expert gets) + permute/combine (token copies) + shared experts -> the expert exchange (EP > 1 with
+    attention DP > 1: the engine's moe.exchange, vLLM's default all-gather + reduce-scatter or DeepEP's all-to-all)
 
 Layout: `tp` GPUs shard attention by heads; `ep` > 1 is expert parallelism over ep GPUs, which run
 attention data-parallel in groups of tp (dp = ep / tp, each DP rank with the given batch) and hold
@@ -24,8 +25,8 @@ from types import MappingProxyType
 import numpy as np
 
 from steptime.errors import InputError, UnsupportedError
-from steptime.specs.engines import check_precision
-from steptime.terms import attention, gdn, gemm, light, precision
+from steptime.specs.engines import MOE_EXCHANGE_DEFAULT, MOE_EXCHANGES, check_precision
+from steptime.terms import attention, comm, gdn, gemm, light, precision
 from steptime.terms import moe as moe_terms
 from steptime.validation import as_int
 
@@ -43,6 +44,37 @@ TERM_KIND = MappingProxyType({
     **{t: "light" for t in LIGHT_TERMS}, "lm_head": "gemm", "allreduce": "comm",
     "dispatch_floor": "launch", "host": "host", "sampling": "host"})
 MOE_DTYPES = tuple(moe_terms.WEIGHT_BYTES)
+ACT_BYTES = 2.0  # bf16 activations and router logits on the wire
+
+
+def check_exchange(exchange) -> str:
+    """The expert exchange kind (specs/engines.yaml moe.exchange), refused with one line if unknown."""
+    if exchange not in MOE_EXCHANGES:
+        raise UnsupportedError(f"unknown MoE expert exchange {exchange!r} (known: {', '.join(MOE_EXCHANGES)}; "
+                               "specs/engines.yaml moe.exchange)")
+    return exchange
+
+
+def agrs_time(T, hidden: int, num_experts: int, dp: int, gpu, constants) -> np.ndarray:
+    """Seconds of one MoE layer's allgather_reducescatter exchange (vLLM's default all2all backend) with `dp`
+    attention data-parallel ranks of `T` tokens each: an NCCL all-gather over the DP group of every rank's hidden
+    states and router logits (dp x T x (hidden + num_experts) x 2 bytes gathered) before the experts, and an NCCL
+    reduce-scatter of the expert outputs (dp x T x hidden x 2 bytes) after them.
+
+    Each collective is priced with E1.25's measured NCCL all-reduce law (terms.comm.allreduce_time, impl nccl:
+    the GPU's own curve at the nearest measured rank count, the datasheet ring law without one) at the SAME bus
+    bytes: a ring all-gather or reduce-scatter of S bytes moves (n - 1) / n x S per rank, the bytes of an
+    all-reduce of S / 2 (nccl-tests' bus convention; a ring all-reduce is a reduce-scatter then an all-gather).
+    Two collectives, so two launch floors. No all-gather / reduce-scatter table is vendored (raw/ keeps
+    AIConfigurator's all_reduce rows only), so nothing here is fitted."""
+    T = np.asarray(T, dtype=float)
+    if dp <= 1:
+        return np.zeros_like(T)
+    gathered = dp * T * (hidden + num_experts) * ACT_BYTES
+    scattered = dp * T * hidden * ACT_BYTES
+    ag = comm.allreduce_time(gathered / 2.0, dp, gpu, constants, impl="nccl")
+    rs = comm.allreduce_time(scattered / 2.0, dp, gpu, constants, impl="nccl")
+    return ag + rs
 
 
 def proj_dtype(dtype: str) -> str:
@@ -176,8 +208,11 @@ def memory_bytes(model, kv_tokens, tp: int = 1, ep: int = 1, *, dtype: str = "bf
     return w + kv + state
 
 
-def block_terms(model, gpu, step_id, new, kv, T, n_steps, *, tp, ep, dtype, kv_dtype, constants, mc, f_clk):
-    """{term: seconds per step}, {term: compute-bound flags}, {term: factors} of the MoE model's blocks."""
+def block_terms(model, gpu, step_id, new, kv, T, n_steps, *, tp, ep, dtype, kv_dtype, constants, mc, f_clk,
+                exchange: str = MOE_EXCHANGE_DEFAULT):
+    """{term: seconds per step}, {term: compute-bound flags}, {term: factors} of the MoE model's blocks.
+    `exchange`: the engine's expert exchange between attention data-parallel ranks (Engine.moe_exchange())."""
+    check_exchange(exchange)
     _, ep, dp, moe_tp = check_layout(model, gpu, tp, ep, dtype)
     if not mc.has_dtype(dtype):
         raise UnsupportedError(f"no fitted fused-MoE constants for dtype {dtype!r} (calibration/moe.yaml has "
@@ -300,8 +335,12 @@ def block_terms(model, gpu, step_id, new, kv, T, n_steps, *, tp, ep, dtype, kv_d
     # All-to-all only across attention data-parallel ranks (dp > 1), each holding different tokens: with ep = tp
     # (dp = 1) every GPU already holds every token (attention TP), runs its local experts on them and the TP
     # all-reduce after the block combines them (vLLM: FusedMoEParallelConfig.use_all2all_kernels = dp_size > 1
-    # and use_ep). DeepEP's mode per step: low-latency for a decode-only step, high-throughput with a prefill.
-    if ep > 1 and dp > 1:
+    # and use_ep). The exchange is the engine's (engines.yaml moe.exchange): allgather_reducescatter (vLLM's
+    # default: agrs_time over the dp ranks of the DP group), or DeepEP's all-to-all over the ep GPUs, its mode per
+    # step: low-latency for a decode-only step, high-throughput with a prefill.
+    if ep > 1 and dp > 1 and exchange == "allgather_reducescatter":
+        put("moe_a2a", Lm * agrs_time(T, h, model.num_experts, dp, gpu, constants))
+    elif ep > 1 and dp > 1:
         decode_only = np.bincount(step_id, weights=(new > 1).astype(float), minlength=n_steps) == 0
         ll = moe_terms.a2a_time(T, h, model.num_experts_per_tok, ep, gpu, mc, mode="ll")
         ht = moe_terms.a2a_time(T, h, model.num_experts_per_tok, ep, gpu, mc, mode="ht")

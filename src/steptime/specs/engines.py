@@ -49,6 +49,10 @@ HOST_FIELDS = tuple(f for f in NUMERIC if f not in OPTIONAL)
 # fp8 tables (E1.27). An engine without one uses vLLM's (FP8_GEMM_DEFAULT).
 PRECISION = ("fp8_gemm", "fp8_act_quant_passes")
 PRECISION_CONST = ("fp8_gemm",)  # precision fields that point at a fitted constant (the others carry a value)
+# moe.exchange: how the engine moves tokens between attention data-parallel ranks and the expert-parallel
+# MoE by default (moe_step.block_terms prices it; absent: deepep, steptime's pricing before the field existed)
+MOE_EXCHANGES = ("allgather_reducescatter", "deepep")
+MOE_EXCHANGE_DEFAULT = "deepep"
 AR_LIMIT_TABLES = ("custom_max_bytes", "symm_mem_max_bytes", "fuse_norm_max_bytes", "fuse_one_shot_max_bytes")
 FP8_GEMM_DEFAULT = "gemm_fp8_rel"
 
@@ -147,6 +151,12 @@ class Engine:
         v = self.values.get("fp8_act_quant_passes")
         return int(v.value) if v is not None else 0
 
+    def moe_exchange(self) -> str:
+        """The expert exchange the engine runs by default between attention data-parallel ranks and
+        expert-parallel MoE layers (engines.yaml moe.exchange, one of MOE_EXCHANGES; absent: deepep)."""
+        v = self.values.get("moe_exchange")
+        return str(v.value) if v is not None else MOE_EXCHANGE_DEFAULT
+
     def graph_mode(self, phase: str) -> str:
         return self.graphs.get(phase, "none") if self.host_terms else "none"
 
@@ -214,6 +224,13 @@ def _parse_engine(key: str, doc: dict) -> Engine:
             if name not in NUMERIC:
                 raise ValueError(f"{where}: unknown field {section}.{name} (known: {', '.join(NUMERIC)})")
             values[name] = _value(name, e, where)
+    for name, e in (doc.get("moe") or {}).items():
+        if name != "exchange":
+            raise ValueError(f"{where}: unknown field moe.{name} (known: exchange)")
+        v = _value("moe_exchange", e, where)
+        if v.value not in MOE_EXCHANGES:
+            raise ValueError(f"{where}: moe.exchange {v.value!r} not in {MOE_EXCHANGES}")
+        values["moe_exchange"] = v
     for name, e in (doc.get("precision") or {}).items():
         if name not in PRECISION:
             raise ValueError(f"{where}: unknown field precision.{name} (known: {', '.join(PRECISION)})")

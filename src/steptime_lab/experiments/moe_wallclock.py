@@ -459,9 +459,18 @@ def document(tok: dict, rep: dict, fpm: list, skipped_rows: list, targets: dict,
                      "Qwen3-32B steps of the same B300 collector). The layout of each run is read from its "
                      "vllm_metadata.json (ep = tp x dp with --enable-expert-parallel); each DP run records DP rank "
                      "0's steps only, and the other ranks are assumed to hold as many requests. After seeing the scores two "
-                     "diagnostics were computed and not shipped (DESIGN.md, wave 12): the prefill steps' floor "
-                     "(15.8-17.1 ms up to 512 tokens, about 40 ms above) and the DP layouts priced with vLLM's default "
-                     "allgather_reducescatter exchange instead of DeepEP (DP decode 5-17% instead of 29-54%).",
+                     "diagnostics were computed (DESIGN.md, wave 12): the prefill steps' floor (15.8-17.1 ms up to "
+                     "512 tokens, about 40 ms above; not shipped) and the DP layouts priced with vLLM's default "
+                     "allgather_reducescatter exchange instead of DeepEP (one NCCL all-reduce of the gathered states: "
+                     "DP decode 5-17% instead of 29-54%). Wave 13 ships that exchange as an engine-profile field "
+                     "(engines.yaml moe.exchange: every vLLM profile allgather_reducescatter, read in the 0.11.1 and "
+                     "0.14.0 wheels; TensorRT-LLM and SGLang keep DeepEP, ASSUMED), so it was chosen after those "
+                     "scores had been seen; its pricing was fixed from vLLM's code before the rebuild was scored and "
+                     "not changed after: an NCCL all-gather of the DP ranks' hidden states and router logits and an "
+                     "NCCL reduce-scatter of the outputs over the DP group, each on E1.25's measured NCCL all-reduce "
+                     "curve at equal bus bytes (one floor each), nothing fitted. It moves every vLLM row with "
+                     "attention data parallelism: the FPM DP decode groups, the silicon vLLM tp2/ep4 rows, ML.ENERGY "
+                     "v3's B200 tp1/ep4-8 rows and LLMServingSim's dp 2 replay (DESIGN.md, wave 13, before/after).",
     }
     return {"metrics": metrics, "claims": claims}
 

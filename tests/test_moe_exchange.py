@@ -1,0 +1,96 @@
+"""The engine's default expert exchange between attention data-parallel ranks and expert-parallel MoE layers
+(specs/engines.yaml moe.exchange; moe_step.block_terms / agrs_time)."""
+import dataclasses
+
+import numpy as np
+import pytest
+
+from steptime import moe_step
+from steptime.calibration import Constants
+from steptime.errors import UnsupportedError
+from steptime.specs import get_gpu, get_model
+from steptime.specs import engines as E
+from steptime.step import predict_steps
+from steptime.terms import comm
+from steptime.terms import moe as M
+
+MODEL, GPU = "qwen3.6-35b-a3b", "b300"
+
+
+def _with_exchange(engine: str, kind: str) -> E.Engine:
+    """A profile configured with another exchange (as a deployment passing --all2all-backend would be)."""
+    e = E.get_engine(engine)
+    v = E.EngineValue(name="moe_exchange", value=kind, provenance="ASSUMED", source="test: configured")
+    return dataclasses.replace(e, values={**e.values, "moe_exchange": v})
+
+
+def _decode(n, kv=1000.0):
+    return np.zeros(n, dtype=np.int64), np.ones(n), np.full(n, kv)
+
+
+def test_profiles_name_their_default_exchange_with_provenance():
+    for name in ("vllm", "vllm-v1-unfused", "vllm-v1-sync"):
+        e = E.get_engine(name)
+        assert e.moe_exchange() == "allgather_reducescatter", name
+        v = e.lookup("moe_exchange")
+        assert v.provenance == "DERIVED" and "all2all_backend" in v.source and "parallel.py" in v.source
+    for name in ("trtllm", "sglang"):
+        assert E.get_engine(name).moe_exchange() == "deepep"
+        assert E.get_engine(name).lookup("moe_exchange").provenance == "ASSUMED"
+    assert E.get_engine("kernels").moe_exchange() == E.MOE_EXCHANGE_DEFAULT == "deepep"  # absent: today's pricing
+
+
+def test_an_unknown_exchange_is_refused():
+    doc = {"host_terms": False, "moe": {"exchange": {"value": "pplx", "provenance": "ASSUMED", "source": "x"}},
+           "allreduce": {"impl": "nccl", "max_bytes": {"value": 0, "provenance": "DERIVED", "source": "x"}}}
+    with pytest.raises(ValueError, match="moe.exchange 'pplx'"):
+        E._parse_engine("bad", doc)
+    with pytest.raises(ValueError, match="unknown field moe.backend"):
+        E._parse_engine("bad", {**doc, "moe": {"backend": doc["moe"]["exchange"]}})
+    with pytest.raises(UnsupportedError, match="unknown MoE expert exchange 'pplx'"):
+        predict_steps(MODEL, GPU, *_decode(8), 1, ep=2, engine=_with_exchange("vllm", "pplx"))
+
+
+def test_agrs_is_an_nccl_allgather_and_reducescatter_on_the_measured_curve():
+    g, c, m = get_gpu(GPU), Constants.default(), get_model(MODEL)
+    h, E_ = m.hidden_size, m.num_experts
+    T = np.array([1.0, 32.0, 512.0, 4096.0])
+    for dp in (2, 4, 8):
+        got = moe_step.agrs_time(T, h, E_, dp, g, c)
+        # each collective at the bus bytes of an all-reduce of half its message, on the GPU's NCCL curve
+        want = (comm.allreduce_time(dp * T * (h + E_) * 2 / 2, dp, g, c, impl="nccl")
+                + comm.allreduce_time(dp * T * h * 2 / 2, dp, g, c, impl="nccl"))
+        np.testing.assert_allclose(got, want, rtol=1e-12)
+        assert np.all(np.diff(got) > 0)  # grows with the tokens per rank
+    assert moe_step.agrs_time(T, h, E_, 1, g, c).tolist() == [0.0] * 4
+    # grows with dp at the same tokens per rank: more ranks' states gathered
+    t = [float(moe_step.agrs_time(np.array([512.0]), h, E_, dp, g, c)[0]) for dp in (2, 4, 8)]
+    assert t[0] < t[1] < t[2]
+    # the measured curve, not the datasheet ring law: B300 has its own allreduce_curve
+    assert comm._curve(c, g) is not None
+
+
+def test_vllm_prices_dp_moe_with_agrs_and_a_deepep_profile_keeps_the_a2a():
+    g, c, m = get_gpu(GPU), Constants.default(), get_model(MODEL)
+    mc = M.MoEConstants.default()
+    sid, new, kv = _decode(32)
+    for ep in (2, 4, 8):  # tp 1: dp = ep
+        r = predict_steps(MODEL, GPU, sid, new, kv, 1, ep=ep, engine="vllm")
+        want = m.n_moe_layers * moe_step.agrs_time(np.array([32.0]), m.hidden_size, m.num_experts, ep, g, c)
+        assert r["terms_ms"]["moe_a2a"][0] == pytest.approx(want[0] * 1e3, rel=1e-12)
+        d = predict_steps(MODEL, GPU, sid, new, kv, 1, ep=ep, engine=_with_exchange("vllm", "deepep"))
+        ll = M.a2a_time(np.array([32.0]), m.hidden_size, m.num_experts_per_tok, ep, g, mc, mode="ll")
+        assert d["terms_ms"]["moe_a2a"][0] == pytest.approx(m.n_moe_layers * ll[0] * 1e3, rel=1e-12)
+        s = predict_steps(MODEL, GPU, sid, new, kv, 1, ep=ep, engine="sglang")
+        assert s["terms_ms"]["moe_a2a"][0] == pytest.approx(d["terms_ms"]["moe_a2a"][0], rel=1e-12)
+        # nothing else moves with the exchange
+        for t in moe_step.BLOCK_TERMS:
+            if t != "moe_a2a":
+                assert r["terms_ms"][t][0] == d["terms_ms"][t][0], t
+    # tp 2, ep 4: the DP group has 2 ranks (vLLM gathers over get_dp_group(), not the 4 EP ranks)
+    r = predict_steps(MODEL, GPU, sid, new, kv, 1, tp=2, ep=4, engine="vllm")
+    want = m.n_moe_layers * moe_step.agrs_time(np.array([32.0]), m.hidden_size, m.num_experts, 2, g, c)
+    assert r["terms_ms"]["moe_a2a"][0] == pytest.approx(want[0] * 1e3, rel=1e-12)
+    # ep = tp (dp 1): no exchange under either kind
+    for eng in ("vllm", _with_exchange("vllm", "deepep")):
+        assert predict_steps(MODEL, GPU, sid, new, kv, 1, tp=4, ep=4, engine=eng)["terms_ms"]["moe_a2a"][0] == 0.0
