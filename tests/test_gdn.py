@@ -109,3 +109,61 @@ def test_serving_timer_refuses_the_hybrid_with_one_line():
     with pytest.raises(SteptimeError) as e:
         StepTimer("qwen3.6-35b-a3b", "b300", engine="vllm")
     assert "Gated DeltaNet" in str(e.value) and "\n" not in str(e.value)
+
+
+# ---- the GDN op's eager launches in the launch floor (issue 20, wave 13)
+def test_gdn_eager_launch_count_is_the_sources():
+    """14 launches per layer on the FLA prefill path (vLLM 0.20.1 gdn_attention_core), 6 of them autotuned FLA
+    kernels; 2 on the packed decode path."""
+    assert gdn.eager_launches(prefill=True) == 14
+    assert gdn.eager_launches(prefill=False) == 2
+    fla = ("chunk_local_cumsum", "chunk_scaled_dot_kkt_fwd", "solve_tril", "recompute_w_u_fwd",
+           "chunk_gated_delta_rule_fwd_h", "chunk_fwd_o")
+    assert set(fla) <= set(gdn.PREFILL_EAGER_LAUNCHES)
+
+
+def test_gdn_eager_floor_scales_with_layers_and_launch_cost():
+    from steptime.specs.engines import get_engine
+    from steptime.terms.host import engine_dispatch_floor
+
+    g, c, e = get_gpu("b300"), Constants.default(), get_engine("vllm")
+    t_gdn = e.get("gdn_eager_launch_us", g, c) * 1e-6
+    T = np.array([1.0, 128.0, 496.0, 2048.0])
+    dec = np.array([True, False, False, False])
+    dense = engine_dispatch_floor(40, T, dec, g, e, c, tp=2)
+    for n_gdn in (10, 30):
+        hyb = engine_dispatch_floor(40, T, dec, g, e, c, tp=2, gdn_layers=n_gdn)
+        assert hyb[0] == pytest.approx(dense[0])  # a decode-only step in a full graph: no GDN launch on the host
+        # a step with a prefill below the captured size: the GDN op's launches replace its attention op's eager pair
+        pe, t_l = e.get("piecewise_eager_per_layer", g, c), e.get("t_launch_us", g, c) * 1e-6
+        extra = n_gdn * (14 * t_gdn - pe * t_l)
+        assert hyb[1:3] == pytest.approx(dense[1:3] + extra)
+        assert hyb[3] == pytest.approx(dense[3] + n_gdn * 14 * t_gdn)  # above it: the whole step eager, plus the op
+    # linear in the launch cost: an engine without the field prices a GDN launch as any eager launch
+    sg = get_engine("sglang")
+    if "gdn_eager_launch_us" not in sg.values:
+        a = engine_dispatch_floor(40, T, dec, g, sg, c, gdn_layers=30) - engine_dispatch_floor(40, T, dec, g, sg, c)
+        t_l = sg.get("t_launch_us", g, c) * 1e-6
+        assert np.all(a[1:] >= 0) and a[3] == pytest.approx(30 * 14 * t_l)
+
+
+def test_gdn_eager_floor_refuses_a_bad_layer_count():
+    from steptime.specs.engines import get_engine
+    from steptime.terms.host import engine_dispatch_floor
+
+    g, e = get_gpu("b300"), get_engine("vllm")
+    for bad in (-1, 41):
+        with pytest.raises(ValueError, match="gdn_layers must be in"):
+            engine_dispatch_floor(40, np.array([128.0]), np.array([False]), g, e, gdn_layers=bad)
+
+
+def test_hybrid_prefill_step_is_max_of_gpu_and_host():
+    """A small prefill of the hybrid is host-bound (the GDN op's launches outlast the GPU work): the step carries
+    the floor's excess as dispatch_floor; a dense MoE model of the same engine carries none of it."""
+    r = predict_steps("qwen3.6-35b-a3b", "b300", np.array([0]), np.array([128]), np.array([0]), 1, tp=4, ep=4,
+                      engine="vllm")
+    assert r["terms_ms"]["dispatch_floor"][0] > 0
+    assert r["blocks_ms"][0] + r["terms_ms"]["dispatch_floor"][0] >= 30 * 14 * 36.0e-3 * 0.99
+    d = predict_steps("qwen3-30b-a3b", "b300", np.array([0]), np.array([128]), np.array([0]), 1, tp=4, ep=4,
+                      engine="vllm")
+    assert d["terms_ms"]["dispatch_floor"][0] == 0

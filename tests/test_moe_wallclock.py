@@ -123,3 +123,20 @@ def test_tp_labels_that_cannot_be_attention_tp_flag_their_whole_source_group():
     # an unknown model is not flagged here (it is left out as unresolved)
     s2 = s.assign(model="no-such-moe", model_source="x/no-such-moe")
     assert not X.tp_not_attention_tp(s2, model_map={}).any()
+
+
+def test_gdn_eager_launch_fit_leaves_the_scored_layout_out():
+    """fit_gdn_eager_launch: the grid value of least pooled MAPE over every layout but the held-out one."""
+    import numpy as np
+    import pytest
+
+    from steptime.errors import SteptimeError
+    from steptime_lab.experiments.moe_wallclock import GDN_EAGER_GRID_US, fit_gdn_eager_launch
+
+    grid = GDN_EAGER_GRID_US
+    best = {"a": 10.0, "b": 40.0}
+    ape = {k: np.abs(grid - v)[:, None] * np.ones((1, 3)) for k, v in best.items()}
+    assert fit_gdn_eager_launch(ape, "a") == 40.0 and fit_gdn_eager_launch(ape, "b") == 10.0
+    assert fit_gdn_eager_launch(ape, None) == 10.0  # tie over both: the lowest value
+    with pytest.raises(SteptimeError, match="no layout left"):
+        fit_gdn_eager_launch({"a": ape["a"]}, "a")

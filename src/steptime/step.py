@@ -437,7 +437,8 @@ def predict_steps(model, gpu, step_id, new_tokens, kv_len, n_steps: int | None =
     compute_bound["allreduce"] = np.zeros(n_steps, dtype=bool)
     blocks = sum(out[t] for t in (moe_step.BLOCK_TERMS if moe else BLOCK_TERMS))
     disp = host.engine_dispatch_floor(L, T, n_pref == 0, gpu, engine, constants, tp,
-                                      fused_kernels=np.where(fused, len(FUSED_LIGHT) * n_fused, 0))
+                                      fused_kernels=np.where(fused, len(FUSED_LIGHT) * n_fused, 0),
+                                      gdn_layers=model.n_linear_layers if moe else 0)
     out["dispatch_floor"] = np.maximum(0.0, disp - blocks)
     hidden_dispatch = np.minimum(disp, blocks)
     S = host.scheduler_floor(N, gpu, constants, tp, engine=engine)

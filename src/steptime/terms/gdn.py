@@ -23,6 +23,8 @@ not checked against a measured GDN kernel (no table of one is vendored).
 
 from __future__ import annotations
 
+from types import MappingProxyType
+
 import numpy as np
 
 from steptime.terms import attention
@@ -31,9 +33,37 @@ CHUNK = 64                       # the chunk length of the chunked delta rule (F
 DECODE_KERNELS = 3               # causal_conv1d_update, the fused recurrent update, the gated RMSNorm
 PREFILL_KERNELS = 9              # causal_conv1d_fn, l2norm q / k, cumsum, k k^T, solve_tril, w / u, chunk_h,
                                  # chunk_o, the gated RMSNorm
+# Host launches of the Gated DeltaNet op (vllm::gdn_attention_core, vLLM 0.20.1 gdn_linear_attn.py _forward_core), a
+# splitting op of vLLM's piecewise CUDA graphs: it runs eagerly in every step with a prefill, and in every step above
+# the largest captured size. Counted in the vllm 0.20.1 wheel (PyPI), the FLA/Triton prefill path (FlashInfer's GDN
+# prefill only on sm 90), non-speculative:
+PREFILL_EAGER_LAUNCHES = MappingProxyType({
+    "causal_conv1d_fn": 1,                 # Triton _causal_conv1d_fwd_kernel (metadata prebuilt per step)
+    "fused_post_conv_prep": 1,             # Triton: q, k, v split, l2norm, g and beta
+    "initial_state_gather": 1,             # ssm_state[indices] (aten index)
+    "initial_state_reset": 2,              # ~has_initial_state, then masked_fill_ (index_put_ with a bool mask)
+    "chunk_local_cumsum": 1,               # FLA, autotuned
+    "chunk_scaled_dot_kkt_fwd": 1,         # FLA, autotuned
+    "solve_tril": 2,                       # zeros_like fill + merge_16x16_to_64x64_inverse (autotuned)
+    "recompute_w_u_fwd": 1,                # FLA, autotuned
+    "chunk_gated_delta_rule_fwd_h": 1,     # FLA, autotuned
+    "chunk_fwd_o": 1,                      # FLA, autotuned
+    "final_state_scatter": 1,              # ssm_state[indices] = final state (aten index_put_)
+    "output_copy": 1,                      # core_attn_out[:n] = o (aten copy)
+})
+DECODE_EAGER_LAUNCHES = MappingProxyType({  # the packed decode fast path (a decode-only step run eagerly)
+    "causal_conv1d_update": 1,
+    "fused_recurrent_gated_delta_rule_packed_decode": 1,
+})
 DECODE_FLOPS_PER_HEAD = 7        # x dk dv per token per value head
 ACT_BYTES = 2                    # bf16 activations and conv state
 CHUNK_STATE_BYTES = 2            # chunk states h written and read in bf16
+
+
+def eager_launches(prefill: bool = True) -> int:
+    """Host launches of one Gated DeltaNet layer's op when it runs eagerly (a step with a prefill, or a decode-only
+    step above the captured sizes)."""
+    return int(sum((PREFILL_EAGER_LAUNCHES if prefill else DECODE_EAGER_LAUNCHES).values()))
 
 
 def gdn_work(new_tokens, model, tp: int = 1) -> dict:

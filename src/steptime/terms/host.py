@@ -24,6 +24,7 @@ import numpy as np
 
 from steptime.calibration import Constants
 from steptime.specs.engines import SERVER_FIELDS, allreduces_per_layer
+from steptime.terms import gdn
 
 KERNELS_PER_LAYER = 12  # qkv, rope, kv_write, attn, o, 2 norms, 2 adds, gate_up, act, down
 KERNELS_PER_STEP = 10   # embedding, final norm, lm head, sampling and bookkeeping kernels
@@ -40,27 +41,42 @@ def dispatch_floor(n_layers: int, gpu, constants: Constants | None = None, tp: i
 
 
 def engine_dispatch_floor(n_layers: int, tokens, decode_only, gpu, engine, constants: Constants | None = None,
-                          tp: int = 1, fused_kernels=0):
+                          tp: int = 1, fused_kernels=0, gdn_layers: int = 0):
     """Per-step launch floor (seconds) under `engine`'s CUDA-graph policy.
 
     tokens: new tokens per step; decode_only: True where the step holds decodes only.
     full graph: one replay + a GPU-side gap per kernel; piecewise: the attention op of each
     layer eager, the rest in n_layers + 1 graph pieces; none (or above graph_max_tokens): eager.
     fused_kernels: kernels per step the engine fuses into its all-reduces (not launched on their own).
+    gdn_layers: a hybrid's Gated DeltaNet layers (of the n_layers). Their op is a splitting op of the piecewise
+    graphs (vLLM: vllm::gdn_attention_core): in a step with a prefill it runs eagerly, gdn.eager_launches() launches
+    per layer in place of the attention op's piecewise_eager_per_layer, each at gdn_eager_launch_us (absent:
+    t_launch_us); in a step run eagerly (graphs none, or above graph_max_tokens) they add to the eager count.
     """
     T = np.asarray(tokens, dtype=float)
     dec = np.asarray(decode_only, dtype=bool)
     if not engine.host_terms:
         return np.zeros_like(T)
+    n_gdn = int(gdn_layers)
+    if not 0 <= n_gdn <= int(n_layers):
+        raise ValueError(f"gdn_layers must be in [0, n_layers={n_layers}], not {gdn_layers}")
     constants = constants or Constants.default()
     n = float(n_kernels(n_layers, tp)) - np.asarray(fused_kernels, dtype=float)
     t_l = engine.get("t_launch_us", gpu, constants) * 1e-6
     t_g = engine.get("graph_launch_us", gpu, constants) * 1e-6
     t_n = engine.get("graph_node_us", gpu, constants) * 1e-6
     cap = engine.get("graph_max_tokens", gpu, constants)
-    n_eager_pw = engine.get("piecewise_eager_per_layer", gpu, constants) * n_layers
-    cost = {"none": n * t_l, "full": t_g + n * t_n,
-            "piecewise": n_eager_pw * t_l + (n_layers + 1) * t_g + (n - n_eager_pw) * t_n}
+    pe = engine.get("piecewise_eager_per_layer", gpu, constants)
+    t_gdn = engine.get_or("gdn_eager_launch_us", gpu, constants, default=t_l * 1e6) * 1e-6
+    gdn_pre = n_gdn * gdn.eager_launches(prefill=True) * t_gdn     # the GDN op, eager, a step with a prefill
+    gdn_dec = n_gdn * gdn.eager_launches(prefill=False) * t_gdn    # the GDN op, eager, a decode-only step
+    n_eager_pw = pe * (n_layers - n_gdn)                           # attention ops left out of the pieces
+    piecewise = n_eager_pw * t_l + (n_layers + 1) * t_g + (n - n_eager_pw - pe * n_gdn) * t_n
+    cost = {"none": n * t_l + np.where(dec, gdn_dec, gdn_pre), "full": t_g + n * t_n,
+            "piecewise": piecewise + np.where(dec, gdn_dec, gdn_pre)}
+    if not n_gdn:  # a model without linear layers: the launch floor as before, term for term
+        cost["piecewise"] = pe * n_layers * t_l + (n_layers + 1) * t_g + (n - pe * n_layers) * t_n
+        cost["none"] = n * t_l
     mode_dec = engine.graph_mode("decode")
     mode_pre = engine.graph_mode("prefill")
     out = np.where(dec, cost[mode_dec], cost[mode_pre])
