@@ -167,3 +167,14 @@ def test_hybrid_prefill_step_is_max_of_gpu_and_host():
     d = predict_steps("qwen3-30b-a3b", "b300", np.array([0]), np.array([128]), np.array([0]), 1, tp=4, ep=4,
                       engine="vllm")
     assert d["terms_ms"]["dispatch_floor"][0] == 0
+
+
+def test_shipped_gdn_eager_launch_cost_is_the_results_all_layout_fit(repo_root):
+    """engines.yaml's FITTED launch.gdn_eager_launch_us is the value E3.4's committed result fits on all layouts."""
+    import json
+
+    from steptime.specs.engines import get_engine
+
+    fit = json.loads((repo_root / "results/E3_4.json").read_text())["metrics"]["fpm_gdn_eager_fit"]
+    shipped = get_engine("vllm").get("gdn_eager_launch_us", get_gpu("b300"), Constants.default())
+    assert [v["all_layouts_us"] for v in fit.values()] == [pytest.approx(shipped)]

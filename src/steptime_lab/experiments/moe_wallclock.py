@@ -536,7 +536,7 @@ def document(tok: dict, rep: dict, fpm: list, skipped_rows: list, targets: dict,
                      "(terms/host.py engine_dispatch_floor; 14 launches per layer counted in vLLM 0.20.1's source; "
                      "the step is max(GPU, host) as before), each at a host cost fitted on these runs, "
                      "leave-one-layout-out, on the steps with a prefill at <= 512 tokens (fpm_gdn_eager_fit: "
-                     "35.5-36.5 us held out, 36.0 us on all layouts, shipped as engines.yaml "
+                     "the held-out and all-layout values in the field, the all-layout one shipped as engines.yaml "
                      "launch.gdn_eager_launch_us). The form (one cost per GDN launch, max with the GPU time) was "
                      "chosen after seeing the floor in the scores; public per-launch figures (8.7-19 us) give a "
                      "host time below the GPU time, i.e. no change. Above 512 tokens (the whole step eager) the "
