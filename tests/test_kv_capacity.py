@@ -61,3 +61,15 @@ def test_row_above_capacity_is_capped():
     assert list(r["decode_ms"]) == [8.0, 100.0]
     un = predict_tpot(rows, _const_predictor, None, tp=1)
     assert list(un["running"]) == [8.0, 512.0] and not un["capped"].any()
+
+
+def test_only_concurrency_rows_are_capped():
+    from steptime_lab.experiments.wallclock import kv_capacity
+
+    rows = pd.DataFrame({"dataset": ["aic-silicon", "mlenergy-v3"], "batch": [4096.0, 4096.0],
+                         "prompt_tokens": [1000.0, 1000.0], "output_tokens": [1000.0, 1000.0]})
+    cap = kv_capacity(rows, "llama-3.1-8b", "h100-sxm", 1)
+    want = kv_capacity_requests("llama-3.1-8b", "h100-sxm", 1500.0)[()]
+    assert cap[0] == want and np.isinf(cap[1])  # ML.ENERGY's batch is measured running: left as measured
+    running, capped = kv_running(rows["batch"], cap)
+    assert list(running) == [want, 4096.0] and list(capped) == [True, False]

@@ -96,7 +96,8 @@ KV_CAP_NOTE = ("KV capacity: the running batch of the one-step prediction is min
                "by TP/EP, bf16 KV, sliding-window layers at most their window, a hybrid's per-request state, "
                "gpu_memory_utilization 0.9: vLLM's EngineArgs default, ASSUMED for SGLang and TensorRT-LLM too). "
                "An engine cannot run more requests than its cache holds; the rest queue (their wait shows in "
-               "TTFT, not TPOT).")
+               "TTFT, not TPOT). Applied only where the row's batch is the client concurrency (AIConfigurator "
+               "silicon); ML.ENERGY's batch is the engine's measured mean running batch and is left as measured.")
 
 
 def kv_running(batch, capacity):
@@ -158,12 +159,21 @@ def predict_tpot(rows, predictor: Callable, kernels: Callable | None = None, tp:
             "running": B, "capped": capped}
 
 
+CONCURRENCY_DATASETS = ("aic-silicon",)  # rows whose `batch` is the client concurrency, not a measured running batch
+
+
 def kv_capacity(rows, model, gpu, tp: int, *, ep: int = 1, dtype: str = "bf16", pol=None) -> np.ndarray:
-    """Per row: the requests of mean context ISL + OSL/2 the engine's KV cache holds (KV_CAP_NOTE)."""
+    """Per row: the requests of mean context ISL + OSL/2 the engine's KV cache holds (KV_CAP_NOTE), for rows
+    whose batch is the client concurrency (CONCURRENCY_DATASETS); inf (no cap) where the batch is the engine's
+    measured mean running batch (ML.ENERGY), which the engine did hold."""
     from steptime.serve.sim import kv_capacity_requests
 
-    ctx = mean_context(rows["prompt_tokens"], rows["output_tokens"])
-    return kv_capacity_requests(model, gpu, ctx, tp=tp, ep=ep, dtype=dtype, kv_dtype="bf16", pol=pol)
+    conc = rows["dataset"].isin(CONCURRENCY_DATASETS).to_numpy() if "dataset" in rows else np.ones(len(rows), bool)
+    out = np.full(len(rows), np.inf)
+    if conc.any():
+        ctx = mean_context(rows["prompt_tokens"], rows["output_tokens"])[conc]
+        out[conc] = kv_capacity_requests(model, gpu, ctx, tp=tp, ep=ep, dtype=dtype, kv_dtype="bf16", pol=pol)
+    return out
 
 
 DTYPES = {"bfloat16": "bf16", "bf16": "bf16", "float16": "bf16", "fp8": "fp8", "float8": "fp8"}
