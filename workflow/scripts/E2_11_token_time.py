@@ -33,6 +33,11 @@ tdoc = R.document_ttft(ttft, p.targets, min_rows=p.settings["ttft"]["min_rows"])
 doc["claims"] += tdoc["claims"]
 doc["metrics"].update(tdoc["metrics"])
 doc["metrics"]["server_host"] = {k: server[k] for k in ("note", "engines")}
+doc["metrics"]["kv_capacity"] = {"note": W.KV_CAP_NOTE, **{v: {"rows_capped": int(r["pred"]["kv_capped"].sum()),
+                                                             "rows": int(len(r["pred"])),
+                                                             "groups": {f"{s['dataset']}|{s['gpu']}|{s['engine']}": s["kv_capped_rows"]
+                                                                        for s in r["scores"] if s["subset"] == "tpot" and s["kv_capped_rows"]}}
+                                                         for v, r in (("naive", res), ("mixed", mixed))}}
 logging.info("E2.11: %d token-time rows scored, %d skipped", len(res["pred"]), len(skipped) + len(res["skipped"]))
 prov = rule_provenance(snakemake, script="workflow/scripts/E2_11_token_time.py")
 write_result(snakemake.output.result, id="E2.11", question=p.question, metrics=doc["metrics"], claims=doc["claims"],

@@ -32,6 +32,11 @@ fpm_scores = X.score_fpm_moe(pd.read_parquet(snakemake.input.fpm_moe), fitted=sn
                              constants=constants, moe_constants=mc, n_boot=p.n_boot, seed=p.seed)
 gdn = X.gdn_share("qwen3.6-35b-a3b", "b300", constants=constants, moe_constants=mc)
 doc = X.document(tok, rep, fpm, skipped, p.targets, fpm_scores=fpm_scores, gdn=gdn)
+from steptime_lab.experiments.wallclock import tokens as _T  # noqa: E402
+doc["metrics"]["kv_capacity"] = {"note": _T.KV_CAP_NOTE, "rows_capped": int(tok["pred"]["kv_capped"].sum()),
+                                 "rows": int(len(tok["pred"])),
+                                 "groups": {f"{s['dataset']}|{s['gpu']}|{s['engine']}": s["kv_capped_rows"]
+                                            for s in tok["scores"] if s["kv_capped_rows"]}}
 logging.info("E3.4: %d token rows scored, %d replayed runs, %d claims (%d met of %d with a target)", len(tok["pred"]),
              len(rep["runs"]), len(doc["claims"]), doc["metrics"]["targets_met"], doc["metrics"]["targets_total"])
 write_result(snakemake.output.result, id="E3.4", question=p.question, metrics=doc["metrics"], claims=doc["claims"],

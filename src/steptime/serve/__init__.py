@@ -8,12 +8,12 @@ Everything a simulation reports is simulated (a model of the scheduler driven by
 predicted step times), not measured.
 """
 
-from steptime.serve.sim import (POLICIES, Policy, Run, kv_capacity_blocks, policy, simulate, simulate_disagg,
+from steptime.serve.sim import (POLICIES, Policy, Run, kv_capacity_blocks, kv_capacity_requests, policy, simulate, simulate_disagg,
                                 simulate_replicas, summarize, weighted_quantile)
 from steptime.serve.queueing import ScalarEstimator, StepEstimator
 from steptime.serve.timer import DirectTimer, StepTimer
 from steptime.serve.workload import Workload, from_table, poisson_arrivals, static_batch, synthetic
 
-__all__ = ["DirectTimer", "POLICIES", "Policy", "Run", "ScalarEstimator", "StepEstimator", "StepTimer", "Workload", "from_table", "kv_capacity_blocks", "policy",
+__all__ = ["DirectTimer", "POLICIES", "Policy", "Run", "ScalarEstimator", "StepEstimator", "StepTimer", "Workload", "from_table", "kv_capacity_blocks", "kv_capacity_requests", "policy",
            "poisson_arrivals", "simulate", "simulate_disagg", "simulate_replicas", "static_batch", "summarize",
            "synthetic", "weighted_quantile"]

@@ -137,6 +137,47 @@ def kv_capacity_blocks(timer: StepTimer, pol: Policy) -> int:
     return int(free // (per_tok * pol.block_size))
 
 
+def kv_capacity_requests(model, gpu, context_tokens, *, tp: int = 1, ep: int = 1, dtype: str = "bf16",
+                         kv_dtype: str = "bf16", pol: Policy | None = None) -> np.ndarray:
+    """How many requests of `context_tokens` cached tokens each (a number or an array) one engine instance
+    holds at once: the KV cache left in `pol.gpu_memory_utilization` of the GPU after the weights (sharded by
+    TP, a mixture-of-experts model's experts by EP; the same memory model as `kv_capacity_blocks`), over one
+    request's blocks: ceil(context / block_size) blocks of every full-attention layer, on a sliding-window
+    layer at most the window plus the block it ends in (vLLM's hybrid KV-cache manager), and a hybrid's
+    linear-attention layers' fixed state per request (steptime.moe_step.memory_bytes). `max_num_seqs` is
+    not applied (an engine limit, not memory). Raises ServeError when the weights leave no KV cache."""
+    from steptime.specs import get_gpu, get_model
+    from steptime.specs.moe import is_moe
+
+    pol = pol if pol is not None else Policy()
+    m, g = get_model(model), get_gpu(gpu)
+    ctx = np.asarray(context_tokens, dtype=float)
+    if np.any(~np.isfinite(ctx)) or np.any(ctx <= 0):
+        raise ServeError("context_tokens must be finite and > 0")
+    bs = pol.block_size
+    toks = np.ceil(ctx / bs) * bs  # a request holds whole blocks
+    if is_moe(m):
+        from steptime import moe_step
+
+        weights = moe_step.memory_bytes(m, 0, tp, ep, dtype=dtype, kv_dtype=kv_dtype)
+        layer = moe_step.kv_layer_bytes(m, tp, kv_dtype)
+        n_slide = moe_step.sliding_layers(m)
+        per_req = (toks * (m.n_full_layers - n_slide) * layer
+                   + (np.minimum(toks, m.sliding_window + bs) * n_slide * layer if n_slide else 0.0)
+                   + (m.n_linear_layers * m.gdn_state_bytes(tp) if m.n_linear_layers else 0.0))
+        where = f"tp={tp}, ep={ep}"
+    else:
+        kw = dict(weight_dtype=dtype, kv_dtype=kv_dtype)
+        weights = memory_bytes(m, 0, tp, **kw)
+        per_req = toks * (memory_bytes(m, 1, tp, **kw) - weights)
+        where = f"tp={tp}"
+    free = g.mem_bytes * pol.gpu_memory_utilization - weights
+    if free <= 0:
+        raise ServeError(f"{m.key} weights ({weights / 1e9:.1f} GB per GPU at {where}) leave no KV cache in "
+                         f"{pol.gpu_memory_utilization:g} of {g.key}'s {g.mem_gb:g} GB")
+    return np.floor(free / per_req)
+
+
 class ItlLog:
     """Inter-token latencies as (value, weight) pairs, in bounded memory.
 

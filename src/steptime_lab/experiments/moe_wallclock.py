@@ -222,6 +222,7 @@ def predict_tokens(rows: pd.DataFrame, *, mixed: dict, fitted=None, constants=No
     """Predicted token time per row (E2.11's mixed variant at the row's layout); groups steptime refuses
     (layout, memory-free checks, dtype on the GPU) are left out with their one line. Scores per
     (dataset, GPU, engine)."""
+    from steptime_lab.experiments.wallclock.tokens import kv_capacity
     from steptime_lab.experiments.wallclock import make_predictor, predict_tpot
     from steptime_lab.metrics import score
 
@@ -231,18 +232,22 @@ def predict_tokens(rows: pd.DataFrame, *, mixed: dict, fitted=None, constants=No
         try:
             f = make_predictor(eng, model, gpu, engine=eng, dtype=dt, fitted=fitted, constants=constants,
                                ep=int(ep), moe_constants=moe_constants)
+            cap = kv_capacity(d, model, gpu, int(tp), ep=int(ep), dtype=dt)  # KV_CAP_NOTE
             r = predict_tpot(d, f, None, tp=int(tp), variant="mixed", chunked=eng in mixed.get("chunked", ()),
-                             token_budget=mixed.get("token_budget"))
+                             token_budget=mixed.get("token_budget"), capacity=cap)
         except SteptimeError as exc:
             skipped.append({"dataset": ds, "reason": f"{type(exc).__name__}: {str(exc).splitlines()[0][:160]}",
                             "rows": int(len(d))})
             continue
-        preds.append(d.assign(pred_ms=r["pred_ms"], decode_ms=r["decode_ms"]))
-    p = pd.concat(preds, ignore_index=True) if preds else rows.iloc[:0].assign(pred_ms=[], decode_ms=[])
+        preds.append(d.assign(pred_ms=r["pred_ms"], decode_ms=r["decode_ms"], running=r["running"],
+                              kv_capped=r["capped"]))
+    p = pd.concat(preds, ignore_index=True) if preds else rows.iloc[:0].assign(pred_ms=[], decode_ms=[], running=[],
+                                                                                kv_capped=[])
     scores = []
     for (ds, gpu, eng), d in p.groupby(["dataset", "gpu", "engine"], sort=True):
         sc = score(d["pred_ms"].to_numpy(), d["tpot_ms"].to_numpy(), n_boot=n_boot, seed=seed)
         sc["signed_mean"] = float(np.mean((d["pred_ms"] - d["tpot_ms"]) / d["tpot_ms"]))
+        sc["kv_capped_rows"] = int(np.sum(d["kv_capped"].to_numpy(bool)))
         scores.append({"dataset": ds, "gpu": gpu, "engine": eng, "models": sorted(d["model"].unique().tolist()),
                        "layouts": sorted({f"tp{a}/ep{b}" for a, b in zip(d["tp"], d["ep"])}), **sc})
     if skipped:

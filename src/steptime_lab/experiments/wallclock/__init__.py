@@ -50,5 +50,5 @@ from steptime_lab.experiments.wallclock.tokens import (  # noqa: F401
     _known_model, run_tpot, isolated_prefills, prefill_coverage, score_isolated_prefills, prompt_sensitivity,
     evaluate_records, smallest_batch_rows, VARIANTS, MIXED_NOTE, mixed_schedule, tpot_fitted_on,
     TTFT_VARIANTS, TTFT_NOTE, kv_capacity_tokens, predict_ttft, run_ttft, SERVER_FIELDS, SERVER_NOTE,
-    fit_server_host, fit_server_hosts, server_engines, server_fitted,
+    fit_server_host, fit_server_hosts, server_engines, server_fitted, KV_CAP_NOTE, kv_running, kv_capacity,
 )

@@ -90,18 +90,43 @@ def mixed_schedule(batch, prompt_tokens, output_tokens, *, chunked: bool, token_
     return P, chunk, prefix, np.minimum(P / chunk, 1.0)
 
 
+KV_CAP_NOTE = ("KV capacity: the running batch of the one-step prediction is min(batch, capacity), capacity the "
+               "requests of ISL + OSL/2 cached tokens (the mean context over a request's life) that the KV cache "
+               "holds (steptime.serve.kv_capacity_requests: the serving simulator's memory model, weights sharded "
+               "by TP/EP, bf16 KV, sliding-window layers at most their window, a hybrid's per-request state, "
+               "gpu_memory_utilization 0.9: vLLM's EngineArgs default, ASSUMED for SGLang and TensorRT-LLM too). "
+               "An engine cannot run more requests than its cache holds; the rest queue (their wait shows in "
+               "TTFT, not TPOT). Applied only where the row's batch is the client concurrency (AIConfigurator "
+               "silicon); ML.ENERGY's batch is the engine's measured mean running batch and is left as measured.")
+
+
+def kv_running(batch, capacity):
+    """(running batch, capped mask): `batch` capped at `capacity` requests (None: uncapped), never below 1."""
+    B = np.asarray(batch, dtype=float)
+    if capacity is None:
+        return B, np.zeros(B.shape, dtype=bool)
+    cap = np.asarray(capacity, dtype=float)
+    if np.any(np.isnan(cap)) or np.any(cap < 0):
+        raise WallclockError("KV capacity must be >= 0 requests (got a negative or NaN capacity)")
+    cap = np.broadcast_to(np.maximum(cap, 1.0), B.shape)
+    return np.minimum(B, cap), B > cap
+
+
 def predict_tpot(rows, predictor: Callable, kernels: Callable | None = None, tp: int = 1, *,
-                 variant: str = "naive", chunked: bool = True, token_budget: float | None = None) -> dict:
+                 variant: str = "naive", chunked: bool = True, token_budget: float | None = None,
+                 capacity=None) -> dict:
     """Predicted TPOT (ms) for rows of ONE (gpu, model, engine, tp, dtype): decode step at the
     mean batch, plus for mode == 'agg' either (variant 'naive') the amortised prefill (GPU kernel
     time of a 1 x prompt prefill from `kernels`, times batch / output_tokens) or (variant 'mixed')
     the steps the engine runs with the arriving prompts inside (MIXED_NOTE; `chunked` and
-    `token_budget` are the engine's)."""
+    `token_budget` are the engine's). `capacity` (requests, a number or one per row; None: uncapped):
+    the batch is first capped at it (KV_CAP_NOTE); `running` and `capped` are returned."""
     if variant not in VARIANTS:
         raise WallclockError(f"unknown TPOT variant {variant!r} (known: {', '.join(VARIANTS)})")
-    B = rows["batch"].to_numpy(float)
-    if np.any(B <= 0):
+    B0 = rows["batch"].to_numpy(float)
+    if np.any(B0 <= 0):
         raise WallclockError("TPOT rows: mean running batch must be > 0")
+    B, capped = kv_running(B0, capacity)
     kv = mean_context(rows["prompt_tokens"], rows["output_tokens"])
     lo = np.maximum(np.floor(B), 1).astype(int)
     hi = np.maximum(np.ceil(B), 1).astype(int)
@@ -130,7 +155,25 @@ def predict_tpot(rows, predictor: Callable, kernels: Callable | None = None, tp:
     elif kernels is not None and agg.any():
         tp_pre = kernels(_prefill_frame(rows["prompt_tokens"].to_numpy()[agg], tp), tp, None)["total"]
         pre[agg] = tp_pre * B[agg] / np.maximum(rows["output_tokens"].to_numpy(float)[agg], 1.0)
-    return {"decode_ms": dec, "prefill_amortised_ms": pre, "pred_ms": dec + pre, "kernels_decode_ms": kdec}
+    return {"decode_ms": dec, "prefill_amortised_ms": pre, "pred_ms": dec + pre, "kernels_decode_ms": kdec,
+            "running": B, "capped": capped}
+
+
+CONCURRENCY_DATASETS = ("aic-silicon",)  # rows whose `batch` is the client concurrency, not a measured running batch
+
+
+def kv_capacity(rows, model, gpu, tp: int, *, ep: int = 1, dtype: str = "bf16", pol=None) -> np.ndarray:
+    """Per row: the requests of mean context ISL + OSL/2 the engine's KV cache holds (KV_CAP_NOTE), for rows
+    whose batch is the client concurrency (CONCURRENCY_DATASETS); inf (no cap) where the batch is the engine's
+    measured mean running batch (ML.ENERGY), which the engine did hold."""
+    from steptime.serve.sim import kv_capacity_requests
+
+    conc = rows["dataset"].isin(CONCURRENCY_DATASETS).to_numpy() if "dataset" in rows else np.ones(len(rows), bool)
+    out = np.full(len(rows), np.inf)
+    if conc.any():
+        ctx = mean_context(rows["prompt_tokens"], rows["output_tokens"])[conc]
+        out[conc] = kv_capacity_requests(model, gpu, ctx, tp=tp, ep=ep, dtype=dtype, kv_dtype="bf16", pol=pol)
+    return out
 
 
 DTYPES = {"bfloat16": "bf16", "bf16": "bf16", "float16": "bf16", "fp8": "fp8", "float8": "fp8"}
@@ -225,7 +268,7 @@ def _known_model(model: str, rows) -> str:
 
 
 def run_tpot(rows, model_of=None, n_boot: int = 1000, seed: int = 0, fitted=None, variant: str = "naive",
-             mixed: dict | None = None, constants=None) -> dict:
+             mixed: dict | None = None, constants=None, kv_cap: bool = True) -> dict:
     """Predict every TPOT row (grouped by dataset, gpu, model, engine, tp, dtype) with the engine
     profile, and score per dataset x GPU x engine (and per TP). A group the predictor refuses
     (unknown model, memory, precision a GPU cannot run) is left out with its reason. `variant`:
@@ -243,25 +286,29 @@ def run_tpot(rows, model_of=None, n_boot: int = 1000, seed: int = 0, fitted=None
             kern = make_predictor("kernels", model if model_of is None else model_of(model), gpu, dtype=dt,
                                   constants=constants)
             mx = mixed or {}
+            cap = kv_capacity(d, model if model_of is None else model_of(model), gpu, int(tp), dtype=dt) \
+                if kv_cap else None
             r = predict_tpot(d, f, kern, tp=int(tp), variant=variant, chunked=eng in mx.get("chunked", ()),
-                             token_budget=mx.get("token_budget"))
+                             token_budget=mx.get("token_budget"), capacity=cap)
         except SteptimeError as exc:
             skipped.append({"dataset": ds, "reason": f"{type(exc).__name__}: {str(exc).splitlines()[0][:160]}",
                             "rows": int(len(d)), "group": [str(v) for v in k]})
             continue
         preds.append(d.assign(pred_ms=r["pred_ms"], decode_ms=r["decode_ms"],
-                              prefill_amortised_ms=r["prefill_amortised_ms"], kernels_decode_ms=r["kernels_decode_ms"]))
+                              prefill_amortised_ms=r["prefill_amortised_ms"], kernels_decode_ms=r["kernels_decode_ms"],
+                              running=r["running"], kv_capped=r["capped"]))
     if skipped:  # one line per (dataset, reason), rows summed
         sk = pd.DataFrame(skipped).groupby(["dataset", "reason"], as_index=False)["rows"].sum()
         skipped = sk.to_dict("records")
     p = pd.concat(preds) if preds else rows.iloc[:0].assign(pred_ms=[], decode_ms=[], prefill_amortised_ms=[],
-                                                            kernels_decode_ms=[])
+                                                            kernels_decode_ms=[], running=[], kv_capped=[])
     scores = []
     for by, sub in ((["dataset", "gpu", "engine"], "tpot"), (["dataset", "gpu", "engine", "tp"], "tpot_by_tp")):
         for k, d in p.groupby(by, sort=True):
             s = score(d["pred_ms"].to_numpy(), d["tpot_ms"].to_numpy(), n_boot=n_boot, seed=seed)
             s["signed_mean"] = float(np.mean((d["pred_ms"] - d["tpot_ms"]) / d["tpot_ms"]))
             s["models"] = sorted(d["model"].unique().tolist())
+            s["kv_capped_rows"] = int(np.sum(d["kv_capped"].to_numpy(bool)))
             scores.append({**dict(zip(by, [v.item() if hasattr(v, "item") else v for v in k])),
                            "tp": int(k[3]) if len(k) > 3 else "all", "subset": sub, "variant": variant,
                            "tps": sorted(int(t) for t in d["tp"].unique()), **s})
