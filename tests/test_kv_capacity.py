@@ -37,6 +37,15 @@ def test_sliding_window_capacity():
     assert kv_capacity_requests(m, g, 2048, dtype="mxfp4")[()] == np.floor((0.9 * g.mem_bytes - w) / per_req)
 
 
+def test_chunked_attention_capacity():
+    """Llama 4's chunked layers (36 of 48) hold at most a chunk plus the block it ends in per request."""
+    m, g = get_model("llama-4-scout"), get_gpu("h100-sxm")
+    layer = moe_step.kv_layer_bytes(m, 4, "bf16")
+    w = moe_step.memory_bytes(m, 0, 4, 4)
+    per_req = 32768 * 12 * layer + (8192 + 16) * 36 * layer
+    assert kv_capacity_requests(m, g, 32768, tp=4, ep=4)[()] == np.floor((0.9 * g.mem_bytes - w) / per_req)
+
+
 def test_refusals():
     with pytest.raises(ServeError, match="gpu_memory_utilization"):
         Policy(gpu_memory_utilization=-0.1)

@@ -163,7 +163,7 @@ def kv_capacity_requests(model, gpu, context_tokens, *, tp: int = 1, ep: int = 1
         layer = moe_step.kv_layer_bytes(m, tp, kv_dtype)
         n_slide = moe_step.sliding_layers(m)
         per_req = (toks * (m.n_full_layers - n_slide) * layer
-                   + (np.minimum(toks, m.sliding_window + bs) * n_slide * layer if n_slide else 0.0)
+                   + (np.minimum(toks, m.attention_window + bs) * n_slide * layer if n_slide else 0.0)
                    + (m.n_linear_layers * m.gdn_state_bytes(tp) if m.n_linear_layers else 0.0))
         where = f"tp={tp}, ep={ep}"
     else:
