@@ -134,6 +134,16 @@ def test_serve_moe_with_ep_runs_one_rank_per_scheduler(capsys):
     assert doc["summary"]["throughput_tok_s"] == pytest.approx(ref.summary()["throughput_tok_s"])
 
 
+def test_serve_notes_data_parallel_ranks_only_when_there_are_some(capsys):
+    """ep = tp: one attention rank per instance (no data parallelism), so no note about DP schedulers."""
+    assert main(["serve", "--model", "qwen3-30b-a3b", "--gpu", "h100-sxm", "--tp", "2", "--ep", "2", "--rate", "4",
+                 "--n", "20", "--isl", "256", "--osl", "32", "--no-progress"]) == 0
+    assert "data-parallel ranks" not in capsys.readouterr().out
+    assert main(["serve", "--model", "qwen3-30b-a3b", "--gpu", "h100-sxm", "--tp", "1", "--ep", "2", "--rate", "4",
+                 "--n", "20", "--isl", "256", "--osl", "32", "--no-progress"]) == 0
+    assert "data-parallel ranks" in capsys.readouterr().out
+
+
 def test_plan_searches_expert_parallelism_for_moe_only():
     cand, dropped = layouts(get_model("qwen3-30b-a3b"), ["h100-sxm"], tps=(1, 2), seqs=(64,), budgets=(2048,),
                             dtypes=("bf16",))

@@ -268,7 +268,7 @@ def cmd_serve(a) -> int:
     ms = lambda v: None if v is None else v / 1e3  # noqa: E731
     summ = run.summary(slo_ttft_s=ms(a.slo_ttft_ms), slo_tpot_s=ms(a.slo_tpot_ms))
     doc = {"simulated": True, "model": a.model, "gpu": a.gpu, "engine": a.engine or "vllm", "tp": a.tp,
-           **({"ep": a.ep, "note": EP_NOTE} if a.ep != 1 else {}),
+           **({"ep": a.ep} if a.ep != 1 else {}), **({"note": EP_NOTE} if a.ep > a.tp else {}),
            "workload": {"name": wl.name, "requests": len(wl), "concurrency": wl.concurrency,
                         "mean_prompt": float(np.mean(wl.prompt)), "mean_output": float(np.mean(wl.output))},
            "policy": run.policy, "summary": summ}
@@ -289,7 +289,7 @@ def cmd_serve(a) -> int:
 
         sys.stdout.write(dumps(doc))
         return 0
-    if a.ep != 1:
+    if a.ep > a.tp:  # attention data-parallel ranks (ep / tp > 1) are simulated as separate schedulers
         print(f"note: {EP_NOTE}")
     print(f"{a.model} on {a.gpu} (tp={a.tp}{f', ep={a.ep}' if a.ep != 1 else ''}, engine {a.engine or 'vllm'}, policy {run.policy['name']}): {len(wl)} requests "
           f"[{wl.name}], simulated")
