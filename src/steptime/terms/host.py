@@ -74,9 +74,6 @@ def engine_dispatch_floor(n_layers: int, tokens, decode_only, gpu, engine, const
     piecewise = n_eager_pw * t_l + (n_layers + 1) * t_g + (n - n_eager_pw - pe * n_gdn) * t_n
     cost = {"none": n * t_l + np.where(dec, gdn_dec, gdn_pre), "full": t_g + n * t_n,
             "piecewise": piecewise + np.where(dec, gdn_dec, gdn_pre)}
-    if not n_gdn:  # a model without linear layers: the launch floor as before, term for term
-        cost["piecewise"] = pe * n_layers * t_l + (n_layers + 1) * t_g + (n - pe * n_layers) * t_n
-        cost["none"] = n * t_l
     mode_dec = engine.graph_mode("decode")
     mode_pre = engine.graph_mode("prefill")
     out = np.where(dec, cost[mode_dec], cost[mode_pre])
