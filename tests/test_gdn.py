@@ -138,7 +138,9 @@ def test_gdn_eager_floor_scales_with_layers_and_launch_cost():
         pe, t_l = e.get("piecewise_eager_per_layer", g, c), e.get("t_launch_us", g, c) * 1e-6
         extra = n_gdn * (14 * t_gdn - pe * t_l)
         assert hyb[1:3] == pytest.approx(dense[1:3] + extra)
-        assert hyb[3] == pytest.approx(dense[3] + n_gdn * 14 * t_gdn)  # above it: the whole step eager, plus the op
+        # above it: the whole step eager, plus the op, plus the hybrid's host time per layer outside the graphs
+        t_hyb = e.get_or("hybrid_eager_layer_us", g, c) * 1e-6
+        assert hyb[3] == pytest.approx(dense[3] + n_gdn * 14 * t_gdn + 40 * t_hyb)
     # linear in the launch cost: an engine without the field prices a GDN launch as any eager launch
     sg = get_engine("sglang")
     if "gdn_eager_launch_us" not in sg.values:
@@ -178,3 +180,43 @@ def test_shipped_gdn_eager_launch_cost_is_the_results_all_layout_fit(repo_root):
     fit = json.loads((repo_root / "results/E3_4.json").read_text())["metrics"]["fpm_gdn_eager_fit"]
     shipped = get_engine("vllm").get("gdn_eager_launch_us", get_gpu("b300"), Constants.default())
     assert [v["all_layouts_us"] for v in fit.values()] == [pytest.approx(shipped)]
+
+
+def test_hybrid_eager_layer_cost_only_in_a_hybrids_eager_steps():
+    """launch.hybrid_eager_layer_us adds n_layers x its value to a hybrid's step run outside the graphs (above
+    graph_max_tokens), nothing to its graph-run steps, and nothing to a dense model's steps at any size."""
+    from steptime.specs.engines import get_engine
+    from steptime.terms.host import engine_dispatch_floor
+
+    g, c, e = get_gpu("b300"), Constants.default(), get_engine("vllm")
+    t_hyb = e.get("hybrid_eager_layer_us", g, c)
+    assert t_hyb > 0
+    cap = e.get("graph_max_tokens", g, c)
+    T = np.array([1.0, cap, cap + 1.0, 8192.0])
+    dec = np.array([True, False, False, False])
+    base = engine_dispatch_floor(40, T, dec, g, e, c, tp=4, gdn_layers=30)
+    off = e.with_fitted(g.key, {"hybrid_eager_layer_us": 0.0}, source="test")
+    without = engine_dispatch_floor(40, T, dec, g, off, c, tp=4, gdn_layers=30)
+    assert base[:2] == pytest.approx(without[:2])  # captured: nothing added
+    assert base[2:] - without[2:] == pytest.approx([40 * t_hyb * 1e-6] * 2)  # eager: one cost per layer
+    dense_on = engine_dispatch_floor(40, T, dec, g, e, c, tp=4)
+    dense_off = engine_dispatch_floor(40, T, dec, g, off, c, tp=4)
+    assert dense_on == pytest.approx(dense_off)  # a dense model never reads it
+    # doubling it doubles what it adds (linear in the field)
+    twice = e.with_fitted(g.key, {"hybrid_eager_layer_us": 2 * t_hyb}, source="test")
+    b2 = engine_dispatch_floor(40, T, dec, g, twice, c, tp=4, gdn_layers=30)
+    assert b2[3] - without[3] == pytest.approx(2 * (base[3] - without[3]))
+
+
+def test_shipped_hybrid_eager_layer_cost_is_the_results_all_layout_fit(repo_root):
+    """engines.yaml's FITTED launch.hybrid_eager_layer_us is the value E3.4's committed result fits on all layouts,
+    and the held-out values of the layouts are reported beside it."""
+    import json
+
+    from steptime.specs.engines import get_engine
+
+    fit = json.loads((repo_root / "results/E3_4.json").read_text())["metrics"]["fpm_hybrid_eager_fit"]
+    shipped = get_engine("vllm").get("hybrid_eager_layer_us", get_gpu("b300"), Constants.default())
+    assert [v["all_layouts_us"] for v in fit.values()] == [pytest.approx(shipped)]
+    for v in fit.values():
+        assert len(v["held_out_us"]) == len(v["fit_rows_per_layout"]) >= 2

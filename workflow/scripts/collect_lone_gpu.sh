@@ -14,8 +14,10 @@
 # This is the script behind a short lease of a single GPU (a time budget of minutes, not the
 # Slurm profile's hours), so the clock sweep holds each cell 2 s with 0.5 s between cells
 # (config/collect.yaml's cluster setting is 3 s / 10 s) and the ncu cells are 8 of the 36;
-# the settings used are written into collect.log. File the outputs under
-# raw/telemetry/<family>/<GPU_KEY>/ with workflow/scripts/file_telemetry.py.
+# the settings used are written into collect.log. File the outputs where the reductions read them:
+#   raw/telemetry/gemm_sweep/<GPU_KEY>/{l2,duty}.csv, raw/telemetry/dispatch/<GPU_KEY>/cublaslt.log,
+#   raw/telemetry/clock/<GPU_KEY>/clock_sweep.csv, raw/telemetry/ncu/<GPU_KEY>/gemm_counters.csv,
+# with environment.txt and collect.log beside them (provenance).
 #
 # usage: bash workflow/scripts/collect_lone_gpu.sh GPU_KEY OUTDIR
 set -u

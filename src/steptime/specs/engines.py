@@ -39,11 +39,11 @@ SPLITS = ("split_n", "split_k", "heads", "replicated")
 SERVER_FIELDS = ("server_a_ms", "server_b_ms")
 NUMERIC = ("sched_a_ms", "sched_b_ms", "rpc_ms", "rpc_tp_ms", "overlap", "t_launch_us", "graph_launch_us",
            "graph_node_us", "graph_max_tokens", "piecewise_eager_per_layer", "max_bytes", "t_samp_ms", "t_samp_b_ms",
-           "fuse_norm_max_bytes", "gdn_eager_launch_us", *SERVER_FIELDS)
+           "fuse_norm_max_bytes", "gdn_eager_launch_us", "hybrid_eager_layer_us", *SERVER_FIELDS)
 # not required host fields: fuse_norm_max_bytes absent = never fused; server_* absent = 0 (a front end in
 # its own process, or none: the engine loop carries no API-server work); gdn_eager_launch_us absent = t_launch_us
 # (a hybrid's Gated DeltaNet launches cost what any eager launch costs: terms/host.py engine_dispatch_floor)
-OPTIONAL = ("max_bytes", "fuse_norm_max_bytes", "gdn_eager_launch_us", *SERVER_FIELDS)
+OPTIONAL = ("max_bytes", "fuse_norm_max_bytes", "gdn_eager_launch_us", "hybrid_eager_layer_us", *SERVER_FIELDS)
 HOST_FIELDS = tuple(f for f in NUMERIC if f not in OPTIONAL)
 # precision.<field>: the engine's own kernels' constant (a `const:` pointer into defaults.yaml);
 # fp8_gemm names the relative fp8 GEMM factors (terms/precision.py) fitted on the engine's own

@@ -52,6 +52,9 @@ def engine_dispatch_floor(n_layers: int, tokens, decode_only, gpu, engine, const
     graphs (vLLM: vllm::gdn_attention_core): in a step with a prefill it runs eagerly, gdn.eager_launches() launches
     per layer in place of the attention op's piecewise_eager_per_layer, each at gdn_eager_launch_us (absent:
     t_launch_us); in a step run eagerly (graphs none, or above graph_max_tokens) they add to the eager count.
+    A hybrid's step run eagerly also adds hybrid_eager_layer_us (absent: 0) per layer: host time outside CUDA
+    graphs beyond the counted launches (the mixture-of-experts and GDN layers' Python dispatch), FITTED on the
+    hybrid's own engine steps (E3.4); dense models and graph-captured steps never read it.
     """
     T = np.asarray(tokens, dtype=float)
     dec = np.asarray(decode_only, dtype=bool)
@@ -70,9 +73,11 @@ def engine_dispatch_floor(n_layers: int, tokens, decode_only, gpu, engine, const
     t_gdn = engine.get_or("gdn_eager_launch_us", gpu, constants, default=t_l * 1e6) * 1e-6
     gdn_pre = n_gdn * gdn.eager_launches(prefill=True) * t_gdn     # the GDN op, eager, a step with a prefill
     gdn_dec = n_gdn * gdn.eager_launches(prefill=False) * t_gdn    # the GDN op, eager, a decode-only step
+    # a hybrid's step outside the graphs: host time per layer beyond the counted launches (0 without the field)
+    hybrid_eager = n_layers * engine.get_or("hybrid_eager_layer_us", gpu, constants, default=0.0) * 1e-6 if n_gdn else 0.0
     n_eager_pw = pe * (n_layers - n_gdn)                           # attention ops left out of the pieces
     piecewise = n_eager_pw * t_l + (n_layers + 1) * t_g + (n - n_eager_pw - pe * n_gdn) * t_n
-    cost = {"none": n * t_l + np.where(dec, gdn_dec, gdn_pre), "full": t_g + n * t_n,
+    cost = {"none": n * t_l + np.where(dec, gdn_dec, gdn_pre) + hybrid_eager, "full": t_g + n * t_n,
             "piecewise": piecewise + np.where(dec, gdn_dec, gdn_pre)}
     mode_dec = engine.graph_mode("decode")
     mode_pre = engine.graph_mode("prefill")
