@@ -140,3 +140,26 @@ def test_gdn_eager_launch_fit_leaves_the_scored_layout_out():
     assert fit_gdn_eager_launch(ape, None) == 10.0  # tie over both: the lowest value
     with pytest.raises(SteptimeError, match="no layout left"):
         fit_gdn_eager_launch({"a": ape["a"]}, "a")
+
+
+def test_flop_bound_is_a_lower_bound_of_the_predicted_step():
+    """The active-parameter FLOP bound E3.4 flags impossible FPM steps with sits below steptime's own prediction of
+    the same step (the model can never be faster than it), scales as tokens / TP, and leaves out embedding and head."""
+    import numpy as np
+    import pandas as pd
+
+    from steptime.specs import get_gpu, get_model
+    from steptime.step import predict_steps
+    from steptime_lab.experiments.moe_wallclock import flop_bound_ms
+
+    m, g = get_model("qwen3.6-35b-a3b"), get_gpu("b300")
+    rows = pd.DataFrame({"num_tokens": [928, 928, 4096], "tp": [1, 4, 4]})
+    b = flop_bound_ms(rows, "qwen3.6-35b-a3b", "b300")
+    assert b[0] == pytest.approx(4 * b[1]) and b[2] == pytest.approx(b[1] * 4096 / 928)
+    emb = m.vocab_size * m.hidden_size * (1 if m.tie_word_embeddings else 2)
+    assert b[0] == pytest.approx(928 * 2.0 * (m.n_active_params() - emb) / g.peak_flops * 1e3)
+    for tokens, tp in ((928, 1), (4096, 4)):
+        r = predict_steps("qwen3.6-35b-a3b", "b300", np.array([0]), np.array([tokens]), np.array([0]), 1, tp=tp,
+                          ep=tp, engine="vllm")
+        assert r["total_ms"][0] > flop_bound_ms(pd.DataFrame({"num_tokens": [tokens], "tp": [tp]}),
+                                               "qwen3.6-35b-a3b", "b300")[0]

@@ -406,7 +406,8 @@ def score_fpm_moe(tidy: pd.DataFrame, *, fitted=None, constants=None, moe_consta
     from steptime_lab.experiments.wallclock import fpm_steps, make_predictor, predict_table, score_steps
 
     if tidy is None or not len(tidy):
-        return {"scores": [], "terms": [], "steps": 0, "gdn_eager_fit": {}, "hybrid_eager_fit": {}}
+        return {"scores": [], "terms": [], "steps": 0, "gdn_eager_fit": {}, "hybrid_eager_fit": {},
+                "below_flop_bound": {}}
     steps = fpm_steps(tidy, moe=True)
     scores, terms = [], []
     groups = list(steps.groupby(["gpu", "engine", "model", *FPM_LAYOUT], sort=True))
@@ -448,11 +449,19 @@ def score_fpm_moe(tidy: pd.DataFrame, *, fitted=None, constants=None, moe_consta
             "held_out_us": {"tp{} ep{} dp{}".format(*k[3:]): per[k] for k in keys}}
         for key in keys:
             preds[key] = _with_field(preds[key], HYBRID_EAGER_FIELD, per[key])
+    below, scores_in = [], []
     for key, s in groups:
         gpu, engine, model, tp, ep, dp = key
         t = predict_table(s, preds[key])
         for sc in score_steps(s, t, keys=("gpu", "engine", "model", *FPM_LAYOUT, "phase"), n_boot=n_boot, seed=seed):
             scores.append(sc)
+        if int(dp) == 1:  # the bound is strict only where the row is the whole step (no other DP ranks)
+            ok = s["latency_ms"].to_numpy() >= flop_bound_ms(s, model, gpu)
+            for ph, d in s.assign(ok=ok).groupby("phase", sort=True):
+                below.append({"tp": int(tp), "ep": int(ep), "dp": int(dp), "phase": ph, "steps": int(len(d)),
+                              "below_bound": int((~d["ok"]).sum())})
+            scores_in += score_steps(s[ok], t, keys=("gpu", "engine", "model", *FPM_LAYOUT, "phase"),
+                                     n_boot=n_boot, seed=seed)
         x = s.assign(pred_ms=t["pred_ms"].to_numpy())
         for ph, d in x.groupby("phase", sort=True):
             terms.append({"model": model, "tp": int(tp), "ep": int(ep), "dp": int(dp), "phase": ph,
@@ -460,7 +469,26 @@ def score_fpm_moe(tidy: pd.DataFrame, *, fitted=None, constants=None, moe_consta
                           "predicted_median_ms": float(d["pred_ms"].median()),
                           **{f"{k}_median_ms": float(t.loc[d.index, k].median()) for k in t.columns if k != "pred_ms"}})
     return {"scores": scores, "terms": terms, "steps": int(len(steps)), "gdn_eager_fit": fit,
-            "hybrid_eager_fit": eager_fit}
+            "hybrid_eager_fit": eager_fit,
+            "below_flop_bound": {"note": FLOP_BOUND_NOTE, "by_layout_phase": below, "scores_within_bound": scores_in}}
+
+
+FLOP_BOUND_NOTE = ("Diagnostic, no claim: steps measured faster than the active-parameter FLOP bound of their recorded "
+                   "tokens, 2 x tokens x (active parameters - embedding - LM head) / (TP x datasheet dense peak), a "
+                   "lower bound on any GPU's share of the step's matrix work (attention's score FLOPs, every memory "
+                   "read and every host cost left out), so a step below it cannot have run what its row records. "
+                   "Checked at dp = 1 only (a DP row is one rank's step, the others' tokens unrecorded). Such steps stay "
+                   "in every claim (as E1.26 keeps its below-roofline steps); scores_within_bound scores the rest.")
+
+
+def flop_bound_ms(steps: pd.DataFrame, model: str, gpu: str) -> np.ndarray:
+    """Per step: the active-parameter FLOP bound (ms) of its recorded tokens at its TP (FLOP_BOUND_NOTE)."""
+    from steptime.specs import get_gpu
+
+    m, g = get_model(model), get_gpu(gpu)
+    emb = m.vocab_size * m.hidden_size * (1 if m.tie_word_embeddings else 2)
+    per_token = 2.0 * (m.n_active_params() - emb)
+    return steps["num_tokens"].to_numpy(float) * per_token / (steps["tp"].to_numpy(float) * g.peak_flops) * 1e3
 
 
 def gdn_share(model: str, gpu: str, *, constants, moe_constants, tp: int = 1, ep: int = 1) -> dict:
@@ -547,6 +575,7 @@ def document(tok: dict, rep: dict, fpm: list, skipped_rows: list, targets: dict,
         "gdn_share": gdn or {},
         "fpm_gdn_eager_fit": (fpm_scores or {}).get("gdn_eager_fit", {}),
         "fpm_hybrid_eager_fit": (fpm_scores or {}).get("hybrid_eager_fit", {}),
+        "fpm_below_flop_bound": (fpm_scores or {}).get("below_flop_bound", {}),
         "targets_met": int(sum(bool(c["met"]) for c in met)), "targets_total": len(met),
         "missed": missed,
         "models_assumed": sorted({f"{m} <- {ds}" for ds, m, how in zip(tok["pred"].get("dataset", []),
