@@ -5,7 +5,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from steptime.errors import SteptimeError
+from steptime.errors import ServeError, SteptimeError
 from steptime_lab.experiments import wallclock as W
 from steptime.calibration import Constants
 
@@ -448,8 +448,10 @@ def test_ttft_wave_is_the_prefill_stream_of_the_wave_and_queues_beyond_the_kv_ca
     assert eight[0] == pytest.approx(pf8[0])  # eight prompts of 1024 fill one 8192-token step
     sixteen = W.predict_ttft(_ttft_rows(16), f, "llama-3.1-8b", "h100-sxm", 1, token_budget=8192)
     assert sixteen[0] == pytest.approx(1.5 * pf8[0])  # half finish with the first full step, half with the second
-    tight = W.predict_ttft(_ttft_rows(16), f, "llama-3.1-8b", "h100-sxm", 1, token_budget=8192, mem_util=0.2)
-    assert tight[0] > sixteen[0]  # fewer requests fit: the rest wait for a wave
+    tight = W.predict_ttft(_ttft_rows(16), f, "llama-3.1-8b", "h100-sxm", 1, token_budget=8192, mem_util=0.21)
+    assert tight[0] > sixteen[0]  # fewer requests fit (16.8 GB less 16.1 of weights): the rest wait for a wave
+    with pytest.raises(ServeError, match="leave no KV cache"):  # 16 GB: the weights leave no cache (kv_budget)
+        W.predict_ttft(_ttft_rows(16), f, "llama-3.1-8b", "h100-sxm", 1, token_budget=8192, mem_util=0.2)
     steady = W.predict_ttft(_ttft_rows(16), f, "llama-3.1-8b", "h100-sxm", 1, token_budget=8192, variant="steady")
     assert 0 < steady[0] < sixteen[0]
     with pytest.raises(W.WallclockError):

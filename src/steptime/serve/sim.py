@@ -16,7 +16,7 @@ then waiting ones), no decodes, as SGLang does by default; the decodes resume on
            of instances (`simulate_disagg`), KV handed over after the first token.
 
 KV cache: the blocks left in `gpu_memory_utilization` of the GPU after the weights
-(`steptime.step.memory_bytes`), `block_size` tokens each. A running request that cannot get
+(`kv_capacity_blocks`: steptime.serve.memory's one memory model), `block_size` tokens each. A running request that cannot get
 a block preempts the latest-admitted running request (recompute, as vLLM V1 does), which
 goes back to the front of the queue. `reserve_full` instead admits a request only with the
 blocks of its whole length reserved (no preemption; the disaggregated decode pool's default).
@@ -40,6 +40,7 @@ from types import MappingProxyType
 import numpy as np
 
 from steptime.errors import ServeError
+from steptime.serve.memory import check_context, kv_budget
 from steptime.serve.timer import StepTimer
 from steptime.serve.workload import Workload
 from steptime.step import memory_bytes
@@ -105,77 +106,32 @@ def policy(name: str = "vllm", **kw) -> Policy:
 
 
 def kv_capacity_blocks(timer: StepTimer, pol: Policy) -> int:
-    """KV-cache blocks per instance from the memory model (weights at their dtype, KV at its dtype). A block
-    holds `block_size` tokens of every full-attention layer; a mixture-of-experts model with sliding-window
-    layers (gpt-oss) first sets aside those layers' window for `max_num_seqs` running requests (they keep
-    at most the window, steptime.moe_step.memory_bytes)."""
+    """KV-cache blocks per instance (`pol.kv_blocks` if given, else the memory model: steptime.serve.memory's
+    `kv_budget(...).blocks()` at the timer's model, GPU, layout and dtypes). A block holds `block_size` tokens of
+    every layer that keeps every token; a model with windowed layers (gpt-oss's sliding window, Llama 4's chunked
+    attention) or a hybrid's linear-attention layers first sets aside, for `max_num_seqs` running requests, the
+    window plus one block on those layers and the linear layers' fixed state."""
     if pol.kv_blocks is not None:
         return int(pol.kv_blocks)
-    m, gpu, tp = timer.model, timer.gpu, timer.tp
-    if getattr(timer, "moe", False):  # experts sharded by EP (or sliced by TP), latent KV for MLA
-        from steptime import moe_step
-
-        weights = timer.memory_bytes(0)
-        n_slide = moe_step.sliding_layers(m)
-        layer = moe_step.kv_layer_bytes(m, tp, timer.kv_dtype)
-        # sliding-window layers keep at most the window (plus the block it ends in) per running request: set
-        # aside for max_num_seqs requests; the blocks are then counted in the full-attention layers' bytes
-        reserve = pol.max_num_seqs * (m.attention_window + pol.block_size) * n_slide * layer
-        per_tok = (m.num_hidden_layers - n_slide) * layer
-    else:
-        kw = dict(weight_dtype=timer.dtype, kv_dtype=timer.kv_dtype)
-        weights = memory_bytes(m, 0, tp, **kw)
-        per_tok = memory_bytes(m, 1, tp, **kw) - weights
-        reserve = 0.0
-    free = gpu.mem_bytes * pol.gpu_memory_utilization - weights - reserve
-    where = f"tp={tp}, ep={timer.ep}" if getattr(timer, "moe", False) else f"tp={tp}"
-    if free <= 0:
-        also = (f" and the sliding-window layers' KV of {pol.max_num_seqs} requests ({reserve / 1e9:.1f} GB)"
-                if reserve else "")
-        raise ServeError(f"{m.key} weights ({weights / 1e9:.1f} GB per GPU at {where}){also} leave no KV "
-                         f"cache in {pol.gpu_memory_utilization:g} of {gpu.key}'s {gpu.mem_gb:g} GB")
-    return int(free // (per_tok * pol.block_size))
+    return kv_budget(timer.model, timer.gpu, tp=timer.tp, ep=getattr(timer, "ep", 1), dtype=timer.dtype,
+                     kv_dtype=timer.kv_dtype, gpu_memory_utilization=pol.gpu_memory_utilization,
+                     block_size=pol.block_size, max_num_seqs=pol.max_num_seqs).blocks()
 
 
 def kv_capacity_requests(model, gpu, context_tokens, *, tp: int = 1, ep: int = 1, dtype: str = "bf16",
                          kv_dtype: str = "bf16", pol: Policy | None = None) -> np.ndarray:
     """How many requests of `context_tokens` cached tokens each (a number or an array) one engine instance
     holds at once: the KV cache left in `pol.gpu_memory_utilization` of the GPU after the weights (sharded by
-    TP, a mixture-of-experts model's experts by EP; the same memory model as `kv_capacity_blocks`), over one
-    request's blocks: ceil(context / block_size) blocks of every full-attention layer, on a sliding-window
-    layer at most the window plus the block it ends in (vLLM's hybrid KV-cache manager), and a hybrid's
-    linear-attention layers' fixed state per request (steptime.moe_step.memory_bytes). `max_num_seqs` is
-    not applied (an engine limit, not memory). Raises ServeError when the weights leave no KV cache."""
-    from steptime.specs import get_gpu, get_model
-    from steptime.specs.moe import is_moe
-
+    TP, a mixture-of-experts model's experts by EP) over one request's bytes: ceil(context / block_size) blocks
+    of every full-attention layer, on a windowed layer at most the window plus the block it ends in (vLLM's
+    hybrid KV-cache manager), and a hybrid's linear-attention layers' fixed state. The same memory model as
+    `kv_capacity_blocks` (steptime.serve.memory.kv_budget). `max_num_seqs` is not applied (an engine limit, not
+    memory). Raises ServeError when the weights leave no KV cache, or a context is not finite and > 0."""
     pol = pol if pol is not None else Policy()
-    m, g = get_model(model), get_gpu(gpu)
-    ctx = np.asarray(context_tokens, dtype=float)
-    if np.any(~np.isfinite(ctx)) or np.any(ctx <= 0):
-        raise ServeError("context_tokens must be finite and > 0")
-    bs = pol.block_size
-    toks = np.ceil(ctx / bs) * bs  # a request holds whole blocks
-    if is_moe(m):
-        from steptime import moe_step
-
-        weights = moe_step.memory_bytes(m, 0, tp, ep, dtype=dtype, kv_dtype=kv_dtype)
-        layer = moe_step.kv_layer_bytes(m, tp, kv_dtype)
-        n_slide = moe_step.sliding_layers(m)
-        per_req = (toks * (m.n_full_layers - n_slide) * layer
-                   + (np.minimum(toks, m.attention_window + bs) * n_slide * layer if n_slide else 0.0)
-                   + (m.n_linear_layers * m.gdn_state_bytes(tp) if m.n_linear_layers else 0.0))
-        where = f"tp={tp}, ep={ep}"
-    else:
-        kw = dict(weight_dtype=dtype, kv_dtype=kv_dtype)
-        weights = memory_bytes(m, 0, tp, **kw)
-        per_req = toks * (memory_bytes(m, 1, tp, **kw) - weights)
-        where = f"tp={tp}"
-    free = g.mem_bytes * pol.gpu_memory_utilization - weights
-    if free <= 0:
-        raise ServeError(f"{m.key} weights ({weights / 1e9:.1f} GB per GPU at {where}) leave no KV cache in "
-                         f"{pol.gpu_memory_utilization:g} of {g.key}'s {g.mem_gb:g} GB")
-    return np.floor(free / per_req)
+    check_context(context_tokens)
+    return kv_budget(model, gpu, tp=tp, ep=ep, dtype=dtype, kv_dtype=kv_dtype,
+                     gpu_memory_utilization=pol.gpu_memory_utilization, block_size=pol.block_size,
+                     max_num_seqs=pol.max_num_seqs).requests(context_tokens)
 
 
 class ItlLog:

@@ -92,8 +92,11 @@ def mixed_schedule(batch, prompt_tokens, output_tokens, *, chunked: bool, token_
 
 KV_CAP_NOTE = ("KV capacity: the running batch of the one-step prediction is min(batch, capacity), capacity the "
                "requests of ISL + OSL/2 cached tokens (the mean context over a request's life) that the KV cache "
-               "holds (steptime.serve.kv_capacity_requests: the serving simulator's memory model, weights sharded "
-               "by TP/EP, bf16 KV, sliding-window layers at most their window, a hybrid's per-request state, "
+               "holds (steptime.serve.kv_capacity_requests: steptime.serve.memory.kv_budget, the one memory model "
+               "the serving simulator's blocks and E2.11's TTFT wave also read; weights sharded by TP/EP, bf16 KV, "
+               "whole blocks of 16 tokens per request, windowed layers (gpt-oss's sliding window, Llama 4's chunk) "
+               "at most their window plus one block, a hybrid's per-request linear-attention state, a dense model's "
+               "every layer every token (models.yaml's Gemma 2 / Phi-3 sliding_window is recorded, not read), "
                "gpu_memory_utilization 0.9: vLLM's EngineArgs default, ASSUMED for SGLang and TensorRT-LLM too). "
                "An engine cannot run more requests than its cache holds; the rest queue (their wait shows in "
                "TTFT, not TPOT). Applied only where the row's batch is the client concurrency (AIConfigurator "
@@ -327,7 +330,11 @@ TTFT_NOTE = (
     "step that finishes its prompt, ceil(i ISL / budget) prefill steps of `budget` tokens; the mean over i is the "
     "TTFT. Where the KV cache (ttft.mem_util of the GPU memory minus the weights, bf16 KV) holds fewer than c "
     "requests of ISL + OSL tokens, the requests beyond it wait for the earlier wave to finish (its prefill plus "
-    "OSL decode steps at its batch). steady (reported beside it): arrivals spread out, a request waits half a "
+    "OSL decode steps at its batch). That capacity is steptime.serve.kv_capacity_requests at ISL + OSL (the memory "
+    "model KV_CAP_NOTE and the serving simulator read): each request holds whole blocks of 16 tokens, and weights "
+    "that leave no KV cache refuse the group. Before the one memory model (until the kvunify change) it was the "
+    "unrounded KV tokens over ISL + OSL and such a group ran waves of one request; no scored row changed by it "
+    "(DESIGN.md, 'One KV memory model'). steady (reported beside it): arrivals spread out, a request waits half a "
     "decode step and then rides ceil(ISL / chunk) mixed steps (chunk = min(ISL, budget - c)) with the c - 1 "
     "decodes. Neither is the benchmark's load. The rows do not record their benchmark client; AIConfigurator's own "
     "harness (genai-perf, later aiperf, in concurrency mode; ASSUMED to be the rows') drains its 2c warm-up requests "
@@ -348,18 +355,8 @@ def _prefill_steps(tokens, requests, tp):
                          "decode_requests": 0, "mean_decode_kv_tokens": 0.0})
 
 
-def kv_capacity_tokens(model, gpu, tp: int, dtype: str = "bf16", mem_util: float = 0.9) -> float:
-    """KV-cache tokens one engine instance holds: mem_util of a GPU's memory minus its weight share,
-    over the bf16 KV bytes per token per rank (steptime.step.memory_bytes)."""
-    from steptime.step import memory_bytes
-
-    w = memory_bytes(model, 0.0, tp, weight_dtype=dtype, kv_dtype="bf16")
-    per_tok = memory_bytes(model, 1.0e6, tp, weight_dtype=dtype, kv_dtype="bf16") - w
-    return max(mem_util * gpu.mem_bytes - w, 0.0) / (per_tok / 1.0e6)
-
-
 def predict_ttft(rows, predictor: Callable, model, gpu, tp: int, *, token_budget: float, dtype: str = "bf16",
-                 mem_util: float = 0.9, variant: str = "wave") -> np.ndarray:
+                 mem_util: float = 0.9, variant: str = "wave", ep: int = 1) -> np.ndarray:
     """Predicted mean TTFT (ms) of rows of ONE (gpu, model, engine, tp, dtype) (TTFT_NOTE)."""
     from steptime.specs import get_gpu, get_model
 
@@ -377,8 +374,12 @@ def predict_ttft(rows, predictor: Callable, model, gpu, tp: int, *, token_budget
         _, chunk, prefix, _ = mixed_schedule(c, isl, osl, chunked=True, token_budget=token_budget)
         mix = predictor(_mixed_frame(np.maximum(c - 1, 1), kv, chunk, prefix, tp), tp, None)["total"]
         return 0.5 * dec + np.ceil(isl / chunk) * mix
-    cap = kv_capacity_tokens(m, g, tp, dtype, mem_util)
-    fit = np.clip(np.floor(cap / (isl + osl)), 1, c).astype(int)  # requests of one wave
+    from steptime.serve import Policy, kv_capacity_requests
+
+    # requests of ISL + OSL tokens the KV cache holds (the serving simulator's memory model, KV_CAP_NOTE)
+    cap = kv_capacity_requests(m, g, isl + osl, tp=tp, ep=ep, dtype=dtype, kv_dtype="bf16",
+                               pol=Policy(gpu_memory_utilization=mem_util))
+    fit = np.clip(cap, 1, c).astype(int)  # requests of one wave
     stream = fit * isl
     step_tok = np.minimum(token_budget, stream)
     t_pf = predictor(_prefill_steps(step_tok, step_tok / isl, tp), tp, None)["total"]
