@@ -163,3 +163,17 @@ def test_flop_bound_is_a_lower_bound_of_the_predicted_step():
                           ep=tp, engine="vllm")
         assert r["total_ms"][0] > flop_bound_ms(pd.DataFrame({"num_tokens": [tokens], "tp": [tp]}),
                                                "qwen3.6-35b-a3b", "b300")[0]
+
+
+def test_same_label_measured_apart_and_scored_per_release():
+    pred = pd.DataFrame({"dataset": "aic-silicon", "gpu": "b200", "engine": "trtllm", "model": "deepseek-v3",
+                         "dtype": "fp8_block", "tp": 8, "ep": 1, "batch": [4.0, 4.0, 8.0, 8.0],
+                         "prompt_tokens": 1024.0, "output_tokens": 1024.0, "tpot_ms": [10.0, 4.0, 11.0, 10.0],
+                         "pred_ms": [12.0, 12.0, 13.0, 13.0], "engine_version": ["a", "b", "a", "b"]})
+    spread = X.same_label_spread(pred)
+    assert len(spread) == 1   # batch 4: 10 vs 4 ms (> 1.5x); batch 8: 11 vs 10 ms is not listed
+    s = spread[0]
+    assert s["batch"] == 4.0 and s["version_fastest"] == "b" and s["version_slowest"] == "a" and s["rows"] == 2
+    by = {v["engine_version"]: v for v in X.version_scores(pred)}
+    assert by["a"]["cells"] == 2 and by["b"]["signed_mean"] == round(((12 - 4) / 4 + (13 - 10) / 10) / 2, 4)
+    assert X.version_scores(pred.drop(columns="engine_version")) == []

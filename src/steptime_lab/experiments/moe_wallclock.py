@@ -190,7 +190,8 @@ def token_rows(silicon: pd.DataFrame, mlenergy_v3: pd.DataFrame, *, prompt_token
         key, how, lay, gpu, dt = got
         rows.append({"dataset": ds, "gpu": gpu.key, "model": key, "model_found": how,
                      "engine": engine_profile(r.engine, r.engine_version), "tp": lay[0], "ep": lay[1], "dp": lay[2],
-                     "dtype": dt, "mode": "agg", "batch": kw.pop("concurrency") / lay[2], **kw})
+                     "dtype": dt, "mode": "agg", "batch": kw.pop("concurrency") / lay[2],
+                     "engine_version": str(r.engine_version), **kw})
 
     s = silicon[silicon["moe"].astype(bool)]
     agg = s["mode"] == "agg"
@@ -253,6 +254,44 @@ def predict_tokens(rows: pd.DataFrame, *, mixed: dict, fitted=None, constants=No
     if skipped:
         skipped = pd.DataFrame(skipped).groupby(["dataset", "reason"], as_index=False)["rows"].sum().to_dict("records")
     return {"pred": p, "scores": scores, "skipped": skipped}
+
+
+SAME_LABEL_KEYS = ["dataset", "gpu", "engine", "model", "dtype", "tp", "ep", "batch", "prompt_tokens", "output_tokens"]
+SAME_LABEL_SPREAD = 1.5  # a labelled configuration measured this many times faster in one row than in another
+
+
+def version_scores(pred: pd.DataFrame) -> list:
+    """A diagnostic (no claim): the token-time error per (dataset, GPU, engine profile, engine release) group: a group's
+    MAPE may be carried by one release whose rows differ from the others at the same labels."""
+    if "engine_version" not in pred or not len(pred):
+        return []
+    err = (pred["pred_ms"] - pred["tpot_ms"]) / pred["tpot_ms"]
+    out = []
+    for (ds, gpu, eng, ver), idx in pred.groupby(["dataset", "gpu", "engine", "engine_version"], sort=True).groups.items():
+        e = err.loc[idx]
+        out.append({"dataset": ds, "gpu": gpu, "engine": eng, "engine_version": ver, "cells": int(len(e)),
+                    "mape": round(float(e.abs().mean()), 4), "signed_mean": round(float(e.mean()), 4)})
+    return out
+
+
+def same_label_spread(pred: pd.DataFrame, spread: float = SAME_LABEL_SPREAD) -> list:
+    """A diagnostic (no claim): labelled configurations (GPU, engine, model, dtype, layout, batch, lengths) whose
+    measured token times differ by more than `spread` between rows (steptime predicts one time for them): the
+    fastest and slowest measured, their engine releases and the prediction."""
+    if not len(pred):
+        return []
+    out = []
+    for key, d in pred.groupby(SAME_LABEL_KEYS, sort=True):
+        lo, hi = d["tpot_ms"].idxmin(), d["tpot_ms"].idxmax()
+        if d.loc[hi, "tpot_ms"] <= spread * d.loc[lo, "tpot_ms"]:
+            continue
+        out.append({**dict(zip(SAME_LABEL_KEYS, key)), "rows": int(len(d)),
+                    "tpot_ms_fastest": round(float(d.loc[lo, "tpot_ms"]), 3),
+                    "tpot_ms_slowest": round(float(d.loc[hi, "tpot_ms"]), 3),
+                    "version_fastest": str(d.loc[lo].get("engine_version")),
+                    "version_slowest": str(d.loc[hi].get("engine_version")),
+                    "pred_ms": round(float(d["pred_ms"].iloc[0]), 3)})
+    return out
 
 
 # --------------------------------------------------------------------------- LLMServingSim replay (E2.10's way)
@@ -566,6 +605,8 @@ def document(tok: dict, rep: dict, fpm: list, skipped_rows: list, targets: dict,
                                                                                        "models", "layouts")}
                        for s in tok["scores"]},
         "token_rows_scored": int(len(tok["pred"])),
+        "token_time_by_version": version_scores(tok["pred"]),
+        "same_label_spread": same_label_spread(tok["pred"]),
         "rows_left_out": skipped_rows + tok["skipped"],
         "replay": rep["runs"], "replay_skipped": rep["skipped"],
         "fpm": fpm,
