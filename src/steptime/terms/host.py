@@ -74,7 +74,8 @@ def engine_dispatch_floor(n_layers: int, tokens, decode_only, gpu, engine, const
     gdn_pre = n_gdn * gdn.eager_launches(prefill=True) * t_gdn     # the GDN op, eager, a step with a prefill
     gdn_dec = n_gdn * gdn.eager_launches(prefill=False) * t_gdn    # the GDN op, eager, a decode-only step
     # a hybrid's step outside the graphs: host time per layer beyond the counted launches (0 without the field)
-    hybrid_eager = n_layers * engine.get_or("hybrid_eager_layer_us", gpu, constants, default=0.0) * 1e-6 if n_gdn else 0.0
+    hybrid_eager = (n_layers * engine.get_or("hybrid_eager_layer_us", gpu, constants, default=0.0) * 1e-6
+                    if n_gdn else 0.0)
     n_eager_pw = pe * (n_layers - n_gdn)                           # attention ops left out of the pieces
     piecewise = n_eager_pw * t_l + (n_layers + 1) * t_g + (n - n_eager_pw - pe * n_gdn) * t_n
     cost = {"none": n * t_l + np.where(dec, gdn_dec, gdn_pre) + hybrid_eager, "full": t_g + n * t_n,

@@ -383,14 +383,15 @@ def gdn_eager_fit_rows(steps: pd.DataFrame, cap: float) -> pd.Series:
     return (steps["phase"] != "decode") & (steps["num_tokens"] <= cap)
 
 
-def fit_gdn_eager_launch(ape: dict, held_out, grid=GDN_EAGER_GRID_US) -> float:
-    """The `grid` value minimising the pooled MAPE of the fit rows of every layout but `held_out` (`ape`: layout ->
-    array [grid, rows] of absolute percentage errors); the lowest value among ties."""
-    train = [a for k, a in ape.items() if k != held_out and a.shape[1]]
+def fit_gdn_eager_launch(err: dict, held_out, grid=GDN_EAGER_GRID_US) -> float:
+    """The `grid` value minimising the pooled mean error of the fit rows of every layout but `held_out` (`err`:
+    layout -> array [grid, rows] of per-row errors: absolute percentage errors for the GDN fit, so pooled MAPE;
+    |log ratio| for the hybrid eager fit); the lowest value among ties. Both of E3.4's grid fits use it."""
+    train = [a for k, a in err.items() if k != held_out and a.shape[1]]
     if not train:
         raise SteptimeError("fit_gdn_eager_launch: no layout left to fit on")
-    mape = np.concatenate(train, axis=1).mean(axis=1)
-    return float(grid[int(np.argmin(mape))])
+    pooled = np.concatenate(train, axis=1).mean(axis=1)
+    return float(grid[int(np.argmin(pooled))])
 
 
 HYBRID_EAGER_FIELD = "hybrid_eager_layer_us"  # specs/engines.yaml launch.hybrid_eager_layer_us
@@ -403,25 +404,33 @@ def hybrid_eager_fit_rows(steps: pd.DataFrame, cap: float) -> pd.Series:
     return (steps["phase"] != "decode") & (steps["num_tokens"] > cap)
 
 
+def _layout_name(key) -> str:
+    """'tp2 ep4 dp2' of a (gpu, engine, model, tp, ep, dp) group key."""
+    return "tp{} ep{} dp{}".format(*key[3:])
+
+
 def _loo_grid_fit(by_layout: dict, keys: list, preds: dict, rows_of, field: str, grid,
-                  objective: str = "ape") -> tuple[dict, float, dict]:
-    """One engine field fitted leave-one-layout-out on a grid: (held-out value per layout, all-layout value,
-    fit rows per layout). preds[key](steps, tp, overrides) is each layout's predictor; rows_of(steps) picks the
-    fit rows; objective 'ape' (|pred / measured - 1|, pooled mean: MAPE) or 'log' (|log(pred / measured)|, pooled
-    mean: symmetric, so a few steps measured many times faster than predicted do not outweigh the rest)."""
+                  objective: str = "ape") -> tuple[dict, dict]:
+    """One engine field fitted leave-one-layout-out on a grid: (held-out value per layout key, the result's record:
+    all_layouts_us, fit_rows_per_layout, held_out_us). preds[key](steps, tp, overrides) is each layout's predictor;
+    rows_of(steps) picks the fit rows; objective 'ape' (|pred / measured - 1|, pooled mean: MAPE) or 'log'
+    (|log(pred / measured)|, pooled mean: symmetric, so a few steps measured many times faster than predicted do
+    not outweigh the rest)."""
     from steptime_lab.experiments.wallclock import predict_table
 
     if objective not in ("ape", "log"):
         raise SteptimeError(f"unknown fit objective {objective!r} (known: ape, log)")
-    err = (lambda q: np.abs(q - 1.0)) if objective == "ape" else (lambda q: np.abs(np.log(q)))
-    ape = {}
+    row_err = (lambda q: np.abs(q - 1.0)) if objective == "ape" else (lambda q: np.abs(np.log(q)))
+    err = {}
     for key in keys:
         r = by_layout[key][rows_of(by_layout[key])]
-        ape[key] = np.array([err(predict_table(r, preds[key], {field: float(t)})["pred_ms"].to_numpy()
-                                 / r["latency_ms"].to_numpy()) if len(r) else np.zeros(0)
+        err[key] = np.array([row_err(predict_table(r, preds[key], {field: float(t)})["pred_ms"].to_numpy()
+                                     / r["latency_ms"].to_numpy()) if len(r) else np.zeros(0)
                              for t in grid]).reshape(len(grid), len(r))
-    return ({key: fit_gdn_eager_launch(ape, key, grid) for key in keys}, fit_gdn_eager_launch(ape, None, grid),
-            {"tp{} ep{} dp{}".format(*k[3:]): int(ape[k].shape[1]) for k in keys})
+    per = {key: fit_gdn_eager_launch(err, key, grid) for key in keys}
+    return per, {"all_layouts_us": fit_gdn_eager_launch(err, None, grid),
+                 "fit_rows_per_layout": {_layout_name(k): int(err[k].shape[1]) for k in keys},
+                 "held_out_us": {_layout_name(k): per[k] for k in keys}}
 
 
 def _with_field(f, field: str, value: float):
@@ -466,26 +475,23 @@ def score_fpm_moe(tidy: pd.DataFrame, *, fitted=None, constants=None, moe_consta
             continue
         cap = get_engine(engine).get("graph_max_tokens", gpu, constants)
         name = f"{gpu}/{engine}/{model}"
-        per, every, n_rows = _loo_grid_fit(by_layout, keys, preds, lambda s: gdn_eager_fit_rows(s, cap),
-                                           GDN_EAGER_FIELD, GDN_EAGER_GRID_US)
+        per, record = _loo_grid_fit(by_layout, keys, preds, lambda s: gdn_eager_fit_rows(s, cap),
+                                    GDN_EAGER_FIELD, GDN_EAGER_GRID_US)
         fit[name] = {
             "field": f"launch.{GDN_EAGER_FIELD}", "unit": "us per eager launch of the GDN op",
             "fit_rows": f"steps with a prefill at <= {cap:.0f} tokens (graph_max_tokens) of the other layouts",
-            "objective": "pooled MAPE, grid 0-100 us in 0.5 us steps",
-            "all_layouts_us": every, "fit_rows_per_layout": n_rows,
-            "held_out_us": {"tp{} ep{} dp{}".format(*k[3:]): per[k] for k in keys}}
+            "objective": "pooled MAPE, grid 0-100 us in 0.5 us steps", **record}
         for key in keys:
             preds[key] = _with_field(preds[key], GDN_EAGER_FIELD, per[key])
-        per, every, n_rows = _loo_grid_fit(by_layout, keys, preds, lambda s: hybrid_eager_fit_rows(s, cap),
-                                           HYBRID_EAGER_FIELD, HYBRID_EAGER_GRID_US, objective="log")
+        per, record = _loo_grid_fit(by_layout, keys, preds, lambda s: hybrid_eager_fit_rows(s, cap),
+                                    HYBRID_EAGER_FIELD, HYBRID_EAGER_GRID_US, objective="log")
         eager_fit[name] = {
             "field": f"launch.{HYBRID_EAGER_FIELD}", "unit": "us of host time per layer of a step run eagerly",
             "fit_rows": f"steps with a prefill above {cap:.0f} tokens (graph_max_tokens) of the other layouts, "
                         "each layout's GDN eager launch cost at its own held-out value",
             "objective": "pooled mean |log(predicted / measured)|, grid 0-2000 us in 10 us steps (pooled MAPE "
                          "gives 0: the tp1 ep1 run's steps measured 10-50x faster than predicted outweigh the rest)",
-            "all_layouts_us": every, "fit_rows_per_layout": n_rows,
-            "held_out_us": {"tp{} ep{} dp{}".format(*k[3:]): per[k] for k in keys}}
+            **record}
         for key in keys:
             preds[key] = _with_field(preds[key], HYBRID_EAGER_FIELD, per[key])
     below, scores_in = [], []
