@@ -390,3 +390,22 @@ def test_prefill_first_under_kv_pressure_still_finishes(timer):
     wl = synthetic(80, isl=(200, 1500), osl=(50, 300), concurrency=24, seed=7)
     run = simulate(M, G, wl, Policy("vllm", max_num_seqs=24, kv_blocks=700, mixed_prefill=False), timer=timer)
     assert run.requests["finish_s"].notna().all() and run.itl_w.sum() == (wl.output - 1).sum()
+
+
+@pytest.mark.parametrize("model, gpu, dtype", [(M, G, "bf16"), ("gpt-oss-120b", "h200-sxm", "mxfp4")])
+def test_disaggregation_hands_over_the_kv_the_decode_pool_holds(model, gpu, dtype):
+    """The KV hand-over moves the prompt's KV as the one memory model holds it (kv_budget's request_bytes: whole
+    blocks; gpt-oss's sliding layers at most their window), at `transfer_gbps`. A slow link makes the hand-over
+    dominate a one-token decode, so finish - first token is the transfer plus one short step."""
+    from steptime.serve import kv_budget
+
+    wl = Workload(np.array([0.0, 50.0]), np.array([1000, 3000]), np.array([2, 2]))
+    bw = 1e-3  # GB/s
+    run = simulate_disagg(model, gpu, wl, transfer_gbps=bw, dtype=dtype)
+    d = run.requests.sort_values("request")
+    expect = kv_budget(model, gpu, dtype=dtype).request_bytes(wl.prompt) / (bw * 1e9)
+    waited = (d["finish_s"] - d["first_token_s"]).to_numpy()
+    assert np.all(waited >= expect) and np.all(waited < expect + 0.5)
+    if model.startswith("gpt-oss"):  # the windowed layers keep 128 + one block, not the whole prompt
+        b = kv_budget(model, gpu, dtype=dtype)
+        assert expect[1] < 3008 * (b.token_bytes + b.window_token_bytes) / (bw * 1e9)

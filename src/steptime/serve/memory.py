@@ -1,6 +1,7 @@
 """How much KV cache one engine instance holds: the one memory model behind the serving simulator's block
-count (`kv_capacity_blocks`), the requests of a given context an instance holds (`kv_capacity_requests`) and
-the lab's capacity caps (E2.11's TPOT and TTFT, E3.4's TPOT).
+count (`kv_capacity_blocks`), the requests of a given context an instance holds (`kv_capacity_requests`), the
+KV a disaggregated prefill instance hands to the decode pool (`simulate_disagg`) and the lab's capacity caps
+(E2.11's TPOT and TTFT, E3.4's TPOT).
 
 `kv_budget(model, gpu, tp, ep, dtype, kv_dtype, gpu_memory_utilization, block_size, max_num_seqs)` returns a
 `KvBudget`: the weight bytes per GPU (steptime.step.memory_bytes for a dense model; steptime.moe_step.memory_bytes

@@ -43,7 +43,6 @@ from steptime.errors import ServeError
 from steptime.serve.memory import check_context, kv_budget
 from steptime.serve.timer import StepTimer
 from steptime.serve.workload import Workload
-from steptime.step import memory_bytes
 from steptime.validation import as_int
 
 POLICIES = ("vllm", "sarathi", "static", "disagg")
@@ -784,7 +783,9 @@ def simulate_disagg(model, gpu, workload: Workload, *, prefill_instances: int = 
 
     Prefill instances run whole prompts (no decode), requests routed round-robin. The
     first token comes from the prefill pool; the request then joins a decode instance
-    (round-robin) after its KV cache crosses the link: prompt KV bytes / `transfer_gbps`
+    (round-robin) after its KV cache crosses the link: the prompt's KV bytes per GPU as the decode
+    instance holds them (`kv_budget(...).request_bytes(prompt)`, the memory model behind the block count:
+    whole blocks, a windowed layer's window, a hybrid's linear-attention state) / `transfer_gbps`
     (default: the GPU's NVLink, else PCIe figure; DATASHEET). Open loop only.
     """
     if workload.concurrency:
@@ -803,9 +804,12 @@ def simulate_disagg(model, gpu, workload: Workload, *, prefill_instances: int = 
     first = pre.requests["first_token_s"].to_numpy()
     gpu_s = timer.gpu
     bw = transfer_gbps or getattr(gpu_s, "nvlink_gbps", None) or getattr(gpu_s, "pcie_gbps", None) or 0.0
-    per_tok = (timer.kv_bytes_per_token() if getattr(timer, "moe", False) else
-               memory_bytes(timer.model, 1, tp, kv_dtype=kv_dtype) - memory_bytes(timer.model, 0, tp, kv_dtype=kv_dtype))
-    xfer = workload.prompt * per_tok / (bw * 1e9) if bw else np.zeros(n)
+    # the prompt's KV as the decode instance will hold it (the one memory model, steptime.serve.memory): whole
+    # blocks of the full-attention layers, a windowed layer's window plus one block, a hybrid's linear state
+    budget = kv_budget(timer.model, gpu_s, tp=timer.tp, ep=getattr(timer, "ep", 1), dtype=timer.dtype,
+                       kv_dtype=timer.kv_dtype, gpu_memory_utilization=dp.gpu_memory_utilization,
+                       block_size=dp.block_size, max_num_seqs=dp.max_num_seqs)
+    xfer = budget.request_bytes(workload.prompt) / (bw * 1e9) if bw else np.zeros(n)
     ready = first + xfer
     dec_runs = []
     for i in range(decode_instances):
