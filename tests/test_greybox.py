@@ -141,7 +141,8 @@ def test_inner_fits_shared_across_targets_give_the_same_models_and_a_cache_is_ad
     for g in ("h100-sxm", "b200"):  # each target fitted alone (no memo) gives the same setting and prediction
         alone = T.GreyBox("aic_gemm", cells, _defaults)
         gpus = sorted(x for x in GPUS if x != g)
-        model, cv = G.fit_term({x: alone._training(x)["gemm"] for x in gpus}, g, shrinks=G.SHRINKS)  # no memo: every inner fold afresh
+        model, cv = G.fit_term({x: alone._training(x)["gemm"] for x in gpus}, g, shrinks=G.SHRINKS,
+                                 anchors=G.ANCHORS)  # no memo: every inner fold afresh
         assert cv == doc["fits"][g][1]["nested_cv_mape"]["gemm"]
         F = alone._features(tc, g)["gemm"]
         assert np.array_equal(model.log_correction(F), doc["fits"][g][0]["gemm"].log_correction(F))
@@ -190,3 +191,37 @@ def test_shrunk_settings_are_candidates_and_scale_the_log_correction():
     raw = model.est.predict(F)
     ok = np.abs(raw) < G.BOUND
     assert np.allclose(half.log_correction(F)[ok], 0.5 * full.log_correction(F)[ok])
+
+
+def test_half_strength_anchor_is_a_candidate_named_and_applied_at_half():
+    # names: the full anchor keeps its old name; half strength is '+readings*0.5'
+    assert G._name(1.0, True) == "h=1+readings" and G._name(math.inf, 1.0, 0.5) == "h=inf*0.5+readings"
+    assert G._name(1.0, 0.5) == "h=1+readings*0.5"
+    assert G._parse("h=1*0.5+readings*0.5") == (1.0, 0.5, 0.5)
+    assert G._parse("h=inf+readings") == (math.inf, True, 1.0) and G._parse("h=2") == (2.0, False, 1.0)
+    # a reading 3x off moves its neighbour by half its log ratio at strength 1/2 (still bounded)
+    work_cells = (np.array([1e6, 1e12]), np.array([1e9, 1e9]))
+    out = G.anchor(np.zeros(2), np.ones(2), np.array([3.0, 1.0]), np.ones(2), np.zeros(2), work_cells, work_cells, 0.5)
+    assert np.isclose(out[0], 0.5 * math.log(3.0)) and np.isclose(out[1], 0.0)
+    # the nested CV scores every anchor strength it is given, beside the unanchored settings
+    rng = np.random.default_rng(3)
+    data = {}
+    for g in ("a100-sxm", "h100-sxm", "b200", "l40s"):
+        F = rng.uniform(-1, 1, size=(300, 2))
+        b = np.ones(300)
+        rF = rng.uniform(-1, 1, size=(3, 2))
+        reads = {"read_F": rF, "read_base": np.ones(3), "read_meas": np.exp(0.4 * rF[:, 0]),
+                 "read_work": (np.full(3, 1e9), np.full(3, 1e6))}
+        data[g] = _term_data(F, b, b * np.exp(0.4 * F[:, 0]), reads)
+    model, cv = G.fit_term(data, "h200-sxm", anchors=(1.0, 0.5))
+    assert {"h=inf", "h=inf+readings", "h=inf+readings*0.5", "none"} <= set(cv)
+    _, cv1 = G.fit_term(data, "h200-sxm")  # the default: the full anchor only
+    assert not any(k.endswith("*0.5") and "+readings" in k for k in cv1)
+    assert model.anchor_strength == G._parse(model.name)[1]
+    # the grey box records the strengths it tries; a cache fitted with other ones is refused
+    cells = _cells(GPUS, lambda m, g: 1.3 - 0.3 * np.log2(m) / 12.0)
+    box = T.GreyBox("aic_gemm", cells, _defaults)
+    assert box.settings()["anchors"] == list(G.ANCHORS) == [1.0, 0.5]
+    doc = T.GreyBox("aic_gemm", cells, _defaults, anchors=(1.0,)).fit_all(["b200"])
+    with pytest.raises(ValueError, match="settings"):
+        box.adopt(doc)

@@ -240,12 +240,19 @@ def transfer_document(records, fits, cells, *, fast: bool, full_grid: bool, targ
                                                      "min_training_gpus": GB_MIN_GPUS,
                                                      "setting_choice": "per target and term by leave-one-GPU-out "
                                                                        "CV inside the training GPUs: no correction, "
-                                                                       "or boosted trees at each bandwidth, with or "
-                                                                       "without the nearest-reading anchor",
+                                                                       "or boosted trees at each bandwidth, the "
+                                                                       "correction in full or shrunk by half, "
+                                                                       "without the nearest-reading anchor or with "
+                                                                       "it at full or half strength",
                                                      "disclosed": "the model family (boosted trees, similarity "
                                                                   "weights, reading anchor) was chosen after "
-                                                                  "seeing earlier versions' held-out scores; its "
-                                                                  "setting per target is chosen blind to the target"},
+                                                                  "seeing earlier versions' held-out scores, and "
+                                                                  "the half-strength anchor candidate (issue 24) "
+                                                                  "after seeing this experiment's held-out scores "
+                                                                  "of it beside other candidate sets (DESIGN.md, "
+                                                                  "'Grey box: a half-strength reading anchor'); "
+                                                                  "its setting per target is chosen blind to the "
+                                                                  "target"},
                                "steptime_home_only": "scored on unseen targets only (at home it is in-sample)",
                                "rf_spec_scaled_readings": "reading cells: GEMM and step, the cells the held-out "
                                                           "calibration excludes; attention, E1.24's three attention "

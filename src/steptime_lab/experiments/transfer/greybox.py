@@ -22,7 +22,8 @@ attention call; each of Vidur's nine per-layer operators for the step) is multip
   physics) is chosen per target and term by leave-one-GPU-out cross-validation inside the
   training GPUs (nested: each inner held-out GPU is predicted exactly as the target is,
   similarity weights and readings its own; the target's cells are never seen), on the mean
-  per-GPU MAPE of the term; the correction may also be shrunk by half toward the physics (SHRINKS).
+  per-GPU MAPE of the term; the correction may also be shrunk by half toward the physics (SHRINKS),
+  and the anchor applied at full or half strength (ANCHORS: a_T(x) times 1 or 1/2).
 
 Base predictions on a training GPU g are steptime's on g's own held-out fold (constants
 fitted without g plus g's readings): the residuals the correction learns are out-of-sample
@@ -63,6 +64,10 @@ MIN_TRAIN_GPUS = 2
 # shrinkage of the learned log correction toward 0 (the physics) tried by the nested CV: the
 # correction times lambda; lambda = 1 is the full correction, "none" (lambda = 0) is always a candidate
 SHRINKS = (1.0, 0.5)
+# strength of the nearest-reading anchor tried by the nested CV: a_T(x) times a (1: the reading's log ratio
+# in full, 1/2: half of it); unanchored (a = 0) is always a candidate. Half strength trusts a reading's
+# ratio less far from it (issue 24: chosen after seeing E2.1's held-out scores; see DESIGN.md)
+ANCHORS = (1.0, 0.5)
 
 
 def _gddr(gpu: str) -> float:
@@ -99,10 +104,13 @@ def term_features(dataset: str, cells, gpu: str) -> dict[str, np.ndarray]:
 
 class _TermModel:
     """One term's correction: a boosted-tree regressor of the log residual (None: no
-    correction), whether the target's readings anchor it, and the setting's name."""
+    correction), the strength of the target's reading anchor (0: none; True means 1), and the
+    setting's name."""
 
-    def __init__(self, est=None, anchored: bool = False, name: str = "none", shrink: float = 1.0):
-        self.est, self.anchored, self.name, self.shrink = est, bool(anchored), name, float(shrink)
+    def __init__(self, est=None, anchored: float = 0.0, name: str = "none", shrink: float = 1.0):
+        self.est, self.name, self.shrink = est, name, float(shrink)
+        self.anchor_strength = float(anchored)
+        self.anchored = self.anchor_strength > 0
 
     def log_correction(self, F: np.ndarray) -> np.ndarray:
         if self.est is None:
@@ -113,16 +121,17 @@ class _TermModel:
             return np.clip(self.shrink * self.est.predict(F), -BOUND, BOUND)
 
 
-def anchor(log_corr, base, meas_read, base_read, log_corr_read, work_cells, work_read) -> np.ndarray:
-    """log_corr moved, per cell, by log(measured / corrected) at the reading nearest to it in
-    (log FLOPs, log bytes), then bounded. Without readings: log_corr unchanged."""
+def anchor(log_corr, base, meas_read, base_read, log_corr_read, work_cells, work_read,
+           strength: float = 1.0) -> np.ndarray:
+    """log_corr moved, per cell, by `strength` times log(measured / corrected) at the reading
+    nearest to it in (log FLOPs, log bytes), then bounded. Without readings: log_corr unchanged."""
     if not len(meas_read):
         return log_corr
     r = np.log(np.asarray(meas_read, dtype=float) / (np.asarray(base_read, dtype=float) * np.exp(log_corr_read)))
     lw = np.log10(np.maximum(np.column_stack([np.asarray(x, dtype=float) for x in work_cells]), 1.0))
     lr = np.log10(np.maximum(np.column_stack([np.asarray(x, dtype=float) for x in work_read]), 1.0))
     nearest = np.argmin(((lw[:, None, :] - lr[None, :, :]) ** 2).sum(axis=2), axis=1)
-    return np.clip(log_corr + r[nearest], -BOUND, BOUND)
+    return np.clip(log_corr + float(strength) * r[nearest], -BOUND, BOUND)
 
 
 def _fit_gbt(X, y, w, size, seed):
@@ -171,28 +180,31 @@ def _score_set(d: dict, rows, seed: int) -> dict:
                 work=(np.asarray(d["work"][0])[idx], np.asarray(d["work"][1])[idx]))
 
 
-def _mapes(est, d, shrinks=(1.0,)) -> dict:
-    """{(anchored, shrink): MAPE of the corrected term on `d`} for one fitted estimator, its
-    log correction times each shrink (then bounded, then anchored)."""
+def _mapes(est, d, shrinks=(1.0,), anchors=(1.0,)) -> dict:
+    """{(anchor strength, shrink): MAPE of the corrected term on `d`} for one fitted estimator, its
+    log correction times each shrink (then bounded), unanchored (strength 0.0) and anchored at each
+    strength of `anchors`."""
     pf = est.predict(d["F"])
     pr = est.predict(d["read_F"]) if len(d["read_meas"]) else None
     out = {}
     for s in shrinks:
         lc = np.clip(s * pf, -BOUND, BOUND)
-        out[(False, s)] = float(np.mean(np.abs(d["base"] * np.exp(lc) - d["meas"]) / d["meas"]))
+        out[(0.0, s)] = float(np.mean(np.abs(d["base"] * np.exp(lc) - d["meas"]) / d["meas"]))
         if pr is not None:
             lr = np.clip(s * pr, -BOUND, BOUND)
-            la = anchor(lc, d["base"], d["read_meas"], d["read_base"], lr, d["work"], d["read_work"])
-            out[(True, s)] = float(np.mean(np.abs(d["base"] * np.exp(la) - d["meas"]) / d["meas"]))
+            for a in anchors:
+                la = anchor(lc, d["base"], d["read_meas"], d["read_base"], lr, d["work"], d["read_work"], a)
+                out[(float(a), s)] = float(np.mean(np.abs(d["base"] * np.exp(la) - d["meas"]) / d["meas"]))
     return out
 
 
 def fit_term(data: dict, target: str, *, fast: bool = True, seed: int = 0, bandwidths=None, fits: dict | None = None,
-             shrinks=(1.0,)):
+             shrinks=(1.0,), anchors=(1.0,)):
     """`data`: {gpu: {F, base, meas, work, read_F, read_base, read_meas, read_work}} of the
     training GPUs (every cell but each GPU's readings; the readings apart). Returns the
     term model for `target` (the setting chosen by leave-one-GPU-out CV over these GPUs,
-    mean per-GPU MAPE; "none" is a candidate) and the CV table. `fits`: a memo of inner-fold
+    mean per-GPU MAPE; "none" is a candidate; every shrink of `shrinks`, unanchored and anchored at
+    every strength of `anchors`) and the CV table. `fits`: a memo of inner-fold
     fits shared across targets (same term, same `data` per GPU): an unweighted (h=inf) inner fit
     depends only on the GPUs it is fitted on, so target T's fold holding out H and target H's
     fold holding out T are one fit (the same design, the same seed: the same trees)."""
@@ -220,7 +232,7 @@ def fit_term(data: dict, target: str, *, fast: bool = True, seed: int = 0, bandw
                     est = _fit_gbt(X, y, w, size, seed)
                     if fits is not None and not math.isfinite(h):
                         fits[key] = est
-                for (anchored, s), e in _mapes(est, d, shrinks).items():
+                for (anchored, s), e in _mapes(est, d, shrinks, anchors).items():
                     errs.setdefault(_name(h, anchored, s), []).append(e)
     cv = {k: float(np.mean(v)) for k, v in errs.items() if len(v) == len(gpus)}
     best = min(cv, key=lambda k: (cv[k], k != "none"))
@@ -232,16 +244,21 @@ def fit_term(data: dict, target: str, *, fast: bool = True, seed: int = 0, bandw
     return _TermModel(_fit_gbt(X, y, w, size, seed), anchored, best, s), table
 
 
-def _name(h: float, anchored: bool, shrink: float = 1.0) -> str:
+def _name(h: float, anchored: float, shrink: float = 1.0) -> str:
+    """A setting's name: 'h=1*0.5+readings' (anchored in full), 'h=1+readings*0.5' (at half strength)."""
+    a = float(anchored)
     return (("h=inf" if not math.isfinite(h) else f"h={h:g}") + (f"*{shrink:g}" if shrink != 1.0 else "")
-            + ("+readings" if anchored else ""))
+            + (("+readings" + (f"*{a:g}" if a != 1.0 else "")) if a > 0 else ""))
 
 
 def _parse(name: str):
-    """(h, anchored, shrink) of a setting's name ('h=1*0.5+readings')."""
+    """(h, anchor strength, shrink) of a setting's name ('h=1*0.5+readings*0.5'); the strength is 0.0
+    unanchored, 1.0 in full (equal to False / True)."""
     core, _, rest = name.partition("+")
     v, _, s = core.split("=", 1)[1].partition("*")
-    return (math.inf if v == "inf" else float(v)), rest == "readings", (float(s) if s else 1.0)
+    tag, _, a = rest.partition("*")
+    strength = (float(a) if a else 1.0) if tag == "readings" else 0.0
+    return (math.inf if v == "inf" else float(v)), strength, (float(s) if s else 1.0)
 
 
 def _work(dataset: str, cells):
@@ -264,7 +281,7 @@ class GreyBox:
     the correction and are never training labels."""
 
     def __init__(self, dataset: str, cells, constants_for, *, fast: bool = True, seed: int = 0,
-                 reading_ids=None, bandwidths=None, shared: bool = False, shrinks=SHRINKS):
+                 reading_ids=None, bandwidths=None, shared: bool = False, shrinks=SHRINKS, anchors=ANCHORS):
         self.dataset, self.cells, self.constants_for = dataset, cells, constants_for
         self.shared = bool(shared)
         if self.shared and bandwidths is None:  # no similarity weighting either: one weight per training GPU
@@ -274,6 +291,7 @@ class GreyBox:
         self.fast, self.seed, self.reading_ids = bool(fast), int(seed), reading_ids
         self.bandwidths = bandwidths
         self.shrinks = tuple(float(s) for s in shrinks)
+        self.anchors = tuple(float(a) for a in anchors)
         self._data: dict = {}
         self._memo: dict = {}
         self._fits: dict = {}  # {term: inner-fold fits shared across targets (fit_term's `fits`)}
@@ -344,7 +362,8 @@ class GreyBox:
             for term in terms_of(self.dataset):
                 models[term], cv[term] = fit_term({g: self._training(g)[term] for g in gpus}, target,
                                                   fast=self.fast, seed=self.seed, bandwidths=self.bandwidths,
-                                                  fits=self._fits.setdefault(term, {}), shrinks=self.shrinks)
+                                                  fits=self._fits.setdefault(term, {}), shrinks=self.shrinks,
+                                                  anchors=self.anchors)
             first = terms_of(self.dataset)[0]
             info = {"gpus": gpus, "cells": int(sum(len(self._training(g)[first]["base"]) for g in gpus)),
                     "target_readings": 3,
@@ -354,10 +373,10 @@ class GreyBox:
                     "bandwidths": [("inf" if not math.isfinite(h) else h) for h in
                                    (self.bandwidths or BANDWIDTHS[self.fast])],
                     "model": "steptime terms x exp(clip(boosted trees(log residual; similarity-weighted other GPUs) "
-                             "[+ nearest-reading anchor], +-ln 2)) per term"
+                             "[+ nearest-reading anchor, full or half strength], +-ln 2)) per term"
                              + ("; shared: the trees see the cell's pure shape only (no datasheet, no "
                                 "GPU-normalised feature)" if self.shared else ""),
-                    "shared": self.shared, "shrinks": list(self.shrinks),
+                    "shared": self.shared, "shrinks": list(self.shrinks), "anchors": list(self.anchors),
                     "setting": {t: m.name for t, m in models.items()},
                     "nested_cv_mape": cv}
             self._memo[target] = (models, info)
@@ -368,7 +387,7 @@ class GreyBox:
     def settings(self) -> dict:
         """What the fits depend on besides the data: a cache is adopted only where these match."""
         return {"dataset": self.dataset, "fast": self.fast, "seed": self.seed, "shared": self.shared,
-                "shrinks": list(self.shrinks),
+                "shrinks": list(self.shrinks), "anchors": list(self.anchors),
                 "bandwidths": [("inf" if not math.isfinite(h) else h) for h in (self.bandwidths or BANDWIDTHS[self.fast])]}
 
     def fingerprint(self) -> str:
@@ -415,7 +434,7 @@ class GreyBox:
             if m.anchored and reads is not None and len(reads[t]["read_meas"]):
                 r = reads[t]
                 lc = anchor(lc, base[t], r["read_meas"], r["read_base"], m.log_correction(r["read_F"]), wk,
-                            r["read_work"])
+                            r["read_work"], getattr(m, "anchor_strength", 1.0))
             corr[t] = np.exp(lc)
         terms = {t: base[t] * corr[t] for t in base}
         return {"terms": terms, "physics": base, "correction": corr, "total": sum(terms.values())}
