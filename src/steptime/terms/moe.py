@@ -300,6 +300,11 @@ def routed_experts_time(tokens, hidden, inter, topk, num_experts, gpu, mc: MoECo
     t_m = W * (1.0 - res) / (bw_stream * np.maximum(eta_m, 1e-9)) + W * res / bw_l2
     ep_f = np.asarray(ep, dtype=float)
     t_tok = (law("token_passes") + law("local_token_passes") / ep_f) * A / gpu.mem_bw
+    # the activations' dynamic quantization (block-scaled dtypes: per-group scales computed from every token's bf16
+    # hidden vector before the grouped GEMMs): quant_passes x the T x h bf16 input over HBM, on every EP rank for
+    # every token (independent of ep and of top-k); 0 where the law has no such constant (E3.1, wave 15)
+    if _has_law(mc, "quant_passes", dtype, family):
+        t_tok = t_tok + law("quant_passes") * 2.0 * h * T / gpu.mem_bw
     t0 = max(0.0, law("floor_us") + reads.get("d_floor_us", gpu, 0.0)) * 1e-6
     p = float(_law(mc, "overlap_p", dtype, family)) if _has_law(mc, "overlap_p", dtype, family) else np.inf
     both = np.maximum(t_c, t_m) if np.isinf(p) else (t_c ** p + t_m ** p) ** (1.0 / p)
