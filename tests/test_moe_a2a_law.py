@@ -16,7 +16,7 @@ def _law(tok_us=0.0):
             for m in ("ll", "ht") for p in ("dispatch", "combine")}
 
 
-def _cells(law, gpu="x", scale=None):
+def _cells(law, gpu="b200", scale=None):
     """Synthetic DeepEP rows generated from `law` (a whole-curve `scale` per (mode, phase) on top)."""
     rows = [dict(gpu=gpu, backend={"ll": "deepep_ll", "ht": "deepep_ht"}[m], phase=p, ep_size=8, hidden_size=h,
                  topk=8, num_experts=256, num_tokens=T, latency_ms=1.0)
@@ -40,18 +40,71 @@ def test_per_token_term_is_recovered_and_independent_of_hidden():
     assert np.allclose(ht.latency_ms.to_numpy() - no_tok, 8192 * 0.05e-3)
 
 
+def _law_ov(tok_us=0.0, floor_us=50.0, share=0.3, p=2.0):
+    """_law with the low-latency mode's overlapped law (A2A_OVERLAP_MODES)."""
+    law = _law(tok_us)
+    for ph in ("dispatch", "combine"):
+        law[f"ll:{ph}"] = {"floor_us": floor_us, "bw_share": share, "overlap_p": p, "tok_us": 0.0}
+    return law
+
+
 def test_readings_are_three_and_set_the_named_scales():
     """Three readings per GPU: low-latency dispatch and combine at their smallest cell, normal dispatch at its
-    largest; each sets its own scale, and a GPU twice as slow in one curve is recovered exactly."""
-    law = _law(0.05)
-    d = _cells(law, scale={"ll:combine": 2.0})
-    rd = E.a2a_readings(d, "x")
-    assert len(rd) == 3 and list(rd["scale"]) == ["s:ll:dispatch", "s:ll:combine", "s_slope:ht"]
+    largest; each sets its own scale, and a GPU with twice the floor in one low-latency curve is recovered exactly."""
+    law = _law_ov(0.05)
+    d = _cells(law)
+    d["latency_ms"] = E.a2a_predict(d, law, {"b200": {"s_floor:ll:combine": 2.0}})
+    rd = E.a2a_readings(d, "b200")
+    assert len(rd) == 3 and list(rd["scale"]) == ["s_floor:ll:dispatch", "s_floor:ll:combine", "s_slope:ht"]
     assert list(rd.num_tokens) == [1, 1, 65536]
-    sc = E.a2a_scales(d, "x", law)
-    assert sc["s:ll:combine"] == pytest.approx(2.0) and sc["s:ll:dispatch"] == pytest.approx(1.0)
+    sc = E.a2a_scales(d, "b200", law)
+    assert sc["s_floor:ll:combine"] == pytest.approx(2.0) and sc["s_floor:ll:dispatch"] == pytest.approx(1.0)
     assert sc["s_slope:ht"] == pytest.approx(1.0)
-    assert np.allclose(E.a2a_predict(d, law, {"x": sc}), d.latency_ms)
+    assert np.allclose(E.a2a_predict(d, law, {"b200": sc}), d.latency_ms)
+
+
+def test_low_latency_law_is_overlapped_and_scales_with_nvlink():
+    """The low-latency law: a floor per GPU that the transfer hides under, the transfer at one share of each
+    GPU's datasheet NVLink bandwidth (H100 450 GB/s, B200 900). The fit recovers the share, the overlap exponent
+    and each GPU's floor; a floor scale read on a held-out GPU leaves its transfer at its own NVLink."""
+    truth = {"h100-sxm": _law_ov(floor_us=40.0, share=0.3, p=2.5), "b200": _law_ov(floor_us=90.0, share=0.3, p=2.5)}
+    d = pd.concat([_cells(law, g) for g, law in truth.items()], ignore_index=True)
+    d = d[d["mode"] == "ll"].copy()
+    d["latency_ms"] = np.concatenate([E.a2a_predict(d[d.gpu == g], law) for g, law in truth.items()])
+    fit = E.a2a_fit(d)["ll:dispatch"]
+    assert fit["bw_share"] == pytest.approx(0.3, rel=1e-3) and fit["overlap_p"] == pytest.approx(2.5, rel=1e-3)
+    assert fit["floor_us"] == pytest.approx(np.sqrt(40.0 * 90.0), rel=1e-3)  # the GPUs' geometric mean
+    # the bytes at 256 tokens cost twice the time on Hopper's links: its curve rises above its floor, B200's hides
+    big = d[(d.num_tokens == 256) & (d.hidden_size == 7168) & (d.phase == "dispatch")]
+    x = {g: float(big[big.gpu == g].a2a_bytes.iloc[0]) / (0.3 * M.a2a_link_gbps(g) * 1e9) * 1e3 for g in truth}
+    assert x["h100-sxm"] == pytest.approx(2 * x["b200"])
+    # a held-out GPU: the law from the other, its floor from its reading, its transfer from its NVLink
+    full = E.a2a_fit(d)
+    law = E.a2a_fit(d[d.gpu == "b200"])
+    sc = E.a2a_scales(d, "h100-sxm", law)
+    h = d[d.gpu == "h100-sxm"]
+    assert np.allclose(E.a2a_predict(h, law, {"h100-sxm": sc}), h.latency_ms, rtol=1e-3)
+    assert set(full) == {"ll:dispatch", "ll:combine"}
+
+
+def test_product_a2a_time_prices_the_overlapped_law_as_the_lab():
+    """terms.moe.a2a_time with a2a_bw_share / a2a_overlap_p / a2a_s_floor (moe_constants_doc's keys) is the lab's
+    overlapped law, the GPU's NVLink read from its spec."""
+    law = _law_ov(0.05, share=0.3, p=2.0)
+    doc = E.moe_constants_doc(None, {"ship": law, "ship_laws": {}, "ship_scales": {"h100-sxm": {
+        "s_floor:ll:dispatch": 1.5, "s_floor:ll:combine": 0.8, "s_slope:ht": 1.0}}})
+    assert {"a2a_bw_share:ll:dispatch", "a2a_overlap_p:ll:combine"} <= set(doc["global"])
+    assert "a2a_bw_gbps:ll:dispatch" not in doc["global"]
+    mc = M.MoEConstants(values={k: c["value"] for k, c in doc["global"].items()},
+                        per_gpu={g: {k: c["value"] for k, c in s.items()} for g, s in doc["gpu"].items()})
+    for gpu in ("h100-sxm", "b200"):
+        for T in (1, 64, 256):
+            row = pd.DataFrame([dict(gpu=gpu, mode="ll", phase=p, num_tokens=T,
+                                     a2a_bytes=float(M.a2a_bytes(T, 7168, 8, 8, "ll"))) for p in ("dispatch", "combine")])
+            sc = {g: {k: c["value"] for k, c in s.items() if k.startswith("a2a_")} for g, s in doc["gpu"].items()}
+            sc = {g: {k[len("a2a_"):]: v for k, v in s.items()} for g, s in sc.items()}
+            lab = E.a2a_predict(row, law, sc).sum() * 1e-3
+            assert float(M.a2a_time(T, 7168, 8, 8, gpu, mc, mode="ll")) == pytest.approx(lab, rel=1e-5)
 
 
 def test_transfer_scale_is_bounded_when_a_reading_sits_at_the_floor():
@@ -60,7 +113,7 @@ def test_transfer_scale_is_bounded_when_a_reading_sits_at_the_floor():
     d = _cells(law)
     big = (d["mode"] == "ht") & (d.phase == "dispatch") & (d.num_tokens == 65536) & (d.hidden_size == 7168)
     d.loc[big, "latency_ms"] = 0.01  # under the 50 us floor
-    sc = E.a2a_scales(d, "x", law)
+    sc = E.a2a_scales(d, "b200", law)
     assert 0 < sc["s_slope:ht"] < 1 and np.isfinite(sc["s_slope:ht"])
 
 
@@ -112,7 +165,7 @@ def test_held_out_law_takes_the_normal_mode_from_the_donors_and_the_low_latency_
         assert law[f"ht:{p}"]["bw_gbps"] == pytest.approx(450.0, rel=0.02)
         assert law[f"ht:{p}"]["tok_us"] == pytest.approx(0.06, rel=0.05)
         assert law[f"ll:{p}"] == E.a2a_fit(d)[f"ll:{p}"]
-    h = d[d.gpu == "h200-sxm"]
+    h = d[(d.gpu == "h200-sxm") & (d["mode"] == "ht")]
     assert np.allclose(E.a2a_predict(h, law), h.latency_ms, rtol=0.02)
 
 

@@ -22,6 +22,7 @@ with atomic_path(snakemake.output.constants) as tmp:
     tmp.write_text(yaml.safe_dump(E.moe_constants_doc(None, r), sort_keys=True))
 E.plot(r, splitext(snakemake.output.fig)[0],
        "E3.2: DeepEP all-to-all time per phase (AIConfigurator, vLLM, one node) measured vs predicted with the GPU "
-       "held out (floor + bytes/bandwidth per mode and phase from the other GPUs, the normal mode's from those of its "
-       "architecture and NVLink domain; three readings of its own).",
+       "held out (per mode and phase from the other GPUs: the normal mode floor + bytes/bandwidth + per-token cost from "
+       "those of its architecture and NVLink domain, the low-latency mode a floor overlapped with the bytes over a "
+       "share of the GPU's NVLink bandwidth; three readings of its own).",
        kind="a2a")

@@ -9,7 +9,8 @@
     router            a T x E GEMM (bf16), a memory-bound kernel for small T
     permute/combine   light kernels streaming the T*k token copies (bf16)
                       (BW: HBM, or the SMs' issue rate for a family whose weight stream is SM-bound, sm_stream)
-    all-to-all        dispatch + combine: t0_a2a + bytes / bw_a2a + c_tok T per phase, measured curves (E3.2)
+    all-to-all        dispatch + combine: t0_a2a + bytes / bw_a2a + c_tok T per phase, measured curves (E3.2);
+                      low-latency: (t0^p + (bytes / (share * nvlink))^p)^(1/p), the transfer under the floor
     MLA decode        latent KV read: T_kv * (kv_lora + rope) bytes per layer; absorbed projections
 
 Constants come in as a `MoEConstants` argument (never process-wide state); `MoEConstants.default()`
@@ -323,14 +324,32 @@ def a2a_bytes(tokens, hidden, topk, ep, mode: str = "ll"):
     return T * k * h * 2.0 * (ep - 1.0) / ep
 
 
+def a2a_link_gbps(gpu) -> float:
+    """The per-direction GPU-to-GPU bandwidth (1e9 B/s) DeepEP's low-latency all-to-all is scaled by: the GPU spec's
+    nvlink_gbps (its PCIe bandwidth where it has no NVLink)."""
+    if not hasattr(gpu, "nvlink_gbps"):
+        from steptime.specs import get_gpu
+        gpu = get_gpu(gpu)
+    return float(gpu.nvlink_gbps or gpu.pcie_gbps)
+
+
 def a2a_time(tokens, hidden, topk, ep, gpu, mc: MoEConstants, *, mode: str = "ll"):
-    """Expert-parallel dispatch + combine on one GPU (seconds). Per phase (E3.2's measured curves):
-    s_curve * (floor + s_slope * (bytes / bw + c_tok * tokens)): a latency floor, the bytes the mode sends over the
-    achieved all-to-all bandwidth of that (mode, phase), and a per-token cost that does not scale with the hidden
-    size (DeepEP's per-token layout / bookkeeping; fitted where the evidence carries it, the normal "ht" mode,
-    else 0). Per-GPU readings: `a2a_s:<mode>:<phase>` scales a whole curve (the low-latency mode, a floor regime),
-    `a2a_s_slope:<mode>` the transfer part (the normal mode, a bandwidth regime); 1 where a GPU has none. A GPU's
-    own law constants (its platform's fit, E3.2's donor rule: the normal mode) replace the global ones where given."""
+    """Expert-parallel dispatch + combine on one GPU (seconds). Per phase (E3.2's measured curves), one of two laws:
+
+    - additive: s_curve * (s_floor * floor + s_slope * (bytes / bw + c_tok * tokens)): a latency floor, the bytes
+      the mode sends over the achieved all-to-all bandwidth of that (mode, phase), and a per-token cost that does
+      not scale with the hidden size (DeepEP's per-token layout / bookkeeping; fitted where the evidence carries it, the
+      normal "ht" mode, else 0);
+    - overlapped (where `a2a_bw_share:<mode>:<phase>` is given; E3.2's low-latency law): ((s_floor * floor)^p +
+      x^p)^(1/p), x = bytes / (bw_share * nvlink_gbps): a latency floor (the kernel's launch, signalling and
+      receive-flag polling, per GPU) that the transfer hides under until it outgrows it (the low-latency kernels
+      post their sends asynchronously, p the overlap exponent), the transfer at a fixed share of the GPU's
+      datasheet NVLink bandwidth (a2a_link_gbps).
+
+    Per-GPU readings: `a2a_s:<mode>:<phase>` scales a whole curve, `a2a_s_slope:<mode>` the transfer part (the
+    normal mode, a bandwidth regime), `a2a_s_floor:<mode>:<phase>` the floor (the low-latency mode); 1 where a GPU
+    has none. A GPU's own law constants (its platform's fit, E3.2's donor rule: the normal mode) replace the global
+    ones where given."""
     T = np.asarray(tokens, dtype=float)
     ep = float(ep)
     if ep <= 1:
@@ -340,10 +359,18 @@ def a2a_time(tokens, hidden, topk, ep, gpu, mc: MoEConstants, *, mode: str = "ll
     s_slope = mc.get(f"a2a_s_slope:{mode}", gpu, 1.0)
     for phase in ("dispatch", "combine"):
         t0 = mc.get(f"a2a_floor_us:{mode}:{phase}", gpu) * 1e-6
+        share = mc.get(f"a2a_bw_share:{mode}:{phase}", gpu, 0.0)
+        if share > 0:
+            p = mc.get(f"a2a_overlap_p:{mode}:{phase}", gpu, 1.0)
+            f = mc.get(f"a2a_s_floor:{mode}:{phase}", gpu, 1.0) * t0
+            x = nbytes / (share * a2a_link_gbps(gpu) * 1e9)
+            t = t + (f ** p + x ** p) ** (1.0 / p)
+            continue
         bw = mc.get(f"a2a_bw_gbps:{mode}:{phase}", gpu) * 1e9
         c_tok = mc.get(f"a2a_tok_us:{mode}:{phase}", gpu, 0.0) * 1e-6
         s_curve = mc.get(f"a2a_s:{mode}:{phase}", gpu, 1.0)
-        t = t + s_curve * (t0 + s_slope * (nbytes / bw + c_tok * T))
+        s_floor = mc.get(f"a2a_s_floor:{mode}:{phase}", gpu, 1.0)
+        t = t + s_curve * (s_floor * t0 + s_slope * (nbytes / bw + c_tok * T))
     return np.where(T > 0, t, 0.0)
 
 
