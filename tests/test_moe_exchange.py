@@ -87,10 +87,17 @@ def test_vllm_prices_dp_moe_with_agrs_and_a_deepep_profile_keeps_the_a2a():
         for t in moe_step.BLOCK_TERMS:
             if t != "moe_a2a":
                 assert r["terms_ms"][t][0] == d["terms_ms"][t][0], t
-    # tp 2, ep 4: the DP group has 2 ranks (vLLM gathers over get_dp_group(), not the 4 EP ranks)
-    r = predict_steps(MODEL, GPU, sid, new, kv, 1, tp=2, ep=4, engine="vllm")
-    want = m.n_moe_layers * moe_step.agrs_time(np.array([32.0]), m.hidden_size, m.num_experts, 2, g, c)
-    assert r["terms_ms"]["moe_a2a"][0] == pytest.approx(want[0] * 1e3, rel=1e-12)
+    # tp 2, ep 4 (dp 2): sequence-parallel MoE (vLLM ParallelConfig.use_sequence_parallel_moe): each TP rank keeps
+    # ceil(T / tp) tokens and the all-gather / reduce-scatter runs over the 4 EP ranks, not the 2-rank DP group
+    for T in (32, 33):
+        sid, new, kv = _decode(T)
+        r = predict_steps(MODEL, GPU, sid, new, kv, 1, tp=2, ep=4, engine="vllm")
+        want = m.n_moe_layers * moe_step.agrs_time(np.array([float(-(-T // 2))]), m.hidden_size, m.num_experts, 4,
+                                                   g, c)
+        assert r["terms_ms"]["moe_a2a"][0] == pytest.approx(want[0] * 1e3, rel=1e-12)
+        dp_group = m.n_moe_layers * moe_step.agrs_time(np.array([float(T)]), m.hidden_size, m.num_experts, 2, g, c)
+        assert r["terms_ms"]["moe_a2a"][0] > dp_group[0] * 1e3  # a small decode step: latency-bound, more ranks
+    sid, new, kv = _decode(32)
     # ep = tp (dp 1): no exchange under either kind
     for eng in ("vllm", _with_exchange("vllm", "deepep")):
         assert predict_steps(MODEL, GPU, sid, new, kv, 1, tp=4, ep=4, engine=eng)["terms_ms"]["moe_a2a"][0] == 0.0

@@ -338,7 +338,14 @@ def block_terms(model, gpu, step_id, new, kv, T, n_steps, *, tp, ep, dtype, kv_d
     # and use_ep). The exchange is the engine's (engines.yaml moe.exchange): allgather_reducescatter (vLLM's
     # default: agrs_time over the dp ranks of the DP group), or DeepEP's all-to-all over the ep GPUs, its mode per
     # step: low-latency for a decode-only step, high-throughput with a prefill.
-    if ep > 1 and dp > 1 and exchange == "allgather_reducescatter":
+    # With attention TP > 1 inside each DP rank vLLM runs the MoE sequence-parallel (vllm/config/parallel.py
+    # ParallelConfig.use_sequence_parallel_moe: allgather_reducescatter and EP and tp > 1 and dp > 1): each TP rank
+    # keeps ceil(T / tp) of its DP rank's tokens and the exchange runs over the whole EP group (the all2all
+    # manager's dispatch: get_ep_group() if is_sequence_parallel else get_dp_group()), ep ranks, not dp.
+    if ep > 1 and dp > 1 and exchange == "allgather_reducescatter" and tp > 1:
+        put("moe_a2a", Lm * agrs_time(np.ceil(np.asarray(T, dtype=float) / tp), h, model.num_experts, ep, gpu,
+                                      constants))
+    elif ep > 1 and dp > 1 and exchange == "allgather_reducescatter":
         put("moe_a2a", Lm * agrs_time(T, h, model.num_experts, dp, gpu, constants))
     elif ep > 1 and dp > 1:
         decode_only = np.bincount(step_id, weights=(new > 1).astype(float), minlength=n_steps) == 0

@@ -678,7 +678,12 @@ def document(tok: dict, rep: dict, fpm: list, skipped_rows: list, targets: dict,
                      "engines.yaml launch.hybrid_eager_layer_us). Its form (one cost per layer, for hybrids only: the "
                      "only eager-step evidence is this hybrid's, and the dense model shows none) was chosen after "
                      "seeing the gap; which ops carry it (the fused-MoE op's or the GDN layers' Python outside the "
-                     "graphs) is not separated by these data.",
+                     "graphs) is not separated by these data. "
+                     "Wave 15, after seeing the scores: with tp > 1 and dp > 1 vLLM runs the MoE sequence-parallel "
+                     "(ParallelConfig.use_sequence_parallel_moe): each TP rank keeps ceil(T / tp) tokens and the "
+                     "all-gather / reduce-scatter runs over the ep GPUs of the EP group, not the dp ranks of the DP "
+                     "group; the form was matched to the tp > 1 DP layouts' decode gap (about constant per step) before "
+                     "vLLM's source was read to confirm it; one form scored, nothing fitted (DESIGN.md, wave 15).",
     }
     return {"metrics": metrics, "claims": claims}
 
