@@ -342,11 +342,10 @@ def block_terms(model, gpu, step_id, new, kv, T, n_steps, *, tp, ep, dtype, kv_d
     # ParallelConfig.use_sequence_parallel_moe: allgather_reducescatter and EP and tp > 1 and dp > 1): each TP rank
     # keeps ceil(T / tp) of its DP rank's tokens and the exchange runs over the whole EP group (the all2all
     # manager's dispatch: get_ep_group() if is_sequence_parallel else get_dp_group()), ep ranks, not dp.
-    if ep > 1 and dp > 1 and exchange == "allgather_reducescatter" and tp > 1:
-        put("moe_a2a", Lm * agrs_time(np.ceil(np.asarray(T, dtype=float) / tp), h, model.num_experts, ep, gpu,
-                                      constants))
-    elif ep > 1 and dp > 1 and exchange == "allgather_reducescatter":
-        put("moe_a2a", Lm * agrs_time(T, h, model.num_experts, dp, gpu, constants))
+    if ep > 1 and dp > 1 and exchange == "allgather_reducescatter":
+        seq = tp > 1  # sequence-parallel MoE: ceil(T / tp) tokens per rank over the EP group
+        tokens = np.ceil(np.asarray(T, dtype=float) / tp) if seq else T
+        put("moe_a2a", Lm * agrs_time(tokens, h, model.num_experts, ep if seq else dp, gpu, constants))
     elif ep > 1 and dp > 1:
         decode_only = np.bincount(step_id, weights=(new > 1).astype(float), minlength=n_steps) == 0
         ll = moe_terms.a2a_time(T, h, model.num_experts_per_tok, ep, gpu, mc, mode="ll")
