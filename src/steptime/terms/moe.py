@@ -28,6 +28,7 @@ import numpy as np
 
 from steptime.errors import UnsupportedError
 from steptime.readonly import read_only
+from steptime.terms.gemm import smax
 
 MOE_FILE = Path(__file__).resolve().parent.parent / "calibration" / "moe.yaml"
 
@@ -364,7 +365,7 @@ def a2a_time(tokens, hidden, topk, ep, gpu, mc: MoEConstants, *, mode: str = "ll
             p = mc.get(f"a2a_overlap_p:{mode}:{phase}", gpu, 1.0)
             f = mc.get(f"a2a_s_floor:{mode}:{phase}", gpu, 1.0) * t0
             x = nbytes / (share * a2a_link_gbps(gpu) * 1e9)
-            t = t + (f ** p + x ** p) ** (1.0 / p)
+            t = t + smax(f, x, p)
             continue
         bw = mc.get(f"a2a_bw_gbps:{mode}:{phase}", gpu) * 1e9
         c_tok = mc.get(f"a2a_tok_us:{mode}:{phase}", gpu, 0.0) * 1e-6

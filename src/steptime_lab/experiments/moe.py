@@ -19,6 +19,7 @@ import pandas as pd
 
 from steptime.specs import get_gpu
 from steptime.terms import light, moe as M
+from steptime.terms.gemm import smax
 from steptime import plotting
 from steptime.errors import SteptimeError
 from steptime.ops import predict_ops
@@ -507,15 +508,16 @@ def moe_constants_doc(r: dict | None, a2a: dict | None = None) -> dict:
                 "source": f"E3.1: the kernel family of vLLM's fastest {dt} fused-MoE backend in the GPU's table"}
     if a2a is not None:
         for key, p in a2a["ship"].items():
-            src = (f"E3.2: DeepEP {key} all-to-all law (floor + bytes / bandwidth + per-token cost) fitted on "
-                   "every GPU's cells "
-                   "(results/E3_2.json)")
-            glob[f"a2a_floor_us:{key}"] = {"value": round(p["floor_us"], 4), "provenance": "FITTED", "source": src}
             if p.get("bw_share"):  # the overlapped law (A2A_OVERLAP_MODES)
                 src = (f"E3.2: DeepEP {key} all-to-all overlapped law (floor per GPU, geometric mean here; transfer "
                        "at a share of the GPU's NVLink bandwidth; overlap exponent) fitted on every GPU's cells "
                        "(results/E3_2.json)")
-                glob[f"a2a_floor_us:{key}"] = {"value": round(p["floor_us"], 4), "provenance": "FITTED", "source": src}
+            else:
+                src = (f"E3.2: DeepEP {key} all-to-all law (floor + bytes / bandwidth + per-token cost) fitted on "
+                       "every GPU's cells "
+                       "(results/E3_2.json)")
+            glob[f"a2a_floor_us:{key}"] = {"value": round(p["floor_us"], 4), "provenance": "FITTED", "source": src}
+            if p.get("bw_share"):
                 glob[f"a2a_bw_share:{key}"] = {"value": round(p["bw_share"], 6), "provenance": "FITTED",
                                                "source": src}
                 glob[f"a2a_overlap_p:{key}"] = {"value": round(p["overlap_p"], 6), "provenance": "FITTED",
@@ -596,10 +598,6 @@ def _a2a_parts(s: pd.DataFrame, p: dict) -> tuple[np.ndarray, np.ndarray]:
     return floor, s["a2a_bytes"].to_numpy() / (p["bw_gbps"] * 1e9) * 1e3 + p.get("tok_us", 0.0) * 1e-3 * T
 
 
-def _overlap(floor, transfer, p: float):
-    return (floor ** p + transfer ** p) ** (1.0 / p)
-
-
 def a2a_predict(d: pd.DataFrame, law: dict, scales: dict | None = None) -> np.ndarray:
     """One phase (dispatch or combine) in ms: s_curve * (s_floor floor + s_slope (bytes / bandwidth + c_tok T)) per
     (mode, phase), or ((s_floor floor)^p + transfer^p)^(1/p) for a law with a bw_share (A2A_OVERLAP_MODES)
@@ -612,7 +610,7 @@ def a2a_predict(d: pd.DataFrame, law: dict, scales: dict | None = None) -> np.nd
         sc = (scales or {}).get(g, {})
         floor, transfer = _a2a_parts(d.loc[ix], law[key])
         if law[key].get("bw_share"):
-            out[d.index.get_indexer(ix)] = _overlap(sc.get(f"s_floor:{key}", 1.0) * floor, transfer,
+            out[d.index.get_indexer(ix)] = smax(sc.get(f"s_floor:{key}", 1.0) * floor, transfer,
                                                     law[key]["overlap_p"])
             continue
         out[d.index.get_indexer(ix)] = sc.get(f"s:{key}", 1.0) * (sc.get(f"s_floor:{key}", 1.0) * floor
@@ -633,7 +631,7 @@ def _a2a_fit_overlap(t: pd.DataFrame) -> dict:
     n = len(gpus)
 
     def resid(x):
-        return np.log(_overlap(x[:n][gi] * 1e-3, x_unit / x[n], x[n + 1]) / y)
+        return np.log(smax(x[:n][gi] * 1e-3, x_unit / x[n], x[n + 1]) / y)
 
     r = least_squares(resid, [50.0] * n + [0.5, 2.0], bounds=([1.0] * n + [0.01, 1.0], [2000.0] * n + [100.0, 20.0]))
     return {"floor_us": float(np.exp(np.mean(np.log(r.x[:n])))), "bw_share": float(r.x[n]),
