@@ -110,7 +110,10 @@ class _TermModel:
     def __init__(self, est=None, anchored: float = 0.0, name: str = "none", shrink: float = 1.0):
         self.est, self.name, self.shrink = est, name, float(shrink)
         self.anchor_strength = float(anchored)
-        self.anchored = self.anchor_strength > 0
+
+    @property
+    def anchored(self) -> bool:
+        return self.anchor_strength > 0
 
     def log_correction(self, F: np.ndarray) -> np.ndarray:
         if self.est is None:
@@ -434,7 +437,7 @@ class GreyBox:
             if m.anchored and reads is not None and len(reads[t]["read_meas"]):
                 r = reads[t]
                 lc = anchor(lc, base[t], r["read_meas"], r["read_base"], m.log_correction(r["read_F"]), wk,
-                            r["read_work"], getattr(m, "anchor_strength", 1.0))
+                            r["read_work"], m.anchor_strength)
             corr[t] = np.exp(lc)
         terms = {t: base[t] * corr[t] for t in base}
         return {"terms": terms, "physics": base, "correction": corr, "total": sum(terms.values())}
