@@ -34,13 +34,32 @@ def test_predict_json_sums(capsys):
     (["--model", "llama-3.1-8b", "--gpu", "h100", "--prefill", "1x0"], ">= 1"),
     (["--model", "llama-3-8b", "--gpu", "h100", "--decode", "1x9000"], "maximum"),
     (["--model", "llama-3-70b", "--gpu", "l40s", "--decode", "64x4096"], "GB over"),
-    (["--model", "llama-3.1-8b", "--gpu", "h100"], "empty batch"),
 ])
 def test_bad_input_one_line_exit_2(capsys, argv, needle):
     rc, out, err = run(capsys, "predict", *argv)
     assert rc == 2
     assert needle in err
     assert "Traceback" not in err and err.count("\n") == 1
+
+
+def test_predict_without_a_batch_prices_the_default_and_says_so(capsys):
+    """Issue 20's own command (no --decode/--prefill) prints a breakdown of one stated default step, named MoE terms
+    summing to the total; the API keeps refusing an empty batch."""
+    from steptime.errors import SteptimeError
+    from steptime.step import Batch, predict_step
+
+    rc, out, err = run(capsys, "predict", "--model", "gpt-oss-120b", "--gpu", "b200", "--ep", "8", "--tp", "8",
+                       "--dtype", "fp4", "--json")
+    assert rc == 0 and "no batch given" in err and "--decode 1x1024" in err
+    d = json.loads(out)
+    assert d["requests"] == 1 and d["tokens"] == 1 and d["terms_ms"]["moe_experts"] > 0
+    assert sum(d["terms_ms"].values()) == pytest.approx(d["total_ms"], rel=1e-5)  # JSON rounds each figure
+    same = predict_step("gpt-oss-120b", "b200", Batch.parse(decode=["1x1024"]), tp=8, ep=8, dtype="fp4")
+    assert d["total_ms"] == pytest.approx(same.total_ms, rel=1e-5)
+    rc, out, err = run(capsys, "predict", "--model", "llama-3.1-8b", "--gpu", "h100")
+    assert rc == 0 and "1 request, 1 new token\n" in out and "moe_experts" not in out
+    with pytest.raises(SteptimeError, match="empty batch"):
+        predict_step("llama-3.1-8b", "h100-sxm", Batch.parse(decode=[], prefill=[]))
 
 
 def test_gpus_and_models(capsys):

@@ -24,27 +24,39 @@ import sys
 from steptime.errors import SteptimeError
 
 
+def _n(count: int, noun: str) -> str:
+    return f"{count:,} {noun}{'' if count == 1 else 's'}"
+
+
 def _print_json(obj) -> None:
     from steptime.io import dumps
 
     sys.stdout.write(dumps(obj))
 
 
+DEFAULT_DECODE = "1x1024"
+
+
 def cmd_predict(a) -> int:
     from steptime.step import TERMS, Batch, predict_step
 
-    batch = Batch.parse(decode=a.decode or [], prefill=a.prefill or [])
+    defaulted = not a.decode and not a.prefill
+    # With no batch given, the CLI prices one step of DEFAULT_DECODE and says so on stderr; the API stays strict.
+    batch = Batch.parse(decode=[DEFAULT_DECODE] if defaulted else a.decode or [], prefill=a.prefill or [])
     r = predict_step(a.model, a.gpu, batch, tp=a.tp, f_clk=a.f_clk, kv_dtype=a.kv_dtype,
                      check_memory=not a.no_memory_check, allow_boost=a.allow_boost, engine=a.engine, dtype=a.dtype,
                      ep=a.ep)
+    if defaulted:
+        print(f"note: no batch given: priced one decode step of --decode {DEFAULT_DECODE} (one request over 1,024 "
+              "cached tokens); give --decode COUNTxKV and/or --prefill COUNTxTOKENS for your batch", file=sys.stderr)
     if a.explain:
         return _explain(a, r, batch)
     if a.json:
         _print_json(r.to_dict())
         return 0
     layout = f"tp={r.tp}, ep={r.ep}" if r.moe else f"tp={r.tp}"
-    print(f"{r.model} on {r.gpu} ({layout}, engine {r.engine}, {r.dtype}): {r.requests} requests, "
-          f"{r.tokens} new tokens")
+    print(f"{r.model} on {r.gpu} ({layout}, engine {r.engine}, {r.dtype}): {_n(r.requests, 'request')}, "
+          f"{_n(r.tokens, 'new token')}")
     print(f"{'term':<20}{'ms':>10}{'share':>8}  bound")
     if r.moe:
         from steptime.moe_step import TERMS
@@ -72,7 +84,8 @@ def _explain(a, r, batch) -> int:
     if a.json:
         _print_json({"prediction": r.to_dict(), "greybox": e})
         return 0
-    print(f"{r.model} on {r.gpu} (tp={r.tp}, engine {r.engine}, {r.dtype}): {r.requests} requests, {r.tokens} new tokens")
+    print(f"{r.model} on {r.gpu} (tp={r.tp}, engine {r.engine}, {r.dtype}): {_n(r.requests, 'request')}, "
+          f"{_n(r.tokens, 'new token')}")
     print(f"{e['label']}")
     print(f"{'term':<20}{'physics ms':>12}{'factor':>9}{'grey-box ms':>13}  correction from")
     for t, row in e["terms"].items():
@@ -276,7 +289,9 @@ def build_parser() -> argparse.ArgumentParser:
     pr = sub.add_parser("predict", help="predict one engine step")
     pr.add_argument("--model", required=True, help="model key, HF id, or path to config.json")
     pr.add_argument("--gpu", required=True, help="GPU key or alias (see `steptime gpus`)")
-    pr.add_argument("--decode", action="append", metavar="COUNTxKV", help="decode requests, e.g. 32x1024")
+    pr.add_argument("--decode", action="append", metavar="COUNTxKV",
+                    help="decode requests, e.g. 32x1024 (with neither --decode nor --prefill: one step of "
+                         f"--decode {DEFAULT_DECODE}, said on stderr)")
     pr.add_argument("--prefill", action="append", metavar="COUNTxTOKENS[@KV]", help="prefill requests, e.g. 1x2048")
     pr.add_argument("--tp", type=int, default=1, help="tensor-parallel degree")
     pr.add_argument("--f-clk", type=float, default=None,
