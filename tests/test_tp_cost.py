@@ -71,3 +71,44 @@ def test_rank_overhead_recovers_a_per_rank_cost_held_out_by_tp():
     assert r["identifiable"]  # every law positive here
     down = s.assign(latency_ms=base - 0.1 * (s["tp"] - 1))
     assert T.rank_overhead(down, constants=Constants.default())[0]["identifiable"] is False
+
+
+def test_efficiency_beyond_the_lowest_tp_above_one():
+    """Issue 19 (sgltp): base_tp='lowest' reads b t(b) / (TP t(TP)) from the group's lowest TP > 1 (here 2),
+    free of the TP 1 cells; base_tp=1 is E1.28's claimed efficiency, unchanged."""
+    c = _cells(0.5)
+    r = T.efficiency(c[c["tp"] > 1], ["dataset", "gpu", "model", "engine"], ["comp"], base_tp="lowest")
+    assert [(x["base_tp"], x["tp"]) for x in r] == [(2, 4)]
+    # comp 2: t(2) = 8 + 1 + 1 = 10, t(4) = 4 + 2 + 1 = 7 predicted; measured 1.1 x both
+    assert r[0]["efficiency_predicted"] == pytest.approx(2 * 10 / (4 * 7))
+    assert r[0]["efficiency_error"] == pytest.approx(0.0, abs=1e-12)
+    # added per-GPU time 4 x 7 - 2 x 10 = 8: comm 4 x 2 - 2 x 1 = 6, host 4 - 2 = 2, gemm 0
+    assert r[0]["added_share_by_kind"]["comm"] == pytest.approx(6 / 8)
+    assert "base_tp" not in T.efficiency(c, ["dataset", "gpu", "model", "engine"], ["comp"])[0]
+
+
+def test_held_batch_inverts_the_wave_schedule_and_keeps_unqueued_rows():
+    """A row whose TTFT is the wave schedule's mean wait at k = 3 of 16 clients (OSL x TPOT per wave) gives 3;
+    a row whose TTFT is below OSL x TPOT (not queued) keeps the concurrency."""
+    import numpy as np
+
+    osl, tpot = 128.0, 25.0
+    wait = np.mean(np.arange(16) // 3) * osl * tpot
+    k = T.held_batch([wait, 0.5 * osl * tpot], [tpot, tpot], [osl, osl], [16, 16])
+    assert list(k) == [3.0, 16.0]
+    assert T.held_batch([1e9], [tpot], [osl], [16])[0] == 1.0  # everything queued: one at a time
+
+
+def test_claim_names_releases_and_queued_cells_where_the_tps_are_not_the_same_run():
+    c = _cells(0.5)
+    c["release"] = c["tp"].map({1: "0.5.8", 2: "0.5.1", 4: "0.5.1"})
+    c["queued"] = c["tp"] == 1
+    r = {"rows": T.efficiency(c, ["dataset", "gpu", "model", "engine"], ["comp"]), "skipped": []}
+    assert r["rows"][0]["releases"] == {"base": ["0.5.8"], "tp": ["0.5.1"]}
+    assert r["rows"][0]["queued_cells"] == {"base": 3, "tp": 0}
+    text = T.document(r, {"efficiency_error": 0.08})["claims"][0]["claim"]
+    assert "TP 1 measured on release 0.5.8, TP 2 on 0.5.1" in text and "3 of 3 at TP 1" in text
+    same = _cells(0.5).assign(release="x", queued=False)
+    plain = T.document({"rows": T.efficiency(same, ["dataset", "gpu", "model", "engine"], ["comp"]), "skipped": []},
+                       {"efficiency_error": 0.08})["claims"][0]["claim"]
+    assert "not the same engine run" not in plain

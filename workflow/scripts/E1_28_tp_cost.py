@@ -18,8 +18,11 @@ steps = W.fpm_steps(pd.read_parquet(snakemake.input.fpm))
 pred = pd.concat([W.predict_table(s, W.make_predictor(e, m, g, engine=e, fitted=fitted, constants=constants))
                   for (g, e, m), s in steps.groupby(["gpu", "engine", "model"], sort=True)]).loc[steps.index]
 prompts = {(d, t): v for d, per in p.settings["prompt_tokens"].items() for t, v in per.items()}
-rows, _ = W.tpot_table(silicon=pd.read_parquet(snakemake.input.silicon), prompt_tokens=prompts)
-r = tp_cost.run(steps, pred, rows, fitted=fitted, kv_bucket=p.settings["kv_bucket"], constants=constants)
+silicon = pd.read_parquet(snakemake.input.silicon)
+rows, _ = W.tpot_table(silicon=silicon, prompt_tokens=prompts)
+release_of = dict(zip(silicon["id"].astype(str), silicon["engine_version"].astype(str)))  # each row's engine release
+r = tp_cost.run(steps, pred, rows, fitted=fitted, kv_bucket=p.settings["kv_bucket"], constants=constants,
+                release_of=release_of)
 doc = tp_cost.document(r, p.targets)
 write_result(snakemake.output.result, id="E1.28", question=p.question, metrics=doc["metrics"], claims=doc["claims"],
              provenance=rule_provenance(snakemake, script="workflow/scripts/E1_28_tp_cost.py"), extra={"targets": p.targets})

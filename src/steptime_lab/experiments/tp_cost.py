@@ -30,32 +30,48 @@ from steptime_lab.results import claim, target
 COMP = ["phase", "ctx_tokens", "ctx_requests", "ctx_kv_tokens", "decode_requests", "kvb"]
 
 
-def efficiency(cells: pd.DataFrame, keys: list[str], match: list[str]) -> list[dict]:
-    """Per `keys` group and TP > 1: medians over the cells matched (on `match`) with TP 1 of the
-    measured and predicted efficiency and of each kind's share of the predicted added per-GPU time.
-    `cells`: one row per (keys, match, tp) with meas_ms, pred_ms and <kind>_ms."""
+def efficiency(cells: pd.DataFrame, keys: list[str], match: list[str], base_tp: int | str = 1) -> list[dict]:
+    """Per `keys` group and TP above the base: medians over the cells matched (on `match`) with the base TP b
+    of the measured and predicted efficiency b t(b) / (TP t(TP)) and of each kind's share of the predicted
+    added per-GPU time TP t(TP) - b t(b). `base_tp`: 1 (E1.28's claims: eff = t(1) / (TP t(TP))) or "lowest"
+    (each group's lowest TP above 1: what TP costs beyond the smallest split, the diagnostic
+    metrics.tp_relative). `cells`: one row per (keys, match, tp) with meas_ms, pred_ms and <kind>_ms; where
+    they carry `release` (the engine release measured) and `queued` (SILICON_QUEUED), each row also names
+    the releases and counts the queued cells at the base and at TP."""
     out = []
     kcols = [f"{k}_ms" for k in KINDS]
+    meta = [c for c in ("release", "queued") if c in cells]
     for g, d in cells.groupby(keys, sort=True):
         g = g if isinstance(g, tuple) else (g,)
-        base = d[d["tp"] == 1][[*match, "meas_ms", "pred_ms", *kcols]]
+        b = 1 if base_tp == 1 else (min((t for t in d["tp"].unique() if t > 1), default=None)
+                                    if base_tp == "lowest" else int(base_tp))
+        if b is None:
+            continue
+        base = d[d["tp"] == b][[*match, "meas_ms", "pred_ms", *kcols, *meta]]
         if base.empty:
             continue
-        for tp in sorted(t for t in d["tp"].unique() if t > 1):
+        for tp in sorted(t for t in d["tp"].unique() if t > b):
             x = d[d["tp"] == tp].merge(base, on=match, how="inner", suffixes=("", "_1"))
             if x.empty:
                 continue
-            em = x["meas_ms_1"] / (tp * x["meas_ms"])
-            ep = x["pred_ms_1"] / (tp * x["pred_ms"])
-            added = tp * x["pred_ms"] - x["pred_ms_1"]
-            share = {k: float(np.median((tp * x[f"{k}_ms"] - x[f"{k}_ms_1"]) / added.where(added.abs() > 1e-9)))
+            em = b * x["meas_ms_1"] / (tp * x["meas_ms"])
+            ep = b * x["pred_ms_1"] / (tp * x["pred_ms"])
+            added = tp * x["pred_ms"] - b * x["pred_ms_1"]
+            share = {k: float(np.median((tp * x[f"{k}_ms"] - b * x[f"{k}_ms_1"]) / added.where(added.abs() > 1e-9)))
                      for k in KINDS}
             share = {k: (v if np.isfinite(v) else 0.0) for k, v in share.items()}
             row = dict(zip(keys, [v.item() if hasattr(v, "item") else v for v in g]))
             m, p = float(np.median(em)), float(np.median(ep))
-            out.append({**row, "tp": int(tp), "cells": int(len(x)), "efficiency_measured": m,
-                        "efficiency_predicted": p, "efficiency_error": p / m - 1.0,
-                        "added_share_by_kind": share, "loss_term": max(share, key=lambda k: share[k])})
+            r = {**row, "tp": int(tp), "cells": int(len(x)), "efficiency_measured": m,
+                 "efficiency_predicted": p, "efficiency_error": p / m - 1.0,
+                 "added_share_by_kind": share, "loss_term": max(share, key=lambda k: share[k])}
+            if base_tp != 1:
+                r["base_tp"] = int(b)
+            if "release" in meta:
+                r["releases"] = {"base": sorted(set(x["release_1"].astype(str))), "tp": sorted(set(x["release"].astype(str)))}
+            if "queued" in meta:
+                r["queued_cells"] = {"base": int(x["queued_1"].astype(bool).sum()), "tp": int(x["queued"].astype(bool).sum())}
+            out.append(r)
     return out
 
 
@@ -69,17 +85,57 @@ def fpm_cells(steps: pd.DataFrame, pred: pd.DataFrame, kv_bucket: int = 512) -> 
     return med.rename(columns={"latency_ms": "meas_ms"}).assign(dataset="aic-fpm")
 
 
-def silicon_cells(rows: pd.DataFrame, fitted=None, constants=None) -> tuple[pd.DataFrame, list[dict]]:
+SILICON_QUEUED = (
+    "queued: the row's measured TTFT exceeds OSL x its measured TPOT, i.e. a request waited longer than a whole "
+    "request's decode before its first token: the engine held fewer requests than the client concurrency (the "
+    "rest queued), so the row's TPOT is measured at a smaller running batch than the concurrency it is matched "
+    "on. A reading of the measured row itself (no prediction, no threshold fitted); counted per claim, no cell "
+    "is dropped.")
+
+
+HELD_NOTE = (
+    "Diagnostic, no claim, written after seeing E1.28's SGLang scores (issue 19, sgltp): the silicon rows "
+    "re-predicted with the decode step at the running batch the engine HELD instead of the client concurrency "
+    "c. A queued row's (SILICON_QUEUED) held batch k is read from its own measured TTFT by inverting the wave "
+    "schedule of E2.11's TTFT (W.TTFT_NOTE: the c clients start together, the engine runs them k at a time, "
+    "request i waits floor(i / k) whole requests of OSL x TPOT): k is the whole number 1..c whose mean over i "
+    "of floor(i / k) is nearest TTFT / (OSL x TPOT) (the prefill of a wave neglected); an unqueued row keeps "
+    "c. It asks whether the claimed miss is the step at TP 1 (priced at a batch the engine did not run) or "
+    "something TP costs.")
+
+
+def held_batch(ttft_ms, tpot_ms, osl, concurrency) -> np.ndarray:
+    """The running batch the engine held per silicon row (HELD_NOTE): c where the row is not queued, else the
+    k in 1..c whose wave-schedule mean wait mean_i floor(i / k) (i = 0..c-1, in whole requests) is nearest the
+    measured TTFT / (OSL x TPOT)."""
+    ttft, tpot, osl = (np.asarray(v, dtype=float) for v in (ttft_ms, tpot_ms, osl))
+    c = np.maximum(np.round(np.asarray(concurrency, dtype=float)), 1).astype(int)
+    out = c.astype(float)
+    for j in np.flatnonzero(ttft > osl * tpot):
+        i = np.arange(c[j])
+        waits = np.array([np.mean(i // k) for k in range(1, c[j] + 1)])
+        out[j] = float(1 + np.argmin(np.abs(waits - ttft[j] / (osl[j] * tpot[j]))))
+    return out
+
+
+def silicon_cells(rows: pd.DataFrame, fitted=None, constants=None, release_of: dict | None = None,
+                  held: bool = False) -> tuple[pd.DataFrame, list[dict]]:
     """Silicon TPOT rows (W.tpot_table, dataset aic-silicon, aggregated serving) with the decode step at
-    the measured batch predicted per TP (total and kinds). Returns (cells, skipped groups)."""
+    the measured batch predicted per TP (total and kinds). Each cell also carries `queued` (SILICON_QUEUED:
+    any of its rows; needs ttft_ms) and, given `release_of` (row source_id -> engine release, the tidy
+    silicon table's id -> engine_version), `release`. `held`: the step at the batch the engine held
+    (held_batch, HELD_NOTE; needs ttft_ms) instead of the concurrency; the cells stay keyed on the
+    concurrency. Returns (cells, skipped groups)."""
     x = rows[(rows["dataset"] == "aic-silicon") & (rows["mode"] == "agg")]
     parts, skipped = [], []
     for (gpu, model, eng, tp, dt), d in x.groupby(["gpu", "model", "engine", "tp", "dtype"], sort=True):
         try:
             key = _known_model(model, d)
             f = make_predictor(eng, key, gpu, engine=eng, dtype=dt, fitted=fitted, constants=constants)
-            r = f(_decode_frame(np.maximum(np.round(d["batch"].to_numpy(float)), 1),
-                                mean_context(d["prompt_tokens"], d["output_tokens"]), int(tp)), int(tp), None)
+            b = np.maximum(np.round(d["batch"].to_numpy(float)), 1)
+            if held:
+                b = held_batch(d["ttft_ms"], d["tpot_ms"], d["output_tokens"], b)
+            r = f(_decode_frame(b, mean_context(d["prompt_tokens"], d["output_tokens"]), int(tp)), int(tp), None)
         except SteptimeError as exc:
             skipped.append({"group": [gpu, model, eng, int(tp), dt], "rows": int(len(d)),
                             "reason": f"{type(exc).__name__}: {str(exc).splitlines()[0][:160]}"})
@@ -91,7 +147,23 @@ def silicon_cells(rows: pd.DataFrame, fitted=None, constants=None) -> tuple[pd.D
     c = pd.concat(parts)
     match = ["dtype", "prompt_tokens", "output_tokens", "batch"]
     cols = ["meas_ms", "pred_ms", *[f"{k}_ms" for k in KINDS]]
-    return c.groupby(["dataset", "gpu", "model", "engine", "tp", *match])[cols].median().reset_index(), skipped
+    by = ["dataset", "gpu", "model", "engine", "tp", *match]
+    out = c.groupby(by)[cols].median()
+    if "ttft_ms" in c:
+        q = c["ttft_ms"].to_numpy(float) > c["output_tokens"].to_numpy(float) * c["tpot_ms"].to_numpy(float)
+        out["queued"] = c.assign(queued=q).groupby(by)["queued"].any()
+    if release_of is not None:
+        rel = c["source_id"].astype(str).map(release_of).fillna("unknown").astype(str)
+        out["release"] = c.assign(release=rel).groupby(by)["release"].agg(lambda v: "+".join(sorted(set(v))))
+    return out.reset_index(), skipped
+
+
+TP_RELATIVE_NOTE = (
+    "Diagnostic, no claim (issue 19, sgltp): per silicon group, per-GPU efficiency beyond the group's lowest TP "
+    "above 1, b t(b) / (TP t(TP)) with b that TP, measured and predicted on the cells matched across those TPs "
+    "(efficiency(..., base_tp='lowest')). It reads what each further TP split costs on one engine run and "
+    "release, free of the TP 1 baseline; where it is met and the claimed t(1) / (TP t(TP)) is not, the miss "
+    "sits in the TP 1 cells (see each claim's caveat), not in a cost that grows with TP.")
 
 
 # D(TP) laws: one hand-off per step at any TP > 1 (rpc_tp_ms), per extra rank (a broadcast to each worker,
@@ -140,18 +212,48 @@ def rank_overhead(steps, *, max_requests: int = 4, constants=None) -> list[dict]
 
 
 def run(fpm_steps=None, fpm_pred=None, silicon_rows=None, *, fitted=None, kv_bucket: int = 512,
-              constants=None) -> dict:
+              constants=None, release_of: dict | None = None) -> dict:
+    """E1.28's rows (claimed), the silicon groups' efficiency beyond their lowest TP > 1 (`tp_relative`) and
+    with each step at the batch the engine held (`at_held_batch`, HELD_NOTE), both diagnostic (no claim), the
+    FPM rank overhead. `release_of`: silicon source_id -> engine release."""
     keys = ["dataset", "gpu", "model", "engine"]
-    rows, skipped, ranks = [], [], []
+    rows, skipped, ranks, rel, held = [], [], [], [], []
     if fpm_steps is not None and len(fpm_steps):
         rows += efficiency(fpm_cells(fpm_steps, fpm_pred, kv_bucket), keys, COMP)
         ranks = rank_overhead(fpm_steps, constants=constants)
     if silicon_rows is not None and len(silicon_rows):
-        c, skipped = silicon_cells(silicon_rows, fitted, constants)
+        c, skipped = silicon_cells(silicon_rows, fitted, constants, release_of=release_of)
         if len(c):
             # a concurrency is matched across TP only where the measured batch is the same (it is the client's)
-            rows += efficiency(c, keys, ["dtype", "prompt_tokens", "output_tokens", "batch"])
-    return {"rows": rows, "skipped": skipped, "rank_overhead": ranks}
+            m = ["dtype", "prompt_tokens", "output_tokens", "batch"]
+            rows += efficiency(c, keys, m)
+            rel = efficiency(c[c["tp"] > 1], keys, m, base_tp="lowest")
+            if "ttft_ms" in silicon_rows:
+                h, _ = silicon_cells(silicon_rows, fitted, constants, release_of=release_of, held=True)
+                held = efficiency(h, keys, m) if len(h) else []
+    return {"rows": rows, "skipped": skipped, "rank_overhead": ranks, "tp_relative": rel, "at_held_batch": held}
+
+
+DISCLOSED = (
+    "Issue 19 (sgltp): the claims' caveat (engine releases and queued cells at TP 1 vs TP t), tp_relative and "
+    "at_held_batch were written after E1.28's SGLang scores had been seen (0.148 / 0.145 / 0.142 at TP 2 / 4 / 8). "
+    "No claim value depends on them: the claims are computed as before, every cell kept; only the caveat text "
+    "is added where it holds (the three SGLang claims). at_held_batch reads each queued row's held batch from "
+    "that row's own TTFT and is not claimed.")
+
+
+def _caveat(x: dict) -> str:
+    """Claim-text caveat where the matched work is not the same engine run at both TPs: the base and TP cells
+    measured on different engine releases, or queued cells (SILICON_QUEUED). Empty where neither holds."""
+    out = []
+    rel = x.get("releases")
+    if rel and set(rel["base"]) != set(rel["tp"]):
+        out.append(f"TP 1 measured on release {'/'.join(rel['base'])}, TP {x['tp']} on {'/'.join(rel['tp'])}")
+    q = x.get("queued_cells")
+    if q and (q["base"] or q["tp"]):
+        out.append(f"queued cells (measured TTFT > OSL x TPOT: fewer requests held than the concurrency) "
+                   f"{q['base']} of {x['cells']} at TP 1, {q['tp']} at TP {x['tp']}")
+    return f" [not the same engine run at both TPs: {'; '.join(out)}]" if out else ""
 
 
 def document(r: dict, targets: dict) -> dict:
@@ -162,7 +264,7 @@ def document(r: dict, targets: dict) -> dict:
             f"{x['dataset']} {x['gpu']} {x['model']} {x['engine']} TP {x['tp']}: per-GPU efficiency t(1)/(TP t(TP)) "
             f"predicted {x['efficiency_predicted']:.3f} vs measured {x['efficiency_measured']:.3f} over {x['cells']} "
             f"matched cells (signed error {x['efficiency_error']:+.3f}); the predicted loss is carried by "
-            f"{x['loss_term']}",
+            f"{x['loss_term']}{_caveat(x)}",
             round(abs(x["efficiency_error"]), 4), "|predicted / measured - 1| <= target", lim,
             abs(x["efficiency_error"]) <= lim, op="<="))
     for x in r.get("rank_overhead", []):
@@ -177,6 +279,10 @@ def document(r: dict, targets: dict) -> dict:
                 f"held-out errors {held} ms",
                 round(v["loo_mean_abs_error_ms"], 4), "ms (mean |held-out TP error|)"))
     return {"metrics": {"rows": r["rows"], "skipped": r["skipped"], "rank_overhead": r.get("rank_overhead", []),
+                        "tp_relative": r.get("tp_relative", []), "tp_relative_method": TP_RELATIVE_NOTE,
+                        "queued_definition": SILICON_QUEUED,
+                        "at_held_batch": r.get("at_held_batch", []), "at_held_batch_method": HELD_NOTE,
+                        "disclosed": DISCLOSED,
                         "rank_overhead_method": rank_overhead.__doc__.split("\n\n")[1].strip(),
                         "definition": __doc__.split("\n\n")[1].strip()}, "claims": claims}
 
