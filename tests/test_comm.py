@@ -111,3 +111,39 @@ def test_step_all_reduce_uses_the_shipped_curve_and_falls_back_to_the_ring_law()
     assert np.allclose(C.allreduce_time(x, 8, h100, held, "nccl"), C.ring_time(x, 8, h100, held))
     with pytest.raises(ValueError, match="implementation"):
         C.allreduce_time(x, 2, h100, c, "pigeon")
+
+
+def test_no_p2p_profile_prices_every_all_reduce_as_nccl_through_host_memory():
+    """vllm-no-p2p (PCIe GPUs without peer-to-peer): one law at every size, t = floor + bus bytes / (eta x PCIe),
+    which reproduces the two LLMServingSim RTX PRO 6000 readings it was taken from, with no custom kernel and no
+    fusion; the default vllm profile is untouched (custom all-reduce, the P2P table of E1.25)."""
+    from steptime.specs.engines import get_engine
+    from steptime.step import predict_step
+    eng, gpu = get_engine("vllm-no-p2p"), get_gpu("rtx-pro-6000")
+    assert eng.allreduce_impl == "nccl_host" and not eng.fuses_norm(np.array([1e3, 1e6]), 2, gpu).any()
+    t = C.engine_allreduce_time(np.array([10240.0, 20971520.0]), 2, gpu, eng) * 1e6
+    assert t == pytest.approx([16.24, 1309.13], rel=1e-3)  # the readings (hardware.yaml, commit e08dc388)
+    assert C.engine_allreduce_time(np.array([1e6]), 1, gpu, eng)[0] == 0.0
+    # four ranks: the ring's bus bytes 2 (n - 1) / n x message
+    t4 = C.host_path_time(np.array([4e6]), 4, gpu, eng)[0]
+    assert t4 == pytest.approx(15.61e-6 + 1.5 * 4e6 / (0.2533 * 64e9), rel=1e-6)
+    # slower than the peer-to-peer pricing at every size, and the step carries the difference only at TP > 1
+    sizes = np.logspace(3, 8, 12)
+    p2p = C.engine_allreduce_time(sizes, 2, gpu, get_engine("vllm"), Constants.default())
+    assert np.all(C.engine_allreduce_time(sizes, 2, gpu, eng) > p2p)
+    a = predict_step("qwen3-32b", "rtx-pro-6000", decode=[(64, 1000)], tp=2, engine="vllm-no-p2p")
+    b = predict_step("qwen3-32b", "rtx-pro-6000", decode=[(64, 1000)], tp=2, engine="vllm")
+    assert a.terms_ms["allreduce"] > 2 * b.terms_ms["allreduce"]
+    one = [predict_step("llama-3.1-8b", "rtx-pro-6000", decode=[(64, 1000)], engine=e).total_ms
+           for e in ("vllm", "vllm-no-p2p")]
+    assert one[0] == one[1]
+
+
+def test_nccl_host_profile_needs_its_law():
+    from steptime.specs.engines import _parse_engine
+    import yaml
+    from steptime.specs.engines import ENGINE_FILE
+    doc = yaml.safe_load(ENGINE_FILE.read_text())["engines"]["vllm-no-p2p"]
+    doc = {**doc, "allreduce": {k: v for k, v in doc["allreduce"].items() if k != "host_path_eta"}}
+    with pytest.raises(ValueError, match="host_path_floor_us and host_path_eta"):
+        _parse_engine("broken", doc)

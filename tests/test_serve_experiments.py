@@ -169,6 +169,27 @@ def test_e2_10_puts_the_peer_simulator_beside_steptime():
     assert "met" not in side[0]
 
 
+def test_e2_10_replays_a_gpu_host_with_its_own_engine_profile_and_discloses_it():
+    """engine_by_gpu: the runs of a host without GPU peer-to-peer are replayed with vllm-no-p2p (slower TP 2 steps:
+    every all-reduce through host memory), the others with the default; the choice travels into the result."""
+    t = {"tpot_s_p50_abs_error_max": 0.1, "ttft_s_p50_abs_error_max": 0.2, "tpot_s_p90_abs_error_max": 0.2,
+         "ttft_s_p90_abs_error_max": 0.3}
+    a = _measured_run(run="A_tp2").assign(tp=2, gpu="h100-sxm")
+    b = _measured_run(run="B_tp2").assign(tp=2)
+    req = pd.concat([a, b])
+    base = serving.replay_runs(req, targets=t)["runs"].set_index("run")
+    r = serving.replay_runs(req, targets=t, engine_by_gpu={"rtx-pro-6000": "vllm-no-p2p"}, disclosed="chosen after")
+    rows = r["runs"].set_index("run")
+    assert rows.loc["A_tp2", "engine_profile"] == "vllm" and rows.loc["B_tp2", "engine_profile"] == "vllm-no-p2p"
+    assert rows.loc["A_tp2", "tpot_s_p50_simulated"] == base.loc["A_tp2", "tpot_s_p50_simulated"]
+    assert rows.loc["B_tp2", "tpot_s_p50_simulated"] > base.loc["B_tp2", "tpot_s_p50_simulated"]
+    doc = serving.replay_claims(r)
+    assert doc["metrics"]["disclosed"] == "chosen after"
+    assert doc["metrics"]["engine_by_gpu"] == {"rtx-pro-6000": "vllm-no-p2p"}
+    with pytest.raises(ValueError, match="not in the data"):
+        serving.replay_runs(req, targets=t, engine_by_gpu={"b200": "vllm-no-p2p"})
+
+
 # ---- E2.3 ---------------------------------------------------------------------------------
 def test_deadline_queue_serves_tight_deadlines_first():
     from steptime.serve import ScalarEstimator, Workload, policy, simulate

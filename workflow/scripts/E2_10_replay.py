@@ -13,7 +13,8 @@ constants = Constants.load(DEFAULTS_FILE, snakemake.input.settled)  # this run's
 p = snakemake.params
 s = dict(p.settings)
 r = serving.replay_runs(pd.read_parquet(snakemake.input.requests), targets=dict(p.targets), engine=s["engine"],
-                  peer=pd.read_parquet(snakemake.input.llmservingsim), constants=constants)
+                  peer=pd.read_parquet(snakemake.input.llmservingsim), constants=constants,
+                  engine_by_gpu=s.get("engine_by_gpu"), disclosed=s.get("disclosed"))
 logging.info("E2.10: settings %s", s)
 doc = serving.replay_claims(r)
 write_experiment(snakemake, id="E2.10", doc=doc, script="workflow/scripts/E2_10_replay.py",

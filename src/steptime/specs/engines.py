@@ -30,7 +30,7 @@ ENGINE_FILE = Path(__file__).resolve().parent / "engines.yaml"
 FITTED_FILE = Path(__file__).resolve().parent.parent / "calibration" / "engine_constants.yaml"
 PROVENANCES = ("MEASURED", "FITTED", "DERIVED", "DATASHEET", "ASSUMED")
 GRAPH_MODES = ("full", "piecewise", "none")
-AR_IMPLS = ("nccl", "custom", "ring")
+AR_IMPLS = ("nccl", "custom", "ring", "nccl_host")
 EXECUTORS = ("uniproc", "mp", "ray", "mpi")
 DTYPES = ("bf16", "fp8")
 SPLITS = ("split_n", "split_k", "heads", "replicated")
@@ -39,11 +39,15 @@ SPLITS = ("split_n", "split_k", "heads", "replicated")
 SERVER_FIELDS = ("server_a_ms", "server_b_ms")
 NUMERIC = ("sched_a_ms", "sched_b_ms", "rpc_ms", "rpc_tp_ms", "overlap", "t_launch_us", "graph_launch_us",
            "graph_node_us", "graph_max_tokens", "piecewise_eager_per_layer", "max_bytes", "t_samp_ms", "t_samp_b_ms",
-           "fuse_norm_max_bytes", "gdn_eager_launch_us", "hybrid_eager_layer_us", *SERVER_FIELDS)
+           "fuse_norm_max_bytes", "gdn_eager_launch_us", "hybrid_eager_layer_us", "host_path_floor_us",
+           "host_path_eta", *SERVER_FIELDS)
 # not required host fields: fuse_norm_max_bytes absent = never fused; server_* absent = 0 (a front end in
 # its own process, or none: the engine loop carries no API-server work); gdn_eager_launch_us absent = t_launch_us
 # (a hybrid's Gated DeltaNet launches cost what any eager launch costs: terms/host.py engine_dispatch_floor)
-OPTIONAL = ("max_bytes", "fuse_norm_max_bytes", "gdn_eager_launch_us", "hybrid_eager_layer_us", *SERVER_FIELDS)
+OPTIONAL = ("max_bytes", "fuse_norm_max_bytes", "gdn_eager_launch_us", "hybrid_eager_layer_us", "host_path_floor_us",
+            "host_path_eta", *SERVER_FIELDS)
+# allreduce.host_path_floor_us / host_path_eta: the law of impl nccl_host (NCCL between PCIe GPUs without
+# peer-to-peer, staged through host memory): t = floor + bus bytes / (eta x the GPU's PCIe datasheet bandwidth)
 HOST_FIELDS = tuple(f for f in NUMERIC if f not in OPTIONAL)
 # precision.<field>: the engine's own kernels' constant (a `const:` pointer into defaults.yaml);
 # fp8_gemm names the relative fp8 GEMM factors (terms/precision.py) fitted on the engine's own
@@ -250,6 +254,8 @@ def _parse_engine(key: str, doc: dict) -> Engine:
         raise ValueError(f"{where}: allreduce impl/fallback must be one of {AR_IMPLS}")
     if "max_bytes" not in values:
         raise ValueError(f"{where}: allreduce.max_bytes missing")
+    if "nccl_host" in (impl, fallback) and not {"host_path_floor_us", "host_path_eta"} <= set(values):
+        raise ValueError(f"{where}: allreduce impl nccl_host needs allreduce.host_path_floor_us and host_path_eta")
     limits = _parse_limits(ar.get("by_tp"), where)
     graphs = dict((doc.get("launch") or {}).get("graphs") or {"decode": "none", "prefill": "none"})
     for phase, mode in graphs.items():

@@ -4,6 +4,9 @@
     ring (datasheet)  t = latency + x / (link_bw * eta)
     nccl              t = smin(L + x/(a_ll B), L + d_ll128 + x/(a_ll128 B), L + d_simple + x/B)
     custom            t = smin(L + (n-1) bytes/(a_one B), L + d_two + x/(a_two B), t_nccl)
+    nccl_host         t = floor + x / (eta * pcie_bw)   NCCL between PCIe GPUs without peer-to-peer: every
+                      byte staged through host memory (the engine profile's host_path_floor_us and
+                      host_path_eta, measured on one PCIe Gen5 host: engines.yaml vllm-no-p2p)
     (smin: a soft minimum, held at or above the floor plus the fastest regime's bandwidth term)
 
 L (floor) and B (bus bandwidth) per GPU, implementation and TP degree; the shape constants
@@ -23,7 +26,7 @@ from steptime.calibration import Constants
 from steptime.terms.comm_bounds import (  # noqa: F401  (the bounds, re-exported where E1.25 reads them)
     ETA_BUS_MIN, L_MAX_US, L_MIN_US, bound_violation, bus_bw_bounds, check_curve, check_updates, link_class)
 
-IMPLS = ("ring", "nccl", "custom")
+IMPLS = ("ring", "nccl", "custom")  # the fitted / datasheet laws; nccl_host is an engine's (host_path_time)
 SMIN_P = 8.0  # soft-minimum sharpness (p-norm of the inverse times); DERIVED: a sharp switch between regimes
 SHAPE_KEYS = MappingProxyType({"nccl": ("a_ll", "d_ll128_us", "a_ll128", "d_simple_us"),
                                "custom": ("a_one", "d_two_us", "a_two")})
@@ -133,6 +136,21 @@ def allreduce_time(nbytes, tp: int, gpu, constants: Constants | None = None, imp
     return t * 1e-6
 
 
+def host_path_time(nbytes, tp: int, gpu, engine, constants: Constants | None = None):
+    """Seconds of one NCCL all-reduce of `nbytes` per rank across `tp` PCIe GPUs WITHOUT peer-to-peer access
+    (impl nccl_host): NCCL stages every byte through host memory, so the ring's bus bytes move at a fraction
+    `host_path_eta` of the GPU's PCIe datasheet bandwidth (per direction) above a floor `host_path_floor_us`
+    (engine profile fields; engines.yaml vllm-no-p2p names the reading they come from)."""
+    nbytes = np.asarray(nbytes, dtype=float)
+    if tp <= 1:
+        return np.zeros_like(nbytes)
+    if not gpu.pcie_gbps:
+        raise ValueError(f"{gpu.key}: no PCIe bandwidth in the spec file for a host-staged all-reduce")
+    floor = engine.get("host_path_floor_us", gpu, constants) * 1e-6
+    bw = engine.get("host_path_eta", gpu, constants) * gpu.pcie_gbps * 1e9
+    return floor + bus_bytes(nbytes, tp) / bw
+
+
 def engine_allreduce_time(nbytes, tp: int, gpu, engine, constants: Constants | None = None, fused=None):
     """Seconds of one all-reduce under `engine`, with the implementation the engine picks at each size.
 
@@ -148,6 +166,8 @@ def engine_allreduce_time(nbytes, tp: int, gpu, engine, constants: Constants | N
     nbytes = np.asarray(nbytes, dtype=float)
     if tp <= 1:
         return np.zeros_like(nbytes)
+    if engine.allreduce_impl == "nccl_host":  # no peer-to-peer: no custom kernel, no fusion, NCCL through the host
+        return host_path_time(nbytes, tp, gpu, engine, constants)
     main = allreduce_time(nbytes, tp, gpu, constants, engine.allreduce_impl)
     if engine.allreduce_impl != "custom":
         return main

@@ -120,9 +120,14 @@ def replay_claims(r: dict) -> dict:
              "llmservingsim": {"tpot_p50": row["tpot_s_p50_llmservingsim_error"],
                                "e2e_p50": row["e2e_s_p50_llmservingsim_error"]}},
             "relative error against the measured run, same requests (reference, no target)"))
+    extra = {}
+    if r.get("engine_by_gpu"):
+        extra["engine_by_gpu"] = dict(r["engine_by_gpu"])
+    if r.get("disclosed"):
+        extra["disclosed"] = r["disclosed"]
     return {"metrics": {"label": "simulated replay of measured vLLM 0.19 runs (LLMServingSim); steptime fitted on "
                                  "nothing from these runs (engine profile as shipped)",
-                        "engine": r["engine"], "runs": r["runs"].replace({np.nan: None}).to_dict(orient="records"),
+                        **extra, "engine": r["engine"], "runs": r["runs"].replace({np.nan: None}).to_dict(orient="records"),
                         "skipped": r["skipped"], "targets_met": int(sum(met)), "targets_total": len(met),
                         "scheduler": "vLLM V1 policy of steptime.serve: token budget and max_num_seqs of the run, "
                                      "chunked prefill, decodes first, KV blocks from the run's log where meta.json "

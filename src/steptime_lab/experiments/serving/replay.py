@@ -41,18 +41,25 @@ def _err(sim, meas):
 
 
 def replay_runs(requests: pd.DataFrame, *, targets: dict, engine: str = "vllm", peer: pd.DataFrame | None = None,
-          constants=None) -> dict:
+          constants=None, engine_by_gpu: dict | None = None, disclosed: str | None = None) -> dict:
     """Replay each dense run through steptime.serve; `peer`: LLMServingSim's own simulated replay of the same runs
-    (its outputs/sim.csv, servingsim_sim), scored the same way beside steptime's."""
+    (its outputs/sim.csv, servingsim_sim), scored the same way beside steptime's. `engine_by_gpu`: GPU key ->
+    engine profile for the runs on that GPU's host where it differs from `engine`'s (e.g. vllm-no-p2p: PCIe GPUs
+    without peer-to-peer); `disclosed`: how those choices were made, carried into the result."""
+    engine_by_gpu = dict(engine_by_gpu or {})
+    unknown = sorted(set(engine_by_gpu) - set(requests["gpu"].unique()))
+    if unknown:
+        raise ValueError(f"engine_by_gpu names GPUs not in the data: {', '.join(unknown)}")
     runs, skipped, per_request = [], [], {}
     for run_id, rows in requests.groupby("run", sort=True):
         r0 = rows.iloc[0]
         if bool(r0["moe"]):
             skipped.append({"run": run_id, "reason": "mixture-of-experts model: steptime's step model is dense only"})
             continue
-        sim, srun = replay_run(rows, engine=engine, constants=constants)
+        eng = engine_by_gpu.get(r0["gpu"], engine)
+        sim, srun = replay_run(rows, engine=eng, constants=constants)
         meas = rows.set_index("request_id").loc[sim["request_id"]]
-        row = {"run": run_id, "gpu": r0["gpu"], "model": r0["model"], "tp": int(r0["tp"]),
+        row = {"run": run_id, "gpu": r0["gpu"], "model": r0["model"], "tp": int(r0["tp"]), "engine_profile": eng,
                "engine_version": r0["engine_version"], "requests": int(len(rows)),
                "kv_blocks_simulated": int(srun.kv_blocks),
                "kv_blocks_from": "the run's log (meta.json)" if recorded_kv(r0)[0] else "steptime's memory model",
@@ -81,4 +88,4 @@ def replay_runs(requests: pd.DataFrame, *, targets: dict, engine: str = "vllm", 
                                             **{f"{m}_simulated": sim[m].to_numpy() for m in METRICS},
                                             **{f"{m}_measured": meas[m].to_numpy() for m in METRICS}})
     return {"runs": pd.DataFrame(runs), "skipped": skipped, "per_request": per_request, "targets": targets,
-            "engine": engine}
+            "engine": engine, "engine_by_gpu": engine_by_gpu, "disclosed": disclosed}
