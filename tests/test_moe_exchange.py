@@ -101,3 +101,30 @@ def test_vllm_prices_dp_moe_with_agrs_and_a_deepep_profile_keeps_the_a2a():
     # ep = tp (dp 1): no exchange under either kind
     for eng in ("vllm", _with_exchange("vllm", "deepep")):
         assert predict_steps(MODEL, GPU, sid, new, kv, 1, tp=4, ep=4, engine=eng)["terms_ms"]["moe_a2a"][0] == 0.0
+
+
+def test_a_host_without_peer_to_peer_prices_the_exchange_on_its_host_path():
+    """vllm-no-p2p (PCIe GPUs without peer-to-peer): the all-gather / reduce-scatter are NCCL too, so they take
+    the profile's host-memory path (comm.host_path_time at the same bus bytes), slower than the P2P curve; the
+    experts and every other term are the same as under vllm."""
+    model, gpu = "qwen3-30b-a3b", "rtx-pro-6000"
+    g, c, m = get_gpu(gpu), Constants.default(), get_model(model)
+    eng = E.get_engine("vllm-no-p2p")
+    assert eng.allreduce_impl == "nccl_host"
+    h, E_ = m.hidden_size, m.num_experts
+    T = np.array([1.0, 64.0, 2048.0])
+    got = moe_step.agrs_time(T, h, E_, 2, g, c, eng)
+    want = (comm.host_path_time(2 * T * (h + E_) * 2 / 2, 2, g, eng, c)
+            + comm.host_path_time(2 * T * h * 2 / 2, 2, g, eng, c))
+    np.testing.assert_allclose(got, want, rtol=1e-12)
+    assert np.all(got > moe_step.agrs_time(T, h, E_, 2, g, c))
+    np.testing.assert_array_equal(moe_step.agrs_time(T, h, E_, 2, g, c, E.get_engine("vllm")),
+                                  moe_step.agrs_time(T, h, E_, 2, g, c))
+    sid, new, kv = _decode(64)
+    a = predict_steps(model, gpu, sid, new, kv, 1, ep=2, engine="vllm")
+    b = predict_steps(model, gpu, sid, new, kv, 1, ep=2, engine="vllm-no-p2p")
+    assert b["terms_ms"]["moe_a2a"][0] == pytest.approx(m.n_moe_layers * got[1] * 1e3, rel=1e-12)
+    assert b["terms_ms"]["moe_a2a"][0] > a["terms_ms"]["moe_a2a"][0]
+    for t in moe_step.BLOCK_TERMS:
+        if t != "moe_a2a":
+            assert a["terms_ms"][t][0] == b["terms_ms"][t][0], t

@@ -55,7 +55,7 @@ def check_exchange(exchange) -> str:
     return exchange
 
 
-def agrs_time(T, hidden: int, num_experts: int, dp: int, gpu, constants) -> np.ndarray:
+def agrs_time(T, hidden: int, num_experts: int, dp: int, gpu, constants, engine=None) -> np.ndarray:
     """Seconds of one MoE layer's allgather_reducescatter exchange (vLLM's default all2all backend) with `dp`
     attention data-parallel ranks of `T` tokens each: an NCCL all-gather over the DP group of every rank's hidden
     states and router logits (dp x T x (hidden + num_experts) x 2 bytes gathered) before the experts, and an NCCL
@@ -66,12 +66,17 @@ def agrs_time(T, hidden: int, num_experts: int, dp: int, gpu, constants) -> np.n
     bytes: a ring all-gather or reduce-scatter of S bytes moves (n - 1) / n x S per rank, the bytes of an
     all-reduce of S / 2 (nccl-tests' bus convention; a ring all-reduce is a reduce-scatter then an all-gather).
     Two collectives, so two launch floors. No all-gather / reduce-scatter table is vendored (raw/ keeps
-    AIConfigurator's all_reduce rows only), so nothing here is fitted."""
+    AIConfigurator's all_reduce rows only), so nothing here is fitted. Under an `engine` whose all-reduce runs
+    through host memory (allreduce impl nccl_host: PCIe GPUs without peer-to-peer, engines.yaml vllm-no-p2p), the
+    same NCCL collectives take the same path, so each is priced with that profile's host-path law instead."""
     T = np.asarray(T, dtype=float)
     if dp <= 1:
         return np.zeros_like(T)
     gathered = dp * T * (hidden + num_experts) * ACT_BYTES
     scattered = dp * T * hidden * ACT_BYTES
+    if engine is not None and engine.allreduce_impl == "nccl_host":
+        return (comm.host_path_time(gathered / 2.0, dp, gpu, engine, constants)
+                + comm.host_path_time(scattered / 2.0, dp, gpu, engine, constants))
     ag = comm.allreduce_time(gathered / 2.0, dp, gpu, constants, impl="nccl")
     rs = comm.allreduce_time(scattered / 2.0, dp, gpu, constants, impl="nccl")
     return ag + rs
@@ -209,9 +214,10 @@ def memory_bytes(model, kv_tokens, tp: int = 1, ep: int = 1, *, dtype: str = "bf
 
 
 def block_terms(model, gpu, step_id, new, kv, T, n_steps, *, tp, ep, dtype, kv_dtype, constants, mc, f_clk,
-                exchange: str = MOE_EXCHANGE_DEFAULT):
+                exchange: str = MOE_EXCHANGE_DEFAULT, engine=None):
     """{term: seconds per step}, {term: compute-bound flags}, {term: factors} of the MoE model's blocks.
-    `exchange`: the engine's expert exchange between attention data-parallel ranks (Engine.moe_exchange())."""
+    `exchange`: the engine's expert exchange between attention data-parallel ranks (Engine.moe_exchange());
+    `engine`: its profile, read for the collectives' path (agrs_time)."""
     check_exchange(exchange)
     _, ep, dp, moe_tp = check_layout(model, gpu, tp, ep, dtype)
     if not mc.has_dtype(dtype):
@@ -345,7 +351,7 @@ def block_terms(model, gpu, step_id, new, kv, T, n_steps, *, tp, ep, dtype, kv_d
     if ep > 1 and dp > 1 and exchange == "allgather_reducescatter":
         seq = tp > 1  # sequence-parallel MoE: ceil(T / tp) tokens per rank over the EP group
         tokens = np.ceil(np.asarray(T, dtype=float) / tp) if seq else T
-        put("moe_a2a", Lm * agrs_time(tokens, h, model.num_experts, ep if seq else dp, gpu, constants))
+        put("moe_a2a", Lm * agrs_time(tokens, h, model.num_experts, ep if seq else dp, gpu, constants, engine))
     elif ep > 1 and dp > 1:
         decode_only = np.bincount(step_id, weights=(new > 1).astype(float), minlength=n_steps) == 0
         ll = moe_terms.a2a_time(T, h, model.num_experts_per_tok, ep, gpu, mc, mode="ll")

@@ -26,7 +26,8 @@ rows, skipped = X.token_rows(pd.read_parquet(snakemake.input.silicon), pd.read_p
 tok = X.predict_tokens(rows, mixed=s["mixed"], fitted=snakemake.input.constants, constants=constants, moe_constants=mc,
                        n_boot=p.n_boot, seed=p.seed)
 rep = X.replay(pd.read_parquet(snakemake.input.requests), model_map=model_map, engine=s["engine"],
-               constants=constants, moe_constants=mc)
+               constants=constants, moe_constants=mc, engine_by_gpu=s.get("engine_by_gpu"),
+               disclosed=s.get("replay_disclosed"))
 fpm = X.fpm_parts(s["fpm_runs"])
 fpm_scores = X.score_fpm_moe(pd.read_parquet(snakemake.input.fpm_moe), fitted=snakemake.input.constants,
                              constants=constants, moe_constants=mc, n_boot=p.n_boot, seed=p.seed)

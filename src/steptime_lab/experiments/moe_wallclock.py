@@ -303,11 +303,18 @@ def _err(sim, meas):
 
 
 def replay(requests: pd.DataFrame, *, model_map: dict, engine: str = "vllm", constants=None, moe_constants=None,
-           gpu_memory_utilization: float = 0.9, block_size: int = 16) -> dict:
+           gpu_memory_utilization: float = 0.9, block_size: int = 16, engine_by_gpu: dict | None = None,
+           disclosed: str | None = None) -> dict:
     """Replay every MoE run of the LLMServingSim table: its arrivals and lengths, scheduler limits, attention
-    DP ranks (round-robin: vLLM's DP balancer is not modelled) sharing EP experts."""
+    DP ranks (round-robin: vLLM's DP balancer is not modelled) sharing EP experts. `engine_by_gpu`: GPU key ->
+    the engine profile of that GPU's host where it differs from `engine` (E2.10's, e.g. vllm-no-p2p);
+    `disclosed`: how that choice was made, carried into the result."""
     from steptime.serve import Workload, policy, simulate_replicas
 
+    engine_by_gpu = dict(engine_by_gpu or {})
+    unknown = sorted(set(engine_by_gpu) - set(requests["gpu"].unique()))
+    if unknown:
+        raise ValueError(f"engine_by_gpu names GPUs not in the data: {', '.join(unknown)}")
     runs, skipped, per_request = [], [], {}
     for run_id, rows in requests.groupby("run", sort=True):
         r0 = rows.iloc[0]
@@ -329,7 +336,8 @@ def replay(requests: pd.DataFrame, *, model_map: dict, engine: str = "vllm", con
                      max_num_seqs=int(r0["max_num_seqs"]), block_size=block_size,
                      gpu_memory_utilization=gpu_memory_utilization)
         try:
-            run = simulate_replicas(key, r0["gpu"], wl, pol, dp, tp=tp, ep=ep, engine=engine, constants=constants,
+            eng = engine_by_gpu.get(r0["gpu"], engine)
+            run = simulate_replicas(key, r0["gpu"], wl, pol, dp, tp=tp, ep=ep, engine=eng, constants=constants,
                                     **({"moe_constants": moe_constants} if moe_constants is not None else {}))
         except SteptimeError as exc:
             skipped.append({"run": run_id, "reason": str(exc).splitlines()[0]})
@@ -338,7 +346,7 @@ def replay(requests: pd.DataFrame, *, model_map: dict, engine: str = "vllm", con
         sim["request_id"] = rows["request_id"].to_numpy()[sim["request"].to_numpy()]
         meas = rows.set_index("request_id").loc[sim["request_id"]]
         row = {"run": run_id, "gpu": r0["gpu"], "model": key, "model_found": how, "tp": tp, "dp": dp, "ep": ep,
-               "engine_version": r0["engine_version"], "requests": int(len(rows)),
+               "engine": eng, "engine_version": r0["engine_version"], "requests": int(len(rows)),
                "kv_blocks_simulated": int(run.kv_blocks), "preemptions_simulated": int(sim["preemptions"].sum())}
         for m in METRICS:
             s, x = sim[m].to_numpy(dtype=float), meas[m].to_numpy(dtype=float)
@@ -350,7 +358,7 @@ def replay(requests: pd.DataFrame, *, model_map: dict, engine: str = "vllm", con
         runs.append(row)
         per_request[run_id] = pd.DataFrame({**{f"{m}_simulated": sim[m].to_numpy() for m in METRICS},
                                             **{f"{m}_measured": meas[m].to_numpy() for m in METRICS}})
-    return {"runs": runs, "skipped": skipped, "per_request": per_request}
+    return {"runs": runs, "skipped": skipped, "per_request": per_request, "disclosed": disclosed}
 
 
 # --------------------------------------------------------------------------- FPM MoE runs
@@ -683,7 +691,8 @@ def document(tok: dict, rep: dict, fpm: list, skipped_rows: list, targets: dict,
                      "(ParallelConfig.use_sequence_parallel_moe): each TP rank keeps ceil(T / tp) tokens and the "
                      "all-gather / reduce-scatter runs over the ep GPUs of the EP group, not the dp ranks of the DP "
                      "group; the form was matched to the tp > 1 DP layouts' decode gap (about constant per step) before "
-                     "vLLM's source was read to confirm it; one form scored, nothing fitted (DESIGN.md, wave 15).",
+                     "vLLM's source was read to confirm it; one form scored, nothing fitted (DESIGN.md, wave 15)."
+                     + (" " + rep["disclosed"] if rep.get("disclosed") else ""),
     }
     return {"metrics": metrics, "claims": claims}
 
