@@ -285,6 +285,52 @@ def test_mla_decode_triton_head_tile_and_kv_reread():
         one["bytes"] * 1.25)
 
 
+def test_mla_decode_head_issue_roofline():
+    """The decode path's per-(request, head) cost is the larger of the activation passes at datasheet bandwidth and
+    mla_head_cycles SM cycles per request-head at the boost clock (E3.3: ~1,500-1,750 cycles per added
+    request-head on every HBM GPU); unset (the shipped calibration before its next settle) it is 0 and the law is the
+    passes alone."""
+    g = get_gpu("b200")
+    mc = M.MoEConstants.default().with_values({"mla_head_cycles": 800.0, "mla_decode_passes": 5.0})
+    t = M.mla_head_issue_time(1024, 128, g, mc)
+    assert t == pytest.approx(1024 * 128 * 800.0 / (g.sms * g.boost_mhz * 1e6))
+    assert M.mla_head_issue_time(2048, 128, g, mc) == pytest.approx(2 * t)
+    kw = dict(kv_lora_rank=512, rope_dim=64, gpu=g)
+    big = M.mla_decode_latent_time(1024, 2048, 128, mc=mc, **kw)
+    passes = 5.0 * 1024 * 128 * 576 * 2.0 / g.mem_bw
+    assert big["t_issue"] == pytest.approx(t) and big["t_act"] == pytest.approx(max(t, passes))
+    assert t > passes  # on an 8 TB/s part the issue cost binds
+    slow = get_gpu("l40s")  # on a GDDR part the passes bind
+    low = M.mla_decode_latent_time(1024, 2048, 128, mc=mc, kv_lora_rank=512, rope_dim=64, gpu=slow)
+    assert low["t_act"] == pytest.approx(5.0 * 1024 * 128 * 576 * 2.0 / slow.mem_bw)
+    off = mc.with_values({"mla_head_cycles": 0.0})
+    assert M.mla_head_issue_time(1024, 128, g, off) == 0
+    assert M.mla_decode_latent_time(1024, 2048, 128, mc=off, **kw)["t_act"] == pytest.approx(passes)
+
+
+def test_mla_triton_split_walk():
+    """Triton MLA's split walk: linear in the request's cache up to mla_triton_walk_cap tokens, flat beyond, times
+    mla_triton_walk_h1 for one head (the non-grouped kernel), only on the Triton backend (16-head tiles)."""
+    cap = 400.0
+    mc = M.MoEConstants.default().with_values({"mla_triton_walk_us": 20.0, "mla_triton_walk_h1": 3.0,
+                                               "mla_triton_walk_cap": cap})
+    w = M.mla_triton_walk_time(np.array([1.0, 1.0, 1.0, 4.0]), np.array([cap / 4, cap, 64 * cap, 4 * cap / 2]), 16,
+                               16, mc)
+    assert w == pytest.approx(np.array([5.0, 20.0, 20.0, 10.0]) * 1e-6)
+    assert M.mla_triton_walk_time(1, cap, 1, 16, mc) == pytest.approx(60e-6)
+    assert M.mla_triton_walk_time(1, cap, 16, 64, mc) == 0  # FlashMLA / FlashInfer: no walk term
+    assert M.mla_triton_walk_time(0, 0, 16, 16, mc) == 0
+    unset = M.MoEConstants.default().with_values({"mla_triton_walk_us": 20.0})  # the default cap, one-head x1
+    assert M.mla_triton_walk_time(1, M.MLA_TRITON_WALK_CAP / 2, 1, 16, unset) == pytest.approx(10e-6)
+    kw = dict(kv_lora_rank=512, rope_dim=64, gpu=get_gpu("l40s"))
+    a = M.mla_decode_latent_time(2, 2 * cap, 32, mc=mc, **kw)
+    assert a["t_walk"] == pytest.approx(20e-6)
+    b = M.mla_decode_latent_time(2, 2 * cap, 32, mc=mc.with_values({"mla_triton_walk_us": 0.0}), **kw)
+    assert a["t"] - b["t"] == pytest.approx(20e-6)
+    assert M.mla_decode_latent_time(2, 2 * cap, 32, mc=mc, gpu=get_gpu("h200"), kv_lora_rank=512,
+                                    rope_dim=64)["t_walk"] == 0
+
+
 def test_mla_prefill_attention_counts_causal_flops_and_copies():
     g, mc = get_gpu("b200"), M.MoEConstants.default()
     t = M.mla_prefill_attention_time(4096, 0, 128, 192, 128, g, mc)

@@ -412,6 +412,45 @@ MLA_TRITON_HEAD_TILE = 16
 MLA_CONSTANTS = ("mla_bmm_eta_mem", "mla_bmm_floor_us", "mla_eta_kv", "mla_eta_c", "mla_split_ctas", "mla_tile_us",
                  "mla_decode_passes", "mla_batch_log_us", "mla_prefill_passes", "mla_prefill_token_passes",
                  "mla_eta_fa", "mla_kv_reread")
+# E3.3 (issue 20, wave 16) decode constants not yet in the shipped calibration/moe.yaml (the lead's next settle
+# ships them; until then the issue cost and the walk read 0, the law's earlier form): the per-(request, head) issue
+# cost in SM cycles (mla_head_issue_time) and Triton MLA's split walk: its cost at its cap, its one-head multiplier
+# and the cap in cache tokens (mla_triton_walk_time)
+MLA_DECODE_CONSTANTS_NEW = ("mla_head_cycles", "mla_triton_walk_us", "mla_triton_walk_h1", "mla_triton_walk_cap")
+# the walk's cap where mla_triton_walk_cap is not set (E3.3's folds fit 440-660 tokens from starts of 128 and 2048)
+MLA_TRITON_WALK_CAP = 512.0
+
+
+def mla_head_issue_time(requests, heads, gpu, mc: MoEConstants) -> np.ndarray:
+    """The decode path's per-(request, head) issue cost (seconds): mla_head_cycles SM cycles per request-head (the
+    absorbed BMMs', latent kernel's and copies' per-row work) over the GPU's SMs at its boost clock. E3.3: at 1024
+    requests the module's time per added request-head is ~1,500-1,750 SM cycles on every HBM GPU (B200, B300,
+    GB200, GB300, H100, H200: 5.2-6.2 ns, flat across their 3.35-8 TB/s), the bound the activation passes'
+    bandwidth law misses on Blackwell; 0 where mla_head_cycles is not set."""
+    n, H = np.broadcast_arrays(np.asarray(requests, dtype=float), np.asarray(heads, dtype=float))
+    cycles = mc.get("mla_head_cycles", default=0.0)
+    if not cycles:
+        return np.zeros(n.shape)
+    return n * H * cycles / (np.asarray(gpu.sms, dtype=float) * np.asarray(gpu.boost_mhz, dtype=float) * 1e6)
+
+
+def mla_triton_walk_time(requests, latent_tokens, heads, head_tile, mc: MoEConstants) -> np.ndarray:
+    """Triton MLA decode's serial split walk (seconds): each (request, head tile, split) CTA walks its split of the
+    request's cache in BLOCK_N-token steps, so a small batch's kernel lasts as long as one CTA's walk. OBSERVED (E3.3,
+    the L40S and RTX PRO 6000 TRITON_MLA generation tables): the one-request module time grows linearly with the
+    cache from ~64 to ~512 tokens and stays flat from there to 32768 (batch 1-64, every head count), which the
+    kernel's uncapped seq / 4 split loop does not explain; the law takes that shape, linear in the request's cache
+    up to mla_triton_walk_cap tokens (fitted, MLA_TRITON_WALK_CAP if unset) where it costs mla_triton_walk_us,
+    times mla_triton_walk_h1 for one query head (vLLM then runs the non-grouped kernel: one head per CTA, 4 warps,
+    BLOCK_N 64). Only on the Triton backend (`head_tile` below MLA_HEAD_TILE); 0 elsewhere and where
+    mla_triton_walk_us is unset."""
+    n, N, H, ht = np.broadcast_arrays(*(np.asarray(x, dtype=float) for x in (requests, latent_tokens, heads,
+                                                                              head_tile)))
+    cap = mc.get("mla_triton_walk_cap", default=MLA_TRITON_WALK_CAP)
+    per = np.minimum(N / np.maximum(n, 1.0), cap) / cap
+    w = mc.get("mla_triton_walk_us", default=0.0) * per * np.where(H == 1, mc.get("mla_triton_walk_h1", default=1.0),
+                                                                    1.0)
+    return np.where((ht < MLA_HEAD_TILE) & (n > 0), w * 1e-6, 0.0)
 
 
 def mla_bmm_time(tokens, heads, nope_dim, kv_lora_rank, v_head_dim, gpu, mc: MoEConstants) -> np.ndarray:
@@ -441,8 +480,9 @@ def mla_decode_latent_time(requests, latent_tokens, heads, kv_lora_rank, rope_di
     """Weight-absorbed MLA decode attention of `requests` decode requests over `latent_tokens` latent rows in all
     (each request's cache plus its new token), seconds: the latent read for all heads at the split-KV bandwidth,
     each head tile beyond the first re-reading mla_kv_reread of it (max with the scores' FLOPs over the heads
-    padded to the kernel's tile), plus the waves of (request, head tile) CTAs and the activation passes over each
-    head's latent query and output. `head_tile`: the kernel's heads per CTA (mla_decode_head_tile(gpu) if None;
+    padded to the kernel's tile), plus the waves of (request, head tile) CTAs, the activation passes over each
+    head's latent query and output at least the request-heads' issue cost (mla_head_issue_time: a roofline per
+    request-head), and on the Triton backend its split walk (mla_triton_walk_time). `head_tile`: the kernel's heads per CTA (mla_decode_head_tile(gpu) if None;
     an array broadcasts)."""
     n, N, H = np.broadcast_arrays(*(np.asarray(x, dtype=float) for x in (requests, latent_tokens, heads)))
     ht = np.asarray(mla_decode_head_tile(gpu) if head_tile is None else head_tile, dtype=float)
@@ -456,10 +496,13 @@ def mla_decode_latent_time(requests, latent_tokens, heads, kv_lora_rank, rope_di
     t_c = 2.0 * N * tiles * ht * (lat + kv_lora_rank) / (gpu.peak_flops * mc.get("mla_eta_c"))
     t_tiles = (np.ceil(n * tiles / sms) * mc.get("mla_tile_us")
                + np.log2(np.maximum(n, 1.0)) * mc.get("mla_batch_log_us")) * 1e-6
-    t_act = mc.get("mla_decode_passes") * n * H * lat * 2.0 / gpu.mem_bw
-    t = np.where(n > 0, np.maximum(t_c, t_m) + t_tiles + t_act, 0.0)
-    return {"t": t, "t_compute": t_c, "t_memory": t_m, "t_tiles": t_tiles, "t_act": t_act,
-            "compute_bound": t_c >= t_m, "bytes": nbytes}
+    t_pass = mc.get("mla_decode_passes") * n * H * lat * 2.0 / gpu.mem_bw
+    t_issue = mla_head_issue_time(n, H, gpu, mc)
+    t_act = np.maximum(t_pass, t_issue)
+    t_walk = mla_triton_walk_time(n, N, H, ht, mc)
+    t = np.where(n > 0, np.maximum(t_c, t_m) + t_tiles + t_act + t_walk, 0.0)
+    return {"t": t, "t_compute": t_c, "t_memory": t_m, "t_tiles": t_tiles, "t_act": t_act, "t_issue": t_issue,
+            "t_walk": t_walk, "compute_bound": t_c >= t_m, "bytes": nbytes}
 
 
 def mla_prefill_attention_time(new_tokens, kv_len, heads, qk_dim, v_dim, gpu, mc: MoEConstants) -> np.ndarray:

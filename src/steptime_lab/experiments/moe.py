@@ -1006,10 +1006,13 @@ def plot_ep(df: pd.DataFrame, stem, caption: str | None = None):
 # classifies a batch of one-token "prefills" (isl 1) as decodes (num_prefills == 0) and runs the absorbed decode
 # path on it, so those rows are predicted with the decode path.
 MLA_DECODE_FIT = ("mla_eta_kv", "mla_eta_c", "mla_split_ctas", "mla_tile_us", "mla_decode_passes", "mla_batch_log_us",
-                  "mla_kv_reread")
-MLA_DECODE_P0 = (0.8, 0.6, 40.0, 5.0, 4.0, 2.0, 0.5)
-MLA_DECODE_LO = (0.1, 0.05, 1.0, 0.0, 0.0, 0.0, 0.0)
-MLA_DECODE_HI = (1.0, 1.0, 1024.0, 100.0, 100.0, 50.0, 1.0)   # re-read: none (all L2) to a whole latent per tile
+                  "mla_kv_reread") + M.MLA_DECODE_CONSTANTS_NEW
+# the walk's cap starts at 2048 tokens, away from the ~512 the Triton tables show (a start of 128 fits the same)
+MLA_DECODE_P0 = (0.8, 0.6, 40.0, 5.0, 4.0, 2.0, 0.5, 1000.0, 30.0, 2.0, 2048.0)
+MLA_DECODE_LO = (0.1, 0.05, 1.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 16.0)
+# re-read: none (all L2) to a whole latent per tile; issue cycles per request-head: up to 20k; walk: up to 300 us,
+# its cap anywhere in the tables' cache lengths
+MLA_DECODE_HI = (1.0, 1.0, 1024.0, 100.0, 100.0, 50.0, 1.0, 20000.0, 300.0, 10.0, 131072.0)
 MLA_PREFILL_FIT = ("mla_eta_fa", "mla_prefill_passes", "mla_prefill_token_passes")
 MLA_PREFILL_P0 = (0.6, 4.0, 2.0)
 MLA_PREFILL_LO = (0.05, 0.0, 0.0)
@@ -1098,7 +1101,7 @@ def _mla_inputs(d: pd.DataFrame) -> dict:
             # the decode kernel's heads per CTA on each cell's GPU (Triton MLA: 16; FlashMLA / FlashInfer: 64)
             "tile": d["gpu"].map(lambda g: float(M.mla_decode_head_tile(gp[g]))).to_numpy(),
             "gpu": SimpleNamespace(**{a: d["gpu"].map(lambda g: float(getattr(gp[g], a))).to_numpy()
-                                      for a in ("mem_bw", "sms", "peak_flops")})}
+                                      for a in ("mem_bw", "sms", "peak_flops", "boost_mhz")})}
 
 
 def _mla_terms(x: dict, path: str, mc) -> np.ndarray:
