@@ -331,6 +331,26 @@ def test_mla_triton_split_walk():
                                     rope_dim=64)["t_walk"] == 0
 
 
+def test_mla_triton_tile_separation_rereads_the_whole_latent():
+    """Triton MLA's grid runs the requests fastest: a request's head tiles run side by side (partial re-read,
+    mla_kv_reread) while the requests fit in mla_triton_tile_slots CTAs per SM, apart beyond that (1 - slots /
+    requests of them re-read the whole latent); not on the 64-head backends, nor where the constant is unset."""
+    g = get_gpu("l40s")
+    mc = M.MoEConstants.default().with_values({"mla_kv_reread": 0.25, "mla_triton_tile_slots": 0.5})
+    slots = 0.5 * g.sms
+    sep = M.mla_triton_tile_separation(np.array([1.0, slots, 2 * slots, 8 * slots]), 16, g, mc)
+    assert sep == pytest.approx([0.0, 0.0, 0.5, 0.875])
+    assert M.mla_triton_tile_separation(8 * slots, 64, g, mc) == 0
+    assert M.mla_triton_tile_separation(8 * slots, 16, g, mc.with_values({"mla_triton_tile_slots": 0.0})) == 0
+    kw = dict(kv_lora_rank=512, rope_dim=64, gpu=g, mc=mc)
+    n = 2 * slots
+    one = M.mla_decode_latent_time(n, n * 4096, 16, **kw)["bytes"]
+    eight = M.mla_decode_latent_time(n, n * 4096, 128, **kw)["bytes"]   # 7 more tiles re-read 0.25 + 0.75 x 0.5
+    assert eight == pytest.approx(one * (1 + 7 * (0.25 + 0.75 * 0.5)))
+    near = M.mla_decode_latent_time(slots, slots * 4096, 128, **kw)["bytes"]
+    assert near == pytest.approx(M.mla_decode_latent_time(slots, slots * 4096, 16, **kw)["bytes"] * (1 + 7 * 0.25))
+
+
 def test_mla_prefill_attention_counts_causal_flops_and_copies():
     g, mc = get_gpu("b200"), M.MoEConstants.default()
     t = M.mla_prefill_attention_time(4096, 0, 128, 192, 128, g, mc)

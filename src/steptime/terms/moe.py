@@ -394,7 +394,8 @@ def mla_decode_bytes(kv_len, kv_lora_rank, rope_dim, kv_bytes: float = 2.0):
 #                     Triton backend, mla_decode_head_tile; heads padded to the tile: the score FLOPs count the
 #                     padded rows) and each (request, head tile) CTA costs tile_us, run in waves over the SMs; every
 #                     head tile streams the request's latent, so a tile beyond the first re-reads mla_kv_reread of
-#                     it from DRAM (the rest hits L2: the tiles of one request run side by side)
+#                     it from DRAM (the rest hits L2: the tiles of one request run side by side), all of it on
+#                     Triton MLA once the requests outnumber the CTAs in flight (mla_triton_tile_separation)
 #   activation passes the per-head tensors the module copies around its kernels (decode: q = [W_UK q_nope, q_pe]
 #                     and the latent output, kv_lora + rope per head; prefill: K = [k_nope, k_pe], V and the
 #                     output, qk + v + v per head) in passes of HBM traffic
@@ -416,7 +417,8 @@ MLA_CONSTANTS = ("mla_bmm_eta_mem", "mla_bmm_floor_us", "mla_eta_kv", "mla_eta_c
 # ships them; until then the issue cost and the walk read 0, the law's earlier form): the per-(request, head) issue
 # cost in SM cycles (mla_head_issue_time) and Triton MLA's split walk: its cost at its cap, its one-head multiplier
 # and the cap in cache tokens (mla_triton_walk_time)
-MLA_DECODE_CONSTANTS_NEW = ("mla_head_cycles", "mla_triton_walk_us", "mla_triton_walk_h1", "mla_triton_walk_cap")
+MLA_DECODE_CONSTANTS_NEW = ("mla_head_cycles", "mla_triton_walk_us", "mla_triton_walk_h1", "mla_triton_walk_cap",
+                            "mla_triton_tile_slots")
 # the walk's cap where mla_triton_walk_cap is not set (E3.3's folds fit 440-660 tokens from starts of 128 and 2048)
 MLA_TRITON_WALK_CAP = 512.0
 
@@ -475,6 +477,23 @@ def mla_decode_head_tile(gpu) -> int:
     return MLA_HEAD_TILE
 
 
+def mla_triton_tile_separation(requests, head_tile, gpu, mc: MoEConstants) -> np.ndarray:
+    """The fraction of a request's head tiles that run apart from its first on Triton MLA decode, whose grid is
+    (requests, head tiles, KV splits) with the requests fastest (vllm/v1/attention/ops/triton_decode_attention.py,
+    _decode_grouped_att_m_fwd): a request's next head tile launches `requests` CTAs after its first, so its tiles
+    run side by side (sharing the latent through L2) while the requests fit in the CTAs in flight,
+    mla_triton_tile_slots per SM, and apart beyond that: 1 - slots / requests, clipped to [0, 1]. A separated tile
+    re-reads the whole latent from DRAM. 0 on the other backends and where mla_triton_tile_slots is unset (E3.3,
+    issue 20 wave 16: the L40S / RTX PRO 6000 128-head rows at 256-1024 requests and >= 512 tokens ran 1.7-2.5x
+    the predicted time with the shared partial re-read, those at <= 64 requests within ~10%)."""
+    n, ht = np.broadcast_arrays(np.asarray(requests, dtype=float), np.asarray(head_tile, dtype=float))
+    slots = mc.get("mla_triton_tile_slots", default=0.0)
+    if not slots:
+        return np.zeros(n.shape)
+    sep = np.clip(1.0 - slots * np.asarray(gpu.sms, dtype=float) / np.maximum(n, 1.0), 0.0, 1.0)
+    return np.where(ht < MLA_HEAD_TILE, sep, 0.0)
+
+
 def mla_decode_latent_time(requests, latent_tokens, heads, kv_lora_rank, rope_dim, gpu, mc: MoEConstants, *,
                            kv_bytes: float = 2.0, head_tile=None) -> dict:
     """Weight-absorbed MLA decode attention of `requests` decode requests over `latent_tokens` latent rows in all
@@ -490,8 +509,10 @@ def mla_decode_latent_time(requests, latent_tokens, heads, kv_lora_rank, rope_di
     sms = np.asarray(gpu.sms, dtype=float)
     par = np.minimum(1.0, n * mc.get("mla_split_ctas") / sms)
     tiles = np.ceil(H / ht)
-    nbytes = mla_decode_bytes(N, kv_lora_rank, rope_dim, kv_bytes) * (1.0 + mc.get("mla_kv_reread", default=0.0)
-                                                                    * (tiles - 1.0))
+    rr = mc.get("mla_kv_reread", default=0.0)
+    sep = mla_triton_tile_separation(n, ht, gpu, mc)
+    # a tile beyond the first re-reads mla_kv_reread of the latent beside the first, all of it when run apart
+    nbytes = mla_decode_bytes(N, kv_lora_rank, rope_dim, kv_bytes) * (1.0 + (rr + (1.0 - rr) * sep) * (tiles - 1.0))
     t_m = nbytes / (gpu.mem_bw * mc.get("mla_eta_kv") * np.maximum(par, 1e-9))
     t_c = 2.0 * N * tiles * ht * (lat + kv_lora_rank) / (gpu.peak_flops * mc.get("mla_eta_c"))
     t_tiles = (np.ceil(n * tiles / sms) * mc.get("mla_tile_us")

@@ -1008,11 +1008,11 @@ def plot_ep(df: pd.DataFrame, stem, caption: str | None = None):
 MLA_DECODE_FIT = ("mla_eta_kv", "mla_eta_c", "mla_split_ctas", "mla_tile_us", "mla_decode_passes", "mla_batch_log_us",
                   "mla_kv_reread") + M.MLA_DECODE_CONSTANTS_NEW
 # the walk's cap starts at 2048 tokens, away from the ~512 the Triton tables show (a start of 128 fits the same)
-MLA_DECODE_P0 = (0.8, 0.6, 40.0, 5.0, 4.0, 2.0, 0.5, 1000.0, 30.0, 2.0, 2048.0)
-MLA_DECODE_LO = (0.1, 0.05, 1.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 16.0)
+MLA_DECODE_P0 = (0.8, 0.6, 40.0, 5.0, 4.0, 2.0, 0.5, 1000.0, 30.0, 2.0, 2048.0, 1.0)
+MLA_DECODE_LO = (0.1, 0.05, 1.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 16.0, 0.05)
 # re-read: none (all L2) to a whole latent per tile; issue cycles per request-head: up to 20k; walk: up to 300 us,
-# its cap anywhere in the tables' cache lengths
-MLA_DECODE_HI = (1.0, 1.0, 1024.0, 100.0, 100.0, 50.0, 1.0, 20000.0, 300.0, 10.0, 131072.0)
+# its cap anywhere in the tables' cache lengths; Triton CTAs in flight per SM (for its tiles' locality): up to 64
+MLA_DECODE_HI = (1.0, 1.0, 1024.0, 100.0, 100.0, 50.0, 1.0, 20000.0, 300.0, 10.0, 131072.0, 64.0)
 MLA_PREFILL_FIT = ("mla_eta_fa", "mla_prefill_passes", "mla_prefill_token_passes")
 MLA_PREFILL_P0 = (0.6, 4.0, 2.0)
 MLA_PREFILL_LO = (0.05, 0.0, 0.0)
@@ -1259,6 +1259,8 @@ def _mla_fit_path(d: pd.DataFrame, path: str, base_mc, gpus, readings: dict) -> 
 
     names, p0, lo, hi = ((MLA_DECODE_FIT, MLA_DECODE_P0, MLA_DECODE_LO, MLA_DECODE_HI) if path == "decode" else
                          (MLA_PREFILL_FIT, MLA_PREFILL_P0, MLA_PREFILL_LO, MLA_PREFILL_HI))
+    if not len(names) == len(p0) == len(lo) == len(hi):
+        raise ValueError(f"{path}: {len(names)} MLA constants to fit, {len(p0)} / {len(lo)} / {len(hi)} starts / bounds")
     x = d[(d["path"] == path) & d["gpu"].isin(gpus)]
     gi = x["gpu"].map({g: i for i, g in enumerate(gpus)}).to_numpy()
     i0 = x.index.get_indexer([readings[g][path] for g in gpus])
