@@ -351,6 +351,21 @@ def test_mla_triton_tile_separation_rereads_the_whole_latent():
     assert near == pytest.approx(M.mla_decode_latent_time(slots, slots * 4096, 16, **kw)["bytes"] * (1 + 7 * 0.25))
 
 
+def test_replay_l2_holds_weights_that_fit_its_partition():
+    """A replayed module's weights skip DRAM (credit x their stream time) while they fit the L2 one partition holds:
+    half the datasheet L2 on the two-partition parts (A100, H100 / H200, the two-die Blackwells), all of it on
+    AD102 / GB202 (L40S, RTX PRO 6000); nothing once they do not fit."""
+    mib = 1024 * 1024
+    assert M.replay_l2_bytes(get_gpu("l40s")) == pytest.approx(96 * mib)
+    assert M.replay_l2_bytes(get_gpu("rtx-pro-6000")) == pytest.approx(128 * mib)
+    assert M.replay_l2_bytes(get_gpu("h100-sxm")) == pytest.approx(25 * mib)
+    assert M.replay_l2_bytes(get_gpu("b200")) == pytest.approx(126.5 * mib / 2)
+    assert M.replay_l2_bytes(get_gpu("a100-sxm")) == pytest.approx(get_gpu("a100-sxm").l2_mb * mib / 2)
+    c = M.mla_replay_weight_credit(np.array([50e6, 100e6, 101e6]), 100e6, 1e12, 0.5)
+    assert c == pytest.approx([25e-6, 50e-6, 0.0])
+    assert M.mla_replay_weight_credit(50e6, 100e6, 1e12, 0.0) == 0
+
+
 def test_mla_prefill_attention_counts_causal_flops_and_copies():
     g, mc = get_gpu("b200"), M.MoEConstants.default()
     t = M.mla_prefill_attention_time(4096, 0, 128, 192, 128, g, mc)

@@ -477,6 +477,33 @@ def mla_decode_head_tile(gpu) -> int:
     return MLA_HEAD_TILE
 
 
+# DERIVED: parts whose L2 is two partitions, each caching for the SMs of its own half (NVIDIA's A100 and H100
+# whitepapers: "each L2 partition localizes and caches data for memory accesses from SMs in the GPCs directly
+# connected to the partition"; B200 / B300 / GB200 / GB300: two dies, an L2 each): sm 80, 90, 100, 103. Data every
+# SM reads (a module's weights) is held in both halves, so half the L2 holds it.
+MLA_L2_TWO_PARTITION_SM = (80, 90, 100, 103)
+
+
+def replay_l2_bytes(gpu) -> float:
+    """Bytes of data read by every SM that the L2 can hold from one replay of a graph to the next: the datasheet L2
+    over its partitions (2 on MLA_L2_TWO_PARTITION_SM parts, else 1; AD102 / GB202 have one L2)."""
+    sm = getattr(gpu, "sm_version", None)
+    return float(gpu.l2_mb) * 1024 * 1024 / (2.0 if sm in MLA_L2_TWO_PARTITION_SM else 1.0)
+
+
+def mla_replay_weight_credit(weight_bytes, l2_bytes, mem_bw, credit) -> np.ndarray:
+    """The DRAM time (seconds) a module's weights do not cost when one module is replayed back to back in a CUDA
+    graph (AIConfigurator's protocol, E3.3) and its weights fit the L2 (`l2_bytes`, replay_l2_bytes): `credit` of
+    their stream at datasheet bandwidth, 0 when they do not fit (a cyclic stream larger than the cache misses it
+    whole). E3.3 (issue 20 wave 16): L40S's 16 -> 32-head step (73 -> 116 MB of weights over its 96 MB L2) adds
+    114 us at batch 1 against ~50 us of new weights, RTX PRO 6000's comes at 32 -> 64 heads (116 -> 202 MB over
+    128 MB), on the decode and the prefill path. A property of the replayed single-module benchmark, not of a
+    served step (the model's layers' weights cycle through the L2 between one layer's calls): the product's step
+    model does not apply it."""
+    W = np.asarray(weight_bytes, dtype=float)
+    return np.where(W <= np.asarray(l2_bytes, dtype=float), float(credit) * W / np.asarray(mem_bw, dtype=float), 0.0)
+
+
 def mla_triton_tile_separation(requests, head_tile, gpu, mc: MoEConstants) -> np.ndarray:
     """The fraction of a request's head tiles that run apart from its first on Triton MLA decode, whose grid is
     (requests, head tiles, KV splits) with the requests fastest (vllm/v1/attention/ops/triton_decode_attention.py,
