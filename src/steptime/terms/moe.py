@@ -528,8 +528,9 @@ def mla_decode_latent_time(requests, latent_tokens, heads, kv_lora_rank, rope_di
     each head tile beyond the first re-reading mla_kv_reread of it (max with the scores' FLOPs over the heads
     padded to the kernel's tile), plus the waves of (request, head tile) CTAs, the activation passes over each
     head's latent query and output at least the request-heads' issue cost (mla_head_issue_time: a roofline per
-    request-head), and on the Triton backend its split walk (mla_triton_walk_time). `head_tile`: the kernel's heads per CTA (mla_decode_head_tile(gpu) if None;
-    an array broadcasts)."""
+    request-head), and on the Triton backend its split walk (mla_triton_walk_time); its head tiles run apart at
+    large batch (mla_triton_tile_separation). `head_tile`: the kernel's heads per CTA (mla_decode_head_tile(gpu) if
+    None; an array broadcasts)."""
     n, N, H = np.broadcast_arrays(*(np.asarray(x, dtype=float) for x in (requests, latent_tokens, heads)))
     ht = np.asarray(mla_decode_head_tile(gpu) if head_tile is None else head_tile, dtype=float)
     lat = float(kv_lora_rank + rope_dim)

