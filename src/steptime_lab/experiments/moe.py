@@ -1383,6 +1383,10 @@ def mla_constants_doc(r: dict) -> dict:
     """The MLA constants fragment of calibration/moe.yaml (fitted on every GPU's tables), each with provenance."""
     src = {"mla_bmm_eta_mem": "AIConfigurator's vLLM mla_bmm rows (W_UK / W_UV absorbed BMMs), every GPU",
            "mla_bmm_floor_us": "AIConfigurator's vLLM mla_bmm rows (W_UK / W_UV absorbed BMMs), every GPU"}
+    for k in ("mla_replay_l2_credit", "mla_replay_l2_credit_prefill"):
+        src[k] = (f"DeepSeek-V3 MLA {'prefill' if k in MLA_PREFILL_FIT else 'decode'} module rows of every GPU: the "
+                  "replayed single-module benchmark's weights held in L2 (terms.moe.mla_replay_weight_credit); "
+                  "E3.3's own, the product's step model does not read it")
     out = {}
     for k, v in r["constants"].items():
         s = src.get(k, f"DeepSeek-V3 MLA {'prefill' if k in MLA_PREFILL_FIT else 'decode'} module rows of every GPU "
