@@ -285,6 +285,87 @@ def test_mla_decode_triton_head_tile_and_kv_reread():
         one["bytes"] * 1.25)
 
 
+def test_mla_decode_head_issue_roofline():
+    """The decode path's per-(request, head) cost is the larger of the activation passes at datasheet bandwidth and
+    mla_head_cycles SM cycles per request-head at the boost clock (E3.3: ~1,500-1,750 cycles per added
+    request-head on every HBM GPU); unset (the shipped calibration before its next settle) it is 0 and the law is the
+    passes alone."""
+    g = get_gpu("b200")
+    mc = M.MoEConstants.default().with_values({"mla_head_cycles": 800.0, "mla_decode_passes": 5.0})
+    t = M.mla_head_issue_time(1024, 128, g, mc)
+    assert t == pytest.approx(1024 * 128 * 800.0 / (g.sms * g.boost_mhz * 1e6))
+    assert M.mla_head_issue_time(2048, 128, g, mc) == pytest.approx(2 * t)
+    kw = dict(kv_lora_rank=512, rope_dim=64, gpu=g)
+    big = M.mla_decode_latent_time(1024, 2048, 128, mc=mc, **kw)
+    passes = 5.0 * 1024 * 128 * 576 * 2.0 / g.mem_bw
+    assert big["t_issue"] == pytest.approx(t) and big["t_act"] == pytest.approx(max(t, passes))
+    assert t > passes  # on an 8 TB/s part the issue cost binds
+    slow = get_gpu("l40s")  # on a GDDR part the passes bind
+    low = M.mla_decode_latent_time(1024, 2048, 128, mc=mc, kv_lora_rank=512, rope_dim=64, gpu=slow)
+    assert low["t_act"] == pytest.approx(5.0 * 1024 * 128 * 576 * 2.0 / slow.mem_bw)
+    off = mc.with_values({"mla_head_cycles": 0.0})
+    assert M.mla_head_issue_time(1024, 128, g, off) == 0
+    assert M.mla_decode_latent_time(1024, 2048, 128, mc=off, **kw)["t_act"] == pytest.approx(passes)
+
+
+def test_mla_triton_split_walk():
+    """Triton MLA's split walk: linear in the request's cache up to mla_triton_walk_cap tokens, flat beyond, times
+    mla_triton_walk_h1 for one head (the non-grouped kernel), only on the Triton backend (16-head tiles)."""
+    cap = 400.0
+    mc = M.MoEConstants.default().with_values({"mla_triton_walk_us": 20.0, "mla_triton_walk_h1": 3.0,
+                                               "mla_triton_walk_cap": cap})
+    w = M.mla_triton_walk_time(np.array([1.0, 1.0, 1.0, 4.0]), np.array([cap / 4, cap, 64 * cap, 4 * cap / 2]), 16,
+                               16, mc)
+    assert w == pytest.approx(np.array([5.0, 20.0, 20.0, 10.0]) * 1e-6)
+    assert M.mla_triton_walk_time(1, cap, 1, 16, mc) == pytest.approx(60e-6)
+    assert M.mla_triton_walk_time(1, cap, 16, 64, mc) == 0  # FlashMLA / FlashInfer: no walk term
+    assert M.mla_triton_walk_time(0, 0, 16, 16, mc) == 0
+    unset = M.MoEConstants.default().with_values({"mla_triton_walk_us": 20.0})  # the default cap, one-head x1
+    assert M.mla_triton_walk_time(1, M.MLA_TRITON_WALK_CAP / 2, 1, 16, unset) == pytest.approx(10e-6)
+    kw = dict(kv_lora_rank=512, rope_dim=64, gpu=get_gpu("l40s"))
+    a = M.mla_decode_latent_time(2, 2 * cap, 32, mc=mc, **kw)
+    assert a["t_walk"] == pytest.approx(20e-6)
+    b = M.mla_decode_latent_time(2, 2 * cap, 32, mc=mc.with_values({"mla_triton_walk_us": 0.0}), **kw)
+    assert a["t"] - b["t"] == pytest.approx(20e-6)
+    assert M.mla_decode_latent_time(2, 2 * cap, 32, mc=mc, gpu=get_gpu("h200"), kv_lora_rank=512,
+                                    rope_dim=64)["t_walk"] == 0
+
+
+def test_mla_triton_tile_separation_rereads_the_whole_latent():
+    """Triton MLA's grid runs the requests fastest: a request's head tiles run side by side (partial re-read,
+    mla_kv_reread) while the requests fit in mla_triton_tile_slots CTAs per SM, apart beyond that (1 - slots /
+    requests of them re-read the whole latent); not on the 64-head backends, nor where the constant is unset."""
+    g = get_gpu("l40s")
+    mc = M.MoEConstants.default().with_values({"mla_kv_reread": 0.25, "mla_triton_tile_slots": 0.5})
+    slots = 0.5 * g.sms
+    sep = M.mla_triton_tile_separation(np.array([1.0, slots, 2 * slots, 8 * slots]), 16, g, mc)
+    assert sep == pytest.approx([0.0, 0.0, 0.5, 0.875])
+    assert M.mla_triton_tile_separation(8 * slots, 64, g, mc) == 0
+    assert M.mla_triton_tile_separation(8 * slots, 16, g, mc.with_values({"mla_triton_tile_slots": 0.0})) == 0
+    kw = dict(kv_lora_rank=512, rope_dim=64, gpu=g, mc=mc)
+    n = 2 * slots
+    one = M.mla_decode_latent_time(n, n * 4096, 16, **kw)["bytes"]
+    eight = M.mla_decode_latent_time(n, n * 4096, 128, **kw)["bytes"]   # 7 more tiles re-read 0.25 + 0.75 x 0.5
+    assert eight == pytest.approx(one * (1 + 7 * (0.25 + 0.75 * 0.5)))
+    near = M.mla_decode_latent_time(slots, slots * 4096, 128, **kw)["bytes"]
+    assert near == pytest.approx(M.mla_decode_latent_time(slots, slots * 4096, 16, **kw)["bytes"] * (1 + 7 * 0.25))
+
+
+def test_replay_l2_holds_weights_that_fit_its_partition():
+    """A replayed module's weights skip DRAM (credit x their stream time) while they fit the L2 one partition holds:
+    half the datasheet L2 on the two-partition parts (A100, H100 / H200, the two-die Blackwells), all of it on
+    AD102 / GB202 (L40S, RTX PRO 6000); nothing once they do not fit."""
+    mib = 1024 * 1024
+    assert M.replay_l2_bytes(get_gpu("l40s")) == pytest.approx(96 * mib)
+    assert M.replay_l2_bytes(get_gpu("rtx-pro-6000")) == pytest.approx(128 * mib)
+    assert M.replay_l2_bytes(get_gpu("h100-sxm")) == pytest.approx(25 * mib)
+    assert M.replay_l2_bytes(get_gpu("b200")) == pytest.approx(126.5 * mib / 2)
+    assert M.replay_l2_bytes(get_gpu("a100-sxm")) == pytest.approx(get_gpu("a100-sxm").l2_mb * mib / 2)
+    c = M.mla_replay_weight_credit(np.array([50e6, 100e6, 101e6]), 100e6, 1e12, 0.5)
+    assert c == pytest.approx([25e-6, 50e-6, 0.0])
+    assert M.mla_replay_weight_credit(50e6, 100e6, 1e12, 0.0) == 0
+
+
 def test_mla_prefill_attention_counts_causal_flops_and_copies():
     g, mc = get_gpu("b200"), M.MoEConstants.default()
     t = M.mla_prefill_attention_time(4096, 0, 128, 192, 128, g, mc)

@@ -394,7 +394,8 @@ def mla_decode_bytes(kv_len, kv_lora_rank, rope_dim, kv_bytes: float = 2.0):
 #                     Triton backend, mla_decode_head_tile; heads padded to the tile: the score FLOPs count the
 #                     padded rows) and each (request, head tile) CTA costs tile_us, run in waves over the SMs; every
 #                     head tile streams the request's latent, so a tile beyond the first re-reads mla_kv_reread of
-#                     it from DRAM (the rest hits L2: the tiles of one request run side by side)
+#                     it from DRAM (the rest hits L2: the tiles of one request run side by side), all of it on
+#                     Triton MLA once the requests outnumber the CTAs in flight (mla_triton_tile_separation)
 #   activation passes the per-head tensors the module copies around its kernels (decode: q = [W_UK q_nope, q_pe]
 #                     and the latent output, kv_lora + rope per head; prefill: K = [k_nope, k_pe], V and the
 #                     output, qk + v + v per head) in passes of HBM traffic
@@ -412,6 +413,46 @@ MLA_TRITON_HEAD_TILE = 16
 MLA_CONSTANTS = ("mla_bmm_eta_mem", "mla_bmm_floor_us", "mla_eta_kv", "mla_eta_c", "mla_split_ctas", "mla_tile_us",
                  "mla_decode_passes", "mla_batch_log_us", "mla_prefill_passes", "mla_prefill_token_passes",
                  "mla_eta_fa", "mla_kv_reread")
+# E3.3 (issue 20, wave 16) decode constants not yet in the shipped calibration/moe.yaml (the lead's next settle
+# ships them; until then the issue cost and the walk read 0, the law's earlier form): the per-(request, head) issue
+# cost in SM cycles (mla_head_issue_time) and Triton MLA's split walk: its cost at its cap, its one-head multiplier
+# and the cap in cache tokens (mla_triton_walk_time)
+MLA_DECODE_CONSTANTS_NEW = ("mla_head_cycles", "mla_triton_walk_us", "mla_triton_walk_h1", "mla_triton_walk_cap",
+                            "mla_triton_tile_slots")
+# the walk's cap where mla_triton_walk_cap is not set (E3.3's folds fit 440-660 tokens from starts of 128 and 2048)
+MLA_TRITON_WALK_CAP = 512.0
+
+
+def mla_head_issue_time(requests, heads, gpu, mc: MoEConstants) -> np.ndarray:
+    """The decode path's per-(request, head) issue cost (seconds): mla_head_cycles SM cycles per request-head (the
+    absorbed BMMs', latent kernel's and copies' per-row work) over the GPU's SMs at its boost clock. E3.3: at 1024
+    requests the module's time per added request-head is ~1,500-1,750 SM cycles on every HBM GPU (B200, B300,
+    GB200, GB300, H100, H200: 5.2-6.2 ns, flat across their 3.35-8 TB/s), the bound the activation passes'
+    bandwidth law misses on Blackwell; 0 where mla_head_cycles is not set."""
+    n, H = np.broadcast_arrays(np.asarray(requests, dtype=float), np.asarray(heads, dtype=float))
+    cycles = mc.get("mla_head_cycles", default=0.0)
+    if not cycles:
+        return np.zeros(n.shape)
+    return n * H * cycles / (np.asarray(gpu.sms, dtype=float) * np.asarray(gpu.boost_mhz, dtype=float) * 1e6)
+
+
+def mla_triton_walk_time(requests, latent_tokens, heads, head_tile, mc: MoEConstants) -> np.ndarray:
+    """Triton MLA decode's serial split walk (seconds): each (request, head tile, split) CTA walks its split of the
+    request's cache in BLOCK_N-token steps, so a small batch's kernel lasts as long as one CTA's walk. OBSERVED (E3.3,
+    the L40S and RTX PRO 6000 TRITON_MLA generation tables): the one-request module time grows linearly with the
+    cache from ~64 to ~512 tokens and stays flat from there to 32768 (batch 1-64, every head count), which the
+    kernel's uncapped seq / 4 split loop does not explain; the law takes that shape, linear in the request's cache
+    up to mla_triton_walk_cap tokens (fitted, MLA_TRITON_WALK_CAP if unset) where it costs mla_triton_walk_us,
+    times mla_triton_walk_h1 for one query head (vLLM then runs the non-grouped kernel: one head per CTA, 4 warps,
+    BLOCK_N 64). Only on the Triton backend (`head_tile` below MLA_HEAD_TILE); 0 elsewhere and where
+    mla_triton_walk_us is unset."""
+    n, N, H, ht = np.broadcast_arrays(*(np.asarray(x, dtype=float) for x in (requests, latent_tokens, heads,
+                                                                              head_tile)))
+    cap = mc.get("mla_triton_walk_cap", default=MLA_TRITON_WALK_CAP)
+    per = np.minimum(N / np.maximum(n, 1.0), cap) / cap
+    w = mc.get("mla_triton_walk_us", default=0.0) * per * np.where(H == 1, mc.get("mla_triton_walk_h1", default=1.0),
+                                                                    1.0)
+    return np.where((ht < MLA_HEAD_TILE) & (n > 0), w * 1e-6, 0.0)
 
 
 def mla_bmm_time(tokens, heads, nope_dim, kv_lora_rank, v_head_dim, gpu, mc: MoEConstants) -> np.ndarray:
@@ -436,30 +477,81 @@ def mla_decode_head_tile(gpu) -> int:
     return MLA_HEAD_TILE
 
 
+# DERIVED: parts whose L2 is two partitions, each caching for the SMs of its own half (NVIDIA's A100 and H100
+# whitepapers: "each L2 partition localizes and caches data for memory accesses from SMs in the GPCs directly
+# connected to the partition"; B200 / B300 / GB200 / GB300: two dies, an L2 each): sm 80, 90, 100, 103. Data every
+# SM reads (a module's weights) is held in both halves, so half the L2 holds it.
+MLA_L2_TWO_PARTITION_SM = (80, 90, 100, 103)
+
+
+def replay_l2_bytes(gpu) -> float:
+    """Bytes of data read by every SM that the L2 can hold from one replay of a graph to the next: the datasheet L2
+    over its partitions (2 on MLA_L2_TWO_PARTITION_SM parts, else 1; AD102 / GB202 have one L2)."""
+    sm = getattr(gpu, "sm_version", None)
+    return float(gpu.l2_mb) * 1024 * 1024 / (2.0 if sm in MLA_L2_TWO_PARTITION_SM else 1.0)
+
+
+def mla_replay_weight_credit(weight_bytes, l2_bytes, mem_bw, credit) -> np.ndarray:
+    """The DRAM time (seconds) a module's weights do not cost when one module is replayed back to back in a CUDA
+    graph (AIConfigurator's protocol, E3.3) and its weights fit the L2 (`l2_bytes`, replay_l2_bytes): `credit` of
+    their stream at datasheet bandwidth, 0 when they do not fit (a cyclic stream larger than the cache misses it
+    whole). E3.3 (issue 20 wave 16): L40S's 16 -> 32-head step (73 -> 116 MB of weights over its 96 MB L2) adds
+    114 us at batch 1 against ~50 us of new weights, RTX PRO 6000's comes at 32 -> 64 heads (116 -> 202 MB over
+    128 MB), on the decode and the prefill path. A property of the replayed single-module benchmark, not of a
+    served step (the model's layers' weights cycle through the L2 between one layer's calls): the product's step
+    model does not apply it."""
+    W = np.asarray(weight_bytes, dtype=float)
+    return np.where(W <= np.asarray(l2_bytes, dtype=float), float(credit) * W / np.asarray(mem_bw, dtype=float), 0.0)
+
+
+def mla_triton_tile_separation(requests, head_tile, gpu, mc: MoEConstants) -> np.ndarray:
+    """The fraction of a request's head tiles that run apart from its first on Triton MLA decode, whose grid is
+    (requests, head tiles, KV splits) with the requests fastest (vllm/v1/attention/ops/triton_decode_attention.py,
+    _decode_grouped_att_m_fwd): a request's next head tile launches `requests` CTAs after its first, so its tiles
+    run side by side (sharing the latent through L2) while the requests fit in the CTAs in flight,
+    mla_triton_tile_slots per SM, and apart beyond that: 1 - slots / requests, clipped to [0, 1]. A separated tile
+    re-reads the whole latent from DRAM. 0 on the other backends and where mla_triton_tile_slots is unset (E3.3,
+    issue 20 wave 16: the L40S / RTX PRO 6000 128-head rows at 256-1024 requests and >= 512 tokens ran 1.7-2.5x
+    the predicted time with the shared partial re-read, those at <= 64 requests within ~10%)."""
+    n, ht = np.broadcast_arrays(np.asarray(requests, dtype=float), np.asarray(head_tile, dtype=float))
+    slots = mc.get("mla_triton_tile_slots", default=0.0)
+    if not slots:
+        return np.zeros(n.shape)
+    sep = np.clip(1.0 - slots * np.asarray(gpu.sms, dtype=float) / np.maximum(n, 1.0), 0.0, 1.0)
+    return np.where(ht < MLA_HEAD_TILE, sep, 0.0)
+
+
 def mla_decode_latent_time(requests, latent_tokens, heads, kv_lora_rank, rope_dim, gpu, mc: MoEConstants, *,
                            kv_bytes: float = 2.0, head_tile=None) -> dict:
     """Weight-absorbed MLA decode attention of `requests` decode requests over `latent_tokens` latent rows in all
     (each request's cache plus its new token), seconds: the latent read for all heads at the split-KV bandwidth,
     each head tile beyond the first re-reading mla_kv_reread of it (max with the scores' FLOPs over the heads
-    padded to the kernel's tile), plus the waves of (request, head tile) CTAs and the activation passes over each
-    head's latent query and output. `head_tile`: the kernel's heads per CTA (mla_decode_head_tile(gpu) if None;
-    an array broadcasts)."""
+    padded to the kernel's tile), plus the waves of (request, head tile) CTAs, the activation passes over each
+    head's latent query and output at least the request-heads' issue cost (mla_head_issue_time: a roofline per
+    request-head), and on the Triton backend its split walk (mla_triton_walk_time); its head tiles run apart at
+    large batch (mla_triton_tile_separation). `head_tile`: the kernel's heads per CTA (mla_decode_head_tile(gpu) if
+    None; an array broadcasts)."""
     n, N, H = np.broadcast_arrays(*(np.asarray(x, dtype=float) for x in (requests, latent_tokens, heads)))
     ht = np.asarray(mla_decode_head_tile(gpu) if head_tile is None else head_tile, dtype=float)
     lat = float(kv_lora_rank + rope_dim)
     sms = np.asarray(gpu.sms, dtype=float)
     par = np.minimum(1.0, n * mc.get("mla_split_ctas") / sms)
     tiles = np.ceil(H / ht)
-    nbytes = mla_decode_bytes(N, kv_lora_rank, rope_dim, kv_bytes) * (1.0 + mc.get("mla_kv_reread", default=0.0)
-                                                                    * (tiles - 1.0))
+    rr = mc.get("mla_kv_reread", default=0.0)
+    sep = mla_triton_tile_separation(n, ht, gpu, mc)
+    # a tile beyond the first re-reads mla_kv_reread of the latent beside the first, all of it when run apart
+    nbytes = mla_decode_bytes(N, kv_lora_rank, rope_dim, kv_bytes) * (1.0 + (rr + (1.0 - rr) * sep) * (tiles - 1.0))
     t_m = nbytes / (gpu.mem_bw * mc.get("mla_eta_kv") * np.maximum(par, 1e-9))
     t_c = 2.0 * N * tiles * ht * (lat + kv_lora_rank) / (gpu.peak_flops * mc.get("mla_eta_c"))
     t_tiles = (np.ceil(n * tiles / sms) * mc.get("mla_tile_us")
                + np.log2(np.maximum(n, 1.0)) * mc.get("mla_batch_log_us")) * 1e-6
-    t_act = mc.get("mla_decode_passes") * n * H * lat * 2.0 / gpu.mem_bw
-    t = np.where(n > 0, np.maximum(t_c, t_m) + t_tiles + t_act, 0.0)
-    return {"t": t, "t_compute": t_c, "t_memory": t_m, "t_tiles": t_tiles, "t_act": t_act,
-            "compute_bound": t_c >= t_m, "bytes": nbytes}
+    t_pass = mc.get("mla_decode_passes") * n * H * lat * 2.0 / gpu.mem_bw
+    t_issue = mla_head_issue_time(n, H, gpu, mc)
+    t_act = np.maximum(t_pass, t_issue)
+    t_walk = mla_triton_walk_time(n, N, H, ht, mc)
+    t = np.where(n > 0, np.maximum(t_c, t_m) + t_tiles + t_act + t_walk, 0.0)
+    return {"t": t, "t_compute": t_c, "t_memory": t_m, "t_tiles": t_tiles, "t_act": t_act, "t_issue": t_issue,
+            "t_walk": t_walk, "compute_bound": t_c >= t_m, "bytes": nbytes}
 
 
 def mla_prefill_attention_time(new_tokens, kv_len, heads, qk_dim, v_dim, gpu, mc: MoEConstants) -> np.ndarray:
