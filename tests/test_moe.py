@@ -500,6 +500,29 @@ def test_power_law_routing_loads_the_busiest_rank_more():
     assert np.array_equal(c1, M.power_law_counts(512, 128, 8, 4, 1.2)) and c1.shape[1] == 32
 
 
+@pytest.mark.parametrize("T", [1, 2, 5, 32, 700])
+def test_power_law_counts_cap_each_expert_at_the_tokens(T):
+    """A token picks an expert at most once (the collector caps each expert at T pairs and deals the excess to the
+    least-loaded experts): at one rank every pair is counted, no expert holds more than T, a step touches at least k."""
+    c = M.power_law_counts(T, 256, 8, 1, 1.2)
+    assert (c <= T).all() and (c.sum(axis=1) == T * 8).all() and ((c > 0).sum(axis=1) >= 8).all()
+
+
+def test_fill_lowest_is_the_one_at_a_time_least_loaded_deal():
+    rng = np.random.default_rng(3)
+    for _ in range(50):
+        c = rng.integers(0, 9, 12).astype(float)
+        units, cap = int(rng.integers(0, 40)), 8.0
+        slow = c.copy()
+        for _ in range(units):
+            ok = np.flatnonzero(slow < cap)
+            if not len(ok):
+                break
+            slow[ok[np.argmin(slow[ok])]] += 1
+        M._fill_lowest(c, units, cap)
+        assert np.array_equal(c, slow)
+
+
 def test_a2a_bytes_per_mode():
     """Low-latency mode sends a copy per remote expert, normal mode one per remote rank touched (fewer)."""
     ll = M.a2a_bytes(128, 7168, 8, 8, "ll")
@@ -611,7 +634,7 @@ STRUCTURE = ("hidden_size", "num_hidden_layers", "num_attention_heads", "num_key
              "full_attention_interval", "linear_num_key_heads", "linear_num_value_heads", "linear_key_head_dim",
              "linear_value_head_dim", "linear_conv_kernel_dim", "attn_output_gate", "mamba_ssm_dtype",
              "qk_rope_head_dim", "v_head_dim", "sliding_window", "sliding_layers_every", "attention_chunk_size",
-             "global_layers_every", "moe_layer_step")
+             "global_layers_every", "moe_layer_step", "router_alpha")
 
 
 @pytest.mark.parametrize("key", moe_model_keys())
@@ -699,3 +722,37 @@ def test_chunked_layers_attend_at_most_one_chunk():
     assert above > 0
     # per added KV token every layer grows below the chunk, 12 of 48 above it
     assert above / 16384 == pytest.approx(below / 4096 * 12 / 48, rel=0.05)
+
+
+# --------------------------------------------------------------------------- the serving step's router skew
+@pytest.mark.parametrize("key,alpha", [("qwen3.6-35b-a3b", 1.2), ("qwen3-235b-a22b", 1.2), ("gpt-oss-120b", 1.2),
+                                       ("minimax-m2.5", 1.2), ("deepseek-v3", 1.01), ("kimi-k2.5", 1.01),
+                                       ("llama-4-scout", 1.01)])
+def test_router_alpha_is_aiconfigurators_family_exponent(key, alpha):
+    from steptime import moe_step
+    m = get_model(key)
+    assert m.router_alpha == alpha
+    assert moe_step.serving_routing(m) == f"power_law_{alpha:g}"
+
+
+def test_router_alpha_from_a_config_follows_its_architecture(tmp_path):
+    p = tmp_path / "config.json"
+    p.write_text(json.dumps(_qwen_cfg()))
+    assert get_model(str(p)).router_alpha == 1.2
+    with pytest.raises(ModelConfigError, match="router_alpha"):
+        dataclasses.replace(get_model("qwen3-30b-a3b"), router_alpha=0.9)
+
+
+def test_serving_step_prices_the_experts_at_the_skewed_router():
+    """A decode step's routed experts are the power-law router's busiest rank (fewer experts touched than uniform
+    random routing at decode batch sizes), the weights from HBM."""
+    from steptime.specs import get_gpu as gg
+    m, g = get_model("qwen3.6-35b-a3b"), gg("b300")
+    mc = M.MoEConstants.default()
+    r = predict_step(m, "b300", decode=[(32, 2048)], moe_constants=mc)
+    x = M.routed_experts_time(32, m.hidden_size, m.moe_intermediate_size, m.num_experts_per_tok, m.num_experts, g,
+                              mc, routing="power_law_1.2")
+    u = M.routed_experts_time(32, m.hidden_size, m.moe_intermediate_size, m.num_experts_per_tok, m.num_experts, g,
+                              mc, routing="uniform")
+    assert r.terms_ms["moe_experts"] == pytest.approx(m.n_moe_layers * (x["t"] - x["t_tokens"]) * 1e3, rel=1e-9)
+    assert x["experts_touched"] < u["experts_touched"] and x["t"] < u["t"]

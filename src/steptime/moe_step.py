@@ -47,6 +47,13 @@ MOE_DTYPES = tuple(moe_terms.WEIGHT_BYTES)
 ACT_BYTES = 2.0  # bf16 activations and router logits on the wire
 
 
+def serving_routing(model) -> str:
+    """The routing a serving step's routed experts are priced at: AIConfigurator's power-law router with the model
+    family's exponent (terms.moe.routed_load 'power_law_<alpha>'; specs/moe.py ROUTER_ALPHA, DERIVED from
+    AIConfigurator's per-family choice, nothing fitted)."""
+    return f"power_law_{float(model.router_alpha):g}"
+
+
 def check_exchange(exchange) -> str:
     """The expert exchange kind (specs/engines.yaml moe.exchange), refused with one line if unknown."""
     if exchange not in MOE_EXCHANGES:
@@ -324,14 +331,18 @@ def block_terms(model, gpu, step_id, new, kv, T, n_steps, *, tp, ep, dtype, kv_d
     # ---- MoE layers: the experts see every DP rank's tokens (equal batches assumed)
     r = gemm.gemm_time(T, model.num_experts, h, gpu, constants, f_clk=f_clk)
     put("router", Lm * r["t"], r["compute_bound"])
+    # The router is skewed: a serving step's token-expert pairs follow AIConfigurator's power-law router at the model
+    # family's exponent (model.router_alpha; specs/moe.py ROUTER_ALPHA), the busiest EP rank timed (the step waits
+    # for it), its weights from HBM (regime 'evicted'); was uniform random routing (experts_touched), which touches
+    # more experts than a skewed router at decode batch sizes (serving_routing)
     Tm = T * dp
     x = moe_terms.routed_experts_time(Tm, h, model.moe_intermediate_size, model.num_experts_per_tok,
-                                      model.num_experts, gpu, mc, tp=moe_tp, ep=ep, dtype=dtype, routing="uniform")
+                                      model.num_experts, gpu, mc, tp=moe_tp, ep=ep, dtype=dtype,
+                                      routing=serving_routing(model))
     put("moe_experts", Lm * (x["t"] - x["t_tokens"]), x["compute_bound"])
     put("moe_permute_combine", Lm * x["t_tokens"])
     factors["moe_experts"] = {"eta_mem": x["eta_mem"], "weight_bytes": x["weight_bytes"],
-                              "experts_touched": moe_terms.experts_touched(Tm, model.num_experts,
-                                                                           model.num_experts_per_tok)}
+                              "experts_touched": x["experts_touched"]}
     if model.shared_inter:
         si = model.shared_inter // tp
         s = shapes_fn(T, {"gu": (2 * si, h), "dn": (h, si)}, gpu, constants, f_clk=f_clk)

@@ -43,6 +43,14 @@ LLAMA4_NOPE_INTERVAL_DEFAULT = 4
 GDN_FIELDS = ("linear_num_key_heads", "linear_num_value_heads", "linear_key_head_dim", "linear_value_head_dim",
               "linear_conv_kernel_dim")
 SSM_DTYPES = ("float32", "bfloat16")
+# The router's skew in a serving step: AIConfigurator prices a model's routed experts at its power-law router with the
+# exponent its model family sets (aiconfigurator_core/sdk/models: moe.py MOEModel 1.2 (Qwen2/3-MoE, Mixtral, gpt-oss,
+# MiniMax-M2), qwen35.py 1.2 (Qwen3.5/3.6), deepseek.py 1.01 (DeepSeek-V3 and Kimi K2 / K2.5), hybrid_moe.py 1.01
+# (Llama 4)); steptime takes the same exponent per architecture (ROUTER_ALPHA, DERIVED from AIConfigurator's choice,
+# not fitted), the default for an architecture AIConfigurator files under MOEModel
+ROUTER_ALPHA_DEFAULT = 1.2
+ROUTER_ALPHA = MappingProxyType({"DeepseekV3ForCausalLM": 1.01, "Llama4ForConditionalGeneration": 1.01,
+                                 "Llama4ForCausalLM": 1.01})
 
 
 def _model_cls():
@@ -90,6 +98,8 @@ def _make_moe_class():
         linear_conv_kernel_dim: int = 0
         attn_output_gate: bool = False     # q_proj also produces a sigmoid gate of the attention output (2x q)
         mamba_ssm_dtype: str = "float32"   # the recurrent state's dtype (config.json's; vLLM keeps the state in it)
+        # the power-law exponent of the router's skew a serving step's routed experts are priced at (ROUTER_ALPHA)
+        router_alpha: float = ROUTER_ALPHA_DEFAULT
 
         def __post_init__(self):
             super().__post_init__()
@@ -116,6 +126,10 @@ def _make_moe_class():
             if self.first_k_dense_replace >= self.num_hidden_layers:
                 raise ModelConfigError(f"{where}: first_k_dense_replace ({self.first_k_dense_replace}) leaves no "
                                        f"MoE layer of {self.num_hidden_layers}")
+            a = self.router_alpha
+            if isinstance(a, bool) or not isinstance(a, (int, float)) or not 1.0 < float(a) <= 3.0:
+                raise ModelConfigError(f"{where}: router_alpha (the router's power-law exponent) must be in (1, 3], "
+                                       f"got {a!r}")
             if self.attention not in ATTENTION_KINDS:
                 raise ModelConfigError(f"{where}: attention must be one of {', '.join(ATTENTION_KINDS)}, "
                                        f"got {self.attention!r}")
@@ -390,7 +404,8 @@ def moe_from_config(cfg: dict, path) -> object:
         kv_lora_rank=int(cfg.get("kv_lora_rank") or 0), qk_nope_head_dim=int(cfg.get("qk_nope_head_dim") or 0),
         qk_rope_head_dim=int(cfg.get("qk_rope_head_dim") or 0), v_head_dim=int(cfg.get("v_head_dim") or 0),
         sliding_window=int(sliding or 0), sliding_layers_every=every, weights_dtype=wd, moe_layer_step=step,
-        attention_chunk_size=chunk, global_layers_every=global_every, **hybrid)
+        attention_chunk_size=chunk, global_layers_every=global_every,
+        router_alpha=ROUTER_ALPHA.get(arch, ROUTER_ALPHA_DEFAULT), **hybrid)
 
 
 def _chunked_attention(cfg: dict, where: str, arch: str) -> tuple[int, int]:

@@ -166,11 +166,49 @@ def kernel_family(kernel_source: str, gpu=None) -> str:
     return f"{fam}_sm{sm}" if fam == "cutlass" and sm else fam
 
 
+def _fill_lowest(c: np.ndarray, units: int, cap: float) -> None:
+    """Add `units` tokens, one at a time, each to the expert of `c` (one EP rank's local counts, in place) with the
+    fewest tokens among those below `cap` (the lowest index on a tie): a water-fill, computed in closed form."""
+    if units <= 0:
+        return
+    order = np.argsort(c, kind="stable")
+    v = c[order]
+    room = float(np.sum(np.maximum(cap - v, 0.0)))
+    units = int(min(units, room))
+    if units <= 0:
+        return
+    lo, hi = float(v[0]), float(cap)
+    while hi - lo > 1:  # the highest whole level L with sum(max(L - v, 0)) <= units
+        mid = (lo + hi) // 2
+        if np.sum(np.maximum(mid - v, 0.0)) <= units:
+            lo = mid
+        else:
+            hi = mid
+    raised = np.maximum(v, lo)
+    left = units - int(np.sum(raised - v))
+    at = np.flatnonzero(raised == lo)
+    at = at[np.argsort(order[at], kind="stable")][:left]  # the rest go one each to the lowest indices at level L
+    raised[at] += 1.0
+    c[order] = raised
+
+
+def _take_highest(c: np.ndarray, units: int) -> None:
+    """Remove `units` tokens, one at a time, each from the expert of `c` with the most tokens (in place)."""
+    for _ in range(int(units)):
+        j = int(np.argmax(c))
+        if c[j] <= 0:
+            return
+        c[j] -= 1.0
+
+
 def power_law_counts(tokens: int, num_experts: int, topk: int, ep: int, alpha: float, *, draws: int = 16,
                      seed: int = 0) -> np.ndarray:
     """Tokens per local expert on the busiest EP rank under AIConfigurator's power-law router (its collector's
-    procedure, re-derived): per expert a load drawn from a power law x^-alpha on [1, 0.8 T] (on [0.01, 2] when
-    T k <= E), scaled to the T k token-expert pairs and rounded, the EP rank with the most pairs measured.
+    procedure, re-derived: collector/helper.py _generate_power_law_distribution): per expert a load drawn from a
+    power law x^-alpha on [1, 0.8 T] (on [0.01, 2] when T k <= E), scaled to the T k token-expert pairs and rounded;
+    each expert then capped at T pairs (a token picks an expert at most once) and the excess, then the rounding's
+    remainder, dealt out one pair at a time round-robin over the EP ranks, on each rank to its least-loaded expert
+    below the cap (a surplus taken back from the most-loaded); the EP rank with the most pairs measured.
     Returns (draws, E / ep) counts, seeded: the same inputs give the same counts."""
     T, E, k, ep = int(tokens), int(num_experts), int(topk), int(ep)
     rng = np.random.default_rng(seed)
@@ -180,10 +218,20 @@ def power_law_counts(tokens: int, num_experts: int, topk: int, ep: int, alpha: f
     u = rng.random((draws, E))
     x = ((hi ** a1 - lo ** a1) * u + lo ** a1) ** (1.0 / a1)
     n = np.round(x / x.sum(axis=1, keepdims=True) * T * k)
-    delta = T * k - n.sum(axis=1)
-    top = np.argmax(n, axis=1)
-    n[np.arange(draws), top] = np.maximum(n[np.arange(draws), top] + delta, 0)   # exact sum (the biggest absorbs it)
     per_rank = n.reshape(draws, ep, E // ep)
+    for d in range(draws):
+        c = per_rank[d]
+        over = int(np.sum(np.maximum(c - T, 0.0)))
+        np.minimum(c, T, out=c)
+        delta = over + T * k - int(c.sum())   # the excess over the cap and the rounding's remainder
+        if delta >= 0:
+            share = np.full(ep, delta // ep) + (np.arange(ep) < delta % ep)   # round-robin over the ranks
+            for r in range(ep):
+                _fill_lowest(c[r], int(share[r]), float(T))
+        else:
+            share = np.full(ep, -delta // ep) + (np.arange(ep) < -delta % ep)
+            for r in range(ep):
+                _take_highest(c[r], int(share[r]))
     busiest = np.argmax(per_rank.sum(axis=2), axis=1)
     return per_rank[np.arange(draws), busiest]
 

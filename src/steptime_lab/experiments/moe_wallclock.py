@@ -691,7 +691,18 @@ def document(tok: dict, rep: dict, fpm: list, skipped_rows: list, targets: dict,
                      "(ParallelConfig.use_sequence_parallel_moe): each TP rank keeps ceil(T / tp) tokens and the "
                      "all-gather / reduce-scatter runs over the ep GPUs of the EP group, not the dp ranks of the DP "
                      "group; the form was matched to the tp > 1 DP layouts' decode gap (about constant per step) before "
-                     "vLLM's source was read to confirm it; one form scored, nothing fitted (DESIGN.md, wave 15)."
+                     "vLLM's source was read to confirm it; one form scored, nothing fitted (DESIGN.md, wave 15). "
+                     "Wave 16, after seeing the dp 1 decode over-prediction (+7 to +13%, growing with the batch, "
+                     "carried by moe_experts): a serving step's routed experts are priced at AIConfigurator's "
+                     "power-law router instead of uniform random routing (moe_step.serving_routing), at the exponent "
+                     "AIConfigurator's own model class sets for the model's family (1.2 for Qwen-MoE / Qwen3.5 / "
+                     "Mixtral / gpt-oss / MiniMax-M2, 1.01 for DeepSeek / Kimi and Llama 4; specs/moe.py "
+                     "ROUTER_ALPHA), the busiest EP rank timed; and steptime's re-derivation of the collector's "
+                     "power-law counts gained the collector's cap (no expert above T pairs, the excess dealt "
+                     "round-robin to the least-loaded experts). The mechanism had been named in DESIGN.md (wave 11, "
+                     "routing locality) before; the form was chosen after seeing these scores, and both exponents "
+                     "(1.01 and 1.2) were looked at on the FPM decode steps before the per-family rule was taken "
+                     "from AIConfigurator's source; nothing fitted. It moves every MoE row (DESIGN.md, wave 16)."
                      + (" " + rep["disclosed"] if rep.get("disclosed") else ""),
     }
     return {"metrics": metrics, "claims": claims}
