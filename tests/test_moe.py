@@ -521,6 +521,13 @@ def test_fill_lowest_is_the_one_at_a_time_least_loaded_deal():
             slow[ok[np.argmin(slow[ok])]] += 1
         M._fill_lowest(c, units, cap)
         assert np.array_equal(c, slow)
+    # every row at once (one EP rank's counts a row) equals row by row
+    rows, units = rng.integers(0, 9, (20, 12)).astype(float), rng.integers(0, 60, 20)
+    one = rows.copy()
+    for i in range(len(one)):
+        M._fill_lowest(one[i], int(units[i]), 8.0)
+    M._fill_lowest(rows, units, 8.0)
+    assert np.array_equal(rows, one)
 
 
 def test_a2a_bytes_per_mode():

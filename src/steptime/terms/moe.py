@@ -166,30 +166,24 @@ def kernel_family(kernel_source: str, gpu=None) -> str:
     return f"{fam}_sm{sm}" if fam == "cutlass" and sm else fam
 
 
-def _fill_lowest(c: np.ndarray, units: int, cap: float) -> None:
-    """Add `units` tokens, one at a time, each to the expert of `c` (one EP rank's local counts, in place) with the
-    fewest tokens among those below `cap` (the lowest index on a tie): a water-fill, computed in closed form."""
-    if units <= 0:
-        return
-    order = np.argsort(c, kind="stable")
-    v = c[order]
-    room = float(np.sum(np.maximum(cap - v, 0.0)))
-    units = int(min(units, room))
-    if units <= 0:
-        return
-    lo, hi = float(v[0]), float(cap)
-    while hi - lo > 1:  # the highest whole level L with sum(max(L - v, 0)) <= units
-        mid = (lo + hi) // 2
-        if np.sum(np.maximum(mid - v, 0.0)) <= units:
-            lo = mid
-        else:
-            hi = mid
-    raised = np.maximum(v, lo)
-    left = units - int(np.sum(raised - v))
-    at = np.flatnonzero(raised == lo)
-    at = at[np.argsort(order[at], kind="stable")][:left]  # the rest go one each to the lowest indices at level L
-    raised[at] += 1.0
-    c[order] = raised
+def _fill_lowest(c: np.ndarray, units, cap: float) -> None:
+    """Add units[i] tokens to row i of `c` (rows: one EP rank's local counts each, whole numbers; in place), one at a
+    time, each to the row's expert with the fewest tokens among those below `cap` (the lowest index on a tie): a
+    water-fill in closed form, every row at once. Raising a row's j lowest counts to the j-th lowest costs
+    j s_j - (s_1 + ... + s_j) tokens; the largest j whose cost fits sets the level L = floor((units + s_1 + ... +
+    s_j) / j); what is left then goes one each to the lowest-index experts at L."""
+    c2 = np.atleast_2d(c)
+    rows, m = c2.shape
+    room = np.maximum(cap - c2, 0.0).sum(axis=1)
+    u = np.minimum(np.broadcast_to(np.asarray(units, dtype=float), (rows,)), room)
+    s = np.sort(c2, axis=1)
+    P = np.cumsum(s, axis=1)
+    J = ((np.arange(1, m + 1) * s - P) <= u[:, None]).sum(axis=1)  # >= 1: the lowest count costs nothing
+    L = np.minimum(np.floor((u + P[np.arange(rows), J - 1]) / J), cap)
+    raised = np.maximum(c2, L[:, None])
+    left = u - (raised - c2).sum(axis=1)
+    at = raised == L[:, None]
+    c2[...] = raised + (at & (np.cumsum(at, axis=1) <= left[:, None]))
 
 
 def _take_highest(c: np.ndarray, units: int) -> None:
@@ -219,19 +213,19 @@ def power_law_counts(tokens: int, num_experts: int, topk: int, ep: int, alpha: f
     x = ((hi ** a1 - lo ** a1) * u + lo ** a1) ** (1.0 / a1)
     n = np.round(x / x.sum(axis=1, keepdims=True) * T * k)
     per_rank = n.reshape(draws, ep, E // ep)
-    for d in range(draws):
-        c = per_rank[d]
-        over = int(np.sum(np.maximum(c - T, 0.0)))
-        np.minimum(c, T, out=c)
-        delta = over + T * k - int(c.sum())   # the excess over the cap and the rounding's remainder
-        if delta >= 0:
-            share = np.full(ep, delta // ep) + (np.arange(ep) < delta % ep)   # round-robin over the ranks
-            for r in range(ep):
-                _fill_lowest(c[r], int(share[r]), float(T))
-        else:
-            share = np.full(ep, -delta // ep) + (np.arange(ep) < -delta % ep)
-            for r in range(ep):
-                _take_highest(c[r], int(share[r]))
+    np.minimum(per_rank, T, out=per_rank)
+    # the excess over the cap and the rounding's remainder, per draw, dealt round-robin over the ranks
+    delta = (T * k - per_rank.sum(axis=(1, 2))).astype(np.int64)
+    r = np.arange(ep)
+    share = np.abs(delta)[:, None] // ep + (r[None, :] < (np.abs(delta) % ep)[:, None])
+    up = delta >= 0
+    if up.any():
+        sub = per_rank[up].reshape(-1, E // ep)  # boolean indexing copies: filled, then written back
+        _fill_lowest(sub, share[up].reshape(-1), float(T))
+        per_rank[up] = sub.reshape(-1, ep, E // ep)
+    for d in np.flatnonzero(~up):  # a rounding surplus (rare): taken back from the most-loaded
+        for rank in range(ep):
+            _take_highest(per_rank[d, rank], int(share[d, rank]))
     busiest = np.argmax(per_rank.sum(axis=2), axis=1)
     return per_rank[np.arange(draws), busiest]
 
