@@ -320,7 +320,10 @@ def test_mla_triton_split_walk():
     assert M.mla_triton_walk_time(1, cap, 1, 16, mc) == pytest.approx(60e-6)
     assert M.mla_triton_walk_time(1, cap, 16, 64, mc) == 0  # FlashMLA / FlashInfer: no walk term
     assert M.mla_triton_walk_time(0, 0, 16, 16, mc) == 0
-    unset = M.MoEConstants.default().with_values({"mla_triton_walk_us": 20.0})  # the default cap, one-head x1
+    d = M.MoEConstants.default()  # a constants file without the cap or the one-head multiplier: the defaults
+    unset = dataclasses.replace(d, values={k: v for k, v in d.values.items()
+                                           if k not in ("mla_triton_walk_cap", "mla_triton_walk_h1")}
+                                ).with_values({"mla_triton_walk_us": 20.0})
     assert M.mla_triton_walk_time(1, M.MLA_TRITON_WALK_CAP / 2, 1, 16, unset) == pytest.approx(10e-6)
     kw = dict(kv_lora_rank=512, rope_dim=64, gpu=get_gpu("l40s"))
     a = M.mla_decode_latent_time(2, 2 * cap, 32, mc=mc, **kw)

@@ -452,15 +452,15 @@ MLA_HEAD_TILE = 64  # DERIVED: query-head rows per CTA of FlashMLA / FlashInfer-
 # NVIDIA parts without a FlashMLA / FlashInfer-MLA / FA3-MLA kernel (sm < 90 and sm >= 110; AIConfigurator's L40S and
 # RTX PRO 6000 MLA tables are TRITON_MLA rows)
 MLA_TRITON_HEAD_TILE = 16
-MLA_CONSTANTS = ("mla_bmm_eta_mem", "mla_bmm_floor_us", "mla_eta_kv", "mla_eta_c", "mla_split_ctas", "mla_tile_us",
-                 "mla_decode_passes", "mla_batch_log_us", "mla_prefill_passes", "mla_prefill_token_passes",
-                 "mla_eta_fa", "mla_kv_reread")
-# E3.3 (issue 20, wave 16) decode constants not yet in the shipped calibration/moe.yaml (the lead's next settle
-# ships them; until then the issue cost and the walk read 0, the law's earlier form): the per-(request, head) issue
-# cost in SM cycles (mla_head_issue_time) and Triton MLA's split walk: its cost at its cap, its one-head multiplier
-# and the cap in cache tokens (mla_triton_walk_time)
+# the wave-16 decode constants (E3.3, issue 20): the per-(request, head) issue cost in SM cycles
+# (mla_head_issue_time) and Triton MLA's split walk: its cost at its cap, its one-head multiplier, the cap in cache
+# tokens (mla_triton_walk_time), and Triton's CTAs in flight per SM (mla_triton_tile_separation); a constants file
+# without them reads 0 there (the law's earlier form)
 MLA_DECODE_CONSTANTS_NEW = ("mla_head_cycles", "mla_triton_walk_us", "mla_triton_walk_h1", "mla_triton_walk_cap",
                             "mla_triton_tile_slots")
+MLA_CONSTANTS = ("mla_bmm_eta_mem", "mla_bmm_floor_us", "mla_eta_kv", "mla_eta_c", "mla_split_ctas", "mla_tile_us",
+                 "mla_decode_passes", "mla_batch_log_us", "mla_prefill_passes", "mla_prefill_token_passes",
+                 "mla_eta_fa", "mla_kv_reread") + MLA_DECODE_CONSTANTS_NEW
 # the walk's cap where mla_triton_walk_cap is not set (E3.3's folds fit 440-660 tokens from starts of 128 and 2048)
 MLA_TRITON_WALK_CAP = 512.0
 
