@@ -511,6 +511,21 @@ def test_power_law_counts_cap_each_expert_at_the_tokens(T):
     assert (c <= T).all() and (c.sum(axis=1) == T * 8).all() and ((c > 0).sum(axis=1) >= 8).all()
 
 
+def test_power_law_counts_many_token_counts_at_once_equal_one_at_a_time():
+    """The serving timer's batched path (every token count of a block together) gives each count's own counts, and
+    routed_load reads them across block boundaries."""
+    Ts = [1, 7, 127, 128, 129, 700]
+    many = M.power_law_counts_many(Ts, 128, 8, 4, 1.2)
+    for i, T in enumerate(Ts):
+        assert np.array_equal(many[i], M.power_law_counts(T, 128, 8, 4, 1.2))
+    P, Et, R = M.routed_load(np.array(Ts, dtype=float), 128, 8, 4, "power_law_1.2", tile=16)
+    for i, T in enumerate(Ts):
+        c = M.power_law_counts(T, 128, 8, 4, 1.2)
+        assert P[i] == pytest.approx(c.sum(1).mean()) and Et[i] == pytest.approx(max((c > 0).sum(1).mean(), 1.0))
+    with pytest.raises(ValueError, match="at least one token"):
+        M._power_law_loads([0], 128, 8, 4, 1.2, 16)
+
+
 def test_fill_lowest_is_the_one_at_a_time_least_loaded_deal():
     rng = np.random.default_rng(3)
     for _ in range(50):

@@ -166,15 +166,17 @@ def kernel_family(kernel_source: str, gpu=None) -> str:
     return f"{fam}_sm{sm}" if fam == "cutlass" and sm else fam
 
 
-def _fill_lowest(c: np.ndarray, units, cap: float) -> None:
+def _fill_lowest(c: np.ndarray, units, cap) -> None:
     """Add units[i] tokens to row i of `c` (rows: one EP rank's local counts each, whole numbers; in place), one at a
-    time, each to the row's expert with the fewest tokens among those below `cap` (the lowest index on a tie): a
+    time, each to the row's expert with the fewest tokens among those below `cap` (one, or one per row; the lowest
+    index on a tie): a
     water-fill in closed form, every row at once. Raising a row's j lowest counts to the j-th lowest costs
     j s_j - (s_1 + ... + s_j) tokens; the largest j whose cost fits sets the level L = floor((units + s_1 + ... +
     s_j) / j); what is left then goes one each to the lowest-index experts at L."""
     c2 = np.atleast_2d(c)
     rows, m = c2.shape
-    room = np.maximum(cap - c2, 0.0).sum(axis=1)
+    cap = np.broadcast_to(np.asarray(cap, dtype=float), (rows,))  # one cap, or one per row
+    room = np.maximum(cap[:, None] - c2, 0.0).sum(axis=1)
     u = np.minimum(np.broadcast_to(np.asarray(units, dtype=float), (rows,)), room)
     s = np.sort(c2, axis=1)
     P = np.cumsum(s, axis=1)
@@ -204,36 +206,70 @@ def power_law_counts(tokens: int, num_experts: int, topk: int, ep: int, alpha: f
     remainder, dealt out one pair at a time round-robin over the EP ranks, on each rank to its least-loaded expert
     below the cap (a surplus taken back from the most-loaded); the EP rank with the most pairs measured.
     Returns (draws, E / ep) counts, seeded: the same inputs give the same counts."""
-    T, E, k, ep = int(tokens), int(num_experts), int(topk), int(ep)
+    return power_law_counts_many([tokens], num_experts, topk, ep, alpha, draws=draws, seed=seed)[0]
+
+
+def power_law_counts_many(tokens, num_experts: int, topk: int, ep: int, alpha: float, *, draws: int = 16,
+                          seed: int = 0) -> np.ndarray:
+    """power_law_counts at every token count of `tokens` at once: (len(tokens), draws, E / ep), each slice equal to
+    power_law_counts at its count (the same seeded draws: only the power law's range and the scale depend on T)."""
+    T = np.asarray(tokens, dtype=np.int64).reshape(-1)
+    E, k, ep = int(num_experts), int(topk), int(ep)
+    m = E // ep
     rng = np.random.default_rng(seed)
-    lo, hi = (1.0, 0.8 * T) if T * k > E else (0.01, 2.0)
-    hi = max(hi, lo * (1 + 1e-9))
+    Tf = T.astype(float)
+    wide = T * k > E
+    lo = np.where(wide, 1.0, 0.01)
+    hi = np.maximum(np.where(wide, 0.8 * Tf, 2.0), lo * (1 + 1e-9))
     a1 = 1.0 - alpha
     u = rng.random((draws, E))
-    x = ((hi ** a1 - lo ** a1) * u + lo ** a1) ** (1.0 / a1)
-    n = np.round(x / x.sum(axis=1, keepdims=True) * T * k)
-    per_rank = n.reshape(draws, ep, E // ep)
-    np.minimum(per_rank, T, out=per_rank)
+    lo3, hi3 = lo[:, None, None], hi[:, None, None]
+    x = ((hi3 ** a1 - lo3 ** a1) * u[None] + lo3 ** a1) ** (1.0 / a1)
+    n = np.round(x / x.sum(axis=2, keepdims=True) * (Tf * k)[:, None, None])
+    per_rank = n.reshape(len(T), draws, ep, m)
+    np.minimum(per_rank, Tf[:, None, None, None], out=per_rank)
     # the excess over the cap and the rounding's remainder, per draw, dealt round-robin over the ranks
-    delta = (T * k - per_rank.sum(axis=(1, 2))).astype(np.int64)
+    delta = (T[:, None] * k - per_rank.sum(axis=(2, 3))).astype(np.int64)
     r = np.arange(ep)
-    share = np.abs(delta)[:, None] // ep + (r[None, :] < (np.abs(delta) % ep)[:, None])
+    share = np.abs(delta)[..., None] // ep + (r < (np.abs(delta) % ep)[..., None])
     up = delta >= 0
     if up.any():
-        sub = per_rank[up].reshape(-1, E // ep)  # boolean indexing copies: filled, then written back
-        _fill_lowest(sub, share[up].reshape(-1), float(T))
-        per_rank[up] = sub.reshape(-1, ep, E // ep)
-    for d in np.flatnonzero(~up):  # a rounding surplus (rare): taken back from the most-loaded
+        sub = per_rank[up].reshape(-1, m)  # boolean indexing copies: filled, then written back
+        caps = np.broadcast_to(Tf[:, None, None], (len(T), draws, ep))[up].reshape(-1)
+        _fill_lowest(sub, share[up].reshape(-1), caps)
+        per_rank[up] = sub.reshape(-1, ep, m)
+    for i, d in zip(*np.nonzero(~up)):  # a rounding surplus (rare): taken back from the most-loaded
         for rank in range(ep):
-            _take_highest(per_rank[d, rank], int(share[d, rank]))
-    busiest = np.argmax(per_rank.sum(axis=2), axis=1)
-    return per_rank[np.arange(draws), busiest]
+            _take_highest(per_rank[i, d, rank], int(share[i, d, rank]))
+    busiest = np.argmax(per_rank.sum(axis=3), axis=2)
+    return np.take_along_axis(per_rank, busiest[:, :, None, None], axis=2)[:, :, 0, :]
 
 
-@lru_cache(maxsize=65536)
-def _power_law_load(T: int, E: int, k: int, ep: int, alpha: float, tile: int) -> tuple:
-    c = power_law_counts(T, E, k, ep, alpha)
-    return float(c.sum(1).mean()), float((c > 0).sum(1).mean()), float((np.ceil(c / tile) * tile).sum(1).mean())
+POWER_LAW_BLOCK = 128  # token counts computed together (a serving timer asks for every count up to its budget)
+
+
+@lru_cache(maxsize=4096)
+def _power_law_block(block: int, E: int, k: int, ep: int, alpha: float, tile: int) -> tuple:
+    """(pairs, experts touched, padded rows) of the power-law router's busiest rank, mean over the draws, at each
+    token count block x POWER_LAW_BLOCK + 1 ... (block + 1) x POWER_LAW_BLOCK, computed together."""
+    c = power_law_counts_many(np.arange(block * POWER_LAW_BLOCK + 1, (block + 1) * POWER_LAW_BLOCK + 1), E, k, ep,
+                              alpha)
+    return tuple(tuple(float(z) for z in v) for v in (c.sum(2).mean(1), (c > 0).sum(2).mean(1),
+                                                      (np.ceil(c / tile) * tile).sum(2).mean(1)))
+
+
+def _power_law_loads(Ts, E: int, k: int, ep: int, alpha: float, tile: int) -> np.ndarray:
+    """(3, len(Ts)): pairs, experts touched and padded rows at each token count (>= 1) of `Ts`."""
+    Ts = np.asarray(Ts, dtype=np.int64)
+    if (Ts < 1).any():
+        raise ValueError("power-law routing needs at least one token")
+    out = np.empty((3, len(Ts)))
+    blocks = (Ts - 1) // POWER_LAW_BLOCK
+    for b in np.unique(blocks):
+        at = blocks == b
+        tab = np.asarray(_power_law_block(int(b), E, k, ep, alpha, tile))
+        out[:, at] = tab[:, (Ts[at] - 1) % POWER_LAW_BLOCK]
+    return out
 
 
 def routed_load(tokens, num_experts, topk, ep=1, routing: str = "uniform", tile: int = TILE_M,
@@ -248,8 +284,11 @@ def routed_load(tokens, num_experts, topk, ep=1, routing: str = "uniform", tile:
     if routing.startswith("power_law_"):
         alpha = float(routing.split("_")[-1])
         P, Et, R = (np.zeros_like(T) for _ in range(3))
-        for j, key in enumerate(zip(T.astype(int), E.astype(int), k.astype(int), ep.astype(int))):
-            P[j], Et[j], R[j] = _power_law_load(*key, alpha, int(tile))
+        groups: dict = {}
+        for j, key in enumerate(zip(E.astype(int), k.astype(int), ep.astype(int))):
+            groups.setdefault(key, []).append(j)
+        for (e_, k_, ep_), idx in groups.items():
+            P[idx], Et[idx], R[idx] = _power_law_loads(T[idx].astype(int), e_, k_, ep_, alpha, int(tile))
         Et, R = np.maximum(Et, 1.0), np.maximum(R, tile)
     else:
         Et = np.maximum(experts_touched(T, E, k, routing) / ep, 1.0)
