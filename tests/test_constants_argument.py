@@ -158,6 +158,7 @@ CACHES = {
     "steptime.calibration._default_doc", "steptime.calibration._default_constants",
     "steptime.io._cached_sha256",  # keyed on (path, mtime, size): a changed file is a new key
     "steptime.terms.moe._default_moe", "steptime.terms.moe._power_law_block",
+    "steptime.terms.moe._power_law_one",
     "steptime.specs.engines._doc", "steptime.specs.engines._profiles", "steptime.specs.engines.tp_sharding",
     "steptime.specs.gpu_table", "steptime.specs._gpu_alias_index", "steptime.specs._model_doc",
     "steptime.specs.model_table", "steptime.specs._moe_index", "steptime.specs._model_alias_index",

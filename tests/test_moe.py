@@ -522,6 +522,9 @@ def test_power_law_counts_many_token_counts_at_once_equal_one_at_a_time():
     for i, T in enumerate(Ts):
         c = M.power_law_counts(T, 128, 8, 4, 1.2)
         assert P[i] == pytest.approx(c.sum(1).mean()) and Et[i] == pytest.approx(max((c > 0).sum(1).mean(), 1.0))
+    dense = np.arange(100, 140)  # a block's many counts (computed together) equal the same counts asked alone
+    np.testing.assert_array_equal(M._power_law_loads(dense, 128, 8, 4, 1.2, 16),
+                                  np.array([M._power_law_one(int(t), 128, 8, 4, 1.2, 16) for t in dense]).T)
     with pytest.raises(ValueError, match="at least one token"):
         M._power_law_loads([0], 128, 8, 4, 1.2, 16)
 

@@ -258,8 +258,20 @@ def _power_law_block(block: int, E: int, k: int, ep: int, alpha: float, tile: in
                                                       (np.ceil(c / tile) * tile).sum(2).mean(1)))
 
 
+@lru_cache(maxsize=65536)
+def _power_law_one(T: int, E: int, k: int, ep: int, alpha: float, tile: int) -> tuple:
+    """_power_law_block's three figures at one token count (a sparse query: a kernel table's cells)."""
+    c = power_law_counts_many([T], E, k, ep, alpha)
+    return tuple(float(v[0]) for v in (c.sum(2).mean(1), (c > 0).sum(2).mean(1),
+                                       (np.ceil(c / tile) * tile).sum(2).mean(1)))
+
+
+POWER_LAW_BLOCK_MIN = 16  # distinct token counts of one block asked at once above which the whole block is computed
+
+
 def _power_law_loads(Ts, E: int, k: int, ep: int, alpha: float, tile: int) -> np.ndarray:
-    """(3, len(Ts)): pairs, experts touched and padded rows at each token count (>= 1) of `Ts`."""
+    """(3, len(Ts)): pairs, experts touched and padded rows at each token count (>= 1) of `Ts`: a block of
+    POWER_LAW_BLOCK counts computed together where many of its counts are asked, each count alone otherwise."""
     Ts = np.asarray(Ts, dtype=np.int64)
     if (Ts < 1).any():
         raise ValueError("power-law routing needs at least one token")
@@ -267,8 +279,13 @@ def _power_law_loads(Ts, E: int, k: int, ep: int, alpha: float, tile: int) -> np
     blocks = (Ts - 1) // POWER_LAW_BLOCK
     for b in np.unique(blocks):
         at = blocks == b
-        tab = np.asarray(_power_law_block(int(b), E, k, ep, alpha, tile))
-        out[:, at] = tab[:, (Ts[at] - 1) % POWER_LAW_BLOCK]
+        wanted = np.unique(Ts[at])
+        if len(wanted) >= POWER_LAW_BLOCK_MIN:
+            tab = np.asarray(_power_law_block(int(b), E, k, ep, alpha, tile))
+            out[:, at] = tab[:, (Ts[at] - 1) % POWER_LAW_BLOCK]
+        else:
+            one = {int(t): _power_law_one(int(t), E, k, ep, alpha, tile) for t in wanted}
+            out[:, at] = np.array([one[int(t)] for t in Ts[at]]).T
     return out
 
 
