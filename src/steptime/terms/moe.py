@@ -169,8 +169,7 @@ def kernel_family(kernel_source: str, gpu=None) -> str:
 def _fill_lowest(c: np.ndarray, units, cap) -> None:
     """Add units[i] tokens to row i of `c` (rows: one EP rank's local counts each, whole numbers; in place), one at a
     time, each to the row's expert with the fewest tokens among those below `cap` (one, or one per row; the lowest
-    index on a tie): a
-    water-fill in closed form, every row at once. Raising a row's j lowest counts to the j-th lowest costs
+    index on a tie): a water-fill in closed form, every row at once. Raising a row's j lowest counts to the j-th lowest costs
     j s_j - (s_1 + ... + s_j) tokens; the largest j whose cost fits sets the level L = floor((units + s_1 + ... +
     s_j) / j); what is left then goes one each to the lowest-index experts at L."""
     c2 = np.atleast_2d(c)
@@ -248,22 +247,25 @@ def power_law_counts_many(tokens, num_experts: int, topk: int, ep: int, alpha: f
 POWER_LAW_BLOCK = 128  # token counts computed together (a serving timer asks for every count up to its budget)
 
 
+def _loads_of(c: np.ndarray, tile: int) -> tuple:
+    """(pairs, experts touched, padded rows) per token count of power_law_counts_many's counts `c`, mean over the
+    draws: one tuple of floats per figure."""
+    return tuple(tuple(float(z) for z in v) for v in (c.sum(2).mean(1), (c > 0).sum(2).mean(1),
+                                                      (np.ceil(c / tile) * tile).sum(2).mean(1)))
+
+
 @lru_cache(maxsize=4096)
 def _power_law_block(block: int, E: int, k: int, ep: int, alpha: float, tile: int) -> tuple:
     """(pairs, experts touched, padded rows) of the power-law router's busiest rank, mean over the draws, at each
     token count block x POWER_LAW_BLOCK + 1 ... (block + 1) x POWER_LAW_BLOCK, computed together."""
-    c = power_law_counts_many(np.arange(block * POWER_LAW_BLOCK + 1, (block + 1) * POWER_LAW_BLOCK + 1), E, k, ep,
-                              alpha)
-    return tuple(tuple(float(z) for z in v) for v in (c.sum(2).mean(1), (c > 0).sum(2).mean(1),
-                                                      (np.ceil(c / tile) * tile).sum(2).mean(1)))
+    return _loads_of(power_law_counts_many(np.arange(block * POWER_LAW_BLOCK + 1, (block + 1) * POWER_LAW_BLOCK + 1),
+                                           E, k, ep, alpha), tile)
 
 
 @lru_cache(maxsize=65536)
 def _power_law_one(T: int, E: int, k: int, ep: int, alpha: float, tile: int) -> tuple:
     """_power_law_block's three figures at one token count (a sparse query: a kernel table's cells)."""
-    c = power_law_counts_many([T], E, k, ep, alpha)
-    return tuple(float(v[0]) for v in (c.sum(2).mean(1), (c > 0).sum(2).mean(1),
-                                       (np.ceil(c / tile) * tile).sum(2).mean(1)))
+    return tuple(v[0] for v in _loads_of(power_law_counts_many([T], E, k, ep, alpha), tile))
 
 
 POWER_LAW_BLOCK_MIN = 16  # distinct token counts of one block asked at once above which the whole block is computed
