@@ -75,18 +75,15 @@ def agrs_time(T, hidden: int, num_experts: int, dp: int, gpu, constants, engine=
     Two collectives, so two launch floors. No all-gather / reduce-scatter table is vendored (raw/ keeps
     AIConfigurator's all_reduce rows only), so nothing here is fitted. Under an `engine` whose all-reduce runs
     through host memory (allreduce impl nccl_host: PCIe GPUs without peer-to-peer, engines.yaml vllm-no-p2p), the
-    same NCCL collectives take the same path, so each is priced with that profile's host-path law instead."""
+    same NCCL collectives take the same path, so each is priced with that profile's host-path law instead
+    (comm.engine_nccl_time decides the path for both)."""
     T = np.asarray(T, dtype=float)
     if dp <= 1:
         return np.zeros_like(T)
     gathered = dp * T * (hidden + num_experts) * ACT_BYTES
     scattered = dp * T * hidden * ACT_BYTES
-    if engine is not None and engine.allreduce_impl == "nccl_host":
-        return (comm.host_path_time(gathered / 2.0, dp, gpu, engine, constants)
-                + comm.host_path_time(scattered / 2.0, dp, gpu, engine, constants))
-    ag = comm.allreduce_time(gathered / 2.0, dp, gpu, constants, impl="nccl")
-    rs = comm.allreduce_time(scattered / 2.0, dp, gpu, constants, impl="nccl")
-    return ag + rs
+    return (comm.engine_nccl_time(gathered / 2.0, dp, gpu, engine, constants)
+            + comm.engine_nccl_time(scattered / 2.0, dp, gpu, engine, constants))
 
 
 def proj_dtype(dtype: str) -> str:

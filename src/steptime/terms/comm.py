@@ -151,6 +151,17 @@ def host_path_time(nbytes, tp: int, gpu, engine, constants: Constants | None = N
     return floor + bus_bytes(nbytes, tp) / bw
 
 
+def engine_nccl_time(nbytes, ranks: int, gpu, engine=None, constants: Constants | None = None):
+    """Seconds of one plain NCCL collective moving the bus bytes of an all-reduce of `nbytes` per rank across
+    `ranks` GPUs, on the path `engine`'s NCCL takes: through host memory where the engine's all-reduce is
+    nccl_host (PCIe GPUs without peer-to-peer: host_path_time), else E1.25's measured NCCL law (allreduce_time,
+    impl nccl). The one place that decides which path an engine's NCCL takes (the all-reduce of a step and the
+    MoE exchange's all-gather / reduce-scatter both ask here)."""
+    if engine is not None and engine.allreduce_impl == "nccl_host":
+        return host_path_time(nbytes, ranks, gpu, engine, constants)
+    return allreduce_time(nbytes, ranks, gpu, constants, impl="nccl")
+
+
 def engine_allreduce_time(nbytes, tp: int, gpu, engine, constants: Constants | None = None, fused=None):
     """Seconds of one all-reduce under `engine`, with the implementation the engine picks at each size.
 
@@ -166,10 +177,11 @@ def engine_allreduce_time(nbytes, tp: int, gpu, engine, constants: Constants | N
     nbytes = np.asarray(nbytes, dtype=float)
     if tp <= 1:
         return np.zeros_like(nbytes)
-    if engine.allreduce_impl == "nccl_host":  # no peer-to-peer: no custom kernel, no fusion, NCCL through the host
-        return host_path_time(nbytes, tp, gpu, engine, constants)
+    if engine.allreduce_impl in ("nccl", "nccl_host"):
+        # plain NCCL; without peer-to-peer it runs through the host, with no custom kernel and no fusion
+        return engine_nccl_time(nbytes, tp, gpu, engine, constants)
     main = allreduce_time(nbytes, tp, gpu, constants, engine.allreduce_impl)
-    if engine.allreduce_impl != "custom":
+    if engine.allreduce_impl != "custom":  # ring
         return main
     fb = allreduce_time(nbytes, tp, gpu, constants, engine.allreduce_fallback)
     plain = np.where(nbytes > engine.get("max_bytes"), fb, main)
