@@ -35,6 +35,7 @@ from steptime.specs.engines import check_precision, get_engine
 from steptime.specs.moe import is_moe
 from steptime.step import ATTN_TERMS, BLOCK_TERMS, check_tp, memory_bytes, predict_steps
 from steptime.terms import attention
+from steptime.terms.gemm import smax, smax1
 from steptime.terms.moe import MoEConstants
 from steptime.validation import as_int, check_choice, check_f_clk
 
@@ -257,7 +258,7 @@ class StepTimer:
         p = fc["attn_overlap_p"]
         t_units = n * self._u0 * fc["attn_cta_us"] * 1e-6 / self.gpu.sms
         t_mem = nb / (self.gpu.mem_bw * fc["attn_eta_mem"])
-        return np.where(n > 0, fc["attn_floor_us"] * 1e-6 + (t_units ** p + t_mem ** p) ** (1.0 / p), 0.0)
+        return np.where(n > 0, fc["attn_floor_us"] * 1e-6 + smax(t_units, t_mem, p), 0.0)
 
     def decode_attention1(self, n: int, sum_kv: float) -> float:
         """`decode_attention` of one step in Python floats (n > 0)."""
@@ -308,7 +309,7 @@ class StepTimer:
         p = fc["attn_overlap_p"]
         t_units = un * fc["attn_cta_us"] * 1e-6 / self.gpu.sms
         t_work = max(tc, nb / (self.gpu.mem_bw * fc["attn_eta_mem"]))
-        return fc["attn_floor_us"] * 1e-6 * fc["attn_prefill_floor_rel"] + (t_units ** p + t_work ** p) ** (1.0 / p)
+        return fc["attn_floor_us"] * 1e-6 * fc["attn_prefill_floor_rel"] + smax1(t_units, t_work, p)
 
     def _mla_prefill(self, new, kv) -> float:
         from steptime import moe_step

@@ -43,6 +43,7 @@ from types import MappingProxyType
 import numpy as np
 
 from steptime.calibration import Constants
+from steptime.terms.gemm import smax
 
 KV_BYTES = MappingProxyType({"bf16": 2, "bfloat16": 2, "fp16": 2, "fp8": 1})
 Q_TILE = 128  # query rows per CTA of FlashAttention-class prefill kernels (DERIVED)
@@ -154,7 +155,7 @@ def combine(t_compute, nbytes, units, n_req, gpu, fc: dict, warm_l2: bool = Fals
     t_units = units * fc["attn_cta_us"] * 1e-6 / gpu.sms
     t_work = np.maximum(t_compute, t_memory)
     p = fc["attn_overlap_p"]
-    t_body = (t_units ** p + t_work ** p) ** (1.0 / p)
+    t_body = smax(t_units, t_work, p)
     floor = fc["attn_floor_us"] * 1e-6
     if prefill is not None:
         floor = floor * np.where(np.asarray(prefill, dtype=bool), fc["attn_prefill_floor_rel"], 1.0)

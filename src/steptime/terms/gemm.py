@@ -40,6 +40,7 @@ streams 1 MB of a 6 MB weight) and is a small share where many CTAs share the by
 
 from __future__ import annotations
 
+import math
 from types import MappingProxyType
 
 import numpy as np
@@ -459,11 +460,23 @@ def gemm_bytes(m, n, k, dtype: str = "bf16"):
 
 
 def smax(a, b, p: float):
-    """Roofline max with overlap exponent p ((a^p + b^p)^(1/p); hard max when p is inf)."""
+    """Roofline max with overlap exponent p ((a^p + b^p)^(1/p); hard max when p is inf; 0 where both are 0).
+    The one overlap law of every term (GEMM, attention, light kernels, routed experts, the serving timer)."""
     if not np.isfinite(p):
         return np.maximum(a, b)
     hi = np.maximum(a, b)
     lo = np.minimum(a, b)
+    ratio = np.divide(lo, hi, out=np.zeros(np.broadcast(lo, hi).shape), where=hi > 0)
+    return hi * (1.0 + ratio ** p) ** (1.0 / p)
+
+
+def smax1(a: float, b: float, p: float) -> float:
+    """smax of two Python floats without numpy (the serving timer's scalar paths, which cost microseconds)."""
+    hi, lo = (a, b) if a >= b else (b, a)
+    if hi <= 0.0:
+        return 0.0
+    if math.isinf(p):
+        return hi
     return hi * (1.0 + (lo / hi) ** p) ** (1.0 / p)
 
 

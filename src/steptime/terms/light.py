@@ -27,6 +27,7 @@ from types import MappingProxyType
 import numpy as np
 
 from steptime.calibration import Constants
+from steptime.terms.gemm import smax
 
 LIGHT_KERNELS = ("rmsnorm", "add", "rope", "act", "kv_write", "emb")
 PER_LAYER = MappingProxyType({"rmsnorm": 2, "add": 2, "rope": 1, "act": 1, "kv_write": 1})
@@ -66,4 +67,4 @@ def light_time(kernel: str, nbytes, gpu, constants: Constants | None = None) -> 
     p = float(ps[kernel] if isinstance(ps, dict) else ps)
     scale = float(constants.get("light_bw_scale", gpu))
     stream = np.asarray(nbytes, dtype=float) / (gpu.mem_bw * scale * float(etas[kernel]))
-    return (floor ** p + stream ** p) ** (1.0 / p)
+    return smax(floor, stream, p)

@@ -187,13 +187,23 @@ def _fill_lowest(c: np.ndarray, units, cap) -> None:
     c2[...] = raised + (at & (np.cumsum(at, axis=1) <= left[:, None]))
 
 
-def _take_highest(c: np.ndarray, units: int) -> None:
-    """Remove `units` tokens, one at a time, each from the expert of `c` with the most tokens (in place)."""
-    for _ in range(int(units)):
-        j = int(np.argmax(c))
-        if c[j] <= 0:
-            return
-        c[j] -= 1.0
+def _take_highest(c: np.ndarray, units) -> None:
+    """Remove units[i] tokens from row i of `c` (rows: one EP rank's local counts each, whole numbers; in place), one
+    at a time, each from the row's expert with the most tokens (the lowest index on a tie), none below 0: the mirror
+    of _fill_lowest, in closed form, every row at once. Lowering a row's j highest counts to the j-th highest s_j
+    costs (s_1 + ... + s_j) - j s_j tokens; the largest j whose cost fits sets the level L = ceil((s_1 + ... + s_j -
+    units) / j) (at least 0); what is left then comes one each from the lowest-index experts at L."""
+    c2 = np.atleast_2d(c)
+    rows, m = c2.shape
+    u = np.minimum(np.broadcast_to(np.asarray(units, dtype=float), (rows,)), c2.sum(axis=1))
+    s = -np.sort(-c2, axis=1)
+    P = np.cumsum(s, axis=1)
+    J = ((P - np.arange(1, m + 1) * s) <= u[:, None]).sum(axis=1)  # >= 1: the highest count costs nothing
+    L = np.maximum(np.ceil((P[np.arange(rows), J - 1] - u) / J), 0.0)
+    lowered = np.minimum(c2, L[:, None])
+    left = u - (c2 - lowered).sum(axis=1)
+    at = (lowered == L[:, None]) & (L[:, None] > 0)
+    c2[...] = lowered - (at & (np.cumsum(at, axis=1) <= left[:, None]))
 
 
 def power_law_counts(tokens: int, num_experts: int, topk: int, ep: int, alpha: float, *, draws: int = 16,
@@ -237,9 +247,10 @@ def power_law_counts_many(tokens, num_experts: int, topk: int, ep: int, alpha: f
         caps = np.broadcast_to(Tf[:, None, None], (len(T), draws, ep))[up].reshape(-1)
         _fill_lowest(sub, share[up].reshape(-1), caps)
         per_rank[up] = sub.reshape(-1, ep, m)
-    for i, d in zip(*np.nonzero(~up)):  # a rounding surplus (rare): taken back from the most-loaded
-        for rank in range(ep):
-            _take_highest(per_rank[i, d, rank], int(share[i, d, rank]))
+    if not up.all():  # a rounding surplus: taken back from the most-loaded
+        sub = per_rank[~up].reshape(-1, m)
+        _take_highest(sub, share[~up].reshape(-1))
+        per_rank[~up] = sub.reshape(-1, ep, m)
     busiest = np.argmax(per_rank.sum(axis=3), axis=2)
     return np.take_along_axis(per_rank, busiest[:, :, None, None], axis=2)[:, :, 0, :]
 
@@ -409,7 +420,7 @@ def routed_experts_time(tokens, hidden, inter, topk, num_experts, gpu, mc: MoECo
         t_tok = t_tok + law("quant_passes") * 2.0 * h * T / gpu.mem_bw
     t0 = max(0.0, law("floor_us") + reads.get("d_floor_us", gpu, 0.0)) * 1e-6
     p = float(_law(mc, "overlap_p", dtype, family)) if _has_law(mc, "overlap_p", dtype, family) else np.inf
-    both = np.maximum(t_c, t_m) if np.isinf(p) else (t_c ** p + t_m ** p) ** (1.0 / p)
+    both = smax(t_c, t_m, p)
     t = np.where(T > 0, t0 + both + t_tok, 0.0)
     return {"t": t, "t_compute": t_c, "t_memory": t_m, "t_tokens": t_tok, "compute_bound": t_c >= t_m,
             "weight_bytes": W, "flops": F, "eta_mem": eta_m, "l2_resident_share": res, "experts_touched": Et}
