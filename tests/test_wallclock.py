@@ -463,6 +463,16 @@ def test_tpot_prefill_first_wave_charges_a_request_only_the_rest_of_its_own_wave
         W.predict_tpot(rows, f, f, variant="mixed", token_budget=None, prefill_first=True, closed_loop=loop)
 
 
+def test_tpot_claim_text_names_a_prefill_first_engines_schedule():
+    from steptime_lab.experiments import wallclock_report as R
+
+    assert R.variant_text("mixed", "vllm", "aic-silicon") == R.VARIANT_TEXT["mixed"]
+    assert R.variant_text("naive", "sglang", "aic-silicon") == R.VARIANT_TEXT["naive"]
+    assert "prefill first" in R.variant_text("mixed", "sglang", "aic-silicon")
+    assert "WAVE_NOTE" in R.variant_text("mixed", "sglang", "aic-silicon")
+    assert "WAVE_NOTE" not in R.variant_text("mixed", "sglang", "mlenergy-v3")
+
+
 def _ttft_rows(c, isl=1024, osl=128):
     return pd.DataFrame({"batch": [float(c)], "prompt_tokens": [float(isl)], "output_tokens": [float(osl)]})
 

@@ -359,6 +359,18 @@ PREFILL_FIRST_DISCLOSED = (
     "(KV_CAP_NOTE). The naive variant is unchanged.")
 
 
+VARIANT_TEXT = {"naive": "one decode step at the measured mean batch plus amortised prefill kernels",
+                "mixed": "the steps the engine runs: decode steps and mixed steps carrying the arriving prompts"}
+
+
+def variant_text(variant: str, engine: str, dataset: str) -> str:
+    """What a TPOT claim's variant prices for this engine and dataset (a prefill-first engine's mixed variant
+    names its schedule, and on a closed loop its wave)."""
+    if variant == "mixed" and not get_engine(engine).mixes_prefill():
+        return PREFILL_FIRST_WHAT + (PREFILL_FIRST_LOOP if dataset in W.CONCURRENCY_DATASETS else "")
+    return VARIANT_TEXT[variant]
+
+
 def token_time_document(res: dict, skipped: list[dict], targets: dict, sensitivity: list[dict],
                    mixed: dict | None = None, server: dict | None = None) -> dict:
     claims = []
@@ -366,8 +378,6 @@ def token_time_document(res: dict, skipped: list[dict], targets: dict, sensitivi
     srv = (server or {}).get("engines") or {}
     for eng, r in srv.items():
         srv_on.update({(eng, x["gpu"]): x["fitted_on"] for x in r["per_gpu"] if x["fitted_on"]})
-    what = {"naive": "one decode step at the measured mean batch plus amortised prefill kernels",
-            "mixed": "the steps the engine runs: decode steps and mixed steps carrying the arriving prompts"}
     for r in (res, mixed):
         if r is None:
             continue
@@ -378,9 +388,7 @@ def token_time_document(res: dict, skipped: list[dict], targets: dict, sensitivi
             t = targets["tpot_mape"]
             on = srv_on.get((s["engine"], s["gpu"]))
             law = f"; its server law fitted on {', '.join(on)}'s rows, held out by GPU" if on else ""
-            how = what[v]
-            if v == "mixed" and not get_engine(s["engine"]).mixes_prefill():
-                how = PREFILL_FIRST_WHAT + (PREFILL_FIRST_LOOP if s["dataset"] in W.CONCURRENCY_DATASETS else "")
+            how = variant_text(v, s["engine"], s["dataset"])
             claims.append(claim(f"{s['dataset']} {s['gpu']} {s['engine']} (TP {s['tps']}): TPOT MAPE over {s['cells']} "
                                 f"configurations ({len(s['models'])} dense models; {v}: {how}{law})",
                                 _r(s["mape"]), "<= target", t, s["mape"] <= t, op="<=", unit="fraction"))
