@@ -307,3 +307,17 @@ def test_allreduce_table_is_checked(tmp_path):
         E._parse_limits({**base, "nvls_max_bytes": {}}, "t")
     with pytest.raises(ValueError, match="provenance"):
         E._parse_limits({k: v for k, v in base.items() if k != "source"}, "t")
+
+
+def test_schedule_mixed_prefill_is_data_sglang_runs_prefill_first():
+    """engines.yaml schedule.mixed_prefill: SGLang's default (enable_mixed_chunk False, prefill batches first as
+    steps of their own) is false; every other profile mixes (absent: true); a bad value or field is refused."""
+    assert not E.get_engine("sglang").mixes_prefill()
+    assert E.get_engine("sglang").lookup("mixed_prefill").provenance == "DERIVED"
+    for name in ("vllm", "vllm-v0", "vllm-v1-sync", "trtllm"):
+        assert E.get_engine(name).mixes_prefill()
+    base = E._doc()["engines"]["sglang"]
+    with pytest.raises(ValueError, match="true or false"):
+        E._parse_engine("x", {**base, "schedule": {"mixed_prefill": {"value": 0, "provenance": "ASSUMED", "source": "t"}}})
+    with pytest.raises(ValueError, match="unknown field schedule.mixed_chunk"):
+        E._parse_engine("x", {**base, "schedule": {"mixed_chunk": {"value": False, "provenance": "ASSUMED", "source": "t"}}})

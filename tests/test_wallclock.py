@@ -431,6 +431,48 @@ def test_tpot_mixed_variant_runs_the_arriving_prompts_inside_the_steps():
         W.predict_tpot(rows, f, f, variant="mixed", chunked=True, token_budget=None)
 
 
+def test_tpot_prefill_first_wave_charges_a_request_only_the_rest_of_its_own_wave():
+    """WAVE_NOTE: an engine that runs prefill first in steps of its own (SGLang) on a closed loop with fixed
+    lengths: request i waits, after its first token, for its wave's prefill steps after the one that carried it;
+    TPOT = t_decode + mean wait / (OSL - 1). Other rows of such an engine: a prompt is a prefill step of its own."""
+    rows = pd.DataFrame({"batch": [16.0, 4.0, 16.0], "prompt_tokens": [1024.0, 3000.0, 1024.0],
+                         "output_tokens": [129.0, 101.0, 129.0], "mode": "agg"})
+    f = _toy_predictor(a=2.0, b=0.1, c=0.0, g=0.01)
+    loop = np.array([True, True, False])
+    r = W.predict_tpot(rows, f, f, variant="mixed", chunked=True, token_budget=8192, prefill_first=True,
+                       closed_loop=loop)
+    # row 0: 16 x 1024 = two full steps of 8 prompts; the first 8 requests wait for the second step, the rest none
+    t_step = 2.0 + 0.1 * 8 + 0.01 * 8192
+    assert r["pred_ms"][0] == pytest.approx(2.0 + 0.1 * 16 + 0.01 * 16 + 0.5 * t_step / 128)
+    # row 1: 4 x 3000 = 8192 + 3808 tokens; requests 0 and 1 finish in step 1 and wait for the last (1 prompt)
+    t_last = 2.0 + 0.1 * 1 + 0.01 * 3808
+    assert r["pred_ms"][1] == pytest.approx(2.0 + 0.1 * 4 + 0.01 * 4 + 0.5 * t_last / 100)
+    # row 2 (not a closed loop): spread arrivals, each prompt a prefill step of its own
+    t_dec = 2.0 + 0.1 * 16 + 0.01 * 16
+    assert r["pred_ms"][2] == pytest.approx(t_dec + (16 / 129) * (2.0 + 0.1 + 0.01 * 1024))
+    # the naive variant and an engine that mixes are untouched by the flag
+    assert np.allclose(W.predict_tpot(rows, f, f, variant="naive", prefill_first=True, closed_loop=loop)["pred_ms"],
+                       W.predict_tpot(rows, f, f, variant="naive")["pred_ms"])
+    mixed = W.predict_tpot(rows, f, f, variant="mixed", chunked=True, token_budget=8192)
+    assert mixed["pred_ms"][0] > r["pred_ms"][0]  # the spread amortisation charges every prompt of the round
+    # one request: its own prefill carries its first token, no wait
+    one = W.predict_tpot(rows.iloc[:1].assign(batch=1.0), f, f, variant="mixed", token_budget=8192,
+                         prefill_first=True, closed_loop=[True])
+    assert one["pred_ms"][0] == pytest.approx(2.0 + 0.1 + 0.01)
+    with pytest.raises(W.WallclockError, match="token budget"):
+        W.predict_tpot(rows, f, f, variant="mixed", token_budget=None, prefill_first=True, closed_loop=loop)
+
+
+def test_tpot_claim_text_names_a_prefill_first_engines_schedule():
+    from steptime_lab.experiments import wallclock_report as R
+
+    assert R.variant_text("mixed", "vllm", "aic-silicon") == R.VARIANT_TEXT["mixed"]
+    assert R.variant_text("naive", "sglang", "aic-silicon") == R.VARIANT_TEXT["naive"]
+    assert "prefill first" in R.variant_text("mixed", "sglang", "aic-silicon")
+    assert "WAVE_NOTE" in R.variant_text("mixed", "sglang", "aic-silicon")
+    assert "WAVE_NOTE" not in R.variant_text("mixed", "sglang", "mlenergy-v3")
+
+
 def _ttft_rows(c, isl=1024, osl=128):
     return pd.DataFrame({"batch": [float(c)], "prompt_tokens": [float(isl)], "output_tokens": [float(osl)]})
 

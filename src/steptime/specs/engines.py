@@ -58,6 +58,11 @@ PRECISION_CONST = ("fp8_gemm",)  # precision fields that point at a fitted const
 # MoE by default (moe_step.block_terms prices it; absent: deepep, steptime's pricing before the field existed)
 MOE_EXCHANGES = ("allgather_reducescatter", "deepep")
 MOE_EXCHANGE_DEFAULT = "deepep"
+# schedule.<field>: how the engine's scheduler builds a step, as data (read by the lab's schedule models and the
+# serving replays). mixed_prefill: whether a step that admits prompt tokens also carries the running requests'
+# decodes (vLLM V1, TensorRT-LLM: yes; SGLang by default: no, a prefill batch runs as a step of its own, prefill
+# first). Absent: true (steptime's schedule before the field existed).
+SCHEDULE = ("mixed_prefill",)
 AR_LIMIT_TABLES = ("custom_max_bytes", "symm_mem_max_bytes", "fuse_norm_max_bytes", "fuse_one_shot_max_bytes")
 FP8_GEMM_DEFAULT = "gemm_fp8_rel"
 
@@ -162,6 +167,12 @@ class Engine:
         v = self.values.get("moe_exchange")
         return str(v.value) if v is not None else MOE_EXCHANGE_DEFAULT
 
+    def mixes_prefill(self) -> bool:
+        """Whether a step that admits prompt tokens also carries the running requests' decodes
+        (engines.yaml schedule.mixed_prefill; absent: True). False: prefill first, in steps of their own."""
+        v = self.values.get("mixed_prefill")
+        return bool(v.value) if v is not None else True
+
     def graph_mode(self, phase: str) -> str:
         return self.graphs.get(phase, "none") if self.host_terms else "none"
 
@@ -236,6 +247,13 @@ def _parse_engine(key: str, doc: dict) -> Engine:
         if v.value not in MOE_EXCHANGES:
             raise ValueError(f"{where}: moe.exchange {v.value!r} not in {MOE_EXCHANGES}")
         values["moe_exchange"] = v
+    for name, e in (doc.get("schedule") or {}).items():
+        if name not in SCHEDULE:
+            raise ValueError(f"{where}: unknown field schedule.{name} (known: {', '.join(SCHEDULE)})")
+        v = _value(name, e, where)
+        if not isinstance(v.value, bool):
+            raise ValueError(f"{where}: schedule.{name} must be true or false (got {v.value!r})")
+        values[name] = v
     for name, e in (doc.get("precision") or {}).items():
         if name not in PRECISION:
             raise ValueError(f"{where}: unknown field precision.{name} (known: {', '.join(PRECISION)})")

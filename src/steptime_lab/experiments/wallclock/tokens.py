@@ -16,7 +16,7 @@ from steptime_lab.experiments.wallclock.fpm import FpmSpec, engine_constants_doc
 from steptime_lab.experiments.wallclock.steps import WallclockError, make_predictor, records
 from steptime.errors import UnknownModelError
 from steptime.specs import get_model
-from steptime.specs.engines import SERVER_FIELDS
+from steptime.specs.engines import SERVER_FIELDS, get_engine
 from steptime_lab.experiments.wallclock.fpm import fitted_values
 from steptime_lab.metrics import score
 
@@ -62,7 +62,22 @@ MIXED_NOTE = ("mixed: what the engine runs in aggregated serving. Arriving reque
               "reading half the prompt before it as prefix) and the rest pure decode steps; TPOT = (1 - f) t_decode "
               "+ f t_mixed, every step the whole engine step (host, launches, sampling). An engine that does not chunk "
               "runs each prompt as a prefill step of its own between decode steps: TPOT = t_decode + (P / prompt) "
-              "t_prefill. f is capped at 1 (the engine saturated: every step full). Static batches: the decode step.")
+              "t_prefill. f is capped at 1 (the engine saturated: every step full). Static batches: the decode step. "
+              "An engine that runs prefill first in steps of its own (engines.yaml schedule.mixed_prefill false: "
+              "SGLang's default) on a closed loop of c clients with fixed prompt and output lengths (AIConfigurator "
+              "silicon, CONCURRENCY_DATASETS) keeps its requests in step: each round arrives as a wave, its c x "
+              "prompt tokens run as prefill-only steps of up to the token budget before any decode, and every "
+              "request decodes and finishes with the others (WAVE_NOTE). Elsewhere (spread arrivals) such an engine "
+              "is priced as an engine that does not chunk.")
+WAVE_NOTE = ("prefill-first wave (engines.yaml schedule.mixed_prefill false, closed-loop rows): the n = min(c, KV "
+             "capacity) requests of a round prefill as one stream of n x ISL tokens in K = ceil(n ISL / budget) "
+             "prefill-only steps of up to `budget` tokens (the last one the remainder; a step of s tokens holds s / "
+             "ISL prompts); request i's first token comes with step k_i = ceil((i + 1) ISL / budget), and it then "
+             "waits for the wave's remaining K - k_i prefill steps before the round's OSL - 1 decode steps at batch "
+             "n. TPOT as the benchmark reports it, the time from the first token to the last over OSL - 1: t_decode "
+             "+ mean_i(wait_i) / (OSL - 1). Prefills of other rounds never land inside a request's decode, unlike "
+             "the spread-arrival amortisation (P = batch x prompt / output prefill tokens in every request's "
+             "decode), which charges a request every prompt of its round.")
 
 
 def _mixed_frame(n, kv, chunk, prefix, tp):
@@ -115,15 +130,40 @@ def kv_running(batch, capacity):
     return np.minimum(B, cap), B > cap
 
 
+def wave_wait_ms(running, prompt_tokens, token_budget: float, predictor: Callable, tp: int) -> np.ndarray:
+    """Per row: the mean time a request of a prefill-first wave waits, after its first token, for the rest of
+    its wave's prefill steps (WAVE_NOTE); `running` requests of `prompt_tokens` each, steps of up to
+    `token_budget` tokens priced by `predictor` (the whole engine step)."""
+    if token_budget is None or token_budget <= 0:
+        raise WallclockError("a prefill-first wave needs the engine's token budget > 0")
+    n = np.maximum(np.floor(np.asarray(running, dtype=float)), 1).astype(int)
+    isl = np.maximum(np.asarray(prompt_tokens, dtype=float), 2.0)
+    stream = n * isl
+    K = np.ceil(stream / token_budget)
+    full = np.minimum(token_budget, stream)
+    last = stream - (K - 1) * token_budget
+    t_full = predictor(_prefill_steps(full, full / isl, tp), tp, None)["total"]
+    t_last = predictor(_prefill_steps(last, np.maximum(last / isl, 1.0), tp), tp, None)["total"]
+    out = np.zeros(len(n))
+    for r in range(len(n)):
+        k = np.ceil((np.arange(n[r]) + 1) * isl[r] / token_budget)  # the step that carries request i's first token
+        later = K[r] - k                                             # prefill steps after it (the last one among them)
+        out[r] = float(np.mean(np.where(later > 0, (later - 1) * t_full[r] + t_last[r], 0.0)))
+    return out
+
+
 def predict_tpot(rows, predictor: Callable, kernels: Callable | None = None, tp: int = 1, *,
                  variant: str = "naive", chunked: bool = True, token_budget: float | None = None,
-                 capacity=None) -> dict:
+                 capacity=None, prefill_first: bool = False, closed_loop=None) -> dict:
     """Predicted TPOT (ms) for rows of ONE (gpu, model, engine, tp, dtype): decode step at the
     mean batch, plus for mode == 'agg' either (variant 'naive') the amortised prefill (GPU kernel
     time of a 1 x prompt prefill from `kernels`, times batch / output_tokens) or (variant 'mixed')
     the steps the engine runs with the arriving prompts inside (MIXED_NOTE; `chunked` and
     `token_budget` are the engine's). `capacity` (requests, a number or one per row; None: uncapped):
-    the batch is first capped at it (KV_CAP_NOTE); `running` and `capped` are returned."""
+    the batch is first capped at it (KV_CAP_NOTE); `running` and `capped` are returned. `prefill_first`
+    (the engine's schedule.mixed_prefill is false) with `closed_loop` (a mask: rows of a closed loop with fixed
+    lengths) prices those rows' mixed variant as a prefill-first wave (WAVE_NOTE); other rows of such an
+    engine as an engine that does not chunk."""
     if variant not in VARIANTS:
         raise WallclockError(f"unknown TPOT variant {variant!r} (known: {', '.join(VARIANTS)})")
     B0 = rows["batch"].to_numpy(float)
@@ -144,6 +184,16 @@ def predict_tpot(rows, predictor: Callable, kernels: Callable | None = None, tp:
         k_lo = kernels(_decode_frame(lo, kv, tp), tp, None)["total"]
         k_hi = kernels(_decode_frame(hi, kv, tp), tp, None)["total"]
         kdec = k_lo + w * (k_hi - k_lo)
+    if variant == "mixed" and agg.any():
+        wave = np.zeros(len(rows), dtype=bool)
+        if prefill_first:
+            wave = agg & (np.ones(len(rows), bool) if closed_loop is None else np.asarray(closed_loop, dtype=bool))
+            if wave.any():
+                osl = rows["output_tokens"].to_numpy(float)[wave]
+                pre[wave] = wave_wait_ms(B[wave], rows["prompt_tokens"].to_numpy(float)[wave], token_budget,
+                                         predictor, tp) / np.maximum(osl - 1.0, 1.0)
+            agg = agg & ~wave
+            chunked = False  # spread arrivals: each prompt a prefill step of its own (MIXED_NOTE)
     if variant == "mixed" and agg.any():
         isl = rows["prompt_tokens"].to_numpy(float)[agg]
         P, chunk, prefix, f = mixed_schedule(B[agg], isl, rows["output_tokens"].to_numpy(float)[agg],
@@ -292,7 +342,9 @@ def run_tpot(rows, model_of=None, n_boot: int = 1000, seed: int = 0, fitted=None
             cap = kv_capacity(d, model if model_of is None else model_of(model), gpu, int(tp), dtype=dt) \
                 if kv_cap else None
             r = predict_tpot(d, f, kern, tp=int(tp), variant=variant, chunked=eng in mx.get("chunked", ()),
-                             token_budget=mx.get("token_budget"), capacity=cap)
+                             token_budget=mx.get("token_budget"), capacity=cap,
+                             prefill_first=not get_engine(eng).mixes_prefill(),
+                             closed_loop=d["dataset"].isin(CONCURRENCY_DATASETS).to_numpy())
         except SteptimeError as exc:
             skipped.append({"dataset": ds, "reason": f"{type(exc).__name__}: {str(exc).splitlines()[0][:160]}",
                             "rows": int(len(d)), "group": [str(v) for v in k]})
