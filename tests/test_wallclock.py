@@ -263,6 +263,24 @@ def test_tpot_table_counts_every_row_left_out_with_its_reason():
     assert len(rows) + sum(s["rows"] for s in skipped) == len(v2) + len(sil)
 
 
+def test_tpot_table_v3_measure_is_the_median_unless_the_steady_state_mean_is_asked_for():
+    """V3_STEADY_MEAN_NOTE: ML.ENERGY v3 rows carry the median inter-token latency by default (E2.11b, E1.18 read
+    that); v3_measure='steady_mean_itl_ms' gives avg_batch / output throughput x 1000 ms instead, named per row;
+    an unknown measure is refused. Toy rows (invented round numbers, not data)."""
+    v3 = pd.DataFrame({"task": "lm-arena-chat", "gpu": "b200", "model": "llama-3.1-8b", "model_source": "x",
+                       "arch": "dense", "moe": False, "engine": "vllm", "engine_version": "0.11.1", "dtype": "bfloat16",
+                       "tp": 1, "ep": 1, "dp": 1, "avg_batch": [8.0, 256.0], "median_itl_ms": [5.0, 20.0],
+                       "output_tokens_per_s": [1600.0, 10240.0], "avg_output_len": 400.0, "source_file": "f"})
+    prompts = {("mlenergy-v3", "lm-arena-chat"): 250}
+    med, _ = W.tpot_table(mlenergy_v3=v3, prompt_tokens=prompts)
+    assert med["tpot_ms"].tolist() == [5.0, 20.0] and set(med["measure"]) == {"median_itl_ms"}
+    mean, _ = W.tpot_table(mlenergy_v3=v3, prompt_tokens=prompts, v3_measure="steady_mean_itl_ms")
+    assert mean["tpot_ms"].tolist() == pytest.approx([5.0, 25.0]) and set(mean["measure"]) == {"steady_mean_itl_ms"}
+    assert mean.drop(columns=["tpot_ms", "measure"]).equals(med.drop(columns=["tpot_ms", "measure"]))
+    with pytest.raises(W.WallclockError):
+        W.tpot_table(mlenergy_v3=v3, prompt_tokens=prompts, v3_measure="mean_itl_ms")
+
+
 def test_run_tpot_scores_per_dataset_gpu_engine_and_refuses_unknown_models_with_a_count():
     v2, sil = _tpot_tables()
     rows, _ = W.tpot_table(mlenergy_v2=v2, silicon=sil, prompt_tokens={("mlenergy-v2", "chat"): 250})
@@ -523,6 +541,31 @@ def test_residual_per_request_reads_a_per_request_host_cost_off_the_misses():
     rec = WR.residual_per_request(pred)[0]
     assert rec["line"]["b_ms_per_request"] == pytest.approx(0.3) and rec["line"]["a_ms"] == pytest.approx(1.0)
     assert set(rec["by_tp"]) == {"1", "2"} and rec["rows"] == 4
+
+
+def test_tpot_error_table_places_each_row_once_per_model_and_per_batch_bin():
+    """E2.11's error table (ERROR_TABLE_NOTE): every row counted once per table, the batch bins' edges as stated
+    (lower inclusive, the last open), MAPE and signed error per cell from the rows in it, both variants side by
+    side; naive and mixed predictions over different rows are refused."""
+    from steptime_lab.experiments import wallclock_report as WR
+
+    batch = np.array([8.0, 20.0, 64.0, 128.0, 600.0, 1000.0])
+    meas = np.full(6, 10.0)
+    base = pd.DataFrame({"dataset": "d", "gpu": "g", "engine": "e", "tp": [1, 1, 1, 8, 8, 8], "model": "m",
+                         "task": ["a", "a", "b", "a", "a", "a"], "batch": batch, "tpot_ms": meas})
+    naive = {"pred": base.assign(pred_ms=[11.0, 9.0, 10.0, 15.0, 20.0, 5.0])}
+    mixed = {"pred": base.assign(pred_ms=[10.0, 10.0, 12.0, 10.0, 10.0, 10.0])}
+    t = WR.tpot_error_table(naive, mixed)
+    assert sum(r["rows"] for r in t["by_model"]) == 6 and sum(r["rows"] for r in t["by_batch"]) == 6
+    cell = {(r["tp"], r["task"]): r for r in t["by_model"]}
+    assert cell[(1, "a")]["rows"] == 2 and cell[(1, "a")]["naive"] == {"mape": 0.1, "signed": 0.0}
+    assert cell[(8, "a")]["naive"]["mape"] == pytest.approx((0.5 + 1.0 + 0.5) / 3, abs=1e-4)
+    assert cell[(1, "b")]["mixed"] == {"mape": 0.2, "signed": 0.2}
+    bins = {(r["tp"], tuple(r["batch_bin"])): r["rows"] for r in t["by_batch"]}
+    assert bins == {(1, (0.0, 20.0)): 1, (1, (20.0, 70.0)): 2, (8, (70.0, 200.0)): 1, (8, (600.0, None)): 2}
+    assert t["batch_bins"][-1] is None
+    with pytest.raises(ValueError):
+        WR.tpot_error_table(naive, {"pred": mixed["pred"].iloc[::-1]})
 
 
 def _v0_rows():

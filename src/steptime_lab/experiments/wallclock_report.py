@@ -316,6 +316,44 @@ def side_by_side(naive: dict, mixed: dict) -> list[dict]:
     return out
 
 
+ERROR_TABLE_NOTE = (
+    "Diagnostic, no claim and nothing fitted from it: where each group's TPOT error sits. by_model: per (dataset, GPU, "
+    "engine, TP, model, task) the rows, the measured mean running batch's range, and the MAPE and signed mean error "
+    "of both variants; by_batch: the same per (dataset, GPU, engine, TP) and measured-batch bin (BATCH_BINS, running "
+    "requests, lower edge inclusive; None: no upper edge). Read it to see whether a group's miss is one TP, one model, one task or the "
+    "large batches, and of which sign.")
+BATCH_BINS = (0, 20, 70, 200, 600, np.inf)  # bins of the measured mean running batch: 8-16, 32-64, 96-192, 255-511, >= 765
+
+
+def _err_stats(pred, meas) -> dict:
+    e = (np.asarray(pred, float) - np.asarray(meas, float)) / np.asarray(meas, float)
+    return {"mape": _r(float(np.mean(np.abs(e)))), "signed": _r(float(np.mean(e)))}
+
+
+def tpot_error_table(naive: dict, mixed: dict | None = None) -> dict:
+    """ERROR_TABLE_NOTE's two tables over run_tpot predictions (the naive variant, and the mixed one beside it
+    where given: the same rows, matched by index)."""
+    p = naive["pred"]
+    q = mixed["pred"] if mixed is not None else None
+    if q is not None and not p.index.equals(q.index):
+        raise ValueError("naive and mixed predictions must hold the same rows in the same order")
+    p = p.assign(_bin=np.searchsorted(np.asarray(BATCH_BINS[1:-1]), p["batch"].to_numpy(float), side="right"))
+    group = ["dataset", "gpu", "engine", "tp"]
+    out = {"note": ERROR_TABLE_NOTE, "batch_bins": [float(b) if np.isfinite(b) else None for b in BATCH_BINS], "by_model": [], "by_batch": []}
+    for key, by in (("by_model", group + ["model", "task"]), ("by_batch", group + ["_bin"])):
+        for k, d in p.groupby(by, sort=True):
+            row = {c: (v.item() if hasattr(v, "item") else v) for c, v in zip(by, k)}
+            if "_bin" in row:
+                i = int(row.pop("_bin"))
+                row["batch_bin"] = [float(BATCH_BINS[i]), float(BATCH_BINS[i + 1]) if i + 2 < len(BATCH_BINS) else None]
+            row.update(rows=int(len(d)), batch_min=_r(float(d["batch"].min()), 1),
+                       batch_max=_r(float(d["batch"].max()), 1), naive=_err_stats(d["pred_ms"], d["tpot_ms"]))
+            if q is not None:
+                row["mixed"] = _err_stats(q.loc[d.index, "pred_ms"], d["tpot_ms"])
+            out[key].append(row)
+    return out
+
+
 RESIDUAL_NOTE = (
     "Diagnostic, no claim and nothing fitted from it: the mixed variant's miss (measured minus predicted token time, "
     "ms) per group and TP, over the measured mean running batch, and a least-squares line gap = a + b x batch per "
@@ -372,7 +410,7 @@ def variant_text(variant: str, engine: str, dataset: str) -> str:
 
 
 def token_time_document(res: dict, skipped: list[dict], targets: dict, sensitivity: list[dict],
-                   mixed: dict | None = None, server: dict | None = None) -> dict:
+                   mixed: dict | None = None, server: dict | None = None, v3_measure: str | None = None) -> dict:
     claims = []
     srv_on = {}  # (engine, gpu) -> the GPUs its server law was fitted on (W.fit_server_hosts)
     srv = (server or {}).get("engines") or {}
@@ -389,6 +427,8 @@ def token_time_document(res: dict, skipped: list[dict], targets: dict, sensitivi
             on = srv_on.get((s["engine"], s["gpu"]))
             law = f"; its server law fitted on {', '.join(on)}'s rows, held out by GPU" if on else ""
             how = variant_text(v, s["engine"], s["dataset"])
+            if v3_measure and s["dataset"] == "mlenergy-v3":
+                law += f"; measured: {v3_measure}"
             claims.append(claim(f"{s['dataset']} {s['gpu']} {s['engine']} (TP {s['tps']}): TPOT MAPE over {s['cells']} "
                                 f"configurations ({len(s['models'])} dense models; {v}: {how}{law})",
                                 _r(s["mape"]), "<= target", t, s["mape"] <= t, op="<=", unit="fraction"))
@@ -419,6 +459,7 @@ def token_time_document(res: dict, skipped: list[dict], targets: dict, sensitivi
                        naive_vs_mixed=side_by_side(res, mixed))
         metrics.update(residual_per_request=residual_per_request(mixed["pred"]),
                        residual_note=RESIDUAL_NOTE)
+    metrics["error_table"] = tpot_error_table(res, mixed)
     return {"metrics": metrics, "claims": claims}
 
 
