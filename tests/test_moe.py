@@ -66,6 +66,8 @@ def test_dense_predictions_unchanged():
         for fs in r["factors"].values():  # the per-CTA stream, a factor added since (issue 19, wave 9): the
             assert fs.pop("t_cta", 0.0) == 0.0  # pinned constants carry no cta_stream_us_mb, so it is off
         assert r.pop("engine") == engine
+        # the qk_norm light term, added since (issue 19): zero for these models (none has models.yaml qk_norm)
+        assert r["terms_ms"].pop("qk_norm") == 0.0 and r["bound"].pop("qk_norm") == "memory"
         want = dict(c["result"])
         assert want.pop("engine") == "vllm"
         got = json.loads(json.dumps(r, sort_keys=True))

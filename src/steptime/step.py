@@ -33,7 +33,8 @@ from steptime.terms.moe import MoEConstants
 
 PROJ_TERMS = ("qkv_proj", "o_proj", "gate_up_proj", "down_proj")
 ATTN_TERMS = ("attn_prefill", "attn_decode")
-LIGHT_TERMS = ("rmsnorm", "add", "rope", "act", "kv_write", "emb")
+LIGHT_TERMS = ("rmsnorm", "add", "rope", "act", "kv_write", "emb", "qk_norm")  # qk_norm: zero unless models.yaml qk_norm
+QK_NORM_LAUNCHES = 2  # per layer: q's and k's RMSNorm (terms/light.py qk_norm)
 FUSED_LIGHT = ("rmsnorm", "add")  # what an engine may fuse into the all-reduce (engines.yaml fuse_norm_max_bytes)
 BLOCK_TERMS = PROJ_TERMS + ATTN_TERMS + LIGHT_TERMS + ("lm_head", "allreduce")
 TERMS = BLOCK_TERMS + ("dispatch_floor", "host", "sampling")
@@ -421,6 +422,10 @@ def predict_steps(model, gpu, step_id, new_tokens, kv_len, n_steps: int | None =
     n_fused = allreduces_per_layer() * L  # each fused all-reduce takes one residual add and one RMSNorm
     fused_stream = np.zeros(n_steps)
     for kern in (() if moe else LIGHT_TERMS):
+        if kern == "qk_norm":
+            out[kern] = np.where(T > 0, L * light.qk_norm_time(T, model, gpu, tp, constants), 0.0)
+            compute_bound[kern] = np.zeros(n_steps, dtype=bool)
+            continue
         nb = light.light_bytes(kern, T, model, tp)
         t = light.light_time(kern, nb, gpu, constants)
         reps = 1 if kern == "emb" else L * light.PER_LAYER[kern]
@@ -438,6 +443,7 @@ def predict_steps(model, gpu, step_id, new_tokens, kv_len, n_steps: int | None =
     blocks = sum(out[t] for t in (moe_step.BLOCK_TERMS if moe else BLOCK_TERMS))
     disp = host.engine_dispatch_floor(L, T, n_pref == 0, gpu, engine, constants, tp,
                                       fused_kernels=np.where(fused, len(FUSED_LIGHT) * n_fused, 0),
+                                      extra_kernels=QK_NORM_LAUNCHES * L if model.qk_norm else 0,
                                       gdn_layers=model.n_linear_layers if moe else 0)
     out["dispatch_floor"] = np.maximum(0.0, disp - blocks)
     hidden_dispatch = np.minimum(disp, blocks)

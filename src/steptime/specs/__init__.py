@@ -299,7 +299,8 @@ def _model_from_raw(key: str, raw: dict) -> Model:
     if missing:
         raise ModelConfigError(f"{MODEL_FILE.name}: model {key!r}: missing fields {', '.join(missing)}")
     return Model(key=key, source=raw.get("source", key), aliases=tuple(raw.get("aliases", ())),
-                 parallel_block=bool(raw.get("parallel_block", False)), **{f: raw[f] for f in _MODEL_FIELDS})
+                 parallel_block=bool(raw.get("parallel_block", False)), qk_norm=bool(raw.get("qk_norm", False)),
+                 **{f: raw[f] for f in _MODEL_FIELDS})
 
 
 @lru_cache(maxsize=1)
@@ -431,6 +432,7 @@ def model_from_config(path: str | os.PathLike) -> Model:
         tie_word_embeddings=_cfg_bool(cfg, "tie_word_embeddings", where, False),
         max_position_embeddings=_cfg_int(cfg, "max_position_embeddings", where, 4096),
         parallel_block="PhiForCausalLM" in (cfg.get("architectures") or ()),
+        qk_norm="Qwen3ForCausalLM" in (cfg.get("architectures") or ()),  # the architecture has it, no field says so
     )
 
 

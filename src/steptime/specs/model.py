@@ -34,6 +34,7 @@ class Model:
     max_position_embeddings: int
     aliases: tuple = ()
     parallel_block: bool = False  # attention and MLP in parallel off one norm (phi-2); models.yaml
+    qk_norm: bool = False  # an RMSNorm (with weights) on each head's q and k before RoPE (Qwen3); models.yaml
 
     def __post_init__(self):
         """Refuse shapes no dense decoder has, with one line naming the model and the field."""

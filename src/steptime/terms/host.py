@@ -41,13 +41,15 @@ def dispatch_floor(n_layers: int, gpu, constants: Constants | None = None, tp: i
 
 
 def engine_dispatch_floor(n_layers: int, tokens, decode_only, gpu, engine, constants: Constants | None = None,
-                          tp: int = 1, fused_kernels=0, gdn_layers: int = 0):
+                          tp: int = 1, fused_kernels=0, gdn_layers: int = 0, extra_kernels: int = 0):
     """Per-step launch floor (seconds) under `engine`'s CUDA-graph policy.
 
     tokens: new tokens per step; decode_only: True where the step holds decodes only.
     full graph: one replay + a GPU-side gap per kernel; piecewise: the attention op of each
     layer eager, the rest in n_layers + 1 graph pieces; none (or above graph_max_tokens): eager.
     fused_kernels: kernels per step the engine fuses into its all-reduces (not launched on their own).
+    extra_kernels: launches per step beyond KERNELS_PER_LAYER's count (a qk_norm model's two per-head q/k
+    RMSNorms per layer, terms/light.py); 0 leaves every other model's floor as it was.
     gdn_layers: a hybrid's Gated DeltaNet layers (of the n_layers). Their op is a splitting op of the piecewise
     graphs (vLLM: vllm::gdn_attention_core): in a step with a prefill it runs eagerly, gdn.eager_launches() launches
     per layer in place of the attention op's piecewise_eager_per_layer, each at gdn_eager_launch_us (absent:
@@ -65,6 +67,8 @@ def engine_dispatch_floor(n_layers: int, tokens, decode_only, gpu, engine, const
         raise ValueError(f"gdn_layers must be in [0, n_layers={n_layers}], not {gdn_layers}")
     constants = constants or Constants.default()
     n = float(n_kernels(n_layers, tp)) - np.asarray(fused_kernels, dtype=float)
+    if extra_kernels:
+        n = n + float(extra_kernels)
     t_l = engine.get("t_launch_us", gpu, constants) * 1e-6
     t_g = engine.get("graph_launch_us", gpu, constants) * 1e-6
     t_n = engine.get("graph_node_us", gpu, constants) * 1e-6

@@ -18,6 +18,19 @@ Bytes per kernel for T new tokens (bf16 activations, per GPU after TP):
     act       read T I_up, write T I                     I_up = 2 I when gated
     kv_write  read T 2 kv, write T 2 kv                  into the paged cache (scatter)
     emb       read T h (gather), write T h               once per step
+    qk_norm   read T q, write T q (+ weight d); then the same for k (kv)   Qwen3 only (models.yaml qk_norm)
+
+qk_norm (issue 19): Qwen3 applies an RMSNorm of width head_dim to every head of q and of k
+before RoPE. vLLM's Qwen3Attention.forward (vllm-project/vllm vllm/model_executor/models/qwen3.py,
+commit 002456df36fc7a63ca4463f335a49d05634ab2ab) calls `self.q_norm(q_by_head)` and
+`self.k_norm(k_by_head)`: two RMSNorm launches per layer, q's and k's, each moving its own
+bytes. The fused split-QKV + q/k RMSNorm + RoPE kernel (`torch.ops._C.fused_qk_norm_rope`,
+vLLM's `QKNormRoPEFusionPass`) sits behind `pass_config.enable_qk_norm_rope_fusion`, which is
+False by default in the vLLM configs found (SGLang's `enable_fused_qk_norm_rope` likewise
+defaults False; TensorRT-LLM's PyTorch Qwen3 passes a QkNormType to its Attention module),
+so steptime times the unfused pair. Priced with the rmsnorm law (its floor, eta and p: the
+same kernel on a narrower row); nothing fitted. ASSUMED: no engine fuses it (an engine profile
+that does would drop the extra launch, as FUSED_LIGHT does for the all-reduce).
 """
 
 from __future__ import annotations
@@ -31,6 +44,26 @@ from steptime.terms.gemm import smax
 
 LIGHT_KERNELS = ("rmsnorm", "add", "rope", "act", "kv_write", "emb")
 PER_LAYER = MappingProxyType({"rmsnorm": 2, "add": 2, "rope": 1, "act": 1, "kv_write": 1})
+QK_NORM_LAW = "rmsnorm"  # the constants (light_floor_us, light_eta, light_p) qk_norm's launches are priced with
+
+
+def qk_norm_bytes(tokens, model, tp: int = 1):
+    """(q bytes, k bytes) of the two per-head RMSNorm launches of one layer: read and write T x
+    heads/TP x head_dim bf16 values, plus the head_dim weight, for q and for k separately."""
+    T = np.asarray(tokens, dtype=float)
+    d = model.head_dim
+    q = model.num_attention_heads * d / tp
+    kv = max(1, model.num_key_value_heads // tp) * d
+    return 2.0 * (2 * T * q + d), 2.0 * (2 * T * kv + d)
+
+
+def qk_norm_time(tokens, model, gpu, tp: int = 1, constants: Constants | None = None) -> np.ndarray:
+    """Seconds per layer of a qk_norm model's q and k RMSNorms (two launches); zeros for others."""
+    T = np.asarray(tokens, dtype=float)
+    if not getattr(model, "qk_norm", False):
+        return np.zeros_like(T)
+    bq, bk = qk_norm_bytes(T, model, tp)
+    return light_time(QK_NORM_LAW, bq, gpu, constants) + light_time(QK_NORM_LAW, bk, gpu, constants)
 
 
 def light_bytes(kernel: str, tokens, model, tp: int = 1):

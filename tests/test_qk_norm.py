@@ -1,0 +1,86 @@
+"""Qwen3's per-head q/k RMSNorm (issue 19): a named light term, zero and inert for every other model."""
+import dataclasses
+
+import numpy as np
+import pytest
+
+from steptime.specs import get_gpu, get_model
+from steptime.step import LIGHT_TERMS, QK_NORM_LAUNCHES, TERMS, predict_steps
+from steptime.terms import light as L
+
+SID = np.array([0, 1, 1, 2, 2, 2])
+NEW = np.array([1, 1, 512, 1, 1, 2048])
+KV = np.array([100, 4000, 0, 30, 900, 0])
+
+# predict_steps' totals on main (commit 87f8dbb, before this term existed), as float.hex: a Llama step must not move
+LLAMA_BEFORE = {
+    ("llama-3.1-8b", "h100-sxm", 1): ["0x1.b8dcb953da454p+2", "0x1.efd1d048d98dep+3", "0x1.84f76a05a3c55p+5"],
+    ("llama-3.1-70b", "h100-sxm", 4): ["0x1.ef64291d709d6p+3", "0x1.5f35caad34096p+5", "0x1.1777c13a662e6p+7"],
+    ("llama-3.1-8b", "a100-sxm", 2): ["0x1.b52d70c5e1b25p+2", "0x1.aa2e5bcecbd6fp+4", "0x1.5283f5f636690p+6"],
+}
+
+
+def test_the_spec_reads_qk_norm():
+    assert get_model("qwen3-32b").qk_norm and get_model("qwen3-8b").qk_norm and get_model("qwen3-14b").qk_norm
+    assert not get_model("llama-3.1-8b").qk_norm
+    assert "qk_norm" in LIGHT_TERMS and "qk_norm" in TERMS
+
+
+@pytest.mark.parametrize("case", sorted(LLAMA_BEFORE))
+def test_a_llama_step_is_bit_identical_to_before(case):
+    m, g, tp = case
+    r = predict_steps(m, g, SID, NEW, KV, 3, tp=tp)
+    assert [float(x).hex() for x in r["total_ms"]] == LLAMA_BEFORE[case]
+    assert np.all(r["terms_ms"]["qk_norm"] == 0.0)
+
+
+@pytest.mark.parametrize("tp,engine", [(1, "vllm"), (2, "vllm"), (4, "vllm"), (2, "sglang")])
+def test_a_qwen3_step_gains_exactly_the_new_term(tp, engine):
+    q = get_model("qwen3-32b")
+    off = dataclasses.replace(q, qk_norm=False)
+    on_r = predict_steps(q, "h100-sxm", SID, NEW, KV, 3, tp=tp, engine=engine)
+    off_r = predict_steps(off, "h100-sxm", SID, NEW, KV, 3, tp=tp, engine=engine)
+    assert np.all(off_r["terms_ms"]["qk_norm"] == 0.0)
+    # every GPU term is unchanged; qk_norm is the new one; the host-side launch floor counts its 2 launches per layer
+    for t in TERMS:
+        if t not in ("qk_norm", "dispatch_floor", "host"):
+            np.testing.assert_array_equal(on_r["terms_ms"][t], off_r["terms_ms"][t], err_msg=t)
+    T = np.bincount(SID, weights=NEW)
+    expected = q.num_hidden_layers * L.qk_norm_time(T, q, get_gpu("h100-sxm"), tp) * 1e3
+    np.testing.assert_allclose(on_r["terms_ms"]["qk_norm"], expected, rtol=1e-12)
+    assert np.all(on_r["terms_ms"]["qk_norm"] > 0)
+    np.testing.assert_allclose(on_r["blocks_ms"] - off_r["blocks_ms"], expected, rtol=1e-9)
+    # the terms still sum to the total
+    np.testing.assert_allclose(sum(on_r["terms_ms"][t] for t in TERMS), on_r["total_ms"], rtol=1e-12)
+    # the launch count grows by two per layer: the exposed + hidden dispatch floor never shrinks
+    d_on = on_r["terms_ms"]["dispatch_floor"] + on_r["hidden_ms"]["dispatch_floor"]
+    d_off = off_r["terms_ms"]["dispatch_floor"] + off_r["hidden_ms"]["dispatch_floor"]
+    assert np.all(d_on >= d_off)
+
+
+def test_the_bytes_are_q_and_k_read_and_written_per_rank():
+    q = get_model("qwen3-32b")  # 64 q heads, 8 kv heads, head_dim 128
+    bq, bk = L.qk_norm_bytes(100, q, 2)
+    assert bq == 2.0 * (2 * 100 * 32 * 128 + 128)
+    assert bk == 2.0 * (2 * 100 * 4 * 128 + 128)
+    bq16, bk16 = L.qk_norm_bytes(100, q, 16)  # kv heads replicate below one per rank
+    assert bk16 == 2.0 * (2 * 100 * 1 * 128 + 128)
+    # two launches, each priced with the rmsnorm law
+    g = get_gpu("h100-sxm")
+    t = L.qk_norm_time(np.array([100.0]), q, g, 2)
+    assert t[0] == pytest.approx(L.light_time("rmsnorm", bq, g)[()] + L.light_time("rmsnorm", bk, g)[()], rel=1e-12)
+    assert QK_NORM_LAUNCHES == 2
+
+
+def test_a_qwen3_config_json_gets_qk_norm(tmp_path):
+    import json
+    from steptime.specs import get_model as gm
+    cfg = {"architectures": ["Qwen3ForCausalLM"], "hidden_size": 1024, "num_hidden_layers": 4,
+           "num_attention_heads": 16, "num_key_value_heads": 8, "head_dim": 128, "intermediate_size": 3072,
+           "vocab_size": 151936}
+    p = tmp_path / "config.json"
+    p.write_text(json.dumps(cfg))
+    assert gm(str(p)).qk_norm
+    cfg["architectures"] = ["LlamaForCausalLM"]
+    p.write_text(json.dumps(cfg))
+    assert not gm(str(p)).qk_norm
