@@ -23,7 +23,10 @@ attention call; each of Vidur's nine per-layer operators for the step) is multip
   training GPUs (nested: each inner held-out GPU is predicted exactly as the target is,
   similarity weights and readings its own; the target's cells are never seen), on the mean
   per-GPU MAPE of the term; the correction may also be shrunk by half toward the physics (SHRINKS),
-  and the anchor applied at full or half strength (ANCHORS: a_T(x) times 1 or 1/2).
+  the anchor applied at full or half strength (ANCHORS: a_T(x) times 1 or 1/2), and the trees fitted
+  on phi(x) without its datasheet columns (FEATURE_SETS 'shape': the same function of the cell's shape
+  and GPU-normalised shape on every GPU, so a GPU past the training GPUs' datasheet range is not handed
+  the edge GPU's residual).
 
 Base predictions on a training GPU g are steptime's on g's own held-out fold (constants
 fitted without g plus g's readings): the residuals the correction learns are out-of-sample
@@ -240,6 +243,8 @@ def fit_term(data: dict, target: str, *, fast: bool = True, seed: int = 0, bandw
     hs = tuple(bandwidths if bandwidths is not None else BANDWIDTHS[bool(fast)])
     if len(gpus) < 3:  # each inner fold fits on ONE GPU: its weight cannot matter, no bandwidth is identifiable
         hs = (math.inf,)
+        # (nor are its datasheet columns: constant on one GPU, the inner fits are the same trees with or
+        # without them, and the tie goes to "all". Dropping them there was tried and not kept: DESIGN.md)
     if len(gpus) < MIN_TRAIN_GPUS:
         return _TermModel(), {"none": None, "note": f"fewer than {MIN_TRAIN_GPUS} training GPUs"}
     errs: dict = {"none": []}
