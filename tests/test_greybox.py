@@ -142,7 +142,7 @@ def test_inner_fits_shared_across_targets_give_the_same_models_and_a_cache_is_ad
         alone = T.GreyBox("aic_gemm", cells, _defaults)
         gpus = sorted(x for x in GPUS if x != g)
         model, cv = G.fit_term({x: alone._training(x)["gemm"] for x in gpus}, g, shrinks=G.SHRINKS,
-                                 anchors=G.ANCHORS)  # no memo: every inner fold afresh
+                                 anchors=G.ANCHORS, feature_sets=G.FEATURE_SETS)  # no memo: every inner fold afresh
         assert cv == doc["fits"][g][1]["nested_cv_mape"]["gemm"]
         F = alone._features(tc, g)["gemm"]
         assert np.array_equal(model.log_correction(F), doc["fits"][g][0]["gemm"].log_correction(F))
@@ -225,3 +225,27 @@ def test_half_strength_anchor_is_a_candidate_named_and_applied_at_half():
     doc = T.GreyBox("aic_gemm", cells, _defaults, anchors=(1.0,)).fit_all(["b200"])
     with pytest.raises(ValueError, match="settings"):
         box.adopt(doc)
+
+
+def test_shape_feature_set_drops_the_datasheet_columns_and_is_a_cv_candidate():
+    """'shape': the trees see the term's features less the trailing datasheet columns (the same correction on
+    every GPU at one normalised shape); the nested CV weighs it beside 'all', its name says so, a model fitted
+    on it predicts from the full feature matrix, and the cache settings record the feature sets."""
+    law = lambda m, g: 1.3 - 0.3 * np.log2(m) / 12.0  # noqa: E731  (one shape law on every GPU)
+    cells = _cells(GPUS, law)
+    box = T.GreyBox("aic_gemm", cells, _defaults)
+    assert box.settings()["feature_sets"] == list(G.FEATURE_SETS) == ["all", "shape"]
+    assert T.GreyBox("aic_gemm", cells, _defaults, shared=True).settings()["feature_sets"] == ["all"]
+    models, info = box.fit("b200")
+    cv = info["nested_cv_mape"]["gemm"]
+    assert any(k.startswith("shape:") for k in cv) and any(k.startswith("h=") for k in cv)
+    name = "shape:h=1*0.5+readings*0.5"
+    assert G._parse(name) == (1.0, 0.5, 0.5) and G._feature_set(name) == "shape" and G._feature_set("h=1") == "all"
+    F = box._features(cells[cells["gpu"] == "b200"].reset_index(drop=True), "b200")["gemm"]
+    assert G._cols("shape", F.shape[1]) == F.shape[1] - G.N_DATASHEET and G._cols("all", F.shape[1]) is None
+    m = models["gemm"]
+    assert m.log_correction(F).shape == (len(F),)
+    if m.name.startswith("shape:"):
+        assert m.cols == F.shape[1] - G.N_DATASHEET and m.est.n_features_in_ == m.cols
+    with pytest.raises(ValueError, match="feature set"):
+        G._cols("nope", F.shape[1])

@@ -243,7 +243,9 @@ def transfer_document(records, fits, cells, *, fast: bool, full_grid: bool, targ
                                                                        "or boosted trees at each bandwidth, the "
                                                                        "correction in full or shrunk by half, "
                                                                        "without the nearest-reading anchor or with "
-                                                                       "it at full or half strength",
+                                                                       "it at full or half strength, the trees on "
+                                                                       "every feature or without the datasheet "
+                                                                       "columns ('shape:')",
                                                      "disclosed": "the model family (boosted trees, similarity "
                                                                   "weights, reading anchor) was chosen after "
                                                                   "seeing earlier versions' held-out scores, and "
@@ -251,6 +253,11 @@ def transfer_document(records, fits, cells, *, fast: bool, full_grid: bool, targ
                                                                   "after seeing this experiment's held-out scores "
                                                                   "of it beside other candidate sets (DESIGN.md, "
                                                                   "'Grey box: a half-strength reading anchor'); "
+                                                                  "the no-datasheet feature set ('shape:', "
+                                                                  "issue 24) was fixed before any held-out score "
+                                                                  "of it and kept after seeing them (DESIGN.md, "
+                                                                  "'Grey box: a correction without the datasheet "
+                                                                  "columns'); "
                                                                   "its setting per target is chosen blind to the "
                                                                   "target"},
                                "steptime_home_only": "scored on unseen targets only (at home it is in-sample)",

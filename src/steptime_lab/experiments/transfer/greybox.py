@@ -23,7 +23,10 @@ attention call; each of Vidur's nine per-layer operators for the step) is multip
   training GPUs (nested: each inner held-out GPU is predicted exactly as the target is,
   similarity weights and readings its own; the target's cells are never seen), on the mean
   per-GPU MAPE of the term; the correction may also be shrunk by half toward the physics (SHRINKS),
-  and the anchor applied at full or half strength (ANCHORS: a_T(x) times 1 or 1/2).
+  the anchor applied at full or half strength (ANCHORS: a_T(x) times 1 or 1/2), and the trees fitted
+  on phi(x) without its datasheet columns (FEATURE_SETS 'shape': the same function of the cell's shape
+  and GPU-normalised shape on every GPU, so a GPU past the training GPUs' datasheet range is not handed
+  the edge GPU's residual).
 
 Base predictions on a training GPU g are steptime's on g's own held-out fold (constants
 fitted without g plus g's readings): the residuals the correction learns are out-of-sample
@@ -68,6 +71,14 @@ SHRINKS = (1.0, 0.5)
 # in full, 1/2: half of it); unanchored (a = 0) is always a candidate. Half strength trusts a reading's
 # ratio less far from it (issue 24: chosen after seeing E2.1's held-out scores; see DESIGN.md)
 ANCHORS = (1.0, 0.5)
+# what the correction is smooth in, tried by the nested CV: "all" (the cell's shape, its GPU-normalised
+# shape and the GPU's datasheet columns) or "shape" (the datasheet columns dropped: the correction is a
+# function of the cell's shape and GPU-normalised shape only, the same function on every GPU). Trees
+# extrapolate a datasheet column as a constant past its edge, so a GPU outside the training GPUs' datasheet
+# range (A100, L40S) gets the nearest edge GPU's residual; without those columns it gets the training GPUs'
+# shared residual at its normalised shape (issue 24; the candidate set fixed before any held-out score of it)
+FEATURE_SETS = ("all", "shape")
+N_DATASHEET = len(PG.datasheet("h100-sxm"))  # the trailing datasheet columns of every term's features
 
 
 def _gddr(gpu: str) -> float:
@@ -107,9 +118,10 @@ class _TermModel:
     correction), the strength of the target's reading anchor (0: none; True means 1), and the
     setting's name."""
 
-    def __init__(self, est=None, anchored: float = 0.0, name: str = "none", shrink: float = 1.0):
+    def __init__(self, est=None, anchored: float = 0.0, name: str = "none", shrink: float = 1.0, cols=None):
         self.est, self.name, self.shrink = est, name, float(shrink)
         self.anchor_strength = float(anchored)
+        self.cols = cols  # the leading feature columns the trees see (None: every column)
 
     @property
     def anchored(self) -> bool:
@@ -120,8 +132,9 @@ class _TermModel:
             return np.zeros(len(F))
         from threadpoolctl import threadpool_limits
 
+        cols = getattr(self, "cols", None)
         with threadpool_limits(limits=1):
-            return np.clip(self.shrink * self.est.predict(F), -BOUND, BOUND)
+            return np.clip(self.shrink * self.est.predict(F if cols is None else F[:, :cols]), -BOUND, BOUND)
 
 
 def anchor(log_corr, base, meas_read, base_read, log_corr_read, work_cells, work_read,
@@ -156,9 +169,20 @@ def _weights(gpus, toward: str, h: float) -> dict:
     return {g: float(np.exp(-np.sum((similarity_vector(g) - z) ** 2) / (2.0 * h * h))) for g in gpus}
 
 
-def _design(data, gpus, toward, h, rows, seed):
+def _cols(feature_set: str, n_features: int):
+    """The leading feature columns of a feature set (None: all)."""
+    if feature_set == "all":
+        return None
+    if feature_set == "shape":
+        if n_features <= N_DATASHEET:
+            raise ValueError("feature set 'shape' needs the datasheet columns to drop")
+        return n_features - N_DATASHEET
+    raise ValueError(f"unknown feature set {feature_set!r}")
+
+
+def _design(data, gpus, toward, h, rows, seed, cols=None):
     """Stacked (X, y, w) of `gpus`' cells (at most `rows` each, seeded), each GPU's weights
-    summing to its similarity to `toward`."""
+    summing to its similarity to `toward`; `cols`: the leading feature columns kept (None: all)."""
     wg = _weights(gpus, toward, h)
     xs, ys, ws = [], [], []
     for i, g in enumerate(gpus):
@@ -166,7 +190,7 @@ def _design(data, gpus, toward, h, rows, seed):
         idx = np.arange(len(b))
         if rows is not None and len(idx) > rows:
             idx = np.sort(np.random.default_rng(seed + i).choice(idx, rows, replace=False))
-        xs.append(F[idx])
+        xs.append(F[idx] if cols is None else F[idx, :cols])
         ys.append(np.clip(np.log(m[idx] / b[idx]), -BOUND, BOUND))
         ws.append(np.full(len(idx), max(wg[g], 1e-12) / max(len(idx), 1)))
     w = np.concatenate(ws)
@@ -183,12 +207,12 @@ def _score_set(d: dict, rows, seed: int) -> dict:
                 work=(np.asarray(d["work"][0])[idx], np.asarray(d["work"][1])[idx]))
 
 
-def _mapes(est, d, shrinks=(1.0,), anchors=(1.0,)) -> dict:
+def _mapes(est, d, shrinks=(1.0,), anchors=(1.0,), cols=None) -> dict:
     """{(anchor strength, shrink): MAPE of the corrected term on `d`} for one fitted estimator, its
     log correction times each shrink (then bounded), unanchored (strength 0.0) and anchored at each
     strength of `anchors`."""
-    pf = est.predict(d["F"])
-    pr = est.predict(d["read_F"]) if len(d["read_meas"]) else None
+    pf = est.predict(d["F"] if cols is None else d["F"][:, :cols])
+    pr = est.predict(d["read_F"] if cols is None else d["read_F"][:, :cols]) if len(d["read_meas"]) else None
     out = {}
     for s in shrinks:
         lc = np.clip(s * pf, -BOUND, BOUND)
@@ -202,12 +226,12 @@ def _mapes(est, d, shrinks=(1.0,), anchors=(1.0,)) -> dict:
 
 
 def fit_term(data: dict, target: str, *, fast: bool = True, seed: int = 0, bandwidths=None, fits: dict | None = None,
-             shrinks=(1.0,), anchors=(1.0,)):
+             shrinks=(1.0,), anchors=(1.0,), feature_sets=("all",)):
     """`data`: {gpu: {F, base, meas, work, read_F, read_base, read_meas, read_work}} of the
     training GPUs (every cell but each GPU's readings; the readings apart). Returns the
     term model for `target` (the setting chosen by leave-one-GPU-out CV over these GPUs,
     mean per-GPU MAPE; "none" is a candidate; every shrink of `shrinks`, unanchored and anchored at
-    every strength of `anchors`) and the CV table. `fits`: a memo of inner-fold
+    every strength of `anchors`; the trees on every feature set of `feature_sets`) and the CV table. `fits`: a memo of inner-fold
     fits shared across targets (same term, same `data` per GPU): an unweighted (h=inf) inner fit
     depends only on the GPUs it is fitted on, so target T's fold holding out H and target H's
     fold holding out T are one fit (the same design, the same seed: the same trees)."""
@@ -219,6 +243,8 @@ def fit_term(data: dict, target: str, *, fast: bool = True, seed: int = 0, bandw
     hs = tuple(bandwidths if bandwidths is not None else BANDWIDTHS[bool(fast)])
     if len(gpus) < 3:  # each inner fold fits on ONE GPU: its weight cannot matter, no bandwidth is identifiable
         hs = (math.inf,)
+        # (nor are its datasheet columns: constant on one GPU, the inner fits are the same trees with or
+        # without them, and the tie goes to "all". Dropping them there was tried and not kept: DESIGN.md)
     if len(gpus) < MIN_TRAIN_GPUS:
         return _TermModel(), {"none": None, "note": f"fewer than {MIN_TRAIN_GPUS} training GPUs"}
     errs: dict = {"none": []}
@@ -227,41 +253,52 @@ def fit_term(data: dict, target: str, *, fast: bool = True, seed: int = 0, bandw
             d = _score_set(data[held], size["inner_rows_per_gpu"], seed + 7)
             errs["none"].append(float(np.mean(np.abs(d["base"] - d["meas"]) / d["meas"])))
             inner = [g for g in gpus if g != held]
-            for h in hs:
-                key = (tuple(inner), held if math.isfinite(h) else None, h, bool(fast), seed)
-                est = fits.get(key) if fits is not None else None
-                if est is None:
-                    X, y, w = _design(data, inner, held, h, size["inner_rows_per_gpu"], seed)
-                    est = _fit_gbt(X, y, w, size, seed)
-                    if fits is not None and not math.isfinite(h):
-                        fits[key] = est
-                for (anchored, s), e in _mapes(est, d, shrinks, anchors).items():
-                    errs.setdefault(_name(h, anchored, s), []).append(e)
+            for fs in feature_sets:
+                cols = _cols(fs, d["F"].shape[1])
+                for h in hs:
+                    key = (tuple(inner), held if math.isfinite(h) else None, h, bool(fast), seed) + \
+                        (() if fs == "all" else (fs,))
+                    est = fits.get(key) if fits is not None else None
+                    if est is None:
+                        X, y, w = _design(data, inner, held, h, size["inner_rows_per_gpu"], seed, cols)
+                        est = _fit_gbt(X, y, w, size, seed)
+                        if fits is not None and not math.isfinite(h):
+                            fits[key] = est
+                    for (anchored, s), e in _mapes(est, d, shrinks, anchors, cols).items():
+                        errs.setdefault(_name(h, anchored, s, fs), []).append(e)
     cv = {k: float(np.mean(v)) for k, v in errs.items() if len(v) == len(gpus)}
     best = min(cv, key=lambda k: (cv[k], k != "none"))
     table = {k: round(v, 5) for k, v in cv.items()}
     if best == "none":
         return _TermModel(), table
     h, anchored, s = _parse(best)
-    X, y, w = _design(data, gpus, target, h, size["rows_per_gpu"], seed)
-    return _TermModel(_fit_gbt(X, y, w, size, seed), anchored, best, s), table
+    cols = _cols(_feature_set(best), data[gpus[0]]["F"].shape[1])
+    X, y, w = _design(data, gpus, target, h, size["rows_per_gpu"], seed, cols)
+    return _TermModel(_fit_gbt(X, y, w, size, seed), anchored, best, s, cols), table
 
 
-def _name(h: float, anchored: float, shrink: float = 1.0) -> str:
-    """A setting's name: 'h=1*0.5+readings' (anchored in full), 'h=1+readings*0.5' (at half strength)."""
+def _name(h: float, anchored: float, shrink: float = 1.0, feature_set: str = "all") -> str:
+    """A setting's name: 'h=1*0.5+readings' (anchored in full), 'h=1+readings*0.5' (at half strength);
+    'shape:' in front where the trees do not see the datasheet columns."""
     a = float(anchored)
-    return (("h=inf" if not math.isfinite(h) else f"h={h:g}") + (f"*{shrink:g}" if shrink != 1.0 else "")
+    return (("" if feature_set == "all" else f"{feature_set}:")
+            + ("h=inf" if not math.isfinite(h) else f"h={h:g}") + (f"*{shrink:g}" if shrink != 1.0 else "")
             + (("+readings" + (f"*{a:g}" if a != 1.0 else "")) if a > 0 else ""))
 
 
 def _parse(name: str):
     """(h, anchor strength, shrink) of a setting's name ('h=1*0.5+readings*0.5'); the strength is 0.0
     unanchored, 1.0 in full (equal to False / True)."""
-    core, _, rest = name.partition("+")
+    core, _, rest = name.partition(":")[2].partition("+") if ":" in name else name.partition("+")
     v, _, s = core.split("=", 1)[1].partition("*")
     tag, _, a = rest.partition("*")
     strength = (float(a) if a else 1.0) if tag == "readings" else 0.0
     return (math.inf if v == "inf" else float(v)), strength, (float(s) if s else 1.0)
+
+
+def _feature_set(name: str) -> str:
+    """The feature set of a setting's name ('shape:h=inf' -> 'shape'; 'h=inf' -> 'all')."""
+    return name.partition(":")[0] if ":" in name else "all"
 
 
 def _work(dataset: str, cells):
@@ -284,7 +321,8 @@ class GreyBox:
     the correction and are never training labels."""
 
     def __init__(self, dataset: str, cells, constants_for, *, fast: bool = True, seed: int = 0,
-                 reading_ids=None, bandwidths=None, shared: bool = False, shrinks=SHRINKS, anchors=ANCHORS):
+                 reading_ids=None, bandwidths=None, shared: bool = False, shrinks=SHRINKS, anchors=ANCHORS,
+                 feature_sets=FEATURE_SETS):
         self.dataset, self.cells, self.constants_for = dataset, cells, constants_for
         self.shared = bool(shared)
         if self.shared and bandwidths is None:  # no similarity weighting either: one weight per training GPU
@@ -295,6 +333,8 @@ class GreyBox:
         self.bandwidths = bandwidths
         self.shrinks = tuple(float(s) for s in shrinks)
         self.anchors = tuple(float(a) for a in anchors)
+        # the shared (shape-only) grey box has no datasheet columns to drop
+        self.feature_sets = ("all",) if self.shared else tuple(str(f) for f in feature_sets)
         self._data: dict = {}
         self._memo: dict = {}
         self._fits: dict = {}  # {term: inner-fold fits shared across targets (fit_term's `fits`)}
@@ -366,7 +406,7 @@ class GreyBox:
                 models[term], cv[term] = fit_term({g: self._training(g)[term] for g in gpus}, target,
                                                   fast=self.fast, seed=self.seed, bandwidths=self.bandwidths,
                                                   fits=self._fits.setdefault(term, {}), shrinks=self.shrinks,
-                                                  anchors=self.anchors)
+                                                  anchors=self.anchors, feature_sets=self.feature_sets)
             first = terms_of(self.dataset)[0]
             info = {"gpus": gpus, "cells": int(sum(len(self._training(g)[first]["base"]) for g in gpus)),
                     "target_readings": 3,
@@ -380,6 +420,7 @@ class GreyBox:
                              + ("; shared: the trees see the cell's pure shape only (no datasheet, no "
                                 "GPU-normalised feature)" if self.shared else ""),
                     "shared": self.shared, "shrinks": list(self.shrinks), "anchors": list(self.anchors),
+                    "feature_sets": list(self.feature_sets),
                     "setting": {t: m.name for t, m in models.items()},
                     "nested_cv_mape": cv}
             self._memo[target] = (models, info)
@@ -391,6 +432,7 @@ class GreyBox:
         """What the fits depend on besides the data: a cache is adopted only where these match."""
         return {"dataset": self.dataset, "fast": self.fast, "seed": self.seed, "shared": self.shared,
                 "shrinks": list(self.shrinks), "anchors": list(self.anchors),
+                "feature_sets": list(self.feature_sets),
                 "bandwidths": [("inf" if not math.isfinite(h) else h) for h in (self.bandwidths or BANDWIDTHS[self.fast])]}
 
     def fingerprint(self) -> str:

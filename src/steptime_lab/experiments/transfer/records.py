@@ -89,7 +89,8 @@ def transfer_records(dataset: str, cells, bundle: dict, targets, *, n_boot: int 
             preds["steptime_residual"] = gt["total"]
             fitted["steptime_residual"] = dict(grey.fitted_on(target), steptime=st_fit, what=(
                 "steptime's terms on its held-out constants, each times a bounded smooth correction fitted on "
-                "every other GPU's table of this dataset (ridge strength by leave-one-GPU-out CV on those GPUs)"))
+                "every other GPU's table of this dataset (boosted trees; the setting by leave-one-GPU-out CV on "
+                "those GPUs)"))
             term_corr = {t: round(float(np.exp(np.mean(np.log(c)))), 4) for t, c in gt["correction"].items()}
         if home_only is not None and target != home:
             c_ho, cal_ho = home_only(target)
