@@ -47,13 +47,19 @@ PER_LAYER = MappingProxyType({"rmsnorm": 2, "add": 2, "rope": 1, "act": 1, "kv_w
 QK_NORM_LAW = "rmsnorm"  # the constants (light_floor_us, light_eta, light_p) qk_norm's launches are priced with
 
 
+def _head_widths(model, tp: int):
+    """(q, kv) values per token per rank: the query heads split over TP, the KV heads too (at least one)."""
+    q = model.num_attention_heads * model.head_dim / tp
+    kv = max(1, model.num_key_value_heads // tp) * model.head_dim
+    return q, kv
+
+
 def qk_norm_bytes(tokens, model, tp: int = 1):
     """(q bytes, k bytes) of the two per-head RMSNorm launches of one layer: read and write T x
     heads/TP x head_dim bf16 values, plus the head_dim weight, for q and for k separately."""
     T = np.asarray(tokens, dtype=float)
     d = model.head_dim
-    q = model.num_attention_heads * d / tp
-    kv = max(1, model.num_key_value_heads // tp) * d
+    q, kv = _head_widths(model, tp)
     return 2.0 * (2 * T * q + d), 2.0 * (2 * T * kv + d)
 
 
@@ -69,8 +75,7 @@ def qk_norm_time(tokens, model, gpu, tp: int = 1, constants: Constants | None = 
 def light_bytes(kernel: str, tokens, model, tp: int = 1):
     T = np.asarray(tokens, dtype=float)
     h = model.hidden_size
-    q = model.num_attention_heads * model.head_dim / tp
-    kv = max(1, model.num_key_value_heads // tp) * model.head_dim
+    q, kv = _head_widths(model, tp)
     inter = model.intermediate_size / tp
     if kernel == "rmsnorm":
         return 2.0 * (2 * T * h + h)
