@@ -223,8 +223,7 @@ def predict_tokens(rows: pd.DataFrame, *, mixed: dict, fitted=None, constants=No
     """Predicted token time per row (E2.11's mixed variant at the row's layout); groups steptime refuses
     (layout, memory-free checks, dtype on the GPU) are left out with their one line. Scores per
     (dataset, GPU, engine)."""
-    from steptime.specs.engines import get_engine
-    from steptime_lab.experiments.wallclock.tokens import CONCURRENCY_DATASETS, kv_capacity
+    from steptime_lab.experiments.wallclock.tokens import kv_capacity, schedule_args
     from steptime_lab.experiments.wallclock import make_predictor, predict_tpot
     from steptime_lab.metrics import score
 
@@ -237,10 +236,7 @@ def predict_tokens(rows: pd.DataFrame, *, mixed: dict, fitted=None, constants=No
             cap = kv_capacity(d, model, gpu, int(tp), ep=int(ep), dtype=dt)  # KV_CAP_NOTE
             r = predict_tpot(d, f, None, tp=int(tp), variant="mixed", chunked=eng in mixed.get("chunked", ()),
                              token_budget=mixed.get("token_budget"), capacity=cap,
-                             # a prefill-first engine (schedule.mixed_prefill false: SGLang) on a closed loop runs
-                             # each round as a wave (WAVE_NOTE), as E2.11 prices its dense rows
-                             prefill_first=not get_engine(eng).mixes_prefill(),
-                             closed_loop=d["dataset"].isin(CONCURRENCY_DATASETS).to_numpy())
+                             **schedule_args(eng, d))  # SGLang's prefill-first wave, as E2.11 prices it
         except SteptimeError as exc:
             skipped.append({"dataset": ds, "reason": f"{type(exc).__name__}: {str(exc).splitlines()[0][:160]}",
                             "rows": int(len(d))})

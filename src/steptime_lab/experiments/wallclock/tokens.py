@@ -152,6 +152,14 @@ def wave_wait_ms(running, prompt_tokens, token_budget: float, predictor: Callabl
     return out
 
 
+def schedule_args(engine: str, rows) -> dict:
+    """predict_tpot's schedule arguments for `rows` of one engine: whether the engine runs prefill first
+    (engines.yaml schedule.mixed_prefill false) and which rows are a closed loop (CONCURRENCY_DATASETS), where
+    such an engine runs each round as a wave (WAVE_NOTE)."""
+    return {"prefill_first": not get_engine(engine).mixes_prefill(),
+            "closed_loop": rows["dataset"].isin(CONCURRENCY_DATASETS).to_numpy()}
+
+
 def predict_tpot(rows, predictor: Callable, kernels: Callable | None = None, tp: int = 1, *,
                  variant: str = "naive", chunked: bool = True, token_budget: float | None = None,
                  capacity=None, prefill_first: bool = False, closed_loop=None) -> dict:
@@ -380,9 +388,7 @@ def run_tpot(rows, model_of=None, n_boot: int = 1000, seed: int = 0, fitted=None
             cap = kv_capacity(d, model if model_of is None else model_of(model), gpu, int(tp), dtype=dt) \
                 if kv_cap else None
             r = predict_tpot(d, f, kern, tp=int(tp), variant=variant, chunked=eng in mx.get("chunked", ()),
-                             token_budget=mx.get("token_budget"), capacity=cap,
-                             prefill_first=not get_engine(eng).mixes_prefill(),
-                             closed_loop=d["dataset"].isin(CONCURRENCY_DATASETS).to_numpy())
+                             token_budget=mx.get("token_budget"), capacity=cap, **schedule_args(eng, d))
         except SteptimeError as exc:
             skipped.append({"dataset": ds, "reason": f"{type(exc).__name__}: {str(exc).splitlines()[0][:160]}",
                             "rows": int(len(d)), "group": [str(v) for v in k]})
