@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-pytest.register_assert_rewrite("refusals", "rawcopy")  # the shared test helpers (tests/*.py)
+pytest.register_assert_rewrite("refusals", "rawcopy", "rebuilt")  # the shared test helpers (tests/*.py)
 
 
 @pytest.fixture(scope="session")

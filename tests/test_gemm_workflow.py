@@ -6,6 +6,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from rebuilt import assert_reproduced
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -18,9 +19,9 @@ def test_e1_3_rebuilds_in_a_clean_directory(clean_workdir):
     assert r.returncode == 0, r.stderr[-2000:]
     new = json.loads((work / "results/E1_3.json").read_text())
     old = json.loads((ROOT / "results/E1_3.json").read_text())
-    assert new["metrics"] == old["metrics"]
-    assert new["claims"] == old["claims"]
-    assert new["decision"] == old["decision"]
+    assert_reproduced(old["metrics"], new["metrics"], "E1.3 metrics")
+    assert_reproduced(old["claims"], new["claims"], "E1.3 claims")
+    assert_reproduced(old["decision"], new["decision"], "E1.3 decision")
 
 
 @pytest.mark.slow

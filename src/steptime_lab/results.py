@@ -3,8 +3,9 @@
 A result is deterministic: the same inputs and code give the same bytes (sorted keys,
 rounded floats, no wall-clock time). Provenance names every input with its sha256, the
 steptime version, a hash of the library source (`code_sha256`, which pins the code
-without the chicken-and-egg of a commit id inside a committed file), the config used,
-and which cells calibrated which constant.
+without the chicken-and-egg of a commit id inside a committed file), the Python and numeric
+library versions it ran on (`environment`: the pins of `constraints.txt` that can move a number),
+the config used, and which cells calibrated which constant.
 """
 
 from __future__ import annotations
@@ -24,6 +25,13 @@ from steptime import __version__
 from steptime.errors import InputError
 
 RESULT_KEYS = ("id", "question", "status", "metrics", "claims", "provenance")
+
+# The installed distributions whose version can move a result's numbers (numerics, fitting, tables,
+# parquet bytes, figures). Each is pinned in constraints.txt, the environment the committed results
+# were built in; a result records the versions it ran on, and tests/test_environment_pins.py checks the
+# committed results against the pins.
+NUMERIC_DISTRIBUTIONS = ("numpy", "scipy", "pandas", "scikit-learn", "pyarrow", "matplotlib", "seaborn",
+                         "pyyaml", "snakemake")
 DIGEST_KEY = "result_sha256"
 
 
@@ -191,6 +199,22 @@ def target(targets: dict | None, key: str, experiment: str):
     return targets[key]
 
 
+def environment() -> dict:
+    """The Python and the versions of NUMERIC_DISTRIBUTIONS this process runs on (None where one is
+    not installed), so a reader can tell which environment built a result."""
+    import platform
+    from importlib import metadata
+
+    def version(name: str):
+        try:
+            return metadata.version(name)
+        except metadata.PackageNotFoundError:
+            return None
+
+    return {"python": platform.python_version(),
+            "packages": {name: version(name) for name in NUMERIC_DISTRIBUTIONS}}
+
+
 def provenance(inputs: Iterable[str | os.PathLike], config: dict | None = None,
                calibration: dict | None = None, rule: str | None = None,
                script: str | None = None) -> dict:
@@ -207,6 +231,7 @@ def provenance(inputs: Iterable[str | os.PathLike], config: dict | None = None,
         "inputs": files,
         "steptime_version": __version__,
         "code_sha256": code_sha256(),
+        "environment": environment(),
         "config": config or {},
         "calibration": calibration or {},
         "rule": rule,

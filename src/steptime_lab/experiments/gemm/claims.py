@@ -222,7 +222,8 @@ def memory_law_claims(study: dict, l2_gemm: dict, l2_stream: dict) -> dict:
     ]
     return {"metrics": metrics, "claims": claims, "calibration": cal.to_dict(),
             "decision": {"law": law, "shape": g["global"][law]["shape"],
-                         "reason": f"lower mean held-out-GPU MAPE on memory-bound GEMM cells ({loo_mean})"}}
+                         "reason": "lower mean held-out-GPU MAPE on memory-bound GEMM cells ("
+                                   + ", ".join(f"{k} {v:.4f}" for k, v in loo_mean.items()) + ")"}}
 
 
 # ---------------------------------------------------------------- the factor product vs one scalar, the factor ablation (E1.13)
