@@ -156,3 +156,30 @@ def test_stream_cell_tracks_the_typical_streaming_gemm_on_the_gpus_it_sees():
     assert E.select_stream_cell(poisoned, ["h100-sxm", "h200-sxm"]) == (1, 8192, 8192)
     with pytest.raises(ValueError, match="every GPU"):  # only sub-64 MiB weights left
         E.select_stream_cell(df[df["n"] < 2048], ["h100-sxm"])
+
+
+def test_datasheet_peak_and_bandwidth_are_absorbed_by_the_readings(monkeypatch):
+    """A GPU's bf16 peak and DRAM bandwidth enter the GEMM term only through the products the deploy
+    readings set (peak x eta_active, BW x eta_mem_max): correcting either figure moves no prediction
+    once the readings are re-applied (issue 24: why no datasheet correction can reorder E2.2's GPUs)."""
+    import dataclasses
+
+    from steptime_lab.experiments.gemm import contract
+
+    truth = dict(_truth(), clk_droop=0.0)  # the shipped droop (a droop > 0 reads the peak through the work time)
+    df = _synthetic_table(truth)
+    rd = E.deploy_readings(df, GPU)
+    p0 = E.apply_readings(GPU, truth, rd, rounds=8)
+    g0 = get_gpu(GPU)
+    g1 = dataclasses.replace(g0, bf16_dense_tflops=g0.bf16_dense_tflops * 1.1, mem_bw_gbps=g0.mem_bw_gbps * 0.95)
+    monkeypatch.setattr(contract, "get_gpu", lambda key: g1 if key == GPU else get_gpu(key))
+    p1 = E.apply_readings(GPU, truth, rd, rounds=8)
+    assert p1["eta_active"] == pytest.approx(p0["eta_active"] / 1.1, rel=1e-3)
+    assert p1["eta_mem_max"] == pytest.approx(p0["eta_mem_max"] / 0.95, rel=1e-3)
+    m, n, k = np.array([1.0, 16, 256, 2048, 8192]), np.array([1536.0, 4096, 7168, 4096, 8192]), np.full(5, 4096.0)
+    t0 = G.gemm_time(m, n, k, g0, params=p0)["t"]
+    t1 = G.gemm_time(m, n, k, g1, params=p1)["t"]
+    assert t1 == pytest.approx(t0, rel=2e-3)
+    # an SM count is not absorbed: it changes the launch geometry the readings do not set
+    g2 = dataclasses.replace(g0, sms=g0.sms - 20)
+    assert not np.allclose(G.gemm_time(m, n, k, g2, params=p0)["t"], t0, rtol=2e-3)

@@ -123,3 +123,51 @@ def test_flat_region_jitter_reads_the_spread_over_m():
     assert d["per_gpu_log_sd_p50"]["a"] == 0.0 and d["per_gpu_log_sd_p50"]["b"] > 0.04
     assert d["per_pair_log_ratio_sd_p50"]["b/a"]["shapes"] == 1
     assert d["per_pair_log_ratio_sd_p50"]["b/a"]["sd_p50"] == pytest.approx(d["per_gpu_log_sd_p50"]["b"])
+
+
+def _flat_table(wl, slow_m):
+    """GEMM cells of `wl`'s four projections at m = 1..8 on GPUs a and b: b is 2% faster, except 10%
+    slower at the token counts in `slow_m` (a tactic switch only b's own table knows)."""
+    import pandas as pd
+
+    gem, _ = R.component_cells(wl)
+    rows = []
+    for m in range(1, 9):
+        for _, _, n, k in gem:
+            rows.append({"gpu": "a", "m": m, "n": n, "k": k, "latency_ms": 0.01})
+            rows.append({"gpu": "b", "m": m, "n": n, "k": k, "latency_ms": 0.01 * (1.1 if m in slow_m else 0.98)})
+    return pd.DataFrame(rows)
+
+
+def test_flat_region_replicates_count_how_often_the_measured_best_survives():
+    wl = {"model": "llama-3-8b", "tp": 4, "phase": "decode", "batch": 4, "kv_len": 1024, "tokens": 4}
+    pre = dict(wl, phase="prefill", batch=1, kv_len=0, tokens=512)  # not in the flat region: skipped
+    g = _flat_table(wl, slow_m={2, 8})
+    terms = {"gemm": np.array([[0.04, 0.04 * 0.98], [1.0, 1.0]]), "attention": np.array([[0.01, 0.01], [1.0, 1.0]])}
+    d = R.flat_region_replicates([wl, pre], g, terms, ("a", "b"))
+    # measured best b; the seven other m: b stays the fastest at five, a at m = 2 and 8
+    assert d["workloads"] == 1 and d["replicates"] == 7 and d["workload_ids"] == [0]
+    assert d["same_best"] == pytest.approx(5 / 7)
+    assert d["regret_max"] == pytest.approx(0.05 / 0.0492 - 1.0)
+    assert R.flat_region_replicates([wl], g[g.m == 4], {k: v[:1] for k, v in terms.items()}, ("a", "b"))[
+        "replicates"] == 0  # no other m measured
+    with pytest.raises(ValueError):
+        R.flat_region_replicates([wl], g, terms, ("a", "b"))  # terms for two workloads, one given
+    with pytest.raises(ValueError):
+        R.flat_region_replicates([wl, pre], g, terms, ("a", "b"), m_max=1)
+
+
+def test_confusion_terms_name_the_pair_and_the_term_that_misorders():
+    wls = [{"phase": "decode"}, {"phase": "prefill"}, {"phase": "decode"}]
+    mg = np.array([[1.0, 1.1], [1.0, 1.2], [1.0, 1.0]])
+    ma = np.array([[1.0, 1.0], [1.0, 1.0], [1.0, 0.9]])
+    pg = np.array([[1.2, 1.0], [1.0, 1.2], [1.0, 1.0]])  # the GEMM term flips workload 0
+    pa = np.array([[1.0, 1.0], [1.0, 1.0], [0.8, 1.0]])  # the attention term flips workload 2
+    d = R.confusion_terms({"gemm": pg, "attention": pa}, {"gemm": mg, "attention": ma}, wls, ("a", "b"))
+    assert list(d) == ["a>b", "b>a"]
+    assert d["b>a"]["n"] == 1 and d["b>a"]["decode"] == 1 and d["b>a"]["carrier"] == {"gemm": 1, "attention": 0}
+    assert d["b>a"]["gemm"] == {"meas": pytest.approx(1.1), "pred": pytest.approx(1.0 / 1.2)}
+    assert d["a>b"]["carrier"] == {"gemm": 0, "attention": 1}
+    assert d["a>b"]["total"]["meas"] == pytest.approx(2.0 / 1.9)
+    with pytest.raises(ValueError):
+        R.confusion_terms({"gemm": pg[:2], "attention": pa}, {"gemm": mg, "attention": ma}, wls, ("a", "b"))

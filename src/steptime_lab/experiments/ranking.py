@@ -337,6 +337,92 @@ def flat_region_jitter(gemm_cells_df, gpus=GPUS, pairs=(), m_max: int = FLAT_M_M
     return out
 
 
+def flat_region_replicates(wls, gemm_cells_df, meas_terms: dict, gpus=GPUS, m_max: int = FLAT_M_MAX) -> dict:
+    """A property of the measured tables, no predictor's: how reproducible the measured fastest GPU is.
+
+    A decode workload with at most `m_max` new tokens streams the same projection weights at every
+    m <= m_max (the GEMM law's time is flat there), so the GEMM cells of the same (n, k) at another
+    m' <= m_max are a physical replicate of its GEMM term. Per such workload and each m' measured on
+    every GPU, the measured total is rebuilt with the m' GEMM cells (the attention cell unchanged) and
+    the replicate's fastest GPU is compared with the measured one. `same_best` is the fraction of
+    replicates that keep the measured fastest GPU: a ceiling on any predictor's top-1 agreement on
+    these workloads (tactic switches or run-to-run spread, only the GPU's own table knows which m is
+    slow); `regret_max` is the measured cost of trusting a replicate's pick."""
+    if m_max < 2:
+        raise ValueError(f"m_max must be at least 2 (two token counts to compare), got {m_max}")
+    mg = np.asarray(meas_terms["gemm"], dtype=float)
+    ma = np.asarray(meas_terms["attention"], dtype=float)
+    if mg.shape != (len(wls), len(gpus)) or ma.shape != mg.shape:
+        raise ValueError(f"measured terms must be [n_workloads, n_gpus] = {(len(wls), len(gpus))}, "
+                         f"got {mg.shape} and {ma.shape}")
+    gidx = {g: gemm_cells_df[gemm_cells_df.gpu == g].set_index(["m", "n", "k"])["latency_ms"] for g in gpus}
+    meas = mg + ma
+    same, regret, used = [], [], set()
+    for i, wl in enumerate(wls):
+        if wl["phase"] != "decode" or wl["tokens"] > m_max:
+            continue
+        gem, _ = component_cells(wl)
+        for m2 in range(1, m_max + 1):
+            if m2 == wl["tokens"]:
+                continue
+            try:
+                alt = np.array([sum(float(gidx[g].loc[(m2, n, k)]) for _, _, n, k in gem) for g in gpus])
+            except KeyError:  # this m is not measured on every GPU at every (n, k) of the workload
+                continue
+            pick = int(np.argmin(alt + ma[i]))
+            same.append(pick == int(np.argmin(meas[i])))
+            regret.append(float(meas[i, pick] / meas[i].min() - 1.0))
+            used.add(i)
+    if not same:
+        return {"m_max": m_max, "workloads": 0, "replicates": 0}
+    return {"m_max": m_max, "workloads": len(used), "replicates": len(same), "same_best": float(np.mean(same)),
+            "regret_max": float(np.max(regret)), "regret_over_5pct": int(np.sum(np.asarray(regret) > 0.05)),
+            "workload_ids": sorted(used)}
+
+
+def confusion_terms(pred_terms: dict, meas_terms: dict, wls, gpus=GPUS) -> dict:
+    """Per confused pair "pick>best" of the wrong top-1 picks (argmin; a predicted tie is not a pick here):
+    how many, how many decode, and the median measured and predicted time ratio pick / best of the total,
+    the GEMM term and the attention term, with the term whose predicted pick-minus-best difference errs
+    more (`carrier`, as in `ranking_diagnosis`)."""
+    pg, pa, mg, ma = (np.asarray(x, dtype=float) for x in (pred_terms["gemm"], pred_terms["attention"],
+                                                            meas_terms["gemm"], meas_terms["attention"]))
+    if not (pg.shape == pa.shape == mg.shape == ma.shape == (len(wls), len(gpus))):
+        raise ValueError(f"every term must be [n_workloads, n_gpus] = {(len(wls), len(gpus))}")
+    pred, meas = pg + pa, mg + ma
+    pick, best = np.argmin(pred, axis=1), np.argmin(meas, axis=1)
+    rows = {}
+    for i in np.flatnonzero(pick != best):
+        a, b = int(pick[i]), int(best[i])
+        err_g = (pg[i, b] - pg[i, a]) - (mg[i, b] - mg[i, a])
+        err_a = (pa[i, b] - pa[i, a]) - (ma[i, b] - ma[i, a])
+        rows.setdefault(f"{gpus[a]}>{gpus[b]}", []).append(
+            (wls[i]["phase"] == "decode", meas[i, a] / meas[i, b], pred[i, a] / pred[i, b], mg[i, a] / mg[i, b],
+             pg[i, a] / pg[i, b], ma[i, a] / ma[i, b], pa[i, a] / pa[i, b], err_g >= err_a))
+    out = {}
+    for key, v in sorted(rows.items(), key=lambda kv: (-len(kv[1]), kv[0])):
+        x = np.asarray(v, dtype=float)
+        med = lambda j: float(np.median(x[:, j]))  # noqa: E731
+        out[key] = {"n": len(v), "decode": int(x[:, 0].sum()),
+                    "total": {"meas": med(1), "pred": med(2)}, "gemm": {"meas": med(3), "pred": med(4)},
+                    "attention": {"meas": med(5), "pred": med(6)},
+                    "carrier": {"gemm": int(x[:, 7].sum()), "attention": int(len(v) - x[:, 7].sum())}}
+    return out
+
+
+def _replicate_summary(res, scores) -> dict:
+    """The flat-region replicate agreement beside steptime's top-1 on the same workloads (argmin picks)."""
+    rep = res["diagnosis"].get("flat_region_replicates", {})
+    if not rep.get("replicates"):
+        return {}
+    ids = rep["workload_ids"]
+    pred, meas = res["pred"]["steptime"][ids], res["meas"][ids]
+    return {"flat_region_replicates": {"workloads": rep["workloads"], "replicates": rep["replicates"],
+                                       "same_best": rep["same_best"], "regret_max": rep["regret_max"],
+                                       "steptime_top1_same_workloads": float(np.mean(
+                                           np.argmin(pred, axis=1) == np.argmin(meas, axis=1)))}}
+
+
 def _top1_of(pred, meas) -> dict:
     """Top-1 hits by argmin (ties broken by GPU order: a diagnostic's short score, not the tie-aware one)
     and the measured regret of the picks."""
@@ -348,7 +434,8 @@ def _top1_of(pred, meas) -> dict:
 
 DIAGNOSIS_DISCLOSED = (
     "The diagnosis (top1_confusions, runner_up_gaps, diagnosis: which_term, twin_ratios, ceilings_in_sample, "
-    "independent_error, gemm_flat_region_jitter) was designed after E2.2's scores had been seen (issue 24). It changes "
+    "independent_error, gemm_flat_region_jitter, confusion_terms, flat_region_replicates) was designed after E2.2's "
+    "scores had been seen (issue 24). It changes "
     "no predictor and no score. The ceilings are fitted on the scored workloads themselves: bounds on what a per-GPU "
     "factor could add, not predictors. The regimes (GEMM: phase x tokens; attention: phase x KV length), the error "
     "sigmas and m <= 8 for the flat region were chosen with the scores in view.")
@@ -477,11 +564,13 @@ def run(gemm_cells_df, attn_cells_df, wls, meas, gemm_bundle=None, attn_bundle=N
     for set_name, gset in GPU_SETS.items():
         idx = [GPUS.index(g) for g in gset]
         out[set_name] = {p: rank_scores(v[:, idx], meas[:, idx], gset) for p, v in preds.items()}
-    res = {"scores": out, "pred": preds,
+    res = {"scores": out, "pred": preds, "meas": meas,
            "runner_up_gaps": {k: runner_up_gaps(meas[:, [GPUS.index(g) for g in v]]) for k, v in GPU_SETS.items()}}
     kept, meas_terms = measured_terms(wls, gemm_cells_df, attn_cells_df, GPUS)
     if len(kept) == len(wls) and np.allclose(meas_terms["gemm"] + meas_terms["attention"], meas):
         res["diagnosis"] = {"steptime": ranking_diagnosis(terms, meas_terms, wls, GPUS)}
+        res["diagnosis"]["steptime"]["confusion_terms"] = confusion_terms(terms, meas_terms, wls, GPUS)
+        res["diagnosis"]["flat_region_replicates"] = flat_region_replicates(wls, gemm_cells_df, meas_terms, GPUS)
         res["diagnosis"]["gemm_flat_region_jitter"] = flat_region_jitter(
             gemm_cells_df, GPUS, tuple(res["diagnosis"]["steptime"]["twin_ratios"]))
     if grey is not None:  # what each GPU's grey box was fitted on (never that GPU's table)
@@ -563,12 +652,16 @@ def ranking_document(res, wls, meas, home_gpu: str | None, targets: dict) -> dic
                  "twin_gemm_log_ratio_sd_over_m": {k: v["sd_p50"] for k, v in res["diagnosis"][
                      "gemm_flat_region_jitter"]["per_pair_log_ratio_sd_p50"].items()},
                  "top1_ceiling_per_gpu_regime_scale_in_sample": dg["ceilings_in_sample"][
-                     "per_gpu_per_term_per_regime_scale"]["top1"]},
+                     "per_gpu_per_term_per_regime_scale"]["top1"],
+                 **_replicate_summary(res, s)},
                 "wrong picks per 'pick>measured best' pair; their measured gap (pick / best - 1) bands; workloads whose "
                 "measured runner-up is within 2% of the fastest (a property of the data); top-1 with the measured GEMM "
                 "in place of the predicted one; the in-sample ceiling of rescaling each GPU's terms per regime; the "
                 "top-1 expected of the measured times with an independent 1% error per GPU; per confused pair, the "
-                "spread (sd of the log ratio) of the two GPUs' measured GEMM times over m = 1..8 at one (n, k)"))
+                "spread (sd of the log ratio) of the two GPUs' measured GEMM times over m = 1..8 at one (n, k); on the "
+                "decode workloads of at most 8 tokens, how often the measured fastest GPU stays the fastest when the "
+                "GEMM cells are swapped for the same weights' cells at another m <= 8 (a physical replicate; a "
+                "property of the data), beside steptime's top-1 on the same workloads"))
         if "rf_spec_scaled" in by:
             claims.append(claim(f"GPU set '{set_name}': a home-profiled RF covers 1 GPU; verbatim it ties every pair",
                                 {"rf_verbatim_pair_ties": by["rf_verbatim"]["pair_ties"],
