@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from steptime.cli import main
-from steptime.errors import UnknownEngineError, UnsupportedError
+from steptime.errors import InputError, UnknownEngineError, UnsupportedError
 from steptime.specs import get_gpu
 from steptime.specs import engines as E
 from steptime.step import TERMS, predict_step, predict_steps
@@ -321,3 +321,18 @@ def test_schedule_mixed_prefill_is_data_sglang_runs_prefill_first():
         E._parse_engine("x", {**base, "schedule": {"mixed_prefill": {"value": 0, "provenance": "ASSUMED", "source": "t"}}})
     with pytest.raises(ValueError, match="unknown field schedule.mixed_chunk"):
         E._parse_engine("x", {**base, "schedule": {"mixed_chunk": {"value": False, "provenance": "ASSUMED", "source": "t"}}})
+
+
+def test_schedule_join_steps_is_data_sync_two_overlap_three():
+    """engines.yaml schedule.join_steps: vLLM V1's synchronous engine core (vllm-v1-sync) lets a closed-loop request
+    join 2 steps after its predecessor's last, TensorRT-LLM's overlap loop 3; an engine without it is refused by
+    name; a value that is not a whole number >= 1 is refused."""
+    assert E.get_engine("vllm-v1-sync").join_steps() == 2
+    assert E.get_engine("trtllm").join_steps() == 3
+    assert E.get_engine("trtllm").lookup("join_steps").provenance == "DERIVED"
+    with pytest.raises(InputError, match="sglang.*join_steps"):
+        E.get_engine("sglang").join_steps()
+    base = E._doc()["engines"]["sglang"]
+    for bad in (0, 2.5, True, "2"):
+        with pytest.raises(ValueError, match="whole number"):
+            E._parse_engine("x", {**base, "schedule": {"join_steps": {"value": bad, "provenance": "ASSUMED", "source": "t"}}})

@@ -220,7 +220,8 @@ def test_engine_profile_by_version():
     sync, unfused = get_engine("vllm-v1-sync"), get_engine("vllm-v1-unfused")
     # the only differences (YAML merge): the overlap, and the server law the synchronous core exposes (wave 12)
     assert sync.get("overlap") == 0.0 and unfused.get("overlap") == 1.0
-    diff = ("overlap", "server_a_ms", "server_b_ms")
+    # and the step a closed-loop request joins (schedule.join_steps: the synchronous loop's 2; wave 18)
+    diff = ("overlap", "server_a_ms", "server_b_ms", "join_steps")
     assert {k: v for k, v in sync.values.items() if k not in diff} == \
         {k: v for k, v in unfused.values.items() if k not in diff}
     assert "server_b_ms" in sync.values and "server_b_ms" not in unfused.values
@@ -654,3 +655,65 @@ def test_shipped_server_law_is_the_fit_e2_11_reports(engine):
     e = get_engine(engine)
     assert e.get("server_a_ms") == pytest.approx(fit["server_a_ms"], abs=1e-4)
     assert e.get("server_b_ms") == pytest.approx(fit["server_b_ms"], abs=1e-5)
+
+
+def test_harness_step_budget_trtllm_whole_prompts_under_its_generated_max_num_tokens():
+    """AIConfigurator's generator: TensorRT-LLM max_num_tokens = c + ISL + 1500, no chunking, so a step carries
+    floor((ISL + 1500) / ISL) whole prompts beside the c decodes; a chunking engine carries the token budget."""
+    per, chunked = W.harness_step_budget("trtllm", [8, 64], [1024, 4096], 8192)
+    assert not chunked and list(per) == [2048.0, 4096.0]
+    assert W.trtllm_max_num_tokens(64, 4096) == 64 + 4096 + 1500
+    per, chunked = W.harness_step_budget("vllm-v1-sync", [8], [1024], 8192)
+    assert chunked and list(per) == [8192.0]
+    with pytest.raises(W.WallclockError, match="token budget"):
+        W.harness_step_budget("vllm-v1-sync", [8], [1024], None)
+    with pytest.raises(W.WallclockError, match=">= 1"):
+        W.harness_step_budget("trtllm", [0], [1024], 8192)
+
+
+def test_harness_burst_ttft_rounds_of_a_burst_and_the_join_steps():
+    """HARNESS_TTFT_NOTE on a unit-step predictor (every step 1 ms, a decode step 1 ms): c = 4 prompts, one a step,
+    join 3: round 1 waits 1, 2, 3, 4 steps (mean 2.5); a later round's request at burst step b waits
+    min(b, 2) burst steps and 2 - min(b, 2) decode steps before its own: 3 steps each. Mean over 10 rounds:
+    (2.5 + 9 x 3) / 10. With a slower prefill-carrying step the later rounds weigh it min(b, 2) + 1 times."""
+    unit = lambda fr, tp, _: {"total": np.ones(len(fr))}
+    got = W.harness_burst_ttft([4], [1000], [100], [1000], 3, unit, 1)
+    assert got[0] == pytest.approx((2.5 + 9 * 3.0) / 10)
+    slow = lambda fr, tp, _: {"total": np.where(fr["ctx_tokens"].to_numpy() > 0, 10.0, 1.0)}
+    got = W.harness_burst_ttft([4], [1000], [100], [1000], 3, slow, 1)
+    later = np.mean([2 * 1 + 1 * 10, 1 * 1 + 2 * 10, 3 * 10, 3 * 10])
+    assert got[0] == pytest.approx((25.0 + 9 * later) / 10)
+    sync = W.harness_burst_ttft([4], [1000], [100], [1000], 2, slow, 1)
+    assert sync[0] < got[0]  # a synchronous loop joins one step sooner
+    with pytest.raises(W.WallclockError, match=">= 1"):
+        W.harness_burst_ttft([4], [1000], [100], [1000], 0, unit, 1)
+
+
+def test_ttft_harness_is_the_wave_for_a_prefill_first_engine_and_needs_the_engine():
+    """The harness schedule: SGLang (prefill first) keeps every round a wave, so it is the wave schedule; a mixing
+    engine (TensorRT-LLM) is priced by the burst; without the engine the schedule is refused."""
+    f = W.make_predictor("vllm", "llama-3.1-8b", "h100-sxm", engine="vllm", constants=Constants.default())
+    kw = dict(token_budget=8192)
+    wave = W.predict_ttft(_ttft_rows(16), f, "llama-3.1-8b", "h100-sxm", 1, **kw)
+    sg = W.predict_ttft(_ttft_rows(16), f, "llama-3.1-8b", "h100-sxm", 1, variant="harness", engine="sglang", **kw)
+    assert sg[0] == pytest.approx(wave[0])
+    trt = W.predict_ttft(_ttft_rows(16), f, "llama-3.1-8b", "h100-sxm", 1, variant="harness", engine="trtllm", **kw)
+    burst = W.harness_burst_ttft([16], [1024], [128], [2048], 3, f, 1)
+    assert trt[0] == pytest.approx(burst[0])
+    with pytest.raises(W.WallclockError, match="needs the engine"):
+        W.predict_ttft(_ttft_rows(16), f, "llama-3.1-8b", "h100-sxm", 1, variant="harness", **kw)
+
+
+def test_ttft_document_appends_the_harness_disclosure_to_the_results_own():
+    """document_ttft keeps the result's other disclosures and appends the harness schedule's; a group of too few
+    rows is reported, not claimed."""
+    from steptime_lab.experiments import wallclock_report as R
+
+    sc = [{"dataset": "aic-silicon", "gpu": "h100-sxm", "engine": "trtllm", "subset": "ttft", "variant": v, "cells": n,
+           "tps": [1], "models": ["m"], "signed_mean": 0.1, "mape": 0.2, "tp": "all"}
+          for v in W.TTFT_VARIANTS for n in (12,)]
+    ttft = {"scores": sc, "skipped": [], "pred": pd.DataFrame({"x": range(12)})}
+    doc = R.document_ttft(ttft, {"ttft_mape": 0.25}, min_rows=10, disclosed="earlier text.")
+    assert doc["metrics"]["disclosed"].startswith("earlier text. ") and R.TTFT_HARNESS_DISCLOSED in doc["metrics"]["disclosed"]
+    assert len(doc["claims"]) == len(W.TTFT_VARIANTS) and any("harness schedule" in c["claim"] for c in doc["claims"])
+    assert R.document_ttft(ttft, {"ttft_mape": 0.25}, min_rows=13)["claims"] == []

@@ -31,7 +31,8 @@ doc = R.token_time_document(res, skipped + res["skipped"], p.targets, sens, mixe
                             v3_measure=p.settings["mlenergy_v3_measure"])
 ttft = W.run_ttft(rows, token_budget=p.settings["mixed"]["token_budget"], mem_util=p.settings["ttft"]["mem_util"],
                   fitted=fitted, constants=constants, n_boot=p.n_boot, seed=p.seed)
-tdoc = R.document_ttft(ttft, p.targets, min_rows=p.settings["ttft"]["min_rows"])
+tdoc = R.document_ttft(ttft, p.targets, min_rows=p.settings["ttft"]["min_rows"],
+                      disclosed=doc["metrics"].get("disclosed"))
 doc["claims"] += tdoc["claims"]
 doc["metrics"].update(tdoc["metrics"])
 doc["metrics"]["server_host"] = {k: server[k] for k in ("note", "engines")}

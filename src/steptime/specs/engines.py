@@ -22,7 +22,7 @@ from typing import Any, Iterable
 
 import numpy as np
 
-from steptime.errors import UnknownEngineError, UnsupportedError
+from steptime.errors import InputError, UnknownEngineError, UnsupportedError
 from steptime.readonly import read_only
 from steptime.specs import _load_yaml
 
@@ -61,8 +61,13 @@ MOE_EXCHANGE_DEFAULT = "deepep"
 # schedule.<field>: how the engine's scheduler builds a step, as data (read by the lab's schedule models and the
 # serving replays). mixed_prefill: whether a step that admits prompt tokens also carries the running requests'
 # decodes (vLLM V1, TensorRT-LLM: yes; SGLang by default: no, a prefill batch runs as a step of its own, prefill
-# first). Absent: true (steptime's schedule before the field existed).
-SCHEDULE = ("mixed_prefill",)
+# first). Absent: true (steptime's schedule before the field existed). join_steps: the engine steps a closed-loop
+# client's next request waits for its first token, counted from the step in flight when the request before it
+# returned (its own step included): 2 for a synchronous loop (the next step is scheduled as soon as a step's outputs
+# are processed, before the client's next request can arrive), 3 for an overlap loop (step n + 1 is already launched
+# when step n's outputs go out). Absent: none (a schedule model that needs it refuses the engine).
+SCHEDULE = ("mixed_prefill", "join_steps")
+SCHEDULE_TYPES = MappingProxyType({"mixed_prefill": bool, "join_steps": int})
 AR_LIMIT_TABLES = ("custom_max_bytes", "symm_mem_max_bytes", "fuse_norm_max_bytes", "fuse_one_shot_max_bytes")
 FP8_GEMM_DEFAULT = "gemm_fp8_rel"
 
@@ -173,6 +178,16 @@ class Engine:
         v = self.values.get("mixed_prefill")
         return bool(v.value) if v is not None else True
 
+    def join_steps(self) -> int:
+        """The engine steps a closed-loop client's next request waits for its first token, counted from the step in
+        flight when the request before it returned, its own step included (engines.yaml schedule.join_steps: 2 for
+        a synchronous engine loop, 3 for an overlap loop). Absent: refused with the engine named."""
+        v = self.values.get("join_steps")
+        if v is None:
+            raise InputError(f"engine {self.key!r} has no schedule.join_steps in engines.yaml (the steps a closed-loop "
+                             f"request waits to join); no schedule model can use it")
+        return int(v.value)
+
     def graph_mode(self, phase: str) -> str:
         return self.graphs.get(phase, "none") if self.host_terms else "none"
 
@@ -251,8 +266,10 @@ def _parse_engine(key: str, doc: dict) -> Engine:
         if name not in SCHEDULE:
             raise ValueError(f"{where}: unknown field schedule.{name} (known: {', '.join(SCHEDULE)})")
         v = _value(name, e, where)
-        if not isinstance(v.value, bool):
+        if SCHEDULE_TYPES[name] is bool and not isinstance(v.value, bool):
             raise ValueError(f"{where}: schedule.{name} must be true or false (got {v.value!r})")
+        if SCHEDULE_TYPES[name] is int and (isinstance(v.value, bool) or not isinstance(v.value, int) or v.value < 1):
+            raise ValueError(f"{where}: schedule.{name} must be a whole number >= 1 (got {v.value!r})")
         values[name] = v
     for name, e in (doc.get("precision") or {}).items():
         if name not in PRECISION:

@@ -85,7 +85,7 @@ DEFAULT_BUDGET = 8192  # ASSUMED: token budget of vLLM V1 / SGLang / TRT-LLM on 
 #   same rule in generator/rule_plugin/trtllm.rule later); the vLLM and SGLang templates set neither a token
 #   budget nor mixed chunks (config/backend_templates/{vllm,sglang}/cli_args*.j2 at 8745c7714), so the engines'
 #   defaults hold (vLLM V1 8192 for its server; SGLang chunked_prefill_size 8192 on 80 GB GPUs, no mixed chunk).
-HARNESS = {"warmup_per_slot": 2, "measured_per_slot": 10, "trtllm_budget_over_isl": 1500}
+HARNESS = W.HARNESS  # one place (wallclock.tokens), shared with E2.11's harness TTFT schedule
 HARNESS_NOTE = ("AIConfigurator silicon TTFT and TPOT as its benchmark harness measures them (ASSUMED: the rows' "
                 "harness is AIConfigurator's own eval pipeline, genai-perf / aiperf in concurrency mode): the 2c "
                 "warm-up requests drain first (perf_analyzer joins the warm-up workers; aiperf waits for every "
@@ -213,7 +213,7 @@ def policy_for(engine: str, concurrency: int, budget: int = DEFAULT_BUDGET, isl:
     carry no decodes (without `isl`, both fall back to vLLM V1's policy)."""
     c = int(concurrency)
     if engine == "trtllm" and isl is not None:
-        return policy("vllm", max_num_seqs=c, max_num_batched_tokens=c + int(isl) + HARNESS["trtllm_budget_over_isl"],
+        return policy("vllm", max_num_seqs=c, max_num_batched_tokens=W.trtllm_max_num_tokens(c, isl),
                       chunked_prefill=False)
     b = max(int(budget), c)
     return policy("vllm", max_num_seqs=c, max_num_batched_tokens=b, chunked_prefill=(engine != "vllm-v0"),

@@ -416,11 +416,11 @@ def run_tpot(rows, model_of=None, n_boot: int = 1000, seed: int = 0, fitted=None
 
 # ---------------------------------------------------------------------------------------
 # E2.11: time to first token where the rows measure it (AIConfigurator silicon, aggregated serving)
-TTFT_VARIANTS = ("wave", "steady")
+TTFT_VARIANTS = ("wave", "steady", "harness")
 TTFT_NOTE = (
     "TTFT of aggregated serving at client concurrency c with fixed prompt (ISL) and output (OSL) lengths, from "
-    "the steps the engine runs (the engine profile; no TTFT reading enters), two schedules, both scored and "
-    "claimed against the same target (neither is picked per engine). wave: the c clients start together and, every request having the "
+    "the steps the engine runs (the engine profile; no TTFT reading enters), three schedules, each scored and "
+    "claimed against the same target (none is picked per engine; harness is HARNESS_TTFT_NOTE's). wave: the c clients start together and, every request having the "
     "same lengths, stay in step, so each wave's prompts arrive at once. The engine prefills them as one stream "
     "of c x ISL tokens in steps of the token budget (mixed.token_budget); request i's first token comes with the "
     "step that finishes its prompt, ceil(i ISL / budget) prefill steps of `budget` tokens; the mean over i is the "
@@ -437,10 +437,108 @@ TTFT_NOTE = (
     "before it measures, so its measured phase starts on an empty engine with the c clients sending at once (the "
     "wave) and runs 10c requests in a closed loop, the mean TTFT over all of them: that schedule (harness) is "
     "driven through the serving simulator with the engines as the harness deploys them and claimed in E2.11b "
-    "(replay.HARNESS_NOTE); wave and steady stay here as its two analytic bounds. Diagnostic (metrics.ttft_over_isolated_prefill, "
+    "(replay.HARNESS_NOTE); the harness variant here prices it analytically (HARNESS_TTFT_NOTE); wave and steady "
+    "are its two bounds. Diagnostic (metrics.ttft_over_isolated_prefill, "
     "no claim): measured TTFT over steptime's isolated prefill of the same prompt, per group and concurrency, "
     "and how it moves with the prompt length; a wave schedule makes that ratio fall as ISL grows (more of the "
-    "wave's prompts share each budget-sized step), a spread steady state keeps it near 1.")
+    "wave's prompts share each budget-sized step), a spread steady state keeps it near 1. harness (HARNESS_TTFT_NOTE): "
+    "the harness's 10c requests from a drained engine, each round's schedule as the engine runs it.")
+# AIConfigurator's benchmark harness (read in its code; replay.py's HARNESS comment cites it): warm-up requests per
+# slot (drained before the measured phase), measured requests per slot, and TensorRT-LLM's generated max_num_tokens
+# over ISL (max_num_tokens = max_batch_size + ISL + 1500, chunked prefill off; max_batch_size ASSUMED = c)
+HARNESS = {"warmup_per_slot": 2, "measured_per_slot": 10, "trtllm_budget_over_isl": 1500}
+HARNESS_TTFT_NOTE = (
+    "harness: the mean TTFT over the harness's measured phase (replay.HARNESS_NOTE: c clients start together on a "
+    "drained engine, 10c requests of fixed ISL/OSL, each finished request releasing the next), priced from the steps "
+    "the engine runs. An engine that runs prefill first (engines.yaml schedule.mixed_prefill false) keeps every round a "
+    "wave (WAVE_NOTE): the wave schedule. An engine that mixes prompts into decode steps admits at most `per` prompt "
+    "tokens a step (harness_step_budget: TensorRT-LLM whole prompts under max_num_tokens = c + ISL + 1500, i.e. "
+    "floor((ISL + 1500) / ISL) prompts; a chunking engine the token budget), so round 1 runs as a burst of K = "
+    "ceil(n ISL / per) prefill-carrying steps (n = min(c, KV capacity); step j carries the next `per` prompt tokens and "
+    "the decodes of the requests already started; request i's first token ends step ceil((i + 1) ISL / per)). Every "
+    "request of a round lives the same number of steps, so in step count the next round is the same burst shifted: "
+    "request i finishes in step s and its client's next request joins step s + J (engines.yaml schedule.join_steps, "
+    "J = 2 for a synchronous loop, 3 for an overlap loop, its own step included), and the J - 1 steps it waits are the "
+    "burst's: the burst step b_i = ceil((i + 1) ISL / per) - 1 of its predecessor is preceded by min(b_i, J - 1) burst "
+    "steps S (per prompt tokens and n - per / ISL decodes) and J - 1 - min(b_i, J - 1) decode steps D (n decodes); its "
+    "TTFT in a later round is (J - 1 - m_i) D + (m_i + 1) S with m_i = min(b_i, J - 1). The reported mean is (round 1 + "
+    "9 later rounds) / 10 (HARNESS measured_per_slot); requests beyond the KV capacity add, every round, the wait for "
+    "the earlier wave (as the wave schedule). The step in flight is charged whole (the client's round trip is short "
+    "against a step). Not modelled: a client's next request reaching an idle engine after the others (an engine with "
+    "nothing running starts a step on the first arrival), which splits a round that one step prefilled whole.")
+
+
+def harness_step_budget(engine: str, concurrency, prompt_tokens, token_budget: float):
+    """(prompt tokens one step may carry, whether prompts are chunked) of `engine` as AIConfigurator's harness deploys
+    it (HARNESS): TensorRT-LLM whole prompts, at most floor((max_num_tokens - c) / ISL) of them with max_num_tokens = c
+    + ISL + 1500 (the decodes take c of it); any other engine chunked under `token_budget`. Arrays per row."""
+    c = np.asarray(concurrency, dtype=float)
+    isl = np.asarray(prompt_tokens, dtype=float)
+    if np.any(c < 1) or np.any(isl < 1):
+        raise WallclockError("harness step budget: concurrency and prompt length must be >= 1")
+    if engine == "trtllm":
+        k = np.maximum(np.floor((isl + HARNESS["trtllm_budget_over_isl"]) / isl), 1.0)
+        return k * isl, False
+    if token_budget is None or token_budget <= 0:
+        raise WallclockError("harness step budget: a chunking engine needs a token budget > 0")
+    return np.broadcast_to(np.asarray(float(token_budget)), isl.shape).astype(float), True
+
+
+def trtllm_max_num_tokens(concurrency: int, prompt_tokens: int) -> int:
+    """TensorRT-LLM's max_num_tokens as AIConfigurator's generator sets it for aggregated serving (HARNESS):
+    max_batch_size + ISL + 1500, max_batch_size ASSUMED = the client concurrency."""
+    return int(concurrency) + int(prompt_tokens) + HARNESS["trtllm_budget_over_isl"]
+
+
+def _step_rows(ctx_tokens, ctx_requests, decodes, kv, tp):
+    """A step frame of prompt tokens (`ctx_requests` prompts, no prefix) beside `decodes` decodes at mean KV `kv`."""
+    import pandas as pd
+
+    dec = np.asarray(decodes, dtype=int)
+    ctx = np.asarray(ctx_tokens, dtype=float)
+    return pd.DataFrame({"tp": tp, "phase": np.where(ctx > 0, np.where(dec > 0, "mixed", "prefill"), "decode"),
+                         "ctx_tokens": np.where(ctx > 0, np.maximum(np.round(ctx), 2), 0).astype(int),
+                         "ctx_requests": np.where(ctx > 0, np.maximum(np.round(ctx_requests), 1), 0).astype(int),
+                         "ctx_kv_tokens": 0, "decode_requests": dec,
+                         "mean_decode_kv_tokens": np.where(dec > 0, np.asarray(kv, float), 0.0)})
+
+
+def harness_burst_ttft(n, prompt_tokens, output_tokens, per, join_steps: int, predictor: Callable, tp: int,
+                       rounds: int = HARNESS["measured_per_slot"]) -> np.ndarray:
+    """Per row: the mean TTFT (ms) over `rounds` rounds of `n` requests on an engine that mixes prompts into decode
+    steps, admitting at most `per` prompt tokens a step (HARNESS_TTFT_NOTE): round 1 a burst from an empty engine,
+    later rounds the same burst in step count, each request joining `join_steps` steps after its predecessor's last."""
+    n = np.maximum(np.floor(np.asarray(n, dtype=float)), 1).astype(int)
+    isl = np.maximum(np.asarray(prompt_tokens, dtype=float), 2.0)
+    osl = np.asarray(output_tokens, dtype=float)
+    per = np.broadcast_to(np.asarray(per, dtype=float), isl.shape)
+    J = int(join_steps)
+    if J < 1 or rounds < 1:
+        raise WallclockError(f"harness burst: join_steps and rounds must be >= 1 (got {join_steps}, {rounds})")
+    if np.any(per <= 0):
+        raise WallclockError("harness burst: a step must carry > 0 prompt tokens")
+    stream = n * isl
+    K = np.ceil(stream / per).astype(int)
+    # round 1: step j carries min(per, stream - j per) prompt tokens beside the decodes of the requests already started
+    idx = np.repeat(np.arange(len(n)), K)
+    j = np.concatenate([np.arange(k) for k in K]) if len(K) else np.zeros(0, int)
+    tok = np.minimum(per[idx], stream[idx] - j * per[idx])
+    started = np.minimum(n[idx], np.floor(j * per[idx] / isl[idx])).astype(int)
+    t_wave = predictor(_step_rows(tok, tok / isl[idx], started, isl[idx], tp), tp, None)["total"]
+    full = np.minimum(per, stream)
+    kv = mean_context(isl, osl)
+    t_S = predictor(_step_rows(full, full / isl, np.maximum(n - np.floor(full / isl), 0), kv, tp), tp, None)["total"]
+    t_D = predictor(_step_rows(np.zeros(len(n)), np.zeros(len(n)), n, kv, tp), tp, None)["total"]
+    out = np.zeros(len(n))
+    start = np.concatenate([[0], np.cumsum(K)[:-1]]) if len(K) else np.zeros(0, int)
+    for r in range(len(n)):
+        ends = np.cumsum(np.asarray(t_wave[start[r]:start[r] + K[r]], dtype=float))
+        b = (np.ceil((np.arange(n[r]) + 1) * isl[r] / per[r]) - 1).astype(int)  # the burst step of request i
+        first = float(np.mean(ends[b]))
+        m = np.minimum(b, J - 1)
+        later = float(np.mean((J - 1 - m) * t_D[r] + (m + 1) * t_S[r]))
+        out[r] = (first + (rounds - 1) * later) / rounds
+    return out
 
 
 def _prefill_steps(tokens, requests, tp):
@@ -452,8 +550,9 @@ def _prefill_steps(tokens, requests, tp):
 
 
 def predict_ttft(rows, predictor: Callable, model, gpu, tp: int, *, token_budget: float, dtype: str = "bf16",
-                 mem_util: float = 0.9, variant: str = "wave", ep: int = 1) -> np.ndarray:
-    """Predicted mean TTFT (ms) of rows of ONE (gpu, model, engine, tp, dtype) (TTFT_NOTE)."""
+                 mem_util: float = 0.9, variant: str = "wave", ep: int = 1, engine: str | None = None) -> np.ndarray:
+    """Predicted mean TTFT (ms) of rows of ONE (gpu, model, engine, tp, dtype) (TTFT_NOTE); the harness variant
+    (HARNESS_TTFT_NOTE) needs the `engine` (its schedule in engines.yaml)."""
     from steptime.specs import get_gpu, get_model
 
     if variant not in TTFT_VARIANTS:
@@ -471,6 +570,7 @@ def predict_ttft(rows, predictor: Callable, model, gpu, tp: int, *, token_budget
         mix = predictor(_mixed_frame(np.maximum(c - 1, 1), kv, chunk, prefix, tp), tp, None)["total"]
         return 0.5 * dec + np.ceil(isl / chunk) * mix
     from steptime.serve import Policy, kv_capacity_requests
+    from steptime.specs.engines import get_engine
 
     # requests of ISL + OSL tokens the KV cache holds (the serving simulator's memory model, KV_CAP_NOTE)
     cap = kv_capacity_requests(m, g, isl + osl, tp=tp, ep=ep, dtype=dtype, kv_dtype="bf16",
@@ -480,18 +580,28 @@ def predict_ttft(rows, predictor: Callable, model, gpu, tp: int, *, token_budget
     step_tok = np.minimum(token_budget, stream)
     t_pf = predictor(_prefill_steps(step_tok, step_tok / isl, tp), tp, None)["total"]
     t_dec = predictor(_decode_frame(fit, isl + osl / 2.0, tp), tp, None)["total"]
+    mixes = False
+    if variant == "harness":
+        if engine is None:
+            raise WallclockError("the harness TTFT schedule needs the engine (its schedule in engines.yaml)")
+        mixes = get_engine(engine).mixes_prefill()  # a prefill-first engine keeps every round a wave (WAVE_NOTE)
     out = np.zeros(len(rows))
+    queue = np.zeros(len(rows))  # requests beyond the KV capacity wait for the earlier wave, every round
     for r in range(len(rows)):
         i = np.arange(c[r])
         first = np.ceil(((i % fit[r]) + 1) * isl[r] / token_budget) * t_pf[r]
         wave = np.ceil(stream[r] / token_budget) * t_pf[r] + osl[r] * t_dec[r]
         out[r] = float(np.mean((i // fit[r]) * wave + first))
+        queue[r] = float(np.mean((i // fit[r]) * wave))
+    if mixes:
+        per, _ = harness_step_budget(engine, c, isl, token_budget)
+        out = queue + harness_burst_ttft(fit, isl, osl, per, get_engine(engine).join_steps(), predictor, tp)
     return out
 
 
 def run_ttft(rows, *, token_budget: float, mem_util: float = 0.9, fitted=None, constants=None, n_boot: int = 1000,
              seed: int = 0) -> dict:
-    """Every row with a measured TTFT (ttft_ms) predicted by both TTFT_VARIANTS and scored per (dataset,
+    """Every row with a measured TTFT (ttft_ms) predicted by each of TTFT_VARIANTS and scored per (dataset,
     gpu, engine) and per TP; groups the predictor refuses are left out with their reason."""
     import pandas as pd
 
@@ -507,7 +617,7 @@ def run_ttft(rows, *, token_budget: float, mem_util: float = 0.9, fitted=None, c
             key = _known_model(model, d)
             f = make_predictor(eng, key, gpu, engine=eng, dtype=dt, fitted=fitted, constants=constants)
             p = {v: predict_ttft(d, f, key, gpu, int(tp), token_budget=token_budget, dtype=dt, mem_util=mem_util,
-                                 variant=v) for v in TTFT_VARIANTS}
+                                 variant=v, engine=eng) for v in TTFT_VARIANTS}
             isl = d["prompt_tokens"].to_numpy(float)  # the diagnostic's reference: one isolated prefill
             p["isolated_prefill"] = predictor_total(f, _prefill_steps(isl, np.ones(len(d)), int(tp)), int(tp))
         except SteptimeError as exc:
@@ -695,7 +805,7 @@ def evaluate_records(fpm_tidy=None, mlenergy_v2=None, mlenergy_v3=None, silicon=
                             "fitted_on": tpot_fitted_on(doc, sc["engine"], sc["gpu"], server),
                             "subset": "tpot", "cells": sc["cells"], "mape": sc["mape"],
                             "median_ape": sc["median_ape"], "mape_ci": sc["mape_ci"]})
-        if ttft is not None and mixed is not None:  # TTFT where rows measure it (TTFT_NOTE), both schedules
+        if ttft is not None and mixed is not None:  # TTFT where rows measure it (TTFT_NOTE), every schedule
             res = run_ttft(rows, token_budget=mixed["token_budget"], mem_util=ttft.get("mem_util", 0.9), fitted=doc,
                            constants=constants, n_boot=n_boot, seed=seed)
             for sc in res["scores"]:
