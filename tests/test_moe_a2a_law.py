@@ -204,7 +204,8 @@ def test_floor_shape_relaxes_from_one_plus_excess_to_one():
     """a2a_floor_shape: 1 + a T0 / (T + T0): 1 + a / (1 + 1/T0) at one token, 1 + a/2 at T0, -> 1 for many
     tokens; 1 everywhere without an excess; a non-positive token scale is a clear error."""
     f = M.a2a_floor_shape(np.array([1.0, 8.0, 1e6]), 0.4, 8.0)
-    assert f[0] == pytest.approx(1 + 0.4 * 8 / 9) and f[1] == pytest.approx(1.2) and f[2] == pytest.approx(1.0, abs=1e-5)
+    assert f[0] == pytest.approx(1 + 0.4 * 8 / 9) and f[1] == pytest.approx(1.2)
+    assert f[2] == pytest.approx(1.0, abs=1e-5)
     assert np.all(M.a2a_floor_shape(np.array([1.0, 64.0])) == 1.0)
     with pytest.raises(ValueError, match="excess_tokens"):
         M.a2a_floor_shape(1.0, 0.2, 0.0)
@@ -239,7 +240,8 @@ def test_product_a2a_time_prices_the_link_exponent_and_floor_excess_as_the_lab()
     for ph in ("dispatch", "combine"):
         law[f"ll:{ph}"].update(link_exp=0.5, floor_excess=0.4 if ph == "combine" else 0.0, floor_excess_tokens=12.0)
     doc = E.moe_constants_doc(None, {"ship": law, "ship_laws": {}, "ship_scales": {}})
-    assert {"a2a_link_exp:ll:dispatch", "a2a_floor_excess:ll:combine", "a2a_floor_excess_tokens:ll:combine"} <= set(doc["global"])
+    keys = {"a2a_link_exp:ll:dispatch", "a2a_floor_excess:ll:combine", "a2a_floor_excess_tokens:ll:combine"}
+    assert keys <= set(doc["global"])
     mc = M.MoEConstants(values={k: c["value"] for k, c in doc["global"].items()}, per_gpu={})
     for gpu in ("h100-sxm", "b200"):
         for T in (1, 16, 256):
