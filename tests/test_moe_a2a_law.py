@@ -185,3 +185,67 @@ def test_shipped_gpu_law_overrides_the_global_one_in_the_product():
                                  a2a_bytes=float(M.a2a_bytes(4096, 7168, 8, 8, "ht"))) for p in ("dispatch", "combine")])
         lab = E.a2a_predict(row, law).sum() * 1e-3
         assert float(M.a2a_time(4096, 7168, 8, 8, gpu, mc, mode="ht")) == pytest.approx(lab, rel=1e-6)
+
+
+# --------------------------------------------------------------------------- the low-latency law's shape (wave 18)
+def test_link_bw_is_the_share_of_the_gpu_link_at_exponent_one_and_flatter_below():
+    """a2a_link_bw: share * link at link_exp 1; at link_exp 0 every GPU gets share * the reference link; between,
+    a link twice as fast buys 2^link_exp; bad input is a clear error."""
+    assert M.a2a_link_bw(450.0, 0.3) == pytest.approx(0.3 * 450e9)
+    assert M.a2a_link_bw(450.0, 0.3, 0.0) == pytest.approx(0.3 * M.A2A_LINK_REF_GBPS * 1e9)
+    assert M.a2a_link_bw(900.0, 0.3, 0.6) / M.a2a_link_bw(450.0, 0.3, 0.6) == pytest.approx(2 ** 0.6)
+    with pytest.raises(ValueError, match="must be > 0"):
+        M.a2a_link_bw(0.0, 0.3)
+    with pytest.raises(ValueError, match="must be > 0"):
+        M.a2a_link_bw(450.0, 0.0)
+
+
+def test_floor_shape_relaxes_from_one_plus_excess_to_one():
+    """a2a_floor_shape: 1 + a T0 / (T + T0): 1 + a / (1 + 1/T0) at one token, 1 + a/2 at T0, -> 1 for many
+    tokens; 1 everywhere without an excess; a non-positive token scale is a clear error."""
+    f = M.a2a_floor_shape(np.array([1.0, 8.0, 1e6]), 0.4, 8.0)
+    assert f[0] == pytest.approx(1 + 0.4 * 8 / 9) and f[1] == pytest.approx(1.2)
+    assert f[2] == pytest.approx(1.0, abs=1e-5)
+    assert np.all(M.a2a_floor_shape(np.array([1.0, 64.0])) == 1.0)
+    with pytest.raises(ValueError, match="excess_tokens"):
+        M.a2a_floor_shape(1.0, 0.2, 0.0)
+
+
+def test_overlap_fit_recovers_the_link_exponent_and_the_floor_excess():
+    """Synthetic low-latency cells on a Hopper and a Blackwell GPU from a law with a link exponent of 0.6 and a
+    small-batch floor excess (0.3 over 16 tokens): the fit recovers both, and a held-out GPU's 1-token reading
+    sets its floor so that its whole curve is predicted."""
+    law = {"floor_us": 60.0, "bw_share": 0.3, "overlap_p": 2.0, "link_exp": 0.6, "floor_excess": 0.3,
+           "floor_excess_tokens": 16.0, "tok_us": 0.0}
+    rows = [dict(gpu=g, backend="deepep_ll", phase=p, ep_size=8, hidden_size=h, topk=8, num_experts=256,
+                 num_tokens=T, latency_ms=1.0)
+            for g in ("h100-sxm", "b200", "b300") for p in ("dispatch", "combine") for h in (3072, 7168)
+            for T in (1, 2, 4, 8, 16, 32, 64, 128, 256)]
+    d = E.a2a_cells(pd.DataFrame(rows))
+    d["latency_ms"] = E.a2a_predict(d, {"ll:dispatch": law, "ll:combine": law},
+                                    {"b300": {"s_floor:ll:dispatch": 1.5, "s_floor:ll:combine": 1.5}})
+    fit = E.a2a_fit(d[d.gpu != "b300"])["ll:dispatch"]
+    for k in ("bw_share", "overlap_p", "link_exp", "floor_excess", "floor_excess_tokens"):
+        assert fit[k] == pytest.approx(law[k], rel=2e-2), k
+    full = {"ll:dispatch": fit, "ll:combine": E.a2a_fit(d[d.gpu != "b300"])["ll:combine"]}
+    sc = E.a2a_scales(d, "b300", full)
+    b = d[d.gpu == "b300"]
+    assert np.allclose(E.a2a_predict(b, full, {"b300": sc}), b.latency_ms, rtol=2e-2)
+
+
+def test_product_a2a_time_prices_the_link_exponent_and_floor_excess_as_the_lab():
+    """moe_constants_doc writes a2a_link_exp / a2a_floor_excess / a2a_floor_excess_tokens, and terms.moe.a2a_time
+    with them is the lab's law."""
+    law = _law_ov(0.05, share=0.3, p=2.0)
+    for ph in ("dispatch", "combine"):
+        law[f"ll:{ph}"].update(link_exp=0.5, floor_excess=0.4 if ph == "combine" else 0.0, floor_excess_tokens=12.0)
+    doc = E.moe_constants_doc(None, {"ship": law, "ship_laws": {}, "ship_scales": {}})
+    keys = {"a2a_link_exp:ll:dispatch", "a2a_floor_excess:ll:combine", "a2a_floor_excess_tokens:ll:combine"}
+    assert keys <= set(doc["global"])
+    mc = M.MoEConstants(values={k: c["value"] for k, c in doc["global"].items()}, per_gpu={})
+    for gpu in ("h100-sxm", "b200"):
+        for T in (1, 16, 256):
+            row = pd.DataFrame([dict(gpu=gpu, mode="ll", phase=p, num_tokens=T,
+                                     a2a_bytes=float(M.a2a_bytes(T, 7168, 8, 8, "ll"))) for p in ("dispatch", "combine")])
+            lab = E.a2a_predict(row, law).sum() * 1e-3
+            assert float(M.a2a_time(T, 7168, 8, 8, gpu, mc, mode="ll")) == pytest.approx(lab, rel=1e-5)

@@ -436,6 +436,33 @@ def a2a_bytes(tokens, hidden, topk, ep, mode: str = "ll"):
     return T * k * h * 2.0 * (ep - 1.0) / ep
 
 
+# The reference link the low-latency law's bandwidth share is quoted at (1e9 B/s per direction, NVLink 5): the
+# transfer runs at share * A2A_LINK_REF_GBPS * (link / A2A_LINK_REF_GBPS)^link_exp (a2a_link_bw), so that
+# link_exp = 1 is the share of the GPU's own link and link_exp < 1 a rate that rises more slowly than the link.
+A2A_LINK_REF_GBPS = 900.0
+
+
+def a2a_link_bw(link_gbps, share, link_exp=1.0):
+    """The low-latency all-to-all's transfer bandwidth (B/s) on a GPU whose per-direction link is `link_gbps`
+    (1e9 B/s): share * ref * (link / ref)^link_exp, ref = A2A_LINK_REF_GBPS (E3.2: DeepEP's low-latency kernels
+    post fine-grained per-(token, expert) stores from a fixed set of warps, and Blackwell's 900 GB/s NVLink buys
+    about 1.3-1.6x Hopper's 450 at 256 tokens, not 2x)."""
+    link = np.asarray(link_gbps, dtype=float)
+    if np.any(link <= 0) or share <= 0:
+        raise ValueError(f"a2a_link_bw: link bandwidth and share must be > 0, got {link_gbps!r}, {share!r}")
+    return share * A2A_LINK_REF_GBPS * 1e9 * (link / A2A_LINK_REF_GBPS) ** link_exp
+
+
+def a2a_floor_shape(tokens, excess=0.0, excess_tokens=1.0):
+    """The low-latency floor's factor at `tokens` per rank: 1 + excess * T0 / (T + T0), T0 = excess_tokens: a
+    small-batch excess that relaxes over T0 tokens (E3.2: vLLM's DeepEP combine runs 12-19% slower at 1-2 tokens
+    than at 8-48 on every GPU measured); 1 where excess = 0."""
+    if excess_tokens <= 0:
+        raise ValueError(f"a2a_floor_shape: excess_tokens must be > 0, got {excess_tokens!r}")
+    T = np.asarray(tokens, dtype=float)
+    return 1.0 + excess * excess_tokens / (T + excess_tokens)
+
+
 def a2a_link_gbps(gpu) -> float:
     """The per-direction GPU-to-GPU bandwidth (1e9 B/s) DeepEP's low-latency all-to-all is scaled by: the GPU spec's
     nvlink_gbps (its PCIe bandwidth where it has no NVLink)."""
@@ -452,11 +479,13 @@ def a2a_time(tokens, hidden, topk, ep, gpu, mc: MoEConstants, *, mode: str = "ll
       the mode sends over the achieved all-to-all bandwidth of that (mode, phase), and a per-token cost that does
       not scale with the hidden size (DeepEP's per-token layout / bookkeeping; fitted where the evidence carries it, the
       normal "ht" mode, else 0);
-    - overlapped (where `a2a_bw_share:<mode>:<phase>` is given; E3.2's low-latency law): ((s_floor * floor)^p +
-      x^p)^(1/p), x = bytes / (bw_share * nvlink_gbps): a latency floor (the kernel's launch, signalling and
-      receive-flag polling, per GPU) that the transfer hides under until it outgrows it (the low-latency kernels
-      post their sends asynchronously, p the overlap exponent), the transfer at a fixed share of the GPU's
-      datasheet NVLink bandwidth (a2a_link_gbps).
+    - overlapped (where `a2a_bw_share:<mode>:<phase>` is given; E3.2's low-latency law): ((s_floor * floor *
+      a2a_floor_shape(T))^p + x^p)^(1/p), x = bytes / a2a_link_bw(nvlink_gbps, bw_share, link_exp): a latency
+      floor (the kernel's launch, signalling and receive-flag polling, per GPU; with a small-batch excess
+      `a2a_floor_excess` relaxing over `a2a_floor_excess_tokens` tokens, 0 where not given) that the transfer
+      hides under until it outgrows it (the low-latency kernels post their sends asynchronously, p the overlap
+      exponent), the transfer at a share of the GPU's datasheet NVLink bandwidth (a2a_link_gbps) raised to
+      `a2a_link_exp` (1 where not given).
 
     Per-GPU readings: `a2a_s:<mode>:<phase>` scales a whole curve, `a2a_s_slope:<mode>` the transfer part (the
     normal mode, a bandwidth regime), `a2a_s_floor:<mode>:<phase>` the floor (the low-latency mode); 1 where a GPU
@@ -474,8 +503,10 @@ def a2a_time(tokens, hidden, topk, ep, gpu, mc: MoEConstants, *, mode: str = "ll
         share = mc.get(f"a2a_bw_share:{mode}:{phase}", gpu, 0.0)
         if share > 0:
             p = mc.get(f"a2a_overlap_p:{mode}:{phase}", gpu, 1.0)
-            f = mc.get(f"a2a_s_floor:{mode}:{phase}", gpu, 1.0) * t0
-            x = nbytes / (share * a2a_link_gbps(gpu) * 1e9)
+            f = mc.get(f"a2a_s_floor:{mode}:{phase}", gpu, 1.0) * t0 * a2a_floor_shape(
+                T, mc.get(f"a2a_floor_excess:{mode}:{phase}", gpu, 0.0),
+                mc.get(f"a2a_floor_excess_tokens:{mode}:{phase}", gpu, 1.0))
+            x = nbytes / a2a_link_bw(a2a_link_gbps(gpu), share, mc.get(f"a2a_link_exp:{mode}:{phase}", gpu, 1.0))
             t = t + smax(f, x, p)
             continue
         bw = mc.get(f"a2a_bw_gbps:{mode}:{phase}", gpu) * 1e9
