@@ -1,5 +1,5 @@
 """E3.1 wave 18: the fixed EP > 1 cost of the kernel families whose expert parallelism is vLLM's own remap of the
-top-k ids (Triton, Marlin), and the bf16 readings taken relative to the law's misfit on same-architecture donors."""
+top-k ids (Triton, Marlin)."""
 from __future__ import annotations
 
 import pandas as pd
@@ -33,32 +33,3 @@ def test_ep_floor_is_fitted_for_remapping_families_only():
     names, p0, lo, hi = E.law_params("fp8_block", ep_floor=True)
     assert "ep_floor_us" in names and names[-1] == "quant_passes" and len(names) == len(p0) == len(lo) == len(hi)
     assert "ep_floor_us" not in E.law_params("bf16")[0]
-
-
-def test_reading_donors_share_the_architecture():
-    assert E.reading_donors("h100-sxm", ["h200-sxm", "l40s", "h100-sxm"]) == ["h200-sxm"]
-    assert E.reading_donors("l40s", ["h100-sxm", "h200-sxm"]) == []          # Ada from Hopper: none
-    assert E.reading_donors("b200", pd.Series(["b300", "gb200", "b300"])) == ["b300", "gb200"]
-
-
-def _reading_frame(per_dtype, misfit):
-    """Every reading cell on H100 and H200, measured = the law / misfit (the law `misfit` x too slow on both)."""
-    h, i, k, E_ = E.READING_SHAPE
-    rows = [{"gpu": g, "sdtype": "bf16", "distribution": "balanced", "hidden_size": h, "inter_size": i, "topk": k,
-             "num_experts": E_, "moe_tp": tp, "moe_ep": ep, "num_tokens": T, "family": "triton"}
-            for g in ("h100-sxm", "h200-sxm") for T, tp, ep in E.READINGS.values()]
-    d = pd.DataFrame(rows)
-    d["latency_ms"] = E.predict(d, per_dtype) / misfit
-    return d
-
-
-def test_readings_relative_to_the_donors_misfit():
-    per_dtype = {"bf16": dict(LAW)}
-    d = _reading_frame(per_dtype, 1.3)   # the law misfits both GPUs alike at the reading cells
-    plain, _ = E.gpu_scales(d, "h100-sxm", per_dtype)
-    rel, _ = E.gpu_scales(d, "h100-sxm", per_dtype, ["h200-sxm"])
-    assert plain["s_mem"] > 1.05 or plain["s_c"] > 1.05 or plain["d_floor_us"] < -1.0   # absolute: the misfit
-    assert rel["s_c"] == pytest.approx(1.0, rel=1e-6) and rel["s_mem"] == pytest.approx(1.0, rel=1e-6)
-    assert rel["d_floor_us"] == pytest.approx(0.0, abs=1e-6)                             # relative: nothing
-    assert E.donor_misfit(d, ["h200-sxm"], per_dtype)["memory"] == pytest.approx(1.3)
-    assert E.donor_misfit(d, [], per_dtype) == {w: 1.0 for w in E.READINGS}

@@ -373,6 +373,8 @@ def routed_experts_time(tokens, hidden, inter, topk, num_experts, gpu, mc: MoECo
     there, a share 1 / (1 + (W / (f L2))^4) read at the L2 bandwidth c * SMs * boost clock).
     A family flagged `sm_stream` streams its weights at the SMs' issue rate instead of HBM's (E3.1: Hopper's fp8
     CUTLASS and mxfp4 Triton kernels run as fast on H100 as on H200, whose HBM is 1.43x faster).
+    A law with `ep_floor_us` adds it to the floor at ep > 1 (the kernel families whose expert parallelism is vLLM's own
+    remap of the top-k ids to the rank's local experts: a fixed cost at the same local work, E3.1 wave 18).
     The kernel family picks the (dtype, family) constants where shipped (None: the GPU's own, else the dtype's)."""
     dtype = canonical_dtype(dtype)
     if regime not in REGIMES:

@@ -285,46 +285,20 @@ def reading_cells(d: pd.DataFrame, gpu: str) -> pd.DataFrame:
     return d[m]
 
 
-def reading_donors(gpu: str, trained_on) -> list[str]:
-    """The GPUs whose law misfit a GPU's readings are taken relative to: those its bf16 law was fitted on that share
-    its architecture (the same kernels on the same tensor-core generation misfit alike: H100 / H200 cells agree within
-    6-10% at one median ratio); none across architectures (the L40S's Hopper donors)."""
-    arch = get_gpu(gpu).architecture
-    return sorted(g for g in set(trained_on) if g != gpu and get_gpu(g).architecture == arch)
-
-
-def donor_misfit(d: pd.DataFrame, donors, per_dtype: dict) -> dict:
-    """{reading: the bf16 law's geometric-mean predicted / measured at that reading's cell on the donor GPUs (the
-    GPUs its law was fitted on), unscaled}; 1 where no donor has the cell."""
-    out = {}
-    for what, (T, tp, ep) in READINGS.items():
-        r = []
-        for g in donors:
-            rd = reading_cells(d, g)
-            row = rd[(rd.num_tokens == T) & (rd.moe_tp == tp) & (rd.moe_ep == ep)]
-            if len(row):
-                r.append(np.log(predict(row, per_dtype)[0] / float(row.latency_ms.iloc[0])))
-        out[what] = float(np.exp(np.mean(r))) if r else 1.0
-    return out
-
-
-def gpu_scales(d: pd.DataFrame, gpu: str, per_dtype: dict, donors=()) -> tuple[dict, list]:
-    """Three GPU scales from its three bf16 readings (floor, memory, compute), solved in turn (sweeps). With `donors`
-    (the GPUs the bf16 law was fitted on), each reading is taken relative to the law's own misfit at the same cell on
-    them (donor_misfit): the scales carry how the GPU differs from its donors there, not the form's misfit."""
+def gpu_scales(d: pd.DataFrame, gpu: str, per_dtype: dict) -> tuple[dict, list]:
+    """Three GPU scales from its three bf16 readings (floor, memory, compute), solved in turn (sweeps)."""
     rd = reading_cells(d, gpu)
     sc = {"s_c": 1.0, "s_mem": 1.0, "d_floor_us": 0.0}
     if len(rd) != len(READINGS) or "bf16" not in per_dtype:
         return sc, []
     row_of = {what: rd[(rd.num_tokens == T) & (rd.moe_tp == tp) & (rd.moe_ep == ep)]
               for what, (T, tp, ep) in READINGS.items()}
-    mis = donor_misfit(d, [g for g in donors if g != gpu], per_dtype) if len(donors) else {}
     for _ in range(100):   # sequential solves until the three scales stop moving (the branches overlap)
         before = dict(sc)
         for what in ("compute", "memory", "floor"):
             row = row_of[what]
             pred = predict(row, per_dtype, {gpu: sc})[0]
-            meas = float(row.latency_ms.iloc[0]) * mis.get(what, 1.0)
+            meas = float(row.latency_ms.iloc[0])
             if what == "floor":
                 sc["d_floor_us"] = max(sc["d_floor_us"] + (meas - pred) * 1e3, -per_dtype["bf16"]["floor_us"])
             elif what == "memory":
@@ -381,7 +355,7 @@ def run(df: pd.DataFrame) -> dict:
     rows = cells(df, ("balanced",), per_family=True)
     fits, readings = {}, {}
     for g in gpus:
-        per_dtype, trained_on, fam_of, donors = {}, {}, {}, []
+        per_dtype, trained_on, fam_of = {}, {}, {}
         for dt in dtypes:
             own = d[bal & (d.gpu == g) & (d.sdtype == dt)]
             if not len(own):
@@ -393,9 +367,7 @@ def run(df: pd.DataFrame) -> dict:
                     key = dt if len(fams) == 1 else f"{dt}@{fam}"
                     per_dtype[key], trained_on[key] = fit_dtype(t, dt), what
                     fam_of[key] = fam
-                    if key == "bf16":
-                        donors = reading_donors(g, t.gpu)
-        sc, used = gpu_scales(d[bal], g, per_dtype, donors)
+        sc, used = gpu_scales(d[bal], g, per_dtype)
         unscaled = frozenset(k for k, f in fam_of.items() if not readings_apply(f, fam_of.get("bf16")))
         mask = d.gpu == g
         s = d[mask]
@@ -405,8 +377,7 @@ def run(df: pd.DataFrame) -> dict:
         d.loc[mask, "pred_balanced_routing_ms"] = predict(s.assign(distribution="balanced"), per_dtype, {g: sc},
                                                           unscaled=unscaled)
         d.loc[reading_cells(d[bal], g).index, "reading"] = True
-        fits[g] = {"per_dtype": per_dtype, "scales": sc, "trained_on": trained_on, "unscaled": sorted(unscaled),
-                   "reading_donors": donors}
+        fits[g] = {"per_dtype": per_dtype, "scales": sc, "trained_on": trained_on, "unscaled": sorted(unscaled)}
         readings[g] = used
     ev = d[~d.reading & d.pred_ms.notna()].copy()
     for col, src in (("ape", "pred_ms"), ("ape_evicted", "pred_evicted_ms"), ("ape_noread", "pred_noread_ms"),
@@ -430,9 +401,7 @@ def run(df: pd.DataFrame) -> dict:
         fam_of = (d[bal & (d.gpu == g)].groupby("sdtype")["family"].agg(lambda f: f.mode().iloc[0]).to_dict())
         families[g] = fam_of
         own = {dt: all_fit.get(f"{dt}@{fam}", all_fit[dt]) for dt, fam in fam_of.items()}
-        fam_bf16 = fam_of.get("bf16")
-        ran = d.loc[bal & (d.sdtype == "bf16") & (d.family == fam_bf16), "gpu"] if fam_bf16 else []
-        ship_scales[g] = gpu_scales(d[bal], g, own, reading_donors(g, ran))[0]
+        ship_scales[g] = gpu_scales(d[bal], g, own)[0]
     return {"cells": d, "eval": ev[ev.distribution == "balanced"], "eval_skew": skew, "per": per, "per_skew": per_skew,
             "fits": fits, "readings": readings, "ship": all_fit, "ship_scales": ship_scales, "families": families}
 
@@ -513,13 +482,10 @@ def document(r: dict, target_pct: float) -> dict:
                      "held-out scores had been seen (Hopper's errors split by EP, tokens and tp, and the readings' "
                      "scales; before and after in DESIGN.md): the kernel families whose expert parallelism is vLLM's "
                      "own top-k remap (Triton, Marlin) carry a fixed EP > 1 cost (ep_floor_us, fitted on the training "
-                     "GPUs; first tried on every family, which put GB200 bf16 and fp8 over 12%), and the three bf16 "
-                     "readings are taken relative to the law's own misfit at the same cells on the training GPUs of "
-                     "the same architecture (reading_donors; none across architectures).",
+                     "GPUs; first tried on every family, which put GB200 bf16 and fp8 over 12%).",
         "ep_floor_families": sorted(EP_REMAP_FAMILIES),
         "ep_floor_us": {g: {dt: round(p["ep_floor_us"], 2) for dt, p in v["per_dtype"].items() if "ep_floor_us" in p}
                         for g, v in r["fits"].items()},
-        "reading_donors": {g: v.get("reading_donors", []) for g, v in r["fits"].items()},
         "quant_pass_dtypes": sorted(QUANT_DTYPES),
         "quant_passes": {g: {dt: round(p["quant_passes"], 3) for dt, p in v["per_dtype"].items() if "quant_passes" in p}
                          for g, v in r["fits"].items()},
@@ -561,8 +527,7 @@ def moe_constants_doc(r: dict | None, a2a: dict | None = None) -> dict:
             gpu.setdefault(g, {})[k] = {
                 "value": round(float(v), 6), "provenance": "MEASURED",
                 "source": "E3.1: three bf16 readings of Qwen3-235B-A22B's MoE layer (tokens, moe_tp, moe_ep = "
-                          f"{'; '.join(', '.join(map(str, c)) for c in READINGS.values())}), each relative to the "
-                          "law's misfit at the same cell on the other GPUs of its architecture (reading_donors)"}
+                          f"{'; '.join(', '.join(map(str, c)) for c in READINGS.values())})"}
     for g, fams in (r["families"] if r else {}).items():
         for dt, fam in fams.items():
             gpu.setdefault(g, {})[f"family:{dt}"] = {
