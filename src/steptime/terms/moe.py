@@ -373,6 +373,8 @@ def routed_experts_time(tokens, hidden, inter, topk, num_experts, gpu, mc: MoECo
     there, a share 1 / (1 + (W / (f L2))^4) read at the L2 bandwidth c * SMs * boost clock).
     A family flagged `sm_stream` streams its weights at the SMs' issue rate instead of HBM's (E3.1: Hopper's fp8
     CUTLASS and mxfp4 Triton kernels run as fast on H100 as on H200, whose HBM is 1.43x faster).
+    A law with `ep_floor_us` adds it to the floor at ep > 1 (the kernel families whose expert parallelism is vLLM's own
+    remap of the top-k ids to the rank's local experts: a fixed cost at the same local work, E3.1 wave 18).
     The kernel family picks the (dtype, family) constants where shipped (None: the GPU's own, else the dtype's)."""
     dtype = canonical_dtype(dtype)
     if regime not in REGIMES:
@@ -419,6 +421,10 @@ def routed_experts_time(tokens, hidden, inter, topk, num_experts, gpu, mc: MoECo
     if _has_law(mc, "quant_passes", dtype, family):
         t_tok = t_tok + law("quant_passes") * 2.0 * h * T / gpu.mem_bw
     t0 = max(0.0, law("floor_us") + reads.get("d_floor_us", gpu, 0.0)) * 1e-6
+    # the expert-parallel path's fixed cost (EP > 1: the kernel family's extra work to map the global top-k ids to the
+    # rank's local experts and mask the others), where the law has the constant (E3.1, wave 18)
+    if _has_law(mc, "ep_floor_us", dtype, family):
+        t0 = t0 + np.where(np.asarray(ep, dtype=float) > 1, law("ep_floor_us") * 1e-6, 0.0)
     p = float(_law(mc, "overlap_p", dtype, family)) if _has_law(mc, "overlap_p", dtype, family) else np.inf
     both = smax(t_c, t_m, p)
     t = np.where(T > 0, t0 + both + t_tok, 0.0)
