@@ -38,20 +38,26 @@ def mean_context(prompt_tokens, output_tokens):
     return np.asarray(prompt_tokens, dtype=float) + np.asarray(output_tokens, dtype=float) / 2.0
 
 
-def _decode_frame(n, kv, tp):
+def _frame(tp, phase, *, ctx_tokens=0, ctx_requests=0, prefix=0, decodes=0, kv=0.0):
+    """The one step-frame schema the step predictor reads (every builder below fills it): prompt tokens, prompts,
+    their prefix (KV already cached), decodes and the decodes' mean KV, per row at tensor parallelism `tp`."""
     import pandas as pd
 
-    n = np.asarray(n, dtype=int)
-    return pd.DataFrame({"tp": tp, "phase": "decode", "ctx_tokens": 0, "ctx_requests": 0, "ctx_kv_tokens": 0,
-                         "decode_requests": n, "mean_decode_kv_tokens": np.asarray(kv, float)})
+    return pd.DataFrame({"tp": tp, "phase": phase, "ctx_tokens": ctx_tokens, "ctx_requests": ctx_requests,
+                         "ctx_kv_tokens": prefix, "decode_requests": decodes, "mean_decode_kv_tokens": kv})
+
+
+def _tokens(x, floor: int):
+    """Token counts rounded to whole tokens, at least `floor` (a step carries >= 2 prompt tokens)."""
+    return np.maximum(np.asarray(x, dtype=float).round(), floor).astype(int)
+
+
+def _decode_frame(n, kv, tp):
+    return _frame(tp, "decode", decodes=np.asarray(n, dtype=int), kv=np.asarray(kv, float))
 
 
 def _prefill_frame(tokens, tp):
-    import pandas as pd
-
-    t = np.maximum(np.asarray(tokens, dtype=float).round().astype(int), 2)
-    return pd.DataFrame({"tp": tp, "phase": "prefill", "ctx_tokens": t, "ctx_requests": 1, "ctx_kv_tokens": 0,
-                         "decode_requests": 0, "mean_decode_kv_tokens": 0.0})
+    return _prefill_steps(tokens, 1, tp)
 
 
 VARIANTS = ("naive", "mixed")
@@ -81,13 +87,8 @@ WAVE_NOTE = ("prefill-first wave (engines.yaml schedule.mixed_prefill false, clo
 
 
 def _mixed_frame(n, kv, chunk, prefix, tp):
-    import pandas as pd
-
-    n = np.asarray(n, dtype=int)
-    c = np.maximum(np.asarray(chunk, dtype=float).round().astype(int), 2)
-    return pd.DataFrame({"tp": tp, "phase": "mixed", "ctx_tokens": c, "ctx_requests": 1,
-                         "ctx_kv_tokens": np.asarray(prefix, dtype=float).round().astype(int),
-                         "decode_requests": n, "mean_decode_kv_tokens": np.asarray(kv, float)})
+    return _frame(tp, "mixed", ctx_tokens=_tokens(chunk, 2), ctx_requests=1, prefix=_tokens(prefix, 0),
+                  decodes=np.asarray(n, dtype=int), kv=np.asarray(kv, float))
 
 
 def mixed_schedule(batch, prompt_tokens, output_tokens, *, chunked: bool, token_budget: float | None):
@@ -492,15 +493,12 @@ def trtllm_max_num_tokens(concurrency: int, prompt_tokens: int) -> int:
 
 def _step_rows(ctx_tokens, ctx_requests, decodes, kv, tp):
     """A step frame of prompt tokens (`ctx_requests` prompts, no prefix) beside `decodes` decodes at mean KV `kv`."""
-    import pandas as pd
-
     dec = np.asarray(decodes, dtype=int)
     ctx = np.asarray(ctx_tokens, dtype=float)
-    return pd.DataFrame({"tp": tp, "phase": np.where(ctx > 0, np.where(dec > 0, "mixed", "prefill"), "decode"),
-                         "ctx_tokens": np.where(ctx > 0, np.maximum(np.round(ctx), 2), 0).astype(int),
-                         "ctx_requests": np.where(ctx > 0, np.maximum(np.round(ctx_requests), 1), 0).astype(int),
-                         "ctx_kv_tokens": 0, "decode_requests": dec,
-                         "mean_decode_kv_tokens": np.where(dec > 0, np.asarray(kv, float), 0.0)})
+    return _frame(tp, np.where(ctx > 0, np.where(dec > 0, "mixed", "prefill"), "decode"),
+                  ctx_tokens=np.where(ctx > 0, _tokens(ctx, 2), 0),
+                  ctx_requests=np.where(ctx > 0, _tokens(ctx_requests, 1), 0),
+                  decodes=dec, kv=np.where(dec > 0, np.asarray(kv, float), 0.0))
 
 
 def harness_burst_ttft(n, prompt_tokens, output_tokens, per, join_steps: int, predictor: Callable, tp: int,
@@ -542,11 +540,8 @@ def harness_burst_ttft(n, prompt_tokens, output_tokens, per, join_steps: int, pr
 
 
 def _prefill_steps(tokens, requests, tp):
-    import pandas as pd
-
-    return pd.DataFrame({"tp": tp, "phase": "prefill", "ctx_tokens": np.maximum(np.asarray(tokens).round(), 2).astype(int),
-                         "ctx_requests": np.maximum(np.asarray(requests).round(), 1).astype(int), "ctx_kv_tokens": 0,
-                         "decode_requests": 0, "mean_decode_kv_tokens": 0.0})
+    """Prefill-only steps of `tokens` prompt tokens over `requests` prompts (no prefix)."""
+    return _frame(tp, "prefill", ctx_tokens=_tokens(tokens, 2), ctx_requests=_tokens(requests, 1))
 
 
 def predict_ttft(rows, predictor: Callable, model, gpu, tp: int, *, token_budget: float, dtype: str = "bf16",
