@@ -29,6 +29,7 @@ import numpy as np
 
 from steptime.errors import SteptimeError
 from steptime.calibration import Constants
+from steptime.io import yaml_load
 from steptime.serve import Policy, StepTimer, Workload, kv_capacity_blocks, simulate_disagg, simulate_replicas
 from steptime.serve.sim import same_run
 from steptime.specs import get_gpu, get_model, gpu_key, model_table
@@ -60,7 +61,7 @@ def load_prices(path=None) -> dict:
     if p.stat().st_size > 1 << 20:
         raise PlanError(f"--prices {str(p)!r}: larger than 1 MB, not a price table")
     try:
-        doc = yaml.safe_load(p.read_text())
+        doc = yaml_load(p.read_text())
     except (yaml.YAMLError, UnicodeDecodeError) as exc:
         raise PlanError(f"--prices {str(p)!r}: not a YAML price table ({type(exc).__name__})") from None
     if not isinstance(doc, dict) or not isinstance(doc.get("prices"), dict):

@@ -15,7 +15,7 @@ import re
 from pathlib import Path
 
 from steptime.errors import SteptimeError
-from steptime.io import atomic_path, atomic_path as _ap
+from steptime.io import atomic_path, atomic_path as _ap, yaml_load
 from steptime_lab.data.manifest import find_root
 
 BEGIN, END = "<!-- results:begin -->", "<!-- results:end -->"
@@ -203,9 +203,8 @@ def readme_cli(write: bool = False, root=None) -> int:
     if missing:
         print(f"results/README_numbers.md: result file {missing[0]} is gone (+{len(missing) - 1} more)")
         return 1
-    import yaml
 
-    registry = yaml.safe_load((root / "config" / "experiments.yaml").read_text())["experiments"]
+    registry = yaml_load((root / "config" / "experiments.yaml").read_text())["experiments"]
     left_out = [f for eid, e in registry.items() if e.get("status") == "built"
                 for f in [f"results/{eid.replace('.', '_')}.json"] if (root / f).is_file() and f not in sources]
     if left_out:

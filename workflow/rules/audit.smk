@@ -113,4 +113,4 @@ rule paper:
 
 
 with open("config/paper_figures.yaml") as _fh:
-    PAPER_FIGURES = yaml.safe_load(_fh)["figures"]
+    PAPER_FIGURES = yaml_load(_fh)["figures"]

@@ -2,10 +2,10 @@
 import yaml
 
 from steptime_lab.experiments import moe as E
-from steptime.io import atomic_path
+from steptime.io import atomic_path, yaml_load
 
-k = yaml.safe_load(open(snakemake.input.kernel))
-a = yaml.safe_load(open(snakemake.input.a2a))
-m = yaml.safe_load(open(snakemake.input.mla))
+k = yaml_load(open(snakemake.input.kernel))
+a = yaml_load(open(snakemake.input.a2a))
+m = yaml_load(open(snakemake.input.mla))
 with atomic_path(snakemake.output.constants) as tmp:
     tmp.write_text(yaml.safe_dump(E.settle(k, a, m), sort_keys=False))

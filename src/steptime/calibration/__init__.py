@@ -38,7 +38,7 @@ import numpy as np
 from steptime.errors import CalibrationLeakError, InputError
 from steptime.specs import engines as E
 from steptime.terms.comm_bounds import check_updates
-from steptime.io import atomic_path
+from steptime.io import atomic_path, yaml_load
 from steptime.readonly import ReadOnlyDict
 from steptime.validation import MAX_SETTLED_BYTES, check_regular_file
 
@@ -86,10 +86,9 @@ def _parse(doc: dict) -> dict[str, dict[str, Constant]]:
 
 @lru_cache(maxsize=1)
 def _default_doc() -> dict:
-    import yaml
 
     with open(DEFAULTS_FILE) as fh:
-        return yaml.safe_load(fh)
+        return yaml_load(fh)
 
 
 class Constants:
@@ -239,7 +238,8 @@ class Calibration:
         return out
 
     def check_disjoint(self, eval_cells: Iterable) -> None:
-        leak = self.all_cells() & set(map(_freeze, eval_cells))
+        sets = list(self.used.values())
+        leak = {c for c in map(_freeze, eval_cells) if any(c in s for s in sets)}
         if leak:
             sample = sorted(map(str, leak))[:3]
             raise CalibrationLeakError(
@@ -255,7 +255,14 @@ class Calibration:
                        "note": self.notes.get(name, "")} for name, cells in sorted(self.used.items())}
 
 
+_PLAIN = frozenset({str, int, float, bool, type(None)})
+
+
 def _freeze(cell):
+    """A hashable cell of plain Python values (lists to tuples, numpy scalars to Python); a tuple that already is one
+    (what the cell builders make) is returned as it is, without walking it again."""
+    if type(cell) is tuple and all(type(c) in _PLAIN for c in cell):
+        return cell
     if isinstance(cell, (list, tuple)):
         return tuple(_freeze(c) for c in cell)
     if hasattr(cell, "item"):
@@ -287,7 +294,6 @@ def cell_record(cell) -> dict:
     described sample of many cells (free text)."""
     import re
 
-    import yaml
 
     if isinstance(cell, dict):
         if set(cell) == {"sample"} and isinstance(cell["sample"], str):
@@ -300,7 +306,7 @@ def cell_record(cell) -> dict:
     if isinstance(cell, str):
         m = re.fullmatch(r"([\w.-]+): (\[.*\])", cell.strip())
         if m:
-            inner = yaml.safe_load(m.group(2))
+            inner = yaml_load(m.group(2))
             if isinstance(inner, list) and inner and inner[0] == m.group(1):
                 return cell_record(inner)
         return {"sample": cell}
@@ -318,10 +324,9 @@ def cell_key(cell) -> Any:
 # ---------------------------------------------------------------------------------------
 # settled files and the shipped defaults
 def _read_yaml(path) -> dict:
-    import yaml
 
     with open(path) as fh:
-        return yaml.safe_load(fh)
+        return yaml_load(fh)
 
 
 def _table(consts: dict, scope: str) -> dict:
@@ -388,7 +393,7 @@ def _read_input_yaml(path) -> dict:
     except OSError as exc:
         raise InputError(f"{p}: cannot read ({exc.strerror or exc})") from None
     try:
-        return yaml.safe_load(text)
+        return yaml_load(text)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}" if mark is not None else ""

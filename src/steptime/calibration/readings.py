@@ -13,6 +13,7 @@ from pathlib import Path
 from types import MappingProxyType
 
 from steptime.calibration import DEFAULTS_FILE
+from steptime.io import yaml_load
 from steptime.specs.engines import FITTED_FILE
 
 FAMILIES = ("gemm", "nccl", "wallclock")
@@ -27,9 +28,8 @@ TABLE_FAMILY = MappingProxyType({"gemm": "gemm", "allreduce": "nccl"})
 def _yaml(doc):
     if doc is None or isinstance(doc, dict):
         return doc
-    import yaml
 
-    return yaml.safe_load(Path(doc).read_text()) or {}
+    return yaml_load(Path(doc).read_text()) or {}
 
 
 def readings_by_family(constants_doc=None, engine_doc=None) -> dict:

@@ -37,11 +37,9 @@ VENDOR = MappingProxyType({"cdna3": "AMD", "cdna4": "AMD"})  # default NVIDIA
 
 
 def _load_yaml(path: Path) -> dict:
-    import yaml
+    from steptime.io import read_yaml
 
-    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-    with open(path) as fh:
-        return yaml.load(fh, Loader=loader)
+    return read_yaml(path)
 
 
 def _norm(name: str) -> str:

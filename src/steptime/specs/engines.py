@@ -24,6 +24,7 @@ import numpy as np
 
 from steptime.errors import InputError, UnknownEngineError, UnsupportedError
 from steptime.readonly import read_only
+from steptime.io import read_yaml_cached
 from steptime.specs import _load_yaml
 
 ENGINE_FILE = Path(__file__).resolve().parent / "engines.yaml"
@@ -341,7 +342,7 @@ def fitted_engines(fitted) -> dict:
         if not p.exists():
             return {}
 
-        return (_load_yaml(p) or {}).get("engines") or {}
+        return (read_yaml_cached(p) or {}).get("engines") or {}
     return (fitted.get("engines", fitted) if isinstance(fitted, dict) else {}) or {}
 
 

@@ -27,6 +27,7 @@ from types import MappingProxyType
 import numpy as np
 
 from steptime.errors import UnsupportedError
+from steptime.io import yaml_load
 from steptime.readonly import read_only
 from steptime.terms.gemm import smax
 
@@ -133,9 +134,8 @@ class MoEConstants:
 
 @lru_cache(maxsize=1)
 def _default_moe() -> MoEConstants:
-    import yaml
 
-    return MoEConstants.from_doc(yaml.safe_load(MOE_FILE.read_text())["constants"])
+    return MoEConstants.from_doc(yaml_load(MOE_FILE.read_text())["constants"])
 
 
 TILE_M = 64   # rows per grouped-GEMM tile: each expert's token rows are padded to a multiple (DERIVED: the
@@ -311,6 +311,22 @@ def routed_load(tokens, num_experts, topk, ep=1, routing: str = "uniform", tile:
     does not pad: the rows themselves)."""
     T = np.atleast_1d(np.asarray(tokens, dtype=float))
     E, k, ep = (np.broadcast_to(np.asarray(v, dtype=float), T.shape) for v in (num_experts, topk, ep))
+    # the load depends on the shapes and the routing only, not on any fitted constant: a least-squares fit asks for
+    # the same cells at every step, so each distinct request is computed once (each caller gets its own arrays)
+    key = (T.shape, T.tobytes(), E.tobytes(), k.tobytes(), ep.tobytes(), routing, float(tile), float(unpadded_rows))
+    hit = _LOADS.get(key)
+    if hit is None:
+        if len(_LOADS) >= _LOADS_MAX:
+            _LOADS.clear()
+        hit = _LOADS[key] = _routed_load(T, E, k, ep, routing, tile, unpadded_rows)
+    return tuple(v.copy() for v in hit)
+
+
+_LOADS: dict = {}
+_LOADS_MAX = 4096
+
+
+def _routed_load(T, E, k, ep, routing: str, tile, unpadded_rows: float):
     if routing.startswith("power_law_"):
         alpha = float(routing.split("_")[-1])
         P, Et, R = (np.zeros_like(T) for _ in range(3))

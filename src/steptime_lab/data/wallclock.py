@@ -19,11 +19,11 @@ from __future__ import annotations
 import json
 import re
 from functools import lru_cache
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
+from steptime.io import yaml_load
 from steptime_lab.data import schemas
 from steptime_lab.data.aic import _concat
 from steptime_lab.data.checks import fail_rows, read_csv, run_schema, time_factor, where
@@ -44,9 +44,8 @@ RESERVED_MODELS = re.compile(r"llama[-_ ]?3\.1[-_ ]?(?:8|70)b", re.IGNORECASE)
 # --------------------------------------------------------------------------- model facts
 @lru_cache(maxsize=1)
 def _arch_table() -> dict[str, dict]:
-    import yaml
 
-    doc = yaml.safe_load(ARCH_FILE.read_text())
+    doc = yaml_load(ARCH_FILE.read_text())
     out = {}
     for mid, fact in doc["models"].items():
         if fact.get("arch") not in ARCHS:

@@ -142,17 +142,26 @@ def model_tp_groups(cells) -> dict:
 
 def cell_ids(dataset: str, cells, gpu: str) -> list:
     """Cell identifiers in the shapes calibration records use: (gpu, kind, *shape)."""
+    if dataset not in ID_COLUMNS:
+        raise ValueError(f"unknown dataset {dataset!r} (known: {', '.join(ID_COLUMNS)})")
+    # Python scalars once per column, not a numpy scalar per cell
+    col = {c: (cells[c].tolist() if hasattr(cells[c], "tolist") else list(cells[c])) for c in ID_COLUMNS[dataset]}
     if dataset == "aic_gemm":
-        return [(gpu, "gemm", int(m), int(n), int(k)) for m, n, k in zip(cells["m"], cells["n"], cells["k"])]
+        return [(gpu, "gemm", int(m), int(n), int(k)) for m, n, k in zip(col["m"], col["n"], col["k"])]
     if dataset == "aic_attention":
         # as steptime_lab.experiments.attention: (gpu, 'attention', phase, b, s, c, H, Hkv, d, kv dtype),
         # c = KV already cached (kv_len - 1 for a decode, 0 for a prefill)
         return [(gpu, "attention", p, int(b), int(s), int(kv - 1 if p == "decode" else kv), int(h), int(hk),
                  int(d), "bf16") for p, b, s, kv, h, hk, d in
-                zip(cells["phase"], cells["batch_size"], cells["new_tokens"], cells["kv_len"], cells["num_heads"],
-                    cells["num_kv_heads"], cells["head_dim"])]
+                zip(col["phase"], col["batch_size"], col["new_tokens"], col["kv_len"], col["num_heads"],
+                    col["num_kv_heads"], col["head_dim"])]
     return [(gpu, "vidur_step", str(m), int(tp), int(t)) for m, tp, t in
-            zip(cells["model"], cells["tp"], cells["num_tokens"])]
+            zip(col["model"], col["tp"], col["num_tokens"])]
+
+
+ID_COLUMNS = {"aic_gemm": ("m", "n", "k"),
+              "aic_attention": ("phase", "batch_size", "new_tokens", "kv_len", "num_heads", "num_kv_heads", "head_dim"),
+              "vidur_step": ("model", "tp", "num_tokens")}
 
 
 def llm_mask(dataset: str, cells):

@@ -8,6 +8,7 @@ the string 'not reported'.
 from __future__ import annotations
 
 from steptime import plotting
+from steptime.io import yaml_load
 from steptime_lab.results import claim
 
 ETA_CLASSES = ("peak", "fixed_scalar", "profiled_scalar", "user_supplied", "learned", "table", "simulated", "factored")
@@ -15,10 +16,9 @@ REQUIRED = ("name", "citation", "efficiency_source", "eta_class", "gpus", "repor
 
 
 def load(path) -> list[dict]:
-    import yaml
 
     with open(path) as fh:
-        rows = yaml.safe_load(fh)["systems"]
+        rows = yaml_load(fh)["systems"]
     for i, r in enumerate(rows):
         miss = [k for k in REQUIRED if k not in r]
         if miss:

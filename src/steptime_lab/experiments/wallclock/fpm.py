@@ -16,7 +16,7 @@ from steptime_lab.experiments.wallclock.steps import (
     signed_error_bins, residual_terms, tp_scaling, with_scales,
 )
 from steptime.calibration import Calibration
-from steptime.io import atomic_path
+from steptime.io import atomic_path, read_yaml
 from steptime.specs import get_gpu
 from steptime.specs.engines import get_engine
 from steptime_lab.run_constants import require_constants
@@ -184,7 +184,7 @@ def engine_constants_doc(fits: list[dict], spec: FpmSpec, experiment: str = "R2.
 
 def fitted_values(doc, engine: str, gpu: str) -> tuple[dict, list]:
     """({name: value}, reading cells) of one (engine, GPU) in a fitted-constants doc or path."""
-    raw = doc if isinstance(doc, dict) else __import__("yaml").safe_load(__import__("pathlib").Path(doc).read_text())
+    raw = doc if isinstance(doc, dict) else read_yaml(doc)
     vals, cells = {}, None
     for sec in ("engines", "constants", "scales"):
         for n, e in ((raw.get(sec) or {}).get(engine, {}).get(gpu, {}) or {}).items():

@@ -12,6 +12,7 @@ from typing import Callable
 import numpy as np
 
 from steptime.errors import SteptimeError
+from steptime.io import yaml_load
 from steptime_lab.experiments.wallclock.fpm import FpmSpec, engine_constants_doc, engine_profile, fpm_steps, run_fpm
 from steptime_lab.experiments.wallclock.steps import WallclockError, make_predictor, records
 from steptime.errors import UnknownModelError
@@ -290,7 +291,7 @@ def tpot_table(mlenergy_v2=None, mlenergy_v3=None, silicon=None, prompt_tokens: 
         skip(name, "MoE: scored in E3.4 (MoE wall clock), not here", x["moe"].astype(bool).sum())
         x = x[~x["moe"].astype(bool)]
         if "arch" in x:
-            skip(name, f"architecture not modelled (hybrid)", (x["arch"] == "hybrid").sum())
+            skip(name, "architecture not modelled (hybrid)", (x["arch"] == "hybrid").sum())
             x = x[x["arch"] == "dense"]
         for col, why in (("pp", "pipeline parallelism > 1 not modelled"), ("dp", "data parallelism > 1 not modelled"),
                          ("ep", "expert parallelism > 1 not modelled")):
@@ -687,7 +688,6 @@ def prefill_coverage(mlenergy_v2=None, mlenergy_v3=None, silicon=None) -> list[d
 def score_isolated_prefills(iso, n_boot: int = 1000, seed: int = 0, fitted=None,
                             constants=None) -> tuple[list[dict], list[dict]]:
     """TTFT at concurrency 1 predicted as one prefill step of `isl` tokens (engine profile)."""
-    import pandas as pd
 
     scores, skipped = [], []
     if iso is None or not len(iso):
@@ -850,10 +850,9 @@ def _with_server(fitted, engine: str, values: dict) -> dict:
     for each gpu of `values` ({gpu: (a_ms, b_ms, source)})."""
     import copy
 
-    import yaml
     from pathlib import Path
 
-    doc = yaml.safe_load(Path(fitted).read_text()) if isinstance(fitted, (str, Path)) else copy.deepcopy(fitted or {})
+    doc = yaml_load(Path(fitted).read_text()) if isinstance(fitted, (str, Path)) else copy.deepcopy(fitted or {})
     doc = doc or {}
     eng = doc.setdefault("engines", {}).setdefault(engine, {})
     for gpu, (a, b, source) in values.items():
