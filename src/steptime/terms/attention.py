@@ -95,9 +95,16 @@ def _kvb(kv_dtype):
     arr = np.asarray(kv_dtype)
     if arr.size == 0:
         return np.zeros(arr.shape, dtype=float)
-    # one dict look-up per distinct dtype (the tables hold two), not per row
-    keys, inv = np.unique(arr.astype(str), return_inverse=True)
-    return np.array([float(KV_BYTES[str(k)]) for k in keys])[inv].reshape(arr.shape)
+    if arr.dtype.kind != "U":
+        arr = arr.astype(str)
+    # one vector comparison per known dtype (a handful), not a dict look-up per row
+    out = np.full(arr.shape, np.nan)
+    for name, nbytes in KV_BYTES.items():
+        out[arr == name] = float(nbytes)
+    if np.isnan(out).any():
+        bad = sorted(set(arr[np.isnan(out)].tolist()))
+        raise ValueError(f"unknown KV-cache dtype(s) {', '.join(map(repr, bad))} (known: {', '.join(KV_BYTES)})")
+    return out
 
 
 def attention_request_terms(new_tokens, kv_len, n_heads, n_kv_heads, head_dim, gpu,

@@ -151,7 +151,7 @@ def _col(x, name):
 def _arrays(frame, rows=None) -> dict:
     """The columns `predict` and `calibrate_gpu` read, as numpy arrays (optionally only `rows`):
     the fits call them thousands of times on the same cells, so the frame is unpacked once."""
-    out = {k: frame[k].to_numpy() for k in _PRED_COLS}
+    out = {k: frame[k].to_numpy(dtype=str) if k == "kv_dtype" else frame[k].to_numpy() for k in _PRED_COLS}
     return out if rows is None else {k: v[rows] for k, v in out.items()}
 
 
