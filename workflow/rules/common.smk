@@ -21,6 +21,19 @@ def yaml_load(stream):
 
 validate(config, "../schemas/config.schema.yaml")
 
+
+def two_threads_if_room(wildcards=None):
+    """Threads of a job that can use two (the RF fits, the planner's simulations): two where the run has more than
+    two cores, one on a 2-core run. There a 2-thread job waits until both cores are free at once, which the greedy
+    scheduler never leaves (it fills a free core with the next 1-thread job), so it ran last and stretched the main
+    job's end by minutes. The numbers do not depend on it (the fits and simulations are the same at any count)."""
+    try:  # `-j N` on a local run sets the jobs (nodes) count, `--cores N` the cores: the larger is the machine's share
+        cores = max(int(getattr(workflow.global_resources.get(k), "value", None) or 1) for k in ("_cores", "_nodes"))
+    except Exception:  # no count (a lint, a DAG listing): one thread
+        cores = 1
+    return 2 if cores > 2 else 1
+
+
 with open(config["experiments"]) as _fh:
     _REGISTRY = yaml_load(_fh)
 validate(_REGISTRY, "../schemas/experiments.schema.yaml")

@@ -50,7 +50,7 @@ rule E2_13:
         question=question("E2.13"),
         settings=settings("E2.13"),
         targets=targets("E2.13"),
-    threads: 2
+    threads: two_threads_if_room
     log:
         "logs/E2_13.log",
     benchmark:

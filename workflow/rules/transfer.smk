@@ -28,7 +28,7 @@ rule rf_fit:
     wildcard_constraints:
         dataset=one_of(RF_DATASETS),
         gpu=one_of(RF_HOMES),
-    threads: 2
+    threads: two_threads_if_room
     params:
         full_grid=config["rf"]["full_grid"],
         fast=config["fast"],
@@ -56,7 +56,7 @@ rule rf_fit_full:
     wildcard_constraints:
         dataset=one_of(RF_DATASETS),
         gpu=one_of(RF_HOMES),
-    threads: 2
+    threads: two_threads_if_room
     params:
         full_grid=True,
         fast=config["fast"],
