@@ -717,3 +717,43 @@ def test_ttft_document_appends_the_harness_disclosure_to_the_results_own():
     assert doc["metrics"]["disclosed"].startswith("earlier text. ") and R.TTFT_HARNESS_DISCLOSED in doc["metrics"]["disclosed"]
     assert len(doc["claims"]) == len(W.TTFT_VARIANTS) and any("harness schedule" in c["claim"] for c in doc["claims"])
     assert R.document_ttft(ttft, {"ttft_mape": 0.25}, min_rows=13)["claims"] == []
+
+
+def _consistency_rows():
+    """Two closed-loop groups and one leaderboard group (left out): A clean and monotone, B with a pair of twins
+    5x apart and a fall of TPOT at a higher concurrency."""
+    rows = []
+    for b, t in ((1, 10.0), (4, 11.0), (16, 14.0)):
+        rows.append(dict(dataset="aic-silicon", gpu="h100-sxm", engine="trtllm", batch=b, tpot_ms=t, pred_ms=10.0))
+    for b, t in ((1, 8.0), (1, 40.0), (4, 30.0), (8, 15.0)):
+        rows.append(dict(dataset="aic-silicon", gpu="gb200", engine="trtllm", batch=b, tpot_ms=t, pred_ms=10.0))
+    rows.append(dict(dataset="mlenergy-v2", gpu="a100-sxm", engine="vllm", batch=3.5, tpot_ms=99.0, pred_ms=1.0))
+    d = pd.DataFrame(rows)
+    return d.assign(model="qwen3-32b", dtype="bf16", tp=2, prompt_tokens=2000.0, output_tokens=500.0)
+
+
+def test_silicon_consistency_finds_twins_that_disagree_and_token_times_that_fall_with_concurrency():
+    out = W.silicon_consistency(_consistency_rows())
+    assert "twins" in out["note"]
+    g = {x["gpu"]: x for x in out["groups"]}
+    assert set(g) == {"h100-sxm", "gb200"}  # the leaderboard's measured-batch rows are not a closed loop
+    clean, bad = g["h100-sxm"], g["gb200"]
+    assert (clean["twins"], clean["twin_spread"], clean["pairs"], clean["falls"], clean["deepest_fall"]) == (0, 1.0, 2, 0, 1.0)
+    assert clean["ratio"] == [1.0, 1.1, 1.4] and clean["gap_ms"] == [0.0, 1.0, 4.0]
+    assert (bad["rows"], bad["twins"], bad["twin_spread"]) == (4, 1, 5.0)
+    assert bad["twin_ttft_spread"] == 1.0  # no TTFT column: nothing to compare
+    ttft = np.where(d_gb := _consistency_rows()["gpu"].eq("gb200"), 100.0, 50.0)
+    ttft[np.flatnonzero(d_gb)[1]] = 250.0  # the second twin's first token 2.5x later
+    again = {x["gpu"]: x for x in W.silicon_consistency(_consistency_rows().assign(ttft_ms=ttft))["groups"]}
+    assert (again["gb200"]["twin_ttft_spread"], again["h100-sxm"]["twin_ttft_spread"]) == (2.5, 1.0)
+    # batch means 24 -> 30 -> 15: two pairs, one fall (15 / 30)
+    assert (bad["pairs"], bad["falls"], bad["deepest_fall"]) == (2, 1, 0.5)
+    assert bad["gap_ms"] == [-2.0, 12.5, 30.0]
+
+
+def test_silicon_consistency_refuses_a_frame_without_predictions_or_with_a_zero_time():
+    d = _consistency_rows()
+    with pytest.raises(W.WallclockError, match="pred_ms"):
+        W.silicon_consistency(d.drop(columns="pred_ms"))
+    with pytest.raises(W.WallclockError, match="> 0"):
+        W.silicon_consistency(d.assign(tpot_ms=np.where(d["gpu"] == "gb200", 0.0, d["tpot_ms"])))

@@ -53,4 +53,5 @@ from steptime_lab.experiments.wallclock.tokens import (  # noqa: F401
     TTFT_VARIANTS, TTFT_NOTE, predict_ttft, run_ttft, HARNESS, HARNESS_TTFT_NOTE, harness_step_budget,
     harness_burst_ttft, trtllm_max_num_tokens, SERVER_FIELDS, SERVER_NOTE,
     fit_server_host, fit_server_hosts, server_engines, server_fitted, KV_CAP_NOTE, kv_running, kv_capacity,
+    SILICON_CONSISTENCY_NOTE, silicon_consistency,
 )

@@ -416,6 +416,60 @@ def run_tpot(rows, model_of=None, n_boot: int = 1000, seed: int = 0, fitted=None
     return {"pred": p, "scores": scores, "skipped": skipped, "variant": variant}
 
 
+SILICON_CONSISTENCY_NOTE = (
+    "A data check on the closed-loop rows (CONCURRENCY_DATASETS), per dataset x GPU x engine, computed from the rows "
+    "and the naive predictions, moving no claim. Added after issue 19's look at the GB200 TRT-LLM rows. "
+    "ratio: measured / predicted TPOT (min, median, max); gap_ms: measured - predicted (min, median, max), so a constant "
+    "offset would show as a narrow gap range. twins: configurations recorded more than once with the same model, "
+    "dtype, TP, ISL, OSL and per-worker concurrency (the row's batch); twin_spread: the largest max / min of their "
+    "measured TPOT (1 where none), twin_ttft_spread the same of their TTFT where the rows measure it. falls: in each sweep (model, dtype, TP, ISL, OSL), the adjacent pairs of distinct "
+    "concurrencies, and how many of them measure a LOWER mean TPOT at the higher concurrency (deepest_fall: the "
+    "smallest higher / lower ratio, 1 where none). A closed loop's token time cannot fall when more requests share "
+    "each step, and twins should agree; rows failing either measure something beyond one step at the recorded batch "
+    "(the harness, the deployment), which no step model can predict.")
+_CONSISTENCY_COLUMNS = ("dataset", "gpu", "engine", "model", "dtype", "tp", "prompt_tokens", "output_tokens", "batch",
+                        "tpot_ms", "pred_ms")
+
+
+def silicon_consistency(pred) -> dict:
+    """SILICON_CONSISTENCY_NOTE's data check of run_tpot's `pred` frame: {note, groups: [one dict per closed-loop
+    dataset x GPU x engine]}. A frame without the needed columns, or with a non-positive measured or predicted TPOT,
+    is refused (WallclockError)."""
+    missing = [c for c in _CONSISTENCY_COLUMNS if c not in pred]
+    if missing:
+        raise WallclockError(f"silicon_consistency: prediction frame lacks column(s) {', '.join(missing)}")
+    x = pred[pred["dataset"].isin(CONCURRENCY_DATASETS)]
+    meas, est = x["tpot_ms"].to_numpy(float), x["pred_ms"].to_numpy(float)
+    if np.any(~(meas > 0)) or np.any(~(est > 0)):
+        raise WallclockError("silicon_consistency: measured and predicted TPOT must be > 0 (and not NaN)")
+    sweep = ["model", "dtype", "tp", "prompt_tokens", "output_tokens"]
+    groups = []
+    for (ds, gpu, eng), d in x.groupby(["dataset", "gpu", "engine"], sort=True):
+        ratio = d["tpot_ms"].to_numpy(float) / d["pred_ms"].to_numpy(float)
+        gap = d["tpot_ms"].to_numpy(float) - d["pred_ms"].to_numpy(float)
+        twins, spread, ttft_spread, pairs, falls, deepest = 0, 1.0, 1.0, 0, 0, 1.0
+        for _, t in d.groupby(sweep + ["batch"], sort=True):
+            if len(t) > 1:
+                twins += 1
+                spread = max(spread, float(t["tpot_ms"].max() / t["tpot_ms"].min()))
+                ttft = t["ttft_ms"].to_numpy(float) if "ttft_ms" in t else np.array([np.nan])
+                if np.all(ttft > 0):
+                    ttft_spread = max(ttft_spread, float(ttft.max() / ttft.min()))
+        for _, s in d.groupby(sweep, sort=True):
+            m = s.groupby("batch")["tpot_ms"].mean().sort_index().to_numpy(float)
+            if len(m) > 1:
+                step = m[1:] / m[:-1]
+                pairs += len(step)
+                falls += int(np.sum(step < 1.0))
+                deepest = min(deepest, float(step.min()))
+        r3 = lambda a: [round(float(np.min(a)), 3), round(float(np.median(a)), 3), round(float(np.max(a)), 3)]
+        groups.append({"dataset": ds, "gpu": gpu, "engine": eng, "rows": int(len(d)), "ratio": r3(ratio),
+                       "gap_ms": r3(gap), "twins": twins, "twin_spread": round(spread, 3),
+                       "twin_ttft_spread": round(ttft_spread, 3), "pairs": pairs,
+                       "falls": falls, "deepest_fall": round(deepest, 3)})
+    return {"note": SILICON_CONSISTENCY_NOTE, "groups": groups}
+
+
 # ---------------------------------------------------------------------------------------
 # E2.11: time to first token where the rows measure it (AIConfigurator silicon, aggregated serving)
 TTFT_VARIANTS = ("wave", "steady", "harness")
