@@ -33,7 +33,7 @@ rule rf_fit:
         full_grid=config["rf"]["full_grid"],
         fast=config["fast"],
         seed=config["seed"],
-    priority: 45  # main job: early, while both cores are free (it takes both; see Snakefile)
+    priority: 45  # main job: early, beside the tidy tables (see Snakefile)
     log:
         "logs/rf_fit/{dataset}_{gpu}.log",
     benchmark:
