@@ -157,6 +157,7 @@ ALLOWED_OBJECTS = {
 CACHES = {
     "steptime.calibration._default_doc", "steptime.calibration._default_constants",
     "steptime.io._cached_sha256",  # keyed on (path, mtime, size): a changed file is a new key
+    "steptime.io._read_yaml_cached",  # keyed on (path, mtime, size); read_yaml_cached hands out deep copies
     "steptime.terms.moe._default_moe", "steptime.terms.moe._power_law_block",
     "steptime.terms.moe._power_law_one",
     "steptime.specs.engines._doc", "steptime.specs.engines._profiles", "steptime.specs.engines.tp_sharding",

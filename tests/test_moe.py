@@ -823,22 +823,3 @@ def test_serving_step_prices_the_experts_at_the_skewed_router():
     assert r.terms_ms["moe_experts"] == pytest.approx(m.n_moe_layers * (x["t"] - x["t_tokens"]) * 1e3, rel=1e-9)
     assert x["experts_touched"] < u["experts_touched"] and x["t"] < u["t"]
 
-
-def test_routed_load_is_computed_once_per_request_and_each_caller_owns_its_arrays():
-    import numpy as np
-
-    from steptime.terms import moe as MT
-
-    T = np.array([1.0, 7.0, 64.0, 300.0])
-    for routing in ("uniform", "balanced", "power_law_1.2"):
-        first = MT.routed_load(T, 128, 8, 4, routing, 64, 2.0)
-        direct = MT._routed_load(T, *(np.broadcast_to(np.asarray(v, float), T.shape) for v in (128, 8, 4)),
-                                 routing, 64, 2.0)
-        for a, b in zip(first, direct):
-            np.testing.assert_array_equal(a, b)
-        first[0][:] = -1.0  # a caller that writes into what it got
-        again = MT.routed_load(T, 128, 8, 4, routing, 64, 2.0)
-        np.testing.assert_array_equal(again[0], direct[0])
-    # the row tile is part of the request: another tile is another answer, not the cached one
-    assert MT.routed_load(T, 128, 8, 4, "uniform", 128, 2.0)[2][-1] != MT.routed_load(T, 128, 8, 4, "uniform", 64,
-                                                                                       2.0)[2][-1]

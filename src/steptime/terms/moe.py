@@ -311,22 +311,6 @@ def routed_load(tokens, num_experts, topk, ep=1, routing: str = "uniform", tile:
     does not pad: the rows themselves)."""
     T = np.atleast_1d(np.asarray(tokens, dtype=float))
     E, k, ep = (np.broadcast_to(np.asarray(v, dtype=float), T.shape) for v in (num_experts, topk, ep))
-    # the load depends on the shapes and the routing only, not on any fitted constant: a least-squares fit asks for
-    # the same cells at every step, so each distinct request is computed once (each caller gets its own arrays)
-    key = (T.shape, T.tobytes(), E.tobytes(), k.tobytes(), ep.tobytes(), routing, float(tile), float(unpadded_rows))
-    hit = _LOADS.get(key)
-    if hit is None:
-        if len(_LOADS) >= _LOADS_MAX:
-            _LOADS.clear()
-        hit = _LOADS[key] = _routed_load(T, E, k, ep, routing, tile, unpadded_rows)
-    return tuple(v.copy() for v in hit)
-
-
-_LOADS: dict = {}
-_LOADS_MAX = 4096
-
-
-def _routed_load(T, E, k, ep, routing: str, tile, unpadded_rows: float):
     if routing.startswith("power_law_"):
         alpha = float(routing.split("_")[-1])
         P, Et, R = (np.zeros_like(T) for _ in range(3))
