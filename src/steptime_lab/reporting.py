@@ -15,7 +15,7 @@ import re
 from pathlib import Path
 
 from steptime.errors import SteptimeError
-from steptime.io import atomic_path, atomic_path as _ap, yaml_load
+from steptime.io import atomic_path, atomic_path as _ap, read_yaml
 from steptime_lab.data.manifest import find_root
 
 BEGIN, END = "<!-- results:begin -->", "<!-- results:end -->"
@@ -204,7 +204,7 @@ def readme_cli(write: bool = False, root=None) -> int:
         print(f"results/README_numbers.md: result file {missing[0]} is gone (+{len(missing) - 1} more)")
         return 1
 
-    registry = yaml_load((root / "config" / "experiments.yaml").read_text())["experiments"]
+    registry = read_yaml(root / "config" / "experiments.yaml")["experiments"]
     left_out = [f for eid, e in registry.items() if e.get("status") == "built"
                 for f in [f"results/{eid.replace('.', '_')}.json"] if (root / f).is_file() and f not in sources]
     if left_out:

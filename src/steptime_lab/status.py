@@ -21,7 +21,7 @@ import json
 from functools import lru_cache
 from pathlib import Path
 
-from steptime.io import file_sha256, yaml_load  # the one cached digest (audit imports it from here too)
+from steptime.io import file_sha256, read_yaml  # the one cached digest (audit imports it from here too)
 from steptime_lab.data.manifest import find_root
 from steptime_lab.results import code_sha256
 
@@ -116,14 +116,12 @@ def _absent_modules(names) -> list[str]:
 
 
 def _registry(root: Path) -> dict:
-
-    return yaml_load((root / "config" / "experiments.yaml").read_text())["experiments"]
+    return read_yaml(root / "config" / "experiments.yaml")["experiments"]
 
 
 def manifest_listing(root: Path) -> dict:
     """raw/MANIFEST.yaml's file entries by path, as written (status and audit compare bytes against them)."""
-
-    man = yaml_load((root / "raw" / "MANIFEST.yaml").read_text()) or {}
+    man = read_yaml(root / "raw" / "MANIFEST.yaml") or {}
     return {f["path"]: f for f in man.get("files") or [] if isinstance(f, dict) and "path" in f}
 
 

@@ -4,7 +4,7 @@ from os.path import splitext
 
 import pandas as pd
 
-from steptime.io import yaml_load
+from steptime.io import read_yaml
 from steptime_lab.experiments import moe_wallclock as X
 from steptime_lab.results import rule_provenance, write_result
 
@@ -13,7 +13,7 @@ from steptime.terms.moe import MoEConstants
 
 logging.basicConfig(filename=snakemake.log[0], level=logging.INFO, format="%(message)s", filemode="w")
 constants = Constants.load(DEFAULTS_FILE, snakemake.input.settled)  # this run's settled constants (declared inputs)
-mc = MoEConstants.from_doc(yaml_load(open(snakemake.input.moe))["constants"])
+mc = MoEConstants.from_doc(read_yaml(snakemake.input.moe)["constants"])
 p = snakemake.params
 s = dict(p.settings)
 prompts = {(d, t): v for d, per in s["prompt_tokens"].items() for t, v in per.items()}

@@ -2,7 +2,7 @@
 import logging
 from os.path import splitext
 
-from steptime.io import yaml_load
+from steptime.io import read_yaml
 from steptime_lab.experiments import moe as E
 from steptime_lab.results import rule_provenance, write_result
 
@@ -10,7 +10,7 @@ logging.basicConfig(filename=snakemake.log[0], level=logging.INFO, format="%(mes
 from steptime.terms.moe import MoEConstants
 
 s = dict(snakemake.params.settings)
-mc = MoEConstants.from_doc(yaml_load(open(snakemake.input.constants))["constants"])
+mc = MoEConstants.from_doc(read_yaml(snakemake.input.constants)["constants"])
 df = E.ep_sweep(s["models"], s["gpus"], n_gpus=int(s["n_gpus"]), requests=int(s["requests"]),
                 kv_len=int(s["kv_len"]), layouts=E.ep_layouts(int(s["n_gpus"]), tuple(s["degrees"])), moe_constants=mc)
 doc = E.document_ep(df)

@@ -19,7 +19,7 @@ import argparse
 import numpy as np
 import pandas as pd
 
-from steptime.io import yaml_load
+from steptime.io import read_yaml
 from steptime.specs import get_gpu
 from steptime.terms import moe as MT
 
@@ -67,7 +67,7 @@ def summ(x, col, by):
 def e34_rows(engine):
     from steptime_lab.experiments import moe_wallclock as X
 
-    s = yaml_load(open("config/experiments.yaml"))["experiments"]["E3.4"]["settings"]
+    s = read_yaml("config/experiments.yaml")["experiments"]["E3.4"]["settings"]
     mcfg = "raw/aiconfigurator/model_configs"
     rows, _ = X.token_rows(pd.read_parquet("results/data/aic_silicon.parquet"),
                            pd.read_parquet("results/data/mlenergy_v3.parquet"),
@@ -84,7 +84,7 @@ def e34_predict(rows, s, factor):
     from steptime_lab.experiments import moe_wallclock as X
 
     constants = Constants.load(DEFAULTS_FILE, [f"results/calibration/{n}.yaml" for n in ("gemm", "step", "comm")])
-    mc = MT.MoEConstants.from_doc(yaml_load(open("results/calibration/moe.yaml"))["constants"])
+    mc = MT.MoEConstants.from_doc(read_yaml("results/calibration/moe.yaml")["constants"])
     orig = MT.routed_experts_time
 
     def patched(tokens, hidden, inter, topk, num_experts, gpu, mc_, *, tp=1, ep=1, dtype="bf16", **k):

@@ -2,10 +2,10 @@
 import yaml
 
 from steptime_lab.experiments import moe as E
-from steptime.io import atomic_path, yaml_load
+from steptime.io import atomic_path, read_yaml
 
-k = yaml_load(open(snakemake.input.kernel))
-a = yaml_load(open(snakemake.input.a2a))
-m = yaml_load(open(snakemake.input.mla))
+k = read_yaml(snakemake.input.kernel)
+a = read_yaml(snakemake.input.a2a)
+m = read_yaml(snakemake.input.mla)
 with atomic_path(snakemake.output.constants) as tmp:
     tmp.write_text(yaml.safe_dump(E.settle(k, a, m), sort_keys=False))

@@ -27,7 +27,7 @@ from pathlib import Path
 
 import yaml
 
-from steptime.io import yaml_load
+from steptime.io import read_yaml
 
 AIC_VERSION = "0.12.0"
 AIC_GPUS = ["a100_sxm", "h100_sxm", "h200_sxm", "l40s", "b200_sxm", "gb200", "b300_sxm", "gb300",
@@ -188,7 +188,7 @@ def find_apache_text(arg: str | None) -> tuple[Path, str]:
 def vendor_aic(aic: Path, out_root: Path, repo_root: Path, apache: tuple[Path, str]) -> tuple[list, list]:
     entries, notes = [], []
     systems = aic / "systems"
-    qv = yaml_load((systems / "query_versions.yaml").read_text())
+    qv = read_yaml(systems / "query_versions.yaml")
     lic_dst = repo_root / AIC_LICENCE
     copy(apache[0], lic_dst)
     base = {"source": "aiconfigurator-core", "version": AIC_VERSION, "licence": "Apache-2.0",
@@ -223,7 +223,7 @@ def vendor_aic(aic: Path, out_root: Path, repo_root: Path, apache: tuple[Path, s
 
         want = current(FRAMEWORK)
         data = systems / "data" / g
-        sys_yaml = yaml_load((systems / f"{g}.yaml").read_text())
+        sys_yaml = read_yaml(systems / f"{g}.yaml")
         nccl_ver = str(sys_yaml.get("misc", {}).get("nccl_version"))
         gbase = {**base, "gpu": key}
         # systems/<gpu>.yaml: the package's own datasheet figures

@@ -38,7 +38,7 @@ import numpy as np
 from steptime.errors import CalibrationLeakError, InputError
 from steptime.specs import engines as E
 from steptime.terms.comm_bounds import check_updates
-from steptime.io import atomic_path, yaml_load
+from steptime.io import atomic_path, read_yaml, yaml_load
 from steptime.readonly import ReadOnlyDict
 from steptime.validation import MAX_SETTLED_BYTES, check_regular_file
 
@@ -86,9 +86,7 @@ def _parse(doc: dict) -> dict[str, dict[str, Constant]]:
 
 @lru_cache(maxsize=1)
 def _default_doc() -> dict:
-
-    with open(DEFAULTS_FILE) as fh:
-        return yaml_load(fh)
+    return read_yaml(DEFAULTS_FILE)
 
 
 class Constants:
@@ -122,7 +120,7 @@ class Constants:
             raise InputError(f"Constants.load: one engine-constants file at most, got {engine_files}")
         docs = [read_settled(p) for p in paths if p not in engine_files]
         engines = E.fitted_engines(engine_files[0]) if engine_files else {}
-        return cls(_parse(settle_doc(_read_yaml(base), docs)), engines)
+        return cls(_parse(settle_doc(read_yaml(base), docs)), engines)
 
     def with_engines(self, fitted) -> "Constants":
         """A copy whose fitted engine constants are `fitted` (a path, a fitted document or
@@ -294,7 +292,6 @@ def cell_record(cell) -> dict:
     described sample of many cells (free text)."""
     import re
 
-
     if isinstance(cell, dict):
         if set(cell) == {"sample"} and isinstance(cell["sample"], str):
             return dict(cell)
@@ -323,12 +320,6 @@ def cell_key(cell) -> Any:
 
 # ---------------------------------------------------------------------------------------
 # settled files and the shipped defaults
-def _read_yaml(path) -> dict:
-
-    with open(path) as fh:
-        return yaml_load(fh)
-
-
 def _table(consts: dict, scope: str) -> dict:
     if scope == "global":
         return consts.setdefault("global", {})
@@ -537,7 +528,7 @@ def ship(settled: Iterable[str | Path], path: Path = DEFAULTS_FILE, engine_path:
             check_updates(d["updates"])
         except InputError as exc:
             raise InputError(f"{p}: {exc}") from None
-    before = _read_yaml(path)
+    before = read_yaml(path)
     after = settle_doc(before, docs)
     _write_defaults(after, Path(path))
 
@@ -556,4 +547,4 @@ def ship(settled: Iterable[str | Path], path: Path = DEFAULTS_FILE, engine_path:
 
 def update_defaults(updates: list[dict], path: Path = DEFAULTS_FILE) -> None:
     """Write update records into a constants file (atomic); other constants are kept."""
-    _write_defaults(apply_updates(_read_yaml(path), updates), Path(path))
+    _write_defaults(apply_updates(read_yaml(path), updates), Path(path))

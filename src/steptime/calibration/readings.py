@@ -9,11 +9,10 @@ GPU, the wall-clock steps read), never from labels a result writes about itself.
 
 from __future__ import annotations
 
-from pathlib import Path
 from types import MappingProxyType
 
 from steptime.calibration import DEFAULTS_FILE
-from steptime.io import yaml_load
+from steptime.io import read_yaml
 from steptime.specs.engines import FITTED_FILE
 
 FAMILIES = ("gemm", "nccl", "wallclock")
@@ -29,7 +28,7 @@ def _yaml(doc):
     if doc is None or isinstance(doc, dict):
         return doc
 
-    return yaml_load(Path(doc).read_text()) or {}
+    return read_yaml(doc) or {}
 
 
 def readings_by_family(constants_doc=None, engine_doc=None) -> dict:

@@ -19,6 +19,7 @@ from typing import Any
 
 from steptime.errors import (GPUTypeError, ModelConfigError, UnknownGPUError, UnknownModelError,
                              UnsupportedModelError)
+from steptime.io import read_yaml
 from steptime.readonly import read_only
 from steptime.validation import MAX_CONFIG_BYTES, check_regular_file
 from steptime.specs.model import _JSON_KIND, _MODEL_FIELDS, Model, _cfg_bool, _cfg_int  # noqa: F401 (re-exported)
@@ -34,12 +35,6 @@ OPERATOR_FILE = _HERE / "operators.yaml"
 # their GPUs are always predicted from the datasheet and labelled `uncalibrated`
 ARCHITECTURES = ("ampere", "ada", "hopper", "blackwell", "cdna3", "cdna4")
 VENDOR = MappingProxyType({"cdna3": "AMD", "cdna4": "AMD"})  # default NVIDIA
-
-
-def _load_yaml(path: Path) -> dict:
-    from steptime.io import read_yaml
-
-    return read_yaml(path)
 
 
 def _norm(name: str) -> str:
@@ -172,7 +167,7 @@ def _rechecked(raw: dict, key: str) -> tuple:
 
 @lru_cache(maxsize=1)
 def gpu_table() -> dict[str, GPU]:
-    doc = _load_yaml(GPU_FILE)
+    doc = read_yaml(GPU_FILE)
     out = {}
     for key, raw in doc["gpus"].items():
         src = raw.get("default_source", "")
@@ -203,7 +198,7 @@ def gpu_table() -> dict[str, GPU]:
 
 def gpu_sources() -> dict[str, str]:
     """The datasheet sources gpus.yaml cites (a fresh dict: read when asked, by the CLI and the specs rule)."""
-    return dict(_load_yaml(GPU_FILE)["sources"])
+    return dict(read_yaml(GPU_FILE)["sources"])
 
 
 @lru_cache(maxsize=1)
@@ -303,7 +298,7 @@ def _model_from_raw(key: str, raw: dict) -> Model:
 
 @lru_cache(maxsize=1)
 def _model_doc() -> dict:
-    return _load_yaml(MODEL_FILE)["models"]
+    return read_yaml(MODEL_FILE)["models"]
 
 
 @lru_cache(maxsize=1)
@@ -466,7 +461,7 @@ def get_model(name: str | Model) -> Model:
 # ---------------------------------------------------------------------------------------
 @lru_cache(maxsize=1)
 def _operators() -> dict:
-    return _load_yaml(OPERATOR_FILE)
+    return read_yaml(OPERATOR_FILE)
 
 
 def vidur_operators(kind: str | None = None, per: str | None = None) -> dict[str, str]:

@@ -24,8 +24,7 @@ import numpy as np
 
 from steptime.errors import InputError, UnknownEngineError, UnsupportedError
 from steptime.readonly import read_only
-from steptime.io import read_yaml_cached
-from steptime.specs import _load_yaml
+from steptime.io import read_yaml, read_yaml_cached
 
 ENGINE_FILE = Path(__file__).resolve().parent / "engines.yaml"
 FITTED_FILE = Path(__file__).resolve().parent.parent / "calibration" / "engine_constants.yaml"
@@ -331,7 +330,7 @@ def _parse_limits(doc, where: str) -> dict:
 
 @lru_cache(maxsize=1)
 def _doc() -> dict:
-    return _load_yaml(ENGINE_FILE)
+    return read_yaml(ENGINE_FILE)
 
 
 def fitted_engines(fitted) -> dict:

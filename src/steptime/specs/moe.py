@@ -18,7 +18,7 @@ from pathlib import Path
 from types import MappingProxyType
 
 from steptime.errors import ModelConfigError, UnsupportedModelError
-from steptime.io import yaml_load
+from steptime.io import read_yaml
 from steptime.specs.model import Model, _cfg_bool, _cfg_int
 
 MOE_MODEL_FILE = Path(__file__).with_name("moe_models.yaml")
@@ -303,8 +303,7 @@ _FIELDS_INT = ("hidden_size", "num_hidden_layers", "num_attention_heads", "num_k
 
 @lru_cache(maxsize=1)
 def moe_model_table() -> dict:
-
-    doc = yaml_load(MOE_MODEL_FILE.read_text())["models"]
+    doc = read_yaml(MOE_MODEL_FILE)["models"]
     cls = moe_class()
     out = {}
     for key, raw in doc.items():

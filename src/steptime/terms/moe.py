@@ -27,7 +27,7 @@ from types import MappingProxyType
 import numpy as np
 
 from steptime.errors import UnsupportedError
-from steptime.io import yaml_load
+from steptime.io import read_yaml
 from steptime.readonly import read_only
 from steptime.terms.gemm import smax
 
@@ -134,8 +134,7 @@ class MoEConstants:
 
 @lru_cache(maxsize=1)
 def _default_moe() -> MoEConstants:
-
-    return MoEConstants.from_doc(yaml_load(MOE_FILE.read_text())["constants"])
+    return MoEConstants.from_doc(read_yaml(MOE_FILE)["constants"])
 
 
 TILE_M = 64   # rows per grouped-GEMM tile: each expert's token rows are padded to a multiple (DERIVED: the

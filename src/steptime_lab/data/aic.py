@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from steptime.io import yaml_load
+from steptime.io import read_yaml
 from steptime_lab.data import schemas
 from steptime_lab.data.checks import aggregate_duplicates, fail_rows, read_parquet, run_schema, time_factor
 from steptime_lab.data.manifest import Entry, load_manifest
@@ -262,6 +262,6 @@ def load_aic_system(gpu, *, root=None) -> dict:
     if not ents:
         raise DataError(f"raw/MANIFEST.yaml lists no AIConfigurator system file for GPU {gpu!r}")
     try:
-        return yaml_load(ents[0].checked_path.read_text())
+        return read_yaml(ents[0].checked_path)
     except (OSError, yaml.YAMLError) as exc:
         raise DataError(f"{ents[0].rel}: unreadable: {exc}") from None

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from steptime.errors import DataError
-from steptime.io import ENV_ROOT, MANIFEST_REL, file_sha256, find_root, read_yaml, yaml_load  # noqa: F401 (re-exported)
+from steptime.io import ENV_ROOT, MANIFEST_REL, file_sha256, find_root, read_yaml  # noqa: F401 (re-exported)
 
 # written by the pipeline's own collection rules (workflow/rules/collect.smk) and read by their
 # parsers (steptime_collect), not through the manifest; a loader does not refuse raw/ for them
@@ -223,11 +223,10 @@ def registry_problems(root: str | os.PathLike | None = None, registry: dict | No
     `registry`, its `experiments` mapping) whose status needs its data now (built, optional)."""
     r = find_root(root)
     if registry is None:
-
         p = r / "config" / "experiments.yaml"
         if not p.is_file():
             return []  # a data-only checkout (raw/ without the registry): nothing registered to check
-        registry = (yaml_load(p.read_text()) or {}).get("experiments", {})
+        registry = (read_yaml(p) or {}).get("experiments", {})
     by_path: dict[str, list[str]] = {}
     for eid, exp in registry.items():
         if isinstance(exp, dict) and exp.get("status") in REGISTERED_NOW:

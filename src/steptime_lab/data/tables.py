@@ -7,7 +7,7 @@ import os
 from pathlib import Path
 
 from steptime.errors import DataError
-from steptime.io import atomic_path, yaml_load
+from steptime.io import atomic_path, read_yaml
 from steptime_lab.data import schemas
 from steptime_lab.data.checks import run_schema
 
@@ -98,7 +98,7 @@ def read_entry(entry):
         import yaml
 
         try:
-            doc = yaml_load(entry.checked_path.read_text())
+            doc = read_yaml(entry.checked_path)
         except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
             raise DataError(f"{entry.rel}: unreadable YAML: {exc}") from None
         if not isinstance(doc, dict):

@@ -23,7 +23,7 @@ from functools import lru_cache
 import numpy as np
 import pandas as pd
 
-from steptime.io import yaml_load
+from steptime.io import read_yaml
 from steptime_lab.data import schemas
 from steptime_lab.data.aic import _concat
 from steptime_lab.data.checks import fail_rows, read_csv, run_schema, time_factor, where
@@ -44,8 +44,7 @@ RESERVED_MODELS = re.compile(r"llama[-_ ]?3\.1[-_ ]?(?:8|70)b", re.IGNORECASE)
 # --------------------------------------------------------------------------- model facts
 @lru_cache(maxsize=1)
 def _arch_table() -> dict[str, dict]:
-
-    doc = yaml_load(ARCH_FILE.read_text())
+    doc = read_yaml(ARCH_FILE)
     out = {}
     for mid, fact in doc["models"].items():
         if fact.get("arch") not in ARCHS:

@@ -8,7 +8,7 @@ and prompt-length settings come from the registry (config/experiments.yaml, R2.3
 from __future__ import annotations
 
 from steptime.calibration import Constants
-from steptime.io import yaml_load
+from steptime.io import read_yaml
 from steptime.specs import gpu_key
 from steptime_lab import data
 from steptime_lab.data.manifest import find_root
@@ -16,8 +16,7 @@ from steptime_lab.experiments import wallclock as W
 
 
 def settings() -> tuple:
-
-    reg = yaml_load((find_root() / "config" / "experiments.yaml").read_text())["experiments"]
+    reg = read_yaml(find_root() / "config" / "experiments.yaml")["experiments"]
     fit = reg["R2.3"]["settings"]["fit"]
     prompts = {(d, t): v for d, per in reg["E2.11"]["settings"]["prompt_tokens"].items() for t, v in per.items()}
     return fit, prompts, reg["E2.11"]["settings"].get("mixed"), reg["E2.11"]["settings"].get("ttft")

@@ -159,9 +159,8 @@ def cell_ids(dataset: str, cells, gpu: str) -> list:
             zip(col["model"], col["tp"], col["num_tokens"])]
 
 
-ID_COLUMNS = {"aic_gemm": ("m", "n", "k"),
-              "aic_attention": ("phase", "batch_size", "new_tokens", "kv_len", "num_heads", "num_kv_heads", "head_dim"),
-              "vidur_step": ("model", "tp", "num_tokens")}
+# the columns a cell id is built from: CELL_KEYS, and for attention also the head size (the id records it)
+ID_COLUMNS = {**CELL_KEYS, "aic_attention": CELL_KEYS["aic_attention"] + ["head_dim"]}
 
 
 def llm_mask(dataset: str, cells):

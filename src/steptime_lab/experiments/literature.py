@@ -8,7 +8,7 @@ the string 'not reported'.
 from __future__ import annotations
 
 from steptime import plotting
-from steptime.io import yaml_load
+from steptime.io import read_yaml
 from steptime_lab.results import claim
 
 ETA_CLASSES = ("peak", "fixed_scalar", "profiled_scalar", "user_supplied", "learned", "table", "simulated", "factored")
@@ -16,9 +16,7 @@ REQUIRED = ("name", "citation", "efficiency_source", "eta_class", "gpus", "repor
 
 
 def load(path) -> list[dict]:
-
-    with open(path) as fh:
-        rows = yaml_load(fh)["systems"]
+    rows = read_yaml(path)["systems"]
     for i, r in enumerate(rows):
         miss = [k for k in REQUIRED if k not in r]
         if miss:

@@ -12,7 +12,7 @@ from typing import Callable
 import numpy as np
 
 from steptime.errors import SteptimeError
-from steptime.io import yaml_load
+from steptime.io import read_yaml
 from steptime.ops import predict_ops
 from steptime.specs import get_gpu, get_model
 from steptime.specs.engines import allreduces_per_layer, get_engine
@@ -152,9 +152,7 @@ def split_fitted(fitted):
     if fitted is None:
         return {}, {}, {}
     if not isinstance(fitted, dict):
-        from pathlib import Path
-
-        fitted = yaml_load(Path(fitted).read_text()) or {}
+        fitted = read_yaml(fitted) or {}
     engines = fitted.get("engines", {}) or {}
     def values(sec):
         return {eng: {gk: {n: e["value"] for n, e in tbl.items()} for gk, tbl in per_gpu.items()}

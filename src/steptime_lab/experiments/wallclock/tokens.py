@@ -12,7 +12,7 @@ from typing import Callable
 import numpy as np
 
 from steptime.errors import SteptimeError
-from steptime.io import yaml_load
+from steptime.io import read_yaml
 from steptime_lab.experiments.wallclock.fpm import FpmSpec, engine_constants_doc, engine_profile, fpm_steps, run_fpm
 from steptime_lab.experiments.wallclock.steps import WallclockError, make_predictor, records
 from steptime.errors import UnknownModelError
@@ -422,13 +422,17 @@ SILICON_CONSISTENCY_NOTE = (
     "ratio: measured / predicted TPOT (min, median, max); gap_ms: measured - predicted (min, median, max), so a constant "
     "offset would show as a narrow gap range. twins: configurations recorded more than once with the same model, "
     "dtype, TP, ISL, OSL and per-worker concurrency (the row's batch); twin_spread: the largest max / min of their "
-    "measured TPOT (1 where none), twin_ttft_spread the same of their TTFT where the rows measure it. falls: in each sweep (model, dtype, TP, ISL, OSL), the adjacent pairs of distinct "
-    "concurrencies, and how many of them measure a LOWER mean TPOT at the higher concurrency (deepest_fall: the "
+    "measured TPOT (1 where none), twin_ttft_spread the same of their TTFT where the rows measure it. falls: in each "
+    "sweep (model, dtype, TP, ISL, OSL), the adjacent pairs of distinct concurrencies, and how many of them measure a LOWER mean TPOT at the higher concurrency (deepest_fall: the "
     "smallest higher / lower ratio, 1 where none). A closed loop's token time cannot fall when more requests share "
     "each step, and twins should agree; rows failing either measure something beyond one step at the recorded batch "
     "(the harness, the deployment), which no step model can predict.")
 _CONSISTENCY_COLUMNS = ("dataset", "gpu", "engine", "model", "dtype", "tp", "prompt_tokens", "output_tokens", "batch",
                         "tpot_ms", "pred_ms")
+
+
+def _min_median_max(a) -> list[float]:
+    return [round(float(np.min(a)), 3), round(float(np.median(a)), 3), round(float(np.max(a)), 3)]
 
 
 def silicon_consistency(pred) -> dict:
@@ -462,9 +466,8 @@ def silicon_consistency(pred) -> dict:
                 pairs += len(step)
                 falls += int(np.sum(step < 1.0))
                 deepest = min(deepest, float(step.min()))
-        r3 = lambda a: [round(float(np.min(a)), 3), round(float(np.median(a)), 3), round(float(np.max(a)), 3)]
-        groups.append({"dataset": ds, "gpu": gpu, "engine": eng, "rows": int(len(d)), "ratio": r3(ratio),
-                       "gap_ms": r3(gap), "twins": twins, "twin_spread": round(spread, 3),
+        groups.append({"dataset": ds, "gpu": gpu, "engine": eng, "rows": int(len(d)), "ratio": _min_median_max(ratio),
+                       "gap_ms": _min_median_max(gap), "twins": twins, "twin_spread": round(spread, 3),
                        "twin_ttft_spread": round(ttft_spread, 3), "pairs": pairs,
                        "falls": falls, "deepest_fall": round(deepest, 3)})
     return {"note": SILICON_CONSISTENCY_NOTE, "groups": groups}
@@ -742,7 +745,6 @@ def prefill_coverage(mlenergy_v2=None, mlenergy_v3=None, silicon=None) -> list[d
 def score_isolated_prefills(iso, n_boot: int = 1000, seed: int = 0, fitted=None,
                             constants=None) -> tuple[list[dict], list[dict]]:
     """TTFT at concurrency 1 predicted as one prefill step of `isl` tokens (engine profile)."""
-
     scores, skipped = [], []
     if iso is None or not len(iso):
         return scores, skipped
@@ -906,7 +908,7 @@ def _with_server(fitted, engine: str, values: dict) -> dict:
 
     from pathlib import Path
 
-    doc = yaml_load(Path(fitted).read_text()) if isinstance(fitted, (str, Path)) else copy.deepcopy(fitted or {})
+    doc = read_yaml(fitted) if isinstance(fitted, (str, Path)) else copy.deepcopy(fitted or {})
     doc = doc or {}
     eng = doc.setdefault("engines", {}).setdefault(engine, {})
     for gpu, (a, b, source) in values.items():
