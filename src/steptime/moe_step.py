@@ -202,7 +202,7 @@ def memory_bytes(model, kv_tokens, tp: int = 1, ep: int = 1, *, dtype: str = "bf
     wb = gemm.BYTES[proj_dtype(dtype)]
     eb = moe_terms.WEIGHT_BYTES[dtype]
     h = model.hidden_size
-    L, Lm, Ld = model.num_hidden_layers, model.n_moe_layers, model.n_dense_layers
+    Lm, Ld = model.n_moe_layers, model.n_dense_layers
     shard = ep if ep > 1 else tp
     Lf, Ll = model.n_full_layers, model.n_linear_layers
     w = (Lf * model.attention_params() + Ll * (model.gdn_params() if Ll else 0) + Ld * 3 * h * model.intermediate_size

@@ -105,7 +105,7 @@ def _fmt_ms(v):
 
 
 def cmd_plan(a) -> int:
-    from steptime.plan import PlanError, frontier_figure, load_prices, plan, to_doc, why_runner_up_lost
+    from steptime.plan import PlanError, frontier_figure, load_prices, plan, to_doc
     from steptime.serve.command import workload_from_args
 
     _check_out("--csv", a.csv, (".csv",))

@@ -3,11 +3,11 @@ import logging
 from os.path import splitext
 
 from steptime.io import read_yaml
+from steptime.terms.moe import MoEConstants
 from steptime_lab.experiments import moe as E
 from steptime_lab.results import rule_provenance, write_result
 
 logging.basicConfig(filename=snakemake.log[0], level=logging.INFO, format="%(message)s", filemode="w")
-from steptime.terms.moe import MoEConstants
 
 s = dict(snakemake.params.settings)
 mc = MoEConstants.from_doc(read_yaml(snakemake.input.constants)["constants"])

@@ -221,7 +221,6 @@ def vendor_aic(aic: Path, out_root: Path, repo_root: Path, apache: tuple[Path, s
         def current(fw: str) -> str:
             return qv.get("overrides", {}).get(g, {}).get(fw, qv["defaults"][fw])["current"]
 
-        want = current(FRAMEWORK)
         data = systems / "data" / g
         sys_yaml = read_yaml(systems / f"{g}.yaml")
         nccl_ver = str(sys_yaml.get("misc", {}).get("nccl_version"))

@@ -12,7 +12,6 @@ import argparse
 import json
 import sys
 from dataclasses import asdict, dataclass
-from pathlib import Path
 
 from steptime.errors import DataError
 from steptime.io import sha256_file

@@ -28,7 +28,6 @@ import pandas as pd
 
 from steptime_lab.experiments.serving_peers import silicon_workloads
 from steptime_lab.results import claim, target
-from steptime.calibration import Constants
 from steptime.plan import plan
 from steptime.plotting import save, subplots
 from steptime.serve import Policy, StepTimer, simulate, synthetic

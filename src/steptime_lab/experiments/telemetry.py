@@ -13,8 +13,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-import numpy as np
-
 from steptime.errors import SteptimeError
 from steptime.plotting import save, subplots
 from steptime_lab.results import rule_provenance, write_result

@@ -112,7 +112,7 @@ def cluster_size_decision(df, comparison: dict, sizes=CLUSTER_SIZES, targets=HOP
               f"matching the measured cudaOccupancyMaxActiveClusters (7 x 16 = 112); an even SM spread gives "
               f"{even16} and the cluster-blind floor(SMs/16) x 16 gives {blind16}", lay16,
               "geometry vs measured vs blind", target=112, met=geo_ok, op="==", unit="CTAs"),
-        claim(f"held-out Hopper LLM MAPE barely depends on the assumed cluster size ("
+        claim("held-out Hopper LLM MAPE barely depends on the assumed cluster size ("
               + ", ".join(f"c={c} (cap {G.cluster_cap(g0, c)}) {mean_llm[c]:.2%}" for c in sizes)
               + "): the compute deploy reading absorbs the grid cap into eta_active, so latency alone does not "
                 "identify it", max(mean_llm.values()) - min(mean_llm.values()),

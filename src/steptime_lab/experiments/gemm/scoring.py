@@ -41,7 +41,6 @@ def predictions(df, folds: dict, baselines=("bare_roofline", "datasheet_alpha", 
             est = PEERS.make(b, gpu=g)
             if getattr(est, "in_sample", False):
                 # fitted on the very cells it is scored on, per subset: an in-sample reference
-                pb = np.full(len(sub), np.nan)
                 per = {}
                 for s, mk in masks.items():
                     if mk.any():

@@ -69,8 +69,8 @@ def defaults_updates(doc: dict, experiment: str = "settle_gemm_constants") -> li
         if name in doc["fixed"]:
             continue
         ups.append({"scope": "global", "name": name, "value": round(float(value), 6), "provenance": "FITTED",
-                    "source": f"least-squares (log error, soft-L1) on all GPUs; leave-one-GPU-out refits in "
-                              f"results/calibration/gemm_constants.json", "experiment": experiment,
+                    "source": "least-squares (log error, soft-L1) on all GPUs; leave-one-GPU-out refits in "
+                              "results/calibration/gemm_constants.json", "experiment": experiment,
                     "cells": [sample]})
     for g in gpus:
         rd = doc["folds"][g]["readings"]

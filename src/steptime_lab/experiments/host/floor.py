@@ -208,8 +208,6 @@ def document(r: dict, x, constants=None) -> dict:
 
 
 def plot(r: dict, x, doc: dict, stem, caption: str | None = None):
-    import numpy as np
-
     plt = plotting.setup()
     gpus = sorted(x["gpu"].unique())
     fig, axes = plt.subplots(1, len(gpus) + 1, figsize=(4 * (len(gpus) + 1), 3.4))

@@ -109,7 +109,7 @@ class MLLeaveOneOut:
         return ML_FAST_ROWS_PER_GPU if self.fast else None
 
     def _train(self, gpus):
-        xs, ys, n, grp, roofs = [], [], {}, [], []
+        xs, ys, n, grp = [], [], {}, []
         cap = self._cap()
         for i, g in enumerate(gpus):
             sub = self.cells[self.cells["gpu"] == g]

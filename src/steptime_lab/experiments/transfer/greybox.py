@@ -48,8 +48,7 @@ import numpy as np
 
 from steptime_lab.experiments.cells import GEMM_OPS, STEP_OPS, cell_ids
 from steptime_lab.experiments.transfer.fair_ground import work
-from steptime_lab.experiments.ratios import (attention_work, gemm_work, predict_layer_ops, predict_steptime,
-                                             step_op_work)
+from steptime_lab.experiments.ratios import predict_layer_ops, predict_steptime, step_op_work
 from steptime import greybox as PG
 from steptime.specs import get_gpu, get_model
 
