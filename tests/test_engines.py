@@ -336,3 +336,21 @@ def test_schedule_join_steps_is_data_sync_two_overlap_three():
     for bad in (0, 2.5, True, "2"):
         with pytest.raises(ValueError, match="whole number"):
             E._parse_engine("x", {**base, "schedule": {"join_steps": {"value": bad, "provenance": "ASSUMED", "source": "t"}}})
+
+
+def test_schedule_chunked_prefill_is_data_vllm_v0_runs_prompts_whole():
+    """engines.yaml schedule.chunked_prefill: vLLM V0's default (chunked prefill opt-in) is false, every other
+    profile chunks (absent: true); the replay's scheduler reads it instead of naming the engine; a bad value is refused."""
+    from steptime_lab.experiments.replay import policy_for
+
+    assert not E.get_engine("vllm-v0").chunks_prefill()
+    assert E.get_engine("vllm-v0").lookup("chunked_prefill").provenance == "DERIVED"
+    for name in ("vllm", "vllm-v1-sync", "trtllm", "sglang"):
+        assert E.get_engine(name).chunks_prefill()
+    assert policy_for("vllm-v0", 8).chunked_prefill is False
+    assert policy_for("vllm-v1-sync", 8).chunked_prefill is True
+    whole = policy_for("trtllm", 8, isl=1024)  # AIConfigurator's harness: whole prompts under c + ISL + 1500
+    assert whole.chunked_prefill is False and whole.max_num_batched_tokens == 8 + 1024 + 1500
+    base = E._doc()["engines"]["vllm-v0"]
+    with pytest.raises(ValueError, match="true or false"):
+        E._parse_engine("x", {**base, "schedule": {"chunked_prefill": {"value": "no", "provenance": "ASSUMED", "source": "t"}}})

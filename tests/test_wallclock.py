@@ -662,7 +662,8 @@ def test_harness_step_budget_trtllm_whole_prompts_under_its_generated_max_num_to
     floor((ISL + 1500) / ISL) whole prompts beside the c decodes; a chunking engine carries the token budget."""
     per, chunked = W.harness_step_budget("trtllm", [8, 64], [1024, 4096], 8192)
     assert not chunked and list(per) == [2048.0, 4096.0]
-    assert W.trtllm_max_num_tokens(64, 4096) == 64 + 4096 + 1500
+    assert W.harness_max_num_tokens("trtllm", 64, 4096) == 64 + 4096 + 1500
+    assert W.harness_max_num_tokens("vllm-v1-sync", 64, 4096) is None
     per, chunked = W.harness_step_budget("vllm-v1-sync", [8], [1024], 8192)
     assert chunked and list(per) == [8192.0]
     with pytest.raises(W.WallclockError, match="token budget"):

@@ -65,9 +65,11 @@ MOE_EXCHANGE_DEFAULT = "deepep"
 # client's next request waits for its first token, counted from the step in flight when the request before it
 # returned (its own step included): 2 for a synchronous loop (the next step is scheduled as soon as a step's outputs
 # are processed, before the client's next request can arrive), 3 for an overlap loop (step n + 1 is already launched
-# when step n's outputs go out). Absent: none (a schedule model that needs it refuses the engine).
-SCHEDULE = ("mixed_prefill", "join_steps")
-SCHEDULE_TYPES = MappingProxyType({"mixed_prefill": bool, "join_steps": int})
+# when step n's outputs go out). Absent: none (a schedule model that needs it refuses the engine). chunked_prefill:
+# whether the engine splits a prompt over steps under its token budget by default (vLLM V0: no, a prompt runs whole
+# in one step). Absent: true.
+SCHEDULE = ("mixed_prefill", "join_steps", "chunked_prefill")
+SCHEDULE_TYPES = MappingProxyType({"mixed_prefill": bool, "join_steps": int, "chunked_prefill": bool})
 AR_LIMIT_TABLES = ("custom_max_bytes", "symm_mem_max_bytes", "fuse_norm_max_bytes", "fuse_one_shot_max_bytes")
 FP8_GEMM_DEFAULT = "gemm_fp8_rel"
 
@@ -176,6 +178,12 @@ class Engine:
         """Whether a step that admits prompt tokens also carries the running requests' decodes
         (engines.yaml schedule.mixed_prefill; absent: True). False: prefill first, in steps of their own."""
         v = self.values.get("mixed_prefill")
+        return bool(v.value) if v is not None else True
+
+    def chunks_prefill(self) -> bool:
+        """Whether the engine splits a prompt over steps under its token budget by default (engines.yaml
+        schedule.chunked_prefill; absent: True). False: a prompt runs whole in one step."""
+        v = self.values.get("chunked_prefill")
         return bool(v.value) if v is not None else True
 
     def join_steps(self) -> int:

@@ -206,17 +206,18 @@ def _concurrency(row) -> int:
 
 
 def policy_for(engine: str, concurrency: int, budget: int = DEFAULT_BUDGET, isl: int | None = None):
-    """The scheduler of an engine profile: vLLM V0 without chunked prefill, vLLM V1 chunked and mixed; for
-    TRT-LLM and SGLang as AIConfigurator's harness deploys them (HARNESS_NOTE) when the prompt length `isl`
-    is given: TRT-LLM whole prompts under max_num_tokens = c + ISL + 1500, an engine whose profile does not mix
+    """The scheduler of an engine profile (engines.yaml schedule.chunked_prefill: vLLM V0 without chunked prefill,
+    vLLM V1 chunked and mixed); for TRT-LLM and SGLang as AIConfigurator's harness deploys them (HARNESS_NOTE) when
+    the prompt length `isl` is given: an engine of HARNESS whole_prompt_extra_tokens (TRT-LLM) whole prompts under
+    max_num_tokens = c + ISL + its extra tokens (1500), an engine whose profile does not mix
     prefill into decode steps (engines.yaml schedule.mixed_prefill false: SGLang) chunked prefill steps that
     carry no decodes (without `isl`, both fall back to vLLM V1's policy)."""
     c = int(concurrency)
-    if engine == "trtllm" and isl is not None:
-        return policy("vllm", max_num_seqs=c, max_num_batched_tokens=W.trtllm_max_num_tokens(c, isl),
-                      chunked_prefill=False)
+    whole = W.harness_max_num_tokens(engine, c, isl) if isl is not None else None  # HARNESS whole_prompt_extra_tokens
+    if whole is not None:
+        return policy("vllm", max_num_seqs=c, max_num_batched_tokens=whole, chunked_prefill=False)
     b = max(int(budget), c)
-    return policy("vllm", max_num_seqs=c, max_num_batched_tokens=b, chunked_prefill=(engine != "vllm-v0"),
+    return policy("vllm", max_num_seqs=c, max_num_batched_tokens=b, chunked_prefill=get_engine(engine).chunks_prefill(),
                   mixed_prefill=get_engine(engine).mixes_prefill() or isl is None)  # engines.yaml schedule.mixed_prefill
 
 

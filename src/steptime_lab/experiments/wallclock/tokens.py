@@ -503,9 +503,10 @@ TTFT_NOTE = (
     "wave's prompts share each budget-sized step), a spread steady state keeps it near 1. harness (HARNESS_TTFT_NOTE): "
     "the harness's 10c requests from a drained engine, each round's schedule as the engine runs it.")
 # AIConfigurator's benchmark harness (read in its code; replay.py's HARNESS comment cites it): warm-up requests per
-# slot (drained before the measured phase), measured requests per slot, and TensorRT-LLM's generated max_num_tokens
-# over ISL (max_num_tokens = max_batch_size + ISL + 1500, chunked prefill off; max_batch_size ASSUMED = c)
-HARNESS = {"warmup_per_slot": 2, "measured_per_slot": 10, "trtllm_budget_over_isl": 1500}
+# slot (drained before the measured phase), measured requests per slot, and the engines its generator deploys with
+# chunked prefill off and max_num_tokens = max_batch_size + ISL + the extra tokens named here (TensorRT-LLM: 1500;
+# max_batch_size ASSUMED = c); every other engine is deployed chunking under its token budget
+HARNESS = {"warmup_per_slot": 2, "measured_per_slot": 10, "whole_prompt_extra_tokens": {"trtllm": 1500}}
 HARNESS_TTFT_NOTE = (
     "harness: the mean TTFT over the harness's measured phase (replay.HARNESS_NOTE: c clients start together on a "
     "drained engine, 10c requests of fixed ISL/OSL, each finished request releasing the next), priced from the steps "
@@ -529,24 +530,28 @@ HARNESS_TTFT_NOTE = (
 
 def harness_step_budget(engine: str, concurrency, prompt_tokens, token_budget: float):
     """(prompt tokens one step may carry, whether prompts are chunked) of `engine` as AIConfigurator's harness deploys
-    it (HARNESS): TensorRT-LLM whole prompts, at most floor((max_num_tokens - c) / ISL) of them with max_num_tokens = c
-    + ISL + 1500 (the decodes take c of it); any other engine chunked under `token_budget`. Arrays per row."""
+    it (HARNESS): an engine of whole_prompt_extra_tokens (TensorRT-LLM) whole prompts, at most floor((max_num_tokens -
+    c) / ISL) of them with max_num_tokens = c + ISL + its extra tokens (the decodes take c of it); any other engine
+    chunked under `token_budget`. Arrays per row."""
     c = np.asarray(concurrency, dtype=float)
     isl = np.asarray(prompt_tokens, dtype=float)
     if np.any(c < 1) or np.any(isl < 1):
         raise WallclockError("harness step budget: concurrency and prompt length must be >= 1")
-    if engine == "trtllm":
-        k = np.maximum(np.floor((isl + HARNESS["trtllm_budget_over_isl"]) / isl), 1.0)
+    extra = HARNESS["whole_prompt_extra_tokens"].get(engine)
+    if extra is not None:
+        k = np.maximum(np.floor((isl + extra) / isl), 1.0)
         return k * isl, False
     if token_budget is None or token_budget <= 0:
         raise WallclockError("harness step budget: a chunking engine needs a token budget > 0")
     return np.broadcast_to(np.asarray(float(token_budget)), isl.shape).astype(float), True
 
 
-def trtllm_max_num_tokens(concurrency: int, prompt_tokens: int) -> int:
-    """TensorRT-LLM's max_num_tokens as AIConfigurator's generator sets it for aggregated serving (HARNESS):
-    max_batch_size + ISL + 1500, max_batch_size ASSUMED = the client concurrency."""
-    return int(concurrency) + int(prompt_tokens) + HARNESS["trtllm_budget_over_isl"]
+def harness_max_num_tokens(engine: str, concurrency: int, prompt_tokens: int) -> int | None:
+    """max_num_tokens of an engine AIConfigurator's generator deploys with whole prompts (HARNESS
+    whole_prompt_extra_tokens): max_batch_size + ISL + its extra tokens, max_batch_size ASSUMED = the client
+    concurrency; None for an engine it deploys chunking under its token budget."""
+    extra = HARNESS["whole_prompt_extra_tokens"].get(engine)
+    return None if extra is None else int(concurrency) + int(prompt_tokens) + int(extra)
 
 
 def _step_rows(ctx_tokens, ctx_requests, decodes, kv, tp):
@@ -638,18 +643,17 @@ def predict_ttft(rows, predictor: Callable, model, gpu, tp: int, *, token_budget
         if engine is None:
             raise WallclockError("the harness TTFT schedule needs the engine (its schedule in engines.yaml)")
         mixes = get_engine(engine).mixes_prefill()  # a prefill-first engine keeps every round a wave (WAVE_NOTE)
-    out = np.zeros(len(rows))
     queue = np.zeros(len(rows))  # requests beyond the KV capacity wait for the earlier wave, every round
+    first = np.zeros(len(rows))  # the mean wait for one's own prompt inside a wave (the wave schedule)
     for r in range(len(rows)):
         i = np.arange(c[r])
-        first = np.ceil(((i % fit[r]) + 1) * isl[r] / token_budget) * t_pf[r]
         wave = np.ceil(stream[r] / token_budget) * t_pf[r] + osl[r] * t_dec[r]
-        out[r] = float(np.mean((i // fit[r]) * wave + first))
         queue[r] = float(np.mean((i // fit[r]) * wave))
+        first[r] = float(np.mean(np.ceil(((i % fit[r]) + 1) * isl[r] / token_budget) * t_pf[r]))
     if mixes:
         per, _ = harness_step_budget(engine, c, isl, token_budget)
-        out = queue + harness_burst_ttft(fit, isl, osl, per, get_engine(engine).join_steps(), predictor, tp)
-    return out
+        return queue + harness_burst_ttft(fit, isl, osl, per, get_engine(engine).join_steps(), predictor, tp)
+    return queue + first
 
 
 def run_ttft(rows, *, token_budget: float, mem_util: float = 0.9, fitted=None, constants=None, n_boot: int = 1000,
