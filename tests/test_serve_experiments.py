@@ -241,3 +241,19 @@ def test_a_missing_registry_target_is_one_clear_error_not_a_default():
                                    "steptime_choice_under_distserve_ratio": 1.0}], "workload": {}}
     with pytest.raises(InputError, match="no target 'goodput_ratio_min'"):
         serving.pool_sizing_claims(r)
+
+
+def test_engines_by_gpu_refuses_a_gpu_the_runs_do_not_hold():
+    """The E2.10 / E3.4 replays take a GPU -> engine profile map; a GPU absent from the runs is refused by name."""
+    import pandas as pd
+    import pytest
+
+    from steptime_lab.experiments.serving.replay import engines_by_gpu
+
+    runs = pd.DataFrame({"gpu": ["rtx-4090", "rtx-4090", "rtx-pro-6000"]})
+    m = {"rtx-4090": "vllm-no-p2p"}
+    got = engines_by_gpu(m, runs)
+    assert got == m and got is not m
+    assert engines_by_gpu(None, runs) == {}
+    with pytest.raises(ValueError, match="h100-sxm"):
+        engines_by_gpu({"h100-sxm": "vllm"}, runs)

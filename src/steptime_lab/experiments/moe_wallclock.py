@@ -312,10 +312,9 @@ def replay(requests: pd.DataFrame, *, model_map: dict, engine: str = "vllm", con
     `disclosed`: how that choice was made, carried into the result."""
     from steptime.serve import Workload, policy, simulate_replicas
 
-    engine_by_gpu = dict(engine_by_gpu or {})
-    unknown = sorted(set(engine_by_gpu) - set(requests["gpu"].unique()))
-    if unknown:
-        raise ValueError(f"engine_by_gpu names GPUs not in the data: {', '.join(unknown)}")
+    from steptime_lab.experiments.serving.replay import engines_by_gpu
+
+    engine_by_gpu = engines_by_gpu(engine_by_gpu, requests)
     runs, skipped, per_request = [], [], {}
     for run_id, rows in requests.groupby("run", sort=True):
         r0 = rows.iloc[0]

@@ -40,16 +40,22 @@ def _err(sim, meas):
     return float((sim - meas) / meas)
 
 
+def engines_by_gpu(engine_by_gpu: dict | None, requests: pd.DataFrame) -> dict:
+    """A copy of a GPU key -> engine profile map, refused if it names a GPU the replayed runs do not hold."""
+    out = dict(engine_by_gpu or {})
+    unknown = sorted(set(out) - set(requests["gpu"].unique()))
+    if unknown:
+        raise ValueError(f"engine_by_gpu names GPUs not in the data: {', '.join(unknown)}")
+    return out
+
+
 def replay_runs(requests: pd.DataFrame, *, targets: dict, engine: str = "vllm", peer: pd.DataFrame | None = None,
           constants=None, engine_by_gpu: dict | None = None, disclosed: str | None = None) -> dict:
     """Replay each dense run through steptime.serve; `peer`: LLMServingSim's own simulated replay of the same runs
     (its outputs/sim.csv, servingsim_sim), scored the same way beside steptime's. `engine_by_gpu`: GPU key ->
     engine profile for the runs on that GPU's host where it differs from `engine`'s (e.g. vllm-no-p2p: PCIe GPUs
     without peer-to-peer); `disclosed`: how those choices were made, carried into the result."""
-    engine_by_gpu = dict(engine_by_gpu or {})
-    unknown = sorted(set(engine_by_gpu) - set(requests["gpu"].unique()))
-    if unknown:
-        raise ValueError(f"engine_by_gpu names GPUs not in the data: {', '.join(unknown)}")
+    engine_by_gpu = engines_by_gpu(engine_by_gpu, requests)
     runs, skipped, per_request = [], [], {}
     for run_id, rows in requests.groupby("run", sort=True):
         r0 = rows.iloc[0]
