@@ -245,9 +245,6 @@ def test_a_missing_registry_target_is_one_clear_error_not_a_default():
 
 def test_engines_by_gpu_refuses_a_gpu_the_runs_do_not_hold():
     """The E2.10 / E3.4 replays take a GPU -> engine profile map; a GPU absent from the runs is refused by name."""
-    import pandas as pd
-    import pytest
-
     from steptime_lab.experiments.serving.replay import engines_by_gpu
 
     runs = pd.DataFrame({"gpu": ["rtx-4090", "rtx-4090", "rtx-pro-6000"]})
