@@ -87,7 +87,9 @@ def test_policy_per_engine():
     assert p.chunked_prefill and not p.mixed_prefill and p.max_num_batched_tokens == 8192
     p = R.policy_for("trtllm", 64, isl=4096)
     assert not p.chunked_prefill and p.mixed_prefill and p.max_num_batched_tokens == 64 + 4096 + 1500
-    p = R.policy_for("vllm-v1-sync", 64, isl=4096)
+    p = R.policy_for("vllm-v1-sync", 64, isl=4096)  # the generator's budget, not V1's default 8192
+    assert p.chunked_prefill and p.mixed_prefill and p.max_num_batched_tokens == 64 + 4096 + 1500
+    p = R.policy_for("vllm-v1-sync", 64)  # not a silicon row: the engine's default budget
     assert p.chunked_prefill and p.mixed_prefill and p.max_num_batched_tokens == 8192
 
 

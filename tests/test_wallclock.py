@@ -657,17 +657,24 @@ def test_shipped_server_law_is_the_fit_e2_11_reports(engine):
     assert e.get("server_b_ms") == pytest.approx(fit["server_b_ms"], abs=1e-5)
 
 
-def test_harness_step_budget_trtllm_whole_prompts_under_its_generated_max_num_tokens():
-    """AIConfigurator's generator: TensorRT-LLM max_num_tokens = c + ISL + 1500, no chunking, so a step carries
-    floor((ISL + 1500) / ISL) whole prompts beside the c decodes; a chunking engine carries the token budget."""
+def test_harness_step_budget_as_the_generator_deploys_each_engine():
+    """AIConfigurator's generator: max_num_tokens = c + ISL + 1500 for TensorRT-LLM (no chunking: a step carries
+    floor((ISL + 1500) / ISL) whole prompts beside the c decodes) and for vLLM V1 (chunked: ISL + 1500 prompt tokens a
+    step, not V1's default 8192); SGLang, left at its defaults, carries the token budget."""
     per, chunked = W.harness_step_budget("trtllm", [8, 64], [1024, 4096], 8192)
     assert not chunked and list(per) == [2048.0, 4096.0]
-    assert W.harness_max_num_tokens("trtllm", 64, 4096) == 64 + 4096 + 1500
-    assert W.harness_max_num_tokens("vllm-v1-sync", 64, 4096) is None
-    per, chunked = W.harness_step_budget("vllm-v1-sync", [8], [1024], 8192)
+    mnt, chunked = W.harness_schedule("trtllm", 64, 4096)
+    assert mnt == 64 + 4096 + 1500 and not chunked
+    for eng in ("vllm", "vllm-v1-sync", "vllm-v1-unfused"):
+        mnt, chunked = W.harness_schedule(eng, 64, 4096)
+        assert mnt == 64 + 4096 + 1500 and chunked
+        per, chunked = W.harness_step_budget(eng, [8, 64], [1024, 4096], 8192)
+        assert chunked and list(per) == [1024.0 + 1500, 4096.0 + 1500]
+    assert W.harness_schedule("sglang", 64, 4096) is None
+    per, chunked = W.harness_step_budget("sglang", [8], [1024], 8192)
     assert chunked and list(per) == [8192.0]
     with pytest.raises(W.WallclockError, match="token budget"):
-        W.harness_step_budget("vllm-v1-sync", [8], [1024], None)
+        W.harness_step_budget("sglang", [8], [1024], None)
     with pytest.raises(W.WallclockError, match=">= 1"):
         W.harness_step_budget("trtllm", [0], [1024], 8192)
 

@@ -19,9 +19,9 @@ Per row:
   schedule;
 - scheduler: vLLM V1's policy (token budget 8192, chunked prefill, decodes first) for vLLM >= 0.8;
   vLLM 0.5.4 (V0 engine) without chunked prefill. The silicon rows' engines as AIConfigurator's
-  harness deploys them (HARNESS_NOTE): TRT-LLM with the generator's agg settings (max_num_tokens =
-  max_batch_size + ISL + 1500 with max_batch_size = the concurrency, chunked prefill off: whole
-  prompts inside the mixed steps); SGLang with its defaults (chunked_prefill_size 8192 on 80 GB
+  harness deploys them (HARNESS_NOTE): TRT-LLM and vLLM with the generator's agg budget
+  (max_num_tokens = max_batch_size + ISL + 1500 with max_batch_size = the concurrency), TRT-LLM with
+  chunked prefill off (whole prompts inside the mixed steps), vLLM V1 chunking; SGLang with its defaults (chunked_prefill_size 8192 on 80 GB
   GPUs, no mixed chunk: a step that admits prompts carries no decodes, prefill first);
 - steady state: `requests_per_slot` x concurrency requests (at least `min_requests`); the
   per-request statistics use only requests that arrive after the first wave (index >=
@@ -82,9 +82,13 @@ DEFAULT_BUDGET = 8192  # ASSUMED: token budget of vLLM V1 / SGLang / TRT-LLM on 
 # - engines as the eval pipeline deploys them (it generates the configs unless told not to,
 #   eval/pipeline.py run()): TRT-LLM agg max_num_tokens = max_batch_size + ISL + 1500, enable_chunked_prefill
 #   false (generator/backends/trtllm.py and templates/trtllm/extra_engine_args.1.0.0rc3.yaml.j2 at a7c507ed; the
-#   same rule in generator/rule_plugin/trtllm.rule later); the vLLM and SGLang templates set neither a token
-#   budget nor mixed chunks (config/backend_templates/{vllm,sglang}/cli_args*.j2 at 8745c7714), so the engines'
-#   defaults hold (vLLM V1 8192 for its server; SGLang chunked_prefill_size 8192 on 80 GB GPUs, no mixed chunk).
+#   same rule in generator/rule_plugin/trtllm.rule later); vLLM agg max_num_tokens = max_batch_size + ISL + 1500
+#   too (generator/rule_plugin/vllm.rule line 11 at 11324a64f; config/backend_config_mapping.yaml maps it to
+#   --max-num-batched-tokens, emitted by config/backend_templates/vllm/cli_args.j2 from 2cecd6596, 2026-01-08, and
+#   by the 0.12.0 template from 2063ee024, 2026-02-11; at 8745c7714 the template emitted no budget), chunked prefill
+#   left at V1's default (on). The SGLang templates set neither a token budget nor mixed chunks, so its defaults
+#   hold (chunked_prefill_size 8192 on 80 GB GPUs, no mixed chunk). The silicon rows (a 2026-04 database dump, no
+#   engine arguments recorded) cannot be dated against these commits: ASSUMED deployed by the 0.12.0 generator.
 HARNESS = W.HARNESS  # one place (wallclock.tokens), shared with E2.11's harness TTFT schedule
 HARNESS_NOTE = ("AIConfigurator silicon TTFT and TPOT as its benchmark harness measures them (ASSUMED: the rows' "
                 "harness is AIConfigurator's own eval pipeline, genai-perf / aiperf in concurrency mode): the 2c "
@@ -93,9 +97,11 @@ HARNESS_NOTE = ("AIConfigurator silicon TTFT and TPOT as its benchmark harness m
                 "once and runs exactly 10c requests of fixed ISL/OSL in a closed loop; TTFT and TPOT are the means "
                 "over those 10c requests (aiconfigurator eval/benchmarks/genai_perf_runner.py at a7c507ed; "
                 "perf_analyzer concurrency_manager.cc, inference_profiler.cc; aiperf credit_issuing_strategy.py). "
-                "Engines as its generator deploys them: TRT-LLM max_num_tokens = c + ISL + 1500, chunked prefill off "
-                "(generator backends/trtllm.py at a7c507ed); SGLang's defaults (no mixed chunk: prefill steps carry "
-                "no decodes; chunked_prefill_size 8192); vLLM V1's (budget 8192, chunked, mixed)")
+                "Engines as its generator deploys them (ASSUMED: the 0.12.0 generator; the rows record no engine "
+                "arguments): TRT-LLM max_num_tokens = c + ISL + 1500, chunked prefill off (generator backends/trtllm.py "
+                "at a7c507ed); vLLM V1 max_num_batched_tokens = c + ISL + 1500, chunked and mixed (rule_plugin/vllm.rule "
+                "at 11324a64f, emitted from 2cecd6596); SGLang's defaults (no mixed chunk: prefill steps carry no "
+                "decodes; chunked_prefill_size 8192)")
 HARNESS_DISCLOSED = (
     "The harness statistic (10c requests from an empty engine, means over all) and the silicon engines' policies "
     "(TRT-LLM budget c + ISL + 1500 without chunking; SGLang prefill-first) were fixed from the harness's code "
@@ -103,7 +109,10 @@ HARNESS_DISCLOSED = (
     "crashed on 2 KV-bound SGLang rows (a prefill-only step preempted its own request); the fix (fall back to the "
     "mixed step when the running prompts' chunks do not fit) is a bug fix and changed no other row. A decomposition "
     "seen after the scores (DESIGN.md): with the old policies the drained window alone gives TRT-LLM TTFT MAPE 0.590 "
-    "against 0.726 with the generator's budget; the budget is kept as the deployment fact.")
+    "against 0.726 with the generator's budget; the budget is kept as the deployment fact. vLLM's budget (c + ISL + "
+    "1500 instead of V1's default 8192; wave 21) was read in the generator after the vLLM TTFT scores of both E2.11 "
+    "(harness 0.811) and E2.11b were seen, and after a scratch run of E2.11's harness TTFT with it (0.263) and with "
+    "the default rule's agg max_batch_size 512 in place of c (0.308); c is kept, as for TRT-LLM.")
 GEOMETRIC_NOTE = ("ML.ENERGY output lengths: geometric with the row's measured mean (ASSUMED: a memoryless "
                   "stop; maximum entropy for a known positive mean), capped at the model context minus the prompt")
 
@@ -207,18 +216,20 @@ def _concurrency(row) -> int:
 
 def policy_for(engine: str, concurrency: int, budget: int = DEFAULT_BUDGET, isl: int | None = None):
     """The scheduler of an engine profile (engines.yaml schedule.chunked_prefill: vLLM V0 without chunked prefill,
-    vLLM V1 chunked and mixed); for TRT-LLM and SGLang as AIConfigurator's harness deploys them (HARNESS_NOTE) when
-    the prompt length `isl` is given: an engine of HARNESS whole_prompt_extra_tokens (TRT-LLM) whole prompts under
-    max_num_tokens = c + ISL + its extra tokens (1500), an engine whose profile does not mix
-    prefill into decode steps (engines.yaml schedule.mixed_prefill false: SGLang) chunked prefill steps that
-    carry no decodes (without `isl`, both fall back to vLLM V1's policy)."""
+    vLLM V1 chunked and mixed; schedule.mixed_prefill: SGLang's prefill steps carry no decodes) under the token
+    budget `budget`; with the prompt length `isl` (a silicon row), as AIConfigurator's harness deploys it
+    (HARNESS_NOTE, W.harness_schedule): TRT-LLM and vLLM under the generator's max_num_tokens = c + ISL + 1500
+    (TRT-LLM in whole prompts, vLLM chunked), SGLang at its defaults (prefill first). Without `isl` every engine mixes
+    prefill into decode steps (vLLM V1's policy)."""
     c = int(concurrency)
-    whole = W.harness_max_num_tokens(engine, c, isl) if isl is not None else None  # HARNESS whole_prompt_extra_tokens
-    if whole is not None:
-        return policy("vllm", max_num_seqs=c, max_num_batched_tokens=whole, chunked_prefill=False)
-    b = max(int(budget), c)
-    return policy("vllm", max_num_seqs=c, max_num_batched_tokens=b, chunked_prefill=get_engine(engine).chunks_prefill(),
-                  mixed_prefill=get_engine(engine).mixes_prefill() or isl is None)  # engines.yaml schedule.mixed_prefill
+    eng = get_engine(engine)
+    deployed = W.harness_schedule(engine, c, isl) if isl is not None else None
+    if deployed is not None:
+        max_num_tokens, chunked = deployed
+        return policy("vllm", max_num_seqs=c, max_num_batched_tokens=int(max_num_tokens), chunked_prefill=chunked,
+                      mixed_prefill=eng.mixes_prefill())
+    return policy("vllm", max_num_seqs=c, max_num_batched_tokens=max(int(budget), c),
+                  chunked_prefill=eng.chunks_prefill(), mixed_prefill=eng.mixes_prefill() or isl is None)
 
 
 def steady_stats(run) -> dict:

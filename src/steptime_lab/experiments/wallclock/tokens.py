@@ -503,17 +503,24 @@ TTFT_NOTE = (
     "wave's prompts share each budget-sized step), a spread steady state keeps it near 1. harness (HARNESS_TTFT_NOTE): "
     "the harness's 10c requests from a drained engine, each round's schedule as the engine runs it.")
 # AIConfigurator's benchmark harness (read in its code; replay.py's HARNESS comment cites it): warm-up requests per
-# slot (drained before the measured phase), measured requests per slot, and the engines its generator deploys with
-# chunked prefill off and max_num_tokens = max_batch_size + ISL + the extra tokens named here (TensorRT-LLM: 1500;
-# max_batch_size ASSUMED = c); every other engine is deployed chunking under its token budget
-HARNESS = {"warmup_per_slot": 2, "measured_per_slot": 10, "whole_prompt_extra_tokens": {"trtllm": 1500}}
+# slot (drained before the measured phase), measured requests per slot, and the engines its generator deploys with a
+# token budget (`deploy`, keyed by backend: the engine profile's first word, vllm-v1-sync -> vllm). Its agg rule is the
+# same for both: max_num_tokens = max_batch_size + ISL + 1500 (max_batch_size ASSUMED = c): TensorRT-LLM with chunked
+# prefill off (generator/backends/trtllm.py at a7c507ed, rule_plugin/trtllm.rule later), vLLM with the engine's default
+# (V1 chunks; generator/rule_plugin/vllm.rule `agg max_num_tokens`, line 11 at 11324a64f, emitted as --max-num-batched-tokens through
+# config/backend_config_mapping.yaml from 2cecd6596, 2026-01-08). chunked_prefill None: the engine profile's
+# schedule.chunked_prefill. SGLang is deployed with its defaults (no entry).
+HARNESS = {"warmup_per_slot": 2, "measured_per_slot": 10,
+           "deploy": {"trtllm": {"extra_tokens": 1500, "chunked_prefill": False},
+                      "vllm": {"extra_tokens": 1500, "chunked_prefill": None}}}
 HARNESS_TTFT_NOTE = (
     "harness: the mean TTFT over the harness's measured phase (replay.HARNESS_NOTE: c clients start together on a "
     "drained engine, 10c requests of fixed ISL/OSL, each finished request releasing the next), priced from the steps "
     "the engine runs. An engine that runs prefill first (engines.yaml schedule.mixed_prefill false) keeps every round a "
     "wave (WAVE_NOTE): the wave schedule. An engine that mixes prompts into decode steps admits at most `per` prompt "
-    "tokens a step (harness_step_budget: TensorRT-LLM whole prompts under max_num_tokens = c + ISL + 1500, i.e. "
-    "floor((ISL + 1500) / ISL) prompts; a chunking engine the token budget), so round 1 runs as a burst of K = "
+    "tokens a step (harness_step_budget: the generator's max_num_tokens = c + ISL + 1500 less the c decodes, TensorRT-LLM "
+    "in whole prompts, i.e. floor((ISL + 1500) / ISL) prompts, vLLM chunked, i.e. ISL + 1500 prompt tokens; an engine "
+    "the generator leaves at its defaults the token budget), so round 1 runs as a burst of K = "
     "ceil(n ISL / per) prefill-carrying steps (n = min(c, KV capacity); step j carries the next `per` prompt tokens and "
     "the decodes of the requests already started; request i's first token ends step ceil((i + 1) ISL / per)). Every "
     "request of a round lives the same number of steps, so in step count the next round is the same burst shifted: "
@@ -528,30 +535,37 @@ HARNESS_TTFT_NOTE = (
     "nothing running starts a step on the first arrival), which splits a round that one step prefilled whole.")
 
 
+def harness_schedule(engine: str, concurrency, prompt_tokens):
+    """(max_num_tokens, chunked) of `engine` as AIConfigurator's generator deploys it (HARNESS deploy, keyed by the
+    profile's backend): max_batch_size + ISL + the backend's extra tokens, max_batch_size ASSUMED = the client
+    concurrency; chunked as deployed (None there: the profile's schedule.chunked_prefill). None for an engine the
+    generator leaves at its defaults (SGLang). Scalars or arrays per row."""
+    d = HARNESS["deploy"].get(str(engine).split("-")[0])
+    if d is None:
+        return None
+    chunked = d["chunked_prefill"]
+    if chunked is None:
+        chunked = get_engine(engine).chunks_prefill()
+    return np.asarray(concurrency) + np.asarray(prompt_tokens) + d["extra_tokens"], bool(chunked)
+
+
 def harness_step_budget(engine: str, concurrency, prompt_tokens, token_budget: float):
     """(prompt tokens one step may carry, whether prompts are chunked) of `engine` as AIConfigurator's harness deploys
-    it (HARNESS): an engine of whole_prompt_extra_tokens (TensorRT-LLM) whole prompts, at most floor((max_num_tokens -
-    c) / ISL) of them with max_num_tokens = c + ISL + its extra tokens (the decodes take c of it); any other engine
-    chunked under `token_budget`. Arrays per row."""
+    it (harness_schedule): the generator's max_num_tokens less the c decodes (ISL + extra tokens), in whole prompts
+    (floor of it over ISL, at least one) where it deploys without chunking (TensorRT-LLM), chunked where the engine
+    chunks (vLLM V1); an engine it leaves at its defaults chunked under `token_budget`. Arrays per row."""
     c = np.asarray(concurrency, dtype=float)
     isl = np.asarray(prompt_tokens, dtype=float)
     if np.any(c < 1) or np.any(isl < 1):
         raise WallclockError("harness step budget: concurrency and prompt length must be >= 1")
-    extra = HARNESS["whole_prompt_extra_tokens"].get(engine)
-    if extra is not None:
-        k = np.maximum(np.floor((isl + extra) / isl), 1.0)
-        return k * isl, False
+    deployed = harness_schedule(engine, c, isl)
+    if deployed is not None:
+        max_num_tokens, chunked = deployed
+        per = np.asarray(max_num_tokens - c, dtype=float)  # the decodes take c of it
+        return (per, True) if chunked else (np.maximum(np.floor(per / isl), 1.0) * isl, False)
     if token_budget is None or token_budget <= 0:
         raise WallclockError("harness step budget: a chunking engine needs a token budget > 0")
     return np.broadcast_to(np.asarray(float(token_budget)), isl.shape).astype(float), True
-
-
-def harness_max_num_tokens(engine: str, concurrency: int, prompt_tokens: int) -> int | None:
-    """max_num_tokens of an engine AIConfigurator's generator deploys with whole prompts (HARNESS
-    whole_prompt_extra_tokens): max_batch_size + ISL + its extra tokens, max_batch_size ASSUMED = the client
-    concurrency; None for an engine it deploys chunking under its token budget."""
-    extra = HARNESS["whole_prompt_extra_tokens"].get(engine)
-    return None if extra is None else int(concurrency) + int(prompt_tokens) + int(extra)
 
 
 def _step_rows(ctx_tokens, ctx_requests, decodes, kv, tp):
