@@ -409,3 +409,80 @@ def test_disaggregation_hands_over_the_kv_the_decode_pool_holds(model, gpu, dtyp
     if model.startswith("gpt-oss"):  # the windowed layers keep 128 + one block, not the whole prompt
         b = kv_budget(model, gpu, dtype=dtype)
         assert expect[1] < 3008 * (b.token_bytes + b.window_token_bytes) / (bw * 1e9)
+
+
+# ---- vLLM V1 automatic prefix caching under preemption (Policy.prefix_caching) -------------------------------
+def _engine(timer, blocks, prompts, outputs, **kw):
+    from steptime.serve import sim
+
+    n = len(prompts)
+    wl = Workload(np.zeros(n), np.asarray(prompts), np.asarray(outputs))
+    return sim._Engine(timer, Policy("vllm", kv_blocks=blocks, prefix_caching=True, **kw), wl)
+
+
+def test_prefix_cache_keeps_a_victims_full_blocks_and_evicts_its_tail_first(timer):
+    e = _engine(timer, 100, [100, 100], [50, 50])
+    assert e.free == 100 and list(map(list, e._lru)) == [[-1, 100]]
+    e.free -= 60  # two requests take 60 blocks off the front
+    e.held[:] = [30, 30]
+    e.comp[0] = 470  # 29 full blocks (464 tokens) and a partial one
+    e.ntok[0] = 471
+    e._release_preempted(0)
+    e.held[0] = 0
+    assert e.free == 70 and e.cached[0] == 29 and e.comp[0] == 29 * 16
+    assert list(map(list, e._lru)) == [[-1, 40], [-1, 1], [0, 29]]  # older free blocks, its partial block, its chain
+    e.free -= 45  # 40 + 1 ordinary blocks first, then 4 of its (tail) blocks
+    assert e.cached[0] == 25 and e.comp[0] == 25 * 16 and e.free == 25
+    hit = e._take_cached(0)  # readmitted: its 25 surviving blocks come out where they sit
+    assert hit == 25 and e.free == 0 and e.cached[0] == 0 and not e._lru
+    with pytest.raises(ServeError, match="more blocks given out than are free"):
+        e.free -= 1
+
+
+def test_prefix_cache_resumes_at_most_all_tokens_but_one(timer):
+    e = _engine(timer, 100, [64], [10])
+    e.free -= 5
+    e.held[0] = 5
+    e.comp[0] = 64  # every token's KV computed, exactly four full blocks
+    e.ntok[0] = 65
+    e._release_preempted(0)
+    assert e.cached[0] == 4 and e.comp[0] == 64  # (65 - 1) // 16 = 4 blocks: 64 tokens, one left to compute
+    e.ntok[0] = 64
+    e._resume_point(0)
+    assert e.comp[0] == 48  # never all of them: the last token is always recomputed
+
+
+def test_without_prefix_caching_a_victim_starts_over(timer):
+    from steptime.serve import sim
+
+    e = sim._Engine(timer, Policy("vllm", kv_blocks=100), Workload(np.zeros(1), np.array([100]), np.array([5])))
+    e.free -= 10
+    e.held[0], e.comp[0] = 10, 150
+    e._release_preempted(0)
+    assert e._lru is None and e.comp[0] == 0 and e.free == 100 and e._take_cached(0) == 0
+
+
+def test_prefix_caching_recomputes_less_and_changes_nothing_without_preemption(timer):
+    wl = synthetic(120, isl=(200, 1500), osl=(100, 600), rate=40.0, seed=5)
+    off = simulate(M, G, wl, Policy("vllm", kv_blocks=900), timer=timer)
+    on = simulate(M, G, wl, Policy("vllm", kv_blocks=900, prefix_caching=True), timer=timer)
+    assert off.requests["preemptions"].sum() > 0 and on.requests["preemptions"].sum() > 0
+    assert on.busy_s < off.busy_s  # less recompute
+    _same_runs(on, simulate(M, G, wl, Policy("vllm", kv_blocks=900, prefix_caching=True), timer=timer, fast=False))
+    roomy = synthetic(80, isl=(200, 1500), osl=(100, 600), rate=5.0, seed=6)
+    a = simulate(M, G, roomy, Policy("vllm"), timer=timer)
+    b = simulate(M, G, roomy, Policy("vllm", prefix_caching=True), timer=timer)
+    assert a.requests["preemptions"].sum() == 0
+    pd.testing.assert_frame_equal(a.requests, b.requests, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("kv_blocks,seed", [(900, 5), (400, 6)])
+def test_prefix_cache_free_queue_holds_exactly_the_free_blocks(timer, kv_blocks, seed):
+    from steptime.serve import sim
+
+    wl = synthetic(150, isl=(200, 1500), osl=(100, 600), rate=40.0, seed=seed)
+    e = sim._Engine(timer, Policy("vllm", kv_blocks=kv_blocks, prefix_caching=True), wl)
+    run = e.run()
+    assert run.requests["preemptions"].sum() > 0
+    assert sum(c for _, c in e._lru) == e.free == kv_blocks  # every block back, each counted once
+    assert (e.cached == 0).all() or all(o == -1 or e.cached[o] > 0 for o, _ in e._lru)

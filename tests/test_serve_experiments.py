@@ -131,6 +131,14 @@ def test_replay_keeps_arrivals_lengths_and_request_ids():
     assert run.policy["max_num_batched_tokens"] == 2048
 
 
+def test_replay_resumes_preempted_requests_from_the_prefix_cache_as_vllm_0_19_does():
+    rows = _measured_run()
+    _, on = serving.replay_run(rows)
+    _, off = serving.replay_run(rows, prefix_caching=False)
+    assert serving.replay.RUN_PREFIX_CACHING is True
+    assert on.policy["prefix_caching"] is True and off.policy["prefix_caching"] is False
+
+
 def test_e2_10_scores_each_run_and_skips_moe():
     t = {"tpot_s_p50_abs_error_max": 0.1, "ttft_s_p50_abs_error_max": 0.2, "tpot_s_p90_abs_error_max": 0.2,
          "ttft_s_p90_abs_error_max": 0.3}

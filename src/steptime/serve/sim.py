@@ -21,6 +21,17 @@ a block preempts the latest-admitted running request (recompute, as vLLM V1 does
 goes back to the front of the queue. `reserve_full` instead admits a request only with the
 blocks of its whole length reserved (no preemption; the disaggregated decode pool's default).
 
+`prefix_caching` (vLLM V1's automatic prefix caching, `enable_prefix_caching`): a preempted request's
+blocks go back to the free pool still cached, and only the blocks given out again are lost. vLLM
+(vllm/v1/core/single_type_kv_cache_manager.py `free`: the request's blocks freed in reverse order, "so
+that the tail blocks are freed first"; block_pool.py: freed blocks keep their hash and join the back of the
+free-block queue, a new block is taken from its front and only then evicted; request.py
+`append_output_token_ids`: full blocks of generated tokens are hashed too) resumes the request from its
+longest surviving cached prefix (at most all its tokens but one) and recomputes only the rest. Modelled
+as that queue of free blocks, oldest freed first: the victim's full computed blocks join it as its own,
+its partial last block (never cached) ahead of them; every block given out takes the queue's front, and a
+victim's surviving blocks are always the head of its chain. ASSUMED: no prefix shared between requests.
+
 Speed: an iteration in which every running request decodes and nothing can join repeats
 with one more KV token per request; runs of such iterations (up to and including the next
 finish, or up to an arrival that could join, or KV exhaustion) are timed in one vectorised
@@ -68,6 +79,8 @@ class Policy:
     # False: a step that admits waiting prompts carries no decodes (SGLang's default: a prefill batch of its own,
     # run before the decode batch whenever a waiting request can be admitted; --enable-mixed-chunk off)
     mixed_prefill: bool = True
+    # vLLM V1 automatic prefix caching: a preempted request resumes from its blocks still cached (module doc)
+    prefix_caching: bool = False
 
     def __post_init__(self):
         if self.name not in POLICIES:
@@ -324,9 +337,87 @@ class _Engine:
         self.itl = ItlLog()  # inter-token latencies and how many tokens each stands for
         self.progress = progress
         self._tick = PROGRESS_STEPS
+        # the free blocks, oldest freed first, as [owner, count] runs (owner: a preempted request whose cached
+        # blocks they are, or -1); kept only with prefix caching (None: every free block is alike)
+        self._lru = deque() if pol.prefix_caching else None
+        self.cached = np.zeros(n, dtype=np.int64)  # a waiting preempted request's blocks still cached
+        self._free = 0
         self.free = self.blocks
         self.knobs = Knobs()
         self._short = hasattr(timer, "decode_steps_list") and not getattr(timer, "needs_kvs", False)
+
+    @property
+    def free(self) -> int:
+        return self._free
+
+    @free.setter
+    def free(self, value) -> None:
+        """Free blocks. With prefix caching, blocks given out come off the front of the free queue (evicting
+        what they cached) and blocks given back join its end."""
+        value = int(value)
+        d = value - self._free
+        if self._lru is not None:
+            if d < 0:
+                self._evict(-d)
+            elif d > 0:
+                self._lru.append([-1, d])
+        self._free = value
+
+    def _evict(self, k: int) -> None:
+        """Take `k` blocks off the front of the free queue; a preempted request loses the cached blocks taken."""
+        lru, cached = self._lru, self.cached
+        while k > 0:
+            if not lru:
+                raise ServeError("KV accounting: more blocks given out than are free")
+            run = lru[0]
+            take = min(k, run[1])
+            run[1] -= take
+            k -= take
+            if run[0] >= 0:
+                cached[run[0]] -= take
+                self._resume_point(run[0])
+            if not run[1]:
+                lru.popleft()
+
+    def _resume_point(self, v: int) -> None:
+        """A waiting preempted request's computed tokens: its cached blocks, at most all its tokens but one."""
+        B = self.p.block_size
+        self.comp[v] = min(int(self.cached[v]), int(self.ntok[v] - 1) // B) * B
+
+    def _release_preempted(self, v: int) -> None:
+        """Give a preempted request's blocks back: with prefix caching its full computed blocks stay cached
+        (its own run at the queue's end, after its partial last block); without, its progress is lost."""
+        h = int(self.held[v])
+        if self._lru is None:
+            self.free += h
+            self.comp[v] = 0
+            return
+        full = min(int(self.comp[v]) // self.p.block_size, h)
+        if h > full:
+            self._lru.append([-1, h - full])
+        if full:
+            self._lru.append([int(v), full])
+        self._free += h
+        self.cached[v] = full
+        self._resume_point(v)
+
+    def _take_cached(self, r: int) -> int:
+        """Blocks an admitted request reuses from the prefix cache (taken out of the free queue where they sit,
+        not off its front); its leftover cached blocks become ordinary free ones."""
+        if self._lru is None or not self.cached[r]:
+            return 0
+        hit = int(self.comp[r]) // self.p.block_size
+        for run in self._lru:
+            if run[0] == r:
+                run[1] -= hit
+                run[0] = -1
+                break
+        else:
+            raise ServeError(f"KV accounting: request {r}'s cached blocks are not in the free queue")
+        self._lru = deque(x for x in self._lru if x[1])
+        self._free -= hit
+        self.cached[r] = 0
+        return hit
 
     def _show_steps(self, steps: int) -> None:
         """Progress by simulated iterations too (a long prefill can run for minutes before a request finishes)."""
@@ -364,9 +455,8 @@ class _Engine:
             hit_self = False
             while need > self.free:
                 v = running.pop()
-                self.free += int(held[v])
+                self._release_preempted(v)  # its computed tokens: 0, or its cached prefix (prefix caching)
                 held[v] = 0
-                comp[v] = 0
                 self.npre[v] += 1
                 waiting.appendleft(v)
                 if v == r:
@@ -535,7 +625,8 @@ class _Engine:
                         break
                     waiting.popleft()
                     nrun += 1
-                    self.free -= need_r
+                    hit = self._take_cached(r)  # its cached blocks come out of the free queue where they sit
+                    self.free -= need_r - hit
                     held[r] += need_r
                     a_id.append(r)
                     a_take.append(k_new)

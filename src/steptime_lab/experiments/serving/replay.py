@@ -19,17 +19,24 @@ def recorded_kv(r0) -> tuple[int | None, int | None]:
     return (n, b if b > 0 else None) if n > 0 else (None, None)
 
 
+# vLLM 0.19's automatic prefix caching is on unless switched off: none of the runs' engine_kwargs (meta.json) sets
+# enable_prefix_caching, and the run that records its resolved config (RTX4090_Llama-3.1-8B, cache_config) has it on
+RUN_PREFIX_CACHING = True
+
+
 def replay_run(rows: pd.DataFrame, *, engine: str = "vllm", gpu_memory_utilization: float = 0.9,
-               block_size: int = 16, constants=None):
+               block_size: int = 16, constants=None, prefix_caching: bool = RUN_PREFIX_CACHING):
     """Simulate one measured run: its arrivals, prompt and output lengths, TP and scheduler limits, and the KV
-    block count (and block size) the run's engine logged where it records them (else the memory model's)."""
+    block count (and block size) the run's engine logged where it records them (else the memory model's);
+    `prefix_caching`: a preempted request resumes from its blocks still cached, as vLLM V1 does with it on."""
     r0 = rows.iloc[0]
     rows = rows.sort_values("arrival_s", kind="stable")
     wl = Workload(rows["arrival_s"].to_numpy() - rows["arrival_s"].min(), rows["input_tokens"].to_numpy(),
                   rows["output_tokens"].to_numpy(), name=str(r0["run"]))
     kv_blocks, kv_bs = recorded_kv(r0)
     pol = policy("vllm", max_num_batched_tokens=int(r0["max_num_batched_tokens"]), max_num_seqs=int(r0["max_num_seqs"]),
-                 block_size=kv_bs or block_size, gpu_memory_utilization=gpu_memory_utilization, kv_blocks=kv_blocks)
+                 block_size=kv_bs or block_size, gpu_memory_utilization=gpu_memory_utilization, kv_blocks=kv_blocks,
+                 prefix_caching=bool(prefix_caching))
     run = simulate(r0["model"], r0["gpu"], wl, pol, tp=int(r0["tp"]), engine=engine, constants=constants)
     sim = run.requests.copy()
     sim["request_id"] = rows["request_id"].to_numpy()
