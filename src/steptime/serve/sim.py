@@ -47,11 +47,15 @@ from itertools import accumulate
 from dataclasses import asdict, dataclass, replace
 from numbers import Real
 from types import MappingProxyType
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from steptime.errors import ServeError
 from steptime.serve.memory import check_context, kv_budget
+
+if TYPE_CHECKING:  # pandas is imported only once a run is built (the import stays light)
+    import pandas as pd
 from steptime.serve.timer import StepTimer
 from steptime.serve.workload import Workload
 from steptime.validation import as_int
@@ -232,7 +236,7 @@ class ItlLog:
 @dataclass
 class Run:
     """A finished simulation: per-request table, inter-token latencies, step log totals."""
-    requests: "pandas.DataFrame"
+    requests: "pd.DataFrame"
     itl_s: np.ndarray
     itl_w: np.ndarray
     n_steps: int
@@ -480,7 +484,7 @@ class _Engine:
     def run(self) -> Run:
         t, p, B = self.t, self.p, self.p.block_size
         comp, gen, ntok, held, out, arr = self.comp, self.gen, self.ntok, self.held, self.out, self.arr
-        first, finish, last = self.first, self.finish, self.last
+        first, last = self.first, self.last
         closed = self.wl.concurrency
         n = self.n
         if closed:
