@@ -91,3 +91,32 @@ def test_a_qwen3_config_json_gets_qk_norm(tmp_path):
     cfg["architectures"] = ["LlamaForCausalLM"]
     p.write_text(json.dumps(cfg))
     assert not gm(str(p)).qk_norm
+
+
+def test_trtllm_fuses_the_qk_norms_into_its_rope_kernel():
+    """engines.yaml fusion.qk_norm_rope (issue 19, trtp): TensorRT-LLM's Qwen3 runs the q/k RMSNorms and RoPE as one
+    kernel (fused_qk_norm_rope), so its step has no qk_norm term and no extra launches, every other term as vLLM's
+    pricing of the same GPU work; the other profiles keep the two launches; a bad value or field is refused."""
+    from steptime.specs import engines as E
+
+    assert E.get_engine("trtllm").fuses_qk_norm_rope()
+    assert E.get_engine("trtllm").lookup("fuse_qk_norm_rope").provenance == "DERIVED"
+    for name in ("vllm", "vllm-v0", "vllm-v1-sync", "sglang", "kernels"):
+        assert not E.get_engine(name).fuses_qk_norm_rope()
+    q = get_model("qwen3-32b")
+    off = dataclasses.replace(q, qk_norm=False)
+    for tp in (1, 2, 8):
+        on_r = predict_steps(q, "h100-sxm", SID, NEW, KV, 3, tp=tp, engine="trtllm", dtype="fp8")
+        off_r = predict_steps(off, "h100-sxm", SID, NEW, KV, 3, tp=tp, engine="trtllm", dtype="fp8")
+        assert np.all(on_r["terms_ms"]["qk_norm"] == 0.0)
+        np.testing.assert_array_equal(on_r["total_ms"], off_r["total_ms"])  # as a model without the norms
+        np.testing.assert_allclose(on_r["terms_ms"]["rope"], off_r["terms_ms"]["rope"], rtol=0)
+        assert np.all(on_r["terms_ms"]["rope"] > 0)  # the fused kernel is still priced, by the rope term
+    # vLLM on the same step keeps the two launches (its term > 0)
+    v = predict_steps(q, "h100-sxm", SID, NEW, KV, 3, tp=2, engine="vllm")
+    assert np.all(v["terms_ms"]["qk_norm"] > 0)
+    base = E._doc()["engines"]["trtllm"]
+    with pytest.raises(ValueError, match="true or false"):
+        E._parse_engine("x", {**base, "fusion": {"qk_norm_rope": {"value": 1, "provenance": "ASSUMED", "source": "t"}}})
+    with pytest.raises(ValueError, match="unknown field fusion.qk_rope"):
+        E._parse_engine("x", {**base, "fusion": {"qk_rope": {"value": True, "provenance": "ASSUMED", "source": "t"}}})

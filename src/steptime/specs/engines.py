@@ -69,6 +69,10 @@ MOE_EXCHANGE_DEFAULT = "deepep"
 # whether the engine splits a prompt over steps under its token budget by default (vLLM V0: no, a prompt runs whole
 # in one step). Absent: true.
 SCHEDULE = ("mixed_prefill", "join_steps", "chunked_prefill")
+# fusion.<field>: kernels the engine runs fused by default, true/false. qk_norm_rope: a qk_norm model's (Qwen3's)
+# per-head q/k RMSNorms run inside the one kernel that applies RoPE (step.py: no qk_norm term, no extra launches;
+# the rope term prices that kernel). Absent: false (two RMSNorm launches per layer, light.qk_norm_time).
+FUSION = ("qk_norm_rope",)
 SCHEDULE_TYPES = MappingProxyType({"mixed_prefill": bool, "join_steps": int, "chunked_prefill": bool})
 AR_LIMIT_TABLES = ("custom_max_bytes", "symm_mem_max_bytes", "fuse_norm_max_bytes", "fuse_one_shot_max_bytes")
 FP8_GEMM_DEFAULT = "gemm_fp8_rel"
@@ -167,6 +171,12 @@ class Engine:
         (engines.yaml precision.fp8_act_quant_passes; absent: 0, no separate quantise kernel)."""
         v = self.values.get("fp8_act_quant_passes")
         return int(v.value) if v is not None else 0
+
+    def fuses_qk_norm_rope(self) -> bool:
+        """Whether a qk_norm model's per-head q/k RMSNorms run fused into the kernel that applies RoPE
+        (engines.yaml fusion.qk_norm_rope; absent: False, two RMSNorm launches per layer)."""
+        v = self.values.get("fuse_qk_norm_rope")
+        return bool(v.value) if v is not None else False
 
     def moe_exchange(self) -> str:
         """The expert exchange the engine runs by default between attention data-parallel ranks and
@@ -279,6 +289,13 @@ def _parse_engine(key: str, doc: dict) -> Engine:
         if SCHEDULE_TYPES[name] is int and (isinstance(v.value, bool) or not isinstance(v.value, int) or v.value < 1):
             raise ValueError(f"{where}: schedule.{name} must be a whole number >= 1 (got {v.value!r})")
         values[name] = v
+    for name, e in (doc.get("fusion") or {}).items():
+        if name not in FUSION:
+            raise ValueError(f"{where}: unknown field fusion.{name} (known: {', '.join(FUSION)})")
+        v = _value(f"fuse_{name}", e, where)
+        if not isinstance(v.value, bool):
+            raise ValueError(f"{where}: fusion.{name} must be true or false (got {v.value!r})")
+        values[f"fuse_{name}"] = v
     for name, e in (doc.get("precision") or {}).items():
         if name not in PRECISION:
             raise ValueError(f"{where}: unknown field precision.{name} (known: {', '.join(PRECISION)})")

@@ -27,10 +27,11 @@ commit 002456df36fc7a63ca4463f335a49d05634ab2ab) calls `self.q_norm(q_by_head)` 
 bytes. The fused split-QKV + q/k RMSNorm + RoPE kernel (`torch.ops._C.fused_qk_norm_rope`,
 vLLM's `QKNormRoPEFusionPass`) sits behind `pass_config.enable_qk_norm_rope_fusion`, which is
 False by default in the vLLM configs found (SGLang's `enable_fused_qk_norm_rope` likewise
-defaults False; TensorRT-LLM's PyTorch Qwen3 passes a QkNormType to its Attention module),
-so steptime times the unfused pair. Priced with the rmsnorm law (its floor, eta and p: the
-same kernel on a narrower row); nothing fitted. ASSUMED: no engine fuses it (an engine profile
-that does would drop the extra launch, as FUSED_LIGHT does for the all-reduce).
+defaults False), so steptime times the unfused pair for those engines. Priced with the rmsnorm law
+(its floor, eta and p: the same kernel on a narrower row); nothing fitted. TensorRT-LLM's PyTorch
+Qwen3 runs the norms and RoPE as one kernel (`torch.ops.trtllm.fused_qk_norm_rope`, its default):
+engines.yaml fusion.qk_norm_rope, where step.py drops this term and its launches (the rope term
+prices the fused kernel).
 """
 
 from __future__ import annotations

@@ -239,7 +239,10 @@ DISCLOSED = (
     "at_held_batch were written after E1.28's SGLang scores had been seen (0.148 / 0.145 / 0.142 at TP 2 / 4 / 8). "
     "No claim value depends on them: the claims are computed as before, every cell kept; only the caveat text "
     "is added where it holds (the three SGLang claims). at_held_batch reads each queued row's held batch from "
-    "that row's own TTFT and is not claimed.")
+    "that row's own TTFT and is not claimed. Issue 19 (trtp): the TensorRT-LLM profile's fusion.qk_norm_rope "
+    "(engines.yaml: Qwen3's q/k RMSNorms inside the RoPE kernel, read from TensorRT-LLM's source) was looked for "
+    "while diagnosing E1.28's TensorRT-LLM claims, after their scores (-0.088 / -0.104 at TP 4 / 8) had been seen; "
+    "the field is set from the engine source alone, nothing in it is fitted.")
 
 
 def _caveat(x: dict) -> str:
