@@ -47,15 +47,11 @@ from itertools import accumulate
 from dataclasses import asdict, dataclass, replace
 from numbers import Real
 from types import MappingProxyType
-from typing import TYPE_CHECKING
 
 import numpy as np
 
 from steptime.errors import ServeError
 from steptime.serve.memory import check_context, kv_budget
-
-if TYPE_CHECKING:  # pandas is imported only once a run is built (the import stays light)
-    import pandas as pd
 from steptime.serve.timer import StepTimer
 from steptime.serve.workload import Workload
 from steptime.validation import as_int
@@ -236,7 +232,7 @@ class ItlLog:
 @dataclass
 class Run:
     """A finished simulation: per-request table, inter-token latencies, step log totals."""
-    requests: "pd.DataFrame"
+    requests: object  # a pandas.DataFrame (pandas is imported only once a run is built: the import stays light)
     itl_s: np.ndarray
     itl_w: np.ndarray
     n_steps: int
