@@ -421,9 +421,10 @@ def predict_steps(model, gpu, step_id, new_tokens, kv_len, n_steps: int | None =
     fused = np.zeros(n_steps, dtype=bool) if moe else engine.fuses_norm(ar_bytes, tp, gpu, constants)
     n_fused = allreduces_per_layer() * L  # each fused all-reduce takes one residual add and one RMSNorm
     fused_stream = np.zeros(n_steps)
+    qk_fused = engine.fuses_qk_norm_rope()  # the q/k norms run inside the engine's RoPE kernel (priced by rope)
     for kern in (() if moe else LIGHT_TERMS):
-        if kern == "qk_norm":  # zero where the engine runs the q/k norms inside its RoPE kernel (priced by rope)
-            out[kern] = (np.zeros(n_steps) if engine.fuses_qk_norm_rope() else
+        if kern == "qk_norm":
+            out[kern] = (np.zeros(n_steps) if qk_fused else
                          np.where(T > 0, L * light.qk_norm_time(T, model, gpu, tp, constants), 0.0))
             compute_bound[kern] = np.zeros(n_steps, dtype=bool)
             continue
@@ -444,7 +445,7 @@ def predict_steps(model, gpu, step_id, new_tokens, kv_len, n_steps: int | None =
     blocks = sum(out[t] for t in (moe_step.BLOCK_TERMS if moe else BLOCK_TERMS))
     disp = host.engine_dispatch_floor(L, T, n_pref == 0, gpu, engine, constants, tp,
                                       fused_kernels=np.where(fused, len(FUSED_LIGHT) * n_fused, 0),
-                                      extra_kernels=QK_NORM_LAUNCHES * L if model.qk_norm and not engine.fuses_qk_norm_rope() else 0,
+                                      extra_kernels=QK_NORM_LAUNCHES * L if model.qk_norm and not qk_fused else 0,
                                       gdn_layers=model.n_linear_layers if moe else 0)
     out["dispatch_floor"] = np.maximum(0.0, disp - blocks)
     hidden_dispatch = np.minimum(disp, blocks)

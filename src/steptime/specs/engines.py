@@ -69,11 +69,11 @@ MOE_EXCHANGE_DEFAULT = "deepep"
 # whether the engine splits a prompt over steps under its token budget by default (vLLM V0: no, a prompt runs whole
 # in one step). Absent: true.
 SCHEDULE = ("mixed_prefill", "join_steps", "chunked_prefill")
+SCHEDULE_TYPES = MappingProxyType({"mixed_prefill": bool, "join_steps": int, "chunked_prefill": bool})
 # fusion.<field>: kernels the engine runs fused by default, true/false. qk_norm_rope: a qk_norm model's (Qwen3's)
 # per-head q/k RMSNorms run inside the one kernel that applies RoPE (step.py: no qk_norm term, no extra launches;
 # the rope term prices that kernel). Absent: false (two RMSNorm launches per layer, light.qk_norm_time).
 FUSION = ("qk_norm_rope",)
-SCHEDULE_TYPES = MappingProxyType({"mixed_prefill": bool, "join_steps": int, "chunked_prefill": bool})
 AR_LIMIT_TABLES = ("custom_max_bytes", "symm_mem_max_bytes", "fuse_norm_max_bytes", "fuse_one_shot_max_bytes")
 FP8_GEMM_DEFAULT = "gemm_fp8_rel"
 

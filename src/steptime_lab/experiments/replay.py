@@ -21,8 +21,9 @@ Per row:
   vLLM 0.5.4 (V0 engine) without chunked prefill. The silicon rows' engines as AIConfigurator's
   harness deploys them (HARNESS_NOTE): TRT-LLM and vLLM with the generator's agg budget
   (max_num_tokens = max_batch_size + ISL + 1500 with max_batch_size = the concurrency), TRT-LLM with
-  chunked prefill off (whole prompts inside the mixed steps), vLLM V1 chunking; SGLang with its defaults (chunked_prefill_size 8192 on 80 GB
-  GPUs, no mixed chunk: a step that admits prompts carries no decodes, prefill first);
+  chunked prefill off (whole prompts inside the mixed steps), vLLM V1 chunking; SGLang with its
+  defaults (chunked_prefill_size 8192 on 80 GB GPUs, no mixed chunk: a step that admits prompts
+  carries no decodes, prefill first);
 - steady state: `requests_per_slot` x concurrency requests (at least `min_requests`); the
   per-request statistics use only requests that arrive after the first wave (index >=
   concurrency) and finish before the last request is admitted (the loop is full throughout).

@@ -507,9 +507,9 @@ TTFT_NOTE = (
 # token budget (`deploy`, keyed by backend: the engine profile's first word, vllm-v1-sync -> vllm). Its agg rule is the
 # same for both: max_num_tokens = max_batch_size + ISL + 1500 (max_batch_size ASSUMED = c): TensorRT-LLM with chunked
 # prefill off (generator/backends/trtllm.py at a7c507ed, rule_plugin/trtllm.rule later), vLLM with the engine's default
-# (V1 chunks; generator/rule_plugin/vllm.rule `agg max_num_tokens`, line 11 at 11324a64f, emitted as --max-num-batched-tokens through
-# config/backend_config_mapping.yaml from 2cecd6596, 2026-01-08). chunked_prefill None: the engine profile's
-# schedule.chunked_prefill. SGLang is deployed with its defaults (no entry).
+# (V1 chunks; generator/rule_plugin/vllm.rule `agg max_num_tokens`, line 11 at 11324a64f, emitted as
+# --max-num-batched-tokens through config/backend_config_mapping.yaml from 2cecd6596, 2026-01-08). chunked_prefill
+# None: the engine profile's schedule.chunked_prefill. SGLang is deployed with its defaults (no entry).
 HARNESS = {"warmup_per_slot": 2, "measured_per_slot": 10,
            "deploy": {"trtllm": {"extra_tokens": 1500, "chunked_prefill": False},
                       "vllm": {"extra_tokens": 1500, "chunked_prefill": None}}}
@@ -518,9 +518,9 @@ HARNESS_TTFT_NOTE = (
     "drained engine, 10c requests of fixed ISL/OSL, each finished request releasing the next), priced from the steps "
     "the engine runs. An engine that runs prefill first (engines.yaml schedule.mixed_prefill false) keeps every round a "
     "wave (WAVE_NOTE): the wave schedule. An engine that mixes prompts into decode steps admits at most `per` prompt "
-    "tokens a step (harness_step_budget: the generator's max_num_tokens = c + ISL + 1500 less the c decodes, TensorRT-LLM "
-    "in whole prompts, i.e. floor((ISL + 1500) / ISL) prompts, vLLM chunked, i.e. ISL + 1500 prompt tokens; an engine "
-    "the generator leaves at its defaults the token budget), so round 1 runs as a burst of K = "
+    "tokens a step (harness_step_budget: the generator's max_num_tokens = c + ISL + 1500 less the c decodes, "
+    "TensorRT-LLM in whole prompts, i.e. floor((ISL + 1500) / ISL) prompts, vLLM chunked, i.e. ISL + 1500 prompt "
+    "tokens; an engine the generator leaves at its defaults the token budget), so round 1 runs as a burst of K = "
     "ceil(n ISL / per) prefill-carrying steps (n = min(c, KV capacity); step j carries the next `per` prompt tokens and "
     "the decodes of the requests already started; request i's first token ends step ceil((i + 1) ISL / per)). Every "
     "request of a round lives the same number of steps, so in step count the next round is the same burst shifted: "
@@ -663,7 +663,8 @@ def predict_ttft(rows, predictor: Callable, model, gpu, tp: int, *, token_budget
         i = np.arange(c[r])
         wave = np.ceil(stream[r] / token_budget) * t_pf[r] + osl[r] * t_dec[r]
         queue[r] = float(np.mean((i // fit[r]) * wave))
-        first[r] = float(np.mean(np.ceil(((i % fit[r]) + 1) * isl[r] / token_budget) * t_pf[r]))
+        if not mixes:  # a mixing engine's own-prompt wait is the burst's (below)
+            first[r] = float(np.mean(np.ceil(((i % fit[r]) + 1) * isl[r] / token_budget) * t_pf[r]))
     if mixes:
         per, _ = harness_step_budget(engine, c, isl, token_budget)
         return queue + harness_burst_ttft(fit, isl, osl, per, get_engine(engine).join_steps(), predictor, tp)
