@@ -66,12 +66,15 @@ def test_kernels_engine_is_the_bare_gpu_sum():
     assert r.engine == "kernels" and r.to_dict()["engine"] == "kernels"
 
 
-def test_engine_changes_only_host_launch_sampling_and_collectives():
+def test_engine_changes_only_host_launch_sampling_collectives_and_fused_kernels():
     a = predict_step(MODEL, GPU, decode=[(16, 1024)], engine="kernels")
     for name in ("vllm", "vllm-v0", "trtllm", "sglang"):
         b = predict_step(MODEL, GPU, decode=[(16, 1024)], engine=name)
+        assert E.get_engine(name).fuses_add_rmsnorm()  # one add + RMSNorm launch: never more than the two
+        assert b.terms_ms["add"] == 0.0 < a.terms_ms["add"]
+        assert b.terms_ms["rmsnorm"] < a.terms_ms["rmsnorm"] + a.terms_ms["add"]
         for t in TERMS:
-            if t not in ("host", "sampling", "dispatch_floor", "allreduce"):
+            if t not in ("host", "sampling", "dispatch_floor", "allreduce", "rmsnorm", "add"):
                 assert b.terms_ms[t] == a.terms_ms[t], (name, t)
         assert b.total_ms >= a.total_ms
         assert sum(b.terms_ms.values()) == pytest.approx(b.total_ms)

@@ -59,7 +59,9 @@ def test_dense_predictions_unchanged():
         # fp8: the fixture's era priced no activation-quantise kernels before the fp8 GEMMs (issue 19, engines.yaml
         # precision.fp8_act_quant_passes): the same profile without that field (every other field and fit kept)
         eng = get_engine(engine, fitted=constants.engines)
-        eng = dataclasses.replace(eng, values={k: v for k, v in eng.values.items() if k != "fp8_act_quant_passes"})
+        # and none fused the residual add into the RMSNorm kernel (issue 19, engines.yaml fusion.add_rmsnorm)
+        eng = dataclasses.replace(eng, values={k: v for k, v in eng.values.items()
+                                               if k not in ("fp8_act_quant_passes", "fuse_add_rmsnorm")})
         r = predict_step(model, gpu, decode=[tuple(x) for x in dec], prefill=[tuple(x) for x in pre], tp=tp,
                          dtype=dtype, check_memory=False, constants=constants, engine=eng).to_dict()
         r.pop("uncalibrated")  # a label added since (issue 21), not a prediction

@@ -368,8 +368,13 @@ def block_terms(model, gpu, step_id, new, kv, T, n_steps, *, tp, ep, dtype, kv_d
     else:
         put("moe_a2a", zeros)
     # ---- light kernels (the activation runs inside the fused MoE kernel: only dense layers pay it)
+    add_fused = engine is not None and engine.fuses_add_rmsnorm()  # each residual add inside the RMSNorm after it
     for kern in LIGHT_TERMS:
-        t = light.light_time(kern, light.light_bytes(kern, T, model, tp), gpu, constants)
+        if add_fused and kern == "add":
+            put(kern, zeros)
+            continue
+        t = (light.add_rmsnorm_time(T, model, gpu, tp, constants) if add_fused and kern == "rmsnorm" else
+             light.light_time(kern, light.light_bytes(kern, T, model, tp), gpu, constants))
         if kern == "emb":
             reps = 1
         elif kern == "act":

@@ -422,6 +422,7 @@ def predict_steps(model, gpu, step_id, new_tokens, kv_len, n_steps: int | None =
     n_fused = allreduces_per_layer() * L  # each fused all-reduce takes one residual add and one RMSNorm
     fused_stream = np.zeros(n_steps)
     qk_fused = engine.fuses_qk_norm_rope()  # the q/k norms run inside the engine's RoPE kernel (priced by rope)
+    add_fused = engine.fuses_add_rmsnorm()  # each residual add runs inside the RMSNorm kernel after it
     for kern in (() if moe else LIGHT_TERMS):
         if kern == "qk_norm":
             out[kern] = (np.zeros(n_steps) if qk_fused else
@@ -434,6 +435,9 @@ def predict_steps(model, gpu, step_id, new_tokens, kv_len, n_steps: int | None =
         if kern in FUSED_LIGHT and fused.any():  # the kernel's launch floor goes; its bytes move into the all-reduce
             fused_stream = fused_stream + np.where(fused, n_fused * (t - light.light_time(kern, 0.0 * nb, gpu, constants)), 0.0)
             reps = np.where(fused, reps - n_fused, reps)
+        if add_fused and kern in FUSED_LIGHT:  # launches the all-reduce left: one add + RMSNorm kernel each
+            t = (np.zeros(n_steps) if kern == "add" else
+                 light.add_rmsnorm_time(T, model, gpu, tp, constants))
         out[kern] = np.where(T > 0, reps * t, 0.0)
         compute_bound[kern] = np.zeros(n_steps, dtype=bool)
     g = gemm.gemm_time(N, model.vocab_size // tp, model.hidden_size, gpu, constants, f_clk=f_clk)
@@ -444,7 +448,8 @@ def predict_steps(model, gpu, step_id, new_tokens, kv_len, n_steps: int | None =
     compute_bound["allreduce"] = np.zeros(n_steps, dtype=bool)
     blocks = sum(out[t] for t in (moe_step.BLOCK_TERMS if moe else BLOCK_TERMS))
     disp = host.engine_dispatch_floor(L, T, n_pref == 0, gpu, engine, constants, tp,
-                                      fused_kernels=np.where(fused, len(FUSED_LIGHT) * n_fused, 0),
+                                      fused_kernels=np.where(fused, len(FUSED_LIGHT) * n_fused,
+                                                             L * light.PER_LAYER["add"] if add_fused else 0),
                                       extra_kernels=QK_NORM_LAUNCHES * L if model.qk_norm and not qk_fused else 0,
                                       gdn_layers=model.n_linear_layers if moe else 0)
     out["dispatch_floor"] = np.maximum(0.0, disp - blocks)

@@ -73,7 +73,17 @@ SCHEDULE_TYPES = MappingProxyType({"mixed_prefill": bool, "join_steps": int, "ch
 # fusion.<field>: kernels the engine runs fused by default, true/false. qk_norm_rope: a qk_norm model's (Qwen3's)
 # per-head q/k RMSNorms run inside the one kernel that applies RoPE (step.py: no qk_norm term, no extra launches;
 # the rope term prices that kernel). Absent: false (two RMSNorm launches per layer, light.qk_norm_time).
-FUSION = ("qk_norm_rope",)
+# add_rmsnorm: each residual add runs inside the RMSNorm kernel that follows it (one launch that reads the
+# sublayer output and the residual and writes both the updated residual and the normed activations,
+# light.add_rmsnorm_bytes; step.py: no add launches, the rmsnorm term prices the fused kernel). Absent: false (an
+# add kernel and an RMSNorm kernel, as the per-operator tables time them). An all-reduce fused with the add and the
+# norm (allreduce.fuse_norm_max_bytes) takes both first.
+FUSION = ("qk_norm_rope", "add_rmsnorm")
+FUSION_TYPES = MappingProxyType({name: bool for name in FUSION})
+# backend: the serving framework a profile models (several profiles model releases of one framework). Read where a
+# fact belongs to the framework rather than to a release (how a deployment tool configures it). none: no framework
+# (the per-operator tables' bare kernels).
+BACKENDS = ("vllm", "sglang", "trtllm", "none")
 AR_LIMIT_TABLES = ("custom_max_bytes", "symm_mem_max_bytes", "fuse_norm_max_bytes", "fuse_one_shot_max_bytes")
 FP8_GEMM_DEFAULT = "gemm_fp8_rel"
 
@@ -115,6 +125,7 @@ class Engine:
     fitted: dict = field(default_factory=dict)        # gpu key -> {field -> EngineValue}
     default: bool = False
     ar_limits: dict = field(default_factory=dict)     # allreduce.by_tp: the per-(architecture, TP) dispatch table
+    backend: str = "none"                             # the serving framework (BACKENDS)
 
     def __post_init__(self):  # a profile is shared by every prediction in the process: its tables are read-only
         for f in fields(self):
@@ -159,7 +170,7 @@ class Engine:
             table[name] = EngineValue(name=name, value=float(val), provenance=provenance, source=source,
                                       experiment=experiment, cells=tuple(cells))
         return Engine(self.key, self.name, self.host_terms, dict(self.graphs), self.allreduce_impl,
-                      self.allreduce_fallback, dict(self.values), fitted, self.default, self.ar_limits)
+                      self.allreduce_fallback, dict(self.values), fitted, self.default, self.ar_limits, self.backend)
 
     def fp8_gemm_const(self) -> str:
         """The constant holding this engine's relative fp8 GEMM factors (engines.yaml precision.fp8_gemm)."""
@@ -175,7 +186,15 @@ class Engine:
     def fuses_qk_norm_rope(self) -> bool:
         """Whether a qk_norm model's per-head q/k RMSNorms run fused into the kernel that applies RoPE
         (engines.yaml fusion.qk_norm_rope; absent: False, two RMSNorm launches per layer)."""
-        v = self.values.get("fuse_qk_norm_rope")
+        return self._flag("fuse_qk_norm_rope")
+
+    def fuses_add_rmsnorm(self) -> bool:
+        """Whether each residual add runs inside the RMSNorm kernel that follows it (engines.yaml
+        fusion.add_rmsnorm; absent: False, an add launch and an RMSNorm launch)."""
+        return self._flag("fuse_add_rmsnorm")
+
+    def _flag(self, name: str) -> bool:
+        v = self.values.get(name)
         return bool(v.value) if v is not None else False
 
     def moe_exchange(self) -> str:
@@ -280,22 +299,8 @@ def _parse_engine(key: str, doc: dict) -> Engine:
         if v.value not in MOE_EXCHANGES:
             raise ValueError(f"{where}: moe.exchange {v.value!r} not in {MOE_EXCHANGES}")
         values["moe_exchange"] = v
-    for name, e in (doc.get("schedule") or {}).items():
-        if name not in SCHEDULE:
-            raise ValueError(f"{where}: unknown field schedule.{name} (known: {', '.join(SCHEDULE)})")
-        v = _value(name, e, where)
-        if SCHEDULE_TYPES[name] is bool and not isinstance(v.value, bool):
-            raise ValueError(f"{where}: schedule.{name} must be true or false (got {v.value!r})")
-        if SCHEDULE_TYPES[name] is int and (isinstance(v.value, bool) or not isinstance(v.value, int) or v.value < 1):
-            raise ValueError(f"{where}: schedule.{name} must be a whole number >= 1 (got {v.value!r})")
-        values[name] = v
-    for name, e in (doc.get("fusion") or {}).items():
-        if name not in FUSION:
-            raise ValueError(f"{where}: unknown field fusion.{name} (known: {', '.join(FUSION)})")
-        v = _value(f"fuse_{name}", e, where)
-        if not isinstance(v.value, bool):
-            raise ValueError(f"{where}: fusion.{name} must be true or false (got {v.value!r})")
-        values[f"fuse_{name}"] = v
+    values.update(_typed_section(doc, "schedule", SCHEDULE_TYPES, where))
+    values.update(_typed_section(doc, "fusion", FUSION_TYPES, where, prefix="fuse_"))
     for name, e in (doc.get("precision") or {}).items():
         if name not in PRECISION:
             raise ValueError(f"{where}: unknown field precision.{name} (known: {', '.join(PRECISION)})")
@@ -321,9 +326,29 @@ def _parse_engine(key: str, doc: dict) -> Engine:
     for phase, mode in graphs.items():
         if phase not in ("decode", "prefill") or mode not in GRAPH_MODES:
             raise ValueError(f"{where}: launch.graphs.{phase}={mode!r} (phases decode/prefill, modes {GRAPH_MODES})")
+    backend = doc.get("backend")
+    if backend not in BACKENDS:
+        raise ValueError(f"{where}: backend {backend!r} must be one of {BACKENDS} (the serving framework the profile "
+                         f"models; none for bare kernels)")
     return Engine(key=key, name=str(doc.get("name", key)), host_terms=host_terms, graphs=graphs,
                   allreduce_impl=impl, allreduce_fallback=fallback, values=values, default=bool(doc.get("default")),
-                  ar_limits=limits)
+                  ar_limits=limits, backend=backend)
+
+
+def _typed_section(doc: dict, section: str, types, where: str, prefix: str = "") -> dict[str, EngineValue]:
+    """The {value, provenance, source} entries of a profile section whose fields are flags or counts: each name
+    must be one of `types` (name -> bool | int; an int must be a whole number >= 1). Keys get `prefix`."""
+    out: dict[str, EngineValue] = {}
+    for name, e in (doc.get(section) or {}).items():
+        if name not in types:
+            raise ValueError(f"{where}: unknown field {section}.{name} (known: {', '.join(types)})")
+        v = _value(prefix + name, e, where)
+        if types[name] is bool and not isinstance(v.value, bool):
+            raise ValueError(f"{where}: {section}.{name} must be true or false (got {v.value!r})")
+        if types[name] is int and (isinstance(v.value, bool) or not isinstance(v.value, int) or v.value < 1):
+            raise ValueError(f"{where}: {section}.{name} must be a whole number >= 1 (got {v.value!r})")
+        out[prefix + name] = v
+    return out
 
 
 def _parse_limits(doc, where: str) -> dict:
@@ -408,7 +433,7 @@ def get_engine(name=None, fitted=None) -> Engine:
         if bad:
             raise ValueError(f"fitted constants for engine {key} on {g}: unknown field(s) {', '.join(bad)}")
     return Engine(eng.key, eng.name, eng.host_terms, dict(eng.graphs), eng.allreduce_impl, eng.allreduce_fallback,
-                  dict(eng.values), fitted_tables, eng.default, eng.ar_limits)
+                  dict(eng.values), fitted_tables, eng.default, eng.ar_limits, eng.backend)
 
 
 def engine_table() -> dict[str, Engine]:

@@ -19,6 +19,10 @@ Bytes per kernel for T new tokens (bf16 activations, per GPU after TP):
     kv_write  read T 2 kv, write T 2 kv                  into the paged cache (scatter)
     emb       read T h (gather), write T h               once per step
     qk_norm   read T q, write T q (+ weight d); then the same for k (kv)   Qwen3 only (models.yaml qk_norm)
+    add_rmsnorm  read 2 T h (sublayer output, residual), write 2 T h (new residual, normed), + weight h
+                 one launch in place of an add and an RMSNorm, where the engine fuses them (engines.yaml
+                 fusion.add_rmsnorm): the RMSNorm launch on its own bytes plus the add's extra traffic
+                 (2 T h) at the add law's bandwidth without its floor (add_rmsnorm_time), nothing fitted
 
 qk_norm (issue 19): Qwen3 applies an RMSNorm of width head_dim to every head of q and of k
 before RoPE. vLLM's Qwen3Attention.forward (vllm-project/vllm vllm/model_executor/models/qwen3.py,
@@ -71,6 +75,26 @@ def qk_norm_time(tokens, model, gpu, tp: int = 1, constants: Constants | None = 
         return np.zeros_like(T)
     bq, bk = qk_norm_bytes(T, model, tp)
     return light_time(QK_NORM_LAW, bq, gpu, constants) + light_time(QK_NORM_LAW, bk, gpu, constants)
+
+
+def add_rmsnorm_bytes(tokens, model, tp: int = 1):
+    """Bytes of one fused residual add + RMSNorm launch: read the sublayer output and the residual, write the new
+    residual and the normed activations (bf16, T x hidden each), plus the norm's weight: 2 (4 T h + h). The two
+    kernels it replaces move rmsnorm's 2 (2 T h + h) and add's 2 (3 T h): the sum is not re-read."""
+    T = np.asarray(tokens, dtype=float)
+    h = model.hidden_size
+    return 2.0 * (4 * T * h + h)
+
+
+def add_rmsnorm_time(tokens, model, gpu, tp: int = 1, constants: Constants | None = None) -> np.ndarray:
+    """Seconds of one fused residual add + RMSNorm launch: the RMSNorm kernel on its own bytes, plus the traffic the
+    add brings into it (add_rmsnorm_bytes less the norm's: the residual read and the new residual written) streamed
+    at the add law's bandwidth without the add's launch floor, as step.py prices the kernels an all-reduce absorbs.
+    Never more than the two launches it replaces."""
+    norm = light_bytes("rmsnorm", tokens, model, tp)
+    extra = add_rmsnorm_bytes(tokens, model, tp) - norm
+    return (light_time("rmsnorm", norm, gpu, constants)
+            + light_time("add", extra, gpu, constants) - light_time("add", 0.0 * extra, gpu, constants))
 
 
 def light_bytes(kernel: str, tokens, model, tp: int = 1):

@@ -504,7 +504,7 @@ TTFT_NOTE = (
     "the harness's 10c requests from a drained engine, each round's schedule as the engine runs it.")
 # AIConfigurator's benchmark harness (read in its code; replay.py's HARNESS comment cites it): warm-up requests per
 # slot (drained before the measured phase), measured requests per slot, and the engines its generator deploys with a
-# token budget (`deploy`, keyed by backend: the engine profile's first word, vllm-v1-sync -> vllm). Its agg rule is the
+# token budget (`deploy`, keyed by the engine profile's engines.yaml backend, vllm-v1-sync -> vllm). Its agg rule is the
 # same for both: max_num_tokens = max_batch_size + ISL + 1500 (max_batch_size ASSUMED = c): TensorRT-LLM with chunked
 # prefill off (generator/backends/trtllm.py at a7c507ed, rule_plugin/trtllm.rule later), vLLM with the engine's default
 # (V1 chunks; generator/rule_plugin/vllm.rule `agg max_num_tokens`, line 11 at 11324a64f, emitted as
@@ -540,12 +540,13 @@ def harness_schedule(engine: str, concurrency, prompt_tokens):
     profile's backend): max_batch_size + ISL + the backend's extra tokens, max_batch_size ASSUMED = the client
     concurrency; chunked as deployed (None there: the profile's schedule.chunked_prefill). None for an engine the
     generator leaves at its defaults (SGLang). Scalars or arrays per row."""
-    d = HARNESS["deploy"].get(str(engine).split("-")[0])
+    eng = get_engine(engine)
+    d = HARNESS["deploy"].get(eng.backend)  # engines.yaml backend: the framework the generator configures
     if d is None:
         return None
     chunked = d["chunked_prefill"]
     if chunked is None:
-        chunked = get_engine(engine).chunks_prefill()
+        chunked = eng.chunks_prefill()
     return np.asarray(concurrency) + np.asarray(prompt_tokens) + d["extra_tokens"], bool(chunked)
 
 
