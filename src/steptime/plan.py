@@ -30,7 +30,7 @@ import numpy as np
 from steptime.errors import SteptimeError
 from steptime.calibration import Constants
 from steptime.io import yaml_load
-from steptime.serve import Policy, StepTimer, Workload, kv_capacity_blocks, simulate_disagg, simulate_replicas
+from steptime.serve import Policy, StepTimer, Workload, engine_policy, kv_capacity_blocks, simulate_disagg, simulate_replicas
 from steptime.serve.sim import same_run
 from steptime.specs import get_gpu, get_model, gpu_key, model_table
 from steptime.specs.engines import check_precision, get_engine
@@ -304,8 +304,8 @@ def evaluate_group(model, gpu, tp, engine, dtype, constants, wl_arrays, concurre
         if why:
             rows.append(_row(lay, pruned=why))
             continue
-        pol = Policy("vllm", max_num_batched_tokens=lay.max_num_batched_tokens, max_num_seqs=lay.max_num_seqs,
-                     kv_blocks=kv_fixed)
+        pol = engine_policy(lay.engine, max_num_batched_tokens=lay.max_num_batched_tokens,
+                            max_num_seqs=lay.max_num_seqs, kv_blocks=kv_fixed)  # the engine's schedule facts
         try:
             blocks = kv_capacity_blocks(timer, pol)
         except SteptimeError as exc:

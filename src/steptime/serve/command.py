@@ -43,7 +43,11 @@ def add_parser(sub) -> None:
     s.add_argument("--ep", type=int, default=1,
                    help="expert-parallel degree (MoE models): an instance is ep GPUs, ep / tp attention data-parallel "
                         "ranks sharing the experts")
-    s.add_argument("--policy", default="vllm", choices=["vllm", "sarathi", "static", "disagg"])
+    s.add_argument("--policy", default="vllm", choices=["vllm", "sarathi", "static", "disagg"],
+                   help="vllm: continuous batching under --max-num-batched-tokens with the engine profile's schedule "
+                        "(engines.yaml schedule: chunked prefill, prefill mixed into decode steps, prefix caching of "
+                        "a preempted request's blocks); sarathi: a fixed chunk; static: whole batches; disagg: "
+                        "prefill and decode pools")
     s.add_argument("--max-num-batched-tokens", type=int, default=8192)
     s.add_argument("--max-num-seqs", type=int, default=256)
     s.add_argument("--chunk", type=int, default=None, help="sarathi chunk (token budget per step)")
@@ -217,7 +221,7 @@ def ep_ranks(model, gpu, tp: int, ep: int, dtype: str) -> int:
 
 
 def run_args(a):
-    from steptime.serve import policy, simulate, simulate_disagg, simulate_replicas
+    from steptime.serve import engine_policy, policy, simulate, simulate_disagg, simulate_replicas
 
     wl = workload_from_args(a)
     ekw = dict(tp=a.tp, engine=a.engine, dtype=a.dtype, kv_dtype=a.kv_dtype)
@@ -245,7 +249,7 @@ def run_args(a):
         elif a.policy == "sarathi":
             pol = policy("sarathi", chunk=512 if a.chunk is None else a.chunk, **kw)
         else:
-            pol = policy("vllm", max_num_batched_tokens=a.max_num_batched_tokens, **kw)
+            pol = engine_policy(a.engine, max_num_batched_tokens=a.max_num_batched_tokens, **kw)
         steps = check_budget(wl, pol.budget, pol.max_num_seqs, pol.chunked_prefill,
                              "--chunk" if a.policy == "sarathi" else "--max-num-batched-tokens")
         progress = not a.no_progress and (len(wl) >= PROGRESS_MIN or steps >= PROGRESS_MIN_STEPS)

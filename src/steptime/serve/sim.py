@@ -117,6 +117,18 @@ def policy(name: str = "vllm", **kw) -> Policy:
     return Policy(name, **kw)
 
 
+def engine_policy(engine=None, **kw) -> Policy:
+    """The `vllm` policy (continuous batching under one token budget) with the engine profile's own schedule facts
+    (engines.yaml schedule: chunked_prefill, mixed_prefill, prefix_caching; `engine` None: the default profile), what
+    `steptime serve` and `steptime plan` simulate. Keyword arguments are the Policy's and win over the profile."""
+    from steptime.specs.engines import get_engine
+
+    eng = get_engine(engine)
+    facts = {"chunked_prefill": eng.chunks_prefill(), "mixed_prefill": eng.mixes_prefill(),
+             "prefix_caching": eng.caches_prefixes()}
+    return policy("vllm", **{**facts, **kw})
+
+
 def kv_capacity_blocks(timer: StepTimer, pol: Policy) -> int:
     """KV-cache blocks per instance (`pol.kv_blocks` if given, else the memory model: steptime.serve.memory's
     `kv_budget(...).blocks()` at the timer's model, GPU, layout and dtypes). A block holds `block_size` tokens of

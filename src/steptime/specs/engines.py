@@ -67,9 +67,11 @@ MOE_EXCHANGE_DEFAULT = "deepep"
 # are processed, before the client's next request can arrive), 3 for an overlap loop (step n + 1 is already launched
 # when step n's outputs go out). Absent: none (a schedule model that needs it refuses the engine). chunked_prefill:
 # whether the engine splits a prompt over steps under its token budget by default (vLLM V0: no, a prompt runs whole
-# in one step). Absent: true.
-SCHEDULE = ("mixed_prefill", "join_steps", "chunked_prefill")
-SCHEDULE_TYPES = MappingProxyType({"mixed_prefill": bool, "join_steps": int, "chunked_prefill": bool})
+# in one step). Absent: true. prefix_caching: whether the engine keeps freed KV blocks cached by default, so a
+# preempted request resumes from its longest surviving cached prefix (serve.sim Policy.prefix_caching). Absent: false.
+SCHEDULE = ("mixed_prefill", "join_steps", "chunked_prefill", "prefix_caching")
+SCHEDULE_TYPES = MappingProxyType({"mixed_prefill": bool, "join_steps": int, "chunked_prefill": bool,
+                                   "prefix_caching": bool})
 # fusion.<field>: kernels the engine runs fused by default, true/false. qk_norm_rope: a qk_norm model's (Qwen3's)
 # per-head q/k RMSNorms run inside the one kernel that applies RoPE (step.py: no qk_norm term, no extra launches;
 # the rope term prices that kernel). Absent: false (two RMSNorm launches per layer, light.qk_norm_time).
@@ -214,6 +216,11 @@ class Engine:
         schedule.chunked_prefill; absent: True). False: a prompt runs whole in one step."""
         v = self.values.get("chunked_prefill")
         return bool(v.value) if v is not None else True
+
+    def caches_prefixes(self) -> bool:
+        """Whether the engine keeps freed KV blocks cached by default (engines.yaml schedule.prefix_caching; absent:
+        False): a preempted request resumes from its longest surviving cached prefix."""
+        return self._flag("prefix_caching")
 
     def join_steps(self) -> int:
         """The engine steps a closed-loop client's next request waits for its first token, counted from the step in
