@@ -171,3 +171,26 @@ def test_confusion_terms_name_the_pair_and_the_term_that_misorders():
     assert d["a>b"]["total"]["meas"] == pytest.approx(2.0 / 1.9)
     with pytest.raises(ValueError):
         R.confusion_terms({"gemm": pg[:2], "attention": pa}, {"gemm": mg, "attention": ma}, wls, ("a", "b"))
+
+
+def test_sustained_work_ratios_bin_the_compute_bound_cells_by_work():
+    import pandas as pd
+
+    rows = []
+    for m, n, k in ((4096, 4096, 4096), (8192, 8192, 8192), (16384, 16384, 16384), (1, 4096, 4096)):
+        gflop = 2 * m * n * k / 1e9
+        slow = 1.3 if gflop > 1000 else 1.0  # b300 keeps its clock; b200 drops it on the longest cells only
+        rows.append({"gpu": "b300", "m": m, "n": n, "k": k, "latency_ms": 1.0})
+        rows.append({"gpu": "b200", "m": m, "n": n, "k": k, "latency_ms": 0.9 * slow})
+    d = R.sustained_work_ratios(pd.DataFrame(rows), ("b200/b300", "gb200/b300"), edges=(100.0, 1000.0, 1e5))
+    assert list(d["pairs"]) == ["b200/b300"]  # gb200 not measured: skipped
+    lo, hi = d["pairs"]["b200/b300"]["bins"]
+    assert lo["cells"] == 1 and lo["ratio_p50"] == pytest.approx(0.9)  # the 137 and 1100 GFLOP cells split
+    assert hi["cells"] == 2 and hi["ratio_p50"] == pytest.approx(1.17)
+    assert d["pairs"]["b200/b300"]["power_w"] == [1000, 1100]
+    # the m = 1 cell is memory-bound and never binned; an empty bin reports no ratio
+    d = R.sustained_work_ratios(pd.DataFrame(rows), ("b200/b300",), edges=(1.0, 10.0, 100.0))
+    assert [b["cells"] for b in d["pairs"]["b200/b300"]["bins"]] == [0, 0]
+    assert d["pairs"]["b200/b300"]["bins"][0]["ratio_p50"] is None
+    with pytest.raises(ValueError):
+        R.sustained_work_ratios(pd.DataFrame(rows), edges=(100.0, 10.0))

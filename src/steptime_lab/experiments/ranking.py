@@ -337,6 +337,43 @@ def flat_region_jitter(gemm_cells_df, gpus=GPUS, pairs=(), m_max: int = FLAT_M_M
     return out
 
 
+SUSTAINED_AI_MIN = 600.0   # FLOP per byte moved: GEMM cells above this are compute-bound on every GPU here
+SUSTAINED_GFLOP_EDGES = (10.0, 100.0, 1000.0, 1e5)  # bins of a cell's work, GFLOP
+SUSTAINED_PAIRS = ("gb300/b300", "gb200/b200", "b300/b200", "gb300/gb200", "h200-sxm/h100-sxm")
+
+
+def sustained_work_ratios(gemm_cells_df, pairs=SUSTAINED_PAIRS, ai_min: float = SUSTAINED_AI_MIN,
+                          edges=SUSTAINED_GFLOP_EDGES) -> dict:
+    """A property of the measured GEMM table, no predictor's: per GPU pair "a/b", the median measured
+    latency ratio a / b of the compute-bound cells (2mnk over the bytes of A, W and C at least `ai_min`)
+    measured on both, per bin of the cell's work (GFLOP, `edges`: [edges[i], edges[i+1])), beside
+    the two GPUs' datasheet board power. A ratio that moves with the work is a clock that the sustained
+    load sets (the deploy reading, one 137 GFLOP cell, sees one point of it); whether board power
+    orders it is what the TDPs beside it show."""
+    if len(edges) < 2 or any(b <= a for a, b in zip(edges, edges[1:])):
+        raise ValueError(f"edges must be at least two increasing GFLOP values, got {edges}")
+    f = gemm_cells_df
+    m, n, k = (f[c].to_numpy(dtype=float) for c in ("m", "n", "k"))
+    flops = 2.0 * m * n * k
+    f = f.assign(gflop=flops / 1e9)[flops / (2.0 * (m * k + k * n + m * n)) >= ai_min]
+    wide = f.pivot_table(index=["m", "n", "k"], columns="gpu", values="latency_ms")
+    gflop = f.groupby(["m", "n", "k"])["gflop"].first().reindex(wide.index).to_numpy()
+    out = {"ai_min": ai_min, "gflop_edges": list(edges), "pairs": {}}
+    for pair in pairs:
+        a, b = pair.split("/")
+        if a not in wide or b not in wide:
+            continue
+        r = (wide[a] / wide[b]).to_numpy()
+        ok = np.isfinite(r)
+        bins = []
+        for lo, hi in zip(edges, edges[1:]):
+            sel = ok & (gflop >= lo) & (gflop < hi)
+            bins.append({"gflop": [lo, hi], "cells": int(sel.sum()),
+                         "ratio_p50": float(np.median(r[sel])) if sel.any() else None})
+        out["pairs"][pair] = {"bins": bins, "power_w": [get_gpu(a).power_w, get_gpu(b).power_w]}
+    return out
+
+
 def flat_region_replicates(wls, gemm_cells_df, meas_terms: dict, gpus=GPUS, m_max: int = FLAT_M_MAX) -> dict:
     """A property of the measured tables, no predictor's: how reproducible the measured fastest GPU is.
 
@@ -434,7 +471,8 @@ def _top1_of(pred, meas) -> dict:
 
 DIAGNOSIS_DISCLOSED = (
     "The diagnosis (top1_confusions, runner_up_gaps, diagnosis: which_term, twin_ratios, ceilings_in_sample, "
-    "independent_error, gemm_flat_region_jitter, confusion_terms, flat_region_replicates) was designed after E2.2's "
+    "independent_error, gemm_flat_region_jitter, confusion_terms, flat_region_replicates, "
+    "gemm_sustained_work_ratios) was designed after E2.2's "
     "scores had been seen (issue 24). It changes "
     "no predictor and no score. The ceilings are fitted on the scored workloads themselves: bounds on what a per-GPU "
     "factor could add, not predictors. The regimes (GEMM: phase x tokens; attention: phase x KV length), the error "
@@ -573,6 +611,7 @@ def run(gemm_cells_df, attn_cells_df, wls, meas, gemm_bundle=None, attn_bundle=N
         res["diagnosis"]["flat_region_replicates"] = flat_region_replicates(wls, gemm_cells_df, meas_terms, GPUS)
         res["diagnosis"]["gemm_flat_region_jitter"] = flat_region_jitter(
             gemm_cells_df, GPUS, tuple(res["diagnosis"]["steptime"]["twin_ratios"]))
+        res["diagnosis"]["gemm_sustained_work_ratios"] = sustained_work_ratios(gemm_cells_df)
     if grey is not None:  # what each GPU's grey box was fitted on (never that GPU's table)
         res["greybox_fitted_on"] = {g: {"gemm": _brief(grey[0].fitted_on(g)),
                                         "attention": _brief(grey[1].fitted_on(g))} for g in GPUS}
