@@ -28,6 +28,7 @@ for (gpu, engine, model), s in steps.groupby(["gpu", "engine", "model"], sort=Tr
     docs.append((r, d))
 r, doc = docs[0]
 metrics = {f"{x['engine']}@{x['gpu']}": d["metrics"] for x, d in docs}
+metrics["disclosed"] = R.ENGINE_STEP_DISCLOSED
 metrics["moe_runs_skipped"] = {"steps": int(tidy["moe"].astype(bool).sum()),
                                "models": sorted(tidy.loc[tidy["moe"].astype(bool), "model"].unique().tolist()),
                                "why": "MoE: E3.4 scores the FPM MoE runs steptime can represent (this experiment is the dense step)"}

@@ -387,6 +387,12 @@ def residual_per_request(pred) -> list[dict]:
 PREFILL_FIRST_WHAT = ("the steps the engine runs: decode steps and, prefill first, prefill-only steps carrying the "
                       "arriving prompts (engines.yaml schedule.mixed_prefill false)")
 PREFILL_FIRST_LOOP = "; on this closed loop each round a wave, WAVE_NOTE"
+ENGINE_STEP_DISCLOSED = (
+    "Issue 19 (wave 22): engines.yaml fusion.add_rmsnorm (each residual add inside the RMSNorm kernel after it: one "
+    "launch in place of two, vLLM / SGLang / TensorRT-LLM, read from their RMSNorm(x, residual) source paths) was "
+    "looked for after this experiment's TP 1 decode steps had been seen over-predicted (DESIGN, light kernels: "
+    "+0.67 ms at B300 TP 1, consistent with the add launches vLLM does not run). The field is set from the engine "
+    "sources alone; the fused launch is priced from the existing rmsnorm and add laws, nothing in it is fitted.")
 PREFILL_FIRST_DISCLOSED = (
     "SGLang's mixed variant (engines.yaml schedule.mixed_prefill false; metrics.wave_schedule): the fact (SGLang "
     "runs a prefill batch first, as a step of its own, enable_mixed_chunk off by default) was read in SGLang's "
