@@ -137,7 +137,7 @@ def test_every_engine_names_a_shipped_fitted_fp8_constant():
 def test_an_engine_precision_field_must_name_its_constant():
     from steptime.specs.engines import _parse_engine
 
-    doc = {"host_terms": False, "allreduce": {"impl": "nccl", "fallback": "nccl",
+    doc = {"host_terms": False, "backend": "none", "allreduce": {"impl": "nccl", "fallback": "nccl",
                                               "max_bytes": {"value": 0, "provenance": "DERIVED", "source": "x"}}}
     assert _parse_engine("k", doc).fp8_gemm_const() == "gemm_fp8_rel"
     with pytest.raises(ValueError, match="const"):
@@ -224,7 +224,7 @@ def test_act_quant_term_is_light_kernels_and_enters_both_public_functions():
 def test_a_precision_value_field_must_be_a_non_negative_number():
     from steptime.specs.engines import _parse_engine
 
-    doc = {"host_terms": False, "allreduce": {"impl": "nccl", "fallback": "nccl",
+    doc = {"host_terms": False, "backend": "none", "allreduce": {"impl": "nccl", "fallback": "nccl",
                                               "max_bytes": {"value": 0, "provenance": "DERIVED", "source": "x"}}}
     ok = {"fp8_act_quant_passes": {"value": 1, "provenance": "DERIVED", "source": "x"}}
     assert _parse_engine("k", {**doc, "precision": ok}).fp8_act_quant_passes() == 1
