@@ -129,7 +129,8 @@ def test_every_engine_names_a_shipped_fitted_fp8_constant():
         assert v.provenance == "FITTED" and "E1.27" in v.source
         for g in ("h100-sxm", "b200", "l40s"):
             rel = c.get(name, get_gpu(g))  # shipped per GPU, fitted on the other GPUs' tables of that engine
-            assert set(rel) == set(PT.IDENTITY) and 0.2 < rel["eta_c_rel"] <= 2.0
+            mem = E.MEM_KEY[E.MEM_FORM.get(key, "rel")]  # the engine's memory form (relative, or TRT-LLM's absolute)
+            assert set(rel) == {"eta_c_rel", mem, "floor_add_us"} and 0.2 < rel["eta_c_rel"] <= 2.0
     assert engine_table()["trtllm"].fp8_gemm_const() == "gemm_fp8_rel_trtllm"
     assert engine_table()["sglang"].fp8_gemm_const() == "gemm_fp8_rel_sglang"
 
@@ -231,3 +232,80 @@ def test_a_precision_value_field_must_be_a_non_negative_number():
     with pytest.raises(ValueError, match=">= 0"):
         _parse_engine("k", {**doc, "precision": {"fp8_act_quant_passes": {"value": -1, "provenance": "DERIVED",
                                                                           "source": "x"}}})
+
+
+# ---- the absolute fp8 memory form (TensorRT-LLM; issue 19 item 5, DESIGN "size bias") -------------
+def _emax(c, key):
+    return float(G.resolve(get_gpu(key), c)["eta_mem_max"])
+
+
+def test_absolute_memory_form_is_a_fraction_of_dram_peak_not_of_the_bf16_law():
+    """eta_mem_fp8 = e prices the memory branch as the relative form with e / eta_mem_max of the GPU: two GPUs
+    whose bf16 laws saturate at different levels stream fp8 weights at the same fraction of their DRAM peak."""
+    c = Constants.default()
+    m, n, k = np.array([8.0]), 53248.0, 8192.0  # a 436 MB weight at decode: memory-bound
+    absr = {"eta_c_rel": 0.9, "eta_mem_fp8": 0.8, "floor_add_us": 0.0}
+    for key in ("h100-sxm", "h200-sxm"):
+        g = get_gpu(key)
+        gt = G.gemm_time(m, n, k, g, c, dtype="fp8")
+        rel = {"eta_c_rel": 0.9, "eta_mem_rel": 0.8 / _emax(c, key), "floor_add_us": 0.0}
+        assert PT.apply_rel(gt, g, c, absr) == pytest.approx(PT.apply_rel(gt, g, c, rel))
+        r = PT.gemm_time_fp8(m, n, k, g, c, rel=absr)
+        assert bool(r["compute_bound"][0]) is False
+    c2 = c.with_overrides({"eta_mem_max": 0.7}, scope="gpu.h200-sxm")
+    g = get_gpu("h200-sxm")
+    t_a = PT.apply_rel(G.gemm_time(m, n, k, g, c, dtype="fp8"), g, c, absr)
+    t_b = PT.apply_rel(G.gemm_time(m, n, k, g, c2, dtype="fp8"), g, c2, absr)
+    assert t_b == pytest.approx(t_a, rel=0.02)  # the bf16 law's level does not carry into the fp8 stream
+    relr = {"eta_c_rel": 0.9, "eta_mem_rel": 0.8 / _emax(c, "h200-sxm"), "floor_add_us": 0.0}
+    t_r = PT.apply_rel(G.gemm_time(m, n, k, g, c2, dtype="fp8"), g, c2, relr)
+    assert t_r > 1.15 * t_b  # the relative form carries it (0.866 -> 0.7)
+
+
+def test_absolute_memory_form_refuses_bad_factors():
+    c = Constants.default()
+    g = get_gpu("h100-sxm")
+    gt = G.gemm_time(np.array([8.0]), 4096.0, 4096.0, g, c, dtype="fp8")
+    with pytest.raises(ValueError, match="one memory form"):
+        PT.apply_rel(gt, g, c, {"eta_c_rel": 1.0, "eta_mem_rel": 1.0, "eta_mem_fp8": 0.8, "floor_add_us": 0.0})
+    for bad in (0.0, -0.5, float("nan")):
+        with pytest.raises(ValueError, match="eta_mem_fp8"):
+            PT.apply_rel(gt, g, c, {"eta_c_rel": 1.0, "eta_mem_fp8": bad, "floor_add_us": 0.0})
+    with pytest.raises(ValueError, match="unknown fp8 memory form"):
+        E.fit_rel({}, [], form="size")
+
+
+def test_absolute_form_transfers_between_gpus_whose_bf16_laws_saturate_differently():
+    """Synthetic: two GPUs stream fp8 at the same fraction of DRAM peak while their bf16 laws saturate at 0.92 and
+    0.80 (the H100 / H200 case of E1.27's TensorRT-LLM tables). Fitted on the other GPU, the absolute form recovers
+    the held-out GPU's times; the relative form is off by the ratio of the two levels on memory-bound cells."""
+    c = Constants.default().with_overrides({"eta_mem_max": 0.92}, scope="gpu.h100-sxm")
+    c = c.with_overrides({"eta_mem_max": 0.80}, scope="gpu.h200-sxm")
+    m, n, k = _cells()
+    truth = {"eta_c_rel": 0.85, "eta_mem_fp8": 0.78, "floor_add_us": 3.0}
+    parts = {}
+    for key in ("h100-sxm", "h200-sxm"):
+        g = get_gpu(key)
+        gt = G.gemm_time(m, n, k, g, c, dtype="fp8")
+        parts[key] = (gt, PT.apply_rel(gt, g, c, truth) * 1e3, g, c)
+    gt, meas, g, _ = parts["h100-sxm"]
+    err = {}
+    for form in ("abs", "rel"):
+        fit = E.fit_rel(parts, ["h200-sxm"], form=form)
+        assert E.MEM_KEY[form] in fit
+        err[form] = np.abs(PT.apply_rel(gt, g, c, fit) * 1e3 / meas - 1)
+    assert err["abs"].max() < 0.01
+    assert err["rel"].max() > 0.08
+
+
+def test_trtllm_ships_the_absolute_memory_form_and_the_other_engines_the_relative_one():
+    """The fact of issue 19 item 5 (E1.27): TensorRT-LLM's fp8 factors settle in the absolute memory form on every
+    GPU; vLLM's and SGLang's keep the relative form."""
+    c = Constants.default()
+    assert E.MEM_FORM.get("trtllm") == "abs" and E.MEM_FORM.get("sglang", "rel") == "rel"
+    for key in ("h100-sxm", "h200-sxm", "b200", "l40s"):
+        trt = PT.fp8_rel(get_gpu(key), c, "trtllm")
+        assert "eta_mem_fp8" in trt and "eta_mem_rel" not in trt
+        assert 0.5 < trt["eta_mem_fp8"] < 1.0
+        for eng in ("vllm", "sglang"):
+            assert "eta_mem_rel" in PT.fp8_rel(get_gpu(key), c, eng)

@@ -16,6 +16,17 @@ FITTED by E1.27 on that engine's own fp8 tables of other GPUs (same architecture
 paradigm where there are some): precision is a property of the engine's kernels. Without an
 engine, vLLM's; without the constant, the pure datasheet form (1, 1, 0). predict_ops and
 predict_step both price fp8 GEMMs here (one code path).
+
+The memory factor comes in one of two forms, which the constant's keys name:
+  eta_mem_rel   relative to the bf16 term: r_m multiplies the GPU's own achieved-bandwidth law;
+  eta_mem_fp8   absolute: the fp8 kernel's achieved fraction of DRAM peak at saturation, the bf16
+                law's ramp in bytes kept, i.e. r_m = eta_mem_fp8 / eta_mem_max of the GPU (the bf16
+                fold's saturation level, a per-GPU deploy reading).
+The absolute form is TensorRT-LLM's (E1.27, issue 19 item 5): H100 and H200 (the same GH100 die)
+stream TRT-LLM's fp8 weights at nearly the same fraction of their DRAM peaks while their bf16 folds
+saturate at 0.919 and 0.866, so a factor relative to the bf16 law did not transfer between them
+(each Hopper's is fitted on the other's table) and left a weight-size bias (H100: +4% at 0-8 MB
+to -9% at 300+ MB).
 """
 
 from __future__ import annotations
@@ -71,17 +82,36 @@ def act_quant_time(m, k, gpu, constants: Constants | None = None, passes: int = 
 def fp8_rel(gpu, constants: Constants | None = None, engine=None) -> dict:
     constants = constants or Constants.default()
     try:
-        return {**IDENTITY, **constants.get(fp8_const(engine), gpu)}
+        v = dict(constants.get(fp8_const(engine), gpu))
     except KeyError:
         return dict(IDENTITY)
+    base = {k: x for k, x in IDENTITY.items() if not ("eta_mem_fp8" in v and k == "eta_mem_rel")}
+    return {**base, **v}
 
 
-def apply_rel(g: dict, gpu, constants: Constants | None, rel: dict) -> np.ndarray:
+def mem_rel(rel: dict, params: dict) -> float:
+    """The factor on the bf16 term's achieved bandwidth: `eta_mem_rel` as given, or the absolute
+    `eta_mem_fp8` over the GPU's `eta_mem_max` (`params`: gemm.resolve's dict; module note)."""
+    if "eta_mem_fp8" in rel:
+        if "eta_mem_rel" in rel:
+            raise ValueError("fp8 factors carry both eta_mem_rel and eta_mem_fp8: give one memory form")
+        e = float(rel["eta_mem_fp8"])
+        if not (e > 0 and np.isfinite(e)):
+            raise ValueError(f"eta_mem_fp8 must be a positive fraction of DRAM peak, got {e!r}")
+        return e / float(params["eta_mem_max"])
+    return float(rel["eta_mem_rel"])
+
+
+def apply_rel(g: dict, gpu, constants: Constants | None, rel: dict, params: dict | None = None) -> np.ndarray:
     """Seconds: a gemm_time(dtype='fp8') dict re-combined with the relative fp8 efficiencies."""
-    p = gemm.resolve(gpu, constants)
-    t_mem = g["t_memory"] / rel["eta_mem_rel"] + g["t_cta"]  # plus the per-CTA stream (fp8 bytes)
+    p = params if params is not None else gemm.resolve(gpu, constants)
+    t_mem = g["t_memory"] / mem_rel(rel, p) + g["t_cta"]  # plus the per-CTA stream (fp8 bytes)
     t = gemm.smax(g["t_compute"] / rel["eta_c_rel"], t_mem, float(p["overlap_p"]))
     return t + g["t_floor"] + rel["floor_add_us"] * 1e-6
+
+
+def _compute_bound(g: dict, rel: dict, params: dict):
+    return g["t_compute"] / rel["eta_c_rel"] >= g["t_memory"] / mem_rel(rel, params)
 
 
 def gemm_time_fp8(m, n, k, gpu, constants: Constants | None = None, rel: dict | None = None, engine=None,
@@ -89,16 +119,18 @@ def gemm_time_fp8(m, n, k, gpu, constants: Constants | None = None, rel: dict | 
     g = gemm.gemm_time(m, n, k, gpu, constants, dtype="fp8", **kw)
     rel = rel or fp8_rel(gpu, constants, engine)
     tq = act_quant_time(m, k, gpu, constants, act_quant_passes(engine))
-    t = apply_rel(g, gpu, constants, rel) + tq
-    return {**g, "t": t, "t_quant": tq, "compute_bound": g["t_compute"] / rel["eta_c_rel"] >= g["t_memory"] / rel["eta_mem_rel"]}
+    p = gemm.resolve(gpu, constants)
+    t = apply_rel(g, gpu, constants, rel, p) + tq
+    return {**g, "t": t, "t_quant": tq, "compute_bound": _compute_bound(g, rel, p)}
 
 
 def gemm_time_shapes_fp8(m, shapes: dict, gpu, constants: Constants | None = None, engine=None, **kw) -> dict:
     out = gemm.gemm_time_shapes(m, shapes, gpu, constants, dtype="fp8", **kw)
     rel = fp8_rel(gpu, constants, engine)
     passes = act_quant_passes(engine)
+    p = gemm.resolve(gpu, constants)
     for name, g in out.items():
         g["t_quant"] = act_quant_time(m, shapes[name][1], gpu, constants, passes)
-        g["t"] = apply_rel(g, gpu, constants, rel) + g["t_quant"]
-        g["compute_bound"] = g["t_compute"] / rel["eta_c_rel"] >= g["t_memory"] / rel["eta_mem_rel"]
+        g["t"] = apply_rel(g, gpu, constants, rel, p) + g["t_quant"]
+        g["compute_bound"] = _compute_bound(g, rel, p)
     return out

@@ -45,6 +45,19 @@ from steptime import plotting
 from steptime_lab.evaluate.held_out import held_out_constants
 
 SUBSETS = ("llm", "decode", "prefill")
+# The memory form each engine's factors are fitted in (terms/precision.py module note): `rel` (eta_mem_rel, relative
+# to the bf16 term's law) unless named here. TensorRT-LLM's is absolute (eta_mem_fp8, a fraction of DRAM peak):
+# issue 19 item 5, chosen on E1.27's held-out TRT-LLM scores and E1.28's H100 diagnosis (DESIGN, "size bias").
+# SGLang's was tried in the same form and not adopted (held-out H100 12.3 -> 13.0%).
+MEM_FORM = {"trtllm": "abs"}
+MEM_KEY = {"rel": "eta_mem_rel", "abs": "eta_mem_fp8"}
+FORM_DISCLOSED = (
+    "Issue 19 item 5 (fp8h): TensorRT-LLM's fp8 GEMM factors settle in an absolute memory form (eta_mem_fp8, the "
+    "fp8 kernel's fraction of DRAM peak; experiments/precision.py MEM_FORM). The work was opened from E1.28's "
+    "TensorRT-LLM diagnosis (DESIGN, the fp8 GEMM law's size bias), with E1.28's TensorRT-LLM scores and E2.11's "
+    "H100 TensorRT-LLM TPOT score seen; the form was chosen among three (a power of the weight bytes over L2, a "
+    "saturation in it, the absolute level) and two donor sets (same architecture; every persistent-fill GPU) on "
+    "E1.27's held-out TensorRT-LLM tables alone, before this result was rerun, and not revisited after.")
 DEFAULT_ENGINE = "vllm"  # its constant keeps the name gemm_fp8_rel (the fp8 factors before issue 19)
 ENGINE_LABEL = {"vllm": "vLLM CUTLASS scaled-mm", "trtllm": "TensorRT-LLM", "sglang": "SGLang sgl-kernel"}
 
@@ -87,11 +100,15 @@ def donors(gpu: str, others) -> list[str]:
     return same or list(others)
 
 
-def fit_rel(parts: dict, gpus, seed: int = 0, n_per_gpu: int = 3000) -> dict:
+def fit_rel(parts: dict, gpus, seed: int = 0, n_per_gpu: int = 3000, form: str = "rel") -> dict:
     """Least squares in log time of the three relative fp8 factors on `gpus`' cells.
-    parts: gpu -> (gemm_time fp8 dict over its LLM cells, measured ms, gpu, constants)."""
+    parts: gpu -> (gemm_time fp8 dict over its LLM cells, measured ms, gpu, constants).
+    form: the memory factor's form, "rel" (eta_mem_rel) or "abs" (eta_mem_fp8; MEM_KEY)."""
     from scipy.optimize import least_squares
 
+    if form not in MEM_KEY:
+        raise ValueError(f"unknown fp8 memory form {form!r}: one of {sorted(MEM_KEY)}")
+    mkey = MEM_KEY[form]
     rng = np.random.default_rng(seed)
     sel = {}
     for g in gpus:
@@ -99,7 +116,7 @@ def fit_rel(parts: dict, gpus, seed: int = 0, n_per_gpu: int = 3000) -> dict:
         sel[g] = np.sort(rng.choice(n, size=min(n, n_per_gpu), replace=False))
 
     def resid(p):
-        rel = {"eta_c_rel": np.exp(p[0]), "eta_mem_rel": np.exp(p[1]), "floor_add_us": p[2]}
+        rel = {"eta_c_rel": np.exp(p[0]), mkey: np.exp(p[1]), "floor_add_us": p[2]}
         out = []
         for g in gpus:
             gt, meas, gpu, c = parts[g]
@@ -110,7 +127,7 @@ def fit_rel(parts: dict, gpus, seed: int = 0, n_per_gpu: int = 3000) -> dict:
         return np.concatenate(out)
 
     s = least_squares(resid, [0.0, 0.0, 0.0], bounds=([np.log(0.2), np.log(0.2), -5.0], [np.log(2.0), np.log(2.0), 50.0]))
-    return {"eta_c_rel": float(np.exp(s.x[0])), "eta_mem_rel": float(np.exp(s.x[1])), "floor_add_us": float(s.x[2])}
+    return {"eta_c_rel": float(np.exp(s.x[0])), mkey: float(np.exp(s.x[1])), "floor_add_us": float(s.x[2])}
 
 
 def run(fp8: pd.DataFrame, bf16: pd.DataFrame, gemm_doc: dict, base=None, seed: int = 0,
@@ -140,6 +157,7 @@ def run_engine(fp8: pd.DataFrame, bf16: pd.DataFrame, gemm_doc: dict, base=None,
     `engine` names the profile whose activation-quantise passes (engines.yaml) enter every cell; with
     `quant_ablation` also `pred_noquant_ms`: the factors refitted and the cells priced without that term."""
     passes = PT.act_quant_passes(engine)
+    form = MEM_FORM.get(engine, "rel")
     folds = {} if folds is None else folds
     rows, cal, parts, consts = [], Calibration(), {}, {}
     gpus = [g for g in sorted(fp8["gpu"].unique()) if get_gpu(g).fp8_dense_tflops]
@@ -159,7 +177,7 @@ def run_engine(fp8: pd.DataFrame, bf16: pd.DataFrame, gemm_doc: dict, base=None,
         gpu = get_gpu(g)
         c, cal_g, x = consts[g]
         dn = donors(g, [o for o in gpus if o != g])
-        rels[g] = {"rel": fit_rel(parts, dn, seed=seed), "donors": dn, "act_quant_passes": passes}
+        rels[g] = {"rel": fit_rel(parts, dn, seed=seed, form=form), "donors": dn, "act_quant_passes": passes}
         cells = [(g, "gemm_fp8", int(m), int(n), int(k)) for m, n, k in zip(x["m"], x["n"], x["k"])]
         cal_g.check_disjoint(cells)  # no fp8 cell set a constant (the fold's cells are bf16)
         for name, cs in cal_g.used.items():
@@ -173,7 +191,7 @@ def run_engine(fp8: pd.DataFrame, bf16: pd.DataFrame, gemm_doc: dict, base=None,
             x["pred_alt_ms"] = (PT.apply_rel(gt, gpu, c, alt_rel[g]) + gt["t_quant"]) * 1e3
         if quant_ablation and passes:
             bare = {gg: ({k: v for k, v in pp[0].items() if k != "t_quant"},) + pp[1:] for gg, pp in parts.items()}
-            rels[g]["rel_without_quant_term"] = fit_rel(bare, dn, seed=seed)
+            rels[g]["rel_without_quant_term"] = fit_rel(bare, dn, seed=seed, form=form)
             x["pred_noquant_ms"] = PT.apply_rel(gt, gpu, c, rels[g]["rel_without_quant_term"]) * 1e3
         x["pred_bf16_ms"] = tb["t"] * 1e3
         x["roof_ms"] = bare_roofline_fp8(g, x["m"], x["n"], x["k"])
@@ -192,7 +210,7 @@ def run_engine(fp8: pd.DataFrame, bf16: pd.DataFrame, gemm_doc: dict, base=None,
         pred["err_noquant"] = pred["pred_noquant_ms"] / pred["latency_ms"] - 1
     pred["speedup_meas"] = pred["bf16_ms"] / pred["latency_ms"]
     pred["speedup_pred"] = pred["pred_bf16_ms"] / pred["pred_ms"]
-    return {"pred": pred, "calibration": cal, "rel": rels, "all": fit_rel(parts, gpus, seed=seed)}
+    return {"pred": pred, "calibration": cal, "rel": rels, "all": fit_rel(parts, gpus, seed=seed, form=form)}
 
 
 def _mape(e) -> float:
@@ -331,11 +349,14 @@ def defaults_updates(r: dict, experiment: str = "E1.27") -> list[dict]:
         name = const_name(eng)
         table = ("AIConfigurator's fp8 W8A8 GEMM tables" if eng == DEFAULT_ENGINE
                  else f"{ENGINE_LABEL.get(eng, eng)}'s own fp8 W8A8 GEMM tables (AIConfigurator)")
+        what = ("achieved fp8 compute/memory fraction relative to the bf16 term and extra floor"
+                if MEM_FORM.get(eng, "rel") == "rel" else
+                "achieved fp8 compute fraction relative to the bf16 term, fp8 memory fraction of DRAM peak "
+                "(eta_mem_fp8, absolute) and extra floor")
         for g, v in sorted(re_["rel"].items()):
             ups.append({"scope": f"gpu.{g}", "name": name, "value": {k: round(x, 5) for k, x in v["rel"].items()},
                         "provenance": "FITTED",
-                        "source": "E1.27: achieved fp8 compute/memory fraction relative to the bf16 term and extra "
-                                  f"floor, fitted on {table} (LLM-shaped cells) of " + ", ".join(v["donors"]),
+                        "source": f"E1.27: {what}, fitted on {table} (LLM-shaped cells) of " + ", ".join(v["donors"]),
                         "experiment": experiment, "cells": []})
         if "all" in re_:
             ups.append({"scope": "global", "name": name, "value": {k: round(x, 5) for k, x in re_["all"].items()},
