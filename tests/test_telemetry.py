@@ -317,7 +317,8 @@ def test_e1_19_fpm_path_recovers_a_known_host_floor_and_the_shift():
     # the static arm is the vllm profile as shipped (its step minus the kernel step), with values and provenance
     held = steps[steps["segment"] == "real"].sort_values("step").iloc[12:]
     shipped_host = (held["static_ms"] - held["kernel_ms"]).mean()
-    assert shipped_host > 0.05 and st["constants"]["static"]["per_step_mean_ms"] == pytest.approx(shipped_host)
+    assert st["constants"]["static"]["per_step_mean_ms"] == pytest.approx(shipped_host)
+    # (the profile's host terms net of the GPU time its fused kernels save over the bare tables': not a host floor)
     # the phase filter: no mixed step in this frame, so a mixed-only run has nothing to reduce
     with pytest.raises(DataError, match="no \\(gpu, model, tp\\) run"):
         hostfloor.score_runs(steps, phases=["mixed"])

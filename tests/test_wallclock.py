@@ -221,7 +221,8 @@ def test_engine_profile_by_version():
     # the only differences (YAML merge): the overlap, and the server law the synchronous core exposes (wave 12)
     assert sync.get("overlap") == 0.0 and unfused.get("overlap") == 1.0
     # and the step a closed-loop request joins (schedule.join_steps: the synchronous loop's 2; wave 18)
-    diff = ("overlap", "server_a_ms", "server_b_ms", "join_steps")
+    diff = ("overlap", "server_a_ms", "server_b_ms", "join_steps", "prefix_caching")  # the last: same value, own source
+    assert sync.caches_prefixes() and unfused.caches_prefixes()
     assert {k: v for k, v in sync.values.items() if k not in diff} == \
         {k: v for k, v in unfused.values.items() if k not in diff}
     assert "server_b_ms" in sync.values and "server_b_ms" not in unfused.values

@@ -12,7 +12,9 @@ three wall-clock steps. The host floor of a step is what the wall clock adds to 
 h = latency - kernels. Model: S(N) = a + b (N - 1), N requests.
 
 Arms, each scored on the same held-out steps by the MAE and MAPE of the predicted step kernels + S:
-  static              the engine profile's shipped host terms (profile step - kernel step; given, not fitted here)
+  static              the engine profile as shipped (profile step - kernel step: its host terms, plus the GPU time its
+                      fused kernels save over the bare tables' kernels, e.g. the residual add inside the RMSNorm;
+                      given, not fitted here): kernels + static is the profile's own step
   r23_three_readings  the profile with R2.3's engine constants (three sweep steps per GPU and engine)
   oracle_static       a, b fitted on the held-out steps themselves (hindsight: a bound, not a predictor)
   online_frozen       a, b fitted on the steps before the boundary (the first `warmup` fraction), frozen
