@@ -347,14 +347,18 @@ def balanced_grouped_counts(tokens: int, num_experts: int, topk: int, n_group: i
     return out
 
 
+@lru_cache(maxsize=65536)
+def _grouped_one(T: int, E: int, k: int, ep: int, n_group: int, topk_group: int, tile: int) -> tuple:
+    """(pairs, experts touched, tile-padded rows) on EP rank 0 (experts 0 .. E/ep - 1, the rank the collector times)
+    under balanced_grouped_counts at T tokens."""
+    c = balanced_grouped_counts(T, E, k, n_group, topk_group)[: E // ep]
+    return float(c.sum()), float((c > 0).sum()), float((np.ceil(c / tile) * tile).sum())
+
+
 def _grouped_loads(Ts, E: int, k: int, ep: int, n_group: int, topk_group: int, tile: int) -> np.ndarray:
-    """(3, len(Ts)): pairs, experts touched and tile-padded rows on EP rank 0 (experts 0 .. E/ep - 1, the rank the
-    collector times) under balanced_grouped_counts, at each token count of Ts."""
-    out = np.empty((3, len(Ts)))
-    for j, T in enumerate(np.asarray(Ts, dtype=np.int64)):
-        c = balanced_grouped_counts(int(T), E, k, n_group, topk_group)[: E // ep]
-        out[:, j] = c.sum(), (c > 0).sum(), (np.ceil(c / tile) * tile).sum()
-    return out
+    """(3, len(Ts)): _grouped_one at each token count of Ts."""
+    return np.array([_grouped_one(int(T), E, k, ep, n_group, topk_group, tile) for T in np.asarray(Ts)]).T.reshape(
+        3, len(Ts))
 
 
 def routed_load(tokens, num_experts, topk, ep=1, routing: str = "uniform", tile: int = TILE_M,
