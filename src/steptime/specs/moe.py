@@ -101,6 +101,10 @@ def _make_moe_class():
         mamba_ssm_dtype: str = "float32"   # the recurrent state's dtype (config.json's; vLLM keeps the state in it)
         # the power-law exponent of the router's skew a serving step's routed experts are priced at (ROUTER_ALPHA)
         router_alpha: float = ROUTER_ALPHA_DEFAULT
+        # group-limited routing (config.json's n_group / topk_group, DeepSeek-V3): the experts split into n_group
+        # equal groups and a token's top-k is taken among the experts of its topk_group best groups (1, 1: none)
+        n_group: int = 1
+        topk_group: int = 1
 
         def __post_init__(self):
             super().__post_init__()
@@ -127,6 +131,12 @@ def _make_moe_class():
             if self.first_k_dense_replace >= self.num_hidden_layers:
                 raise ModelConfigError(f"{where}: first_k_dense_replace ({self.first_k_dense_replace}) leaves no "
                                        f"MoE layer of {self.num_hidden_layers}")
+            g, tg = self.n_group, self.topk_group
+            if (isinstance(g, bool) or isinstance(tg, bool) or not isinstance(g, int) or not isinstance(tg, int)
+                    or not 1 <= tg <= g or E % g or tg * (E // g) < k):
+                raise ModelConfigError(f"{where}: n_group ({g!r}) must divide num_experts ({E}) and topk_group "
+                                       f"({tg!r}) be between 1 and n_group, its groups holding at least top-k ({k}) "
+                                       "experts")
             a = self.router_alpha
             if isinstance(a, bool) or not isinstance(a, (int, float)) or not 1.0 < float(a) <= 3.0:
                 raise ModelConfigError(f"{where}: router_alpha (the router's power-law exponent) must be in (1, 3], "
@@ -404,7 +414,8 @@ def moe_from_config(cfg: dict, path) -> object:
         qk_rope_head_dim=int(cfg.get("qk_rope_head_dim") or 0), v_head_dim=int(cfg.get("v_head_dim") or 0),
         sliding_window=int(sliding or 0), sliding_layers_every=every, weights_dtype=wd, moe_layer_step=step,
         attention_chunk_size=chunk, global_layers_every=global_every,
-        router_alpha=ROUTER_ALPHA.get(arch, ROUTER_ALPHA_DEFAULT), **hybrid)
+        router_alpha=ROUTER_ALPHA.get(arch, ROUTER_ALPHA_DEFAULT), n_group=int(cfg.get("n_group") or 1),
+        topk_group=int(cfg.get("topk_group") or 1), **hybrid)
 
 
 def _chunked_attention(cfg: dict, where: str, arch: str) -> tuple[int, int]:

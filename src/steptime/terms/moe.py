@@ -301,16 +301,86 @@ def _power_law_loads(Ts, E: int, k: int, ep: int, alpha: float, tile: int) -> np
     return out
 
 
+GROUPED_PREFIX = "balanced_grouped_"  # routing name: the collector's balanced router under group-limited top-k
+
+
+def balanced_selection(tokens: int, num_experts: int, topk: int) -> np.ndarray:
+    """(T, k) expert ids AIConfigurator's balanced router gives its T tokens (its collector's balanced_logits,
+    re-derived): stride s = ceil(E / k); token t's i-th expert (t + i s) mod E where T >= s, else
+    (floor(t s / T) + i s) mod E: k experts per token one stride apart, every expert as often as any other."""
+    T, E, k = int(tokens), int(num_experts), int(topk)
+    if T < 1 or not 1 <= k <= E:
+        raise ValueError(f"balanced_selection needs T >= 1 and 1 <= topk <= experts, got {T}, {k}, {E}")
+    s = -(-E // k)
+    t = np.arange(T)[:, None]
+    base = t if T >= s else (t * s) // T
+    return (base + np.arange(k)[None, :] * s) % E
+
+
+@lru_cache(maxsize=1024)
+def balanced_grouped_counts(tokens: int, num_experts: int, topk: int, n_group: int, topk_group: int) -> np.ndarray:
+    """Token-expert pairs per expert (length E, expert order) when the balanced router's picks
+    (balanced_selection: the logits of a token's k experts high, all others equal) go through group-limited top-k
+    (DeepSeek-V3's routing: E experts in n_group equal groups, a group scored by the sum of its two highest
+    scores, the token's top-k taken among the experts of its topk_group best groups), ties going to the lowest
+    index. The balanced picks lie one stride apart, so where a group holds one of them every group ties: the
+    first topk_group groups win, and the top-k slots the token's picks outside them leave go to the lowest-index
+    experts of those groups. OBSERVED (E3.1): DeepSeek-V3's cells (n_group 8, topk_group 4) are no faster at EP 2
+    than at EP 1 on every GPU, and t(EP) / t(EP 1) at 16,384 tokens follows the busiest rank's pairs this gives."""
+    E, k, g, tg = int(num_experts), int(topk), int(n_group), int(topk_group)
+    if g < 1 or E % g or not 1 <= tg <= g or tg * (E // g) < k:
+        raise ValueError(f"group-limited routing needs n_group dividing {E} experts and 1 <= topk_group <= n_group "
+                         f"with at least top-k experts in the chosen groups, got {g}, {tg}, top-{k}")
+    sel = balanced_selection(tokens, E, k)
+    T = len(sel)
+    score = np.zeros((T, E), dtype=np.int8)
+    np.put_along_axis(score, sel, 1, axis=1)
+    per = E // g
+    grp = np.sort(score.reshape(T, g, per), axis=2)[:, :, -min(2, per):].sum(axis=2)  # top-2 sum per group
+    best = np.argsort(-grp, axis=1, kind="stable")[:, :tg]                           # ties: lowest group first
+    allowed = np.zeros((T, g), dtype=bool)
+    np.put_along_axis(allowed, best, True, axis=1)
+    masked = np.where(np.repeat(allowed, per, axis=1), score.astype(np.int16), -1)
+    top = np.argsort(-masked, axis=1, kind="stable")[:, :k]                          # ties: lowest expert first
+    out = np.bincount(top.ravel(), minlength=E).astype(float)
+    out.flags.writeable = False
+    return out
+
+
+@lru_cache(maxsize=65536)
+def _grouped_one(T: int, E: int, k: int, ep: int, n_group: int, topk_group: int, tile: int) -> tuple:
+    """(pairs, experts touched, tile-padded rows) on EP rank 0 (experts 0 .. E/ep - 1, the rank the collector times)
+    under balanced_grouped_counts at T tokens."""
+    c = balanced_grouped_counts(T, E, k, n_group, topk_group)[: E // ep]
+    return float(c.sum()), float((c > 0).sum()), float((np.ceil(c / tile) * tile).sum())
+
+
+def _grouped_loads(Ts, E: int, k: int, ep: int, n_group: int, topk_group: int, tile: int) -> np.ndarray:
+    """(3, len(Ts)): _grouped_one at each token count of Ts."""
+    return np.array([_grouped_one(int(T), E, k, ep, n_group, topk_group, tile) for T in np.asarray(Ts)]).T.reshape(
+        3, len(Ts))
+
+
 def routed_load(tokens, num_experts, topk, ep=1, routing: str = "uniform", tile: int = TILE_M,
                 unpadded_rows: float = 0.0):
     """(token-expert pairs, experts touched, tile-padded rows) on the measured GPU: uniform random routing
-    (a serving step's expectation), AIConfigurator's balanced router (round-robin) or its power-law router
-    (`power_law_<alpha>`: the busiest EP rank). Padded rows: each touched expert's rows rounded up to `tile`,
-    except where the mean rows per touched expert are at most `unpadded_rows` (a small-batch kernel path that
-    does not pad: the rows themselves)."""
+    (a serving step's expectation), AIConfigurator's balanced router (round-robin), its balanced router under a
+    model's group-limited top-k (`balanced_grouped_<n_group>_<topk_group>`: EP rank 0, balanced_grouped_counts) or
+    its power-law router (`power_law_<alpha>`: the busiest EP rank). Padded rows: each touched expert's rows rounded
+    up to `tile`, except where the mean rows per touched expert are at most `unpadded_rows` (a small-batch kernel
+    path that does not pad: the rows themselves)."""
     T = np.atleast_1d(np.asarray(tokens, dtype=float))
     E, k, ep = (np.broadcast_to(np.asarray(v, dtype=float), T.shape) for v in (num_experts, topk, ep))
-    if routing.startswith("power_law_"):
+    if routing.startswith(GROUPED_PREFIX):
+        n_group, topk_group = (int(v) for v in routing[len(GROUPED_PREFIX):].split("_"))
+        P, Et, R = (np.zeros_like(T) for _ in range(3))
+        groups: dict = {}
+        for j, key in enumerate(zip(E.astype(int), k.astype(int), ep.astype(int))):
+            groups.setdefault(key, []).append(j)
+        for (e_, k_, ep_), idx in groups.items():
+            P[idx], Et[idx], R[idx] = _grouped_loads(T[idx].astype(int), e_, k_, ep_, n_group, topk_group, int(tile))
+        Et, R = np.maximum(Et, 1.0), np.maximum(R, tile)
+    elif routing.startswith("power_law_"):
         alpha = float(routing.split("_")[-1])
         P, Et, R = (np.zeros_like(T) for _ in range(3))
         groups: dict = {}

