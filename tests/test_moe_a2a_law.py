@@ -249,3 +249,21 @@ def test_product_a2a_time_prices_the_link_exponent_and_floor_excess_as_the_lab()
                                      a2a_bytes=float(M.a2a_bytes(T, 7168, 8, 8, "ll"))) for p in ("dispatch", "combine")])
             lab = E.a2a_predict(row, law).sum() * 1e-3
             assert float(M.a2a_time(T, 7168, 8, 8, gpu, mc, mode="ll")) == pytest.approx(lab, rel=1e-5)
+
+
+def test_normal_mode_reading_is_relative_to_the_law_gpus_at_the_same_cell():
+    """A departure of the reading's cell that every GPU shares (here its time 0.8x the law's on all three) is not
+    charged to the held-out GPU: relative to the law's GPUs (A2A_RELATIVE_READINGS) its transfer scale is its own
+    (2.0), where the absolute reading gives about 1.6; the low-latency floor readings are not made relative."""
+    law = _law_ov(0.05)
+    d = pd.concat([_cells(law, g) for g in ("b200", "b300", "gb200")], ignore_index=True)
+    d["latency_ms"] = E.a2a_predict(d, law, {"b200": {"s_slope:ht": 2.0, "s_floor:ll:dispatch": 1.5}})
+    cell = (d["mode"] == "ht") & (d.phase == "dispatch") & (d.hidden_size == 7168) & (d.num_tokens == 65536)
+    d.loc[cell, "latency_ms"] *= 0.8
+    ab = E.a2a_scales(d, "b200", law)
+    rel = E.a2a_scales(d, "b200", law, ref_gpus=["b300", "gb200"])
+    assert ab["s_slope:ht"] == pytest.approx(1.6, rel=2e-3)
+    assert rel["s_slope:ht"] == pytest.approx(2.0, rel=2e-3)
+    assert rel["s_floor:ll:dispatch"] == ab["s_floor:ll:dispatch"] == pytest.approx(1.5, rel=1e-6)
+    with pytest.raises(ValueError, match="ref_gpus"):
+        E.a2a_scales(d, "b200", law, ref_gpus=[])
