@@ -41,6 +41,12 @@ def test_the_fused_launch_is_the_norm_plus_the_adds_traffic_without_its_floor():
     np.testing.assert_allclose(t, norm + add_stream, rtol=1e-12)
     assert np.all(t < norm + L.light_time("add", L.light_bytes("add", T, m), g))  # below the two launches
     assert np.all(t > norm)  # but it moves more than the norm alone
+    # under the row floor law the norm's floor is a row of the fused kernel: 10 h bytes, not the plain norm's 6 h
+    row = L.add_rmsnorm_time(T, m, g, floor_law="row")
+    np.testing.assert_allclose(row, L.light_time("rmsnorm", L.light_bytes("rmsnorm", T, m), g,
+                                                 row_bytes=2.0 * 5 * h) + add_stream, rtol=1e-12)
+    with pytest.raises(ValueError):
+        L.add_rmsnorm_time(T, m, g, floor_law="steep")
 
 
 def test_the_fused_kernel_moves_what_the_two_moved_less_the_sum_it_does_not_reread():
@@ -60,7 +66,7 @@ def test_tp1_runs_one_norm_launch_per_add(engine):
     n_layers = m.num_hidden_layers
     T = np.array([1.0, 513.0, 2050.0])
     assert np.all(on["terms_ms"]["add"] == 0.0) and np.all(off["terms_ms"]["add"] > 0)
-    law = L.add_rmsnorm_time(T, m, g) * 1e3
+    law = L.add_rmsnorm_time(T, m, g, floor_law=E.get_engine(engine).light_floor_law()) * 1e3
     np.testing.assert_allclose(on["terms_ms"]["rmsnorm"], n_layers * L.PER_LAYER["rmsnorm"] * law, rtol=1e-12)
     # one kernel is cheaper than the two it replaces, at every size
     assert np.all(on["terms_ms"]["rmsnorm"] < off["terms_ms"]["rmsnorm"] + off["terms_ms"]["add"])

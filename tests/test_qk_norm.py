@@ -32,15 +32,20 @@ def test_the_spec_reads_qk_norm():
     assert "qk_norm" in LIGHT_TERMS and "qk_norm" in TERMS
 
 
+def _flat_floor_vllm(fitted):
+    """The default profile (vllm) as it was before engines.yaml light.floor_law (issue 19): E1.1c's flat floors."""
+    from steptime.specs.engines import get_engine
+    e = get_engine("vllm", fitted=fitted)  # ... and before fusion.add_rmsnorm (the add and the norm apart)
+    return dataclasses.replace(e, values={k: v for k, v in e.values.items()
+                                          if k not in ("light_floor_law", "fuse_add_rmsnorm")})
+
+
 @pytest.mark.parametrize("case", sorted(LLAMA_BEFORE))
 def test_a_llama_step_is_bit_identical_to_before(case):
     m, g, tp = case
-    from steptime.specs import engines as E
-
-    doc = E._doc()["engines"]["vllm"]  # the profile as it was then: the residual add not yet fused into the norm
-    unfused = E._parse_engine("vllm", {**doc, "fusion": {k: v for k, v in doc["fusion"].items() if k != "add_rmsnorm"}})
-    constants = Constants.load(PINNED / "defaults.yaml", PINNED / "engine_constants.yaml")  # its fits are B300's
-    r = predict_steps(m, g, SID, NEW, KV, 3, tp=tp, constants=constants, engine=unfused)
+    assert _flat_floor_vllm(None).light_floor_law() == "flat"
+    r = predict_steps(m, g, SID, NEW, KV, 3, tp=tp, engine=_flat_floor_vllm(PINNED / "engine_constants.yaml"),
+                      constants=Constants.load(PINNED / "defaults.yaml", PINNED / "engine_constants.yaml"))
     np.testing.assert_allclose(r["total_ms"], [float.fromhex(x) for x in LLAMA_BEFORE[case]], rtol=1e-12, atol=0)
     assert np.all(r["terms_ms"]["qk_norm"] == 0.0)
 
@@ -57,7 +62,9 @@ def test_a_qwen3_step_gains_exactly_the_new_term(tp, engine):
         if t not in ("qk_norm", "dispatch_floor", "host"):
             np.testing.assert_array_equal(on_r["terms_ms"][t], off_r["terms_ms"][t], err_msg=t)
     T = np.bincount(SID, weights=NEW)
-    expected = q.num_hidden_layers * L.qk_norm_time(T, q, get_gpu("h100-sxm"), tp) * 1e3
+    from steptime.specs.engines import get_engine
+    law = get_engine(engine).light_floor_law()  # the engine's floor law (engines.yaml light.floor_law)
+    expected = q.num_hidden_layers * L.qk_norm_time(T, q, get_gpu("h100-sxm"), tp, floor_law=law) * 1e3
     np.testing.assert_allclose(on_r["terms_ms"]["qk_norm"], expected, rtol=1e-12)
     assert np.all(on_r["terms_ms"]["qk_norm"] > 0)
     np.testing.assert_allclose(on_r["blocks_ms"] - off_r["blocks_ms"], expected, rtol=1e-9)

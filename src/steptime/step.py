@@ -423,21 +423,23 @@ def predict_steps(model, gpu, step_id, new_tokens, kv_len, n_steps: int | None =
     fused_stream = np.zeros(n_steps)
     qk_fused = engine.fuses_qk_norm_rope()  # the q/k norms run inside the engine's RoPE kernel (priced by rope)
     add_fused = engine.fuses_add_rmsnorm()  # each residual add runs inside the RMSNorm kernel after it
+    law = engine.light_floor_law()  # the engine's light launch-floor law (engines.yaml light.floor_law)
     for kern in (() if moe else LIGHT_TERMS):
         if kern == "qk_norm":
             out[kern] = (np.zeros(n_steps) if qk_fused else
-                         np.where(T > 0, L * light.qk_norm_time(T, model, gpu, tp, constants), 0.0))
+                         np.where(T > 0, L * light.qk_norm_time(T, model, gpu, tp, constants, floor_law=law), 0.0))
             compute_bound[kern] = np.zeros(n_steps, dtype=bool)
             continue
         nb = light.light_bytes(kern, T, model, tp)
-        t = light.light_time(kern, nb, gpu, constants)
+        t = light.engine_light_time(kern, T, model, gpu, tp, constants, floor_law=law, nbytes=nb)
         reps = 1 if kern == "emb" else L * light.PER_LAYER[kern]
         if kern in FUSED_LIGHT and fused.any():  # the kernel's launch floor goes; its bytes move into the all-reduce
-            fused_stream = fused_stream + np.where(fused, n_fused * (t - light.light_time(kern, 0.0 * nb, gpu, constants)), 0.0)
+            floor = light.engine_light_time(kern, T, model, gpu, tp, constants, floor_law=law, nbytes=0.0 * nb)
+            fused_stream = fused_stream + np.where(fused, n_fused * (t - floor), 0.0)
             reps = np.where(fused, reps - n_fused, reps)
         if add_fused and kern in FUSED_LIGHT:  # launches the all-reduce left: one add + RMSNorm kernel each
             t = (np.zeros(n_steps) if kern == "add" else
-                 light.add_rmsnorm_time(T, model, gpu, tp, constants))
+                 light.add_rmsnorm_time(T, model, gpu, tp, constants, floor_law=law))
         out[kern] = np.where(T > 0, reps * t, 0.0)
         compute_bound[kern] = np.zeros(n_steps, dtype=bool)
     g = gemm.gemm_time(N, model.vocab_size // tp, model.hidden_size, gpu, constants, f_clk=f_clk)

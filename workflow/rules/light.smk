@@ -6,6 +6,7 @@ rule E1_1c:
     input:
         registered=registered_raw("E1.1c"),
         data=tidy("vidur_mlp"),
+        scale=tidy("scale_matrix"),  # the row floor law (AIConfigurator's vLLM quantize kernel)
         gemm_constants=rules.settle_gemm_constants.output.constants,
         settled=rules.settle_gemm_constants.output.settled,
         code=code_of("E1_1c_light"),

@@ -18,9 +18,16 @@ with open(snakemake.input.gemm_constants) as fh:
     gemm_doc = json.load(fh)
 r = E.run(cells, seed=P.seed, n_boot=P.n_boot, gemm_doc=gemm_doc, constants=constants)
 doc = E.document(r, cells, P.targets)
+# the row floor law of modern engines' one-CTA-per-row light kernels, on AIConfigurator's vLLM quantize kernel
+rf = E.run_row_floor(pd.read_parquet(snakemake.input.scale), r["shipped"]["light_floor_us"]["rmsnorm"],
+                     seed=P.seed, n_boot=P.n_boot)
+rdoc = E.document_row_floor(rf, P.targets)
+doc["metrics"]["row_floor"] = rdoc["metrics"]
+doc["claims"] += rdoc["claims"]
+updates = E.defaults_updates(r["shipped"], cells) + [E.row_floor_update(rf["shipped"], rf["cells"])]
 prov = rule_provenance(snakemake, calibration=r["calibration"].to_dict(), script="workflow/scripts/E1_1c_light.py")
 write_result(snakemake.output.result, id="E1.1c", question=P.question, metrics=doc["metrics"],
-             claims=doc["claims"], provenance=prov, extra={"defaults_updates": E.defaults_updates(r["shipped"], cells)})
+             claims=doc["claims"], provenance=prov, extra={"defaults_updates": updates})
 logging.info("E1.1c: %d claims, %d met", len(doc["claims"]), sum(bool(c.get("met")) for c in doc["claims"]))
 E.plot(r, splitext(snakemake.output.fig)[0],
        "E1.1c: light-kernel time against bytes moved per GPU (Vidur operators); lines: held-out floor + "

@@ -58,6 +58,11 @@ PRECISION_CONST = ("fp8_gemm",)  # precision fields that point at a fitted const
 # MoE by default (moe_step.block_terms prices it; absent: deepep, steptime's pricing before the field existed)
 MOE_EXCHANGES = ("allgather_reducescatter", "deepep")
 MOE_EXCHANGE_DEFAULT = "deepep"
+# light.floor_law: which launch-floor law prices the engine's light kernels (terms/light.py FLOOR_LAWS): flat
+# (E1.1c's per-kernel floors, fitted on Vidur's Sarathi-Serve-era tables) or row (one CTA per token row, fitted
+# on AIConfigurator's vLLM quantize kernel). Absent: flat (steptime's pricing before the field existed).
+LIGHT_FLOOR_LAWS = ("flat", "row")
+LIGHT_FLOOR_DEFAULT = "flat"
 # schedule.<field>: how the engine's scheduler builds a step, as data (read by the lab's schedule models and the
 # serving replays). mixed_prefill: whether a step that admits prompt tokens also carries the running requests'
 # decodes (vLLM V1, TensorRT-LLM: yes; SGLang by default: no, a prefill batch runs as a step of its own, prefill
@@ -205,6 +210,12 @@ class Engine:
         v = self.values.get("moe_exchange")
         return str(v.value) if v is not None else MOE_EXCHANGE_DEFAULT
 
+    def light_floor_law(self) -> str:
+        """The launch-floor law of the engine's light kernels (engines.yaml light.floor_law, one of
+        LIGHT_FLOOR_LAWS; absent: flat)."""
+        v = self.values.get("light_floor_law")
+        return str(v.value) if v is not None else LIGHT_FLOOR_DEFAULT
+
     def mixes_prefill(self) -> bool:
         """Whether a step that admits prompt tokens also carries the running requests' decodes
         (engines.yaml schedule.mixed_prefill; absent: True). False: prefill first, in steps of their own."""
@@ -306,6 +317,13 @@ def _parse_engine(key: str, doc: dict) -> Engine:
         if v.value not in MOE_EXCHANGES:
             raise ValueError(f"{where}: moe.exchange {v.value!r} not in {MOE_EXCHANGES}")
         values["moe_exchange"] = v
+    for name, e in (doc.get("light") or {}).items():
+        if name != "floor_law":
+            raise ValueError(f"{where}: unknown field light.{name} (known: floor_law)")
+        v = _value("light_floor_law", e, where)
+        if v.value not in LIGHT_FLOOR_LAWS:
+            raise ValueError(f"{where}: light.floor_law {v.value!r} not in {LIGHT_FLOOR_LAWS}")
+        values["light_floor_law"] = v
     values.update(_typed_section(doc, "schedule", SCHEDULE_TYPES, where))
     values.update(_typed_section(doc, "fusion", FUSION_TYPES, where, prefix="fuse_"))
     for name, e in (doc.get("precision") or {}).items():

@@ -36,6 +36,23 @@ defaults False), so steptime times the unfused pair for those engines. Priced wi
 Qwen3 runs the norms and RoPE as one kernel (`torch.ops.trtllm.fused_qk_norm_rope`, its default):
 engines.yaml fusion.qk_norm_rope, where step.py drops this term and its launches (the rope term
 prices the fused kernel).
+
+Floor laws (issue 19; engines.yaml light.floor_law, a profile-level choice):
+    flat  floor_k = light_floor_us[k]                 E1.1c on Vidur's tables (Sarathi-Serve's kernels
+                                                      and timer): the vllm-v0 and kernels profiles,
+                                                      and every caller that names no law
+    row   floor_k = c0 / f_clk + row_bytes_k / (b_cyc x f_clk)   (ROW_KERNELS only)
+                                                      one CTA per token row: a fixed cost in SM cycles plus
+                                                      the bytes one CTA moves for its row at b_cyc bytes
+                                                      per cycle, f_clk the datasheet boost clock;
+                                                      light_row_floor {c0_kcycles, bytes_per_cycle},
+                                                      fitted leave-one-GPU-out by E1.1c on AIConfigurator's
+                                                      vLLM 0.24 quantize kernel (m <= 32 rows, 8 GPUs)
+The row law is for the one-block-per-token kernels of vLLM's csrc (RMSNorm and fused add + RMSNorm,
+rotary embedding, SiLU-and-mul, reshape_and_cache), which SGLang and TensorRT-LLM mirror: rmsnorm,
+rope, act, kv_write (and qk_norm, per head row). `add` (a PyTorch elementwise kernel over all
+elements) and `emb` (PyTorch's gather) keep their flat floor under either law. The stream term
+is the same under both laws.
 """
 
 from __future__ import annotations
@@ -45,11 +62,14 @@ from types import MappingProxyType
 import numpy as np
 
 from steptime.calibration import Constants
+from steptime.specs.engines import LIGHT_FLOOR_LAWS
 from steptime.terms.gemm import smax
 
 LIGHT_KERNELS = ("rmsnorm", "add", "rope", "act", "kv_write", "emb")
 PER_LAYER = MappingProxyType({"rmsnorm": 2, "add": 2, "rope": 1, "act": 1, "kv_write": 1})
 QK_NORM_LAW = "rmsnorm"  # the constants (light_floor_us, light_eta, light_p) qk_norm's launches are priced with
+FLOOR_LAWS = LIGHT_FLOOR_LAWS  # the laws an engine profile may name (specs/engines.py light.floor_law)
+ROW_KERNELS = ("rmsnorm", "rope", "act", "kv_write")  # one CTA per token row under the row law (qk_norm: rmsnorm's)
 
 
 def _head_widths(model, tp: int):
@@ -68,13 +88,63 @@ def qk_norm_bytes(tokens, model, tp: int = 1):
     return 2.0 * (2 * T * q + d), 2.0 * (2 * T * kv + d)
 
 
-def qk_norm_time(tokens, model, gpu, tp: int = 1, constants: Constants | None = None) -> np.ndarray:
-    """Seconds per layer of a qk_norm model's q and k RMSNorms (two launches); zeros for others."""
+def qk_norm_time(tokens, model, gpu, tp: int = 1, constants: Constants | None = None,
+                 floor_law: str = "flat") -> np.ndarray:
+    """Seconds per layer of a qk_norm model's q and k RMSNorms (two launches); zeros for others.
+    Under the row floor law each head of each token is one row (read and write head_dim values
+    plus the head_dim weight)."""
     T = np.asarray(tokens, dtype=float)
     if not getattr(model, "qk_norm", False):
         return np.zeros_like(T)
+    _check_law(floor_law)
     bq, bk = qk_norm_bytes(T, model, tp)
-    return light_time(QK_NORM_LAW, bq, gpu, constants) + light_time(QK_NORM_LAW, bk, gpu, constants)
+    rb = 2.0 * 3 * model.head_dim if floor_law == "row" else None
+    return (light_time(QK_NORM_LAW, bq, gpu, constants, row_bytes=rb)
+            + light_time(QK_NORM_LAW, bk, gpu, constants, row_bytes=rb))
+
+
+def _check_law(floor_law: str) -> None:
+    if floor_law not in FLOOR_LAWS:
+        raise ValueError(f"unknown light floor law {floor_law!r} (known: {', '.join(FLOOR_LAWS)})")
+
+
+def row_bytes(kernel: str, model, tp: int = 1) -> float | None:
+    """Bytes one CTA moves for one token row of `kernel` (its bytes at T = 1, the weight read by
+    every row included); None for a kernel that is not one CTA per row (add, emb)."""
+    if kernel not in LIGHT_KERNELS:
+        raise ValueError(f"unknown light kernel {kernel!r} (known: {', '.join(LIGHT_KERNELS)})")
+    if kernel not in ROW_KERNELS:
+        return None
+    return float(light_bytes(kernel, 1.0, model, tp))
+
+
+def row_floor(row_bytes_, gpu, constants: Constants | None = None):
+    """Seconds: the row law's launch floor of a one-CTA-per-row kernel moving `row_bytes_` per row,
+    c0 / f_clk + row_bytes / (b_cyc x f_clk) with light_row_floor {c0_kcycles, bytes_per_cycle}."""
+    constants = constants or Constants.default()
+    rb = np.asarray(row_bytes_, dtype=float)
+    if np.any(~np.isfinite(rb)) or np.any(rb < 0):
+        raise ValueError(f"row bytes must be finite and >= 0 (got {row_bytes_!r})")
+    law = constants.get("light_row_floor", gpu)
+    try:
+        c0, b = float(law["c0_kcycles"]) * 1e3, float(law["bytes_per_cycle"])
+    except (KeyError, TypeError):
+        raise ValueError(f"light_row_floor must be {{c0_kcycles, bytes_per_cycle}} (got {law!r})") from None
+    if c0 < 0 or b <= 0:
+        raise ValueError(f"light_row_floor needs c0_kcycles >= 0 and bytes_per_cycle > 0 (got {law!r})")
+    f_clk = gpu.boost_mhz * 1e6
+    return c0 / f_clk + rb / (b * f_clk)
+
+
+def engine_light_time(kernel: str, tokens, model, gpu, tp: int = 1, constants: Constants | None = None,
+                      floor_law: str = "flat", nbytes=None) -> np.ndarray:
+    """Seconds for one launch of `kernel` over `tokens` new tokens under an engine's floor law
+    (engines.yaml light.floor_law): `light_time` with the row law's floor where it applies.
+    `nbytes` overrides the bytes (e.g. 0 for the floor alone)."""
+    _check_law(floor_law)
+    nb = light_bytes(kernel, tokens, model, tp) if nbytes is None else nbytes
+    rb = row_bytes(kernel, model, tp) if floor_law == "row" else None
+    return light_time(kernel, nb, gpu, constants, row_bytes=rb)
 
 
 def add_rmsnorm_bytes(tokens, model, tp: int = 1):
@@ -86,14 +156,18 @@ def add_rmsnorm_bytes(tokens, model, tp: int = 1):
     return 2.0 * (4 * T * h + h)
 
 
-def add_rmsnorm_time(tokens, model, gpu, tp: int = 1, constants: Constants | None = None) -> np.ndarray:
+def add_rmsnorm_time(tokens, model, gpu, tp: int = 1, constants: Constants | None = None,
+                     floor_law: str = "flat") -> np.ndarray:
     """Seconds of one fused residual add + RMSNorm launch: the RMSNorm kernel on its own bytes, plus the traffic the
     add brings into it (add_rmsnorm_bytes less the norm's: the residual read and the new residual written) streamed
     at the add law's bandwidth without the add's launch floor, as step.py prices the kernels an all-reduce absorbs.
-    Never more than the two launches it replaces."""
+    Under the row floor law (`floor_law` "row") the norm's floor is that of a row of the fused kernel (its bytes at
+    one token). Never more than the two launches it replaces under the flat floors."""
+    _check_law(floor_law)
     norm = light_bytes("rmsnorm", tokens, model, tp)
     extra = add_rmsnorm_bytes(tokens, model, tp) - norm
-    return (light_time("rmsnorm", norm, gpu, constants)
+    rb = float(add_rmsnorm_bytes(1.0, model, tp)) if floor_law == "row" else None
+    return (light_time("rmsnorm", norm, gpu, constants, row_bytes=rb)
             + light_time("add", extra, gpu, constants) - light_time("add", 0.0 * extra, gpu, constants))
 
 
@@ -118,14 +192,22 @@ def light_bytes(kernel: str, tokens, model, tp: int = 1):
     raise ValueError(f"unknown light kernel {kernel!r} (known: {', '.join(LIGHT_KERNELS)})")
 
 
-def light_time(kernel: str, nbytes, gpu, constants: Constants | None = None) -> np.ndarray:
-    """Seconds for one launch of `kernel` moving `nbytes`."""
+def light_time(kernel: str, nbytes, gpu, constants: Constants | None = None, *, row_bytes=None) -> np.ndarray:
+    """Seconds for one launch of `kernel` moving `nbytes`. With `row_bytes` (bytes per token row of
+    a one-CTA-per-row kernel, ROW_KERNELS) the floor is the row law's (`row_floor`), else the
+    kernel's flat light_floor_us."""
     constants = constants or Constants.default()
     etas = constants.get("light_eta", gpu)
     if kernel not in etas:
         raise ValueError(f"unknown light kernel {kernel!r} (known: {', '.join(sorted(etas))})")
-    floors = constants.get("light_floor_us", gpu)
-    floor = float(floors[kernel] if isinstance(floors, dict) else floors) * 1e-6
+    if row_bytes is not None:
+        if kernel not in ROW_KERNELS:
+            raise ValueError(f"light kernel {kernel!r} is not one CTA per row: the row floor law covers "
+                             f"{', '.join(ROW_KERNELS)} only")
+        floor = row_floor(row_bytes, gpu, constants)
+    else:
+        floors = constants.get("light_floor_us", gpu)
+        floor = float(floors[kernel] if isinstance(floors, dict) else floors) * 1e-6
     ps = constants.get("light_p", gpu)
     p = float(ps[kernel] if isinstance(ps, dict) else ps)
     scale = float(constants.get("light_bw_scale", gpu))
