@@ -160,6 +160,8 @@ CACHES = {
     "steptime.io._read_yaml_cached",  # keyed on (path, mtime, size); read_yaml_cached hands out deep copies
     "steptime.terms.moe._default_moe", "steptime.terms.moe._power_law_block",
     "steptime.terms.moe._power_law_one",
+    # keyed on whole numbers; the first returns a write-protected array, the second a tuple of floats
+    "steptime.terms.moe.balanced_grouped_counts", "steptime.terms.moe._grouped_one",
     "steptime.specs.engines._doc", "steptime.specs.engines._profiles", "steptime.specs.engines.tp_sharding",
     "steptime.specs.gpu_table", "steptime.specs._gpu_alias_index", "steptime.specs._model_doc",
     "steptime.specs.model_table", "steptime.specs._moe_index", "steptime.specs._model_alias_index",
