@@ -95,6 +95,21 @@ def test_an_allreduce_fused_with_the_norm_takes_both_first():
     assert np.all(s["terms_ms"]["add"] == 0.0) and np.all(s["total_ms"] < s_off["total_ms"])
 
 
+def test_a_moe_step_prices_its_light_kernels_under_the_engines_floor_law():
+    m = get_model("qwen3-30b-a3b")
+    g = get_gpu("b300")
+    eng = E.get_engine("vllm")
+    assert eng.light_floor_law() == "row"
+    r = predict_steps(m, g, SID, NEW, KV, 3, tp=1, engine="vllm")
+    T = np.array([1.0, 513.0, 2050.0])
+    want = m.num_hidden_layers * L.PER_LAYER["rmsnorm"] * L.add_rmsnorm_time(T, m, g, floor_law="row") * 1e3
+    np.testing.assert_allclose(r["terms_ms"]["rmsnorm"], want, rtol=1e-12)
+    flat = E._parse_engine("vllm", {**E._doc()["engines"]["vllm"], "light": {}})  # the same profile, flat floors
+    assert flat.light_floor_law() == "flat"
+    rf = predict_steps(m, g, SID, NEW, KV, 3, tp=1, engine=flat)
+    assert np.all(rf["terms_ms"]["rmsnorm"] != r["terms_ms"]["rmsnorm"])
+
+
 def test_a_moe_step_fuses_too():
     m = "qwen3-30b-a3b"
     on = predict_steps(m, "h100-sxm", SID, NEW, KV, 3, tp=1, engine="vllm")

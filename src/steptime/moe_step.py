@@ -369,12 +369,13 @@ def block_terms(model, gpu, step_id, new, kv, T, n_steps, *, tp, ep, dtype, kv_d
         put("moe_a2a", zeros)
     # ---- light kernels (the activation runs inside the fused MoE kernel: only dense layers pay it)
     add_fused = engine is not None and engine.fuses_add_rmsnorm()  # each residual add inside the RMSNorm after it
+    law = engine.light_floor_law() if engine is not None else "flat"  # the engine's launch-floor law, as dense steps
     for kern in LIGHT_TERMS:
         if add_fused and kern == "add":
             put(kern, zeros)
             continue
-        t = (light.add_rmsnorm_time(T, model, gpu, tp, constants) if add_fused and kern == "rmsnorm" else
-             light.light_time(kern, light.light_bytes(kern, T, model, tp), gpu, constants))
+        t = (light.add_rmsnorm_time(T, model, gpu, tp, constants, floor_law=law) if add_fused and kern == "rmsnorm"
+             else light.engine_light_time(kern, T, model, gpu, tp, constants, floor_law=law))
         if kern == "emb":
             reps = 1
         elif kern == "act":
