@@ -36,15 +36,22 @@ def test_relative_factors_slow_the_branches_they_name():
     assert np.all(base["t"] >= 2 * m * n * k / (g.fp8_dense_tflops * 1e12))
 
 
-def test_fit_recovers_the_factors_that_generated_the_data_and_never_uses_the_held_out_gpu():
-    c = Constants.default()
-    m, n, k = _cells()
-    truth = {"eta_c_rel": 0.6, "eta_mem_rel": 0.9, "floor_add_us": 4.0}
+def _hopper_parts(c, m, n, k, truth):
+    """E1.27's fit input for H100 and H200: (bf16-law fp8 dict, synthetic times generated with `truth` in ms, gpu,
+    constants) per GPU."""
     parts = {}
     for key in ("h100-sxm", "h200-sxm"):
         g = get_gpu(key)
         gt = G.gemm_time(m, n, k, g, c, dtype="fp8")
         parts[key] = (gt, PT.apply_rel(gt, g, c, truth) * 1e3, g, c)
+    return parts
+
+
+def test_fit_recovers_the_factors_that_generated_the_data_and_never_uses_the_held_out_gpu():
+    c = Constants.default()
+    m, n, k = _cells()
+    truth = {"eta_c_rel": 0.6, "eta_mem_rel": 0.9, "floor_add_us": 4.0}
+    parts = _hopper_parts(c, m, n, k, truth)
     fit = E.fit_rel(parts, ["h200-sxm"])
     for name, v in truth.items():
         assert fit[name] == pytest.approx(v, rel=0.05, abs=0.2)
@@ -283,11 +290,7 @@ def test_absolute_form_transfers_between_gpus_whose_bf16_laws_saturate_different
     c = c.with_overrides({"eta_mem_max": 0.80}, scope="gpu.h200-sxm")
     m, n, k = _cells()
     truth = {"eta_c_rel": 0.85, "eta_mem_fp8": 0.78, "floor_add_us": 3.0}
-    parts = {}
-    for key in ("h100-sxm", "h200-sxm"):
-        g = get_gpu(key)
-        gt = G.gemm_time(m, n, k, g, c, dtype="fp8")
-        parts[key] = (gt, PT.apply_rel(gt, g, c, truth) * 1e3, g, c)
+    parts = _hopper_parts(c, m, n, k, truth)
     gt, meas, g, _ = parts["h100-sxm"]
     err = {}
     for form in ("abs", "rel"):

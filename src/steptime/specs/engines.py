@@ -310,20 +310,8 @@ def _parse_engine(key: str, doc: dict) -> Engine:
             if name not in NUMERIC:
                 raise ValueError(f"{where}: unknown field {section}.{name} (known: {', '.join(NUMERIC)})")
             values[name] = _value(name, e, where)
-    for name, e in (doc.get("moe") or {}).items():
-        if name != "exchange":
-            raise ValueError(f"{where}: unknown field moe.{name} (known: exchange)")
-        v = _value("moe_exchange", e, where)
-        if v.value not in MOE_EXCHANGES:
-            raise ValueError(f"{where}: moe.exchange {v.value!r} not in {MOE_EXCHANGES}")
-        values["moe_exchange"] = v
-    for name, e in (doc.get("light") or {}).items():
-        if name != "floor_law":
-            raise ValueError(f"{where}: unknown field light.{name} (known: floor_law)")
-        v = _value("light_floor_law", e, where)
-        if v.value not in LIGHT_FLOOR_LAWS:
-            raise ValueError(f"{where}: light.floor_law {v.value!r} not in {LIGHT_FLOOR_LAWS}")
-        values["light_floor_law"] = v
+    values.update(_choice_section(doc, "moe", "exchange", MOE_EXCHANGES, where))
+    values.update(_choice_section(doc, "light", "floor_law", LIGHT_FLOOR_LAWS, where))
     values.update(_typed_section(doc, "schedule", SCHEDULE_TYPES, where))
     values.update(_typed_section(doc, "fusion", FUSION_TYPES, where, prefix="fuse_"))
     for name, e in (doc.get("precision") or {}).items():
@@ -358,6 +346,21 @@ def _parse_engine(key: str, doc: dict) -> Engine:
     return Engine(key=key, name=str(doc.get("name", key)), host_terms=host_terms, graphs=graphs,
                   allreduce_impl=impl, allreduce_fallback=fallback, values=values, default=bool(doc.get("default")),
                   ar_limits=limits, backend=backend)
+
+
+def _choice_section(doc: dict, section: str, field_: str, choices, where: str) -> dict[str, EngineValue]:
+    """A profile section holding one field whose value is one of `choices` (moe.exchange, light.floor_law), as
+    {<section>_<field>: entry}; any other field, or a value not among the choices, is refused."""
+    out: dict[str, EngineValue] = {}
+    key = f"{section}_{field_}"
+    for name, e in (doc.get(section) or {}).items():
+        if name != field_:
+            raise ValueError(f"{where}: unknown field {section}.{name} (known: {field_})")
+        v = _value(key, e, where)
+        if v.value not in choices:
+            raise ValueError(f"{where}: {section}.{field_} {v.value!r} not in {choices}")
+        out[key] = v
+    return out
 
 
 def _typed_section(doc: dict, section: str, types, where: str, prefix: str = "") -> dict[str, EngineValue]:

@@ -361,6 +361,18 @@ def _grouped_loads(Ts, E: int, k: int, ep: int, n_group: int, topk_group: int, t
         3, len(Ts))
 
 
+def _loads_by_shape(T, E, k, ep, tile, loads):
+    """(pairs, experts touched, padded rows) of a simulated router: `loads(token counts, E, k, ep)` -> (3, n) called
+    once per distinct (E, k, ep) of the cells, touched experts at least 1 and padded rows at least one tile."""
+    P, Et, R = (np.zeros_like(T) for _ in range(3))
+    groups: dict = {}
+    for j, key in enumerate(zip(E.astype(int), k.astype(int), ep.astype(int))):
+        groups.setdefault(key, []).append(j)
+    for (e_, k_, ep_), idx in groups.items():
+        P[idx], Et[idx], R[idx] = loads(T[idx].astype(int), e_, k_, ep_)
+    return P, np.maximum(Et, 1.0), np.maximum(R, tile)
+
+
 def routed_load(tokens, num_experts, topk, ep=1, routing: str = "uniform", tile: int = TILE_M,
                 unpadded_rows: float = 0.0):
     """(token-expert pairs, experts touched, tile-padded rows) on the measured GPU: uniform random routing
@@ -373,22 +385,12 @@ def routed_load(tokens, num_experts, topk, ep=1, routing: str = "uniform", tile:
     E, k, ep = (np.broadcast_to(np.asarray(v, dtype=float), T.shape) for v in (num_experts, topk, ep))
     if routing.startswith(GROUPED_PREFIX):
         n_group, topk_group = (int(v) for v in routing[len(GROUPED_PREFIX):].split("_"))
-        P, Et, R = (np.zeros_like(T) for _ in range(3))
-        groups: dict = {}
-        for j, key in enumerate(zip(E.astype(int), k.astype(int), ep.astype(int))):
-            groups.setdefault(key, []).append(j)
-        for (e_, k_, ep_), idx in groups.items():
-            P[idx], Et[idx], R[idx] = _grouped_loads(T[idx].astype(int), e_, k_, ep_, n_group, topk_group, int(tile))
-        Et, R = np.maximum(Et, 1.0), np.maximum(R, tile)
+        P, Et, R = _loads_by_shape(T, E, k, ep, tile, lambda Ts, e_, k_, ep_: _grouped_loads(
+            Ts, e_, k_, ep_, n_group, topk_group, int(tile)))
     elif routing.startswith("power_law_"):
         alpha = float(routing.split("_")[-1])
-        P, Et, R = (np.zeros_like(T) for _ in range(3))
-        groups: dict = {}
-        for j, key in enumerate(zip(E.astype(int), k.astype(int), ep.astype(int))):
-            groups.setdefault(key, []).append(j)
-        for (e_, k_, ep_), idx in groups.items():
-            P[idx], Et[idx], R[idx] = _power_law_loads(T[idx].astype(int), e_, k_, ep_, alpha, int(tile))
-        Et, R = np.maximum(Et, 1.0), np.maximum(R, tile)
+        P, Et, R = _loads_by_shape(T, E, k, ep, tile,
+                                   lambda Ts, e_, k_, ep_: _power_law_loads(Ts, e_, k_, ep_, alpha, int(tile)))
     else:
         Et = np.maximum(experts_touched(T, E, k, routing) / ep, 1.0)
         P = T * k / ep
