@@ -8,6 +8,8 @@ from steptime.cli import main
 from steptime.errors import InputError, UnknownEngineError, UnsupportedError
 from steptime.specs import get_gpu
 from steptime.specs import engines as E
+
+from engine_edits import without_values
 from steptime.step import TERMS, predict_step, predict_steps
 
 GPU = "h100-sxm"
@@ -235,18 +237,11 @@ def test_fp8_kv_cache_halves_the_decode_kv_read():
     assert f8.terms_ms["qkv_proj"] == bf.terms_ms["qkv_proj"]
 
 
-def _without_fusion(name):
-    e = E.get_engine(name)
-    vals = {k: v for k, v in e.values.items() if k != "fuse_norm_max_bytes"}
-    return E.Engine(e.key, e.name, e.host_terms, dict(e.graphs), e.allreduce_impl, e.allreduce_fallback, vals,
-                    dict(e.fitted), e.default)
-
-
 def test_fused_allreduce_takes_the_residual_add_and_norm_at_tp_above_one_only():
     """An engine that fuses (engines.yaml allreduce.fuse_norm_max_bytes) runs the add and RMSNorm after each
     all-reduce inside it: the light kernels' time leaves, their streaming bytes join the all-reduce term,
     the launch count drops; TP 1 (no all-reduce) and an engine without the field are unchanged."""
-    fused, plain = E.get_engine("trtllm"), _without_fusion("trtllm")
+    fused, plain = E.get_engine("trtllm"), without_values(E.get_engine("trtllm"), "fuse_norm_max_bytes")
     assert fused.fuses_norm(1e6, 2).all() and not fused.fuses_norm(1e6, 1).any()
     assert not plain.fuses_norm(1e6, 2).any() and not E.get_engine("sglang").fuses_norm(1e3, 2).any()
     b = dict(decode=[(16, 1024)])

@@ -10,6 +10,8 @@ from steptime.specs import get_gpu, get_model
 from steptime.step import LIGHT_TERMS, QK_NORM_LAUNCHES, TERMS, predict_steps
 from steptime.terms import light as L
 
+from engine_edits import without_values
+
 SID = np.array([0, 1, 1, 2, 2, 2])
 NEW = np.array([1, 1, 512, 1, 1, 2048])
 KV = np.array([100, 4000, 0, 30, 900, 0])
@@ -33,11 +35,10 @@ def test_the_spec_reads_qk_norm():
 
 
 def _flat_floor_vllm(fitted):
-    """The default profile (vllm) as it was before engines.yaml light.floor_law (issue 19): E1.1c's flat floors."""
+    """The default profile (vllm) as it was before engines.yaml light.floor_law (issue 19): E1.1c's flat floors
+    (and before fusion.add_rmsnorm: the add and the norm apart)."""
     from steptime.specs.engines import get_engine
-    e = get_engine("vllm", fitted=fitted)  # ... and before fusion.add_rmsnorm (the add and the norm apart)
-    return dataclasses.replace(e, values={k: v for k, v in e.values.items()
-                                          if k not in ("light_floor_law", "fuse_add_rmsnorm")})
+    return without_values(get_engine("vllm", fitted=fitted), "light_floor_law", "fuse_add_rmsnorm")
 
 
 @pytest.mark.parametrize("case", sorted(LLAMA_BEFORE))

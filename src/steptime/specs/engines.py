@@ -58,7 +58,7 @@ PRECISION_CONST = ("fp8_gemm",)  # precision fields that point at a fitted const
 # MoE by default (moe_step.block_terms prices it; absent: deepep, steptime's pricing before the field existed)
 MOE_EXCHANGES = ("allgather_reducescatter", "deepep")
 MOE_EXCHANGE_DEFAULT = "deepep"
-# light.floor_law: which launch-floor law prices the engine's light kernels (terms/light.py FLOOR_LAWS): flat
+# light.floor_law: which launch-floor law prices the engine's light kernels (terms/light.py): flat
 # (E1.1c's per-kernel floors, fitted on Vidur's Sarathi-Serve-era tables) or row (one CTA per token row, fitted
 # on AIConfigurator's vLLM quantize kernel). Absent: flat (steptime's pricing before the field existed).
 LIGHT_FLOOR_LAWS = ("flat", "row")

@@ -68,7 +68,6 @@ from steptime.terms.gemm import smax
 LIGHT_KERNELS = ("rmsnorm", "add", "rope", "act", "kv_write", "emb")
 PER_LAYER = MappingProxyType({"rmsnorm": 2, "add": 2, "rope": 1, "act": 1, "kv_write": 1})
 QK_NORM_LAW = "rmsnorm"  # the constants (light_floor_us, light_eta, light_p) qk_norm's launches are priced with
-FLOOR_LAWS = LIGHT_FLOOR_LAWS  # the laws an engine profile may name (specs/engines.py light.floor_law)
 ROW_KERNELS = ("rmsnorm", "rope", "act", "kv_write")  # one CTA per token row under the row law (qk_norm: rmsnorm's)
 
 
@@ -104,8 +103,8 @@ def qk_norm_time(tokens, model, gpu, tp: int = 1, constants: Constants | None = 
 
 
 def _check_law(floor_law: str) -> None:
-    if floor_law not in FLOOR_LAWS:
-        raise ValueError(f"unknown light floor law {floor_law!r} (known: {', '.join(FLOOR_LAWS)})")
+    if floor_law not in LIGHT_FLOOR_LAWS:  # the laws an engine profile may name (specs/engines.py light.floor_law)
+        raise ValueError(f"unknown light floor law {floor_law!r} (known: {', '.join(LIGHT_FLOOR_LAWS)})")
 
 
 def row_bytes(kernel: str, model, tp: int = 1) -> float | None:
