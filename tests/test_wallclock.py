@@ -291,10 +291,12 @@ def test_run_tpot_scores_per_dataset_gpu_engine_and_refuses_unknown_models_with_
     pooled = [s for s in res["scores"] if s["subset"] == "tpot"]
     assert {(s["dataset"], s["engine"]) for s in pooled} == {("mlenergy-v2", "vllm-v0"), ("aic-silicon", "trtllm")}
     assert res["skipped"] and res["skipped"][0]["rows"] == 1 and "UnknownModelError" in res["skipped"][0]["reason"]
-    # the synchronous V0 engine adds host work to the kernels; an overlapping engine that fuses kernels the bare
-    # tables time apart (TensorRT-LLM: the residual add inside the RMSNorm, row floors) may run under their sum
-    v0 = (res["pred"]["engine"] == "vllm-v0").to_numpy()
-    assert v0.any() and (res["pred"]["pred_ms"] > res["pred"]["kernels_decode_ms"])[v0].all()
+    # the decode step's GPU part is the engine's own (never above its step; host time is never negative); the
+    # synchronous V0 engine adds host work to it
+    p = res["pred"]
+    assert (p["decode_ms"] >= p["decode_gpu_ms"] - 1e-12).all()
+    v0 = (p["engine"] == "vllm-v0").to_numpy()
+    assert v0.any() and (p["decode_ms"] > p["decode_gpu_ms"])[v0].all()
 
 
 def test_evaluate_records_carry_dataset_engine_and_tp():

@@ -35,7 +35,7 @@ from steptime.serve.sim import same_run
 from steptime.specs import get_gpu, get_model, gpu_key, model_table
 from steptime.specs.engines import check_precision, get_engine
 from steptime.specs.moe import is_moe, moe_model_table
-from steptime.step import predict_steps
+from steptime.step import GPU_TERMS, predict_steps
 
 PRICE_FILE = Path(__file__).resolve().parent / "specs" / "prices.yaml"
 DEFAULT_TP = (1, 2, 4, 8)
@@ -453,7 +453,7 @@ def _limiting(lay, run, timer, row) -> str:
     cb = {k: bool(v[0]) for k, v in r["compute_bound"].items()}
     comm = ("allreduce", "moe_a2a")
     groups = {"all-reduce": terms.get("allreduce", 0.0),
-              "host": terms.get("dispatch_floor", 0.0) + terms.get("host", 0.0) + terms.get("sampling", 0.0)}
+              "host": sum(v for k, v in terms.items() if k not in GPU_TERMS)}  # steptime.step's split
     if "moe_a2a" in terms:
         groups["all-to-all"] = terms["moe_a2a"]
     groups["compute"] = sum(v for k, v in terms.items() if cb.get(k) and k not in comm)

@@ -42,6 +42,39 @@ TERM_KIND = MappingProxyType({
     **{t: "gemm" for t in PROJ_TERMS + ("lm_head",)}, **{t: "attention" for t in ATTN_TERMS},
     **{t: "light" for t in LIGHT_TERMS}, "allreduce": "comm", "dispatch_floor": "launch",
     "host": "host", "sampling": "host"})
+# The one split of a step's breakdown into GPU work and host time: GPU work is T_blocks, the block terms the GPU
+# runs (dense and mixture-of-experts steps alike: GEMMs, attention, light kernels, the all-reduce / expert
+# exchange); the rest is what the host adds around them (the launch floor beyond T_blocks, the exposed
+# scheduler floor S(N), sampling). A host overhead read off a measured step is the step minus THIS part of the
+# same engine's prediction (gpu_ms), never minus another profile's kernels.
+GPU_TERMS = frozenset(BLOCK_TERMS) | frozenset(moe_step.BLOCK_TERMS)
+_ALL_KINDS = {**TERM_KIND, **moe_step.TERM_KIND}
+GPU_KINDS = frozenset(_ALL_KINDS[t] for t in GPU_TERMS)
+HOST_KINDS = frozenset(_ALL_KINDS.values()) - GPU_KINDS
+if any(_ALL_KINDS[t] in GPU_KINDS for t in set(_ALL_KINDS) - GPU_TERMS):  # a kind is GPU work or host, never both
+    raise RuntimeError("steptime.step: a term kind is shared by GPU-work and host terms")
+
+
+def is_gpu_kind(kind: str) -> bool:
+    """Whether term kind `kind` (TERM_KIND's values: 'gemm', 'attention', 'light', 'comm', 'moe', 'launch',
+    'host') is GPU work (T_blocks) rather than host time; an unknown kind is refused (InputError)."""
+    if kind in GPU_KINDS:
+        return True
+    if kind in HOST_KINDS:
+        return False
+    raise InputError(f"unknown step term kind {kind!r} (GPU work: {', '.join(sorted(GPU_KINDS))}; "
+                     f"host: {', '.join(sorted(HOST_KINDS))})")
+
+
+def gpu_ms(terms_ms: dict):
+    """The GPU-work part of a step breakdown (predict_steps' or predict_step's terms_ms): the sum of its
+    GPU_TERMS, in the breakdown's unit. A term steptime does not define is refused (InputError), so a
+    breakdown of another shape cannot be summed silently."""
+    unknown = sorted(set(terms_ms) - set(_ALL_KINDS))
+    if unknown:
+        raise InputError(f"unknown step term(s) {', '.join(unknown)} (known: {', '.join(sorted(_ALL_KINDS))})")
+    parts = [np.asarray(v, dtype=float) for t, v in terms_ms.items() if t in GPU_TERMS]
+    return sum(parts) if parts else 0.0
 
 
 @dataclass(frozen=True)

@@ -243,43 +243,60 @@ def plot_wallclock_constants(r: dict, per_op: list[dict], stem, caption=None):
 # ---------------------------------------------------------------------------------------
 # E1.18
 def exposed_host_tokens(rows) -> list[dict]:
-    """Token-time rows (W.smallest_batch_rows): measured TPOT minus the predicted GPU kernel time of
-    the same decode step (kernels profile) and of the amortised prefill of arriving requests (aggregated
-    serving), and what the engine profile adds over kernels there."""
+    """Token-time rows (W.smallest_batch_rows of run_tpot's naive variant): measured TPOT minus the GPU-work
+    part of the engine profile's OWN priced steps (the decode step at the mean batch plus the amortised prefill
+    of arriving requests, aggregated serving; steptime.step's split), beside the host part the same steps
+    price (decode step + amortised prefill)."""
+    need = ("decode_gpu_ms", "prefill_amortised_gpu_ms", "prefill_amortised_host_ms")
+    missing = [c for c in need if c not in rows.columns]
+    if missing or rows[list(need)].isna().to_numpy().any():
+        raise W.WallclockError("E1.18 token rows need the engine's GPU/host split of the decode step and the "
+                             f"amortised prefill (run_tpot's naive variant){': lacks ' + ', '.join(missing) if missing else ''}")
     out = []
     for k, d in rows.groupby(["dataset", "gpu", "engine", "tp"], sort=True):
-        ex = (d["tpot_ms"] - d["kernels_decode_ms"] - d["prefill_amortised_ms"]).to_numpy()
-        prof = (d["decode_ms"] - d["kernels_decode_ms"]).to_numpy()
+        ex = (d["tpot_ms"] - d["decode_gpu_ms"] - d["prefill_amortised_gpu_ms"]).to_numpy()
+        host = (d["decode_ms"] - d["decode_gpu_ms"] + d["prefill_amortised_host_ms"]).to_numpy()
         out.append({"dataset": k[0], "gpu": k[1], "engine": k[2], "tp": int(k[3]), "rows": int(len(d)),
                     "batch_median": float(d["batch"].median()),
                     "exposed_ms_median": float(np.median(ex)),
                     "exposed_share_median": float(np.median(ex / d["tpot_ms"].to_numpy())),
-                    "profile_adds_ms_median": float(np.median(prof))})
+                    "predicted_host_ms_median": float(np.median(host)),
+                    "host_error_ms_median": float(np.median(host - ex))})
     return out
 
 
-def exposed_host_document(fpm_exposed: list[dict], fpm_profile: list[dict], tok_exposed: list[dict],
-                   max_requests: int, max_batch: float) -> dict:
+EXPOSED_HOST_METHOD = (
+    "exposed host = measured wall clock minus the GPU-work part of the SAME engine profile's prediction of the "
+    "same step (steptime.step's split: T_blocks = GEMM + attention + light kernels + all-reduce; host = launch "
+    "floor beyond T_blocks + exposed scheduler floor + sampling), for token times the decode step at the mean "
+    "batch plus the amortised prefill of arriving requests (E2.11's naive approximation), on the smallest steps "
+    "where the host part is largest relative to the GPU. It still carries the GPU model's own error at that size "
+    "(a negative value means the profile's GPU part is too slow there, not negative host time). Beside it: the "
+    "host part the same prediction prices (predicted_host_ms_median) and predicted minus exposed host "
+    "(host_error_ms_median). Until wave 23 this subtracted the bare 'kernels' profile instead, whose unfused "
+    "kernels (no add+RMSNorm fusion, flat light floors, no all-reduce fusion) over-state a V1/SGLang/TRT-LLM "
+    "engine's GPU work and made the difference negative")
+
+
+def exposed_host_document(fpm_exposed: list[dict], tok_exposed: list[dict], max_requests: int,
+                          max_batch: float) -> dict:
+    """E1.18's metrics and claims from W.exposed_host rows (FPM small decode steps, the engine's own prediction)
+    and exposed_host_tokens rows."""
     claims = []
     for e in fpm_exposed:
-        prof = next((p for p in fpm_profile if p["tp"] == e["tp"]), None)
-        adds = f"; the profile adds {prof['exposed_ms_median']:.3f} ms there" if prof else ""
-        claims.append(claim(f"{e['gpu']} {e['engine']} TP {e['tp']}: measured minus predicted GPU kernel time on "
-                            f"{e['steps']} decode steps of <= {max_requests} requests (median ms{adds})",
-                            _r(e["exposed_ms_median"]), "ms (negative: the kernel sum over-predicts the step)"))
+        claims.append(claim(f"{e['gpu']} {e['engine']} TP {e['tp']}: exposed host = measured step minus the GPU-work "
+                            f"part of the {e['engine']} profile's own prediction, on {e['steps']} decode steps of "
+                            f"<= {max_requests} requests (median ms; the profile prices "
+                            f"{e['predicted_host_ms_median']:.3f} ms of host there)",
+                            _r(e["exposed_ms_median"]), "ms (negative: the profile's GPU part over-predicts the step)"))
     for e in tok_exposed:
-        claims.append(claim(f"{e['dataset']} {e['gpu']} {e['engine']} TP {e['tp']}: TPOT minus predicted GPU kernel "
-                            f"time (decode step + amortised prefill) at the smallest measured mean batch ({e['batch_median']:.1f}; "
-                            f"{e['rows']} rows; the profile adds {e['profile_adds_ms_median']:.3f} ms)",
-                            _r(e["exposed_ms_median"]), "ms"))
-    return {"metrics": {"fpm_small_steps": _clean(fpm_exposed), "fpm_profile_adds": _clean(fpm_profile),
-                        "token_sets_small_batch": _clean(tok_exposed),
-                        "method": "exposed host = measured wall clock minus the kernels profile's prediction of the "
-                                  "same step (for token times: the decode step at the mean batch plus the amortised "
-                                  "prefill of arriving requests, E2.11's approximation), on the smallest steps where the host part is largest relative to the "
-                                  "GPU; it also carries the kernel model's own error at that size, so a negative "
-                                  "value means the kernel sum is too slow there, not negative host time",
-                        "max_requests": max_requests,
+        claims.append(claim(f"{e['dataset']} {e['gpu']} {e['engine']} TP {e['tp']}: exposed host = TPOT minus the "
+                            f"GPU-work part of the {e['engine']} profile's own decode step + amortised prefill, at the "
+                            f"smallest measured mean batch ({e['batch_median']:.1f}; {e['rows']} rows; the profile "
+                            f"prices {e['predicted_host_ms_median']:.3f} ms of host there)",
+                            _r(e["exposed_ms_median"]), "ms (negative: the profile's GPU part over-predicts the step)"))
+    return {"metrics": {"fpm_small_steps": _clean(fpm_exposed), "token_sets_small_batch": _clean(tok_exposed),
+                        "method": EXPOSED_HOST_METHOD, "max_requests": max_requests,
                         "token_rows": f"per dataset x GPU x model x engine x TP: the rows at the smallest measured "
                                       f"mean batch, where it is <= {max_batch:g}"},
             "claims": claims}
@@ -296,7 +313,7 @@ def plot_exposed_host(doc: dict, stem, caption=None):
     ax.barh(y, [v for _, v in rows], color=["#1b6ca8" if v >= 0 else "#d73027" for _, v in rows])
     ax.set_yticks(y, [n for n, _ in rows], fontsize=6)
     ax.axvline(0, color="k", lw=0.8)
-    ax.set_xlabel("measured minus predicted GPU kernel time, small steps (ms)")
+    ax.set_xlabel("measured minus the engine profile's predicted GPU work, small steps (ms)")
     ax.set_title("exposed host time per engine (E1.18)")
     plotting.save(fig, stem, caption, tight_layout=True)
 

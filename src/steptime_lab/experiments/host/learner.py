@@ -6,16 +6,17 @@ path (`build`): the tidy FPM table of AIConfigurator's vendored vLLM steps
 (results/data/fpm_steps.parquet) and step traces collected by `steptime_collect.steptrace`
 (raw/telemetry/steptrace/<gpu>/<model>.csv, `steptrace_table`). Both become W2b's step table
 (`steptime_lab.experiments.wallclock.fpm_steps`) and are predicted by W2b's predictors on the same
-per-request batches (`make_predictor`): steptime's kernel-only step (`engine="kernels"`), the engine
-profile as shipped (the static arm) and, where R2.3 fitted it, the profile with R2.3's constants from
-three wall-clock steps. The host floor of a step is what the wall clock adds to the kernels:
-h = latency - kernels. Model: S(N) = a + b (N - 1), N requests.
+per-request batches (`make_predictor`): the engine profile as shipped (the static arm) and, where R2.3
+fitted it, the profile with R2.3's constants from three wall-clock steps. The GPU part of a step is the
+GPU-work part of the shipped profile's OWN prediction (`gpu_part`: steptime.step's split, T_blocks; the
+engine's fused kernels and light floors included), and the host floor is what the wall clock adds to it:
+h = latency - GPU part. Model: S(N) = a + b (N - 1), N requests.
 
-Arms, each scored on the same held-out steps by the MAE and MAPE of the predicted step kernels + S:
-  static              the engine profile as shipped (profile step - kernel step: its host terms, plus the GPU time its
-                      fused kernels save over the bare tables' kernels, e.g. the residual add inside the RMSNorm;
-                      given, not fitted here): kernels + static is the profile's own step
-  r23_three_readings  the profile with R2.3's engine constants (three sweep steps per GPU and engine)
+Arms, each scored on the same held-out steps by the MAE and MAPE of the predicted step GPU part + S:
+  static              the engine profile as shipped (its host part: launch floor beyond the kernels, exposed
+                      scheduler floor, sampling; given, not fitted here): GPU part + static is the profile's own step
+  r23_three_readings  the profile with R2.3's engine constants (three sweep steps per GPU and engine): its step
+                      minus the shipped GPU part, so GPU part + arm is R2.3's own step
   oracle_static       a, b fitted on the held-out steps themselves (hindsight: a bound, not a predictor)
   online_frozen       a, b fitted on the steps before the boundary (the first `warmup` fraction), frozen
   online_adapt        recursive least squares with forgetting `lam`, updated after every step (diagnostic:
@@ -34,7 +35,8 @@ from steptime.specs import get_gpu
 from steptime.specs.engines import HOST_FIELDS, get_engine
 from steptime_lab.data.checks import read_csv
 from steptime_lab.data.wallclock import check_fpm_rows
-from steptime_lab.experiments.wallclock import WallclockError, fitted_values, fpm_steps, make_predictor, predict_table
+from steptime_lab.experiments.wallclock import (WallclockError, fitted_values, fpm_steps, gpu_part, make_predictor,
+                                                predict_table)
 from steptime_lab.results import claim
 from steptime_collect.steptrace import FPM_COLUMNS
 from steptime_lab.run_constants import require_constants
@@ -92,8 +94,9 @@ def host_learner(n_requests, kernel_ms, latency_ms, static_ab=None, warmup: floa
                  fixed_arms: dict | None = None) -> dict:
     """The four arms on one stationary trace (steps in time order).
 
+    `kernel_ms` is each step's predicted GPU part (predict_host_floor: the shipped profile's own GPU-work part).
     `static_ab` is the one-time calibration: (a, b) of S(N), or the per-step host time a shipped
-    engine profile adds to the kernels (an array). `fixed_arms` are further per-step host
+    engine profile adds to that GPU part (an array). `fixed_arms` are further per-step host
     predictions fitted elsewhere (e.g. R2.3's three readings), scored on the same held-out steps."""
     n, k, y = _arrays(n_requests, kernel_ms, latency_ms, 10, "stationary case")
     if not 0.0 < warmup < 1.0:
@@ -167,9 +170,10 @@ def steptrace_table(paths):
 
 
 def predict_host_floor(tidy, *, engine: str = "vllm", fitted=None, skip_over_budget: bool = True, constants=None):
-    """Per step of a tidy FPM-layout table: n_requests, kernel_ms (steptime, engine `kernels`), static_ms (the
-    engine profile as shipped) and, where `fitted` (R2.3's engine_constants.yaml) holds this (engine, GPU),
-    r23_ms (the profile with those constants). Returns (steps, {'over_token_budget': skipped rows})."""
+    """Per step of a tidy FPM-layout table: n_requests, static_ms (the engine profile as shipped), kernel_ms
+    (the GPU-work part of that same prediction, `gpu_part`: the GPU part the host floor is read against) and,
+    where `fitted` (R2.3's engine_constants.yaml) holds this (engine, GPU), r23_ms (the profile with those
+    constants). Returns (steps, {'over_token_budget': skipped rows})."""
     import pandas as pd
 
     skipped = int(tidy["over_token_budget"].astype(bool).sum()) if skip_over_budget else 0
@@ -179,10 +183,9 @@ def predict_host_floor(tidy, *, engine: str = "vllm", fitted=None, skip_over_bud
         raise DataError("E1.19: no dense-model steps in the step table")
     parts = []
     for (gpu, model), s in steps.groupby(["gpu", "model"], sort=True):
-        kern = predict_table(s, make_predictor("kernels", model, gpu, constants=constants))["pred_ms"]
-        prof = make_predictor(engine, model, gpu, engine=engine, constants=constants)
-        out = s.assign(n_requests=s["ctx_requests"] + s["decode_requests"], kernel_ms=kern,
-                       static_ms=predict_table(s, prof)["pred_ms"])
+        prof = predict_table(s, make_predictor(engine, model, gpu, engine=engine, constants=constants))
+        out = s.assign(n_requests=s["ctx_requests"] + s["decode_requests"], kernel_ms=gpu_part(prof),
+                       static_ms=prof["pred_ms"])
         if fitted is not None:
             try:
                 fitted_values(fitted, engine, gpu)  # raises when R2.3 fitted nothing for this (engine, GPU)
@@ -201,7 +204,7 @@ def _arm_inputs(s):
 
 
 def _fixed(s):
-    """Per-step host predictions of the arms not fitted here: profile total - kernels."""
+    """Per-step host predictions of the arms not fitted here: the arm's step - the shipped profile's GPU part."""
     k = s["kernel_ms"].to_numpy(float)
     fixed = {"static": s["static_ms"].to_numpy(float) - k}
     if "r23_ms" in s and s["r23_ms"].notna().all():
@@ -343,7 +346,7 @@ def plot(per_run: dict, stem, steps=None, caption: str | None = None) -> None:
         ax.set_title(f"(c) host floor, {k0}")
         ax.legend(fontsize=7)
     ax.set_xlabel("requests in the step N")
-    ax.set_ylabel("h = measured - kernels (ms)")
+    ax.set_ylabel("h = measured - profile GPU part (ms)")
     save(fig, stem, caption=caption, tight_layout=True)
 
 
@@ -384,12 +387,16 @@ def build(fpm_tidy, steptrace_paths=(), *, fitted=None, engine: str = "vllm", wa
                                    for k, r in every.items()},
         "phases": list(phases) if phases else "all",
         "arms": ARM_NOTE,
-        "static_arm": {"engine": engine, "how": f"per step: the '{engine}' profile's predicted step minus the "
-                                                "'kernels' prediction (host, launch, sampling and all-reduce terms "
+        "static_arm": {"engine": engine, "how": f"per step: the host part of the '{engine}' profile's predicted "
+                                                "step (its step minus its own GPU-work part, steptime.step's split: "
+                                                "launch floor beyond the kernels, exposed scheduler floor, sampling, "
                                                 "as shipped, async overlap included)",
                        "values": static_profile_values(engine, gpus, constants)},
-        "host_floor": "h = measured step latency - steptime's kernel-only step (engine 'kernels', W2b's per-request "
-                      "batches from the FPM composition); S(N) = a + b (N - 1), N = requests in the step",
+        "host_floor": f"h = measured step latency - the GPU-work part of the '{engine}' profile's own predicted step "
+                      "(T_blocks: GEMM, attention, light kernels, all-reduce, with the engine's fusions and floors; "
+                      "W2b's per-request batches from the FPM composition); S(N) = a + b (N - 1), N = requests in the "
+                      "step. Until wave 23 h was read against the bare 'kernels' profile, whose unfused kernels "
+                      "over-state the engine's GPU work",
         "fairness_vs_R2_3": FAIRNESS.format(warmup=warmup, n_train=n_train, n_shift=n_shift),
         "skipped": skipped,
         "sources": {"fpm_steps": int(len(fpm_tidy)) if fpm_tidy is not None else 0,

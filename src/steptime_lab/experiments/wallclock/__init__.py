@@ -9,8 +9,9 @@ One step table (``steps``: one row per measured engine step) and one token table
          a bare roofline (datasheet peaks, no host, no floors);
 * R2.3   the engine constants read from at most three wall-clock steps per (GPU, engine),
          chosen by `reading_rule` (batch composition only, never scores), the rest held out;
-* E1.18  exposed host time per engine: measured minus predicted GPU kernel time on the
-         smallest steps, where the host dominates;
+* E1.18  exposed host time per engine: measured minus the GPU-work part of the engine's own
+         predicted step (`gpu_part`, steptime.step's split) on the smallest steps, where the host
+         dominates, beside the host part the same prediction prices;
 * E1.21  prefill on wall clock across GPUs where the sets hold isolated prefills;
 * E2.11  token time (TPOT) predicted as ONE decode step at the measured mean running batch
          with a stated mean context, plus the amortised prefill of arriving requests for
@@ -38,11 +39,12 @@ from steptime_lab.experiments.wallclock.steps import (  # noqa: F401
     split_fitted, roofline_steps, predict_table, READING_RULE, REPEAT_PICKS, Readings, composition_key, reading_rule,
     pick_repeat,
     fit_engine_constants, score_steps, tp_scaling, shares, signed_error_bins, residual_terms, TERM_GROUPS, exposed_host, records, GPU_KINDS,
+    HOST_KINDS, gpu_part, host_part,
     BLOCK_SCALE, COMM_SCALE, COMM_OFFSET, SCALES, STEP_ADJUSTMENTS, with_scales, with_block_scale, kind_scale,
     per_op_cost, per_op_tables,
 )
 from steptime_lab.experiments.wallclock.fpm import (  # noqa: F401
-    FpmSpec, run_fpm, repeat_spread, _start_value, engine_constants_doc, fitted_values, engine_profile, fpm_steps,
+    FpmSpec, run_fpm, exposed_host_fpm, repeat_spread, _start_value, engine_constants_doc, fitted_values, engine_profile, fpm_steps,
     write_fitted_constants,
 )
 from steptime_lab.experiments.wallclock.tokens import (  # noqa: F401

@@ -90,11 +90,26 @@ def run_fpm(steps, spec: FpmSpec, *, fitted_doc=None, n_boot: int = 1000, seed: 
             "shares": {n: shares(tabs[n], ev) for n in focus if n != "roofline"},
             "residual_terms": {n: residual_terms(ev, tabs[n]) for n in focus if n != "roofline"},
             "signed_vs_requests": bins_req, "signed_vs_tokens": bins_tok,
-            "exposed_host": exposed_host(ev, tabs["kernels"], spec.small_requests),
+            "exposed_host": exposed_host(ev, tabs[spec.engine], spec.small_requests),  # the engine's own GPU part
             "below_speed_of_light": {"steps": int((~sol_ok).sum()),
                                      "by_tp_phase": [{"tp": int(tp), "phase": ph, "steps": int(n)} for (tp, ph), n in
                                                      ev[~sol_ok].groupby(["tp", "phase"]).size().items()]},
             "names": {"fit": fit_name, "block": blk_name}}
+
+
+def exposed_host_fpm(steps, max_requests: int = 4, *, constants=None) -> list[dict]:
+    """E1.18's step part: `exposed_host` per (gpu, engine, model) of a step table (fpm_steps), each against the
+    GPU part of ITS OWN engine profile's prediction (the engine column: vllm, vllm-v1-sync, ...), with the bare
+    'kernels' prediction beside it as a diagnostic only."""
+    check_steps(steps)
+    c0 = require_constants(constants, "wallclock.fpm.exposed_host_fpm")
+    small = steps[(steps["phase"] == "decode") & (steps["decode_requests"] <= max_requests)]
+    out = []
+    for (gpu, engine, model), s in small.groupby(["gpu", "engine", "model"], sort=True):
+        prof = predict_table(s, make_predictor(engine, model, gpu, engine=engine, constants=c0))
+        kern = predict_table(s, make_predictor("kernels", model, gpu, constants=c0))
+        out += exposed_host(s, prof, max_requests, kernels_pred=kern)
+    return out
 
 
 def repeat_spread(steps, spec: FpmSpec, targets: dict, *, draws: int = 30, seed: int = 0, constants=None) -> dict:

@@ -16,7 +16,7 @@ from steptime.io import read_yaml
 from steptime.ops import predict_ops
 from steptime.specs import get_gpu, get_model
 from steptime.specs.engines import allreduces_per_layer, get_engine
-from steptime.step import TERM_KIND, layer_shapes, predict_steps
+from steptime.step import TERM_KIND, is_gpu_kind, layer_shapes, predict_steps
 from steptime.terms import attention as A, comm, light
 from steptime_lab.metrics import score, signed_error
 from steptime_lab.regimes import llm_shaped
@@ -26,6 +26,9 @@ PHASES = ("prefill", "decode", "mixed")
 STEP_COLUMNS = ("gpu", "model", "engine", "tp", "phase", "segment", "step", "ctx_tokens", "ctx_requests",
                 "ctx_kv_tokens", "decode_requests", "mean_decode_kv_tokens", "latency_ms")
 KINDS = ("gemm", "attention", "light", "comm", "launch", "host")
+# The product's split (steptime.step.is_gpu_kind): which KINDS are GPU work (T_blocks) and which host time.
+GPU_KINDS = tuple(k for k in KINDS if is_gpu_kind(k))
+HOST_KINDS = tuple(k for k in KINDS if not is_gpu_kind(k))
 
 
 class WallclockError(SteptimeError, ValueError):
@@ -368,7 +371,7 @@ def shares(pred, steps, keys=("tp", "phase")) -> list[dict]:
     return out
 
 
-TERM_GROUPS = {"compute": ("gemm", "attention", "light"), "comm": ("comm",), "host": ("launch", "host")}
+TERM_GROUPS = {"compute": ("gemm", "attention", "light"), "comm": ("comm",), "host": HOST_KINDS}
 
 
 def residual_terms(steps, pred) -> dict:
@@ -426,18 +429,45 @@ def signed_error_bins(steps, pred, by: str, bins) -> list[dict]:
 
 # ---------------------------------------------------------------------------------------
 # E1.18: exposed host time from the small steps
-def exposed_host(steps, kernels_pred, max_requests: int = 4) -> list[dict]:
-    """Measured minus predicted GPU kernel time on decode steps with at most `max_requests`
-    requests (where the host dominates), per (gpu, engine, tp): median and IQR, in ms."""
-    x = steps.assign(gpu_ms=kernels_pred.loc[steps.index, "pred_ms"].to_numpy())
+def gpu_part(pred):
+    """The GPU-work part (GPU_KINDS, steptime.step's split) of a predict_table frame, per step (ms)."""
+    return sum(pred[f"{k}_ms"] for k in GPU_KINDS)
+
+
+def host_part(pred):
+    """The host part (HOST_KINDS: launch floor beyond the kernels, exposed scheduler floor, sampling) of a
+    predict_table frame, per step (ms)."""
+    return sum(pred[f"{k}_ms"] for k in HOST_KINDS)
+
+
+def exposed_host(steps, engine_pred, max_requests: int = 4, kernels_pred=None) -> list[dict]:
+    """Measured step minus the GPU-work part (gpu_part) of the ENGINE's own prediction of the same step, on
+    decode steps with at most `max_requests` requests (where the host dominates), per (gpu, engine, tp):
+    median and IQR in ms, beside what the same prediction prices as host time (host_part) and the measured
+    minus predicted host. `engine_pred` is predict_table of the engine's profile on `steps` (not the bare
+    'kernels' profile: an engine whose kernels the profile fuses runs less GPU work than the bare tables).
+    `kernels_pred` (optional, a diagnostic only): the bare 'kernels' prediction of the same steps, whose GPU part
+    is reported as how much the engine's GPU part differs from it (`gpu_minus_bare_kernels_ms_median`)."""
+    missing = [f"{k}_ms" for k in KINDS if f"{k}_ms" not in engine_pred.columns]
+    if missing:
+        raise WallclockError(f"exposed_host needs a predict_table frame (lacks {', '.join(missing)})")
+    p = engine_pred.loc[steps.index]
+    x = steps.assign(gpu_ms=gpu_part(p).to_numpy(), pred_host_ms=host_part(p).to_numpy(),
+                     bare_ms=np.nan if kernels_pred is None else gpu_part(kernels_pred.loc[steps.index]).to_numpy())
     x = x[(x["phase"] == "decode") & (x["decode_requests"] <= max_requests)]
     out = []
     for (g, e, tp), d in x.groupby(["gpu", "engine", "tp"], sort=True):
         ex = (d["latency_ms"] - d["gpu_ms"]).to_numpy()
+        ph = d["pred_host_ms"].to_numpy()
         out.append({"gpu": g, "engine": e, "tp": int(tp), "steps": int(len(d)),
                     "exposed_ms_median": float(np.median(ex)), "exposed_ms_q25": float(np.quantile(ex, 0.25)),
                     "exposed_ms_q75": float(np.quantile(ex, 0.75)),
-                    "exposed_share_median": float(np.median(ex / d["latency_ms"].to_numpy()))})
+                    "exposed_share_median": float(np.median(ex / d["latency_ms"].to_numpy())),
+                    "predicted_host_ms_median": float(np.median(ph)),
+                    "host_error_ms_median": float(np.median(ph - ex)),
+                    "gpu_ms_median": float(np.median(d["gpu_ms"].to_numpy()))})
+        if kernels_pred is not None:
+            out[-1]["gpu_minus_bare_kernels_ms_median"] = float(np.median((d["gpu_ms"] - d["bare_ms"]).to_numpy()))
     return out
 
 
@@ -455,7 +485,6 @@ def records(scores: list[dict], *, dataset: str, predictor: str, family: str = "
 
 # ---------------------------------------------------------------------------------------
 # R2.3's block-scale arm and its price on the per-operator tables (E1.16 re-measured)
-GPU_KINDS = ("gemm", "attention", "light", "comm")
 BLOCK_SCALE = "block_scale"
 COMM_SCALE = "comm_scale"
 # Step-level multipliers a wall-clock fit may read (they act on term kinds of the prediction, so

@@ -14,7 +14,7 @@ import numpy as np
 from steptime.errors import SteptimeError
 from steptime.io import read_yaml
 from steptime_lab.experiments.wallclock.fpm import FpmSpec, engine_constants_doc, engine_profile, fpm_steps, run_fpm
-from steptime_lab.experiments.wallclock.steps import WallclockError, make_predictor, records
+from steptime_lab.experiments.wallclock.steps import GPU_KINDS, WallclockError, make_predictor, records
 from steptime.errors import UnknownModelError
 from steptime.specs import get_model
 from steptime.specs.engines import SERVER_FIELDS, get_engine
@@ -162,6 +162,13 @@ def schedule_args(engine: str, rows) -> dict:
             "closed_loop": rows["dataset"].isin(CONCURRENCY_DATASETS).to_numpy()}
 
 
+def _gpu_of(r: dict):
+    """The GPU-work part (GPU_KINDS) of a predictor's result; NaN where the predictor states no term kinds."""
+    if all(k in r for k in GPU_KINDS):
+        return sum(np.asarray(r[k], dtype=float) for k in GPU_KINDS)
+    return np.full(np.shape(r["total"]), np.nan)
+
+
 def predict_tpot(rows, predictor: Callable, kernels: Callable | None = None, tp: int = 1, *,
                  variant: str = "naive", chunked: bool = True, token_budget: float | None = None,
                  capacity=None, prefill_first: bool = False, closed_loop=None) -> dict:
@@ -173,7 +180,13 @@ def predict_tpot(rows, predictor: Callable, kernels: Callable | None = None, tp:
     the batch is first capped at it (KV_CAP_NOTE); `running` and `capped` are returned. `prefill_first`
     (the engine's schedule.mixed_prefill is false) with `closed_loop` (a mask: rows of a closed loop with fixed
     lengths) prices those rows' mixed variant as a prefill-first wave (WAVE_NOTE); other rows of such an
-    engine as an engine that does not chunk."""
+    engine as an engine that does not chunk.
+
+    Beside the prediction, the GPU-work part (GPU_KINDS, steptime.step's split) of `predictor`'s OWN steps:
+    `decode_gpu_ms` (the decode step at the mean batch) and, in the naive variant, `prefill_amortised_gpu_ms`
+    and `prefill_amortised_host_ms` (the engine's 1 x prompt prefill step split the same way, times batch /
+    output_tokens, on aggregated rows where `kernels` prices the amortised prefill; 0 elsewhere; NaN in the
+    mixed variant, which does not split them, and where `predictor` states no term kinds)."""
     if variant not in VARIANTS:
         raise WallclockError(f"unknown TPOT variant {variant!r} (known: {', '.join(VARIANTS)})")
     B0 = rows["batch"].to_numpy(float)
@@ -183,17 +196,17 @@ def predict_tpot(rows, predictor: Callable, kernels: Callable | None = None, tp:
     kv = mean_context(rows["prompt_tokens"], rows["output_tokens"])
     lo = np.maximum(np.floor(B), 1).astype(int)
     hi = np.maximum(np.ceil(B), 1).astype(int)
-    t_lo = predictor(_decode_frame(lo, kv, tp), tp, None)["total"]
-    t_hi = predictor(_decode_frame(hi, kv, tp), tp, None)["total"]
+    r_lo = predictor(_decode_frame(lo, kv, tp), tp, None)
+    r_hi = predictor(_decode_frame(hi, kv, tp), tp, None)
+    t_lo, t_hi = r_lo["total"], r_hi["total"]
     w = np.where(hi > lo, B - lo, 0.0)
     dec = t_lo + w * (t_hi - t_lo)
+    g_lo, g_hi = _gpu_of(r_lo), _gpu_of(r_hi)
+    dec_gpu = g_lo + w * (g_hi - g_lo)
     pre = np.zeros(len(rows))
-    kdec = np.full(len(rows), np.nan)
+    nan = np.full(len(rows), np.nan)
+    pre_gpu, pre_host = (np.zeros(len(rows)), np.zeros(len(rows))) if variant == "naive" else (nan, nan.copy())
     agg = (rows["mode"] == "agg").to_numpy()
-    if kernels is not None:
-        k_lo = kernels(_decode_frame(lo, kv, tp), tp, None)["total"]
-        k_hi = kernels(_decode_frame(hi, kv, tp), tp, None)["total"]
-        kdec = k_lo + w * (k_hi - k_lo)
     if variant == "mixed" and agg.any():
         wave = np.zeros(len(rows), dtype=bool)
         if prefill_first:
@@ -216,9 +229,14 @@ def predict_tpot(rows, predictor: Callable, kernels: Callable | None = None, tp:
         else:
             pre[agg] = (P / chunk) * predictor(_prefill_frame(isl, tp), tp, None)["total"]
     elif kernels is not None and agg.any():
-        tp_pre = kernels(_prefill_frame(rows["prompt_tokens"].to_numpy()[agg], tp), tp, None)["total"]
-        pre[agg] = tp_pre * B[agg] / np.maximum(rows["output_tokens"].to_numpy(float)[agg], 1.0)
-    return {"decode_ms": dec, "prefill_amortised_ms": pre, "pred_ms": dec + pre, "kernels_decode_ms": kdec,
+        per = B[agg] / np.maximum(rows["output_tokens"].to_numpy(float)[agg], 1.0)
+        frame = _prefill_frame(rows["prompt_tokens"].to_numpy()[agg], tp)
+        pre[agg] = kernels(frame, tp, None)["total"] * per
+        e_pre = predictor(frame, tp, None)  # the engine's own prefill step, split into GPU work and host
+        pre_gpu[agg] = _gpu_of(e_pre) * per
+        pre_host[agg] = (e_pre["total"] - _gpu_of(e_pre)) * per
+    return {"decode_ms": dec, "prefill_amortised_ms": pre, "pred_ms": dec + pre, "decode_gpu_ms": dec_gpu,
+            "prefill_amortised_gpu_ms": pre_gpu, "prefill_amortised_host_ms": pre_host,
             "running": B, "capped": capped}
 
 
@@ -396,13 +414,16 @@ def run_tpot(rows, model_of=None, n_boot: int = 1000, seed: int = 0, fitted=None
                             "rows": int(len(d)), "group": [str(v) for v in k]})
             continue
         preds.append(d.assign(pred_ms=r["pred_ms"], decode_ms=r["decode_ms"],
-                              prefill_amortised_ms=r["prefill_amortised_ms"], kernels_decode_ms=r["kernels_decode_ms"],
+                              prefill_amortised_ms=r["prefill_amortised_ms"], decode_gpu_ms=r["decode_gpu_ms"],
+                              prefill_amortised_gpu_ms=r["prefill_amortised_gpu_ms"],
+                              prefill_amortised_host_ms=r["prefill_amortised_host_ms"],
                               running=r["running"], kv_capped=r["capped"]))
     if skipped:  # one line per (dataset, reason), rows summed
         sk = pd.DataFrame(skipped).groupby(["dataset", "reason"], as_index=False)["rows"].sum()
         skipped = sk.to_dict("records")
     p = pd.concat(preds) if preds else rows.iloc[:0].assign(pred_ms=[], decode_ms=[], prefill_amortised_ms=[],
-                                                            kernels_decode_ms=[], running=[], kv_capped=[])
+                                                            decode_gpu_ms=[], prefill_amortised_gpu_ms=[],
+                                                            prefill_amortised_host_ms=[], running=[], kv_capped=[])
     scores = []
     for by, sub in ((["dataset", "gpu", "engine"], "tpot"), (["dataset", "gpu", "engine", "tp"], "tpot_by_tp")):
         for k, d in p.groupby(by, sort=True):
