@@ -622,6 +622,87 @@ def test_server_law_is_fitted_held_out_by_gpu_and_enters_the_scheduler_floor():
         "server_b_ms"]["value"] == per["h100-sxm"]["server_b_ms"]
 
 
+def test_server_law_reports_its_held_out_mape_and_an_in_sample_fit_that_predicts_nothing():
+    """SERVER_OWN_ROWS_NOTE: per GPU, mape_mixed is the mixed variant's MAPE on that GPU's rows under the held-out
+    law (the score run_tpot gives with the fitted doc), and own_rows_fit is the same fit on the GPU's own rows with
+    the MAPE it would give; the own fit follows the GPU's own rows but never reaches the fitted doc."""
+    c = Constants.default()
+    rows = _v0_rows()
+    mixed = {"chunked": ["vllm"], "token_budget": 8192}
+    r = W.fit_server_host(rows, constants=c, mixed=mixed)
+    per = {x["gpu"]: x for x in r["per_gpu"]}
+    pred = W.run_tpot(rows, n_boot=1, fitted=r["fitted"], variant="mixed", mixed=mixed, constants=c)["pred"]
+    for g in ("a100-sxm", "h100-sxm"):
+        d = pred[pred["gpu"] == g]
+        assert per[g]["mape_mixed"] == pytest.approx(np.mean(np.abs(d["pred_ms"] / d["tpot_ms"] - 1.0)), abs=1e-4)
+        own = per[g]["own_rows_fit"]
+        assert own["rows"] == 3 and own["server_a_ms"] >= 0 and own["server_b_ms"] >= 0
+        doc = W.tokens._with_server(None, "vllm-v0", {g: (own["server_a_ms"], own["server_b_ms"], "test")})
+        p2 = W.run_tpot(rows[rows["gpu"] == g], n_boot=1, fitted=doc, variant="mixed", mixed=mixed, constants=c)["pred"]
+        assert own["mape_mixed"] == pytest.approx(np.mean(np.abs(p2["pred_ms"] / p2["tpot_ms"] - 1.0)), abs=2e-4)
+        assert own["mape_mixed"] <= per[g]["mape_mixed"] + 1e-4  # in-sample: at least as close on these toy rows
+    moved = rows.copy()
+    moved.loc[moved.gpu == "h100-sxm", "tpot_ms"] *= 3.0
+    per2 = {x["gpu"]: x for x in W.fit_server_host(moved, constants=c, mixed=mixed)["per_gpu"]}
+    assert per2["h100-sxm"]["own_rows_fit"]["server_b_ms"] > per["h100-sxm"]["own_rows_fit"]["server_b_ms"]
+    assert per2["h100-sxm"]["server_b_ms"] == per["h100-sxm"]["server_b_ms"]  # the held-out law did not move
+    assert "own_rows_fit" in W.fit_server_hosts(rows, constants=c, mixed=mixed)["note"]
+
+
+def _leaderboard_rows():
+    """Toy ML.ENERGY-v3-like rows on two GPUs, predictions given (invented round numbers, not data): h100 clean and
+    monotone; b200 with a fall (10 -> 8 ms at a larger batch), a wide ITL tail, and one run slower than h100's."""
+    pred, raw = [], []
+    for gpu, meas, est, disp in (("b200", (10.0, 8.0, 40.0), (10.0, 12.0, 15.0), (1.0, 2.0, 1.2)),
+                                 ("h100-sxm", (20.0, 22.0, 30.0), (20.0, 22.0, 30.0), (1.05, 1.05, 1.05))):
+        for seqs, t, p, q in zip((8, 16, 32), meas, est, disp):
+            b = seqs - 0.1
+            pred.append(dict(dataset="mlenergy-v3", gpu=gpu, engine="vllm-v1-sync", model="m", task="chat", tp=1,
+                             batch=b, tpot_ms=t, pred_ms=p))
+            raw.append(dict(gpu=gpu, model="m", task="chat", tp=1, avg_batch=b, max_num_seqs=seqs,
+                            median_itl_ms=10.0, p90_itl_ms=10.0 * q))
+    pred.append(dict(dataset="mlenergy-v2", gpu="b200", engine="vllm-v0", model="m", task="chat", tp=1, batch=3.0,
+                     tpot_ms=9.0, pred_ms=1.0))  # another dataset: left out
+    return pd.DataFrame(pred), pd.DataFrame(raw)
+
+
+def test_leaderboard_consistency_counts_falls_bins_errors_by_itl_tail_and_pairs_runs_across_gpus():
+    pred, raw = _leaderboard_rows()
+    out = W.leaderboard_consistency(pred, raw)
+    assert "falls" in out["note"] and out["bins"] == list(W.DISPERSION_BINS)
+    g = {x["gpu"]: x for x in out["groups"]}
+    assert set(g) == {"b200", "h100-sxm"}
+    b = g["b200"]
+    assert (b["rows"], b["pairs"], b["falls"]) == (3, 2, 1) and (g["h100-sxm"]["falls"], g["h100-sxm"]["mape"]) == (0, 0.0)
+    assert b["dispersion"] == [1.0, 1.2, 2.0]
+    assert b["mape"] == pytest.approx((0.0 + 0.5 + 0.625) / 3, abs=1e-4)
+    bins = {tuple(x["p90_over_median"]): (x["rows"], x["mape"], x["signed"]) for x in b["by_dispersion"]}
+    assert bins == {(1.0, 1.15): (1, 0.0, 0.0), (1.15, 1.3): (1, 0.625, -0.625), (1.6, None): (1, 0.5, 0.5)}
+    assert b["by_task"] == {"chat": {"rows": 3, "mape": round((0.0 + 0.5 + 0.625) / 3, 4),
+                                     "signed": round((0.0 + 0.5 - 0.625) / 3, 4)}}
+    (c,) = out["cross_gpu"]
+    assert c["gpus"] == ["b200", "h100-sxm"] and c["pairs"] == 3
+    assert c["contrary"] == 1  # max_num_seqs 32: b200 measured 40 / 30 > 1, predicted 15 / 30 < 1
+    assert c["measured_ratio"] == [0.364, 0.5, 1.333] and c["predicted_ratio"] == [0.5, 0.5, 0.545]
+    assert c["by_task"]["chat"]["contrary"] == 1
+
+
+def test_leaderboard_consistency_refuses_missing_columns_unknown_runs_bad_percentiles_and_bins():
+    pred, raw = _leaderboard_rows()
+    with pytest.raises(W.WallclockError, match="p90_itl_ms"):
+        W.leaderboard_consistency(pred, raw.drop(columns="p90_itl_ms"))
+    with pytest.raises(W.WallclockError, match="pred_ms"):
+        W.leaderboard_consistency(pred.drop(columns="pred_ms"), raw)
+    with pytest.raises(W.WallclockError, match="not in the ML.ENERGY v3 table"):
+        W.leaderboard_consistency(pred, raw.iloc[1:])
+    with pytest.raises(W.WallclockError, match="> 0"):
+        W.leaderboard_consistency(pred, raw.assign(p90_itl_ms=0.0))
+    with pytest.raises(W.WallclockError, match="two runs"):
+        W.leaderboard_consistency(pred, pd.concat([raw, raw.iloc[:1]]))
+    with pytest.raises(W.WallclockError, match="bin edges"):
+        W.leaderboard_consistency(pred, raw, bins=(1.0, 1.3, 1.2))
+
+
 def test_server_law_engines_are_the_profiles_that_carry_one():
     """One place: the engines E2.11 fits a server law for are the profiles with host.server_* fields (the
     synchronous engines whose front-end or output work sits in the step loop)."""

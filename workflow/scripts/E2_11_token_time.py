@@ -37,6 +37,8 @@ doc["claims"] += tdoc["claims"]
 doc["metrics"].update(tdoc["metrics"])
 doc["metrics"]["server_host"] = {k: server[k] for k in ("note", "engines")}
 doc["metrics"]["silicon_consistency"] = W.silicon_consistency(res["pred"])  # a data check, moves no claim
+# the same kind of check on ML.ENERGY v3's measured-batch rows, with the mixed variant (W.LEADERBOARD_CONSISTENCY_NOTE)
+doc["metrics"]["leaderboard_consistency"] = W.leaderboard_consistency(mixed["pred"], tables["mlenergy_v3"])
 doc["metrics"]["v3_measure"] = {"measure": p.settings["mlenergy_v3_measure"], "note": W.V3_STEADY_MEAN_NOTE,
                                 "disclosed": p.settings.get("mlenergy_v3_measure_disclosed")}
 doc["metrics"]["v3_median_itl"] = W.v3_median_scores(tables["mlenergy_v3"], prompts, fitted=fitted, constants=constants,

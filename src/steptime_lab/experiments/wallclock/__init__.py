@@ -55,5 +55,6 @@ from steptime_lab.experiments.wallclock.tokens import (  # noqa: F401
     TTFT_VARIANTS, TTFT_NOTE, predict_ttft, run_ttft, HARNESS, HARNESS_TTFT_NOTE, harness_step_budget,
     harness_burst_ttft, harness_schedule, SERVER_FIELDS, SERVER_NOTE,
     fit_server_host, fit_server_hosts, server_engines, server_fitted, KV_CAP_NOTE, kv_running, kv_capacity,
-    SILICON_CONSISTENCY_NOTE, silicon_consistency,
+    SILICON_CONSISTENCY_NOTE, silicon_consistency, LEADERBOARD_CONSISTENCY_NOTE, DISPERSION_BINS,
+    leaderboard_consistency, SERVER_OWN_ROWS_NOTE,
 )

@@ -494,6 +494,107 @@ def silicon_consistency(pred) -> dict:
     return {"note": SILICON_CONSISTENCY_NOTE, "groups": groups}
 
 
+LEADERBOARD_CONSISTENCY_NOTE = (
+    "A data check of the ML.ENERGY v3 rows (measured-batch leaderboard rows), per GPU x engine, from the rows, the "
+    "leaderboard's own inter-token-latency percentiles and the mixed variant's predictions; it moves no claim. Added "
+    "after E2.11's B200 v3 scores were seen (issue 19), to tell a GPU-kernel miss from a miss of the serving run. "
+    "falls: in each sweep (model, task, TP), the adjacent pairs of distinct measured batches, and how many of them "
+    "measure a LOWER time per token at the larger batch (a step does not get cheaper with more requests in it). "
+    "dispersion: the leaderboard's p90 / median inter-token latency (min, median, max), and the mixed variant's MAPE "
+    "and signed mean error per dispersion bin (DISPERSION_BINS, edges chosen after seeing the rows): a kernel term "
+    "that is off moves every step of a run alike, so its error does not depend on the tail, while intermittent "
+    "stalls of the serving process (host work, a step waiting on the CPU) widen the tail and slow the mean. by_task: "
+    "MAPE and signed mean per task. cross_gpu: the runs measured on two GPUs of the same engine with the same model, "
+    "task, TP and max_num_seqs: the measured and the predicted time ratio of the first GPU to the second "
+    "(min, median, max), and `contrary`, the pairs where the first GPU measures slower although the step model "
+    "predicts it faster (or the reverse): a GPU with more bandwidth and compute running the same engine and model "
+    "slower points at the run, not at the kernels.")
+DISPERSION_BINS = (1.0, 1.15, 1.3, 1.6)  # p90 / median ITL bin edges, the last bin open (chosen after seeing the rows)
+_LEADERBOARD_PRED_COLUMNS = ("dataset", "gpu", "engine", "model", "task", "tp", "batch", "tpot_ms", "pred_ms")
+_LEADERBOARD_RAW_COLUMNS = ("gpu", "model", "task", "tp", "avg_batch", "max_num_seqs", "median_itl_ms", "p90_itl_ms")
+
+
+def _err(d) -> dict:
+    e = (d["pred_ms"].to_numpy(float) - d["tpot_ms"].to_numpy(float)) / d["tpot_ms"].to_numpy(float)
+    return {"rows": int(len(e)), "mape": round(float(np.mean(np.abs(e))), 4), "signed": round(float(np.mean(e)), 4)}
+
+
+def _ratios(t) -> dict:
+    """Cross-GPU pairs of one task: count, median measured and predicted ratio, contrary pairs."""
+    meas = t["tpot_ms_1"].to_numpy(float) / t["tpot_ms_2"].to_numpy(float)
+    est = t["pred_ms_1"].to_numpy(float) / t["pred_ms_2"].to_numpy(float)
+    return {"pairs": int(len(t)), "measured_ratio_median": round(float(np.median(meas)), 3),
+            "predicted_ratio_median": round(float(np.median(est)), 3),
+            "contrary": int(np.sum((meas > 1.0) != (est > 1.0)))}
+
+
+def leaderboard_consistency(pred, mlenergy_v3, bins=DISPERSION_BINS) -> dict:
+    """LEADERBOARD_CONSISTENCY_NOTE's data check of run_tpot's `pred` frame (its mlenergy-v3 rows) against the tidy
+    ML.ENERGY v3 table they came from: {note, bins, groups: [one dict per GPU x engine], cross_gpu: [one dict per
+    engine and pair of GPUs]}. Each row is found in `mlenergy_v3` by (gpu, model, task, tp, avg_batch = batch); a
+    frame or table without the needed columns, a row not found (or found twice), non-positive times or ITL
+    percentiles, or bin edges not increasing from 1, are refused (WallclockError)."""
+    for name, frame, need in (("prediction frame", pred, _LEADERBOARD_PRED_COLUMNS),
+                              ("ML.ENERGY v3 table", mlenergy_v3, _LEADERBOARD_RAW_COLUMNS)):
+        missing = [c for c in need if c not in frame]
+        if missing:
+            raise WallclockError(f"leaderboard_consistency: {name} lacks column(s) {', '.join(missing)}")
+    edges = np.asarray(bins, dtype=float)
+    if len(edges) < 1 or edges[0] > 1.0 or np.any(np.diff(edges) <= 0):
+        raise WallclockError(f"leaderboard_consistency: dispersion bin edges must increase from <= 1 (got {list(bins)})")
+    x = pred[pred["dataset"] == "mlenergy-v3"]
+    key = ["gpu", "model", "task", "tp", "batch"]
+    raw = mlenergy_v3.rename(columns={"avg_batch": "batch"})[key + ["max_num_seqs", "median_itl_ms", "p90_itl_ms"]]
+    raw = raw.merge(x[key].drop_duplicates(), on=key)  # the runs the rows came from
+    if raw.duplicated(key).any():
+        raise WallclockError("leaderboard_consistency: the ML.ENERGY v3 table holds two runs with the same "
+                             "(gpu, model, task, tp, avg_batch)")
+    x = x.drop(columns=[c for c in ("max_num_seqs", "median_itl_ms", "p90_itl_ms") if c in x])
+    x = x.merge(raw, on=key, how="left", validate="many_to_one")
+    if x["median_itl_ms"].isna().any():
+        r = x[x["median_itl_ms"].isna()].iloc[0]
+        raise WallclockError(f"leaderboard_consistency: row {r['gpu']} {r['model']} {r['task']} TP {r['tp']} batch "
+                             f"{r['batch']} is not in the ML.ENERGY v3 table")
+    vals = x[["tpot_ms", "pred_ms", "median_itl_ms", "p90_itl_ms"]].to_numpy(float)
+    if np.any(~(vals > 0)):
+        raise WallclockError("leaderboard_consistency: times and ITL percentiles must be > 0 (and not NaN)")
+    x = x.assign(dispersion=x["p90_itl_ms"].to_numpy(float) / x["median_itl_ms"].to_numpy(float))
+    hi = list(edges[1:]) + [np.inf]
+    groups = []
+    for (gpu, eng), d in x.groupby(["gpu", "engine"], sort=True):
+        pairs = falls = 0
+        for _, s in d.groupby(["model", "task", "tp"], sort=True):
+            m = s.groupby("batch")["tpot_ms"].mean().sort_index().to_numpy(float)
+            pairs += max(len(m) - 1, 0)
+            falls += int(np.sum(m[1:] < m[:-1]))
+        disp = d["dispersion"].to_numpy(float)
+        by_bin = []
+        for lo, up in zip(edges, hi):
+            s = d[(disp >= lo) & (disp < up)]
+            if len(s):
+                by_bin.append({"p90_over_median": [float(lo), None if np.isinf(up) else float(up)], **_err(s)})
+        groups.append({"gpu": gpu, "engine": eng, **_err(d), "pairs": pairs, "falls": falls,
+                       "dispersion": _min_median_max(disp), "by_dispersion": by_bin,
+                       "by_task": {t: _err(s) for t, s in d.groupby("task", sort=True)}})
+    cross = []
+    run = ["engine", "model", "task", "tp", "max_num_seqs"]
+    gpus = sorted(x["gpu"].unique())
+    for i, g1 in enumerate(gpus):
+        for g2 in gpus[i + 1:]:
+            a = x[x["gpu"] == g1][run + ["tpot_ms", "pred_ms"]]
+            b = x[x["gpu"] == g2][run + ["tpot_ms", "pred_ms"]]
+            j = a.merge(b, on=run, suffixes=("_1", "_2"))
+            for eng, t in j.groupby("engine", sort=True):
+                meas = t["tpot_ms_1"].to_numpy(float) / t["tpot_ms_2"].to_numpy(float)
+                est = t["pred_ms_1"].to_numpy(float) / t["pred_ms_2"].to_numpy(float)
+                cross.append({"engine": eng, "gpus": [g1, g2], "pairs": int(len(t)),
+                              "measured_ratio": _min_median_max(meas), "predicted_ratio": _min_median_max(est),
+                              "contrary": int(np.sum((meas > 1.0) != (est > 1.0))),
+                              "by_task": {k: _ratios(s) for k, s in t.groupby("task", sort=True)}})
+    return {"note": LEADERBOARD_CONSISTENCY_NOTE, "bins": [float(e) for e in edges], "groups": groups,
+            "cross_gpu": cross}
+
+
 # ---------------------------------------------------------------------------------------
 # E2.11: time to first token where the rows measure it (AIConfigurator silicon, aggregated serving)
 TTFT_VARIANTS = ("wave", "steady", "harness")
@@ -942,6 +1043,15 @@ SERVER_NOTE = (
     "groups predicted too fast at large batches: ML.ENERGY v3 H100 -13.6%, B200 -24% signed).")
 
 
+SERVER_OWN_ROWS_NOTE = (
+    "per_gpu[].mape_mixed: the mixed variant's TPOT MAPE on this GPU's rows of the engine (every dataset pooled) under "
+    "its held-out law; own_rows_fit: the same least-squares fit on this GPU's OWN rows and the MAPE it gives there. A "
+    "diagnostic, in-sample, never used to predict or score: it says how far any law of this form (s_a + s_b N, s_a, "
+    "s_b >= 0) could take this GPU's rows, so a held-out score far above it blames the transfer of the law between "
+    "GPUs, and one close to it blames the form (or rows no server law describes). Added after E2.11's B200 v3 scores "
+    "were seen (issue 19); it moves no claim.")
+
+
 def _with_server(fitted, engine: str, values: dict) -> dict:
     """The fitted-constants doc `fitted` (path, dict or None) with engines[engine][gpu] = server_* values
     for each gpu of `values` ({gpu: (a_ms, b_ms, source)})."""
@@ -963,7 +1073,8 @@ def fit_server_host(rows, *, engine: str = "vllm-v0", fitted=None, constants=Non
     """Held-out-by-GPU fits of `engine`'s server law (SERVER_NOTE) on the TPOT `rows` of that engine.
 
     Returns {'fitted': the fitted-constants doc with each GPU's held-out values laid over `fitted`,
-    'per_gpu': [{gpu, fitted_on, rows, server_a_ms, server_b_ms}], 'all_rows': the fit on every GPU's rows}.
+    'per_gpu': [{gpu, fitted_on, rows, server_a_ms, server_b_ms, mape_mixed, own_rows_fit}] (the last two
+    SERVER_OWN_ROWS_NOTE's diagnostic), 'all_rows': the fit on every GPU's rows}.
     A GPU whose engine has no other GPU in `rows` gets no held-out value (listed with fitted_on = [])."""
     from scipy.optimize import lsq_linear
 
@@ -987,6 +1098,9 @@ def fit_server_host(rows, *, engine: str = "vllm-v0", fitted=None, constants=Non
     def solve(mask):
         return lsq_linear(A[mask], rhs[mask], bounds=(0.0, np.inf)).x
 
+    def mape(ab, mask):  # the mixed variant's MAPE on `mask` under the law ab (the prediction is linear in it)
+        return round(float(np.mean(np.abs(A[mask] @ np.asarray(ab, float) - rhs[mask]))), 4)
+
     per_gpu, values = [], {}
     for g in gpus:
         others = [o for o in gpus if o != g]
@@ -997,8 +1111,13 @@ def fit_server_host(rows, *, engine: str = "vllm-v0", fitted=None, constants=Non
         src = (f"E2.11 held out by GPU: the server law of {engine} fitted on {', '.join(others)}'s "
                f"{int(np.isin(g_of, others).sum())} TPOT rows (mixed variant), not on {g}'s")
         values[g] = (round(float(a), 4), round(float(b), 5), src)
+        mine_ = g_of == g
+        own = solve(mine_)  # SERVER_OWN_ROWS_NOTE: a diagnostic, never laid over `fitted`
         per_gpu.append({"gpu": g, "fitted_on": others, "rows": int(np.isin(g_of, others).sum()),
-                        "server_a_ms": round(float(a), 4), "server_b_ms": round(float(b), 5)})
+                        "server_a_ms": round(float(a), 4), "server_b_ms": round(float(b), 5),
+                        "mape_mixed": mape((a, b), mine_),
+                        "own_rows_fit": {"rows": int(mine_.sum()), "server_a_ms": round(float(own[0]), 4),
+                                         "server_b_ms": round(float(own[1]), 5), "mape_mixed": mape(own, mine_)}})
     a, b = solve(np.ones(len(y), dtype=bool))
     return {"fitted": _with_server(fitted, engine, values), "per_gpu": per_gpu, "note": SERVER_NOTE,
             "all_rows": {"engine": engine, "gpus": gpus, "rows": int(len(y)), "server_a_ms": round(float(a), 4),
@@ -1015,7 +1134,7 @@ def server_engines() -> list[str]:
 
 def fit_server_hosts(rows, *, engines=None, fitted=None, constants=None, mixed: dict | None = None) -> dict:
     """fit_server_host for each engine of `engines` (default: server_engines()), each laid over the last:
-    {'fitted': the doc with every engine's held-out values, 'note': SERVER_NOTE,
+    {'fitted': the doc with every engine's held-out values, 'note': SERVER_NOTE and SERVER_OWN_ROWS_NOTE,
      'engines': {engine: {'per_gpu': [...], 'all_rows': {...}}}} (engines without rows left out)."""
     out = {}
     for e in (server_engines() if engines is None else engines):
@@ -1024,4 +1143,4 @@ def fit_server_hosts(rows, *, engines=None, fitted=None, constants=None, mixed: 
             continue
         fitted = r["fitted"]
         out[e] = {"per_gpu": r["per_gpu"], "all_rows": r["all_rows"]}
-    return {"fitted": fitted, "note": SERVER_NOTE, "engines": out}
+    return {"fitted": fitted, "note": f"{SERVER_NOTE} {SERVER_OWN_ROWS_NOTE}", "engines": out}
