@@ -11,7 +11,7 @@ from steptime.calibration import Constants
 from steptime.errors import InputError
 from steptime.specs import get_gpu, get_model
 from steptime.step import (BLOCK_TERMS, GPU_KINDS, GPU_TERMS, HOST_KINDS, TERMS, gpu_ms, is_gpu_kind,
-                           predict_step, predict_steps)
+                           predict_step, predict_steps, term_kind)
 from steptime import moe_step
 from steptime_lab.experiments import wallclock as W
 from steptime_lab.experiments import wallclock_report as R
@@ -29,6 +29,23 @@ def test_gpu_kinds_are_the_block_terms_kinds_and_host_the_rest():
     assert all(is_gpu_kind(k) for k in GPU_KINDS) and not any(is_gpu_kind(k) for k in HOST_KINDS)
     with pytest.raises(InputError, match="unknown step term kind 'cpu'"):
         is_gpu_kind("cpu")
+
+
+def test_moe_terms_keep_their_own_kind_in_the_lab_sums():
+    """A mixture-of-experts breakdown is summed by the product's kinds (term_kind), not by the dense table with a
+    'light' fallback: the routed experts are 'moe', the expert exchange 'comm', the router 'gemm'."""
+    assert (term_kind("moe_experts"), term_kind("moe_a2a"), term_kind("router")) == ("moe", "comm", "gemm")
+    assert term_kind("o_proj") == "gemm" and term_kind("sampling") == "host"
+    with pytest.raises(InputError, match="unknown step term 'cpu_time'"):
+        term_kind("cpu_time")
+    n = 2
+    terms = {t: np.full(n, 1.0) for t in moe_step.TERMS}
+    k = W.term_kinds(terms, n)
+    assert set(W.KINDS) <= set(k) and k["moe"].tolist() == [1.0, 1.0]
+    assert k["comm"].tolist() == [2.0, 2.0]  # moe_a2a and allreduce
+    assert np.allclose(k["total"], len(moe_step.TERMS))
+    with pytest.raises(InputError, match="unknown step term"):
+        W.term_kinds({"cpu_time": np.ones(n)}, n)
 
 
 @pytest.mark.parametrize("engine", ["vllm", "vllm-v0", "sglang", "trtllm", "kernels"])

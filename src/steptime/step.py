@@ -66,6 +66,14 @@ def is_gpu_kind(kind: str) -> bool:
                      f"host: {', '.join(sorted(HOST_KINDS))})")
 
 
+def term_kind(term: str) -> str:
+    """The kind of step term `term` (TERM_KIND for dense steps, moe_step.TERM_KIND for mixture-of-experts ones:
+    'gemm', 'attention', 'light', 'moe', 'comm', 'launch', 'host'); a term steptime does not define is refused."""
+    if term not in _ALL_KINDS:
+        raise InputError(f"unknown step term {term!r} (known: {', '.join(sorted(_ALL_KINDS))})")
+    return _ALL_KINDS[term]
+
+
 def gpu_ms(terms_ms: dict):
     """The GPU-work part of a step breakdown (predict_steps' or predict_step's terms_ms): the sum of its
     GPU_TERMS, in the breakdown's unit. A term steptime does not define is refused (InputError), so a

@@ -16,7 +16,7 @@ from steptime.io import read_yaml
 from steptime.ops import predict_ops
 from steptime.specs import get_gpu, get_model
 from steptime.specs.engines import allreduces_per_layer, get_engine
-from steptime.step import TERM_KIND, is_gpu_kind, layer_shapes, predict_steps
+from steptime.step import GPU_KINDS as _STEP_GPU_KINDS, HOST_KINDS as _STEP_HOST_KINDS, is_gpu_kind, layer_shapes, predict_steps, term_kind
 from steptime.terms import attention as A, comm, light
 from steptime_lab.metrics import score, signed_error
 from steptime_lab.regimes import llm_shaped
@@ -25,7 +25,9 @@ from steptime_lab.run_constants import require_constants
 PHASES = ("prefill", "decode", "mixed")
 STEP_COLUMNS = ("gpu", "model", "engine", "tp", "phase", "segment", "step", "ctx_tokens", "ctx_requests",
                 "ctx_kv_tokens", "decode_requests", "mean_decode_kv_tokens", "latency_ms")
-KINDS = ("gemm", "attention", "light", "comm", "launch", "host")
+KINDS = ("gemm", "attention", "light", "moe", "comm", "launch", "host")  # every kind of the product's step terms
+if set(KINDS) != _STEP_GPU_KINDS | _STEP_HOST_KINDS:
+    raise RuntimeError("wallclock.KINDS must list every kind of steptime.step's terms")
 # The product's split (steptime.step.is_gpu_kind): which KINDS are GPU work (T_blocks) and which host time.
 GPU_KINDS = tuple(k for k in KINDS if is_gpu_kind(k))
 HOST_KINDS = tuple(k for k in KINDS if not is_gpu_kind(k))
@@ -82,9 +84,7 @@ def term_kinds(terms_ms: dict, n: int) -> dict:
     """Sum a predict_steps term breakdown into KINDS (+ 'total')."""
     out = {k: np.zeros(n) for k in KINDS}
     for t, v in terms_ms.items():
-        kind = TERM_KIND.get(t, "host" if ("host" in t or "samp" in t) else "light")
-        kind = {"launch": "launch", "comm": "comm"}.get(kind, kind)
-        out.setdefault(kind, np.zeros(n))
+        kind = term_kind(t)  # the product's kind of each term, dense and MoE alike (an unknown term is refused)
         out[kind] = out[kind] + np.asarray(v, dtype=float)
     out["total"] = sum(out[k] for k in out)
     return out
