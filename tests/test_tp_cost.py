@@ -112,3 +112,95 @@ def test_claim_names_releases_and_queued_cells_where_the_tps_are_not_the_same_ru
     plain = T.document({"rows": T.efficiency(same, ["dataset", "gpu", "model", "engine"], ["comp"]), "skipped": []},
                        {"efficiency_error": 0.08})["claims"][0]["claim"]
     assert "not the same engine run" not in plain
+
+
+def _silicon_rows(ttft_queued: bool = True):
+    """Synthetic silicon TPOT rows (the columns W.tpot_table gives): one SGLang Qwen3-32B configuration at TP 1
+    and TP 2, 16 clients; TP 1's TTFT says the engine held 3 of them (the wave schedule's mean wait at k = 3)."""
+    import numpy as np
+
+    osl, tpot = 128.0, 25.0
+    wait = float(np.mean(np.arange(16) // 3) * osl * tpot)
+    base = dict(dataset="aic-silicon", mode="agg", gpu="h100-sxm", model="qwen3-32b", engine="sglang", dtype="bf16",
+                batch=16.0, prompt_tokens=1024.0, output_tokens=osl)
+    return pd.DataFrame([{**base, "tp": 1, "tpot_ms": tpot, "ttft_ms": wait if ttft_queued else 100.0, "source_id": "a"},
+                         {**base, "tp": 2, "tpot_ms": 16.0, "ttft_ms": 800.0, "source_id": "b"}])
+
+
+MIXED = {"chunked": ["sglang"], "token_budget": 8192}
+
+
+def test_silicon_cells_price_the_tpot_as_e2_11_does_at_the_held_batch():
+    """Helper sglang: with E2.11's mixed settings a cell's prediction is predict_tpot's (the decode step plus the
+    prefill the TPOT carries, kind `prefill`), at the batch the engine held (3 at the queued TP 1, 16 at TP 2)."""
+    import numpy as np
+    from steptime_lab.experiments.wallclock import make_predictor
+    from steptime_lab.experiments.wallclock.tokens import predict_tpot, schedule_args
+
+    rows = _silicon_rows()
+    c, skipped = T.silicon_cells(rows, constants=Constants.default(), mixed=MIXED, batch="held")
+    assert not skipped and list(c["tp"]) == [1, 2]
+    assert set(c["predicted_as"]) == {"tpot_at_held"}
+    kinds = [f"{k}_ms" for k in T.CELL_KINDS]
+    assert np.allclose(c[kinds].sum(axis=1), c["pred_ms"])  # the kinds (prefill included) sum to the prediction
+    for tp, k in ((1, 3.0), (2, 16.0)):
+        d = rows[rows["tp"] == tp]
+        f = make_predictor("sglang", "qwen3-32b", "h100-sxm", engine="sglang", constants=Constants.default())
+        want = predict_tpot(d.assign(batch=k), f, tp=tp, variant="mixed", chunked=True, token_budget=8192,
+                            **schedule_args("sglang", d))
+        got = c[c["tp"] == tp].iloc[0]
+        assert got["pred_ms"] == pytest.approx(want["pred_ms"][0])
+        assert got["prefill_ms"] == pytest.approx(want["pred_ms"][0] - want["decode_ms"][0])
+    # TP 2's wave of 16 x 1024 prompt tokens spans two 8192-token prefill steps: its TPOT carries a wait
+    assert c[c["tp"] == 2]["prefill_ms"].iloc[0] > 0
+    # one decode step at the concurrency (the old claims' form) has no prefill kind and prices 16 at TP 1
+    d0, _ = T.silicon_cells(rows, constants=Constants.default())
+    assert "prefill_ms" not in d0 and set(d0["predicted_as"]) == {"decode_at_concurrency"}
+    assert d0[d0["tp"] == 1]["pred_ms"].iloc[0] > c[c["tp"] == 1]["pred_ms"].iloc[0] - c[c["tp"] == 1]["prefill_ms"].iloc[0]
+
+
+def test_silicon_cells_refuse_bad_forms():
+    from steptime.errors import SteptimeError
+
+    rows = _silicon_rows()
+    with pytest.raises(SteptimeError, match="batch must be one of"):
+        T.silicon_cells(rows, constants=Constants.default(), batch="measured")
+    with pytest.raises(SteptimeError, match="batch must be one of"):
+        T.silicon_cells(rows, constants=Constants.default(), held=True, batch="kv_capacity")
+    with pytest.raises(SteptimeError, match="no ttft_ms"):
+        T.silicon_cells(rows.drop(columns="ttft_ms"), constants=Constants.default(), batch="held")
+    with pytest.raises(SteptimeError, match="token_budget"):
+        T.silicon_cells(rows, constants=Constants.default(), mixed={"chunked": ["sglang"]})
+
+
+def test_run_claims_the_tpot_form_given_mixed_settings_and_reports_every_form():
+    rows = _silicon_rows()
+    r = T.run(silicon_rows=rows, constants=Constants.default(), mixed=MIXED, claim_form="tpot_at_held")
+    assert [x["predicted_as"] for x in r["rows"]] == ["tpot_at_held"]
+    assert "prefill" in r["rows"][0]["added_share_by_kind"]
+    assert set(r["silicon_forms"]) == set(T.SILICON_FORMS)
+    assert r["silicon_forms"]["tpot_at_held"][0]["efficiency_error"] == pytest.approx(r["rows"][0]["efficiency_error"])
+    text = T.document(r, {"efficiency_error": 0.08})["claims"][0]["claim"]
+    assert "predicted as E2.11's mixed TPOT at the batch the engine held" in text
+    old = T.run(silicon_rows=rows, constants=Constants.default())  # the default form: the decode step at c
+    assert [x["predicted_as"] for x in old["rows"]] == ["decode_at_concurrency"]
+    assert set(old["silicon_forms"]) == {"decode_at_concurrency", "decode_at_held"}
+    assert "predicted as" not in T.document(old, {"efficiency_error": 0.08})["claims"][0]["claim"]
+    # an unqueued TP 1 row keeps the concurrency: held and concurrency forms agree there
+    u = T.run(silicon_rows=_silicon_rows(ttft_queued=False), constants=Constants.default(), mixed=MIXED,
+              claim_form="tpot_at_held")
+    assert u["silicon_forms"]["decode_at_held"][0]["efficiency_predicted"] == pytest.approx(
+        u["silicon_forms"]["decode_at_concurrency"][0]["efficiency_predicted"])
+
+
+def test_run_refuses_an_unknown_or_unpriceable_claim_form():
+    from steptime.errors import SteptimeError
+
+    rows = _silicon_rows()
+    with pytest.raises(SteptimeError, match="unknown silicon claim form"):
+        T.run(silicon_rows=rows, constants=Constants.default(), mixed=MIXED, claim_form="tpot_at_measured")
+    with pytest.raises(SteptimeError, match="needs E2.11 mixed settings"):
+        T.run(silicon_rows=rows, constants=Constants.default(), claim_form="tpot_at_kv_capacity")
+    with pytest.raises(SteptimeError, match="needs rows with ttft_ms"):
+        T.run(silicon_rows=rows.drop(columns="ttft_ms"), constants=Constants.default(), mixed=MIXED,
+              claim_form="decode_at_held")

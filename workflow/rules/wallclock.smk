@@ -205,7 +205,10 @@ rule E1_28:
     params:
         question=question("E1.28"),
         targets=targets("E1.28"),
-        settings={"kv_bucket": WC_FIT.get("kv_bucket", 512), "prompt_tokens": WC_PROMPTS},
+        # E2.11's mixed settings: the silicon rows' TPOT predicted as E2.11 predicts it (tp_cost.SILICON_TPOT_NOTE)
+        settings={"kv_bucket": WC_FIT.get("kv_bucket", 512), "prompt_tokens": WC_PROMPTS,
+                  "mixed": settings("E2.11").get("mixed"),
+                  "silicon_claim_form": settings("E1.28").get("silicon_claim_form", "decode_at_concurrency")},
     threads: 1
     log:
         "logs/E1_28.log",

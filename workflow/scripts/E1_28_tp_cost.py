@@ -22,7 +22,8 @@ silicon = pd.read_parquet(snakemake.input.silicon)
 rows, _ = W.tpot_table(silicon=silicon, prompt_tokens=prompts)
 release_of = dict(zip(silicon["id"].astype(str), silicon["engine_version"].astype(str)))  # each row's engine release
 r = tp_cost.run(steps, pred, rows, fitted=fitted, kv_bucket=p.settings["kv_bucket"], constants=constants,
-                release_of=release_of)
+                release_of=release_of, mixed=p.settings["mixed"],  # silicon TPOT as E2.11 predicts it
+                claim_form=p.settings["silicon_claim_form"])
 doc = tp_cost.document(r, p.targets)
 write_result(snakemake.output.result, id="E1.28", question=p.question, metrics=doc["metrics"], claims=doc["claims"],
              provenance=rule_provenance(snakemake, script="workflow/scripts/E1_28_tp_cost.py"), extra={"targets": p.targets})
@@ -32,4 +33,5 @@ tp_cost.plot(r, splitext(snakemake.output.fig)[0],
              "engine profile with its wall-clock readings (dashed), one line per engine; each predicted point names "
              "the term kind that carries most of the per-GPU time TP adds. Left: real vLLM engine steps "
              "(AIConfigurator FPM, sweep compositions matched across TP); right: AIConfigurator silicon TPOT "
-             "(aggregated serving, same lengths and concurrency across TP; one decode step at the measured batch).")
+             "(aggregated serving, same lengths and concurrency across TP; the TPOT as E2.11 predicts it, decode step plus "
+             "the prefill it carries, at the running batch the engine held).")
