@@ -48,7 +48,7 @@ TERM_KIND = MappingProxyType({
 # scheduler floor S(N), sampling). A host overhead read off a measured step is the step minus THIS part of the
 # same engine's prediction (gpu_ms), never minus another profile's kernels.
 GPU_TERMS = frozenset(BLOCK_TERMS) | frozenset(moe_step.BLOCK_TERMS)
-_ALL_KINDS = {**TERM_KIND, **moe_step.TERM_KIND}
+_ALL_KINDS = MappingProxyType({**TERM_KIND, **moe_step.TERM_KIND})
 GPU_KINDS = frozenset(_ALL_KINDS[t] for t in GPU_TERMS)
 HOST_KINDS = frozenset(_ALL_KINDS.values()) - GPU_KINDS
 if any(_ALL_KINDS[t] in GPU_KINDS for t in set(_ALL_KINDS) - GPU_TERMS):  # a kind is GPU work or host, never both
