@@ -363,3 +363,23 @@ def test_schedule_chunked_prefill_is_data_vllm_v0_runs_prompts_whole():
     base = E._doc()["engines"]["vllm-v0"]
     with pytest.raises(ValueError, match="true or false"):
         E._parse_engine("x", {**base, "schedule": {"chunked_prefill": {"value": "no", "provenance": "ASSUMED", "source": "t"}}})
+
+
+def test_schedule_inline_launch_world_marks_vllm_world_size_one_rows_not_own():
+    """engines.yaml schedule.inline_launch_world: vLLM V1 (async scheduling, single-process executor at world size 1)
+    records a step's wall time with the next step's host launch in it at tp = dp = 1 only; the synchronous V1 loop
+    and the other engines lack the field (every recorded step its own); bad layouts and values are refused."""
+    v = E.get_engine("vllm")
+    assert not v.step_time_is_own(1) and v.step_time_is_own(2) and v.step_time_is_own(1, dp=2)
+    assert v.step_time_is_own(1, pp=2)
+    assert v.lookup("inline_launch_world").provenance == "DERIVED"
+    assert not E.get_engine("vllm-v1-unfused").step_time_is_own(1)  # 0.14-0.17: async on, same executor rule
+    for name in ("vllm-v1-sync", "sglang", "trtllm"):
+        assert E.get_engine(name).step_time_is_own(1)
+    for bad in (0, 1.5, True):
+        with pytest.raises(InputError, match="whole number"):
+            v.step_time_is_own(bad)
+    base = E._doc()["engines"]["sglang"]
+    with pytest.raises(ValueError, match="whole number"):
+        E._parse_engine("x", {**base, "schedule": {"inline_launch_world": {"value": 0, "provenance": "ASSUMED",
+                                                                            "source": "t"}}})

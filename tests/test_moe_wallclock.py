@@ -177,3 +177,45 @@ def test_same_label_measured_apart_and_scored_per_release():
     by = {v["engine_version"]: v for v in X.version_scores(pred)}
     assert by["a"]["cells"] == 2 and by["b"]["signed_mean"] == round(((12 - 4) / 4 + (13 - 10) / 10) / 2, 4)
     assert X.version_scores(pred.drop(columns="engine_version")) == []
+
+
+def _fpm_group(tp, dp, lat, phase, tokens, start=10):
+    n = len(lat)
+    return pd.DataFrame({"gpu": "b300", "engine": "vllm", "model": "qwen3.6-35b-a3b", "tp": tp, "ep": 1, "dp": dp,
+                         "step": np.arange(start, start + n), "latency_ms": lat, "phase": phase, "num_tokens": tokens})
+
+
+def test_own_step_rows_and_own_of_follow_the_engine_fact():
+    """own_step_rows: vLLM's world-size-1 layout records rows that are not its own steps (engines.yaml
+    schedule.inline_launch_world), every multi-rank layout does; own_of broadcasts a layout's flag over its rows and
+    refuses rows of several layouts or an unknown one."""
+    from steptime.errors import SteptimeError
+
+    assert not X.own_step_rows("vllm", 1, 1) and X.own_step_rows("vllm", 2, 1) and X.own_step_rows("vllm", 1, 2)
+    g1, g2 = _fpm_group(1, 1, [3.0, 2.0], "decode", [1, 1]), _fpm_group(2, 1, [3.0, 2.0], "decode", [1, 1])
+    own = {("b300", "vllm", "qwen3.6-35b-a3b", 1, 1, 1): False, ("b300", "vllm", "qwen3.6-35b-a3b", 2, 1, 1): True}
+    assert not X.own_of(g1, own).any() and X.own_of(g2, own).all()
+    with pytest.raises(SteptimeError, match="2 layouts"):
+        X.own_of(pd.concat([g1, g2]), own)
+    with pytest.raises(SteptimeError, match="no own-step flag"):
+        X.own_of(g1, {})
+
+
+def test_row_reading_finds_eager_steps_recorded_too_fast_and_the_step_before():
+    """row_reading: an eager step (above graph_max_tokens) recorded under FAST_EAGER_MS is counted, and the step
+    just before it (consecutive id) is reported with its measured and predicted median; none where none is fast."""
+    lat = [3.0, 46.0, 2.0, 3.0]
+    g = _fpm_group(1, 1, lat, ["decode", "decode", "mixed", "decode"], [1, 1, 900, 1])
+    g2 = _fpm_group(2, 1, [3.0, 40.0], ["decode", "mixed"], [1, 900])
+    pred = {k: (lambda st, tp, ov=None: {"total": np.full(len(st), 7.0), **{q: np.zeros(len(st)) for q in KINDS}})
+            for k in (("b300", "vllm", "qwen3.6-35b-a3b", 1, 1, 1), ("b300", "vllm", "qwen3.6-35b-a3b", 2, 1, 1))}
+    out = X.row_reading([(("b300", "vllm", "qwen3.6-35b-a3b", 1, 1, 1), g), (("b300", "vllm", "qwen3.6-35b-a3b", 2, 1, 1), g2)],
+                        pred)["by_layout"]
+    assert out[0]["rows_own_step"] is False and out[0]["eager_steps"] == 1 and out[0]["eager_steps_under_fast_ms"] == 1
+    assert out[0]["steps_before_them"] == 1 and out[0]["steps_before_measured_median_ms"] == 46.0
+    assert out[0]["steps_before_predicted_median_ms"] == 7.0
+    assert out[1]["rows_own_step"] is True and out[1]["eager_steps_under_fast_ms"] == 0
+    assert "steps_before_them" not in out[1]
+
+
+from steptime_lab.experiments.wallclock.steps import KINDS  # noqa: E402

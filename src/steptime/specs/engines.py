@@ -74,9 +74,14 @@ LIGHT_FLOOR_DEFAULT = "flat"
 # whether the engine splits a prompt over steps under its token budget by default (vLLM V0: no, a prompt runs whole
 # in one step). Absent: true. prefix_caching: whether the engine keeps freed KV blocks cached by default, so a
 # preempted request resumes from its longest surviving cached prefix (serve.sim Policy.prefix_caching). Absent: false.
-SCHEDULE = ("mixed_prefill", "join_steps", "chunked_prefill", "prefix_caching")
+# inline_launch_world: the largest world size (ranks: TP x PP x DP) at which the engine runs the model on the thread
+# that also collects each step's output and, with async scheduling, launches step n + 1's host work there before it
+# reads step n's output (vLLM V1: the in-process UniProcExecutor, world size 1): a per-step wall time recorded between
+# two output collections then holds the NEXT step's host launch, not its own step's. Absent: none (every step's
+# recorded wall time is its own).
+SCHEDULE = ("mixed_prefill", "join_steps", "chunked_prefill", "prefix_caching", "inline_launch_world")
 SCHEDULE_TYPES = MappingProxyType({"mixed_prefill": bool, "join_steps": int, "chunked_prefill": bool,
-                                   "prefix_caching": bool})
+                                   "prefix_caching": bool, "inline_launch_world": int})
 # fusion.<field>: kernels the engine runs fused by default, true/false. qk_norm_rope: a qk_norm model's (Qwen3's)
 # per-head q/k RMSNorms run inside the one kernel that applies RoPE (step.py: no qk_norm term, no extra launches;
 # the rope term prices that kernel). Absent: false (two RMSNorm launches per layer, light.qk_norm_time).
@@ -242,6 +247,16 @@ class Engine:
             raise InputError(f"engine {self.key!r} has no schedule.join_steps in engines.yaml (the steps a closed-loop "
                              f"request waits to join); no schedule model can use it")
         return int(v.value)
+
+    def step_time_is_own(self, tp: int, dp: int = 1, pp: int = 1) -> bool:
+        """Whether a per-step wall time recorded at the engine core is the step's own at this layout: False where the
+        world size tp x pp x dp is at most engines.yaml schedule.inline_launch_world (the engine launches the next
+        step's host work before it collects this step's output); absent: True."""
+        for name, n in (("tp", tp), ("dp", dp), ("pp", pp)):
+            if isinstance(n, bool) or int(n) != n or n < 1:
+                raise InputError(f"step_time_is_own: {name} must be a whole number >= 1 (got {n!r})")
+        v = self.values.get("inline_launch_world")
+        return v is None or int(tp) * int(dp) * int(pp) > int(v.value)
 
     def graph_mode(self, phase: str) -> str:
         return self.graphs.get(phase, "none") if self.host_terms else "none"
