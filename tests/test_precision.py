@@ -112,7 +112,7 @@ def test_each_engine_prices_fp8_gemms_with_its_own_constant_in_both_public_funct
         for name, (n, k) in layer_shapes(model, 4).items():
             ops = predict_ops("gemm", g, m=T, n=n, k=k, dtype="fp8", engine=engine, constants=c)["t_ms"]
             assert step.terms_ms[name] == pytest.approx(model.num_hidden_layers * float(ops), rel=1e-9)
-            ref = PT.gemm_time_fp8(T, n, k, get_gpu(g), c, rel=rel)["t"] * 1e3
+            ref = PT.gemm_time_fp8(T, n, k, get_gpu(g), c, rel=rel, engine=engine)["t"] * 1e3
             assert float(ops) == pytest.approx(float(ref), rel=1e-12)
     vllm = predict_ops("gemm", g, m=T, n=8192, k=8192, dtype="fp8", engine="vllm", constants=c)["t_ms"]
     trt = predict_ops("gemm", g, m=T, n=8192, k=8192, dtype="fp8", engine="trtllm", constants=c)["t_ms"]
@@ -312,3 +312,41 @@ def test_trtllm_ships_the_absolute_memory_form_and_the_other_engines_the_relativ
         assert 0.5 < trt["eta_mem_fp8"] < 1.0
         for eng in ("vllm", "sglang"):
             assert "eta_mem_rel" in PT.fp8_rel(get_gpu(key), c, eng)
+
+
+def test_vllm_fp8_dispatch_is_one_tile_per_m_bucket_without_split_k():
+    """vLLM's CUTLASS scaled-mm dispatch (terms/precision.py fp8_launch): sm90 and sm100 tiles by m bucket, never
+    split-K or stream-K; the few-tile cell (m 256, n 1024, k 4096) the heuristic rescues with split-K is slower."""
+    h, b = get_gpu("h100-sxm"), get_gpu("b200")
+    m = np.array([8.0, 40.0, 40.0, 100.0, 256.0, 8192.0])
+    n = np.array([1024.0, 1024.0, 4096.0, 4096.0, 1024.0, 4096.0])
+    k = np.array([4096.0, 4096.0, 4096.0, 4096.0, 4096.0, 8192.0])
+    tm, tn = PT.fp8_launch(h, "vllm")(m, n, k)
+    assert tm.tolist() == [16, 16, 64, 64, 128, 256] and tn.tolist() == [64, 64, 64, 128, 128, 128]
+    tm, tn = PT.fp8_launch(b, "vllm")(np.array([8.0, 64.0, 64.0, 200.0, 300.0]), 4096.0,
+                                      np.array([4096.0, 4096.0, 2048.0, 4096.0, 4096.0]))
+    assert tm.tolist() == [32, 64, 64, 128, 256] and tn.tolist() == [128, 128, 64, 128, 128]
+    c = Constants.default()
+    forced = G.gemm_time(m, n, k, h, c, dtype="fp8", launch=PT.fp8_launch(h, "vllm"))
+    free = G.gemm_time(m, n, k, h, c, dtype="fp8")
+    assert (forced["split_k"] == 1).all() and not forced["stream_k"].any()
+    assert (free["split_k"][4] > 1 or free["stream_k"][4]) and forced["t"][4] > 1.5 * free["t"][4]
+    # engine None is vLLM's (its factors were fitted with this dispatch); the other engines and unread
+    # architectures keep the heuristic
+    assert PT.fp8_launch(h) is PT.fp8_launch(h, "vllm")
+    assert PT.fp8_launch(h, "trtllm") is None and PT.fp8_launch(h, "sglang") is None
+    assert PT.fp8_launch(get_gpu("l40s"), "vllm") is None
+    # the public fp8 path uses it: gemm_time_fp8 reports the dispatched tiles
+    r = PT.gemm_time_fp8(m, n, k, h, c, engine="vllm")
+    assert r["tile_m"].tolist() == [16, 16, 64, 64, 128, 256]
+
+
+def test_forced_rel_takes_the_nearest_ladder_tile_and_refuses_bad_input():
+    lad = [[16, 128, 0.5], [64, 128, 0.85], [128, 128, 0.95], [256, 128, 1.0]]
+    assert G.forced_rel(np.array([16.0, 64.0, 128.0, 256.0]), np.array([64.0, 64.0, 128.0, 128.0]), lad).tolist() \
+        == [0.5, 0.85, 0.95, 1.0]
+    assert G.forced_rel(np.array([32.0]), np.array([128.0]), lad).tolist() in ([0.5], [0.85])
+    with pytest.raises(ValueError, match="ladder"):
+        G.forced_rel(np.array([16.0]), np.array([64.0]), [[16, 128]])
+    with pytest.raises(ValueError, match="positive"):
+        G.forced_rel(np.array([0.0]), np.array([64.0]), lad)

@@ -211,7 +211,7 @@ def _option_terms(m, n, k, tm, tn, rel, split, sk, paradigm: str, gpu, p: dict,
 
 
 def sm_fill(m, n, k, gpu, constants: Constants | None = None, params: dict | None = None,
-            paradigm: str | None = None) -> dict:
+            paradigm: str | None = None, launch=None) -> dict:
     """SM fill and duty per cell for the best launch option. Arrays in, dict of arrays out.
 
     Options: each tile of the ladder with split-K 1/2/4/8 (wave or persistent launch by
@@ -222,8 +222,14 @@ def sm_fill(m, n, k, gpu, constants: Constants | None = None, params: dict | Non
     bookkeeping cost). The best score (fill x duty) wins, as a heuristic picking the
     fastest kernel would. Small batches score every option in one broadcast, large
     ones scan the options one at a time over 1-D cell arrays; both pick the same option.
+
+    `launch`: a kernel library's own dispatch instead of the heuristic, a callable (m, n, k) -> (tile_m,
+    tile_n) per cell (terms/precision.py fp8_launch): that tile, no split-K, no stream-K, at the ladder's
+    relative throughput of the tile nearest in shape (`forced_rel`).
     """
     p = params if params is not None else resolve(gpu, constants)
+    if launch is not None:  # a kernel library's own dispatch (above)
+        return _forced_fill(m, n, k, gpu, p, paradigm or fill_paradigm(gpu), launch)
     m, n, k = np.broadcast_arrays(np.asarray(m, dtype=float), np.asarray(n, dtype=float),
                                   np.asarray(k, dtype=float))
     shape = m.shape
@@ -248,6 +254,36 @@ def sm_fill(m, n, k, gpu, constants: Constants | None = None, params: dict | Non
         "grid": r["grid"].reshape(shape),
         "tiles_per_cta": r["tiles_per_cta"].reshape(shape),
     }
+
+
+def forced_rel(tile_m, tile_n, ladder) -> np.ndarray:
+    """Relative throughput of each (tile_m, tile_n) from the tile ladder [[tm, tn, rel], ...]: the ladder
+    tile nearest in log tile_m, then in log tile_n."""
+    lad = np.asarray(ladder, dtype=float)
+    if lad.ndim != 2 or lad.shape[1] != 3 or not len(lad):
+        raise ValueError(f"tile ladder must be [[tile_m, tile_n, rel], ...], got {ladder!r}")
+    tm, tn = np.asarray(tile_m, dtype=float), np.asarray(tile_n, dtype=float)
+    if np.any(tm <= 0) or np.any(tn <= 0):
+        raise ValueError("launch tiles must be positive")
+    d = (np.abs(np.log(tm[..., None]) - np.log(lad[:, 0])) * 100.0
+         + np.abs(np.log(tn[..., None]) - np.log(lad[:, 1])))
+    return lad[np.argmin(d, axis=-1), 2]
+
+
+def _forced_fill(m, n, k, gpu, p: dict, paradigm: str, launch) -> dict:
+    """sm_fill's dict for a fixed dispatch (`launch`, sm_fill): one tile per cell, split-K 1, no stream-K."""
+    m, n, k = np.broadcast_arrays(np.asarray(m, dtype=float), np.asarray(n, dtype=float),
+                                  np.asarray(k, dtype=float))
+    shape = m.shape
+    m, n, k = m.ravel(), n.ravel(), k.ravel()
+    tm, tn = (np.broadcast_to(np.asarray(v, dtype=float), m.shape) for v in launch(m, n, k))
+    rel = forced_rel(tm, tn, p["tiles"])
+    one, zero = np.ones_like(m), np.zeros_like(m)
+    r = _option_terms(m, n, k, tm, tn, rel, one, zero, paradigm, gpu, p, grid_cap(gpu, p, paradigm))
+    return {"paradigm": paradigm, "eta_cluster": r["eta_cluster"].reshape(shape),
+            "eta_duty": r["eta_duty"].reshape(shape), "tile_m": tm.reshape(shape), "tile_n": tn.reshape(shape),
+            "split_k": one.reshape(shape), "stream_k": np.zeros(shape, dtype=bool), "grid": r["grid"].reshape(shape),
+            "tiles_per_cta": r["tiles_per_cta"].reshape(shape)}
 
 
 def cta_stream_time(n, k, fill: dict, gpu, p: dict, dtype: str = "bf16"):
@@ -482,11 +518,12 @@ def smax1(a: float, b: float, p: float) -> float:
 
 def gemm_time(m, n, k, gpu, constants: Constants | None = None, f_clk: float | None = None,
               dtype: str = "bf16", floor: bool = True, params: dict | None = None,
-              paradigm: str | None = None) -> dict:
+              paradigm: str | None = None, launch=None) -> dict:
     """Time of C[m,n] = A[m,k] @ W[k,n] on `gpu`: every branch and factor, per cell (seconds).
 
     `params` (from `resolve`, possibly edited) bypasses the constant lookup: fits use it.
     `paradigm` forces an SM-fill model (E1.12 compares them); default `fill_paradigm(gpu)`.
+    `launch` fixes the kernel dispatch (sm_fill; terms/precision.py fp8_launch); default the heuristic.
     """
     p = params if params is not None else resolve(gpu, constants)
     m, n, k = np.asarray(m, dtype=float), np.asarray(n, dtype=float), np.asarray(k, dtype=float)
@@ -495,17 +532,17 @@ def gemm_time(m, n, k, gpu, constants: Constants | None = None, f_clk: float | N
         if u.size <= m.size // 4:
             shape = np.broadcast_shapes(m.shape, n.shape, k.shape)
             g = gemm_time(u, n.ravel()[0], k.ravel()[0], gpu, f_clk=f_clk, dtype=dtype, floor=floor, params=p,
-                          paradigm=paradigm)
+                          paradigm=paradigm, launch=launch)
             return _expand(g, inv.ravel(), shape)
     m, n, k = np.broadcast_arrays(m, n, k)
     if m.size > CHUNK:
-        return _chunked(m, n, k, gpu, f_clk, dtype, floor, p, paradigm)
+        return _chunked(m, n, k, gpu, f_clk, dtype, floor, p, paradigm, launch)
     flops = 2.0 * m * n * k
     if f_clk is None:
         f_clk = clock_factor(flops, gpu, p)
     else:
         f_clk = np.full_like(m, float(f_clk))
-    fill = sm_fill(m, n, k, gpu, params=p, paradigm=paradigm)
+    fill = sm_fill(m, n, k, gpu, params=p, paradigm=paradigm, launch=launch)
     eta_active = float(p["eta_active"])
     eta_c = f_clk * fill["eta_cluster"] * eta_active * fill["eta_duty"]
     peak = gpu.peak_flops if dtype != "fp8" else (gpu.fp8_dense_tflops or gpu.bf16_dense_tflops) * 1e12
@@ -546,7 +583,7 @@ def _expand(g: dict, inv, shape) -> dict:
     return {key: (v[inv].reshape(shape) if isinstance(v, np.ndarray) and v.ndim == 1 else v) for key, v in g.items()}
 
 
-def _chunked(m, n, k, gpu, f_clk, dtype: str, floor: bool, p: dict, paradigm) -> dict:
+def _chunked(m, n, k, gpu, f_clk, dtype: str, floor: bool, p: dict, paradigm, launch=None) -> dict:
     """`gemm_time` over many cells, CHUNK cells per pass: every value is the one a single pass
     gives (the arithmetic is elementwise), but each pass's temporaries stay in cache."""
     shape = m.shape
@@ -554,7 +591,8 @@ def _chunked(m, n, k, gpu, f_clk, dtype: str, floor: bool, p: dict, paradigm) ->
     out: dict = {}
     for i in range(0, m.size, CHUNK):
         sl = slice(i, i + CHUNK)
-        g = gemm_time(m[sl], n[sl], k[sl], gpu, f_clk=f_clk, dtype=dtype, floor=floor, params=p, paradigm=paradigm)
+        g = gemm_time(m[sl], n[sl], k[sl], gpu, f_clk=f_clk, dtype=dtype, floor=floor, params=p, paradigm=paradigm,
+                      launch=launch)
         for key, v in g.items():
             if isinstance(v, np.ndarray):
                 if key not in out:

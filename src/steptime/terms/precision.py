@@ -27,6 +27,18 @@ stream TRT-LLM's fp8 weights at nearly the same fraction of their DRAM peaks whi
 saturate at 0.919 and 0.866, so a factor relative to the bf16 law did not transfer between them
 (each Hopper's is fitted on the other's table) and left a weight-size bias (H100: +4% at 0-8 MB
 to -9% at 300+ MB).
+
+Launch (fp8_launch): the fp8 kernel library's own tile dispatch, where its source was read, in place of
+the bf16 term's heuristic (the best of a tile ladder x split-K 1-8 x stream-K, gemm.sm_fill). vLLM's
+CUTLASS scaled-mm picks one tile per m bucket and launches it once, with no split-K and no stream-K
+(vllm-project/vllm csrc/quantization/w8a8/cutlass/c3x/scaled_mm_sm90_fp8_dispatch.cuh, as stored,
+commit c30af866: PersistentScheduler; scaled_mm_sm100_fp8_dispatch.cuh, commit 487e7b0e: the default
+scheduler; swap-AB configs at small m put the small tile side on m). The heuristic's split-K rescue of
+few-tile cells (m 129-1024 on a 1-4k n) made those cells too fast (H100 -9 to -14% median) and the
+fitted compute factor too low for the rest (E1.27, issue 19 item 5). The dispatch belongs to the
+fitted factor set (FP8_LAUNCH: the factors were fitted with it); sm89 and sm120 dispatches were not
+read and keep the heuristic, as do TensorRT-LLM's and SGLang's factor sets (SGLang's sgl-kernel
+dispatch, read, did not improve its held-out table: DESIGN, fp8 dispatch).
 """
 
 from __future__ import annotations
@@ -39,6 +51,40 @@ from steptime.calibration import Constants
 from steptime.terms import gemm, light
 
 IDENTITY = MappingProxyType({"eta_c_rel": 1.0, "eta_mem_rel": 1.0, "floor_add_us": 0.0})
+
+
+def _vllm_cutlass_sm90(m, n, k):
+    """(tile_m, tile_n) per cell of vLLM's sm90 fp8 CUTLASS dispatch (module note; swap-AB at m <= 64)."""
+    tm = np.where(m <= 16, 16.0, np.where(m <= 64, np.where(n <= 1280, 16.0, 64.0),
+                  np.where(m <= 128, 64.0, np.where((m >= 8192) & (k >= 6144), 256.0, 128.0))))
+    tn = np.where(m <= 64, 64.0, 128.0)
+    return tm, tn
+
+
+def _vllm_cutlass_sm100(m, n, k):
+    """(tile_m, tile_n) per cell of vLLM's sm100-family fp8 CUTLASS dispatch (module note; swap-AB at m <= 64
+    except m = 64 with k < 4096)."""
+    tm = np.where(m <= 16, 32.0, np.where(m <= 64, 64.0, np.where(m <= 256, 128.0, 256.0)))
+    tn = np.where((m == 64) & (k < 4096), 64.0, 128.0)
+    return tm, tn
+
+
+# the kernel dispatch each fitted fp8 factor set was fitted with: {constant: {sm_version: (m, n, k) -> tiles}}
+FP8_LAUNCH = MappingProxyType({
+    "gemm_fp8_rel": MappingProxyType({90: _vllm_cutlass_sm90, 100: _vllm_cutlass_sm100, 103: _vllm_cutlass_sm100}),
+})
+
+
+def fp8_launch(gpu, engine=None):
+    """The fp8 kernel dispatch of `engine`'s fp8 factor set on `gpu` (a gemm_time `launch`), or None: the
+    bf16 heuristic (module note)."""
+    table = FP8_LAUNCH.get(fp8_const(engine))
+    if table is None:
+        return None
+    sm = getattr(gpu, "sm_version", None)
+    if sm is None:
+        raise ValueError(f"gpu {getattr(gpu, 'key', gpu)!r} has no sm_version: cannot pick its fp8 dispatch")
+    return table.get(int(sm))
 
 
 def fp8_const(engine=None) -> str:
@@ -116,7 +162,7 @@ def _compute_bound(g: dict, rel: dict, params: dict):
 
 def gemm_time_fp8(m, n, k, gpu, constants: Constants | None = None, rel: dict | None = None, engine=None,
                   **kw) -> dict:
-    g = gemm.gemm_time(m, n, k, gpu, constants, dtype="fp8", **kw)
+    g = gemm.gemm_time(m, n, k, gpu, constants, dtype="fp8", launch=fp8_launch(gpu, engine), **kw)
     rel = rel or fp8_rel(gpu, constants, engine)
     tq = act_quant_time(m, k, gpu, constants, act_quant_passes(engine))
     p = gemm.resolve(gpu, constants)
@@ -125,7 +171,7 @@ def gemm_time_fp8(m, n, k, gpu, constants: Constants | None = None, rel: dict | 
 
 
 def gemm_time_shapes_fp8(m, shapes: dict, gpu, constants: Constants | None = None, engine=None, **kw) -> dict:
-    out = gemm.gemm_time_shapes(m, shapes, gpu, constants, dtype="fp8", **kw)
+    out = gemm.gemm_time_shapes(m, shapes, gpu, constants, dtype="fp8", launch=fp8_launch(gpu, engine), **kw)
     rel = fp8_rel(gpu, constants, engine)
     passes = act_quant_passes(engine)
     p = gemm.resolve(gpu, constants)
