@@ -3,6 +3,7 @@ batch_tokens)."""
 from __future__ import annotations
 
 import numpy as np
+import pandas as pd
 import pytest
 
 from steptime.specs import get_gpu
@@ -36,8 +37,14 @@ def test_batch_cost_absent_or_zero_leaves_the_law_and_bad_scale_is_refused():
         _t(T, batch_us=5.0, batch_tokens=0.0)
 
 
-def test_batch_cost_is_fitted_for_every_dtype():
-    for dt in ("bf16", "fp8", "fp8_block", "nvfp4", "mxfp4"):
-        names, p0, lo, hi = E.law_params(dt)
+def test_batch_cost_is_fitted_for_the_trtllm_family_only():
+    cells = pd.DataFrame({"sdtype": ["nvfp4", "bf16", "bf16", "fp8"], "family": ["trtllm", "trtllm", "triton",
+                                                                                  "cutlass_sm90"]})
+    assert E.batch_cost(cells, "nvfp4") and not E.batch_cost(cells, "bf16") and not E.batch_cost(cells, "fp8")
+    assert not E.batch_cost(cells, "mxfp4")                                  # no training cells: no
+    for dt in ("bf16", "nvfp4", "fp8_block"):
+        names, p0, lo, hi = E.law_params(dt, batch=True)
         i, j = names.index("batch_us"), names.index("batch_tokens")
         assert lo[i] == 0.0 and lo[j] >= 1.0 and p0[j] > 0 and len(names) == len(p0) == len(lo) == len(hi)
+        assert "batch_us" not in E.law_params(dt)[0]
+    assert E.law_params("nvfp4", batch=True)[0][-1] == "quant_passes"
