@@ -496,6 +496,18 @@ def routed_experts_time(tokens, hidden, inter, topk, num_experts, gpu, mc: MoECo
     # rank's local experts and mask the others), where the law has the constant (E3.1, wave 18)
     if _has_law(mc, "ep_floor_us", dtype, family):
         t0 = t0 + np.where(np.asarray(ep, dtype=float) > 1, law("ep_floor_us") * 1e-6, 0.0)
+    # the batch's own fixed cost, saturating in its tokens (E3.1, wave 23): batch_us x T / (T + batch_tokens), where the
+    # law has the constants (0 otherwise). OBSERVED (AIConfigurator's tables, vLLM 0.24): on the timed EP rank of the
+    # largest EP (one local expert, a row or two of local work at every T <= 32) the TRT-LLM kernels' time rises from
+    # 15-17 us at 1-4 tokens to 25-27 us at 32 and then stays within a few us to 256 tokens on every datacenter
+    # Blackwell GPU (nvfp4 +10 us, fp8_block +6-10, bf16 +4-8); a work per token of the whole batch, not of the
+    # rank's experts, that runs in parallel over the tokens beyond a few dozen. A constant floor fitted across it
+    # was 20-40% too slow at 1-2 tokens and 5-12% too fast at 32-2048.
+    if _has_law(mc, "batch_us", dtype, family):
+        half = float(law("batch_tokens"))
+        if not half > 0:
+            raise ValueError(f"MoE law batch_tokens:{dtype} must be > 0 tokens, got {half!r}")
+        t0 = t0 + law("batch_us") * 1e-6 * T / (T + half)
     p = float(_law(mc, "overlap_p", dtype, family)) if _has_law(mc, "overlap_p", dtype, family) else np.inf
     both = smax(t_c, t_m, p)
     t = np.where(T > 0, t0 + both + t_tok, 0.0)
