@@ -128,14 +128,35 @@ def deploy_cells(cells_gpu) -> dict:
 
 
 # ---------------------------------------------------------------------------------------
+def table_kv_write_s(b, s, hkv, d, kv_dtype, gpu, fc: dict) -> np.ndarray:
+    """Seconds of the KV-cache write inside an AIConfigurator prefill cell (0 for decode rows).
+
+    AIConfigurator's vLLM collector times the backend's `impl.forward(layer, q, k, v, kv_cache, ...)`
+    (ai-dynamo/aiconfigurator collector/vllm/collect_attn.py @ 5ef50c9b), which first scatters the
+    new tokens' K and V into the paged cache (vLLM's reshape_and_cache_flash) and then runs the
+    attention kernel: two launches in one stream, so the write adds to the kernel's time. The step
+    prices that write as its own light kernel (`light` kv_write), so the attention term leaves it
+    out and only the operator table's cells carry it. Bytes: read the new K and V (bf16), write them
+    into the cache (`kv_dtype`); streamed at the GPU's attention HBM efficiency (attn_eta_mem), nothing
+    fitted. Decode rows (one token a request) are left at zero: their write is 1/(c+1) of the KV read."""
+    s = np.asarray(s, dtype=float)
+    kvb = A._kvb(kv_dtype)
+    nbytes = np.asarray(b, dtype=float) * s * 2.0 * np.asarray(hkv, dtype=float) * np.asarray(d, dtype=float) * (2.0 + kvb)
+    return np.where(s > 1, nbytes / (gpu.mem_bw * fc["attn_eta_mem"]), 0.0)
+
+
 def predict(cells_gpu, gpu, fc: dict, warm_l2: bool = True, constants: Constants | None = None) -> dict:
     """steptime prediction (ms) for the cells of one GPU with the factor dict `fc` (other constants:
-    `constants`, None for the shipped ones)."""
+    `constants`, None for the shipped ones): the attention term plus, for a prefill cell, the
+    table's KV-cache write (`table_kv_write_s`; "t_kv_write")."""
     g = get_gpu(gpu)
     x = cells_gpu
     r = A.attention_cells(_col(x, "b"), _col(x, "s"), _col(x, "c"), _col(x, "H"),
                           _col(x, "Hkv"), _col(x, "d"), g, require_constants(constants, "attention.predict"),
                           kv_dtype=_col(x, "kv_dtype"), warm_l2=warm_l2, fc=fc)
+    r["t_kv_write"] = table_kv_write_s(_col(x, "b"), _col(x, "s"), _col(x, "Hkv"), _col(x, "d"), _col(x, "kv_dtype"),
+                                       g, fc)
+    r["t"] = np.asarray(r["t"]) + r["t_kv_write"]
     return {k: (np.asarray(v) * 1e3 if k.startswith("t") else v) for k, v in r.items()}
 
 
