@@ -160,3 +160,45 @@ def test_carried_efficiencies_never_pass_the_datasheet_peak():
     fc = E.from_gemm_readings(fcg, {"attn_floor_us": 4.0, "attn_eta_mem": 1.4, "attn_eta_ceil": 1.3},
                               {"kernel_floor_us": 2.0, "eta_mem_max": 0.9, "eta_active": 0.9})
     assert fc["attn_eta_mem"] == 1.0 and fc["attn_eta_ceil"] == 1.0 and fc["attn_floor_us"] == 8.0
+
+
+def test_prefill_q_tile_follows_the_kernel_source():
+    # FlashAttention-2 hdim 128 causal: 64-row tiles on sm86/sm89 (L40S), 128 elsewhere
+    assert A.prefill_q_tile(get_gpu("l40s")) == 64.0
+    assert A.prefill_q_tile(get_gpu("a100-sxm")) == 128.0
+    assert A.prefill_q_tile(H100) == 128.0
+
+
+def test_prefill_tiles_count_causal_work_in_longest_tiles():
+    work, longest = A.prefill_tiles(np.array([1.0, 128.0, 512.0, 512.0]), np.array([0.0, 0.0, 0.0, 256.0]), 4, 128.0)
+    assert work[0] == 0.0 and longest[0] == 0.0  # a decode row has no query tiles
+    assert work[1] == 4.0 and longest[1] == 1.0  # one tile per head, one key block each
+    assert work[2] == 4 * (1 + 2 + 3 + 4) and longest[2] == 4.0  # causal: tile i sees i + 1 key blocks
+    assert work[3] == 4 * (3 + 4 + 5 + 6) and longest[3] == 6.0  # cached context adds to every tile
+    with pytest.raises(ValueError):
+        A.prefill_tiles(16.0, 0.0, 4, 0.0)
+    with pytest.raises(ValueError):
+        A.prefill_tiles(-1.0, 0.0, 4, 128.0)
+
+
+def test_prefill_fill_is_set_by_the_longest_request_in_a_batch():
+    # same work, one long request + short ones fills worse than the work spread evenly (critical path)
+    fc = A.attention_constants(H100)
+    mixed = A.attention_time(np.array([4096.0, 512.0, 512.0]), np.zeros(3), 4, 1, 128, H100)
+    ref = A.attention_request_terms(np.array([4096.0, 512.0, 512.0]), np.zeros(3), 4, 1, 128, H100, fc=fc)
+    assert mixed["eta_fill"][0] == pytest.approx(
+        (ref["work"].sum() / 32.0) / (ref["work"].sum() / 32.0 + fc["attn_fill_half"] * H100.sms))
+    few = A.attention_cells(1, 2048, 0, 4, 1, 128, H100)["eta_fill"]
+    many = A.attention_cells(64, 2048, 0, 4, 1, 128, H100)["eta_fill"]
+    assert few < many <= 1.0
+
+
+def test_table_kv_write_adds_to_prefill_cells_only():
+    fc = A.attention_constants(H100)
+    t = E.table_kv_write_s(np.array([2.0, 2.0]), np.array([1.0, 1024.0]), 8, 128, "bf16", H100, fc)
+    assert t[0] == 0.0
+    assert t[1] == pytest.approx(2 * 1024 * 2 * 8 * 128 * 4 / (H100.mem_bw * fc["attn_eta_mem"]))
+    t8 = E.table_kv_write_s(2.0, 1024.0, 8, 128, "fp8", H100, fc)
+    assert t8 == pytest.approx(t[1] * 3 / 4)  # bf16 K/V in, fp8 into the cache
+    with pytest.raises(ValueError):
+        E.table_kv_write_s(2.0, 1024.0, 8, 128, "int3", H100, fc)

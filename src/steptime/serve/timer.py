@@ -132,6 +132,7 @@ class StepTimer:
         fp8 = kvb == 1.0
         f = float(self.constants.get("f_clk", self.gpu)) if f_clk is None else float(f_clk)
         self._pf = (float(self.heads), float(self.kv_heads), float(self.head_dim), kvb)
+        self._q_pf = attention.prefill_q_tile(self.gpu)  # causal prefill query tile (SM fill)
         self._eta_c = f * self.fc["attn_eta_ceil"] * (self.fc["attn_fp8_compute"] if fp8 else 1.0)
         self._unit = self.fc["attn_fp8_unit"] if fp8 else 1.0
         # scalar constants of decode attention (the hot path works in Python floats)
@@ -294,17 +295,21 @@ class StepTimer:
             return self._mla_prefill(new, kv)
         hq, hkv, d, kvb = self._pf
         fc = self.fc
-        tc = nb = un = ti = 0.0
+        tc = nb = un = wk = lg = 0.0
+        qp = self._q_pf
         for s, c in zip(new, kv):
             s = float(s)
             c = float(c)
             qt = math.ceil(s / attention.Q_TILE)
+            npf = math.ceil(s / qp)
             flops_eff = 4.0 * hq * d * (s * c + s * (s + fc["attn_causal_tile"]) / 2.0)
             eta = self._eta_c * (s / (s + fc["attn_c_tokens"]))
             tc += flops_eff / (self.gpu.peak_flops * eta)
             nb += (c + s) * 2.0 * hkv * d * kvb + 4.0 * s * hq * d + 4.0 * s * hkv * d
             un += hkv * qt * self._unit
-            ti += hq * qt
+            wk += hq * npf * (c / qp + (npf + 1.0) / 2.0)  # attention.prefill_tiles
+            lg = max(lg, c / qp + npf)
+        ti = wk / lg
         tc /= ti / (ti + fc["attn_fill_half"] * self.gpu.sms)
         p = fc["attn_overlap_p"]
         t_units = un * fc["attn_cta_us"] * 1e-6 / self.gpu.sms
@@ -326,7 +331,7 @@ class StepTimer:
                                               self.fc)
         a = attention.combine(np.array([r["t_compute"].sum()]), np.array([r["bytes"].sum()]),
                               np.array([r["units"].sum()]), np.array([float(len(new))]), self.gpu, self.fc,
-                              tiles=np.array([r["tiles"].sum()]), prefill=np.array([True]))
+                              tiles=np.array([r["work"].sum() / r["longest"].max()]), prefill=np.array([True]))
         return float(a["t"][0])
 
     # -- steps ---------------------------------------------------------------------------

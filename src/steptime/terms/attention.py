@@ -7,11 +7,13 @@ H_kv KV heads, head dim d, b_kv bytes per KV element):
     flops   = 4 H_q d (s c + s (s + p_tile) / 2)        causal block; p_tile = causal-shape penalty
     bytes   = (c + s) 2 H_kv d b_kv  +  4 s H_q d  +  4 s H_kv d   KV read, Q in / O out, new K/V in
     units   = H_kv ceil(s / q_tile)                     CTAs (work units) the kernel launches
+    work    = H_q n (c / q_pf + (n + 1) / 2),  n = ceil(s / q_pf)   causal key blocks over all query tiles
+    longest = c / q_pf + n                              key blocks of the longest query tile (the last one)
 
 and, summed over the batch:
 
     t_compute = flops / (P * eta_attn * eta_fill),   eta_attn = f_clk * eta_ceil * s / (s + c_tok) * fp8_compute
-              eta_fill = tiles / (tiles + fill_half * SMs),   tiles = sum of H_q ceil(s / q_tile) (SM fill)
+              eta_fill = tiles / (tiles + fill_half * SMs),   tiles = sum(work) / max(longest)  (SM fill)
     t_memory  = bytes * (hit / BW_L2 + (1 - hit) / (BW * eta_mem))          (L2 cliff)
               hit = 1 / (1 + (x / x_c)^k),   x = bytes / L2,   BW_L2 = l2_bpc * SMs * f_boost
     t_units   = units * t_cta / SMs  (* fp8_unit for an fp8 cache)          per-request cost
@@ -25,7 +27,10 @@ Named factors (constants in defaults.yaml, settled by E1.24):
   attn_eta_ceil      compute ceiling of long causal prefill (per-GPU deploy reading)
   attn_c_tokens      softmax-amortisation saturation, in query tokens per request
   attn_causal_tile   causal-shape penalty: diagonal-tile waste, in tokens
-  attn_fill_half     query tiles per SM at which a prefill reaches half its rate (SM fill)
+  attn_fill_half     critical-path weight (SM fill): a causal prefill takes work / SMs + fill_half x the
+                     longest query tile's time (Brent's bound); `tiles` counts the batch's work in units
+                     of its longest tile, so few heads x few short prompts (TP-split shapes) fill badly.
+                     q_pf: the arch's causal prefill query tile (`prefill_q_tile`, from kernel source)
   attn_cta_us        SM-microseconds each (request, KV head, query tile) work unit costs
   attn_overlap_p     how the per-unit cost overlaps streaming (1 = adds, large = max)
   attn_l2_bpc        L2 bytes per SM per clock (sets BW_L2 from the datasheet)
@@ -47,6 +52,11 @@ from steptime.terms.gemm import smax
 
 KV_BYTES = MappingProxyType({"bf16": 2, "bfloat16": 2, "fp16": 2, "fp8": 1})
 Q_TILE = 128  # query rows per CTA of FlashAttention-class prefill kernels (DERIVED)
+# Causal prefill query tile (kBlockM, head dim 128) by SM version where it is not Q_TILE: FlashAttention-2's
+# run_mha_fwd_hdim128 takes 64 x 64 tiles for causal on sm86/sm89 ("is_sm8x": major 8, minor > 0) and 128 x 64
+# elsewhere (Dao-AILab/flash-attention csrc/flash_attn/src/flash_fwd_launch_template.h @ 0251105a); FA3's
+# tile_size_fwd_sm90 gives 128 x 128 for causal hdim 128 (hopper/tile_size.h, same commit). DERIVED.
+PREFILL_Q_TILE_BY_SM = MappingProxyType({86: 64, 87: 64, 89: 64})
 
 FACTORS = ("attn_floor_us", "attn_prefill_floor_rel", "attn_eta_mem", "attn_eta_ceil", "attn_c_tokens", "attn_causal_tile", "attn_fill_half",
            "attn_cta_us",
@@ -85,6 +95,29 @@ def attention_constants(gpu, constants: Constants | None = None) -> dict:
         if f in fc and f not in ("attn_floor_us", "attn_eta_mem", "attn_eta_ceil"):
             fc[f] = float(v)
     return fc
+
+
+def prefill_q_tile(gpu) -> float:
+    """Query rows per CTA of the causal prefill kernel on `gpu` (PREFILL_Q_TILE_BY_SM, else Q_TILE)."""
+    sm = getattr(gpu, "sm_version", None)
+    return float(PREFILL_Q_TILE_BY_SM.get(int(sm), Q_TILE)) if sm is not None else float(Q_TILE)
+
+
+def prefill_tiles(new_tokens, kv_len, n_heads, q_tile: float) -> tuple[np.ndarray, np.ndarray]:
+    """(work, longest) of causal prefill requests, in key blocks of `q_tile` keys: `work` over every
+    (head, query tile) CTA of a request, `longest` the last query tile's (it sees the whole context).
+    Decode rows (s <= 1) have neither. A batch's `tiles` (SM fill) is sum(work) / max(longest)."""
+    s = np.asarray(new_tokens, dtype=float)
+    c = np.asarray(kv_len, dtype=float)
+    if not q_tile > 0:
+        raise ValueError(f"query tile must be positive, got {q_tile!r}")
+    if np.any(s < 0) or np.any(c < 0):
+        raise ValueError("new tokens and KV length must be non-negative")
+    pre = s > 1
+    n = np.ceil(s / q_tile)
+    work = np.where(pre, np.asarray(n_heads, dtype=float) * n * (c / q_tile + (n + 1.0) / 2.0), 0.0)
+    longest = np.where(pre, c / q_tile + n, 0.0)
+    return work, longest
 
 
 def _kvb(kv_dtype):
@@ -126,7 +159,8 @@ def attention_request_terms(new_tokens, kv_len, n_heads, n_kv_heads, head_dim, g
     flops_eff = 4.0 * hq * d * (s * c + s * (s + np.where(pre, fc["attn_causal_tile"], 1.0)) / 2.0)
     nbytes = (c + s) * 2.0 * hkv * d * kvb + 4.0 * s * hq * d + 4.0 * s * hkv * d * pre
     units = hkv * np.ceil(s / Q_TILE)
-    tiles = np.where(pre, hq * np.ceil(s / Q_TILE), 0.0)
+    work, longest = prefill_tiles(s, c, hq, prefill_q_tile(gpu))
+    tiles = np.divide(work, longest, out=np.zeros(np.broadcast(work, longest).shape), where=longest > 0)
     fp8 = np.asarray(kvb) == 1.0
     # softmax amortisation saturates over the query block of a prefill; a decode (s = 1)
     # runs a split-KV kernel whose compute branch is never the bottleneck.
@@ -136,7 +170,8 @@ def attention_request_terms(new_tokens, kv_len, n_heads, n_kv_heads, head_dim, g
     units_cost = units * np.where(fp8, fc["attn_fp8_unit"], 1.0)
     t_memory_hbm = nbytes / (gpu.mem_bw * fc["attn_eta_mem"])  # for callers that want it per request
     return {"t_compute": t_compute, "t_memory": t_memory_hbm, "flops": flops, "flops_eff": flops_eff,
-            "bytes": nbytes, "units": units_cost, "tiles": tiles, "eta_attn": eta, "eta_softmax": eta_soft}
+            "bytes": nbytes, "units": units_cost, "tiles": tiles, "work": work, "longest": longest,
+            "eta_attn": eta, "eta_softmax": eta_soft}
 
 
 def combine(t_compute, nbytes, units, n_req, gpu, fc: dict, warm_l2: bool = False, tiles=None,
@@ -210,7 +245,10 @@ def attention_time(new_tokens, kv_len, n_heads, n_kv_heads, head_dim, gpu, const
     tc = np.bincount(group, weights=r["t_compute"], minlength=n_groups)
     nb = np.bincount(group, weights=r["bytes"], minlength=n_groups)
     un = np.bincount(group, weights=r["units"], minlength=n_groups)
-    ti = np.bincount(group, weights=r["tiles"], minlength=n_groups)
+    wk = np.bincount(group, weights=r["work"], minlength=n_groups)
+    lg = np.zeros(n_groups)
+    np.maximum.at(lg, group, np.broadcast_to(r["longest"], np.shape(group)))
+    ti = np.divide(wk, lg, out=np.zeros(n_groups), where=lg > 0)  # the batch's work in longest-tile units
     nreq = np.bincount(group, minlength=n_groups).astype(float)
     pre = np.bincount(group, weights=(np.asarray(new_tokens, dtype=float) > 1).astype(float), minlength=n_groups) > 0
     out = combine(tc, nb, un, nreq, gpu, fc, warm_l2, tiles=ti, prefill=pre)

@@ -31,6 +31,7 @@ from steptime.specs.moe import is_moe
 from steptime.step import layer_shapes
 from steptime.terms import attention as A
 from steptime.terms import gemm as G
+from steptime_lab.experiments import attention as AX
 from steptime_lab.regimes import LLM_MAX_M, LLM_MIN_NK
 from steptime_lab.results import claim
 
@@ -139,9 +140,8 @@ def predict_attention(cells: pd.DataFrame, gemm_doc: dict, attn_doc: dict, base:
         c, _ = held_out_constants(g, ("gemm", "attention"), gemm_doc=gemm_doc, attn_doc=attn_doc, base=base)
         drop = {tuple(v) for v in per_gpu[g].get("scoring_excludes", {}).values()}
         x = x[[tuple(cid) not in drop for cid in x["cell"]]].copy()
-        r = A.attention_cells(x["b"].to_numpy(), x["s"].to_numpy(), x["c"].to_numpy(), x["H"].to_numpy(),
-                              x["Hkv"].to_numpy(), x["d"].to_numpy(), get_gpu(g), c, kv_dtype="bf16", warm_l2=True)
-        x["pred_ms"] = np.asarray(r["t"]) * 1e3
+        r = AX.predict(x, g, A.attention_constants(get_gpu(g), c), constants=c)  # E1.24's: attention + the table's KV write
+        x["pred_ms"] = np.asarray(r["t"])
         out.append(x)
     p = pd.concat(out, ignore_index=True)
     p["err"] = p["pred_ms"] / p["y_ms"] - 1
@@ -245,6 +245,7 @@ def document(gemm_pred: pd.DataFrame, attn_pred: pd.DataFrame, targets: dict, un
                             {f"{d['arch']}/{d['side']}/{'small_m' if d['m_band'].startswith('m <=') else 'large_m'}":
                              d["bias"] for d in sides}, "signed error by side"))
     return {"metrics": {"records": records, "summary": summary, "notes": notes or {}, "skinny_by_side": sides,
+                        "disclosed": AX.DISCLOSED,
                         "target_met": int(sum(c.get("met", False) for c in claims if "met" in c)),
                         "target_scored": int(sum(1 for c in claims if "met" in c))},
             "claims": claims}
