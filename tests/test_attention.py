@@ -202,38 +202,6 @@ def test_swap_copy_rel_is_measured_on_the_given_gpus_only():
                      "Hkv": hkv, "d": 128, "y_ms": y})
     cells_ = pd.DataFrame(rows)
     assert E.swap_copy_rel(cells_, ["x"]) == pytest.approx(0.3)
-    assert E.swap_fixed(cells_, ["x"], "fa3") == {"attn_swap_copy_rel": 0.0, "attn_combine_rel": 0.0}
+    assert E.swap_fixed(cells_, ["x"], "fa3") == {"attn_swap_copy_rel": 0.0}
     with pytest.raises(ValueError, match="no GPU"):
         E.swap_copy_rel(cells_, ["y"])
-
-
-def test_fa2_split_heuristic_geometry():
-    # one KV block: one split; a lone (request, KV head) tile over a long KV: split up to the block count
-    assert A.fa2_num_splits(1, 8, 1, 128, 128, 108)[()] == 1
-    assert A.fa2_num_splits(1, 8, 1, 256, 128, 108)[()] == 2
-    assert A.fa2_num_splits(1, 8, 1, 16384, 128, 108)[()] == 128
-    # enough tiles to fill 80% of two CTAs per SM: no split; no GQA swap (H_q = H_kv): no split
-    assert A.fa2_num_splits(200, 8, 1, 16384, 128, 108)[()] == 1
-    assert A.fa2_num_splits(1, 8, 8, 16384, 128, 108)[()] == 1
-    # 32 tiles, 32 blocks, 216 slots: 6 splits is the first within 85% of the best wave efficiency
-    assert A.fa2_num_splits(4, 32, 8, 4096, 128, 108)[()] == 6
-    with pytest.raises(ValueError, match="fa2_num_splits"):
-        A.fa2_num_splits(1, 4, 8, 128, 128, 108)
-
-
-def test_fa2_split_decode_pays_the_combine_launch():
-    fc = A.attention_constants(A100)
-    assert fc["attn_combine_rel"] > 0.0 == A.attention_constants(H100)["attn_combine_rel"]
-    one = A.attention_cells(1, 1, 127, 8, 1, 128, A100)   # 128 tokens: one block, one split
-    two = A.attention_cells(1, 1, 255, 8, 1, 128, A100)   # 256 tokens: two splits + combine
-    gap = two["t_floor"][()] - one["t_floor"][()]
-    assert gap == pytest.approx(fc["attn_floor_us"] * 1e-6 * fc["attn_combine_rel"])
-
-
-def test_combine_rel_is_the_paired_one_to_two_block_step_over_the_floor():
-    rows = [{"b": 1, "H": 8, "Hkv": 1, "c": 127, "y_ms": 0.8}, {"b": 1, "H": 8, "Hkv": 1, "c": 255, "y_ms": 1.05},
-            {"b": 2, "H": 32, "Hkv": 8, "c": 63, "y_ms": 1.0}]
-    cells_ = pd.DataFrame([{"gpu": "a100-sxm", "phase": "decode", "kv_dtype": "bf16", "s": 1, "d": 128, **r} for r in rows])
-    assert E.combine_rel(cells_, ["a100-sxm"]) == pytest.approx(0.25)
-    with pytest.raises(ValueError, match="no GPU"):
-        E.combine_rel(cells_.iloc[2:], ["a100-sxm"])

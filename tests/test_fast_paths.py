@@ -80,11 +80,8 @@ def _general_attention(new, kv, hq, hkv, d, gpu, kv_dtype, group, n_groups):
     nreq = np.bincount(group, minlength=n_groups).astype(float)
     pre = np.bincount(group, weights=(new > 1).astype(float), minlength=n_groups) > 0
     copy = attention.swap_copy(nreq, hq, hkv)  # FA2's GQA query-transposition copy per step (decode floor)
-    kv_max = np.zeros(n_groups)
-    np.maximum.at(kv_max, group, kv + 1.0)  # FA2 splits by the step's longest KV
-    splits = attention.fa2_num_splits(nreq, hq, hkv, kv_max, d, gpu.sms)
     out = attention.combine(sums[0], sums[1], sums[2], nreq, gpu, fc, False, tiles=sums[3], prefill=pre,
-                            decode_floor_rel=attention._decode_floor_rel(copy, splits, fc))
+                            decode_floor_rel=attention._decode_floor_rel(copy, fc))
     out["requests"] = nreq
     return out
 

@@ -33,8 +33,6 @@ Named factors (constants in defaults.yaml, settled by E1.24):
   attn_fp8_unit, attn_fp8_compute   fp8-cache per-unit cost and compute-rate multipliers
   attn_swap_copy_rel the share of the decode floor that FlashAttention-2's varlen GQA query
                      transposition copy costs (`swap_copy`); lanes in SWAP_COPY_LANES only, else 0
-  attn_combine_rel   the split-KV combine kernel's launch, relative to the decode floor, added
-                     when FA2's split heuristic picks more than one split (`fa2_num_splits`)
 
 Decode launch geometry (FlashAttention-2 lane, vllm-project/flash-attention @ 04325b67,
 csrc/flash_attn/flash_api.cpp, mha_varlen_fwd): with one query token and H_q > H_kv the API
@@ -43,10 +41,7 @@ swaps the query-head groups into the sequence axis, q.reshape(b, H_kv, g, d).tra
 merges with any stride); otherwise it is a copy kernel, one more launch in the decode floor.
 So a decode batch pays the copy iff H_q > H_kv >= 2 and b >= 2 (`swap_copy`); at TP 8 a
 70B-class model has one KV head per rank and the copy, part of the floor read at 8 KV heads,
-is gone. The same API picks the KV splits of a swapped decode (num_splits_heuristic, same file):
-one split once b H_kv ceil(g / 64) >= 0.8 x 2 SMs, else the fewest eligible splits (at most
-min(128, 2 SMs, KV blocks of block_n = 128 tokens at d <= 128)) whose wave efficiency is within
-85% of the best; more than one split launches a combine kernel after the main one.
+is gone.
 
 The L2 term only applies with `warm_l2=True`: a microbenchmark that replays one layer
 keeps its KV cache in L2, a real forward pass streams every other layer in between.
@@ -67,7 +62,7 @@ Q_TILE = 128  # query rows per CTA of FlashAttention-class prefill kernels (DERI
 FACTORS = ("attn_floor_us", "attn_prefill_floor_rel", "attn_eta_mem", "attn_eta_ceil", "attn_c_tokens", "attn_causal_tile", "attn_fill_half",
            "attn_cta_us",
            "attn_overlap_p", "attn_l2_bpc", "attn_l2_x_c", "attn_l2_sharp", "attn_fp8_unit", "attn_fp8_compute",
-           "attn_swap_copy_rel", "attn_combine_rel")
+           "attn_swap_copy_rel")
 # kernel families whose decode API copies the swapped GQA query (FlashAttention-2's varlen API);
 # FA3 packs the group inside the kernel, TRT-LLM-gen/FlashInfer take the heads as they are (DERIVED)
 SWAP_COPY_LANES = ("fa2",)
@@ -116,42 +111,10 @@ def swap_copy(batch, n_heads, n_kv_heads) -> np.ndarray:
     return (hq > hkv) & (hkv >= 2) & (b >= 2)
 
 
-MAX_SPLITS = 128  # FA2's split-KV limit (DERIVED)
-
-
-def fa2_num_splits(batch, n_heads, n_kv_heads, max_kv, head_dim, sms: int) -> np.ndarray:
-    """KV splits FlashAttention-2's varlen decode picks (module docstring): 1 without the GQA
-    swap (H_q = H_kv); `max_kv` is the batch's longest KV in tokens. Arrays broadcast."""
-    b, hq, hkv, kv, d = np.broadcast_arrays(*(np.asarray(x, dtype=float) for x in
-                                              (batch, n_heads, n_kv_heads, max_kv, head_dim)))
-    if np.any(hkv <= 0) or np.any(hq < hkv) or np.any(b < 0) or np.any(kv < 0) or sms <= 0:
-        raise ValueError("fa2_num_splits: need batch, max_kv >= 0, n_heads >= n_kv_heads >= 1, sms > 0")
-    block_n = np.where(d <= 64, 256.0, np.where(d <= 128, 128.0, 64.0))
-    n_blocks = np.ceil(kv / block_n)
-    work = b * hkv * np.ceil(hq / hkv / 64.0)  # (request, KV head, 64-row query block) tiles
-    slots = 2.0 * sms  # 128-thread CTAs: two per SM
-    split = (hq > hkv) & (work < 0.8 * slots)
-    out = np.ones(b.shape)
-    if not split.any():
-        return out
-    # the choice depends on (tiles, KV blocks) only: solve each distinct pair once
-    pairs, inv = np.unique(np.stack([work[split], n_blocks[split]], axis=-1), axis=0, return_inverse=True)
-    w, nb = pairs[:, :1], pairs[:, 1:]
-    s = np.arange(1, MAX_SPLITS + 1, dtype=float)
-    ok = (s <= np.minimum(min(MAX_SPLITS, slots), nb)) & ((s == 1) | (np.ceil(nb / s) != np.ceil(nb / np.maximum(s - 1, 1))))
-    waves = w * s / slots
-    eff = np.where(ok, np.divide(waves, np.ceil(waves), out=np.zeros_like(waves), where=waves > 0), 0.0)
-    pick = ok & (eff >= 0.85 * eff.max(axis=-1, keepdims=True))
-    first = np.where(pick.any(axis=-1), np.argmax(pick, axis=-1) + 1, 1).astype(float)
-    out[split] = first[np.ravel(inv)]
-    return out
-
-
-def _decode_floor_rel(copy, splits, fc: dict):
-    """Decode-floor multiplier: 1 - attn_swap_copy_rel where the batch skips the transposition
-    copy, + attn_combine_rel where it splits the KV (a factor dict without them: 1)."""
-    rel = np.where(np.asarray(copy, dtype=bool), 1.0, 1.0 - float(fc.get("attn_swap_copy_rel", 0.0)))
-    return rel + np.where(np.asarray(splits) > 1, float(fc.get("attn_combine_rel", 0.0)), 0.0)
+def _decode_floor_rel(copy, fc: dict):
+    """Decode-floor multiplier: 1 where the batch pays the transposition copy, else
+    1 - attn_swap_copy_rel (a factor dict without it: no copy-free discount)."""
+    return np.where(np.asarray(copy, dtype=bool), 1.0, 1.0 - float(fc.get("attn_swap_copy_rel", 0.0)))
 
 
 def _kvb(kv_dtype):
@@ -254,9 +217,8 @@ def attention_cells(batch, new_tokens, kv_len, n_heads, n_kv_heads, head_dim, gp
                                 f_clk, fc)
     pre = np.broadcast_to(np.asarray(new_tokens, dtype=float) > 1, np.shape(b * r["bytes"]))
     copy = swap_copy(b, n_heads, n_kv_heads)
-    splits = fa2_num_splits(b, n_heads, n_kv_heads, np.asarray(kv_len, dtype=float) + 1.0, head_dim, gpu.sms)
     out = combine(b * r["t_compute"], b * r["bytes"], b * r["units"], b, gpu, fc, warm_l2, tiles=b * r["tiles"],
-                  prefill=pre, decode_floor_rel=_decode_floor_rel(copy, splits, fc))
+                  prefill=pre, decode_floor_rel=_decode_floor_rel(copy, fc))
     out.update({"flops": b * r["flops"], "bytes": b * r["bytes"], "units": b * r["units"],
                 "eta_attn": r["eta_attn"], "eta_softmax": r["eta_softmax"]})
     return out
@@ -286,24 +248,10 @@ def attention_time(new_tokens, kv_len, n_heads, n_kv_heads, head_dim, gpu, const
     ti = np.bincount(group, weights=r["tiles"], minlength=n_groups)
     nreq = np.bincount(group, minlength=n_groups).astype(float)
     pre = np.bincount(group, weights=(np.asarray(new_tokens, dtype=float) > 1).astype(float), minlength=n_groups) > 0
-    shape = np.shape(r["t_compute"])
-    gqa = np.broadcast_to(swap_copy(2, n_heads, n_kv_heads), shape).astype(float)
+    gqa = np.broadcast_to(swap_copy(2, n_heads, n_kv_heads), np.shape(r["t_compute"])).astype(float)
     copy = (np.bincount(group, weights=gqa, minlength=n_groups) > 0) & (nreq >= 2)
-    kv_max = np.zeros(n_groups)
-    np.maximum.at(kv_max, group, np.broadcast_to(np.asarray(kv_len, dtype=float) + 1.0, shape))
-    hq_g, hkv_g, d_g = (_group_max(x, group, n_groups, shape) for x in (n_heads, n_kv_heads, head_dim))
-    hkv_g = np.maximum(hkv_g, 1.0)  # an empty group (no requests) has no heads: time 0 regardless
-    splits = fa2_num_splits(nreq, np.maximum(hq_g, hkv_g), hkv_g, kv_max, d_g, gpu.sms)
-    out = combine(tc, nb, un, nreq, gpu, fc, warm_l2, tiles=ti, prefill=pre,
-                  decode_floor_rel=_decode_floor_rel(copy, splits, fc))
+    out = combine(tc, nb, un, nreq, gpu, fc, warm_l2, tiles=ti, prefill=pre, decode_floor_rel=_decode_floor_rel(copy, fc))
     out["requests"] = nreq
-    return out
-
-
-def _group_max(x, group, n_groups, shape) -> np.ndarray:
-    """Per-group maximum of a per-request (or scalar) quantity; 0 for an empty group."""
-    out = np.zeros(n_groups)
-    np.maximum.at(out, group, np.broadcast_to(np.asarray(x, dtype=float), shape))
     return out
 
 
@@ -331,10 +279,7 @@ def _decode_time(kv_len, n_heads, n_kv_heads, head_dim, gpu, kv_dtype: str, grou
         un = np.bincount(group, weights=np.full(c.shape, unit), minlength=n_groups)
     zero = np.zeros(n_groups)
     copy = swap_copy(nreq, hq, hkv)
-    kv_max = np.zeros(n_groups)
-    np.maximum.at(kv_max, group, c + 1.0)
-    splits = fa2_num_splits(nreq, hq, hkv, kv_max, d, gpu.sms)
     out = combine(zero, nb, un, nreq, gpu, fc, warm_l2, tiles=zero, prefill=np.zeros(n_groups, dtype=bool),
-                  decode_floor_rel=_decode_floor_rel(copy, splits, fc))
+                  decode_floor_rel=_decode_floor_rel(copy, fc))
     out["requests"] = nreq
     return out

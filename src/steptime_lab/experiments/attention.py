@@ -69,10 +69,7 @@ SWAP_COPY_DISCLOSED = (
     "6000 over-predicted by 30-45% at one KV head per rank), then its condition (H_q > H_kv >= 2, batch >= 2) "
     "derived from vllm-project/flash-attention@04325b67 mha_varlen_fwd, not fitted; the window that measures "
     "its share of the floor (KV <= 128 tokens, <= 8 requests) was chosen after seeing those cells; no "
-    "alternative form was scored; held out: each fa2 GPU's value is the median over its two lane siblings. "
-    "attn_combine_rel (same helper): the split-KV combine launch, seen as the residual step between KV 128 and "
-    "256 tokens at small batch after the copy was in; the split count is FA2's num_splits_heuristic (same file), "
-    "its launch cost measured on the lane siblings' paired cells at KV 128/256 (chosen after seeing them)")
+    "alternative form was scored; held out: each fa2 GPU's value is the median over its two lane siblings")
 
 ALT_STARTS = ({"attn_l2_bpc": 40.0, "attn_l2_x_c": 1.0, "attn_l2_sharp": 10.0},
               {"attn_l2_bpc": 40.0, "attn_l2_x_c": 0.6, "attn_l2_sharp": 4.0, "attn_overlap_p": 4.0})
@@ -188,41 +185,10 @@ def swap_copy_rel(cells, gpus) -> float:
     return float(np.median(vals))
 
 
-def combine_rel(cells, gpus) -> float:
-    """Median over `gpus` of the split-KV combine kernel's launch relative to the decode floor:
-    GQA decode cells at <= SWAP_REL_MAX_B requests paired at one and two FA2 KV blocks (KV 128
-    and 256 tokens, d 128) where the split heuristic goes from one split to more,
-    median(y(256) - y(128)) / median(y of the copy cells inside one block)."""
-    vals = []
-    for g in gpus:
-        x = cells[(cells["gpu"] == g) & (cells["phase"] == "decode") & (cells["kv_dtype"] == "bf16")
-                  & (cells["b"] <= SWAP_REL_MAX_B) & (cells["d"] == 128) & (cells["H"] > cells["Hkv"])]
-        if x.empty:
-            continue
-        sms = get_gpu(g).sms
-        one = x[x["c"] + 1 == SWAP_REL_MAX_KV].set_index(["b", "H", "Hkv"])["y_ms"]
-        two = x[x["c"] + 1 == 2 * SWAP_REL_MAX_KV].set_index(["b", "H", "Hkv"])["y_ms"]
-        j = one.to_frame("one").join(two.to_frame("two"), how="inner").reset_index()
-        b, hq, hkv = (j[k].to_numpy(dtype=float) for k in ("b", "H", "Hkv"))
-        new_split = (A.fa2_num_splits(b, hq, hkv, 2 * SWAP_REL_MAX_KV, 128, sms) > 1) & \
-                    (A.fa2_num_splits(b, hq, hkv, SWAP_REL_MAX_KV, 128, sms) == 1)
-        w = x[x["c"] + 1 <= SWAP_REL_MAX_KV]
-        cp = A.swap_copy(w["b"].to_numpy(), w["H"].to_numpy(), w["Hkv"].to_numpy())
-        if new_split.any() and cp.any():
-            d = (j["two"] - j["one"]).to_numpy()[new_split]
-            vals.append(float(np.median(d) / np.median(w["y_ms"].to_numpy()[cp])))
-    if not vals:
-        raise ValueError(f"no GPU among {list(gpus)} has decode cells at one and two KV blocks")
-    return float(np.median(vals))
-
-
 def swap_fixed(cells, gpus, lane: str) -> dict:
-    """The measured (not fitted) factors of a fold or lane: attn_swap_copy_rel and
-    attn_combine_rel on `gpus`, or 0 for a kernel family outside the FA2 varlen API
-    (A.SWAP_COPY_LANES)."""
-    if lane not in A.SWAP_COPY_LANES:
-        return {"attn_swap_copy_rel": 0.0, "attn_combine_rel": 0.0}
-    return {"attn_swap_copy_rel": swap_copy_rel(cells, gpus), "attn_combine_rel": combine_rel(cells, gpus)}
+    """The measured (not fitted) factor of a fold or lane: attn_swap_copy_rel on `gpus`, or 0
+    for a kernel family without the copy (A.SWAP_COPY_LANES)."""
+    return {"attn_swap_copy_rel": swap_copy_rel(cells, gpus) if lane in A.SWAP_COPY_LANES else 0.0}
 
 
 def deploy_frame(cells_gpu):
