@@ -202,3 +202,48 @@ def test_table_kv_write_adds_to_prefill_cells_only():
     assert t8 == pytest.approx(t[1] * 3 / 4)  # bf16 K/V in, fp8 into the cache
     with pytest.raises(ValueError):
         E.table_kv_write_s(2.0, 1024.0, 8, 128, "int3", H100, fc)
+
+
+A100 = get_gpu("a100-sxm")
+
+
+def test_swap_copy_geometry_follows_the_fa2_reshape_rule():
+    # the GQA query reshape is a view only with one request or one KV head (and no swap without GQA)
+    b = np.array([1, 2, 4, 4, 4, 2048])
+    hq = np.array([32, 32, 8, 8, 8, 8])
+    hkv = np.array([8, 8, 1, 8, 2, 1])
+    assert A.swap_copy(b, hq, hkv).tolist() == [False, True, False, False, True, False]
+    with pytest.raises(ValueError, match="swap_copy"):
+        A.swap_copy(2, 4, 8)
+
+
+def test_fa2_copy_free_decode_has_the_lower_floor_and_other_lanes_none():
+    fc = A.attention_constants(A100)
+    assert fc["attn_swap_copy_rel"] > 0.0 == A.attention_constants(H100)["attn_swap_copy_rel"]
+    one_kv = A.attention_cells(4, 1, 63, 8, 1, 128, A100)          # TP 8 of a 70B: one KV head per rank
+    copy = A.attention_cells(4, 1, 63, 16, 2, 128, A100)            # two KV heads: the copy runs
+    gap = copy["t_floor"][()] - one_kv["t_floor"][()]
+    assert gap == pytest.approx(fc["attn_floor_us"] * 1e-6 * fc["attn_swap_copy_rel"])
+    h_one = A.attention_cells(4, 1, 63, 8, 1, 128, H100)
+    h_copy = A.attention_cells(4, 1, 63, 16, 2, 128, H100)
+    assert h_one["t_floor"][()] == h_copy["t_floor"][()]
+    pre = A.attention_cells(4, 512, 0, 8, 1, 128, A100)              # a prefill never gets the discount
+    assert pre["t_floor"][()] == pytest.approx(fc["attn_floor_us"] * 1e-6 * fc["attn_prefill_floor_rel"])
+
+
+def test_grouped_decode_floor_counts_requests_per_group():
+    g = A.attention_time(np.ones(5), np.full(5, 64.0), 32, 8, 128, A100, group=np.array([0, 1, 1, 1, 1]), n_groups=2)
+    assert g["t_floor"][0] < g["t_floor"][1]   # one request: a view; four: the copy
+    assert g["t"][1] == pytest.approx(A.attention_cells(4, 1, 64, 32, 8, 128, A100)["t"][()])
+
+
+def test_swap_copy_rel_is_measured_on_the_given_gpus_only():
+    rows = []
+    for b, hkv, y in [(1, 8, 0.7), (2, 8, 1.0), (4, 8, 1.0), (4, 1, 0.7), (2, 2, 1.0)]:
+        rows.append({"gpu": "x", "phase": "decode", "kv_dtype": "bf16", "b": b, "s": 1, "c": 63, "H": 32 if hkv > 1 else 8,
+                     "Hkv": hkv, "d": 128, "y_ms": y})
+    cells_ = pd.DataFrame(rows)
+    assert E.swap_copy_rel(cells_, ["x"]) == pytest.approx(0.3)
+    assert E.swap_fixed(cells_, ["x"], "fa3") == {"attn_swap_copy_rel": 0.0}
+    with pytest.raises(ValueError, match="no GPU"):
+        E.swap_copy_rel(cells_, ["y"])

@@ -79,7 +79,9 @@ def _general_attention(new, kv, hq, hkv, d, gpu, kv_dtype, group, n_groups):
     sums = [np.bincount(group, weights=r[x], minlength=n_groups) for x in ("t_compute", "bytes", "units", "tiles")]
     nreq = np.bincount(group, minlength=n_groups).astype(float)
     pre = np.bincount(group, weights=(new > 1).astype(float), minlength=n_groups) > 0
-    out = attention.combine(sums[0], sums[1], sums[2], nreq, gpu, fc, False, tiles=sums[3], prefill=pre)
+    copy = attention.swap_copy(nreq, hq, hkv)  # FA2's GQA query-transposition copy per step (decode floor)
+    out = attention.combine(sums[0], sums[1], sums[2], nreq, gpu, fc, False, tiles=sums[3], prefill=pre,
+                            decode_floor_rel=attention._decode_floor_rel(copy, fc))
     out["requests"] = nreq
     return out
 

@@ -142,6 +142,10 @@ class StepTimer:
         self._dunit = self._u0 * fc["attn_cta_us"] * 1e-6 / self.gpu.sms
         self._dmem = 1.0 / (self.gpu.mem_bw * fc["attn_eta_mem"])
         self._dfloor = fc["attn_floor_us"] * 1e-6
+        # the decode floor without FA2's GQA query-transposition copy (attention.swap_copy: one request, or
+        # H_kv < 2, or no GQA); with it, the floor as read (attention._decode_floor_rel)
+        self._dfloor_free = self._dfloor * float(attention._decode_floor_rel(False, fc))
+        self._dgqa = self.heads > self.kv_heads >= 2
         self._ar = np.arange(1024, dtype=float)
         self.A = np.zeros(1)
         self.Dp = np.zeros(1)
@@ -259,7 +263,8 @@ class StepTimer:
         p = fc["attn_overlap_p"]
         t_units = n * self._u0 * fc["attn_cta_us"] * 1e-6 / self.gpu.sms
         t_mem = nb / (self.gpu.mem_bw * fc["attn_eta_mem"])
-        return np.where(n > 0, fc["attn_floor_us"] * 1e-6 + smax(t_units, t_mem, p), 0.0)
+        floor = np.where(self._dgqa & (n >= 2), self._dfloor, self._dfloor_free)
+        return np.where(n > 0, floor + smax(t_units, t_mem, p), 0.0)
 
     def decode_attention1(self, n: int, sum_kv: float) -> float:
         """`decode_attention` of one step in Python floats (n > 0)."""
@@ -267,7 +272,11 @@ class StepTimer:
             return float(self._mla_decode(n, sum_kv)[()])
         t_units = n * self._dunit
         t_mem = (n * self._b0 + self._b1 * sum_kv) * self._dmem
-        return self._dfloor + (t_units ** self._dp + t_mem ** self._dp) ** self._dinvp
+        return self._dfloor_n(n) + (t_units ** self._dp + t_mem ** self._dp) ** self._dinvp
+
+    def _dfloor_n(self, n) -> float:
+        """One layer's decode-attention floor for a step of `n` decode requests (n > 0)."""
+        return self._dfloor if (self._dgqa and n >= 2) else self._dfloor_free
 
     def _mla_decode(self, n_dec, sum_kv):
         """MLA decode attention of one layer (seconds): steptime.moe_step.mla_decode_time."""
@@ -281,8 +290,10 @@ class StepTimer:
             return self._mla_decode(n_dec, sum_kv)
         n = np.atleast_1d(np.asarray(n_dec, dtype=float))
         nb = n * self._b0 + self._b1 * np.asarray(sum_kv, dtype=float)
+        copy = attention.swap_copy(n, self.heads, self.kv_heads)
         return attention.combine(np.zeros_like(nb), nb, n * self._u0, n, self.gpu, self.fc, tiles=np.zeros_like(nb),
-                                 prefill=np.zeros(nb.shape, dtype=bool))["t"]
+                                 prefill=np.zeros(nb.shape, dtype=bool),
+                                 decode_floor_rel=attention._decode_floor_rel(copy, self.fc))["t"]
 
     def prefill_attention(self, new, kv) -> float:
         """Prefill-phase attention of one layer (seconds) for one step's chunks (new > 1).
@@ -432,7 +443,7 @@ class StepTimer:
         x **= p
         x += (n * self._dunit) ** p
         x **= self._dinvp
-        x += self._dfloor  # one layer's decode attention
+        x += self._dfloor_n(n)  # one layer's decode attention
         x *= self.L
         x += self._A_decode()[n] + self._Bl[n]
         body = np.maximum(x, self._Ddl[n], out=x)
@@ -458,7 +469,7 @@ class StepTimer:
         c1 = self._b1 * n * self._dmem
         c0 = (n * self._b0 + self._b1 * sum_kv0) * self._dmem
         u = (n * self._dunit) ** p
-        fl = self._dfloor
+        fl = self._dfloor_n(n)
         ab = self._A_decode()[n] + self._Bl[n]
         D, S, Sm, ov = self._Ddl[n], self._Sl[n], self._Sml[n], self.ov
         out = []

@@ -36,6 +36,17 @@ Named factors (constants in defaults.yaml, settled by E1.24):
   attn_l2_bpc        L2 bytes per SM per clock (sets BW_L2 from the datasheet)
   attn_l2_x_c, attn_l2_sharp   where and how sharply the L2 cliff falls
   attn_fp8_unit, attn_fp8_compute   fp8-cache per-unit cost and compute-rate multipliers
+  attn_swap_copy_rel the share of the decode floor that FlashAttention-2's varlen GQA query
+                     transposition copy costs (`swap_copy`); lanes in SWAP_COPY_LANES only, else 0
+
+Decode launch geometry (FlashAttention-2 lane, vllm-project/flash-attention @ 04325b67,
+csrc/flash_attn/flash_api.cpp, mha_varlen_fwd): with one query token and H_q > H_kv the API
+swaps the query-head groups into the sequence axis, q.reshape(b, H_kv, g, d).transpose(1, 2)
+.reshape(b g, H_kv, d). That reshape is a view only when b = 1 or H_kv = 1 (a size-1 axis
+merges with any stride); otherwise it is a copy kernel, one more launch in the decode floor.
+So a decode batch pays the copy iff H_q > H_kv >= 2 and b >= 2 (`swap_copy`); at TP 8 a
+70B-class model has one KV head per rank and the copy, part of the floor read at 8 KV heads,
+is gone.
 
 The L2 term only applies with `warm_l2=True`: a microbenchmark that replays one layer
 keeps its KV cache in L2, a real forward pass streams every other layer in between.
@@ -60,7 +71,11 @@ PREFILL_Q_TILE_BY_SM = MappingProxyType({86: 64, 87: 64, 89: 64})
 
 FACTORS = ("attn_floor_us", "attn_prefill_floor_rel", "attn_eta_mem", "attn_eta_ceil", "attn_c_tokens", "attn_causal_tile", "attn_fill_half",
            "attn_cta_us",
-           "attn_overlap_p", "attn_l2_bpc", "attn_l2_x_c", "attn_l2_sharp", "attn_fp8_unit", "attn_fp8_compute")
+           "attn_overlap_p", "attn_l2_bpc", "attn_l2_x_c", "attn_l2_sharp", "attn_fp8_unit", "attn_fp8_compute",
+           "attn_swap_copy_rel")
+# kernel families whose decode API copies the swapped GQA query (FlashAttention-2's varlen API);
+# FA3 packs the group inside the kernel, TRT-LLM-gen/FlashInfer take the heads as they are (DERIVED)
+SWAP_COPY_LANES = ("fa2",)
 
 
 def kernel_lane(kernel_source: str) -> str:
@@ -120,6 +135,21 @@ def prefill_tiles(new_tokens, kv_len, n_heads, q_tile: float) -> tuple[np.ndarra
     return work, longest
 
 
+def swap_copy(batch, n_heads, n_kv_heads) -> np.ndarray:
+    """Whether a decode batch of `batch` one-token requests runs FlashAttention-2's GQA query
+    transposition copy: H_q > H_kv >= 2 and batch >= 2 (module docstring; arrays broadcast)."""
+    b, hq, hkv = (np.asarray(x, dtype=float) for x in (batch, n_heads, n_kv_heads))
+    if np.any(b < 0) or np.any(hkv <= 0) or np.any(hq < hkv):
+        raise ValueError("swap_copy: need batch >= 0 and n_heads >= n_kv_heads >= 1")
+    return (hq > hkv) & (hkv >= 2) & (b >= 2)
+
+
+def _decode_floor_rel(copy, fc: dict):
+    """Decode-floor multiplier: 1 where the batch pays the transposition copy, else
+    1 - attn_swap_copy_rel (a factor dict without it: no copy-free discount)."""
+    return np.where(np.asarray(copy, dtype=bool), 1.0, 1.0 - float(fc.get("attn_swap_copy_rel", 0.0)))
+
+
 def _kvb(kv_dtype):
     if isinstance(kv_dtype, str):
         if kv_dtype not in KV_BYTES:
@@ -175,8 +205,9 @@ def attention_request_terms(new_tokens, kv_len, n_heads, n_kv_heads, head_dim, g
 
 
 def combine(t_compute, nbytes, units, n_req, gpu, fc: dict, warm_l2: bool = False, tiles=None,
-            prefill=None) -> dict:
-    """Batch totals -> time (seconds) with every branch; arrays in, dict of arrays out."""
+            prefill=None, decode_floor_rel=None) -> dict:
+    """Batch totals -> time (seconds) with every branch; arrays in, dict of arrays out.
+    `decode_floor_rel`: multiplier of the floor of decode-only batches (`_decode_floor_rel`)."""
     t_compute = np.asarray(t_compute, dtype=float)
     if tiles is not None:
         tiles = np.asarray(tiles, dtype=float)
@@ -201,6 +232,9 @@ def combine(t_compute, nbytes, units, n_req, gpu, fc: dict, warm_l2: bool = Fals
     floor = fc["attn_floor_us"] * 1e-6
     if prefill is not None:
         floor = floor * np.where(np.asarray(prefill, dtype=bool), fc["attn_prefill_floor_rel"], 1.0)
+    if decode_floor_rel is not None:
+        dec = ~np.asarray(prefill, dtype=bool) if prefill is not None else True
+        floor = floor * np.where(dec, decode_floor_rel, 1.0)
     t = np.where(np.asarray(n_req) > 0, floor + t_body, 0.0)
     return {"t": t, "t_compute": t_compute, "t_memory": t_memory, "t_units": t_units,
             "t_floor": np.where(np.asarray(n_req) > 0, floor, 0.0), "l2_hit": hit, "eta_fill": eta_fill,
@@ -217,8 +251,9 @@ def attention_cells(batch, new_tokens, kv_len, n_heads, n_kv_heads, head_dim, gp
     r = attention_request_terms(new_tokens, kv_len, n_heads, n_kv_heads, head_dim, gpu, constants, kv_dtype,
                                 f_clk, fc)
     pre = np.broadcast_to(np.asarray(new_tokens, dtype=float) > 1, np.shape(b * r["bytes"]))
+    copy = swap_copy(b, n_heads, n_kv_heads)
     out = combine(b * r["t_compute"], b * r["bytes"], b * r["units"], b, gpu, fc, warm_l2, tiles=b * r["tiles"],
-                  prefill=pre)
+                  prefill=pre, decode_floor_rel=_decode_floor_rel(copy, fc))
     out.update({"flops": b * r["flops"], "bytes": b * r["bytes"], "units": b * r["units"],
                 "eta_attn": r["eta_attn"], "eta_softmax": r["eta_softmax"]})
     return out
@@ -251,7 +286,9 @@ def attention_time(new_tokens, kv_len, n_heads, n_kv_heads, head_dim, gpu, const
     ti = np.divide(wk, lg, out=np.zeros(n_groups), where=lg > 0)  # the batch's work in longest-tile units
     nreq = np.bincount(group, minlength=n_groups).astype(float)
     pre = np.bincount(group, weights=(np.asarray(new_tokens, dtype=float) > 1).astype(float), minlength=n_groups) > 0
-    out = combine(tc, nb, un, nreq, gpu, fc, warm_l2, tiles=ti, prefill=pre)
+    gqa = np.broadcast_to(swap_copy(2, n_heads, n_kv_heads), np.shape(r["t_compute"])).astype(float)
+    copy = (np.bincount(group, weights=gqa, minlength=n_groups) > 0) & (nreq >= 2)
+    out = combine(tc, nb, un, nreq, gpu, fc, warm_l2, tiles=ti, prefill=pre, decode_floor_rel=_decode_floor_rel(copy, fc))
     out["requests"] = nreq
     return out
 
@@ -279,6 +316,8 @@ def _decode_time(kv_len, n_heads, n_kv_heads, head_dim, gpu, kv_dtype: str, grou
     else:
         un = np.bincount(group, weights=np.full(c.shape, unit), minlength=n_groups)
     zero = np.zeros(n_groups)
-    out = combine(zero, nb, un, nreq, gpu, fc, warm_l2, tiles=zero, prefill=np.zeros(n_groups, dtype=bool))
+    copy = swap_copy(nreq, hq, hkv)
+    out = combine(zero, nb, un, nreq, gpu, fc, warm_l2, tiles=zero, prefill=np.zeros(n_groups, dtype=bool),
+                  decode_floor_rel=_decode_floor_rel(copy, fc))
     out["requests"] = nreq
     return out

@@ -245,7 +245,7 @@ def document(gemm_pred: pd.DataFrame, attn_pred: pd.DataFrame, targets: dict, un
                             {f"{d['arch']}/{d['side']}/{'small_m' if d['m_band'].startswith('m <=') else 'large_m'}":
                              d["bias"] for d in sides}, "signed error by side"))
     return {"metrics": {"records": records, "summary": summary, "notes": notes or {}, "skinny_by_side": sides,
-                        "disclosed": AX.DISCLOSED,
+                        "disclosed": " ".join(AX.DISCLOSED),
                         "target_met": int(sum(c.get("met", False) for c in claims if "met" in c)),
                         "target_scored": int(sum(1 for c in claims if "met" in c))},
             "claims": claims}
