@@ -90,7 +90,15 @@ PHASES = ("decode", "prefill")
 PREFILL_DISCLOSED = ("table KV write and critical-path SM fill (issue 19, wave 23, helper attnpre): added after "
                      "seeing E1.29's held-out prefill errors (by GQA group, TP); no constant fitted on the scored "
                      "cells; leave-one-GPU-out fits as before")
-DISCLOSED = (PREFILL_DISCLOSED, SWAP_COPY_DISCLOSED)  # what E1.24 and E1.29 disclose, one line per change
+KV_WRITE_DISCLOSED = (
+    "table KV write at the light kv_write law (issue 19, wave 23, helper kvwrite): the write now streams at "
+    "BW x light_bw_scale x light_eta['kv_write'], that eta measured on these prefill tables (slope in KV heads per "
+    "token, bf16 cache, head_dim 128; experiments.light.kv_write_slopes), a scored GPU's from the OTHER GPUs "
+    "(kv_write_fold); it replaces attn_eta_mem. Chosen after seeing the slopes: fp8 caches and head_dim 64/256 were "
+    "left out (fp8's slope exceeds bf16's, so it carries more than the write); the transfer (eta relative to "
+    "light_bw_scale) was picked among three with similar held-out error on the slopes (attn_eta_mem 0.36, "
+    "light_bw_scale x eta 0.35, HBM fraction 0.36 MAPE) because it is the step's own kv_write law")
+DISCLOSED = (PREFILL_DISCLOSED, SWAP_COPY_DISCLOSED, KV_WRITE_DISCLOSED)  # what E1.24 and E1.29 disclose, one line per change
 
 
 # ---------------------------------------------------------------------------------------

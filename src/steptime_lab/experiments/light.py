@@ -260,6 +260,10 @@ def kv_write_doc(slopes: dict, constants: Constants) -> dict:
                   "heldout_ns": round(pred * 1e9, 4), "hbm_fraction": round(2.0 * 2 * 2 * KV_WRITE_HEAD_DIM
                                                                          / (slopes[g] * gp.mem_bw), 4)}
     return {"eta": kv_write_eta(slopes, gpus, constants), "gpus": gpus, "per_gpu": per,
+            "disclosed": "chosen after seeing the slopes (issue 19, wave 23, helper kvwrite): fp8 caches and head_dim "
+                         "64/256 left out (fp8's slope exceeds bf16's: not the write alone); eta relative to "
+                         "light_bw_scale picked among three transfers with similar held-out error on these slopes "
+                         "because it is the step's own kv_write law; the write's floor and knee stay unmeasured",
             "heldout_mape": float(np.mean([abs(v["heldout_ns"] / v["measured_ns"] - 1) for v in per.values()]))}
 
 
