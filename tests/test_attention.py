@@ -194,14 +194,55 @@ def test_prefill_fill_is_set_by_the_longest_request_in_a_batch():
 
 
 def test_table_kv_write_adds_to_prefill_cells_only():
-    fc = A.attention_constants(H100)
-    t = E.table_kv_write_s(np.array([2.0, 2.0]), np.array([1.0, 1024.0]), 8, 128, "bf16", H100, fc)
+    from steptime.calibration import Constants
+    from steptime.terms import light as L
+    C = Constants.default()
+    t = E.table_kv_write_s(np.array([2.0, 2.0]), np.array([1.0, 1024.0]), 8, 128, "bf16", H100, C)
     assert t[0] == 0.0
-    assert t[1] == pytest.approx(2 * 1024 * 2 * 8 * 128 * 4 / (H100.mem_bw * fc["attn_eta_mem"]))
-    t8 = E.table_kv_write_s(2.0, 1024.0, 8, 128, "fp8", H100, fc)
+    # the light kv_write law's stream: the same bandwidth as the step's kv_write term (one place for the fact)
+    nb = 2 * 1024 * 2 * 8 * 128 * 4
+    assert t[1] == pytest.approx(nb / (H100.mem_bw * C.get("light_bw_scale", H100) * C.get("light_eta", H100)["kv_write"]))
+    assert t[1] == pytest.approx(float(L.kv_write_stream_s(nb, H100, C)))
+    t8 = E.table_kv_write_s(2.0, 1024.0, 8, 128, "fp8", H100, C)
     assert t8 == pytest.approx(t[1] * 3 / 4)  # bf16 K/V in, fp8 into the cache
     with pytest.raises(ValueError):
-        E.table_kv_write_s(2.0, 1024.0, 8, 128, "int3", H100, fc)
+        E.table_kv_write_s(2.0, 1024.0, 8, 128, "int3", H100, C)
+    with pytest.raises(TypeError):
+        E.table_kv_write_s(2.0, 1024.0, 8, 128, "bf16", H100, {"attn_eta_mem": 0.8})
+
+
+def test_kv_write_slopes_and_held_out_eta():
+    import pandas as pd
+    from steptime.calibration import Constants
+    from steptime_lab.experiments import light as LX
+    C = Constants.default()
+    rows = []
+    ns = {"h100-sxm": 0.5e-9, "a100-sxm": 1.0e-9}
+    for g, per in ns.items():
+        for b in (1.0, 4.0):
+            for s in (128.0, 512.0, 1024.0):
+                for hkv in (1.0, 2.0, 4.0, 8.0):
+                    y = 0.05 + per * b * s * hkv * 1e3 + (7.0 if s < 256 else 0.0)  # short prefills are ignored
+                    rows.append({"gpu": g, "phase": "prefill", "kv_dtype": "bf16", "d": 128.0, "b": b, "s": s,
+                                 "H": 32.0, "Hkv": hkv, "y_ms": y})
+                    rows.append({"gpu": g, "phase": "prefill", "kv_dtype": "fp8", "d": 128.0, "b": b, "s": s,
+                                 "H": 32.0, "Hkv": hkv, "y_ms": 99.0 * hkv})  # fp8 caches do not measure the write
+    cells = pd.DataFrame(rows)
+    sl = LX.kv_write_slopes(cells)
+    assert sl["h100-sxm"] == pytest.approx(0.5e-9) and sl["a100-sxm"] == pytest.approx(1.0e-9)
+    # held out: A100's eta is H100's alone
+    h = get_gpu("h100-sxm")
+    want = 1024 / (0.5e-9 * h.mem_bw * C.get("light_bw_scale", h))
+    assert LX.kv_write_eta(sl, ["h100-sxm"], C) == pytest.approx(want)
+    fold = E.kv_write_fold(C, sl, "a100-sxm")
+    assert fold.get("light_eta")["kv_write"] == pytest.approx(want)
+    assert fold.get("light_eta")["rmsnorm"] == C.get("light_eta")["rmsnorm"]
+    with pytest.raises(ValueError):
+        LX.kv_write_eta(sl, ["b200"], C)
+    with pytest.raises(ValueError):
+        LX.kv_write_slopes(cells.drop(columns=["Hkv"]))
+    with pytest.raises(ValueError):
+        LX.kv_write_slopes(cells[cells["kv_dtype"] == "fp8"])
 
 
 A100 = get_gpu("a100-sxm")

@@ -30,6 +30,27 @@ def test_rope_and_act_shrink_with_tp_norms_do_not():
     assert L.light_bytes("rmsnorm", 100, m, 4) == L.light_bytes("rmsnorm", 100, m, 1)
 
 
+def test_kv_write_stream_is_the_light_laws_stream():
+    C = Constants.default()
+    nb = np.array([0.0, 1e6, 1e9])
+    st = L.kv_write_stream_s(nb, A100, C)
+    assert st[2] == pytest.approx(1e9 / (A100.mem_bw * C.get("light_bw_scale", A100) * C.get("light_eta", A100)["kv_write"]))
+    # the light law streams at the same bandwidth: at a large write it is the stream alone
+    assert float(L.light_time("kv_write", 1e9, A100, C)) == pytest.approx(st[2], rel=1e-3)
+    with pytest.raises(ValueError, match="bytes"):
+        L.kv_write_stream_s(-1.0, A100, C)
+
+
+def test_kv_write_doc_held_out_and_shipped():
+    C = Constants.default()
+    sl = {"a100-sxm": 1.0e-9, "h100-sxm": 0.5e-9, "b200": 0.3e-9}
+    d = E.kv_write_doc(sl, C)
+    assert d["eta"] == pytest.approx(E.kv_write_eta(sl, list(sl), C))
+    assert d["per_gpu"]["a100-sxm"]["heldout_eta"] == pytest.approx(E.kv_write_eta(sl, ["h100-sxm", "b200"], C), rel=1e-3)
+    with pytest.raises(ValueError, match="kv_write"):
+        E.defaults_updates({"scales": {}, "light_eta": {}, "light_floor_us": {}, "light_p": {}}, None)
+
+
 def test_unknown_kernel_is_a_clear_error():
     with pytest.raises(ValueError, match="unknown light kernel"):
         L.light_time("softmax", 100.0, A100)
@@ -102,7 +123,7 @@ def test_light_claims_take_their_target_from_the_caller():
 
     k = sorted(LX.KERNELS)[0]
     r = {"records": [{"predictor": "steptime", "subset": k, "gpu": "a100-sxm", "cells": 10, "mape": 0.07}],
-         "per_gpu": {}, "shipped": {}}
+         "per_gpu": {}, "shipped": {}, "kv_write": {"eta": 1.0, "gpus": [], "per_gpu": {}, "heldout_mape": 0.0}}
     cells = pd.DataFrame({"gpu": ["a100-sxm"]})
 
     def verdict(t):

@@ -7,6 +7,8 @@ rule E1_1c:
         registered=registered_raw("E1.1c"),
         data=tidy("vidur_mlp"),
         scale=tidy("scale_matrix"),  # the row floor law (AIConfigurator's vLLM quantize kernel)
+        generation=tidy("attention_generation"),  # kv_write's bandwidth (the prefill tables' KV-cache write)
+        context=tidy("attention_context"),
         gemm_constants=rules.settle_gemm_constants.output.constants,
         settled=rules.settle_gemm_constants.output.settled,
         code=code_of("E1_1c_light"),

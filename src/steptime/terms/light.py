@@ -191,6 +191,19 @@ def light_bytes(kernel: str, tokens, model, tp: int = 1):
     raise ValueError(f"unknown light kernel {kernel!r} (known: {', '.join(LIGHT_KERNELS)})")
 
 
+def kv_write_stream_s(nbytes, gpu, constants: Constants | None = None) -> np.ndarray:
+    """Seconds of the KV-cache write's stream term alone (no launch floor): `nbytes` over
+    BW x light_bw_scale x light_eta['kv_write']. The one bandwidth of the write: `light_time('kv_write', ...)`
+    streams at it, and the lab's attention-table comparison (experiments.attention.table_kv_write_s)
+    adds it to a prefill cell."""
+    constants = constants or Constants.default()
+    nb = np.asarray(nbytes, dtype=float)
+    if np.any(nb < 0):
+        raise ValueError("kv_write_stream_s: bytes must be >= 0")
+    bw = gpu.mem_bw * float(constants.get("light_bw_scale", gpu)) * float(constants.get("light_eta", gpu)["kv_write"])
+    return nb / bw
+
+
 def light_time(kernel: str, nbytes, gpu, constants: Constants | None = None, *, row_bytes=None) -> np.ndarray:
     """Seconds for one launch of `kernel` moving `nbytes`. With `row_bytes` (bytes per token row of
     a one-CTA-per-row kernel, ROW_KERNELS) the floor is the row law's (`row_floor`), else the

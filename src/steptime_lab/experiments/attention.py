@@ -28,6 +28,8 @@ from steptime_lab.experiments import gemm as GX
 from steptime_lab.metrics import score, signed_error
 from steptime.specs import get_gpu, gpu_keys
 from steptime.terms import attention as A
+from steptime.terms import light as L
+from steptime_lab.experiments import light as LX
 from steptime import plotting
 from steptime_lab.results import claim
 from steptime_lab.run_constants import require_constants
@@ -88,7 +90,15 @@ PHASES = ("decode", "prefill")
 PREFILL_DISCLOSED = ("table KV write and critical-path SM fill (issue 19, wave 23, helper attnpre): added after "
                      "seeing E1.29's held-out prefill errors (by GQA group, TP); no constant fitted on the scored "
                      "cells; leave-one-GPU-out fits as before")
-DISCLOSED = (PREFILL_DISCLOSED, SWAP_COPY_DISCLOSED)  # what E1.24 and E1.29 disclose, one line per change
+KV_WRITE_DISCLOSED = (
+    "table KV write at the light kv_write law (issue 19, wave 23, helper kvwrite): the write now streams at "
+    "BW x light_bw_scale x light_eta['kv_write'], that eta measured on these prefill tables (slope in KV heads per "
+    "token, bf16 cache, head_dim 128; experiments.light.kv_write_slopes), a scored GPU's from the OTHER GPUs "
+    "(kv_write_fold); it replaces attn_eta_mem. Chosen after seeing the slopes: fp8 caches and head_dim 64/256 were "
+    "left out (fp8's slope exceeds bf16's, so it carries more than the write); the transfer (eta relative to "
+    "light_bw_scale) was picked among three with similar held-out error on the slopes (attn_eta_mem 0.36, "
+    "light_bw_scale x eta 0.35, HBM fraction 0.36 MAPE) because it is the step's own kv_write law")
+DISCLOSED = (PREFILL_DISCLOSED, SWAP_COPY_DISCLOSED, KV_WRITE_DISCLOSED)  # what E1.24 and E1.29 disclose, one line per change
 
 
 # ---------------------------------------------------------------------------------------
@@ -152,7 +162,7 @@ def deploy_cells(cells_gpu) -> dict:
 
 
 # ---------------------------------------------------------------------------------------
-def table_kv_write_s(b, s, hkv, d, kv_dtype, gpu, fc: dict) -> np.ndarray:
+def table_kv_write_s(b, s, hkv, d, kv_dtype, gpu, constants: Constants) -> np.ndarray:
     """Seconds of the KV-cache write inside an AIConfigurator prefill cell (0 for decode rows).
 
     AIConfigurator's vLLM collector times the backend's `impl.forward(layer, q, k, v, kv_cache, ...)`
@@ -161,12 +171,22 @@ def table_kv_write_s(b, s, hkv, d, kv_dtype, gpu, fc: dict) -> np.ndarray:
     attention kernel: two launches in one stream, so the write adds to the kernel's time. The step
     prices that write as its own light kernel (`light` kv_write), so the attention term leaves it
     out and only the operator table's cells carry it. Bytes: read the new K and V (bf16), write them
-    into the cache (`kv_dtype`); streamed at the GPU's attention HBM efficiency (attn_eta_mem), nothing
-    fitted. Decode rows (one token a request) are left at zero: their write is 1/(c+1) of the KV read."""
+    into the cache (`kv_dtype`); streamed at the light kv_write law's bandwidth (`light.kv_write_stream_s`,
+    light_eta['kv_write'], measured on these tables by E1.1c: experiments.light.kv_write_slopes), its
+    floor left out (not separable from the kernel's). Decode rows (one token a request) are left at zero:
+    their write is 1/(c+1) of the KV read."""
     s = np.asarray(s, dtype=float)
     kvb = A._kvb(kv_dtype)
     nbytes = np.asarray(b, dtype=float) * s * 2.0 * np.asarray(hkv, dtype=float) * np.asarray(d, dtype=float) * (2.0 + kvb)
-    return np.where(s > 1, nbytes / (gpu.mem_bw * fc["attn_eta_mem"]), 0.0)
+    return np.where(s > 1, L.kv_write_stream_s(nbytes, gpu, require_constants(constants, "table_kv_write_s")), 0.0)
+
+
+def kv_write_fold(constants: Constants, slopes: dict, gpu: str) -> Constants:
+    """`constants` with light_eta['kv_write'] measured on every GPU of `slopes` but `gpu` (its held-out value)."""
+    others = [o for o in slopes if o != gpu]
+    eta = dict(constants.get("light_eta"))
+    eta["kv_write"] = LX.kv_write_eta(slopes, others, constants)
+    return constants.with_overrides({"light_eta": eta}, source=f"kv_write eta held out: measured on {others}")
 
 
 def predict(cells_gpu, gpu, fc: dict, warm_l2: bool = True, constants: Constants | None = None) -> dict:
@@ -179,7 +199,7 @@ def predict(cells_gpu, gpu, fc: dict, warm_l2: bool = True, constants: Constants
                           _col(x, "Hkv"), _col(x, "d"), g, require_constants(constants, "attention.predict"),
                           kv_dtype=_col(x, "kv_dtype"), warm_l2=warm_l2, fc=fc)
     r["t_kv_write"] = table_kv_write_s(_col(x, "b"), _col(x, "s"), _col(x, "Hkv"), _col(x, "d"), _col(x, "kv_dtype"),
-                                       g, fc)
+                                       g, constants)
     r["t"] = np.asarray(r["t"]) + r["t_kv_write"]
     return {k: (np.asarray(v) * 1e3 if k.startswith("t") else v) for k, v in r.items()}
 
@@ -390,9 +410,12 @@ def run(cells, gemm_doc: dict, gpus=AIC_GPUS, seed: int = 0, n_boot: int = 1000,
     records, per_gpu, preds = [], {}, []
     lanes = lane_of(cells)
     fits = {}
+    slopes = LX.kv_write_slopes(cells)
+    shipped_constants = constants
     for g in (eval_gpus or gpus):
+        constants = kv_write_fold(require_constants(shipped_constants, "attention.run"), slopes, g)
         others = training_gpus(g, gpus, lanes)
-        key = tuple(others)
+        key = (tuple(others), float(constants.get("light_eta")["kv_write"]))
         if key not in fits:
             fits[key] = fit_globals(cells, others, seed, n_sample=fit_sample, constants=constants,
                                     fixed=swap_fixed(cells, others, lanes[g]))
@@ -437,6 +460,7 @@ def run(cells, gemm_doc: dict, gpus=AIC_GPUS, seed: int = 0, n_boot: int = 1000,
                 for k, v in pr.items():
                     s = score(v[m], ev["y_ms"].to_numpy()[m], n_boot=n_boot, seed=seed)
                     records.append({"family": f"attention_{phase}", "gpu": g, "predictor": k, "subset": subset, **s})
+    constants = shipped_constants
     if not ship:
         return {"records": records, "per_gpu": per_gpu, "shipped": None, "calibration": cal,
                 "pred": pd.concat(preds, ignore_index=True), "fit_sample": fit_sample}
