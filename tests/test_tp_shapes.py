@@ -68,3 +68,31 @@ def test_skinny_by_side_separates_the_small_dimension_and_the_m_band():
     assert got == {("small_n", True): (-0.2, 2), ("small_n", False): (-0.2, 1),
                    ("small_k", True): (0.4, 2), ("small_k", False): (0.4, 1)}
     assert {d["arch"] for d in out} == {"hopper"}
+
+
+
+def test_attention_scores_use_e1_24s_held_out_kv_write_eta_never_the_shipped_one(repo_root):
+    """E1.29's attention cells add the table's KV write at the eta E1.24 scored that GPU with (measured on the OTHER
+    GPUs, attention.kv_write_fold), not the shipped median that includes the scored GPU's own slope."""
+    import copy
+    import json
+
+    from steptime.calibration import Constants
+    from steptime_lab.experiments import attention as AX
+
+    attn = json.loads((repo_root / "results" / "E1_24.json").read_text())
+    gemm = json.loads((repo_root / "results" / "calibration" / "gemm_constants.json").read_text())
+    g = "h100-sxm"
+    rec = attn["metrics"]["per_gpu"][g]
+    assert 0 < rec[AX.KV_WRITE_ETA_KEY] != Constants.default().get("light_eta")["kv_write"]  # held out != shipped
+    cells = pd.DataFrame([{"gpu": g, "phase": "prefill", "b": 1, "s": 2048, "c": 0, "H": 8, "Hkv": 1, "d": 128,
+                           "kv_dtype": "bf16", "y_ms": 1.0, "llm": True, "cell": [1, 2048, 0, 8, 1]}])
+    doc = {"metrics": {"per_gpu": {g: copy.deepcopy(rec)}}}
+    pred = {}
+    for eta in (0.5, 2.0):
+        doc["metrics"]["per_gpu"][g][AX.KV_WRITE_ETA_KEY] = eta
+        pred[eta] = float(E.predict_attention(cells, gemm, doc, Constants.default())["pred_ms"].iloc[0])
+    assert pred[0.5] > pred[2.0]  # a slower write (smaller eta) adds more time: the record's eta is the one used
+    del doc["metrics"]["per_gpu"][g][AX.KV_WRITE_ETA_KEY]
+    with pytest.raises(ValueError, match="no held-out KV-write eta"):
+        E.predict_attention(cells, gemm, doc, Constants.default())

@@ -181,6 +181,9 @@ def table_kv_write_s(b, s, hkv, d, kv_dtype, gpu, constants: Constants) -> np.nd
     return np.where(s > 1, L.kv_write_stream_s(nbytes, gpu, require_constants(constants, "table_kv_write_s")), 0.0)
 
 
+KV_WRITE_ETA_KEY = "kv_write_eta_held_out"  # per_gpu record: the light_eta['kv_write'] this GPU was scored with
+
+
 def kv_write_fold(constants: Constants, slopes: dict, gpu: str) -> Constants:
     """`constants` with light_eta['kv_write'] measured on every GPU of `slopes` but `gpu` (its held-out value)."""
     others = [o for o in slopes if o != gpu]
@@ -453,7 +456,9 @@ def run(cells, gemm_doc: dict, gpus=AIC_GPUS, seed: int = 0, n_boot: int = 1000,
                       "own_readings": {k: round(float(fc_own[k]), 6) for k in READING_PAIRS},
                       "roofline_cal": rl,
                       "deploy_cells": gemm_cells,
-                      "scoring_excludes": {k: list(x["cell"].iloc[i]) for k, i in dep.items()}}
+                      "scoring_excludes": {k: list(x["cell"].iloc[i]) for k, i in dep.items()},
+                      # the table KV write's held-out eta (kv_write_fold: measured on the other GPUs), for E1.29
+                      KV_WRITE_ETA_KEY: float(constants.get("light_eta")["kv_write"])}
         for phase in PHASES:
             for subset in ("llm", "all"):
                 m = (ev["phase"] == phase).to_numpy() & (ev["llm"].to_numpy() if subset == "llm" else True)
