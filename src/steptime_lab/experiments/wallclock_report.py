@@ -76,6 +76,7 @@ def engine_step_document(r: dict, targets: dict) -> dict:
                "signed_error_vs_decode_requests": {n: _clean(v) for n, v in r["signed_vs_requests"].items()},
                "signed_error_vs_tokens": {n: _clean(v) for n, v in r["signed_vs_tokens"].items()},
                "below_speed_of_light": sol,
+               "row_reading": r.get("row_reading"),
                "notes": ["GPU: the FPM files do not name it; B300 by the collector's default and the KV-cache size "
                          "(see the data manifest)",
                          "per-request lengths are not in the FPM rows: decode requests read the step's mean decode KV "
