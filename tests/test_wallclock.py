@@ -885,3 +885,9 @@ def test_row_reading_fpm_signatures_and_bad_input():
         W.row_reading_fpm(s, pred[:-1], floor, cap=512)
     with pytest.raises(W.WallclockError, match="positive"):
         W.row_reading_fpm(s, np.zeros(len(s)), floor, cap=512)
+
+
+def test_row_caveat_only_where_rows_are_not_own_steps():
+    from steptime_lab.experiments import wallclock_report as R
+    assert R._row_caveat("vllm", 1) == R.ROW_CAVEAT and R._row_caveat("vllm", 2) == ""
+    assert R._row_caveat("vllm-v1-sync", 1) == ""  # no async scheduling: each row is its own step
