@@ -852,3 +852,42 @@ def test_silicon_consistency_refuses_a_frame_without_predictions_or_with_a_zero_
         W.silicon_consistency(d.drop(columns="pred_ms"))
     with pytest.raises(W.WallclockError, match="> 0"):
         W.silicon_consistency(d.assign(tpot_ms=np.where(d["gpu"] == "gb200", 0.0, d["tpot_ms"])))
+
+
+def test_row_reading_fpm_signatures_and_bad_input():
+    """row_reading_fpm: the decode row before an eager step vs before a decode, the own-step flag by world size,
+    and a row under its roofline with its sum with the previous row."""
+    rows = []
+    for tp in (1, 2):
+        for i in range(6):
+            rows.append(dict(phase="decode", ctx_tokens=0, ctx_requests=0, decode_requests=4, latency_ms=10.0))
+            rows.append(dict(phase="prefill", ctx_tokens=4096, ctx_requests=1, decode_requests=0, latency_ms=200.0))
+        for r in rows[-12:]:
+            r["tp"] = tp
+    s = pd.DataFrame(rows)
+    s["step"] = np.arange(len(s))
+    s["segment"], s["ctx_kv_tokens"], s["mean_decode_kv_tokens"] = "sweep", 0, 0.0
+    s["gpu"], s["model"], s["engine"] = "b300", "qwen3-32b", "vllm"
+    s.loc[(s.tp == 1) & (s.phase == "decode"), "latency_ms"] = 20.0  # TP 1: each decode row carries the launch
+    s.loc[s.index[(s.tp == 1)][4:6], "latency_ms"] = [390.0, 10.0]   # a doubled row, then a fast one
+    pred = np.where(s.phase == "decode", 10.0, 200.0)
+    floor = pred * 0.7
+    out = {r["tp"]: r for r in W.row_reading_fpm(s, pred, floor, cap=512)}
+    assert out[1]["rows_own_step"] is False and out[2]["rows_own_step"] is True
+    assert out[1]["decode_before_eager"]["measured_over_predicted_median"] == pytest.approx(2.0)
+    assert out[2]["decode_before_eager"]["measured_over_predicted_median"] == pytest.approx(1.0)
+    assert out[1]["decode_before_decode"]["rows"] == 0 and out[1]["decode_before_decode"][
+        "measured_over_predicted_median"] is None
+    (b,) = out[1]["below_roofline"]
+    assert b["measured_ms"] == 10.0 and b["sum_with_previous_measured_ms"] == pytest.approx(400.0)
+    assert b["sum_with_previous_predicted_ms"] == pytest.approx(210.0) and out[2]["below_roofline"] == []
+    with pytest.raises(W.WallclockError, match="aligned"):
+        W.row_reading_fpm(s, pred[:-1], floor, cap=512)
+    with pytest.raises(W.WallclockError, match="positive"):
+        W.row_reading_fpm(s, np.zeros(len(s)), floor, cap=512)
+
+
+def test_row_caveat_only_where_rows_are_not_own_steps():
+    from steptime_lab.experiments import wallclock_report as R
+    assert R._row_caveat("vllm", 1) == R.ROW_CAVEAT and R._row_caveat("vllm", 2) == ""
+    assert R._row_caveat("vllm-v1-sync", 1) == ""  # no async scheduling: each row is its own step

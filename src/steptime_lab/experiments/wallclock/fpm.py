@@ -11,7 +11,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from steptime_lab.experiments.wallclock.steps import (
-    BLOCK_SCALE, COMM_OFFSET, COMM_SCALE, READING_RULE, SCALES, STEP_ADJUSTMENTS, WallclockError, check_steps,
+    BLOCK_SCALE, COMM_OFFSET, COMM_SCALE, READING_RULE, ROW_READING_NOTE, SCALES, STEP_ADJUSTMENTS, WallclockError,
+    check_steps, row_reading_fpm,
     exposed_host, fit_engine_constants, make_predictor, predict_table, reading_rule, score_steps, shares,
     signed_error_bins, residual_terms, tp_scaling, with_scales,
 )
@@ -94,6 +95,10 @@ def run_fpm(steps, spec: FpmSpec, *, fitted_doc=None, n_boot: int = 1000, seed: 
             "below_speed_of_light": {"steps": int((~sol_ok).sum()),
                                      "by_tp_phase": [{"tp": int(tp), "phase": ph, "steps": int(n)} for (tp, ph), n in
                                                      ev[~sol_ok].groupby(["tp", "phase"]).size().items()]},
+            "row_reading": {"note": ROW_READING_NOTE,
+                            "by_tp": row_reading_fpm(steps, predict_table(steps, eng, fitted)["pred_ms"].to_numpy(),
+                                                     predict_table(steps, preds["roofline"])["pred_ms"].to_numpy(),
+                                                     get_engine(spec.engine).get("graph_max_tokens", gpu, c0))},
             "names": {"fit": fit_name, "block": blk_name}}
 
 

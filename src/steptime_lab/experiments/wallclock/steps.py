@@ -589,3 +589,55 @@ def per_op_tables(gpu: str, gemm_df=None, attn_cells=None, allreduce_df=None, co
     return out
 
 
+
+
+# ---------------------------------------------------------------------------------------
+# How a world-size-1 run's rows read (engines.yaml schedule.inline_launch_world)
+ROW_READING_NOTE = ("Diagnostic, no claim: per TP, whether a row is its own step's time (engines.yaml "
+                    "schedule.inline_launch_world: at world size 1 vLLM V1 launches step n + 1 on the engine thread "
+                    "before it waits for step n's output, so row n can hold n + 1's host launch). Signatures: decode "
+                    "rows just before an eager step (a prefill or mixed step above graph_max_tokens; consecutive step "
+                    "ids) against decode rows just before a decode, as median measured / predicted; and every row "
+                    "recorded under the bare roofline of its batch, with the row before it and the two rows' sum "
+                    "(measured and predicted).")
+
+
+def row_reading_fpm(steps, pred_ms, floor_ms, cap: float) -> list[dict]:
+    """ROW_READING_NOTE's table, one entry per TP of a (gpu, engine) step table: `pred_ms` (a predictor's step times)
+    and `floor_ms` (the bare roofline's) are aligned with `steps`; `cap` is the engine's graph_max_tokens."""
+    import pandas as pd
+
+    check_steps(steps)
+    pred, floor = np.asarray(pred_ms, float), np.asarray(floor_ms, float)
+    if pred.shape != (len(steps),) or floor.shape != (len(steps),) or not (np.isfinite(pred).all() and (pred > 0).all()):
+        raise WallclockError("row_reading_fpm: pred_ms and floor_ms must be positive, finite and aligned with steps")
+    if len(steps[["gpu", "engine"]].drop_duplicates()) != 1:
+        raise WallclockError("row_reading_fpm: one (gpu, engine) per call")
+    pred, floor = pd.Series(pred, index=steps.index), pd.Series(floor, index=steps.index)
+    eng = get_engine(str(steps["engine"].iloc[0]))
+    out = []
+    for tp, s in steps.groupby("tp", sort=True):
+        s = s.sort_values("step")
+        lat, p, f = s["latency_ms"].to_numpy(float), pred[s.index].to_numpy(), floor[s.index].to_numpy()
+        ids, ph = s["step"].to_numpy(), s["phase"].to_numpy()
+        tok = (s["ctx_tokens"] + s["decode_requests"]).to_numpy()  # the step's scheduled tokens
+        nxt = np.r_[np.diff(ids) == 1, False]
+        eager_next = nxt & np.r_[(ph[1:] != "decode") & (tok[1:] > cap), False]
+        dec = ph == "decode"
+        row = {"tp": int(tp), "rows_own_step": bool(eng.step_time_is_own(int(tp))), "rows": int(len(s))}
+        for name, m in (("decode_before_eager", dec & eager_next),
+                        ("decode_before_decode", dec & nxt & np.r_[ph[1:] == "decode", False])):
+            row[name] = {"rows": int(m.sum()),
+                         "measured_over_predicted_median": float(np.median(lat[m] / p[m])) if m.any() else None}
+        below = []
+        for i in np.where(lat < f)[0]:
+            e = {"step": int(ids[i]), "phase": str(ph[i]), "num_tokens": int(tok[i]), "measured_ms": float(lat[i]),
+                 "predicted_ms": float(p[i]), "roofline_ms": float(f[i])}
+            if i > 0 and ids[i] - ids[i - 1] == 1:
+                e.update({"previous_measured_ms": float(lat[i - 1]), "previous_predicted_ms": float(p[i - 1]),
+                          "sum_with_previous_measured_ms": float(lat[i] + lat[i - 1]),
+                          "sum_with_previous_predicted_ms": float(p[i] + p[i - 1])})
+            below.append(e)
+        row["below_roofline"] = below
+        out.append(row)
+    return out
