@@ -221,7 +221,10 @@ def test_engine_profile_by_version():
     # the only differences (YAML merge): the overlap, and the server law the synchronous core exposes (wave 12)
     assert sync.get("overlap") == 0.0 and unfused.get("overlap") == 1.0
     # and the step a closed-loop request joins (schedule.join_steps: the synchronous loop's 2; wave 18)
-    diff = ("overlap", "server_a_ms", "server_b_ms", "join_steps", "prefix_caching")  # the last: same value, own source
+    diff = ("overlap", "server_a_ms", "server_b_ms", "join_steps", "prefix_caching",  # prefix_caching: same value, own source
+            "inline_launch_world")  # wave 23: only the async (batch-queue) core launches step n + 1 inline at world size 1
+    assert "inline_launch_world" not in sync.values and sync.step_time_is_own(1)
+    assert "inline_launch_world" in unfused.values and not unfused.step_time_is_own(1) and unfused.step_time_is_own(2)
     assert sync.caches_prefixes() and unfused.caches_prefixes()
     assert {k: v for k, v in sync.values.items() if k not in diff} == \
         {k: v for k, v in unfused.values.items() if k not in diff}
