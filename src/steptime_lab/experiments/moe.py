@@ -444,7 +444,8 @@ def _ape(pred, meas):
 
 def run(df: pd.DataFrame) -> dict:
     """Leave one GPU out: per dtype, the law fitted on the other GPUs' balanced cells of the held-out GPU's kernel
-    family (all families where no other GPU ran it), three bf16 readings of its own; scored on its balanced cells
+    family (all families where no other GPU ran it), at most three bf16 readings of its own (which ones: chosen on
+    the training GPUs, choose_readings); scored on its balanced cells
     (the E3.1 groups, collector regime) and, as a second table, on its power-law cells with the same constants
     (routing from the collector's power-law router; nothing fitted on a power-law cell)."""
     d = cells(df, DISTRIBUTIONS)
@@ -522,7 +523,8 @@ def document(r: dict, target_pct: float) -> dict:
     claims = []
     for row in per.itertuples():
         claims.append(claim(f"fused MoE on {row.gpu} ({row.sdtype}), held out (law of its kernel family from the "
-                            f"other GPUs, three bf16 readings of its own; collector regime: L2-resident weight sets), "
+                            f"other GPUs, at most three bf16 readings of its own at cells chosen on the training GPUs "
+                            f"(choose_readings); collector regime: L2-resident weight sets), "
                             f"{int(row.n)} balanced-routing cells", round(100 * row.mape, 2),
                             "MAPE % (lower is better)", target=target_pct, met=100 * row.mape <= target_pct, op="<=",
                             unit="MAPE %"))
