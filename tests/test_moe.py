@@ -15,7 +15,7 @@ from steptime.errors import (InputError, MemoryFitError, ModelConfigError, Stept
                              UnsupportedModelError)
 from steptime.specs import get_gpu, get_model, model_keys, moe_model_keys
 from steptime.specs.engines import get_engine
-from steptime.step import predict_step, predict_steps
+from steptime.step import PROJ_TERMS as PROJ, predict_step, predict_steps
 from steptime.terms import moe as M
 
 FIXTURE = Path(__file__).parent / "fixtures" / "dense_predictions_pre_moe.json"
@@ -71,9 +71,20 @@ def test_dense_predictions_unchanged():
         assert r.pop("engine") == engine
         # the qk_norm light term, added since (issue 19): zero for these models (none has models.yaml qk_norm)
         assert r["terms_ms"].pop("qk_norm") == 0.0 and r["bound"].pop("qk_norm") == "memory"
-        want = dict(c["result"])
+        want = json.loads(json.dumps(c["result"]))
         assert want.pop("engine") == "vllm"
         got = json.loads(json.dumps(r, sort_keys=True))
+        # two laws changed on purpose since (issue 19, wave 23), each leaving every other number bit-for-bit: the
+        # prefill attention's SM fill follows the critical path (terms/attention.py prefill_tiles), and vLLM's fp8
+        # projections run vLLM's own CUTLASS tile dispatch (terms/precision.py fp8_launch). Those terms, their
+        # factors, their bound labels and the total are left out; everything else must still equal the pre-MoE fixture
+        moved = (["attn_prefill"] if pre else []) + (list(PROJ) if dtype == "fp8" else [])
+        for d in (got, want):
+            d.pop("total_ms")
+            for t in moved:
+                d["terms_ms"].pop(t)
+                d["factors"].pop(t, None)
+                d["bound"].pop(t)
         assert _same(got, want), c["args"]
     assert "deepseek-v3" not in model_keys()  # dense listings unchanged: MoE models have their own
 

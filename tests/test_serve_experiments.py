@@ -18,7 +18,10 @@ def timer():
 
 def test_pick_chunk_honours_the_predicted_slo_and_tightens_with_it(timer):
     picks = []
-    for slo in (0.012, 0.02, 0.04, 1.0):
+    # the tightest SLO is just above the smallest chunk's predicted mixed step (only that chunk meets it), read
+    # from the predictor itself so the test does not depend on today's constants
+    t_min = serving.pick_chunk(timer, 32, 1000, 200, 1.0, GRID)["table"]["t_mix_s"].min()
+    for slo in (1.001 * t_min, 0.02, 0.04, 1.0):
         pk = serving.pick_chunk(timer, 32, 1000, 200, slo, GRID)
         row = pk["table"].set_index("chunk").loc[pk["chunk"]]
         assert row["t_mix_s"] <= slo or not pk["table"]["meets"].any()
@@ -48,8 +51,13 @@ def test_e2_9_document_scores_every_choice_in_the_simulator():
     sw = r["sweeps"]["llama-3.1-8b|h100-sxm"]
     for row in df.itertuples():
         ok = sw[sw["tbt_p99_s"] <= row.slo_tbt_s]
-        assert row.oracle == ok.loc[ok["throughput_tok_s"].idxmax(), "chunk"]
-        assert row.pick_tok_s <= row.oracle_tok_s + 1e-9 or not row.pick_meets
+        assert row.oracle_sweep_rule == ok.loc[ok["throughput_tok_s"].idxmax(), "chunk"]
+        # the oracle is the planner's pick (ranked by cost at one GPU): a chunk of the sweep that meets the SLO; where
+        # it differs from the sweep rule, the result's claim counts it (chunk_sizing_claims)
+        assert row.oracle in set(ok["chunk"])
+        # no pick that meets the SLO beats the sweep's best (the planner's oracle ranks by cost, so a near tie with it
+        # can go either way by a hair)
+        assert row.pick_tok_s <= ok["throughput_tok_s"].max() + 1e-9 or not row.pick_meets
     doc = serving.chunk_sizing_claims(r)
     assert doc["metrics"]["label"].startswith("simulated")
     assert all("met" in c for c in doc["claims"][:2])
