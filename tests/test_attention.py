@@ -245,6 +245,18 @@ def test_kv_write_slopes_and_held_out_eta():
         LX.kv_write_slopes(cells[cells["kv_dtype"] == "fp8"])
 
 
+def test_with_kv_write_eta_replaces_one_eta_and_names_its_source():
+    C = Constants.default()
+    c = E.with_kv_write_eta(C, 2.5, "unit test fold")
+    assert c.get("light_eta")["kv_write"] == 2.5
+    assert {k: v for k, v in c.get("light_eta").items() if k != "kv_write"} == \
+        {k: v for k, v in C.get("light_eta").items() if k != "kv_write"}
+    assert C.get("light_eta")["kv_write"] != 2.5  # the input is not changed
+    for bad in (0.0, -1.0, float("nan")):
+        with pytest.raises(ValueError, match="kv_write eta"):
+            E.with_kv_write_eta(C, bad, "bad")
+
+
 A100 = get_gpu("a100-sxm")
 
 

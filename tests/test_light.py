@@ -41,6 +41,20 @@ def test_kv_write_stream_is_the_light_laws_stream():
         L.kv_write_stream_s(-1.0, A100, C)
 
 
+def test_every_light_kernel_streams_through_one_law():
+    C = Constants.default()
+    for k in ("rmsnorm", "act", "kv_write"):
+        st = float(L.stream_s(k, 1e9, A100, C))
+        eta = C.get("light_eta", A100)[k]
+        assert st == 1e9 / (A100.mem_bw * C.get("light_bw_scale", A100) * eta)
+        # light_time is the smooth max of its floor and this stream: at a large move the stream alone
+        assert float(L.light_time(k, 1e9, A100, C)) == pytest.approx(st, rel=1e-3)
+    with pytest.raises(ValueError, match="unknown light kernel"):
+        L.stream_s("nope", 1.0, A100, C)
+    with pytest.raises(ValueError, match="'act'.*bytes"):
+        L.stream_s("act", -1.0, A100, C)
+
+
 def test_kv_write_doc_held_out_and_shipped():
     C = Constants.default()
     sl = {"a100-sxm": 1.0e-9, "h100-sxm": 0.5e-9, "b200": 0.3e-9}

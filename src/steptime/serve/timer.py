@@ -145,7 +145,8 @@ class StepTimer:
         # the decode floor without FA2's GQA query-transposition copy (attention.swap_copy: one request, or
         # H_kv < 2, or no GQA); with it, the floor as read (attention._decode_floor_rel)
         self._dfloor_free = self._dfloor * float(attention._decode_floor_rel(False, fc))
-        self._dgqa = self.heads > self.kv_heads >= 2
+        # whether a batch of two or more pays the copy (the rule lives in attention.swap_copy alone)
+        self._dgqa = bool(attention.swap_copy(2, self.heads, self.kv_heads))
         self._ar = np.arange(1024, dtype=float)
         self.A = np.zeros(1)
         self.Dp = np.zeros(1)
@@ -263,7 +264,7 @@ class StepTimer:
         p = fc["attn_overlap_p"]
         t_units = n * self._u0 * fc["attn_cta_us"] * 1e-6 / self.gpu.sms
         t_mem = nb / (self.gpu.mem_bw * fc["attn_eta_mem"])
-        floor = np.where(self._dgqa & (n >= 2), self._dfloor, self._dfloor_free)
+        floor = np.where(attention.swap_copy(n, self.heads, self.kv_heads), self._dfloor, self._dfloor_free)
         return np.where(n > 0, floor + smax(t_units, t_mem, p), 0.0)
 
     def decode_attention1(self, n: int, sum_kv: float) -> float:

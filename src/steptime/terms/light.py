@@ -191,17 +191,24 @@ def light_bytes(kernel: str, tokens, model, tp: int = 1):
     raise ValueError(f"unknown light kernel {kernel!r} (known: {', '.join(LIGHT_KERNELS)})")
 
 
-def kv_write_stream_s(nbytes, gpu, constants: Constants | None = None) -> np.ndarray:
-    """Seconds of the KV-cache write's stream term alone (no launch floor): `nbytes` over
-    BW x light_bw_scale x light_eta['kv_write']. The one bandwidth of the write: `light_time('kv_write', ...)`
-    streams at it, and the lab's attention-table comparison (experiments.attention.table_kv_write_s)
-    adds it to a prefill cell."""
+def stream_s(kernel: str, nbytes, gpu, constants: Constants | None = None) -> np.ndarray:
+    """Seconds of light kernel `kernel`'s stream term alone (no launch floor): `nbytes` over
+    BW x light_bw_scale x light_eta[kernel]. The one bandwidth law of a light kernel: `light_time`
+    takes its smooth max with the floor, and the lab's attention-table comparison
+    (experiments.attention.table_kv_write_s) adds the KV write's stream to a prefill cell."""
     constants = constants or Constants.default()
+    etas = constants.get("light_eta", gpu)
+    if kernel not in etas:
+        raise ValueError(f"unknown light kernel {kernel!r} (known: {', '.join(sorted(etas))})")
     nb = np.asarray(nbytes, dtype=float)
     if np.any(nb < 0):
-        raise ValueError("kv_write_stream_s: bytes must be >= 0")
-    bw = gpu.mem_bw * float(constants.get("light_bw_scale", gpu)) * float(constants.get("light_eta", gpu)["kv_write"])
-    return nb / bw
+        raise ValueError(f"light stream of {kernel!r}: bytes must be >= 0")
+    return nb / (gpu.mem_bw * float(constants.get("light_bw_scale", gpu)) * float(etas[kernel]))
+
+
+def kv_write_stream_s(nbytes, gpu, constants: Constants | None = None) -> np.ndarray:
+    """Seconds of the KV-cache write's stream term alone: `stream_s('kv_write', ...)`."""
+    return stream_s("kv_write", nbytes, gpu, constants)
 
 
 def light_time(kernel: str, nbytes, gpu, constants: Constants | None = None, *, row_bytes=None) -> np.ndarray:
@@ -222,6 +229,4 @@ def light_time(kernel: str, nbytes, gpu, constants: Constants | None = None, *, 
         floor = float(floors[kernel] if isinstance(floors, dict) else floors) * 1e-6
     ps = constants.get("light_p", gpu)
     p = float(ps[kernel] if isinstance(ps, dict) else ps)
-    scale = float(constants.get("light_bw_scale", gpu))
-    stream = np.asarray(nbytes, dtype=float) / (gpu.mem_bw * scale * float(etas[kernel]))
-    return smax(floor, stream, p)
+    return smax(floor, stream_s(kernel, nbytes, gpu, constants), p)

@@ -184,12 +184,19 @@ def table_kv_write_s(b, s, hkv, d, kv_dtype, gpu, constants: Constants) -> np.nd
 KV_WRITE_ETA_KEY = "kv_write_eta_held_out"  # per_gpu record: the light_eta['kv_write'] this GPU was scored with
 
 
+def with_kv_write_eta(constants: Constants, eta: float, source: str) -> Constants:
+    """`constants` with light_eta['kv_write'] replaced by `eta` (every other kernel's eta kept), its source named."""
+    eta = float(eta)
+    if not np.isfinite(eta) or eta <= 0:
+        raise ValueError(f"kv_write eta must be a positive number, got {eta!r} ({source})")
+    return constants.with_overrides({"light_eta": {**constants.get("light_eta"), "kv_write": eta}}, source=source)
+
+
 def kv_write_fold(constants: Constants, slopes: dict, gpu: str) -> Constants:
     """`constants` with light_eta['kv_write'] measured on every GPU of `slopes` but `gpu` (its held-out value)."""
     others = [o for o in slopes if o != gpu]
-    eta = dict(constants.get("light_eta"))
-    eta["kv_write"] = LX.kv_write_eta(slopes, others, constants)
-    return constants.with_overrides({"light_eta": eta}, source=f"kv_write eta held out: measured on {others}")
+    return with_kv_write_eta(constants, LX.kv_write_eta(slopes, others, constants),
+                             f"kv_write eta held out: measured on {others}")
 
 
 def predict(cells_gpu, gpu, fc: dict, warm_l2: bool = True, constants: Constants | None = None) -> dict:

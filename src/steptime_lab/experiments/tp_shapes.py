@@ -141,8 +141,8 @@ def predict_attention(cells: pd.DataFrame, gemm_doc: dict, attn_doc: dict, base:
         if AX.KV_WRITE_ETA_KEY not in per_gpu[g]:
             raise ValueError(f"{g}: the attention result records no held-out KV-write eta ({AX.KV_WRITE_ETA_KEY}); "
                              "rebuild E1.24")
-        eta = {**c.get("light_eta"), "kv_write": float(per_gpu[g][AX.KV_WRITE_ETA_KEY])}  # E1.24's fold, not shipped
-        c = c.with_overrides({"light_eta": eta}, source=f"kv_write eta held out for {g} (E1.24 kv_write_fold)")
+        # E1.24's fold, not the shipped value
+        c = AX.with_kv_write_eta(c, per_gpu[g][AX.KV_WRITE_ETA_KEY], f"kv_write eta held out for {g} (E1.24 kv_write_fold)")
         drop = {tuple(v) for v in per_gpu[g].get("scoring_excludes", {}).values()}
         x = x[[tuple(cid) not in drop for cid in x["cell"]]].copy()
         r = AX.predict(x, g, A.attention_constants(get_gpu(g), c), constants=c)  # E1.24's: attention + the table's KV write
