@@ -267,3 +267,35 @@ def test_normal_mode_reading_is_relative_to_the_law_gpus_at_the_same_cell():
     assert rel["s_floor:ll:dispatch"] == ab["s_floor:ll:dispatch"] == pytest.approx(1.5, rel=1e-6)
     with pytest.raises(ValueError, match="ref_gpus"):
         E.a2a_scales(d, "b200", law, ref_gpus=[])
+
+
+def test_token_scatter_is_zero_on_a_power_law_and_sees_one_slow_cell():
+    """a2a_token_scatter: a curve y = a T^b (geometric token steps) lies on its neighbours' geometric mean, so its
+    scatter is 0; one cell run in a slow state (2x) shows as |1/2 - 1| at that cell and |sqrt(2) - 1| at each of
+    its two neighbours, averaged over the interior cells of its (gpu, mode) only."""
+    T = [1, 2, 4, 8, 16, 32]
+    rows = [dict(gpu=g, mode="ll", phase="dispatch", hidden_size=7168, topk=8, num_experts=256, num_tokens=t,
+                 latency_ms=0.05 * t ** 0.3) for g in ("b200", "h100-sxm") for t in T]
+    d = pd.DataFrame(rows)
+    sc = E.a2a_token_scatter(d).set_index("gpu")
+    assert sc.loc["b200", "scatter"] == pytest.approx(0.0, abs=1e-12) and sc.loc["b200", "n"] == 4
+    slow = (d.gpu == "h100-sxm") & (d.num_tokens == 4)
+    d.loc[slow, "latency_ms"] *= 2.0
+    sc = E.a2a_token_scatter(d).set_index("gpu")
+    assert sc.loc["h100-sxm", "scatter"] == pytest.approx((0.5 + 2 * (np.sqrt(2.0) - 1.0)) / 4)
+    assert sc.loc["b200", "scatter"] == pytest.approx(0.0, abs=1e-12)
+    with pytest.raises(ValueError, match="lack column"):
+        E.a2a_token_scatter(d.drop(columns="phase"))
+    d.loc[slow, "latency_ms"] = 0.0
+    with pytest.raises(ValueError, match="non-positive"):
+        E.a2a_token_scatter(d)
+
+
+def test_e3_2_metrics_report_the_token_scatter_per_gpu_and_mode():
+    """document_a2a carries a2a_token_scatter per gpu/mode for each engine (a diagnostic beside the scores)."""
+    law = _law_ov(0.05)
+    d = pd.concat([_cells(law, g) for g in ("b200", "h100-sxm")], ignore_index=True)
+    r = E.run_a2a_engines(d.drop(columns=["mode", "a2a_bytes"]))
+    doc = E.document_a2a(r, target_pct=12.0)
+    assert set(doc["metrics"]["token_scatter_pct"]) == {f"{g}/{m}" for g in ("b200", "h100-sxm") for m in ("ll", "ht")}
+    assert all(np.isfinite(v) for v in doc["metrics"]["token_scatter_pct"].values())
