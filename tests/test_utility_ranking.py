@@ -149,6 +149,11 @@ def test_flat_region_replicates_count_how_often_the_measured_best_survives():
     assert d["workloads"] == 1 and d["replicates"] == 7 and d["workload_ids"] == [0]
     assert d["same_best"] == pytest.approx(5 / 7)
     assert d["regret_max"] == pytest.approx(0.05 / 0.0492 - 1.0)
+    # pooled over the seven other m (geometric mean), b is 0.98^(5/7) 1.1^(2/7) of a: > 1, so the pooled pick is a
+    assert d["mean_pick_same_best"] == 0.0 and d["mean_pick_regret_max"] == pytest.approx(0.05 / 0.0492 - 1.0)
+    d1 = R.flat_region_replicates([wl, pre], _flat_table(wl, slow_m={2}), terms, ("a", "b"))
+    assert d1["same_best"] == pytest.approx(6 / 7) and d1["mean_pick_same_best"] == 1.0  # one slow m: b pooled
+    assert d1["mean_pick_regret_max"] == 0.0
     assert R.flat_region_replicates([wl], g[g.m == 4], {k: v[:1] for k, v in terms.items()}, ("a", "b"))[
         "replicates"] == 0  # no other m measured
     with pytest.raises(ValueError):
@@ -194,3 +199,39 @@ def test_sustained_work_ratios_bin_the_compute_bound_cells_by_work():
     assert d["pairs"]["b200/b300"]["bins"][0]["ratio_p50"] is None
     with pytest.raises(ValueError):
         R.sustained_work_ratios(pd.DataFrame(rows), edges=(100.0, 10.0))
+
+
+def _doc_inputs(regret):
+    """A one-workload ranking result whose steptime pick costs `regret` over the measured best."""
+    wls = [{"model": "llama-3-8b", "tp": 4, "phase": "decode", "batch": 4, "kv_len": 1024, "tokens": 4}]
+    meas = np.array([[1.0, 1.0 + regret]])
+    s = R.rank_scores(np.array([[2.0, 1.0]]), meas, ("a", "b"))
+    return {"scores": {"all": {"steptime": s}}, "pred": {"steptime": np.array([[2.0, 1.0]])}, "meas": meas,
+            "runner_up_gaps": {"all": R.runner_up_gaps(meas)}}, wls, meas
+
+
+def test_steptime_max_regret_claim_carries_the_issue_target():
+    """Issue 24 item 3: over all nine GPUs every wrong pick within 5% of the measured best, for steptime too."""
+    res, wls, meas = _doc_inputs(0.04)
+    claims = R.ranking_document(res, wls, meas, "a", {"top1": 0.9, "max_regret": 0.05})["claims"]
+    c = [x for x in claims if "every wrong pick of steptime" in x["claim"]]
+    assert len(c) == 1 and c[0]["target"] == 0.05 and c[0]["op"] == "<="
+    assert c[0]["value"] == pytest.approx(0.04) and c[0]["met"] is True
+    res, wls, meas = _doc_inputs(0.072)
+    c = [x for x in R.ranking_document(res, wls, meas, "a", {"top1": 0.9, "max_regret": 0.05})["claims"]
+         if "every wrong pick of steptime" in x["claim"]]
+    assert c[0]["met"] is False and c[0]["value"] == pytest.approx(0.072)
+    # without the target the claim is not made (other experiments' targets are not invented)
+    assert not [x for x in R.ranking_document(res, wls, meas, "a", {"top1": 0.9})["claims"]
+                if "every wrong pick of steptime" in x["claim"]]
+
+
+def test_registered_e2_2_targets_match_issue_24():
+    """The registry holds issue 24's targets (top-1 0.80 is below round 1's 0.90, which stays: no target loosened)."""
+    import yaml
+    from pathlib import Path
+
+    reg = yaml.safe_load((Path(__file__).resolve().parents[1] / "config" / "experiments.yaml").read_text())
+    t = reg["experiments"]["E2.2"]["targets"] if "experiments" in reg else reg["E2.2"]["targets"]
+    assert t["max_regret"] == 0.05 and t["greybox_max_regret"] == 0.05
+    assert t["top1"] >= 0.8 and t["greybox_top1"] >= 0.8

@@ -384,7 +384,13 @@ def flat_region_replicates(wls, gemm_cells_df, meas_terms: dict, gpus=GPUS, m_ma
     the replicate's fastest GPU is compared with the measured one. `same_best` is the fraction of
     replicates that keep the measured fastest GPU: a ceiling on any predictor's top-1 agreement on
     these workloads (tactic switches or run-to-run spread, only the GPU's own table knows which m is
-    slow); `regret_max` is the measured cost of trusting a replicate's pick."""
+    slow); `regret_max` is the measured cost of trusting a replicate's pick.
+
+    `mean_pick_same_best` (per workload, not per replicate): the pick of the geometric mean of the
+    workload's other-m replicates (its own m left out) plus the measured attention, i.e. what a
+    predictor reaches that knew each GPU's own GEMM table at the same weights and the attention
+    cell exactly: a reference for the noise-limited top-1 on these workloads, with the measured cost
+    of its worst pick (`mean_pick_regret_max`)."""
     if m_max < 2:
         raise ValueError(f"m_max must be at least 2 (two token counts to compare), got {m_max}")
     mg = np.asarray(meas_terms["gemm"], dtype=float)
@@ -395,10 +401,12 @@ def flat_region_replicates(wls, gemm_cells_df, meas_terms: dict, gpus=GPUS, m_ma
     gidx = {g: gemm_cells_df[gemm_cells_df.gpu == g].set_index(["m", "n", "k"])["latency_ms"] for g in gpus}
     meas = mg + ma
     same, regret, used = [], [], set()
+    mean_same, mean_regret = [], []
     for i, wl in enumerate(wls):
         if wl["phase"] != "decode" or wl["tokens"] > m_max:
             continue
         gem, _ = component_cells(wl)
+        alts = []
         for m2 in range(1, m_max + 1):
             if m2 == wl["tokens"]:
                 continue
@@ -410,10 +418,16 @@ def flat_region_replicates(wls, gemm_cells_df, meas_terms: dict, gpus=GPUS, m_ma
             same.append(pick == int(np.argmin(meas[i])))
             regret.append(float(meas[i, pick] / meas[i].min() - 1.0))
             used.add(i)
+            alts.append(alt)
+        if alts:  # the workload's replicates pooled (its own m left out): one pick per workload
+            pick = int(np.argmin(np.exp(np.log(np.asarray(alts)).mean(axis=0)) + ma[i]))
+            mean_same.append(pick == int(np.argmin(meas[i])))
+            mean_regret.append(float(meas[i, pick] / meas[i].min() - 1.0))
     if not same:
         return {"m_max": m_max, "workloads": 0, "replicates": 0}
     return {"m_max": m_max, "workloads": len(used), "replicates": len(same), "same_best": float(np.mean(same)),
             "regret_max": float(np.max(regret)), "regret_over_5pct": int(np.sum(np.asarray(regret) > 0.05)),
+            "mean_pick_same_best": float(np.mean(mean_same)), "mean_pick_regret_max": float(np.max(mean_regret)),
             "workload_ids": sorted(used)}
 
 
@@ -456,6 +470,7 @@ def _replicate_summary(res, scores) -> dict:
     pred, meas = res["pred"]["steptime"][ids], res["meas"][ids]
     return {"flat_region_replicates": {"workloads": rep["workloads"], "replicates": rep["replicates"],
                                        "same_best": rep["same_best"], "regret_max": rep["regret_max"],
+                                       "mean_pick_same_best": rep["mean_pick_same_best"],
                                        "steptime_top1_same_workloads": float(np.mean(
                                            np.argmin(pred, axis=1) == np.argmin(meas, axis=1)))}}
 
@@ -476,7 +491,10 @@ DIAGNOSIS_DISCLOSED = (
     "scores had been seen (issue 24). It changes "
     "no predictor and no score. The ceilings are fitted on the scored workloads themselves: bounds on what a per-GPU "
     "factor could add, not predictors. The regimes (GEMM: phase x tokens; attention: phase x KV length), the error "
-    "sigmas and m <= 8 for the flat region were chosen with the scores in view.")
+    "sigmas and m <= 8 for the flat region were chosen with the scores in view. Wave 24 (helper rank) added, after "
+    "seeing the scores, flat_region_replicates' mean_pick_same_best (the pooled other-m replicates' pick per workload) "
+    "and the claim that every wrong pick of steptime is within 5% of the measured best: that target is issue 24's "
+    "(config targets.max_regret), not set by the score; no predictor, constant, tie rule or other target changed.")
 NOISE_SIGMAS = (0.005, 0.01, 0.02, 0.03)  # independent log-normal errors for the attainable-top-1 reference
 NOISE_DRAWS = 200
 
@@ -642,6 +660,13 @@ def ranking_document(res, wls, meas, home_gpu: str | None, targets: dict) -> dic
                                                                    "max": s["top1_regret_max"]},
                             f"measured time of the pick / measured best - 1, over {s['workloads']} workloads "
                             "(0 on a hit)"))
+        if set_name == "all" and "max_regret" in targets:  # issue 24 item 3: over all nine GPUs, every wrong pick
+            reg, worst = targets["max_regret"], float(s["top1_regret_max"] or 0.0)
+            claims.append(claim(f"GPU set '{set_name}': every wrong pick of steptime is within {reg:.0%} of the "
+                                "measured best's time", round(worst, 6),
+                                f"<= {reg}: the largest measured time of the pick / measured best - 1 over "
+                                f"{s['workloads']} workloads (ties: the worst tied GPU)", target=reg,
+                                met=worst <= reg, op="<=", unit="fraction"))
         claims.append(claim(f"GPU set '{set_name}': every pair steptime decides is ordered as measured",
                             {"wrong": s["pair_wrong"], "decided": s["pair_correct"] + s["pair_wrong"],
                              "wrong_outside_2pct_measured_band": s["pair_wrong_clear"]},
@@ -700,7 +725,8 @@ def ranking_document(res, wls, meas, home_gpu: str | None, targets: dict) -> dic
                 "spread (sd of the log ratio) of the two GPUs' measured GEMM times over m = 1..8 at one (n, k); on the "
                 "decode workloads of at most 8 tokens, how often the measured fastest GPU stays the fastest when the "
                 "GEMM cells are swapped for the same weights' cells at another m <= 8 (a physical replicate; a "
-                "property of the data), beside steptime's top-1 on the same workloads"))
+                "property of the data) and how often the pick of those replicates pooled per workload (its own m left "
+                "out) is the measured fastest, beside steptime's top-1 on the same workloads"))
         if "rf_spec_scaled" in by:
             claims.append(claim(f"GPU set '{set_name}': a home-profiled RF covers 1 GPU; verbatim it ties every pair",
                                 {"rf_verbatim_pair_ties": by["rf_verbatim"]["pair_ties"],
