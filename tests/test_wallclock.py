@@ -930,6 +930,10 @@ def test_prefill_residual_separates_a_per_step_a_per_token_and_a_per_prompt_cost
         assert {c["tokens"] for c in e["compositions"]} == {128, 1024, 4096, 8192}
         c = next(c for c in e["compositions"] if c["tokens"] == 4096)
         assert c["residual_over_gemm"] == pytest.approx((1.5 + 7.0 * 4.096) / ((10.0 + 4.096) / 2))
+        # the sweep cycles 128 -> 1024 -> 4096 -> 8192 -> 128: each row's next step is a prefill but the last one's
+        assert c["residual_by_next_phase_ms"] == {"prefill": pytest.approx(1.5 + 7.0 * 4.096)}
+    last = next(c for c in out[1]["compositions"] if c["tokens"] == 8192)
+    assert set(last["residual_by_next_phase_ms"]) == {"prefill", "decode"}
     # no missing cost: nothing to read
     e = W.prefill_residual(*_prefill_sweep())[0]
     assert e["line"]["a_ms"] == pytest.approx(0.0, abs=1e-9) and e["line"]["b_us_per_token"] == pytest.approx(0.0, abs=1e-9)

@@ -382,7 +382,9 @@ PREFILL_RESIDUAL_NOTE = (
     "cost); and each composition's residual over the predicted GEMM time (a GEMM efficiency miss at the per-rank "
     "shapes reads as a fraction that follows the per-rank shape, not the step's tokens). A cost every rank pays "
     "on every token (embedding, sampler, a replicated light kernel) gives the same b at every TP; per-rank work "
-    "gives b falling as 1 / TP.")
+    "gives b falling as 1 / TP. Each composition's residual is also split by the phase of the step recorded next "
+    "(step id + 1 at the same TP; 'absent' where that step is not in the table): a row that holds part of the next "
+    "step's host work (engines.yaml schedule.inline_launch_world) reads larger before an eager prefill or mixed step.")
 
 
 def prefill_residual(steps, pred) -> list[dict]:
@@ -394,6 +396,8 @@ def prefill_residual(steps, pred) -> list[dict]:
     if len(steps[["gpu", "engine"]].drop_duplicates()) != 1:
         raise WallclockError("prefill_residual: one (gpu, engine) per call")
     x = steps.assign(res=steps["latency_ms"] - pred["pred_ms"], gemm=pred["gemm_ms"])
+    nxt = {(int(t), int(i)): str(ph) for t, i, ph in zip(x["tp"], x["step"], x["phase"])}
+    x["next_phase"] = [nxt.get((int(t), int(i) + 1), "absent") for t, i in zip(x["tp"], x["step"])]
     x = x[(x["phase"] == "prefill") & (x["segment"] == "sweep") & (x["ctx_kv_tokens"] == 0)]
     if x.empty:
         raise WallclockError("prefill_residual: no sweep prefill steps without a cached prefix")
@@ -411,7 +415,10 @@ def prefill_residual(steps, pred) -> list[dict]:
         for r in g.itertuples():
             e = {"tokens": int(r.ctx_tokens), "prompts": int(r.ctx_requests), "steps": int(r.steps),
                  "measured_ms": float(r.measured_ms), "residual_ms": float(r.residual_ms),
-                 "residual_over_gemm": float(r.residual_ms / r.gemm_ms) if r.gemm_ms > 0 else None}
+                 "residual_over_gemm": float(r.residual_ms / r.gemm_ms) if r.gemm_ms > 0 else None,
+                 "residual_by_next_phase_ms": {
+                     ph: float(v) for ph, v in s[(s["ctx_tokens"] == r.ctx_tokens) & (s["ctx_requests"] == r.ctx_requests)]
+                     .groupby("next_phase")["res"].median().items()}}
             if line is not None and r.ctx_requests > 1:
                 e["excess_per_extra_prompt_ms"] = float((r.residual_ms - line["a_ms"] - line["b_us_per_token"] * 1e-3
                                                          * r.ctx_tokens) / (r.ctx_requests - 1))
