@@ -894,3 +894,60 @@ def test_row_caveat_only_where_rows_are_not_own_steps():
     from steptime_lab.experiments import wallclock_report as R
     assert R._row_caveat("vllm", 1) == R.ROW_CAVEAT and R._row_caveat("vllm", 2) == ""
     assert R._row_caveat("vllm-v1-sync", 1) == ""  # no async scheduling: each row is its own step
+
+
+def _prefill_sweep(a=0.0, b_us=0.0, per_prompt=0.0, tps=(1, 2)):
+    """Sweep prefills (one prompt at 128 / 1024 / 4096 tokens, two at 8192) over a flat prediction of 10 ms + 1 us
+    per token (half of it GEMM), measured with a per-step a ms, b_us per token and per_prompt ms per extra prompt."""
+    rows = []
+    for tp in tps:
+        for rep in range(2):
+            for t, n in ((128, 1), (1024, 1), (4096, 1), (8192, 2)):
+                rows.append(dict(phase="prefill", segment="sweep", ctx_tokens=t, ctx_requests=n, ctx_kv_tokens=0,
+                                 decode_requests=0, mean_decode_kv_tokens=0.0, tp=tp))
+        rows.append(dict(phase="decode", segment="sweep", ctx_tokens=0, ctx_requests=0, ctx_kv_tokens=0,
+                         decode_requests=4, mean_decode_kv_tokens=1000.0, tp=tp))
+    s = pd.DataFrame(rows)
+    s["step"] = np.arange(len(s))
+    s["gpu"], s["model"], s["engine"] = "b300", "qwen3-32b", "vllm"
+    pred_ms = 10.0 + 1e-3 * s["ctx_tokens"]
+    s["latency_ms"] = pred_ms + a + 1e-3 * b_us * s["ctx_tokens"] + per_prompt * (s["ctx_requests"] - 1).clip(0)
+    pred = pd.DataFrame({"pred_ms": pred_ms, **{f"{k}_ms": 0.0 for k in W.KINDS}}, index=s.index)
+    pred["gemm_ms"] = pred_ms / 2
+    return s, pred
+
+
+def test_prefill_residual_separates_a_per_step_a_per_token_and_a_per_prompt_cost():
+    """E1.26's prefill diagnostic (issue 19): a per-step constant is the line's intercept, a per-token cost its
+    slope, a per-prompt cost the two-prompt composition's excess over the line; decode steps take no part."""
+    s, pred = _prefill_sweep(a=1.5, b_us=7.0, per_prompt=2.0)
+    out = W.prefill_residual(s, pred)
+    assert [e["tp"] for e in out] == [1, 2]
+    for e in out:
+        assert e["line"]["a_ms"] == pytest.approx(1.5) and e["line"]["b_us_per_token"] == pytest.approx(7.0)
+        two = [c for c in e["compositions"] if c["prompts"] == 2]
+        assert len(two) == 1 and two[0]["excess_per_extra_prompt_ms"] == pytest.approx(2.0)
+        assert {c["tokens"] for c in e["compositions"]} == {128, 1024, 4096, 8192}
+        c = next(c for c in e["compositions"] if c["tokens"] == 4096)
+        assert c["residual_over_gemm"] == pytest.approx((1.5 + 7.0 * 4.096) / ((10.0 + 4.096) / 2))
+        # the sweep cycles 128 -> 1024 -> 4096 -> 8192 -> 128: each row's next step is a prefill but the last one's
+        assert c["residual_by_next_phase_ms"] == {"prefill": pytest.approx(1.5 + 7.0 * 4.096)}
+    last = next(c for c in out[1]["compositions"] if c["tokens"] == 8192)
+    assert set(last["residual_by_next_phase_ms"]) == {"prefill", "decode"}
+    # no missing cost: nothing to read
+    e = W.prefill_residual(*_prefill_sweep())[0]
+    assert e["line"]["a_ms"] == pytest.approx(0.0, abs=1e-9) and e["line"]["b_us_per_token"] == pytest.approx(0.0, abs=1e-9)
+
+
+def test_prefill_residual_refuses_bad_input():
+    s, pred = _prefill_sweep()
+    with pytest.raises(W.WallclockError, match="aligned"):
+        W.prefill_residual(s, pred.iloc[1:])
+    with pytest.raises(W.WallclockError, match="aligned"):
+        W.prefill_residual(s, pred.drop(columns=["gemm_ms"]))
+    with pytest.raises(W.WallclockError, match="no sweep prefill"):
+        dec = s[s["phase"] == "decode"]
+        W.prefill_residual(dec, pred.loc[dec.index])
+    two = pd.concat([s, s.assign(gpu="b200", step=s["step"] + 1000)], ignore_index=True)
+    with pytest.raises(W.WallclockError, match="one \\(gpu, engine\\)"):
+        W.prefill_residual(two, pd.concat([pred, pred], ignore_index=True))

@@ -86,6 +86,7 @@ def engine_step_document(r: dict, targets: dict) -> dict:
                "signed_error_vs_tokens": {n: _clean(v) for n, v in r["signed_vs_tokens"].items()},
                "below_speed_of_light": sol,
                "row_reading": r.get("row_reading"),
+               "prefill_residual": r.get("prefill_residual"),
                "notes": ["GPU: the FPM files do not name it; B300 by the collector's default and the KV-cache size "
                          "(see the data manifest)",
                          "per-request lengths are not in the FPM rows: decode requests read the step's mean decode KV "
@@ -420,7 +421,10 @@ ENGINE_STEP_DISCLOSED = (
     "launch in place of two, vLLM / SGLang / TensorRT-LLM, read from their RMSNorm(x, residual) source paths) was "
     "looked for after this experiment's TP 1 decode steps had been seen over-predicted (DESIGN, light kernels: "
     "+0.67 ms at B300 TP 1, consistent with the add launches vLLM does not run). The field is set from the engine "
-    "sources alone; the fused launch is priced from the existing rmsnorm and add laws, nothing in it is fitted.")
+    "sources alone; the fused launch is priced from the existing rmsnorm and add laws, nothing in it is fitted. "
+    "Issue 19 (wave 24): metrics.prefill_residual (a per-step, per-token and per-prompt split of the prefill "
+    "residual) was written after this experiment's TP 1 / 2 prefill steps had been seen predicted too fast; it is a "
+    "diagnostic, no claim reads it and nothing in it is fitted to the scores.")
 PREFILL_FIRST_DISCLOSED = (
     "SGLang's mixed variant (engines.yaml schedule.mixed_prefill false; metrics.wave_schedule): the fact (SGLang "
     "runs a prefill batch first, as a step of its own, enable_mixed_chunk off by default) was read in SGLang's "

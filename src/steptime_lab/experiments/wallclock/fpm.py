@@ -11,8 +11,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from steptime_lab.experiments.wallclock.steps import (
-    BLOCK_SCALE, COMM_OFFSET, COMM_SCALE, READING_RULE, ROW_READING_NOTE, SCALES, STEP_ADJUSTMENTS, WallclockError,
-    check_steps, row_reading_fpm,
+    BLOCK_SCALE, COMM_OFFSET, COMM_SCALE, PREFILL_RESIDUAL_NOTE, READING_RULE, ROW_READING_NOTE, SCALES, STEP_ADJUSTMENTS,
+    WallclockError, check_steps, prefill_residual, row_reading_fpm,
     exposed_host, fit_engine_constants, make_predictor, predict_table, reading_rule, score_steps, shares,
     signed_error_bins, residual_terms, tp_scaling, with_scales,
 )
@@ -99,6 +99,8 @@ def run_fpm(steps, spec: FpmSpec, *, fitted_doc=None, n_boot: int = 1000, seed: 
                             "by_tp": row_reading_fpm(steps, predict_table(steps, eng, fitted)["pred_ms"].to_numpy(),
                                                      predict_table(steps, preds["roofline"])["pred_ms"].to_numpy(),
                                                      get_engine(spec.engine).get("graph_max_tokens", gpu, c0))},
+            "prefill_residual": {"note": PREFILL_RESIDUAL_NOTE, "predictor": fit_name,
+                                 "by_tp": prefill_residual(ev, tabs[fit_name])},
             "names": {"fit": fit_name, "block": blk_name}}
 
 

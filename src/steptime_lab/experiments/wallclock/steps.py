@@ -374,6 +374,59 @@ def shares(pred, steps, keys=("tp", "phase")) -> list[dict]:
 TERM_GROUPS = {"compute": ("gemm", "attention", "light"), "comm": ("comm",), "host": HOST_KINDS}
 
 
+PREFILL_RESIDUAL_NOTE = (
+    "Diagnostic, no claim (issue 19): where a prefill step's missing time sits. Per TP, over the sweep's "
+    "prefill steps with no cached prefix: the median residual (measured - predicted, ms) of each composition; a "
+    "line residual = a + b tokens through the one-prompt compositions (a: a per-step constant, b: a per-token "
+    "cost); each multi-prompt composition's residual less that line at its tokens, per extra prompt (a per-prompt "
+    "cost); and each composition's residual over the predicted GEMM time (a GEMM efficiency miss at the per-rank "
+    "shapes reads as a fraction that follows the per-rank shape, not the step's tokens). A cost every rank pays "
+    "on every token (embedding, sampler, a replicated light kernel) gives the same b at every TP; per-rank work "
+    "gives b falling as 1 / TP. Each composition's residual is also split by the phase of the step recorded next "
+    "(step id + 1 at the same TP; 'absent' where that step is not in the table): a row that holds part of the next "
+    "step's host work (engines.yaml schedule.inline_launch_world) reads larger before an eager prefill or mixed step.")
+
+
+def prefill_residual(steps, pred) -> list[dict]:
+    """PREFILL_RESIDUAL_NOTE's table, one entry per TP of one (gpu, engine) step table; `pred` is a predict_table
+    frame aligned with `steps`. A TP with fewer than two one-prompt compositions has no line (None)."""
+    check_steps(steps)
+    if not pred.index.equals(steps.index) or "pred_ms" not in pred or "gemm_ms" not in pred:
+        raise WallclockError("prefill_residual: pred must be a predict_table frame aligned with steps")
+    if len(steps[["gpu", "engine"]].drop_duplicates()) != 1:
+        raise WallclockError("prefill_residual: one (gpu, engine) per call")
+    x = steps.assign(res=steps["latency_ms"] - pred["pred_ms"], gemm=pred["gemm_ms"])
+    nxt = {(int(t), int(i)): str(ph) for t, i, ph in zip(x["tp"], x["step"], x["phase"])}
+    x["next_phase"] = [nxt.get((int(t), int(i) + 1), "absent") for t, i in zip(x["tp"], x["step"])]
+    x = x[(x["phase"] == "prefill") & (x["segment"] == "sweep") & (x["ctx_kv_tokens"] == 0)]
+    if x.empty:
+        raise WallclockError("prefill_residual: no sweep prefill steps without a cached prefix")
+    out = []
+    for tp, s in x.groupby("tp", sort=True):
+        g = (s.groupby(["ctx_tokens", "ctx_requests"])
+             .agg(steps=("res", "size"), measured_ms=("latency_ms", "median"), residual_ms=("res", "median"),
+                  gemm_ms=("gemm", "median")).reset_index())
+        one = g[g["ctx_requests"] == 1]
+        line = None
+        if one["ctx_tokens"].nunique() >= 2:
+            b, a = np.polyfit(one["ctx_tokens"].to_numpy(float), one["residual_ms"].to_numpy(float), 1)
+            line = {"a_ms": float(a), "b_us_per_token": float(b * 1e3)}
+        comps = []
+        for r in g.itertuples():
+            e = {"tokens": int(r.ctx_tokens), "prompts": int(r.ctx_requests), "steps": int(r.steps),
+                 "measured_ms": float(r.measured_ms), "residual_ms": float(r.residual_ms),
+                 "residual_over_gemm": float(r.residual_ms / r.gemm_ms) if r.gemm_ms > 0 else None,
+                 "residual_by_next_phase_ms": {
+                     ph: float(v) for ph, v in s[(s["ctx_tokens"] == r.ctx_tokens) & (s["ctx_requests"] == r.ctx_requests)]
+                     .groupby("next_phase")["res"].median().items()}}
+            if line is not None and r.ctx_requests > 1:
+                e["excess_per_extra_prompt_ms"] = float((r.residual_ms - line["a_ms"] - line["b_us_per_token"] * 1e-3
+                                                         * r.ctx_tokens) / (r.ctx_requests - 1))
+            comps.append(e)
+        out.append({"tp": int(tp), "line": line, "compositions": comps})
+    return out
+
+
 def residual_terms(steps, pred) -> dict:
     """Which predicted term the residual (measured - predicted) scales with, per phase, leave-one-TP-out.
 
