@@ -283,3 +283,18 @@ def test_pair_sum_scores_conserve_a_launch_moved_into_the_row_before():
         X.pair_sum_scores(g.iloc[::-1], np.full(4, 10.0))
     with pytest.raises(SteptimeError, match="aligned"):
         X.pair_sum_scores(g, np.full(3, 10.0))
+
+
+def test_gap_by_tokens_bands_the_non_decode_steps_by_their_tokens():
+    """gap_by_tokens: the median measured - predicted per phase and token band (graphed <= 512, eager above in
+    three bands); decode steps left out; misaligned predictions refused."""
+    from steptime.errors import SteptimeError
+
+    g = _fpm_group(2, 2, [10.0, 30.0, 60.0, 70.0, 90.0], ["decode", "mixed", "mixed", "mixed", "prefill"],
+                   [1, 300, 1000, 5000, 5000])
+    out = X.gap_by_tokens(g, np.array([10.0, 20.0, 50.0, 40.0, 50.0]))
+    assert out == {"mixed": {"0-512": {"steps": 1, "median_gap_ms": 10.0}, "512-2048": {"steps": 1, "median_gap_ms": 10.0},
+                             ">4096": {"steps": 1, "median_gap_ms": 30.0}},
+                   "context": {">4096": {"steps": 1, "median_gap_ms": 40.0}}}
+    with pytest.raises(SteptimeError, match="aligned"):
+        X.gap_by_tokens(g, np.full(2, 1.0))

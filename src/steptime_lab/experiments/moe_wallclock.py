@@ -638,7 +638,9 @@ ROW_READING_NOTE = ("Diagnostic, no claim: per layout, whether its rows are its 
                     "before those (consecutive step ids): where the engine launches step n + 1 before it reads step n's "
                     "output, step n's row carries n + 1's host launch and the eager step's own row holds only its tail. "
                     "pair_sums: per non-decode phase, each such step's row plus its predecessor's against the predicted "
-                    "pair (pair_sum_scores), which conserves the time such a hand-off moves between two rows.")
+                    "pair (pair_sum_scores), which conserves the time such a hand-off moves between two rows. "
+                    "gap_by_tokens_ms: per non-decode phase, the median measured - predicted step by band of the "
+                    "step's recorded tokens (gap_by_tokens; on an attention-DP layout DP rank 0's tokens only).")
 FAST_EAGER_MS = 5.0  # a step above graph_max_tokens recorded under this is not an eager step's own time
 
 
@@ -663,7 +665,9 @@ def row_reading(groups: list, preds: dict) -> dict:
             row.update({"steps_before_them": int(len(before)),
                         "steps_before_measured_median_ms": float(np.median(lat[before])),
                         "steps_before_predicted_median_ms": float(np.median(pred))})
-        row["pair_sums"] = pair_sum_scores(s, predict_table(s, preds[key])["pred_ms"].to_numpy())
+        pred_all = predict_table(s, preds[key])["pred_ms"].to_numpy()
+        row["pair_sums"] = pair_sum_scores(s, pred_all)
+        row["gap_by_tokens_ms"] = gap_by_tokens(s, pred_all)
         out.append(row)
     return {"note": ROW_READING_NOTE, "fast_eager_ms": FAST_EAGER_MS, "by_layout": out}
 
@@ -688,6 +692,29 @@ def pair_sum_scores(steps: pd.DataFrame, pred_ms) -> dict:
         out[{"prefill": "context"}.get(name, name)] = {"pairs": int(len(j)), "mape": round(float(np.abs(e).mean()), 4),
                                                         "median_ape": round(float(np.median(np.abs(e))), 4),
                                                         "signed_mean": round(float(e.mean()), 4)}
+    return out
+
+
+GAP_TOKEN_BANDS = (0, 512, 2048, 4096, np.inf)  # the step's tokens: graphed (<= 512), then eager in three bands
+
+
+def gap_by_tokens(steps: pd.DataFrame, pred_ms) -> dict:
+    """Per non-decode phase and band of the step's recorded tokens (GAP_TOKEN_BANDS): steps and the median of
+    measured - predicted (ms). On an attention-DP layout the row holds DP rank 0's tokens only: a gap that grows with
+    them is GPU work rank 0's batch carries; a flat one, host time or another rank's step."""
+    lat, pred = steps["latency_ms"].to_numpy(float), np.asarray(pred_ms, float)
+    if pred.shape != lat.shape or not np.all(np.isfinite(pred)):
+        raise SteptimeError("gap_by_tokens: pred_ms must be finite and aligned with the steps")
+    tok, ph = steps["num_tokens"].to_numpy(float), steps["phase"].to_numpy()
+    out = {}
+    for name in sorted(set(ph) - {"decode"}):
+        bands = {}
+        for lo, hi in zip(GAP_TOKEN_BANDS[:-1], GAP_TOKEN_BANDS[1:]):
+            m = (ph == name) & (tok > lo) & (tok <= hi)
+            if m.any():
+                bands[f"{lo}-{hi}" if np.isfinite(hi) else f">{lo}"] = {
+                    "steps": int(m.sum()), "median_gap_ms": round(float(np.median(lat[m] - pred[m])), 3)}
+        out[{"prefill": "context"}.get(name, name)] = bands
     return out
 
 
@@ -890,7 +917,8 @@ def document(tok: dict, rep: dict, fpm: list, skipped_rows: list, targets: dict,
                      "it, and that group's claim now says so; no other row of any group is), and the requests in decode "
                      "each silicon row's own TTFT and TPOT imply by Little's law (all nine concurrency-512 H100 "
                      "gpt-oss-120b rows of the file imply 96-106); and the FPM layouts' consecutive-pair scores "
-                     "(fpm_row_reading pair_sums), added after seeing the tp 1 ep 1 dp 1 run's scores."
+                     "(fpm_row_reading pair_sums) and their gap by token band (gap_by_tokens_ms), added after seeing the "
+                     "tp 1 ep 1 dp 1 run's and the attention-DP layouts' scores."
                      + (" " + rep["disclosed"] if rep.get("disclosed") else ""),
     }
     return {"metrics": metrics, "claims": claims}
