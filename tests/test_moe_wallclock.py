@@ -219,3 +219,82 @@ def test_row_reading_finds_eager_steps_recorded_too_fast_and_the_step_before():
 
 
 from steptime_lab.experiments.wallclock.steps import KINDS  # noqa: E402
+
+
+def _bound_rows(tpot):
+    """Two gpt-oss-120b H100 token rows priced at 512 running, TP 8 (the E3.4 silicon shape)."""
+    return pd.DataFrame({"dataset": "aic-silicon", "gpu": "h100-sxm", "engine": "vllm-v1-sync", "engine_version": "0.11.2",
+                         "model": "gpt-oss-120b", "tp": 8, "ep": 1, "dp": 1, "dtype": "mxfp4", "batch": 512.0,
+                         "running": 512.0, "prompt_tokens": [8192.0, 1024.0], "output_tokens": [1024.0, 8192.0],
+                         "tpot_ms": tpot, "pred_ms": [60.0, 40.0], "ttft_ms": [19691.5, 1000.0],
+                         "source_id": ["a", "b"]})
+
+
+def test_kv_read_bound_is_running_times_full_layer_kv_times_context_over_bandwidth():
+    """kv_read_bound_ms: 512 requests of gpt-oss-120b (18 full-attention layers of 8 KV heads x 64 x K,V in bf16, one
+    KV head per GPU at TP 8; the 18 sliding-window layers left out) at the mean context ISL + OSL/2, read once at
+    the H100's datasheet bandwidth; a row lacking a column is refused."""
+    from steptime.errors import SteptimeError
+
+    rows = _bound_rows([4.449, 3.571])
+    got = X.kv_read_bound_ms(rows)
+    per_token = 18 * 2 * 1 * 64 * 2.0  # bytes on one GPU per cached token
+    want = 512 * per_token * np.array([8192 + 512, 1024 + 4096]) / get_gpu("h100-sxm").mem_bw * 1e3
+    assert np.allclose(got, want, rtol=1e-9)
+    with pytest.raises(SteptimeError, match="lack running"):
+        X.kv_read_bound_ms(rows.drop(columns="running"))
+
+
+def test_token_row_checks_flag_rows_below_the_bound_and_the_claim_says_so():
+    """A row measured below its priced batch's KV read time is listed (with the group's MAPE without it) and its
+    group's claim names it; the claim's value stays the MAPE of every row. Little's law: 512 clients whose TTFT is
+    20 s against 4.5 s of decode hold about 95 requests in decode, flagged against 512 priced."""
+    rows = _bound_rows([4.449, 30.0])
+    p = rows.assign(kv_read_bound_ms=X.kv_read_bound_ms(rows), in_flight_implied=X.in_flight_implied(rows))
+    assert p["in_flight_implied"].iloc[0] == pytest.approx(512 * 1023 * 4.449 / (19691.5 + 1023 * 4.449))
+    chk = X.token_row_checks(p)
+    g = chk["kv_read_bound"]["groups"]
+    assert len(g) == 1 and g[0]["below"] == 1 and g[0]["mape_within_bound"] == pytest.approx(round(10 / 30, 4))
+    assert [r["source_id"] for r in chk["kv_read_bound"]["rows"]] == ["a"]
+    assert [r["source_id"] for r in chk["in_flight"]["rows"]] == ["a"]
+    sc = [{"dataset": "aic-silicon", "gpu": "h100-sxm", "engine": "vllm-v1-sync", "models": ["gpt-oss-120b"],
+           "layouts": ["tp8/ep1"], "cells": 2, "mape": 7.0, "median_ape": 7.0, "mape_ci": [6.0, 8.0],
+           "signed_mean": 7.0, "below_kv_bound_rows": 1}]
+    doc = X.document({"scores": sc, "pred": p, "skipped": []}, {"runs": [], "skipped": []}, [], [],
+                     {"tpot_mape_per_group": 0.15, "fpm_mape_per_phase": 0.12})
+    c = doc["claims"][0]
+    assert "1 of these rows measured below" in c["claim"] and c["value"] == 7.0
+    assert doc["metrics"]["token_row_checks"]["kv_read_bound"]["groups"][0]["below"] == 1
+    sc[0]["below_kv_bound_rows"] = 0
+    assert "measured below" not in X.document({"scores": sc, "pred": p, "skipped": []}, {"runs": [], "skipped": []},
+                                              [], [], {"tpot_mape_per_group": 0.15,
+                                                       "fpm_mape_per_phase": 0.12})["claims"][0]["claim"]
+
+
+def test_pair_sum_scores_conserve_a_launch_moved_into_the_row_before():
+    """pair_sum_scores: where step n's row holds n + 1's host time (n + 1's row only its tail), each row alone is far
+    off but the pair is exact; unsorted or misaligned input is refused."""
+    from steptime.errors import SteptimeError
+
+    g = _fpm_group(1, 1, [10.0, 48.0, 2.0, 10.0], ["decode", "decode", "mixed", "decode"], [1, 1, 900, 1])
+    out = X.pair_sum_scores(g, np.array([10.0, 10.0, 40.0, 10.0]))
+    assert out == {"mixed": {"pairs": 1, "mape": 0.0, "median_ape": 0.0, "signed_mean": 0.0}}
+    with pytest.raises(SteptimeError, match="sorted"):
+        X.pair_sum_scores(g.iloc[::-1], np.full(4, 10.0))
+    with pytest.raises(SteptimeError, match="aligned"):
+        X.pair_sum_scores(g, np.full(3, 10.0))
+
+
+def test_gap_by_tokens_bands_the_non_decode_steps_by_their_tokens():
+    """gap_by_tokens: the median measured - predicted per phase and token band (graphed <= 512, eager above in
+    three bands); decode steps left out; misaligned predictions refused."""
+    from steptime.errors import SteptimeError
+
+    g = _fpm_group(2, 2, [10.0, 30.0, 60.0, 70.0, 90.0], ["decode", "mixed", "mixed", "mixed", "prefill"],
+                   [1, 300, 1000, 5000, 5000])
+    out = X.gap_by_tokens(g, np.array([10.0, 20.0, 50.0, 40.0, 50.0]))
+    assert out == {"mixed": {"0-512": {"steps": 1, "median_gap_ms": 10.0}, "512-2048": {"steps": 1, "median_gap_ms": 10.0},
+                             ">4096": {"steps": 1, "median_gap_ms": 30.0}},
+                   "context": {">4096": {"steps": 1, "median_gap_ms": 40.0}}}
+    with pytest.raises(SteptimeError, match="aligned"):
+        X.gap_by_tokens(g, np.full(2, 1.0))

@@ -204,7 +204,7 @@ def token_rows(silicon: pd.DataFrame, mlenergy_v3: pd.DataFrame, *, prompt_token
         row("aic-silicon", r, silicon_layout(r.tp, r.attention_dp, r.moe_tp, r.moe_ep, r.pp),
             r.moe_quant_mode if not pd.isna(r.moe_quant_mode) else r.precision, concurrency=float(r.concurrency),
             prompt_tokens=float(r.isl), output_tokens=float(r.osl), tpot_ms=float(r.tpot_ms), measure="tpot_ms",
-            source_id=str(r.id))
+            ttft_ms=float(r.ttft_ms), source_id=str(r.id))
     for r in mlenergy_v3[mlenergy_v3["moe"].astype(bool)].itertuples(index=False):
         if ("mlenergy-v3", r.task) not in prompt_tokens:
             skip("mlenergy-v3", "task without a stated prompt-length estimate (multimodal or unlisted)")
@@ -245,16 +245,101 @@ def predict_tokens(rows: pd.DataFrame, *, mixed: dict, fitted=None, constants=No
                               kv_capped=r["capped"]))
     p = pd.concat(preds, ignore_index=True) if preds else rows.iloc[:0].assign(pred_ms=[], decode_ms=[], running=[],
                                                                                 kv_capped=[])
+    if len(p):
+        p = p.assign(kv_read_bound_ms=kv_read_bound_ms(p), in_flight_implied=in_flight_implied(p))
     scores = []
     for (ds, gpu, eng), d in p.groupby(["dataset", "gpu", "engine"], sort=True):
         sc = score(d["pred_ms"].to_numpy(), d["tpot_ms"].to_numpy(), n_boot=n_boot, seed=seed)
         sc["signed_mean"] = float(np.mean((d["pred_ms"] - d["tpot_ms"]) / d["tpot_ms"]))
         sc["kv_capped_rows"] = int(np.sum(d["kv_capped"].to_numpy(bool)))
+        sc["below_kv_bound_rows"] = int(np.sum(d["tpot_ms"].to_numpy() < d["kv_read_bound_ms"].to_numpy()))
         scores.append({"dataset": ds, "gpu": gpu, "engine": eng, "models": sorted(d["model"].unique().tolist()),
                        "layouts": sorted({f"tp{a}/ep{b}" for a, b in zip(d["tp"], d["ep"])}), **sc})
     if skipped:
         skipped = pd.DataFrame(skipped).groupby(["dataset", "reason"], as_index=False)["rows"].sum().to_dict("records")
     return {"pred": p, "scores": scores, "skipped": skipped}
+
+
+KV_BOUND_NOTE = (
+    "Diagnostic: per token row, the time to read once the KV cache of the batch steptime prices (its running requests "
+    "per attention-DP rank, min(concurrency, KV capacity) for the silicon rows, the measured mean batch for ML.ENERGY) "
+    "at the mean context ISL + OSL/2, at the GPU's datasheet HBM bandwidth: running x the full-attention layers' KV "
+    "bytes per token on one GPU (serve.memory.kv_budget token_bytes, the KV dtype steptime prices, bf16) x context / "
+    "bandwidth. Windowed and linear-attention layers, every weight and every other kernel are left out, so a decode "
+    "step of that batch cannot be faster and the token time (a mean over decode and mixed steps) neither: a row "
+    "measured below it is not the token time of the batch steptime prices (the engine held fewer requests, or the row "
+    "is not a per-token time). Such rows stay in every claim (annotated); mape_within_bound scores the rest.")
+IN_FLIGHT_NOTE = (
+    "Diagnostic, no claim: the requests in their decode phase that a silicon row's own timings imply by Little's law "
+    "in a closed loop of `concurrency` clients, concurrency x D / (TTFT + D) with D = (OSL - 1) x TPOT, per attention-DP "
+    "rank, against the batch steptime prices. Long prompts lower it legitimately (the prefill and its queue are inside "
+    "TTFT); listed where it is under IN_FLIGHT_FLAG of the priced batch.")
+IN_FLIGHT_FLAG = 0.5
+KV_BOUND_DTYPE = "bf16"  # the KV dtype the token rows are priced with (tokens.kv_capacity)
+
+
+def kv_read_bound_ms(pred: pd.DataFrame) -> np.ndarray:
+    """Per predicted token row (predict_tokens' frame: model, gpu, tp, ep, dtype, running, prompt / output tokens):
+    KV_BOUND_NOTE's bound in ms; NaN where steptime's memory model has no KV cache for the layout."""
+    from steptime.serve.memory import kv_budget
+    from steptime.specs import get_gpu
+    from steptime_lab.experiments.wallclock.tokens import mean_context
+
+    need = {"model", "gpu", "tp", "ep", "dtype", "running", "prompt_tokens", "output_tokens"}
+    if missing := sorted(need - set(pred.columns)):
+        raise SteptimeError(f"kv_read_bound_ms: the rows lack {', '.join(missing)}")
+    pos = pd.Series(np.arange(len(pred)), index=pred.index)
+    out = np.full(len(pred), np.nan)
+    for (model, gpu, tp, ep, dt), d in pred.groupby(["model", "gpu", "tp", "ep", "dtype"], sort=False):
+        try:
+            tok_bytes = kv_budget(model, gpu, tp=int(tp), ep=int(ep), dtype=dt, kv_dtype=KV_BOUND_DTYPE).token_bytes
+        except SteptimeError:
+            continue
+        ctx = mean_context(d["prompt_tokens"], d["output_tokens"])
+        out[pos[d.index].to_numpy()] = (d["running"].to_numpy(float) * tok_bytes * ctx
+                                        / get_gpu(gpu).mem_bw * 1e3)
+    return out
+
+
+def in_flight_implied(pred: pd.DataFrame) -> np.ndarray:
+    """Per token row: IN_FLIGHT_NOTE's requests in decode per attention-DP rank (batch x D / (TTFT + D)); NaN
+    without a measured TTFT (ML.ENERGY rows, whose batch is the engine's own measured mean)."""
+    if "ttft_ms" not in pred:
+        return np.full(len(pred), np.nan)
+    ttft = pred["ttft_ms"].to_numpy(float)
+    d = (pred["output_tokens"].to_numpy(float) - 1.0) * pred["tpot_ms"].to_numpy(float)
+    if np.any(ttft[np.isfinite(ttft)] < 0) or np.any(d < 0):
+        raise SteptimeError("in_flight_implied: negative TTFT, TPOT or output length")
+    return pred["batch"].to_numpy(float) * d / (ttft + d)
+
+
+def token_row_checks(pred: pd.DataFrame) -> dict:
+    """The result's token_row_checks: KV_BOUND_NOTE per (dataset, GPU, engine) group (rows below, the MAPE of the
+    rest) with the rows below, and IN_FLIGHT_NOTE's flagged rows."""
+    if not len(pred):
+        return {"kv_read_bound": {"note": KV_BOUND_NOTE, "groups": [], "rows": []},
+                "in_flight": {"note": IN_FLIGHT_NOTE, "flag": IN_FLIGHT_FLAG, "rows": []}}
+    cols = ["dataset", "gpu", "engine", "engine_version", "model", "tp", "ep", "dp", "batch", "running",
+            "prompt_tokens", "output_tokens", "tpot_ms", "pred_ms"]
+    cols = [c for c in cols if c in pred]  # a table without engine releases (or TTFTs) lists the rest
+    below = pred["tpot_ms"] < pred["kv_read_bound_ms"]
+    groups = []
+    for (ds, gpu, eng), d in pred.assign(below=below).groupby(["dataset", "gpu", "engine"], sort=True):
+        if not d["below"].any():
+            continue
+        ok = d[~d["below"]]
+        groups.append({"dataset": ds, "gpu": gpu, "engine": eng, "rows": int(len(d)), "below": int(d["below"].sum()),
+                       "mape_all": round(float(((d["pred_ms"] - d["tpot_ms"]).abs() / d["tpot_ms"]).mean()), 4),
+                       "mape_within_bound": (round(float(((ok["pred_ms"] - ok["tpot_ms"]).abs() / ok["tpot_ms"]).mean()), 4)
+                                             if len(ok) else None)})
+    rnd = lambda f: f.round(3).to_dict("records")  # noqa: E731
+    flag = pred["in_flight_implied"] < IN_FLIGHT_FLAG * pred["running"]
+    return {"kv_read_bound": {"note": KV_BOUND_NOTE, "groups": groups,
+                              "rows": rnd(pred.loc[below, [c for c in cols + ["kv_read_bound_ms", "source_id"]
+                                                           if c in pred]])},
+            "in_flight": {"note": IN_FLIGHT_NOTE, "flag": IN_FLIGHT_FLAG,
+                          "rows": rnd(pred.loc[flag, [c for c in cols + ["ttft_ms", "in_flight_implied", "source_id"]
+                                                      if c in pred]])}}
 
 
 SAME_LABEL_KEYS = ["dataset", "gpu", "engine", "model", "dtype", "tp", "ep", "batch", "prompt_tokens", "output_tokens"]
@@ -551,7 +636,11 @@ ROW_READING_NOTE = ("Diagnostic, no claim: per layout, whether its rows are its 
                     "schedule.inline_launch_world), its steps above graph_max_tokens (run eagerly) and how many of them "
                     "were measured under FAST_EAGER_MS, with the median measured and predicted time of the steps just "
                     "before those (consecutive step ids): where the engine launches step n + 1 before it reads step n's "
-                    "output, step n's row carries n + 1's host launch and the eager step's own row holds only its tail.")
+                    "output, step n's row carries n + 1's host launch and the eager step's own row holds only its tail. "
+                    "pair_sums: per non-decode phase, each such step's row plus its predecessor's against the predicted "
+                    "pair (pair_sum_scores), which conserves the time such a hand-off moves between two rows. "
+                    "gap_by_tokens_ms: per non-decode phase, the median measured - predicted step by band of the "
+                    "step's recorded tokens (gap_by_tokens; on an attention-DP layout DP rank 0's tokens only).")
 FAST_EAGER_MS = 5.0  # a step above graph_max_tokens recorded under this is not an eager step's own time
 
 
@@ -576,8 +665,57 @@ def row_reading(groups: list, preds: dict) -> dict:
             row.update({"steps_before_them": int(len(before)),
                         "steps_before_measured_median_ms": float(np.median(lat[before])),
                         "steps_before_predicted_median_ms": float(np.median(pred))})
+        pred_all = predict_table(s, preds[key])["pred_ms"].to_numpy()
+        row["pair_sums"] = pair_sum_scores(s, pred_all)
+        row["gap_by_tokens_ms"] = gap_by_tokens(s, pred_all)
         out.append(row)
     return {"note": ROW_READING_NOTE, "fast_eager_ms": FAST_EAGER_MS, "by_layout": out}
+
+
+def pair_sum_scores(steps: pd.DataFrame, pred_ms) -> dict:
+    """Per non-decode phase of one layout's steps (sorted by step id, `pred_ms` aligned): the MAPE, median APE and
+    signed mean error of each step's time plus its predecessor's (consecutive step ids) against the predicted pair.
+    Where a row holds the next step's host launch (ROW_READING_NOTE), the pair conserves the two steps' time; on a
+    layout whose rows are their own steps it is the same error spread over two steps."""
+    lat, pred = steps["latency_ms"].to_numpy(float), np.asarray(pred_ms, float)
+    if pred.shape != lat.shape or not np.all(np.isfinite(pred)):
+        raise SteptimeError("pair_sum_scores: pred_ms must be finite and aligned with the steps")
+    ids, ph = steps["step"].to_numpy(), steps["phase"].to_numpy()
+    if np.any(np.diff(ids) <= 0):
+        raise SteptimeError("pair_sum_scores: the steps must be sorted by increasing step id")
+    out = {}
+    for name in sorted(set(ph) - {"decode"}):
+        j = np.where((ph == name) & np.r_[False, np.diff(ids) == 1])[0]
+        if not len(j):
+            continue
+        e = (pred[j] + pred[j - 1]) / (lat[j] + lat[j - 1]) - 1.0
+        out[{"prefill": "context"}.get(name, name)] = {"pairs": int(len(j)), "mape": round(float(np.abs(e).mean()), 4),
+                                                        "median_ape": round(float(np.median(np.abs(e))), 4),
+                                                        "signed_mean": round(float(e.mean()), 4)}
+    return out
+
+
+GAP_TOKEN_BANDS = (0, 512, 2048, 4096, np.inf)  # the step's tokens: graphed (<= 512), then eager in three bands
+
+
+def gap_by_tokens(steps: pd.DataFrame, pred_ms) -> dict:
+    """Per non-decode phase and band of the step's recorded tokens (GAP_TOKEN_BANDS): steps and the median of
+    measured - predicted (ms). On an attention-DP layout the row holds DP rank 0's tokens only: a gap that grows with
+    them is GPU work rank 0's batch carries; a flat one, host time or another rank's step."""
+    lat, pred = steps["latency_ms"].to_numpy(float), np.asarray(pred_ms, float)
+    if pred.shape != lat.shape or not np.all(np.isfinite(pred)):
+        raise SteptimeError("gap_by_tokens: pred_ms must be finite and aligned with the steps")
+    tok, ph = steps["num_tokens"].to_numpy(float), steps["phase"].to_numpy()
+    out = {}
+    for name in sorted(set(ph) - {"decode"}):
+        bands = {}
+        for lo, hi in zip(GAP_TOKEN_BANDS[:-1], GAP_TOKEN_BANDS[1:]):
+            m = (ph == name) & (tok > lo) & (tok <= hi)
+            if m.any():
+                bands[f"{lo}-{hi}" if np.isfinite(hi) else f">{lo}"] = {
+                    "steps": int(m.sum()), "median_gap_ms": round(float(np.median(lat[m] - pred[m])), 3)}
+        out[{"prefill": "context"}.get(name, name)] = bands
+    return out
 
 
 FLOP_BOUND_NOTE = ("Diagnostic, no claim: steps measured faster than the active-parameter FLOP bound of their recorded "
@@ -636,7 +774,10 @@ def document(tok: dict, rep: dict, fpm: list, skipped_rows: list, targets: dict,
         mape = s["mape"]
         claims.append(claim(
             f"{s['dataset']} {s['gpu']} {s['engine']}: MoE token time ({', '.join(s['models'])}; {', '.join(s['layouts'])}; "
-            f"{s['cells']} rows) predicted as the mixed steps the engine runs, within {lim:.0%}",
+            f"{s['cells']} rows) predicted as the mixed steps the engine runs, within {lim:.0%}"
+            + (f"; {s['below_kv_bound_rows']} of these rows measured below the time to read their priced batch's KV "
+               "cache once (not that batch's token time: metrics.token_row_checks)" if s.get("below_kv_bound_rows")
+               else ""),
             round(mape, 4), "MAPE of the predicted token time against the measured one (fraction)", lim,
             mape <= lim, op="<=", unit="fraction"))
     for row in rep["runs"]:
@@ -679,6 +820,7 @@ def document(tok: dict, rep: dict, fpm: list, skipped_rows: list, targets: dict,
         "token_rows_scored": int(len(tok["pred"])),
         "token_time_by_version": version_scores(tok["pred"]),
         "same_label_spread": same_label_spread(tok["pred"]),
+        "token_row_checks": token_row_checks(tok["pred"]),
         "rows_left_out": skipped_rows + tok["skipped"],
         "replay": rep["runs"], "replay_skipped": rep["skipped"],
         "fpm": fpm,
@@ -768,7 +910,15 @@ def document(tok: dict, rep: dict, fpm: list, skipped_rows: list, targets: dict,
                      "reads step n's output (engines.yaml schedule.inline_launch_world, read in vLLM's source after "
                      "the pattern was seen in the rows: fpm_row_reading); its rows are therefore not per-step times "
                      "and are left out of both hybrid host-constant fits (fpm_gdn_eager_fit / fpm_hybrid_eager_fit "
-                     "layouts_not_fitted_on); its claims stay scored as before (the prediction unchanged), annotated."
+                     "layouts_not_fitted_on); its claims stay scored as before (the prediction unchanged), annotated. "
+                     "Wave 24, after seeing the H100 vLLM-V1-sync gpt-oss-120b group's MAPE (7.6, six rows at "
+                     "concurrency 512): two diagnostics, nothing fitted, no prediction changed (token_row_checks): the "
+                     "KV-cache read bound of each token row's priced batch (three of those six rows are measured below "
+                     "it, and that group's claim now says so; no other row of any group is), and the requests in decode "
+                     "each silicon row's own TTFT and TPOT imply by Little's law (all nine concurrency-512 H100 "
+                     "gpt-oss-120b rows of the file imply 96-106); and the FPM layouts' consecutive-pair scores "
+                     "(fpm_row_reading pair_sums) and their gap by token band (gap_by_tokens_ms), added after seeing the "
+                     "tp 1 ep 1 dp 1 run's and the attention-DP layouts' scores."
                      + (" " + rep["disclosed"] if rep.get("disclosed") else ""),
     }
     return {"metrics": metrics, "claims": claims}
