@@ -694,3 +694,38 @@ def row_reading_fpm(steps, pred_ms, floor_ms, cap: float) -> list[dict]:
         row["below_roofline"] = below
         out.append(row)
     return out
+
+
+INLINE_ROW_NOTE = ("The engine's row reading at world size 1 (engines.yaml schedule.inline_launch_world; vLLM V1 "
+                   "EngineCore.step_with_batch_queue schedules and executes step n + 1 before it waits for step n's "
+                   "output, and UniProcExecutor runs execute_model inline on the engine-core thread): the time "
+                   "between two output collections holds step n's GPU work and step n + 1's host launch, so row n "
+                   "reads gpu_part(n) + host_part(n + 1) of the same prediction (no new constant); a row whose next "
+                   "step id is absent from the table keeps its own host part. At a world size whose rows are the "
+                   "step's own (Engine.step_time_is_own) the prediction is unchanged.")
+
+
+def inline_row_ms(steps, pred):
+    """What each row of `steps` measures under the engine's loop (INLINE_ROW_NOTE), from a predict_table frame
+    `pred` aligned with `steps`: a Series of ms. Rows at a layout where Engine.step_time_is_own holds keep pred_ms."""
+    import pandas as pd
+
+    check_steps(steps)
+    missing = [c for c in ["pred_ms", *(f"{k}_ms" for k in KINDS)] if c not in pred.columns]
+    if missing:
+        raise WallclockError(f"inline_row_ms needs a predict_table frame (lacks {', '.join(missing)})")
+    if not pred.index.equals(steps.index):
+        raise WallclockError("inline_row_ms: pred must be aligned with steps")
+    out = pred["pred_ms"].astype(float).copy()
+    g, h = gpu_part(pred), host_part(pred)
+    for (eng, tp), s in steps.groupby(["engine", "tp"], sort=True):
+        if get_engine(str(eng)).step_time_is_own(int(tp)):
+            continue
+        for _, r in s.groupby(["gpu", "model"], sort=True):
+            r = r.sort_values("step")
+            ids = r["step"].to_numpy()
+            nxt = np.r_[np.diff(ids) == 1, False]
+            hn = np.r_[h[r.index].to_numpy()[1:], 0.0]
+            own = h[r.index].to_numpy()
+            out[r.index] = g[r.index].to_numpy() + np.where(nxt, hn, own)
+    return pd.Series(out, index=steps.index, name="inline_ms")
