@@ -446,7 +446,10 @@ ENGINE_STEP_DISCLOSED = (
     "step n, host launch of step n + 1), W.INLINE_ROW_NOTE) were added after the TP 1 cells had been seen missed and "
     "after metrics.prefill_residual showed the rows before eager steps reading slow; the form was derived from vLLM "
     "V1's engine loop (EngineCore.step_with_batch_queue, UniProcExecutor), it reuses the same fitted prediction's "
-    "GPU and host parts and fits nothing; the old reading's claims stay beside it.")
+    "GPU part and its whole dispatch floor and fits nothing; the old reading's claims stay beside it. A first form "
+    "(GPU(n) + the EXPOSED host part of step n + 1) was tried first and replaced by the max form from the loop; it "
+    "moved the TP 1 scores by at most 0.0007. The max form moves no TP 1 row (DESIGN, 'E1.26's TP 1 rows read as "
+    "vLLM V1's world-size-1 loop times them').")
 PREFILL_FIRST_DISCLOSED = (
     "SGLang's mixed variant (engines.yaml schedule.mixed_prefill false; metrics.wave_schedule): the fact (SGLang "
     "runs a prefill batch first, as a step of its own, enable_mixed_chunk off by default) was read in SGLang's "
