@@ -12,7 +12,7 @@ import numpy as np
 
 from steptime_lab.experiments.wallclock.steps import (
     BLOCK_SCALE, COMM_OFFSET, COMM_SCALE, PREFILL_RESIDUAL_NOTE, READING_RULE, ROW_READING_NOTE, SCALES, STEP_ADJUSTMENTS,
-    WallclockError, check_steps, prefill_residual, row_reading_fpm,
+    WallclockError, check_steps, prefill_residual, row_reading_fpm, INLINE_ROW_NOTE, inline_row_ms,
     exposed_host, fit_engine_constants, make_predictor, predict_table, reading_rule, score_steps, shares,
     signed_error_bins, residual_terms, tp_scaling, with_scales,
 )
@@ -77,6 +77,11 @@ def run_fpm(steps, spec: FpmSpec, *, fitted_doc=None, n_boot: int = 1000, seed: 
     tabs[fit_name] = predict_table(ev, eng, fitted)
     if fitted_blk is not None:
         tabs[blk_name] = predict_table(ev, eng, fitted_blk)
+    # the engine's row reading (INLINE_ROW_NOTE): the same fitted prediction, each row read as what the engine's
+    # loop times (next step's host from the FULL table, so a reading step can be the next step); no new constant
+    inline_name = f"{fit_name}_inline_row"
+    full = predict_table(steps, eng, fitted)
+    tabs[inline_name] = tabs[fit_name].assign(pred_ms=inline_row_ms(steps, full).loc[ev.index].to_numpy())
     sol_ok = ev["latency_ms"].to_numpy() >= tabs["roofline"]["pred_ms"].to_numpy()
     scores = {name: score_steps(ev, t, n_boot=n_boot, seed=seed) for name, t in tabs.items()}
     scores_sol = {name: score_steps(ev[sol_ok], t, n_boot=n_boot, seed=seed) for name, t in tabs.items()}
@@ -101,7 +106,7 @@ def run_fpm(steps, spec: FpmSpec, *, fitted_doc=None, n_boot: int = 1000, seed: 
                                                      get_engine(spec.engine).get("graph_max_tokens", gpu, c0))},
             "prefill_residual": {"note": PREFILL_RESIDUAL_NOTE, "predictor": fit_name,
                                  "by_tp": prefill_residual(ev, tabs[fit_name])},
-            "names": {"fit": fit_name, "block": blk_name}}
+            "names": {"fit": fit_name, "block": blk_name, "inline": inline_name}}
 
 
 def exposed_host_fpm(steps, max_requests: int = 4, *, constants=None) -> list[dict]:

@@ -137,7 +137,10 @@ def make_predictor(name: str, model, gpu, *, engine: str | None = None, dtype: s
         sid, new, kv = expand_requests(steps)
         moe_kw = {"ep": ep, "moe_constants": moe_constants} if getattr(m, "is_moe", False) else {}
         r = predict_steps(m, g, sid, new, kv, len(steps), tp=int(tp), constants=c, engine=e, dtype=dtype, **moe_kw)
-        return term_kinds(r["terms_ms"], len(steps))
+        k = term_kinds(r["terms_ms"], len(steps))
+        # the step's whole host launch (exposed + hidden dispatch floor): what a world-size-1 row can hold of it
+        k["dispatch_full"] = np.asarray(r["terms_ms"]["dispatch_floor"], float) + np.asarray(r["hidden_ms"]["dispatch_floor"], float)
+        return k
 
     f.n_allreduce_calls = allreduces_per_layer() * m.num_hidden_layers
     return with_scales(f, my_scales)
@@ -207,7 +210,8 @@ def predict_table(steps, predictor: Callable, overrides=None):
     parts = []
     for tp, s in steps.groupby("tp", sort=True):
         r = predictor(s, int(tp), overrides)
-        parts.append(pd.DataFrame({"pred_ms": r["total"], **{f"{k}_ms": r[k] for k in KINDS}}, index=s.index))
+        extra = {"dispatch_full_ms": r["dispatch_full"]} if "dispatch_full" in r else {}
+        parts.append(pd.DataFrame({"pred_ms": r["total"], **{f"{k}_ms": r[k] for k in KINDS}, **extra}, index=s.index))
     return pd.concat(parts).loc[steps.index]
 
 
@@ -694,3 +698,41 @@ def row_reading_fpm(steps, pred_ms, floor_ms, cap: float) -> list[dict]:
         row["below_roofline"] = below
         out.append(row)
     return out
+
+
+INLINE_ROW_NOTE = ("The engine's row reading at world size 1 (engines.yaml schedule.inline_launch_world; vLLM V1 "
+                   "EngineCore.step_with_batch_queue schedules and executes step n + 1 before it waits for step n's "
+                   "output, and UniProcExecutor runs execute_model inline on the engine-core thread, so step n + 1's "
+                   "host launch runs while step n's kernels run): row n reads max(GPU(n), D(n + 1)) + the rest of "
+                   "step n's host terms, GPU = the prediction's GPU kinds, D = the whole dispatch floor the product "
+                   "prices for a step (engine_dispatch_floor: per-kernel launch, eager above graph_max_tokens, graph "
+                   "replay below; exposed + hidden), in place of step n's own max(GPU(n), D(n)). No new constant; a row "
+                   "whose next step id is absent keeps its own reading. Rows at a layout where Engine.step_time_is_own "
+                   "holds are unchanged.")
+
+
+def inline_row_ms(steps, pred):
+    """What each row of `steps` measures under the engine's loop (INLINE_ROW_NOTE), from a predict_table frame
+    `pred` aligned with `steps` (with its dispatch_full_ms column): a Series of ms."""
+    import pandas as pd
+
+    check_steps(steps)
+    missing = [c for c in ["pred_ms", "dispatch_full_ms", *(f"{k}_ms" for k in KINDS)] if c not in pred.columns]
+    if missing:
+        raise WallclockError(f"inline_row_ms needs a predict_table frame of an engine predictor (lacks {', '.join(missing)})")
+    if not pred.index.equals(steps.index):
+        raise WallclockError("inline_row_ms: pred must be aligned with steps")
+    out = pred["pred_ms"].astype(float).copy()
+    g, d = gpu_part(pred), pred["dispatch_full_ms"].astype(float)
+    exposed_launch = pred["launch_ms"].astype(float)
+    for (eng, tp), s in steps.groupby(["engine", "tp"], sort=True):
+        if get_engine(str(eng)).step_time_is_own(int(tp)):
+            continue
+        for _, r in s.groupby(["gpu", "model"], sort=True):
+            r = r.sort_values("step")
+            ids = r["step"].to_numpy()
+            nxt = np.r_[np.diff(ids) == 1, False]
+            gi, di = g[r.index].to_numpy(), d[r.index].to_numpy()
+            dn = np.where(nxt, np.r_[di[1:], 0.0], di)
+            out[r.index] = out[r.index].to_numpy() - exposed_launch[r.index].to_numpy() + np.maximum(0.0, dn - gi)
+    return pd.Series(out, index=steps.index, name="inline_ms")
