@@ -875,3 +875,37 @@ def test_choose_readings_avoids_a_cell_the_law_misses_on_every_training_gpu():
     assert table["compute"][str((16384, 1, 1))] > min(table["compute"].values())
     with pytest.raises(ValueError, match="bf16 cells only"):
         E.choose_readings(d.assign(sdtype="fp8"), d)
+
+
+def test_routed_experts_time_load_cache_gives_the_same_times_and_is_keyed_by_tiling():
+    g = get_gpu("h100-sxm")
+    base = M.MoEConstants.default()
+    T = np.array([1.0, 7.0, 64.0, 300.0, 4096.0])
+    args = (T, 4096, 1536, 8, 128, g)
+    cache = {}
+    for tile in (16.0, 128.0):   # two tilings on the same cells: one cache entry each, never mixed up
+        mc = dataclasses.replace(base, values={**base.values, "tile_m:bf16": tile})
+        plain = M.routed_experts_time(*args, mc, dtype="bf16", routing="balanced", regime="resident", family="")
+        for _ in range(2):   # first call fills the cache, the second reads it
+            cached = M.routed_experts_time(*args, mc, dtype="bf16", routing="balanced", regime="resident",
+                                           family="", load_cache=cache)
+            assert np.array_equal(cached["t"], plain["t"])
+    assert sorted(k[1] for k in cache) == [16, 128]
+    assert not next(iter(cache.values()))[0].flags.writeable   # shared arrays cannot be changed by a caller
+
+
+def test_fit_dtype_once_fits_each_distinct_training_set_once(monkeypatch):
+    from steptime_lab.experiments import moe as E
+
+    calls = []
+    monkeypatch.setattr(E, "fit_dtype", lambda t, dt: calls.append(len(t)) or {"eta_c": float(len(t))})
+    d = pd.DataFrame({"gpu": ["a", "b", "c"], "latency_ms": [1.0, 2.0, 3.0]})
+    memo = {}
+    first = E.fit_dtype_once(d[d.gpu != "a"], "bf16", memo)
+    first["eta_c"] = -1.0   # the caller's copy: the memo keeps its own
+    assert E.fit_dtype_once(d[d.gpu != "a"].copy(), "bf16", memo) == {"eta_c": 2.0}
+    assert E.fit_dtype_once(d[d.gpu != "b"], "bf16", memo) == {"eta_c": 2.0}   # other cells: fitted again
+    assert E.fit_dtype_once(d[d.gpu != "a"], "fp8", memo) == {"eta_c": 2.0}    # other dtype: fitted again
+    assert calls == [2, 2, 2]
+    assert E.frame_key(d) != E.frame_key(d.assign(latency_ms=[1.0, 2.0, 3.5]))
+    assert E.fit_dtype_once(d, "bf16", None) == {"eta_c": 3.0} and calls == [2, 2, 2, 3]

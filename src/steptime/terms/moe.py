@@ -426,7 +426,8 @@ def _has_law(mc: "MoEConstants", name: str, dtype: str, family) -> bool:
 
 
 def routed_experts_time(tokens, hidden, inter, topk, num_experts, gpu, mc: MoEConstants, *, tp=1, ep=1,
-                        dtype="bf16", routing="uniform", regime: str = "evicted", family=None) -> dict:
+                        dtype="bf16", routing="uniform", regime: str = "evicted", family=None,
+                        load_cache: dict | None = None) -> dict:
     """The fused routed-expert kernel on one GPU (seconds), with its branches:
 
         t = t0 + smax_p(F_pad / (P eta_c), W_hbm / (BW eta_mem(W)) + W_l2 / BW_l2) + (a + b / ep) A / BW
@@ -446,7 +447,10 @@ def routed_experts_time(tokens, hidden, inter, topk, num_experts, gpu, mc: MoECo
     CUTLASS and mxfp4 Triton kernels run as fast on H100 as on H200, whose HBM is 1.43x faster).
     A law with `ep_floor_us` adds it to the floor at ep > 1 (the kernel families whose expert parallelism is vLLM's own
     remap of the top-k ids to the rank's local experts: a fixed cost at the same local work, E3.1 wave 18).
-    The kernel family picks the (dtype, family) constants where shipped (None: the GPU's own, else the dtype's)."""
+    The kernel family picks the (dtype, family) constants where shipped (None: the GPU's own, else the dtype's).
+    `load_cache`: a dict the caller keeps for these same cells (tokens, shapes, tp, ep): the router's loads
+    (routed_load) are computed once per (routing, tile, unpadded rows) and reused, read-only, by later calls (a fit
+    evaluates the law on the same cells hundreds of times); None (the default): computed on every call."""
     dtype = canonical_dtype(dtype)
     if regime not in REGIMES:
         raise ValueError(f"regime must be one of {REGIMES}, not {regime!r}")
@@ -458,8 +462,16 @@ def routed_experts_time(tokens, hidden, inter, topk, num_experts, gpu, mc: MoECo
     # rows per grouped-GEMM tile: the (dtype, family) law's fitted choice where it has one, else TILE_M
     tile = int(_law(mc, "tile_m", dtype, family)) if _has_law(mc, "tile_m", dtype, family) else TILE_M
     small = float(_law(mc, "unpadded_rows", dtype, family)) if _has_law(mc, "unpadded_rows", dtype, family) else 0.0
-    P, Et, R = routed_load(T, num_experts, topk, ep, routing, tile, small)
-    P, Et, R = (np.reshape(v, np.broadcast(T, h).shape) for v in (P, Et, R))
+    key = (routing, tile, small)
+    if load_cache is not None and key in load_cache:
+        P, Et, R = load_cache[key]
+    else:
+        P, Et, R = routed_load(T, num_experts, topk, ep, routing, tile, small)
+        P, Et, R = (np.reshape(v, np.broadcast(T, h).shape) for v in (P, Et, R))
+        if load_cache is not None:
+            for v in (P, Et, R):
+                v.flags.writeable = False   # shared by every later call on these cells
+            load_cache[key] = (P, Et, R)
     F = 6.0 * h * i * P
     W = Et * 3.0 * h * i * WEIGHT_BYTES[dtype]
     A = 2.0 * h * T * np.asarray(topk, dtype=float)

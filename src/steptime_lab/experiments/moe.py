@@ -110,28 +110,33 @@ _COLS = ("num_tokens", "hidden_size", "inter_size", "topk", "num_experts", "moe_
 
 def _groups(d: pd.DataFrame) -> list:
     """The cells as `predict` evaluates them: one entry per (gpu, dtype, routing: cell_routing) with the positions
-    of its rows and its shape columns as float arrays (taken once, so a least-squares fit does not redo it per call)."""
+    of its rows, its shape columns as float arrays and a cache of the router's loads on them (taken once, so a
+    least-squares fit or a readings sweep does not redo them per call)."""
     dist = pd.Series(cell_routing(d), index=d.index)
     out = []
     for (g, dt, ds), pos in d.groupby([d["gpu"], d["sdtype"], dist], sort=False).indices.items():
         s = d.iloc[pos]
-        out.append((g, dt, ds, pos, {c: np.asarray(s[c], dtype=float) for c in _COLS}))
+        out.append((g, dt, ds, pos, {c: np.asarray(s[c], dtype=float) for c in _COLS}, {}))
     return out
 
 
 def _predict_groups(groups: list, n: int, per_dtype: dict, scales: dict | None, regime: str,
                     unscaled: frozenset = frozenset()) -> np.ndarray:
     out = np.full(n, np.nan)
-    for g, dt, ds, pos, a in groups:
+    gpus = {grp[0] for grp in groups}
+    mcs = {}   # one constants object per law for every group of the call (a GPU reads its own scales from it)
+    for g, dt, ds, pos, a, loads in groups:
         # one law per dtype, or one per kernel family the GPU runs for it ("dtype@family"): the cell is the fastest
         # backend, so the prediction is the fastest family's
         laws = [key for key in per_dtype if key == dt or key.startswith(f"{dt}@")]
         for key in laws:
-            mc = M.MoEConstants(values={f"{k}:{dt}": v for k, v in per_dtype[key].items()},
-                                per_gpu={g: {} if key in unscaled else (scales or {}).get(g, {})})
+            if (key, dt) not in mcs:
+                mcs[key, dt] = M.MoEConstants(values={f"{k}:{dt}": v for k, v in per_dtype[key].items()},
+                                              per_gpu={x: {} if key in unscaled else (scales or {}).get(x, {})
+                                                       for x in gpus})
             r = M.routed_experts_time(a["num_tokens"], a["hidden_size"], a["inter_size"], a["topk"],
-                                      a["num_experts"], get_gpu(g), mc, tp=a["moe_tp"], ep=a["moe_ep"], dtype=dt,
-                                      routing=_routing(ds), regime=regime, family="")
+                                      a["num_experts"], get_gpu(g), mcs[key, dt], tp=a["moe_tp"], ep=a["moe_ep"],
+                                      dtype=dt, routing=_routing(ds), regime=regime, family="", load_cache=loads)
             out[pos] = np.fmin(out[pos], r["t"] * 1e3)
     return out
 
@@ -275,6 +280,28 @@ def fit_dtype(train: pd.DataFrame, dt: str) -> dict:
     return {**{k: float(v) for k, v in zip(names, best[3])}, **flag}
 
 
+def frame_key(frame: pd.DataFrame) -> str:
+    """A fingerprint of a cell frame's content: its column names and dtypes, its index and every value, in order
+    (two frames with the same key hold the same cells in the same order)."""
+    import hashlib
+
+    h = hashlib.sha256(repr((list(frame.columns), [str(t) for t in frame.dtypes])).encode())
+    h.update(pd.util.hash_pandas_object(frame, index=True).to_numpy().tobytes())
+    return h.hexdigest()
+
+
+def fit_dtype_once(train: pd.DataFrame, dt: str, memo: dict | None) -> dict:
+    """fit_dtype(train, dt), computed once per distinct (dt, training cells) in `memo` (a dict the caller keeps for
+    one run: a leave-one-out over GPUs meets the same training cells more than once, e.g. choose_readings' inner fit
+    without GPUs A and B for held-out A and for held-out B); None: no memo. Returns a copy the caller may change."""
+    if memo is None:
+        return fit_dtype(train, dt)
+    key = (dt, frame_key(train))
+    if key not in memo:
+        memo[key] = fit_dtype(train, dt)
+    return dict(memo[key])
+
+
 # dtypes whose grouped GEMMs stream the same weight bytes into the same tensor-core math (fp8 per-tensor and
 # block-scaled fp8): a kernel family's law for one stands in for the other where no other GPU ran the family in it
 SIBLING_DTYPES = {"fp8": "fp8_block", "fp8_block": "fp8"}
@@ -359,13 +386,14 @@ def gpu_scales(d: pd.DataFrame, gpu: str, per_dtype: dict, readings: dict | None
         return sc, []
     row_of = {what: rd[(rd.num_tokens == T) & (rd.moe_tp == tp) & (rd.moe_ep == ep)]
               for what, (T, tp, ep) in used.items()}
+    groups_of = {what: _groups(row) for what, row in row_of.items()}   # the sweeps predict the same rows again
     for _ in range(100):   # sequential solves until the three scales stop moving (the branches overlap)
         before = dict(sc)
         for what in ("compute", "memory", "floor"):
             if what not in row_of:
                 continue
             row = row_of[what]
-            pred = predict(row, per_dtype, {gpu: sc})[0]
+            pred = _predict_groups(groups_of[what], len(row), per_dtype, {gpu: sc}, REGIME)[0]
             meas = float(row.latency_ms.iloc[0])
             if what == "floor":
                 sc["d_floor_us"] = max(sc["d_floor_us"] + (meas - pred) * 1e3, -per_dtype["bf16"]["floor_us"])
@@ -381,12 +409,13 @@ def gpu_scales(d: pd.DataFrame, gpu: str, per_dtype: dict, readings: dict | None
     return sc, cells_used
 
 
-def choose_readings(train: pd.DataFrame, d: pd.DataFrame) -> tuple[dict, dict]:
+def choose_readings(train: pd.DataFrame, d: pd.DataFrame, fits: dict | None = None) -> tuple[dict, dict]:
     """The reading cells for a GPU whose bf16 law is fitted on `train` (the training GPUs' bf16 cells; the held-out
     GPU must not be among them), decided on those GPUs alone (READING_CANDIDATES' rule): for each training GPU, the
     law refitted on the others, its readings under each option, its bf16 MAPE on `d`'s balanced cells (the
     fastest backend) less the reading cells. Returns ({regime: cell or None}, {regime: {option: mean MAPE}});
-    READINGS where fewer than two training GPUs have bf16 cells."""
+    READINGS where fewer than two training GPUs have bf16 cells. `fits`: the run's memo of law fits
+    (fit_dtype_once)."""
     gpus = sorted(train.gpu.unique())
     if "sdtype" in train and (train.sdtype != "bf16").any():
         raise ValueError("choose_readings: `train` must hold bf16 cells only")
@@ -395,7 +424,7 @@ def choose_readings(train: pd.DataFrame, d: pd.DataFrame) -> tuple[dict, dict]:
     gpus = [g for g in gpus if len(own[g])]
     if len(gpus) < 2:
         return dict(READINGS), {}
-    laws = {g: {"bf16": fit_dtype(train[train.gpu != g], "bf16")} for g in gpus}
+    laws = {g: {"bf16": fit_dtype_once(train[train.gpu != g], "bf16", fits)} for g in gpus}
     table = {}
     choice = dict(READINGS)
     for what, options in READING_CANDIDATES.items():
@@ -459,6 +488,7 @@ def run(df: pd.DataFrame) -> dict:
     d["reading"] = False
     rows = cells(df, ("balanced",), per_family=True)
     fits, readings = {}, {}
+    memo = {}   # law fits by training cells: each distinct fit once (fit_dtype_once)
     for g in gpus:
         per_dtype, trained_on, fam_of = {}, {}, {}
         for dt in dtypes:
@@ -470,12 +500,12 @@ def run(df: pd.DataFrame) -> dict:
                 t, what = training_cells(d[bal], g, dt, fam, rows)
                 if len(t):
                     key = dt if len(fams) == 1 else f"{dt}@{fam}"
-                    per_dtype[key], trained_on[key] = fit_dtype(t, dt), what
+                    per_dtype[key], trained_on[key] = fit_dtype_once(t, dt, memo), what
                     fam_of[key] = fam
         rd_choice, rd_table = READINGS, {}
         if "bf16" in per_dtype:
             t, _ = training_cells(d[bal], g, "bf16", fam_of["bf16"], rows)
-            rd_choice, rd_table = choose_readings(t, d[bal])
+            rd_choice, rd_table = choose_readings(t, d[bal], memo)
         sc, used = gpu_scales(d[bal], g, per_dtype, rd_choice)
         unscaled = frozenset(k for k, f in fam_of.items() if not readings_apply(f, fam_of.get("bf16")))
         mask = d.gpu == g
@@ -505,8 +535,8 @@ def run(df: pd.DataFrame) -> dict:
     for dt in dtypes:
         x = d[bal & (d.sdtype == dt)]
         for fam in sorted(x.family.unique()):
-            all_fit[f"{dt}@{fam}"] = fit_dtype(x[x.family == fam], dt)
-        all_fit[dt] = fit_dtype(x, dt)
+            all_fit[f"{dt}@{fam}"] = fit_dtype_once(x[x.family == fam], dt, memo)
+        all_fit[dt] = fit_dtype_once(x, dt, memo)
     ship_scales, families = {}, {}
     for g in gpus:
         fam_of = (d[bal & (d.gpu == g)].groupby("sdtype")["family"].agg(lambda f: f.mode().iloc[0]).to_dict())
