@@ -236,8 +236,8 @@ class Calibration:
         return out
 
     def check_disjoint(self, eval_cells: Iterable) -> None:
-        sets = list(self.used.values())
-        leak = {c for c in map(_freeze, eval_cells) if any(c in s for s in sets)}
+        used = self.all_cells()  # one union, then one look-up per evaluation cell
+        leak = {c for c in map(_freeze, eval_cells) if c in used}
         if leak:
             sample = sorted(map(str, leak))[:3]
             raise CalibrationLeakError(
