@@ -660,16 +660,28 @@ def row_reading(groups: list, preds: dict) -> dict:
         before = np.array([i - 1 for i in fast if i > 0 and ids[i] - ids[i - 1] == 1], dtype=int)
         row = {"layout": _layout_name(key), "rows_own_step": bool(own_step_rows(engine, tp, dp)),
                "eager_steps": int(eager.sum()), "eager_steps_under_fast_ms": int(len(fast))}
+        pred_all = predict_table(s, preds[key])["pred_ms"].to_numpy()
         if len(before):
-            pred = predict_table(s.iloc[before], preds[key])["pred_ms"].to_numpy()
             row.update({"steps_before_them": int(len(before)),
                         "steps_before_measured_median_ms": float(np.median(lat[before])),
-                        "steps_before_predicted_median_ms": float(np.median(pred))})
-        pred_all = predict_table(s, preds[key])["pred_ms"].to_numpy()
+                        "steps_before_predicted_median_ms": float(np.median(pred_all[before]))})
         row["pair_sums"] = pair_sum_scores(s, pred_all)
         row["gap_by_tokens_ms"] = gap_by_tokens(s, pred_all)
         out.append(row)
     return {"note": ROW_READING_NOTE, "fast_eager_ms": FAST_EAGER_MS, "by_layout": out}
+
+
+def _aligned(steps: pd.DataFrame, pred_ms, who: str):
+    """(measured ms, predicted ms) of one layout's steps as float arrays; `pred_ms` must be finite and aligned."""
+    lat, pred = steps["latency_ms"].to_numpy(float), np.asarray(pred_ms, float)
+    if pred.shape != lat.shape or not np.all(np.isfinite(pred)):
+        raise SteptimeError(f"{who}: pred_ms must be finite and aligned with the steps")
+    return lat, pred
+
+
+def _phase_label(phase: str) -> str:
+    """The FPM claims' name of a non-decode phase (a prefill step is a 'context' step)."""
+    return {"prefill": "context"}.get(phase, phase)
 
 
 def pair_sum_scores(steps: pd.DataFrame, pred_ms) -> dict:
@@ -677,9 +689,7 @@ def pair_sum_scores(steps: pd.DataFrame, pred_ms) -> dict:
     signed mean error of each step's time plus its predecessor's (consecutive step ids) against the predicted pair.
     Where a row holds the next step's host launch (ROW_READING_NOTE), the pair conserves the two steps' time; on a
     layout whose rows are their own steps it is the same error spread over two steps."""
-    lat, pred = steps["latency_ms"].to_numpy(float), np.asarray(pred_ms, float)
-    if pred.shape != lat.shape or not np.all(np.isfinite(pred)):
-        raise SteptimeError("pair_sum_scores: pred_ms must be finite and aligned with the steps")
+    lat, pred = _aligned(steps, pred_ms, "pair_sum_scores")
     ids, ph = steps["step"].to_numpy(), steps["phase"].to_numpy()
     if np.any(np.diff(ids) <= 0):
         raise SteptimeError("pair_sum_scores: the steps must be sorted by increasing step id")
@@ -689,9 +699,9 @@ def pair_sum_scores(steps: pd.DataFrame, pred_ms) -> dict:
         if not len(j):
             continue
         e = (pred[j] + pred[j - 1]) / (lat[j] + lat[j - 1]) - 1.0
-        out[{"prefill": "context"}.get(name, name)] = {"pairs": int(len(j)), "mape": round(float(np.abs(e).mean()), 4),
-                                                        "median_ape": round(float(np.median(np.abs(e))), 4),
-                                                        "signed_mean": round(float(e.mean()), 4)}
+        out[_phase_label(name)] = {"pairs": int(len(j)), "mape": round(float(np.abs(e).mean()), 4),
+                                   "median_ape": round(float(np.median(np.abs(e))), 4),
+                                   "signed_mean": round(float(e.mean()), 4)}
     return out
 
 
@@ -702,9 +712,7 @@ def gap_by_tokens(steps: pd.DataFrame, pred_ms) -> dict:
     """Per non-decode phase and band of the step's recorded tokens (GAP_TOKEN_BANDS): steps and the median of
     measured - predicted (ms). On an attention-DP layout the row holds DP rank 0's tokens only: a gap that grows with
     them is GPU work rank 0's batch carries; a flat one, host time or another rank's step."""
-    lat, pred = steps["latency_ms"].to_numpy(float), np.asarray(pred_ms, float)
-    if pred.shape != lat.shape or not np.all(np.isfinite(pred)):
-        raise SteptimeError("gap_by_tokens: pred_ms must be finite and aligned with the steps")
+    lat, pred = _aligned(steps, pred_ms, "gap_by_tokens")
     tok, ph = steps["num_tokens"].to_numpy(float), steps["phase"].to_numpy()
     out = {}
     for name in sorted(set(ph) - {"decode"}):
@@ -714,7 +722,7 @@ def gap_by_tokens(steps: pd.DataFrame, pred_ms) -> dict:
             if m.any():
                 bands[f"{lo}-{hi}" if np.isfinite(hi) else f">{lo}"] = {
                     "steps": int(m.sum()), "median_gap_ms": round(float(np.median(lat[m] - pred[m])), 3)}
-        out[{"prefill": "context"}.get(name, name)] = bands
+        out[_phase_label(name)] = bands
     return out
 
 
@@ -790,7 +798,7 @@ def document(tok: dict, rep: dict, fpm: list, skipped_rows: list, targets: dict,
                                 "and lengths)", t, abs(err) <= t, op="<=", abs_value=True, unit="fraction"))
     fpm_lim = float(targets["fpm_mape_per_phase"])
     for s in (fpm_scores or {}).get("scores", []):
-        ph = {"prefill": "context"}.get(s["phase"], s["phase"])
+        ph = _phase_label(s["phase"])
         claims.append(claim(
             f"FPM MoE run {s['model']} on {s['gpu']} (vLLM 0.20.1, bf16; tp {s['tp']}, ep {s['ep']}, dp {s['dp']}), "
             f"{ph} steps ({s['cells']}): the predicted engine step within {fpm_lim:.0%} (held out: the engine "

@@ -50,37 +50,33 @@ def _row_caveat(engine: str, tp) -> str:
     return "" if get_engine(engine).step_time_is_own(int(tp)) else ROW_CAVEAT
 
 
+def _phase_claim(r: dict, s: dict, targets: dict, reading: str, caveat: str = ""):
+    """One phase x TP cell's MAPE claim of E1.26 under a row `reading` (its words after 'steps')."""
+    t = targets["fpm_mape"][s["phase"]]
+    return claim(f"{r['gpu']} {r['engine']} TP {s['tp']} {s['phase']} steps{reading} (held-out steps: {s['cells']})"
+                 + caveat, _r(s["mape"]), "<= target", t, s["mape"] <= t, op="<=", unit="fraction")
+
+
+def _ratio_claim(s: dict, targets: dict, reading: str = ""):
+    """One t(TP) / t(1) claim of E1.26 under a row `reading` (its words after 't(TP 1)', '' for the rows as read)."""
+    t = targets["tp_ratio_error"]
+    return claim(f"TP scaling t(TP {s['tp']}) / t(TP 1){reading} on {s['cells']} matched sweep compositions: mean "
+                 f"|predicted ratio / measured ratio - 1| (measured median ratio {s['measured_ratio_median']:.3f}, "
+                 f"predicted {s['predicted_ratio_median']:.3f})", _r(s["mean_abs_ratio_error"]), "<= target", t,
+                 s["mean_abs_ratio_error"] <= t, op="<=", unit="fraction")
+
+
 def engine_step_document(r: dict, targets: dict) -> dict:
     fit, eng = r["names"]["fit"], r["engine"]
-    claims = []
-    for s in r["scores"][fit]:
-        t = targets["fpm_mape"][s["phase"]]
-        claims.append(claim(f"{r['gpu']} {eng} TP {s['tp']} {s['phase']} steps: MAPE of the engine profile with its "
-                            f"three wall-clock readings (held-out steps: {s['cells']})" + _row_caveat(eng, s["tp"]), _r(s["mape"]), "<= target",
-                            t, s["mape"] <= t, op="<=", unit="fraction"))
-    for s in r["tp_scaling"][fit]:
-        t = targets["tp_ratio_error"]
-        claims.append(claim(f"TP scaling t(TP {s['tp']}) / t(TP 1) on {s['cells']} matched sweep compositions: mean "
-                            f"|predicted ratio / measured ratio - 1| (measured median ratio "
-                            f"{s['measured_ratio_median']:.3f}, predicted {s['predicted_ratio_median']:.3f})",
-                            _r(s["mean_abs_ratio_error"]), "<= target", t, s["mean_abs_ratio_error"] <= t,
-                            op="<=", unit="fraction"))
-    inl = r["names"].get("inline")
-    for s in r["scores"].get(inl, []):
-        if get_engine(eng).step_time_is_own(int(s["tp"])):
-            continue
-        t = targets["fpm_mape"][s["phase"]]
-        claims.append(claim(f"{r['gpu']} {eng} TP {s['tp']} {s['phase']} steps, the engine's row reading (row n = "
-                            f"max(GPU work of step n, host launch of step n + 1), W.INLINE_ROW_NOTE; same fitted "
-                            f"prediction, no new constant): MAPE (held-out steps: {s['cells']})", _r(s["mape"]),
-                            "<= target", t, s["mape"] <= t, op="<=", unit="fraction"))
-    for s in r["tp_scaling"].get(inl, []):
-        t = targets["tp_ratio_error"]
-        claims.append(claim(f"TP scaling t(TP {s['tp']}) / t(TP 1), TP 1 rows read as the engine times them "
-                            f"(W.INLINE_ROW_NOTE), on {s['cells']} matched sweep compositions: mean |predicted ratio / "
-                            f"measured ratio - 1| (measured median ratio {s['measured_ratio_median']:.3f}, predicted "
-                            f"{s['predicted_ratio_median']:.3f})", _r(s["mean_abs_ratio_error"]), "<= target", t,
-                            s["mean_abs_ratio_error"] <= t, op="<=", unit="fraction"))
+    claims = [_phase_claim(r, s, targets, ": MAPE of the engine profile with its three wall-clock readings",
+                           _row_caveat(eng, s["tp"])) for s in r["scores"][fit]]
+    claims += [_ratio_claim(s, targets) for s in r["tp_scaling"][fit]]
+    inl = r["names"].get("inline")  # the same prediction, each row read as the engine's loop times it
+    claims += [_phase_claim(r, s, targets, ", the engine's row reading (row n = max(GPU work of step n, host launch of "
+                            "step n + 1), W.INLINE_ROW_NOTE; same fitted prediction, no new constant): MAPE")
+               for s in r["scores"].get(inl, []) if not get_engine(eng).step_time_is_own(int(s["tp"]))]
+    claims += [_ratio_claim(s, targets, ", TP 1 rows read as the engine times them (W.INLINE_ROW_NOTE),")
+               for s in r["tp_scaling"].get(inl, [])]
     med = {n: _r(float(np.median([s["mape"] for s in sc]))) for n, sc in r["scores"].items()}
     claims.append(claim("median over TP x phase cells of the step MAPE, same held-out steps, by predictor "
                         f"(kernels = GPU kernel sum; {eng} = shipped profile; {fit} = three wall-clock readings; "

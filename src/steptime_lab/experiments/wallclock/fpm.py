@@ -101,7 +101,7 @@ def run_fpm(steps, spec: FpmSpec, *, fitted_doc=None, n_boot: int = 1000, seed: 
                                      "by_tp_phase": [{"tp": int(tp), "phase": ph, "steps": int(n)} for (tp, ph), n in
                                                      ev[~sol_ok].groupby(["tp", "phase"]).size().items()]},
             "row_reading": {"note": ROW_READING_NOTE,
-                            "by_tp": row_reading_fpm(steps, predict_table(steps, eng, fitted)["pred_ms"].to_numpy(),
+                            "by_tp": row_reading_fpm(steps, full["pred_ms"].to_numpy(),
                                                      predict_table(steps, preds["roofline"])["pred_ms"].to_numpy(),
                                                      get_engine(spec.engine).get("graph_max_tokens", gpu, c0))},
             "prefill_residual": {"note": PREFILL_RESIDUAL_NOTE, "predictor": fit_name,

@@ -407,6 +407,7 @@ def prefill_residual(steps, pred) -> list[dict]:
         raise WallclockError("prefill_residual: no sweep prefill steps without a cached prefix")
     out = []
     for tp, s in x.groupby("tp", sort=True):
+        by_next = s.groupby(["ctx_tokens", "ctx_requests", "next_phase"])["res"].median()
         g = (s.groupby(["ctx_tokens", "ctx_requests"])
              .agg(steps=("res", "size"), measured_ms=("latency_ms", "median"), residual_ms=("res", "median"),
                   gemm_ms=("gemm", "median")).reset_index())
@@ -420,9 +421,8 @@ def prefill_residual(steps, pred) -> list[dict]:
             e = {"tokens": int(r.ctx_tokens), "prompts": int(r.ctx_requests), "steps": int(r.steps),
                  "measured_ms": float(r.measured_ms), "residual_ms": float(r.residual_ms),
                  "residual_over_gemm": float(r.residual_ms / r.gemm_ms) if r.gemm_ms > 0 else None,
-                 "residual_by_next_phase_ms": {
-                     ph: float(v) for ph, v in s[(s["ctx_tokens"] == r.ctx_tokens) & (s["ctx_requests"] == r.ctx_requests)]
-                     .groupby("next_phase")["res"].median().items()}}
+                 "residual_by_next_phase_ms": {ph: float(v) for ph, v in
+                                               by_next.loc[(r.ctx_tokens, r.ctx_requests)].items()}}
             if line is not None and r.ctx_requests > 1:
                 e["excess_per_extra_prompt_ms"] = float((r.residual_ms - line["a_ms"] - line["b_us_per_token"] * 1e-3
                                                          * r.ctx_tokens) / (r.ctx_requests - 1))
