@@ -201,6 +201,19 @@ def test_own_step_rows_and_own_of_follow_the_engine_fact():
         X.own_of(g1, {})
 
 
+def test_host_fit_rows_only_one_ranks_own_steps():
+    """host_fit_rows: only a layout whose rows are one rank's own steps fits a host constant: not vLLM's world-size-1
+    layout (rows not its own steps), not an attention-DP layout (rank 0's view gated by the other ranks), at any tp;
+    bad ranks are refused."""
+    from steptime.errors import SteptimeError
+
+    assert X.host_fit_rows("vllm", 2, 1) and X.host_fit_rows("vllm", 8, 1)
+    assert not X.host_fit_rows("vllm", 1, 1)
+    assert not any(X.host_fit_rows("vllm", tp, dp) for tp, dp in [(1, 2), (1, 8), (2, 2), (4, 2), (2, 4)])
+    with pytest.raises(SteptimeError, match="must be >= 1"):
+        X.host_fit_rows("vllm", 2, 0)
+
+
 def test_row_reading_finds_eager_steps_recorded_too_fast_and_the_step_before():
     """row_reading: an eager step (above graph_max_tokens) recorded under FAST_EAGER_MS is counted, and the step
     just before it (consecutive id) is reported with its measured and predicted median; none where none is fast."""
