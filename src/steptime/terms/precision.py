@@ -162,10 +162,12 @@ def _compute_bound(g: dict, rel: dict, params: dict):
 
 
 def gemm_time_fp8(m, n, k, gpu, constants: Constants | None = None, rel: dict | None = None, engine=None,
-                  **kw) -> dict:
+                  served: bool = False, **kw) -> dict:
+    """Seconds and parts of fp8 W8A8 GEMMs of `engine`; `served`: with the activation quantise passes
+    of the engine's served checkpoint (act_quant_passes), as the public functions price them."""
     g = gemm.gemm_time(m, n, k, gpu, constants, dtype="fp8", launch=fp8_launch(gpu, engine), **kw)
     rel = rel or fp8_rel(gpu, constants, engine)
-    tq = act_quant_time(m, k, gpu, constants, act_quant_passes(engine))
+    tq = act_quant_time(m, k, gpu, constants, act_quant_passes(engine, served=served))
     p = gemm.resolve(gpu, constants)
     t = apply_rel(g, gpu, constants, rel, p) + tq
     return {**g, "t": t, "t_quant": tq, "compute_bound": _compute_bound(g, rel, p)}
