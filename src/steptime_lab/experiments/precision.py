@@ -64,7 +64,8 @@ SERVED_PASSES_DISCLOSED = (
     "FP8QDQLinearMethod's static branch), not the two passes of the collector's dynamic call, which E1.27's table "
     "fit keeps. The branch was read in TensorRT-LLM's source (the profile's note already named it), but the field "
     "was added after E2.11's H100 TensorRT-LLM TPOT scores had been seen and after a scratch run of those rows with "
-    "2, 1 and 0 passes (mixed MAPE 0.136 / 0.101 / 0.107); 1 is the count the source gives for a layer with an "
+    "2, 1 and 0 passes (mixed MAPE 0.136 / 0.101 / 0.107, naive 0.157 / 0.114 / 0.086); 1 is the count the source "
+    "gives for a layer with an "
     "input_scale, 0 (a norm fused with the quantise) was not taken. That the silicon runs served such a checkpoint "
     "is ASSUMED (their rows name Qwen/Qwen3-32B). Nothing is fitted.")
 DISPATCH_DISCLOSED = (
