@@ -112,7 +112,7 @@ def test_each_engine_prices_fp8_gemms_with_its_own_constant_in_both_public_funct
         for name, (n, k) in layer_shapes(model, 4).items():
             ops = predict_ops("gemm", g, m=T, n=n, k=k, dtype="fp8", engine=engine, constants=c)["t_ms"]
             assert step.terms_ms[name] == pytest.approx(model.num_hidden_layers * float(ops), rel=1e-9)
-            ref = PT.gemm_time_fp8(T, n, k, get_gpu(g), c, rel=rel, engine=engine)["t"] * 1e3
+            ref = PT.gemm_time_fp8(T, n, k, get_gpu(g), c, rel=rel, engine=engine, served=True)["t"] * 1e3
             assert float(ops) == pytest.approx(float(ref), rel=1e-12)
     vllm = predict_ops("gemm", g, m=T, n=8192, k=8192, dtype="fp8", engine="vllm", constants=c)["t_ms"]
     trt = predict_ops("gemm", g, m=T, n=8192, k=8192, dtype="fp8", engine="trtllm", constants=c)["t_ms"]
@@ -350,3 +350,66 @@ def test_forced_rel_takes_the_nearest_ladder_tile_and_refuses_bad_input():
         G.forced_rel(np.array([16.0]), np.array([64.0]), [[16, 128]])
     with pytest.raises(ValueError, match="positive"):
         G.forced_rel(np.array([0.0]), np.array([64.0]), lad)
+
+
+# ---- the served checkpoint's quantise passes (precision.fp8_act_quant_passes_served; issue 19, wallc) ---------
+def test_served_passes_override_the_tables_count_only_where_the_profile_says():
+    from steptime.specs.engines import get_engine
+
+    # TensorRT-LLM: the collector's call is dynamic (2 passes), a served pre-quantized checkpoint static (1)
+    assert get_engine("trtllm").fp8_act_quant_passes() == 2
+    assert get_engine("trtllm").fp8_act_quant_passes(served=True) == 1
+    assert PT.act_quant_passes("trtllm") == 2 and PT.act_quant_passes("trtllm", served=True) == 1
+    # absent: the served count is the tables' count
+    for name, n in (("vllm", 2), ("sglang", 1), ("kernels", 0)):
+        assert get_engine(name).fp8_act_quant_passes(served=True) == n
+    c = Constants.default()
+    g = get_gpu("h100-sxm")
+    m = np.array([8.0, 4096.0])
+    shapes = {"o": (5120, 5120)}
+    tab = PT.gemm_time_shapes_fp8(m, shapes, g, c, engine="trtllm")["o"]
+    srv = PT.gemm_time_shapes_fp8(m, shapes, g, c, engine="trtllm", served=True)["o"]
+    assert tab["t_quant"] == pytest.approx(PT.act_quant_time(m, 5120, g, c, passes=2))
+    assert srv["t_quant"] == pytest.approx(PT.act_quant_time(m, 5120, g, c, passes=1))
+    assert srv["t"] - srv["t_quant"] == pytest.approx(tab["t"] - tab["t_quant"])  # the GEMM itself unchanged
+
+
+def test_a_step_prices_the_served_passes():
+    """predict_step runs the engine's served linear: a TRT-LLM fp8 decode step is cheaper than with the
+    tables' two passes by exactly the second (reduction) pass of every GEMM of every layer."""
+    from steptime import predict_step
+    from steptime.specs import get_model
+    from steptime.step import layer_shapes
+
+    g = get_gpu("h100-sxm")
+    c = Constants.default()
+    model = get_model("qwen3-32b")
+    r = predict_step("qwen3-32b", "h100-sxm", decode=[(8, 2048)], tp=2, engine="trtllm", dtype="fp8",
+                     constants=c)
+    shapes = layer_shapes(model, 2)
+    m = np.array([8.0])
+    extra = sum(float((PT.act_quant_time(m, kk, g, c, passes=2) - PT.act_quant_time(m, kk, g, c, passes=1))[0])
+                for (_, kk) in shapes.values())
+    assert extra > 0
+    orig = PT.act_quant_passes
+    try:
+        PT.act_quant_passes = lambda engine=None, served=False: orig(engine, served=False)  # the tables' count
+        r2 = predict_step("qwen3-32b", "h100-sxm", decode=[(8, 2048)], tp=2, engine="trtllm",
+                          dtype="fp8", constants=c)
+    finally:
+        PT.act_quant_passes = orig
+    assert (r2.total_ms - r.total_ms) == pytest.approx(model.num_hidden_layers * extra * 1e3, rel=0.05)
+
+
+def test_a_served_passes_field_must_be_a_non_negative_number():
+    from steptime.specs.engines import _parse_engine
+
+    doc = {"host_terms": False, "backend": "none", "allreduce": {"impl": "nccl", "fallback": "nccl",
+                                              "max_bytes": {"value": 0, "provenance": "DERIVED", "source": "x"}}}
+    ok = {"fp8_act_quant_passes": {"value": 2, "provenance": "DERIVED", "source": "x"},
+          "fp8_act_quant_passes_served": {"value": 1, "provenance": "DERIVED", "source": "x"}}
+    e = _parse_engine("k", {**doc, "precision": ok})
+    assert (e.fp8_act_quant_passes(), e.fp8_act_quant_passes(served=True)) == (2, 1)
+    with pytest.raises(ValueError, match=">= 0"):
+        _parse_engine("k", {**doc, "precision": {"fp8_act_quant_passes_served": {"value": -1, "provenance": "DERIVED",
+                                                                                 "source": "x"}}})

@@ -94,7 +94,8 @@ def predict_ops(op: str, gpu, *, constants: Constants | None = None, f_clk: floa
     """Predict operator cells (see the module docstring for each op's arguments).
 
     `engine` (a profile name or Engine; default vLLM's kernels) picks whose fp8 GEMM kernels an
-    fp8 `gemm` cell is priced with (engines.yaml precision.fp8_gemm), as predict_step does.
+    fp8 `gemm` cell is priced with (engines.yaml precision.fp8_gemm), as predict_step does, with the
+    activation quantise passes the engine runs on a served checkpoint (precision.fp8_act_quant_passes_served).
 
     Sizes must be finite and positive (whole numbers where they count things); `f_clk` must
     lie in (0, 1] unless `allow_boost`. Bad input raises `InputError` (a `SteptimeError` and a
@@ -112,7 +113,7 @@ def predict_ops(op: str, gpu, *, constants: Constants | None = None, f_clk: floa
         get_engine(engine, fitted=constants.engines)  # an unknown engine is one clear error, whatever the op
     if op == "gemm" and cells.get("dtype", "bf16") == "fp8":
         check_precision(gpu, "fp8")  # the one dtype check, as predict_step
-        r = precision.gemm_time_fp8(cells["m"], cells["n"], cells["k"], gpu, constants, f_clk=f_clk,
+        r = precision.gemm_time_fp8(cells["m"], cells["n"], cells["k"], gpu, constants, f_clk=f_clk, served=True,
                                     engine=None if engine is None else get_engine(engine, fitted=constants.engines))
     elif op == "gemm":
         r = gemm.gemm_time(cells["m"], cells["n"], cells["k"], gpu, constants, f_clk=f_clk,

@@ -434,7 +434,7 @@ def predict_steps(model, gpu, step_id, new_tokens, kv_len, n_steps: int | None =
             model, gpu, step_id, new, kv, T, n_steps, tp=tp, ep=ep, dtype=dtype, kv_dtype=kv_dtype,
             constants=constants, mc=moe_constants or MoEConstants.default(), f_clk=f_clk,
             exchange=engine.moe_exchange(), engine=engine)
-    shapes_fn = (partial(precision.gemm_time_shapes_fp8, engine=engine) if dtype == "fp8"  # the engine's fp8 kernels
+    shapes_fn = (partial(precision.gemm_time_shapes_fp8, engine=engine, served=True) if dtype == "fp8"  # as served
                  else gemm.gemm_time_shapes)
     for name, g in ({} if moe else shapes_fn(T, layer_shapes(model, tp), gpu, constants, f_clk=f_clk)).items():
         out[name] = L * g["t"]

@@ -52,7 +52,7 @@ HOST_FIELDS = tuple(f for f in NUMERIC if f not in OPTIONAL)
 # precision.<field>: the engine's own kernels' constant (a `const:` pointer into defaults.yaml);
 # fp8_gemm names the relative fp8 GEMM factors (terms/precision.py) fitted on the engine's own
 # fp8 tables (E1.27). An engine without one uses vLLM's (FP8_GEMM_DEFAULT).
-PRECISION = ("fp8_gemm", "fp8_act_quant_passes")
+PRECISION = ("fp8_gemm", "fp8_act_quant_passes", "fp8_act_quant_passes_served")
 PRECISION_CONST = ("fp8_gemm",)  # precision fields that point at a fitted constant (the others carry a value)
 # moe.exchange: how the engine moves tokens between attention data-parallel ranks and the expert-parallel
 # MoE by default (moe_step.block_terms prices it; absent: deepep, steptime's pricing before the field existed)
@@ -189,9 +189,15 @@ class Engine:
         v = self.values.get("fp8_gemm")
         return v.const if v is not None else FP8_GEMM_DEFAULT
 
-    def fp8_act_quant_passes(self) -> int:
-        """Passes over the bf16 activations that quantise them to fp8 before each fp8 GEMM
-        (engines.yaml precision.fp8_act_quant_passes; absent: 0, no separate quantise kernel)."""
+    def fp8_act_quant_passes(self, served: bool = False) -> int:
+        """Passes over the bf16 activations that quantise them to fp8 before each fp8 GEMM: as the
+        per-operator tables time the engine's linear (engines.yaml precision.fp8_act_quant_passes;
+        absent: 0, no separate quantise kernel), or, with `served`, as the engine serves an fp8
+        checkpoint (precision.fp8_act_quant_passes_served; absent: the tables' count)."""
+        if served:
+            v = self.values.get("fp8_act_quant_passes_served")
+            if v is not None:
+                return int(v.value)
         v = self.values.get("fp8_act_quant_passes")
         return int(v.value) if v is not None else 0
 

@@ -100,16 +100,17 @@ def fp8_const(engine=None) -> str:
     return engine.fp8_gemm_const()
 
 
-def act_quant_passes(engine=None) -> int:
+def act_quant_passes(engine=None, served: bool = False) -> int:
     """Activation-quantise passes before each fp8 GEMM of `engine` (an Engine, a profile name, or None:
-    vLLM's, as fp8_const)."""
+    vLLM's, as fp8_const): as its per-operator tables time the linear, or with `served` as the engine
+    serves an fp8 checkpoint (engines.yaml precision.fp8_act_quant_passes_served; a step prices that)."""
     from steptime.specs.engines import get_engine
 
     if engine is None:
         engine = "vllm"
     if isinstance(engine, str):
         engine = get_engine(engine)
-    return engine.fp8_act_quant_passes()
+    return engine.fp8_act_quant_passes(served=served)
 
 
 def act_quant_time(m, k, gpu, constants: Constants | None = None, passes: int = 2) -> np.ndarray:
@@ -161,19 +162,24 @@ def _compute_bound(g: dict, rel: dict, params: dict):
 
 
 def gemm_time_fp8(m, n, k, gpu, constants: Constants | None = None, rel: dict | None = None, engine=None,
-                  **kw) -> dict:
+                  served: bool = False, **kw) -> dict:
+    """Seconds and parts of fp8 W8A8 GEMMs of `engine`; `served`: with the activation quantise passes
+    of the engine's served checkpoint (act_quant_passes), as the public functions price them."""
     g = gemm.gemm_time(m, n, k, gpu, constants, dtype="fp8", launch=fp8_launch(gpu, engine), **kw)
     rel = rel or fp8_rel(gpu, constants, engine)
-    tq = act_quant_time(m, k, gpu, constants, act_quant_passes(engine))
+    tq = act_quant_time(m, k, gpu, constants, act_quant_passes(engine, served=served))
     p = gemm.resolve(gpu, constants)
     t = apply_rel(g, gpu, constants, rel, p) + tq
     return {**g, "t": t, "t_quant": tq, "compute_bound": _compute_bound(g, rel, p)}
 
 
-def gemm_time_shapes_fp8(m, shapes: dict, gpu, constants: Constants | None = None, engine=None, **kw) -> dict:
+def gemm_time_shapes_fp8(m, shapes: dict, gpu, constants: Constants | None = None, engine=None,
+                         served: bool = False, **kw) -> dict:
+    """gemm_time_fp8 for every shape of a layer; `served`: the activation quantise passes of the engine's
+    served checkpoint (act_quant_passes), as a step runs them, not the tables' call."""
     out = gemm.gemm_time_shapes(m, shapes, gpu, constants, dtype="fp8", launch=fp8_launch(gpu, engine), **kw)
     rel = fp8_rel(gpu, constants, engine)
-    passes = act_quant_passes(engine)
+    passes = act_quant_passes(engine, served=served)
     p = gemm.resolve(gpu, constants)
     for name, g in out.items():
         g["t_quant"] = act_quant_time(m, shapes[name][1], gpu, constants, passes)

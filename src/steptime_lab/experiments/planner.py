@@ -26,6 +26,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from steptime_lab.experiments.precision import SERVED_PASSES_DISCLOSED
 from steptime_lab.experiments.serving_peers import silicon_workloads
 from steptime_lab.results import claim, target
 from steptime.plan import plan
@@ -195,7 +196,8 @@ def document(r: dict) -> dict:
                             "calibrated": {"per_gpu": float(r["calibrated_curves"]["mape_per_gpu"].median()),
                                            "per_user": float(r["calibrated_curves"]["mape_per_user"].median())},
                             "uncalibrated": {"per_gpu": med_gpu, "per_user": med_user}},
-                        "cost_sanity": {"label": SIMULATED, "table": clean(r["costs"])}},
+                        "cost_sanity": {"label": SIMULATED, "table": clean(r["costs"])},
+                        "disclosed": SERVED_PASSES_DISCLOSED},
             "claims": claims}
 
 

@@ -58,6 +58,16 @@ FORM_DISCLOSED = (
     "H100 TensorRT-LLM TPOT score seen; the form was chosen among three (a power of the weight bytes over L2, a "
     "saturation in it, the absolute level) and two donor sets (same architecture; every persistent-fill GPU) on "
     "E1.27's held-out TensorRT-LLM tables alone, before this result was rerun, and not revisited after.")
+SERVED_PASSES_DISCLOSED = (
+    "Issue 19 (wallc): a step prices TensorRT-LLM's fp8 linear with ONE activation-quantise pass, the static "
+    "input scale of a served pre-quantized checkpoint (engines.yaml precision.fp8_act_quant_passes_served; "
+    "FP8QDQLinearMethod's static branch), not the two passes of the collector's dynamic call, which E1.27's table "
+    "fit keeps. The branch was read in TensorRT-LLM's source (the profile's note already named it), but the field "
+    "was added after E2.11's H100 TensorRT-LLM TPOT scores had been seen and after a scratch run of those rows with "
+    "2, 1 and 0 passes (mixed MAPE 0.136 / 0.101 / 0.107, naive 0.157 / 0.114 / 0.086); 1 is the count the source "
+    "gives for a layer with an "
+    "input_scale, 0 (a norm fused with the quantise) was not taken. That the silicon runs served such a checkpoint "
+    "is ASSUMED (their rows name Qwen/Qwen3-32B). Nothing is fitted.")
 DISPATCH_DISCLOSED = (
     "Issue 19 item 5 (fp8bw): vLLM's fp8 cells are priced with vLLM's own CUTLASS tile dispatch (terms/precision.py "
     "fp8_launch: one tile per m bucket from vLLM's sm90/sm100 scaled-mm dispatch source, no split-K, no stream-K) in "

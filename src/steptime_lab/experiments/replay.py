@@ -52,6 +52,7 @@ from steptime.serve import StepTimer, Workload, policy, simulate, weighted_quant
 from steptime.specs import get_gpu, get_model
 from steptime.specs.engines import get_engine
 from steptime_lab.experiments import wallclock as W
+from steptime_lab.experiments.precision import SERVED_PASSES_DISCLOSED
 from steptime_lab.metrics import score
 from steptime_lab.results import claim
 from steptime_lab.run_constants import require_constants
@@ -409,7 +410,7 @@ def document(table: list[dict], skipped: list[dict], targets: dict, *, n_rows: i
     return {"metrics": {"label": "replay numbers are SIMULATED (steptime.serve closed loop, steps timed by steptime); "
                                  "measured values from ML.ENERGY v2/v3 and AIConfigurator silicon",
                         "method": __doc__.split("Per row:")[1].strip(), "lengths": GEOMETRIC_NOTE, "harness": HARNESS_NOTE,
-                        "disclosed": HARNESS_DISCLOSED,
+                        "disclosed": HARNESS_DISCLOSED + " " + SERVED_PASSES_DISCLOSED,
                         "sampling": f"at most {per_group} rows per dataset x GPU x engine, seeded draw; "
                                     f"{requests_per_slot} x concurrency requests per row (>= 64)",
                         "rows_replayed": int(n_rows), "side_by_side": table, "skipped": skipped},

@@ -30,6 +30,7 @@ from steptime_lab.experiments.wallclock.tokens import kv_capacity
 from steptime_lab.experiments.wallclock.steps import WallclockError
 from steptime_lab.results import claim, target
 from steptime_lab.experiments.precision import FORM_DISCLOSED as FP8_FORM_DISCLOSED
+from steptime_lab.experiments.precision import SERVED_PASSES_DISCLOSED
 
 COMP = ["phase", "ctx_tokens", "ctx_requests", "ctx_kv_tokens", "decode_requests", "kvb"]
 # the kinds a cell may carry: the step's term kinds, and (silicon TPOT cells predicted as E2.11 does) the prefill
@@ -332,7 +333,8 @@ DISCLOSED = (
     "that row's own TTFT and is not claimed. Issue 19 (trtp): the TensorRT-LLM profile's fusion.qk_norm_rope "
     "(engines.yaml: Qwen3's q/k RMSNorms inside the RoPE kernel, read from TensorRT-LLM's source) was looked for "
     "while diagnosing E1.28's TensorRT-LLM claims, after their scores (-0.088 / -0.104 at TP 4 / 8) had been seen; "
-    "the field is set from the engine source alone, nothing in it is fitted. " + FP8_FORM_DISCLOSED + " " + SILICON_DISCLOSED)
+    "the field is set from the engine source alone, nothing in it is fitted. " + FP8_FORM_DISCLOSED + " " + SILICON_DISCLOSED
+    + " " + SERVED_PASSES_DISCLOSED)
 
 
 def _caveat(x: dict) -> str:

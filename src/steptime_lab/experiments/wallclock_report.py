@@ -17,6 +17,7 @@ from steptime_lab.results import claim
 from steptime import plotting
 from steptime_lab.metrics import mape
 from steptime_lab.experiments.precision import FORM_DISCLOSED as FP8_FORM_DISCLOSED
+from steptime_lab.experiments.precision import SERVED_PASSES_DISCLOSED
 
 PRED_COLORS = {"kernels": "#9e9e9e", "roofline": "#d95f02", "shipped": "#7b3fa0", "fit": "#1b6ca8",
                "block": "#8fb8de"}
@@ -513,7 +514,8 @@ def token_time_document(res: dict, skipped: list[dict], targets: dict, sensitivi
     metrics = {"approximation": W.TPOT_NOTE, "scores": _clean(res["scores"]), "skipped": skipped,
                "prompt_sensitivity": _clean(sensitivity), "dtype_assumed": assumed, "rows": int(len(res["pred"]))}
     if mixed is not None:
-        metrics.update(wave_schedule=W.WAVE_NOTE, disclosed=PREFILL_FIRST_DISCLOSED + " " + FP8_FORM_DISCLOSED)
+        metrics.update(wave_schedule=W.WAVE_NOTE, disclosed=" ".join((PREFILL_FIRST_DISCLOSED, FP8_FORM_DISCLOSED,
+                                                                          SERVED_PASSES_DISCLOSED)))
         metrics.update(mixed_variant=W.MIXED_NOTE, scores_mixed=_clean(mixed["scores"]),
                        naive_vs_mixed=side_by_side(res, mixed))
         metrics.update(residual_per_request=residual_per_request(mixed["pred"]),
