@@ -167,6 +167,22 @@ def test_prefill_q_tile_follows_the_kernel_source():
     assert A.prefill_q_tile(get_gpu("l40s")) == 64.0
     assert A.prefill_q_tile(get_gpu("a100-sxm")) == 128.0
     assert A.prefill_q_tile(H100) == 128.0
+    # Blackwell datacenter (sm100, sm103): two 128-row Q tiles per CTA (FlashAttention-4 q_stage 2)
+    for g in ("b200", "gb200", "b300", "gb300"):
+        assert A.prefill_q_tile(get_gpu(g)) == 256.0
+    assert A.prefill_q_tile(get_gpu("rtx-pro-6000")) == 128.0  # sm120: FlashAttention-2's 128
+
+
+def test_blackwell_prefill_fill_is_flat_until_its_256_row_ctas_pass_the_sms():
+    # one 4,096-token request on B200 (148 SMs): 3..8 query heads launch <= 128 CTAs of 256 rows, so the
+    # critical path (one CTA's key blocks) is the same; per query head the SM fill is worse with fewer heads
+    g = get_gpu("b200")
+    fc = A.attention_constants(g)
+    t = [A.attention_cells(1, 4096, 0, h, 1, 128, g, fc=fc)["eta_fill"] for h in (3.0, 8.0, 64.0)]
+    assert t[0] < t[1] < t[2] <= 1.0
+    w256, l256 = A.prefill_tiles(4096.0, 0.0, 8.0, A.prefill_q_tile(g))
+    w128, l128 = A.prefill_tiles(4096.0, 0.0, 8.0, 128.0)
+    assert l256 == 16.0 and l128 == 32.0 and w256 / l256 < w128 / l128  # fewer, longer tiles
 
 
 def test_prefill_tiles_count_causal_work_in_longest_tiles():

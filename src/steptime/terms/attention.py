@@ -67,7 +67,14 @@ Q_TILE = 128  # query rows per CTA of FlashAttention-class prefill kernels (DERI
 # run_mha_fwd_hdim128 takes 64 x 64 tiles for causal on sm86/sm89 ("is_sm8x": major 8, minor > 0) and 128 x 64
 # elsewhere (Dao-AILab/flash-attention csrc/flash_attn/src/flash_fwd_launch_template.h @ 0251105a); FA3's
 # tile_size_fwd_sm90 gives 128 x 128 for causal hdim 128 (hopper/tile_size.h, same commit). DERIVED.
-PREFILL_Q_TILE_BY_SM = MappingProxyType({86: 64, 87: 64, 89: 64})
+# Blackwell datacenter parts (sm100 B200/GB200, sm103 B300/GB300): 256 query rows per CTA, two 128-row Q
+# tiles ping-ponged by two softmax warpgroups over one tcgen05 MMA pipe (FlashAttention-4's
+# FlashAttentionForwardSm100: q_stage = 2, cta_tiler = (q_stage * m_block_size, ...), m_block_size 128;
+# Dao-AILab/flash-attention flash_attn/cute/flash_fwd_sm100.py @ 67e88650, built on CUTLASS example
+# 77_blackwell_fmha). TRT-LLM-gen's context kernel (the tables' Blackwell lane) is not public and is taken to
+# share that geometry: its measured time at one request is flat from 3 to 8 query heads per rank and rises
+# from 10 (B200, 4,096 tokens: 128 vs 160 CTAs of 256 rows over 148 SMs), as 256-row CTAs would. DERIVED.
+PREFILL_Q_TILE_BY_SM = MappingProxyType({86: 64, 87: 64, 89: 64, 100: 256, 103: 256})
 
 FACTORS = ("attn_floor_us", "attn_prefill_floor_rel", "attn_eta_mem", "attn_eta_ceil", "attn_c_tokens", "attn_causal_tile", "attn_fill_half",
            "attn_cta_us",

@@ -98,7 +98,14 @@ KV_WRITE_DISCLOSED = (
     "left out (fp8's slope exceeds bf16's, so it carries more than the write); the transfer (eta relative to "
     "light_bw_scale) was picked among three with similar held-out error on the slopes (attn_eta_mem 0.36, "
     "light_bw_scale x eta 0.35, HBM fraction 0.36 MAPE) because it is the step's own kv_write law")
-DISCLOSED = (PREFILL_DISCLOSED, SWAP_COPY_DISCLOSED, KV_WRITE_DISCLOSED)  # what E1.24 and E1.29 disclose, one line per change
+BLACKWELL_TILE_DISCLOSED = (
+    "Blackwell causal prefill tile of 256 query rows per CTA (wave 25, helper attnp; attention.PREFILL_Q_TILE_BY_SM "
+    "sm100/sm103): chosen after seeing E1.29's held-out prefill errors by per-rank query heads (3-12 heads 20-28% "
+    "too fast on B200/GB200) and the measured one-request times (flat from 3 to 8 heads); the tile itself is "
+    "FlashAttention-4's sm100 geometry (q_stage 2 x 128 rows), assumed for TRT-LLM-gen; no constant fitted on the "
+    "scored cells (leave-one-GPU-out refit as before); two alternatives scored and rejected (a hard critical-path "
+    "floor in the SM fill: worse on every GPU at TP 8; the same floor with a fitted weight: worse on Hopper at TP 2-8)")
+DISCLOSED = (PREFILL_DISCLOSED, SWAP_COPY_DISCLOSED, KV_WRITE_DISCLOSED, BLACKWELL_TILE_DISCLOSED)  # what E1.24 and E1.29 disclose, one line per change
 
 
 # ---------------------------------------------------------------------------------------
