@@ -348,3 +348,17 @@ def test_split_combine_raises_the_decode_floor_by_its_share():
     if base["attn_split_rel"] > 0:
         assert g["t_floor"][1] > g["t_floor"][0]
     assert g["t"][1] == pytest.approx(A.attention_cells(2, 1, 255, 32, 8, 128, H100)["t"][()])
+
+
+def test_constant_sets_from_before_the_split_combine_take_its_neutral_values():
+    from pathlib import Path
+
+    pinned = Path(__file__).parent / "fixtures" / "constants_58ad966"
+    old = Constants.load(pinned / "defaults.yaml", pinned / "engine_constants.yaml")
+    with pytest.raises(KeyError):
+        old.get("attn_split_rel", A100)
+    fc = A.attention_constants(A100, old)
+    assert fc["attn_split_rel"] == 0.0 and fc["attn_split_tile"] == 128.0
+    assert A._factor(Constants.default(), "attn_split_tile", A100) == 128.0   # the shipped global default
+    with pytest.raises(KeyError):
+        A._factor(old, "attn_no_such_factor", A100)

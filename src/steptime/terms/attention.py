@@ -110,7 +110,7 @@ def attention_constants(gpu, constants: Constants | None = None) -> dict:
     constant of that name (per GPU > family > global).
     """
     constants = constants or Constants.default()
-    fc = {f: float(constants.get(f, gpu)) for f in FACTORS}
+    fc = {f: float(_factor(constants, f, gpu)) for f in FACTORS}
     try:
         lane = str(constants.get("attn_lane", gpu))
         lanes = constants.get("attn_lane_factors", gpu) or {}
@@ -120,6 +120,20 @@ def attention_constants(gpu, constants: Constants | None = None) -> dict:
         if f in fc and f not in ("attn_floor_us", "attn_eta_mem", "attn_eta_ceil"):
             fc[f] = float(v)
     return fc
+
+
+# factors a constant set from before they existed lacks (a pinned older defaults.yaml): their neutral values
+OPTIONAL_FACTORS = MappingProxyType({"attn_split_rel": 0.0, "attn_split_tile": 128.0})
+
+
+def _factor(constants: Constants, name: str, gpu):
+    """Constant `name` for `gpu`; an OPTIONAL_FACTORS name missing from `constants` takes its neutral value."""
+    try:
+        return constants.get(name, gpu)
+    except KeyError:
+        if name in OPTIONAL_FACTORS:
+            return OPTIONAL_FACTORS[name]
+        raise
 
 
 def prefill_q_tile(gpu) -> float:
