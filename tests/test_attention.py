@@ -313,6 +313,68 @@ def test_swap_copy_rel_is_measured_on_the_given_gpus_only():
                      "Hkv": hkv, "d": 128, "y_ms": y})
     cells_ = pd.DataFrame(rows)
     assert E.swap_copy_rel(cells_, ["x"]) == pytest.approx(0.3)
-    assert E.swap_fixed(cells_, ["x"], "fa3") == {"attn_swap_copy_rel": 0.0}
     with pytest.raises(ValueError, match="no GPU"):
         E.swap_copy_rel(cells_, ["y"])
+
+
+def _split_cells(step: float) -> pd.DataFrame:
+    """Decode cells of GPU 'x' at KV one and two tiles (128 tokens): two at <= 8 streams, two at 32-64 (a 4x step)."""
+    rows = []
+    for b, hkv in [(2, 1), (2, 4), (4, 8), (8, 8)]:
+        for kv, y in [(128, 0.010), (256, 0.010 * ((1 + step) if b * hkv <= 8 else 5.0))]:
+            rows.append({"gpu": "x", "phase": "decode", "kv_dtype": "bf16", "b": b, "s": 1, "c": kv - 1, "H": 8 * hkv,
+                         "Hkv": hkv, "d": 128, "y_ms": y})
+    return pd.DataFrame(rows)
+
+
+def test_split_rel_is_the_step_at_one_more_tile_at_few_streams():
+    cells_ = _split_cells(0.25)
+    assert E.split_rel(cells_, ["x"], 128.0) == pytest.approx(0.25)   # the 32- and 64-stream cells are left out
+    fixed = E.swap_fixed(cells_, ["x"], "fa3")
+    assert fixed["attn_swap_copy_rel"] == 0.0 and fixed["attn_split_tile"] == 128.0
+    assert fixed["attn_split_rel"] == pytest.approx(0.25)
+    with pytest.raises(ValueError, match="no GPU"):
+        E.split_rel(cells_, ["x"], 512.0)
+    with pytest.raises(ValueError, match="tile"):
+        E.split_rel(cells_, ["x"], 0.0)
+
+
+def test_split_kv_needs_few_streams_and_more_than_one_tile():
+    fc = {"attn_split_tile": 128.0}
+    b = np.array([1, 1, 1, 200, 4, 4])
+    kv = np.array([128, 129, 4096, 4096, 100, 200])
+    d = np.array([128, 128, 128, 128, 64, 256])
+    # one tile: no split; past it at 8 streams: split; 1600 streams > SMs: none; d 64: tile 256; d 256: tile 64
+    assert A.split_kv(b, 8, kv, d, H100, fc).tolist() == [False, True, True, False, False, True]
+    with pytest.raises(ValueError, match="split_kv"):
+        A.split_kv(1, 0, 10, 128, H100, fc)
+
+
+def test_split_combine_raises_the_decode_floor_by_its_share():
+    fc = {**A.attention_constants(H100), "attn_split_rel": 0.2, "attn_split_tile": 128.0}
+    one = A.attention_cells(2, 1, 127, 32, 8, 128, H100, fc=fc)   # KV 128: one tile
+    two = A.attention_cells(2, 1, 255, 32, 8, 128, H100, fc=fc)   # KV 256: split
+    many = A.attention_cells(64, 1, 255, 32, 8, 128, H100, fc=fc)  # 512 streams: no split
+    assert two["t_floor"][()] - one["t_floor"][()] == pytest.approx(0.2 * fc["attn_floor_us"] * 1e-6)
+    assert many["t_floor"][()] == pytest.approx(one["t_floor"][()])
+    # the grouped (step) path applies the same rule per group, on the mean KV
+    g = A.attention_time(np.ones(4), np.array([127.0, 127.0, 255.0, 255.0]), 32, 8, 128, H100, constants=None,
+                         group=np.array([0, 0, 1, 1]), n_groups=2)
+    base = A.attention_constants(H100)
+    if base["attn_split_rel"] > 0:
+        assert g["t_floor"][1] > g["t_floor"][0]
+    assert g["t"][1] == pytest.approx(A.attention_cells(2, 1, 255, 32, 8, 128, H100)["t"][()])
+
+
+def test_constant_sets_from_before_the_split_combine_take_its_neutral_values():
+    from pathlib import Path
+
+    pinned = Path(__file__).parent / "fixtures" / "constants_58ad966"
+    old = Constants.load(pinned / "defaults.yaml", pinned / "engine_constants.yaml")
+    with pytest.raises(KeyError):
+        old.get("attn_split_rel", A100)
+    fc = A.attention_constants(A100, old)
+    assert fc["attn_split_rel"] == 0.0 and fc["attn_split_tile"] == 128.0
+    assert A._factor(Constants.default(), "attn_split_tile", A100) == 128.0   # the shipped global default
+    with pytest.raises(KeyError):
+        A._factor(old, "attn_no_such_factor", A100)

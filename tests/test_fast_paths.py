@@ -80,8 +80,12 @@ def _general_attention(new, kv, hq, hkv, d, gpu, kv_dtype, group, n_groups):
     nreq = np.bincount(group, minlength=n_groups).astype(float)
     pre = np.bincount(group, weights=(new > 1).astype(float), minlength=n_groups) > 0
     copy = attention.swap_copy(nreq, hq, hkv)  # FA2's GQA query-transposition copy per step (decode floor)
+    # the split-KV combine per step: fewer (request, KV head) streams than SMs, mean KV past one tile
+    mean_kv = np.divide(np.bincount(group, weights=kv, minlength=n_groups), nreq, out=np.zeros(n_groups),
+                        where=nreq > 0)
+    split = (nreq >= 1) & (nreq * hkv < gpu.sms) & (mean_kv > attention.split_tile(d, fc))
     out = attention.combine(sums[0], sums[1], sums[2], nreq, gpu, fc, False, tiles=sums[3], prefill=pre,
-                            decode_floor_rel=attention._decode_floor_rel(copy, fc))
+                            decode_floor_rel=attention._decode_floor_rel(copy, fc, split))
     out["requests"] = nreq
     return out
 
@@ -97,6 +101,11 @@ def test_decode_attention_fast_path_equals_general(gpu, kv_dtype, heads):
     g = get_gpu(gpu)
     fast = attention.attention_time(new, kv, *heads, g, kv_dtype=kv_dtype, group=group, n_groups=n_groups)
     _equal(fast, _general_attention(new, kv, *heads, g, kv_dtype, group, n_groups), gpu)
+    # small steps (few streams) with short and long KV: the split-KV combine's rule on both paths
+    few = np.repeat(np.arange(200), 2)
+    kv2 = np.where(np.arange(few.size) % 4 < 2, 60.0, 3000.0) + rng.integers(0, 50, few.size)
+    fast2 = attention.attention_time(np.ones(few.size), kv2, *heads, g, kv_dtype=kv_dtype, group=few, n_groups=200)
+    _equal(fast2, _general_attention(np.ones(few.size), kv2, *heads, g, kv_dtype, few, 200), gpu)
 
 
 def _steps(seed: int, n_steps: int, prefill: bool):

@@ -493,3 +493,30 @@ def test_prefix_cache_free_queue_holds_exactly_the_free_blocks(timer, kv_blocks,
     assert run.requests["preemptions"].sum() > 0
     assert sum(c for _, c in e._lru) == e.free == kv_blocks  # every block back, each counted once
     assert (e.cached == 0).all() or all(o == -1 or e.cached[o] > 0 for o, _ in e._lru)
+
+
+def _split_constants(rel: float = 0.3):
+    """The shipped constants with every kernel family's split-KV combine share set to `rel`."""
+    from steptime.calibration import Constants
+
+    c = Constants.default()
+    lanes = {k: {**v, "attn_split_rel": rel} for k, v in c.get("attn_lane_factors").items()}
+    return c.with_overrides({"attn_lane_factors": lanes, "attn_split_rel": rel})
+
+
+def test_timer_pays_the_split_kv_combine_like_predict_steps():
+    # 8 B at TP 1 on an H100: 8 KV heads, so <= 16 decode requests split the KV (streams < 132 SMs)
+    c = _split_constants()
+    t = StepTimer(M, G, constants=c)
+    assert t.check() < 1e-12
+    assert t._dsplit > 0.0
+    # the floor gains the combine once the mean KV passes one tile, and not at 17 requests (136 streams)
+    assert t.decode_attention1(4, 4 * 100.0) < t.decode_attention1(4, 4 * 300.0) - 0.9 * t._dsplit
+    assert t._dfloor_n(17, 17 * 5000.0) == t._dfloor_n(17, 0.0)
+    # a decode run that crosses the tile mid-way: list and vector forms agree, and each matches predict_steps
+    full = t.decode_steps(4, 4 * 120.0, 20)
+    assert t.decode_steps_list(4, 4 * 120.0, 20) == pytest.approx(full.tolist(), rel=1e-14)
+    kvs = np.repeat(120.0 + np.arange(20)[:, None], 4, axis=1)
+    ref = predict_steps(M, G, np.repeat(np.arange(20), 4), np.ones(80), kvs.ravel(), 20, constants=c)["total_ms"] * 1e-3
+    assert full == pytest.approx(ref, rel=1e-12)
+    assert full[-1] - full[0] > 0.9 * t._dsplit * t.L   # the combine appears between the first and last step

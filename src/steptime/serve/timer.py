@@ -147,6 +147,9 @@ class StepTimer:
         self._dfloor_free = self._dfloor * float(attention._decode_floor_rel(False, fc))
         # whether a batch of two or more pays the copy (the rule lives in attention.swap_copy alone)
         self._dgqa = bool(attention.swap_copy(2, self.heads, self.kv_heads))
+        # the split-KV combine (attention.split_kv): its floor share and the KV tile it splits past
+        self._dsplit = self._dfloor * float(fc.get("attn_split_rel", 0.0))
+        self._dtile = float(attention.split_tile(self.head_dim, fc))
         self._ar = np.arange(1024, dtype=float)
         self.A = np.zeros(1)
         self.Dp = np.zeros(1)
@@ -265,7 +268,13 @@ class StepTimer:
         t_units = n * self._u0 * fc["attn_cta_us"] * 1e-6 / self.gpu.sms
         t_mem = nb / (self.gpu.mem_bw * fc["attn_eta_mem"])
         floor = np.where(attention.swap_copy(n, self.heads, self.kv_heads), self._dfloor, self._dfloor_free)
+        floor = floor + np.where(self._split(n, sum_kv), self._dsplit, 0.0)
         return np.where(n > 0, floor + smax(t_units, t_mem, p), 0.0)
+
+    def _split(self, n, sum_kv):
+        """attention.split_kv for `n` decode requests holding `sum_kv` cached tokens (its group rule:
+        streams n x H_kv below the SMs, mean KV past one split tile); arrays or floats."""
+        return (np.asarray(n) * self.kv_heads < self.gpu.sms) & (np.asarray(sum_kv) > np.asarray(n) * self._dtile)
 
     def decode_attention1(self, n: int, sum_kv: float) -> float:
         """`decode_attention` of one step in Python floats (n > 0)."""
@@ -273,11 +282,17 @@ class StepTimer:
             return float(self._mla_decode(n, sum_kv)[()])
         t_units = n * self._dunit
         t_mem = (n * self._b0 + self._b1 * sum_kv) * self._dmem
-        return self._dfloor_n(n) + (t_units ** self._dp + t_mem ** self._dp) ** self._dinvp
+        return self._dfloor_n(n, sum_kv) + (t_units ** self._dp + t_mem ** self._dp) ** self._dinvp
 
-    def _dfloor_n(self, n) -> float:
-        """One layer's decode-attention floor for a step of `n` decode requests (n > 0)."""
-        return self._dfloor if (self._dgqa and n >= 2) else self._dfloor_free
+    def _dfloor_n(self, n, sum_kv):
+        """One layer's decode-attention floor for a step of `n` decode requests (n > 0) holding `sum_kv`
+        cached tokens (a float, or an array over steps): the GQA copy's rule and the split-KV combine's."""
+        base = self._dfloor if (self._dgqa and n >= 2) else self._dfloor_free
+        if n * self.kv_heads >= self.gpu.sms or not self._dsplit:
+            return base
+        if np.ndim(sum_kv):
+            return base + np.where(np.asarray(sum_kv) > n * self._dtile, self._dsplit, 0.0)
+        return base + (self._dsplit if sum_kv > n * self._dtile else 0.0)
 
     def _mla_decode(self, n_dec, sum_kv):
         """MLA decode attention of one layer (seconds): steptime.moe_step.mla_decode_time."""
@@ -292,9 +307,12 @@ class StepTimer:
         n = np.atleast_1d(np.asarray(n_dec, dtype=float))
         nb = n * self._b0 + self._b1 * np.asarray(sum_kv, dtype=float)
         copy = attention.swap_copy(n, self.heads, self.kv_heads)
+        # the group rule of attention._group_split on n requests of the mean KV sum_kv / n
+        mean = np.divide(np.asarray(sum_kv, dtype=float), n, out=np.zeros(n.shape), where=n > 0)
+        split = attention.split_kv(n, self.kv_heads, mean, self.head_dim, self.gpu, self.fc) & (n > 0)
         return attention.combine(np.zeros_like(nb), nb, n * self._u0, n, self.gpu, self.fc, tiles=np.zeros_like(nb),
                                  prefill=np.zeros(nb.shape, dtype=bool),
-                                 decode_floor_rel=attention._decode_floor_rel(copy, self.fc))["t"]
+                                 decode_floor_rel=attention._decode_floor_rel(copy, self.fc, split))["t"]
 
     def prefill_attention(self, new, kv) -> float:
         """Prefill-phase attention of one layer (seconds) for one step's chunks (new > 1).
@@ -444,7 +462,7 @@ class StepTimer:
         x **= p
         x += (n * self._dunit) ** p
         x **= self._dinvp
-        x += self._dfloor_n(n)  # one layer's decode attention
+        x += self._dfloor_n(n, sum_kv0 + n * self._ar[:k])  # one layer's decode attention
         x *= self.L
         x += self._A_decode()[n] + self._Bl[n]
         body = np.maximum(x, self._Ddl[n], out=x)
@@ -470,7 +488,10 @@ class StepTimer:
         c1 = self._b1 * n * self._dmem
         c0 = (n * self._b0 + self._b1 * sum_kv0) * self._dmem
         u = (n * self._dunit) ** p
-        fl = self._dfloor_n(n)
+        fl = self._dfloor_n(n, sum_kv0)
+        # the split-KV combine is paid from the step whose mean KV passes one tile (steps grow n tokens each)
+        can_split = bool(self._dsplit) and n * self.kv_heads < self.gpu.sms
+        fl_split, kv_split = self._dfloor_n(n, math.inf), n * self._dtile
         ab = self._A_decode()[n] + self._Bl[n]
         D, S, Sm, ov = self._Ddl[n], self._Sl[n], self._Sml[n], self.ov
         out = []
@@ -479,7 +500,7 @@ class StepTimer:
             x = float(j) * c1
             x += c0
             x = (x ** p + u) ** invp
-            x += fl
+            x += fl_split if (can_split and sum_kv0 + n * float(j) > kv_split) else fl
             x *= L
             x += ab
             body = x if x >= D else D

@@ -19,6 +19,7 @@ and, summed over the batch:
     t_units   = units * t_cta / SMs  (* fp8_unit for an fp8 cache)          per-request cost
     t_attn    = t_floor + (t_units^p + max(t_compute, t_memory)^p)^(1/p)
               t_floor = attn_floor_us (decode) or attn_floor_us * attn_prefill_floor_rel (prefill)
+              decode: t_floor *= (1 or 1 - attn_swap_copy_rel) + attn_split_rel [split-KV]
 
 Named factors (constants in defaults.yaml, settled by E1.24):
   attn_floor_us      decode kernel floor (per-GPU deploy reading)
@@ -38,6 +39,15 @@ Named factors (constants in defaults.yaml, settled by E1.24):
   attn_fp8_unit, attn_fp8_compute   fp8-cache per-unit cost and compute-rate multipliers
   attn_swap_copy_rel the share of the decode floor that FlashAttention-2's varlen GQA query
                      transposition copy costs (`swap_copy`); lanes in SWAP_COPY_LANES only, else 0
+  attn_split_rel     the share of the decode floor that the split-KV combine pass costs (`split_kv`)
+  attn_split_tile    KV tokens per split-KV chunk at head dim 128 (the kernel family's KV tile)
+
+Split-KV (flash-decoding) geometry: a decode batch whose (request, KV head) streams, batch x H_kv,
+are fewer than the SMs splits each stream's KV into chunks of the kernel's KV tile over more CTAs
+and then combines the partial softmax results (FlashAttention-2/3: a second, combine kernel;
+TRT-LLM-gen: a multi-CTA reduction). With more than one tile of KV per request that costs a fixed
+extra share of the floor (`split_kv`); a step's group uses its mean KV per request. Every GPU's
+AIConfigurator decode table shows it: 1.3-5 us more at few streams between one and two tiles.
 
 Decode launch geometry (FlashAttention-2 lane, vllm-project/flash-attention @ 04325b67,
 csrc/flash_attn/flash_api.cpp, mha_varlen_fwd): with one query token and H_q > H_kv the API
@@ -79,7 +89,7 @@ PREFILL_Q_TILE_BY_SM = MappingProxyType({86: 64, 87: 64, 89: 64, 100: 256, 103: 
 FACTORS = ("attn_floor_us", "attn_prefill_floor_rel", "attn_eta_mem", "attn_eta_ceil", "attn_c_tokens", "attn_causal_tile", "attn_fill_half",
            "attn_cta_us",
            "attn_overlap_p", "attn_l2_bpc", "attn_l2_x_c", "attn_l2_sharp", "attn_fp8_unit", "attn_fp8_compute",
-           "attn_swap_copy_rel")
+           "attn_swap_copy_rel", "attn_split_rel", "attn_split_tile")
 # kernel families whose decode API copies the swapped GQA query (FlashAttention-2's varlen API);
 # FA3 packs the group inside the kernel, TRT-LLM-gen/FlashInfer take the heads as they are (DERIVED)
 SWAP_COPY_LANES = ("fa2",)
@@ -107,7 +117,7 @@ def attention_constants(gpu, constants: Constants | None = None) -> dict:
     constant of that name (per GPU > family > global).
     """
     constants = constants or Constants.default()
-    fc = {f: float(constants.get(f, gpu)) for f in FACTORS}
+    fc = {f: float(_factor(constants, f, gpu)) for f in FACTORS}
     try:
         lane = str(constants.get("attn_lane", gpu))
         lanes = constants.get("attn_lane_factors", gpu) or {}
@@ -117,6 +127,20 @@ def attention_constants(gpu, constants: Constants | None = None) -> dict:
         if f in fc and f not in ("attn_floor_us", "attn_eta_mem", "attn_eta_ceil"):
             fc[f] = float(v)
     return fc
+
+
+# factors a constant set from before they existed lacks (a pinned older defaults.yaml): their neutral values
+OPTIONAL_FACTORS = MappingProxyType({"attn_split_rel": 0.0, "attn_split_tile": 128.0})
+
+
+def _factor(constants: Constants, name: str, gpu):
+    """Constant `name` for `gpu`; an OPTIONAL_FACTORS name missing from `constants` takes its neutral value."""
+    try:
+        return constants.get(name, gpu)
+    except KeyError:
+        if name in OPTIONAL_FACTORS:
+            return OPTIONAL_FACTORS[name]
+        raise
 
 
 def prefill_q_tile(gpu) -> float:
@@ -151,10 +175,31 @@ def swap_copy(batch, n_heads, n_kv_heads) -> np.ndarray:
     return (hq > hkv) & (hkv >= 2) & (b >= 2)
 
 
-def _decode_floor_rel(copy, fc: dict):
+def split_kv(batch, n_kv_heads, kv_len, head_dim, gpu, fc: dict) -> np.ndarray:
+    """Whether a decode batch runs split-KV (flash-decoding): its (request, KV head) streams,
+    batch x H_kv, are fewer than the GPU's SMs, so the kernel splits each stream's KV over more
+    CTAs, and the KV per request spans more than one KV tile (`split_tile`), so there is more than
+    one chunk to split; the partial results are then combined (a second pass). Arrays broadcast."""
+    b, hkv, c = (np.asarray(x, dtype=float) for x in (batch, n_kv_heads, kv_len))
+    if np.any(b < 0) or np.any(hkv <= 0) or np.any(c < 0):
+        raise ValueError("split_kv: need batch >= 0, n_kv_heads >= 1 and kv_len >= 0")
+    return (b >= 1) & (b * hkv < gpu.sms) & (c > split_tile(head_dim, fc))
+
+
+def split_tile(head_dim, fc: dict) -> np.ndarray:
+    """KV tokens per split-KV chunk of the decode kernel: the family's tile at head dim <= 128
+    (attn_split_tile), twice that at <= 64 and half above 128 (FlashAttention-2's split-KV kBlockN
+    rule, Headdim <= 64 ? 256 : Headdim <= 128 ? 128 : 64; the same scaling ASSUMED for other families)."""
+    d = np.asarray(head_dim, dtype=float)
+    t = float(fc.get("attn_split_tile", 128.0))
+    return np.where(d <= 64, 2.0 * t, np.where(d <= 128, t, 0.5 * t))
+
+
+def _decode_floor_rel(copy, fc: dict, split=False):
     """Decode-floor multiplier: 1 where the batch pays the transposition copy, else
     1 - attn_swap_copy_rel (a factor dict without it: no copy-free discount)."""
-    return np.where(np.asarray(copy, dtype=bool), 1.0, 1.0 - float(fc.get("attn_swap_copy_rel", 0.0)))
+    rel = np.where(np.asarray(copy, dtype=bool), 1.0, 1.0 - float(fc.get("attn_swap_copy_rel", 0.0)))
+    return rel + np.where(np.asarray(split, dtype=bool), float(fc.get("attn_split_rel", 0.0)), 0.0)
 
 
 def _kvb(kv_dtype):
@@ -259,8 +304,9 @@ def attention_cells(batch, new_tokens, kv_len, n_heads, n_kv_heads, head_dim, gp
                                 f_clk, fc)
     pre = np.broadcast_to(np.asarray(new_tokens, dtype=float) > 1, np.shape(b * r["bytes"]))
     copy = swap_copy(b, n_heads, n_kv_heads)
+    split = split_kv(b, n_kv_heads, kv_len, head_dim, gpu, fc)
     out = combine(b * r["t_compute"], b * r["bytes"], b * r["units"], b, gpu, fc, warm_l2, tiles=b * r["tiles"],
-                  prefill=pre, decode_floor_rel=_decode_floor_rel(copy, fc))
+                  prefill=pre, decode_floor_rel=_decode_floor_rel(copy, fc, split))
     out.update({"flops": b * r["flops"], "bytes": b * r["bytes"], "units": b * r["units"],
                 "eta_attn": r["eta_attn"], "eta_softmax": r["eta_softmax"]})
     return out
@@ -295,9 +341,22 @@ def attention_time(new_tokens, kv_len, n_heads, n_kv_heads, head_dim, gpu, const
     pre = np.bincount(group, weights=(np.asarray(new_tokens, dtype=float) > 1).astype(float), minlength=n_groups) > 0
     gqa = np.broadcast_to(swap_copy(2, n_heads, n_kv_heads), np.shape(r["t_compute"])).astype(float)
     copy = (np.bincount(group, weights=gqa, minlength=n_groups) > 0) & (nreq >= 2)
-    out = combine(tc, nb, un, nreq, gpu, fc, warm_l2, tiles=ti, prefill=pre, decode_floor_rel=_decode_floor_rel(copy, fc))
+    split = _group_split(group, n_groups, nreq, n_kv_heads, kv_len, head_dim, gpu, fc, np.shape(r["t_compute"]))
+    out = combine(tc, nb, un, nreq, gpu, fc, warm_l2, tiles=ti, prefill=pre,
+                  decode_floor_rel=_decode_floor_rel(copy, fc, split))
     out["requests"] = nreq
     return out
+
+
+def _group_split(group, n_groups, nreq, n_kv_heads, kv_len, head_dim, gpu, fc: dict, shape) -> np.ndarray:
+    """`split_kv` per group of requests: its (request, KV head) streams (the sum of the requests' KV heads)
+    below the SMs and its mean KV per request past one split tile (for equal lengths, `split_kv`'s rule)."""
+    hkv = np.broadcast_to(np.asarray(n_kv_heads, dtype=float), shape)
+    over = np.broadcast_to(np.asarray(kv_len, dtype=float) - split_tile(head_dim, fc), shape)
+    streams = np.bincount(group, weights=hkv, minlength=n_groups)
+    mean_over = np.divide(np.bincount(group, weights=over, minlength=n_groups), nreq, out=np.zeros(n_groups),
+                          where=nreq > 0)
+    return (nreq >= 1) & (streams < gpu.sms) & (mean_over > 0)
 
 
 def _decode_time(kv_len, n_heads, n_kv_heads, head_dim, gpu, kv_dtype: str, group, n_groups, warm_l2: bool,
@@ -324,7 +383,8 @@ def _decode_time(kv_len, n_heads, n_kv_heads, head_dim, gpu, kv_dtype: str, grou
         un = np.bincount(group, weights=np.full(c.shape, unit), minlength=n_groups)
     zero = np.zeros(n_groups)
     copy = swap_copy(nreq, hq, hkv)
+    split = _group_split(group, n_groups, nreq, hkv, c, d, gpu, fc, c.shape)
     out = combine(zero, nb, un, nreq, gpu, fc, warm_l2, tiles=zero, prefill=np.zeros(n_groups, dtype=bool),
-                  decode_floor_rel=_decode_floor_rel(copy, fc))
+                  decode_floor_rel=_decode_floor_rel(copy, fc, split))
     out["requests"] = nreq
     return out

