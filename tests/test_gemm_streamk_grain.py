@@ -61,3 +61,15 @@ def test_grain_is_off_on_wave_launches_and_the_scan_matches_the_broadcast():
     small = np.concatenate([G.gemm_time(mm[i:i + 200], nn[i:i + 200], kk[i:i + 200], b200, params=r)["t"]
                             for i in range(0, 600, 200)])
     assert np.allclose(big, small, rtol=1e-12)
+
+
+def test_grain_is_ablated_and_disclosed():
+    from steptime_lab.experiments.gemm import ablation, claims, contract
+
+    assert ablation.ABLATIONS["stream-K token grain (whole tiles instead)"] == {"streamk_m_grain": 0.0}
+    assert any("streamk_m_grain" in d and "after seeing" in d for d in contract.DISCLOSED)
+    an = {"b200": {"latency_factor": {"mape": 0.07}, "latency_scalar": {"mape": 0.08}, "eta_bar": 0.7,
+                   "drift_abs_mean": 0.1, "drift_abs_max": 0.2}}
+    ab = {"all factors": {"mean_llm_mape": 0.08, "llm_mape": {"b200": 0.08}}}
+    out = claims.scalar_claims(an, ab)
+    assert "streamk_m_grain" in out["metrics"]["disclosed"]
