@@ -55,8 +55,8 @@ SPLITK_MIN_K = 512  # each split keeps at least this much of k
 GEMM_CONSTANTS = ("tiles", "ctas_per_sm", "cluster_size", "duty_c", "duty_k", "eta_active", "f_clk",
                   "eta_mem_max", "mem_x_half", "mem_t_half_us", "l2_gain", "l2_resident_x",
                   "kernel_floor_us", "overlap_p", "streamk_rel", "clk_droop", "clk_droop_us",
-                  "cta_stream_us_mb")
-_OPTIONAL = MappingProxyType({"cta_stream_us_mb": 0.0, "duty_k": 0.0, "mem_t_half_us": 0.0, "l2_resident_x": 0.0,
+                  "cta_stream_us_mb", "streamk_m_grain")
+_OPTIONAL = MappingProxyType({"cta_stream_us_mb": 0.0, "streamk_m_grain": 0.0, "duty_k": 0.0, "mem_t_half_us": 0.0, "l2_resident_x": 0.0,
                               "overlap_p": float("inf"), "streamk_rel": 0.0, "clk_droop": 0.0, "clk_droop_us": 1.0})
 
 
@@ -179,6 +179,8 @@ def _option_terms(m, n, k, tm, tn, rel, split, sk, paradigm: str, gpu, p: dict,
         grid_max = grid_cap(gpu, p, paradigm)
     is_sk = sk > 0
     tiles_mn = np.ceil(m / tm) * np.ceil(n / tn)
+    # stream-K hands out work, not whole tiles: its padded work counts the token rows at the grain
+    tiles_mn = np.where(is_sk, streamk_tiles(m, n, tm, tn, p), tiles_mn)
     tiles = tiles_mn * split
     pad = (m * n) / (tiles_mn * tm * tn)
     if paradigm == "wave":
@@ -301,8 +303,19 @@ def cta_stream_time(n, k, fill: dict, gpu, p: dict, dtype: str = "bf16"):
     return k * tn * BYTES[dtype] * cols * c * 1e-12
 
 
+def streamk_tiles(m, n, tm, tn, p: dict):
+    """Output tiles' worth of work a stream-K launch shares out: ceil(n / tn) tile columns times the token
+    rows padded to `streamk_m_grain` (never past whole tiles of tm), in units of tm rows. With the grain 0
+    (off) this is the whole-tile count ceil(m / tm) ceil(n / tn)."""
+    g = float(p.get("streamk_m_grain", 0.0))
+    rows = np.ceil(m / tm) * tm
+    if g > 0:
+        rows = np.minimum(np.ceil(m / g) * g, rows)
+    return rows / tm * np.ceil(n / tn)
+
+
 def _split1_score(tiles, mn, k, tm, tn, rel, sk, paradigm: str, gpu, grid_max: float, duty_k: float,
-                  duty_c: float, dk):
+                  duty_c: float, dk, tiles_sk=None):
     """Score of split-K-1 options (`tiles` = ceil(m/tm) ceil(n/tn), `dk` = 1/(1 + duty_k/k)):
     the algebra of `_option_terms` reduced to the score. `sk` may be a scalar or an array."""
     if paradigm == "wave":
@@ -313,9 +326,10 @@ def _split1_score(tiles, mn, k, tm, tn, rel, sk, paradigm: str, gpu, grid_max: f
         return (mn * (rel / (tm * tn * gpu.sms))) / rounds * dk / (1.0 + duty_c / rounds)
 
     def streamk():  # persistent only: a full grid, no tail
-        tpc = tiles / grid_max
+        ts = tiles if tiles_sk is None else tiles_sk
+        tpc = ts / grid_max
         kc = k * np.minimum(1.0, tpc)
-        return (mn * (rel * grid_max / (tm * tn * gpu.sms))) / tiles / (1.0 + duty_k / kc) \
+        return (mn * (rel * grid_max / (tm * tn * gpu.sms))) / ts / (1.0 + duty_k / kc) \
             / (1.0 + duty_c / np.maximum(tpc, 1.0 / 8.0))
 
     is_sk = np.asarray(sk) > 0
@@ -336,7 +350,8 @@ def _best_option_2d(m, n, k, opts, paradigm: str, gpu, p: dict, grid_max: float)
     score = np.full((m.size, len(opts)), -np.inf)
     o_tm, o_tn = tm[:, one], tn[:, one]
     score[:, one] = _split1_score(np.ceil(M / o_tm) * np.ceil(N / o_tn), M * N, K, o_tm, o_tn, rel[:, one],
-                                  sk[:, one], paradigm, gpu, grid_max, duty_k, duty_c, 1.0 / (1.0 + duty_k / K))
+                                  sk[:, one], paradigm, gpu, grid_max, duty_k, duty_c, 1.0 / (1.0 + duty_k / K),
+                                  tiles_sk=streamk_tiles(M, N, o_tm, o_tn, p))
     if np.any(~one):
         s_tm, s_tn, s_split = tm[:, ~one], tn[:, ~one], split[:, ~one]
         ok = (np.ceil(M / s_tm) * np.ceil(N / s_tn) < SPLITK_MAX_WAVES * grid_max) & (K >= SPLITK_MIN_K * s_split)
@@ -380,6 +395,8 @@ def _best_option_loop(m, n, k, opts, paradigm: str, gpu, p: dict, grid_max: floa
             sc /= rounds
             sc *= dk
         elif sk > 0:  # stream-K: (mn * (rel grid / (tm tn SMs))) / tiles / (1 + duty_k / kc) / (1 + duty_c / max(tpc, 1/8))
+            if float(p.get("streamk_m_grain", 0.0)) > 0:
+                tiles = streamk_tiles(m, n, tm, tn, p)
             tpc = tiles / grid_max
             kc = k * np.minimum(1.0, tpc)
             np.multiply(mn, rel * grid_max / (tm * tn * gpu.sms), out=sc)

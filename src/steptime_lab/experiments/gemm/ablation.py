@@ -119,6 +119,7 @@ ABLATIONS = {
     "L2-resident path": {"l2_resident_x": 0.0},
     "memory ramp t_half": {"mem_t_half_us": 0.0},
     "per-CTA stream (persistent)": {"cta_stream_us_mb": 0.0},
+    "stream-K token grain (whole tiles instead)": {"streamk_m_grain": 0.0},
 }
 
 

@@ -62,6 +62,18 @@ FIT_GLOBALS = {
 
 FIT_SAMPLE = 1500  # cells per GPU in a fit (seeded)
 
+# What the GEMM law's results disclose (E1.23, E1.13, E1.29), one line per change chosen after seeing scores.
+DISCLOSED = (
+    "streamk_m_grain (issue 19, wave 25, helper gemm): a stream-K launch's padded work counts the token rows at the "
+    "MMA N step (Hopper 8, sm100/sm103 Blackwell 16: DERIVED from wgmma / tcgen05 with the token dimension on the N "
+    "side), not at whole tiles. Chosen after seeing E1.29's held-out residuals by m (cells one token past a tile "
+    "boundary on Hopper at TP 1-4: m = 129, 257, 513, 769 over-predicted by 10-17% on average, every m = 2^j + 1 "
+    "3-12 points above m - 1; the law's median step from m to m + 1 was 1.00-1.18x against 0.98-1.08x measured, "
+    "Blackwell 1.03-1.23x against 1.00-1.16x) and a scratch probe of grains 0/8/16/32/64 on the shipped "
+    "folds (no refit); the grain is not fitted and was not picked from that probe's scores (8 and 16 are the "
+    "hardware steps), the globals were then re-settled leave-one-GPU-out by settle_gemm_constants as before",
+)
+
 SUBSETS = ("llm", "all", "decode", "prefill")
 
 
