@@ -79,6 +79,13 @@ def curve_params(d: pd.DataFrame) -> dict:
 # each way. Which is better is a property of how the GPU's ratios depart from its donors', judged on the training
 # GPUs (E1.25 wave 25; the candidates and the criterion chosen after E1.25's held-out scores had been seen).
 FLOOR_DEGREES = ("largest", "middle", "smallest")
+FLOOR_DEGREE_DISCLOSED = (
+    "The TP degree of the floor reading (smallest NCCL message) is chosen per held-out GPU among the largest, middle "
+    "and smallest degree by an inner leave-one-out over the other GPUs of its link class (comm.choose_floor_degree; "
+    "the held-out GPU's cells take no part). The candidates and the criterion were set AFTER seeing E1.25's held-out "
+    "scores with the floor read at each fixed degree (wave 25: a100-sxm nccl 10.19 / 9.20 / 9.48 at largest / "
+    "middle / smallest for every GPU); the choice per GPU is in metrics.per_gpu.<gpu>.floor_degree with its inner "
+    "table.")
 
 
 def _degree(ns, which: str) -> int:
@@ -354,7 +361,7 @@ def document(r: dict, target_pct: float = 10.0) -> dict:
                             "pooled MAPE % over all held-out GPUs", met=_mape(x["err"]) < _mape(x["err_ring"]),
                             key="law", op="<", target=round(_mape(x["err_ring"]), 2), unit="%"))
     refused = [x for v in r["per_gpu"].values() for x in v["refused"]]
-    metrics = {"refused_readings": refused, "records": records, "skipped_rows": r["skipped"],
+    metrics = {"disclosed": FLOOR_DEGREE_DISCLOSED, "refused_readings": refused, "records": records, "skipped_rows": r["skipped"],
                "target_met": sum(rec["mape"] <= target_pct for rec in records), "target_scored": len(records),
                "per_gpu": {g: {"readings": [{k: x[k] for k in ("what", "n", "message_bytes", "t_us")}
                                             for x in v["readings"]],
