@@ -396,8 +396,24 @@ def test_replay_l2_holds_weights_that_fit_its_partition():
     assert M.replay_l2_bytes(get_gpu("b200")) == pytest.approx(126.5 * mib / 2)
     assert M.replay_l2_bytes(get_gpu("a100-sxm")) == pytest.approx(get_gpu("a100-sxm").l2_mb * mib / 2)
     c = M.mla_replay_weight_credit(np.array([50e6, 100e6, 101e6]), 100e6, 1e12, 0.5)
-    assert c == pytest.approx([25e-6, 50e-6, 0.0])
+    assert c == pytest.approx([25e-6 * (1 - 0.5 ** M.MLA_REPLAY_HIT_EXP), 0.0, 0.0])
     assert M.mla_replay_weight_credit(50e6, 100e6, 1e12, 0.0) == 0
+
+
+def test_replay_l2_share_held_falls_as_the_weights_fill_the_cache():
+    """The share of the weights the L2 still holds at the next replay is 1 - (W / C)^MLA_REPLAY_HIT_EXP: nearly all
+    of a small module's, none at or beyond the cache; the credit (seconds) peaks inside (0, C) and is continuous at C;
+    a non-positive cache is refused."""
+    C, bw = 100e6, 1e12
+    W = np.linspace(0.0, 1.2 * C, 121)
+    c = M.mla_replay_weight_credit(W, C, bw, 1.0)
+    assert c[0] == 0 and np.all(c >= 0) and np.all(c[W >= C] == 0)
+    assert M.mla_replay_weight_credit(1e6, C, bw, 1.0) == pytest.approx(1e6 / bw, rel=1e-3)
+    k = int(np.argmax(c))
+    assert 0 < W[k] < C and np.all(np.diff(c[: k + 1]) >= 0) and np.all(np.diff(c[k:]) <= 0)
+    assert M.mla_replay_weight_credit(0.999 * C, C, bw, 1.0) < 0.01 * C / bw
+    with pytest.raises(ValueError, match="l2_bytes"):
+        M.mla_replay_weight_credit(1e6, 0.0, bw, 1.0)
 
 
 def test_mla_prefill_attention_counts_causal_flops_and_copies():

