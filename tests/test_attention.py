@@ -227,6 +227,25 @@ def test_table_kv_write_adds_to_prefill_cells_only():
         E.table_kv_write_s(2.0, 1024.0, 8, 128, "bf16", H100, {"attn_eta_mem": 0.8})
 
 
+def test_predict_takes_a_precomputed_kv_write_and_gives_the_same_cells():
+    """The fits pass the table's KV write once (it does not depend on the fitted factors): predict with it equals
+    predict computing it, and a wrong one shows."""
+    import pandas as pd
+    from steptime.calibration import Constants
+    C = Constants.default()
+    x = E._arrays(pd.DataFrame({"b": [2, 4], "s": [1024, 1], "c": [0, 512], "H": [32, 32], "Hkv": [8, 8],
+                                "d": [128, 128], "kv_dtype": ["bf16", "bf16"], "y_ms": [1.0, 1.0],
+                                "llm": [True, True]}))
+    fc = {**C.get("attn_lane_factors")["fa3"], "attn_eta_ceil": 0.6, "attn_eta_mem": 0.8, "attn_floor_us": 5.0}
+    kvw = E.kv_write_of(x, "h100-sxm", C)
+    assert kvw[0] > 0 and kvw[1] == 0.0
+    a = E.predict(x, "h100-sxm", fc, constants=C)
+    b = E.predict(x, "h100-sxm", fc, constants=C, kv_write_s=kvw)
+    assert np.array_equal(a["t"], b["t"]) and np.array_equal(a["t_kv_write"], b["t_kv_write"])
+    c = E.predict(x, "h100-sxm", fc, constants=C, kv_write_s=2 * kvw)
+    assert c["t"][0] > a["t"][0]
+
+
 def test_kv_write_slopes_and_held_out_eta():
     import pandas as pd
     from steptime.calibration import Constants

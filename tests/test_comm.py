@@ -203,3 +203,21 @@ def test_held_out_mape_scores_one_gpu_per_implementation_from_the_others():
     d2.loc[d2["scored"] & (d2["gpu"] == "b200") & (d2["impl"] == "nccl"), "t_us"] *= 1.5
     m2 = E.held_out_mape(d2, E.curve_params(d2), "b200", others)
     assert m2["nccl"] > 20.0 and m2["custom"] == pytest.approx(m["custom"])
+
+
+def test_shape_memo_fits_each_donor_set_once_and_changes_nothing(monkeypatch):
+    """shapes_of remembers a fit by its set of GPUs (any order); the floor-degree choice with the memo equals the
+    choice without it, and fits fewer times."""
+    d, _ = E.tidy(_synthetic())
+    cp = E.curve_params(d)
+    gpus = sorted(d["gpu"].unique())
+    others = [o for o in gpus if o != "b300"]
+    calls = []
+    real = E.fit_shapes
+    monkeypatch.setattr(E, "fit_shapes", lambda *a, **k: calls.append(1) or real(*a, **k))
+    plain = E.choose_floor_degree(d, cp, "b300", others)
+    n_plain = len(calls)
+    memo: dict = {}
+    assert E.choose_floor_degree(d, cp, "b300", others, memo) == plain
+    assert len(calls) - n_plain < n_plain
+    assert E.shapes_of(d, cp, list(reversed(others)), memo) is E.shapes_of(d, cp, others, memo)

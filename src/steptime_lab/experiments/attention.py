@@ -222,22 +222,30 @@ def kv_write_fold(constants: Constants, slopes: dict, gpu: str) -> Constants:
                              f"kv_write eta held out: measured on {others}")
 
 
-def predict(cells_gpu, gpu, fc: dict, warm_l2: bool = True, constants: Constants | None = None) -> dict:
+def predict(cells_gpu, gpu, fc: dict, warm_l2: bool = True, constants: Constants | None = None,
+            kv_write_s=None) -> dict:
     """steptime prediction (ms) for the cells of one GPU with the factor dict `fc` (other constants:
     `constants`, None for the shipped ones): the attention term plus, for a prefill cell, the
-    table's KV-cache write (`table_kv_write_s`; "t_kv_write")."""
+    table's KV-cache write (`table_kv_write_s`; "t_kv_write"). `kv_write_s`: that write, already
+    computed for these cells and `constants` (it does not depend on `fc`; the fits pass it once)."""
     g = get_gpu(gpu)
     x = cells_gpu
     r = A.attention_cells(_col(x, "b"), _col(x, "s"), _col(x, "c"), _col(x, "H"),
                           _col(x, "Hkv"), _col(x, "d"), g, require_constants(constants, "attention.predict"),
                           kv_dtype=_col(x, "kv_dtype"), warm_l2=warm_l2, fc=fc)
-    r["t_kv_write"] = table_kv_write_s(_col(x, "b"), _col(x, "s"), _col(x, "Hkv"), _col(x, "d"), _col(x, "kv_dtype"),
-                                       g, constants)
+    r["t_kv_write"] = (kv_write_of(x, gpu, constants) if kv_write_s is None else np.asarray(kv_write_s, dtype=float))
     r["t"] = np.asarray(r["t"]) + r["t_kv_write"]
     return {k: (np.asarray(v) * 1e3 if k.startswith("t") else v) for k, v in r.items()}
 
 
 _PRED_COLS = ("b", "s", "c", "H", "Hkv", "d", "kv_dtype", "y_ms", "llm")
+
+
+def kv_write_of(cells_gpu, gpu, constants: Constants | None = None) -> np.ndarray:
+    """table_kv_write_s of the cells of one GPU (a frame or `_arrays` dict), in seconds."""
+    x = cells_gpu
+    return table_kv_write_s(_col(x, "b"), _col(x, "s"), _col(x, "Hkv"), _col(x, "d"), _col(x, "kv_dtype"),
+                            get_gpu(gpu), constants)
 
 
 def _col(x, name):
@@ -316,11 +324,12 @@ def calibrate_gpu(cells_gpu, gpu, fc_globals: dict, base: dict | None = None, su
     if not isinstance(sub, dict):
         sub = _arrays(sub)
     y = sub["y_ms"]
+    kvw = kv_write_of(sub, gpu, constants)  # the same for every fc: computed once
     fc["attn_floor_us"] = 0.0
-    body0 = predict({k: v[[0]] for k, v in sub.items()}, gpu, fc, constants=constants)["t"][0]
+    body0 = predict({k: v[[0]] for k, v in sub.items()}, gpu, fc, constants=constants, kv_write_s=kvw[[0]])["t"][0]
     fc["attn_floor_us"] = max(0.0, (y[0] - body0) * 1e3)
     for _ in range(6):  # fixed point: each efficiency scales its own branch
-        p = predict(sub, gpu, fc, constants=constants)
+        p = predict(sub, gpu, fc, constants=constants, kv_write_s=kvw)
         fl = fc["attn_floor_us"] * 1e-3
         fc["attn_eta_mem"] = float(np.clip(fc["attn_eta_mem"] * (p["t"][1] - fl) / max(y[1] - fl, 1e-9), 0.05, 3.0))
         fc["attn_eta_ceil"] = float(np.clip(fc["attn_eta_ceil"] * (p["t"][2] - fl) / max(y[2] - fl, 1e-9), 0.02, 1.5))
@@ -398,6 +407,7 @@ def fit_globals(cells, gpus, seed: int = 0, n_sample: int = FIT_SAMPLE, max_nfev
         x = train[train["gpu"] == g]
         per[g] = _arrays(x[~x["cell"].isin(set(sub["cell"]))])
         per[g]["w"] = np.where(per[g]["llm"], llm_weight, 1.0)
+    kvw = {g: kv_write_of(per[g], g, constants) for g in gpus}  # independent of the fitted factors
 
     def resid(q):
         fcg = {**fixed, **dict(zip(names, q))}
@@ -405,7 +415,7 @@ def fit_globals(cells, gpus, seed: int = 0, n_sample: int = FIT_SAMPLE, max_nfev
         for g in gpus:
             fc = calibrate_gpu(None, g, fcg, sub=subs[g], constants=constants)
             x = per[g]
-            p = predict(x, g, fc, constants=constants)["t"]
+            p = predict(x, g, fc, constants=constants, kv_write_s=kvw[g])["t"]
             out.append(x["w"] * np.log(np.maximum(p, 1e-9) / x["y_ms"]))
         return np.concatenate(out)
 

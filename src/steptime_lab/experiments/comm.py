@@ -217,10 +217,23 @@ def transfer(cp: dict, gpu: str, reads: list[dict], others) -> dict:
     return out
 
 
-def held_out_mape(d: pd.DataFrame, cp: dict, gpu: str, others, floor_degree: str = "largest") -> dict:
+def shapes_of(d: pd.DataFrame, cp: dict, gpus, memo: dict | None = None) -> dict:
+    """fit_shapes on `gpus`, remembered in `memo` (keyed by the set of GPUs; one memo per (d, cp)) so that
+    a fit the inner leave-one-out repeats for each candidate floor degree runs once. The result is read-only."""
+    if memo is None:
+        return fit_shapes(d, cp, gpus)
+    key = frozenset(gpus)
+    if key not in memo:
+        memo[key] = fit_shapes(d, cp, gpus)
+    return memo[key]
+
+
+def held_out_mape(d: pd.DataFrame, cp: dict, gpu: str, others, floor_degree: str = "largest",
+                  memo: dict | None = None) -> dict:
     """impl -> MAPE % of `gpu`'s scored cells with shapes from its donors among `others` and its three readings
-    (the floor at `floor_degree`); only the (impl, n) its donors' shapes cover (an inner fold may lack a degree)."""
-    shapes = fit_shapes(d, cp, shape_donors(gpu, others))
+    (the floor at `floor_degree`); only the (impl, n) its donors' shapes cover (an inner fold may lack a degree).
+    `memo`: shapes_of's memo for this (d, cp)."""
+    shapes = shapes_of(d, cp, shape_donors(gpu, others), memo)
     reads = readings(d, gpu, floor_degree)
     refuse_out_of_bounds(cp, gpu, reads, others)
     params = transfer(cp, gpu, reads, others)
@@ -233,11 +246,12 @@ def held_out_mape(d: pd.DataFrame, cp: dict, gpu: str, others, floor_degree: str
     return {impl: _mape(err[(x["impl"] == impl).to_numpy()]) for impl in sorted(x["impl"].unique())}
 
 
-def choose_floor_degree(d: pd.DataFrame, cp: dict, gpu: str, others) -> tuple[str, dict]:
+def choose_floor_degree(d: pd.DataFrame, cp: dict, gpu: str, others, memo: dict | None = None) -> tuple[str, dict]:
     """The floor reading's degree for held-out `gpu` (FLOOR_DEGREES): the one with the lowest mean MAPE (over
     implementations, then GPUs) in an inner leave-one-out over the other GPUs of its link class (else all others),
     each inner GPU predicted from the rest of `others` with its own readings at that degree. `gpu`'s cells take no
-    part. Ties keep the earlier candidate (the largest degree, the rule before). Returns (choice, {degree: MAPE})."""
+    part. Ties keep the earlier candidate (the largest degree, the rule before). Returns (choice, {degree: MAPE}).
+    `memo`: shapes_of's memo for this (d, cp) (the inner folds' shape fits do not depend on the degree)."""
     others = [o for o in others if o != gpu]
     link = comm.link_class(get_gpu(gpu))
     inner = [h for h in others if comm.link_class(get_gpu(h)) == link] or others
@@ -246,7 +260,7 @@ def choose_floor_degree(d: pd.DataFrame, cp: dict, gpu: str, others) -> tuple[st
     table = {}
     for which in FLOOR_DEGREES:
         per = [np.mean(list(m.values())) for h in inner
-               if (m := held_out_mape(d, cp, h, [o for o in others if o != h], which))]
+               if (m := held_out_mape(d, cp, h, [o for o in others if o != h], which, memo))]
         table[which] = float(np.mean(per)) if per else float("inf")
     return min(FLOOR_DEGREES, key=lambda w: table[w]), table
 
@@ -300,13 +314,13 @@ def run(df: pd.DataFrame, ablation: bool = True) -> dict:
     cp = curve_params(d)
     gpus = sorted(d["gpu"].unique())
     cal = Calibration()
-    rows, per_gpu = [], {}
+    rows, per_gpu, memo = [], {}, {}  # memo: shape fits by donor set, shared by every fold of this run
     for g in gpus:
         others = [o for o in gpus if o != g]
-        shapes = fit_shapes(d, cp, shape_donors(g, others))
+        shapes = shapes_of(d, cp, shape_donors(g, others), memo)
         if ablation:
-            flat = fit_shapes(d, cp, others)
-        floor_degree, inner = choose_floor_degree(d, cp, g, others)
+            flat = shapes_of(d, cp, others, memo)
+        floor_degree, inner = choose_floor_degree(d, cp, g, others, memo)
         reads = readings(d, g, floor_degree)
         cal.record(f"gpu.{g}.allreduce", [r["cell"] for r in reads], note="E1.25 deploy readings (NCCL)")
         refused = refuse_out_of_bounds(cp, g, reads, others)
