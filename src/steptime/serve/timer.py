@@ -268,13 +268,14 @@ class StepTimer:
         t_units = n * self._u0 * fc["attn_cta_us"] * 1e-6 / self.gpu.sms
         t_mem = nb / (self.gpu.mem_bw * fc["attn_eta_mem"])
         floor = np.where(attention.swap_copy(n, self.heads, self.kv_heads), self._dfloor, self._dfloor_free)
-        floor = floor + np.where(self._split(n, sum_kv), self._dsplit, 0.0)
+        floor = floor + np.where(self._split(n, np.asarray(sum_kv, dtype=float)), self._dsplit, 0.0)
         return np.where(n > 0, floor + smax(t_units, t_mem, p), 0.0)
 
     def _split(self, n, sum_kv):
         """attention.split_kv for `n` decode requests holding `sum_kv` cached tokens (its group rule:
-        streams n x H_kv below the SMs, mean KV past one split tile); arrays or floats."""
-        return (np.asarray(n) * self.kv_heads < self.gpu.sms) & (np.asarray(sum_kv) > np.asarray(n) * self._dtile)
+        streams n x H_kv below the SMs, mean KV past one split tile), the timer's one copy of the rule:
+        plain arithmetic, so Python numbers give a bool and numpy arrays an array."""
+        return (n * self.kv_heads < self.gpu.sms) & (sum_kv > n * self._dtile)
 
     def decode_attention1(self, n: int, sum_kv: float) -> float:
         """`decode_attention` of one step in Python floats (n > 0)."""
@@ -288,11 +289,12 @@ class StepTimer:
         """One layer's decode-attention floor for a step of `n` decode requests (n > 0) holding `sum_kv`
         cached tokens (a float, or an array over steps): the GQA copy's rule and the split-KV combine's."""
         base = self._dfloor if (self._dgqa and n >= 2) else self._dfloor_free
-        if n * self.kv_heads >= self.gpu.sms or not self._dsplit:
+        if not self._dsplit:
             return base
-        if np.ndim(sum_kv):
-            return base + np.where(np.asarray(sum_kv) > n * self._dtile, self._dsplit, 0.0)
-        return base + (self._dsplit if sum_kv > n * self._dtile else 0.0)
+        split = self._split(n, sum_kv)
+        if np.ndim(split):
+            return base + np.where(split, self._dsplit, 0.0)
+        return base + (self._dsplit if split else 0.0)
 
     def _mla_decode(self, n_dec, sum_kv):
         """MLA decode attention of one layer (seconds): steptime.moe_step.mla_decode_time."""
@@ -489,8 +491,8 @@ class StepTimer:
         c0 = (n * self._b0 + self._b1 * sum_kv0) * self._dmem
         u = (n * self._dunit) ** p
         fl = self._dfloor_n(n, sum_kv0)
-        # the split-KV combine is paid from the step whose mean KV passes one tile (steps grow n tokens each)
-        can_split = bool(self._dsplit) and n * self.kv_heads < self.gpu.sms
+        # the split-KV combine is paid from the step whose mean KV passes one tile (steps grow n tokens each);
+        # where the batch cannot split, fl_split is fl
         fl_split, kv_split = self._dfloor_n(n, math.inf), n * self._dtile
         ab = self._A_decode()[n] + self._Bl[n]
         D, S, Sm, ov = self._Ddl[n], self._Sl[n], self._Sml[n], self.ov
@@ -500,7 +502,7 @@ class StepTimer:
             x = float(j) * c1
             x += c0
             x = (x ** p + u) ** invp
-            x += fl_split if (can_split and sum_kv0 + n * float(j) > kv_split) else fl
+            x += fl_split if sum_kv0 + n * float(j) > kv_split else fl
             x *= L
             x += ab
             body = x if x >= D else D

@@ -197,7 +197,8 @@ def split_tile(head_dim, fc: dict) -> np.ndarray:
 
 def _decode_floor_rel(copy, fc: dict, split=False):
     """Decode-floor multiplier: 1 where the batch pays the transposition copy, else
-    1 - attn_swap_copy_rel (a factor dict without it: no copy-free discount)."""
+    1 - attn_swap_copy_rel (a factor dict without it: no copy-free discount); plus attn_split_rel
+    where it runs split-KV (`split`, from split_kv / _group_split)."""
     rel = np.where(np.asarray(copy, dtype=bool), 1.0, 1.0 - float(fc.get("attn_swap_copy_rel", 0.0)))
     return rel + np.where(np.asarray(split, dtype=bool), float(fc.get("attn_split_rel", 0.0)), 0.0)
 
