@@ -146,7 +146,7 @@ def cmd_plan(a) -> int:
         sys.stdout.write(dumps(doc))
     else:
         itl = f", ITL <= {a.slo_itl_ms} ms" if a.slo_itl_ms else ""
-        room = f" with {a.headroom:.0%} headroom" if a.headroom else ""
+        room = f" with {a.headroom * 100:.3g}% headroom" if a.headroom else ""
         print(f"steptime plan: {a.model}, {wl.name} ({len(wl)} requests); SLO {pct} TTFT <= {a.slo_ttft_ms} ms, "
               f"TPOT <= {a.slo_tpot_ms} ms{itl}{room}; every number simulated")
         for note in res.notes:
@@ -194,7 +194,7 @@ def cmd_plan(a) -> int:
                                             (r["itl_pct_s"] / slo[2]) if slo[2] else 0))
         raise PlanError(f"no layout meets the SLO ({pct} TTFT <= {a.slo_ttft_ms} ms, TPOT <= {a.slo_tpot_ms} ms"
                         f"{', ITL <= ' + str(a.slo_itl_ms) + ' ms' if a.slo_itl_ms else ''}"
-                        f"{f', with {a.headroom:.0%} headroom' if a.headroom else ''}) "
+                        f"{f', with {a.headroom * 100:.3g}% headroom' if a.headroom else ''}) "
                         f"among {len(sims)} simulated: closest {close['layout']} with TTFT "
                         f"{close['ttft_pct_s'] * 1e3:.1f} ms, TPOT {close['tpot_pct_s'] * 1e3:.1f} ms (simulated)")
     return 0
