@@ -294,3 +294,79 @@ def test_ctrl_c_on_the_command_line_prints_the_best_so_far(monkeypatch, capsys, 
     assert main(args) == 0
     out = capsys.readouterr().out
     assert calls == [calls[0]] and "INTERRUPTED: best so far" in out and " 1 " in out  # a ranked row printed
+
+
+# ---- headroom under the SLO (wave 26, helper plan) -------------------------------------------------------
+def test_error_band_is_the_quantile_of_held_out_errors_never_below_zero():
+    from steptime.plan import error_band
+
+    e = [-0.2, -0.1, 0.0, 0.05, 0.1, 0.3]
+    assert error_band(e, 1.0) == pytest.approx(0.3)
+    assert error_band(e, 0.5) == pytest.approx(np.quantile(e, 0.5))
+    assert error_band([-0.3, -0.1], 0.9) == 0.0  # a predictor that runs slow gets no looser SLO
+    assert error_band(np.array([[0.1], [0.2]]), 1.0) == pytest.approx(0.2)
+
+
+@pytest.mark.parametrize("errors, q, msg", [
+    ([], 0.8, "no held-out errors"),
+    ([0.1, float("nan")], 0.8, "finite"),
+    ([0.1, -1.0], 0.8, "above -1"),
+    (["a"], 0.8, "must be numbers"),
+    ([0.1], 0.0, r"quantile must be in \(0, 1\]"),
+    ([0.1], 1.5, r"quantile must be in \(0, 1\]"),
+    ([0.1], True, r"quantile must be in \(0, 1\]"),
+])
+def test_error_band_refuses_bad_input(errors, q, msg):
+    from steptime.plan import error_band
+
+    with pytest.raises(PlanError, match=msg):
+        error_band(errors, q)
+
+
+def test_headroom_asks_every_percentile_to_sit_inside_its_bound(res, wl):
+    sims = res.simulated()
+    h = 0.25
+    again = res.with_slo(slo_ttft_s=0.5, slo_tpot_s=0.05, headroom=h)
+    assert again.headroom == h
+    want = [x["layout"] for x in sims if x["ttft_pct_s"] * (1 + h) <= 0.5 and x["tpot_pct_s"] * (1 + h) <= 0.05]
+    assert sorted(x["layout"] for x in again.ranked()) == sorted(want)
+    assert len(again.ranked()) <= len(res.ranked())
+    # a headroom that leaves no bound met: nothing ranks; zero headroom gives the plain judgement back
+    assert not res.with_slo(slo_ttft_s=0.5, slo_tpot_s=min(x["tpot_pct_s"] for x in sims), headroom=0.01).ranked()
+    assert [x["layout"] for x in again.with_slo(0.5, 0.05, headroom=0.0).ranked()] == \
+        [x["layout"] for x in res.ranked()]
+    # the search itself judges with the headroom (the same rows as re-judging the plain search)
+    r = plan(M, wl, slo_ttft_s=0.5, slo_tpot_s=0.05, gpus=["h100-sxm"], jobs=1, exhaustive=True, headroom=h,
+             **SMALL)
+    plain = {x["layout"]: x for x in sims if x["gpu"] == "h100-sxm"}
+    assert r.headroom == h and r.simulated()
+    for x in r.simulated():
+        p = plain[x["layout"]]
+        assert x["meets_slo"] == (p["ttft_pct_s"] * (1 + h) <= 0.5 and p["tpot_pct_s"] * (1 + h) <= 0.05)
+
+
+@pytest.mark.parametrize("kw, msg", [
+    ({"headroom": -0.1}, "headroom must be a fraction in"),
+    ({"headroom": 1.0}, "headroom must be a fraction in"),
+    ({"headroom": float("nan")}, "headroom must be a fraction in"),
+    ({"headroom": "0.1"}, "headroom must be a fraction in"),
+    ({"headroom": 0.1, "attainment": True}, "headroom applies to percentile SLOs"),
+])
+def test_bad_headroom_one_line(wl, kw, msg):
+    with pytest.raises(PlanError, match=msg):
+        plan(M, wl, slo_ttft_s=0.5, slo_tpot_s=0.05, gpus=["h100-sxm"], jobs=1, **{**SMALL, **kw})
+
+
+def test_cli_headroom(capsys):
+    assert main(CLI + ["--gpus", "h100-sxm", "--slo-tpot-ms", "50", "--headroom", "0.1", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["headroom"] == 0.1
+    assert main(CLI + ["--gpus", "h100-sxm", "--slo-tpot-ms", "50", "--headroom", "1.5"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "headroom must be a fraction in [0, 1)" in err and len(err.splitlines()) == 1
+    # a headroom no layout can keep: the one-line answer says the headroom was asked for
+    assert main(CLI + ["--gpus", "h100-sxm", "--slo-tpot-ms", "10", "--json"]) == 0  # met without headroom ...
+    tpot = json.loads(capsys.readouterr().out)["best"][0]["tpot_pct_s"]
+    assert tpot * 1.9 > 0.010  # ... but not with 90 % of it
+    assert main(CLI + ["--gpus", "h100-sxm", "--slo-tpot-ms", "10", "--headroom", "0.9"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "no layout meets the SLO" in err and "with 90% headroom" in err and len(err.splitlines()) == 1

@@ -32,3 +32,41 @@ def test_pick_against_measured_best():
     assert tight["pick_meets_measured"] and not tight["within_10pct"]  # 747 vs 1021 tok/s/GPU
     loose = pk.loc[0.05]
     assert loose["best_id"] == loose["pick_id"]
+
+
+def test_pick_keeps_the_headroom_under_the_slo():
+    # at 0.0155 s the plain pick is 1-8 (simulated 0.011); with 50 % headroom 0.011 x 1.5 > 0.0155, so only 2-8
+    # (0.008 x 1.5 = 0.012) stays a candidate
+    plain = picks(_pts(), [0.0155]).iloc[0]
+    room = picks(_pts(), [0.0155], headroom=0.5).iloc[0]
+    assert plain["pick_id"] == "1-8" and plain["predicted_feasible"] == 2
+    assert room["pick_id"] == "2-8" and room["predicted_feasible"] == 1
+    # a headroom no point keeps: no pick (and no verdict on the case)
+    none = picks(_pts(), [0.0155], headroom=0.99).iloc[0]
+    assert none["predicted_feasible"] == 0 and pd.isna(none.get("top1"))
+
+
+def test_pick_refuses_a_bad_headroom():
+    from steptime.plan import PlanError
+
+    with pytest.raises(PlanError, match="headroom must be a fraction"):
+        picks(_pts(), [0.02], headroom=-0.1)
+
+
+def test_fractions_count_only_cases_with_a_pick_and_a_measured_best():
+    from steptime_lab.experiments.planner import _fractions
+
+    f = _fractions(picks(_pts(), [0.0155, 0.05, 0.001]))
+    assert f["cases"] == 2 and f["top1"] == 0.5 and f["pick_meets_measured"] == 1.0 and f["within_10pct"] == 0.5
+
+
+@pytest.mark.parametrize("engines, msg", [
+    ([], "name at least one other engine"),
+    (["sglang", "trtllm"], "trtllm is the scored group"),
+])
+def test_band_never_reads_the_scored_group(engines, msg):
+    from steptime_lab.experiments.planner import band_errors
+
+    with pytest.raises(ValueError, match=msg):
+        band_errors(pd.DataFrame(), model="qwen3-32b", gpu="h100-sxm", engines=engines, scored_engine="trtllm",
+                    budget=8192, per_concurrency=1, min_requests=1, seed=0, constants=object())

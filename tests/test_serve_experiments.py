@@ -270,3 +270,63 @@ def test_engines_by_gpu_refuses_a_gpu_the_runs_do_not_hold():
     assert engines_by_gpu(None, runs) == {}
     with pytest.raises(ValueError, match="h100-sxm"):
         engines_by_gpu({"h100-sxm": "vllm"}, runs)
+
+
+# ---- E2.9's headroom per chunk (wave 26, helper plan) -------------------------------------------------------
+def test_pick_chunk_keeps_the_headroom_per_chunk(timer):
+    t = serving.pick_chunk(timer, 32, 1000, 200, 1.0, GRID)["table"]["t_mix_s"].to_numpy()
+    slo = float(t[2]) * 1.01  # chunks 128, 256, 512 meet it plainly
+    plain = serving.pick_chunk(timer, 32, 1000, 200, slo, GRID)
+    # a headroom only on 512 pushes the pick below it; the table says which headroom each chunk carried
+    h = [0.0, 0.0, 0.05, 0.0, 0.0]
+    room = serving.pick_chunk(timer, 32, 1000, 200, slo, GRID, headroom=h)
+    assert plain["chunk"] <= 512 and room["chunk"] <= 256
+    tab = room["table"].set_index("chunk")
+    assert list(tab["headroom"]) == h and not tab.loc[512, "meets"]
+    assert all(tab["meets"] == (tab["t_mix_s"] * (1 + tab["headroom"]) <= slo))
+    # one fraction applies to every chunk
+    assert list(serving.pick_chunk(timer, 32, 1000, 200, slo, GRID, headroom=0.1)["table"]["headroom"]) == [0.1] * 5
+
+
+@pytest.mark.parametrize("h", [[0.1, 0.1], -0.1, [0.0, 0.0, float("nan"), 0.0, 0.0]])
+def test_pick_chunk_refuses_a_bad_headroom(timer, h):
+    with pytest.raises(ValueError, match="headroom must be one fraction >= 0 or one per chunk"):
+        serving.pick_chunk(timer, 32, 1000, 200, 0.05, GRID, headroom=h)
+
+
+def test_chunk_band_reads_only_the_other_gpus_of_the_family():
+    from steptime_lab.experiments.serving.chunks import chunk_band
+
+    errs = {"a100-sxm": np.array([0.5, 0.5]), "a40": np.array([-0.2, 0.1]), "h100-sxm": np.array([0.3, 0.0]),
+            "h200-sxm": np.array([0.2, 0.4]), "b200": np.array([0.9, 0.9])}
+    fam = {"a100-sxm": "ampere", "a40": "ampere", "h100-sxm": "hopper", "h200-sxm": "hopper", "b200": "blackwell"}.get
+    band, sib = chunk_band(errs, "a100-sxm", fam)
+    assert sib == ["a40"] and list(band) == [0.0, pytest.approx(0.1)]  # its own 0.5 never enters; slow runs give 0
+    band, sib = chunk_band(errs, "h100-sxm", fam)
+    assert sib == ["h200-sxm"] and list(band) == [pytest.approx(0.2), pytest.approx(0.4)]
+    assert chunk_band(errs, "b200", fam) == (None, [])  # no sibling: no band
+
+
+def test_chunk_errors_is_the_sweeps_p99_over_t_mix(timer):
+    from steptime_lab.experiments.serving.chunks import chunk_errors
+
+    t = serving.pick_chunk(timer, 32, 1000, 200, 1.0, GRID)["table"]["t_mix_s"].to_numpy()
+    sweep = pd.DataFrame({"chunk": GRID, "tbt_p99_s": t * np.array([1.0, 1.1, 0.9, 1.2, 1.0])})
+    assert chunk_errors(timer, sweep, 32, 1000, 200, GRID) == pytest.approx([0.0, 0.1, -0.1, 0.2, 0.0])
+    with pytest.raises(ValueError, match="no chunk 2048"):
+        chunk_errors(timer, sweep[sweep["chunk"] < 2048], 32, 1000, 200, GRID)
+
+
+def test_e2_9_band_comes_from_the_family_sibling_never_the_scored_gpu():
+    r = serving.chunk_sizing(_traces(), models=["llama-3.1-8b"], gpus=["h100-sxm"], trace="splitwise_conv", n=200,
+                             concurrency=16, grid=GRID, slo_multiples=[2], band_gpus=["h200-sxm", "a40"],
+                             targets={"pick_meets_slo_fraction": 1.0, "pick_vs_oracle_min": 0.95})
+    b = r["bands"]["llama-3.1-8b|h100-sxm"]
+    assert b["from"] == ["h200-sxm"] and b["family"] == "hopper"  # a40 is swept but is not Hopper
+    assert set(r["sweeps"]) == {"llama-3.1-8b|h100-sxm"}  # band GPUs are never scored
+    assert set(r["band_sweeps"]) == {"llama-3.1-8b|h200-sxm", "llama-3.1-8b|a40"}
+    row = r["cases"].iloc[0]
+    assert row["pick_headroom"] == pytest.approx(b["headroom"][GRID.index(row["pick"])])
+    doc = serving.chunk_sizing_claims(r)
+    assert "held-out headroom" in doc["claims"][0]["comparison"] and "chosen after" in doc["metrics"]["disclosed"].lower()
+    assert any("without the family headroom" in c["claim"] for c in doc["claims"])

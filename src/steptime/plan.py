@@ -276,7 +276,8 @@ def evaluate_group(model, gpu, tp, engine, dtype, constants, wl_arrays, concurre
     carries `shared_with`, the layout whose simulation it is.
 
     `search` (from `plan`): objective ("cost" or "max_rate", with its per-GPU `rates` and arrival `seed`),
-    `attainment` (judge the SLO as the fraction of requests meeting every bound), `kv_blocks` (a fixed KV
+    `attainment` (judge the SLO as the fraction of requests meeting every bound), `headroom` (each percentile
+    x (1 + headroom) within its bound), `kv_blocks` (a fixed KV
     capacity per instance) and `timer_factory` (a peer's step timer instead of steptime's)."""
     search = search or {}
     arr, prompt, out = wl_arrays
@@ -336,7 +337,8 @@ def evaluate_group(model, gpu, tp, engine, dtype, constants, wl_arrays, concurre
                 row = _max_rate(lay, timer, prompt, out, search, run_at, inst, slo, pct, blocks)
             else:
                 run, twin = run_at(wl, inst)
-                row = _score(lay, run, timer, slo, pct, blocks, search.get("attainment", False))
+                row = _score(lay, run, timer, slo, pct, blocks, search.get("attainment", False),
+                             search.get("headroom", 0.0))
                 if twin is not None:
                     row["shared_with"] = twin
         except SteptimeError as exc:
@@ -375,7 +377,8 @@ def _max_rate(lay, timer, prompt, out, search, run_at, inst, slo, pct, blocks) -
         wl = Workload(poisson_arrivals(len(prompt), r * lay.gpus, search.get("seed", 0)), prompt, out,
                       name=f"poisson {r:g} req/s/GPU")
         run, twin = run_at(wl, (inst, float(r)))
-        row = _score(lay, run, timer, slo, pct, blocks, search.get("attainment", False))
+        row = _score(lay, run, timer, slo, pct, blocks, search.get("attainment", False),
+                             search.get("headroom", 0.0))
         scan.append({"rate_per_gpu": float(r), "meets_slo": row["meets_slo"],
                      **({"attainment": row["attainment"]} if "attainment" in row else
                         {"ttft_pct_s": row["ttft_pct_s"], "tpot_pct_s": row["tpot_pct_s"]})})
@@ -398,7 +401,7 @@ def _row(lay: Layout, **kw) -> dict:
     return d
 
 
-def _score(lay, run, timer, slo, pct, blocks, attainment: bool = False) -> dict:
+def _score(lay, run, timer, slo, pct, blocks, attainment: bool = False, headroom: float = 0.0) -> dict:
     d = run.requests
     ttft = d["ttft_s"].to_numpy()
     tpot = d["tpot_s"].to_numpy()
@@ -416,7 +419,7 @@ def _score(lay, run, timer, slo, pct, blocks, attainment: bool = False) -> dict:
         att = run.summary(slo[0], slo[1])["slo"]["attainment"]
         meets, extra = att >= pct / 100.0, {"attainment": att}
     else:
-        meets = _meets(slo, t_p, o_p, i_p)
+        meets = _meets(slo, t_p, o_p, i_p, headroom)
     tpot50 = q(tpot_f, 50)
     row = _row(lay, simulated=True, ttft_p50_s=q(ttft, 50), ttft_pct_s=t_p, tpot_p50_s=tpot50, tpot_pct_s=o_p,
                itl_p50_s=i50, itl_pct_s=i_p,
@@ -428,10 +431,39 @@ def _score(lay, run, timer, slo, pct, blocks, attainment: bool = False) -> dict:
     return row
 
 
-def _meets(slo, ttft_p, tpot_p, itl_p) -> bool:
-    """Whether the percentiles meet the SLO (TTFT, TPOT[, ITL]); a bound of None is not set."""
+def _meets(slo, ttft_p, tpot_p, itl_p, headroom: float = 0.0) -> bool:
+    """Whether the percentiles meet the SLO (TTFT, TPOT[, ITL]) with `headroom` to spare: each simulated value
+    times (1 + headroom) within its bound; a bound of None is not set."""
     slo = tuple(slo) + (None,) * (3 - len(slo))
-    return bool(all(b is None or v <= b for b, v in zip(slo, (ttft_p, tpot_p, itl_p))))
+    k = 1.0 + headroom
+    return bool(all(b is None or v * k <= b for b, v in zip(slo, (ttft_p, tpot_p, itl_p))))
+
+
+def check_headroom(headroom) -> float:
+    """`headroom` as a float in [0, 1), or a PlanError saying why not."""
+    if isinstance(headroom, bool) or not isinstance(headroom, (int, float)) or not math.isfinite(headroom) \
+            or not 0 <= headroom < 1:
+        raise PlanError(f"headroom must be a fraction in [0, 1) of each SLO bound (got {headroom!r}; e.g. 0.05 "
+                        "asks every simulated percentile to sit 5 % inside its bound)")
+    return float(headroom)
+
+
+def error_band(errors, quantile: float = 0.8) -> float:
+    """The headroom a pick needs for the simulated latency to stay within the SLO in `quantile` of cases, read from
+    held-out errors of OTHER cases (never the case being planned): `errors` are measured / predicted - 1 of a
+    latency (positive: the prediction was too fast); the band is their `quantile` (1.0: the worst), at least 0
+    (a predictor that runs slow is not given a looser SLO). Refuses empty, non-finite or out-of-range input."""
+    if isinstance(quantile, bool) or not isinstance(quantile, (int, float)) or not 0 < quantile <= 1:
+        raise PlanError(f"error band quantile must be in (0, 1] (got {quantile!r})")
+    try:
+        e = np.asarray(errors, dtype=float).ravel()
+    except (TypeError, ValueError):
+        raise PlanError("error band: errors must be numbers (measured / predicted - 1)") from None
+    if e.size == 0:
+        raise PlanError("error band: no held-out errors to read a band from")
+    if not np.isfinite(e).all() or (e <= -1).any():
+        raise PlanError("error band: every error must be finite and above -1 (measured / predicted - 1)")
+    return float(max(0.0, np.quantile(e, quantile)))
 
 
 def _limiting(lay, run, timer, row) -> str:
@@ -484,6 +516,7 @@ class PlanResult:
 
     uncalibrated: frozenset = frozenset()
     objective: str = "cost"
+    headroom: float = 0.0  # each simulated percentile x (1 + headroom) must meet its bound (plan's docstring)
 
     def ranked(self) -> list[dict]:
         ok = [r for r in self.rows if r.get("meets_slo")]
@@ -500,18 +533,21 @@ class PlanResult:
 
         return sorted(ok, key=key)
 
-    def with_slo(self, slo_ttft_s=None, slo_tpot_s=None, slo_itl_s=None) -> "PlanResult":
+    def with_slo(self, slo_ttft_s=None, slo_tpot_s=None, slo_itl_s=None, headroom=None) -> "PlanResult":
         """The same simulated layouts judged against another SLO at the same percentile (the
         simulations do not depend on the SLO; only the pruning of a non-exhaustive search does,
-        so use this on an exhaustive one)."""
+        so use this on an exhaustive one), with `headroom` (default: this result's)."""
         from dataclasses import replace
 
         if self.objective != "cost":
             raise PlanError("with_slo re-judges a cost search; a max-rate scan depends on its SLO: search again")
+        h = self.headroom if headroom is None else check_headroom(headroom)
+        if h and any("attainment" in r for r in self.rows):
+            raise PlanError("headroom applies to percentile SLOs; this search judged SLO attainment")
         slo = (slo_ttft_s, slo_tpot_s, slo_itl_s)
-        rows = [dict(r, meets_slo=_meets(slo, r["ttft_pct_s"], r["tpot_pct_s"], r["itl_pct_s"]))
+        rows = [dict(r, meets_slo=_meets(slo, r["ttft_pct_s"], r["tpot_pct_s"], r["itl_pct_s"], h))
                 if r.get("simulated") else dict(r) for r in self.rows]
-        return replace(self, rows=rows, slo=slo)
+        return replace(self, rows=rows, slo=slo, headroom=h)
 
     def simulated(self) -> list[dict]:
         return [r for r in self.rows if r.get("simulated")]
@@ -529,7 +565,8 @@ def plan(model, workload, *, slo_ttft_s=None, slo_tpot_s=None, slo_itl_s=None, p
          constants=None, tps=DEFAULT_TP, seqs=DEFAULT_SEQS, budgets=DEFAULT_BUDGETS, dtypes=("bf16", "fp8"),
          disagg: bool = True, exhaustive: bool = False, on_progress=None, eps=None, share: bool = True,
          objective: str = "cost", rates=None, seed: int = 0, attainment: bool = False, kv_blocks: int | None = None,
-         timer_factory=None, replicas=REPLICAS, pools=DISAGG, prune_across_gpus: bool = False) -> PlanResult:
+         timer_factory=None, replicas=REPLICAS, pools=DISAGG, prune_across_gpus: bool = False,
+         headroom: float = 0.0) -> PlanResult:
     """Search layouts for `workload` (a steptime.serve.Workload); see the module docstring.
 
     `objective="max_rate"` asks another question of the same search: the largest request rate each layout
@@ -544,6 +581,11 @@ def plan(model, workload, *, slo_ttft_s=None, slo_tpot_s=None, slo_itl_s=None, p
     `prune_across_gpus` also skips layouts of one GPU type that cost more, at the workload's throughput
     ceiling, than a layout of another type already met (Bound): the overall pick is the same, but each GPU
     type's own best layout may then go unsimulated.
+
+    `headroom` (a fraction, default 0): a layout meets the SLO only if every simulated percentile times
+    (1 + headroom) is within its bound, a margin for the step predictor's own error. The default adds none: the
+    error differs by engine and workload (E2.13 reads a band from held-out serving rows with `error_band`); give
+    the band of your engine and GPU family where you have one.
 
     `share=False` simulates every layout on its own even where its knobs do not bind (see evaluate_group;
     the answers are the same, bit for bit: tests/test_plan.py).
@@ -574,6 +616,10 @@ def plan(model, workload, *, slo_ttft_s=None, slo_tpot_s=None, slo_itl_s=None, p
         if workload.concurrency:
             raise PlanError("--max-rate scans open-loop arrival rates: give lengths, not a closed loop")
         rates = tuple(sorted(float(r) for r in rates))
+    headroom = check_headroom(headroom)
+    if attainment and headroom:
+        raise PlanError("headroom applies to percentile SLOs; SLO attainment counts requests within the bounds "
+                        "(drop --attainment or --headroom)")
     if attainment and slo_itl_s is not None:
         raise PlanError("SLO attainment counts requests within TTFT and TPOT; a time-between-tokens SLO is a "
                         "percentile of every gap (drop --attainment or --slo-itl-ms)")
@@ -584,7 +630,8 @@ def plan(model, workload, *, slo_ttft_s=None, slo_tpot_s=None, slo_itl_s=None, p
     m = get_model(model)
     for e in engines:
         get_engine(e)
-    res = PlanResult(slo=(slo_ttft_s, slo_tpot_s, slo_itl_s), percentile=float(percentile), objective=objective)
+    res = PlanResult(slo=(slo_ttft_s, slo_tpot_s, slo_itl_s), percentile=float(percentile), objective=objective,
+                     headroom=headroom)
     known = []
     for g in gpus:
         try:
@@ -606,7 +653,7 @@ def plan(model, workload, *, slo_ttft_s=None, slo_tpot_s=None, slo_itl_s=None, p
                             dtypes=dtypes, disagg=disagg, eps=eps, replicas=replicas, pools=pools)
     res.rows += [_row(x, dropped=why) for x, why in dropped]
     search = {"objective": objective, "rates": rates, "seed": int(seed), "attainment": bool(attainment),
-              "kv_blocks": kv_blocks, "timer_factory": timer_factory}
+              "kv_blocks": kv_blocks, "timer_factory": timer_factory, "headroom": headroom}
     groups: dict = {}
     for x in cand:
         groups.setdefault((x.gpu, x.tp, x.engine, x.dtype, x.ep), []).append(x)
@@ -740,7 +787,7 @@ def why_runner_up_lost(best: dict, second: dict) -> str:
 
 def to_doc(res: PlanResult, top: int = 5) -> dict:
     best = res.ranked()
-    doc = {"simulated": True, "objective": res.objective, "percentile": res.percentile,
+    doc = {"simulated": True, "objective": res.objective, "percentile": res.percentile, "headroom": res.headroom,
            "slo": {"ttft_s": res.slo[0], "tpot_s": res.slo[1], "itl_s": res.slo[2] if len(res.slo) > 2 else None},
            "evaluated": len(res.rows), "simulated_layouts": len(res.simulated()), "dropped": len(res.dropped()),
            "pruned": len(res.pruned()),

@@ -15,7 +15,7 @@ s = dict(p.settings)
 r = planner.held_out_plan(pd.read_parquet(snakemake.input.silicon), model=s["model"], gpu=s["gpu"], engine=s["engine"],
                   budget=s["budget"], per_concurrency=s["requests_per_concurrency"], min_requests=s["min_requests"],
                   slos_ms=s["slos_tpot_ms"], seed=s["seed"], cost={**s["cost"], "jobs": snakemake.threads},
-                  targets=dict(p.targets), constants=constants)
+                  targets=dict(p.targets), constants=constants, band=s.get("band"))
 doc = planner.document(r)
 prov = rule_provenance(snakemake, script="workflow/scripts/E2_13_planner.py")
 write_result(snakemake.output.result, id="E2.13", question=p.question, metrics=doc["metrics"], claims=doc["claims"],

@@ -15,7 +15,7 @@ s = dict(p.settings)
 r = serving.chunk_sizing(pd.read_parquet(snakemake.input.traces), models=s["models"], gpus=s["gpus"], trace=s["trace"],
                  n=s["requests"], concurrency=s["concurrency"], grid=s["chunks"], slo_multiples=s["slo_multiples"],
                  statics=s["statics"], seed=s["seed"], targets=dict(p.targets),
-                 constants=constants)
+                 constants=constants, band_gpus=s.get("band_gpus", ()))
 logging.info("E2.9: settings %s", s)
 doc = serving.chunk_sizing_claims(r)
 write_experiment(snakemake, id="E2.9", doc=doc, script="workflow/scripts/E2_9_chunk_budget.py",
