@@ -204,3 +204,17 @@ def test_ship_sends_engine_constants_to_the_engine_loader_and_pipeline_runs_igno
     with pytest.raises(InputError, match="no_such_field"):
         ship([bad], path=defaults, engine_path=tmp_path / "x.yaml")
     assert not (tmp_path / "x.yaml").exists()
+
+
+def test_get_with_a_default_gives_it_only_for_a_missing_name():
+    from steptime.calibration import Constants
+    from steptime.specs import get_gpu
+
+    c, g = Constants.default(), get_gpu("h100-sxm")
+    have = c.get("f_clk", g)
+    assert c.get("f_clk", g, -1.0) == have
+    assert c.get("no_such_constant", g, 0.25) == 0.25
+    with pytest.raises(KeyError, match="no_such_constant"):
+        c.get("no_such_constant", g)
+    with pytest.raises(KeyError):  # a default is not remembered as the value
+        c.get("no_such_constant", g)

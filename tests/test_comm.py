@@ -221,3 +221,15 @@ def test_shape_memo_fits_each_donor_set_once_and_changes_nothing(monkeypatch):
     assert E.choose_floor_degree(d, cp, "b300", others, memo) == plain
     assert len(calls) - n_plain < n_plain
     assert E.shapes_of(d, cp, list(reversed(others)), memo) is E.shapes_of(d, cp, others, memo)
+
+
+def test_the_run_ships_the_fold_that_scoring_uses():
+    """run and held_out_mape share one fold: the parameters run records for a GPU are fold's at its floor degree."""
+    r = E.run(_synthetic(), ablation=False)
+    d, cp = r["data"], r["curve_params"]
+    gpus = sorted(d["gpu"].unique())
+    for g, v in r["per_gpu"].items():
+        f = E.fold(d, cp, g, [o for o in gpus if o != g], v["floor_degree"])
+        assert {f"{i}/{n}": p for (i, n), p in sorted(f["params"].items())} == v["params"]
+        assert f["reads"] == v["readings"] and f["refused"] == v["refused"]
+        assert set(f["params"]) <= set(f["shapes"])

@@ -89,6 +89,9 @@ def _default_doc() -> dict:
     return read_yaml(DEFAULTS_FILE)
 
 
+_REQUIRED = object()  # Constants.get without a default: a missing name is an error
+
+
 class Constants:
     """A resolved set of constants, with the fitted engine constants. Immutable in use:
     `with_overrides`, `without_gpu` and `with_engines` return new ones."""
@@ -144,12 +147,19 @@ class Constants:
             raise KeyError(f"no constant {name!r}{where}")
         return c
 
-    def get(self, name: str, gpu=None) -> Any:
+    def get(self, name: str, gpu=None, default: Any = _REQUIRED) -> Any:
+        """The value of constant `name` for `gpu`; a name this set lacks raises KeyError, or gives
+        `default` where one is passed (a factor that older constant sets predate: its neutral value)."""
         key = (name, getattr(gpu, "key", None))
         try:
             return self._cache[key]
         except KeyError:
-            v = self.lookup(name, gpu).value
+            try:
+                v = self.lookup(name, gpu).value
+            except KeyError:
+                if default is _REQUIRED:
+                    raise
+                return default
             self._cache[key] = v
             return v
 

@@ -135,12 +135,7 @@ OPTIONAL_FACTORS = MappingProxyType({"attn_split_rel": 0.0, "attn_split_tile": 1
 
 def _factor(constants: Constants, name: str, gpu):
     """Constant `name` for `gpu`; an OPTIONAL_FACTORS name missing from `constants` takes its neutral value."""
-    try:
-        return constants.get(name, gpu)
-    except KeyError:
-        if name in OPTIONAL_FACTORS:
-            return OPTIONAL_FACTORS[name]
-        raise
+    return constants.get(name, gpu, OPTIONAL_FACTORS[name]) if name in OPTIONAL_FACTORS else constants.get(name, gpu)
 
 
 def prefill_q_tile(gpu):

@@ -56,8 +56,10 @@ GEMM_CONSTANTS = ("tiles", "ctas_per_sm", "cluster_size", "duty_c", "duty_k", "e
                   "eta_mem_max", "mem_x_half", "mem_t_half_us", "l2_gain", "l2_resident_x",
                   "kernel_floor_us", "overlap_p", "streamk_rel", "clk_droop", "clk_droop_us",
                   "cta_stream_us_mb", "streamk_m_grain")
+# constants an older constant set may lack, with their neutral values (cluster_size 1: no clusters)
 _OPTIONAL = MappingProxyType({"cta_stream_us_mb": 0.0, "streamk_m_grain": 0.0, "duty_k": 0.0, "mem_t_half_us": 0.0, "l2_resident_x": 0.0,
-                              "overlap_p": float("inf"), "streamk_rel": 0.0, "clk_droop": 0.0, "clk_droop_us": 1.0})
+                              "overlap_p": float("inf"), "streamk_rel": 0.0, "clk_droop": 0.0, "clk_droop_us": 1.0,
+                              "cluster_size": 1})
 
 
 def fill_paradigm(gpu) -> str:
@@ -127,18 +129,8 @@ def blind_cluster_cap(sms: int, cluster: int) -> int:
 def resolve(gpu, constants: Constants | None = None) -> dict:
     """The GEMM constants that apply to `gpu`, as a plain dict (fast to reuse per call)."""
     constants = constants or Constants.default()
-    p = {}
-    for name in GEMM_CONSTANTS:
-        try:
-            p[name] = constants.get(name, gpu)
-        except KeyError:
-            if name in _OPTIONAL:
-                p[name] = _OPTIONAL[name]
-            elif name == "cluster_size":
-                p[name] = 1
-            else:
-                raise
-    return p
+    return {name: constants.get(name, gpu, _OPTIONAL[name]) if name in _OPTIONAL else constants.get(name, gpu)
+            for name in GEMM_CONSTANTS}
 
 
 def _options(p: dict, paradigm: str):

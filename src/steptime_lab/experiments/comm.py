@@ -228,15 +228,23 @@ def shapes_of(d: pd.DataFrame, cp: dict, gpus, memo: dict | None = None) -> dict
     return memo[key]
 
 
+def fold(d: pd.DataFrame, cp: dict, gpu: str, others, floor_degree: str = "largest", memo: dict | None = None) -> dict:
+    """One held-out fold of `gpu`: {'shapes': curve shapes from its donors among `others`, 'reads': its three
+    readings (the floor at `floor_degree`), 'refused': the readings refused as out of bounds, 'params': the
+    transferred (impl, n) -> {B, L}}. `memo`: shapes_of's memo for this (d, cp)."""
+    shapes = shapes_of(d, cp, shape_donors(gpu, others), memo)
+    reads = readings(d, gpu, floor_degree)
+    refused = refuse_out_of_bounds(cp, gpu, reads, others)
+    return {"shapes": shapes, "reads": reads, "refused": refused, "params": transfer(cp, gpu, reads, others)}
+
+
 def held_out_mape(d: pd.DataFrame, cp: dict, gpu: str, others, floor_degree: str = "largest",
                   memo: dict | None = None) -> dict:
     """impl -> MAPE % of `gpu`'s scored cells with shapes from its donors among `others` and its three readings
     (the floor at `floor_degree`); only the (impl, n) its donors' shapes cover (an inner fold may lack a degree).
     `memo`: shapes_of's memo for this (d, cp)."""
-    shapes = shapes_of(d, cp, shape_donors(gpu, others), memo)
-    reads = readings(d, gpu, floor_degree)
-    refuse_out_of_bounds(cp, gpu, reads, others)
-    params = transfer(cp, gpu, reads, others)
+    f = fold(d, cp, gpu, others, floor_degree, memo)
+    shapes, params = f["shapes"], f["params"]
     x = d[(d["gpu"] == gpu) & d["scored"]]
     x = x[[(i, int(n)) in shapes and (i, int(n)) in params and ("nccl", int(n)) in shapes
            for i, n in zip(x["impl"], x["num_gpus"])]].reset_index(drop=True)
@@ -317,14 +325,12 @@ def run(df: pd.DataFrame, ablation: bool = True) -> dict:
     rows, per_gpu, memo = [], {}, {}  # memo: shape fits by donor set, shared by every fold of this run
     for g in gpus:
         others = [o for o in gpus if o != g]
-        shapes = shapes_of(d, cp, shape_donors(g, others), memo)
         if ablation:
             flat = shapes_of(d, cp, others, memo)
         floor_degree, inner = choose_floor_degree(d, cp, g, others, memo)
-        reads = readings(d, g, floor_degree)
+        f = fold(d, cp, g, others, floor_degree, memo)
+        shapes, reads, refused, params = f["shapes"], f["reads"], f["refused"], f["params"]
         cal.record(f"gpu.{g}.allreduce", [r["cell"] for r in reads], note="E1.25 deploy readings (NCCL)")
-        refused = refuse_out_of_bounds(cp, g, reads, others)
-        params = transfer(cp, g, reads, others)
         for (impl, n), p in params.items():  # what ships is within the bounds, whatever the readings said
             why = comm.bound_violation(get_gpu(g), n, p["B"] / 1e3, p["L"])
             if why:
