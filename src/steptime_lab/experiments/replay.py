@@ -226,12 +226,16 @@ def policy_for(engine: str, concurrency: int, budget: int = DEFAULT_BUDGET, isl:
     c = int(concurrency)
     eng = get_engine(engine)
     deployed = W.harness_schedule(engine, c, isl) if isl is not None else None
+    # the harness's closed loop: a client's next request joins the engine's loop join_steps steps after its
+    # predecessor's last (engines.yaml schedule.join_steps; an engine without the field: the next step)
+    join = int(eng.values["join_steps"].value) if isl is not None and "join_steps" in eng.values else 1
     if deployed is not None:
         max_num_tokens, chunked = deployed
         return policy("vllm", max_num_seqs=c, max_num_batched_tokens=int(max_num_tokens), chunked_prefill=chunked,
-                      mixed_prefill=eng.mixes_prefill())
+                      mixed_prefill=eng.mixes_prefill(), join_steps=join)
     return policy("vllm", max_num_seqs=c, max_num_batched_tokens=max(int(budget), c),
-                  chunked_prefill=eng.chunks_prefill(), mixed_prefill=eng.mixes_prefill() or isl is None)
+                  chunked_prefill=eng.chunks_prefill(), mixed_prefill=eng.mixes_prefill() or isl is None,
+                  join_steps=join)
 
 
 def steady_stats(run) -> dict:
