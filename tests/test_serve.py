@@ -520,3 +520,46 @@ def test_timer_pays_the_split_kv_combine_like_predict_steps():
     ref = predict_steps(M, G, np.repeat(np.arange(20), 4), np.ones(80), kvs.ravel(), 20, constants=c)["total_ms"] * 1e-3
     assert full == pytest.approx(ref, rel=1e-12)
     assert full[-1] - full[0] > 0.9 * t._dsplit * t.L   # the combine appears between the first and last step
+
+
+class _ConstTimer(StepTimer):
+    """Every iteration takes 1 ms: step counts read directly off the clock."""
+
+    def step_arrays(self, new, kv):
+        return 1e-3
+
+    def decode_steps(self, n, sum_kv0, k, kvs=None):
+        return np.full(k, 1e-3)
+
+    def decode_steps_list(self, n, sum_kv0, k, until=float("inf"), t0=0.0):
+        out, t = [], t0
+        for _ in range(k):
+            out.append(1e-3)
+            t += 1e-3
+            if t >= until:
+                break
+        return out
+
+
+@pytest.mark.parametrize("join", [1, 2, 3])
+def test_closed_loop_successor_joins_join_steps_after_its_predecessor(join):
+    """Policy.join_steps (engines.yaml schedule.join_steps): a closed-loop request released by a finish in step s
+    joins step s + join_steps, not earlier, while the engine is busy; an idle engine takes it at once."""
+    t = _ConstTimer(M, G, check=False)
+    # two slots; request 0 (3 tokens out) finishes in step 3 while request 1 (50 out) keeps the engine busy
+    wl = Workload(np.zeros(4), np.array([100, 100, 100, 100]), np.array([3, 50, 5, 5]), concurrency=2)
+    pol = Policy("vllm", max_num_seqs=2, max_num_batched_tokens=4096, kv_blocks=1000, join_steps=join)
+    for fast in (True, False):
+        d = simulate(M, G, wl, pol, timer=t, fast=fast).requests
+        assert d["finish_s"].iloc[0] == pytest.approx(3e-3)
+        assert d["arrival_s"].iloc[2] == pytest.approx(3e-3)
+        assert d["ttft_s"].iloc[2] == pytest.approx(join * 1e-3)  # steps 4 .. 3 + join, its own included
+    # one slot: every finish leaves the engine idle, so the next request starts at once whatever join_steps is
+    one = Workload(np.zeros(3), np.full(3, 100), np.full(3, 4), concurrency=1)
+    d = simulate(M, G, one, Policy("vllm", max_num_seqs=1, kv_blocks=1000, join_steps=join), timer=t).requests
+    assert d["ttft_s"].to_numpy() == pytest.approx([1e-3] * 3)
+
+
+def test_join_steps_must_be_a_whole_number_of_at_least_one():
+    with pytest.raises(ServeError, match="join_steps"):
+        Policy("vllm", join_steps=0)

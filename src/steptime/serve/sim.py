@@ -81,11 +81,15 @@ class Policy:
     mixed_prefill: bool = True
     # vLLM V1 automatic prefix caching: a preempted request resumes from its blocks still cached (module doc)
     prefix_caching: bool = False
+    # a closed-loop client's next request joins no earlier than the `join_steps`-th step counted from the one its
+    # predecessor finished in (engines.yaml schedule.join_steps: 2 for a synchronous engine loop, 3 for an overlap
+    # loop); 1: the very next step. An idle engine takes it at once. Open-loop arrivals are not affected.
+    join_steps: int = 1
 
     def __post_init__(self):
         if self.name not in POLICIES:
             raise ServeError(f"unknown scheduler policy {self.name!r} (known: {', '.join(POLICIES)})")
-        for what in ("max_num_batched_tokens", "max_num_seqs", "block_size"):
+        for what in ("max_num_batched_tokens", "max_num_seqs", "block_size", "join_steps"):
             as_int(getattr(self, what), what, 1, error=ServeError)
         if self.kv_blocks is not None:
             as_int(self.kv_blocks, "kv_blocks", 1, error=ServeError)
@@ -499,6 +503,9 @@ class _Engine:
             arr[:] = np.inf
             arr[:min(n, closed)] = 0.0
         released = min(n, closed) if closed else n
+        # the step count a released closed-loop request waits for (join_steps); None: it joins the next step
+        self.gate = np.zeros(n, dtype=np.int64) if closed and p.join_steps > 1 else None
+        gate = self.gate
         R = np.zeros(0, dtype=np.int64)  # running, in priority order
         waiting: deque = deque()
         nxt = 0
@@ -516,7 +523,10 @@ class _Engine:
         # (R, comp, held, iterations to the next finish, iterations not yet written, last end, sum of comp, sum of held)
         cache = None
         while done < n:
+            busy_now = gate is not None and (len(R) > 0 or bool(waiting))  # an idle engine takes an arrival at once
             while nxt < n and arr[nxt] <= now:
+                if busy_now and gate[nxt] > steps:
+                    break
                 waiting.append(nxt)
                 nxt += 1
             nr = len(R)
@@ -583,7 +593,7 @@ class _Engine:
                         if m == left:  # the last iteration finished requests
                             cache = self._flush(cache)
                             f = R[gen[R] >= out[R]]
-                            R, done, released = self._finish(f, R, now, done, released)
+                            R, done, released = self._finish(f, R, now, done, released, steps)
                         continue
             if cache is not None:  # write the decode runs' progress back before anything else reads it
                 cache = self._flush(cache)
@@ -675,7 +685,7 @@ class _Engine:
                 last[e] = now
                 f = e[gen[e] >= out[e]]
                 if len(f):
-                    R, done, released = self._finish(f, R, now, done, released)
+                    R, done, released = self._finish(f, R, now, done, released, steps)
         return self._result(steps, busy, now)
 
     def _flush(self, cache):
@@ -688,9 +698,9 @@ class _Engine:
         self.last[R] = last_end
         return None
 
-    def _finish(self, f, R, now, done, released):
-        """Requests `f` finished at `now`: free their blocks, drop them from the running set,
-        release closed-loop arrivals."""
+    def _finish(self, f, R, now, done, released, steps: int = 0):
+        """Requests `f` finished at `now`, in step `steps`: free their blocks, drop them from the running set,
+        release closed-loop arrivals (joining no earlier than step `steps` + join_steps)."""
         self.finish[f] = now
         self.free += int(self.held[f].sum())
         self.held[f] = 0
@@ -700,6 +710,8 @@ class _Engine:
         if closed and released < self.n:
             k = min(len(f), self.n - released)
             self.arr[released:released + k] = now
+            if self.gate is not None:  # the step they may first join, less one (the count of steps run before it)
+                self.gate[released:released + k] = steps + self.p.join_steps - 1
             released += k
         if self.progress is not None:
             self.progress.update(len(f))

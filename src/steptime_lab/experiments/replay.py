@@ -34,8 +34,10 @@ Per row:
 - silicon TTFT and TPOT: the benchmark's measured phase as AIConfigurator's harness runs it
   (HARNESS_NOTE): the 2c warm-up requests finish before it starts (the client drains them), so it
   begins on an empty engine with all c clients sending at once, and runs exactly 10c requests of
-  fixed ISL/OSL in a closed loop (each finished request releases the next); the reported TTFT and
-  TPOT are the means over those 10c requests. The silicon rows do not name their client; the
+  fixed ISL/OSL in a closed loop (each finished request releases the next, which joins the engine's loop
+  engines.yaml schedule.join_steps steps after its predecessor's last step, its own included: TensorRT-LLM's
+  overlap loop 3, vLLM V1's synchronous core 2; an engine without the field, SGLang, the next step; an idle
+  engine at once); the reported TTFT and TPOT are the means over those 10c requests. The silicon rows do not name their client; the
   harness is ASSUMED to be AIConfigurator's own. Sensitivities: the median TTFT over the steady
   window above (`replay_ttft_window_median_mape`) and the median per-request TPOT over it.
 """
@@ -96,8 +98,10 @@ HARNESS_NOTE = ("AIConfigurator silicon TTFT and TPOT as its benchmark harness m
                 "harness is AIConfigurator's own eval pipeline, genai-perf / aiperf in concurrency mode): the 2c "
                 "warm-up requests drain first (perf_analyzer joins the warm-up workers; aiperf waits for every "
                 "warm-up credit), so the measured phase starts on an empty engine with the c clients sending at "
-                "once and runs exactly 10c requests of fixed ISL/OSL in a closed loop; TTFT and TPOT are the means "
-                "over those 10c requests (aiconfigurator eval/benchmarks/genai_perf_runner.py at a7c507ed; "
+                "once and runs exactly 10c requests of fixed ISL/OSL in a closed loop, each client's next request joining "
+                "the engine's loop schedule.join_steps steps after its predecessor's last (engines.yaml: TensorRT-LLM's "
+                "overlap loop 3, vLLM V1's synchronous core 2; SGLang, without the field, the next step; an idle engine "
+                "at once); TTFT and TPOT are the means over those 10c requests (aiconfigurator eval/benchmarks/genai_perf_runner.py at a7c507ed; "
                 "perf_analyzer concurrency_manager.cc, inference_profiler.cc; aiperf credit_issuing_strategy.py). "
                 "Engines as its generator deploys them (ASSUMED: the 0.12.0 generator; the rows record no engine "
                 "arguments): TRT-LLM max_num_tokens = c + ISL + 1500, chunked prefill off (generator backends/trtllm.py "
@@ -114,7 +118,13 @@ HARNESS_DISCLOSED = (
     "against 0.726 with the generator's budget; the budget is kept as the deployment fact. vLLM's budget (c + ISL + "
     "1500 instead of V1's default 8192; wave 21) was read in the generator after the vLLM TTFT scores of both E2.11 "
     "(harness 0.811) and E2.11b were seen, and after a scratch run of E2.11's harness TTFT with it (0.263) and with "
-    "the default rule's agg max_batch_size 512 in place of c (0.308); c is kept, as for TRT-LLM.")
+    "the default rule's agg max_batch_size 512 in place of c (0.308); c is kept, as for TRT-LLM. The join delay "
+    "(wave 26, helper ttft; Policy.join_steps from engines.yaml schedule.join_steps, DERIVED in wave 18 from the engines' "
+    "loops, nothing fitted) was named as the simulator's next step in wave 18 after a scratch run with J = 2 for every "
+    "engine had been seen (TRT-LLM TTFT 0.725 -> 0.553, vLLM 0.447 -> 0.759 under the old vLLM budget), and after this "
+    "result's TTFT scores (TRT-LLM 0.732, vLLM 0.314) were seen. Seen after, in scratch runs, not kept: TRT-LLM's "
+    "GUARANTEED_NO_EVICT (reserve_full) with the join delay, TRT-LLM TTFT 0.475 -> 0.536; an fp8 KV cache for the "
+    "TRT-LLM rows (their KV dtype is not recorded), 0.475 -> 0.221, TPOT 0.094 -> 0.102 (DESIGN.md, wave 26).")
 GEOMETRIC_NOTE = ("ML.ENERGY output lengths: geometric with the row's measured mean (ASSUMED: a memoryless "
                   "stop; maximum entropy for a known positive mean), capped at the model context minus the prompt")
 
@@ -226,12 +236,16 @@ def policy_for(engine: str, concurrency: int, budget: int = DEFAULT_BUDGET, isl:
     c = int(concurrency)
     eng = get_engine(engine)
     deployed = W.harness_schedule(engine, c, isl) if isl is not None else None
+    # the harness's closed loop: a client's next request joins the engine's loop join_steps steps after its
+    # predecessor's last (engines.yaml schedule.join_steps; an engine without the field: the next step)
+    join = int(eng.values["join_steps"].value) if isl is not None and "join_steps" in eng.values else 1
     if deployed is not None:
         max_num_tokens, chunked = deployed
         return policy("vllm", max_num_seqs=c, max_num_batched_tokens=int(max_num_tokens), chunked_prefill=chunked,
-                      mixed_prefill=eng.mixes_prefill())
+                      mixed_prefill=eng.mixes_prefill(), join_steps=join)
     return policy("vllm", max_num_seqs=c, max_num_batched_tokens=max(int(budget), c),
-                  chunked_prefill=eng.chunks_prefill(), mixed_prefill=eng.mixes_prefill() or isl is None)
+                  chunked_prefill=eng.chunks_prefill(), mixed_prefill=eng.mixes_prefill() or isl is None,
+                  join_steps=join)
 
 
 def steady_stats(run) -> dict:
