@@ -366,6 +366,33 @@ def test_itl_log_merge_compaction_equals_sorting_everything():
     assert flips == [True, False, False]
 
 
+def test_itl_log_tail_merged_per_weight_equals_merging_every_pair():
+    """_tail_merged (one sort per distinct chunk weight) gives, weight group by weight group, the values and
+    weight sums of merging every value with its chunk's weight; list chunks and the grid included."""
+    from steptime.serve.sim import ItlLog
+
+    rng = np.random.default_rng(5)
+    for exact in (True, False):
+        log = ItlLog(cap=1 << 30)
+        log.exact = exact
+        chunks = [rng.choice(rng.uniform(0.001, 0.1, 40), int(rng.integers(1, 60))) for _ in range(50)]
+        for i, c in enumerate(chunks):
+            log.add(c.tolist() if i % 4 == 0 else c, float(i % 3 + 1) * (7.0 if i % 2 else 1.0))
+        parts = log._tail_merged(0)
+        assert len(parts) == len({float(w) for w in log.w})
+        v = np.concatenate(chunks)
+        w = np.concatenate([np.full(len(c), float(i % 3 + 1) * (7.0 if i % 2 else 1.0)) for i, c in enumerate(chunks)])
+        v = v if exact else log._grid(v)
+        for u, ws in parts:
+            assert np.all(np.diff(u) > 0)
+        u, ws = ItlLog._merge(np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts]))
+        ur, inv = np.unique(v, return_inverse=True)
+        assert np.array_equal(u, ur) and np.array_equal(ws, np.bincount(inv, weights=w, minlength=ur.size))
+        log.arrays()
+        assert np.array_equal(log.v[0], ur) and np.array_equal(log.w[0], ws)
+    assert ItlLog()._tail_merged(0) == []
+
+
 def test_decode_runs_through_finishes_match_step_by_step(timer):
     # many short outputs: most decode runs end in a finish (timed inside the run)
     wl = synthetic(150, isl=(16, 256), osl=(2, 12), rate=30.0, seed=9)

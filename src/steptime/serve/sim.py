@@ -201,28 +201,42 @@ class ItlLog:
 
     def _compact(self) -> None:
         head = self._has_head()
-        v, w = self._tail_arrays(1 if head else 0)
-        if not self.exact:
-            v = self._grid(v)
-        u, w = self._merge(v, w)
-        if head:  # the tail's distinct values merged into the head's (a stable sort of two sorted runs)
-            hv = self.v[0] if self.exact else self._grid(self.v[0])  # the grid is monotone: still sorted
-            u, w = self._merge(np.concatenate([hv, u]), np.concatenate([self.w[0], w]), presorted=True)
+        parts = self._tail_merged(1 if head else 0)
+        if head:  # the tail's distinct values merged into the head's
+            parts.insert(0, (self.v[0] if self.exact else self._grid(self.v[0]), self.w[0]))
+        if len(parts) == 1 and not head:
+            u, w = parts[0]
+        elif parts:
+            u, w = self._merge(np.concatenate([x[0] for x in parts]), np.concatenate([x[1] for x in parts]))
+        else:
+            u, w = np.zeros(0), np.zeros(0)
         if self.exact and u.size > self.cap // 2:
             self.exact = False
             u, w = self._merge(self._grid(u), w)
         self.v, self.w = [u], [w]
         self.n = u.size
 
+    def _tail_merged(self, i0: int) -> list:
+        """The chunks from the i0-th on (each with a scalar weight), put on the grid when not exact, merged per
+        weight: [(sorted distinct values, weight x their count)] for each distinct weight. The same values and
+        weight sums as merging every value with its chunk's weight (the weights are whole numbers: exact in any
+        order), at the cost of a sort instead of an argsort."""
+        groups = {}
+        for v, w in zip(self.v[i0:], self.w[i0:]):
+            groups.setdefault(float(w), []).append(v)
+        out = []
+        for w, vs in groups.items():
+            v = np.concatenate(vs).astype(float, copy=False)
+            if not self.exact:
+                v = self._grid(v)
+            u, cnt = np.unique(v, return_counts=True)
+            out.append((u, cnt * w))
+        return out
+
     @staticmethod
-    def _merge(v, w, presorted: bool = False):
+    def _merge(v, w):
         """Equal values merged, their weights summed (sorted by value). The weights are token counts (whole
         numbers), so the sums do not depend on the order they are added in."""
-        if presorted:
-            order = np.argsort(v, kind="stable")
-            v, w = v[order], w[order]
-            start = np.flatnonzero(np.concatenate([[True], v[1:] != v[:-1]]))
-            return v[start], np.add.reduceat(w, start) if v.size else w
         u, inv = np.unique(v, return_inverse=True)
         return u, np.bincount(inv, weights=w, minlength=u.size)
 
@@ -444,33 +458,39 @@ class _Engine:
         """The leading running requests whose KV blocks fit without preempting anyone, accepted in bulk:
         exactly those `_preempt_loop`'s one-by-one walk would accept first (each takes min(left, budget)
         tokens while the budget lasts; a request fits while the blocks asked so far, released ones
-        counted negative, stay within the free ones). Returns (i, ids, takes, budget left)."""
+        counted negative, stay within the free ones). Returns (i, ids, takes, budget left), ids and takes
+        as int64 arrays."""
         comp, ntok, held, B = self.comp, self.ntok, self.held, self.p.block_size
-        rem = ntok[R] - comp[R]
+        cR = comp[R]
+        rem = ntok[R] - cR
         take = np.minimum(rem, np.maximum(budget - (np.cumsum(rem) - rem), 0))
-        need = -(-(comp[R] + take) // B) - held[R]
+        need = -(-(cR + take) // B) - held[R]
         live = (budget - (np.cumsum(take) - take)) > 0  # the budget left before each request
         stop = (np.cumsum(need) > self.free) | ~live
         i = int(np.argmax(stop)) if stop.any() else len(R)
         if i:
             self.free -= int(need[:i].sum())
-            held[R[:i]] += need[:i]
+            nz = np.flatnonzero(need[:i])  # most requests need no new block: add only where one does
+            held[R[nz]] += need[nz]
             budget -= int(take[:i].sum())
-        return i, R[:i].tolist(), take[:i].tolist(), budget
+        return i, R[:i], take[:i], budget
 
     def _preempt_loop(self, R, budget, waiting):
         """Running requests one by one, preempting from the back when KV blocks run out (the runs of requests
-        that fit without preempting are accepted in bulk)."""
+        that fit without preempting are accepted in bulk). The running set only loses its tail, so it stays
+        R's first `nrun` entries. Returns (running, ids, takes, budget left), int64 arrays."""
         comp, ntok, held, B = self.comp, self.ntok, self.held, self.p.block_size
-        i, ids, takes, budget = self._accept_fitting(R, budget)
-        running = R.tolist()
-        while i < len(running) and budget > 0:
-            r = running[i]
+        i, ids_i, takes_i, budget = self._accept_fitting(R, budget)
+        ids, takes = [np.asarray(ids_i, dtype=np.int64)], [np.asarray(takes_i, dtype=np.int64)]
+        nrun = len(R)
+        while i < nrun and budget > 0:
+            r = int(R[i])
             k_new = min(int(ntok[r] - comp[r]), budget)
             need = -(-(int(comp[r]) + k_new) // B) - int(held[r])
             hit_self = False
             while need > self.free:
-                v = running.pop()
+                nrun -= 1
+                v = int(R[nrun])
                 self._release_preempted(v)  # its computed tokens: 0, or its cached prefix (prefix caching)
                 held[v] = 0
                 self.npre[v] += 1
@@ -482,16 +502,16 @@ class _Engine:
                 break
             self.free -= need
             held[r] += need
-            ids.append(r)
-            takes.append(k_new)
+            ids.append(np.array([r], dtype=np.int64))
+            takes.append(np.array([k_new], dtype=np.int64))
             budget -= k_new
             i += 1
-            if i < len(running) and budget > 0:  # the next ones that fit without preempting, in bulk again
-                j, ids_j, takes_j, budget = self._accept_fitting(R[i:len(running)], budget)
-                ids += ids_j
-                takes += takes_j
+            if i < nrun and budget > 0:  # the next ones that fit without preempting, in bulk again
+                j, ids_j, takes_j, budget = self._accept_fitting(R[i:nrun], budget)
+                ids.append(np.asarray(ids_j, dtype=np.int64))
+                takes.append(np.asarray(takes_j, dtype=np.int64))
                 i += j
-        return np.array(running, dtype=np.int64), ids, takes, budget
+        return R[:nrun], np.concatenate(ids), np.concatenate(takes), budget
 
     def run(self) -> Run:
         t, p, B = self.t, self.p, self.p.block_size
@@ -615,14 +635,14 @@ class _Engine:
                 n_need = int(need.sum())
                 if n_need > self.free:
                     n_before = self.npre.sum()
-                    R, ids, takes, budget = self._preempt_loop(R, budget, waiting)
+                    R, s_id, s_take, budget = self._preempt_loop(R, budget, waiting)
                     preempted = self.npre.sum() > n_before
                     self.knobs.preempted |= bool(preempted)
-                    s_id = np.array(ids, dtype=np.int64)
-                    s_take = np.array(takes, dtype=np.int64)
                 else:
                     self.free -= n_need
-                    held[R] += need
+                    if n_need:  # most running requests need no new block: add only where one does
+                        nz = np.flatnonzero(need)
+                        held[R[nz]] += need[nz]
                     sel = take > 0
                     s_id = R[sel]
                     s_take = take[sel]
@@ -666,24 +686,27 @@ class _Engine:
             tok = budget0 - budget  # s_take's sum: every take came out of the budget
             if tok > kn.peak_tokens:
                 kn.peak_tokens = tok
-            dt = t.step_arrays(s_take, comp[s_id])
+            kv_s = comp[s_id]
+            dt = t.step_arrays(s_take, kv_s)
             last_dt = dt
             now += dt
             steps += 1
             busy += dt
             if self.progress is not None and steps >= self._tick:
                 self._show_steps(steps)
-            comp[s_id] += s_take
-            e = s_id[comp[s_id] == ntok[s_id]]
+            kv_s = kv_s + s_take  # s_id holds each request once: the same as comp[s_id] += s_take
+            comp[s_id] = kv_s
+            e = s_id[kv_s == ntok[s_id]]
             if len(e):
-                gen[e] += 1
+                g = gen[e] + 1
+                gen[e] = g
                 ntok[e] += 1
                 was = np.isfinite(first[e])
                 if was.any():
                     itl.add(now - last[e[was]], 1.0)
                 first[e[~was]] = now
                 last[e] = now
-                f = e[gen[e] >= out[e]]
+                f = e[g >= out[e]]
                 if len(f):
                     R, done, released = self._finish(f, R, now, done, released, steps)
         return self._result(steps, busy, now)
