@@ -69,3 +69,16 @@ def test_gemm_records_share_draws_and_keep_order():
                 sc = score(p[s] if isinstance(p, dict) else p[mk], y[mk], n_boot=200, seed=9)
                 want.append({"family": "gemm", "gpu": g, "predictor": pr, "subset": s, **sc})
     assert got == want
+
+
+def test_shared_indices_draw_once_per_size_and_match_the_direct_draw():
+    from steptime_lab.metrics import bootstrap_indices, shared_indices
+
+    cache = {}
+    a = shared_indices(cache, 40, 100, 3)
+    assert shared_indices(cache, 40, 100, 3) is a  # the second call reuses the draw
+    assert np.array_equal(a, bootstrap_indices(40, 100, 3))
+    assert not np.array_equal(shared_indices(cache, 40, 100, 4), a)  # another seed is another draw
+    assert shared_indices(cache, 0, 100, 3) is None and len(cache) == 2
+    v = np.random.default_rng(1).lognormal(size=40)
+    assert bootstrap_ci(v, n_boot=100, seed=3, idx=a) == bootstrap_ci(v, n_boot=100, seed=3)

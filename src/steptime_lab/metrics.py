@@ -36,6 +36,17 @@ def bootstrap_indices(size: int, n_boot: int = 1000, seed: int = 0) -> np.ndarra
     return rng.integers(0, size, size=(n_boot, size), dtype=np.int32 if size < 2 ** 31 else np.int64)
 
 
+def shared_indices(cache: dict, size: int, n_boot: int = 1000, seed: int = 0) -> np.ndarray | None:
+    """bootstrap_indices(size, n_boot, seed), drawn once per key in `cache` (a dict the caller owns and drops):
+    for scoring several predictors on the same cells. None for no cells (score returns before drawing)."""
+    if int(size) == 0:
+        return None
+    key = (int(size), int(n_boot), seed)
+    if key not in cache:
+        cache[key] = bootstrap_indices(size, n_boot, seed)
+    return cache[key]
+
+
 def bootstrap_ci(values, stat=np.mean, n_boot: int = 1000, seed: int = 0, level: float = 0.95,
                  idx: np.ndarray | None = None) -> list[float]:
     """Percentile bootstrap interval of `stat` over `values` (seeded, deterministic). `idx`: the resample

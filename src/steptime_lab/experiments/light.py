@@ -22,7 +22,7 @@ from __future__ import annotations
 import numpy as np
 
 from steptime.calibration import Calibration, Constants
-from steptime_lab.metrics import score
+from steptime_lab.metrics import score, shared_indices
 from steptime.specs import get_gpu, get_model, vidur_operators
 from steptime.terms import light as L
 from steptime import plotting
@@ -175,18 +175,20 @@ def run(cells, gpus=None, seed: int = 0, n_boot: int = 1000, gemm_doc: dict | No
                       "light_bw_scale_from": "GEMM eta_mem_max x ratio" if derived is not None else "own light reading",
                       "fit_on": others, "light_floor_us": fit["light_floor_us"], "light_eta": fit["light_eta"]}
         y = ev["y_ms"].to_numpy()
+        draws = {}  # the predictors score the same cells: each size's bootstrap indices drawn once (same numbers)
+
+        def sc(p, meas):
+            return score(p, meas, n_boot=n_boot, seed=seed, idx=shared_indices(draws, len(meas), n_boot, seed))
         for k, v in pr.items():
-            recs.append({"family": "light", "gpu": g, "predictor": k, "subset": "all",
-                         **score(v, y, n_boot=n_boot, seed=seed)})
+            recs.append({"family": "light", "gpu": g, "predictor": k, "subset": "all", **sc(v, y)})
             for kern in KERNELS:
                 m = (ev["kernel"] == kern).to_numpy()
-                recs.append({"family": "light", "gpu": g, "predictor": k, "subset": kern,
-                             **score(v[m], y[m], n_boot=n_boot, seed=seed)})
+                recs.append({"family": "light", "gpu": g, "predictor": k, "subset": kern, **sc(v[m], y[m])})
             for op in OPMAP:
                 m = (ev["op"] == op).to_numpy()
                 if m.any():
                     recs.append({"family": "light", "gpu": g, "predictor": k, "subset": f"op:{op}",
-                                 **score(v[m], y[m], n_boot=n_boot, seed=seed)})
+                                 **sc(v[m], y[m])})
     shipped = fit_kernels(cells, gpus)
     shipped["derived"] = {}
     if gemm_doc:
