@@ -213,6 +213,24 @@ KV_WRITE_HEAD_DIM = 128
 KV_WRITE_MIN_KV = 3        # distinct KV-head counts a (batch, s, H) group needs for a slope
 
 
+def _groups_bsh(xg):
+    """((b, s, H), Hkv, y_ms) per (b, s, H) group of `xg`, keys ascending, rows in frame order within a group
+    (what DataFrame.groupby(["b", "s", "H"]) yields, NaN keys dropped; numpy arrays, no per-group frames)."""
+    import pandas as pd
+
+    keys = [xg[c].to_numpy() for c in ("b", "s", "H")]
+    hkv, y = xg["Hkv"].to_numpy(float), xg["y_ms"].to_numpy(float)
+    ok = ~np.any([pd.isna(k) for k in keys], axis=0) if len(xg) else np.zeros(0, bool)
+    keys, hkv, y = [k[ok] for k in keys], hkv[ok], y[ok]
+    order = np.lexsort(keys[::-1])  # stable: b first, then s, then H; ties keep frame order
+    keys, hkv, y = [k[order] for k in keys], hkv[order], y[order]
+    if not len(order):
+        return []
+    new = np.flatnonzero(np.any([k[1:] != k[:-1] for k in keys], axis=0)) + 1
+    edges = np.concatenate([[0], new, [len(order)]])
+    return [(tuple(k[a] for k in keys), hkv[a:e], y[a:e]) for a, e in zip(edges[:-1], edges[1:])]
+
+
 def kv_write_slopes(att_cells) -> dict:
     """GPU -> median over (batch, s, H) groups of the KV-cache write's seconds per token x KV head,
     the least-squares slope of the cell time in H_kv over batch x s (prefill, bf16 cache, head_dim 128,
@@ -224,8 +242,8 @@ def kv_write_slopes(att_cells) -> dict:
                   & (att_cells["d"] == KV_WRITE_HEAD_DIM) & (att_cells["s"] >= KV_WRITE_MIN_S)]
     out = {}
     for g, xg in x.groupby("gpu"):
-        sl = [np.polyfit(y["Hkv"].to_numpy(float), y["y_ms"].to_numpy(float), 1)[0] * 1e-3 / (b * s)
-              for (b, s, _), y in xg.groupby(["b", "s", "H"]) if y["Hkv"].nunique() >= KV_WRITE_MIN_KV]
+        sl = [np.polyfit(hkv, y, 1)[0] * 1e-3 / (b * s) for (b, s, _), hkv, y in _groups_bsh(xg)
+              if len(np.unique(hkv[~np.isnan(hkv)])) >= KV_WRITE_MIN_KV]
         if sl:
             out[g] = float(np.median(sl))
     if not out:
