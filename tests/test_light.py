@@ -146,3 +146,24 @@ def test_light_claims_take_their_target_from_the_caller():
     assert verdict(0.10) == [True] and verdict(0.05) == [False]
     reg = yaml.safe_load(open(__import__("pathlib").Path(__file__).resolve().parents[1] / "config/experiments.yaml"))
     assert reg["experiments"]["E1.1c"]["targets"]["mape"] == 0.10
+
+
+def test_groups_bsh_are_pandas_groupby_groups_in_frame_order():
+    """light._groups_bsh (numpy grouping for kv_write_slopes) yields DataFrame.groupby(["b", "s", "H"])'s groups:
+    keys ascending, rows in frame order within a group, NaN keys dropped."""
+    import numpy as np
+    import pandas as pd
+
+    from steptime_lab.experiments.light import _groups_bsh
+
+    rng = np.random.default_rng(0)
+    n = 400
+    x = pd.DataFrame({"b": rng.choice([1.0, 2.0, 8.0], n), "s": rng.choice([256.0, 512.0], n),
+                      "H": rng.choice([8.0, 32.0, np.nan], n), "Hkv": rng.choice([1.0, 2.0, 4.0, 8.0], n),
+                      "y_ms": rng.lognormal(size=n)})
+    got = _groups_bsh(x)
+    want = [(k, y["Hkv"].to_numpy(float), y["y_ms"].to_numpy(float)) for k, y in x.groupby(["b", "s", "H"])]
+    assert [k for k, _, _ in got] == [k for k, _, _ in want]
+    for (_, h1, y1), (_, h2, y2) in zip(got, want):
+        assert h1.tobytes() == h2.tobytes() and y1.tobytes() == y2.tobytes()
+    assert _groups_bsh(x.iloc[:0]) == []

@@ -25,3 +25,60 @@ def test_bootstrap_other_statistics_and_empty_input():
     assert lo <= hi <= 49.0
     assert all(np.isnan(bootstrap_ci([])))
     assert score([], [])["mape"] is None
+
+
+@pytest.mark.parametrize("n", [1, 7, 4097])
+def test_shared_bootstrap_indices_give_the_same_interval(n):
+    """idx drawn once (bootstrap_indices) and passed in: the interval of drawing them inside, to the bit."""
+    from steptime_lab.metrics import bootstrap_indices
+
+    rng = np.random.default_rng(n)
+    idx = bootstrap_indices(n, 300, 5)
+    for _ in range(3):  # several value sets of one size share one draw
+        v = rng.lognormal(size=n)
+        assert bootstrap_ci(v, n_boot=300, seed=5, idx=idx) == bootstrap_ci(v, n_boot=300, seed=5)
+        m = rng.lognormal(size=n) + 0.1
+        assert score(v, m, n_boot=300, seed=5, idx=idx) == score(v, m, n_boot=300, seed=5)
+    with pytest.raises(ValueError, match="shape"):
+        bootstrap_ci(np.ones(n + 1), n_boot=300, seed=5, idx=idx)
+    with pytest.raises(ValueError):
+        bootstrap_indices(0, 300, 5)
+
+
+def test_gemm_records_share_draws_and_keep_order():
+    """gemm scoring.records (indices drawn once per size) equals scoring every (gpu, predictor, subset) alone."""
+    import pandas as pd
+
+    from steptime_lab.experiments.gemm.scoring import records
+
+    rng = np.random.default_rng(0)
+    preds = {}
+    for g, n in (("a", 50), ("b", 50), ("c", 31)):
+        y = rng.lognormal(size=n) + 0.5
+        masks = {"all": np.ones(n, bool), "half": np.arange(n) % 2 == 0, "none": np.zeros(n, bool)}
+        preds[g] = {"df": pd.DataFrame({"latency_ms": y}), "masks": masks,
+                    "pred": {"p1": y * rng.uniform(0.5, 1.5, n), "p2": {"half": y[masks["half"]] * 1.1}}}
+    got = records(preds, n_boot=200, seed=9)
+    want = []
+    for g, d in preds.items():
+        y = d["df"]["latency_ms"].to_numpy(float)
+        for pr, p in d["pred"].items():
+            for s, mk in d["masks"].items():
+                if isinstance(p, dict) and s not in p:
+                    continue
+                sc = score(p[s] if isinstance(p, dict) else p[mk], y[mk], n_boot=200, seed=9)
+                want.append({"family": "gemm", "gpu": g, "predictor": pr, "subset": s, **sc})
+    assert got == want
+
+
+def test_shared_indices_draw_once_per_size_and_match_the_direct_draw():
+    from steptime_lab.metrics import bootstrap_indices, shared_indices
+
+    cache = {}
+    a = shared_indices(cache, 40, 100, 3)
+    assert shared_indices(cache, 40, 100, 3) is a  # the second call reuses the draw
+    assert np.array_equal(a, bootstrap_indices(40, 100, 3))
+    assert not np.array_equal(shared_indices(cache, 40, 100, 4), a)  # another seed is another draw
+    assert shared_indices(cache, 0, 100, 3) is None and len(cache) == 2
+    v = np.random.default_rng(1).lognormal(size=40)
+    assert bootstrap_ci(v, n_boot=100, seed=3, idx=a) == bootstrap_ci(v, n_boot=100, seed=3)

@@ -311,3 +311,23 @@ def test_gap_by_tokens_bands_the_non_decode_steps_by_their_tokens():
                    "context": {">4096": {"steps": 1, "median_gap_ms": 40.0}}}
     with pytest.raises(SteptimeError, match="aligned"):
         X.gap_by_tokens(g, np.full(2, 1.0))
+
+
+def test_pred_ms_of_one_tp_equals_predict_table():
+    """_pred_ms (the grid fit's direct call) gives predict_table's pred_ms to the bit, for one TP and several."""
+    from steptime_lab.experiments.wallclock import predict_table
+
+    calls = []
+
+    def pred(steps, tp, ov=None):
+        calls.append((tp, tuple(steps.index)))
+        t = steps["latency_ms"].to_numpy() * (1.0 + 0.1 * tp) + float((ov or {}).get("x", 0.0))
+        return {"total": t, **{k: t * 0 for k in __import__("steptime_lab.experiments.wallclock.steps",
+                                                              fromlist=["KINDS"]).KINDS}}
+
+    s = pd.DataFrame({"tp": [2, 2, 2], "latency_ms": [1.5, 0.3, 7.0]}, index=[5, 1, 9])
+    assert X._pred_ms(s, pred, {"x": 0.25}).tobytes() == \
+        predict_table(s, pred, {"x": 0.25})["pred_ms"].to_numpy().tobytes()
+    assert calls[0] == (2, (5, 1, 9))  # the frame in its own order, one call
+    m = pd.DataFrame({"tp": [1, 2, 1], "latency_ms": [1.5, 0.3, 7.0]})
+    assert X._pred_ms(m, pred, None).tobytes() == predict_table(m, pred)["pred_ms"].to_numpy().tobytes()

@@ -22,7 +22,7 @@ from __future__ import annotations
 import numpy as np
 
 from steptime.calibration import Calibration, Constants
-from steptime_lab.metrics import score
+from steptime_lab.metrics import score, shared_indices
 from steptime.specs import get_gpu, get_model, vidur_operators
 from steptime.terms import light as L
 from steptime import plotting
@@ -175,18 +175,20 @@ def run(cells, gpus=None, seed: int = 0, n_boot: int = 1000, gemm_doc: dict | No
                       "light_bw_scale_from": "GEMM eta_mem_max x ratio" if derived is not None else "own light reading",
                       "fit_on": others, "light_floor_us": fit["light_floor_us"], "light_eta": fit["light_eta"]}
         y = ev["y_ms"].to_numpy()
+        draws = {}  # the predictors score the same cells: each size's bootstrap indices drawn once (same numbers)
+
+        def sc(p, meas):
+            return score(p, meas, n_boot=n_boot, seed=seed, idx=shared_indices(draws, len(meas), n_boot, seed))
         for k, v in pr.items():
-            recs.append({"family": "light", "gpu": g, "predictor": k, "subset": "all",
-                         **score(v, y, n_boot=n_boot, seed=seed)})
+            recs.append({"family": "light", "gpu": g, "predictor": k, "subset": "all", **sc(v, y)})
             for kern in KERNELS:
                 m = (ev["kernel"] == kern).to_numpy()
-                recs.append({"family": "light", "gpu": g, "predictor": k, "subset": kern,
-                             **score(v[m], y[m], n_boot=n_boot, seed=seed)})
+                recs.append({"family": "light", "gpu": g, "predictor": k, "subset": kern, **sc(v[m], y[m])})
             for op in OPMAP:
                 m = (ev["op"] == op).to_numpy()
                 if m.any():
                     recs.append({"family": "light", "gpu": g, "predictor": k, "subset": f"op:{op}",
-                                 **score(v[m], y[m], n_boot=n_boot, seed=seed)})
+                                 **sc(v[m], y[m])})
     shipped = fit_kernels(cells, gpus)
     shipped["derived"] = {}
     if gemm_doc:
@@ -211,6 +213,24 @@ KV_WRITE_HEAD_DIM = 128
 KV_WRITE_MIN_KV = 3        # distinct KV-head counts a (batch, s, H) group needs for a slope
 
 
+def _groups_bsh(xg):
+    """((b, s, H), Hkv, y_ms) per (b, s, H) group of `xg`, keys ascending, rows in frame order within a group
+    (what DataFrame.groupby(["b", "s", "H"]) yields, NaN keys dropped; numpy arrays, no per-group frames)."""
+    import pandas as pd
+
+    keys = [xg[c].to_numpy() for c in ("b", "s", "H")]
+    hkv, y = xg["Hkv"].to_numpy(float), xg["y_ms"].to_numpy(float)
+    ok = ~np.any([pd.isna(k) for k in keys], axis=0) if len(xg) else np.zeros(0, bool)
+    keys, hkv, y = [k[ok] for k in keys], hkv[ok], y[ok]
+    order = np.lexsort(keys[::-1])  # stable: b first, then s, then H; ties keep frame order
+    keys, hkv, y = [k[order] for k in keys], hkv[order], y[order]
+    if not len(order):
+        return []
+    new = np.flatnonzero(np.any([k[1:] != k[:-1] for k in keys], axis=0)) + 1
+    edges = np.concatenate([[0], new, [len(order)]])
+    return [(tuple(k[a] for k in keys), hkv[a:e], y[a:e]) for a, e in zip(edges[:-1], edges[1:])]
+
+
 def kv_write_slopes(att_cells) -> dict:
     """GPU -> median over (batch, s, H) groups of the KV-cache write's seconds per token x KV head,
     the least-squares slope of the cell time in H_kv over batch x s (prefill, bf16 cache, head_dim 128,
@@ -222,8 +242,8 @@ def kv_write_slopes(att_cells) -> dict:
                   & (att_cells["d"] == KV_WRITE_HEAD_DIM) & (att_cells["s"] >= KV_WRITE_MIN_S)]
     out = {}
     for g, xg in x.groupby("gpu"):
-        sl = [np.polyfit(y["Hkv"].to_numpy(float), y["y_ms"].to_numpy(float), 1)[0] * 1e-3 / (b * s)
-              for (b, s, _), y in xg.groupby(["b", "s", "H"]) if y["Hkv"].nunique() >= KV_WRITE_MIN_KV]
+        sl = [np.polyfit(hkv, y, 1)[0] * 1e-3 / (b * s) for (b, s, _), hkv, y in _groups_bsh(xg)
+              if len(np.unique(hkv[~np.isnan(hkv)])) >= KV_WRITE_MIN_KV]
         if sl:
             out[g] = float(np.median(sl))
     if not out:

@@ -10,7 +10,7 @@ from steptime.calibration import Constants
 from steptime_lab.baselines import REGISTRY as PEERS  # the product's peers + calibrated_roofline
 from steptime_lab.experiments.gemm.contract import calibration_record, cell_ids, predict, subset_masks
 from steptime_lab.experiments.gemm.folds import fold_from_json, gpu_params
-from steptime_lab.metrics import mape, score
+from steptime_lab.metrics import bootstrap_indices, mape, score
 
 
 def score_cells(pred, meas, masks: dict, n_boot: int = 1000, seed: int = 0) -> dict:
@@ -53,7 +53,10 @@ def predictions(df, folds: dict, baselines=("bare_roofline", "datasheet_alpha", 
 
 
 def records(preds: dict, n_boot: int = 1000, seed: int = 0) -> list[dict]:
-    recs = []
+    """One score per (GPU, predictor, subset), in that order. Every set of cells of one size draws the same
+    bootstrap indices (one seed), so they are drawn once per size (metrics.bootstrap_indices) and shared by the
+    predictors, subsets and GPUs of that size: the same numbers as drawing them per score."""
+    jobs = []
     for g, d in preds.items():
         y = d["df"]["latency_ms"].to_numpy(float)
         for predictor, p in d["pred"].items():
@@ -61,11 +64,20 @@ def records(preds: dict, n_boot: int = 1000, seed: int = 0) -> list[dict]:
                 if isinstance(p, dict):
                     if s not in p:
                         continue
-                    sc = score(p[s], y[mk], n_boot=n_boot, seed=seed)
+                    jobs.append((g, predictor, s, p[s], y[mk]))
                 else:
-                    sc = score(p[mk], y[mk], n_boot=n_boot, seed=seed)
-                recs.append({"family": "gemm", "gpu": g, "predictor": predictor, "subset": s, **sc})
-    return recs
+                    jobs.append((g, predictor, s, p[mk], y[mk]))
+    by_size: dict[int, list[int]] = {}
+    for i, (*_, m) in enumerate(jobs):
+        by_size.setdefault(int(np.asarray(m).size), []).append(i)
+    scores = [None] * len(jobs)
+    for size, members in by_size.items():  # one index matrix alive at a time
+        idx = bootstrap_indices(size, n_boot, seed) if size else None
+        for i in members:
+            scores[i] = score(jobs[i][3], jobs[i][4], n_boot=n_boot, seed=seed, idx=idx)
+        del idx
+    return [{"family": "gemm", "gpu": g, "predictor": predictor, "subset": s, **sc}
+            for (g, predictor, s, _, _), sc in zip(jobs, scores)]
 
 
 def ape_table(preds: dict, predictor: str = "steptime"):
