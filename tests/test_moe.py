@@ -925,3 +925,55 @@ def test_fit_dtype_once_fits_each_distinct_training_set_once(monkeypatch):
     assert calls == [2, 2, 2]
     assert E.frame_key(d) != E.frame_key(d.assign(latency_ms=[1.0, 2.0, 3.5]))
     assert E.fit_dtype_once(d, "bf16", None) == {"eta_c": 3.0} and calls == [2, 2, 2, 3]
+
+
+# --------------------------------------------------------------------------- E3.1's fit evaluator
+def _fit_cells():
+    """Cells on two GPUs (one L2-partitioned) and two routings, every EP, for the fit evaluator's tests."""
+    rows = [(g, ds, T, ep) for g in ("h100-sxm", "b200") for ds in ("balanced", "power_law_1.2")
+            for T in (1, 3, 16, 200, 4096) for ep in (1, 2, 8)]
+    return pd.DataFrame({"gpu": [r[0] for r in rows], "sdtype": "fp8_block", "distribution": [r[1] for r in rows],
+                         "num_tokens": [r[2] for r in rows], "hidden_size": 4096, "inter_size": 1536, "topk": 8,
+                         "num_experts": 128, "moe_tp": 1, "moe_ep": [r[3] for r in rows]})
+
+
+@pytest.mark.parametrize("ep_floor,batch,stream", [(False, False, False), (True, False, True), (False, True, False)])
+def test_fit_law_is_bit_identical_to_the_law_at_every_jacobian_step(ep_floor, batch, stream):
+    """_FitLaw (fit_dtype's cached residual evaluator) gives routed_experts_time's numbers bit for bit, also where a
+    step moves one parameter and its cached parts come back (a finite-difference Jacobian's columns)."""
+    from steptime_lab.experiments import moe as E
+
+    d = _fit_cells()
+    names, p0, lo, hi = E.law_params("fp8_block", ep_floor, batch)
+    flag = {"sm_stream": 1.0} if stream else {}
+    rng = np.random.default_rng(0)
+    for small, tile in ((0, 64), (8, 16)):
+        flag.update(unpadded_rows=float(small), tile_m=float(tile))
+        groups = E._groups(d)
+        law = E._FitLaw(groups, len(d), "fp8_block", names, flag)
+        for _ in range(3):
+            x = np.asarray(lo) + rng.random(len(lo)) * (np.asarray(hi) - np.asarray(lo))
+            for j in [None, *range(len(x)), None]:
+                xj = x.copy()
+                if j is not None:
+                    xj[j] = xj[j] * (1 + 1e-7) + 1e-9
+                slow = E._predict_groups(groups, len(d), {"fp8_block": law.law(xj)}, None, E.REGIME)
+                assert law.predict(xj).tobytes() == slow.tobytes()
+                assert np.isfinite(slow).all()
+
+
+def test_fit_law_check_refuses_a_law_it_does_not_match(monkeypatch):
+    """check raises where the law it stands in for gives other numbers (a change not carried into _FitLaw), and
+    _FitLaw refuses groups of another dtype."""
+    from steptime_lab.experiments import moe as E
+
+    d = _fit_cells()
+    names, p0, _, _ = E.law_params("fp8_block")
+    law = E._FitLaw(E._groups(d), len(d), "fp8_block", names, {"unpadded_rows": 0.0, "tile_m": 64.0})
+    law.check(p0)
+    real = E._predict_groups
+    monkeypatch.setattr(E, "_predict_groups", lambda *a, **k: real(*a, **k) * (1 + 1e-15))
+    with pytest.raises(RuntimeError, match="_FitLaw differs"):
+        law.check(p0)
+    with pytest.raises(ValueError, match="dtype 'bf16'"):
+        E._FitLaw(E._groups(d), len(d), "bf16", names, {"unpadded_rows": 0.0, "tile_m": 64.0})

@@ -14,6 +14,9 @@ down GEMMs through steptime's GEMM term (shipped constants), M = its tokens.
 
 from __future__ import annotations
 
+import struct
+from collections import OrderedDict
+
 import numpy as np
 import pandas as pd
 
@@ -100,7 +103,8 @@ def cell_routing(d: pd.DataFrame) -> np.ndarray:
     balanced router, or, on a group-limited model's shape, the balanced router under its group-limited top-k."""
     dist = d["distribution"] if "distribution" in d else pd.Series("balanced", index=d.index)
     grouped = grouped_routing_shapes()
-    shape = zip(*(d[c].astype(int) for c in ("hidden_size", "inter_size", "topk", "num_experts")))
+    dist = dist.tolist()   # plain Python values (fast to iterate; an Arrow-backed column is not)
+    shape = zip(*(d[c].astype(int).tolist() for c in ("hidden_size", "inter_size", "topk", "num_experts")))
     return np.array([grouped.get(sh, "balanced") if ds == "balanced" else _routing(ds)
                      for ds, sh in zip(dist, shape)], dtype=object)
 
@@ -247,8 +251,125 @@ def unbalanced_shapes(train: pd.DataFrame) -> set:
     return {tuple(int(v) for v in k) for k, r in ratio.items() if r > BALANCE_MAX_RATIO}
 
 
+class _FitLaw:
+    """fit_dtype's residual evaluator: the same numbers as `_predict_groups(groups, n, {dt: {params, flags}}, None,
+    REGIME)` (terms.moe routed_experts_time of one law, no per-GPU scales, the collector regime), bit for bit, made
+    cheap for a least-squares fit. At a fixed (unpadded rows, tile) every shape-only term (loads, FLOPs, bytes, the
+    GPUs' peaks and bandwidths) is taken once, and each parameter-dependent part (compute time, weight-stream time,
+    their overlap, the token passes, the fixed cost) is kept by the exact bits of the parameters it reads, so the
+    finite-difference Jacobian's steps, which move one parameter at a time, recompute only the parts that read it.
+    Every expression keeps routed_experts_time's operand order (float results depend on it); `check` compares the
+    two at a point and raises where they differ (a change to routed_experts_time not carried here)."""
+
+    _CACHE_MAX = 8
+
+    def __init__(self, groups: list, n: int, dt: str, names: tuple, flag: dict):
+        self.groups, self.n, self.dt, self.names, self.flag = groups, n, dt, tuple(names), dict(flag)
+        dtype = M.canonical_dtype(dt)
+        if any(g[1] != dt for g in groups):
+            raise ValueError(f"_FitLaw: every group must be of dtype {dt!r}")
+        tile, small = int(flag["tile_m"]), float(flag["unpadded_rows"])
+        self.sm_stream = bool(flag.get("sm_stream", 0.0))
+        self.has = {k: k in self.names or k in flag for k in ("quant_passes", "ep_floor_us", "batch_us")}
+        self.parts = []
+        for g, _, ds, pos, a, loads in groups:
+            gpu = get_gpu(g)
+            T = np.asarray(a["num_tokens"], dtype=float)
+            h, i = np.asarray(a["hidden_size"], dtype=float), np.asarray(a["inter_size"], dtype=float) / np.asarray(
+                a["moe_tp"], dtype=float)
+            key = (_routing(ds), tile, small)
+            if key in loads:
+                P, Et, R = loads[key]
+            else:
+                P, Et, R = M.routed_load(T, a["num_experts"], a["topk"], a["moe_ep"], _routing(ds), tile, small)
+                P, Et, R = (np.reshape(v, np.broadcast(T, h).shape) for v in (P, Et, R))
+                for v in (P, Et, R):
+                    v.flags.writeable = False
+                loads[key] = (P, Et, R)
+            W = Et * 3.0 * h * i * M.WEIGHT_BYTES[dtype]
+            bw_stream = M.SM_STREAM_BYTES_PER_CLK * gpu.sms * gpu.boost_mhz * 1e6 if self.sm_stream else gpu.mem_bw
+            self.parts.append(dict(
+                pos=pos, T=T, h=h, W=W, c_num=6.0 * h * i * R, peak=M.math_peak(gpu, dtype),
+                l2=M.l2_effective_bytes(gpu), sms=gpu.sms, boost=gpu.boost_mhz, mem_bw=gpu.mem_bw,
+                bw_stream=bw_stream, x=W / (bw_stream * M.RAMP_REF_S),
+                A=2.0 * h * T * np.asarray(a["topk"], dtype=float), ep_f=np.asarray(a["moe_ep"], dtype=float),
+                ep_gt1=np.asarray(a["moe_ep"], dtype=float) > 1))
+        self._cache = {}
+
+    def _memo(self, what: str, j: int, vals: tuple, fn):
+        """fn() for part `what` of group j, kept by the exact bits of the parameters `vals` it reads (the last
+        _CACHE_MAX of each part: a Jacobian's columns come back to the base point's parts between their steps)."""
+        cache = self._cache.get((what, j))
+        if cache is None:
+            cache = self._cache[what, j] = OrderedDict()
+        key = struct.pack(f"{len(vals)}d", *vals)   # the exact bits (0.0 and -0.0 apart)
+        if key in cache:
+            cache.move_to_end(key)
+            return cache[key]
+        value = cache[key] = fn()
+        if len(cache) > self._CACHE_MAX:
+            cache.popitem(last=False)
+        return value
+
+    def law(self, x) -> dict:
+        return {**dict(zip(self.names, x)), **self.flag}
+
+    def predict(self, x) -> np.ndarray:
+        """Predicted ms per cell at parameters x (in `names` order)."""
+        v = self.law(x)
+        out = np.full(self.n, np.nan)
+        for j, q in enumerate(self.parts):
+            # the readings are neutral in a fit: s_c = s_mem = 1, d_floor_us = 0 (routed_experts_time's defaults)
+            t_c = self._memo("c", j, (v["eta_c"],), lambda: q["c_num"] / (q["peak"] * (v["eta_c"] * 1.0)))
+
+            def t_mem():
+                res = 1.0 / (1.0 + (q["W"] / (v["l2_fit"] * q["l2"])) ** 4)
+                bw_l2 = v["l2_bytes_per_clk_sm"] * q["sms"] * q["boost"] * 1e6
+                eta_m = v["eta_mem_max"] * 1.0 * q["x"] / (q["x"] + v["x_half"])
+                return q["W"] * (1.0 - res) / (q["bw_stream"] * np.maximum(eta_m, 1e-9)) + q["W"] * res / bw_l2
+
+            mem_key = (v["l2_fit"], v["l2_bytes_per_clk_sm"], v["eta_mem_max"], v["x_half"])
+            t_m = self._memo("m", j, mem_key, t_mem)
+            both = self._memo("both", j, (v["eta_c"], *mem_key, v["overlap_p"]),
+                              lambda: smax(t_c, t_m, float(v["overlap_p"])))
+
+            def t_tokens():
+                t_tok = (v["token_passes"] + v["local_token_passes"] / q["ep_f"]) * q["A"] / q["mem_bw"]
+                if self.has["quant_passes"]:
+                    t_tok = t_tok + v["quant_passes"] * 2.0 * q["h"] * q["T"] / q["mem_bw"]
+                return t_tok
+
+            t_tok = self._memo("tok", j, (v["token_passes"], v["local_token_passes"], v.get("quant_passes", 0.0)),
+                               t_tokens)
+
+            def t_fixed():
+                t0 = max(0.0, v["floor_us"] + 0.0) * 1e-6
+                if self.has["ep_floor_us"]:
+                    t0 = t0 + np.where(q["ep_gt1"], v["ep_floor_us"] * 1e-6, 0.0)
+                if self.has["batch_us"]:
+                    half = float(v["batch_tokens"])
+                    if not half > 0:
+                        raise ValueError(f"MoE law batch_tokens:{self.dt} must be > 0 tokens, got {half!r}")
+                    t0 = t0 + v["batch_us"] * 1e-6 * q["T"] / (q["T"] + half)
+                return t0
+
+            t0 = self._memo("fix", j, (v["floor_us"], v.get("ep_floor_us", 0.0), v.get("batch_us", 0.0),
+                                       v.get("batch_tokens", 0.0)), t_fixed)
+            t = np.where(q["T"] > 0, t0 + both + t_tok, 0.0)
+            out[q["pos"]] = np.fmin(out[q["pos"]], t * 1e3)
+        return out
+
+    def check(self, x) -> None:
+        """Raise where predict(x) is not bit-identical to _predict_groups at x (the law it stands in for)."""
+        fast = self.predict(x)
+        slow = _predict_groups(self.groups, self.n, {self.dt: self.law(x)}, None, REGIME)
+        if fast.tobytes() != slow.tobytes():
+            raise RuntimeError("_FitLaw differs from terms.moe routed_experts_time: carry the law's change into it")
+
+
 def fit_dtype(train: pd.DataFrame, dt: str) -> dict:
     from scipy.optimize import least_squares
+    from threadpoolctl import threadpool_limits
 
     names, p0, lo, hi = law_params(dt, ep_remap(train, dt), batch_cost(train, dt))
     bad = unbalanced_shapes(train[train.sdtype == dt])
@@ -266,14 +387,21 @@ def fit_dtype(train: pd.DataFrame, dt: str) -> dict:
     y = t["latency_ms"].to_numpy()
     groups = _groups(t)
 
-    def resid(x):
-        return np.log(_predict_groups(groups, len(t), {dt: {**dict(zip(names, x)), **flag}}, None, REGIME) / y)
-
     best = None
     for small in UNPADDED_CHOICES:  # the kernel's tiling: the (small-batch path, row tile) the training cells fit best
         for tile in TILE_CHOICES:
             flag["unpadded_rows"], flag["tile_m"] = float(small), float(tile)
-            r = least_squares(resid, p0, bounds=(lo, hi), x_scale="jac")
+            law = _FitLaw(groups, len(t), dt, names, flag)   # the law at this tiling, its shape-only terms taken once
+            law.check(p0)
+
+            def resid(x, law=law):
+                return np.log(law.predict(x) / y)
+
+            # one BLAS thread (the trust-region steps' SVDs of a few thousand rows): on a shared machine with as many
+            # cores as jobs, BLAS's threads spin against the other jobs; and the fit no longer depends on the machine's
+            # thread count (it moves a held-out fit by ~1e-9 relative against two threads: no number of the result)
+            with threadpool_limits(limits=1):
+                r = least_squares(resid, p0, bounds=(lo, hi), x_scale="jac")
             if best is None or r.cost < best[0]:
                 best = (r.cost, small, tile, r.x)
     flag["unpadded_rows"], flag["tile_m"] = float(best[1]), float(best[2])
