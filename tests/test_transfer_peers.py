@@ -279,7 +279,8 @@ def test_records_memo_returns_what_the_direct_path_returns():
                                        reading_ids=lambda t: reads.get(t, []), steptime_fit=lambda t: {"gpus": [t]})
         out[use_memo] = recs
         if use_memo:  # one entry per (target, cells): the home's test split and the full table of each GPU
-            assert sum(len(v) for v in memo.values()) == 5
+            assert sum(len(v) for k, v in memo.items() if k != "draws") == 5
+            assert memo["draws"]  # the bootstrap's resample counts, kept for the next same-sized scoring
     assert json.dumps(out[True], sort_keys=True) == json.dumps(out[False], sort_keys=True)
 
 
@@ -301,3 +302,26 @@ def test_home_only_shared_fits_the_homes_gemm_globals_once():
     assert all(c1.get(n, g) == c0.get(n, g) for n in alone.gemm_globals() if n != "hopper_cluster_size")
     other = T.HomeOnly(("gemm",), "a100-sxm", shared=shared, **dict(kw, seed=1))
     assert other._gemm_key() != first._gemm_key()  # another seed never shares
+
+
+def test_bootstrap_counts_kept_in_draws_give_the_same_intervals(monkeypatch):
+    """The resample counts depend on (cells, n_boot, seed) alone: kept (in a small unsigned type) and
+    reused, they give the very intervals a fresh draw gives, bit for bit, and the cache stays in budget."""
+    from steptime_lab.experiments.transfer import scoring as S
+
+    rng = np.random.default_rng(1)
+    draws = {}
+    for n in (7, 500, 4001, 500):
+        errs = {"a": rng.random(n), "b": rng.random(n) * 2}
+        want = S._ci_paired(errs, 300, 5)
+        assert S._ci_paired(errs, 300, 5, draws=draws) == want
+        assert S._ci_paired(errs, 300, 5, draws=draws) == want  # from the cache
+    assert set(draws) == {(7, 300, 5), (500, 300, 5), (4001, 300, 5)}
+    assert all(a.dtype == np.uint8 for v in draws.values() for a in v)
+    monkeypatch.setattr(S, "DRAWS_BUDGET_BYTES", 1)
+    S._ci_paired({"a": rng.random(9)}, 300, 5, draws=draws)
+    assert list(draws) == [(9, 300, 5)]  # over budget: only the newest kept
+    meas = rng.random(60) + 0.5
+    preds = {"x": meas * 1.1, "y": meas * 0.8}
+    tokens = rng.integers(1, 4096, 60)
+    assert S.score_many(preds, meas, tokens, n_boot=200, draws={}) == S.score_many(preds, meas, tokens, n_boot=200)

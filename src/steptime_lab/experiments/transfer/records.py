@@ -137,7 +137,7 @@ def transfer_records(dataset: str, cells, bundle: dict, targets, *, n_boot: int 
                     work(dataset, read), work(dataset, tc))
         order = [p for p in PREDICTORS if p in preds]
         scores = score_many({p: preds[p] for p in order}, meas, tc["tokens"].to_numpy(), phase, n_boot=n_boot,
-                            seed=seed, llm=tp["llm"])
+                            seed=seed, llm=tp["llm"], draws=memo.setdefault("draws", {}) if memo is not None else None)
         for name in order:
             recs.append({"dataset": dataset, "home_gpu": home, "target_gpu": target, "predictor": name,
                          "calibration_cells_excluded": int(excl.sum()), "fitted_on": fitted.get(name),
