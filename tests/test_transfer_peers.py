@@ -190,3 +190,138 @@ def test_committed_e2_1_keeps_the_contract_per_target():
         assert len(own) <= 3, (key, sorted(own))
         comm = {tuple(c) for cells in cal["target_cells"].values() for c in cells if c[1] == "allreduce"}
         assert len(comm) <= 3, (key, sorted(comm))
+
+
+# ---------------------------------------------------------------- E2.1's speed-ups return what the direct path returns
+
+def test_truncated_boosting_predicts_what_a_shorter_fit_predicts():
+    """Boosting never looks at max_iter before it stops: the first trees of a longer fit are the shorter
+    fit, bit for bit, with early stopping off (small table) and on (> 10 000 rows)."""
+    from sklearn.ensemble import HistGradientBoostingRegressor as HGB
+
+    from steptime_lab.experiments.transfer.fair_ground import truncated
+
+    rng = np.random.default_rng(0)
+    for n in (2000, 12000):
+        X = rng.random((n, 4))
+        y = np.sin(6 * X[:, 0]) + X[:, 1] ** 2 + 0.1 * rng.standard_normal(n)
+        short = HGB(random_state=3, max_iter=25, max_leaf_nodes=15).fit(X, y)
+        long = HGB(random_state=3, max_iter=70, max_leaf_nodes=15).fit(X, y)
+        Xt = rng.random((300, 4))
+        assert np.array_equal(truncated(long, 25).predict(Xt), short.predict(Xt))
+        assert not np.array_equal(long.predict(Xt), short.predict(Xt))  # the cut matters
+        assert truncated(long, 25).n_iter_ == short.n_iter_
+        assert long.n_iter_ == len(long._predictors)  # the long model is left whole
+    with pytest.raises(ValueError, match="n_iter"):
+        truncated(long, 0)
+    with pytest.raises(ValueError, match="fitted"):
+        truncated(HGB(), 5)
+
+
+def test_prefix_twins_group_settings_that_differ_only_in_iterations():
+    from steptime_lab.experiments.transfer.fair_ground import ML_GRID, prefix_twins
+
+    grid = ({"max_iter": 300, "learning_rate": 0.1}, {"max_iter": 800, "learning_rate": 0.1},
+            {"max_iter": 300, "learning_rate": 0.05})
+    assert prefix_twins(grid) == {1: [0, 1], 2: [2]}
+    assert prefix_twins(ML_GRID[True]) == {0: [0], 1: [1]}
+    assert all(len(v) == 2 for v in prefix_twins(ML_GRID[False]).values())
+
+
+def test_tuning_with_shared_prefix_fits_scores_every_setting_as_its_own_fit(monkeypatch):
+    """ml_loo's fair best: the inner-CV MAPE of every setting, each fitted on its own, equals what
+    _tune reports with the twins' shared fits (bit for bit), and so does the chosen setting."""
+    from sklearn.ensemble import HistGradientBoostingRegressor as HGB
+
+    from steptime_lab.experiments.transfer import fair_ground as FG
+
+    grid = tuple({"max_iter": it, "learning_rate": lr, "max_leaf_nodes": 7} for it in (8, 20) for lr in (0.1, 0.3))
+    monkeypatch.setitem(FG.ML_GRID, False, grid)
+    eff = {"a100-sxm": 0.8, "h100-sxm": 0.6, "h200-sxm": 0.5}
+    cells = _gemm_cells(tuple(eff), eff)
+    ml = FG.MLLeaveOneOut("aic_gemm", cells, fast=False, seed=0, tuned=True)
+    for target in eff:
+        gpus = sorted(g for g in eff if g != target)
+        X, y, _, grp = ml._train(gpus)
+        want = {}
+        for j, s in enumerate(grid):
+            errs = []
+            for held in np.unique(grp):
+                te = grp == held
+                r = np.abs(np.exp(HGB(random_state=0, **s).fit(X[~te], y[~te]).predict(X[te]) - y[te]) - 1.0)
+                errs.append(float(np.mean(r)))
+            want[str(j)] = round(float(np.mean(errs)), 5)
+        info = ml.fitted_on(target)
+        assert info["tuning"]["inner_cv_mape"] == want
+        best = min(range(len(grid)), key=lambda j: want[str(j)])
+        assert info["settings"]["max_iter"] == grid[best]["max_iter"]
+    assert ml._inner == {}  # every shared inner fit was used twice, then dropped
+
+
+def test_records_memo_returns_what_the_direct_path_returns():
+    """The two homes of one dataset share each target's home-independent work through `memo`: the
+    records are the same as without it."""
+    eff = {"a100-sxm": 0.8, "h100-sxm": 0.6, "h200-sxm": 0.6}
+    cells = _gemm_cells(tuple(eff), eff)
+    reads = {"h200-sxm": [("h200-sxm", "gemm", 4096, 4096, 4096)]}
+    from steptime.calibration import Calibration
+
+    c0, held = Constants.default(), {}
+    out = {}
+    for use_memo in (False, True):
+        memo = {} if use_memo else None
+        ml = T.MLLeaveOneOut("aic_gemm", cells, fast=True, seed=0)
+        recs = []
+        for home in ("a100-sxm", "h100-sxm"):
+            bundle = T.fit_home("aic_gemm", cells, home, seed=0)
+            recs += T.transfer_records("aic_gemm", cells, bundle, list(eff), n_boot=20, ml=ml, memo=memo,
+                                       constants_for=lambda t: held.setdefault(t, (c0, Calibration.from_constants(c0))),
+                                       reading_ids=lambda t: reads.get(t, []), steptime_fit=lambda t: {"gpus": [t]})
+        out[use_memo] = recs
+        if use_memo:  # one entry per (target, cells): the home's test split and the full table of each GPU
+            assert sum(len(v) for k, v in memo.items() if k != "draws") == 5
+            assert memo["draws"]  # the bootstrap's resample counts, kept for the next same-sized scoring
+    assert json.dumps(out[True], sort_keys=True) == json.dumps(out[False], sort_keys=True)
+
+
+def test_home_only_shared_fits_the_homes_gemm_globals_once():
+    doc = json.loads((ROOT / "results/calibration/gemm_constants.json").read_text())
+    home = _gemm_cells(("a100-sxm",), {"a100-sxm": 0.7})[["gpu", "m", "n", "k", "latency_ms"]]
+    kw = dict(constants=Constants.default(), gemm_doc=doc, gemm_df=home, seed=0, gemm_n_per_gpu=60, gemm_max_nfev=5)
+    alone = T.HomeOnly(("gemm",), "a100-sxm", **kw)
+    shared = {}
+    first = T.HomeOnly(("gemm",), "a100-sxm", shared=shared, **kw)
+    second = T.HomeOnly(("gemm", "attention"), "a100-sxm", shared=shared, **kw)
+    assert first.gemm_globals() == alone.gemm_globals()
+    assert second.gemm_globals() is first.gemm_globals()  # fitted once
+    assert second.readings("h100-sxm") == alone.readings("h100-sxm")
+    c1, c0 = first("h100-sxm")[0], alone("h100-sxm")[0]
+    from steptime.specs import get_gpu
+
+    g = get_gpu("h100-sxm")
+    assert all(c1.get(n, g) == c0.get(n, g) for n in alone.gemm_globals() if n != "hopper_cluster_size")
+    other = T.HomeOnly(("gemm",), "a100-sxm", shared=shared, **dict(kw, seed=1))
+    assert other._gemm_key() != first._gemm_key()  # another seed never shares
+
+
+def test_bootstrap_counts_kept_in_draws_give_the_same_intervals(monkeypatch):
+    """The resample counts depend on (cells, n_boot, seed) alone: kept (in a small unsigned type) and
+    reused, they give the very intervals a fresh draw gives, bit for bit, and the cache stays in budget."""
+    from steptime_lab.experiments.transfer import scoring as S
+
+    rng = np.random.default_rng(1)
+    draws = {}
+    for n in (7, 500, 4001, 500):
+        errs = {"a": rng.random(n), "b": rng.random(n) * 2}
+        want = S._ci_paired(errs, 300, 5)
+        assert S._ci_paired(errs, 300, 5, draws=draws) == want
+        assert S._ci_paired(errs, 300, 5, draws=draws) == want  # from the cache
+    assert set(draws) == {(7, 300, 5), (500, 300, 5), (4001, 300, 5)}
+    assert all(a.dtype == np.uint8 for v in draws.values() for a in v)
+    monkeypatch.setattr(S, "DRAWS_BUDGET_BYTES", 1)
+    S._ci_paired({"a": rng.random(9)}, 300, 5, draws=draws)
+    assert list(draws) == [(9, 300, 5)]  # over budget: only the newest kept
+    meas = rng.random(60) + 0.5
+    preds = {"x": meas * 1.1, "y": meas * 0.8}
+    tokens = rng.integers(1, 4096, 60)
+    assert S.score_many(preds, meas, tokens, n_boot=200, draws={}) == S.score_many(preds, meas, tokens, n_boot=200)

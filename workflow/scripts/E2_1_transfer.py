@@ -60,6 +60,9 @@ for path in inp.greybox:  # fitted once by the greybox_fit rule (E2.2 ranks with
     fitted = joblib.load(path)
     grey[fitted["settings"]["dataset"]].adopt(fitted)
 gemm_fit = gemm_doc["settings"]
+# fitted once and reused by the bundles that read the same: each home's GEMM globals (every dataset's
+# steptime_home_only) and each target's home-independent predictions (the two homes of one dataset)
+home_only_shared, target_memo = {}, {ds: {} for ds in transfer.DATASETS}
 for path in inp.models:
     bundle = joblib.load(path)
     ds, home = bundle["dataset"], bundle["home_gpu"]
@@ -67,11 +70,11 @@ for path in inp.models:
     home_only = peers.make("steptime_home_only", families[ds], home, constants=constants, gemm_doc=gemm_doc,
                            gemm_df=gemm_df, attn_cells=attn_cells, light_cells=light_cells, seed=P.seed,
                            gemm_n_per_gpu=int(gemm_fit["n_per_gpu"]), gemm_max_nfev=int(gemm_fit["max_nfev"]),
-                           attn_sample=attn_sample)
+                           attn_sample=attn_sample, shared=home_only_shared)
     records += transfer.transfer_records(
         ds, cells[ds], bundle, transfer.TARGETS[ds], n_boot=P.n_boot, seed=P.seed,
         constants_for=hooks.get(ds), cal_log=cal_log, home_only=home_only, ml=ml[ds], ml_full=ml_full.get(ds), reading_ids=reading_ids[ds],
-        grey=grey[ds],
+        grey=grey[ds], memo=target_memo[ds],
         steptime_fit=lambda t, ds=ds: fit_footprint(ds, t, gemm_doc=gemm_doc, attn_doc=attn_doc,
                                                     attn_cells=attn_cells, attn_sample=attn_sample,
                                                     light_cells=light_cells, light_gpus=vidur_gpus, seed=P.seed))

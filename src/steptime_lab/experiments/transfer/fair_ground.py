@@ -88,6 +88,42 @@ ML_INNER_FOLDS = {True: 2, False: None}  # None: leave-one-GPU-out
 ML_TUNED_ROWS_PER_GPU = {True: 6000, False: None}
 
 
+def prefix_twins(grid) -> dict[int, list[int]]:
+    """Group the settings of `grid` (HistGradientBoostingRegressor keyword dicts) that differ only in
+    max_iter: {index of the group's setting with the most iterations (the first such): [every index of
+    the group, in grid order]}, groups in the order of their first setting."""
+    groups: dict = {}
+    for j, s in enumerate(grid):
+        rest = tuple(sorted((k, v) for k, v in s.items() if k != "max_iter"))
+        groups.setdefault(rest, []).append(j)
+    out = {}
+    for members in groups.values():
+        top = max(members, key=lambda j: (grid[j].get("max_iter", 100), -j))
+        out[top] = members
+    return out
+
+
+def truncated(est, n_iter: int):
+    """A fitted HistGradientBoostingRegressor cut to its first `n_iter` iterations: boosting does not
+    look at max_iter before it stops, so this predicts bit for bit what the same setting fitted with
+    max_iter=n_iter predicts (the same trees, summed in the same order)."""
+    import copy
+
+    n_iter = int(n_iter)
+    if n_iter < 1:
+        raise ValueError(f"n_iter must be >= 1, not {n_iter}")
+    if not hasattr(est, "_predictors"):
+        raise ValueError("truncated() needs a fitted HistGradientBoostingRegressor")
+    if getattr(est, "warm_start", False):
+        raise ValueError("truncated() is defined for fits from scratch (warm_start=False)")
+    if n_iter >= est.n_iter_:
+        return est
+    out = copy.copy(est)
+    out._predictors = est._predictors[:n_iter]
+    out.max_iter = n_iter
+    return out
+
+
 class MLLeaveOneOut:
     """Gradient-boosted trees trained on every GPU of `cells` but the target (memoised per
     target); `fast` caps each training GPU at ML_FAST_ROWS_PER_GPU rows (seeded). With
@@ -127,27 +163,31 @@ class MLLeaveOneOut:
         """{setting index: mean per-GPU MAPE} of GPU-grouped inner folds, and the best index.
         Leave-one-GPU-out on uncapped rows (`gpus` given): the fold of target T holding out H fits
         on exactly the rows target H's fold holding out T fits on (every row of the other GPUs, in
-        the same order, the same seed): fitted once, kept until its second use."""
+        the same order, the same seed): fitted once, kept until its second use. Settings that differ
+        only in max_iter (`prefix_twins`) share one fit, the one with the most iterations: the fewer
+        iterations' model is its first trees (`truncated`), the very model a fit of its own makes."""
         from sklearn.ensemble import HistGradientBoostingRegressor
 
         gids = np.unique(grp)
         k = ML_INNER_FOLDS[self.fast] or len(gids)
         folds = [gids[i::k] for i in range(min(k, len(gids)))]
         share = gpus is not None and ML_INNER_FOLDS[self.fast] is None and self._cap() is None
-        cv = {}
-        for j, setting in enumerate(ML_GRID[self.fast]):
-            errs = []
+        grid = ML_GRID[self.fast]
+        errs = {j: [] for j in range(len(grid))}
+        for t, group in prefix_twins(grid).items():
             for held in folds:
                 te = np.isin(grp, held)
-                key = (j, tuple(g for i, g in enumerate(gpus) if i not in set(held.tolist()))) if share else None
-                est = self._inner.pop(key, None) if share else None
-                if est is None:
-                    est = HistGradientBoostingRegressor(random_state=self.seed, **setting).fit(X[~te], y[~te])
+                key = (t, tuple(g for i, g in enumerate(gpus) if i not in set(held.tolist()))) if share else None
+                full = self._inner.pop(key, None) if share else None
+                if full is None:
+                    full = HistGradientBoostingRegressor(random_state=self.seed, **grid[t]).fit(X[~te], y[~te])
                     if share:
-                        self._inner[key] = est
-                r = np.abs(np.exp(est.predict(X[te]) - y[te]) - 1.0)
-                errs += [float(np.mean(r[grp[te] == g])) for g in held]
-            cv[j] = float(np.mean(errs))
+                        self._inner[key] = full
+                for j in group:
+                    est = full if j == t else truncated(full, grid[j]["max_iter"])
+                    r = np.abs(np.exp(est.predict(X[te]) - y[te]) - 1.0)
+                    errs[j] += [float(np.mean(r[grp[te] == g])) for g in held]
+        cv = {j: float(np.mean(errs[j])) for j in range(len(grid))}
         return cv, min(cv, key=cv.get)
 
     def fit(self, target: str):
@@ -217,14 +257,19 @@ class HomeOnly:
     `gemm_df`: GEMM table in `experiments.gemm.load_gemm` form; `attn_cells`: attention
     cells in `experiments.attention.tidy_cells` form; `light_cells`: light cells in
     `experiments.light.tidy_cells` form; each only for the families the dataset uses.
+    `shared`: a dict the caller passes to every HomeOnly of one run (E2.1 makes one per dataset
+    and home): the home's GEMM globals and each GPU's readings under them are fitted once per
+    home and reused by the others (keyed by the home and by the very objects and settings the fit
+    reads, so instances that differ in any of them never share).
     """
 
     name = "steptime_home_only"
 
     def __init__(self, families, home: str, *, constants: Constants, gemm_doc: dict, gemm_df=None, attn_cells=None,
                  light_cells=None, seed: int = 0, gemm_n_per_gpu: int = 2000, gemm_max_nfev: int = 80,
-                 attn_sample: int = 800):
+                 attn_sample: int = 800, shared: dict | None = None):
         self.families, self.home, self.doc = tuple(families), home, gemm_doc
+        self._shared = shared
         self.base = constants
         self.gemm_df, self.attn_cells, self.light_cells = gemm_df, attn_cells, light_cells
         self.seed, self.kw = int(seed), dict(n_per_gpu=gemm_n_per_gpu, max_nfev=gemm_max_nfev)
@@ -235,19 +280,35 @@ class HomeOnly:
         self._memo: dict = {}
 
     # --- fits on the home GPU alone (each once)
+    def _gemm_key(self) -> tuple:
+        """What the home's GEMM fit reads (the `shared` memo's key)."""
+        return (self.home, id(self.gemm_df), id(self.doc), id(self.base), self.seed, tuple(sorted(self.kw.items())))
+
     def gemm_globals(self) -> dict:
         if self._glob is None:
-            rd = {self.home: GX._readings_from_json(self.doc, self.home)}
-            self._glob = GX.fit_globals(self.gemm_df, [self.home], rd, constants=self.base, seed=self.seed,
-                                        fixed=self.doc.get("fixed"), **self.kw)
+            key = ("gemm_globals",) + self._gemm_key()
+            if self._shared is not None and key in self._shared:
+                self._glob = self._shared[key]
+            else:
+                rd = {self.home: GX._readings_from_json(self.doc, self.home)}
+                self._glob = GX.fit_globals(self.gemm_df, [self.home], rd, constants=self.base, seed=self.seed,
+                                            fixed=self.doc.get("fixed"), **self.kw)
+                if self._shared is not None:
+                    self._shared[key] = self._glob
         return self._glob
 
     def readings(self, gpu: str) -> dict | None:
         """`gpu`'s GEMM per-GPU constants solved from its own deploy cells under the home-only globals."""
         if gpu not in self.doc["folds"]:
             return None
+        key = ("readings", gpu) + self._gemm_key()
+        if self._shared is not None and key in self._shared:
+            return dict(self._shared[key])
         p = GX.gpu_params(gpu, self.gemm_globals(), GX._readings_from_json(self.doc, gpu), constants=self.base)
-        return {nm: float(p[nm]) for nm in GX.DEPLOY_CELLS}
+        out = {nm: float(p[nm]) for nm in GX.DEPLOY_CELLS}
+        if self._shared is not None:
+            self._shared[key] = dict(out)
+        return out
 
     def attention_fit(self):
         if self._attn is None:

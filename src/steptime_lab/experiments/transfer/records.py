@@ -3,6 +3,8 @@ the headline ratio table and the profiler gap."""
 
 from __future__ import annotations
 
+import copy
+
 import numpy as np
 
 from steptime.calibration import Calibration
@@ -32,7 +34,8 @@ def _fitted_on_profiled(bundle: dict, what: str, readings: int = 0) -> dict:
 
 def transfer_records(dataset: str, cells, bundle: dict, targets, *, n_boot: int = 1000, seed: int = 0,
                      constants=None, calibration=None, constants_for=None, cal_log: dict | None = None,
-                     home_only=None, ml=None, ml_full=None, reading_ids=None, steptime_fit=None, grey=None) -> list[dict]:
+                     home_only=None, ml=None, ml_full=None, reading_ids=None, steptime_fit=None, grey=None,
+                     memo: dict | None = None) -> list[dict]:
     """Every (predictor, target) record for one dataset and one home bundle.
 
     `constants_for(target) -> (Constants, Calibration)` supplies held-out constants for the
@@ -50,6 +53,10 @@ def transfer_records(dataset: str, cells, bundle: dict, targets, *, n_boot: int 
     held-out constants times per-term corrections fitted on the other GPUs' tables; its
     record carries `term_corrections` (the geometric-mean factor per term on the scored cells).
     Each record carries `fitted_on` (GPUs, cells, target readings) beside its score.
+    `memo` (a dict the caller keeps across the home bundles of one dataset, with the same
+    `constants_for`, `ml`, `ml_full`, `grey`, `reading_ids` and `steptime_fit`) reuses what does not
+    depend on the home (the exclusions, steptime's, the grey box's and ml_loo's predictions) when a
+    target's cells are the same as before (`target_part`); the records are the same with or without it.
     """
     home = bundle["home_gpu"]
     home_constants = constants_for(home)[0] if constants_for is not None else constants
@@ -64,28 +71,18 @@ def transfer_records(dataset: str, cells, bundle: dict, targets, *, n_boot: int 
             continue
         if target == home:
             tc = tc[bundle["test_mask"]].reset_index(drop=True)
-        excl = _calibration_mask(dataset, tc, target, cal)
-        extra = {tuple(c) for c in (reading_ids(target) if reading_ids is not None else [])}
-        if extra:
-            excl = excl | np.array([c in extra for c in cell_ids(dataset, tc, target)], dtype=bool)
-        read = tc[excl].reset_index(drop=True)
-        tc = tc[~excl].reset_index(drop=True)
-        cal.check_disjoint(cell_ids(dataset, tc, target))
+        tp = target_part(dataset, tc, target, constants, cal, memo=memo, reading_ids=reading_ids,
+                         steptime_fit=steptime_fit, grey=grey, ml=ml, ml_full=ml_full)
+        excl, read, tc, st_pred = tp["excl"], tp["read"], tp["tc"], tp["st_pred"]
         if cal_log is not None:
             cal_log[f"{dataset}|{target}"] = calibration_summary(cal, target)
-        phase = tc["phase"].to_numpy() if dataset == "aic_attention" else None
-        meas = tc["latency_ms"].to_numpy(dtype=float)
-        st_fit = dict(steptime_fit(target)) if steptime_fit is not None else {"what": "defaults.yaml as shipped"}
+        phase, meas = tp["phase"], tp["meas"]
+        st_fit = copy.deepcopy(tp["st_fit"])
         fitted = {"steptime": st_fit}
-        if dataset == "vidur_step":  # per operator: the steptime-scaled rows scale each one
-            st_pred = predict_layer_ops(tc, target, constants, per_op=True)
-            preds = {"steptime": sum(st_pred.values())}
-        else:
-            st_pred = predict_steptime(dataset, tc, target, constants)
-            preds = {"steptime": st_pred}
+        preds = {"steptime": tp["steptime"]}
         term_corr = None
         if grey is not None:
-            gt = grey.predict_terms(tc, target, constants)
+            gt = tp["grey"]
             preds["steptime_residual"] = gt["total"]
             fitted["steptime_residual"] = dict(grey.fitted_on(target), steptime=st_fit, what=(
                 "steptime's terms on its held-out constants, each times a bounded smooth correction fitted on "
@@ -94,18 +91,18 @@ def transfer_records(dataset: str, cells, bundle: dict, targets, *, n_boot: int 
             term_corr = {t: round(float(np.exp(np.mean(np.log(c)))), 4) for t, c in gt["correction"].items()}
         if home_only is not None and target != home:
             c_ho, cal_ho = home_only(target)
-            cal_ho.check_disjoint(cell_ids(dataset, tc, target))
+            cal_ho.check_disjoint(tp["ids"])
             preds["steptime_home_only"] = predict_steptime(dataset, tc, target, c_ho)
             fitted["steptime_home_only"] = {"families": home_only.fitted_on(), "gpus": [home],
                                             "target_readings": 3, "what": "every family constant fitted on the "
                                             "home GPU's tables alone, then the target's three deploy readings"}
         if ml_full is not None:
-            preds["ml_loo_tuned_full"] = ml_full.predict(tc, target)
+            preds["ml_loo_tuned_full"] = tp["ml_loo_tuned_full"]
             fitted["ml_loo_tuned_full"] = dict(ml_full.fitted_on(target), what=(
                 "ml_loo's fair best: gradient-boosted trees on every row of every other GPU's table, the setting "
                 "chosen from the wide grid by leave-one-GPU-out CV on those GPUs (what fast: false gives ml_loo)"))
         if ml is not None:
-            preds["ml_loo"] = ml.predict(tc, target)
+            preds["ml_loo"] = tp["ml_loo"]
             fitted["ml_loo"] = dict(ml.fitted_on(target), what="gradient-boosted trees on every other GPU's "
                                     "table of this dataset, datasheet features beside the shapes")
         st_ratio = None
@@ -140,12 +137,58 @@ def transfer_records(dataset: str, cells, bundle: dict, targets, *, n_boot: int 
                     work(dataset, read), work(dataset, tc))
         order = [p for p in PREDICTORS if p in preds]
         scores = score_many({p: preds[p] for p in order}, meas, tc["tokens"].to_numpy(), phase, n_boot=n_boot,
-                            seed=seed, llm=llm_mask(dataset, tc))
+                            seed=seed, llm=tp["llm"], draws=memo.setdefault("draws", {}) if memo is not None else None)
         for name in order:
             recs.append({"dataset": dataset, "home_gpu": home, "target_gpu": target, "predictor": name,
                          "calibration_cells_excluded": int(excl.sum()), "fitted_on": fitted.get(name),
                          **scores[name], **({"term_corrections": term_corr} if name == "steptime_residual" else {})})
     return recs
+
+
+def target_part(dataset: str, tc, target: str, constants, cal, *, memo: dict | None = None, reading_ids=None,
+                steptime_fit=None, grey=None, ml=None, ml_full=None) -> dict:
+    """What `transfer_records` computes for one target's cells `tc` that does not depend on the home
+    bundle: the exclusions (calibration cells and reading ids; the cells scored, `tc`, and the readings,
+    `read`), the calibration's disjointness check, the cell ids, steptime's prediction (per operator for
+    the step: `st_pred`; summed: `steptime`), the grey box's terms, ml_loo's (and ml_loo_tuned_full's)
+    predictions, the measured latency, the phase and LLM masks and what steptime was fitted on.
+
+    With `memo` (kept by the caller across the home bundles of one dataset, every other argument the
+    same objects), a target whose cells equal (`DataFrame.equals`) cells it saw before under the same
+    `constants` and `cal` gets that earlier answer back instead of a recomputation."""
+    key = (dataset, target)
+    if memo is not None:
+        for tc0, c0, cal0, part in memo.get(key, ()):
+            if c0 is constants and cal0 is cal and tc0.equals(tc):
+                return part
+    tc_in = tc
+    excl = _calibration_mask(dataset, tc, target, cal)
+    extra = {tuple(c) for c in (reading_ids(target) if reading_ids is not None else [])}
+    if extra:
+        excl = excl | np.array([c in extra for c in cell_ids(dataset, tc, target)], dtype=bool)
+    read = tc[excl].reset_index(drop=True)
+    tc = tc[~excl].reset_index(drop=True)
+    ids = cell_ids(dataset, tc, target)
+    cal.check_disjoint(ids)
+    part = {"excl": excl, "read": read, "tc": tc, "ids": ids,
+            "phase": tc["phase"].to_numpy() if dataset == "aic_attention" else None,
+            "meas": tc["latency_ms"].to_numpy(dtype=float),
+            "st_fit": dict(steptime_fit(target)) if steptime_fit is not None else {"what": "defaults.yaml as shipped"}}
+    if dataset == "vidur_step":  # per operator: the steptime-scaled rows scale each one
+        part["st_pred"] = predict_layer_ops(tc, target, constants, per_op=True)
+        part["steptime"] = sum(part["st_pred"].values())
+    else:
+        part["st_pred"] = part["steptime"] = predict_steptime(dataset, tc, target, constants)
+    if grey is not None:
+        part["grey"] = grey.predict_terms(tc, target, constants)
+    if ml_full is not None:
+        part["ml_loo_tuned_full"] = ml_full.predict(tc, target)
+    if ml is not None:
+        part["ml_loo"] = ml.predict(tc, target)
+    part["llm"] = llm_mask(dataset, tc)
+    if memo is not None:
+        memo.setdefault(key, []).append((tc_in, constants, cal, part))
+    return part
 
 
 def _spec_scaled(bundle: dict, dataset: str, cells, home: str, target: str):

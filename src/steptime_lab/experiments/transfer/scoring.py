@@ -37,25 +37,56 @@ def _calibration_mask(dataset, cells, gpu, cal):
     return np.array([c in used or c[1:] in tails for c in ids], dtype=bool)
 
 
-def _ci_paired(errs: dict, n_boot: int, seed: int) -> dict:
-    """Percentile bootstrap 95 % intervals of the mean APE of several predictors on the SAME
-    cells, drawn with the same resamples (paired; seeded; chunked to bound memory)."""
-    n = len(next(iter(errs.values()))) if errs else 0
-    if n == 0:
-        return {k: [None, None] for k in errs}
+# resample counts kept by a `draws` cache (bytes, all keys together); the oldest key goes first
+DRAWS_BUDGET_BYTES = 320_000_000
+
+
+def _resample_counts(n: int, n_boot: int, seed: int):
+    """The bootstrap's resample counts per cell, chunk by chunk ((c x n) arrays, `n_boot` rows in
+    all): what `_ci_paired` draws for `n` cells. They depend on (n, n_boot, seed) alone."""
     rng = np.random.default_rng(seed)
-    keys = list(errs)
-    E = np.column_stack([np.asarray(errs[k], dtype=float) for k in keys])  # (n, predictors)
-    means = []
     chunk = max(1, int(2_000_000 // n))
     left = n_boot
     while left > 0:
         c = min(chunk, left)
         idx = rng.integers(0, n, size=(c, n))
-        # resample counts per cell (c x n), then every predictor's resampled mean in one product
-        counts = np.bincount((idx + (np.arange(c) * n)[:, None]).ravel(), minlength=c * n).reshape(c, n)
-        means.append(counts @ E / n)
+        yield np.bincount((idx + (np.arange(c) * n)[:, None]).ravel(), minlength=c * n).reshape(c, n)
         left -= c
+
+
+def _cached_counts(draws: dict, n: int, n_boot: int, seed: int) -> list:
+    """`_resample_counts` kept in `draws` (as the smallest unsigned type that holds them exactly),
+    within DRAWS_BUDGET_BYTES (least recently used dropped first)."""
+    key = (int(n), int(n_boot), int(seed))
+    if key in draws:
+        draws[key] = draws.pop(key)  # most recently used last
+        return draws[key]
+    out = []
+    for counts in _resample_counts(n, n_boot, seed):
+        top = int(counts.max())
+        dt = np.uint8 if top <= np.iinfo(np.uint8).max else np.uint16 if top <= np.iinfo(np.uint16).max else counts.dtype
+        out.append(counts.astype(dt))
+    draws[key] = out
+    while sum(a.nbytes for v in draws.values() for a in v) > DRAWS_BUDGET_BYTES and len(draws) > 1:
+        draws.pop(next(iter(draws)))
+    return out
+
+
+def _ci_paired(errs: dict, n_boot: int, seed: int, draws: dict | None = None) -> dict:
+    """Percentile bootstrap 95 % intervals of the mean APE of several predictors on the SAME
+    cells, drawn with the same resamples (paired; seeded; chunked to bound memory). `draws`: a dict
+    the caller keeps to reuse the resample counts of every (cells, n_boot, seed) seen before (the
+    same numbers: the counts are exact integers in any type, cast to float64 for the product as before)."""
+    n = len(next(iter(errs.values()))) if errs else 0
+    if n == 0:
+        return {k: [None, None] for k in errs}
+    keys = list(errs)
+    E = np.column_stack([np.asarray(errs[k], dtype=float) for k in keys])  # (n, predictors)
+    means = []
+    chunks = _cached_counts(draws, n, n_boot, seed) if draws is not None else _resample_counts(n, n_boot, seed)
+    for counts in chunks:
+        # resample counts per cell (c x n), then every predictor's resampled mean in one product
+        means.append(counts @ E / n)
     M = np.vstack(means)
     lo, hi = np.quantile(M, [0.025, 0.975], axis=0)
     return {k: [float(lo[i]), float(hi[i])] for i, k in enumerate(keys)}
@@ -66,9 +97,10 @@ def _ci(e, n_boot: int, seed: int):
     return _ci_paired({"e": e}, n_boot, seed)["e"]
 
 
-def score_many(preds: dict, meas, tokens, phase=None, n_boot: int = 1000, seed: int = 0, llm=None) -> dict:
+def score_many(preds: dict, meas, tokens, phase=None, n_boot: int = 1000, seed: int = 0, llm=None,
+               draws: dict | None = None) -> dict:
     """MAPE of several predictors over all cells, decode-sized and prefill-sized cells (and
-    LLM-shaped cells where `llm` is given), with paired bootstrap intervals."""
+    LLM-shaped cells where `llm` is given), with paired bootstrap intervals (`draws`: see `_ci_paired`)."""
     meas = np.asarray(meas, dtype=float)
     errs = {k: np.abs(np.asarray(p, dtype=float) - meas) / meas for k, p in preds.items()}
     if phase is not None:
@@ -83,7 +115,7 @@ def score_many(preds: dict, meas, tokens, phase=None, n_boot: int = 1000, seed: 
     out = {k: dict(base) for k in preds}
     for name, m in subsets:
         sub = {k: e[m] for k, e in errs.items()}
-        cis = _ci_paired(sub, n_boot, seed)
+        cis = _ci_paired(sub, n_boot, seed, draws=draws)
         for k, e in sub.items():
             out[k][f"mape_{name}"] = float(e.mean()) if e.size else None
             out[k][f"mape_{name}_ci"] = cis[k]
