@@ -20,7 +20,6 @@ Every term returned is seconds per step (arrays over steps); the dense path neve
 
 from __future__ import annotations
 
-from contextlib import contextmanager
 from types import MappingProxyType
 
 import numpy as np
@@ -218,84 +217,11 @@ def memory_bytes(model, kv_tokens, tp: int = 1, ep: int = 1, *, dtype: str = "bf
     return w + kv + state
 
 
-# Engine fields that only the host terms read (terms/host.py engine_dispatch_floor), never block_terms: a fit that
-# varies only these may reuse block_terms' result (reuse_block_terms).
-HOST_ONLY_FIELDS = ("gdn_eager_launch_us", "hybrid_eager_layer_us")
-_BLOCK_MEMO: dict | None = None  # while reuse_block_terms() is active: key -> (inputs kept alive, result)
-
-
-@contextmanager
-def reuse_block_terms():
-    """Within this block, block_terms called again on identical inputs returns its first result (copies of the
-    dicts, read-only arrays) instead of recomputing it; engines that differ only in HOST_ONLY_FIELDS count as
-    identical. Speed only: the same deterministic computation, so every number is the same. For grid fits
-    of a host field (moe_wallclock's leave-one-layout-out fits), where each grid value re-predicts the same steps."""
-    global _BLOCK_MEMO
-    outer = _BLOCK_MEMO
-    _BLOCK_MEMO = {} if outer is None else outer
-    try:
-        yield
-    finally:
-        _BLOCK_MEMO = outer
-
-
-def _engine_signature(engine):
-    """A hashable signature of `engine` blind to HOST_ONLY_FIELDS (None for no engine)."""
-    if engine is None:
-        return None
-    vals = tuple(sorted((n, v) for n, v in engine.values.items() if n not in HOST_ONLY_FIELDS))
-    fitted = tuple(sorted((g, n, v) for g, tbl in engine.fitted.items() for n, v in tbl.items()
-                          if n not in HOST_ONLY_FIELDS))
-    graphs = tuple(sorted((k, repr(v)) for k, v in engine.graphs.items()))
-    return (engine.key, engine.name, engine.host_terms, graphs, engine.allreduce_impl, engine.allreduce_fallback,
-            vals, fitted, engine.default, repr(dict(engine.ar_limits)), engine.backend)
-
-
-def _memo_key(args, kw):
-    """The memo key of one block_terms call: arrays by dtype, shape and bytes; objects (model, gpu, constants,
-    mc) by identity (kept alive in the memo, so an id cannot be reused); the engine by _engine_signature."""
-    def one(x):
-        if isinstance(x, np.ndarray):
-            return ("nd", x.dtype.str, x.shape, x.tobytes())
-        if x is None or isinstance(x, (bool, int, float, str)):
-            return (type(x).__name__, x)
-        return ("id", id(x))
-    return (tuple(one(a) for a in args),
-            tuple((k, _engine_signature(v) if k == "engine" else one(v)) for k, v in sorted(kw.items())))
-
-
-def _copy_result(res):
-    out, cb, factors = res
-    return dict(out), dict(cb), {k: dict(v) for k, v in factors.items()}
-
-
 def block_terms(model, gpu, step_id, new, kv, T, n_steps, *, tp, ep, dtype, kv_dtype, constants, mc, f_clk,
                 exchange: str = MOE_EXCHANGE_DEFAULT, engine=None):
     """{term: seconds per step}, {term: compute-bound flags}, {term: factors} of the MoE model's blocks.
     `exchange`: the engine's expert exchange between attention data-parallel ranks (Engine.moe_exchange());
-    `engine`: its profile, read for the collectives' path (agrs_time). Inside reuse_block_terms() a repeated call
-    returns the first call's result."""
-    if _BLOCK_MEMO is None:
-        return _block_terms(model, gpu, step_id, new, kv, T, n_steps, tp=tp, ep=ep, dtype=dtype, kv_dtype=kv_dtype,
-                            constants=constants, mc=mc, f_clk=f_clk, exchange=exchange, engine=engine)
-    args = (model, gpu, step_id, new, kv, T, n_steps)
-    kw = dict(tp=tp, ep=ep, dtype=dtype, kv_dtype=kv_dtype, constants=constants, mc=mc, f_clk=f_clk,
-              exchange=exchange, engine=engine)
-    key = _memo_key(args, kw)
-    hit = _BLOCK_MEMO.get(key)
-    if hit is None:
-        res = _block_terms(*args, **kw)
-        for d in res[:2]:
-            for a in d.values():
-                if isinstance(a, np.ndarray):
-                    a.setflags(write=False)
-        hit = _BLOCK_MEMO[key] = ((model, gpu, constants, mc), res)
-    return _copy_result(hit[1])
-
-
-def _block_terms(model, gpu, step_id, new, kv, T, n_steps, *, tp, ep, dtype, kv_dtype, constants, mc, f_clk,
-                 exchange: str = MOE_EXCHANGE_DEFAULT, engine=None):
-    """block_terms' computation (no memo)."""
+    `engine`: its profile, read for the collectives' path (agrs_time)."""
     check_exchange(exchange)
     _, ep, dp, moe_tp = check_layout(model, gpu, tp, ep, dtype)
     if not mc.has_dtype(dtype):

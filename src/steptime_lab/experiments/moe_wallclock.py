@@ -21,7 +21,6 @@ from functools import lru_cache
 import numpy as np
 import pandas as pd
 
-from steptime import moe_step
 from steptime.errors import SteptimeError
 from steptime.specs import get_model
 from steptime.specs.engines import get_engine
@@ -545,15 +544,11 @@ def _loo_grid_fit(by_layout: dict, keys: list, preds: dict, rows_of, field: str,
     if objective not in ("ape", "log"):
         raise SteptimeError(f"unknown fit objective {objective!r} (known: ape, log)")
     row_err = (lambda q: np.abs(q - 1.0)) if objective == "ape" else (lambda q: np.abs(np.log(q)))
-    if field not in moe_step.HOST_ONLY_FIELDS:
-        raise SteptimeError(f"_loo_grid_fit: {field!r} is not a host-only engine field "
-                            f"({', '.join(moe_step.HOST_ONLY_FIELDS)}); the grid reuses the block terms")
     err = {}
     for key in keys:
         r = by_layout[key][rows_of(by_layout[key])]
-        with moe_step.reuse_block_terms():  # the grid varies a host field only: the block terms repeat per value
-            err[key] = np.array([row_err(_pred_ms(r, preds[key], {field: float(t)}) / r["latency_ms"].to_numpy())
-                                 if len(r) else np.zeros(0) for t in grid]).reshape(len(grid), len(r))
+        err[key] = np.array([row_err(_pred_ms(r, preds[key], {field: float(t)}) / r["latency_ms"].to_numpy())
+                             if len(r) else np.zeros(0) for t in grid]).reshape(len(grid), len(r))
     per = {key: fit_gdn_eager_launch(err, key, grid) for key in keys}
     return per, {"all_layouts_us": fit_gdn_eager_launch(err, None, grid),
                  "fit_rows_per_layout": {_layout_name(k): int(err[k].shape[1]) for k in keys},
