@@ -246,12 +246,10 @@ def _fractions(pk: pd.DataFrame) -> dict:
 def document(r: dict) -> dict:
     t = r["targets"]
     cur, pk = r["curves"], r["picks"]
-    both = pk.dropna(subset=["top1"]) if "top1" in pk else pk.iloc[0:0]
     med_gpu = float(cur["mape_per_gpu"].median()) if len(cur) else None
     med_user = float(cur["mape_per_user"].median()) if len(cur) else None
-    top1 = float(both["top1"].astype(bool).mean()) if len(both) else None
-    w10 = float(both["within_10pct"].astype(bool).mean()) if len(both) else None
-    meets = float(both["pick_meets_measured"].astype(bool).mean()) if len(both) else None
+    fr = _fractions(pk)
+    top1, w10, meets = fr["top1"], fr["within_10pct"], fr["pick_meets_measured"]
     band = r.get("band")
     how = (f"; the pick keeps {band['headroom']:.1%} headroom under the SLO (steptime.plan.error_band: quantile "
            f"{band['quantile']:g} of the held-out TPOT errors of {', '.join(band['engines'])} on the same GPU, "
