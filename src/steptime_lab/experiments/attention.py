@@ -228,12 +228,20 @@ def predict(cells_gpu, gpu, fc: dict, warm_l2: bool = True, constants: Constants
     `constants`, None for the shipped ones): the attention term plus, for a prefill cell, the
     table's KV-cache write (`table_kv_write_s`; "t_kv_write"). `kv_write_s`: that write, already
     computed for these cells and `constants` (it does not depend on `fc`; the fits pass it once)."""
-    g = get_gpu(gpu)
-    x = cells_gpu
-    r = A.attention_cells(_col(x, "b"), _col(x, "s"), _col(x, "c"), _col(x, "H"),
-                          _col(x, "Hkv"), _col(x, "d"), g, require_constants(constants, "attention.predict"),
-                          kv_dtype=_col(x, "kv_dtype"), warm_l2=warm_l2, fc=fc)
-    r["t_kv_write"] = (kv_write_of(x, gpu, constants) if kv_write_s is None else np.asarray(kv_write_s, dtype=float))
+    kvw = kv_write_of(cells_gpu, gpu, constants) if kv_write_s is None else kv_write_s
+    return _attention_ms(cells_gpu, get_gpu(gpu), fc, constants, kvw, warm_l2=warm_l2, who="attention.predict")
+
+
+def _attention_ms(x, gpu_like, fc: dict, constants: Constants | None, kv_write_s, *, warm_l2: bool,
+                  f_clk=None, who: str, only_t: bool = False):
+    """The one evaluation behind `predict` (one GPU spec) and `_predict_rows` (a `GpuRows`): the attention
+    term of the cells plus the table KV write `kv_write_s` (s), times in ms; `only_t`: just the total."""
+    r = A.attention_cells(_col(x, "b"), _col(x, "s"), _col(x, "c"), _col(x, "H"), _col(x, "Hkv"), _col(x, "d"),
+                          gpu_like, require_constants(constants, who), kv_dtype=_col(x, "kv_dtype"), f_clk=f_clk,
+                          warm_l2=warm_l2, fc=fc)
+    if only_t:
+        return (np.asarray(r["t"]) + kv_write_s) * 1e3
+    r["t_kv_write"] = np.asarray(kv_write_s, dtype=float)
     r["t"] = np.asarray(r["t"]) + r["t_kv_write"]
     return {k: (np.asarray(v) * 1e3 if k.startswith("t") else v) for k, v in r.items()}
 
@@ -345,10 +353,8 @@ def _stack(parts: list) -> dict:
 
 def _predict_rows(x: dict, rows: GpuRows, fc: dict, constants: Constants, kv_write_s) -> np.ndarray:
     """`predict(...)["t"]` (ms) of cell rows of several GPUs (`rows`); `fc` values scalars or per-row arrays."""
-    r = A.attention_cells(x["b"], x["s"], x["c"], x["H"], x["Hkv"], x["d"], rows,
-                          require_constants(constants, "attention._predict_rows"), kv_dtype=x["kv_dtype"],
-                          f_clk=rows.f_clk, warm_l2=True, fc=fc)
-    return (np.asarray(r["t"]) + kv_write_s) * 1e3
+    return _attention_ms(x, rows, fc, constants, kv_write_s, warm_l2=True, f_clk=rows.f_clk,
+                         who="attention._predict_rows", only_t=True)
 
 
 def _calibrate_rows(sub: dict, gpus: list, fc: dict, constants: Constants, kvw) -> dict:
