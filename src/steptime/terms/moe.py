@@ -141,7 +141,12 @@ TILE_M = 64   # rows per grouped-GEMM tile: each expert's token rows are padded 
               # 64-row M tiles of the Triton / CUTLASS / TRT-LLM grouped GEMMs' small-batch configs)
 REGIMES = ("evicted", "resident")
 SM_STREAM_BYTES_PER_CLK = 64.0  # the nominal bytes per clock per SM of an SM-bound weight stream (eta_mem scales it)
-KERNEL_FAMILIES = ("trtllm", "cutlass", "marlin", "triton")
+# the grouped-GEMM implementations AIConfigurator's vLLM kernel-source names are matched to, in that order (the first
+# whose name the source contains): "oaitriton" is the gpt-oss MXFP4 path's OpenAI triton_kernels MoE
+# (`..._triton_oaitritonmxfp4expertsmonolithic`), other code than vLLM's own Triton fused-MoE kernel ("triton",
+# `..._triton_tritonexperts`), so it is its own family and the GPU's bf16 readings, taken on vLLM's Triton kernel, do not
+# scale it (E3.1, wave 27)
+KERNEL_FAMILIES = ("trtllm", "cutlass", "marlin", "oaitriton", "triton")
 # GPUs whose L2 is split in two partitions that each cache the lines their own GPCs read (DERIVED: the A100 whitepaper,
 # "each L2 partition localizes and caches data for memory accesses from SMs in the GPCs directly connected to the
 # partition", kept by GH100): a weight set every SM reads is held in both, so it stays resident up to half the L2.
