@@ -778,6 +778,30 @@ def test_cutlass_kernel_family_is_per_sm_generation():
     assert M.kernel_family("vllm_fp8moe_triton_tritonexperts", get_gpu("h100")) == "triton"
 
 
+def test_gpt_oss_triton_kernel_is_its_own_family():
+    # wave 27: the gpt-oss MXFP4 path runs OpenAI's triton_kernels MoE, other code than vLLM's Triton fused-MoE kernel
+    # (whose name it shares the "triton" substring with): its own family, so the bf16 readings do not scale it
+    from steptime_lab.experiments import moe as E
+
+    oai = "vllm_gptossmxfp4moe_triton_oaitritonmxfp4expertsmonolithic"
+    assert M.kernel_family(oai, get_gpu("h100")) == "oaitriton"
+    assert M.kernel_family("vllm_unquantizedfusedmoe_triton_tritonexperts", get_gpu("h100")) == "triton"
+    assert M.kernel_family("vllm_gptossmxfp4moe_marlin_marlinexperts", get_gpu("l40s")) == "marlin"
+    assert not E.readings_apply(M.kernel_family(oai), "triton")
+    assert ("mxfp4", "oaitriton") in E.SM_STREAM and "oaitriton" in E.EP_REMAP_FAMILIES
+    g = get_gpu("h100-sxm")
+    mc = M.MoEConstants(values={f"{k}:mxfp4": v for k, v in {
+        "eta_c": 0.5, "eta_mem_max": 0.8, "x_half": 0.5, "floor_us": 20.0, "token_passes": 1.0,
+        "local_token_passes": 1.0, "l2_fit": 0.5, "l2_bytes_per_clk_sm": 16.0}.items()},
+        per_gpu={g.key: {"s_c": 0.5, "s_mem": 0.5, "d_floor_us": -10.0, "family:bf16": "triton"}})
+    t = lambda fam: float(M.routed_experts_time(64, 2880, 2880, 4, 128, g, mc, dtype="mxfp4", routing="balanced",  # noqa: E731
+                                                family=fam)["t"])
+    neutral = M.MoEConstants(values=mc.values)
+    assert t("oaitriton") == float(M.routed_experts_time(64, 2880, 2880, 4, 128, g, neutral, dtype="mxfp4",
+                                                         routing="balanced", family="oaitriton")["t"])
+    assert t("triton") != t("oaitriton")
+
+
 # --------------------------------------------------------------------------- Llama 4 (wave 13)
 @pytest.mark.parametrize("key,total_b,active_b,moe,dense", [
     # model cards: Scout 109B total (with its vision tower, not represented here) and 17B active; Maverick 400B / 17B

@@ -141,7 +141,12 @@ TILE_M = 64   # rows per grouped-GEMM tile: each expert's token rows are padded 
               # 64-row M tiles of the Triton / CUTLASS / TRT-LLM grouped GEMMs' small-batch configs)
 REGIMES = ("evicted", "resident")
 SM_STREAM_BYTES_PER_CLK = 64.0  # the nominal bytes per clock per SM of an SM-bound weight stream (eta_mem scales it)
-KERNEL_FAMILIES = ("trtllm", "cutlass", "marlin", "triton")
+# the grouped-GEMM implementations AIConfigurator's vLLM kernel-source names are matched to, in that order (the first
+# whose name the source contains): "oaitriton" is the gpt-oss MXFP4 path's OpenAI triton_kernels MoE
+# (`..._triton_oaitritonmxfp4expertsmonolithic`), other code than vLLM's own Triton fused-MoE kernel ("triton",
+# `..._triton_tritonexperts`), so it is its own family and the GPU's bf16 readings, taken on vLLM's Triton kernel, do not
+# scale it (E3.1, wave 27)
+KERNEL_FAMILIES = ("trtllm", "cutlass", "marlin", "oaitriton", "triton")
 # GPUs whose L2 is split in two partitions that each cache the lines their own GPCs read (DERIVED: the A100 whitepaper,
 # "each L2 partition localizes and caches data for memory accesses from SMs in the GPCs directly connected to the
 # partition", kept by GH100): a weight set every SM reads is held in both, so it stays resident up to half the L2.
@@ -445,6 +450,8 @@ def routed_experts_time(tokens, hidden, inter, topk, num_experts, gpu, mc: MoECo
     there, a share 1 / (1 + (W / (f L2))^4) read at the L2 bandwidth c * SMs * boost clock).
     A family flagged `sm_stream` streams its weights at the SMs' issue rate instead of HBM's (E3.1: Hopper's fp8
     CUTLASS and mxfp4 Triton kernels run as fast on H100 as on H200, whose HBM is 1.43x faster).
+    A law with `tok_bytes_per_clk_sm` prices its per-pair token passes at smax_p(HBM time, SM-issue time) (E3.1,
+    wave 27: vLLM's Triton path, whose per-pair work does not follow HBM bandwidth across H100 and H200).
     A law with `ep_floor_us` adds it to the floor at ep > 1 (the kernel families whose expert parallelism is vLLM's own
     remap of the top-k ids to the rank's local experts: a fixed cost at the same local work, E3.1 wave 18).
     The kernel family picks the (dtype, family) constants where shipped (None: the GPU's own, else the dtype's).
@@ -498,6 +505,16 @@ def routed_experts_time(tokens, hidden, inter, topk, num_experts, gpu, mc: MoECo
     t_m = W * (1.0 - res) / (bw_stream * np.maximum(eta_m, 1e-9)) + W * res / bw_l2
     ep_f = np.asarray(ep, dtype=float)
     t_tok = (law("token_passes") + law("local_token_passes") / ep_f) * A / gpu.mem_bw
+    # a law with `tok_bytes_per_clk_sm` (vLLM's Triton fused-MoE path, E3.1 wave 27): the per-pair passes are small
+    # scattered accesses (output tiles zero-filled for pairs another EP rank holds, the activation and the top-k sum
+    # over every pair) bound by the SMs' issue rate as well as by HBM: the same bytes at tok_bytes_per_clk_sm x SMs x
+    # boost clock, the two overlapped as the law's compute and weight stream are (smax at overlap_p). OBSERVED: at the
+    # largest EP (one local expert) and 16,384 tokens H200 / H100 = 0.88 (1.50 / 1.71 ms) where HBM is 0.70
+    if _has_law(mc, "tok_bytes_per_clk_sm", dtype, family):
+        t_tok_sm = (law("token_passes") + law("local_token_passes") / ep_f) * A / (
+            law("tok_bytes_per_clk_sm") * gpu.sms * gpu.boost_mhz * 1e6)
+        t_tok = smax(t_tok, t_tok_sm, float(_law(mc, "overlap_p", dtype, family))
+                     if _has_law(mc, "overlap_p", dtype, family) else np.inf)
     # the activations' dynamic quantization (block-scaled dtypes: per-group scales computed from every token's bf16
     # hidden vector before the grouped GEMMs): quant_passes x the T x h bf16 input over HBM, on every EP rank for
     # every token (independent of ep and of top-k); 0 where the law has no such constant (E3.1, wave 15)
