@@ -299,3 +299,97 @@ def test_e3_2_metrics_report_the_token_scatter_per_gpu_and_mode():
     doc = E.document_a2a(r, target_pct=12.0)
     assert set(doc["metrics"]["token_scatter_pct"]) == {f"{g}/{m}" for g in ("b200", "h100-sxm") for m in ("ll", "ht")}
     assert all(np.isfinite(v) for v in doc["metrics"]["token_scatter_pct"].values())
+
+
+def _deepseek_router_ranks(ep, n_tokens=20000, E_=256, k=8, n_group=8, topk_group=4, seed=0):
+    """Monte Carlo of TensorRT-LLM's DeepSeekV3 router on random logits (sigmoid scores, a group's score the sum of
+    its two best, top topk_group groups, top-k inside them; zero correction bias, as the collector runs it): the
+    mean number of distinct remote ranks a token reaches, experts in contiguous blocks over the ep ranks."""
+    rng = np.random.default_rng(seed)
+    x = 1.0 / (1.0 + np.exp(-rng.standard_normal((n_tokens, E_))))
+    grp = x.reshape(n_tokens, n_group, E_ // n_group)
+    gscore = np.sort(grp, axis=2)[:, :, -2:].sum(axis=2)
+    keep = np.zeros((n_tokens, n_group), dtype=bool)
+    np.put_along_axis(keep, np.argsort(-gscore, axis=1)[:, :topk_group], True, axis=1)
+    x = np.where(np.repeat(keep, E_ // n_group, axis=1), x, -1.0)
+    top = np.argsort(-x, axis=1)[:, :k]
+    hit = np.zeros((n_tokens, ep), dtype=bool)
+    np.put_along_axis(hit, top // (E_ // ep), True, axis=1)
+    return float((hit.sum(axis=1)[:, None] - hit).mean())  # per source rank: the distinct ranks other than it
+
+
+def test_ht_remote_ranks_uniform_is_the_old_formula_and_grouped_follows_the_router():
+    """Uniform routing keeps (ep-1)(1-(1-1/ep)^k); DeepSeek-V3's group-limited router (n_group 8, topk_group 4)
+    sends a token to the ranks of its chosen groups: 3.5 of 7 remote ranks at EP 8, 2.357 of 3 at EP 4, within 2%
+    of a simulation of the router at EP 2-64 (the ranks-nested-in-groups branch above EP 8), which meets
+    the groups-nested-in-ranks branch at ep = n_group."""
+    for ep in (2, 4, 8, 16):
+        assert M.a2a_ht_remote_ranks(8, ep) == pytest.approx((ep - 1) * (1 - (1 - 1 / ep) ** 8), rel=1e-12)
+        assert M.a2a_ht_remote_ranks(8, ep, 8, 8) == pytest.approx(M.a2a_ht_remote_ranks(8, ep), rel=1e-12)
+    assert M.a2a_ht_remote_ranks(8, 8, 8, 4) == pytest.approx(3.5, rel=1e-12)
+    assert M.a2a_ht_remote_ranks(8, 4, 8, 4) == pytest.approx(3 * (1 - 15 / 70), rel=1e-12)
+    for ep in (2, 4, 8, 16, 32, 64):
+        assert M.a2a_ht_remote_ranks(8, ep, 8, 4) == pytest.approx(_deepseek_router_ranks(ep), rel=0.02), ep
+    # the spread branch at ep = n_group (both branches apply there, r = 1): (tg / g) (1 - 0) = tg / g
+    assert (8 - 1) * (4 / 8) * (1 - (1 - 1 / 1) * (1 - 1 / 4) ** 4) == pytest.approx(M.a2a_ht_remote_ranks(8, 8, 8, 4))
+    v = M.a2a_ht_remote_ranks(8, np.array([2.0, 4.0, 8.0, 16.0]), 8, 4)
+    assert np.all(np.diff(v) > 0) and np.all(v < M.a2a_ht_remote_ranks(8, np.array([2.0, 4.0, 8.0, 16.0])) + 1e-12)
+
+
+def test_ht_remote_ranks_refuses_what_it_does_not_model():
+    with pytest.raises(ValueError, match="topk_group <= n_group"):
+        M.a2a_ht_remote_ranks(8, 8, 4, 8)
+    with pytest.raises(ValueError, match="whole numbers"):
+        M.a2a_ht_remote_ranks(8, 8, 8.0, 4)
+    with pytest.raises(ValueError, match="top-k >= topk_group"):
+        M.a2a_ht_remote_ranks(2, 8, 8, 4)
+    with pytest.raises(ValueError, match="divide one another"):
+        M.a2a_ht_remote_ranks(8, 6, 8, 4)
+
+
+def test_grouped_routing_moves_only_the_normal_modes_bytes_and_time():
+    """a2a_bytes: the low-latency mode sends a copy per (token, expert) whatever the router; the normal mode's
+    bytes follow a2a_ht_remote_ranks. a2a_time passes the model's groups to both (a transfer-only law: the time
+    moves by the ranks' ratio)."""
+    assert M.a2a_bytes(128, 7168, 8, 8, "ll", 8, 4) == M.a2a_bytes(128, 7168, 8, 8, "ll")
+    r = M.a2a_ht_remote_ranks(8, 8, 8, 4) / M.a2a_ht_remote_ranks(8, 8)
+    assert M.a2a_bytes(128, 7168, 8, 8, "ht", 8, 4) == pytest.approx(r * M.a2a_bytes(128, 7168, 8, 8, "ht"), rel=1e-12)
+    mc = M.MoEConstants({**{f"a2a_floor_us:{m}:{p}": 0.0 for m in ("ll", "ht") for p in ("dispatch", "combine")},
+                         **{f"a2a_bw_gbps:{m}:{p}": 300.0 for m in ("ll", "ht") for p in ("dispatch", "combine")}})
+    for T in (16.0, 4096.0):
+        plain = float(M.a2a_time(T, 7168, 8, 8, "b200", mc, mode="ht"))
+        assert float(M.a2a_time(T, 7168, 8, 8, "b200", mc, mode="ht", n_group=8, topk_group=4)) == \
+            pytest.approx(r * plain, rel=1e-12)
+        assert float(M.a2a_time(T, 7168, 8, 8, "b200", mc, mode="ll", n_group=8, topk_group=4)) == \
+            pytest.approx(float(M.a2a_time(T, 7168, 8, 8, "b200", mc, mode="ll")), rel=1e-12)
+
+
+def test_a2a_cells_group_limits_only_a_grouped_models_shape_under_the_model_router():
+    """E3.2: with the model's router (TensorRT-LLM's collector) DeepSeek-V3's shape (a2a_shape_groups: n_group 8,
+    topk_group 4) moves its normal-mode bytes; Kimi-K2's (ungrouped) and every low-latency row do not; under the
+    uniform router (vLLM's collector) nothing moves."""
+    assert E.a2a_shape_groups()[(7168, 8, 256)] == (8, 4) and (7168, 8, 384) not in E.a2a_shape_groups()
+    assert E.A2A_MODEL_ROUTING == {"vllm": False, "trtllm": True}
+    rows = [dict(gpu="b200", backend=b, phase="dispatch", ep_size=ep, hidden_size=7168, topk=8, num_experts=E_,
+                 num_tokens=64, latency_ms=1.0)
+            for b in ("deepep_ll", "deepep_ht") for E_ in (256, 384) for ep in (4, 8)]
+    plain, model = E.a2a_cells(pd.DataFrame(rows)), E.a2a_cells(pd.DataFrame(rows), model_routing=True)
+    ratio = (model.set_index(["mode", "num_experts", "ep_size"]).a2a_bytes
+             / plain.set_index(["mode", "num_experts", "ep_size"]).a2a_bytes)
+    for (mode, E_, ep), v in ratio.items():
+        want = M.a2a_ht_remote_ranks(8, ep, 8, 4) / M.a2a_ht_remote_ranks(8, ep) if (mode, E_) == ("ht", 256) else 1.0
+        assert v == pytest.approx(want, rel=1e-12), (mode, E_, ep)
+
+
+def test_a2a_shape_groups_refuses_a_shape_two_routers_share(monkeypatch):
+    """Two listed models with one all-to-all shape (hidden, top-k, experts) and different group-limited routing
+    cannot both be right for that shape's rows: an error names them."""
+    from types import SimpleNamespace
+
+    def m(ng, tg):
+        return SimpleNamespace(hidden_size=7168, num_experts_per_tok=8, num_experts=256, n_group=ng, topk_group=tg)
+    monkeypatch.setattr(E, "moe_model_table", lambda: {"a": m(8, 4), "b": m(1, 1)})
+    with pytest.raises(ValueError, match="'a' and 'b' share the shape"):
+        E.a2a_shape_groups()
+    monkeypatch.setattr(E, "moe_model_table", lambda: {"a": m(8, 4), "b": m(8, 4)})
+    assert E.a2a_shape_groups() == {(7168, 8, 256): (8, 4)}

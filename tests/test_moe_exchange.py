@@ -128,3 +128,20 @@ def test_a_host_without_peer_to_peer_prices_the_exchange_on_its_host_path():
     for t in moe_step.BLOCK_TERMS:
         if t != "moe_a2a":
             assert a["terms_ms"][t][0] == b["terms_ms"][t][0], t
+
+
+def test_deepep_prices_a_group_limited_models_normal_mode_at_its_chosen_groups_ranks():
+    """moe_step passes the model's n_group / topk_group to terms.moe.a2a_time (E3.2: DeepEP's normal mode sends a
+    token once per rank of its chosen groups): DeepSeek-V3's prefill step is priced with them, its decode step (the
+    low-latency mode, a copy per expert) as without."""
+    m, g = get_model("deepseek-v3"), get_gpu("b200")
+    assert (m.n_group, m.topk_group) == (8, 4)
+    mc = M.MoEConstants.default()
+    for new_tokens, mode in ((512.0, "ht"), (1.0, "ll")):
+        sid, new, kv = np.zeros(8, dtype=np.int64), np.full(8, new_tokens), np.full(8, 1000.0)
+        r = predict_steps("deepseek-v3", "b200", sid, new, kv, 1, ep=8, engine="sglang")
+        T = np.array([8 * new_tokens])
+        want = M.a2a_time(T, m.hidden_size, m.num_experts_per_tok, 8, g, mc, mode=mode, n_group=8, topk_group=4)
+        assert r["terms_ms"]["moe_a2a"][0] == pytest.approx(m.n_moe_layers * want[0] * 1e3, rel=1e-12), mode
+        plain = M.a2a_time(T, m.hidden_size, m.num_experts_per_tok, 8, g, mc, mode=mode)
+        assert (want[0] < plain[0]) if mode == "ht" else (want[0] == plain[0])

@@ -362,8 +362,9 @@ def block_terms(model, gpu, step_id, new, kv, T, n_steps, *, tp, ep, dtype, kv_d
         put("moe_a2a", Lm * agrs_time(tokens, h, model.num_experts, ep if seq else dp, gpu, constants, engine))
     elif ep > 1 and dp > 1:
         decode_only = np.bincount(step_id, weights=(new > 1).astype(float), minlength=n_steps) == 0
-        ll = moe_terms.a2a_time(T, h, model.num_experts_per_tok, ep, gpu, mc, mode="ll")
-        ht = moe_terms.a2a_time(T, h, model.num_experts_per_tok, ep, gpu, mc, mode="ht")
+        groups = {"n_group": model.n_group, "topk_group": model.topk_group}  # the normal mode's destination ranks
+        ll = moe_terms.a2a_time(T, h, model.num_experts_per_tok, ep, gpu, mc, mode="ll", **groups)
+        ht = moe_terms.a2a_time(T, h, model.num_experts_per_tok, ep, gpu, mc, mode="ht", **groups)
         put("moe_a2a", Lm * np.where(decode_only, ll, ht))
     else:
         put("moe_a2a", zeros)

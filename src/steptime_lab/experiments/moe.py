@@ -917,14 +917,42 @@ A2A_MODES = {"deepep_ll": "ll", "deepep_ht": "ht"}
 A2A_PHASES = ("dispatch", "combine")
 
 
-def a2a_cells(df: pd.DataFrame) -> pd.DataFrame:
-    """DeepEP rows per mode, with the bytes each mode moves (terms.moe.a2a_bytes)."""
+# The router each engine's collector ran its all-to-all rows under (AIConfigurator's collector/wideep, read in the
+# search tools): vLLM's draws each token's top-k uniformly (torch.randperm over the experts: collect_moe_a2a.py's
+# VllmBenchmarkAdapter.benchmark), TensorRT-LLM's runs the model's serving router on random logits
+# (DeepSeekV3MoeRoutingMethod with the model's n_group / topk_group: collect_moe_a2a.py's _routing_method,
+# trtllm 1.3.0rc11), so its DeepSeek-V3 rows are group-limited (terms.moe.a2a_ht_remote_ranks). Found after E3.2's
+# held-out scores had been seen (DESIGN.md, "E3.2: the normal mode's destination ranks").
+A2A_MODEL_ROUTING = {"vllm": False, "trtllm": True}
+
+
+def a2a_shape_groups() -> dict:
+    """{(hidden, top-k, experts): (n_group, topk_group)} of the listed models' all-to-all shapes (moe_models.yaml;
+    the a2a tables key a shape without its expert width) whose router is group-limited; a shape two listed models
+    share with different routers is an error."""
+    out, seen = {}, {}
+    for k, m in moe_model_table().items():
+        key, groups = (m.hidden_size, m.num_experts_per_tok, m.num_experts), (m.n_group, m.topk_group)
+        if seen.setdefault(key, (k, groups))[1] != groups:
+            raise ValueError(f"a2a_shape_groups: {seen[key][0]!r} and {k!r} share the shape {key} with different "
+                             "group-limited routing")
+        if m.n_group > 1 and m.topk_group < m.n_group:
+            out[key] = groups
+    return out
+
+
+def a2a_cells(df: pd.DataFrame, model_routing: bool = False) -> pd.DataFrame:
+    """DeepEP rows per mode, with the bytes each mode moves (terms.moe.a2a_bytes); with `model_routing` (the
+    collector ran the model's own router, A2A_MODEL_ROUTING) a group-limited model's shape (a2a_shape_groups) moves
+    its normal-mode bytes to the ranks of its chosen groups."""
     d = df[df["backend"].isin(list(A2A_MODES))].copy()
     d["mode"] = d["backend"].map(A2A_MODES)
     d["a2a_bytes"] = 0.0
-    for mode, ix in d.groupby("mode").groups.items():
+    groups = a2a_shape_groups() if model_routing else {}
+    for (mode, *shape), ix in d.groupby(["mode", "hidden_size", "topk", "num_experts"]).groups.items():
         s = d.loc[ix]
-        d.loc[ix, "a2a_bytes"] = M.a2a_bytes(s.num_tokens, s.hidden_size, s.topk, s.ep_size, mode)
+        g, tg = groups.get(tuple(int(x) for x in shape), (1, 1))
+        d.loc[ix, "a2a_bytes"] = M.a2a_bytes(s.num_tokens, s.hidden_size, s.topk, s.ep_size, mode, g, tg)
     return d.sort_values(["gpu", "mode", "phase", "hidden_size", "topk", "num_experts", "num_tokens"]).reset_index(drop=True)
 
 
@@ -1141,8 +1169,8 @@ def a2a_scales(d: pd.DataFrame, gpu: str, law: dict, ref_gpus=None) -> dict:
     return sc
 
 
-def run_a2a(df: pd.DataFrame) -> dict:
-    d = a2a_cells(df)
+def run_a2a(df: pd.DataFrame, model_routing: bool = False) -> dict:
+    d = a2a_cells(df, model_routing)
     preds = np.full(len(d), np.nan)
     reading = np.zeros(len(d), dtype=bool)
     per_gpu = {}
@@ -1216,9 +1244,9 @@ def trtllm_a2a_cells(df: pd.DataFrame) -> pd.DataFrame:
 def run_a2a_engines(vllm: pd.DataFrame, trtllm: pd.DataFrame | None = None) -> dict:
     """E3.2 per engine: vLLM's DeepEP (its law ships, calibration/moe.yaml) and, where vendored, TensorRT-LLM's
     DeepEP, each held out by GPU with a law fitted on that engine's other GPUs (an engine's kernels are its own)."""
-    r = run_a2a(vllm)
+    r = run_a2a(vllm, A2A_MODEL_ROUTING["vllm"])
     if trtllm is not None and len(trtllm):
-        r["engines"] = {"trtllm": run_a2a(trtllm_a2a_cells(trtllm))}
+        r["engines"] = {"trtllm": run_a2a(trtllm_a2a_cells(trtllm), A2A_MODEL_ROUTING["trtllm"])}
     return r
 
 
@@ -1299,7 +1327,21 @@ def document_a2a(r: dict, target_pct: float) -> dict:
                             "relative reading for the low-latency floors; the relative normal-mode reading alone was "
                             "kept (vLLM H100 / H200 met, GB200 12.01 now misses by 0.01). token_scatter_pct (wave 24, a2a_token_scatter) "
                             "is a diagnostic added after the held-out scores had been seen, to say how much of a miss "
-                            "is the measurements' own scatter; it changes no prediction and no score."}
+                            "is the measurements' own scatter; it changes no prediction and no score. The normal "
+                            "mode's bytes under the collector's router (wave 27, A2A_MODEL_ROUTING, "
+                            "terms.moe.a2a_ht_remote_ranks: TensorRT-LLM's collector runs DeepSeek-V3's group-limited "
+                            "router, so a token reaches the ranks of its 4 chosen groups, 0.76x the uniform router's "
+                            "ranks at EP 8 and 0.87x at EP 4; vLLM's draws the top-k uniformly) were added after the "
+                            "held-out scores had been seen; the factor is the router's, fitted on nothing, and the "
+                            "DeepSeek-V3 over Kimi-K2 time at 65,536 tokens (0.75-0.80 at EP 8, 0.87-0.90 at EP 4 in "
+                            "TensorRT-LLM's table on both phases and every GPU; vLLM's: combine 0.94-1.01, dispatch "
+                            "0.94-0.97 on Blackwell, 0.80-0.84 on Hopper) is its own evidence. It was the only variant "
+                            "scored; the relative reading was kept (without it, TensorRT-LLM B200 / B300 6.5 -> 7.5, "
+                            "GB300 15.9 -> 18.0).",
+               "a2a_routing": {eng: ("model router (group-limited shapes: "
+                                     + ", ".join(f"{k}: n_group {v[0]}, topk_group {v[1]}"
+                                                 for k, v in sorted(a2a_shape_groups().items())) + ")")
+                               if on else "uniform top-k" for eng, on in A2A_MODEL_ROUTING.items()}}
     if engines:
         metrics["engines"] = engines
         metrics["met"] = int(sum(c["met"] for c in claims))
