@@ -235,3 +235,123 @@ def test_registered_e2_2_targets_match_issue_24():
     t = reg["experiments"]["E2.2"]["targets"] if "experiments" in reg else reg["E2.2"]["targets"]
     assert t["max_regret"] == 0.05 and t["greybox_max_regret"] == 0.05
     assert t["top1"] >= 0.8 and t["greybox_top1"] >= 0.8
+
+
+def test_reference_cells_leave_out_the_ranking_and_the_readings():
+    import pandas as pd
+
+    wl = {"model": "llama-3-8b", "tp": 4, "phase": "decode", "batch": 4, "kv_len": 1024, "tokens": 4}
+    gem, att = R.component_cells(wl)
+    rows = [{"gpu": "a", "m": 4, "n": n, "k": k, "latency_ms": 1.0} for _, _, n, k in gem]
+    rows += [{"gpu": "a", "m": 4, "n": 2048, "k": 2048, "latency_ms": 1.0},  # kept: same m, LLM-sized
+             {"gpu": "a", "m": 4, "n": 4096, "k": 4096, "latency_ms": 1.0},  # a reading: excluded
+             {"gpu": "a", "m": 8, "n": 2048, "k": 2048, "latency_ms": 1.0},  # another m: not a ranking regime
+             {"gpu": "a", "m": 4, "n": 512, "k": 2048, "latency_ms": 1.0}]  # not LLM-sized
+    base = {k: att[k] for k in R.ATTN_KEY}
+    arows = [dict(base, gpu="a", head_dim=128.0, latency_ms=1.0),  # the workload's own call: excluded
+             dict(base, gpu="a", head_dim=128.0, latency_ms=1.0, num_heads=32.0, num_kv_heads=8.0),  # kept
+             dict(base, gpu="a", head_dim=128.0, latency_ms=1.0, num_heads=32.0, num_kv_heads=8.0, kv_len=2048.0),
+             dict(base, gpu="a", head_dim=64.0, latency_ms=1.0, num_heads=16.0, num_kv_heads=8.0)]
+    g, a = R.reference_cells([wl], pd.DataFrame(rows), pd.DataFrame(arows), exclude_gemm=[(4, 4096, 4096)])
+    assert list(map(tuple, g.to_numpy())) == [(4, 2048, 2048)]
+    assert len(a) == 1 and a.iloc[0]["num_heads"] == 32.0 and a.iloc[0]["kv_len"] == 1024.0
+    with pytest.raises(ValueError):
+        R.reference_cells([], pd.DataFrame(rows), pd.DataFrame(arows))
+
+
+def test_regime_errors_score_the_predicted_ratio_of_two_gpus():
+    meas = np.array([[1.0, 2.0, np.nan], [1.0, 1.0, 1.0], [2.0, 2.0, 2.0]])
+    pred = np.array([[1.1, 2.2, 1.0], [1.0, 1.2, 1.0], [2.0, 2.0, 2.0]])  # a and b both 10% slow on cell 0
+    d = R.regime_errors(pred, meas, [1, 2, 2])
+    assert list(d) == [1, 2] and d[1]["cells"] == 1 and d[2]["cells"] == 2
+    assert d[1]["abs"][:2] == pytest.approx([0.1, 0.1]) and d[1]["pair"][0, 1] == pytest.approx(0.0)
+    assert np.isnan(d[1]["pair"][0, 2])  # c is not measured in regime 1
+    assert d[2]["pair"][0, 1] == pytest.approx(np.mean([1 / 1.2 - 1, 0]) * -1)  # |1/1.2 - 1| on one of two cells
+    assert d[2]["pair"][1, 0] == d[2]["pair"][0, 1] and d[2]["abs"][1] == pytest.approx(0.1)
+    with pytest.raises(ValueError):
+        R.regime_errors(pred, meas[:2], [1, 2, 2])
+
+
+def test_near_tie_band_counts_runner_ups_inside_the_held_out_pair_error():
+    wls = [{"model": "llama-3-8b", "tp": 4, "phase": "decode", "batch": 4, "kv_len": 1024, "tokens": 4},
+           {"model": "llama-3-8b", "tp": 4, "phase": "decode", "batch": 4, "kv_len": 1024, "tokens": 4}]
+    _, att = R.component_cells(wls[0])
+    pair = np.array([[np.nan, 0.03], [0.03, np.nan]])
+    ge = {4: {"abs": np.array([0.05, 0.05]), "pair": pair, "cells": 9}}
+    ae = {tuple(att[c] for c in R.ATTN_REGIME): {"abs": np.array([0.01, 0.01]), "pair": pair / 3, "cells": 9}}
+    mg = np.array([[1.0, 1.02], [1.0, 1.2]])  # workload 0: runner-up 1% slower; workload 1: 10% slower
+    ma = np.array([[1.0, 1.0], [1.0, 1.0]])
+    pg = np.array([[1.1, 1.0], [1.0, 1.5]])  # steptime picks b (wrong) in 0 and a (right) in 1
+    d = R.near_tie_band({"gemm": mg, "attention": ma}, {"gemm": pg, "attention": ma}, wls, ge, ae, ("a", "b"))
+    # band = 0.5 x 0.03 + 0.5 x 0.01 = 2%: workload 0 (gap 1%) is inside, workload 1 (gap 10%) outside
+    assert d["workloads"] == 2 and d["inside_pair_band"] == 1 and d["fraction_inside_pair_band"] == 0.5
+    assert d["pair_band_p50"] == pytest.approx(0.02)
+    assert d["top1_inside"] == 0.0 and d["top1_outside"] == 1.0
+    assert d["fraction_inside_own_mape_band"] == 0.5  # own band 3% (half of 5% + half of 1%)
+    assert d["by_best_runner_up"]["a|b"]["n"] == 2 and d["by_phase"]["prefill"]["n"] == 0
+    assert d["pair_errors_p50"]["a|b"]["gemm_decode"] == pytest.approx(0.03)
+    # realised on the ranking cells, best / runner-up (a / b): predicted 2.1 / 2 against 2 / 2.02,
+    # then 2 / 2.5 against 2 / 2.2
+    assert d["ranking_cell_pair_error"]["mean"] == pytest.approx(
+        np.mean([2.1 / 2 * 2.02 / 2 - 1, 1 - 2 / 2.5 * 2.2 / 2]))
+    assert d["by_measured_best"] == {"a": {"best": 2, "hits": 1, "picked": 1}, "b": {"best": 0, "hits": 0, "picked": 1}}
+    assert R.near_tie_band({"gemm": mg, "attention": ma}, {"gemm": pg, "attention": ma}, wls, {}, ae,
+                           ("a", "b"))["workloads"] == 0  # no reference in the GEMM regime: nothing scored
+    with pytest.raises(ValueError):
+        R.near_tie_band({"gemm": mg[:1], "attention": ma}, {"gemm": pg, "attention": ma}, wls, ge, ae, ("a", "b"))
+
+
+def test_near_tie_claim_is_reported_with_the_diagnosis():
+    res, wls, meas = _doc_inputs(0.01)
+    res["diagnosis"] = {"near_tie_band": {"fraction_inside_pair_band": 1.0, "inside_pair_band": 1, "workloads": 1,
+                                          "reference": {"gemm_cells": 5, "attention_cells": 3}}}
+    claims = R.ranking_document(res, wls, meas, "a", {"top1": 0.9})["claims"]
+    c = [x for x in claims if "closer than steptime's held-out error" in x["claim"]]
+    assert len(c) == 1 and c[0]["value"]["fraction_inside_pair_band"] == 1.0 and "met" not in c[0]
+    assert claims[-1] is c[0]  # appended last: the earlier claim ids do not move
+    assert "5 GEMM and 3 attention cells" in c[0]["comparison"]
+
+
+def test_near_tie_band_expected_top1_falls_with_the_band():
+    wls = [{"model": "llama-3-8b", "tp": 4, "phase": "decode", "batch": 4, "kv_len": 1024, "tokens": 4}] * 40
+    _, att = R.component_cells(wls[0])
+    mg, ma = np.tile([[1.0, 1.01]], (40, 1)), np.ones((40, 2))  # runner-up 0.5% slower everywhere
+
+    def expected(band):
+        pair = np.array([[np.nan, band], [band, np.nan]])
+        ge = {4: {"abs": np.zeros(2), "pair": pair, "cells": 1}}
+        ae = {tuple(att[c] for c in R.ATTN_REGIME): {"abs": np.zeros(2), "pair": pair, "cells": 1}}
+        return R.near_tie_band({"gemm": mg, "attention": ma}, {"gemm": mg, "attention": ma}, wls, ge, ae, ("a", "b"),
+                               seed=1, draws=50)["top1_expected_at_band_scale"]
+
+    assert expected(1e-6)["1"] == 1.0  # no error: the measured best is always found
+    e = expected(0.05)
+    assert 0.5 < e["1"] < 0.7  # a 5% pair error against a 0.5% gap: near a coin flip
+    assert list(e) == [f"{f:g}" for f in R.BAND_SCALES] and e["0.25"] > e["1"]  # a smaller band finds it more often
+
+
+def test_held_out_reference_errors_score_each_gpu_on_cells_outside_the_ranking():
+    import pandas as pd
+
+    from steptime.calibration import Constants
+    from steptime_lab.experiments.ratios import predict_steptime
+
+    wl = {"model": "llama-3-8b", "tp": 4, "phase": "decode", "batch": 4, "kv_len": 1024, "tokens": 4}
+    _, att = R.component_cells(wl)
+    gpus, scale = ("h100-sxm", "h200-sxm"), {"h100-sxm": 1.0, "h200-sxm": 1.25}  # h200 measures 25% slower
+    c = Constants.default()
+    gcells = pd.DataFrame({"m": [4, 4], "n": [2048, 8192], "k": [2048, 4096]})
+    acells = pd.DataFrame([dict({k: att[k] for k in R.ATTN_KEY}, num_heads=32.0, num_kv_heads=8.0, head_dim=128.0)])
+    grows, arows = [], []
+    for g in gpus:
+        grows.append(gcells.assign(gpu=g, latency_ms=predict_steptime("aic_gemm", gcells, g, c) * scale[g]))
+        arows.append(acells.assign(gpu=g, latency_ms=predict_steptime("aic_attention", acells, g, c) * scale[g]))
+    ge, ae, sizes = R.held_out_reference_errors([wl], pd.concat(grows), pd.concat(arows), gpus, constants=c)
+    assert sizes == {"gemm_cells": 2, "attention_cells": 1, "readings_excluded": 0}
+    assert ge[4]["abs"] == pytest.approx([0.0, 0.2]) and ge[4]["pair"][0, 1] == pytest.approx(0.25)
+    (key, e), = ae.items()
+    assert key == ("decode", 4.0, 1.0, 1024.0) and e["pair"][1, 0] == pytest.approx(0.25)
+    # no reference cell in the ranking's regimes: nothing to score, no error from the product
+    ge, ae, sizes = R.held_out_reference_errors([wl], pd.concat(grows).assign(m=8), pd.concat(arows).assign(kv_len=2.0),
+                                                gpus, constants=c)
+    assert ge == {} and ae == {} and sizes["gemm_cells"] == 0 and sizes["attention_cells"] == 0

@@ -461,6 +461,194 @@ def confusion_terms(pred_terms: dict, meas_terms: dict, wls, gpus=GPUS) -> dict:
     return out
 
 
+BAND_SCALES = (1.0, 0.5, 0.25)  # the pair band shrunk by these factors for the expected top-1
+REF_MIN_NK = 1024  # reference GEMM cells are LLM-sized: n and k at least this
+ATTN_KEY = ("phase", "batch_size", "new_tokens", "kv_len", "num_heads", "num_kv_heads")
+ATTN_REGIME = ("phase", "batch_size", "new_tokens", "kv_len")  # an attention cell's regime: its call, any heads
+
+
+def reference_cells(wls, gemm_cells_df, attn_cells_df, exclude_gemm=()) -> tuple:
+    """The cells OUTSIDE the ranking in the ranking's own regimes, to score the predictor on what it was
+    not ranked on: GEMM cells (m, n, k) at the workloads' token counts m with n, k >= REF_MIN_NK, and
+    attention cells (head_dim 128) at the workloads' (phase, batch, new tokens, KV length) with any heads;
+    none is a component cell of any workload, no GEMM cell is in `exclude_gemm` (the deploy readings,
+    (m, n, k)). Returns (gemm [m, n, k] and attention [ATTN_KEY + head_dim] frames, one row per cell)."""
+    gf, af = _frames(wls)
+    if not len(gf):
+        raise ValueError("reference_cells needs at least one workload")
+    skip = set(zip(gf["m"], gf["n"], gf["k"])) | {tuple(int(x) for x in c) for c in exclude_gemm}
+    g = gemm_cells_df[gemm_cells_df["m"].isin(set(gf["m"])) & (gemm_cells_df["n"] >= REF_MIN_NK)
+                      & (gemm_cells_df["k"] >= REF_MIN_NK)][["m", "n", "k"]].drop_duplicates()
+    g = g[np.array([c not in skip for c in zip(g["m"], g["n"], g["k"])], dtype=bool)]
+    g = g.sort_values(["m", "n", "k"]).reset_index(drop=True)
+    regimes = set(map(tuple, af[list(ATTN_REGIME)].itertuples(index=False)))
+    mine = set(map(tuple, af[list(ATTN_KEY)].itertuples(index=False)))
+    a = attn_cells_df[attn_cells_df["head_dim"] == 128][list(ATTN_KEY) + ["head_dim"]].drop_duplicates()
+    keep = [r[:4] in regimes and r not in mine for r in a[list(ATTN_KEY)].itertuples(index=False, name=None)]
+    a = a[np.array(keep, dtype=bool)].sort_values(list(ATTN_KEY)).reset_index(drop=True)
+    return g, a
+
+
+def regime_errors(pred, meas, regime) -> dict:
+    """Held-out errors per regime of one term ([n_cells, n_gpus] predicted and measured, NaN where a cell
+    is not measured on a GPU; `regime` a key per cell): per GPU the MAPE (`abs`), and per GPU pair the
+    mean |predicted ratio / measured ratio - 1| over the cells measured on both (`pair`, symmetric to
+    first order): how well the predictor orders two GPUs, which is what a ranking needs."""
+    pred, meas = np.asarray(pred, dtype=float), np.asarray(meas, dtype=float)
+    if pred.shape != meas.shape or pred.ndim != 2 or len(regime) != len(meas):
+        raise ValueError(f"pred and meas must be [n_cells, n_gpus] alike with one regime per cell, got "
+                         f"{pred.shape}, {meas.shape} and {len(regime)} regimes")
+    groups = {}
+    for j, r in enumerate(regime):  # tuples or scalars alike, in order of first appearance
+        groups.setdefault(r, []).append(j)
+    out = {}
+    for r, i in groups.items():
+        rel = pred[i] / meas[i]
+        ab = np.nanmean(np.abs(rel - 1.0), axis=0)
+        pair = np.full((meas.shape[1],) * 2, np.nan)
+        for a, b in combinations(range(meas.shape[1]), 2):
+            e = np.abs(rel[:, a] / rel[:, b] - 1.0)
+            e = e[np.isfinite(e)]
+            if len(e):
+                pair[a, b] = pair[b, a] = float(np.mean(e))
+        out[r] = {"abs": ab, "pair": pair, "cells": len(i)}
+    return out
+
+
+def near_tie_band(meas_terms: dict, pred_terms: dict, wls, gemm_err: dict, attn_err: dict, gpus=GPUS,
+                  seed: int = 0, draws: int | None = None) -> dict:
+    """How many workloads' measured best and runner-up are closer than the predictor's held-out error on
+    the terms that separate them (the negative result's size: a pick there is within the predictor's own
+    band, whichever it takes).
+
+    Per workload: b, r = the measured fastest and second GPUs, gap = t_r / t_b - 1 (measured). `gemm_err`
+    (keyed by token count m) and `attn_err` (keyed by ATTN_REGIME) are `regime_errors` of the two terms on
+    cells outside the ranking. The pair band is the measured term shares (on b) times the terms' pair-ratio
+    errors of (b, r) in the workload's regimes; the absolute band the smaller of the two GPUs' own
+    share-weighted MAPE. Reported: the fractions inside each band, and the predictor's top-1 (argmin)
+    inside and outside the pair band, overall and by phase and by (best, runner-up) pair.
+
+    `top1_expected_at_pair_band`: the mean top-1 of the measured times times an independent log-normal
+    error per (workload, GPU) whose sigma makes the expected |error| of a two-GPU ratio equal the workload's
+    pair band (E|X - Y| = 2 sigma / sqrt(pi) for X, Y ~ N(0, sigma)): what a predictor as accurate as
+    steptime's held-out pair ratios, with no systematic bias, would be expected to reach (seeded draws);
+    `top1_expected_at_band_scale` the same with the band times each of BAND_SCALES (how much more accurate
+    the sibling ratios would have to be). `ranking_cell_pair_error`: the same |predicted ratio / measured
+    ratio - 1| of (b, r) realised on the ranking's own cells (mean, median) and the top-1 expected of an
+    unbiased random error of that mean size: above steptime's top-1 where its error is systematic (one GPU
+    favoured), which `by_measured_best` (per GPU: measured best, hits, picks) shows."""
+    mg, ma = (np.asarray(meas_terms[k], dtype=float) for k in ("gemm", "attention"))
+    pred = np.asarray(pred_terms["gemm"], dtype=float) + np.asarray(pred_terms["attention"], dtype=float)
+    if not (mg.shape == ma.shape == pred.shape == (len(wls), len(gpus))):
+        raise ValueError(f"every term must be [n_workloads, n_gpus] = {(len(wls), len(gpus))}")
+    meas = mg + ma
+    rows = []
+    for i, wl in enumerate(wls):
+        b, r = (int(x) for x in np.argsort(meas[i], kind="stable")[:2])
+        _, att = component_cells(wl)
+        eg, ea = gemm_err.get(wl["tokens"]), attn_err.get(tuple(att[c] for c in ATTN_REGIME))
+        if eg is None or ea is None or not np.isfinite(eg["pair"][b, r]) or not np.isfinite(ea["pair"][b, r]):
+            continue  # no reference cell in this regime for this pair
+        w = mg[i] / meas[i]  # each GPU's measured GEMM share
+        band = w[b] * eg["pair"][b, r] + (1 - w[b]) * ea["pair"][b, r]
+        own = w * eg["abs"] + (1 - w) * ea["abs"]
+        gap = meas[i, r] / meas[i, b] - 1.0
+        rows.append((i, wl["phase"], f"{gpus[b]}|{gpus[r]}", gap, band, gap <= band, gap <= min(own[b], own[r]),
+                     int(np.argmin(pred[i])) == b, abs(pred[i, b] / pred[i, r] / (meas[i, b] / meas[i, r]) - 1.0)))
+    if not rows:
+        return {"workloads": 0}
+
+    def part(sel):
+        inside = [x for x in sel if x[5]]
+        outside = [x for x in sel if not x[5]]
+        return {"n": len(sel), "inside_pair_band": len(inside), "pair_band_p50": float(np.median([x[4] for x in sel])),
+                "top1_inside": float(np.mean([x[7] for x in inside])) if inside else None,
+                "top1_outside": float(np.mean([x[7] for x in outside])) if outside else None}
+
+    by_pair = {}
+    for x in rows:
+        by_pair.setdefault(x[2], []).append(x)
+    draws = NOISE_DRAWS if draws is None else int(draws)
+    idx = np.array([x[0] for x in rows])
+    sig = np.array([x[4] for x in rows]) * np.sqrt(np.pi) / 2.0
+    rng = np.random.default_rng(seed)
+    exp_top1 = {f"{f:g}": float(np.mean([_top1_of(meas[idx] * np.exp(rng.normal(0.0, 1.0, (len(idx), len(gpus)))
+                                                            * sig[:, None] * f), meas[idx])["top1"]
+                                          for _ in range(draws)])) for f in BAND_SCALES}
+    own_err = float(np.mean([x[8] for x in rows]))  # the realised pair error on the ranking's own cells
+    sig_own = np.full((len(idx), 1), own_err * np.sqrt(np.pi) / 2.0)
+    exp_own = float(np.mean([_top1_of(meas[idx] * np.exp(rng.normal(0.0, 1.0, (len(idx), len(gpus))) * sig_own),
+                                      meas[idx])["top1"] for _ in range(draws)]))
+    best, pick = np.argmin(meas[idx], axis=1), np.argmin(pred[idx], axis=1)
+    return {"workloads": len(rows), "skipped_no_reference": len(wls) - len(rows),
+            "top1_expected_at_pair_band": exp_top1["1"], "top1_expected_at_band_scale": exp_top1,
+            "ranking_cell_pair_error": {"mean": own_err, "p50": float(np.median([x[8] for x in rows])),
+                                        "top1_expected": exp_own},
+            "by_measured_best": {gpus[j]: {"best": int(np.sum(best == j)),
+                                           "hits": int(np.sum((best == j) & (pick == j))),
+                                           "picked": int(np.sum(pick == j))}
+                                 for j in range(len(gpus)) if np.any(best == j) or np.any(pick == j)},
+            "draws": int(draws), "seed": int(seed),
+            "fraction_inside_pair_band": float(np.mean([x[5] for x in rows])),
+            "fraction_inside_own_mape_band": float(np.mean([x[6] for x in rows])),
+            "gap_p50": float(np.median([x[3] for x in rows])), "pair_band_p50": float(np.median([x[4] for x in rows])),
+            **part(rows), "by_phase": {p: part([x for x in rows if x[1] == p]) for p in ("decode", "prefill")},
+            "by_best_runner_up": {k: part(v) for k, v in sorted(by_pair.items(), key=lambda kv: (-len(kv[1]), kv[0]))},
+            "pair_errors_p50": _pair_error_summary(gemm_err, attn_err, sorted(by_pair), gpus)}
+
+
+def _pair_error_summary(gemm_err: dict, attn_err: dict, pairs, gpus) -> dict:
+    """Per 'best|runner-up' pair: the median over regimes of each term's pair-ratio error, by phase
+    (GEMM decode: m <= 256 tokens, the ranking's decode batches; prefill: the chunks)."""
+    out = {}
+    for key in pairs:
+        a, b = (gpus.index(x) for x in key.split("|"))
+        row = {}
+        for term, err, is_dec in (("gemm", gemm_err, lambda r: r <= max(DECODE_BATCHES)),
+                                  ("attention", attn_err, lambda r: r[0] == "decode")):
+            for phase, want in (("decode", True), ("prefill", False)):
+                v = [e["pair"][a, b] for r, e in err.items() if is_dec(r) == want and np.isfinite(e["pair"][a, b])]
+                row[f"{term}_{phase}"] = float(np.median(v)) if v else None
+        out[key] = row
+    return out
+
+
+def held_out_reference_errors(wls, gemm_cells_df, attn_cells_df, gpus=GPUS, constants=None,
+                              constants_for=None) -> tuple:
+    """`regime_errors` of steptime's GEMM and attention terms on `reference_cells` (each GPU on its
+    held-out constants, its GEMM deploy readings excluded): ({m: errors}, {attention regime: errors}, sizes)."""
+    reads = set()
+    if constants_for is not None:
+        for g in gpus:
+            reads |= {tuple(c[2:5]) for c in constants_for(g)[1].all_cells()
+                      if isinstance(c, tuple) and len(c) == 5 and c[1] == "gemm"}
+    gref, aref = reference_cells(wls, gemm_cells_df, attn_cells_df, reads)
+    gk, ak = ["m", "n", "k"], list(ATTN_KEY)
+    pg, mg = np.full((len(gref), len(gpus)), np.nan), np.full((len(gref), len(gpus)), np.nan)
+    pa, ma = np.full((len(aref), len(gpus)), np.nan), np.full((len(aref), len(gpus)), np.nan)
+    for j, g in enumerate(gpus):
+        c = constants_for(g)[0] if constants_for is not None else constants
+        tg = gemm_cells_df[gemm_cells_df.gpu == g].groupby(gk)["latency_ms"].median()
+        if len(gref):  # the product refuses an empty cell list
+            mg[:, j] = tg.reindex(_cells_index(gref, gk)).to_numpy()
+            pg[:, j] = predict_steptime("aic_gemm", gref, g, c)
+        ta = attn_cells_df[(attn_cells_df.gpu == g) & (attn_cells_df.head_dim == 128)].groupby(ak)[
+            "latency_ms"].median()
+        if len(aref):
+            ma[:, j] = ta.reindex(_cells_index(aref, ak)).to_numpy()
+            pa[:, j] = predict_steptime("aic_attention", aref, g, c)
+    ge = regime_errors(pg, mg, list(gref["m"]))
+    ae = regime_errors(pa, ma, list(map(tuple, aref[list(ATTN_REGIME)].itertuples(index=False, name=None))))
+    return ge, ae, {"gemm_cells": len(gref), "attention_cells": len(aref), "readings_excluded": len(reads)}
+
+
+def _cells_index(frame, cols):
+    """A MultiIndex of `cols` of `frame` (for reindexing a grouped table onto given cells)."""
+    import pandas as pd
+
+    return pd.MultiIndex.from_frame(frame[cols])
+
+
 def _replicate_summary(res, scores) -> dict:
     """The flat-region replicate agreement beside steptime's top-1 on the same workloads (argmin picks)."""
     rep = res["diagnosis"].get("flat_region_replicates", {})
@@ -487,14 +675,17 @@ def _top1_of(pred, meas) -> dict:
 DIAGNOSIS_DISCLOSED = (
     "The diagnosis (top1_confusions, runner_up_gaps, diagnosis: which_term, twin_ratios, ceilings_in_sample, "
     "independent_error, gemm_flat_region_jitter, confusion_terms, flat_region_replicates, "
-    "gemm_sustained_work_ratios) was designed after E2.2's "
+    "gemm_sustained_work_ratios, near_tie_band) was designed after E2.2's "
     "scores had been seen (issue 24). It changes "
     "no predictor and no score. The ceilings are fitted on the scored workloads themselves: bounds on what a per-GPU "
     "factor could add, not predictors. The regimes (GEMM: phase x tokens; attention: phase x KV length), the error "
     "sigmas and m <= 8 for the flat region were chosen with the scores in view. Wave 24 (helper rank) added, after "
     "seeing the scores, flat_region_replicates' mean_pick_same_best (the pooled other-m replicates' pick per workload) "
     "and the claim that every wrong pick of steptime is within 5% of the measured best: that target is issue 24's "
-    "(config targets.max_regret), not set by the score; no predictor, constant, tie rule or other target changed.")
+    "(config targets.max_regret), not set by the score; no predictor, constant, tie rule or other target changed. "
+    "Wave 27 (helper rank) added near_tie_band after seeing the scores: its reference cells (outside the ranking, "
+    "n, k >= 1024, the ranking's token counts and attention calls), the share weighting and the pair-ratio MAPE "
+    "were chosen by the helper with the top-1 known; it changes no predictor and no score.")
 NOISE_SIGMAS = (0.005, 0.01, 0.02, 0.03)  # independent log-normal errors for the attainable-top-1 reference
 NOISE_DRAWS = 200
 
@@ -630,6 +821,8 @@ def run(gemm_cells_df, attn_cells_df, wls, meas, gemm_bundle=None, attn_bundle=N
         res["diagnosis"]["gemm_flat_region_jitter"] = flat_region_jitter(
             gemm_cells_df, GPUS, tuple(res["diagnosis"]["steptime"]["twin_ratios"]))
         res["diagnosis"]["gemm_sustained_work_ratios"] = sustained_work_ratios(gemm_cells_df)
+        ge, ae, sizes = held_out_reference_errors(wls, gemm_cells_df, attn_cells_df, GPUS, constants, constants_for)
+        res["diagnosis"]["near_tie_band"] = {**near_tie_band(meas_terms, terms, wls, ge, ae, GPUS), "reference": sizes}
     if grey is not None:  # what each GPU's grey box was fitted on (never that GPU's table)
         res["greybox_fitted_on"] = {g: {"gemm": _brief(grey[0].fitted_on(g)),
                                         "attention": _brief(grey[1].fitted_on(g))} for g in GPUS}
@@ -702,7 +895,7 @@ def ranking_document(res, wls, meas, home_gpu: str | None, targets: dict) -> dic
                 f"wrong pick's measured slowdown (target {targets['greybox_max_regret']}) and the pairs ordered "
                 "wrongly", target=targets["greybox_top1"], key="top1", met=sh["top1"] >= targets["greybox_top1"],
                 op=">=", unit="fraction of workloads"))
-        if set_name == "all" and "diagnosis" in res:
+        if set_name == "all" and "steptime" in res.get("diagnosis", {}):
             dg = res["diagnosis"]["steptime"]
             wrong = s["top1_regret_wrong_picks"]
             claims.append(claim(
@@ -732,6 +925,25 @@ def ranking_document(res, wls, meas, home_gpu: str | None, targets: dict) -> dic
                                 {"rf_verbatim_pair_ties": by["rf_verbatim"]["pair_ties"],
                                  "rf_spec_scaled_top1": by["rf_spec_scaled"]["top1"]},
                                 f"the RF profiled only {home_gpu}; its only way to rank is the spec-scaled transfer"))
+    if "near_tie_band" in res.get("diagnosis", {}):  # appended last: the earlier claim ids stay as they were
+        nt = res["diagnosis"]["near_tie_band"]
+        claims.append(claim(
+            "GPU set 'all': workloads whose measured fastest and second-fastest GPUs are closer than "
+            "steptime's held-out error on the terms that separate them (a pick there is inside the predictor's "
+            "own band)", {k: nt.get(k) for k in ("fraction_inside_pair_band", "inside_pair_band", "workloads",
+                                                 "top1_inside", "top1_outside", "gap_p50", "pair_band_p50",
+                                                 "fraction_inside_own_mape_band", "top1_expected_at_band_scale",
+                                                 "ranking_cell_pair_error", "by_measured_best")},
+            "per workload: the measured runner-up's gap (runner-up / fastest - 1) against the two GPUs' held-out "
+            "pair-ratio error (mean |predicted ratio / measured ratio - 1|) of the GEMM and attention terms in the "
+            "workload's regime (GEMM: same m; attention: same call, any heads), weighted by the measured term "
+            f"shares, on {nt.get('reference', {}).get('gemm_cells', 0)} GEMM and "
+            f"{nt.get('reference', {}).get('attention_cells', 0)} attention cells outside the ranking (each GPU on "
+            "its held-out constants, deploy readings excluded); steptime's top-1 (argmin) inside and outside that "
+            "band; the fraction whose gap is within the smaller of the two GPUs' own share-weighted MAPE; and "
+            "the top-1 expected of the measured times with an unbiased random error of the pair band's size, and "
+            "of half and a quarter of it (seeded draws); the pair error realised on the ranking's own cells and the top-1 an "
+            "unbiased error of that size would give; per GPU how often it is the measured best, a hit and picked"))
     metrics = {"by_gpu_set": {k: v for k, v in res["scores"].items()},
                "workloads": [dict(w, measured_ms={g: float(x) for g, x in zip(GPUS, meas[i])},
                                   steptime_ms={g: float(x) for g, x in zip(GPUS, res["pred"]["steptime"][i])},
