@@ -105,9 +105,13 @@ def test_eta_rule_reads_the_gemm_offset_and_drops_its_rows():
             if r.get("scope") is None and r["predictor"] == "steptime"}
     for g in ("a100-sxm", "h100-sxm", "a40"):
         assert mape[(g, "prefill", "new")] < mape[(g, "prefill", "old")]
-    doc = E.document(new, "E1.1", {"decode": 0.05, "prefill": 0.06}, previous=old)
+    doc = E.document(old, "E1.1", {"decode": 0.05, "prefill": 0.06}, alternative=new)
     assert "after seeing the scores" in doc["metrics"]["disclosed"]
-    assert any(c["claim"].startswith("before wave 27") for c in doc["claims"])
+    ctx = [c for c in doc["claims"] if c["claim"].startswith("beyond the three-reading contract")]
+    assert len(ctx) == 2 and all(c.get("met") is None for c in ctx)
+    for sub in ("decode", "prefill"):  # the scored claims are the contract's protocol, not the rule's
+        c = next(c for c in doc["claims"] if c["claim"] == f"h100-sxm: held-out MAPE of the per-layer step, {sub}-sized cells")
+        assert c["value"] == pytest.approx(mape[("h100-sxm", sub, "old")], abs=1e-4)
     with pytest.raises(ValueError, match="gemm_reading"):
         E.run(v, lc, n_boot=20, constants=C, gemm_reading="vidur")
 

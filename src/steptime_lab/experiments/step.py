@@ -362,27 +362,27 @@ SUBSETS = ("decode", "prefill")  # decode-sized and prefill-sized cells
 
 
 ETA_RULE_DISCLOSED = (
-    "Protocol change made after seeing the scores (wave 27, helper vread): each Vidur GPU's GEMM eta_active is read "
-    "from its own Vidur GEMM cells by a rule selected on the other Vidur GPUs alone (select_eta_rule: the (projection "
-    "operator, power-of-two prefill token count) whose median per-cell reading minimises the training GPUs' mean of "
-    "held-out decode and prefill MAPE), in place of AIConfigurator's 4096^3 cell (A100, H100) or the shipped fall-back "
-    "median (A40, no AIConfigurator table); the rows read (every model x TP row of the GPU at that token count) are "
-    "excluded from its scores. It replaces the compute reading's source (A100, H100: three readings as before; A40: "
-    "two, light and compute). The reading is one constant from the median of 21-29 profiled GEMM cells (one per "
-    "model x TP row; per_gpu.*.eta_active_rule.cells and cells_measured_ms), not one named cell as the AIConfigurator "
-    "contract's readings are: whether that counts as one deploy reading is the lead's call. Motivated by wave 26's finding (helper gpar) that Vidur's profiled GEMMs "
-    "run about 1.14x slower than AIConfigurator's at m >= 1024 on the same GPU; the rule family (one operator at one "
-    "token count, median over rows) was chosen after scratch scans showed single-cell and one-row rules selected on "
-    "two GPUs do not transfer. The light_bw_scale carried from the AIConfigurator streaming reading is solved as "
-    "before (its inversion sees the AIConfigurator compute reading through a one-token cell's compute branch: under "
-    "0.1% on eta_mem_max). The wave-26 protocol's scores are kept beside as context claims and metrics.old_protocol.")
+    "Context, not the scored protocol (wave 27, helper vread; built after seeing the scores): the same held-out run "
+    "with each Vidur GPU's GEMM eta_active read from its own Vidur GEMM cells by a rule selected on the other Vidur "
+    "GPUs alone (select_eta_rule: the (projection operator, power-of-two prefill token count) whose median per-cell "
+    "reading minimises the training GPUs' mean of held-out decode and prefill MAPE), in place of AIConfigurator's "
+    "4096^3 cell (A100, H100) or the shipped fall-back median (A40, no AIConfigurator table); the rows read (every "
+    "model x TP row of the GPU at that token count) are excluded from its scores. That reading is the median of "
+    "21-29 profiled GEMM cells (metrics.vidur_rule_protocol.per_gpu.*.eta_active_rule), more than the contract's "
+    "three readings per GPU allow, so the scored claims keep the contract's protocol (gemm_reading='aic') and the "
+    "rule's scores are reported beside them as context: they measure how much of the prefill miss is the offset "
+    "between the two profilers' GEMMs (wave 26, helper gpar: Vidur's GEMMs run about 1.14x slower than "
+    "AIConfigurator's at m >= 1024 on the same GPU), not the law. The rule family (one operator at one token count, "
+    "median over rows) was chosen after scratch scans showed single-cell and one-row rules selected on two GPUs do "
+    "not transfer; every one of the 12 candidate rules, scored afterwards, meets A40's prefill target, 9 of 12 "
+    "A100's and 7 of 12 H100's.")
 
 
-def document(r: dict, eid: str, targets: dict | None = None, previous: dict | None = None) -> dict:
+def document(r: dict, eid: str, targets: dict | None = None, alternative: dict | None = None) -> dict:
     """metrics + claims of E1.1, E1.1b or E1.20; E1.1 needs `targets` (held-out MAPE bound per
     subset, config/experiments.yaml E1.1 targets, e.g. {decode: 0.05, prefill: 0.06}). With
-    `previous` (E1.1: the same run under the earlier reading protocol, gemm_reading="aic"), its
-    per-GPU scores are kept beside as context claims and metrics.old_protocol."""
+    `alternative` (E1.1: the same run with gemm_reading="vidur_rule", beyond the three-reading contract), its
+    per-GPU scores are kept beside as context claims and metrics.vidur_rule_protocol."""
     recs = r["records"]
     if eid == "E1.1":
         claims = []
@@ -405,15 +405,18 @@ def document(r: dict, eid: str, targets: dict | None = None, previous: dict | No
                             {"prefill": 0.1734, "decode": 0.0586}, "round-1 figure, other telemetry"))
         metrics = {"records": recs, "per_gpu": r["per_gpu"], "layer_ops": list(VIDUR_LAYER_OPS),
                    "emb": "per step, not in the layer sum"}
-        if previous is not None:
-            old = [x for x in previous["records"] if x.get("scope") is None and x["predictor"] == "steptime"
+        if alternative is not None:
+            alt = [x for x in alternative["records"] if x.get("scope") is None and x["predictor"] == "steptime"
                    and x["subset"] in SUBSETS]
             for sub in SUBSETS:
-                claims.append(claim(f"before wave 27's reading change (eta_active from AIConfigurator's 4096^3 cell, "
-                                    f"A40 the fall-back median): held-out MAPE per GPU, {sub}-sized cells",
-                                    {x["gpu"]: round(x["mape"], 4) for x in old if x["subset"] == sub},
-                                    "context: the earlier protocol on the same rows (its reading rows not dropped)"))
-            metrics["old_protocol"] = {"gemm_reading": "aic", "records": old}
+                claims.append(claim(f"beyond the three-reading contract: eta_active read from the GPU's own Vidur GEMM "
+                                    f"cells (median of 21-29 cells by a rule chosen on the other Vidur GPUs; those "
+                                    f"rows dropped): held-out MAPE per GPU, {sub}-sized cells",
+                                    {x["gpu"]: round(x["mape"], 4) for x in alt if x["subset"] == sub},
+                                    "context: how much of the miss is the two profilers' GEMM offset"))
+            metrics["vidur_rule_protocol"] = {"gemm_reading": "vidur_rule", "records": alt,
+                                              "per_gpu": {g: {k: v for k, v in info.items() if k == "eta_active_rule"}
+                                                          for g, info in alternative["per_gpu"].items()}}
             metrics["disclosed"] = ETA_RULE_DISCLOSED
         return {"metrics": metrics, "claims": claims}
     if eid == "E1.1b":
