@@ -183,3 +183,20 @@ def test_datasheet_peak_and_bandwidth_are_absorbed_by_the_readings(monkeypatch):
     # an SM count is not absorbed: it changes the launch geometry the readings do not set
     g2 = dataclasses.replace(g0, sms=g0.sms - 20)
     assert not np.allclose(G.gemm_time(m, n, k, g2, params=p0)["t"], t0, rtol=2e-3)
+
+
+def test_a_fold_with_a_reading_fixed_from_elsewhere():
+    """`fixed` replaces a reading: its value is kept, its cell is no longer among the fold's
+    readings, and the other readings are solved around it (E1.1's Vidur compute reading)."""
+    truth = _truth()
+    rd = E.deploy_readings(_synthetic_table(truth), GPU)
+    glob = {nm: v[0] for nm, v in E.FIT_GLOBALS.items()}
+    doc = {"folds": {GPU: {"globals": glob, "readings": E._readings_json(rd)}}}
+    full = E.fold_from_json(doc, GPU, constants=C)
+    fixed = E.fold_from_json(doc, GPU, constants=C, fixed={"eta_active": 0.5})
+    assert fixed["params"]["eta_active"] == 0.5 and full["params"]["eta_active"] != 0.5
+    assert "eta_active" not in fixed["readings"] and set(full["readings"]) - set(fixed["readings"]) == {"eta_active"}
+    c_full, cells_full = E.with_fold(C, GPU, doc)
+    c_fixed, cells_fixed = E.with_fold(C, GPU, doc, fixed={"eta_active": 0.5})
+    assert len(cells_fixed) == len(cells_full) - 1 and c_fixed.get("eta_active", get_gpu(GPU)) == 0.5
+    assert E.gpu_params(GPU, glob, {}, constants=C, fixed={"eta_active": 0.6})["eta_active"] == 0.6

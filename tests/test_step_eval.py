@@ -61,3 +61,72 @@ def test_evaluate_families_registered():
 
     for f in ("attention_decode", "attention_prefill", "light", "host", "step"):
         assert f in FAMILIES
+
+
+def _toy_vidur_slow_gemm(slow: dict):
+    """Toy Vidur rows whose GEMM ops run `slow[gpu]` times the shipped prediction (light ops as predicted)."""
+    from steptime.step import VIDUR_GEMM
+
+    rows = []
+    for g in ("a100-sxm", "h100-sxm", "a40"):
+        for tp in (1, 2):
+            for T in (1, 8, 64, 1024, 2048, 4096):
+                ops = vidur_layer_ops("llama-2-7b", g, np.array([T]), tp=tp)
+                for op, v in ops.items():
+                    f = slow[g] if op in VIDUR_GEMM else 1.0
+                    rows.append(dict(gpu=g, model="llama-2-7b", tp=tp, num_tokens=T, op=op, latency_ms=float(v[0]) * f))
+    return pd.DataFrame(rows)
+
+
+def test_eta_rule_reads_the_gemm_offset_and_drops_its_rows():
+    """A Vidur table whose GEMMs are uniformly 1.15x slower than the law: the rule-read eta_active
+    falls by that factor (the compute-bound cells), the reading rows leave the scores, and the
+    prefill score beats the AIConfigurator-read protocol's."""
+    from steptime.specs import get_gpu
+
+    C = Constants.default()
+    v = _toy_vidur_slow_gemm({"a100-sxm": 1.15, "h100-sxm": 1.15, "a40": 1.15})
+    w = E.wide_cells(v)
+    cands = E.eta_rule_candidates(w, ["a100-sxm", "h100-sxm"])
+    assert cands[0] == (next(iter(E.VIDUR_GEMM)), 1024) and {T for _, T in cands} == {1024, 2048, 4096}
+    eta, cells = E.read_eta_active(w, "a100-sxm", ("mlp_up_proj", 4096), C)
+    assert len(cells) == 2 and all(c[4] == 4096 and c[5] == "mlp_up_proj" for c in cells)
+    assert eta == pytest.approx(C.get("eta_active", get_gpu("a100-sxm")) / 1.15, rel=0.03)
+    lc = LX.tidy_cells(v)
+    new = E.run(v, lc, n_boot=20, constants=C, gemm_reading="vidur_rule")
+    old = E.run(v, lc, n_boot=20, constants=C, gemm_reading="aic")
+    info = new["per_gpu"]["h100-sxm"]["eta_active_rule"]
+    assert info["chosen_on"] == ["a100-sxm", "a40"] and info["n_candidates"] == 12 and info["cells_measured_ms"] > 0
+    used = new["calibration"].to_dict()["eta_active[h100-sxm]"]["cells"]
+    assert len(used) == 2
+    scored = new["pred"]
+    assert not ((scored["gpu"] == "h100-sxm") & (scored["num_tokens"] == info["tokens"])).any()
+    mape = {(r["gpu"], r["subset"], p): r["mape"] for p, rr in (("new", new), ("old", old)) for r in rr["records"]
+            if r.get("scope") is None and r["predictor"] == "steptime"}
+    for g in ("a100-sxm", "h100-sxm", "a40"):
+        assert mape[(g, "prefill", "new")] < mape[(g, "prefill", "old")]
+    doc = E.document(old, "E1.1", {"decode": 0.05, "prefill": 0.06}, alternative=new)
+    assert "after seeing the scores" in doc["metrics"]["disclosed"]
+    ctx = [c for c in doc["claims"] if c["claim"].startswith("beyond the three-reading contract")]
+    assert len(ctx) == 2 and all(c.get("met") is None for c in ctx)
+    for sub in ("decode", "prefill"):  # the scored claims are the contract's protocol, not the rule's
+        c = next(c for c in doc["claims"] if c["claim"] == f"h100-sxm: held-out MAPE of the per-layer step, {sub}-sized cells")
+        assert c["value"] == pytest.approx(mape[("h100-sxm", sub, "old")], abs=1e-4)
+    with pytest.raises(ValueError, match="gemm_reading"):
+        E.run(v, lc, n_boot=20, constants=C, gemm_reading="vidur")
+
+
+def test_select_eta_rule_reads_only_the_training_gpus():
+    """The rule chosen for a GPU does not change when that GPU's own table is corrupted."""
+    C = Constants.default()
+    v = _toy_vidur_slow_gemm({"a100-sxm": 1.1, "h100-sxm": 1.2, "a40": 1.15})
+    w = E.wide_cells(v)
+    lc = LX.tidy_cells(v)
+    rule, table = E.select_eta_rule(w, lc, ["a100-sxm", "a40"], None, C)
+    bad = v.copy()
+    bad.loc[bad["gpu"] == "h100-sxm", "latency_ms"] *= np.where(bad.loc[bad["gpu"] == "h100-sxm", "num_tokens"] == 2048, 5.0, 0.2)
+    rule2, table2 = E.select_eta_rule(E.wide_cells(bad), LX.tidy_cells(bad), ["a100-sxm", "a40"], None, C)
+    assert rule == rule2 and [t["score"] for t in table] == [t["score"] for t in table2]
+    assert table[[(t["op"], t["tokens"]) for t in table].index(rule)]["score"] == min(t["score"] for t in table)
+    with pytest.raises(ValueError, match="two training GPUs"):
+        E.select_eta_rule(w, lc, ["a40"], None, C)

@@ -19,10 +19,14 @@ P = snakemake.params
 v = pd.read_parquet(snakemake.input.data)
 logging.info("Vidur operator table: %d rows, GPUs %s", len(v), sorted(v["gpu"].unique()))
 gemm_doc = json.loads(Path(snakemake.input.gemm_constants).read_text())
-r = E.run(v, LX.tidy_cells(v), seed=P.seed, n_boot=P.n_boot, gemm_doc=gemm_doc, constants=constants)
+cells = LX.tidy_cells(v)
+r = E.run(v, cells, seed=P.seed, n_boot=P.n_boot, gemm_doc=gemm_doc, constants=constants, gemm_reading="aic")
+# beyond the three-reading contract (eta_active from the GPU's own Vidur GEMM cells), kept beside in E1.1 as context
+r_alt = E.run(v, cells, seed=P.seed, n_boot=P.n_boot, gemm_doc=gemm_doc, constants=constants,
+              gemm_reading="vidur_rule")
 prov = rule_provenance(snakemake, calibration=r["calibration"].to_dict(), script="workflow/scripts/E1_1_step.py")
 for key, eid, q in (("e1_1", "E1.1", P.q1), ("e1_1b", "E1.1b", P.q1b), ("e1_20", "E1.20", P.q20)):
-    doc = E.document(r, eid, P.targets if eid == "E1.1" else None)
+    doc = E.document(r, eid, P.targets if eid == "E1.1" else None, alternative=r_alt if eid == "E1.1" else None)
     write_result(getattr(snakemake.output, key), id=eid, question=q, metrics=doc["metrics"], claims=doc["claims"],
                  provenance=prov)
     logging.info("%s: %d claims, %d met", eid, len(doc["claims"]), sum(bool(c.get("met")) for c in doc["claims"]))

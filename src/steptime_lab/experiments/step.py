@@ -10,6 +10,13 @@ AIConfigurator GEMM tables by E1.x GEMM experiments; Vidur cells never set them)
 light-kernel constants come from the OTHER Vidur GPUs (E1.1c's fit) and the GPU's own
 light_bw_scale (carried from its GEMM streaming reading when it has GEMM readings, else its
 one light deploy reading; that light cell's row is excluded from scoring either way).
+
+GEMM compute reading (`gemm_reading`): "aic" (the protocol through wave 26) keeps each GPU's
+eta_active as its AIConfigurator fold reads it (the 4096^3 cell; A40, with no AIConfigurator
+table, the shipped fall-back median); "vidur_rule" (wave 27) reads it from the GPU's own Vidur
+GEMM cells by a rule (`ETA_RULE_NOTE`) selected on the other Vidur GPUs alone
+(`select_eta_rule`); the rows behind the reading are excluded from scoring. It replaces the
+source of the compute reading, it adds no reading.
 """
 
 from __future__ import annotations
@@ -20,11 +27,12 @@ from steptime.calibration import Calibration, Constants
 from steptime_lab.experiments import gemm as GX
 from steptime_lab.experiments import light as LX
 from steptime_lab.metrics import score, signed_error
-from steptime_lab.regimes import size_class
+from steptime_lab.regimes import PREFILL_MIN_TOKENS, size_class
 from steptime.specs import get_gpu, get_model
 from steptime.step import VIDUR_GEMM, VIDUR_LAYER_OPS, VIDUR_LIGHT, vidur_layer_ops
 from steptime import plotting
-from steptime.step import TERMS, memory_bytes, predict_steps
+from steptime.step import TERMS, layer_shapes, memory_bytes, predict_steps
+from steptime.terms import gemm as G
 from steptime_lab.results import claim
 from steptime_lab.run_constants import require_constants
 
@@ -81,6 +89,116 @@ def held_out_constants(light_cells, gpu, gpus, gemm_doc: dict | None = None,
                "light_floor_us": floors, "light_p": knee, "deploy_cell": deploy_cell, "reading_cell": reading_cell}
 
 
+GEMM_READINGS = ("aic", "vidur_rule")
+ETA_RULE_NOTE = ("eta_active read from the GPU's own Vidur GEMM cells: the median over every model x TP row of the "
+                 "GPU of the compute reading each cell of one projection operator at one token count gives "
+                 "(contract.apply_readings on that cell's (m, n, k)); the (operator, token count) chosen on the "
+                 "other Vidur GPUs alone (select_eta_rule); those rows are excluded from the GPU's scores")
+ETA_RULE_NOTE_CELL = "one Vidur GEMM cell of the eta_active reading rule (ETA_RULE_NOTE)"
+
+
+def eta_rule_candidates(w, gpus) -> list:
+    """Candidate rules (op, tokens) of the Vidur compute reading: each projection GEMM operator at
+    each power-of-two prefill-sized token count (>= PREFILL_MIN_TOKENS) that every one of `gpus`
+    measured; ordered by tokens, then operator."""
+    toks = None
+    for g in gpus:
+        t = {int(x) for x in w.loc[w["gpu"] == g, "num_tokens"].unique()
+             if x >= PREFILL_MIN_TOKENS and int(x) & (int(x) - 1) == 0}
+        toks = t if toks is None else toks & t
+    if not toks:
+        raise ValueError(f"eta_rule_candidates: no power-of-two prefill-sized token count measured on every GPU of "
+                         f"{list(gpus)}")
+    return [(op, T) for T in sorted(toks) for op in VIDUR_GEMM]
+
+
+def read_eta_active(w, gpu, rule, constants) -> tuple[float, list]:
+    """(eta_active, reading cells) of `gpu` under `rule` = (op, tokens): the median of the compute
+    reading each of the GPU's rows at `tokens` gives for operator `op` (its (m, n, k) from the
+    model's layer shapes at the row's TP), every other constant as `constants` has it."""
+    op, T = rule
+    rows = w[(w["gpu"] == gpu) & (w["num_tokens"] == T)]
+    rows = rows[rows[op].notna()] if op in rows else rows.iloc[:0]
+    if rows.empty:
+        raise ValueError(f"read_eta_active: {gpu} has no Vidur {op} cell at {T} tokens")
+    from steptime_lab.experiments.gemm.contract import apply_readings
+
+    p = G.resolve(get_gpu(gpu), constants)
+    etas, cells = [], []
+    for model, tp, y in zip(rows["model"], rows["tp"].astype(int), rows[op].to_numpy(float)):
+        n, k = layer_shapes(get_model(model), tp)[VIDUR_GEMM[op]]
+        etas.append(apply_readings(gpu, p, {"eta_active": ((gpu, "vidur_gemm", int(T), int(n), int(k)), y)})["eta_active"])
+        cells.append((gpu, "vidur_gemm", model, int(tp), int(T), op))
+    return float(np.median(etas)), cells
+
+
+def with_eta_active(constants, gpu, eta, rule):
+    return constants.with_overrides({"eta_active": eta}, scope=f"gpu.{get_gpu(gpu).key}", provenance="MEASURED",
+                                    source=f"Vidur GEMM reading rule {rule[0]} at {rule[1]} tokens (median over rows)")
+
+
+ETA_ROUNDS = 3  # the Vidur compute reading and the fold's other readings, solved in turn (they meet in the overlap)
+
+
+def fold_constants(C0, gpu, gemm_doc, w=None, rule=None):
+    """(constants, AIConfigurator GEMM reading cells, Vidur reading cells): `C0` (the GPU's
+    `held_out_constants`) with its GEMM leave-one-GPU-out fold overlaid (`GX.with_fold`). With
+    `rule` (and the wide Vidur rows `w`), eta_active is read from the GPU's own Vidur cells
+    (`read_eta_active`) in place of the fold's AIConfigurator compute reading, solved in turn
+    with the fold's other readings (ETA_ROUNDS); the AIConfigurator compute cell is then not
+    among the returned cells."""
+    if rule is None:
+        C, gemm_cells = GX.with_fold(C0, gpu, gemm_doc)
+        return C, gemm_cells, []
+    eta = float(GX.NEUTRAL_START["eta_active"])
+    for _ in range(ETA_ROUNDS):
+        C, gemm_cells = GX.with_fold(C0, gpu, gemm_doc, fixed={"eta_active": eta})
+        eta, eta_cells = read_eta_active(w, gpu, rule, C)
+        if not gemm_cells:  # no fold: nothing else to solve against
+            break
+    return with_eta_active(C, gpu, eta, rule), gemm_cells, eta_cells
+
+
+def layer_prediction(w, gpu, constants) -> tuple[np.ndarray, dict]:
+    """(predicted layer ms per row, predicted ms per op) of one GPU's rows; an op the row did not
+    measure adds nothing."""
+    ops = predict_ops_frame(w, gpu, constants)
+    pred = np.zeros(len(w))
+    for op in VIDUR_LAYER_OPS:
+        pred += np.where(np.isnan(w[op].to_numpy()) if op in w else True, 0.0, ops[op])
+    return pred, ops
+
+
+def _drop_rows(w, gpu, tokens):
+    return w[~((w["gpu"] == gpu) & (w["num_tokens"] == tokens)).to_numpy()]
+
+
+def select_eta_rule(w, light_cells, train, gemm_doc, constants, candidates=None) -> tuple[tuple, list]:
+    """(rule, table): the (op, tokens) rule of the Vidur compute reading that minimises, over the
+    `train` GPUs, the mean of each GPU's held-out decode and prefill layer MAPE when that GPU
+    reads its own eta_active by the rule (its other constants held out within `train`: light
+    kernels fitted on the rest of `train`, its AIConfigurator fold) and the rows read are left
+    out of its score. Nothing of a GPU outside `train` is read. Ties go to the earlier candidate."""
+    train = list(train)
+    if len(train) < 2:
+        raise ValueError(f"select_eta_rule: needs at least two training GPUs, got {train}")
+    cands = list(candidates) if candidates is not None else eta_rule_candidates(w, train)
+    per = {c: [] for c in cands}
+    for o in train:
+        wo = w[w["gpu"] == o]
+        C0, _ = held_out_constants(light_cells, o, train, gemm_doc, constants)
+        for rule in cands:
+            C, _, _ = fold_constants(C0, o, gemm_doc, wo, rule)
+            x = _drop_rows(wo, o, rule[1]).reset_index(drop=True)
+            pred, _ = layer_prediction(x, o, C)
+            ape = np.abs(pred / x["layer_ms"].to_numpy() - 1.0)
+            per[rule].append(float(np.mean([ape[(x["size"] == s).to_numpy()].mean() for s in SUBSETS])))
+    table = [{"op": r[0], "tokens": r[1], "score": float(np.mean(v)), "per_gpu": dict(zip(train, v))}
+             for r, v in per.items()]
+    best = min(range(len(table)), key=lambda i: table[i]["score"])
+    return cands[best], table
+
+
 def predict_ops_frame(w, gpu, constants) -> dict:
     """Predicted ms per Vidur op for every row of one GPU (dict op -> array)."""
     out = {op: np.full(len(w), np.nan) for op in list(VIDUR_LAYER_OPS) + ["emb"]}
@@ -119,20 +237,42 @@ def ladder_ops(w, gpu, constants) -> dict:
 
 
 def run(vidur, light_cells, gpus=None, seed: int = 0, n_boot: int = 1000, gemm_doc: dict | None = None,
-        constants: Constants | None = None) -> dict:
+        constants: Constants | None = None, gemm_reading: str = "aic") -> dict:
     """Held out per GPU: light constants from the other Vidur GPUs and, with `gemm_doc`, the
     GEMM constants from the GPU's leave-one-GPU-out fold (else defaults.yaml as shipped,
-    whose GEMM globals were fitted on AIConfigurator tables of nine GPUs, never on Vidur rows)."""
+    whose GEMM globals were fitted on AIConfigurator tables of nine GPUs, never on Vidur rows).
+    `gemm_reading` (GEMM_READINGS): where eta_active comes from (module docstring)."""
     import pandas as pd
 
+    if gemm_reading not in GEMM_READINGS:
+        raise ValueError(f"run: gemm_reading must be one of {GEMM_READINGS}, got {gemm_reading!r}")
     w_all = wide_cells(vidur)
     gpus = gpus or sorted(w_all["gpu"].unique())
     cal = Calibration()
     recs, ladder, frames, decomp, per_gpu = [], [], [], [], {}
     for g in gpus:
-        C, info = held_out_constants(light_cells, g, gpus, gemm_doc, constants)
-        C, gemm_cells = GX.with_fold(C, g, gemm_doc)
+        rule = table = None
+        if gemm_reading == "vidur_rule":
+            others = [o for o in gpus if o != g]
+            own = set(eta_rule_candidates(w_all, [g]))
+            cands = [c for c in eta_rule_candidates(w_all, others) if c in own]
+            rule, table = select_eta_rule(w_all, light_cells, others, gemm_doc, constants, candidates=cands)
+        C0, info = held_out_constants(light_cells, g, gpus, gemm_doc, constants)
+        C, gemm_cells, eta_cells = fold_constants(C0, g, gemm_doc, w_all, rule)
         info["gemm_constants"] = "leave-one-GPU-out fold" if gemm_cells else "defaults.yaml as shipped"
+        info["gemm_reading"] = gemm_reading
+        eta_rows = None
+        if rule is not None:
+            eta = float(C.get("eta_active", get_gpu(g)))
+            old = float(fold_constants(C0, g, gemm_doc)[0].get("eta_active", get_gpu(g)))
+            cal.record(f"eta_active[{g}]", eta_cells, ETA_RULE_NOTE_CELL)
+            eta_rows = rule[1]
+            info["eta_active_rule"] = {"op": rule[0], "tokens": rule[1], "eta_active": eta, "eta_active_before": old,
+                                       "cells": len(eta_cells), "chosen_on": others,
+                                       "cells_measured_ms": float(np.nansum(w_all.loc[(w_all["gpu"] == g) & (
+                                           w_all["num_tokens"] == rule[1]), rule[0]].to_numpy(float))),
+                                       "candidates": sorted(table, key=lambda t: t["score"])[:5],
+                                       "n_candidates": len(table), "note": ETA_RULE_NOTE}
         per_gpu[g] = info
         if info["reading_cell"] == info["deploy_cell"]:
             cal.record(f"light_bw_scale[{g}]", [tuple(info["deploy_cell"])], LX.DEPLOY_NOTE)
@@ -146,12 +286,12 @@ def run(vidur, light_cells, gpus=None, seed: int = 0, n_boot: int = 1000, gemm_d
         dep = info["deploy_cell"]
         drop = (w["model"] == dep[2]) & (w["tp"] == dep[3]) & (w["num_tokens"] == dep[4])
         w = w[~drop.to_numpy()].reset_index(drop=True)
+        if eta_rows is not None:  # the rows behind the Vidur compute reading
+            w = _drop_rows(w, g, eta_rows).reset_index(drop=True)
         cal.check_disjoint([(c[0], "light", c[2], c[3], c[4], LX.DEPLOY_OP) for c in w["cell"]])
-        ops = predict_ops_frame(w, g, C)
+        cal.check_disjoint([(c[0], "vidur_gemm", c[2], c[3], c[4], op) for c in w["cell"] for op in VIDUR_GEMM])
+        pred, ops = layer_prediction(w, g, C)
         present = [op for op in VIDUR_LAYER_OPS]
-        pred = np.zeros(len(w))
-        for op in present:
-            pred += np.where(np.isnan(w[op].to_numpy()) if op in w else True, 0.0, ops[op])
         rung = ladder_ops(w, g, C)
         fr = w.copy()
         fr["pred_ms"] = pred
@@ -221,9 +361,28 @@ def signed(fr) -> np.ndarray:
 SUBSETS = ("decode", "prefill")  # decode-sized and prefill-sized cells
 
 
-def document(r: dict, eid: str, targets: dict | None = None) -> dict:
+ETA_RULE_DISCLOSED = (
+    "Context, not the scored protocol (wave 27, helper vread; built after seeing the scores): the same held-out run "
+    "with each Vidur GPU's GEMM eta_active read from its own Vidur GEMM cells by a rule selected on the other Vidur "
+    "GPUs alone (select_eta_rule: the (projection operator, power-of-two prefill token count) whose median per-cell "
+    "reading minimises the training GPUs' mean of held-out decode and prefill MAPE), in place of AIConfigurator's "
+    "4096^3 cell (A100, H100) or the shipped fall-back median (A40, no AIConfigurator table); the rows read (every "
+    "model x TP row of the GPU at that token count) are excluded from its scores. That reading is the median of "
+    "21-29 profiled GEMM cells (metrics.vidur_rule_protocol.per_gpu.*.eta_active_rule), more than the contract's "
+    "three readings per GPU allow, so the scored claims keep the contract's protocol (gemm_reading='aic') and the "
+    "rule's scores are reported beside them as context: they measure how much of the prefill miss is the offset "
+    "between the two profilers' GEMMs (wave 26, helper gpar: Vidur's GEMMs run about 1.14x slower than "
+    "AIConfigurator's at m >= 1024 on the same GPU), not the law. The rule family (one operator at one token count, "
+    "median over rows) was chosen after scratch scans showed single-cell and one-row rules selected on two GPUs do "
+    "not transfer; every one of the 12 candidate rules, scored afterwards, meets A40's prefill target, 9 of 12 "
+    "A100's and 7 of 12 H100's.")
+
+
+def document(r: dict, eid: str, targets: dict | None = None, alternative: dict | None = None) -> dict:
     """metrics + claims of E1.1, E1.1b or E1.20; E1.1 needs `targets` (held-out MAPE bound per
-    subset, config/experiments.yaml E1.1 targets, e.g. {decode: 0.05, prefill: 0.06})."""
+    subset, config/experiments.yaml E1.1 targets, e.g. {decode: 0.05, prefill: 0.06}). With
+    `alternative` (E1.1: the same run with gemm_reading="vidur_rule", beyond the three-reading contract), its
+    per-GPU scores are kept beside as context claims and metrics.vidur_rule_protocol."""
     recs = r["records"]
     if eid == "E1.1":
         claims = []
@@ -244,9 +403,22 @@ def document(r: dict, eid: str, targets: dict | None = None) -> dict:
                                         op="<=", unit="fraction"))
         claims.append(claim("reported in round 1 (A100, E1.1): prefill MAPE 17.34%, decode 5.86% after the GEMM fixes",
                             {"prefill": 0.1734, "decode": 0.0586}, "round-1 figure, other telemetry"))
-        return {"metrics": {"records": recs, "per_gpu": r["per_gpu"],
-                            "layer_ops": list(VIDUR_LAYER_OPS), "emb": "per step, not in the layer sum"},
-                "claims": claims}
+        metrics = {"records": recs, "per_gpu": r["per_gpu"], "layer_ops": list(VIDUR_LAYER_OPS),
+                   "emb": "per step, not in the layer sum"}
+        if alternative is not None:
+            alt = [x for x in alternative["records"] if x.get("scope") is None and x["predictor"] == "steptime"
+                   and x["subset"] in SUBSETS]
+            for sub in SUBSETS:
+                claims.append(claim(f"beyond the three-reading contract: eta_active read from the GPU's own Vidur GEMM "
+                                    f"cells (median of 21-29 cells by a rule chosen on the other Vidur GPUs; those "
+                                    f"rows dropped): held-out MAPE per GPU, {sub}-sized cells",
+                                    {x["gpu"]: round(x["mape"], 4) for x in alt if x["subset"] == sub},
+                                    "context: how much of the miss is the two profilers' GEMM offset"))
+            metrics["vidur_rule_protocol"] = {"gemm_reading": "vidur_rule", "records": alt,
+                                              "per_gpu": {g: {k: v for k, v in info.items() if k == "eta_active_rule"}
+                                                          for g, info in alternative["per_gpu"].items()}}
+            metrics["disclosed"] = ETA_RULE_DISCLOSED
+        return {"metrics": metrics, "claims": claims}
     if eid == "E1.1b":
         dec = r["decomposition"]
         claims = []

@@ -87,10 +87,12 @@ def with_globals(gpu: str, base: dict, glob: dict) -> dict:
     return p
 
 
-def gpu_params(gpu: str, glob: dict, readings: dict, *, constants: Constants, paradigm: str | None = None) -> dict:
+def gpu_params(gpu: str, glob: dict, readings: dict, *, constants: Constants, paradigm: str | None = None,
+               fixed: dict | None = None) -> dict:
     """The full parameter set for `gpu`: the run's constants (`base_params`), then fitted globals,
-    then its readings."""
-    return apply_readings(gpu, with_globals(gpu, base_params(gpu, constants), glob), readings, paradigm=paradigm)
+    then `fixed` (per-GPU values taken from elsewhere, e.g. a reading of another table), then its readings."""
+    return apply_readings(gpu, {**with_globals(gpu, base_params(gpu, constants), glob), **(fixed or {})}, readings,
+                          paradigm=paradigm)
 
 
 def loo(df, gpus=None, *, constants: Constants, seed: int = 0, n_per_gpu: int = FIT_SAMPLE, max_nfev: int = 60,
@@ -127,23 +129,27 @@ def _readings_from_json(doc: dict, gpu: str) -> dict:
     return {name: (tuple(v["cell"]), float(v["latency_ms"])) for name, v in doc["folds"][gpu]["readings"].items()}
 
 
-def fold_from_json(doc: dict, gpu: str, paradigm: str | None = None, *, constants: Constants) -> dict:
+def fold_from_json(doc: dict, gpu: str, paradigm: str | None = None, *, constants: Constants,
+                   fixed: dict | None = None) -> dict:
     """`gpu`'s leave-one-GPU-out fold of a settle() document: its globals, readings and the
-    parameters they give over `constants` (the run's)."""
-    readings = _readings_from_json(doc, gpu)
+    parameters they give over `constants` (the run's). `fixed` {name: value}: per-GPU constants
+    set from elsewhere; the readings of those names are not applied (nor returned)."""
+    fixed = dict(fixed or {})
+    readings = {nm: r for nm, r in _readings_from_json(doc, gpu).items() if nm not in fixed}
     glob = dict(doc["folds"][gpu]["globals"])
-    return {"globals": glob, "params": gpu_params(gpu, glob, readings, constants=constants, paradigm=paradigm),
-            "readings": readings}
+    return {"globals": glob, "readings": readings,
+            "params": gpu_params(gpu, glob, readings, constants=constants, paradigm=paradigm, fixed=fixed)}
 
 
-def with_fold(constants, gpu: str, doc: dict | None):
+def with_fold(constants, gpu: str, doc: dict | None, fixed: dict | None = None):
     """`constants` with `gpu`'s leave-one-GPU-out GEMM fold overlaid (globals fitted on the other
-    GPUs plus its own three deploy readings). Returns (constants, the fold's reading cells);
-    unchanged, with no cells, when `doc` has no fold for the GPU."""
+    GPUs plus its own three deploy readings; `fixed` as in `fold_from_json` replaces a reading).
+    Returns (constants, the fold's reading cells); unchanged, with no cells, when `doc` has no
+    fold for the GPU."""
     key = get_gpu(gpu).key
     if not doc or key not in doc.get("folds", {}):
         return constants, []
-    fold = fold_from_json(doc, key, constants=constants)
+    fold = fold_from_json(doc, key, constants=constants, fixed=fixed)
     constants = constants.with_overrides(fold["params"], scope=f"gpu.{key}", provenance="FITTED",
                                          source="GEMM leave-one-GPU-out fold (results/calibration/gemm_constants.json)")
     return constants, [tuple(cell) for cell, _ in fold["readings"].values()]
