@@ -1001,3 +1001,52 @@ def test_fit_law_check_refuses_a_law_it_does_not_match(monkeypatch):
         law.check(p0)
     with pytest.raises(ValueError, match="dtype 'bf16'"):
         E._FitLaw(E._groups(d), len(d), "bf16", names, {"unpadded_rows": 0.0, "tile_m": 64.0})
+
+
+def test_fit_starts_start_the_sm_bound_per_pair_law_from_each_pass_value_and_others_from_p0():
+    """fit_starts: p0 alone for a law without tok_bytes_per_clk_sm; with it, p0 with both per-pair passes at each
+    TOKEN_PASS_STARTS value (the first is P0's own, so a fit whose first start is best is unchanged); a start of
+    another length than the names is refused."""
+    from steptime_lab.experiments import moe as E
+
+    names, p0, _, _ = E.law_params("bf16")
+    (only,) = E.fit_starts(names, p0)
+    assert only.tolist() == list(p0)
+    names, p0, _, _ = E.law_params("bf16", ep_floor=True, tok_sm=True)
+    starts = E.fit_starts(names, p0)
+    assert len(starts) == len(E.TOKEN_PASS_STARTS) == 2
+    assert starts[0].tolist() == list(p0)   # TOKEN_PASS_STARTS[0] is P0's token passes
+    for v, x in zip(E.TOKEN_PASS_STARTS, starts):
+        for j, k in enumerate(names):
+            want = v if k in ("token_passes", "local_token_passes") else p0[j]
+            assert x[j] == want
+    with pytest.raises(ValueError, match="starting values"):
+        E.fit_starts(names, p0[:-1])
+
+
+def test_fit_dtype_keeps_the_lowest_cost_start(monkeypatch):
+    """fit_dtype runs the least-squares fit from every start of fit_starts and keeps the one with the lowest training
+    cost, whichever order the starts come in (a stand-in solver whose cost is the start's token passes, 0.3 < 1.0)."""
+    import types
+
+    import scipy.optimize
+
+    from steptime_lab.experiments import moe as E
+
+    d = _fit_cells().assign(family="triton")
+    d["latency_ms"] = 1.0
+    starts = []
+
+    def fake(resid, x0, **_):
+        starts.append(float(x0[0]))
+        names = E.law_params("fp8_block", True, False, True)[0]
+        return types.SimpleNamespace(x=np.asarray(x0, dtype=float), cost=float(x0[names.index("token_passes")]))
+
+    monkeypatch.setattr(scipy.optimize, "least_squares", fake)
+    monkeypatch.setattr(E, "TILE_CHOICES", (64,))
+    monkeypatch.setattr(E, "UNPADDED_CHOICES", (0,))
+    for order in (E.TOKEN_PASS_STARTS, tuple(reversed(E.TOKEN_PASS_STARTS))):
+        monkeypatch.setattr(E, "TOKEN_PASS_STARTS", order)
+        law = E.fit_dtype(d, "fp8_block")
+        assert "tok_bytes_per_clk_sm" in law and law["token_passes"] == min(order) == law["local_token_passes"]
+    assert len(starts) == 4
