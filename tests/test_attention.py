@@ -144,6 +144,63 @@ def test_per_gpu_constants_carried_from_gemm_readings():
         E.reading_ratios(c, ["h200-sxm"], fcg, {"h100-sxm": readings["h100-sxm"]}, constants=Constants.default())
 
 
+def test_silicon_class_peers_share_the_kernel_family_and_the_sm_version():
+    lanes = {"h100-sxm": "fa3", "h200-sxm": "fa3", "b200": "trtllm", "gb200": "trtllm", "b300": "trtllm",
+             "a100-sxm": "fa2", "l40s": "fa2"}
+    gpus = list(lanes)
+    assert E.silicon_class_peers("b200", gpus, lanes) == ["gb200"]  # sm100; b300 is sm103
+    assert E.silicon_class_peers("b300", gpus, lanes) == []
+    assert E.silicon_class_peers("a100-sxm", gpus, lanes) == []  # l40s runs fa2 on sm89
+    assert E.silicon_class_peers("h100-sxm", gpus, lanes) == []  # a one-SM-version lane: its lane ratio is the class's
+    mixed = {**lanes, "a100-sxm": "fa3"}  # a lane spanning sm80 and sm90
+    assert E.silicon_class_peers("h100-sxm", gpus, mixed) == ["h200-sxm"]
+    assert E.silicon_class_peers("h100-sxm", gpus, {**mixed, "h200-sxm": "fa2"}) == []  # another kernel family
+
+
+def test_class_carried_ceiling_is_the_peers_own_value_the_rest_ride_the_gemm_readings():
+    """With a silicon-class peer, attn_eta_ceil is the peer's own solved value (the GPU's GEMM eta_active
+    plays no part); floor and stream stay ratio x reading; without a peer the ceiling is carried as before."""
+    c = _toy_cells()
+    fcg = {k: v[0] for k, v in E.FIT_GLOBALS.items()}
+    readings = {"h100-sxm": {"kernel_floor_us": 2.5, "eta_mem_max": 0.8, "eta_active": 0.9},
+                "h200-sxm": {"kernel_floor_us": 2.0, "eta_mem_max": 0.9, "eta_active": 0.6}}
+    own = E.own_constants(c, ["h100-sxm"], fcg, constants=Constants.default())["h100-sxm"]
+    fc, ratios, cls = E.carried_constants(c, "h200-sxm", ["h100-sxm"], ["h100-sxm"], fcg, readings,
+                                          constants=Constants.default())
+    assert cls == {"attn_eta_ceil": pytest.approx(own["attn_eta_ceil"])}
+    assert fc["attn_eta_ceil"] == pytest.approx(own["attn_eta_ceil"])
+    assert fc["attn_floor_us"] == pytest.approx(own["attn_floor_us"] * 2.0 / 2.5)
+    assert ratios == E.reading_ratios(c, ["h100-sxm"], fcg, readings, constants=Constants.default())
+    fc0, _, cls0 = E.carried_constants(c, "h200-sxm", ["h100-sxm"], [], fcg, readings, constants=Constants.default())
+    assert cls0 == {} and fc0["attn_eta_ceil"] == pytest.approx(own["attn_eta_ceil"] * 0.6 / 0.9)
+    assert E.from_gemm_readings(fcg, ratios, readings["h200-sxm"], {"attn_eta_ceil": 1.2})["attn_eta_ceil"] == 1.0
+    with pytest.raises(ValueError, match="class peers"):
+        E.class_values({}, ["h100-sxm"])
+    with pytest.raises(ValueError, match="no GEMM readings"):
+        E.carried_constants(c, "b200", ["h100-sxm"], [], fcg, readings, constants=Constants.default())
+
+
+def test_shipped_class_carried_ceiling_is_a_shared_fit_not_a_reading_of_the_gpu():
+    from steptime.calibration import cell_record
+
+    gcell = {"attn_floor_us": ["b200", "gemm", 1, 32, 32], "attn_eta_mem": ["b200", "gemm", 1, 16384, 16384],
+             "attn_eta_ceil": ["b200", "gemm", 4096, 4096, 4096]}
+    shipped = {"globals": {}, "lanes": {"trtllm": {}}, "lane_of": {"b200": "trtllm", "b300": "trtllm"},
+               "per_gpu": {"b200": {"attn_floor_us": 8.0, "attn_eta_mem": 0.9, "attn_eta_ceil": 0.63},
+                           "b300": {"attn_floor_us": 8.0, "attn_eta_mem": 0.9, "attn_eta_ceil": 0.70}},
+               "reading_ratios": {"trtllm": {"attn_floor_us": 5.0, "attn_eta_mem": 1.1, "attn_eta_ceil": 0.86}},
+               "gemm_cells": {"b200": gcell, "b300": {k: ["b300", *v[1:]] for k, v in gcell.items()}},
+               "class_of": {"b200": ["b200", "gb200"]},
+               "class_cells": {"b200": {"attn_eta_ceil": [("b200", "attention", "prefill", 1, 16384),
+                                                          ("gb200", "attention", "prefill", 1, 16384)]}}}
+    ups = {(u["scope"], u["name"]): u for u in E.defaults_updates(shipped, pd.DataFrame({"gpu": ["b200"]}))}
+    ceil = ups[("gpu.b200", "attn_eta_ceil")]
+    assert ceil["value"] == 0.63 and "b200, gb200" in ceil["source"]
+    assert [set(cell_record(c)) for c in ceil["cells"]] == [{"sample"}]  # no reading of the GPU's own
+    assert ups[("gpu.b200", "attn_floor_us")]["cells"] == [gcell["attn_floor_us"]]
+    assert ups[("gpu.b300", "attn_eta_ceil")]["cells"] == [["b300", "gemm", 4096, 4096, 4096]]
+
+
 def test_gemm_reading_cells_name_the_gemm_deploy_cells():
     doc = {"folds": {"h100-sxm": {"readings": {
         "eta_active": {"cell": ["h100-sxm", "gemm", 4096, 4096, 4096], "latency_ms": 0.2},

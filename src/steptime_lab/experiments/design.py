@@ -106,7 +106,8 @@ def llm_weight_check(cells, gemm_doc: dict, targets, weights=(1.0, 10.0), *, see
             fcg = AX.fit_globals(cells, others, seed, n_sample=n_sample, max_nfev=max_nfev, llm_weight=float(w),
                                    constants=constants)
             readings = GX.readings_in_fold(gemm_doc, t, gpus, constants=constants)
-            fc = AX.from_gemm_readings(fcg, AX.reading_ratios(cells, others, fcg, readings, constants), readings[t])
+            fc = AX.carried_constants(cells, t, others, AX.silicon_class_peers(t, gpus, lanes), fcg, readings,
+                                      constants)[0]
             x = cells[cells["gpu"] == t].reset_index(drop=True)
             dep = set(x["cell"].iloc[list(AX.deploy_cells(x).values())])
             ev = x[~x["cell"].isin(dep) & x["llm"]].reset_index(drop=True)
