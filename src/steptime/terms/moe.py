@@ -505,15 +505,15 @@ def routed_experts_time(tokens, hidden, inter, topk, num_experts, gpu, mc: MoECo
     eta_m = law("eta_mem_max") * (1.0 if sm_stream else reads.get("s_mem", gpu, 1.0)) * x / (x + law("x_half"))
     t_m = W * (1.0 - res) / (bw_stream * np.maximum(eta_m, 1e-9)) + W * res / bw_l2
     ep_f = np.asarray(ep, dtype=float)
-    t_tok = (law("token_passes") + law("local_token_passes") / ep_f) * A / gpu.mem_bw
+    pass_bytes = (law("token_passes") + law("local_token_passes") / ep_f) * A   # the per-pair passes' bytes
+    t_tok = pass_bytes / gpu.mem_bw
     # a law with `tok_bytes_per_clk_sm` (vLLM's Triton fused-MoE path, E3.1 wave 27): the per-pair passes are small
     # scattered accesses (output tiles zero-filled for pairs another EP rank holds, the activation and the top-k sum
     # over every pair) bound by the SMs' issue rate as well as by HBM: the same bytes at tok_bytes_per_clk_sm x SMs x
     # boost clock, the two overlapped as the law's compute and weight stream are (smax at overlap_p). OBSERVED: at the
     # largest EP (one local expert) and 16,384 tokens H200 / H100 = 0.88 (1.50 / 1.71 ms) where HBM is 0.70
     if _has_law(mc, "tok_bytes_per_clk_sm", dtype, family):
-        t_tok_sm = (law("token_passes") + law("local_token_passes") / ep_f) * A / (
-            law("tok_bytes_per_clk_sm") * gpu.sms * gpu.boost_mhz * 1e6)
+        t_tok_sm = pass_bytes / (law("tok_bytes_per_clk_sm") * gpu.sms * gpu.boost_mhz * 1e6)
         t_tok = smax(t_tok, t_tok_sm, float(_law(mc, "overlap_p", dtype, family))
                      if _has_law(mc, "overlap_p", dtype, family) else np.inf)
     # the activations' dynamic quantization (block-scaled dtypes: per-group scales computed from every token's bf16

@@ -168,10 +168,16 @@ def readings_apply(own_family: str, bf16_family: str | None) -> bool:
 SM_STREAM = {("fp8", "cutlass_sm90"), ("mxfp4", "oaitriton")}
 
 
+def ran_only(train: pd.DataFrame, dt: str, families) -> bool:
+    """Whether dt has training cells and every one of them ran a kernel family of `families` (the test behind
+    each per-family law option: sm_stream, ep_remap, batch_cost, token_sm)."""
+    fams = set(train.loc[train.sdtype == dt, "family"])
+    return bool(fams) and fams <= set(families)
+
+
 def sm_stream(train: pd.DataFrame, dt: str) -> bool:
     """Whether every training cell of dt ran a family of SM_STREAM."""
-    fams = set(train.loc[train.sdtype == dt, "family"])
-    return bool(fams) and all((dt, f) in SM_STREAM for f in fams)
+    return ran_only(train, dt, {f for d, f in SM_STREAM if d == dt})
 
 
 # dtypes whose activations vLLM quantizes dynamically before the grouped GEMMs (block scales computed per token group:
@@ -218,20 +224,17 @@ TOKEN_SM_P0, TOKEN_SM_LO, TOKEN_SM_HI = 8.0, 0.5, 128.0   # bytes per clock per 
 
 def token_sm(train: pd.DataFrame, dt: str) -> bool:
     """Whether every training cell of dt ran a family of TOKEN_SM_FAMILIES."""
-    fams = set(train.loc[train.sdtype == dt, "family"])
-    return bool(fams) and fams <= TOKEN_SM_FAMILIES
+    return ran_only(train, dt, TOKEN_SM_FAMILIES)
 
 
 def batch_cost(train: pd.DataFrame, dt: str) -> bool:
     """Whether every training cell of dt ran a family of BATCH_FAMILIES."""
-    fams = set(train.loc[train.sdtype == dt, "family"])
-    return bool(fams) and fams <= BATCH_FAMILIES
+    return ran_only(train, dt, BATCH_FAMILIES)
 
 
 def ep_remap(train: pd.DataFrame, dt: str) -> bool:
     """Whether every training cell of dt ran a family of EP_REMAP_FAMILIES."""
-    fams = set(train.loc[train.sdtype == dt, "family"])
-    return bool(fams) and fams <= EP_REMAP_FAMILIES
+    return ran_only(train, dt, EP_REMAP_FAMILIES)
 
 
 def law_params(dt: str, ep_floor: bool = False, batch: bool = False, tok_sm: bool = False) -> tuple:
@@ -358,10 +361,10 @@ class _FitLaw:
                               lambda: smax(t_c, t_m, float(v["overlap_p"])))
 
             def t_tokens():
-                t_tok = (v["token_passes"] + v["local_token_passes"] / q["ep_f"]) * q["A"] / q["mem_bw"]
+                pass_bytes = (v["token_passes"] + v["local_token_passes"] / q["ep_f"]) * q["A"]
+                t_tok = pass_bytes / q["mem_bw"]
                 if self.has["tok_bytes_per_clk_sm"]:
-                    t_tok_sm = (v["token_passes"] + v["local_token_passes"] / q["ep_f"]) * q["A"] / (
-                        v["tok_bytes_per_clk_sm"] * q["sms"] * q["boost"] * 1e6)
+                    t_tok_sm = pass_bytes / (v["tok_bytes_per_clk_sm"] * q["sms"] * q["boost"] * 1e6)
                     t_tok = smax(t_tok, t_tok_sm, float(v["overlap_p"]) if "overlap_p" in v else np.inf)
                 if self.has["quant_passes"]:
                     t_tok = t_tok + v["quant_passes"] * 2.0 * q["h"] * q["T"] / q["mem_bw"]
