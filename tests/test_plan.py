@@ -350,11 +350,19 @@ def test_headroom_asks_every_percentile_to_sit_inside_its_bound(res, wl):
     ({"headroom": 1.0}, "headroom must be a fraction in"),
     ({"headroom": float("nan")}, "headroom must be a fraction in"),
     ({"headroom": "0.1"}, "headroom must be a fraction in"),
+    ({"headroom": True}, "headroom must be a fraction in"),
+    ({"percentile": True}, "--percentile must be in"),
     ({"headroom": 0.1, "attainment": True}, "headroom applies to percentile SLOs"),
 ])
 def test_bad_headroom_one_line(wl, kw, msg):
     with pytest.raises(PlanError, match=msg):
         plan(M, wl, slo_ttft_s=0.5, slo_tpot_s=0.05, gpus=["h100-sxm"], jobs=1, **{**SMALL, **kw})
+
+
+def test_a_bool_is_not_an_slo(wl):
+    # a bool is an int to Python: before wave 28, slo_ttft_s=True passed as a 1-second SLO
+    with pytest.raises(PlanError, match="TTFT SLO must be a time > 0"):
+        plan(M, wl, slo_ttft_s=True, slo_tpot_s=0.05, gpus=["h100-sxm"], jobs=1, **SMALL)
 
 
 def test_cli_headroom(capsys):

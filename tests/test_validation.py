@@ -16,7 +16,7 @@ from steptime.errors import (BatchError, InputError, MemoryFitError, ModelConfig
                              UnknownGPUError, UnknownModelError, UnsupportedModelError)
 from steptime.specs import get_model, model_from_config
 from steptime.step import Batch, Group, Request, memory_bytes, predict_steps
-from steptime.validation import F_CLK_MAX_BOOST, MAX_DIM, MAX_REQUESTS
+from steptime.validation import F_CLK_MAX_BOOST, MAX_DIM, MAX_REQUESTS, is_real
 from refusals import clean, refuses, run_cli  # tests/refusals.py: the one refusal shape
 
 NAN, INF = float("nan"), float("inf")
@@ -557,3 +557,10 @@ def test_evaluate_api_unknown_gpu(gpus):
     with pytest.raises(UnknownGPUError) as e:
         evaluate("host", gpus)
     assert "known: a100-sxm" in clean(e)
+
+
+@pytest.mark.parametrize("x, ok", [(1, True), (0.5, True), (np.float32(2.0), True), (np.int64(3), True), (-1e9, True),
+                                   (True, False), (np.bool_(True), False), ("1", False), (None, False),
+                                   (float("nan"), False), (float("inf"), False), (-math.inf, False), ([1.0], False)])
+def test_is_real_takes_finite_numbers_only(x, ok):
+    assert is_real(x) is ok

@@ -36,6 +36,7 @@ from steptime.specs import get_gpu, get_model, gpu_key, model_table
 from steptime.specs.engines import check_precision, get_engine
 from steptime.specs.moe import is_moe, moe_model_table
 from steptime.step import GPU_TERMS, predict_steps
+from steptime.validation import is_real
 
 PRICE_FILE = Path(__file__).resolve().parent / "specs" / "prices.yaml"
 DEFAULT_TP = (1, 2, 4, 8)
@@ -72,7 +73,7 @@ def load_prices(path=None) -> dict:
         if not isinstance(e, dict):
             raise PlanError(f"{p}: price of {name!r} must be a mapping with usd_per_gpu_hour, source and date")
         v = e.get("usd_per_gpu_hour")
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v <= 0:
+        if not is_real(v) or v <= 0:
             raise PlanError(f"{p}: {name}: usd_per_gpu_hour must be a number > 0 (got {v!r})")
         src, date = e.get("source"), e.get("date")
         if not src or not str(src).strip():
@@ -441,8 +442,7 @@ def _meets(slo, ttft_p, tpot_p, itl_p, headroom: float = 0.0) -> bool:
 
 def check_headroom(headroom) -> float:
     """`headroom` as a float in [0, 1), or a PlanError saying why not."""
-    if isinstance(headroom, bool) or not isinstance(headroom, (int, float)) or not math.isfinite(headroom) \
-            or not 0 <= headroom < 1:
+    if not is_real(headroom) or not 0 <= headroom < 1:
         raise PlanError(f"headroom must be a fraction in [0, 1) of each SLO bound (got {headroom!r}; e.g. 0.05 "
                         "asks every simulated percentile to sit 5 % inside its bound)")
     return float(headroom)
@@ -453,7 +453,7 @@ def error_band(errors, quantile: float = 0.8) -> float:
     held-out errors of OTHER cases (never the case being planned): `errors` are measured / predicted - 1 of a
     latency (positive: the prediction was too fast); the band is their `quantile` (1.0: the worst), at least 0
     (a predictor that runs slow is not given a looser SLO). Refuses empty, non-finite or out-of-range input."""
-    if isinstance(quantile, bool) or not isinstance(quantile, (int, float)) or not 0 < quantile <= 1:
+    if not is_real(quantile) or not 0 < quantile <= 1:
         raise PlanError(f"error band quantile must be in (0, 1] (got {quantile!r})")
     try:
         e = np.asarray(errors, dtype=float).ravel()
@@ -600,17 +600,16 @@ def plan(model, workload, *, slo_ttft_s=None, slo_tpot_s=None, slo_itl_s=None, p
     if slo_ttft_s is None and slo_tpot_s is None and slo_itl_s is None:
         raise PlanError("give an SLO: --slo-ttft-ms and/or --slo-tpot-ms")
     for what, v in (("TTFT", slo_ttft_s), ("TPOT", slo_tpot_s), ("time-between-tokens", slo_itl_s)):
-        if v is not None and not (isinstance(v, (int, float)) and math.isfinite(v) and v > 0):
+        if v is not None and not (is_real(v) and v > 0):
             raise PlanError(f"the {what} SLO must be a time > 0 (got {v!r})")
-    if not (isinstance(percentile, (int, float)) and 0 < percentile <= 100):
+    if not (is_real(percentile) and 0 < percentile <= 100):
         raise PlanError(f"--percentile must be in (0, 100] (got {percentile!r})")
     if not isinstance(workload, Workload):
         raise PlanError("workload must be a steptime.serve.Workload")
     if objective not in ("cost", "max_rate"):
         raise PlanError(f"unknown objective {objective!r} (known: cost, max_rate)")
     if objective == "max_rate":
-        ok = rates is not None and len(rates) and all(isinstance(r, (int, float)) and math.isfinite(r) and r > 0
-                                                      for r in rates)
+        ok = rates is not None and len(rates) and all(is_real(r) and r > 0 for r in rates)
         if not ok:
             raise PlanError("--max-rate needs request rates per GPU > 0 to scan (e.g. 0.25,0.5,1,2)")
         if workload.concurrency:

@@ -52,6 +52,12 @@ def _kind(x) -> str:
     return "None" if x is None else type(x).__name__
 
 
+def is_real(x) -> bool:
+    """Whether `x` is a finite real number: ints and floats (numpy's too) are; bools, strings, None, NaN and
+    infinities are not (a bool is an int to Python, never a time or a fraction to steptime)."""
+    return not isinstance(x, (bool, np.bool_)) and isinstance(x, Real) and math.isfinite(float(x))
+
+
 def as_int(x, what: str, minimum: int | None = None, error=InputError) -> int:
     """`x` as a Python int: ints (also numpy's) and integral floats pass; bools, strings,
     None, NaN, infinities and fractions are refused, never truncated."""
