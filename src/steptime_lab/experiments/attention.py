@@ -678,12 +678,14 @@ def run(cells, gemm_doc: dict, gpus=AIC_GPUS, seed: int = 0, n_boot: int = 1000,
     shipped_g = fit_globals(cells, gpus, seed, n_sample=fit_sample, constants=constants)
     shipped = {"globals": shipped_g, "lanes": {}, "lane_of": lanes, "per_gpu": {}, "fit_sample": fit_sample}
     readings = GX.readings_in_fold(gemm_doc, None, gpus, constants=constants)
-    shipped["reading_ratios"] = {}
+    shipped["reading_ratios"], own = {}, {}  # own: each GPU's constants solved once under its lane's globals
     for lane in sorted(set(lanes.values())):
         members = [g for g in gpus if lanes[g] == lane]
         shipped["lanes"][lane] = fit_globals(cells, members, seed, n_sample=fit_sample, constants=constants,
                                              fixed=swap_fixed(cells, members, lane))
-        shipped["reading_ratios"][lane] = reading_ratios(cells, members, shipped["lanes"][lane], readings, constants)
+        own.update(own_constants(cells, members, shipped["lanes"][lane], constants))
+        shipped["reading_ratios"][lane] = reading_ratios(cells, members, shipped["lanes"][lane], readings, constants,
+                                                         own=own)
     shipped["gemm_cells"] = {g: gemm_reading_cells(gemm_doc, g) for g in gpus}
     shipped["class_of"], shipped["class_values"], shipped["class_cells"] = {}, {}, {}
     for g in gpus:
@@ -692,7 +694,7 @@ def run(cells, gemm_doc: dict, gpus=AIC_GPUS, seed: int = 0, n_boot: int = 1000,
         peers = silicon_class_peers(g, gpus, lanes)
         members = sorted([g] + peers) if peers else []
         fc = from_gemm_readings(shipped["lanes"][lane], shipped["reading_ratios"][lane], readings[g],
-                                class_values(own_constants(cells, members, shipped["lanes"][lane], constants), members))
+                                class_values(own, members))
         shipped["per_gpu"][g] = {k: fc[k] for k in READING_PAIRS}
         if members:
             shipped["class_of"][g] = members
