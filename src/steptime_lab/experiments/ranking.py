@@ -515,6 +515,12 @@ def regime_errors(pred, meas, regime) -> dict:
     return out
 
 
+def _noisy_top1(meas, sigma, rng, draws: int) -> list:
+    """`draws` x `_top1_of` the measured times `meas` [workloads, GPUs] times an independent log-normal error
+    of log-sd `sigma` (a scalar, or per workload as a column) per cell, against `meas` itself."""
+    return [_top1_of(meas * np.exp(rng.normal(0.0, 1.0, meas.shape) * sigma), meas) for _ in range(draws)]
+
+
 def near_tie_band(meas_terms: dict, pred_terms: dict, wls, gemm_err: dict, attn_err: dict, gpus=GPUS,
                   seed: int = 0, draws: int | None = None) -> dict:
     """How many workloads' measured best and runner-up are closer than the predictor's held-out error on
@@ -572,13 +578,11 @@ def near_tie_band(meas_terms: dict, pred_terms: dict, wls, gemm_err: dict, attn_
     idx = np.array([x[0] for x in rows])
     sig = np.array([x[4] for x in rows]) * np.sqrt(np.pi) / 2.0
     rng = np.random.default_rng(seed)
-    exp_top1 = {f"{f:g}": float(np.mean([_top1_of(meas[idx] * np.exp(rng.normal(0.0, 1.0, (len(idx), len(gpus)))
-                                                            * sig[:, None] * f), meas[idx])["top1"]
-                                          for _ in range(draws)])) for f in BAND_SCALES}
+    exp_top1 = {f"{f:g}": float(np.mean([d["top1"] for d in _noisy_top1(meas[idx], sig[:, None] * f, rng, draws)]))
+                for f in BAND_SCALES}
     own_err = float(np.mean([x[8] for x in rows]))  # the realised pair error on the ranking's own cells
     sig_own = np.full((len(idx), 1), own_err * np.sqrt(np.pi) / 2.0)
-    exp_own = float(np.mean([_top1_of(meas[idx] * np.exp(rng.normal(0.0, 1.0, (len(idx), len(gpus))) * sig_own),
-                                      meas[idx])["top1"] for _ in range(draws)]))
+    exp_own = float(np.mean([d["top1"] for d in _noisy_top1(meas[idx], sig_own, rng, draws)]))
     best, pick = np.argmin(meas[idx], axis=1), np.argmin(pred[idx], axis=1)
     return {"workloads": len(rows), "skipped_no_reference": len(wls) - len(rows),
             "top1_expected_at_pair_band": exp_top1["1"], "top1_expected_at_band_scale": exp_top1,
@@ -747,7 +751,7 @@ def ranking_diagnosis(pred_terms: dict, meas_terms: dict, wls, gpus=GPUS, seed: 
     rng = np.random.default_rng(seed)
     noise = {}
     for s in NOISE_SIGMAS:
-        draws = [_top1_of(meas * np.exp(rng.normal(0.0, s, meas.shape)), meas) for _ in range(NOISE_DRAWS)]
+        draws = _noisy_top1(meas, s, rng, NOISE_DRAWS)
         noise[f"{s:g}"] = {"top1_mean": float(np.mean([d["top1"] for d in draws])),
                            "regret_max_p50": float(np.median([d["regret_max"] for d in draws]))}
     cols = sorted(involved)
