@@ -107,6 +107,11 @@ def test_eta_rule_reads_the_gemm_offset_and_drops_its_rows():
         assert mape[(g, "prefill", "new")] < mape[(g, "prefill", "old")]
     doc = E.document(old, "E1.1", {"decode": 0.05, "prefill": 0.06}, alternative=new)
     assert "after seeing the scores" in doc["metrics"]["disclosed"]
+    before = doc["metrics"]["vidur_rule_protocol"]["per_gpu"]["h100-sxm"]["eta_active_rule"]["eta_active_before"]
+    assert before == old["per_gpu"]["h100-sxm"]["eta_active"] != info["eta_active"]
+    assert before == pytest.approx(E.fold_constants(E.held_out_constants(lc, "h100-sxm", ["a100-sxm", "a40", "h100-sxm"],
+                                                                         None, C)[0], "h100-sxm", None)[0]
+                                   .get("eta_active", get_gpu("h100-sxm")))
     ctx = [c for c in doc["claims"] if c["claim"].startswith("beyond the three-reading contract")]
     assert len(ctx) == 2 and all(c.get("met") is None for c in ctx)
     for sub in ("decode", "prefill"):  # the scored claims are the contract's protocol, not the rule's

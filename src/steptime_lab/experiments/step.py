@@ -261,13 +261,12 @@ def run(vidur, light_cells, gpus=None, seed: int = 0, n_boot: int = 1000, gemm_d
         C, gemm_cells, eta_cells = fold_constants(C0, g, gemm_doc, w_all, rule)
         info["gemm_constants"] = "leave-one-GPU-out fold" if gemm_cells else "defaults.yaml as shipped"
         info["gemm_reading"] = gemm_reading
+        info["eta_active"] = float(C.get("eta_active", get_gpu(g)))  # the compute reading this protocol scored with
         eta_rows = None
         if rule is not None:
-            eta = float(C.get("eta_active", get_gpu(g)))
-            old = float(fold_constants(C0, g, gemm_doc)[0].get("eta_active", get_gpu(g)))
             cal.record(f"eta_active[{g}]", eta_cells, ETA_RULE_NOTE_CELL)
             eta_rows = rule[1]
-            info["eta_active_rule"] = {"op": rule[0], "tokens": rule[1], "eta_active": eta, "eta_active_before": old,
+            info["eta_active_rule"] = {"op": rule[0], "tokens": rule[1], "eta_active": info["eta_active"],
                                        "cells": len(eta_cells), "chosen_on": others,
                                        "cells_measured_ms": float(np.nansum(w_all.loc[(w_all["gpu"] == g) & (
                                            w_all["num_tokens"] == rule[1]), rule[0]].to_numpy(float))),
@@ -378,6 +377,12 @@ ETA_RULE_DISCLOSED = (
     "A100's and 7 of 12 H100's.")
 
 
+def _with_before(rule_info: dict, before: float) -> dict:
+    """The rule's record with `eta_active_before` (the contract protocol's AIConfigurator-read value of the
+    same GPU, from the scored run) next to the rule's eta_active."""
+    return {**rule_info, "eta_active_before": before}
+
+
 def document(r: dict, eid: str, targets: dict | None = None, alternative: dict | None = None) -> dict:
     """metrics + claims of E1.1, E1.1b or E1.20; E1.1 needs `targets` (held-out MAPE bound per
     subset, config/experiments.yaml E1.1 targets, e.g. {decode: 0.05, prefill: 0.06}). With
@@ -415,8 +420,10 @@ def document(r: dict, eid: str, targets: dict | None = None, alternative: dict |
                                     {x["gpu"]: round(x["mape"], 4) for x in alt if x["subset"] == sub},
                                     "context: how much of the miss is the two profilers' GEMM offset"))
             metrics["vidur_rule_protocol"] = {"gemm_reading": "vidur_rule", "records": alt,
-                                              "per_gpu": {g: {k: v for k, v in info.items() if k == "eta_active_rule"}
-                                                          for g, info in alternative["per_gpu"].items()}}
+                                              "per_gpu": {g: {"eta_active_rule": _with_before(
+                                                  info["eta_active_rule"], r["per_gpu"][g]["eta_active"])}
+                                                          for g, info in alternative["per_gpu"].items()
+                                                          if "eta_active_rule" in info}}
             metrics["disclosed"] = ETA_RULE_DISCLOSED
         return {"metrics": metrics, "claims": claims}
     if eid == "E1.1b":
