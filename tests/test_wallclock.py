@@ -652,6 +652,30 @@ def test_server_law_reports_its_held_out_mape_and_an_in_sample_fit_that_predicts
     assert "own_rows_fit" in W.fit_server_hosts(rows, constants=c, mixed=mixed)["note"]
 
 
+def test_server_law_parts_split_the_held_out_law_by_dataset_exactly():
+    """SERVER_OWN_ROWS_NOTE's law_parts: per GPU and dataset, the held-out law, its per-request part alone, its
+    per-step part alone and no law, each the MAPE / signed mean run_tpot gives with that law laid over the doc."""
+    c = Constants.default()
+    rows = _v0_rows()
+    rows.loc[rows["batch"] == 128.0, "dataset"] = "mlenergy-v2b"  # a second dataset on each GPU
+    mixed = {"chunked": ["vllm"], "token_budget": 8192}
+    per = {x["gpu"]: x for x in W.fit_server_host(rows, constants=c, mixed=mixed)["per_gpu"]}
+    for g in ("a100-sxm", "h100-sxm"):
+        x = per[g]
+        assert [(p["dataset"], p["rows"]) for p in x["law_parts"]] == [("mlenergy-v2", 2), ("mlenergy-v2b", 1)]
+        for part in x["law_parts"]:
+            for key, ab in (("law", (x["server_a_ms"], x["server_b_ms"])), ("per_request_only", (0.0, x["server_b_ms"])),
+                            ("per_step_only", (x["server_a_ms"], 0.0)), ("none", (0.0, 0.0))):
+                doc = W.tokens._with_server(None, "vllm-v0", {g: (*ab, "test")})
+                sel = rows[(rows["gpu"] == g) & (rows["dataset"] == part["dataset"])]
+                d = W.run_tpot(sel, n_boot=1, fitted=doc, variant="mixed", mixed=mixed, constants=c)["pred"]
+                e = d["pred_ms"].to_numpy() / d["tpot_ms"].to_numpy() - 1.0
+                assert part[key]["mape"] == pytest.approx(np.mean(np.abs(e)), abs=2e-4), (g, key)
+                assert part[key]["signed"] == pytest.approx(np.mean(e), abs=2e-4), (g, key)
+        assert x["law_parts"][0]["none"]["signed"] < x["law_parts"][0]["law"]["signed"]  # the law adds host time
+    assert "law_parts" in W.fit_server_hosts(rows, constants=c, mixed=mixed)["note"]
+
+
 def _leaderboard_rows():
     """Toy ML.ENERGY-v3-like rows on two GPUs, predictions given (invented round numbers, not data): h100 clean and
     monotone; b200 with a fall (10 -> 8 ms at a larger batch), a wide ITL tail, and one run slower than h100's."""

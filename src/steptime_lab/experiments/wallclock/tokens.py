@@ -1049,7 +1049,11 @@ SERVER_OWN_ROWS_NOTE = (
     "diagnostic, in-sample, never used to predict or score: it says how far any law of this form (s_a + s_b N, s_a, "
     "s_b >= 0) could take this GPU's rows, so a held-out score far above it blames the transfer of the law between "
     "GPUs, and one close to it blames the form (or rows no server law describes). Added after E2.11's B200 v3 scores "
-    "were seen (issue 19); it moves no claim.")
+    "were seen (issue 19); it moves no claim. per_gpu[].law_parts: the same GPU's rows by dataset under the held-out "
+    "law, its per-request part alone (s_a = 0), its per-step part alone (s_b = 0) and no law (MAPE and signed mean of "
+    "the mixed variant; the prediction is linear in the law, so the parts separate exactly). A diagnostic added in "
+    "wave 28 after E2.11's scores were seen (DESIGN.md, helper e211): it says which part of a law transfers between "
+    "GPUs and harnesses; it moves no claim and nothing is fitted on it.")
 
 
 def _with_server(fitted, engine: str, values: dict) -> dict:
@@ -1073,8 +1077,8 @@ def fit_server_host(rows, *, engine: str = "vllm-v0", fitted=None, constants=Non
     """Held-out-by-GPU fits of `engine`'s server law (SERVER_NOTE) on the TPOT `rows` of that engine.
 
     Returns {'fitted': the fitted-constants doc with each GPU's held-out values laid over `fitted`,
-    'per_gpu': [{gpu, fitted_on, rows, server_a_ms, server_b_ms, mape_mixed, own_rows_fit}] (the last two
-    SERVER_OWN_ROWS_NOTE's diagnostic), 'all_rows': the fit on every GPU's rows}.
+    'per_gpu': [{gpu, fitted_on, rows, server_a_ms, server_b_ms, mape_mixed, law_parts, own_rows_fit}] (the
+    last three SERVER_OWN_ROWS_NOTE's diagnostic), 'all_rows': the fit on every GPU's rows}.
     A GPU whose engine has no other GPU in `rows` gets no held-out value (listed with fitted_on = [])."""
     from scipy.optimize import lsq_linear
 
@@ -1101,6 +1105,18 @@ def fit_server_host(rows, *, engine: str = "vllm-v0", fitted=None, constants=Non
     def mape(ab, mask):  # the mixed variant's MAPE on `mask` under the law ab (the prediction is linear in it)
         return round(float(np.mean(np.abs(A[mask] @ np.asarray(ab, float) - rhs[mask]))), 4)
 
+    def signed(ab, mask):  # the mean of pred / measured - 1 on `mask` under the law ab
+        return round(float(np.mean(A[mask] @ np.asarray(ab, float) - rhs[mask])), 4)
+
+    ds_of = frame["dataset"].to_numpy()
+
+    def parts(a, b, mask):  # SERVER_OWN_ROWS_NOTE's law_parts: the held-out law split into its two parts, by dataset
+        laws = {"law": (a, b), "per_request_only": (0.0, b), "per_step_only": (a, 0.0), "none": (0.0, 0.0)}
+        return [{"dataset": str(ds), "rows": int((mask & (ds_of == ds)).sum()),
+                 **{k: {"mape": mape(ab, mask & (ds_of == ds)), "signed": signed(ab, mask & (ds_of == ds))}
+                    for k, ab in laws.items()}}
+                for ds in sorted(set(ds_of[mask]))]
+
     per_gpu, values = [], {}
     for g in gpus:
         others = [o for o in gpus if o != g]
@@ -1115,7 +1131,7 @@ def fit_server_host(rows, *, engine: str = "vllm-v0", fitted=None, constants=Non
         own = solve(mine_)  # SERVER_OWN_ROWS_NOTE: a diagnostic, never laid over `fitted`
         per_gpu.append({"gpu": g, "fitted_on": others, "rows": int(np.isin(g_of, others).sum()),
                         "server_a_ms": round(float(a), 4), "server_b_ms": round(float(b), 5),
-                        "mape_mixed": mape((a, b), mine_),
+                        "mape_mixed": mape((a, b), mine_), "law_parts": parts(a, b, mine_),
                         "own_rows_fit": {"rows": int(mine_.sum()), "server_a_ms": round(float(own[0]), 4),
                                          "server_b_ms": round(float(own[1]), 5), "mape_mixed": mape(own, mine_)}})
     a, b = solve(np.ones(len(y), dtype=bool))
