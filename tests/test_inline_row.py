@@ -66,8 +66,10 @@ def test_loop_rows_refuses_bad_input():
     with pytest.raises(W.WallclockError):
         W.loop_rows_ms([1.0], [1.0], [True])
     steps, _ = _table(1)
-    with pytest.raises(W.WallclockError):
+    with pytest.raises(W.WallclockError, match="sorted"):
         W.launched_early(steps.iloc[::-1])
+    with pytest.raises(W.WallclockError, match="ctx_kv_tokens"):
+        W.launched_early(steps.drop(columns=["ctx_kv_tokens"]))
 
 
 def test_inline_row_reads_dp():

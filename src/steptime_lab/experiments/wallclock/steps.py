@@ -731,6 +731,9 @@ EARLY_LAUNCH_NOTE = ("vLLM V1's scheduler under async scheduling (vllm/v1/core/s
 def launched_early(steps) -> np.ndarray:
     """Per row of `steps` (one layout, sorted by step id): whether the engine can launch this step before it reads the
     previous step's output (EARLY_LAUNCH_NOTE), from the recorded batch alone."""
+    missing = [c for c in ("step", "decode_requests", "ctx_kv_tokens") if c not in steps.columns]
+    if missing:
+        raise WallclockError(f"launched_early: the step table lacks column(s) {', '.join(missing)}")
     ids = steps["step"].to_numpy()
     if np.any(np.diff(ids) <= 0):
         raise WallclockError("launched_early: the steps must be sorted by increasing step id")
