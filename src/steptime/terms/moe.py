@@ -442,7 +442,9 @@ def routed_experts_time(tokens, hidden, inter, topk, num_experts, gpu, mc: MoECo
     (the dense GEMM law's overlap exponent; p -> infinity is the plain max, the default without `overlap_p`);
 
     F_pad: GEMM FLOPs at tile granularity (each expert's rows padded to the law's `tile_m`, TILE_M where it has
-    none; unpadded at or below `unpadded_rows` rows per expert where the law has it); W: expert weights touched;
+    none; unpadded at or below `unpadded_rows` rows per expert where the law has it); a law with `tile_n` pads each
+    TP rank's slice of the expert width to a multiple of it in F_pad and W (the grouped GEMMs' K / N tiles; E3.1
+    wave 28: Hopper's fp8 CUTLASS kernels at moe_tp 8-32); W: expert weights touched;
     eta_mem(W) = eta_max x / (x + x_half), x = W / (BW x RAMP_REF_S) (a fixed latency x_half x RAMP_REF_S on the
     stream; it was W / L2, wave 11); the L2 a weight set can occupy is l2_effective_bytes (half the L2 on GA100 /
     GH100, whose two partitions each cache it);
@@ -481,6 +483,11 @@ def routed_experts_time(tokens, hidden, inter, topk, num_experts, gpu, mc: MoECo
                 v.flags.writeable = False   # shared by every later call on these cells
             load_cache[key] = (P, Et, R)
     F = 6.0 * h * i * P
+    # the expert width per TP rank padded to the law's width tile (`tile_n`, where it has one): the compute and the
+    # weight stream work on whole tiles (the returned FLOPs stay the real ones)
+    if _has_law(mc, "tile_n", dtype, family) and float(_law(mc, "tile_n", dtype, family)) > 0:
+        tn = float(_law(mc, "tile_n", dtype, family))
+        i = np.ceil(i / tn) * tn
     W = Et * 3.0 * h * i * WEIGHT_BYTES[dtype]
     A = 2.0 * h * T * np.asarray(topk, dtype=float)
     law = lambda n: _law(mc, n, dtype, family)  # noqa: E731

