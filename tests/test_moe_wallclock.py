@@ -284,6 +284,33 @@ def test_token_row_checks_flag_rows_below_the_bound_and_the_claim_says_so():
                                                        "fpm_mape_per_phase": 0.12})["claims"][0]["claim"]
 
 
+def test_low_occupancy_lists_rows_below_the_floor_and_their_groups_mape_without_them():
+    """low_occupancy: Little's law on a row's own TTFT, TPOT and output length; 512 clients whose TTFT is 20 s against
+    4.5 s of decode hold ~96 in decode (0.19 of 512: listed); 1 s of TTFT against 29 s of decode does not. The group's
+    MAPE without the listed row is context; token_row_checks carries it and the claim's value stays all rows'."""
+    from steptime.errors import SteptimeError
+
+    p = _bound_rows([4.449, 3.571])
+    p["pred_ms"] = [8.898, 3.928]  # 100% and 10% off
+    occ = X.low_occupancy(p)
+    assert [r["source_id"] for r in occ["rows"]] == ["a"]
+    assert occ["rows"][0]["occupancy"] == pytest.approx(1023 * 4.449 / (19691.5 + 1023 * 4.449), abs=1e-3)
+    g = occ["groups"]
+    assert len(g) == 1 and g[0]["low_occupancy"] == 1 and g[0]["rows"] == 2
+    assert g[0]["mape_all"] == pytest.approx(0.55, abs=1e-4)
+    assert g[0]["mape_without_low_occupancy"] == pytest.approx(0.1, abs=1e-4)
+    assert X.low_occupancy(p, floor=0.1)["rows"] == []  # 0.19 is above a floor of 0.1
+    assert X.low_occupancy(p.assign(ttft_ms=np.nan))["rows"] == []  # no TTFT: never flagged
+    one = X.low_occupancy(p.iloc[:1])
+    assert one["groups"][0]["mape_without_low_occupancy"] is None
+    p2 = p.assign(kv_read_bound_ms=X.kv_read_bound_ms(p), in_flight_implied=X.in_flight_implied(p))
+    assert X.token_row_checks(p2)["occupancy"] == occ
+    with pytest.raises(SteptimeError, match="floor"):
+        X.low_occupancy(p, floor=0.0)
+    with pytest.raises(SteptimeError, match="lack batch"):
+        X.low_occupancy(p.drop(columns="batch"))
+
+
 def test_pair_sum_scores_conserve_a_launch_moved_into_the_row_before():
     """pair_sum_scores: where step n's row holds n + 1's host time (n + 1's row only its tail), each row alone is far
     off but the pair is exact; unsorted or misaligned input is refused."""

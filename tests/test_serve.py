@@ -6,7 +6,8 @@ import pytest
 
 from steptime.cli import main
 from steptime.errors import ServeError, SteptimeError
-from steptime.serve import (Policy, StepTimer, Workload, from_table, policy, simulate, simulate_disagg,
+from steptime.serve import (Policy, StepTimer, Workload, engine_policy, from_table, on_clock, policy, simulate,
+                            simulate_disagg,
                             static_batch, synthetic, weighted_quantile)
 from steptime.step import predict_steps
 from prefill_wave import wave_first_token_times  # tests/prefill_wave.py
@@ -585,6 +586,68 @@ def test_closed_loop_successor_joins_join_steps_after_its_predecessor(join):
     one = Workload(np.zeros(3), np.full(3, 100), np.full(3, 4), concurrency=1)
     d = simulate(M, G, one, Policy("vllm", max_num_seqs=1, kv_blocks=1000, join_steps=join), timer=t).requests
     assert d["ttft_s"].to_numpy() == pytest.approx([1e-3] * 3)
+
+
+@pytest.mark.parametrize("join", [1, 2, 3])
+def test_open_loop_arrival_joins_read_join_steps_after_the_engine_reads_it(join):
+    """Policy.read_join_steps (engines.yaml schedule.read_join_steps): an open-loop request that arrives while the
+    engine is busy is read at the next step boundary (Run read_s) and first joins the read_join_steps-th step after
+    it; TTFT on the engine's clock (on_clock) is then exactly read_join_steps steps; an idle engine takes it at once."""
+    t = _ConstTimer(M, G, check=False)
+    # request 0 keeps the engine busy (50 tokens out); request 1 arrives mid-way through step 3 (2 ms .. 3 ms);
+    # request 2 arrives long after everything finished
+    wl = Workload(np.array([0.0, 2.5e-3, 1.0]), np.array([100, 100, 100]), np.array([50, 5, 5]))
+    pol = Policy("vllm", max_num_seqs=2, max_num_batched_tokens=4096, kv_blocks=1000, read_join_steps=join)
+    for fast in (True, False):
+        run = simulate(M, G, wl, pol, timer=t, fast=fast)
+        d = run.requests
+        assert d["read_s"].iloc[1] == pytest.approx(3e-3)
+        assert d["first_token_s"].iloc[1] == pytest.approx((3 + join) * 1e-3)  # steps 4 .. 3 + join
+        assert d["ttft_s"].iloc[1] == pytest.approx((3 + join) * 1e-3 - 2.5e-3)  # the client's clock: from arrival
+        e = on_clock(d, "engine")
+        assert e["ttft_s"].iloc[1] == pytest.approx(join * 1e-3)
+        assert e["e2e_s"].iloc[1] == pytest.approx(d["finish_s"].iloc[1] - 3e-3)
+        assert e["tpot_s"].equals(d["tpot_s"])
+        assert d["read_s"].iloc[2] == 1.0 and d["ttft_s"].iloc[2] == pytest.approx(1e-3)  # idle: at once
+        assert on_clock(d, "client")["ttft_s"].equals(d["ttft_s"])
+
+
+@pytest.mark.parametrize("join", [1, 2])
+def test_open_loop_arrival_read_inside_a_decode_run_at_its_own_boundary(join):
+    """A request that arrives while the engine is full is read at the first step boundary after its arrival, also
+    when the fast path times the steps as one run (Engine._read_in_run): the same read_s and first token as the
+    one-step-at-a-time reference; it joins once a slot frees (read long before: no extra wait)."""
+    t = _ConstTimer(M, G, check=False)
+    wl = Workload(np.array([0.0, 2.5e-3]), np.array([100, 100]), np.array([10, 5]))
+    pol = Policy("vllm", max_num_seqs=1, max_num_batched_tokens=4096, kv_blocks=1000, read_join_steps=join)
+    got = []
+    for fast in (True, False):
+        d = simulate(M, G, wl, pol, timer=t, fast=fast).requests
+        assert d["read_s"].iloc[1] == pytest.approx(3e-3)
+        assert d["finish_s"].iloc[0] == pytest.approx(10e-3)
+        assert d["first_token_s"].iloc[1] == pytest.approx(11e-3)
+        got.append(d[["read_s", "first_token_s", "finish_s"]].to_numpy())
+    assert got[0] == pytest.approx(got[1])
+
+
+def test_on_clock_refuses_an_unknown_clock_and_a_table_without_read_times():
+    d = simulate(M, G, Workload(np.zeros(1), np.array([10]), np.array([2])), "vllm").requests
+    with pytest.raises(ServeError, match="unknown latency clock"):
+        on_clock(d, "wall")
+    with pytest.raises(ServeError, match="read_s"):
+        on_clock(d.drop(columns="read_s"), "engine")
+
+
+def test_engine_policy_reads_the_profiles_read_join_steps():
+    """vLLM's async scheduling (0.14 on: vllm, vllm-v1-unfused) reads then joins two steps on; the synchronous
+    0.8-0.13 loop (vllm-v1-sync) one; a profile without the field one."""
+    assert engine_policy("vllm").read_join_steps == 2
+    assert engine_policy("vllm-v1-unfused").read_join_steps == 2
+    assert engine_policy("vllm-v1-sync").read_join_steps == 1
+    assert engine_policy("sglang").read_join_steps == 1
+    assert engine_policy("vllm", read_join_steps=1).read_join_steps == 1
+    with pytest.raises(ServeError, match="read_join_steps"):
+        Policy("vllm", read_join_steps=0)
 
 
 def test_join_steps_must_be_a_whole_number_of_at_least_one():

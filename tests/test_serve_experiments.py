@@ -139,6 +139,25 @@ def test_replay_keeps_arrivals_lengths_and_request_ids():
     assert run.policy["max_num_batched_tokens"] == 2048
 
 
+def test_replay_joins_as_the_profile_says_and_reports_latencies_on_the_runs_engine_clock():
+    """replay_run: the policy's read_join_steps is the engine profile's (vllm: 2, async scheduling; vllm-v1-sync: 1);
+    TTFT and e2e are on the LLMServingSim runs' clock (SERVINGSIM_LATENCY_CLOCK, the engine's: from read_s), TPOT on
+    either; the client clock is the Run's own."""
+    rows = _measured_run()
+    sim, run = serving.replay_run(rows)
+    assert run.policy["read_join_steps"] == 2
+    assert np.allclose(sim["ttft_s"], sim["first_token_s"] - sim["read_s"])
+    assert np.allclose(sim["e2e_s"], sim["finish_s"] - sim["read_s"])
+    assert (sim["read_s"] >= sim["arrival_s"]).all() and (sim["read_s"] > sim["arrival_s"]).any()
+    client, _ = serving.replay_run(rows, clock="client")
+    assert np.allclose(client["ttft_s"], client["first_token_s"] - client["arrival_s"])
+    assert np.allclose(client["tpot_s"], sim["tpot_s"], equal_nan=True)
+    _, sync = serving.replay_run(rows, engine="vllm-v1-sync")
+    assert sync.policy["read_join_steps"] == 1
+    with pytest.raises(Exception, match="unknown latency clock"):
+        serving.replay_run(rows, clock="wall")
+
+
 def test_replay_resumes_preempted_requests_from_the_prefix_cache_as_vllm_0_19_does():
     rows = _measured_run()
     _, on = serving.replay_run(rows)
@@ -200,7 +219,8 @@ def test_e2_10_replays_a_gpu_host_with_its_own_engine_profile_and_discloses_it()
     assert rows.loc["A_tp2", "tpot_s_p50_simulated"] == base.loc["A_tp2", "tpot_s_p50_simulated"]
     assert rows.loc["B_tp2", "tpot_s_p50_simulated"] > base.loc["B_tp2", "tpot_s_p50_simulated"]
     doc = serving.replay_claims(r)
-    assert doc["metrics"]["disclosed"] == "chosen after"
+    assert doc["metrics"]["disclosed"] == "chosen after " + serving.replay.ASYNC_JOIN_DISCLOSED
+    assert doc["metrics"]["latency_clock"] == "engine"
     assert doc["metrics"]["engine_by_gpu"] == {"rtx-pro-6000": "vllm-no-p2p"}
     with pytest.raises(ValueError, match="not in the data"):
         serving.replay_runs(req, targets=t, engine_by_gpu={"b200": "vllm-no-p2p"})

@@ -8,13 +8,13 @@ Everything a simulation reports is simulated (a model of the scheduler driven by
 predicted step times), not measured.
 """
 
-from steptime.serve.sim import (POLICIES, Policy, Run, engine_policy, kv_capacity_blocks, kv_capacity_requests, policy, simulate, simulate_disagg,
+from steptime.serve.sim import (CLOCKS, POLICIES, Policy, Run, engine_policy, on_clock, kv_capacity_blocks, kv_capacity_requests, policy, simulate, simulate_disagg,
                                 simulate_replicas, summarize, weighted_quantile)
 from steptime.serve.memory import KvBudget, kv_budget
 from steptime.serve.queueing import ScalarEstimator, StepEstimator
 from steptime.serve.timer import DirectTimer, StepTimer
 from steptime.serve.workload import Workload, from_table, poisson_arrivals, static_batch, synthetic
 
-__all__ = ["DirectTimer", "KvBudget", "POLICIES", "Policy", "Run", "ScalarEstimator", "StepEstimator", "StepTimer", "Workload", "engine_policy", "from_table", "kv_budget", "kv_capacity_blocks", "kv_capacity_requests", "policy",
+__all__ = ["CLOCKS", "DirectTimer", "KvBudget", "POLICIES", "Policy", "Run", "ScalarEstimator", "StepEstimator", "StepTimer", "Workload", "engine_policy", "from_table", "kv_budget", "kv_capacity_blocks", "kv_capacity_requests", "on_clock", "policy",
            "poisson_arrivals", "simulate", "simulate_disagg", "simulate_replicas", "static_batch", "summarize",
            "synthetic", "weighted_quantile"]

@@ -85,11 +85,16 @@ class Policy:
     # predecessor finished in (engines.yaml schedule.join_steps: 2 for a synchronous engine loop, 3 for an overlap
     # loop); 1: the very next step. An idle engine takes it at once. Open-loop arrivals are not affected.
     join_steps: int = 1
+    # an open-loop arrival joins no earlier than the `read_join_steps`-th step counted from the step boundary at which
+    # a busy engine first reads it (engines.yaml schedule.read_join_steps: 1 for a synchronous loop, 2 for vLLM's
+    # async scheduling, whose step n + 1 is already launched when it reads the requests that came during step n);
+    # an idle engine takes it at once. Closed-loop arrivals are join_steps'.
+    read_join_steps: int = 1
 
     def __post_init__(self):
         if self.name not in POLICIES:
             raise ServeError(f"unknown scheduler policy {self.name!r} (known: {', '.join(POLICIES)})")
-        for what in ("max_num_batched_tokens", "max_num_seqs", "block_size", "join_steps"):
+        for what in ("max_num_batched_tokens", "max_num_seqs", "block_size", "join_steps", "read_join_steps"):
             as_int(getattr(self, what), what, 1, error=ServeError)
         if self.kv_blocks is not None:
             as_int(self.kv_blocks, "kv_blocks", 1, error=ServeError)
@@ -123,13 +128,14 @@ def policy(name: str = "vllm", **kw) -> Policy:
 
 def engine_policy(engine=None, **kw) -> Policy:
     """The `vllm` policy (continuous batching under one token budget) with the engine profile's own schedule facts
-    (engines.yaml schedule: chunked_prefill, mixed_prefill, prefix_caching; `engine` None: the default profile), what
-    `steptime serve` and `steptime plan` simulate. Keyword arguments are the Policy's and win over the profile."""
+    (engines.yaml schedule: chunked_prefill, mixed_prefill, prefix_caching, read_join_steps; `engine` None: the
+    default profile), what `steptime serve` and `steptime plan` simulate. Keyword arguments are the Policy's and win
+    over the profile."""
     from steptime.specs.engines import get_engine
 
     eng = get_engine(engine)
     facts = {"chunked_prefill": eng.chunks_prefill(), "mixed_prefill": eng.mixes_prefill(),
-             "prefix_caching": eng.caches_prefixes()}
+             "prefix_caching": eng.caches_prefixes(), "read_join_steps": eng.read_join_steps()}
     return policy("vllm", **{**facts, **kw})
 
 
@@ -360,6 +366,7 @@ class _Engine:
         self.ntok = wl.prompt.astype(np.int64) + self.gen
         self.held = np.zeros(n, dtype=np.int64)
         self.first = np.full(n, np.nan)
+        self.read = self.arr.copy()  # when the engine loop first read each request (open loop; run() sets it)
         self.finish = np.full(n, np.nan)
         self.last = np.full(n, np.nan)
         self.npre = np.zeros(n, dtype=np.int64)
@@ -523,9 +530,16 @@ class _Engine:
             arr[:] = np.inf
             arr[:min(n, closed)] = 0.0
         released = min(n, closed) if closed else n
-        # the step count a released closed-loop request waits for (join_steps); None: it joins the next step
-        self.gate = np.zeros(n, dtype=np.int64) if closed and p.join_steps > 1 else None
+        # the step count a released closed-loop request waits for (join_steps), or an open-loop one read by a busy
+        # engine (read_join_steps); None: it joins the next step
+        self.gate = (np.zeros(n, dtype=np.int64) if (p.join_steps > 1 if closed else p.read_join_steps > 1)
+                     else None)
         gate = self.gate
+        # open loop: when the engine loop first read each request (the first step boundary at or after its arrival;
+        # an idle engine's clock jumps to the arrival); `seen`: the requests before it have been read
+        read = self.read
+        seen = n if closed else 0
+        J_read = p.read_join_steps
         R = np.zeros(0, dtype=np.int64)  # running, in priority order
         waiting: deque = deque()
         nxt = 0
@@ -544,6 +558,12 @@ class _Engine:
         cache = None
         while done < n:
             busy_now = gate is not None and (len(R) > 0 or bool(waiting))  # an idle engine takes an arrival at once
+            if seen < n and arr[seen] <= now:  # open loop: the engine reads every request that came by this boundary
+                k = int(np.searchsorted(arr, now, side="right"))
+                read[seen:k] = now
+                if busy_now:
+                    gate[seen:k] = steps + J_read - 1
+                seen = k
             while nxt < n and arr[nxt] <= now:
                 if busy_now and gate[nxt] > steps:
                     break
@@ -590,6 +610,8 @@ class _Engine:
                     if m >= 1:
                         dts = self._last_dts
                         end = now + self._last_span
+                        if seen < n and arr[seen] <= end:  # read at the boundaries inside the run, not at its end
+                            seen = self._read_in_run(seen, now, steps, dts, end)
                         d0 = float(dts[0])
                         if pend:  # every running request's last token came at `now`
                             itl.add(np.array([(now + d0) - now]), float(nr))
@@ -711,6 +733,20 @@ class _Engine:
                     R, done, released = self._finish(f, R, now, done, released, steps)
         return self._result(steps, busy, now)
 
+    def _read_in_run(self, seen: int, now: float, steps: int, dts, end: float) -> int:
+        """Open loop: the requests that arrived during a run of decode steps that started at `now` after `steps`
+        steps (step times `dts`, ending at `end`) are read at the first boundary at or after their arrival, and
+        join no earlier than read_join_steps steps after it. Returns the new count of requests read."""
+        arr = self.arr
+        k = int(np.searchsorted(arr, end, side="right"))
+        ends = now + np.cumsum(np.asarray(dts, dtype=float))
+        ends[-1] = end  # the run's end exactly as the caller advances to it
+        idx = np.minimum(np.searchsorted(ends, arr[seen:k], side="left"), len(ends) - 1)
+        self.read[seen:k] = ends[idx]
+        if self.gate is not None:
+            self.gate[seen:k] = steps + idx + self.p.read_join_steps  # boundary after step steps + idx + 1, less one
+        return k
+
     def _flush(self, cache):
         """Write decode runs kept in local arrays back to the per-request state."""
         R, cR, hR, _, pend, last_end = cache[:6]
@@ -826,7 +862,10 @@ class _Engine:
             "request": np.arange(self.n), "arrival_s": arr, "prompt_tokens": wl.prompt, "output_tokens": wl.output,
             "first_token_s": first, "finish_s": fin, "ttft_s": first - arr,
             "tpot_s": np.where(out > 1, (fin - first) / np.maximum(out - 1, 1), np.nan),
-            "e2e_s": fin - arr, "preemptions": self.npre, "first_token_estimate_s": self.first_est})
+            "e2e_s": fin - arr, "preemptions": self.npre, "first_token_estimate_s": self.first_est,
+            # open loop: the step boundary at which the engine loop first read the request (vLLM's QUEUED stamp);
+            # a closed loop's: its arrival
+            "read_s": self.read})
         itl, w = self.itl.arrays()
         return Run(df, itl, w, steps, busy, now, self.blocks, asdict(self.p), itl_exact=self.itl.exact,
                    knobs=asdict(self.knobs))
@@ -987,6 +1026,26 @@ def simulate_disagg(model, gpu, workload: Workload, *, prefill_instances: int = 
     return Run(df, np.concatenate(itl), np.concatenate(wts), steps, busy, span,
                min([pre.kv_blocks] + [r.kv_blocks for r in dec_runs]), pol,
                itl_exact=pre.itl_exact and all(r.itl_exact for r in dec_runs), knobs=_merge_knobs([pre] + dec_runs))
+
+
+# which instant a request's TTFT and end-to-end latency are measured from: its arrival at the server (client) or
+# the step boundary at which the engine loop first read it (engine: vLLM's QUEUED stamp, the Run's read_s)
+CLOCKS = ("client", "engine")
+
+
+def on_clock(requests, clock: str = "client"):
+    """A copy of a Run's per-request table with ttft_s and e2e_s measured on `clock`: 'client' from the arrival (as
+    the Run reports them), 'engine' from read_s, the step boundary at which the engine loop first read the request
+    (open loop; equal to the arrival on an idle engine). TPOT is the same on both."""
+    if clock not in CLOCKS:
+        raise ServeError(f"unknown latency clock {clock!r} (known: {', '.join(CLOCKS)})")
+    d = requests.copy()
+    if clock == "engine":
+        if "read_s" not in d:
+            raise ServeError("on_clock: the requests table has no read_s column (not a steptime.serve Run's)")
+        d["ttft_s"] = d["first_token_s"] - d["read_s"]
+        d["e2e_s"] = d["finish_s"] - d["read_s"]
+    return d
 
 
 # ---------------------------------------------------------------------------------------

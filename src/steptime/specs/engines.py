@@ -78,10 +78,15 @@ LIGHT_FLOOR_DEFAULT = "flat"
 # that also collects each step's output and, with async scheduling, launches step n + 1's host work there before it
 # reads step n's output (vLLM V1: the in-process UniProcExecutor, world size 1): a per-step wall time recorded between
 # two output collections then holds the NEXT step's host launch, not its own step's. Absent: none (every step's
-# recorded wall time is its own).
-SCHEDULE = ("mixed_prefill", "join_steps", "chunked_prefill", "prefix_caching", "inline_launch_world")
+# recorded wall time is its own). read_join_steps: the engine steps an arriving (open-loop) request waits for its first
+# token counted from the step boundary at which the engine loop reads it from its input queue, its own step included:
+# 1 for a synchronous loop (the step scheduled right after the read is its own), 2 for an async / batch-queue loop
+# (step n + 1 is already scheduled and launched when the loop reads the requests that came during step n, so they
+# join step n + 2). Absent: 1 (steptime's open-loop replay before the field existed).
+SCHEDULE = ("mixed_prefill", "join_steps", "chunked_prefill", "prefix_caching", "inline_launch_world",
+            "read_join_steps")
 SCHEDULE_TYPES = MappingProxyType({"mixed_prefill": bool, "join_steps": int, "chunked_prefill": bool,
-                                   "prefix_caching": bool, "inline_launch_world": int})
+                                   "prefix_caching": bool, "inline_launch_world": int, "read_join_steps": int})
 # fusion.<field>: kernels the engine runs fused by default, true/false. qk_norm_rope: a qk_norm model's (Qwen3's)
 # per-head q/k RMSNorms run inside the one kernel that applies RoPE (step.py: no qk_norm term, no extra launches;
 # the rope term prices that kernel). Absent: false (two RMSNorm launches per layer, light.qk_norm_time).
@@ -253,6 +258,18 @@ class Engine:
             raise InputError(f"engine {self.key!r} has no schedule.join_steps in engines.yaml (the steps a closed-loop "
                              f"request waits to join); no schedule model can use it")
         return int(v.value)
+
+    def read_join_steps(self) -> int:
+        """The engine steps an arriving (open-loop) request waits for its first token, counted from the step boundary
+        at which the engine loop reads it, its own step included (engines.yaml schedule.read_join_steps: 1 for a
+        synchronous loop, 2 for an async / batch-queue loop). Absent: 1."""
+        v = self.values.get("read_join_steps")
+        if v is None:
+            return 1
+        n = v.value
+        if isinstance(n, bool) or int(n) != n or n < 1:
+            raise InputError(f"engine {self.key!r}: schedule.read_join_steps must be a whole number >= 1 (got {n!r})")
+        return int(n)
 
     def step_time_is_own(self, tp: int, dp: int = 1, pp: int = 1) -> bool:
         """Whether a per-step wall time recorded at the engine core is the step's own at this layout: False where the

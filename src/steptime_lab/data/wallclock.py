@@ -311,6 +311,13 @@ SERVINGSIM_REQUEST_COLUMNS = [
     "request_index", "input_tokens",
     "output_tokens", "arrival_s", "queued_s", "scheduled_s", "first_token_s", "last_token_s", "ttft_s",
     "tpot_s", "e2e_s", "queue_wait_s"]
+# The clock the table's TTFT and end-to-end latency run on: the engine's. LLMServingSim's recorder
+# (bench/core/recorder.py write_requests, casys-kaist/LLMServingSim as stored) writes arrival_time in absolute epoch
+# seconds (the client's clock) and queued_ts / scheduled_ts / first_token_ts / last_token_ts from vLLM's per-request
+# engine stamps (a monotonic clock); the two clocks are never subtracted (read_servingsim_requests_file), so ttft_s is
+# first token - queued_ts: from the step boundary at which the engine core read the request (vLLM stamps QUEUED in
+# Scheduler.add_request, called from the engine loop's input-queue read), not from the client's send.
+SERVINGSIM_LATENCY_CLOCK = "engine"
 _REQ_KEYS = ("request_id", "input_toks", "output_toks", "arrival_time", "queued_ts", "scheduled_ts",
              "first_token_ts", "last_token_ts")
 

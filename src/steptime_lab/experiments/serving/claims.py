@@ -150,7 +150,10 @@ def replay_claims(r: dict) -> dict:
                         "scheduler": "vLLM V1 policy of steptime.serve: token budget and max_num_seqs of the run, "
                                      "chunked prefill, decodes first, KV blocks from the run's log where meta.json "
                                      "records them (else the memory model at gpu_memory_utilization 0.9), recompute "
-                                     "preemption; prefix caching not modelled",
+                                     "preemption; prefix caching not modelled; an arrival joins the engine's "
+                                     "loop as the profile's schedule.read_join_steps says, TTFT and end-to-end "
+                                     "latency on the runs' clock (latency_clock)",
+                        "latency_clock": r.get("latency_clock"),
                         "llmservingsim": "LLMServingSim's own simulated replay of each run (outputs/sim.csv at commit "
                                          "5daddb2, SIMULATED by its authors with a profile of the same GPU: "
                                          "in-sample), scored against the same measured requests"},
