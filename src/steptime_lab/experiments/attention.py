@@ -215,7 +215,8 @@ def table_kv_write_s(b, s, hkv, d, kv_dtype, gpu, constants: Constants) -> np.nd
     into the cache (`kv_dtype`); streamed at the light kv_write law's bandwidth (`light.kv_write_stream_s`,
     light_eta['kv_write'], measured on these tables by E1.1c: experiments.light.kv_write_slopes), its
     floor left out (not separable from the kernel's). Decode rows (one token a request) are left at zero:
-    their write is 1/(c+1) of the KV read."""
+    their write is 1/(c+1) of the KV read. This is the cold stream; `predict` (warm_l2) serves the cell's L2-resident
+    share of it at the L2 rate (`warm_kv_write_s`)."""
     s = np.asarray(s, dtype=float)
     nbytes = table_kv_write_bytes(b, s, hkv, d, kv_dtype)
     return np.where(s > 1, L.kv_write_stream_s(nbytes, gpu, require_constants(constants, "table_kv_write_s")), 0.0)
@@ -279,7 +280,8 @@ def predict(cells_gpu, gpu, fc: dict, warm_l2: bool = True, constants: Constants
 def _attention_ms(x, gpu_like, fc: dict, constants: Constants | None, kv_write_s, *, warm_l2: bool,
                   f_clk=None, who: str, only_t: bool = False):
     """The one evaluation behind `predict` (one GPU spec) and `_predict_rows` (a `GpuRows`): the attention
-    term of the cells plus the table KV write `kv_write_s` (s), times in ms; `only_t`: just the total."""
+    term of the cells plus the table KV write `kv_write_s` (its cold stream, s; with `warm_l2`, warmed by the
+    cell's L2 hit: `warm_kv_write_s`), times in ms; `only_t`: just the total."""
     r = A.attention_cells(_col(x, "b"), _col(x, "s"), _col(x, "c"), _col(x, "H"), _col(x, "Hkv"), _col(x, "d"),
                           gpu_like, require_constants(constants, who), kv_dtype=_col(x, "kv_dtype"), f_clk=f_clk,
                           warm_l2=warm_l2, fc=fc)
