@@ -303,6 +303,38 @@ def test_predict_takes_a_precomputed_kv_write_and_gives_the_same_cells():
     assert c["t"][0] > a["t"][0]
 
 
+def test_warm_kv_write_is_the_cold_stream_out_of_l2_and_the_l2_rate_in_it():
+    fc = {"attn_l2_bpc": 10.0}
+    bw_l2 = A.l2_bandwidth(H100, fc)
+    assert bw_l2 == pytest.approx(10.0 * H100.sms * A.boost_mhz(H100) * 1e6)
+    cold, nb = np.array([2e-5, 2e-5, 2e-5]), np.array([1e6, 1e6, 1e6])
+    w = E.warm_kv_write_s(cold, nb, np.array([0.0, 0.5, 1.0]), H100, fc)
+    assert w[0] == pytest.approx(2e-5)  # nothing resident: the HBM stream
+    assert w[2] == pytest.approx(1e6 / bw_l2)  # all resident: the attention term's L2 rate
+    assert w[1] == pytest.approx(0.5 * 2e-5 + 0.5 * 1e6 / bw_l2)
+    for bad in ((cold, -nb, 0.5), (-cold, nb, 0.5), (cold, nb, 1.5)):
+        with pytest.raises(ValueError):
+            E.warm_kv_write_s(*bad, H100, fc)
+
+
+def test_predict_prices_the_replayed_tables_write_warm_by_the_cells_l2_hit():
+    """A prefill cell whose working set fits the L2 pays its table KV write at the L2 rate (the collector replays
+    the same tensors and slot mapping); one far past the L2 pays the cold stream; warm_l2=False keeps it cold."""
+    C = Constants.default()
+    x = E._arrays(pd.DataFrame({"b": [4, 256], "s": [128, 8192], "c": [0, 0], "H": [8, 8], "Hkv": [8, 8],
+                                "d": [128, 128], "kv_dtype": ["bf16", "bf16"], "y_ms": [1.0, 1.0],
+                                "llm": [False, False]}))
+    fc = {**C.get("attn_lane_factors")["fa3"], "attn_eta_ceil": 0.6, "attn_eta_mem": 0.8, "attn_floor_us": 5.0,
+          "attn_l2_x_c": 1.0, "attn_l2_sharp": 8.0, "attn_l2_bpc": 20.0}
+    cold = E.kv_write_of(x, "h100-sxm", C) * 1e3
+    warm = E.predict(x, "h100-sxm", fc, constants=C)
+    assert warm["l2_hit"][0] > 0.99 and warm["l2_hit"][1] < 1e-3
+    assert warm["t_kv_write"][0] < 0.5 * cold[0]
+    assert warm["t_kv_write"][1] == pytest.approx(cold[1], rel=1e-3)
+    off = E.predict(x, "h100-sxm", fc, constants=C, warm_l2=False)
+    assert np.allclose(off["t_kv_write"], cold)
+
+
 def test_kv_write_slopes_and_held_out_eta():
     import pandas as pd
     from steptime.calibration import Constants

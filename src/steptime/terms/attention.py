@@ -157,6 +157,12 @@ def boost_mhz(gpu):
     return b if np.ndim(b) else (b or 1500.0)
 
 
+def l2_bandwidth(gpu, fc: dict):
+    """BW_L2 (bytes/s) of the warm-L2 branch: attn_l2_bpc bytes per SM per clock x SMs x boost clock
+    (arrays broadcast: a per-row stand-in or per-row factors)."""
+    return fc["attn_l2_bpc"] * gpu.sms * boost_mhz(gpu) * 1e6
+
+
 def prefill_tiles(new_tokens, kv_len, n_heads, q_tile: float) -> tuple[np.ndarray, np.ndarray]:
     """(work, longest) of causal prefill requests, in key blocks of `q_tile` keys: `work` over every
     (head, query tile) CTA of a request, `longest` the last query tile's (it sees the whole context).
@@ -281,7 +287,7 @@ def combine(t_compute, nbytes, units, n_req, gpu, fc: dict, warm_l2: bool = Fals
     if warm_l2:
         x = nbytes / gpu.l2_bytes
         hit = 1.0 / (1.0 + (x / fc["attn_l2_x_c"]) ** fc["attn_l2_sharp"])
-        bw_l2 = fc["attn_l2_bpc"] * gpu.sms * boost_mhz(gpu) * 1e6
+        bw_l2 = l2_bandwidth(gpu, fc)
         t_memory = nbytes * (hit / bw_l2 + (1.0 - hit) / (gpu.mem_bw * fc["attn_eta_mem"]))
     else:
         hit = np.zeros_like(nbytes)
