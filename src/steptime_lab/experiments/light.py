@@ -548,7 +548,7 @@ def row_floor_update(shipped: dict, cells_per_gpu: dict, experiment: str = "E1.1
 SM_RATE_Q = 2.0            # exponent of the DRAM / SM smooth max (chosen after seeing scores; disclosed)
 SM_RATE_L2_MULT = 4.0      # quantize cells whose working set exceeds this many L2s set the DRAM fraction
 SM_RATE_START = (6.0, 6.0, 2.0)    # c_kcycles, bytes_per_sm_cycle, p
-SM_RATE_BOUNDS = ([0.0, 0.1, 1.0], [100.0, 100.0, 12.0])
+SM_RATE_BOUNDS = ((0.0, 0.1, 1.0), (100.0, 100.0, 12.0))
 SM_RATE_NOTE = ("stream = smax(bytes / (BW x eta_dram), bytes / (SMs x f_clk x b_k), q), floor = c_k kcycles / f_clk, "
                 "t = smax(floor, stream, p_k); eta_dram the median over AIConfigurator's quantize GPUs of the "
                 f"achieved fraction of DRAM at working sets > {SM_RATE_L2_MULT:g} x L2 (no Vidur GPU among them); "
