@@ -17,13 +17,15 @@ cells = E.tidy_cells(pd.read_parquet(snakemake.input.data))
 logging.info("light-kernel cells: %d", len(cells))
 with open(snakemake.input.gemm_constants) as fh:
     gemm_doc = json.load(fh)
-r = E.run(cells, seed=P.seed, n_boot=P.n_boot, gemm_doc=gemm_doc, constants=constants)
+scale = pd.read_parquet(snakemake.input.scale)  # AIConfigurator's vLLM quantize kernel (row floor; SM-rate law's DRAM cap)
+r = E.run(cells, seed=P.seed, n_boot=P.n_boot, gemm_doc=gemm_doc, constants=constants,
+          sm_rate_eta_dram=E.dram_fraction(scale))
 # kv_write's bandwidth from AIConfigurator's vLLM prefill attention tables (their timed call includes the write)
 att = AX.tidy_cells(pd.read_parquet(snakemake.input.generation), pd.read_parquet(snakemake.input.context))
 r["kv_write"] = E.kv_write_doc(E.kv_write_slopes(att), constants)
 doc = E.document(r, cells, P.targets)
 # the row floor law of modern engines' one-CTA-per-row light kernels, on AIConfigurator's vLLM quantize kernel
-rf = E.run_row_floor(pd.read_parquet(snakemake.input.scale), r["shipped"]["light_floor_us"]["rmsnorm"],
+rf = E.run_row_floor(scale, r["shipped"]["light_floor_us"]["rmsnorm"],
                      seed=P.seed, n_boot=P.n_boot)
 rdoc = E.document_row_floor(rf, P.targets)
 doc["metrics"]["row_floor"] = rdoc["metrics"]

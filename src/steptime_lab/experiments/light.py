@@ -25,6 +25,7 @@ from steptime.calibration import Calibration, Constants
 from steptime_lab.metrics import score, shared_indices
 from steptime.specs import get_gpu, get_model, vidur_operators
 from steptime.terms import light as L
+from steptime.terms.gemm import smax
 from steptime import plotting
 from steptime_lab.experiments import gemm as GX
 from steptime_lab.results import claim
@@ -135,10 +136,11 @@ def baseline(cells_gpu, gpu, name: str, scale: float | None = None, floor_us: fl
 
 
 def run(cells, gpus=None, seed: int = 0, n_boot: int = 1000, gemm_doc: dict | None = None, *,
-        constants: Constants) -> dict:
+        constants: Constants, sm_rate_eta_dram: float | None = None) -> dict:
     """Held out per GPU; with `gemm_doc` (results/calibration/gemm_constants.json) a GPU with
     GEMM readings takes its light_bw_scale from them (`derived_bw_scale`; the readings solved
-    over `constants`, the run's)."""
+    over `constants`, the run's). With `sm_rate_eta_dram` (`dram_fraction`) the SM-rate law is
+    scored beside it as the `sm_rate_law` predictor (an ablation: fitted on the other GPUs, no reading)."""
     import pandas as pd
 
     gpus = gpus or sorted(cells["gpu"].unique())
@@ -165,6 +167,9 @@ def run(cells, gpus=None, seed: int = 0, n_boot: int = 1000, gemm_doc: dict | No
         pr = {"steptime": predict(ev, g, fit, scale)}
         if derived is not None:
             pr["steptime_own_reading"] = predict(ev, g, fit, own)
+        if sm_rate_eta_dram is not None:
+            fit_sm = fit_sm_rate(cells, others, sm_rate_eta_dram)
+            pr["sm_rate_law"] = predict_sm_rate(ev, fit_sm, sm_rate_eta_dram)
         pr.update({"calibrated_roofline": baseline(ev, g, "calibrated_roofline", own),
                    "bare_roofline": baseline(ev, g, "bare_roofline")})
         fr = ev.copy()
@@ -174,6 +179,8 @@ def run(cells, gpus=None, seed: int = 0, n_boot: int = 1000, gemm_doc: dict | No
         per_gpu[g] = {"light_bw_scale": scale, "light_bw_scale_own_reading": own,
                       "light_bw_scale_from": "GEMM eta_mem_max x ratio" if derived is not None else "own light reading",
                       "fit_on": others, "light_floor_us": fit["light_floor_us"], "light_eta": fit["light_eta"]}
+        if sm_rate_eta_dram is not None:
+            per_gpu[g]["sm_rate_law"] = {k: {n: round(v, 6) for n, v in d.items()} for k, d in fit_sm.items()}
         y = ev["y_ms"].to_numpy()
         draws = {}  # the predictors score the same cells: each size's bootstrap indices drawn once (same numbers)
 
@@ -197,8 +204,12 @@ def run(cells, gpus=None, seed: int = 0, n_boot: int = 1000, gemm_doc: dict | No
             d = derived_bw_scale(cells, g, gpus, readings)
             if d is not None:
                 shipped["derived"][g] = {"value": d[0], "ratio": d[1], "cell": gemm_stream_cell(gemm_doc, g)}
-    return {"records": recs, "pred": pd.concat(preds, ignore_index=True), "per_gpu": per_gpu,
-            "shipped": shipped, "calibration": cal}
+    out = {"records": recs, "pred": pd.concat(preds, ignore_index=True), "per_gpu": per_gpu,
+           "shipped": shipped, "calibration": cal}
+    if sm_rate_eta_dram is not None:
+        out["sm_rate"] = {"eta_dram": round(float(sm_rate_eta_dram), 6), "q": SM_RATE_Q, "law": SM_RATE_NOTE,
+                          "disclosed": SM_RATE_DISCLOSED}
+    return out
 
 
 # kv_write's bandwidth, measured on AIConfigurator's vLLM prefill attention tables (issue 19, wave 23,
@@ -362,6 +373,16 @@ def document(r: dict, cells, targets: dict) -> dict:
             {g: {"steptime": round(ours[g]["mape"], 4), "own_reading": round(own[g]["mape"], 4)}
              for g in sorted(own) if g in ours},
             "MAPE per GPU on the same cells (GPUs without GEMM readings keep their own reading and have no row)"))
+    sm = {(x["gpu"], x["subset"]): x["mape"] for x in recs if x["predictor"] == "sm_rate_law" and x["subset"] in KERNELS}
+    if sm:
+        st = {(x["gpu"], x["subset"]): x["mape"] for x in recs if x["predictor"] == "steptime"}
+        claims.append(claim(
+            "ablation, not shipped: held-out MAPE per kernel of the SM-rate law (stream = smooth max of a DRAM time and "
+            "bytes over SMs x clock x a per-kernel rate, floor in cycles, no per-GPU reading; factors from the other "
+            "Vidur GPUs) against the shipped law (steptime), on the same cells",
+            {g: {k: {"steptime": round(st[(g, k)], 4), "sm_rate_law": round(v, 4)}
+                 for (gg, k), v in sorted(sm.items()) if gg == g} for g in sorted({g for g, _ in sm})},
+            f"{SM_RATE_DISCLOSED}; eta_dram {r['sm_rate']['eta_dram']:.3f}"))
     kw = r.get("kv_write")
     if kw is None:
         raise ValueError("document: the kv_write measurement (r['kv_write'], kv_write_doc) is missing")
@@ -374,6 +395,7 @@ def document(r: dict, cells, targets: dict) -> dict:
                "shipped": {k: v for k, v in r["shipped"].items()},
                "cells": {g: int(n) for g, n in cells.groupby("gpu").size().items()},
                "operator_map": OPMAP, "deploy_reading": DEPLOY_NOTE, "kv_write": kw,
+               **({"sm_rate_law": r["sm_rate"]} if "sm_rate" in r else {}),
                "bw_scale_from": "GEMM reading eta_mem_max x ratio fitted on the other Vidur GPUs with GEMM "
                                 "readings; GPUs without GEMM readings: the deploy reading"}
     return {"metrics": metrics, "claims": claims}
@@ -514,3 +536,95 @@ def row_floor_update(shipped: dict, cells_per_gpu: dict, experiment: str = "E1.1
                       f"({', '.join(sorted(cells_per_gpu))}; {sum(cells_per_gpu.values())} cells). Read by engines "
                       "whose light.floor_law is row (engines.yaml)",
             "experiment": experiment, "cells": None}
+
+
+# --------------------------------------------------------------------------------------- SM-rate law (ablation)
+# Issue 19, wave 28 (helper light; DESIGN.md "E1.1c's light-kernel misses on Vidur's tables"). On A100 / H100
+# Vidur's rmsnorm, rope, act and emb run at a near-constant number of bytes per SM-cycle, far under DRAM, while the
+# A40 (GDDR6) runs them near DRAM: one per-GPU light_bw_scale times a per-kernel ratio cannot carry both regimes.
+# This law prices the stream as the smooth max of a DRAM time (a fixed fraction of the datasheet) and an SM time
+# (bytes over SMs x clock x bytes per SM-cycle), the floor in clock cycles, and needs no per-GPU reading. Scored
+# beside `steptime` as the `sm_rate_law` predictor; not shipped (no product constant reads it).
+SM_RATE_Q = 2.0            # exponent of the DRAM / SM smooth max (chosen after seeing scores; disclosed)
+SM_RATE_L2_MULT = 4.0      # quantize cells whose working set exceeds this many L2s set the DRAM fraction
+SM_RATE_START = (6.0, 6.0, 2.0)    # c_kcycles, bytes_per_sm_cycle, p
+SM_RATE_BOUNDS = ((0.0, 0.1, 1.0), (100.0, 100.0, 12.0))
+SM_RATE_NOTE = ("stream = smax(bytes / (BW x eta_dram), bytes / (SMs x f_clk x b_k), q), floor = c_k kcycles / f_clk, "
+                "t = smax(floor, stream, p_k); eta_dram the median over AIConfigurator's quantize GPUs of the "
+                f"achieved fraction of DRAM at working sets > {SM_RATE_L2_MULT:g} x L2 (no Vidur GPU among them); "
+                "c_k, b_k, p_k fitted on the other Vidur GPUs; no per-GPU reading")
+SM_RATE_DISCLOSED = ("chosen after seeing E1.1c's held-out scores (issue 19, wave 28, helper light): the law's form, "
+                     "eta_dram taken from the quantize table (fitted with the kernels, the A40 fold puts it at its "
+                     "bound: A100 and H100 cannot tell a DRAM cap from an SM rate for add) and q = 2 (q = 4 and a "
+                     "fitted q were also scored); an ablation, not shipped")
+
+
+def dram_fraction(scale) -> float:
+    """The achieved fraction of the DRAM datasheet of a streaming kernel above L2: per GPU of the tidy quantize table
+    (`load_aic_scale_matrix`; 3 m k bytes per cell) the median over cells whose working set exceeds SM_RATE_L2_MULT x
+    L2, then the median over GPUs."""
+    need = {"gpu", "m", "k", "latency_ms"}
+    if not need <= set(scale.columns):
+        raise ValueError(f"quantize table lacks columns {sorted(need - set(scale.columns))}")
+    fr = []
+    for g, x in scale[scale["latency_ms"] > 0].groupby("gpu"):
+        gp = get_gpu(g)
+        nb = 3.0 * x["m"].to_numpy(float) * x["k"].to_numpy(float)
+        big = nb > SM_RATE_L2_MULT * gp.l2_mb * 2 ** 20
+        if big.any():
+            fr.append(float(np.median(nb[big] / (x["latency_ms"].to_numpy(float)[big] * 1e-3) / gp.mem_bw)))
+    if not fr:
+        raise ValueError(f"no quantize cell above {SM_RATE_L2_MULT:g} x L2 on any GPU")
+    return float(np.median(fr))
+
+
+def _sm_rate_s(c_kcycles, b_sm, p, nbytes, bw, sm_hz, clk_hz, reps, eta_dram, q):
+    """Seconds of the SM-rate law (sm_hz = SMs x clock in Hz)."""
+    stream = smax(nbytes / (bw * eta_dram), nbytes / (sm_hz * b_sm), q)
+    return reps * smax(c_kcycles * 1e3 / clk_hz, stream, p)
+
+
+def _gpu_cols(x):
+    gp = {g: get_gpu(g) for g in x["gpu"].unique()}
+    bw = x["gpu"].map({g: s.mem_bw for g, s in gp.items()}).to_numpy(float)
+    clk = x["gpu"].map({g: s.boost_mhz * 1e6 for g, s in gp.items()}).to_numpy(float)
+    sms = x["gpu"].map({g: float(s.sms) for g, s in gp.items()}).to_numpy(float)
+    return bw, sms * clk, clk
+
+
+def fit_sm_rate(cells, gpus, eta_dram: float, q: float = SM_RATE_Q) -> dict:
+    """Per kernel {c_kcycles, bytes_per_sm_cycle, p} pooled over `gpus` (least squares on log time), eta_dram and q
+    given."""
+    from scipy.optimize import least_squares
+
+    if not 0 < eta_dram <= 1.5 or not q > 0:
+        raise ValueError(f"fit_sm_rate needs 0 < eta_dram <= 1.5 and q > 0 (got {eta_dram!r}, {q!r})")
+    out = {}
+    for k in KERNELS:
+        x = cells[cells["gpu"].isin(list(gpus)) & (cells["kernel"] == k)]
+        if not len(x):
+            continue
+        bw, smhz, clk = _gpu_cols(x)
+        nb, reps, y = x["bytes"].to_numpy(float), x["reps"].to_numpy(float), x["y_ms"].to_numpy(float) * 1e-3
+        r = least_squares(lambda v: np.log(_sm_rate_s(v[0], v[1], v[2], nb, bw, smhz, clk, reps, eta_dram, q) / y),
+                          list(SM_RATE_START), bounds=SM_RATE_BOUNDS)
+        out[k] = {"c_kcycles": float(r.x[0]), "bytes_per_sm_cycle": float(r.x[1]), "p": float(r.x[2])}
+    if not out:
+        raise ValueError(f"no light cells on {list(gpus)}")
+    return out
+
+
+def predict_sm_rate(cells_gpu, fit: dict, eta_dram: float, q: float = SM_RATE_Q) -> np.ndarray:
+    """Milliseconds per cell of the SM-rate law with `fit_sm_rate`'s per-kernel constants."""
+    miss = sorted(set(cells_gpu["kernel"]) - set(fit))
+    if miss:
+        raise ValueError(f"SM-rate law has no constants for kernel(s) {miss}")
+    kern = cells_gpu["kernel"].to_numpy()
+    bw, smhz, clk = _gpu_cols(cells_gpu)
+    nb, reps = cells_gpu["bytes"].to_numpy(float), cells_gpu["reps"].to_numpy(float)
+    out = np.empty(len(cells_gpu))
+    for k in np.unique(kern):  # one knee exponent per kernel (smax takes a scalar p)
+        m, f = kern == k, fit[k]
+        out[m] = _sm_rate_s(f["c_kcycles"], f["bytes_per_sm_cycle"], f["p"], nb[m], bw[m], smhz[m], clk[m], reps[m],
+                            eta_dram, q) * 1e3
+    return out
