@@ -413,3 +413,48 @@ def test_a_served_passes_field_must_be_a_non_negative_number():
     with pytest.raises(ValueError, match=">= 0"):
         _parse_engine("k", {**doc, "precision": {"fp8_act_quant_passes_served": {"value": -1, "provenance": "DERIVED",
                                                                                  "source": "x"}}})
+
+
+def test_amax_row_cost_is_per_token_row_and_only_where_the_call_runs_the_reduction():
+    m = np.array([1.0, 128.0, 8192.0])
+    rel = {**PT.IDENTITY, "amax_row_ns": 6.0}
+    assert PT.amax_row_time(m, rel, passes=2) == pytest.approx(m * 6e-9)
+    assert (PT.amax_row_time(m, rel, passes=1) == 0).all()  # a fused per-token pass: no global atomic
+    assert (PT.amax_row_time(m, PT.IDENTITY, passes=2) == 0).all()  # a factor set without the key
+    for bad in (-1.0, float("nan")):
+        with pytest.raises(ValueError, match="amax_row_ns"):
+            PT.amax_row_time(m, {**rel, "amax_row_ns": bad}, passes=2)
+
+
+def test_amax_row_cost_enters_both_public_fp8_paths_for_vllm_not_sglang():
+    c = Constants.default()
+    g = get_gpu("b200")
+    m = np.array([1.0, 256.0, 8192.0])
+    base = {"eta_c_rel": 0.9, "eta_mem_rel": 0.9, "floor_add_us": -4.0}
+    with_row = {**base, "amax_row_ns": 5.0}
+    a = PT.gemm_time_fp8(m, 4096, 4096, g, c, rel=base, engine="vllm")
+    b = PT.gemm_time_fp8(m, 4096, 4096, g, c, rel=with_row, engine="vllm")
+    assert b["t"] - a["t"] == pytest.approx(m * 5e-9)
+    assert b["t_quant"] - a["t_quant"] == pytest.approx(m * 5e-9)
+    s = PT.gemm_time_fp8(m, 4096, 4096, g, c, rel=with_row, engine="sglang")  # one fused per-token pass
+    s0 = PT.gemm_time_fp8(m, 4096, 4096, g, c, rel=base, engine="sglang")
+    assert s["t"] == pytest.approx(s0["t"])
+
+
+def test_fit_recovers_the_amax_row_cost_that_generated_the_data():
+    c = Constants.default()
+    m, n, k = _cells()
+    truth = {"eta_c_rel": 0.9, "eta_mem_rel": 0.9, "floor_add_us": -2.0, "amax_row_ns": 6.0}
+    parts = {}
+    for key in ("h100-sxm", "h200-sxm"):
+        g = get_gpu(key)
+        gt = G.gemm_time(m, n, k, g, c, dtype="fp8")
+        gt["t_quant"] = PT.act_quant_time(m, k, g, c, passes=2)
+        gt["rows"] = m
+        t = PT.apply_rel(gt, g, c, truth) + gt["t_quant"] + PT.amax_row_time(m, truth, 2)
+        parts[key] = (gt, t * 1e3, g, c)
+    fit = E.fit_rel(parts, ["h200-sxm"], row=True, passes=2)
+    assert fit["amax_row_ns"] == pytest.approx(6.0, rel=0.1)
+    assert fit["eta_c_rel"] == pytest.approx(0.9, rel=0.05)
+    assert "amax_row_ns" not in E.fit_rel(parts, ["h200-sxm"])  # three factors unless asked
+    assert "vllm" in E.AMAX_ROW_FIT and "sglang" not in E.AMAX_ROW_FIT
