@@ -17,7 +17,8 @@ grid(num_tokens), atomicMaxFloat(scale, ...) by thread 0), so the pass holds m s
 serialise at one L2 location: a cost per token row, not per byte, that the light kernel's bandwidth law
 does not carry. Priced m x amax_row_ns when the factor set carries `amax_row_ns` and the call runs the
 reduction pass (passes >= 2); FITTED by E1.27 with the other three factors on the donor GPUs (issue 19
-item 5, wave 28: 5.1-5.9 ns a row across the folds, against 6-7 ns read off the tables' n -> 0 intercept).
+item 5, wave 28: 3.7-5.9 ns a row across the folds, against 5-11 ns (mostly 6-8) above bf16's read off the
+tables' n -> 0 intercept, which also holds the passes' bytes).
 A later vLLM (csrc/libtorch_stable/.../fp8/common.cu, commit db702fc8) caps that grid at 8 blocks per SM
 (absmax_reduction_flat); which of the two vLLM 0.24.0 ran is not pinned by source, the tables' per-row
 intercept (independent of k at k <= 2048 and of the GPU's bandwidth) is what the first one predicts.

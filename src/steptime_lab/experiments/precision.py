@@ -91,9 +91,10 @@ AMAX_ROW_DISCLOSED = (
     "maximum into one global scale with an atomic (vllm csrc/quantization/w8a8/fp8/common.cu as stored, commit "
     "096d3dc9), a serial cost per row. Fitted with the other three on the donor GPUs only (held out by GPU as "
     "before). Chosen after E1.27's held-out vLLM scores had been seen: the diagnosis was the tables' n -> 0 "
-    "intercept of the fp8 time at fixed (m, k), 6-7 ns per token row above bf16's on every Hopper and Blackwell "
-    "part, independent of k at k <= 2048 and of the GPU's bandwidth, which the light-kernel bandwidth law "
-    "(0.6-1.5 ns a row at k 1024) does not carry; one form was scored (m x a fitted constant). Which reduction "
+    "intercept of the fp8 time at fixed (m, k), 5-11 ns per token row above bf16's (mostly 6-8) on every Hopper "
+    "and Blackwell part, about independent of m, of k at k <= 2048 and of the GPU's bandwidth, which the "
+    "light-kernel law (1.4 ns a row on B200, 2.9 on H100 at k 1024) does not carry; one form was scored (m x a "
+    "fitted constant). Which reduction "
     "kernel vLLM 0.24.0 runs (this one, or a later grid-capped one, commit db702fc8) is not pinned by source.")
 DEFAULT_ENGINE = "vllm"  # its constant keeps the name gemm_fp8_rel (the fp8 factors before issue 19)
 ENGINE_LABEL = {"vllm": "vLLM CUTLASS scaled-mm", "trtllm": "TensorRT-LLM", "sglang": "SGLang sgl-kernel"}
