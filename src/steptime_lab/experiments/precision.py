@@ -27,9 +27,10 @@ the dynamic per-tensor path, an amax reduction then the quantise; vLLM: the same
 per-token pass; engines.yaml precision.fp8_act_quant_passes, read from the collectors' source).
 The term prices them as light kernels (terms/precision.py act_quant_time, no fp8 cell fitted) and
 the three factors are fitted on what is left; metrics record the same fit without the term
-(`mape_without_quant_term`) so the change is visible. vLLM's dynamic per-tensor reduction also pays a
-serial cost per token row (one block and one same-address atomic per row): its factor set fits a fourth
-factor, amax_row_ns, on the donor GPUs with the other three (AMAX_ROW_FIT; terms/precision.py amax_row_time).
+(`mape_without_quant_term`) so the change is visible. vLLM's timed quantise also pays a cost per token
+row (the collector runs QuantFP8's native decomposition eagerly): its factor set fits a fourth factor,
+amax_row_ns, on the donor GPUs with the other three, for an engine whose tables' call pays it (engines.yaml
+precision.fp8_act_quant_row_cost, read through terms/precision.py act_quant_row_cost; amax_row_time).
 """
 
 from __future__ import annotations
@@ -80,11 +81,8 @@ DISPATCH_DISCLOSED = (
     "relative throughput of a tile outside the ladder is the ladder's nearest tile (a choice). SGLang's own sgl-kernel "
     "dispatch (read from source) was scored the same way and not adopted (Blackwell 12.4 -> 16.3%); L40S (sm89) "
     "and RTX PRO (sm120) dispatches were not read and keep the heuristic.")
-# Engines whose fp8 factor set also fits `amax_row_ns` (terms/precision.py amax_row_time): the per-token-row
-# serial cost of a dynamic per-tensor amax reduction with one block and one same-address atomic per row, read
-# in vLLM's source (issue 19 item 5, wave 28, helper fp8g). TensorRT-LLM's and SGLang's reductions were not
-# read (SGLang runs one per-token pass, no reduction), so their factor sets keep three factors.
-AMAX_ROW_FIT = frozenset({"vllm"})
+# Which engines' fp8 factor sets also fit `amax_row_ns` is the engine fact engines.yaml
+# precision.fp8_act_quant_row_cost (the tables' call), read through terms/precision.py act_quant_row_cost.
 AMAX_ROW_DISCLOSED = (
     "Issue 19 item 5 (fp8g): vLLM's fp8 factor set carries a fourth factor, amax_row_ns (terms/precision.py "
     "amax_row_time): its dynamic per-tensor amax reduction runs one thread block per token row, each folding its "
@@ -95,7 +93,13 @@ AMAX_ROW_DISCLOSED = (
     "and Blackwell part, about independent of m, of k at k <= 2048 and of the GPU's bandwidth, which the "
     "light-kernel law (1.4 ns a row on B200, 2.9 on H100 at k 1024) does not carry; one form was scored (m x a "
     "fitted constant). Which reduction "
-    "kernel vLLM 0.24.0 runs (this one, or a later grid-capped one, commit db702fc8) is not pinned by source.")
+    "kernel vLLM 0.24.0 runs (this one, or a later grid-capped one, commit db702fc8) is not pinned by source. "
+    "Wave 28 (fp8g2), read from source: the collector builds its layers under a bare VllmConfig() (-O2, Inductor "
+    "defaults: custom_ops 'none'), so the timed call runs QuantFP8.forward_native eagerly (abs, max, float32 "
+    "casts, scaled multiply, clamp, fp8 cast as separate kernels), not the atomic CUDA kernel; amax_row_ns is the "
+    "fitted price of that decomposition, a fact of the tables' call (engines.yaml "
+    "precision.fp8_act_quant_row_cost). A served vLLM V1 step compiles the same code with Inductor and does not "
+    "pay it (precision.fp8_act_quant_row_cost_served 0); no score here moves with that.")
 DEFAULT_ENGINE = "vllm"  # its constant keeps the name gemm_fp8_rel (the fp8 factors before issue 19)
 ENGINE_LABEL = {"vllm": "vLLM CUTLASS scaled-mm", "trtllm": "TensorRT-LLM", "sglang": "SGLang sgl-kernel"}
 
@@ -143,7 +147,7 @@ def fit_rel(parts: dict, gpus, seed: int = 0, n_per_gpu: int = 3000, form: str =
     """Least squares in log time of the three relative fp8 factors on `gpus`' cells.
     parts: gpu -> (gemm_time fp8 dict over its LLM cells, with `rows` = m, measured ms, gpu, constants).
     form: the memory factor's form, "rel" (eta_mem_rel) or "abs" (eta_mem_fp8; MEM_KEY).
-    row: also fit `amax_row_ns` (the per-token-row cost of the amax reduction, AMAX_ROW_FIT) for a call of
+    row: also fit `amax_row_ns` (the per-token-row cost of the quantise, act_quant_row_cost) for a call of
     `passes` activation-quantise passes."""
     from scipy.optimize import least_squares
 
@@ -209,7 +213,7 @@ def run_engine(fp8: pd.DataFrame, bf16: pd.DataFrame, gemm_doc: dict, base=None,
     `quant_ablation` also `pred_noquant_ms`: the factors refitted and the cells priced without that term."""
     passes = PT.act_quant_passes(engine)
     form = MEM_FORM.get(engine, "rel")
-    row = engine in AMAX_ROW_FIT and passes >= 2
+    row = PT.act_quant_row_cost(engine) and passes >= 2  # the tables' call (engines.yaml, one place)
     folds = {} if folds is None else folds
     rows, cal, parts, consts = [], Calibration(), {}, {}
     gpus = [g for g in sorted(fp8["gpu"].unique()) if get_gpu(g).fp8_dense_tflops]
@@ -239,7 +243,7 @@ def run_engine(fp8: pd.DataFrame, bf16: pd.DataFrame, gemm_doc: dict, base=None,
             cal.record(name, cs, note=cal_g.notes.get(name, ""))
         gt = parts[g][0]
         tb = G.gemm_time(x["m"].to_numpy(), x["n"].to_numpy(), x["k"].to_numpy(), gpu, c, dtype="bf16")
-        tq = gt["t_quant"] + PT.amax_row_time(gt["rows"], rels[g]["rel"], passes)
+        tq = gt["t_quant"] + PT.amax_row_time(gt["rows"], rels[g]["rel"], passes, row)
         x["datasheet_ms"] = gt["t"] * 1e3
         x["quant_ms"] = tq * 1e3
         x["pred_ms"] = (PT.apply_rel(gt, gpu, c, rels[g]["rel"]) + tq) * 1e3
