@@ -413,3 +413,124 @@ def test_a_served_passes_field_must_be_a_non_negative_number():
     with pytest.raises(ValueError, match=">= 0"):
         _parse_engine("k", {**doc, "precision": {"fp8_act_quant_passes_served": {"value": -1, "provenance": "DERIVED",
                                                                                  "source": "x"}}})
+
+
+def test_amax_row_cost_is_per_token_row_and_only_where_the_call_runs_the_reduction():
+    m = np.array([1.0, 128.0, 8192.0])
+    rel = {**PT.IDENTITY, "amax_row_ns": 6.0}
+    assert PT.amax_row_time(m, rel, passes=2) == pytest.approx(m * 6e-9)
+    assert (PT.amax_row_time(m, rel, passes=1) == 0).all()  # a fused per-token pass: no global atomic
+    assert (PT.amax_row_time(m, PT.IDENTITY, passes=2) == 0).all()  # a factor set without the key
+    assert (PT.amax_row_time(m, rel, passes=2, row_cost=False) == 0).all()  # a call that does not pay it
+    for bad in (-1.0, float("nan")):
+        with pytest.raises(ValueError, match="amax_row_ns"):
+            PT.amax_row_time(m, {**rel, "amax_row_ns": bad}, passes=2)
+
+
+def test_amax_row_cost_enters_both_public_fp8_paths_for_vllm_not_sglang():
+    c = Constants.default()
+    g = get_gpu("b200")
+    m = np.array([1.0, 256.0, 8192.0])
+    base = {"eta_c_rel": 0.9, "eta_mem_rel": 0.9, "floor_add_us": -4.0}
+    with_row = {**base, "amax_row_ns": 5.0}
+    a = PT.gemm_time_fp8(m, 4096, 4096, g, c, rel=base, engine="vllm")
+    b = PT.gemm_time_fp8(m, 4096, 4096, g, c, rel=with_row, engine="vllm")
+    assert b["t"] - a["t"] == pytest.approx(m * 5e-9)
+    assert b["t_quant"] - a["t_quant"] == pytest.approx(m * 5e-9)
+    s = PT.gemm_time_fp8(m, 4096, 4096, g, c, rel=with_row, engine="sglang")  # one fused per-token pass
+    s0 = PT.gemm_time_fp8(m, 4096, 4096, g, c, rel=base, engine="sglang")
+    assert s["t"] == pytest.approx(s0["t"])
+
+
+def test_fit_recovers_the_amax_row_cost_that_generated_the_data():
+    c = Constants.default()
+    m, n, k = _cells()
+    truth = {"eta_c_rel": 0.9, "eta_mem_rel": 0.9, "floor_add_us": -2.0, "amax_row_ns": 6.0}
+    parts = {}
+    for key in ("h100-sxm", "h200-sxm"):
+        g = get_gpu(key)
+        gt = G.gemm_time(m, n, k, g, c, dtype="fp8")
+        gt["t_quant"] = PT.act_quant_time(m, k, g, c, passes=2)
+        gt["rows"] = m
+        t = PT.apply_rel(gt, g, c, truth) + gt["t_quant"] + PT.amax_row_time(m, truth, 2)
+        parts[key] = (gt, t * 1e3, g, c)
+    fit = E.fit_rel(parts, ["h200-sxm"], row=True, passes=2)
+    assert fit["amax_row_ns"] == pytest.approx(6.0, rel=0.1)
+    assert fit["eta_c_rel"] == pytest.approx(0.9, rel=0.05)
+    assert "amax_row_ns" not in E.fit_rel(parts, ["h200-sxm"])  # three factors unless asked
+    # which engines fit the fourth factor is the engine fact (engines.yaml precision.fp8_act_quant_row_cost)
+    assert PT.act_quant_row_cost("vllm") and not PT.act_quant_row_cost("sglang")
+    assert not PT.act_quant_row_cost("trtllm") and not hasattr(E, "AMAX_ROW_FIT")
+
+
+# ---- the served quantise (issue 19 item 5, wave 28, fp8g2) ------------------------------------------
+def _row_constants(ns=5.0):
+    rel = {"eta_c_rel": 0.9, "eta_mem_rel": 0.9, "floor_add_us": -4.0}
+    c = Constants.default().with_overrides({"gemm_fp8_rel": {**rel, "amax_row_ns": ns}}, scope="gpu.h200-sxm")
+    return c, c.with_overrides({"gemm_fp8_rel": rel}, scope="gpu.h200-sxm")
+
+
+def test_the_row_cost_is_an_engine_fact_of_the_tables_call_not_of_a_served_vllm_v1_step():
+    """vLLM V1 serves its fp8 linear with QuantFP8 compiled by Inductor (custom ops 'none'), so a served
+    step pays no row cost; the collector's eager call (the tables) does. vllm-v0 (no torch.compile) keeps it."""
+    from steptime.specs.engines import engine_table
+
+    t = engine_table()
+    for key in ("vllm", "vllm-v1-unfused", "vllm-v1-sync", "vllm-no-p2p"):
+        assert t[key].fp8_act_quant_row_cost() and not t[key].fp8_act_quant_row_cost(served=True), key
+    assert t["vllm-v0"].fp8_act_quant_row_cost(served=True)
+    c, c0 = _row_constants()
+    g, m = get_gpu("h200-sxm"), np.array([1.0, 256.0, 8192.0])
+    tab = PT.gemm_time_fp8(m, 4096, 4096, g, c, engine="vllm")["t"]
+    tab0 = PT.gemm_time_fp8(m, 4096, 4096, g, c0, engine="vllm")["t"]
+    assert tab - tab0 == pytest.approx(m * 5e-9)  # the tables' call pays m x amax_row_ns
+    srv = PT.gemm_time_fp8(m, 4096, 4096, g, c, engine="vllm", served=True)["t"]
+    srv0 = PT.gemm_time_fp8(m, 4096, 4096, g, c0, engine="vllm", served=True)["t"]
+    assert srv == pytest.approx(srv0, rel=1e-12)  # a served V1 step does not
+    v0 = PT.gemm_time_shapes_fp8(m, {"o": (4096, 4096)}, g, c, engine="vllm-v0", served=True)["o"]["t"]
+    v00 = PT.gemm_time_shapes_fp8(m, {"o": (4096, 4096)}, g, c0, engine="vllm-v0", served=True)["o"]["t"]
+    assert v0 - v00 == pytest.approx(m * 5e-9)
+
+
+def test_predict_ops_without_an_engine_is_the_tables_call_with_an_engine_the_served_one():
+    from steptime import predict_step
+    from steptime.ops import predict_ops
+    from steptime.specs import get_model
+    from steptime.step import layer_shapes
+
+    c, _ = _row_constants()
+    g, T = "h200-sxm", 2048
+    bare = predict_ops("gemm", g, m=T, n=8192, k=8192, dtype="fp8", constants=c)["t_ms"]
+    served = predict_ops("gemm", g, m=T, n=8192, k=8192, dtype="fp8", engine="vllm", constants=c)["t_ms"]
+    assert float(bare) - float(served) == pytest.approx(T * 5e-9 * 1e3, rel=1e-9)
+    model = get_model("llama-3-70b")
+    step = predict_step(model, g, prefill=[(1, T)], tp=4, dtype="fp8", constants=c)  # default engine: served
+    for name, (n, k) in layer_shapes(model, 4).items():
+        ops = predict_ops("gemm", g, m=T, n=n, k=k, dtype="fp8", engine="vllm", constants=c)["t_ms"]
+        assert step.terms_ms[name] == pytest.approx(model.num_hidden_layers * float(ops), rel=1e-9)
+
+
+def test_moe_fp8_projections_are_priced_as_served():
+    from steptime import predict_step
+
+    c, c0 = _row_constants()
+    kw = dict(decode=[(64, 4096)], prefill=[(1, 2048)], tp=8, dtype="fp8")
+    a = predict_step("qwen3-235b-a22b", "h200-sxm", constants=c, **kw)
+    b = predict_step("qwen3-235b-a22b", "h200-sxm", constants=c0, **kw)
+    assert a.total_ms == pytest.approx(b.total_ms, rel=1e-12)
+
+
+def test_a_row_cost_field_is_a_flag():
+    from steptime.specs.engines import _parse_engine
+
+    doc = {"host_terms": False, "backend": "none", "allreduce": {"impl": "nccl", "fallback": "nccl",
+                                              "max_bytes": {"value": 0, "provenance": "DERIVED", "source": "x"}}}
+    f = {"value": 1, "provenance": "DERIVED", "source": "x"}
+    e = _parse_engine("k", {**doc, "precision": {"fp8_act_quant_row_cost": f}})
+    assert e.fp8_act_quant_row_cost() and e.fp8_act_quant_row_cost(served=True)  # served absent: the tables'
+    e = _parse_engine("k", {**doc, "precision": {"fp8_act_quant_row_cost": f,
+                                                 "fp8_act_quant_row_cost_served": {**f, "value": 0}}})
+    assert e.fp8_act_quant_row_cost() and not e.fp8_act_quant_row_cost(served=True)
+    assert not _parse_engine("k", doc).fp8_act_quant_row_cost()  # absent: no row cost
+    with pytest.raises(ValueError, match="flag"):
+        _parse_engine("k", {**doc, "precision": {"fp8_act_quant_row_cost_served": {**f, "value": 0.5}}})

@@ -20,6 +20,7 @@ Every term returned is seconds per step (arrays over steps); the dense path neve
 
 from __future__ import annotations
 
+from functools import partial
 from types import MappingProxyType
 
 import numpy as np
@@ -153,7 +154,8 @@ def mla_gemm_times(model, gpu, tp, dec_tokens, up_tokens, *, dtype, constants, m
     H = model.num_attention_heads // tp
     nd, up = np.asarray(dec_tokens, dtype=float), np.asarray(up_tokens, dtype=float)
     absorb = moe_terms.mla_bmm_time(nd, H, model.qk_nope_head_dim, model.kv_lora_rank, model.v_head_dim, gpu, mc)
-    shapes_fn = precision.gemm_time_shapes_fp8 if proj_dtype(dtype) == "fp8" else gemm.gemm_time_shapes
+    shapes_fn = (partial(precision.gemm_time_shapes_fp8, served=True) if proj_dtype(dtype) == "fp8"  # as served
+                 else gemm.gemm_time_shapes)
     u = shapes_fn(np.maximum(up, 1.0), {"kv_b": (H * (model.qk_nope_head_dim + model.v_head_dim),
                                                  model.kv_lora_rank)}, gpu, constants, f_clk=f_clk)["kv_b"]
     qk = model.qk_nope_head_dim + model.qk_rope_head_dim
@@ -228,7 +230,7 @@ def block_terms(model, gpu, step_id, new, kv, T, n_steps, *, tp, ep, dtype, kv_d
         raise UnsupportedError(f"no fitted fused-MoE constants for dtype {dtype!r} (calibration/moe.yaml has "
                                f"{', '.join(sorted({k.split(':')[1] for k in mc.values if k.startswith('eta_c:')}))})")
     pdt = proj_dtype(dtype)
-    shapes_fn = precision.gemm_time_shapes_fp8 if pdt == "fp8" else gemm.gemm_time_shapes
+    shapes_fn = partial(precision.gemm_time_shapes_fp8, served=True) if pdt == "fp8" else gemm.gemm_time_shapes
     L, Lm, Ld = model.num_hidden_layers, model.n_moe_layers, model.n_dense_layers
     Lf, Ll = model.n_full_layers, model.n_linear_layers  # Lf = L but for a linear-attention hybrid
     h = model.hidden_size

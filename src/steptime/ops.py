@@ -95,7 +95,9 @@ def predict_ops(op: str, gpu, *, constants: Constants | None = None, f_clk: floa
 
     `engine` (a profile name or Engine; default vLLM's kernels) picks whose fp8 GEMM kernels an
     fp8 `gemm` cell is priced with (engines.yaml precision.fp8_gemm), as predict_step does, with the
-    activation quantise passes the engine runs on a served checkpoint (precision.fp8_act_quant_passes_served).
+    activation quantise the engine runs on a served checkpoint (precision.fp8_act_quant_passes_served,
+    fp8_act_quant_row_cost_served). Without an engine the cell is vLLM's linear as its per-operator tables
+    time it (the collector's call: precision.fp8_act_quant_passes, fp8_act_quant_row_cost); one code path.
 
     Sizes must be finite and positive (whole numbers where they count things); `f_clk` must
     lie in (0, 1] unless `allow_boost`. Bad input raises `InputError` (a `SteptimeError` and a
@@ -113,7 +115,9 @@ def predict_ops(op: str, gpu, *, constants: Constants | None = None, f_clk: floa
         get_engine(engine, fitted=constants.engines)  # an unknown engine is one clear error, whatever the op
     if op == "gemm" and cells.get("dtype", "bf16") == "fp8":
         check_precision(gpu, "fp8")  # the one dtype check, as predict_step
-        r = precision.gemm_time_fp8(cells["m"], cells["n"], cells["k"], gpu, constants, f_clk=f_clk, served=True,
+        # no engine: vLLM's kernels as its per-operator tables time them; an engine: as that engine serves
+        r = precision.gemm_time_fp8(cells["m"], cells["n"], cells["k"], gpu, constants, f_clk=f_clk,
+                                    served=engine is not None,
                                     engine=None if engine is None else get_engine(engine, fitted=constants.engines))
     elif op == "gemm":
         r = gemm.gemm_time(cells["m"], cells["n"], cells["k"], gpu, constants, f_clk=f_clk,

@@ -52,7 +52,8 @@ HOST_FIELDS = tuple(f for f in NUMERIC if f not in OPTIONAL)
 # precision.<field>: the engine's own kernels' constant (a `const:` pointer into defaults.yaml);
 # fp8_gemm names the relative fp8 GEMM factors (terms/precision.py) fitted on the engine's own
 # fp8 tables (E1.27). An engine without one uses vLLM's (FP8_GEMM_DEFAULT).
-PRECISION = ("fp8_gemm", "fp8_act_quant_passes", "fp8_act_quant_passes_served")
+PRECISION = ("fp8_gemm", "fp8_act_quant_passes", "fp8_act_quant_passes_served", "fp8_act_quant_row_cost",
+             "fp8_act_quant_row_cost_served")
 PRECISION_CONST = ("fp8_gemm",)  # precision fields that point at a fitted constant (the others carry a value)
 # moe.exchange: how the engine moves tokens between attention data-parallel ranks and the expert-parallel
 # MoE by default (moe_step.block_terms prices it; absent: deepep, steptime's pricing before the field existed)
@@ -205,6 +206,18 @@ class Engine:
                 return int(v.value)
         v = self.values.get("fp8_act_quant_passes")
         return int(v.value) if v is not None else 0
+
+    def fp8_act_quant_row_cost(self, served: bool = False) -> bool:
+        """Whether the activation quantise's reduction pays a cost per token row (the fitted `amax_row_ns`,
+        terms/precision.py amax_row_time): as the per-operator tables time the engine's linear (engines.yaml
+        precision.fp8_act_quant_row_cost; absent: no), or, with `served`, as the engine serves an fp8
+        checkpoint (precision.fp8_act_quant_row_cost_served; absent: the tables' value). Read here only."""
+        if served:
+            v = self.values.get("fp8_act_quant_row_cost_served")
+            if v is not None:
+                return bool(float(v.value))
+        v = self.values.get("fp8_act_quant_row_cost")
+        return bool(float(v.value)) if v is not None else False
 
     def fuses_qk_norm_rope(self) -> bool:
         """Whether a qk_norm model's per-head q/k RMSNorms run fused into the kernel that applies RoPE
@@ -360,6 +373,8 @@ def _parse_engine(key: str, doc: dict) -> Engine:
             raise ValueError(f"{where}: precision.{name} must name its fitted constant (const: NAME)")
         if name not in PRECISION_CONST and (values[name].value is None or float(values[name].value) < 0):
             raise ValueError(f"{where}: precision.{name} needs a value >= 0")
+        if name.startswith("fp8_act_quant_row_cost") and float(values[name].value) not in (0.0, 1.0):
+            raise ValueError(f"{where}: precision.{name} is a flag: 0 or 1, got {values[name].value!r}")
     if host_terms:
         missing = [f for f in HOST_FIELDS if f not in values]
         if missing:

@@ -10,6 +10,30 @@ per-token quantise is that last pass alone. Each pass is a light kernel (terms/l
 elementwise `act` kernel's floor and achieved bandwidth): a per-call fixed cost at small m that the
 GEMM's own floor does not hold (the 7-12 us small-m floor of TensorRT-LLM's fp8 table, E1.27).
 
+amax_row_time: vLLM's dynamic per-tensor amax reduction launches one thread block per token row and each
+block folds its row maximum into the ONE global scale with an atomic max (vllm-project/vllm
+csrc/quantization/w8a8/fp8/common.cu as stored, commit 096d3dc9: segmented_max_reduction_strided,
+grid(num_tokens), atomicMaxFloat(scale, ...) by thread 0), so the pass holds m same-address atomics that
+serialise at one L2 location: a cost per token row, not per byte, that the light kernel's bandwidth law
+does not carry. Priced m x amax_row_ns when the factor set carries `amax_row_ns` and the call runs the
+reduction pass (passes >= 2); FITTED by E1.27 with the other three factors on the donor GPUs (issue 19
+item 5, wave 28: 3.7-5.9 ns a row across the folds, against 5-11 ns (mostly 6-8) above bf16's read off the
+tables' n -> 0 intercept, which also holds the passes' bytes).
+A later vLLM (csrc/libtorch_stable/.../fp8/common.cu, commit db702fc8) caps that grid at 8 blocks per SM
+(absmax_reduction_flat); which of the two vLLM 0.24.0 ran is not pinned by source, the tables' per-row
+intercept (independent of k at k <= 2048 and of the GPU's bandwidth) is what the first one predicts.
+Correction (wave 28, fp8g2, read from source): the collector's call does NOT run that CUDA kernel. It builds
+its layers under a bare VllmConfig(), whose -O2 / Inductor defaults set custom_ops 'none', so vLLM's QuantFP8
+CustomOp runs forward_native EAGERLY: abs, a full max, float32 casts, the scaled multiply, clamp, the fp8 cast,
+about 35 bytes per element in separate kernels (engines.yaml precision.fp8_act_quant_row_cost cites the
+files). amax_row_ns is the fitted price of that eager decomposition above the two light passes, a fact of the
+tables' call. Where it is paid is an ENGINE FACT (engines.yaml precision.fp8_act_quant_row_cost for the
+per-operator tables' call, fp8_act_quant_row_cost_served for a served step; Engine.fp8_act_quant_row_cost
+reads both, act_quant_row_cost here): a served vLLM V1 step compiles the same forward_native with Inductor
+into fused kernels (no eager decomposition, no per-row atomics), so its served value is 0 (DESIGN, the
+served quantise). predict_ops without an engine prices the tables' call (the row cost kept); with an
+engine, and predict_step always, the served call.
+
 r_c, r_m, dt_floor: the engine's constant ({eta_c_rel, eta_mem_rel, floor_add_us}; engines.yaml
 precision.fp8_gemm names it: `gemm_fp8_rel` for vLLM, `gemm_fp8_rel_trtllm`, `gemm_fp8_rel_sglang`),
 FITTED by E1.27 on that engine's own fp8 tables of other GPUs (same architecture and SM-fill
@@ -126,6 +150,29 @@ def act_quant_time(m, k, gpu, constants: Constants | None = None, passes: int = 
     return t
 
 
+def act_quant_row_cost(engine=None, served: bool = False) -> bool:
+    """Whether `engine`'s activation quantise pays the per-token-row cost (amax_row_time): as its per-operator
+    tables time the linear, or with `served` as it serves an fp8 checkpoint (engines.yaml
+    precision.fp8_act_quant_row_cost / _served; module note). `engine`: an Engine, a profile name, or None
+    (vLLM's, as act_quant_passes)."""
+    from steptime.specs.engines import get_engine
+
+    return get_engine("vllm" if engine is None else engine).fp8_act_quant_row_cost(served=served)
+
+
+def amax_row_time(m, rel: dict, passes: int, row_cost: bool = True) -> np.ndarray:
+    """Seconds: the per-token-row serial cost of a dynamic per-tensor amax reduction (module note):
+    m x rel['amax_row_ns'] when the call runs that reduction (passes >= 2) in the kernel that pays it
+    (`row_cost`: the engine fact act_quant_row_cost), else 0."""
+    m = np.asarray(m, dtype=float)
+    ns = float(rel.get("amax_row_ns", 0.0))
+    if not (ns >= 0 and np.isfinite(ns)):
+        raise ValueError(f"amax_row_ns must be a non-negative time per token row (ns), got {ns!r}")
+    if not row_cost or int(passes) < 2 or ns == 0.0:
+        return np.zeros_like(m)
+    return m * ns * 1e-9
+
+
 def fp8_rel(gpu, constants: Constants | None = None, engine=None) -> dict:
     constants = constants or Constants.default()
     try:
@@ -167,7 +214,9 @@ def gemm_time_fp8(m, n, k, gpu, constants: Constants | None = None, rel: dict | 
     of the engine's served checkpoint (act_quant_passes), as the public functions price them."""
     g = gemm.gemm_time(m, n, k, gpu, constants, dtype="fp8", launch=fp8_launch(gpu, engine), **kw)
     rel = rel or fp8_rel(gpu, constants, engine)
-    tq = act_quant_time(m, k, gpu, constants, act_quant_passes(engine, served=served))
+    passes = act_quant_passes(engine, served=served)
+    tq = act_quant_time(m, k, gpu, constants, passes) + amax_row_time(m, rel, passes,
+                                                                     act_quant_row_cost(engine, served))
     p = gemm.resolve(gpu, constants)
     t = apply_rel(g, gpu, constants, rel, p) + tq
     return {**g, "t": t, "t_quant": tq, "compute_bound": _compute_bound(g, rel, p)}
@@ -180,9 +229,11 @@ def gemm_time_shapes_fp8(m, shapes: dict, gpu, constants: Constants | None = Non
     out = gemm.gemm_time_shapes(m, shapes, gpu, constants, dtype="fp8", launch=fp8_launch(gpu, engine), **kw)
     rel = fp8_rel(gpu, constants, engine)
     passes = act_quant_passes(engine, served=served)
+    row_cost = act_quant_row_cost(engine, served)
     p = gemm.resolve(gpu, constants)
     for name, g in out.items():
-        g["t_quant"] = act_quant_time(m, shapes[name][1], gpu, constants, passes)
+        g["t_quant"] = (act_quant_time(m, shapes[name][1], gpu, constants, passes)
+                        + amax_row_time(m, rel, passes, row_cost))
         g["t"] = apply_rel(g, gpu, constants, rel, p) + g["t_quant"]
         g["compute_bound"] = _compute_bound(g, rel, p)
     return out

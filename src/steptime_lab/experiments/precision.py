@@ -27,7 +27,10 @@ the dynamic per-tensor path, an amax reduction then the quantise; vLLM: the same
 per-token pass; engines.yaml precision.fp8_act_quant_passes, read from the collectors' source).
 The term prices them as light kernels (terms/precision.py act_quant_time, no fp8 cell fitted) and
 the three factors are fitted on what is left; metrics record the same fit without the term
-(`mape_without_quant_term`) so the change is visible.
+(`mape_without_quant_term`) so the change is visible. vLLM's timed quantise also pays a cost per token
+row (the collector runs QuantFP8's native decomposition eagerly): its factor set fits a fourth factor,
+amax_row_ns, on the donor GPUs with the other three, for an engine whose tables' call pays it (engines.yaml
+precision.fp8_act_quant_row_cost, read through terms/precision.py act_quant_row_cost; amax_row_time).
 """
 
 from __future__ import annotations
@@ -78,6 +81,25 @@ DISPATCH_DISCLOSED = (
     "relative throughput of a tile outside the ladder is the ladder's nearest tile (a choice). SGLang's own sgl-kernel "
     "dispatch (read from source) was scored the same way and not adopted (Blackwell 12.4 -> 16.3%); L40S (sm89) "
     "and RTX PRO (sm120) dispatches were not read and keep the heuristic.")
+# Which engines' fp8 factor sets also fit `amax_row_ns` is the engine fact engines.yaml
+# precision.fp8_act_quant_row_cost (the tables' call), read through terms/precision.py act_quant_row_cost.
+AMAX_ROW_DISCLOSED = (
+    "Issue 19 item 5 (fp8g): vLLM's fp8 factor set carries a fourth factor, amax_row_ns (terms/precision.py "
+    "amax_row_time): its dynamic per-tensor amax reduction runs one thread block per token row, each folding its "
+    "maximum into one global scale with an atomic (vllm csrc/quantization/w8a8/fp8/common.cu as stored, commit "
+    "096d3dc9), a serial cost per row. Fitted with the other three on the donor GPUs only (held out by GPU as "
+    "before). Chosen after E1.27's held-out vLLM scores had been seen: the diagnosis was the tables' n -> 0 "
+    "intercept of the fp8 time at fixed (m, k), 5-11 ns per token row above bf16's (mostly 6-8) on every Hopper "
+    "and Blackwell part, about independent of m, of k at k <= 2048 and of the GPU's bandwidth, which the "
+    "light-kernel law (1.4 ns a row on B200, 2.9 on H100 at k 1024) does not carry; one form was scored (m x a "
+    "fitted constant). Which reduction "
+    "kernel vLLM 0.24.0 runs (this one, or a later grid-capped one, commit db702fc8) is not pinned by source. "
+    "Wave 28 (fp8g2), read from source: the collector builds its layers under a bare VllmConfig() (-O2, Inductor "
+    "defaults: custom_ops 'none'), so the timed call runs QuantFP8.forward_native eagerly (abs, max, float32 "
+    "casts, scaled multiply, clamp, fp8 cast as separate kernels), not the atomic CUDA kernel; amax_row_ns is the "
+    "fitted price of that decomposition, a fact of the tables' call (engines.yaml "
+    "precision.fp8_act_quant_row_cost). A served vLLM V1 step compiles the same code with Inductor and does not "
+    "pay it (precision.fp8_act_quant_row_cost_served 0); no score here moves with that.")
 DEFAULT_ENGINE = "vllm"  # its constant keeps the name gemm_fp8_rel (the fp8 factors before issue 19)
 ENGINE_LABEL = {"vllm": "vLLM CUTLASS scaled-mm", "trtllm": "TensorRT-LLM", "sglang": "SGLang sgl-kernel"}
 
@@ -120,10 +142,13 @@ def donors(gpu: str, others) -> list[str]:
     return same or list(others)
 
 
-def fit_rel(parts: dict, gpus, seed: int = 0, n_per_gpu: int = 3000, form: str = "rel") -> dict:
+def fit_rel(parts: dict, gpus, seed: int = 0, n_per_gpu: int = 3000, form: str = "rel", row: bool = False,
+            passes: int = 2) -> dict:
     """Least squares in log time of the three relative fp8 factors on `gpus`' cells.
-    parts: gpu -> (gemm_time fp8 dict over its LLM cells, measured ms, gpu, constants).
-    form: the memory factor's form, "rel" (eta_mem_rel) or "abs" (eta_mem_fp8; MEM_KEY)."""
+    parts: gpu -> (gemm_time fp8 dict over its LLM cells, with `rows` = m, measured ms, gpu, constants).
+    form: the memory factor's form, "rel" (eta_mem_rel) or "abs" (eta_mem_fp8; MEM_KEY).
+    row: also fit `amax_row_ns` (the per-token-row cost of the quantise, act_quant_row_cost) for a call of
+    `passes` activation-quantise passes."""
     from scipy.optimize import least_squares
 
     if form not in MEM_KEY:
@@ -135,19 +160,29 @@ def fit_rel(parts: dict, gpus, seed: int = 0, n_per_gpu: int = 3000, form: str =
         n = len(parts[g][1])
         sel[g] = np.sort(rng.choice(n, size=min(n, n_per_gpu), replace=False))
 
-    def resid(p):
+    def rel_of(p):
         rel = {"eta_c_rel": np.exp(p[0]), mkey: np.exp(p[1]), "floor_add_us": p[2]}
+        return {**rel, "amax_row_ns": p[3]} if row else rel
+
+    def resid(p):
+        rel = rel_of(p)
         out = []
         for g in gpus:
             gt, meas, gpu, c = parts[g]
             i = sel[g]
             sub = {k: (v[i] if isinstance(v, np.ndarray) and v.ndim == 1 else v) for k, v in gt.items()}
             tq = sub.get("t_quant", 0.0)  # the engine's activation-quantise kernels (priced, not fitted)
+            if row:
+                tq = tq + PT.amax_row_time(sub["rows"], rel, passes)
             out.append(np.log((PT.apply_rel(sub, gpu, c, rel) + tq) * 1e3) - np.log(meas[i]))
         return np.concatenate(out)
 
-    s = least_squares(resid, [0.0, 0.0, 0.0], bounds=([np.log(0.2), np.log(0.2), -5.0], [np.log(2.0), np.log(2.0), 50.0]))
-    return {"eta_c_rel": float(np.exp(s.x[0])), mkey: float(np.exp(s.x[1])), "floor_add_us": float(s.x[2])}
+    lo, hi = [np.log(0.2), np.log(0.2), -5.0], [np.log(2.0), np.log(2.0), 50.0]
+    x0 = [0.0, 0.0, 0.0]
+    if row:  # ns per token row, bounded by 0 and 50 (the tables' intercept is 6-7)
+        lo, hi, x0 = lo + [0.0], hi + [50.0], x0 + [5.0]
+    s = least_squares(resid, x0, bounds=(lo, hi))
+    return {k: float(v) for k, v in rel_of(s.x).items()}
 
 
 def run(fp8: pd.DataFrame, bf16: pd.DataFrame, gemm_doc: dict, base=None, seed: int = 0,
@@ -178,6 +213,7 @@ def run_engine(fp8: pd.DataFrame, bf16: pd.DataFrame, gemm_doc: dict, base=None,
     `quant_ablation` also `pred_noquant_ms`: the factors refitted and the cells priced without that term."""
     passes = PT.act_quant_passes(engine)
     form = MEM_FORM.get(engine, "rel")
+    row = PT.act_quant_row_cost(engine) and passes >= 2  # the tables' call (engines.yaml, one place)
     folds = {} if folds is None else folds
     rows, cal, parts, consts = [], Calibration(), {}, {}
     gpus = [g for g in sorted(fp8["gpu"].unique()) if get_gpu(g).fp8_dense_tflops]
@@ -191,6 +227,7 @@ def run_engine(fp8: pd.DataFrame, bf16: pd.DataFrame, gemm_doc: dict, base=None,
         gt = G.gemm_time(x["m"].to_numpy(), x["n"].to_numpy(), x["k"].to_numpy(), gpu, c, dtype="fp8",
                          launch=PT.fp8_launch(gpu, engine))  # the engine's own fp8 kernel dispatch, where read
         gt["t_quant"] = PT.act_quant_time(x["m"].to_numpy(), x["k"].to_numpy(), gpu, c, passes)
+        gt["rows"] = x["m"].to_numpy(dtype=float)
         parts[g] = (gt, x["latency_ms"].to_numpy(), gpu, c)
         consts[g] = (c, cal_g, x)
     rels = {}
@@ -198,18 +235,21 @@ def run_engine(fp8: pd.DataFrame, bf16: pd.DataFrame, gemm_doc: dict, base=None,
         gpu = get_gpu(g)
         c, cal_g, x = consts[g]
         dn = donors(g, [o for o in gpus if o != g])
-        rels[g] = {"rel": fit_rel(parts, dn, seed=seed, form=form), "donors": dn, "act_quant_passes": passes}
+        rels[g] = {"rel": fit_rel(parts, dn, seed=seed, form=form, row=row, passes=passes), "donors": dn,
+                   "act_quant_passes": passes}
         cells = [(g, "gemm_fp8", int(m), int(n), int(k)) for m, n, k in zip(x["m"], x["n"], x["k"])]
         cal_g.check_disjoint(cells)  # no fp8 cell set a constant (the fold's cells are bf16)
         for name, cs in cal_g.used.items():
             cal.record(name, cs, note=cal_g.notes.get(name, ""))
         gt = parts[g][0]
         tb = G.gemm_time(x["m"].to_numpy(), x["n"].to_numpy(), x["k"].to_numpy(), gpu, c, dtype="bf16")
+        tq = gt["t_quant"] + PT.amax_row_time(gt["rows"], rels[g]["rel"], passes, row)
         x["datasheet_ms"] = gt["t"] * 1e3
-        x["quant_ms"] = gt["t_quant"] * 1e3
-        x["pred_ms"] = (PT.apply_rel(gt, gpu, c, rels[g]["rel"]) + gt["t_quant"]) * 1e3
-        if alt_rel is not None and g in alt_rel:
-            x["pred_alt_ms"] = (PT.apply_rel(gt, gpu, c, alt_rel[g]) + gt["t_quant"]) * 1e3
+        x["quant_ms"] = tq * 1e3
+        x["pred_ms"] = (PT.apply_rel(gt, gpu, c, rels[g]["rel"]) + tq) * 1e3
+        if alt_rel is not None and g in alt_rel:  # vLLM's factors less its kernel's row cost (this engine's own kernel)
+            alt = {k: v for k, v in alt_rel[g].items() if k != "amax_row_ns"}
+            x["pred_alt_ms"] = (PT.apply_rel(gt, gpu, c, alt) + gt["t_quant"]) * 1e3
         if quant_ablation and passes:
             bare = {gg: ({k: v for k, v in pp[0].items() if k != "t_quant"},) + pp[1:] for gg, pp in parts.items()}
             rels[g]["rel_without_quant_term"] = fit_rel(bare, dn, seed=seed, form=form)
@@ -231,7 +271,8 @@ def run_engine(fp8: pd.DataFrame, bf16: pd.DataFrame, gemm_doc: dict, base=None,
         pred["err_noquant"] = pred["pred_noquant_ms"] / pred["latency_ms"] - 1
     pred["speedup_meas"] = pred["bf16_ms"] / pred["latency_ms"]
     pred["speedup_pred"] = pred["pred_bf16_ms"] / pred["pred_ms"]
-    return {"pred": pred, "calibration": cal, "rel": rels, "all": fit_rel(parts, gpus, seed=seed, form=form)}
+    return {"pred": pred, "calibration": cal, "rel": rels,
+            "all": fit_rel(parts, gpus, seed=seed, form=form, row=row, passes=passes)}
 
 
 def _mape(e) -> float:
@@ -323,7 +364,7 @@ def document(r: dict, target_pct: float) -> dict:
     claims += pooled
     return {"metrics": {"records": records, "target_met": sum(bool(c.get("met", False)) for c in claims[:n_target]),
                         "target_scored": n_target, "engines": per_engine,
-                        "disclosed": [FORM_DISCLOSED, DISPATCH_DISCLOSED]}, "claims": claims}
+                        "disclosed": [FORM_DISCLOSED, DISPATCH_DISCLOSED, AMAX_ROW_DISCLOSED]}, "claims": claims}
 
 
 def plot(r: dict, stem, caption: str | None = None):
