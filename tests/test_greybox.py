@@ -311,3 +311,36 @@ def test_greybox_refuses_an_unknown_reference():
     with pytest.raises(ValueError, match="unknown grey-box references"):
         T.GreyBox("aic_gemm", cells, _defaults, references=("efficiency",))
     assert T.GreyBox("aic_gemm", cells, _defaults).settings()["references"] == ["physics"]
+
+
+def test_anchor_reads_only_readings_of_the_cells_own_kernel():
+    # two readings: a decode one right beside the cell in (FLOPs, bytes), a prefill one far away
+    work_read = (np.array([1e9, 1e15]), np.array([1e8, 1e10]), np.array(["decode", "prefill"]))
+    meas_read = np.array([2.0, 0.5])  # decode reading 2x slow, prefill reading 2x fast
+    cells = (np.array([1e9, 1e9]), np.array([1e8, 1e8]), np.array(["prefill", "decode"]))
+    out = G.anchor(np.zeros(2), np.ones(2), meas_read, np.ones(2), np.zeros(2), cells, work_read)
+    # the prefill cell reads the prefill reading although the decode one is nearer; the decode cell its own
+    assert np.isclose(out[0], math.log(0.5)) and np.isclose(out[1], math.log(2.0))
+    # without labels: the nearest reading, whatever its kernel (both cells read the decode reading)
+    out = G.anchor(np.zeros(2), np.ones(2), meas_read, np.ones(2), np.zeros(2), cells[:2], work_read[:2])
+    assert np.allclose(out, math.log(2.0))
+    # a kernel with no reading falls back to every reading
+    lone = (np.array([1e9]), np.array([1e8]), np.array(["other"]))
+    assert np.isclose(G.anchor(np.zeros(1), np.ones(1), meas_read, np.ones(2), np.zeros(2), lone, work_read)[0],
+                      math.log(2.0))
+    # labels that do not match the readings are refused
+    with pytest.raises(ValueError, match="kernel labels"):
+        G.anchor(np.zeros(2), np.ones(2), meas_read, np.ones(2), np.zeros(2), cells, work_read[:2] + (np.array(["x"]),))
+
+
+def test_attention_work_carries_the_phase_as_kernel_label_and_the_cache_records_it():
+    import pandas as pd
+
+    assert G.ANCHOR_KERNEL == {"aic_attention": "phase"}
+    cells = pd.DataFrame({"phase": ["prefill", "decode"], "batch_size": [1, 8], "new_tokens": [512, 1],
+                          "kv_len": [0, 1024], "num_heads": [32, 32], "num_kv_heads": [8, 8], "head_dim": [128, 128]})
+    wk = G._work("aic_attention", cells)
+    assert len(wk) == 3 and list(wk[2]) == ["prefill", "decode"]
+    gemm = _cells(GPUS, lambda m, g: np.ones(len(m)))
+    assert len(G._work("aic_gemm", gemm)) == 2
+    assert T.GreyBox("aic_gemm", gemm, _defaults).settings()["anchor_kernel"] is None

@@ -16,7 +16,8 @@ attention call; each of Vidur's nine per-layer operators for the step) is multip
   and the GPU's datasheet (`term_features`).
 * a_T(x): the target's readings (the cells that set its held-out constants, kept out of
   every scoring): the log ratio measured / corrected at the reading nearest to x in
-  (log FLOPs, log bytes). steptime is pinned to the readings; the anchor keeps the
+  (log FLOPs, log bytes), among the readings of the cell's own kernel (ANCHOR_KERNEL: attention's
+  prefill and decode). steptime is pinned to the readings; the anchor keeps the
   correction from moving the prediction away from them near the reading's regime.
 * the setting (h among BANDWIDTHS[fast]; anchored or not; or no correction at all, the
   physics) is chosen per target and term by leave-one-GPU-out cross-validation inside the
@@ -199,13 +200,22 @@ class _TermModel:
 def anchor(log_corr, base, meas_read, base_read, log_corr_read, work_cells, work_read,
            strength: float = 1.0) -> np.ndarray:
     """log_corr moved, per cell, by `strength` times log(measured / corrected) at the reading
-    nearest to it in (log FLOPs, log bytes), then bounded. Without readings: log_corr unchanged."""
+    nearest to it in (log FLOPs, log bytes), then bounded. Without readings: log_corr unchanged.
+    `work_cells` / `work_read`: (FLOPs, bytes[, kernel label]); with a label, a cell reads only the
+    readings of its own kernel (all of them where its kernel has no reading)."""
     if not len(meas_read):
         return log_corr
     r = np.log(np.asarray(meas_read, dtype=float) / (np.asarray(base_read, dtype=float) * np.exp(log_corr_read)))
-    lw = np.log10(np.maximum(np.column_stack([np.asarray(x, dtype=float) for x in work_cells]), 1.0))
-    lr = np.log10(np.maximum(np.column_stack([np.asarray(x, dtype=float) for x in work_read]), 1.0))
-    nearest = np.argmin(((lw[:, None, :] - lr[None, :, :]) ** 2).sum(axis=2), axis=1)
+    lw = np.log10(np.maximum(np.column_stack([np.asarray(x, dtype=float) for x in work_cells[:2]]), 1.0))
+    lr = np.log10(np.maximum(np.column_stack([np.asarray(x, dtype=float) for x in work_read[:2]]), 1.0))
+    d2 = ((lw[:, None, :] - lr[None, :, :]) ** 2).sum(axis=2)
+    if len(work_cells) > 2:  # a kernel label: a cell reads the nearest reading of its own kernel (any, if none)
+        kc, kr = np.asarray(work_cells[2]), np.asarray(work_read[2])
+        if len(kr) != len(r) or len(kc) != len(lw):
+            raise ValueError("anchor: the kernel labels must match the cells and the readings")
+        same = kc[:, None] == kr[None, :]
+        d2 = np.where(same | ~same.any(axis=1)[:, None], d2, np.inf)
+    nearest = np.argmin(d2, axis=1)
     return np.clip(log_corr + float(strength) * r[nearest], -BOUND, BOUND)
 
 
@@ -265,7 +275,7 @@ def _score_set(d: dict, rows, seed: int) -> dict:
         return d
     idx = np.sort(np.random.default_rng(seed).choice(n, rows, replace=False))
     return dict(d, F=d["F"][idx], base=d["base"][idx], meas=d["meas"][idx], off=_off(d)[idx],
-                work=(np.asarray(d["work"][0])[idx], np.asarray(d["work"][1])[idx]))
+                work=tuple(np.asarray(x)[idx] for x in d["work"]))
 
 
 def _off(d: dict, read: bool = False) -> np.ndarray:
@@ -381,8 +391,19 @@ def _reference(name: str) -> str:
     return "roofline" if "roof" in name.split(":")[:-1] else "physics"
 
 
+# the column whose value labels a cell's kernel for the anchor (`anchor`: a cell reads only a reading of its own
+# kernel): the attention table's prefill and decode cells are two kernels, steptime's two attention terms
+# (attn_prefill, attn_decode); the nearest reading in (log FLOPs, log bytes) of a prefill cell is otherwise often
+# a decode reading, whose ratio is another kernel's (issue 24: added after seeing E2.1's held-out L40S score;
+# DESIGN.md). Tables not named: one kernel
+ANCHOR_KERNEL = {"aic_attention": "phase"}
+
+
 def _work(dataset: str, cells):
-    return work(dataset, cells)
+    """(FLOPs, bytes) of each cell, plus its kernel label where `ANCHOR_KERNEL` names one for the table."""
+    f, b = work(dataset, cells)
+    col = ANCHOR_KERNEL.get(dataset)
+    return (f, b) if col is None else (f, b, cells[col].astype(str).to_numpy())
 
 
 # `shared` grey box (ranking): the correction sees the cell's pure shape only (the leading columns of
@@ -458,7 +479,8 @@ class GreyBox:
         base = self.base_terms(sub, gpu) if len(sub) else {t: np.zeros(0) for t in terms_of(self.dataset)}
         roof = term_rooflines(self.dataset, sub, gpu) if len(sub) else base
         feats = self._features(sub, gpu) if len(sub) else None
-        wk = _work(self.dataset, sub) if len(sub) else (np.zeros(0), np.zeros(0))
+        wk = _work(self.dataset, sub) if len(sub) else \
+            (np.zeros(0), np.zeros(0)) + ((np.zeros(0, dtype=str),) if self.dataset in ANCHOR_KERNEL else ())
         out = {}
         for t in terms_of(self.dataset):
             out[t] = {"read_F": feats[t] if feats is not None else np.zeros((0, 1)), "read_base": base[t],
@@ -482,7 +504,7 @@ class GreyBox:
                 ok = np.isfinite(meas) & (meas > 0) & (base[term] > 0)
                 out[term] = {"F": feats[term][ok], "base": base[term][ok], "meas": meas[ok],
                              "off": log_efficiency(base[term], roof[term])[ok],
-                             "work": (np.asarray(wk[0])[ok], np.asarray(wk[1])[ok]), **reads[term]}
+                             "work": tuple(np.asarray(x)[ok] for x in wk), **reads[term]}
             self._data[gpu] = out
         return self._data[gpu]
 
@@ -522,6 +544,7 @@ class GreyBox:
         return {"dataset": self.dataset, "fast": self.fast, "seed": self.seed, "shared": self.shared,
                 "shrinks": list(self.shrinks), "anchors": list(self.anchors),
                 "feature_sets": list(self.feature_sets), "references": list(self.references),
+                "anchor_kernel": ANCHOR_KERNEL.get(self.dataset),
                 "bandwidths": [("inf" if not math.isfinite(h) else h) for h in (self.bandwidths or BANDWIDTHS[self.fast])]}
 
     def fingerprint(self) -> str:
