@@ -128,14 +128,15 @@ def policy(name: str = "vllm", **kw) -> Policy:
 
 def engine_policy(engine=None, **kw) -> Policy:
     """The `vllm` policy (continuous batching under one token budget) with the engine profile's own schedule facts
-    (engines.yaml schedule: chunked_prefill, mixed_prefill, prefix_caching, read_join_steps; `engine` None: the
-    default profile), what `steptime serve` and `steptime plan` simulate. Keyword arguments are the Policy's and win
-    over the profile."""
+    (engines.yaml schedule: chunked_prefill, mixed_prefill, prefix_caching, read_join_steps for open-loop arrivals,
+    join_steps for a closed loop's clients, absent: the next step; `engine` None: the default profile), what
+    `steptime serve` and `steptime plan` simulate. Keyword arguments are the Policy's and win over the profile."""
     from steptime.specs.engines import get_engine
 
     eng = get_engine(engine)
     facts = {"chunked_prefill": eng.chunks_prefill(), "mixed_prefill": eng.mixes_prefill(),
-             "prefix_caching": eng.caches_prefixes(), "read_join_steps": eng.read_join_steps()}
+             "prefix_caching": eng.caches_prefixes(), "read_join_steps": eng.read_join_steps(),
+             "join_steps": eng.join_steps(absent=1)}
     return policy("vllm", **{**facts, **kw})
 
 
