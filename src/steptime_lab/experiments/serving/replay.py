@@ -35,7 +35,11 @@ ASYNC_JOIN_DISCLOSED = (
     "step after next; engines.yaml, read in vLLM's source after the miss was seen), and the simulated TTFT and "
     "end-to-end latency are measured on the runs' own clock, the engine's: from the step boundary at which the engine "
     "read the request, as the runs' queued_ts (the client's send time is on another clock; data.wallclock "
-    "SERVINGSIM_LATENCY_CLOCK, steptime.serve.on_clock). Applied to every LLMServingSim replay alike; nothing fitted.")
+    "SERVINGSIM_LATENCY_CLOCK, steptime.serve.on_clock). Applied to every LLMServingSim replay alike; nothing fitted. "
+    "Wave 28 (helper join), after that finding and after these replays' scores were seen: the same loop gives a "
+    "finished request's slot and KV blocks back only when it processes that step's output, so a request finished in "
+    "step n frees them for step n + read_join_steps (n + 2 under async scheduling; at once when nothing else runs); "
+    "from the same engines.yaml fact, no new constant.")
 # How the engine profiles' closed-loop joins reached the simulator's engine_policy (E2.9, E2.13's band, steptime plan)
 CLOSED_JOIN_DISCLOSED = (
     "Wave 28 (helper join), after wave 28's E3.4 finding above (an open-loop arrival joins vLLM's async loop two steps "
