@@ -642,7 +642,10 @@ def test_a_finished_requests_slot_serves_the_read_join_steps_th_step_after_it(jo
     slots = Policy("vllm", max_num_seqs=2, max_num_batched_tokens=4096, kv_blocks=1000, read_join_steps=join)
     # the same with the slot free but the blocks short: 17 blocks hold requests 0 and 1, not request 2 beside them
     blocks = Policy("vllm", max_num_seqs=8, max_num_batched_tokens=4096, kv_blocks=17, read_join_steps=join)
-    for pol in (slots, blocks):
+    # prefill first (SGLang): a held slot must not start a prefill-only step that then admits nobody
+    first = Policy("vllm", max_num_seqs=2, max_num_batched_tokens=4096, kv_blocks=1000, read_join_steps=join,
+                   mixed_prefill=False)
+    for pol in (slots, blocks, first):
         got = []
         for fast in (True, False):
             d = simulate(M, G, wl, pol, timer=t, fast=fast).requests

@@ -830,7 +830,7 @@ class _Engine:
             take = np.minimum(np.maximum(budget0 - (np.cumsum(rp) - rp), 0), rp)
             B = self.p.block_size
             return int(np.maximum(-(-(self.comp[Rp] + take) // B) - self.held[Rp], 0).sum()) <= self.free
-        if not waiting or len(R) >= self.p.max_num_seqs:
+        if not waiting or len(R) >= self.p.max_num_seqs - self._hold_slots:  # a held slot is not free yet
             return False
         h = waiting[0]
         want = int(self.ntok[h] - self.comp[h])
