@@ -334,13 +334,18 @@ def test_schedule_mixed_prefill_is_data_sglang_runs_prefill_first():
 
 def test_schedule_join_steps_is_data_sync_two_overlap_three():
     """engines.yaml schedule.join_steps: vLLM V1's synchronous engine core (vllm-v1-sync) lets a closed-loop request
-    join 2 steps after its predecessor's last, TensorRT-LLM's overlap loop 3; an engine without it is refused by
-    name; a value that is not a whole number >= 1 is refused."""
+    join 2 steps after its predecessor's last, the overlap / async loops (TensorRT-LLM, SGLang, vLLM >= 0.14) 3; an
+    engine without it is refused by name unless the caller names its `absent` value; a value that is not a whole
+    number >= 1 is refused."""
     assert E.get_engine("vllm-v1-sync").join_steps() == 2
-    assert E.get_engine("trtllm").join_steps() == 3
+    for overlap in ("trtllm", "sglang", "vllm", "vllm-v1-unfused", "vllm-no-p2p"):
+        assert E.get_engine(overlap).join_steps() == 3, overlap
     assert E.get_engine("trtllm").lookup("join_steps").provenance == "DERIVED"
-    with pytest.raises(InputError, match="sglang.*join_steps"):
-        E.get_engine("sglang").join_steps()
+    assert E.get_engine("sglang").lookup("join_steps").provenance == "DERIVED"
+    with pytest.raises(InputError, match="vllm-v0.*join_steps"):
+        E.get_engine("vllm-v0").join_steps()
+    assert E.get_engine("vllm-v0").join_steps(absent=1) == 1
+    assert E.get_engine("trtllm").join_steps(absent=1) == 3  # the profile's value wins over `absent`
     base = E._doc()["engines"]["sglang"]
     for bad in (0, 2.5, True, "2"):
         with pytest.raises(ValueError, match="whole number"):
@@ -383,3 +388,22 @@ def test_schedule_inline_launch_world_marks_vllm_world_size_one_rows_not_own():
     with pytest.raises(ValueError, match="whole number"):
         E._parse_engine("x", {**base, "schedule": {"inline_launch_world": {"value": 0, "provenance": "ASSUMED",
                                                                             "source": "t"}}})
+
+
+def test_read_join_steps_overlap_loops_two_and_closed_join_one_more():
+    """engines.yaml schedule.read_join_steps (wave 28): every overlap / async loop (TensorRT-LLM's
+    _executor_loop_overlap, SGLang's event_loop_overlap, vLLM's step_with_batch_queue) reads its input queue with the
+    next step already launched, so an arrival joins two steps after the read; the synchronous loops one. In every
+    profile that states both, a closed-loop client's join is one step more (its reply reaches the loop only at the
+    read after the step in flight): join_steps = read_join_steps + 1."""
+    assert E.get_engine("trtllm").read_join_steps() == 2
+    assert E.get_engine("sglang").read_join_steps() == 2
+    assert E.get_engine("vllm").read_join_steps() == 2
+    assert E.get_engine("vllm-v1-sync").read_join_steps() == 1
+    assert E.get_engine("vllm-v0").read_join_steps() == 1  # absent: 1
+    both = [k for k in E._doc()["engines"] if "join_steps" in E.get_engine(k).values
+            and "read_join_steps" in E.get_engine(k).values]
+    assert set(both) >= {"trtllm", "sglang", "vllm", "vllm-v1-sync"}
+    for k in both:
+        eng = E.get_engine(k)
+        assert eng.join_steps() == eng.read_join_steps() + 1, k

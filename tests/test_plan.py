@@ -8,7 +8,7 @@ import yaml
 
 from steptime.cli import main
 from steptime.plan import PlanError, Layout, layouts, load_prices, plan, why_runner_up_lost
-from steptime.serve import Policy, simulate_replicas, synthetic
+from steptime.serve import engine_policy, simulate_replicas, synthetic
 from steptime.specs import get_model
 
 M = "llama-3.1-8b"
@@ -73,7 +73,8 @@ def test_plan_ranks_feasible_layouts_by_cost(res):
 
 def test_plan_numbers_are_the_simulators(res, wl):
     r = next(x for x in res.simulated() if x["mode"] == "agg" and x["replicas"] == 2 and x["gpu"] == "h100-sxm")
-    run = simulate_replicas(M, "h100-sxm", wl, Policy("vllm", max_num_batched_tokens=2048, max_num_seqs=64), 2,
+    # the planner simulates the engine's schedule facts (engine_policy: vllm's read_join_steps 2 since wave 28)
+    run = simulate_replicas(M, "h100-sxm", wl, engine_policy("vllm", max_num_batched_tokens=2048, max_num_seqs=64), 2,
                             tp=r["tp"])
     assert r["ttft_pct_s"] == pytest.approx(np.percentile(run.requests["ttft_s"], 90), rel=1e-12)
     span = run.makespan_s - run.requests["arrival_s"].min()
@@ -238,7 +239,7 @@ def test_max_rate_is_the_last_rate_met_before_the_first_that_fails():
         assert x["max_rate_req_s"] == x["max_rate_per_gpu"] * x["gpus"]
     # the planner's answer, re-simulated by hand: met at the max rate, missed at the next
     x = next(x for x in sims if 0 < x["max_rate_per_gpu"] < rates[-1])
-    pol = Policy("vllm", max_num_batched_tokens=2048, max_num_seqs=64)
+    pol = engine_policy("vllm", max_num_batched_tokens=2048, max_num_seqs=64)  # the planner's (engine facts)
 
     def p90s(rate):
         wl = Workload(poisson_arrivals(len(base), rate * x["gpus"], 7), base.prompt, base.output)

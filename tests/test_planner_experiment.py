@@ -70,3 +70,20 @@ def test_band_never_reads_the_scored_group(engines, msg):
     with pytest.raises(ValueError, match=msg):
         band_errors(pd.DataFrame(), model="qwen3-32b", gpu="h100-sxm", engines=engines, scored_engine="trtllm",
                     budget=8192, per_concurrency=1, min_requests=1, seed=0, constants=object())
+
+
+@pytest.mark.parametrize("band", [None, {"headroom": 0.05, "quantile": 0.8, "engines": ["sglang", "vllm"]}])
+def test_document_discloses_the_closed_loop_join(band):
+    """E2.13's band simulates the other engines' closed loops with engine_policy, which carries the profiles'
+    schedule.join_steps since wave 28: the result says so and when it was chosen, with or without a band."""
+    from steptime_lab.experiments.planner import document
+    from steptime_lab.experiments.serving.replay import CLOSED_JOIN_DISCLOSED
+
+    pts = curve_scores(_pts())
+    pk = pd.DataFrame({"top1": [True], "within_10pct": [True], "pick_meets_measured": [True]})
+    t = {"curve_mape_per_gpu_median_max": 0.2, "curve_mape_per_user_median_max": 0.2, "pick_top1_min": 0.5,
+         "pick_within_10pct_min": 0.5}
+    r = {"targets": t, "curves": pts, "picks": pk, "band": band, "settings": {}, "points": _pts(),
+         "calibrated_curves": pts, "costs": pd.DataFrame({"x": [1.0]})}
+    d = document(r)["metrics"]["disclosed"]
+    assert CLOSED_JOIN_DISCLOSED in d and "wave 28" in d.lower() and "E3.4" in d

@@ -95,11 +95,12 @@ def test_policy_per_engine():
 
 def test_policy_harness_rows_join_the_engine_loop_join_steps_later():
     """A silicon row's closed loop: the next request joins engines.yaml schedule.join_steps steps after its
-    predecessor's last (TensorRT-LLM's overlap loop 3, vLLM V1's synchronous core 2); an engine without the field
-    (SGLang) and every non-silicon row join the next step (1)."""
+    predecessor's last (TensorRT-LLM's and SGLang's overlap loops 3, vLLM V1's synchronous core 2); an engine
+    without the field (vLLM V0) and every non-silicon row join the next step (1)."""
     assert R.policy_for("trtllm", 64, isl=4096).join_steps == 3
     assert R.policy_for("vllm-v1-sync", 64, isl=1024).join_steps == 2
-    assert R.policy_for("sglang", 64, isl=4096).join_steps == 1
+    assert R.policy_for("sglang", 64, isl=4096).join_steps == 3
+    assert R.policy_for("vllm-v0", 64, isl=1024).join_steps == 1
     assert R.policy_for("trtllm", 64).join_steps == 1 and R.policy_for("vllm-v1-sync", 64).join_steps == 1
 
 

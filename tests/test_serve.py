@@ -630,6 +630,32 @@ def test_open_loop_arrival_read_inside_a_decode_run_at_its_own_boundary(join):
     assert got[0] == pytest.approx(got[1])
 
 
+@pytest.mark.parametrize("join", [1, 2, 3])
+def test_a_finished_requests_slot_serves_the_read_join_steps_th_step_after_it(join):
+    """read_join_steps > 1 (async / overlap loops, wave 28): a request finished in step s leaves the running set when
+    the loop processes step s's output, after step s + 1 was scheduled, so its slot (and its blocks) serve step
+    s + read_join_steps; a waiting request takes it then, on both paths; an engine with nothing else running gives
+    it back at once (the test above: one slot)."""
+    t = _ConstTimer(M, G, check=False)
+    # request 0 (3 out) finishes in step 3 beside request 1 (50 out); request 2 waits for a slot from the start
+    wl = Workload(np.zeros(3), np.array([100, 100, 100]), np.array([3, 50, 5]))
+    slots = Policy("vllm", max_num_seqs=2, max_num_batched_tokens=4096, kv_blocks=1000, read_join_steps=join)
+    # the same with the slot free but the blocks short: 17 blocks hold requests 0 and 1, not request 2 beside them
+    blocks = Policy("vllm", max_num_seqs=8, max_num_batched_tokens=4096, kv_blocks=17, read_join_steps=join)
+    # prefill first (SGLang): a held slot must not start a prefill-only step that then admits nobody
+    first = Policy("vllm", max_num_seqs=2, max_num_batched_tokens=4096, kv_blocks=1000, read_join_steps=join,
+                   mixed_prefill=False)
+    for pol in (slots, blocks, first):
+        got = []
+        for fast in (True, False):
+            d = simulate(M, G, wl, pol, timer=t, fast=fast).requests
+            assert d["finish_s"].iloc[0] == pytest.approx(3e-3)
+            assert d["first_token_s"].iloc[2] == pytest.approx((3 + join) * 1e-3)  # step 3 + join, not step 4
+            assert d["preemptions"].sum() == 0
+            got.append(d[["first_token_s", "finish_s"]].to_numpy())
+        assert got[0] == pytest.approx(got[1])
+
+
 def test_on_clock_refuses_an_unknown_clock_and_a_table_without_read_times():
     d = simulate(M, G, Workload(np.zeros(1), np.array([10]), np.array([2])), "vllm").requests
     with pytest.raises(ServeError, match="unknown latency clock"):
@@ -639,15 +665,36 @@ def test_on_clock_refuses_an_unknown_clock_and_a_table_without_read_times():
 
 
 def test_engine_policy_reads_the_profiles_read_join_steps():
-    """vLLM's async scheduling (0.14 on: vllm, vllm-v1-unfused) reads then joins two steps on; the synchronous
-    0.8-0.13 loop (vllm-v1-sync) one; a profile without the field one."""
+    """vLLM's async scheduling (0.14 on: vllm, vllm-v1-unfused) and the TensorRT-LLM / SGLang overlap loops read
+    then join two steps on; the synchronous 0.8-0.13 loop (vllm-v1-sync) one; a profile without the field one."""
     assert engine_policy("vllm").read_join_steps == 2
     assert engine_policy("vllm-v1-unfused").read_join_steps == 2
+    assert engine_policy("trtllm").read_join_steps == 2
+    assert engine_policy("sglang").read_join_steps == 2
     assert engine_policy("vllm-v1-sync").read_join_steps == 1
-    assert engine_policy("sglang").read_join_steps == 1
+    assert engine_policy("vllm-v0").read_join_steps == 1
     assert engine_policy("vllm", read_join_steps=1).read_join_steps == 1
     with pytest.raises(ServeError, match="read_join_steps"):
         Policy("vllm", read_join_steps=0)
+
+
+def test_engine_policy_reads_the_profiles_closed_loop_join_steps():
+    """engine_policy (steptime plan / serve) carries the profile's closed-loop schedule.join_steps (wave 28): vLLM >=
+    0.14, TensorRT-LLM and SGLang 3, vLLM 0.8-0.13 2, a profile without the field (vLLM V0) the next step; an
+    explicit keyword wins. In a closed loop the successor of a request finished while the engine is busy then first
+    joins that many steps later (the simulator's gate, test above)."""
+    assert engine_policy("vllm").join_steps == 3
+    assert engine_policy("trtllm").join_steps == 3
+    assert engine_policy("sglang").join_steps == 3
+    assert engine_policy("vllm-v1-sync").join_steps == 2
+    assert engine_policy("vllm-v0").join_steps == 1
+    assert engine_policy("vllm", join_steps=1).join_steps == 1
+    t = _ConstTimer(M, G, check=False)
+    wl = Workload(np.zeros(4), np.array([100, 100, 100, 100]), np.array([3, 50, 5, 5]), concurrency=2)
+    for eng, join in (("vllm", 3), ("vllm-v1-sync", 2), ("vllm-v0", 1)):
+        pol = engine_policy(eng, max_num_seqs=2, max_num_batched_tokens=4096, kv_blocks=1000, prefix_caching=False)
+        d = simulate(M, G, wl, pol, timer=t).requests
+        assert d["ttft_s"].iloc[2] == pytest.approx(join * 1e-3), eng
 
 
 def test_join_steps_must_be_a_whole_number_of_at_least_one():

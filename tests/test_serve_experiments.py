@@ -349,4 +349,5 @@ def test_e2_9_band_comes_from_the_family_sibling_never_the_scored_gpu():
     assert row["pick_headroom"] == pytest.approx(b["headroom"][GRID.index(row["pick"])])
     doc = serving.chunk_sizing_claims(r)
     assert "held-out headroom" in doc["claims"][0]["comparison"] and "chosen after" in doc["metrics"]["disclosed"].lower()
+    assert doc["metrics"]["disclosed"].endswith(serving.replay.CLOSED_JOIN_DISCLOSED)  # wave 28: engine_policy's join
     assert any("without the family headroom" in c["claim"] for c in doc["claims"])

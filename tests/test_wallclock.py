@@ -225,6 +225,7 @@ def test_engine_profile_by_version():
             "inline_launch_world",  # wave 23: only the async (batch-queue) core launches step n + 1 inline at world size 1
             "read_join_steps")  # wave 28: the async core's read request joins the step after next (2), the sync one's 1
     assert sync.read_join_steps() == 1 and unfused.read_join_steps() == 2
+    assert sync.join_steps() == 2 and unfused.join_steps() == 3  # wave 28: the async core's closed loop, one more
     assert "inline_launch_world" not in sync.values and sync.step_time_is_own(1)
     assert "inline_launch_world" in unfused.values and not unfused.step_time_is_own(1) and unfused.step_time_is_own(2)
     assert sync.caches_prefixes() and unfused.caches_prefixes()

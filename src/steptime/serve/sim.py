@@ -88,7 +88,9 @@ class Policy:
     # an open-loop arrival joins no earlier than the `read_join_steps`-th step counted from the step boundary at which
     # a busy engine first reads it (engines.yaml schedule.read_join_steps: 1 for a synchronous loop, 2 for vLLM's
     # async scheduling, whose step n + 1 is already launched when it reads the requests that came during step n);
-    # an idle engine takes it at once. Closed-loop arrivals are join_steps'.
+    # an idle engine takes it at once. Closed-loop arrivals are join_steps'. The same loop gives a finished request's
+    # slot and blocks back only when it processes that step's output: a request finished in step n frees them for
+    # step n + read_join_steps (n + 1 for a synchronous loop), at once when nothing else runs.
     read_join_steps: int = 1
 
     def __post_init__(self):
@@ -128,14 +130,15 @@ def policy(name: str = "vllm", **kw) -> Policy:
 
 def engine_policy(engine=None, **kw) -> Policy:
     """The `vllm` policy (continuous batching under one token budget) with the engine profile's own schedule facts
-    (engines.yaml schedule: chunked_prefill, mixed_prefill, prefix_caching, read_join_steps; `engine` None: the
-    default profile), what `steptime serve` and `steptime plan` simulate. Keyword arguments are the Policy's and win
-    over the profile."""
+    (engines.yaml schedule: chunked_prefill, mixed_prefill, prefix_caching, read_join_steps for open-loop arrivals,
+    join_steps for a closed loop's clients, absent: the next step; `engine` None: the default profile), what
+    `steptime serve` and `steptime plan` simulate. Keyword arguments are the Policy's and win over the profile."""
     from steptime.specs.engines import get_engine
 
     eng = get_engine(engine)
     facts = {"chunked_prefill": eng.chunks_prefill(), "mixed_prefill": eng.mixes_prefill(),
-             "prefix_caching": eng.caches_prefixes(), "read_join_steps": eng.read_join_steps()}
+             "prefix_caching": eng.caches_prefixes(), "read_join_steps": eng.read_join_steps(),
+             "join_steps": eng.join_steps(absent=1)}
     return policy("vllm", **{**facts, **kw})
 
 
@@ -381,6 +384,7 @@ class _Engine:
         self._free = 0
         self.free = self.blocks
         self.knobs = Knobs()
+        self._hold, self._hold_slots = None, 0  # finished requests' slots and blocks not yet given back (run())
         self._short = hasattr(timer, "decode_steps_list") and not getattr(timer, "needs_kvs", False)
 
     @property
@@ -540,6 +544,11 @@ class _Engine:
         read = self.read
         seen = n if closed else 0
         J_read = p.read_join_steps
+        # a finish's slot and blocks, held until the loop has processed its step's output (read_join_steps > 1: the
+        # next step was scheduled before it, so they serve the read_join_steps-th step after it): (the count of
+        # steps run before that step, slots, blocks), oldest first; released at once when nothing else runs
+        self._hold = deque() if J_read > 1 else None
+        self._hold_slots = 0
         R = np.zeros(0, dtype=np.int64)  # running, in priority order
         waiting: deque = deque()
         nxt = 0
@@ -557,6 +566,8 @@ class _Engine:
         # (R, comp, held, iterations to the next finish, iterations not yet written, last end, sum of comp, sum of held)
         cache = None
         while done < n:
+            if self._hold and (self._hold[0][0] <= steps or not len(R)):
+                self._release_held(steps, len(R) > 0)
             busy_now = gate is not None and (len(R) > 0 or bool(waiting))  # an idle engine takes an arrival at once
             if seen < n and arr[seen] <= now:  # open loop: the engine reads every request that came by this boundary
                 k = int(np.searchsorted(arr, now, side="right"))
@@ -585,7 +596,7 @@ class _Engine:
                 left = None
             # ---- fast path: a run of identical pure-decode iterations -----------------------
             if self.fast and pure:
-                can_join = bool(waiting) and nr < max_seqs and not static
+                can_join = bool(waiting) and nr < max_seqs - self._hold_slots and not static
                 if can_join:
                     h = waiting[0]
                     want = int(ntok[h] - comp[h])
@@ -602,7 +613,9 @@ class _Engine:
                         sR = int(cR.sum())
                         sH = int(hR.sum())
                     k = min(left if merge_finish else left - 1, MAX_RUN)
-                    joinable = nxt < n and nr < max_seqs and not static
+                    if self._hold:  # stop where a held slot is released, so a waiting request may take it
+                        k = min(k, self._hold[0][0] - steps)
+                    joinable = nxt < n and nr < max_seqs - self._hold_slots and not static
                     if joinable and arr[nxt] < arr_inf:
                         # only how many iterations get timed at once; the run still stops at the arrival
                         k = min(k, int((arr[nxt] - now) / max(last_dt, 1e-6) * 1.25) + 2)
@@ -676,7 +689,7 @@ class _Engine:
             if not preempted and (not static or not len(R)):
                 a_id, a_take = [], []
                 nrun = len(R)
-                while waiting and budget > 0 and nrun < max_seqs:
+                while waiting and budget > 0 and nrun < max_seqs - self._hold_slots:
                     r = waiting[0]
                     want = int(ntok[r] - comp[r])
                     k_new = min(want, budget)
@@ -733,6 +746,15 @@ class _Engine:
                     R, done, released = self._finish(f, R, now, done, released, steps)
         return self._result(steps, busy, now)
 
+    def _release_held(self, steps: int, busy: bool) -> None:
+        """Give back the finished requests' slots and blocks whose step output the loop has processed (held until
+        the count of steps run reaches theirs), or all of them when nothing else runs (`busy` False)."""
+        hold = self._hold
+        while hold and (not busy or hold[0][0] <= steps):
+            _, slots, blocks = hold.popleft()
+            self._hold_slots -= slots
+            self.free += blocks
+
     def _read_in_run(self, seen: int, now: float, steps: int, dts, end: float) -> int:
         """Open loop: the requests that arrived during a run of decode steps that started at `now` after `steps`
         steps (step times `dts`, ending at `end`) are read at the first boundary at or after their arrival, and
@@ -761,10 +783,15 @@ class _Engine:
         """Requests `f` finished at `now`, in step `steps`: free their blocks, drop them from the running set,
         release closed-loop arrivals (joining no earlier than step `steps` + join_steps)."""
         self.finish[f] = now
-        self.free += int(self.held[f].sum())
+        freed = int(self.held[f].sum())
         self.held[f] = 0
         done += len(f)
         R = R[np.isnan(self.finish[R])]
+        if self._hold is not None and len(R):  # busy: the slots and blocks serve step steps + read_join_steps
+            self._hold.append((steps + self.p.read_join_steps - 1, len(f), freed))
+            self._hold_slots += len(f)
+        else:
+            self.free += freed
         closed = self.wl.concurrency
         if closed and released < self.n:
             k = min(len(f), self.n - released)
@@ -803,7 +830,7 @@ class _Engine:
             take = np.minimum(np.maximum(budget0 - (np.cumsum(rp) - rp), 0), rp)
             B = self.p.block_size
             return int(np.maximum(-(-(self.comp[Rp] + take) // B) - self.held[Rp], 0).sum()) <= self.free
-        if not waiting or len(R) >= self.p.max_num_seqs:
+        if not waiting or len(R) >= self.p.max_num_seqs - self._hold_slots:  # a held slot is not free yet
             return False
         h = waiting[0]
         want = int(self.ntok[h] - self.comp[h])

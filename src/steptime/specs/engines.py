@@ -71,7 +71,9 @@ LIGHT_FLOOR_DEFAULT = "flat"
 # client's next request waits for its first token, counted from the step in flight when the request before it
 # returned (its own step included): 2 for a synchronous loop (the next step is scheduled as soon as a step's outputs
 # are processed, before the client's next request can arrive), 3 for an overlap loop (step n + 1 is already launched
-# when step n's outputs go out). Absent: none (a schedule model that needs it refuses the engine). chunked_prefill:
+# when step n's outputs go out; with read_join_steps below, join_steps = read_join_steps + 1 in every profile that
+# has both). Absent: none (a schedule model that needs it refuses the engine; the simulator's engine_policy and the
+# replays' policy_for take the next step, 1). chunked_prefill:
 # whether the engine splits a prompt over steps under its token budget by default (vLLM V0: no, a prompt runs whole
 # in one step). Absent: true. prefix_caching: whether the engine keeps freed KV blocks cached by default, so a
 # preempted request resumes from its longest surviving cached prefix (serve.sim Policy.prefix_caching). Absent: false.
@@ -262,12 +264,15 @@ class Engine:
         False): a preempted request resumes from its longest surviving cached prefix."""
         return self._flag("prefix_caching")
 
-    def join_steps(self) -> int:
+    def join_steps(self, absent: int | None = None) -> int:
         """The engine steps a closed-loop client's next request waits for its first token, counted from the step in
         flight when the request before it returned, its own step included (engines.yaml schedule.join_steps: 2 for
-        a synchronous engine loop, 3 for an overlap loop). Absent: refused with the engine named."""
+        a synchronous engine loop, 3 for an overlap loop). Absent: `absent` where given (a simulator's 'the next
+        step', 1), else refused with the engine named."""
         v = self.values.get("join_steps")
         if v is None:
+            if absent is not None:
+                return int(absent)
             raise InputError(f"engine {self.key!r} has no schedule.join_steps in engines.yaml (the steps a closed-loop "
                              f"request waits to join); no schedule model can use it")
         return int(v.value)

@@ -36,8 +36,8 @@ Per row:
   begins on an empty engine with all c clients sending at once, and runs exactly 10c requests of
   fixed ISL/OSL in a closed loop (each finished request releases the next, which joins the engine's loop
   engines.yaml schedule.join_steps steps after its predecessor's last step, its own included: TensorRT-LLM's
-  overlap loop 3, vLLM V1's synchronous core 2; an engine without the field, SGLang, the next step; an idle
-  engine at once); the reported TTFT and TPOT are the means over those 10c requests. The silicon rows do not name their client; the
+  overlap loop 3, SGLang's overlap loop 3 (wave 28), vLLM V1's synchronous core 2; an engine without the
+  field the next step; an idle engine at once); the reported TTFT and TPOT are the means over those 10c requests. The silicon rows do not name their client; the
   harness is ASSUMED to be AIConfigurator's own. Sensitivities: the median TTFT over the steady
   window above (`replay_ttft_window_median_mape`) and the median per-request TPOT over it.
 """
@@ -100,8 +100,8 @@ HARNESS_NOTE = ("AIConfigurator silicon TTFT and TPOT as its benchmark harness m
                 "warm-up credit), so the measured phase starts on an empty engine with the c clients sending at "
                 "once and runs exactly 10c requests of fixed ISL/OSL in a closed loop, each client's next request joining "
                 "the engine's loop schedule.join_steps steps after its predecessor's last (engines.yaml: TensorRT-LLM's "
-                "overlap loop 3, vLLM V1's synchronous core 2; SGLang, without the field, the next step; an idle engine "
-                "at once); TTFT and TPOT are the means over those 10c requests (aiconfigurator eval/benchmarks/genai_perf_runner.py at a7c507ed; "
+                "overlap loop 3, SGLang's overlap loop 3 (read in wave 28), vLLM V1's synchronous core 2; an idle "
+                "engine at once); TTFT and TPOT are the means over those 10c requests (aiconfigurator eval/benchmarks/genai_perf_runner.py at a7c507ed; "
                 "perf_analyzer concurrency_manager.cc, inference_profiler.cc; aiperf credit_issuing_strategy.py). "
                 "Engines as its generator deploys them (ASSUMED: the 0.12.0 generator; the rows record no engine "
                 "arguments): TRT-LLM max_num_tokens = c + ISL + 1500, chunked prefill off (generator backends/trtllm.py "
@@ -124,7 +124,10 @@ HARNESS_DISCLOSED = (
     "engine had been seen (TRT-LLM TTFT 0.725 -> 0.553, vLLM 0.447 -> 0.759 under the old vLLM budget), and after this "
     "result's TTFT scores (TRT-LLM 0.732, vLLM 0.314) were seen. Seen after, in scratch runs, not kept: TRT-LLM's "
     "GUARANTEED_NO_EVICT (reserve_full) with the join delay, TRT-LLM TTFT 0.475 -> 0.536; an fp8 KV cache for the "
-    "TRT-LLM rows (their KV dtype is not recorded), 0.475 -> 0.221, TPOT 0.094 -> 0.102 (DESIGN.md, wave 26).")
+    "TRT-LLM rows (their KV dtype is not recorded), 0.475 -> 0.221, TPOT 0.094 -> 0.102 (DESIGN.md, wave 26). "
+    "SGLang's join_steps (3, from its event_loop_overlap, nothing fitted) was read in wave 28 (helper join) after "
+    "this result's SGLang TTFT (0.201) and wave 28's E3.4 replay finding (an open-loop arrival joins vLLM's async "
+    "loop two steps after the read) were seen; before it SGLang's clients joined the next step.")
 GEOMETRIC_NOTE = ("ML.ENERGY output lengths: geometric with the row's measured mean (ASSUMED: a memoryless "
                   "stop; maximum entropy for a known positive mean), capped at the model context minus the prompt")
 
@@ -238,7 +241,7 @@ def policy_for(engine: str, concurrency: int, budget: int = DEFAULT_BUDGET, isl:
     deployed = W.harness_schedule(engine, c, isl) if isl is not None else None
     # the harness's closed loop: a client's next request joins the engine's loop join_steps steps after its
     # predecessor's last (engines.yaml schedule.join_steps; an engine without the field: the next step)
-    join = int(eng.values["join_steps"].value) if isl is not None and "join_steps" in eng.values else 1
+    join = eng.join_steps(absent=1) if isl is not None else 1
     if deployed is not None:
         max_num_tokens, chunked = deployed
         return policy("vllm", max_num_seqs=c, max_num_batched_tokens=int(max_num_tokens), chunked_prefill=chunked,

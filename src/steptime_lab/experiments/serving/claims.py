@@ -7,6 +7,7 @@ import numpy as np
 import pandas as pd
 
 from steptime_lab.experiments.serving.common import SIMULATED
+from steptime_lab.experiments.serving.replay import CLOSED_JOIN_DISCLOSED
 from steptime_lab.results import claim, target
 
 
@@ -108,8 +109,9 @@ def chunk_sizing_claims(r: dict) -> dict:
     return {"metrics": {"label": SIMULATED, "workload": r["workload"], "grid": r["grid"],
                         "oracle_by": r.get("oracle_by"), "pick_meets_slo_fraction": meet, "pick_vs_oracle_min": worst,
                         "pick_vs_oracle_median": float(np.median(ratio)) if ratio.size else None,
-                        "statics": st, "cases": cases, **({"bands": r["bands"], "disclosed": CHUNK_BAND_DISCLOSED}
-                                                          if r.get("bands") else {}),
+                        "statics": st, "cases": cases, **({"bands": r["bands"]} if r.get("bands") else {}),
+                        "disclosed": " ".join(x for x in (CHUNK_BAND_DISCLOSED if r.get("bands") else "",
+                                                          CLOSED_JOIN_DISCLOSED) if x),
                         "sweeps": {k: v.to_dict(orient="list") for k, v in r["sweeps"].items()}},
             "claims": claims}
 

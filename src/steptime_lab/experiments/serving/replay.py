@@ -35,7 +35,20 @@ ASYNC_JOIN_DISCLOSED = (
     "step after next; engines.yaml, read in vLLM's source after the miss was seen), and the simulated TTFT and "
     "end-to-end latency are measured on the runs' own clock, the engine's: from the step boundary at which the engine "
     "read the request, as the runs' queued_ts (the client's send time is on another clock; data.wallclock "
-    "SERVINGSIM_LATENCY_CLOCK, steptime.serve.on_clock). Applied to every LLMServingSim replay alike; nothing fitted.")
+    "SERVINGSIM_LATENCY_CLOCK, steptime.serve.on_clock). Applied to every LLMServingSim replay alike; nothing fitted. "
+    "Wave 28 (helper join), after that finding and after these replays' scores were seen: the same loop gives a "
+    "finished request's slot and KV blocks back only when it processes that step's output, so a request finished in "
+    "step n frees them for step n + read_join_steps (n + 2 under async scheduling; at once when nothing else runs); "
+    "from the same engines.yaml fact, no new constant.")
+# How the engine profiles' closed-loop joins reached the simulator's engine_policy (E2.9, E2.13's band, steptime plan)
+CLOSED_JOIN_DISCLOSED = (
+    "Wave 28 (helper join), after wave 28's E3.4 finding above (an open-loop arrival joins vLLM's async loop two steps "
+    "after the engine reads it) and after this result's scores were seen: the simulator's engine_policy also carries "
+    "the profile's closed-loop schedule.join_steps (a closed-loop client's next request joins the join_steps-th step "
+    "counted from the one its predecessor finished in; absent: the next step), and engines.yaml gained vllm's "
+    "join_steps 3 and SGLang's 3 and read_join_steps 2 and TensorRT-LLM's read_join_steps 2, each read in the "
+    "engine's loop source (join_steps = read_join_steps + 1); nothing fitted. Before it engine_policy's closed loops "
+    "joined the next step whatever the profile.")
 
 
 def replay_run(rows: pd.DataFrame, *, engine: str = "vllm", gpu_memory_utilization: float = 0.9,
