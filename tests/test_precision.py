@@ -137,7 +137,9 @@ def test_every_engine_names_a_shipped_fitted_fp8_constant():
         for g in ("h100-sxm", "b200", "l40s"):
             rel = c.get(name, get_gpu(g))  # shipped per GPU, fitted on the other GPUs' tables of that engine
             mem = E.MEM_KEY[E.MEM_FORM.get(key, "rel")]  # the engine's memory form (relative, or TRT-LLM's absolute)
-            assert set(rel) == {"eta_c_rel", mem, "floor_add_us"} and 0.2 < rel["eta_c_rel"] <= 2.0
+            row = {"amax_row_ns"} if eng.fp8_act_quant_row_cost() else set()  # the tables' call pays a row cost
+            assert set(rel) == {"eta_c_rel", mem, "floor_add_us"} | row and 0.2 < rel["eta_c_rel"] <= 2.0
+            assert not row or 0 < rel["amax_row_ns"] < 50
     assert engine_table()["trtllm"].fp8_gemm_const() == "gemm_fp8_rel_trtllm"
     assert engine_table()["sglang"].fp8_gemm_const() == "gemm_fp8_rel_sglang"
 
@@ -186,14 +188,16 @@ def test_e1_27_fits_each_engine_on_its_own_table_held_out_by_gpu():
 def test_the_user_case_an_fp8_trtllm_prefill_is_faster_than_bf16_and_than_vllms_fp8():
     """Issue 19's held-out user case (an fp8 TensorRT-LLM step no faster than bf16): with the shipped
     per-engine factors a compute-bound Qwen3-32B prefill on H100 (whose factors are fitted on the other
-    Hopper GPU's TensorRT-LLM table) runs clearly faster in fp8, and faster than with vLLM's kernels."""
+    Hopper GPU's TensorRT-LLM table) runs clearly faster in fp8, and faster than with vLLM's kernels. (Wave 28:
+    vLLM's factors no longer carry the collector's eager quantise's per-row cost into a served step, fp8g2, so
+    vLLM's served fp8 prefill came within 10% of TensorRT-LLM's; the 0.9 margin of wave 23 became 'faster'.)"""
     from steptime import predict_step
 
     kw = dict(prefill=[(1, 4096)], tp=1, check_memory=False)
     bf16 = predict_step("qwen3-32b", "h100-sxm", engine="trtllm", dtype="bf16", **kw).total_ms
     trt = predict_step("qwen3-32b", "h100-sxm", engine="trtllm", dtype="fp8", **kw).total_ms
     vllm = predict_step("qwen3-32b", "h100-sxm", engine="vllm", dtype="fp8", **kw).total_ms
-    assert bf16 / trt > 1.2 and trt < 0.9 * vllm
+    assert bf16 / trt > 1.2 and trt < vllm
 
 
 def test_activation_quantise_passes_are_engine_data_read_from_each_collector():
