@@ -439,10 +439,31 @@ def fit_starts(names: tuple, p0: tuple) -> list:
     return out
 
 
-def fit_dtype(train: pd.DataFrame, dt: str) -> dict:
+def _fit_at(groups, t, y, dt: str, names: tuple, flag: dict, p0, lo, hi):
+    """The least-squares fit (log ratio) of the law at tiling `flag` on the training cells `t` (latencies `y`):
+    the lowest-cost result over `fit_starts` (the first on a tie)."""
     from scipy.optimize import least_squares
     from threadpoolctl import threadpool_limits
 
+    law = _FitLaw(groups, len(t), dt, names, flag)   # its shape-only terms taken once
+    law.check(p0)
+
+    def resid(x):
+        return np.log(law.predict(x) / y)
+
+    best = None
+    # one BLAS thread (the trust-region steps' SVDs of a few thousand rows): on a shared machine with as many
+    # cores as jobs, BLAS's threads spin against the other jobs; and the fit no longer depends on the machine's
+    # thread count (it moves a held-out fit by ~1e-9 relative against two threads: no number of the result)
+    for start in fit_starts(names, p0):
+        with threadpool_limits(limits=1):
+            r = least_squares(resid, start, bounds=(lo, hi), x_scale="jac")
+        if best is None or r.cost < best.cost:
+            best = r
+    return best
+
+
+def fit_dtype(train: pd.DataFrame, dt: str) -> dict:
     names, p0, lo, hi = law_params(dt, ep_remap(train, dt), batch_cost(train, dt), token_sm(train, dt))
     bad = unbalanced_shapes(train[train.sdtype == dt])
     if bad:   # shapes whose cells contradict the balanced router: out of the fit (where any other shape is left)
@@ -463,20 +484,9 @@ def fit_dtype(train: pd.DataFrame, dt: str) -> dict:
     for small in UNPADDED_CHOICES:  # the kernel's tiling: the (small-batch path, row tile) the training cells fit best
         for tile in TILE_CHOICES:
             flag["unpadded_rows"], flag["tile_m"] = float(small), float(tile)
-            law = _FitLaw(groups, len(t), dt, names, flag)   # the law at this tiling, its shape-only terms taken once
-            law.check(p0)
-
-            def resid(x, law=law):
-                return np.log(law.predict(x) / y)
-
-            # one BLAS thread (the trust-region steps' SVDs of a few thousand rows): on a shared machine with as many
-            # cores as jobs, BLAS's threads spin against the other jobs; and the fit no longer depends on the machine's
-            # thread count (it moves a held-out fit by ~1e-9 relative against two threads: no number of the result)
-            for start in fit_starts(names, p0):
-                with threadpool_limits(limits=1):
-                    r = least_squares(resid, start, bounds=(lo, hi), x_scale="jac")
-                if best is None or r.cost < best[0]:
-                    best = (r.cost, small, tile, r.x)
+            r = _fit_at(groups, t, y, dt, names, flag, p0, lo, hi)  # the law at this tiling
+            if best is None or r.cost < best[0]:
+                best = (r.cost, small, tile, r.x)
     flag["unpadded_rows"], flag["tile_m"] = float(best[1]), float(best[2])
     # the expert width's tile (each TP rank's width padded to a multiple of WIDTH_TILE_CHOICES), tried at the chosen
     # row tiling: kept where its least-squares cost on the training cells is at most WIDTH_TILE_MIN_GAIN of the
@@ -487,17 +497,9 @@ def fit_dtype(train: pd.DataFrame, dt: str) -> dict:
         if np.all(np.ceil(width / tn) * tn == width):   # no cell's width moves: the same law
             continue
         flag["tile_n"] = float(tn)
-        law = _FitLaw(groups, len(t), dt, names, flag)
-        law.check(p0)
-
-        def resid(x, law=law):
-            return np.log(law.predict(x) / y)
-
-        for start in fit_starts(names, p0):
-            with threadpool_limits(limits=1):
-                r = least_squares(resid, start, bounds=(lo, hi), x_scale="jac")
-            if r.cost <= bar and r.cost < best[0]:
-                best, chosen = (r.cost, best[1], best[2], r.x), float(tn)
+        r = _fit_at(groups, t, y, dt, names, flag, p0, lo, hi)
+        if r.cost <= bar and r.cost < best[0]:
+            best, chosen = (r.cost, best[1], best[2], r.x), float(tn)
     if chosen > 0:
         flag["tile_n"] = chosen
     else:
