@@ -279,6 +279,20 @@ def test_deadline_queue_serves_feasible_requests_ahead_of_a_late_one():
         simulate("llama-3.1-8b", "h100-sxm", wl, pol, deadline=dl, estimator=lambda tok, now, n, ahead=0: now + tok)
 
 
+def test_a_resumed_request_keeps_the_front_of_the_deadline_queue():
+    from types import SimpleNamespace
+    from steptime.serve import ScalarEstimator
+    from steptime.serve.sim import _Engine
+
+    # request 0 was preempted after its first token (resumed); 1 and 2 wait for theirs
+    eng = SimpleNamespace(first=np.array([0.5, np.nan, np.nan]), deadline=np.array([0.4, 5.0, 4.0]),
+                          ntok=np.array([900, 100, 100]), comp=np.zeros(3, dtype=np.int64),
+                          first_est=np.full(3, np.nan), estimator=ScalarEstimator(1.0))
+    order = _Engine._deadline_order(eng, [1, 2, 0], 0.5, np.array([], dtype=np.int64))
+    assert list(order) == [0, 2, 1]  # past its (met) deadline, yet at the front; the others in deadline order
+    assert eng.first_est[2] == 2.5  # the resumed one is served ahead of it, so counted ahead of it
+
+
 def test_step_estimator_counts_tokens_through_the_budget():
     from steptime.serve import StepEstimator
 

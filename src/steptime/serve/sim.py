@@ -816,11 +816,13 @@ class _Engine:
         ids = np.fromiter(waiting, dtype=np.int64, count=len(waiting))
         resumed = np.isfinite(self.first[ids])
         dl = np.where(resumed, -np.inf, self.deadline[ids])
-        ids = ids[np.argsort(dl, kind="stable")]
-        dl = np.sort(dl, kind="stable")
+        o = np.argsort(dl, kind="stable")
+        ids, resumed = ids[o], resumed[o]
         rem = self.ntok[R] - self.comp[R]
         ahead = int(rem[rem > 1].sum())  # prefill tokens of running requests go first
-        est, late = deadline_split(self.estimator, self.ntok[ids] - self.comp[ids], dl, now, len(R), ahead)
+        # a resumed request has no first-token deadline left to miss: never late, served (and counted) first
+        est, late = deadline_split(self.estimator, self.ntok[ids] - self.comp[ids],
+                                   np.where(resumed, np.inf, self.deadline[ids]), now, len(R), ahead)
         fresh = np.isnan(self.first_est[ids])
         self.first_est[ids[fresh]] = est[fresh]  # the estimate made when the request was first queued
         return deque(np.concatenate([ids[~late], ids[late]]).tolist())
