@@ -244,6 +244,55 @@ def test_deadline_queue_serves_tight_deadlines_first():
     assert np.isfinite(edf.requests["first_token_estimate_s"][1:]).all()
 
 
+def test_a_late_request_does_not_make_the_ones_behind_it_late():
+    from steptime.serve import ScalarEstimator, StepEstimator
+    from steptime.serve.queueing import deadline_split
+
+    # deadline order: a request already past its deadline, then two that meet theirs only if it goes to the back
+    est, late = deadline_split(ScalarEstimator(1.0), np.array([500, 500, 500]), np.array([0.5, 1.5, 2.5]), 0.0, 0)
+    assert late.tolist() == [True, False, False]
+    assert est.tolist() == [1.0, 1.0, 2.0]  # the late one's second is not counted ahead of the others
+    st = StepEstimator(StepTimer("llama-3.1-8b", "h100-sxm"), 1024, 500)
+    t = st.step_time(4)
+    est, late = deadline_split(st, np.array([5000, 500, 500]), np.array([t, 1.5 * t, 1.5 * t]), 0.0, 4)
+    assert late.tolist() == [True, False, False]
+    assert np.allclose(est, [5 * t, t, t])  # 5000 tokens are 5 steps of 1020; 500 + 500 fit one step
+    # a queue with no late request: the split's estimates are the estimator's own over the whole queue
+    tok = np.array([500, 500, 100, 2000])
+    est, late = deadline_split(st, tok, np.full(4, 1e9), 10.0, 4, ahead=7)
+    assert not late.any() and np.allclose(est, st(tok, 10.0, 4, ahead=7))
+
+
+def test_deadline_queue_serves_feasible_requests_ahead_of_a_late_one():
+    from steptime.errors import ServeError
+    from steptime.serve import ScalarEstimator, Workload, policy, simulate
+
+    # one running request; queued: a big one whose deadline has passed, then two small ones that can still make it
+    wl = Workload([0.0, 0.001, 0.002, 0.003], [2000, 8000, 500, 500], [30, 5, 5, 5])
+    pol = policy("vllm", max_num_batched_tokens=2048, max_num_seqs=1)
+    dl = np.array([100.0, 0.002, 1.5, 2.5])
+    r = simulate("llama-3.1-8b", "h100-sxm", wl, pol, deadline=dl, estimator=ScalarEstimator(1.0)).requests
+    f = r["first_token_s"].to_numpy()
+    assert f[2] < f[1] and f[3] < f[1]  # the late one does not take the two feasible ones to the back with it
+    assert (f[2:] <= dl[2:]).all()
+    with pytest.raises(ServeError, match="units"):
+        simulate("llama-3.1-8b", "h100-sxm", wl, pol, deadline=dl, estimator=lambda tok, now, n, ahead=0: now + tok)
+
+
+def test_a_resumed_request_keeps_the_front_of_the_deadline_queue():
+    from types import SimpleNamespace
+    from steptime.serve import ScalarEstimator
+    from steptime.serve.sim import _Engine
+
+    # request 0 was preempted after its first token (resumed); 1 and 2 wait for theirs
+    eng = SimpleNamespace(first=np.array([0.5, np.nan, np.nan]), deadline=np.array([0.4, 5.0, 4.0]),
+                          ntok=np.array([900, 100, 100]), comp=np.zeros(3, dtype=np.int64),
+                          first_est=np.full(3, np.nan), estimator=ScalarEstimator(1.0))
+    order = _Engine._deadline_order(eng, [1, 2, 0], 0.5, np.array([], dtype=np.int64))
+    assert list(order) == [0, 2, 1]  # past its (met) deadline, yet at the front; the others in deadline order
+    assert eng.first_est[2] == 2.5  # the resumed one is served ahead of it, so counted ahead of it
+
+
 def test_step_estimator_counts_tokens_through_the_budget():
     from steptime.serve import StepEstimator
 

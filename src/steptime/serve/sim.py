@@ -55,6 +55,7 @@ from steptime.serve.memory import check_context, kv_budget
 from steptime.serve.timer import StepTimer
 from steptime.serve.workload import Workload
 from steptime.validation import as_int
+from steptime.serve.queueing import deadline_split
 
 POLICIES = ("vllm", "sarathi", "static", "disagg")
 # ASSUMED: vLLM's documented defaults (EngineArgs: gpu_memory_utilization 0.9, block_size 16,
@@ -343,6 +344,10 @@ class _Engine:
         self.estimator = estimator
         if (deadline is None) != (estimator is None):
             raise ServeError("deadline scheduling needs both per-request deadlines and a waiting-time estimator")
+        if estimator is not None and not (callable(getattr(estimator, "units", None))
+                                          and callable(getattr(estimator, "at", None))):
+            raise ServeError("a waiting-time estimator needs units(tokens) and at(cum, now, n_running, ahead) "
+                             "(see steptime.serve.queueing)")
         self.t = timer
         self.p = pol
         self.wl = wl
@@ -805,19 +810,21 @@ class _Engine:
 
     def _deadline_order(self, waiting, now: float, R) -> deque:
         """QLM-style queue: earliest first-token deadline first, except requests the estimator
-        says will miss their deadline anyway, which go to the back (still in deadline order).
+        says will miss their deadline anyway, which go to the back (still in deadline order; a request's
+        estimate counts only the requests served ahead of it: steptime.serve.queueing.deadline_split).
         Resumed requests (first token already out) keep the front."""
         ids = np.fromiter(waiting, dtype=np.int64, count=len(waiting))
         resumed = np.isfinite(self.first[ids])
         dl = np.where(resumed, -np.inf, self.deadline[ids])
-        ids = ids[np.argsort(dl, kind="stable")]
-        dl = np.sort(dl, kind="stable")
+        o = np.argsort(dl, kind="stable")
+        ids, resumed = ids[o], resumed[o]
         rem = self.ntok[R] - self.comp[R]
         ahead = int(rem[rem > 1].sum())  # prefill tokens of running requests go first
-        est = self.estimator(self.ntok[ids] - self.comp[ids], now, len(R), ahead)
+        # a resumed request has no first-token deadline left to miss: never late, served (and counted) first
+        est, late = deadline_split(self.estimator, self.ntok[ids] - self.comp[ids],
+                                   np.where(resumed, np.inf, self.deadline[ids]), now, len(R), ahead)
         fresh = np.isnan(self.first_est[ids])
         self.first_est[ids[fresh]] = est[fresh]  # the estimate made when the request was first queued
-        late = est > dl
         return deque(np.concatenate([ids[~late], ids[late]]).tolist())
 
     def _prefill_first(self, R, rem, waiting, budget0: int) -> bool:
