@@ -30,7 +30,10 @@ Per row:
   A sensitivity, not a claim: TTFT as the mean over every simulated request (the first wave, which
   arrives all at once, included), since the benchmark's own averaging window is not published.
   ML.ENERGY v3's median inter-token latency is the token-weighted median of every simulated gap
-  (warm-up and drain included; they are a small share of the tokens).
+  (warm-up and drain included; they are a small share of the tokens). ML.ENERGY v2 is compared by
+  the measure E2.11 compares (its metrics.v2_measure): since wave 29 the steady-state mean time
+  per token (W.V2_STEADY_MEAN_NOTE), against this window's mean TPOT, which excludes the drain as
+  that measure does (the leaderboard's Avg TPOT includes it);
 - silicon TTFT and TPOT: the benchmark's measured phase as AIConfigurator's harness runs it
   (HARNESS_NOTE): the 2c warm-up requests finish before it starts (the client drains them), so it
   begins on an empty engine with all c clients sending at once, and runs exactly 10c requests of
