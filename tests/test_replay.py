@@ -45,6 +45,20 @@ def test_rows_carry_concurrency_and_ttft_and_count_skips():
     assert reasons["UnknownModelErro"] == 1
 
 
+def test_v2_rows_compare_the_measure_asked_for_and_the_replay_has_a_statistic_for_it():
+    """replay_rows(v2_measure=) passes E2.11's ML.ENERGY v2 measure to tpot_table (V2_STEADY_MEAN_NOTE: avg_batch /
+    throughput x 1000); the steady-state mean is compared with the simulated mean TPOT over the full-loop window, the
+    Avg TPOT (default) too. Toy row (invented round numbers, not data)."""
+    v2 = _v3().assign(dataset="mlenergy-v2", task="chat", engine_version="0.5.4", pp=1, mean_tpot_ms=20.0,
+                      avg_batch=16.0, output_tokens_per_s=640.0).drop(columns=["median_itl_ms", "ep", "dp"])
+    prompts = {("mlenergy-v2", "chat"): 250}
+    avg, _ = R.replay_rows(mlenergy_v2=v2, prompt_tokens=prompts)
+    ss, _ = R.replay_rows(mlenergy_v2=v2, prompt_tokens=prompts, v2_measure="steady_mean_itl_ms")
+    assert avg["tpot_ms"].tolist() == [20.0] and ss["tpot_ms"].tolist() == pytest.approx([25.0])
+    assert ss["concurrency"].tolist() == [16] and ss["engine"].tolist() == ["vllm-v0"]
+    assert R.MEASURES["steady_mean_itl_ms"][0] == R.MEASURES["mean_tpot_ms"][0] == "tpot_mean_ms"
+
+
 def test_missing_column_is_a_clear_error():
     with pytest.raises(R.ReplayError, match="max_num_seqs"):
         R.replay_rows(mlenergy_v3=_v3().drop(columns=["max_num_seqs"]), prompt_tokens=PROMPTS)
@@ -171,6 +185,30 @@ def test_side_by_side_quotes_e2_11_on_the_replays_measure():
     e2_11["metrics"]["v3_measure"]["measure"] = "median_itl_ms"
     assert R.side_by_side([rec], e2_11)[0]["one_step_tpot_mape"] == 0.3
     del e2_11["metrics"]["v3_measure"]  # results written before the measure was recorded: the median
+    assert R.side_by_side([rec], e2_11)[0]["one_step_tpot_mape"] == 0.3
+
+
+def test_side_by_side_quotes_e2_11_on_the_replays_v2_measure():
+    """The same for ML.ENERGY v2: when E2.11 compares it with its steady-state mean (metrics.v2_measure) and the
+    replay compares the leaderboard's Avg TPOT, the one-step MAPE quoted beside the replay is E2.11's against the Avg
+    TPOT (metrics.v2_mean_tpot, naive); where the replay compares E2.11's own measure, or the measures agree, E2.11's
+    claimed score; v3 keeps E2.11's claimed score when its measure is the replay's. Toy numbers."""
+    rec = {"dataset": "mlenergy-v2", "gpu": "h100-sxm", "engine": "vllm-v0", "measure": "mean_tpot_ms",
+           "tpot": {"cells": 3, "mape": 0.1, "mape_ci": [0.05, 0.2]}, "tpot_signed_mean": 0.0,
+           "measured_batch_over_sim": 1.0}
+    v2 = {"dataset": "mlenergy-v2", "gpu": "h100-sxm", "engine": "vllm-v0", "subset": "tpot", "cells": 9}
+    v3 = {**v2, "dataset": "mlenergy-v3", "engine": "vllm-v1-sync"}
+    e2_11 = {"metrics": {"scores": [{**v2, "mape": 0.3}, {**v3, "mape": 0.2}],
+                         "v2_measure": {"measure": "steady_mean_itl_ms"},
+                         "v2_mean_tpot": {"naive": [{**v2, "mape": 0.4}, {**v2, "subset": "tpot_by_tp", "mape": 9.0}]}}}
+    out = R.side_by_side([rec, {**rec, "dataset": "mlenergy-v3", "engine": "vllm-v1-sync", "measure": "median_itl_ms"}],
+                         e2_11)
+    assert [o["one_step_tpot_mape"] for o in out] == [0.4, 0.2]
+    # a replay that compares E2.11's own measure quotes E2.11's claimed score
+    assert R.side_by_side([{**rec, "measure": "steady_mean_itl_ms"}], e2_11)[0]["one_step_tpot_mape"] == 0.3
+    e2_11["metrics"]["v2_measure"]["measure"] = "mean_tpot_ms"
+    assert R.side_by_side([rec], e2_11)[0]["one_step_tpot_mape"] == 0.3
+    del e2_11["metrics"]["v2_measure"]  # results written before the measure was recorded: the Avg TPOT
     assert R.side_by_side([rec], e2_11)[0]["one_step_tpot_mape"] == 0.3
 
 

@@ -289,6 +289,21 @@ def test_tpot_table_v3_measure_is_the_median_unless_the_steady_state_mean_is_ask
         W.tpot_table(mlenergy_v3=v3, prompt_tokens=prompts, v3_measure="mean_itl_ms")
 
 
+def test_tpot_table_v2_measure_is_the_avg_tpot_unless_the_steady_state_mean_is_asked_for():
+    """V2_STEADY_MEAN_NOTE: ML.ENERGY v2 rows carry the leaderboard's Avg TPOT by default; v2_measure='steady_mean_itl_ms' gives avg_batch / output throughput x 1000 ms instead, named per row, and
+    leaves v3 rows alone; an unknown measure is refused. Toy rows (invented round numbers, not data)."""
+    v2, _ = _tpot_tables()
+    v2 = v2.iloc[:1].assign(avg_batch=256.0, mean_tpot_ms=20.0, output_tokens_per_s=10240.0)
+    prompts = {("mlenergy-v2", "chat"): 250}
+    avg, _ = W.tpot_table(mlenergy_v2=v2, prompt_tokens=prompts)
+    assert avg["tpot_ms"].tolist() == [20.0] and set(avg["measure"]) == {"mean_tpot_ms"}
+    ss, _ = W.tpot_table(mlenergy_v2=v2, prompt_tokens=prompts, v2_measure="steady_mean_itl_ms")
+    assert ss["tpot_ms"].tolist() == pytest.approx([25.0]) and set(ss["measure"]) == {"steady_mean_itl_ms"}
+    assert ss.drop(columns=["tpot_ms", "measure"]).equals(avg.drop(columns=["tpot_ms", "measure"]))
+    with pytest.raises(W.WallclockError, match="v2 measure"):
+        W.tpot_table(mlenergy_v2=v2, prompt_tokens=prompts, v2_measure="median_itl_ms")
+
+
 def test_run_tpot_scores_per_dataset_gpu_engine_and_refuses_unknown_models_with_a_count():
     v2, sil = _tpot_tables()
     rows, _ = W.tpot_table(mlenergy_v2=v2, silicon=sil, prompt_tokens={("mlenergy-v2", "chat"): 250})

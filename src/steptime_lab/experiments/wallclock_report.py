@@ -470,7 +470,8 @@ def variant_text(variant: str, engine: str, dataset: str) -> str:
 
 
 def token_time_document(res: dict, skipped: list[dict], targets: dict, sensitivity: list[dict],
-                   mixed: dict | None = None, server: dict | None = None, v3_measure: str | None = None) -> dict:
+                   mixed: dict | None = None, server: dict | None = None, v3_measure: str | None = None,
+                   v2_measure: str | None = None) -> dict:
     claims = []
     srv_on = {}  # (engine, gpu) -> the GPUs its server law was fitted on (W.fit_server_hosts)
     srv = (server or {}).get("engines") or {}
@@ -487,8 +488,9 @@ def token_time_document(res: dict, skipped: list[dict], targets: dict, sensitivi
             on = srv_on.get((s["engine"], s["gpu"]))
             law = f"; its server law fitted on {', '.join(on)}'s rows, held out by GPU" if on else ""
             how = variant_text(v, s["engine"], s["dataset"])
-            if v3_measure and s["dataset"] == "mlenergy-v3":
-                law += f"; measured: {v3_measure}"
+            measured = {"mlenergy-v3": v3_measure, "mlenergy-v2": v2_measure}.get(s["dataset"])
+            if measured:
+                law += f"; measured: {measured}"
             claims.append(claim(f"{s['dataset']} {s['gpu']} {s['engine']} (TP {s['tps']}): TPOT MAPE over {s['cells']} "
                                 f"configurations ({len(s['models'])} dense models; {v}: {how}{law})",
                                 _r(s["mape"]), "<= target", t, s["mape"] <= t, op="<=", unit="fraction"))

@@ -50,7 +50,8 @@ from steptime_lab.experiments.wallclock.fpm import (  # noqa: F401
 )
 from steptime_lab.experiments.wallclock.tokens import (  # noqa: F401
     TPOT_COLUMNS, TPOT_NOTE, mean_context, _decode_frame, _prefill_frame, predict_tpot, DTYPES, tpot_table,
-    V3_MEASURES, V3_STEADY_MEAN_NOTE, v3_median_scores,
+    V3_MEASURES, V3_STEADY_MEAN_NOTE, v3_median_scores, V2_MEASURES, V2_STEADY_MEAN_NOTE, v2_mean_tpot_scores,
+    measure_scores,
     _known_model, run_tpot, isolated_prefills, prefill_coverage, score_isolated_prefills, prompt_sensitivity,
     evaluate_records, smallest_batch_rows, VARIANTS, MIXED_NOTE, WAVE_NOTE, wave_wait_ms, CONCURRENCY_DATASETS, mixed_schedule, tpot_fitted_on,
     TTFT_VARIANTS, TTFT_NOTE, predict_ttft, run_ttft, HARNESS, HARNESS_TTFT_NOTE, harness_step_budget,

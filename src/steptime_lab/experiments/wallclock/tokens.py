@@ -261,6 +261,24 @@ DTYPES = {"bfloat16": "bf16", "bf16": "bf16", "float16": "bf16", "fp8": "fp8", "
 # ML.ENERGY v3's token-time measure (tpot_table's v3_measure): the leaderboard's median inter-token latency, or the
 # steady-state mean time between a running request's tokens by Little's law (V3_STEADY_MEAN_NOTE)
 V3_MEASURES = ("median_itl_ms", "steady_mean_itl_ms")
+# ML.ENERGY v2's token-time measure (tpot_table's v2_measure): the leaderboard's "Avg TPOT", or the same steady-state
+# mean by Little's law as v3's (V2_STEADY_MEAN_NOTE)
+V2_MEASURES = ("mean_tpot_ms", "steady_mean_itl_ms")
+V2_STEADY_MEAN_NOTE = (
+    "ML.ENERGY v2 steady_mean_itl_ms = avg_batch / output_tokens_per_s x 1000 (Little's law, as V3_STEADY_MEAN_NOTE; "
+    "no constant). The leaderboard's columns are built by benchmark/llm_text_generation/{chat,code}/scripts/"
+    "aggregate_leaderboard_data.py (ml-energy/leaderboard-v2, the vendored commit c3af7f3) from the patched vLLM "
+    "0.5.4 server's per-iteration stats: 'Avg BS' is the mean of num_running_sys over the iterations up to the first "
+    "one (from the third) with no request waiting (ss_end_iter: the steady state, the queue non-empty), 'Token tput' "
+    "the generated tokens of those same iterations over the steady-state window's time, but 'Avg TPOT' the mean "
+    "over EVERY iteration of the run that logged a decode (the drain after the queue empties included, each "
+    "iteration weighted alike whatever its batch) of the mean time_per_output_tokens_iter (vLLM V0 "
+    "LLMEngine._get_stats: for each decoding sequence group of the step, the time since its previous token). "
+    "So Avg TPOT mixes the steady steps at avg_batch with the drain's steps at a falling batch, and sits below the "
+    "steady-state step at avg_batch the more the larger the batch (the drain is up to max_tokens = 1024 steps "
+    "long whatever the batch, the steady state ~ requests x output / batch steps): steady mean / Avg TPOT "
+    "1.00-1.15 at <= 70 running requests, 1.07-2.98 at 200-600, 1.16-2.55 at 600-1300 (the 267 dense TP-only rows). "
+    "The mixed variant predicts the steady-state step at avg_batch, so E2.11 compares it with this mean.")
 V3_STEADY_MEAN_NOTE = (
     "ML.ENERGY v3 steady_mean_itl_ms = avg_batch / output_tokens_per_s x 1000: by Little's law the mean time between "
     "two tokens of a running request over the run's steady state, read from the leaderboard's own columns (no "
@@ -278,7 +296,7 @@ V3_STEADY_MEAN_NOTE = (
 
 
 def tpot_table(mlenergy_v2=None, mlenergy_v3=None, silicon=None, prompt_tokens: dict | None = None,
-               v3_measure: str = "median_itl_ms"):
+               v3_measure: str = "median_itl_ms", v2_measure: str = "mean_tpot_ms"):
     """One TPOT frame (TPOT_COLUMNS + `measure`, `source_id`) from the tidy token-time tables, and
     the rows left out with their reason (a count per reason and dataset).
 
@@ -286,12 +304,15 @@ def tpot_table(mlenergy_v2=None, mlenergy_v3=None, silicon=None, prompt_tokens: 
     published, so the mean prompt comes from `prompt_tokens[(dataset, task)]` (an ASSUMED
     estimate, given by the caller); v2 gives the mean TPOT, v3 the MEDIAN inter-token latency
     (the measure compared is named per row; `v3_measure` 'steady_mean_itl_ms' compares v3 rows with the
-    steady-state mean time per token instead, V3_STEADY_MEAN_NOTE). AIConfigurator silicon: the client
+    steady-state mean time per token instead, V3_STEADY_MEAN_NOTE; `v2_measure` 'steady_mean_itl_ms' the same for
+    v2, V2_STEADY_MEAN_NOTE). AIConfigurator silicon: the client
     concurrency stands for the running batch, prompt and output lengths are exact (isl, osl)."""
     import pandas as pd
 
     if v3_measure not in V3_MEASURES:
         raise WallclockError(f"unknown ML.ENERGY v3 measure {v3_measure!r} (known: {', '.join(V3_MEASURES)})")
+    if v2_measure not in V2_MEASURES:
+        raise WallclockError(f"unknown ML.ENERGY v2 measure {v2_measure!r} (known: {', '.join(V2_MEASURES)})")
 
     rows, skipped = [], []
 
@@ -300,7 +321,7 @@ def tpot_table(mlenergy_v2=None, mlenergy_v3=None, silicon=None, prompt_tokens: 
             skipped.append({"dataset": dataset, "reason": reason, "rows": int(n)})
 
     prompt_tokens = prompt_tokens or {}
-    for name, df, measure in (("mlenergy-v2", mlenergy_v2, "mean_tpot_ms"), ("mlenergy-v3", mlenergy_v3, v3_measure)):
+    for name, df, measure in (("mlenergy-v2", mlenergy_v2, v2_measure), ("mlenergy-v3", mlenergy_v3, v3_measure)):
         if df is None:
             continue
         x = df.copy()
@@ -362,18 +383,35 @@ def tpot_table(mlenergy_v2=None, mlenergy_v3=None, silicon=None, prompt_tokens: 
     return frame, skipped
 
 
-def v3_median_scores(mlenergy_v3, prompt_tokens: dict, *, fitted=None, constants=None, mixed: dict | None = None,
-                     n_boot: int = 1000, seed: int = 0) -> dict:
-    """ML.ENERGY v3's rows scored against the leaderboard's median inter-token latency (the measure E2.11 compared
-    before V3_STEADY_MEAN_NOTE), with the same predictions (fitted laws, variants): {note, naive, mixed}, each the
-    run_tpot scores (per group and per TP). Reported beside the claims, so the change of measure shows."""
-    rows, _ = tpot_table(mlenergy_v3=mlenergy_v3, prompt_tokens=prompt_tokens, v3_measure="median_itl_ms")
-    out = {"note": ("ML.ENERGY v3 scored against its median inter-token latency (the leaderboard's median_itl_ms), "
-                    "the same predictions as the claims, which compare the steady-state mean (V3_STEADY_MEAN_NOTE)")}
+def measure_scores(prompt_tokens: dict, *, note: str, fitted=None, constants=None, mixed: dict | None = None,
+                   n_boot: int = 1000, seed: int = 0, **table) -> dict:
+    """The rows of `tpot_table(**table)` (a leaderboard table and the measure it is compared by) scored with the
+    same predictions as the claims (fitted laws, variants): {note, naive, mixed}, each the run_tpot scores (per
+    group and per TP). Reported beside the claims where E2.11 compares another measure, so the change shows."""
+    rows, _ = tpot_table(prompt_tokens=prompt_tokens, **table)
+    out = {"note": note}
     for v in VARIANTS:
         out[v] = run_tpot(rows, n_boot=n_boot, seed=seed, fitted=fitted, variant=v, mixed=mixed,
                           constants=constants)["scores"]
     return out
+
+
+def v3_median_scores(mlenergy_v3, prompt_tokens: dict, **kw) -> dict:
+    """ML.ENERGY v3's rows scored against the leaderboard's median inter-token latency (the measure E2.11 compared
+    before V3_STEADY_MEAN_NOTE), measure_scores' form."""
+    return measure_scores(prompt_tokens, mlenergy_v3=mlenergy_v3, v3_measure="median_itl_ms",
+                          note=("ML.ENERGY v3 scored against its median inter-token latency (the leaderboard's "
+                                "median_itl_ms), the same predictions as the claims, which compare the steady-state "
+                                "mean (V3_STEADY_MEAN_NOTE)"), **kw)
+
+
+def v2_mean_tpot_scores(mlenergy_v2, prompt_tokens: dict, **kw) -> dict:
+    """ML.ENERGY v2's rows scored against the leaderboard's Avg TPOT (the measure E2.11 compared before
+    V2_STEADY_MEAN_NOTE), measure_scores' form."""
+    return measure_scores(prompt_tokens, mlenergy_v2=mlenergy_v2, v2_measure="mean_tpot_ms",
+                          note=("ML.ENERGY v2 scored against the leaderboard's Avg TPOT (a per-iteration mean over "
+                                "the whole run, drain included), the same predictions as the claims, which compare "
+                                "the steady-state mean (V2_STEADY_MEAN_NOTE)"), **kw)
 
 
 def _known_model(model: str, rows) -> str:
