@@ -233,3 +233,35 @@ def test_the_run_ships_the_fold_that_scoring_uses():
         assert {f"{i}/{n}": p for (i, n), p in sorted(f["params"].items())} == v["params"]
         assert f["reads"] == v["readings"] and f["refused"] == v["refused"]
         assert set(f["params"]) <= set(f["shapes"])
+
+
+def _pcie_synthetic():
+    """_synthetic with two PCIe GPUs at PCIe speeds (times x 20); L40S at 8 ranks 10x slower again (bus bandwidth
+    under the bounds' tenth of its link: the host-staged regime)."""
+    df = _synthetic(("h100-sxm", "h200-sxm", "b200", "l40s", "rtx-pro-6000"))
+    pcie = df["gpu"].isin(["l40s", "rtx-pro-6000"])
+    df.loc[pcie, "latency_ms"] *= 20.0
+    df.loc[(df["gpu"] == "l40s") & (df["num_gpus"] == 8), "latency_ms"] *= 10.0
+    return df
+
+
+def test_a_donor_table_outside_the_bounds_donates_no_shape():
+    """L40S-like NCCL at 8 ranks under a tenth of its link (host-staged) is out of regime: the PCIe GPU held out
+    against it takes that degree's shape from all other GPUs' tables in regime, and the out-of-regime cells can be
+    anything without moving its shapes."""
+    d, _ = E.tidy(_pcie_synthetic())
+    cp = E.curve_params(d)
+    assert not E.in_regime(cp, "l40s", "nccl", 8)
+    assert E.in_regime(cp, "l40s", "nccl", 4) and E.in_regime(cp, "rtx-pro-6000", "nccl", 8)
+    others = ["b200", "h100-sxm", "h200-sxm", "l40s"]
+    f = E.fold(d, cp, "rtx-pro-6000", others)
+    assert E.shape_donors("rtx-pro-6000", others) == ["l40s"]
+    assert f["shape_fallback"] == ["nccl/8"]
+    assert f["shapes"][("nccl", 8)] == E.fit_shapes(d, cp, ["b200", "h100-sxm", "h200-sxm"])[("nccl", 8)]
+    assert set(f["params"]) <= set(f["shapes"])
+    d2 = d.copy()
+    d2.loc[d2["scored"] & (d2["gpu"] == "l40s") & (d2["num_gpus"] == 8), "t_us"] *= 3.0
+    f2 = E.fold(d2, E.curve_params(d2), "rtx-pro-6000", others)
+    assert f2["shapes"] == f["shapes"]
+    # an in-regime donor is used as before: its own degree-4 shape, not all others'
+    assert f["shapes"][("nccl", 4)] == E.fit_shapes(d, cp, ["l40s"])[("nccl", 4)]
