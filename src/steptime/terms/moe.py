@@ -457,6 +457,8 @@ def routed_experts_time(tokens, hidden, inter, topk, num_experts, gpu, mc: MoECo
     wave 27: vLLM's Triton path, whose per-pair work does not follow HBM bandwidth across H100 and H200).
     A law with `ep_floor_us` adds it to the floor at ep > 1 (the kernel families whose expert parallelism is vLLM's own
     remap of the top-k ids to the rank's local experts: a fixed cost at the same local work, E3.1 wave 18).
+    A law with `expert_us` adds it per touched local expert (the CUTLASS grouped GEMM's per-group descriptor update,
+    E3.1 wave 29).
     The kernel family picks the (dtype, family) constants where shipped (None: the GPU's own, else the dtype's).
     `load_cache`: a dict the caller keeps for these same cells (tokens, shapes, tp, ep): the router's loads
     (routed_load) are computed once per (routing, tile, unpadded rows) and reused, read-only, by later calls (a fit
@@ -545,6 +547,14 @@ def routed_experts_time(tokens, hidden, inter, topk, num_experts, gpu, mc: MoECo
         if not half > 0:
             raise ValueError(f"MoE law batch_tokens:{dtype} must be > 0 tokens, got {half!r}")
         t0 = t0 + law("batch_us") * 1e-6 * T / (T + half)
+    # a cost per touched local expert (E3.1, wave 29), where the law has `expert_us`: the CUTLASS ptr-array grouped
+    # GEMM (FlashInfer's CUTLASS fused MoE) rewrites a CTA's TMA descriptors in global memory and fences them each time
+    # the CTA moves to another group's (expert's) tile (`tensormaps_perform_update` on `did_batch_change`), a latency
+    # paid per group, not per byte. OBSERVED (H100 fp8, EP 1, every expert touched, one row each): Qwen3.6-35B-A3B's
+    # 256 experts of 3.1 MB take 1.5 ms (5.9 us per expert), Qwen3-235B-A22B's 128 of 18.9 MB 3.7 ms (28.9 us): about
+    # 1.4 us per expert plus the bytes at 0.69 TB/s
+    if _has_law(mc, "expert_us", dtype, family):
+        t0 = t0 + law("expert_us") * 1e-6 * Et
     p = float(_law(mc, "overlap_p", dtype, family)) if _has_law(mc, "overlap_p", dtype, family) else np.inf
     both = smax(t_c, t_m, p)
     t = np.where(T > 0, t0 + both + t_tok, 0.0)
