@@ -393,6 +393,11 @@ class _Engine:
         self._short = hasattr(timer, "decode_steps_list") and not getattr(timer, "needs_kvs", False)
 
     @property
+    def seq_slots(self) -> int:
+        """The requests a step may run now: max_num_seqs less the slots of finished requests not yet given back."""
+        return self.p.max_num_seqs - self._hold_slots
+
+    @property
     def free(self) -> int:
         return self._free
 
@@ -566,7 +571,6 @@ class _Engine:
         itl = self.itl
         last_dt = 1e-3
         merge_finish = self.deadline is None  # a deadline queue re-estimates at every iteration boundary
-        max_seqs = p.max_num_seqs
         arr_inf = math.inf
         # (R, comp, held, iterations to the next finish, iterations not yet written, last end, sum of comp, sum of held)
         cache = None
@@ -601,7 +605,7 @@ class _Engine:
                 left = None
             # ---- fast path: a run of identical pure-decode iterations -----------------------
             if self.fast and pure:
-                can_join = bool(waiting) and nr < max_seqs - self._hold_slots and not static
+                can_join = bool(waiting) and nr < self.seq_slots and not static
                 if can_join:
                     h = waiting[0]
                     want = int(ntok[h] - comp[h])
@@ -620,7 +624,7 @@ class _Engine:
                     k = min(left if merge_finish else left - 1, MAX_RUN)
                     if self._hold:  # stop where a held slot is released, so a waiting request may take it
                         k = min(k, self._hold[0][0] - steps)
-                    joinable = nxt < n and nr < max_seqs - self._hold_slots and not static
+                    joinable = nxt < n and nr < self.seq_slots and not static
                     if joinable and arr[nxt] < arr_inf:
                         # only how many iterations get timed at once; the run still stops at the arrival
                         k = min(k, int((arr[nxt] - now) / max(last_dt, 1e-6) * 1.25) + 2)
@@ -694,7 +698,7 @@ class _Engine:
             if not preempted and (not static or not len(R)):
                 a_id, a_take = [], []
                 nrun = len(R)
-                while waiting and budget > 0 and nrun < max_seqs - self._hold_slots:
+                while waiting and budget > 0 and nrun < self.seq_slots:
                     r = waiting[0]
                     want = int(ntok[r] - comp[r])
                     k_new = min(want, budget)
@@ -837,7 +841,7 @@ class _Engine:
             take = np.minimum(np.maximum(budget0 - (np.cumsum(rp) - rp), 0), rp)
             B = self.p.block_size
             return int(np.maximum(-(-(self.comp[Rp] + take) // B) - self.held[Rp], 0).sum()) <= self.free
-        if not waiting or len(R) >= self.p.max_num_seqs - self._hold_slots:  # a held slot is not free yet
+        if not waiting or len(R) >= self.seq_slots:  # a held slot is not free yet
             return False
         h = waiting[0]
         want = int(self.ntok[h] - self.comp[h])

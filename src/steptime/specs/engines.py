@@ -281,13 +281,8 @@ class Engine:
         """The engine steps an arriving (open-loop) request waits for its first token, counted from the step boundary
         at which the engine loop reads it, its own step included (engines.yaml schedule.read_join_steps: 1 for a
         synchronous loop, 2 for an async / batch-queue loop). Absent: 1."""
-        v = self.values.get("read_join_steps")
-        if v is None:
-            return 1
-        n = v.value
-        if isinstance(n, bool) or int(n) != n or n < 1:
-            raise InputError(f"engine {self.key!r}: schedule.read_join_steps must be a whole number >= 1 (got {n!r})")
-        return int(n)
+        v = self.values.get("read_join_steps")  # a whole number >= 1, checked where the profile is parsed
+        return 1 if v is None else int(v.value)
 
     def step_time_is_own(self, tp: int, dp: int = 1, pp: int = 1) -> bool:
         """Whether a per-step wall time recorded at the engine core is the step's own at this layout: False where the

@@ -471,9 +471,11 @@ def routed_experts_time(tokens, hidden, inter, topk, num_experts, gpu, mc: MoECo
     family = family or None
     T = np.asarray(tokens, dtype=float)
     h, i = np.asarray(hidden, dtype=float), np.asarray(inter, dtype=float) / np.asarray(tp, dtype=float)
+    law = lambda n: _law(mc, n, dtype, family)  # noqa: E731
+    law_or = lambda n, absent: law(n) if _has_law(mc, n, dtype, family) else absent  # noqa: E731
     # rows per grouped-GEMM tile: the (dtype, family) law's fitted choice where it has one, else TILE_M
-    tile = int(_law(mc, "tile_m", dtype, family)) if _has_law(mc, "tile_m", dtype, family) else TILE_M
-    small = float(_law(mc, "unpadded_rows", dtype, family)) if _has_law(mc, "unpadded_rows", dtype, family) else 0.0
+    tile = int(law_or("tile_m", TILE_M))
+    small = float(law_or("unpadded_rows", 0.0))
     key = (routing, tile, small)
     if load_cache is not None and key in load_cache:
         P, Et, R = load_cache[key]
@@ -487,12 +489,12 @@ def routed_experts_time(tokens, hidden, inter, topk, num_experts, gpu, mc: MoECo
     F = 6.0 * h * i * P
     # the expert width per TP rank padded to the law's width tile (`tile_n`, where it has one): the compute and the
     # weight stream work on whole tiles (the returned FLOPs stay the real ones)
-    if _has_law(mc, "tile_n", dtype, family) and float(_law(mc, "tile_n", dtype, family)) > 0:
-        tn = float(_law(mc, "tile_n", dtype, family))
+    tn = float(law_or("tile_n", 0.0))
+    if tn > 0:
         i = np.ceil(i / tn) * tn
     W = Et * 3.0 * h * i * WEIGHT_BYTES[dtype]
     A = 2.0 * h * T * np.asarray(topk, dtype=float)
-    law = lambda n: _law(mc, n, dtype, family)  # noqa: E731
+    p = float(law_or("overlap_p", np.inf))  # the compute / stream overlap exponent (absent: the plain max)
     # the GPU's three bf16 readings (s_c, s_mem, d_floor_us) scale the law only where the GPU runs the same kernel
     # family for this dtype as for bf16 (they measure that code on this GPU; another family is other code)
     fam_bf16 = mc.get("family:bf16", gpu, "")
@@ -505,7 +507,7 @@ def routed_experts_time(tokens, hidden, inter, topk, num_experts, gpu, mc: MoECo
     # the weight stream's rate: HBM bandwidth x the GPU's memory reading, or, for a kernel family whose weight
     # handling is bound by the SMs (sm_stream = 1: its time does not follow HBM bandwidth across GPUs that share
     # SMs and clock), the SMs' issue rate SM_STREAM_BYTES_PER_CLK x SMs x boost clock (no HBM reading applies)
-    sm_stream = _has_law(mc, "sm_stream", dtype, family) and bool(law("sm_stream"))
+    sm_stream = bool(law_or("sm_stream", False))
     bw_stream = SM_STREAM_BYTES_PER_CLK * gpu.sms * gpu.boost_mhz * 1e6 if sm_stream else gpu.mem_bw
     # the efficiency ramp in the bytes the stream moves in RAMP_REF_S: W x (x + x_half) / x = W + x_half x bw x
     # RAMP_REF_S, a fixed latency of x_half x RAMP_REF_S (it was x = W / L2: a latency of x_half x L2 / BW, 5-7x
@@ -523,8 +525,7 @@ def routed_experts_time(tokens, hidden, inter, topk, num_experts, gpu, mc: MoECo
     # largest EP (one local expert) and 16,384 tokens H200 / H100 = 0.88 (1.50 / 1.71 ms) where HBM is 0.70
     if _has_law(mc, "tok_bytes_per_clk_sm", dtype, family):
         t_tok_sm = pass_bytes / (law("tok_bytes_per_clk_sm") * gpu.sms * gpu.boost_mhz * 1e6)
-        t_tok = smax(t_tok, t_tok_sm, float(_law(mc, "overlap_p", dtype, family))
-                     if _has_law(mc, "overlap_p", dtype, family) else np.inf)
+        t_tok = smax(t_tok, t_tok_sm, p)
     # the activations' dynamic quantization (block-scaled dtypes: per-group scales computed from every token's bf16
     # hidden vector before the grouped GEMMs): quant_passes x the T x h bf16 input over HBM, on every EP rank for
     # every token (independent of ep and of top-k); 0 where the law has no such constant (E3.1, wave 15)
@@ -553,9 +554,7 @@ def routed_experts_time(tokens, hidden, inter, topk, num_experts, gpu, mc: MoECo
     # paid per group, not per byte. OBSERVED (H100 fp8, EP 1, every expert touched, one row each): Qwen3.6-35B-A3B's
     # 256 experts of 3.1 MB take 1.5 ms (5.9 us per expert), Qwen3-235B-A22B's 128 of 18.9 MB 3.7 ms (28.9 us): about
     # 1.4 us per expert plus the bytes at 0.69 TB/s
-    if _has_law(mc, "expert_us", dtype, family):
-        t0 = t0 + law("expert_us") * 1e-6 * Et
-    p = float(_law(mc, "overlap_p", dtype, family)) if _has_law(mc, "overlap_p", dtype, family) else np.inf
+    t0 = t0 + float(law_or("expert_us", 0.0)) * 1e-6 * Et
     both = smax(t_c, t_m, p)
     t = np.where(T > 0, t0 + both + t_tok, 0.0)
     return {"t": t, "t_compute": t_c, "t_memory": t_m, "t_tokens": t_tok, "compute_bound": t_c >= t_m,

@@ -173,6 +173,15 @@ def amax_row_time(m, rel: dict, passes: int, row_cost: bool = True) -> np.ndarra
     return m * ns * 1e-9
 
 
+def quant_time(m, k, gpu, constants: Constants | None, rel: dict, engine=None, served: bool = False) -> np.ndarray:
+    """Seconds: `engine`'s activation quantise of an m x k bf16 input before an fp8 GEMM, as its tables time the
+    linear or (`served`) as it serves an fp8 checkpoint: the passes (act_quant_time) plus the per-token-row cost of
+    a dynamic amax reduction (amax_row_time)."""
+    passes = act_quant_passes(engine, served=served)
+    return (act_quant_time(m, k, gpu, constants, passes)
+            + amax_row_time(m, rel, passes, act_quant_row_cost(engine, served)))
+
+
 def fp8_rel(gpu, constants: Constants | None = None, engine=None) -> dict:
     constants = constants or Constants.default()
     try:
@@ -214,9 +223,7 @@ def gemm_time_fp8(m, n, k, gpu, constants: Constants | None = None, rel: dict | 
     of the engine's served checkpoint (act_quant_passes), as the public functions price them."""
     g = gemm.gemm_time(m, n, k, gpu, constants, dtype="fp8", launch=fp8_launch(gpu, engine), **kw)
     rel = rel or fp8_rel(gpu, constants, engine)
-    passes = act_quant_passes(engine, served=served)
-    tq = act_quant_time(m, k, gpu, constants, passes) + amax_row_time(m, rel, passes,
-                                                                     act_quant_row_cost(engine, served))
+    tq = quant_time(m, k, gpu, constants, rel, engine, served)
     p = gemm.resolve(gpu, constants)
     t = apply_rel(g, gpu, constants, rel, p) + tq
     return {**g, "t": t, "t_quant": tq, "compute_bound": _compute_bound(g, rel, p)}
@@ -228,12 +235,9 @@ def gemm_time_shapes_fp8(m, shapes: dict, gpu, constants: Constants | None = Non
     served checkpoint (act_quant_passes), as a step runs them, not the tables' call."""
     out = gemm.gemm_time_shapes(m, shapes, gpu, constants, dtype="fp8", launch=fp8_launch(gpu, engine), **kw)
     rel = fp8_rel(gpu, constants, engine)
-    passes = act_quant_passes(engine, served=served)
-    row_cost = act_quant_row_cost(engine, served)
     p = gemm.resolve(gpu, constants)
     for name, g in out.items():
-        g["t_quant"] = (act_quant_time(m, shapes[name][1], gpu, constants, passes)
-                        + amax_row_time(m, rel, passes, row_cost))
+        g["t_quant"] = quant_time(m, shapes[name][1], gpu, constants, rel, engine, served)
         g["t"] = apply_rel(g, gpu, constants, rel, p) + g["t_quant"]
         g["compute_bound"] = _compute_bound(g, rel, p)
     return out
