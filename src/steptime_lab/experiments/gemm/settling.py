@@ -11,7 +11,7 @@ from steptime_lab.experiments.gemm.contract import (
     DEPLOY_CELLS, DEPLOY_NOTES, FIT_GLOBALS, STREAM_MIN_MIB, calibration_record, deploy_readings,
     select_stream_cell,
 )
-from steptime_lab.experiments.gemm.folds import _readings_json, fit_globals, gpu_params
+from steptime_lab.experiments.gemm.folds import HOPPER_GLOBALS, _readings_json, fit_globals, gpu_params
 
 
 FIT_SETTINGS = {"n_per_gpu": 2000, "max_nfev": 80, "llm_share": 0.7}
@@ -68,7 +68,8 @@ def defaults_updates(doc: dict, experiment: str = "settle_gemm_constants") -> li
     for name, value in doc["all"].items():
         if name in doc["fixed"]:
             continue
-        ups.append({"scope": "global", "name": name, "value": round(float(value), 6), "provenance": "FITTED",
+        scope, const = ("family.hopper", HOPPER_GLOBALS[name]) if name in HOPPER_GLOBALS else ("global", name)
+        ups.append({"scope": scope, "name": const, "value": round(float(value), 6), "provenance": "FITTED",
                     "source": "least-squares (log error, soft-L1) on all GPUs; leave-one-GPU-out refits in "
                               "results/calibration/gemm_constants.json", "experiment": experiment,
                     "cells": [sample]})
@@ -89,11 +90,13 @@ def defaults_updates(doc: dict, experiment: str = "settle_gemm_constants") -> li
     return ups
 
 
-# A stated design choice, not a fitted result: the GEMM fits run without a work-dependent clock
-# droop (the AIConfigurator tables hold latencies, no clock readings, so a droop fitted on them
-# would absorb other errors). E1.13's factor ablation tests the choice downstream (fitting the
-# droop back in; results/E1_13.json); the term keeps the droop for clock telemetry (E1.10).
-SHIPPED_FIXED = {"clk_droop": 0.0}
+# A stated design choice, not a fitted result: the GEMM fits run without a global work-dependent
+# clock droop (the AIConfigurator tables hold latencies, no clock readings, so a droop fitted on them
+# would absorb other errors, and five of the nine GPUs do not droop). E1.13's factor ablation tests
+# the choice downstream (fitting the droop back in; results/E1_13.json); the term keeps the droop for
+# clock telemetry (E1.10). Hopper's own droop is fitted (`hopper_clk_droop`, both Hopper parts droop;
+# DESIGN.md, wave 29), at the droop's work scale fixed here.
+SHIPPED_FIXED = {"clk_droop": 0.0, "clk_droop_us": 1000.0}
 
 
 def decision_updates(cluster: int, law: str, experiment: str = "settle_gemm_constants") -> list[dict]:
@@ -101,7 +104,11 @@ def decision_updates(cluster: int, law: str, experiment: str = "settle_gemm_cons
     ups = [{"scope": "global", "name": "clk_droop", "value": SHIPPED_FIXED["clk_droop"], "provenance": "ASSUMED",
             "source": "design choice: no work-dependent clock droop in the GEMM fits (the latency tables hold no "
                       "clock readings; the term keeps the droop for clock telemetry, E1.10); tested downstream by "
-                      "E1.13's factor ablation, which fits it back in (results/E1_13.json)", "cells": None},
+                      "E1.13's factor ablation, which fits it back in (results/E1_13.json); Hopper's own droop is "
+                      "fitted (family.hopper clk_droop, hopper_clk_droop in the fit)", "cells": None},
+           {"scope": "global", "name": "clk_droop_us", "value": SHIPPED_FIXED["clk_droop_us"], "provenance": "ASSUMED",
+            "source": "design choice: the droop's work scale (us of work at peak) fixed at wave 24's 1000 us, so "
+                      "Hopper's droop is one fitted number (DESIGN.md, wave 29 helper gemmh)", "cells": None},
            {"scope": "family.hopper", "name": "cluster_size", "value": int(cluster), "provenance": "FITTED",
             "source": "E1.11: cluster size whose persistent-grid cap gives the lowest held-out Hopper MAPE on the "
                       "AIConfigurator latency tables (results/E1_11.json)", "experiment": "E1.11",
