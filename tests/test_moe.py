@@ -965,6 +965,7 @@ def _fit_cells():
 def test_fit_law_is_bit_identical_to_the_law_at_every_jacobian_step(ep_floor, batch, stream):
     """_FitLaw (fit_dtype's cached residual evaluator) gives routed_experts_time's numbers bit for bit, also where a
     step moves one parameter and its cached parts come back (a finite-difference Jacobian's columns)."""
+    from fit_law_steps import assert_fit_law_matches_the_law  # tests/fit_law_steps.py
     from steptime_lab.experiments import moe as E
 
     d = _fit_cells()
@@ -977,13 +978,7 @@ def test_fit_law_is_bit_identical_to_the_law_at_every_jacobian_step(ep_floor, ba
         law = E._FitLaw(groups, len(d), "fp8_block", names, flag)
         for _ in range(3):
             x = np.asarray(lo) + rng.random(len(lo)) * (np.asarray(hi) - np.asarray(lo))
-            for j in [None, *range(len(x)), None]:
-                xj = x.copy()
-                if j is not None:
-                    xj[j] = xj[j] * (1 + 1e-7) + 1e-9
-                slow = E._predict_groups(groups, len(d), {"fp8_block": law.law(xj)}, None, E.REGIME)
-                assert law.predict(xj).tobytes() == slow.tobytes()
-                assert np.isfinite(slow).all()
+            assert_fit_law_matches_the_law(law, groups, len(d), "fp8_block", x)
 
 
 def test_fit_law_check_refuses_a_law_it_does_not_match(monkeypatch):

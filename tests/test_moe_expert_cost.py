@@ -10,6 +10,8 @@ from steptime.specs import get_gpu
 from steptime.terms import moe as M
 from steptime_lab.experiments import moe as E
 
+from fit_law_steps import assert_fit_law_matches_the_law  # tests/fit_law_steps.py
+
 LAW = {"eta_c": 0.3, "eta_mem_max": 0.5, "x_half": 0.3, "floor_us": 25.0, "token_passes": 0.5,
        "local_token_passes": 2.0, "l2_fit": 0.5, "l2_bytes_per_clk_sm": 8.0, "overlap_p": 2.0, "tile_m": 64.0,
        "unpadded_rows": 0.0}
@@ -59,12 +61,7 @@ def test_fit_law_carries_the_expert_cost_bit_for_bit():
     law = E._FitLaw(groups, len(d), "fp8", names, {"unpadded_rows": 0.0, "tile_m": 64.0})
     rng = np.random.default_rng(3)
     x = np.asarray(lo) + rng.random(len(lo)) * (np.asarray(hi) - np.asarray(lo))
-    for j in [None, *range(len(x)), None]:
-        xj = x.copy()
-        if j is not None:
-            xj[j] = xj[j] * (1 + 1e-7) + 1e-9
-        slow = E._predict_groups(groups, len(d), {"fp8": law.law(xj)}, None, E.REGIME)
-        assert law.predict(xj).tobytes() == slow.tobytes()
+    assert_fit_law_matches_the_law(law, groups, len(d), "fp8", x)
     # the cost is not a no-op in the fit's evaluator
     x0 = x.copy()
     x0[names.index("expert_us")] = 0.0
