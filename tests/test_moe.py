@@ -1044,4 +1044,6 @@ def test_fit_dtype_keeps_the_lowest_cost_start(monkeypatch):
         monkeypatch.setattr(E, "TOKEN_PASS_STARTS", order)
         law = E.fit_dtype(d, "fp8_block")
         assert "tok_bytes_per_clk_sm" in law and law["token_passes"] == min(order) == law["local_token_passes"]
-    assert len(starts) == 4
+        assert "full_tile_stream" not in law   # its try ties the law without it (same stand-in cost): not kept
+    # two orders x two starts, at the one tiling and (cells that fill whole row tiles) at the full-tile try (wave 30)
+    assert E.full_tile_cells(d, 64.0) and len(starts) == 8

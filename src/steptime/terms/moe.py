@@ -406,6 +406,21 @@ def routed_load(tokens, num_experts, topk, ep=1, routing: str = "uniform", tile:
     return P, Et, R
 
 
+def full_tiles(pairs, touched, tile, padded=None) -> np.ndarray:
+    """Whether the rows per touched expert (pairs / touched) fill whole row tiles of `tile` rows: at least one tile
+    and a multiple of it (to 1e-9 of a tile); with `padded` (routed_load's tile-padded rows), also no expert padded
+    (a skewed router's mean can be a multiple of the tile while its experts' rows are not)."""
+    tile = float(tile)
+    if not tile > 0:
+        raise ValueError(f"full_tiles needs a row tile > 0, got {tile!r}")
+    P = np.asarray(pairs, dtype=float)
+    q = P / np.asarray(touched, dtype=float) / tile
+    full = (q >= 1.0 - 1e-9) & (np.abs(q - np.round(q)) <= 1e-9)
+    if padded is not None:
+        full &= np.asarray(padded, dtype=float) <= P * (1.0 + 1e-9)
+    return full
+
+
 def routed_work(tokens, hidden, inter, topk, num_experts, tp=1, ep=1, dtype="bf16", routing="uniform"):
     """(FLOPs, weight bytes, token bytes) of the routed experts on one GPU: the local token-expert pairs'
     GEMM FLOPs, the local expert weights the batch touches, and the bf16 token copies (T*k*h*2 bytes: every
@@ -459,6 +474,8 @@ def routed_experts_time(tokens, hidden, inter, topk, num_experts, gpu, mc: MoECo
     remap of the top-k ids to the rank's local experts: a fixed cost at the same local work, E3.1 wave 18).
     A law with `expert_us` adds it per touched local expert (the CUTLASS grouped GEMM's per-group descriptor update,
     E3.1 wave 29).
+    A law with `full_tile_stream` hides its weight stream (t_m = 0) where every touched expert's rows fill whole row
+    tiles (full_tiles; E3.1 wave 30: Hopper's fp8 CUTLASS fused MoE at 128, 256, 384, ... rows per expert).
     The kernel family picks the (dtype, family) constants where shipped (None: the GPU's own, else the dtype's).
     `load_cache`: a dict the caller keeps for these same cells (tokens, shapes, tp, ep): the router's loads
     (routed_load) are computed once per (routing, tile, unpadded rows) and reused, read-only, by later calls (a fit
@@ -515,6 +532,14 @@ def routed_experts_time(tokens, hidden, inter, topk, num_experts, gpu, mc: MoECo
     x = W / (bw_stream * RAMP_REF_S)
     eta_m = law("eta_mem_max") * (1.0 if sm_stream else reads.get("s_mem", gpu, 1.0)) * x / (x + law("x_half"))
     t_m = W * (1.0 - res) / (bw_stream * np.maximum(eta_m, 1e-9)) + W * res / bw_l2
+    # a law with `full_tile_stream` = 1 (E3.1, wave 30): where every touched expert's rows fill whole row tiles (the
+    # rows per touched expert a multiple of tile_m) the weight stream is hidden under the tiles' compute (t_m = 0);
+    # where a partial tile is left, the stream is paid as before. OBSERVED (H100 / H200 fp8, FlashInfer's CUTLASS fused
+    # MoE): at 128, 256, 384, 512, ... rows per expert the time is n_tiles x one 128-row tile's compute (Qwen3-235B-A22B
+    # EP 1, H200: 2.16 / 4.21 / 5.91 / 8.31 ms), at 1-96 rows it is the weight stream's (2.9-3.9 ms) and at 192 rows one
+    # tile's compute plus that stream (5.90 ms)
+    if float(law_or("full_tile_stream", 0.0)) > 0:
+        t_m = np.where(full_tiles(P, Et, tile, R), 0.0, t_m)
     ep_f = np.asarray(ep, dtype=float)
     pass_bytes = (law("token_passes") + law("local_token_passes") / ep_f) * A   # the per-pair passes' bytes
     t_tok = pass_bytes / gpu.mem_bw
