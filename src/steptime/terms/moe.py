@@ -536,7 +536,7 @@ def routed_experts_time(tokens, hidden, inter, topk, num_experts, gpu, mc: MoECo
     # rows per touched expert a multiple of tile_m) the weight stream is hidden under the tiles' compute (t_m = 0);
     # where a partial tile is left, the stream is paid as before. OBSERVED (H100 / H200 fp8, FlashInfer's CUTLASS fused
     # MoE): at 128, 256, 384, 512, ... rows per expert the time is n_tiles x one 128-row tile's compute (Qwen3-235B-A22B
-    # EP 1, H200: 2.16 / 4.21 / 5.91 / 8.31 ms), at 1-96 rows it is the weight stream's (2.9-3.9 ms) and at 192 rows one
+    # EP 1, H200: 2.16 / 4.21 / 5.91 / 8.31 ms), at 1-96 rows it is the weight stream's (2.9-4.2 ms) and at 192 rows one
     # tile's compute plus that stream (5.90 ms)
     if float(law_or("full_tile_stream", 0.0)) > 0:
         t_m = np.where(full_tiles(P, Et, tile, R), 0.0, t_m)

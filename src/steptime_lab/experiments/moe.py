@@ -189,15 +189,15 @@ WIDTH_TILE_MIN_GAIN = 0.5
 
 
 # the weight stream hidden under the tiles' compute where every touched expert's rows fill whole row tiles (terms.moe
-# full_tile_stream): a per-(dtype, kernel family) law choice, tried at the chosen row tiling and kept where it lowers the
-# training cells' least-squares cost (the rule of the row tile's choice; no bar). OBSERVED (E3.1 wave 30, FlashInfer's
-# CUTLASS fp8 fused MoE on H100 / H200): at EP 1 the time at 128, 256, 384, 512, ... rows per expert is the tiles'
-# compute alone, n_tiles x one 128-row tile (Mixtral 0.96 / 1.93 / 2.90 / 3.92 ms on H200, Qwen3-235B-A22B 2.16 / 4.21 /
-# 5.91 / 8.31), at 1-96 rows it is a weight stream at 0.5-0.8 TB/s (Mixtral 2.5 ms, Qwen3-235B 3.6-3.9) and at 192 rows
-# one full tile's compute plus that stream (Mixtral 3.09, Qwen3-235B 5.90). Chosen after E3.1's held-out scores had been
-# seen (wave 30, helper moe5; disclosed): wave 28 tried the same drop as a family flag and did not keep it; here it is
-# a choice the training cells make, and only the cutlass_sm90 fp8 laws take it (training cost 0.73 / 0.79 of the law
-# without it in the H200 / H100 folds; every other family's law 1.09-4.4, not kept).
+# full_tile_stream): a per-(dtype, kernel family) law choice, tried at the chosen row tiling and kept where it lowers
+# the training cells' least-squares cost (the rule of the row tile's choice; no bar). OBSERVED (E3.1 wave 30,
+# FlashInfer's CUTLASS fp8 fused MoE on H100 / H200): at EP 1 the time at 128, 256, 384, 512, ... rows per expert is
+# the tiles' compute alone, n_tiles x one 128-row tile (Mixtral 0.96 / 1.93 / 2.90 / 3.92 ms on H200, Qwen3-235B-A22B
+# 2.16 / 4.21 / 5.91 / 8.31), at 1-96 rows it is a weight stream at 0.55-0.85 TB/s (Mixtral 1.7-2.8 ms, Qwen3-235B
+# 2.9-4.2), at 192 rows one full tile's compute plus that stream (Mixtral 3.09, Qwen3-235B 5.90). Chosen after E3.1's
+# held-out scores had been seen (wave 30, helper moe5; disclosed): wave 28 tried the same drop as a family flag and
+# did not keep it; here it is a choice the training cells make, and only the cutlass_sm90 fp8 laws take it (training
+# cost 0.79 / 0.73 of the law without it in the H200 / H100 folds; every other family's law 1.09-4.4, not kept).
 
 
 def full_tile_cells(train: pd.DataFrame, tile: float) -> bool:
