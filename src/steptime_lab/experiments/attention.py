@@ -381,11 +381,14 @@ def fp8_read_bpc(cells, gpus) -> float:
     of `gpus` has such cells or the median is unbounded."""
     vals = []
     for g in gpus:
+        mine = cells[(cells["gpu"] == g) & (cells["phase"] == "decode")]
+        if not (mine["kv_dtype"] == "fp8").any():
+            continue  # no fp8 decode cells: nothing to measure (the GPU's spec is not needed)
         spec = get_gpu(g)
         per = spec.sms * float(A.boost_mhz(spec)) * 1e6
         rate = {}
         for kvd, kvb in (("fp8", 1.0), ("bf16", 2.0)):
-            x = cells[(cells["gpu"] == g) & (cells["phase"] == "decode") & (cells["kv_dtype"] == kvd)]
+            x = mine[mine["kv_dtype"] == kvd]
             kv = (x["b"] * (x["c"] + 1.0) * 2.0 * x["Hkv"] * x["d"]).to_numpy(dtype=float) * kvb
             keep = (kv >= FP8_READ_MIN_L2 * spec.l2_bytes) & (x["b"] * x["Hkv"] >= spec.sms).to_numpy()
             if keep.any():
