@@ -525,3 +525,64 @@ def test_many_gpus_in_one_call_give_each_gpus_own_cells_exactly():
     assert np.array_equal(many, np.concatenate(solo))
     with pytest.raises(ValueError, match="three deploy cells"):
         E._calibrate_rows(sub, list(MIXED[:2]), fcg, con, kvw[:9])
+
+
+def test_an_fp8_decode_stream_is_bounded_by_the_sm_side_fp8_read_rate():
+    fc0 = A.attention_constants(H100)
+    fc = {**fc0, "attn_fp8_bpc": 9.0}
+    rate = 9.0 * H100.sms * H100.boost_mhz * 1e6
+    assert A.fp8_read_bandwidth(H100, fc) == pytest.approx(rate)
+    assert A.fp8_read_bandwidth(H100, {**fc, "attn_fp8_bpc": 0.0}) == 0.0
+    b, c = np.array([64.0, 64.0, 1.0]), np.array([8191.0, 8191.0, 0.0])
+    kvd = np.array(["fp8", "bf16", "fp8"])
+    s = np.array([1.0, 1.0, 512.0])  # two decode cells (fp8, bf16) and an fp8 prefill
+    for warm in (False, True):
+        capped = A.attention_cells(b, s, c, 32, 8, 128, H100, kv_dtype=kvd, fc=fc, warm_l2=warm)
+        free = A.attention_cells(b, s, c, 32, 8, 128, H100, kv_dtype=kvd, fc=fc0, warm_l2=warm)
+        # the fp8 decode stream takes at least its bytes at the SM-side rate (slower than HBM here); bf16 and the
+        # prefill cell are not touched
+        assert capped["t_memory"][0] == pytest.approx(capped["bytes"][0] / rate)
+        assert capped["t"][0] > free["t"][0] * 1.2
+        assert capped["t"][1:] == pytest.approx(free["t"][1:], rel=1e-15)
+    # a short fp8 read that HBM streams slower than the cap keeps its HBM time
+    short = {**fc0, "attn_fp8_bpc": 1000.0}
+    assert A.attention_cells(64, 1, 8191, 32, 8, 128, H100, kv_dtype="fp8", fc=short)["t"] == pytest.approx(
+        A.attention_cells(64, 1, 8191, 32, 8, 128, H100, kv_dtype="fp8", fc=fc0)["t"])
+    # the grouped (step) path and the decode fast path price the same bound as the cells
+    con = Constants.default().with_overrides({"attn_fp8_bpc": 9.0, "attn_lane_factors": {}})
+    fcc = A.attention_constants(H100, con)
+    assert fcc["attn_fp8_bpc"] == 9.0
+    cell = A.attention_cells(64, 1, 8191, 32, 8, 128, H100, con, kv_dtype="fp8", fc=fcc)["t"]
+    fast = A.attention_time(np.ones(64), np.full(64, 8191.0), 32, 8, 128, H100, con, kv_dtype="fp8",
+                            group=np.zeros(64, dtype=int), n_groups=1)["t"]
+    general = A.attention_time(np.ones(64), np.full(64, 8191.0), 32, 8, 128, H100, con, kv_dtype="fp8")["t"]
+    assert fast[0] == pytest.approx(float(cell), rel=1e-12) and general[0] == pytest.approx(float(cell), rel=1e-12)
+    assert fast[0] * 0.8 > A.attention_time(np.ones(64), np.full(64, 8191.0), 32, 8, 128, H100,
+                                            Constants.default().with_overrides({"attn_lane_factors": {}}),
+                                            kv_dtype="fp8", group=np.zeros(64, dtype=int), n_groups=1)["t"][0]
+    # a constant set without the factor prices as before (no cap)
+    assert A.attention_constants(H100, Constants.default().with_overrides({"attn_lane_factors": {}}))[
+        "attn_fp8_bpc"] == 0.0
+
+
+def test_fp8_read_bpc_is_the_streamed_fp8_decode_rate_per_sm_and_clock():
+    g = get_gpu("h200-sxm")
+    per = g.sms * g.boost_mhz * 1e6
+    rows = []
+    for b, c, hkv in [(256, 8191, 8), (512, 4095, 8), (132, 16383, 1), (4, 127, 8), (8, 8191, 8)]:
+        kv = b * (c + 1) * 2 * hkv * 128
+        rows.append({"gpu": "h200-sxm", "phase": "decode", "kv_dtype": "fp8", "b": b, "s": 1, "c": c, "H": 8 * hkv,
+                     "Hkv": hkv, "d": 128, "y_ms": kv / (9.0 * per) * 1e3})
+        rows.append({**rows[-1], "kv_dtype": "bf16", "y_ms": 2 * kv / (15.0 * per) * 1e3})
+    cells_ = pd.DataFrame(rows)
+    cells_.loc[(cells_["b"] == 4) | (cells_["b"] == 8), "y_ms"] = 1.0  # short KV, and few streams: left out
+    assert E.fp8_read_bpc(cells_, ["h200-sxm"]) == pytest.approx(9.0)
+    with_split = pd.concat([cells_, _split_cells(0.25).assign(gpu="h200-sxm")], ignore_index=True)
+    assert E.swap_fixed(with_split, ["h200-sxm"], "fa3")["attn_fp8_bpc"] == pytest.approx(9.0)
+    # no fp8 decode cells on the training GPUs: no cap
+    assert E.fp8_read_bpc(cells_[cells_["kv_dtype"] == "bf16"], ["h200-sxm"]) == 0.0
+    # an fp8 stream at >= FP8_READ_HBM_REL of the bf16 byte rate is HBM-bound: no SM-side bound seen, no cap
+    hbm = cells_.copy()
+    bf = hbm["kv_dtype"] == "bf16"
+    hbm.loc[bf, "y_ms"] = hbm.loc[bf, "y_ms"] * 15.0 / 9.5
+    assert E.FP8_READ_HBM_REL * 9.5 < 9.0 and E.fp8_read_bpc(hbm, ["h200-sxm"]) == 0.0

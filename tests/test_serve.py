@@ -700,3 +700,24 @@ def test_engine_policy_reads_the_profiles_closed_loop_join_steps():
 def test_join_steps_must_be_a_whole_number_of_at_least_one():
     with pytest.raises(ServeError, match="join_steps"):
         Policy("vllm", join_steps=0)
+
+
+def test_timer_bounds_an_fp8_decode_stream_by_the_fp8_read_rate():
+    from steptime.calibration import Constants
+    from steptime.terms import attention
+
+    capped = Constants.default().with_overrides({"attn_fp8_bpc": 9.0, "attn_lane_factors": {}})
+    free = Constants.default().with_overrides({"attn_lane_factors": {}})
+    t = StepTimer(M, G, constants=capped, kv_dtype="fp8")
+    assert t.check() < 1e-12
+    n, kv = 64, np.full(64, 8000.0)
+    ref = attention.attention_time(np.ones(n), kv, t.heads, t.kv_heads, t.head_dim, t.gpu, capped, kv_dtype="fp8",
+                                   group=np.zeros(n, dtype=int), n_groups=1)["t"][0]
+    assert t.decode_attention1(n, float(kv.sum())) == pytest.approx(ref, rel=1e-12)
+    assert t.decode_attention(np.array([float(n)]), np.array([kv.sum()]))[0] == pytest.approx(ref, rel=1e-12)
+    assert t.decode_steps_list(n, float(kv.sum()), 2)[1] == pytest.approx(t.decode_steps(n, float(kv.sum()), 2)[1])
+    # slower than the same stream without the bound; a bf16 cache is not bounded
+    assert t.decode_attention1(n, float(kv.sum())) > 1.2 * StepTimer(M, G, constants=free, kv_dtype="fp8") \
+        .decode_attention1(n, float(kv.sum()))
+    assert StepTimer(M, G, constants=capped).decode_attention1(n, float(kv.sum())) == pytest.approx(
+        StepTimer(M, G, constants=free).decode_attention1(n, float(kv.sum())), rel=1e-15)

@@ -141,6 +141,12 @@ class StepTimer:
         self._dinvp = 1.0 / self._dp
         self._dunit = self._u0 * fc["attn_cta_us"] * 1e-6 / self.gpu.sms
         self._dmem = 1.0 / (self.gpu.mem_bw * fc["attn_eta_mem"])
+        # an fp8 cache's stream is also bounded by the SM-side fp8 read rate (attention.fp8_read_time): the
+        # stream time is linear in the bytes on both sides, so the bound is the slower of the two per byte
+        self._fp8 = fp8
+        rate = float(attention.fp8_read_bandwidth(self.gpu, fc)) if fp8 else 0.0
+        if rate > 0:
+            self._dmem = max(self._dmem, 1.0 / rate)
         self._dfloor = fc["attn_floor_us"] * 1e-6
         # the decode floor without FA2's GQA query-transposition copy (attention.swap_copy: one request, or
         # H_kv < 2, or no GQA); with it, the floor as read (attention._decode_floor_rel)
@@ -266,7 +272,7 @@ class StepTimer:
         fc = self.fc
         p = fc["attn_overlap_p"]
         t_units = n * self._u0 * fc["attn_cta_us"] * 1e-6 / self.gpu.sms
-        t_mem = nb / (self.gpu.mem_bw * fc["attn_eta_mem"])
+        t_mem = nb * self._dmem
         floor = np.where(attention.swap_copy(n, self.heads, self.kv_heads), self._dfloor, self._dfloor_free)
         floor = floor + np.where(self._split(n, np.asarray(sum_kv, dtype=float)), self._dsplit, 0.0)
         return np.where(n > 0, floor + smax(t_units, t_mem, p), 0.0)
@@ -314,7 +320,8 @@ class StepTimer:
         split = attention.split_kv(n, self.kv_heads, mean, self.head_dim, self.gpu, self.fc) & (n > 0)
         return attention.combine(np.zeros_like(nb), nb, n * self._u0, n, self.gpu, self.fc, tiles=np.zeros_like(nb),
                                  prefill=np.zeros(nb.shape, dtype=bool),
-                                 decode_floor_rel=attention._decode_floor_rel(copy, self.fc, split))["t"]
+                                 decode_floor_rel=attention._decode_floor_rel(copy, self.fc, split),
+                                 fp8_read=np.full(nb.shape, self._fp8))["t"]
 
     def prefill_attention(self, new, kv) -> float:
         """Prefill-phase attention of one layer (seconds) for one step's chunks (new > 1).

@@ -41,6 +41,16 @@ Named factors (constants in defaults.yaml, settled by E1.24):
                      transposition copy costs (`swap_copy`); lanes in SWAP_COPY_LANES only, else 0
   attn_split_rel     the share of the decode floor that the split-KV combine pass costs (`split_kv`)
   attn_split_tile    KV tokens per split-KV chunk at head dim 128 (the kernel family's KV tile)
+  attn_fp8_bpc       fp8 KV bytes per SM per clock a decode kernel consumes at most (`fp8_read_bandwidth`;
+                     0: no such cap)
+
+fp8 KV read (decode): a decode kernel that reads an fp8 cache converts every KV element to the MMA's
+input type on the SM before it can use it, so its KV stream is also bounded by an SM-side rate,
+attn_fp8_bpc bytes per SM per clock: t_memory = max(t_memory, bytes / (attn_fp8_bpc SMs f_boost)) for
+decode-only batches with an fp8 cache (`combine`'s `fp8_read`). The AIConfigurator decode tables show it
+on Hopper (FlashAttention-3): streamed fp8 cells run at 9.1 (H100) and 9.4 (H200) B / SM / clock, the
+same on both although H200's HBM is 43% faster, while bf16 reaches 11.5 / 15.6; Blackwell's TRT-LLM-gen
+kernel reads fp8 at 22-23 B / SM / clock, about its bf16 rate. Prefill is not touched.
 
 Split-KV (flash-decoding) geometry: a decode batch whose (request, KV head) streams, batch x H_kv,
 are fewer than the SMs splits each stream's KV into chunks of the kernel's KV tile over more CTAs
@@ -89,7 +99,7 @@ PREFILL_Q_TILE_BY_SM = MappingProxyType({86: 64, 87: 64, 89: 64, 100: 256, 103: 
 FACTORS = ("attn_floor_us", "attn_prefill_floor_rel", "attn_eta_mem", "attn_eta_ceil", "attn_c_tokens", "attn_causal_tile", "attn_fill_half",
            "attn_cta_us",
            "attn_overlap_p", "attn_l2_bpc", "attn_l2_x_c", "attn_l2_sharp", "attn_fp8_unit", "attn_fp8_compute",
-           "attn_swap_copy_rel", "attn_split_rel", "attn_split_tile")
+           "attn_swap_copy_rel", "attn_split_rel", "attn_split_tile", "attn_fp8_bpc")
 # kernel families whose decode API copies the swapped GQA query (FlashAttention-2's varlen API);
 # FA3 packs the group inside the kernel, TRT-LLM-gen/FlashInfer take the heads as they are (DERIVED)
 SWAP_COPY_LANES = ("fa2",)
@@ -130,7 +140,7 @@ def attention_constants(gpu, constants: Constants | None = None) -> dict:
 
 
 # factors a constant set from before they existed lacks (a pinned older defaults.yaml): their neutral values
-OPTIONAL_FACTORS = MappingProxyType({"attn_split_rel": 0.0, "attn_split_tile": 128.0})
+OPTIONAL_FACTORS = MappingProxyType({"attn_split_rel": 0.0, "attn_split_tile": 128.0, "attn_fp8_bpc": 0.0})
 
 
 def _factor(constants: Constants, name: str, gpu):
@@ -155,6 +165,12 @@ def boost_mhz(gpu):
     """The GPU's boost clock, MHz (1,500 where the datasheet gives none); an array for a per-row stand-in."""
     b = gpu.boost_mhz
     return b if np.ndim(b) else (b or 1500.0)
+
+
+def fp8_read_bandwidth(gpu, fc: dict):
+    """The SM-side rate (bytes/s) at which a decode kernel consumes an fp8 KV cache: attn_fp8_bpc bytes per SM
+    per clock x SMs x boost clock; 0 where the factor is 0 or absent (no cap)."""
+    return float(fc.get("attn_fp8_bpc", 0.0)) * gpu.sms * boost_mhz(gpu) * 1e6
 
 
 def l2_bandwidth(gpu, fc: dict):
@@ -272,9 +288,11 @@ def attention_request_terms(new_tokens, kv_len, n_heads, n_kv_heads, head_dim, g
 
 
 def combine(t_compute, nbytes, units, n_req, gpu, fc: dict, warm_l2: bool = False, tiles=None,
-            prefill=None, decode_floor_rel=None) -> dict:
+            prefill=None, decode_floor_rel=None, fp8_read=None) -> dict:
     """Batch totals -> time (seconds) with every branch; arrays in, dict of arrays out.
-    `decode_floor_rel`: multiplier of the floor of decode-only batches (`_decode_floor_rel`)."""
+    `decode_floor_rel`: multiplier of the floor of decode-only batches (`_decode_floor_rel`);
+    `fp8_read`: where True (decode-only batches with an fp8 cache), the stream is also bounded by
+    `fp8_read_bandwidth` (module docstring)."""
     t_compute = np.asarray(t_compute, dtype=float)
     if tiles is not None:
         tiles = np.asarray(tiles, dtype=float)
@@ -292,6 +310,8 @@ def combine(t_compute, nbytes, units, n_req, gpu, fc: dict, warm_l2: bool = Fals
     else:
         hit = np.zeros_like(nbytes)
         t_memory = nbytes / (gpu.mem_bw * fc["attn_eta_mem"])
+    if fp8_read is not None:
+        t_memory = fp8_read_time(t_memory, nbytes, fp8_read, gpu, fc)
     t_units = units * fc["attn_cta_us"] * 1e-6 / gpu.sms
     t_work = np.maximum(t_compute, t_memory)
     p = fc["attn_overlap_p"]
@@ -308,6 +328,17 @@ def combine(t_compute, nbytes, units, n_req, gpu, fc: dict, warm_l2: bool = Fals
             "compute_bound": t_compute >= t_memory}
 
 
+def fp8_read_time(t_memory, nbytes, fp8_read, gpu, fc: dict):
+    """The decode stream time with the fp8 KV read's SM-side bound: max(t_memory, bytes / fp8_read_bandwidth)
+    where `fp8_read` (decode-only batches with an fp8 cache); t_memory elsewhere or with no cap (rate 0)."""
+    rate = fp8_read_bandwidth(gpu, fc)
+    if not np.any(np.asarray(rate) > 0):
+        return t_memory
+    capped = np.maximum(t_memory, np.divide(nbytes, rate, out=np.zeros(np.broadcast(nbytes, rate).shape),
+                                            where=np.asarray(rate) > 0))
+    return np.where(np.asarray(fp8_read, dtype=bool), capped, t_memory)
+
+
 def attention_cells(batch, new_tokens, kv_len, n_heads, n_kv_heads, head_dim, gpu,
                     constants: Constants | None = None, kv_dtype="bf16", f_clk: float | None = None,
                     warm_l2: bool = False, fc: dict | None = None) -> dict:
@@ -320,8 +351,9 @@ def attention_cells(batch, new_tokens, kv_len, n_heads, n_kv_heads, head_dim, gp
     pre = np.broadcast_to(np.asarray(new_tokens, dtype=float) > 1, np.shape(b * r["bytes"]))
     copy = swap_copy(b, n_heads, n_kv_heads)
     split = split_kv(b, n_kv_heads, kv_len, head_dim, gpu, fc)
+    fp8 = np.broadcast_to(np.asarray(_kvb(kv_dtype)) == 1.0, pre.shape)
     out = combine(b * r["t_compute"], b * r["bytes"], b * r["units"], b, gpu, fc, warm_l2, tiles=b * r["tiles"],
-                  prefill=pre, decode_floor_rel=_decode_floor_rel(copy, fc, split))
+                  prefill=pre, decode_floor_rel=_decode_floor_rel(copy, fc, split), fp8_read=fp8 & ~pre)
     out.update({"flops": b * r["flops"], "bytes": b * r["bytes"], "units": b * r["units"],
                 "eta_attn": r["eta_attn"], "eta_softmax": r["eta_softmax"]})
     return out
@@ -357,8 +389,10 @@ def attention_time(new_tokens, kv_len, n_heads, n_kv_heads, head_dim, gpu, const
     gqa = np.broadcast_to(swap_copy(2, n_heads, n_kv_heads), np.shape(r["t_compute"])).astype(float)
     copy = (np.bincount(group, weights=gqa, minlength=n_groups) > 0) & (nreq >= 2)
     split = _group_split(group, n_groups, nreq, n_kv_heads, kv_len, head_dim, gpu, fc, np.shape(r["t_compute"]))
+    fp8 = np.broadcast_to((np.asarray(_kvb(kv_dtype)) == 1.0).astype(float), np.shape(r["t_compute"]))
+    fp8_read = ~pre & (nreq > 0) & (np.bincount(group, weights=fp8, minlength=n_groups) == nreq)  # decode, all fp8
     out = combine(tc, nb, un, nreq, gpu, fc, warm_l2, tiles=ti, prefill=pre,
-                  decode_floor_rel=_decode_floor_rel(copy, fc, split))
+                  decode_floor_rel=_decode_floor_rel(copy, fc, split), fp8_read=fp8_read)
     out["requests"] = nreq
     return out
 
@@ -400,6 +434,6 @@ def _decode_time(kv_len, n_heads, n_kv_heads, head_dim, gpu, kv_dtype: str, grou
     copy = swap_copy(nreq, hq, hkv)
     split = _group_split(group, n_groups, nreq, hkv, c, d, gpu, fc, c.shape)
     out = combine(zero, nb, un, nreq, gpu, fc, warm_l2, tiles=zero, prefill=np.zeros(n_groups, dtype=bool),
-                  decode_floor_rel=_decode_floor_rel(copy, fc, split))
+                  decode_floor_rel=_decode_floor_rel(copy, fc, split), fp8_read=np.full(n_groups, kvb == 1.0))
     out["requests"] = nreq
     return out

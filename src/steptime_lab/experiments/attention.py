@@ -88,6 +88,23 @@ SPLIT_DISCLOSED = (
     "the floor measured on the training GPUs (held out: each GPU's value from its lane siblings), not fitted; "
     "chosen after seeing the held-out scores")
 
+# attn_fp8_bpc (the fp8 KV read's SM-side rate, attention.fp8_read_bandwidth) is measured, not fitted: on the
+# training GPUs' streamed fp8 decode cells (KV read >= FP8_READ_MIN_L2 x the L2, so it comes from HBM; at least
+# one (request, KV head) stream per SM, so no split-KV) the median of KV bytes / time / (SMs x boost clock),
+# the median over those GPUs (`fp8_read_bpc`); 0 (no cap) where none of them has fp8 decode cells. A GPU whose
+# fp8 stream reaches FP8_READ_HBM_REL of its bf16 stream's byte rate is HBM-bound there (no SM-side bound seen):
+# Blackwell's TRT-LLM-gen 0.96-0.97, Hopper's FA3 0.79 (H100) / 0.60 (H200).
+FP8_READ_MIN_L2 = 16.0
+FP8_READ_HBM_REL = 0.9
+FP8_READ_DISCLOSED = (
+    "attn_fp8_bpc (wave 30, helper attnd): a decode batch with an fp8 KV cache streams it no faster than "
+    "attn_fp8_bpc bytes per SM per clock (the on-SM conversion of the fp8 elements), measured on the training GPUs' "
+    "streamed fp8 decode cells, not fitted; found from the Hopper held-out decode residuals (every fp8 cell too "
+    "fast on H200, -0.2 to -0.3 at long KV), so chosen after seeing the held-out scores; a family whose fp8 stream "
+    "runs at >= 0.9 of its bf16 byte rate (Blackwell's TRT-LLM-gen) takes no cap, a rule added after the first "
+    "build capped Blackwell at its own HBM rate (B200 / B300 / GB200 / GB300 decode 0.0566 / 0.0507 / 0.063 / 0.0577 "
+    "-> 0.0611 / 0.0566 / 0.0658 / 0.0592, all still met)")
+
 ALT_STARTS = ({"attn_l2_bpc": 40.0, "attn_l2_x_c": 1.0, "attn_l2_sharp": 10.0},
               {"attn_l2_bpc": 40.0, "attn_l2_x_c": 0.6, "attn_l2_sharp": 4.0, "attn_overlap_p": 4.0})
 FIT_SAMPLE = 1200  # cells per GPU and phase in a fit (seeded)
@@ -139,7 +156,7 @@ WARM_KV_WRITE_DISCLOSED = (
     "vLLM's paged FlashAttention-2 path runs one 64 x 128 tile on A100, L40S and RTX PRO 6000 alike, so no kernel "
     "fact supports it), and the exact tile-quantised causal work (no gain)")
 DISCLOSED = (PREFILL_DISCLOSED, SWAP_COPY_DISCLOSED, KV_WRITE_DISCLOSED, BLACKWELL_TILE_DISCLOSED,
-            SPLIT_DISCLOSED, CLASS_CARRY_DISCLOSED, WARM_KV_WRITE_DISCLOSED)  # what E1.24 and E1.29 disclose, one line per change
+            SPLIT_DISCLOSED, CLASS_CARRY_DISCLOSED, WARM_KV_WRITE_DISCLOSED, FP8_READ_DISCLOSED)  # what E1.24 and E1.29 disclose, one line per change
 
 
 # ---------------------------------------------------------------------------------------
@@ -356,13 +373,42 @@ def split_rel(cells, gpus, tile: float) -> float:
     return float(np.median(vals))
 
 
+def fp8_read_bpc(cells, gpus) -> float:
+    """Median over `gpus` of the fp8 KV read's SM-side rate in bytes per SM per clock (see FP8_READ_MIN_L2):
+    per GPU, the median over its streamed fp8 decode cells of (c + 1) 2 H_kv d b / y / (SMs x boost clock).
+    A GPU whose fp8 stream runs at FP8_READ_HBM_REL or more of its bf16 stream's byte rate (the same selection of
+    bf16 cells) is HBM-bound there: it shows no SM-side bound and counts as unbounded. 0 (no cap) when no GPU
+    of `gpus` has such cells or the median is unbounded."""
+    vals = []
+    for g in gpus:
+        mine = cells[(cells["gpu"] == g) & (cells["phase"] == "decode")]
+        if not (mine["kv_dtype"] == "fp8").any():
+            continue  # no fp8 decode cells: nothing to measure (the GPU's spec is not needed)
+        spec = get_gpu(g)
+        per = spec.sms * float(A.boost_mhz(spec)) * 1e6
+        rate = {}
+        for kvd, kvb in (("fp8", 1.0), ("bf16", 2.0)):
+            x = mine[mine["kv_dtype"] == kvd]
+            kv = (x["b"] * (x["c"] + 1.0) * 2.0 * x["Hkv"] * x["d"]).to_numpy(dtype=float) * kvb
+            keep = (kv >= FP8_READ_MIN_L2 * spec.l2_bytes) & (x["b"] * x["Hkv"] >= spec.sms).to_numpy()
+            if keep.any():
+                rate[kvd] = float(np.median(kv[keep] / (x["y_ms"].to_numpy(dtype=float)[keep] * 1e-3))) / per
+        if "fp8" in rate:
+            hbm_bound = "bf16" in rate and rate["fp8"] >= FP8_READ_HBM_REL * rate["bf16"]
+            vals.append(np.inf if hbm_bound else rate["fp8"])
+    v = float(np.median(vals)) if vals else 0.0
+    return v if np.isfinite(v) else 0.0
+
+
 def swap_fixed(cells, gpus, lane: str) -> dict:
     """The measured (not fitted) factors of a fold or lane: attn_swap_copy_rel on `gpus`, or 0
     for a kernel family without the copy (A.SWAP_COPY_LANES); the family's split-KV tile
-    (SPLIT_TILE_BY_LANE) and the combine's floor share attn_split_rel measured on `gpus` (`split_rel`)."""
+    (SPLIT_TILE_BY_LANE) and the combine's floor share attn_split_rel measured on `gpus` (`split_rel`);
+    the fp8 KV read's SM-side rate attn_fp8_bpc measured on `gpus` (`fp8_read_bpc`)."""
     tile = float(SPLIT_TILE_BY_LANE.get(lane, SPLIT_TILE_BY_LANE["fa2"]))
     return {"attn_swap_copy_rel": swap_copy_rel(cells, gpus) if lane in A.SWAP_COPY_LANES else 0.0,
-            "attn_split_tile": tile, "attn_split_rel": split_rel(cells, gpus, tile)}
+            "attn_split_tile": tile, "attn_split_rel": split_rel(cells, gpus, tile),
+            "attn_fp8_bpc": fp8_read_bpc(cells, gpus)}
 
 
 def deploy_frame(cells_gpu):
