@@ -586,3 +586,40 @@ def test_fp8_read_bpc_is_the_streamed_fp8_decode_rate_per_sm_and_clock():
     bf = hbm["kv_dtype"] == "bf16"
     hbm.loc[bf, "y_ms"] = hbm.loc[bf, "y_ms"] * 15.0 / 9.5
     assert E.FP8_READ_HBM_REL * 9.5 < 9.0 and E.fp8_read_bpc(hbm, ["h200-sxm"]) == 0.0
+
+
+def test_kv_write_fold_takes_its_donors_and_never_the_held_out_gpu():
+    """The held-out GPU's table-write eta comes from the fold's donors (its lane's training GPUs) when given, else
+    from every other GPU; the GPU itself is never a donor (wave 30, helper attnp)."""
+    from steptime_lab.experiments import light as LX
+    C = Constants.default()
+    sl = {"a100-sxm": 0.70e-9, "h100-sxm": 0.46e-9, "h200-sxm": 0.38e-9, "b200": 0.30e-9}
+    lane = E.kv_write_fold(C, sl, "h100-sxm", donors=["b200"])
+    assert lane.get("light_eta")["kv_write"] == pytest.approx(LX.kv_write_eta(sl, ["b200"], C))
+    every = E.kv_write_fold(C, sl, "h100-sxm")
+    assert every.get("light_eta")["kv_write"] == pytest.approx(LX.kv_write_eta(sl, ["a100-sxm", "h200-sxm", "b200"], C))
+    assert lane.get("light_eta")["kv_write"] != pytest.approx(every.get("light_eta")["kv_write"])
+    assert E.lane_kv_write(C, sl, ["b200", "h200-sxm"]).get("light_eta")["kv_write"] == \
+        pytest.approx(LX.kv_write_eta(sl, ["b200", "h200-sxm"], C))
+    with pytest.raises(ValueError, match="own donors"):
+        E.kv_write_fold(C, sl, "h100-sxm", donors=["h100-sxm", "h200-sxm"])
+    with pytest.raises(ValueError, match="no donor"):
+        E.lane_kv_write(C, sl, ["l40s"])
+
+
+def test_e1_24_scores_each_gpu_with_its_lanes_kv_write_eta(repo_root):
+    """E1.24 records, per held-out GPU, the table-write eta it scored with: measured on the fold's training GPUs
+    (`fit_on`, the GPU's kernel lane), not on all eight other GPUs (fails on the wave-29 result)."""
+    import json
+
+    from steptime.calibration import DEFAULTS_FILE
+    from steptime_lab.experiments import light as LX
+    doc = json.loads((repo_root / "results" / "E1_24.json").read_text())
+    cells = E.tidy_cells(pd.read_parquet(repo_root / "results" / "data" / "attention_generation.parquet"),
+                         pd.read_parquet(repo_root / "results" / "data" / "attention_context.parquet"))
+    sl = LX.kv_write_slopes(cells)
+    C = Constants.load(DEFAULTS_FILE, repo_root / "results" / "calibration" / "gemm.yaml")
+    for g in ("b200", "h100-sxm", "a100-sxm"):
+        rec = doc["metrics"]["per_gpu"][g]
+        assert g not in rec["fit_on"]
+        assert rec[E.KV_WRITE_ETA_KEY] == pytest.approx(LX.kv_write_eta(sl, rec["fit_on"], C), rel=1e-5)

@@ -85,8 +85,9 @@ def test_attention_scores_use_e1_24s_held_out_kv_write_eta_never_the_shipped_one
     g = "h100-sxm"
     rec = attn["metrics"]["per_gpu"][g]
     assert 0 < rec[AX.KV_WRITE_ETA_KEY] != Constants.default().get("light_eta")["kv_write"]  # held out != shipped
-    cells = pd.DataFrame([{"gpu": g, "phase": "prefill", "b": 1, "s": 2048, "c": 0, "H": 8, "Hkv": 1, "d": 128,
-                           "kv_dtype": "bf16", "y_ms": 1.0, "llm": True, "cell": [1, 2048, 0, 8, 1]}])
+    # a cell far past the L2 (its write streams cold, at the recorded eta; a small one is L2-resident, wave 28)
+    cells = pd.DataFrame([{"gpu": g, "phase": "prefill", "b": 16, "s": 8192, "c": 0, "H": 64, "Hkv": 8, "d": 128,
+                           "kv_dtype": "bf16", "y_ms": 1.0, "llm": True, "cell": [16, 8192, 0, 64, 8]}])
     doc = {"metrics": {"per_gpu": {g: copy.deepcopy(rec)}}}
     pred = {}
     for eta in (0.5, 2.0):

@@ -155,8 +155,18 @@ WARM_KV_WRITE_DISCLOSED = (
     "and not kept: the causal tile and softmax constants in units of the prefill query tile (helped L40S but "
     "vLLM's paged FlashAttention-2 path runs one 64 x 128 tile on A100, L40S and RTX PRO 6000 alike, so no kernel "
     "fact supports it), and the exact tile-quantised causal work (no gain)")
+LANE_KV_WRITE_DISCLOSED = (
+    "table KV write at the fold's lane rate (issue 19 item 1, wave 30, helper attnp; kv_write_fold donors, "
+    "lane_kv_write): found from E1.29's held-out prefill errors by per-rank KV heads (MHA splits, 16-64 KV heads a "
+    "rank, 10-18% too slow on Hopper, A100 and RTX PRO 6000, where the write is most of the cell; GQA splits too fast), "
+    "set against E1.1c's measured write rates (Blackwell 0.41-0.44 of HBM, the others 0.57-0.88): a held-out GPU's "
+    "write eta (and the write of its fold's training cells) is now the median over the fold's training GPUs (its "
+    "kernel lane) instead of over all eight other GPUs; the shipped lane fits use their lane's members. No constant "
+    "fitted on scored cells. One variant scored (all lanes); it is a trade on the FlashAttention-2 lane (A100 prefill "
+    "TP 2-8 and RTX PRO 6000 TP 8 worse: their attention factors had been absorbing the over-priced write)")
 DISCLOSED = (PREFILL_DISCLOSED, SWAP_COPY_DISCLOSED, KV_WRITE_DISCLOSED, BLACKWELL_TILE_DISCLOSED,
-            SPLIT_DISCLOSED, CLASS_CARRY_DISCLOSED, WARM_KV_WRITE_DISCLOSED, FP8_READ_DISCLOSED)  # what E1.24 and E1.29 disclose, one line per change
+            SPLIT_DISCLOSED, CLASS_CARRY_DISCLOSED, WARM_KV_WRITE_DISCLOSED, FP8_READ_DISCLOSED,
+            LANE_KV_WRITE_DISCLOSED)  # what E1.24 and E1.29 disclose, one line per change
 
 
 # ---------------------------------------------------------------------------------------
@@ -277,11 +287,27 @@ def with_kv_write_eta(constants: Constants, eta: float, source: str) -> Constant
     return constants.with_overrides({"light_eta": {**constants.get("light_eta"), "kv_write": eta}}, source=source)
 
 
-def kv_write_fold(constants: Constants, slopes: dict, gpu: str) -> Constants:
-    """`constants` with light_eta['kv_write'] measured on every GPU of `slopes` but `gpu` (its held-out value)."""
-    others = [o for o in slopes if o != gpu]
-    return with_kv_write_eta(constants, LX.kv_write_eta(slopes, others, constants),
-                             f"kv_write eta held out: measured on {others}")
+def kv_write_fold(constants: Constants, slopes: dict, gpu: str, donors=None) -> Constants:
+    """`constants` with light_eta['kv_write'] measured on the GPUs `donors` (default: every GPU of `slopes` but
+    `gpu`), never on `gpu` itself (its held-out value). `run` passes the fold's training GPUs (`training_gpus`:
+    the held-out GPU's kernel lane), so the table write of the cells its attention factors are fitted on is
+    priced at those GPUs' own write rate (`lane_kv_write`)."""
+    donors = [o for o in slopes if o != gpu] if donors is None else list(donors)
+    if gpu in donors:
+        raise ValueError(f"kv_write_fold: the held-out GPU {gpu} cannot be one of its own donors")
+    return lane_kv_write(constants, slopes, donors, f"kv_write eta held out for {gpu}")
+
+
+def lane_kv_write(constants: Constants, slopes: dict, donors, why: str = "kv_write eta") -> Constants:
+    """`constants` with light_eta['kv_write'] measured on the GPUs `donors` (`light.kv_write_eta`: the median
+    over them). The table write is vLLM's reshape_and_cache_flash on every GPU, but its achieved HBM fraction
+    is not one number across families (E1.1c's slopes: datacenter Blackwell 0.41-0.44 of HBM, Hopper 0.57-0.67,
+    the FlashAttention-2 GPUs 0.72-0.88), so a fold fitted on one lane prices the write of its cells at that
+    lane's rate (wave 30, helper attnp, issue 19 item 1)."""
+    donors = [o for o in donors if o in slopes]
+    if not donors:
+        raise ValueError(f"lane_kv_write: no donor GPU with a kv_write slope ({why})")
+    return with_kv_write_eta(constants, LX.kv_write_eta(slopes, donors, constants), f"{why}: measured on {donors}")
 
 
 def predict(cells_gpu, gpu, fc: dict, warm_l2: bool = True, constants: Constants | None = None,
@@ -704,8 +730,9 @@ def run(cells, gemm_doc: dict, gpus=AIC_GPUS, seed: int = 0, n_boot: int = 1000,
     slopes = LX.kv_write_slopes(cells)
     shipped_constants = constants
     for g in (eval_gpus or gpus):
-        constants = kv_write_fold(require_constants(shipped_constants, "attention.run"), slopes, g)
         others = training_gpus(g, gpus, lanes)
+        # the write priced at the fold's training GPUs' (its lane's) rate: the factors fitted on them see it right
+        constants = kv_write_fold(require_constants(shipped_constants, "attention.run"), slopes, g, donors=others)
         key = (tuple(others), float(constants.get("light_eta")["kv_write"]))
         if key not in fits:
             fits[key] = fit_globals(cells, others, seed, n_sample=fit_sample, constants=constants,
@@ -750,7 +777,7 @@ def run(cells, gemm_doc: dict, gpus=AIC_GPUS, seed: int = 0, n_boot: int = 1000,
                       "roofline_cal": rl,
                       "deploy_cells": gemm_cells,
                       "scoring_excludes": {k: list(x["cell"].iloc[i]) for k, i in dep.items()},
-                      # the table KV write's held-out eta (kv_write_fold: measured on the other GPUs), for E1.29
+                      # the table KV write's held-out eta (kv_write_fold: measured on the fold's training GPUs), for E1.29
                       KV_WRITE_ETA_KEY: float(constants.get("light_eta")["kv_write"])}
         for phase in PHASES:
             for subset in ("llm", "all"):
@@ -768,10 +795,11 @@ def run(cells, gemm_doc: dict, gpus=AIC_GPUS, seed: int = 0, n_boot: int = 1000,
     shipped["reading_ratios"], own = {}, {}  # own: each GPU's constants solved once under its lane's globals
     for lane in sorted(set(lanes.values())):
         members = [g for g in gpus if lanes[g] == lane]
-        shipped["lanes"][lane] = fit_globals(cells, members, seed, n_sample=fit_sample, constants=constants,
+        lane_c = lane_kv_write(constants, slopes, members, f"kv_write eta of the {lane} lane")  # as in the folds
+        shipped["lanes"][lane] = fit_globals(cells, members, seed, n_sample=fit_sample, constants=lane_c,
                                              fixed=swap_fixed(cells, members, lane))
-        own.update(own_constants(cells, members, shipped["lanes"][lane], constants))
-        shipped["reading_ratios"][lane] = reading_ratios(cells, members, shipped["lanes"][lane], readings, constants,
+        own.update(own_constants(cells, members, shipped["lanes"][lane], lane_c))
+        shipped["reading_ratios"][lane] = reading_ratios(cells, members, shipped["lanes"][lane], readings, lane_c,
                                                          own=own)
     shipped["gemm_cells"] = {g: gemm_reading_cells(gemm_doc, g) for g in gpus}
     shipped["class_of"], shipped["class_values"], shipped["class_cells"] = {}, {}, {}
