@@ -85,7 +85,8 @@ def _toy(gpus=("a100-sxm", "h100-sxm", "a40")):
 def test_fit_recovers_a_synthetic_floor_and_bandwidth_held_out():
     c = _toy()
     r = E.run(c, n_boot=20, constants=Constants.default())
-    rec = [x for x in r["records"] if x["predictor"] == "steptime" and x["subset"] == "rmsnorm"]
+    # the toy's floor is in seconds (the bandwidth-scale law's form, E1.1c's ablation row since wave 30)
+    rec = [x for x in r["records"] if x["predictor"] == "bw_scale_law" and x["subset"] == "rmsnorm"]
     assert all(x["mape"] < 0.05 for x in rec)
     assert all(x["cells"] > 0 for x in rec)
 
@@ -123,7 +124,10 @@ def test_run_with_gemm_readings_records_the_gemm_cell_and_an_ablation_row():
     assert used["light_bw_scale[a40]"] and "light_bw_scale_own[a40]" not in used
     preds = {x["predictor"] for x in r["records"] if x["gpu"] == "h100-sxm"}
     assert {"steptime", "steptime_own_reading"} <= preds
-    assert r["per_gpu"]["a40"]["light_bw_scale_from"] == "own light reading"
+    assert r["per_gpu"]["a40"]["bw_scale_law"]["light_bw_scale_from"] == "own light reading"
+    assert r["per_gpu"]["a40"]["light_dram_eta_from"] == "own add reading"
+    assert r["per_gpu"]["h100-sxm"]["light_dram_eta_from"] == "GEMM eta_mem_max x ratio"
+    assert [tuple(x) for x in used["light_dram_eta[h100-sxm]"]] == [tuple(E.gemm_stream_cell(doc, "h100-sxm"))]
     assert set(r["shipped"]["derived"]) == {"a100-sxm", "h100-sxm"}
 
 

@@ -1,4 +1,5 @@
-"""The SM-rate light law, scored beside E1.1c's shipped law as an ablation (issue 19, wave 28)."""
+"""The SM-rate light law (issue 19, waves 28 and 30): steptime.terms.light's law under the flat floor law, fitted and
+scored by E1.1c through the product's light_time."""
 import numpy as np
 import pandas as pd
 import pytest
@@ -8,94 +9,133 @@ from steptime.specs import get_gpu, get_model
 from steptime.terms import light as L
 from steptime_lab.experiments import light as E
 
-TRUE = {"c_kcycles": 8.0, "bytes_per_sm_cycle": 5.0, "p": 2.5}
-ETA = 0.84
+TRUE = {"floor_kcycles": 8.0, "bytes_per_sm_cycle": 5.0, "p": 2.5}
+CAPS = {"a100-sxm": 0.88, "h100-sxm": 0.95, "a40": 0.82}
+# add streams at DRAM (its SM rate far above it), as on Vidur's GPUs: its largest cell reads the DRAM cap
+LAW = {"q": E.SM_RATE_Q, "kernels": {k: dict(TRUE, bytes_per_sm_cycle=100.0) if k == "add" else dict(TRUE)
+                                     for k in E.KERNELS}}
+M = get_model("llama-2-7b")
+
+
+def _consts(cap=0.84, law=LAW):
+    return Constants.default().with_overrides({"light_sm_rate": law, "light_dram_eta": cap})
 
 
 def _cells(gpus=("a100-sxm", "h100-sxm", "a40")):
-    """Vidur-shaped cells timed by the SM-rate law itself with TRUE constants for every kernel."""
+    """Vidur-shaped cells timed by the product's SM-rate law itself (TRUE constants, each GPU its own DRAM cap)."""
     rows = []
-    m = get_model("llama-2-7b")
     for g in gpus:
-        gp = get_gpu(g)
+        gp, C = get_gpu(g), _consts(CAPS[g])
         for op, kern in E.OPMAP.items():
             for T in (1, 4, 16, 64, 256, 1024, 4096, 16384):
-                nb = float(L.light_bytes(kern, T, m, 1))
-                t = E._sm_rate_s(TRUE["c_kcycles"], TRUE["bytes_per_sm_cycle"], TRUE["p"], nb, gp.mem_bw,
-                                 gp.sms * gp.boost_mhz * 1e6, gp.boost_mhz * 1e6, 1.0, ETA, E.SM_RATE_Q)
+                nb = float(L.light_bytes(kern, T, M, 1))
+                t = L.light_time(kern, nb, gp, C, floor_law="flat")
                 rows.append(dict(gpu=g, model="llama-2-7b", tp=1, num_tokens=T, op=op, latency_ms=float(t) * 1e3))
     return E.tidy_cells(pd.DataFrame(rows))
 
 
-def test_fit_recovers_the_constants_and_predicts_the_held_out_gpu():
-    c = _cells()
-    fit = E.fit_sm_rate(c, ["a100-sxm", "h100-sxm"], ETA)
-    for k in E.KERNELS:
-        assert fit[k]["bytes_per_sm_cycle"] == pytest.approx(TRUE["bytes_per_sm_cycle"], rel=0.02)
-        assert fit[k]["c_kcycles"] == pytest.approx(TRUE["c_kcycles"], rel=0.02)
-    a40 = c[c["gpu"] == "a40"]
-    assert np.allclose(E.predict_sm_rate(a40, fit, ETA), a40["y_ms"].to_numpy(), rtol=0.02)
-    # the regimes the law is for: a large RMSNorm is SM-bound on H100 (DRAM time well under the SM time) and
-    # DRAM-bound on the A40 (6 MB L2, a third of the A100's DRAM at the same SM throughput)
-    nb = float(L.light_bytes("rmsnorm", 16384, get_model("llama-2-7b"), 1))
+def test_product_law_is_the_sm_bound_on_hbm_and_the_dram_bound_on_gddr():
+    """The mechanism: a large RMSNorm is SM-bound on H100 (time ~ bytes / (SMs f b)) and DRAM-bound on the A40; the
+    floor is in clock cycles. Fails on the law shipped before wave 30 (no light_sm_rate in the product)."""
+    C = _consts()
+    nb = float(L.light_bytes("rmsnorm", 16384, M, 1))
     for g, dram_bound in (("h100-sxm", False), ("a40", True)):
         gp = get_gpu(g)
-        dram, sm = nb / (gp.mem_bw * ETA), nb / (gp.sms * gp.boost_mhz * 1e6 * TRUE["bytes_per_sm_cycle"])
+        dram, sm = nb / (gp.mem_bw * 0.84), nb / float(L.sm_bytes_per_s(gp, TRUE["bytes_per_sm_cycle"]))
         assert (dram > sm) is dram_bound
+        t = L.light_time("rmsnorm", nb, gp, C, floor_law="flat")
+        assert t == pytest.approx(float(L.sm_rate_stream_s(nb, gp.mem_bw * 0.84, nb / sm, E.SM_RATE_Q)), rel=1e-3)
+        assert t >= max(dram, sm)
+    a100 = get_gpu("a100-sxm")
+    assert L.light_time("rmsnorm", 0.0, a100, C, floor_law="flat") == pytest.approx(8e3 / 1.41e9)
+    # a kernel the law does not list (kv_write), the row law and a pass outside an engine keep the old stream
+    base = Constants.default()
+    for kern, law in (("kv_write", "flat"), ("rmsnorm", "row"), ("rmsnorm", None)):
+        rb = L.row_bytes("rmsnorm", M) if law == "row" else None
+        assert L.light_time(kern, nb, a100, C, row_bytes=rb, floor_law=law) == \
+            L.light_time(kern, nb, a100, base, row_bytes=rb, floor_law=law)
+    # the step predictor prices a flat-law (vllm-v0) step with it
+    from steptime.step import vidur_layer_ops
+    new = vidur_layer_ops("llama-2-7b", "h100-sxm", [4096], constants=C)
+    old = vidur_layer_ops("llama-2-7b", "h100-sxm", [4096], constants=base)
+    assert new["input_layernorm"][0] == pytest.approx(L.light_time("rmsnorm", L.light_bytes("rmsnorm", 4096, M),
+                                                                   get_gpu("h100-sxm"), C, floor_law="flat") * 1e3)
+    assert new["input_layernorm"][0] != pytest.approx(old["input_layernorm"][0], rel=0.01)
 
 
-def test_wrong_eta_is_seen_on_the_held_out_gpu():
-    """A DRAM cap far from the truth misprices the GDDR GPU, where the cap binds: the fit cannot hide it."""
+def test_fit_recovers_the_constants_and_predicts_the_held_out_gpu():
     c = _cells()
-    fit = E.fit_sm_rate(c, ["a100-sxm", "h100-sxm"], 0.4)
+    fit = E.fit_sm_rate(c, {g: CAPS[g] for g in ("a100-sxm", "h100-sxm")})
+    for k in E.KERNELS:
+        assert fit["kernels"][k]["floor_kcycles"] == pytest.approx(TRUE["floor_kcycles"], rel=0.02)
+        if k != "add":  # add's SM rate is not identified under the DRAM cap (fit > 30 B per SM-cycle)
+            assert fit["kernels"][k]["bytes_per_sm_cycle"] == pytest.approx(TRUE["bytes_per_sm_cycle"], rel=0.02)
+    assert fit["kernels"]["add"]["bytes_per_sm_cycle"] > 30
     a40 = c[c["gpu"] == "a40"]
-    err = np.abs(E.predict_sm_rate(a40, fit, 0.4) / a40["y_ms"].to_numpy() - 1)
-    assert err[a40["num_tokens"].to_numpy() >= 4096].mean() > 0.3
+    pred = E.predict_sm_rate(a40, "a40", E.sm_rate_constants(Constants.default(), "a40", fit, CAPS["a40"]))
+    assert np.allclose(pred, a40["y_ms"].to_numpy(), rtol=0.02)
+    # a wrong DRAM cap misprices the GDDR GPU, where the cap binds
+    bad = E.predict_sm_rate(a40, "a40", E.sm_rate_constants(Constants.default(), "a40", fit, 0.4))
+    big = a40["num_tokens"].to_numpy() >= 4096
+    assert np.abs(bad / a40["y_ms"].to_numpy() - 1)[big].mean() > 0.3
 
 
-def test_dram_fraction_is_the_median_above_l2():
-    rows = []
-    for g, frac in (("h100-sxm", 0.8), ("b200", 0.9), ("l40s", 0.6)):
-        gp = get_gpu(g)
-        for m, k in ((1, 4096), (65536, 65536), (32768, 65536)):
-            nb = 3.0 * m * k
-            big = nb > E.SM_RATE_L2_MULT * gp.l2_mb * 2 ** 20
-            rows.append(dict(gpu=g, m=m, k=k, latency_ms=nb / (gp.mem_bw * (frac if big else 5.0)) * 1e3))
-    assert E.dram_fraction(pd.DataFrame(rows)) == pytest.approx(0.8)
-    with pytest.raises(ValueError, match="lacks columns"):
-        E.dram_fraction(pd.DataFrame(rows).drop(columns="k"))
-    small = pd.DataFrame([r for r in rows if r["m"] == 1])
-    with pytest.raises(ValueError, match="above"):
-        E.dram_fraction(small)
+def test_dram_reading_and_its_carrier():
+    c = _cells()
+    for g in CAPS:
+        v, cell = E.dram_reading(c[c["gpu"] == g].reset_index(drop=True), g)
+        assert cell[-1] == "add" and cell[-2] == 16384
+        assert 0.9 * CAPS[g] < v <= CAPS[g] * 1.001  # the SM term and the floor keep it just under the cap
+    readings = {"a100-sxm": {"eta_mem_max": 0.80}, "h100-sxm": {"eta_mem_max": 0.70}}
+    own_h = E.dram_reading(c[c["gpu"] == "h100-sxm"].reset_index(drop=True), "h100-sxm")[0]
+    eta, ratio = E.derived_dram_eta(c, "a100-sxm", ["h100-sxm", "a40"], readings)
+    assert ratio == pytest.approx(own_h / 0.70) and eta == pytest.approx(ratio * 0.80)
+    assert E.derived_dram_eta(c, "a40", ["a100-sxm", "h100-sxm"], readings) is None
 
 
 def test_bad_input_is_a_clear_error():
     c = _cells(("a100-sxm",))
-    with pytest.raises(ValueError, match="eta_dram"):
-        E.fit_sm_rate(c, ["a100-sxm"], 0.0)
+    with pytest.raises(ValueError, match="caps"):
+        E.fit_sm_rate(c, {"a100-sxm": 0.0})
     with pytest.raises(ValueError, match="no light cells"):
-        E.fit_sm_rate(c, ["b200"], ETA)
-    fit = E.fit_sm_rate(c[c["kernel"] == "add"], ["a100-sxm"], ETA)
+        E.fit_sm_rate(c, {"b200": 0.8})
+    fit = E.fit_sm_rate(c[c["kernel"] == "add"], {"a100-sxm": 0.88})
     with pytest.raises(ValueError, match="no constants for kernel"):
-        E.predict_sm_rate(c, fit, ETA)
+        E.predict_sm_rate(c, "a100-sxm", E.sm_rate_constants(Constants.default(), "a100-sxm", fit, 0.88))
+    with pytest.raises(ValueError, match="no light_sm_rate"):
+        E.predict_sm_rate(c, "a100-sxm", Constants.default())
+    with pytest.raises(ValueError, match="no 'add' cell"):
+        E.dram_reading(c[c["kernel"] != "add"].reset_index(drop=True), "a100-sxm")
+    a100 = get_gpu("a100-sxm")
+    with pytest.raises(ValueError, match="light_sm_rate must be"):
+        L.light_time("add", 1e6, a100, _consts(law={"kernels": {}}), floor_law="flat")
+    with pytest.raises(ValueError, match="needs bytes_per_sm_cycle"):
+        L.light_time("add", 1e6, a100, _consts(law={"q": 2, "kernels": {"add": {"p": 2}}}), floor_law="flat")
+    with pytest.raises(ValueError, match="> 0"):
+        L.light_time("add", 1e6, a100, _consts(cap=-1.0), floor_law="flat")
+    with pytest.raises(ValueError, match="unknown light floor law"):
+        L.light_time("add", 1e6, a100, _consts(), floor_law="sharp")
 
 
-def test_run_scores_the_ablation_only_when_asked_and_documents_it():
+def test_run_scores_the_law_the_old_one_as_ablation_and_ships_it():
     c = _cells()
     kw = {"eta": 1.0, "gpus": [], "per_gpu": {}, "heldout_mape": 0.0}
-    plain = E.run(c, n_boot=10, constants=Constants.default())
-    assert "sm_rate_law" not in {x["predictor"] for x in plain["records"]} and "sm_rate" not in plain
-    plain["kv_write"] = kw
-    assert not [x for x in E.document(plain, c, {"mape": 0.1})["claims"] if "SM-rate" in x.get("claim", "")]
-    r = E.run(c, n_boot=10, constants=Constants.default(), sm_rate_eta_dram=ETA)
-    sm = [x for x in r["records"] if x["predictor"] == "sm_rate_law" and x["subset"] in E.KERNELS]
-    assert len(sm) == 3 * len(E.KERNELS) and all(x["mape"] < 0.03 for x in sm)
-    # the shipped law's records are the same with and without the ablation
-    key = lambda rs: sorted((x["gpu"], x["subset"], x["mape"]) for x in rs if x["predictor"] == "steptime")
-    assert key(r["records"]) == key(plain["records"])
+    r = E.run(c, n_boot=10, constants=Constants.default())
+    st = [x for x in r["records"] if x["predictor"] == "steptime" and x["subset"] in E.KERNELS]
+    assert len(st) == 3 * len(E.KERNELS) and all(x["mape"] < 0.03 for x in st)
+    assert {x["predictor"] for x in r["records"]} >= {"steptime", "bw_scale_law"}
+    # every reading cell (the add cap, the norm deploy cell) is out of the scored cells
+    for g in CAPS:
+        assert r["calibration"].used[f"light_dram_eta[{g}]"]
+        assert not {tuple(x) for x in r["calibration"].used[f"light_dram_eta[{g}]"]} & set(r["pred"]["cell"])
     r["kv_write"] = kw
     doc = E.document(r, c, {"mape": 0.1})
-    cl = [x for x in doc["claims"] if "SM-rate" in x.get("claim", "")]
-    assert len(cl) == 1 and cl[0].get("met") is None
-    assert set(cl[0]["value"]) == {"a100-sxm", "a40", "h100-sxm"}
-    assert doc["metrics"]["sm_rate_law"]["eta_dram"] == pytest.approx(ETA)
+    ab = [x for x in doc["claims"] if "bw_scale_law" in x.get("claim", "")]
+    assert len(ab) == 1 and ab[0].get("met") is None and set(ab[0]["value"]) == set(CAPS)
+    ups = E.defaults_updates(r["shipped"], c, kv_write=kw)
+    names = {(u["name"], u["scope"]) for u in ups}
+    assert {("light_sm_rate", "global"), ("light_dram_eta", "global"), ("light_dram_eta", "gpu.a40")} <= names
+    law = next(u for u in ups if u["name"] == "light_sm_rate")["value"]
+    shipped = Constants.default().with_overrides({"light_sm_rate": law, "light_dram_eta": CAPS["a40"]})
+    a40 = c[(c["gpu"] == "a40") & (c["num_tokens"] >= 256)]
+    assert np.allclose(E.predict_sm_rate(a40, "a40", shipped), a40["y_ms"].to_numpy(), rtol=0.03)

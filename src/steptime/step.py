@@ -617,12 +617,12 @@ def vidur_layer_ops(model, gpu, tokens, *, tp: int = 1, constants: Constants | N
             continue
         nb = light.light_bytes(kern, T, model, tp)
         reps = 2.0 if (parallel and op == "add") else 1.0
-        if parts:
-            full = light.light_time(kern, nb, gpu, constants)
-            stream = light.light_time(kern, nb, gpu, constants) - light.light_time(kern, 0.0 * nb, gpu, constants)
+        if parts:  # Vidur times Sarathi-Serve's kernels: the flat floor law's (terms/light.py)
+            full = light.light_time(kern, nb, gpu, constants, floor_law="flat")
+            stream = full - light.light_time(kern, 0.0 * nb, gpu, constants, floor_law="flat")
             out[op] = (reps * (full - stream), reps * stream, reps * nb)
         else:
-            out[op] = reps * light.light_time(kern, nb, gpu, constants) * 1e3
+            out[op] = reps * light.light_time(kern, nb, gpu, constants, floor_law="flat") * 1e3
     return out
 
 

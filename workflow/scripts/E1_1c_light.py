@@ -17,9 +17,8 @@ cells = E.tidy_cells(pd.read_parquet(snakemake.input.data))
 logging.info("light-kernel cells: %d", len(cells))
 with open(snakemake.input.gemm_constants) as fh:
     gemm_doc = json.load(fh)
-scale = pd.read_parquet(snakemake.input.scale)  # AIConfigurator's vLLM quantize kernel (row floor; SM-rate law's DRAM cap)
-r = E.run(cells, seed=P.seed, n_boot=P.n_boot, gemm_doc=gemm_doc, constants=constants,
-          sm_rate_eta_dram=E.dram_fraction(scale))
+scale = pd.read_parquet(snakemake.input.scale)  # AIConfigurator's vLLM quantize kernel (row floor)
+r = E.run(cells, seed=P.seed, n_boot=P.n_boot, gemm_doc=gemm_doc, constants=constants)
 # kv_write's bandwidth from AIConfigurator's vLLM prefill attention tables (their timed call includes the write)
 att = AX.tidy_cells(pd.read_parquet(snakemake.input.generation), pd.read_parquet(snakemake.input.context))
 r["kv_write"] = E.kv_write_doc(E.kv_write_slopes(att), constants)

@@ -52,7 +52,21 @@ The row law is for the one-block-per-token kernels of vLLM's csrc (RMSNorm and f
 rotary embedding, SiLU-and-mul, reshape_and_cache), which SGLang and TensorRT-LLM mirror: rmsnorm,
 rope, act, kv_write (and qk_norm, per head row). `add` (a PyTorch elementwise kernel over all
 elements) and `emb` (PyTorch's gather) keep their flat floor under either law. The stream term
-is the same under both laws.
+is the same under both laws (bytes over BW x light_bw_scale x light_eta), except where the flat law's kernels take
+the SM-rate law below.
+
+SM-rate stream law (issue 19, wave 30; E1.1c): under the flat floor law (Sarathi-era kernels), a kernel the
+constants' `light_sm_rate` lists:
+    stream_k = smax(bytes / (BW x light_dram_eta), bytes / (SMs x f_clk x b_k), q)
+    floor_k = c_k kcycles / f_clk,  p = p_k
+The row law (modern engines' kernels) and light passes outside an engine's layer kernels (floor_law None: the fp8
+quantise, predict_ops) keep the bandwidth-scale stream: AIConfigurator's vLLM 0.24 quantize kernel streams at
+0.76-0.93 of DRAM on all its 8 GPUs, not at Sarathi's bytes per SM-cycle.
+On the HBM GPUs Vidur's norm / rope / act / emb kernels run at a near-constant number of bytes per SM-cycle far
+under DRAM (SM-bound), on the GDDR A40 near DRAM (DRAM-bound): one DRAM cap per GPU (`light_dram_eta`, the achieved
+fraction of a streaming elementwise add; E1.1c carries it from the GEMM streaming reading) and one SM rate per kernel
+(`light_sm_rate` {q, kernels: {k: {bytes_per_sm_cycle, floor_kcycles, p}}}, fitted on the other GPUs) cover both.
+SMs, f_clk (boost) and BW are datasheet inputs. A kernel not listed (kv_write) keeps BW x light_bw_scale x light_eta.
 """
 
 from __future__ import annotations
@@ -98,8 +112,8 @@ def qk_norm_time(tokens, model, gpu, tp: int = 1, constants: Constants | None = 
     _check_law(floor_law)
     bq, bk = qk_norm_bytes(T, model, tp)
     rb = 2.0 * 3 * model.head_dim if floor_law == "row" else None
-    return (light_time(QK_NORM_LAW, bq, gpu, constants, row_bytes=rb)
-            + light_time(QK_NORM_LAW, bk, gpu, constants, row_bytes=rb))
+    return (light_time(QK_NORM_LAW, bq, gpu, constants, row_bytes=rb, floor_law=floor_law)
+            + light_time(QK_NORM_LAW, bk, gpu, constants, row_bytes=rb, floor_law=floor_law))
 
 
 def _check_law(floor_law: str) -> None:
@@ -143,7 +157,7 @@ def engine_light_time(kernel: str, tokens, model, gpu, tp: int = 1, constants: C
     _check_law(floor_law)
     nb = light_bytes(kernel, tokens, model, tp) if nbytes is None else nbytes
     rb = row_bytes(kernel, model, tp) if floor_law == "row" else None
-    return light_time(kernel, nb, gpu, constants, row_bytes=rb)
+    return light_time(kernel, nb, gpu, constants, row_bytes=rb, floor_law=floor_law)
 
 
 def add_rmsnorm_bytes(tokens, model, tp: int = 1):
@@ -166,8 +180,9 @@ def add_rmsnorm_time(tokens, model, gpu, tp: int = 1, constants: Constants | Non
     norm = light_bytes("rmsnorm", tokens, model, tp)
     extra = add_rmsnorm_bytes(tokens, model, tp) - norm
     rb = float(add_rmsnorm_bytes(1.0, model, tp)) if floor_law == "row" else None
-    return (light_time("rmsnorm", norm, gpu, constants, row_bytes=rb)
-            + light_time("add", extra, gpu, constants) - light_time("add", 0.0 * extra, gpu, constants))
+    return (light_time("rmsnorm", norm, gpu, constants, row_bytes=rb, floor_law=floor_law)
+            + light_time("add", extra, gpu, constants, floor_law=floor_law)
+            - light_time("add", 0.0 * extra, gpu, constants, floor_law=floor_law))
 
 
 def light_bytes(kernel: str, tokens, model, tp: int = 1):
@@ -191,11 +206,13 @@ def light_bytes(kernel: str, tokens, model, tp: int = 1):
     raise ValueError(f"unknown light kernel {kernel!r} (known: {', '.join(LIGHT_KERNELS)})")
 
 
-def stream_s(kernel: str, nbytes, gpu, constants: Constants | None = None) -> np.ndarray:
+def stream_s(kernel: str, nbytes, gpu, constants: Constants | None = None, *, floor_law: str | None = None
+             ) -> np.ndarray:
     """Seconds of light kernel `kernel`'s stream term alone (no launch floor): `nbytes` over
     BW x light_bw_scale x light_eta[kernel]. The one bandwidth law of a light kernel: `light_time`
     takes its smooth max with the floor, and the lab's attention-table comparison
-    (experiments.attention.table_kv_write_s) adds the KV write's stream to a prefill cell."""
+    (experiments.attention.table_kv_write_s) adds the KV write's stream to a prefill cell. Under `floor_law`
+    "flat" a kernel the constants' `light_sm_rate` lists streams by the SM-rate law (`sm_rate_stream_s`)."""
     constants = constants or Constants.default()
     etas = constants.get("light_eta", gpu)
     if kernel not in etas:
@@ -203,7 +220,49 @@ def stream_s(kernel: str, nbytes, gpu, constants: Constants | None = None) -> np
     nb = np.asarray(nbytes, dtype=float)
     if np.any(nb < 0):
         raise ValueError(f"light stream of {kernel!r}: bytes must be >= 0")
+    sm = sm_rate_law(kernel, gpu, constants) if floor_law == "flat" else None
+    if sm is not None:
+        return sm_rate_stream_s(nb, gpu.mem_bw * sm["eta_dram"], sm_bytes_per_s(gpu, sm["bytes_per_sm_cycle"]),
+                                sm["q"])
     return nb / (gpu.mem_bw * float(constants.get("light_bw_scale", gpu)) * float(etas[kernel]))
+
+
+def sm_bytes_per_s(gpu, bytes_per_sm_cycle):
+    """The SM-side streaming rate of a light kernel: SMs x boost clock x bytes per SM-cycle (datasheet SMs, clock)."""
+    return gpu.sms * gpu.boost_mhz * 1e6 * np.asarray(bytes_per_sm_cycle, dtype=float)
+
+
+def sm_rate_stream_s(nbytes, dram_bytes_per_s, sm_bytes_per_s_, q):
+    """Seconds of the SM-rate law's stream: smax(bytes / DRAM rate, bytes / SM rate, q). Arrays broadcast (the
+    fit passes one rate per cell)."""
+    nb = np.asarray(nbytes, dtype=float)
+    return smax(nb / np.asarray(dram_bytes_per_s, dtype=float), nb / np.asarray(sm_bytes_per_s_, dtype=float), q)
+
+
+def sm_rate_law(kernel: str, gpu, constants: Constants) -> dict | None:
+    """{eta_dram, q, bytes_per_sm_cycle, floor_kcycles, p} of `kernel` on `gpu` when the constants carry the SM-rate
+    law for it (`light_sm_rate`, `light_dram_eta`); None else (the kernel keeps the light_bw_scale stream)."""
+    law = constants.get("light_sm_rate", gpu, default=None)
+    if law is None:
+        return None
+    try:
+        k = law["kernels"].get(kernel)
+        q = float(law["q"])
+    except (KeyError, TypeError, AttributeError):
+        raise ValueError(f"light_sm_rate must be {{q, kernels: {{kernel: {{...}}}}}} (got {law!r})") from None
+    if k is None:
+        return None
+    try:
+        out = {"q": q, "bytes_per_sm_cycle": float(k["bytes_per_sm_cycle"]), "floor_kcycles": float(k["floor_kcycles"]),
+               "p": float(k["p"]), "eta_dram": float(constants.get("light_dram_eta", gpu))}
+    except KeyError as e:
+        raise ValueError(f"light_sm_rate of {kernel!r} needs bytes_per_sm_cycle, floor_kcycles, p and a "
+                         f"light_dram_eta for {gpu.key} (missing {e})") from None
+    if not (q > 0 and out["bytes_per_sm_cycle"] > 0 and out["floor_kcycles"] >= 0 and out["p"] > 0
+            and out["eta_dram"] > 0):
+        raise ValueError(f"light_sm_rate of {kernel!r} needs q, bytes_per_sm_cycle, p, light_dram_eta > 0 and "
+                         f"floor_kcycles >= 0 (got {out})")
+    return out
 
 
 def kv_write_stream_s(nbytes, gpu, constants: Constants | None = None) -> np.ndarray:
@@ -211,10 +270,14 @@ def kv_write_stream_s(nbytes, gpu, constants: Constants | None = None) -> np.nda
     return stream_s("kv_write", nbytes, gpu, constants)
 
 
-def light_time(kernel: str, nbytes, gpu, constants: Constants | None = None, *, row_bytes=None) -> np.ndarray:
+def light_time(kernel: str, nbytes, gpu, constants: Constants | None = None, *, row_bytes=None,
+               floor_law: str | None = None) -> np.ndarray:
     """Seconds for one launch of `kernel` moving `nbytes`. With `row_bytes` (bytes per token row of
     a one-CTA-per-row kernel, ROW_KERNELS) the floor is the row law's (`row_floor`), else the
-    kernel's flat light_floor_us."""
+    kernel's flat light_floor_us. Under `floor_law` "flat" (the Sarathi-era kernels of Vidur's tables: the
+    vllm-v0 / kernels profiles and the Vidur per-operator predictor) a kernel the constants' `light_sm_rate` lists
+    takes the SM-rate law (`sm_rate_law`: floor in cycles, SM / DRAM stream); None (a light pass outside an
+    engine's layer kernels, e.g. the fp8 quantise) and "row" keep the bandwidth-scale stream."""
     constants = constants or Constants.default()
     etas = constants.get("light_eta", gpu)
     if kernel not in etas:
@@ -224,7 +287,14 @@ def light_time(kernel: str, nbytes, gpu, constants: Constants | None = None, *, 
             raise ValueError(f"light kernel {kernel!r} is not one CTA per row: the row floor law covers "
                              f"{', '.join(ROW_KERNELS)} only")
         floor = row_floor(row_bytes, gpu, constants)
-    else:
+    if floor_law is not None:
+        _check_law(floor_law)
+    sm = sm_rate_law(kernel, gpu, constants) if floor_law == "flat" else None
+    if sm is not None:  # the SM-rate law: floor in clock cycles, its own knee
+        if row_bytes is None:
+            floor = sm["floor_kcycles"] * 1e3 / (gpu.boost_mhz * 1e6)
+        return smax(floor, stream_s(kernel, nbytes, gpu, constants, floor_law=floor_law), sm["p"])
+    if row_bytes is None:
         floors = constants.get("light_floor_us", gpu)
         floor = float(floors[kernel] if isinstance(floors, dict) else floors) * 1e-6
     ps = constants.get("light_p", gpu)

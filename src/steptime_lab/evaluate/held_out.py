@@ -50,7 +50,8 @@ def held_out_constants(target: str, families=FAMILIES, *, gemm_doc: dict | None 
         c, info = SX.held_out_constants(light_cells, target, list(light_gpus or sorted(set(light_cells["gpu"]))),
                                         gemm_doc, c)
         notes["light"] = (f"light_bw_scale@{key}", [tuple(info["reading_cell"])],
-                          f"light constants (eta, floor, knee p) fitted on {info['fit_on']}; light_bw_scale: {info['light_bw_scale_from']}")
+                          f"light constants (eta, floor, knee p) fitted on {info['fit_on']}; light_bw_scale: {info['light_bw_scale_from']}; "
+                          f"SM-rate law fitted on {info['fit_on']}, light_dram_eta: {info['light_dram_eta_from']}")
     if "gemm" in families:
         c, gemm_cells = GX.with_fold(c, key, gemm_doc)
         if gemm_cells:

@@ -136,24 +136,29 @@ def baseline(cells_gpu, gpu, name: str, scale: float | None = None, floor_us: fl
 
 
 def run(cells, gpus=None, seed: int = 0, n_boot: int = 1000, gemm_doc: dict | None = None, *,
-        constants: Constants, sm_rate_eta_dram: float | None = None) -> dict:
-    """Held out per GPU; with `gemm_doc` (results/calibration/gemm_constants.json) a GPU with
-    GEMM readings takes its light_bw_scale from them (`derived_bw_scale`; the readings solved
-    over `constants`, the run's). With `sm_rate_eta_dram` (`dram_fraction`) the SM-rate law is
-    scored beside it as the `sm_rate_law` predictor (an ablation: fitted on the other GPUs, no reading)."""
+        constants: Constants) -> dict:
+    """Held out per GPU. `steptime` is the shipped SM-rate law (`fit_sm_rate`, priced by the product's light_time):
+    with `gemm_doc` (results/calibration/gemm_constants.json) a GPU with GEMM readings takes its DRAM cap from them
+    (`derived_dram_eta`; the readings solved over `constants`, the run's), else its own add reading
+    (`dram_reading`); `steptime_own_reading` is the law with the own reading where it was carried. `bw_scale_law`
+    is the law shipped before wave 30 (one light_bw_scale per GPU x a per-kernel ratio; `derived_bw_scale`), an
+    ablation on the same cells."""
     import pandas as pd
 
     gpus = gpus or sorted(cells["gpu"].unique())
     cal = Calibration()
     recs, preds, per_gpu = [], [], {}
+    dram_own = {g: dram_reading(cells[cells["gpu"] == g].reset_index(drop=True), g) for g in gpus}
     for g in gpus:
         others = [o for o in gpus if o != g]
         fit = fit_kernels(cells, others)
         x = cells[cells["gpu"] == g].reset_index(drop=True)
         di = deploy_index(x)
         own = bw_scale(x, g)
-        derived = derived_bw_scale(cells, g, others, GX.readings_in_fold(gemm_doc, g, gpus, constants=constants)) \
-            if gemm_doc and g in gemm_doc["folds"] else None
+        readings = GX.readings_in_fold(gemm_doc, g, gpus, constants=constants) \
+            if gemm_doc and g in gemm_doc["folds"] else {}
+        derived = derived_bw_scale(cells, g, others, readings) if readings else None
+        dderived = derived_dram_eta(cells, g, others, readings) if readings else None
         if derived is not None:
             scale = derived[0]
             cal.record(f"light_bw_scale[{g}]", [tuple(gemm_stream_cell(gemm_doc, g))],
@@ -162,25 +167,35 @@ def run(cells, gpus=None, seed: int = 0, n_boot: int = 1000, gemm_doc: dict | No
         else:
             scale = own
             cal.record(f"light_bw_scale[{g}]", [x["cell"].iloc[di]], DEPLOY_NOTE)
-        ev = x.drop(index=di).reset_index(drop=True)
+        if dderived is not None:
+            eta_dram = dderived[0]
+            cal.record(f"light_dram_eta[{g}]", [tuple(gemm_stream_cell(gemm_doc, g))],
+                       f"ratio {dderived[1]:.4g} fitted on {others} x the GEMM reading eta_mem_max")
+            cal.record(f"light_dram_eta_own[{g}]", [dram_own[g][1]], DRAM_NOTE + " (ablation row)")
+        else:
+            eta_dram = dram_own[g][0]
+            cal.record(f"light_dram_eta[{g}]", [dram_own[g][1]], DRAM_NOTE)
+        read = {x["cell"].iloc[di], dram_own[g][1]}  # every reading cell any predictor uses: not scored
+        ev = x[~x["cell"].isin(read)].reset_index(drop=True)
         cal.check_disjoint(ev["cell"].tolist())
-        pr = {"steptime": predict(ev, g, fit, scale)}
-        if derived is not None:
-            pr["steptime_own_reading"] = predict(ev, g, fit, own)
-        if sm_rate_eta_dram is not None:
-            fit_sm = fit_sm_rate(cells, others, sm_rate_eta_dram)
-            pr["sm_rate_law"] = predict_sm_rate(ev, fit_sm, sm_rate_eta_dram)
+        fit_sm = fit_sm_rate(cells, {o: dram_own[o][0] for o in others})
+        pr = {"steptime": predict_sm_rate(ev, g, sm_rate_constants(constants, g, fit_sm, eta_dram))}
+        if dderived is not None:
+            pr["steptime_own_reading"] = predict_sm_rate(ev, g, sm_rate_constants(constants, g, fit_sm, dram_own[g][0]))
+        pr["bw_scale_law"] = predict(ev, g, fit, scale)
         pr.update({"calibrated_roofline": baseline(ev, g, "calibrated_roofline", own),
                    "bare_roofline": baseline(ev, g, "bare_roofline")})
         fr = ev.copy()
         for k, v in pr.items():
             fr[f"pred_{k}"] = v
         preds.append(fr)
-        per_gpu[g] = {"light_bw_scale": scale, "light_bw_scale_own_reading": own,
-                      "light_bw_scale_from": "GEMM eta_mem_max x ratio" if derived is not None else "own light reading",
-                      "fit_on": others, "light_floor_us": fit["light_floor_us"], "light_eta": fit["light_eta"]}
-        if sm_rate_eta_dram is not None:
-            per_gpu[g]["sm_rate_law"] = {k: {n: round(v, 6) for n, v in d.items()} for k, d in fit_sm.items()}
+        per_gpu[g] = {"light_dram_eta": eta_dram, "light_dram_eta_own_reading": dram_own[g][0],
+                      "light_dram_eta_from": "GEMM eta_mem_max x ratio" if dderived is not None else "own add reading",
+                      "fit_on": others, "light_sm_rate": fit_sm,
+                      "bw_scale_law": {"light_bw_scale": scale, "light_bw_scale_own_reading": own,
+                                       "light_bw_scale_from": "GEMM eta_mem_max x ratio" if derived is not None
+                                       else "own light reading",
+                                       "light_floor_us": fit["light_floor_us"], "light_eta": fit["light_eta"]}}
         y = ev["y_ms"].to_numpy()
         draws = {}  # the predictors score the same cells: each size's bootstrap indices drawn once (same numbers)
 
@@ -198,18 +213,22 @@ def run(cells, gpus=None, seed: int = 0, n_boot: int = 1000, gemm_doc: dict | No
                                  **sc(v[m], y[m])})
     shipped = fit_kernels(cells, gpus)
     shipped["derived"] = {}
+    shipped["light_sm_rate"] = fit_sm_rate(cells, {g: dram_own[g][0] for g in gpus})
+    shipped["dram"] = {g: {"value": v, "cell": list(c), "provenance": "MEASURED"} for g, (v, c) in dram_own.items()}
     if gemm_doc:
         readings = GX.readings_in_fold(gemm_doc, None, gpus, constants=constants)
         for g in gpus:
             d = derived_bw_scale(cells, g, gpus, readings)
             if d is not None:
                 shipped["derived"][g] = {"value": d[0], "ratio": d[1], "cell": gemm_stream_cell(gemm_doc, g)}
-    out = {"records": recs, "pred": pd.concat(preds, ignore_index=True), "per_gpu": per_gpu,
-           "shipped": shipped, "calibration": cal}
-    if sm_rate_eta_dram is not None:
-        out["sm_rate"] = {"eta_dram": round(float(sm_rate_eta_dram), 6), "q": SM_RATE_Q, "law": SM_RATE_NOTE,
-                          "disclosed": SM_RATE_DISCLOSED}
-    return out
+            d = derived_dram_eta(cells, g, gpus, readings)
+            if d is not None:
+                shipped["dram"][g] = {"value": d[0], "ratio": d[1], "cell": gemm_stream_cell(gemm_doc, g),
+                                      "provenance": "DERIVED"}
+    shipped["dram_global"] = float(np.median([v for v, _ in dram_own.values()]))
+    return {"records": recs, "pred": pd.concat(preds, ignore_index=True), "per_gpu": per_gpu,
+            "shipped": shipped, "calibration": cal,
+            "sm_rate": {"q": SM_RATE_Q, "law": SM_RATE_NOTE, "disclosed": SM_RATE_DISCLOSED}}
 
 
 # kv_write's bandwidth, measured on AIConfigurator's vLLM prefill attention tables (issue 19, wave 23,
@@ -346,6 +365,27 @@ def defaults_updates(shipped: dict, cells, experiment: str = "E1.1c", kv_write: 
         ups.append({"scope": f"gpu.{g}", "name": "light_bw_scale", "value": round(float(shipped["scales"][g]), 4),
                     "provenance": "MEASURED", "source": f"E1.1c deploy reading: {DEPLOY_NOTE}",
                     "experiment": experiment, "cells": [list(x["cell"].iloc[deploy_index(x)])]})
+    sm = shipped.get("light_sm_rate")
+    if sm is not None:  # the SM-rate law (wave 30): its kernels' floor, knee and stream replace the ones above
+        ups.append({"scope": "global", "name": "light_sm_rate",
+                    "value": {"q": float(sm["q"]), "kernels": {k: {n: round(float(v), 4) for n, v in d.items()}
+                                                               for k, d in sm["kernels"].items()}},
+                    "provenance": "FITTED",
+                    "source": f"E1.1c: {SM_RATE_NOTE}; least squares on log time over Vidur per-operator tables "
+                              f"({', '.join(gpus)}; {len(cells)} cells), each GPU's cap its own add reading",
+                    "experiment": experiment, "cells": None})
+        ups.append({"scope": "global", "name": "light_dram_eta", "value": round(float(shipped["dram_global"]), 4),
+                    "provenance": "MEASURED",
+                    "source": "E1.1c: median over Vidur GPUs of the DRAM-cap reading (GPUs without one use this)",
+                    "experiment": experiment, "cells": None})
+        for g in gpus:
+            d = shipped["dram"][g]
+            src = (f"E1.1c: the GEMM deploy reading eta_mem_max x {d['ratio']:.4g} (median add reading / eta_mem_max "
+                   "over the Vidur GPUs with GEMM readings)" if d["provenance"] == "DERIVED"
+                   else f"E1.1c DRAM-cap reading: {DRAM_NOTE}")
+            ups.append({"scope": f"gpu.{g}", "name": "light_dram_eta", "value": round(float(d["value"]), 4),
+                        "provenance": d["provenance"], "source": src, "experiment": experiment,
+                        "cells": [list(d["cell"])]})
     return ups
 
 
@@ -368,21 +408,22 @@ def document(r: dict, cells, targets: dict) -> dict:
     if own:
         claims.append(claim(
             "what the three-readings contract costs the light kernels: held-out MAPE (all light operators) with "
-            "light_bw_scale carried from the GEMM streaming reading (steptime) vs read on the GPU's own norm cell "
-            "(steptime_own_reading)",
+            "the DRAM cap light_dram_eta carried from the GEMM streaming reading (steptime) vs read on the GPU's own "
+            "largest add cell (steptime_own_reading)",
             {g: {"steptime": round(ours[g]["mape"], 4), "own_reading": round(own[g]["mape"], 4)}
              for g in sorted(own) if g in ours},
             "MAPE per GPU on the same cells (GPUs without GEMM readings keep their own reading and have no row)"))
-    sm = {(x["gpu"], x["subset"]): x["mape"] for x in recs if x["predictor"] == "sm_rate_law" and x["subset"] in KERNELS}
-    if sm:
+    old = {(x["gpu"], x["subset"]): x["mape"] for x in recs if x["predictor"] == "bw_scale_law" and x["subset"] in KERNELS}
+    if old:
         st = {(x["gpu"], x["subset"]): x["mape"] for x in recs if x["predictor"] == "steptime"}
         claims.append(claim(
-            "ablation, not shipped: held-out MAPE per kernel of the SM-rate law (stream = smooth max of a DRAM time and "
-            "bytes over SMs x clock x a per-kernel rate, floor in cycles, no per-GPU reading; factors from the other "
-            "Vidur GPUs) against the shipped law (steptime), on the same cells",
-            {g: {k: {"steptime": round(st[(g, k)], 4), "sm_rate_law": round(v, 4)}
-                 for (gg, k), v in sorted(sm.items()) if gg == g} for g in sorted({g for g, _ in sm})},
-            f"{SM_RATE_DISCLOSED}; eta_dram {r['sm_rate']['eta_dram']:.3f}"))
+            "ablation: held-out MAPE per kernel of the law shipped before wave 30 (bw_scale_law: bytes over BW x one "
+            "light_bw_scale per GPU x a per-kernel ratio, flat floor in us) against the SM-rate law (steptime: "
+            "smooth max of a DRAM time and bytes over SMs x clock x a per-kernel rate, floor in cycles), on the "
+            "same cells",
+            {g: {k: {"steptime": round(st[(g, k)], 4), "bw_scale_law": round(v, 4)}
+                 for (gg, k), v in sorted(old.items()) if gg == g} for g in sorted({g for g, _ in old})},
+            SM_RATE_DISCLOSED))
     kw = r.get("kv_write")
     if kw is None:
         raise ValueError("document: the kv_write measurement (r['kv_write'], kv_write_doc) is missing")
@@ -396,8 +437,10 @@ def document(r: dict, cells, targets: dict) -> dict:
                "cells": {g: int(n) for g, n in cells.groupby("gpu").size().items()},
                "operator_map": OPMAP, "deploy_reading": DEPLOY_NOTE, "kv_write": kw,
                **({"sm_rate_law": r["sm_rate"]} if "sm_rate" in r else {}),
-               "bw_scale_from": "GEMM reading eta_mem_max x ratio fitted on the other Vidur GPUs with GEMM "
-                                "readings; GPUs without GEMM readings: the deploy reading"}
+               "dram_eta_from": "GEMM reading eta_mem_max x ratio fitted on the other Vidur GPUs with GEMM "
+                                "readings; GPUs without GEMM readings: the largest add cell",
+               "bw_scale_from": "bw_scale_law (ablation): GEMM reading eta_mem_max x ratio fitted on the other "
+                                "Vidur GPUs with GEMM readings; GPUs without GEMM readings: the deploy reading"}
     return {"metrics": metrics, "claims": claims}
 
 
@@ -538,93 +581,108 @@ def row_floor_update(shipped: dict, cells_per_gpu: dict, experiment: str = "E1.1
             "experiment": experiment, "cells": None}
 
 
-# --------------------------------------------------------------------------------------- SM-rate law (ablation)
-# Issue 19, wave 28 (helper light; DESIGN.md "E1.1c's light-kernel misses on Vidur's tables"). On A100 / H100
-# Vidur's rmsnorm, rope, act and emb run at a near-constant number of bytes per SM-cycle, far under DRAM, while the
-# A40 (GDDR6) runs them near DRAM: one per-GPU light_bw_scale times a per-kernel ratio cannot carry both regimes.
-# This law prices the stream as the smooth max of a DRAM time (a fixed fraction of the datasheet) and an SM time
-# (bytes over SMs x clock x bytes per SM-cycle), the floor in clock cycles, and needs no per-GPU reading. Scored
-# beside `steptime` as the `sm_rate_law` predictor; not shipped (no product constant reads it).
+# --------------------------------------------------------------------------------------- SM-rate law (issue 19)
+# Wave 28 (helper light; DESIGN.md "E1.1c's light-kernel misses on Vidur's tables"): on A100 / H100 Vidur's rmsnorm,
+# rope, act and emb run at a near-constant number of bytes per SM-cycle, far under DRAM, while the A40 (GDDR6) runs
+# them near DRAM: one per-GPU light_bw_scale times a per-kernel ratio cannot carry both regimes. Wave 30 (helper
+# light2) ships the law that follows (steptime.terms.light: `light_sm_rate`, `light_dram_eta`): the stream is the
+# smooth max of a DRAM time (bytes over BW x the GPU's DRAM cap) and an SM time (bytes over SMs x f_clk x b_k), the
+# floor c_k kcycles / f_clk. The DRAM cap is a per-GPU reading: the achieved DRAM fraction of the largest residual
+# add (DRAM_OP: the one kernel near DRAM on every Vidur GPU) on a GPU without GEMM readings (A40), else carried from
+# the GEMM streaming reading eta_mem_max by the ratio on the other GPUs (`derived_dram_eta`), so A100 / H100 need no
+# reading beyond the GEMM's three. b_k, c_k, p_k are fitted on the other GPUs (their caps their own add readings).
 SM_RATE_Q = 2.0            # exponent of the DRAM / SM smooth max (chosen after seeing scores; disclosed)
-SM_RATE_L2_MULT = 4.0      # quantize cells whose working set exceeds this many L2s set the DRAM fraction
+DRAM_OP = "add"            # the Vidur operator whose largest cell reads the DRAM cap
 SM_RATE_START = (6.0, 6.0, 2.0)    # c_kcycles, bytes_per_sm_cycle, p
 SM_RATE_BOUNDS = ((0.0, 0.1, 1.0), (100.0, 100.0, 12.0))
-SM_RATE_NOTE = ("stream = smax(bytes / (BW x eta_dram), bytes / (SMs x f_clk x b_k), q), floor = c_k kcycles / f_clk, "
-                "t = smax(floor, stream, p_k); eta_dram the median over AIConfigurator's quantize GPUs of the "
-                f"achieved fraction of DRAM at working sets > {SM_RATE_L2_MULT:g} x L2 (no Vidur GPU among them); "
-                "c_k, b_k, p_k fitted on the other Vidur GPUs; no per-GPU reading")
-SM_RATE_DISCLOSED = ("chosen after seeing E1.1c's held-out scores (issue 19, wave 28, helper light): the law's form, "
-                     "eta_dram taken from the quantize table (fitted with the kernels, the A40 fold puts it at its "
-                     "bound: A100 and H100 cannot tell a DRAM cap from an SM rate for add) and q = 2 (q = 4 and a "
-                     "fitted q were also scored); an ablation, not shipped")
+DRAM_NOTE = ("largest residual add cell of Llama-2-7B at TP 1: achieved fraction of the DRAM datasheet of a "
+             "streaming elementwise kernel (the SM-rate law's DRAM cap)")
+SM_RATE_NOTE = ("stream = smax(bytes / (BW x light_dram_eta), bytes / (SMs x f_clk x b_k), q), floor = c_k kcycles "
+                "/ f_clk, t = smax(floor, stream, p_k); light_dram_eta the GPU's DRAM cap (own largest-add reading "
+                "without GEMM readings, else eta_mem_max x the ratio on the other GPUs); c_k, b_k, p_k fitted on "
+                "the other Vidur GPUs")
+SM_RATE_DISCLOSED = ("chosen after seeing E1.1c's held-out scores (issue 19, waves 28 and 30, helpers light and "
+                     "light2): the law's form (wave 28), q = 2 (q = 4 also scored), and the DRAM cap's carrier, the "
+                     "largest add cell / the GEMM ratio (also scored: a fixed 0.839 from the quantize table, the "
+                     "median of the other GPUs' add readings, each GPU's own add reading, the donors' caps carried "
+                     "rather than read)")
 
 
-def dram_fraction(scale) -> float:
-    """The achieved fraction of the DRAM datasheet of a streaming kernel above L2: per GPU of the tidy quantize table
-    (`load_aic_scale_matrix`; 3 m k bytes per cell) the median over cells whose working set exceeds SM_RATE_L2_MULT x
-    L2, then the median over GPUs."""
-    need = {"gpu", "m", "k", "latency_ms"}
-    if not need <= set(scale.columns):
-        raise ValueError(f"quantize table lacks columns {sorted(need - set(scale.columns))}")
-    fr = []
-    for g, x in scale[scale["latency_ms"] > 0].groupby("gpu"):
-        gp = get_gpu(g)
-        nb = 3.0 * x["m"].to_numpy(float) * x["k"].to_numpy(float)
-        big = nb > SM_RATE_L2_MULT * gp.l2_mb * 2 ** 20
-        if big.any():
-            fr.append(float(np.median(nb[big] / (x["latency_ms"].to_numpy(float)[big] * 1e-3) / gp.mem_bw)))
-    if not fr:
-        raise ValueError(f"no quantize cell above {SM_RATE_L2_MULT:g} x L2 on any GPU")
-    return float(np.median(fr))
+def dram_reading(cells_gpu, gpu) -> tuple[float, tuple]:
+    """(achieved fraction of `gpu`'s DRAM datasheet, cell) on its largest DRAM_OP cell (of DEPLOY_MODEL at DEPLOY_TP
+    where present): the SM-rate law's DRAM-cap reading."""
+    x = cells_gpu
+    m = (x["op"] == DRAM_OP).to_numpy()
+    if not m.any():
+        raise ValueError(f"no {DRAM_OP!r} cell on {gpu}: the DRAM cap needs one")
+    mm = m & ((x["model"] == DEPLOY_MODEL) & (x["tp"] == DEPLOY_TP)).to_numpy()
+    idx = np.flatnonzero(mm if mm.any() else m)
+    r = x.iloc[int(idx[np.argmax(x["bytes"].to_numpy()[idx])])]
+    return float(r["bytes"] * r["reps"] / (r["y_ms"] * 1e-3) / get_gpu(gpu).mem_bw), tuple(r["cell"])
 
 
-def _sm_rate_s(c_kcycles, b_sm, p, nbytes, bw, sm_hz, clk_hz, reps, eta_dram, q):
-    """Seconds of the SM-rate law (sm_hz = SMs x clock in Hz)."""
-    stream = smax(nbytes / (bw * eta_dram), nbytes / (sm_hz * b_sm), q)
-    return reps * smax(c_kcycles * 1e3 / clk_hz, stream, p)
+def derived_dram_eta(cells, gpu, others, readings: dict):
+    """(light_dram_eta of `gpu` carried from its GEMM reading eta_mem_max, the ratio): the ratio is the median of
+    dram_reading / eta_mem_max over `others` with GEMM readings. None when `gpu` or every other GPU lacks them."""
+    if gpu not in readings:
+        return None
+    rs = [dram_reading(cells[cells["gpu"] == o].reset_index(drop=True), o)[0] / readings[o]["eta_mem_max"]
+          for o in others if o in readings]
+    if not rs:
+        return None
+    ratio = float(np.median(rs))
+    return ratio * readings[gpu]["eta_mem_max"], ratio
 
 
-def _gpu_cols(x):
-    gp = {g: get_gpu(g) for g in x["gpu"].unique()}
-    bw = x["gpu"].map({g: s.mem_bw for g, s in gp.items()}).to_numpy(float)
-    clk = x["gpu"].map({g: s.boost_mhz * 1e6 for g, s in gp.items()}).to_numpy(float)
-    sms = x["gpu"].map({g: float(s.sms) for g, s in gp.items()}).to_numpy(float)
-    return bw, sms * clk, clk
-
-
-def fit_sm_rate(cells, gpus, eta_dram: float, q: float = SM_RATE_Q) -> dict:
-    """Per kernel {c_kcycles, bytes_per_sm_cycle, p} pooled over `gpus` (least squares on log time), eta_dram and q
-    given."""
+def fit_sm_rate(cells, caps: dict, q: float = SM_RATE_Q) -> dict:
+    """The `light_sm_rate` constant {q, kernels: {k: {bytes_per_sm_cycle, floor_kcycles, p}}} pooled over the GPUs of
+    `caps` (GPU -> its light_dram_eta), least squares on log time through steptime.terms.light's stream law."""
     from scipy.optimize import least_squares
 
-    if not 0 < eta_dram <= 1.5 or not q > 0:
-        raise ValueError(f"fit_sm_rate needs 0 < eta_dram <= 1.5 and q > 0 (got {eta_dram!r}, {q!r})")
+    if not caps or not all(0 < float(v) <= 1.5 for v in caps.values()) or not q > 0:
+        raise ValueError(f"fit_sm_rate needs GPU caps in (0, 1.5] and q > 0 (got {caps!r}, {q!r})")
     out = {}
     for k in KERNELS:
-        x = cells[cells["gpu"].isin(list(gpus)) & (cells["kernel"] == k)]
+        x = cells[cells["gpu"].isin(list(caps)) & (cells["kernel"] == k)]
         if not len(x):
             continue
-        bw, smhz, clk = _gpu_cols(x)
+        gp = {g: get_gpu(g) for g in x["gpu"].unique()}
+        dram = x["gpu"].map({g: s.mem_bw * float(caps[g]) for g, s in gp.items()}).to_numpy(float)
+        sm1 = x["gpu"].map({g: float(L.sm_bytes_per_s(s, 1.0)) for g, s in gp.items()}).to_numpy(float)
+        clk = x["gpu"].map({g: s.boost_mhz * 1e6 for g, s in gp.items()}).to_numpy(float)
         nb, reps, y = x["bytes"].to_numpy(float), x["reps"].to_numpy(float), x["y_ms"].to_numpy(float) * 1e-3
-        r = least_squares(lambda v: np.log(_sm_rate_s(v[0], v[1], v[2], nb, bw, smhz, clk, reps, eta_dram, q) / y),
-                          list(SM_RATE_START), bounds=SM_RATE_BOUNDS)
-        out[k] = {"c_kcycles": float(r.x[0]), "bytes_per_sm_cycle": float(r.x[1]), "p": float(r.x[2])}
+
+        def res(v):
+            t = smax(v[0] * 1e3 / clk, L.sm_rate_stream_s(nb, dram, sm1 * v[1], q), v[2])
+            return np.log(reps * t / y)
+
+        r = least_squares(res, list(SM_RATE_START), bounds=SM_RATE_BOUNDS)
+        out[k] = {"floor_kcycles": float(r.x[0]), "bytes_per_sm_cycle": float(r.x[1]), "p": float(r.x[2])}
     if not out:
-        raise ValueError(f"no light cells on {list(gpus)}")
-    return out
+        raise ValueError(f"no light cells on {sorted(caps)}")
+    return {"q": float(q), "kernels": out}
 
 
-def predict_sm_rate(cells_gpu, fit: dict, eta_dram: float, q: float = SM_RATE_Q) -> np.ndarray:
-    """Milliseconds per cell of the SM-rate law with `fit_sm_rate`'s per-kernel constants."""
-    miss = sorted(set(cells_gpu["kernel"]) - set(fit))
+def sm_rate_constants(constants: Constants, gpu: str, fit: dict, eta_dram: float) -> Constants:
+    """`constants` with the SM-rate law's `light_sm_rate` (`fit`) and `gpu`'s `light_dram_eta`, in `gpu`'s scope
+    (they take precedence over any shipped value for it)."""
+    return constants.with_overrides({"light_sm_rate": fit, "light_dram_eta": float(eta_dram)}, scope=f"gpu.{gpu}")
+
+
+def predict_sm_rate(cells_gpu, gpu, constants: Constants) -> np.ndarray:
+    """Milliseconds per cell of the product's light law (steptime.terms.light.light_time) under `constants`
+    (`sm_rate_constants`): the one code path of the step predictor."""
+    gp = get_gpu(gpu)
+    law = constants.get("light_sm_rate", gp, default=None)
+    if law is None:
+        raise ValueError(f"no light_sm_rate constant for {gpu} (sm_rate_constants)")
+    miss = sorted(set(cells_gpu["kernel"]) - set(law["kernels"]))
     if miss:
         raise ValueError(f"SM-rate law has no constants for kernel(s) {miss}")
     kern = cells_gpu["kernel"].to_numpy()
-    bw, smhz, clk = _gpu_cols(cells_gpu)
     nb, reps = cells_gpu["bytes"].to_numpy(float), cells_gpu["reps"].to_numpy(float)
     out = np.empty(len(cells_gpu))
-    for k in np.unique(kern):  # one knee exponent per kernel (smax takes a scalar p)
-        m, f = kern == k, fit[k]
-        out[m] = _sm_rate_s(f["c_kcycles"], f["bytes_per_sm_cycle"], f["p"], nb[m], bw[m], smhz[m], clk[m], reps[m],
-                            eta_dram, q) * 1e3
+    for k in np.unique(kern):
+        m = kern == k
+        out[m] = L.light_time(k, nb[m], gp, constants, floor_law="flat") * reps[m] * 1e3
     return out

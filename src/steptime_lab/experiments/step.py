@@ -81,12 +81,30 @@ def held_out_constants(light_cells, gpu, gpus, gemm_doc: dict | None = None,
         reading_cell, prov = LX.gemm_stream_cell(gemm_doc, gpu), "DERIVED"
     else:
         scale, source, reading_cell, prov = LX.bw_scale(xg, gpu), "E1.1c deploy reading", deploy_cell, "MEASURED"
-    c = base.with_overrides({"light_eta": eta, "light_floor_us": floors, "light_p": knee}, scope="global",
-                            source=f"E1.1c fit on {others}")
+    # the SM-rate law of the flat floor law's kernels (E1.1c, wave 30): rates fitted on the other GPUs (their caps
+    # their own add readings), the GPU's DRAM cap carried from its GEMM reading, else its own add reading
+    sm_fit = LX.fit_sm_rate(light_cells, {o: LX.dram_reading(light_cells[light_cells["gpu"] == o].reset_index(
+        drop=True), o)[0] for o in others})
+    dd = LX.derived_dram_eta(light_cells, gpu, others, GX.readings_in_fold(gemm_doc, gpu, gpus, constants=base)) \
+        if derived is not None else None
+    own_dram, dram_cell = LX.dram_reading(xg, gpu)
+    if dd is not None:
+        eta_dram, dram_from, dram_cell = dd[0], f"GEMM reading eta_mem_max x {dd[1]:.4g} (ratio fitted on {others})", \
+            LX.gemm_stream_cell(gemm_doc, gpu)
+    else:
+        eta_dram, dram_from = own_dram, "E1.1c DRAM-cap reading (largest add cell)"
+        if tuple(dram_cell[2:5]) != tuple(deploy_cell[2:5]):  # scoring drops the deploy cell's row only
+            raise ValueError(f"{gpu}: the DRAM-cap reading {dram_cell} is not in the deploy cell's row {deploy_cell}")
+    c = base.with_overrides({"light_eta": eta, "light_floor_us": floors, "light_p": knee, "light_sm_rate": sm_fit},
+                            scope="global", source=f"E1.1c fit on {others}")
     c = c.with_overrides({"light_bw_scale": scale}, scope=f"gpu.{get_gpu(gpu).key}", provenance=prov,
                          source=source)
+    c = c.with_overrides({"light_dram_eta": eta_dram}, scope=f"gpu.{get_gpu(gpu).key}",
+                         provenance="DERIVED" if dd is not None else "MEASURED", source=dram_from)
     return c, {"fit_on": others, "light_bw_scale": scale, "light_bw_scale_from": source, "light_eta": eta,
-               "light_floor_us": floors, "light_p": knee, "deploy_cell": deploy_cell, "reading_cell": reading_cell}
+               "light_floor_us": floors, "light_p": knee, "deploy_cell": deploy_cell, "reading_cell": reading_cell,
+               "light_sm_rate": sm_fit, "light_dram_eta": eta_dram, "light_dram_eta_from": dram_from,
+               "dram_reading_cell": list(dram_cell)}
 
 
 GEMM_READINGS = ("aic", "vidur_rule")
@@ -273,6 +291,8 @@ def run(vidur, light_cells, gpus=None, seed: int = 0, n_boot: int = 1000, gemm_d
                                        "candidates": sorted(table, key=lambda t: t["score"])[:5],
                                        "n_candidates": len(table), "note": ETA_RULE_NOTE}
         per_gpu[g] = info
+        if info["dram_reading_cell"][1] == "light":  # the SM-rate law's DRAM cap read in the deploy cell's row
+            cal.record(f"light_dram_eta[{g}]", [tuple(info["dram_reading_cell"])], LX.DRAM_NOTE)
         if info["reading_cell"] == info["deploy_cell"]:
             cal.record(f"light_bw_scale[{g}]", [tuple(info["deploy_cell"])], LX.DEPLOY_NOTE)
         else:  # carried from the GEMM streaming reading (recorded with the GEMM fold below)
