@@ -18,7 +18,11 @@ M = get_model("llama-2-7b")
 
 
 def _consts(cap=0.84, law=LAW):
-    return Constants.default().with_overrides({"light_sm_rate": law, "light_dram_eta": cap})
+    """The shipped constants with this law and one DRAM cap everywhere (the shipped per-GPU caps overridden too)."""
+    C = Constants.default().with_overrides({"light_sm_rate": law, "light_dram_eta": cap})
+    for g in CAPS:
+        C = C.with_overrides({"light_dram_eta": cap}, scope=f"gpu.{g}")
+    return C
 
 
 def _cells(gpus=("a100-sxm", "h100-sxm", "a40")):
@@ -103,7 +107,7 @@ def test_bad_input_is_a_clear_error():
     with pytest.raises(ValueError, match="no constants for kernel"):
         E.predict_sm_rate(c, "a100-sxm", E.sm_rate_constants(Constants.default(), "a100-sxm", fit, 0.88))
     with pytest.raises(ValueError, match="no light_sm_rate"):
-        E.predict_sm_rate(c, "a100-sxm", Constants.default())
+        E.predict_sm_rate(c, "a100-sxm", Constants.default().with_overrides({"light_sm_rate": None}))
     with pytest.raises(ValueError, match="no 'add' cell"):
         E.dram_reading(c[c["kernel"] != "add"].reset_index(drop=True), "a100-sxm")
     a100 = get_gpu("a100-sxm")
