@@ -7,7 +7,7 @@ from steptime.calibration import DEFAULTS_FILE, Constants
 from steptime.specs import get_gpu
 from steptime.terms import gemm as G
 from steptime_lab.experiments.gemm.contract import apply_readings, base_params
-from steptime_lab.experiments.gemm.folds import HOPPER_GLOBALS, with_globals
+from steptime_lab.experiments.gemm.folds import FAMILY_GLOBALS, HOPPER_GLOBALS, with_globals
 from steptime_lab.experiments.gemm.settling import defaults_updates
 
 
@@ -27,6 +27,7 @@ def test_hopper_droop_sets_clk_droop_on_hopper_only(constants, order):
     assert b["clk_droop"] == 0.0
     # the family keys never reach the GEMM term's parameters
     assert not set(HOPPER_GLOBALS) & (set(h) | set(b))
+    assert not set(FAMILY_GLOBALS) & (set(h) | set(b))
 
 
 def test_hopper_droop_slows_long_kernels_relative_to_the_reading(constants):

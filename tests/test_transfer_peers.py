@@ -90,7 +90,7 @@ def test_home_only_fits_on_the_home_table_alone_and_keeps_the_targets_readings()
 
     g = get_gpu("h100-sxm")
     for name, value in ho.gemm_globals().items():
-        if name not in GX.HOPPER_GLOBALS:
+        if name not in GX.FAMILY_GLOBALS:
             assert c.get(name, g) == pytest.approx(value)
     # a home-only fit on a non-Hopper GPU has no Hopper cells: it applies no Hopper droop
     assert ho.gemm_globals()["hopper_clk_droop"] == 0.0 and c.get("clk_droop", g) == 0.0
@@ -302,7 +302,7 @@ def test_home_only_shared_fits_the_homes_gemm_globals_once():
     from steptime.specs import get_gpu
 
     g = get_gpu("h100-sxm")
-    assert all(c1.get(n, g) == c0.get(n, g) for n in alone.gemm_globals() if n not in GX.HOPPER_GLOBALS)
+    assert all(c1.get(n, g) == c0.get(n, g) for n in alone.gemm_globals() if n not in GX.FAMILY_GLOBALS)
     other = T.HomeOnly(("gemm",), "a100-sxm", shared=shared, **dict(kw, seed=1))
     assert other._gemm_key() != first._gemm_key()  # another seed never shares
 

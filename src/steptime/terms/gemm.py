@@ -36,6 +36,13 @@ grid cap)), and one CTA does not pull DRAM at the device's rate. Its time, bytes
 matters at the few-tile skinny shapes (column-parallel n = 768 at TP 8, m <= 256: one CTA
 streams 1 MB of a 6 MB weight) and is a small share where many CTAs share the bytes.
 `cta_stream_us_mb` = 0 turns it off; wave-launched families always keep it off (E1.29).
+
+Split depth (`split_min_k`, elements of k; 0 = off; persistent launches only): a launch splits k (split-K or a stream-K
+launch spreading few tiles over more CTAs) only into pieces of at least this depth, as the
+measured few-tile kernels do (DESIGN.md, wave 30 helper `splitk`: one serial k loop per output
+tile up to k ~4K, split only once k is deep). With it on, the per-CTA stream walks the launch's
+k piece (`k_cta`), which the depth rule keeps at least min(k, split_min_k) deep; with it off the
+stream walks the full k, whatever the launch's (too early) split.
 """
 
 from __future__ import annotations
@@ -55,9 +62,9 @@ SPLITK_MIN_K = 512  # each split keeps at least this much of k
 GEMM_CONSTANTS = ("tiles", "ctas_per_sm", "cluster_size", "duty_c", "duty_k", "eta_active", "f_clk",
                   "eta_mem_max", "mem_x_half", "mem_t_half_us", "l2_gain", "l2_resident_x",
                   "kernel_floor_us", "overlap_p", "streamk_rel", "clk_droop", "clk_droop_us",
-                  "cta_stream_us_mb", "streamk_m_grain")
+                  "cta_stream_us_mb", "streamk_m_grain", "split_min_k")
 # constants an older constant set may lack, with their neutral values (cluster_size 1: no clusters)
-_OPTIONAL = MappingProxyType({"cta_stream_us_mb": 0.0, "streamk_m_grain": 0.0, "duty_k": 0.0, "mem_t_half_us": 0.0, "l2_resident_x": 0.0,
+_OPTIONAL = MappingProxyType({"split_min_k": 0.0, "cta_stream_us_mb": 0.0, "streamk_m_grain": 0.0, "duty_k": 0.0, "mem_t_half_us": 0.0, "l2_resident_x": 0.0,
                               "overlap_p": float("inf"), "streamk_rel": 0.0, "clk_droop": 0.0, "clk_droop_us": 1.0,
                               "cluster_size": 1})
 
@@ -161,6 +168,24 @@ def grid_cap(gpu, p: dict, paradigm: str) -> float:
     return float(cluster_cap(gpu, int(p["cluster_size"])))
 
 
+def split_depth(p: dict, paradigm: str) -> float:
+    """Least k per piece a launch may split k into: SPLITK_MIN_K, or on persistent launches the fitted depth
+    `split_min_k` when larger (the wave-launched parts' kernels split k early: the depth does not apply)."""
+    if paradigm != "persistent":
+        return float(SPLITK_MIN_K)
+    return max(float(SPLITK_MIN_K), float(p.get("split_min_k", 0.0)))
+
+
+def streamk_grid(tiles, k, grid_max: float, p: dict):
+    """CTAs a stream-K launch uses: the full grid cap, or, with the split depth `split_min_k` on, only as
+    many as keep each CTA's share of k at least that deep (tiles x k / split_min_k, at least one CTA per
+    tile's worth of work, at most the cap). A scalar `grid_max` when the depth is off (the old launch)."""
+    kmin = float(p.get("split_min_k", 0.0))
+    if kmin <= 0:
+        return grid_max
+    return np.minimum(grid_max, tiles * np.maximum(1.0, k / kmin))
+
+
 def _option_terms(m, n, k, tm, tn, rel, split, sk, paradigm: str, gpu, p: dict,
                   grid_max: float | None = None) -> dict:
     """Fill, duty and score of launch option(s) (arrays broadcast: cells x options or per cell).
@@ -185,7 +210,7 @@ def _option_terms(m, n, k, tm, tn, rel, split, sk, paradigm: str, gpu, p: dict,
         prologue = 1.0
     elif paradigm == "persistent":
         cap = grid_max
-        grid = np.where(is_sk, cap, np.minimum(tiles, cap))
+        grid = np.where(is_sk, streamk_grid(tiles, k, cap, p), np.minimum(tiles, cap))
         rounds = np.ceil(tiles / grid)
         tail = np.where(is_sk, 1.0, tiles / (rounds * grid))
         eta_cluster = pad * tail * grid / gpu.sms
@@ -201,7 +226,7 @@ def _option_terms(m, n, k, tm, tn, rel, split, sk, paradigm: str, gpu, p: dict,
     reduce_pen = 1.0 / (1.0 + (split - 1.0) * 0.5 * (tn / np.maximum(k, 1.0)))
     eta_cluster = eta_cluster * reduce_pen
     return {"eta_cluster": eta_cluster, "eta_duty": eta_duty, "grid": grid, "tiles_per_cta": tiles_per_cta,
-            "tiles_mn": tiles_mn, "score": eta_cluster * eta_duty}
+            "tiles_mn": tiles_mn, "k_cta": k_cta, "score": eta_cluster * eta_duty}
 
 
 def sm_fill(m, n, k, gpu, constants: Constants | None = None, params: dict | None = None,
@@ -210,7 +235,7 @@ def sm_fill(m, n, k, gpu, constants: Constants | None = None, params: dict | Non
 
     Options: each tile of the ladder with split-K 1/2/4/8 (wave or persistent launch by
     paradigm; split-K only while that tile's output grid is under SPLITK_MAX_WAVES grids
-    and k / split >= SPLITK_MIN_K), and, where the family has one (`streamk_rel` > 0), a
+    and k / split >= `split_depth`), and, where the family has one (`streamk_rel` > 0), a
     stream-K launch that spreads the m n k work evenly over a full grid (no tail, no idle
     SMs up to the grid cap) at a relative throughput `streamk_rel` (its fix-up and
     bookkeeping cost). The best score (fill x duty) wins, as a heuristic picking the
@@ -247,6 +272,7 @@ def sm_fill(m, n, k, gpu, constants: Constants | None = None, params: dict | Non
         "stream_k": (ch[4] > 0).reshape(shape),
         "grid": r["grid"].reshape(shape),
         "tiles_per_cta": r["tiles_per_cta"].reshape(shape),
+        "k_cta": np.broadcast_to(r["k_cta"], m.shape).reshape(shape),
     }
 
 
@@ -277,22 +303,24 @@ def _forced_fill(m, n, k, gpu, p: dict, paradigm: str, launch) -> dict:
     return {"paradigm": paradigm, "eta_cluster": r["eta_cluster"].reshape(shape),
             "eta_duty": r["eta_duty"].reshape(shape), "tile_m": tm.reshape(shape), "tile_n": tn.reshape(shape),
             "split_k": one.reshape(shape), "stream_k": np.zeros(shape, dtype=bool), "grid": r["grid"].reshape(shape),
-            "tiles_per_cta": r["tiles_per_cta"].reshape(shape)}
+            "tiles_per_cta": r["tiles_per_cta"].reshape(shape), "k_cta": np.broadcast_to(r["k_cta"], m.shape).reshape(shape)}
 
 
 def cta_stream_time(n, k, fill: dict, gpu, p: dict, dtype: str = "bf16"):
     """Seconds one CTA spends streaming the weight of its output column (persistent launches only):
     k x tile_n x bytes per element for each of the ceil(n-tiles / grid cap) columns it walks,
-    times `cta_stream_us_mb` (us per MB per CTA). The k loop is the full k: the measured
-    few-tile kernels show no rescue by split-K or stream-K (DESIGN.md, E1.29), so the chosen
-    launch's k split does not divide it. Zero where the constant is 0 or the launch is
+    times `cta_stream_us_mb` (us per MB per CTA). The k loop is the launch's k piece per CTA
+    (`fill["k_cta"]`) when the split depth `split_min_k` is on (the launch splits k only as deep
+    as the measured kernels do); with it off it is the full k: the measured few-tile kernels
+    show no rescue by the law's early split (DESIGN.md, E1.29). Zero where the constant is 0 or the launch is
     wave-paradigm (the wave-launched parts show no such cost)."""
     c = float(p.get("cta_stream_us_mb", 0.0))
     tn = fill["tile_n"]
     if c <= 0 or fill["paradigm"] != "persistent":
         return np.zeros(np.shape(tn))
     cols = np.ceil(np.ceil(n / tn) / grid_cap(gpu, p, "persistent"))
-    return k * tn * BYTES[dtype] * cols * c * 1e-12
+    k_loop = fill["k_cta"] if float(p.get("split_min_k", 0.0)) > 0 else k
+    return k_loop * tn * BYTES[dtype] * cols * c * 1e-12
 
 
 def streamk_tiles(m, n, tm, tn, p: dict):
@@ -307,7 +335,7 @@ def streamk_tiles(m, n, tm, tn, p: dict):
 
 
 def _split1_score(tiles, mn, k, tm, tn, rel, sk, paradigm: str, gpu, grid_max: float, duty_k: float,
-                  duty_c: float, dk, tiles_sk=None):
+                  duty_c: float, dk, p: dict, tiles_sk=None):
     """Score of split-K-1 options (`tiles` = ceil(m/tm) ceil(n/tn), `dk` = 1/(1 + duty_k/k)):
     the algebra of `_option_terms` reduced to the score. `sk` may be a scalar or an array."""
     if paradigm == "wave":
@@ -317,11 +345,12 @@ def _split1_score(tiles, mn, k, tm, tn, rel, sk, paradigm: str, gpu, grid_max: f
         rounds = np.ceil(tiles / grid_max)
         return (mn * (rel / (tm * tn * gpu.sms))) / rounds * dk / (1.0 + duty_c / rounds)
 
-    def streamk():  # persistent only: a full grid, no tail
+    def streamk():  # persistent only: a full grid (or as much of it as the split depth allows), no tail
         ts = tiles if tiles_sk is None else tiles_sk
-        tpc = ts / grid_max
+        g = streamk_grid(ts, k, grid_max, p)
+        tpc = ts / g
         kc = k * np.minimum(1.0, tpc)
-        return (mn * (rel * grid_max / (tm * tn * gpu.sms))) / ts / (1.0 + duty_k / kc) \
+        return (mn * (rel * g / (tm * tn * gpu.sms))) / ts / (1.0 + duty_k / kc) \
             / (1.0 + duty_c / np.maximum(tpc, 1.0 / 8.0))
 
     is_sk = np.asarray(sk) > 0
@@ -342,11 +371,11 @@ def _best_option_2d(m, n, k, opts, paradigm: str, gpu, p: dict, grid_max: float)
     score = np.full((m.size, len(opts)), -np.inf)
     o_tm, o_tn = tm[:, one], tn[:, one]
     score[:, one] = _split1_score(np.ceil(M / o_tm) * np.ceil(N / o_tn), M * N, K, o_tm, o_tn, rel[:, one],
-                                  sk[:, one], paradigm, gpu, grid_max, duty_k, duty_c, 1.0 / (1.0 + duty_k / K),
+                                  sk[:, one], paradigm, gpu, grid_max, duty_k, duty_c, 1.0 / (1.0 + duty_k / K), p,
                                   tiles_sk=streamk_tiles(M, N, o_tm, o_tn, p))
     if np.any(~one):
         s_tm, s_tn, s_split = tm[:, ~one], tn[:, ~one], split[:, ~one]
-        ok = (np.ceil(M / s_tm) * np.ceil(N / s_tn) < SPLITK_MAX_WAVES * grid_max) & (K >= SPLITK_MIN_K * s_split)
+        ok = (np.ceil(M / s_tm) * np.ceil(N / s_tn) < SPLITK_MAX_WAVES * grid_max) & (K >= split_depth(p, paradigm) * s_split)
         sc = _option_terms(M, N, K, s_tm, s_tn, rel[:, ~one], s_split, sk[:, ~one], paradigm, gpu, p,
                            grid_max)["score"]
         score[:, ~one] = np.where(ok, sc, -np.inf)
@@ -369,11 +398,12 @@ def _best_option_loop(m, n, k, opts, paradigm: str, gpu, p: dict, grid_max: floa
     dk = 1.0 / (1.0 + duty_k / k)
     sc = np.empty(m.shape)
     better = np.empty(m.shape, dtype=bool)
+    depth = split_depth(p, paradigm)
     for j, (tm, tn, rel, split, sk) in enumerate(opts):
         tiles, rounds, plain_den, few = shape.get((tm, tn)) or _tile_shape(m, n, tm, tn, ceil_m, ceil_n, paradigm,
                                                                            grid_max, duty_c, shape)
         if split > 1:
-            sel = few[k[few] >= SPLITK_MIN_K * split]
+            sel = few[k[few] >= depth * split]
             if sel.size == 0:
                 continue
             sc_sel = _splitk_score(mn[sel], tiles[sel], k[sel], tm, tn, rel, split, paradigm, gpu, grid_max,
@@ -389,9 +419,10 @@ def _best_option_loop(m, n, k, opts, paradigm: str, gpu, p: dict, grid_max: floa
         elif sk > 0:  # stream-K: (mn * (rel grid / (tm tn SMs))) / tiles / (1 + duty_k / kc) / (1 + duty_c / max(tpc, 1/8))
             if float(p.get("streamk_m_grain", 0.0)) > 0:
                 tiles = streamk_tiles(m, n, tm, tn, p)
-            tpc = tiles / grid_max
+            g = streamk_grid(tiles, k, grid_max, p)
+            tpc = tiles / g
             kc = k * np.minimum(1.0, tpc)
-            np.multiply(mn, rel * grid_max / (tm * tn * gpu.sms), out=sc)
+            np.multiply(mn, rel * g / (tm * tn * gpu.sms), out=sc)
             sc /= tiles
             np.divide(duty_k, kc, out=kc)
             kc += 1.0
@@ -583,6 +614,7 @@ def gemm_time(m, n, k, gpu, constants: Constants | None = None, f_clk: float | N
         "stream_k": fill["stream_k"],
         "grid": fill["grid"],
         "tiles_per_cta": fill["tiles_per_cta"],
+        "k_cta": fill["k_cta"],
         "paradigm": fill["paradigm"],
     }
 

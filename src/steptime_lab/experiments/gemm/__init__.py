@@ -24,7 +24,7 @@ from steptime_lab.experiments.gemm.contract import (  # noqa: F401
     apply_readings, calibration_record,
 )
 from steptime_lab.experiments.gemm.folds import (  # noqa: F401
-    _fit_sample, fit_globals, with_globals, gpu_params, loo, _readings_json, folds_from_doc, HOPPER_GLOBALS,
+    _fit_sample, fit_globals, with_globals, gpu_params, loo, _readings_json, folds_from_doc, HOPPER_GLOBALS, FAMILY_GLOBALS,
     _readings_from_json, fold_from_json, with_fold, readings_in_fold,
 )
 from steptime_lab.experiments.gemm.settling import (  # noqa: F401

@@ -121,6 +121,7 @@ ABLATIONS = {
     "memory ramp t_half": {"mem_t_half_us": 0.0},
     "per-CTA stream (persistent)": {"cta_stream_us_mb": 0.0},
     "stream-K token grain (whole tiles instead)": {"streamk_m_grain": 0.0},
+    "Blackwell split depth (k pieces >= split_min_k)": {"blackwell_split_min_k": 0.0},
 }
 
 

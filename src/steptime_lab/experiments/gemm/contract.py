@@ -61,6 +61,12 @@ FIT_GLOBALS = {
     "hopper_clk_droop": (0.1, 0.0, 0.6),
     # per-CTA stream (us per MB per CTA; persistent launches only, see steptime.terms.gemm)
     "cta_stream_us_mb": (1.0, 0.0, 20.0),
+    # datacenter Blackwell's split depth (elements of k; family scope: `folds.with_globals` sets split_min_k on
+    # Blackwell parts only): a persistent launch splits k only into pieces at least this deep, and the per-CTA stream
+    # walks the launch's k piece (steptime.terms.gemm.split_depth / streamk_grid); 512 = SPLITK_MIN_K, the old guard.
+    # Blackwell's per-CTA stream is its own (the global one keeps the full-k stream of the parts without a depth)
+    "blackwell_split_min_k": (4096.0, 512.0, 32768.0),
+    "blackwell_cta_stream_us_mb": (1.0, 0.0, 20.0),
 }
 
 FIT_SAMPLE = 1500  # cells per GPU in a fit (seeded)
@@ -82,6 +88,17 @@ DISCLOSED = (
     "m > 4096, +4 to +8% at m 64-1024, around the 4096^3 reading) and a scratch probe on the shipped folds (droop "
     "fitted on the other Hopper's cells: 0.125 for H100, 0.10 for H200) that showed E1.29 / E1.23 scores; the "
     "form is wave 24's (DESIGN.md), only its scope (Hopper, not global) is new",
+    "blackwell_split_min_k (issue 19 item 1, wave 30, helper splitk): on datacenter Blackwell a launch splits k "
+    "(split-K, or stream-K over more CTAs than tiles) only into pieces at least split_min_k deep, and the per-CTA "
+    "stream walks the launch's k piece at its own rate (blackwell_cta_stream_us_mb); both Blackwell-family constants "
+    "fitted in settle_gemm_constants (a held-out Blackwell GPU's from the other Blackwells' cells; the depth scanned "
+    "over 1024-16384 and polished, start 4096). The Blackwell-only scope was chosen after a global split_min_k "
+    "(all persistent parts) was settled and scored (E1.29 Blackwell TP 8 met but Hopper TP 1-4 lost five claims; "
+    "DESIGN.md, wave 30 helper splitk). Chosen after seeing "
+    "E1.29's TP 8 residuals (few-tile column-parallel cells -.18 to -.23) and B200's measured time over the floor "
+    "per k element by k band (linear to k ~4K, sublinear beyond: DESIGN.md, wave 29 helper bw8), which gave the "
+    "start value; a scratch probe on the shipped folds (no refit, split_min_k 4096, cta_stream_us_mb 1.1 / 2 / 3) "
+    "showed B200 / H100 E1.29 and LLM-shaped scores before the settle was run once",
 )
 
 SUBSETS = ("llm", "all", "decode", "prefill")

@@ -49,6 +49,9 @@ def fit_globals(df, gpus, readings: dict, *, constants: Constants, seed: int = 0
     fixed = dict(fixed or {})
     if not any(get_gpu(g).architecture == "hopper" for g in gpus):
         fixed.setdefault("hopper_clk_droop", 0.0)  # no Hopper cells: no data on Hopper's droop, none applied
+    if not any(_persistent_blackwell(g) for g in gpus):  # no datacenter Blackwell cells: no depth, no own stream
+        fixed.setdefault("blackwell_split_min_k", 0.0)
+        fixed.setdefault("blackwell_cta_stream_us_mb", 0.0)
     names = [nm for nm in (names or FIT_GLOBALS) if nm not in fixed]
     exclude = {c for g in gpus for c, _ in readings[g].values()}
     sample = _fit_sample(df, gpus, n_per_gpu, seed, exclude)
@@ -71,29 +74,71 @@ def fit_globals(df, gpus, readings: dict, *, constants: Constants, seed: int = 0
     # would make the result depend on the machine's thread count (determinism)
     from threadpoolctl import threadpool_limits
 
+    def fit(x0):
+        return least_squares(resid, x0, bounds=(lo, hi), loss="soft_l1", f_scale=0.1, max_nfev=max_nfev,
+                             x_scale=np.maximum(np.abs(x0), 0.1)).x
+
     with threadpool_limits(limits=1):
-        r = least_squares(resid, start, bounds=(lo, hi), loss="soft_l1", f_scale=0.1, max_nfev=max_nfev,
-                          x_scale=np.maximum(np.abs(start), 0.1))
-    return {**dict(zip(names, map(float, r.x))), **fixed}
+        x = fit(start)
+        if "blackwell_split_min_k" in names:  # a launch choice: the cost is piecewise in it, so scan its grid too
+            x = _scan_split_depth(x, names, resid, fit, lo, hi)
+    return {**dict(zip(names, map(float, x))), **fixed}
 
 
-# Hopper-family constants carried among the globals: {glob key: the GEMM constant it sets on Hopper parts only}
-HOPPER_GLOBALS = {"hopper_cluster_size": "cluster_size", "hopper_clk_droop": "clk_droop"}
+# Candidate split depths (elements of k) scanned by `fit_globals` (powers of two, fixed before any scan was run)
+SPLIT_DEPTH_GRID = (1024.0, 2048.0, 4096.0, 8192.0, 16384.0)
+
+
+def _soft_l1(r) -> float:
+    """least_squares' soft-L1 cost at f_scale 0.1 (up to a constant factor)."""
+    return float(np.sum(np.sqrt(1.0 + (r / 0.1) ** 2) - 1.0))
+
+
+def _scan_split_depth(x, names, resid, fit, lo, hi):
+    """`blackwell_split_min_k` picks the launch (split-K / stream-K allowed or not), so the least-squares step barely
+    moves it from its start. Score each `SPLIT_DEPTH_GRID` depth at the other globals just fitted; if one beats
+    the fitted value, refit every global from it (the other globals then follow the new depth)."""
+    i = names.index("blackwell_split_min_k")
+    best, best_cost = x, _soft_l1(resid(x))
+    for d in SPLIT_DEPTH_GRID:
+        y = np.array(x, dtype=float)
+        y[i] = d
+        c = _soft_l1(resid(y))
+        if c < best_cost:
+            best, best_cost = y, c
+    if best is x:
+        return x
+    return fit(np.clip(best, lo + 1e-9, hi - 1e-9))
+
+
+# Family constants carried among the globals: {glob key: (architecture, the GEMM constant it sets on that family only)}
+FAMILY_GLOBALS = {"hopper_cluster_size": ("hopper", "cluster_size"), "hopper_clk_droop": ("hopper", "clk_droop"),
+                  "blackwell_split_min_k": ("blackwell", "split_min_k"),
+                  "blackwell_cta_stream_us_mb": ("blackwell", "cta_stream_us_mb")}
+HOPPER_GLOBALS = {k: c for k, (fam, c) in FAMILY_GLOBALS.items() if fam == "hopper"}
+
+
+def _persistent_blackwell(gpu: str) -> bool:
+    """A datacenter Blackwell part (sm100/sm103: persistent launches), the parts the Blackwell GEMM globals act on."""
+    from steptime.terms.gemm import fill_paradigm
+
+    g = get_gpu(gpu)
+    return g.architecture == "blackwell" and fill_paradigm(g) == "persistent"
 
 
 def with_globals(gpu: str, base: dict, glob: dict) -> dict:
-    """`base` with the global constants applied; the `HOPPER_GLOBALS` keys set their constant on Hopper
-    parts only (`hopper_cluster_size`: the cluster size; `hopper_clk_droop`: the clock droop, over any
-    global `clk_droop`) and are not passed to other parts."""
-    p = {k: v for k, v in base.items() if k not in HOPPER_GLOBALS}
-    hopper = get_gpu(gpu).architecture == "hopper"
+    """`base` with the global constants applied; the `FAMILY_GLOBALS` keys set their constant on that
+    family's parts only (`hopper_cluster_size`: the cluster size; `hopper_clk_droop`: the clock droop, over
+    any global `clk_droop`; `blackwell_split_min_k` / `blackwell_cta_stream_us_mb`: the split depth and the
+    per-CTA stream, over the global ones) and are not passed to other parts."""
+    p = {k: v for k, v in base.items() if k not in FAMILY_GLOBALS}
+    arch = get_gpu(gpu).architecture
     for k, v in glob.items():
-        if k not in HOPPER_GLOBALS:
+        if k not in FAMILY_GLOBALS:
             p[k] = v
-    if hopper:
-        for k, v in glob.items():
-            if k in HOPPER_GLOBALS:
-                p[HOPPER_GLOBALS[k]] = int(v) if k == "hopper_cluster_size" else float(v)
+    for k, v in glob.items():
+        if k in FAMILY_GLOBALS and FAMILY_GLOBALS[k][0] == arch:
+            p[FAMILY_GLOBALS[k][1]] = int(v) if k == "hopper_cluster_size" else float(v)
     return p
 
 

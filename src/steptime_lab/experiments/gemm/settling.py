@@ -11,7 +11,7 @@ from steptime_lab.experiments.gemm.contract import (
     DEPLOY_CELLS, DEPLOY_NOTES, FIT_GLOBALS, STREAM_MIN_MIB, calibration_record, deploy_readings,
     select_stream_cell,
 )
-from steptime_lab.experiments.gemm.folds import HOPPER_GLOBALS, _readings_json, fit_globals, gpu_params
+from steptime_lab.experiments.gemm.folds import FAMILY_GLOBALS, _readings_json, fit_globals, gpu_params
 
 
 FIT_SETTINGS = {"n_per_gpu": 2000, "max_nfev": 80, "llm_share": 0.7}
@@ -68,7 +68,8 @@ def defaults_updates(doc: dict, experiment: str = "settle_gemm_constants") -> li
     for name, value in doc["all"].items():
         if name in doc["fixed"]:
             continue
-        scope, const = ("family.hopper", HOPPER_GLOBALS[name]) if name in HOPPER_GLOBALS else ("global", name)
+        scope, const = ((f"family.{FAMILY_GLOBALS[name][0]}", FAMILY_GLOBALS[name][1]) if name in FAMILY_GLOBALS
+                        else ("global", name))
         ups.append({"scope": scope, "name": const, "value": round(float(value), 6), "provenance": "FITTED",
                     "source": "least-squares (log error, soft-L1) on all GPUs; leave-one-GPU-out refits in "
                               "results/calibration/gemm_constants.json", "experiment": experiment,

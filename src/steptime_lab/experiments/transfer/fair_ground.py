@@ -374,7 +374,7 @@ class HomeOnly:
                 params = GX.gpu_params(key, glob, rd, constants=self.base)
                 rd_cells += [tuple(cell) for cell, _ in rd.values()]
             else:  # a GPU without GEMM readings: home-only globals over its shipped per-GPU constants
-                params = {k: v for k, v in glob.items() if k not in GX.HOPPER_GLOBALS}
+                params = {k: v for k, v in glob.items() if k not in GX.FAMILY_GLOBALS}
             c = c.with_overrides(params, scope=f"gpu.{key}", provenance="FITTED", source=f"GEMM globals {src}")
         if "attention" in self.families:
             fcg, ratios = self.attention_fit()
