@@ -325,9 +325,9 @@ def test_vllm_fp8_dispatch_is_one_tile_per_m_bucket_without_split_k():
     m = np.array([8.0, 40.0, 40.0, 100.0, 256.0, 8192.0])
     n = np.array([1024.0, 1024.0, 4096.0, 4096.0, 1024.0, 4096.0])
     k = np.array([4096.0, 4096.0, 4096.0, 4096.0, 4096.0, 8192.0])
-    tm, tn = PT.fp8_launch(h, "vllm")(m, n, k)
+    tm, tn, _ = PT.fp8_launch(h, "vllm")(m, n, k)
     assert tm.tolist() == [16, 16, 64, 64, 128, 256] and tn.tolist() == [64, 64, 64, 128, 128, 128]
-    tm, tn = PT.fp8_launch(b, "vllm")(np.array([8.0, 64.0, 64.0, 200.0, 300.0]), 4096.0,
+    tm, tn, _ = PT.fp8_launch(b, "vllm")(np.array([8.0, 64.0, 64.0, 200.0, 300.0]), 4096.0,
                                       np.array([4096.0, 4096.0, 2048.0, 4096.0, 4096.0]))
     # m > 64 runs the 2-SM UMMA (even cluster M, TileShape M 128 / 256): half the M mode per SM
     assert tm.tolist() == [32, 64, 64, 64, 128] and tn.tolist() == [128, 128, 64, 128, 128]
@@ -344,6 +344,32 @@ def test_vllm_fp8_dispatch_is_one_tile_per_m_bucket_without_split_k():
     # the public fp8 path uses it: gemm_time_fp8 reports the dispatched tiles
     r = PT.gemm_time_fp8(m, n, k, h, c, engine="vllm")
     assert r["tile_m"].tolist() == [16, 16, 64, 64, 128, 256]
+
+
+def test_vllm_fp8_dispatch_rounds_tile_rows_up_to_the_cluster():
+    """vLLM's fp8 configs launch clusters along m (sm90 m > 64: ClusterShape 2x1x1; sm100 m > 64: the 2-SM pair
+    covers two per-SM tiles; sm90 swap-AB n <= 1280: 1x2 / 1x4 along m), so a partial cluster's empty tile rows
+    are launched and computed (issue 19 item 5, wave 30 `fp8b`). m 257, n 5120 on H100: 3 tile rows of 128 round up
+    to 4, 160 tiles, two rounds of the grid where the unrounded 120 fit in one (m 256's)."""
+    h, b = get_gpu("h100-sxm"), get_gpu("b200")
+    m = np.array([8.0, 40.0, 40.0, 100.0, 257.0])
+    n = np.array([1024.0, 1024.0, 4096.0, 4096.0, 5120.0])
+    _, _, cm = PT.fp8_launch(h, "vllm")(m, n, 4096.0)
+    assert cm.tolist() == [2, 4, 1, 2, 2]
+    _, _, cm = PT.fp8_launch(b, "vllm")(np.array([8.0, 40.0, 64.0, 100.0, 300.0]), 4096.0, 2048.0)
+    assert cm.tolist() == [1, 1, 1, 2, 2]
+    c = Constants.default()
+    g = G.gemm_time(np.array([256.0, 257.0]), 5120.0, 8192.0, h, c, dtype="fp8", launch=PT.fp8_launch(h, "vllm"))
+    assert g["t_compute"][1] > 1.5 * g["t_compute"][0]
+    # cluster_m 1 (or a two-array launch) is the unrounded tile count
+    two = G.gemm_time(m, n, 4096.0, h, c, dtype="fp8", launch=lambda m_, n_, k_: (np.full_like(m_, 128.0), 128.0))
+    one = G.gemm_time(m, n, 4096.0, h, c, dtype="fp8",
+                      launch=lambda m_, n_, k_: (np.full_like(m_, 128.0), 128.0, 1.0))
+    assert np.array_equal(two["t"], one["t"])
+    with pytest.raises(ValueError, match="cluster_m"):
+        G.gemm_time(m, n, 4096.0, h, c, dtype="fp8", launch=lambda m_, n_, k_: (128.0, 128.0, 0.5))
+    with pytest.raises(ValueError, match="a launch returns"):
+        G.gemm_time(m, n, 4096.0, h, c, dtype="fp8", launch=lambda m_, n_, k_: (128.0, 128.0, 1.0, 1.0))
 
 
 def test_forced_rel_takes_the_nearest_ladder_tile_and_refuses_bad_input():

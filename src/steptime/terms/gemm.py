@@ -187,15 +187,16 @@ def streamk_grid(tiles, k, grid_max: float, p: dict):
 
 
 def _option_terms(m, n, k, tm, tn, rel, split, sk, paradigm: str, gpu, p: dict,
-                  grid_max: float | None = None) -> dict:
+                  grid_max: float | None = None, cluster_m=1.0) -> dict:
     """Fill, duty and score of launch option(s) (arrays broadcast: cells x options or per cell).
 
     `grid_max` is the most CTAs a launch keeps resident (`grid_cap`), passed in by callers
-    that already hold it."""
+    that already hold it. `cluster_m`: the launch's tile rows are rounded up to a whole number of
+    clusters along m (a kernel dispatch's cluster shape, `_forced_fill`; the padded rows compute)."""
     if grid_max is None:
         grid_max = grid_cap(gpu, p, paradigm)
     is_sk = sk > 0
-    tiles_mn = np.ceil(m / tm) * np.ceil(n / tn)
+    tiles_mn = np.ceil(np.ceil(m / tm) / cluster_m) * cluster_m * np.ceil(n / tn)
     # stream-K hands out work, not whole tiles: its padded work counts the token rows at the grain
     tiles_mn = np.where(is_sk, streamk_tiles(m, n, tm, tn, p), tiles_mn)
     tiles = tiles_mn * split
@@ -243,8 +244,9 @@ def sm_fill(m, n, k, gpu, constants: Constants | None = None, params: dict | Non
     ones scan the options one at a time over 1-D cell arrays; both pick the same option.
 
     `launch`: a kernel library's own dispatch instead of the heuristic, a callable (m, n, k) -> (tile_m,
-    tile_n) per cell (terms/precision.py fp8_launch): that tile, no split-K, no stream-K, at the ladder's
-    relative throughput of the tile nearest in shape (`forced_rel`).
+    tile_n) or (tile_m, tile_n, cluster_m) per cell (terms/precision.py fp8_launch): that tile, no split-K,
+    no stream-K, at the ladder's relative throughput of the tile nearest in shape (`forced_rel`), the tile
+    rows rounded up to whole clusters of cluster_m (default 1).
     """
     p = params if params is not None else resolve(gpu, constants)
     if launch is not None:  # a kernel library's own dispatch (above)
@@ -296,10 +298,15 @@ def _forced_fill(m, n, k, gpu, p: dict, paradigm: str, launch) -> dict:
                                   np.asarray(k, dtype=float))
     shape = m.shape
     m, n, k = m.ravel(), n.ravel(), k.ravel()
-    tm, tn = (np.broadcast_to(np.asarray(v, dtype=float), m.shape) for v in launch(m, n, k))
+    tiles = launch(m, n, k)
+    if len(tiles) not in (2, 3):
+        raise ValueError(f"a launch returns (tile_m, tile_n) or (tile_m, tile_n, cluster_m), got {len(tiles)} arrays")
+    tm, tn, cm = (np.broadcast_to(np.asarray(v, dtype=float), m.shape) for v in (tuple(tiles) + (1.0,))[:3])
+    if np.any(cm < 1):
+        raise ValueError("a launch's cluster_m (tile rows per cluster) must be >= 1")
     rel = forced_rel(tm, tn, p["tiles"])
     one, zero = np.ones_like(m), np.zeros_like(m)
-    r = _option_terms(m, n, k, tm, tn, rel, one, zero, paradigm, gpu, p, grid_cap(gpu, p, paradigm))
+    r = _option_terms(m, n, k, tm, tn, rel, one, zero, paradigm, gpu, p, grid_cap(gpu, p, paradigm), cluster_m=cm)
     return {"paradigm": paradigm, "eta_cluster": r["eta_cluster"].reshape(shape),
             "eta_duty": r["eta_duty"].reshape(shape), "tile_m": tm.reshape(shape), "tile_n": tn.reshape(shape),
             "split_k": one.reshape(shape), "stream_k": np.zeros(shape, dtype=bool), "grid": r["grid"].reshape(shape),

@@ -63,6 +63,16 @@ fitted compute factor too low for the rest (E1.27, issue 19 item 5). The dispatc
 fitted factor set (FP8_LAUNCH: the factors were fitted with it); sm89 and sm120 dispatches were not
 read and keep the heuristic, as do TensorRT-LLM's and SGLang's factor sets (SGLang's sgl-kernel
 dispatch, read, did not improve its held-out table: DESIGN, fp8 dispatch).
+
+Cluster (issue 19 item 5, wave 30 `fp8b`): each dispatch config also fixes a ClusterShape, and CUTLASS's
+persistent scheduler launches whole clusters, so the tile rows are rounded up to the cluster's extent along m
+and the empty rows of a partial cluster are launched and computed (the third value of a launch, cluster_m;
+gemm._forced_fill). sm90 (scaled_mm_sm90_fp8_dispatch.cuh, commit 68f442eb): m > 64 ClusterShape 2x1x1
+(along m); swap-AB (m on the swapped N) M16_N1280 1x2x1, M64_N1280 1x4x1, the n > 1280 configs 1x1x1. sm100
+(commit 487e7b0e): m > 64 the 2-SM pair covers the whole TileShape M, two per-SM tiles (cluster_m 2); the
+swap-AB clusters (4x1) lie along n (not priced: n is a whole number of them in the tables). The tables show
+it: H100 / H200 m 257 takes 1.15 / 1.27 times as long as m 512 (median over n, k), so m 256 j + 1 costs at
+least a whole pair of tile rows (the excess beyond the pair is not explained: DESIGN, wave 30 `fp8b`).
 """
 
 from __future__ import annotations
@@ -78,16 +88,20 @@ IDENTITY = MappingProxyType({"eta_c_rel": 1.0, "eta_mem_rel": 1.0, "floor_add_us
 
 
 def _vllm_cutlass_sm90(m, n, k):
-    """(tile_m, tile_n) per cell of vLLM's sm90 fp8 CUTLASS dispatch (module note; swap-AB at m <= 64)."""
+    """(tile_m, tile_n, cluster_m) per cell of vLLM's sm90 fp8 CUTLASS dispatch (module note; swap-AB at m <= 64).
+    cluster_m: the ClusterShape's extent along m, to which the tile rows are rounded up (module note, cluster)."""
     tm = np.where(m <= 16, 16.0, np.where(m <= 64, np.where(n <= 1280, 16.0, 64.0),
                   np.where(m <= 128, 64.0, np.where((m >= 8192) & (k >= 6144), 256.0, 128.0))))
     tn = np.where(m <= 64, 64.0, 128.0)
-    return tm, tn
+    # ClusterShape: m > 64 2x1x1 (along m); swap-AB (m along the swapped N): M16_N1280 1x2x1, M64_N1280 1x4x1,
+    # the n > 1280 configs 1x1x1
+    cm = np.where(m > 64, 2.0, np.where(n <= 1280, np.where(m <= 16, 2.0, 4.0), 1.0))
+    return tm, tn, cm
 
 
 def _vllm_cutlass_sm100(m, n, k):
-    """(tile_m, tile_n) per cell of vLLM's sm100-family fp8 CUTLASS dispatch (module note; swap-AB at m <= 64
-    except m = 64 with k < 4096)."""
+    """(tile_m, tile_n, cluster_m) per cell of vLLM's sm100-family fp8 CUTLASS dispatch (module note; swap-AB at
+    m <= 64 except m = 64 with k < 4096; cluster_m as _vllm_cutlass_sm90, in per-SM tiles)."""
     # m > 64: TileShape 128x128 (cluster 2x1) / 256x128 (cluster 2x2) with KernelScheduleAuto; an even
     # cluster M and a TileShape M of 128 or 256 build the 2-SM UMMA (CUTLASS sm100_make_trivial_tiled_mma),
     # so each SM of the pair computes half the M mode: 64x128 / 128x128 per SM. The swap-AB configs
@@ -95,7 +109,10 @@ def _vllm_cutlass_sm100(m, n, k):
     # wave 29 `fp8c`; halving them as well scored worse)
     tm = np.where(m <= 16, 32.0, np.where(m <= 64, 64.0, np.where(m <= 256, 64.0, 128.0)))
     tn = np.where((m == 64) & (k < 4096), 64.0, 128.0)
-    return tm, tn
+    # cluster_m: the 2-SM pair (cluster M 2) covers the whole TileShape M, two per-SM tiles; the swap-AB
+    # clusters (4x1) lie along n, m = 64 at k < 4096 is 1x1
+    cm = np.where(m > 64, 2.0, 1.0)
+    return tm, tn, cm
 
 
 # the kernel dispatch each fitted fp8 factor set was fitted with: {constant: {sm_version: (m, n, k) -> tiles}}
