@@ -581,7 +581,8 @@ def run_row_floor(scale, flat_floor_us: float, gpus=None, seed: int = 0, n_boot:
 
 
 def _round_law(fit: dict, nd: int = 6) -> dict:
-    return {k: ({h: round(u, nd) for h, u in v.items()} if isinstance(v, dict) else round(v, nd)) for k, v in fit.items()}
+    return {k: ({h: round(u, nd) for h, u in v.items()} if isinstance(v, dict) else round(v, nd))
+            for k, v in fit.items()}
 
 
 def document_row_floor(r: dict, targets: dict) -> dict:
@@ -599,7 +600,8 @@ def document_row_floor(r: dict, targets: dict) -> dict:
         by.setdefault(x["gpu"], {})[x["predictor"]] = round(x["mape"], 4)
     claims.append(claim("light floor on modern (vLLM) one-CTA-per-row kernels: held-out MAPE per GPU of the row law "
                         "(shipped, clock-scaled, c0 per host CPU), the wave-22 law with one c0 (row_law_one_c0), the same "
-                        "law in seconds (no clock) and E1.1c's flat rmsnorm floor (Vidur's tables)", by, "MAPE per GPU on the same quantize floor cells"))
+                        "law in seconds (no clock) and E1.1c's flat rmsnorm floor (Vidur's tables)", by,
+                        "MAPE per GPU on the same quantize floor cells"))
     metrics = {"records": r["records"], "folds": r["folds"], "shipped": r["shipped"], "cells": r["cells"],
                "table": ROW_FLOOR_NOTE, "max_rows": ROW_FLOOR_MAX_M,
                "disclosed": "the clock-scaled form (c0 cycles + row bytes at b_cyc bytes per cycle) was chosen over "
