@@ -26,7 +26,8 @@ def test_row_floor_is_cycles_plus_row_bytes_over_the_clock():
 
 
 def test_shipped_constant_is_read_and_removing_it_fails():
-    assert set(Constants.default().get("light_row_floor", B300)) == {"c0_kcycles", "bytes_per_cycle"}
+    assert {"c0_kcycles", "bytes_per_cycle"} <= set(Constants.default().get("light_row_floor", B300)) <= {
+        "c0_kcycles", "bytes_per_cycle", "host_c0_kcycles"}
     bad = Constants.default().with_overrides({"light_row_floor": {"c0": 4.0}})
     with pytest.raises(ValueError, match="light_row_floor"):
         L.row_floor(100.0, B300, bad)
@@ -36,15 +37,17 @@ def test_row_law_replaces_the_flat_floor_only_where_it_applies():
     c = Constants.default()
     flat = float(L.engine_light_time("rmsnorm", 1, QWEN, B300, 1, c, floor_law="flat"))
     row = float(L.engine_light_time("rmsnorm", 1, QWEN, B300, 1, c, floor_law="row"))
-    assert flat == pytest.approx(float(L.light_time("rmsnorm", L.light_bytes("rmsnorm", 1, QWEN), B300, c)))
+    assert flat == pytest.approx(float(L.light_time("rmsnorm", L.light_bytes("rmsnorm", 1, QWEN), B300, c,
+                                                    floor_law="flat")))
     assert row < flat  # the Vidur-era 5.3 us floor against ~2.7 us on a modern kernel
     rb = L.row_bytes("rmsnorm", QWEN)
     assert row >= float(L.row_floor(rb, B300, c)) * (1 - 1e-9)
-    # add and emb are not one CTA per row: the same time under both laws
+    # add and emb are not one CTA per row: no row floor under the row law (their flat floor and the bandwidth-scale
+    # stream; since wave 30 the flat law prices them by the SM-rate law, so the two laws no longer agree on them)
     for k in ("add", "emb"):
         assert L.row_bytes(k, QWEN) is None
         assert float(L.engine_light_time(k, 4, QWEN, B300, 1, c, floor_law="row")) == \
-            float(L.engine_light_time(k, 4, QWEN, B300, 1, c, floor_law="flat"))
+            float(L.light_time(k, L.light_bytes(k, 4, QWEN), B300, c))
     # a wider row has a higher floor (act's row is the widest)
     assert float(L.engine_light_time("act", 1, QWEN, B300, 1, c, floor_law="row")) > row
 
@@ -106,14 +109,49 @@ def test_step_uses_the_engine_law():
         L_ * float(L.qk_norm_time(1, QWEN, B300, 1, c, floor_law="row")) * 1e3, rel=1e-6)
 
 
-def _toy_quantize(c0=4.0, b=20.0, gpus=("b200", "h100-sxm", "l40s")):
+def _toy_quantize(c0=4.0, b=20.0, gpus=("b200", "h100-sxm", "l40s"), grace_c0=None):
     rows = []
     for g in gpus:
         f = get_gpu(g).boost_mhz * 1e6
+        c = grace_c0 if (grace_c0 is not None and getattr(get_gpu(g), "host_cpu", None) == "grace") else c0
         for m in (1, 8, 32, 64):
             for k in (256, 4096, 65536):
-                rows.append(dict(gpu=g, m=m, k=k, latency_ms=(c0 * 1e3 + 3.0 * k / b) / f * 1e3))
+                rows.append(dict(gpu=g, m=m, k=k, latency_ms=(c * 1e3 + 3.0 * k / b) / f * 1e3))
     return pd.DataFrame(rows)
+
+
+def test_row_floor_c0_per_host_cpu():
+    """Wave 30: light_row_floor's host_c0_kcycles prices a Grace-hosted GPU's fixed cost; x86 GPUs keep c0_kcycles."""
+    gb200, b200 = get_gpu("gb200"), get_gpu("b200")
+    assert gb200.host_cpu == "grace" and get_gpu("gb300").host_cpu == "grace" and b200.host_cpu is None
+    c = Constants.default().with_overrides({"light_row_floor": {"c0_kcycles": 4.0, "bytes_per_cycle": 20.0,
+                                                                "host_c0_kcycles": {"grace": 5.0}}})
+    assert L.row_floor(0.0, gb200, c) == pytest.approx(5000.0 / (gb200.boost_mhz * 1e6))
+    assert L.row_floor(0.0, b200, c) == pytest.approx(4000.0 / (b200.boost_mhz * 1e6))
+    assert L.row_floor(0.0, gb200, _law(4.0, 20.0)) == pytest.approx(4000.0 / (gb200.boost_mhz * 1e6))
+
+
+def test_fit_recovers_a_c0_per_host_held_out():
+    """Two Grace-hosted GPUs at a higher c0: the per-host fit recovers both c0s and each held-out GPU exactly (its
+    host's c0 from the other Grace GPU); one c0 (the wave-22 law) cannot."""
+    gpus = ("b200", "gb200", "gb300", "h100-sxm", "l40s")
+    r = E.run_row_floor(_toy_quantize(gpus=gpus, grace_c0=5.0), flat_floor_us=5.0, n_boot=20)
+    assert r["shipped"]["c0_kcycles"] == pytest.approx(4.0, rel=1e-3)
+    assert r["shipped"]["host_c0_kcycles"]["grace"] == pytest.approx(5.0, rel=1e-3)
+    by = {(x["gpu"], x["predictor"]): x["mape"] for x in r["records"]}
+    for g in gpus:
+        assert by[(g, "row_law")] < 1e-3, g
+    assert by[("gb200", "row_law_one_c0")] > 0.05
+    assert r["folds"]["gb200"]["host"] == "grace" and "gb200" not in r["folds"]["gb200"]["fit_on"]
+    u = E.row_floor_update(r["shipped"], r["cells"])
+    assert u["value"]["host_c0_kcycles"]["grace"] == pytest.approx(5.0, rel=1e-3)
+
+
+def test_unknown_host_cpu_is_a_clear_error():
+    from steptime.specs import _host_cpu
+    with pytest.raises(ValueError, match="unknown host_cpu"):
+        _host_cpu({"host_cpu": "epyc"}, "x")
+    assert _host_cpu({}, "x") is None
 
 
 def test_fit_recovers_a_synthetic_row_law_held_out():

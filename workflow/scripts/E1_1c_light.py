@@ -24,7 +24,7 @@ att = AX.tidy_cells(pd.read_parquet(snakemake.input.generation), pd.read_parquet
 r["kv_write"] = E.kv_write_doc(E.kv_write_slopes(att), constants)
 doc = E.document(r, cells, P.targets)
 # the row floor law of modern engines' one-CTA-per-row light kernels, on AIConfigurator's vLLM quantize kernel
-rf = E.run_row_floor(scale, r["shipped"]["light_floor_us"]["rmsnorm"],
+rf = E.run_row_floor(scale, r["shipped"]["light_floor_us"]["rmsnorm"], constants=constants,
                      seed=P.seed, n_boot=P.n_boot)
 rdoc = E.document_row_floor(rf, P.targets)
 doc["metrics"]["row_floor"] = rdoc["metrics"]

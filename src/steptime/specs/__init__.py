@@ -86,6 +86,7 @@ class GPU:
     vidur_name: str | None = None
     aic_name: str | None = None
     interconnect: str | None = None  # the in-node GPU-to-GPU links, in words (gpus.yaml `interconnect`)
+    host_cpu: str | None = None  # the host CPU of a C2C-attached platform ("grace"); None: a PCIe x86 host
     figures: dict = field(default_factory=dict, compare=False, repr=False)
     # which figures a session re-read against a document, and on which day: ((YYYY-MM-DD, (field, ...)), ...)
     rechecked: tuple = field(default=(), compare=False, repr=False)
@@ -165,6 +166,16 @@ def _rechecked(raw: dict, key: str) -> tuple:
     return tuple(out)
 
 
+HOST_CPUS = ("grace",)  # gpus.yaml host_cpu values (absent: a PCIe-attached x86 host)
+
+
+def _host_cpu(raw: dict, key: str) -> str | None:
+    v = raw.get("host_cpu")
+    if v is not None and v not in HOST_CPUS:
+        raise ValueError(f"{GPU_FILE}: {key}: unknown host_cpu {v!r} (known: {', '.join(HOST_CPUS)}; absent: x86)")
+    return v
+
+
 @lru_cache(maxsize=1)
 def gpu_table() -> dict[str, GPU]:
     doc = read_yaml(GPU_FILE)
@@ -189,6 +200,7 @@ def gpu_table() -> dict[str, GPU]:
             vidur_name=raw.get("vidur_name"),
             aic_name=raw.get("aic_name"),
             interconnect=raw.get("interconnect"),
+            host_cpu=_host_cpu(raw, key),
             figures=figs,
             rechecked=_rechecked(raw, key),
             **vals,

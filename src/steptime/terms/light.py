@@ -47,7 +47,10 @@ Floor laws (issue 19; engines.yaml light.floor_law, a profile-level choice):
                                                       per cycle, f_clk the datasheet boost clock;
                                                       light_row_floor {c0_kcycles, bytes_per_cycle},
                                                       fitted leave-one-GPU-out by E1.1c on AIConfigurator's
-                                                      vLLM 0.24 quantize kernel (m <= 32 rows, 8 GPUs)
+                                                      vLLM 0.24 quantize kernel (m <= 32 rows, 8 GPUs);
+                                                      c0 per host CPU (host_c0_kcycles {grace: ...}, gpus.yaml
+                                                      host_cpu; wave 30): the Grace-hosted GB200 / GB300 pay
+                                                      ~20% more cycles than the x86-hosted parts
 The row law is for the one-block-per-token kernels of vLLM's csrc (RMSNorm and fused add + RMSNorm,
 rotary embedding, SiLU-and-mul, reshape_and_cache), which SGLang and TensorRT-LLM mirror: rmsnorm,
 rope, act, kv_write (and qk_norm, per head row). `add` (a PyTorch elementwise kernel over all
@@ -131,18 +134,28 @@ def row_bytes(kernel: str, model, tp: int = 1) -> float | None:
     return float(light_bytes(kernel, 1.0, model, tp))
 
 
+def row_floor_c0_kcycles(law, gpu) -> float:
+    """The row law's fixed cost c0 (kcycles) on `gpu`: light_row_floor's host_c0_kcycles[gpu.host_cpu] where the
+    constant lists the GPU's host (gpus.yaml host_cpu: a C2C-attached Grace platform), else c0_kcycles (x86 hosts)."""
+    host = getattr(gpu, "host_cpu", None)
+    by_host = law.get("host_c0_kcycles") or {}
+    return float(by_host[host]) if host is not None and host in by_host else float(law["c0_kcycles"])
+
+
 def row_floor(row_bytes_, gpu, constants: Constants | None = None):
     """Seconds: the row law's launch floor of a one-CTA-per-row kernel moving `row_bytes_` per row,
-    c0 / f_clk + row_bytes / (b_cyc x f_clk) with light_row_floor {c0_kcycles, bytes_per_cycle}."""
+    c0 / f_clk + row_bytes / (b_cyc x f_clk) with light_row_floor {c0_kcycles, bytes_per_cycle} (c0 per host CPU
+    where the constant carries host_c0_kcycles: `row_floor_c0_kcycles`)."""
     constants = constants or Constants.default()
     rb = np.asarray(row_bytes_, dtype=float)
     if np.any(~np.isfinite(rb)) or np.any(rb < 0):
         raise ValueError(f"row bytes must be finite and >= 0 (got {row_bytes_!r})")
     law = constants.get("light_row_floor", gpu)
     try:
-        c0, b = float(law["c0_kcycles"]) * 1e3, float(law["bytes_per_cycle"])
-    except (KeyError, TypeError):
-        raise ValueError(f"light_row_floor must be {{c0_kcycles, bytes_per_cycle}} (got {law!r})") from None
+        c0, b = float(row_floor_c0_kcycles(law, gpu)) * 1e3, float(law["bytes_per_cycle"])
+    except (KeyError, TypeError, AttributeError):
+        raise ValueError(f"light_row_floor must be {{c0_kcycles, bytes_per_cycle[, host_c0_kcycles: {{host: "
+                         f"kcycles}}]}} (got {law!r})") from None
     if c0 < 0 or b <= 0:
         raise ValueError(f"light_row_floor needs c0_kcycles >= 0 and bytes_per_cycle > 0 (got {law!r})")
     f_clk = gpu.boost_mhz * 1e6
