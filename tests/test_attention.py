@@ -623,3 +623,67 @@ def test_e1_24_scores_each_gpu_with_its_lanes_kv_write_eta(repo_root):
         rec = doc["metrics"]["per_gpu"][g]
         assert g not in rec["fit_on"]
         assert rec[E.KV_WRITE_ETA_KEY] == pytest.approx(LX.kv_write_eta(sl, rec["fit_on"], C), rel=1e-5)
+
+
+def test_prefill_units_count_query_heads_where_the_lane_has_a_per_query_head_factor():
+    """attn_pf_unit > 0: a prefill's work units are H_q ceil(s / 128) x the factor (FA2's grid is per query head);
+    0 or absent (FA3's lane): H_kv ceil(s / 128), as before; decode rows always H_kv (fails on the old code)."""
+    fc = A.attention_constants(H100)
+    s, c = np.array([1.0, 300.0]), np.array([500.0, 0.0])
+    old = A.attention_request_terms(s, c, 32, 8, 128, H100, fc={**fc, "attn_pf_unit": 0.0})
+    new = A.attention_request_terms(s, c, 32, 8, 128, H100, fc={**fc, "attn_pf_unit": 0.4})
+    assert old["units"].tolist() == [8.0, 8.0 * 3]
+    assert new["units"] == pytest.approx([8.0, 32 * 0.4 * 3])
+    assert A.prefill_unit_heads(32, 8, {}) == 8.0  # absent: the per-KV-head count
+    with pytest.raises(ValueError, match="attn_pf_unit must be >= 0"):
+        A.prefill_unit_heads(32, 8, {"attn_pf_unit": -1.0})
+    # the cells and the grouped path price the new count
+    t0 = A.attention_cells(1, 300, 0, 32, 8, 128, H100, fc={**fc, "attn_pf_unit": 0.0})["t_units"]
+    t1 = A.attention_cells(1, 300, 0, 32, 8, 128, H100, fc={**fc, "attn_pf_unit": 0.4})["t_units"]
+    assert float(t1) == pytest.approx(float(t0) * 32 * 0.4 / 8)
+
+
+def test_the_serving_timer_prices_prefill_units_per_query_head_as_the_step_does():
+    from steptime.serve import StepTimer
+
+    base = Constants.default()
+    lane = str(base.get("attn_lane", H100))
+    lanes = {k: dict(v) for k, v in (base.get("attn_lane_factors", H100) or {}).items()}
+    lanes.setdefault(lane, {})["attn_pf_unit"] = 2.0
+    c = base.with_overrides({"attn_lane_factors": lanes})
+    assert A.attention_constants(H100, c)["attn_pf_unit"] == 2.0
+    t_new, t_old = StepTimer("llama-3.1-8b", "h100-sxm", constants=c), StepTimer("llama-3.1-8b", "h100-sxm")
+    assert t_new.check() < 1e-12  # its prefill path agrees with predict_steps under the factor
+    new, kv = [4096, 2048], [0, 1024]
+    assert t_new.prefill_attention(new, kv) == pytest.approx(t_new._prefill_attention_ref(new, kv), rel=1e-12)
+    assert t_new.prefill_attention(new, kv) > t_old.prefill_attention(new, kv)
+
+
+def test_the_per_query_head_unit_factor_is_fitted_on_the_fa2_and_trtllm_lanes_only():
+    assert "attn_pf_unit" in E.fit_factors("fa2") and "attn_pf_unit" in E.fit_factors("trtllm")
+    assert "attn_pf_unit" not in E.fit_factors("fa3") and "attn_pf_unit" not in E.fit_factors(None)
+    lanes = {"a100-sxm": "fa2", "l40s": "fa2", "h100-sxm": "fa3", "h200-sxm": "fa3"}
+    assert E.fold_lane("a100-sxm", ["l40s"], lanes) == "fa2"
+    assert E.fold_lane("a100-sxm", ["l40s", "h100-sxm"], lanes) is None  # a mixed fold keeps the old count
+    with pytest.raises(ValueError, match="kernel lane name"):
+        E.fit_factors(3)
+    assert "attnq" in " ".join(E.DISCLOSED) and "after seeing" in E.PF_UNIT_DISCLOSED
+
+
+def test_e1_24_fits_the_prefill_unit_factor_per_lane_held_out_and_leaves_fa3_on_kv_heads(repo_root):
+    """Each fa2 / trtllm GPU is scored with an attn_pf_unit fitted on the other GPUs of its lane; the FA3 GPUs
+    carry none (per-KV-head units); the shipped lane fits carry it for fa2 / trtllm only (fails on the old result)."""
+    import json
+
+    doc = json.loads((repo_root / "results" / "E1_24.json").read_text())
+    per_gpu = doc["metrics"]["per_gpu"]
+    for g, rec in per_gpu.items():
+        assert g not in rec["fit_on"]
+        if rec["lane"] in E.PF_UNIT_LANES:
+            assert rec["factors"]["attn_pf_unit"] > 0
+            assert all(per_gpu[o]["lane"] == rec["lane"] for o in rec["fit_on"])
+        else:
+            assert "attn_pf_unit" not in rec["factors"]
+    lanes = doc["metrics"]["shipped"]["lanes"]
+    assert {k for k, v in lanes.items() if "attn_pf_unit" in v} == set(E.PF_UNIT_LANES) & set(lanes)
+    assert "attn_pf_unit" not in doc["metrics"]["shipped"]["globals"]

@@ -135,6 +135,7 @@ class StepTimer:
         self._q_pf = attention.prefill_q_tile(self.gpu)  # causal prefill query tile (SM fill)
         self._eta_c = f * self.fc["attn_eta_ceil"] * (self.fc["attn_fp8_compute"] if fp8 else 1.0)
         self._unit = self.fc["attn_fp8_unit"] if fp8 else 1.0
+        self._pf_heads = float(attention.prefill_unit_heads(self.heads, self.kv_heads, self.fc))  # prefill units
         # scalar constants of decode attention (the hot path works in Python floats)
         fc = self.fc
         self._dp = float(fc["attn_overlap_p"])
@@ -345,7 +346,7 @@ class StepTimer:
             eta = self._eta_c * (s / (s + fc["attn_c_tokens"]))
             tc += flops_eff / (self.gpu.peak_flops * eta)
             nb += (c + s) * 2.0 * hkv * d * kvb + 4.0 * s * hq * d + 4.0 * s * hkv * d
-            un += hkv * qt * self._unit
+            un += self._pf_heads * qt * self._unit
             wk += hq * npf * (c / qp + (npf + 1.0) / 2.0)  # attention.prefill_tiles
             lg = max(lg, c / qp + npf)
         ti = wk / lg

@@ -6,7 +6,8 @@ H_kv KV heads, head dim d, b_kv bytes per KV element):
 
     flops   = 4 H_q d (s c + s (s + p_tile) / 2)        causal block; p_tile = causal-shape penalty
     bytes   = (c + s) 2 H_kv d b_kv  +  4 s H_q d  +  4 s H_kv d   KV read, Q in / O out, new K/V in
-    units   = H_kv ceil(s / q_tile)                     CTAs (work units) the kernel launches
+    units   = H_u ceil(s / q_tile)                      CTAs (work units) the kernel launches
+              H_u = H_kv (decode; prefill where attn_pf_unit is 0), H_q x attn_pf_unit (prefill otherwise)
     work    = H_q n (c / q_pf + (n + 1) / 2),  n = ceil(s / q_pf)   causal key blocks over all query tiles
     longest = c / q_pf + n                              key blocks of the longest query tile (the last one)
 
@@ -33,6 +34,10 @@ Named factors (constants in defaults.yaml, settled by E1.24):
                      of its longest tile, so few heads x few short prompts (TP-split shapes) fill badly.
                      q_pf: the arch's causal prefill query tile (`prefill_q_tile`, from kernel source)
   attn_cta_us        SM-microseconds each (request, KV head, query tile) work unit costs
+  attn_pf_unit       a prefill's work units counted per QUERY head, each this share of a unit
+                     (`prefill_unit_heads`): FlashAttention-2's forward grid is (query blocks, batch,
+                     H_q) and TRT-LLM-gen's context kernel also launches per query head; 0 (neutral,
+                     a lane without it, e.g. FA3, which packs the GQA group): the per-KV-head count
   attn_overlap_p     how the per-unit cost overlaps streaming (1 = adds, large = max)
   attn_l2_bpc        L2 bytes per SM per clock (sets BW_L2 from the datasheet)
   attn_l2_x_c, attn_l2_sharp   where and how sharply the L2 cliff falls
@@ -99,7 +104,7 @@ PREFILL_Q_TILE_BY_SM = MappingProxyType({86: 64, 87: 64, 89: 64, 100: 256, 103: 
 FACTORS = ("attn_floor_us", "attn_prefill_floor_rel", "attn_eta_mem", "attn_eta_ceil", "attn_c_tokens", "attn_causal_tile", "attn_fill_half",
            "attn_cta_us",
            "attn_overlap_p", "attn_l2_bpc", "attn_l2_x_c", "attn_l2_sharp", "attn_fp8_unit", "attn_fp8_compute",
-           "attn_swap_copy_rel", "attn_split_rel", "attn_split_tile", "attn_fp8_bpc")
+           "attn_swap_copy_rel", "attn_split_rel", "attn_split_tile", "attn_fp8_bpc", "attn_pf_unit")
 # kernel families whose decode API copies the swapped GQA query (FlashAttention-2's varlen API);
 # FA3 packs the group inside the kernel, TRT-LLM-gen/FlashInfer take the heads as they are (DERIVED)
 SWAP_COPY_LANES = ("fa2",)
@@ -140,7 +145,8 @@ def attention_constants(gpu, constants: Constants | None = None) -> dict:
 
 
 # factors a constant set from before they existed lacks (a pinned older defaults.yaml): their neutral values
-OPTIONAL_FACTORS = MappingProxyType({"attn_split_rel": 0.0, "attn_split_tile": 128.0, "attn_fp8_bpc": 0.0})
+OPTIONAL_FACTORS = MappingProxyType({"attn_split_rel": 0.0, "attn_split_tile": 128.0, "attn_fp8_bpc": 0.0,
+                                     "attn_pf_unit": 0.0})
 
 
 def _factor(constants: Constants, name: str, gpu):
@@ -165,6 +171,15 @@ def boost_mhz(gpu):
     """The GPU's boost clock, MHz (1,500 where the datasheet gives none); an array for a per-row stand-in."""
     b = gpu.boost_mhz
     return b if np.ndim(b) else (b or 1500.0)
+
+
+def prefill_unit_heads(n_heads, n_kv_heads, fc: dict):
+    """The heads a prefill's work units are counted over: H_q x attn_pf_unit where that factor is positive
+    (kernels that launch per query head), else H_kv (the factor 0 or absent). Arrays broadcast."""
+    f = float(fc.get("attn_pf_unit", 0.0))
+    if f < 0:
+        raise ValueError(f"attn_pf_unit must be >= 0 (0: per-KV-head units), got {f!r}")
+    return np.asarray(n_heads, dtype=float) * f if f > 0 else np.asarray(n_kv_heads, dtype=float)
 
 
 def fp8_read_bandwidth(gpu, fc: dict):
@@ -271,7 +286,7 @@ def attention_request_terms(new_tokens, kv_len, n_heads, n_kv_heads, head_dim, g
     flops = 4.0 * hq * d * (s * c + s * (s + 1.0) / 2.0)
     flops_eff = 4.0 * hq * d * (s * c + s * (s + np.where(pre, fc["attn_causal_tile"], 1.0)) / 2.0)
     nbytes = (c + s) * 2.0 * hkv * d * kvb + 4.0 * s * hq * d + 4.0 * s * hkv * d * pre
-    units = hkv * np.ceil(s / Q_TILE)
+    units = np.where(pre, prefill_unit_heads(hq, hkv, fc), hkv) * np.ceil(s / Q_TILE)
     work, longest = prefill_tiles(s, c, hq, prefill_q_tile(gpu))
     tiles = np.divide(work, longest, out=np.zeros(np.broadcast(work, longest).shape), where=longest > 0)
     fp8 = np.asarray(kvb) == 1.0

