@@ -163,6 +163,24 @@ def test_custom_allreduce_hands_large_messages_to_the_fallback():
         comm.allreduce_time(x, 2, g, c, "carrier-pigeon")
 
 
+def test_a_message_of_exactly_max_bytes_runs_the_fallback():
+    """vLLM's and SGLang's should_custom_ar take the custom kernel only below max_size (E1.25's tables agree: their
+    8 MiB rows are NCCL's), so a message of exactly max_bytes is the fallback's, in both the engine's pick and the
+    price on an architecture without a per-TP table (A100). Fails on the old `>` rule."""
+    from steptime.calibration import Constants
+    from steptime.terms import comm
+
+    c, a100 = Constants.default(), get_gpu("a100-sxm")
+    for name in ("vllm", "sglang"):
+        e = E.get_engine(name)
+        mb = float(e.get("max_bytes"))
+        assert e.allreduce_for(mb - 1) == "custom" and e.allreduce_for(mb) == e.allreduce_fallback
+        assert not e.allreduce_limits(a100, 4)
+        t = comm.engine_allreduce_time(np.array([mb - 1, mb]), 4, a100, e, c)
+        assert t[0] == pytest.approx(comm.allreduce_time(mb - 1, 4, a100, c, "custom"))
+        assert t[1] == pytest.approx(comm.allreduce_time(mb, 4, a100, c, e.allreduce_fallback))
+
+
 def test_fp8_projections_are_faster_when_compute_bound_and_refused_on_a100():
     from steptime.calibration import Constants
     from steptime.terms.precision import IDENTITY

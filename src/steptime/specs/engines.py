@@ -298,8 +298,9 @@ class Engine:
         return self.graphs.get(phase, "none") if self.host_terms else "none"
 
     def allreduce_for(self, nbytes: float) -> str:
-        """The implementation that carries a message of `nbytes` (custom up to max_bytes, then fallback)."""
-        if self.allreduce_impl == "custom" and nbytes > self.get("max_bytes"):
+        """The implementation that carries a message of `nbytes` (custom below max_bytes, the fallback from it:
+        vLLM's and SGLang's should_custom_ar take the custom kernel only where the size is below max_size)."""
+        if self.allreduce_impl == "custom" and nbytes >= self.get("max_bytes"):
             return self.allreduce_fallback
         return self.allreduce_impl
 

@@ -165,8 +165,8 @@ def engine_nccl_time(nbytes, ranks: int, gpu, engine=None, constants: Constants 
 def engine_allreduce_time(nbytes, tp: int, gpu, engine, constants: Constants | None = None, fused=None):
     """Seconds of one all-reduce under `engine`, with the implementation the engine picks at each size.
 
-    Without a per-TP dispatch table (or on an architecture it does not list): the implementation up to
-    max_bytes, the fallback above (the profile's plain rule). With one (engines.yaml allreduce.by_tp, vLLM):
+    Without a per-TP dispatch table (or on an architecture it does not list): the implementation below
+    max_bytes, the fallback from it (the profile's plain rule). With one (engines.yaml allreduce.by_tp, vLLM):
     where vLLM runs a kernel a measured table covers, its law prices it: the custom kernel below
     custom_max_bytes, with its own one-shot / two-shot switch (E1.25's tables are that kernel); a message
     fused with the residual add + RMSNorm (`fused`, Engine.fuses_norm) up to fuse_one_shot_max_bytes runs
@@ -184,7 +184,7 @@ def engine_allreduce_time(nbytes, tp: int, gpu, engine, constants: Constants | N
     if engine.allreduce_impl != "custom":  # ring
         return main
     fb = allreduce_time(nbytes, tp, gpu, constants, engine.allreduce_fallback)
-    plain = np.where(nbytes > engine.get("max_bytes"), fb, main)
+    plain = np.where(nbytes >= engine.get("max_bytes"), fb, main)  # custom below max_bytes (should_custom_ar)
     lim = engine.allreduce_limits(gpu, tp)
     if not lim:
         return plain
