@@ -1031,3 +1031,21 @@ def test_token_kv_bound_lists_rows_below_and_their_groups_mape_with_and_without_
     with pytest.raises(SteptimeError, match="lack pred_ms"):
         W.kv_bound_check(_silicon_rows([16.855, 30.0]).assign(kv_read_bound_ms=1.0).drop(columns="pred_ms"))
 
+
+def test_committed_e2_11_lists_the_two_silicon_rows_below_the_read_bound():
+    """The committed result carries the check (context, no claim): in both variants exactly the ISL 4000 / OSL 1000
+    silicon H100 vLLM rows at TP 1 c = 24 and TP 2 c = 48 (issue 19 item 4, helper e211t) are below the bound."""
+    import json
+    from pathlib import Path
+
+    res = Path(__file__).resolve().parents[1] / "results" / "E2_11.json"
+    if not res.exists():
+        pytest.skip("results/E2_11.json not built")
+    chk = json.loads(res.read_text())["metrics"]["kv_read_bound"]
+    assert chk["note"] == W.KV_WEIGHT_BOUND_NOTE
+    for variant in ("naive", "mixed"):
+        rows = chk[variant]["rows"]
+        assert sorted((r["dataset"], r["gpu"], r["engine"], r["tp"], r["batch"], r["prompt_tokens"], r["output_tokens"])
+                      for r in rows) == [("aic-silicon", "h100-sxm", "vllm-v1-sync", 1, 24.0, 4000.0, 1000.0),
+                                         ("aic-silicon", "h100-sxm", "vllm-v1-sync", 2, 48.0, 4000.0, 1000.0)]
+        assert [(g["gpu"], g["engine"], g["below"]) for g in chk[variant]["groups"]] == [("h100-sxm", "vllm-v1-sync", 2)]
