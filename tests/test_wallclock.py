@@ -993,3 +993,59 @@ def test_prefill_residual_refuses_bad_input():
     two = pd.concat([s, s.assign(gpu="b200", step=s["step"] + 1000)], ignore_index=True)
     with pytest.raises(W.WallclockError, match="one \\(gpu, engine\\)"):
         W.prefill_residual(two, pd.concat([pred, pred], ignore_index=True))
+
+
+def _silicon_rows(tpot):
+    return pd.DataFrame({"dataset": "aic-silicon", "gpu": "h100-sxm", "engine": "vllm-v1-sync", "model": "qwen3-32b",
+                         "tp": 1, "dtype": "fp8", "batch": 24.0, "running": 24.0, "prompt_tokens": 4000.0,
+                         "output_tokens": 1000.0, "tpot_ms": tpot, "pred_ms": [18.0, 33.0], "source_id": ["a", "b"]})
+
+
+def test_kv_read_bound_with_weights_adds_a_dense_models_projection_weights():
+    """E2.11's bound (KV_WEIGHT_BOUND_NOTE): Qwen3-32B at TP 1, 24 requests at ISL 4000 + OSL 1000 / 2, bf16 KV (64
+    layers x 8 KV heads x 128 x K,V x 2 B a token) plus the fp8 projection weights of 64 layers (qkv 10240 x 5120, o
+    5120 x 8192, gate/up 51200 x 5120, down 5120 x 25600, 1 B each), read once at the H100's bandwidth. The KV read
+    alone (E3.4's bound, weights off) is 8.45 ms, above neither row; with the weights 17.8 ms, above the 16.85 ms row."""
+    from steptime.specs import get_gpu
+
+    rows = _silicon_rows([16.855, 30.0]).assign(ep=1)
+    bw = get_gpu("h100-sxm").mem_bw
+    kv = 24 * 64 * 8 * 128 * 2 * 2.0 * 4500
+    weights = 64 * (10240 * 5120 + 5120 * 8192 + 51200 * 5120 + 5120 * 25600) * 1.0
+    assert np.allclose(W.kv_read_bound_ms(rows), kv / bw * 1e3, rtol=1e-9)
+    assert np.allclose(W.kv_read_bound_ms(rows, weights=True), (kv + weights) / bw * 1e3, rtol=1e-9)
+    assert W.kv_read_bound_ms(rows)[0] < 16.855 < W.kv_read_bound_ms(rows, weights=True)[0]
+
+
+def test_token_kv_bound_lists_rows_below_and_their_groups_mape_with_and_without_them():
+    """E2.11's metrics.kv_read_bound: per variant, the row below the bound and its group's MAPE on every row (what
+    the claim scores) and without it (context); rows lacking a column get a one-line error."""
+    chk = W.token_kv_bound({"mixed": _silicon_rows([16.855, 30.0])})
+    assert chk["note"] == W.KV_WEIGHT_BOUND_NOTE
+    assert [r["source_id"] for r in chk["mixed"]["rows"]] == ["a"]
+    g = chk["mixed"]["groups"]
+    assert len(g) == 1 and g[0]["below"] == 1 and g[0]["rows"] == 2
+    assert g[0]["mape_all"] == pytest.approx(round(((18 - 16.855) / 16.855 + 0.1) / 2, 4))
+    assert g[0]["mape_within_bound"] == pytest.approx(0.1)
+    assert W.token_kv_bound({"mixed": _silicon_rows([20.0, 30.0])})["mixed"] == {"groups": [], "rows": []}
+    with pytest.raises(SteptimeError, match="lack pred_ms"):
+        W.kv_bound_check(_silicon_rows([16.855, 30.0]).assign(kv_read_bound_ms=1.0).drop(columns="pred_ms"))
+
+
+def test_committed_e2_11_lists_the_two_silicon_rows_below_the_read_bound():
+    """The committed result carries the check (context, no claim): in both variants exactly the ISL 4000 / OSL 1000
+    silicon H100 vLLM rows at TP 1 c = 24 and TP 2 c = 48 (issue 19 item 4, helper e211t) are below the bound."""
+    import json
+    from pathlib import Path
+
+    res = Path(__file__).resolve().parents[1] / "results" / "E2_11.json"
+    if not res.exists():
+        pytest.skip("results/E2_11.json not built")
+    chk = json.loads(res.read_text())["metrics"]["kv_read_bound"]
+    assert chk["note"] == W.KV_WEIGHT_BOUND_NOTE
+    for variant in ("naive", "mixed"):
+        rows = chk[variant]["rows"]
+        assert sorted((r["dataset"], r["gpu"], r["engine"], r["tp"], r["batch"], r["prompt_tokens"], r["output_tokens"])
+                      for r in rows) == [("aic-silicon", "h100-sxm", "vllm-v1-sync", 1, 24.0, 4000.0, 1000.0),
+                                         ("aic-silicon", "h100-sxm", "vllm-v1-sync", 2, 48.0, 4000.0, 1000.0)]
+        assert [(g["gpu"], g["engine"], g["below"]) for g in chk[variant]["groups"]] == [("h100-sxm", "vllm-v1-sync", 2)]

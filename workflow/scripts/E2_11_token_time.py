@@ -54,6 +54,8 @@ doc["metrics"]["kv_capacity"] = {"note": W.KV_CAP_NOTE, **{v: {"rows_capped": in
                                                              "groups": {f"{s['dataset']}|{s['gpu']}|{s['engine']}": s["kv_capped_rows"]
                                                                         for s in r["scores"] if s["subset"] == "tpot" and s["kv_capped_rows"]}}
                                                          for v, r in (("naive", res), ("mixed", mixed))}}
+# rows measured below the time to read their bf16 KV cache and weights once (W.KV_WEIGHT_BOUND_NOTE): context, moves no claim
+doc["metrics"]["kv_read_bound"] = W.token_kv_bound({"naive": res["pred"], "mixed": mixed["pred"]})
 logging.info("E2.11: %d token-time rows scored, %d skipped", len(res["pred"]), len(skipped) + len(res["skipped"]))
 prov = rule_provenance(snakemake, script="workflow/scripts/E2_11_token_time.py")
 write_result(snakemake.output.result, id="E2.11", question=p.question, metrics=doc["metrics"], claims=doc["claims"],

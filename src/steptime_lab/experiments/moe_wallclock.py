@@ -24,6 +24,8 @@ import pandas as pd
 from steptime.errors import SteptimeError
 from steptime.specs import get_model
 from steptime.specs.engines import get_engine
+from steptime_lab.experiments.wallclock.tokens import (  # noqa: F401  (re-exported: E3.4 and E2.11 share one bound)
+    KV_BOUND_COLUMNS, KV_BOUND_DTYPE, KV_BOUND_NOTE, kv_bound_check, kv_read_bound_ms)
 
 KEYS = ["dataset", "gpu", "model", "engine", "tp", "ep", "dtype"]
 
@@ -260,45 +262,12 @@ def predict_tokens(rows: pd.DataFrame, *, mixed: dict, fitted=None, constants=No
     return {"pred": p, "scores": scores, "skipped": skipped}
 
 
-KV_BOUND_NOTE = (
-    "Diagnostic: per token row, the time to read once the KV cache of the batch steptime prices (its running requests "
-    "per attention-DP rank, min(concurrency, KV capacity) for the silicon rows, the measured mean batch for ML.ENERGY) "
-    "at the mean context ISL + OSL/2, at the GPU's datasheet HBM bandwidth: running x the full-attention layers' KV "
-    "bytes per token on one GPU (serve.memory.kv_budget token_bytes, the KV dtype steptime prices, bf16) x context / "
-    "bandwidth. Windowed and linear-attention layers, every weight and every other kernel are left out, so a decode "
-    "step of that batch cannot be faster and the token time (a mean over decode and mixed steps) neither: a row "
-    "measured below it is not the token time of the batch steptime prices (the engine held fewer requests, or the row "
-    "is not a per-token time). Such rows stay in every claim (annotated); mape_within_bound scores the rest.")
 IN_FLIGHT_NOTE = (
     "Diagnostic, no claim: the requests in their decode phase that a silicon row's own timings imply by Little's law "
     "in a closed loop of `concurrency` clients, concurrency x D / (TTFT + D) with D = (OSL - 1) x TPOT, per attention-DP "
     "rank, against the batch steptime prices. Long prompts lower it legitimately (the prefill and its queue are inside "
     "TTFT); listed where it is under IN_FLIGHT_FLAG of the priced batch.")
 IN_FLIGHT_FLAG = 0.5
-KV_BOUND_DTYPE = "bf16"  # the KV dtype the token rows are priced with (tokens.kv_capacity)
-
-
-def kv_read_bound_ms(pred: pd.DataFrame) -> np.ndarray:
-    """Per predicted token row (predict_tokens' frame: model, gpu, tp, ep, dtype, running, prompt / output tokens):
-    KV_BOUND_NOTE's bound in ms; NaN where steptime's memory model has no KV cache for the layout."""
-    from steptime.serve.memory import kv_budget
-    from steptime.specs import get_gpu
-    from steptime_lab.experiments.wallclock.tokens import mean_context
-
-    need = {"model", "gpu", "tp", "ep", "dtype", "running", "prompt_tokens", "output_tokens"}
-    if missing := sorted(need - set(pred.columns)):
-        raise SteptimeError(f"kv_read_bound_ms: the rows lack {', '.join(missing)}")
-    pos = pd.Series(np.arange(len(pred)), index=pred.index)
-    out = np.full(len(pred), np.nan)
-    for (model, gpu, tp, ep, dt), d in pred.groupby(["model", "gpu", "tp", "ep", "dtype"], sort=False):
-        try:
-            tok_bytes = kv_budget(model, gpu, tp=int(tp), ep=int(ep), dtype=dt, kv_dtype=KV_BOUND_DTYPE).token_bytes
-        except SteptimeError:
-            continue
-        ctx = mean_context(d["prompt_tokens"], d["output_tokens"])
-        out[pos[d.index].to_numpy()] = (d["running"].to_numpy(float) * tok_bytes * ctx
-                                        / get_gpu(gpu).mem_bw * 1e3)
-    return out
 
 
 def in_flight_implied(pred: pd.DataFrame) -> np.ndarray:
@@ -361,27 +330,13 @@ def token_row_checks(pred: pd.DataFrame) -> dict:
     """The result's token_row_checks: KV_BOUND_NOTE per (dataset, GPU, engine) group (rows below, the MAPE of the
     rest) with the rows below, IN_FLIGHT_NOTE's flagged rows, and OCCUPANCY_NOTE's low-occupancy rows and groups."""
     if not len(pred):
-        return {"kv_read_bound": {"note": KV_BOUND_NOTE, "groups": [], "rows": []},
+        return {"kv_read_bound": kv_bound_check(pred, KV_BOUND_NOTE),
                 "in_flight": {"note": IN_FLIGHT_NOTE, "flag": IN_FLIGHT_FLAG, "rows": []},
                 "occupancy": low_occupancy(pred)}
-    cols = ["dataset", "gpu", "engine", "engine_version", "model", "tp", "ep", "dp", "batch", "running",
-            "prompt_tokens", "output_tokens", "tpot_ms", "pred_ms"]
-    cols = [c for c in cols if c in pred]  # a table without engine releases (or TTFTs) lists the rest
-    below = pred["tpot_ms"] < pred["kv_read_bound_ms"]
-    groups = []
-    for (ds, gpu, eng), d in pred.assign(below=below).groupby(["dataset", "gpu", "engine"], sort=True):
-        if not d["below"].any():
-            continue
-        ok = d[~d["below"]]
-        groups.append({"dataset": ds, "gpu": gpu, "engine": eng, "rows": int(len(d)), "below": int(d["below"].sum()),
-                       "mape_all": round(float(((d["pred_ms"] - d["tpot_ms"]).abs() / d["tpot_ms"]).mean()), 4),
-                       "mape_within_bound": (round(float(((ok["pred_ms"] - ok["tpot_ms"]).abs() / ok["tpot_ms"]).mean()), 4)
-                                             if len(ok) else None)})
+    cols = [c for c in KV_BOUND_COLUMNS if c in pred]  # a table without engine releases (or TTFTs) lists the rest
     rnd = lambda f: f.round(3).to_dict("records")  # noqa: E731
     flag = pred["in_flight_implied"] < IN_FLIGHT_FLAG * pred["running"]
-    return {"kv_read_bound": {"note": KV_BOUND_NOTE, "groups": groups,
-                              "rows": rnd(pred.loc[below, [c for c in cols + ["kv_read_bound_ms", "source_id"]
-                                                           if c in pred]])},
+    return {"kv_read_bound": kv_bound_check(pred, KV_BOUND_NOTE),
             "in_flight": {"note": IN_FLIGHT_NOTE, "flag": IN_FLIGHT_FLAG,
                           "rows": rnd(pred.loc[flag, [c for c in cols + ["ttft_ms", "in_flight_implied", "source_id"]
                                                       if c in pred]])},

@@ -58,5 +58,6 @@ from steptime_lab.experiments.wallclock.tokens import (  # noqa: F401
     harness_burst_ttft, harness_schedule, SERVER_FIELDS, SERVER_NOTE,
     fit_server_host, fit_server_hosts, server_engines, server_fitted, KV_CAP_NOTE, kv_running, kv_capacity,
     SILICON_CONSISTENCY_NOTE, silicon_consistency, LEADERBOARD_CONSISTENCY_NOTE, DISPERSION_BINS,
-    leaderboard_consistency, SERVER_OWN_ROWS_NOTE,
+    leaderboard_consistency, SERVER_OWN_ROWS_NOTE, KV_BOUND_NOTE, KV_WEIGHT_BOUND_NOTE, KV_BOUND_DTYPE,
+    KV_BOUND_COLUMNS, kv_read_bound_ms, kv_bound_check, token_kv_bound,
 )

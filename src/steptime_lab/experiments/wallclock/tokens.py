@@ -1198,3 +1198,108 @@ def fit_server_hosts(rows, *, engines=None, fitted=None, constants=None, mixed: 
         fitted = r["fitted"]
         out[e] = {"per_gpu": r["per_gpu"], "all_rows": r["all_rows"]}
     return {"fitted": fitted, "note": f"{SERVER_NOTE} {SERVER_OWN_ROWS_NOTE}", "engines": out}
+
+
+# ---------------------------------------------------------------------------------------
+# The token rows' physical read bound (E3.4's token_row_checks.kv_read_bound, E2.11's kv_read_bound): one implementation
+KV_BOUND_NOTE = (
+    "Diagnostic: per token row, the time to read once the KV cache of the batch steptime prices (its running requests "
+    "per attention-DP rank, min(concurrency, KV capacity) for the silicon rows, the measured mean batch for ML.ENERGY) "
+    "at the mean context ISL + OSL/2, at the GPU's datasheet HBM bandwidth: running x the full-attention layers' KV "
+    "bytes per token on one GPU (serve.memory.kv_budget token_bytes, the KV dtype steptime prices, bf16) x context / "
+    "bandwidth. Windowed and linear-attention layers, every weight and every other kernel are left out, so a decode "
+    "step of that batch cannot be faster and the token time (a mean over decode and mixed steps) neither: a row "
+    "measured below it is not the token time of the batch steptime prices (the engine held fewer requests, or the row "
+    "is not a per-token time). Such rows stay in every claim (annotated); mape_within_bound scores the rest.")
+KV_WEIGHT_BOUND_NOTE = (
+    "Context, not a claim (no row dropped, no claim value changed): per token row, the time to read once, at the GPU's "
+    "datasheet HBM bandwidth, the KV cache of the batch steptime prices plus the projection weights every decode step "
+    "of a dense model multiplies by. KV: running requests (min(concurrency, KV capacity) for the AIConfigurator "
+    "silicon rows, the measured mean batch for ML.ENERGY) x the KV bytes per token on one GPU "
+    "(serve.memory.kv_budget token_bytes in bf16, the KV dtype steptime prices, the rows record none; a dense model's "
+    "every layer every token, as KV_CAP_NOTE) x the mean context ISL + OSL/2. Weights: the qkv, o, gate/up and down projections of every layer at the row's TP "
+    "(steptime.step.layer_shapes) in the row's weight dtype; embeddings, lm_head, norms, activations and every other "
+    "kernel are left out (a mixture-of-experts model's weights too: its bound is the KV read alone). A decode step of "
+    "that batch cannot be faster, nor the token time (a mean over decode and mixed steps): a row measured below it is "
+    "not the token time of a bf16 KV cache at that batch (an fp8 KV cache the row does not record, fewer requests "
+    "held, or not a per-token time). Per (dataset, GPU, engine) group holding such rows: its MAPE on every row (what "
+    "the claims score) and mape_within_bound without them, as context. Added in wave 30 (issue 19 item 4) after "
+    "helper e211t found two silicon H100 vLLM rows below this bound with the scores known; it moves no claim.")
+KV_BOUND_DTYPE = "bf16"  # the KV dtype the token rows are priced with (kv_capacity)
+
+
+def _step_weight_bytes(model, tp: int, dtype: str) -> float:
+    """Bytes per GPU of the projection weights a dense model's decode step reads (KV_WEIGHT_BOUND_NOTE); 0 for MoE."""
+    from steptime.specs.moe import is_moe
+    from steptime.step import layer_shapes
+    from steptime.terms.gemm import BYTES
+
+    m = get_model(model)
+    if is_moe(m):
+        return 0.0
+    per_layer = sum(n * k for n, k in layer_shapes(m, int(tp)).values())
+    return float(per_layer * m.num_hidden_layers * BYTES[DTYPES.get(dtype, dtype)])
+
+
+def kv_read_bound_ms(pred, *, weights: bool = False) -> np.ndarray:
+    """Per predicted token row (columns model, gpu, tp, ep, dtype, running, prompt / output tokens): KV_BOUND_NOTE's
+    bound in ms (with `weights`, KV_WEIGHT_BOUND_NOTE's: plus a dense model's projection weights); NaN where
+    steptime's memory model has no KV cache for the layout."""
+    import pandas as pd
+    from steptime.serve.memory import kv_budget
+    from steptime.specs import get_gpu
+
+    need = {"model", "gpu", "tp", "ep", "dtype", "running", "prompt_tokens", "output_tokens"}
+    if missing := sorted(need - set(pred.columns)):
+        raise SteptimeError(f"kv_read_bound_ms: the rows lack {', '.join(missing)}")
+    pos = pd.Series(np.arange(len(pred)), index=pred.index)
+    out = np.full(len(pred), np.nan)
+    for (model, gpu, tp, ep, dt), d in pred.groupby(["model", "gpu", "tp", "ep", "dtype"], sort=False):
+        try:
+            tok_bytes = kv_budget(model, gpu, tp=int(tp), ep=int(ep), dtype=dt, kv_dtype=KV_BOUND_DTYPE).token_bytes
+        except SteptimeError:
+            continue
+        w = _step_weight_bytes(model, int(tp), dt) if weights else 0.0
+        ctx = mean_context(d["prompt_tokens"], d["output_tokens"])
+        out[pos[d.index].to_numpy()] = ((d["running"].to_numpy(float) * tok_bytes * ctx + w)
+                                        / get_gpu(gpu).mem_bw * 1e3)
+    return out
+
+
+KV_BOUND_COLUMNS = ("dataset", "gpu", "engine", "engine_version", "model", "tp", "ep", "dp", "batch", "running",
+                    "prompt_tokens", "output_tokens", "tpot_ms", "pred_ms")
+
+
+def kv_bound_check(pred, note: str = KV_BOUND_NOTE) -> dict:
+    """{note, groups, rows}: the rows of a predicted token-row frame (with kv_read_bound_ms) measured below their
+    bound, and per (dataset, GPU, engine) group holding any, its MAPE on every row and within the bound (context:
+    nothing is dropped from any score)."""
+    if not len(pred):
+        return {"note": note, "groups": [], "rows": []}
+    need = {"dataset", "gpu", "engine", "tpot_ms", "pred_ms", "kv_read_bound_ms"}
+    if missing := sorted(need - set(pred.columns)):
+        raise SteptimeError(f"kv_bound_check: the rows lack {', '.join(missing)}")
+    below = pred["tpot_ms"] < pred["kv_read_bound_ms"]
+    groups = []
+    for (ds, gpu, eng), d in pred.assign(below=below).groupby(["dataset", "gpu", "engine"], sort=True):
+        if not d["below"].any():
+            continue
+        ok = d[~d["below"]]
+        groups.append({"dataset": ds, "gpu": gpu, "engine": eng, "rows": int(len(d)), "below": int(d["below"].sum()),
+                       "mape_all": round(float(((d["pred_ms"] - d["tpot_ms"]).abs() / d["tpot_ms"]).mean()), 4),
+                       "mape_within_bound": (round(float(((ok["pred_ms"] - ok["tpot_ms"]).abs() / ok["tpot_ms"]).mean()), 4)
+                                             if len(ok) else None)})
+    cols = [c for c in KV_BOUND_COLUMNS + ("kv_read_bound_ms", "source_id") if c in pred]
+    return {"note": note, "groups": groups, "rows": pred.loc[below, cols].round(3).to_dict("records")}
+
+
+def token_kv_bound(preds: dict) -> dict:
+    """E2.11's metrics.kv_read_bound: KV_WEIGHT_BOUND_NOTE's check on each variant's predicted token rows
+    ({variant: run_tpot(...)['pred']}; E2.11's rows are TP only, so EP 1)."""
+    out = {"note": KV_WEIGHT_BOUND_NOTE}
+    for variant, p in preds.items():
+        p = p if "ep" in p else p.assign(ep=1)
+        p = p.assign(kv_read_bound_ms=kv_read_bound_ms(p, weights=True)) if len(p) else p
+        chk = kv_bound_check(p, KV_WEIGHT_BOUND_NOTE)
+        out[variant] = {"groups": chk["groups"], "rows": chk["rows"]}
+    return out
