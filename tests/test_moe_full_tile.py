@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import numpy as np
-import pandas as pd
 import pytest
 
 from steptime.specs import get_gpu
 from steptime.terms import moe as M
 from steptime_lab.experiments import moe as E
 
-from fit_law_steps import assert_fit_law_matches_the_law  # tests/fit_law_steps.py
+from fit_law_steps import assert_fit_law_matches_the_law, law_cells  # tests/fit_law_steps.py
 
 LAW = {"eta_c": 0.3, "eta_mem_max": 0.1, "x_half": 0.3, "floor_us": 25.0, "token_passes": 0.5,
        "local_token_passes": 2.0, "l2_fit": 0.5, "l2_bytes_per_clk_sm": 8.0, "overlap_p": 2.0, "tile_m": 64.0,
@@ -61,17 +60,7 @@ def test_a_skewed_router_keeps_its_stream():
 
 def _cells(family="cutlass_sm90", **made_with):
     rows = [(T, tp, ep) for T in (1, 16, 256, 1024, 1536, 2048, 3072, 4096, 16384) for tp in (1, 4) for ep in (1, 8)]
-    mc = M.MoEConstants(values={f"{k}:fp8": v for k, v in {**LAW, **made_with}.items()})
-    out = []
-    for h, i, k, E_ in (SHAPE, (2048, 768, 8, 128)):
-        d = pd.DataFrame({"gpu": "h100-sxm", "sdtype": "fp8", "distribution": "balanced", "family": family,
-                          "num_tokens": [r[0] for r in rows], "hidden_size": h, "inter_size": i, "topk": k,
-                          "num_experts": E_, "moe_tp": [r[1] for r in rows], "moe_ep": [r[2] for r in rows]})
-        d["latency_ms"] = [float(M.routed_experts_time(T, h, i, k, E_, get_gpu("h100-sxm"), mc, tp=tp, ep=ep,
-                                                       dtype="fp8", routing="balanced", regime="resident",
-                                                       family="")["t"]) * 1e3 for T, tp, ep in rows]
-        out.append(d)
-    return pd.concat(out, ignore_index=True)
+    return law_cells({**LAW, **made_with}, rows, (SHAPE, (2048, 768, 8, 128)), family)
 
 
 def test_fit_law_carries_the_hidden_stream_bit_for_bit():
