@@ -35,16 +35,19 @@ def test_the_fused_launch_is_the_norm_plus_the_adds_traffic_without_its_floor():
     m, g = get_model("llama-3.1-8b"), get_gpu("b300")
     T = np.array([1.0, 64.0, 2048.0, 32768.0])
     h = m.hidden_size
-    t = L.add_rmsnorm_time(T, m, g)
-    norm = L.light_time("rmsnorm", L.light_bytes("rmsnorm", T, m), g)
-    add_stream = L.light_time("add", 2.0 * 2 * T * h, g) - L.light_time("add", 0.0 * T, g)
+    t = L.add_rmsnorm_time(T, m, g)  # the flat floor law by default, as light_time is given here
+    norm = L.light_time("rmsnorm", L.light_bytes("rmsnorm", T, m), g, floor_law="flat")
+    add_stream = L.light_time("add", 2.0 * 2 * T * h, g, floor_law="flat") - L.light_time("add", 0.0 * T, g,
+                                                                                          floor_law="flat")
     np.testing.assert_allclose(t, norm + add_stream, rtol=1e-12)
-    assert np.all(t < norm + L.light_time("add", L.light_bytes("add", T, m), g))  # below the two launches
+    assert np.all(t < norm + L.light_time("add", L.light_bytes("add", T, m), g, floor_law="flat"))  # below two launches
     assert np.all(t > norm)  # but it moves more than the norm alone
     # under the row floor law the norm's floor is a row of the fused kernel: 10 h bytes, not the plain norm's 6 h
     row = L.add_rmsnorm_time(T, m, g, floor_law="row")
+    add_row = L.light_time("add", 2.0 * 2 * T * h, g, floor_law="row") - L.light_time("add", 0.0 * T, g,
+                                                                                      floor_law="row")
     np.testing.assert_allclose(row, L.light_time("rmsnorm", L.light_bytes("rmsnorm", T, m), g,
-                                                 row_bytes=2.0 * 5 * h) + add_stream, rtol=1e-12)
+                                                 row_bytes=2.0 * 5 * h) + add_row, rtol=1e-12)
     with pytest.raises(ValueError):
         L.add_rmsnorm_time(T, m, g, floor_law="steep")
 

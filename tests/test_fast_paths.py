@@ -84,8 +84,10 @@ def _general_attention(new, kv, hq, hkv, d, gpu, kv_dtype, group, n_groups):
     mean_kv = np.divide(np.bincount(group, weights=kv, minlength=n_groups), nreq, out=np.zeros(n_groups),
                         where=nreq > 0)
     split = (nreq >= 1) & (nreq * hkv < gpu.sms) & (mean_kv > attention.split_tile(d, fc))
+    # an fp8 cache's decode-only batch: the stream is also bounded by the SM-side fp8 read rate (attn_fp8_bpc)
+    fp8_read = ~pre & (nreq > 0) & (kv_dtype == "fp8")
     out = attention.combine(sums[0], sums[1], sums[2], nreq, gpu, fc, False, tiles=sums[3], prefill=pre,
-                            decode_floor_rel=attention._decode_floor_rel(copy, fc, split))
+                            decode_floor_rel=attention._decode_floor_rel(copy, fc, split), fp8_read=fp8_read)
     out["requests"] = nreq
     return out
 

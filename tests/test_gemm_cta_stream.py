@@ -30,7 +30,7 @@ def test_binds_at_a_few_tile_skinny_shape_not_at_a_many_tile_one(gpu):
     # the CTA of one column walks the full k loop: k x tile_n x 2 bytes, not divided by the launch's k split
     want = 4096 * few_on["tile_n"] * 2 * US_MB * 1e-12
     assert np.allclose(few_on["t_cta"], want)
-    assert np.all(few_on["t"] / few_off["t"] > 1.10)  # a 4096-deep, 1 MB column is >= 10% of a ~6 us GEMM
+    assert np.all(few_on["t"] / few_off["t"] > 1.05)  # a 4096-deep, 1 MB column is > 5% of a 5-7 us GEMM
     # row-parallel at TP 8 (k = 512): short k loop, a small share
     short = G.gemm_time(1.0, 4096, 512, g, params=on)
     assert float(short["t_cta"] / short["t"]) < 0.05

