@@ -84,7 +84,7 @@ from types import MappingProxyType
 import numpy as np
 
 from steptime.calibration import Constants
-from steptime.terms.gemm import smax
+from steptime.terms.gemm import boost_mhz, smax
 
 KV_BYTES = MappingProxyType({"bf16": 2, "bfloat16": 2, "fp16": 2, "fp8": 1})
 Q_TILE = 128  # query rows per CTA of FlashAttention-class prefill kernels (DERIVED)
@@ -165,12 +165,6 @@ def prefill_q_tile(gpu):
             out[sm == version] = float(tile)
         return out
     return float(PREFILL_Q_TILE_BY_SM.get(int(sm), Q_TILE)) if sm is not None else float(Q_TILE)
-
-
-def boost_mhz(gpu):
-    """The GPU's boost clock, MHz (1,500 where the datasheet gives none); an array for a per-row stand-in."""
-    b = gpu.boost_mhz
-    return b if np.ndim(b) else (b or 1500.0)
 
 
 def prefill_unit_heads(n_heads, n_kv_heads, fc: dict):
@@ -346,7 +340,7 @@ def combine(t_compute, nbytes, units, n_req, gpu, fc: dict, warm_l2: bool = Fals
 def fp8_read_time(t_memory, nbytes, fp8_read, gpu, fc: dict):
     """The decode stream time with the fp8 KV read's SM-side bound: max(t_memory, bytes / fp8_read_bandwidth)
     where `fp8_read` (decode-only batches with an fp8 cache); t_memory elsewhere or with no cap (rate 0)."""
-    rate = fp8_read_bandwidth(gpu, fc)
+    rate = fp8_read_bandwidth(gpu, fc)  # one float, or one per row for the fits' per-row GPU stand-in
     if not np.any(np.asarray(rate) > 0):
         return t_memory
     capped = np.maximum(t_memory, np.divide(nbytes, rate, out=np.zeros(np.broadcast(nbytes, rate).shape),

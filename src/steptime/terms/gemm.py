@@ -553,6 +553,13 @@ def smax(a, b, p: float):
     return hi * (1.0 + ratio ** p) ** (1.0 / p)
 
 
+def boost_mhz(gpu):
+    """The GPU's boost clock, MHz (1,500 where the datasheet gives none); an array for a per-row stand-in. The one
+    clock every SM-rate bound reads (attention's L2 and fp8 read rates, the light kernels' SM-side stream)."""
+    b = gpu.boost_mhz
+    return b if np.ndim(b) else (b or 1500.0)
+
+
 def smax1(a: float, b: float, p: float) -> float:
     """smax of two Python floats without numpy (the serving timer's scalar paths, which cost microseconds)."""
     hi, lo = (a, b) if a >= b else (b, a)

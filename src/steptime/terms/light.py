@@ -80,7 +80,7 @@ import numpy as np
 
 from steptime.calibration import Constants
 from steptime.specs.engines import LIGHT_FLOOR_LAWS
-from steptime.terms.gemm import smax
+from steptime.terms.gemm import boost_mhz, smax
 
 LIGHT_KERNELS = ("rmsnorm", "add", "rope", "act", "kv_write", "emb")
 PER_LAYER = MappingProxyType({"rmsnorm": 2, "add": 2, "rope": 1, "act": 1, "kv_write": 1})
@@ -242,7 +242,7 @@ def stream_s(kernel: str, nbytes, gpu, constants: Constants | None = None, *, fl
 
 def sm_bytes_per_s(gpu, bytes_per_sm_cycle):
     """The SM-side streaming rate of a light kernel: SMs x boost clock x bytes per SM-cycle (datasheet SMs, clock)."""
-    return gpu.sms * gpu.boost_mhz * 1e6 * np.asarray(bytes_per_sm_cycle, dtype=float)
+    return gpu.sms * boost_mhz(gpu) * 1e6 * np.asarray(bytes_per_sm_cycle, dtype=float)
 
 
 def sm_rate_stream_s(nbytes, dram_bytes_per_s, sm_bytes_per_s_, q):
