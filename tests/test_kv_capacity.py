@@ -155,7 +155,7 @@ def test_window_and_state_terms():
 
 def test_no_kv_left_names_model_gpu_and_layout():
     with pytest.raises(ServeError, match=r"llama-3\.1-70b weights \(141\.\d GB per GPU at tp=1\) leave no KV cache "
-                                         r"in 0\.9 of h100-sxm's 80 GB"):
+                                         r"in 0\.9 of h100-sxm's 85\.9 GB"):
         kv_budget("llama-3.1-70b", "h100-sxm")
     with pytest.raises(ServeError, match=r"deepseek-v3 weights .* at tp=2, ep=4\) leave no KV cache .*h100-sxm"):
         kv_capacity_requests("deepseek-v3", "h100-sxm", 1000, tp=2, ep=4, dtype="fp8_block")
@@ -164,7 +164,7 @@ def test_no_kv_left_names_model_gpu_and_layout():
         kv_capacity_blocks(t, Policy())
     # the per-request reserve named when it is what leaves no room: gpt-oss's window, Llama 4's chunk, the state
     with pytest.raises(ServeError, match=r"at tp=4, ep=4\) and the chunked-attention layers' KV of 256 requests "
-                                         r"\(77\.5 GB\) leave no KV cache in 0\.9 of h100-sxm's 80 GB"):
+                                         r"\(77\.5 GB\) leave no KV cache in 0\.9 of h100-sxm's 85\.9 GB"):
         kv_budget("llama-4-scout", "h100-sxm", tp=4, ep=4).blocks()
     with pytest.raises(ServeError, match=r"qwen3\.6-35b-a3b weights .* at tp=1, ep=1\) and the linear-attention "
                                          r"state of 256 requests .* h100-sxm"):
