@@ -390,3 +390,40 @@ def test_fpm_world_size_1_scored_under_the_engines_row_reading_too():
     read = [c for c in doc["claims"] if "loop times it" in c["claim"]]
     assert len(read) == 3 and len(doc["claims"]) == len(r["scores"]) + 3
     assert doc["metrics"]["fpm_scores_engine_row"]["scores"] == row
+
+
+def test_dp_matched_sweep_pairs_a_dp_layout_with_dp_1_at_its_tp_by_composition():
+    """dp_matched_sweep: the DP layout's sweep cells matched by composition to the dp 1 layout at the same TP whose
+    rows are its own steps (world size 1 is not), per class (decode, piecewise <= graph_max_tokens, eager above), the
+    medians of measured / predicted and of their DP - dp 1 differences; chat-segment rows and unmatched cells left
+    out; a DP layout with no usable dp 1 layout left out; misaligned predictions refused."""
+    from steptime.errors import SteptimeError
+
+    def grp(tp, ep, dp, lat, phase, ctx, dec, seg=None):
+        n = len(lat)
+        return pd.DataFrame({"gpu": "b300", "engine": "vllm", "model": "qwen3.6-35b-a3b", "tp": tp, "ep": ep, "dp": dp,
+                             "step": np.arange(n), "latency_ms": lat, "phase": phase, "ctx_tokens": ctx,
+                             "ctx_requests": [1 if c else 0 for c in ctx], "ctx_kv_tokens": 0,
+                             "decode_requests": dec, "num_tokens": [c + d for c, d in zip(ctx, dec)],
+                             "segment": seg or ["sweep"] * n})
+
+    ph = ["decode", "prefill", "prefill", "prefill"]
+    ref = grp(2, 2, 1, [4.0, 16.0, 40.0, 50.0], ph, [0, 128, 1024, 3168], [4, 0, 0, 0])
+    dpl = grp(2, 4, 2, [6.0, 25.0, 55.0, 62.0, 99.0, 70.0], ph + ["prefill", "prefill"], [0, 128, 1024, 3168, 900, 1024],
+              [4, 0, 0, 0, 0, 0], seg=["sweep"] * 5 + ["real"])
+    tp1 = grp(1, 1, 1, [4.0], ["decode"], [0], [4])
+    tp1dp = grp(1, 2, 2, [5.0], ["decode"], [0], [4])
+    keys = [("b300", "vllm", "qwen3.6-35b-a3b", *k) for k in ((2, 2, 1), (2, 4, 2), (1, 1, 1), (1, 2, 2))]
+    groups = list(zip(keys, (ref, dpl, tp1, tp1dp)))
+    pred = {keys[0]: np.array([4.0, 16.0, 45.0, 45.0]), keys[1]: np.array([5.0, 16.0, 45.0, 45.0, 45.0, 45.0]),
+            keys[2]: np.array([4.0]), keys[3]: np.array([4.5])}
+    out = X.dp_matched_sweep(groups, pred)
+    assert [r["layout"] for r in out] == ["tp2 ep4 dp2"] and out[0]["reference"] == "tp2 ep2 dp1"
+    r = out[0]
+    assert r["decode"] == {"cells": 1, "measured_ms": 6.0, "measured_ref_ms": 4.0, "predicted_ms": 5.0,
+                           "predicted_ref_ms": 4.0, "measured_diff_ms": 2.0, "predicted_diff_ms": 1.0}
+    assert r["piecewise"]["cells"] == 1 and r["piecewise"]["measured_diff_ms"] == 9.0
+    assert r["eager"]["cells"] == 2 and r["eager"]["measured_diff_ms"] == 13.5 and r["eager"]["predicted_diff_ms"] == 0.0
+    assert r["eager"]["measured_ms"] == 58.5  # the chat-segment 1024-token row (70 ms) and the unmatched 900 left out
+    with pytest.raises(SteptimeError, match="aligned"):
+        X.dp_matched_sweep(groups, {**pred, keys[1]: np.zeros(2)})

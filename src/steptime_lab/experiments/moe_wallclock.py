@@ -644,10 +644,11 @@ def score_fpm_moe(tidy: pd.DataFrame, *, fitted=None, constants=None, moe_consta
             **record, "layouts_not_fitted_on": [_layout_name(k) for k in keys if not own[k]]}
         for key in keys:
             preds[key] = _with_field(preds[key], HYBRID_EAGER_FIELD, per[key])
-    below, scores_in, scores_row = [], [], []
+    below, scores_in, scores_row, pred_of = [], [], [], {}
     for key, s in groups:
         gpu, engine, model, tp, ep, dp = key
         t = predict_table(s, preds[key])
+        pred_of[key] = t["pred_ms"].to_numpy()
         for sc in score_steps(s, t, keys=("gpu", "engine", "model", *FPM_LAYOUT, "phase"), n_boot=n_boot, seed=seed):
             scores.append(sc)
         if not own_step_rows(engine, tp, dp):  # the same prediction read as the engine's loop times its rows
@@ -670,6 +671,7 @@ def score_fpm_moe(tidy: pd.DataFrame, *, fitted=None, constants=None, moe_consta
     return {"scores": scores, "scores_engine_row": scores_row, "terms": terms, "steps": int(len(steps)),
             "gdn_eager_fit": fit,
             "hybrid_eager_fit": eager_fit, "row_reading": row_reading(groups, preds),
+            "dp_matched": {"note": DP_MATCHED_NOTE, "by_layout": dp_matched_sweep(groups, pred_of)},
             "below_flop_bound": {"note": FLOP_BOUND_NOTE, "by_layout_phase": below, "scores_within_bound": scores_in}}
 
 
@@ -764,6 +766,55 @@ def gap_by_tokens(steps: pd.DataFrame, pred_ms) -> dict:
                 bands[f"{lo}-{hi}" if np.isfinite(hi) else f">{lo}"] = {
                     "steps": int(m.sum()), "median_gap_ms": round(float(np.median(lat[m] - pred[m])), 3)}
         out[_phase_label(name)] = bands
+    return out
+
+
+DP_MATCHED_NOTE = ("Diagnostic, no claim: each attention-DP layout's sweep steps matched by composition (phase, prefill "
+                   "tokens, prefill requests, cached prefix tokens, decode requests; each cell's median over its repeats) "
+                   "to the dp 1 layout of the same (gpu, engine, model, tp); per step class (decode: full CUDA graphs; "
+                   "a prefill at <= graph_max_tokens: piecewise graphs; above it: eager) the medians over matched cells "
+                   "of the measured and predicted step on each layout and of the two differences (DP layout - dp 1). "
+                   "The sweep sends the same compositions to every layout, so the measured difference is what the DP "
+                   "layout costs at an equal DP rank 0 batch; the predicted one is what steptime prices for it (the "
+                   "expert exchange and the other ranks' tokens, each assumed to hold rank 0's batch). On a DP layout a "
+                   "row is DP rank 0's step: in the context sweep (one prompt at a time) the other ranks hold no "
+                   "request and run the engine's dummy batch.")
+
+
+def dp_matched_sweep(groups: list, pred_ms: dict) -> list:
+    """DP_MATCHED_NOTE's table from the FPM groups ((gpu, engine, model, tp, ep, dp), steps) and each group's
+    predicted step (pred_ms[key]: ms aligned with its steps). A DP layout with no dp 1 layout at its TP whose rows are
+    its own steps (own_step_rows: not world size 1) is left out."""
+    comp = ["phase", "ctx_tokens", "ctx_requests", "ctx_kv_tokens", "decode_requests"]
+    med = {}
+    for key, s in groups:
+        lat, pred = _aligned(s, pred_ms[key], "dp_matched_sweep")
+        x = s.assign(latency_ms=lat, pred_ms=pred)
+        x = x[x["segment"] == "sweep"]
+        med[key] = x.groupby(comp, sort=True)[["latency_ms", "pred_ms", "num_tokens"]].median()
+    out = []
+    for key in sorted(med):
+        gpu, engine, model, tp, ep, dp = key
+        refs = sorted(k for k in med if k[:4] == key[:4] and int(k[5]) == 1 and own_step_rows(engine, k[3], 1))
+        if int(dp) == 1 or not refs:
+            continue
+        ref = refs[-1]  # the dp 1 layout at this TP (the largest ep: expert parallel as the DP layout, when there)
+        j = med[key].join(med[ref], how="inner", rsuffix="_ref")
+        cap = get_engine(engine).get("graph_max_tokens", gpu)
+        ph = j.index.get_level_values("phase")
+        cls = np.where(ph == "decode", "decode", np.where(j["num_tokens"] <= cap, "piecewise", "eager"))
+        row = {"layout": _layout_name(key), "reference": _layout_name(ref)}
+        for c in ("decode", "piecewise", "eager"):
+            d = j[cls == c]
+            if not len(d):
+                continue
+            row[c] = {"cells": int(len(d)),
+                      **{f"{w}_ms": round(float(d[col].median()), 3) for w, col in
+                         (("measured", "latency_ms"), ("measured_ref", "latency_ms_ref"),
+                          ("predicted", "pred_ms"), ("predicted_ref", "pred_ms_ref"))},
+                      "measured_diff_ms": round(float((d["latency_ms"] - d["latency_ms_ref"]).median()), 3),
+                      "predicted_diff_ms": round(float((d["pred_ms"] - d["pred_ms_ref"]).median()), 3)}
+        out.append(row)
     return out
 
 
@@ -895,6 +946,7 @@ def document(tok: dict, rep: dict, fpm: list, skipped_rows: list, targets: dict,
         "fpm_gdn_eager_fit": (fpm_scores or {}).get("gdn_eager_fit", {}),
         "fpm_hybrid_eager_fit": (fpm_scores or {}).get("hybrid_eager_fit", {}),
         "fpm_row_reading": (fpm_scores or {}).get("row_reading", {}),
+        "fpm_dp_matched": (fpm_scores or {}).get("dp_matched", {}),
         "fpm_below_flop_bound": (fpm_scores or {}).get("below_flop_bound", {}),
         "targets_met": int(sum(bool(c["met"]) for c in met)), "targets_total": len(met),
         "missed": missed,
@@ -1008,7 +1060,11 @@ def document(tok: dict, rep: dict, fpm: list, skipped_rows: list, targets: dict,
                      "Wave 28 (issue 20, helper sync2), after seeing the H100 gpt-oss-120b concurrency-512 rows' "
                      "occupancies: token_row_checks.occupancy lists the rows whose Little's-law occupancy is below 0.25 "
                      "of their stated concurrency and each affected group's MAPE without them, as context only: no row "
-                     "is dropped and every claim still scores all rows (the floor was set after seeing the rows)."
+                     "is dropped and every claim still scores all rows (the floor was set after seeing the rows). "
+                     "Wave 31 (issue 20, helper e34f), after seeing the attention-DP layouts' non-decode misses: a "
+                     "diagnostic, no claim, nothing fitted, no prediction changed (fpm_dp_matched: each DP layout's "
+                     "sweep compositions matched to the dp 1 layout at its TP, measured and predicted difference per "
+                     "step class)."
                      + (" " + rep["disclosed"] if rep.get("disclosed") else ""),
     }
     return {"metrics": metrics, "claims": claims}
