@@ -97,3 +97,59 @@ def test_attention_scores_use_e1_24s_held_out_kv_write_eta_never_the_shipped_one
     del doc["metrics"]["per_gpu"][g][AX.KV_WRITE_ETA_KEY]
     with pytest.raises(ValueError, match="no held-out KV-write eta"):
         E.predict_attention(cells, gemm, doc, Constants.default())
+
+
+def test_vidur_stack_factor_of_a_gpu_is_fitted_on_the_other_vidur_gpus_rows_only():
+    """The scored GPU's own Vidur rows set nothing: corrupting them leaves its factor; the other GPU's large-m rows
+    (m >= VIDUR_STACK_MIN_M) set it, the small-m ones do not."""
+    def rows(gpu, m, meas, pred):
+        return pd.DataFrame({"gpu": gpu, "source": "vidur", "m": m, "latency_ms": meas, "pred_ms": pred})
+
+    big, small = E.VIDUR_STACK_MIN_M, 16
+    p = pd.concat([rows("a100-sxm", [big, 2 * big, small], [1.1, 2.2, 9.0], [1.0, 2.0, 1.0]),
+                   rows("h100-sxm", [big, 4 * big, small], [1.3, 5.2, 0.1], [1.0, 4.0, 1.0])], ignore_index=True)
+    f = E.vidur_stack_factors(p)
+    assert f["a100-sxm"]["factor"] == pytest.approx(1.3) and f["a100-sxm"]["fitted_on"] == ["h100-sxm"]
+    assert f["h100-sxm"]["factor"] == pytest.approx(1.1) and f["h100-sxm"]["cells"] == 2
+    bad = p.copy()
+    bad.loc[bad["gpu"] == "h100-sxm", "latency_ms"] *= 10  # the scored GPU's own rows
+    assert E.vidur_stack_factors(bad)["h100-sxm"]["factor"] == pytest.approx(1.1)
+    assert E.vidur_stack_factors(p[p["gpu"] == "h100-sxm"])["h100-sxm"] == {
+        "factor": 1.0, "fitted_on": [], "cells": 0, "min_m": big}
+    with pytest.raises(ValueError, match="needs the columns"):
+        E.vidur_stack_factors(p.drop(columns="pred_ms"))
+
+
+def test_the_stack_factor_slows_the_compute_branch_only(repo_root):
+    """A stack factor f > 1 divides eta_active: a compute-bound cell's time grows by about f, a one-token
+    (memory-bound) cell's barely moves; a bad factor is a clear error."""
+    import json
+
+    from steptime.calibration import Constants
+
+    gemm = json.loads((repo_root / "results" / "calibration" / "gemm_constants.json").read_text())
+    cells = pd.DataFrame({"gpu": "h100-sxm", "tp": 1, "m": [1, 8192], "n": 8192, "k": 8192, "latency_ms": 1.0,
+                          "models": "x", "weight": "o_proj", "source": "vidur", "skinny": False})
+    base, _ = E.predict_gemm(cells, gemm, Constants.default())
+    slow, _ = E.predict_gemm(cells, gemm, Constants.default(), stack={"h100-sxm": 1.2})
+    r = (slow["pred_ms"] / base["pred_ms"]).to_numpy()
+    assert r[1] == pytest.approx(1.2, rel=0.03) and r[0] < 1.02
+    with pytest.raises(ValueError, match="positive number"):
+        E.predict_gemm(cells, gemm, Constants.default(), stack={"h100-sxm": 0.0})
+
+
+def test_document_records_the_vidur_stack_context_with_and_without_the_factor():
+    raw = pd.DataFrame({"gpu": "h100-sxm", "tp": [1, 1, 8], "m": [16, 4096, 4096], "err": [-0.02, -0.2, -0.1]})
+    scaled = raw.assign(err=[-0.02, 0.0, 0.05])
+    ctx = E.vidur_stack_context(raw, scaled, {"h100-sxm": {"factor": 1.13}})
+    assert ctx["mape_without"] == {"h100-sxm@tp1": pytest.approx(0.11), "h100-sxm@tp8": pytest.approx(0.1)}
+    assert ctx["mape_with"]["h100-sxm@tp1"] == pytest.approx(0.01)
+    bands = ctx["signed_by_m_band_without"]["h100-sxm"]
+    assert bands["m <= 64"]["cells"] == 1 and bands["m > 1024"]["bias"] == pytest.approx(-0.15)
+    targets = {"gemm_mape": {"default": 0.06}, "attention_decode": 0.08, "attention_prefill": 0.1}
+    attn = pd.DataFrame({"gpu": "h100-sxm", "phase": ["decode"], "tp": [1], "err": [0.0], "H": [8], "Hkv": [1],
+                         "d": [128]})
+    doc = E.document(_pred({1: 0.05}), attn, targets, vidur_stack=ctx)
+    assert doc["metrics"]["vidur_stack"]["factors"] == {"h100-sxm": {"factor": 1.13}}
+    assert sum("stack factor" in c["comparison"] for c in doc["claims"]) == 2
+    assert "vidur_stack" not in E.document(_pred({1: 0.05}), attn, targets)["metrics"]

@@ -23,12 +23,14 @@ gemm = pd.read_parquet(snakemake.input.gemm)
 gemm = gemm[gemm["dtype"].astype(str).isin(["bf16", "bfloat16"])]
 shapes, heads = E.split_shapes(tps=tps), E.split_heads(tps=tps)
 aic, notes = E.predict_gemm(E.aic_gemm_cells(gemm, shapes), gemm_doc, constants)
-vid, vnotes = E.predict_gemm(E.vidur_gemm_cells(pd.read_parquet(snakemake.input.vidur), sorted(gemm_doc["folds"])),
-                             gemm_doc, constants)
+vcells = E.vidur_gemm_cells(pd.read_parquet(snakemake.input.vidur), sorted(gemm_doc["folds"]))
+vraw, vnotes = E.predict_gemm(vcells, gemm_doc, constants)
+factors = E.vidur_stack_factors(vraw)  # each GPU's from the other Vidur GPU's rows
+vid, _ = E.predict_gemm(vcells, gemm_doc, constants, stack={g: d["factor"] for g, d in factors.items()})
 cells = AX.tidy_cells(pd.read_parquet(snakemake.input.generation), pd.read_parquet(snakemake.input.context))
 attn = E.predict_attention(E.attention_cells(cells, heads), gemm_doc, attn_doc, constants)
 doc = E.document(pd.concat([aic, vid], ignore_index=True), attn, snakemake.params.targets, unsplit,
-                 {**notes, **vnotes})
+                 {**notes, **vnotes}, vidur_stack=E.vidur_stack_context(vraw, vid, factors))
 logging.info("E1.29: %d GEMM cells (AIConfigurator), %d (Vidur), %d attention cells; %d of %d targets met",
              len(aic), len(vid), len(attn), doc["metrics"]["target_met"], doc["metrics"]["target_scored"])
 prov = rule_provenance(snakemake, script="workflow/scripts/E1_29_tp_shapes.py")

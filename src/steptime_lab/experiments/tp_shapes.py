@@ -107,8 +107,12 @@ def attention_cells(cells: pd.DataFrame, heads: pd.DataFrame) -> pd.DataFrame:
     return x.reset_index(drop=True)
 
 
-def predict_gemm(cells: pd.DataFrame, gemm_doc: dict, base: Constants) -> tuple[pd.DataFrame, dict]:
-    """Held-out GEMM predictions (ms) per GPU; the fold's deploy-reading cells are dropped."""
+def predict_gemm(cells: pd.DataFrame, gemm_doc: dict, base: Constants,
+                 stack: dict | None = None) -> tuple[pd.DataFrame, dict]:
+    """Held-out GEMM predictions (ms) per GPU; the fold's deploy-reading cells are dropped.
+
+    `stack`: {gpu: factor} of a measurement stack slower than the tables the fold was fitted on (Vidur's,
+    `vidur_stack_factors`): that GPU's compute branch runs at eta_active / factor (memory branch unchanged)."""
     from steptime_lab.evaluate.held_out import held_out_constants
 
     out, notes = [], {}
@@ -122,11 +126,61 @@ def predict_gemm(cells: pd.DataFrame, gemm_doc: dict, base: Constants) -> tuple[
                          for m, n, k in zip(x["m"], x["n"], x["k"])]) if x["source"].iloc[0] == "aic" \
             else np.ones(len(x), dtype=bool)
         x = x[keep].copy()
-        x["pred_ms"] = G.gemm_time(x["m"].to_numpy(), x["n"].to_numpy(), x["k"].to_numpy(), get_gpu(g), c)["t"] * 1e3
+        gpu = get_gpu(g)
+        params = G.resolve(gpu, c)
+        f = float((stack or {}).get(g, 1.0))
+        if not np.isfinite(f) or f <= 0:
+            raise ValueError(f"{g}: a measurement-stack factor must be a positive number, got {f!r}")
+        params["eta_active"] = float(params["eta_active"]) / f
+        x["pred_ms"] = G.gemm_time(x["m"].to_numpy(), x["n"].to_numpy(), x["k"].to_numpy(), gpu,
+                                   params=params)["t"] * 1e3
         out.append(x)
     p = pd.concat(out, ignore_index=True)
     p["err"] = p["pred_ms"] / p["latency_ms"] - 1
     return p, notes
+
+
+# Vidur's measurement stack (issue 19 item 1, wave 31, helper `vgemm`; DESIGN.md). Vidur's profiler times the
+# projections of Sarathi-Serve's fp16 model through PyTorch (its own cuBLAS, kernel durations from the torch
+# profiler trace); the GEMM folds are fitted on AIConfigurator's tables. On the cells both tables measured, Vidur
+# is 1.12-1.16x slower once the GEMM is compute-bound at the large tile (m >= 2048) on both A100 and H100, and
+# within a few percent at m <= 16 (memory-bound): a compute-rate factor of the stack, not a per-call offset.
+VIDUR_STACK_MIN_M = 2048  # the rows that fit the factor: m >= this (compute-bound at the large tile on both GPUs)
+
+
+def vidur_stack_factors(pred: pd.DataFrame, min_m: int = VIDUR_STACK_MIN_M) -> dict:
+    """Per scored GPU, Vidur's stack factor fitted on the OTHER Vidur GPUs' rows: the median of measured / held-out
+    prediction (each of those GPUs at its own leave-one-GPU-out fold, no stack factor) over their rows with
+    m >= `min_m`. The scored GPU's own rows set nothing. {gpu: {"factor", "fitted_on", "cells", "min_m"}}; a GPU
+    with no other Vidur GPU gets factor 1 (no correction)."""
+    need = {"gpu", "source", "m", "latency_ms", "pred_ms"}
+    if not need <= set(pred.columns):
+        raise ValueError(f"vidur_stack_factors needs the columns {sorted(need)}, missing "
+                         f"{sorted(need - set(pred.columns))}")
+    v = pred[pred["source"] == "vidur"]
+    big = v[v["m"] >= min_m]
+    out = {}
+    for g in sorted(v["gpu"].unique()):
+        o = big[big["gpu"] != g]
+        f = float(np.median(o["latency_ms"] / o["pred_ms"])) if len(o) else 1.0
+        out[str(g)] = {"factor": round(f, 4), "fitted_on": sorted(map(str, o["gpu"].unique())),
+                       "cells": int(len(o)), "min_m": int(min_m)}
+    return out
+
+
+VIDUR_M_BANDS = ((1, 64, "m <= 64"), (65, 256, "64 < m <= 256"), (257, 1024, "256 < m <= 1024"),
+                 (1025, LLM_MAX_M, "m > 1024"))
+
+
+def signed_by_m_band(pred: pd.DataFrame) -> dict:
+    """Median signed error (predicted / measured - 1) and MAPE per GPU and m band: where in m a table misses."""
+    out = {}
+    for g, x in pred.groupby("gpu", sort=True):
+        out[str(g)] = {band: {"cells": int(len(z)), "bias": round(float(np.median(z["err"])), 4),
+                              "mape": round(_mape(z["err"]), 4)}
+                       for lo, hi, band in VIDUR_M_BANDS
+                       if len(z := x[(x["m"] >= lo) & (x["m"] <= hi)])}
+    return out
 
 
 def predict_attention(cells: pd.DataFrame, gemm_doc: dict, attn_doc: dict, base: Constants) -> pd.DataFrame:
@@ -196,10 +250,25 @@ def gemm_target(gpu: str, targets: dict) -> float:
     return float(t.get(get_gpu(gpu).architecture, t["default"]))
 
 
+def vidur_stack_context(raw: pd.DataFrame, scaled: pd.DataFrame, factors: dict) -> dict:
+    """What the Vidur stack factor does (metrics.vidur_stack): the factors, each GPU x TP's MAPE without and with
+    it, and the signed error by m band without and with it."""
+    def by_tp(x):
+        return {f"{g}@tp{int(tp)}": round(_mape(y["err"]), 4) for (g, tp), y in x.groupby(["gpu", "tp"], sort=True)}
+    return {"factors": factors, "mape_without": by_tp(raw), "mape_with": by_tp(scaled),
+            "signed_by_m_band_without": signed_by_m_band(raw), "signed_by_m_band_with": signed_by_m_band(scaled),
+            "note": "Vidur's projection GEMMs (fp16, PyTorch's cuBLAS, Sarathi-Serve's model) against the GEMM law "
+                    "fitted on AIConfigurator's tables: the scored GPU's compute branch runs at eta_active / "
+                    "factor, the factor fitted on the other Vidur GPU's rows at m >= "
+                    f"{VIDUR_STACK_MIN_M} (vidur_stack_factors); chosen after seeing these rows (DESIGN.md, wave 31 "
+                    "helper vgemm)."}
+
+
 def document(gemm_pred: pd.DataFrame, attn_pred: pd.DataFrame, targets: dict, unsplit: dict | None = None,
-             notes: dict | None = None) -> dict:
+             notes: dict | None = None, vidur_stack: dict | None = None) -> dict:
     """Per (source, GPU, TP): MAPE at the split shapes against the target (E1.23's for GEMMs, E1.24's for
-    attention), with the skinny cells (n or k < 1024) apart and how far each TP is from TP 1."""
+    attention), with the skinny cells (n or k < 1024) apart and how far each TP is from TP 1.
+    `vidur_stack` (`vidur_stack_context`) is recorded as metrics.vidur_stack with two context claims."""
     records, claims = [], []
     for (src, g), x in gemm_pred.groupby(["source", "gpu"], sort=True):
         tgt = gemm_target(g, targets)
@@ -250,8 +319,16 @@ def document(gemm_pred: pd.DataFrame, attn_pred: pd.DataFrame, targets: dict, un
                             "cells by architecture, small side and m band (arch/side/m band)",
                             {f"{d['arch']}/{d['side']}/{'small_m' if d['m_band'].startswith('m <=') else 'large_m'}":
                              d["bias"] for d in sides}, "signed error by side"))
+    if vidur_stack:  # last, so the earlier claims keep their indices
+        claims.append(claim("Vidur GEMM: the measurement-stack factor per scored GPU (Vidur's time / the held-out law's "
+                            f"at m >= {VIDUR_STACK_MIN_M}), fitted on the other Vidur GPU's rows",
+                            {g: d["factor"] for g, d in vidur_stack["factors"].items()}, "stack factor"))
+        claims.append(claim("Vidur GEMM: held-out MAPE per GPU@TP without the stack factor (the law at "
+                            "AIConfigurator's rate; context)", vidur_stack["mape_without"], "MAPE without stack factor"))
     return {"metrics": {"records": records, "summary": summary, "notes": notes or {}, "skinny_by_side": sides,
-                        "disclosed": " ".join(AX.DISCLOSED + GEMM_DISCLOSED),
+                        **({"vidur_stack": vidur_stack} if vidur_stack else {}),
+                        "disclosed": " ".join(list(AX.DISCLOSED) + list(GEMM_DISCLOSED)
+                                              + ([vidur_stack["note"]] if vidur_stack and "note" in vidur_stack else [])),
                         "target_met": int(sum(c.get("met", False) for c in claims if "met" in c)),
                         "target_scored": int(sum(1 for c in claims if "met" in c))},
             "claims": claims}
