@@ -428,3 +428,17 @@ def test_read_join_steps_overlap_loops_two_and_closed_join_one_more():
     for k in both:
         eng = E.get_engine(k)
         assert eng.join_steps() == eng.read_join_steps() + 1, k
+
+
+def test_a_negative_server_law_value_in_engines_yaml_is_refused():
+    """host.server_a_ms / server_b_ms / server_tp_ms are host costs: a negative one in a profile is refused with an
+    error naming the field."""
+    base = {"host_terms": False, "backend": "none",
+            "allreduce": {"impl": "nccl", "max_bytes": {"value": 0, "provenance": "DERIVED", "source": "x"}}}
+    for name in E.SERVER_FIELDS:
+        doc = {**base, "host": {name: {"value": -1.0, "provenance": "FITTED", "source": "x"}}}
+        with pytest.raises(ValueError, match=f"host.{name} .*>= 0"):
+            E._parse_engine("bad", doc)
+    zero = {"server_tp_ms": {"value": 0.0, "provenance": "FITTED", "source": "x"}}
+    ok = E._parse_engine("ok", {**base, "host": zero})
+    assert ok.lookup("server_tp_ms").value == 0.0

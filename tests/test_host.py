@@ -49,3 +49,27 @@ def test_host_and_sampling_in_the_step_breakdown():
     p = predict_step("llama-2-7b", "a100-sxm", decode=[(32, 1024)], engine="vllm-v0")  # synchronous: all exposed
     assert p.terms_ms["host"] > 0 and p.terms_ms["sampling"] > 0
     assert sum(p.terms_ms.values()) == pytest.approx(p.total_ms)
+
+
+def test_server_tp_part_is_priced_per_extra_rank_and_sums_in_the_breakdown():
+    """engines.yaml host.server_tp_ms: s_tp (TP - 1) per non-empty step beside s_a + s_b N (none at TP 1, none in an
+    empty step); in predict_step it is part of the host term, and the terms still sum to the step."""
+    from steptime.calibration import Constants
+    from steptime.specs.engines import get_engine
+    from steptime.step import predict_step
+
+    g = get_gpu("h100-sxm")
+    c = Constants.default()
+    v0 = get_engine("vllm-v0")
+    assert "server_tp_ms" in v0.values and "server_tp_ms" not in get_engine("vllm-v1-sync").values
+    off = v0.with_fitted("h100-sxm", {"server_tp_ms": 0.0}, source="test")
+    on = v0.with_fitted("h100-sxm", {"server_tp_ms": 3.0}, source="test")
+    n = np.array([0, 1, 10])
+    for tp, want in ((1, 0.0), (2, 3.0e-3), (4, 9.0e-3), (8, 21.0e-3)):
+        d = H.scheduler_floor(n, g, c, tp, engine=on) - H.scheduler_floor(n, g, c, tp, engine=off)
+        assert np.allclose(d, [0.0, want, want]), tp
+    p_on = predict_step("llama-3.1-70b", "h100-sxm", tp=4, decode=[(32, 1024)], engine=on)
+    p_off = predict_step("llama-3.1-70b", "h100-sxm", tp=4, decode=[(32, 1024)], engine=off)
+    assert p_on.terms_ms["host"] - p_off.terms_ms["host"] == pytest.approx(9.0)  # synchronous: all exposed
+    assert p_on.total_ms - p_off.total_ms == pytest.approx(9.0)
+    assert sum(p_on.terms_ms.values()) == pytest.approx(p_on.total_ms)

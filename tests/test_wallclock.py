@@ -748,6 +748,47 @@ def test_leaderboard_consistency_refuses_missing_columns_unknown_runs_bad_percen
         W.leaderboard_consistency(pred, raw, bins=(1.0, 1.3, 1.2))
 
 
+def test_server_law_fit_recovers_a_known_per_tp_rank_part_held_out_by_gpu():
+    """SERVER_TP_NOTE: where the profile declares host.server_tp_ms (vllm-v0), the least squares has a third column,
+    server_tp (TP - 1); toy rows whose measured TPOT is the prediction under a known law (every GPU the same) give it
+    back on each GPU held out and on all rows; the claim and server_fitted carry the held-out value; v1-sync's
+    profile has no such field, so its fit has no such column."""
+    c = Constants.default()
+    mixed = {"chunked": ["vllm"], "token_budget": 8192}
+    rows = []
+    for gpu in ("a100-sxm", "h100-sxm"):
+        for tp in (1, 2, 4):
+            for b in (16.0, 96.0):
+                rows.append(dict(dataset="mlenergy-v2", gpu=gpu, model="llama-3.1-8b", model_source="x",
+                                 engine="vllm-v0", tp=tp, dtype="bf16", mode="agg", batch=b, prompt_tokens=250.0,
+                                 output_tokens=400.0, tpot_ms=1.0, measure="mean_tpot_ms", task="chat",
+                                 source_id=f"{gpu}{tp}{b}"))
+    rows = pd.DataFrame(rows)
+    truth = (1.5, 0.2, 4.0)
+    doc = W.tokens._with_server(None, "vllm-v0", {g: (*truth, "truth") for g in ("a100-sxm", "h100-sxm")})
+    pred = W.run_tpot(rows, n_boot=1, fitted=doc, variant="mixed", mixed=mixed, constants=c)["pred"].sort_index()
+    rows.loc[pred.index, "tpot_ms"] = pred["pred_ms"]
+    r = W.fit_server_host(rows, constants=c, mixed=mixed)
+    for x in r["per_gpu"] + [r["all_rows"]]:
+        got = (x["server_a_ms"], x["server_b_ms"], x["server_tp_ms"])
+        assert got == pytest.approx(truth, abs=2e-3), x.get("gpu")
+    tp1 = W.fit_server_host(rows[rows["tp"] == 1], constants=c, mixed=mixed)  # no TP > 1 row: the column is left out
+    assert all(x["server_tp_ms"] == 0.0 for x in tp1["per_gpu"])
+    assert {p["dataset"] for p in r["per_gpu"][0]["law_parts"]} == {"mlenergy-v2"}
+    assert "per_tp_rank_only" in r["per_gpu"][0]["law_parts"][0]
+    srv = {"engines": {"vllm-v0": {"per_gpu": r["per_gpu"], "all_rows": r["all_rows"]}}}
+    lay = W.server_fitted({"server_host": srv}, None)["engines"]["vllm-v0"]["h100-sxm"]
+    assert lay["server_tp_ms"]["value"] == r["per_gpu"][1]["server_tp_ms"]
+    from steptime_lab.experiments.wallclock_report import token_time_document
+
+    res = {"scores": [], "pred": pred}
+    doc = token_time_document(res, [], {"tpot_mape": 0.12}, [], server=srv)
+    (cl,) = [x for x in doc["claims"] if "server_tp_ms x (TP - 1)" in x["claim"]]
+    assert cl["value"]["a100-sxm"]["server_tp_ms"] == r["per_gpu"][0]["server_tp_ms"]
+    v1 = rows.assign(engine="vllm-v1-sync", model="qwen3-8b")
+    assert "server_tp_ms" not in W.fit_server_host(v1, engine="vllm-v1-sync", constants=c, mixed=mixed)["all_rows"]
+
+
 def test_server_law_engines_are_the_profiles_that_carry_one():
     """One place: the engines E2.11 fits a server law for are the profiles with host.server_* fields (the
     synchronous engines whose front-end or output work sits in the step loop)."""
@@ -787,6 +828,10 @@ def test_shipped_server_law_is_the_fit_e2_11_reports(engine):
     e = get_engine(engine)
     assert e.get("server_a_ms") == pytest.approx(fit["server_a_ms"], abs=1e-4)
     assert e.get("server_b_ms") == pytest.approx(fit["server_b_ms"], abs=1e-5)
+    # host.server_tp_ms where the profile declares it (vllm-v0, SERVER_TP_NOTE): the fit's third column
+    assert ("server_tp_ms" in e.values) == ("server_tp_ms" in fit) == (engine == "vllm-v0")
+    if "server_tp_ms" in fit:
+        assert e.get("server_tp_ms") == pytest.approx(fit["server_tp_ms"], abs=1e-4)
 
 
 def test_harness_step_budget_as_the_generator_deploys_each_engine():

@@ -35,8 +35,10 @@ EXECUTORS = ("uniproc", "mp", "ray", "mpi")
 DTYPES = ("bf16", "fp8")
 SPLITS = ("split_n", "split_k", "heads", "replicated")
 # host.server_a_ms / server_b_ms: the serving front end's work in the engine's step loop, per step and per running
-# request (terms/host.py scheduler_floor)
-SERVER_FIELDS = ("server_a_ms", "server_b_ms")
+# request; host.server_tp_ms: per step per extra tensor-parallel rank (TP - 1), where the engine's driver hands
+# each step's inputs to every other rank itself (vLLM V0). terms/host.py scheduler_floor prices
+# server_a + server_b N + server_tp (TP - 1); each absent = 0, each >= 0 (a cost)
+SERVER_FIELDS = ("server_a_ms", "server_b_ms", "server_tp_ms")
 NUMERIC = ("sched_a_ms", "sched_b_ms", "rpc_ms", "rpc_tp_ms", "overlap", "t_launch_us", "graph_launch_us",
            "graph_node_us", "graph_max_tokens", "piecewise_eager_per_layer", "max_bytes", "t_samp_ms", "t_samp_b_ms",
            "fuse_norm_max_bytes", "gdn_eager_launch_us", "hybrid_eager_layer_us", "host_path_floor_us",
@@ -362,6 +364,9 @@ def _parse_engine(key: str, doc: dict) -> Engine:
             if name not in NUMERIC:
                 raise ValueError(f"{where}: unknown field {section}.{name} (known: {', '.join(NUMERIC)})")
             values[name] = _value(name, e, where)
+            if name in SERVER_FIELDS and values[name].value is not None and float(values[name].value) < 0:
+                raise ValueError(f"{where}: host.{name} is a host cost in ms and must be >= 0, "
+                                 f"got {values[name].value!r}")
     values.update(_choice_section(doc, "moe", "exchange", MOE_EXCHANGES, where))
     values.update(_choice_section(doc, "light", "floor_law", LIGHT_FLOOR_LAWS, where))
     values.update(_typed_section(doc, "schedule", SCHEDULE_TYPES, where))

@@ -3,11 +3,14 @@
     dispatch floor  what the launches alone cost: eager kernels x T_launch, CUDA-graph replays
                     x T_graph plus a GPU-side gap per kernel inside a graph (the GPU body
                     cannot finish faster)
-    S(N) = a + b (N - 1) + rpc + s_a + s_b N
+    S(N) = a + b (N - 1) + rpc + s_a + s_b N + s_tp (TP - 1)
                                          scheduler/prepare/output work per step, N requests, plus
                                          the hand-off to the workers (rpc; rpc_tp once TP > 1), plus
                                          the serving front end where it runs in the engine's loop
-                                         (s_a, s_b: engines.yaml host.server_*; absent = 0)
+                                         (s_a, s_b: engines.yaml host.server_*; absent = 0), plus a
+                                         per-step part per extra TP rank (s_tp: host.server_tp_ms,
+                                         absent = 0; vLLM V0's driver hands each step's inputs to
+                                         every other rank)
     exposed host    (1 - ov) S + ov max(0, S - t_gpu)
                                          ov = the engine's overlapped fraction (async/overlap
                                          scheduling runs step n+1's host work under step n);
@@ -104,8 +107,9 @@ def scheduler_floor(n_requests, gpu, constants: Constants | None = None, tp: int
         a = engine.get("sched_a_ms", gpu, constants)
         b = engine.get("sched_b_ms", gpu, constants)
         ray = engine.get("rpc_tp_ms" if tp > 1 else "rpc_ms", gpu, constants)
-        s_a, s_b = (engine.get_or(f, gpu, constants) for f in SERVER_FIELDS)
-        return np.where(n > 0, (a + ray + b * np.maximum(n - 1.0, 0.0) + s_a + s_b * n) * 1e-3, 0.0)
+        s_a, s_b, s_tp = (engine.get_or(f, gpu, constants) for f in SERVER_FIELDS)
+        server = s_a + s_b * n + s_tp * max(int(tp) - 1, 0)
+        return np.where(n > 0, (a + ray + b * np.maximum(n - 1.0, 0.0) + server) * 1e-3, 0.0)
     return np.where(n > 0, (a + ray + b * np.maximum(n - 1.0, 0.0)) * 1e-3, 0.0)
 
 

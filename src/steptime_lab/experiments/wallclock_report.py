@@ -505,12 +505,15 @@ def token_time_document(res: dict, skipped: list[dict], targets: dict, sensitivi
     for eng, r in srv.items():
         if not any(x["fitted_on"] for x in r["per_gpu"]):
             continue
+        tp = any(W.SERVER_FIELDS[2] in x for x in r["per_gpu"])  # the profile declares host.server_tp_ms
+        tp_text = (" + server_tp_ms x (TP - 1), the per-step cost per extra tensor-parallel rank added in wave 31 "
+                   "after seeing these rows' residuals by TP, W.SERVER_TP_NOTE" if tp else "")
         claims.append(claim(f"{eng}'s serving front end in the engine loop (host.server_a_ms + "
-                            "server_b_ms x running requests, per step), fitted held out by GPU on the other GPUs' "
-                            "TPOT rows (metrics.server_host; the form chosen after seeing these rows' residuals)",
-                            {x["gpu"]: {"server_a_ms": x["server_a_ms"], "server_b_ms": x["server_b_ms"],
-                                        "fitted_on": x["fitted_on"]} for x in r["per_gpu"] if x["fitted_on"]},
-                            "ms per step, ms per running request"))
+                            f"server_b_ms x running requests, per step{tp_text}), fitted held out by GPU on the other "
+                            "GPUs' TPOT rows (metrics.server_host; the form chosen after seeing these rows' residuals)",
+                            {x["gpu"]: {**{f: x[f] for f in W.SERVER_FIELDS if f in x}, "fitted_on": x["fitted_on"]}
+                             for x in r["per_gpu"] if x["fitted_on"]},
+                            "ms per step, ms per running request" + (", ms per step per extra TP rank" if tp else "")))
     claims.append(claim("other configurations left out, by reason (metrics.skipped)",
                         int(sum(s["rows"] for s in skipped) - moe), "count"))
     metrics = {"approximation": W.TPOT_NOTE, "scores": _clean(res["scores"]), "skipped": skipped,

@@ -55,7 +55,7 @@ from steptime_lab.experiments.wallclock.tokens import (  # noqa: F401
     _known_model, run_tpot, isolated_prefills, prefill_coverage, score_isolated_prefills, prompt_sensitivity,
     evaluate_records, smallest_batch_rows, VARIANTS, MIXED_NOTE, WAVE_NOTE, wave_wait_ms, CONCURRENCY_DATASETS, mixed_schedule, tpot_fitted_on,
     TTFT_VARIANTS, TTFT_NOTE, predict_ttft, run_ttft, HARNESS, HARNESS_TTFT_NOTE, harness_step_budget,
-    harness_burst_ttft, harness_schedule, SERVER_FIELDS, SERVER_NOTE,
+    harness_burst_ttft, harness_schedule, SERVER_FIELDS, SERVER_NOTE, SERVER_TP_NOTE,
     fit_server_host, fit_server_hosts, server_engines, server_fitted, KV_CAP_NOTE, kv_running, kv_capacity,
     SILICON_CONSISTENCY_NOTE, silicon_consistency, LEADERBOARD_CONSISTENCY_NOTE, DISPERSION_BINS,
     leaderboard_consistency, SERVER_OWN_ROWS_NOTE, KV_BOUND_NOTE, KV_WEIGHT_BOUND_NOTE, KV_BOUND_DTYPE,

@@ -991,7 +991,7 @@ def server_fitted(e2_11_metrics: dict, fitted=None) -> dict:
     laid over it: what E2.11b replays with, so both experiments use the same held-out values."""
     srv = (e2_11_metrics.get("server_host") or {}).get("engines") or {}
     for engine, r in srv.items():
-        vals = {x["gpu"]: (x["server_a_ms"], x["server_b_ms"],
+        vals = {x["gpu"]: (*(x[f] for f in SERVER_FIELDS if f in x),
                            f"E2.11 held out by GPU (fitted on {', '.join(x['fitted_on'])})")
                 for x in r["per_gpu"] if x["fitted_on"]}
         fitted = _with_server(fitted, engine, vals)
@@ -1081,6 +1081,19 @@ SERVER_NOTE = (
     "groups predicted too fast at large batches: ML.ENERGY v3 H100 -13.6%, B200 -24% signed).")
 
 
+SERVER_TP_NOTE = (
+    "host.server_tp_ms (vllm-v0 only): a per-step host cost per extra tensor-parallel rank, server_tp (TP - 1) beside "
+    "server_a + server_b N, fitted as a third column of the same held-out-by-GPU least squares (>= 0). vLLM V0's "
+    "driver (rank 0, in the engine's own process) hands each step's inputs to every other TP rank itself (the profile "
+    "already prices one hand-off at TP > 1 as the constant rpc_tp_ms, E1.4's Ray reading on Vidur's A100 TP 4); "
+    "the ML.ENERGY v2 rows, on both GPUs, miss by a per-step time that grows with TP (wave 31, helper e211: A100 "
+    "31-40 ms at TP 4, 50-65 ms at TP 8). Only the profiles that declare the field carry it (absent = 0): vLLM V1 "
+    "(vllm-v1-sync) broadcasts the scheduler output to its workers through a shared-memory queue and its rows show "
+    "no TP trend (the column fits to 0 there, wave 31). Chosen after seeing E2.11's scores (the form read off the "
+    "residuals by TP, DESIGN.md wave 31 helpers e211 and v0tp); the mechanism (which executor ML.ENERGY v2 ran, "
+    "how its hand-off scales with the ranks) is not read from a source.")
+
+
 SERVER_OWN_ROWS_NOTE = (
     "per_gpu[].mape_mixed: the mixed variant's TPOT MAPE on this GPU's rows of the engine (every dataset pooled) under "
     "its held-out law; own_rows_fit: the same least-squares fit on this GPU's OWN rows and the MAPE it gives there. A "
@@ -1089,14 +1102,16 @@ SERVER_OWN_ROWS_NOTE = (
     "GPUs, and one close to it blames the form (or rows no server law describes). Added after E2.11's B200 v3 scores "
     "were seen (issue 19); it moves no claim. per_gpu[].law_parts: the same GPU's rows by dataset under the held-out "
     "law, its per-request part alone (s_a = 0), its per-step part alone (s_b = 0) and no law (MAPE and signed mean of "
-    "the mixed variant; the prediction is linear in the law, so the parts separate exactly). A diagnostic added in "
+    "the mixed variant; the prediction is linear in the law, so the parts separate exactly; per_tp_rank_only where the "
+    "law has a server_tp part). A diagnostic added in "
     "wave 28 after E2.11's scores were seen (DESIGN.md, helper e211): it says which part of a law transfers between "
     "GPUs and harnesses; it moves no claim and nothing is fitted on it.")
 
 
 def _with_server(fitted, engine: str, values: dict) -> dict:
     """The fitted-constants doc `fitted` (path, dict or None) with engines[engine][gpu] = server_* values
-    for each gpu of `values` ({gpu: (a_ms, b_ms, source)})."""
+    for each gpu of `values` ({gpu: (a_ms, b_ms, source)} or {gpu: (a_ms, b_ms, tp_ms, source)}: the values in
+    SERVER_FIELDS' order; a field left out keeps the profile's value)."""
     import copy
 
     from pathlib import Path
@@ -1104,9 +1119,9 @@ def _with_server(fitted, engine: str, values: dict) -> dict:
     doc = read_yaml(fitted) if isinstance(fitted, (str, Path)) else copy.deepcopy(fitted or {})
     doc = doc or {}
     eng = doc.setdefault("engines", {}).setdefault(engine, {})
-    for gpu, (a, b, source) in values.items():
+    for gpu, (*nums, source) in values.items():
         tbl = eng.setdefault(gpu, {})
-        for name, v in zip(SERVER_FIELDS, (a, b)):
+        for name, v in zip(SERVER_FIELDS, nums):
             tbl[name] = {"value": float(v), "provenance": "FITTED", "source": source, "experiment": "E2.11"}
     return doc
 
@@ -1115,8 +1130,10 @@ def fit_server_host(rows, *, engine: str = "vllm-v0", fitted=None, constants=Non
     """Held-out-by-GPU fits of `engine`'s server law (SERVER_NOTE) on the TPOT `rows` of that engine.
 
     Returns {'fitted': the fitted-constants doc with each GPU's held-out values laid over `fitted`,
-    'per_gpu': [{gpu, fitted_on, rows, server_a_ms, server_b_ms, mape_mixed, law_parts, own_rows_fit}] (the
-    last three SERVER_OWN_ROWS_NOTE's diagnostic), 'all_rows': the fit on every GPU's rows}.
+    'per_gpu': [{gpu, fitted_on, rows, server_a_ms, server_b_ms[, server_tp_ms], mape_mixed, law_parts,
+    own_rows_fit}] (the last three SERVER_OWN_ROWS_NOTE's diagnostic), 'all_rows': the fit on every GPU's rows}.
+    The basis is server_a, server_b N and, where the engine's profile declares host.server_tp_ms (SERVER_TP_NOTE),
+    server_tp (TP - 1); a basis column that is zero on the rows of a fit (no TP > 1 row) is left out of it (value 0).
     A GPU whose engine has no other GPU in `rows` gets no held-out value (listed with fitted_on = [])."""
     from scipy.optimize import lsq_linear
 
@@ -1125,20 +1142,29 @@ def fit_server_host(rows, *, engine: str = "vllm-v0", fitted=None, constants=Non
     if not gpus:
         return {"fitted": fitted, "per_gpu": [], "all_rows": None, "note": SERVER_NOTE}
     fitted = _with_server(fitted, engine, {})  # read once (a path), copied by each _with_server below
-    basis, frame = {}, None
-    for key, ab in (("p0", (0.0, 0.0)), ("pa", (1.0, 0.0)), ("pb", (0.0, 1.0))):
-        doc = _with_server(fitted, engine, {g: (*ab, "basis") for g in gpus})
+    fields = [f for f in SERVER_FIELDS if f != SERVER_FIELDS[2] or f in get_engine(engine).values]
+    k = len(fields)
+    basis, frame = [], None
+    for unit in [np.zeros(k)] + list(np.eye(k)):  # no law, then one unit of each basis field
+        doc = _with_server(fitted, engine, {g: (*map(float, unit), "basis") for g in gpus})
         pred = run_tpot(mine, n_boot=1, fitted=doc, variant="mixed", mixed=mixed, constants=constants)["pred"]
         pred = pred.sort_index()
         frame = pred if frame is None else frame
-        basis[key] = pred["pred_ms"].to_numpy(float)
+        basis.append(pred["pred_ms"].to_numpy(float))
     y = frame["tpot_ms"].to_numpy(float)
-    A = np.column_stack([basis["pa"] - basis["p0"], basis["pb"] - basis["p0"]]) / y[:, None]
-    rhs = (y - basis["p0"]) / y
+    A = np.column_stack([p - basis[0] for p in basis[1:]]) / y[:, None]
+    rhs = (y - basis[0]) / y
     g_of = frame["gpu"].to_numpy()
 
-    def solve(mask):
-        return lsq_linear(A[mask], rhs[mask], bounds=(0.0, np.inf)).x
+    def solve(mask):  # bounds >= 0; a column that is zero on `mask` (no TP > 1 row) is left out, its value 0
+        live = np.abs(A[mask]).max(axis=0) > 0.0
+        x = np.zeros(k)
+        if live.any():
+            x[live] = lsq_linear(A[mask][:, live], rhs[mask], bounds=(0.0, np.inf)).x
+        return x
+
+    def law(x):  # {field: value} of a solution, rounded as reported (a per-request value to 5 digits)
+        return {f: round(float(v), 5 if f == "server_b_ms" else 4) for f, v in zip(fields, x)}
 
     def mape(ab, mask):  # the mixed variant's MAPE on `mask` under the law ab (the prediction is linear in it)
         return round(float(np.mean(np.abs(A[mask] @ np.asarray(ab, float) - rhs[mask]))), 4)
@@ -1148,8 +1174,10 @@ def fit_server_host(rows, *, engine: str = "vllm-v0", fitted=None, constants=Non
 
     ds_of = frame["dataset"].to_numpy()
 
-    def parts(a, b, mask):  # SERVER_OWN_ROWS_NOTE's law_parts: the held-out law split into its two parts, by dataset
-        laws = {"law": (a, b), "per_request_only": (0.0, b), "per_step_only": (a, 0.0), "none": (0.0, 0.0)}
+    def parts(x, mask):  # SERVER_OWN_ROWS_NOTE's law_parts: the held-out law split into its parts, by dataset
+        only = {"per_request_only": 1, "per_step_only": 0, "per_tp_rank_only": 2}  # name -> the one column kept
+        laws = {"law": x, **{name: np.where(np.arange(k) == i, x, 0.0) for name, i in only.items() if i < k},
+                "none": np.zeros(k)}
         return [{"dataset": str(ds), "rows": int((mask & (ds_of == ds)).sum()),
                  **{k: {"mape": mape(ab, mask & (ds_of == ds)), "signed": signed(ab, mask & (ds_of == ds))}
                     for k, ab in laws.items()}}
@@ -1161,21 +1189,18 @@ def fit_server_host(rows, *, engine: str = "vllm-v0", fitted=None, constants=Non
         if not others:
             per_gpu.append({"gpu": g, "fitted_on": [], "rows": 0})
             continue
-        a, b = solve(np.isin(g_of, others))
+        x = solve(np.isin(g_of, others))
         src = (f"E2.11 held out by GPU: the server law of {engine} fitted on {', '.join(others)}'s "
                f"{int(np.isin(g_of, others).sum())} TPOT rows (mixed variant), not on {g}'s")
-        values[g] = (round(float(a), 4), round(float(b), 5), src)
+        values[g] = (*law(x).values(), src)
         mine_ = g_of == g
         own = solve(mine_)  # SERVER_OWN_ROWS_NOTE: a diagnostic, never laid over `fitted`
-        per_gpu.append({"gpu": g, "fitted_on": others, "rows": int(np.isin(g_of, others).sum()),
-                        "server_a_ms": round(float(a), 4), "server_b_ms": round(float(b), 5),
-                        "mape_mixed": mape((a, b), mine_), "law_parts": parts(a, b, mine_),
-                        "own_rows_fit": {"rows": int(mine_.sum()), "server_a_ms": round(float(own[0]), 4),
-                                         "server_b_ms": round(float(own[1]), 5), "mape_mixed": mape(own, mine_)}})
-    a, b = solve(np.ones(len(y), dtype=bool))
+        per_gpu.append({"gpu": g, "fitted_on": others, "rows": int(np.isin(g_of, others).sum()), **law(x),
+                        "mape_mixed": mape(x, mine_), "law_parts": parts(x, mine_),
+                        "own_rows_fit": {"rows": int(mine_.sum()), **law(own), "mape_mixed": mape(own, mine_)}})
+    x = solve(np.ones(len(y), dtype=bool))
     return {"fitted": _with_server(fitted, engine, values), "per_gpu": per_gpu, "note": SERVER_NOTE,
-            "all_rows": {"engine": engine, "gpus": gpus, "rows": int(len(y)), "server_a_ms": round(float(a), 4),
-                         "server_b_ms": round(float(b), 5)}}
+            "all_rows": {"engine": engine, "gpus": gpus, "rows": int(len(y)), **law(x)}}
 
 
 def server_engines() -> list[str]:
@@ -1197,7 +1222,7 @@ def fit_server_hosts(rows, *, engines=None, fitted=None, constants=None, mixed: 
             continue
         fitted = r["fitted"]
         out[e] = {"per_gpu": r["per_gpu"], "all_rows": r["all_rows"]}
-    return {"fitted": fitted, "note": f"{SERVER_NOTE} {SERVER_OWN_ROWS_NOTE}", "engines": out}
+    return {"fitted": fitted, "note": f"{SERVER_NOTE} {SERVER_TP_NOTE} {SERVER_OWN_ROWS_NOTE}", "engines": out}
 
 
 # ---------------------------------------------------------------------------------------
