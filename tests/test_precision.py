@@ -114,6 +114,13 @@ def test_each_engine_prices_fp8_gemms_with_its_own_constant_in_both_public_funct
             assert step.terms_ms[name] == pytest.approx(model.num_hidden_layers * float(ops), rel=1e-9)
             ref = PT.gemm_time_fp8(T, n, k, get_gpu(g), c, rel=rel, engine=engine, served=True)["t"] * 1e3
             assert float(ops) == pytest.approx(float(ref), rel=1e-12)
+    # SGLang's own kernel dispatch (fp8_launch, sm90 here) reaches both public functions the same way
+    step = predict_step(model, g, prefill=[(1, T)], tp=4, engine="sglang", dtype="fp8", constants=c)
+    for name, (n, k) in layer_shapes(model, 4).items():
+        ops = predict_ops("gemm", g, m=T, n=n, k=k, dtype="fp8", engine="sglang", constants=c)["t_ms"]
+        assert step.terms_ms[name] == pytest.approx(model.num_hidden_layers * float(ops), rel=1e-9)
+        ref = PT.gemm_time_fp8(T, n, k, get_gpu(g), c, engine="sglang", served=True)
+        assert float(ops) == pytest.approx(float(ref["t"]) * 1e3, rel=1e-12) and float(ref["split_k"]) == 1
     vllm = predict_ops("gemm", g, m=T, n=8192, k=8192, dtype="fp8", engine="vllm", constants=c)["t_ms"]
     trt = predict_ops("gemm", g, m=T, n=8192, k=8192, dtype="fp8", engine="trtllm", constants=c)["t_ms"]
     assert trt < 0.85 * vllm  # the faster engine's kernels are faster on a compute-bound GEMM
