@@ -114,6 +114,13 @@ def test_each_engine_prices_fp8_gemms_with_its_own_constant_in_both_public_funct
             assert step.terms_ms[name] == pytest.approx(model.num_hidden_layers * float(ops), rel=1e-9)
             ref = PT.gemm_time_fp8(T, n, k, get_gpu(g), c, rel=rel, engine=engine, served=True)["t"] * 1e3
             assert float(ops) == pytest.approx(float(ref), rel=1e-12)
+    # SGLang's own kernel dispatch (fp8_launch, sm90 here) reaches both public functions the same way
+    step = predict_step(model, g, prefill=[(1, T)], tp=4, engine="sglang", dtype="fp8", constants=c)
+    for name, (n, k) in layer_shapes(model, 4).items():
+        ops = predict_ops("gemm", g, m=T, n=n, k=k, dtype="fp8", engine="sglang", constants=c)["t_ms"]
+        assert step.terms_ms[name] == pytest.approx(model.num_hidden_layers * float(ops), rel=1e-9)
+        ref = PT.gemm_time_fp8(T, n, k, get_gpu(g), c, engine="sglang", served=True)
+        assert float(ops) == pytest.approx(float(ref["t"]) * 1e3, rel=1e-12) and float(ref["split_k"]) == 1
     vllm = predict_ops("gemm", g, m=T, n=8192, k=8192, dtype="fp8", engine="vllm", constants=c)["t_ms"]
     trt = predict_ops("gemm", g, m=T, n=8192, k=8192, dtype="fp8", engine="trtllm", constants=c)["t_ms"]
     assert trt < 0.85 * vllm  # the faster engine's kernels are faster on a compute-bound GEMM
@@ -339,7 +346,7 @@ def test_vllm_fp8_dispatch_is_one_tile_per_m_bucket_without_split_k():
     # engine None is vLLM's (its factors were fitted with this dispatch); the other engines and unread
     # architectures keep the heuristic
     assert PT.fp8_launch(h) is PT.fp8_launch(h, "vllm")
-    assert PT.fp8_launch(h, "trtllm") is None and PT.fp8_launch(h, "sglang") is None
+    assert PT.fp8_launch(h, "trtllm") is None and PT.fp8_launch(h, "sglang") is not PT.fp8_launch(h, "vllm")
     assert PT.fp8_launch(get_gpu("l40s"), "vllm") is None
     # the public fp8 path uses it: gemm_time_fp8 reports the dispatched tiles
     r = PT.gemm_time_fp8(m, n, k, h, c, engine="vllm")
@@ -371,6 +378,40 @@ def test_vllm_fp8_dispatch_rounds_tile_rows_up_to_the_cluster():
     with pytest.raises(ValueError, match="a launch returns"):
         G.gemm_time(m, n, 4096.0, h, c, dtype="fp8", launch=lambda m_, n_, k_: (128.0, 128.0, 1.0, 1.0))
 
+
+
+def test_sglang_fp8_dispatch_is_sgl_kernels_own_per_architecture():
+    """SGLang's fp8 factor set carries sgl-kernel's fp8_scaled_mm dispatch (terms/precision.py module note, SGLang;
+    issue 19 item 5, wave 31 `sglf8`): sm90 vLLM's configs and clusters less the 256-row tile (PR 25532); sm100 /
+    sm103 64x64 (1-SM, cluster_m 1) up to m 64, then the 2-SM per-SM tiles with the pair's cluster_m 2; sm89 the
+    CUTLASS 2.x GemmShape ladder by m and n; sm120 (refuted by the RTX PRO table) and TensorRT-LLM the heuristic."""
+    h, b, l = get_gpu("h100-sxm"), get_gpu("b200"), get_gpu("l40s")
+    m = np.array([8.0, 40.0, 40.0, 100.0, 257.0, 8192.0])
+    n = np.array([1024.0, 1024.0, 4096.0, 4096.0, 5120.0, 4096.0])
+    k = np.array([4096.0, 4096.0, 4096.0, 4096.0, 4096.0, 8192.0])
+    tm, tn, cm = PT.fp8_launch(h, "sglang")(m, n, k)
+    assert tm.tolist() == [16, 16, 64, 64, 128, 128] and tn.tolist() == [64, 64, 64, 128, 128, 128]
+    assert cm.tolist() == [2, 4, 1, 2, 2, 2]
+    assert PT.fp8_launch(h, "vllm")(m, n, k)[0][-1] == 256  # vLLM's m >= 8192, k >= 6144 bucket, not SGLang's
+    mb = np.array([1.0, 16.0, 17.0, 64.0, 65.0, 256.0, 257.0])
+    tm, tn, cm = PT.fp8_launch(b, "sglang")(mb, 4096.0, 4096.0)
+    assert tm.tolist() == [64, 64, 64, 64, 64, 64, 128] and tn.tolist() == [64, 64, 64, 64, 128, 128, 128]
+    assert cm.tolist() == [1, 1, 1, 1, 2, 2, 2]
+    assert PT.fp8_launch(get_gpu("gb300"), "sglang") is PT.fp8_launch(b, "sglang")  # sm103: the sm100 dispatch
+    ml = np.array([1.0, 1.0, 8.0, 8.0, 8.0, 40.0, 100.0, 200.0, 200.0, 200.0, 300.0, 4096.0])
+    nl = np.array([4096.0, 16384.0, 4096.0, 12288.0, 65536.0, 4096.0, 4096.0, 4096.0, 12288.0, 65536.0, 4096.0,
+                   4096.0])
+    tm, tn = PT.fp8_launch(l, "sglang")(ml, nl, 4096.0)
+    assert tm.tolist() == [16, 32, 16, 32, 16, 32, 64, 128, 64, 128, 128, 128]
+    assert tn.tolist() == [64, 64, 64, 64, 64, 64, 64, 64, 128, 64, 128, 128]
+    assert PT.fp8_launch(get_gpu("rtx-pro-6000"), "sglang") is None
+    assert PT.fp8_launch(b, "trtllm") is None
+    # the public path prices SGLang's fp8 GEMM with it: no split-K, the tiles reported
+    c = Constants.default()
+    r = PT.gemm_time_fp8(m, n, k, h, c, engine="sglang")
+    assert r["tile_m"].tolist() == [16, 16, 64, 64, 128, 128] and (r["split_k"] == 1).all()
+    free = G.gemm_time(m, n, k, h, c, dtype="fp8")
+    assert not np.array_equal(free["tile_m"], r["tile_m"])
 
 def test_forced_rel_takes_the_nearest_ladder_tile_and_refuses_bad_input():
     lad = [[16, 128, 0.5], [64, 128, 0.85], [128, 128, 0.95], [256, 128, 1.0]]

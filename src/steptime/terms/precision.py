@@ -60,9 +60,8 @@ commit c30af866: PersistentScheduler; scaled_mm_sm100_fp8_dispatch.cuh, commit 4
 scheduler; swap-AB configs at small m put the small tile side on m). The heuristic's split-K rescue of
 few-tile cells (m 129-1024 on a 1-4k n) made those cells too fast (H100 -9 to -14% median) and the
 fitted compute factor too low for the rest (E1.27, issue 19 item 5). The dispatch belongs to the
-fitted factor set (FP8_LAUNCH: the factors were fitted with it); sm89 and sm120 dispatches were not
-read and keep the heuristic, as do TensorRT-LLM's and SGLang's factor sets (SGLang's sgl-kernel
-dispatch, read, did not improve its held-out table: DESIGN, fp8 dispatch).
+fitted factor set (FP8_LAUNCH: the factors were fitted with it); vLLM's sm89 and sm120 dispatches were not
+read and keep the heuristic, as does TensorRT-LLM's factor set.
 
 Cluster (issue 19 item 5, wave 30 `fp8b`): each dispatch config also fixes a ClusterShape, and CUTLASS's
 persistent scheduler launches whole clusters, so the tile rows are rounded up to the cluster's extent along m
@@ -73,6 +72,18 @@ gemm._forced_fill). sm90 (scaled_mm_sm90_fp8_dispatch.cuh, commit 68f442eb): m >
 swap-AB clusters (4x1) lie along n (not priced: n is a whole number of them in the tables). The tables show
 it: H100 / H200 m 257 takes 1.15 / 1.27 times as long as m 512 (median over n, k), so m 256 j + 1 costs at
 least a whole pair of tile rows (the excess beyond the pair is not explained: DESIGN, wave 30 `fp8b`).
+
+SGLang (issue 19 item 5, wave 31 `sglf8`): the collector times sgl-kernel's fp8_scaled_mm (per-token scales,
+CUTLASS, no split-K, no stream-K), whose dispatch is read per architecture: sm90 from sgl-kernel
+cutlass_extensions/gemm/fp8_gemm_sm90_dispatch.cuh (sgl-project/sglang PR 25532, merged 2026-05-20, stored commit
+812a916a: vLLM's sm90 configs and clusters less the 256-row tile), sm100 / sm103 and sm89 from
+sgl-kernel/csrc/gemm/fp8_gemm_kernel.cu (stored commit 04ec0bc2). That SGLang 0.5.14's sgl-kernel carries PR 25532
+is not pinned by source; the tables agree with it (SGLang's H100 / H200 fp8 time, less its priced quantise pass, is a
+near-constant 0.72-0.90 (H100) / 0.75-0.88 above m 32 (H200) of vLLM's measured call at every m, the m = 256 j + 1
+steps included, where the older 64x64 dispatch at m 129-256 would differ).
+sm120 keeps the heuristic: the stored sm120 dispatch (256x128 at m > 128, cluster 1x1) is refuted by the RTX PRO
+6000 table (3,120 of its 18,615 LLM-shaped cells, m 129-768, run faster than that tile count at the per-SM
+datasheet fp8 peak allows), so what SGLang ran there is not that kernel.
 """
 
 from __future__ import annotations
@@ -115,9 +126,44 @@ def _vllm_cutlass_sm100(m, n, k):
     return tm, tn, cm
 
 
+def _sgl_cutlass_sm90(m, n, k):
+    """(tile_m, tile_n, cluster_m) per cell of SGLang's sm90 fp8 scaled-mm (module note, SGLang): sgl-kernel's
+    sm90 dispatch since sgl-project/sglang PR 25532 (cutlass_extensions/gemm/fp8_gemm_sm90_dispatch.cuh) carries
+    vLLM's sm90 configs (swap-AB 64x16x256 / 64x64x256 at m <= 64 with the same clusters, m 65-128 64x128 and
+    m > 128 128x128, ClusterShape 2x1x1) without vLLM's 256-row tile at m >= 8192, k >= 6144."""
+    tm, tn, cm = _vllm_cutlass_sm90(m, n, k)
+    return np.where(tm == 256.0, 128.0, tm), tn, cm
+
+
+def _sgl_cutlass_sm100(m, n, k):
+    """(tile_m, tile_n, cluster_m) per cell of SGLang's sm100-family fp8 scaled-mm (sgl-kernel fp8_gemm_kernel.cu
+    sm100_fp8_dispatch_bias, buckets by next_pow_2(m); module note, SGLang): m <= 64 TileShape 64x64x128 without
+    swap-AB (cluster 1x4 along n at m <= 16, 1x1 above; a 1-SM MMA, cluster M 1); m > 64 vLLM's sm100 configs
+    (128x128 cluster 2x1 to m 256, 256x128 cluster 2x2 above: the 2-SM UMMA, per-SM tiles as _vllm_cutlass_sm100)."""
+    tm, tn, cm = _vllm_cutlass_sm100(m, n, k)
+    small = np.asarray(m) <= 64
+    return np.where(small, 64.0, tm), np.where(small, 64.0, tn), np.where(small, 1.0, cm)
+
+
+def _sgl_cutlass_sm89(m, n, k):
+    """(tile_m, tile_n) per cell of SGLang's sm89 fp8 scaled-mm (sgl-kernel fp8_gemm_kernel.cu
+    sm89_fp8_dispatch_shape: CUTLASS 2.x GemmShape by m and n buckets, no split-K; module note, SGLang)."""
+    m, n = np.asarray(m, dtype=float), np.asarray(n, dtype=float)
+    n8, n16 = n <= 8192, n <= 16384
+    tm = np.select([m <= 1, m <= 16, m <= 64, m <= 128, m <= 256],
+                   [np.where(n8, 16.0, 32.0), np.where(n8, 16.0, np.where(n16, 32.0, 16.0)),
+                    np.where(n16, 32.0, 16.0), np.where(n16, 64.0, 32.0),
+                    np.where(n8, 128.0, np.where(n16, 64.0, 128.0))], 128.0)
+    tn = np.select([m <= 128, m <= 256], [np.full_like(m * n, 64.0), np.where(n8, 64.0, np.where(n16, 128.0, 64.0))],
+                   128.0)
+    return tm, tn
+
+
 # the kernel dispatch each fitted fp8 factor set was fitted with: {constant: {sm_version: (m, n, k) -> tiles}}
 FP8_LAUNCH = MappingProxyType({
     "gemm_fp8_rel": MappingProxyType({90: _vllm_cutlass_sm90, 100: _vllm_cutlass_sm100, 103: _vllm_cutlass_sm100}),
+    "gemm_fp8_rel_sglang": MappingProxyType({89: _sgl_cutlass_sm89, 90: _sgl_cutlass_sm90, 100: _sgl_cutlass_sm100,
+                                             103: _sgl_cutlass_sm100}),
 })
 
 
