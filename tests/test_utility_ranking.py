@@ -178,6 +178,30 @@ def test_confusion_terms_name_the_pair_and_the_term_that_misorders():
         R.confusion_terms({"gemm": pg[:2], "attention": pa}, {"gemm": mg, "attention": ma}, wls, ("a", "b"))
 
 
+def test_decode_floor_modes_count_cells_above_the_siblings_lower_level():
+    import pandas as pd
+
+    rows = []
+    for kv in (1, 64, 256, 4096):  # 4096 is outside the floor regime and must not count
+        for b in (1, 8):
+            base = {"phase": "decode", "num_heads": 32.0, "num_kv_heads": 8.0, "batch_size": float(b), "kv_len": float(kv)}
+            rows.append({**base, "gpu": "x", "latency_ms": 0.009})                       # always the lower level
+            rows.append({**base, "gpu": "y", "latency_ms": 0.009 if kv == 1 else 0.0108})  # upper but at KV 1
+            rows.append({**base, "gpu": "z", "latency_ms": 0.0108 if b == 8 or kv == 4096 else 0.009})
+    rows.append({"phase": "prefill", "num_heads": 32.0, "num_kv_heads": 8.0, "batch_size": 1.0, "kv_len": 0.0,
+                 "gpu": "y", "latency_ms": 1.0})
+    d = R.decode_floor_modes(pd.DataFrame(rows), ("x", "y", "z"))
+    assert d["cells_per_gpu"] == 6 and d["groups"] == 2
+    x, y, z = (d["per_gpu"][g] for g in "xyz")
+    assert x["share_upper"] == 0.0 and x["groups_all_lower"] == 1.0
+    assert y["share_upper"] == pytest.approx(4 / 6) and y["groups_mixed"] == 1.0
+    assert y["upper_above_lower_ms_p50"] == pytest.approx(0.0018)
+    assert z["share_upper"] == pytest.approx(0.5) and z["groups_all_upper"] == 0.5
+    assert z["share_upper_by_batch"] == {"1": 0.0, "8": 1.0}
+    with pytest.raises(ValueError, match="at least two GPUs"):
+        R.decode_floor_modes(pd.DataFrame(rows), ("x", "w"))
+
+
 def test_sustained_work_ratios_bin_the_compute_bound_cells_by_work():
     import pandas as pd
 

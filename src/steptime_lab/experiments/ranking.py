@@ -374,6 +374,45 @@ def sustained_work_ratios(gemm_cells_df, pairs=SUSTAINED_PAIRS, ai_min: float = 
     return out
 
 
+FLOOR_KV_MAX = 256         # decode KV tokens per request up to which the call's bytes are negligible: its floor regime
+FLOOR_MODE_STEP_MS = 0.001  # a floor-regime cell this far above its shape group's lowest is in the upper level
+FLOOR_MODE_GPUS = ("b200", "gb200", "b300", "gb300")  # one kernel lane and framework version: their levels compare
+
+
+def decode_floor_modes(attn_cells_df, gpus=FLOOR_MODE_GPUS, kv_max: float = FLOOR_KV_MAX,
+                       step_ms: float = FLOOR_MODE_STEP_MS) -> dict:
+    """A property of the measured decode-attention table, no predictor's: in the floor regime (decode,
+    KV length <= kv_max: the bytes read are negligible, so at one (heads, KV heads, batch) the kernel's
+    work does not change with the KV length), a shape group's lower level is its lowest cell over `gpus`
+    (siblings of one kernel lane) and KV lengths. Per GPU: the share of its cells more than step_ms above
+    that level (`share_upper`); of its groups, the share with every cell in the lower level, with both
+    levels (which then is not a function of the shape) and with every cell above; the median time above
+    the lower level, over all its cells and over its upper ones (the step); and per batch size the share above. A GPU whose table sits low more often measures
+    faster at small calls, and no reading of one cell sees how often."""
+    gpus = [g for g in gpus if g in set(attn_cells_df["gpu"])]
+    if len(gpus) < 2:
+        raise ValueError(f"decode_floor_modes needs at least two GPUs present in the table, got {gpus}")
+    key = ["num_heads", "num_kv_heads", "batch_size"]
+    d = attn_cells_df[(attn_cells_df["phase"] == "decode") & (attn_cells_df["kv_len"] <= kv_max)
+                      & attn_cells_df["gpu"].isin(gpus)]
+    wide = d.pivot_table(index=key + ["kv_len"], columns="gpu", values="latency_ms", aggfunc="median").dropna()
+    low = wide.min(axis=1).groupby(level=key).transform("min")
+    above = wide.sub(low, axis=0)
+    upper = above > step_ms
+    frac = upper.groupby(level=key).mean()
+    by_batch = upper.groupby(level="batch_size").mean()
+    out = {"kv_max": float(kv_max), "step_ms": float(step_ms), "gpus": list(gpus), "cells_per_gpu": int(len(wide)),
+           "groups": int(len(frac)), "per_gpu": {}}
+    for g in gpus:
+        out["per_gpu"][g] = {"share_upper": float(upper[g].mean()), "groups_all_lower": float((frac[g] == 0).mean()),
+                             "groups_mixed": float(((frac[g] > 0) & (frac[g] < 1)).mean()),
+                             "groups_all_upper": float((frac[g] == 1).mean()),
+                             "above_lower_ms_p50": float(above[g].median()),
+                             "upper_above_lower_ms_p50": float(above[g][upper[g]].median()) if upper[g].any() else 0.0,
+                             "share_upper_by_batch": {f"{b:g}": float(v) for b, v in by_batch[g].items()}}
+    return out
+
+
 def flat_region_replicates(wls, gemm_cells_df, meas_terms: dict, gpus=GPUS, m_max: int = FLAT_M_MAX) -> dict:
     """A property of the measured tables, no predictor's: how reproducible the measured fastest GPU is.
 
@@ -689,7 +728,10 @@ DIAGNOSIS_DISCLOSED = (
     "(config targets.max_regret), not set by the score; no predictor, constant, tie rule or other target changed. "
     "Wave 27 (helper rank) added near_tie_band after seeing the scores: its reference cells (outside the ranking, "
     "n, k >= 1024, the ranking's token counts and attention calls), the share weighting and the pair-ratio MAPE "
-    "were chosen by the helper with the top-1 known; it changes no predictor and no score.")
+    "were chosen by the helper with the top-1 known; it changes no predictor and no score. "
+    "Wave 31 (helper rank) added decode_floor_modes after seeing the scores: the floor regime (KV <= 256), the "
+    "1 us step, the Blackwell siblings as one lane and the lower level as the group's minimum were chosen with "
+    "the top-1 and its confusions known; it is a property of the measured table and changes no predictor or score.")
 NOISE_SIGMAS = (0.005, 0.01, 0.02, 0.03)  # independent log-normal errors for the attainable-top-1 reference
 NOISE_DRAWS = 200
 
@@ -825,6 +867,7 @@ def run(gemm_cells_df, attn_cells_df, wls, meas, gemm_bundle=None, attn_bundle=N
         res["diagnosis"]["gemm_flat_region_jitter"] = flat_region_jitter(
             gemm_cells_df, GPUS, tuple(res["diagnosis"]["steptime"]["twin_ratios"]))
         res["diagnosis"]["gemm_sustained_work_ratios"] = sustained_work_ratios(gemm_cells_df)
+        res["diagnosis"]["decode_floor_modes"] = decode_floor_modes(attn_cells_df)
         ge, ae, sizes = held_out_reference_errors(wls, gemm_cells_df, attn_cells_df, GPUS, constants, constants_for)
         res["diagnosis"]["near_tie_band"] = {**near_tie_band(meas_terms, terms, wls, ge, ae, GPUS), "reference": sizes}
     if grey is not None:  # what each GPU's grey box was fitted on (never that GPU's table)
