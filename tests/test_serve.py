@@ -721,3 +721,23 @@ def test_timer_bounds_an_fp8_decode_stream_by_the_fp8_read_rate():
         .decode_attention1(n, float(kv.sum()))
     assert StepTimer(M, G, constants=capped).decode_attention1(n, float(kv.sum())) == pytest.approx(
         StepTimer(M, G, constants=free).decode_attention1(n, float(kv.sum())), rel=1e-15)
+
+
+def test_timer_pays_the_per_split_cost_like_predict_steps():
+    """An fa2 GPU with attn_split_us: the timer's decode floor carries FlashAttention-2's per-split cost, the
+    list and vector decode runs agree, and `check` holds it to predict_steps."""
+    from steptime.calibration import Constants
+
+    c = Constants.default()
+    lanes = {k: {**v, "attn_split_us": 0.2} for k, v in c.get("attn_lane_factors").items()}
+    c = c.with_overrides({"attn_lane_factors": lanes, "attn_split_us": 0.2})
+    t = StepTimer(M, "l40s", constants=c)
+    base = StepTimer(M, "l40s")
+    assert t.check() < 1e-12
+    assert t._dsplit_us == 0.2 and base._dsplit_us == 0.0
+    # one request: 16 splits at 2,047 cached tokens (FlashAttention-2's heuristic on 142 SMs)
+    assert t.decode_attention1(1, 2047.0) - base.decode_attention1(1, 2047.0) == pytest.approx(0.2e-6 * 16, rel=1e-9)
+    full = t.decode_steps(2, 2 * 1000.0, 12)
+    assert t.decode_steps_list(2, 2 * 1000.0, 12) == pytest.approx(full.tolist(), rel=1e-14)
+    assert float(t.decode_attention(np.array([1.0]), np.array([2047.0]))[0]) == pytest.approx(
+        t.decode_attention1(1, 2047.0), rel=1e-12)

@@ -157,6 +157,9 @@ class StepTimer:
         # the split-KV combine (attention.split_kv): its floor share and the KV tile it splits past
         self._dsplit = self._dfloor * float(fc.get("attn_split_rel", 0.0))
         self._dtile = float(attention.split_tile(self.head_dim, fc))
+        # FlashAttention-2's per-split combine cost (attention.split_count / split_us_s); 0: none
+        self._dsplit_us = float(fc.get("attn_split_us", 0.0))
+        self._nsplit = {}  # (requests, KV blocks) -> split count: the heuristic is a 128-candidate scan
         self._ar = np.arange(1024, dtype=float)
         self.A = np.zeros(1)
         self.Dp = np.zeros(1)
@@ -276,7 +279,25 @@ class StepTimer:
         t_mem = nb * self._dmem
         floor = np.where(attention.swap_copy(n, self.heads, self.kv_heads), self._dfloor, self._dfloor_free)
         floor = floor + np.where(self._split(n, np.asarray(sum_kv, dtype=float)), self._dsplit, 0.0)
+        if self._dsplit_us:
+            floor = floor + self._split_us(n, np.asarray(sum_kv, dtype=float))
         return np.where(n > 0, floor + smax(t_units, t_mem, p), 0.0)
+
+    def _split_us(self, n, sum_kv):
+        """attention.split_us_s of `n` decode requests holding `sum_kv` cached tokens, at their mean KV length
+        (attention._group_splits' rule); the split counts are cached per (requests, KV blocks)."""
+        n_a, kv_a = np.broadcast_arrays(np.asarray(n, dtype=float), np.asarray(sum_kv, dtype=float))
+        mean = np.divide(kv_a, n_a, out=np.zeros(n_a.shape), where=n_a > 0)
+        blocks = np.maximum(1.0, np.ceil(mean / self._dtile))
+        out = np.empty(n_a.shape)
+        for i, (nn, bb) in enumerate(zip(n_a.ravel(), blocks.ravel())):
+            key = (float(nn), float(bb))
+            if key not in self._nsplit:
+                self._nsplit[key] = float(attention.split_count(nn, self.heads, self.kv_heads, bb * self._dtile,
+                                                                self.head_dim, self.gpu, self.fc))
+            out.ravel()[i] = self._nsplit[key]
+        r = attention.split_us_s(out, self.fc)
+        return r if np.ndim(n) or np.ndim(sum_kv) else float(r)
 
     def _split(self, n, sum_kv):
         """attention.split_kv for `n` decode requests holding `sum_kv` cached tokens (its group rule:
@@ -296,6 +317,8 @@ class StepTimer:
         """One layer's decode-attention floor for a step of `n` decode requests (n > 0) holding `sum_kv`
         cached tokens (a float, or an array over steps): the GQA copy's rule and the split-KV combine's."""
         base = self._dfloor if (self._dgqa and n >= 2) else self._dfloor_free
+        if self._dsplit_us:
+            base = base + self._split_us(n, sum_kv)
         if not self._dsplit:
             return base
         split = self._split(n, sum_kv)
@@ -322,7 +345,9 @@ class StepTimer:
         return attention.combine(np.zeros_like(nb), nb, n * self._u0, n, self.gpu, self.fc, tiles=np.zeros_like(nb),
                                  prefill=np.zeros(nb.shape, dtype=bool),
                                  decode_floor_rel=attention._decode_floor_rel(copy, self.fc, split),
-                                 fp8_read=np.full(nb.shape, self._fp8))["t"]
+                                 fp8_read=np.full(nb.shape, self._fp8),
+                                 splits=attention.split_count(n, self.heads, self.kv_heads, mean, self.head_dim,
+                                                              self.gpu, self.fc))["t"]
 
     def prefill_attention(self, new, kv) -> float:
         """Prefill-phase attention of one layer (seconds) for one step's chunks (new > 1).
@@ -510,7 +535,10 @@ class StepTimer:
             x = float(j) * c1
             x += c0
             x = (x ** p + u) ** invp
-            x += fl_split if sum_kv0 + n * float(j) > kv_split else fl
+            if self._dsplit_us:  # the per-split cost moves with the KV length: the floor of this step
+                x += self._dfloor_n(n, sum_kv0 + n * float(j))
+            else:
+                x += fl_split if sum_kv0 + n * float(j) > kv_split else fl
             x *= L
             x += ab
             body = x if x >= D else D

@@ -48,11 +48,23 @@ Named factors (constants in defaults.yaml, settled by E1.24):
   attn_split_tile    KV tokens per split-KV chunk at head dim 128 (the kernel family's KV tile)
   attn_fp8_bpc       fp8 KV bytes per SM per clock a decode kernel consumes at most (`fp8_read_bandwidth`;
                      0: no such cap)
+  attn_split_us      microseconds each split-KV split adds to a decode batch (`split_count`, FlashAttention-2's
+                     split heuristic; 0: no per-split cost)
 
 fp8 KV read (decode): a decode kernel that reads an fp8 cache converts every KV element to the MMA's
 input type on the SM before it can use it, so its KV stream is also bounded by an SM-side rate,
 attn_fp8_bpc bytes per SM per clock: t_memory = max(t_memory, bytes / (attn_fp8_bpc SMs f_boost)) for
-decode-only batches with an fp8 cache (`combine`'s `fp8_read`). The AIConfigurator decode tables show it
+decode-only batches with an fp8 cache (`combine`'s `fp8_read`).
+
+Split count (decode, FlashAttention-2 lane): the combine pass of a split-KV decode reduces every query row's
+partial results over the splits one after another (flash_fwd_splitkv_combine_kernel loops over num_splits),
+so beyond the fixed share attn_split_rel a decode batch pays attn_split_us per split: t_floor +=
+attn_split_us x n_splits where n_splits > 1. n_splits is FlashAttention-2's own choice (`split_count`,
+num_splits_heuristic in vllm-project/flash-attention csrc/flash_attn/flash_api.cpp: b H_kv ceil(g / 64)
+(request, KV head, 64-row query block) CTAs against 2 x SMs slots, up to min(128, 2 SMs, KV blocks) splits,
+the fewest eligible splits within 0.85 of the best wave efficiency; one split at >= 0.8 x 2 SMs CTAs). The
+AIConfigurator fa2 decode tables show it: at one request x one KV head the time rises by 0.14 (L40S) to
+0.2 (RTX PRO 6000) us per split from 2 to 128 splits, where the KV read is a few microseconds. The AIConfigurator decode tables show it
 on Hopper (FlashAttention-3): streamed fp8 cells run at 9.1 (H100) and 9.4 (H200) B / SM / clock, the
 same on both although H200's HBM is 43% faster, while bf16 reaches 11.5 / 15.6; Blackwell's TRT-LLM-gen
 kernel reads fp8 at 22-23 B / SM / clock, about its bf16 rate. Prefill is not touched.
@@ -104,7 +116,7 @@ PREFILL_Q_TILE_BY_SM = MappingProxyType({86: 64, 87: 64, 89: 64, 100: 256, 103: 
 FACTORS = ("attn_floor_us", "attn_prefill_floor_rel", "attn_eta_mem", "attn_eta_ceil", "attn_c_tokens", "attn_causal_tile", "attn_fill_half",
            "attn_cta_us",
            "attn_overlap_p", "attn_l2_bpc", "attn_l2_x_c", "attn_l2_sharp", "attn_fp8_unit", "attn_fp8_compute",
-           "attn_swap_copy_rel", "attn_split_rel", "attn_split_tile", "attn_fp8_bpc", "attn_pf_unit")
+           "attn_swap_copy_rel", "attn_split_rel", "attn_split_tile", "attn_fp8_bpc", "attn_pf_unit", "attn_split_us")
 # kernel families whose decode API copies the swapped GQA query (FlashAttention-2's varlen API);
 # FA3 packs the group inside the kernel, TRT-LLM-gen/FlashInfer take the heads as they are (DERIVED)
 SWAP_COPY_LANES = ("fa2",)
@@ -146,7 +158,7 @@ def attention_constants(gpu, constants: Constants | None = None) -> dict:
 
 # factors a constant set from before they existed lacks (a pinned older defaults.yaml): their neutral values
 OPTIONAL_FACTORS = MappingProxyType({"attn_split_rel": 0.0, "attn_split_tile": 128.0, "attn_fp8_bpc": 0.0,
-                                     "attn_pf_unit": 0.0})
+                                     "attn_pf_unit": 0.0, "attn_split_us": 0.0})
 
 
 def _factor(constants: Constants, name: str, gpu):
@@ -234,6 +246,45 @@ def split_tile(head_dim, fc: dict) -> np.ndarray:
     return np.where(d <= 64, 2.0 * t, np.where(d <= 128, t, 0.5 * t))
 
 
+SPLIT_MAX = 128  # FlashAttention-2's cap on num_splits (flash_api.cpp: num_splits_heuristic(..., 128)) DERIVED
+SPLIT_EFF_REL = 0.85  # the heuristic takes the fewest splits within this share of the best wave efficiency
+SPLIT_ONE_FILL = 0.8  # ... and one split once the CTAs fill this share of the slots (DERIVED, same source)
+
+
+def split_count(batch, n_heads, n_kv_heads, kv_len, head_dim, gpu, fc: dict) -> np.ndarray:
+    """FlashAttention-2's num_splits_heuristic for a decode batch of `batch` requests of `kv_len` cached tokens
+    (module docstring): CTAs b H_kv ceil((H_q / H_kv) / 64) (the GQA group swapped into the query axis, 64-row
+    blocks) against 2 x SMs slots, KV blocks ceil(kv_len / split_tile). Arrays broadcast (`gpu.sms` may be one
+    per row); an empty batch counts one split."""
+    b, hq, hkv, c = (np.asarray(x, dtype=float) for x in (batch, n_heads, n_kv_heads, kv_len))
+    if np.any(b < 0) or np.any(hkv <= 0) or np.any(hq < hkv) or np.any(c < 0):
+        raise ValueError("split_count: need batch >= 0, n_heads >= n_kv_heads >= 1 and kv_len >= 0")
+    ctas = b * hkv * np.ceil(np.ceil(hq / hkv) / 64.0)
+    blocks = np.maximum(1.0, np.ceil(c / split_tile(head_dim, fc)))
+    slots = 2.0 * np.asarray(gpu.sms, dtype=float)
+    ctas, blocks, slots = np.broadcast_arrays(ctas, blocks, slots)
+    most = np.minimum(np.minimum(float(SPLIT_MAX), slots), blocks)
+    effs = np.zeros((SPLIT_MAX,) + ctas.shape)
+    for n in range(1, SPLIT_MAX + 1):  # a fixed 128 candidates, each one vector expression
+        ok = (n <= most) & ((n == 1) | (np.ceil(blocks / n) != np.ceil(blocks / max(n - 1, 1))))
+        waves = ctas * n / slots
+        effs[n - 1] = np.where(ok & (waves > 0), np.divide(waves, np.ceil(waves), out=np.zeros(waves.shape),
+                                                           where=waves > 0), -1.0)
+    good = effs >= SPLIT_EFF_REL * effs.max(axis=0)
+    n = 1.0 + np.argmax(good & (effs >= 0), axis=0)
+    return np.where((ctas >= SPLIT_ONE_FILL * slots) | (ctas <= 0), 1.0, n)
+
+
+def split_us_s(splits, fc: dict):
+    """The per-split cost (seconds) of a decode batch of `splits` split-KV splits: attn_split_us x splits where
+    more than one split, else 0 (the factor 0 or absent: 0)."""
+    k = float(fc.get("attn_split_us", 0.0))
+    if k < 0:
+        raise ValueError(f"attn_split_us must be >= 0, got {k!r}")
+    n = np.asarray(splits, dtype=float)
+    return np.where(n > 1, k * 1e-6 * n, 0.0)
+
+
 def _decode_floor_rel(copy, fc: dict, split=False):
     """Decode-floor multiplier: 1 where the batch pays the transposition copy, else
     1 - attn_swap_copy_rel (a factor dict without it: no copy-free discount); plus attn_split_rel
@@ -297,8 +348,9 @@ def attention_request_terms(new_tokens, kv_len, n_heads, n_kv_heads, head_dim, g
 
 
 def combine(t_compute, nbytes, units, n_req, gpu, fc: dict, warm_l2: bool = False, tiles=None,
-            prefill=None, decode_floor_rel=None, fp8_read=None) -> dict:
+            prefill=None, decode_floor_rel=None, fp8_read=None, splits=None) -> dict:
     """Batch totals -> time (seconds) with every branch; arrays in, dict of arrays out.
+    `splits`: the split-KV split count of decode-only batches (`split_count`), priced by `split_us_s`;
     `decode_floor_rel`: multiplier of the floor of decode-only batches (`_decode_floor_rel`);
     `fp8_read`: where True (decode-only batches with an fp8 cache), the stream is also bounded by
     `fp8_read_bandwidth` (module docstring)."""
@@ -331,6 +383,9 @@ def combine(t_compute, nbytes, units, n_req, gpu, fc: dict, warm_l2: bool = Fals
     if decode_floor_rel is not None:
         dec = ~np.asarray(prefill, dtype=bool) if prefill is not None else True
         floor = floor * np.where(dec, decode_floor_rel, 1.0)
+    if splits is not None and float(fc.get("attn_split_us", 0.0)):
+        dec = ~np.asarray(prefill, dtype=bool) if prefill is not None else True
+        floor = floor + np.where(dec, split_us_s(splits, fc), 0.0)
     t = np.where(np.asarray(n_req) > 0, floor + t_body, 0.0)
     return {"t": t, "t_compute": t_compute, "t_memory": t_memory, "t_units": t_units,
             "t_floor": np.where(np.asarray(n_req) > 0, floor, 0.0), "l2_hit": hit, "eta_fill": eta_fill,
@@ -361,8 +416,10 @@ def attention_cells(batch, new_tokens, kv_len, n_heads, n_kv_heads, head_dim, gp
     copy = swap_copy(b, n_heads, n_kv_heads)
     split = split_kv(b, n_kv_heads, kv_len, head_dim, gpu, fc)
     fp8 = np.broadcast_to(np.asarray(_kvb(kv_dtype)) == 1.0, pre.shape)
+    nsplit = split_count(b, n_heads, n_kv_heads, kv_len, head_dim, gpu, fc) if fc.get("attn_split_us") else None
     out = combine(b * r["t_compute"], b * r["bytes"], b * r["units"], b, gpu, fc, warm_l2, tiles=b * r["tiles"],
-                  prefill=pre, decode_floor_rel=_decode_floor_rel(copy, fc, split), fp8_read=fp8 & ~pre)
+                  prefill=pre, decode_floor_rel=_decode_floor_rel(copy, fc, split), fp8_read=fp8 & ~pre,
+                  splits=nsplit)
     out.update({"flops": b * r["flops"], "bytes": b * r["bytes"], "units": b * r["units"],
                 "eta_attn": r["eta_attn"], "eta_softmax": r["eta_softmax"]})
     return out
@@ -400,10 +457,23 @@ def attention_time(new_tokens, kv_len, n_heads, n_kv_heads, head_dim, gpu, const
     split = _group_split(group, n_groups, nreq, n_kv_heads, kv_len, head_dim, gpu, fc, np.shape(r["t_compute"]))
     fp8 = np.broadcast_to((np.asarray(_kvb(kv_dtype)) == 1.0).astype(float), np.shape(r["t_compute"]))
     fp8_read = ~pre & (nreq > 0) & (np.bincount(group, weights=fp8, minlength=n_groups) == nreq)  # decode, all fp8
+    nsplit = (_group_splits(group, n_groups, nreq, n_heads, n_kv_heads, kv_len, head_dim, gpu, fc,
+                            np.shape(r["t_compute"])) if fc.get("attn_split_us") else None)
     out = combine(tc, nb, un, nreq, gpu, fc, warm_l2, tiles=ti, prefill=pre,
-                  decode_floor_rel=_decode_floor_rel(copy, fc, split), fp8_read=fp8_read)
+                  decode_floor_rel=_decode_floor_rel(copy, fc, split), fp8_read=fp8_read, splits=nsplit)
     out["requests"] = nreq
     return out
+
+
+def _group_splits(group, n_groups, nreq, n_heads, n_kv_heads, kv_len, head_dim, gpu, fc: dict, shape) -> np.ndarray:
+    """`split_count` per group of requests, by the group rule of `_group_split`: its requests at their mean KV
+    length, mean query and KV heads and head dim (for equal requests, `split_count` of the batch)."""
+    def mean(v):
+        w = np.broadcast_to(np.asarray(v, dtype=float), shape)
+        return np.divide(np.bincount(group, weights=w, minlength=n_groups), nreq, out=np.ones(n_groups),
+                         where=nreq > 0)
+    return split_count(nreq, mean(n_heads), mean(n_kv_heads), np.where(nreq > 0, mean(kv_len), 0.0),
+                       mean(head_dim), gpu, fc)
 
 
 def _group_split(group, n_groups, nreq, n_kv_heads, kv_len, head_dim, gpu, fc: dict, shape) -> np.ndarray:
@@ -442,7 +512,9 @@ def _decode_time(kv_len, n_heads, n_kv_heads, head_dim, gpu, kv_dtype: str, grou
     zero = np.zeros(n_groups)
     copy = swap_copy(nreq, hq, hkv)
     split = _group_split(group, n_groups, nreq, hkv, c, d, gpu, fc, c.shape)
+    nsplit = _group_splits(group, n_groups, nreq, hq, hkv, c, d, gpu, fc, c.shape) if fc.get("attn_split_us") else None
     out = combine(zero, nb, un, nreq, gpu, fc, warm_l2, tiles=zero, prefill=np.zeros(n_groups, dtype=bool),
-                  decode_floor_rel=_decode_floor_rel(copy, fc, split), fp8_read=np.full(n_groups, kvb == 1.0))
+                  decode_floor_rel=_decode_floor_rel(copy, fc, split), fp8_read=np.full(n_groups, kvb == 1.0),
+                  splits=nsplit)
     out["requests"] = nreq
     return out

@@ -65,6 +65,11 @@ FIT_GLOBALS = {
 # per-KV-head count (the factor absent: 0). The lane scope was chosen after seeing scores (PF_UNIT_DISCLOSED).
 PF_UNIT_LANES = ("fa2", "trtllm")
 FIT_PF_UNIT = {"attn_pf_unit": (0.5, 0.01, 10.0)}
+# the split-KV combine's cost per split (attn_split_us, `A.split_count`: FlashAttention-2's num_splits_heuristic),
+# fitted only on the FlashAttention-2 lane (the heuristic is that kernel's; FA3 and TRT-LLM-gen split by their own
+# rules) in the lane's leave-one-GPU-out fits (SPLIT_US_DISCLOSED)
+SPLIT_US_LANES = ("fa2",)
+FIT_SPLIT_US = {"attn_split_us": (0.1, 0.0, 2.0)}
 # attn_swap_copy_rel (the FA2 query-transposition copy's share of the decode floor) is measured, not
 # fitted: on the training GPUs' decode cells inside one FA2 split-KV block (KV <= 128 tokens at
 # d <= 128: block_n = 128, so one split and no combine kernel) at <= 8 requests, GQA only,
@@ -177,9 +182,16 @@ PF_UNIT_DISCLOSED = (
     "the form was helper attnp's scratch variant (c), scored in wave 30 on E1.29's held-out prefill errors; leaving "
     "FA3 (Hopper: H100, H200) on the per-KV-head count is a choice made after seeing those scores (with FA3 also "
     "per query head, Hopper TP 8 prefill was lost on both GPUs). No constant fitted on scored cells")
+SPLIT_US_DISCLOSED = (
+    "split-KV cost per split on the FlashAttention-2 lane (issue 19 item 1, wave 31, helper adaa; attn_split_us, "
+    "SPLIT_US_LANES): a decode batch pays attn_split_us x FlashAttention-2's own split count (num_splits_heuristic, "
+    "from source) where it splits, fitted in the fa2 lane's leave-one-GPU-out fits (a GPU's value from the other "
+    "GPUs of its lane); found from E1.29's held-out decode residuals on L40S / RTX PRO 6000 (they grow linearly in "
+    "the split count), one form scored, the fa2-only scope set from the heuristic's source before scoring. No "
+    "constant fitted on scored cells")
 DISCLOSED = (PREFILL_DISCLOSED, SWAP_COPY_DISCLOSED, KV_WRITE_DISCLOSED, BLACKWELL_TILE_DISCLOSED,
             SPLIT_DISCLOSED, CLASS_CARRY_DISCLOSED, WARM_KV_WRITE_DISCLOSED, FP8_READ_DISCLOSED,
-            LANE_KV_WRITE_DISCLOSED, PF_UNIT_DISCLOSED)  # what E1.24 and E1.29 disclose, one line per change
+            LANE_KV_WRITE_DISCLOSED, PF_UNIT_DISCLOSED, SPLIT_US_DISCLOSED)  # what E1.24 and E1.29 disclose, one line per change
 
 
 # ---------------------------------------------------------------------------------------
@@ -650,10 +662,11 @@ def _sample(cells, seed, n=FIT_SAMPLE):
 def fit_factors(lane: str | None = None) -> dict:
     """The factors a fit estimates, name -> (start, lower, upper): FIT_GLOBALS, plus FIT_PF_UNIT for a fit on the
     GPUs of one kernel lane of PF_UNIT_LANES (`lane`; None: a fit over several lanes, which keeps the per-KV-head
-    prefill units)."""
+    prefill units), plus FIT_SPLIT_US for a fit on a lane of SPLIT_US_LANES (else no per-split cost)."""
     if lane is not None and not isinstance(lane, str):
         raise ValueError(f"fit lane must be a kernel lane name or None, got {lane!r}")
-    return {**FIT_GLOBALS, **(FIT_PF_UNIT if lane in PF_UNIT_LANES else {})}
+    return {**FIT_GLOBALS, **(FIT_PF_UNIT if lane in PF_UNIT_LANES else {}),
+            **(FIT_SPLIT_US if lane in SPLIT_US_LANES else {})}
 
 
 def fold_lane(gpu: str, others, lanes: dict) -> str | None:
@@ -934,7 +947,8 @@ def document(r: dict, cells, targets: dict) -> dict:
                "readings": "per GPU: the GEMM's three deploy readings, carried to attention by READING_PAIRS "
                            "ratios fitted on the other GPUs; steptime_own_readings: three attention cells instead",
                "cells": {f"{g}/{p}": int(n) for (g, p), n in cells.groupby(["gpu", "phase"]).size().items()},
-               "lane_factor_names": list(FIT_GLOBALS) + [f"{n} ({'/'.join(PF_UNIT_LANES)} lanes only)" for n in FIT_PF_UNIT], "deploy_readings": DEPLOY_NOTES, "disclosed": " ".join(DISCLOSED),
+               "lane_factor_names": list(FIT_GLOBALS) + [f"{n} ({'/'.join(PF_UNIT_LANES)} lanes only)" for n in FIT_PF_UNIT]
+               + [f"{n} ({'/'.join(SPLIT_US_LANES)} lane only)" for n in FIT_SPLIT_US], "deploy_readings": DEPLOY_NOTES, "disclosed": " ".join(DISCLOSED),
                "fit": {"llm_weight": LLM_WEIGHT, "fit_sample_per_gpu_phase": r.get("fit_sample", FIT_SAMPLE), "starts": 1 + len(ALT_STARTS),
                        "note": "llm_weight chosen among 1, 3, 10 after comparing held-out scores on four GPUs "
                                "(model selection on evaluation GPUs; 1 gave decode 8.9-24% / prefill 9-20%)"}}
