@@ -67,6 +67,12 @@ FIT_GLOBALS = {
     # Blackwell's per-CTA stream is its own (the global one keeps the full-k stream of the parts without a depth)
     "blackwell_split_min_k": (4096.0, 512.0, 32768.0),
     "blackwell_cta_stream_us_mb": (1.0, 0.0, 20.0),
+    # the memory ramp of the wave-launched parts (launch-kind scope: `folds.with_globals` sets mem_t_half_us /
+    # l2_resident_x / l2_gain on the parts whose fill paradigm is "wave", Ampere / Ada / sm120, over the global ones,
+    # which then carry the persistent launches' ramp); a held-out wave GPU's values come from the other wave GPUs
+    "wave_mem_t_half_us": (2.0, 0.0, 20.0),
+    "wave_l2_resident_x": (0.15, 0.01, 0.95),
+    "wave_l2_gain": (5.0, 0.0, 64.0),
 }
 
 FIT_SAMPLE = 1500  # cells per GPU in a fit (seeded)

@@ -52,7 +52,11 @@ def fit_globals(df, gpus, readings: dict, *, constants: Constants, seed: int = 0
     if not any(_persistent_blackwell(g) for g in gpus):  # no datacenter Blackwell cells: no depth, no own stream
         fixed.setdefault("blackwell_split_min_k", 0.0)
         fixed.setdefault("blackwell_cta_stream_us_mb", 0.0)
-    names = [nm for nm in (names or FIT_GLOBALS) if nm not in fixed]
+    # no wave-launched cells: no data on their own ramp; none fitted or returned, so such a fit's wave parts
+    # read the shared ramp
+    unscoped = set() if any(_in_scope(g, "wave") for g in gpus) else {
+        k for k, (scope, _) in FAMILY_GLOBALS.items() if scope == "wave" and k not in fixed}
+    names = [nm for nm in (names or FIT_GLOBALS) if nm not in fixed and nm not in unscoped]
     exclude = {c for g in gpus for c, _ in readings[g].values()}
     sample = _fit_sample(df, gpus, n_per_gpu, seed, exclude)
     bases = {g: base_params(g, constants) for g in gpus}
@@ -114,8 +118,21 @@ def _scan_split_depth(x, names, resid, fit, lo, hi):
 # Family constants carried among the globals: {glob key: (architecture, the GEMM constant it sets on that family only)}
 FAMILY_GLOBALS = {"hopper_cluster_size": ("hopper", "cluster_size"), "hopper_clk_droop": ("hopper", "clk_droop"),
                   "blackwell_split_min_k": ("blackwell", "split_min_k"),
-                  "blackwell_cta_stream_us_mb": ("blackwell", "cta_stream_us_mb")}
+                  "blackwell_cta_stream_us_mb": ("blackwell", "cta_stream_us_mb"),
+                  # launch-kind scope: the wave-launched parts' memory ramp (fill_paradigm "wave": Ampere, Ada, sm120)
+                  "wave_mem_t_half_us": ("wave", "mem_t_half_us"), "wave_l2_resident_x": ("wave", "l2_resident_x"),
+                  "wave_l2_gain": ("wave", "l2_gain")}
 HOPPER_GLOBALS = {k: c for k, (fam, c) in FAMILY_GLOBALS.items() if fam == "hopper"}
+# the scopes of FAMILY_GLOBALS that name a launch kind (steptime.terms.gemm.fill_paradigm), not an architecture
+LAUNCH_SCOPES = ("wave",)
+
+
+def _in_scope(gpu: str, scope: str) -> bool:
+    """Whether a FAMILY_GLOBALS scope covers `gpu`: its architecture, or its launch kind (`LAUNCH_SCOPES`)."""
+    from steptime.terms.gemm import fill_paradigm
+
+    g = get_gpu(gpu)
+    return fill_paradigm(g) == scope if scope in LAUNCH_SCOPES else g.architecture == scope
 
 
 def _persistent_blackwell(gpu: str) -> bool:
@@ -130,14 +147,14 @@ def with_globals(gpu: str, base: dict, glob: dict) -> dict:
     """`base` with the global constants applied; the `FAMILY_GLOBALS` keys set their constant on that
     family's parts only (`hopper_cluster_size`: the cluster size; `hopper_clk_droop`: the clock droop, over
     any global `clk_droop`; `blackwell_split_min_k` / `blackwell_cta_stream_us_mb`: the split depth and the
-    per-CTA stream, over the global ones) and are not passed to other parts."""
+    per-CTA stream, over the global ones; `wave_*`: the memory ramp on the wave-launched parts, over the global
+    one) and are not passed to other parts."""
     p = {k: v for k, v in base.items() if k not in FAMILY_GLOBALS}
-    arch = get_gpu(gpu).architecture
     for k, v in glob.items():
         if k not in FAMILY_GLOBALS:
             p[k] = v
     for k, v in glob.items():
-        if k in FAMILY_GLOBALS and FAMILY_GLOBALS[k][0] == arch:
+        if k in FAMILY_GLOBALS and _in_scope(gpu, FAMILY_GLOBALS[k][0]):
             p[FAMILY_GLOBALS[k][1]] = int(v) if k == "hopper_cluster_size" else float(v)
     return p
 
