@@ -86,6 +86,8 @@ def fit_globals(df, gpus, readings: dict, *, constants: Constants, seed: int = 0
         x = fit(start)
         if "blackwell_split_min_k" in names:  # a launch choice: the cost is piecewise in it, so scan its grid too
             x = _scan_split_depth(x, names, resid, fit, lo, hi)
+        if "wave_l2_resident_x" in names:  # a threshold in the working set: piecewise too, so scan its grid
+            x = _scan_grid(x, names, "wave_l2_resident_x", WAVE_L2_RESIDENT_GRID, resid, fit, lo, hi)
     return {**dict(zip(names, map(float, x))), **fixed}
 
 
@@ -102,9 +104,21 @@ def _scan_split_depth(x, names, resid, fit, lo, hi):
     """`blackwell_split_min_k` picks the launch (split-K / stream-K allowed or not), so the least-squares step barely
     moves it from its start. Score each `SPLIT_DEPTH_GRID` depth at the other globals just fitted; if one beats
     the fitted value, refit every global from it (the other globals then follow the new depth)."""
-    i = names.index("blackwell_split_min_k")
+    return _scan_grid(x, names, "blackwell_split_min_k", SPLIT_DEPTH_GRID, resid, fit, lo, hi)
+
+
+# Candidate wave-launch L2-residency thresholds (working set / L2), scanned by `fit_globals` (wave 31, helper l40g;
+# fixed before the scan was run, after seeing the first wave-ramp settle leave the threshold at its start)
+WAVE_L2_RESIDENT_GRID = (0.05, 0.1, 0.2, 0.3, 0.5)
+
+
+def _scan_grid(x, names, name, grid, resid, fit, lo, hi):
+    """A global the least-squares step barely moves (the cost is piecewise in it: a launch choice, a threshold):
+    score each `grid` value of `name` at the other globals just fitted; if one beats the fitted value, refit every
+    global from it (the other globals then follow)."""
+    i = names.index(name)
     best, best_cost = x, _soft_l1(resid(x))
-    for d in SPLIT_DEPTH_GRID:
+    for d in grid:
         y = np.array(x, dtype=float)
         y[i] = d
         c = _soft_l1(resid(y))
@@ -115,7 +129,8 @@ def _scan_split_depth(x, names, resid, fit, lo, hi):
     return fit(np.clip(best, lo + 1e-9, hi - 1e-9))
 
 
-# Family constants carried among the globals: {glob key: (architecture, the GEMM constant it sets on that family only)}
+# Family constants carried among the globals: {glob key: (architecture or launch kind, the GEMM constant it sets on
+# those parts only)}
 FAMILY_GLOBALS = {"hopper_cluster_size": ("hopper", "cluster_size"), "hopper_clk_droop": ("hopper", "clk_droop"),
                   "blackwell_split_min_k": ("blackwell", "split_min_k"),
                   "blackwell_cta_stream_us_mb": ("blackwell", "cta_stream_us_mb"),
