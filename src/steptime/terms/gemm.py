@@ -133,11 +133,39 @@ def blind_cluster_cap(sms: int, cluster: int) -> int:
     return max(cluster, (sms // cluster) * cluster)
 
 
+# The memory-ramp constants fitted per launch kind: on a wave-launched part (`fill_paradigm` "wave") the constant
+# `<name>_wave`, where the constant set has one at a scope at least as specific as `<name>`'s (gpu > family >
+# global: a GPU's own value, e.g. a held-out fold's, is not replaced by a shared one), replaces `<name>`
+# (absent: the one shared ramp)
+WAVE_RAMP = ("mem_t_half_us", "l2_resident_x", "l2_gain")
+_SCOPE_RANK = MappingProxyType({"global": 0, "family": 1, "gpu": 2})
+
+
+def _wave_ramp(gpu, constants: Constants, name: str):
+    """`<name>_wave`'s value where it applies to `gpu` over `<name>` (see WAVE_RAMP), else None."""
+    try:
+        w = constants.lookup(f"{name}_wave", gpu)
+    except KeyError:
+        return None
+    try:
+        c = constants.lookup(name, gpu)
+    except KeyError:
+        return w.value
+    rank = _SCOPE_RANK[w.scope.partition(".")[0]]
+    return w.value if rank >= _SCOPE_RANK[c.scope.partition(".")[0]] else None
+
+
 def resolve(gpu, constants: Constants | None = None) -> dict:
     """The GEMM constants that apply to `gpu`, as a plain dict (fast to reuse per call)."""
     constants = constants or Constants.default()
-    return {name: constants.get(name, gpu, _OPTIONAL[name]) if name in _OPTIONAL else constants.get(name, gpu)
-            for name in GEMM_CONSTANTS}
+    p = {name: constants.get(name, gpu, _OPTIONAL[name]) if name in _OPTIONAL else constants.get(name, gpu)
+         for name in GEMM_CONSTANTS}
+    if fill_paradigm(gpu) == "wave":
+        for name in WAVE_RAMP:
+            v = _wave_ramp(gpu, constants, name)
+            if v is not None:
+                p[name] = v
+    return p
 
 
 def _options(p: dict, paradigm: str):

@@ -117,8 +117,8 @@ ABLATIONS = {
     "clock droop": {"clk_droop": 0.0},  # with settle's clk_droop=0 this entry turns droop ON (see factor_ablation)
     "Hopper clock droop": {"hopper_clk_droop": 0.0},
     "overlap max (hard max instead)": {"overlap_p": 50.0},
-    "L2-resident path": {"l2_resident_x": 0.0},
-    "memory ramp t_half": {"mem_t_half_us": 0.0},
+    "L2-resident path": {"l2_resident_x": 0.0, "wave_l2_resident_x": 0.0},
+    "memory ramp t_half": {"mem_t_half_us": 0.0, "wave_mem_t_half_us": 0.0},
     "per-CTA stream (persistent)": {"cta_stream_us_mb": 0.0},
     "stream-K token grain (whole tiles instead)": {"streamk_m_grain": 0.0},
     "Blackwell split depth (k pieces >= split_min_k)": {"blackwell_split_min_k": 0.0},

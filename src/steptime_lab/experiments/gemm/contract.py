@@ -67,6 +67,12 @@ FIT_GLOBALS = {
     # Blackwell's per-CTA stream is its own (the global one keeps the full-k stream of the parts without a depth)
     "blackwell_split_min_k": (4096.0, 512.0, 32768.0),
     "blackwell_cta_stream_us_mb": (1.0, 0.0, 20.0),
+    # the memory ramp of the wave-launched parts (launch-kind scope: `folds.with_globals` sets mem_t_half_us /
+    # l2_resident_x / l2_gain on the parts whose fill paradigm is "wave", Ampere / Ada / sm120, over the global ones,
+    # which then carry the persistent launches' ramp); a held-out wave GPU's values come from the other wave GPUs
+    "wave_mem_t_half_us": (2.0, 0.0, 20.0),
+    "wave_l2_resident_x": (0.15, 0.01, 0.95),
+    "wave_l2_gain": (5.0, 0.0, 64.0),
 }
 
 FIT_SAMPLE = 1500  # cells per GPU in a fit (seeded)
@@ -99,6 +105,14 @@ DISCLOSED = (
     "per k element by k band (linear to k ~4K, sublinear beyond: DESIGN.md, wave 29 helper bw8), which gave the "
     "start value; a scratch probe on the shipped folds (no refit, split_min_k 4096, cta_stream_us_mb 1.1 / 2 / 3) "
     "showed B200 / H100 E1.29 and LLM-shaped scores before the settle was run once",
+    "wave_mem_t_half_us / wave_l2_resident_x / wave_l2_gain (issue 19 item 1, wave 31, helper l40g): the memory "
+    "ramp (fixed ramp time, L2-residency threshold, L2 path) fitted per launch kind, the wave-launched parts "
+    "(Ampere, Ada, sm120) apart from the persistent ones, in settle_gemm_constants (a held-out wave GPU's ramp from "
+    "the other wave GPUs' cells). Chosen after seeing E1.29's and E1.23's wave-part losses when wave 30 moved the "
+    "shared ramp (the split depth) and the L40S / A100 held-out signed error by working set over L2; the scope "
+    "(launch kind) was wave 30's suggestion. The first settle left wave_l2_resident_x at its start (0.15); the "
+    "grid scan (0.05, 0.1, 0.2, 0.3, 0.5, fixed before it ran) was then added and the constants settled again, "
+    "two settles in all, both scored (DESIGN.md, wave 31 helper l40g)",
 )
 
 SUBSETS = ("llm", "all", "decode", "prefill")

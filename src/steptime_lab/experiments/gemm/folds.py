@@ -52,7 +52,11 @@ def fit_globals(df, gpus, readings: dict, *, constants: Constants, seed: int = 0
     if not any(_persistent_blackwell(g) for g in gpus):  # no datacenter Blackwell cells: no depth, no own stream
         fixed.setdefault("blackwell_split_min_k", 0.0)
         fixed.setdefault("blackwell_cta_stream_us_mb", 0.0)
-    names = [nm for nm in (names or FIT_GLOBALS) if nm not in fixed]
+    # no wave-launched cells: no data on their own ramp; none fitted or returned, so such a fit's wave parts
+    # read the shared ramp
+    unscoped = set() if any(_in_scope(g, "wave") for g in gpus) else {
+        k for k, (scope, _) in FAMILY_GLOBALS.items() if scope == "wave" and k not in fixed}
+    names = [nm for nm in (names or FIT_GLOBALS) if nm not in fixed and nm not in unscoped]
     exclude = {c for g in gpus for c, _ in readings[g].values()}
     sample = _fit_sample(df, gpus, n_per_gpu, seed, exclude)
     bases = {g: base_params(g, constants) for g in gpus}
@@ -82,6 +86,8 @@ def fit_globals(df, gpus, readings: dict, *, constants: Constants, seed: int = 0
         x = fit(start)
         if "blackwell_split_min_k" in names:  # a launch choice: the cost is piecewise in it, so scan its grid too
             x = _scan_split_depth(x, names, resid, fit, lo, hi)
+        if "wave_l2_resident_x" in names:  # a threshold in the working set: piecewise too, so scan its grid
+            x = _scan_grid(x, names, "wave_l2_resident_x", WAVE_L2_RESIDENT_GRID, resid, fit, lo, hi)
     return {**dict(zip(names, map(float, x))), **fixed}
 
 
@@ -98,9 +104,21 @@ def _scan_split_depth(x, names, resid, fit, lo, hi):
     """`blackwell_split_min_k` picks the launch (split-K / stream-K allowed or not), so the least-squares step barely
     moves it from its start. Score each `SPLIT_DEPTH_GRID` depth at the other globals just fitted; if one beats
     the fitted value, refit every global from it (the other globals then follow the new depth)."""
-    i = names.index("blackwell_split_min_k")
+    return _scan_grid(x, names, "blackwell_split_min_k", SPLIT_DEPTH_GRID, resid, fit, lo, hi)
+
+
+# Candidate wave-launch L2-residency thresholds (working set / L2), scanned by `fit_globals` (wave 31, helper l40g;
+# fixed before the scan was run, after seeing the first wave-ramp settle leave the threshold at its start)
+WAVE_L2_RESIDENT_GRID = (0.05, 0.1, 0.2, 0.3, 0.5)
+
+
+def _scan_grid(x, names, name, grid, resid, fit, lo, hi):
+    """A global the least-squares step barely moves (the cost is piecewise in it: a launch choice, a threshold):
+    score each `grid` value of `name` at the other globals just fitted; if one beats the fitted value, refit every
+    global from it (the other globals then follow)."""
+    i = names.index(name)
     best, best_cost = x, _soft_l1(resid(x))
-    for d in SPLIT_DEPTH_GRID:
+    for d in grid:
         y = np.array(x, dtype=float)
         y[i] = d
         c = _soft_l1(resid(y))
@@ -111,11 +129,25 @@ def _scan_split_depth(x, names, resid, fit, lo, hi):
     return fit(np.clip(best, lo + 1e-9, hi - 1e-9))
 
 
-# Family constants carried among the globals: {glob key: (architecture, the GEMM constant it sets on that family only)}
+# Family constants carried among the globals: {glob key: (architecture or launch kind, the GEMM constant it sets on
+# those parts only)}
 FAMILY_GLOBALS = {"hopper_cluster_size": ("hopper", "cluster_size"), "hopper_clk_droop": ("hopper", "clk_droop"),
                   "blackwell_split_min_k": ("blackwell", "split_min_k"),
-                  "blackwell_cta_stream_us_mb": ("blackwell", "cta_stream_us_mb")}
+                  "blackwell_cta_stream_us_mb": ("blackwell", "cta_stream_us_mb"),
+                  # launch-kind scope: the wave-launched parts' memory ramp (fill_paradigm "wave": Ampere, Ada, sm120)
+                  "wave_mem_t_half_us": ("wave", "mem_t_half_us"), "wave_l2_resident_x": ("wave", "l2_resident_x"),
+                  "wave_l2_gain": ("wave", "l2_gain")}
 HOPPER_GLOBALS = {k: c for k, (fam, c) in FAMILY_GLOBALS.items() if fam == "hopper"}
+# the scopes of FAMILY_GLOBALS that name a launch kind (steptime.terms.gemm.fill_paradigm), not an architecture
+LAUNCH_SCOPES = ("wave",)
+
+
+def _in_scope(gpu: str, scope: str) -> bool:
+    """Whether a FAMILY_GLOBALS scope covers `gpu`: its architecture, or its launch kind (`LAUNCH_SCOPES`)."""
+    from steptime.terms.gemm import fill_paradigm
+
+    g = get_gpu(gpu)
+    return fill_paradigm(g) == scope if scope in LAUNCH_SCOPES else g.architecture == scope
 
 
 def _persistent_blackwell(gpu: str) -> bool:
@@ -130,14 +162,14 @@ def with_globals(gpu: str, base: dict, glob: dict) -> dict:
     """`base` with the global constants applied; the `FAMILY_GLOBALS` keys set their constant on that
     family's parts only (`hopper_cluster_size`: the cluster size; `hopper_clk_droop`: the clock droop, over
     any global `clk_droop`; `blackwell_split_min_k` / `blackwell_cta_stream_us_mb`: the split depth and the
-    per-CTA stream, over the global ones) and are not passed to other parts."""
+    per-CTA stream, over the global ones; `wave_*`: the memory ramp on the wave-launched parts, over the global
+    one) and are not passed to other parts."""
     p = {k: v for k, v in base.items() if k not in FAMILY_GLOBALS}
-    arch = get_gpu(gpu).architecture
     for k, v in glob.items():
         if k not in FAMILY_GLOBALS:
             p[k] = v
     for k, v in glob.items():
-        if k in FAMILY_GLOBALS and FAMILY_GLOBALS[k][0] == arch:
+        if k in FAMILY_GLOBALS and _in_scope(gpu, FAMILY_GLOBALS[k][0]):
             p[FAMILY_GLOBALS[k][1]] = int(v) if k == "hopper_cluster_size" else float(v)
     return p
 

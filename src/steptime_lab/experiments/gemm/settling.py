@@ -11,7 +11,7 @@ from steptime_lab.experiments.gemm.contract import (
     DEPLOY_CELLS, DEPLOY_NOTES, FIT_GLOBALS, STREAM_MIN_MIB, calibration_record, deploy_readings,
     select_stream_cell,
 )
-from steptime_lab.experiments.gemm.folds import FAMILY_GLOBALS, _readings_json, fit_globals, gpu_params
+from steptime_lab.experiments.gemm.folds import FAMILY_GLOBALS, LAUNCH_SCOPES, _readings_json, fit_globals, gpu_params
 
 
 FIT_SETTINGS = {"n_per_gpu": 2000, "max_nfev": 80, "llm_share": 0.7}
@@ -58,6 +58,16 @@ def settle(df, gpus=None, *, constants: Constants, seed: int = 0, fixed: dict | 
     }
 
 
+def _update_scope(name: str) -> tuple[str, str]:
+    """(scope, constant) a fitted global is written to: a family global to its family's scope, a launch-kind global
+    (`folds.LAUNCH_SCOPES`) to the global `<constant>_<kind>` the product's GEMM term reads on that launch kind
+    (`steptime.terms.gemm.WAVE_RAMP`), any other to the global scope."""
+    if name not in FAMILY_GLOBALS:
+        return "global", name
+    scope, const = FAMILY_GLOBALS[name]
+    return ("global", f"{const}_{scope}") if scope in LAUNCH_SCOPES else (f"family.{scope}", const)
+
+
 def defaults_updates(doc: dict, experiment: str = "settle_gemm_constants") -> list[dict]:
     """update_defaults entries: global fitted constants (all GPUs) and per-GPU deploy readings."""
     s = doc["settings"]
@@ -68,8 +78,7 @@ def defaults_updates(doc: dict, experiment: str = "settle_gemm_constants") -> li
     for name, value in doc["all"].items():
         if name in doc["fixed"]:
             continue
-        scope, const = ((f"family.{FAMILY_GLOBALS[name][0]}", FAMILY_GLOBALS[name][1]) if name in FAMILY_GLOBALS
-                        else ("global", name))
+        scope, const = _update_scope(name)
         ups.append({"scope": scope, "name": const, "value": round(float(value), 6), "provenance": "FITTED",
                     "source": "least-squares (log error, soft-L1) on all GPUs; leave-one-GPU-out refits in "
                               "results/calibration/gemm_constants.json", "experiment": experiment,
