@@ -740,3 +740,18 @@ def test_the_per_split_cost_is_fitted_on_the_fa2_lane_only_and_e1_24_scores_it_h
             assert all(doc["metrics"]["per_gpu"][o]["lane"] == rec["lane"] for o in rec["fit_on"])
         else:
             assert "attn_split_us" not in rec["factors"]
+
+
+def test_fit_without_fp8_cells_holds_the_fp8_multipliers_neutral():
+    """A fit whose cells hold no fp8 cache (the fa2 lane's tables) cannot constrain attn_fp8_unit / attn_fp8_compute:
+    they are held at 1.0, not left to drift to a bound (wave 31); a fit with fp8 cells still estimates them."""
+    c = _toy_cells()
+    fit = E.fit_globals(c, ["h100-sxm", "h200-sxm"], n_sample=40, max_nfev=2, constants=Constants.default())
+    assert fit["attn_fp8_unit"] == E.FP8_NEUTRAL == 1.0 and fit["attn_fp8_compute"] == 1.0
+    dup = c[c["phase"] == "decode"].copy()
+    dup["kv_dtype"] = "fp8"
+    dup["cell"] = dup["cell"].astype(str) + "/fp8"
+    fp8 = pd.concat([c, dup], ignore_index=True)
+    assert (fp8["kv_dtype"] == "fp8").any()
+    est = E.fit_globals(fp8, ["h100-sxm", "h200-sxm"], n_sample=40, max_nfev=2, constants=Constants.default())
+    assert est["attn_fp8_unit"] != 1.0  # estimated (from its 1.1 start) where fp8 cells exist

@@ -59,6 +59,12 @@ FIT_GLOBALS = {
     "attn_fp8_unit": (1.1, 0.5, 3.0),
     "attn_fp8_compute": (1.1, 0.5, 2.5),
 }
+# the fp8-cache multipliers (attn_fp8_unit, attn_fp8_compute) are held at their neutral value 1.0 (an fp8 cache
+# priced like bf16 beyond its halved bytes) in a fit whose cells hold no fp8 cache (the fa2 lane's tables: A100, L40S,
+# RTX PRO 6000): fitted there they only drift to a bound (wave 31, helper adaa: 0.51 -> 2.98), and the product would
+# price an fp8 cache on every fa2 GPU with that drift (lead's decision, wave 31)
+FP8_FACTORS = ("attn_fp8_unit", "attn_fp8_compute")
+FP8_NEUTRAL = 1.0
 # a prefill's work units counted per query head (attn_pf_unit, `A.prefill_unit_heads`), fitted only on the kernel
 # lanes whose prefill kernel launches per query head (FlashAttention-2's grid (query blocks, batch, H_q); TRT-LLM-gen's
 # context kernel) and whose fold trains on that lane alone; FA3 (Hopper, which packs the GQA group) keeps the
@@ -686,11 +692,13 @@ def fit_globals(cells, gpus, seed: int = 0, n_sample: int = FIT_SAMPLE, max_nfev
     from scipy.optimize import least_squares
 
     spec = fit_factors(lane)
-    names = list(spec)
+    train = _sample(cells[cells["gpu"].isin(gpus)], seed, n_sample)
+    if not (train["kv_dtype"] == "fp8").any():  # nothing in the data constrains the fp8-cache multipliers
+        fixed = {**{n: FP8_NEUTRAL for n in FP8_FACTORS}, **fixed}
+    names = [n for n in spec if n not in fixed]
     x0 = np.array([spec[n][0] for n in names])
     lo = np.array([spec[n][1] for n in names])
     hi = np.array([spec[n][2] for n in names])
-    train = _sample(cells[cells["gpu"].isin(gpus)], seed, n_sample)
     gpus = list(gpus)
     subs, per = [], []
     for g in gpus:
