@@ -721,3 +721,27 @@ def test_timer_bounds_an_fp8_decode_stream_by_the_fp8_read_rate():
         .decode_attention1(n, float(kv.sum()))
     assert StepTimer(M, G, constants=capped).decode_attention1(n, float(kv.sum())) == pytest.approx(
         StepTimer(M, G, constants=free).decode_attention1(n, float(kv.sum())), rel=1e-15)
+
+
+def test_timer_prices_an_unswapped_fa2_decode_as_the_step_does():
+    """An MHA model on an FA2 GPU (H_q == H_kv: attention.unswapped) streams each (request, KV head) unsplit at
+    attn_stream_gbs with the lower floor; the timer's fast paths equal attention_time (wave 31, helper ampa)."""
+    from steptime.calibration import Constants
+    from steptime.terms import attention
+
+    on = Constants.default().with_overrides({"attn_stream_gbs": 25.0, "attn_noswap_rel": 0.1, "attn_lane_factors": {}})
+    off = Constants.default().with_overrides({"attn_lane_factors": {}})
+    t = StepTimer("llama-2-7b", "a100-sxm", constants=on)
+    assert t.check() < 1e-12 and t._unsw
+    for n, kv in ((1, 16000.0), (8, 4000.0), (200, 500.0)):
+        kvs = np.full(n, kv)
+        ref = attention.attention_time(np.ones(n), kvs, t.heads, t.kv_heads, t.head_dim, t.gpu, on,
+                                       group=np.zeros(n, dtype=int), n_groups=1)["t"][0]
+        assert t.decode_attention1(n, float(kvs.sum())) == pytest.approx(ref, rel=1e-12)
+        assert t.decode_attention(np.array([float(n)]), np.array([kvs.sum()]))[0] == pytest.approx(ref, rel=1e-12)
+        assert t.decode_steps_list(n, float(kvs.sum()), 3)[2] == pytest.approx(t.decode_steps(n, float(kvs.sum()), 3)[2])
+    # one request's 32 long streams are slower than the split streams the law priced before; GQA is not touched
+    assert t.decode_attention1(1, 16000.0) > 1.5 * StepTimer("llama-2-7b", "a100-sxm", constants=off).decode_attention1(1, 16000.0)
+    assert not StepTimer(M, "a100-sxm", constants=on)._unsw
+    assert StepTimer(M, "a100-sxm", constants=on).decode_attention1(8, 8000.0) == pytest.approx(
+        StepTimer(M, "a100-sxm", constants=off).decode_attention1(8, 8000.0), rel=1e-15)
