@@ -755,3 +755,83 @@ def test_fit_without_fp8_cells_holds_the_fp8_multipliers_neutral():
     assert (fp8["kv_dtype"] == "fp8").any()
     est = E.fit_globals(fp8, ["h100-sxm", "h200-sxm"], n_sample=40, max_nfev=2, constants=Constants.default())
     assert est["attn_fp8_unit"] != 1.0  # estimated (from its 1.1 start) where fp8 cells exist
+
+
+def test_an_unswapped_fa2_decode_runs_unsplit_streams_and_skips_the_output_copy():
+    """FlashAttention-2 splits the KV only for a swapped GQA query (H_q > H_kv): an MHA decode streams each
+    (request, KV head) in one CTA, pays no split-KV share and a lower floor (wave 31, helper ampa)."""
+    fc0 = {**A.attention_constants(A100), "attn_stream_gbs": 0.0, "attn_noswap_rel": 0.0}
+    fc = {**fc0, "attn_stream_gbs": 25.0, "attn_noswap_rel": 0.1}
+    b, c, hq = np.array([1.0, 1.0, 2.0, 512.0]), np.array([16383.0, 16383.0, 0.0, 4095.0]), np.array([8, 16, 8, 8])
+    on = A.attention_cells(b, 1, c, hq, 8, 128, A100, fc=fc)
+    off = A.attention_cells(b, 1, c, hq, 8, 128, A100, fc=fc0)
+    one_stream = (16383 + 1) * 2 * 128 * 2 / 25e9  # one (request, KV head) stream's bytes at the stream rate
+    assert on["t_memory"][0] == pytest.approx(on["bytes"][0] / (8 * 25e9)) == pytest.approx(one_stream, rel=1e-3)
+    assert on["t"][0] > 4 * off["t"][0]  # the split GQA-priced stream was 6-8x too fast
+    # the GQA cell (swapped) is untouched; the short MHA cell only loses the floor share
+    assert on["t"][1] == pytest.approx(off["t"][1], rel=1e-15)
+    assert on["t_floor"][2] == pytest.approx(off["t_floor"][2] * 0.9)
+    # past the SMs the HBM stream is the slower bound: unchanged but for the floor
+    assert on["t_memory"][3] == pytest.approx(off["t_memory"][3], rel=1e-15)
+    # no split-KV share for the unswapped long cell (the GQA one pays it)
+    assert A._decode_floor_rel(False, fc, True, True) == pytest.approx((1 - fc["attn_swap_copy_rel"]) * 0.9)
+    assert A._decode_floor_rel(False, fc, True, False) > A._decode_floor_rel(False, fc, False, False)
+    # off (0) on lanes without the path: False everywhere; bad factors refused
+    assert not A.unswapped(8, 8, fc0).any() and A.unswapped(np.array([8, 16]), 8, fc).tolist() == [True, False]
+    with pytest.raises(ValueError, match="attn_noswap_rel"):
+        A.unswapped(8, 8, {**fc, "attn_noswap_rel": 1.0})
+    # the grouped (step) path and the decode fast path price the same as the cells
+    con = Constants.default().with_overrides({"attn_stream_gbs": 25.0, "attn_noswap_rel": 0.1,
+                                              "attn_lane_factors": {}})
+    fcc = A.attention_constants(A100, con)
+    for n, kv in ((1, 16383.0), (4, 3000.0), (64, 100.0)):
+        cell = float(A.attention_cells(n, 1, kv, 8, 8, 128, A100, con, fc=fcc)["t"])
+        fast = A.attention_time(np.ones(n), np.full(n, kv), 8, 8, 128, A100, con, group=np.zeros(n, dtype=int),
+                                n_groups=1)["t"][0]
+        general = A.attention_time(np.ones(n), np.full(n, kv), 8, 8, 128, A100, con)["t"][0]
+        assert fast == pytest.approx(cell, rel=1e-12) and general == pytest.approx(cell, rel=1e-12)
+
+
+def _mha_cells(gpu, rate_gbs, floor_ms, gqa_ms):
+    g = get_gpu(gpu)
+    rows = []
+    for b, c in [(1, 4095), (1, 16383), (4, 8191), (2, 0), (4, 127)]:
+        t = floor_ms + (c + 1) * 2 * 128 * 2 / (rate_gbs * 1e9) * 1e3 if c >= 4095 else floor_ms
+        rows.append({"gpu": gpu, "phase": "decode", "kv_dtype": "bf16", "b": b, "s": 1, "c": c, "H": 8, "Hkv": 8,
+                     "d": 128, "y_ms": t})
+    rows.append({**rows[-1], "b": 2 * g.sms, "c": 8191, "y_ms": 99.0})  # past the SMs: left out
+    rows += [{**rows[0], "H": 16, "Hkv": 1, "b": 2, "c": 63, "y_ms": gqa_ms},  # copy-free GQA (one KV head)
+             {**rows[0], "H": 16, "Hkv": 8, "b": 1, "c": 63, "y_ms": gqa_ms},  # copy-free GQA (one request)
+             {**rows[0], "H": 16, "Hkv": 8, "b": 2, "c": 63, "y_ms": 2 * gqa_ms}]  # the copy: not a reference
+    return pd.DataFrame(rows)
+
+
+def test_the_unswapped_stream_rate_and_floor_share_are_measured_on_the_training_gpus():
+    x = pd.concat([_mha_cells("l40s", 28.0, 0.008, 0.010), _mha_cells("rtx-pro-6000", 26.0, 0.009, 0.009)],
+                  ignore_index=True)
+    assert E.stream_gbs(x, ["l40s"]) == pytest.approx(28.0)
+    assert E.stream_gbs(x, ["l40s", "rtx-pro-6000"]) == pytest.approx(27.0)
+    assert E.noswap_rel(x, ["l40s"]) == pytest.approx(0.2)
+    assert E.noswap_rel(x, ["l40s", "rtx-pro-6000"]) == pytest.approx(0.1)
+    assert E.stream_gbs(x, ["a100-sxm"]) == 0.0 and E.noswap_rel(x, ["a100-sxm"]) == 0.0  # no cells: off
+    fixed = E.swap_fixed(pd.concat([x, _split_cells(0.25).assign(gpu="l40s")], ignore_index=True), ["l40s"], "fa2")
+    assert fixed["attn_stream_gbs"] == pytest.approx(28.0) and fixed["attn_noswap_rel"] == pytest.approx(0.2)
+    # a lane without the query swap (FA3, TRT-LLM-gen) has no unswapped path
+    other = E.swap_fixed(pd.concat([x, _split_cells(0.25).assign(gpu="l40s")], ignore_index=True), ["l40s"], "fa3")
+    assert other["attn_stream_gbs"] == 0.0 and other["attn_noswap_rel"] == 0.0
+
+
+def test_a_warm_l2_hit_is_never_priced_slower_than_the_hbm_stream_it_replaces():
+    """The lane's L2 rate per SM and clock, carried to A100 from L40S / RTX PRO 6000, priced A100's L2 below its
+    HBM stream; the warm-L2 branch now serves its hit share at max(L2 rate, BW eta_mem) (wave 31, helper ampa)."""
+    fc = {**A.attention_constants(A100), "attn_l2_bpc": 6.8, "attn_l2_x_c": 1.0, "attn_l2_sharp": 40.0}
+    hbm = A100.mem_bw * fc["attn_eta_mem"]
+    assert A.l2_bandwidth(A100, fc) < hbm and A.l2_hit_bandwidth(A100, fc) == pytest.approx(hbm)
+    fast = {**fc, "attn_l2_bpc": 60.0}
+    assert A.l2_hit_bandwidth(A100, fast) == pytest.approx(A.l2_bandwidth(A100, fast)) and A.l2_bandwidth(A100, fast) > hbm
+    # an L2-resident decode cell (x ~ 0.2) streams at the HBM rate, not the slower fitted L2 rate
+    warm = A.attention_cells(8, 1, 1023, 64, 8, 128, A100, fc=fc, warm_l2=True)
+    cold = A.attention_cells(8, 1, 1023, 64, 8, 128, A100, fc=fc, warm_l2=False)
+    assert float(warm["l2_hit"]) > 0.99 and float(warm["t_memory"]) == pytest.approx(float(cold["t_memory"]))
+    assert float(A.attention_cells(8, 1, 1023, 64, 8, 128, A100, fc=fast, warm_l2=True)["t_memory"]) < \
+        float(cold["t_memory"])

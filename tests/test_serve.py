@@ -741,3 +741,57 @@ def test_timer_pays_the_per_split_cost_like_predict_steps():
     assert t.decode_steps_list(2, 2 * 1000.0, 12) == pytest.approx(full.tolist(), rel=1e-14)
     assert float(t.decode_attention(np.array([1.0]), np.array([2047.0]))[0]) == pytest.approx(
         t.decode_attention1(1, 2047.0), rel=1e-12)
+
+
+def test_timer_prices_an_unswapped_fa2_decode_as_the_step_does():
+    """An MHA model on an FA2 GPU (H_q == H_kv: attention.unswapped) streams each (request, KV head) unsplit at
+    attn_stream_gbs with the lower floor; the timer's fast paths equal attention_time (wave 31, helper ampa)."""
+    from steptime.calibration import Constants
+    from steptime.terms import attention
+
+    on = Constants.default().with_overrides({"attn_stream_gbs": 25.0, "attn_noswap_rel": 0.1, "attn_lane_factors": {}})
+    off = Constants.default().with_overrides({"attn_lane_factors": {}})
+    t = StepTimer("llama-2-7b", "a100-sxm", constants=on)
+    assert t.check() < 1e-12 and t._unsw
+    for n, kv in ((1, 16000.0), (8, 4000.0), (200, 500.0)):
+        kvs = np.full(n, kv)
+        ref = attention.attention_time(np.ones(n), kvs, t.heads, t.kv_heads, t.head_dim, t.gpu, on,
+                                       group=np.zeros(n, dtype=int), n_groups=1)["t"][0]
+        assert t.decode_attention1(n, float(kvs.sum())) == pytest.approx(ref, rel=1e-12)
+        assert t.decode_attention(np.array([float(n)]), np.array([kvs.sum()]))[0] == pytest.approx(ref, rel=1e-12)
+        assert t.decode_steps_list(n, float(kvs.sum()), 3)[2] == pytest.approx(t.decode_steps(n, float(kvs.sum()), 3)[2])
+    # one request's 32 long streams are slower than the split streams the law priced before; GQA is not touched
+    assert t.decode_attention1(1, 16000.0) > 1.5 * StepTimer("llama-2-7b", "a100-sxm", constants=off).decode_attention1(1, 16000.0)
+    assert not StepTimer(M, "a100-sxm", constants=on)._unsw
+    assert StepTimer(M, "a100-sxm", constants=on).decode_attention1(8, 8000.0) == pytest.approx(
+        StepTimer(M, "a100-sxm", constants=off).decode_attention1(8, 8000.0), rel=1e-15)
+
+
+def test_timer_with_per_split_cost_and_unswapped_stream_together_equals_the_library():
+    """Both wave-31 fa2 laws on at once (adaa's per-split cost, ampa's unswapped MHA stream): an unswapped decode
+    never splits, so it pays no per-split cost; a GQA decode pays it; the timer equals attention_time either way."""
+    from steptime.calibration import Constants
+    from steptime.terms import attention
+
+    both = Constants.default().with_overrides({"attn_stream_gbs": 25.0, "attn_noswap_rel": 0.1, "attn_split_us": 0.2,
+                                               "attn_lane_factors": {}})
+    split_only = Constants.default().with_overrides({"attn_split_us": 0.2, "attn_lane_factors": {}})
+    stream_only = Constants.default().with_overrides({"attn_stream_gbs": 25.0, "attn_noswap_rel": 0.1,
+                                                      "attn_lane_factors": {}})
+    for model in ("llama-2-7b", M):
+        t = StepTimer(model, "a100-sxm", constants=both)
+        assert t.check() < 1e-12
+        for n, kv in ((1, 16000.0), (8, 4000.0), (60, 900.0)):
+            kvs = np.full(n, kv)
+            ref = attention.attention_time(np.ones(n), kvs, t.heads, t.kv_heads, t.head_dim, t.gpu, both,
+                                           group=np.zeros(n, dtype=int), n_groups=1)["t"][0]
+            cells = attention.attention_cells(n, 1, kv, t.heads, t.kv_heads, t.head_dim, t.gpu, both)["t"]
+            assert t.decode_attention1(n, float(kvs.sum())) == pytest.approx(ref, rel=1e-12)
+            assert float(cells) == pytest.approx(ref, rel=1e-9)
+    mha = StepTimer("llama-2-7b", "a100-sxm", constants=both)
+    assert mha._unsw and mha._dsplit_us == 0.0
+    assert mha.decode_attention1(1, 16000.0) == pytest.approx(
+        StepTimer("llama-2-7b", "a100-sxm", constants=stream_only).decode_attention1(1, 16000.0), rel=1e-15)
+    gqa = StepTimer(M, "a100-sxm", constants=both)
+    assert gqa.decode_attention1(1, 16000.0) == pytest.approx(
+        StepTimer(M, "a100-sxm", constants=split_only).decode_attention1(1, 16000.0), rel=1e-15)

@@ -160,6 +160,14 @@ class StepTimer:
         # FlashAttention-2's per-split combine cost (attention.split_count / split_us_s); 0: none
         self._dsplit_us = float(fc.get("attn_split_us", 0.0))
         self._nsplit = {}  # (requests, KV blocks) -> split count: the heuristic is a 128-candidate scan
+        # FA2's unswapped decode (attention.unswapped: H_q == H_kv on a lane with attn_stream_gbs): no split-KV,
+        # the copy-free floor x (1 - attn_noswap_rel), each (request, KV head) stream bounded by attn_stream_gbs
+        self._unsw = bool(attention.unswapped(self.heads, self.kv_heads, fc))
+        if self._unsw:
+            self._dfloor_free = self._dfloor * float(attention._decode_floor_rel(False, fc, False, True))
+            self._dsplit = 0.0
+            self._dsplit_us = 0.0  # an unswapped decode never splits: no per-split cost either
+        self._srate = float(fc.get("attn_stream_gbs", 0.0)) * 1e9 * float(self.kv_heads)  # one request's streams
         self._ar = np.arange(1024, dtype=float)
         self.A = np.zeros(1)
         self.Dp = np.zeros(1)
@@ -276,7 +284,7 @@ class StepTimer:
         fc = self.fc
         p = fc["attn_overlap_p"]
         t_units = n * self._u0 * fc["attn_cta_us"] * 1e-6 / self.gpu.sms
-        t_mem = nb * self._dmem
+        t_mem = nb * self._dmem_n(n)
         floor = np.where(attention.swap_copy(n, self.heads, self.kv_heads), self._dfloor, self._dfloor_free)
         floor = floor + np.where(self._split(n, np.asarray(sum_kv, dtype=float)), self._dsplit, 0.0)
         if self._dsplit_us:
@@ -299,6 +307,17 @@ class StepTimer:
         r = attention.split_us_s(out, self.fc)
         return r if np.ndim(n) or np.ndim(sum_kv) else float(r)
 
+    def _dmem_n(self, n):
+        """Seconds per decode byte for a step of `n` requests: 1 / (BW eta_mem) (or the fp8 read's bound), and, for
+        an unswapped decode, at least 1 / (n H_kv attn_stream_gbs) (attention.stream_read_time: both sides are
+        linear in the bytes). A Python number gives a float, an array an array."""
+        if not self._unsw:
+            return self._dmem
+        if np.ndim(n):
+            n = np.asarray(n, dtype=float)
+            return np.maximum(self._dmem, np.divide(1.0, n * self._srate, out=np.zeros(n.shape), where=n > 0))
+        return max(self._dmem, 1.0 / (n * self._srate)) if n > 0 else self._dmem
+
     def _split(self, n, sum_kv):
         """attention.split_kv for `n` decode requests holding `sum_kv` cached tokens (its group rule:
         streams n x H_kv below the SMs, mean KV past one split tile), the timer's one copy of the rule:
@@ -310,7 +329,7 @@ class StepTimer:
         if self.mla:
             return float(self._mla_decode(n, sum_kv)[()])
         t_units = n * self._dunit
-        t_mem = (n * self._b0 + self._b1 * sum_kv) * self._dmem
+        t_mem = (n * self._b0 + self._b1 * sum_kv) * self._dmem_n(n)
         return self._dfloor_n(n, sum_kv) + (t_units ** self._dp + t_mem ** self._dp) ** self._dinvp
 
     def _dfloor_n(self, n, sum_kv):
@@ -344,10 +363,12 @@ class StepTimer:
         split = attention.split_kv(n, self.kv_heads, mean, self.head_dim, self.gpu, self.fc) & (n > 0)
         return attention.combine(np.zeros_like(nb), nb, n * self._u0, n, self.gpu, self.fc, tiles=np.zeros_like(nb),
                                  prefill=np.zeros(nb.shape, dtype=bool),
-                                 decode_floor_rel=attention._decode_floor_rel(copy, self.fc, split),
+                                 decode_floor_rel=attention._decode_floor_rel(copy, self.fc, split, self._unsw),
                                  fp8_read=np.full(nb.shape, self._fp8),
-                                 splits=attention.split_count(n, self.heads, self.kv_heads, mean, self.head_dim,
-                                                              self.gpu, self.fc))["t"]
+                                 splits=(np.ones(nb.shape) if self._unsw else
+                                         attention.split_count(n, self.heads, self.kv_heads, mean, self.head_dim,
+                                                               self.gpu, self.fc)),
+                                 unsplit_streams=n * self.kv_heads if self._unsw else None)["t"]
 
     def prefill_attention(self, new, kv) -> float:
         """Prefill-phase attention of one layer (seconds) for one step's chunks (new > 1).
@@ -492,8 +513,9 @@ class StepTimer:
             self._ar = np.arange(max(k, 2 * len(self._ar)), dtype=float)
         p = self._dp
         # bytes of step j: n b0 + b1 (sum_kv0 + n j), over the achieved bandwidth
-        x = self._ar[:k] * (self._b1 * n * self._dmem)
-        x += (n * self._b0 + self._b1 * sum_kv0) * self._dmem
+        dm = self._dmem_n(n)
+        x = self._ar[:k] * (self._b1 * n * dm)
+        x += (n * self._b0 + self._b1 * sum_kv0) * dm
         x **= p
         x += (n * self._dunit) ** p
         x **= self._dinvp
@@ -520,8 +542,9 @@ class StepTimer:
         if n >= len(self._Al) or n >= len(self._Bl):
             self._ensure(n, n)
         p, invp, L = self._dp, self._dinvp, self.L
-        c1 = self._b1 * n * self._dmem
-        c0 = (n * self._b0 + self._b1 * sum_kv0) * self._dmem
+        dm = self._dmem_n(n)
+        c1 = self._b1 * n * dm
+        c0 = (n * self._b0 + self._b1 * sum_kv0) * dm
         u = (n * self._dunit) ** p
         fl = self._dfloor_n(n, sum_kv0)
         # the split-KV combine is paid from the step whose mean KV passes one tile (steps grow n tokens each);

@@ -16,7 +16,7 @@ and, summed over the batch:
     t_compute = flops / (P * eta_attn * eta_fill),   eta_attn = f_clk * eta_ceil * s / (s + c_tok) * fp8_compute
               eta_fill = tiles / (tiles + fill_half * SMs),   tiles = sum(work) / max(longest)  (SM fill)
     t_memory  = bytes * (hit / BW_L2 + (1 - hit) / (BW * eta_mem))          (L2 cliff)
-              hit = 1 / (1 + (x / x_c)^k),   x = bytes / L2,   BW_L2 = l2_bpc * SMs * f_boost
+              hit = 1 / (1 + (x / x_c)^k),   x = bytes / L2,   BW_L2 = max(l2_bpc * SMs * f_boost, BW * eta_mem)
     t_units   = units * t_cta / SMs  (* fp8_unit for an fp8 cache)          per-request cost
     t_attn    = t_floor + (t_units^p + max(t_compute, t_memory)^p)^(1/p)
               t_floor = attn_floor_us (decode) or attn_floor_us * attn_prefill_floor_rel (prefill)
@@ -50,6 +50,11 @@ Named factors (constants in defaults.yaml, settled by E1.24):
                      0: no such cap)
   attn_split_us      microseconds each split-KV split adds to a decode batch (`split_count`, FlashAttention-2's
                      split heuristic; 0: no per-split cost)
+  attn_stream_gbs    GB/s one unsplit decode stream (one CTA over one (request, KV head)'s whole KV) reads,
+                     on a lane whose decode API splits the KV only for a swapped GQA query (`unswapped`);
+                     0 (neutral): every decode batch may split
+  attn_noswap_rel    the share of the copy-free decode floor an unswapped decode saves (no output copy back
+                     from the swapped layout, no split-KV set-up); lanes with attn_stream_gbs only
 
 fp8 KV read (decode): a decode kernel that reads an fp8 cache converts every KV element to the MMA's
 input type on the SM before it can use it, so its KV stream is also bounded by an SM-side rate,
@@ -75,6 +80,18 @@ and then combines the partial softmax results (FlashAttention-2/3: a second, com
 TRT-LLM-gen: a multi-CTA reduction). With more than one tile of KV per request that costs a fixed
 extra share of the floor (`split_kv`); a step's group uses its mean KV per request. Every GPU's
 AIConfigurator decode table shows it: 1.3-5 us more at few streams between one and two tiles.
+
+Unswapped decode (FlashAttention-2 lane, same source): mha_varlen_fwd swaps only where
+H_q > H_kv (seqlenq_ngroups_swapped), and "Only apply split-k for decoding": set_params_splitkv runs
+only in the swapped case. A decode of H_q == H_kv (MHA, or GQA replicated to one KV head per query
+head) launches one CTA per (request, KV head) that walks its whole KV serially: no split-KV, no
+combine, and no copy of the output back from the swapped layout (`unswapped`). Its stream is bounded
+by one CTA's latency-bound read rate, attn_stream_gbs per (request, KV head) stream:
+t_memory = max(t_memory, bytes / (streams x attn_stream_gbs)) (`stream_read_time`; a group's mean
+stream, exact for equal requests); its floor is the copy-free floor x (1 - attn_noswap_rel) and it
+pays no split-KV share. The AIConfigurator tables show it on every FA2 GPU: at b x H_kv <= SMs and
+KV >= 4k an MHA cell reads 22.2 (A100), 27.4 (L40S), 26.2 (RTX PRO 6000) GB/s per stream, flat in
+the streams, 6-8x slower than the split GQA cell of the same bytes.
 
 Decode launch geometry (FlashAttention-2 lane, vllm-project/flash-attention @ 04325b67,
 csrc/flash_attn/flash_api.cpp, mha_varlen_fwd): with one query token and H_q > H_kv the API
@@ -116,7 +133,8 @@ PREFILL_Q_TILE_BY_SM = MappingProxyType({86: 64, 87: 64, 89: 64, 100: 256, 103: 
 FACTORS = ("attn_floor_us", "attn_prefill_floor_rel", "attn_eta_mem", "attn_eta_ceil", "attn_c_tokens", "attn_causal_tile", "attn_fill_half",
            "attn_cta_us",
            "attn_overlap_p", "attn_l2_bpc", "attn_l2_x_c", "attn_l2_sharp", "attn_fp8_unit", "attn_fp8_compute",
-           "attn_swap_copy_rel", "attn_split_rel", "attn_split_tile", "attn_fp8_bpc", "attn_pf_unit", "attn_split_us")
+           "attn_swap_copy_rel", "attn_split_rel", "attn_split_tile", "attn_fp8_bpc", "attn_pf_unit", "attn_split_us",
+           "attn_stream_gbs", "attn_noswap_rel")
 # kernel families whose decode API copies the swapped GQA query (FlashAttention-2's varlen API);
 # FA3 packs the group inside the kernel, TRT-LLM-gen/FlashInfer take the heads as they are (DERIVED)
 SWAP_COPY_LANES = ("fa2",)
@@ -158,7 +176,8 @@ def attention_constants(gpu, constants: Constants | None = None) -> dict:
 
 # factors a constant set from before they existed lacks (a pinned older defaults.yaml): their neutral values
 OPTIONAL_FACTORS = MappingProxyType({"attn_split_rel": 0.0, "attn_split_tile": 128.0, "attn_fp8_bpc": 0.0,
-                                     "attn_pf_unit": 0.0, "attn_split_us": 0.0})
+                                     "attn_pf_unit": 0.0, "attn_split_us": 0.0, "attn_stream_gbs": 0.0,
+                                     "attn_noswap_rel": 0.0})
 
 
 def _factor(constants: Constants, name: str, gpu):
@@ -198,6 +217,14 @@ def l2_bandwidth(gpu, fc: dict):
     """BW_L2 (bytes/s) of the warm-L2 branch: attn_l2_bpc bytes per SM per clock x SMs x boost clock
     (arrays broadcast: a per-row stand-in or per-row factors)."""
     return fc["attn_l2_bpc"] * gpu.sms * boost_mhz(gpu) * 1e6
+
+
+def l2_hit_bandwidth(gpu, fc: dict):
+    """The rate (bytes/s) the warm-L2 branch serves its L2-resident share at: `l2_bandwidth`, but never slower than
+    the HBM stream it replaces (BW x attn_eta_mem). A lane's attn_l2_bpc fitted on GPUs with a fast L2 per SM and
+    clock can price another GPU's L2 below its HBM (A100 held out, fitted on L40S / RTX PRO 6000: 1.04 TB/s against
+    a 1.48 TB/s stream); an L2 hit is not slower than the miss it saves."""
+    return np.maximum(l2_bandwidth(gpu, fc), gpu.mem_bw * fc["attn_eta_mem"])
 
 
 def prefill_tiles(new_tokens, kv_len, n_heads, q_tile: float) -> tuple[np.ndarray, np.ndarray]:
@@ -285,12 +312,37 @@ def split_us_s(splits, fc: dict):
     return np.where(n > 1, k * 1e-6 * n, 0.0)
 
 
-def _decode_floor_rel(copy, fc: dict, split=False):
+def _decode_floor_rel(copy, fc: dict, split=False, unswap=False):
     """Decode-floor multiplier: 1 where the batch pays the transposition copy, else
-    1 - attn_swap_copy_rel (a factor dict without it: no copy-free discount); plus attn_split_rel
-    where it runs split-KV (`split`, from split_kv / _group_split)."""
+    1 - attn_swap_copy_rel (a factor dict without it: no copy-free discount), times 1 - attn_noswap_rel where
+    the decode runs unswapped (`unswap`, from `unswapped`); plus attn_split_rel where it runs split-KV (`split`,
+    from split_kv / _group_split) and is not unswapped (an unswapped decode never splits)."""
+    uns = np.asarray(unswap, dtype=bool)
     rel = np.where(np.asarray(copy, dtype=bool), 1.0, 1.0 - float(fc.get("attn_swap_copy_rel", 0.0)))
-    return rel + np.where(np.asarray(split, dtype=bool), float(fc.get("attn_split_rel", 0.0)), 0.0)
+    rel = rel * np.where(uns, 1.0 - float(fc.get("attn_noswap_rel", 0.0)), 1.0)
+    return rel + np.where(np.asarray(split, dtype=bool) & ~uns, float(fc.get("attn_split_rel", 0.0)), 0.0)
+
+
+def unswapped(n_heads, n_kv_heads, fc: dict) -> np.ndarray:
+    """Whether a decode of these heads runs FlashAttention-2's unswapped path (module docstring): H_q == H_kv on a
+    lane with an unsplit stream rate (attn_stream_gbs > 0); False everywhere on other lanes. Arrays broadcast."""
+    hq, hkv = np.asarray(n_heads, dtype=float), np.asarray(n_kv_heads, dtype=float)
+    rate = float(fc.get("attn_stream_gbs", 0.0))
+    if rate < 0 or not 0.0 <= float(fc.get("attn_noswap_rel", 0.0)) < 1.0:
+        raise ValueError("attn_stream_gbs must be >= 0 and attn_noswap_rel in [0, 1)")
+    return (hq == hkv) & (rate > 0)
+
+
+def stream_read_time(t_memory, nbytes, streams, fc: dict):
+    """The decode stream time with the unsplit streams' bound: max(t_memory, bytes / (streams x attn_stream_gbs))
+    where `streams` > 0 (an unswapped decode's (request, KV head) streams; 0 elsewhere); t_memory elsewhere."""
+    st = np.asarray(streams, dtype=float)
+    rate = float(fc.get("attn_stream_gbs", 0.0)) * 1e9
+    if rate <= 0 or not np.any(st > 0):
+        return t_memory
+    bound = np.divide(np.asarray(nbytes, dtype=float), st * rate, out=np.zeros(np.broadcast(nbytes, st).shape),
+                      where=st > 0)
+    return np.maximum(t_memory, bound)
 
 
 def _kvb(kv_dtype):
@@ -348,12 +400,13 @@ def attention_request_terms(new_tokens, kv_len, n_heads, n_kv_heads, head_dim, g
 
 
 def combine(t_compute, nbytes, units, n_req, gpu, fc: dict, warm_l2: bool = False, tiles=None,
-            prefill=None, decode_floor_rel=None, fp8_read=None, splits=None) -> dict:
+            prefill=None, decode_floor_rel=None, fp8_read=None, splits=None, unsplit_streams=None) -> dict:
     """Batch totals -> time (seconds) with every branch; arrays in, dict of arrays out.
     `splits`: the split-KV split count of decode-only batches (`split_count`), priced by `split_us_s`;
     `decode_floor_rel`: multiplier of the floor of decode-only batches (`_decode_floor_rel`);
     `fp8_read`: where True (decode-only batches with an fp8 cache), the stream is also bounded by
-    `fp8_read_bandwidth` (module docstring)."""
+    `fp8_read_bandwidth` (module docstring); `unsplit_streams`: where > 0 (unswapped decode batches, its
+    (request, KV head) streams), the stream is also bounded by `stream_read_time`."""
     t_compute = np.asarray(t_compute, dtype=float)
     if tiles is not None:
         tiles = np.asarray(tiles, dtype=float)
@@ -366,13 +419,15 @@ def combine(t_compute, nbytes, units, n_req, gpu, fc: dict, warm_l2: bool = Fals
     if warm_l2:
         x = nbytes / gpu.l2_bytes
         hit = 1.0 / (1.0 + (x / fc["attn_l2_x_c"]) ** fc["attn_l2_sharp"])
-        bw_l2 = l2_bandwidth(gpu, fc)
+        bw_l2 = l2_hit_bandwidth(gpu, fc)
         t_memory = nbytes * (hit / bw_l2 + (1.0 - hit) / (gpu.mem_bw * fc["attn_eta_mem"]))
     else:
         hit = np.zeros_like(nbytes)
         t_memory = nbytes / (gpu.mem_bw * fc["attn_eta_mem"])
     if fp8_read is not None:
         t_memory = fp8_read_time(t_memory, nbytes, fp8_read, gpu, fc)
+    if unsplit_streams is not None:
+        t_memory = stream_read_time(t_memory, nbytes, unsplit_streams, fc)
     t_units = units * fc["attn_cta_us"] * 1e-6 / gpu.sms
     t_work = np.maximum(t_compute, t_memory)
     p = fc["attn_overlap_p"]
@@ -416,10 +471,12 @@ def attention_cells(batch, new_tokens, kv_len, n_heads, n_kv_heads, head_dim, gp
     copy = swap_copy(b, n_heads, n_kv_heads)
     split = split_kv(b, n_kv_heads, kv_len, head_dim, gpu, fc)
     fp8 = np.broadcast_to(np.asarray(_kvb(kv_dtype)) == 1.0, pre.shape)
-    nsplit = split_count(b, n_heads, n_kv_heads, kv_len, head_dim, gpu, fc) if fc.get("attn_split_us") else None
+    unsw = unswapped(n_heads, n_kv_heads, fc) & ~pre
+    nsplit = (np.where(unsw, 1.0, split_count(b, n_heads, n_kv_heads, kv_len, head_dim, gpu, fc))
+              if fc.get("attn_split_us") else None)  # an unswapped decode never splits
     out = combine(b * r["t_compute"], b * r["bytes"], b * r["units"], b, gpu, fc, warm_l2, tiles=b * r["tiles"],
-                  prefill=pre, decode_floor_rel=_decode_floor_rel(copy, fc, split), fp8_read=fp8 & ~pre,
-                  splits=nsplit)
+                  prefill=pre, decode_floor_rel=_decode_floor_rel(copy, fc, split, unsw), fp8_read=fp8 & ~pre,
+                  splits=nsplit, unsplit_streams=np.where(unsw, b * np.asarray(n_kv_heads, dtype=float), 0.0))
     out.update({"flops": b * r["flops"], "bytes": b * r["bytes"], "units": b * r["units"],
                 "eta_attn": r["eta_attn"], "eta_softmax": r["eta_softmax"]})
     return out
@@ -457,10 +514,15 @@ def attention_time(new_tokens, kv_len, n_heads, n_kv_heads, head_dim, gpu, const
     split = _group_split(group, n_groups, nreq, n_kv_heads, kv_len, head_dim, gpu, fc, np.shape(r["t_compute"]))
     fp8 = np.broadcast_to((np.asarray(_kvb(kv_dtype)) == 1.0).astype(float), np.shape(r["t_compute"]))
     fp8_read = ~pre & (nreq > 0) & (np.bincount(group, weights=fp8, minlength=n_groups) == nreq)  # decode, all fp8
-    nsplit = (_group_splits(group, n_groups, nreq, n_heads, n_kv_heads, kv_len, head_dim, gpu, fc,
-                            np.shape(r["t_compute"])) if fc.get("attn_split_us") else None)
+    shape = np.shape(r["t_compute"])
+    uns = np.broadcast_to(unswapped(n_heads, n_kv_heads, fc), shape).astype(float)
+    unsw = ~pre & (nreq > 0) & (np.bincount(group, weights=uns, minlength=n_groups) == nreq)  # decode, all unswapped
+    streams = np.bincount(group, weights=np.broadcast_to(np.asarray(n_kv_heads, dtype=float), shape), minlength=n_groups)
+    nsplit = (np.where(unsw, 1.0, _group_splits(group, n_groups, nreq, n_heads, n_kv_heads, kv_len, head_dim, gpu, fc,
+                                                shape)) if fc.get("attn_split_us") else None)
     out = combine(tc, nb, un, nreq, gpu, fc, warm_l2, tiles=ti, prefill=pre,
-                  decode_floor_rel=_decode_floor_rel(copy, fc, split), fp8_read=fp8_read, splits=nsplit)
+                  decode_floor_rel=_decode_floor_rel(copy, fc, split, unsw), fp8_read=fp8_read, splits=nsplit,
+                  unsplit_streams=np.where(unsw, streams, 0.0))
     out["requests"] = nreq
     return out
 
@@ -512,9 +574,11 @@ def _decode_time(kv_len, n_heads, n_kv_heads, head_dim, gpu, kv_dtype: str, grou
     zero = np.zeros(n_groups)
     copy = swap_copy(nreq, hq, hkv)
     split = _group_split(group, n_groups, nreq, hkv, c, d, gpu, fc, c.shape)
-    nsplit = _group_splits(group, n_groups, nreq, hq, hkv, c, d, gpu, fc, c.shape) if fc.get("attn_split_us") else None
+    unsw = np.broadcast_to(unswapped(hq, hkv, fc), (n_groups,)) & (nreq > 0)
+    nsplit = (np.where(unsw, 1.0, _group_splits(group, n_groups, nreq, hq, hkv, c, d, gpu, fc, c.shape))
+              if fc.get("attn_split_us") else None)
     out = combine(zero, nb, un, nreq, gpu, fc, warm_l2, tiles=zero, prefill=np.zeros(n_groups, dtype=bool),
-                  decode_floor_rel=_decode_floor_rel(copy, fc, split), fp8_read=np.full(n_groups, kvb == 1.0),
-                  splits=nsplit)
+                  decode_floor_rel=_decode_floor_rel(copy, fc, split, unsw), fp8_read=np.full(n_groups, kvb == 1.0),
+                  splits=nsplit, unsplit_streams=np.where(unsw, nreq * hkv, 0.0))
     out["requests"] = nreq
     return out

