@@ -9,7 +9,7 @@ from steptime.specs import get_gpu, get_model
 from steptime.terms import light as L
 from steptime_lab.experiments import light as E
 
-TRUE = {"floor_kcycles": 8.0, "bytes_per_sm_cycle": 5.0, "p": 2.5}
+TRUE = {"floor_us": 5.0, "bytes_per_sm_cycle": 5.0, "p": 2.5}  # the floor in us (wave 31; E1.1c fits it so)
 CAPS = {"a100-sxm": 0.88, "h100-sxm": 0.95, "a40": 0.82}
 # add streams at DRAM (its SM rate far above it), as on Vidur's GPUs: its largest cell reads the DRAM cap
 LAW = {"q": E.SM_RATE_Q, "kernels": {k: dict(TRUE, bytes_per_sm_cycle=100.0) if k == "add" else dict(TRUE)
@@ -40,7 +40,8 @@ def _cells(gpus=("a100-sxm", "h100-sxm", "a40")):
 
 def test_product_law_is_the_sm_bound_on_hbm_and_the_dram_bound_on_gddr():
     """The mechanism: a large RMSNorm is SM-bound on H100 (time ~ bytes / (SMs f b)) and DRAM-bound on the A40; the
-    floor is in clock cycles. Fails on the law shipped before wave 30 (no light_sm_rate in the product)."""
+    floor is in microseconds (wave 31; kcycles of the boost clock in wave 30). Fails on the law shipped before wave 30
+    (no light_sm_rate in the product)."""
     C = _consts()
     nb = float(L.light_bytes("rmsnorm", 16384, M, 1))
     for g, dram_bound in (("h100-sxm", False), ("a40", True)):
@@ -51,7 +52,8 @@ def test_product_law_is_the_sm_bound_on_hbm_and_the_dram_bound_on_gddr():
         assert t == pytest.approx(float(L.sm_rate_stream_s(nb, gp.mem_bw * 0.84, nb / sm, E.SM_RATE_Q)), rel=1e-3)
         assert t >= max(dram, sm)
     a100 = get_gpu("a100-sxm")
-    assert L.light_time("rmsnorm", 0.0, a100, C, floor_law="flat") == pytest.approx(8e3 / 1.41e9)
+    assert L.light_time("rmsnorm", 0.0, a100, C, floor_law="flat") == pytest.approx(5e-6)
+    assert L.light_time("rmsnorm", 0.0, get_gpu("h100-sxm"), C, floor_law="flat") == pytest.approx(5e-6)
     # a kernel the law does not list (kv_write), the row law and a pass outside an engine keep the old stream
     base = Constants.default()
     for kern, law in (("kv_write", "flat"), ("rmsnorm", "row"), ("rmsnorm", None)):
@@ -71,7 +73,7 @@ def test_fit_recovers_the_constants_and_predicts_the_held_out_gpu():
     c = _cells()
     fit = E.fit_sm_rate(c, {g: CAPS[g] for g in ("a100-sxm", "h100-sxm")})
     for k in E.KERNELS:
-        assert fit["kernels"][k]["floor_kcycles"] == pytest.approx(TRUE["floor_kcycles"], rel=0.02)
+        assert fit["kernels"][k]["floor_us"] == pytest.approx(TRUE["floor_us"], rel=0.02)
         if k != "add":  # add's SM rate is not identified under the DRAM cap (fit > 30 B per SM-cycle)
             assert fit["kernels"][k]["bytes_per_sm_cycle"] == pytest.approx(TRUE["bytes_per_sm_cycle"], rel=0.02)
     assert fit["kernels"]["add"]["bytes_per_sm_cycle"] > 30
@@ -114,7 +116,7 @@ def test_bad_input_is_a_clear_error():
     with pytest.raises(ValueError, match="light_sm_rate must be"):
         L.light_time("add", 1e6, a100, _consts(law={"kernels": {}}), floor_law="flat")
     with pytest.raises(ValueError, match="needs bytes_per_sm_cycle"):
-        L.light_time("add", 1e6, a100, _consts(law={"q": 2, "kernels": {"add": {"p": 2}}}), floor_law="flat")
+        L.light_time("add", 1e6, a100, _consts(law={"q": 2, "kernels": {"add": {"p": 2, "floor_us": 1.0}}}), floor_law="flat")
     with pytest.raises(ValueError, match="> 0"):
         L.light_time("add", 1e6, a100, _consts(cap=-1.0), floor_law="flat")
     with pytest.raises(ValueError, match="unknown light floor law"):
@@ -143,3 +145,35 @@ def test_run_scores_the_law_the_old_one_as_ablation_and_ships_it():
     shipped = Constants.default().with_overrides({"light_sm_rate": law, "light_dram_eta": CAPS["a40"]})
     a40 = c[(c["gpu"] == "a40") & (c["num_tokens"] >= 256)]
     assert np.allclose(E.predict_sm_rate(a40, "a40", shipped), a40["y_ms"].to_numpy(), rtol=0.03)
+
+
+def test_floor_in_us_is_the_same_seconds_on_every_gpu_and_kcycles_still_price():
+    """Wave 31 (issue 19): a `floor_us` floor is the same wall time on A100 and H100; a `floor_kcycles` one (wave 30,
+    the shipped defaults until re-settled) scales with 1 / boost clock; the fit recovers either from cells timed by
+    it, and a cycle-floor fit on A100 + A40 prices H100's floor short when the floor is really in us (the miss the
+    change fixes). Fails on the wave-30 code (no floor_us, no `floor` argument)."""
+    a100, h100 = get_gpu("a100-sxm"), get_gpu("h100-sxm")
+    kc = {"q": 2.0, "kernels": {"rmsnorm": {"floor_kcycles": 8.0, "bytes_per_sm_cycle": 5.0, "p": 2.5}}}
+    Ck = _consts(law=kc)
+    assert L.light_time("rmsnorm", 0.0, a100, Ck, floor_law="flat") == pytest.approx(8e3 / 1.41e9)
+    assert L.light_time("rmsnorm", 0.0, h100, Ck, floor_law="flat") == pytest.approx(8e3 / 1.98e9)
+    assert L.sm_rate_law("rmsnorm", h100, Ck)["floor_s"] == pytest.approx(8e3 / 1.98e9)
+    c = _cells()
+    fit_kc = E.fit_sm_rate(c[c["gpu"] != "h100-sxm"], {g: CAPS[g] for g in ("a100-sxm", "a40")}, floor="floor_kcycles")
+    fit_us = E.fit_sm_rate(c[c["gpu"] != "h100-sxm"], {g: CAPS[g] for g in ("a100-sxm", "a40")})
+    assert set(fit_us["kernels"]["rmsnorm"]) == {"floor_us", "bytes_per_sm_cycle", "p"}
+    h = c[(c["gpu"] == "h100-sxm") & (c["num_tokens"] <= 4)]
+    y = h["y_ms"].to_numpy()
+    p_us = E.predict_sm_rate(h, "h100-sxm", E.sm_rate_constants(Constants.default(), "h100-sxm", fit_us, CAPS["h100-sxm"]))
+    p_kc = E.predict_sm_rate(h, "h100-sxm", E.sm_rate_constants(Constants.default(), "h100-sxm", fit_kc, CAPS["h100-sxm"]))
+    assert np.allclose(p_us, y, rtol=0.02)
+    assert np.median(p_kc / y - 1) < -0.1  # the cycle floor, fitted on slower clocks, comes out short on H100
+
+
+def test_floor_unit_bad_input_is_a_clear_error():
+    a100 = get_gpu("a100-sxm")
+    both = {"q": 2.0, "kernels": {"add": {"floor_us": 2.0, "floor_kcycles": 3.0, "bytes_per_sm_cycle": 5.0, "p": 2}}}
+    with pytest.raises(ValueError, match="exactly one floor"):
+        L.light_time("add", 1e6, a100, _consts(law=both), floor_law="flat")
+    with pytest.raises(ValueError, match="unknown floor unit"):
+        E.fit_sm_rate(_cells(("a100-sxm",)), {"a100-sxm": 0.88}, floor="floor_ms")

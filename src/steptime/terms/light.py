@@ -61,14 +61,18 @@ the SM-rate law below.
 SM-rate stream law (issue 19, wave 30; E1.1c): under the flat floor law (Sarathi-era kernels), a kernel the
 constants' `light_sm_rate` lists:
     stream_k = smax(bytes / (BW x light_dram_eta), bytes / (SMs x f_clk x b_k), q)
-    floor_k = c_k kcycles / f_clk,  p = p_k
+    floor_k = floor_us_k (or c_k kcycles / f_clk, the wave-30 form),  p = p_k
+The floor in microseconds (wave 31, issue 19): Vidur's small light launches take about the same wall time on A100,
+A40 and H100 (rmsnorm median 7 / 6 / 6 us at T <= 16, i.e. 9.9 / 10.4 / 11.9 kcycles), so a cycle floor fitted on
+A100 + A40 came out short on H100's 1.98 GHz clock (E1.1's decode-sized step); the us floor carries.
 The row law (modern engines' kernels) and light passes outside an engine's layer kernels (floor_law None: the fp8
 quantise, predict_ops) keep the bandwidth-scale stream: AIConfigurator's vLLM 0.24 quantize kernel streams at
 0.76-0.93 of DRAM on all its 8 GPUs, not at Sarathi's bytes per SM-cycle.
 On the HBM GPUs Vidur's norm / rope / act / emb kernels run at a near-constant number of bytes per SM-cycle far
 under DRAM (SM-bound), on the GDDR A40 near DRAM (DRAM-bound): one DRAM cap per GPU (`light_dram_eta`, the achieved
 fraction of a streaming elementwise add; E1.1c carries it from the GEMM streaming reading) and one SM rate per kernel
-(`light_sm_rate` {q, kernels: {k: {bytes_per_sm_cycle, floor_kcycles, p}}}, fitted on the other GPUs) cover both.
+(`light_sm_rate` {q, kernels: {k: {bytes_per_sm_cycle, floor_us (or floor_kcycles), p}}}, fitted on the other GPUs)
+cover both.
 SMs, f_clk (boost) and BW are datasheet inputs. A kernel not listed (kv_write) keeps BW x light_bw_scale x light_eta.
 """
 
@@ -85,6 +89,7 @@ from steptime.terms.gemm import boost_mhz, smax
 LIGHT_KERNELS = ("rmsnorm", "add", "rope", "act", "kv_write", "emb")
 PER_LAYER = MappingProxyType({"rmsnorm": 2, "add": 2, "rope": 1, "act": 1, "kv_write": 1})
 QK_NORM_LAW = "rmsnorm"  # the constants (light_floor_us, light_eta, light_p) qk_norm's launches are priced with
+SM_RATE_FLOOR_UNITS = ("floor_us", "floor_kcycles")  # a light_sm_rate kernel's floor: microseconds or boost kcycles
 ROW_KERNELS = ("rmsnorm", "rope", "act", "kv_write")  # one CTA per token row under the row law (qk_norm: rmsnorm's)
 
 
@@ -253,8 +258,10 @@ def sm_rate_stream_s(nbytes, dram_bytes_per_s, sm_bytes_per_s_, q):
 
 
 def sm_rate_law(kernel: str, gpu, constants: Constants) -> dict | None:
-    """{eta_dram, q, bytes_per_sm_cycle, floor_kcycles, p} of `kernel` on `gpu` when the constants carry the SM-rate
-    law for it (`light_sm_rate`, `light_dram_eta`); None else (the kernel keeps the light_bw_scale stream)."""
+    """{eta_dram, q, bytes_per_sm_cycle, floor_us or floor_kcycles, floor_s, p} of `kernel` on `gpu` when the
+    constants carry the SM-rate law for it (`light_sm_rate`, `light_dram_eta`); None else (the kernel keeps the
+    light_bw_scale stream). A kernel's floor is `floor_us` (seconds, the same on every GPU: E1.1c's fits since wave 31)
+    or `floor_kcycles` (boost-clock cycles, wave 30); `floor_s` is it in seconds on `gpu`."""
     law = constants.get("light_sm_rate", gpu, default=None)
     if law is None:
         return None
@@ -265,16 +272,23 @@ def sm_rate_law(kernel: str, gpu, constants: Constants) -> dict | None:
         raise ValueError(f"light_sm_rate must be {{q, kernels: {{kernel: {{...}}}}}} (got {law!r})") from None
     if k is None:
         return None
+    units = [u for u in SM_RATE_FLOOR_UNITS if u in k]
+    if len(units) != 1:
+        raise ValueError(f"light_sm_rate of {kernel!r} needs exactly one floor, {' or '.join(SM_RATE_FLOOR_UNITS)} "
+                         f"(got {sorted(k)})")
     try:
-        out = {"q": q, "bytes_per_sm_cycle": float(k["bytes_per_sm_cycle"]), "floor_kcycles": float(k["floor_kcycles"]),
+        out = {"q": q, "bytes_per_sm_cycle": float(k["bytes_per_sm_cycle"]), units[0]: float(k[units[0]]),
                "p": float(k["p"]), "eta_dram": float(constants.get("light_dram_eta", gpu))}
     except KeyError as e:
-        raise ValueError(f"light_sm_rate of {kernel!r} needs bytes_per_sm_cycle, floor_kcycles, p and a "
+        raise ValueError(f"light_sm_rate of {kernel!r} needs bytes_per_sm_cycle, a floor, p and a "
                          f"light_dram_eta for {gpu.key} (missing {e})") from None
-    if not (q > 0 and out["bytes_per_sm_cycle"] > 0 and out["floor_kcycles"] >= 0 and out["p"] > 0
+    if not (q > 0 and out["bytes_per_sm_cycle"] > 0 and out[units[0]] >= 0 and out["p"] > 0
             and out["eta_dram"] > 0):
         raise ValueError(f"light_sm_rate of {kernel!r} needs q, bytes_per_sm_cycle, p, light_dram_eta > 0 and "
-                         f"floor_kcycles >= 0 (got {out})")
+                         f"{units[0]} >= 0 (got {out})")
+    # the floor in seconds: microseconds (clock-free, wave 31) or kilocycles of the boost clock (wave 30)
+    out["floor_s"] = out["floor_us"] * 1e-6 if units[0] == "floor_us" else out["floor_kcycles"] * 1e3 / (
+        gpu.boost_mhz * 1e6)
     return out
 
 
@@ -305,7 +319,7 @@ def light_time(kernel: str, nbytes, gpu, constants: Constants | None = None, *, 
     sm = sm_rate_law(kernel, gpu, constants) if floor_law == "flat" else None
     if sm is not None:  # the SM-rate law: floor in clock cycles, its own knee
         if row_bytes is None:
-            floor = sm["floor_kcycles"] * 1e3 / (gpu.boost_mhz * 1e6)
+            floor = sm["floor_s"]
         return smax(floor, stream_s(kernel, nbytes, gpu, constants, floor_law=floor_law), sm["p"])
     if row_bytes is None:
         floors = constants.get("light_floor_us", gpu)
