@@ -142,8 +142,24 @@ def test_ship_update_without_fields(tmp_path, capsys):
 def test_ship_refuses_an_allreduce_curve_outside_physics(tmp_path, capsys):
     (tmp_path / "c.yaml").write_text(
         "updates:\n- scope: gpu.l40s\n  name: allreduce_curve\n  provenance: FITTED\n  source: test\n"
+        "  value: {nccl/8: {L_us: 22.6, B_gbps: 0.2, shape: {}}}\n")
+    _ship_refuses(capsys, tmp_path, tmp_path / "c.yaml", "bus bandwidth 0.2 GB/s at TP 8 is outside 0.32-32 GB/s")
+
+
+def test_ship_accepts_a_gpus_own_reading_under_the_donor_floor(tmp_path):
+    """L40S's own TP 8 reading (1.447 GB/s, 0.045 of its link) is under ETA_BUS_MIN but over ETA_BUS_OWN_MIN: it
+    ships (into a copy of defaults.yaml here, never the product's)."""
+    import steptime.calibration as cal
+
+    (tmp_path / "c.yaml").write_text(
+        "updates:\n- scope: gpu.l40s\n  name: allreduce_curve\n  provenance: FITTED\n  source: test\n"
         "  value: {nccl/8: {L_us: 22.6, B_gbps: 1.447, shape: {}}}\n")
-    _ship_refuses(capsys, tmp_path, tmp_path / "c.yaml", "bus bandwidth 1.45 GB/s at TP 8 is outside")
+    dest = tmp_path / "defaults.yaml"
+    dest.write_bytes(cal.DEFAULTS_FILE.read_bytes())
+    before = cal.DEFAULTS_FILE.read_bytes()
+    cal.ship([tmp_path / "c.yaml"], path=dest)
+    assert cal.DEFAULTS_FILE.read_bytes() == before
+    assert "1.447" in dest.read_text()
 
 
 # ---- model configs that are not regular files, or lack a shape ---------------------------
