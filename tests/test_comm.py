@@ -268,6 +268,33 @@ def test_a_donor_table_outside_the_bounds_donates_no_shape():
     assert f["shapes"][("nccl", 4)] == E.fit_shapes(d, cp, ["l40s"])[("nccl", 4)]
 
 
+def test_own_reading_under_the_donor_floor_is_kept_and_priced_but_not_donated():
+    """A GPU's own NCCL reading under ETA_BUS_MIN (0.1) of its link but over ETA_BUS_OWN_MIN (0.01) measures its host
+    (L40S-like TP 8, 0.09 of its PCIe link here): held out, it is kept (not replaced by the datasheet transfer) and
+    priced; as a donor the same table still gives no shape (in_regime). Under ETA_BUS_OWN_MIN it is refused."""
+    d, _ = E.tidy(_pcie_synthetic())
+    cp = E.curve_params(d)
+    link = get_gpu("l40s").link_bw / 1e9
+    B8 = cp[("l40s", "nccl", 8)]["B"] / 1e3
+    assert C.ETA_BUS_OWN_MIN * link < B8 < C.ETA_BUS_MIN * link
+    f = E.fold(d, cp, "l40s", ["b200", "h100-sxm", "h200-sxm", "rtx-pro-6000"])
+    assert not [x for x in f["refused"] if x["what"] == "B"]
+    assert f["params"][("nccl", 8)]["B"] / 1e3 == pytest.approx(B8)
+    x = d[(d["gpu"] == "l40s") & d["scored"] & (d["num_gpus"] == 8)].reset_index(drop=True)
+    t = E.predict_rows(x, f["params"], f["shapes"])
+    assert np.all(np.isfinite(t)) and t[-1] / x["t_us"].iloc[-1] > 0.9  # the largest scored message: its own B
+    assert not E.in_regime(cp, "l40s", "nccl", 8)  # the same table donates nothing
+    # under the own floor (another 10x slower: 0.009 of the link) the reading is refused and replaced
+    df = _pcie_synthetic()
+    df.loc[(df["gpu"] == "l40s") & (df["num_gpus"] == 8), "latency_ms"] *= 10.0
+    d3, _ = E.tidy(df)
+    cp3 = E.curve_params(d3)
+    f3 = E.fold(d3, cp3, "l40s", ["b200", "h100-sxm", "h200-sxm", "rtx-pro-6000"])
+    refused = [x for x in f3["refused"] if x["what"] == "B"]
+    assert [x["n"] for x in refused] == [8] and "0.01-1 x l40s" in refused[0]["why"]
+    assert f3["params"][("nccl", 8)]["B"] / 1e3 > C.ETA_BUS_OWN_MIN * link
+
+
 def test_custom_rows_from_the_engines_buffer_size_are_priced_as_nccl():
     """vLLM's custom all-reduce takes a message only below its buffer (should_custom_ar: inp_size < max_size) and
     hands the rest to NCCL; on the architectures the profile's per-TP table does not list (A100, L40S, RTX PRO 6000)

@@ -142,8 +142,24 @@ def test_ship_update_without_fields(tmp_path, capsys):
 def test_ship_refuses_an_allreduce_curve_outside_physics(tmp_path, capsys):
     (tmp_path / "c.yaml").write_text(
         "updates:\n- scope: gpu.l40s\n  name: allreduce_curve\n  provenance: FITTED\n  source: test\n"
+        "  value: {nccl/8: {L_us: 22.6, B_gbps: 0.2, shape: {}}}\n")
+    _ship_refuses(capsys, tmp_path, tmp_path / "c.yaml", "bus bandwidth 0.2 GB/s at TP 8 is outside 0.32-32 GB/s")
+
+
+def test_ship_accepts_a_gpus_own_reading_under_the_donor_floor(tmp_path):
+    """L40S's own TP 8 reading (1.447 GB/s, 0.045 of its link) is under ETA_BUS_MIN but over ETA_BUS_OWN_MIN: it
+    ships (into a copy of defaults.yaml here, never the product's)."""
+    import steptime.calibration as cal
+
+    (tmp_path / "c.yaml").write_text(
+        "updates:\n- scope: gpu.l40s\n  name: allreduce_curve\n  provenance: FITTED\n  source: test\n"
         "  value: {nccl/8: {L_us: 22.6, B_gbps: 1.447, shape: {}}}\n")
-    _ship_refuses(capsys, tmp_path, tmp_path / "c.yaml", "bus bandwidth 1.45 GB/s at TP 8 is outside")
+    dest = tmp_path / "defaults.yaml"
+    dest.write_bytes(cal.DEFAULTS_FILE.read_bytes())
+    before = cal.DEFAULTS_FILE.read_bytes()
+    cal.ship([tmp_path / "c.yaml"], path=dest)
+    assert cal.DEFAULTS_FILE.read_bytes() == before
+    assert "1.447" in dest.read_text()
 
 
 # ---- model configs that are not regular files, or lack a shape ---------------------------
@@ -334,9 +350,35 @@ def test_measured_bus_bandwidths_within_bounds(gpu, n, B):
 
 def test_pcie_bus_bandwidth_above_the_link_is_refused():
     assert comm.bound_violation(get_gpu("l40s"), 2, B_gbps=40.0)
+    assert comm.bound_violation(get_gpu("l40s"), 2, B_gbps=40.0, eta_min=comm.ETA_BUS_OWN_MIN)
 
 
-def test_e1_25_refuses_the_outlier_reading_and_names_its_cell():
+def test_own_reading_floor_is_looser_than_the_donor_floor():
+    """L40S TP 8 (1.45 GB/s, 0.045 of its link): out of bounds as a shape donor (ETA_BUS_MIN), within them as the
+    GPU's own reading (ETA_BUS_OWN_MIN), so a settled curve carrying it ships; under a hundredth it does not."""
+    g = get_gpu("l40s")
+    assert comm.ETA_BUS_OWN_MIN < comm.ETA_BUS_MIN
+    assert comm.bound_violation(g, 8, B_gbps=1.447)
+    assert comm.bound_violation(g, 8, B_gbps=1.447, eta_min=comm.ETA_BUS_OWN_MIN) is None
+    curve = {"nccl/8": {"L_us": 30.0, "B_gbps": 1.447, "shape": {}}}
+    comm.check_curve(g, curve)
+    assert comm.check_updates([{"scope": "gpu.l40s", "name": "allreduce_curve", "value": curve}]) == 1
+    with pytest.raises(InputError, match=r"l40s, nccl/8: bus bandwidth 0.2 GB/s at TP 8 is outside 0.32-32 GB/s"):
+        comm.check_curve(g, {"nccl/8": {"L_us": 30.0, "B_gbps": 0.2, "shape": {}}})
+    with pytest.raises(InputError, match="outside 0.32-32 GB/s"):
+        comm.check_curve(g, {"nccl/2": {"L_us": 8.0, "B_gbps": 40.0, "shape": {}}})
+
+
+@pytest.mark.parametrize("B", [0.0, -1.0, float("nan"), float("inf")])
+def test_non_positive_bus_bandwidth_is_refused_under_either_floor(B):
+    g = get_gpu("l40s")
+    for eta in (comm.ETA_BUS_MIN, comm.ETA_BUS_OWN_MIN):
+        assert "is not a positive finite number" in comm.bound_violation(g, 8, B_gbps=B, eta_min=eta)
+    with pytest.raises(InputError, match="allreduce_curve of l40s, nccl/8: bus bandwidth .* not a positive finite"):
+        comm.check_curve(g, {"nccl/8": {"L_us": 30.0, "B_gbps": B, "shape": {}}})
+
+
+def test_e1_25_keeps_the_gpus_own_slow_reading_and_ships_it():
     from steptime.io import find_root
     from steptime_lab.experiments import comm as E
 
@@ -345,10 +387,12 @@ def test_e1_25_refuses_the_outlier_reading_and_names_its_cell():
         pytest.skip("results/data/allreduce.parquet not built")
     r = E.run(pd.read_parquet(path), ablation=False)
     refused = [x for v in r["per_gpu"].values() for x in v["refused"]]
-    assert [tuple(x["cell"]) for x in refused] == [("l40s", "allreduce", "nccl", 8, 536870912)]
+    assert refused == []  # L40S's TP 8 reading (1.45 GB/s) is its own: kept, not replaced
+    assert r["per_gpu"]["l40s"]["params"]["nccl/8"]["B"] / 1e3 == pytest.approx(1.447, abs=0.01)
     for g, v in r["per_gpu"].items():
         for key, p in v["params"].items():
-            assert comm.bound_violation(get_gpu(g), int(key.split("/")[1]), p["B"] / 1e3, p["L"]) is None, (g, key)
+            assert comm.bound_violation(get_gpu(g), int(key.split("/")[1]), p["B"] / 1e3, p["L"],
+                                        eta_min=comm.ETA_BUS_OWN_MIN) is None, (g, key)
     ups = E.defaults_updates(r)
     assert comm.check_updates(ups) == len(ups)
 

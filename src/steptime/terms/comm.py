@@ -24,7 +24,8 @@ import numpy as np
 
 from steptime.calibration import Constants
 from steptime.terms.comm_bounds import (  # noqa: F401  (the bounds, re-exported where E1.25 reads them)
-    ETA_BUS_MIN, L_MAX_US, L_MIN_US, bound_violation, bus_bw_bounds, check_curve, check_updates, link_class)
+    ETA_BUS_MIN, ETA_BUS_OWN_MIN, L_MAX_US, L_MIN_US, bound_violation, bus_bw_bounds, check_curve, check_updates,
+    link_class)
 
 IMPLS = ("ring", "nccl", "custom")  # the fitted / datasheet laws; nccl_host is an engine's (host_path_time)
 SMIN_P = 8.0  # soft-minimum sharpness (p-norm of the inverse times); DERIVED: a sharp switch between regimes
