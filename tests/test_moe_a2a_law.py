@@ -424,6 +424,9 @@ def test_transfer_reading_solves_the_overlapped_normal_mode():
     is 1.3x the law's is recovered exactly and every normal-mode cell is then predicted exactly."""
     law = _law_ht_p(2.0)
     d = _cells(law)
+    ht = d[(d["mode"] == "ht") & (d.phase == "dispatch")]
+    f, x = E._a2a_parts(ht, law["ht:dispatch"])
+    assert np.allclose(E.a2a_predict(ht, law), np.hypot(f, x), rtol=1e-12)  # p = 2: (F^2 + X^2)^(1/2)
     d["latency_ms"] = E.a2a_predict(d, law, {"b200": {"s_slope:ht": 1.3}})
     sc = E.a2a_scales(d, "b200", law)
     assert sc["s_slope:ht"] == pytest.approx(1.3, rel=1e-9)
