@@ -393,3 +393,62 @@ def test_a2a_shape_groups_refuses_a_shape_two_routers_share(monkeypatch):
         E.a2a_shape_groups()
     monkeypatch.setattr(E, "moe_model_table", lambda: {"a": m(8, 4), "b": m(8, 4)})
     assert E.a2a_shape_groups() == {(7168, 8, 256): (8, 4)}
+
+
+# --------------------------------------------------------------------------- the normal mode's floor / transfer overlap
+def _law_ht_p(p=2.0):
+    """_law_ov with the normal mode's floor and transfer overlapped at `p` (A2A_FLOOR_OVERLAP_MODES)."""
+    law = _law_ov(0.05)
+    for ph in ("dispatch", "combine"):
+        law[f"ht:{ph}"] = {"floor_us": 300.0, "bw_gbps": 400.0, "tok_us": 0.05, "overlap_p": p}
+    return law
+
+
+def test_normal_mode_fit_recovers_the_floor_transfer_overlap():
+    """Cells made with the normal mode's floor overlapped with its transfer at p = 2: the fit finds p (and the
+    floor, bandwidth and per-token cost); cells made additively give p at its lower bound 1 (the sum)."""
+    fit = E.a2a_fit(_cells(_law_ht_p(2.0)))
+    assert fit["ht:dispatch"]["overlap_p"] == pytest.approx(2.0, rel=0.02)
+    assert fit["ht:dispatch"]["floor_us"] == pytest.approx(300.0, rel=0.02)
+    assert fit["ht:dispatch"]["bw_gbps"] == pytest.approx(400.0, rel=0.05)
+    assert fit["ht:combine"]["overlap_p"] == pytest.approx(2.0, rel=0.02)
+    assert E.a2a_fit(_cells(_law(0.05)))["ht:dispatch"]["overlap_p"] == pytest.approx(1.0, abs=0.02)
+    d = _cells(_law_ht_p(2.0))
+    ht = d[d["mode"] == "ht"]
+    summed = E.a2a_predict(ht, {k: {**v, "overlap_p": 1.0} for k, v in _law_ht_p(2.0).items()})
+    assert np.all(ht.latency_ms.to_numpy() < summed)  # the overlap hides part of the floor
+
+
+def test_transfer_reading_solves_the_overlapped_normal_mode():
+    """The normal-mode transfer reading under p != 1 solves measured = (F^p + (s X)^p)^(1/p): a GPU whose transfer
+    is 1.3x the law's is recovered exactly and every normal-mode cell is then predicted exactly."""
+    law = _law_ht_p(2.0)
+    d = _cells(law)
+    ht = d[(d["mode"] == "ht") & (d.phase == "dispatch")]
+    f, x = E._a2a_parts(ht, law["ht:dispatch"])
+    assert np.allclose(E.a2a_predict(ht, law), np.hypot(f, x), rtol=1e-12)  # p = 2: (F^2 + X^2)^(1/2)
+    d["latency_ms"] = E.a2a_predict(d, law, {"b200": {"s_slope:ht": 1.3}})
+    sc = E.a2a_scales(d, "b200", law)
+    assert sc["s_slope:ht"] == pytest.approx(1.3, rel=1e-9)
+    assert np.allclose(E.a2a_predict(d, law, {"b200": sc}), d.latency_ms, rtol=1e-9)
+
+
+def test_product_a2a_time_prices_the_normal_mode_overlap_as_the_lab():
+    """terms.moe.a2a_time reads a2a_overlap_p:ht:<phase> for the additive law as the lab's a2a_predict does; absent,
+    it adds floor and transfer (the law before)."""
+    law = _law_ht_p(2.0)
+    vals = {}
+    for key, p in law.items():
+        if key.startswith("ht"):
+            vals.update({f"a2a_floor_us:{key}": p["floor_us"], f"a2a_bw_gbps:{key}": p["bw_gbps"],
+                         f"a2a_tok_us:{key}": p["tok_us"], f"a2a_overlap_p:{key}": p["overlap_p"]})
+    mc = M.MoEConstants(values=vals, per_gpu={"g": {"a2a_s_slope:ht": 1.5}})
+    add = M.MoEConstants(values={k: v for k, v in vals.items() if "overlap_p" not in k}, per_gpu={})
+    for T in (16, 1024, 65536):
+        row = pd.DataFrame([dict(gpu="g", mode="ht", phase=p, num_tokens=T,
+                                 a2a_bytes=float(M.a2a_bytes(T, 7168, 8, 8, "ht"))) for p in ("dispatch", "combine")])
+        lab = E.a2a_predict(row, law, {"g": {"s_slope:ht": 1.5}}).sum() * 1e-3
+        assert float(M.a2a_time(T, 7168, 8, 8, "g", mc, mode="ht")) == pytest.approx(lab, rel=1e-9)
+        summed = E.a2a_predict(row, {k: {**v, "overlap_p": 1.0} for k, v in law.items()}).sum() * 1e-3
+        assert float(M.a2a_time(T, 7168, 8, 8, "other", add, mode="ht")) == pytest.approx(summed, rel=1e-9)
+        assert float(M.a2a_time(T, 7168, 8, 8, "other", mc, mode="ht")) < summed

@@ -681,7 +681,9 @@ def a2a_time(tokens, hidden, topk, ep, gpu, mc: MoEConstants, *, mode: str = "ll
     - additive: s_curve * (s_floor * floor + s_slope * (bytes / bw + c_tok * tokens)): a latency floor, the bytes
       the mode sends over the achieved all-to-all bandwidth of that (mode, phase), and a per-token cost that does
       not scale with the hidden size (DeepEP's per-token layout / bookkeeping; fitted where the evidence carries it, the
-      normal "ht" mode, else 0);
+      normal "ht" mode, else 0); with `a2a_overlap_p:<mode>:<phase>` = p != 1 (E3.2's normal mode, wave 31) the
+      floor and the transfer part combine as ((s_floor floor)^p + (s_slope transfer)^p)^(1/p) (the floor partly
+      hidden under the transfer; p = 1, the default, adds them);
     - overlapped (where `a2a_bw_share:<mode>:<phase>` is given; E3.2's low-latency law): ((s_floor * floor *
       a2a_floor_shape(T))^p + x^p)^(1/p), x = bytes / a2a_link_bw(nvlink_gbps, bw_share, link_exp): a latency
       floor (the kernel's launch, signalling and receive-flag polling, per GPU; with a small-batch excess
@@ -717,7 +719,9 @@ def a2a_time(tokens, hidden, topk, ep, gpu, mc: MoEConstants, *, mode: str = "ll
         c_tok = mc.get(f"a2a_tok_us:{mode}:{phase}", gpu, 0.0) * 1e-6
         s_curve = mc.get(f"a2a_s:{mode}:{phase}", gpu, 1.0)
         s_floor = mc.get(f"a2a_s_floor:{mode}:{phase}", gpu, 1.0)
-        t = t + s_curve * (s_floor * t0 + s_slope * (nbytes / bw + c_tok * T))
+        p = mc.get(f"a2a_overlap_p:{mode}:{phase}", gpu, 1.0)
+        floor, x = s_floor * t0, s_slope * (nbytes / bw + c_tok * T)
+        t = t + s_curve * (floor + x if p == 1.0 else smax(floor, x, p))
     return np.where(T > 0, t, 0.0)
 
 
