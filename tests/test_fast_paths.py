@@ -86,8 +86,13 @@ def _general_attention(new, kv, hq, hkv, d, gpu, kv_dtype, group, n_groups):
     split = (nreq >= 1) & (nreq * hkv < gpu.sms) & (mean_kv > attention.split_tile(d, fc))
     # an fp8 cache's decode-only batch: the stream is also bounded by the SM-side fp8 read rate (attn_fp8_bpc)
     fp8_read = ~pre & (nreq > 0) & (kv_dtype == "fp8")
+    # FlashAttention-2's unswapped (MHA) decode: no split, each (request, KV head) stream bounded by attn_stream_gbs
+    unsw = ~pre & (nreq > 0) & bool(attention.unswapped(hq, hkv, fc))
+    # FA2's per-split cost (attn_split_us x num_splits_heuristic at the step's mean KV); an unswapped decode: one split
+    splits = np.where(unsw, 1.0, attention.split_count(nreq, hq, hkv, mean_kv, d, gpu, fc))
     out = attention.combine(sums[0], sums[1], sums[2], nreq, gpu, fc, False, tiles=sums[3], prefill=pre,
-                            decode_floor_rel=attention._decode_floor_rel(copy, fc, split), fp8_read=fp8_read)
+                            decode_floor_rel=attention._decode_floor_rel(copy, fc, split, unsw), fp8_read=fp8_read,
+                            splits=splits, unsplit_streams=np.where(unsw, nreq * hkv, 0.0))
     out["requests"] = nreq
     return out
 

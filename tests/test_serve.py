@@ -728,11 +728,12 @@ def test_timer_pays_the_per_split_cost_like_predict_steps():
     list and vector decode runs agree, and `check` holds it to predict_steps."""
     from steptime.calibration import Constants
 
-    c = Constants.default()
-    lanes = {k: {**v, "attn_split_us": 0.2} for k, v in c.get("attn_lane_factors").items()}
-    c = c.with_overrides({"attn_lane_factors": lanes, "attn_split_us": 0.2})
+    c0 = Constants.default()
+    lanes = {k: {**v, "attn_split_us": 0.2} for k, v in c0.get("attn_lane_factors").items()}
+    c = c0.with_overrides({"attn_lane_factors": lanes, "attn_split_us": 0.2})
     t = StepTimer(M, "l40s", constants=c)
-    base = StepTimer(M, "l40s")
+    off = {k: {**v, "attn_split_us": 0.0} for k, v in c0.get("attn_lane_factors").items()}
+    base = StepTimer(M, "l40s", constants=c0.with_overrides({"attn_lane_factors": off, "attn_split_us": 0.0}))
     assert t.check() < 1e-12
     assert t._dsplit_us == 0.2 and base._dsplit_us == 0.0
     # one request: 16 splits at 2,047 cached tokens (FlashAttention-2's heuristic on 142 SMs)

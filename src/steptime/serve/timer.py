@@ -79,6 +79,7 @@ def _checked(model, gpu, tp, f_clk, kv_dtype, engine, dtype, constants, ep=1):
     return model, gpu, tp, engine, ep
 
 
+
 class StepTimer:
     """Step time (seconds) of a batch composition, exact against `predict_steps`."""
 
@@ -159,7 +160,7 @@ class StepTimer:
         self._dtile = float(attention.split_tile(self.head_dim, fc))
         # FlashAttention-2's per-split combine cost (attention.split_count / split_us_s); 0: none
         self._dsplit_us = float(fc.get("attn_split_us", 0.0))
-        self._nsplit = {}  # (requests, KV blocks) -> split count: the heuristic is a 128-candidate scan
+        self._nsplit = {}  # (requests, KV blocks) -> split count (`_splits_of`): the heuristic scans 128
         # FA2's unswapped decode (attention.unswapped: H_q == H_kv on a lane with attn_stream_gbs): no split-KV,
         # the copy-free floor x (1 - attn_noswap_rel), each (request, KV head) stream bounded by attn_stream_gbs
         self._unsw = bool(attention.unswapped(self.heads, self.kv_heads, fc))
@@ -293,19 +294,27 @@ class StepTimer:
 
     def _split_us(self, n, sum_kv):
         """attention.split_us_s of `n` decode requests holding `sum_kv` cached tokens, at their mean KV length
-        (attention._group_splits' rule); the split counts are cached per (requests, KV blocks)."""
-        n_a, kv_a = np.broadcast_arrays(np.asarray(n, dtype=float), np.asarray(sum_kv, dtype=float))
-        mean = np.divide(kv_a, n_a, out=np.zeros(n_a.shape), where=n_a > 0)
-        blocks = np.maximum(1.0, np.ceil(mean / self._dtile))
-        out = np.empty(n_a.shape)
-        for i, (nn, bb) in enumerate(zip(n_a.ravel(), blocks.ravel())):
-            key = (float(nn), float(bb))
-            if key not in self._nsplit:
-                self._nsplit[key] = float(attention.split_count(nn, self.heads, self.kv_heads, bb * self._dtile,
-                                                                self.head_dim, self.gpu, self.fc))
-            out.ravel()[i] = self._nsplit[key]
-        r = attention.split_us_s(out, self.fc)
-        return r if np.ndim(n) or np.ndim(sum_kv) else float(r)
+        (attention._group_splits' rule), the split counts cached per (requests, KV blocks) (`_splits_of`); Python
+        numbers take a plain-float path (the simulator asks one step at a time)."""
+        if np.ndim(n) or np.ndim(sum_kv):
+            n_a, kv_a = np.broadcast_arrays(np.asarray(n, dtype=float), np.asarray(sum_kv, dtype=float))
+            mean = np.divide(kv_a, n_a, out=np.zeros(n_a.shape), where=n_a > 0)
+            blocks = np.maximum(1.0, np.ceil(mean / self._dtile))
+            out = np.array([self._splits_of(float(nn), float(bb)) for nn, bb in zip(n_a.ravel(), blocks.ravel())])
+            return attention.split_us_s(out.reshape(n_a.shape), self.fc)
+        nn = float(n)
+        mean = float(sum_kv) / nn if nn > 0 else 0.0
+        splits = self._splits_of(nn, max(1.0, math.ceil(mean / self._dtile)) if math.isfinite(mean) else math.inf)
+        return self._dsplit_us * 1e-6 * splits if splits > 1 else 0.0
+
+    def _splits_of(self, n: float, blocks: float) -> float:
+        """attention.split_count of `n` requests at `blocks` KV blocks, cached per (requests, KV blocks)."""
+        key = (n, blocks)
+        splits = self._nsplit.get(key)
+        if splits is None:
+            splits = self._nsplit[key] = float(attention.split_count(n, self.heads, self.kv_heads, blocks * self._dtile,
+                                                                     self.head_dim, self.gpu, self.fc))
+        return splits
 
     def _dmem_n(self, n):
         """Seconds per decode byte for a step of `n` requests: 1 / (BW eta_mem) (or the fp8 read's bound), and, for

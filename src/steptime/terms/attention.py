@@ -291,12 +291,12 @@ def split_count(batch, n_heads, n_kv_heads, kv_len, head_dim, gpu, fc: dict) -> 
     slots = 2.0 * np.asarray(gpu.sms, dtype=float)
     ctas, blocks, slots = np.broadcast_arrays(ctas, blocks, slots)
     most = np.minimum(np.minimum(float(SPLIT_MAX), slots), blocks)
-    effs = np.zeros((SPLIT_MAX,) + ctas.shape)
-    for n in range(1, SPLIT_MAX + 1):  # a fixed 128 candidates, each one vector expression
-        ok = (n <= most) & ((n == 1) | (np.ceil(blocks / n) != np.ceil(blocks / max(n - 1, 1))))
-        waves = ctas * n / slots
-        effs[n - 1] = np.where(ok & (waves > 0), np.divide(waves, np.ceil(waves), out=np.zeros(waves.shape),
-                                                           where=waves > 0), -1.0)
+    # the 128 candidates on a leading axis: one set of array expressions, not one per candidate
+    n_c = np.arange(1.0, SPLIT_MAX + 1.0).reshape((SPLIT_MAX,) + (1,) * ctas.ndim)
+    ok = (n_c <= most) & ((n_c == 1.0) | (np.ceil(blocks / n_c) != np.ceil(blocks / np.maximum(n_c - 1.0, 1.0))))
+    waves = ctas * n_c / slots
+    effs = np.where(ok & (waves > 0), np.divide(waves, np.ceil(waves), out=np.zeros(waves.shape), where=waves > 0),
+                    -1.0)
     good = effs >= SPLIT_EFF_REL * effs.max(axis=0)
     n = 1.0 + np.argmax(good & (effs >= 0), axis=0)
     return np.where((ctas >= SPLIT_ONE_FILL * slots) | (ctas <= 0), 1.0, n)
