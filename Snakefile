@@ -4,7 +4,8 @@
 #   steptime status                      what is built, what awaits telemetry
 # Rule priorities (`priority:`) put the main job's critical path first: tidy tables -> GEMM settle ->
 # E1.24 -> step settle -> R2.3/E2.11 -> E2.11b, and the grey-box/RF fits -> E2.1, with the settles
-# those wait on. Without them a 2-core `snakemake -j2 --forceall` left one core idle for minutes
+# those wait on (E1.11 and E1.3 too, which the GEMM settle waits on: Snakemake does not pass a priority on to a
+# job's inputs), and E1.13 -> R2.1 (the longest chain after the GEMM settle). Without them a 2-core `snakemake -j2 --forceall` left one core idle for minutes
 # at its end (the longest jobs started last, one at a time). The RF fits and the planner take two threads
 # only where the run has more than two cores (common.smk two_threads_if_room): on 2 cores a 2-thread job waited
 # for both cores at once and ran last. Priorities and thread counts change the order only, never a number.

@@ -33,6 +33,7 @@ rule design_choices:
         attn_n_sample=size("r2_1_design")["attn_n_sample"],
         attn_max_nfev=size("r2_1_design")["attn_max_nfev"],
     threads: 1
+    priority: 35  # main job: long, and starts only after E1.13 (see Snakefile)
     log:
         "logs/design_choices.log",
     benchmark:

@@ -16,6 +16,7 @@ rule E1_11:
         question=question("E1.11"),
         seed=config["seed"],
     threads: 1  # one BLAS thread: the fits are deterministic only single-threaded
+    priority: 45  # main job: the GEMM settle waits on it; priority does not propagate upstream (see Snakefile)
     log:
         "logs/E1_11.log",
     benchmark:
@@ -40,6 +41,7 @@ rule E1_3:
         **figure("fig", "figures/E1_3_memory_law"),
     params:
         question=question("E1.3"),
+    priority: 45  # main job: the GEMM settle waits on it; priority does not propagate upstream (see Snakefile)
     log:
         "logs/E1_3.log",
     benchmark:
@@ -236,6 +238,7 @@ rule E1_13:
         fast=config["fast"],
         ablation=size("e1_13_ablation"),
     threads: 1  # one BLAS thread: the fits are deterministic only single-threaded
+    priority: 35  # main job: the longest job after the GEMM settle, and R2.1 waits on it (see Snakefile)
     log:
         "logs/E1_13.log",
     benchmark:
