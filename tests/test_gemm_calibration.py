@@ -1,4 +1,6 @@
 """The GEMM calibration contract as code: deploy readings, disjoint scoring, baselines."""
+import json
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -200,3 +202,12 @@ def test_a_fold_with_a_reading_fixed_from_elsewhere():
     c_fixed, cells_fixed = E.with_fold(C, GPU, doc, fixed={"eta_active": 0.5})
     assert len(cells_fixed) == len(cells_full) - 1 and c_fixed.get("eta_active", get_gpu(GPU)) == 0.5
     assert E.gpu_params(GPU, glob, {}, constants=C, fixed={"eta_active": 0.6})["eta_active"] == 0.6
+
+
+def test_settle_folds_in_worker_processes_equal_the_serial_folds():
+    """settle(jobs=2) runs the leave-one-GPU-out folds in two processes: the same document as one after another."""
+    frames = [_synthetic_table(_truth()).assign(gpu=g) for g in ("h100-sxm", "b200", "l40s")]
+    df = pd.concat(frames, ignore_index=True)
+    one = E.settle(df, constants=C, n_per_gpu=30, max_nfev=3)
+    two = E.settle(df, constants=C, n_per_gpu=30, max_nfev=3, jobs=2)
+    assert json.dumps(one, sort_keys=True, default=str) == json.dumps(two, sort_keys=True, default=str)

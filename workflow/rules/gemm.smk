@@ -68,7 +68,11 @@ rule settle_gemm_constants:
         settled="results/calibration/gemm.yaml",
     params:
         seed=config["seed"],
-    threads: 1  # one BLAS thread: the fits are deterministic only single-threaded
+        # worker processes for the nine leave-one-GPU-out folds (each one BLAS thread: deterministic; the same
+        # numbers at any count). Two, though the rule holds one thread: on a 2-core run nothing else is ready while
+        # the settle runs (every fit waits on it), and a 2-thread job would first wait for both cores at once
+        fold_jobs=2,
+    threads: 1  # one BLAS thread per process: the fits are deterministic only single-threaded
     priority: 40  # main job: critical path first (see Snakefile)
     log:
         "logs/settle_gemm_constants.log",

@@ -17,7 +17,7 @@ with open(snakemake.input.e1_3) as fh:
     law = json.load(fh)["decision"]["law"]
 logging.info("decisions: Hopper cluster size %s (E1.11), memory law %s (E1.3)", cluster, law)
 doc = E.settle(df, seed=snakemake.params.seed, fixed={"hopper_cluster_size": cluster, **E.SHIPPED_FIXED},
-               constants=constants)
+               constants=constants, jobs=snakemake.params.fold_jobs)
 doc["decisions"] = {"cluster_size": {"value": cluster, "from": "results/E1_11.json"},
                     "memory_law": {"value": law, "from": "results/E1_3.json"}}
 write_json(snakemake.output.constants, doc)

@@ -17,8 +17,19 @@ from steptime_lab.experiments.gemm.folds import FAMILY_GLOBALS, LAUNCH_SCOPES, _
 FIT_SETTINGS = {"n_per_gpu": 2000, "max_nfev": 80, "llm_share": 0.7}
 
 
+def _settle_fold(df, g, gpus, readings, stream_all, glob_all, kw: dict, constants: Constants) -> dict:
+    """One fold of `settle`: the globals fitted without `g`, its readings and its read constants."""
+    others = [o for o in gpus if o != g]
+    stream = select_stream_cell(df, others)  # chosen without the held-out GPU
+    rd = readings if stream == stream_all else {o: deploy_readings(df, o, stream) for o in gpus}
+    glob = fit_globals(df, others, rd, x0=glob_all, **kw)
+    p = gpu_params(g, glob, rd[g], constants=constants)
+    return {"globals": glob, "readings": _readings_json(rd[g]), "stream_cell": list(stream),
+            "per_gpu": {nm: p[nm] for nm in DEPLOY_CELLS}}
+
+
 def settle(df, gpus=None, *, constants: Constants, seed: int = 0, fixed: dict | None = None,
-           n_per_gpu: int | None = None, max_nfev: int | None = None) -> dict:
+           n_per_gpu: int | None = None, max_nfev: int | None = None, jobs: int = 1) -> dict:
     """Run the leave-one-GPU-out calibration over `constants` (the constants no fit or reading
     sets: the tile ladder, CTAs per SM, cluster size) and return a JSON-able document.
 
@@ -34,15 +45,16 @@ def settle(df, gpus=None, *, constants: Constants, seed: int = 0, fixed: dict | 
     readings = {g: deploy_readings(df, g, stream_all) for g in gpus}
     kw = dict(constants=constants, seed=seed, n_per_gpu=n_per_gpu, max_nfev=max_nfev, fixed=fixed)
     glob_all = fit_globals(df, gpus, readings, **kw)
-    folds = {}
-    for g in gpus:
-        others = [o for o in gpus if o != g]
-        stream = select_stream_cell(df, others)  # chosen without the held-out GPU
-        rd = readings if stream == stream_all else {o: deploy_readings(df, o, stream) for o in gpus}
-        glob = fit_globals(df, others, rd, x0=glob_all, **kw)
-        p = gpu_params(g, glob, rd[g], constants=constants)
-        folds[g] = {"globals": glob, "readings": _readings_json(rd[g]), "stream_cell": list(stream),
-                    "per_gpu": {nm: p[nm] for nm in DEPLOY_CELLS}}
+    # the folds are independent fits (each single-threaded, so deterministic): `jobs` worker processes run them
+    # side by side with the same results as one after another
+    if jobs > 1:
+        from joblib import Parallel, delayed
+
+        done = Parallel(n_jobs=min(jobs, len(gpus)))(
+            delayed(_settle_fold)(df, g, gpus, readings, stream_all, glob_all, kw, constants) for g in gpus)
+    else:
+        done = [_settle_fold(df, g, gpus, readings, stream_all, glob_all, kw, constants) for g in gpus]
+    folds = dict(zip(gpus, done))
     p_all = {g: gpu_params(g, glob_all, readings[g], constants=constants) for g in gpus}
     return {
         "settings": {"seed": seed, "n_per_gpu": n_per_gpu, "max_nfev": max_nfev,
