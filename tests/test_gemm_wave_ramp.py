@@ -52,19 +52,24 @@ def _with(constants, scope, values):
     return constants.with_overrides(values, scope=scope, provenance="FITTED", source="test")
 
 
-@pytest.mark.xfail(reason="wave 31: this expectation predates the constants shipped at the end of wave 31 (the per-launch-kind ramp, FA2 per-split cost, GPU memory in bytes); to be rewritten next wave", strict=False)
 def test_product_reads_the_wave_ramp_on_wave_parts_only():
     c = _with(C, "global", {"mem_t_half_us_wave": 3.0, "l2_gain_wave": 7.0, "l2_resident_x_wave": 0.1})
     lw, h = get_gpu("l40s"), get_gpu("h100-sxm")
     pw, ph = G.resolve(lw, c), G.resolve(h, c)
     assert (pw["mem_t_half_us"], pw["l2_gain"], pw["l2_resident_x"]) == (3.0, 7.0, 0.1)
     assert ph["mem_t_half_us"] == G.resolve(h, C)["mem_t_half_us"] != 3.0
+    # the shipped constants carry the wave ramp (wave 31): the wave part reads it, the persistent part does not
+    assert G.resolve(lw, C)["mem_t_half_us"] == C.get("mem_t_half_us_wave")
+    assert G.resolve(h, C)["mem_t_half_us"] == C.get("mem_t_half_us", h) != C.get("mem_t_half_us_wave")
     # without the wave constants the one shared ramp applies (the old law)
-    assert G.resolve(lw, C)["mem_t_half_us"] == C.get("mem_t_half_us", lw)
-    # the memory branch follows: a mid-sized single-token GEMM pays the wave part's longer ramp
+    bare = Constants({s: {k: v for k, v in t.items() if k not in {f"{n}_wave" for n in G.WAVE_RAMP}}
+                      for s, t in C._scopes.items()}, C.engines)
+    assert G.resolve(lw, bare)["mem_t_half_us"] == bare.get("mem_t_half_us", lw) != C.get("mem_t_half_us_wave")
+    # the memory branch follows: a mid-sized single-token GEMM pays a longer wave ramp
+    short = _with(C, "global", {"mem_t_half_us_wave": 0.1, "l2_gain_wave": 7.0, "l2_resident_x_wave": 0.1})
     t_wave = G.gemm_time(np.array([1.0]), 4096, 4096, lw, c)["t"]
-    t_shared = G.gemm_time(np.array([1.0]), 4096, 4096, lw, C)["t"]
-    assert t_wave[0] > t_shared[0]
+    t_short = G.gemm_time(np.array([1.0]), 4096, 4096, lw, short)["t"]
+    assert t_wave[0] > t_short[0]
 
 
 def test_a_gpu_scoped_value_is_not_replaced_by_a_shared_wave_one():

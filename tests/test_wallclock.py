@@ -523,7 +523,6 @@ def _ttft_rows(c, isl=1024, osl=128):
     return pd.DataFrame({"batch": [float(c)], "prompt_tokens": [float(isl)], "output_tokens": [float(osl)]})
 
 
-@pytest.mark.xfail(reason="wave 31: this expectation predates the constants shipped at the end of wave 31 (the per-launch-kind ramp, FA2 per-split cost, GPU memory in bytes); to be rewritten next wave", strict=False)
 def test_ttft_wave_is_the_prefill_stream_of_the_wave_and_queues_beyond_the_kv_cache():
     """TTFT (W.TTFT_NOTE): one client = one prefill step of its prompt; c clients in lockstep = the mean over
     their prompts' completion steps of budget-sized prefill steps; a KV cache smaller than the wave queues the
@@ -538,9 +537,10 @@ def test_ttft_wave_is_the_prefill_stream_of_the_wave_and_queues_beyond_the_kv_ca
     sixteen = W.predict_ttft(_ttft_rows(16), f, "llama-3.1-8b", "h100-sxm", 1, token_budget=8192)
     assert sixteen[0] == pytest.approx(1.5 * pf8[0])  # half finish with the first full step, half with the second
     tight = W.predict_ttft(_ttft_rows(16), f, "llama-3.1-8b", "h100-sxm", 1, token_budget=8192, mem_util=0.21)
-    assert tight[0] > sixteen[0]  # fewer requests fit (16.8 GB less 16.1 of weights): the rest wait for a wave
-    with pytest.raises(ServeError, match="leave no KV cache"):  # 16 GB: the weights leave no cache (kv_budget)
-        W.predict_ttft(_ttft_rows(16), f, "llama-3.1-8b", "h100-sxm", 1, token_budget=8192, mem_util=0.2)
+    # H100's 80 GiB is 85.9e9 bytes (gpus.yaml mem_gb, wave 31)
+    assert tight[0] > sixteen[0]  # fewer requests fit (18.0 GB less 16.1 of weights): the rest wait for a wave
+    with pytest.raises(ServeError, match="leave no KV cache"):  # 15.5 GB: the weights leave no cache (kv_budget)
+        W.predict_ttft(_ttft_rows(16), f, "llama-3.1-8b", "h100-sxm", 1, token_budget=8192, mem_util=0.18)
     steady = W.predict_ttft(_ttft_rows(16), f, "llama-3.1-8b", "h100-sxm", 1, token_budget=8192, variant="steady")
     assert 0 < steady[0] < sixteen[0]
     with pytest.raises(W.WallclockError):
