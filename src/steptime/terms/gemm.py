@@ -258,6 +258,23 @@ def _option_terms(m, n, k, tm, tn, rel, split, sk, paradigm: str, gpu, p: dict,
             "tiles_mn": tiles_mn, "k_cta": k_cta, "score": eta_cluster * eta_duty}
 
 
+# The constants `sm_fill` reads (the launch choice and its fill and duty), per paradigm: one fill of a set of cells
+# serves every parameter set that agrees with it on these (a fit whose step moves only the other constants passes it
+# to `gemm_time` as `fill`). Wave launches have no clusters, no stream-K and no split depth, and pay no per-CTA
+# prologue. A test moves each of the other GEMM constants and checks the fill does not change.
+FILL_CONSTANTS = MappingProxyType({
+    "wave": ("tiles", "ctas_per_sm", "duty_k"),
+    "persistent": ("tiles", "cluster_size", "duty_c", "duty_k", "streamk_rel", "streamk_m_grain", "split_min_k"),
+})
+
+
+def fill_key(p: dict, paradigm: str) -> tuple:
+    """The values of `FILL_CONSTANTS[paradigm]` in `p` (resolved constants), hashable: equal keys, equal `sm_fill`
+    of the same cells on the same GPU under that paradigm (the heuristic launch)."""
+    return (paradigm,) + tuple(repr(p.get(name)) if name == "tiles" else p.get(name)
+                               for name in FILL_CONSTANTS[paradigm])
+
+
 def sm_fill(m, n, k, gpu, constants: Constants | None = None, params: dict | None = None,
             paradigm: str | None = None, launch=None) -> dict:
     """SM fill and duty per cell for the best launch option. Arrays in, dict of arrays out.
@@ -600,16 +617,24 @@ def smax1(a: float, b: float, p: float) -> float:
 
 def gemm_time(m, n, k, gpu, constants: Constants | None = None, f_clk: float | None = None,
               dtype: str = "bf16", floor: bool = True, params: dict | None = None,
-              paradigm: str | None = None, launch=None) -> dict:
+              paradigm: str | None = None, launch=None, fill: dict | None = None) -> dict:
     """Time of C[m,n] = A[m,k] @ W[k,n] on `gpu`: every branch and factor, per cell (seconds).
 
     `params` (from `resolve`, possibly edited) bypasses the constant lookup: fits use it.
     `paradigm` forces an SM-fill model (E1.12 compares them); default `fill_paradigm(gpu)`.
     `launch` fixes the kernel dispatch (sm_fill; terms/precision.py fp8_launch); default the heuristic.
+    `fill`: `sm_fill`'s dict for these very cells (same shape, GPU, paradigm and launch) under constants that agree
+    with `params` on `FILL_CONSTANTS` (`fill_key`); it is used as is (a fit reuses it while only the other constants
+    move: the same values, without the launch search).
     """
     p = params if params is not None else resolve(gpu, constants)
     m, n, k = np.asarray(m, dtype=float), np.asarray(n, dtype=float), np.asarray(k, dtype=float)
-    if n.size == 1 and k.size == 1 and m.size > SMALL_BATCH:  # one weight, many token counts: each distinct m once
+    if fill is not None:
+        m, n, k = np.broadcast_arrays(m, n, k)
+        if np.shape(fill["eta_cluster"]) != m.shape:
+            raise ValueError(f"gemm_time: the fill passed is for cells of shape {np.shape(fill['eta_cluster'])}, "
+                             f"not {m.shape}")
+    elif n.size == 1 and k.size == 1 and m.size > SMALL_BATCH:  # one weight, many token counts: each distinct m once
         u, inv = np.unique(m.ravel(), return_inverse=True)
         if u.size <= m.size // 4:
             shape = np.broadcast_shapes(m.shape, n.shape, k.shape)
@@ -617,14 +642,15 @@ def gemm_time(m, n, k, gpu, constants: Constants | None = None, f_clk: float | N
                           paradigm=paradigm, launch=launch)
             return _expand(g, inv.ravel(), shape)
     m, n, k = np.broadcast_arrays(m, n, k)
-    if m.size > CHUNK:
+    if fill is None and m.size > CHUNK:
         return _chunked(m, n, k, gpu, f_clk, dtype, floor, p, paradigm, launch)
     flops = 2.0 * m * n * k
     if f_clk is None:
         f_clk = clock_factor(flops, gpu, p)
     else:
         f_clk = np.full_like(m, float(f_clk))
-    fill = sm_fill(m, n, k, gpu, params=p, paradigm=paradigm, launch=launch)
+    if fill is None:
+        fill = sm_fill(m, n, k, gpu, params=p, paradigm=paradigm, launch=launch)
     eta_active = float(p["eta_active"])
     eta_c = f_clk * fill["eta_cluster"] * eta_active * fill["eta_duty"]
     peak = gpu.peak_flops if dtype != "fp8" else (gpu.fp8_dense_tflops or gpu.bf16_dense_tflops) * 1e12
@@ -633,7 +659,7 @@ def gemm_time(m, n, k, gpu, constants: Constants | None = None, f_clk: float | N
     e_mem = eta_mem(nbytes, gpu, params=p)
     t_memory = nbytes / (gpu.mem_bw * e_mem)
     t_cta = cta_stream_time(n, k, fill, gpu, p, dtype)
-    t_floor = float(p["kernel_floor_us"]) * 1e-6 if floor else 0.0
+    t_floor = floor_time(p, floor)
     t = smax(t_compute, t_memory + t_cta, float(p["overlap_p"])) + t_floor
     return {
         "t": t,
@@ -659,6 +685,11 @@ def gemm_time(m, n, k, gpu, constants: Constants | None = None, f_clk: float | N
         "k_cta": fill["k_cta"],
         "paradigm": fill["paradigm"],
     }
+
+
+def floor_time(p: dict, floor: bool = True) -> float:
+    """The kernel floor `gemm_time` adds to every cell, seconds (`kernel_floor_us`; 0 with `floor` off)."""
+    return float(p["kernel_floor_us"]) * 1e-6 if floor else 0.0
 
 
 def _expand(g: dict, inv, shape) -> dict:

@@ -211,32 +211,42 @@ def base_params(gpu, constants: Constants) -> dict:
     return p
 
 
-def predict(gpu, m, n, k, params: dict, paradigm: str | None = None, full: bool = False):
-    r = G.gemm_time(m, n, k, get_gpu(gpu), params=params, paradigm=paradigm)
+def predict(gpu, m, n, k, params: dict, paradigm: str | None = None, full: bool = False, fill: dict | None = None):
+    """`steptime.terms.gemm.gemm_time` of the cells under `params`, in ms (`full`: the whole dict). `fill`: the
+    cells' `sm_fill` under constants that agree with `params` on `FILL_CONSTANTS` (see `gemm_time`)."""
+    r = G.gemm_time(m, n, k, get_gpu(gpu), params=params, paradigm=paradigm, fill=fill)
     if full:
         return r
     return r["t"] * 1e3
 
 
+def reading_cells(readings: dict) -> tuple:
+    """(names, m, n, k) of the deploy readings `apply_readings` inverts, in its order."""
+    names = [nm for nm in ("eta_active", "eta_mem_max", "mem_t_half_us", "kernel_floor_us") if nm in readings]
+    cells = [readings[nm][0] for nm in names]
+    return (names,) + tuple(np.array([c[i] for c in cells], dtype=float) for i in (2, 3, 4))
+
+
 def apply_readings(gpu: str, params: dict, readings: dict, paradigm: str | None = None,
-                   rounds: int = 4) -> dict:
+                   rounds: int = 4, fill: dict | None = None) -> dict:
     """Set the per-GPU constants from the deploy readings (each inverts its own cell).
 
     The memory branch is affine in bytes on non-resident cells, t_m = B / (BW eta_max) +
     t_half, so the two one-token readings give eta_max and t_half in closed form; the
     compute time scales as 1 / eta_active. Both are read through the overlap max
     (t - floor = smax(t_c, t_m)) and iterated a few rounds (they interact only there).
+
+    The readings set no constant of `FILL_CONSTANTS` (and the floor moves no branch): the reading cells' launch fill
+    is found once (or passed in as `fill`: their `sm_fill` under `params`, `reading_cells` order) for every round.
     """
     p = dict(params)
     g = get_gpu(gpu)
-    names = [nm for nm in ("eta_active", "eta_mem_max", "mem_t_half_us", "kernel_floor_us") if nm in readings]
+    names, m, n, k = reading_cells(readings)
     if not names:
         return p
-    cells = [readings[nm][0] for nm in names]
     t_meas = np.array([readings[nm][1] for nm in names]) * 1e-3
-    m = np.array([c[2] for c in cells], dtype=float)
-    n = np.array([c[3] for c in cells], dtype=float)
-    k = np.array([c[4] for c in cells], dtype=float)
+    if fill is None:
+        fill = G.sm_fill(m, n, k, g, params=p, paradigm=paradigm)
     idx = {nm: i for i, nm in enumerate(names)}
     pw = float(p["overlap_p"])
 
@@ -248,11 +258,13 @@ def apply_readings(gpu: str, params: dict, readings: dict, paradigm: str | None 
         return np.where(d > 0, np.abs(d) ** (1.0 / pw), 0.05 * total)
 
     for _ in range(rounds):
-        r = G.gemm_time(m, n, k, g, params=p, paradigm=paradigm)
+        r = G.gemm_time(m, n, k, g, params=p, paradigm=paradigm, fill=fill)
         if "kernel_floor_us" in idx:
             i = idx["kernel_floor_us"]
             p["kernel_floor_us"] = float(np.clip((t_meas[i] - (r["t"][i] - r["t_floor"][i])) * 1e6, 0.0, 50.0))
-            r = G.gemm_time(m, n, k, g, params=p, paradigm=paradigm)
+            # the new floor moves only t and t_floor (added last); below only t_floor and the branches are read
+            r = {**r, "t_floor": np.full_like(r["t"], G.floor_time(p))}
+            del r["t"]
         net = np.maximum(t_meas - r["t_floor"], 1e-9)
         if "eta_mem_max" in idx and "mem_t_half_us" in idx:
             i, j = idx["eta_mem_max"], idx["mem_t_half_us"]

@@ -65,13 +65,16 @@ def fit_globals(df, gpus, readings: dict, *, constants: Constants, seed: int = 0
     hi = np.array([FIT_GLOBALS[nm][2] for nm in names])
     start = np.clip(start, lo + 1e-9, hi - 1e-9)
 
+    fills = _FillCache(gpus, readings, sample)
+
     def resid(x):
         glob = dict(zip(names, x), **fixed)
         out = []
         for g in gpus:
-            p = apply_readings(g, with_globals(g, bases[g], glob), readings[g], rounds=3)
+            q = with_globals(g, bases[g], glob)
+            p = apply_readings(g, q, readings[g], rounds=3, fill=fills.get(g, "readings", q))
             m, n, k, y = sample[g]
-            out.append(np.log(predict(g, m, n, k, p) / y))
+            out.append(np.log(predict(g, m, n, k, p, fill=fills.get(g, "sample", p)) / y))
         return np.concatenate(out)
 
     # one BLAS thread: the fit's landscape has flat directions, and multi-threaded reductions
@@ -89,6 +92,38 @@ def fit_globals(df, gpus, readings: dict, *, constants: Constants, seed: int = 0
         if "wave_l2_resident_x" in names:  # a threshold in the working set: piecewise too, so scan its grid
             x = _scan_grid(x, names, "wave_l2_resident_x", WAVE_L2_RESIDENT_GRID, resid, fit, lo, hi)
     return {**dict(zip(names, map(float, x))), **fixed}
+
+
+class _FillCache:
+    """The launch fills (`steptime.terms.gemm.sm_fill`) of one fit's cells per GPU (its reading cells, its sample),
+    kept for the last few `fill_key`s: a least-squares step moves one global at a time, and most globals leave the
+    launch choice alone, so most residual evaluations reuse a fill (the same values, without the launch search).
+    One per `fit_globals` call (no state outlives the fit)."""
+
+    SIZE = 8  # fills kept per GPU and cell set (a Jacobian moves each launch global once from the same point)
+
+    def __init__(self, gpus, readings: dict, sample: dict):
+        from steptime_lab.experiments.gemm.contract import reading_cells
+
+        self.cells = {}
+        for g in gpus:
+            self.cells[(g, "readings")] = reading_cells(readings[g])[1:]
+            self.cells[(g, "sample")] = sample[g][:3]
+        self.kept: dict = {key: {} for key in self.cells}
+
+    def get(self, gpu: str, which: str, p: dict) -> dict:
+        from steptime.terms.gemm import fill_key, fill_paradigm, sm_fill
+
+        kept = self.kept[(gpu, which)]
+        key = fill_key(p, fill_paradigm(get_gpu(gpu)))
+        fill = kept.pop(key, None)
+        if fill is None:
+            m, n, k = self.cells[(gpu, which)]
+            fill = sm_fill(m, n, k, get_gpu(gpu), params=p)
+            if len(kept) >= self.SIZE:
+                kept.pop(next(iter(kept)))  # the least recently used
+        kept[key] = fill  # most recent last
+        return fill
 
 
 # Candidate split depths (elements of k) scanned by `fit_globals` (powers of two, fixed before any scan was run)

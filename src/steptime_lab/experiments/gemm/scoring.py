@@ -30,7 +30,8 @@ def predictions(df, folds: dict, baselines=("bare_roofline", "datasheet_alpha", 
         sub = df[df["gpu"] == g].reset_index(drop=True)
         cal = calibration_record({g: fold["readings"]})
         ids = cell_ids(sub)
-        keep = np.array([c not in cal.all_cells() for c in ids])
+        used = cal.all_cells()  # one union, then one look-up per cell
+        keep = np.array([c not in used for c in ids])
         sub = sub[keep].reset_index(drop=True)
         cal.check_disjoint(cell_ids(sub))
         pred = {"steptime": predict(g, sub["m"].to_numpy(float), sub["n"].to_numpy(float),
