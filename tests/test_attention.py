@@ -704,6 +704,24 @@ def test_split_count_is_flash_attention_2s_num_splits_heuristic():
         A.split_count(1, 1, 2, 100.0, 128, l40s, fc)
 
 
+def test_decode_splits_is_the_one_split_count_rule():
+    """attention.decode_splits (wave 32, helper tidy): None without a per-split cost or where every decode runs
+    unswapped (the count is then never asked), else 1 where unswapped and the count elsewhere."""
+    calls = []
+
+    def count():
+        calls.append(1)
+        return np.array([4.0, 16.0, 2.0])
+
+    unsw = np.array([True, False, False])
+    assert A.decode_splits({"attn_split_us": 0.0}, unsw, count) is None
+    assert A.decode_splits({}, unsw, count) is None
+    assert A.decode_splits({"attn_split_us": 0.2}, True, count) is None
+    assert A.decode_splits({"attn_split_us": 0.2}, np.ones(3, dtype=bool), count) is None and not calls
+    assert A.decode_splits({"attn_split_us": 0.2}, unsw, count).tolist() == [1.0, 16.0, 2.0] and len(calls) == 1
+    assert float(A.decode_splits({"attn_split_us": 0.2}, False, lambda: 8.0)) == 8.0
+
+
 def _with_lane_factor(c, gpu, name, value):
     """`c` with the lane factor `name` of `gpu`'s attention lane set to `value`, in the scope the shipped lane
     table lives in (a lane factor wins over a plain constant of the same name)."""

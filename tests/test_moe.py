@@ -981,21 +981,46 @@ def test_fit_law_is_bit_identical_to_the_law_at_every_jacobian_step(ep_floor, ba
             assert_fit_law_matches_the_law(law, groups, len(d), "fp8_block", x)
 
 
-def test_fit_law_check_refuses_a_law_it_does_not_match(monkeypatch):
-    """check raises where the law it stands in for gives other numbers (a change not carried into _FitLaw), and
-    _FitLaw refuses groups of another dtype."""
+def test_fit_law_refuses_groups_of_another_dtype():
     from steptime_lab.experiments import moe as E
 
     d = _fit_cells()
-    names, p0, _, _ = E.law_params("fp8_block")
-    law = E._FitLaw(E._groups(d), len(d), "fp8_block", names, {"unpadded_rows": 0.0, "tile_m": 64.0})
-    law.check(p0)
-    real = E._predict_groups
-    monkeypatch.setattr(E, "_predict_groups", lambda *a, **k: real(*a, **k) * (1 + 1e-15))
-    with pytest.raises(RuntimeError, match="_FitLaw differs"):
-        law.check(p0)
+    names, _, _, _ = E.law_params("fp8_block")
     with pytest.raises(ValueError, match="dtype 'bf16'"):
         E._FitLaw(E._groups(d), len(d), "bf16", names, {"unpadded_rows": 0.0, "tile_m": 64.0})
+
+
+def test_the_routed_law_is_its_shape_part_and_its_constants_part_and_each_part_keys_what_it_reads():
+    """routed_experts_time = routed_law_time(routed_shape(...)) (wave 32, helper tidy: E3.1's fit evaluator calls the
+    two, no copy of the law); a memo sees every parameter part once, keyed by the numbers it reads: moving one
+    constant changes the keys of the parts that read it and no other."""
+    import struct
+
+    from steptime.specs import get_gpu
+    from steptime.terms import moe as M
+
+    law = {"eta_c": 0.6, "l2_fit": 0.5, "l2_bytes_per_clk_sm": 40.0, "eta_mem_max": 0.8, "x_half": 2.0,
+           "token_passes": 1.0, "local_token_passes": 0.5, "floor_us": 10.0, "overlap_p": 4.0, "ep_floor_us": 3.0,
+           "tile_m": 16.0}
+    mc = M.MoEConstants(values={f"{k}:fp8": v for k, v in law.items()})
+    T, gpu = np.array([1.0, 16.0, 300.0, 4096.0]), get_gpu("h100-sxm")
+    full = M.routed_experts_time(T, 4096, 1536, 8, 128, gpu, mc, ep=2, dtype="fp8", routing="balanced",
+                                 regime="resident", family="")
+    shape = M.routed_shape(T, 4096, 1536, 8, 128, gpu, ep=2, dtype="fp8", routing="balanced", tile=16)
+    seen = {}
+
+    def memo(what, vals, fn):
+        seen[what] = struct.pack(f"{len(vals)}d", *vals)   # the exact bits, as E3.1's memo keys them
+        return fn()
+
+    parts = M.routed_law_time(shape, law, regime="resident", dtype="fp8", memo=memo)
+    assert parts["t"].tobytes() == full["t"].tobytes() and parts["t_memory"].tobytes() == full["t_memory"].tobytes()
+    assert set(seen) == {"c", "m", "both", "tok", "fix"}
+    before = dict(seen)
+    M.routed_law_time(shape, {**law, "x_half": 3.0}, regime="resident", dtype="fp8", memo=memo)
+    assert [k for k in seen if seen[k] != before[k]] == ["m", "both"]
+    with pytest.raises(KeyError):
+        M.routed_law_time(shape, {k: v for k, v in law.items() if k != "eta_c"})
 
 
 def test_fit_starts_start_the_sm_bound_per_pair_law_from_each_pass_value_and_others_from_p0():

@@ -379,11 +379,14 @@ def test_chunk_band_reads_only_the_other_gpus_of_the_family():
 def test_chunk_errors_is_the_sweeps_p99_over_t_mix(timer):
     from steptime_lab.experiments.serving.chunks import chunk_errors
 
-    t = serving.pick_chunk(timer, 32, 1000, 200, 1.0, GRID)["table"]["t_mix_s"].to_numpy()
+    table = serving.pick_chunk(timer, 32, 1000, 200, 1.0, GRID)["table"]
+    t = table["t_mix_s"].to_numpy()
     sweep = pd.DataFrame({"chunk": GRID, "tbt_p99_s": t * np.array([1.0, 1.1, 0.9, 1.2, 1.0])})
-    assert chunk_errors(timer, sweep, 32, 1000, 200, GRID) == pytest.approx([0.0, 0.1, -0.1, 0.2, 0.0])
-    with pytest.raises(ValueError, match="no chunk 2048"):
-        chunk_errors(timer, sweep[sweep["chunk"] < 2048], 32, 1000, 200, GRID)
+    assert chunk_errors(table, sweep, GRID) == pytest.approx([0.0, 0.1, -0.1, 0.2, 0.0])
+    with pytest.raises(ValueError, match="sweep has no chunk 2048"):
+        chunk_errors(table, sweep[sweep["chunk"] < 2048], GRID)
+    with pytest.raises(ValueError, match="pick table has no chunk 2048"):  # the caller's table, never recomputed
+        chunk_errors(table[table["chunk"] < 2048], sweep, GRID)
 
 
 def test_e2_9_band_comes_from_the_family_sibling_never_the_scored_gpu():

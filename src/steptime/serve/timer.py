@@ -79,7 +79,6 @@ def _checked(model, gpu, tp, f_clk, kv_dtype, engine, dtype, constants, ep=1):
     return model, gpu, tp, engine, ep
 
 
-
 class StepTimer:
     """Step time (seconds) of a batch composition, exact against `predict_steps`."""
 
@@ -158,8 +157,6 @@ class StepTimer:
         # the split-KV combine (attention.split_kv): its floor share and the KV tile it splits past
         self._dsplit = self._dfloor * float(fc.get("attn_split_rel", 0.0))
         self._dtile = float(attention.split_tile(self.head_dim, fc))
-        # FlashAttention-2's per-split combine cost (attention.split_count / split_us_s); 0: none
-        self._dsplit_us = float(fc.get("attn_split_us", 0.0))
         self._nsplit = {}  # (requests, KV blocks) -> split count (`_splits_of`): the heuristic scans 128
         # FA2's unswapped decode (attention.unswapped: H_q == H_kv on a lane with attn_stream_gbs): no split-KV,
         # the copy-free floor x (1 - attn_noswap_rel), each (request, KV head) stream bounded by attn_stream_gbs
@@ -167,7 +164,10 @@ class StepTimer:
         if self._unsw:
             self._dfloor_free = self._dfloor * float(attention._decode_floor_rel(False, fc, False, True))
             self._dsplit = 0.0
-            self._dsplit_us = 0.0  # an unswapped decode never splits: no per-split cost either
+        # FlashAttention-2's per-split combine cost (attention.split_count / split_us_s) where the decode's splits
+        # are priced (attention.decode_splits: a per-split cost, and not unswapped); 0: none
+        priced = attention.decode_splits(fc, self._unsw, lambda: 1.0) is not None
+        self._dsplit_us = float(fc["attn_split_us"]) if priced else 0.0
         self._srate = float(fc.get("attn_stream_gbs", 0.0)) * 1e9 * float(self.kv_heads)  # one request's streams
         self._ar = np.arange(1024, dtype=float)
         self.A = np.zeros(1)
@@ -312,8 +312,8 @@ class StepTimer:
         key = (n, blocks)
         splits = self._nsplit.get(key)
         if splits is None:
-            splits = self._nsplit[key] = float(attention.split_count(n, self.heads, self.kv_heads, blocks * self._dtile,
-                                                                     self.head_dim, self.gpu, self.fc))
+            splits = self._nsplit[key] = float(attention.decode_splits(self.fc, self._unsw, lambda: attention.split_count(
+                n, self.heads, self.kv_heads, blocks * self._dtile, self.head_dim, self.gpu, self.fc)))
         return splits
 
     def _dmem_n(self, n):
@@ -374,9 +374,8 @@ class StepTimer:
                                  prefill=np.zeros(nb.shape, dtype=bool),
                                  decode_floor_rel=attention._decode_floor_rel(copy, self.fc, split, self._unsw),
                                  fp8_read=np.full(nb.shape, self._fp8),
-                                 splits=(np.ones(nb.shape) if self._unsw else
-                                         attention.split_count(n, self.heads, self.kv_heads, mean, self.head_dim,
-                                                               self.gpu, self.fc)),
+                                 splits=attention.decode_splits(self.fc, self._unsw, lambda: attention.split_count(
+                                     n, self.heads, self.kv_heads, mean, self.head_dim, self.gpu, self.fc)),
                                  unsplit_streams=n * self.kv_heads if self._unsw else None)["t"]
 
     def prefill_attention(self, new, kv) -> float:

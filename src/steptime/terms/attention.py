@@ -312,6 +312,18 @@ def split_us_s(splits, fc: dict):
     return np.where(n > 1, k * 1e-6 * n, 0.0)
 
 
+def decode_splits(fc: dict, unsw, count):
+    """The split-KV split count a decode is priced at (`combine`'s `splits`; the one place of the rule): None where
+    no split is priced, because the constants carry no per-split cost (attn_split_us 0 or absent) or the decode runs
+    unswapped everywhere (`unsw`, from `unswapped`: FlashAttention-2's unswapped decode never splits); else 1 where
+    it runs unswapped and `count()` elsewhere. `count`: a callable giving `split_count` of the batches (or
+    `_group_splits` per group), called only then (the heuristic scans 128 candidates); `unsw` broadcasts against it.
+    An array where the splits are priced, so `decode_splits(...) is not None` says whether they are."""
+    if not fc.get("attn_split_us") or np.all(unsw):
+        return None
+    return np.where(unsw, 1.0, count())
+
+
 def _decode_floor_rel(copy, fc: dict, split=False, unswap=False):
     """Decode-floor multiplier: 1 where the batch pays the transposition copy, else
     1 - attn_swap_copy_rel (a factor dict without it: no copy-free discount), times 1 - attn_noswap_rel where
@@ -472,8 +484,7 @@ def attention_cells(batch, new_tokens, kv_len, n_heads, n_kv_heads, head_dim, gp
     split = split_kv(b, n_kv_heads, kv_len, head_dim, gpu, fc)
     fp8 = np.broadcast_to(np.asarray(_kvb(kv_dtype)) == 1.0, pre.shape)
     unsw = unswapped(n_heads, n_kv_heads, fc) & ~pre
-    nsplit = (np.where(unsw, 1.0, split_count(b, n_heads, n_kv_heads, kv_len, head_dim, gpu, fc))
-              if fc.get("attn_split_us") else None)  # an unswapped decode never splits
+    nsplit = decode_splits(fc, unsw, lambda: split_count(b, n_heads, n_kv_heads, kv_len, head_dim, gpu, fc))
     out = combine(b * r["t_compute"], b * r["bytes"], b * r["units"], b, gpu, fc, warm_l2, tiles=b * r["tiles"],
                   prefill=pre, decode_floor_rel=_decode_floor_rel(copy, fc, split, unsw), fp8_read=fp8 & ~pre,
                   splits=nsplit, unsplit_streams=np.where(unsw, b * np.asarray(n_kv_heads, dtype=float), 0.0))
@@ -518,8 +529,8 @@ def attention_time(new_tokens, kv_len, n_heads, n_kv_heads, head_dim, gpu, const
     uns = np.broadcast_to(unswapped(n_heads, n_kv_heads, fc), shape).astype(float)
     unsw = ~pre & (nreq > 0) & (np.bincount(group, weights=uns, minlength=n_groups) == nreq)  # decode, all unswapped
     streams = np.bincount(group, weights=np.broadcast_to(np.asarray(n_kv_heads, dtype=float), shape), minlength=n_groups)
-    nsplit = (np.where(unsw, 1.0, _group_splits(group, n_groups, nreq, n_heads, n_kv_heads, kv_len, head_dim, gpu, fc,
-                                                shape)) if fc.get("attn_split_us") else None)
+    nsplit = decode_splits(fc, unsw, lambda: _group_splits(group, n_groups, nreq, n_heads, n_kv_heads, kv_len, head_dim,
+                                                           gpu, fc, shape))
     out = combine(tc, nb, un, nreq, gpu, fc, warm_l2, tiles=ti, prefill=pre,
                   decode_floor_rel=_decode_floor_rel(copy, fc, split, unsw), fp8_read=fp8_read, splits=nsplit,
                   unsplit_streams=np.where(unsw, streams, 0.0))
@@ -575,8 +586,7 @@ def _decode_time(kv_len, n_heads, n_kv_heads, head_dim, gpu, kv_dtype: str, grou
     copy = swap_copy(nreq, hq, hkv)
     split = _group_split(group, n_groups, nreq, hkv, c, d, gpu, fc, c.shape)
     unsw = np.broadcast_to(unswapped(hq, hkv, fc), (n_groups,)) & (nreq > 0)
-    nsplit = (np.where(unsw, 1.0, _group_splits(group, n_groups, nreq, hq, hkv, c, d, gpu, fc, c.shape))
-              if fc.get("attn_split_us") else None)
+    nsplit = decode_splits(fc, unsw, lambda: _group_splits(group, n_groups, nreq, hq, hkv, c, d, gpu, fc, c.shape))
     out = combine(zero, nb, un, nreq, gpu, fc, warm_l2, tiles=zero, prefill=np.zeros(n_groups, dtype=bool),
                   decode_floor_rel=_decode_floor_rel(copy, fc, split, unsw), fp8_read=np.full(n_groups, kvb == 1.0),
                   splits=nsplit, unsplit_streams=np.where(unsw, nreq * hkv, 0.0))

@@ -479,25 +479,61 @@ def routed_experts_time(tokens, hidden, inter, topk, num_experts, gpu, mc: MoECo
     The kernel family picks the (dtype, family) constants where shipped (None: the GPU's own, else the dtype's).
     `load_cache`: a dict the caller keeps for these same cells (tokens, shapes, tp, ep): the router's loads
     (routed_load) are computed once per (routing, tile, unpadded rows) and reused, read-only, by later calls (a fit
-    evaluates the law on the same cells hundreds of times); None (the default): computed on every call."""
+    evaluates the law on the same cells hundreds of times); None (the default): computed on every call.
+    The law is `routed_shape` (the cells' shape-only terms) and `routed_law_time` (the constants' part) composed;
+    a caller that evaluates it many times on the same cells (a least-squares fit, E3.1) calls the two itself."""
     dtype = canonical_dtype(dtype)
     if regime not in REGIMES:
         raise ValueError(f"regime must be one of {REGIMES}, not {regime!r}")
     if family is None:
         family = mc.get(f"family:{dtype}", gpu, "")
     family = family or None
-    T = np.asarray(tokens, dtype=float)
-    h, i = np.asarray(hidden, dtype=float), np.asarray(inter, dtype=float) / np.asarray(tp, dtype=float)
     law = lambda n: _law(mc, n, dtype, family)  # noqa: E731
     law_or = lambda n, absent: law(n) if _has_law(mc, n, dtype, family) else absent  # noqa: E731
     # rows per grouped-GEMM tile: the (dtype, family) law's fitted choice where it has one, else TILE_M
-    tile = int(law_or("tile_m", TILE_M))
-    small = float(law_or("unpadded_rows", 0.0))
-    key = (routing, tile, small)
+    s = routed_shape(tokens, hidden, inter, topk, num_experts, gpu, tp=tp, ep=ep, dtype=dtype, routing=routing,
+                     tile=int(law_or("tile_m", TILE_M)), unpadded_rows=float(law_or("unpadded_rows", 0.0)),
+                     tile_n=float(law_or("tile_n", 0.0)), sm_stream=bool(law_or("sm_stream", False)),
+                     full_tile_stream=float(law_or("full_tile_stream", 0.0)) > 0, load_cache=load_cache)
+    # the law's constants by plain name: those it must have, then those that add a term where it has them
+    v = {n: law(n) for n in ROUTED_LAW_NEEDS + (("l2_fit",) if regime == "resident" else ())}
+    v.update({n: law(n) for n in ROUTED_LAW_OPTIONAL if _has_law(mc, n, dtype, family)})
+    # the GPU's three bf16 readings (s_c, s_mem, d_floor_us) scale the law only where the GPU runs the same kernel
+    # family for this dtype as for bf16 (they measure that code on this GPU; another family is other code)
+    fam_bf16 = mc.get("family:bf16", gpu, "")
+    reads = mc if not (fam_bf16 and family and family != fam_bf16) else MoEConstants(values=mc.values)
+    r = routed_law_time(s, v, regime=regime, dtype=dtype, s_c=reads.get("s_c", gpu, 1.0),
+                        s_mem=reads.get("s_mem", gpu, 1.0), d_floor_us=reads.get("d_floor_us", gpu, 0.0))
+    t_c, t_m = r["t_compute"], r["t_memory"]
+    return {"t": r["t"], "t_compute": t_c, "t_memory": t_m, "t_tokens": r["t_tokens"], "compute_bound": t_c >= t_m,
+            "weight_bytes": s["W"], "flops": s["F"], "eta_mem": r["eta_mem"], "l2_resident_share": r["res"],
+            "experts_touched": s["Et"]}
+
+
+# routed_law_time's constants (plain names; routed_experts_time reads them as "<name>:<dtype>[@<family>]"): those
+# every law has (l2_fit too in the 'resident' regime), and those that add a term only where a law has them
+ROUTED_LAW_NEEDS = ("eta_c", "l2_bytes_per_clk_sm", "eta_mem_max", "x_half", "token_passes", "local_token_passes",
+                    "floor_us")
+ROUTED_LAW_OPTIONAL = ("overlap_p", "tok_bytes_per_clk_sm", "quant_passes", "ep_floor_us", "batch_us", "batch_tokens",
+                       "expert_us")
+
+
+def routed_shape(tokens, hidden, inter, topk, num_experts, gpu, *, tp=1, ep=1, dtype="bf16", routing="uniform",
+                 tile: int = TILE_M, unpadded_rows: float = 0.0, tile_n: float = 0.0, sm_stream: bool = False,
+                 full_tile_stream: bool = False, load_cache: dict | None = None) -> dict:
+    """The shape-only terms of `routed_experts_time` (no fitted constant; the law's tiling flags are arguments):
+    the router's loads (P pairs, Et experts touched, R tile-padded rows; `load_cache` as routed_experts_time's),
+    F real FLOPs, W weight bytes and c_num padded FLOPs (the expert width per TP rank padded to `tile_n` where > 0),
+    A token bytes, the GPU's peak, effective L2, weight-stream rate (the SMs' issue rate where `sm_stream`) and
+    ramp x, and `full` (full_tiles where `full_tile_stream`, else None). Arrays of the cells' broadcast shape."""
+    dtype = canonical_dtype(dtype)
+    T = np.asarray(tokens, dtype=float)
+    h, i = np.asarray(hidden, dtype=float), np.asarray(inter, dtype=float) / np.asarray(tp, dtype=float)
+    key = (routing, tile, unpadded_rows)
     if load_cache is not None and key in load_cache:
         P, Et, R = load_cache[key]
     else:
-        P, Et, R = routed_load(T, num_experts, topk, ep, routing, tile, small)
+        P, Et, R = routed_load(T, num_experts, topk, ep, routing, tile, unpadded_rows)
         P, Et, R = (np.reshape(v, np.broadcast(T, h).shape) for v in (P, Et, R))
         if load_cache is not None:
             for v in (P, Et, R):
@@ -506,84 +542,114 @@ def routed_experts_time(tokens, hidden, inter, topk, num_experts, gpu, mc: MoECo
     F = 6.0 * h * i * P
     # the expert width per TP rank padded to the law's width tile (`tile_n`, where it has one): the compute and the
     # weight stream work on whole tiles (the returned FLOPs stay the real ones)
-    tn = float(law_or("tile_n", 0.0))
-    if tn > 0:
-        i = np.ceil(i / tn) * tn
+    if tile_n > 0:
+        i = np.ceil(i / tile_n) * tile_n
     W = Et * 3.0 * h * i * WEIGHT_BYTES[dtype]
-    A = 2.0 * h * T * np.asarray(topk, dtype=float)
-    p = float(law_or("overlap_p", np.inf))  # the compute / stream overlap exponent (absent: the plain max)
-    # the GPU's three bf16 readings (s_c, s_mem, d_floor_us) scale the law only where the GPU runs the same kernel
-    # family for this dtype as for bf16 (they measure that code on this GPU; another family is other code)
-    fam_bf16 = mc.get("family:bf16", gpu, "")
-    reads = mc if not (fam_bf16 and family and family != fam_bf16) else MoEConstants(values=mc.values)
-    eta_c = law("eta_c") * reads.get("s_c", gpu, 1.0)
-    t_c = 6.0 * h * i * R / (math_peak(gpu, dtype) * eta_c)
-    l2 = l2_effective_bytes(gpu)   # halved where the L2 is partitioned (a weight set is cached in both halves)
-    res = 1.0 / (1.0 + (W / (law("l2_fit") * l2)) ** 4) if regime == "resident" else np.zeros_like(W)
-    bw_l2 = law("l2_bytes_per_clk_sm") * gpu.sms * gpu.boost_mhz * 1e6
     # the weight stream's rate: HBM bandwidth x the GPU's memory reading, or, for a kernel family whose weight
     # handling is bound by the SMs (sm_stream = 1: its time does not follow HBM bandwidth across GPUs that share
     # SMs and clock), the SMs' issue rate SM_STREAM_BYTES_PER_CLK x SMs x boost clock (no HBM reading applies)
-    sm_stream = bool(law_or("sm_stream", False))
     bw_stream = SM_STREAM_BYTES_PER_CLK * gpu.sms * gpu.boost_mhz * 1e6 if sm_stream else gpu.mem_bw
     # the efficiency ramp in the bytes the stream moves in RAMP_REF_S: W x (x + x_half) / x = W + x_half x bw x
     # RAMP_REF_S, a fixed latency of x_half x RAMP_REF_S (it was x = W / L2: a latency of x_half x L2 / BW, 5-7x
     # longer on the GDDR parts, whose L2 / bandwidth is 84-116 us against HBM parts' 15-17 us)
-    x = W / (bw_stream * RAMP_REF_S)
-    eta_m = law("eta_mem_max") * (1.0 if sm_stream else reads.get("s_mem", gpu, 1.0)) * x / (x + law("x_half"))
-    t_m = W * (1.0 - res) / (bw_stream * np.maximum(eta_m, 1e-9)) + W * res / bw_l2
-    # a law with `full_tile_stream` = 1 (E3.1, wave 30): where every touched expert's rows fill whole row tiles (the
-    # rows per touched expert a multiple of tile_m) the weight stream is hidden under the tiles' compute (t_m = 0);
-    # where a partial tile is left, the stream is paid as before. OBSERVED (H100 / H200 fp8, FlashInfer's CUTLASS fused
-    # MoE): at 128, 256, 384, 512, ... rows per expert the time is n_tiles x one 128-row tile's compute (Qwen3-235B-A22B
-    # EP 1, H200: 2.16 / 4.21 / 5.91 / 8.31 ms), at 1-96 rows it is the weight stream's (2.9-4.2 ms) and at 192 rows one
-    # tile's compute plus that stream (5.90 ms)
-    if float(law_or("full_tile_stream", 0.0)) > 0:
-        t_m = np.where(full_tiles(P, Et, tile, R), 0.0, t_m)
-    ep_f = np.asarray(ep, dtype=float)
-    pass_bytes = (law("token_passes") + law("local_token_passes") / ep_f) * A   # the per-pair passes' bytes
-    t_tok = pass_bytes / gpu.mem_bw
-    # a law with `tok_bytes_per_clk_sm` (vLLM's Triton fused-MoE path, E3.1 wave 27): the per-pair passes are small
-    # scattered accesses (output tiles zero-filled for pairs another EP rank holds, the activation and the top-k sum
-    # over every pair) bound by the SMs' issue rate as well as by HBM: the same bytes at tok_bytes_per_clk_sm x SMs x
-    # boost clock, the two overlapped as the law's compute and weight stream are (smax at overlap_p). OBSERVED: at the
-    # largest EP (one local expert) and 16,384 tokens H200 / H100 = 0.88 (1.50 / 1.71 ms) where HBM is 0.70
-    if _has_law(mc, "tok_bytes_per_clk_sm", dtype, family):
-        t_tok_sm = pass_bytes / (law("tok_bytes_per_clk_sm") * gpu.sms * gpu.boost_mhz * 1e6)
-        t_tok = smax(t_tok, t_tok_sm, p)
-    # the activations' dynamic quantization (block-scaled dtypes: per-group scales computed from every token's bf16
-    # hidden vector before the grouped GEMMs): quant_passes x the T x h bf16 input over HBM, on every EP rank for
-    # every token (independent of ep and of top-k); 0 where the law has no such constant (E3.1, wave 15)
-    if _has_law(mc, "quant_passes", dtype, family):
-        t_tok = t_tok + law("quant_passes") * 2.0 * h * T / gpu.mem_bw
-    t0 = max(0.0, law("floor_us") + reads.get("d_floor_us", gpu, 0.0)) * 1e-6
-    # the expert-parallel path's fixed cost (EP > 1: the kernel family's extra work to map the global top-k ids to the
-    # rank's local experts and mask the others), where the law has the constant (E3.1, wave 18)
-    if _has_law(mc, "ep_floor_us", dtype, family):
-        t0 = t0 + np.where(np.asarray(ep, dtype=float) > 1, law("ep_floor_us") * 1e-6, 0.0)
-    # the batch's own fixed cost, saturating in its tokens (E3.1, wave 23): batch_us x T / (T + batch_tokens), where the
-    # law has the constants (0 otherwise). OBSERVED (AIConfigurator's tables, vLLM 0.24): on the timed EP rank of the
-    # largest EP (one local expert, a row or two of local work at every T <= 32) the TRT-LLM kernels' time rises from
-    # 15-17 us at 1-4 tokens to 25-27 us at 32 and then stays within a few us to 256 tokens on every datacenter
-    # Blackwell GPU (nvfp4 +10 us, fp8_block +6-10, bf16 +4-8); a work per token of the whole batch, not of the
-    # rank's experts, that runs in parallel over the tokens beyond a few dozen. A constant floor fitted across it
-    # was 20-40% too slow at 1-2 tokens and 5-12% too fast at 32-2048.
-    if _has_law(mc, "batch_us", dtype, family):
-        half = float(law("batch_tokens"))
-        if not half > 0:
-            raise ValueError(f"MoE law batch_tokens:{dtype} must be > 0 tokens, got {half!r}")
-        t0 = t0 + law("batch_us") * 1e-6 * T / (T + half)
-    # a cost per touched local expert (E3.1, wave 29), where the law has `expert_us`: the CUTLASS ptr-array grouped
-    # GEMM (FlashInfer's CUTLASS fused MoE) rewrites a CTA's TMA descriptors in global memory and fences them each time
-    # the CTA moves to another group's (expert's) tile (`tensormaps_perform_update` on `did_batch_change`), a latency
-    # paid per group, not per byte. OBSERVED (H100 fp8, EP 1, every expert touched, one row each): Qwen3.6-35B-A3B's
-    # 256 experts of 3.1 MB take 1.5 ms (5.9 us per expert), Qwen3-235B-A22B's 128 of 18.9 MB 3.7 ms (28.9 us): about
-    # 1.4 us per expert plus the bytes at 0.69 TB/s
-    t0 = t0 + float(law_or("expert_us", 0.0)) * 1e-6 * Et
-    both = smax(t_c, t_m, p)
-    t = np.where(T > 0, t0 + both + t_tok, 0.0)
-    return {"t": t, "t_compute": t_c, "t_memory": t_m, "t_tokens": t_tok, "compute_bound": t_c >= t_m,
-            "weight_bytes": W, "flops": F, "eta_mem": eta_m, "l2_resident_share": res, "experts_touched": Et}
+    return {"T": T, "h": h, "P": P, "Et": Et, "R": R, "F": F, "W": W, "c_num": 6.0 * h * i * R,
+            "A": 2.0 * h * T * np.asarray(topk, dtype=float), "ep_f": np.asarray(ep, dtype=float),
+            "peak": math_peak(gpu, dtype), "l2": l2_effective_bytes(gpu), "sms": gpu.sms, "boost": gpu.boost_mhz,
+            "mem_bw": gpu.mem_bw, "sm_stream": bool(sm_stream), "bw_stream": bw_stream,
+            "x": W / (bw_stream * RAMP_REF_S), "full": full_tiles(P, Et, tile, R) if full_tile_stream else None}
+
+
+def _no_memo(what, vals, fn):
+    return fn()
+
+
+def routed_law_time(s: dict, v: dict, *, regime: str = "evicted", dtype: str = "bf16", s_c=1.0, s_mem=1.0,
+                    d_floor_us=0.0, memo=None) -> dict:
+    """The constants' part of `routed_experts_time` on `routed_shape`'s terms `s`: the law's constants `v` by plain
+    name (ROUTED_LAW_NEEDS, l2_fit in the 'resident' regime, and those of ROUTED_LAW_OPTIONAL it has), the GPU's
+    readings s_c, s_mem and d_floor_us (neutral by default). Returns t and its parts (seconds), eta_mem and the
+    L2-resident share `res`. `memo(what, vals, fn)`: fn() of part `what`, which reads the numbers `vals` alone, for a
+    caller that keeps the parts between calls (a fit's Jacobian steps move one constant at a time); None: computed."""
+    memo = memo or _no_memo
+    nan = float("nan")   # a constant the law does not have, in a part's key
+    p = float(v.get("overlap_p", np.inf))  # the compute / stream overlap exponent (absent: the plain max)
+    key_c = (v["eta_c"], s_c)
+    t_c = memo("c", key_c, lambda: s["c_num"] / (s["peak"] * (v["eta_c"] * s_c)))
+
+    def stream():
+        W, x = s["W"], s["x"]
+        # L2 a weight set can occupy: halved where the L2 is partitioned (a weight set is cached in both halves)
+        res = 1.0 / (1.0 + (W / (v["l2_fit"] * s["l2"])) ** 4) if regime == "resident" else np.zeros_like(W)
+        bw_l2 = v["l2_bytes_per_clk_sm"] * s["sms"] * s["boost"] * 1e6
+        eta_m = v["eta_mem_max"] * (1.0 if s["sm_stream"] else s_mem) * x / (x + v["x_half"])
+        t_m = W * (1.0 - res) / (s["bw_stream"] * np.maximum(eta_m, 1e-9)) + W * res / bw_l2
+        # a law with `full_tile_stream` = 1 (E3.1, wave 30): where every touched expert's rows fill whole row tiles
+        # (the rows per touched expert a multiple of tile_m) the weight stream is hidden under the tiles' compute
+        # (t_m = 0); where a partial tile is left, the stream is paid as before. OBSERVED (H100 / H200 fp8,
+        # FlashInfer's CUTLASS fused MoE): at 128, 256, 384, 512, ... rows per expert the time is n_tiles x one
+        # 128-row tile's compute (Qwen3-235B-A22B EP 1, H200: 2.16 / 4.21 / 5.91 / 8.31 ms), at 1-96 rows it is the
+        # weight stream's (2.9-4.2 ms) and at 192 rows one tile's compute plus that stream (5.90 ms)
+        if s["full"] is not None:
+            t_m = np.where(s["full"], 0.0, t_m)
+        return t_m, eta_m, res
+
+    key_m = (v.get("l2_fit", nan) if regime == "resident" else nan, v["l2_bytes_per_clk_sm"], v["eta_mem_max"],
+             v["x_half"], s_mem)
+    t_m, eta_m, res = memo("m", key_m, stream)
+    both = memo("both", key_c + key_m + (p,), lambda: smax(t_c, t_m, p))
+
+    def tokens():
+        pass_bytes = (v["token_passes"] + v["local_token_passes"] / s["ep_f"]) * s["A"]   # the per-pair passes' bytes
+        t_tok = pass_bytes / s["mem_bw"]
+        # a law with `tok_bytes_per_clk_sm` (vLLM's Triton fused-MoE path, E3.1 wave 27): the per-pair passes are
+        # small scattered accesses (output tiles zero-filled for pairs another EP rank holds, the activation and the
+        # top-k sum over every pair) bound by the SMs' issue rate as well as by HBM: the same bytes at
+        # tok_bytes_per_clk_sm x SMs x boost clock, the two overlapped as the law's compute and weight stream are
+        # (smax at overlap_p). OBSERVED: at the largest EP (one local expert) and 16,384 tokens H200 / H100 = 0.88
+        # (1.50 / 1.71 ms) where HBM is 0.70
+        if "tok_bytes_per_clk_sm" in v:
+            t_tok_sm = pass_bytes / (v["tok_bytes_per_clk_sm"] * s["sms"] * s["boost"] * 1e6)
+            t_tok = smax(t_tok, t_tok_sm, p)
+        # the activations' dynamic quantization (block-scaled dtypes: per-group scales computed from every token's
+        # bf16 hidden vector before the grouped GEMMs): quant_passes x the T x h bf16 input over HBM, on every EP rank
+        # for every token (independent of ep and of top-k); 0 where the law has no such constant (E3.1, wave 15)
+        if "quant_passes" in v:
+            t_tok = t_tok + v["quant_passes"] * 2.0 * s["h"] * s["T"] / s["mem_bw"]
+        return t_tok
+
+    t_tok = memo("tok", (v["token_passes"], v["local_token_passes"], v.get("quant_passes", nan),
+                         v.get("tok_bytes_per_clk_sm", nan), p), tokens)
+
+    def fixed():
+        t0 = max(0.0, v["floor_us"] + d_floor_us) * 1e-6
+        # the expert-parallel path's fixed cost (EP > 1: the kernel family's extra work to map the global top-k ids to
+        # the rank's local experts and mask the others), where the law has the constant (E3.1, wave 18)
+        if "ep_floor_us" in v:
+            t0 = t0 + np.where(s["ep_f"] > 1, v["ep_floor_us"] * 1e-6, 0.0)
+        # the batch's own fixed cost, saturating in its tokens (E3.1, wave 23): batch_us x T / (T + batch_tokens),
+        # where the law has the constants (0 otherwise). OBSERVED (AIConfigurator's tables, vLLM 0.24): on the timed EP
+        # rank of the largest EP (one local expert, a row or two of local work at every T <= 32) the TRT-LLM kernels'
+        # time rises from 15-17 us at 1-4 tokens to 25-27 us at 32 and then stays within a few us to 256 tokens on
+        # every datacenter Blackwell GPU (nvfp4 +10 us, fp8_block +6-10, bf16 +4-8); a work per token of the whole
+        # batch, not of the rank's experts, that runs in parallel over the tokens beyond a few dozen. A constant floor
+        # fitted across it was 20-40% too slow at 1-2 tokens and 5-12% too fast at 32-2048.
+        if "batch_us" in v:
+            half = float(v["batch_tokens"])
+            if not half > 0:
+                raise ValueError(f"MoE law batch_tokens:{dtype} must be > 0 tokens, got {half!r}")
+            t0 = t0 + v["batch_us"] * 1e-6 * s["T"] / (s["T"] + half)
+        # a cost per touched local expert (E3.1, wave 29), where the law has `expert_us`: the CUTLASS ptr-array grouped
+        # GEMM (FlashInfer's CUTLASS fused MoE) rewrites a CTA's TMA descriptors in global memory and fences them each
+        # time the CTA moves to another group's (expert's) tile (`tensormaps_perform_update` on `did_batch_change`), a
+        # latency paid per group, not per byte. OBSERVED (H100 fp8, EP 1, every expert touched, one row each):
+        # Qwen3.6-35B-A3B's 256 experts of 3.1 MB take 1.5 ms (5.9 us per expert), Qwen3-235B-A22B's 128 of 18.9 MB
+        # 3.7 ms (28.9 us): about 1.4 us per expert plus the bytes at 0.69 TB/s
+        return t0 + float(v.get("expert_us", 0.0)) * 1e-6 * s["Et"]
+
+    t0 = memo("fix", (v["floor_us"], d_floor_us, v.get("ep_floor_us", nan), v.get("batch_us", nan),
+                      v.get("batch_tokens", nan), v.get("expert_us", nan)), fixed)
+    t = np.where(s["T"] > 0, t0 + both + t_tok, 0.0)
+    return {"t": t, "t_compute": t_c, "t_memory": t_m, "t_tokens": t_tok, "eta_mem": eta_m, "res": res}
 
 
 def a2a_ht_remote_ranks(topk, ep, n_group: int = 1, topk_group: int = 1):

@@ -334,53 +334,28 @@ def unbalanced_shapes(train: pd.DataFrame) -> set:
 
 
 class _FitLaw:
-    """fit_dtype's residual evaluator: the same numbers as `_predict_groups(groups, n, {dt: {params, flags}}, None,
-    REGIME)` (terms.moe routed_experts_time of one law, no per-GPU scales, the collector regime), bit for bit, made
-    cheap for a least-squares fit. At a fixed (unpadded rows, tile) every shape-only term (loads, FLOPs, bytes, the
-    GPUs' peaks and bandwidths) is taken once, and each parameter-dependent part (compute time, weight-stream time,
-    their overlap, the token passes, the fixed cost) is kept by the exact bits of the parameters it reads, so the
-    finite-difference Jacobian's steps, which move one parameter at a time, recompute only the parts that read it.
-    Every expression keeps routed_experts_time's operand order (float results depend on it); `check` compares the
-    two at a point and raises where they differ (a change to routed_experts_time not carried here)."""
+    """fit_dtype's residual evaluator: `_predict_groups(groups, n, {dt: {params, flags}}, None, REGIME)` (terms.moe
+    routed_experts_time of one law, no per-GPU scales, the collector regime) made cheap for a least-squares fit, with
+    the product's own law: its shape-only part (terms.moe routed_shape: loads, FLOPs, bytes, the GPUs' peaks and
+    bandwidths) is taken once per group at the fit's tiling, and its constants' part (routed_law_time) is evaluated
+    on it with a memo that keeps each parameter-dependent part (compute time, weight-stream time, their overlap, the
+    token passes, the fixed cost) by the exact bits of the numbers it reads, so the finite-difference Jacobian's
+    steps, which move one parameter at a time, recompute only the parts that read it. No arithmetic of its own."""
 
     _CACHE_MAX = 8
 
     def __init__(self, groups: list, n: int, dt: str, names: tuple, flag: dict):
         self.groups, self.n, self.dt, self.names, self.flag = groups, n, dt, tuple(names), dict(flag)
-        dtype = M.canonical_dtype(dt)
         if any(g[1] != dt for g in groups):
             raise ValueError(f"_FitLaw: every group must be of dtype {dt!r}")
-        tile, small = int(flag["tile_m"]), float(flag["unpadded_rows"])
-        self.sm_stream = bool(flag.get("sm_stream", 0.0))
-        self.has = {k: k in self.names or k in flag for k in ("quant_passes", "ep_floor_us", "batch_us", "expert_us",
-                                                               "tok_bytes_per_clk_sm")}
-        self.parts = []
-        for g, _, ds, pos, a, loads in groups:
-            gpu = get_gpu(g)
-            T = np.asarray(a["num_tokens"], dtype=float)
-            h, i = np.asarray(a["hidden_size"], dtype=float), np.asarray(a["inter_size"], dtype=float) / np.asarray(
-                a["moe_tp"], dtype=float)
-            if float(flag.get("tile_n", 0.0)) > 0:
-                tn = float(flag["tile_n"])
-                i = np.ceil(i / tn) * tn
-            key = (_routing(ds), tile, small)
-            if key in loads:
-                P, Et, R = loads[key]
-            else:
-                P, Et, R = M.routed_load(T, a["num_experts"], a["topk"], a["moe_ep"], _routing(ds), tile, small)
-                P, Et, R = (np.reshape(v, np.broadcast(T, h).shape) for v in (P, Et, R))
-                for v in (P, Et, R):
-                    v.flags.writeable = False
-                loads[key] = (P, Et, R)
-            W = Et * 3.0 * h * i * M.WEIGHT_BYTES[dtype]
-            bw_stream = M.SM_STREAM_BYTES_PER_CLK * gpu.sms * gpu.boost_mhz * 1e6 if self.sm_stream else gpu.mem_bw
-            self.parts.append(dict(
-                pos=pos, T=T, h=h, W=W, Et=Et, c_num=6.0 * h * i * R, peak=M.math_peak(gpu, dtype),
-                l2=M.l2_effective_bytes(gpu), sms=gpu.sms, boost=gpu.boost_mhz, mem_bw=gpu.mem_bw,
-                bw_stream=bw_stream, x=W / (bw_stream * M.RAMP_REF_S),
-                A=2.0 * h * T * np.asarray(a["topk"], dtype=float), ep_f=np.asarray(a["moe_ep"], dtype=float),
-                ep_gt1=np.asarray(a["moe_ep"], dtype=float) > 1,
-                full=M.full_tiles(P, Et, tile, R) if float(flag.get("full_tile_stream", 0.0)) > 0 else None))
+        self.dtype = M.canonical_dtype(dt)
+        tiling = dict(tile=int(flag["tile_m"]), unpadded_rows=float(flag["unpadded_rows"]),
+                      tile_n=float(flag.get("tile_n", 0.0)), sm_stream=bool(flag.get("sm_stream", 0.0)),
+                      full_tile_stream=float(flag.get("full_tile_stream", 0.0)) > 0)
+        self.parts = [(pos, M.routed_shape(a["num_tokens"], a["hidden_size"], a["inter_size"], a["topk"],
+                                           a["num_experts"], get_gpu(g), tp=a["moe_tp"], ep=a["moe_ep"],
+                                           dtype=self.dtype, routing=_routing(ds), load_cache=loads, **tiling))
+                      for g, _, ds, pos, a, loads in groups]
         self._cache = {}
 
     def _memo(self, what: str, j: int, vals: tuple, fn):
@@ -405,62 +380,12 @@ class _FitLaw:
         """Predicted ms per cell at parameters x (in `names` order)."""
         v = self.law(x)
         out = np.full(self.n, np.nan)
-        for j, q in enumerate(self.parts):
-            # the readings are neutral in a fit: s_c = s_mem = 1, d_floor_us = 0 (routed_experts_time's defaults)
-            t_c = self._memo("c", j, (v["eta_c"],), lambda: q["c_num"] / (q["peak"] * (v["eta_c"] * 1.0)))
-
-            def t_mem():
-                res = 1.0 / (1.0 + (q["W"] / (v["l2_fit"] * q["l2"])) ** 4)
-                bw_l2 = v["l2_bytes_per_clk_sm"] * q["sms"] * q["boost"] * 1e6
-                eta_m = v["eta_mem_max"] * 1.0 * q["x"] / (q["x"] + v["x_half"])
-                t = q["W"] * (1.0 - res) / (q["bw_stream"] * np.maximum(eta_m, 1e-9)) + q["W"] * res / bw_l2
-                return np.where(q["full"], 0.0, t) if q["full"] is not None else t
-
-            mem_key = (v["l2_fit"], v["l2_bytes_per_clk_sm"], v["eta_mem_max"], v["x_half"])
-            t_m = self._memo("m", j, mem_key, t_mem)
-            both = self._memo("both", j, (v["eta_c"], *mem_key, v["overlap_p"]),
-                              lambda: smax(t_c, t_m, float(v["overlap_p"])))
-
-            def t_tokens():
-                pass_bytes = (v["token_passes"] + v["local_token_passes"] / q["ep_f"]) * q["A"]
-                t_tok = pass_bytes / q["mem_bw"]
-                if self.has["tok_bytes_per_clk_sm"]:
-                    t_tok_sm = pass_bytes / (v["tok_bytes_per_clk_sm"] * q["sms"] * q["boost"] * 1e6)
-                    t_tok = smax(t_tok, t_tok_sm, float(v["overlap_p"]) if "overlap_p" in v else np.inf)
-                if self.has["quant_passes"]:
-                    t_tok = t_tok + v["quant_passes"] * 2.0 * q["h"] * q["T"] / q["mem_bw"]
-                return t_tok
-
-            tok_key = (v["token_passes"], v["local_token_passes"], v.get("quant_passes", 0.0))
-            if self.has["tok_bytes_per_clk_sm"]:   # the SM-issue bound's rate and the overlap exponent it shares
-                tok_key = tok_key + (v["tok_bytes_per_clk_sm"], v.get("overlap_p", np.inf))
-            t_tok = self._memo("tok", j, tok_key, t_tokens)
-
-            def t_fixed():
-                t0 = max(0.0, v["floor_us"] + 0.0) * 1e-6
-                if self.has["ep_floor_us"]:
-                    t0 = t0 + np.where(q["ep_gt1"], v["ep_floor_us"] * 1e-6, 0.0)
-                if self.has["batch_us"]:
-                    half = float(v["batch_tokens"])
-                    if not half > 0:
-                        raise ValueError(f"MoE law batch_tokens:{self.dt} must be > 0 tokens, got {half!r}")
-                    t0 = t0 + v["batch_us"] * 1e-6 * q["T"] / (q["T"] + half)
-                if self.has["expert_us"]:
-                    t0 = t0 + v["expert_us"] * 1e-6 * q["Et"]
-                return t0
-
-            t0 = self._memo("fix", j, (v["floor_us"], v.get("ep_floor_us", 0.0), v.get("batch_us", 0.0),
-                                       v.get("batch_tokens", 0.0), v.get("expert_us", 0.0)), t_fixed)
-            t = np.where(q["T"] > 0, t0 + both + t_tok, 0.0)
-            out[q["pos"]] = np.fmin(out[q["pos"]], t * 1e3)
+        for j, (pos, shape) in enumerate(self.parts):
+            # the readings are neutral in a fit: s_c = s_mem = 1, d_floor_us = 0 (routed_law_time's defaults)
+            t = M.routed_law_time(shape, v, regime=REGIME, dtype=self.dtype,
+                                  memo=lambda what, vals, fn, j=j: self._memo(what, j, vals, fn))["t"]
+            out[pos] = np.fmin(out[pos], t * 1e3)
         return out
-
-    def check(self, x) -> None:
-        """Raise where predict(x) is not bit-identical to _predict_groups at x (the law it stands in for)."""
-        fast = self.predict(x)
-        slow = _predict_groups(self.groups, self.n, {self.dt: self.law(x)}, None, REGIME)
-        if fast.tobytes() != slow.tobytes():
-            raise RuntimeError("_FitLaw differs from terms.moe routed_experts_time: carry the law's change into it")
 
 
 # the per-pair passes' starting values of a law with their SM-issue bound (tok_bytes_per_clk_sm): that fit has more than
@@ -493,7 +418,6 @@ def _fit_at(groups, t, y, dt: str, names: tuple, flag: dict, p0, lo, hi):
     from threadpoolctl import threadpool_limits
 
     law = _FitLaw(groups, len(t), dt, names, flag)   # its shape-only terms taken once
-    law.check(p0)
 
     def resid(x):
         return np.log(law.predict(x) / y)

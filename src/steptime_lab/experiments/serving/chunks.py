@@ -67,15 +67,16 @@ def chunk_sweep(model, gpu, prompt, output, concurrency: int, grid, slo_tbt_s: f
     return sweep, res
 
 
-def chunk_errors(timer: StepTimer, sweep: pd.DataFrame, concurrency: int, prompt_mean: float,
-                 output_mean: float, grid) -> np.ndarray:
+def chunk_errors(table: pd.DataFrame, sweep: pd.DataFrame, grid) -> np.ndarray:
     """The two-step model's error per chunk of `grid` on one GPU: simulated p99 time between tokens
-    (`sweep`, chunk_sweep's table) / predicted t_mix - 1 (positive: t_mix ran fast)."""
-    t = pick_chunk(timer, concurrency, prompt_mean, output_mean, 0.0, grid)["table"].set_index("chunk")["t_mix_s"]
+    (`sweep`, chunk_sweep's table) / predicted t_mix - 1 (positive: t_mix ran fast); t_mix from `table`,
+    pick_chunk's table of the same GPU and workload (the caller's, not computed again)."""
+    t = table.set_index("chunk")["t_mix_s"]
     by = sweep.set_index("chunk")["tbt_p99_s"]
-    missing = [c for c in grid if c not in by.index]
-    if missing:
-        raise ValueError(f"chunk_errors: the sweep has no chunk {missing[0]} of the grid")
+    for name, index in (("sweep", by.index), ("pick table", t.index)):
+        missing = [c for c in grid if c not in index]
+        if missing:
+            raise ValueError(f"chunk_errors: the {name} has no chunk {missing[0]} of the grid")
     return np.array([by[c] / t[c] - 1.0 for c in grid])
 
 
@@ -108,12 +109,13 @@ def chunk_sizing(traces: pd.DataFrame, *, models, gpus, trace: str, n: int, conc
         for gpu in list(gpus) + band_only:
             timers[gpu] = StepTimer(model, gpu, max_tokens=max(grid) + concurrency, max_requests=concurrency,
                                     constants=constants)
-            t_dec = pick_chunk(timers[gpu], concurrency, prompt.mean(), output.mean(), 0.0, grid)["t_dec_s"]
+            pk0 = pick_chunk(timers[gpu], concurrency, prompt.mean(), output.mean(), 0.0, grid)  # t_dec, t_mix
+            t_dec = pk0["t_dec_s"]
             slos = {float(m): float(m) * t_dec for m in slo_multiples}
             sweep, res = chunk_sweep(model, gpu, prompt, output, concurrency, grid, max(slos.values()),
                                      constants=constants)
             runs[gpu] = (slos, sweep, res)
-            errs[gpu] = chunk_errors(timers[gpu], sweep, concurrency, prompt.mean(), output.mean(), grid)
+            errs[gpu] = chunk_errors(pk0["table"], sweep, grid)
             if gpu in band_only:
                 band_sweeps[f"{model}|{gpu}"] = sweep
         for gpu in gpus:
