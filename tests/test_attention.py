@@ -867,3 +867,19 @@ def test_a_warm_l2_hit_is_never_priced_slower_than_the_hbm_stream_it_replaces():
     assert float(warm["l2_hit"]) > 0.99 and float(warm["t_memory"]) == pytest.approx(float(cold["t_memory"]))
     assert float(A.attention_cells(8, 1, 1023, 64, 8, 128, A100, fc=fast, warm_l2=True)["t_memory"]) < \
         float(cold["t_memory"])
+
+
+def test_tidy_cells_ids_are_plain_python_and_lanes_follow_each_row():
+    """tidy_cells' cell ids are tuples of plain Python values (calibration records compare and hash them) and the
+    lane column is kernel_lane of each row's kernel, with two kernels in one table (speed2: mapped per kernel name)."""
+    gen = pd.DataFrame([dict(gpu=g, batch_size=b, isl=1, step=1023, kv_len=1024, num_heads=32, num_kv_heads=8,
+                             head_dim=128, kv_cache_dtype="bfloat16", window_size=0, kernel_source=k, latency_ms=0.02)
+                        for g, k in (("h100-sxm", "vllm_flash_attn_fa3"), ("a100-sxm", "vllm_flash_attn"))
+                        for b in (1, 8)])
+    ctx = gen.assign(isl=512)
+    c = E.tidy_cells(gen, ctx)
+    assert c["lane"].tolist() == [A.kernel_lane(k) for k in c["kernel_source"].tolist()]
+    assert set(c["lane"]) == {"fa2", "fa3"}
+    for cell, row in zip(c["cell"], c.itertuples(index=False)):
+        assert cell == E.cell_id((row.gpu, row.phase, row.b, row.s, row.c, row.H, row.Hkv, row.d, row.kv_dtype))
+        assert all(type(v) in (str, int) for v in cell), cell

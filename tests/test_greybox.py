@@ -344,3 +344,22 @@ def test_attention_work_carries_the_phase_as_kernel_label_and_the_cache_records_
     gemm = _cells(GPUS, lambda m, g: np.ones(len(m)))
     assert len(G._work("aic_gemm", gemm)) == 2
     assert T.GreyBox("aic_gemm", gemm, _defaults).settings()["anchor_kernel"] is None
+
+
+def test_readings_are_computed_once_per_gpu_and_predictions_do_not_move(monkeypatch):
+    """speed2: `_readings(gpu)` is kept per GPU (fits and every prediction read the same): a second prediction
+    reads no reading mask again and gives the same numbers, bit for bit, as a fresh grey box."""
+    law = lambda m, g: 1.3 - 0.3 * np.log2(m) / 12.0  # noqa: E731
+    cells = _cells(GPUS, law)
+    gb = T.GreyBox("aic_gemm", cells, _defaults)
+    tc = cells[cells["gpu"] == "h200-sxm"].reset_index(drop=True)
+    r1 = gb.predict_terms(tc, "h200-sxm")
+    assert gb._readings("h200-sxm") is gb._readings("h200-sxm")
+    calls = []
+    monkeypatch.setattr(G.GreyBox, "reading_mask", lambda self, c, g: calls.append(g) or np.zeros(len(c), bool))
+    r2 = gb.predict_terms(tc, "h200-sxm")
+    assert calls == []
+    assert np.array_equal(r1["total"], r2["total"])
+    monkeypatch.undo()
+    r3 = T.GreyBox("aic_gemm", cells, _defaults).predict_terms(tc, "h200-sxm")
+    assert np.array_equal(r1["total"], r3["total"])

@@ -171,3 +171,12 @@ def test_groups_bsh_are_pandas_groupby_groups_in_frame_order():
     for (_, h1, y1), (_, h2, y2) in zip(got, want):
         assert h1.tobytes() == h2.tobytes() and y1.tobytes() == y2.tobytes()
     assert _groups_bsh(x.iloc[:0]) == []
+
+
+def test_tidy_cells_ids_are_plain_python_values():
+    """Light cell ids: (gpu, 'light', model, tp, tokens, op) of plain Python str/int (speed2: built from column lists)."""
+    c = _toy(("a100-sxm",))
+    assert len(c) > 0
+    for cell, row in zip(c["cell"], c.itertuples(index=False)):
+        assert cell == (row.gpu, "light", row.model, int(row.tp), int(row.num_tokens), row.op)
+        assert [type(v) for v in cell] == [str, str, str, int, int, str], cell

@@ -25,7 +25,7 @@ import numpy as np
 
 from steptime.calibration import Calibration, Constants
 from steptime_lab.experiments import gemm as GX
-from steptime_lab.metrics import score, signed_error
+from steptime_lab.metrics import score, shared_indices, signed_error
 from steptime.specs import get_gpu, gpu_keys
 from steptime.terms import attention as A
 from steptime.terms import light as L
@@ -250,10 +250,14 @@ def tidy_cells(gen, ctx):
             "y_ms": df["latency_ms"].to_numpy(float)})
         frames.append(out)
     cells = pd.concat(frames, ignore_index=True)
-    cells["lane"] = [A.kernel_lane(k) for k in cells["kernel_source"]]
+    sources = cells["kernel_source"].tolist()
+    lane_of = {k: A.kernel_lane(k) for k in set(sources)}  # a handful of kernel names over ~10^5 cells
+    cells["lane"] = [lane_of[k] for k in sources]
     cells["llm"] = cells["H"].isin(LLM_HEADS) & (cells["Hkv"] == 8) & (cells["d"] == 128)
     cells = cells.sort_values(["gpu", "phase", "kv_dtype", "H", "Hkv", "d", "b", "s", "c"]).reset_index(drop=True)
-    cells["cell"] = [cell_id(r) for r in cells[["gpu", "phase", "b", "s", "c", "H", "Hkv", "d", "kv_dtype"]].itertuples(index=False)]
+    # Python scalars once per column (tolist), not a pandas scalar per cell
+    cols = [cells[k].tolist() for k in ("gpu", "phase", "b", "s", "c", "H", "Hkv", "d", "kv_dtype")]
+    cells["cell"] = [cell_id(r) for r in zip(*cols)]
     return cells
 
 
@@ -904,11 +908,13 @@ def run(cells, gemm_doc: dict, gpus=AIC_GPUS, seed: int = 0, n_boot: int = 1000,
                       "scoring_excludes": {k: list(x["cell"].iloc[i]) for k, i in dep.items()},
                       # the table KV write's held-out eta (kv_write_fold: measured on the fold's training GPUs), for E1.29
                       KV_WRITE_ETA_KEY: float(constants.get("light_eta")["kv_write"])}
+        draws = {}  # the predictors of one subset are scored on the same cells: one resample draw for them all
         for phase in PHASES:
             for subset in ("llm", "all"):
                 m = (ev["phase"] == phase).to_numpy() & (ev["llm"].to_numpy() if subset == "llm" else True)
+                idx = shared_indices(draws, int(m.sum()), n_boot, seed)
                 for k, v in pr.items():
-                    s = score(v[m], ev["y_ms"].to_numpy()[m], n_boot=n_boot, seed=seed)
+                    s = score(v[m], ev["y_ms"].to_numpy()[m], n_boot=n_boot, seed=seed, idx=idx)
                     records.append({"family": f"attention_{phase}", "gpu": g, "predictor": k, "subset": subset, **s})
     constants = shipped_constants
     if not ship:

@@ -50,7 +50,8 @@ def tidy_cells(vidur):
     x["reps"] = np.where(x["model"].isin(parallel) & (x["op"] == "add"), 2.0, 1.0)
     x["y_ms"] = x["latency_ms"].astype(float)
     x = x[x["y_ms"] > 0].reset_index(drop=True)
-    x["cell"] = list(zip(x["gpu"], ["light"] * len(x), x["model"], x["tp"].astype(int), x["num_tokens"].astype(int), x["op"]))
+    x["cell"] = list(zip(x["gpu"].tolist(), ["light"] * len(x), x["model"].tolist(), x["tp"].astype(int).tolist(),
+                         x["num_tokens"].astype(int).tolist(), x["op"].tolist()))
     return x
 
 

@@ -441,6 +441,7 @@ class GreyBox:
         if bad or not self.references:
             raise ValueError(f"unknown grey-box references {bad or '(none)'} (known: physics, roofline)")
         self._data: dict = {}
+        self._reads: dict = {}  # {gpu: `_readings(gpu)`}: every fit and every prediction of a GPU reads the same
         self._memo: dict = {}
         self._fits: dict = {}  # {term: inner-fold fits shared across targets (fit_term's `fits`)}
 
@@ -470,7 +471,9 @@ class GreyBox:
         return mask
 
     def _readings(self, gpu: str) -> dict:
-        """The readings of `gpu` per term: features, base, measured, work."""
+        """The readings of `gpu` per term: features, base, measured, work (computed once per GPU; read-only)."""
+        if gpu in self._reads:
+            return self._reads[gpu]
         sub = self.cells[self.cells["gpu"] == gpu].reset_index(drop=True)
         if self.dataset == "vidur_step":  # the step's readings are GEMM / light cells of other tables
             sub = sub.iloc[:0]
@@ -486,6 +489,7 @@ class GreyBox:
             out[t] = {"read_F": feats[t] if feats is not None else np.zeros((0, 1)), "read_base": base[t],
                       "read_meas": self._measured(sub, t) if len(sub) else np.zeros(0), "read_work": wk,
                       "read_off": log_efficiency(base[t], roof[t])}
+        self._reads[gpu] = out
         return out
 
     def _training(self, gpu: str):
