@@ -135,3 +135,32 @@ def test_select_eta_rule_reads_only_the_training_gpus():
     assert table[[(t["op"], t["tokens"]) for t in table].index(rule)]["score"] == min(t["score"] for t in table)
     with pytest.raises(ValueError, match="two training GPUs"):
         E.select_eta_rule(w, lc, ["a40"], None, C)
+
+
+def test_stack_factor_fitted_on_the_other_gpus_and_slows_the_compute_branch():
+    """Vidur's stack factor (wave 32, e11h): read off the other GPUs' GEMM rows at m >= VIDUR_STACK_MIN_M, untouched
+    by the scored GPU's own table, and it slows the compute-bound cells (prefill) while leaving decode nearly as is."""
+    from steptime_lab.experiments.tp_shapes import VIDUR_STACK_MIN_M
+
+    C = Constants.default()
+    v = _toy_vidur_slow_gemm({"a100-sxm": 1.15, "h100-sxm": 1.15, "a40": 1.15})
+    w, lc = E.wide_cells(v), LX.tidy_cells(v)
+    gpus = ["a100-sxm", "a40", "h100-sxm"]
+    f = E.stack_factor(w, lc, "h100-sxm", gpus, None, C)
+    assert f["fitted_on"] == ["a100-sxm", "a40"] and f["min_m"] == VIDUR_STACK_MIN_M and f["cells"] > 0
+    assert f["factor"] == pytest.approx(1.15, rel=0.01)
+    bad = v.copy()
+    bad.loc[bad["gpu"] == "h100-sxm", "latency_ms"] *= 3.0  # the scored GPU's rows set nothing
+    assert E.stack_factor(E.wide_cells(bad), LX.tidy_cells(bad), "h100-sxm", gpus, None, C)["factor"] == f["factor"]
+    assert E.stack_factor(w, lc, "h100-sxm", ["h100-sxm"], None, C)["factor"] == 1.0  # no other GPU: no correction
+    new = E.run(v, lc, n_boot=20, constants=C, stack=True)
+    old = E.run(v, lc, n_boot=20, constants=C)
+    assert new["per_gpu"]["h100-sxm"]["vidur_stack"]["factor"] == f["factor"]
+    mape = {(r["gpu"], r["subset"], p): r["mape"] for p, rr in (("new", new), ("old", old)) for r in rr["records"]
+            if r.get("scope") is None and r["predictor"] == "steptime"}
+    for g in gpus:
+        assert mape[(g, "prefill", "new")] < mape[(g, "prefill", "old")] / 2
+    doc = E.document(new, "E1.1", {"decode": 0.05, "prefill": 0.06})
+    assert "stack" in doc["metrics"]["disclosed_stack"]
+    with pytest.raises(ValueError, match="positive"):
+        E.with_stack(C, "h100-sxm", 0.0)

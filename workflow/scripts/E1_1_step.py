@@ -20,7 +20,8 @@ v = pd.read_parquet(snakemake.input.data)
 logging.info("Vidur operator table: %d rows, GPUs %s", len(v), sorted(v["gpu"].unique()))
 gemm_doc = json.loads(Path(snakemake.input.gemm_constants).read_text())
 cells = LX.tidy_cells(v)
-r = E.run(v, cells, seed=P.seed, n_boot=P.n_boot, gemm_doc=gemm_doc, constants=constants, gemm_reading="aic")
+r = E.run(v, cells, seed=P.seed, n_boot=P.n_boot, gemm_doc=gemm_doc, constants=constants, gemm_reading="aic",
+          stack=True)  # Vidur's measurement-stack factor, fitted on the other Vidur GPUs (wave 32, e11h)
 # beyond the three-reading contract (eta_active from the GPU's own Vidur GEMM cells), kept beside in E1.1 as context
 r_alt = E.run(v, cells, seed=P.seed, n_boot=P.n_boot, gemm_doc=gemm_doc, constants=constants,
               gemm_reading="vidur_rule")

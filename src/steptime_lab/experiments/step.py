@@ -155,6 +155,55 @@ def with_eta_active(constants, gpu, eta, rule):
                                     source=f"Vidur GEMM reading rule {rule[0]} at {rule[1]} tokens (median over rows)")
 
 
+# Vidur's measurement stack on E1.1 (issue 19, wave 32, helper `e11h`; DESIGN.md): the same compute-rate factor
+# E1.29 applies to Vidur's GEMM rows (tp_shapes.vidur_stack_factors, wave 31 `vgemm`), here fitted on the OTHER Vidur
+# GPUs' projection operators at num_tokens (the GEMM's m) >= tp_shapes.VIDUR_STACK_MIN_M, each of them at its own
+# held-out fold with the scored GPU left out of its constants too; the scored GPU's rows set nothing.
+STACK_NOTE = ("Vidur measurement-stack factor (E1.29's form, wave 31 vgemm): the scored GPU's GEMM compute branch "
+              "runs at eta_active / factor, factor = median measured / held-out prediction of the other Vidur GPUs' "
+              "projection operators at m >= VIDUR_STACK_MIN_M; no reading of the scored GPU")
+
+
+def stack_factor(w, light_cells, gpu, gpus, gemm_doc, constants, min_m: int | None = None) -> dict:
+    """Vidur's stack factor for `gpu` (STACK_NOTE), fitted on the other Vidur GPUs of `gpus` alone: each other GPU
+    `o` predicted with `held_out_constants` / `fold_constants` held out within the GPUs other than `gpu` (no stack
+    factor), the factor the median of measured / predicted over its projection operators' rows with num_tokens
+    >= `min_m` (default tp_shapes.VIDUR_STACK_MIN_M). Nothing of `gpu` is read. {"factor", "fitted_on", "cells",
+    "min_m"}; factor 1 when no other GPU has such rows."""
+    from steptime_lab.experiments.tp_shapes import VIDUR_STACK_MIN_M
+
+    min_m = VIDUR_STACK_MIN_M if min_m is None else int(min_m)
+    train = [o for o in gpus if o != gpu]
+    ratios, used = [], []
+    for o in train:
+        wo = w[(w["gpu"] == o) & (w["num_tokens"] >= min_m)].reset_index(drop=True)
+        if wo.empty:
+            continue
+        C0, _ = held_out_constants(light_cells, o, train, gemm_doc, constants)
+        C, _, _ = fold_constants(C0, o, gemm_doc)
+        ops = predict_ops_frame(wo, o, C)
+        for op in VIDUR_GEMM:
+            if op not in wo:
+                continue
+            y = wo[op].to_numpy(float)
+            ok = np.isfinite(y) & (y > 0)
+            ratios.append(y[ok] / ops[op][ok])
+        used.append(str(o))
+    r = np.concatenate(ratios) if ratios else np.array([])
+    return {"factor": round(float(np.median(r)), 4) if len(r) else 1.0, "fitted_on": used, "cells": int(len(r)),
+            "min_m": min_m}
+
+
+def with_stack(constants, gpu, factor: float):
+    """`constants` with `gpu`'s eta_active divided by Vidur's stack `factor` (compute branch only)."""
+    f = float(factor)
+    if not np.isfinite(f) or f <= 0:
+        raise ValueError(f"{gpu}: a measurement-stack factor must be a positive number, got {factor!r}")
+    eta = float(constants.get("eta_active", get_gpu(gpu)))
+    return constants.with_overrides({"eta_active": eta / f}, scope=f"gpu.{get_gpu(gpu).key}", provenance="DERIVED",
+                                    source=f"eta_active / Vidur stack factor {f:.4g} ({STACK_NOTE})")
+
+
 ETA_ROUNDS = 3  # the Vidur compute reading and the fold's other readings, solved in turn (they meet in the overlap)
 
 
@@ -255,11 +304,12 @@ def ladder_ops(w, gpu, constants) -> dict:
 
 
 def run(vidur, light_cells, gpus=None, seed: int = 0, n_boot: int = 1000, gemm_doc: dict | None = None,
-        constants: Constants | None = None, gemm_reading: str = "aic") -> dict:
+        constants: Constants | None = None, gemm_reading: str = "aic", stack: bool = False) -> dict:
     """Held out per GPU: light constants from the other Vidur GPUs and, with `gemm_doc`, the
     GEMM constants from the GPU's leave-one-GPU-out fold (else defaults.yaml as shipped,
     whose GEMM globals were fitted on AIConfigurator tables of nine GPUs, never on Vidur rows).
-    `gemm_reading` (GEMM_READINGS): where eta_active comes from (module docstring)."""
+    `gemm_reading` (GEMM_READINGS): where eta_active comes from (module docstring). `stack`: the GPU's compute
+    branch runs at eta_active / its Vidur stack factor (`stack_factor`, fitted on the other Vidur GPUs)."""
     import pandas as pd
 
     if gemm_reading not in GEMM_READINGS:
@@ -280,6 +330,10 @@ def run(vidur, light_cells, gpus=None, seed: int = 0, n_boot: int = 1000, gemm_d
         info["gemm_constants"] = "leave-one-GPU-out fold" if gemm_cells else "defaults.yaml as shipped"
         info["gemm_reading"] = gemm_reading
         info["eta_active"] = float(C.get("eta_active", get_gpu(g)))  # the compute reading this protocol scored with
+        if stack:
+            info["vidur_stack"] = stack_factor(w_all, light_cells, g, gpus, gemm_doc, constants)
+            C = with_stack(C, g, info["vidur_stack"]["factor"])
+            cal.notes[f"vidur_stack[{g}]"] = f"{STACK_NOTE}; fitted on {info['vidur_stack']['fitted_on']}"
         eta_rows = None
         if rule is not None:
             cal.record(f"eta_active[{g}]", eta_cells, ETA_RULE_NOTE_CELL)
@@ -380,6 +434,15 @@ def signed(fr) -> np.ndarray:
 SUBSETS = ("decode", "prefill")  # decode-sized and prefill-sized cells
 
 
+STACK_DISCLOSED = (
+    "Scored protocol since wave 32 (helper e11h, chosen after seeing E1.1's scores and the per-operator diagnosis in "
+    "DESIGN.md): each Vidur GPU's GEMM compute branch runs at eta_active / its Vidur measurement-stack factor "
+    "(metrics.vidur_stack), the form E1.29 uses since wave 31 (helper vgemm), fitted on the OTHER Vidur GPUs' "
+    "projection operators at m >= 2048 (tp_shapes.VIDUR_STACK_MIN_M, the threshold vgemm chose after seeing A100's "
+    "and H100's Vidur GEMM rows), each at its own held-out fold; the scored GPU's rows set nothing and no reading "
+    "is added. The wave-31 scores without it are in DESIGN.md.")
+
+
 ETA_RULE_DISCLOSED = (
     "Context, not the scored protocol (wave 27, helper vread; built after seeing the scores): the same held-out run "
     "with each Vidur GPU's GEMM eta_active read from its own Vidur GEMM cells by a rule selected on the other Vidur "
@@ -430,6 +493,10 @@ def document(r: dict, eid: str, targets: dict | None = None, alternative: dict |
                             {"prefill": 0.1734, "decode": 0.0586}, "round-1 figure, other telemetry"))
         metrics = {"records": recs, "per_gpu": r["per_gpu"], "layer_ops": list(VIDUR_LAYER_OPS),
                    "emb": "per step, not in the layer sum"}
+        if any("vidur_stack" in info for info in r["per_gpu"].values()):
+            metrics["disclosed_stack"] = STACK_DISCLOSED
+            metrics["vidur_stack"] = {g: info["vidur_stack"] for g, info in r["per_gpu"].items()
+                                      if "vidur_stack" in info}
         if alternative is not None:
             alt = [x for x in alternative["records"] if x.get("scope") is None and x["predictor"] == "steptime"
                    and x["subset"] in SUBSETS]
