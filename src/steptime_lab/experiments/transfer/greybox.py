@@ -27,9 +27,7 @@ attention call; each of Vidur's nine per-layer operators for the step) is multip
   the anchor applied at full or half strength (ANCHORS: a_T(x) times 1 or 1/2), and the trees fitted
   on phi(x) without its datasheet columns (FEATURE_SETS 'shape': the same function of the cell's shape
   and GPU-normalised shape on every GPU, so a GPU past the training GPUs' datasheet range is not handed
-  the edge GPU's residual) or, on the attention table, on those plus what steptime's equation does with the
-  cell (FEATURE_SETS 'terms', `physics_structure`: the split count its decode floor prices, the unswapped decode,
-  the lane's split pricing), and, on the Vidur step's GEMM operators (REFERENCES, REFERENCE_TERMS), the trees
+  the edge GPU's residual), and, on the Vidur step's GEMM operators (REFERENCES, REFERENCE_TERMS), the trees
   learning the term's efficiency log(measured / datasheet roofline) instead of its residual, the
   correction being that efficiency minus steptime's own log(steptime / roofline) ('roof:').
 
