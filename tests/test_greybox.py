@@ -234,7 +234,7 @@ def test_shape_feature_set_drops_the_datasheet_columns_and_is_a_cv_candidate():
     law = lambda m, g: 1.3 - 0.3 * np.log2(m) / 12.0  # noqa: E731  (one shape law on every GPU)
     cells = _cells(GPUS, law)
     box = T.GreyBox("aic_gemm", cells, _defaults)
-    assert box.settings()["feature_sets"] == list(G.FEATURE_SETS) == ["all", "shape", "terms"]
+    assert box.settings()["feature_sets"] == list(G.FEATURE_SETS) == ["all", "shape"]
     assert T.GreyBox("aic_gemm", cells, _defaults, shared=True).settings()["feature_sets"] == ["all"]
     models, info = box.fit("b200")
     cv = info["nested_cv_mape"]["gemm"]
@@ -363,62 +363,3 @@ def test_readings_are_computed_once_per_gpu_and_predictions_do_not_move(monkeypa
     monkeypatch.undo()
     r3 = T.GreyBox("aic_gemm", cells, _defaults).predict_terms(tc, "h200-sxm")
     assert np.array_equal(r1["total"], r3["total"])
-
-
-def test_physics_structure_says_what_steptimes_attention_equation_does_with_each_cell():
-    """'terms' (attention): the trailing structure columns are the log2 split count the decode floor prices a
-    per-split cost for, the unswapped-decode flag and the lane's split pricing; zero on a lane without them
-    (Hopper: no attn_split_us) and for prefill; other tables have none."""
-    import pandas as pd
-
-    from steptime.calibration import Constants
-    from steptime.specs import get_gpu
-    from steptime.terms import attention as A
-
-    cells = pd.DataFrame({"phase": ["prefill", "decode", "decode", "decode"], "batch_size": [1, 1, 1, 64],
-                          "new_tokens": [512, 1, 1, 1], "kv_len": [512, 65536, 65536, 1024],
-                          "num_heads": [32, 32, 32, 32], "num_kv_heads": [8, 8, 32, 8], "head_dim": [128] * 4})
-    c = Constants.default()
-    fc = A.attention_constants(get_gpu("l40s"), c)
-    assert fc.get("attn_split_us", 0) > 0 and fc.get("attn_stream_gbs", 0) > 0  # the FA2 lane prices both
-    S = G.physics_structure("aic_attention", cells, "l40s", c)
-    assert S.shape == (4, G.N_STRUCTURE)
-    assert list(S[:, 1]) == [0.0, 0.0, 1.0, 0.0]  # only the MHA decode runs unswapped
-    assert list(S[:, 2]) == [0.0, 1.0, 1.0, 1.0]  # the lane's split pricing, on decode cells
-    assert S[0, 0] == 0.0 and S[2, 0] == 0.0 and S[1, 0] > 1.0  # one long GQA request splits; MHA never does
-    ns = A.split_count(1.0, 32.0, 8.0, 65535.0, 128.0, get_gpu("l40s"), fc)
-    assert np.isclose(S[1, 0], np.log2(ns).item())
-    assert not np.any(G.physics_structure("aic_attention", cells, "h100-sxm", c))  # no per-split cost there
-    assert G.physics_structure("aic_gemm", _cells(GPUS[:1], lambda m, g: np.ones(len(m))), "b200", c) is None
-
-
-def test_terms_feature_set_sees_the_structure_columns_and_other_sets_do_not():
-    """The structure columns trail the datasheet: 'all' and 'shape' see exactly the columns they saw without
-    them (the same trees), 'terms' the shape columns plus the structure; without structure columns 'terms' is
-    not a candidate. The nested CV picks 'terms' where the residual follows the physics' structure only."""
-    F = np.arange(2 * 14, dtype=float).reshape(2, 14)  # 4 shape, 7 datasheet, 3 structure columns
-    assert G._cols("all", 14, 3) == 11 and G._cols("all", 11) is None
-    assert G._cols("shape", 14, 3) == 4 == G._cols("shape", 11)
-    assert list(G._cols("terms", 14, 3)) == [0, 1, 2, 3, 11, 12, 13]
-    assert np.array_equal(G._take(F, G._cols("terms", 14, 3)), F[:, [0, 1, 2, 3, 11, 12, 13]])
-    with pytest.raises(ValueError, match="structure"):
-        G._cols("terms", 11)
-    rng = np.random.default_rng(3)
-    data = {}
-    for g in ("a100-sxm", "h100-sxm", "b200", "l40s"):
-        shape = rng.uniform(-1, 1, size=(400, 4))
-        sheet = np.tile(rng.normal(size=7), (400, 1))
-        priced = float(g in ("a100-sxm", "l40s"))  # two GPUs' physics price the split, two do not
-        splits = rng.integers(0, 7, size=400).astype(float)
-        struct = np.column_stack([splits * priced, np.zeros(400), np.full(400, priced)])
-        b = np.ones(400)
-        # the physics misses the split cost only where it does not price it
-        d = _term_data(np.hstack([shape, sheet, struct]), b, b * np.exp(0.08 * splits * (1.0 - priced)))
-        data[g] = dict(d, n_extra=3)
-    model, cv = G.fit_term(data, "h200-sxm", fast=True, seed=0, feature_sets=G.FEATURE_SETS)
-    assert any(k.startswith("terms:") for k in cv) and any(k.startswith("shape:") for k in cv)
-    assert model.name.startswith("terms:") and model.est.n_features_in_ == 7
-    no_extra = {g: {k: v for k, v in d.items() if k != "n_extra"} for g, d in data.items()}
-    no_extra = {g: dict(d, F=d["F"][:, :11], read_F=d["read_F"][:, :11]) for g, d in no_extra.items()}
-    _, cv = G.fit_term(no_extra, "h200-sxm", fast=True, seed=0, feature_sets=G.FEATURE_SETS)
-    assert not any(k.startswith("terms:") for k in cv)

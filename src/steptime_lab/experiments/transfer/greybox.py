@@ -79,17 +79,7 @@ ANCHORS = (1.0, 0.5)
 # extrapolate a datasheet column as a constant past its edge, so a GPU outside the training GPUs' datasheet
 # range (A100, L40S) gets the nearest edge GPU's residual; without those columns it gets the training GPUs'
 # shared residual at its normalised shape (issue 24; the candidate set fixed before any held-out score of it)
-FEATURE_SETS = ("all", "shape", "terms")
-# "terms" (attention only: `STRUCTURE_TABLES`): the "shape" columns plus what steptime's own equation does with the
-# cell (`physics_structure`: the split-KV split count it prices a per-split cost for, whether it runs the unswapped
-# decode path, whether the GPU's lane prices splits at all). The residual a training GPU shows depends on which
-# terms its physics has: on the Hopper / Blackwell lanes (no per-split cost) the decode residual rises with the
-# split count, on the FlashAttention-2 lanes (A100, L40S, RTX PRO 6000: attn_split_us, unswapped stream) it does
-# not. Without these columns the trees hand a split-priced GPU the unpriced lanes' split correction, a correction
-# for an error its physics no longer makes (issue 24, wave 32: added after seeing E2.1's held-out L40S attention
-# score; the nested CV over the training GPUs chooses it or not, per target; DESIGN.md)
-STRUCTURE_TABLES = ("aic_attention",)
-N_STRUCTURE = 3  # the trailing structure columns GreyBox appends where a table has them (after the datasheet)
+FEATURE_SETS = ("all", "shape")
 # what the trees learn, tried by the nested CV: "physics" (the term's log residual log(measured / steptime),
 # clipped to +-B: the correction itself) or "roofline" (the term's log efficiency log(measured / datasheet
 # roofline), i.e. log(steptime / roofline) plus that clipped residual; the correction is then the efficiency
@@ -156,28 +146,6 @@ def terms_of(dataset: str) -> tuple[str, ...]:
     return {"aic_gemm": ("gemm",), "aic_attention": ("attention",)}.get(dataset, STEP_OPS)
 
 
-def physics_structure(dataset: str, cells, gpu: str, constants) -> np.ndarray | None:
-    """What steptime's equation does with each cell (cells x N_STRUCTURE), for a table of `STRUCTURE_TABLES`
-    (None for any other): attention's log2 of the split-KV split count its decode floor prices a per-split cost for
-    (`attention.decode_splits`: 0 for prefill, for an unswapped decode and on a lane without attn_split_us), whether
-    the decode runs FlashAttention-2's unswapped path (`attention.unswapped`), and whether the GPU's lane prices the
-    per-split cost (decode cells; `constants`: the GPU's held-out constants, as its base terms)."""
-    if dataset not in STRUCTURE_TABLES:
-        return None
-    from steptime.terms import attention as A
-
-    g = get_gpu(gpu)
-    fc = A.attention_constants(g, constants)
-    dec = (cells["phase"] == "decode").to_numpy()
-    b, hq, hkv, d = (cells[c].to_numpy(dtype=float) for c in ("batch_size", "num_heads", "num_kv_heads", "head_dim"))
-    cached = cells["kv_len"].to_numpy(dtype=float) - dec  # as predict_steptime's cell function
-    unsw = np.broadcast_to(A.unswapped(hq, hkv, fc), dec.shape) & dec
-    ns = A.decode_splits(fc, unsw, lambda: A.split_count(b, hq, hkv, np.maximum(cached, 0.0), d, g, fc))
-    priced = ns is not None
-    splits = np.where(dec, np.log2(np.maximum(ns, 1.0)), 0.0) if priced else np.zeros(len(dec))
-    return np.column_stack([splits, unsw.astype(float), dec * float(priced)])
-
-
 def term_features(dataset: str, cells, gpu: str) -> dict[str, np.ndarray]:
     """{term: features (cells x p)}: the product's feature functions (`steptime.greybox`), so the
     shipped corrections see exactly what the fit saw."""
@@ -221,7 +189,7 @@ class _TermModel:
 
         cols = getattr(self, "cols", None)
         with threadpool_limits(limits=1):
-            g = self.est.predict(_take(F, cols))
+            g = self.est.predict(F if cols is None else F[:, :cols])
         if getattr(self, "reference", "physics") == "roofline":
             if off is None:
                 raise ValueError("a roofline-referenced correction needs log(steptime / roofline) of the cells")
@@ -270,28 +238,15 @@ def _weights(gpus, toward: str, h: float) -> dict:
     return {g: float(np.exp(-np.sum((similarity_vector(g) - z) ** 2) / (2.0 * h * h))) for g in gpus}
 
 
-def _cols(feature_set: str, n_features: int, n_extra: int = 0):
-    """The feature columns of a feature set: None (all), a count of leading columns, or an index array.
-    `n_extra`: trailing structure columns (`physics_structure`) after the datasheet; only "terms" sees them."""
+def _cols(feature_set: str, n_features: int):
+    """The leading feature columns of a feature set (None: all)."""
     if feature_set == "all":
-        return None if not n_extra else n_features - n_extra
-    if feature_set in ("shape", "terms"):
-        if n_features - n_extra <= N_DATASHEET:
-            raise ValueError(f"feature set {feature_set!r} needs the datasheet columns to drop")
-        shape = n_features - n_extra - N_DATASHEET
-        if feature_set == "shape":
-            return shape
-        if n_extra <= 0:
-            raise ValueError("feature set 'terms' needs the physics' structure columns (`physics_structure`)")
-        return np.r_[np.arange(shape), np.arange(n_features - n_extra, n_features)]
+        return None
+    if feature_set == "shape":
+        if n_features <= N_DATASHEET:
+            raise ValueError("feature set 'shape' needs the datasheet columns to drop")
+        return n_features - N_DATASHEET
     raise ValueError(f"unknown feature set {feature_set!r}")
-
-
-def _take(F, cols):
-    """The columns `cols` (`_cols`) of F."""
-    if cols is None:
-        return F
-    return F[:, :cols] if np.ndim(cols) == 0 else F[:, np.asarray(cols)]
 
 
 def _design(data, gpus, toward, h, rows, seed, cols=None, reference="physics"):
@@ -305,7 +260,7 @@ def _design(data, gpus, toward, h, rows, seed, cols=None, reference="physics"):
         idx = np.arange(len(b))
         if rows is not None and len(idx) > rows:
             idx = np.sort(np.random.default_rng(seed + i).choice(idx, rows, replace=False))
-        xs.append(_take(F[idx], cols))
+        xs.append(F[idx] if cols is None else F[idx, :cols])
         y = np.clip(np.log(m[idx] / b[idx]), -BOUND, BOUND)
         ys.append(y + np.asarray(data[g]["off"])[idx] if reference == "roofline" else y)
         ws.append(np.full(len(idx), max(wg[g], 1e-12) / max(len(idx), 1)))
@@ -335,8 +290,8 @@ def _mapes(est, d, shrinks=(1.0,), anchors=(1.0,), cols=None, reference="physics
     strength of `anchors`; `reference` "roofline": the estimator predicts the efficiency, the correction
     is that minus the record's log(steptime / roofline)."""
     roof = reference == "roofline"
-    pf = est.predict(_take(d["F"], cols)) - (_off(d) if roof else 0.0)
-    pr = (est.predict(_take(d["read_F"], cols)) - (_off(d, True) if roof else 0.0)
+    pf = est.predict(d["F"] if cols is None else d["F"][:, :cols]) - (_off(d) if roof else 0.0)
+    pr = (est.predict(d["read_F"] if cols is None else d["read_F"][:, :cols]) - (_off(d, True) if roof else 0.0)
           if len(d["read_meas"]) else None)
     out = {}
     for s in shrinks:
@@ -373,9 +328,6 @@ def fit_term(data: dict, target: str, *, fast: bool = True, seed: int = 0, bandw
         # without them, and the tie goes to "all". Dropping them there was tried and not kept: DESIGN.md)
     if len(gpus) < MIN_TRAIN_GPUS:
         return _TermModel(), {"none": None, "note": f"fewer than {MIN_TRAIN_GPUS} training GPUs"}
-    # trailing structure columns (`physics_structure`) the records carry; "terms" is tried only where they exist
-    n_extra = int(data[gpus[0]].get("n_extra", 0))
-    feature_sets = tuple(fs for fs in feature_sets if fs != "terms" or n_extra)
     errs: dict = {"none": []}
     with threadpool_limits(limits=1):
         for held in gpus:
@@ -384,7 +336,7 @@ def fit_term(data: dict, target: str, *, fast: bool = True, seed: int = 0, bandw
             inner = [g for g in gpus if g != held]
             for ref in references:
                 for fs in feature_sets:
-                    cols = _cols(fs, d["F"].shape[1], n_extra)
+                    cols = _cols(fs, d["F"].shape[1])
                     for h in hs:
                         key = (tuple(inner), held if math.isfinite(h) else None, h, bool(fast), seed) + \
                             (() if fs == "all" else (fs,)) + (() if ref == "physics" else (ref,))
@@ -402,7 +354,7 @@ def fit_term(data: dict, target: str, *, fast: bool = True, seed: int = 0, bandw
     if best == "none":
         return _TermModel(), table
     h, anchored, s = _parse(best)
-    cols = _cols(_feature_set(best), data[gpus[0]]["F"].shape[1], n_extra)
+    cols = _cols(_feature_set(best), data[gpus[0]]["F"].shape[1])
     ref = _reference(best)
     X, y, w = _design(data, gpus, target, h, size["rows_per_gpu"], seed, cols, ref)
     return _TermModel(_fit_gbt(X, y, w, size, seed), anchored, best, s, cols, ref), table
@@ -493,23 +445,9 @@ class GreyBox:
         self._memo: dict = {}
         self._fits: dict = {}  # {term: inner-fold fits shared across targets (fit_term's `fits`)}
 
-    def _features(self, cells, gpu: str, constants=None) -> dict[str, np.ndarray]:
-        """Each term's features; where the table has structure columns (`physics_structure`, `n_extra`) and the
-        nested CV tries "terms", those trail the product's features (`constants`: as `base_terms`)."""
+    def _features(self, cells, gpu: str) -> dict[str, np.ndarray]:
         f = term_features(self.dataset, cells, gpu)
-        if self.shared:
-            return {t: F[:, :SHAPE_COLUMNS[self.dataset]] for t, F in f.items()}
-        if not self.n_extra:
-            return f
-        c = constants if constants is not None else self.constants_for(gpu)[0]
-        S = physics_structure(self.dataset, cells, gpu, c)
-        return {t: np.hstack([F, S]) for t, F in f.items()}
-
-    @property
-    def n_extra(self) -> int:
-        """The trailing structure columns of this box's features (0 unless the table has them and "terms" is tried)."""
-        return N_STRUCTURE if (not self.shared and "terms" in self.feature_sets
-                               and self.dataset in STRUCTURE_TABLES) else 0
+        return {t: F[:, :SHAPE_COLUMNS[self.dataset]] for t, F in f.items()} if self.shared else f
 
     def base_terms(self, cells, gpu: str, constants=None) -> dict[str, np.ndarray]:
         """steptime's prediction (ms) of each term of `cells` on `gpu` ({term: ms})."""
@@ -570,7 +508,7 @@ class GreyBox:
                 ok = np.isfinite(meas) & (meas > 0) & (base[term] > 0)
                 out[term] = {"F": feats[term][ok], "base": base[term][ok], "meas": meas[ok],
                              "off": log_efficiency(base[term], roof[term])[ok],
-                             "work": tuple(np.asarray(x)[ok] for x in wk), "n_extra": self.n_extra, **reads[term]}
+                             "work": tuple(np.asarray(x)[ok] for x in wk), **reads[term]}
             self._data[gpu] = out
         return self._data[gpu]
 
@@ -647,7 +585,7 @@ class GreyBox:
         """{'terms': {term: corrected ms}, 'physics': {term: ms}, 'correction': {term: factor}, 'total': ms}."""
         models, _ = self.fit(target)
         base = self.base_terms(cells, target, constants)
-        feats = self._features(cells, target, constants)
+        feats = self._features(cells, target)
         reads = self._readings(target) if any(m.anchored for m in models.values()) else None
         wk = _work(self.dataset, cells) if reads is not None else None
         roofline = any(getattr(m, "reference", "physics") == "roofline" for m in models.values())
@@ -719,7 +657,7 @@ def fit_shipped(grey: "GreyBox", terms=None) -> tuple[dict, dict]:
                                             "plus its three readings); label log(measured / steptime), clipped to "
                                             "+-ln 2; each GPU weighs the same",
                                     "readings": "excluded from the labels; no anchor"},
-                      "fast": grey.fast, "sizes": dict(SIZES[grey.fast]), "n_features": int(data[gpus[0]]["F"].shape[1] - grey.n_extra)}
+                      "fast": grey.fast, "sizes": dict(SIZES[grey.fast]), "n_features": int(data[gpus[0]]["F"].shape[1])}
     return out, meta
 
 
