@@ -59,6 +59,11 @@ FIT_GLOBALS = {
     # Hopper's work-dependent clock droop (family scope: `folds.with_globals` sets clk_droop on Hopper parts
     # only, so a held-out Hopper GPU's value comes from the other Hopper GPU's cells alone)
     "hopper_clk_droop": (0.1, 0.0, 0.6),
+    # Hopper's split depth (elements of k; family scope, wave 32 helper hop8): the sm90 persistent launch splits k
+    # only into pieces at least this deep, as on Blackwell (steptime.terms.gemm.split_depth / streamk_grid), and the
+    # global per-CTA stream then walks Hopper's k piece; start 4096 (Blackwell's start), scanned over
+    # folds.SPLIT_DEPTH_GRID like Blackwell's
+    "hopper_split_min_k": (4096.0, 512.0, 32768.0),
     # per-CTA stream (us per MB per CTA; persistent launches only, see steptime.terms.gemm)
     "cta_stream_us_mb": (1.0, 0.0, 20.0),
     # datacenter Blackwell's split depth (elements of k; family scope: `folds.with_globals` sets split_min_k on
