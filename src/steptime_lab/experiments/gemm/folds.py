@@ -49,6 +49,7 @@ def fit_globals(df, gpus, readings: dict, *, constants: Constants, seed: int = 0
     fixed = dict(fixed or {})
     if not any(get_gpu(g).architecture == "hopper" for g in gpus):
         fixed.setdefault("hopper_clk_droop", 0.0)  # no Hopper cells: no data on Hopper's droop, none applied
+        fixed.setdefault("hopper_split_min_k", 0.0)  # nor on its split depth: none applied
     if not any(_persistent_blackwell(g) for g in gpus):  # no datacenter Blackwell cells: no depth, no own stream
         fixed.setdefault("blackwell_split_min_k", 0.0)
         fixed.setdefault("blackwell_cta_stream_us_mb", 0.0)
@@ -87,8 +88,9 @@ def fit_globals(df, gpus, readings: dict, *, constants: Constants, seed: int = 0
 
     with threadpool_limits(limits=1):
         x = fit(start)
-        if "blackwell_split_min_k" in names:  # a launch choice: the cost is piecewise in it, so scan its grid too
-            x = _scan_split_depth(x, names, resid, fit, lo, hi)
+        for depth in SPLIT_DEPTH_GLOBALS:  # a launch choice: the cost is piecewise in it, so scan its grid too
+            if depth in names:
+                x = _scan_split_depth(x, names, resid, fit, lo, hi, depth)
         if "wave_l2_resident_x" in names:  # a threshold in the working set: piecewise too, so scan its grid
             x = _scan_grid(x, names, "wave_l2_resident_x", WAVE_L2_RESIDENT_GRID, resid, fit, lo, hi)
     return {**dict(zip(names, map(float, x))), **fixed}
@@ -128,6 +130,8 @@ class _FillCache:
 
 # Candidate split depths (elements of k) scanned by `fit_globals` (powers of two, fixed before any scan was run)
 SPLIT_DEPTH_GRID = (1024.0, 2048.0, 4096.0, 8192.0, 16384.0)
+# The family split depths `fit_globals` scans over that grid (Blackwell's, wave 30; Hopper's, wave 32 helper hop8)
+SPLIT_DEPTH_GLOBALS = ("blackwell_split_min_k", "hopper_split_min_k")
 
 
 def _soft_l1(r) -> float:
@@ -135,11 +139,11 @@ def _soft_l1(r) -> float:
     return float(np.sum(np.sqrt(1.0 + (r / 0.1) ** 2) - 1.0))
 
 
-def _scan_split_depth(x, names, resid, fit, lo, hi):
-    """`blackwell_split_min_k` picks the launch (split-K / stream-K allowed or not), so the least-squares step barely
+def _scan_split_depth(x, names, resid, fit, lo, hi, name: str = "blackwell_split_min_k"):
+    """A family split depth (`name`, one of `SPLIT_DEPTH_GLOBALS`) picks the launch (split-K / stream-K allowed or not), so the least-squares step barely
     moves it from its start. Score each `SPLIT_DEPTH_GRID` depth at the other globals just fitted; if one beats
     the fitted value, refit every global from it (the other globals then follow the new depth)."""
-    return _scan_grid(x, names, "blackwell_split_min_k", SPLIT_DEPTH_GRID, resid, fit, lo, hi)
+    return _scan_grid(x, names, name, SPLIT_DEPTH_GRID, resid, fit, lo, hi)
 
 
 # Candidate wave-launch L2-residency thresholds (working set / L2), scanned by `fit_globals` (wave 31, helper l40g;
@@ -167,6 +171,7 @@ def _scan_grid(x, names, name, grid, resid, fit, lo, hi):
 # Family constants carried among the globals: {glob key: (architecture or launch kind, the GEMM constant it sets on
 # those parts only)}
 FAMILY_GLOBALS = {"hopper_cluster_size": ("hopper", "cluster_size"), "hopper_clk_droop": ("hopper", "clk_droop"),
+                  "hopper_split_min_k": ("hopper", "split_min_k"),
                   "blackwell_split_min_k": ("blackwell", "split_min_k"),
                   "blackwell_cta_stream_us_mb": ("blackwell", "cta_stream_us_mb"),
                   # launch-kind scope: the wave-launched parts' memory ramp (fill_paradigm "wave": Ampere, Ada, sm120)
@@ -196,7 +201,7 @@ def _persistent_blackwell(gpu: str) -> bool:
 def with_globals(gpu: str, base: dict, glob: dict) -> dict:
     """`base` with the global constants applied; the `FAMILY_GLOBALS` keys set their constant on that
     family's parts only (`hopper_cluster_size`: the cluster size; `hopper_clk_droop`: the clock droop, over
-    any global `clk_droop`; `blackwell_split_min_k` / `blackwell_cta_stream_us_mb`: the split depth and the
+    any global `clk_droop`; `hopper_split_min_k`: Hopper's split depth; `blackwell_split_min_k` / `blackwell_cta_stream_us_mb`: the split depth and the
     per-CTA stream, over the global ones; `wave_*`: the memory ramp on the wave-launched parts, over the global
     one) and are not passed to other parts."""
     p = {k: v for k, v in base.items() if k not in FAMILY_GLOBALS}
