@@ -54,3 +54,9 @@ def test_fit_without_hopper_cells_fixes_the_depth_off(monkeypatch):
     assert out["hopper_split_min_k"] == 0.0 and "duty_k" in out
     out = F.fit_globals(None, ["h100-sxm"], {"h100-sxm": {}}, constants=C, names=["duty_k"], max_nfev=1)
     assert "hopper_split_min_k" not in out  # not fixed off: a Hopper fold leaves it to the fit (not named here)
+
+
+def test_e1_13_ablates_the_hopper_split_depth():
+    from steptime_lab.experiments.gemm import ablation
+
+    assert ablation.ABLATIONS["Hopper split depth (k pieces >= split_min_k)"] == {"hopper_split_min_k": 0.0}

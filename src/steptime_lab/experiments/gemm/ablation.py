@@ -122,6 +122,7 @@ ABLATIONS = {
     "per-CTA stream (persistent)": {"cta_stream_us_mb": 0.0},
     "stream-K token grain (whole tiles instead)": {"streamk_m_grain": 0.0},
     "Blackwell split depth (k pieces >= split_min_k)": {"blackwell_split_min_k": 0.0},
+    "Hopper split depth (k pieces >= split_min_k)": {"hopper_split_min_k": 0.0},
 }
 
 
