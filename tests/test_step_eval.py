@@ -140,7 +140,7 @@ def test_select_eta_rule_reads_only_the_training_gpus():
 def test_stack_factor_fitted_on_the_other_gpus_and_slows_the_compute_branch():
     """Vidur's stack factor (wave 32, e11h): read off the other GPUs' GEMM rows at m >= VIDUR_STACK_MIN_M, untouched
     by the scored GPU's own table, and it slows the compute-bound cells (prefill) while leaving decode nearly as is."""
-    from steptime_lab.experiments.tp_shapes import VIDUR_STACK_MIN_M
+    from steptime_lab.regimes import VIDUR_STACK_MIN_M
 
     C = Constants.default()
     v = _toy_vidur_slow_gemm({"a100-sxm": 1.15, "h100-sxm": 1.15, "a40": 1.15})

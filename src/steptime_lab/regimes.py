@@ -45,3 +45,8 @@ def llm_shaped(m, n, k) -> np.ndarray:
     """True where a GEMM cell has an LLM projection's shape (n, k >= 1024, m <= 16384)."""
     m, n, k = np.asarray(m), np.asarray(n), np.asarray(k)
     return (n >= LLM_MIN_NK) & (k >= LLM_MIN_NK) & (m <= LLM_MAX_M)
+
+# Vidur's measurement-stack factor (E1.29 since wave 31, helper vgemm; E1.1 since wave 32, helper e11h): fitted on
+# the projection rows with m >= this (compute-bound at the large tile on both A100 and H100), chosen after seeing
+# A100's and H100's Vidur GEMM rows. One place for it: tp_shapes and step both read it here.
+VIDUR_STACK_MIN_M = 2048

@@ -27,7 +27,7 @@ from steptime.calibration import Calibration, Constants
 from steptime_lab.experiments import gemm as GX
 from steptime_lab.experiments import light as LX
 from steptime_lab.metrics import score, signed_error
-from steptime_lab.regimes import PREFILL_MIN_TOKENS, size_class
+from steptime_lab.regimes import PREFILL_MIN_TOKENS, VIDUR_STACK_MIN_M, size_class
 from steptime.specs import get_gpu, get_model
 from steptime.step import VIDUR_GEMM, VIDUR_LAYER_OPS, VIDUR_LIGHT, vidur_layer_ops
 from steptime import plotting
@@ -157,7 +157,7 @@ def with_eta_active(constants, gpu, eta, rule):
 
 # Vidur's measurement stack on E1.1 (issue 19, wave 32, helper `e11h`; DESIGN.md): the same compute-rate factor
 # E1.29 applies to Vidur's GEMM rows (tp_shapes.vidur_stack_factors, wave 31 `vgemm`), here fitted on the OTHER Vidur
-# GPUs' projection operators at num_tokens (the GEMM's m) >= tp_shapes.VIDUR_STACK_MIN_M, each of them at its own
+# GPUs' projection operators at num_tokens (the GEMM's m) >= regimes.VIDUR_STACK_MIN_M, each of them at its own
 # held-out fold with the scored GPU left out of its constants too; the scored GPU's rows set nothing.
 STACK_NOTE = ("Vidur measurement-stack factor (E1.29's form, wave 31 vgemm): the scored GPU's GEMM compute branch "
               "runs at eta_active / factor, factor = median measured / held-out prediction of the other Vidur GPUs' "
@@ -168,10 +168,8 @@ def stack_factor(w, light_cells, gpu, gpus, gemm_doc, constants, min_m: int | No
     """Vidur's stack factor for `gpu` (STACK_NOTE), fitted on the other Vidur GPUs of `gpus` alone: each other GPU
     `o` predicted with `held_out_constants` / `fold_constants` held out within the GPUs other than `gpu` (no stack
     factor), the factor the median of measured / predicted over its projection operators' rows with num_tokens
-    >= `min_m` (default tp_shapes.VIDUR_STACK_MIN_M). Nothing of `gpu` is read. {"factor", "fitted_on", "cells",
+    >= `min_m` (default regimes.VIDUR_STACK_MIN_M). Nothing of `gpu` is read. {"factor", "fitted_on", "cells",
     "min_m"}; factor 1 when no other GPU has such rows."""
-    from steptime_lab.experiments.tp_shapes import VIDUR_STACK_MIN_M
-
     min_m = VIDUR_STACK_MIN_M if min_m is None else int(min_m)
     train = [o for o in gpus if o != gpu]
     ratios, used = [], []
@@ -438,7 +436,7 @@ STACK_DISCLOSED = (
     "Scored protocol since wave 32 (helper e11h, chosen after seeing E1.1's scores and the per-operator diagnosis in "
     "DESIGN.md): each Vidur GPU's GEMM compute branch runs at eta_active / its Vidur measurement-stack factor "
     "(metrics.vidur_stack), the form E1.29 uses since wave 31 (helper vgemm), fitted on the OTHER Vidur GPUs' "
-    "projection operators at m >= 2048 (tp_shapes.VIDUR_STACK_MIN_M, the threshold vgemm chose after seeing A100's "
+    "projection operators at m >= 2048 (regimes.VIDUR_STACK_MIN_M, the threshold vgemm chose after seeing A100's "
     "and H100's Vidur GEMM rows), each at its own held-out fold; the scored GPU's rows set nothing and no reading "
     "is added. The wave-31 scores without it are in DESIGN.md.")
 

@@ -33,7 +33,7 @@ from steptime.terms import attention as A
 from steptime.terms import gemm as G
 from steptime_lab.experiments import attention as AX
 from steptime_lab.experiments.gemm.contract import DISCLOSED as GEMM_DISCLOSED
-from steptime_lab.regimes import LLM_MAX_M, LLM_MIN_NK
+from steptime_lab.regimes import LLM_MAX_M, LLM_MIN_NK, VIDUR_STACK_MIN_M
 from steptime_lab.results import claim
 
 TPS = (1, 2, 4, 8)
@@ -145,7 +145,7 @@ def predict_gemm(cells: pd.DataFrame, gemm_doc: dict, base: Constants,
 # profiler trace); the GEMM folds are fitted on AIConfigurator's tables. On the cells both tables measured, Vidur
 # is 1.12-1.16x slower once the GEMM is compute-bound at the large tile (m >= 2048) on both A100 and H100, and
 # within a few percent at m <= 16 (memory-bound): a compute-rate factor of the stack, not a per-call offset.
-VIDUR_STACK_MIN_M = 2048  # the rows that fit the factor: m >= this (compute-bound at the large tile on both GPUs)
+# the rows that fit the factor: m >= VIDUR_STACK_MIN_M (steptime_lab.regimes; compute-bound at the large tile on both GPUs)
 
 
 def vidur_stack_factors(pred: pd.DataFrame, min_m: int = VIDUR_STACK_MIN_M) -> dict:
