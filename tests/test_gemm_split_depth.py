@@ -91,7 +91,11 @@ def test_fitted_as_a_blackwell_family_constant_and_ablated():
     b = F.with_globals("b200", E.base_params("b200", C), glob)
     h = F.with_globals("h100-sxm", E.base_params("h100-sxm", C), glob)
     assert b["split_min_k"] == 4096.0 and b["cta_stream_us_mb"] == 2.0
-    assert h.get("split_min_k", 0.0) == 0.0 and h["cta_stream_us_mb"] == 1.1
+    # the Blackwell depth does not reach Hopper, which keeps its own (family.hopper, shipped since wave 32)
+    assert h.get("split_min_k", 0.0) == C.get("split_min_k", get_gpu("h100-sxm"), 0.0) != 4096.0
+    assert h["cta_stream_us_mb"] == 1.1
+    hh = F.with_globals("h100-sxm", E.base_params("h100-sxm", C), {**glob, "hopper_split_min_k": 3000.0})
+    assert hh["split_min_k"] == 3000.0
     assert not set(F.FAMILY_GLOBALS) & (set(b) | set(h))
 
 
