@@ -110,6 +110,26 @@ def test_the_fit_cache_returns_the_fill_of_its_key_and_keeps_the_most_recent():
                                                     get_gpu(gpu), params=p))
 
 
+
+@pytest.mark.parametrize("gpu", ["h100-sxm", "a100-sxm"])
+def test_the_fit_cache_keys_on_the_paradigm(gpu):
+    """Two calls that differ only in the paradigm never share an entry: each gets its own paradigm's fill (the
+    wave fill of a persistent part, the persistent fill of a wave part), and the default is the GPU's own."""
+    m, n, k = _cells(300)
+    cache = F._FillCache([gpu], {gpu: {}}, {gpu: (m, n, k, np.ones_like(m))})
+    p = _params(gpu)
+    own = G.fill_paradigm(get_gpu(gpu))
+    other = "wave" if own == "persistent" else "persistent"
+    first = cache.get(gpu, "sample", p, paradigm=other)
+    assert first["paradigm"] == other
+    _same(first, G.sm_fill(m, n, k, get_gpu(gpu), params=p, paradigm=other))
+    mine = cache.get(gpu, "sample", p)
+    assert mine is not first and mine["paradigm"] == own
+    _same(mine, G.sm_fill(m, n, k, get_gpu(gpu), params=p))
+    assert not np.array_equal(mine["eta_cluster"], first["eta_cluster"])
+    assert cache.get(gpu, "sample", p, paradigm=own) is mine
+    assert cache.get(gpu, "sample", p, paradigm=other) is first
+
 @pytest.mark.parametrize("gpu", GPUS)
 def test_the_floor_moves_no_branch(gpu):
     """apply_readings sets the floor and reads on without a new gemm_time: the floor moves t_floor (floor_time) and t

@@ -114,11 +114,13 @@ def test_fit_scans_the_depth_grid_and_refits_from_the_best():
         refits.append(np.array(x0))
         return np.array([100.0, x0[1]])
 
-    x = F._scan_split_depth(np.array([120.0, 4096.0]), names, resid, fit, lo, hi)
+    x = F._scan_grid(np.array([120.0, 4096.0]), names, "blackwell_split_min_k", F.SPLIT_DEPTH_GRID, resid, fit, lo,
+                     hi)
     assert x[1] == pytest.approx(8192.0) and x[0] == 100.0 and len(refits) == 1
     refits.clear()
     kept = np.array([100.0, 8192.0])
-    assert F._scan_split_depth(kept, names, resid, fit, lo, hi) is kept and not refits  # nothing beats it
+    again = F._scan_grid(kept, names, "blackwell_split_min_k", F.SPLIT_DEPTH_GRID, resid, fit, lo, hi)
+    assert again is kept and not refits  # nothing beats it
     assert 4096.0 in F.SPLIT_DEPTH_GRID and E.FIT_GLOBALS["blackwell_split_min_k"][0] == 4096.0
 
 

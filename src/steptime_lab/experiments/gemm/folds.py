@@ -88,9 +88,11 @@ def fit_globals(df, gpus, readings: dict, *, constants: Constants, seed: int = 0
 
     with threadpool_limits(limits=1):
         x = fit(start)
-        for depth in SPLIT_DEPTH_GLOBALS:  # a launch choice: the cost is piecewise in it, so scan its grid too
+        # a family split depth picks the launch (split-K / stream-K allowed or not): the cost is piecewise in it and
+        # the least-squares step barely moves it from its start, so scan its grid too
+        for depth in SPLIT_DEPTH_GLOBALS:
             if depth in names:
-                x = _scan_split_depth(x, names, resid, fit, lo, hi, depth)
+                x = _scan_grid(x, names, depth, SPLIT_DEPTH_GRID, resid, fit, lo, hi)
         if "wave_l2_resident_x" in names:  # a threshold in the working set: piecewise too, so scan its grid
             x = _scan_grid(x, names, "wave_l2_resident_x", WAVE_L2_RESIDENT_GRID, resid, fit, lo, hi)
     return {**dict(zip(names, map(float, x))), **fixed}
@@ -100,6 +102,8 @@ class _FillCache:
     """The launch fills (`steptime.terms.gemm.sm_fill`) of one fit's cells per GPU (its reading cells, its sample),
     kept for the last few `fill_key`s: a least-squares step moves one global at a time, and most globals leave the
     launch choice alone, so most residual evaluations reuse a fill (the same values, without the launch search).
+    An entry is keyed on all the fill depends on: the GPU and cell set (its slot), the paradigm and the constants of
+    `FILL_CONSTANTS` (`fill_key`); the heuristic launch only (no `launch` dispatch).
     One per `fit_globals` call (no state outlives the fit)."""
 
     SIZE = 8  # fills kept per GPU and cell set (a Jacobian moves each launch global once from the same point)
@@ -113,15 +117,17 @@ class _FillCache:
             self.cells[(g, "sample")] = sample[g][:3]
         self.kept: dict = {key: {} for key in self.cells}
 
-    def get(self, gpu: str, which: str, p: dict) -> dict:
+    def get(self, gpu: str, which: str, p: dict, paradigm: str | None = None) -> dict:
+        """The `sm_fill` of `gpu`'s `which` cells under `p` and `paradigm` (default: the GPU's, `fill_paradigm`)."""
         from steptime.terms.gemm import fill_key, fill_paradigm, sm_fill
 
         kept = self.kept[(gpu, which)]
-        key = fill_key(p, fill_paradigm(get_gpu(gpu)))
+        paradigm = paradigm or fill_paradigm(get_gpu(gpu))
+        key = fill_key(p, paradigm)
         fill = kept.pop(key, None)
         if fill is None:
             m, n, k = self.cells[(gpu, which)]
-            fill = sm_fill(m, n, k, get_gpu(gpu), params=p)
+            fill = sm_fill(m, n, k, get_gpu(gpu), params=p, paradigm=paradigm)
             if len(kept) >= self.SIZE:
                 kept.pop(next(iter(kept)))  # the least recently used
         kept[key] = fill  # most recent last
@@ -137,13 +143,6 @@ SPLIT_DEPTH_GLOBALS = ("blackwell_split_min_k", "hopper_split_min_k")
 def _soft_l1(r) -> float:
     """least_squares' soft-L1 cost at f_scale 0.1 (up to a constant factor)."""
     return float(np.sum(np.sqrt(1.0 + (r / 0.1) ** 2) - 1.0))
-
-
-def _scan_split_depth(x, names, resid, fit, lo, hi, name: str = "blackwell_split_min_k"):
-    """A family split depth (`name`, one of `SPLIT_DEPTH_GLOBALS`) picks the launch (split-K / stream-K allowed or not), so the least-squares step barely
-    moves it from its start. Score each `SPLIT_DEPTH_GRID` depth at the other globals just fitted; if one beats
-    the fitted value, refit every global from it (the other globals then follow the new depth)."""
-    return _scan_grid(x, names, name, SPLIT_DEPTH_GRID, resid, fit, lo, hi)
 
 
 # Candidate wave-launch L2-residency thresholds (working set / L2), scanned by `fit_globals` (wave 31, helper l40g;
