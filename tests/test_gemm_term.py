@@ -139,7 +139,7 @@ def test_fill_paradigms():
     assert G.fill_paradigm(get_gpu("rtx-pro-6000")) == "wave"
 
 
-@pytest.mark.parametrize("gpu", ["a100-sxm", "h100-sxm", "b200", "rtx-pro-6000"])
+@pytest.mark.parametrize("gpu", ["a100-sxm", "h100-sxm", "b200", "rtx-pro-6000", "h20", "rtx-4090"])
 def test_small_batch_path_picks_the_same_launch_as_the_option_loop(gpu):
     """sm_fill scores small batches in one cells x options broadcast and large ones option by
     option; both must choose the same launch for every cell (either paradigm)."""
@@ -150,7 +150,7 @@ def test_small_batch_path_picks_the_same_launch_as_the_option_loop(gpu):
     n = rng.choice([128.0, 1024, 2560, 4096, 6144, 14336, 28672, 128256], m.size)
     k = rng.choice([64.0, 512, 1024, 4096, 8192, 14336], m.size)
     for paradigm in ("wave", "persistent"):
-        opts = G._options(p, paradigm)
+        opts = G._options(p, paradigm, g)
         grid = G.grid_cap(g, p, paradigm)
         loop = G._best_option_loop(m, n, k, opts, paradigm, g, p, grid)
         small = G._best_option_2d(m, n, k, opts, paradigm, g, p, grid)

@@ -26,15 +26,9 @@ def test_gemm_never_faster_than_speed_of_light(gpu):
     assert beyond_l2.any()
 
 
-# H20 (datasheet only, no measured table) at one token: with Hopper's own split depth (wave 32) k = 4096 stays whole,
-# 32 column tiles fill 32 of its 78 SMs, and the 16-row tile's padding at its 148-TFLOPS rate makes the law call a
-# GEMV compute-bound (15.7 us compute vs 9.9 us memory). A known defect of the law on that part, disclosed in the
-# wave-32 note; strict, so the mark goes when the law is mended.
-H20_DEFECT = pytest.mark.xfail(strict=True, reason="wave 32: H20's one-token GEMM priced compute-bound (Hopper split "
-                               "depth keeps k whole; 16-row tile padding at H20's tensor rate)")
-
-
-@pytest.mark.parametrize("gpu", [pytest.param(g, marks=H20_DEFECT) if g == "h20" else g for g in gpu_keys()])
+# H20 included: wave 33 (helper `h20`) mended its one-token GEMM, priced compute-bound in wave 32 (a quarter-rate tensor
+# pipe running the ladder's rel as if it were full-rate; tests/test_gemm_tensor_pipe.py).
+@pytest.mark.parametrize("gpu", gpu_keys())
 def test_gemm_memory_bound_at_one_token_compute_bound_at_many(gpu):
     r = gemm_time(np.array([1, 16384]), 4096, 4096, get_gpu(gpu))
     assert not r["compute_bound"][0]

@@ -37,6 +37,14 @@ matters at the few-tile skinny shapes (column-parallel n = 768 at TP 8, m <= 256
 streams 1 MB of a 6 MB weight) and is a small share where many CTAs share the bytes.
 `cta_stream_us_mb` = 0 turns it off; wave-launched families always keep it off (E1.29).
 
+Throttled tensor pipe (`tensor_pipe_fraction`, from the datasheet): a tile's relative throughput `rel` in the
+ladder is a cap set by what feeds the tensor pipe (operand staging of a small tile), fitted on parts whose pipe issues
+at its architecture's full rate per SM clock. A part whose pipe is throttled to a fraction f of that rate (H20 1/4,
+the GeForce / L20 / L40 bf16-with-fp32-accumulate 1/2) keeps the same SM data path, so a tile runs at
+min(f, rel) of the full rate: `rel` / f of its own peak, at most 1 (`tile_ladder`). f is 1 on every full-rate part
+(the ladder unchanged). Without it a one-token GEMM on H20 (16-row tile at rel 0.5 on a quarter-rate pipe) was
+priced compute-bound (DESIGN.md, wave 33 helper `h20`).
+
 Split depth (`split_min_k`, elements of k; 0 = off; persistent launches only): a launch splits k (split-K or a stream-K
 launch spreading few tiles over more CTAs) only into pieces of at least this depth, as the
 measured few-tile kernels do (DESIGN.md, wave 30 helper `splitk`: one serial k loop per output
@@ -168,11 +176,46 @@ def resolve(gpu, constants: Constants | None = None) -> dict:
     return p
 
 
-def _options(p: dict, paradigm: str):
+# Dense bf16 tensor flops per SM per clock at the architecture's full pipe rate (an architecture fact, by sm_version;
+# CDNA: per CU), against which `tensor_pipe_fraction` reads a part's datasheet rate.
+TENSOR_FLOP_PER_CLK_SM = MappingProxyType({80: 2048, 86: 1024, 89: 1024, 90: 4096, 100: 8192, 103: 8192, 120: 1024,
+                                           942: 2048, 950: 4096})
+
+
+def tensor_pipe_fraction(gpu) -> float:
+    """Fraction of its architecture's full tensor-pipe rate per SM clock at which `gpu` issues (DERIVED from the
+    datasheet: bf16 dense flops / (SMs x boost clock), over `TENSOR_FLOP_PER_CLK_SM`), rounded to a power of two
+    (pipe throttles are issue-rate halvings: H20 1/4, GeForce / L20 / L40 bf16 with fp32 accumulate 1/2; a quoted
+    clock off the one the peak was quoted at moves the raw ratio by < 15%), at most 1. 1 where the architecture or
+    the clock is unknown."""
+    full = TENSOR_FLOP_PER_CLK_SM.get(getattr(gpu, "sm_version", None))
+    clk = gpu.boost_mhz
+    if full is None or np.ndim(clk) or not clk or not gpu.sms:
+        return 1.0
+    ratio = gpu.peak_flops / (gpu.sms * clk * 1e6 * full)
+    if ratio <= 0:
+        return 1.0
+    return float(min(1.0, 2.0 ** round(math.log2(ratio))))
+
+
+def tile_ladder(p: dict, gpu) -> np.ndarray:
+    """The tile ladder [[tile_m, tile_n, rel], ...] as it runs on `gpu`: on a throttled tensor pipe (fraction f < 1,
+    `tensor_pipe_fraction`) each tile's rel becomes min(1, rel / f) (the tile's feed cap is the full-rate part's, the
+    pipe is slower); the ladder of `p` unchanged where f is 1."""
+    tiles = np.asarray(p["tiles"], dtype=float)
+    f = tensor_pipe_fraction(gpu) if gpu is not None else 1.0
+    if f < 1.0:
+        tiles = tiles.copy()
+        tiles[:, 2] = np.minimum(1.0, tiles[:, 2] / f)
+    return tiles
+
+
+def _options(p: dict, paradigm: str, gpu=None):
     """Launch options (tile_m, tile_n, rel, split, streamk): every tile x split-K, plus one
     stream-K (work-balanced) launch per tile when `streamk_rel` > 0 and the launch is
-    persistent (the wave-launched kernels of Ampere/Ada/sm120 have no stream-K)."""
-    tiles = np.asarray(p["tiles"], dtype=float)
+    persistent (the wave-launched kernels of Ampere/Ada/sm120 have no stream-K). The tiles' rel as they run on
+    `gpu` (`tile_ladder`)."""
+    tiles = tile_ladder(p, gpu)
     opts = [(tm, tn, r, s, 0.0) for tm, tn, r in tiles for s in SPLITK_OPTIONS]
     if float(p.get("streamk_rel", 0.0)) > 0 and paradigm == "persistent":
         opts += [(tm, tn, r * float(p["streamk_rel"]), 1.0, 1.0) for tm, tn, r in tiles]
@@ -301,7 +344,7 @@ def sm_fill(m, n, k, gpu, constants: Constants | None = None, params: dict | Non
     shape = m.shape
     m, n, k = m.ravel(), n.ravel(), k.ravel()
     paradigm = paradigm or fill_paradigm(gpu)
-    opts = _options(p, paradigm)
+    opts = _options(p, paradigm, gpu)
     grid_max = grid_cap(gpu, p, paradigm)
     if m.size <= SMALL_BATCH:
         idx = _best_option_2d(m, n, k, opts, paradigm, gpu, p, grid_max)
@@ -349,7 +392,7 @@ def _forced_fill(m, n, k, gpu, p: dict, paradigm: str, launch) -> dict:
     tm, tn, cm = (np.broadcast_to(np.asarray(v, dtype=float), m.shape) for v in (tuple(tiles) + (1.0,))[:3])
     if np.any(cm < 1):
         raise ValueError("a launch's cluster_m (tile rows per cluster) must be >= 1")
-    rel = forced_rel(tm, tn, p["tiles"])
+    rel = forced_rel(tm, tn, tile_ladder(p, gpu))
     one, zero = np.ones_like(m), np.zeros_like(m)
     r = _option_terms(m, n, k, tm, tn, rel, one, zero, paradigm, gpu, p, grid_cap(gpu, p, paradigm), cluster_m=cm)
     return {"paradigm": paradigm, "eta_cluster": r["eta_cluster"].reshape(shape),
