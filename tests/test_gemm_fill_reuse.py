@@ -80,6 +80,17 @@ def test_a_fill_of_other_cells_is_refused():
         G.gemm_time(m[:5], n[:5], k[:5], g, params=_params("h100-sxm"), fill=fill)
 
 
+def test_a_fill_of_another_paradigm_is_refused():
+    g = get_gpu("h100-sxm")
+    m, n, k = _cells(10)
+    p = _params("h100-sxm")
+    other = next(q for q in G.FILL_CONSTANTS if q != G.fill_paradigm(g))
+    fill = G.sm_fill(m, n, k, g, params=p, paradigm=other)
+    with pytest.raises(ValueError, match=f"found under the {other!r} paradigm"):
+        G.gemm_time(m, n, k, g, params=p, fill=fill)
+    G.gemm_time(m, n, k, g, params=p, paradigm=other, fill=fill)  # the same paradigm asked for: accepted
+
+
 def test_readings_with_a_passed_fill_equal_the_plain_readings():
     gpu = "h100-sxm"
     p = C.base_params(gpu, Constants.default())

@@ -677,6 +677,10 @@ def gemm_time(m, n, k, gpu, constants: Constants | None = None, f_clk: float | N
         if np.shape(fill["eta_cluster"]) != m.shape:
             raise ValueError(f"gemm_time: the fill passed is for cells of shape {np.shape(fill['eta_cluster'])}, "
                              f"not {m.shape}")
+        want = paradigm or fill_paradigm(gpu)
+        if fill.get("paradigm", want) != want:
+            raise ValueError(f"gemm_time: the fill passed was found under the {fill['paradigm']!r} paradigm, "
+                             f"not {want!r}")
     elif n.size == 1 and k.size == 1 and m.size > SMALL_BATCH:  # one weight, many token counts: each distinct m once
         u, inv = np.unique(m.ravel(), return_inverse=True)
         if u.size <= m.size // 4:
