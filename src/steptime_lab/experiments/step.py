@@ -165,23 +165,21 @@ STACK_NOTE = ("Vidur measurement-stack factor (E1.29's form, wave 31 vgemm): the
               "projection operators at m >= VIDUR_STACK_MIN_M; no reading of the scored GPU")
 
 
-def stack_factor(w, light_cells, gpu, gpus, gemm_doc, constants, min_m: int | None = None) -> dict:
+def stack_factor(w, gpu, gpus, gemm_doc, constants, min_m: int | None = None) -> dict:
     """Vidur's stack factor for `gpu` (STACK_NOTE; `vidur_stack.fit_stack_factor`), fitted on the other Vidur GPUs of
-    `gpus` alone: each other GPU `o` predicted with `held_out_constants` / `fold_constants` held out within the GPUs
-    other than `gpu` (no stack factor), the factor the median of measured / predicted over its projection operators'
-    rows with num_tokens >= `min_m` (default regimes.VIDUR_STACK_MIN_M). Nothing of `gpu` is read. {"factor",
-    "fitted_on", "cells", "min_m"}; factor 1 when no other GPU has such rows."""
+    `gpus` alone: each other GPU `o` predicted on its GEMM leave-one-GPU-out fold (`GX.with_fold` over `constants`,
+    no stack factor; the projections read no light constant), the factor the median of measured / predicted over its
+    projection operators' rows with num_tokens >= `min_m` (default regimes.VIDUR_STACK_MIN_M). Nothing of `gpu` is
+    read. {"factor", "fitted_on", "cells", "min_m"}; factor 1 when no other GPU has such rows."""
     import pandas as pd
 
     min_m = VIDUR_STACK_MIN_M if min_m is None else int(min_m)
-    train = [o for o in gpus if o != gpu]
     rows = []
-    for o in train:
+    for o in (o for o in gpus if o != gpu):
         wo = w[(w["gpu"] == o) & (w["num_tokens"] >= min_m)].reset_index(drop=True)
         if wo.empty:
             continue
-        C0, _ = held_out_constants(light_cells, o, train, gemm_doc, constants)
-        C, _, _ = fold_constants(C0, o, gemm_doc)
+        C, _ = GX.with_fold(require_constants(constants, "step.stack_factor"), o, gemm_doc)
         ops = predict_ops_frame(wo, o, C)
         rows += [pd.DataFrame({"gpu": o, "m": wo["num_tokens"].to_numpy(), "measured": wo[op].to_numpy(float),
                                "predicted": ops[op]}) for op in VIDUR_GEMM if op in wo]
@@ -324,7 +322,7 @@ def run(vidur, light_cells, gpus=None, seed: int = 0, n_boot: int = 1000, gemm_d
         info["gemm_reading"] = gemm_reading
         info["eta_active"] = float(C.get("eta_active", get_gpu(g)))  # the compute reading this protocol scored with
         if stack:
-            info["vidur_stack"] = stack_factor(w_all, light_cells, g, gpus, gemm_doc, constants)
+            info["vidur_stack"] = stack_factor(w_all, g, gpus, gemm_doc, constants)
             C = with_stack(C, g, info["vidur_stack"]["factor"])
             cal.notes[f"vidur_stack[{g}]"] = f"{STACK_NOTE}; fitted on {info['vidur_stack']['fitted_on']}"
         eta_rows = None
