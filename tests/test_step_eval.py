@@ -146,13 +146,13 @@ def test_stack_factor_fitted_on_the_other_gpus_and_slows_the_compute_branch():
     v = _toy_vidur_slow_gemm({"a100-sxm": 1.15, "h100-sxm": 1.15, "a40": 1.15})
     w, lc = E.wide_cells(v), LX.tidy_cells(v)
     gpus = ["a100-sxm", "a40", "h100-sxm"]
-    f = E.stack_factor(w, lc, "h100-sxm", gpus, None, C)
+    f = E.stack_factor(w, "h100-sxm", gpus, None, C)
     assert f["fitted_on"] == ["a100-sxm", "a40"] and f["min_m"] == VIDUR_STACK_MIN_M and f["cells"] > 0
     assert f["factor"] == pytest.approx(1.15, rel=0.01)
     bad = v.copy()
     bad.loc[bad["gpu"] == "h100-sxm", "latency_ms"] *= 3.0  # the scored GPU's rows set nothing
-    assert E.stack_factor(E.wide_cells(bad), LX.tidy_cells(bad), "h100-sxm", gpus, None, C)["factor"] == f["factor"]
-    assert E.stack_factor(w, lc, "h100-sxm", ["h100-sxm"], None, C)["factor"] == 1.0  # no other GPU: no correction
+    assert E.stack_factor(E.wide_cells(bad), "h100-sxm", gpus, None, C)["factor"] == f["factor"]
+    assert E.stack_factor(w, "h100-sxm", ["h100-sxm"], None, C)["factor"] == 1.0  # no other GPU: no correction
     new = E.run(v, lc, n_boot=20, constants=C, stack=True)
     old = E.run(v, lc, n_boot=20, constants=C)
     assert new["per_gpu"]["h100-sxm"]["vidur_stack"]["factor"] == f["factor"]

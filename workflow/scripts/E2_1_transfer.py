@@ -54,8 +54,10 @@ attn_reads = {g: [tuple(c) for c in v["scoring_excludes"].values()]
               for g, v in attn_doc["metrics"]["per_gpu"].items()}
 reading_ids = {"aic_attention": lambda t: attn_reads.get(t, []), "aic_gemm": lambda t: [],
                "vidur_step": lambda t: []}
-grey = {ds: transfer.GreyBox(ds, cells[ds], hooks[ds], fast=P.fast, seed=P.seed, reading_ids=reading_ids[ds])
-        for ds in transfer.DATASETS}
+# Vidur's measurement-stack factor on the Vidur step's physics arms, each held out as its arm allows (transfer.stack)
+stack = {"vidur_step": transfer.VidurStack(vidur, vidur_gpus, gemm_doc, constants)}
+grey = {ds: transfer.GreyBox(ds, cells[ds], hooks[ds], fast=P.fast, seed=P.seed, reading_ids=reading_ids[ds],
+                             stack=stack.get(ds)) for ds in transfer.DATASETS}
 for path in inp.greybox:  # fitted once by the greybox_fit rule (E2.2 ranks with the same fits); adopted if they fit these data
     fitted = joblib.load(path)
     grey[fitted["settings"]["dataset"]].adopt(fitted)
@@ -74,7 +76,7 @@ for path in inp.models:
     records += transfer.transfer_records(
         ds, cells[ds], bundle, transfer.TARGETS[ds], n_boot=P.n_boot, seed=P.seed,
         constants_for=hooks.get(ds), cal_log=cal_log, home_only=home_only, ml=ml[ds], ml_full=ml_full.get(ds), reading_ids=reading_ids[ds],
-        grey=grey[ds], memo=target_memo[ds],
+        grey=grey[ds], memo=target_memo[ds], stack=stack.get(ds),
         steptime_fit=lambda t, ds=ds: fit_footprint(ds, t, gemm_doc=gemm_doc, attn_doc=attn_doc,
                                                     attn_cells=attn_cells, attn_sample=attn_sample,
                                                     light_cells=light_cells, light_gpus=vidur_gpus, seed=P.seed))

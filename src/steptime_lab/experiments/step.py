@@ -26,6 +26,7 @@ import numpy as np
 from steptime.calibration import Calibration, Constants
 from steptime_lab.experiments import gemm as GX
 from steptime_lab.experiments import light as LX
+from steptime_lab import vidur_stack as VS
 from steptime_lab.metrics import score, signed_error
 from steptime_lab.regimes import PREFILL_MIN_TOKENS, VIDUR_STACK_MIN_M, size_class
 from steptime.specs import get_gpu, get_model
@@ -164,42 +165,34 @@ STACK_NOTE = ("Vidur measurement-stack factor (E1.29's form, wave 31 vgemm): the
               "projection operators at m >= VIDUR_STACK_MIN_M; no reading of the scored GPU")
 
 
-def stack_factor(w, light_cells, gpu, gpus, gemm_doc, constants, min_m: int | None = None) -> dict:
-    """Vidur's stack factor for `gpu` (STACK_NOTE), fitted on the other Vidur GPUs of `gpus` alone: each other GPU
-    `o` predicted with `held_out_constants` / `fold_constants` held out within the GPUs other than `gpu` (no stack
-    factor), the factor the median of measured / predicted over its projection operators' rows with num_tokens
-    >= `min_m` (default regimes.VIDUR_STACK_MIN_M). Nothing of `gpu` is read. {"factor", "fitted_on", "cells",
-    "min_m"}; factor 1 when no other GPU has such rows."""
+def stack_factor(w, gpu, gpus, gemm_doc, constants, min_m: int | None = None) -> dict:
+    """Vidur's stack factor for `gpu` (STACK_NOTE; `vidur_stack.fit_stack_factor`), fitted on the other Vidur GPUs of
+    `gpus` alone: each other GPU `o` predicted on its GEMM leave-one-GPU-out fold (`GX.with_fold` over `constants`,
+    no stack factor; the projections read no light constant), the factor the median of measured / predicted over its
+    projection operators' rows with num_tokens >= `min_m` (default regimes.VIDUR_STACK_MIN_M). Nothing of `gpu` is
+    read. {"factor", "fitted_on", "cells", "min_m"}; factor 1 when no other GPU has such rows."""
+    import pandas as pd
+
     min_m = VIDUR_STACK_MIN_M if min_m is None else int(min_m)
-    train = [o for o in gpus if o != gpu]
-    ratios, used = [], []
-    for o in train:
+    rows = []
+    for o in (o for o in gpus if o != gpu):
         wo = w[(w["gpu"] == o) & (w["num_tokens"] >= min_m)].reset_index(drop=True)
         if wo.empty:
             continue
-        C0, _ = held_out_constants(light_cells, o, train, gemm_doc, constants)
-        C, _, _ = fold_constants(C0, o, gemm_doc)
+        C, _ = GX.with_fold(require_constants(constants, "step.stack_factor"), o, gemm_doc)
         ops = predict_ops_frame(wo, o, C)
-        for op in VIDUR_GEMM:
-            if op not in wo:
-                continue
-            y = wo[op].to_numpy(float)
-            ok = np.isfinite(y) & (y > 0)
-            ratios.append(y[ok] / ops[op][ok])
-        used.append(str(o))
-    r = np.concatenate(ratios) if ratios else np.array([])
-    return {"factor": round(float(np.median(r)), 4) if len(r) else 1.0, "fitted_on": used, "cells": int(len(r)),
-            "min_m": min_m}
+        rows += [pd.DataFrame({"gpu": o, "m": wo["num_tokens"].to_numpy(), "measured": wo[op].to_numpy(float),
+                               "predicted": ops[op]}) for op in VIDUR_GEMM if op in wo]
+    rows = pd.concat(rows, ignore_index=True) if rows else pd.DataFrame(columns=list(VS.STACK_ROWS))
+    return VS.fit_stack_factor(rows, gpu, min_m)
 
 
 def with_stack(constants, gpu, factor: float):
-    """`constants` with `gpu`'s eta_active divided by Vidur's stack `factor` (compute branch only)."""
-    f = float(factor)
-    if not np.isfinite(f) or f <= 0:
-        raise ValueError(f"{gpu}: a measurement-stack factor must be a positive number, got {factor!r}")
-    eta = float(constants.get("eta_active", get_gpu(gpu)))
-    return constants.with_overrides({"eta_active": eta / f}, scope=f"gpu.{get_gpu(gpu).key}", provenance="DERIVED",
-                                    source=f"eta_active / Vidur stack factor {f:.4g} ({STACK_NOTE})")
+    """`constants` with `gpu`'s eta_active divided by Vidur's stack `factor` (compute branch only;
+    `vidur_stack.stacked_eta`)."""
+    eta = VS.stacked_eta(constants.get("eta_active", get_gpu(gpu)), factor, gpu)
+    return constants.with_overrides({"eta_active": eta}, scope=f"gpu.{get_gpu(gpu).key}", provenance="DERIVED",
+                                    source=f"eta_active / Vidur stack factor {float(factor):.4g} ({STACK_NOTE})")
 
 
 ETA_ROUNDS = 3  # the Vidur compute reading and the fold's other readings, solved in turn (they meet in the overlap)
@@ -329,7 +322,7 @@ def run(vidur, light_cells, gpus=None, seed: int = 0, n_boot: int = 1000, gemm_d
         info["gemm_reading"] = gemm_reading
         info["eta_active"] = float(C.get("eta_active", get_gpu(g)))  # the compute reading this protocol scored with
         if stack:
-            info["vidur_stack"] = stack_factor(w_all, light_cells, g, gpus, gemm_doc, constants)
+            info["vidur_stack"] = stack_factor(w_all, g, gpus, gemm_doc, constants)
             C = with_stack(C, g, info["vidur_stack"]["factor"])
             cal.notes[f"vidur_stack[{g}]"] = f"{STACK_NOTE}; fitted on {info['vidur_stack']['fitted_on']}"
         eta_rows = None

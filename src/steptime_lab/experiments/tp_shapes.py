@@ -33,6 +33,7 @@ from steptime.terms import attention as A
 from steptime.terms import gemm as G
 from steptime_lab.experiments import attention as AX
 from steptime_lab.experiments.gemm.contract import DISCLOSED as GEMM_DISCLOSED
+from steptime_lab import vidur_stack as VS
 from steptime_lab.regimes import LLM_MAX_M, LLM_MIN_NK, VIDUR_STACK_MIN_M
 from steptime_lab.results import claim
 
@@ -128,10 +129,7 @@ def predict_gemm(cells: pd.DataFrame, gemm_doc: dict, base: Constants,
         x = x[keep].copy()
         gpu = get_gpu(g)
         params = G.resolve(gpu, c)
-        f = float((stack or {}).get(g, 1.0))
-        if not np.isfinite(f) or f <= 0:
-            raise ValueError(f"{g}: a measurement-stack factor must be a positive number, got {f!r}")
-        params["eta_active"] = float(params["eta_active"]) / f
+        params["eta_active"] = VS.stacked_eta(params["eta_active"], float((stack or {}).get(g, 1.0)), g)
         x["pred_ms"] = G.gemm_time(x["m"].to_numpy(), x["n"].to_numpy(), x["k"].to_numpy(), gpu,
                                    params=params)["t"] * 1e3
         out.append(x)
@@ -149,23 +147,16 @@ def predict_gemm(cells: pd.DataFrame, gemm_doc: dict, base: Constants,
 
 
 def vidur_stack_factors(pred: pd.DataFrame, min_m: int = VIDUR_STACK_MIN_M) -> dict:
-    """Per scored GPU, Vidur's stack factor fitted on the OTHER Vidur GPUs' rows: the median of measured / held-out
-    prediction (each of those GPUs at its own leave-one-GPU-out fold, no stack factor) over their rows with
-    m >= `min_m`. The scored GPU's own rows set nothing. {gpu: {"factor", "fitted_on", "cells", "min_m"}}; a GPU
-    with no other Vidur GPU gets factor 1 (no correction)."""
+    """Per scored GPU, Vidur's stack factor fitted on the OTHER Vidur GPUs' rows (`vidur_stack.fit_stack_factor`):
+    the median of measured / held-out prediction (each of those GPUs at its own leave-one-GPU-out fold, no stack
+    factor) over their rows with m >= `min_m`. The scored GPU's own rows set nothing. {gpu: {"factor",
+    "fitted_on", "cells", "min_m"}}; a GPU with no other Vidur GPU gets factor 1 (no correction)."""
     need = {"gpu", "source", "m", "latency_ms", "pred_ms"}
     if not need <= set(pred.columns):
         raise ValueError(f"vidur_stack_factors needs the columns {sorted(need)}, missing "
                          f"{sorted(need - set(pred.columns))}")
-    v = pred[pred["source"] == "vidur"]
-    big = v[v["m"] >= min_m]
-    out = {}
-    for g in sorted(v["gpu"].unique()):
-        o = big[big["gpu"] != g]
-        f = float(np.median(o["latency_ms"] / o["pred_ms"])) if len(o) else 1.0
-        out[str(g)] = {"factor": round(f, 4), "fitted_on": sorted(map(str, o["gpu"].unique())),
-                       "cells": int(len(o)), "min_m": int(min_m)}
-    return out
+    v = pred[pred["source"] == "vidur"].rename(columns={"latency_ms": "measured", "pred_ms": "predicted"})
+    return {str(g): VS.fit_stack_factor(v, g, min_m) for g in sorted(v["gpu"].unique())}
 
 
 VIDUR_M_BANDS = ((1, 64, "m <= 64"), (65, 256, "64 < m <= 256"), (257, 1024, "256 < m <= 1024"),

@@ -53,6 +53,7 @@ from steptime_lab.experiments.transfer.profiled import (ATTN_FEATURES, FAST_MAX_
                                                     _long_step, bundle_summary, fit_home, predict_profiled,
                                                     split_home)
 from steptime_lab.experiments.transfer.greybox import GreyBox, term_features  # noqa: F401
+from steptime_lab.experiments.transfer.stack import VidurStack  # noqa: F401
 from steptime_lab.experiments.transfer.fair_ground import HomeOnly, MLLeaveOneOut, ml_features, reading_scale  # noqa: F401
 from steptime_lab.experiments.transfer.records import (HOME_GPUS, PEERS, PREDICTORS, TARGETS, profiler_gap,  # noqa: F401
                                                    ratio_table, transfer_records)

@@ -13,6 +13,7 @@ from steptime_lab.experiments.transfer.fair_ground import (ML_FAST_ROWS_PER_GPU,
                                                      ML_TUNED_ROWS_PER_GPU)
 from steptime_lab.experiments.transfer.profiled import FAST_MAX_ROWS, TEST_FRACTION, bundle_summary
 from steptime_lab.experiments.transfer.records import HOME_GPUS, TARGETS, ratio_table, transfer_records
+from steptime_lab.experiments.transfer.stack import DISCLOSED as STACK_DISCLOSED, summary as stack_summary
 from steptime.plotting import PALETTE, save, setup
 from steptime_lab.results import claim
 
@@ -298,6 +299,10 @@ def transfer_document(records, fits, cells, *, fast: bool, full_grid: bool, targ
                                "decode/prefill split: attention by table, others by tokens <= 256",
                                "GEMM LLM-shaped subset: n, k >= 1024 and m <= 16384 (as the GEMM experiments)"]},
     }
+    stack = stack_summary(records)
+    if stack:  # the Vidur step's arms ran under Vidur's measurement-stack factor (transfer.stack)
+        metrics["vidur_stack"] = stack
+        metrics["disclosed_vidur_stack"] = STACK_DISCLOSED
     return {"metrics": metrics, "claims": claims}
 
 

@@ -423,8 +423,13 @@ class GreyBox:
 
     def __init__(self, dataset: str, cells, constants_for, *, fast: bool = True, seed: int = 0,
                  reading_ids=None, bandwidths=None, shared: bool = False, shrinks=SHRINKS, anchors=ANCHORS,
-                 feature_sets=FEATURE_SETS, references=None):
+                 feature_sets=FEATURE_SETS, references=None, stack=None):
         self.dataset, self.cells, self.constants_for = dataset, cells, constants_for
+        # Vidur's measurement-stack factor (the Vidur step; `transfer.stack.VidurStack`): fitting target T, a GPU's
+        # physics runs under its factor fitted on the Vidur GPUs other than itself and T (issue 24, wave 33, grey4)
+        if stack is not None and dataset != "vidur_step":
+            raise ValueError(f"a Vidur stack factor applies to the vidur_step table, not {dataset}")
+        self.stack = stack
         self.shared = bool(shared)
         if self.shared and bandwidths is None:  # no similarity weighting either: one weight per training GPU
             bandwidths = (math.inf,)
@@ -449,9 +454,12 @@ class GreyBox:
         f = term_features(self.dataset, cells, gpu)
         return {t: F[:, :SHAPE_COLUMNS[self.dataset]] for t, F in f.items()} if self.shared else f
 
-    def base_terms(self, cells, gpu: str, constants=None) -> dict[str, np.ndarray]:
-        """steptime's prediction (ms) of each term of `cells` on `gpu` ({term: ms})."""
+    def base_terms(self, cells, gpu: str, constants=None, target: str | None = None) -> dict[str, np.ndarray]:
+        """steptime's prediction (ms) of each term of `cells` on `gpu` ({term: ms}); with a `stack` and no
+        `constants`, under `gpu`'s stack factor fitted without `gpu` and `target`."""
         c = constants if constants is not None else self.constants_for(gpu)[0]
+        if constants is None and self.stack is not None and target is not None:
+            c = self.stack.constants(c, gpu, target)
         if self.dataset == "vidur_step":
             return predict_layer_ops(cells, gpu, c, per_op=True)
         return {terms_of(self.dataset)[0]: np.asarray(predict_steptime(self.dataset, cells, gpu, c), dtype=float)}
@@ -492,12 +500,15 @@ class GreyBox:
         self._reads[gpu] = out
         return out
 
-    def _training(self, gpu: str):
-        if gpu not in self._data:
+    def _training(self, gpu: str, target: str | None = None):
+        """`gpu`'s training data; with a `stack`, as seen fitting `target` (its physics under its factor fitted
+        without `target`)."""
+        key = (gpu, target) if self.stack is not None else gpu
+        if key not in self._data:
             sub = self.cells[self.cells["gpu"] == gpu].reset_index(drop=True)
             if self.dataset != "vidur_step":
                 sub = sub[~self.reading_mask(sub, gpu)].reset_index(drop=True)
-            base = self.base_terms(sub, gpu)
+            base = self.base_terms(sub, gpu, target=target)
             roof = term_rooflines(self.dataset, sub, gpu)
             feats = self._features(sub, gpu)
             wk = _work(self.dataset, sub)
@@ -509,21 +520,23 @@ class GreyBox:
                 out[term] = {"F": feats[term][ok], "base": base[term][ok], "meas": meas[ok],
                              "off": log_efficiency(base[term], roof[term])[ok],
                              "work": tuple(np.asarray(x)[ok] for x in wk), **reads[term]}
-            self._data[gpu] = out
-        return self._data[gpu]
+            self._data[key] = out
+        return self._data[key]
 
     def fit(self, target: str):
         if target not in self._memo:
             gpus = sorted(g for g in self.cells["gpu"].unique() if g != target)
             models, cv = {}, {}
             for term in terms_of(self.dataset):
-                models[term], cv[term] = fit_term({g: self._training(g)[term] for g in gpus}, target,
+                models[term], cv[term] = fit_term({g: self._training(g, target)[term] for g in gpus}, target,
                                                   fast=self.fast, seed=self.seed, bandwidths=self.bandwidths,
-                                                  fits=self._fits.setdefault(term, {}), shrinks=self.shrinks,
+                                                  fits=self._fits.setdefault(
+                                                      (term, target) if self.stack is not None else term, {}),
+                                                  shrinks=self.shrinks,
                                                   anchors=self.anchors, feature_sets=self.feature_sets,
                                                   references=term_references(self.dataset, term, self.references))
             first = terms_of(self.dataset)[0]
-            info = {"gpus": gpus, "cells": int(sum(len(self._training(g)[first]["base"]) for g in gpus)),
+            info = {"gpus": gpus, "cells": int(sum(len(self._training(g, target)[first]["base"]) for g in gpus)),
                     "target_readings": 3,
                     "target_readings_via": "steptime's held-out constants (the target's three deploy readings); "
                                            "their cells anchor the correction where the table holds them",
@@ -537,7 +550,9 @@ class GreyBox:
                     "shared": self.shared, "shrinks": list(self.shrinks), "anchors": list(self.anchors),
                     "feature_sets": list(self.feature_sets), "references": list(self.references),
                     "setting": {t: m.name for t, m in models.items()},
-                    "nested_cv_mape": cv}
+                    "nested_cv_mape": cv,
+                    **({"vidur_stack": {g: self.stack.factor(g, target) for g in [target] + gpus}}
+                       if self.stack is not None else {})}
             self._memo[target] = (models, info)
         return self._memo[target]
 
@@ -549,6 +564,7 @@ class GreyBox:
                 "shrinks": list(self.shrinks), "anchors": list(self.anchors),
                 "feature_sets": list(self.feature_sets), "references": list(self.references),
                 "anchor_kernel": ANCHOR_KERNEL.get(self.dataset),
+                **({"vidur_stack": True} if self.stack is not None else {}),
                 "bandwidths": [("inf" if not math.isfinite(h) else h) for h in (self.bandwidths or BANDWIDTHS[self.fast])]}
 
     def fingerprint(self) -> str:
@@ -557,9 +573,11 @@ class GreyBox:
         import hashlib
 
         h = hashlib.sha256()
-        for g in sorted(self.cells["gpu"].unique()):
-            for t, d in sorted(self._training(g).items()):
-                h.update(f"{g}|{t}|".encode())
+        gpus = sorted(self.cells["gpu"].unique())
+        for g, target in ([(g, t) for t in gpus for g in gpus if g != t] if self.stack is not None else
+                          [(g, None) for g in gpus]):
+            for t, d in sorted(self._training(g, target).items()):
+                h.update(f"{g}|{t}|".encode() if target is None else f"{target}:{g}|{t}|".encode())
                 for k in ("F", "base", "meas", "read_F", "read_base", "read_meas"):
                     h.update(np.ascontiguousarray(np.asarray(d[k], dtype=float)).tobytes())
         return h.hexdigest()

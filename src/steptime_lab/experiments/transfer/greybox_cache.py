@@ -8,6 +8,7 @@ from __future__ import annotations
 from steptime_lab.evaluate.held_out import HeldOut
 from steptime_lab.experiments.cells import VIDUR_GPUS, load_cells, step_tps
 from steptime_lab.experiments.transfer.greybox import GreyBox
+from steptime_lab.experiments.transfer.stack import VidurStack
 
 
 def attention_reading_ids(attn_doc: dict):
@@ -20,7 +21,7 @@ def greybox_for(dataset: str, tables: dict, *, constants, gemm_doc: dict, attn_d
                 full_grid: bool = False, seed: int = 0) -> GreyBox:
     """E2.1's grey box for one table, built as its script builds it: the cells (`load_cells`, Vidur's
     TP grid from fast / full_grid), each GPU's held-out constants (`HeldOut` for the dataset) and its
-    readings. The pipeline's `greybox_fit` rule fits every target of it once (results/cache/greybox/
+    readings; the Vidur step's physics under Vidur's stack factor (`transfer.stack`). The pipeline's `greybox_fit` rule fits every target of it once (results/cache/greybox/
     <dataset>.joblib); E2.1 and E2.2 adopt that cache (`GreyBox.adopt` checks it fits their data)."""
     cells = load_cells(dataset, step_tps(fast, full_grid), tables=tables)
     if dataset == "vidur_step":
@@ -29,4 +30,5 @@ def greybox_for(dataset: str, tables: dict, *, constants, gemm_doc: dict, attn_d
     else:
         hook = HeldOut.for_dataset(dataset, gemm_doc=gemm_doc, attn_doc=attn_doc, base=constants)
     reading_ids = attention_reading_ids(attn_doc) if dataset == "aic_attention" else (lambda gpu: [])
-    return GreyBox(dataset, cells, hook, fast=fast, seed=seed, reading_ids=reading_ids)
+    stack = VidurStack(tables["vidur_mlp"], VIDUR_GPUS, gemm_doc, constants) if dataset == "vidur_step" else None
+    return GreyBox(dataset, cells, hook, fast=fast, seed=seed, reading_ids=reading_ids, stack=stack)

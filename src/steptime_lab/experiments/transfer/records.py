@@ -35,7 +35,7 @@ def _fitted_on_profiled(bundle: dict, what: str, readings: int = 0) -> dict:
 def transfer_records(dataset: str, cells, bundle: dict, targets, *, n_boot: int = 1000, seed: int = 0,
                      constants=None, calibration=None, constants_for=None, cal_log: dict | None = None,
                      home_only=None, ml=None, ml_full=None, reading_ids=None, steptime_fit=None, grey=None,
-                     memo: dict | None = None) -> list[dict]:
+                     memo: dict | None = None, stack=None) -> list[dict]:
     """Every (predictor, target) record for one dataset and one home bundle.
 
     `constants_for(target) -> (Constants, Calibration)` supplies held-out constants for the
@@ -57,6 +57,9 @@ def transfer_records(dataset: str, cells, bundle: dict, targets, *, n_boot: int 
     `constants_for`, `ml`, `ml_full`, `grey`, `reading_ids` and `steptime_fit`) reuses what does not
     depend on the home (the exclusions, steptime's, the grey box's and ml_loo's predictions) when a
     target's cells are the same as before (`target_part`); the records are the same with or without it.
+    `stack` (a `transfer.stack.VidurStack`, the Vidur step only) runs steptime's, the grey box's and
+    steptime_home_only's GEMM compute branch under Vidur's measurement-stack factor, each held out as its arm
+    allows (`transfer.stack`); the steptime-scaled profile rows keep steptime's ratio without it.
     """
     home = bundle["home_gpu"]
     home_constants = constants_for(home)[0] if constants_for is not None else constants
@@ -72,12 +75,14 @@ def transfer_records(dataset: str, cells, bundle: dict, targets, *, n_boot: int 
         if target == home:
             tc = tc[bundle["test_mask"]].reset_index(drop=True)
         tp = target_part(dataset, tc, target, constants, cal, memo=memo, reading_ids=reading_ids,
-                         steptime_fit=steptime_fit, grey=grey, ml=ml, ml_full=ml_full)
+                         steptime_fit=steptime_fit, grey=grey, ml=ml, ml_full=ml_full, stack=stack)
         excl, read, tc, st_pred = tp["excl"], tp["read"], tp["tc"], tp["st_pred"]
         if cal_log is not None:
             cal_log[f"{dataset}|{target}"] = calibration_summary(cal, target)
         phase, meas = tp["phase"], tp["meas"]
         st_fit = copy.deepcopy(tp["st_fit"])
+        if stack is not None:
+            st_fit["vidur_stack"] = stack.record(target)
         fitted = {"steptime": st_fit}
         preds = {"steptime": tp["steptime"]}
         term_corr = None
@@ -92,10 +97,14 @@ def transfer_records(dataset: str, cells, bundle: dict, targets, *, n_boot: int 
         if home_only is not None and target != home:
             c_ho, cal_ho = home_only(target)
             cal_ho.check_disjoint(tp["ids"])
+            if stack is not None:
+                c_ho = stack.home_only_constants(home_only, c_ho, target)
             preds["steptime_home_only"] = predict_steptime(dataset, tc, target, c_ho)
             fitted["steptime_home_only"] = {"families": home_only.fitted_on(), "gpus": [home],
                                             "target_readings": 3, "what": "every family constant fitted on the "
                                             "home GPU's tables alone, then the target's three deploy readings"}
+            if stack is not None:
+                fitted["steptime_home_only"]["vidur_stack"] = stack.home_only_record(home_only)
         if ml_full is not None:
             preds["ml_loo_tuned_full"] = tp["ml_loo_tuned_full"]
             fitted["ml_loo_tuned_full"] = dict(ml_full.fitted_on(target), what=(
@@ -146,7 +155,7 @@ def transfer_records(dataset: str, cells, bundle: dict, targets, *, n_boot: int 
 
 
 def target_part(dataset: str, tc, target: str, constants, cal, *, memo: dict | None = None, reading_ids=None,
-                steptime_fit=None, grey=None, ml=None, ml_full=None) -> dict:
+                steptime_fit=None, grey=None, ml=None, ml_full=None, stack=None) -> dict:
     """What `transfer_records` computes for one target's cells `tc` that does not depend on the home
     bundle: the exclusions (calibration cells and reading ids; the cells scored, `tc`, and the readings,
     `read`), the calibration's disjointness check, the cell ids, steptime's prediction (per operator for
@@ -155,7 +164,9 @@ def target_part(dataset: str, tc, target: str, constants, cal, *, memo: dict | N
 
     With `memo` (kept by the caller across the home bundles of one dataset, every other argument the
     same objects), a target whose cells equal (`DataFrame.equals`) cells it saw before under the same
-    `constants` and `cal` gets that earlier answer back instead of a recomputation."""
+    `constants` and `cal` gets that earlier answer back instead of a recomputation. `stack` (the Vidur step
+    only, `transfer.stack.VidurStack`): steptime and the grey box run on the target's constants under its
+    held-out stack factor; `st_pred` (the steptime-scaled rows' ratio) stays without it."""
     key = (dataset, target)
     if memo is not None:
         for tc0, c0, cal0, part in memo.get(key, ()):
@@ -174,13 +185,17 @@ def target_part(dataset: str, tc, target: str, constants, cal, *, memo: dict | N
             "phase": tc["phase"].to_numpy() if dataset == "aic_attention" else None,
             "meas": tc["latency_ms"].to_numpy(dtype=float),
             "st_fit": dict(steptime_fit(target)) if steptime_fit is not None else {"what": "defaults.yaml as shipped"}}
+    scored = constants
     if dataset == "vidur_step":  # per operator: the steptime-scaled rows scale each one
         part["st_pred"] = predict_layer_ops(tc, target, constants, per_op=True)
         part["steptime"] = sum(part["st_pred"].values())
+        if stack is not None:
+            scored = stack.constants(constants, target)
+            part["steptime"] = sum(predict_layer_ops(tc, target, scored, per_op=True).values())
     else:
         part["st_pred"] = part["steptime"] = predict_steptime(dataset, tc, target, constants)
     if grey is not None:
-        part["grey"] = grey.predict_terms(tc, target, constants)
+        part["grey"] = grey.predict_terms(tc, target, scored)
     if ml_full is not None:
         part["ml_loo_tuned_full"] = ml_full.predict(tc, target)
     if ml is not None:
