@@ -500,6 +500,8 @@ def predict_steps(model, gpu, step_id, new_tokens, kv_len, n_steps: int | None =
     S = host.scheduler_floor(N, gpu, constants, tp, engine=engine)
     overlap = engine.get("overlap", gpu, constants) if engine.host_terms else 0.0
     out["host"], hidden_host = host.exposed_host(S, blocks + out["dispatch_floor"], overlap)
+    eager_inline = host.eager_inline_time(T, gpu, engine, constants, tp)  # serial, after the exposed part
+    out["host"] = out["host"] + eager_inline
     out["sampling"] = host.sampling_time(N, gpu, constants, engine=engine)
     terms = moe_step.TERMS if moe else TERMS
     total = sum(out[t] for t in terms)
@@ -513,6 +515,7 @@ def predict_steps(model, gpu, step_id, new_tokens, kv_len, n_steps: int | None =
         "total_ms": total * 1e3,
         "terms_ms": ms,
         "hidden_ms": {"dispatch_floor": hidden_dispatch * 1e3, "host": hidden_host * 1e3},
+        "eager_inline_ms": eager_inline * 1e3,  # the part of the host term that is host.eager_inline_ms
         "compute_bound": compute_bound,
         "factors": factors,
         "tokens": T,

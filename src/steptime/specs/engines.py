@@ -42,12 +42,15 @@ SERVER_FIELDS = ("server_a_ms", "server_b_ms", "server_tp_ms")
 NUMERIC = ("sched_a_ms", "sched_b_ms", "rpc_ms", "rpc_tp_ms", "overlap", "t_launch_us", "graph_launch_us",
            "graph_node_us", "graph_max_tokens", "piecewise_eager_per_layer", "max_bytes", "t_samp_ms", "t_samp_b_ms",
            "fuse_norm_max_bytes", "gdn_eager_launch_us", "hybrid_eager_layer_us", "host_path_floor_us",
-           "host_path_eta", *SERVER_FIELDS)
+           "host_path_eta", "eager_inline_ms", *SERVER_FIELDS)
 # not required host fields: fuse_norm_max_bytes absent = never fused; server_* absent = 0 (a front end in
 # its own process, or none: the engine loop carries no API-server work); gdn_eager_launch_us absent = t_launch_us
 # (a hybrid's Gated DeltaNet launches cost what any eager launch costs: terms/host.py engine_dispatch_floor)
 OPTIONAL = ("max_bytes", "fuse_norm_max_bytes", "gdn_eager_launch_us", "hybrid_eager_layer_us", "host_path_floor_us",
-            "host_path_eta", *SERVER_FIELDS)
+            "host_path_eta", "eager_inline_ms", *SERVER_FIELDS)
+# host.eager_inline_ms: serial host time of a step run eagerly (above graph_max_tokens) where the engine launches
+# steps inline on its own thread (world size <= schedule.inline_launch_world); absent = 0 (terms/host.py
+# eager_inline_time)
 # allreduce.host_path_floor_us / host_path_eta: the law of impl nccl_host (NCCL between PCIe GPUs without
 # peer-to-peer, staged through host memory): t = floor + bus bytes / (eta x the GPU's PCIe datasheet bandwidth)
 HOST_FIELDS = tuple(f for f in NUMERIC if f not in OPTIONAL)
@@ -364,7 +367,8 @@ def _parse_engine(key: str, doc: dict) -> Engine:
             if name not in NUMERIC:
                 raise ValueError(f"{where}: unknown field {section}.{name} (known: {', '.join(NUMERIC)})")
             values[name] = _value(name, e, where)
-            if name in SERVER_FIELDS and values[name].value is not None and float(values[name].value) < 0:
+            if (name in SERVER_FIELDS or name == "eager_inline_ms") and values[name].value is not None \
+                    and float(values[name].value) < 0:
                 raise ValueError(f"{where}: host.{name} is a host cost in ms and must be >= 0, "
                                  f"got {values[name].value!r}")
     values.update(_choice_section(doc, "moe", "exchange", MOE_EXCHANGES, where))

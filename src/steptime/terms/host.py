@@ -113,6 +113,19 @@ def scheduler_floor(n_requests, gpu, constants: Constants | None = None, tp: int
     return np.where(n > 0, (a + ray + b * np.maximum(n - 1.0, 0.0)) * 1e-3, 0.0)
 
 
+def eager_inline_time(tokens, gpu, engine, constants: Constants | None = None, tp: int = 1):
+    """Serial host time (seconds) per step run eagerly (tokens above graph_max_tokens) where the engine launches its
+    steps inline on its own thread (world size tp <= schedule.inline_launch_world: Engine.step_time_is_own False):
+    engines.yaml host.eager_inline_ms (absent: 0), not overlapped with GPU work. Zero for a graph-captured step, at
+    a multi-rank layout and for an engine without host terms."""
+    T = np.asarray(tokens, dtype=float)
+    if not engine.host_terms or engine.step_time_is_own(int(tp)):
+        return np.zeros_like(T)
+    constants = constants or Constants.default()
+    w = engine.get_or("eager_inline_ms", gpu, constants, default=0.0)
+    return np.where(T > engine.get("graph_max_tokens", gpu, constants), w * 1e-3, 0.0)
+
+
 def exposed_host(S, t_gpu, overlap: float):
     """(exposed, hidden) seconds of host work S next to a GPU step of t_gpu seconds."""
     S = np.asarray(S, dtype=float)

@@ -36,6 +36,8 @@ class FpmSpec:
     bounds: dict = field(default_factory=dict)
     small_requests: int = 4
     kv_bucket: int = 512
+    eager_reading_tokens: int = 0  # > 0: that eager sweep prefill is read in place of eager_reading_slot (prototype)
+    eager_reading_slot: str = "largest_tp_decode"  # the decode reading it replaces (steps.EAGER_SLOTS)
 
 
 def run_fpm(steps, spec: FpmSpec, *, fitted_doc=None, n_boot: int = 1000, seed: int = 0, constants=None) -> dict:
@@ -51,7 +53,7 @@ def run_fpm(steps, spec: FpmSpec, *, fitted_doc=None, n_boot: int = 1000, seed: 
     if len(gpus) != 1:
         raise WallclockError(f"run_fpm: one GPU per call (got {sorted(gpus)})")
     gpu = str(gpus[0])
-    rd = reading_rule(steps)
+    rd = reading_rule(steps, eager_tokens=spec.eager_reading_tokens, eager_slot=spec.eager_reading_slot)
     ev = steps.drop(index=rd.excluded)
     cal = Calibration()
     cal.record(f"engine[{spec.engine}@{gpu}]", rd.cells, READING_RULE)
@@ -137,10 +139,12 @@ def repeat_spread(steps, spec: FpmSpec, targets: dict, *, draws: int = 30, seed:
     gpu = str(steps["gpu"].iloc[0])
     eng = make_predictor(spec.engine, spec.model, gpu, engine=spec.engine, dtype=spec.dtype, constants=constants)
     x0, bnd = _fit_start(spec, gpu, constants)
-    ev = steps.drop(index=reading_rule(steps).excluded)
+    ev = steps.drop(index=reading_rule(steps, eager_tokens=spec.eager_reading_tokens,
+                                       eager_slot=spec.eager_reading_slot).excluded)
 
     def one(pick):
-        rd = reading_rule(steps, pick=pick)
+        rd = reading_rule(steps, pick=pick, eager_tokens=spec.eager_reading_tokens,
+                          eager_slot=spec.eager_reading_slot)
         fitted = fit_engine_constants(steps, rd, eng, list(spec.fit_names), x0, bnd)
         t = predict_table(ev, eng, fitted)
         ape = (t["pred_ms"] / ev["latency_ms"] - 1.0).abs()

@@ -140,6 +140,8 @@ def make_predictor(name: str, model, gpu, *, engine: str | None = None, dtype: s
         k = term_kinds(r["terms_ms"], len(steps))
         # the step's whole host launch (exposed + hidden dispatch floor): what a world-size-1 row can hold of it
         k["dispatch_full"] = np.asarray(r["terms_ms"]["dispatch_floor"], float) + np.asarray(r["hidden_ms"]["dispatch_floor"], float)
+        # the serial eager host wait inside the host kind (host.eager_inline_ms): the row reading moves it
+        k["eager_inline"] = np.asarray(r["eager_inline_ms"], float)
         return k
 
     f.n_allreduce_calls = allreduces_per_layer() * m.num_hidden_layers
@@ -210,7 +212,7 @@ def predict_table(steps, predictor: Callable, overrides=None):
     parts = []
     for tp, s in steps.groupby("tp", sort=True):
         r = predictor(s, int(tp), overrides)
-        extra = {"dispatch_full_ms": r["dispatch_full"]} if "dispatch_full" in r else {}
+        extra = {f"{x}_ms": r[x] for x in ("dispatch_full", "eager_inline") if x in r}
         parts.append(pd.DataFrame({"pred_ms": r["total"], **{f"{k}_ms": r[k] for k in KINDS}, **extra}, index=s.index))
     return pd.concat(parts).loc[steps.index]
 
@@ -225,7 +227,10 @@ READING_RULE = ("three sweep compositions, chosen by batch composition alone: (1
                 "composition's repeats; ties by lowest step id): a user takes a few repeats and reads the typical "
                 "one, not the first, which is often the slowest (warm-up). Every step of "
                 "those three sweep compositions at that TP (the repeats of the same cell) is excluded from scoring; "
-                "steps of the chat-shaped segment are never excluded: they are other cells.")
+                "steps of the chat-shaped segment are never excluded: they are other cells. PROTOTYPE (wave 33, "
+                "eager): with eager_tokens > 0 one of the three (eager_slot) is instead the one-request sweep prefill of "
+                "that many tokens at the smallest TP (an eager step: it reads host.eager_inline_ms), chosen after "
+                "seeing E1.26's scores.")
 
 
 @dataclass
@@ -258,9 +263,14 @@ def pick_repeat(cand, pick="median"):
     raise WallclockError(f"unknown repeat pick {pick!r} (known: {', '.join(REPEAT_PICKS)}, or a numpy Generator)")
 
 
-def reading_rule(steps, pick="median") -> Readings:
+EAGER_SLOTS = ("fewest_requests_decode", "most_requests_decode", "largest_tp_decode")  # the readings, in order
+
+
+def reading_rule(steps, pick="median", eager_tokens: int = 0, eager_slot: str = "largest_tp_decode") -> Readings:
     """The three reading steps of one (GPU, engine) step table (see READING_RULE); `pick` chooses the
-    repeat within a composition (pick_repeat)."""
+    repeat within a composition (pick_repeat); `eager_tokens` > 0: the one-request sweep prefill of that many new
+    tokens (no cached prefix) at the smallest TP is read in place of the decode reading `eager_slot` (EAGER_SLOTS;
+    prototype, wave 33)."""
     if steps[["gpu", "engine"]].drop_duplicates().shape[0] != 1:
         raise WallclockError("reading_rule: give the steps of one (GPU, engine)")
     dec = steps[(steps["phase"] == "decode") & (steps["segment"] == "sweep")]
@@ -275,14 +285,25 @@ def reading_rule(steps, pick="median") -> Readings:
         n = d["decode_requests"]
         target = n.min() if which == "min" else n.max()
         picks.append(pick_repeat(d[n == target], pick))
+    if eager_tokens:
+        pre = steps[(steps["segment"] == "sweep") & (steps["phase"] == "prefill") & (steps["tp"] == tps[0])
+                    & (steps["ctx_tokens"] == int(eager_tokens)) & (steps["ctx_requests"] == 1)
+                    & (steps["ctx_kv_tokens"] == 0) & (steps["decode_requests"] == 0)]
+        if pre.empty:
+            raise WallclockError(f"reading_rule: no one-request sweep prefill of {eager_tokens} tokens at TP {tps[0]} "
+                                 f"to read")
+        if eager_slot not in EAGER_SLOTS:
+            raise WallclockError(f"reading_rule: unknown eager_slot {eager_slot!r} (known: {', '.join(EAGER_SLOTS)})")
+        picks[EAGER_SLOTS.index(eager_slot)] = pick_repeat(pre, pick)
     picks = list(dict.fromkeys(picks))  # one TP degree: the third reading equals the first
     sweep = steps[steps["segment"] == "sweep"]
     keys = composition_key(sweep)
     key_of = dict(zip(steps.index, composition_key(steps)))
     chosen = {key_of[i] for i in picks}
     excluded = sorted(set(picks) | {i for i, k in zip(sweep.index, keys) if k in chosen})
-    cells = [(str(steps.at[i, "gpu"]), str(steps.at[i, "engine"]), int(steps.at[i, "tp"]), "decode",
-              int(steps.at[i, "decode_requests"]), int(steps.at[i, "step"])) for i in picks]
+    cells = [(str(steps.at[i, "gpu"]), str(steps.at[i, "engine"]), int(steps.at[i, "tp"]), str(steps.at[i, "phase"]),
+              int(steps.at[i, "decode_requests"] if steps.at[i, "phase"] == "decode" else steps.at[i, "ctx_tokens"]),
+              int(steps.at[i, "step"])) for i in picks]
     return Readings(rows=picks, cells=cells, excluded=excluded)
 
 
@@ -717,8 +738,10 @@ INLINE_ROW_NOTE = ("The engine's row reading at world size 1 (engines.yaml sched
                    "launch, run in order at the predicted GPU time): the part of step n + 1's GPU work done during "
                    "its launch inside row n is not in row n + 1 (the GPU tail split), so an eager step launched "
                    "inside the row before it keeps only what its GPU work has left. Where D(n + 1) < GPU(n) on every "
-                   "row (E1.26's dense TP 1 rows) this is max(GPU(n), D(n + 1)) + the rest of n's host terms. No new "
-                   "constant. Rows at a layout where Engine.step_time_is_own holds (dp, where the table has it) are "
+                   "row (E1.26's dense TP 1 rows) this is max(GPU(n), D(n + 1)) + the rest of n's host terms. The serial "
+                   "eager wait host.eager_inline_ms (prototype, wave 33) of a step launched early is added to the row "
+                   "before it (the engine thread prepares it after step n's GPU work, the GPU idle) and left out of its "
+                   "own. No other constant. Rows at a layout where Engine.step_time_is_own holds (dp, where the table has it) are "
                    "unchanged.")
 EARLY_LAUNCH_NOTE = ("vLLM V1's scheduler under async scheduling (vllm/v1/core/sched/scheduler.py: a running request is "
                      "scheduled again with num_output_placeholders while its step is in flight; a prompt longer than "
@@ -798,6 +821,10 @@ def inline_row_ms(steps, pred):
         for _, r in s.groupby(["gpu", "model"], sort=True):
             r = r.sort_values("step")
             i = r.index
-            span = loop_rows_ms(g[i].to_numpy(), d[i].to_numpy(), launched_early(r))
+            early = launched_early(r)
+            span = loop_rows_ms(g[i].to_numpy(), d[i].to_numpy(), early)
             out[i] = own[i].to_numpy() + (span - g[i].to_numpy())
+            if "eager_inline_ms" in pred.columns:  # a step launched early: its serial wait ends the row before
+                w = np.where(early, pred.loc[i, "eager_inline_ms"].to_numpy(float), 0.0)
+                out[i] = out[i].to_numpy() - w + np.r_[w[1:], 0.0]
     return pd.Series(out, index=steps.index, name="inline_ms")
