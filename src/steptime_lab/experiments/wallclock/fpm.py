@@ -36,7 +36,7 @@ class FpmSpec:
     bounds: dict = field(default_factory=dict)
     small_requests: int = 4
     kv_bucket: int = 512
-    eager_reading_tokens: int = 0  # > 0: that eager sweep prefill is read in place of eager_reading_slot (prototype)
+    eager_reading_tokens: int = 0  # > 0: that eager sweep prefill is read in place of eager_reading_slot (wave 33)
     eager_reading_slot: str = "largest_tp_decode"  # the decode reading it replaces (steps.EAGER_SLOTS)
 
 

@@ -227,7 +227,7 @@ READING_RULE = ("three sweep compositions, chosen by batch composition alone: (1
                 "composition's repeats; ties by lowest step id): a user takes a few repeats and reads the typical "
                 "one, not the first, which is often the slowest (warm-up). Every step of "
                 "those three sweep compositions at that TP (the repeats of the same cell) is excluded from scoring; "
-                "steps of the chat-shaped segment are never excluded: they are other cells. PROTOTYPE (wave 33, "
+                "steps of the chat-shaped segment are never excluded: they are other cells. Since wave 33 (helper "
                 "eager): with eager_tokens > 0 one of the three (eager_slot) is instead the one-request sweep prefill of "
                 "that many tokens at the smallest TP (an eager step: it reads host.eager_inline_ms), chosen after "
                 "seeing E1.26's scores.")
@@ -270,7 +270,7 @@ def reading_rule(steps, pick="median", eager_tokens: int = 0, eager_slot: str = 
     """The three reading steps of one (GPU, engine) step table (see READING_RULE); `pick` chooses the
     repeat within a composition (pick_repeat); `eager_tokens` > 0: the one-request sweep prefill of that many new
     tokens (no cached prefix) at the smallest TP is read in place of the decode reading `eager_slot` (EAGER_SLOTS;
-    prototype, wave 33)."""
+    wave 33)."""
     if steps[["gpu", "engine"]].drop_duplicates().shape[0] != 1:
         raise WallclockError("reading_rule: give the steps of one (GPU, engine)")
     dec = steps[(steps["phase"] == "decode") & (steps["segment"] == "sweep")]
@@ -739,7 +739,7 @@ INLINE_ROW_NOTE = ("The engine's row reading at world size 1 (engines.yaml sched
                    "its launch inside row n is not in row n + 1 (the GPU tail split), so an eager step launched "
                    "inside the row before it keeps only what its GPU work has left. Where D(n + 1) < GPU(n) on every "
                    "row (E1.26's dense TP 1 rows) this is max(GPU(n), D(n + 1)) + the rest of n's host terms. The serial "
-                   "eager wait host.eager_inline_ms (prototype, wave 33) of a step launched early is added to the row "
+                   "eager wait host.eager_inline_ms (wave 33) of a step launched early is added to the row "
                    "before it (the engine thread prepares it after step n's GPU work, the GPU idle) and left out of its "
                    "own. No other constant. Rows at a layout where Engine.step_time_is_own holds (dp, where the table has it) are "
                    "unchanged.")
