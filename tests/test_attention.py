@@ -704,6 +704,22 @@ def test_split_count_is_flash_attention_2s_num_splits_heuristic():
         A.split_count(1, 1, 2, 100.0, 128, l40s, fc)
 
 
+def test_attention_cells_takes_the_split_counts_a_fit_holds():
+    """attention_cells(splits=...) (wave 33, helper speed3: E1.24's fit counts its sample's splits once): the counts
+    split_count gives leave every output bit-identical; other counts are the ones priced (the argument is read)."""
+    l40s = get_gpu("l40s")
+    fc = {**A.attention_constants(l40s, Constants.default()), "attn_split_us": 3.0, "attn_split_tile": 128.0}
+    b, c = np.array([1.0, 2.0, 4.0, 16.0]), np.array([2047.0, 8191.0, 16383.0, 131071.0])
+    args = (b, 1.0, c, 32, 8, 128, l40s)
+    counted = A.split_count(b, 32, 8, c, 128, l40s, fc)
+    ref = A.attention_cells(*args, fc=fc)
+    held = A.attention_cells(*args, fc=fc, splits=counted)
+    for k, v in ref.items():
+        assert np.array_equal(np.asarray(v), np.asarray(held[k]), equal_nan=True), k
+    other = A.attention_cells(*args, fc=fc, splits=counted + 4.0)
+    assert not np.array_equal(np.asarray(other["t"]), np.asarray(ref["t"]))
+
+
 def test_decode_splits_is_the_one_split_count_rule():
     """attention.decode_splits (wave 32, helper tidy): None without a per-split cost or where every decode runs
     unswapped (the count is then never asked), else 1 where unswapped and the count elsewhere."""

@@ -472,8 +472,10 @@ def fp8_read_time(t_memory, nbytes, fp8_read, gpu, fc: dict):
 
 def attention_cells(batch, new_tokens, kv_len, n_heads, n_kv_heads, head_dim, gpu,
                     constants: Constants | None = None, kv_dtype="bf16", f_clk: float | None = None,
-                    warm_l2: bool = False, fc: dict | None = None) -> dict:
-    """Cells of `batch` identical requests (an operator table's rows). Seconds."""
+                    warm_l2: bool = False, fc: dict | None = None, splits=None) -> dict:
+    """Cells of `batch` identical requests (an operator table's rows). Seconds. `splits`: `split_count` of these
+    cells, given by a caller that evaluates the same cells under many constants (a fit; the count reads the cells,
+    the GPU's SMs and attn_split_tile alone); None: computed here where a split is priced."""
     constants = constants or Constants.default()
     fc = fc or attention_constants(gpu, constants)
     b = np.asarray(batch, dtype=float)
@@ -484,7 +486,8 @@ def attention_cells(batch, new_tokens, kv_len, n_heads, n_kv_heads, head_dim, gp
     split = split_kv(b, n_kv_heads, kv_len, head_dim, gpu, fc)
     fp8 = np.broadcast_to(np.asarray(_kvb(kv_dtype)) == 1.0, pre.shape)
     unsw = unswapped(n_heads, n_kv_heads, fc) & ~pre
-    nsplit = decode_splits(fc, unsw, lambda: split_count(b, n_heads, n_kv_heads, kv_len, head_dim, gpu, fc))
+    nsplit = decode_splits(fc, unsw, lambda: split_count(b, n_heads, n_kv_heads, kv_len, head_dim, gpu, fc)
+                           if splits is None else np.asarray(splits, dtype=float))
     out = combine(b * r["t_compute"], b * r["bytes"], b * r["units"], b, gpu, fc, warm_l2, tiles=b * r["tiles"],
                   prefill=pre, decode_floor_rel=_decode_floor_rel(copy, fc, split, unsw), fp8_read=fp8 & ~pre,
                   splits=nsplit, unsplit_streams=np.where(unsw, b * np.asarray(n_kv_heads, dtype=float), 0.0))

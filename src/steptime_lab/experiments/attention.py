@@ -382,13 +382,14 @@ def predict(cells_gpu, gpu, fc: dict, warm_l2: bool = True, constants: Constants
 
 
 def _attention_ms(x, gpu_like, fc: dict, constants: Constants | None, kv_write_s, *, warm_l2: bool,
-                  f_clk=None, who: str, only_t: bool = False):
+                  f_clk=None, who: str, only_t: bool = False, splits=None):
     """The one evaluation behind `predict` (one GPU spec) and `_predict_rows` (a `GpuRows`): the attention
     term of the cells plus the table KV write `kv_write_s` (its cold stream, s; with `warm_l2`, warmed by the
-    cell's L2 hit: `warm_kv_write_s`), times in ms; `only_t`: just the total."""
+    cell's L2 hit: `warm_kv_write_s`), times in ms; `only_t`: just the total; `splits`: the cells' split counts
+    (`attention_cells`' argument, `_split_counts`)."""
     r = A.attention_cells(_col(x, "b"), _col(x, "s"), _col(x, "c"), _col(x, "H"), _col(x, "Hkv"), _col(x, "d"),
                           gpu_like, require_constants(constants, who), kv_dtype=_col(x, "kv_dtype"), f_clk=f_clk,
-                          warm_l2=warm_l2, fc=fc)
+                          warm_l2=warm_l2, fc=fc, splits=splits)
     if warm_l2:  # the replayed cell's working set, the write's too, is L2-resident by the same hit fraction
         kv_write_s = warm_kv_write_s(kv_write_s, table_kv_write_bytes(_col(x, "b"), _col(x, "s"), _col(x, "Hkv"),
                                                                       _col(x, "d"), _col(x, "kv_dtype")),
@@ -581,10 +582,17 @@ def _stack(parts: list) -> dict:
     return {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
 
 
-def _predict_rows(x: dict, rows: GpuRows, fc: dict, constants: Constants, kv_write_s) -> np.ndarray:
-    """`predict(...)["t"]` (ms) of cell rows of several GPUs (`rows`); `fc` values scalars or per-row arrays."""
+def _predict_rows(x: dict, rows: GpuRows, fc: dict, constants: Constants, kv_write_s, splits=None) -> np.ndarray:
+    """`predict(...)["t"]` (ms) of cell rows of several GPUs (`rows`); `fc` values scalars or per-row arrays;
+    `splits`: the rows' split counts where the caller holds them (`_split_counts`)."""
     return _attention_ms(x, rows, fc, constants, kv_write_s, warm_l2=True, f_clk=rows.f_clk,
-                         who="attention._predict_rows", only_t=True)
+                         who="attention._predict_rows", only_t=True, splits=splits)
+
+
+def _split_counts(x: dict, rows: GpuRows, fc: dict):
+    """`terms.attention.split_count` of cell rows `x` on `rows` at `fc`'s attn_split_tile: computed once by a fit
+    whose residuals evaluate the same rows at many constants (the count reads no other constant)."""
+    return A.split_count(_col(x, "b"), _col(x, "H"), _col(x, "Hkv"), _col(x, "c"), _col(x, "d"), rows, fc)
 
 
 def _calibrate_rows(sub: dict, gpus: list, fc: dict, constants: Constants, kvw) -> dict:
@@ -790,12 +798,14 @@ def fit_globals(cells, gpus, seed: int = 0, n_sample: int = FIT_SAMPLE, max_nfev
     subs, per = _stack(subs), _stack(per)
     rows = GpuRows(gpus, counts, constants)
     w = np.where(per["llm"], llm_weight, 1.0)
+    # the sample's split-KV counts, the same at every step (attn_split_tile is never fitted): counted once
+    splits = None if "attn_split_tile" in names else _split_counts(per, rows, fixed)
 
     def resid(q):
         fcg = {**fixed, **dict(zip(names, q))}
         solved = _calibrate_rows(subs, gpus, fcg, constants, sub_kvw)
         fc = {**fcg, **{k: np.repeat(v, counts) for k, v in solved.items()}}
-        p = _predict_rows(per, rows, fc, constants, kvw)
+        p = _predict_rows(per, rows, fc, constants, kvw, splits=splits)
         return w * np.log(np.maximum(p, 1e-9) / per["y_ms"])
 
     best = None
