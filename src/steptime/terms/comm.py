@@ -171,8 +171,10 @@ def engine_allreduce_time(nbytes, tp: int, gpu, engine, constants: Constants | N
     where vLLM runs a kernel a measured table covers, its law prices it: the custom kernel below
     custom_max_bytes, with its own one-shot / two-shot switch (E1.25's tables are that kernel); a message
     fused with the residual add + RMSNorm (`fused`, Engine.fuses_norm) up to fuse_one_shot_max_bytes runs
-    FlashInfer's one-shot kernel, the same algorithm as the custom one-shot (every rank reads the others'
-    buffers), priced with that branch. Where vLLM runs a kernel no vendored table covers (FlashInfer's fused
+    FlashInfer's one-shot kernel, priced with the custom one-shot branch, the nearest kernel a vendored table
+    covers; it is not the same kernel (a Lamport push without start and end barriers, launched early by
+    programmatic dependent launch: AIConfigurator's B300 table of it runs 1.6-1.9 us per call below the custom
+    one-shot at decode sizes, DESIGN.md wave 33 `argr`; no table of it on another GPU, so no held-out price). Where vLLM runs a kernel no vendored table covers (FlashInfer's fused
     two-shot above its one-shot limit, torch symmetric memory between custom_max_bytes and
     symm_mem_max_bytes), the price stays the plain rule's: no evidence, no change."""
     nbytes = np.asarray(nbytes, dtype=float)
