@@ -203,14 +203,14 @@ def tile_ladder(p: dict, gpu) -> np.ndarray:
     `tensor_pipe_fraction`) each tile's rel becomes min(1, rel / f) (the tile's feed cap is the full-rate part's, the
     pipe is slower); the ladder of `p` unchanged where f is 1."""
     tiles = np.asarray(p["tiles"], dtype=float)
-    f = tensor_pipe_fraction(gpu) if gpu is not None else 1.0
+    f = tensor_pipe_fraction(gpu)
     if f < 1.0:
         tiles = tiles.copy()
         tiles[:, 2] = np.minimum(1.0, tiles[:, 2] / f)
     return tiles
 
 
-def _options(p: dict, paradigm: str, gpu=None):
+def _options(p: dict, paradigm: str, gpu):
     """Launch options (tile_m, tile_n, rel, split, streamk): every tile x split-K, plus one
     stream-K (work-balanced) launch per tile when `streamk_rel` > 0 and the launch is
     persistent (the wave-launched kernels of Ampere/Ada/sm120 have no stream-K). The tiles' rel as they run on

@@ -174,17 +174,26 @@ def stack_factor(w, gpu, gpus, gemm_doc, constants, min_m: int | None = None) ->
     import pandas as pd
 
     min_m = VIDUR_STACK_MIN_M if min_m is None else int(min_m)
-    rows = []
-    for o in (o for o in gpus if o != gpu):
-        wo = w[(w["gpu"] == o) & (w["num_tokens"] >= min_m)].reset_index(drop=True)
-        if wo.empty:
-            continue
-        C, _ = GX.with_fold(require_constants(constants, "step.stack_factor"), o, gemm_doc)
-        ops = predict_ops_frame(wo, o, C)
-        rows += [pd.DataFrame({"gpu": o, "m": wo["num_tokens"].to_numpy(), "measured": wo[op].to_numpy(float),
-                               "predicted": ops[op]}) for op in VIDUR_GEMM if op in wo]
+    base = require_constants(constants, "step.stack_factor")
+    rows = [stack_rows(w, o, GX.with_fold(base, o, gemm_doc)[0], min_m) for o in gpus if o != gpu]
+    rows = [r for r in rows if not r.empty]
     rows = pd.concat(rows, ignore_index=True) if rows else pd.DataFrame(columns=list(VS.STACK_ROWS))
     return VS.fit_stack_factor(rows, gpu, min_m)
+
+
+def stack_rows(w, gpu, constants, min_m: int):
+    """`gpu`'s Vidur projection rows with num_tokens >= `min_m` as `vidur_stack.STACK_ROWS` (gpu, m, measured, and
+    the prediction under `constants`, no stack factor): the rows a stack factor is fitted on (empty where `gpu` has
+    none)."""
+    import pandas as pd
+
+    wo = w[(w["gpu"] == gpu) & (w["num_tokens"] >= min_m)].reset_index(drop=True)
+    found = [op for op in VIDUR_GEMM if op in wo] if not wo.empty else []
+    if not found:
+        return pd.DataFrame(columns=list(VS.STACK_ROWS))
+    ops = predict_ops_frame(wo, gpu, constants)
+    return pd.concat([pd.DataFrame({"gpu": gpu, "m": wo["num_tokens"].to_numpy(), "measured": wo[op].to_numpy(float),
+                                    "predicted": ops[op]}) for op in found], ignore_index=True)
 
 
 def with_stack(constants, gpu, factor: float):

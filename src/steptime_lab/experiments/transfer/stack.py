@@ -17,8 +17,6 @@ would be fitted on the target's rows).
 
 from __future__ import annotations
 
-import pandas as pd
-
 from steptime_lab import vidur_stack as VS
 from steptime_lab.experiments import step as SX
 from steptime_lab.regimes import VIDUR_STACK_MIN_M
@@ -55,13 +53,9 @@ class VidurStack:
         """The factor the home-only arm may see: fitted on its home GPU's Vidur projection rows alone, predicted with
         the arm's constants for the home GPU (`home_only(home)`); the target reads nothing."""
         home = home_only.home
-        key = ("home_only", home, id(home_only))
+        key = ("home_only", home_only)  # the arm itself (identity): the memo holds it, so no other arm shares the key
         if key not in self._memo:
-            wo = self.w[(self.w["gpu"] == home) & (self.w["num_tokens"] >= self.min_m)].reset_index(drop=True)
-            ops = SX.predict_ops_frame(wo, home, home_only(home)[0])
-            rows = [pd.DataFrame({"gpu": home, "m": wo["num_tokens"].to_numpy(), "measured": wo[op].to_numpy(float),
-                                  "predicted": ops[op]}) for op in SX.VIDUR_GEMM if op in wo]
-            rows = pd.concat(rows, ignore_index=True) if rows else pd.DataFrame(columns=list(VS.STACK_ROWS))
+            rows = SX.stack_rows(self.w, home, home_only(home)[0], self.min_m)
             self._memo[key] = VS.fit_stack_factor(rows, "", self.min_m)  # every row is the home's: none is left out
         return self._memo[key]
 
