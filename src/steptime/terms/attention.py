@@ -64,8 +64,8 @@ Softmax time (prefill, FlashAttention-2 lane): FlashAttention-2 runs a tile's so
 the same warps (no warp-specialised ping-pong as in FA3 / FA4), so a prefill's time per score element is the
 MMA's 4 d / (tensor FLOPs per SM per clock x eta) plus a fixed number of SM clocks for the softmax. The
 AIConfigurator tables show it at long prompts: SM clocks (boost) per causal score element are linear in the head
-dim with intercept 0.071 (L40S) and 0.082 (RTX PRO 6000), about one exponential at 16 a clock per SM (Hopper
-0.063, B200 0.065, and B300 0.035, whose SFU doubles MUFU.EX2). The intercept's share of a d-128 cell depends on
+dim with intercept 0.057 (L40S) and 0.070 (RTX PRO 6000), about one exponential at 16 a clock per SM (Hopper
+0.064, B200 0.057, and B300 0.026, whose SFU doubles MUFU.EX2; the lab's `exp_cyc` window). The intercept's share of a d-128 cell depends on
 the tensor rate per SM and clock, 2,049 FLOPs on A100 against 1,012 / 951 on L40S / RTX PRO 6000, so a
 ceiling that folds it in does not carry from the GDDR parts to A100 through the GEMM's efficiency alone.
 
