@@ -30,7 +30,7 @@ def add_parser(sub) -> None:
     w.add_argument("--concurrency", type=int, default=None, help="closed loop: requests in flight in total (split over replicas)")
     w.add_argument("--isl", default="1024")
     w.add_argument("--osl", default="256")
-    w.add_argument("--time-scale", type=float, default=1.0)
+    w.add_argument("--time-scale", type=float, default=None, help="stretch a trace's recorded arrivals (with --trace)")
     w.add_argument("--seed", type=int, default=0)
     s.add_argument("--slo-ttft-ms", type=float, default=None)
     s.add_argument("--slo-tpot-ms", type=float, default=None)
