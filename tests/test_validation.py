@@ -447,6 +447,14 @@ BAD_CONFIGS = [
     (b"[" * 100000, "not a model config"),
     (cfg(hidden_size=float("nan")), "hidden_size must be an integer"),
     (cfg(num_hidden_layers=float("inf")), "num_hidden_layers must be an integer"),
+    # wave 34 (helper harden): layers that are not attention + MLP were read as a plain transformer
+    (cfg(architectures=["MambaForCausalLM"]), "architecture MambaForCausalLM: steptime times decoder-only"),
+    (cfg(architectures=["FalconH1ForCausalLM"], mamba_d_ssm=1024), "cannot represent this model's layers"),
+    (cfg(architectures=["NemotronHForCausalLM"], hybrid_override_pattern="M-M*-"), "hybrid_override_pattern"),
+    (cfg(architectures=["BertForMaskedLM"], model_type="bert"), "architecture BertForMaskedLM"),
+    (cfg(architectures=["Lfm2ForCausalLM"]), "architecture Lfm2ForCausalLM"),
+    (cfg(architectures=["FooForCausalLM"], layer_types=["conv", "full_attention"]), "layer_types with conv layers"),
+    (cfg(is_encoder_decoder=True), "is_encoder_decoder=true"),
 ]
 MOE_CONFIGS = [
     cfg(num_local_experts=8, num_experts_per_tok=2),  # Mixtral
@@ -469,6 +477,13 @@ def test_bad_model_config(tmp_path, content, needle):
         get_model(str(p))
     msg = clean(e, ModelConfigError)
     assert needle in msg and str(p) in msg
+
+
+def test_sliding_window_layer_types_stay_a_dense_transformer(tmp_path):
+    """Gemma-3 style layer_types (sliding and full attention) are attention layers: read, not refused."""
+    p = tmp_path / "config.json"
+    p.write_bytes(cfg(architectures=["Gemma3ForCausalLM"], layer_types=["sliding_attention", "full_attention"]))
+    assert model_from_config(p).num_hidden_layers == json.loads(p.read_text())["num_hidden_layers"]
 
 
 @pytest.mark.parametrize("content", MOE_CONFIGS, ids=[str(i) for i in range(len(MOE_CONFIGS))])
