@@ -300,6 +300,16 @@ def test_cli_serve_bad_input(args, match, capsys):
     assert match in err and len(err.splitlines()) == 1
 
 
+def test_a_trace_without_arrival_times_asks_for_a_rate(tmp_path, capsys):
+    """Wave 34 (helper harden): a length-only trace (arXiv's) said 'request 0 has a missing arrival'."""
+    trace = tmp_path / "t.csv"
+    trace.write_text("arrival_s,input_tokens,output_tokens\n,100,5\n,100,5\n")
+    assert main(["serve", "--model", M, "--gpu", G, "--trace", str(trace)]) == 2
+    assert "the trace has no arrival times (column 'arrival_s' is empty): give a Poisson rate (--rate" in \
+        capsys.readouterr().err
+    assert main(["serve", "--model", M, "--gpu", G, "--trace", str(trace), "--rate", "2", "--json"]) == 0
+
+
 def test_cli_serve_time_scale_stretches_a_trace_file(tmp_path, capsys):
     """--time-scale is read with --trace: a trace file's arrivals, stretched, run (and 0 is refused)."""
     trace = tmp_path / "t.csv"
@@ -308,6 +318,29 @@ def test_cli_serve_time_scale_stretches_a_trace_file(tmp_path, capsys):
     assert json.loads(capsys.readouterr().out)["workload"]["requests"] == 3
     assert main(["serve", "--model", M, "--gpu", G, "--trace", str(trace), "--time-scale", "0"]) == 2
     assert "time_scale must be a number > 0" in capsys.readouterr().err
+
+
+def test_a_static_batch_beyond_the_workload_sizes_the_step_table_by_the_workload(capsys):
+    """Wave 34 (helper harden): `--policy static --batch 100000` over 10 requests asked for a step table of
+    5e9 rows (a 37 GiB MemoryError traceback); the table is sized by the requests there are, bit for bit."""
+    argv = ["serve", "--model", M, "--gpu", G, "--n", "10", "--policy", "static", "--json", "--no-progress"]
+    assert main(argv) == 0
+    small = json.loads(capsys.readouterr().out)
+    assert main(argv + ["--batch", "100000"]) == 0
+    big = json.loads(capsys.readouterr().out)
+    assert big["summary"] == small["summary"]
+
+
+def test_a_step_table_beyond_memory_is_one_serve_error(monkeypatch):
+    import steptime.serve.timer as T
+
+    def no_memory(*a, **k):
+        raise MemoryError
+
+    timer = StepTimer(M, G, max_requests=16)
+    monkeypatch.setattr(T, "predict_steps", no_memory)
+    with pytest.raises(ServeError, match="the step timer's table of 5,000,050,000 rows does not fit in memory"):
+        timer._grow_requests(100_000)
 
 
 def test_engine_changes_the_run():
