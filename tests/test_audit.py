@@ -299,6 +299,20 @@ def test_rerun_compares_values_within_the_declared_tolerance():
     assert diff_values(True, 1, 0.0) == [": committed True, fresh 1"]
 
 
+@pytest.mark.parametrize("argv, needle", [
+    (["E9.1", "--tolerance", "-1"], "--tolerance -1 applies to --rerun"),
+    (["--tolerance", "0.1"], "--tolerance 0.1 applies to --rerun"),
+    (["E9.1", "--rerun", "--json"], "audit --rerun does not read --json"),
+    (["E9.1", "--rerun", "--strict", "-v"], "audit --rerun does not read --strict, --verbose"),
+])
+def test_audit_options_the_mode_does_not_read_are_refused_in_one_line(repo, monkeypatch, capsys, argv, needle):
+    """Wave 34 (helper harden): these ran before, the option ignored without a word."""
+    monkeypatch.setenv("STEPTIME_ROOT", str(repo))
+    assert main(["audit", *argv]) == 2
+    err = capsys.readouterr().err
+    assert needle in err and err.count("\n") == 1
+
+
 def test_rerun_refuses_an_unknown_claim_in_one_line(repo, monkeypatch, capsys):
     monkeypatch.setenv("STEPTIME_ROOT", str(repo))
     assert main(["audit", "E9.1:99", "--rerun"]) == 2

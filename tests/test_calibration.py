@@ -206,6 +206,40 @@ def test_ship_sends_engine_constants_to_the_engine_loader_and_pipeline_runs_igno
     assert not (tmp_path / "x.yaml").exists()
 
 
+@pytest.mark.parametrize("bad_name, bad_text, needle", [
+    ("engine_constants.yaml", "engines:\n  vllm:\n    b300:\n      no_such_field: {value: 1.0, provenance: FITTED, "
+                              "source: t}\n", "no_such_field"),
+    ("greybox.npz", "not an npz", "not a grey-box corrections file"),
+])
+def test_ship_checks_every_file_before_writing_any(tmp_path, bad_name, bad_text, needle):
+    """Wave 34 (helper harden): a bad engine-constants or grey-box file among the settled files left
+    defaults.yaml already rewritten (a half-applied ship); now nothing is written."""
+    import shutil
+
+    import yaml
+
+    from steptime.calibration import DEFAULTS_FILE, ship
+    from steptime.errors import InputError
+    from steptime.io import find_root
+
+    doc = yaml.safe_load((find_root() / "results" / "calibration" / "step.yaml").read_text())
+    doc["updates"] = doc["updates"][:1]
+    doc["updates"][0]["value"] = float(doc["updates"][0]["value"]) * 1.5 + 1.0  # a change defaults.yaml would take
+    good = tmp_path / "step.yaml"
+    good.write_text(yaml.safe_dump(doc))
+    bad = tmp_path / bad_name
+    bad.write_text(bad_text)
+    defaults = tmp_path / "defaults.yaml"
+    shutil.copy(DEFAULTS_FILE, defaults)
+    before = defaults.read_bytes()
+    with pytest.raises(InputError, match=needle):
+        ship([good, bad], path=defaults, engine_path=tmp_path / "e.yaml", greybox_path=tmp_path / "g.npz")
+    assert defaults.read_bytes() == before
+    assert not (tmp_path / "e.yaml").exists() and not (tmp_path / "g.npz").exists()
+    ship([good], path=defaults)  # the good file alone does change it: the test above can fail
+    assert defaults.read_bytes() != before
+
+
 def test_get_with_a_default_gives_it_only_for_a_missing_name():
     from steptime.calibration import Constants
     from steptime.specs import get_gpu

@@ -1,13 +1,14 @@
 """`steptime plan`: layouts, prices, ranking, and bad input (one line, exit 2)."""
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
 import yaml
 
 from steptime.cli import main
-from steptime.plan import PlanError, Layout, layouts, load_prices, plan, why_runner_up_lost
+from steptime.plan import PlanError, Layout, layouts, load_prices, plan, to_doc, why_runner_up_lost
 from steptime.serve import engine_policy, simulate_replicas, synthetic
 from steptime.specs import get_model
 
@@ -116,12 +117,65 @@ def test_cli_json_csv_fig(tmp_path, capsys):
     (["--gpus", "nosuchgpu", "--slo-tpot-ms", "50"], "no known GPU"),
     (["--gpus", "h100-sxm", "--slo-tpot-ms", "0.001"], "no layout meets the SLO"),
     (["--gpus", "h100-sxm"], "give an SLO"),
-    (["--gpus", "h100-sxm", "--slo-tpot-ms", "50", "--csv", "/nonexistent/x.csv"], "existing folder"),
+    (["--gpus", "h100-sxm", "--slo-tpot-ms", "50", "--csv", "/nonexistent/x.csv"], "its folder does not exist"),
+    # wave 34 (helper harden): each of these ran before, ignoring or mangling the input
+    (["--gpus", ",", "--slo-tpot-ms", "50"], "--gpus ',': expected comma-separated names"),
+    (["--gpus", "h100-sxm", "--dtypes", ",", "--slo-tpot-ms", "50"], "--dtypes ',': expected comma-separated names"),
+    (["--gpus", "h100-sxm", "--engines", " ", "--slo-tpot-ms", "50"], "--engines ' ': expected comma-separated"),
+    (["--gpus", "h100-sxm", "--slo-tpot-ms", "50", "--top", "-1"], "--top -1: must be >= 1"),
+    (["--gpus", "h100-sxm", "--slo-tpot-ms", "50", "--top", "0"], "--top 0: must be >= 1"),
+    (["--gpus", "h100-sxm", "--slo-tpot-ms", "50", "--jobs", "0"], "--jobs must be a whole number >= 1"),
+    (["--gpus", "h100-sxm", "--slo-tpot-ms", "50", "--time-scale", "-1"], "--time-scale -1 stretches a trace's"),
+    (["--gpus", "h100-sxm", "--slo-tpot-ms", "50", "--csv", "/dev/full"], "expected a .csv file name"),
 ])
 def test_cli_bad_input_one_line(capsys, extra, msg):
     assert main(CLI + extra) == 2
     err = capsys.readouterr().err.strip()
     assert msg in err and len(err.splitlines()) == 1
+
+
+def test_cli_names_only_the_slo_bounds_given(capsys):
+    """A bound not given is not printed as `None ms` (the header and the no-layout error)."""
+    assert main(CLI + ["--gpus", "h100-sxm", "--slo-tpot-ms", "0.001"]) == 2
+    cap = capsys.readouterr()
+    assert "SLO p90 TPOT <= 0.001 ms;" in cap.out and "None" not in cap.out
+    assert "(p90 TPOT <= 0.001 ms)" in cap.err and "None" not in cap.err
+
+
+@pytest.mark.parametrize("kw, msg", [(dict(gpus="h100-sxm"), "gpus to search must be a non-empty list"),
+                                     (dict(dtypes=()), "dtypes to search must be a non-empty list"),
+                                     (dict(jobs=-2), "--jobs must be a whole number >= 1")])
+def test_plan_refuses_an_empty_or_string_search_list(wl, kw, msg):
+    with pytest.raises(PlanError, match=msg):
+        plan(M, wl, slo_tpot_s=0.05, **{"gpus": ["h100-sxm"], **kw})
+
+
+def test_to_doc_refuses_a_top_below_one(res):
+    with pytest.raises(PlanError, match="top must be a whole number >= 1"):
+        to_doc(res, top=-1)
+
+
+def test_cli_csv_and_fig_are_written_whole_or_not_at_all(tmp_path, capsys, monkeypatch):
+    """A writer that fails half-way leaves no file at --csv or --fig (they are written to a temporary and renamed)."""
+    import pandas as pd
+
+    csv, fig = tmp_path / "p.csv", tmp_path / "f.png"
+
+    def half(self, path, *args, **kwargs):
+        Path(path).write_text("layout,gpus\nhalf")
+        raise OSError("disk full")
+
+    monkeypatch.setattr(pd.DataFrame, "to_csv", half)
+    with pytest.raises(OSError):
+        main(CLI + ["--gpus", "h100-sxm", "--slo-tpot-ms", "50", "--csv", str(csv)])
+    assert not csv.exists() and not list(tmp_path.iterdir())
+    monkeypatch.undo()
+    import matplotlib.figure
+
+    monkeypatch.setattr(matplotlib.figure.Figure, "savefig", half)
+    with pytest.raises(OSError):
+        main(CLI + ["--gpus", "h100-sxm", "--slo-tpot-ms", "50", "--fig", str(fig)])
+    assert not list(tmp_path.iterdir())
 
 
 def test_cli_nothing_meets_still_reports_what_it_tried(capsys):

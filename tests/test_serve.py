@@ -1,5 +1,6 @@
 """The serving simulator: exact step times, scheduler behaviour, physics, bad input."""
 
+import json
 import numpy as np
 import pandas as pd
 import pytest
@@ -284,11 +285,62 @@ def test_cli_serve(tmp_path, capsys):
     (["--slo-ttft-ms", "-1"], "TTFT SLO must be a time > 0"),
     (["--slo-tpot-ms", "nan"], "TPOT SLO must be a time > 0"),
     (["--csv", "/no/such/folder/r.csv"], "--csv '/no/such/folder/r.csv': its folder does not exist"),
+    # an option the workload or the policy does not read is refused, never ignored (wave 34, helper harden)
+    (["--time-scale", "-1"], "--time-scale -1 stretches a trace's recorded arrivals: use it with --trace"),
+    (["--time-scale", "2", "--rate", "4"], "use it with --trace and without --rate"),
+    (["--prefill-instances", "2"], "--prefill-instances 2 applies to --policy disagg, not --policy vllm"),
+    (["--decode-instances", "2", "--policy", "static"], "--decode-instances 2 applies to --policy disagg"),
+    (["--chunk", "256"], "--chunk 256 applies to --policy sarathi, not --policy vllm"),
+    (["--batch", "8", "--policy", "sarathi"], "--batch 8 applies to --policy static, not --policy sarathi"),
+    (["--policy", "disagg", "--prefill-instances", "0"], "--prefill-instances 0: each pool needs at least one"),
 ])
 def test_cli_serve_bad_input(args, match, capsys):
     assert main(["serve", "--model", M, "--gpu", G, "--n", "5", *args]) == 2
     err = capsys.readouterr().err.strip()
     assert match in err and len(err.splitlines()) == 1
+
+
+def test_a_trace_without_arrival_times_asks_for_a_rate(tmp_path, capsys):
+    """Wave 34 (helper harden): a length-only trace (arXiv's) said 'request 0 has a missing arrival'."""
+    trace = tmp_path / "t.csv"
+    trace.write_text("arrival_s,input_tokens,output_tokens\n,100,5\n,100,5\n")
+    assert main(["serve", "--model", M, "--gpu", G, "--trace", str(trace)]) == 2
+    assert "the trace has no arrival times (column 'arrival_s' is empty): give a Poisson rate (--rate" in \
+        capsys.readouterr().err
+    assert main(["serve", "--model", M, "--gpu", G, "--trace", str(trace), "--rate", "2", "--json"]) == 0
+
+
+def test_cli_serve_time_scale_stretches_a_trace_file(tmp_path, capsys):
+    """--time-scale is read with --trace: a trace file's arrivals, stretched, run (and 0 is refused)."""
+    trace = tmp_path / "t.csv"
+    trace.write_text("arrival_s,input_tokens,output_tokens\n0,100,5\n0.5,100,5\n1.0,100,5\n")
+    assert main(["serve", "--model", M, "--gpu", G, "--trace", str(trace), "--time-scale", "2", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["workload"]["requests"] == 3
+    assert main(["serve", "--model", M, "--gpu", G, "--trace", str(trace), "--time-scale", "0"]) == 2
+    assert "time_scale must be a number > 0" in capsys.readouterr().err
+
+
+def test_a_static_batch_beyond_the_workload_sizes_the_step_table_by_the_workload(capsys):
+    """Wave 34 (helper harden): `--policy static --batch 100000` over 10 requests asked for a step table of
+    5e9 rows (a 37 GiB MemoryError traceback); the table is sized by the requests there are, bit for bit."""
+    argv = ["serve", "--model", M, "--gpu", G, "--n", "10", "--policy", "static", "--json", "--no-progress"]
+    assert main(argv) == 0
+    small = json.loads(capsys.readouterr().out)
+    assert main(argv + ["--batch", "100000"]) == 0
+    big = json.loads(capsys.readouterr().out)
+    assert big["summary"] == small["summary"]
+
+
+def test_a_step_table_beyond_memory_is_one_serve_error(monkeypatch):
+    import steptime.serve.timer as T
+
+    def no_memory(*a, **k):
+        raise MemoryError
+
+    timer = StepTimer(M, G, max_requests=16)
+    monkeypatch.setattr(T, "predict_steps", no_memory)
+    with pytest.raises(ServeError, match="the step timer's table of 5,000,050,000 rows does not fit in memory"):
+        timer._grow_requests(100_000)
 
 
 def test_engine_changes_the_run():

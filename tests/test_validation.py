@@ -333,6 +333,10 @@ BAD_OPS = [
     ("gemm", dict(m=16, n=4096, k=4096, f_clk=NAN), "(0, 1]"),
     ("gemm", dict(m=16, n=4096, k=4096, f_clk=1.5), "allow_boost"),
     ("gemm", dict(m=16, n=4096, k=4096, constants="defaults"), "Constants"),
+    # wave 34 (helper harden): numpy's broadcast error named no argument
+    ("gemm", dict(m=np.array([1, 2]), n=np.array([64, 64, 64]), k=64), "m (2,), n (3,), k ()"),
+    ("attention_decode", dict(batch=np.array([1, 2]), heads=np.array([32, 32, 32]), kv_heads=8, head_dim=128,
+                              kv_len=100), "do not broadcast together"),
 ]
 
 
@@ -373,13 +377,18 @@ BAD_STEPS = [
     (dict(step_id=[0], new_tokens=[1], kv_len=[5], f_clk=NAN), "(0, 1]"),
     (dict(step_id=[0], new_tokens=[1], kv_len=[5], kv_dtype="int8"), "KV-cache dtype"),
     (dict(step_id=[0], new_tokens=[1], kv_len=[5], n_steps=-1), ">= 0"),
+    # wave 34 (helper harden): an empty step was a NaN 'outside what the model covers' (MoE: a bare ValueError)
+    (dict(step_id=[0, 2], new_tokens=[1, 1], kv_len=[5, 5]), "step 1 has no rows"),
+    (dict(step_id=[0], new_tokens=[1], kv_len=[5], n_steps=2), "step 1 has no rows"),
+    (dict(model="qwen3-30b-a3b", step_id=[1], new_tokens=[1], kv_len=[5]), "step 0 has no rows"),
 ]
 
 
 @pytest.mark.parametrize("kwargs,needle", BAD_STEPS, ids=[str(i) for i in range(len(BAD_STEPS))])
 def test_bad_predict_steps(kwargs, needle):
+    kwargs = dict(kwargs)
     with pytest.raises(InputError) as e:
-        predict_steps(M, G, **kwargs)
+        predict_steps(kwargs.pop("model", M), G, **kwargs)
     assert needle in clean(e, InputError)
 
 
@@ -438,6 +447,14 @@ BAD_CONFIGS = [
     (b"[" * 100000, "not a model config"),
     (cfg(hidden_size=float("nan")), "hidden_size must be an integer"),
     (cfg(num_hidden_layers=float("inf")), "num_hidden_layers must be an integer"),
+    # wave 34 (helper harden): layers that are not attention + MLP were read as a plain transformer
+    (cfg(architectures=["MambaForCausalLM"]), "architecture MambaForCausalLM: steptime times decoder-only"),
+    (cfg(architectures=["FalconH1ForCausalLM"], mamba_d_ssm=1024), "cannot represent this model's layers"),
+    (cfg(architectures=["NemotronHForCausalLM"], hybrid_override_pattern="M-M*-"), "hybrid_override_pattern"),
+    (cfg(architectures=["BertForMaskedLM"], model_type="bert"), "architecture BertForMaskedLM"),
+    (cfg(architectures=["Lfm2ForCausalLM"]), "architecture Lfm2ForCausalLM"),
+    (cfg(architectures=["FooForCausalLM"], layer_types=["conv", "full_attention"]), "layer_types with conv layers"),
+    (cfg(is_encoder_decoder=True), "is_encoder_decoder=true"),
 ]
 MOE_CONFIGS = [
     cfg(num_local_experts=8, num_experts_per_tok=2),  # Mixtral
@@ -460,6 +477,13 @@ def test_bad_model_config(tmp_path, content, needle):
         get_model(str(p))
     msg = clean(e, ModelConfigError)
     assert needle in msg and str(p) in msg
+
+
+def test_sliding_window_layer_types_stay_a_dense_transformer(tmp_path):
+    """Gemma-3 style layer_types (sliding and full attention) are attention layers: read, not refused."""
+    p = tmp_path / "config.json"
+    p.write_bytes(cfg(architectures=["Gemma3ForCausalLM"], layer_types=["sliding_attention", "full_attention"]))
+    assert model_from_config(p).num_hidden_layers == json.loads(p.read_text())["num_hidden_layers"]
 
 
 @pytest.mark.parametrize("content", MOE_CONFIGS, ids=[str(i) for i in range(len(MOE_CONFIGS))])

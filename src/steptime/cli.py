@@ -232,6 +232,17 @@ def cmd_status(a) -> int:
 def cmd_audit(a) -> int:
     from steptime_lab.audit import run
 
+    from steptime.errors import InputError
+
+    if a.rerun:  # it prints its own comparison: the report's options would be ignored without a word
+        unread = [f for f, on in (("--json", a.json), ("--strict", a.strict), ("--verbose", a.verbose),
+                                  ("--mark-current", a.mark_current)) if on]
+        if unread:
+            raise InputError(f"audit --rerun does not read {', '.join(unread)}: it prints the fresh values' "
+                             "comparison with the committed ones")
+    elif a.tolerance is not None:
+        raise InputError(f"--tolerance {a.tolerance:g} applies to --rerun (the relative tolerance of a rebuild's "
+                         "fresh values)")
     if a.rerun:
         from steptime_lab.rerun import rerun
 

@@ -73,6 +73,13 @@ def _check_cells(op: str, cells: dict) -> None:
             continue
         lo, strict, integral = rule
         check_array(cells[name], f"predict_ops({op!r}): {name}", minimum=lo, strict=strict, integral=integral)
+    shapes = {name: np.shape(cells[name]) for name, rule in {**_OPTIONAL_CHECKS, **required}.items()
+              if rule is not None and name in cells}
+    try:
+        np.broadcast_shapes(*shapes.values())
+    except ValueError:
+        raise InputError(f"predict_ops({op!r}): the sizes' array shapes do not broadcast together ("
+                         + ", ".join(f"{k} {v}" for k, v in shapes.items()) + ")") from None
     if op.startswith("attention"):
         heads, kv_heads = np.asarray(cells["heads"]), np.asarray(cells["kv_heads"])
         if np.any(kv_heads > heads) or np.any(np.mod(heads, kv_heads) != 0):

@@ -626,6 +626,11 @@ def plan(model, workload, *, slo_ttft_s=None, slo_tpot_s=None, slo_itl_s=None, p
         raise PlanError(f"kv_blocks must be a whole number >= 1 (got {kv_blocks!r})")
     if not (isinstance(max_gpus, int) and 1 <= max_gpus <= 4096):
         raise PlanError(f"--max-gpus must be a whole number in [1, 4096] (got {max_gpus!r})")
+    if jobs is not None and not (isinstance(jobs, int) and not isinstance(jobs, bool) and jobs >= 1):
+        raise PlanError(f"--jobs must be a whole number >= 1 of worker processes (got {jobs!r})")
+    for what, v in (("gpus", gpus), ("engines", engines), ("dtypes", dtypes), ("tp degrees", tps)):
+        if isinstance(v, str) or not len(v):  # a string would be searched letter by letter
+            raise PlanError(f"{what} to search must be a non-empty list (got {v!r})")
     m = get_model(model)
     for e in engines:
         get_engine(e)
@@ -785,6 +790,8 @@ def why_runner_up_lost(best: dict, second: dict) -> str:
 
 
 def to_doc(res: PlanResult, top: int = 5) -> dict:
+    if not (isinstance(top, int) and not isinstance(top, bool) and top >= 1):
+        raise PlanError(f"top must be a whole number >= 1 of layouts listed (got {top!r})")
     best = res.ranked()
     doc = {"simulated": True, "objective": res.objective, "percentile": res.percentile, "headroom": res.headroom,
            "slo": {"ttft_s": res.slo[0], "tpot_s": res.slo[1], "itl_s": res.slo[2] if len(res.slo) > 2 else None},
@@ -830,9 +837,12 @@ def frontier_figure(res: PlanResult, stem) -> list:
     ax.legend(fontsize=7)
     stem = Path(stem)
     out = []
+    from steptime.io import atomic_path
+
     for ext in (".png", ".pdf"):
         p = stem.with_suffix(ext)
-        fig.savefig(p, dpi=150, bbox_inches="tight")
+        with atomic_path(p) as tmp:  # whole or not at all
+            fig.savefig(tmp, format=ext[1:], dpi=150, bbox_inches="tight")
         out.append(p)
     plt.close(fig)
     return out

@@ -30,7 +30,7 @@ def add_parser(sub) -> None:
     w.add_argument("--concurrency", type=int, default=None, help="closed loop: requests in flight in total (split over replicas)")
     w.add_argument("--isl", default="1024")
     w.add_argument("--osl", default="256")
-    w.add_argument("--time-scale", type=float, default=1.0)
+    w.add_argument("--time-scale", type=float, default=None, help="stretch a trace's recorded arrivals (with --trace)")
     w.add_argument("--seed", type=int, default=0)
     s.add_argument("--slo-ttft-ms", type=float, default=None)
     s.add_argument("--slo-tpot-ms", type=float, default=None)
@@ -76,20 +76,14 @@ def _ints(text, what):
     return tuple(v)
 
 
-def _check_out(flag, path, suffixes):
+def _names(text, what):
+    """A comma-separated list of names (GPUs, engines, dtypes), or one line saying it is empty."""
     from steptime.plan import PlanError
 
-    if not path:
-        return
-    p = Path(path)
-    if p.suffix.lower() not in suffixes:
-        raise PlanError(f"{flag} {path!r}: expected a file ending in {' or '.join(suffixes)}")
-    if p.is_dir() or not p.resolve().parent.is_dir():
-        raise PlanError(f"{flag} {path!r}: not a file in an existing folder")
-    import os
-
-    if not os.access(p.resolve().parent, os.W_OK) or (p.exists() and not os.access(p, os.W_OK)):
-        raise PlanError(f"{flag} {path!r}: not writable")
+    v = [x.strip() for x in str(text).split(",") if x.strip()]
+    if not v:
+        raise PlanError(f"--{what} {text!r}: expected comma-separated names")
+    return v
 
 
 def _rates(text):
@@ -112,8 +106,15 @@ def cmd_plan(a) -> int:
     from steptime.plan import PlanError, frontier_figure, load_prices, plan, to_doc
     from steptime.serve.command import workload_from_args
 
-    _check_out("--csv", a.csv, (".csv",))
-    _check_out("--fig", a.fig, (".png",))
+    from steptime.serve.command import check_output
+
+    if a.csv:
+        check_output("--csv", a.csv, ".csv")
+    if a.fig:
+        check_output("--fig", a.fig, ".png")
+        check_output("--fig", str(Path(a.fig).with_suffix(".pdf")))
+    if a.top < 1:
+        raise PlanError(f"--top {a.top}: must be >= 1 (layouts listed)")
     if a.n is None:
         a.n = 2000
     prices = load_prices(a.prices) if a.prices else None
@@ -121,11 +122,10 @@ def cmd_plan(a) -> int:
     ms = lambda v: None if v is None else v / 1e3  # noqa: E731
     res = plan(a.model, wl, slo_ttft_s=ms(a.slo_ttft_ms), slo_tpot_s=ms(a.slo_tpot_ms), slo_itl_s=ms(a.slo_itl_ms),
                percentile=a.percentile,
-               gpus=[g.strip() for g in a.gpus.split(",") if g.strip()],
-               engines=[e.strip() for e in a.engines.split(",") if e.strip()], max_gpus=a.max_gpus, prices=prices,
+               gpus=_names(a.gpus, "gpus"), engines=_names(a.engines, "engines"), max_gpus=a.max_gpus, prices=prices,
                jobs=a.jobs, progress=not a.no_progress and not a.json,
                tps=_ints(a.tp, "tp") if a.tp else (1, 2, 4, 8),
-               dtypes=tuple(d.strip() for d in a.dtypes.split(",") if d.strip()), disagg=not a.no_disagg,
+               dtypes=tuple(_names(a.dtypes, "dtypes")), disagg=not a.no_disagg,
                exhaustive=a.exhaustive, attainment=a.attainment, seed=a.seed, headroom=a.headroom,
                **({"objective": "max_rate", "rates": _rates(a.max_rate)} if a.max_rate else {}))
     doc = to_doc(res, top=a.top)
@@ -135,20 +135,24 @@ def cmd_plan(a) -> int:
     if a.csv:
         import pandas as pd
 
-        pd.DataFrame(res.rows).to_csv(a.csv, index=False)
+        from steptime.io import atomic_path
+
+        with atomic_path(a.csv) as tmp:  # whole or not at all
+            pd.DataFrame(res.rows).to_csv(tmp, index=False)
     if a.fig and res.simulated():
         frontier_figure(res, Path(a.fig).with_suffix(""))
     best = res.ranked()
     pct = f"p{a.percentile:g}"
+    bounds = ", ".join(f"{what} <= {v:g} ms" for what, v in (("TTFT", a.slo_ttft_ms), ("TPOT", a.slo_tpot_ms),
+                                                              ("ITL", a.slo_itl_ms)) if v is not None)
     if a.json:
         from steptime.io import dumps
 
         sys.stdout.write(dumps(doc))
     else:
-        itl = f", ITL <= {a.slo_itl_ms} ms" if a.slo_itl_ms else ""
         room = f" with {a.headroom * 100:.3g}% headroom" if a.headroom else ""
-        print(f"steptime plan: {a.model}, {wl.name} ({len(wl)} requests); SLO {pct} TTFT <= {a.slo_ttft_ms} ms, "
-              f"TPOT <= {a.slo_tpot_ms} ms{itl}{room}; every number simulated")
+        print(f"steptime plan: {a.model}, {wl.name} ({len(wl)} requests); SLO {pct} {bounds}{room}; "
+              "every number simulated")
         for note in res.notes:
             print(f"note: {note}")
         print(f"tried {len(res.rows)} layouts: {len(res.simulated())} simulated, {len(res.dropped())} dropped "
@@ -192,8 +196,7 @@ def cmd_plan(a) -> int:
         close = min(sims, key=lambda r: max((r["ttft_pct_s"] / slo[0]) if slo[0] else 0,
                                             (r["tpot_pct_s"] / slo[1]) if slo[1] else 0,
                                             (r["itl_pct_s"] / slo[2]) if slo[2] else 0))
-        raise PlanError(f"no layout meets the SLO ({pct} TTFT <= {a.slo_ttft_ms} ms, TPOT <= {a.slo_tpot_ms} ms"
-                        f"{', ITL <= ' + str(a.slo_itl_ms) + ' ms' if a.slo_itl_ms else ''}"
+        raise PlanError(f"no layout meets the SLO ({pct} {bounds}"
                         f"{f', with {a.headroom * 100:.3g}% headroom' if a.headroom else ''}) "
                         f"among {len(sims)} simulated: closest {close['layout']} with TTFT "
                         f"{close['ttft_pct_s'] * 1e3:.1f} ms, TPOT {close['tpot_pct_s'] * 1e3:.1f} ms (simulated)")

@@ -392,6 +392,11 @@ def _check_steps(model, gpu, step_id, new_tokens, kv_len, n_steps, tp, f_clk, kv
         n_steps = as_int(n_steps, "predict_steps: n_steps", 0)
         if len(sid) and sid.max() >= n_steps:
             raise InputError(f"predict_steps: step_id {int(sid.max())} is not below n_steps={n_steps}")
+    rows = np.bincount(sid, minlength=n_steps)
+    if n_steps and rows.min() == 0:  # an empty step has no time (NaN terms, or MoE routing of no token)
+        empty = int(np.flatnonzero(rows == 0)[0])
+        raise InputError(f"predict_steps: step {empty} has no rows (step_id numbers the steps 0..{n_steps - 1}, "
+                         f"each at least one request's row)")
     return sid, np.asarray(arrays[1], dtype=float), np.asarray(arrays[2], dtype=float), n_steps, tp
 
 

@@ -475,6 +475,15 @@ def ship_engine_constants(src, dest: Path | None = None) -> dict:
     --engine <name>` on a GPU that holds readings uses them. Every entry is checked first: each
     engine is a profile, each field one of its fields, each provenance a known one."""
     dest = Path(E.FITTED_FILE if dest is None else dest)
+    shipped = _check_engine_constants(src)
+    with atomic_path(dest) as tmp:
+        shutil.copyfile(src, tmp)
+    _default_constants.cache_clear()
+    return {"engine_constants": str(dest), "fields": shipped}
+
+
+def _check_engine_constants(src) -> list[str]:
+    """ship_engine_constants' checks, before anything is written: the fields it would ship, sorted."""
     doc = _read_input_yaml(src)
     shipped = []
     for eng, per_gpu in (doc.get("engines") or {}).items():
@@ -488,11 +497,7 @@ def ship_engine_constants(src, dest: Path | None = None) -> dict:
                                      f"{PROVENANCES}")
                 shipped.append(f"{eng}@{gpu}:{name}")
     E.get_engine(next(iter(doc.get("engines") or {E.default_engine(): {}})), fitted=doc)  # loads as a whole
-
-    with atomic_path(dest) as tmp:
-        shutil.copyfile(src, tmp)
-    _default_constants.cache_clear()
-    return {"engine_constants": str(dest), "fields": sorted(shipped)}
+    return sorted(shipped)
 
 
 def ship_greybox(src, dest: Path | None = None) -> dict:
@@ -500,6 +505,14 @@ def ship_greybox(src, dest: Path | None = None) -> dict:
     settle_greybox_corrections) to where `steptime predict --explain` reads them (GREYBOX_FILE),
     after checking it is an .npz of arrays (no pickles) whose `meta` names its models."""
     dest = Path(GREYBOX_FILE if dest is None else dest)
+    models = _check_greybox(src)
+    with atomic_path(dest) as tmp:
+        shutil.copyfile(src, tmp)
+    return {"greybox": str(dest), "models": models}
+
+
+def _check_greybox(src) -> list[str]:
+    """ship_greybox's checks, before anything is written: the grey-box models the file holds, sorted."""
     try:
         with np.load(src, allow_pickle=False) as z:
             meta = json.loads(str(z["meta"]))
@@ -512,9 +525,7 @@ def ship_greybox(src, dest: Path | None = None) -> dict:
     for name, m in models.items():
         if m.get("setting") != "none" and f"{name}/value" not in names:
             raise InputError(f"{src}: grey-box model {name!r} has no trees")
-    with atomic_path(dest) as tmp:
-        shutil.copyfile(src, tmp)
-    return {"greybox": str(dest), "models": sorted(models)}
+    return sorted(models)
 
 
 def ship(settled: Iterable[str | Path], path: Path = DEFAULTS_FILE, engine_path: Path | None = None,
@@ -538,6 +549,10 @@ def ship(settled: Iterable[str | Path], path: Path = DEFAULTS_FILE, engine_path:
             check_updates(d["updates"])
         except InputError as exc:
             raise InputError(f"{p}: {exc}") from None
+    for f in engine_files:  # every file checked before any is written: a bad one leaves all three as they were
+        _check_engine_constants(f)
+    for f in grey_files:
+        _check_greybox(f)
     before = read_yaml(path)
     after = settle_doc(before, docs)
     _write_defaults(after, Path(path))

@@ -50,14 +50,16 @@ def add_parser(sub) -> None:
                         "prefill and decode pools")
     s.add_argument("--max-num-batched-tokens", type=int, default=8192)
     s.add_argument("--max-num-seqs", type=int, default=256)
-    s.add_argument("--chunk", type=int, default=None, help="sarathi chunk (token budget per step)")
-    s.add_argument("--batch", type=int, default=None, help="static batch size")
+    s.add_argument("--chunk", type=int, default=None, help="sarathi chunk (token budget per step; --policy sarathi)")
+    s.add_argument("--batch", type=int, default=None, help="static batch size (--policy static)")
     s.add_argument("--block-size", type=int, default=16)
     s.add_argument("--gpu-memory-utilization", type=float, default=0.9)
     s.add_argument("--kv-blocks", type=int, default=None, help="override the KV block count")
     s.add_argument("--replicas", type=int, default=1)
-    s.add_argument("--prefill-instances", type=int, default=1)
-    s.add_argument("--decode-instances", type=int, default=1)
+    s.add_argument("--prefill-instances", type=int, default=None, help="prefill pool instances (--policy disagg; "
+                                                                         "default 1)")
+    s.add_argument("--decode-instances", type=int, default=None, help="decode pool instances (--policy disagg; "
+                                                                        "default 1)")
     w = s.add_argument_group("workload")
     w.add_argument("--trace", help=f"a trace of results/data/traces.parquet ({', '.join(TRACES)}) or a "
                                    "csv/parquet file with arrival, prompt and output token columns")
@@ -68,7 +70,8 @@ def add_parser(sub) -> None:
                         "across the replicas: C // R each, the remainder one more on the first ones)")
     w.add_argument("--isl", default="1024", help="input length: N or LO:HI (uniform)")
     w.add_argument("--osl", default="256", help="output length: N or LO:HI (uniform)")
-    w.add_argument("--time-scale", type=float, default=1.0, help="stretch a trace's arrivals")
+    w.add_argument("--time-scale", type=float, default=None,
+                   help="stretch a trace's recorded arrivals (with --trace, default 1)")
     w.add_argument("--seed", type=int, default=0)
     s.add_argument("--slo-ttft-ms", type=float, default=None)
     s.add_argument("--slo-tpot-ms", type=float, default=None)
@@ -158,6 +161,10 @@ def check_output(flag: str, path: str, suffix: str | None = None) -> Path:
 def workload_from_args(a):
     from steptime.serve import from_table, synthetic
 
+    if a.time_scale is not None and (not a.trace or a.rate is not None):
+        # a synthetic workload's arrivals are drawn at --rate, and --rate replaces a trace's recorded ones
+        raise ServeError(f"--time-scale {a.time_scale:g} stretches a trace's recorded arrivals: use it with --trace "
+                         f"and without --rate{'' if a.trace else ' (no --trace given)'}")
     if a.trace:
         import pandas as pd
 
@@ -175,7 +182,8 @@ def workload_from_args(a):
             df = _read_trace(a.trace)
         if a.concurrency:
             raise ServeError("--concurrency replaces a trace's arrivals: use it with --isl/--osl, not --trace")
-        return from_table(df, name=a.trace, n=a.n, time_scale=a.time_scale, rate=a.rate, seed=a.seed)
+        return from_table(df, name=a.trace, n=a.n, time_scale=1.0 if a.time_scale is None else a.time_scale,
+                          rate=a.rate, seed=a.seed)
     return synthetic(1000 if a.n is None else a.n, isl=_length(a.isl, "isl"), osl=_length(a.osl, "osl"), rate=a.rate,
                      concurrency=a.concurrency, seed=a.seed)
 
@@ -220,9 +228,21 @@ def ep_ranks(model, gpu, tp: int, ep: int, dtype: str) -> int:
     return dp
 
 
+def check_policy_options(a) -> None:
+    """Refuse an option the chosen --policy does not read (it would be ignored without a word)."""
+    for flag, value, owner in (("--chunk", a.chunk, "sarathi"), ("--batch", a.batch, "static"),
+                               ("--prefill-instances", a.prefill_instances, "disagg"),
+                               ("--decode-instances", a.decode_instances, "disagg")):
+        if value is not None and a.policy != owner:
+            raise ServeError(f"{flag} {value} applies to --policy {owner}, not --policy {a.policy}")
+        if value is not None and owner == "disagg" and value < 1:
+            raise ServeError(f"{flag} {value}: each pool needs at least one instance")
+
+
 def run_args(a):
     from steptime.serve import engine_policy, policy, simulate, simulate_disagg, simulate_replicas
 
+    check_policy_options(a)
     wl = workload_from_args(a)
     ekw = dict(tp=a.tp, engine=a.engine, dtype=a.dtype, kv_dtype=a.kv_dtype)
     ranks = ep_ranks(a.model, a.gpu, a.tp, a.ep, a.dtype)
@@ -237,8 +257,9 @@ def run_args(a):
             raise ServeError("--policy disagg with expert parallelism (--ep > --tp) is not simulated: the prefill "
                              "and decode pools' data-parallel ranks are not modelled")
         check_budget(wl, a.max_num_batched_tokens, a.max_num_seqs, False)
-        run = simulate_disagg(a.model, a.gpu, wl, **ekw, prefill_instances=a.prefill_instances,
-                              decode_instances=a.decode_instances,
+        run = simulate_disagg(a.model, a.gpu, wl, **ekw,
+                              prefill_instances=1 if a.prefill_instances is None else a.prefill_instances,
+                              decode_instances=1 if a.decode_instances is None else a.decode_instances,
                               prefill_policy=Policy("vllm", max_num_batched_tokens=a.max_num_batched_tokens,
                                                     chunked_prefill=False, **kw),
                               decode_policy=Policy("vllm", max_num_batched_tokens=a.max_num_batched_tokens, **kw))

@@ -930,7 +930,10 @@ def simulate(model, gpu, workload: Workload, pol: Policy | str = "vllm", *, tp: 
         raise ServeError("the disagg policy needs two pools: use simulate_disagg")
     timer = timer or StepTimer(model, gpu, tp=tp, constants=constants, f_clk=f_clk, kv_dtype=kv_dtype,
                                engine=engine, dtype=dtype, max_tokens=min(pol.budget, 1 << 16),
-                               max_requests=pol.max_num_seqs, ep=ep, moe_constants=moe_constants)
+                               # no step runs more requests than the workload holds (the table grows on demand,
+                               # bit for bit the same): a --batch of 10**5 over 10 requests asks for 10 rows
+                               max_requests=min(pol.max_num_seqs, len(workload)), ep=ep,
+                               moe_constants=moe_constants)
     bar = None
     if progress:
         from tqdm import tqdm
@@ -1011,7 +1014,7 @@ def simulate_disagg(model, gpu, workload: Workload, *, prefill_instances: int = 
     dp = decode_policy or Policy("vllm", reserve_full=True)
     timer = timer or StepTimer(model, gpu, tp=tp, constants=constants, f_clk=f_clk, kv_dtype=kv_dtype,
                                engine=engine, dtype=dtype, max_tokens=min(pp.budget, 1 << 16),
-                               max_requests=max(pp.max_num_seqs, dp.max_num_seqs), ep=ep)
+                               max_requests=min(max(pp.max_num_seqs, dp.max_num_seqs), len(workload)), ep=ep)
     n = len(workload)
     ones = np.ones(n, dtype=np.int64)
     pre = simulate_replicas(model, gpu, Workload(workload.arrival, workload.prompt, ones, name=workload.name),

@@ -202,8 +202,13 @@ class StepTimer:
     def _grow_requests(self, n_max: int) -> None:
         n_max = int(max(n_max, 2 * (len(self.B) - 1), 16))
         N = np.arange(1, n_max + 1)
-        sid = np.repeat(np.arange(n_max), N)
-        r = predict_steps(self.model, self.gpu, sid, np.ones(sid.size), np.zeros(sid.size), n_max, **self._kw)
+        try:  # one row per request of each step size 1..n_max: n_max (n_max + 1) / 2 rows
+            sid = np.repeat(np.arange(n_max), N)
+            r = predict_steps(self.model, self.gpu, sid, np.ones(sid.size), np.zeros(sid.size), n_max, **self._kw)
+        except MemoryError:
+            raise ServeError(f"steps of up to {n_max:,} running requests: the step timer's table of "
+                             f"{n_max * (n_max + 1) // 2:,} rows does not fit in memory; lower --max-num-seqs "
+                             "(or a static --batch)") from None
         self.B = np.concatenate([[0.0], r["terms_ms"]["lm_head"] * 1e-3])
         self.Dd = np.concatenate([[0.0], (r["terms_ms"]["dispatch_floor"] + r["hidden_ms"]["dispatch_floor"]) * 1e-3])
         self.S = np.concatenate([[0.0], (r["terms_ms"]["host"] + r["hidden_ms"]["host"]) * 1e-3])

@@ -111,6 +111,9 @@ def from_table(df: "pandas.DataFrame", *, name: str = "trace", n: int | None = N
         arr = poisson_arrivals(len(d), rate, seed)
     else:
         arr = _numbers(d, cols["arrival"], name)
+        if len(arr) and np.isnan(arr).all():  # a length-only trace (arXiv): its arrivals are to be drawn
+            raise ServeError(f"{name}: the trace has no arrival times (column {cols['arrival']!r} is empty): "
+                             "give a Poisson rate (--rate, requests/s)")
         if len(arr) and np.isfinite(arr[0]):
             arr = (arr - np.nanmin(arr)) * time_scale
     return Workload(arr, p, o, name=name)

@@ -297,6 +297,37 @@ def _moe_reason(cfg: dict) -> str | None:
     return _moe_reason(sub) if isinstance(sub, dict) else None
 
 
+# Markers of a dense config.json whose blocks are not attention + MLP, which the dense loader would
+# otherwise read as a plain transformer from its hidden_size, heads and layers (a silent wrong answer):
+# state-space or recurrent layers (Mamba, and hybrids such as Falcon-H1, Nemotron-H, Zamba, Bamba),
+# linear-attention layers, and encoder-only or encoder-decoder models (no decode step to time).
+_NOT_DECODER_KEYS = ("ssm_cfg", "mamba_d_ssm", "mamba_d_state", "mamba_n_heads", "mamba_expand", "ssm_state_size",
+                     "hybrid_override_pattern", "layers_block_type", "attn_layer_indices", "linear_num_key_heads",
+                     "is_encoder_decoder")
+_NOT_DECODER_ARCH = re.compile(r"mamba|rwkv|zamba|falconh1|nemotronh|bamba|recurrentgemma|griffin|xlstm|retnet|hymba|"
+                               r"lfm2|hybrid|formaskedlm|forsequenceclassification|fortokenclassification|"
+                               r"forquestionanswering|formultiplechoice|forpretraining|^(bert|roberta|xlmroberta|"
+                               r"distilbert|electra|deberta|debertav2|modernbert|t5|mt5|bart|mbart|whisper)(model)?$",
+                               re.I)
+_NOT_DECODER_LAYER = re.compile(r"mamba|ssm|linear|recurrent|conv|rwkv", re.I)
+
+
+def _not_decoder_reason(cfg: dict) -> str | None:
+    """Why a (dense) config is not a decoder-only attention + MLP transformer steptime can time, or None."""
+    for key in _NOT_DECODER_KEYS:
+        if key in cfg and cfg[key] not in (None, 0, False, {}, [], ""):
+            return f"{key}={json.dumps(cfg[key])[:40]}"
+    for name in [*(cfg.get("architectures") or []), cfg.get("model_type")]:
+        if isinstance(name, str) and _NOT_DECODER_ARCH.search(name.replace("_", "").replace("-", "")):
+            return f"architecture {name}"
+    kinds = cfg.get("layer_types")
+    if isinstance(kinds, list):
+        odd = sorted({k for k in kinds if isinstance(k, str) and _NOT_DECODER_LAYER.search(k)})
+        if odd:
+            return f"layer_types with {', '.join(odd)[:40]} layers"
+    return None
+
+
 def _model_from_raw(key: str, raw: dict) -> Model:
     if not isinstance(raw, dict):
         raise ModelConfigError(f"{MODEL_FILE.name}: model {key!r}: expected a mapping of fields, got {raw!r:.60}")
@@ -393,6 +424,10 @@ def model_from_config(path: str | os.PathLike) -> Model:
     if reason:
         return moe_from_config(cfg, p)
     where = str(p)
+    odd = _not_decoder_reason(cfg)
+    if odd:
+        raise UnsupportedModelError(f"{where}: {odd}: steptime times decoder-only attention + MLP transformers; "
+                                    "it cannot represent this model's layers")
     need = ["hidden_size", "num_hidden_layers", "num_attention_heads", "vocab_size"]
     missing = [k for k in need if k not in cfg]
     if missing:
