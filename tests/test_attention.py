@@ -929,9 +929,12 @@ def test_the_serving_timer_prices_the_fa2_prefill_softmax_as_the_step_does():
     lanes = {k: dict(v) for k, v in (base.get("attn_lane_factors", A100) or {}).items()}
     lanes.setdefault(lane, {})["attn_exp_cyc"] = 0.0625
     c = base.with_overrides({"attn_lane_factors": lanes})
+    zero = {k: dict(v) for k, v in lanes.items()}
+    zero[lane]["attn_exp_cyc"] = 0.0
+    c0 = base.with_overrides({"attn_lane_factors": zero})
     assert A.attention_constants(A100, c)["attn_exp_cyc"] == 0.0625
-    assert A.attention_constants(A100, base)["attn_exp_cyc"] == 0.0  # shipped constants without it: neutral
-    t_new, t_old = StepTimer("llama-3.1-8b", "a100-sxm", constants=c), StepTimer("llama-3.1-8b", "a100-sxm")
+    assert A.attention_constants(A100, c0)["attn_exp_cyc"] == 0.0  # the factor at 0: neutral
+    t_new, t_old = StepTimer("llama-3.1-8b", "a100-sxm", constants=c), StepTimer("llama-3.1-8b", "a100-sxm", constants=c0)
     assert t_new.check() < 1e-12  # its prefill path agrees with predict_steps under the factor
     new, kv = [4096, 2048], [0, 1024]
     assert t_new.prefill_attention(new, kv) == pytest.approx(t_new._prefill_attention_ref(new, kv), rel=1e-12)
