@@ -899,3 +899,84 @@ def test_tidy_cells_ids_are_plain_python_and_lanes_follow_each_row():
     for cell, row in zip(c["cell"], c.itertuples(index=False)):
         assert cell == E.cell_id((row.gpu, row.phase, row.b, row.s, row.c, row.H, row.Hkv, row.d, row.kv_dtype))
         assert all(type(v) in (str, int) for v in cell), cell
+
+
+def test_the_fa2_prefill_softmax_costs_sm_clocks_per_score_element_beside_the_mma():
+    """attn_exp_cyc adds flops_eff / (4 d) x cyc / (SMs x boost x f_clk) to a prefill's compute and nothing to a decode;
+    absent or 0 it prices as before; negative is refused (issue 19 item 1, wave 34, helper a100p)."""
+    fc0 = {**A.attention_constants(A100), "attn_exp_cyc": 0.0}
+    fc = {**fc0, "attn_exp_cyc": 0.0625}
+    s, c, hq, hkv, d = np.array([4096.0, 1.0]), np.array([0.0, 4095.0]), 32, 8, 128
+    r0 = A.attention_request_terms(s, c, hq, hkv, d, A100, fc=fc0, f_clk=1.0)
+    r1 = A.attention_request_terms(s, c, hq, hkv, d, A100, fc=fc, f_clk=1.0)
+    per_clk = A100.sms * A.boost_mhz(A100) * 1e6
+    extra = r0["flops_eff"][0] / (4 * d) * 0.0625 / per_clk
+    assert r1["t_compute"][0] - r0["t_compute"][0] == pytest.approx(extra, rel=1e-12)
+    assert r1["t_compute"][1] == r0["t_compute"][1] == 0.0  # decode: no compute branch
+    fc_absent = {k: v for k, v in fc0.items() if k != "attn_exp_cyc"}
+    assert A.attention_request_terms(s, c, hq, hkv, d, A100, fc=fc_absent, f_clk=1.0)["t_compute"] == pytest.approx(
+        r0["t_compute"], rel=1e-15)
+    assert float(A.exp_time(4.0, 1.0, A100, fc, 2.0)) == pytest.approx(0.0625 / per_clk / 2.0)
+    with pytest.raises(ValueError, match="attn_exp_cyc"):
+        A.exp_time(4.0, 1.0, A100, {"attn_exp_cyc": -1.0})
+
+
+def test_the_serving_timer_prices_the_fa2_prefill_softmax_as_the_step_does():
+    from steptime.serve import StepTimer
+
+    base = Constants.default()
+    lane = str(base.get("attn_lane", A100))
+    lanes = {k: dict(v) for k, v in (base.get("attn_lane_factors", A100) or {}).items()}
+    lanes.setdefault(lane, {})["attn_exp_cyc"] = 0.0625
+    c = base.with_overrides({"attn_lane_factors": lanes})
+    assert A.attention_constants(A100, c)["attn_exp_cyc"] == 0.0625
+    assert A.attention_constants(A100, base)["attn_exp_cyc"] == 0.0  # shipped constants without it: neutral
+    t_new, t_old = StepTimer("llama-3.1-8b", "a100-sxm", constants=c), StepTimer("llama-3.1-8b", "a100-sxm")
+    assert t_new.check() < 1e-12  # its prefill path agrees with predict_steps under the factor
+    new, kv = [4096, 2048], [0, 1024]
+    assert t_new.prefill_attention(new, kv) == pytest.approx(t_new._prefill_attention_ref(new, kv), rel=1e-12)
+    assert t_new.prefill_attention(new, kv) > t_old.prefill_attention(new, kv)
+
+
+def _exp_cells(gpu, icpt, slope, dims=(64, 128, 256)):
+    """Long single-chunk prefill cells whose SM clocks per causal score element are icpt + slope d."""
+    g = get_gpu(gpu)
+    per = g.sms * A.boost_mhz(g) * 1e6
+    rows = []
+    for d in dims:
+        for b, H, s in [(1, 64, 4096), (2, 32, 8192), (1, 32, 1024), (1, 8, 8192)]:  # last two: outside the window
+            y = (icpt + slope * d) * b * H * s * (s + 1) / 2 / per * 1e3
+            if s < E.EXP_MIN_S or b * H < E.EXP_MIN_ROWS:
+                y *= 3.0  # would pull the line if it were read
+            rows.append({"gpu": gpu, "phase": "prefill", "kv_dtype": "bf16", "b": b, "s": s, "c": 0, "H": H,
+                         "Hkv": 8, "d": d, "y_ms": y})
+    return pd.DataFrame(rows)
+
+
+def test_the_softmax_clocks_per_element_are_measured_on_the_training_gpus_fa2_only():
+    x = pd.concat([_exp_cells("l40s", 0.06, 0.008), _exp_cells("rtx-pro-6000", 0.08, 0.006),
+                   _exp_cells("a100-sxm", 0.5, 0.003, dims=(128,))], ignore_index=True)
+    assert E.exp_cyc(x, ["l40s"]) == pytest.approx(0.06)
+    assert E.exp_cyc(x, ["l40s", "rtx-pro-6000"]) == pytest.approx(0.07)
+    assert E.exp_cyc(x, ["a100-sxm", "l40s"]) == pytest.approx(0.06)  # one head dim: no intercept, not counted
+    assert E.exp_cyc(x, ["a100-sxm"]) == 0.0
+    mixed = pd.concat([x, _split_cells(0.25).assign(gpu="l40s")], ignore_index=True)
+    assert E.swap_fixed(mixed, ["l40s"], "fa2")["attn_exp_cyc"] == pytest.approx(0.06)
+    assert E.swap_fixed(mixed, ["l40s"], "fa3")["attn_exp_cyc"] == 0.0  # FA3 / TRT-LLM-gen overlap the softmax
+    assert "a100p" in " ".join(E.DISCLOSED) and "after seeing" in E.EXP_DISCLOSED
+
+
+def test_e1_24_scores_each_fa2_gpu_with_softmax_clocks_from_its_lane_siblings(repo_root):
+    """A100 (head dim 128 only) is scored with the L40S / RTX PRO 6000 intercept, each GPU never with its own cells;
+    the other lanes carry none (fails on the wave-33 result: no attn_exp_cyc)."""
+    import json
+
+    doc = json.loads((repo_root / "results" / "E1_24.json").read_text())
+    cells = E.tidy_cells(pd.read_parquet(repo_root / "results" / "data" / "attention_generation.parquet"),
+                         pd.read_parquet(repo_root / "results" / "data" / "attention_context.parquet"))
+    for g, rec in doc["metrics"]["per_gpu"].items():
+        if rec["lane"] in E.EXP_LANES:
+            assert rec["factors"]["attn_exp_cyc"] == pytest.approx(E.exp_cyc(cells, rec["fit_on"]), abs=1e-6)
+            assert rec["factors"]["attn_exp_cyc"] > 0 and g not in rec["fit_on"]
+        else:
+            assert rec["factors"]["attn_exp_cyc"] == 0.0

@@ -47,6 +47,29 @@ def test_the_step_adds_the_wait_to_its_host_term_at_tp1_only():
         assert np.allclose(b["eager_inline_ms"], [0.0, extra])
 
 
+def test_a_hybrid_with_its_fitted_eager_host_time_does_not_price_the_wait_twice():
+    """wave 34 (e34w): launch.hybrid_eager_layer_us is fitted on the hybrid's own eager steps at world size > 1, whose
+    rows hold the step's whole per-step host time; the world-size-1 wait is not priced on top of it."""
+    g, c = get_gpu("b300"), Constants.default()
+    e = _vllm(7.0)
+    cap = e.get("graph_max_tokens", g, c)
+    hyb = e.with_fitted("b300", {"eager_inline_ms": 7.0, "hybrid_eager_layer_us": 500.0}, source="test")
+    assert np.allclose(host.eager_inline_time([cap + 1], g, hyb, c, tp=1, gdn_layers=30), 0.0)
+    assert np.allclose(host.eager_inline_time([cap + 1], g, hyb, c, tp=1), 7e-3)  # a dense model keeps it
+    # a hybrid without the fitted field (its eager floor is counted launches only) keeps the wait
+    bare = e.with_fitted("b300", {"eager_inline_ms": 7.0, "hybrid_eager_layer_us": 0.0}, source="test")
+    assert np.allclose(host.eager_inline_time([cap + 1], g, bare, c, tp=1, gdn_layers=30), 7e-3)
+    # through the step: Qwen3.6-35B-A3B (GDN hybrid) at TP 1, an eager prefill
+    m = get_model("qwen3.6-35b-a3b")
+    sid, new, kv = np.array([0]), np.array([1024.0]), np.array([0.0])
+    a = predict_steps(m, g, sid, new, kv, 1, tp=1, constants=c, engine=hyb)
+    b = predict_steps(m, g, sid, new, kv, 1, tp=1, constants=c,
+                      engine=hyb.with_fitted("b300", {"eager_inline_ms": 0.0}, source="test"))
+    assert np.allclose(a["eager_inline_ms"], 0.0) and np.allclose(a["total_ms"], b["total_ms"])
+    d = predict_steps(m, g, sid, new, kv, 1, tp=1, constants=c, engine=bare)
+    assert np.allclose(d["eager_inline_ms"], 7.0)
+
+
 def test_a_negative_eager_inline_ms_is_refused():
     base = {"host_terms": False, "backend": "none",
             "allreduce": {"impl": "nccl", "max_bytes": {"value": 0, "provenance": "DERIVED", "source": "x"}}}

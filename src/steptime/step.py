@@ -500,7 +500,8 @@ def predict_steps(model, gpu, step_id, new_tokens, kv_len, n_steps: int | None =
     S = host.scheduler_floor(N, gpu, constants, tp, engine=engine)
     overlap = engine.get("overlap", gpu, constants) if engine.host_terms else 0.0
     out["host"], hidden_host = host.exposed_host(S, blocks + out["dispatch_floor"], overlap)
-    eager_inline = host.eager_inline_time(T, gpu, engine, constants, tp)  # serial, after the exposed part
+    eager_inline = host.eager_inline_time(T, gpu, engine, constants, tp,  # serial, after the exposed part
+                                          gdn_layers=model.n_linear_layers if moe else 0)
     out["host"] = out["host"] + eager_inline
     out["sampling"] = host.sampling_time(N, gpu, constants, engine=engine)
     terms = moe_step.TERMS if moe else TERMS

@@ -134,6 +134,7 @@ class StepTimer:
         self._pf = (float(self.heads), float(self.kv_heads), float(self.head_dim), kvb)
         self._q_pf = attention.prefill_q_tile(self.gpu)  # causal prefill query tile (SM fill)
         self._eta_c = f * self.fc["attn_eta_ceil"] * (self.fc["attn_fp8_compute"] if fp8 else 1.0)
+        self._exp = float(attention.exp_time(4.0, 1.0, self.gpu, self.fc, f))  # s per score element (exp_time)
         self._unit = self.fc["attn_fp8_unit"] if fp8 else 1.0
         self._pf_heads = float(attention.prefill_unit_heads(self.heads, self.kv_heads, self.fc))  # prefill units
         # scalar constants of decode attention (the hot path works in Python floats)
@@ -398,7 +399,7 @@ class StepTimer:
             npf = math.ceil(s / qp)
             flops_eff = 4.0 * hq * d * (s * c + s * (s + fc["attn_causal_tile"]) / 2.0)
             eta = self._eta_c * (s / (s + fc["attn_c_tokens"]))
-            tc += flops_eff / (self.gpu.peak_flops * eta)
+            tc += flops_eff / (self.gpu.peak_flops * eta) + flops_eff / (4.0 * d) * self._exp  # attention.exp_time
             nb += (c + s) * 2.0 * hkv * d * kvb + 4.0 * s * hq * d + 4.0 * s * hkv * d
             un += self._pf_heads * qt * self._unit
             wk += hq * npf * (c / qp + (npf + 1.0) / 2.0)  # attention.prefill_tiles

@@ -13,7 +13,8 @@ H_kv KV heads, head dim d, b_kv bytes per KV element):
 
 and, summed over the batch:
 
-    t_compute = flops / (P * eta_attn * eta_fill),   eta_attn = f_clk * eta_ceil * s / (s + c_tok) * fp8_compute
+    t_compute = (flops / (P * eta_attn) + t_exp) / eta_fill,   eta_attn = f_clk * eta_ceil * s / (s + c_tok) * fp8_compute
+              t_exp = flops / (4 d) * exp_cyc / (SMs * f_boost * f_clk)     softmax, not overlapped (prefill)
               eta_fill = tiles / (tiles + fill_half * SMs),   tiles = sum(work) / max(longest)  (SM fill)
     t_memory  = bytes * (hit / BW_L2 + (1 - hit) / (BW * eta_mem))          (L2 cliff)
               hit = 1 / (1 + (x / x_c)^k),   x = bytes / L2,   BW_L2 = max(l2_bpc * SMs * f_boost, BW * eta_mem)
@@ -55,6 +56,18 @@ Named factors (constants in defaults.yaml, settled by E1.24):
                      0 (neutral): every decode batch may split
   attn_noswap_rel    the share of the copy-free decode floor an unswapped decode saves (no output copy back
                      from the swapped layout, no split-KV set-up); lanes with attn_stream_gbs only
+  attn_exp_cyc       SM clocks each causal score element of a prefill costs beside its MMA (the online softmax:
+                     one exponential on the SM's special-function units, 16 a clock per SM, and its bookkeeping),
+                     not overlapped with the MMA (`exp_time`); 0 (neutral): the ceiling carries it
+
+Softmax time (prefill, FlashAttention-2 lane): FlashAttention-2 runs a tile's softmax between its two MMAs in
+the same warps (no warp-specialised ping-pong as in FA3 / FA4), so a prefill's time per score element is the
+MMA's 4 d / (tensor FLOPs per SM per clock x eta) plus a fixed number of SM clocks for the softmax. The
+AIConfigurator tables show it at long prompts: SM clocks (boost) per causal score element are linear in the head
+dim with intercept 0.057 (L40S) and 0.070 (RTX PRO 6000), about one exponential at 16 a clock per SM (Hopper
+0.064, B200 0.057, and B300 0.026, whose SFU doubles MUFU.EX2; the lab's `exp_cyc` window). The intercept's share of a d-128 cell depends on
+the tensor rate per SM and clock, 2,049 FLOPs on A100 against 1,012 / 951 on L40S / RTX PRO 6000, so a
+ceiling that folds it in does not carry from the GDDR parts to A100 through the GEMM's efficiency alone.
 
 fp8 KV read (decode): a decode kernel that reads an fp8 cache converts every KV element to the MMA's
 input type on the SM before it can use it, so its KV stream is also bounded by an SM-side rate,
@@ -134,7 +147,7 @@ FACTORS = ("attn_floor_us", "attn_prefill_floor_rel", "attn_eta_mem", "attn_eta_
            "attn_cta_us",
            "attn_overlap_p", "attn_l2_bpc", "attn_l2_x_c", "attn_l2_sharp", "attn_fp8_unit", "attn_fp8_compute",
            "attn_swap_copy_rel", "attn_split_rel", "attn_split_tile", "attn_fp8_bpc", "attn_pf_unit", "attn_split_us",
-           "attn_stream_gbs", "attn_noswap_rel")
+           "attn_stream_gbs", "attn_noswap_rel", "attn_exp_cyc")
 # kernel families whose decode API copies the swapped GQA query (FlashAttention-2's varlen API);
 # FA3 packs the group inside the kernel, TRT-LLM-gen/FlashInfer take the heads as they are (DERIVED)
 SWAP_COPY_LANES = ("fa2",)
@@ -177,7 +190,7 @@ def attention_constants(gpu, constants: Constants | None = None) -> dict:
 # factors a constant set from before they existed lacks (a pinned older defaults.yaml): their neutral values
 OPTIONAL_FACTORS = MappingProxyType({"attn_split_rel": 0.0, "attn_split_tile": 128.0, "attn_fp8_bpc": 0.0,
                                      "attn_pf_unit": 0.0, "attn_split_us": 0.0, "attn_stream_gbs": 0.0,
-                                     "attn_noswap_rel": 0.0})
+                                     "attn_noswap_rel": 0.0, "attn_exp_cyc": 0.0})
 
 
 def _factor(constants: Constants, name: str, gpu):
@@ -205,6 +218,16 @@ def prefill_unit_heads(n_heads, n_kv_heads, fc: dict):
     if f < 0:
         raise ValueError(f"attn_pf_unit must be >= 0 (0: per-KV-head units), got {f!r}")
     return np.asarray(n_heads, dtype=float) * f if f > 0 else np.asarray(n_kv_heads, dtype=float)
+
+
+def exp_time(flops_eff, head_dim, gpu, fc: dict, f_clk=1.0):
+    """Seconds a prefill's softmax takes beside its MMA: flops_eff / (4 d) score elements (the tiles the kernel
+    computes) x attn_exp_cyc SM clocks each, over SMs x boost clock x f_clk; 0 where the factor is 0 or absent."""
+    e = fc.get("attn_exp_cyc", 0.0)
+    if np.any(np.asarray(e) < 0):
+        raise ValueError(f"attn_exp_cyc must be >= 0 (0: no separate softmax time), got {e!r}")
+    return np.asarray(flops_eff, dtype=float) / (4.0 * np.asarray(head_dim, dtype=float)) * e / (
+        gpu.sms * boost_mhz(gpu) * 1e6 * f_clk)
 
 
 def fp8_read_bandwidth(gpu, fc: dict):
@@ -403,7 +426,7 @@ def attention_request_terms(new_tokens, kv_len, n_heads, n_kv_heads, head_dim, g
     # runs a split-KV kernel whose compute branch is never the bottleneck.
     eta_soft = np.where(pre, s / (s + fc["attn_c_tokens"]), 1.0)
     eta = f_clk * fc["attn_eta_ceil"] * eta_soft * np.where(fp8, fc["attn_fp8_compute"], 1.0)
-    t_compute = np.where(pre, flops_eff / (gpu.peak_flops * eta), 0.0)
+    t_compute = np.where(pre, flops_eff / (gpu.peak_flops * eta) + exp_time(flops_eff, d, gpu, fc, f_clk), 0.0)
     units_cost = units * np.where(fp8, fc["attn_fp8_unit"], 1.0)
     t_memory_hbm = nbytes / (gpu.mem_bw * fc["attn_eta_mem"])  # for callers that want it per request
     return {"t_compute": t_compute, "t_memory": t_memory_hbm, "flops": flops, "flops_eff": flops_eff,

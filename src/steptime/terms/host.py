@@ -113,15 +113,23 @@ def scheduler_floor(n_requests, gpu, constants: Constants | None = None, tp: int
     return np.where(n > 0, (a + ray + b * np.maximum(n - 1.0, 0.0)) * 1e-3, 0.0)
 
 
-def eager_inline_time(tokens, gpu, engine, constants: Constants | None = None, tp: int = 1):
+def eager_inline_time(tokens, gpu, engine, constants: Constants | None = None, tp: int = 1, gdn_layers: int = 0):
     """Serial host time (seconds) per step run eagerly (tokens above graph_max_tokens) where the engine launches its
     steps inline on its own thread (world size tp <= schedule.inline_launch_world: Engine.step_time_is_own False):
     engines.yaml host.eager_inline_ms (absent: 0), not overlapped with GPU work. Zero for a graph-captured step, at
-    a multi-rank layout and for an engine without host terms."""
+    a multi-rank layout and for an engine without host terms.
+
+    Also zero for a hybrid (gdn_layers > 0) whose eager step already carries the fitted per-layer host time
+    launch.hybrid_eager_layer_us (> 0; engine_dispatch_floor): that field is fitted on the hybrid's own eager steps at
+    world size > 1, whose rows hold the step's whole per-step host time, serial part included, so pricing this wait
+    on top counts it twice (at world size 1 the row reading moves that floor into the row before an early launch).
+    The B300 Qwen3.6-35B-A3B rows show no extra wait at world size 1 (DESIGN, wave 34 e34w)."""
     T = np.asarray(tokens, dtype=float)
     if not engine.host_terms or engine.step_time_is_own(int(tp)):
         return np.zeros_like(T)
     constants = constants or Constants.default()
+    if int(gdn_layers) > 0 and engine.get_or("hybrid_eager_layer_us", gpu, constants, default=0.0) > 0:
+        return np.zeros_like(T)  # the hybrid's fitted eager host time holds it (docstring)
     w = engine.get_or("eager_inline_ms", gpu, constants, default=0.0)
     return np.where(T > engine.get("graph_max_tokens", gpu, constants), w * 1e-3, 0.0)
 

@@ -1064,7 +1064,18 @@ def document(tok: dict, rep: dict, fpm: list, skipped_rows: list, targets: dict,
                      "Wave 31 (issue 20, helper e34f), after seeing the attention-DP layouts' non-decode misses: a "
                      "diagnostic, no claim, nothing fitted, no prediction changed (fpm_dp_matched: each DP layout's "
                      "sweep compositions matched to the dp 1 layout at its TP, measured and predicted difference per "
-                     "step class)."
+                     "step class). "
+                     "Wave 34 (issue 20, helper e34w), after seeing the world-size-1 rows' scores move with wave 33's "
+                     "eager inline wait (host.eager_inline_ms, read on the dense Qwen3-32B): that wait is no longer "
+                     "priced on a hybrid step that already carries the fitted per-layer eager host time "
+                     "(launch.hybrid_eager_layer_us, fitted on the world-size > 1 dp 1 layouts' own steps, whose "
+                     "rows hold the step's per-step host time; terms/host.eager_inline_time). Chosen after the scores, "
+                     "from model-free rows: the tp 1 sweep's 1,024-token eager prompt (34.9 ms) is faster than tp 2's "
+                     "(40.2-40.8 ms), and the tp 1 dp > 1 eager steps' excess over the prediction (+7-11 ms) is below "
+                     "the tp >= 2 dp > 1 layouts' (+13-15 ms, no wait priced there). It is a trade, no claim changes "
+                     "status: the tp 1 dp 1 context and plain readings get better, the row-read mixed and the tp 1 "
+                     "dp > 1 context cells worse (the wait stood in for the unpriced DP cost and the chained eager "
+                     "steps' serial part); one variant scored besides it (the wait scaled by layers, 40 / 64)."
                      + (" " + rep["disclosed"] if rep.get("disclosed") else ""),
     }
     return {"metrics": metrics, "claims": claims}
