@@ -6,7 +6,8 @@
 # E1.24 -> step settle -> R2.3/E2.11 -> E2.11b, and the grey-box/RF fits -> E2.1, with the settles
 # those wait on (E1.11 and E1.3 too, which the GEMM settle waits on: Snakemake does not pass a priority on to a
 # job's inputs), and E1.13 -> R2.1 (the longest chain after the GEMM settle). Without them a 2-core `snakemake -j2 --forceall` left one core idle for minutes
-# at its end (the longest jobs started last, one at a time). The RF fits and the planner take two threads
+# at its end (the longest jobs started last, one at a time). Among the jobs left for the end, the longest start first
+# (priorities 3-10: E2.13, E2.2, E3.4, E1.1, E2.9, E1.23, E1.26), so the two cores finish together. The RF fits and the planner take two threads
 # only where the run has more than two cores (common.smk two_threads_if_room): on 2 cores a 2-thread job waited
 # for both cores at once and ran last. Priorities and thread counts change the order only, never a number.
 from snakemake.utils import min_version

@@ -27,3 +27,42 @@ def test_parity_without_data_draws_no_diagonal():
     fig, ax = plotting.subplots()
     assert parity(ax, [], xlabel="x", ylabel="y") is None
     assert ax.get_lines() == []
+
+
+def test_the_house_theme_is_seaborns_whitegrid_theme_written_out():
+    """`setup` sets what seaborn's `set_theme(style="whitegrid", palette=colorblind)` then the house settings set,
+    every rcParam but seaborn's own default colormap, without importing seaborn."""
+    import matplotlib
+    import matplotlib.pyplot as plt
+
+    sns = pytest.importorskip("seaborn")
+    with matplotlib.rc_context():
+        matplotlib.rcdefaults()
+        plotting.setup()
+        ours = dict(plt.rcParams)
+    with matplotlib.rc_context():
+        matplotlib.rcdefaults()
+        sns.set_theme(style="whitegrid", palette=list(plotting._CB))
+        plt.rcParams.update(plotting.HOUSE)
+        theirs = dict(plt.rcParams)
+    assert {k for k in theirs if ours[k] != theirs[k]} == {"image.cmap"}
+    # the theme alone, before the house settings, is seaborn's too (a key the house overrides is still checked)
+    with matplotlib.rc_context():
+        matplotlib.rcdefaults()
+        plt.rcParams.update(plotting.THEME)
+        ours = dict(plt.rcParams)
+    with matplotlib.rc_context():
+        matplotlib.rcdefaults()
+        sns.set_theme(style="whitegrid")
+        theirs = dict(plt.rcParams)
+    assert {k for k in theirs if ours[k] != theirs[k]} == {"image.cmap", "axes.prop_cycle"}
+
+
+def test_setup_imports_neither_seaborn_nor_scipy_stats():
+    import subprocess
+    import sys
+
+    code = ("import sys; from steptime import plotting; plotting.setup(); "
+            "print('seaborn' in sys.modules, 'scipy.stats' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["False", "False"]

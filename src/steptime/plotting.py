@@ -1,8 +1,8 @@
 """One house style for every figure; PNG and PDF (vector) written atomically and reproducibly.
 
-The style is seaborn's `whitegrid` theme with its colour-blind-safe palette (the 10 colours of
-`seaborn.color_palette("colorblind")`); every predictor keeps one colour across figures
-(`PALETTE`), and `CLAIM_COLORS` colours claim types (accuracy, decision, cost) the same way.
+The style is seaborn's `whitegrid` theme (`THEME`, its settings written out) with its colour-blind-safe
+palette (the 10 colours of `seaborn.color_palette("colorblind")`); every predictor keeps one colour across
+figures (`PALETTE`), and `CLAIM_COLORS` colours claim types (accuracy, decision, cost) the same way.
 """
 
 from __future__ import annotations
@@ -38,6 +38,42 @@ PALETTE = MappingProxyType({
 })
 CLAIM_COLORS = MappingProxyType({"accuracy": _CB[0], "decision": _CB[1], "cost": _CB[2]})
 
+# seaborn 0.13's `set_theme(style="whitegrid", palette=_CB)` (context "notebook", font "sans-serif") as the
+# rcParams it sets, written out so a figure job neither imports seaborn (with the scipy.stats it pulls in: about
+# 1 s of CPU in each of the pipeline's ~60 figure jobs) nor depends on its version. tests/test_figures.py holds it
+# equal to seaborn's own theme. Left out: seaborn's default colormap "rocket" (registered by importing
+# seaborn); every figure names its colormap.
+THEME = MappingProxyType({
+    "axes.axisbelow": True, "axes.edgecolor": ".8", "axes.facecolor": "white", "axes.grid": True,
+    "axes.labelcolor": ".15", "axes.labelsize": 12, "axes.linewidth": 1.25, "axes.spines.bottom": True,
+    "axes.spines.left": True, "axes.spines.right": True, "axes.spines.top": True, "axes.titlesize": 12,
+    "figure.facecolor": "white", "font.family": "sans-serif",
+    "font.sans-serif": ("Arial", "DejaVu Sans", "Liberation Sans", "Bitstream Vera Sans", "sans-serif"),
+    "font.size": 12, "grid.color": ".8", "grid.linestyle": "-", "grid.linewidth": 1, "legend.fontsize": 11,
+    "legend.title_fontsize": 12, "lines.linewidth": 1.5, "lines.markersize": 6, "lines.solid_capstyle": "round",
+    "patch.edgecolor": "w", "patch.force_edgecolor": True, "patch.linewidth": 1, "text.color": ".15",
+    "xtick.bottom": False, "xtick.color": ".15", "xtick.direction": "out", "xtick.labelsize": 11,
+    "xtick.major.size": 6, "xtick.major.width": 1.25, "xtick.minor.size": 4, "xtick.minor.width": 1,
+    "xtick.top": False, "ytick.color": ".15", "ytick.direction": "out", "ytick.labelsize": 11, "ytick.left": False,
+    "ytick.major.size": 6, "ytick.major.width": 1.25, "ytick.minor.size": 4, "ytick.minor.width": 1,
+    "ytick.right": False,
+})
+# the house's own settings over the theme
+HOUSE = MappingProxyType({
+    "axes.edgecolor": "0.3",
+    "figure.dpi": 110,
+    "savefig.dpi": 150,
+    "font.size": 9,
+    "axes.titlesize": 10,
+    "axes.grid": True,
+    "grid.alpha": 0.3,
+    "axes.spines.top": False,
+    "axes.spines.right": False,
+    "legend.frameon": False,
+    "svg.hashsalt": "steptime",
+    "pdf.fonttype": 42,
+})
+
 
 def setup():
     import matplotlib
@@ -45,25 +81,9 @@ def setup():
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    try:
-        import seaborn as sns
-
-        sns.set_theme(style="whitegrid", palette=list(_CB), rc={"axes.edgecolor": "0.3"})
-    except ImportError:  # pragma: no cover - seaborn is in the pipeline extra
-        plt.rcParams["axes.prop_cycle"] = matplotlib.cycler(color=list(_CB))
-    plt.rcParams.update({
-        "figure.dpi": 110,
-        "savefig.dpi": 150,
-        "font.size": 9,
-        "axes.titlesize": 10,
-        "axes.grid": True,
-        "grid.alpha": 0.3,
-        "axes.spines.top": False,
-        "axes.spines.right": False,
-        "legend.frameon": False,
-        "svg.hashsalt": "steptime",
-        "pdf.fonttype": 42,
-    })
+    plt.rcParams.update(THEME)
+    plt.rcParams["axes.prop_cycle"] = matplotlib.cycler(color=[matplotlib.colors.to_rgb(c) for c in _CB])
+    plt.rcParams.update(HOUSE)
     return plt
 
 

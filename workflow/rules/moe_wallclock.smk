@@ -26,6 +26,7 @@ rule E3_4:
         seed=config["seed"],
         n_boot=config["bootstrap"],
     threads: 1
+    priority: 7  # main job's tail: the longest of the jobs left for the end start first (see Snakefile)
     log:
         "logs/E3_4.log",
     benchmark:

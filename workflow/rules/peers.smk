@@ -51,6 +51,7 @@ rule E2_13:
         settings=settings("E2.13"),
         targets=targets("E2.13"),
     threads: two_threads_if_room
+    priority: 10  # main job's tail: the longest of the jobs left for the end start first (see Snakefile)
     log:
         "logs/E2_13.log",
     benchmark:

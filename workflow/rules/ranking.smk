@@ -26,6 +26,7 @@ rule E2_2:
         seed=config["seed"],
         fast=config["fast"],  # the grey box's fit sizes (greybox.SIZES)
     threads: 1  # one BLAS thread: the fits are deterministic only single-threaded
+    priority: 8  # main job's tail: the longest of the jobs left for the end start first (see Snakefile)
     log:
         "logs/E2_2.log",
     benchmark:

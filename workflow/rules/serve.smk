@@ -17,6 +17,7 @@ rule E2_9:
         settings=settings("E2.9"),
         targets=targets("E2.9"),
     threads: 1
+    priority: 5  # main job's tail: the longest of the jobs left for the end start first (see Snakefile)
     log:
         "logs/E2_9.log",
     benchmark:

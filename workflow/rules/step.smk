@@ -49,6 +49,7 @@ rule E1_1:
         seed=config["seed"],
         n_boot=config["bootstrap"],
     threads: 1  # one BLAS thread: the fits are deterministic only single-threaded
+    priority: 6  # main job's tail: the longest of the jobs left for the end start first (see Snakefile)
     log:
         "logs/E1_1.log",
     benchmark:

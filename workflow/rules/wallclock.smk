@@ -89,6 +89,7 @@ rule E1_26:
         seed=config["seed"],
         n_boot=config["bootstrap"],
     threads: 1
+    priority: 3  # main job's tail: the longest of the jobs left for the end start first (see Snakefile)
     log:
         "logs/E1_26.log",
     benchmark:
