@@ -153,3 +153,51 @@ def test_document_records_the_vidur_stack_context_with_and_without_the_factor():
     assert doc["metrics"]["vidur_stack"]["factors"] == {"h100-sxm": {"factor": 1.13}}
     assert sum("stack factor" in c["comparison"] for c in doc["claims"]) == 2
     assert "vidur_stack" not in E.document(_pred({1: 0.05}), attn, targets)["metrics"]
+
+
+def test_skinny_matched_excess_compares_a_skinny_cell_with_same_m_same_bytes_neighbours_only():
+    """A skinny cell erring like the non-skinny cells of its working set has no excess (the memory law's miss, not the
+    split's); one erring apart has it. Neighbours at another m, or whose bytes are beyond the ratio, are not used."""
+    from steptime.terms.gemm import gemm_bytes
+
+    def row(m, n, k, err, skinny):
+        return {"gpu": "l40s", "source": "aic", "tp": 8, "m": m, "n": n, "k": k, "skinny": skinny,
+                "latency_ms": 0.01, "pred_ms": 0.01 * np.exp(err)}
+
+    # 768 x 4096 and 3072 x 1024 move nearly the same bytes (the same weight); 4096 x 512 within 1.5x; 16384^2 ~80x more
+    assert gemm_bytes(16, 768, 4096) / gemm_bytes(16, 3072, 1024) == pytest.approx(1.0, abs=0.01)
+    assert 1 < gemm_bytes(16, 3072, 1024) / gemm_bytes(16, 4096, 512) < E.MATCH_BYTES_RATIO
+    rows = [row(16, 768, 4096, -0.3, True), row(16, 3072, 1024, -0.3, False), row(16, 16384, 16384, 0.5, False),
+            row(64, 768, 4096, -0.4, True), row(64, 3072, 1024, 0.1, False),
+            row(512, 768, 4096, 0.2, True), row(1024, 3072, 1024, -0.5, False),  # no neighbour at m = 512
+            row(16, 4096, 512, 0.2, True)]  # 4 MB against 6 MB: within 1.5x of 3072 x 1024
+    out = E.skinny_matched_excess(pd.DataFrame(rows))
+    got = {(d["side"], d["m_band"].startswith("m <=")): d for d in out}
+    small_n = got[("small_n", True)]
+    assert small_n["cells"] == 2 and small_n["matched"] == 2
+    assert small_n["excess_log"] == pytest.approx(np.median([0.0, -0.5]))
+    assert small_n["signed_log"] == pytest.approx(-0.35)
+    assert got[("small_n", False)]["matched"] == 0 and got[("small_n", False)]["excess_log"] is None
+    assert got[("small_k", True)]["excess_log"] == pytest.approx(0.5)
+    assert E.skinny_matched_excess(pd.DataFrame(rows).drop(columns="pred_ms")) == []
+
+
+def test_monotone_floor_is_zero_on_a_table_rising_in_m_and_counts_a_kernel_switchs_step_down():
+    from steptime_lab.experiments.tp_shapes import _nondecreasing
+
+    assert list(_nondecreasing(np.array([1.0, 3.0, 2.0, 4.0]), np.ones(4))) == [1.0, 2.5, 2.5, 4.0]
+    assert list(_nondecreasing(np.array([2.0, 1.0]), np.array([3.0, 1.0]))) == [1.75, 1.75]
+    ms = [1, 2, 4, 8, 16, 32]
+    rising = [8.8, 9.0, 9.1, 9.3, 9.5, 9.7]
+    stepped = [8.8, 12.5, 12.5, 12.6, 13.3, 9.7]  # A100 768 x 4096: a slower kernel at m = 2-16
+    rows = [{"source": "aic", "gpu": "a100-sxm", "tp": 8, "m": m, "n": n, "k": k, "skinny": n < 1024,
+             "latency_ms": t / 1e3, "pred_ms": 9.0 / 1e3}
+            for n, k, ts in ((3072, 1024, rising), (768, 4096, stepped)) for m, t in zip(ms, ts)]
+    x = pd.DataFrame(rows)
+    out = E.monotone_floor(x)["aic:a100-sxm@tp8"]
+    assert out["cells"] == 12 and out["skinny_cells"] == 6
+    assert out["skinny_floor"] > 0.05  # no non-decreasing fit follows the step down at m = 32
+    only_rising = E.monotone_floor(x[x["n"] == 3072])["aic:a100-sxm@tp8"]
+    assert only_rising["floor"] == 0.0 and only_rising["skinny_floor"] is None
+    law = np.mean(np.abs(9.0 / np.array(rising + stepped) - 1))
+    assert out["law"] == pytest.approx(law, abs=1e-4)

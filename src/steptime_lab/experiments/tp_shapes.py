@@ -236,6 +236,95 @@ def skinny_by_side(gemm_pred: pd.DataFrame) -> list[dict]:
     return out
 
 
+# Matched neighbours of a skinny cell (`skinny_matched_excess`): non-skinny cells of the same GPU at the same m whose
+# bytes moved (`steptime.terms.gemm.gemm_bytes`) are within this factor of the skinny cell's
+MATCH_BYTES_RATIO = 1.5
+
+
+def skinny_matched_excess(gemm_pred: pd.DataFrame, ratio: float = MATCH_BYTES_RATIO) -> list[dict]:
+    """Is a skinny miss the shape's, or the working set's? (issue 19 item 1, wave 35 helper `skinny`.) Per GPU,
+    small side and m band of the AIConfigurator skinny cells: the held-out signed log error log(pred / meas) (median)
+    and its excess over the same GPU's non-skinny cells at the same m and the same bytes moved within a factor
+    `ratio` (median over the skinny cells that have such neighbours of: the cell's log error minus its neighbours'
+    median). An excess near 0 says the law errs at that working set whatever the shape (the memory law, not the
+    launch geometry of the split); a large one says the split shape itself runs differently."""
+    if not {"m", "n", "k", "skinny", "source", "pred_ms", "latency_ms"} <= set(gemm_pred.columns):
+        return []
+    x = gemm_pred[gemm_pred["source"] == "aic"].drop_duplicates(["gpu", "m", "n", "k"]).copy()
+    x["le"] = np.log(x["pred_ms"] / x["latency_ms"])
+    x["bytes"] = G.gemm_bytes(x["m"].to_numpy(float), x["n"].to_numpy(float), x["k"].to_numpy(float))
+    out = []
+    for g, y in x.groupby("gpu", sort=True):
+        sk = y[y["skinny"].astype(bool)]
+        if sk.empty:
+            continue
+        ref = y[~y["skinny"].astype(bool)]
+        by_m = {m: r for m, r in ref.groupby("m")}
+        excess = np.full(len(sk), np.nan)
+        for i, (m, b, le) in enumerate(zip(sk["m"], sk["bytes"], sk["le"])):
+            r = by_m.get(m)
+            if r is not None:
+                near = r["le"][(r["bytes"] >= b / ratio) & (r["bytes"] <= b * ratio)]
+                if len(near):
+                    excess[i] = le - float(np.median(near))
+        sk = sk.assign(excess=excess, side=np.where(sk["n"] < sk["k"], "small_n", "small_k"))
+        for side, z in sk.groupby("side", sort=True):
+            for lo, hi, band in SKINNY_M_BANDS:
+                w = z[(z["m"] >= lo) & (z["m"] <= hi)]
+                if len(w):
+                    e = w["excess"].dropna()
+                    out.append({"gpu": str(g), "side": side, "m_band": band, "cells": int(len(w)),
+                                "signed_log": round(float(np.median(w["le"])), 4), "matched": int(len(e)),
+                                "excess_log": round(float(np.median(e)), 4) if len(e) else None})
+    return out
+
+
+def _nondecreasing(y: np.ndarray, w: np.ndarray) -> np.ndarray:
+    """Weighted least-squares fit of `y` (in order) by a non-decreasing sequence (pool adjacent violators)."""
+    vals, wts, sizes = [], [], []
+    for v, u in zip(np.asarray(y, dtype=float), np.asarray(w, dtype=float)):
+        vals.append(v)
+        wts.append(u)
+        sizes.append(1)
+        while len(vals) > 1 and vals[-2] > vals[-1]:
+            u2 = wts[-2] + wts[-1]
+            vals[-2] = (vals[-2] * wts[-2] + vals[-1] * wts[-1]) / u2
+            wts[-2] = u2
+            sizes[-2] += sizes[-1]
+            del vals[-1], wts[-1], sizes[-1]
+    return np.repeat(vals, sizes)
+
+
+def monotone_floor(gemm_pred: pd.DataFrame) -> dict:
+    """How much of the MAPE no law smooth in m can remove (issue 19 item 1, wave 35 helper `skinny`): per source,
+    GPU and TP, the MAPE of the measured latency's own best non-decreasing fit in m per (n, k) (least squares in log
+    latency, the cells of one m pooled; in-sample, fitted on the scored cells themselves: a lower bound for any
+    predictor whose time does not fall as m grows at a fixed weight, not a predictor), beside the law's MAPE, for all
+    cells and the skinny ones. The measured tables step down as well as up in m where the library's heuristic
+    switches kernels (A100 768 x 4096: 8.8 us at m = 1, 12.5-13.3 us at m = 2-16, 9.7 us at m = 32)."""
+    if not {"source", "gpu", "tp", "m", "n", "k", "skinny", "pred_ms", "latency_ms"} <= set(gemm_pred.columns):
+        return {}
+    x = gemm_pred.copy()
+    x["log_t"] = np.log(x["latency_ms"])
+    fits = []
+    for (src, g, n, k), y in x.groupby(["source", "gpu", "n", "k"], sort=True):
+        per_m = y.groupby("m")["log_t"].agg(["mean", "size"]).sort_index()
+        fits.append(pd.DataFrame({"source": src, "gpu": g, "n": n, "k": k, "m": per_m.index.to_numpy(),
+                                  "fit_ms": np.exp(_nondecreasing(per_m["mean"].to_numpy(),
+                                                                  per_m["size"].to_numpy()))}))
+    x = x.merge(pd.concat(fits, ignore_index=True), on=["source", "gpu", "n", "k", "m"], how="left")
+    x["e_law"] = x["pred_ms"] / x["latency_ms"] - 1
+    x["e_floor"] = x["fit_ms"] / x["latency_ms"] - 1
+    out = {}
+    for (src, g, tp), y in x.groupby(["source", "gpu", "tp"], sort=True):
+        s = y[y["skinny"].astype(bool)]
+        out[f"{src}:{g}@tp{int(tp)}"] = {
+            "cells": int(len(y)), "law": round(_mape(y["e_law"]), 4), "floor": round(_mape(y["e_floor"]), 4),
+            "skinny_cells": int(len(s)), "skinny_law": round(_mape(s["e_law"]), 4) if len(s) else None,
+            "skinny_floor": round(_mape(s["e_floor"]), 4) if len(s) else None}
+    return out
+
+
 def gemm_target(gpu: str, targets: dict) -> float:
     t = targets["gemm_mape"]
     return float(t.get(get_gpu(gpu).architecture, t["default"]))
@@ -317,6 +406,7 @@ def document(gemm_pred: pd.DataFrame, attn_pred: pd.DataFrame, targets: dict, un
         claims.append(claim("Vidur GEMM: held-out MAPE per GPU@TP without the stack factor (the law at "
                             "AIConfigurator's rate; context)", vidur_stack["mape_without"], "MAPE without stack factor"))
     return {"metrics": {"records": records, "summary": summary, "notes": notes or {}, "skinny_by_side": sides,
+                        "skinny_matched": skinny_matched_excess(gemm_pred), "monotone_floor": monotone_floor(gemm_pred),
                         **({"vidur_stack": vidur_stack} if vidur_stack else {}),
                         "disclosed": " ".join(list(AX.DISCLOSED) + list(GEMM_DISCLOSED)
                                               + ([vidur_stack["note"]] if vidur_stack and "note" in vidur_stack else [])),
