@@ -79,10 +79,10 @@ H_q) CTAs launched in index order, query block fastest (csrc/flash_attn/src/flas
 run_flash_fwd / run_flash_splitkv_fwd: dim3 grid(num_m_block, b, h); flash_fwd_kernel.h: m_block = blockIdx.x),
 so each (request, head)'s causal tiles start shortest first and the last heads' longest tiles start last. A
 greedy list schedule of that order (CTAs to the first free slot, a CTA's time its key blocks) ends work / slots
-+ 0.58-0.65 x the longest CTA after its start from two waves up, and at the longest CTA itself below one wave
-(FILL_TAIL, the lab's constant). Brent's additive form alone (fill_half fitted small where many-head cells
-dominate) prices the few-CTA cells too fast: E1.29's held-out fa2 prefill errors at s >= 1,024 go from -0.04
-(A100) / -0.06 (RTX PRO 6000) above 16 waves to -0.25 / -0.26 at one wave (wave 35, `fa2fill`). Where
++ 0.56-0.67 x the longest CTA after its start from two waves up, and at the longest CTA itself below one wave
+(FILL_TAIL, the lab's constant). Brent's additive form alone (fill_half fitted at 0.17-0.20 on the lane) prices
+the few-CTA cells too fast: E1.29's held-out fa2 prefill errors at s >= 1,024 go from -0.04 (A100) / -0.06 (RTX
+PRO 6000) above 16 waves to -0.27 / -0.27 at half to one wave (wave 35, `fa2fill`). Where
 attn_fill_tail > 0 the fill is eta_fill = min(tiles / (tiles + fill_half SMs), fill_tail tiles / (fill_half
 SMs)): the longest CTA takes fill_half / fill_tail longest-tile units, and the kernel lasts at least that long.
 FlashAttention-2 lane only (FA3's persistent scheduler starts the longest tiles first).

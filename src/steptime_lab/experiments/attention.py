@@ -158,7 +158,7 @@ L2_HIT_DISCLOSED = (
 EXP_LANES = ("fa2",)
 # The launch-order tail of a causal prefill (attention.fill_eta, attn_fill_tail) is derived, not fitted: a greedy list
 # schedule of FlashAttention-2's grid in launch order (query block fastest: each head's causal tiles shortest first),
-# each CTA's time its 128-key blocks plus half a block, ends work / slots + 0.58-0.65 x the longest CTA (0.62 typical)
+# each CTA's time its 128-key blocks plus half a block, ends work / slots + 0.56-0.67 x the longest CTA (median 0.615)
 # from two waves up at 8-128 query tiles a head (wave 35, helper fa2fill's simulation; no table read). Set on
 # FILL_TAIL_LANES only (FA3 starts the longest tiles first); 0 elsewhere.
 FILL_TAIL = 0.62  # round(launch_order_tail(), 2)
