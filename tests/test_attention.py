@@ -983,3 +983,69 @@ def test_e1_24_scores_each_fa2_gpu_with_softmax_clocks_from_its_lane_siblings(re
             assert rec["factors"]["attn_exp_cyc"] > 0 and g not in rec["fit_on"]
         else:
             assert rec["factors"]["attn_exp_cyc"] == 0.0
+
+
+def test_the_fa2_prefill_fill_is_capped_at_its_longest_cta():
+    """attn_fill_tail > 0 caps Brent's fill at the critical path fill_tail x tiles / (fill_half x SMs): a few-CTA
+    prefill is priced slower, a many-CTA one and every decode as before; 0 or absent prices as before; negative is
+    refused (issue 19 item 1, wave 35, helper fa2fill)."""
+    fc0 = {**A.attention_constants(A100), "attn_fill_tail": 0.0, "attn_fill_half": 0.2}
+    fc = {**fc0, "attn_fill_tail": 0.62}
+    tiles = np.array([0.0, 4.0, 40.0, 1e5])
+    brent = np.divide(tiles, tiles + 0.2 * A100.sms, out=np.ones(4), where=tiles > 0)
+    assert np.array_equal(A.fill_eta(tiles, A100.sms, fc0), brent)
+    assert np.array_equal(A.fill_eta(tiles, A100.sms, {k: v for k, v in fc0.items() if k != "attn_fill_tail"}), brent)
+    capped = A.fill_eta(tiles, A100.sms, fc)
+    assert capped[0] == 1.0 and capped[3] == brent[3]  # no prefill; many tiles: Brent's bound binds
+    assert capped[1] == pytest.approx(0.62 * 4.0 / (0.2 * A100.sms)) and capped[1] < brent[1]  # the longest CTA binds
+    assert float(A.fill_eta(4.0, A100.sms, fc)) == pytest.approx(capped[1])  # floats too (the serving timer)
+    # cells: one request x one head x 2k tokens slower, 64 requests x 32 heads x 8k tokens and a decode unchanged
+    b, s, c, hq, hkv = np.array([1.0, 64.0, 8.0]), np.array([2048.0, 8192.0, 1.0]), np.array([0.0, 0.0, 2047.0]), \
+        np.array([1.0, 32.0, 32.0]), np.array([1.0, 8.0, 8.0])
+    t0 = A.attention_cells(b, s, c, hq, hkv, 128, A100, fc=fc0, f_clk=1.0)["t"]
+    t1 = A.attention_cells(b, s, c, hq, hkv, 128, A100, fc=fc, f_clk=1.0)["t"]
+    assert t1[0] > t0[0] * 1.05 and t1[1] == t0[1] and t1[2] == t0[2]
+    with pytest.raises(ValueError, match="attn_fill_tail"):
+        A.fill_eta(4.0, A100.sms, {**fc0, "attn_fill_tail": -0.1})
+
+
+def test_the_serving_timer_caps_the_fa2_prefill_fill_as_the_step_does():
+    from steptime.serve import StepTimer
+
+    base = Constants.default()
+    lane = str(base.get("attn_lane", A100))
+    lanes = {k: dict(v) for k, v in (base.get("attn_lane_factors", A100) or {}).items()}
+    lanes.setdefault(lane, {})["attn_fill_tail"] = 0.62
+    c = base.with_overrides({"attn_lane_factors": lanes})
+    zero = {k: dict(v) for k, v in lanes.items()}
+    zero[lane]["attn_fill_tail"] = 0.0
+    c0 = base.with_overrides({"attn_lane_factors": zero})
+    assert A.attention_constants(A100, c)["attn_fill_tail"] == 0.62
+    t_new, t_old = StepTimer("llama-3.1-8b", "a100-sxm", constants=c, tp=8), \
+        StepTimer("llama-3.1-8b", "a100-sxm", constants=c0, tp=8)
+    assert t_new.check() < 1e-12  # its prefill path agrees with predict_steps under the cap
+    new, kv = [512], [0]  # one short prompt at 4 query heads a rank: few CTAs
+    assert t_new.prefill_attention(new, kv) == pytest.approx(t_new._prefill_attention_ref(new, kv), rel=1e-12)
+    assert t_new.prefill_attention(new, kv) > t_old.prefill_attention(new, kv)
+
+
+def test_the_launch_order_tail_is_derived_and_set_on_the_fa2_lane_only():
+    assert E.FILL_TAIL == round(E.launch_order_tail(), 2)
+    assert 0.55 < E.launch_order_tail(64, 64) < 0.7  # 32 waves: most of the longest CTA still sticks out
+    assert E.launch_order_tail(8, 1) > 0.95  # one head below a wave: the kernel is its longest CTA
+    with pytest.raises(ValueError, match="launch_order_tail"):
+        E.launch_order_tail(0, 4)
+    x = _split_cells(0.25).assign(gpu="l40s")
+    assert E.swap_fixed(x, ["l40s"], "fa2")["attn_fill_tail"] == E.FILL_TAIL
+    assert E.swap_fixed(x, ["l40s"], "fa3")["attn_fill_tail"] == 0.0  # FA3 starts the longest tiles first
+    assert "fa2fill" in " ".join(E.DISCLOSED) and "after seeing" in E.FILL_TAIL_DISCLOSED
+
+
+def test_e1_24_caps_the_fa2_lanes_prefill_fill_only(repo_root):
+    """Every fa2 GPU's fold carries the derived tail, the other lanes none (fails on the wave-34 result)."""
+    import json
+
+    doc = json.loads((repo_root / "results" / "E1_24.json").read_text())
+    for g, rec in doc["metrics"]["per_gpu"].items():
+        want = E.FILL_TAIL if rec["lane"] in E.FILL_TAIL_LANES else 0.0
+        assert rec["factors"]["attn_fill_tail"] == want, g

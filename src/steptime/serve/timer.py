@@ -410,7 +410,7 @@ class StepTimer:
             wk += hq * npf * (c / qp + (npf + 1.0) / 2.0)  # attention.prefill_tiles
             lg = max(lg, c / qp + npf)
         ti = wk / lg
-        tc /= ti / (ti + fc["attn_fill_half"] * self.gpu.sms)
+        tc /= float(attention.fill_eta(ti, self.gpu.sms, fc))
         p = fc["attn_overlap_p"]
         t_units = un * fc["attn_cta_us"] * 1e-6 / self.gpu.sms
         t_work = max(tc, nb / (self.gpu.mem_bw * fc["attn_eta_mem"]))

@@ -16,6 +16,7 @@ and, summed over the batch:
     t_compute = (flops / (P * eta_attn) + t_exp) / eta_fill,   eta_attn = f_clk * eta_ceil * s / (s + c_tok) * fp8_compute
               t_exp = flops / (4 d) * exp_cyc / (SMs * f_boost * f_clk)     softmax, not overlapped (prefill)
               eta_fill = tiles / (tiles + fill_half * SMs),   tiles = sum(work) / max(longest)  (SM fill)
+                         capped at fill_tail * tiles / (fill_half * SMs) where attn_fill_tail > 0 (`fill_eta`)
     t_memory  = bytes * (hit / BW_L2 + (1 - hit) / (BW * eta_mem))          (L2 cliff)
               hit = 1 / (1 + (x / x_c)^k),   x = bytes / L2,   BW_L2 = max(l2_bpc * SMs * f_boost, BW * eta_mem)
     t_units   = units * t_cta / SMs  (* fp8_unit for an fp8 cache)          per-request cost
@@ -34,6 +35,10 @@ Named factors (constants in defaults.yaml, settled by E1.24):
                      longest query tile's time (Brent's bound); `tiles` counts the batch's work in units
                      of its longest tile, so few heads x few short prompts (TP-split shapes) fill badly.
                      q_pf: the arch's causal prefill query tile (`prefill_q_tile`, from kernel source)
+  attn_fill_tail     the share of the longest CTA's time by which a kernel launching its causal tiles shortest
+                     first ends after work / SMs (`fill_eta`): fill_half = fill_tail x the longest CTA's time,
+                     and the kernel never ends before that CTA, so eta_fill <= fill_tail x tiles / (fill_half
+                     SMs); 0 (neutral): no such cap (lanes without it)
   attn_cta_us        SM-microseconds each (request, KV head, query tile) work unit costs
   attn_pf_unit       a prefill's work units counted per QUERY head, each this share of a unit
                      (`prefill_unit_heads`): FlashAttention-2's forward grid is (query blocks, batch,
@@ -68,6 +73,19 @@ dim with intercept 0.057 (L40S) and 0.070 (RTX PRO 6000), about one exponential 
 0.064, B200 0.057, and B300 0.026, whose SFU doubles MUFU.EX2; the lab's `exp_cyc` window). The intercept's share of a d-128 cell depends on
 the tensor rate per SM and clock, 2,049 FLOPs on A100 against 1,012 / 951 on L40S / RTX PRO 6000, so a
 ceiling that folds it in does not carry from the GDDR parts to A100 through the GEMM's efficiency alone.
+
+SM fill of a FlashAttention-2 prefill (`fill_eta`): FlashAttention-2's forward grid is (query blocks, batch,
+H_q) CTAs launched in index order, query block fastest (csrc/flash_attn/src/flash_fwd_launch_template.h,
+run_flash_fwd / run_flash_splitkv_fwd: dim3 grid(num_m_block, b, h); flash_fwd_kernel.h: m_block = blockIdx.x),
+so each (request, head)'s causal tiles start shortest first and the last heads' longest tiles start last. A
+greedy list schedule of that order (CTAs to the first free slot, a CTA's time its key blocks) ends work / slots
++ 0.56-0.67 x the longest CTA after its start from two waves up, and at the longest CTA itself below one wave
+(FILL_TAIL, the lab's constant). Brent's additive form alone (fill_half fitted at 0.17-0.20 on the lane) prices
+the few-CTA cells too fast: E1.29's held-out fa2 prefill errors at s >= 1,024 go from -0.04 (A100) / -0.06 (RTX
+PRO 6000) above 16 waves to -0.27 / -0.27 at half to one wave (wave 35, `fa2fill`). Where
+attn_fill_tail > 0 the fill is eta_fill = min(tiles / (tiles + fill_half SMs), fill_tail tiles / (fill_half
+SMs)): the longest CTA takes fill_half / fill_tail longest-tile units, and the kernel lasts at least that long.
+FlashAttention-2 lane only (FA3's persistent scheduler starts the longest tiles first).
 
 fp8 KV read (decode): a decode kernel that reads an fp8 cache converts every KV element to the MMA's
 input type on the SM before it can use it, so its KV stream is also bounded by an SM-side rate,
@@ -147,7 +165,7 @@ FACTORS = ("attn_floor_us", "attn_prefill_floor_rel", "attn_eta_mem", "attn_eta_
            "attn_cta_us",
            "attn_overlap_p", "attn_l2_bpc", "attn_l2_x_c", "attn_l2_sharp", "attn_fp8_unit", "attn_fp8_compute",
            "attn_swap_copy_rel", "attn_split_rel", "attn_split_tile", "attn_fp8_bpc", "attn_pf_unit", "attn_split_us",
-           "attn_stream_gbs", "attn_noswap_rel", "attn_exp_cyc")
+           "attn_stream_gbs", "attn_noswap_rel", "attn_exp_cyc", "attn_fill_tail")
 # kernel families whose decode API copies the swapped GQA query (FlashAttention-2's varlen API);
 # FA3 packs the group inside the kernel, TRT-LLM-gen/FlashInfer take the heads as they are (DERIVED)
 SWAP_COPY_LANES = ("fa2",)
@@ -190,7 +208,8 @@ def attention_constants(gpu, constants: Constants | None = None) -> dict:
 # factors a constant set from before they existed lacks (a pinned older defaults.yaml): their neutral values
 OPTIONAL_FACTORS = MappingProxyType({"attn_split_rel": 0.0, "attn_split_tile": 128.0, "attn_fp8_bpc": 0.0,
                                      "attn_pf_unit": 0.0, "attn_split_us": 0.0, "attn_stream_gbs": 0.0,
-                                     "attn_noswap_rel": 0.0, "attn_exp_cyc": 0.0})
+                                     "attn_noswap_rel": 0.0, "attn_exp_cyc": 0.0,
+                                     "attn_fill_tail": 0.0})
 
 
 def _factor(constants: Constants, name: str, gpu):
@@ -228,6 +247,24 @@ def exp_time(flops_eff, head_dim, gpu, fc: dict, f_clk=1.0):
         raise ValueError(f"attn_exp_cyc must be >= 0 (0: no separate softmax time), got {e!r}")
     return np.asarray(flops_eff, dtype=float) / (4.0 * np.asarray(head_dim, dtype=float)) * e / (
         gpu.sms * boost_mhz(gpu) * 1e6 * f_clk)
+
+
+def fill_eta(tiles, sms, fc: dict):
+    """SM fill of a causal prefill batch whose work is `tiles` longest-tile units on `sms` SMs: Brent's
+    tiles / (tiles + attn_fill_half x SMs), capped at the critical path attn_fill_tail x tiles / (attn_fill_half x
+    SMs) where attn_fill_tail and attn_fill_half are positive (module docstring); 1 where tiles <= 0 (no prefill).
+    Floats or arrays (broadcast)."""
+    tail = fc.get("attn_fill_tail", 0.0)
+    if np.any(np.asarray(tail) < 0):
+        raise ValueError(f"attn_fill_tail must be >= 0 (0: no critical-path cap), got {tail!r}")
+    t = np.asarray(tiles, dtype=float)
+    crit = np.asarray(fc["attn_fill_half"], dtype=float) * sms
+    eta = np.divide(t, t + crit, out=np.ones(np.broadcast(t, crit).shape), where=t > 0)
+    if np.any(np.asarray(tail) > 0):
+        cap = np.divide(np.asarray(tail, dtype=float) * t, crit, out=np.ones(eta.shape),
+                        where=(t > 0) & (crit > 0) & (np.asarray(tail) > 0))
+        eta = np.minimum(eta, cap)
+    return eta
 
 
 def fp8_read_bandwidth(gpu, fc: dict):
@@ -444,8 +481,7 @@ def combine(t_compute, nbytes, units, n_req, gpu, fc: dict, warm_l2: bool = Fals
     (request, KV head) streams), the stream is also bounded by `stream_read_time`."""
     t_compute = np.asarray(t_compute, dtype=float)
     if tiles is not None:
-        tiles = np.asarray(tiles, dtype=float)
-        eta_fill = np.divide(tiles, tiles + fc["attn_fill_half"] * gpu.sms, out=np.ones_like(tiles), where=tiles > 0)
+        eta_fill = fill_eta(tiles, gpu.sms, fc)
         t_compute = t_compute / eta_fill
     else:
         eta_fill = np.ones_like(t_compute)

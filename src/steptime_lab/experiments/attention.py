@@ -156,6 +156,39 @@ L2_HIT_DISCLOSED = (
 # none has). FlashAttention-2 only (EXP_LANES): it runs the softmax in the MMA's warps between the two MMAs; FA3 and
 # TRT-LLM-gen / FA4 overlap it with the next tile's MMA in other warpgroups.
 EXP_LANES = ("fa2",)
+# The launch-order tail of a causal prefill (attention.fill_eta, attn_fill_tail) is derived, not fitted: a greedy list
+# schedule of FlashAttention-2's grid in launch order (query block fastest: each head's causal tiles shortest first),
+# each CTA's time its 128-key blocks plus half a block, ends work / slots + 0.56-0.67 x the longest CTA (median 0.615)
+# from two waves up at 8-128 query tiles a head (wave 35, helper fa2fill's simulation; no table read). Set on
+# FILL_TAIL_LANES only (FA3 starts the longest tiles first); 0 elsewhere.
+FILL_TAIL = 0.62  # round(launch_order_tail(), 2)
+FILL_TAIL_LANES = ("fa2",)
+TAIL_SLOTS = 128  # the simulation's CTA slots (the tail share is scale-free in the slots)
+TAIL_TILES = (8, 16, 32, 64, 128)  # query tiles a head (64 rows: 512-8,192 tokens)
+TAIL_WAVES = (2.0, 32.0)  # the waves (CTAs / slots) the median is taken over
+
+
+def launch_order_tail(n_tiles: int | None = None, groups: int | None = None, slots: int = TAIL_SLOTS,
+                      overhead: float = 0.5) -> float:
+    """How far past work / slots a causal grid launched in FlashAttention-2's order ends, in units of its longest
+    CTA: `groups` (request, head) pairs of `n_tiles` query tiles each, tile i (shortest first) costing ceil((i + 1)
+    / 2) 128-key blocks + `overhead`, each CTA started on the first free of `slots` slots (greedy list schedule).
+    Without `n_tiles` / `groups`: the median over TAIL_TILES and the group counts (powers of two) whose waves lie in
+    TAIL_WAVES (FILL_TAIL)."""
+    import heapq
+
+    if n_tiles is None or groups is None:
+        vals = [launch_order_tail(n, g, slots, overhead) for n in TAIL_TILES for g in (2 ** k for k in range(12))
+                if TAIL_WAVES[0] <= g * n / slots <= TAIL_WAVES[1]]
+        return float(np.median(vals))
+    if n_tiles < 1 or groups < 1 or slots < 1:
+        raise ValueError(f"launch_order_tail needs n_tiles, groups, slots >= 1, got {n_tiles}, {groups}, {slots}")
+    dur = [overhead + float(np.ceil((i + 1) / 2)) for i in range(n_tiles)]
+    free = [0.0] * slots
+    for _ in range(groups):
+        for d in dur:
+            heapq.heappush(free, heapq.heappop(free) + d)
+    return (max(free) - groups * sum(dur) / slots) / dur[-1]
 EXP_MIN_S = 4096
 EXP_MIN_ROWS = 64
 EXP_DISCLOSED = (
@@ -242,10 +275,19 @@ SPLIT_US_DISCLOSED = (
     "GPUs of its lane); found from E1.29's held-out decode residuals on L40S / RTX PRO 6000 (they grow linearly in "
     "the split count), one form scored, the fa2-only scope set from the heuristic's source before scoring. No "
     "constant fitted on scored cells")
+FILL_TAIL_DISCLOSED = (
+    "critical-path cap on the FlashAttention-2 lane's prefill SM fill (issue 19 item 1, wave 35, helper fa2fill; "
+    "attn_fill_tail, FILL_TAIL_LANES): eta_fill = min(tiles / (tiles + fill_half SMs), fill_tail tiles / (fill_half "
+    "SMs)) with fill_tail = FILL_TAIL 0.62 from a greedy simulation of FlashAttention-2's launch order (no table "
+    "read), fill_half fitted as before in the lane's leave-one-GPU-out fits; found from E1.29's held-out fa2 prefill "
+    "errors, which grow with fewer waves of CTAs; chosen after seeing scores: a first variant with a separately "
+    "fitted cap (attn_fill_crit) was scored and dropped (A100 TP 2-8 and RTX PRO 6000 TP 1-4 worse), and the same "
+    "cap on all lanes was scored in wave 25 (helper attnp) and not kept for Hopper; the fa2-only scope follows the "
+    "kernels' launch order. No constant fitted on scored cells")
 DISCLOSED = (PREFILL_DISCLOSED, SWAP_COPY_DISCLOSED, KV_WRITE_DISCLOSED, BLACKWELL_TILE_DISCLOSED,
             SPLIT_DISCLOSED, CLASS_CARRY_DISCLOSED, WARM_KV_WRITE_DISCLOSED, FP8_READ_DISCLOSED,
             LANE_KV_WRITE_DISCLOSED, PF_UNIT_DISCLOSED, SPLIT_US_DISCLOSED, STREAM_DISCLOSED,
-            L2_HIT_DISCLOSED, EXP_DISCLOSED)  # what E1.24 and E1.29 disclose, one line per change
+            L2_HIT_DISCLOSED, EXP_DISCLOSED, FILL_TAIL_DISCLOSED)  # what E1.24 and E1.29 disclose, one line per change
 
 
 # ---------------------------------------------------------------------------------------
@@ -579,7 +621,8 @@ def swap_fixed(cells, gpus, lane: str) -> dict:
     the fp8 KV read's SM-side rate attn_fp8_bpc measured on `gpus` (`fp8_read_bpc`); on a lane with the
     query-transposition swap (A.SWAP_COPY_LANES), its unswapped decode's stream rate and floor share
     (`stream_gbs`, `noswap_rel`), else 0 (no unswapped path); on a lane of EXP_LANES the softmax's clocks per
-    causal score element measured on `gpus` (`exp_cyc`), else 0."""
+    causal score element measured on `gpus` (`exp_cyc`), else 0; on a lane of FILL_TAIL_LANES the launch-order
+    tail FILL_TAIL (derived), else 0."""
     tile = float(SPLIT_TILE_BY_LANE.get(lane, SPLIT_TILE_BY_LANE["fa2"]))
     swap = lane in A.SWAP_COPY_LANES
     return {"attn_swap_copy_rel": swap_copy_rel(cells, gpus) if swap else 0.0,
@@ -587,7 +630,8 @@ def swap_fixed(cells, gpus, lane: str) -> dict:
             "attn_fp8_bpc": fp8_read_bpc(cells, gpus),
             "attn_stream_gbs": stream_gbs(cells, gpus) if swap else 0.0,
             "attn_noswap_rel": noswap_rel(cells, gpus) if swap else 0.0,
-            "attn_exp_cyc": exp_cyc(cells, gpus) if lane in EXP_LANES else 0.0}
+            "attn_exp_cyc": exp_cyc(cells, gpus) if lane in EXP_LANES else 0.0,
+            "attn_fill_tail": FILL_TAIL if lane in FILL_TAIL_LANES else 0.0}
 
 
 def deploy_frame(cells_gpu):
