@@ -9,7 +9,8 @@ import steptime
 from steptime import step as step_mod
 from steptime.errors import InputError, ServeError, SteptimeError, UnknownEngineError, UnsupportedError
 from steptime.plan import plan
-from steptime.serve import Policy, StepTimer, simulate, simulate_disagg, simulate_replicas, synthetic
+from steptime.serve import (DirectTimer, Policy, StepTimer, from_table, simulate, simulate_disagg, simulate_replicas,
+                            synthetic)
 from steptime.specs import VENDORS, get_gpu
 from steptime.specs import engines as E
 from steptime.step import predict_step, predict_steps
@@ -194,3 +195,28 @@ def test_predict_ops_refuses_an_engine_off_its_vendor():
         steptime.predict_ops("gemm", "mi300x", m=8, n=4096, k=4096, engine="trtllm")
     assert "engine trtllm runs on NVIDIA GPUs only" in clean(e)
     assert steptime.predict_ops("gemm", "mi300x", m=8, n=4096, k=4096)["t"] > 0  # no engine: the bare kernel
+
+
+@pytest.mark.parametrize("make", [StepTimer, DirectTimer])
+def test_the_serving_timers_refuse_constants_of_the_wrong_type(make):
+    with pytest.raises(InputError) as e:
+        make(M, G, constants=5)
+    assert "constants must be a steptime Constants (or None for the defaults), got int" in clean(e)
+
+
+@pytest.mark.parametrize("table", [None, [[0.0, 10, 5]], "trace.csv"])
+def test_from_table_refuses_what_is_not_a_table(table):
+    with pytest.raises(ServeError) as e:
+        from_table(table)
+    assert "trace: expected a table (a pandas DataFrame" in clean(e)
+
+
+@pytest.mark.parametrize("deadline,needle", [("a", "deadline must be per-request first-token deadlines"),
+                                             ([1.0, 2.0], "5 expected, got shape (2,)"),
+                                             ([np.nan] * 5, "not NaN")])
+def test_simulate_refuses_deadlines_that_are_not_one_per_request(deadline, needle):
+    from steptime.serve import ScalarEstimator
+
+    with pytest.raises(ServeError) as e:
+        simulate(M, G, small_workload(), deadline=deadline, estimator=ScalarEstimator(1e-3))
+    assert needle in clean(e)

@@ -19,7 +19,7 @@ from types import MappingProxyType
 
 import numpy as np
 
-from steptime.calibration import Constants
+from steptime.calibration import Constants, check_constants
 from steptime.errors import InputError
 from steptime.specs import get_gpu
 from steptime.specs.engines import get_engine
@@ -114,9 +114,7 @@ def predict_ops(op: str, gpu, *, constants: Constants | None = None, f_clk: floa
     gpu = get_gpu(gpu)
     check_f_clk(f_clk, allow_boost)
     _check_cells(op, cells)
-    if constants is not None and not isinstance(constants, Constants):
-        raise InputError(f"constants must be a steptime Constants (or None for the defaults), got "
-                         f"{type(constants).__name__}")
+    check_constants(constants)
     constants = constants or Constants.default()
     if engine is not None:
         # an unknown engine, or one that does not run on the GPU's vendor, is one clear error, whatever the op

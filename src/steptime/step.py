@@ -21,7 +21,7 @@ from typing import Iterable, Sequence
 
 import numpy as np
 
-from steptime.calibration import Constants
+from steptime.calibration import Constants, check_constants
 from steptime.errors import BatchError, InputError, MemoryFitError
 from steptime.specs import get_gpu, get_model, vidur_operators
 from steptime.specs.moe import is_moe
@@ -342,11 +342,6 @@ def layer_shapes(model, tp):
     return out
 
 
-def _check_constants(constants):
-    if constants is not None and not isinstance(constants, Constants):
-        raise InputError(f"constants must be a steptime Constants (or None for the defaults), got {_kind(constants)}")
-
-
 def check_tp(tp, gpu, error=InputError) -> int:
     """A whole tensor-parallel degree >= 1 within the GPU's `gpus_per_node` (specs/gpus.yaml): the
     all-reduce law is the in-node one, so a group spanning nodes is refused, not mispredicted."""
@@ -426,7 +421,7 @@ def predict_steps(model, gpu, step_id, new_tokens, kv_len, n_steps: int | None =
     """
     model = get_model(model)
     gpu = get_gpu(gpu)
-    _check_constants(constants)
+    check_constants(constants)
     if moe_constants is not None and not isinstance(moe_constants, MoEConstants):
         raise InputError(f"moe_constants must be a steptime.terms.moe.MoEConstants (or None for the shipped "
                          f"calibration/moe.yaml), got {_kind(moe_constants)}")
@@ -568,7 +563,7 @@ def predict_step(model, gpu, batch: Batch | None = None, *, decode: Iterable = (
     check_f_clk(f_clk, allow_boost)
     check_choice(kv_dtype, "KV-cache dtype kv_dtype", tuple(attention.KV_BYTES))
     tp = check_tp(tp, gpu)
-    _check_constants(constants)
+    check_constants(constants)
     constants = constants or Constants.default()
     if batch is None:
         batch = Batch.build(decode=decode, prefill=prefill, requests=requests)

@@ -353,6 +353,20 @@ def same_run(knobs: dict | None, seqs: int, budget: int, seqs2: int, budget2: in
     return True
 
 
+def _deadlines(deadline, n: int) -> np.ndarray:
+    """Per-request first-token deadlines (absolute seconds) as a float array of the workload's length; one line
+    otherwise (strings, a wrong length, NaN)."""
+    try:
+        d = np.asarray(deadline, dtype=float)
+    except (TypeError, ValueError):
+        raise ServeError(f"deadline must be per-request first-token deadlines in seconds, got {deadline!r:.60}") \
+            from None
+    if d.shape != (n,) or np.isnan(d).any():
+        raise ServeError(f"deadline must hold one time (s, not NaN) per request of the workload: {n} expected, "
+                         f"got shape {d.shape}")
+    return d
+
+
 class _Engine:
     """One serving instance. Per-request state in numpy arrays; the running set is an index
     array kept in admission order (the scheduler's priority order)."""
@@ -360,7 +374,7 @@ class _Engine:
     def __init__(self, timer: StepTimer, pol: Policy, wl: Workload, *, computed0=None, gen0=None,
                  progress=None, fast: bool = True, deadline=None, estimator=None):
         self.fast = fast
-        self.deadline = None if deadline is None else np.asarray(deadline, dtype=float)
+        self.deadline = None if deadline is None else _deadlines(deadline, len(wl))
         self.estimator = estimator
         if (deadline is None) != (estimator is None):
             raise ServeError("deadline scheduling needs both per-request deadlines and a waiting-time estimator")

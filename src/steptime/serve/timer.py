@@ -28,7 +28,7 @@ import math
 
 import numpy as np
 
-from steptime.calibration import Constants
+from steptime.calibration import Constants, check_constants
 from steptime.errors import ServeError
 from steptime.specs import get_gpu, get_model
 from steptime.specs.engines import check_engine_gpu, check_precision, get_engine
@@ -57,6 +57,7 @@ def _checked(model, gpu, tp, f_clk, kv_dtype, engine, dtype, constants, ep=1):
     (with the fitted engine constants of `constants`), a whole tp >= 1 the GPU's node holds, a finite
     f_clk > 0, known KV and projection dtypes (fp8 only where the GPU has it); for a mixture-of-experts
     model the expert dtype and the tp/ep layout (steptime.moe_step.check_layout), ep = 1 for a dense one."""
+    check_constants(constants)
     model, gpu, engine = get_model(model), get_gpu(gpu), get_engine(engine, fitted=constants.engines)
     check_engine_gpu(engine, gpu)
     tp = check_tp(tp, gpu, ServeError)
