@@ -207,7 +207,8 @@ def cmd_engines(a) -> int:
     for r in rows:
         print(f"{r['engine'] + (' (default)' if r['default'] else ''):<18}{r['name']}")
         print(f"{'':<18}graphs decode={r['graphs']['decode']} prefill={r['graphs']['prefill']}; all-reduce "
-              f"{r['allreduce']}; host {'yes' if r['host_terms'] else 'none'}; {r['assumed']} ASSUMED values")
+              f"{r['allreduce']}; host {'yes' if r['host_terms'] else 'none'}; {r['assumed']} ASSUMED values; "
+              f"runs on {' and '.join(r['vendors']) if r['vendors'] else 'any'} GPUs")
     return 0
 
 

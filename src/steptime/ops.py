@@ -19,13 +19,13 @@ from types import MappingProxyType
 
 import numpy as np
 
-from steptime.calibration import Constants
+from steptime.calibration import Constants, check_constants
 from steptime.errors import InputError
 from steptime.specs import get_gpu
 from steptime.specs.engines import get_engine
 from steptime.terms import attention, comm, gemm, light
 from steptime.validation import as_int, check_array, check_choice, check_f_clk
-from steptime.specs.engines import check_precision
+from steptime.specs.engines import check_engine_gpu, check_precision
 from steptime.terms import precision
 
 OPS = ("gemm", "attention_prefill", "attention_decode", "light", "allreduce")
@@ -114,12 +114,11 @@ def predict_ops(op: str, gpu, *, constants: Constants | None = None, f_clk: floa
     gpu = get_gpu(gpu)
     check_f_clk(f_clk, allow_boost)
     _check_cells(op, cells)
-    if constants is not None and not isinstance(constants, Constants):
-        raise InputError(f"constants must be a steptime Constants (or None for the defaults), got "
-                         f"{type(constants).__name__}")
+    check_constants(constants)
     constants = constants or Constants.default()
     if engine is not None:
-        get_engine(engine, fitted=constants.engines)  # an unknown engine is one clear error, whatever the op
+        # an unknown engine, or one that does not run on the GPU's vendor, is one clear error, whatever the op
+        check_engine_gpu(get_engine(engine, fitted=constants.engines), gpu)
     if op == "gemm" and cells.get("dtype", "bf16") == "fp8":
         check_precision(gpu, "fp8")  # the one dtype check, as predict_step
         # no engine: vLLM's kernels as its per-operator tables time them; an engine: as that engine serves

@@ -33,10 +33,10 @@ from steptime.io import yaml_load
 from steptime.serve import Policy, StepTimer, Workload, engine_policy, kv_capacity_blocks, simulate_disagg, simulate_replicas
 from steptime.serve.sim import same_run
 from steptime.specs import get_gpu, get_model, gpu_key, model_table
-from steptime.specs.engines import check_precision, get_engine
+from steptime.specs.engines import check_engine_gpu, check_precision, get_engine
 from steptime.specs.moe import is_moe, moe_model_table
 from steptime.step import GPU_TERMS, predict_steps
-from steptime.validation import is_real
+from steptime.validation import as_int, is_real
 
 PRICE_FILE = Path(__file__).resolve().parent / "specs" / "prices.yaml"
 DEFAULT_TP = (1, 2, 4, 8)
@@ -185,6 +185,7 @@ def _static_reason(model, gpu, lay: Layout) -> str | None:
     if model.num_attention_heads % lay.tp:
         return f"{model.num_attention_heads} attention heads do not split over tp {lay.tp}"
     try:
+        check_engine_gpu(get_engine(lay.engine), gpu)
         if is_moe(model):
             from steptime import moe_step
 
@@ -628,9 +629,13 @@ def plan(model, workload, *, slo_ttft_s=None, slo_tpot_s=None, slo_itl_s=None, p
         raise PlanError(f"--max-gpus must be a whole number in [1, 4096] (got {max_gpus!r})")
     if jobs is not None and not (isinstance(jobs, int) and not isinstance(jobs, bool) and jobs >= 1):
         raise PlanError(f"--jobs must be a whole number >= 1 of worker processes (got {jobs!r})")
-    for what, v in (("gpus", gpus), ("engines", engines), ("dtypes", dtypes), ("tp degrees", tps)):
-        if isinstance(v, str) or not len(v):  # a string would be searched letter by letter
+    for what, v in (("gpus", gpus), ("engines", engines), ("dtypes", dtypes), ("tp degrees", tps),
+                    ("max_num_seqs values", seqs), ("token budgets", budgets)):
+        if isinstance(v, str) or not hasattr(v, "__len__") or not len(v):  # a string: searched letter by letter
             raise PlanError(f"{what} to search must be a non-empty list (got {v!r})")
+    for what, v in (("tp degrees", tps), ("max_num_seqs values", seqs), ("token budgets", budgets)):
+        for x in v:  # whole numbers >= 1: 1.5 or -5 would be dropped or skipped without a word
+            as_int(x, f"{what} to search: entry", 1, error=PlanError)
     m = get_model(model)
     for e in engines:
         get_engine(e)

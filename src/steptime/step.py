@@ -21,13 +21,14 @@ from typing import Iterable, Sequence
 
 import numpy as np
 
-from steptime.calibration import Constants
+from steptime.calibration import Constants, check_constants
 from steptime.errors import BatchError, InputError, MemoryFitError
 from steptime.specs import get_gpu, get_model, vidur_operators
 from steptime.specs.moe import is_moe
-from steptime.specs.engines import allreduces_per_layer, check_precision, get_engine, tp_sharding
+from steptime.specs.engines import allreduces_per_layer, check_engine_gpu, check_precision, get_engine, tp_sharding
 from steptime.terms import attention, comm, gemm, host, light, precision
-from steptime.validation import MAX_REQUESTS, MAX_TOKENS, as_int, check_choice, check_f_clk, check_tokens
+from steptime.validation import (MAX_REQUESTS, as_int, check_choice, check_f_clk, check_request_rows,
+                                 check_tokens)
 from steptime import moe_step
 from steptime.terms.moe import MoEConstants
 
@@ -289,14 +290,10 @@ def validate_batch(model, gpu, new, kv, tp: int = 1, check_memory: bool = True, 
         raise BatchError(f"{int(count.sum())} requests in one step exceed the limit of {MAX_REQUESTS}")
     live = count > 0
     new, kv, count = new[live], kv[live], count[live]
-    if np.any(new <= 0):
-        raise BatchError(f"new tokens must be >= 1 (got {int(new.min())})")
-    if np.any(kv < 0):
-        raise BatchError(f"KV length must be >= 0 (got {int(kv.min())})")
+    # the one row check predict_steps' rows pass too (whole numbers, new >= 1, KV >= 0, within the context)
+    check_request_rows(new, kv, model, where="batch", names=("new tokens", "KV length"), row="group",
+                       error=BatchError)
     total = kv + new
-    if np.any(total > model.max_position_embeddings):
-        raise BatchError(f"KV length + new tokens {int(total.max())} exceeds {model.key}'s maximum "
-                         f"of {model.max_position_embeddings} positions")
     tp = check_tp(tp, gpu, BatchError)
     if model.num_attention_heads % tp:
         raise BatchError(f"tensor-parallel degree {tp} must divide {model.key}'s "
@@ -345,11 +342,6 @@ def layer_shapes(model, tp):
     return out
 
 
-def _check_constants(constants):
-    if constants is not None and not isinstance(constants, Constants):
-        raise InputError(f"constants must be a steptime Constants (or None for the defaults), got {_kind(constants)}")
-
-
 def check_tp(tp, gpu, error=InputError) -> int:
     """A whole tensor-parallel degree >= 1 within the GPU's `gpus_per_node` (specs/gpus.yaml): the
     all-reduce law is the in-node one, so a group spanning nodes is refused, not mispredicted."""
@@ -360,29 +352,38 @@ def check_tp(tp, gpu, error=InputError) -> int:
     return tp
 
 
-def _check_steps(model, gpu, step_id, new_tokens, kv_len, n_steps, tp, f_clk, kv_dtype):
+# What a row of predict_steps stands for (its `rows` argument): "requests", one request each (whole token counts,
+# KV + new tokens within the model's context: the check predict_step's batches pass, validation.check_request_rows);
+# "work", a row of work that is not one request (a measured step's mean request, whose lengths are fractional; the
+# serving timer's table row holding a whole step's tokens, which may exceed one request's context): lengths are
+# real numbers, new >= 1 and KV >= 0 still.
+ROWS = ("requests", "work")
+
+
+def _check_steps(model, gpu, step_id, new_tokens, kv_len, n_steps, tp, f_clk, kv_dtype, rows="requests"):
     """predict_steps' arguments, checked (vectorised: this is the fast path) and as arrays."""
     check_f_clk(f_clk, allow_boost=True)  # the API caller chose it; the CLI and predict_step gate boosts
     check_choice(kv_dtype, "KV-cache dtype kv_dtype", tuple(attention.KV_BYTES))
+    check_choice(rows, "predict_steps rows", ROWS)
     tp = check_tp(tp, gpu)
     if model.num_attention_heads % tp:
         raise InputError(f"tensor-parallel degree {tp} must divide {model.key}'s {model.num_attention_heads} "
                          f"attention heads")
     arrays = []
-    for name, x, lo in (("step_id", step_id, 0.0), ("new_tokens", new_tokens, 1.0), ("kv_len", kv_len, 0.0)):
+    for name, x in (("step_id", step_id), ("new_tokens", new_tokens), ("kv_len", kv_len)):
         a = np.asarray(x)
         if a.ndim != 1 or a.dtype.kind not in "iuf":
             raise InputError(f"predict_steps: {name} must be a 1-D array of numbers, got {a.dtype} of shape {a.shape}")
         if a.dtype.kind == "f" and not np.isfinite(a).all():
             raise InputError(f"predict_steps: {name} must be finite")
-        if len(a) and a.min() < lo:
-            raise InputError(f"predict_steps: {name} must be >= {lo:g}, got {a.min()!r}")
-        if len(a) and name != "step_id" and a.max() > MAX_TOKENS:
-            raise InputError(f"predict_steps: {name} {a.max():.3g} is beyond any model's context (limit {MAX_TOKENS})")
         arrays.append(a)
+    if len(arrays[0]) and arrays[0].min() < 0:
+        raise InputError(f"predict_steps: step_id must be >= 0, got {arrays[0].min()!r}")
     if not len(arrays[0]) == len(arrays[1]) == len(arrays[2]):
         raise InputError(f"predict_steps: step_id, new_tokens and kv_len differ in length "
                          f"({len(arrays[0])}, {len(arrays[1])}, {len(arrays[2])})")
+    whole = rows == "requests"
+    check_request_rows(arrays[1], arrays[2], model, where="predict_steps", whole=whole, context=whole)
     if arrays[0].dtype.kind == "f" and np.any(arrays[0] != np.floor(arrays[0])):
         raise InputError("predict_steps: step_id must be whole numbers")
     sid = np.asarray(arrays[0], dtype=np.int64)  # no copy where the caller's arrays already have the dtype
@@ -392,9 +393,9 @@ def _check_steps(model, gpu, step_id, new_tokens, kv_len, n_steps, tp, f_clk, kv
         n_steps = as_int(n_steps, "predict_steps: n_steps", 0)
         if len(sid) and sid.max() >= n_steps:
             raise InputError(f"predict_steps: step_id {int(sid.max())} is not below n_steps={n_steps}")
-    rows = np.bincount(sid, minlength=n_steps)
-    if n_steps and rows.min() == 0:  # an empty step has no time (NaN terms, or MoE routing of no token)
-        empty = int(np.flatnonzero(rows == 0)[0])
+    per_step = np.bincount(sid, minlength=n_steps)
+    if n_steps and per_step.min() == 0:  # an empty step has no time (NaN terms, or MoE routing of no token)
+        empty = int(np.flatnonzero(per_step == 0)[0])
         raise InputError(f"predict_steps: step {empty} has no rows (step_id numbers the steps 0..{n_steps - 1}, "
                          f"each at least one request's row)")
     return sid, np.asarray(arrays[1], dtype=float), np.asarray(arrays[2], dtype=float), n_steps, tp
@@ -403,8 +404,14 @@ def _check_steps(model, gpu, step_id, new_tokens, kv_len, n_steps, tp, f_clk, kv
 def predict_steps(model, gpu, step_id, new_tokens, kv_len, n_steps: int | None = None, *, tp: int = 1,
                   f_clk: float | None = None, constants: Constants | None = None,
                   kv_dtype: str = "bf16", engine=None, dtype: str = "bf16", ep: int = 1,
-                  moe_constants=None) -> dict:
+                  moe_constants=None, rows: str = "requests") -> dict:
     """Vectorised core: per-step term times in milliseconds (dict of arrays) plus totals.
+
+    Each row is one request (`rows="requests"`, the default): whole token counts, new_tokens >= 1, kv_len >= 0
+    and kv_len + new_tokens within the model's context window, the check predict_step's batches pass
+    (validation.check_request_rows). `rows="work"` takes rows that are not one request each (a measured step's
+    mean request with fractional lengths, the serving timer's row holding a whole step's tokens): real lengths,
+    new_tokens >= 1 and kv_len >= 0, no context bound.
 
     engine: a profile name or Engine (default: the default engine, `vllm`); dtype: the
     projection GEMMs' precision (bf16, or fp8 W8A8 from the datasheet fp8 peak); for a
@@ -414,10 +421,15 @@ def predict_steps(model, gpu, step_id, new_tokens, kv_len, n_steps: int | None =
     """
     model = get_model(model)
     gpu = get_gpu(gpu)
-    _check_constants(constants)
+    check_constants(constants)
+    if moe_constants is not None and not isinstance(moe_constants, MoEConstants):
+        raise InputError(f"moe_constants must be a steptime.terms.moe.MoEConstants (or None for the shipped "
+                         f"calibration/moe.yaml), got {_kind(moe_constants)}")
     constants = constants or Constants.default()
-    step_id, new, kv, n_steps, tp = _check_steps(model, gpu, step_id, new_tokens, kv_len, n_steps, tp, f_clk, kv_dtype)
+    step_id, new, kv, n_steps, tp = _check_steps(model, gpu, step_id, new_tokens, kv_len, n_steps, tp, f_clk, kv_dtype,
+                                                 rows)
     engine = get_engine(engine, fitted=constants.engines)
+    check_engine_gpu(engine, gpu)
     moe = is_moe(model)
     if not moe:
         if as_int(ep, "expert-parallel degree ep", 1) != 1:
@@ -545,10 +557,13 @@ def predict_step(model, gpu, batch: Batch | None = None, *, decode: Iterable = (
     """
     model = get_model(model)
     gpu = get_gpu(gpu)
+    for flag, v in (("check_memory", check_memory), ("allow_boost", allow_boost)):
+        if not isinstance(v, (bool, np.bool_)):  # a string such as "no" would read as true
+            raise InputError(f"{flag} must be True or False, got {v!r} ({_kind(v)})")
     check_f_clk(f_clk, allow_boost)
     check_choice(kv_dtype, "KV-cache dtype kv_dtype", tuple(attention.KV_BYTES))
     tp = check_tp(tp, gpu)
-    _check_constants(constants)
+    check_constants(constants)
     constants = constants or Constants.default()
     if batch is None:
         batch = Batch.build(decode=decode, prefill=prefill, requests=requests)

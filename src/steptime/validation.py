@@ -162,3 +162,42 @@ def check_choice(value, what: str, known) -> str:
     if not isinstance(value, str) or value not in known:
         raise InputError(f"unknown {what} {value!r} (known: {', '.join(known)})")
     return value
+
+
+def check_request_rows(new_tokens, kv_len, model, *, where: str, names=("new_tokens", "kv_len"), row: str = "row",
+                       count=None, whole: bool = True, context: bool = True, error=InputError) -> None:
+    """Per-request rows of a step (one entry per request, or per group of `count` alike requests): each
+    `new_tokens` >= 1 and `kv_len` >= 0, both at most MAX_TOKENS; with `whole` whole numbers (a token count is
+    never a fraction); with `context` KV + new tokens within `model`'s context window (its
+    max_position_embeddings). The one check of `predict_step`'s batches and `predict_steps`' rows: the
+    message names `where`, the field (`names`: the caller's words for new tokens and KV length), the value
+    and the limit (`row`: what an entry is, "row" or "group"). Rows whose `count` is 0 are skipped. Vectorised (the fast path's cost is one pass)."""
+    new = np.asarray(new_tokens)
+    kv = np.asarray(kv_len)
+    if count is not None:
+        live = np.asarray(count) > 0
+        new, kv = new[live], kv[live]
+    if not len(new):
+        return
+    for name, a, lo in ((names[0], new, 1), (names[1], kv, 0)):
+        low = a < lo
+        if low.any():
+            i = int(np.flatnonzero(low)[0])
+            raise error(f"{where}: {name} must be >= {lo}, got {a[i].item()!r} ({row} {i})")
+        top = float(a.max())
+        if top > MAX_TOKENS:
+            raise error(f"{where}: {name} {top:.3g} is beyond any model's context (limit {MAX_TOKENS})")
+        if whole and a.dtype.kind == "f":
+            frac = a != np.floor(a)
+            if frac.any():
+                i = int(np.flatnonzero(frac)[0])
+                raise error(f"{where}: {name} must be whole numbers of tokens, got {a[i].item()!r} ({row} {i})")
+    if context:
+        ctx = int(model.max_position_embeddings)
+        total = kv + new
+        over = total > ctx
+        if over.any():
+            i = int(np.argmax(total))
+            raise error(f"{where}: {names[1]} + {names[0]} = {total[i]:.15g} positions ({row} {i}: {names[1]} "
+                        f"{kv[i]:.15g}, {names[0]} {new[i]:.15g}) exceed {model.key}'s context window: a maximum of "
+                        f"{ctx} positions (max_position_embeddings)")

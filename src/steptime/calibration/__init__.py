@@ -573,3 +573,11 @@ def ship(settled: Iterable[str | Path], path: Path = DEFAULTS_FILE, engine_path:
 def update_defaults(updates: list[dict], path: Path = DEFAULTS_FILE) -> None:
     """Write update records into a constants file (atomic); other constants are kept."""
     _write_defaults(apply_updates(read_yaml(path), updates), Path(path))
+
+
+def check_constants(constants) -> None:
+    """Refuse `constants` that are neither None (the shipped defaults) nor a steptime Constants: the one check of
+    every entry point that takes them (predict_step, predict_steps, predict_ops, the serving timers)."""
+    if constants is not None and not isinstance(constants, Constants):
+        raise InputError(f"constants must be a steptime Constants (or None for the defaults), got "
+                         f"{type(constants).__name__}")

@@ -54,7 +54,8 @@ def add_parser(sub) -> None:
     s.add_argument("--batch", type=int, default=None, help="static batch size (--policy static)")
     s.add_argument("--block-size", type=int, default=16)
     s.add_argument("--gpu-memory-utilization", type=float, default=0.9)
-    s.add_argument("--kv-blocks", type=int, default=None, help="override the KV block count")
+    s.add_argument("--kv-blocks", type=int, default=None,
+                   help="override the KV block count (at most what the GPU's memory holds after the weights)")
     s.add_argument("--replicas", type=int, default=1)
     s.add_argument("--prefill-instances", type=int, default=None, help="prefill pool instances (--policy disagg; "
                                                                          "default 1)")

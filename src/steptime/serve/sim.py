@@ -54,7 +54,7 @@ from steptime.errors import ServeError
 from steptime.serve.memory import check_context, kv_budget
 from steptime.serve.timer import StepTimer
 from steptime.serve.workload import Workload
-from steptime.validation import as_int
+from steptime.validation import as_int, is_real
 from steptime.serve.queueing import deadline_split
 
 POLICIES = ("vllm", "sarathi", "static", "disagg")
@@ -104,8 +104,9 @@ class Policy:
         if self.name != "static" and self.max_num_batched_tokens < self.max_num_seqs:
             raise ServeError(f"token budget {self.max_num_batched_tokens} is below max_num_seqs "
                              f"{self.max_num_seqs}: every running request must fit one decode token a step")
-        if not 0 < self.gpu_memory_utilization <= 1:
-            raise ServeError(f"gpu_memory_utilization must be in (0, 1] (got {self.gpu_memory_utilization})")
+        u = self.gpu_memory_utilization
+        if not (is_real(u) and 0 < u <= 1):
+            raise ServeError(f"gpu_memory_utilization must be in (0, 1] (got {u!r})")
 
     @property
     def budget(self) -> int:
@@ -150,10 +151,29 @@ def kv_capacity_blocks(timer: StepTimer, pol: Policy) -> int:
     attention) or a hybrid's linear-attention layers first sets aside, for `max_num_seqs` running requests, the
     window plus one block on those layers and the linear layers' fixed state."""
     if pol.kv_blocks is not None:
+        check_kv_blocks(timer, pol)
         return int(pol.kv_blocks)
+    return _budget(timer, pol, pol.gpu_memory_utilization).blocks()
+
+
+def _budget(timer, pol: Policy, utilization: float):
     return kv_budget(timer.model, timer.gpu, tp=timer.tp, ep=getattr(timer, "ep", 1), dtype=timer.dtype,
-                     kv_dtype=timer.kv_dtype, gpu_memory_utilization=pol.gpu_memory_utilization,
-                     block_size=pol.block_size, max_num_seqs=pol.max_num_seqs).blocks()
+                     kv_dtype=timer.kv_dtype, gpu_memory_utilization=utilization, block_size=pol.block_size,
+                     max_num_seqs=pol.max_num_seqs)
+
+
+def check_kv_blocks(timer, pol: Policy) -> None:
+    """Refuse a block count `pol.kv_blocks` (--kv-blocks) above what the whole of the GPU's memory holds after the
+    weights (the memory model of kv_capacity_blocks at gpu_memory_utilization 1: an override may exceed the 0.9
+    default's pool, an engine can run nearer its memory's end, but never beyond it), naming the numbers."""
+    b = _budget(timer, pol, 1.0)
+    cap = b.blocks()
+    if pol.kv_blocks > cap:
+        need = pol.kv_blocks * pol.block_size * b.token_bytes + b.reserve_bytes
+        raise ServeError(f"kv_blocks (--kv-blocks) {pol.kv_blocks:,} of {pol.block_size} tokens need "
+                         f"{need / 1e9:,.1f} GB of KV cache per GPU, but {b.gpu}'s {b.gpu_gb:g} GB hold "
+                         f"{b.free_bytes / 1e9:.1f} GB after {b.model}'s weights ({b.weight_bytes / 1e9:.1f} GB per "
+                         f"GPU at {b.layout}): at most {cap:,} blocks")
 
 
 def kv_capacity_requests(model, gpu, context_tokens, *, tp: int = 1, ep: int = 1, dtype: str = "bf16",
@@ -333,6 +353,20 @@ def same_run(knobs: dict | None, seqs: int, budget: int, seqs2: int, budget2: in
     return True
 
 
+def _deadlines(deadline, n: int) -> np.ndarray:
+    """Per-request first-token deadlines (absolute seconds) as a float array of the workload's length; one line
+    otherwise (strings, a wrong length, NaN)."""
+    try:
+        d = np.asarray(deadline, dtype=float)
+    except (TypeError, ValueError):
+        raise ServeError(f"deadline must be per-request first-token deadlines in seconds, got {deadline!r:.60}") \
+            from None
+    if d.shape != (n,) or np.isnan(d).any():
+        raise ServeError(f"deadline must hold one time (s, not NaN) per request of the workload: {n} expected, "
+                         f"got shape {d.shape}")
+    return d
+
+
 class _Engine:
     """One serving instance. Per-request state in numpy arrays; the running set is an index
     array kept in admission order (the scheduler's priority order)."""
@@ -340,7 +374,7 @@ class _Engine:
     def __init__(self, timer: StepTimer, pol: Policy, wl: Workload, *, computed0=None, gen0=None,
                  progress=None, fast: bool = True, deadline=None, estimator=None):
         self.fast = fast
-        self.deadline = None if deadline is None else np.asarray(deadline, dtype=float)
+        self.deadline = None if deadline is None else _deadlines(deadline, len(wl))
         self.estimator = estimator
         if (deadline is None) != (estimator is None):
             raise ServeError("deadline scheduling needs both per-request deadlines and a waiting-time estimator")
@@ -909,6 +943,13 @@ class _Engine:
                    knobs=asdict(self.knobs))
 
 
+def check_workload(workload) -> None:
+    """Refuse anything but a Workload (a list of lengths, a table, None) before the simulator reads it."""
+    if not isinstance(workload, Workload):
+        raise ServeError(f"workload must be a steptime.serve.Workload (synthetic(...), from_table(...), "
+                         f"static_batch(...)), got {type(workload).__name__}")
+
+
 def simulate(model, gpu, workload: Workload, pol: Policy | str = "vllm", *, tp: int = 1, timer: StepTimer | None = None,
              engine=None, dtype: str = "bf16", constants=None, f_clk=None, kv_dtype: str = "bf16",
              progress: bool = False, fast: bool = True, deadline=None, estimator=None, ep: int = 1,
@@ -925,6 +966,7 @@ def simulate(model, gpu, workload: Workload, pol: Policy | str = "vllm", *, tp: 
     >>> run = simulate("llama-3.1-8b", "h100-sxm", synthetic(200, isl=512, osl=128, rate=5.0))
     >>> run.summary()["ttft_s"]["p50"]
     """
+    check_workload(workload)
     pol = pol if isinstance(pol, Policy) else policy(pol, **policy_kw)
     if pol.name == "disagg":
         raise ServeError("the disagg policy needs two pools: use simulate_disagg")
@@ -953,6 +995,7 @@ def simulate_replicas(model, gpu, workload: Workload, pol: Policy, replicas: int
     replicas (as a benchmark client's): it is split as evenly as it goes (C // R each, one more on
     the first C % R), each replica a closed loop of its share fed round-robin; with fewer in flight
     than replicas, only C replicas get requests."""
+    check_workload(workload)
     replicas = as_int(replicas, "replicas", 1, error=ServeError)
     if replicas == 1:
         return simulate(model, gpu, workload, pol, **kw)
@@ -1006,10 +1049,12 @@ def simulate_disagg(model, gpu, workload: Workload, *, prefill_instances: int = 
     whole blocks, a windowed layer's window, a hybrid's linear-attention state) / `transfer_gbps`
     (default: the GPU's NVLink, else PCIe figure; DATASHEET). Open loop only.
     """
+    check_workload(workload)
     if workload.concurrency:
         raise ServeError("disaggregated simulation takes an open-loop workload (arrival times)")
-    if prefill_instances < 1 or decode_instances < 1:
-        raise ServeError("each pool needs at least one instance")
+    for what, k in (("prefill_instances", prefill_instances), ("decode_instances", decode_instances)):
+        if as_int(k, what, None, error=ServeError) < 1:
+            raise ServeError(f"{what} {k}: each pool needs at least one instance")
     pp = prefill_policy or Policy("vllm", max_num_batched_tokens=8192, chunked_prefill=False)
     dp = decode_policy or Policy("vllm", reserve_full=True)
     timer = timer or StepTimer(model, gpu, tp=tp, constants=constants, f_clk=f_clk, kv_dtype=kv_dtype,

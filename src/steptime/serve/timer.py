@@ -28,10 +28,10 @@ import math
 
 import numpy as np
 
-from steptime.calibration import Constants
+from steptime.calibration import Constants, check_constants
 from steptime.errors import ServeError
 from steptime.specs import get_gpu, get_model
-from steptime.specs.engines import check_precision, get_engine
+from steptime.specs.engines import check_engine_gpu, check_precision, get_engine
 from steptime.specs.moe import is_moe
 from steptime.step import ATTN_TERMS, BLOCK_TERMS, check_tp, memory_bytes, predict_steps
 from steptime.terms import attention
@@ -57,7 +57,9 @@ def _checked(model, gpu, tp, f_clk, kv_dtype, engine, dtype, constants, ep=1):
     (with the fitted engine constants of `constants`), a whole tp >= 1 the GPU's node holds, a finite
     f_clk > 0, known KV and projection dtypes (fp8 only where the GPU has it); for a mixture-of-experts
     model the expert dtype and the tp/ep layout (steptime.moe_step.check_layout), ep = 1 for a dense one."""
+    check_constants(constants)
     model, gpu, engine = get_model(model), get_gpu(gpu), get_engine(engine, fitted=constants.engines)
+    check_engine_gpu(engine, gpu)
     tp = check_tp(tp, gpu, ServeError)
     check_f_clk(f_clk, allow_boost=True)  # as predict_steps: the API caller chose it
     check_choice(kv_dtype, "KV-cache dtype kv_dtype", tuple(attention.KV_BYTES))
@@ -193,7 +195,8 @@ class StepTimer:
     def _grow_tokens(self, t_max: int) -> None:
         t_max = int(max(t_max, 2 * (len(self.A) - 1), 16))
         T = np.arange(1, t_max + 1)
-        r = predict_steps(self.model, self.gpu, np.arange(t_max), T, np.zeros(t_max), t_max, **self._kw)
+        r = predict_steps(self.model, self.gpu, np.arange(t_max), T, np.zeros(t_max), t_max, **self._kw,
+                          rows="work")  # a row holds a whole step's tokens: not bounded by one request's context
         self.A = np.concatenate([[0.0], sum(r["terms_ms"][t] for t in self._token_terms) * 1e-3])
         # dispatch floor of a step holding a prefill of T tokens (row T = 1 is a decode: unused)
         self.Dp = np.concatenate([[0.0], (r["terms_ms"]["dispatch_floor"] + r["hidden_ms"]["dispatch_floor"]) * 1e-3])
@@ -616,7 +619,7 @@ class StepTimer:
         n, kv0, k = 17, 3000.0, 50
         kvs = np.repeat(kv0 / n + np.arange(k)[:, None], n, axis=1)  # n requests, equal KV, growing
         ref = predict_steps(self.model, self.gpu, np.repeat(np.arange(k), n), np.ones(k * n), kvs.ravel(), k,
-                            **self._kw)["total_ms"] * 1e-3
+                            **self._kw, rows="work")["total_ms"] * 1e-3  # equal KV each: fractional
         got = self.decode_steps(n, kv0, k, kvs=kvs[0]) if self.needs_kvs else self.decode_steps(n, kv0, k)
         worst = max(worst, float(np.max(np.abs(got - ref) / ref)))
         nd = np.arange(1, 300.0)

@@ -94,6 +94,9 @@ def from_table(df: "pandas.DataFrame", *, name: str = "trace", n: int | None = N
     A table without arrival times (the arXiv length trace) needs `rate` (Poisson, requests/s).
     `time_scale` stretches (>1) or compresses (<1) the recorded arrivals.
     """
+    if not hasattr(df, "columns") or not hasattr(df, "iloc"):
+        raise ServeError(f"{name}: expected a table (a pandas DataFrame with arrival, prompt and output token "
+                         f"columns), got {type(df).__name__}")
     if n is not None:
         n = as_int(n, "number of requests n", 1, error=ServeError)
     if not (isinstance(time_scale, Real) and math.isfinite(time_scale) and time_scale > 0):

@@ -34,7 +34,9 @@ OPERATOR_FILE = _HERE / "operators.yaml"
 # NVIDIA families, then AMD Instinct (CDNA 3: MI300X/MI325X; CDNA 4: MI350X/MI355X), which have no readings:
 # their GPUs are always predicted from the datasheet and labelled `uncalibrated`
 ARCHITECTURES = ("ampere", "ada", "hopper", "blackwell", "cdna3", "cdna4")
-VENDOR = MappingProxyType({"cdna3": "AMD", "cdna4": "AMD"})  # default NVIDIA
+VENDOR = MappingProxyType({"cdna3": "AMD", "cdna4": "AMD"})  # an architecture's vendor; any other: DEFAULT_VENDOR
+DEFAULT_VENDOR = "NVIDIA"
+VENDORS = tuple(sorted({DEFAULT_VENDOR, *VENDOR.values()}))  # every vendor a GPU of gpus.yaml can have
 
 
 def _norm(name: str) -> str:
@@ -97,7 +99,7 @@ class GPU:
 
     @property
     def vendor(self) -> str:
-        return VENDOR.get(self.architecture, "NVIDIA")
+        return VENDOR.get(self.architecture, DEFAULT_VENDOR)
 
     # Derived SI quantities used by the terms -------------------------------------------
     @property

@@ -14,6 +14,7 @@ constants file (`FITTED_FILE`, written by a pipeline rule; absent means none) or
 from __future__ import annotations
 
 import copy
+import difflib
 from dataclasses import dataclass, field, fields
 from functools import lru_cache
 from pathlib import Path
@@ -151,6 +152,7 @@ class Engine:
     default: bool = False
     ar_limits: dict = field(default_factory=dict)     # allreduce.by_tp: the per-(architecture, TP) dispatch table
     backend: str = "none"                             # the serving framework (BACKENDS)
+    vendors: EngineValue | None = None                # GPU vendors the engine runs on (engines.yaml vendors)
 
     def __post_init__(self):  # a profile is shared by every prediction in the process: its tables are read-only
         for f in fields(self):
@@ -195,7 +197,8 @@ class Engine:
             table[name] = EngineValue(name=name, value=float(val), provenance=provenance, source=source,
                                       experiment=experiment, cells=tuple(cells))
         return Engine(self.key, self.name, self.host_terms, dict(self.graphs), self.allreduce_impl,
-                      self.allreduce_fallback, dict(self.values), fitted, self.default, self.ar_limits, self.backend)
+                      self.allreduce_fallback, dict(self.values), fitted, self.default, self.ar_limits, self.backend,
+                      self.vendors)
 
     def fp8_gemm_const(self) -> str:
         """The constant holding this engine's relative fp8 GEMM factors (engines.yaml precision.fp8_gemm)."""
@@ -408,7 +411,23 @@ def _parse_engine(key: str, doc: dict) -> Engine:
                          f"models; none for bare kernels)")
     return Engine(key=key, name=str(doc.get("name", key)), host_terms=host_terms, graphs=graphs,
                   allreduce_impl=impl, allreduce_fallback=fallback, values=values, default=bool(doc.get("default")),
-                  ar_limits=limits, backend=backend)
+                  ar_limits=limits, backend=backend, vendors=_parse_vendors(doc, where))
+
+
+def _parse_vendors(doc: dict, where: str) -> EngineValue | None:
+    """vendors: {value: [vendor, ...], provenance, source}: the GPU vendors (steptime.specs.VENDORS) the engine
+    runs on (check_engine_gpu reads it). Absent: None, every vendor (steptime's pricing before the field existed);
+    every shipped profile states it (tests/test_bad_input_w35.py)."""
+    from steptime.specs import VENDORS
+
+    if "vendors" not in doc:
+        return None
+    v = _value("vendors", doc["vendors"], where)
+    if (not isinstance(v.value, list) or not v.value or len(set(v.value)) != len(v.value)
+            or any(x not in VENDORS for x in v.value)):
+        raise ValueError(f"{where}: vendors must be a list of distinct GPU vendors of {', '.join(VENDORS)}, "
+                         f"got {v.value!r}")
+    return EngineValue(name="vendors", value=tuple(v.value), provenance=v.provenance, source=v.source)
 
 
 def _choice_section(doc: dict, section: str, field_: str, choices, where: str) -> dict[str, EngineValue]:
@@ -513,7 +532,9 @@ def get_engine(name=None, fitted=None) -> Engine:
     key = default_engine() if name is None else str(name).strip().lower()
     profiles = _profiles()
     if key not in profiles:
-        raise UnknownEngineError(f"unknown engine {name!r}; known engines: {', '.join(profiles)}")
+        close = difflib.get_close_matches(key, list(profiles), n=3, cutoff=0.3)
+        hint = f"; closest: {', '.join(close)}" if close else ""
+        raise UnknownEngineError(f"unknown engine {name!r}{hint} (known engines: {', '.join(profiles)})")
     eng = profiles[key]
     over = fitted_engines(FITTED_FILE if fitted is None else fitted).get(key) or {}
     if not over:
@@ -524,7 +545,7 @@ def get_engine(name=None, fitted=None) -> Engine:
         if bad:
             raise ValueError(f"fitted constants for engine {key} on {g}: unknown field(s) {', '.join(bad)}")
     return Engine(eng.key, eng.name, eng.host_terms, dict(eng.graphs), eng.allreduce_impl, eng.allreduce_fallback,
-                  dict(eng.values), fitted_tables, eng.default, eng.ar_limits, eng.backend)
+                  dict(eng.values), fitted_tables, eng.default, eng.ar_limits, eng.backend, eng.vendors)
 
 
 def engine_table() -> dict[str, Engine]:
@@ -553,6 +574,17 @@ def allreduces_per_layer() -> int:
     return sum(1 for e in tp_sharding().values() if e["allreduce_after"])
 
 
+def check_engine_gpu(engine: Engine, gpu) -> None:
+    """Refuse an engine that does not run on the GPU's vendor (engines.yaml `vendors`, e.g. TensorRT-LLM on an
+    AMD part), naming the engines that do."""
+    if engine.vendors is None or gpu.vendor in engine.vendors.value:
+        return
+    ok = [k for k, e in _profiles().items() if e.vendors is None or gpu.vendor in e.vendors.value]
+    raise UnsupportedError(f"engine {engine.key} runs on {' and '.join(engine.vendors.value)} GPUs only "
+                           f"(specs/engines.yaml vendors); {gpu.key} is an {gpu.vendor} GPU: engines that run on "
+                           f"{gpu.vendor} GPUs: {', '.join(ok)}")
+
+
 def check_precision(gpu, dtype: str = "bf16") -> None:
     """Refuse a precision the GPU's tensor cores (by its datasheet) do not have."""
     if dtype not in DTYPES:
@@ -570,6 +602,7 @@ def engine_summary() -> list[dict]:
         if ar == "custom":
             ar += f" up to {e.get('max_bytes') / 2**20:g} MiB, then {e.allreduce_fallback}"
         out.append({"engine": k, "name": e.name, "default": e.default, "host_terms": e.host_terms,
+                    "vendors": list(e.vendors.value) if e.vendors is not None else None,
                     "graphs": {p: e.graph_mode(p) for p in ("decode", "prefill")}, "allreduce": ar,
                     "assumed": sum(v.provenance == "ASSUMED" for v in e.values.values()),
                     "values": {n: (f"= {v.const}" if v.const else v.value) for n, v in e.values.items()}})

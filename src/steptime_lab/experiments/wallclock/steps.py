@@ -136,7 +136,8 @@ def make_predictor(name: str, model, gpu, *, engine: str | None = None, dtype: s
         e = profile.with_fitted(g.key, eng_ov, source="wall-clock readings (R2.3)") if eng_ov else profile
         sid, new, kv = expand_requests(steps)
         moe_kw = {"ep": ep, "moe_constants": moe_constants} if getattr(m, "is_moe", False) else {}
-        r = predict_steps(m, g, sid, new, kv, len(steps), tp=int(tp), constants=c, engine=e, dtype=dtype, **moe_kw)
+        r = predict_steps(m, g, sid, new, kv, len(steps), tp=int(tp), constants=c, engine=e, dtype=dtype,
+                          rows="work", **moe_kw)  # expand_requests' mean requests: fractional lengths
         k = term_kinds(r["terms_ms"], len(steps))
         # the step's whole host launch (exposed + hidden dispatch floor): what a world-size-1 row can hold of it
         k["dispatch_full"] = np.asarray(r["terms_ms"]["dispatch_floor"], float) + np.asarray(r["hidden_ms"]["dispatch_floor"], float)
