@@ -452,3 +452,19 @@ def test_product_a2a_time_prices_the_normal_mode_overlap_as_the_lab():
         summed = E.a2a_predict(row, {k: {**v, "overlap_p": 1.0} for k, v in law.items()}).sum() * 1e-3
         assert float(M.a2a_time(T, 7168, 8, 8, "other", add, mode="ht")) == pytest.approx(summed, rel=1e-9)
         assert float(M.a2a_time(T, 7168, 8, 8, "other", mc, mode="ht")) < summed
+
+
+def test_normal_mode_fit_is_robust_to_one_slow_cell():
+    """One normal-mode cell in a slow state (36x its law, as vLLM's GB200 dispatch at hidden 3072, 512 tokens): the
+    fit (soft L1 in log time, A2A_ROBUST_SCALE) still recovers the floor and bandwidth the other cells follow; a
+    squared loss sent the bandwidth off by orders of magnitude."""
+    law = _law_ht_p(2.0)
+    d = _cells(law)
+    slow = (d["mode"] == "ht") & (d.phase == "dispatch") & (d.hidden_size == 3072) & (d.num_tokens == 512)
+    assert slow.sum() == 1
+    d.loc[slow, "latency_ms"] *= 36.0
+    fit = E.a2a_fit(d)
+    assert fit["ht:dispatch"]["floor_us"] == pytest.approx(300.0, rel=0.05)
+    assert fit["ht:dispatch"]["bw_gbps"] == pytest.approx(400.0, rel=0.05)
+    rest = d[(d["mode"] == "ht") & (d.phase == "dispatch") & ~slow]
+    assert np.allclose(E.a2a_predict(rest, fit), rest.latency_ms, rtol=0.05)
