@@ -518,14 +518,15 @@ class _Engine:
         comp, ntok, held, B = self.comp, self.ntok, self.held, self.p.block_size
         cR = comp[R]
         rem = ntok[R] - cR
-        take = np.minimum(rem, np.maximum(budget - (np.cumsum(rem) - rem), 0))
+        # ndarray methods, not numpy's module functions: the same arrays without their dispatch (called per step)
+        take = np.minimum(rem, np.maximum(budget - (rem.cumsum() - rem), 0))
         need = -(-(cR + take) // B) - held[R]
-        live = (budget - (np.cumsum(take) - take)) > 0  # the budget left before each request
-        stop = (np.cumsum(need) > self.free) | ~live
+        live = (budget - (take.cumsum() - take)) > 0  # the budget left before each request
+        stop = (need.cumsum() > self.free) | ~live
         i = int(np.argmax(stop)) if stop.any() else len(R)
         if i:
             self.free -= int(need[:i].sum())
-            nz = np.flatnonzero(need[:i])  # most requests need no new block: add only where one does
+            nz = need[:i].nonzero()[0]  # most requests need no new block: add only where one does
             held[R[nz]] += need[nz]
             budget -= int(take[:i].sum())
         return i, R[:i], take[:i], budget
@@ -707,7 +708,7 @@ class _Engine:
                 R_pre = R
                 nr = len(R)
             if nr:
-                cum = np.cumsum(rem)
+                cum = rem.cumsum()  # ndarray methods here: np.cumsum / np.flatnonzero's dispatch, per step
                 take = np.minimum(np.maximum(budget - (cum - rem), 0), rem)  # np.clip, without its wrapper's cost
                 need = np.maximum(-(-(cR + take) // B) - held[R], 0)
                 n_need = int(need.sum())
@@ -719,7 +720,7 @@ class _Engine:
                 else:
                     self.free -= n_need
                     if n_need:  # most running requests need no new block: add only where one does
-                        nz = np.flatnonzero(need)
+                        nz = need.nonzero()[0]
                         held[R[nz]] += need[nz]
                     sel = take > 0
                     s_id = R[sel]
@@ -872,7 +873,7 @@ class _Engine:
         pre = rem > 1
         if bool(pre.any()):
             Rp, rp = R[pre], rem[pre]
-            take = np.minimum(np.maximum(budget0 - (np.cumsum(rp) - rp), 0), rp)
+            take = np.minimum(np.maximum(budget0 - (rp.cumsum() - rp), 0), rp)
             B = self.p.block_size
             return int(np.maximum(-(-(self.comp[Rp] + take) // B) - self.held[Rp], 0).sum()) <= self.free
         if not waiting or len(R) >= self.seq_slots:  # a held slot is not free yet
@@ -917,7 +918,7 @@ class _Engine:
             hist = np.bincount(rem, minlength=B)
             j = np.arange(m)
             need = q.sum() + (hist[:, None] * -(-(np.arange(B)[:, None] + j[None, :]) // B)).sum(axis=0)
-            over = np.flatnonzero(need > self.free + sum_held)
+            over = (need > self.free + sum_held).nonzero()[0]
             if over.size:
                 m = int(over[0])
         self._last_dts = dts[:m]

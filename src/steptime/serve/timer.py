@@ -43,6 +43,17 @@ TOKEN_TERMS = tuple(t for t in BLOCK_TERMS if t not in ATTN_TERMS + ("lm_head",)
 EXACT_RTOL = 1e-9
 
 
+def _ndim(x) -> int:
+    """np.ndim(x), answered without numpy's dispatch for a Python number or an ndarray (the simulator asks once or
+    twice a step): the same number for every input."""
+    t = type(x)
+    if t is float or t is int or t is bool:
+        return 0
+    if t is np.ndarray:
+        return x.ndim
+    return np.ndim(x)
+
+
 def _token_terms(model) -> tuple:
     """The terms that are functions of the step's tokens alone (a mixture-of-experts model's blocks included)."""
     if not is_moe(model):
@@ -305,7 +316,7 @@ class StepTimer:
         """attention.split_us_s of `n` decode requests holding `sum_kv` cached tokens, at their mean KV length
         (attention._group_splits' rule), the split counts cached per (requests, KV blocks) (`_splits_of`); Python
         numbers take a plain-float path (the simulator asks one step at a time)."""
-        if np.ndim(n) or np.ndim(sum_kv):
+        if _ndim(n) or _ndim(sum_kv):
             n_a, kv_a = np.broadcast_arrays(np.asarray(n, dtype=float), np.asarray(sum_kv, dtype=float))
             mean = np.divide(kv_a, n_a, out=np.zeros(n_a.shape), where=n_a > 0)
             blocks = np.maximum(1.0, np.ceil(mean / self._dtile))
@@ -331,7 +342,7 @@ class StepTimer:
         linear in the bytes). A Python number gives a float, an array an array."""
         if not self._unsw:
             return self._dmem
-        if np.ndim(n):
+        if _ndim(n):
             n = np.asarray(n, dtype=float)
             return np.maximum(self._dmem, np.divide(1.0, n * self._srate, out=np.zeros(n.shape), where=n > 0))
         return max(self._dmem, 1.0 / (n * self._srate)) if n > 0 else self._dmem
@@ -359,7 +370,7 @@ class StepTimer:
         if not self._dsplit:
             return base
         split = self._split(n, sum_kv)
-        if np.ndim(split):
+        if _ndim(split):
             return base + np.where(split, self._dsplit, 0.0)
         return base + (self._dsplit if split else 0.0)
 

@@ -589,9 +589,13 @@ def reading_cells(d: pd.DataFrame, gpu: str, readings: dict | None = None) -> pd
     return d[m]
 
 
-def gpu_scales(d: pd.DataFrame, gpu: str, per_dtype: dict, readings: dict | None = None) -> tuple[dict, list]:
+def gpu_scales(d: pd.DataFrame, gpu: str, per_dtype: dict, readings: dict | None = None,
+               groups: dict | None = None) -> tuple[dict, list]:
     """The GPU's scales from its bf16 readings (floor, memory, compute; `readings` {regime: (tokens, moe_tp, moe_ep)
-    or None}, default READINGS; a regime without a reading keeps its neutral scale), solved in turn (sweeps)."""
+    or None}, default READINGS; a regime without a reading keeps its neutral scale), solved in turn (sweeps).
+    `groups`: a dict a caller keeps across calls on slices of one frame (rows named by their index labels, as
+    choose_readings' sweep over options and GPUs): each reading row's `_groups` is taken once (they read no
+    constant); None: taken here."""
     readings = READINGS if readings is None else readings
     used = {w: c for w, c in readings.items() if c is not None}
     rd = reading_cells(d, gpu, readings)
@@ -600,7 +604,15 @@ def gpu_scales(d: pd.DataFrame, gpu: str, per_dtype: dict, readings: dict | None
         return sc, []
     row_of = {what: rd[(rd.num_tokens == T) & (rd.moe_tp == tp) & (rd.moe_ep == ep)]
               for what, (T, tp, ep) in used.items()}
-    groups_of = {what: _groups(row) for what, row in row_of.items()}   # the sweeps predict the same rows again
+    groups_of = {}   # the sweeps predict the same rows again
+    for what, row in row_of.items():
+        key = (gpu, tuple(row.index))
+        if groups is None:
+            groups_of[what] = _groups(row)
+        elif key in groups:
+            groups_of[what] = groups[key]
+        else:
+            groups_of[what] = groups[key] = _groups(row)
     for _ in range(100):   # sequential solves until the three scales stop moving (the branches overlap)
         before = dict(sc)
         for what in ("compute", "memory", "floor"):
@@ -641,6 +653,7 @@ def choose_readings(train: pd.DataFrame, d: pd.DataFrame, fits: dict | None = No
     laws = {g: {"bf16": fit_dtype_once(train[train.gpu != g], "bf16", fits)} for g in gpus}
     table = {}
     choice = dict(READINGS)
+    reading_groups = {}   # each reading row's `_groups`, once for every option (gpu_scales)
     for what, options in READING_CANDIDATES.items():
         table[what] = {}
         for opt in options:
@@ -650,7 +663,7 @@ def choose_readings(train: pd.DataFrame, d: pd.DataFrame, fits: dict | None = No
                 if opt is not None and not len(reading_cells(own[g], g, {what: opt})):
                     errs = None
                     break
-                sc, _ = gpu_scales(own[g], g, laws[g], cfg)
+                sc, _ = gpu_scales(own[g], g, laws[g], cfg, groups=reading_groups)
                 s = own[g].drop(reading_cells(own[g], g, cfg).index)
                 errs.append(float(np.mean(_ape(predict(s, laws[g], {g: sc}), s.latency_ms))))
             if errs is not None:
@@ -724,9 +737,13 @@ def run(df: pd.DataFrame) -> dict:
         unscaled = frozenset(k for k, f in fam_of.items() if not readings_apply(f, fam_of.get("bf16")))
         mask = d.gpu == g
         s = d[mask]
-        d.loc[mask, "pred_ms"] = predict(s, per_dtype, {g: sc}, unscaled=unscaled)
-        d.loc[mask, "pred_evicted_ms"] = predict(s, per_dtype, {g: sc}, regime="evicted", unscaled=unscaled)
-        d.loc[mask, "pred_noread_ms"] = predict(s, per_dtype)
+        # the three predictions of the same cells share one `_groups` (the cells' routing and the router's loads,
+        # taken once: the power-law router's loads are the costly part; they read no constant): what `predict`
+        # gives for each, bit for bit
+        grp = _groups(s)
+        d.loc[mask, "pred_ms"] = _predict_groups(grp, len(s), per_dtype, {g: sc}, REGIME, unscaled)
+        d.loc[mask, "pred_evicted_ms"] = _predict_groups(grp, len(s), per_dtype, {g: sc}, "evicted", unscaled)
+        d.loc[mask, "pred_noread_ms"] = _predict_groups(grp, len(s), per_dtype, None, REGIME, frozenset())
         d.loc[mask, "pred_balanced_routing_ms"] = predict(s.assign(distribution="balanced"), per_dtype, {g: sc},
                                                           unscaled=unscaled)
         d.loc[reading_cells(d[bal], g, rd_choice).index, "reading"] = True
