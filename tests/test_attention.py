@@ -1049,3 +1049,22 @@ def test_e1_24_caps_the_fa2_lanes_prefill_fill_only(repo_root):
     for g, rec in doc["metrics"]["per_gpu"].items():
         want = E.FILL_TAIL if rec["lane"] in E.FILL_TAIL_LANES else 0.0
         assert rec["factors"]["attn_fill_tail"] == want, g
+
+
+def test_fill_eta_scalar_path_is_the_array_path_to_the_bit():
+    """The serving timer calls fill_eta with Python floats (a fast path): the same numbers as the array path,
+    including no prefill (tiles 0), no cap (tail 0) and the cap binding; a negative tail is refused on both."""
+    import numpy as np
+    import pytest
+    from steptime.terms.attention import fill_eta
+    rng = np.random.default_rng(7)
+    tiles = np.concatenate([[0.0, -1.0, 1e-9], rng.uniform(0.01, 500.0, 200)])
+    for fc in ({"attn_fill_half": 0.1832, "attn_fill_tail": 0.62}, {"attn_fill_half": 0.18, "attn_fill_tail": 0.0},
+               {"attn_fill_half": 0.25}, {"attn_fill_half": np.float64(0.3), "attn_fill_tail": np.float64(0.5)}):
+        for sms in (108, 142):
+            arr = fill_eta(tiles, sms, fc)
+            one = [fill_eta(float(t), sms, fc) for t in tiles]
+            assert all(isinstance(x, float) for x in one)
+            assert np.array_equal(arr, np.array(one))
+    with pytest.raises(ValueError, match="attn_fill_tail"):
+        fill_eta(3.0, 108, {"attn_fill_half": 0.2, "attn_fill_tail": -0.1})

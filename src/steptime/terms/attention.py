@@ -249,12 +249,28 @@ def exp_time(flops_eff, head_dim, gpu, fc: dict, f_clk=1.0):
         gpu.sms * boost_mhz(gpu) * 1e6 * f_clk)
 
 
+_SCALAR = (int, float)  # Python numbers and numpy's float64 (a float subclass): fill_eta's scalar path
+
+
 def fill_eta(tiles, sms, fc: dict):
     """SM fill of a causal prefill batch whose work is `tiles` longest-tile units on `sms` SMs: Brent's
     tiles / (tiles + attn_fill_half x SMs), capped at the critical path attn_fill_tail x tiles / (attn_fill_half x
     SMs) where attn_fill_tail and attn_fill_half are positive (module docstring); 1 where tiles <= 0 (no prefill).
     Floats or arrays (broadcast)."""
     tail = fc.get("attn_fill_tail", 0.0)
+    half = fc["attn_fill_half"]
+    if (isinstance(tiles, _SCALAR) and isinstance(half, _SCALAR) and isinstance(tail, _SCALAR)
+            and isinstance(sms, _SCALAR)):  # the serving timer's per-step call: the same IEEE operations, in floats
+        if tail < 0:
+            raise ValueError(f"attn_fill_tail must be >= 0 (0: no critical-path cap), got {tail!r}")
+        t, crit = float(tiles), float(half) * sms
+        if not t > 0:
+            return 1.0
+        eta = t / (t + crit)
+        if tail > 0 and crit > 0:
+            cap = float(tail) * t / crit
+            eta = cap if cap < eta else eta
+        return eta
     if np.any(np.asarray(tail) < 0):
         raise ValueError(f"attn_fill_tail must be >= 0 (0: no critical-path cap), got {tail!r}")
     t = np.asarray(tiles, dtype=float)
