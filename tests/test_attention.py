@@ -921,17 +921,21 @@ def test_the_fa2_prefill_softmax_costs_sm_clocks_per_score_element_beside_the_mm
         A.exp_time(4.0, 1.0, A100, {"attn_exp_cyc": -1.0})
 
 
-def test_the_serving_timer_prices_the_fa2_prefill_softmax_as_the_step_does():
-    from steptime.serve import StepTimer
-
+def _a100_lane_with(name, value):
+    """The default constants with A100's attention lane factor `name` set to `value`, and with it set to 0."""
     base = Constants.default()
     lane = str(base.get("attn_lane", A100))
     lanes = {k: dict(v) for k, v in (base.get("attn_lane_factors", A100) or {}).items()}
-    lanes.setdefault(lane, {})["attn_exp_cyc"] = 0.0625
-    c = base.with_overrides({"attn_lane_factors": lanes})
+    lanes.setdefault(lane, {})[name] = value
     zero = {k: dict(v) for k, v in lanes.items()}
-    zero[lane]["attn_exp_cyc"] = 0.0
-    c0 = base.with_overrides({"attn_lane_factors": zero})
+    zero[lane][name] = 0.0
+    return base.with_overrides({"attn_lane_factors": lanes}), base.with_overrides({"attn_lane_factors": zero})
+
+
+def test_the_serving_timer_prices_the_fa2_prefill_softmax_as_the_step_does():
+    from steptime.serve import StepTimer
+
+    c, c0 = _a100_lane_with("attn_exp_cyc", 0.0625)
     assert A.attention_constants(A100, c)["attn_exp_cyc"] == 0.0625
     assert A.attention_constants(A100, c0)["attn_exp_cyc"] == 0.0  # the factor at 0: neutral
     t_new, t_old = StepTimer("llama-3.1-8b", "a100-sxm", constants=c), StepTimer("llama-3.1-8b", "a100-sxm", constants=c0)
@@ -1012,14 +1016,7 @@ def test_the_fa2_prefill_fill_is_capped_at_its_longest_cta():
 def test_the_serving_timer_caps_the_fa2_prefill_fill_as_the_step_does():
     from steptime.serve import StepTimer
 
-    base = Constants.default()
-    lane = str(base.get("attn_lane", A100))
-    lanes = {k: dict(v) for k, v in (base.get("attn_lane_factors", A100) or {}).items()}
-    lanes.setdefault(lane, {})["attn_fill_tail"] = 0.62
-    c = base.with_overrides({"attn_lane_factors": lanes})
-    zero = {k: dict(v) for k, v in lanes.items()}
-    zero[lane]["attn_fill_tail"] = 0.0
-    c0 = base.with_overrides({"attn_lane_factors": zero})
+    c, c0 = _a100_lane_with("attn_fill_tail", 0.62)
     assert A.attention_constants(A100, c)["attn_fill_tail"] == 0.62
     t_new, t_old = StepTimer("llama-3.1-8b", "a100-sxm", constants=c, tp=8), \
         StepTimer("llama-3.1-8b", "a100-sxm", constants=c0, tp=8)
