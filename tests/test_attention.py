@@ -1065,3 +1065,7 @@ def test_fill_eta_scalar_path_is_the_array_path_to_the_bit():
             assert np.array_equal(arr, np.array(one))
     with pytest.raises(ValueError, match="attn_fill_tail"):
         fill_eta(3.0, 108, {"attn_fill_half": 0.2, "attn_fill_tail": -0.1})
+    with pytest.raises(ValueError, match="attn_fill_tail"):
+        fill_eta(np.array([3.0, 4.0]), 108, {"attn_fill_half": 0.2, "attn_fill_tail": -0.1})
+    with pytest.raises(ValueError, match="attn_fill_tail"):
+        fill_eta(3.0, 108, {"attn_fill_half": 0.2, "attn_fill_tail": np.array([0.5, -0.1])})

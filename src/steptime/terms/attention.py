@@ -259,10 +259,11 @@ def fill_eta(tiles, sms, fc: dict):
     Floats or arrays (broadcast)."""
     tail = fc.get("attn_fill_tail", 0.0)
     half = fc["attn_fill_half"]
-    if (isinstance(tiles, _SCALAR) and isinstance(half, _SCALAR) and isinstance(tail, _SCALAR)
+    scalar_tail = isinstance(tail, _SCALAR)
+    if (tail < 0) if scalar_tail else np.any(np.asarray(tail) < 0):
+        raise ValueError(f"attn_fill_tail must be >= 0 (0: no critical-path cap), got {tail!r}")
+    if (scalar_tail and isinstance(tiles, _SCALAR) and isinstance(half, _SCALAR)
             and isinstance(sms, _SCALAR)):  # the serving timer's per-step call: the same IEEE operations, in floats
-        if tail < 0:
-            raise ValueError(f"attn_fill_tail must be >= 0 (0: no critical-path cap), got {tail!r}")
         t, crit = float(tiles), float(half) * sms
         if not t > 0:
             return 1.0
@@ -271,10 +272,8 @@ def fill_eta(tiles, sms, fc: dict):
             cap = float(tail) * t / crit
             eta = cap if cap < eta else eta
         return eta
-    if np.any(np.asarray(tail) < 0):
-        raise ValueError(f"attn_fill_tail must be >= 0 (0: no critical-path cap), got {tail!r}")
     t = np.asarray(tiles, dtype=float)
-    crit = np.asarray(fc["attn_fill_half"], dtype=float) * sms
+    crit = np.asarray(half, dtype=float) * sms
     eta = np.divide(t, t + crit, out=np.ones(np.broadcast(t, crit).shape), where=t > 0)
     if np.any(np.asarray(tail) > 0):
         cap = np.divide(np.asarray(tail, dtype=float) * t, crit, out=np.ones(eta.shape),
