@@ -145,7 +145,9 @@ def test_every_engine_names_a_shipped_fitted_fp8_constant():
             rel = c.get(name, get_gpu(g))  # shipped per GPU, fitted on the other GPUs' tables of that engine
             mem = E.MEM_KEY[E.MEM_FORM.get(key, "rel")]  # the engine's memory form (relative, or TRT-LLM's absolute)
             row = {"amax_row_ns"} if eng.fp8_act_quant_row_cost() else set()  # the tables' call pays a row cost
-            assert set(rel) == {"eta_c_rel", mem, "floor_add_us"} | row and 0.2 < rel["eta_c_rel"] <= 2.0
+            # the engine's kernel factors (E1.27 KERNEL_FACTORS) enter the shipped set once E1.27 is re-settled
+            kern = set(rel) & set(E.KERNEL_FACTORS.get(key, ()))
+            assert set(rel) == {"eta_c_rel", mem, "floor_add_us"} | row | kern and 0.2 < rel["eta_c_rel"] <= 2.0
             assert not row or 0 < rel["amax_row_ns"] < 50
     assert engine_table()["trtllm"].fp8_gemm_const() == "gemm_fp8_rel_trtllm"
     assert engine_table()["sglang"].fp8_gemm_const() == "gemm_fp8_rel_sglang"
@@ -607,3 +609,116 @@ def test_a_row_cost_field_is_a_flag():
     assert not _parse_engine("k", doc).fp8_act_quant_row_cost()  # absent: no row cost
     with pytest.raises(ValueError, match="flag"):
         _parse_engine("k", {**doc, "precision": {"fp8_act_quant_row_cost_served": {**f, "value": 0.5}}})
+
+
+# ---- SGLang's kernel factors (issue 19 item 5, wave 36, sglf8) -------------------------------------------
+def test_sglang_small_m_sm100_cells_stream_the_weight_per_cta_and_only_those():
+    """own_stream_cells: sgl-kernel's sm100 / sm103 1-SM configs (m <= 64) and nothing of any other engine or
+    architecture (terms/precision.py module note, SGLang's kernel factors)."""
+    b, h = get_gpu("b200"), get_gpu("h100-sxm")
+    m = np.array([1.0, 16.0, 64.0, 65.0, 4096.0])
+    assert PT.own_stream_cells(m, 4096, 4096, b, "sglang").tolist() == [True, True, True, False, False]
+    assert PT.own_stream_cells(m, 4096, 4096, get_gpu("gb300"), "sglang").tolist() == [True] * 3 + [False] * 2
+    for gpu, eng in ((h, "sglang"), (b, "vllm"), (b, "trtllm"), (b, None), (get_gpu("l40s"), "sglang")):
+        assert PT.own_stream_cells(m, 4096, 4096, gpu, eng) is None
+    # the dispatch and the stream scope read the same bucket: the 64x64 1-SM tile
+    tm, tn, cm = PT.fp8_launch(b, "sglang")(m, 4096.0, 4096.0)
+    own = PT.own_stream_cells(m, 4096, 4096, b, "sglang")
+    assert np.array_equal(own, (tm == 64) & (tn == 64) & (cm == 1))
+
+
+def test_cta_stream_rel_is_a_concurrent_limit_on_the_own_cells_and_absent_factors_change_nothing():
+    c = Constants.default()
+    b = get_gpu("b200")
+    p = G.resolve(b, c)
+    m = np.array([1.0, 1.0, 64.0, 128.0, 4096.0])
+    n = np.array([1024.0, 65536.0, 1024.0, 1024.0, 8192.0])
+    k = np.array([65536.0, 4096.0, 65536.0, 65536.0, 8192.0])
+    base = {"eta_c_rel": 0.85, "eta_mem_rel": 0.9, "floor_add_us": 0.2}
+    a = PT.gemm_time_fp8(m, n, k, b, c, rel=base, engine="sglang")
+    assert a["own_stream"].tolist() == [True, True, True, False, False]
+    # without the kernel factors the set prices as before (the memory branch adds the bf16 per-CTA stream)
+    t_mem = a["t_memory"] / 0.9 + a["t_cta"]
+    want = G.smax(a["t_compute"] / 0.85, t_mem, float(p["overlap_p"])) + a["t_floor"] + 0.2e-6 + a["t_quant"]
+    assert a["t"] == pytest.approx(want, rel=1e-12)
+    r = PT.gemm_time_fp8(m, n, k, b, c, rel={**base, "cta_stream_rel": 6.0}, engine="sglang")
+    conc = G.smax(a["t_memory"] / 0.9, 6.0 * a["t_cta"], float(p["overlap_p"]))
+    want_own = G.smax(a["t_compute"] / 0.85, conc, float(p["overlap_p"])) + a["t_floor"] + 0.2e-6 + a["t_quant"]
+    assert r["t"][:3] == pytest.approx(want_own[:3], rel=1e-12)
+    assert r["t"][3:] == pytest.approx(a["t"][3:], rel=1e-12)  # the 2-SM cells: untouched
+    assert r["t"][0] > 1.5 * a["t"][0]  # 16 CTAs each streaming 4 MB: the CTA's own rate binds
+    assert r["t"][1] < 1.1 * a["t"][1]  # 1,024 CTAs of a shallow k: the device's bandwidth binds
+    # other engines' cells carry no own cells: the factor moves nothing
+    v = PT.gemm_time_fp8(m, n, k, b, c, rel={**base, "cta_stream_rel": 6.0}, engine="vllm")
+    assert v["t"] == pytest.approx(PT.gemm_time_fp8(m, n, k, b, c, rel=base, engine="vllm")["t"], rel=1e-12)
+    for bad in (0.0, -1.0, float("nan"), float("inf")):
+        with pytest.raises(ValueError, match="cta_stream_rel"):
+            PT.gemm_time_fp8(m, n, k, b, c, rel={**base, "cta_stream_rel": bad}, engine="sglang")
+
+
+def test_duty_k_add_is_a_per_tile_fixed_cost_in_k_elements():
+    c = Constants.default()
+    h = get_gpu("h100-sxm")
+    p = G.resolve(h, c)
+    m, n, k = _cells()
+    base = {"eta_c_rel": 0.85, "eta_mem_rel": 0.9, "floor_add_us": 0.0}
+    a = PT.gemm_time_fp8(m, n, k, h, c, rel=base, engine="sglang")
+    r = PT.gemm_time_fp8(m, n, k, h, c, rel={**base, "duty_k_add": 300.0}, engine="sglang")
+    dk = float(p["duty_k"])
+    t_c = a["t_compute"] * (1 + (dk + 300.0) / a["k_cta"]) / (1 + dk / a["k_cta"])
+    want = G.smax(t_c / 0.85, a["t_memory"] / 0.9 + a["t_cta"], float(p["overlap_p"])) + a["t_floor"] + a["t_quant"]
+    assert r["t"] == pytest.approx(want, rel=1e-12)
+    big = a["compute_bound"]
+    assert big.any() and np.all(r["t"][big] > a["t"][big])
+    for bad in (-dk, -dk - 1.0, float("nan")):
+        with pytest.raises(ValueError, match="duty_k_add"):
+            PT.gemm_time_fp8(m, n, k, h, c, rel={**base, "duty_k_add": bad}, engine="sglang")
+
+
+def test_the_kernel_factors_enter_both_public_functions_through_the_shipped_constant():
+    """predict_ops and predict_step price SGLang's fp8 GEMMs with the kernel factors of its shipped constant (one
+    code path), and the other engines' constants stay as they were."""
+    from steptime import predict_ops
+
+    g = "b200"
+    rel = {"eta_c_rel": 0.85, "eta_mem_rel": 0.9, "floor_add_us": 0.2}
+    c0 = Constants.default().with_overrides({"gemm_fp8_rel_sglang": rel}, scope=f"gpu.{g}")
+    c1 = c0.with_overrides({"gemm_fp8_rel_sglang": {**rel, "cta_stream_rel": 6.0, "duty_k_add": 300.0}},
+                           scope=f"gpu.{g}")
+    kw = dict(m=1, n=1024, k=65536, dtype="fp8", engine="sglang")
+    t0, t1 = (float(predict_ops("gemm", g, constants=c, **kw)["t_ms"]) for c in (c0, c1))
+    assert t1 > 1.5 * t0
+    ref = PT.gemm_time_fp8(1, 1024, 65536, get_gpu(g), c1, engine="sglang")
+    assert t1 == pytest.approx(float(ref["t"]) * 1e3, rel=1e-12)
+    shapes = {"a": (1024, 65536), "b": (65536, 1024)}
+    sh = PT.gemm_time_shapes_fp8(np.array([1.0, 300.0]), shapes, get_gpu(g), c1, engine="sglang")
+    one = PT.gemm_time_fp8(np.array([1.0, 300.0]), 1024, 65536, get_gpu(g), c1, engine="sglang")
+    assert sh["a"]["t"] == pytest.approx(one["t"], rel=1e-12) and sh["a"]["own_stream"].tolist() == [True, False]
+    vk = dict(kw, engine="vllm")
+    assert float(predict_ops("gemm", g, constants=c1, **vk)["t_ms"]) == float(predict_ops("gemm", g, constants=c0,
+                                                                                            **vk)["t_ms"])
+
+
+def test_fit_recovers_the_kernel_factors_and_leaves_out_the_stream_without_own_cells():
+    c = Constants.default()
+    m = np.array([1.0, 8.0, 16.0, 48.0, 64.0, 128.0, 1024.0, 4096.0] * 4)
+    n = np.repeat([1024.0, 2048.0, 8192.0, 16384.0], 8)
+    k = np.repeat([65536.0, 16384.0, 1024.0, 8192.0], 8)
+    truth = {"eta_c_rel": 0.85, "eta_mem_rel": 0.9, "floor_add_us": 0.3, "cta_stream_rel": 5.0, "duty_k_add": 300.0}
+    parts = {}
+    for key in ("b200", "b300", "h100-sxm", "h200-sxm"):
+        g = get_gpu(key)
+        gt = G.gemm_time(m, n, k, g, c, dtype="fp8", launch=PT.fp8_launch(g, "sglang"))
+        own = PT.own_stream_cells(m, n, k, g, "sglang")
+        if own is not None:
+            gt["own_stream"] = own
+        parts[key] = (gt, PT.apply_rel(gt, g, c, truth) * 1e3, g, c)
+    fit = E.fit_rel(parts, ["b200", "b300"], kernel=E.KERNEL_FACTORS["sglang"])
+    for name, v in truth.items():
+        assert fit[name] == pytest.approx(v, rel=0.05, abs=0.05)
+    hop = E.fit_rel(parts, ["h100-sxm", "h200-sxm"], kernel=E.KERNEL_FACTORS["sglang"])
+    assert "cta_stream_rel" not in hop and "duty_k_add" in hop  # no 1-SM sm100 cell among the donors
+    assert set(E.fit_rel(parts, ["b200"])) == {"eta_c_rel", "eta_mem_rel", "floor_add_us"}  # none unless asked
+    assert set(E.KERNEL_FACTORS) == {"sglang"}  # vLLM's and TensorRT-LLM's sets fit as before
+    with pytest.raises(ValueError, match="kernel factor"):
+        E.fit_rel(parts, ["b200"], kernel=("no_such_factor",))

@@ -84,6 +84,19 @@ steps included, where the older 64x64 dispatch at m 129-256 would differ).
 sm120 keeps the heuristic: the stored sm120 dispatch (256x128 at m > 128, cluster 1x1) is refuted by the RTX PRO
 6000 table (3,120 of its 18,615 LLM-shaped cells, m 129-768, run faster than that tile count at the per-SM
 datasheet fp8 peak allows), so what SGLang ran there is not that kernel.
+
+SGLang's kernel factors (issue 19 item 5, wave 36 `sglf8`; DESIGN): two more factors of SGLang's fitted set, each
+FITTED by E1.27 on the donor GPUs with the other three (experiments/precision.py KERNEL_FACTORS):
+  cta_stream_rel  sgl-kernel's sm100 / sm103 configs at m <= 64 (TileShape 64x64x128, cluster 1x4 / 1x1, no
+                  swap-AB) are 1-SM kernels whose CTA streams its 64-wide weight column alone; one CTA pulls its
+                  k x 64 bytes at a rate of its own (B200, m 1, n 1,024 (16 CTAs), k 16,384-65,536: 13-15 us per MB
+                  and CTA, about 5.5 times the bf16 fold's cta_stream_us_mb), a limit CONCURRENT with the device's
+                  bandwidth: on those cells (`own_stream`, FP8_OWN_STREAM) the memory branch is
+                  smax(t_memory / r_m, t_cta x cta_stream_rel) in place of t_memory / r_m + t_cta.
+  duty_k_add      SGLang's kernels' per-tile fixed cost beyond the bf16 term's duty_k, in elements of k: the duty
+                  becomes 1 / (1 + (duty_k + duty_k_add) / k_cta) (its tables run shallow k slower and deep k
+                  faster than the bf16 duty predicts, m 1k-4k: -10% at k 1,024, +8% at k 6-16k on Blackwell).
+A factor set without them prices as before (every other engine; shipped constants until re-settled).
 """
 
 from __future__ import annotations
@@ -135,13 +148,20 @@ def _sgl_cutlass_sm90(m, n, k):
     return np.where(tm == 256.0, 128.0, tm), tn, cm
 
 
+def _sgl_one_sm_small(m, n, k):
+    """Cells sgl-kernel's sm100-family fp8 scaled-mm runs with its 1-SM small-m configs (m <= 64: TileShape
+    64x64x128, cluster 1x4 / 1x1; fp8_gemm_kernel.cu sm100_fp8_dispatch_bias): their CTAs stream the weight at a rate
+    of their own (module note, SGLang's kernel factors)."""
+    return np.asarray(m) <= 64
+
+
 def _sgl_cutlass_sm100(m, n, k):
     """(tile_m, tile_n, cluster_m) per cell of SGLang's sm100-family fp8 scaled-mm (sgl-kernel fp8_gemm_kernel.cu
     sm100_fp8_dispatch_bias, buckets by next_pow_2(m); module note, SGLang): m <= 64 TileShape 64x64x128 without
     swap-AB (cluster 1x4 along n at m <= 16, 1x1 above; a 1-SM MMA, cluster M 1); m > 64 vLLM's sm100 configs
     (128x128 cluster 2x1 to m 256, 256x128 cluster 2x2 above: the 2-SM UMMA, per-SM tiles as _vllm_cutlass_sm100)."""
     tm, tn, cm = _vllm_cutlass_sm100(m, n, k)
-    small = np.asarray(m) <= 64
+    small = _sgl_one_sm_small(m, n, k)
     return np.where(small, 64.0, tm), np.where(small, 64.0, tn), np.where(small, 1.0, cm)
 
 
@@ -167,6 +187,13 @@ FP8_LAUNCH = MappingProxyType({
 })
 
 
+# the cells of a fitted fp8 factor set's dispatch whose CTAs stream the weight at the kernel's own rate
+# (`cta_stream_rel`, module note): {constant: {sm_version: (m, n, k) -> bool per cell}}
+FP8_OWN_STREAM = MappingProxyType({
+    "gemm_fp8_rel_sglang": MappingProxyType({100: _sgl_one_sm_small, 103: _sgl_one_sm_small}),
+})
+
+
 def fp8_launch(gpu, engine=None):
     """The fp8 kernel dispatch of `engine`'s fp8 factor set on `gpu` (a gemm_time `launch`), or None: the
     bf16 heuristic (module note)."""
@@ -177,6 +204,16 @@ def fp8_launch(gpu, engine=None):
     if sm is None:
         raise ValueError(f"gpu {getattr(gpu, 'key', gpu)!r} has no sm_version: cannot pick its fp8 dispatch")
     return table.get(int(sm))
+
+
+def own_stream_cells(m, n, k, gpu, engine=None):
+    """Per cell, whether `engine`'s fp8 dispatch runs it with a kernel whose CTAs stream the weight at the kernel's
+    own rate (FP8_OWN_STREAM; the factor `cta_stream_rel` prices them), or None where no cell is (module note)."""
+    fn = FP8_OWN_STREAM.get(fp8_const(engine), {}).get(getattr(gpu, "sm_version", None))
+    if fn is None:
+        return None
+    m, n, k = np.broadcast_arrays(np.asarray(m, dtype=float), np.asarray(n, dtype=float), np.asarray(k, dtype=float))
+    return np.asarray(fn(m, n, k), dtype=bool)
 
 
 def fp8_const(engine=None) -> str:
@@ -273,11 +310,32 @@ def mem_rel(rel: dict, params: dict) -> float:
     return float(rel["eta_mem_rel"])
 
 
+def _kernel_factor(rel: dict, key: str, lo: float) -> float | None:
+    """`rel[key]` checked finite and above `lo`, or None when the factor set has no such factor."""
+    if key not in rel:
+        return None
+    v = float(rel[key])
+    if not (np.isfinite(v) and v > lo):
+        raise ValueError(f"fp8 factor {key} must be a finite number above {lo}, got {rel[key]!r}")
+    return v
+
+
 def apply_rel(g: dict, gpu, constants: Constants | None, rel: dict, params: dict | None = None) -> np.ndarray:
-    """Seconds: a gemm_time(dtype='fp8') dict re-combined with the relative fp8 efficiencies."""
+    """Seconds: a gemm_time(dtype='fp8') dict re-combined with the relative fp8 efficiencies (and the kernel
+    factors `duty_k_add` / `cta_stream_rel` where the factor set has them; module note)."""
     p = params if params is not None else gemm.resolve(gpu, constants)
+    t_c = g["t_compute"]
+    dk_add = _kernel_factor(rel, "duty_k_add", -float(p["duty_k"]))
+    if dk_add is not None:  # the kernel's per-tile fixed cost beyond the bf16 duty_k, in elements of k
+        dk = float(p["duty_k"])
+        t_c = t_c * (1.0 + (dk + dk_add) / g["k_cta"]) / (1.0 + dk / g["k_cta"])
     t_mem = g["t_memory"] / mem_rel(rel, p) + g["t_cta"]  # plus the per-CTA stream (fp8 bytes)
-    t = gemm.smax(g["t_compute"] / rel["eta_c_rel"], t_mem, float(p["overlap_p"]))
+    own = g.get("own_stream")
+    cta_rel = _kernel_factor(rel, "cta_stream_rel", 0.0)
+    if cta_rel is not None and own is not None:  # the kernel's own per-CTA stream: a concurrent limit
+        conc = gemm.smax(g["t_memory"] / mem_rel(rel, p), g["t_cta"] * cta_rel, float(p["overlap_p"]))
+        t_mem = np.where(own, conc, t_mem)
+    t = gemm.smax(t_c / rel["eta_c_rel"], t_mem, float(p["overlap_p"]))
     return t + g["t_floor"] + rel["floor_add_us"] * 1e-6
 
 
@@ -290,6 +348,9 @@ def gemm_time_fp8(m, n, k, gpu, constants: Constants | None = None, rel: dict | 
     """Seconds and parts of fp8 W8A8 GEMMs of `engine`; `served`: with the activation quantise passes
     of the engine's served checkpoint (act_quant_passes), as the public functions price them."""
     g = gemm.gemm_time(m, n, k, gpu, constants, dtype="fp8", launch=fp8_launch(gpu, engine), **kw)
+    own = own_stream_cells(m, n, k, gpu, engine)
+    if own is not None:
+        g["own_stream"] = own.reshape(np.shape(g["t"]))
     rel = rel or fp8_rel(gpu, constants, engine)
     tq = quant_time(m, k, gpu, constants, rel, engine, served)
     p = gemm.resolve(gpu, constants)
@@ -305,6 +366,9 @@ def gemm_time_shapes_fp8(m, shapes: dict, gpu, constants: Constants | None = Non
     rel = fp8_rel(gpu, constants, engine)
     p = gemm.resolve(gpu, constants)
     for name, g in out.items():
+        own = own_stream_cells(m, shapes[name][0], shapes[name][1], gpu, engine)
+        if own is not None:
+            g["own_stream"] = own.reshape(np.shape(g["t"]))
         g["t_quant"] = quant_time(m, shapes[name][1], gpu, constants, rel, engine, served)
         g["t"] = apply_rel(g, gpu, constants, rel, p) + g["t_quant"]
         g["compute_bound"] = _compute_bound(g, rel, p)
