@@ -719,6 +719,100 @@ def test_fit_recovers_the_kernel_factors_and_leaves_out_the_stream_without_own_c
     hop = E.fit_rel(parts, ["h100-sxm", "h200-sxm"], kernel=E.KERNEL_FACTORS["sglang"])
     assert "cta_stream_rel" not in hop and "duty_k_add" in hop  # no 1-SM sm100 cell among the donors
     assert set(E.fit_rel(parts, ["b200"])) == {"eta_c_rel", "eta_mem_rel", "floor_add_us"}  # none unless asked
-    assert set(E.KERNEL_FACTORS) == {"sglang"}  # vLLM's and TensorRT-LLM's sets fit as before
+    assert set(E.KERNEL_FACTORS) == {"sglang", "vllm"}  # TensorRT-LLM's set fits as before
+    assert E.KERNEL_FACTORS["vllm"] == ("oob_rate_tbs",)  # vLLM's: the padded rows' rate alone
     with pytest.raises(ValueError, match="kernel factor"):
         E.fit_rel(parts, ["b200"], kernel=("no_such_factor",))
+
+
+# ---- the sm90 fp8 kernel's padded activation rows (issue 19 item 5, wave 36, hopcl) ---------------------------
+def test_oob_bytes_are_the_padded_activation_rows_of_each_sets_sm90_dispatch():
+    """oob_bytes: (launched rows - m) x k x tile columns, the launched rows rounded up to whole tiles and clusters
+    along m as the dispatch gives them; None where no set's sm90 dispatch prices them (module note)."""
+    h = get_gpu("h100-sxm")
+    k = 8192.0
+    m = np.array([1.0, 16.0, 17.0, 65.0, 128.0, 129.0, 256.0, 257.0, 512.0])
+    n = np.array([1024.0, 1024.0, 4096.0, 8192.0, 8192.0, 8192.0, 8192.0, 8192.0, 8192.0])
+    got = PT.oob_bytes(m, n, k, h, "vllm")
+    # swap-AB 64x16 cluster 1x2 (m <= 16, n <= 1280): 32 rows, n / 64 columns; 64x64 cluster 1x1 (m 17-64):
+    # 64 rows; 64x128 cluster 2x1 (m 65-128): 128 rows; 128x128 cluster 2x1 (m > 128): 256 rows per cluster row
+    want = np.array([31 * 16, 16 * 16, 47 * 64, 63 * 64, 0, 127 * 64, 0, 255 * 64, 0]) * k
+    assert got.tolist() == want.tolist()
+    assert PT.oob_bytes(m, n, k, get_gpu("h200-sxm"), "sglang").tolist() == want.tolist()
+    # vLLM's 256-row tile at m >= 8192, k >= 6144 (two of them per cluster), not SGLang's
+    assert float(PT.oob_bytes(8193.0, 8192.0, 8192.0, h, "vllm")) == (8192 + 512 - 8193) * 8192 * 64
+    assert float(PT.oob_bytes(8193.0, 8192.0, 8192.0, h, "sglang")) == (8192 + 256 - 8193) * 8192 * 64
+    for gpu, eng in ((get_gpu("b200"), "vllm"), (get_gpu("b200"), "sglang"), (h, "trtllm"), (get_gpu("l40s"), "sglang"),
+                     (get_gpu("a100-sxm"), "vllm")):
+        assert PT.oob_bytes(m, n, k, gpu, eng) is None
+    assert PT.oob_bytes(m, n, k, h) is not None  # no engine: vLLM's set
+
+
+def test_oob_rate_prices_the_padded_rows_by_the_grids_fill_and_an_absent_factor_changes_nothing():
+    c = Constants.default()
+    h = get_gpu("h200-sxm")
+    p = G.resolve(h, c)
+    m = np.array([129.0, 256.0, 129.0, 257.0, 512.0])
+    n = np.array([8192.0, 8192.0, 1024.0, 8192.0, 8192.0])
+    k = np.full(5, 8192.0)
+    base = {"eta_c_rel": 0.85, "eta_mem_rel": 0.9, "floor_add_us": 0.2}
+    a = PT.gemm_time_fp8(m, n, k, h, c, rel=base, engine="vllm")
+    assert a["oob_bytes"].tolist() == [127 * 8192 * 64, 0, 127 * 8192 * 8, 255 * 8192 * 64, 0]
+    # without the factor the set prices as before
+    want = (G.smax(a["t_compute"] / 0.85, a["t_memory"] / 0.9 + a["t_cta"], float(p["overlap_p"])) + a["t_floor"]
+            + 0.2e-6 + a["t_quant"])
+    assert a["t"] == pytest.approx(want, rel=1e-12)
+    r = PT.gemm_time_fp8(m, n, k, h, c, rel={**base, "oob_rate_tbs": 7.0}, engine="vllm")
+    fill = np.minimum(1.0, a["grid"] / h.sms)
+    assert r["t"] == pytest.approx(a["t"] + a["oob_bytes"] / 7e12 * fill, rel=1e-12)
+    assert fill[2] < 0.2 and fill[0] > 0.9  # 16 CTAs at n 1,024 pay a sixth of their padded bytes' time
+    assert r["t"][0] > r["t"][1] and r["t"][3] > r["t"][4]  # m 129 slower than 256, 257 than 512 (the tables' step)
+    assert r["t"][1] == a["t"][1] and r["t"][4] == a["t"][4]  # whole tiles: nothing added
+    # where no padded row is priced (Blackwell, TensorRT-LLM) the factor moves nothing
+    for gpu, eng in ((get_gpu("b200"), "vllm"), (h, "trtllm")):
+        assert PT.gemm_time_fp8(m, n, k, gpu, c, rel={**base, "oob_rate_tbs": 7.0}, engine=eng)["t"] == pytest.approx(
+            PT.gemm_time_fp8(m, n, k, gpu, c, rel=base, engine=eng)["t"], rel=1e-12)
+    for bad in (0.0, -1.0, float("nan"), float("inf")):
+        with pytest.raises(ValueError, match="oob_rate_tbs"):
+            PT.gemm_time_fp8(m, n, k, h, c, rel={**base, "oob_rate_tbs": bad}, engine="vllm")
+
+
+def test_the_padded_rows_enter_both_public_functions_through_the_shipped_constant():
+    from steptime import predict_ops
+
+    g = "h100-sxm"
+    rel = {"eta_c_rel": 0.85, "eta_mem_rel": 0.9, "floor_add_us": 0.2, "amax_row_ns": 5.0}
+    c0 = Constants.default().with_overrides({"gemm_fp8_rel": rel}, scope=f"gpu.{g}")
+    c1 = c0.with_overrides({"gemm_fp8_rel": {**rel, "oob_rate_tbs": 7.0}}, scope=f"gpu.{g}")
+    kw = dict(m=129, n=8192, k=8192, dtype="fp8", engine="vllm")
+    t0, t1 = (float(predict_ops("gemm", g, constants=c, **kw)["t_ms"]) for c in (c0, c1))
+    assert t1 > t0 * 1.1
+    ref = PT.gemm_time_fp8(129, 8192, 8192, get_gpu(g), c1, engine="vllm", served=True)
+    assert t1 == pytest.approx(float(ref["t"]) * 1e3, rel=1e-12)
+    shapes = {"a": (8192, 8192), "b": (1024, 8192)}
+    ms = np.array([129.0, 256.0])
+    sh = PT.gemm_time_shapes_fp8(ms, shapes, get_gpu(g), c1, engine="vllm")
+    for name, (nn, kk) in shapes.items():
+        one = PT.gemm_time_fp8(ms, nn, kk, get_gpu(g), c1, engine="vllm")
+        assert sh[name]["t"] == pytest.approx(one["t"], rel=1e-12)
+        assert sh[name]["oob_bytes"].tolist() == one["oob_bytes"].tolist()
+
+
+def test_fit_recovers_the_oob_rate_and_leaves_it_out_without_padded_cells():
+    c = Constants.default()
+    m = np.array([1.0, 16.0, 64.0, 129.0, 192.0, 256.0, 257.0, 512.0, 1025.0, 4096.0] * 3)
+    n = np.repeat([8192.0, 16384.0, 4096.0], 10)
+    k = np.repeat([8192.0, 4096.0, 14336.0], 10)
+    truth = {"eta_c_rel": 0.85, "eta_mem_rel": 0.9, "floor_add_us": 0.3, "oob_rate_tbs": 6.0}
+    parts = {}
+    for key in ("h100-sxm", "b200"):
+        g = get_gpu(key)
+        gt = G.gemm_time(m, n, k, g, c, dtype="fp8", launch=PT.fp8_launch(g, "vllm"))
+        oob = PT.oob_bytes(m, n, k, g, "vllm")
+        if oob is not None:
+            gt["oob_bytes"] = oob
+        parts[key] = (gt, PT.apply_rel(gt, g, c, truth) * 1e3, g, c)
+    fit = E.fit_rel(parts, ["h100-sxm"], kernel=E.KERNEL_FACTORS["vllm"])
+    for name, v in truth.items():
+        assert fit[name] == pytest.approx(v, rel=0.05, abs=0.05)
+    assert "oob_rate_tbs" not in E.fit_rel(parts, ["b200"], kernel=E.KERNEL_FACTORS["vllm"])

@@ -257,6 +257,11 @@ def streamk_grid(tiles, k, grid_max: float, p: dict):
     return np.minimum(grid_max, tiles * np.maximum(1.0, k / kmin))
 
 
+def tile_rows(m, tm, cluster_m=1.0):
+    """Tile rows a launch runs along m: ceil(m / tm) rounded up to whole clusters of `cluster_m` tiles."""
+    return np.ceil(np.ceil(m / tm) / cluster_m) * cluster_m
+
+
 def _option_terms(m, n, k, tm, tn, rel, split, sk, paradigm: str, gpu, p: dict,
                   grid_max: float | None = None, cluster_m=1.0) -> dict:
     """Fill, duty and score of launch option(s) (arrays broadcast: cells x options or per cell).
@@ -267,7 +272,7 @@ def _option_terms(m, n, k, tm, tn, rel, split, sk, paradigm: str, gpu, p: dict,
     if grid_max is None:
         grid_max = grid_cap(gpu, p, paradigm)
     is_sk = sk > 0
-    tiles_mn = np.ceil(np.ceil(m / tm) / cluster_m) * cluster_m * np.ceil(n / tn)
+    tiles_mn = tile_rows(m, tm, cluster_m) * np.ceil(n / tn)
     # stream-K hands out work, not whole tiles: its padded work counts the token rows at the grain
     tiles_mn = np.where(is_sk, streamk_tiles(m, n, tm, tn, p), tiles_mn)
     tiles = tiles_mn * split

@@ -97,6 +97,20 @@ FITTED by E1.27 on the donor GPUs with the other three (experiments/precision.py
                   becomes 1 / (1 + (duty_k + duty_k_add) / k_cta) (its tables run shallow k slower and deep k
                   faster than the bf16 duty predicts, m 1k-4k: -10% at k 1,024, +8% at k 6-16k on Blackwell).
 A factor set without them prices as before (every other engine; shipped constants until re-settled).
+
+Padded activation rows (issue 19 item 5, wave 36 `hopcl`; DESIGN): the sm90 CUTLASS kernel vLLM and SGLang share
+loads each CTA's activation tile with TMA, tile_m rows by the CTA's k slice; the rows of a launched tile beyond m (a
+partial last tile row and the empty tile rows of a partial cluster, `oob_bytes`) are out of bounds, and the tables
+show them cost time that real rows do not: at n = k = 8,192 the time FALLS as m fills a 128-row tile (H100 m 129
+47.6 us, 192 41.2, 224 37.5, 256 37.7), as reported of TMA's boundary handling elsewhere (deepseek-ai/DeepGEMM issue
+35, a reply there: m 132 loads faster than m 68 "due to boundary check", padding the input is the cure). Per 128
+padded rows and 128 k bytes of a tile column the excess is 2.3-2.6 ns (H100) / 2.3-3.5 ns (H200) once the grid fills
+the device, and it fades when it does not (n <= 4,096 at m 129: 64 CTAs or fewer), i.e. a cost of the whole device's
+padded bytes, not of one CTA's: t_oob = oob_bytes / oob_rate_tbs x min(1, grid / SMs), added to the kernel's time.
+`oob_rate_tbs` is FITTED by E1.27 with the other factors on the donor GPUs (for a held-out Hopper the other Hopper
+alone), in absolute TB/s: the two Hoppers share the die and clocks, and the per-row cost does not follow their DRAM
+bandwidths. Priced for the sets whose sm90 dispatch was read (FP8_OOB_ROWS: vLLM's and SGLang's); the swap-AB
+configs (m <= 64) pad the activation along their swapped N in the same way (tile 16 / 64 and its cluster).
 """
 
 from __future__ import annotations
@@ -194,6 +208,11 @@ FP8_OWN_STREAM = MappingProxyType({
 })
 
 
+# the fitted fp8 factor sets whose dispatch's padded activation rows are priced (`oob_rate_tbs`, module note), by
+# sm_version; the rows come from the set's own dispatch (FP8_LAUNCH)
+FP8_OOB_ROWS = MappingProxyType({"gemm_fp8_rel": (90,), "gemm_fp8_rel_sglang": (90,)})
+
+
 def fp8_launch(gpu, engine=None):
     """The fp8 kernel dispatch of `engine`'s fp8 factor set on `gpu` (a gemm_time `launch`), or None: the
     bf16 heuristic (module note)."""
@@ -214,6 +233,19 @@ def own_stream_cells(m, n, k, gpu, engine=None):
         return None
     m, n, k = np.broadcast_arrays(np.asarray(m, dtype=float), np.asarray(n, dtype=float), np.asarray(k, dtype=float))
     return np.asarray(fn(m, n, k), dtype=bool)
+
+
+def oob_bytes(m, n, k, gpu, engine=None):
+    """Per cell, the bytes of activation rows `engine`'s fp8 dispatch launches beyond m (the tile rows rounded up to
+    whole tiles and clusters along m), loaded once per tile column: (launched rows - m) x k x ceil(n / tile_n)
+    (FP8_OOB_ROWS; the factor `oob_rate_tbs` prices them), or None where the set prices none (module note)."""
+    sm = getattr(gpu, "sm_version", None)
+    if sm is None or int(sm) not in FP8_OOB_ROWS.get(fp8_const(engine), ()):
+        return None
+    fn = fp8_launch(gpu, engine)
+    m, n, k = np.broadcast_arrays(np.asarray(m, dtype=float), np.asarray(n, dtype=float), np.asarray(k, dtype=float))
+    tm, tn, cm = fn(m, n, k)
+    return (gemm.tile_rows(m, tm, cm) * tm - m) * k * np.ceil(n / tn)
 
 
 def fp8_const(engine=None) -> str:
@@ -336,7 +368,17 @@ def apply_rel(g: dict, gpu, constants: Constants | None, rel: dict, params: dict
         conc = gemm.smax(g["t_memory"] / mem_rel(rel, p), g["t_cta"] * cta_rel, float(p["overlap_p"]))
         t_mem = np.where(own, conc, t_mem)
     t = gemm.smax(t_c / rel["eta_c_rel"], t_mem, float(p["overlap_p"]))
+    oob_rate = _kernel_factor(rel, "oob_rate_tbs", 0.0)
+    if oob_rate is not None and g.get("oob_bytes") is not None:  # the padded activation rows' serial cost
+        t = t + oob_time(g, gpu, oob_rate)
     return t + g["t_floor"] + rel["floor_add_us"] * 1e-6
+
+
+def oob_time(g: dict, gpu, oob_rate_tbs: float) -> np.ndarray:
+    """Seconds: the padded activation rows of a launch (`oob_bytes`) at `oob_rate_tbs` TB/s, scaled by the launch's
+    fill of the device (grid / SMs, at most 1; module note)."""
+    fill = np.minimum(1.0, np.asarray(g["grid"], dtype=float) / float(gpu.sms))
+    return np.asarray(g["oob_bytes"], dtype=float) / (oob_rate_tbs * 1e12) * fill
 
 
 def _compute_bound(g: dict, rel: dict, params: dict):
@@ -351,6 +393,9 @@ def gemm_time_fp8(m, n, k, gpu, constants: Constants | None = None, rel: dict | 
     own = own_stream_cells(m, n, k, gpu, engine)
     if own is not None:
         g["own_stream"] = own.reshape(np.shape(g["t"]))
+    oob = oob_bytes(m, n, k, gpu, engine)
+    if oob is not None:
+        g["oob_bytes"] = oob.reshape(np.shape(g["t"]))
     rel = rel or fp8_rel(gpu, constants, engine)
     tq = quant_time(m, k, gpu, constants, rel, engine, served)
     p = gemm.resolve(gpu, constants)
@@ -369,6 +414,9 @@ def gemm_time_shapes_fp8(m, shapes: dict, gpu, constants: Constants | None = Non
         own = own_stream_cells(m, shapes[name][0], shapes[name][1], gpu, engine)
         if own is not None:
             g["own_stream"] = own.reshape(np.shape(g["t"]))
+        oob = oob_bytes(m, shapes[name][0], shapes[name][1], gpu, engine)
+        if oob is not None:
+            g["oob_bytes"] = oob.reshape(np.shape(g["t"]))
         g["t_quant"] = quant_time(m, shapes[name][1], gpu, constants, rel, engine, served)
         g["t"] = apply_rel(g, gpu, constants, rel, p) + g["t_quant"]
         g["compute_bound"] = _compute_bound(g, rel, p)
