@@ -158,6 +158,52 @@ def test_inner_fits_shared_across_targets_give_the_same_models_and_a_cache_is_ad
         T.GreyBox("aic_gemm", cells, _defaults, seed=1).adopt(doc)
 
 
+def test_a_design_built_again_is_fitted_once_and_the_fits_do_not_move(monkeypatch):
+    # fit_term's `designs`: a fit keyed by its design's content (X, y, w, sizes, seed) is made once; a design that
+    # differs in any of them is fitted afresh; without the memo every design is fitted, the same trees
+    law = lambda m, g: (1.3 - 0.3 * np.log2(m) / 12.0) * (1.1 if g == "l40s" else 1.0)  # noqa: E731
+    cells = _cells(GPUS, law)
+    calls = []
+    orig = G._fit_gbt
+
+    def counting(X, y, w, size, seed):
+        calls.append(G._design_key(X, y, w, size, seed))
+        return orig(X, y, w, size, seed)
+
+    monkeypatch.setattr(G, "_fit_gbt", counting)
+    box = T.GreyBox("aic_gemm", cells, _defaults)
+    gpus = sorted(x for x in GPUS if x != "b200")
+    data = {x: box._training(x)["gemm"] for x in gpus}
+    designs = {}
+    m1, cv1 = G.fit_term(data, "b200", designs=designs, feature_sets=G.FEATURE_SETS)
+    n1 = len(calls)
+    assert m1.est is not None and n1 == len(designs) == len(set(calls)) > len(gpus)  # each design once
+    m2, cv2 = G.fit_term(data, "b200", designs=designs, feature_sets=G.FEATURE_SETS)  # the same designs again
+    assert len(calls) == n1 and cv2 == cv1 and m2.est is m1.est and m2.name == m1.name  # nothing refitted
+    calls.clear()
+    m3, cv3 = G.fit_term(data, "b200", feature_sets=G.FEATURE_SETS)  # no memo: every design afresh
+    assert len(calls) == n1 and cv3 == cv1 and m3.est is not m1.est
+    tc = cells[cells["gpu"] == "b200"].reset_index(drop=True)
+    F = box._features(tc, "b200")["gemm"]
+    assert np.array_equal(m3.log_correction(F), m1.log_correction(F))
+    # one GPU's measurements moved: the designs that hold it are fitted again, the others come from the memo
+    d2 = dict(data, **{gpus[0]: dict(data[gpus[0]], meas=data[gpus[0]]["meas"] * 1.01)})
+    calls.clear()
+    before = set(designs)
+    G.fit_term(d2, "b200", designs=designs, feature_sets=G.FEATURE_SETS)
+    assert 0 < len(calls) < n1 and not set(calls) & before
+    # the key reads every input of the fit
+    rng = np.random.default_rng(0)
+    X, y, w = rng.normal(size=(40, 3)), rng.normal(size=40), np.ones(40)
+    k = G._design_key(X, y, w, G.SIZES[True], 0)
+    assert k == G._design_key(X.copy(), y.copy(), w.copy(), dict(G.SIZES[True]), 0)
+    for other in (G._design_key(X[:, :2], y, w, G.SIZES[True], 0), G._design_key(X, y + 1e-12, w, G.SIZES[True], 0),
+                  G._design_key(X, y, w * 2, G.SIZES[True], 0), G._design_key(X, y, w, G.SIZES[False], 0),
+                  G._design_key(X, y, w, G.SIZES[True], 1), G._design_key(X.astype(np.float32), y, w, G.SIZES[True], 0),
+                  G._design_key(X.reshape(20, 6), y, w, G.SIZES[True], 0)):
+        assert other != k
+
+
 def test_ml_loo_full_tuning_shares_each_inner_fit_between_its_two_targets_and_changes_nothing(monkeypatch):
     # a small grid keeps it quick; the sharing is what is tested: the same tuning tables and predictions
     monkeypatch.setitem(T.fair_ground.ML_GRID, False, ({"max_iter": 20, "max_leaf_nodes": 7},

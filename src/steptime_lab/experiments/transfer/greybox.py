@@ -231,6 +231,29 @@ def _fit_gbt(X, y, w, size, seed):
             min_samples_leaf=size["min_samples_leaf"], random_state=seed).fit(X, y, sample_weight=w)
 
 
+def _design_key(X, y, w, size, seed) -> tuple:
+    """What a boosted-tree fit of `_fit_gbt` depends on: the design's bytes (X, y, w: dtype, shape, contents),
+    the tree sizes and the seed. Two equal keys are one fit (the same trees, bit for bit)."""
+    import hashlib
+
+    h = hashlib.blake2b(digest_size=32)
+    for a in (X, y, w):
+        a = np.ascontiguousarray(a)
+        h.update(f"{a.dtype.str}{a.shape}|".encode())
+        h.update(a)
+    return h.hexdigest(), tuple(sorted(size.items())), int(seed)
+
+
+def _fit_gbt_once(X, y, w, size, seed, designs: dict | None):
+    """`_fit_gbt`, fitted once per distinct design in `designs` (a dict the caller keeps; None: always fitted)."""
+    if designs is None:
+        return _fit_gbt(X, y, w, size, seed)
+    key = _design_key(X, y, w, size, seed)
+    if key not in designs:
+        designs[key] = _fit_gbt(X, y, w, size, seed)
+    return designs[key]
+
+
 def _weights(gpus, toward: str, h: float) -> dict:
     if not math.isfinite(h):
         return {g: 1.0 for g in gpus}
@@ -306,7 +329,8 @@ def _mapes(est, d, shrinks=(1.0,), anchors=(1.0,), cols=None, reference="physics
 
 
 def fit_term(data: dict, target: str, *, fast: bool = True, seed: int = 0, bandwidths=None, fits: dict | None = None,
-             shrinks=(1.0,), anchors=(1.0,), feature_sets=("all",), references=("physics",)):
+             shrinks=(1.0,), anchors=(1.0,), feature_sets=("all",), references=("physics",),
+             designs: dict | None = None):
     """`data`: {gpu: {F, base, meas, work, read_F, read_base, read_meas, read_work}} of the
     training GPUs (every cell but each GPU's readings; the readings apart). Returns the
     term model for `target` (the setting chosen by leave-one-GPU-out CV over these GPUs,
@@ -315,7 +339,10 @@ def fit_term(data: dict, target: str, *, fast: bool = True, seed: int = 0, bandw
     reference of `references` ("roofline" needs each record's "off", log(steptime / roofline))) and the
     CV table. `fits`: a memo of inner-fold fits shared across targets (same term, same `data` per GPU): an unweighted (h=inf) inner fit
     depends only on the GPUs it is fitted on, so target T's fold holding out H and target H's
-    fold holding out T are one fit (the same design, the same seed: the same trees)."""
+    fold holding out T are one fit (the same design, the same seed: the same trees). `designs`: a memo of fits by
+    their design's content (`_design_key`) the caller keeps across terms and targets: a design built again is
+    fitted once (with a Vidur stack factor `fits` is kept per target, yet a term the factor leaves alone gives
+    the same designs for every target)."""
     from threadpoolctl import threadpool_limits
 
     data = {g: d for g, d in data.items() if len(d["base"])}
@@ -343,7 +370,7 @@ def fit_term(data: dict, target: str, *, fast: bool = True, seed: int = 0, bandw
                         est = fits.get(key) if fits is not None else None
                         if est is None:
                             X, y, w = _design(data, inner, held, h, size["inner_rows_per_gpu"], seed, cols, ref)
-                            est = _fit_gbt(X, y, w, size, seed)
+                            est = _fit_gbt_once(X, y, w, size, seed, designs)
                             if fits is not None and not math.isfinite(h):
                                 fits[key] = est
                         for (anchored, s), e in _mapes(est, d, shrinks, anchors, cols, ref).items():
@@ -357,7 +384,7 @@ def fit_term(data: dict, target: str, *, fast: bool = True, seed: int = 0, bandw
     cols = _cols(_feature_set(best), data[gpus[0]]["F"].shape[1])
     ref = _reference(best)
     X, y, w = _design(data, gpus, target, h, size["rows_per_gpu"], seed, cols, ref)
-    return _TermModel(_fit_gbt(X, y, w, size, seed), anchored, best, s, cols, ref), table
+    return _TermModel(_fit_gbt_once(X, y, w, size, seed, designs), anchored, best, s, cols, ref), table
 
 
 def _name(h: float, anchored: float, shrink: float = 1.0, feature_set: str = "all", reference: str = "physics") -> str:
@@ -449,6 +476,7 @@ class GreyBox:
         self._reads: dict = {}  # {gpu: `_readings(gpu)`}: every fit and every prediction of a GPU reads the same
         self._memo: dict = {}
         self._fits: dict = {}  # {term: inner-fold fits shared across targets (fit_term's `fits`)}
+        self._designs: dict = {}  # every fit by its design's content (fit_term's `designs`): none is fitted twice
 
     def _features(self, cells, gpu: str) -> dict[str, np.ndarray]:
         f = term_features(self.dataset, cells, gpu)
@@ -534,7 +562,8 @@ class GreyBox:
                                                       (term, target) if self.stack is not None else term, {}),
                                                   shrinks=self.shrinks,
                                                   anchors=self.anchors, feature_sets=self.feature_sets,
-                                                  references=term_references(self.dataset, term, self.references))
+                                                  references=term_references(self.dataset, term, self.references),
+                                                  designs=self._designs)
             first = terms_of(self.dataset)[0]
             info = {"gpus": gpus, "cells": int(sum(len(self._training(g, target)[first]["base"]) for g in gpus)),
                     "target_readings": 3,
