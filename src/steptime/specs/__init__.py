@@ -23,6 +23,7 @@ from steptime.io import read_yaml
 from steptime.readonly import read_only
 from steptime.validation import MAX_CONFIG_BYTES, check_regular_file
 from steptime.specs.model import _JSON_KIND, _MODEL_FIELDS, Model, _cfg_bool, _cfg_int  # noqa: F401 (re-exported)
+from steptime.specs.model import _cfg_context
 from steptime.specs.moe import moe_from_config, moe_model_table
 
 _HERE = Path(__file__).resolve().parent
@@ -422,6 +423,10 @@ def model_from_config(path: str | os.PathLike) -> Model:
     if not isinstance(cfg, dict):
         kind = _JSON_KIND.get(type(cfg), "a value")
         raise ModelConfigError(f"{p}: expected a JSON object of model fields, got {kind}")
+    archs = cfg.get("architectures")
+    if archs is not None and not (isinstance(archs, list) and all(isinstance(a, str) for a in archs)):
+        raise ModelConfigError(f"{p}: architectures must be a list of class names (e.g. [\"LlamaForCausalLM\"]), "
+                               f"got {archs!r:.60}")
     reason = _moe_reason(cfg)
     if reason:
         return moe_from_config(cfg, p)
@@ -472,7 +477,7 @@ def model_from_config(path: str | os.PathLike) -> Model:
         vocab_size=vocab,
         gated_mlp=gated,
         tie_word_embeddings=_cfg_bool(cfg, "tie_word_embeddings", where, False),
-        max_position_embeddings=_cfg_int(cfg, "max_position_embeddings", where, 4096),
+        max_position_embeddings=_cfg_context(cfg, where),
         parallel_block="PhiForCausalLM" in (cfg.get("architectures") or ()),
         qk_norm="Qwen3ForCausalLM" in (cfg.get("architectures") or ()),  # the architecture has it, no field says so
     )
