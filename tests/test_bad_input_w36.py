@@ -246,3 +246,18 @@ def test_every_cli_option_has_a_help_line_that_states_its_default():
     assert not bad, bad
     text = sub.choices["serve"].format_help()
     assert "KV-cache block size, tokens" in text and "time-to-first-token SLO, ms" in text
+
+
+# ---- 8. predict_ops: a size beyond what a kernel indexes ------------------------------------------------------
+@pytest.mark.parametrize("op,kw,needle", [
+    ("gemm", dict(m=10**20, n=10, k=10), "predict_ops('gemm'): m must be <= 2147483647, got 1e+20"),
+    ("gemm", dict(m=[1, 2**31], n=10, k=10), "predict_ops('gemm'): m must be <= 2147483647, got 2147483648"),
+    ("attention_decode", dict(batch=1, heads=8, kv_heads=8, head_dim=128, kv_len=10**12),
+     "predict_ops('attention_decode'): kv_len must be <= 2147483647")])
+def test_predict_ops_refuses_a_size_beyond_32_bit_indexing(op, kw, needle):
+    import steptime
+
+    with pytest.raises(SteptimeError) as e:
+        steptime.predict_ops(op, G, **kw)
+    assert needle in clean(e)
+    assert steptime.predict_ops("gemm", G, m=2**31 - 1, n=1, k=1)["t_ms"] > 0  # the largest size still runs

@@ -79,9 +79,11 @@ def as_int(x, what: str, minimum: int | None = None, error=InputError) -> int:
     return v
 
 
-def check_array(x, what: str, *, minimum: float = 0.0, strict: bool = True, integral: bool = False) -> None:
+def check_array(x, what: str, *, minimum: float = 0.0, strict: bool = True, integral: bool = False,
+                maximum: float | None = None) -> None:
     """Refuse a value or array of values that is not numeric, not finite, at or below
-    (`strict`) / below `minimum`, or (`integral`) not a whole number. Cheap: vectorised."""
+    (`strict`) / below `minimum`, above `maximum` (when given), or (`integral`) not a whole number. Cheap:
+    vectorised."""
     if x is None:
         raise InputError(f"{what} is missing (got None)")
     a = np.asarray(x)
@@ -103,6 +105,8 @@ def check_array(x, what: str, *, minimum: float = 0.0, strict: bool = True, inte
     if (lo <= minimum) if strict else (lo < minimum):
         rel = ">" if strict else ">="
         raise InputError(f"{what} must be {rel} {minimum:g}, got {lo!r}")
+    if maximum is not None and a.max() > maximum:
+        raise InputError(f"{what} must be <= {maximum:.15g}, got {a.max().item()!r}")
     if integral and a.dtype.kind == "f":
         frac = a != np.floor(a)
         if frac.any():
