@@ -261,3 +261,11 @@ def test_predict_ops_refuses_a_size_beyond_32_bit_indexing(op, kw, needle):
         steptime.predict_ops(op, G, **kw)
     assert needle in clean(e)
     assert steptime.predict_ops("gemm", G, m=2**31 - 1, n=1, k=1)["t_ms"] > 0  # the largest size still runs
+
+
+# ---- 9. calibration ship of a file that is not an .npz --------------------------------------------------------
+def test_shipping_a_greybox_file_that_is_not_a_zip_says_so_without_numpys_pickle_advice(capsys, tmp_path):
+    bad = tmp_path / "greybox.npz"
+    bad.write_bytes(b"PK garbage")
+    line = refuses(capsys, ["calibration", "ship", str(bad)], "not a grey-box corrections file (not an .npz")
+    assert "pickle" not in line
