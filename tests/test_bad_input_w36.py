@@ -269,3 +269,28 @@ def test_shipping_a_greybox_file_that_is_not_a_zip_says_so_without_numpys_pickle
     bad.write_bytes(b"PK garbage")
     line = refuses(capsys, ["calibration", "ship", str(bad)], "not a grey-box corrections file (not an .npz")
     assert "pickle" not in line
+
+
+# ---- 10. a policy setting that does not exist ------------------------------------------------------------------
+def test_an_unknown_policy_setting_is_refused_naming_it_and_the_known_ones():
+    from steptime.serve import policy, simulate
+
+    with pytest.raises(ServeError) as e:
+        simulate(M, G, small_workload(), "vllm", max_num_seq=8)
+    msg = clean(e)
+    assert "unknown policy setting max_num_seq (known: max_num_batched_tokens, max_num_seqs," in msg
+    assert policy("sarathi", chunk=256).max_num_batched_tokens == 256  # chunk and batch are taken as before
+    assert policy("static", batch=4).max_num_seqs == 4
+
+
+# ---- 11. a Gemma config.json: its GeGLU MLP is gated whatever hidden_act says ----------------------------------
+def test_a_gemma_config_json_is_read_with_a_gated_mlp_as_the_specs_gemma(tmp_path):
+    from steptime.specs import get_model
+
+    gemma2 = {**DENSE, "architectures": ["Gemma2ForCausalLM"], "hidden_size": 3584, "num_hidden_layers": 42,
+              "num_attention_heads": 16, "num_key_value_heads": 8, "head_dim": 256, "vocab_size": 256000,
+              "max_position_embeddings": 8192, "hidden_act": "gelu_pytorch_tanh"}
+    m = model_from_config(config(tmp_path, gemma2))
+    assert m.gated_mlp and get_model("gemma-2-9b").gated_mlp
+    plain = {**gemma2, "architectures": ["Starcoder2ForCausalLM"]}  # the same activation in a two-matrix MLP
+    assert not model_from_config(config(tmp_path, plain)).gated_mlp

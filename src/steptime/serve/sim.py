@@ -44,7 +44,7 @@ from __future__ import annotations
 import math
 from collections import deque
 from itertools import accumulate
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, fields, replace
 from numbers import Real
 from types import MappingProxyType
 
@@ -119,6 +119,10 @@ class Policy:
 
 def policy(name: str = "vllm", **kw) -> Policy:
     """A named policy with the engine's defaults: vllm, sarathi (chunk=512), static (batch=...)."""
+    unknown = sorted(set(kw) - {f.name for f in fields(Policy)} - {"chunk", "batch"})
+    if unknown:  # a typo such as max_num_seq= would otherwise be a TypeError from the dataclass
+        raise ServeError(f"unknown policy setting{'s' if len(unknown) > 1 else ''} {', '.join(unknown)} (known: "
+                         f"{', '.join(f.name for f in fields(Policy) if f.name != 'name')}, chunk, batch)")
     if name == "sarathi":
         chunk = kw.pop("chunk", None)
         budget = kw.pop("max_num_batched_tokens", None)

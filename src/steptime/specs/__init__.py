@@ -37,6 +37,10 @@ OPERATOR_FILE = _HERE / "operators.yaml"
 ARCHITECTURES = ("ampere", "ada", "hopper", "blackwell", "cdna3", "cdna4")
 VENDOR = MappingProxyType({"cdna3": "AMD", "cdna4": "AMD"})  # an architecture's vendor; any other: DEFAULT_VENDOR
 DEFAULT_VENDOR = "NVIDIA"
+# Architectures whose MLP is gated (gate_proj, up_proj, down_proj: act(gate) * up) whatever hidden_act says: Gemma's
+# GeGLU runs gelu_pytorch_tanh, which other models (StarCoder2, GPT-2's gelu family) use in a plain two-matrix MLP
+# (transformers' GemmaMLP / Gemma2MLP / Gemma3MLP); models.yaml's Gemma entries are gated likewise
+GATED_ARCHS = ("GemmaForCausalLM", "Gemma2ForCausalLM", "Gemma3ForCausalLM")
 VENDORS = tuple(sorted({DEFAULT_VENDOR, *VENDOR.values()}))  # every vendor a GPU of gpus.yaml can have
 
 
@@ -464,7 +468,9 @@ def model_from_config(path: str | os.PathLike) -> Model:
         act = "silu"
     if not isinstance(act, str):
         raise ModelConfigError(f"{where}: hidden_act must be a string, got {act!r:.40}")
-    gated = _cfg_bool(cfg, "gated_mlp", where, act.lower() in ("silu", "swiglu", "gelu_pytorch_tanh_gated"))
+    gated_arch = any(a in GATED_ARCHS for a in (cfg.get("architectures") or ()))
+    gated = _cfg_bool(cfg, "gated_mlp", where,
+                      gated_arch or act.lower() in ("silu", "swiglu", "gelu_pytorch_tanh_gated"))
     return Model(
         key=p.stem if p.name != "config.json" else p.parent.name or "custom",
         source=str(p),
