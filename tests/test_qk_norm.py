@@ -100,7 +100,7 @@ def test_a_qwen3_config_json_gets_qk_norm(tmp_path):
     from steptime.specs import get_model as gm
     cfg = {"architectures": ["Qwen3ForCausalLM"], "hidden_size": 1024, "num_hidden_layers": 4,
            "num_attention_heads": 16, "num_key_value_heads": 8, "head_dim": 128, "intermediate_size": 3072,
-           "vocab_size": 151936}
+           "vocab_size": 151936, "max_position_embeddings": 40960}
     p = tmp_path / "config.json"
     p.write_text(json.dumps(cfg))
     assert gm(str(p)).qk_norm

@@ -124,7 +124,8 @@ def test_parallel_block_is_a_model_field(tmp_path):
     assert get_model("phi-2").parallel_block
     assert not any(get_model(m).parallel_block for m in model_keys() if m != "phi-2")
     cfg = {"architectures": ["PhiForCausalLM"], "hidden_size": 2560, "num_hidden_layers": 32,
-           "num_attention_heads": 32, "vocab_size": 51200, "intermediate_size": 10240, "hidden_act": "gelu_new"}
+           "num_attention_heads": 32, "vocab_size": 51200, "intermediate_size": 10240, "hidden_act": "gelu_new",
+           "max_position_embeddings": 2048}
     (tmp_path / "config.json").write_text(json.dumps(cfg))
     assert get_model(str(tmp_path / "config.json")).parallel_block
 # --------------------------------------------------------------------------- issue 11: wall-clock dense models

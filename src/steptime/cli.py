@@ -208,8 +208,15 @@ def cmd_engines(a) -> int:
         print(f"{r['engine'] + (' (default)' if r['default'] else ''):<18}{r['name']}")
         print(f"{'':<18}graphs decode={r['graphs']['decode']} prefill={r['graphs']['prefill']}; all-reduce "
               f"{r['allreduce']}; host {'yes' if r['host_terms'] else 'none'}; {r['assumed']} ASSUMED values; "
-              f"runs on {' and '.join(r['vendors']) if r['vendors'] else 'any'} GPUs")
+              f"runs on {' and '.join(r['vendors']) if r['vendors'] else 'any'} GPUs; KV blocks of "
+              f"{_block_sizes_text(r['kv_block_sizes'])} tokens")
     return 0
+
+
+def _block_sizes_text(sizes) -> str:
+    if sizes is None or sizes == "any":
+        return "any number of"
+    return "a power of two" if sizes == "powers_of_two" else ", ".join(map(str, sizes))
 
 
 def cmd_bench(a) -> int:
@@ -305,39 +312,41 @@ def build_parser() -> argparse.ArgumentParser:
                     help="decode requests, e.g. 32x1024 (with neither --decode nor --prefill: one step of "
                          f"--decode {DEFAULT_DECODE}, said on stderr)")
     pr.add_argument("--prefill", action="append", metavar="COUNTxTOKENS[@KV]", help="prefill requests, e.g. 1x2048")
-    pr.add_argument("--tp", type=int, default=1, help="tensor-parallel degree")
+    pr.add_argument("--tp", type=int, default=1, help="tensor-parallel degree, GPUs (default %(default)s)")
     pr.add_argument("--f-clk", type=float, default=None,
                     help="sustained / datasheet boost clock ratio in (0, 1] (default: the model's clock law)")
     pr.add_argument("--allow-boost", action="store_true",
                     help="accept --f-clk above 1 (up to 2): the part runs above its datasheet boost clock "
                          "(overclocked, or a datasheet that understates it), so compute exceeds the datasheet peak")
-    pr.add_argument("--kv-dtype", choices=["bf16", "fp8"], default="bf16")
+    pr.add_argument("--kv-dtype", choices=["bf16", "fp8"], default="bf16",
+                    help="KV-cache precision (default %(default)s)")
     pr.add_argument("--engine", default=None, help="serving-engine profile (see `steptime engines`; default vllm)")
     pr.add_argument("--dtype", default="bf16", help="projection GEMM precision: bf16 or fp8 (W8A8); for an MoE "
-                    "model the expert weights: bf16, fp8, fp8_block, fp4 (NVFP4, Blackwell), mxfp4")
-    pr.add_argument("--ep", type=int, default=1, help="expert-parallel degree (MoE models; ep = tp x attention "
-                    "data-parallel ranks)")
+                    "model the expert weights: bf16, fp8, fp8_block, fp4 (NVFP4, Blackwell), mxfp4 (default "
+                    "%(default)s)")
+    pr.add_argument("--ep", type=int, default=1, help="expert-parallel degree, GPUs (MoE models; ep = tp x "
+                    "attention data-parallel ranks; default %(default)s)")
     pr.add_argument("--no-memory-check", action="store_true", help="skip the fits-in-memory check")
     pr.add_argument("--explain", action="store_true",
                     help="the grey box: each term's physics value, its learned correction factor (within [1/2, 2]) "
                          "and the corrected value, with what the corrections were fitted on")
-    pr.add_argument("--json", action="store_true")
+    pr.add_argument("--json", action="store_true", help="print JSON instead of text")
     for name in ("gpus", "models", "constants", "engines"):
         sp = sub.add_parser(name, help=f"list known {name}")
-        sp.add_argument("--json", action="store_true")
+        sp.add_argument("--json", action="store_true", help="print JSON instead of text")
         if name == "gpus":
             sp.add_argument("--sources", action="store_true", help="show each figure's source")
     b = sub.add_parser("bench", help="prediction speed against a plain-Python baseline")
-    b.add_argument("--json", action="store_true")
+    b.add_argument("--json", action="store_true", help="print JSON instead of text")
     b.add_argument("--quick", action="store_true", help="smaller cell counts")
     b.add_argument("--plan", action="store_true", help="also time one planner search (5,000 requests, >= 300 layouts)")
     b.add_argument("--jobs", type=int, default=2, help="worker processes of the planner search (default 2)")
     s = sub.add_parser("status", help="which experiments are built and which await telemetry")
-    s.add_argument("--json", action="store_true")
+    s.add_argument("--json", action="store_true", help="print JSON instead of text")
     au = sub.add_parser("audit", help="every claim: its value, whether it holds, whether it is current, and "
                         "its chain back to the raw bytes (exit 1 on a stale result or a failed check)")
     au.add_argument("select", nargs="?", help="an experiment ID (E2.1) or a claim id (E2.1:3)")
-    au.add_argument("--json", action="store_true")
+    au.add_argument("--json", action="store_true", help="print JSON instead of text")
     au.add_argument("--strict", action="store_true", help="also fail on a missed target")
     au.add_argument("-v", "--verbose", action="store_true", help="the provenance chain of every result")
     au.add_argument("--mark-current", action="store_true", help="on a fresh clone: mark every result that verifies "
@@ -353,13 +362,14 @@ def build_parser() -> argparse.ArgumentParser:
     c = sub.add_parser("calibration", help="`steptime calibration ship results/calibration/{gemm,step,comm}.yaml "
                        "results/calibration/engine_constants.yaml`: write the pipeline's settled constants into the "
                        "shipped defaults.yaml and R2.3's fitted engine constants where `--engine` reads them")
-    c.add_argument("action", choices=["ship"])
+    c.add_argument("action", choices=["ship"], help="ship: copy settled constants into the shipped calibration")
     c.add_argument("settled", nargs="+", help="settled files, applied in order (gemm.yaml, step.yaml, comm.yaml); an engine-constants "
                    "file (R2.3's engine_constants.yaml) among them is shipped to the engine loader")
     e = sub.add_parser("evaluate", help="accuracy per GPU and predictor on raw/ data")
-    e.add_argument("--family", required=True)
-    e.add_argument("--gpu", action="append")
-    e.add_argument("--json", action="store_true")
+    e.add_argument("--family", required=True, help="operator family of raw/ data to score (e.g. gemm)")
+    e.add_argument("--gpu", action="append", help="GPU key to score (repeat for several; default: every GPU the "
+                   "family has data for)")
+    e.add_argument("--json", action="store_true", help="print JSON instead of text")
     from steptime.serve.command import add_parser as add_serve
 
     add_serve(sub)

@@ -39,6 +39,7 @@ import numpy as np
 
 from steptime.calibration import GREYBOX_FILE
 from steptime.errors import InputError
+from steptime.io import atomic_path
 from steptime.specs import get_gpu, get_model
 from steptime.step import layer_shapes
 from steptime.terms import light
@@ -185,10 +186,11 @@ class Corrections:
         return cls(models, meta)
 
     def save(self, path) -> None:
-        """An .npz (numpy's zip of .npy arrays) with fixed timestamps, so the same fit gives the same bytes."""
+        """An .npz (numpy's zip of .npy arrays) with fixed timestamps, so the same fit gives the same bytes; written
+        atomically (steptime.io.atomic_path: a failure half-way leaves `path` as it was)."""
         arrays = {"meta": np.array(json.dumps(self.meta, sort_keys=True))}
         arrays.update({f"{name}/{f}": v for name, m in sorted(self.models.items()) for f, v in m.arrays().items()})
-        with zipfile.ZipFile(path, "w", compression=zipfile.ZIP_DEFLATED) as z:
+        with atomic_path(path) as tmp, zipfile.ZipFile(tmp, "w", compression=zipfile.ZIP_DEFLATED) as z:
             for key, v in arrays.items():
                 info = zipfile.ZipInfo(f"{key}.npy", date_time=(1980, 1, 1, 0, 0, 0))
                 info.compress_type = zipfile.ZIP_DEFLATED

@@ -24,7 +24,7 @@ from steptime.errors import InputError
 from steptime.specs import get_gpu
 from steptime.specs.engines import get_engine
 from steptime.terms import attention, comm, gemm, light
-from steptime.validation import as_int, check_array, check_choice, check_f_clk
+from steptime.validation import MAX_DIM, as_int, check_array, check_choice, check_f_clk
 from steptime.specs.engines import check_engine_gpu, check_precision
 from steptime.terms import precision
 
@@ -72,7 +72,9 @@ def _check_cells(op: str, cells: dict) -> None:
         if rule is None or name not in cells:
             continue
         lo, strict, integral = rule
-        check_array(cells[name], f"predict_ops({op!r}): {name}", minimum=lo, strict=strict, integral=integral)
+        # a size (tokens, a dimension, heads) is at most MAX_DIM: kernels index it with 32-bit integers
+        check_array(cells[name], f"predict_ops({op!r}): {name}", minimum=lo, strict=strict, integral=integral,
+                    maximum=MAX_DIM if integral else None)
     shapes = {name: np.shape(cells[name]) for name, rule in {**_OPTIONAL_CHECKS, **required}.items()
               if rule is not None and name in cells}
     try:

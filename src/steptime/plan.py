@@ -36,7 +36,7 @@ from steptime.specs import get_gpu, get_model, gpu_key, model_table
 from steptime.specs.engines import check_engine_gpu, check_precision, get_engine
 from steptime.specs.moe import is_moe, moe_model_table
 from steptime.step import GPU_TERMS, predict_steps
-from steptime.validation import as_int, is_real
+from steptime.validation import MAX_INSTANCES, as_int, is_real
 
 PRICE_FILE = Path(__file__).resolve().parent / "specs" / "prices.yaml"
 DEFAULT_TP = (1, 2, 4, 8)
@@ -147,6 +147,30 @@ def expert_parallel_degrees(model, tp: int, eps=None) -> tuple:
     if not is_moe(model):
         return (1,)
     return (1,) + tuple(e for e in (eps or DEFAULT_TP) if e > tp and e % tp == 0)
+
+
+# ASSUMED: far above any machine's hardware threads (a two-socket server has at most a few hundred), while a typo
+# such as --jobs 10**20 (an OverflowError in the process pool) is refused
+MAX_JOBS = 1024
+
+
+def _key_or_name(get, name):
+    """The key `get` resolves `name` to, or `name` itself where it resolves to nothing (an unknown GPU is left out
+    with a note later, not refused here)."""
+    try:
+        return get(name).key
+    except SteptimeError:
+        return name
+
+
+def _check_distinct(values, what: str) -> None:
+    """Refuse a search list naming one value twice (`--tp 1,1`, `--gpus h100,h100-sxm`): each layout would be
+    simulated twice and the two tie, with nothing telling them apart."""
+    seen = []  # a list: an entry need not be hashable (a wrong one is refused by its own check)
+    for v in values:
+        if v in seen:
+            raise PlanError(f"{what} to search: {v} is listed twice")
+        seen.append(v)
 
 
 def layouts(model, gpus, *, engines=("vllm",), max_gpus: int = 8, tps=DEFAULT_TP, seqs=DEFAULT_SEQS,
@@ -625,10 +649,10 @@ def plan(model, workload, *, slo_ttft_s=None, slo_tpot_s=None, slo_itl_s=None, p
                         "percentile of every gap (drop --attainment or --slo-itl-ms)")
     if kv_blocks is not None and not (isinstance(kv_blocks, int) and kv_blocks >= 1):
         raise PlanError(f"kv_blocks must be a whole number >= 1 (got {kv_blocks!r})")
-    if not (isinstance(max_gpus, int) and 1 <= max_gpus <= 4096):
-        raise PlanError(f"--max-gpus must be a whole number in [1, 4096] (got {max_gpus!r})")
-    if jobs is not None and not (isinstance(jobs, int) and not isinstance(jobs, bool) and jobs >= 1):
-        raise PlanError(f"--jobs must be a whole number >= 1 of worker processes (got {jobs!r})")
+    if not (isinstance(max_gpus, int) and 1 <= max_gpus <= MAX_INSTANCES):
+        raise PlanError(f"--max-gpus must be a whole number in [1, {MAX_INSTANCES}] (got {max_gpus!r})")
+    if jobs is not None and not (isinstance(jobs, int) and not isinstance(jobs, bool) and 1 <= jobs <= MAX_JOBS):
+        raise PlanError(f"--jobs must be a whole number >= 1 of worker processes, at most {MAX_JOBS} (got {jobs!r})")
     for what, v in (("gpus", gpus), ("engines", engines), ("dtypes", dtypes), ("tp degrees", tps),
                     ("max_num_seqs values", seqs), ("token budgets", budgets)):
         if isinstance(v, str) or not hasattr(v, "__len__") or not len(v):  # a string: searched letter by letter
@@ -636,9 +660,14 @@ def plan(model, workload, *, slo_ttft_s=None, slo_tpot_s=None, slo_itl_s=None, p
     for what, v in (("tp degrees", tps), ("max_num_seqs values", seqs), ("token budgets", budgets)):
         for x in v:  # whole numbers >= 1: 1.5 or -5 would be dropped or skipped without a word
             as_int(x, f"{what} to search: entry", 1, error=PlanError)
+    if min(tps) > max_gpus:  # no instance fits: the search would try nothing and say no reason
+        raise PlanError(f"tp degrees to search ({', '.join(map(str, tps))}) all exceed --max-gpus {max_gpus}: no "
+                        f"instance fits")
     m = get_model(model)
-    for e in engines:
-        get_engine(e)
+    for what, v in (("gpus", [_key_or_name(get_gpu, g) for g in gpus]),
+                    ("engines", [get_engine(e).key for e in engines]), ("dtypes", dtypes), ("tp degrees", tps),
+                    ("max_num_seqs values", seqs), ("token budgets", budgets)):
+        _check_distinct(v, what)
     res = PlanResult(slo=(slo_ttft_s, slo_tpot_s, slo_itl_s), percentile=float(percentile), objective=objective,
                      headroom=headroom)
     known = []

@@ -22,19 +22,19 @@ from steptime.errors import SteptimeError
 
 def add_parser(sub) -> None:
     s = sub.add_parser("plan", help="cheapest layout (GPU, tp, replicas, engine, knobs) meeting an SLO (simulated)")
-    s.add_argument("--model", required=True)
+    s.add_argument("--model", required=True, help="model key, HF id, or path to config.json")
     w = s.add_argument_group("workload (as `steptime serve`)")
-    w.add_argument("--trace", default=None)
+    w.add_argument("--trace", default=None, help="a trace name or a csv/parquet file (as `steptime serve`)")
     w.add_argument("--n", type=int, default=None, help="requests (default 2000)")
     w.add_argument("--rate", type=float, default=None, help="Poisson arrivals, requests/s")
     w.add_argument("--concurrency", type=int, default=None, help="closed loop: requests in flight in total (split over replicas)")
-    w.add_argument("--isl", default="1024")
-    w.add_argument("--osl", default="256")
+    w.add_argument("--isl", default="1024", help="input length, tokens: N or LO:HI (default %(default)s)")
+    w.add_argument("--osl", default="256", help="output length, tokens: N or LO:HI (default %(default)s)")
     w.add_argument("--time-scale", type=float, default=None, help="stretch a trace's recorded arrivals (with --trace)")
-    w.add_argument("--seed", type=int, default=0)
-    s.add_argument("--slo-ttft-ms", type=float, default=None)
-    s.add_argument("--slo-tpot-ms", type=float, default=None)
-    s.add_argument("--slo-itl-ms", type=float, default=None, help="time between tokens (inter-token latency) SLO")
+    w.add_argument("--seed", type=int, default=0, help="random seed of the synthetic workload (default %(default)s)")
+    s.add_argument("--slo-ttft-ms", type=float, default=None, help="time-to-first-token SLO, ms")
+    s.add_argument("--slo-tpot-ms", type=float, default=None, help="time-per-output-token SLO, ms")
+    s.add_argument("--slo-itl-ms", type=float, default=None, help="time between tokens (inter-token latency) SLO, ms")
     s.add_argument("--percentile", type=float, default=90.0, help="SLO percentile (default 90)")
     s.add_argument("--headroom", type=float, default=0.0, metavar="FRACTION",
                    help="margin for the predictor's error: a layout meets the SLO only if every simulated percentile "
@@ -46,22 +46,23 @@ def add_parser(sub) -> None:
                    help="another question: the largest request rate per GPU (of these comma-separated req/s/GPU, "
                         "scanned up to the first that fails) each layout serves within the SLO; the workload's "
                         "lengths are replayed with Poisson arrivals at each rate")
-    s.add_argument("--gpus", default="h100-sxm,h200-sxm,a100-sxm,l40s", help="comma-separated GPU keys")
-    s.add_argument("--engines", default="vllm", help="comma-separated engine profiles")
-    s.add_argument("--max-gpus", type=int, default=8)
+    s.add_argument("--gpus", default="h100-sxm,h200-sxm,a100-sxm,l40s",
+                   help="comma-separated GPU keys (default %(default)s)")
+    s.add_argument("--engines", default="vllm", help="comma-separated engine profiles (default %(default)s)")
+    s.add_argument("--max-gpus", type=int, default=8, help="most GPUs a layout may use (default %(default)s)")
     s.add_argument("--tp", default=None, help="comma-separated TP degrees (default 1,2,4,8)")
-    s.add_argument("--dtypes", default="bf16,fp8")
+    s.add_argument("--dtypes", default="bf16,fp8", help="comma-separated GEMM precisions (default %(default)s)")
     s.add_argument("--no-disagg", action="store_true", help="aggregated layouts only")
     s.add_argument("--exhaustive", action="store_true",
                    help="simulate every layout (default: skip layouts provably dearer than a smaller one that meets "
                         "the SLO)")
     s.add_argument("--prices", default=None, help="price table (YAML, as specs/prices.yaml)")
     s.add_argument("--jobs", type=int, default=None, help="worker processes (default: the CPUs)")
-    s.add_argument("--top", type=int, default=5)
-    s.add_argument("--json", action="store_true")
+    s.add_argument("--top", type=int, default=5, help="layouts listed (default %(default)s)")
+    s.add_argument("--json", action="store_true", help="print JSON instead of text")
     s.add_argument("--csv", metavar="FILE", help="every evaluated layout (simulated and dropped)")
     s.add_argument("--fig", metavar="FILE.png", help="throughput/GPU vs tokens/s/user frontier")
-    s.add_argument("--no-progress", action="store_true")
+    s.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
 
 
 def _ints(text, what):

@@ -21,6 +21,10 @@ The limits every entry point enforces live here, in one place:
 - MAX_TOKENS: the largest token count (prompt, output, KV length, new tokens) anything
   accepts: MAX_DIM, since no model's context reaches it; checked before any integer cast,
   so 10**30 is refused instead of overflowing an int64.
+- MAX_INSTANCES: the most GPUs (or engine instances) one simulated deployment spans: serve's --replicas and
+  disaggregated pools, plan's --max-gpus. ASSUMED: above any single serving deployment steptime's planner prices
+  (its layouts are of one model on one GPU type), while a typo such as --replicas 10**20 is refused before numpy
+  sees it.
 - MAX_CONFIG_BYTES / MAX_TABLE_BYTES: the largest model config.json / settled-constants or
   trace file read. ASSUMED: a Hugging Face config.json is a few KB (Llama-3.1-405B's is
   under 1 KB), a settled constants file under 1 MB and a trace of 10**7 requests under 1 GB;
@@ -43,6 +47,7 @@ MAX_DIM = 2**31 - 1
 MAX_TOKENS = MAX_DIM
 F_CLK_MAX_BOOST = 2.0
 F_CLK_MIN = 0.05
+MAX_INSTANCES = 4096
 MAX_CONFIG_BYTES = 4 << 20
 MAX_SETTLED_BYTES = 64 << 20
 MAX_TABLE_BYTES = 4 << 30
@@ -74,9 +79,11 @@ def as_int(x, what: str, minimum: int | None = None, error=InputError) -> int:
     return v
 
 
-def check_array(x, what: str, *, minimum: float = 0.0, strict: bool = True, integral: bool = False) -> None:
+def check_array(x, what: str, *, minimum: float = 0.0, strict: bool = True, integral: bool = False,
+                maximum: float | None = None) -> None:
     """Refuse a value or array of values that is not numeric, not finite, at or below
-    (`strict`) / below `minimum`, or (`integral`) not a whole number. Cheap: vectorised."""
+    (`strict`) / below `minimum`, above `maximum` (when given), or (`integral`) not a whole number. Cheap:
+    vectorised."""
     if x is None:
         raise InputError(f"{what} is missing (got None)")
     a = np.asarray(x)
@@ -98,6 +105,8 @@ def check_array(x, what: str, *, minimum: float = 0.0, strict: bool = True, inte
     if (lo <= minimum) if strict else (lo < minimum):
         rel = ">" if strict else ">="
         raise InputError(f"{what} must be {rel} {minimum:g}, got {lo!r}")
+    if maximum is not None and a.max() > maximum:
+        raise InputError(f"{what} must be <= {maximum:.15g}, got {a.max().item()!r}")
     if integral and a.dtype.kind == "f":
         frac = a != np.floor(a)
         if frac.any():

@@ -513,6 +513,10 @@ def ship_greybox(src, dest: Path | None = None) -> dict:
 
 def _check_greybox(src) -> list[str]:
     """ship_greybox's checks, before anything is written: the grey-box models the file holds, sorted."""
+    import zipfile
+
+    if Path(src).is_file() and not zipfile.is_zipfile(src):  # numpy would read it as a pickle and say so
+        raise InputError(f"{src}: not a grey-box corrections file (not an .npz, numpy's zip of arrays)")
     try:
         with np.load(src, allow_pickle=False) as z:
             meta = json.loads(str(z["meta"]))

@@ -32,31 +32,36 @@ MAX_SIM_STEPS = 10**8
 
 def add_parser(sub) -> None:
     s = sub.add_parser("serve", help="simulate serving a workload (TTFT, TPOT, throughput; simulated)")
-    s.add_argument("--model", required=True)
-    s.add_argument("--gpu", required=True)
+    s.add_argument("--model", required=True, help="model key, HF id, or path to config.json")
+    s.add_argument("--gpu", required=True, help="GPU key or alias (see `steptime gpus`)")
     s.add_argument("--engine", default=None, help="engine profile (default vllm; see `steptime engines`)")
     s.add_argument("--dtype", default="bf16", choices=["bf16", "fp8", "fp8_block", "nvfp4", "fp4", "mxfp4"],
                    help="projection GEMM precision (dense: bf16 or fp8); for a mixture-of-experts model the expert "
-                        "weights' dtype")
-    s.add_argument("--kv-dtype", default="bf16", choices=["bf16", "fp8"])
-    s.add_argument("--tp", type=int, default=1)
+                        "weights' dtype (default %(default)s)")
+    s.add_argument("--kv-dtype", default="bf16", choices=["bf16", "fp8"], help="KV-cache precision (default "
+                   "%(default)s)")
+    s.add_argument("--tp", type=int, default=1, help="tensor-parallel degree, GPUs per instance (default %(default)s)")
     s.add_argument("--ep", type=int, default=1,
                    help="expert-parallel degree (MoE models): an instance is ep GPUs, ep / tp attention data-parallel "
-                        "ranks sharing the experts")
+                        "ranks sharing the experts (default %(default)s)")
     s.add_argument("--policy", default="vllm", choices=["vllm", "sarathi", "static", "disagg"],
                    help="vllm: continuous batching under --max-num-batched-tokens with the engine profile's schedule "
                         "(engines.yaml schedule: chunked prefill, prefill mixed into decode steps, prefix caching of "
                         "a preempted request's blocks); sarathi: a fixed chunk; static: whole batches; disagg: "
-                        "prefill and decode pools")
-    s.add_argument("--max-num-batched-tokens", type=int, default=8192)
-    s.add_argument("--max-num-seqs", type=int, default=256)
+                        "prefill and decode pools (default %(default)s)")
+    s.add_argument("--max-num-batched-tokens", type=int, default=8192,
+                   help="token budget of one engine step, tokens (default %(default)s)")
+    s.add_argument("--max-num-seqs", type=int, default=256, help="most requests running at once (default %(default)s)")
     s.add_argument("--chunk", type=int, default=None, help="sarathi chunk (token budget per step; --policy sarathi)")
     s.add_argument("--batch", type=int, default=None, help="static batch size (--policy static)")
-    s.add_argument("--block-size", type=int, default=16)
-    s.add_argument("--gpu-memory-utilization", type=float, default=0.9)
+    s.add_argument("--block-size", type=int, default=16,
+                   help="KV-cache block size, tokens; one the engine takes (`steptime engines`; default %(default)s)")
+    s.add_argument("--gpu-memory-utilization", type=float, default=0.9,
+                   help="fraction in (0, 1] of the GPU's memory the engine may use (default %(default)s)")
     s.add_argument("--kv-blocks", type=int, default=None,
                    help="override the KV block count (at most what the GPU's memory holds after the weights)")
-    s.add_argument("--replicas", type=int, default=1)
+    s.add_argument("--replicas", type=int, default=1, help="identical instances behind a round-robin router "
+                   "(default %(default)s)")
     s.add_argument("--prefill-instances", type=int, default=None, help="prefill pool instances (--policy disagg; "
                                                                          "default 1)")
     s.add_argument("--decode-instances", type=int, default=None, help="decode pool instances (--policy disagg; "
@@ -69,17 +74,17 @@ def add_parser(sub) -> None:
     w.add_argument("--concurrency", type=int, default=None,
                    help="closed loop with this many requests in flight in total (with --replicas R, split "
                         "across the replicas: C // R each, the remainder one more on the first ones)")
-    w.add_argument("--isl", default="1024", help="input length: N or LO:HI (uniform)")
-    w.add_argument("--osl", default="256", help="output length: N or LO:HI (uniform)")
+    w.add_argument("--isl", default="1024", help="input length, tokens: N or LO:HI (uniform; default %(default)s)")
+    w.add_argument("--osl", default="256", help="output length, tokens: N or LO:HI (uniform; default %(default)s)")
     w.add_argument("--time-scale", type=float, default=None,
                    help="stretch a trace's recorded arrivals (with --trace, default 1)")
-    w.add_argument("--seed", type=int, default=0)
-    s.add_argument("--slo-ttft-ms", type=float, default=None)
-    s.add_argument("--slo-tpot-ms", type=float, default=None)
-    s.add_argument("--json", action="store_true")
+    w.add_argument("--seed", type=int, default=0, help="random seed of the synthetic workload (default %(default)s)")
+    s.add_argument("--slo-ttft-ms", type=float, default=None, help="time-to-first-token SLO, ms (default: none)")
+    s.add_argument("--slo-tpot-ms", type=float, default=None, help="time-per-output-token SLO, ms (default: none)")
+    s.add_argument("--json", action="store_true", help="print JSON instead of text")
     s.add_argument("--csv", metavar="FILE", help="write the per-request table (checked writable before the run)")
     s.add_argument("--fig", metavar="FILE.png", help="write a figure of the run: FILE.png and FILE.pdf beside it")
-    s.add_argument("--no-progress", action="store_true")
+    s.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
 
 
 def _length(text: str, what: str):

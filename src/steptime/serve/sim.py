@@ -44,7 +44,7 @@ from __future__ import annotations
 import math
 from collections import deque
 from itertools import accumulate
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, fields, replace
 from numbers import Real
 from types import MappingProxyType
 
@@ -54,7 +54,7 @@ from steptime.errors import ServeError
 from steptime.serve.memory import check_context, kv_budget
 from steptime.serve.timer import StepTimer
 from steptime.serve.workload import Workload
-from steptime.validation import as_int, is_real
+from steptime.validation import MAX_INSTANCES, MAX_TOKENS, as_int, is_real
 from steptime.serve.queueing import deadline_split
 
 POLICIES = ("vllm", "sarathi", "static", "disagg")
@@ -99,6 +99,10 @@ class Policy:
             raise ServeError(f"unknown scheduler policy {self.name!r} (known: {', '.join(POLICIES)})")
         for what in ("max_num_batched_tokens", "max_num_seqs", "block_size", "join_steps", "read_join_steps"):
             as_int(getattr(self, what), what, 1, error=ServeError)
+        for what in ("max_num_batched_tokens", "block_size"):  # token counts: within any model's context
+            if getattr(self, what) > MAX_TOKENS:
+                raise ServeError(f"{what} {getattr(self, what)} tokens is beyond any model's context (limit "
+                                 f"{MAX_TOKENS})")
         if self.kv_blocks is not None:
             as_int(self.kv_blocks, "kv_blocks", 1, error=ServeError)
         if self.name != "static" and self.max_num_batched_tokens < self.max_num_seqs:
@@ -115,6 +119,10 @@ class Policy:
 
 def policy(name: str = "vllm", **kw) -> Policy:
     """A named policy with the engine's defaults: vllm, sarathi (chunk=512), static (batch=...)."""
+    unknown = sorted(set(kw) - {f.name for f in fields(Policy)} - {"chunk", "batch"})
+    if unknown:  # a typo such as max_num_seq= would otherwise be a TypeError from the dataclass
+        raise ServeError(f"unknown policy setting{'s' if len(unknown) > 1 else ''} {', '.join(unknown)} (known: "
+                         f"{', '.join(f.name for f in fields(Policy) if f.name != 'name')}, chunk, batch)")
     if name == "sarathi":
         chunk = kw.pop("chunk", None)
         budget = kw.pop("max_num_batched_tokens", None)
@@ -150,6 +158,11 @@ def kv_capacity_blocks(timer: StepTimer, pol: Policy) -> int:
     every layer that keeps every token; a model with windowed layers (gpt-oss's sliding window, Llama 4's chunked
     attention) or a hybrid's linear-attention layers first sets aside, for `max_num_seqs` running requests, the
     window plus one block on those layers and the linear layers' fixed state."""
+    from steptime.specs.engines import Engine, check_block_size
+
+    engine = getattr(timer, "engine", None)
+    if isinstance(engine, Engine):  # a peer's timer (steptime.peers) may carry none
+        check_block_size(engine, pol.block_size, error=ServeError)
     if pol.kv_blocks is not None:
         check_kv_blocks(timer, pol)
         return int(pol.kv_blocks)
@@ -989,6 +1002,14 @@ def simulate(model, gpu, workload: Workload, pol: Policy | str = "vllm", *, tp: 
             bar.close()
 
 
+def check_instances(n, what: str) -> int:
+    """An instance count (replicas, a disaggregated pool's instances) as an int in [1, MAX_INSTANCES]."""
+    n = as_int(n, what, 1, error=ServeError)
+    if n > MAX_INSTANCES:
+        raise ServeError(f"{what} {n} is above the limit of {MAX_INSTANCES} instances in one deployment")
+    return n
+
+
 def simulate_replicas(model, gpu, workload: Workload, pol: Policy, replicas: int, **kw) -> Run:
     """`replicas` identical instances behind a round-robin router.
 
@@ -997,7 +1018,7 @@ def simulate_replicas(model, gpu, workload: Workload, pol: Policy, replicas: int
     the first C % R), each replica a closed loop of its share fed round-robin; with fewer in flight
     than replicas, only C replicas get requests."""
     check_workload(workload)
-    replicas = as_int(replicas, "replicas", 1, error=ServeError)
+    replicas = check_instances(replicas, "replicas")
     if replicas == 1:
         return simulate(model, gpu, workload, pol, **kw)
     closed = workload.concurrency
@@ -1056,6 +1077,7 @@ def simulate_disagg(model, gpu, workload: Workload, *, prefill_instances: int = 
     for what, k in (("prefill_instances", prefill_instances), ("decode_instances", decode_instances)):
         if as_int(k, what, None, error=ServeError) < 1:
             raise ServeError(f"{what} {k}: each pool needs at least one instance")
+        check_instances(k, what)
     pp = prefill_policy or Policy("vllm", max_num_batched_tokens=8192, chunked_prefill=False)
     dp = decode_policy or Policy("vllm", reserve_full=True)
     timer = timer or StepTimer(model, gpu, tp=tp, constants=constants, f_clk=f_clk, kv_dtype=kv_dtype,

@@ -23,6 +23,7 @@ from steptime.io import read_yaml
 from steptime.readonly import read_only
 from steptime.validation import MAX_CONFIG_BYTES, check_regular_file
 from steptime.specs.model import _JSON_KIND, _MODEL_FIELDS, Model, _cfg_bool, _cfg_int  # noqa: F401 (re-exported)
+from steptime.specs.model import _cfg_context
 from steptime.specs.moe import moe_from_config, moe_model_table
 
 _HERE = Path(__file__).resolve().parent
@@ -36,6 +37,10 @@ OPERATOR_FILE = _HERE / "operators.yaml"
 ARCHITECTURES = ("ampere", "ada", "hopper", "blackwell", "cdna3", "cdna4")
 VENDOR = MappingProxyType({"cdna3": "AMD", "cdna4": "AMD"})  # an architecture's vendor; any other: DEFAULT_VENDOR
 DEFAULT_VENDOR = "NVIDIA"
+# Architectures whose MLP is gated (gate_proj, up_proj, down_proj: act(gate) * up) whatever hidden_act says: Gemma's
+# GeGLU runs gelu_pytorch_tanh, which other models (StarCoder2, GPT-2's gelu family) use in a plain two-matrix MLP
+# (transformers' GemmaMLP / Gemma2MLP / Gemma3MLP); models.yaml's Gemma entries are gated likewise
+GATED_ARCHS = ("GemmaForCausalLM", "Gemma2ForCausalLM", "Gemma3ForCausalLM")
 VENDORS = tuple(sorted({DEFAULT_VENDOR, *VENDOR.values()}))  # every vendor a GPU of gpus.yaml can have
 
 
@@ -422,6 +427,10 @@ def model_from_config(path: str | os.PathLike) -> Model:
     if not isinstance(cfg, dict):
         kind = _JSON_KIND.get(type(cfg), "a value")
         raise ModelConfigError(f"{p}: expected a JSON object of model fields, got {kind}")
+    archs = cfg.get("architectures")
+    if archs is not None and not (isinstance(archs, list) and all(isinstance(a, str) for a in archs)):
+        raise ModelConfigError(f"{p}: architectures must be a list of class names (e.g. [\"LlamaForCausalLM\"]), "
+                               f"got {archs!r:.60}")
     reason = _moe_reason(cfg)
     if reason:
         return moe_from_config(cfg, p)
@@ -459,7 +468,9 @@ def model_from_config(path: str | os.PathLike) -> Model:
         act = "silu"
     if not isinstance(act, str):
         raise ModelConfigError(f"{where}: hidden_act must be a string, got {act!r:.40}")
-    gated = _cfg_bool(cfg, "gated_mlp", where, act.lower() in ("silu", "swiglu", "gelu_pytorch_tanh_gated"))
+    gated_arch = any(a in GATED_ARCHS for a in (cfg.get("architectures") or ()))
+    gated = _cfg_bool(cfg, "gated_mlp", where,
+                      gated_arch or act.lower() in ("silu", "swiglu", "gelu_pytorch_tanh_gated"))
     return Model(
         key=p.stem if p.name != "config.json" else p.parent.name or "custom",
         source=str(p),
@@ -472,7 +483,7 @@ def model_from_config(path: str | os.PathLike) -> Model:
         vocab_size=vocab,
         gated_mlp=gated,
         tie_word_embeddings=_cfg_bool(cfg, "tie_word_embeddings", where, False),
-        max_position_embeddings=_cfg_int(cfg, "max_position_embeddings", where, 4096),
+        max_position_embeddings=_cfg_context(cfg, where),
         parallel_block="PhiForCausalLM" in (cfg.get("architectures") or ()),
         qk_norm="Qwen3ForCausalLM" in (cfg.get("architectures") or ()),  # the architecture has it, no field says so
     )

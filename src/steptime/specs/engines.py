@@ -153,6 +153,7 @@ class Engine:
     ar_limits: dict = field(default_factory=dict)     # allreduce.by_tp: the per-(architecture, TP) dispatch table
     backend: str = "none"                             # the serving framework (BACKENDS)
     vendors: EngineValue | None = None                # GPU vendors the engine runs on (engines.yaml vendors)
+    kv_block_sizes: EngineValue | None = None         # KV-cache block sizes it takes (engines.yaml kv_block_sizes)
 
     def __post_init__(self):  # a profile is shared by every prediction in the process: its tables are read-only
         for f in fields(self):
@@ -198,7 +199,7 @@ class Engine:
                                       experiment=experiment, cells=tuple(cells))
         return Engine(self.key, self.name, self.host_terms, dict(self.graphs), self.allreduce_impl,
                       self.allreduce_fallback, dict(self.values), fitted, self.default, self.ar_limits, self.backend,
-                      self.vendors)
+                      self.vendors, self.kv_block_sizes)
 
     def fp8_gemm_const(self) -> str:
         """The constant holding this engine's relative fp8 GEMM factors (engines.yaml precision.fp8_gemm)."""
@@ -411,7 +412,8 @@ def _parse_engine(key: str, doc: dict) -> Engine:
                          f"models; none for bare kernels)")
     return Engine(key=key, name=str(doc.get("name", key)), host_terms=host_terms, graphs=graphs,
                   allreduce_impl=impl, allreduce_fallback=fallback, values=values, default=bool(doc.get("default")),
-                  ar_limits=limits, backend=backend, vendors=_parse_vendors(doc, where))
+                  ar_limits=limits, backend=backend, vendors=_parse_vendors(doc, where),
+                  kv_block_sizes=_parse_block_sizes(doc, where))
 
 
 def _parse_vendors(doc: dict, where: str) -> EngineValue | None:
@@ -428,6 +430,47 @@ def _parse_vendors(doc: dict, where: str) -> EngineValue | None:
         raise ValueError(f"{where}: vendors must be a list of distinct GPU vendors of {', '.join(VENDORS)}, "
                          f"got {v.value!r}")
     return EngineValue(name="vendors", value=tuple(v.value), provenance=v.provenance, source=v.source)
+
+
+BLOCK_SIZE_RULES = ("powers_of_two", "any")  # kv_block_sizes given as a rule instead of a list of sizes
+
+
+def _parse_block_sizes(doc: dict, where: str) -> EngineValue | None:
+    """kv_block_sizes: {value, provenance, source}: the KV-cache block sizes (tokens) the engine takes, a list of
+    sizes or a rule of BLOCK_SIZE_RULES (check_block_size reads it). Absent: None, any size (steptime's simulator
+    before the field existed); every shipped profile states it (tests/test_bad_input_w36.py)."""
+    if "kv_block_sizes" not in doc:
+        return None
+    v = _value("kv_block_sizes", doc["kv_block_sizes"], where)
+    ok = v.value in BLOCK_SIZE_RULES or (
+        isinstance(v.value, list) and v.value and len(set(v.value)) == len(v.value)
+        and all(isinstance(x, int) and not isinstance(x, bool) and x >= 1 for x in v.value))
+    if not ok:
+        raise ValueError(f"{where}: kv_block_sizes must be a list of distinct positive block sizes (tokens) or one "
+                         f"of {', '.join(BLOCK_SIZE_RULES)}, got {v.value!r}")
+    value = tuple(sorted(v.value)) if isinstance(v.value, list) else v.value
+    return EngineValue(name="kv_block_sizes", value=value, provenance=v.provenance, source=v.source)
+
+
+def check_block_size(engine: Engine, block_size: int, error=InputError) -> None:
+    """Refuse a KV-cache block size (tokens, a whole number >= 1 already) that the engine does not take
+    (engines.yaml kv_block_sizes: vLLM's --block-size choices, TensorRT-LLM's power-of-two tokens_per_block),
+    naming the sizes it does."""
+    rule = None if engine.kv_block_sizes is None else engine.kv_block_sizes.value
+    b = int(block_size)
+    if rule is None or rule == "any":
+        return
+    if rule == "powers_of_two":
+        if b & (b - 1) == 0:
+            return
+        lo, hi = 1 << (b.bit_length() - 1), 1 << b.bit_length()
+        takes = f"a power of two (the nearest: {lo}, {hi})"
+    elif b in rule:
+        return
+    else:
+        takes = ", ".join(map(str, rule))
+    raise error(f"block_size (--block-size) {b}: engine {engine.key} takes KV-cache blocks of {takes} tokens "
+                f"(specs/engines.yaml kv_block_sizes)")
 
 
 def _choice_section(doc: dict, section: str, field_: str, choices, where: str) -> dict[str, EngineValue]:
@@ -545,7 +588,8 @@ def get_engine(name=None, fitted=None) -> Engine:
         if bad:
             raise ValueError(f"fitted constants for engine {key} on {g}: unknown field(s) {', '.join(bad)}")
     return Engine(eng.key, eng.name, eng.host_terms, dict(eng.graphs), eng.allreduce_impl, eng.allreduce_fallback,
-                  dict(eng.values), fitted_tables, eng.default, eng.ar_limits, eng.backend, eng.vendors)
+                  dict(eng.values), fitted_tables, eng.default, eng.ar_limits, eng.backend, eng.vendors,
+                  eng.kv_block_sizes)
 
 
 def engine_table() -> dict[str, Engine]:
@@ -603,6 +647,8 @@ def engine_summary() -> list[dict]:
             ar += f" up to {e.get('max_bytes') / 2**20:g} MiB, then {e.allreduce_fallback}"
         out.append({"engine": k, "name": e.name, "default": e.default, "host_terms": e.host_terms,
                     "vendors": list(e.vendors.value) if e.vendors is not None else None,
+                    "kv_block_sizes": (None if e.kv_block_sizes is None else list(e.kv_block_sizes.value)
+                                       if isinstance(e.kv_block_sizes.value, tuple) else e.kv_block_sizes.value),
                     "graphs": {p: e.graph_mode(p) for p in ("decode", "prefill")}, "allreduce": ar,
                     "assumed": sum(v.provenance == "ASSUMED" for v in e.values.values()),
                     "values": {n: (f"= {v.const}" if v.const else v.value) for n, v in e.values.items()}})

@@ -86,17 +86,36 @@ _JSON_KIND = MappingProxyType({dict: "an object", list: "a list", str: "a string
 _REQUIRED = object()
 
 
-def _cfg_int(cfg: dict, key: str, where: str, default=_REQUIRED) -> int:
-    """A positive whole-number field of a config.json; absent or null optional fields take `default`."""
+def _cfg_int(cfg: dict, key: str, where: str, default=_REQUIRED, minimum: int = 1) -> int:
+    """A whole-number field of a config.json, at least `minimum` (1: positive; 0 for a count that may be none);
+    absent or null optional fields take `default`."""
     v = cfg.get(key)
+    kind = "a positive integer" if minimum == 1 else f"a whole number >= {minimum}"
     if v is None:
         if default is not _REQUIRED:
             return default
         state = "is null" if key in cfg else "is missing"
-        raise ModelConfigError(f"{where}: {key} {state}; expected a positive integer")
+        raise ModelConfigError(f"{where}: {key} {state}; expected {kind}")
     if isinstance(v, (str, list, dict)):
-        raise ModelConfigError(f"{where}: {key} must be a positive integer, got {_JSON_KIND[type(v)]} {v!r:.40}")
-    return as_int(v, f"{where}: {key}", 1, ModelConfigError)
+        raise ModelConfigError(f"{where}: {key} must be {kind}, got {_JSON_KIND[type(v)]} {v!r:.40}")
+    return as_int(v, f"{where}: {key}", minimum, ModelConfigError)
+
+
+# GPT-2 style configs name the context window n_positions (transformers' GPT2Config.attribute_map maps
+# max_position_embeddings to n_positions): the same field under its other name
+CONTEXT_FIELDS = ("max_position_embeddings", "n_positions")
+
+
+def _cfg_context(cfg: dict, where: str) -> int:
+    """The context window (positions) a config.json states: max_position_embeddings (or GPT-2's n_positions).
+    Required: it bounds every request's KV + new tokens, and no default fits every model (2,048 for OPT, 131,072
+    for Llama 3.1), so a config without it is refused, never given a guessed window."""
+    key = next((k for k in CONTEXT_FIELDS if k in cfg), None)
+    if key is None:
+        raise ModelConfigError(f"{where}: max_position_embeddings is missing; expected a positive integer (the "
+                               f"model's context window in positions, which bounds each request's KV + new "
+                               f"tokens): add the value the model was trained for to the config.json")
+    return _cfg_int(cfg, key, where)
 
 
 def _cfg_bool(cfg: dict, key: str, where: str, default: bool) -> bool:

@@ -19,7 +19,7 @@ from types import MappingProxyType
 
 from steptime.errors import ModelConfigError, UnsupportedModelError
 from steptime.io import read_yaml
-from steptime.specs.model import Model, _cfg_bool, _cfg_int
+from steptime.specs.model import Model, _cfg_bool, _cfg_context, _cfg_int
 
 MOE_MODEL_FILE = Path(__file__).with_name("moe_models.yaml")
 ATTENTION_KINDS = ("gqa", "mla")
@@ -39,6 +39,12 @@ TEXT_CONFIG_ARCHS = ("Qwen3_5MoeForConditionalGeneration", "Llama4ForConditional
 # `no_rope_layer_interval` (default 4; those are NoPE global-attention layers) runs chunked local attention over
 # `attention_chunk_size` tokens
 LLAMA4_ARCHS = ("Llama4ForConditionalGeneration", "Llama4ForCausalLM")
+# architectures whose config names the routed expert's width moe_intermediate_size, apart from the dense layers'
+# intermediate_size (transformers' DeepseekV3Config, Qwen2MoeConfig, Qwen3MoeConfig, Qwen3_5MoeTextConfig): a config
+# of these without it is refused (Mixtral, gpt-oss and MiniMax-M2 have no such field: intermediate_size is the
+# expert's width)
+MOE_INTER_ARCHS = ("DeepseekV3ForCausalLM", "Qwen3MoeForCausalLM", "Qwen2MoeForCausalLM",
+                   "Qwen3_5MoeForConditionalGeneration", "Qwen3_5MoeForCausalLM")
 LLAMA4_NOPE_INTERVAL_DEFAULT = 4
 # the Gated DeltaNet fields of a hybrid (full_attention_interval > 0); config.json's names
 GDN_FIELDS = ("linear_num_key_heads", "linear_num_value_heads", "linear_key_head_dim", "linear_value_head_dim",
@@ -341,6 +347,9 @@ def moe_from_config(cfg: dict, path) -> object:
     where = str(path)
     archs = cfg.get("architectures") or []
     arch = archs[0] if archs else MODEL_TYPE_ARCH.get(str(cfg.get("model_type")), cfg.get("model_type", "?"))
+    for key in ("text_config", "quantization_config"):
+        if cfg.get(key) is not None and not isinstance(cfg[key], dict):
+            raise ModelConfigError(f"{where}: {key} must be an object of fields, got {cfg[key]!r:.40}")
     text = cfg.get("text_config") if isinstance(cfg.get("text_config"), dict) else None
     if text is not None:
         if arch not in TEXT_CONFIG_ARCHS:
@@ -359,26 +368,35 @@ def moe_from_config(cfg: dict, path) -> object:
     if arch not in SUPPORTED_ARCHS:
         raise UnsupportedModelError(f"{where}: mixture-of-experts architecture {arch!r}: steptime cannot "
                                     f"represent it (known: {', '.join(SUPPORTED_ARCHS)})")
-    E = next((cfg[k] for k in ("n_routed_experts", "num_local_experts", "num_experts") if cfg.get(k)), None)
-    if E is None:
+    e_key = next((k for k in ("n_routed_experts", "num_local_experts", "num_experts") if cfg.get(k)), None)
+    if e_key is None:
         raise ModelConfigError(f"{where}: {arch} config gives no routed-expert count (n_routed_experts, "
                                "num_local_experts, num_experts)")
+    E = _cfg_int(cfg, e_key, where)
     hidden = _cfg_int(cfg, "hidden_size", where)
     heads = _cfg_int(cfg, "num_attention_heads", where)
     mla = cfg.get("kv_lora_rank") is not None
     if mla:
         nope, rope = _cfg_int(cfg, "qk_nope_head_dim", where), _cfg_int(cfg, "qk_rope_head_dim", where)
+        for key in ("q_lora_rank", "kv_lora_rank", "v_head_dim"):
+            _cfg_int(cfg, key, where, 0, minimum=0)
         head_dim = nope + rope
     else:
         head_dim = _cfg_int(cfg, "head_dim", where, None) or hidden // heads
     llama4 = arch in LLAMA4_ARCHS
+    if arch in MOE_INTER_ARCHS and cfg.get("moe_intermediate_size") is None:
+        raise ModelConfigError(f"{where}: moe_intermediate_size is missing; expected a positive integer ({arch}'s "
+                               f"routed-expert MLP width; intermediate_size is its dense layers')")
+    for key in ("n_shared_experts", "shared_expert_intermediate_size", "first_k_dense_replace", "n_group",
+                "topk_group"):
+        _cfg_int(cfg, key, where, 0, minimum=0)  # optional counts: whole numbers, 0 or absent when none
     inter = _cfg_int(cfg, "intermediate_size_mlp" if llama4 else "intermediate_size", where, None)
     moe_inter = _cfg_int(cfg, "intermediate_size" if llama4 else "moe_intermediate_size", where, None) or inter
     if inter is None and moe_inter is not None and not cfg.get("first_k_dense_replace"):
         inter = moe_inter  # no dense layer (Qwen3.5/3.6 give no intermediate_size): the expert width stands in
     if inter is None or moe_inter is None:
         raise ModelConfigError(f"{where}: config.json gives no intermediate_size")
-    sliding = cfg.get("sliding_window") if isinstance(cfg.get("layer_types"), list) else None
+    sliding = _cfg_int(cfg, "sliding_window", where, 0, minimum=0) if isinstance(cfg.get("layer_types"), list) else None
     every = 0
     if sliding:
         lt = cfg["layer_types"]
@@ -404,7 +422,7 @@ def moe_from_config(cfg: dict, path) -> object:
         num_key_value_heads=_cfg_int(cfg, "num_key_value_heads", where, heads), head_dim=head_dim,
         intermediate_size=inter, vocab_size=_cfg_int(cfg, "vocab_size", where), gated_mlp=True,
         tie_word_embeddings=_cfg_bool(cfg, "tie_word_embeddings", where, False),
-        max_position_embeddings=_cfg_int(cfg, "max_position_embeddings", where, 4096),
+        max_position_embeddings=_cfg_context(cfg, where),
         num_experts=int(E), num_experts_per_tok=_cfg_int(cfg, "num_experts_per_tok", where),
         moe_intermediate_size=moe_inter, n_shared_experts=1 if llama4 else int(cfg.get("n_shared_experts") or 0),
         shared_expert_intermediate_size=int(cfg.get("shared_expert_intermediate_size") or 0),
@@ -452,7 +470,7 @@ def hybrid_fields(cfg: dict, where: str, arch: str) -> dict:
     if missing:
         raise UnsupportedModelError(f"{where}: {arch} has linear-attention layers (layer_types) without the Gated "
                                     f"DeltaNet dims ({', '.join(missing)}): steptime cannot represent them")
-    n = int(cfg.get("full_attention_interval") or 0)
+    n = _cfg_int(cfg, "full_attention_interval", where, 0, minimum=0)
     want = ["full_attention" if (i + 1) % n == 0 else "linear_attention" for i in range(len(lt))] if n else None
     if want is None or [str(t) for t in lt] != want:
         raise UnsupportedModelError(f"{where}: {arch} has linear- and full-attention layers in a pattern other "
