@@ -76,6 +76,14 @@ FIT_PF_UNIT = {"attn_pf_unit": (0.5, 0.01, 10.0)}
 # rules) in the lane's leave-one-GPU-out fits (SPLIT_US_DISCLOSED)
 SPLIT_US_LANES = ("fa2",)
 FIT_SPLIT_US = {"attn_split_us": (0.1, 0.0, 2.0)}
+# the split-KV CTAs' read rate (attn_cta_gbs, `A.split_ctas` / `A.cta_read_time`: FlashAttention-3's dynamic split
+# under vLLM's cap of 16), on the FlashAttention-3 lane only (the split rule is that kernel's under vLLM; FA2 and
+# TRT-LLM-gen split by their own rules), measured, not fitted, on the training GPUs (`cta_gbs`): the median over them
+# of each one's median rate (c + 1) 2 H_kv d 2 b / (split_ctas x (y - floor)) over its one-stream decode cells
+# (b H_kv = 1: 16 CTAs, the bound alone; bf16, d 128, GQA) at KV >= CTA_MIN_KV tokens, floor = its median one-stream
+# cell at KV <= SWAP_REL_MAX_KV (CTA_GBS_DISCLOSED). In GB/s, like attn_stream_gbs: one CTA's stream is latency-bound.
+CTA_GBS_LANES = ("fa3",)
+CTA_MIN_KV = 16384
 # attn_swap_copy_rel (the FA2 query-transposition copy's share of the decode floor) is measured, not
 # fitted: on the training GPUs' decode cells inside one FA2 split-KV block (KV <= 128 tokens at
 # d <= 128: block_n = 128, so one split and no combine kernel) at <= 8 requests, GQA only,
@@ -275,6 +283,17 @@ SPLIT_US_DISCLOSED = (
     "GPUs of its lane); found from E1.29's held-out decode residuals on L40S / RTX PRO 6000 (they grow linearly in "
     "the split count), one form scored, the fa2-only scope set from the heuristic's source before scoring. No "
     "constant fitted on scored cells")
+CTA_GBS_DISCLOSED = (
+    "split-KV CTA read rate on the FlashAttention-3 lane (issue 19 item 1, wave 36, helper dattn8; attn_cta_gbs, "
+    "CTA_GBS_LANES): a decode batch reads its KV at most at split_ctas x attn_cta_gbs, split_ctas = streams x "
+    "min(16, ceil(SMs / (1.1 streams))) (vLLM's FA3 split cap under full CUDA graphs and FA3's varlen scheduler, from "
+    "source), attn_cta_gbs measured, not fitted, on the fold's training GPUs' one-stream decode cells at KV >= 16k "
+    "(`cta_gbs`: H100's value from H200's cells and the other way round); found from E1.29's held-out decode "
+    "residuals at one KV head per rank (TP 8), which follow the bytes per CTA; chosen after seeing scores: the form "
+    "(the long-KV limit of the split rule) over the exact per-KV-length rule, both scored in scratch on E1.29's Hopper "
+    "decode cells (limit form better at H100 TP 1 / 2), and measured over fitted: a first build fitting attn_cta_gbs "
+    "in the lane fit sent attn_l2_bpc to its bound (200) with 52-59 GB/s per CTA and gave Hopper TP 8 decode "
+    "0.0799 / 0.0792. No constant fitted on scored cells")
 FILL_TAIL_DISCLOSED = (
     "critical-path cap on the FlashAttention-2 lane's prefill SM fill (issue 19 item 1, wave 35, helper fa2fill; "
     "attn_fill_tail, FILL_TAIL_LANES): eta_fill = min(tiles / (tiles + fill_half SMs), fill_tail tiles / (fill_half "
@@ -287,7 +306,7 @@ FILL_TAIL_DISCLOSED = (
 DISCLOSED = (PREFILL_DISCLOSED, SWAP_COPY_DISCLOSED, KV_WRITE_DISCLOSED, BLACKWELL_TILE_DISCLOSED,
             SPLIT_DISCLOSED, CLASS_CARRY_DISCLOSED, WARM_KV_WRITE_DISCLOSED, FP8_READ_DISCLOSED,
             LANE_KV_WRITE_DISCLOSED, PF_UNIT_DISCLOSED, SPLIT_US_DISCLOSED, STREAM_DISCLOSED,
-            L2_HIT_DISCLOSED, EXP_DISCLOSED, FILL_TAIL_DISCLOSED)  # what E1.24 and E1.29 disclose, one line per change
+            L2_HIT_DISCLOSED, EXP_DISCLOSED, FILL_TAIL_DISCLOSED, CTA_GBS_DISCLOSED)  # what E1.24 and E1.29 disclose, one line per change
 
 
 # ---------------------------------------------------------------------------------------
@@ -579,6 +598,25 @@ def stream_gbs(cells, gpus) -> float:
     return float(np.median(vals)) if vals else 0.0
 
 
+def cta_gbs(cells, gpus) -> float:
+    """Median over `gpus` of one split-KV CTA's read rate in GB/s (see CTA_MIN_KV): per GPU, the median over its
+    one-stream GQA decode cells (b H_kv = 1, bf16, d 128) at KV >= CTA_MIN_KV of bytes / (A.split_ctas x (y - floor)),
+    floor = its median one-stream cell at KV <= SWAP_REL_MAX_KV; 0 when no GPU of `gpus` has such cells."""
+    vals = []
+    for g in gpus:
+        x = cells[(cells["gpu"] == g) & (cells["phase"] == "decode") & (cells["kv_dtype"] == "bf16")
+                  & (cells["d"] == 128) & (cells["H"] > cells["Hkv"]) & (cells["b"] * cells["Hkv"] == 1)]
+        short, x = x[x["c"] <= SWAP_REL_MAX_KV], x[x["c"] >= CTA_MIN_KV]
+        if len(x) and len(short):
+            t = (x["y_ms"].to_numpy(dtype=float) - float(np.median(short["y_ms"]))) * 1e-3
+            if np.any(t <= 0):
+                raise ValueError(f"{g}: a one-stream decode cell at KV >= {CTA_MIN_KV} is no slower than its floor")
+            ctas = A.split_ctas(np.ones(len(x)), get_gpu(g), {"attn_cta_gbs": 1.0})
+            nbytes = ((x["c"] + 1.0) * 2.0 * x["d"] * 2.0).to_numpy(dtype=float)
+            vals.append(float(np.median(nbytes / (ctas * t))) / 1e9)
+    return float(np.median(vals)) if vals else 0.0
+
+
 def noswap_rel(cells, gpus) -> float:
     """Median over `gpus` of the floor share an unswapped (MHA) decode saves against the copy-free GQA decode:
     1 - median(y of MHA cells) / median(y of copy-free GQA cells), both at KV <= SWAP_REL_MAX_KV and <=
@@ -622,7 +660,8 @@ def swap_fixed(cells, gpus, lane: str) -> dict:
     query-transposition swap (A.SWAP_COPY_LANES), its unswapped decode's stream rate and floor share
     (`stream_gbs`, `noswap_rel`), else 0 (no unswapped path); on a lane of EXP_LANES the softmax's clocks per
     causal score element measured on `gpus` (`exp_cyc`), else 0; on a lane of FILL_TAIL_LANES the launch-order
-    tail FILL_TAIL (derived), else 0."""
+    tail FILL_TAIL (derived), else 0; on a lane of CTA_GBS_LANES the split-KV CTA read rate measured on `gpus`
+    (`cta_gbs`), else 0."""
     tile = float(SPLIT_TILE_BY_LANE.get(lane, SPLIT_TILE_BY_LANE["fa2"]))
     swap = lane in A.SWAP_COPY_LANES
     return {"attn_swap_copy_rel": swap_copy_rel(cells, gpus) if swap else 0.0,
@@ -631,7 +670,8 @@ def swap_fixed(cells, gpus, lane: str) -> dict:
             "attn_stream_gbs": stream_gbs(cells, gpus) if swap else 0.0,
             "attn_noswap_rel": noswap_rel(cells, gpus) if swap else 0.0,
             "attn_exp_cyc": exp_cyc(cells, gpus) if lane in EXP_LANES else 0.0,
-            "attn_fill_tail": FILL_TAIL if lane in FILL_TAIL_LANES else 0.0}
+            "attn_fill_tail": FILL_TAIL if lane in FILL_TAIL_LANES else 0.0,
+            "attn_cta_gbs": cta_gbs(cells, gpus) if lane in CTA_GBS_LANES else 0.0}
 
 
 def deploy_frame(cells_gpu):
