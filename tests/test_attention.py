@@ -1143,3 +1143,37 @@ def test_e1_24_bounds_the_fa3_lanes_split_ctas_held_out(repo_root):
             assert 50.0 < rec["factors"]["attn_cta_gbs"] < 200.0 and g not in rec["fit_on"]
         else:
             assert not rec["factors"].get("attn_cta_gbs", 0.0)
+
+
+def test_trtllm_split_count_fills_the_sms_per_kv_head_stream():
+    """TRT-LLM-gen's CTAs per (request, KV head): min(ceil(KV / split tile), max(1, floor(SMs / (b H_kv)))) where the
+    lane's attn_split_rule says so; FlashAttention-2's heuristic otherwise; an unknown rule is refused."""
+    b200 = get_gpu("b200")  # 148 SMs
+    fc = {"attn_split_tile": 256.0, "attn_split_rule": A.SPLIT_RULE_TRTLLM}
+    b = np.array([1.0, 1.0, 1.0, 2.0, 8.0, 200.0, 0.0])
+    c = np.array([65535.0, 8191.0, 100.0, 65535.0, 65535.0, 65535.0, 65535.0])
+    got = A.split_count(b, 8.0, 1.0, c, 128.0, b200, fc)
+    assert got.tolist() == [148.0, 32.0, 1.0, 74.0, 18.0, 1.0, 1.0]
+    assert A.trtllm_split_count(1.0, 8.0, 65535.0, 128.0, b200, fc) == 18.0  # 8 KV heads: floor(148 / 8)
+    fa2 = A.split_count(b, 8.0, 1.0, c, 128.0, b200, {"attn_split_tile": 256.0})
+    assert fa2.tolist() != got.tolist()
+    with pytest.raises(ValueError, match="attn_split_rule"):
+        A.split_count(1.0, 8.0, 1.0, 100.0, 128.0, b200, {"attn_split_rule": 2.0})
+    # the lane's rule is set with its split tile, never fitted; trtllm's per-split cost is fitted on its lane
+    assert E.SPLIT_RULE_BY_LANE == {"trtllm": A.SPLIT_RULE_TRTLLM} and "trtllm" in E.SPLIT_US_LANES
+    assert "attn_split_us" in E.fit_factors("trtllm") and "attn_split_rule" not in E.fit_factors("trtllm")
+    assert "dattn8" in E.TRTLLM_SPLIT_DISCLOSED and E.TRTLLM_SPLIT_DISCLOSED in E.DISCLOSED
+
+
+def test_e1_24_prices_trtllm_splits_by_its_own_rule_held_out(repo_root):
+    """E1.24's Blackwell folds carry attn_split_rule 1 (TRT-LLM-gen's count) and an attn_split_us fitted on the other
+    Blackwell GPUs; the FA2 and FA3 folds keep FlashAttention-2's count (fails on the wave-35 result)."""
+    import json
+
+    doc = json.loads((repo_root / "results" / "E1_24.json").read_text())
+    for g, rec in doc["metrics"]["per_gpu"].items():
+        if rec["lane"] == "trtllm":
+            assert rec["factors"]["attn_split_rule"] == A.SPLIT_RULE_TRTLLM
+            assert 0.0 < rec["factors"]["attn_split_us"] < 1.0 and g not in rec["fit_on"]
+        else:
+            assert rec["factors"].get("attn_split_rule", 0.0) == 0.0

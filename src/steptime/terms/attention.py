@@ -56,6 +56,8 @@ Named factors (constants in defaults.yaml, settled by E1.24):
                      0: no such cap)
   attn_split_us      microseconds each split-KV split adds to a decode batch (`split_count`, FlashAttention-2's
                      split heuristic; 0: no per-split cost)
+  attn_split_rule    whose split count `split_count` prices: 0 (neutral) FlashAttention-2's num_splits_heuristic,
+                     1 (SPLIT_RULE_TRTLLM) TRT-LLM-gen's multi-CTA KV split (`trtllm_split_count`); set per lane, not fitted
   attn_stream_gbs    GB/s one unsplit decode stream (one CTA over one (request, KV head)'s whole KV) reads,
                      on a lane whose decode API splits the KV only for a swapped GQA query (`unswapped`);
                      0 (neutral): every decode batch may split
@@ -107,6 +109,17 @@ AIConfigurator fa2 decode tables show it: at one request x one KV head the time 
 on Hopper (FlashAttention-3): streamed fp8 cells run at 9.1 (H100) and 9.4 (H200) B / SM / clock, the
 same on both although H200's HBM is 43% faster, while bf16 reaches 11.5 / 15.6; Blackwell's TRT-LLM-gen
 kernel reads fp8 at 22-23 B / SM / clock, about its bf16 rate. Prefill is not touched.
+
+Split count (decode, TRT-LLM-gen lane): TRT-LLM-gen's generation kernel (FlashInfer's trtllm-gen FMHA, vLLM's
+Blackwell decode) splits each (request, KV head)'s KV over min(ceil(kv_len / (2 x its KV step)), max(1, floor(SMs /
+(b x H_kv)))) CTAs (computeNumCtas in flashinfer include/flashinfer/trtllm/fmha/fmhaKernels.cuh: the query-head group
+of a KV head in one CTA, "the factor of 2 ... so the reduction overhead does not outweigh the benefits of a shorter
+mainloop"; 2 x the step is the lane's split tile, 256 tokens at d 128), and reduces the partial results per split, so a
+decode batch pays attn_split_us x that count where it splits (`trtllm_split_count`; attn_split_rule 1). The
+AIConfigurator tables show it on all four Blackwell GPUs: the held-out residual (measured - predicted) grows 0.09-0.11
+us per split from 16 to 148 splits (B200 2.2 / 4.4 / 8.3 / 15.6 us at 17-32 / 33-64 / 65-128 / 129-148 splits): a
+request of 64k tokens at one KV head (148 splits) takes 27.5 us on B200 where two such requests (74 splits each,
+twice the bytes) take 23.4.
 
 Split CTAs (decode, FlashAttention-3 lane): vLLM's FlashAttention backend runs FA3 with an ahead-of-time scheduler
 and, under full CUDA graphs (its default), num_splits = 16 (_DEFAULT_MAX_NUM_SPLITS_FOR_CUDA_GRAPH,
@@ -181,7 +194,8 @@ FACTORS = ("attn_floor_us", "attn_prefill_floor_rel", "attn_eta_mem", "attn_eta_
            "attn_cta_us",
            "attn_overlap_p", "attn_l2_bpc", "attn_l2_x_c", "attn_l2_sharp", "attn_fp8_unit", "attn_fp8_compute",
            "attn_swap_copy_rel", "attn_split_rel", "attn_split_tile", "attn_fp8_bpc", "attn_pf_unit", "attn_split_us",
-           "attn_stream_gbs", "attn_noswap_rel", "attn_exp_cyc", "attn_fill_tail", "attn_cta_gbs")
+           "attn_stream_gbs", "attn_noswap_rel", "attn_exp_cyc", "attn_fill_tail", "attn_cta_gbs",
+           "attn_split_rule")
 # kernel families whose decode API copies the swapped GQA query (FlashAttention-2's varlen API);
 # FA3 packs the group inside the kernel, TRT-LLM-gen/FlashInfer take the heads as they are (DERIVED)
 SWAP_COPY_LANES = ("fa2",)
@@ -225,7 +239,7 @@ def attention_constants(gpu, constants: Constants | None = None) -> dict:
 OPTIONAL_FACTORS = MappingProxyType({"attn_split_rel": 0.0, "attn_split_tile": 128.0, "attn_fp8_bpc": 0.0,
                                      "attn_pf_unit": 0.0, "attn_split_us": 0.0, "attn_stream_gbs": 0.0,
                                      "attn_noswap_rel": 0.0, "attn_exp_cyc": 0.0,
-                                     "attn_fill_tail": 0.0, "attn_cta_gbs": 0.0})
+                                     "attn_fill_tail": 0.0, "attn_cta_gbs": 0.0, "attn_split_rule": 0.0})
 
 
 def _factor(constants: Constants, name: str, gpu):
@@ -370,14 +384,35 @@ SPLIT_EFF_REL = 0.85  # the heuristic takes the fewest splits within this share 
 SPLIT_ONE_FILL = 0.8  # ... and one split once the CTAs fill this share of the slots (DERIVED, same source)
 
 
+SPLIT_RULE_TRTLLM = 1.0  # attn_split_rule of TRT-LLM-gen's multi-CTA KV split (`trtllm_split_count`)
+
+
+def trtllm_split_count(batch, n_kv_heads, kv_len, head_dim, gpu, fc: dict) -> np.ndarray:
+    """TRT-LLM-gen's CTAs per (request, KV head) of a decode batch (module docstring): min(ceil(kv_len / split_tile),
+    max(1, floor(SMs / (b H_kv)))), the query-head group of a KV head in one CTA (ASSUMED: no GQA group wider than
+    the kernel's query tile); an empty batch counts one split. Arrays broadcast (`gpu.sms` may be one per row)."""
+    b, hkv, c = (np.asarray(x, dtype=float) for x in (batch, n_kv_heads, kv_len))
+    blocks = np.maximum(1.0, np.ceil(c / split_tile(head_dim, fc)))
+    streams = b * hkv
+    fill = np.floor(np.divide(np.asarray(gpu.sms, dtype=float), streams, out=np.ones(np.broadcast(streams, gpu.sms).shape),
+                              where=streams > 0))
+    return np.where(streams > 0, np.minimum(blocks, np.maximum(1.0, fill)), 1.0)
+
+
 def split_count(batch, n_heads, n_kv_heads, kv_len, head_dim, gpu, fc: dict) -> np.ndarray:
     """FlashAttention-2's num_splits_heuristic for a decode batch of `batch` requests of `kv_len` cached tokens
     (module docstring): CTAs b H_kv ceil((H_q / H_kv) / 64) (the GQA group swapped into the query axis, 64-row
     blocks) against 2 x SMs slots, KV blocks ceil(kv_len / split_tile). Arrays broadcast (`gpu.sms` may be one
-    per row); an empty batch counts one split."""
+    per row); an empty batch counts one split. On a lane whose attn_split_rule is SPLIT_RULE_TRTLLM, TRT-LLM-gen's
+    count instead (`trtllm_split_count`)."""
     b, hq, hkv, c = (np.asarray(x, dtype=float) for x in (batch, n_heads, n_kv_heads, kv_len))
     if np.any(b < 0) or np.any(hkv <= 0) or np.any(hq < hkv) or np.any(c < 0):
         raise ValueError("split_count: need batch >= 0, n_heads >= n_kv_heads >= 1 and kv_len >= 0")
+    rule = float(fc.get("attn_split_rule", 0.0))
+    if rule not in (0.0, SPLIT_RULE_TRTLLM):
+        raise ValueError(f"attn_split_rule must be 0 (FlashAttention-2) or {SPLIT_RULE_TRTLLM:g} (TRT-LLM-gen), got {rule!r}")
+    if rule == SPLIT_RULE_TRTLLM:
+        return trtllm_split_count(b, hkv, c, head_dim, gpu, fc)
     ctas = b * hkv * np.ceil(np.ceil(hq / hkv) / 64.0)
     blocks = np.maximum(1.0, np.ceil(c / split_tile(head_dim, fc)))
     slots = 2.0 * np.asarray(gpu.sms, dtype=float)

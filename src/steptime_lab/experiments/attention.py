@@ -71,10 +71,14 @@ FP8_NEUTRAL = 1.0
 # per-KV-head count (the factor absent: 0). The lane scope was chosen after seeing scores (PF_UNIT_DISCLOSED).
 PF_UNIT_LANES = ("fa2", "trtllm")
 FIT_PF_UNIT = {"attn_pf_unit": (0.5, 0.01, 10.0)}
-# the split-KV combine's cost per split (attn_split_us, `A.split_count`: FlashAttention-2's num_splits_heuristic),
-# fitted only on the FlashAttention-2 lane (the heuristic is that kernel's; FA3 and TRT-LLM-gen split by their own
-# rules) in the lane's leave-one-GPU-out fits (SPLIT_US_DISCLOSED)
-SPLIT_US_LANES = ("fa2",)
+# the split-KV combine's cost per split (attn_split_us, `A.split_count`: FlashAttention-2's num_splits_heuristic, or
+# TRT-LLM-gen's multi-CTA split on its lane), fitted only on the FlashAttention-2 and TRT-LLM-gen lanes (FA3 splits by
+# its own rule, priced by attn_cta_gbs) in the lane's leave-one-GPU-out fits (SPLIT_US_DISCLOSED,
+# TRTLLM_SPLIT_DISCLOSED)
+SPLIT_US_LANES = ("fa2", "trtllm")
+# the split count a lane's per-split cost is priced at (attn_split_rule, `A.split_count`): TRT-LLM-gen's own multi-CTA
+# rule on its lane (A.SPLIT_RULE_TRTLLM; wave 36, helper dattn8), FlashAttention-2's heuristic elsewhere (DERIVED)
+SPLIT_RULE_BY_LANE = {"trtllm": A.SPLIT_RULE_TRTLLM}
 FIT_SPLIT_US = {"attn_split_us": (0.1, 0.0, 2.0)}
 # the split-KV CTAs' read rate (attn_cta_gbs, `A.split_ctas` / `A.cta_read_time`: FlashAttention-3's dynamic split
 # under vLLM's cap of 16), on the FlashAttention-3 lane only (the split rule is that kernel's under vLLM; FA2 and
@@ -283,6 +287,13 @@ SPLIT_US_DISCLOSED = (
     "GPUs of its lane); found from E1.29's held-out decode residuals on L40S / RTX PRO 6000 (they grow linearly in "
     "the split count), one form scored, the fa2-only scope set from the heuristic's source before scoring. No "
     "constant fitted on scored cells")
+TRTLLM_SPLIT_DISCLOSED = (
+    "split-KV cost per split on the TRT-LLM-gen lane (issue 19 item 1, wave 36, helper dattn8; attn_split_us on "
+    "SPLIT_US_LANES, attn_split_rule): a Blackwell decode pays attn_split_us x TRT-LLM-gen's own CTAs per (request, "
+    "KV head), min(ceil(KV / 256), max(1, floor(SMs / (b H_kv)))) (flashinfer computeNumCtas, from source), fitted in "
+    "the trtllm lane's leave-one-GPU-out fits (each Blackwell GPU's value from the other three); found from E1.29's "
+    "held-out Blackwell decode residuals, which grow 0.09-0.11 us per split of that rule on all four GPUs; chosen "
+    "after seeing scores: the scope (trtllm joins SPLIT_US_LANES). No constant fitted on scored cells")
 CTA_GBS_DISCLOSED = (
     "split-KV CTA read rate on the FlashAttention-3 lane (issue 19 item 1, wave 36, helper dattn8; attn_cta_gbs, "
     "CTA_GBS_LANES): a decode batch reads its KV at most at split_ctas x attn_cta_gbs, split_ctas = streams x "
@@ -306,7 +317,7 @@ FILL_TAIL_DISCLOSED = (
 DISCLOSED = (PREFILL_DISCLOSED, SWAP_COPY_DISCLOSED, KV_WRITE_DISCLOSED, BLACKWELL_TILE_DISCLOSED,
             SPLIT_DISCLOSED, CLASS_CARRY_DISCLOSED, WARM_KV_WRITE_DISCLOSED, FP8_READ_DISCLOSED,
             LANE_KV_WRITE_DISCLOSED, PF_UNIT_DISCLOSED, SPLIT_US_DISCLOSED, STREAM_DISCLOSED,
-            L2_HIT_DISCLOSED, EXP_DISCLOSED, FILL_TAIL_DISCLOSED, CTA_GBS_DISCLOSED)  # what E1.24 and E1.29 disclose, one line per change
+            L2_HIT_DISCLOSED, EXP_DISCLOSED, FILL_TAIL_DISCLOSED, CTA_GBS_DISCLOSED, TRTLLM_SPLIT_DISCLOSED)  # what E1.24 and E1.29 disclose, one line per change
 
 
 # ---------------------------------------------------------------------------------------
@@ -661,7 +672,7 @@ def swap_fixed(cells, gpus, lane: str) -> dict:
     (`stream_gbs`, `noswap_rel`), else 0 (no unswapped path); on a lane of EXP_LANES the softmax's clocks per
     causal score element measured on `gpus` (`exp_cyc`), else 0; on a lane of FILL_TAIL_LANES the launch-order
     tail FILL_TAIL (derived), else 0; on a lane of CTA_GBS_LANES the split-KV CTA read rate measured on `gpus`
-    (`cta_gbs`), else 0."""
+    (`cta_gbs`), else 0; the lane's split-count rule (SPLIT_RULE_BY_LANE, else 0: FlashAttention-2's)."""
     tile = float(SPLIT_TILE_BY_LANE.get(lane, SPLIT_TILE_BY_LANE["fa2"]))
     swap = lane in A.SWAP_COPY_LANES
     return {"attn_swap_copy_rel": swap_copy_rel(cells, gpus) if swap else 0.0,
@@ -671,7 +682,8 @@ def swap_fixed(cells, gpus, lane: str) -> dict:
             "attn_noswap_rel": noswap_rel(cells, gpus) if swap else 0.0,
             "attn_exp_cyc": exp_cyc(cells, gpus) if lane in EXP_LANES else 0.0,
             "attn_fill_tail": FILL_TAIL if lane in FILL_TAIL_LANES else 0.0,
-            "attn_cta_gbs": cta_gbs(cells, gpus) if lane in CTA_GBS_LANES else 0.0}
+            "attn_cta_gbs": cta_gbs(cells, gpus) if lane in CTA_GBS_LANES else 0.0,
+            "attn_split_rule": float(SPLIT_RULE_BY_LANE.get(lane, 0.0))}
 
 
 def deploy_frame(cells_gpu):
