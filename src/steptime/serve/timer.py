@@ -343,7 +343,8 @@ class StepTimer:
     def _dmem_n(self, n):
         """Seconds per decode byte for a step of `n` requests: 1 / (BW eta_mem) (or the fp8 read's bound), and, for
         an unswapped decode, at least 1 / (n H_kv attn_stream_gbs) (attention.stream_read_time: both sides are
-        linear in the bytes). A Python number gives a float, an array an array."""
+        linear in the bytes), or, on a lane with attn_cta_gbs, at least 1 / (split_ctas x attn_cta_gbs)
+        (`_cta_dmem`). A Python number gives a float, an array an array."""
         if not self._unsw:
             return self._cta_dmem(n) if self._crate > 0 else self._dmem
         if _ndim(n):
