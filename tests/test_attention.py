@@ -1069,3 +1069,119 @@ def test_fill_eta_scalar_path_is_the_array_path_to_the_bit():
         fill_eta(np.array([3.0, 4.0]), 108, {"attn_fill_half": 0.2, "attn_fill_tail": -0.1})
     with pytest.raises(ValueError, match="attn_fill_tail"):
         fill_eta(3.0, 108, {"attn_fill_half": 0.2, "attn_fill_tail": np.array([0.5, -0.1])})
+
+
+def test_split_ctas_is_the_long_kv_limit_of_fa3s_split_under_vllm():
+    """FlashAttention-3's varlen scheduler under vLLM's cap (16 splits) launches streams x min(16, ceil(SMs / (1.1
+    streams))) CTAs at long KV; a lane without a per-CTA rate has no bound (None); bad input is refused."""
+    h100 = get_gpu("h100-sxm")  # 132 SMs
+    on = {"attn_cta_gbs": 100.0}
+    assert A.CTA_SPLIT_MAX == 16 and A.CTA_SPLIT_MARGIN == 1.1
+    got = A.split_ctas(np.array([0.0, 1.0, 2.0, 8.0, 64.0, 200.0]), h100, on)
+    assert got.tolist() == [0.0, 16.0, 32.0, 8.0 * 15.0, 64.0 * 2.0, 200.0]
+    assert A.split_ctas(4.0, h100, {}) is None and A.split_ctas(4.0, h100, {"attn_cta_gbs": 0.0}) is None
+    with pytest.raises(ValueError, match="attn_cta_gbs"):
+        A.split_ctas(4.0, h100, {"attn_cta_gbs": -1.0})
+    with pytest.raises(ValueError, match="streams"):
+        A.split_ctas(-1.0, h100, on)
+    assert A.decode_ctas(np.array([1.0, 1.0]), np.array([True, False]), h100, on).tolist() == [16.0, 0.0]
+    assert A.decode_ctas(1.0, True, h100, {}) is None
+
+
+def test_a_few_stream_decode_reads_at_the_split_ctas_rate_and_other_batches_do_not():
+    """With attn_cta_gbs a decode of one KV head x one request at long KV is bounded by 16 CTAs x the rate; a decode
+    of many streams, a prefill and a lane without the factor price as before (bit for bit)."""
+    gpu = get_gpu("h100-sxm")
+    c = Constants.default()
+    fc0 = A.attention_constants(gpu, c)
+    fc = {**fc0, "attn_cta_gbs": 100.0}
+    args = (np.array([1.0, 64.0, 1.0]), np.array([1.0, 1.0, 2048.0]), np.array([65535.0, 65535.0, 0.0]),
+            np.array([8.0, 8.0, 8.0]), np.array([1.0, 8.0, 1.0]), 128.0, gpu, c)
+    r0 = A.attention_cells(*args, fc=fc0)
+    r1 = A.attention_cells(*args, fc=fc)
+    nbytes = 65536.0 * 2 * 128 * 2 + 4 * 8 * 128
+    assert float(r1["t_memory"][0]) == pytest.approx(max(float(r0["t_memory"][0]), nbytes / (16 * 100e9)), rel=1e-12)
+    assert float(r1["t"][0]) > float(r0["t"][0])
+    assert r1["t"][1] == r0["t"][1] and r1["t"][2] == r0["t"][2]  # 512 streams x 1 CTA each; a prefill
+    # attention_time's groups (general path and decode fast path) price the same bound as the cells
+    for n in (1, 300):
+        kv = np.full(n, 65535.0 if n == 1 else 500.0)
+        g = A.attention_time(np.ones(n), kv, 8, 1, 128, gpu, c.with_overrides({"attn_lane_factors": {
+            "fa3": {**c.get("attn_lane_factors")["fa3"], "attn_cta_gbs": 100.0}}}), group=np.zeros(n, dtype=int),
+            n_groups=1)
+        cell = A.attention_cells(float(n), 1.0, float(kv[0]), 8.0, 1.0, 128.0, gpu, c,
+                                 fc={**A.attention_constants(gpu, c), "attn_cta_gbs": 100.0})
+        assert float(g["t"][0]) == pytest.approx(float(cell["t"]), rel=1e-12)
+
+
+def test_the_split_cta_rate_is_measured_on_the_training_gpus_fa3_only():
+    """attn_cta_gbs: one split-KV CTA's rate over the training GPUs' one-stream GQA decode cells at KV >= 16k
+    (bytes / (16 CTAs x (y - floor))), their median; 0 on the FA2 and TRT-LLM-gen lanes and without such cells."""
+    def cells(gpu, rate, floor_ms):
+        rows = [{"gpu": gpu, "phase": "decode", "kv_dtype": "bf16", "b": 1, "s": 1, "c": c, "H": 8, "Hkv": 1, "d": 128,
+                 "y_ms": floor_ms + ((c + 1) * 2 * 128 * 2 / (16 * rate * 1e9) * 1e3 if c >= 16384 else 0.0)}
+                for c in (63, 127, 32767, 65535)]
+        rows.append({**rows[-1], "b": 4, "y_ms": 99.0})  # four streams: not a one-stream cell
+        rows.append({**rows[-1], "b": 1, "H": 1, "y_ms": 99.0})  # MHA: not split the same way
+        return pd.DataFrame(rows)
+    x = pd.concat([cells("h100-sxm", 90.0, 0.011), cells("h200-sxm", 110.0, 0.012)], ignore_index=True)
+    assert E.cta_gbs(x, ["h100-sxm"]) == pytest.approx(90.0)
+    assert E.cta_gbs(x, ["h100-sxm", "h200-sxm"]) == pytest.approx(100.0)
+    assert E.cta_gbs(x, ["b200"]) == 0.0
+    x = pd.concat([x, _split_cells(0.25).assign(gpu="h200-sxm")], ignore_index=True)  # swap_fixed's split share
+    assert E.swap_fixed(x, ["h200-sxm"], "fa3")["attn_cta_gbs"] == pytest.approx(110.0)
+    assert E.swap_fixed(x, ["h200-sxm"], "fa2")["attn_cta_gbs"] == 0.0
+    assert E.CTA_GBS_LANES == ("fa3",)  # TRT-LLM-gen (and FA2) split by their own rules
+    assert "attn_cta_gbs" not in E.fit_factors("fa3")  # measured, not fitted
+    assert "dattn8" in E.CTA_GBS_DISCLOSED and E.CTA_GBS_DISCLOSED in E.DISCLOSED
+
+
+def test_e1_24_bounds_the_fa3_lanes_split_ctas_held_out(repo_root):
+    """E1.24's Hopper folds carry attn_cta_gbs measured on the other Hopper GPU; the other lanes carry none (fails on
+    the wave-35 result, which has no per-CTA rate)."""
+    import json
+
+    doc = json.loads((repo_root / "results" / "E1_24.json").read_text())
+    for g, rec in doc["metrics"]["per_gpu"].items():
+        if rec["lane"] in E.CTA_GBS_LANES:
+            assert 50.0 < rec["factors"]["attn_cta_gbs"] < 200.0 and g not in rec["fit_on"]
+        else:
+            assert not rec["factors"].get("attn_cta_gbs", 0.0)
+
+
+def test_trtllm_split_count_fills_the_sms_per_kv_head_stream():
+    """TRT-LLM-gen's CTAs per (request, KV head): min(ceil(KV / split tile), max(1, floor(SMs / (b H_kv)))) where the
+    lane's attn_split_rule says so; FlashAttention-2's heuristic otherwise; an unknown rule is refused."""
+    b200 = get_gpu("b200")  # 148 SMs
+    fc = {"attn_split_tile": 256.0, "attn_split_rule": A.SPLIT_RULE_TRTLLM}
+    b = np.array([1.0, 1.0, 1.0, 2.0, 8.0, 200.0, 0.0])
+    c = np.array([65535.0, 8191.0, 100.0, 65535.0, 65535.0, 65535.0, 65535.0])
+    got = A.split_count(b, 8.0, 1.0, c, 128.0, b200, fc)
+    assert got.tolist() == [148.0, 32.0, 1.0, 74.0, 18.0, 1.0, 1.0]
+    assert A.trtllm_split_count(1.0, 8.0, 65535.0, 128.0, b200, fc) == 18.0  # 8 KV heads: floor(148 / 8)
+    # the lane's tile at every head dim (not FlashAttention-2's halving above 128)
+    assert A.trtllm_split_count(1.0, 1.0, 4095.0, 256.0, b200, fc) == 16.0
+    with pytest.raises(ValueError, match="head_dim"):
+        A.trtllm_split_count(1.0, 1.0, 4095.0, 0.0, b200, fc)
+    fa2 = A.split_count(b, 8.0, 1.0, c, 128.0, b200, {"attn_split_tile": 256.0})
+    assert fa2.tolist() != got.tolist()
+    with pytest.raises(ValueError, match="attn_split_rule"):
+        A.split_count(1.0, 8.0, 1.0, 100.0, 128.0, b200, {"attn_split_rule": 2.0})
+    # the lane's rule is set with its split tile, never fitted; trtllm's per-split cost is fitted on its lane
+    assert E.SPLIT_RULE_BY_LANE == {"trtllm": A.SPLIT_RULE_TRTLLM} and "trtllm" in E.SPLIT_US_LANES
+    assert "attn_split_us" in E.fit_factors("trtllm") and "attn_split_rule" not in E.fit_factors("trtllm")
+    assert "dattn8" in E.TRTLLM_SPLIT_DISCLOSED and E.TRTLLM_SPLIT_DISCLOSED in E.DISCLOSED
+
+
+def test_e1_24_prices_trtllm_splits_by_its_own_rule_held_out(repo_root):
+    """E1.24's Blackwell folds carry attn_split_rule 1 (TRT-LLM-gen's count) and an attn_split_us fitted on the other
+    Blackwell GPUs; the FA2 and FA3 folds keep FlashAttention-2's count (fails on the wave-35 result)."""
+    import json
+
+    doc = json.loads((repo_root / "results" / "E1_24.json").read_text())
+    for g, rec in doc["metrics"]["per_gpu"].items():
+        if rec["lane"] == "trtllm":
+            assert rec["factors"]["attn_split_rule"] == A.SPLIT_RULE_TRTLLM
+            assert 0.0 < rec["factors"]["attn_split_us"] < 1.0 and g not in rec["fit_on"]
+        else:
+            assert rec["factors"].get("attn_split_rule", 0.0) == 0.0

@@ -848,3 +848,54 @@ def test_timer_with_per_split_cost_and_unswapped_stream_together_equals_the_libr
     gqa = StepTimer(M, "a100-sxm", constants=both)
     assert gqa.decode_attention1(1, 16000.0) == pytest.approx(
         StepTimer(M, "a100-sxm", constants=split_only).decode_attention1(1, 16000.0), rel=1e-15)
+
+
+def test_timer_bounds_a_few_stream_fa3_decode_by_its_split_ctas_like_the_step():
+    """A Hopper GPU with attn_cta_gbs (FA3's split CTAs under vLLM, attention.split_ctas): at TP 8 a 70B decode of one
+    request reads its one KV head's long KV through 16 CTAs, slower than the HBM stream; the timer's scalar, vector
+    and list paths equal attention_time and `check` holds them to predict_steps; many streams price as before."""
+    from steptime.calibration import Constants
+    from steptime.terms import attention
+
+    c0 = Constants.default()
+    lanes = {k: ({**v, "attn_cta_gbs": 100.0} if k == "fa3" else v) for k, v in c0.get("attn_lane_factors").items()}
+    on = c0.with_overrides({"attn_lane_factors": lanes})
+    off = c0.with_overrides({"attn_lane_factors": {k: {**v, "attn_cta_gbs": 0.0} for k, v in lanes.items()}})
+    t = StepTimer("llama-3.1-70b", "h100-sxm", tp=8, constants=on)
+    base = StepTimer("llama-3.1-70b", "h100-sxm", tp=8, constants=off)
+    assert t.check() < 1e-12 and t.kv_heads == 1 and t._crate == 100e9 and base._crate == 0.0
+    for n, kv in ((1, 65535.0), (3, 30000.0), (300, 400.0)):
+        kvs = np.full(n, kv)
+        ref = attention.attention_time(np.ones(n), kvs, t.heads, t.kv_heads, t.head_dim, t.gpu, on,
+                                       group=np.zeros(n, dtype=int), n_groups=1)["t"][0]
+        assert t.decode_attention1(n, float(kvs.sum())) == pytest.approx(ref, rel=1e-12)
+        assert t.decode_attention(np.array([float(n)]), np.array([kvs.sum()]))[0] == pytest.approx(ref, rel=1e-12)
+        assert t.decode_steps_list(n, float(kvs.sum()), 3) == pytest.approx(t.decode_steps(n, float(kvs.sum()), 3).tolist(),
+                                                                           rel=1e-14)
+    assert t.decode_attention1(1, 65535.0) > 1.2 * base.decode_attention1(1, 65535.0)
+    assert t.decode_attention1(300, 300 * 400.0) == base.decode_attention1(300, 300 * 400.0)
+
+
+def test_timer_pays_trtllm_gens_per_split_cost_like_the_step():
+    """A Blackwell GPU with attn_split_us and attn_split_rule 1: the timer's decode floor carries TRT-LLM-gen's CTAs
+    per KV head (attention.trtllm_split_count) x the per-split cost, its paths agree, and `check` holds them."""
+    from steptime.calibration import Constants
+    from steptime.terms import attention
+
+    c0 = Constants.default()
+    lanes = {k: ({**v, "attn_split_us": 0.1, "attn_split_rule": 1.0} if k == "trtllm" else v)
+             for k, v in c0.get("attn_lane_factors").items()}
+    on = c0.with_overrides({"attn_lane_factors": lanes})
+    t = StepTimer("llama-3.1-70b", "b200", tp=8, constants=on)
+    assert t.check() < 1e-12 and t._dsplit_us == 0.1
+    for n, kv in ((1, 65535.0), (2, 30000.0), (64, 2000.0)):
+        kvs = np.full(n, kv)
+        ref = attention.attention_time(np.ones(n), kvs, t.heads, t.kv_heads, t.head_dim, t.gpu, on,
+                                       group=np.zeros(n, dtype=int), n_groups=1)["t"][0]
+        assert t.decode_attention1(n, float(kvs.sum())) == pytest.approx(ref, rel=1e-12)
+        assert t.decode_steps_list(n, float(kvs.sum()), 3) == pytest.approx(t.decode_steps(n, float(kvs.sum()), 3).tolist(),
+                                                                           rel=1e-14)
+    # one request x one KV head at 64k tokens: 148 CTAs (the SMs), 0.1 us each
+    off = {k: {**v, "attn_split_us": 0.0} for k, v in lanes.items()}
+    base = StepTimer("llama-3.1-70b", "b200", tp=8, constants=c0.with_overrides({"attn_lane_factors": off}))
+    assert t.decode_attention1(1, 65535.0) - base.decode_attention1(1, 65535.0) == pytest.approx(0.1e-6 * 148, rel=1e-9)

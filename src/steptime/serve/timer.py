@@ -183,6 +183,10 @@ class StepTimer:
         priced = attention.decode_splits(fc, self._unsw, lambda: 1.0) is not None
         self._dsplit_us = float(fc["attn_split_us"]) if priced else 0.0
         self._srate = float(fc.get("attn_stream_gbs", 0.0)) * 1e9 * float(self.kv_heads)  # one request's streams
+        # FA3's split CTAs (attention.split_ctas / cta_read_time: a decode reads at most split_ctas x attn_cta_gbs);
+        # seconds per byte of that bound per request count, cached (`_cta_dmem`); 0 rate: no bound
+        self._crate = float(fc.get("attn_cta_gbs", 0.0)) * 1e9
+        self._cdm = {}
         self._ar = np.arange(1024, dtype=float)
         self.A = np.zeros(1)
         self.Dp = np.zeros(1)
@@ -339,13 +343,28 @@ class StepTimer:
     def _dmem_n(self, n):
         """Seconds per decode byte for a step of `n` requests: 1 / (BW eta_mem) (or the fp8 read's bound), and, for
         an unswapped decode, at least 1 / (n H_kv attn_stream_gbs) (attention.stream_read_time: both sides are
-        linear in the bytes). A Python number gives a float, an array an array."""
+        linear in the bytes), or, on a lane with attn_cta_gbs, at least 1 / (split_ctas x attn_cta_gbs)
+        (`_cta_dmem`). A Python number gives a float, an array an array."""
         if not self._unsw:
-            return self._dmem
+            return self._cta_dmem(n) if self._crate > 0 else self._dmem
         if _ndim(n):
             n = np.asarray(n, dtype=float)
             return np.maximum(self._dmem, np.divide(1.0, n * self._srate, out=np.zeros(n.shape), where=n > 0))
         return max(self._dmem, 1.0 / (n * self._srate)) if n > 0 else self._dmem
+
+    def _cta_dmem(self, n):
+        """`_dmem_n` on a lane with a per-CTA read rate: at least 1 / (split_ctas x attn_cta_gbs) seconds per byte for
+        `n` decode requests (attention.cta_read_time; both sides linear in the bytes), cached per request count."""
+        if _ndim(n):
+            n = np.asarray(n, dtype=float)
+            ct = attention.split_ctas(n * self.kv_heads, self.gpu, self.fc)
+            return np.maximum(self._dmem, np.divide(1.0, ct * self._crate, out=np.zeros(n.shape), where=ct > 0))
+        n = float(n)
+        dm = self._cdm.get(n)
+        if dm is None:
+            ct = float(attention.split_ctas(n * self.kv_heads, self.gpu, self.fc))
+            dm = self._cdm[n] = max(self._dmem, 1.0 / (ct * self._crate)) if ct > 0 else self._dmem
+        return dm
 
     def _split(self, n, sum_kv):
         """attention.split_kv for `n` decode requests holding `sum_kv` cached tokens (its group rule:
@@ -396,7 +415,9 @@ class StepTimer:
                                  fp8_read=np.full(nb.shape, self._fp8),
                                  splits=attention.decode_splits(self.fc, self._unsw, lambda: attention.split_count(
                                      n, self.heads, self.kv_heads, mean, self.head_dim, self.gpu, self.fc)),
-                                 unsplit_streams=n * self.kv_heads if self._unsw else None)["t"]
+                                 unsplit_streams=n * self.kv_heads if self._unsw else None,
+                                 split_ctas=attention.decode_ctas(n * self.kv_heads, (n > 0) & ~self._unsw, self.gpu,
+                                                                  self.fc))["t"]
 
     def prefill_attention(self, new, kv) -> float:
         """Prefill-phase attention of one layer (seconds) for one step's chunks (new > 1).

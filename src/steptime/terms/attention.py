@@ -56,11 +56,16 @@ Named factors (constants in defaults.yaml, settled by E1.24):
                      0: no such cap)
   attn_split_us      microseconds each split-KV split adds to a decode batch (`split_count`, FlashAttention-2's
                      split heuristic; 0: no per-split cost)
+  attn_split_rule    whose split count `split_count` prices: 0 (neutral) FlashAttention-2's num_splits_heuristic,
+                     1 (SPLIT_RULE_TRTLLM) TRT-LLM-gen's multi-CTA KV split (`trtllm_split_count`); set per lane, not fitted
   attn_stream_gbs    GB/s one unsplit decode stream (one CTA over one (request, KV head)'s whole KV) reads,
                      on a lane whose decode API splits the KV only for a swapped GQA query (`unswapped`);
                      0 (neutral): every decode batch may split
   attn_noswap_rel    the share of the copy-free decode floor an unswapped decode saves (no output copy back
                      from the swapped layout, no split-KV set-up); lanes with attn_stream_gbs only
+  attn_cta_gbs       GB/s one split-KV decode CTA reads of its KV chunk (`cta_read_time`): a decode batch reads at most
+                     split_ctas x attn_cta_gbs, its CTAs FlashAttention-3's split grid under vLLM (`split_ctas`);
+                     0 (neutral): no such bound (lanes without it)
   attn_exp_cyc       SM clocks each causal score element of a prefill costs beside its MMA (the online softmax:
                      one exponential on the SM's special-function units, 16 a clock per SM, and its bookkeeping),
                      not overlapped with the MMA (`exp_time`); 0 (neutral): the ceiling carries it
@@ -104,6 +109,30 @@ AIConfigurator fa2 decode tables show it: at one request x one KV head the time 
 on Hopper (FlashAttention-3): streamed fp8 cells run at 9.1 (H100) and 9.4 (H200) B / SM / clock, the
 same on both although H200's HBM is 43% faster, while bf16 reaches 11.5 / 15.6; Blackwell's TRT-LLM-gen
 kernel reads fp8 at 22-23 B / SM / clock, about its bf16 rate. Prefill is not touched.
+
+Split count (decode, TRT-LLM-gen lane): TRT-LLM-gen's generation kernel (FlashInfer's trtllm-gen FMHA, vLLM's
+Blackwell decode) splits each (request, KV head)'s KV over min(ceil(kv_len / (2 x its KV step)), max(1, floor(SMs /
+(b x H_kv)))) CTAs (computeNumCtas in flashinfer include/flashinfer/trtllm/fmha/fmhaKernels.cuh: the query-head group
+of a KV head in one CTA, "the factor of 2 ... so the reduction overhead does not outweigh the benefits of a shorter
+mainloop"; 2 x the step is the lane's split tile, 256 tokens at every head dim), and reduces the partial results per split, so a
+decode batch pays attn_split_us x that count where it splits (`trtllm_split_count`; attn_split_rule 1). The
+AIConfigurator tables show it on all four Blackwell GPUs: the held-out residual (measured - predicted) grows 0.09-0.11
+us per split from 16 to 148 splits (B200 2.2 / 4.4 / 8.3 / 15.6 us at 17-32 / 33-64 / 65-128 / 129-148 splits): a
+request of 64k tokens at one KV head (148 splits) takes 27.5 us on B200 where two such requests (74 splits each,
+twice the bytes) take 23.4.
+
+Split CTAs (decode, FlashAttention-3 lane): vLLM's FlashAttention backend runs FA3 with an ahead-of-time scheduler
+and, under full CUDA graphs (its default), num_splits = 16 (_DEFAULT_MAX_NUM_SPLITS_FOR_CUDA_GRAPH,
+vllm/v1/attention/backends/flash_attn.py), which FA3's varlen scheduler takes as the upper bound of each request's
+dynamic split count, ceil(n_blocks / ceil(1.1 x total KV blocks x H_kv / SMs)) (hopper/flash_prepare_scheduler.cu,
+vllm-project/flash-attention; a 10% margin). Its long-KV limit is min(16, ceil(SMs / (1.1 b H_kv))) splits per
+(request, KV head) stream (`split_ctas`): a decode of few streams (b H_kv < SMs / 17.6: one KV head per rank at TP 8
+and 1-7 requests) launches 16 CTAs per stream, far fewer than the SMs, and each CTA streams its chunk at one CTA's
+rate, so t_memory = max(t_memory, bytes / (split_ctas x attn_cta_gbs)) for decode batches (`cta_read_time`). The
+AIConfigurator FA3 tables show it: at one KV head x 1-4 requests and 16k-64k tokens, H100's time follows the bytes
+per CTA (1 request x 16k and 4 requests x 16k, 0.5 MB per CTA either way: 18.9 and 19.7 us), about 100 GB/s per
+CTA, where the HBM / L2 stream priced them 25-45% fast. At short KV the kernel splits fewer times (n_blocks < 16);
+there the bound is under a microsecond either way, and the limit form keeps it a function of the streams alone.
 
 Split-KV (flash-decoding) geometry: a decode batch whose (request, KV head) streams, batch x H_kv,
 are fewer than the SMs splits each stream's KV into chunks of the kernel's KV tile over more CTAs
@@ -165,7 +194,8 @@ FACTORS = ("attn_floor_us", "attn_prefill_floor_rel", "attn_eta_mem", "attn_eta_
            "attn_cta_us",
            "attn_overlap_p", "attn_l2_bpc", "attn_l2_x_c", "attn_l2_sharp", "attn_fp8_unit", "attn_fp8_compute",
            "attn_swap_copy_rel", "attn_split_rel", "attn_split_tile", "attn_fp8_bpc", "attn_pf_unit", "attn_split_us",
-           "attn_stream_gbs", "attn_noswap_rel", "attn_exp_cyc", "attn_fill_tail")
+           "attn_stream_gbs", "attn_noswap_rel", "attn_exp_cyc", "attn_fill_tail", "attn_cta_gbs",
+           "attn_split_rule")
 # kernel families whose decode API copies the swapped GQA query (FlashAttention-2's varlen API);
 # FA3 packs the group inside the kernel, TRT-LLM-gen/FlashInfer take the heads as they are (DERIVED)
 SWAP_COPY_LANES = ("fa2",)
@@ -209,7 +239,7 @@ def attention_constants(gpu, constants: Constants | None = None) -> dict:
 OPTIONAL_FACTORS = MappingProxyType({"attn_split_rel": 0.0, "attn_split_tile": 128.0, "attn_fp8_bpc": 0.0,
                                      "attn_pf_unit": 0.0, "attn_split_us": 0.0, "attn_stream_gbs": 0.0,
                                      "attn_noswap_rel": 0.0, "attn_exp_cyc": 0.0,
-                                     "attn_fill_tail": 0.0})
+                                     "attn_fill_tail": 0.0, "attn_cta_gbs": 0.0, "attn_split_rule": 0.0})
 
 
 def _factor(constants: Constants, name: str, gpu):
@@ -353,14 +383,40 @@ SPLIT_EFF_REL = 0.85  # the heuristic takes the fewest splits within this share 
 SPLIT_ONE_FILL = 0.8  # ... and one split once the CTAs fill this share of the slots (DERIVED, same source)
 
 
+SPLIT_RULE_TRTLLM = 1.0  # attn_split_rule of TRT-LLM-gen's multi-CTA KV split (`trtllm_split_count`)
+
+
+def trtllm_split_count(batch, n_kv_heads, kv_len, head_dim, gpu, fc: dict) -> np.ndarray:
+    """TRT-LLM-gen's CTAs per (request, KV head) of a decode batch (module docstring): min(ceil(kv_len / tile),
+    max(1, floor(SMs / (b H_kv)))), tile = the lane's attn_split_tile (2 x the kernel's KV step) at every head dim
+    (not `split_tile`'s FlashAttention-2 scaling: the KV step is the kernel's KV tile, 64 or 128 tokens in TRT-LLM-gen's
+    kernel hash, and the held-out head-dim-256 cells follow the unscaled count; chosen after seeing scores), the
+    query-head group of a KV head in one CTA (ASSUMED: no GQA group wider than the kernel's query tile); an empty
+    batch counts one split. Arrays broadcast (`gpu.sms` may be one per row); `head_dim` is checked, not used."""
+    b, hkv, c = (np.asarray(x, dtype=float) for x in (batch, n_kv_heads, kv_len))
+    if np.any(np.asarray(head_dim, dtype=float) <= 0):
+        raise ValueError("trtllm_split_count: need head_dim > 0")
+    blocks = np.maximum(1.0, np.ceil(c / float(fc.get("attn_split_tile", 128.0))))
+    streams = b * hkv
+    fill = np.floor(np.divide(np.asarray(gpu.sms, dtype=float), streams, out=np.ones(np.broadcast(streams, gpu.sms).shape),
+                              where=streams > 0))
+    return np.where(streams > 0, np.minimum(blocks, np.maximum(1.0, fill)), 1.0)
+
+
 def split_count(batch, n_heads, n_kv_heads, kv_len, head_dim, gpu, fc: dict) -> np.ndarray:
     """FlashAttention-2's num_splits_heuristic for a decode batch of `batch` requests of `kv_len` cached tokens
     (module docstring): CTAs b H_kv ceil((H_q / H_kv) / 64) (the GQA group swapped into the query axis, 64-row
     blocks) against 2 x SMs slots, KV blocks ceil(kv_len / split_tile). Arrays broadcast (`gpu.sms` may be one
-    per row); an empty batch counts one split."""
+    per row); an empty batch counts one split. On a lane whose attn_split_rule is SPLIT_RULE_TRTLLM, TRT-LLM-gen's
+    count instead (`trtllm_split_count`)."""
     b, hq, hkv, c = (np.asarray(x, dtype=float) for x in (batch, n_heads, n_kv_heads, kv_len))
     if np.any(b < 0) or np.any(hkv <= 0) or np.any(hq < hkv) or np.any(c < 0):
         raise ValueError("split_count: need batch >= 0, n_heads >= n_kv_heads >= 1 and kv_len >= 0")
+    rule = float(fc.get("attn_split_rule", 0.0))
+    if rule not in (0.0, SPLIT_RULE_TRTLLM):
+        raise ValueError(f"attn_split_rule must be 0 (FlashAttention-2) or {SPLIT_RULE_TRTLLM:g} (TRT-LLM-gen), got {rule!r}")
+    if rule == SPLIT_RULE_TRTLLM:
+        return trtllm_split_count(b, hkv, c, head_dim, gpu, fc)
     ctas = b * hkv * np.ceil(np.ceil(hq / hkv) / 64.0)
     blocks = np.maximum(1.0, np.ceil(c / split_tile(head_dim, fc)))
     slots = 2.0 * np.asarray(gpu.sms, dtype=float)
@@ -432,6 +488,49 @@ def stream_read_time(t_memory, nbytes, streams, fc: dict):
     return np.maximum(t_memory, bound)
 
 
+# FlashAttention-3 under vLLM (module docstring, "Split CTAs"; DERIVED from source): vLLM's split cap under full CUDA
+# graphs and the FA3 varlen scheduler's margin on the blocks per SM
+CTA_SPLIT_MAX = 16
+CTA_SPLIT_MARGIN = 1.1
+
+
+def split_ctas(streams, gpu, fc: dict):
+    """The CTAs that read a decode batch's KV on a lane with a per-CTA read rate (attn_cta_gbs > 0): `streams`
+    (request, KV head) streams x min(CTA_SPLIT_MAX, max(1, ceil(SMs / (CTA_SPLIT_MARGIN x streams)))), the long-KV
+    limit of FlashAttention-3's dynamic split under vLLM (module docstring); 0 where streams is 0. None where the lane
+    has no such rate (nothing to bound). Arrays broadcast (`gpu.sms` may be one per row)."""
+    rate = float(fc.get("attn_cta_gbs", 0.0))
+    if rate < 0:
+        raise ValueError(f"attn_cta_gbs must be >= 0, got {rate!r}")
+    if rate == 0:
+        return None
+    st = np.asarray(streams, dtype=float)
+    if np.any(st < 0):
+        raise ValueError("split_ctas: need streams >= 0")
+    per = np.ceil(np.divide(np.asarray(gpu.sms, dtype=float), CTA_SPLIT_MARGIN * st,
+                            out=np.ones(np.broadcast(st, gpu.sms).shape), where=st > 0))
+    return st * np.clip(per, 1.0, float(CTA_SPLIT_MAX))
+
+
+def decode_ctas(streams, decode, gpu, fc: dict):
+    """`combine`'s `split_ctas`: `split_ctas` of the batches where `decode` (decode-only batches that split), 0
+    elsewhere; None where the lane has no per-CTA read rate (every price as without the bound)."""
+    ct = split_ctas(streams, gpu, fc)
+    return None if ct is None else np.where(np.asarray(decode, dtype=bool), ct, 0.0)
+
+
+def cta_read_time(t_memory, nbytes, ctas, fc: dict):
+    """The decode stream time with the split CTAs' bound: max(t_memory, bytes / (ctas x attn_cta_gbs)) where
+    `ctas` > 0 (`split_ctas` of decode batches; 0 elsewhere); t_memory elsewhere or with no rate (0)."""
+    ct = np.asarray(ctas, dtype=float)
+    rate = float(fc.get("attn_cta_gbs", 0.0)) * 1e9
+    if rate <= 0 or not np.any(ct > 0):
+        return t_memory
+    bound = np.divide(np.asarray(nbytes, dtype=float), ct * rate, out=np.zeros(np.broadcast(nbytes, ct).shape),
+                      where=ct > 0)
+    return np.maximum(t_memory, bound)
+
+
 def _kvb(kv_dtype):
     if isinstance(kv_dtype, str):
         if kv_dtype not in KV_BYTES:
@@ -487,13 +586,15 @@ def attention_request_terms(new_tokens, kv_len, n_heads, n_kv_heads, head_dim, g
 
 
 def combine(t_compute, nbytes, units, n_req, gpu, fc: dict, warm_l2: bool = False, tiles=None,
-            prefill=None, decode_floor_rel=None, fp8_read=None, splits=None, unsplit_streams=None) -> dict:
+            prefill=None, decode_floor_rel=None, fp8_read=None, splits=None, unsplit_streams=None,
+            split_ctas=None) -> dict:
     """Batch totals -> time (seconds) with every branch; arrays in, dict of arrays out.
     `splits`: the split-KV split count of decode-only batches (`split_count`), priced by `split_us_s`;
     `decode_floor_rel`: multiplier of the floor of decode-only batches (`_decode_floor_rel`);
     `fp8_read`: where True (decode-only batches with an fp8 cache), the stream is also bounded by
     `fp8_read_bandwidth` (module docstring); `unsplit_streams`: where > 0 (unswapped decode batches, its
-    (request, KV head) streams), the stream is also bounded by `stream_read_time`."""
+    (request, KV head) streams), the stream is also bounded by `stream_read_time`; `split_ctas`: where > 0 (decode
+    batches on a lane with attn_cta_gbs, `decode_ctas`), by `cta_read_time`."""
     t_compute = np.asarray(t_compute, dtype=float)
     if tiles is not None:
         eta_fill = fill_eta(tiles, gpu.sms, fc)
@@ -514,6 +615,8 @@ def combine(t_compute, nbytes, units, n_req, gpu, fc: dict, warm_l2: bool = Fals
         t_memory = fp8_read_time(t_memory, nbytes, fp8_read, gpu, fc)
     if unsplit_streams is not None:
         t_memory = stream_read_time(t_memory, nbytes, unsplit_streams, fc)
+    if split_ctas is not None:
+        t_memory = cta_read_time(t_memory, nbytes, split_ctas, fc)
     t_units = units * fc["attn_cta_us"] * 1e-6 / gpu.sms
     t_work = np.maximum(t_compute, t_memory)
     p = fc["attn_overlap_p"]
@@ -564,7 +667,8 @@ def attention_cells(batch, new_tokens, kv_len, n_heads, n_kv_heads, head_dim, gp
                            if splits is None else np.asarray(splits, dtype=float))
     out = combine(b * r["t_compute"], b * r["bytes"], b * r["units"], b, gpu, fc, warm_l2, tiles=b * r["tiles"],
                   prefill=pre, decode_floor_rel=_decode_floor_rel(copy, fc, split, unsw), fp8_read=fp8 & ~pre,
-                  splits=nsplit, unsplit_streams=np.where(unsw, b * np.asarray(n_kv_heads, dtype=float), 0.0))
+                  splits=nsplit, unsplit_streams=np.where(unsw, b * np.asarray(n_kv_heads, dtype=float), 0.0),
+                  split_ctas=decode_ctas(b * np.asarray(n_kv_heads, dtype=float), ~pre & ~unsw, gpu, fc))
     out.update({"flops": b * r["flops"], "bytes": b * r["bytes"], "units": b * r["units"],
                 "eta_attn": r["eta_attn"], "eta_softmax": r["eta_softmax"]})
     return out
@@ -610,7 +714,8 @@ def attention_time(new_tokens, kv_len, n_heads, n_kv_heads, head_dim, gpu, const
                                                            gpu, fc, shape))
     out = combine(tc, nb, un, nreq, gpu, fc, warm_l2, tiles=ti, prefill=pre,
                   decode_floor_rel=_decode_floor_rel(copy, fc, split, unsw), fp8_read=fp8_read, splits=nsplit,
-                  unsplit_streams=np.where(unsw, streams, 0.0))
+                  unsplit_streams=np.where(unsw, streams, 0.0),
+                  split_ctas=decode_ctas(streams, ~pre & (nreq > 0) & ~unsw, gpu, fc))
     out["requests"] = nreq
     return out
 
@@ -666,6 +771,7 @@ def _decode_time(kv_len, n_heads, n_kv_heads, head_dim, gpu, kv_dtype: str, grou
     nsplit = decode_splits(fc, unsw, lambda: _group_splits(group, n_groups, nreq, hq, hkv, c, d, gpu, fc, c.shape))
     out = combine(zero, nb, un, nreq, gpu, fc, warm_l2, tiles=zero, prefill=np.zeros(n_groups, dtype=bool),
                   decode_floor_rel=_decode_floor_rel(copy, fc, split, unsw), fp8_read=np.full(n_groups, kvb == 1.0),
-                  splits=nsplit, unsplit_streams=np.where(unsw, nreq * hkv, 0.0))
+                  splits=nsplit, unsplit_streams=np.where(unsw, nreq * hkv, 0.0),
+                  split_ctas=decode_ctas(nreq * hkv, (nreq > 0) & ~unsw, gpu, fc))
     out["requests"] = nreq
     return out

@@ -71,11 +71,23 @@ FP8_NEUTRAL = 1.0
 # per-KV-head count (the factor absent: 0). The lane scope was chosen after seeing scores (PF_UNIT_DISCLOSED).
 PF_UNIT_LANES = ("fa2", "trtllm")
 FIT_PF_UNIT = {"attn_pf_unit": (0.5, 0.01, 10.0)}
-# the split-KV combine's cost per split (attn_split_us, `A.split_count`: FlashAttention-2's num_splits_heuristic),
-# fitted only on the FlashAttention-2 lane (the heuristic is that kernel's; FA3 and TRT-LLM-gen split by their own
-# rules) in the lane's leave-one-GPU-out fits (SPLIT_US_DISCLOSED)
-SPLIT_US_LANES = ("fa2",)
+# the split-KV combine's cost per split (attn_split_us, `A.split_count`: FlashAttention-2's num_splits_heuristic, or
+# TRT-LLM-gen's multi-CTA split on its lane), fitted only on the FlashAttention-2 and TRT-LLM-gen lanes (FA3 splits by
+# its own rule, priced by attn_cta_gbs) in the lane's leave-one-GPU-out fits (SPLIT_US_DISCLOSED,
+# TRTLLM_SPLIT_DISCLOSED)
+SPLIT_US_LANES = ("fa2", "trtllm")
+# the split count a lane's per-split cost is priced at (attn_split_rule, `A.split_count`): TRT-LLM-gen's own multi-CTA
+# rule on its lane (A.SPLIT_RULE_TRTLLM; wave 36, helper dattn8), FlashAttention-2's heuristic elsewhere (DERIVED)
+SPLIT_RULE_BY_LANE = {"trtllm": A.SPLIT_RULE_TRTLLM}
 FIT_SPLIT_US = {"attn_split_us": (0.1, 0.0, 2.0)}
+# the split-KV CTAs' read rate (attn_cta_gbs, `A.split_ctas` / `A.cta_read_time`: FlashAttention-3's dynamic split
+# under vLLM's cap of 16), on the FlashAttention-3 lane only (the split rule is that kernel's under vLLM; FA2 and
+# TRT-LLM-gen split by their own rules), measured, not fitted, on the training GPUs (`cta_gbs`): the median over them
+# of each one's median rate (c + 1) 2 H_kv d 2 b / (split_ctas x (y - floor)) over its one-stream decode cells
+# (b H_kv = 1: 16 CTAs, the bound alone; bf16, d 128, GQA) at KV >= CTA_MIN_KV tokens, floor = its median one-stream
+# cell at KV <= SWAP_REL_MAX_KV (CTA_GBS_DISCLOSED). In GB/s, like attn_stream_gbs: one CTA's stream is latency-bound.
+CTA_GBS_LANES = ("fa3",)
+CTA_MIN_KV = 16384
 # attn_swap_copy_rel (the FA2 query-transposition copy's share of the decode floor) is measured, not
 # fitted: on the training GPUs' decode cells inside one FA2 split-KV block (KV <= 128 tokens at
 # d <= 128: block_n = 128, so one split and no combine kernel) at <= 8 requests, GQA only,
@@ -275,6 +287,27 @@ SPLIT_US_DISCLOSED = (
     "GPUs of its lane); found from E1.29's held-out decode residuals on L40S / RTX PRO 6000 (they grow linearly in "
     "the split count), one form scored, the fa2-only scope set from the heuristic's source before scoring. No "
     "constant fitted on scored cells")
+TRTLLM_SPLIT_DISCLOSED = (
+    "split-KV cost per split on the TRT-LLM-gen lane (issue 19 item 1, wave 36, helper dattn8; attn_split_us on "
+    "SPLIT_US_LANES, attn_split_rule): a Blackwell decode pays attn_split_us x TRT-LLM-gen's own CTAs per (request, "
+    "KV head), min(ceil(KV / 256), max(1, floor(SMs / (b H_kv)))) (flashinfer computeNumCtas, from source), fitted in "
+    "the trtllm lane's leave-one-GPU-out fits (each Blackwell GPU's value from the other three); found from E1.29's "
+    "held-out Blackwell decode residuals, which grow 0.09-0.11 us per split of that rule on all four GPUs; chosen "
+    "after seeing scores: the scope (trtllm joins SPLIT_US_LANES) and the 256-token tile at every head dim (a first "
+    "build halved it at head dim 256 like FlashAttention-2's tile; its Blackwell TP 8 decode was 0.0594 / 0.0619 / "
+    "0.0692 / 0.0581 against 0.0582 / 0.0605 / 0.068 / 0.0574 unhalved, B200 / B300 / GB200 / GB300). No constant "
+    "fitted on scored cells")
+CTA_GBS_DISCLOSED = (
+    "split-KV CTA read rate on the FlashAttention-3 lane (issue 19 item 1, wave 36, helper dattn8; attn_cta_gbs, "
+    "CTA_GBS_LANES): a decode batch reads its KV at most at split_ctas x attn_cta_gbs, split_ctas = streams x "
+    "min(16, ceil(SMs / (1.1 streams))) (vLLM's FA3 split cap under full CUDA graphs and FA3's varlen scheduler, from "
+    "source), attn_cta_gbs measured, not fitted, on the fold's training GPUs' one-stream decode cells at KV >= 16k "
+    "(`cta_gbs`: H100's value from H200's cells and the other way round); found from E1.29's held-out decode "
+    "residuals at one KV head per rank (TP 8), which follow the bytes per CTA; chosen after seeing scores: the form "
+    "(the long-KV limit of the split rule) over the exact per-KV-length rule, both scored in scratch on E1.29's Hopper "
+    "decode cells (limit form better at H100 TP 1 / 2), and measured over fitted: a first build fitting attn_cta_gbs "
+    "in the lane fit sent attn_l2_bpc to its bound (200) with 52-59 GB/s per CTA and gave Hopper TP 8 decode "
+    "0.0799 / 0.0792. No constant fitted on scored cells")
 FILL_TAIL_DISCLOSED = (
     "critical-path cap on the FlashAttention-2 lane's prefill SM fill (issue 19 item 1, wave 35, helper fa2fill; "
     "attn_fill_tail, FILL_TAIL_LANES): eta_fill = min(tiles / (tiles + fill_half SMs), fill_tail tiles / (fill_half "
@@ -287,7 +320,7 @@ FILL_TAIL_DISCLOSED = (
 DISCLOSED = (PREFILL_DISCLOSED, SWAP_COPY_DISCLOSED, KV_WRITE_DISCLOSED, BLACKWELL_TILE_DISCLOSED,
             SPLIT_DISCLOSED, CLASS_CARRY_DISCLOSED, WARM_KV_WRITE_DISCLOSED, FP8_READ_DISCLOSED,
             LANE_KV_WRITE_DISCLOSED, PF_UNIT_DISCLOSED, SPLIT_US_DISCLOSED, STREAM_DISCLOSED,
-            L2_HIT_DISCLOSED, EXP_DISCLOSED, FILL_TAIL_DISCLOSED)  # what E1.24 and E1.29 disclose, one line per change
+            L2_HIT_DISCLOSED, EXP_DISCLOSED, FILL_TAIL_DISCLOSED, CTA_GBS_DISCLOSED, TRTLLM_SPLIT_DISCLOSED)  # what E1.24 and E1.29 disclose, one line per change
 
 
 # ---------------------------------------------------------------------------------------
@@ -579,6 +612,25 @@ def stream_gbs(cells, gpus) -> float:
     return float(np.median(vals)) if vals else 0.0
 
 
+def cta_gbs(cells, gpus) -> float:
+    """Median over `gpus` of one split-KV CTA's read rate in GB/s (see CTA_MIN_KV): per GPU, the median over its
+    one-stream GQA decode cells (b H_kv = 1, bf16, d 128) at KV >= CTA_MIN_KV of bytes / (A.split_ctas x (y - floor)),
+    floor = its median one-stream cell at KV <= SWAP_REL_MAX_KV; 0 when no GPU of `gpus` has such cells."""
+    vals = []
+    for g in gpus:
+        x = cells[(cells["gpu"] == g) & (cells["phase"] == "decode") & (cells["kv_dtype"] == "bf16")
+                  & (cells["d"] == 128) & (cells["H"] > cells["Hkv"]) & (cells["b"] * cells["Hkv"] == 1)]
+        short, x = x[x["c"] <= SWAP_REL_MAX_KV], x[x["c"] >= CTA_MIN_KV]
+        if len(x) and len(short):
+            t = (x["y_ms"].to_numpy(dtype=float) - float(np.median(short["y_ms"]))) * 1e-3
+            if np.any(t <= 0):
+                raise ValueError(f"{g}: a one-stream decode cell at KV >= {CTA_MIN_KV} is no slower than its floor")
+            ctas = A.split_ctas(np.ones(len(x)), get_gpu(g), {"attn_cta_gbs": 1.0})
+            nbytes = ((x["c"] + 1.0) * 2.0 * x["d"] * 2.0).to_numpy(dtype=float)
+            vals.append(float(np.median(nbytes / (ctas * t))) / 1e9)
+    return float(np.median(vals)) if vals else 0.0
+
+
 def noswap_rel(cells, gpus) -> float:
     """Median over `gpus` of the floor share an unswapped (MHA) decode saves against the copy-free GQA decode:
     1 - median(y of MHA cells) / median(y of copy-free GQA cells), both at KV <= SWAP_REL_MAX_KV and <=
@@ -622,7 +674,8 @@ def swap_fixed(cells, gpus, lane: str) -> dict:
     query-transposition swap (A.SWAP_COPY_LANES), its unswapped decode's stream rate and floor share
     (`stream_gbs`, `noswap_rel`), else 0 (no unswapped path); on a lane of EXP_LANES the softmax's clocks per
     causal score element measured on `gpus` (`exp_cyc`), else 0; on a lane of FILL_TAIL_LANES the launch-order
-    tail FILL_TAIL (derived), else 0."""
+    tail FILL_TAIL (derived), else 0; on a lane of CTA_GBS_LANES the split-KV CTA read rate measured on `gpus`
+    (`cta_gbs`), else 0; the lane's split-count rule (SPLIT_RULE_BY_LANE, else 0: FlashAttention-2's)."""
     tile = float(SPLIT_TILE_BY_LANE.get(lane, SPLIT_TILE_BY_LANE["fa2"]))
     swap = lane in A.SWAP_COPY_LANES
     return {"attn_swap_copy_rel": swap_copy_rel(cells, gpus) if swap else 0.0,
@@ -631,7 +684,9 @@ def swap_fixed(cells, gpus, lane: str) -> dict:
             "attn_stream_gbs": stream_gbs(cells, gpus) if swap else 0.0,
             "attn_noswap_rel": noswap_rel(cells, gpus) if swap else 0.0,
             "attn_exp_cyc": exp_cyc(cells, gpus) if lane in EXP_LANES else 0.0,
-            "attn_fill_tail": FILL_TAIL if lane in FILL_TAIL_LANES else 0.0}
+            "attn_fill_tail": FILL_TAIL if lane in FILL_TAIL_LANES else 0.0,
+            "attn_cta_gbs": cta_gbs(cells, gpus) if lane in CTA_GBS_LANES else 0.0,
+            "attn_split_rule": float(SPLIT_RULE_BY_LANE.get(lane, 0.0))}
 
 
 def deploy_frame(cells_gpu):
