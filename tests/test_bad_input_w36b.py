@@ -1,0 +1,37 @@
+"""Wave 36, second pass, helper harden4: bad input harden3 found and left (DESIGN.md `Bad input, wave 36, second
+pass`). One test per defect; each failed on the code before its fix. CLI: one line on stderr, exit 2; API: a
+SteptimeError that is also a ValueError, in one line (tests/refusals.py)."""
+import inspect
+
+import pytest
+
+from steptime import step, validation
+from steptime.errors import ServeError
+from steptime.serve import kv_budget
+from steptime.serve import memory as serve_memory
+from steptime.serve import timer as serve_timer
+from refusals import clean
+
+
+# ---- 1. one tp-divides-the-heads check, kv_budget included --------------------------------------------------
+@pytest.mark.parametrize("model", ["llama-3.1-8b", "qwen3-30b-a3b"], ids=["dense", "moe"])
+def test_kv_budget_refuses_a_tp_every_predictor_refuses(model):
+    with pytest.raises(ServeError) as e:
+        kv_budget(model, "h100-sxm", tp=3)
+    assert clean(e) == f"tensor-parallel degree 3 must divide {model}'s 32 attention heads"
+    with pytest.raises(ServeError) as e:  # a TP group spanning nodes: step.check_tp, as the predictors
+        kv_budget(model, "h100-sxm", tp=16)
+    assert "is beyond h100-sxm's 8 GPUs per node" in clean(e)
+    assert kv_budget(model, "h100-sxm", tp=2).blocks() > 0  # a layout the predictors take still runs
+
+
+def test_the_tp_heads_check_is_one_function_called_everywhere():
+    """The message lives once (validation.check_tp_heads); the three former copies and kv_budget call it."""
+    for mod in (step, serve_timer, serve_memory):
+        assert "num_attention_heads % tp" not in inspect.getsource(mod), mod.__name__
+    callers = [inspect.getsource(f) for f in (step.validate_batch, step._check_steps, serve_timer._checked,
+                                              kv_budget)]
+    assert all("check_tp_heads(" in src for src in callers)
+    with pytest.raises(ServeError) as e:
+        validation.check_tp_heads(step.get_model("llama-3.1-8b"), 3, ServeError)
+    assert clean(e) == "tensor-parallel degree 3 must divide llama-3.1-8b's 32 attention heads"
