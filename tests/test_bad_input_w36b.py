@@ -2,14 +2,16 @@
 pass`). One test per defect; each failed on the code before its fix. CLI: one line on stderr, exit 2; API: a
 SteptimeError that is also a ValueError, in one line (tests/refusals.py)."""
 import inspect
+import json
 
 import pytest
 
 from steptime import step, validation
-from steptime.errors import ServeError
+from steptime.errors import ModelConfigError, ServeError
 from steptime.serve import kv_budget
 from steptime.serve import memory as serve_memory
 from steptime.serve import timer as serve_timer
+from steptime.specs import MLP_ACTIVATIONS, model_from_config
 from refusals import clean
 
 
@@ -35,3 +37,34 @@ def test_the_tp_heads_check_is_one_function_called_everywhere():
     with pytest.raises(ServeError) as e:
         validation.check_tp_heads(step.get_model("llama-3.1-8b"), 3, ServeError)
     assert clean(e) == "tensor-parallel degree 3 must divide llama-3.1-8b's 32 attention heads"
+
+
+# ---- 2. an MLP activation the model spec does not know ------------------------------------------------------
+DENSE = {"architectures": ["LlamaForCausalLM"], "hidden_size": 4096, "num_hidden_layers": 32,
+         "num_attention_heads": 32, "num_key_value_heads": 8, "intermediate_size": 14336, "vocab_size": 128256,
+         "max_position_embeddings": 131072}
+
+
+def config(tmp_path, cfg, **more):
+    p = tmp_path / "config.json"
+    p.write_text(json.dumps({**cfg, **more}))
+    return p
+
+
+@pytest.mark.parametrize("field", ["hidden_act", "activation_function"])
+def test_an_unknown_mlp_activation_is_refused_naming_the_known_ones(tmp_path, field):
+    with pytest.raises(ModelConfigError) as e:
+        model_from_config(config(tmp_path, DENSE, **{field: "geglu_v2"}))
+    msg = clean(e)
+    assert f"{field} 'geglu_v2' is not an activation steptime knows (known: silu, swiglu" in msg
+    assert all(a in msg for a in MLP_ACTIVATIONS) and '"gated_mlp": true or false' in msg
+
+
+def test_known_activations_read_as_before_and_gated_mlp_reads_an_unknown_one(tmp_path):
+    assert model_from_config(config(tmp_path, DENSE, hidden_act="silu")).gated_mlp is True
+    assert model_from_config(config(tmp_path, DENSE, hidden_act="gelu_new")).gated_mlp is False
+    assert model_from_config(config(tmp_path, DENSE, activation_function="relu")).gated_mlp is False
+    assert model_from_config(config(tmp_path, DENSE)).gated_mlp is True  # no field: silu, as before
+    assert model_from_config(config(tmp_path, DENSE, hidden_act="xielu", gated_mlp=False)).gated_mlp is False
+    gemma = {**DENSE, "architectures": ["Gemma2ForCausalLM"]}
+    assert model_from_config(config(tmp_path, gemma, hidden_act="gelu_pytorch_tanh")).gated_mlp is True
