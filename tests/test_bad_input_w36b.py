@@ -8,11 +8,14 @@ import pytest
 
 from steptime import step, validation
 from steptime.errors import ModelConfigError, ServeError
-from steptime.serve import kv_budget
+from steptime.serve import kv_budget, policy
 from steptime.serve import memory as serve_memory
 from steptime.serve import timer as serve_timer
 from steptime.specs import MLP_ACTIVATIONS, model_from_config
-from refusals import clean
+from refusals import clean, refuses
+
+SERVE = ["serve", "--model", "llama-3.1-8b", "--gpu", "h100-sxm", "--no-progress", "--n", "5", "--rate", "2", "--isl",
+         "64", "--osl", "4"]
 
 
 # ---- 1. one tp-divides-the-heads check, kv_budget included --------------------------------------------------
@@ -68,3 +71,20 @@ def test_known_activations_read_as_before_and_gated_mlp_reads_an_unknown_one(tmp
     assert model_from_config(config(tmp_path, DENSE, hidden_act="xielu", gated_mlp=False)).gated_mlp is False
     gemma = {**DENSE, "architectures": ["Gemma2ForCausalLM"]}
     assert model_from_config(config(tmp_path, gemma, hidden_act="gelu_pytorch_tanh")).gated_mlp is True
+
+
+# ---- 3. sarathi's chunk refused under the name the user typed -------------------------------------------------
+@pytest.mark.parametrize("chunk,needle", [
+    ("99999999999999999999", "sarathi chunk (--chunk) 99999999999999999999 tokens is beyond any model's context"),
+    ("0", "sarathi chunk (--chunk) must be >= 1, got 0"),
+    ("100", "sarathi chunk (--chunk) 100 is below max_num_seqs 256")])
+def test_serve_chunk_is_refused_naming_chunk_not_max_num_batched_tokens(capsys, chunk, needle):
+    err = refuses(capsys, [*SERVE, "--policy", "sarathi", "--chunk", chunk], needle)
+    assert "max_num_batched_tokens" not in err and "token budget" not in err
+    with pytest.raises(ServeError) as e:  # the API's chunk= too
+        policy("sarathi", chunk=int(chunk))
+    assert needle in clean(e)
+
+
+def test_the_vllm_budget_keeps_its_own_name(capsys):
+    refuses(capsys, [*SERVE, "--max-num-batched-tokens", "100"], "token budget 100 is below max_num_seqs 256")
