@@ -88,3 +88,16 @@ def test_serve_chunk_is_refused_naming_chunk_not_max_num_batched_tokens(capsys, 
 
 def test_the_vllm_budget_keeps_its_own_name(capsys):
     refuses(capsys, [*SERVE, "--max-num-batched-tokens", "100"], "token budget 100 is below max_num_seqs 256")
+
+
+# ---- 4. data verify --root that is not a directory ----------------------------------------------------------
+def test_data_verify_root_that_is_a_file_says_the_root_must_be_a_directory(tmp_path, capsys):
+    f = tmp_path / "notes.txt"
+    f.write_text("x")
+    for sub in ("verify", "list"):
+        err = refuses(capsys, ["data", sub, "--root", str(f)], f"root '{f}' is not a directory: the root must be the "
+                      "repository's directory, the one holding raw/MANIFEST.yaml and the raw/ files it lists")
+        assert "problem" not in err
+    refuses(capsys, ["data", "verify", "--root", str(tmp_path / "nope")], "does not exist: the root must be")
+    refuses(capsys, ["data", "verify", "--root", str(tmp_path)], "no manifest here (root given explicitly): the root "
+            "must be the repository's directory")

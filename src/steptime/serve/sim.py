@@ -112,7 +112,8 @@ class Policy:
             as_int(self.kv_blocks, "kv_blocks", 1, error=ServeError)
         if self.name != "static" and self.max_num_batched_tokens < self.max_num_seqs:
             raise ServeError(f"{'token budget' if budget != CHUNK else CHUNK} {self.max_num_batched_tokens} is below "
-                             f"max_num_seqs {self.max_num_seqs}: every running request must fit one decode token a step")
+                             f"max_num_seqs {self.max_num_seqs}: every running request must fit one decode token a "
+                             "step")
         u = self.gpu_memory_utilization
         if not (is_real(u) and 0 < u <= 1):
             raise ServeError(f"gpu_memory_utilization must be in (0, 1] (got {u!r})")
