@@ -7,7 +7,7 @@ import json
 import pytest
 
 from steptime import step, validation
-from steptime.errors import ModelConfigError, ServeError
+from steptime.errors import ModelConfigError, ServeError, SteptimeError
 from steptime.serve import kv_budget, policy
 from steptime.serve import memory as serve_memory
 from steptime.serve import timer as serve_timer
@@ -101,3 +101,37 @@ def test_data_verify_root_that_is_a_file_says_the_root_must_be_a_directory(tmp_p
     refuses(capsys, ["data", "verify", "--root", str(tmp_path / "nope")], "does not exist: the root must be")
     refuses(capsys, ["data", "verify", "--root", str(tmp_path)], "no manifest here (root given explicitly): the root "
             "must be the repository's directory")
+
+
+# ---- 5. (a new user's MoE pass) kv_budget and plan take the predictors' layout checks -----------------------
+@pytest.mark.parametrize("kw,needle", [
+    (dict(ep=3), "expert-parallel degree 3 must divide qwen3-30b-a3b's 128 experts"),
+    (dict(tp=2, ep=3), "expert-parallel degree 3 must be a multiple of the tensor-parallel degree 2"),
+    (dict(ep=16), "expert-parallel degree 16 is beyond h100-sxm's 8 GPUs per node"),
+    (dict(dtype="fp4"), "h100-sxm (hopper) has no fp4 tensor cores")])
+def test_kv_budget_refuses_an_moe_layout_every_predictor_refuses(kw, needle):
+    with pytest.raises(SteptimeError) as e:
+        kv_budget("qwen3-30b-a3b", "h100-sxm", **kw)
+    assert needle in clean(e)
+    assert kv_budget("qwen3-30b-a3b", "h100-sxm", ep=2).blocks() > 0
+    assert kv_budget("qwen3-30b-a3b", "h100-sxm", dtype="mxfp4").blocks() > 0
+
+
+PLAN = ["plan", "--n", "5", "--rate", "2", "--isl", "64", "--osl", "4", "--slo-ttft-ms", "1000", "--gpus", "h100-sxm",
+        "--no-progress", "--jobs", "1", "--tp", "1"]
+
+
+@pytest.mark.parametrize("model,dtypes,needle", [
+    ("qwen3-30b-a3b", "bf16,fp3", "unknown dtype to search for qwen3-30b-a3b 'fp3' (known: bf16, fp8, fp8_block, fp4"),
+    ("llama-3.1-8b", "mxfp4", "unknown dtype to search for llama-3.1-8b 'mxfp4' (known: bf16, fp8)")])
+def test_plan_refuses_an_unknown_dtype_up_front_naming_the_known_ones(capsys, model, dtypes, needle):
+    err = refuses(capsys, [*PLAN, "--model", model, "--dtypes", dtypes], needle)
+    assert "dropped" not in err
+
+
+def test_plan_drops_a_tp_that_does_not_split_the_heads_with_the_one_message():
+    from steptime.plan import _static_reason, Layout
+
+    lay = Layout("h100-sxm", 3, "vllm", "bf16", 64, 2048, replicas=1, ep=1)
+    assert _static_reason(step.get_model("llama-3.1-8b"), step.get_gpu("h100-sxm"), lay) == \
+        "tensor-parallel degree 3 must divide llama-3.1-8b's 32 attention heads"

@@ -142,6 +142,7 @@ def kv_budget(model, gpu, *, tp: int = 1, ep: int = 1, dtype: str = "bf16", kv_d
     if isinstance(u, bool) or not isinstance(u, Real) or not (math.isfinite(u) and 0 < u <= 1):
         raise ServeError(f"gpu_memory_utilization must be in (0, 1] (got {u!r})")
     if is_moe(m):
+        moe_step.check_layout(m, g, tp, ep, dtype)  # the predictors' MoE check: dtype on the GPU, ep's fit
         weights = moe_step.memory_bytes(m, 0, tp, ep, dtype=dtype, kv_dtype=kv_dtype)
         layer = moe_step.kv_layer_bytes(m, tp, kv_dtype)
         n_win, n_lin = moe_step.sliding_layers(m), m.n_linear_layers
