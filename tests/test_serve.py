@@ -213,7 +213,7 @@ def test_bad_trace_table():
     (lambda: StepTimer(M, G, dtype="fp16"), "unknown dtype 'fp16'"),
     (lambda: StepTimer(M, "a100-sxm", dtype="fp8"), "no fp8 tensor cores"),
     (lambda: StepTimer(M, G, f_clk=float("nan")), "f_clk"),
-    (lambda: policy("sarathi", chunk=0), "sarathi chunk must be >= 1"),
+    (lambda: policy("sarathi", chunk=0), r"sarathi chunk \(--chunk\) must be >= 1"),
     (lambda: policy("static", batch=0), "static batch size must be >= 1"),
     (lambda: Policy("vllm", kv_blocks=0), "kv_blocks must be >= 1"),
 ])
@@ -275,7 +275,7 @@ def test_cli_serve(tmp_path, capsys):
     (["--engine", "nope"], "nope"),
     # a zero is refused, never replaced by a default
     (["--n", "0"], "number of requests must be >= 1"),
-    (["--policy", "sarathi", "--chunk", "0"], "sarathi chunk must be >= 1"),
+    (["--policy", "sarathi", "--chunk", "0"], "sarathi chunk (--chunk) must be >= 1"),
     (["--policy", "static", "--batch", "0"], "static batch size must be >= 1"),
     (["--replicas", "0"], "replicas must be >= 1"),
     (["--tp", "0"], "tensor-parallel degree tp must be >= 1"),

@@ -209,8 +209,13 @@ def find_root(root: str | os.PathLike | None = None) -> Path:
     """The repository root holding raw/MANIFEST.yaml (argument, then $STEPTIME_ROOT, then cwd upwards)."""
     if root is not None:
         p = Path(root).resolve()
+        if not p.is_dir():
+            why = "is not a directory" if p.exists() else "does not exist"
+            raise DataError(f"root {os.fspath(root)!r} {why}: the root must be the repository's directory, the one "
+                            f"holding {MANIFEST_REL} and the raw/ files it lists")
         if not (p / MANIFEST_REL).is_file():
-            raise DataError(f"{p / MANIFEST_REL}: no manifest here (root given explicitly)")
+            raise DataError(f"{p / MANIFEST_REL}: no manifest here (root given explicitly): the root must be the "
+                            f"repository's directory, the one holding {MANIFEST_REL} and the raw/ files it lists")
         return p
     env = os.environ.get(ENV_ROOT)
     if env:

@@ -36,7 +36,7 @@ from steptime.specs import get_gpu, get_model, gpu_key, model_table
 from steptime.specs.engines import check_engine_gpu, check_precision, get_engine
 from steptime.specs.moe import is_moe, moe_model_table
 from steptime.step import GPU_TERMS, predict_steps
-from steptime.validation import MAX_INSTANCES, as_int, is_real
+from steptime.validation import MAX_INSTANCES, as_int, check_choice, check_tp_heads, is_real
 
 PRICE_FILE = Path(__file__).resolve().parent / "specs" / "prices.yaml"
 DEFAULT_TP = (1, 2, 4, 8)
@@ -206,9 +206,8 @@ def _static_reason(model, gpu, lay: Layout) -> str | None:
     """Why a layout cannot run at all (before simulating), or None."""
     if lay.tp > gpus_per_node(gpu):
         return f"tp {lay.tp} exceeds the {gpus_per_node(gpu)} GPUs of a {gpu.key} node"
-    if model.num_attention_heads % lay.tp:
-        return f"{model.num_attention_heads} attention heads do not split over tp {lay.tp}"
     try:
+        check_tp_heads(model, lay.tp, PlanError)
         check_engine_gpu(get_engine(lay.engine), gpu)
         if is_moe(model):
             from steptime import moe_step
@@ -664,6 +663,12 @@ def plan(model, workload, *, slo_ttft_s=None, slo_tpot_s=None, slo_itl_s=None, p
         raise PlanError(f"tp degrees to search ({', '.join(map(str, tps))}) all exceed --max-gpus {max_gpus}: no "
                         f"instance fits")
     m = get_model(model)
+    if is_moe(m):
+        from steptime.moe_step import MOE_DTYPES as known_dtypes
+    else:
+        from steptime.specs.engines import DTYPES as known_dtypes
+    for d in dtypes:  # a typo would drop every layout of it, one by one, for the same reason
+        check_choice(d, f"dtype to search for {m.key}", known_dtypes)
     for what, v in (("gpus", [_key_or_name(get_gpu, g) for g in gpus]),
                     ("engines", [get_engine(e).key for e in engines]), ("dtypes", dtypes), ("tp degrees", tps),
                     ("max_num_seqs values", seqs), ("token budgets", budgets)):

@@ -28,7 +28,7 @@ from steptime.specs.moe import is_moe
 from steptime.specs.engines import allreduces_per_layer, check_engine_gpu, check_precision, get_engine, tp_sharding
 from steptime.terms import attention, comm, gemm, host, light, precision
 from steptime.validation import (MAX_REQUESTS, as_int, check_choice, check_f_clk, check_request_rows,
-                                 check_tokens)
+                                 check_tokens, check_tp_heads)
 from steptime import moe_step
 from steptime.terms.moe import MoEConstants
 
@@ -294,10 +294,7 @@ def validate_batch(model, gpu, new, kv, tp: int = 1, check_memory: bool = True, 
     check_request_rows(new, kv, model, where="batch", names=("new tokens", "KV length"), row="group",
                        error=BatchError)
     total = kv + new
-    tp = check_tp(tp, gpu, BatchError)
-    if model.num_attention_heads % tp:
-        raise BatchError(f"tensor-parallel degree {tp} must divide {model.key}'s "
-                         f"{model.num_attention_heads} attention heads")
+    tp = check_tp_heads(model, check_tp(tp, gpu, BatchError), BatchError)
     if check_memory:
         if is_moe(model):
             win = (float((np.minimum(total, model.attention_window) * count).sum()) if model.attention_window
@@ -365,10 +362,7 @@ def _check_steps(model, gpu, step_id, new_tokens, kv_len, n_steps, tp, f_clk, kv
     check_f_clk(f_clk, allow_boost=True)  # the API caller chose it; the CLI and predict_step gate boosts
     check_choice(kv_dtype, "KV-cache dtype kv_dtype", tuple(attention.KV_BYTES))
     check_choice(rows, "predict_steps rows", ROWS)
-    tp = check_tp(tp, gpu)
-    if model.num_attention_heads % tp:
-        raise InputError(f"tensor-parallel degree {tp} must divide {model.key}'s {model.num_attention_heads} "
-                         f"attention heads")
+    tp = check_tp_heads(model, check_tp(tp, gpu))
     arrays = []
     for name, x in (("step_id", step_id), ("new_tokens", new_tokens), ("kv_len", kv_len)):
         a = np.asarray(x)

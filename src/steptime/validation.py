@@ -167,6 +167,17 @@ def check_tokens(x, what: str, error=InputError) -> int:
     return v
 
 
+def check_tp_heads(model, tp: int, error=InputError) -> int:
+    """The one check that tensor parallelism splits `model`'s attention heads evenly (each GPU holds
+    num_attention_heads / tp query heads): predict_step's batches, predict_steps, the serving timers and
+    serve.memory.kv_budget call it, each with its own error class. `tp` is an int >= 1 already
+    (step.check_tp)."""
+    if model.num_attention_heads % tp:
+        raise error(f"tensor-parallel degree {tp} must divide {model.key}'s {model.num_attention_heads} "
+                    f"attention heads")
+    return tp
+
+
 def check_choice(value, what: str, known) -> str:
     if not isinstance(value, str) or value not in known:
         raise InputError(f"unknown {what} {value!r} (known: {', '.join(known)})")

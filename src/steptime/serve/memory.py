@@ -34,7 +34,7 @@ from numbers import Real
 import numpy as np
 
 from steptime.errors import ServeError
-from steptime.validation import as_int
+from steptime.validation import as_int, check_tp_heads
 
 
 @dataclass(frozen=True)
@@ -130,10 +130,11 @@ def kv_budget(model, gpu, *, tp: int = 1, ep: int = 1, dtype: str = "bf16", kv_d
     from steptime import moe_step
     from steptime.specs import get_gpu, get_model
     from steptime.specs.moe import is_moe
-    from steptime.step import memory_bytes
+    from steptime.step import check_tp, memory_bytes
 
     m, g = get_model(model), get_gpu(gpu)
-    tp = as_int(tp, "tensor-parallel degree tp", 1, error=ServeError)
+    # the layout checks every predictor makes (whole tp within the node, tp dividing the heads): one place each
+    tp = check_tp_heads(m, check_tp(tp, g, ServeError), ServeError)
     ep = as_int(ep, "expert-parallel degree ep", 1, error=ServeError)
     block_size = as_int(block_size, "block_size", 1, error=ServeError)
     max_num_seqs = as_int(max_num_seqs, "max_num_seqs", 1, error=ServeError)
@@ -141,6 +142,7 @@ def kv_budget(model, gpu, *, tp: int = 1, ep: int = 1, dtype: str = "bf16", kv_d
     if isinstance(u, bool) or not isinstance(u, Real) or not (math.isfinite(u) and 0 < u <= 1):
         raise ServeError(f"gpu_memory_utilization must be in (0, 1] (got {u!r})")
     if is_moe(m):
+        moe_step.check_layout(m, g, tp, ep, dtype)  # the predictors' MoE check: dtype on the GPU, ep's fit
         weights = moe_step.memory_bytes(m, 0, tp, ep, dtype=dtype, kv_dtype=kv_dtype)
         layer = moe_step.kv_layer_bytes(m, tp, kv_dtype)
         n_win, n_lin = moe_step.sliding_layers(m), m.n_linear_layers

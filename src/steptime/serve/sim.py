@@ -67,6 +67,9 @@ SHORT_RUN = 24  # runs up to this many iterations are timed in Python floats (nu
 PROGRESS_STEPS = 20000  # a progress bar's step count is refreshed every this many simulated iterations
 
 
+CHUNK = "sarathi chunk (--chunk)"  # the name of sarathi's token budget in its refusals (the API's chunk=, the CLI's)
+
+
 @dataclass(frozen=True)
 class Policy:
     name: str = "vllm"
@@ -99,15 +102,18 @@ class Policy:
             raise ServeError(f"unknown scheduler policy {self.name!r} (known: {', '.join(POLICIES)})")
         for what in ("max_num_batched_tokens", "max_num_seqs", "block_size", "join_steps", "read_join_steps"):
             as_int(getattr(self, what), what, 1, error=ServeError)
-        for what in ("max_num_batched_tokens", "block_size"):  # token counts: within any model's context
-            if getattr(self, what) > MAX_TOKENS:
-                raise ServeError(f"{what} {getattr(self, what)} tokens is beyond any model's context (limit "
+        # sarathi's token budget is its chunk: named as the user gave it (policy(chunk=), serve --chunk)
+        budget = CHUNK if self.name == "sarathi" else "max_num_batched_tokens"
+        for what, label in (("max_num_batched_tokens", budget), ("block_size", "block_size")):
+            if getattr(self, what) > MAX_TOKENS:  # token counts: within any model's context
+                raise ServeError(f"{label} {getattr(self, what)} tokens is beyond any model's context (limit "
                                  f"{MAX_TOKENS})")
         if self.kv_blocks is not None:
             as_int(self.kv_blocks, "kv_blocks", 1, error=ServeError)
         if self.name != "static" and self.max_num_batched_tokens < self.max_num_seqs:
-            raise ServeError(f"token budget {self.max_num_batched_tokens} is below max_num_seqs "
-                             f"{self.max_num_seqs}: every running request must fit one decode token a step")
+            raise ServeError(f"{'token budget' if budget != CHUNK else CHUNK} {self.max_num_batched_tokens} is below "
+                             f"max_num_seqs {self.max_num_seqs}: every running request must fit one decode token a "
+                             "step")
         u = self.gpu_memory_utilization
         if not (is_real(u) and 0 < u <= 1):
             raise ServeError(f"gpu_memory_utilization must be in (0, 1] (got {u!r})")
@@ -127,7 +133,7 @@ def policy(name: str = "vllm", **kw) -> Policy:
         chunk = kw.pop("chunk", None)
         budget = kw.pop("max_num_batched_tokens", None)
         chunk = chunk if chunk is not None else budget if budget is not None else 512
-        return Policy("sarathi", max_num_batched_tokens=as_int(chunk, "sarathi chunk", 1, error=ServeError), **kw)
+        return Policy("sarathi", max_num_batched_tokens=as_int(chunk, CHUNK, 1, error=ServeError), **kw)
     if name == "static":
         b = kw.pop("batch", None)
         if b is not None:

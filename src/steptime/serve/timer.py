@@ -37,7 +37,7 @@ from steptime.step import ATTN_TERMS, BLOCK_TERMS, check_tp, memory_bytes, predi
 from steptime.terms import attention
 from steptime.terms.gemm import smax, smax1
 from steptime.terms.moe import MoEConstants
-from steptime.validation import as_int, check_choice, check_f_clk
+from steptime.validation import as_int, check_choice, check_f_clk, check_tp_heads
 
 TOKEN_TERMS = tuple(t for t in BLOCK_TERMS if t not in ATTN_TERMS + ("lm_head",))
 EXACT_RTOL = 1e-9
@@ -77,9 +77,7 @@ def _checked(model, gpu, tp, f_clk, kv_dtype, engine, dtype, constants, ep=1):
     if is_moe(model):
         from steptime import moe_step
 
-        if model.num_attention_heads % tp:
-            raise ServeError(f"tensor-parallel degree {tp} must divide {model.key}'s {model.num_attention_heads} "
-                             f"attention heads")
+        check_tp_heads(model, tp, ServeError)
         ep = moe_step.check_layout(model, gpu, tp, ep, dtype)[1]
         if getattr(model, "n_linear_layers", 0):
             raise ServeError(f"{model.key} has Gated DeltaNet linear-attention layers: the serving simulator's timer "

@@ -41,6 +41,16 @@ DEFAULT_VENDOR = "NVIDIA"
 # GeGLU runs gelu_pytorch_tanh, which other models (StarCoder2, GPT-2's gelu family) use in a plain two-matrix MLP
 # (transformers' GemmaMLP / Gemma2MLP / Gemma3MLP); models.yaml's Gemma entries are gated likewise
 GATED_ARCHS = ("GemmaForCausalLM", "Gemma2ForCausalLM", "Gemma3ForCausalLM")
+# The MLP activations a dense config.json may name (hidden_act, or GPT-2's activation_function), each with whether the
+# MLP it implies is gated (act(gate) * up: Llama's SwiGLU) or plain (two matrices); the one list: another name is
+# refused with these, not read as a plain MLP (a gated model with a new activation name would lose a third of its
+# MLP GEMMs silently). The plain names are transformers' ACT2FN entries that dense decoders use (GPT-2's gelu_new,
+# OPT's relu, StarCoder2's gelu_pytorch_tanh, ...); swish, silu's other name, is left out: steptime reads silu as
+# gated, and a plain swish MLP could not be told apart. A config stating "gated_mlp" needs no known name.
+MLP_ACTIVATIONS = MappingProxyType({
+    **dict.fromkeys(("silu", "swiglu", "gelu_pytorch_tanh_gated"), True),
+    **dict.fromkeys(("gelu", "gelu_new", "gelu_fast", "gelu_python", "gelu_accurate", "gelu_pytorch_tanh",
+                     "quick_gelu", "relu", "relu2", "relu6", "leaky_relu", "tanh"), False)})
 VENDORS = tuple(sorted({DEFAULT_VENDOR, *VENDOR.values()}))  # every vendor a GPU of gpus.yaml can have
 
 
@@ -463,14 +473,18 @@ def model_from_config(path: str | os.PathLike) -> Model:
         inter = 4 * hidden if cfg["n_inner"] is None else _cfg_int(cfg, "n_inner", where)
     else:
         raise ModelConfigError(f"{where}: intermediate_size is missing; expected a positive integer (the MLP width)")
-    act = cfg.get("hidden_act", cfg.get("activation_function", "silu"))
+    act_key = "hidden_act" if "hidden_act" in cfg or "activation_function" not in cfg else "activation_function"
+    act = cfg.get(act_key, "silu")
     if act is None:
         act = "silu"
     if not isinstance(act, str):
-        raise ModelConfigError(f"{where}: hidden_act must be a string, got {act!r:.40}")
+        raise ModelConfigError(f"{where}: {act_key} must be a string, got {act!r:.40}")
     gated_arch = any(a in GATED_ARCHS for a in (cfg.get("architectures") or ()))
-    gated = _cfg_bool(cfg, "gated_mlp", where,
-                      gated_arch or act.lower() in ("silu", "swiglu", "gelu_pytorch_tanh_gated"))
+    if act.lower() not in MLP_ACTIVATIONS and cfg.get("gated_mlp") is None and not gated_arch:
+        raise ModelConfigError(f"{where}: {act_key} {act!r:.40} is not an activation steptime knows (known: "
+                               f"{', '.join(MLP_ACTIVATIONS)}); it decides whether the MLP is gated: state "
+                               f'"gated_mlp": true or false in the config.json to read the model anyway')
+    gated = _cfg_bool(cfg, "gated_mlp", where, gated_arch or MLP_ACTIVATIONS.get(act.lower(), False))
     return Model(
         key=p.stem if p.name != "config.json" else p.parent.name or "custom",
         source=str(p),

@@ -132,6 +132,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--root", default=None, help="repository root (default: $STEPTIME_ROOT or the cwd upwards)")
     ap.add_argument("--no-schema", action="store_true", help="check presence, sizes and sha256 only")
     a = ap.parse_args(argv)
+    if a.root is not None:  # a root that is no repository is a usage error (one line, exit 2), not a raw/ problem
+        find_root(a.root)
     rep = verify(a.root, schema=not a.no_schema)
     if a.json:
         sys.stdout.write(json.dumps(rep.to_dict(), indent=1, sort_keys=True) + "\n")
