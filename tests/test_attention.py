@@ -1185,3 +1185,21 @@ def test_e1_24_prices_trtllm_splits_by_its_own_rule_held_out(repo_root):
             assert 0.0 < rec["factors"]["attn_split_us"] < 1.0 and g not in rec["fit_on"]
         else:
             assert rec["factors"].get("attn_split_rule", 0.0) == 0.0
+
+
+def test_split_count_tile_is_the_tile_the_lane_counts_its_splits_in():
+    """The serving timer caches split counts by KV blocks: the blocks must be counted in the tile the lane's
+    split_count uses (TRT-LLM-gen: attn_split_tile at every head dim; FlashAttention-2: split_tile's scaling),
+    else a head-dim-64 model's timer drifts from the step (gpt-oss on B200 did, by 1.4e-3)."""
+    import numpy as np
+    from steptime.specs import get_gpu
+    from steptime.terms.attention import SPLIT_RULE_TRTLLM, split_count, split_count_tile, split_tile
+    g = get_gpu("b200")
+    trt = {"attn_split_tile": 128.0, "attn_split_rule": SPLIT_RULE_TRTLLM}
+    fa2 = {"attn_split_tile": 128.0, "attn_split_rule": 0.0}
+    assert float(split_count_tile(64, trt)) == 128.0 and float(split_count_tile(64, fa2)) == float(split_tile(64, fa2))
+    tile = float(split_count_tile(64, trt))
+    for n in (1, 2, 3):
+        for kv in (100.0, 300.0, 1000.0, 4000.0):
+            blocks = max(1.0, np.ceil(kv / tile))  # the count is a function of the blocks in this tile
+            assert float(split_count(n, 64, 8, kv, 64, g, trt)) == float(split_count(n, 64, 8, blocks * tile, 64, g, trt))

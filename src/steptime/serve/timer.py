@@ -169,6 +169,7 @@ class StepTimer:
         # the split-KV combine (attention.split_kv): its floor share and the KV tile it splits past
         self._dsplit = self._dfloor * float(fc.get("attn_split_rel", 0.0))
         self._dtile = float(attention.split_tile(self.head_dim, fc))
+        self._ctile = float(attention.split_count_tile(self.head_dim, fc))  # the blocks `_splits_of` caches counts by
         self._nsplit = {}  # (requests, KV blocks) -> split count (`_splits_of`): the heuristic scans 128
         # FA2's unswapped decode (attention.unswapped: H_q == H_kv on a lane with attn_stream_gbs): no split-KV,
         # the copy-free floor x (1 - attn_noswap_rel), each (request, KV head) stream bounded by attn_stream_gbs
@@ -321,12 +322,12 @@ class StepTimer:
         if _ndim(n) or _ndim(sum_kv):
             n_a, kv_a = np.broadcast_arrays(np.asarray(n, dtype=float), np.asarray(sum_kv, dtype=float))
             mean = np.divide(kv_a, n_a, out=np.zeros(n_a.shape), where=n_a > 0)
-            blocks = np.maximum(1.0, np.ceil(mean / self._dtile))
+            blocks = np.maximum(1.0, np.ceil(mean / self._ctile))
             out = np.array([self._splits_of(float(nn), float(bb)) for nn, bb in zip(n_a.ravel(), blocks.ravel())])
             return attention.split_us_s(out.reshape(n_a.shape), self.fc)
         nn = float(n)
         mean = float(sum_kv) / nn if nn > 0 else 0.0
-        splits = self._splits_of(nn, max(1.0, math.ceil(mean / self._dtile)) if math.isfinite(mean) else math.inf)
+        splits = self._splits_of(nn, max(1.0, math.ceil(mean / self._ctile)) if math.isfinite(mean) else math.inf)
         return self._dsplit_us * 1e-6 * splits if splits > 1 else 0.0
 
     def _splits_of(self, n: float, blocks: float) -> float:
@@ -335,7 +336,7 @@ class StepTimer:
         splits = self._nsplit.get(key)
         if splits is None:
             splits = self._nsplit[key] = float(attention.decode_splits(self.fc, self._unsw, lambda: attention.split_count(
-                n, self.heads, self.kv_heads, blocks * self._dtile, self.head_dim, self.gpu, self.fc)))
+                n, self.heads, self.kv_heads, blocks * self._ctile, self.head_dim, self.gpu, self.fc)))
         return splits
 
     def _dmem_n(self, n):

@@ -386,6 +386,21 @@ SPLIT_ONE_FILL = 0.8  # ... and one split once the CTAs fill this share of the s
 SPLIT_RULE_TRTLLM = 1.0  # attn_split_rule of TRT-LLM-gen's multi-CTA KV split (`trtllm_split_count`)
 
 
+def trtllm_split_tile(fc: dict) -> float:
+    """KV tokens per block of TRT-LLM-gen's split count (`trtllm_split_count`): the lane's attn_split_tile at every
+    head dim."""
+    return float(fc.get("attn_split_tile", 128.0))
+
+
+def split_count_tile(head_dim, fc: dict):
+    """KV tokens per block that the lane's split count (`split_count`) is a function of: `trtllm_split_tile` on a lane
+    whose attn_split_rule is SPLIT_RULE_TRTLLM, else `split_tile` (FlashAttention-2's head-dim scaling). A caller that
+    caches split counts by KV blocks (the serving timer) counts its blocks in this tile."""
+    if float(fc.get("attn_split_rule", 0.0)) == SPLIT_RULE_TRTLLM:
+        return np.full(np.shape(head_dim), trtllm_split_tile(fc))
+    return split_tile(head_dim, fc)
+
+
 def trtllm_split_count(batch, n_kv_heads, kv_len, head_dim, gpu, fc: dict) -> np.ndarray:
     """TRT-LLM-gen's CTAs per (request, KV head) of a decode batch (module docstring): min(ceil(kv_len / tile),
     max(1, floor(SMs / (b H_kv)))), tile = the lane's attn_split_tile (2 x the kernel's KV step) at every head dim
@@ -396,7 +411,7 @@ def trtllm_split_count(batch, n_kv_heads, kv_len, head_dim, gpu, fc: dict) -> np
     b, hkv, c = (np.asarray(x, dtype=float) for x in (batch, n_kv_heads, kv_len))
     if np.any(np.asarray(head_dim, dtype=float) <= 0):
         raise ValueError("trtllm_split_count: need head_dim > 0")
-    blocks = np.maximum(1.0, np.ceil(c / float(fc.get("attn_split_tile", 128.0))))
+    blocks = np.maximum(1.0, np.ceil(c / trtllm_split_tile(fc)))
     streams = b * hkv
     fill = np.floor(np.divide(np.asarray(gpu.sms, dtype=float), streams, out=np.ones(np.broadcast(streams, gpu.sms).shape),
                               where=streams > 0))
