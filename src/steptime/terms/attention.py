@@ -494,12 +494,18 @@ def unswapped(n_heads, n_kv_heads, fc: dict) -> np.ndarray:
 def stream_read_time(t_memory, nbytes, streams, fc: dict):
     """The decode stream time with the unsplit streams' bound: max(t_memory, bytes / (streams x attn_stream_gbs))
     where `streams` > 0 (an unswapped decode's (request, KV head) streams; 0 elsewhere); t_memory elsewhere."""
-    st = np.asarray(streams, dtype=float)
-    rate = float(fc.get("attn_stream_gbs", 0.0)) * 1e9
-    if rate <= 0 or not np.any(st > 0):
+    return _read_bound(t_memory, nbytes, streams, fc.get("attn_stream_gbs", 0.0))
+
+
+def _read_bound(t_memory, nbytes, readers, gbs):
+    """max(t_memory, bytes / (readers x gbs GB/s)) where `readers` > 0; t_memory elsewhere, or everywhere where the
+    rate is 0 or no row has a reader (`stream_read_time`, `cta_read_time`)."""
+    rd = np.asarray(readers, dtype=float)
+    rate = float(gbs) * 1e9
+    if rate <= 0 or not np.any(rd > 0):
         return t_memory
-    bound = np.divide(np.asarray(nbytes, dtype=float), st * rate, out=np.zeros(np.broadcast(nbytes, st).shape),
-                      where=st > 0)
+    bound = np.divide(np.asarray(nbytes, dtype=float), rd * rate, out=np.zeros(np.broadcast(nbytes, rd).shape),
+                      where=rd > 0)
     return np.maximum(t_memory, bound)
 
 
@@ -537,13 +543,7 @@ def decode_ctas(streams, decode, gpu, fc: dict):
 def cta_read_time(t_memory, nbytes, ctas, fc: dict):
     """The decode stream time with the split CTAs' bound: max(t_memory, bytes / (ctas x attn_cta_gbs)) where
     `ctas` > 0 (`split_ctas` of decode batches; 0 elsewhere); t_memory elsewhere or with no rate (0)."""
-    ct = np.asarray(ctas, dtype=float)
-    rate = float(fc.get("attn_cta_gbs", 0.0)) * 1e9
-    if rate <= 0 or not np.any(ct > 0):
-        return t_memory
-    bound = np.divide(np.asarray(nbytes, dtype=float), ct * rate, out=np.zeros(np.broadcast(nbytes, ct).shape),
-                      where=ct > 0)
-    return np.maximum(t_memory, bound)
+    return _read_bound(t_memory, nbytes, ctas, fc.get("attn_cta_gbs", 0.0))
 
 
 def _kvb(kv_dtype):
