@@ -101,6 +101,7 @@ def engine_step_document(r: dict, targets: dict) -> dict:
                "row_reading": r.get("row_reading"),
                "inline_row_reading": {"note": W.INLINE_ROW_NOTE, "predictor": r["names"].get("inline")},
                "prefill_residual": r.get("prefill_residual"),
+               "split_signal": r.get("split_signal"),
                "notes": ["GPU: the FPM files do not name it; B300 by the collector's default and the KV-cache size "
                          "(see the data manifest)",
                          "per-request lengths are not in the FPM rows: decode requests read the step's mean decode KV "

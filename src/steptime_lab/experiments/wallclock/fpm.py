@@ -13,6 +13,7 @@ import numpy as np
 from steptime_lab.experiments.wallclock.steps import (
     BLOCK_SCALE, COMM_OFFSET, COMM_SCALE, PREFILL_RESIDUAL_NOTE, READING_RULE, ROW_READING_NOTE, SCALES, STEP_ADJUSTMENTS,
     WallclockError, check_steps, prefill_residual, row_reading_fpm, INLINE_ROW_NOTE, inline_row_ms,
+    SPLIT_SIGNAL_NOTE, split_kv_signal, without_split_cost,
     exposed_host, fit_engine_constants, make_predictor, predict_table, reading_rule, score_steps, shares,
     signed_error_bins, residual_terms, tp_scaling, with_scales,
 )
@@ -108,6 +109,11 @@ def run_fpm(steps, spec: FpmSpec, *, fitted_doc=None, n_boot: int = 1000, seed: 
                                                      get_engine(spec.engine).get("graph_max_tokens", gpu, c0))},
             "prefill_residual": {"note": PREFILL_RESIDUAL_NOTE, "predictor": fit_name,
                                  "by_tp": prefill_residual(ev, tabs[fit_name])},
+            "split_signal": {"note": SPLIT_SIGNAL_NOTE, "predictor": fit_name,
+                             "by_tp": split_kv_signal(ev, tabs[fit_name], predict_table(
+                                 ev, with_scales(make_predictor(spec.engine, spec.model, gpu, engine=spec.engine,
+                                                                dtype=spec.dtype, constants=without_split_cost(c0))),
+                                 fitted))},
             "names": {"fit": fit_name, "block": blk_name, "inline": inline_name}}
 
 

@@ -453,6 +453,67 @@ def prefill_residual(steps, pred) -> list[dict]:
     return out
 
 
+SPLIT_SIGNAL_NOTE = (
+    "Diagnostic, no claim (issue 19 item 1, wave 37, helper tsplit): does the served decode pay the split-KV cost "
+    "(attn_split_us per split, attention.split_count) that the per-operator tables price? Per TP, over the decode "
+    "steps of SPLIT_SIGNAL_REQUESTS requests (one: its KV length is the row's mean, which the FPM rows give where they "
+    "give no per-request lengths, and vLLM captures a CUDA graph at one request, so the served batch is not padded) "
+    "whose KV length spans at least SPLIT_SIGNAL_MIN_SPAN tokens (at least SPLIT_SIGNAL_MIN_STEPS steps): the "
+    "least-squares slope in KV length (us per 1,000 tokens, with its standard error) of the residual "
+    "measured - predicted WITHOUT any per-split cost, beside the slope of the per-split cost the prediction prices. "
+    "At a fixed batch every other term of the step but the KV read (priced in both) is constant, so a measured slope "
+    "near the priced one says the engine pays the splits at the priced count; a slope near 0 says it does not. "
+    "Source (DESIGN, wave 37 tsplit): under vLLM's FULL CUDA graphs the TRT-LLM-gen decode grid is fixed at capture "
+    "(max_seq_len = max_model_len, the padded batch), so the kernel launches more CTAs per (request, KV head) than "
+    "the per-operator collector's eager call at short KV; this reads which count the wall clock pays.")
+SPLIT_SIGNAL_REQUESTS = (1,)  # one request: no per-request length spread, its own capture size (first built with
+# (1, 2, 4): the 4-request chat rows at TP 1 / 4 read -112 / -81 us per 1k tokens where nothing is priced, a
+# mean-KV artefact of unequal lengths; chosen after seeing that, disclosed in DESIGN wave 37 tsplit)
+SPLIT_SIGNAL_MIN_SPAN = 1500.0  # tokens between the 5th and 95th percentile of the steps' mean KV length
+SPLIT_SIGNAL_MIN_STEPS = 30
+
+
+def without_split_cost(constants):
+    """`constants` with every per-split cost 0 (the global attn_split_us and each attention lane's): the prediction
+    `split_kv_signal` compares the measured steps with."""
+    lanes = constants.get("attn_lane_factors") or {}
+    return constants.with_overrides({"attn_split_us": 0.0,
+                                     "attn_lane_factors": {k: {**v, "attn_split_us": 0.0} for k, v in lanes.items()}})
+
+
+def split_kv_signal(steps, pred, pred_nosplit) -> list[dict]:
+    """SPLIT_SIGNAL_NOTE's table for one (gpu, engine) step table: `pred` and `pred_nosplit` are predict_table frames
+    aligned with `steps`, the second from the same predictor with every per-split cost 0 (their difference is the
+    priced split time). One entry per (TP, request count) that qualifies; [] where none does."""
+    check_steps(steps)
+    for name, t in (("pred", pred), ("pred_nosplit", pred_nosplit)):
+        if not t.index.equals(steps.index) or "pred_ms" not in t:
+            raise WallclockError(f"split_kv_signal: {name} must be a predict_table frame aligned with steps")
+    if len(steps[["gpu", "engine"]].drop_duplicates()) != 1:
+        raise WallclockError("split_kv_signal: one (gpu, engine) per call")
+    x = steps.assign(res=steps["latency_ms"] - pred_nosplit["pred_ms"], split=pred["pred_ms"] - pred_nosplit["pred_ms"])
+    if (x["split"] < -1e-9).any():
+        raise WallclockError("split_kv_signal: pred is below pred_nosplit on some step (pred_nosplit must be the same "
+                             "predictor with the per-split cost 0)")
+    x = x[(x["phase"] == "decode") & x["decode_requests"].isin(SPLIT_SIGNAL_REQUESTS)]
+    out = []
+    for (tp, b), g in x.groupby(["tp", "decode_requests"], sort=True):
+        kv = g["mean_decode_kv_tokens"].to_numpy(float)
+        lo, hi = np.quantile(kv, [0.05, 0.95])
+        if len(g) < SPLIT_SIGNAL_MIN_STEPS or hi - lo < SPLIT_SIGNAL_MIN_SPAN:
+            continue
+        X = np.c_[np.ones(len(g)), kv / 1000.0]
+        beta, *_ = np.linalg.lstsq(X, g["res"].to_numpy(float), rcond=None)
+        e = g["res"].to_numpy(float) - X @ beta
+        se = float(np.sqrt(e @ e / (len(g) - 2) * np.linalg.inv(X.T @ X)[1, 1]))
+        priced = np.linalg.lstsq(X, g["split"].to_numpy(float), rcond=None)[0][1]
+        out.append({"tp": int(tp), "decode_requests": int(b), "steps": int(len(g)), "kv_p05": float(lo),
+                    "kv_p95": float(hi), "measured_excess_us_per_1k": float(beta[1] * 1e3),
+                    "measured_excess_se_us_per_1k": se * 1e3, "priced_split_us_per_1k": float(priced * 1e3),
+                    "priced_split_median_ms": float(g["split"].median())})
+    return out
+
+
 def residual_terms(steps, pred) -> dict:
     """Which predicted term the residual (measured - predicted) scales with, per phase, leave-one-TP-out.
 
