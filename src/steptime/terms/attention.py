@@ -536,7 +536,9 @@ def stream_read_time(t_memory, nbytes, streams, fc: dict, gpu=None):
     """The decode stream time with the unsplit streams' bound: max(t_memory, bytes / (streams x `stream_rate`))
     where `streams` > 0 (an unswapped decode's (request, KV head) streams; 0 elsewhere); t_memory elsewhere.
     `gpu` is needed only where attn_stream_clk > 0 (the rate from the datasheet)."""
-    if float(fc.get("attn_stream_clk", 0.0)) > 0 and gpu is None:
+    if not float(fc.get("attn_stream_clk", 0.0)) > 0:  # the GB/s rate as read (bit for bit as before the clocks)
+        return _read_bound(t_memory, nbytes, streams, fc.get("attn_stream_gbs", 0.0))
+    if gpu is None:
         raise ValueError("stream_read_time: attn_stream_clk > 0 needs the GPU (its tensor rate and clock)")
     return _read_bound(t_memory, nbytes, streams, stream_rate(gpu, fc) / 1e9)
 
