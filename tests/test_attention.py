@@ -854,19 +854,59 @@ def _mha_cells(gpu, rate_gbs, floor_ms, gqa_ms):
     return pd.DataFrame(rows)
 
 
-def test_the_unswapped_stream_rate_and_floor_share_are_measured_on_the_training_gpus():
-    x = pd.concat([_mha_cells("l40s", 28.0, 0.008, 0.010), _mha_cells("rtx-pro-6000", 26.0, 0.009, 0.009)],
-                  ignore_index=True)
-    assert E.stream_gbs(x, ["l40s"]) == pytest.approx(28.0)
-    assert E.stream_gbs(x, ["l40s", "rtx-pro-6000"]) == pytest.approx(27.0)
+def _gbs_at(gpu, clk):
+    """The unsplit stream's rate (GB/s) on `gpu` at attn_stream_clk `clk` (attention.stream_rate)."""
+    return float(A.stream_rate(get_gpu(gpu), {"attn_stream_clk": clk})) / 1e9
+
+
+def test_the_unswapped_stream_clocks_and_floor_share_are_measured_on_the_training_gpus():
+    """attn_stream_clk is measured per GPU as the clocks per 64 KiB block beside the block's MMA and carried as the
+    median over the training GPUs; the rate it gives back on each GPU is that GPU's measured rate (wave 37, fa2dec;
+    fails before it: no `stream_clk`, and swap_fixed set attn_stream_gbs instead)."""
+    x = pd.concat([_mha_cells("l40s", _gbs_at("l40s", 1900.0), 0.008, 0.010),
+                   _mha_cells("rtx-pro-6000", _gbs_at("rtx-pro-6000", 2100.0), 0.009, 0.009)], ignore_index=True)
+    assert E.stream_clk(x, ["l40s"]) == pytest.approx(1900.0, rel=1e-9)
+    assert E.stream_clk(x, ["l40s", "rtx-pro-6000"]) == pytest.approx(2000.0, rel=1e-9)
     assert E.noswap_rel(x, ["l40s"]) == pytest.approx(0.2)
     assert E.noswap_rel(x, ["l40s", "rtx-pro-6000"]) == pytest.approx(0.1)
-    assert E.stream_gbs(x, ["a100-sxm"]) == 0.0 and E.noswap_rel(x, ["a100-sxm"]) == 0.0  # no cells: off
+    assert E.stream_clk(x, ["a100-sxm"]) == 0.0 and E.noswap_rel(x, ["a100-sxm"]) == 0.0  # no cells: off
     fixed = E.swap_fixed(pd.concat([x, _split_cells(0.25).assign(gpu="l40s")], ignore_index=True), ["l40s"], "fa2")
-    assert fixed["attn_stream_gbs"] == pytest.approx(28.0) and fixed["attn_noswap_rel"] == pytest.approx(0.2)
+    assert fixed["attn_stream_clk"] == pytest.approx(1900.0, rel=1e-9) and fixed["attn_noswap_rel"] == pytest.approx(0.2)
+    assert fixed["attn_stream_gbs"] == 0.0  # replaced by the clocks: one fact
     # a lane without the query swap (FA3, TRT-LLM-gen) has no unswapped path
     other = E.swap_fixed(pd.concat([x, _split_cells(0.25).assign(gpu="l40s")], ignore_index=True), ["l40s"], "fa3")
-    assert other["attn_stream_gbs"] == 0.0 and other["attn_noswap_rel"] == 0.0
+    assert other["attn_stream_gbs"] == 0.0 and other["attn_stream_clk"] == 0.0 and other["attn_noswap_rel"] == 0.0
+    # a stream no slower per block than its own MMA cannot be measured as clocks beside it
+    fast = _mha_cells("l40s", 4.0 * _gbs_at("l40s", 1900.0), 0.008, 0.010)
+    with pytest.raises(ValueError, match="not positive"):
+        E.stream_clk(fast, ["l40s"])
+
+
+def test_the_unswapped_stream_rate_is_the_split_kv_tiles_mma_plus_its_clocks():
+    """stream_rate: one 64 KiB block per (64-row MMA at the datasheet's tensor rate per SM and clock + attn_stream_clk)
+    SM clocks at boost; attn_stream_gbs where the clocks are 0; the clocks alone open the unswapped path (wave 37)."""
+    a100, l40s = get_gpu("a100-sxm"), get_gpu("l40s")
+    f = A100.boost_mhz * 1e6
+    mma = 64 * 65536 / (a100.peak_flops / (a100.sms * f))  # ~2,047 clocks: A100's 2,049 FLOPs per SM per clock
+    assert 2040 < mma < 2055
+    assert float(A.stream_rate(a100, {"attn_stream_clk": 2000.0})) == pytest.approx(65536 * f / (mma + 2000.0))
+    # the same clocks give L40S (half A100's tensor FLOPs per SM per clock, 1.8x its clock) a faster stream
+    assert A.stream_rate(l40s, {"attn_stream_clk": 2000.0}) > A.stream_rate(a100, {"attn_stream_clk": 2000.0})
+    assert A.stream_rate(a100, {"attn_stream_gbs": 25.0}) == pytest.approx(25e9)
+    assert A.stream_rate(a100, {"attn_stream_gbs": 25.0, "attn_stream_clk": 2000.0}) != pytest.approx(25e9)
+    with pytest.raises(ValueError, match="attn_stream_clk"):
+        A.stream_rate(a100, {"attn_stream_clk": -1.0})
+    fc0 = {**A.attention_constants(A100), "attn_stream_gbs": 0.0, "attn_stream_clk": 0.0, "attn_noswap_rel": 0.0}
+    fc = {**fc0, "attn_stream_clk": 2000.0}
+    assert A.unswapped(8, 8, fc) and not A.unswapped(8, 8, fc0) and not A.unswapped(16, 8, fc)
+    with pytest.raises(ValueError, match="needs the GPU"):
+        A.stream_read_time(np.zeros(1), np.ones(1), np.ones(1), fc)
+    # a one-request MHA cell with a long KV reads its 8 streams at that rate; per GPU row in a fit's stand-in too
+    on = A.attention_cells(1.0, 1, 16383.0, 8, 8, 128, A100, fc=fc)
+    assert float(on["t_memory"]) == pytest.approx(float(on["bytes"]) / (8 * A.stream_rate(a100, fc)))
+    rows = E.GpuRows(["a100-sxm", "l40s"], [1, 1], Constants.default())
+    both = A.stream_rate(rows, fc)
+    assert both.tolist() == pytest.approx([float(A.stream_rate(a100, fc)), float(A.stream_rate(l40s, fc))])
 
 
 def test_a_warm_l2_hit_is_never_priced_slower_than_the_hbm_stream_it_replaces():
@@ -1147,6 +1187,24 @@ def test_e1_24_bounds_the_fa3_lanes_split_ctas_held_out(repo_root):
             assert 50.0 < rec["factors"]["attn_cta_gbs"] < 200.0 and g not in rec["fit_on"]
         else:
             assert not rec["factors"].get("attn_cta_gbs", 0.0)
+
+
+def test_e1_24_carries_the_fa2_unswapped_stream_clocks_held_out(repo_root):
+    """E1.24's fa2 folds carry attn_stream_clk measured on the other two fa2 GPUs (1,700-2,300 clocks) and no
+    attn_stream_gbs; the other lanes neither (fails on the wave-36 result, whose fa2 folds carry attn_stream_gbs)."""
+    import json
+
+    doc = json.loads((repo_root / "results" / "E1_24.json").read_text())
+    seen = 0
+    for g, rec in doc["metrics"]["per_gpu"].items():
+        fac = rec["factors"]
+        assert not fac.get("attn_stream_gbs", 0.0)
+        if rec["lane"] in A.SWAP_COPY_LANES:
+            assert 1700.0 < fac["attn_stream_clk"] < 2300.0 and g not in rec["fit_on"]
+            seen += 1
+        else:
+            assert not fac.get("attn_stream_clk", 0.0)
+    assert seen == 3  # A100, L40S, RTX PRO 6000
 
 
 def test_trtllm_split_count_fills_the_sms_per_kv_head_stream():

@@ -820,6 +820,26 @@ def test_timer_prices_an_unswapped_fa2_decode_as_the_step_does():
         StepTimer(M, "a100-sxm", constants=off).decode_attention1(8, 8000.0), rel=1e-15)
 
 
+def test_timer_prices_the_unswapped_stream_from_its_clocks_as_the_step_does():
+    """attn_stream_clk (wave 37, fa2dec): the timer's unswapped stream reads attention.stream_rate, the datasheet rate
+    of the split-KV kernel's block, and its fast paths equal attention_time (fails before it: the timer read
+    attn_stream_gbs alone, so a lane with the clocks had no stream bound in the timer and `check` failed)."""
+    from steptime.calibration import Constants
+    from steptime.terms import attention
+
+    on = Constants.default().with_overrides({"attn_stream_gbs": 0.0, "attn_stream_clk": 2000.0,
+                                             "attn_noswap_rel": 0.1, "attn_lane_factors": {}})
+    for gpu in ("a100-sxm", "l40s"):
+        t = StepTimer("llama-2-7b", gpu, constants=on)
+        assert t.check() < 1e-12 and t._unsw
+        assert t._srate == pytest.approx(float(attention.stream_rate(t.gpu, t.fc)) * t.kv_heads, rel=1e-15)
+        for n, kv in ((1, 16000.0), (8, 4000.0), (200, 500.0)):
+            kvs = np.full(n, kv)
+            ref = attention.attention_time(np.ones(n), kvs, t.heads, t.kv_heads, t.head_dim, t.gpu, on,
+                                           group=np.zeros(n, dtype=int), n_groups=1)["t"][0]
+            assert t.decode_attention1(n, float(kvs.sum())) == pytest.approx(ref, rel=1e-12)
+
+
 def test_timer_with_per_split_cost_and_unswapped_stream_together_equals_the_library():
     """Both wave-31 fa2 laws on at once (adaa's per-split cost, ampa's unswapped MHA stream): an unswapped decode
     never splits, so it pays no per-split cost; a GQA decode pays it; the timer equals attention_time either way."""

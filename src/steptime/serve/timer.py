@@ -171,8 +171,8 @@ class StepTimer:
         self._dtile = float(attention.split_tile(self.head_dim, fc))
         self._ctile = float(attention.split_count_tile(self.head_dim, fc))  # the blocks `_splits_of` caches counts by
         self._nsplit = {}  # (requests, KV blocks) -> split count (`_splits_of`): the heuristic scans 128
-        # FA2's unswapped decode (attention.unswapped: H_q == H_kv on a lane with attn_stream_gbs): no split-KV,
-        # the copy-free floor x (1 - attn_noswap_rel), each (request, KV head) stream bounded by attn_stream_gbs
+        # FA2's unswapped decode (attention.unswapped: H_q == H_kv on a lane with a stream rate): no split-KV,
+        # the copy-free floor x (1 - attn_noswap_rel), each (request, KV head) stream bounded by attention.stream_rate
         self._unsw = bool(attention.unswapped(self.heads, self.kv_heads, fc))
         if self._unsw:
             self._dfloor_free = self._dfloor * float(attention._decode_floor_rel(False, fc, False, True))
@@ -181,7 +181,8 @@ class StepTimer:
         # are priced (attention.decode_splits: a per-split cost, and not unswapped); 0: none
         priced = attention.decode_splits(fc, self._unsw, lambda: 1.0) is not None
         self._dsplit_us = float(fc["attn_split_us"]) if priced else 0.0
-        self._srate = float(fc.get("attn_stream_gbs", 0.0)) * 1e9 * float(self.kv_heads)  # one request's streams
+        # one request's streams' rate (attention.stream_rate: attn_stream_clk from the datasheet, else attn_stream_gbs)
+        self._srate = float(attention.stream_rate(self.gpu, fc)) * float(self.kv_heads)
         # FA3's split CTAs (attention.split_ctas / cta_read_time: a decode reads at most split_ctas x attn_cta_gbs);
         # seconds per byte of that bound per request count, cached (`_cta_dmem`); 0 rate: no bound
         self._crate = float(fc.get("attn_cta_gbs", 0.0)) * 1e9
@@ -341,7 +342,7 @@ class StepTimer:
 
     def _dmem_n(self, n):
         """Seconds per decode byte for a step of `n` requests: 1 / (BW eta_mem) (or the fp8 read's bound), and, for
-        an unswapped decode, at least 1 / (n H_kv attn_stream_gbs) (attention.stream_read_time: both sides are
+        an unswapped decode, at least 1 / (n H_kv stream_rate) (attention.stream_read_time: both sides are
         linear in the bytes), or, on a lane with attn_cta_gbs, at least 1 / (split_ctas x attn_cta_gbs)
         (`_cta_dmem`). A Python number gives a float, an array an array."""
         if not self._unsw:

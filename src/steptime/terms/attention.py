@@ -62,7 +62,11 @@ Named factors (constants in defaults.yaml, settled by E1.24):
                      on a lane whose decode API splits the KV only for a swapped GQA query (`unswapped`);
                      0 (neutral): every decode batch may split
   attn_noswap_rel    the share of the copy-free decode floor an unswapped decode saves (no output copy back
-                     from the swapped layout, no split-KV set-up); lanes with attn_stream_gbs only
+                     from the swapped layout, no split-KV set-up); lanes with attn_stream_gbs or attn_stream_clk only
+  attn_stream_clk    SM clocks one unsplit decode stream's CTA spends per KV block beside the block's MMA (`stream_rate`:
+                     the CTA's tile is FlashAttention-2's split-KV kernel's 64 query rows x one 64 KiB bf16 K+V block,
+                     computed in full for one query row); where > 0 it sets the stream rate from the datasheet and
+                     replaces attn_stream_gbs; 0 (neutral): attn_stream_gbs as read
   attn_cta_gbs       GB/s one split-KV decode CTA reads of its KV chunk (`cta_read_time`): a decode batch reads at most
                      split_ctas x attn_cta_gbs, its CTAs FlashAttention-3's split grid under vLLM (`split_ctas`);
                      0 (neutral): no such bound (lanes without it)
@@ -153,6 +157,19 @@ pays no split-KV share. The AIConfigurator tables show it on every FA2 GPU: at b
 KV >= 4k an MHA cell reads 22.2 (A100), 27.4 (L40S), 26.2 (RTX PRO 6000) GB/s per stream, flat in
 the streams, 6-8x slower than the split GQA cell of the same bytes.
 
+Unswapped stream rate from the kernel's tile (`stream_rate`, attn_stream_clk): vLLM's KV cache is paged, and
+mha_varlen_fwd runs FlashAttention-2's split-KV kernel whenever a block table is given (run_mha_fwd(params, stream,
+paged_KV): force_split_kernel), with num_splits 1 on the unswapped path; that kernel's tile is kBlockM = 64 query
+rows ("Fixed for all head dimensions") x kBlockN = 256 / 128 / 64 keys at head dim <= 80 / <= 128 / above
+(run_mha_fwd_splitkv_dispatch, csrc/flash_attn/src/flash_fwd_launch_template.h, vllm-project/flash-attention), i.e.
+one 64 KiB bf16 K+V block per main-loop step at d 64 / 128 / 256 (STREAM_BLOCK_BYTES), and the CTA computes both
+MMAs over all 64 rows for its one query row: 4 x 64 x (block tokens x d) = 64 x STREAM_BLOCK_BYTES FLOPs a block. The
+tables' MHA cells at b x H_kv <= SMs and KV >= 4k take, per 64 KiB block, 4,156 (A100) / 6,019 (L40S) / 6,555
+(RTX PRO 6000) SM clocks at boost, of which that MMA at the datasheet's tensor rate per SM and clock is 2,047 / 4,146 /
+4,411: the rest, 2,109 / 1,873 / 2,144 clocks, is near one constant in SM clocks (in ns 1,496 / 743 / 819: not a DRAM
+latency), where the GB/s rates differ by 23%. So rate = STREAM_BLOCK_BYTES x f_boost / (64 x STREAM_BLOCK_BYTES /
+(FLOPs per SM per clock) + attn_stream_clk) bytes/s per stream (bf16 KV; the lane has no fp8 cache).
+
 Decode launch geometry (FlashAttention-2 lane, vllm-project/flash-attention @ 04325b67,
 csrc/flash_attn/flash_api.cpp, mha_varlen_fwd): with one query token and H_q > H_kv the API
 swaps the query-head groups into the sequence axis, q.reshape(b, H_kv, g, d).transpose(1, 2)
@@ -195,7 +212,7 @@ FACTORS = ("attn_floor_us", "attn_prefill_floor_rel", "attn_eta_mem", "attn_eta_
            "attn_overlap_p", "attn_l2_bpc", "attn_l2_x_c", "attn_l2_sharp", "attn_fp8_unit", "attn_fp8_compute",
            "attn_swap_copy_rel", "attn_split_rel", "attn_split_tile", "attn_fp8_bpc", "attn_pf_unit", "attn_split_us",
            "attn_stream_gbs", "attn_noswap_rel", "attn_exp_cyc", "attn_fill_tail", "attn_cta_gbs",
-           "attn_split_rule")
+           "attn_split_rule", "attn_stream_clk")
 # kernel families whose decode API copies the swapped GQA query (FlashAttention-2's varlen API);
 # FA3 packs the group inside the kernel, TRT-LLM-gen/FlashInfer take the heads as they are (DERIVED)
 SWAP_COPY_LANES = ("fa2",)
@@ -239,7 +256,8 @@ def attention_constants(gpu, constants: Constants | None = None) -> dict:
 OPTIONAL_FACTORS = MappingProxyType({"attn_split_rel": 0.0, "attn_split_tile": 128.0, "attn_fp8_bpc": 0.0,
                                      "attn_pf_unit": 0.0, "attn_split_us": 0.0, "attn_stream_gbs": 0.0,
                                      "attn_noswap_rel": 0.0, "attn_exp_cyc": 0.0,
-                                     "attn_fill_tail": 0.0, "attn_cta_gbs": 0.0, "attn_split_rule": 0.0})
+                                     "attn_fill_tail": 0.0, "attn_cta_gbs": 0.0, "attn_split_rule": 0.0,
+                                     "attn_stream_clk": 0.0})
 
 
 def _factor(constants: Constants, name: str, gpu):
@@ -483,29 +501,58 @@ def _decode_floor_rel(copy, fc: dict, split=False, unswap=False):
 
 def unswapped(n_heads, n_kv_heads, fc: dict) -> np.ndarray:
     """Whether a decode of these heads runs FlashAttention-2's unswapped path (module docstring): H_q == H_kv on a
-    lane with an unsplit stream rate (attn_stream_gbs > 0); False everywhere on other lanes. Arrays broadcast."""
+    lane with an unsplit stream rate (attn_stream_gbs > 0 or attn_stream_clk > 0); False everywhere on other lanes.
+    Arrays broadcast."""
     hq, hkv = np.asarray(n_heads, dtype=float), np.asarray(n_kv_heads, dtype=float)
-    rate = float(fc.get("attn_stream_gbs", 0.0))
-    if rate < 0 or not 0.0 <= float(fc.get("attn_noswap_rel", 0.0)) < 1.0:
-        raise ValueError("attn_stream_gbs must be >= 0 and attn_noswap_rel in [0, 1)")
-    return (hq == hkv) & (rate > 0)
+    rate, clk = float(fc.get("attn_stream_gbs", 0.0)), float(fc.get("attn_stream_clk", 0.0))
+    if rate < 0 or clk < 0 or not 0.0 <= float(fc.get("attn_noswap_rel", 0.0)) < 1.0:
+        raise ValueError("attn_stream_gbs and attn_stream_clk must be >= 0 and attn_noswap_rel in [0, 1)")
+    return (hq == hkv) & ((rate > 0) | (clk > 0))
 
 
-def stream_read_time(t_memory, nbytes, streams, fc: dict):
-    """The decode stream time with the unsplit streams' bound: max(t_memory, bytes / (streams x attn_stream_gbs))
-    where `streams` > 0 (an unswapped decode's (request, KV head) streams; 0 elsewhere); t_memory elsewhere."""
-    return _read_bound(t_memory, nbytes, streams, fc.get("attn_stream_gbs", 0.0))
+# FlashAttention-2's split-KV kernel, which vLLM's paged decode runs (module docstring, "Unswapped stream rate"; DERIVED
+# from source): 64 query rows a CTA, and one 64 KiB K+V block (bf16, kBlockN x d = 16,384 elements each) a main-loop step
+STREAM_TILE_ROWS = 64
+STREAM_BLOCK_BYTES = 65536.0
+
+
+def stream_rate(gpu, fc: dict):
+    """Bytes/s one unsplit decode stream (one CTA over one (request, KV head)'s whole KV) reads: where attn_stream_clk
+    > 0, one STREAM_BLOCK_BYTES block per (its MMA, 4 x STREAM_TILE_ROWS x block elements FLOPs at the datasheet's
+    tensor FLOPs per SM per clock, + attn_stream_clk) SM clocks at boost (module docstring); else attn_stream_gbs
+    GB/s; 0 where both are 0 (no bound). Arrays where `gpu` is one per row (a fit's stand-in)."""
+    clk = float(fc.get("attn_stream_clk", 0.0))
+    if clk < 0:
+        raise ValueError(f"attn_stream_clk must be >= 0, got {clk!r}")
+    if clk == 0:
+        return float(fc.get("attn_stream_gbs", 0.0)) * 1e9
+    f = np.asarray(boost_mhz(gpu), dtype=float) * 1e6
+    per_clk = np.asarray(gpu.peak_flops, dtype=float) / (np.asarray(gpu.sms, dtype=float) * f)
+    mma = 4.0 * STREAM_TILE_ROWS * (STREAM_BLOCK_BYTES / 4.0) / per_clk  # bf16 K and V: bytes / 4 elements each
+    return STREAM_BLOCK_BYTES * f / (mma + clk)
+
+
+def stream_read_time(t_memory, nbytes, streams, fc: dict, gpu=None):
+    """The decode stream time with the unsplit streams' bound: max(t_memory, bytes / (streams x `stream_rate`))
+    where `streams` > 0 (an unswapped decode's (request, KV head) streams; 0 elsewhere); t_memory elsewhere.
+    `gpu` is needed only where attn_stream_clk > 0 (the rate from the datasheet)."""
+    if not float(fc.get("attn_stream_clk", 0.0)) > 0:  # the GB/s rate as read (bit for bit as before the clocks)
+        return _read_bound(t_memory, nbytes, streams, fc.get("attn_stream_gbs", 0.0))
+    if gpu is None:
+        raise ValueError("stream_read_time: attn_stream_clk > 0 needs the GPU (its tensor rate and clock)")
+    return _read_bound(t_memory, nbytes, streams, stream_rate(gpu, fc) / 1e9)
 
 
 def _read_bound(t_memory, nbytes, readers, gbs):
     """max(t_memory, bytes / (readers x gbs GB/s)) where `readers` > 0; t_memory elsewhere, or everywhere where the
-    rate is 0 or no row has a reader (`stream_read_time`, `cta_read_time`)."""
+    rate is 0 or no row has a reader (`stream_read_time`, `cta_read_time`). `gbs` a number or one per row."""
     rd = np.asarray(readers, dtype=float)
-    rate = float(gbs) * 1e9
-    if rate <= 0 or not np.any(rd > 0):
+    rate = np.asarray(gbs, dtype=float) * 1e9
+    if not np.any(rate > 0) or not np.any(rd > 0):
         return t_memory
-    bound = np.divide(np.asarray(nbytes, dtype=float), rd * rate, out=np.zeros(np.broadcast(nbytes, rd).shape),
-                      where=rd > 0)
+    ok = (rd > 0) & (rate > 0)
+    bound = np.divide(np.asarray(nbytes, dtype=float), rd * rate, out=np.zeros(np.broadcast(nbytes, rd, rate).shape),
+                      where=ok)
     return np.maximum(t_memory, bound)
 
 
@@ -629,7 +676,7 @@ def combine(t_compute, nbytes, units, n_req, gpu, fc: dict, warm_l2: bool = Fals
     if fp8_read is not None:
         t_memory = fp8_read_time(t_memory, nbytes, fp8_read, gpu, fc)
     if unsplit_streams is not None:
-        t_memory = stream_read_time(t_memory, nbytes, unsplit_streams, fc)
+        t_memory = stream_read_time(t_memory, nbytes, unsplit_streams, fc, gpu)
     if split_ctas is not None:
         t_memory = cta_read_time(t_memory, nbytes, split_ctas, fc)
     t_units = units * fc["attn_cta_us"] * 1e-6 / gpu.sms

