@@ -128,3 +128,12 @@ def test_explain_header_names_ep_and_says_uncalibrated(capsys):
     assert "not corrected here (a mixture-of-experts model, mxfp4 weights)" in out
     rc, out, _ = run(capsys, "predict", "--model", "llama-3.1-8b", "--gpu", "l4", "--decode", "8x1024", "--explain")
     assert rc == 0 and "note: l4 is uncalibrated" in out and "not corrected here" not in out
+
+
+def test_evaluate_help_names_every_family(capsys):
+    from steptime_lab.evaluate import FAMILIES
+
+    with pytest.raises(SystemExit):
+        main(["evaluate", "--help"])
+    out = " ".join(capsys.readouterr().out.split())
+    assert all(f in out for f in FAMILIES) and "wallclock" in FAMILIES

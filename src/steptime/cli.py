@@ -383,9 +383,11 @@ def build_parser() -> argparse.ArgumentParser:
                        "shipped defaults.yaml and R2.3's fitted engine constants where `--engine` reads them")
     c.add_argument("action", choices=["ship"], help="ship: copy settled constants into the shipped calibration")
     c.add_argument("settled", nargs="+", help="settled files, applied in order (gemm.yaml, step.yaml, comm.yaml); an engine-constants "
-                   "file (R2.3's engine_constants.yaml) among them is shipped to the engine loader")
+                   "file (R2.3's engine_constants.yaml) among them is shipped to the engine loader, and a grey-box "
+                   "corrections file (results/calibration/greybox.npz) to the one `predict --explain` reads")
     e = sub.add_parser("evaluate", help="accuracy per GPU and predictor on raw/ data")
-    e.add_argument("--family", required=True, help="operator family of raw/ data to score (e.g. gemm)")
+    e.add_argument("--family", required=True, help="operator family of raw/ data to score: gemm, attention_decode, "
+                   "attention_prefill, light, host, step or wallclock")
     e.add_argument("--gpu", action="append", help="GPU key to score (repeat for several; default: every GPU the "
                    "family has data for)")
     e.add_argument("--json", action="store_true", help="print JSON instead of text")
