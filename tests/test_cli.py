@@ -96,3 +96,44 @@ def test_bench_quick_json(capsys):
 def test_status_lists_awaiting(capsys):
     rc, out, _ = run(capsys, "status")
     assert rc == 0 and "awaiting" in out
+
+
+# wave 37 (helper docs7): what a new user following the README sees
+
+
+def test_constants_columns_never_run_together(capsys):
+    # a long scope (engine.vllm-v1-unfused, engine.vllm.gpu.b300) or name used to run into the next column
+    rc, out, _ = run(capsys, "constants")
+    _, js, _ = run(capsys, "constants", "--json")
+    rows = json.loads(js)
+    lines = out.splitlines()
+    assert rc == 0 and len(lines) == len(rows)
+    assert [ln.split()[:3] for ln in lines] == [[r["scope"], r["name"], r["provenance"]] for r in rows]
+
+
+def test_models_key_column_holds_the_longest_key(capsys):
+    rc, out, _ = run(capsys, "models")
+    _, js, _ = run(capsys, "models", "--json")
+    keys = {ln.split()[0] for ln in out.splitlines() if ln.strip() and not ln.startswith(("key", "mixture"))}
+    assert rc == 0 and keys == set(json.loads(js)) and "qwen3-coder-480b-a35b" in keys
+    dense, moe = out.split("\nmixture of experts")
+    for block in (dense.splitlines(), moe.splitlines()[1:]):  # every row as wide as its header: columns line up
+        assert {len(ln) for ln in block if ln.strip()} == {len(block[0])}
+
+
+def test_explain_header_names_ep_and_says_uncalibrated(capsys):
+    rc, out, _ = run(capsys, "predict", "--model", "gpt-oss-120b", "--gpu", "b200", "--ep", "8", "--dtype", "mxfp4",
+                     "--decode", "64x2048", "--explain")
+    assert rc == 0 and out.splitlines()[0].startswith("gpt-oss-120b on b200 (tp=1, ep=8, engine vllm, mxfp4)")
+    assert "not corrected here (a mixture-of-experts model, mxfp4 weights)" in out
+    rc, out, _ = run(capsys, "predict", "--model", "llama-3.1-8b", "--gpu", "l4", "--decode", "8x1024", "--explain")
+    assert rc == 0 and "note: l4 is uncalibrated" in out and "not corrected here" not in out
+
+
+def test_evaluate_help_names_every_family(capsys):
+    from steptime_lab.evaluate import FAMILIES
+
+    with pytest.raises(SystemExit):
+        main(["evaluate", "--help"])
+    out = " ".join(capsys.readouterr().out.split())
+    assert all(f in out for f in FAMILIES) and "wallclock" in FAMILIES

@@ -433,3 +433,17 @@ def test_cli_headroom(capsys):
     assert main(CLI + ["--gpus", "h100-sxm", "--slo-tpot-ms", "10", "--headroom", "0.9"]) == 2
     err = capsys.readouterr().err.strip()
     assert "no layout meets the SLO" in err and "with 90% headroom" in err and len(err.splitlines()) == 1
+
+
+def test_progress_bar_ranks_priced_rows(wl):
+    # wave 37 (helper docs7): the README's `steptime plan` (progress bar on, the default without --json or
+    # --no-progress) stopped with KeyError 'usd_per_m_output_tokens' as soon as a layout met the SLO: the bar's
+    # "best so far" ranked by cost before the rows were priced
+    r = plan(M, wl, slo_ttft_s=0.5, slo_tpot_s=0.05, gpus=["h100-sxm"], jobs=1, progress=True, **SMALL)
+    assert r.ranked() and r.ranked()[0]["usd_per_m_output_tokens"] > 0
+
+
+def test_cli_text_with_progress_bar(capsys):
+    assert main([a for a in CLI if a != "--no-progress"] + ["--gpus", "h100-sxm", "--slo-tpot-ms", "50"]) == 0
+    out = capsys.readouterr().out
+    assert "$/Mtok" in out and " 1 h100-sxm" in out

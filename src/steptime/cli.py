@@ -54,9 +54,7 @@ def cmd_predict(a) -> int:
     if a.json:
         _print_json(r.to_dict())
         return 0
-    layout = f"tp={r.tp}, ep={r.ep}" if r.moe else f"tp={r.tp}"
-    print(f"{r.model} on {r.gpu} ({layout}, engine {r.engine}, {r.dtype}): {_n(r.requests, 'request')}, "
-          f"{_n(r.tokens, 'new token')}")
+    _predict_header(r)
     print(f"{'term':<20}{'ms':>10}{'share':>8}  bound")
     if r.moe:
         from steptime.moe_step import TERMS
@@ -69,11 +67,21 @@ def cmd_predict(a) -> int:
     hidden = {k: v for k, v in r.hidden_ms.items() if v > 0}
     if hidden:
         print("hidden under overlap (not in total): " + ", ".join(f"{k} {v:.4f} ms" for k, v in hidden.items()))
+    _uncalibrated_note(r)
+    return 0
+
+
+def _predict_header(r) -> None:
+    layout = f"tp={r.tp}, ep={r.ep}" if r.moe else f"tp={r.tp}"
+    print(f"{r.model} on {r.gpu} ({layout}, engine {r.engine}, {r.dtype}): {_n(r.requests, 'request')}, "
+          f"{_n(r.tokens, 'new token')}")
+
+
+def _uncalibrated_note(r) -> None:
     if not r.calibrated:
         from steptime.calibration import Constants
 
         print(f"note: {Constants.default().calibration_note(r.gpu)}")
-    return 0
 
 
 def _explain(a, r, batch) -> int:
@@ -84,8 +92,7 @@ def _explain(a, r, batch) -> int:
     if a.json:
         _print_json({"prediction": r.to_dict(), "greybox": e})
         return 0
-    print(f"{r.model} on {r.gpu} (tp={r.tp}, engine {r.engine}, {r.dtype}): {_n(r.requests, 'request')}, "
-          f"{_n(r.tokens, 'new token')}")
+    _predict_header(r)  # wave 37: the explain header dropped an MoE model's ep, and its uncalibrated note
     print(f"{e['label']}")
     print(f"{'term':<20}{'physics ms':>12}{'factor':>9}{'grey-box ms':>13}  correction from")
     for t, row in e["terms"].items():
@@ -105,7 +112,12 @@ def _explain(a, r, batch) -> int:
         where = "in-sample (its table was fitted)" if r.gpu in gpus else "held out (not in the fit)"
         print(f"  {name}: fitted on {on}, each GPU weighing the same; leave-one-GPU-out MAPE {cv}; "
               f"for {r.gpu}: {where}")
+    kept = [w for w, on in (("a mixture-of-experts model", r.moe), (f"{r.dtype} weights", r.dtype != "bf16"),
+                            (f"{r.kv_dtype} KV cache", r.kv_dtype != "bf16")) if on]
+    if kept:  # greybox.explain applies no correction there: say why every row reads 'none (physics only)'
+        print(f"  not corrected here ({', '.join(kept)}): the corrections were fitted on dense bf16 tables only")
     print("plain `steptime predict` is the physics alone; the corrections are the lab's grey box (E2.1), shipped as data")
+    _uncalibrated_note(r)
     return 0
 
 
@@ -167,17 +179,18 @@ def cmd_models(a) -> int:
                     for k, m in moe.items()})
         _print_json(out)
         return 0
-    print(f"{'key':<15}{'hidden':>7}{'layers':>7}{'heads':>6}{'kv':>4}{'hd':>5}{'inter':>7}{'vocab':>8}{'params B':>9}")
+    kw = max(map(len, (*table, *moe, "key"))) + 2  # the longest key (qwen3-coder-480b-a35b) ran into the next column
+    print(f"{'key':<{kw}}{'hidden':>7}{'layers':>7}{'heads':>6}{'kv':>4}{'hd':>5}{'inter':>7}{'vocab':>8}{'params B':>9}")
     for k, m in table.items():
-        print(f"{k:<15}{m.hidden_size:>7}{m.num_hidden_layers:>7}{m.num_attention_heads:>6}"
+        print(f"{k:<{kw}}{m.hidden_size:>7}{m.num_hidden_layers:>7}{m.num_attention_heads:>6}"
               f"{m.num_key_value_heads:>4}{m.head_dim:>5}{m.intermediate_size:>7}{m.vocab_size:>8}"
               f"{m.n_params() / 1e9:>9.2f}")
     print()
     print("mixture of experts (active / total parameters per token):")
-    print(f"{'key':<17}{'hidden':>7}{'layers':>7}{'attn':>5}{'experts':>8}{'top-k':>6}{'shared':>7}{'e.inter':>8}"
+    print(f"{'key':<{kw}}{'hidden':>7}{'layers':>7}{'attn':>5}{'experts':>8}{'top-k':>6}{'shared':>7}{'e.inter':>8}"
           f"{'dense':>6}{'active B':>9}{'total B':>9}")
     for k, m in moe.items():
-        print(f"{k:<17}{m.hidden_size:>7}{m.num_hidden_layers:>7}{m.attention:>5}{m.num_experts:>8}"
+        print(f"{k:<{kw}}{m.hidden_size:>7}{m.num_hidden_layers:>7}{m.attention:>5}{m.num_experts:>8}"
               f"{m.num_experts_per_tok:>6}{m.n_shared_experts:>7}{m.moe_intermediate_size:>8}"
               f"{m.n_dense_layers:>6}{m.n_active_params() / 1e9:>9.2f}{m.n_params() / 1e9:>9.2f}")
     return 0
@@ -192,8 +205,14 @@ def cmd_constants(a) -> int:
     if a.json:
         _print_json(rows)
         return 0
+    # columns as wide as their longest entry: a long scope or name (engine.vllm-v1-unfused, an engine's
+    # per-GPU constant) used to run into the next column
+    ws = max(len(r["scope"]) for r in rows) + 2
+    wn = max(len(r["name"]) for r in rows) + 2
+    wp = max(len(r["provenance"]) for r in rows) + 2
     for r in rows:
-        print(f"{r['scope']:<18}{r['name']:<22}{r['provenance']:<10}{json.dumps(r['value'])[:40]:<42}{r['source'][:70]}")
+        print(f"{r['scope']:<{ws}}{r['name']:<{wn}}{r['provenance']:<{wp}}{json.dumps(r['value'])[:40]:<42}"
+              f"{r['source'][:70]}")
     return 0
 
 
@@ -364,9 +383,11 @@ def build_parser() -> argparse.ArgumentParser:
                        "shipped defaults.yaml and R2.3's fitted engine constants where `--engine` reads them")
     c.add_argument("action", choices=["ship"], help="ship: copy settled constants into the shipped calibration")
     c.add_argument("settled", nargs="+", help="settled files, applied in order (gemm.yaml, step.yaml, comm.yaml); an engine-constants "
-                   "file (R2.3's engine_constants.yaml) among them is shipped to the engine loader")
+                   "file (R2.3's engine_constants.yaml) among them is shipped to the engine loader, and a grey-box "
+                   "corrections file (results/calibration/greybox.npz) to the one `predict --explain` reads")
     e = sub.add_parser("evaluate", help="accuracy per GPU and predictor on raw/ data")
-    e.add_argument("--family", required=True, help="operator family of raw/ data to score (e.g. gemm)")
+    e.add_argument("--family", required=True, help="operator family of raw/ data to score: gemm, attention_decode, "
+                   "attention_prefill, light, host, step or wallclock")
     e.add_argument("--gpu", action="append", help="GPU key to score (repeat for several; default: every GPU the "
                    "family has data for)")
     e.add_argument("--json", action="store_true", help="print JSON instead of text")

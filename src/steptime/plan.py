@@ -731,7 +731,8 @@ def plan(model, workload, *, slo_ttft_s=None, slo_tpot_s=None, slo_itl_s=None, p
         res.rows += rows
         if bar is not None:
             bar.update(len(rows))
-            best = res.ranked() if any(r.get("meets_slo") for r in rows) else None
+            # the ranking is by cost: price the rows so far first (the final rows are priced on return)
+            best = res.priced().ranked() if any(r.get("meets_slo") for r in rows) else None
             if best:
                 bar.set_postfix_str(f"best so far {best[0]['layout']}", refresh=False)
         if on_progress:
