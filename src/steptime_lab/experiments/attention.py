@@ -136,9 +136,9 @@ FP8_READ_DISCLOSED = (
 
 # FlashAttention-2's unswapped decode (attention.unswapped, H_q == H_kv: no split-KV, no output copy) is measured,
 # not fitted, on the training GPUs' MHA decode cells (bf16, d 128): attn_stream_clk, the median over those GPUs of
-# each one's median SM clocks per 64 KiB KV block, (y - floor) f_boost / (bytes / A.STREAM_BLOCK_BYTES), less the
-# block's MMA clocks at its datasheet tensor rate (`stream_clk`; attention.stream_rate turns it back into a rate on the
-# scored GPU), at b H_kv <= SMs (one CTA per stream, each on its own SM) and KV >= STREAM_MIN_KV tokens (the stream
+# each one's median SM clocks per 64 KiB KV block after the first, (y - floor) f_boost / (bytes / A.STREAM_BLOCK_BYTES
+# - 1) (the floor, a one-block cell, holds the first block; attention.stream_first_bytes), less the block's MMA clocks
+# at its datasheet tensor rate (`stream_clk`; attention.stream_rate turns it back into a rate on the scored GPU), at b H_kv <= SMs (one CTA per stream, each on its own SM) and KV >= STREAM_MIN_KV tokens (the stream
 # dwarfs the floor), floor = the GPU's median MHA cell at KV <= SWAP_REL_MAX_KV and <= SWAP_REL_MAX_B requests;
 # attn_noswap_rel, the median over those GPUs of 1 - median(MHA cells) / median(copy-free GQA cells) in that same
 # short window (`noswap_rel`). Wave 31 measured the rate in GB/s (attn_stream_gbs); wave 37 (helper fa2dec) measures
@@ -614,8 +614,9 @@ def _short(x):
 def stream_clk(cells, gpus) -> float:
     """Median over `gpus` of the SM clocks one unsplit decode stream's CTA spends per KV block beside the block's MMA
     (attn_stream_clk, see STREAM_MIN_KV): per GPU, the median over its MHA cells of (y - floor) x boost clock per
-    A.STREAM_BLOCK_BYTES of the stream's KV, less the block's MMA clocks at the GPU's tensor rate (what
-    `A.stream_rate` adds to them); 0 when no GPU of `gpus` has such cells (the factor's neutral value: no unswapped
+    A.STREAM_BLOCK_BYTES block of the stream's KV after its first (the floor, read at one block, holds the first:
+    `A.stream_first_bytes`), less the block's MMA clocks at the GPU's tensor rate (what `A.stream_rate` adds to
+    them); 0 when no GPU of `gpus` has such cells (the factor's neutral value: no unswapped
     path)."""
     vals = []
     for g in gpus:
@@ -630,7 +631,10 @@ def stream_clk(cells, gpus) -> float:
                 raise ValueError(f"{g}: an MHA decode cell at KV >= {STREAM_MIN_KV} is no slower than its floor")
             f = float(A.boost_mhz(spec)) * 1e6
             mma = A.STREAM_BLOCK_BYTES * f / float(A.stream_rate(spec, {"attn_stream_clk": 1e-12}))  # the MMA's clocks
-            vals.append(float(np.median(t * f / (nbytes / A.STREAM_BLOCK_BYTES))) - mma)
+            # the floor (a one-block cell) holds each stream's first block: y - floor is the blocks after it
+            # (attention.stream_first_bytes, the law this is read back through)
+            after = (nbytes - A.STREAM_BLOCK_BYTES) / A.STREAM_BLOCK_BYTES
+            vals.append(float(np.median(t * f / after)) - mma)
     v = float(np.median(vals)) if vals else 0.0
     if vals and not v > 0:
         raise ValueError(f"the unsplit stream's clocks per block beside its MMA are not positive on {list(gpus)}: {v!r}")
