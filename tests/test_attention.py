@@ -841,10 +841,11 @@ def test_an_unswapped_fa2_decode_runs_unsplit_streams_and_skips_the_output_copy(
 
 
 def _mha_cells(gpu, rate_gbs, floor_ms, gqa_ms):
+    """MHA decode cells: a one-block floor, and long-KV cells that stream the blocks after the first at `rate_gbs`."""
     g = get_gpu(gpu)
     rows = []
     for b, c in [(1, 4095), (1, 16383), (4, 8191), (2, 0), (4, 127)]:
-        t = floor_ms + (c + 1) * 2 * 128 * 2 / (rate_gbs * 1e9) * 1e3 if c >= 4095 else floor_ms
+        t = floor_ms + ((c + 1) * 2 * 128 * 2 - 65536) / (rate_gbs * 1e9) * 1e3 if c >= 4095 else floor_ms
         rows.append({"gpu": gpu, "phase": "decode", "kv_dtype": "bf16", "b": b, "s": 1, "c": c, "H": 8, "Hkv": 8,
                      "d": 128, "y_ms": t})
     rows.append({**rows[-1], "b": 2 * g.sms, "c": 8191, "y_ms": 99.0})  # past the SMs: left out
@@ -862,7 +863,9 @@ def _gbs_at(gpu, clk):
 def test_the_unswapped_stream_clocks_and_floor_share_are_measured_on_the_training_gpus():
     """attn_stream_clk is measured per GPU as the clocks per 64 KiB block beside the block's MMA and carried as the
     median over the training GPUs; the rate it gives back on each GPU is that GPU's measured rate (wave 37, fa2dec;
-    fails before it: no `stream_clk`, and swap_fixed set attn_stream_gbs instead)."""
+    fails before it: no `stream_clk`, and swap_fixed set attn_stream_gbs instead). The cells stream the blocks after
+    the first beyond their one-block floor, and the clocks are read per block after the first (wave 37, fa2v; fails
+    on fa2dec's reading per block of all the KV, which gives 1900 x (1 - 1/blocks) - MMA / blocks: ~1,800)."""
     x = pd.concat([_mha_cells("l40s", _gbs_at("l40s", 1900.0), 0.008, 0.010),
                    _mha_cells("rtx-pro-6000", _gbs_at("rtx-pro-6000", 2100.0), 0.009, 0.009)], ignore_index=True)
     assert E.stream_clk(x, ["l40s"]) == pytest.approx(1900.0, rel=1e-9)
@@ -901,12 +904,53 @@ def test_the_unswapped_stream_rate_is_the_split_kv_tiles_mma_plus_its_clocks():
     assert A.unswapped(8, 8, fc) and not A.unswapped(8, 8, fc0) and not A.unswapped(16, 8, fc)
     with pytest.raises(ValueError, match="needs the GPU"):
         A.stream_read_time(np.zeros(1), np.ones(1), np.ones(1), fc)
-    # a one-request MHA cell with a long KV reads its 8 streams at that rate; per GPU row in a fit's stand-in too
+    # a one-request MHA cell with a long KV reads its 8 streams at that rate, each after its first 64 KiB block (the
+    # floor's: wave 37, fa2v; fails on fa2dec's first form, which charged every byte); per GPU row in a fit's
+    # stand-in too
     on = A.attention_cells(1.0, 1, 16383.0, 8, 8, 128, A100, fc=fc)
-    assert float(on["t_memory"]) == pytest.approx(float(on["bytes"]) / (8 * A.stream_rate(a100, fc)))
+    assert float(on["t_memory"]) == pytest.approx((float(on["bytes"]) - 8 * 65536) / (8 * A.stream_rate(a100, fc)),
+                                                  rel=1e-12)
     rows = E.GpuRows(["a100-sxm", "l40s"], [1, 1], Constants.default())
     both = A.stream_rate(rows, fc)
     assert both.tolist() == pytest.approx([float(A.stream_rate(a100, fc)), float(A.stream_rate(l40s, fc))])
+
+
+def test_the_unswapped_stream_on_the_clocks_law_charges_the_blocks_after_each_streams_first():
+    """The floor (attn_noswap_rel, read from one-block cells) holds each stream's first 64 KiB block, so the clocks
+    law's stream bound charges bytes - streams x STREAM_BLOCK_BYTES (clipped at 0); the GB/s law charges every byte,
+    as it was measured (wave 37, fa2v; fails on fa2dec's first form, which charged the first block again)."""
+    fc0 = {**A.attention_constants(A100), "attn_stream_gbs": 0.0, "attn_stream_clk": 0.0, "attn_noswap_rel": 0.1}
+    fc = {**fc0, "attn_stream_clk": 2000.0}
+    gbs = {**fc0, "attn_stream_gbs": 25.0}
+    assert A.stream_first_bytes(fc) == A.STREAM_BLOCK_BYTES == 65536.0
+    assert A.stream_first_bytes(gbs) == 0.0 and A.stream_first_bytes(fc0) == 0.0
+    with pytest.raises(ValueError, match="attn_stream_clk"):
+        A.stream_first_bytes({**fc, "attn_stream_clk": -1.0})
+    rate = float(A.stream_rate(A100, fc))
+    # 3 requests x 8 streams of 1,024 tokens (8 blocks of 128 keys at d 128): 7 blocks each are charged
+    t = A.stream_read_time(np.zeros(1), np.array([3 * 8 * 8 * 65536.0]), np.array([24.0]), fc, A100)
+    assert float(t[0]) == pytest.approx(7 * 65536.0 / rate, rel=1e-12)
+    # one block or less per stream: nothing beyond the floor (the HBM stream, here 1 ns, stands)
+    short = A.stream_read_time(np.array([1e-9]), np.array([24 * 65536.0, 24 * 1000.0]), np.array([24.0, 24.0]), fc,
+                               A100)
+    assert short.tolist() == [1e-9, 1e-9]
+    assert float(A.stream_read_time(np.zeros(1), np.array([8 * 65536.0]), np.array([1.0]), gbs)[0]) == pytest.approx(
+        8 * 65536.0 / 25e9, rel=1e-12)
+    # the cells, the grouped (step) path and the decode fast path agree on it; one 128-token cell streams nothing
+    con = Constants.default().with_overrides({"attn_stream_gbs": 0.0, "attn_stream_clk": 2000.0, "attn_noswap_rel": 0.1,
+                                              "attn_lane_factors": {}})
+    fcc = A.attention_constants(A100, con)
+    for n, kv in ((1, 16383.0), (4, 3000.0), (8, 127.0), (64, 100.0)):
+        cell = A.attention_cells(n, 1, kv, 8, 8, 128, A100, con, fc=fcc)
+        fast = A.attention_time(np.ones(n), np.full(n, kv), 8, 8, 128, A100, con, group=np.zeros(n, dtype=int),
+                                n_groups=1)["t"][0]
+        general = A.attention_time(np.ones(n), np.full(n, kv), 8, 8, 128, A100, con)["t"][0]
+        assert fast == pytest.approx(float(cell["t"]), rel=1e-12) and general == pytest.approx(float(cell["t"]), rel=1e-12)
+        beyond = max(float(cell["bytes"]) - n * 8 * 65536.0, 0.0) / (n * 8 * rate)
+        assert float(cell["t_memory"]) == pytest.approx(max(float(cell["bytes"]) / (A100.mem_bw * fcc["attn_eta_mem"]),
+                                                            beyond), rel=1e-12)
+    one = A.attention_cells(1, 1, 127.0, 8, 8, 128, A100, con, fc=fcc)
+    assert float(one["t_memory"]) == pytest.approx(float(one["bytes"]) / (A100.mem_bw * fcc["attn_eta_mem"]), rel=1e-12)
 
 
 def test_a_warm_l2_hit_is_never_priced_slower_than_the_hbm_stream_it_replaces():

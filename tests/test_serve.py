@@ -840,6 +840,39 @@ def test_timer_prices_the_unswapped_stream_from_its_clocks_as_the_step_does():
             assert t.decode_attention1(n, float(kvs.sum())) == pytest.approx(ref, rel=1e-12)
 
 
+def test_timer_leaves_each_unswapped_streams_first_block_to_the_floor_as_the_step_does():
+    """On the clocks law the unswapped stream's bound is affine in the bytes (each stream's first 64 KiB block is the
+    floor's: attention.stream_first_bytes); the timer's scalar, array and multi-step paths equal attention_time across
+    the switch from the HBM stream to the stream bound (wave 37, fa2v; fails on a timer that charges every byte)."""
+    from steptime.calibration import Constants
+    from steptime.terms import attention
+
+    on = Constants.default().with_overrides({"attn_stream_gbs": 0.0, "attn_stream_clk": 2000.0,
+                                             "attn_noswap_rel": 0.1, "attn_lane_factors": {}})
+    t = StepTimer("llama-2-7b", "a100-sxm", constants=on)
+    assert t._soff == 65536.0 * t.kv_heads and t.check() < 1e-12
+    assert StepTimer(M, "a100-sxm", constants=on)._soff == 0.0  # GQA: no unswapped stream
+    gbs = Constants.default().with_overrides({"attn_stream_gbs": 25.0, "attn_noswap_rel": 0.1, "attn_lane_factors": {}})
+    assert StepTimer("llama-2-7b", "a100-sxm", constants=gbs)._soff == 0.0  # the GB/s law charges every byte
+
+    def ref(n, kv):
+        return attention.attention_time(np.ones(n), np.full(n, kv), t.heads, t.kv_heads, t.head_dim, t.gpu, on,
+                                        group=np.zeros(n, dtype=int), n_groups=1)["t"][0]
+
+    for n, kv in ((1, 20.0), (1, 127.0), (1, 200.0), (1, 16000.0), (8, 100.0), (8, 4000.0), (200, 500.0)):
+        assert t.decode_attention1(n, n * kv) == pytest.approx(ref(n, kv), rel=1e-12)
+        assert t.decode_attention(np.array([float(n)]), np.array([n * kv]))[0] == pytest.approx(ref(n, kv), rel=1e-12)
+    # 2 requests from 60 to 160 tokens: the first steps read one block a stream, the later ones more
+    full = t.decode_steps(2, 2 * 60.0, 101)
+    assert t.decode_steps_list(2, 2 * 60.0, 101) == pytest.approx(full.tolist(), rel=1e-14)
+    steps = [t.step_arrays(np.ones(2), np.full(2, 60.0 + j)) for j in range(101)]
+    assert full.tolist() == pytest.approx(steps, rel=1e-12)
+    # one request of H_kv streams at 16k tokens: the stream bound, less the first block of each stream
+    nb = t._b0 + t._b1 * 16000.0
+    bound = (nb - t.kv_heads * 65536.0) / (t.kv_heads * float(attention.stream_rate(t.gpu, t.fc)))
+    assert t._tmem(1, nb) == pytest.approx(bound, rel=1e-12) and bound > nb * t._dmem
+
+
 def test_timer_with_per_split_cost_and_unswapped_stream_together_equals_the_library():
     """Both wave-31 fa2 laws on at once (adaa's per-split cost, ampa's unswapped MHA stream): an unswapped decode
     never splits, so it pays no per-split cost; a GQA decode pays it; the timer equals attention_time either way."""

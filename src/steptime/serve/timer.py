@@ -183,6 +183,10 @@ class StepTimer:
         self._dsplit_us = float(fc["attn_split_us"]) if priced else 0.0
         # one request's streams' rate (attention.stream_rate: attn_stream_clk from the datasheet, else attn_stream_gbs)
         self._srate = float(attention.stream_rate(self.gpu, fc)) * float(self.kv_heads)
+        # and the bytes of one request's streams that bound does not charge (attention.stream_first_bytes: the floor
+        # holds each stream's first block on the clocks law); > 0 only there: the stream time is then affine in the
+        # bytes (`_tmem`), else linear (`_dmem_n`)
+        self._soff = float(attention.stream_first_bytes(fc)) * float(self.kv_heads) if self._unsw else 0.0
         # FA3's split CTAs (attention.split_ctas / cta_read_time: a decode reads at most split_ctas x attn_cta_gbs);
         # seconds per byte of that bound per request count, cached (`_cta_dmem`); 0 rate: no bound
         self._crate = float(fc.get("attn_cta_gbs", 0.0)) * 1e9
@@ -309,7 +313,7 @@ class StepTimer:
         fc = self.fc
         p = fc["attn_overlap_p"]
         t_units = n * self._u0 * fc["attn_cta_us"] * 1e-6 / self.gpu.sms
-        t_mem = nb * self._dmem_n(n)
+        t_mem = self._tmem(n, nb)
         floor = np.where(attention.swap_copy(n, self.heads, self.kv_heads), self._dfloor, self._dfloor_free)
         floor = floor + np.where(self._split(n, np.asarray(sum_kv, dtype=float)), self._dsplit, 0.0)
         if self._dsplit_us:
@@ -340,10 +344,23 @@ class StepTimer:
                 n, self.heads, self.kv_heads, blocks * self._ctile, self.head_dim, self.gpu, self.fc)))
         return splits
 
+    def _tmem(self, n, nb):
+        """Decode stream seconds of a step of `n` requests reading `nb` bytes: nb x `_dmem_n`, or, where the unswapped
+        stream's bound leaves each stream's first block to the floor (`_soff` > 0), max(nb / (BW eta_mem),
+        (nb - n _soff) / (n H_kv stream_rate)) (attention.stream_read_time). Python numbers give a float, arrays an
+        array."""
+        if not self._soff:
+            return nb * self._dmem_n(n)
+        if _ndim(n) or _ndim(nb):
+            n, nb = np.broadcast_arrays(np.asarray(n, dtype=float), np.asarray(nb, dtype=float))
+            bound = np.divide(nb - n * self._soff, n * self._srate, out=np.zeros(n.shape), where=n > 0)
+            return np.maximum(nb * self._dmem, bound)
+        return max(nb * self._dmem, (nb - n * self._soff) / (n * self._srate)) if n > 0 else nb * self._dmem
+
     def _dmem_n(self, n):
         """Seconds per decode byte for a step of `n` requests: 1 / (BW eta_mem) (or the fp8 read's bound), and, for
-        an unswapped decode, at least 1 / (n H_kv stream_rate) (attention.stream_read_time: both sides are
-        linear in the bytes), or, on a lane with attn_cta_gbs, at least 1 / (split_ctas x attn_cta_gbs)
+        an unswapped decode on the GB/s law, at least 1 / (n H_kv stream_rate) (attention.stream_read_time: both
+        sides are linear in the bytes; on the clocks law the bound is affine: `_tmem`), or, on a lane with attn_cta_gbs, at least 1 / (split_ctas x attn_cta_gbs)
         (`_cta_dmem`). A Python number gives a float, an array an array."""
         if not self._unsw:
             return self._cta_dmem(n) if self._crate > 0 else self._dmem
@@ -377,7 +394,7 @@ class StepTimer:
         if self.mla:
             return float(self._mla_decode(n, sum_kv)[()])
         t_units = n * self._dunit
-        t_mem = (n * self._b0 + self._b1 * sum_kv) * self._dmem_n(n)
+        t_mem = self._tmem(n, n * self._b0 + self._b1 * sum_kv)
         return self._dfloor_n(n, sum_kv) + (t_units ** self._dp + t_mem ** self._dp) ** self._dinvp
 
     def _dfloor_n(self, n, sum_kv):
@@ -562,9 +579,14 @@ class StepTimer:
             self._ar = np.arange(max(k, 2 * len(self._ar)), dtype=float)
         p = self._dp
         # bytes of step j: n b0 + b1 (sum_kv0 + n j), over the achieved bandwidth
-        dm = self._dmem_n(n)
-        x = self._ar[:k] * (self._b1 * n * dm)
-        x += (n * self._b0 + self._b1 * sum_kv0) * dm
+        if self._soff:  # the unswapped stream's bound is affine in the bytes (`_tmem`)
+            x = self._ar[:k] * (self._b1 * n)
+            x += n * self._b0 + self._b1 * sum_kv0
+            x = self._tmem(n, x)
+        else:
+            dm = self._dmem_n(n)
+            x = self._ar[:k] * (self._b1 * n * dm)
+            x += (n * self._b0 + self._b1 * sum_kv0) * dm
         x **= p
         x += (n * self._dunit) ** p
         x **= self._dinvp
@@ -603,9 +625,13 @@ class StepTimer:
         D, S, Sm, ov = self._Ddl[n], self._Sl[n], self._Sml[n], self.ov
         out = []
         end = 0.0
+        soff, b1n, b0n = self._soff, self._b1 * n, n * self._b0 + self._b1 * sum_kv0
         for j in range(k):
-            x = float(j) * c1
-            x += c0
+            if soff:  # the unswapped stream's bound is affine in the bytes (`_tmem`)
+                x = self._tmem(n, float(j) * b1n + b0n)
+            else:
+                x = float(j) * c1
+                x += c0
             x = (x ** p + u) ** invp
             if self._dsplit_us:  # the per-split cost moves with the KV length: the floor of this step
                 x += self._dfloor_n(n, sum_kv0 + n * float(j))

@@ -66,7 +66,8 @@ Named factors (constants in defaults.yaml, settled by E1.24):
   attn_stream_clk    SM clocks one unsplit decode stream's CTA spends per KV block beside the block's MMA (`stream_rate`:
                      the CTA's tile is FlashAttention-2's split-KV kernel's 64 query rows x one 64 KiB bf16 K+V block,
                      computed in full for one query row); where > 0 it sets the stream rate from the datasheet and
-                     replaces attn_stream_gbs; 0 (neutral): attn_stream_gbs as read
+                     replaces attn_stream_gbs, and the bound charges the blocks after each stream's first (the
+                     floor holds the first: `stream_first_bytes`); 0 (neutral): attn_stream_gbs as read
   attn_cta_gbs       GB/s one split-KV decode CTA reads of its KV chunk (`cta_read_time`): a decode batch reads at most
                      split_ctas x attn_cta_gbs, its CTAs FlashAttention-3's split grid under vLLM (`split_ctas`);
                      0 (neutral): no such bound (lanes without it)
@@ -169,6 +170,12 @@ tables' MHA cells at b x H_kv <= SMs and KV >= 4k take, per 64 KiB block, 4,156 
 4,411: the rest, 2,109 / 1,873 / 2,144 clocks, is near one constant in SM clocks (in ns 1,496 / 743 / 819: not a DRAM
 latency), where the GB/s rates differ by 23%. So rate = STREAM_BLOCK_BYTES x f_boost / (64 x STREAM_BLOCK_BYTES /
 (FLOPs per SM per clock) + attn_stream_clk) bytes/s per stream (bf16 KV; the lane has no fp8 cache).
+The floor is read at one block (attn_noswap_rel from cells of KV <= 128 tokens: one main-loop step, its MMA over the
+full 64-row tile included), so on this law the stream bound charges only the blocks after each stream's first:
+t_memory = max(t_memory, max(bytes - streams x STREAM_BLOCK_BYTES, 0) / (streams x rate)) (`stream_first_bytes`;
+wave 37, helper fa2v: fa2dec's first form charged every byte and so paid the first block twice). The lab measures
+attn_stream_clk the same way: (y - floor) per block after the first. The GB/s law (attn_stream_gbs, wave 31) charges
+every byte, as it was measured.
 
 Decode launch geometry (FlashAttention-2 lane, vllm-project/flash-attention @ 04325b67,
 csrc/flash_attn/flash_api.cpp, mha_varlen_fwd): with one query token and H_q > H_kv the API
@@ -532,15 +539,28 @@ def stream_rate(gpu, fc: dict):
     return STREAM_BLOCK_BYTES * f / (mma + clk)
 
 
+def stream_first_bytes(fc: dict) -> float:
+    """Bytes of each unsplit stream that the unswapped decode floor already pays and the stream bound does not charge
+    again: one STREAM_BLOCK_BYTES block where attn_stream_clk > 0 (that floor, attn_noswap_rel, is read from cells of
+    one block: module docstring, "Unswapped stream rate"); 0 on the GB/s law (attn_stream_gbs, as measured)."""
+    clk = float(fc.get("attn_stream_clk", 0.0))
+    if clk < 0:
+        raise ValueError(f"attn_stream_clk must be >= 0, got {clk!r}")
+    return STREAM_BLOCK_BYTES if clk > 0 else 0.0
+
+
 def stream_read_time(t_memory, nbytes, streams, fc: dict, gpu=None):
-    """The decode stream time with the unsplit streams' bound: max(t_memory, bytes / (streams x `stream_rate`))
-    where `streams` > 0 (an unswapped decode's (request, KV head) streams; 0 elsewhere); t_memory elsewhere.
-    `gpu` is needed only where attn_stream_clk > 0 (the rate from the datasheet)."""
+    """The decode stream time with the unsplit streams' bound: max(t_memory, (bytes - streams x `stream_first_bytes`)
+    / (streams x `stream_rate`)) where `streams` > 0 (an unswapped decode's (request, KV head) streams; 0 elsewhere),
+    the charged bytes clipped at 0; t_memory elsewhere. `gpu` is needed only where attn_stream_clk > 0 (the rate from
+    the datasheet)."""
     if not float(fc.get("attn_stream_clk", 0.0)) > 0:  # the GB/s rate as read (bit for bit as before the clocks)
         return _read_bound(t_memory, nbytes, streams, fc.get("attn_stream_gbs", 0.0))
     if gpu is None:
         raise ValueError("stream_read_time: attn_stream_clk > 0 needs the GPU (its tensor rate and clock)")
-    return _read_bound(t_memory, nbytes, streams, stream_rate(gpu, fc) / 1e9)
+    beyond = np.maximum(np.asarray(nbytes, dtype=float) - np.asarray(streams, dtype=float) * stream_first_bytes(fc),
+                        0.0)  # the floor holds each stream's first block
+    return _read_bound(t_memory, beyond, streams, stream_rate(gpu, fc) / 1e9)
 
 
 def _read_bound(t_memory, nbytes, readers, gbs):
