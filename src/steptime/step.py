@@ -349,6 +349,15 @@ def check_tp(tp, gpu, error=InputError) -> int:
     return tp
 
 
+def check_dense_layout(model, gpu, ep, dtype: str, error=InputError) -> None:
+    """A dense model's expert-parallel degree (1: it has no experts; `error` names a wrong one) and weight dtype (one
+    the GPU's tensor cores have): the dense side of moe_step.check_layout, called by predict_steps, the serving
+    timers (serve.timer._checked, with ServeError) and serve.memory.kv_budget (as the predictors, InputError)."""
+    if as_int(ep, "expert-parallel degree ep", 1, error) != 1:
+        raise error(f"expert parallelism (ep={ep}) applies to mixture-of-experts models; {model.key} is dense")
+    check_precision(gpu, dtype)
+
+
 # What a row of predict_steps stands for (its `rows` argument): "requests", one request each (whole token counts,
 # KV + new tokens within the model's context: the check predict_step's batches pass, validation.check_request_rows);
 # "work", a row of work that is not one request (a measured step's mean request, whose lengths are fractional; the
@@ -426,9 +435,7 @@ def predict_steps(model, gpu, step_id, new_tokens, kv_len, n_steps: int | None =
     check_engine_gpu(engine, gpu)
     moe = is_moe(model)
     if not moe:
-        if as_int(ep, "expert-parallel degree ep", 1) != 1:
-            raise InputError(f"expert parallelism (ep={ep}) applies to mixture-of-experts models; {model.key} is dense")
-        check_precision(gpu, dtype)
+        check_dense_layout(model, gpu, ep, dtype)
     is_pref = new > 1
     any_pref = bool(is_pref.any())
     N = np.bincount(step_id, minlength=n_steps).astype(float)
