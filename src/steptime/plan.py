@@ -36,7 +36,7 @@ from steptime.specs import get_gpu, get_model, gpu_key, model_table
 from steptime.specs.engines import check_engine_gpu, check_precision, get_engine
 from steptime.specs.moe import is_moe, moe_model_table
 from steptime.step import GPU_TERMS, predict_steps
-from steptime.validation import MAX_INSTANCES, as_int, check_choice, check_tp_heads, is_real
+from steptime.validation import MAX_INSTANCES, as_int, check_choice, check_known_fields, check_tp_heads, is_real
 
 PRICE_FILE = Path(__file__).resolve().parent / "specs" / "prices.yaml"
 DEFAULT_TP = (1, 2, 4, 8)
@@ -52,6 +52,9 @@ class PlanError(SteptimeError, ValueError):
 
 
 # -- prices ---------------------------------------------------------------------------------
+PRICE_FIELDS = ("usd_per_gpu_hour", "provider", "source", "date")  # a price entry's fields (load_prices)
+
+
 def load_prices(path=None) -> dict:
     """{gpu key: {usd_per_gpu_hour, source, date, provider}}; refuses a price without source or date."""
     import yaml
@@ -67,11 +70,13 @@ def load_prices(path=None) -> dict:
         raise PlanError(f"--prices {str(p)!r}: not a YAML price table ({type(exc).__name__})") from None
     if not isinstance(doc, dict) or not isinstance(doc.get("prices"), dict):
         raise PlanError(f"{p}: expected a `prices:` mapping of GPU -> {{usd_per_gpu_hour, source, date}}")
+    check_known_fields(doc, ("prices", "sources"), str(p), PlanError)
     sources = doc.get("sources") or {}
     out = {}
     for name, e in doc["prices"].items():
         if not isinstance(e, dict):
             raise PlanError(f"{p}: price of {name!r} must be a mapping with usd_per_gpu_hour, source and date")
+        check_known_fields(e, PRICE_FIELDS, f"{p}: the price of {name}", PlanError)
         v = e.get("usd_per_gpu_hour")
         if not is_real(v) or v <= 0:
             raise PlanError(f"{p}: {name}: usd_per_gpu_hour must be a number > 0 (got {v!r})")

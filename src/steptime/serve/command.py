@@ -136,6 +136,8 @@ def check_output(flag: str, path: str, suffix: str | None = None) -> Path:
     import stat
     import tempfile
 
+    if not str(path).strip():  # '' would otherwise read as "no file asked for" and the option pass unused
+        raise ServeError(f"{flag} {path!r}: expected a file name")
     p = Path(path)
     if suffix is not None and p.suffix.lower() != suffix:
         raise ServeError(f"{flag} {path!r}: expected a {suffix} file name (got suffix {p.suffix or 'none'!r})")
@@ -236,6 +238,9 @@ def ep_ranks(model, gpu, tp: int, ep: int, dtype: str) -> int:
 
 def check_policy_options(a) -> None:
     """Refuse an option the chosen --policy does not read (it would be ignored without a word)."""
+    if a.policy == "disagg" and a.replicas != 1:  # simulate_disagg sizes its pools, not replicas of an instance
+        raise ServeError(f"--replicas {a.replicas} does not apply to --policy disagg: size its pools with "
+                         "--prefill-instances and --decode-instances")
     for flag, value, owner in (("--chunk", a.chunk, "sarathi"), ("--batch", a.batch, "static"),
                                ("--prefill-instances", a.prefill_instances, "disagg"),
                                ("--decode-instances", a.decode_instances, "disagg")):
@@ -290,9 +295,9 @@ def run_args(a):
 def cmd_serve(a) -> int:
     from steptime.serve.report import plot_run
 
-    if a.csv:
+    if a.csv is not None:
         check_output("--csv", a.csv)
-    if a.fig:
+    if a.fig is not None:
         check_output("--fig", a.fig, ".png")
         check_output("--fig", str(Path(a.fig).with_suffix(".pdf")))
     wl, run = run_args(a)
