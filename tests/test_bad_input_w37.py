@@ -261,3 +261,27 @@ def test_predict_ops_allreduce_refuses_a_tp_group_beyond_the_node():
         predict_ops("allreduce", "h100-sxm", nbytes=1e6, tp=16)
     assert clean(e).startswith("tensor-parallel degree 16 is beyond h100-sxm's 8 GPUs per node")
     assert predict_ops("allreduce", "h100-sxm", nbytes=1e6, tp=8)["t"] > 0
+
+
+def test_a_config_json_key_given_twice_is_refused(tmp_path):
+    """Before: `"hidden_size": 4096, ..., "hidden_size": 2048` priced a 2048-wide model without a word."""
+    import json
+
+    from steptime.specs import model_from_config
+
+    fields = {"architectures": ["LlamaForCausalLM"], "hidden_size": 4096, "num_hidden_layers": 32,
+              "num_attention_heads": 32, "num_key_value_heads": 8, "intermediate_size": 14336, "vocab_size": 128256,
+              "max_position_embeddings": 131072}
+    p = tmp_path / "config.json"
+    p.write_text(json.dumps(fields)[:-1] + ', "hidden_size": 2048}')
+    with pytest.raises(ModelConfigError) as e:
+        model_from_config(p)
+    assert clean(e, ModelConfigError) == (f"{p}: key 'hidden_size' is given twice in one object: JSON readers keep "
+                                          "the last without a word; remove one")
+    p.write_text(json.dumps(fields))
+    assert model_from_config(p).hidden_size == 4096
+
+
+def test_bench_jobs_without_plan_is_refused(capsys):
+    """Before: `steptime bench --jobs 2` ran the benchmark, --jobs read by nothing."""
+    refuses(capsys, ["bench", "--jobs", "2"], "--jobs 2 applies to --plan (the planner search's worker processes)")

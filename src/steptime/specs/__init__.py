@@ -443,8 +443,17 @@ def model_from_config(path: str | os.PathLike) -> Model:
         text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise ModelConfigError(f"{p}: not UTF-8 text (byte 0x{data[exc.start]:02x} at offset {exc.start})") from None
+    def unique(pairs):  # a key given twice: JSON readers (transformers' too) keep the last without a word
+        out = {}
+        for k, v in pairs:
+            if k in out:
+                raise ModelConfigError(f"{p}: key {k!r} is given twice in one object: JSON readers keep the last "
+                                       "without a word; remove one")
+            out[k] = v
+        return out
+
     try:
-        cfg = json.loads(text)
+        cfg = json.loads(text, object_pairs_hook=unique)
     except json.JSONDecodeError as exc:
         raise ModelConfigError(f"{p}: not valid JSON ({exc.msg} at line {exc.lineno} column {exc.colno})") from None
     except RecursionError:
