@@ -285,3 +285,83 @@ def test_a_config_json_key_given_twice_is_refused(tmp_path):
 def test_bench_jobs_without_plan_is_refused(capsys):
     """Before: `steptime bench --jobs 2` ran the benchmark, --jobs read by nothing."""
     refuses(capsys, ["bench", "--jobs", "2"], "--jobs 2 applies to --plan (the planner search's worker processes)")
+
+
+# ---- 1. the API: the planner's search lists and flags, the simulator's flags and policies ---------------------
+def _wl():
+    from steptime.serve import synthetic
+
+    return synthetic(5, isl=64, osl=4, rate=2)
+
+
+PLAN_KW = dict(gpus=("h100-sxm",), tps=(1,), dtypes=("bf16",), seqs=(64,), budgets=(2048,), disagg=False, jobs=1,
+               replicas=(1,), slo_ttft_s=1.0)
+
+
+@pytest.mark.parametrize("kw, msg", [
+    (dict(replicas=(0,)), "replica counts to search: entry must be >= 1, got 0"),
+    (dict(replicas=(1.5,)), "replica counts to search: entry must be an integer, got 1.5"),
+    (dict(replicas=(1, 1)), "replica counts to search: 1 is listed twice"),
+    (dict(disagg=True, pools=((0, 1),)), "disaggregated pools to search: instance count must be >= 1, got 0"),
+    (dict(disagg=True, pools=(1, 1)), "disaggregated pools to search: entry 1 must be a (prefill, decode) pair of "
+                                      "instance counts"),
+    (dict(disagg=True, pools=((1, 1, 1),)), "disaggregated pools to search: entry (1, 1, 1) must be a (prefill, "
+                                            "decode) pair of instance counts"),
+    (dict(eps=(2,)), "expert-parallel degrees (eps) apply to mixture-of-experts models; llama-3.1-8b is dense"),
+    (dict(rates=(1, 2)), "rates apply to objective='max_rate' (--max-rate), not objective='cost'"),
+    (dict(seed=1.5), "seed must be an integer, got 1.5"),
+    (dict(attainment="no"), "attainment must be True or False, got 'no' (str)"),
+    (dict(disagg="no"), "disagg must be True or False, got 'no' (str)"),
+    (dict(exhaustive="no"), "exhaustive must be True or False, got 'no' (str)"),
+    (dict(prices={"h100-sxm": 2}), "prices['h100-sxm'] must be a mapping with usd_per_gpu_hour > 0 (load_prices' "
+                                   "shape), got 2"),
+])
+def test_plan_refuses_search_lists_flags_and_prices_it_would_misread(kw, msg):
+    """Before: replicas 0 / 1.5 were searched as layouts `0x` / `1.5x`, a pool (1, 1, 1) or a flat (1, 1) was a
+    TypeError / ValueError traceback, eps on a dense model and rates without the max_rate objective were ignored,
+    seed 1.5 was truncated, "no" read as True, a bare number as a price a TypeError."""
+    from steptime.plan import plan
+
+    with pytest.raises(PlanError) as e:
+        plan("llama-3.1-8b", _wl(), **{**PLAN_KW, **kw})
+    assert clean(e) == msg
+
+
+def test_plan_still_takes_an_empty_replica_list_for_disaggregated_layouts_only():
+    from steptime.plan import plan
+
+    res = plan("llama-3.1-8b", _wl(), **{**PLAN_KW, "replicas": (), "disagg": True, "pools": ((1, 1),)})
+    assert [r["layout"] for r in res.rows] == ["h100-sxm 1P+1D tp1 vllm bf16 seqs64 budget2048"]
+
+
+def test_plan_refuses_expert_parallel_degrees_that_are_not_whole_numbers():
+    from steptime.plan import plan
+
+    with pytest.raises(PlanError) as e:
+        plan("qwen3-30b-a3b", _wl(), **{**PLAN_KW, "eps": -1})
+    assert clean(e) == "expert-parallel degrees to search must be a non-empty list (got -1)"
+
+
+@pytest.mark.parametrize("kw, msg", [
+    (dict(fast="no"), "fast must be True or False, got 'no' (str)"),
+    (dict(progress="no"), "progress must be True or False, got 'no' (str)"),
+    (dict(max_num_seqs=8), "policy settings max_num_seqs apply to a policy given by name; pol is already a Policy: "
+                           "set them on it (Policy(..., setting=value))"),
+])
+def test_simulate_refuses_flags_and_settings_it_would_misread(kw, msg):
+    """Before: fast="no" ran the fast path, and max_num_seqs=8 beside a Policy object was dropped."""
+    from steptime.serve import Policy, simulate
+
+    with pytest.raises(ServeError) as e:
+        simulate("llama-3.1-8b", "h100-sxm", _wl(), Policy("vllm"), **kw)
+    assert clean(e) == msg
+
+
+def test_simulate_disagg_refuses_a_pool_policy_given_by_name():
+    """Before: prefill_policy="sarathi" was an AttributeError ('str' object has no attribute 'budget')."""
+    from steptime.serve import simulate_disagg
+
+    with pytest.raises(ServeError) as e:
+        simulate_disagg("llama-3.1-8b", "h100-sxm", _wl(), prefill_policy="sarathi")
+    assert clean(e) == ("prefill_policy must be a steptime.serve.Policy (e.g. Policy(\"vllm\", ...)) or None for the "
+                        "default, got 'sarathi'")

@@ -26,7 +26,7 @@ from steptime.errors import InputError
 from steptime.specs import get_gpu
 from steptime.specs.engines import get_engine
 from steptime.terms import attention, comm, gemm, light
-from steptime.validation import MAX_DIM, as_int, check_array, check_choice, check_f_clk
+from steptime.validation import MAX_DIM, as_int, check_array, check_bool, check_choice, check_f_clk
 from steptime.specs.engines import check_engine_gpu, check_precision
 from steptime.terms import precision
 
@@ -93,8 +93,7 @@ def _check_cells(op: str, cells: dict) -> None:
             raise InputError(f"predict_ops({op!r}): heads ({cells['heads']!r}) must be a multiple of kv_heads "
                              f"({cells['kv_heads']!r})")
         check_choice(cells.get("kv_dtype", "bf16"), "KV-cache dtype kv_dtype", tuple(attention.KV_BYTES))
-        if not isinstance(cells.get("warm_l2", False), (bool, np.bool_)):
-            raise InputError(f"predict_ops({op!r}): warm_l2 must be True or False, got {cells['warm_l2']!r}")
+        check_bool(cells.get("warm_l2", False), f"predict_ops({op!r}): warm_l2")
     if op == "gemm":
         check_choice(cells.get("dtype", "bf16"), "GEMM dtype", tuple(gemm.BYTES))
     if op == "light":

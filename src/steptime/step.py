@@ -27,7 +27,7 @@ from steptime.specs import get_gpu, get_model, vidur_operators
 from steptime.specs.moe import is_moe
 from steptime.specs.engines import allreduces_per_layer, check_engine_gpu, check_precision, get_engine, tp_sharding
 from steptime.terms import attention, comm, gemm, host, light, precision
-from steptime.validation import (MAX_REQUESTS, as_int, check_choice, check_f_clk, check_request_rows,
+from steptime.validation import (MAX_REQUESTS, as_int, check_bool, check_choice, check_f_clk, check_request_rows,
                                  check_tokens, check_tp_heads)
 from steptime import moe_step
 from steptime.terms.moe import MoEConstants
@@ -559,8 +559,7 @@ def predict_step(model, gpu, batch: Batch | None = None, *, decode: Iterable = (
     model = get_model(model)
     gpu = get_gpu(gpu)
     for flag, v in (("check_memory", check_memory), ("allow_boost", allow_boost)):
-        if not isinstance(v, (bool, np.bool_)):  # a string such as "no" would read as true
-            raise InputError(f"{flag} must be True or False, got {v!r} ({_kind(v)})")
+        check_bool(v, flag)  # a string such as "no" would read as true
     check_f_clk(f_clk, allow_boost)
     check_choice(kv_dtype, "KV-cache dtype kv_dtype", tuple(attention.KV_BYTES))
     tp = check_tp(tp, gpu)

@@ -236,3 +236,10 @@ def check_known_fields(raw: dict, known, where: str, error=InputError) -> None:
         close = difflib.get_close_matches(str(k), known, n=2, cutoff=0.6)
         hint = f"did you mean {' or '.join(close)}? " if close else ""
         raise error(f"{where}: unknown field {k!r} ({hint}known: {', '.join(sorted(known))})")
+
+
+def check_bool(value, name: str, error=InputError) -> bool:
+    """A flag given as True or False (a numpy bool too): a string such as "no" would otherwise read as true."""
+    if not isinstance(value, (bool, np.bool_)):
+        raise error(f"{name} must be True or False, got {value!r} ({type(value).__name__})")
+    return bool(value)
