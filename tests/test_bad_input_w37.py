@@ -365,3 +365,11 @@ def test_simulate_disagg_refuses_a_pool_policy_given_by_name():
         simulate_disagg("llama-3.1-8b", "h100-sxm", _wl(), prefill_policy="sarathi")
     assert clean(e) == ("prefill_policy must be a steptime.serve.Policy (e.g. Policy(\"vllm\", ...)) or None for the "
                         "default, got 'sarathi'")
+
+
+@pytest.mark.parametrize("pol, tail", [("static", "(it runs whole batches: --batch)"),
+                                       ("sarathi", "(its token budget is --chunk)")])
+def test_serve_max_num_batched_tokens_under_a_policy_that_does_not_read_it_is_refused(capsys, pol, tail):
+    """Before: `--policy static --max-num-batched-tokens 100` ran with the option ignored."""
+    refuses(capsys, [*SERVE, "--policy", pol, "--max-num-batched-tokens", "100"],
+            f"--max-num-batched-tokens 100 applies to --policy vllm or disagg, not --policy {pol} {tail}")

@@ -19,6 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from steptime.errors import ServeError
+from steptime.serve.sim import VLLM_DEFAULTS
 
 TRACES = ("splitwise_conv", "splitwise_code", "arxiv")
 PROGRESS_MIN = 5000  # requests from which a progress bar is shown ...
@@ -49,8 +50,9 @@ def add_parser(sub) -> None:
                         "(engines.yaml schedule: chunked prefill, prefill mixed into decode steps, prefix caching of "
                         "a preempted request's blocks); sarathi: a fixed chunk; static: whole batches; disagg: "
                         "prefill and decode pools (default %(default)s)")
-    s.add_argument("--max-num-batched-tokens", type=int, default=8192,
-                   help="token budget of one engine step, tokens (default %(default)s)")
+    s.add_argument("--max-num-batched-tokens", type=int, default=None,
+                   help=f"token budget of one engine step, tokens (--policy vllm or disagg; default "
+                        f"{VLLM_DEFAULTS['max_num_batched_tokens']})")
     s.add_argument("--max-num-seqs", type=int, default=256, help="most requests running at once (default %(default)s)")
     s.add_argument("--chunk", type=int, default=None, help="sarathi chunk (token budget per step; --policy sarathi)")
     s.add_argument("--batch", type=int, default=None, help="static batch size (--policy static)")
@@ -237,7 +239,14 @@ def ep_ranks(model, gpu, tp: int, ep: int, dtype: str) -> int:
 
 
 def check_policy_options(a) -> None:
-    """Refuse an option the chosen --policy does not read (it would be ignored without a word)."""
+    """Refuse an option the chosen --policy does not read (it would be ignored without a word); then give
+    --max-num-batched-tokens its default."""
+    if a.max_num_batched_tokens is not None and a.policy in ("sarathi", "static"):
+        raise ServeError(f"--max-num-batched-tokens {a.max_num_batched_tokens} applies to --policy vllm or disagg, not "
+                         f"--policy {a.policy}" + (" (its token budget is --chunk)" if a.policy == "sarathi" else
+                                                  " (it runs whole batches: --batch)"))
+    if a.max_num_batched_tokens is None:
+        a.max_num_batched_tokens = VLLM_DEFAULTS["max_num_batched_tokens"]
     if a.policy == "disagg" and a.replicas != 1:  # simulate_disagg sizes its pools, not replicas of an instance
         raise ServeError(f"--replicas {a.replicas} does not apply to --policy disagg: size its pools with "
                          "--prefill-instances and --decode-instances")
