@@ -373,3 +373,24 @@ def test_serve_max_num_batched_tokens_under_a_policy_that_does_not_read_it_is_re
     """Before: `--policy static --max-num-batched-tokens 100` ran with the option ignored."""
     refuses(capsys, [*SERVE, "--policy", pol, "--max-num-batched-tokens", "100"],
             f"--max-num-batched-tokens 100 applies to --policy vllm or disagg, not --policy {pol} {tail}")
+
+
+# ---- 1. the workflow's own config files: a key given twice --------------------------------------------------------
+@pytest.mark.parametrize("path, old, new, key", [
+    ("config/config.yaml", "\nseed:", "\nseed: 1\nseed:", "seed"),
+    ("config/collect.yaml", "\n  h100-sxm: {gres: \"H100\"}", "\n  h100-sxm: {gres: \"H100\"}\n  h100-sxm: {gres: \"H200\"}",
+     "h100-sxm"),
+])
+def test_a_workflow_config_key_given_twice_stops_the_parse(clean_workdir, path, old, new, key):
+    """Before: Snakemake's configfile reader (and common.smk's yaml_load) kept the second value without a word."""
+    import subprocess
+    import sys
+
+    p = clean_workdir / path
+    text = p.read_text()
+    assert old in text
+    p.write_text(text.replace(old, new, 1))
+    r = subprocess.run([sys.executable, "-m", "snakemake", "--cores", "1", "-n", "results/specs/gpus.json"],
+                       cwd=clean_workdir, capture_output=True, text=True, timeout=600)
+    assert r.returncode != 0
+    assert f"key '{key}' is given twice in one mapping" in r.stdout + r.stderr, (r.stdout + r.stderr)[-1500:]
