@@ -234,11 +234,11 @@ class DuplicateKeyError(DataError):
     """A YAML mapping gives one key twice (yaml_load)."""
 
 
-@lru_cache(maxsize=1)
 def _yaml_loader():
     """libyaml's safe loader (PyYAML's where it was built without libyaml) refusing a key given twice in one mapping:
     YAML keeps the last without a word, so a field pasted twice in a spec or constants file would silently replace
-    the first. Merge keys (`<<`) may still be overridden, as YAML means them to be."""
+    the first. Merge keys (`<<`) may still be overridden, as YAML means them to be. Built per call (a class, cheap beside
+    the parse), so the module keeps no state."""
     import yaml
 
     class Loader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):
