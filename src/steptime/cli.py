@@ -21,7 +21,7 @@ import argparse
 import json
 import sys
 
-from steptime.errors import SteptimeError
+from steptime.errors import InputError, SteptimeError
 
 
 def _n(count: int, noun: str) -> str:
@@ -241,7 +241,9 @@ def _block_sizes_text(sizes) -> str:
 def cmd_bench(a) -> int:
     from steptime.bench import run
 
-    res = run(quick=a.quick, plan=a.plan, jobs=a.jobs)
+    if a.jobs is not None and not a.plan:  # without --plan nothing reads it
+        raise InputError(f"--jobs {a.jobs} applies to --plan (the planner search's worker processes)")
+    res = run(quick=a.quick, plan=a.plan, jobs=2 if a.jobs is None else a.jobs)
     if a.json:
         _print_json(res)
     else:
@@ -359,7 +361,8 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--json", action="store_true", help="print JSON instead of text")
     b.add_argument("--quick", action="store_true", help="smaller cell counts")
     b.add_argument("--plan", action="store_true", help="also time one planner search (5,000 requests, >= 300 layouts)")
-    b.add_argument("--jobs", type=int, default=2, help="worker processes of the planner search (default 2)")
+    b.add_argument("--jobs", type=int, default=None, help="worker processes of the planner search (with --plan; "
+                                                          "default 2)")
     s = sub.add_parser("status", help="which experiments are built and which await telemetry")
     s.add_argument("--json", action="store_true", help="print JSON instead of text")
     au = sub.add_parser("audit", help="every claim: its value, whether it holds, whether it is current, and "

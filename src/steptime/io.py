@@ -230,12 +230,43 @@ def find_root(root: str | os.PathLike | None = None) -> Path:
     raise DataError(f"no {MANIFEST_REL} in {here} or any parent; set ${ENV_ROOT} to the repository root")
 
 
-def yaml_load(source: Any) -> Any:
-    """yaml.safe_load of a string or an open stream, with libyaml's parser where PyYAML was built with it (the same
-    safe constructor and resolver, so the same document; several times faster on the large spec and settled files)."""
+class DuplicateKeyError(DataError):
+    """A YAML mapping gives one key twice (yaml_load)."""
+
+
+def _yaml_loader():
+    """libyaml's safe loader (PyYAML's where it was built without libyaml) refusing a key given twice in one mapping:
+    YAML keeps the last without a word, so a field pasted twice in a spec or constants file would silently replace
+    the first. Merge keys (`<<`) may still be overridden, as YAML means them to be. Built per call (a class, cheap beside
+    the parse), so the module keeps no state."""
     import yaml
 
-    return yaml.load(source, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+    class Loader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):
+        def construct_mapping(self, node, deep=False):
+            if isinstance(node, yaml.MappingNode):
+                seen = {}
+                for key_node, _ in node.value:
+                    if not isinstance(key_node, yaml.ScalarNode) or key_node.tag == "tag:yaml.org,2002:merge":
+                        continue
+                    key, line = self.construct_object(key_node), key_node.start_mark.line + 1
+                    if key in seen:
+                        name = str(getattr(key_node.start_mark, "name", "") or "")
+                        where = f"{name}: " if name and not name.startswith("<") else ""
+                        raise DuplicateKeyError(f"{where}key {key!r} is given twice in one mapping (lines {seen[key]} "
+                                                f"and {line}): YAML would keep the last without a word; remove one")
+                    seen[key] = line
+            return super().construct_mapping(node, deep=deep)
+
+    return Loader
+
+
+def yaml_load(source: Any) -> Any:
+    """yaml.safe_load of a string or an open stream, with libyaml's parser where PyYAML was built with it (the same
+    safe constructor and resolver, so the same document; several times faster on the large spec and settled files);
+    a key given twice in one mapping is refused (DuplicateKeyError, a DataError: _yaml_loader)."""
+    import yaml
+
+    return yaml.load(source, Loader=_yaml_loader())
 
 
 def read_yaml(path: str | os.PathLike) -> Any:

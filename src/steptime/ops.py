@@ -17,6 +17,8 @@ from __future__ import annotations
 
 from types import MappingProxyType
 
+import difflib
+
 import numpy as np
 
 from steptime.calibration import Constants, check_constants
@@ -24,7 +26,7 @@ from steptime.errors import InputError
 from steptime.specs import get_gpu
 from steptime.specs.engines import get_engine
 from steptime.terms import attention, comm, gemm, light
-from steptime.validation import MAX_DIM, as_int, check_array, check_choice, check_f_clk
+from steptime.validation import MAX_DIM, as_int, check_array, check_bool, check_choice, check_f_clk
 from steptime.specs.engines import check_engine_gpu, check_precision
 from steptime.terms import precision
 
@@ -60,14 +62,17 @@ def _check_cells(op: str, cells: dict) -> None:
     if op == "light" and "kernel" not in cells:
         raise InputError(f"predict_ops('light'): missing argument 'kernel' (one of {', '.join(light.LIGHT_KERNELS)})")
     required, optional = _ARGS[op]
+    takes = [*required, *sorted(optional)]
+    unknown = sorted(set(cells) - set(required) - optional)
+    if unknown:  # before the missing ones: a misspelt argument (kk=, bytes=) is why its true name is missing
+        close = [c for u in unknown for c in difflib.get_close_matches(u, takes, n=1, cutoff=0.5)]
+        hint = f"did you mean {', '.join(dict.fromkeys(close))}? " if close else ""
+        raise InputError(f"predict_ops({op!r}): unknown argument{'s' if len(unknown) > 1 else ''} "
+                         f"{', '.join(unknown)} ({hint}takes {', '.join(takes)})")
     missing = [a for a in required if a not in cells]
     if missing:
         raise InputError(f"predict_ops({op!r}): missing argument{'s' if len(missing) > 1 else ''} "
                          f"{', '.join(missing)} (needs {', '.join(required)})")
-    unknown = sorted(set(cells) - set(required) - optional)
-    if unknown:
-        raise InputError(f"predict_ops({op!r}): unknown argument{'s' if len(unknown) > 1 else ''} "
-                         f"{', '.join(unknown)} (takes {', '.join([*required, *sorted(optional)])})")
     for name, rule in {**_OPTIONAL_CHECKS, **required}.items():
         if rule is None or name not in cells:
             continue
@@ -88,8 +93,7 @@ def _check_cells(op: str, cells: dict) -> None:
             raise InputError(f"predict_ops({op!r}): heads ({cells['heads']!r}) must be a multiple of kv_heads "
                              f"({cells['kv_heads']!r})")
         check_choice(cells.get("kv_dtype", "bf16"), "KV-cache dtype kv_dtype", tuple(attention.KV_BYTES))
-        if not isinstance(cells.get("warm_l2", False), (bool, np.bool_)):
-            raise InputError(f"predict_ops({op!r}): warm_l2 must be True or False, got {cells['warm_l2']!r}")
+        check_bool(cells.get("warm_l2", False), f"predict_ops({op!r}): warm_l2")
     if op == "gemm":
         check_choice(cells.get("dtype", "bf16"), "GEMM dtype", tuple(gemm.BYTES))
     if op == "light":
@@ -116,6 +120,10 @@ def predict_ops(op: str, gpu, *, constants: Constants | None = None, f_clk: floa
     gpu = get_gpu(gpu)
     check_f_clk(f_clk, allow_boost)
     _check_cells(op, cells)
+    if op == "allreduce":  # the predictors' check: the all-reduce law is the in-node one
+        from steptime.step import check_tp
+
+        check_tp(cells["tp"], gpu)
     check_constants(constants)
     constants = constants or Constants.default()
     if engine is not None:

@@ -36,7 +36,7 @@ from steptime.specs import get_gpu, get_model, gpu_key, model_table
 from steptime.specs.engines import check_engine_gpu, check_precision, get_engine
 from steptime.specs.moe import is_moe, moe_model_table
 from steptime.step import GPU_TERMS, predict_steps
-from steptime.validation import MAX_INSTANCES, as_int, check_choice, check_tp_heads, is_real
+from steptime.validation import MAX_INSTANCES, as_int, check_bool, check_choice, check_known_fields, check_tp_heads, is_real
 
 PRICE_FILE = Path(__file__).resolve().parent / "specs" / "prices.yaml"
 DEFAULT_TP = (1, 2, 4, 8)
@@ -52,6 +52,9 @@ class PlanError(SteptimeError, ValueError):
 
 
 # -- prices ---------------------------------------------------------------------------------
+PRICE_FIELDS = ("usd_per_gpu_hour", "provider", "source", "date")  # a price entry's fields (load_prices)
+
+
 def load_prices(path=None) -> dict:
     """{gpu key: {usd_per_gpu_hour, source, date, provider}}; refuses a price without source or date."""
     import yaml
@@ -67,11 +70,13 @@ def load_prices(path=None) -> dict:
         raise PlanError(f"--prices {str(p)!r}: not a YAML price table ({type(exc).__name__})") from None
     if not isinstance(doc, dict) or not isinstance(doc.get("prices"), dict):
         raise PlanError(f"{p}: expected a `prices:` mapping of GPU -> {{usd_per_gpu_hour, source, date}}")
+    check_known_fields(doc, ("prices", "sources"), str(p), PlanError)
     sources = doc.get("sources") or {}
     out = {}
     for name, e in doc["prices"].items():
         if not isinstance(e, dict):
             raise PlanError(f"{p}: price of {name!r} must be a mapping with usd_per_gpu_hour, source and date")
+        check_known_fields(e, PRICE_FIELDS, f"{p}: the price of {name}", PlanError)
         v = e.get("usd_per_gpu_hour")
         if not is_real(v) or v <= 0:
             raise PlanError(f"{p}: {name}: usd_per_gpu_hour must be a number > 0 (got {v!r})")
@@ -161,6 +166,49 @@ def _key_or_name(get, name):
         return get(name).key
     except SteptimeError:
         return name
+
+
+def _check_counts(values, what: str, empty: bool = False) -> tuple:
+    """A search list of whole numbers in [1, MAX_INSTANCES], each once (replica counts, expert-parallel degrees);
+    `empty`: an empty list searches none of that kind (replicas=(): disaggregated layouts only)."""
+    if isinstance(values, str) or not hasattr(values, "__len__") or not (len(values) or empty):
+        raise PlanError(f"{what} to search must be a {'' if empty else 'non-empty '}list (got {values!r:.60})")
+    out = tuple(as_int(x, f"{what} to search: entry", 1, error=PlanError) for x in values)
+    if out and max(out) > MAX_INSTANCES:
+        raise PlanError(f"{what} to search: {max(out)} is above the limit of {MAX_INSTANCES} instances")
+    _check_distinct(out, what)
+    return out
+
+
+def _check_pools(pools) -> tuple:
+    """The disaggregated pools to search: a list of (prefill, decode) instance-count pairs, each once (empty: none)."""
+    if isinstance(pools, str) or not hasattr(pools, "__len__"):
+        raise PlanError(f"disaggregated pools to search must be a list of (prefill, decode) pairs "
+                        f"(got {pools!r:.60})")
+    out = []
+    for p in pools:
+        if isinstance(p, str) or not hasattr(p, "__len__") or len(p) != 2:
+            raise PlanError(f"disaggregated pools to search: entry {p!r:.40} must be a (prefill, decode) pair of "
+                            "instance counts")
+        out.append(tuple(as_int(x, "disaggregated pools to search: instance count", 1, error=PlanError) for x in p))
+        if sum(out[-1]) > MAX_INSTANCES:
+            raise PlanError(f"disaggregated pools to search: {out[-1]} is above the limit of {MAX_INSTANCES} "
+                            "instances")
+    _check_distinct(out, "disaggregated pools")
+    return tuple(out)
+
+
+def _check_prices(prices) -> dict:
+    """A price table given to plan(): {GPU key: {usd_per_gpu_hour > 0, ...}} (load_prices' shape)."""
+    if not isinstance(prices, dict):
+        raise PlanError(f"prices must be a dict of GPU -> {{usd_per_gpu_hour, source, date}} (load_prices' "
+                        f"shape), got {type(prices).__name__}")
+    for name, e in prices.items():
+        v = e.get("usd_per_gpu_hour") if isinstance(e, dict) else None
+        if not is_real(v) or v <= 0:
+            raise PlanError(f"prices[{name!r}] must be a mapping with usd_per_gpu_hour > 0 (load_prices' shape), "
+                            f"got {e!r:.60}")
+    return prices
 
 
 def _check_distinct(values, what: str) -> None:
@@ -659,10 +707,22 @@ def plan(model, workload, *, slo_ttft_s=None, slo_tpot_s=None, slo_itl_s=None, p
     for what, v in (("tp degrees", tps), ("max_num_seqs values", seqs), ("token budgets", budgets)):
         for x in v:  # whole numbers >= 1: 1.5 or -5 would be dropped or skipped without a word
             as_int(x, f"{what} to search: entry", 1, error=PlanError)
+    for flag, v in (("progress", progress), ("disagg", disagg), ("exhaustive", exhaustive), ("share", share),
+                    ("attainment", attainment), ("prune_across_gpus", prune_across_gpus)):
+        check_bool(v, flag, PlanError)  # a string such as "no" would read as true
+    seed = as_int(seed, "seed", 0, error=PlanError)  # 1.5 was truncated to 1
+    if rates is not None and objective != "max_rate":  # only the max_rate objective scans them
+        raise PlanError(f"rates apply to objective='max_rate' (--max-rate), not objective={objective!r}")
+    replicas = _check_counts(replicas, "replica counts", empty=True)
+    pools = _check_pools(pools)
+    if eps is not None:
+        eps = _check_counts(eps, "expert-parallel degrees")
     if min(tps) > max_gpus:  # no instance fits: the search would try nothing and say no reason
         raise PlanError(f"tp degrees to search ({', '.join(map(str, tps))}) all exceed --max-gpus {max_gpus}: no "
                         f"instance fits")
     m = get_model(model)
+    if eps is not None and not is_moe(m):  # layouts() searches them for a mixture-of-experts model only
+        raise PlanError(f"expert-parallel degrees (eps) apply to mixture-of-experts models; {m.key} is dense")
     if is_moe(m):
         from steptime.moe_step import MOE_DTYPES as known_dtypes
     else:
@@ -683,7 +743,7 @@ def plan(model, workload, *, slo_ttft_s=None, slo_tpot_s=None, slo_itl_s=None, p
             res.notes.append(f"left out: {exc}")
     if not known:
         raise PlanError("no known GPU to search: " + "; ".join(res.notes))
-    res.prices = load_prices() if prices is None else prices
+    res.prices = load_prices() if prices is None else _check_prices(prices)
     constants = constants or Constants.default()
     res.uncalibrated = frozenset(uncalibrated_gpus(known, constants))
     for k in sorted(res.uncalibrated):

@@ -109,9 +109,9 @@ def cmd_plan(a) -> int:
 
     from steptime.serve.command import check_output
 
-    if a.csv:
+    if a.csv is not None:
         check_output("--csv", a.csv, ".csv")
-    if a.fig:
+    if a.fig is not None:
         check_output("--fig", a.fig, ".png")
         check_output("--fig", str(Path(a.fig).with_suffix(".pdf")))
     if a.top < 1:

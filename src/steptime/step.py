@@ -27,7 +27,7 @@ from steptime.specs import get_gpu, get_model, vidur_operators
 from steptime.specs.moe import is_moe
 from steptime.specs.engines import allreduces_per_layer, check_engine_gpu, check_precision, get_engine, tp_sharding
 from steptime.terms import attention, comm, gemm, host, light, precision
-from steptime.validation import (MAX_REQUESTS, as_int, check_choice, check_f_clk, check_request_rows,
+from steptime.validation import (MAX_REQUESTS, as_int, check_bool, check_choice, check_f_clk, check_request_rows,
                                  check_tokens, check_tp_heads)
 from steptime import moe_step
 from steptime.terms.moe import MoEConstants
@@ -349,6 +349,15 @@ def check_tp(tp, gpu, error=InputError) -> int:
     return tp
 
 
+def check_dense_layout(model, gpu, ep, dtype: str, error=InputError) -> None:
+    """A dense model's expert-parallel degree (1: it has no experts; `error` names a wrong one) and weight dtype (one
+    the GPU's tensor cores have): the dense side of moe_step.check_layout, called by predict_steps, the serving
+    timers (serve.timer._checked, with ServeError) and serve.memory.kv_budget (as the predictors, InputError)."""
+    if as_int(ep, "expert-parallel degree ep", 1, error) != 1:
+        raise error(f"expert parallelism (ep={ep}) applies to mixture-of-experts models; {model.key} is dense")
+    check_precision(gpu, dtype)
+
+
 # What a row of predict_steps stands for (its `rows` argument): "requests", one request each (whole token counts,
 # KV + new tokens within the model's context: the check predict_step's batches pass, validation.check_request_rows);
 # "work", a row of work that is not one request (a measured step's mean request, whose lengths are fractional; the
@@ -426,9 +435,7 @@ def predict_steps(model, gpu, step_id, new_tokens, kv_len, n_steps: int | None =
     check_engine_gpu(engine, gpu)
     moe = is_moe(model)
     if not moe:
-        if as_int(ep, "expert-parallel degree ep", 1) != 1:
-            raise InputError(f"expert parallelism (ep={ep}) applies to mixture-of-experts models; {model.key} is dense")
-        check_precision(gpu, dtype)
+        check_dense_layout(model, gpu, ep, dtype)
     is_pref = new > 1
     any_pref = bool(is_pref.any())
     N = np.bincount(step_id, minlength=n_steps).astype(float)
@@ -552,8 +559,7 @@ def predict_step(model, gpu, batch: Batch | None = None, *, decode: Iterable = (
     model = get_model(model)
     gpu = get_gpu(gpu)
     for flag, v in (("check_memory", check_memory), ("allow_boost", allow_boost)):
-        if not isinstance(v, (bool, np.bool_)):  # a string such as "no" would read as true
-            raise InputError(f"{flag} must be True or False, got {v!r} ({_kind(v)})")
+        check_bool(v, flag)  # a string such as "no" would read as true
     check_f_clk(f_clk, allow_boost)
     check_choice(kv_dtype, "KV-cache dtype kv_dtype", tuple(attention.KV_BYTES))
     tp = check_tp(tp, gpu)

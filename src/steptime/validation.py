@@ -221,3 +221,25 @@ def check_request_rows(new_tokens, kv_len, model, *, where: str, names=("new_tok
             raise error(f"{where}: {names[1]} + {names[0]} = {total[i]:.15g} positions ({row} {i}: {names[1]} "
                         f"{kv[i]:.15g}, {names[0]} {new[i]:.15g}) exceed {model.key}'s context window: a maximum of "
                         f"{ctx} positions (max_position_embeddings)")
+
+
+def check_known_fields(raw: dict, known, where: str, error=InputError) -> None:
+    """Refuse a field of a hand-written mapping (a spec table's entry, a price) that its reader does not know: a
+    misspelt field would otherwise be dropped without a word and the value it meant to set left at another. The
+    message names the field, the closest known names and where it is."""
+    import difflib
+
+    known = tuple(known)
+    bad = [k for k in raw if k not in known]
+    if bad:
+        k = bad[0]
+        close = difflib.get_close_matches(str(k), known, n=2, cutoff=0.6)
+        hint = f"did you mean {' or '.join(close)}? " if close else ""
+        raise error(f"{where}: unknown field {k!r} ({hint}known: {', '.join(sorted(known))})")
+
+
+def check_bool(value, name: str, error=InputError) -> bool:
+    """A flag given as True or False (a numpy bool too): a string such as "no" would otherwise read as true."""
+    if not isinstance(value, (bool, np.bool_)):
+        raise error(f"{name} must be True or False, got {value!r} ({type(value).__name__})")
+    return bool(value)

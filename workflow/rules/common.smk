@@ -113,6 +113,16 @@ _SRC = str(Path(workflow.basedir, "src").resolve())
 os.environ.update(PYTHONPATH=_SRC)
 sys.path.insert(0, _SRC)  # this process too (the registered-raw check reads the manifest through the library)
 
+# A key given twice in one mapping of a config file: Snakemake's configfile reader and yaml_load above keep the last
+# without a word (the schemas cannot see it); the library's loader refuses it (steptime.io.DuplicateKeyError).
+from steptime.io import DuplicateKeyError as _DuplicateKeyError, read_yaml as _read_yaml_strict
+
+for _f in ("config/config.yaml", config["experiments"], "config/collect.yaml"):
+    try:
+        _read_yaml_strict(_f)
+    except _DuplicateKeyError as _e:
+        raise WorkflowError(str(_e)) from None
+
 # The code, declared as an input of every rule that imports it (code_of, derived from the import
 # graph of the rule's script, not typed per rule) (the shipped constants file
 # src/steptime/calibration/defaults.yaml included: no rule writes it; the settle rules write

@@ -19,6 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from steptime.errors import ServeError
+from steptime.serve.sim import VLLM_DEFAULTS
 
 TRACES = ("splitwise_conv", "splitwise_code", "arxiv")
 PROGRESS_MIN = 5000  # requests from which a progress bar is shown ...
@@ -49,8 +50,9 @@ def add_parser(sub) -> None:
                         "(engines.yaml schedule: chunked prefill, prefill mixed into decode steps, prefix caching of "
                         "a preempted request's blocks); sarathi: a fixed chunk; static: whole batches; disagg: "
                         "prefill and decode pools (default %(default)s)")
-    s.add_argument("--max-num-batched-tokens", type=int, default=8192,
-                   help="token budget of one engine step, tokens (default %(default)s)")
+    s.add_argument("--max-num-batched-tokens", type=int, default=None,
+                   help=f"token budget of one engine step, tokens (--policy vllm or disagg; default "
+                        f"{VLLM_DEFAULTS['max_num_batched_tokens']})")
     s.add_argument("--max-num-seqs", type=int, default=256, help="most requests running at once (default %(default)s)")
     s.add_argument("--chunk", type=int, default=None, help="sarathi chunk (token budget per step; --policy sarathi)")
     s.add_argument("--batch", type=int, default=None, help="static batch size (--policy static)")
@@ -136,6 +138,8 @@ def check_output(flag: str, path: str, suffix: str | None = None) -> Path:
     import stat
     import tempfile
 
+    if not str(path).strip():  # '' would otherwise read as "no file asked for" and the option pass unused
+        raise ServeError(f"{flag} {path!r}: expected a file name")
     p = Path(path)
     if suffix is not None and p.suffix.lower() != suffix:
         raise ServeError(f"{flag} {path!r}: expected a {suffix} file name (got suffix {p.suffix or 'none'!r})")
@@ -235,7 +239,17 @@ def ep_ranks(model, gpu, tp: int, ep: int, dtype: str) -> int:
 
 
 def check_policy_options(a) -> None:
-    """Refuse an option the chosen --policy does not read (it would be ignored without a word)."""
+    """Refuse an option the chosen --policy does not read (it would be ignored without a word); then give
+    --max-num-batched-tokens its default."""
+    if a.max_num_batched_tokens is not None and a.policy in ("sarathi", "static"):
+        raise ServeError(f"--max-num-batched-tokens {a.max_num_batched_tokens} applies to --policy vllm or disagg, not "
+                         f"--policy {a.policy}" + (" (its token budget is --chunk)" if a.policy == "sarathi" else
+                                                  " (it runs whole batches: --batch)"))
+    if a.max_num_batched_tokens is None:
+        a.max_num_batched_tokens = VLLM_DEFAULTS["max_num_batched_tokens"]
+    if a.policy == "disagg" and a.replicas != 1:  # simulate_disagg sizes its pools, not replicas of an instance
+        raise ServeError(f"--replicas {a.replicas} does not apply to --policy disagg: size its pools with "
+                         "--prefill-instances and --decode-instances")
     for flag, value, owner in (("--chunk", a.chunk, "sarathi"), ("--batch", a.batch, "static"),
                                ("--prefill-instances", a.prefill_instances, "disagg"),
                                ("--decode-instances", a.decode_instances, "disagg")):
@@ -290,9 +304,9 @@ def run_args(a):
 def cmd_serve(a) -> int:
     from steptime.serve.report import plot_run
 
-    if a.csv:
+    if a.csv is not None:
         check_output("--csv", a.csv)
-    if a.fig:
+    if a.fig is not None:
         check_output("--fig", a.fig, ".png")
         check_output("--fig", str(Path(a.fig).with_suffix(".pdf")))
     wl, run = run_args(a)

@@ -34,7 +34,7 @@ from numbers import Real
 import numpy as np
 
 from steptime.errors import ServeError
-from steptime.validation import as_int, check_tp_heads
+from steptime.validation import as_int, check_choice, check_tp_heads
 
 
 @dataclass(frozen=True)
@@ -130,12 +130,14 @@ def kv_budget(model, gpu, *, tp: int = 1, ep: int = 1, dtype: str = "bf16", kv_d
     from steptime import moe_step
     from steptime.specs import get_gpu, get_model
     from steptime.specs.moe import is_moe
-    from steptime.step import check_tp, memory_bytes
+    from steptime.step import check_dense_layout, check_tp, memory_bytes
+    from steptime.terms.attention import KV_BYTES
 
     m, g = get_model(model), get_gpu(gpu)
     # the layout checks every predictor makes (whole tp within the node, tp dividing the heads): one place each
     tp = check_tp_heads(m, check_tp(tp, g, ServeError), ServeError)
     ep = as_int(ep, "expert-parallel degree ep", 1, error=ServeError)
+    check_choice(kv_dtype, "KV-cache dtype kv_dtype", tuple(KV_BYTES))  # the predictors' check (step._check_steps)
     block_size = as_int(block_size, "block_size", 1, error=ServeError)
     max_num_seqs = as_int(max_num_seqs, "max_num_seqs", 1, error=ServeError)
     u = gpu_memory_utilization
@@ -153,6 +155,7 @@ def kv_budget(model, gpu, *, tp: int = 1, ep: int = 1, dtype: str = "bf16", kv_d
         state = n_lin * m.gdn_state_bytes(tp) if n_lin else 0.0
         layout = f"tp={tp}, ep={ep}"
     else:  # every layer keeps every token (a dense Model carries no window: see the module's docstring)
+        check_dense_layout(m, g, ep, dtype)  # the predictors' dense check: no experts to spread, dtype on the GPU
         kw = dict(weight_dtype=dtype, kv_dtype=kv_dtype)
         weights = memory_bytes(m, 0, tp, **kw)
         token = memory_bytes(m, 1, tp, **kw) - weights

@@ -54,7 +54,7 @@ from steptime.errors import ServeError
 from steptime.serve.memory import check_context, kv_budget
 from steptime.serve.timer import StepTimer
 from steptime.serve.workload import Workload
-from steptime.validation import MAX_INSTANCES, MAX_TOKENS, as_int, is_real
+from steptime.validation import MAX_INSTANCES, MAX_TOKENS, as_int, check_bool, is_real
 from steptime.serve.queueing import deadline_split
 
 POLICIES = ("vllm", "sarathi", "static", "disagg")
@@ -987,6 +987,11 @@ def simulate(model, gpu, workload: Workload, pol: Policy | str = "vllm", *, tp: 
     >>> run.summary()["ttft_s"]["p50"]
     """
     check_workload(workload)
+    check_bool(progress, "progress", ServeError)
+    check_bool(fast, "fast", ServeError)
+    if isinstance(pol, Policy) and policy_kw:  # they shape a policy made from a name; a Policy is already made
+        raise ServeError(f"policy settings {', '.join(sorted(policy_kw))} apply to a policy given by name; pol is "
+                         "already a Policy: set them on it (Policy(..., setting=value))")
     pol = pol if isinstance(pol, Policy) else policy(pol, **policy_kw)
     if pol.name == "disagg":
         raise ServeError("the disagg policy needs two pools: use simulate_disagg")
@@ -1084,6 +1089,10 @@ def simulate_disagg(model, gpu, workload: Workload, *, prefill_instances: int = 
         if as_int(k, what, None, error=ServeError) < 1:
             raise ServeError(f"{what} {k}: each pool needs at least one instance")
         check_instances(k, what)
+    for what, p in (("prefill_policy", prefill_policy), ("decode_policy", decode_policy)):
+        if p is not None and not isinstance(p, Policy):  # a name such as "sarathi" failed on an attribute
+            raise ServeError(f"{what} must be a steptime.serve.Policy (e.g. Policy(\"vllm\", ...)) or None for "
+                             f"the default, got {p!r:.40}")
     pp = prefill_policy or Policy("vllm", max_num_batched_tokens=8192, chunked_prefill=False)
     dp = decode_policy or Policy("vllm", reserve_full=True)
     timer = timer or StepTimer(model, gpu, tp=tp, constants=constants, f_clk=f_clk, kv_dtype=kv_dtype,

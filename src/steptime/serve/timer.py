@@ -31,13 +31,13 @@ import numpy as np
 from steptime.calibration import Constants, check_constants
 from steptime.errors import ServeError
 from steptime.specs import get_gpu, get_model
-from steptime.specs.engines import check_engine_gpu, check_precision, get_engine
+from steptime.specs.engines import check_engine_gpu, get_engine
 from steptime.specs.moe import is_moe
-from steptime.step import ATTN_TERMS, BLOCK_TERMS, check_tp, memory_bytes, predict_steps
+from steptime.step import ATTN_TERMS, BLOCK_TERMS, check_dense_layout, check_tp, memory_bytes, predict_steps
 from steptime.terms import attention
 from steptime.terms.gemm import smax, smax1
 from steptime.terms.moe import MoEConstants
-from steptime.validation import as_int, check_choice, check_f_clk, check_tp_heads
+from steptime.validation import check_choice, check_f_clk, check_tp_heads
 
 TOKEN_TERMS = tuple(t for t in BLOCK_TERMS if t not in ATTN_TERMS + ("lm_head",))
 EXACT_RTOL = 1e-9
@@ -83,9 +83,7 @@ def _checked(model, gpu, tp, f_clk, kv_dtype, engine, dtype, constants, ep=1):
             raise ServeError(f"{model.key} has Gated DeltaNet linear-attention layers: the serving simulator's timer "
                              "does not represent them yet (predict_steps does: steptime.moe_step)")
     else:
-        if as_int(ep, "expert-parallel degree ep", 1, ServeError) != 1:
-            raise ServeError(f"expert parallelism (ep={ep}) applies to mixture-of-experts models; {model.key} is dense")
-        check_precision(gpu, dtype)
+        check_dense_layout(model, gpu, ep, dtype, ServeError)
         ep = 1
     return model, gpu, tp, engine, ep
 

@@ -21,7 +21,7 @@ from steptime.errors import (GPUTypeError, ModelConfigError, UnknownGPUError, Un
                              UnsupportedModelError)
 from steptime.io import read_yaml
 from steptime.readonly import read_only
-from steptime.validation import MAX_CONFIG_BYTES, check_regular_file
+from steptime.validation import MAX_CONFIG_BYTES, check_known_fields, check_regular_file
 from steptime.specs.model import _JSON_KIND, _MODEL_FIELDS, Model, _cfg_bool, _cfg_int  # noqa: F401 (re-exported)
 from steptime.specs.model import _cfg_context
 from steptime.specs.moe import moe_from_config, moe_model_table
@@ -193,11 +193,17 @@ def _host_cpu(raw: dict, key: str) -> str | None:
     return v
 
 
+# gpus.yaml fields beside the datasheet figures (_GPU_FIELDS): any other field is a typo, refused
+_GPU_EXTRA_FIELDS = ("name", "aliases", "architecture", "sm_version", "default_source", "default_confidence",
+                     "rechecked", "host_cpu", "interconnect", "vidur_name", "aic_name")
+
+
 @lru_cache(maxsize=1)
 def gpu_table() -> dict[str, GPU]:
     doc = read_yaml(GPU_FILE)
     out = {}
     for key, raw in doc["gpus"].items():
+        check_known_fields(raw, (*_GPU_FIELDS, *_GPU_EXTRA_FIELDS), f"{GPU_FILE.name}: {key}", ValueError)
         src = raw.get("default_source", "")
         conf = raw.get("default_confidence", "datasheet")  # of the bare figures (they cite default_source)
         figs = {f: _unwrap(raw, f, src, conf) for f in _GPU_FIELDS}
@@ -345,9 +351,18 @@ def _not_decoder_reason(cfg: dict) -> str | None:
     return None
 
 
+# models.yaml fields beside the Model's sizes: what the reader takes (source, aliases, parallel_block, qk_norm) and what
+# an entry records from its config.json without the step reading it (Gemma 2's softcaps, query scale and sliding
+# window; Gemma 3's layer_types: the module note of serve/memory.py). Any other field is a typo, refused.
+_MODEL_EXTRA_FIELDS = ("source", "aliases", "parallel_block", "qk_norm", "sliding_window", "layer_types",
+                       "attn_logit_softcapping", "final_logit_softcapping", "query_pre_attn_scalar")
+
+
 def _model_from_raw(key: str, raw: dict) -> Model:
     if not isinstance(raw, dict):
         raise ModelConfigError(f"{MODEL_FILE.name}: model {key!r}: expected a mapping of fields, got {raw!r:.60}")
+    check_known_fields(raw, (*_MODEL_FIELDS, *_MODEL_EXTRA_FIELDS), f"{MODEL_FILE.name}: model {key!r}",
+                       ModelConfigError)
     missing = [f for f in _MODEL_FIELDS if f not in raw]
     if missing:
         raise ModelConfigError(f"{MODEL_FILE.name}: model {key!r}: missing fields {', '.join(missing)}")
@@ -428,8 +443,17 @@ def model_from_config(path: str | os.PathLike) -> Model:
         text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise ModelConfigError(f"{p}: not UTF-8 text (byte 0x{data[exc.start]:02x} at offset {exc.start})") from None
+    def unique(pairs):  # a key given twice: JSON readers (transformers' too) keep the last without a word
+        out = {}
+        for k, v in pairs:
+            if k in out:
+                raise ModelConfigError(f"{p}: key {k!r} is given twice in one object: JSON readers keep the last "
+                                       "without a word; remove one")
+            out[k] = v
+        return out
+
     try:
-        cfg = json.loads(text)
+        cfg = json.loads(text, object_pairs_hook=unique)
     except json.JSONDecodeError as exc:
         raise ModelConfigError(f"{p}: not valid JSON ({exc.msg} at line {exc.lineno} column {exc.colno})") from None
     except RecursionError:

@@ -26,6 +26,7 @@ import numpy as np
 from steptime.errors import InputError, UnknownEngineError, UnsupportedError
 from steptime.readonly import read_only
 from steptime.io import read_yaml, read_yaml_cached
+from steptime.validation import check_known_fields
 
 ENGINE_FILE = Path(__file__).resolve().parent / "engines.yaml"
 FITTED_FILE = Path(__file__).resolve().parent.parent / "calibration" / "engine_constants.yaml"
@@ -354,8 +355,14 @@ class Engine:
         return out
 
 
+# an engine profile's sections and fields (_parse_engine reads each); any other is a typo, refused
+PROFILE_FIELDS = ("name", "default", "backend", "vendors", "kv_block_sizes", "host_terms", "host", "launch",
+                  "sampling", "allreduce", "moe", "light", "schedule", "fusion", "precision")
+
+
 def _parse_engine(key: str, doc: dict) -> Engine:
     where = f"{ENGINE_FILE.name}: engine {key}"
+    check_known_fields(doc, PROFILE_FIELDS, where, ValueError)
     host_terms = bool(doc.get("host_terms", True))
     values: dict[str, EngineValue] = {}
     for section in ("host", "launch", "sampling", "allreduce"):

@@ -12,6 +12,7 @@ one line that names what.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -20,6 +21,7 @@ from types import MappingProxyType
 from steptime.errors import ModelConfigError, UnsupportedModelError
 from steptime.io import read_yaml
 from steptime.specs.model import Model, _cfg_bool, _cfg_context, _cfg_int
+from steptime.validation import check_known_fields
 
 MOE_MODEL_FILE = Path(__file__).with_name("moe_models.yaml")
 ATTENTION_KINDS = ("gqa", "mla")
@@ -321,8 +323,11 @@ _FIELDS_INT = ("hidden_size", "num_hidden_layers", "num_attention_heads", "num_k
 def moe_model_table() -> dict:
     doc = read_yaml(MOE_MODEL_FILE)["models"]
     cls = moe_class()
+    known = (*(f.name for f in dataclasses.fields(cls) if f.name not in ("key", "aliases", "gated_mlp")), "aliases",
+             "alias_note")  # the MoEModel's fields (gated_mlp: every MoE expert is gated) and the alias note
     out = {}
     for key, raw in doc.items():
+        check_known_fields(raw, known, f"{MOE_MODEL_FILE.name}: model {key!r}", ModelConfigError)
         kw = {k: v for k, v in raw.items() if k not in ("aliases", "alias_note")}
         missing = [f for f in (*_FIELDS_INT, "num_experts", "num_experts_per_tok", "moe_intermediate_size",
                                "source", "config") if f not in kw]

@@ -361,11 +361,12 @@ def apply_rel(g: dict, gpu, constants: Constants | None, rel: dict, params: dict
     if dk_add is not None:  # the kernel's per-tile fixed cost beyond the bf16 duty_k, in elements of k
         dk = float(p["duty_k"])
         t_c = t_c * (1.0 + (dk + dk_add) / g["k_cta"]) / (1.0 + dk / g["k_cta"])
-    t_mem = g["t_memory"] / mem_rel(rel, p) + g["t_cta"]  # plus the per-CTA stream (fp8 bytes)
+    t_bw = g["t_memory"] / mem_rel(rel, p)  # the bandwidth term at the fp8 memory factor (read once)
+    t_mem = t_bw + g["t_cta"]  # plus the per-CTA stream (fp8 bytes)
     own = g.get("own_stream")
     cta_rel = _kernel_factor(rel, "cta_stream_rel", 0.0)
     if cta_rel is not None and own is not None:  # the kernel's own per-CTA stream: a concurrent limit
-        conc = gemm.smax(g["t_memory"] / mem_rel(rel, p), g["t_cta"] * cta_rel, float(p["overlap_p"]))
+        conc = gemm.smax(t_bw, g["t_cta"] * cta_rel, float(p["overlap_p"]))
         t_mem = np.where(own, conc, t_mem)
     t = gemm.smax(t_c / rel["eta_c_rel"], t_mem, float(p["overlap_p"]))
     oob_rate = _kernel_factor(rel, "oob_rate_tbs", 0.0)
