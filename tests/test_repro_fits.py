@@ -128,3 +128,31 @@ def test_the_numeric_environment_names_the_overrides(monkeypatch):
     monkeypatch.delenv("NPY_DISABLE_CPU_FEATURES", raising=False)
     env = numeric_environment()["env"]
     assert env["OPENBLAS_CORETYPE"] == "Haswell" and "NPY_DISABLE_CPU_FEATURES" not in env
+
+
+def test_the_band_is_the_larger_of_the_seed_spread_and_the_floor(monkeypatch):
+    calls = []
+
+    def fake(df, gpus, fixed, constants, seed, n_per_gpu, max_nfev):
+        calls.append(seed)
+        return {"llm_mape": {}, "mean_llm_mape": 0.0760 + (0.0003 if seed == 12 else 0.0)}
+
+    monkeypatch.setattr(A, "_refit_mean_llm", fake)
+    df = pd.DataFrame({"gpu": ["a100-sxm"]})
+    ab = A.factor_ablation(df, {}, constants=C, seed=10, noise_seeds=(1, 2), tie_floor=0.0001)
+    assert calls[-2:] == [11, 12]  # the replicas: the same refit on the samples of seed + 1, seed + 2
+    assert ab["fit_noise"]["spread"] == pytest.approx(0.0003) and ab["fit_noise"]["band"] == pytest.approx(0.0003)
+    ab = A.factor_ablation(df, {}, constants=C, seed=10, noise_seeds=(1, 2), tie_floor=0.0025)
+    assert ab["fit_noise"]["band"] == 0.0025
+    assert "fit_noise" not in A.factor_ablation(df, {}, constants=C, seed=10, noise_seeds=(), tie_floor=0.0)
+    with pytest.raises(ValueError, match="tie_floor"):
+        A.factor_ablation(df, {}, constants=C, noise_seeds=(), tie_floor=-0.1)
+
+
+def test_the_config_declares_the_tie_floor_for_both_sizes():
+    import yaml
+    from pathlib import Path
+
+    cfg = yaml.safe_load((Path(__file__).resolve().parents[1] / "config" / "config.yaml").read_text())
+    for size in ("fast", "full"):
+        assert 0 < cfg["sizes"]["e1_13_ablation"][size]["tie_floor"] < 0.01

@@ -270,8 +270,8 @@ def ablation_claims(ab: dict) -> list:
         if band is None:
             out.append(claim(text, d, comparison, target=0.0, met=d > 0, op=">", unit="fraction"))
         elif abs(d) <= band:
-            out.append(claim(text + f": a tie, within the refit's own noise (+-{band * 100:.2f} pp, the spread of "
-                                    f"the shipped-factor refit under ulp-shifted latencies); no verdict", d,
+            out.append(claim(text + f": a tie, within the refit's own noise (+-{band * 100:.2f} pp: across CPUs and fit "
+                                    f"samples the capped refit moves by about that much); no verdict", d,
                              comparison + "; within the fit-noise band, no verdict"))
         else:
             out.append(claim(text + f", beyond the refit's noise band ({band * 100:.2f} pp)", d,
