@@ -156,3 +156,30 @@ def test_the_config_declares_the_tie_floor_for_both_sizes():
     cfg = yaml.safe_load((Path(__file__).resolve().parents[1] / "config" / "config.yaml").read_text())
     for size in ("fast", "full"):
         assert 0 < cfg["sizes"]["e1_13_ablation"][size]["tie_floor"] < 0.01
+
+
+# ---------------------------------------------------------------- R2.1: design-choice rows inside their fits' noise
+def test_a_design_choice_inside_its_tie_band_is_a_tie_whichever_side_wins():
+    from steptime_lab.experiments import design as D
+
+    kw = dict(metric="m", held_out=True, source="s", tie_band=0.0075)
+    # the two numeric environments' E1.11 scores (wave 37): shipped 2 worst by 0.68 pp, then best by 0.10 pp
+    a = D._row("hopper_cluster_size", 2, {"16": 0.0828566, "2": 0.0896327, "4": 0.0886225}, **kw)
+    b = D._row("hopper_cluster_size", 2, {"16": 0.089092, "2": 0.0878917, "4": 0.0889112}, **kw)
+    assert a["tie"] and b["tie"] and not a["shipped_is_best"] and b["shipped_is_best"]
+    docs = [D.document([r], [], {}, {}, fast=True)["claims"][0] for r in (a, b)]
+    assert all("met" not in c and "ties with the best" in c["claim"] for c in docs)
+    far = D._row("attention_llm_weight", "10.0", {"1.0": 0.113, "10.0": 0.101}, **kw)
+    assert not far["tie"] and D.document([far], [], {}, {}, fast=True)["claims"][0]["met"] is True
+    assert not D._row("x", "a", {"a": 0.1, "b": 0.1}, metric="m", held_out=True, source="s")["tie"]  # no band: no tie
+    with pytest.raises(ValueError, match="tie_band"):
+        D._row("x", "a", {"a": 0.1}, metric="m", held_out=True, source="s", tie_band=-1.0)
+
+
+def test_the_config_declares_the_cluster_tie_band_for_both_sizes():
+    import yaml
+    from pathlib import Path
+
+    cfg = yaml.safe_load((Path(__file__).resolve().parents[1] / "config" / "config.yaml").read_text())
+    for size in ("fast", "full"):
+        assert 0 < cfg["sizes"]["r2_1_design"][size]["cluster_tie_band"] < 0.05
