@@ -169,6 +169,7 @@ def test_a_design_choice_inside_its_tie_band_is_a_tie_whichever_side_wins():
     assert a["tie"] and b["tie"] and not a["shipped_is_best"] and b["shipped_is_best"]
     docs = [D.document([r], [], {}, {}, fast=True)["claims"][0] for r in (a, b)]
     assert all("met" not in c and "ties with the best" in c["claim"] for c in docs)
+    assert "chosen after seeing" in D.document([a], [], {}, {}, fast=True)["metrics"]["disclosed"]
     far = D._row("attention_llm_weight", "10.0", {"1.0": 0.113, "10.0": 0.101}, **kw)
     assert not far["tie"] and D.document([far], [], {}, {}, fast=True)["claims"][0]["met"] is True
     assert not D._row("x", "a", {"a": 0.1, "b": 0.1}, metric="m", held_out=True, source="s")["tie"]  # no band: no tie

@@ -175,5 +175,10 @@ def document(collected: list[dict], nested: list[dict], warm: dict, weight: dict
                             target=r["shipped"] if r["held_out"] else None,  # the best (lowest) is the shipped one
                             met=bool(r["shipped_is_best"]) if r["held_out"] else None,
                             op="==" if r["held_out"] else None, rule="argmin" if r["held_out"] else None))
-    return {"metrics": {"choices": rows, "warm_start": warm, "attention_llm_weight": weight,
-                        "settings": {"fast": fast}}, "claims": claims}
+    metrics = {"choices": rows, "warm_start": warm, "attention_llm_weight": weight, "settings": {"fast": fast}}
+    if any(r.get("tie_band") is not None for r in rows):
+        metrics["disclosed"] = ("A row whose shipped alternative is within its tie band of the best other one is a tie "
+                                "(no verdict). The Hopper cluster-size band (config sizes r2_1_design cluster_tie_band) "
+                                "was chosen after seeing E1.11's scores under two numeric environments (wave 37, "
+                                "helper repro); the clock-droop row carries E1.13's band.")
+    return {"metrics": metrics, "claims": claims}

@@ -244,6 +244,10 @@ def scalar_claims(an: dict, ablation: dict | None = None) -> dict:
                    "note": "ablation: each factor off, global constants refitted on all GPUs (in-sample for the "
                            "globals), per-GPU deploy readings re-applied; LLM-shaped cells"}
         metrics["disclosed"] = " ".join(GEMM_DISCLOSED)
+        if ablation.get("fit_noise"):
+            metrics["disclosed"] += (" The ablation's tie band has a declared floor (config sizes e1_13_ablation "
+                                     "tie_floor), chosen after seeing the refits' scores under two numeric "
+                                     "environments (wave 37, helper repro).")
     return {"metrics": metrics, "claims": claims}
 
 
