@@ -212,7 +212,56 @@ def environment() -> dict:
             return None
 
     return {"python": platform.python_version(),
-            "packages": {name: version(name) for name in NUMERIC_DISTRIBUTIONS}}
+            "packages": {name: version(name) for name in NUMERIC_DISTRIBUTIONS},
+            "numeric": numeric_environment()}
+
+
+# Environment variables that change which kernels numpy / BLAS run, or how many threads (wave 37, helper repro)
+NUMERIC_ENV_VARS = ("NPY_DISABLE_CPU_FEATURES", "NPY_ENABLE_CPU_FEATURES", "OPENBLAS_CORETYPE", "OPENBLAS_NUM_THREADS",
+                    "OMP_NUM_THREADS", "MKL_NUM_THREADS", "MKL_CBWR")
+
+
+def _cpu_model() -> str | None:
+    """The CPU's model name (/proc/cpuinfo's first `model name`; platform.processor() elsewhere)."""
+    import platform
+
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or None
+
+
+def numeric_environment() -> dict:
+    """What decides a result's last digits on this machine: the CPU model, the SIMD extensions numpy dispatches
+    to (its baseline, and the dispatch targets this CPU has: AVX512 and AVX2 builds of log/exp round differently),
+    the BLAS library (vendor, version, the core type it picked, threads), the CPU count and the environment
+    variables that override any of these. Recorded in every result's provenance (`environment`), so a reviewer
+    whose last digits differ can see why; `steptime audit` does not compare it (a CPU may differ)."""
+    import os as _os
+    import platform
+
+    out: dict = {"machine": platform.machine(), "cpu_model": _cpu_model(), "cpu_count": _os.cpu_count()}
+    try:
+        from numpy._core._multiarray_umath import __cpu_baseline__, __cpu_dispatch__, __cpu_features__
+
+        out["numpy_simd"] = {"baseline": list(__cpu_baseline__),
+                             "dispatched": [f for f in __cpu_dispatch__ if __cpu_features__.get(f)],
+                             "not_found": [f for f in __cpu_dispatch__ if not __cpu_features__.get(f)]}
+    except ImportError:  # another numpy layout: say so rather than guess
+        out["numpy_simd"] = None
+    try:
+        from threadpoolctl import threadpool_info
+
+        out["threadpools"] = [{k: t.get(k) for k in ("user_api", "internal_api", "version", "architecture",
+                                                     "threading_layer", "num_threads")} for t in threadpool_info()]
+    except ImportError:
+        out["threadpools"] = None
+    out["env"] = {k: _os.environ.get(k) for k in NUMERIC_ENV_VARS if _os.environ.get(k) is not None}
+    return out
 
 
 def provenance(inputs: Iterable[str | os.PathLike], config: dict | None = None,

@@ -32,6 +32,7 @@ rule design_choices:
         gemm_max_nfev=size("r2_1_design")["gemm_max_nfev"],
         attn_n_sample=size("r2_1_design")["attn_n_sample"],
         attn_max_nfev=size("r2_1_design")["attn_max_nfev"],
+        cluster_tie_band=size("r2_1_design")["cluster_tie_band"],
     threads: 1
     priority: 35  # main job: long, and starts only after E1.13 (see Snakefile)
     log:

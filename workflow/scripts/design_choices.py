@@ -16,7 +16,8 @@ constants = Constants.load(DEFAULTS_FILE, snakemake.input.settled)  # this run's
 p = snakemake.params
 gemm_doc = json.load(open(snakemake.input.gemm_constants))
 docs = {k: json.load(open(getattr(snakemake.input, k))) for k in ("e1_11", "e1_3", "e1_13")}
-collected = design.collected_choices(docs["e1_11"], docs["e1_3"], docs["e1_13"], gemm_doc)
+collected = design.collected_choices(docs["e1_11"], docs["e1_3"], docs["e1_13"], gemm_doc,
+                                     cluster_tie_band=float(p.cluster_tie_band))
 df = GX.load_gemm(snakemake.input.gemm)
 warm = design.warm_start_check(df, gemm_doc, p.targets, seed=int(p.seed), n_per_gpu=int(p.gemm_n_per_gpu),
                                max_nfev=int(p.gemm_max_nfev), constants=constants)

@@ -57,6 +57,15 @@ def fit_globals(df, gpus, readings: dict, *, constants: Constants, seed: int = 0
     # read the shared ramp
     unscoped = set() if any(_in_scope(g, "wave") for g in gpus) else {
         k for k, (scope, _) in FAMILY_GLOBALS.items() if scope == "wave" and k not in fixed}
+    if not any(_persistent(g) for g in gpus):
+        # no persistent-launched cells (a wave-only fit, e.g. E2.1's steptime_home_only on an A100): the globals only
+        # a persistent launch reads leave every residual unchanged, bit for bit (`persistent_only_globals`), so the
+        # least-squares step moves them by rounding noise alone (a different end point on each CPU, wave 37 helper
+        # repro); they stay at their start, the value a fit without their data carries
+        for nm in persistent_only_globals(set(names or FIT_GLOBALS) | set(fixed)):
+            if nm not in fixed and nm not in unscoped:
+                fixed[nm] = float(np.clip((x0 or {}).get(nm, FIT_GLOBALS[nm][0]), FIT_GLOBALS[nm][1],
+                                          FIT_GLOBALS[nm][2]))
     names = [nm for nm in (names or FIT_GLOBALS) if nm not in fixed and nm not in unscoped]
     exclude = {c for g in gpus for c, _ in readings[g].values()}
     sample = _fit_sample(df, gpus, n_per_gpu, seed, exclude)
@@ -187,6 +196,30 @@ def _in_scope(gpu: str, scope: str) -> bool:
 
     g = get_gpu(gpu)
     return fill_paradigm(g) == scope if scope in LAUNCH_SCOPES else g.architecture == scope
+
+
+# The globals a wave launch never reads (wave 37, helper repro): the per-CTA prologue duty, stream-K's relative
+# throughput and the per-CTA stream (steptime.terms.gemm: FILL_CONSTANTS["wave"] lacks the first two; wave-launched
+# families keep the stream off); and the shared memory ramp, which `with_globals` replaces on wave parts by its
+# `wave_*` twin wherever that twin is fitted or fixed (SHADOWED_ON_WAVE)
+PERSISTENT_ONLY = ("duty_c", "streamk_rel", "cta_stream_us_mb")
+SHADOWED_ON_WAVE = {"mem_t_half_us": "wave_mem_t_half_us", "l2_resident_x": "wave_l2_resident_x",
+                    "l2_gain": "wave_l2_gain"}
+
+
+def persistent_only_globals(present) -> list[str]:
+    """The FIT_GLOBALS no wave-launched GPU's residual reads, given the globals `present` in a fit (fitted or fixed):
+    PERSISTENT_ONLY, and each SHADOWED_ON_WAVE global whose wave twin is present."""
+    present = set(present)
+    return [nm for nm in FIT_GLOBALS
+            if nm in PERSISTENT_ONLY or (nm in SHADOWED_ON_WAVE and SHADOWED_ON_WAVE[nm] in present)]
+
+
+def _persistent(gpu: str) -> bool:
+    """A part whose GEMMs launch persistent (`steptime.terms.gemm.fill_paradigm`: Hopper, datacenter Blackwell)."""
+    from steptime.terms.gemm import fill_paradigm
+
+    return fill_paradigm(get_gpu(gpu)) == "persistent"
 
 
 def _persistent_blackwell(gpu: str) -> bool:
