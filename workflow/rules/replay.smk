@@ -17,7 +17,6 @@ rule E2_11b:
         question=question("E2.11b"),
         targets=targets("E2.11b"),
         settings=settings("E2.11b"),
-        per_group=size("e2_11b_per_group"),  # rows replayed per dataset x GPU x engine (config sizes)
         prompt_tokens=WC_PROMPTS,
         seed=config["seed"],
         bootstrap=config["bootstrap"],

@@ -14,8 +14,7 @@ from steptime_lab.results import rule_provenance, write_result
 logging.basicConfig(filename=snakemake.log[0], level=logging.INFO, format="%(message)s", filemode="w")
 constants = Constants.load(DEFAULTS_FILE, snakemake.input.settled)  # this run's settled constants (declared inputs), passed down
 
-p = snakemake.params
-s = dict(p.settings, per_group=int(p.per_group))  # rows per group: config sizes e2_11b_per_group (fast / full)
+p, s = snakemake.params, snakemake.params.settings
 prompts = {(d, t): v for d, per in p.prompt_tokens.items() for t, v in per.items()}
 with open(snakemake.input.one_step) as fh:
     e2_11 = json.load(fh)
