@@ -83,7 +83,7 @@ for path in inp.models:
     fits.append(transfer.bundle_summary(bundle))
 doc = transfer.transfer_document(records, fits, cells, fast=P.fast, full_grid=P.full_grid, targets=P.targets,
                              gap=transfer.profiler_gap(tables["vidur_mlp"], tables["gemm"]), ml_tuned=P.ml_tuned,
-                             ml_full_tables=sorted(ml_full))
+                             ml_full_tables=sorted(ml_full), cv_sizes=P.cv_sizes)
 write_result(snakemake.output.result, id="E2.1", question=P.question, metrics=doc["metrics"],
              claims=doc["claims"], extra={"transfer": records},
              provenance=rule_provenance(snakemake, calibration=cal_log, exclude=("code", "models", "greybox"), script="workflow/scripts/E2_1_transfer.py"))
