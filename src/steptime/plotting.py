@@ -97,17 +97,32 @@ def save(fig, stem: str | os.PathLike, caption: str | None = None, tight_layout:
     first runs `fig.tight_layout()`."""
     if tight_layout:
         fig.tight_layout()
+    import matplotlib.pyplot as plt
+
     stem = Path(stem)
-    out = []
-    for ext, meta in ((".png", {"Software": None}), (".pdf", {"CreationDate": None, "ModDate": None, "Producer": None, "Creator": None})):
-        target = stem.with_suffix(ext)
-        with atomic_path(target) as tmp:
-            fig.savefig(tmp, format=ext[1:], metadata=meta, bbox_inches="tight")
-        out.append(target)
+    png, pdf = stem.with_suffix(".png"), stem.with_suffix(".pdf")
+    boxes = []  # the tight box savefig computes for the PNG (Agg's text extents), before its padding
+
+    def tight_box(*args, _figure_box=fig.get_tightbbox, **kwargs):
+        box = _figure_box(*args, **kwargs)
+        boxes.append(box)
+        return box
+
+    fig.get_tightbbox = tight_box  # this figure only, for the PNG's save
+    try:
+        with atomic_path(png) as tmp:
+            fig.savefig(tmp, format="png", metadata={"Software": None}, bbox_inches="tight")
+    finally:
+        del fig.get_tightbbox
+    # the PDF on the PNG's padded box: one layout pass and one tight box for both formats (build time, wave 37);
+    # "tight" again should a matplotlib compute its box another way
+    box = boxes[-1].padded(plt.rcParams["savefig.pad_inches"]) if len(boxes) == 1 else "tight"
+    with atomic_path(pdf) as tmp:
+        fig.savefig(tmp, format="pdf", metadata={"CreationDate": None, "ModDate": None, "Producer": None, "Creator": None},
+                    bbox_inches=box)
+    out = [png, pdf]
     if caption:
         with ap(stem.with_suffix(".caption.txt")) as tmp:
             tmp.write_text(caption.strip() + "\n")
-    import matplotlib.pyplot as plt
-
     plt.close(fig)
     return out

@@ -25,6 +25,7 @@ rule E2_2:
         q6=question("E2.6"),
         seed=config["seed"],
         fast=config["fast"],  # the grey box's fit sizes (greybox.SIZES)
+        cv_sizes=size("greybox_cv"),  # the grey box's nested-CV tree sizes (config sizes greybox_cv)
     threads: 1  # one BLAS thread: the fits are deterministic only single-threaded
     priority: 8  # main job's tail: the longest of the jobs left for the end start first (see Snakefile)
     log:

@@ -147,6 +147,7 @@ rule greybox_fit:
     params:
         seed=config["seed"],
         fast=config["fast"],  # the boosted trees' sizes and bandwidths (greybox.SIZES, BANDWIDTHS)
+        cv_sizes=size("greybox_cv"),  # the grey box's nested-CV tree sizes (config sizes greybox_cv)
         full_grid=config["rf"]["full_grid"],  # Vidur's TP grid (as E2.1's cells)
     threads: 1  # one BLAS thread: the fits are deterministic only single-threaded
     priority: 30  # main job: critical path first (see Snakefile)
@@ -183,6 +184,7 @@ rule E2_1:
         n_boot=config["bootstrap"],
         fast=config["fast"],
         full_grid=config["rf"]["full_grid"],
+        cv_sizes=size("greybox_cv"),  # the grey box's nested-CV tree sizes (config sizes greybox_cv)
         ml_tuned=not config["fast"],  # ml_loo's fair best (all rows, nested GPU-grouped CV): fast: false
         settings=settings("E2.1"),  # ml_tuned_full_tables: where the fast job also scores ml_loo's fair best
     threads: 1  # one BLAS thread: the fits are deterministic only single-threaded

@@ -57,7 +57,7 @@ reading_ids = {"aic_attention": lambda t: attn_reads.get(t, []), "aic_gemm": lam
 # Vidur's measurement-stack factor on the Vidur step's physics arms, each held out as its arm allows (transfer.stack)
 stack = {"vidur_step": transfer.VidurStack(vidur, vidur_gpus, gemm_doc, constants)}
 grey = {ds: transfer.GreyBox(ds, cells[ds], hooks[ds], fast=P.fast, seed=P.seed, reading_ids=reading_ids[ds],
-                             stack=stack.get(ds)) for ds in transfer.DATASETS}
+                             stack=stack.get(ds), cv_sizes=P.cv_sizes) for ds in transfer.DATASETS}
 for path in inp.greybox:  # fitted once by the greybox_fit rule (E2.2 ranks with the same fits); adopted if they fit these data
     fitted = joblib.load(path)
     grey[fitted["settings"]["dataset"]].adopt(fitted)
@@ -83,7 +83,7 @@ for path in inp.models:
     fits.append(transfer.bundle_summary(bundle))
 doc = transfer.transfer_document(records, fits, cells, fast=P.fast, full_grid=P.full_grid, targets=P.targets,
                              gap=transfer.profiler_gap(tables["vidur_mlp"], tables["gemm"]), ml_tuned=P.ml_tuned,
-                             ml_full_tables=sorted(ml_full))
+                             ml_full_tables=sorted(ml_full), cv_sizes=P.cv_sizes)
 write_result(snakemake.output.result, id="E2.1", question=P.question, metrics=doc["metrics"],
              claims=doc["claims"], extra={"transfer": records},
              provenance=rule_provenance(snakemake, calibration=cal_log, exclude=("code", "models", "greybox"), script="workflow/scripts/E2_1_transfer.py"))

@@ -30,8 +30,8 @@ attn_reads = {gpu: [tuple(c) for c in v["scoring_excludes"].values()]
               for gpu, v in attn_doc["metrics"]["per_gpu"].items()}
 # the grey box per term: corrections fitted on the other GPUs' tables (each GPU held out in turn),
 # anchored (where its nested CV says so) on each GPU's readings
-grey = (transfer.GreyBox("aic_gemm", g, hook, fast=P.fast, seed=P.seed),
-        transfer.GreyBox("aic_attention", a, hook, fast=P.fast, seed=P.seed,
+grey = (transfer.GreyBox("aic_gemm", g, hook, fast=P.fast, seed=P.seed, cv_sizes=P.cv_sizes),
+        transfer.GreyBox("aic_attention", a, hook, fast=P.fast, seed=P.seed, cv_sizes=P.cv_sizes,
                          reading_ids=lambda gpu: attn_reads.get(gpu, [])))
 # E2.1's fits (the greybox_fit rule: the same cells, GEMM / attention constants and readings); `adopt`
 # refuses them unless this run's training data hash to the same fingerprint
@@ -39,8 +39,8 @@ fitted = {d["settings"]["dataset"]: d for d in map(joblib.load, inp.greybox)}
 for gbox in grey:
     gbox.adopt(fitted[gbox.dataset])
 # the same with shape-only corrections (the same cell gets nearly the same factor on every GPU), set a priori
-grey_shared = (transfer.GreyBox("aic_gemm", g, hook, fast=P.fast, seed=P.seed, shared=True),
-               transfer.GreyBox("aic_attention", a, hook, fast=P.fast, seed=P.seed, shared=True,
+grey_shared = (transfer.GreyBox("aic_gemm", g, hook, fast=P.fast, seed=P.seed, shared=True, cv_sizes=P.cv_sizes),
+               transfer.GreyBox("aic_attention", a, hook, fast=P.fast, seed=P.seed, shared=True, cv_sizes=P.cv_sizes,
                                 reading_ids=lambda gpu: attn_reads.get(gpu, [])))
 res = ranking.run(g, a, wls, meas, gb, ab, constants_for=hook, grey=grey, grey_shared=grey_shared)
 cal_log = {f"ranking|{gpu}": transfer.calibration_summary(hook(gpu)[1], gpu) for gpu in ranking.GPUS}

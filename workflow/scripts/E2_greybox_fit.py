@@ -21,7 +21,7 @@ with open(inp.gemm_constants) as fh, open(inp.attention) as fa:
     gemm_doc, attn_doc = json.load(fh), json.load(fa)
 t0 = time.perf_counter()
 grey = greybox_cache.greybox_for(ds, tables, constants=constants, gemm_doc=gemm_doc, attn_doc=attn_doc, fast=P.fast,
-                           full_grid=P.full_grid, seed=P.seed)
+                           full_grid=P.full_grid, seed=P.seed, cv_sizes=P.cv_sizes)
 doc = grey.fit_all()
 for target, (_, info) in sorted(doc["fits"].items()):
     logging.info("%s, target %s: setting %s", ds, target, info["setting"])

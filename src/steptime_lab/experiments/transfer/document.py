@@ -158,7 +158,7 @@ def greybox_claims(records, targets: dict) -> list:
 
 
 def transfer_document(records, fits, cells, *, fast: bool, full_grid: bool, targets: dict,
-                  gap: dict | None = None, ml_tuned: bool = False, ml_full_tables=()) -> dict:
+                  gap: dict | None = None, ml_tuned: bool = False, ml_full_tables=(), cv_sizes=None) -> dict:
     """Metrics and claims of E2.1 (targets: steptime below the spec-scaled RF on every unseen
     GPU, by the ratio `targets['ratio'][dataset]` (config/experiments.yaml E2.1, e.g. 1.5x on GEMM
     and step); the home RF's advantage stated)."""
@@ -238,6 +238,13 @@ def transfer_document(records, fits, cells, *, fast: bool, full_grid: bool, targ
                                   if fast and ml_full_tables else {}),
                                "steptime_residual": {"bound": "factor within [1/2, 2] per term",
                                                      "fast": fast, "sizes": dict(GB_SIZES[fast]),
+                                                     **({"cv_sizes": dict(cv_sizes), "cv_sizes_note":
+                                                         "the nested CV's fits (they pick each term's setting; the "
+                                                         "final fit keeps `sizes`) take these tree sizes (config "
+                                                         "sizes greybox_cv, build time, wave 37): set before any "
+                                                         "score, kept after checking that no claim of E2.1 or E2.2 "
+                                                         "flips (DESIGN.md, 'Build time, wave 37'); ml_loo's "
+                                                         "tuning is not shrunk"} if cv_sizes else {}),
                                                      "similarity_bandwidths": [
                                                          "inf" if h == float("inf") else h
                                                          for h in GB_BANDWIDTHS[fast]],

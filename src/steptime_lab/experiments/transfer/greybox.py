@@ -63,6 +63,33 @@ SIZES = {True: {"max_iter": 120, "learning_rate": 0.1, "max_leaf_nodes": 15, "mi
                 "rows_per_gpu": 4000, "inner_rows_per_gpu": 1500},
          False: {"max_iter": 300, "learning_rate": 0.06, "max_leaf_nodes": 31, "min_samples_leaf": 40,
                  "rows_per_gpu": 12000, "inner_rows_per_gpu": 4000}}
+# what the nested CV's fits (they only pick each term's setting) may take smaller than the final fits' SIZES:
+# config `sizes: greybox_cv` (the main job: half the trees at twice the learning rate; build time, wave 37)
+CV_SIZE_KEYS = ("max_iter", "learning_rate")
+
+
+def cv_sizes(value) -> dict | None:
+    """`value` (None, or {max_iter: int >= 1, learning_rate: 0 < float <= 1}, either or both) checked: the nested
+    CV's tree sizes in place of the final fits' (`SIZES`); None keeps the final fits' own."""
+    if value is None:
+        return None
+    if not isinstance(value, dict) or not value:
+        raise ValueError(f"grey-box CV sizes: expected None or a non-empty mapping of {list(CV_SIZE_KEYS)}, got {value!r}")
+    bad = sorted(set(value) - set(CV_SIZE_KEYS))
+    if bad:
+        raise ValueError(f"grey-box CV sizes: unknown key(s) {bad} (known: {list(CV_SIZE_KEYS)})")
+    out = {}
+    if "max_iter" in value:
+        it = value["max_iter"]
+        if isinstance(it, bool) or not isinstance(it, int) or it < 1:
+            raise ValueError(f"grey-box CV sizes: max_iter must be an integer >= 1, got {it!r}")
+        out["max_iter"] = int(it)
+    if "learning_rate" in value:
+        lr = value["learning_rate"]
+        if isinstance(lr, bool) or not isinstance(lr, (int, float)) or not (0.0 < float(lr) <= 1.0):
+            raise ValueError(f"grey-box CV sizes: learning_rate must be in (0, 1], got {lr!r}")
+        out["learning_rate"] = float(lr)
+    return out
 # fewer training GPUs than this: no correction (the nested CV needs one GPU to fit on and
 # one to score on; with two, each inner fold fits on one GPU and the CV says whether that carries)
 MIN_TRAIN_GPUS = 2
@@ -330,7 +357,7 @@ def _mapes(est, d, shrinks=(1.0,), anchors=(1.0,), cols=None, reference="physics
 
 def fit_term(data: dict, target: str, *, fast: bool = True, seed: int = 0, bandwidths=None, fits: dict | None = None,
              shrinks=(1.0,), anchors=(1.0,), feature_sets=("all",), references=("physics",),
-             designs: dict | None = None):
+             designs: dict | None = None, cv_size: dict | None = None):
     """`data`: {gpu: {F, base, meas, work, read_F, read_base, read_meas, read_work}} of the
     training GPUs (every cell but each GPU's readings; the readings apart). Returns the
     term model for `target` (the setting chosen by leave-one-GPU-out CV over these GPUs,
@@ -342,12 +369,15 @@ def fit_term(data: dict, target: str, *, fast: bool = True, seed: int = 0, bandw
     fold holding out T are one fit (the same design, the same seed: the same trees). `designs`: a memo of fits by
     their design's content (`_design_key`) the caller keeps across terms and targets: a design built again is
     fitted once (with a Vidur stack factor `fits` is kept per target, yet a term the factor leaves alone gives
-    the same designs for every target)."""
+    the same designs for every target). `cv_size` (`cv_sizes`): the nested CV's fits take these tree sizes in
+    place of the final fit's (None: the final fit's own); the final fit is always `SIZES[fast]`."""
     from threadpoolctl import threadpool_limits
 
     data = {g: d for g, d in data.items() if len(d["base"])}
     gpus = sorted(data)
     size = SIZES[bool(fast)]
+    cv_size = cv_sizes(cv_size)
+    size_cv = size if cv_size is None else dict(size, **cv_size)
     hs = tuple(bandwidths if bandwidths is not None else BANDWIDTHS[bool(fast)])
     if len(gpus) < 3:  # each inner fold fits on ONE GPU: its weight cannot matter, no bandwidth is identifiable
         hs = (math.inf,)
@@ -366,11 +396,12 @@ def fit_term(data: dict, target: str, *, fast: bool = True, seed: int = 0, bandw
                     cols = _cols(fs, d["F"].shape[1])
                     for h in hs:
                         key = (tuple(inner), held if math.isfinite(h) else None, h, bool(fast), seed) + \
-                            (() if fs == "all" else (fs,)) + (() if ref == "physics" else (ref,))
+                            (() if fs == "all" else (fs,)) + (() if ref == "physics" else (ref,)) + \
+                            (() if cv_size is None else (tuple(sorted(cv_size.items())),))
                         est = fits.get(key) if fits is not None else None
                         if est is None:
                             X, y, w = _design(data, inner, held, h, size["inner_rows_per_gpu"], seed, cols, ref)
-                            est = _fit_gbt_once(X, y, w, size, seed, designs)
+                            est = _fit_gbt_once(X, y, w, size_cv, seed, designs)
                             if fits is not None and not math.isfinite(h):
                                 fits[key] = est
                         for (anchored, s), e in _mapes(est, d, shrinks, anchors, cols, ref).items():
@@ -450,7 +481,7 @@ class GreyBox:
 
     def __init__(self, dataset: str, cells, constants_for, *, fast: bool = True, seed: int = 0,
                  reading_ids=None, bandwidths=None, shared: bool = False, shrinks=SHRINKS, anchors=ANCHORS,
-                 feature_sets=FEATURE_SETS, references=None, stack=None):
+                 feature_sets=FEATURE_SETS, references=None, stack=None, cv_sizes=None):
         self.dataset, self.cells, self.constants_for = dataset, cells, constants_for
         # Vidur's measurement-stack factor (the Vidur step; `transfer.stack.VidurStack`): fitting target T, a GPU's
         # physics runs under its factor fitted on the Vidur GPUs other than itself and T (issue 24, wave 33, grey4)
@@ -463,6 +494,7 @@ class GreyBox:
         if self.shared and dataset not in SHAPE_COLUMNS:
             raise ValueError(f"a shared (shape-only) grey box is defined for {sorted(SHAPE_COLUMNS)}, not {dataset}")
         self.fast, self.seed, self.reading_ids = bool(fast), int(seed), reading_ids
+        self.cv_sizes = globals()["cv_sizes"](cv_sizes)  # the nested CV's tree sizes (None: SIZES[fast]'s)
         self.bandwidths = bandwidths
         self.shrinks = tuple(float(s) for s in shrinks)
         self.anchors = tuple(float(a) for a in anchors)
@@ -563,13 +595,14 @@ class GreyBox:
                                                   shrinks=self.shrinks,
                                                   anchors=self.anchors, feature_sets=self.feature_sets,
                                                   references=term_references(self.dataset, term, self.references),
-                                                  designs=self._designs)
+                                                  designs=self._designs, cv_size=self.cv_sizes)
             first = terms_of(self.dataset)[0]
             info = {"gpus": gpus, "cells": int(sum(len(self._training(g, target)[first]["base"]) for g in gpus)),
                     "target_readings": 3,
                     "target_readings_via": "steptime's held-out constants (the target's three deploy readings); "
                                            "their cells anchor the correction where the table holds them",
                     "fast": self.fast, "sizes": dict(SIZES[self.fast]),
+                    **({"cv_sizes": dict(self.cv_sizes)} if self.cv_sizes is not None else {}),
                     "bandwidths": [("inf" if not math.isfinite(h) else h) for h in
                                    (self.bandwidths or BANDWIDTHS[self.fast])],
                     "model": "steptime terms x exp(clip(boosted trees(log residual; similarity-weighted other GPUs) "
@@ -594,6 +627,7 @@ class GreyBox:
                 "feature_sets": list(self.feature_sets), "references": list(self.references),
                 "anchor_kernel": ANCHOR_KERNEL.get(self.dataset),
                 **({"vidur_stack": True} if self.stack is not None else {}),
+                **({"cv_sizes": dict(self.cv_sizes)} if self.cv_sizes is not None else {}),
                 "bandwidths": [("inf" if not math.isfinite(h) else h) for h in (self.bandwidths or BANDWIDTHS[self.fast])]}
 
     def fingerprint(self) -> str:

@@ -18,11 +18,12 @@ def attention_reading_ids(attn_doc: dict):
 
 
 def greybox_for(dataset: str, tables: dict, *, constants, gemm_doc: dict, attn_doc: dict, fast: bool,
-                full_grid: bool = False, seed: int = 0) -> GreyBox:
+                full_grid: bool = False, seed: int = 0, cv_sizes=None) -> GreyBox:
     """E2.1's grey box for one table, built as its script builds it: the cells (`load_cells`, Vidur's
     TP grid from fast / full_grid), each GPU's held-out constants (`HeldOut` for the dataset) and its
     readings; the Vidur step's physics under Vidur's stack factor (`transfer.stack`). The pipeline's `greybox_fit` rule fits every target of it once (results/cache/greybox/
-    <dataset>.joblib); E2.1 and E2.2 adopt that cache (`GreyBox.adopt` checks it fits their data)."""
+    <dataset>.joblib); E2.1 and E2.2 adopt that cache (`GreyBox.adopt` checks it fits their data). `cv_sizes`: the
+    nested CV's tree sizes (config `sizes: greybox_cv`; `GreyBox`)."""
     cells = load_cells(dataset, step_tps(fast, full_grid), tables=tables)
     if dataset == "vidur_step":
         hook = HeldOut.for_dataset(dataset, vidur=tables["vidur_mlp"], light_gpus=VIDUR_GPUS, gemm_doc=gemm_doc,
@@ -31,4 +32,4 @@ def greybox_for(dataset: str, tables: dict, *, constants, gemm_doc: dict, attn_d
         hook = HeldOut.for_dataset(dataset, gemm_doc=gemm_doc, attn_doc=attn_doc, base=constants)
     reading_ids = attention_reading_ids(attn_doc) if dataset == "aic_attention" else (lambda gpu: [])
     stack = VidurStack(tables["vidur_mlp"], VIDUR_GPUS, gemm_doc, constants) if dataset == "vidur_step" else None
-    return GreyBox(dataset, cells, hook, fast=fast, seed=seed, reading_ids=reading_ids, stack=stack)
+    return GreyBox(dataset, cells, hook, fast=fast, seed=seed, reading_ids=reading_ids, stack=stack, cv_sizes=cv_sizes)
