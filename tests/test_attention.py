@@ -808,7 +808,8 @@ def test_fit_without_fp8_cells_holds_the_fp8_multipliers_neutral():
 def test_an_unswapped_fa2_decode_runs_unsplit_streams_and_skips_the_output_copy():
     """FlashAttention-2 splits the KV only for a swapped GQA query (H_q > H_kv): an MHA decode streams each
     (request, KV head) in one CTA, pays no split-KV share and a lower floor (wave 31, helper ampa)."""
-    fc0 = {**A.attention_constants(A100), "attn_stream_gbs": 0.0, "attn_noswap_rel": 0.0}
+    # the GB/s law (attn_stream_clk 0): the shipped fa2 lane prices its stream in clocks since wave 37
+    fc0 = {**A.attention_constants(A100), "attn_stream_gbs": 0.0, "attn_noswap_rel": 0.0, "attn_stream_clk": 0.0}
     fc = {**fc0, "attn_stream_gbs": 25.0, "attn_noswap_rel": 0.1}
     b, c, hq = np.array([1.0, 1.0, 2.0, 512.0]), np.array([16383.0, 16383.0, 0.0, 4095.0]), np.array([8, 16, 8, 8])
     on = A.attention_cells(b, 1, c, hq, 8, 128, A100, fc=fc)
