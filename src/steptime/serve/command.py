@@ -84,7 +84,7 @@ def add_parser(sub) -> None:
     s.add_argument("--slo-ttft-ms", type=float, default=None, help="time-to-first-token SLO, ms (default: none)")
     s.add_argument("--slo-tpot-ms", type=float, default=None, help="time-per-output-token SLO, ms (default: none)")
     s.add_argument("--json", action="store_true", help="print JSON instead of text")
-    s.add_argument("--csv", metavar="FILE", help="write the per-request table (checked writable before the run)")
+    s.add_argument("--csv", metavar="FILE", help="write the per-request table to a .csv file (checked writable before the run)")
     s.add_argument("--fig", metavar="FILE.png", help="write a figure of the run: FILE.png and FILE.pdf beside it")
     s.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
 
@@ -305,7 +305,7 @@ def cmd_serve(a) -> int:
     from steptime.serve.report import plot_run
 
     if a.csv is not None:
-        check_output("--csv", a.csv)
+        check_output("--csv", a.csv, ".csv")  # wave 37: any suffix was taken (CSV bytes in out.parquet), as plan
     if a.fig is not None:
         check_output("--fig", a.fig, ".png")
         check_output("--fig", str(Path(a.fig).with_suffix(".pdf")))
