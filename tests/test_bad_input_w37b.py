@@ -114,3 +114,111 @@ def test_serve_csv_with_a_csv_name_any_case_is_written(tmp_path, capsys):
     f = tmp_path / "R.CSV"
     assert main([*SERVE, "--csv", str(f)]) == 0
     assert f.read_text().splitlines()[0].count(",") >= 2 and os.path.getsize(f) > 0
+
+
+# ---- item 1: a config.json's quantization_config --------------------------------------------------------------
+LLAMA = {"architectures": ["LlamaForCausalLM"], "hidden_size": 4096, "num_hidden_layers": 32,
+         "num_attention_heads": 32, "num_key_value_heads": 8, "intermediate_size": 14336, "vocab_size": 128256,
+         "max_position_embeddings": 131072, "hidden_act": "silu"}
+
+
+def _config(tmp_path, quant=None, name="m"):
+    import json
+
+    cfg = dict(LLAMA) if quant is None else {**LLAMA, "quantization_config": quant}
+    d = tmp_path / name
+    d.mkdir()
+    (d / "config.json").write_text(json.dumps(cfg))
+    return str(d / "config.json")
+
+
+def test_a_dense_fp8_checkpoint_is_priced_at_fp8_by_default(tmp_path):
+    """Before: priced at bf16 (the --dtype default) without a word."""
+    from steptime.step import predict_step
+
+    path = _config(tmp_path, {"quant_method": "fp8", "activation_scheme": "dynamic"})
+    r = predict_step(path, "h100-sxm", decode=[(8, 1024)])
+    assert r.dtype == "fp8"
+    assert r.total_ms == predict_step(path, "h100-sxm", decode=[(8, 1024)], dtype="fp8").total_ms
+    bf16 = predict_step(_config(tmp_path, name="b"), "h100-sxm", decode=[(8, 1024)])
+    assert bf16.dtype == "bf16" and bf16.total_ms > r.total_ms  # the same shapes; fp8 weights stream half the bytes
+
+
+@pytest.mark.parametrize("quant, needle", [
+    ({"quant_method": "awq", "bits": 4}, "its weights are quantized by 'awq' (quantization_config.quant_method): "
+                                        "steptime cannot price that checkpoint"),
+    ({"quant_method": "gptq", "bits": 4}, "quantized by 'gptq'"),
+    ({"quant_method": "fp8", "weight_block_size": [128, 128]}, "its checkpoint holds block-scaled fp8 "
+                                                               "(weight_block_size) weights"),
+])
+def test_a_checkpoint_steptime_cannot_price_is_refused_in_one_line(tmp_path, quant, needle):
+    from steptime.errors import InputError
+    from steptime.step import predict_step
+
+    with pytest.raises(InputError) as e:
+        predict_step(_config(tmp_path, quant), "h100-sxm", decode=[(8, 1024)])
+    assert needle in clean(e)
+
+
+def test_a_dtype_that_contradicts_the_checkpoint_is_refused(tmp_path, capsys):
+    from steptime.errors import InputError
+    from steptime.serve import StepTimer
+    from steptime.step import predict_step
+
+    path = _config(tmp_path, {"quant_method": "fp8"})
+    with pytest.raises(InputError) as e:
+        predict_step(path, "h100-sxm", decode=[(8, 1024)], dtype="bf16")
+    assert "dtype 'bf16' contradicts m (" in clean(e) and "holds fp8 weights" in str(e.value)
+    with pytest.raises(ServeError) as e:
+        StepTimer(path, "h100-sxm")  # the serving timers' default bf16 is refused the same way
+    assert "contradicts" in clean(e)
+    refuses(capsys, ["predict", "--model", path, "--gpu", "h100-sxm", "--dtype", "bf16"], "dtype 'bf16' contradicts")
+    refuses(capsys, [*SERVE[:2], path, *SERVE[3:], "--dtype", "bf16"], "dtype 'bf16' contradicts")
+
+
+def test_a_bad_quantization_config_is_refused_naming_the_field(tmp_path):
+    from steptime.errors import ModelConfigError
+    from steptime.specs import get_model
+
+    for quant, needle in (([1], "quantization_config must be an object of fields"),
+                          ({"bits": 4}, "quantization_config.quant_method must name the method")):
+        with pytest.raises(ModelConfigError) as e:
+            get_model(_config(tmp_path, quant, name=str(len(needle))))
+        assert needle in clean(e)
+
+
+def test_the_cli_says_which_dtype_and_where_it_came_from(tmp_path, capsys):
+    import json
+
+    from steptime.cli import main
+
+    path = _config(tmp_path, {"quant_method": "fp8"})
+    assert main(["predict", "--model", path, "--gpu", "h100-sxm", "--decode", "8x1024"]) == 0
+    assert "fp8 weights from the checkpoint's quantization_config" in capsys.readouterr().out.splitlines()[0]
+    assert main(["predict", "--model", path, "--gpu", "h100-sxm", "--decode", "8x1024", "--explain"]) == 0
+    assert "fp8 weights from the checkpoint's quantization_config" in capsys.readouterr().out.splitlines()[0]
+    assert main(["predict", "--model", path, "--gpu", "h100-sxm", "--decode", "8x1024", "--json"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    assert d["dtype"] == "fp8" and d["dtype_from"] == "the checkpoint's quantization_config"
+    assert main([*SERVE[:2], path, *SERVE[3:]]) == 0
+    assert "fp8 weights from the checkpoint's config.json" in capsys.readouterr().out.splitlines()[0]
+    # a spec-table model: as before (bf16 by default, no origin added)
+    assert main(["predict", "--model", "llama-3.1-8b", "--gpu", "h100-sxm", "--decode", "8x1024"]) == 0
+    assert "engine vllm, bf16):" in capsys.readouterr().out.splitlines()[0]
+
+
+def test_the_dense_and_moe_readers_share_one_reading_of_quantization_config(repo_root):
+    """The MoE reader's weights_dtype (E3.4 reads it) is unchanged; its checkpoint precision is the same function's."""
+    import json
+
+    from steptime.specs.model import checkpoint_dtype
+    from steptime.specs.moe import moe_from_config
+
+    root = repo_root / "raw/aiconfigurator/model_configs"
+    for name, wd, ck in (("deepseek-ai--DeepSeek-V3_config.json", "fp8_block", "fp8_block"),
+                         ("openai--gpt-oss-20b_config.json", "mxfp4", "mxfp4"),
+                         ("nvidia--Qwen3.6-35B-A3B-NVFP4_config.json", "bf16", "modelopt")):
+        cfg = json.loads((root / name).read_text())
+        m = moe_from_config(cfg, root / name)
+        assert (m.weights_dtype, m.checkpoint_dtype) == (wd, ck)
+        assert checkpoint_dtype(cfg, name) == ck
