@@ -9,7 +9,7 @@ import pytest
 from steptime.errors import ServeError
 from steptime.plan import PlanError
 from steptime.serve import from_table
-from steptime_lab.audit import AuditError, audit, experiment_id
+from steptime_lab.audit import AuditError, audit
 from refusals import clean, refuses
 from test_audit import repo  # noqa: F401  (the fixture: a one-experiment repository, E9.1)
 
@@ -51,6 +51,8 @@ def test_audit_reads_an_id_in_another_case_or_with_an_underscore(repo, given):  
 
 
 def test_audit_suggests_the_closest_id_instead_of_listing_them_all():
+    from steptime_lab.audit import experiment_id
+
     known = ["E1.1", "E2.1", "E2.11", "E2.11b", "E3.1", "R2.1"]
     assert experiment_id("e2.11B", known) == "E2.11b"
     with pytest.raises(AuditError) as e:
