@@ -125,7 +125,7 @@ def _cfg_context(cfg: dict, where: str) -> int:
 
 # quantization_config.quant_method -> the weight dtype steptime prices it as; a method not here is recorded by name
 # and refused when priced (step.resolve_dtype)
-PRICED_QUANT = {"fp8": "fp8", "mxfp4": "mxfp4"}
+PRICED_QUANT = MappingProxyType({"fp8": "fp8", "mxfp4": "mxfp4"})
 
 
 def checkpoint_dtype(cfg: dict, where: str) -> str:
