@@ -69,7 +69,7 @@ def test_trace_prompt_1e30_refused_before_the_int64_cast(tmp_path, capsys):
 # ---- serve outputs checked before the simulation ----------------------------------------
 @pytest.mark.parametrize("flag,path,needle", [
     ("--csv", "/proc/x.csv", "cannot write there"),
-    ("--csv", "/dev/full", "not a regular file"),
+    ("--csv", "/dev/full", "expected a .csv file name"),  # wave 37: serve's --csv asks for .csv, as plan's
     ("--fig", "/proc/x.png", "cannot write there"),
 ])
 def test_unwritable_outputs_refused_before_the_run(capsys, monkeypatch, flag, path, needle):
@@ -84,7 +84,16 @@ def test_unwritable_outputs_refused_before_the_run(capsys, monkeypatch, flag, pa
 
 
 def test_csv_to_a_directory_refused(tmp_path, capsys):
-    refuses(capsys, [*SERVE, "--n", "5", "--csv", str(tmp_path)], "is a directory")
+    (tmp_path / "d.csv").mkdir()
+    refuses(capsys, [*SERVE, "--n", "5", "--csv", str(tmp_path / "d.csv")], "is a directory")
+
+
+def test_csv_to_a_device_behind_a_csv_name_refused(tmp_path, capsys):
+    """The non-regular-file check /dev/full pinned before serve's --csv asked for a .csv name."""
+    if not os.path.exists("/dev/full"):
+        pytest.skip("no /dev/full here")
+    (tmp_path / "full.csv").symlink_to("/dev/full")
+    refuses(capsys, [*SERVE, "--n", "5", "--csv", str(tmp_path / "full.csv")], "not a regular file")
 
 
 def test_fig_to_a_directory_refused(tmp_path, capsys):

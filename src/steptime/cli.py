@@ -49,12 +49,13 @@ def cmd_predict(a) -> int:
     if defaulted:
         print(f"note: no batch given: priced one decode step of --decode {DEFAULT_DECODE} (one request over 1,024 "
               "cached tokens); give --decode COUNTxKV and/or --prefill COUNTxTOKENS for your batch", file=sys.stderr)
+    origin = _dtype_origin(a)
     if a.explain:
-        return _explain(a, r, batch)
+        return _explain(a, r, batch, origin)
     if a.json:
-        _print_json(r.to_dict())
+        _print_json(r.to_dict() | ({"dtype_from": origin} if origin else {}))
         return 0
-    _predict_header(r)
+    _predict_header(r, origin)
     print(f"{'term':<20}{'ms':>10}{'share':>8}  bound")
     if r.moe:
         from steptime.moe_step import TERMS
@@ -71,9 +72,20 @@ def cmd_predict(a) -> int:
     return 0
 
 
-def _predict_header(r) -> None:
+def _dtype_origin(a) -> str | None:
+    """Where the weight dtype came from when the model is a config.json (its quantization_config, or none), None
+    for a spec-table model (the header's dtype is --dtype or the bf16 default, as before)."""
+    from steptime.specs import get_model
+    from steptime.step import dtype_origin
+
+    m = get_model(a.model)
+    return dtype_origin(m, a.dtype) if getattr(m, "checkpoint_dtype", None) is not None else None
+
+
+def _predict_header(r, origin: str | None = None) -> None:
     layout = f"tp={r.tp}, ep={r.ep}" if r.moe else f"tp={r.tp}"
-    print(f"{r.model} on {r.gpu} ({layout}, engine {r.engine}, {r.dtype}): {_n(r.requests, 'request')}, "
+    dt = r.dtype if origin is None else f"{r.dtype} weights from {origin}"
+    print(f"{r.model} on {r.gpu} ({layout}, engine {r.engine}, {dt}): {_n(r.requests, 'request')}, "
           f"{_n(r.tokens, 'new token')}")
 
 
@@ -84,15 +96,15 @@ def _uncalibrated_note(r) -> None:
         print(f"note: {Constants.default().calibration_note(r.gpu)}")
 
 
-def _explain(a, r, batch) -> int:
+def _explain(a, r, batch, origin: str | None = None) -> int:
     """The grey box's reading of the step: each term's physics value, its shipped correction, the corrected value."""
     from steptime.greybox import explain
 
-    e = explain(r, r.model, r.gpu, batch, tp=r.tp)
+    e = explain(r, a.model, r.gpu, batch, tp=r.tp)  # the model as given: r.model is a config.json's stem, no name
     if a.json:
-        _print_json({"prediction": r.to_dict(), "greybox": e})
+        _print_json({"prediction": r.to_dict() | ({"dtype_from": origin} if origin else {}), "greybox": e})
         return 0
-    _predict_header(r)  # wave 37: the explain header dropped an MoE model's ep, and its uncalibrated note
+    _predict_header(r, origin)  # wave 37: the explain header dropped an MoE model's ep, and its uncalibrated note
     print(f"{e['label']}")
     print(f"{'term':<20}{'physics ms':>12}{'factor':>9}{'grey-box ms':>13}  correction from")
     for t, row in e["terms"].items():
@@ -342,9 +354,9 @@ def build_parser() -> argparse.ArgumentParser:
     pr.add_argument("--kv-dtype", choices=["bf16", "fp8"], default="bf16",
                     help="KV-cache precision (default %(default)s)")
     pr.add_argument("--engine", default=None, help="serving-engine profile (see `steptime engines`; default vllm)")
-    pr.add_argument("--dtype", default="bf16", help="projection GEMM precision: bf16 or fp8 (W8A8); for an MoE "
-                    "model the expert weights: bf16, fp8, fp8_block, fp4 (NVFP4, Blackwell), mxfp4 (default "
-                    "%(default)s)")
+    pr.add_argument("--dtype", default=None, help="projection GEMM precision: bf16 or fp8 (W8A8); for an MoE "
+                    "model the expert weights: bf16, fp8, fp8_block, fp4 (NVFP4, Blackwell), mxfp4 (default: a "
+                    "config.json's quantization_config, else bf16; a quantized checkpoint takes only its own)")
     pr.add_argument("--ep", type=int, default=1, help="expert-parallel degree, GPUs (MoE models; ep = tp x "
                     "attention data-parallel ranks; default %(default)s)")
     pr.add_argument("--no-memory-check", action="store_true", help="skip the fits-in-memory check")

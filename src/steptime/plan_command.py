@@ -65,36 +65,47 @@ def add_parser(sub) -> None:
     s.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
 
 
+def _entries(text, what, expect):
+    """The entries of a comma-separated option, stripped; an empty entry between commas (`h100-sxm,,b200`) or an
+    option of only commas is refused in one line (wave 37: skipped without a word)."""
+    from steptime.plan import PlanError
+
+    v = [x.strip() for x in str(text).split(",")]
+    if not any(v):
+        raise PlanError(f"--{what} {text!r}: expected comma-separated {expect}")
+    if not all(v):
+        raise PlanError(f"--{what} {text!r}: entry {v.index('') + 1} is empty (two commas in a row, or one at an "
+                        f"end): expected comma-separated {expect}")
+    return v
+
+
 def _ints(text, what):
     from steptime.plan import PlanError
 
+    entries = _entries(text, what, "whole numbers")
     try:
-        v = [int(x) for x in str(text).split(",") if x.strip()]
+        v = [int(x) for x in entries]
     except ValueError:
         raise PlanError(f"--{what} {text!r}: expected comma-separated whole numbers") from None
-    if not v or min(v) < 1:
+    if min(v) < 1:
         raise PlanError(f"--{what} {text!r}: expected whole numbers >= 1")
     return tuple(v)
 
 
 def _names(text, what):
-    """A comma-separated list of names (GPUs, engines, dtypes), or one line saying it is empty."""
-    from steptime.plan import PlanError
-
-    v = [x.strip() for x in str(text).split(",") if x.strip()]
-    if not v:
-        raise PlanError(f"--{what} {text!r}: expected comma-separated names")
-    return v
+    """A comma-separated list of names (GPUs, engines, dtypes), or one line saying it or an entry is empty."""
+    return _entries(text, what, "names")
 
 
 def _rates(text):
     from steptime.plan import PlanError
 
+    entries = _entries(text, "max-rate", "request rates per GPU")
     try:
-        v = [float(x) for x in str(text).split(",") if x.strip()]
+        v = [float(x) for x in entries]
     except ValueError:
         raise PlanError(f"--max-rate {text!r}: expected comma-separated request rates per GPU") from None
-    if not v or not all(np.isfinite(x) and x > 0 for x in v):
+    if not all(np.isfinite(x) and x > 0 for x in v):
         raise PlanError(f"--max-rate {text!r}: expected request rates per GPU > 0")
     return v
 

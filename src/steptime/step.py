@@ -349,6 +349,48 @@ def check_tp(tp, gpu, error=InputError) -> int:
     return tp
 
 
+PRICED_CHECKPOINTS = ("bf16", "fp8", "fp8_block", "mxfp4")  # specs.model.checkpoint_dtype's priced readings
+DENSE_CHECKPOINTS = ("bf16", "fp8")  # a dense model's GEMM laws: bf16 and per-tensor fp8 (W8A8)
+
+
+def resolve_dtype(model, dtype: str | None, error=InputError) -> str:
+    """The weight dtype a step is priced at: `dtype` as asked, or (None) the default: the checkpoint's own precision
+    for a model read from a config.json (its quantization_config, `model.checkpoint_dtype`), bf16 for a spec-table
+    entry. A quantized checkpoint is priced at its own precision only: another `dtype` is refused, as is a
+    quantization steptime has no law for (AWQ / GPTQ int4, ...) and, for a dense model, block-scaled fp8 or mxfp4.
+    Called by predict_step, predict_steps and the serving timers (wave 37: a quantized dense checkpoint was priced
+    at bf16 without a word)."""
+    ck = getattr(model, "checkpoint_dtype", None)
+    if ck is None:
+        return "bf16" if dtype is None else dtype
+    where = f"{model.key} ({model.source})"
+    if ck not in PRICED_CHECKPOINTS:
+        raise error(f"{where}: its weights are quantized by {ck!r} (quantization_config.quant_method): steptime "
+                    "cannot price that checkpoint (it prices bf16, fp8 per-tensor or block-scaled and mxfp4 weights; "
+                    "int4/int8 weight-only methods such as AWQ, GPTQ or bitsandbytes have no GEMM law here)")
+    if not is_moe(model) and ck not in DENSE_CHECKPOINTS:
+        what = "block-scaled fp8 (weight_block_size)" if ck == "fp8_block" else ck
+        raise error(f"{where}: its checkpoint holds {what} weights: steptime prices a dense model's GEMMs in bf16 "
+                    "or per-tensor fp8 only")
+    if dtype is None:
+        return ck
+    if ck != "bf16" and dtype != ck:
+        raise error(f"dtype {dtype!r} contradicts {where}: its quantization_config holds {ck} weights, the ones an "
+                    f"engine serving it runs: price it at {ck} (`steptime predict` / `serve` take it by default)")
+    return dtype
+
+
+def dtype_origin(model, dtype: str | None) -> str:
+    """Where resolve_dtype's answer came from, for the CLI: '--dtype', 'the checkpoint's quantization_config', 'the
+    checkpoint (no quantization_config)' or 'the default'."""
+    if dtype is not None:
+        return "--dtype"
+    ck = getattr(model, "checkpoint_dtype", None)
+    if ck is None:
+        return "the default"
+    return "the checkpoint's quantization_config" if ck != "bf16" else "the checkpoint (no quantization_config)"
+
+
 def check_dense_layout(model, gpu, ep, dtype: str, error=InputError) -> None:
     """A dense model's expert-parallel degree (1: it has no experts; `error` names a wrong one) and weight dtype (one
     the GPU's tensor cores have): the dense side of moe_step.check_layout, called by predict_steps, the serving
@@ -406,7 +448,7 @@ def _check_steps(model, gpu, step_id, new_tokens, kv_len, n_steps, tp, f_clk, kv
 
 def predict_steps(model, gpu, step_id, new_tokens, kv_len, n_steps: int | None = None, *, tp: int = 1,
                   f_clk: float | None = None, constants: Constants | None = None,
-                  kv_dtype: str = "bf16", engine=None, dtype: str = "bf16", ep: int = 1,
+                  kv_dtype: str = "bf16", engine=None, dtype: str | None = None, ep: int = 1,
                   moe_constants=None, rows: str = "requests") -> dict:
     """Vectorised core: per-step term times in milliseconds (dict of arrays) plus totals.
 
@@ -420,9 +462,11 @@ def predict_steps(model, gpu, step_id, new_tokens, kv_len, n_steps: int | None =
     projection GEMMs' precision (bf16, or fp8 W8A8 from the datasheet fp8 peak); for a
     mixture-of-experts model the expert weights' (bf16, fp8, fp8_block, nvfp4/fp4, mxfp4), with
     `ep` its expert-parallel degree and `moe_constants` (steptime.terms.moe.MoEConstants, default
-    the shipped calibration/moe.yaml) the fused-MoE law's constants.
+    the shipped calibration/moe.yaml) the fused-MoE law's constants. dtype None: the checkpoint's own precision for a
+    model read from a config.json, else bf16 (resolve_dtype).
     """
     model = get_model(model)
+    dtype = resolve_dtype(model, dtype)
     gpu = get_gpu(gpu)
     check_constants(constants)
     if moe_constants is not None and not isinstance(moe_constants, MoEConstants):
@@ -547,16 +591,18 @@ def predict_step(model, gpu, batch: Batch | None = None, *, decode: Iterable = (
                  requests: Iterable = (), tp: int = 1, f_clk: float | None = None,
                  constants: Constants | None = None, kv_dtype: str = "bf16",
                  check_memory: bool = True, allow_boost: bool = False, engine=None,
-                 dtype: str = "bf16", ep: int = 1, moe_constants=None) -> StepPrediction:
+                 dtype: str | None = None, ep: int = 1, moe_constants=None) -> StepPrediction:
     """Predict one engine step of `model` on `gpu` for `batch`, term by term.
 
     `f_clk` (sustained / datasheet boost clock) must lie in (0, 1]; a value above 1 runs
     compute beyond the datasheet peak and needs `allow_boost=True`. Bad input raises a
-    `SteptimeError` that is also a `ValueError`, before anything per request is allocated.
+    `SteptimeError` that is also a `ValueError`, before anything per request is allocated. `dtype` None: the
+    checkpoint's own precision for a model read from a config.json (its quantization_config), else bf16.
 
     >>> predict_step("llama-3.1-8b", "h100-sxm", decode=[(32, 1024)], prefill=[(1, 2048)])
     """
     model = get_model(model)
+    dtype = resolve_dtype(model, dtype)
     gpu = get_gpu(gpu)
     for flag, v in (("check_memory", check_memory), ("allow_boost", allow_boost)):
         check_bool(v, flag)  # a string such as "no" would read as true

@@ -22,6 +22,7 @@ matches the manifest, or a claim's check fails; `--strict` also fails on missed 
 
 from __future__ import annotations
 
+import difflib
 import json
 import math
 from dataclasses import dataclass, field
@@ -140,6 +141,21 @@ def _claims(eid: str, doc: dict) -> list[ClaimAudit]:
     return out
 
 
+def experiment_id(want: str, known) -> str:
+    """The registered experiment ID `want` names: as written, or in another case / with '_' for '.' (`e2.11`,
+    `E2_11` -> `E2.11`). Anything else is refused in one line naming the closest IDs (wave 37: the whole registry
+    was listed)."""
+    if want in known:
+        return want
+    norm = {k.upper().replace("_", "."): k for k in known}
+    hit = norm.get(want.strip().upper().replace("_", "."))
+    if hit is not None:
+        return hit
+    close = difflib.get_close_matches(want.strip().upper().replace("_", "."), list(norm), n=3, cutoff=0.5)
+    hint = f"; closest: {', '.join(norm[c] for c in close)}" if close else ""
+    raise AuditError(f"unknown experiment {want!r}{hint} (`steptime status` lists every ID)")
+
+
 def audit(root: str | Path | None = None, select: str | None = None) -> list[ResultAudit]:
     """Audit every registered experiment (or one ID, or one claim `<ID>:<n>`)."""
     root = Path(find_root(root))
@@ -148,8 +164,9 @@ def audit(root: str | Path | None = None, select: str | None = None) -> list[Res
     want_id, want_claim = (select.split(":", 1) + [None])[:2] if select else (None, None)
     rows = experiment_status(root)
     known = {r["id"] for r in rows}
-    if want_id is not None and want_id not in known:
-        raise AuditError(f"unknown experiment {want_id!r}; registered: {', '.join(sorted(known))}")
+    if want_id is not None:
+        want_id = experiment_id(want_id, known)
+        select = want_id if want_claim is None else f"{want_id}:{want_claim}"
     listed = manifest_listing(root)
     reg = _registry(root)
     out = []

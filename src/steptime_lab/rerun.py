@@ -26,7 +26,7 @@ import time
 from pathlib import Path
 
 from steptime.errors import SteptimeError
-from steptime_lab.audit import AuditError, audit, primary_result
+from steptime_lab.audit import AuditError, audit, experiment_id, primary_result
 from steptime_lab.data.manifest import find_root
 from steptime_lab.status import _registry
 
@@ -105,8 +105,8 @@ def rerun(select: str | None, tolerance: float | None = None, root: str | Path |
 def _rerun_one(select: str, tolerance: float | None, root: Path, keep: bool, jobs: int) -> int:
     eid, claim_n = (select.split(":", 1) + [None])[:2]
     reg = _registry(root)
-    if eid not in reg:
-        raise AuditError(f"unknown experiment {eid!r}; registered: {', '.join(sorted(reg))}")
+    eid = experiment_id(eid, reg)  # e2.11 / E2_11 read as E2.11
+    select = eid if claim_n is None else f"{eid}:{claim_n}"
     outputs = reg[eid].get("outputs") or [f"results/{eid.replace('.', '_')}.json"]
     res = primary_result(eid, outputs)
     if not res or not (root / res).is_file():

@@ -36,9 +36,9 @@ def add_parser(sub) -> None:
     s.add_argument("--model", required=True, help="model key, HF id, or path to config.json")
     s.add_argument("--gpu", required=True, help="GPU key or alias (see `steptime gpus`)")
     s.add_argument("--engine", default=None, help="engine profile (default vllm; see `steptime engines`)")
-    s.add_argument("--dtype", default="bf16", choices=["bf16", "fp8", "fp8_block", "nvfp4", "fp4", "mxfp4"],
+    s.add_argument("--dtype", default=None, choices=["bf16", "fp8", "fp8_block", "nvfp4", "fp4", "mxfp4"],
                    help="projection GEMM precision (dense: bf16 or fp8); for a mixture-of-experts model the expert "
-                        "weights' dtype (default %(default)s)")
+                        "weights' dtype (default: a config.json's quantization_config, else bf16)")
     s.add_argument("--kv-dtype", default="bf16", choices=["bf16", "fp8"], help="KV-cache precision (default "
                    "%(default)s)")
     s.add_argument("--tp", type=int, default=1, help="tensor-parallel degree, GPUs per instance (default %(default)s)")
@@ -84,7 +84,7 @@ def add_parser(sub) -> None:
     s.add_argument("--slo-ttft-ms", type=float, default=None, help="time-to-first-token SLO, ms (default: none)")
     s.add_argument("--slo-tpot-ms", type=float, default=None, help="time-per-output-token SLO, ms (default: none)")
     s.add_argument("--json", action="store_true", help="print JSON instead of text")
-    s.add_argument("--csv", metavar="FILE", help="write the per-request table (checked writable before the run)")
+    s.add_argument("--csv", metavar="FILE", help="write the per-request table to a .csv file (checked writable before the run)")
     s.add_argument("--fig", metavar="FILE.png", help="write a figure of the run: FILE.png and FILE.pdf beside it")
     s.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
 
@@ -264,6 +264,13 @@ def run_args(a):
 
     check_policy_options(a)
     wl = workload_from_args(a)
+    from steptime.specs import get_model
+    from steptime.step import resolve_dtype
+
+    m = get_model(a.model)
+    a.dtype_from = ("" if a.dtype is not None or getattr(m, "checkpoint_dtype", None) is None
+                    else " weights from the checkpoint's config.json")
+    a.dtype = resolve_dtype(m, a.dtype, ServeError)  # a config.json's own precision by default
     ekw = dict(tp=a.tp, engine=a.engine, dtype=a.dtype, kv_dtype=a.kv_dtype)
     ranks = ep_ranks(a.model, a.gpu, a.tp, a.ep, a.dtype)
     if a.ep != 1:
@@ -305,7 +312,7 @@ def cmd_serve(a) -> int:
     from steptime.serve.report import plot_run
 
     if a.csv is not None:
-        check_output("--csv", a.csv)
+        check_output("--csv", a.csv, ".csv")  # wave 37: any suffix was taken (CSV bytes in out.parquet), as plan
     if a.fig is not None:
         check_output("--fig", a.fig, ".png")
         check_output("--fig", str(Path(a.fig).with_suffix(".pdf")))
@@ -336,7 +343,7 @@ def cmd_serve(a) -> int:
         return 0
     if a.ep > a.tp:  # attention data-parallel ranks (ep / tp > 1) are simulated as separate schedulers
         print(f"note: {EP_NOTE}")
-    print(f"{a.model} on {a.gpu} (tp={a.tp}{f', ep={a.ep}' if a.ep != 1 else ''}, engine {a.engine or 'vllm'}, policy {run.policy['name']}): {len(wl)} requests "
+    print(f"{a.model} on {a.gpu} (tp={a.tp}{f', ep={a.ep}' if a.ep != 1 else ''}, engine {a.engine or 'vllm'}, {a.dtype}{getattr(a, 'dtype_from', '')}, policy {run.policy['name']}): {len(wl)} requests "
           f"[{wl.name}], simulated")
     print(f"{'metric':<10}{'p50':>10}{'p90':>10}{'p99':>10}   (ms)")
     for key in ("ttft_s", "tpot_s", "itl_s", "e2e_s"):

@@ -33,7 +33,8 @@ from steptime.errors import ServeError
 from steptime.specs import get_gpu, get_model
 from steptime.specs.engines import check_engine_gpu, get_engine
 from steptime.specs.moe import is_moe
-from steptime.step import ATTN_TERMS, BLOCK_TERMS, check_dense_layout, check_tp, memory_bytes, predict_steps
+from steptime.step import (ATTN_TERMS, BLOCK_TERMS, check_dense_layout, check_tp, memory_bytes, predict_steps,
+                           resolve_dtype)
 from steptime.terms import attention
 from steptime.terms.gemm import smax, smax1
 from steptime.terms.moe import MoEConstants
@@ -70,6 +71,7 @@ def _checked(model, gpu, tp, f_clk, kv_dtype, engine, dtype, constants, ep=1):
     model the expert dtype and the tp/ep layout (steptime.moe_step.check_layout), ep = 1 for a dense one."""
     check_constants(constants)
     model, gpu, engine = get_model(model), get_gpu(gpu), get_engine(engine, fitted=constants.engines)
+    resolve_dtype(model, dtype, ServeError)  # a quantized config.json is served at its own precision only
     check_engine_gpu(engine, gpu)
     tp = check_tp(tp, gpu, ServeError)
     check_f_clk(f_clk, allow_boost=True)  # as predict_steps: the API caller chose it

@@ -92,7 +92,8 @@ def from_table(df: "pandas.DataFrame", *, name: str = "trace", n: int | None = N
     results/data/traces.parquet or LLMServingSim's request tables).
 
     A table without arrival times (the arXiv length trace) needs `rate` (Poisson, requests/s).
-    `time_scale` stretches (>1) or compresses (<1) the recorded arrivals.
+    `time_scale` stretches (>1) or compresses (<1) the recorded arrivals. `n` takes the first n requests; an `n`
+    beyond the trace's length is refused (wave 37: it took the whole trace without a word).
     """
     if not hasattr(df, "columns") or not hasattr(df, "iloc"):
         raise ServeError(f"{name}: expected a table (a pandas DataFrame with arrival, prompt and output token "
@@ -107,6 +108,9 @@ def from_table(df: "pandas.DataFrame", *, name: str = "trace", n: int | None = N
         if not hit and not (key == "arrival" and rate is not None):
             raise ServeError(f"{name}: no {key} column (looked for {', '.join(names)})")
         cols[key] = hit[0] if hit else None
+    if n is not None and n > len(df):
+        raise ServeError(f"{name}: n={n:,} requests asked but the trace holds {len(df):,}: give n <= {len(df):,} "
+                         "(or leave it out for the whole trace)")
     d = df.iloc[:n] if n else df
     p = _numbers(d, cols["prompt"], name)
     o = _numbers(d, cols["output"], name)

@@ -23,7 +23,7 @@ from steptime.io import read_yaml
 from steptime.readonly import read_only
 from steptime.validation import MAX_CONFIG_BYTES, check_known_fields, check_regular_file
 from steptime.specs.model import _JSON_KIND, _MODEL_FIELDS, Model, _cfg_bool, _cfg_int  # noqa: F401 (re-exported)
-from steptime.specs.model import _cfg_context
+from steptime.specs.model import _cfg_context, checkpoint_dtype
 from steptime.specs.moe import moe_from_config, moe_model_table
 
 _HERE = Path(__file__).resolve().parent
@@ -524,6 +524,7 @@ def model_from_config(path: str | os.PathLike) -> Model:
         max_position_embeddings=_cfg_context(cfg, where),
         parallel_block="PhiForCausalLM" in (cfg.get("architectures") or ()),
         qk_norm="Qwen3ForCausalLM" in (cfg.get("architectures") or ()),  # the architecture has it, no field says so
+        checkpoint_dtype=checkpoint_dtype(cfg, where),  # wave 37: a quantized checkpoint was priced as bf16
     )
 
 

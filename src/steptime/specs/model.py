@@ -35,6 +35,11 @@ class Model:
     aliases: tuple = ()
     parallel_block: bool = False  # attention and MLP in parallel off one norm (phi-2); models.yaml
     qk_norm: bool = False  # an RMSNorm (with weights) on each head's q and k before RoPE (Qwen3); models.yaml
+    # the weight precision of a checkpoint read from its config.json (`checkpoint_dtype`: bf16 without a
+    # quantization_config, fp8 / fp8_block / mxfp4, else the quant_method steptime cannot price): the predictors'
+    # default dtype and the only one they take for a quantized checkpoint (step.resolve_dtype); None for a spec-table
+    # entry, priced at the dtype asked (default bf16)
+    checkpoint_dtype: str | None = None
 
     def __post_init__(self):
         """Refuse shapes no dense decoder has, with one line naming the model and the field."""
@@ -116,6 +121,31 @@ def _cfg_context(cfg: dict, where: str) -> int:
                                f"model's context window in positions, which bounds each request's KV + new "
                                f"tokens): add the value the model was trained for to the config.json")
     return _cfg_int(cfg, key, where)
+
+
+# quantization_config.quant_method -> the weight dtype steptime prices it as; a method not here is recorded by name
+# and refused when priced (step.resolve_dtype)
+PRICED_QUANT = MappingProxyType({"fp8": "fp8", "mxfp4": "mxfp4"})
+
+
+def checkpoint_dtype(cfg: dict, where: str) -> str:
+    """The weight precision a config.json's quantization_config states, the one reading of it (dense and MoE
+    readers): bf16 without one; fp8 (per-tensor) or fp8_block (weight_block_size given) for quant_method fp8; mxfp4;
+    otherwise the quant_method itself (awq, gptq, bitsandbytes, compressed-tensors, modelopt, ...), which the
+    predictors refuse to price."""
+    q = cfg.get("quantization_config")
+    if q is None:
+        return "bf16"
+    if not isinstance(q, dict):
+        raise ModelConfigError(f"{where}: quantization_config must be an object of fields, got {q!r:.40}")
+    method = q.get("quant_method")
+    if not isinstance(method, str) or not method.strip():
+        raise ModelConfigError(f"{where}: quantization_config.quant_method must name the method (e.g. \"fp8\"), "
+                               f"got {method!r:.40}")
+    dt = PRICED_QUANT.get(method.strip().lower())
+    if dt == "fp8" and q.get("weight_block_size"):
+        return "fp8_block"
+    return dt or method.strip().lower()
 
 
 def _cfg_bool(cfg: dict, key: str, where: str, default: bool) -> bool:

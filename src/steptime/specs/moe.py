@@ -20,7 +20,7 @@ from types import MappingProxyType
 
 from steptime.errors import ModelConfigError, UnsupportedModelError
 from steptime.io import read_yaml
-from steptime.specs.model import Model, _cfg_bool, _cfg_context, _cfg_int
+from steptime.specs.model import Model, _cfg_bool, _cfg_context, _cfg_int, checkpoint_dtype
 from steptime.validation import check_known_fields
 
 MOE_MODEL_FILE = Path(__file__).with_name("moe_models.yaml")
@@ -361,8 +361,11 @@ def moe_from_config(cfg: dict, path) -> object:
             raise UnsupportedModelError(f"{where}: a multimodal config (text_config) of {arch}: steptime cannot "
                                         "represent its vision tower; give the text model's config.json")
         # a text-only step: the text model's structure; the vision tower is not represented
+        quant_cfg = {"quantization_config": cfg.get("quantization_config", text.get("quantization_config"))}
         cfg = {**text, "architectures": [arch], "tie_word_embeddings": cfg.get("tie_word_embeddings",
                                                                                text.get("tie_word_embeddings"))}
+    else:
+        quant_cfg = cfg
     hybrid = hybrid_fields(cfg, where, arch)
     for key, bad, what in _UNREPRESENTABLE:
         if hybrid and key == "layer_types":
@@ -416,9 +419,9 @@ def moe_from_config(cfg: dict, path) -> object:
         raise ModelConfigError(f"{where}: the MoE layer step (interleave_moe_layer_step / decoder_sparse_step) must "
                                f"be a positive whole number, got {step!r}")
     chunk, global_every = _chunked_attention(cfg, where, arch) if llama4 else (0, 0)
-    quant = (cfg.get("quantization_config") or {}).get("quant_method")
-    wd = {"fp8": "fp8_block" if (cfg.get("quantization_config") or {}).get("weight_block_size") else "fp8",
-          "mxfp4": "mxfp4"}.get(quant, "bf16")
+    ck = checkpoint_dtype(quant_cfg, where)  # the one reading of quantization_config (the dense reader's too)
+    wd = checkpoint_dtype(cfg, where)  # weights_dtype as before: a multimodal config's from its text model's fields
+    wd = wd if wd in ("fp8", "fp8_block", "mxfp4") else "bf16"  # as published; another method: its structure only
     cls = moe_class()
     p = Path(path)
     return cls(
@@ -438,7 +441,7 @@ def moe_from_config(cfg: dict, path) -> object:
         sliding_window=int(sliding or 0), sliding_layers_every=every, weights_dtype=wd, moe_layer_step=step,
         attention_chunk_size=chunk, global_layers_every=global_every,
         router_alpha=ROUTER_ALPHA.get(arch, ROUTER_ALPHA_DEFAULT), n_group=int(cfg.get("n_group") or 1),
-        topk_group=int(cfg.get("topk_group") or 1), **hybrid)
+        topk_group=int(cfg.get("topk_group") or 1), checkpoint_dtype=ck, **hybrid)
 
 
 def _chunked_attention(cfg: dict, where: str, arch: str) -> tuple[int, int]:
