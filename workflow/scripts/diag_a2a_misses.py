@@ -9,10 +9,12 @@ E3.2 law and protocol, unchanged) and prints:
       level (floor) miss falls to the target with the oracle floor, a slope miss with the oracle transfer scale;
   (c) the low-latency floor readings' token count chosen per held-out GPU by an inner leave-one-GPU-out on the
       other five GPUs only (the same rule for every GPU; candidates 1, 2, 4, 8, 16, 32 tokens on DeepSeek-V3's
-      shape), with the held-out MAPE at the choice and at every candidate;
+      shape), and then the shrinkage weight w of the two 1-token floor scales toward their geometric mean (0, 0.2,
+      0.5, 1; wave 29's try 5), each with the held-out MAPE at the choice and at every candidate;
   (d) upper bounds for a protocol change (NOT E3.2's three-reading protocol): a floor scale per phase read as the
       geometric mean of the implied floor scales over several cells of the held-out GPU (the normal mode's relative
-      to the same cells of its donors, as its transfer reading is), scored on the cells not read;
+      to the same cells of its donors, as its transfer reading is), scored on the cells not read and on the
+      protocol's scored cells (the read ones included: in-sample for them);
   (e) the three readings reallocated (module constants swapped for the replay, restored after): the normal mode's
       floor (its smallest DeepSeek-V3 dispatch cell, relative to the donors or absolute) in place of its transfer
       reading, and the same floor as a fourth reading (an upper bound outside the protocol).
@@ -33,6 +35,7 @@ DSV3 = (7168, 8, 256)
 BINS, LAB = [0, 2 ** 16, 2 ** 20, 2 ** 23, 2 ** 26, 2 ** 29, 2 ** 40], ["<64K", "64K-1M", "1-8M", "8-64M", "64-512M",
                                                                        ">512M"]
 LL_TOKENS = (1, 2, 4, 8, 16, 32)
+LL_SHRINK = (0.0, 0.2, 0.5, 1.0)
 
 
 def load():
@@ -60,7 +63,7 @@ def breakdown(r: dict):
         e["lr"] = np.log(e.pred_ms / e.latency_ms)
         e["ape"] = (e.pred_ms / e.latency_ms - 1).abs()
         e["msg"] = pd.cut(e.num_tokens * e.hidden_size * 2, BINS, labels=LAB, right=False)
-        print(f"\n(a) {eng} {mode} {g}: MAPE {100 * e.ape.mean():.2f}, {len(e)} cells, EP {sorted(e.ep_size.unique())}")
+        print(f"\n(a) {eng} {mode} {g}: MAPE {100 * e.ape.mean():.2f}, {len(e)} cells, EP {sorted(int(x) for x in e.ep_size.unique())}")
         for by in (["phase", "msg"], ["phase", "hidden_size", "topk", "num_experts"]):
             t = e.groupby(by, observed=True).agg(n=("lr", "size"), signed=("lr", "mean"), mape=("ape", "mean"),
                                                  share=("ape", "sum"))
@@ -126,7 +129,7 @@ def inner_ll_tokens(data: dict):
                 laws[k] = moe.a2a_fit(ll[ll.gpu.isin(list(train))])
             return laws[k]
 
-        def score(h, train, tok):
+        def score(h, train, tok, w=0.0):
             law = law_for(train)
             s = ll[ll.gpu == h]
             sc, read = {}, []
@@ -135,16 +138,20 @@ def inner_ll_tokens(data: dict):
                       & (s.num_tokens == tok)]
                 sc[f"s_floor:ll:{ph}"] = float(implied_floor(c, law, f"ll:{ph}")[0])
                 read += list(c.index)
+            if w:  # each phase's floor scale shrunk toward the two phases' geometric mean (wave 29's try 5)
+                gm = np.sqrt(sc["s_floor:ll:dispatch"] * sc["s_floor:ll:combine"])
+                sc = {k: v ** (1 - w) * gm ** w for k, v in sc.items()}
             keep = ~s.index.isin(read)
             return mape(moe.a2a_predict(s, law, {h: sc})[keep], s.latency_ms.to_numpy()[keep])
 
-        for g in gpus:
-            others = [o for o in gpus if o != g]
-            inner = {t: np.mean([score(h, [o for o in others if o != h], t) for h in others]) for t in LL_TOKENS}
-            ch = min(inner, key=inner.get)
-            held = {t: round(score(g, others, t), 2) for t in LL_TOKENS}
-            print(f"{eng} {g}: chosen {ch} tokens (inner {inner[ch]:.2f}, 1 token {inner[1]:.2f}); held out "
-                  f"{held[1]} -> {held[ch]}; every candidate {held}")
+        for label, cands, arg in (("tokens", LL_TOKENS, lambda c: (c, 0.0)), ("shrink w", LL_SHRINK, lambda c: (1, c))):
+            for g in gpus:
+                others = [o for o in gpus if o != g]
+                inner = {c: np.mean([score(h, [o for o in others if o != h], *arg(c)) for h in others]) for c in cands}
+                ch = min(inner, key=inner.get)
+                held = {c: round(score(g, others, *arg(c)), 2) for c in cands}
+                print(f"{eng} {g}: {label} chosen {ch} (inner {inner[ch]:.2f}, protocol's {inner[cands[0]]:.2f}); "
+                      f"held out {held[cands[0]]} -> {held[ch]}; every candidate {held}")
 
 
 FLOOR_SETS = {"ll: 1 token, six shapes": ("ll", (1,), None), "ll: 1-8 tokens, DeepSeek-V3": ("ll", (1, 2, 4, 8), DSV3),
@@ -183,10 +190,12 @@ def multi_cell_floors(data: dict):
                                        for o in donors])
                     sc[f"s_floor:{key}"] = float(np.exp(lg))
                     used += list(c.index)
-                drop = set(moe.a2a_readings(d, g).index) | set(used)
-                e = d[(d.gpu == g) & (d["mode"] == mode) & ~d.index.isin(drop)]
-                out[g] = round(mape(moe.a2a_predict(e, law, {g: sc}), e.latency_ms), 2)
-            print(f"{eng} {name}: {out}")
+                res = []
+                for drop in (set(moe.a2a_readings(d, g).index) | set(used), set(moe.a2a_readings(d, g).index)):
+                    e = d[(d.gpu == g) & (d["mode"] == mode) & ~d.index.isin(drop)]
+                    res.append(round(mape(moe.a2a_predict(e, law, {g: sc}), e.latency_ms), 2))
+                out[g] = tuple(res)
+            print(f"{eng} {name} (cells not read, the protocol's scored cells): {out}")
 
 
 ALLOCATIONS = {
