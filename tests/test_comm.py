@@ -329,3 +329,38 @@ def test_held_out_fit_recovers_custom_rows_that_fall_back_to_nccl():
     doc = E.document(E.run(df, ablation=False))
     rec = {(r["gpu"], r["impl"]): r for r in doc["metrics"]["records"]}
     assert rec[("a100-sxm", "custom")]["mape"] < 4.0, rec[("a100-sxm", "custom")]
+
+
+def test_one_shot_branch_pays_the_kernels_own_rate_beside_the_link():
+    """vLLM's one-shot kernel keeps a fixed grid's loads in flight (36 blocks x 512 threads x 16 B of the message per
+    round, loaded from all n ranks at once), so besides the link's (n - 1) S / (a_one B) it moves the message S at no
+    more than a rate R_one of its own (shape key r_one_gbps), the same at every n. A curve without the key prices
+    as before (no such bound)."""
+    L, B = 5.0, 200e3
+    tn_big = np.full(3, 1e9)  # NCCL never faster here: the one-shot branch itself
+    for n in (2, 8):
+        m = np.array([65536.0, 1048576.0, 4194304.0])
+        m = m[m < (E.one_shot_max(n) or np.inf)] if E.one_shot_max(n) else m
+        x = C.bus_bytes(m, n)
+        old = C.custom_law(x, n, L, B, CUSTOM_SHAPE, tn_big[:len(m)], E.one_shot_max(n))
+        new = C.custom_law(x, n, L, B, {**CUSTOM_SHAPE, "r_one_gbps": 250.0}, tn_big[:len(m)], E.one_shot_max(n))
+        one = L + m * (n - 1) / (CUSTOM_SHAPE["a_one"] * B)
+        if E.one_shot_max(n):  # below the switch: exactly the one-shot branch
+            assert old == pytest.approx(one)
+            assert new == pytest.approx(one + m / 250e3)  # S / R_one, bytes / (bytes per us), whatever n
+        else:  # 2 ranks: the soft minimum of the branches, slower by about the rate term where one-shot wins
+            assert np.all(new > old)
+    assert "r_one_gbps" in C.SHAPE_KEYS["custom"] and C.unpack("custom", [0.5, 6.0, 0.8]) == CUSTOM_SHAPE
+
+
+def test_held_out_fit_recovers_a_one_shot_rate_that_the_link_does_not_set():
+    """Data where the one-shot kernel runs at its own rate (R_one = 200 GB/s on every GPU, the link term small), and
+    the GPUs' bus bandwidths differ 2.5x (A100 at 0.4 x): priced relative to the bus bandwidth alone, A100's one-shot
+    rows would take the donors' rate x 0.4; the fitted R_one carries over, and A100's held-out custom rows are
+    recovered. Fails on the law before wave 38 (no r_one_gbps to fit)."""
+    kernel = {"a_one": 1.9, "d_two_us": 6.0, "a_two": 0.8, "r_one_gbps": 200.0}
+    df = _synthetic(("h100-sxm", "h200-sxm", "b200", "a100-sxm"), bw_scale={"a100-sxm": 0.4}, custom_shape=kernel)
+    r = E.run(df, ablation=False)
+    rec = {(x["gpu"], x["impl"]): x for x in E.document(r)["metrics"]["records"]}
+    assert rec[("a100-sxm", "custom")]["mape"] < 4.0, rec[("a100-sxm", "custom")]
+    assert r["per_gpu"]["a100-sxm"]["shapes"]["custom/2"]["r_one_gbps"] == pytest.approx(200.0, rel=0.15)

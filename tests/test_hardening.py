@@ -155,6 +155,17 @@ def test_ship_refuses_an_allreduce_curve_outside_physics(tmp_path, capsys):
     _ship_refuses(capsys, tmp_path, tmp_path / "c.yaml", "bus bandwidth 0.2 GB/s at TP 8 is outside 0.32-32 GB/s")
 
 
+def test_ship_refuses_a_one_shot_rate_that_is_not_a_positive_number(tmp_path, capsys):
+    """The custom curve's optional one-shot rate (terms/comm.py r_one_gbps, wave 38) is a rate: 0, negative or
+    not finite is refused at ship with a line naming it (a 0 would otherwise silently drop the term)."""
+    for bad in ("0", "-5.0", ".nan"):
+        (tmp_path / "c.yaml").write_text(
+            "updates:\n- scope: gpu.h100-sxm\n  name: allreduce_curve\n  provenance: FITTED\n  source: test\n"
+            "  value: {custom/2: {L_us: 4.3, B_gbps: 320.0, shape: {a_one: 1.0, d_two_us: 5.0, a_two: 0.8, "
+            "r_one_gbps: " + bad + "}}}\n")
+        _ship_refuses(capsys, tmp_path, tmp_path / "c.yaml", "one-shot rate r_one_gbps")
+
+
 def test_ship_accepts_a_gpus_own_reading_under_the_donor_floor(tmp_path):
     """L40S's own TP 8 reading (1.447 GB/s, 0.045 of its link) is under ETA_BUS_MIN but over ETA_BUS_OWN_MIN: it
     ships (into a copy of defaults.yaml here, never the product's)."""

@@ -3,7 +3,9 @@
     x = 2 (n - 1) / n * bytes              bytes each rank moves (ring / nccl-tests bus convention)
     ring (datasheet)  t = latency + x / (link_bw * eta)
     nccl              t = smin(L + x/(a_ll B), L + d_ll128 + x/(a_ll128 B), L + d_simple + x/B)
-    custom            t = smin(L + (n-1) bytes/(a_one B), L + d_two + x/(a_two B), t_nccl)
+    custom            t = smin(L + (n-1) bytes/(a_one B) + bytes/R_one, L + d_two + x/(a_two B), t_nccl)
+                      (R_one, shape key r_one_gbps: the one-shot kernel's own rate, bounded by the loads its
+                      fixed grid keeps in flight; absent: no such bound, the law before wave 38)
     nccl_host         t = floor + x / (eta * pcie_bw)   NCCL between PCIe GPUs without peer-to-peer: every
                       byte staged through host memory (the engine profile's host_path_floor_us and
                       host_path_eta, measured on one PCIe Gen5 host: engines.yaml vllm-no-p2p)
@@ -30,7 +32,13 @@ from steptime.terms.comm_bounds import (  # noqa: F401  (the bounds, re-exported
 IMPLS = ("ring", "nccl", "custom")  # the fitted / datasheet laws; nccl_host is an engine's (host_path_time)
 SMIN_P = 8.0  # soft-minimum sharpness (p-norm of the inverse times); DERIVED: a sharp switch between regimes
 SHAPE_KEYS = MappingProxyType({"nccl": ("a_ll", "d_ll128_us", "a_ll128", "d_simple_us"),
-                               "custom": ("a_one", "d_two_us", "a_two")})
+                               "custom": ("a_one", "d_two_us", "a_two", "r_one_gbps")})
+# r_one_gbps (optional: a curve without it prices the one-shot branch by the link alone). vLLM's one-shot kernel
+# (csrc/custom_all_reduce.cuh cross_device_reduce_1stage, launched on at most 36 blocks of 512 threads) reduces
+# 16 bytes of the message per thread and round, loading them from all n ranks at once: per round about
+# 36 x 512 x 16 B = 288 KiB of the message are in flight, whatever n, and a round lasts at least one remote-load
+# latency. Little's law: the message moves at no more than R_one = 288 KiB / latency, a term S / R_one beside the
+# link's (n - 1) S / (a_one B). The latency is not a datasheet fact: E1.25 fits R_one on the donor GPUs' tables.
 
 
 def bus_bytes(nbytes, tp):
@@ -63,13 +71,13 @@ def custom_law(x, n, L, B, shape: dict, t_nccl, one_shot_max=None):
     None: the soft minimum of both branches and NCCL (an engine whose switch is not stated)."""
     s = shape
     one = x * n / (2.0 * (n - 1)) * (n - 1)  # one-shot: each rank reads the other n-1 full buffers
-    t_one = L + one / (s["a_one"] * B)
+    msg = x * n / (2.0 * (n - 1))  # the message bytes S
+    t_one = L + one / (s["a_one"] * B) + (msg / (s["r_one_gbps"] * 1e3) if s.get("r_one_gbps") else 0.0)
     t_two = L + s["d_two_us"] + x / (s["a_two"] * B)
     floor = np.minimum(L + x / (max(1.0, s["a_two"]) * B), t_nccl)
     if one_shot_max is None:
         return np.maximum(smin(t_one, t_two, t_nccl), floor)
     two = np.maximum(smin(t_two, t_nccl), floor)
-    msg = x * n / (2.0 * (n - 1))
     return np.where(msg < np.asarray(one_shot_max, dtype=float), t_one, two)
 
 

@@ -81,6 +81,10 @@ def check_curve(gpu, curve: dict) -> None:
         why = bound_violation(gpu, n, float(p["B_gbps"]), float(p["L_us"]), eta_min=ETA_BUS_OWN_MIN)
         if why:
             raise InputError(f"allreduce_curve of {gpu.key}, {key}: {why}")
+        r = (p.get("shape") or {}).get("r_one_gbps")  # the custom one-shot kernel's own rate (terms/comm.py), optional
+        if r is not None and not (isinstance(r, (int, float)) and math.isfinite(r) and r > 0):
+            raise InputError(f"allreduce_curve of {gpu.key}, {key}: the one-shot rate r_one_gbps {r!r} is not a "
+                             "positive finite number of GB/s")
 
 
 def check_updates(updates) -> int:
