@@ -13,6 +13,27 @@ def repo_root() -> Path:
     return ROOT
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _shipped_files_untouched():
+    """The product's shipped constants (defaults.yaml, the fitted engine constants, the grey-box corrections) are
+    written only by `steptime calibration ship` run by a person. A test that ships into them by mistake (e.g. a
+    refusal test run against code that no longer refuses) would corrupt the checkout: restore their bytes after the
+    session and fail it, naming the file."""
+    import steptime.calibration as cal
+    from steptime.specs import engines as E
+
+    files = [Path(f) for f in (cal.DEFAULTS_FILE, E.FITTED_FILE, cal.GREYBOX_FILE)]
+    before = {f: f.read_bytes() if f.exists() else None for f in files}
+    yield
+    changed = [f for f, b in before.items() if (f.read_bytes() if f.exists() else None) != b]
+    for f in changed:
+        if before[f] is None:
+            f.unlink()
+        else:
+            f.write_bytes(before[f])
+    assert not changed, f"a test wrote the shipped file(s) {[str(f) for f in changed]}; restored"
+
+
 @pytest.fixture(autouse=True)
 def _root_env(monkeypatch):
     monkeypatch.setenv("STEPTIME_ROOT", os.environ.get("STEPTIME_ROOT", str(ROOT)))
