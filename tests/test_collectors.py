@@ -149,6 +149,22 @@ def test_collector_run_prints_a_steptime_error_as_one_line(capsys):
     assert err.startswith("steptime_collect.dispatch: error: ") and err.count("\n") == 1, err
 
 
+def test_engine_kernels_without_ncu_stops_in_one_line(monkeypatch, tmp_path, capsys):
+    """On a GPU node without Nsight Compute on PATH, engine_kernels (which runs under `ncu`) names what is missing in
+    one line, as the ncu collector does (until wave 38 it ran `ncu` and died with a FileNotFoundError traceback)."""
+    import steptime_collect.safety as safety
+    from steptime_collect.cli import run
+    from steptime_collect.engine_kernels import main
+
+    monkeypatch.setattr(safety, "require_gpu", lambda: None)  # as on a GPU node
+    monkeypatch.setattr(shutil, "which", lambda name, *a, **k: None)
+    argv = ["--model", "llama-3.1-8b", "--gpu", "h100-sxm", "--out", str(tmp_path / "ncu.csv")]
+    assert run(main, "steptime_collect.engine_kernels", argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("steptime_collect.engine_kernels: error: ") and err.count("\n") == 1, err
+    assert "ncu" in err and not (tmp_path / "ncu.csv").exists()
+
+
 def test_write_csv_is_the_collectors_one_writer(tmp_path):
     import pandas as pd
 

@@ -404,6 +404,26 @@ def test_registry_lists_every_issue14_experiment_as_awaiting_with_a_command():
     assert "raw/telemetry/steptrace/" in e["collect"] and "profiles/pace" in e["collect"]
 
 
+def test_every_collect_command_pastes_into_a_shell_as_written():
+    """`steptime status` and figures/PAPER.md print each registry `collect` command for a GPU user to paste: it must be
+    one shell line (a note only as a trailing # comment, never in parentheses the shell would choke on) naming the
+    Slurm profile that exists and only raw/telemetry targets."""
+    import shlex
+
+    import yaml
+
+    root = Path(__file__).parents[1]
+    for reg_file in (root / "config" / "experiments.yaml", root / ".test" / "config" / "experiments.yaml"):
+        reg = yaml.safe_load(reg_file.read_text())["experiments"]
+        commands = {eid: e["collect"] for eid, e in reg.items() if e.get("collect")}
+        assert commands, reg_file
+        for eid, cmd in commands.items():
+            words = shlex.split(cmd, comments=True)
+            assert words[:3] == ["snakemake", "--profile", "profiles/pace"], (eid, cmd)
+            assert (root / words[2] / "config.yaml").is_file(), (eid, cmd)
+            assert len(words) > 3 and all(w.startswith("raw/telemetry/") for w in words[3:]), (eid, cmd)
+
+
 @pytest.mark.slow
 def test_pace_profile_dry_runs_every_collection_target(monkeypatch):
     pytest.importorskip("snakemake_executor_plugin_slurm")
@@ -423,3 +443,56 @@ def test_pace_profile_dry_runs_every_collection_target(monkeypatch):
     for rule in ("collect_cap_sweep", "collect_lock_control", "collect_gemm_sweep", "collect_dispatch_log",
                  "collect_engine_kernels", "collect_steptrace", "collect_maxq_sweep", "collect_clock_sweep"):
         assert rule in r.stdout
+
+
+def _collection_targets(reg):
+    """Every raw/telemetry file a registry `collect` command names (the awaiting experiments and E1.19's steptrace)."""
+    return sorted({t for e in reg.values() if e.get("collect") for t in e["collect"].split()
+                   if t.startswith("raw/telemetry/")})
+
+
+@pytest.mark.slow
+def test_pace_profile_submits_every_collection_rule(tmp_path):
+    """A dry run never submits, so it cannot see what sbatch would get: submit for real through stand-in Slurm
+    commands (sbatch records its arguments; sacct reports the job failed, so Snakemake stops at once). Every
+    collection job must reach sbatch (the executor plugin refuses a `--gres` in slurm_extra at submission, which
+    every collection rule had until wave 38) and ask for one GPU of its configured model on the GPU partition."""
+    pytest.importorskip("snakemake_executor_plugin_slurm")
+    import shutil
+
+    import yaml
+
+    root = Path(__file__).parents[1]
+    work = tmp_path / "work"
+    work.mkdir()
+    for name in ("Snakefile", "config", "workflow", "profiles", "raw"):
+        (shutil.copytree if (root / name).is_dir() else shutil.copy)(root / name, work / name)
+    shutil.copytree(root / "src", work / "src", ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
+    reg = yaml.safe_load((root / "config" / "experiments.yaml").read_text())["experiments"]
+    gpus = yaml.safe_load((root / "config" / "collect.yaml").read_text())["gpus"]
+    targets = _collection_targets(reg)
+    fake, log = tmp_path / "bin", tmp_path / "sbatch.log"
+    fake.mkdir()
+    scripts = {"sbatch": f'echo "$@" >> {log}\necho 4242', "sacct": 'echo "4242|FAILED"',
+               "sacctmgr": "echo acct", "sshare": "echo acct", "squeue": "true", "scancel": "true", "sinfo": "true"}
+    for name, body in scripts.items():
+        (fake / name).write_text(f"#!/bin/bash\n{body}\n")
+        (fake / name).chmod(0o755)
+    env = dict(os.environ, PATH=f"{fake}:{os.environ['PATH']}", STEPTIME_SLURM_ACCOUNT="acct",
+               STEPTIME_SLURM_PARTITION="cpuq", STEPTIME_SLURM_GPU_PARTITION="gpuq")
+    r = subprocess.run(["snakemake", "--profile", "profiles/pace", "--slurm-init-seconds-before-status-checks", "1",
+                        "--latency-wait", "1", "--keep-going", *targets], cwd=work, env=env, capture_output=True,
+                       text=True, timeout=600)
+    out = r.stdout + r.stderr
+    assert "not allowed in the 'slurm_extra'" not in out, out[-3000:]
+    calls = [c.split("--wrap")[0] for c in (log.read_text().splitlines() if log.exists() else [])]
+    collect = [c for c in calls if "--comment rule_collect_" in c]
+    # the step-trace collector waits for its CPU input (the traces table), which the stand-in sacct fails
+    assert len(collect) == len([t for t in targets if "/steptrace/" not in t]), out[-3000:]
+    for call in collect:
+        # the job's comment names its wildcards, the GPU first (rule_<name>_wildcards_<gpu>[_<dataset>])
+        gpu = next(g for g in gpus if f"_wildcards_{g} " in call or f"_wildcards_{g}_" in call)
+        assert f"--gpus={gpus[gpu]['gres']}:1" in call and "--gres" not in call, call
+        assert " -p gpuq " in call and " -A acct " in call and " --exclusive " in call, call
+    for call in set(calls) - set(collect):  # a reduction or a table: the CPU partition, no GPU
+        assert " -p cpuq " in call and " -A acct " in call and "--gpus" not in call, call

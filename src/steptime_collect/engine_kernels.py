@@ -100,10 +100,10 @@ def law_gap(df, gpu) -> dict:
 
 
 def collect(out: Path, model: str, requests: int = 8) -> None:  # pragma: no cover - needs a GPU and ncu
-    from steptime_collect.safety import require_gpu
+    from steptime_collect.ncu import require_ncu
     from steptime.io import atomic_path
 
-    require_gpu()
+    require_ncu()  # a GPU, and Nsight Compute's `ncu` on PATH: one line naming what is missing, not a traceback
     tmp_trace = out.with_suffix(".steptrace.csv")
     cmd = ["ncu", "--csv", "--page", "raw", "--clock-control", "none", "--metrics", ",".join(METRICS), sys.executable,
            "-m", "steptime_collect.steptrace", "--engine", "eager", "--model", model, "--requests", str(requests),

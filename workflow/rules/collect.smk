@@ -1,4 +1,4 @@
-# GPU telemetry: collection rules (need a GPU node; run them with --profile profiles/slurm)
+# GPU telemetry: collection rules (need a GPU node; run them with --profile profiles/pace)
 # (the reductions of E1.5 and E1.10 run with the other awaiting experiments in telemetry.smk).
 # COLLECT: config/collect.yaml, validated in common.smk.
 
@@ -14,8 +14,8 @@ rule collect_clock_sweep:
         hold=COLLECT["clock_sweep"]["hold_s"],
         cool=COLLECT["clock_sweep"]["cool_s"],
     resources:
-        gpu_model=lambda wc: COLLECT["gpus"][wc.gpu]["gres"],
-        slurm_extra=lambda wc: f"'--gres=gpu:{COLLECT['gpus'][wc.gpu]['gres']}:1 --exclusive'",
+        gpu_model=collect_gpu_model,
+        slurm_extra=COLLECT_SLURM_EXTRA,
     log:
         "logs/collect_clock_sweep/{gpu}.log",
     benchmark:
@@ -40,8 +40,8 @@ rule collect_ncu_gemm:
         shapes=COLLECT["ncu"]["shapes"],
         clock=COLLECT["ncu"]["clock_control"],
     resources:
-        gpu_model=lambda wc: COLLECT["gpus"][wc.gpu]["gres"],
-        slurm_extra=lambda wc: f"'--gres=gpu:{COLLECT['gpus'][wc.gpu]['gres']}:1 --exclusive'",
+        gpu_model=collect_gpu_model,
+        slurm_extra=COLLECT_SLURM_EXTRA,
     log:
         "logs/collect_ncu_gemm/{gpu}.log",
     benchmark:

@@ -95,6 +95,18 @@ def one_of(names):
 COLLECT_GPUS = one_of(COLLECT["gpus"])
 
 
+# What a collection job asks Slurm for (every collection rule's resources, one place): one GPU of the model named in
+# config/collect.yaml through the executor plugin's own `gpu_model` resource (it writes `--gpus=<model>:1`), and a
+# node of its own through `slurm_extra`. The plugin refuses a `--gres`/`--gpus` (or account, partition, memory ...)
+# in slurm_extra at submission, not in a dry run: those are its resources (tests/test_telemetry.py submits through
+# a stand-in sbatch to check).
+def collect_gpu_model(wc):
+    return COLLECT["gpus"][wc.gpu]["gres"]
+
+
+COLLECT_SLURM_EXTRA = "--exclusive"
+
+
 def check_wildcards_constrained(rules, global_constraints):
     """Refuse, at parse time, a rule whose wildcard no constraint limits (its own or the Snakefile's global
     wildcard_constraints): an unconstrained wildcard matches any text a target names, shell syntax included."""

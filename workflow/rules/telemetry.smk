@@ -5,9 +5,6 @@
 # COLLECT: config/collect.yaml, validated (and its GPU and model names checked) in common.smk.
 
 
-# the GPU model a collection job asks Slurm for, and the sbatch extra that requests it
-_gres = lambda wc: COLLECT["gpus"][wc.gpu]["gres"]
-_slurm_extra = lambda wc: f"'--gres=gpu:{COLLECT['gpus'][wc.gpu]['gres']}:1 --exclusive'"
 # every collected file matching a raw/telemetry glob (one per GPU), sorted
 _telemetry = lambda pattern: sorted(glob.glob(pattern))
 
@@ -40,8 +37,8 @@ rule collect_cap_sweep:
         caps=lambda wc: ",".join(str(c) for c in COLLECT["gpus"][wc.gpu].get("caps_w", [])),
         m=COLLECT["cap_sweep"]["m"],
     resources:
-        gpu_model=_gres,
-        slurm_extra=_slurm_extra,
+        gpu_model=collect_gpu_model,
+        slurm_extra=COLLECT_SLURM_EXTRA,
     log:
         "logs/collect_cap_sweep/{gpu}.log",
     conda:
@@ -64,8 +61,8 @@ rule collect_lock_control:
         lock=lambda wc: COLLECT["gpus"][wc.gpu].get("lock_mhz", ""),
         m=COLLECT["lock_control"]["m"],
     resources:
-        gpu_model=_gres,
-        slurm_extra=_slurm_extra,
+        gpu_model=collect_gpu_model,
+        slurm_extra=COLLECT_SLURM_EXTRA,
     log:
         "logs/collect_lock_control/{gpu}.log",
     conda:
@@ -86,8 +83,8 @@ rule collect_maxq_sweep:
     params:
         runs=COLLECT["clock_sweep"]["runs"],
     resources:
-        gpu_model=_gres,
-        slurm_extra=_slurm_extra,
+        gpu_model=collect_gpu_model,
+        slurm_extra=COLLECT_SLURM_EXTRA,
     log:
         "logs/collect_maxq_sweep/{gpu}.log",
     conda:
@@ -108,8 +105,8 @@ rule collect_gemm_sweep:
     params:
         repeats=COLLECT["gemm_sweep"]["repeats"],
     resources:
-        gpu_model=_gres,
-        slurm_extra=_slurm_extra,
+        gpu_model=collect_gpu_model,
+        slurm_extra=COLLECT_SLURM_EXTRA,
     log:
         "logs/collect_gemm_sweep/{gpu}_{plan}.log",
     conda:
@@ -128,8 +125,8 @@ rule collect_dispatch_log:
     wildcard_constraints:
         gpu=COLLECT_GPUS,
     resources:
-        gpu_model=_gres,
-        slurm_extra=_slurm_extra,
+        gpu_model=collect_gpu_model,
+        slurm_extra=COLLECT_SLURM_EXTRA,
     log:
         "logs/collect_dispatch_log/{gpu}.log",
     conda:
@@ -149,8 +146,8 @@ rule collect_engine_kernels:
     params:
         model=COLLECT["steptrace"]["model"],
     resources:
-        gpu_model=_gres,
-        slurm_extra=_slurm_extra,
+        gpu_model=collect_gpu_model,
+        slurm_extra=COLLECT_SLURM_EXTRA,
     log:
         "logs/collect_engine_kernels/{gpu}.log",
     conda:
@@ -174,8 +171,8 @@ rule collect_steptrace:
         trace=COLLECT["steptrace"]["trace"],
         requests=COLLECT["steptrace"]["requests"],
     resources:
-        gpu_model=_gres,
-        slurm_extra=_slurm_extra,
+        gpu_model=collect_gpu_model,
+        slurm_extra=COLLECT_SLURM_EXTRA,
     log:
         "logs/collect_steptrace/{gpu}_{model}.log",
     conda:
