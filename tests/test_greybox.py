@@ -142,8 +142,7 @@ def test_inner_fits_shared_across_targets_give_the_same_models_and_a_cache_is_ad
         alone = T.GreyBox("aic_gemm", cells, _defaults)
         gpus = sorted(x for x in GPUS if x != g)
         model, cv = G.fit_term({x: alone._training(x)["gemm"] for x in gpus}, g, shrinks=G.SHRINKS,
-                                 anchors=G.ANCHORS, feature_sets=G.FEATURE_SETS,
-                                 references=G.references_for("aic_gemm"))  # no memo: every inner fold afresh
+                                 anchors=G.ANCHORS, feature_sets=G.FEATURE_SETS)  # no memo: every inner fold afresh
         assert cv == doc["fits"][g][1]["nested_cv_mape"]["gemm"]
         F = alone._features(tc, g)["gemm"]
         assert np.array_equal(model.log_correction(F), doc["fits"][g][0]["gemm"].log_correction(F))
@@ -312,7 +311,7 @@ def test_log_efficiency_and_term_rooflines():
 def test_term_references_try_the_roofline_on_the_steps_gemm_operators_only():
     both = ("physics", "roofline")
     assert G.references_for("vidur_step") == ("physics", "roofline", "level")
-    assert G.references_for("aic_gemm") == G.references_for("aic_attention") == ("physics", "level")
+    assert G.references_for("aic_gemm") == ("physics",)
     assert G.term_references("vidur_step", "mlp_up_proj", both) == both
     assert G.term_references("vidur_step", "input_layernorm", both) == ("physics",)
     assert G.term_references("aic_gemm", "gemm", both) == both  # a table REFERENCE_TERMS does not name: every term
@@ -403,7 +402,7 @@ def test_greybox_refuses_an_unknown_reference():
     cells = _cells(GPUS, lambda m, g: np.ones(len(m)))
     with pytest.raises(ValueError, match="unknown grey-box references"):
         T.GreyBox("aic_gemm", cells, _defaults, references=("efficiency",))
-    assert T.GreyBox("aic_gemm", cells, _defaults).settings()["references"] == ["physics", "level"]
+    assert T.GreyBox("aic_gemm", cells, _defaults).settings()["references"] == ["physics"]
 
 
 def test_anchor_reads_only_readings_of_the_cells_own_kernel():

@@ -124,8 +124,7 @@ FEATURE_SETS = ("all", "shape")
 # mean clipped log residual over its training cells of the term (per kernel label where `ANCHOR_KERNEL` names one),
 # so the trees learn the residual's shape and not the GPU's level, which stays the physics' own (held out on the
 # target's readings) plus the reading anchor; the correction is the trees' prediction, as for "physics"
-REFERENCES = {"vidur_step": ("physics", "roofline", "level"), "aic_gemm": ("physics", "level"),
-              "aic_attention": ("physics", "level")}
+REFERENCES = {"vidur_step": ("physics", "roofline", "level")}
 DEFAULT_REFERENCES = ("physics",)
 # every reference a term model may carry, with its setting-name tag
 REFERENCE_TAGS = {"physics": "", "roofline": "roof", "level": "lvl"}
