@@ -1,4 +1,6 @@
-"""E3.1: the fused-MoE kernel term held out by GPU, on AIConfigurator's vLLM MoE tables (issue 20).
+"""E3.1: the fused-MoE kernel term held out by GPU, on AIConfigurator's vLLM MoE tables (issue 20), and the same
+law and rules on TensorRT-LLM's own fused-MoE tables as claims of their own (run(df, 'trtllm'), document_engines;
+wave 38).
 
 Cells: the balanced-routing rows of results/data/moe.parquet on the shapes of the listed MoE models
 (hidden, expert width, top-k, experts of specs/moe_models.yaml), every moe_tp / moe_ep, in the dtypes
