@@ -332,6 +332,19 @@ def vendor_aic(aic: Path, out_root: Path, repo_root: Path, apache: tuple[Path, s
                    "alltoall_combine_low_precision) of num_tokens tokens per GPU in moe_dtype over moe_ep_size "
                    "GPUs; latency per call",
                    {"latency": "ms", "num_tokens": "tokens per GPU", "hidden_size": "features"})]
+        # TensorRT-LLM's own fused-MoE tables (issue 20, wave 38): all rows, like vLLM's, at the version
+        # query_versions.yaml names (1.3.0rc20; 1.0.0 on a100_sxm); the same table (aic_moe), framework trtllm
+        specs += [("moe", "trtllm", "moe_perf.parquet", "aic_moe", None, None, "moe_perf.parquet",
+                   "TensorRT-LLM's fused MoE layer (PyTorch flow; router top-k already chosen; permute, grouped expert "
+                   "GEMMs gate_up and down with the activation, unpermute/combine) for num_tokens tokens by kernel_source "
+                   "(moe_torch_flow_cutlass: the CUTLASS fused MoE; moe_torch_flow_min_latency: the TRT-LLM-gen "
+                   "low-latency kernels; deepgemm: DeepGEMM's grouped GEMM; moe_torch_flow_nongated: non-gated "
+                   "experts), latency per call on one GPU holding num_experts/moe_ep_size experts each sliced "
+                   "1/moe_tp_size along inter_size; distribution is the collector's token-to-expert routing (balanced "
+                   "or power_law_<alpha>)",
+                   {"latency": "ms", "num_tokens": "tokens", "hidden_size": "features",
+                    "inter_size": "features per expert (one branch, before TP slicing)", "topk": "experts per token",
+                    "num_experts": "routed experts of the whole model layer"})]
         specs += [("gemm", fw, "gemm_perf.parquet", "aic_gemm_engine", "gemm_dtype", ("bfloat16", "fp8"),
                    "gemm_perf.bf16_fp8.parquet",
                    ENGINE_GEMM_MEASURES[fw] + ": C[m,n] = A[m,k] @ W[k,n], latency per call, as AIConfigurator "

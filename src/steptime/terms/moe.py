@@ -162,11 +162,36 @@ def l2_effective_bytes(gpu) -> float:
     return gpu.l2_mb * 2**20 / (2.0 if getattr(gpu, "sm_version", None) in L2_PARTITIONED_SM else 1.0)
 
 
-def kernel_family(kernel_source: str, gpu=None) -> str:
-    """The grouped-GEMM implementation a kernel-source name belongs to (AIConfigurator's vLLM names). CUTLASS
-    fused-MoE kernels are built per SM generation (FlashInfer's sm90 grouped GEMM is not its sm120 one): with a
-    `gpu`, the CUTLASS family is named with its SM version (cutlass_sm90, cutlass_sm120)."""
-    fam = next((f for f in KERNEL_FAMILIES if f in str(kernel_source)), "triton")
+# TensorRT-LLM's own fused-MoE kernel sources (AIConfigurator's trtllm tables, 1.0.0 and 1.3.0rc20) and the family
+# each belongs to, set from what the code is before any TRT-LLM cell was scored (E3.1, issue 20, wave 38):
+# moe_torch_flow_cutlass is TRT-LLM's CUTLASS fused MoE, the code FlashInfer's CUTLASS MoE was taken from (so the same
+# per-SM cutlass family as vLLM's FlashInfer CUTLASS rows); moe_torch_flow_min_latency is the TRT-LLM-gen low-latency
+# kernels, the ones FlashInfer's TRT-LLM MoE runs (family trtllm); deepgemm is DeepGEMM's grouped GEMM (its own
+# family); moe_torch_flow_triton_fp8_block is TRT-LLM's Triton path (not vLLM's Triton fused-MoE code: its own family);
+# moe_torch_flow (the 1.0.0 A100 bf16 rows, the MXFP4 rows) names no backend (its own family, torch_flow). The
+# non-gated rows (moe_torch_flow_nongated: up and down only) are no shape steptime lists: no family.
+TRTLLM_KERNEL_FAMILIES = MappingProxyType({
+    "moe_torch_flow_cutlass": "cutlass", "moe_torch_flow_min_latency": "trtllm", "deepgemm": "deepgemm",
+    "moe_torch_flow_triton_fp8_block": "trt_triton", "moe_torch_flow": "torch_flow"})
+MOE_FRAMEWORKS = ("vllm", "trtllm")
+# kernel sources of non-gated experts (up and down projections only, no gate): not the gated layer the law prices
+NONGATED_SOURCES = frozenset({"moe_torch_flow_nongated"})
+
+
+def kernel_family(kernel_source: str, gpu=None, framework: str = "vllm") -> str:
+    """The grouped-GEMM implementation a kernel-source name belongs to (AIConfigurator's vLLM names; with
+    framework 'trtllm', TensorRT-LLM's: TRTLLM_KERNEL_FAMILIES). CUTLASS fused-MoE kernels are built per SM
+    generation (FlashInfer's sm90 grouped GEMM is not its sm120 one): with a `gpu`, the CUTLASS family is named with
+    its SM version (cutlass_sm90, cutlass_sm120)."""
+    if framework == "trtllm":
+        if str(kernel_source) not in TRTLLM_KERNEL_FAMILIES:
+            raise ValueError(f"kernel_family: TensorRT-LLM kernel source {kernel_source!r} has no family; known: "
+                             f"{sorted(TRTLLM_KERNEL_FAMILIES)}")
+        fam = TRTLLM_KERNEL_FAMILIES[str(kernel_source)]
+    elif framework == "vllm":
+        fam = next((f for f in KERNEL_FAMILIES if f in str(kernel_source)), "triton")
+    else:
+        raise ValueError(f"kernel_family: unknown framework {framework!r}; known: {list(MOE_FRAMEWORKS)}")
     sm = getattr(gpu, "sm_version", None)
     return f"{fam}_sm{sm}" if fam == "cutlass" and sm else fam
 

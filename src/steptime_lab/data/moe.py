@@ -3,7 +3,8 @@
 Four families (issue 20), each checked for schema, units and value ranges before use:
 
 - `aic_moe`: the fused MoE layer (grouped expert GEMMs with permute/combine) per token count,
-  shape, top-k, expert count, moe_tp/moe_ep, dtype and routing distribution;
+  shape, top-k, expert count, moe_tp/moe_ep, dtype and routing distribution; vLLM's tables and, since
+  wave 38, TensorRT-LLM's own (one reader; the manifest entry's framework in the column `framework`);
 - `aic_mla_context` / `aic_mla_generation`: DeepSeek-V3's MLA attention module, prefill and decode;
 - `aic_mla_bmm`: the two batched GEMMs of weight-absorbed MLA decode;
 - `aic_moe_a2a` (vLLM) and `aic_moe_a2a_trtllm` (TensorRT-LLM): DeepEP's expert-parallel all-to-all

@@ -1,4 +1,6 @@
-"""E3.1: the fused-MoE kernel term held out by GPU, on AIConfigurator's vLLM MoE tables (issue 20).
+"""E3.1: the fused-MoE kernel term held out by GPU, on AIConfigurator's vLLM MoE tables (issue 20), and the same
+law and rules on TensorRT-LLM's own fused-MoE tables as claims of their own (run(df, 'trtllm'), document_engines;
+wave 38).
 
 Cells: the balanced-routing rows of results/data/moe.parquet on the shapes of the listed MoE models
 (hidden, expert width, top-k, experts of specs/moe_models.yaml), every moe_tp / moe_ep, in the dtypes
@@ -64,19 +66,25 @@ def named_shapes() -> dict:
     return out
 
 
-def cells(df: pd.DataFrame, distributions=("balanced",), *, per_family: bool = False) -> pd.DataFrame:
-    """The table's cells: per (GPU, dtype, distribution, shape, tokens) the fastest vLLM backend; with `per_family`,
-    the fastest backend of each kernel family instead (a family's every measured cell, also where another family
-    was faster there: what a law of that family is fitted on)."""
+def cells(df: pd.DataFrame, distributions=("balanced",), *, per_family: bool = False,
+          framework: str = "vllm") -> pd.DataFrame:
+    """The table's cells of one engine (`framework`: the tidy table's column, vllm or trtllm; a frame without the
+    column is taken as vLLM's): per (GPU, dtype, distribution, shape, tokens) the engine's fastest backend; with
+    `per_family`, the fastest backend of each kernel family instead (a family's every measured cell, also where
+    another family was faster there: what a law of that family is fitted on)."""
+    if framework not in M.MOE_FRAMEWORKS:
+        raise ValueError(f"cells: unknown framework {framework!r}; known: {list(M.MOE_FRAMEWORKS)}")
     shapes = named_shapes()
-    d = df[df["distribution"].isin(list(distributions)) & df["dtype"].isin(list(M.AIC_DTYPE))].copy()
+    eng = (df["framework"] == framework) if "framework" in df else pd.Series(framework == "vllm", index=df.index)
+    d = df[eng & df["distribution"].isin(list(distributions)) & df["dtype"].isin(list(M.AIC_DTYPE))
+           & ~df["kernel_source"].isin(list(M.NONGATED_SOURCES))].copy()
     key = list(zip(d.hidden_size, d.inter_size, d.topk, d.num_experts))
     d["model"] = [shapes.get(s) for s in key]
     d = d[d["model"].notna()]
     d["sdtype"] = d["dtype"].map(M.AIC_DTYPE)
     cols = ["gpu", "sdtype", "distribution", "hidden_size", "inter_size", "topk", "num_experts", "moe_tp", "moe_ep",
             "num_tokens"]
-    fam = {(k, g): M.kernel_family(k, get_gpu(g)) for k, g in set(zip(d["kernel_source"], d["gpu"]))}
+    fam = {(k, g): M.kernel_family(k, get_gpu(g), framework) for k, g in set(zip(d["kernel_source"], d["gpu"]))}
     d["family"] = [fam[kg] for kg in zip(d["kernel_source"], d["gpu"])]
     d = d.loc[d.groupby(cols + (["family"] if per_family else []), sort=True)["latency_ms"].idxmin()]
     return d[[*cols, "model", "kernel_source", "family", "latency_ms"]].sort_values(cols).reset_index(drop=True)
@@ -698,13 +706,13 @@ def _ape(pred, meas):
     return np.abs(np.asarray(pred) / np.asarray(meas) - 1.0)
 
 
-def run(df: pd.DataFrame) -> dict:
-    """Leave one GPU out: per dtype, the law fitted on the other GPUs' balanced cells of the held-out GPU's kernel
+def run(df: pd.DataFrame, framework: str = "vllm") -> dict:
+    """Leave one GPU out, on one engine's cells (`framework`, cells()): per dtype, the law fitted on the other GPUs' balanced cells of the held-out GPU's kernel
     family (all families where no other GPU ran it), at most three bf16 readings of its own (which ones: chosen on
     the training GPUs, choose_readings); scored on its balanced cells
     (the E3.1 groups, collector regime) and, as a second table, on its power-law cells with the same constants
     (routing from the collector's power-law router; nothing fitted on a power-law cell)."""
-    d = cells(df, DISTRIBUTIONS)
+    d = cells(df, DISTRIBUTIONS, framework=framework)
     gpus = sorted(d.gpu.unique())
     dtypes = sorted(d.sdtype.unique())
     bal = d.distribution == "balanced"
@@ -713,7 +721,7 @@ def run(df: pd.DataFrame) -> dict:
     for col in ("pred_ms", "pred_evicted_ms", "pred_noread_ms", "pred_balanced_routing_ms"):
         d[col] = np.nan
     d["reading"] = False
-    rows = cells(df, ("balanced",), per_family=True)
+    rows = cells(df, ("balanced",), per_family=True, framework=framework)
     fits, readings = {}, {}
     memo = {}   # law fits by training cells: each distinct fit once (fit_dtype_once)
     for g in gpus:
@@ -775,15 +783,20 @@ def run(df: pd.DataFrame) -> dict:
         own = {dt: all_fit.get(f"{dt}@{fam}", all_fit[dt]) for dt, fam in fam_of.items()}
         ship_scales[g] = gpu_scales(d[bal], g, own)[0]
     return {"cells": d, "eval": ev[ev.distribution == "balanced"], "eval_skew": skew, "per": per, "per_skew": per_skew,
-            "fits": fits, "readings": readings, "ship": all_fit, "ship_scales": ship_scales, "families": families}
+            "fits": fits, "readings": readings, "ship": all_fit, "ship_scales": ship_scales, "families": families,
+            "framework": framework}
+
+
+ENGINE_CLAIM_PREFIX = {"vllm": "", "trtllm": "TensorRT-LLM's own "}
 
 
 def document(r: dict, target_pct: float) -> dict:
     per = r["per"]
+    prefix = ENGINE_CLAIM_PREFIX[r.get("framework", "vllm")]
 
     claims = []
     for row in per.itertuples():
-        claims.append(claim(f"fused MoE on {row.gpu} ({row.sdtype}), held out (law of its kernel family from the "
+        claims.append(claim(f"{prefix}fused MoE on {row.gpu} ({row.sdtype}), held out (law of its kernel family from the "
                             f"other GPUs, at most three bf16 readings of its own at cells chosen on the training GPUs "
                             f"(choose_readings); collector regime: L2-resident weight sets), "
                             f"{int(row.n)} balanced-routing cells", round(100 * row.mape, 2),
@@ -940,6 +953,34 @@ def document(r: dict, target_pct: float) -> dict:
                    for g, v in r["fits"].items()},
     }
     return {"metrics": metrics, "claims": claims}
+
+
+# what E3.1's document keeps of a second engine's run (TensorRT-LLM's own tables): its per-(GPU, dtype) claims and these
+# metrics, under metrics[<engine>]; its laws are not shipped (calibration/moe.yaml holds vLLM's)
+ENGINE_METRICS = ("mape_pct", "mape_pct_without_readings", "baseline_mape_pct", "p90_ape_pct", "power_law_mape_pct",
+                  "met", "groups", "median_group_mape_pct", "cells_scored", "power_law_cells_scored", "reading_cells",
+                  "trained_on", "readings_not_applied")
+
+
+def document_engines(r: dict, others: list, target_pct: float) -> dict:
+    """E3.1's document: vLLM's run `r` (document()) with each other engine's run of `others` (run(df, framework))
+    added: its per-(GPU, dtype) group claims (named with the engine) and ENGINE_METRICS plus its kernel families
+    per GPU under metrics[framework]; vLLM's claims and metrics are unchanged."""
+    doc = document(r, target_pct)
+    for o in others:
+        fw = o.get("framework")
+        if fw in (None, "vllm"):
+            raise ValueError("document_engines: `others` must be runs of another engine than vLLM (run(df, 'trtllm'))")
+        od = document(o, target_pct)
+        n = od["metrics"]["groups"]
+        doc["claims"] = doc["claims"] + od["claims"][:n]
+        doc["metrics"][fw] = {**{k: od["metrics"][k] for k in ENGINE_METRICS},
+                              "families": o["families"],
+                              "law": "the same law and fitting rules as vLLM's (fit_dtype, choose_readings), on the "
+                                     "engine's own cells only: per GPU and dtype, fitted on the other GPUs' cells of "
+                                     "its TensorRT-LLM kernel family (terms.moe.TRTLLM_KERNEL_FAMILIES), at most three "
+                                     "bf16 readings of its own TRT-LLM cells; not shipped"}
+    return doc
 
 
 def moe_constants_doc(r: dict | None, a2a: dict | None = None) -> dict:

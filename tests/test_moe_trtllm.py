@@ -1,0 +1,93 @@
+"""TensorRT-LLM's own fused-MoE tables (issue 20, wave 38): vendored beside vLLM's in the same tidy table (column
+framework), their kernel sources mapped to kernel families, E3.1's cells taken per engine, and the second engine's
+claims added to E3.1's document without touching vLLM's."""
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+
+from steptime.specs import get_gpu
+from steptime.terms import moe as M
+from steptime_lab import data
+from steptime_lab.experiments import moe as E
+
+TRT_GPUS = {"a100-sxm": "1.0.0", "h100-sxm": "1.3.0rc20", "h200-sxm": "1.3.0rc20", "l40s": "1.3.0rc20",
+            "b200": "1.3.0rc20", "gb200": "1.3.0rc20", "b300": "1.3.0rc20", "gb300": "1.3.0rc20",
+            "rtx-pro-6000": "1.3.0rc20"}
+
+
+def test_trtllm_tables_in_the_moe_table():
+    d = data.load_aic_moe()
+    t = d[d.framework == "trtllm"]
+    # one TensorRT-LLM version per GPU (query_versions.yaml's current), every GPU vLLM has
+    assert t.groupby("gpu")["framework_version"].agg(lambda v: tuple(sorted(set(v)))).to_dict() == {
+        g: (v,) for g, v in TRT_GPUS.items()}
+    assert set(d.loc[d.framework == "vllm", "gpu"]) == set(TRT_GPUS)
+    # every kernel source is one the family map knows or a non-gated source
+    assert set(t.kernel_source) <= set(M.TRTLLM_KERNEL_FAMILIES) | set(M.NONGATED_SOURCES)
+    assert {"moe_torch_flow_cutlass", "deepgemm", "moe_torch_flow_min_latency"} <= set(t.kernel_source)
+    # the A100's 1.0.0 table holds power-law rows only
+    assert set(t.loc[t.gpu == "a100-sxm", "distribution"]) == {"power_law_1.01", "power_law_1.2"}
+
+
+def test_trtllm_kernel_families():
+    h100, b200 = get_gpu("h100-sxm"), get_gpu("b200")
+    assert M.kernel_family("moe_torch_flow_cutlass", h100, "trtllm") == "cutlass_sm90"
+    assert M.kernel_family("moe_torch_flow_cutlass", b200, "trtllm") == "cutlass_sm100"
+    assert M.kernel_family("moe_torch_flow_min_latency", b200, "trtllm") == "trtllm"
+    assert M.kernel_family("deepgemm", b200, "trtllm") == "deepgemm"
+    assert M.kernel_family("moe_torch_flow", h100, "trtllm") == "torch_flow"
+    # the vLLM name matching is unchanged (a TRT-LLM name read as vLLM's falls to its default, triton)
+    assert M.kernel_family("deepgemm", b200) == "triton"
+    with pytest.raises(ValueError, match="moe_torch_flow_nongated.*has no family"):
+        M.kernel_family("moe_torch_flow_nongated", b200, "trtllm")
+    with pytest.raises(ValueError, match="unknown framework 'sglang'"):
+        M.kernel_family("moe_torch_flow_cutlass", b200, "sglang")
+
+
+def _two_engines() -> pd.DataFrame:
+    """One Qwen3-235B-A22B bf16 cell on H100 measured by both engines (TRT-LLM faster), and a non-gated TRT-LLM row."""
+    base = {"gpu": "h100-sxm", "dtype": "bfloat16", "distribution": "balanced", "hidden_size": 4096,
+            "inter_size": 1536, "topk": 8, "num_experts": 128, "moe_tp": 1, "moe_ep": 1, "num_tokens": 16}
+    return pd.DataFrame([
+        {**base, "framework": "vllm", "kernel_source": "vllm_unquantizedfusedmoe_triton_tritonexperts",
+         "latency_ms": 0.5},
+        {**base, "framework": "trtllm", "kernel_source": "moe_torch_flow_cutlass", "latency_ms": 0.3},
+        {**base, "framework": "trtllm", "kernel_source": "moe_torch_flow_nongated", "latency_ms": 0.1}])
+
+
+def test_cells_per_engine():
+    df = _two_engines()
+    v = E.cells(df)                        # vLLM's by default: the TRT-LLM rows take no part
+    assert len(v) == 1 and v.latency_ms.iloc[0] == 0.5 and v.family.iloc[0] == "triton"
+    t = E.cells(df, framework="trtllm")    # TRT-LLM's: its gated row, not the non-gated one
+    assert len(t) == 1 and t.latency_ms.iloc[0] == 0.3 and t.family.iloc[0] == "cutlass_sm90"
+    assert len(E.cells(df.drop(columns="framework"))) == 1          # no column: vLLM's table
+    assert len(E.cells(df.drop(columns="framework"), framework="trtllm")) == 0
+    with pytest.raises(ValueError, match="unknown framework 'sglang'"):
+        E.cells(df, framework="sglang")
+
+
+def _run(framework, mape):
+    per = pd.DataFrame({"gpu": ["b200"], "sdtype": ["bf16"], "n": [10], "mape": [mape], "p90": [mape],
+                        "mape_evicted": [mape], "mape_noread": [mape], "mape_baseline": [0.5],
+                        "mape_balanced_routing": [mape]})
+    fits = {"b200": {"per_dtype": {}, "trained_on": {"bf16": "x"}, "unscaled": []}}
+    return {"per": per, "per_skew": per.iloc[:0], "eval": per, "eval_skew": per.iloc[:0], "fits": fits,
+            "readings": {"b200": []}, "cells": pd.DataFrame({"sdtype": []}), "families": {"b200": {"bf16": "x"}},
+            "framework": framework}
+
+
+def test_document_engines_adds_the_second_engines_claims_only():
+    v, t = _run("vllm", 0.10), _run("trtllm", 0.20)
+    alone = E.document(v, 12.0)
+    both = E.document_engines(v, [t], 12.0)
+    n = len(alone["claims"])
+    assert both["claims"][:n] == alone["claims"]            # vLLM's claims unchanged
+    added = both["claims"][n:]
+    assert len(added) == 1 and added[0]["claim"].startswith("TensorRT-LLM's own fused MoE on b200 (bf16)")
+    assert added[0]["value"] == 20.0 and added[0]["met"] is False
+    assert both["metrics"]["trtllm"]["mape_pct"] == {"b200/bf16": 20.0}
+    assert both["metrics"]["met"] == alone["metrics"]["met"] and both["metrics"]["groups"] == 1
+    with pytest.raises(ValueError, match="another engine than vLLM"):
+        E.document_engines(v, [v], 12.0)
