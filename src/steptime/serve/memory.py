@@ -122,18 +122,20 @@ def check_context(context_tokens) -> np.ndarray:
     return ctx
 
 
-def kv_budget(model, gpu, *, tp: int = 1, ep: int = 1, dtype: str = "bf16", kv_dtype: str = "bf16",
+def kv_budget(model, gpu, *, tp: int = 1, ep: int = 1, dtype: str | None = None, kv_dtype: str = "bf16",
               gpu_memory_utilization: float = 0.9, block_size: int = 16, max_num_seqs: int = 256) -> KvBudget:
     """The KV memory of one engine instance of `model` on `gpu` at TP `tp` (and EP `ep` for a mixture-of-experts
-    model), weights in `dtype`, KV in `kv_dtype` (module docstring). Raises ServeError when the weights leave no
-    KV cache in `gpu_memory_utilization` of the GPU, naming the model, the GPU and the layout."""
+    model), weights in `dtype` (None: the checkpoint's own precision, step.resolve_dtype, as the timers), KV in
+    `kv_dtype` (module docstring). Raises ServeError when the weights leave no KV cache in `gpu_memory_utilization`
+    of the GPU, naming the model, the GPU and the layout."""
     from steptime import moe_step
     from steptime.specs import get_gpu, get_model
     from steptime.specs.moe import is_moe
-    from steptime.step import check_dense_layout, check_tp, memory_bytes
+    from steptime.step import check_dense_layout, check_tp, memory_bytes, resolve_dtype
     from steptime.terms.attention import KV_BYTES
 
     m, g = get_model(model), get_gpu(gpu)
+    dtype = resolve_dtype(m, dtype, ServeError)  # a quantized config.json holds its own precision's weights
     # the layout checks every predictor makes (whole tp within the node, tp dividing the heads): one place each
     tp = check_tp_heads(m, check_tp(tp, g, ServeError), ServeError)
     ep = as_int(ep, "expert-parallel degree ep", 1, error=ServeError)

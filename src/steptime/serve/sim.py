@@ -195,7 +195,7 @@ def check_kv_blocks(timer, pol: Policy) -> None:
                          f"GPU at {b.layout}): at most {cap:,} blocks")
 
 
-def kv_capacity_requests(model, gpu, context_tokens, *, tp: int = 1, ep: int = 1, dtype: str = "bf16",
+def kv_capacity_requests(model, gpu, context_tokens, *, tp: int = 1, ep: int = 1, dtype: str | None = None,
                          kv_dtype: str = "bf16", pol: Policy | None = None) -> np.ndarray:
     """How many requests of `context_tokens` cached tokens each (a number or an array) one engine instance
     holds at once: the KV cache left in `pol.gpu_memory_utilization` of the GPU after the weights (sharded by
@@ -971,7 +971,7 @@ def check_workload(workload) -> None:
 
 
 def simulate(model, gpu, workload: Workload, pol: Policy | str = "vllm", *, tp: int = 1, timer: StepTimer | None = None,
-             engine=None, dtype: str = "bf16", constants=None, f_clk=None, kv_dtype: str = "bf16",
+             engine=None, dtype: str | None = None, constants=None, f_clk=None, kv_dtype: str = "bf16",
              progress: bool = False, fast: bool = True, deadline=None, estimator=None, ep: int = 1,
              moe_constants=None, **policy_kw) -> Run:
     """Replay `workload` on one instance of `model` on `gpu` under a scheduler policy.
@@ -1072,7 +1072,7 @@ def _merge_knobs(runs) -> dict | None:
 def simulate_disagg(model, gpu, workload: Workload, *, prefill_instances: int = 1, decode_instances: int = 1,
                     tp: int = 1, prefill_policy: Policy | None = None, decode_policy: Policy | None = None,
                     transfer_gbps: float | None = None, constants=None, f_clk=None, kv_dtype: str = "bf16",
-                    engine=None, dtype: str = "bf16", timer: StepTimer | None = None, ep: int = 1) -> Run:
+                    engine=None, dtype: str | None = None, timer: StepTimer | None = None, ep: int = 1) -> Run:
     """DistServe-style disaggregation: prefill pool -> KV hand-over -> decode pool.
 
     Prefill instances run whole prompts (no decode), requests routed round-robin. The
