@@ -361,7 +361,7 @@ def moe_from_config(cfg: dict, path) -> object:
             raise UnsupportedModelError(f"{where}: a multimodal config (text_config) of {arch}: steptime cannot "
                                         "represent its vision tower; give the text model's config.json")
         # a text-only step: the text model's structure; the vision tower is not represented
-        quant_cfg = {"quantization_config": cfg.get("quantization_config", text.get("quantization_config"))}
+        quant_cfg = {"quantization_config": _multimodal_quantization(cfg, text, where)}
         cfg = {**text, "architectures": [arch], "tie_word_embeddings": cfg.get("tie_word_embeddings",
                                                                                text.get("tie_word_embeddings"))}
     else:
@@ -420,8 +420,7 @@ def moe_from_config(cfg: dict, path) -> object:
                                f"be a positive whole number, got {step!r}")
     chunk, global_every = _chunked_attention(cfg, where, arch) if llama4 else (0, 0)
     ck = checkpoint_dtype(quant_cfg, where)  # the one reading of quantization_config (the dense reader's too)
-    wd = checkpoint_dtype(cfg, where)  # weights_dtype as before: a multimodal config's from its text model's fields
-    wd = wd if wd in ("fp8", "fp8_block", "mxfp4") else "bf16"  # as published; another method: its structure only
+    wd = ck if ck in ("fp8", "fp8_block", "mxfp4") else "bf16"  # as published; another method: its structure only
     cls = moe_class()
     p = Path(path)
     return cls(
@@ -442,6 +441,24 @@ def moe_from_config(cfg: dict, path) -> object:
         attention_chunk_size=chunk, global_layers_every=global_every,
         router_alpha=ROUTER_ALPHA.get(arch, ROUTER_ALPHA_DEFAULT), n_group=int(cfg.get("n_group") or 1),
         topk_group=int(cfg.get("topk_group") or 1), checkpoint_dtype=ck, **hybrid)
+
+
+def _multimodal_quantization(cfg: dict, text: dict, where: str):
+    """The quantization_config of a multimodal config.json (one with a text_config): the top-level one, where
+    transformers and vLLM read a checkpoint's quantization (the composite config's own field), else the text
+    model's (some exports keep it there). Both given and read differently (specs.model.checkpoint_dtype: bf16, fp8,
+    fp8_block, mxfp4 or the method's name) is ambiguous: which weights the checkpoint holds cannot be told, so it is
+    refused, naming both readings (wave 38; before, the top-level one set the priced dtype and the text model's the
+    published weights_dtype, two answers to one question)."""
+    top, inner = cfg.get("quantization_config"), text.get("quantization_config")
+    if top is None or inner is None or top == inner:
+        return inner if top is None else top
+    a = checkpoint_dtype({"quantization_config": top}, f"{where}: quantization_config")
+    b = checkpoint_dtype({"quantization_config": inner}, f"{where}: text_config.quantization_config")
+    if a != b:
+        raise ModelConfigError(f"{where}: quantization_config reads {a} but text_config.quantization_config reads {b}: "
+                               "which weights the checkpoint holds is ambiguous; keep the one that describes them")
+    return top
 
 
 def _chunked_attention(cfg: dict, where: str, arch: str) -> tuple[int, int]:
