@@ -366,6 +366,8 @@ def moe_from_config(cfg: dict, path) -> object:
                                                                                text.get("tie_word_embeddings"))}
     else:
         quant_cfg = cfg
+    layers = _cfg_int(cfg, "num_hidden_layers", where)
+    lt = _layer_types(cfg, where, layers)
     hybrid = hybrid_fields(cfg, where, arch)
     for key, bad, what in _UNREPRESENTABLE:
         if hybrid and key == "layer_types":
@@ -404,17 +406,21 @@ def moe_from_config(cfg: dict, path) -> object:
         inter = moe_inter  # no dense layer (Qwen3.5/3.6 give no intermediate_size): the expert width stands in
     if inter is None or moe_inter is None:
         raise ModelConfigError(f"{where}: config.json gives no intermediate_size")
-    sliding = _cfg_int(cfg, "sliding_window", where, 0, minimum=0) if isinstance(cfg.get("layer_types"), list) else None
+    sliding = _cfg_int(cfg, "sliding_window", where, 0, minimum=0) if lt is not None else None
     every = 0
+    n_slide = sum("sliding" in t for t in lt) if lt is not None else 0
+    if n_slide and not sliding:  # read as full attention before wave 38: the window dropped without a word
+        raise ModelConfigError(f"{where}: layer_types names {n_slide} sliding-attention layers but sliding_window is "
+                               f"{'missing' if 'sliding_window' not in cfg else cfg['sliding_window']!r}; expected the "
+                               "window in tokens (a positive integer)")
     if sliding:
-        lt = cfg["layer_types"]
-        n_slide = sum("sliding" in str(t) for t in lt)
         if not n_slide or len(lt) % n_slide or any(("sliding" in str(t)) != ("sliding" in str(lt[i % (len(lt) // n_slide)]))
                                                    for i, t in enumerate(lt)):
             raise UnsupportedModelError(f"{where}: sliding-window layers in an irregular pattern: steptime cannot "
                                         "represent it")
         every = len(lt) // n_slide
-    step = next((cfg[k] for k in ("interleave_moe_layer_step", "decoder_sparse_step") if cfg.get(k)), 1)
+    # 0 is no step (transformers divides by it); absent or null: every layer MoE
+    step = next((cfg[k] for k in ("interleave_moe_layer_step", "decoder_sparse_step") if cfg.get(k) is not None), 1)
     if isinstance(step, bool) or not isinstance(step, int) or step < 1:
         raise ModelConfigError(f"{where}: the MoE layer step (interleave_moe_layer_step / decoder_sparse_step) must "
                                f"be a positive whole number, got {step!r}")
@@ -425,7 +431,7 @@ def moe_from_config(cfg: dict, path) -> object:
     p = Path(path)
     return cls(
         key=p.stem if p.name != "config.json" else p.parent.name or "custom", source=where, config=where,
-        hidden_size=hidden, num_hidden_layers=_cfg_int(cfg, "num_hidden_layers", where), num_attention_heads=heads,
+        hidden_size=hidden, num_hidden_layers=layers, num_attention_heads=heads,
         num_key_value_heads=_cfg_int(cfg, "num_key_value_heads", where, heads), head_dim=head_dim,
         intermediate_size=inter, vocab_size=_cfg_int(cfg, "vocab_size", where), gated_mlp=True,
         tie_word_embeddings=_cfg_bool(cfg, "tie_word_embeddings", where, False),
@@ -441,6 +447,23 @@ def moe_from_config(cfg: dict, path) -> object:
         attention_chunk_size=chunk, global_layers_every=global_every,
         router_alpha=ROUTER_ALPHA.get(arch, ROUTER_ALPHA_DEFAULT), n_group=int(cfg.get("n_group") or 1),
         topk_group=int(cfg.get("topk_group") or 1), checkpoint_dtype=ck, **hybrid)
+
+
+def _layer_types(cfg: dict, where: str, layers: int) -> list | None:
+    """A config.json's layer_types: None when absent, else one layer kind (a string) for each of the
+    num_hidden_layers layers, as transformers' own check of it asks. A string, a list of another length or a
+    non-string entry is refused (wave 38: a string was read as no list, a short list as the whole pattern, so a
+    sliding window could be dropped or misplaced without a word)."""
+    lt = cfg.get("layer_types")
+    if lt is None:
+        return None
+    if not isinstance(lt, list) or not all(isinstance(t, str) for t in lt):
+        raise ModelConfigError(f"{where}: layer_types must be a list of layer kinds (e.g. [\"sliding_attention\", "
+                               f"\"full_attention\", ...]), got {lt!r:.40}")
+    if len(lt) != layers:
+        raise ModelConfigError(f"{where}: layer_types lists {len(lt)} layers but num_hidden_layers is {layers}; "
+                               "expected one layer kind a layer")
+    return lt
 
 
 def _multimodal_quantization(cfg: dict, text: dict, where: str):
