@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from types import MappingProxyType
 
 from steptime.errors import InputError, SteptimeError
 
@@ -417,8 +418,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 # an option a command does not take, but another does, and what to do instead (one line, with the refusal)
-NOT_HERE = {("plan", "--ep"): "steptime plan searches the expert-parallel degree itself for a mixture-of-experts "
-                              "model (multiples of each --tp); `steptime serve --ep` simulates one"}
+NOT_HERE = MappingProxyType({("plan", "--ep"): "steptime plan searches the expert-parallel degree itself for a "
+                                               "mixture-of-experts model (multiples of each --tp); `steptime serve "
+                                               "--ep` simulates one"})
 
 
 def refuse_unknown(parser, cmd: str, extra: list) -> None:

@@ -366,8 +366,7 @@ def moe_from_config(cfg: dict, path) -> object:
                                                                                text.get("tie_word_embeddings"))}
     else:
         quant_cfg = cfg
-    layers = _cfg_int(cfg, "num_hidden_layers", where)
-    lt = _layer_types(cfg, where, layers)
+    lt = _layer_types(cfg, where)
     hybrid = hybrid_fields(cfg, where, arch)
     for key, bad, what in _UNREPRESENTABLE:
         if hybrid and key == "layer_types":
@@ -431,7 +430,7 @@ def moe_from_config(cfg: dict, path) -> object:
     p = Path(path)
     return cls(
         key=p.stem if p.name != "config.json" else p.parent.name or "custom", source=where, config=where,
-        hidden_size=hidden, num_hidden_layers=layers, num_attention_heads=heads,
+        hidden_size=hidden, num_hidden_layers=_cfg_int(cfg, "num_hidden_layers", where), num_attention_heads=heads,
         num_key_value_heads=_cfg_int(cfg, "num_key_value_heads", where, heads), head_dim=head_dim,
         intermediate_size=inter, vocab_size=_cfg_int(cfg, "vocab_size", where), gated_mlp=True,
         tie_word_embeddings=_cfg_bool(cfg, "tie_word_embeddings", where, False),
@@ -449,7 +448,7 @@ def moe_from_config(cfg: dict, path) -> object:
         topk_group=int(cfg.get("topk_group") or 1), checkpoint_dtype=ck, **hybrid)
 
 
-def _layer_types(cfg: dict, where: str, layers: int) -> list | None:
+def _layer_types(cfg: dict, where: str) -> list | None:
     """A config.json's layer_types: None when absent, else one layer kind (a string) for each of the
     num_hidden_layers layers, as transformers' own check of it asks. A string, a list of another length or a
     non-string entry is refused (wave 38: a string was read as no list, a short list as the whole pattern, so a
@@ -460,6 +459,7 @@ def _layer_types(cfg: dict, where: str, layers: int) -> list | None:
     if not isinstance(lt, list) or not all(isinstance(t, str) for t in lt):
         raise ModelConfigError(f"{where}: layer_types must be a list of layer kinds (e.g. [\"sliding_attention\", "
                                f"\"full_attention\", ...]), got {lt!r:.40}")
+    layers = _cfg_int(cfg, "num_hidden_layers", where)
     if len(lt) != layers:
         raise ModelConfigError(f"{where}: layer_types lists {len(lt)} layers but num_hidden_layers is {layers}; "
                                "expected one layer kind a layer")
