@@ -366,7 +366,6 @@ def moe_from_config(cfg: dict, path) -> object:
                                                                                text.get("tie_word_embeddings"))}
     else:
         quant_cfg = cfg
-    lt = _layer_types(cfg, where)
     hybrid = hybrid_fields(cfg, where, arch)
     for key, bad, what in _UNREPRESENTABLE:
         if hybrid and key == "layer_types":
@@ -377,6 +376,7 @@ def moe_from_config(cfg: dict, path) -> object:
     if arch not in SUPPORTED_ARCHS:
         raise UnsupportedModelError(f"{where}: mixture-of-experts architecture {arch!r}: steptime cannot "
                                     f"represent it (known: {', '.join(SUPPORTED_ARCHS)})")
+    lt = _layer_types(cfg, where)  # after the refusals that name a structure: they say more than a length
     e_key = next((k for k in ("n_routed_experts", "num_local_experts", "num_experts") if cfg.get(k)), None)
     if e_key is None:
         raise ModelConfigError(f"{where}: {arch} config gives no routed-expert count (n_routed_experts, "
