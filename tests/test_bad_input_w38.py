@@ -185,3 +185,28 @@ def test_the_step_timer_table_is_sized_to_what_a_step_of_the_workload_can_hold()
     assert a.equals(b)
     small = StepTimer("llama-3.1-8b", "h100-sxm", max_tokens=64, max_requests=6)
     assert np.array_equal(small.A, big.A[:len(small.A)]) and small.step([300], [0]) == big.step([300], [0])
+
+
+# ---- a memory refusal at the bf16 default names the lighter published weights ---------------------------------
+def test_a_memory_refusal_at_bf16_names_the_models_published_weights(capsys):
+    """Before: `serve --model deepseek-v3 --ep 8` on an H200 said only that the (bf16) weights leave no KV cache;
+    the spec-table entry is priced at bf16 unless asked, its published weights are fp8_block."""
+    from steptime.errors import MemoryFitError, ServeError
+    from steptime.serve.memory import kv_budget
+    from steptime.step import predict_step
+
+    hint = "its published weights are fp8_block: --dtype fp8_block (dtype='fp8_block') prices those"
+    with pytest.raises(ServeError) as e:
+        kv_budget("deepseek-v3", "h200-sxm", ep=8)
+    assert clean(e).endswith(hint)
+    with pytest.raises(MemoryFitError) as e:
+        predict_step("gpt-oss-120b", "h100-sxm", decode=[(64, 2048)])
+    assert "but h100-sxm has" in clean(e) and "its published weights are mxfp4: --dtype mxfp4" in str(e.value)
+    refuses(capsys, ["serve", "--model", "deepseek-v3", "--gpu", "h200-sxm", "--ep", "8", "--n", "5", "--rate", "1",
+                     "--no-progress"], hint)
+    # the dtype asked is the published one, or the published one is bf16 / not priced (int4): no hint
+    assert kv_budget("deepseek-v3", "h200-sxm", ep=8, dtype="fp8_block").hint == ""
+    for model in ("qwen3-235b-a22b", "kimi-k2.5"):
+        with pytest.raises(MemoryFitError) as e:
+            predict_step(model, "h200-sxm", decode=[(64, 2048)])
+        assert "published" not in clean(e)

@@ -448,6 +448,16 @@ def moe_from_config(cfg: dict, path) -> object:
         topk_group=int(cfg.get("topk_group") or 1), checkpoint_dtype=ck, **hybrid)
 
 
+def lighter_weights_hint(model, dtype: str) -> str:
+    """For a memory refusal at bf16: where the model's published weights are a lighter format steptime prices
+    (moe_models.yaml's weights_dtype fp8 / fp8_block / mxfp4: a spec-table entry is priced at bf16 unless asked, as
+    `serve --model deepseek-v3 --ep 8` is), the dtype that names them; else "" (wave 38)."""
+    wd = getattr(model, "weights_dtype", "bf16")
+    if dtype != "bf16" or wd not in ("fp8", "fp8_block", "mxfp4"):
+        return ""
+    return f"; its published weights are {wd}: --dtype {wd} (dtype={wd!r}) prices those"
+
+
 def _layer_types(cfg: dict, where: str) -> list | None:
     """A config.json's layer_types: None when absent, else one layer kind (a string) for each of the
     num_hidden_layers layers, as transformers' own check of it asks. A string, a list of another length or a
