@@ -172,7 +172,7 @@ def test_a_dtype_that_contradicts_the_checkpoint_is_refused(tmp_path, capsys):
         predict_step(path, "h100-sxm", decode=[(8, 1024)], dtype="bf16")
     assert "dtype 'bf16' contradicts m (" in clean(e) and "holds fp8 weights" in str(e.value)
     with pytest.raises(ServeError) as e:
-        StepTimer(path, "h100-sxm")  # the serving timers' default bf16 is refused the same way
+        StepTimer(path, "h100-sxm", dtype="bf16")  # the serving timers refuse it the same way
     assert "contradicts" in clean(e)
     refuses(capsys, ["predict", "--model", path, "--gpu", "h100-sxm", "--dtype", "bf16"], "dtype 'bf16' contradicts")
     refuses(capsys, [*SERVE[:2], path, *SERVE[3:], "--dtype", "bf16"], "dtype 'bf16' contradicts")

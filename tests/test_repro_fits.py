@@ -11,6 +11,7 @@ from steptime_lab.experiments.gemm import ablation as A
 from steptime_lab.experiments.gemm import claims as CL
 from steptime_lab.experiments.gemm import folds as F
 from steptime_lab.results import environment, numeric_environment, provenance
+from ulps import shift_ulps
 
 C = Constants.default()
 
@@ -57,7 +58,7 @@ def test_a_wave_only_fit_keeps_the_persistent_only_globals_at_their_start():
     readings = {gpu: E.deploy_readings(df, gpu)}
     kw = dict(constants=C, n_per_gpu=40, max_nfev=6)
     a = F.fit_globals(df, [gpu], readings, **kw)
-    b = F.fit_globals(A.shift_ulps(df, 1), [gpu], {gpu: E.deploy_readings(A.shift_ulps(df, 1), gpu)}, **kw)
+    b = F.fit_globals(shift_ulps(df, 1), [gpu], {gpu: E.deploy_readings(shift_ulps(df, 1), gpu)}, **kw)
     for nm in F.persistent_only_globals(a):
         assert a[nm] == F.FIT_GLOBALS[nm][0] == b[nm], nm
     x0 = {"duty_c": 1.7}
@@ -72,13 +73,13 @@ def test_a_wave_only_fit_keeps_the_persistent_only_globals_at_their_start():
 # ---------------------------------------------------------------- E1.13: ties inside the refit's own noise
 def test_shift_ulps_moves_every_latency_by_exactly_k_ulps():
     df = pd.DataFrame({"latency_ms": [1.0, 0.37, 12.5]})
-    up, down = A.shift_ulps(df, 2), A.shift_ulps(df, -1)
+    up, down = shift_ulps(df, 2), shift_ulps(df, -1)
     y = df["latency_ms"].to_numpy()
     assert np.array_equal(up["latency_ms"].to_numpy(), np.nextafter(np.nextafter(y, np.inf), np.inf))
     assert np.array_equal(down["latency_ms"].to_numpy(), np.nextafter(y, -np.inf))
     assert np.array_equal(df["latency_ms"].to_numpy(), y)  # the input is left alone
     with pytest.raises(TypeError, match="integer number of ulps"):
-        A.shift_ulps(df, 0.5)
+        shift_ulps(df, 0.5)
 
 
 def _ab(base, **effects):

@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from types import MappingProxyType
 
 from steptime.errors import InputError, SteptimeError
 
@@ -412,7 +413,23 @@ def build_parser() -> argparse.ArgumentParser:
     from steptime.plan_command import add_parser as add_plan
 
     add_plan(sub)
+    p.commands = sub.choices  # each command's parser: an argument it does not know is refused by it (`main`)
     return p
+
+
+# an option a command does not take, but another does, and what to do instead (one line, with the refusal)
+NOT_HERE = MappingProxyType({("plan", "--ep"): "steptime plan searches the expert-parallel degree itself for a "
+                                               "mixture-of-experts model (multiples of each --tp); `steptime serve "
+                                               "--ep` simulates one"})
+
+
+def refuse_unknown(parser, cmd: str, extra: list) -> None:
+    """Refuse arguments `cmd` does not take with its own parser's one line (`steptime plan: error: ... (see
+    `steptime plan --help`)`), not the top-level parser's (wave 38: `steptime plan --ep 8` pointed at `steptime
+    --help`), with NOT_HERE's advice where it has one."""
+    hint = next((NOT_HERE[cmd, x.split("=")[0]] for x in extra if (cmd, x.split("=")[0]) in NOT_HERE), None)
+    msg = f"unrecognized arguments: {' '.join(extra)}"
+    parser.commands[cmd].error(f"{msg}: {hint}" if hint else msg)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -421,7 +438,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if argv and argv[0] == "data":
             return cmd_data(None, argv[1:])
-        a = parser.parse_args(argv)
+        a, extra = parser.parse_known_args(argv)
+        if extra:
+            refuse_unknown(parser, a.cmd, extra)
         handler = {"predict": cmd_predict, "gpus": cmd_gpus, "models": cmd_models, "bench": cmd_bench,
                    "status": cmd_status, "audit": cmd_audit, "readme": cmd_readme, "evaluate": cmd_evaluate,
                    "constants": cmd_constants, "calibration": cmd_calibration, "engines": cmd_engines,

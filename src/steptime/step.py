@@ -24,7 +24,7 @@ import numpy as np
 from steptime.calibration import Constants, check_constants
 from steptime.errors import BatchError, InputError, MemoryFitError
 from steptime.specs import get_gpu, get_model, vidur_operators
-from steptime.specs.moe import is_moe
+from steptime.specs.moe import is_moe, lighter_weights_hint
 from steptime.specs.engines import allreduces_per_layer, check_engine_gpu, check_precision, get_engine, tp_sharding
 from steptime.terms import attention, comm, gemm, host, light, precision
 from steptime.validation import (MAX_REQUESTS, as_int, check_bool, check_choice, check_f_clk, check_request_rows,
@@ -309,7 +309,7 @@ def validate_batch(model, gpu, new, kv, tp: int = 1, check_memory: bool = True, 
             raise MemoryFitError(
                 f"{model.key} with this batch needs {need / 1e9:.1f} GB per GPU (weights + KV cache, "
                 f"{layout}, {weight_dtype} weights, {kv_dtype} KV) but {gpu.key} has {gpu.mem_gb:g} GB: "
-                f"{(need - gpu.mem_bytes) / 1e9:.1f} GB over")
+                f"{(need - gpu.mem_bytes) / 1e9:.1f} GB over{lighter_weights_hint(model, weight_dtype)}")
 
 
 def memory_bytes(model, kv_tokens, tp: int = 1, bytes_per: int = 2, *, kv_dtype: str | None = None,

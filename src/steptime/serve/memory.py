@@ -55,6 +55,7 @@ class KvBudget:
     state_bytes: float             # per request, linear-attention layers' fixed state (0: none)
     block_size: int
     max_num_seqs: int
+    hint: str = ""                 # appended to a refusal (specs.moe.lighter_weights_hint: a lighter published dtype)
 
     @property
     def free_bytes(self) -> float:
@@ -106,7 +107,8 @@ class KvBudget:
         also = (f" and the {' and '.join(parts)} of {self.max_num_seqs} requests ({reserve / 1e9:.1f} GB)"
                 if reserve and self.free_bytes > 0 else "")
         raise ServeError(f"{self.model} weights ({self.weight_bytes / 1e9:.1f} GB per GPU at {self.layout}){also} "
-                         f"leave no KV cache in {self.gpu_memory_utilization:g} of {self.gpu}'s {self.gpu_gb:g} GB")
+                         f"leave no KV cache in {self.gpu_memory_utilization:g} of {self.gpu}'s {self.gpu_gb:g} GB"
+                         f"{self.hint}")
 
 
 def check_context(context_tokens) -> np.ndarray:
@@ -122,18 +124,20 @@ def check_context(context_tokens) -> np.ndarray:
     return ctx
 
 
-def kv_budget(model, gpu, *, tp: int = 1, ep: int = 1, dtype: str = "bf16", kv_dtype: str = "bf16",
+def kv_budget(model, gpu, *, tp: int = 1, ep: int = 1, dtype: str | None = None, kv_dtype: str = "bf16",
               gpu_memory_utilization: float = 0.9, block_size: int = 16, max_num_seqs: int = 256) -> KvBudget:
     """The KV memory of one engine instance of `model` on `gpu` at TP `tp` (and EP `ep` for a mixture-of-experts
-    model), weights in `dtype`, KV in `kv_dtype` (module docstring). Raises ServeError when the weights leave no
-    KV cache in `gpu_memory_utilization` of the GPU, naming the model, the GPU and the layout."""
+    model), weights in `dtype` (None: the checkpoint's own precision, step.resolve_dtype, as the timers), KV in
+    `kv_dtype` (module docstring). Raises ServeError when the weights leave no KV cache in `gpu_memory_utilization`
+    of the GPU, naming the model, the GPU and the layout."""
     from steptime import moe_step
     from steptime.specs import get_gpu, get_model
-    from steptime.specs.moe import is_moe
-    from steptime.step import check_dense_layout, check_tp, memory_bytes
+    from steptime.specs.moe import is_moe, lighter_weights_hint
+    from steptime.step import check_dense_layout, check_tp, memory_bytes, resolve_dtype
     from steptime.terms.attention import KV_BYTES
 
     m, g = get_model(model), get_gpu(gpu)
+    dtype = resolve_dtype(m, dtype, ServeError)  # a quantized config.json holds its own precision's weights
     # the layout checks every predictor makes (whole tp within the node, tp dividing the heads): one place each
     tp = check_tp_heads(m, check_tp(tp, g, ServeError), ServeError)
     ep = as_int(ep, "expert-parallel degree ep", 1, error=ServeError)
@@ -164,6 +168,6 @@ def kv_budget(model, gpu, *, tp: int = 1, ep: int = 1, dtype: str = "bf16", kv_d
     b = KvBudget(model=m.key, gpu=g.key, layout=layout, gpu_gb=float(g.mem_gb), gpu_bytes=float(g.mem_bytes),
                  gpu_memory_utilization=float(u), weight_bytes=float(weights), token_bytes=float(token),
                  window_token_bytes=float(window_token), window=window, window_kind=kind, state_bytes=float(state),
-                 block_size=block_size, max_num_seqs=max_num_seqs)
+                 block_size=block_size, max_num_seqs=max_num_seqs, hint=lighter_weights_hint(m, dtype))
     b._check(0.0)
     return b

@@ -195,7 +195,7 @@ def check_kv_blocks(timer, pol: Policy) -> None:
                          f"GPU at {b.layout}): at most {cap:,} blocks")
 
 
-def kv_capacity_requests(model, gpu, context_tokens, *, tp: int = 1, ep: int = 1, dtype: str = "bf16",
+def kv_capacity_requests(model, gpu, context_tokens, *, tp: int = 1, ep: int = 1, dtype: str | None = None,
                          kv_dtype: str = "bf16", pol: Policy | None = None) -> np.ndarray:
     """How many requests of `context_tokens` cached tokens each (a number or an array) one engine instance
     holds at once: the KV cache left in `pol.gpu_memory_utilization` of the GPU after the weights (sharded by
@@ -970,8 +970,19 @@ def check_workload(workload) -> None:
                          f"static_batch(...)), got {type(workload).__name__}")
 
 
+def timer_tokens(workload: Workload, budget: int, max_num_seqs: int) -> int:
+    """The step timer's first token table (StepTimer's max_tokens): no larger than the token budget (2^16 at most)
+    nor than the most tokens one step of `workload` can hold, its max_num_seqs longest requests whole (prompt and
+    output: a preempted request's recompute included). The table grows on demand, bit for bit the same, so this
+    sizes the work, never a step time (wave 38: a static batch's unbounded budget tabulated 65,536 token counts up
+    front, minutes for gpt-oss-120b's 128 experts)."""
+    k = min(max_num_seqs, len(workload))
+    whole = np.sort(np.asarray(workload.prompt, dtype=np.int64) + np.asarray(workload.output, dtype=np.int64))
+    return int(min(budget, 1 << 16, max(int(whole[-k:].sum()), 1)))
+
+
 def simulate(model, gpu, workload: Workload, pol: Policy | str = "vllm", *, tp: int = 1, timer: StepTimer | None = None,
-             engine=None, dtype: str = "bf16", constants=None, f_clk=None, kv_dtype: str = "bf16",
+             engine=None, dtype: str | None = None, constants=None, f_clk=None, kv_dtype: str = "bf16",
              progress: bool = False, fast: bool = True, deadline=None, estimator=None, ep: int = 1,
              moe_constants=None, **policy_kw) -> Run:
     """Replay `workload` on one instance of `model` on `gpu` under a scheduler policy.
@@ -996,7 +1007,8 @@ def simulate(model, gpu, workload: Workload, pol: Policy | str = "vllm", *, tp: 
     if pol.name == "disagg":
         raise ServeError("the disagg policy needs two pools: use simulate_disagg")
     timer = timer or StepTimer(model, gpu, tp=tp, constants=constants, f_clk=f_clk, kv_dtype=kv_dtype,
-                               engine=engine, dtype=dtype, max_tokens=min(pol.budget, 1 << 16),
+                               engine=engine, dtype=dtype,
+                               max_tokens=timer_tokens(workload, pol.budget, pol.max_num_seqs),
                                # no step runs more requests than the workload holds (the table grows on demand,
                                # bit for bit the same): a --batch of 10**5 over 10 requests asks for 10 rows
                                max_requests=min(pol.max_num_seqs, len(workload)), ep=ep,
@@ -1072,7 +1084,7 @@ def _merge_knobs(runs) -> dict | None:
 def simulate_disagg(model, gpu, workload: Workload, *, prefill_instances: int = 1, decode_instances: int = 1,
                     tp: int = 1, prefill_policy: Policy | None = None, decode_policy: Policy | None = None,
                     transfer_gbps: float | None = None, constants=None, f_clk=None, kv_dtype: str = "bf16",
-                    engine=None, dtype: str = "bf16", timer: StepTimer | None = None, ep: int = 1) -> Run:
+                    engine=None, dtype: str | None = None, timer: StepTimer | None = None, ep: int = 1) -> Run:
     """DistServe-style disaggregation: prefill pool -> KV hand-over -> decode pool.
 
     Prefill instances run whole prompts (no decode), requests routed round-robin. The
@@ -1096,7 +1108,8 @@ def simulate_disagg(model, gpu, workload: Workload, *, prefill_instances: int = 
     pp = prefill_policy or Policy("vllm", max_num_batched_tokens=8192, chunked_prefill=False)
     dp = decode_policy or Policy("vllm", reserve_full=True)
     timer = timer or StepTimer(model, gpu, tp=tp, constants=constants, f_clk=f_clk, kv_dtype=kv_dtype,
-                               engine=engine, dtype=dtype, max_tokens=min(pp.budget, 1 << 16),
+                               engine=engine, dtype=dtype,
+                               max_tokens=timer_tokens(workload, pp.budget, pp.max_num_seqs),
                                max_requests=min(max(pp.max_num_seqs, dp.max_num_seqs), len(workload)), ep=ep)
     n = len(workload)
     ones = np.ones(n, dtype=np.int64)

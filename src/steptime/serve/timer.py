@@ -68,10 +68,12 @@ def _checked(model, gpu, tp, f_clk, kv_dtype, engine, dtype, constants, ep=1):
     """The timers' arguments checked at the boundary (one clear line each): model, GPU, engine
     (with the fitted engine constants of `constants`), a whole tp >= 1 the GPU's node holds, a finite
     f_clk > 0, known KV and projection dtypes (fp8 only where the GPU has it); for a mixture-of-experts
-    model the expert dtype and the tp/ep layout (steptime.moe_step.check_layout), ep = 1 for a dense one."""
+    model the expert dtype and the tp/ep layout (steptime.moe_step.check_layout), ep = 1 for a dense one.
+    `dtype` None: the checkpoint's own precision (step.resolve_dtype, as predict_steps); returned resolved, the
+    dtype the timer prices and sizes memory at."""
     check_constants(constants)
     model, gpu, engine = get_model(model), get_gpu(gpu), get_engine(engine, fitted=constants.engines)
-    resolve_dtype(model, dtype, ServeError)  # a quantized config.json is served at its own precision only
+    dtype = resolve_dtype(model, dtype, ServeError)  # a quantized config.json is served at its own precision only
     check_engine_gpu(engine, gpu)
     tp = check_tp(tp, gpu, ServeError)
     check_f_clk(f_clk, allow_boost=True)  # as predict_steps: the API caller chose it
@@ -87,7 +89,7 @@ def _checked(model, gpu, tp, f_clk, kv_dtype, engine, dtype, constants, ep=1):
     else:
         check_dense_layout(model, gpu, ep, dtype, ServeError)
         ep = 1
-    return model, gpu, tp, engine, ep
+    return model, gpu, tp, engine, ep, dtype
 
 
 class StepTimer:
@@ -96,15 +98,15 @@ class StepTimer:
     name = "steptime"  # its key in steptime.peers.PRODUCT
 
     def __init__(self, model, gpu, *, tp: int = 1, constants: Constants | None = None,
-                 f_clk: float | None = None, kv_dtype: str = "bf16", engine=None, dtype: str = "bf16",
+                 f_clk: float | None = None, kv_dtype: str = "bf16", engine=None, dtype: str | None = None,
                  max_tokens: int = 8192, max_requests: int = 256, check: bool = True, ep: int = 1,
                  moe_constants=None):
         self.constants = constants or Constants.default()
-        self.model, self.gpu, self.tp, self.engine, self.ep = _checked(model, gpu, tp, f_clk, kv_dtype, engine,
-                                                                       dtype, self.constants, ep)
+        self.model, self.gpu, self.tp, self.engine, self.ep, self.dtype = _checked(
+            model, gpu, tp, f_clk, kv_dtype, engine, dtype, self.constants, ep)
+        dtype = self.dtype
         self.f_clk = f_clk
         self.kv_dtype = kv_dtype
-        self.dtype = dtype
         m = self.model
         self.moe = is_moe(m)
         # MLA (steptime.moe_step): decode attention over the latent KV read once, and the per-head GEMMs that
@@ -700,12 +702,13 @@ class DirectTimer:
     """
 
     def __init__(self, model, gpu, *, tp: int = 1, constants: Constants | None = None, f_clk: float | None = None,
-                 kv_dtype: str = "bf16", engine=None, dtype: str = "bf16", ep: int = 1, moe_constants=None, **_):
+                 kv_dtype: str = "bf16", engine=None, dtype: str | None = None, ep: int = 1, moe_constants=None,
+                 **_):
         constants = constants or Constants.default()
-        self.model, self.gpu, self.tp, self.engine, self.ep = _checked(model, gpu, tp, f_clk, kv_dtype, engine,
-                                                                       dtype, constants, ep)
+        self.model, self.gpu, self.tp, self.engine, self.ep, self.dtype = _checked(
+            model, gpu, tp, f_clk, kv_dtype, engine, dtype, constants, ep)
+        dtype = self.dtype
         self.kv_dtype = kv_dtype
-        self.dtype = dtype
         self.moe = is_moe(self.model)
         self._kw = dict(tp=self.tp, f_clk=f_clk, constants=constants, kv_dtype=kv_dtype,
                         engine=self.engine, dtype=dtype)

@@ -361,7 +361,7 @@ def moe_from_config(cfg: dict, path) -> object:
             raise UnsupportedModelError(f"{where}: a multimodal config (text_config) of {arch}: steptime cannot "
                                         "represent its vision tower; give the text model's config.json")
         # a text-only step: the text model's structure; the vision tower is not represented
-        quant_cfg = {"quantization_config": cfg.get("quantization_config", text.get("quantization_config"))}
+        quant_cfg = {"quantization_config": _multimodal_quantization(cfg, text, where)}
         cfg = {**text, "architectures": [arch], "tie_word_embeddings": cfg.get("tie_word_embeddings",
                                                                                text.get("tie_word_embeddings"))}
     else:
@@ -376,6 +376,7 @@ def moe_from_config(cfg: dict, path) -> object:
     if arch not in SUPPORTED_ARCHS:
         raise UnsupportedModelError(f"{where}: mixture-of-experts architecture {arch!r}: steptime cannot "
                                     f"represent it (known: {', '.join(SUPPORTED_ARCHS)})")
+    lt = _layer_types(cfg, where)  # after the refusals that name a structure: they say more than a length
     e_key = next((k for k in ("n_routed_experts", "num_local_experts", "num_experts") if cfg.get(k)), None)
     if e_key is None:
         raise ModelConfigError(f"{where}: {arch} config gives no routed-expert count (n_routed_experts, "
@@ -404,24 +405,27 @@ def moe_from_config(cfg: dict, path) -> object:
         inter = moe_inter  # no dense layer (Qwen3.5/3.6 give no intermediate_size): the expert width stands in
     if inter is None or moe_inter is None:
         raise ModelConfigError(f"{where}: config.json gives no intermediate_size")
-    sliding = _cfg_int(cfg, "sliding_window", where, 0, minimum=0) if isinstance(cfg.get("layer_types"), list) else None
+    sliding = _cfg_int(cfg, "sliding_window", where, 0, minimum=0) if lt is not None else None
     every = 0
+    n_slide = sum("sliding" in t for t in lt) if lt is not None else 0
+    if n_slide and not sliding:  # read as full attention before wave 38: the window dropped without a word
+        raise ModelConfigError(f"{where}: layer_types names {n_slide} sliding-attention layers but sliding_window is "
+                               f"{'missing' if 'sliding_window' not in cfg else cfg['sliding_window']!r}; expected the "
+                               "window in tokens (a positive integer)")
     if sliding:
-        lt = cfg["layer_types"]
-        n_slide = sum("sliding" in str(t) for t in lt)
         if not n_slide or len(lt) % n_slide or any(("sliding" in str(t)) != ("sliding" in str(lt[i % (len(lt) // n_slide)]))
                                                    for i, t in enumerate(lt)):
             raise UnsupportedModelError(f"{where}: sliding-window layers in an irregular pattern: steptime cannot "
                                         "represent it")
         every = len(lt) // n_slide
-    step = next((cfg[k] for k in ("interleave_moe_layer_step", "decoder_sparse_step") if cfg.get(k)), 1)
+    # 0 is no step (transformers divides by it); absent or null: every layer MoE
+    step = next((cfg[k] for k in ("interleave_moe_layer_step", "decoder_sparse_step") if cfg.get(k) is not None), 1)
     if isinstance(step, bool) or not isinstance(step, int) or step < 1:
         raise ModelConfigError(f"{where}: the MoE layer step (interleave_moe_layer_step / decoder_sparse_step) must "
                                f"be a positive whole number, got {step!r}")
     chunk, global_every = _chunked_attention(cfg, where, arch) if llama4 else (0, 0)
     ck = checkpoint_dtype(quant_cfg, where)  # the one reading of quantization_config (the dense reader's too)
-    wd = checkpoint_dtype(cfg, where)  # weights_dtype as before: a multimodal config's from its text model's fields
-    wd = wd if wd in ("fp8", "fp8_block", "mxfp4") else "bf16"  # as published; another method: its structure only
+    wd = ck if ck in ("fp8", "fp8_block", "mxfp4") else "bf16"  # as published; another method: its structure only
     cls = moe_class()
     p = Path(path)
     return cls(
@@ -442,6 +446,52 @@ def moe_from_config(cfg: dict, path) -> object:
         attention_chunk_size=chunk, global_layers_every=global_every,
         router_alpha=ROUTER_ALPHA.get(arch, ROUTER_ALPHA_DEFAULT), n_group=int(cfg.get("n_group") or 1),
         topk_group=int(cfg.get("topk_group") or 1), checkpoint_dtype=ck, **hybrid)
+
+
+def lighter_weights_hint(model, dtype: str) -> str:
+    """For a memory refusal at bf16: where the model's published weights are a lighter format steptime prices
+    (moe_models.yaml's weights_dtype fp8 / fp8_block / mxfp4: a spec-table entry is priced at bf16 unless asked, as
+    `serve --model deepseek-v3 --ep 8` is), the dtype that names them; else "" (wave 38)."""
+    wd = getattr(model, "weights_dtype", "bf16")
+    if dtype != "bf16" or wd not in ("fp8", "fp8_block", "mxfp4"):
+        return ""
+    return f"; its published weights are {wd}: --dtype {wd} (dtype={wd!r}) prices those"
+
+
+def _layer_types(cfg: dict, where: str) -> list | None:
+    """A config.json's layer_types: None when absent, else one layer kind (a string) for each of the
+    num_hidden_layers layers, as transformers' own check of it asks. A string, a list of another length or a
+    non-string entry is refused (wave 38: a string was read as no list, a short list as the whole pattern, so a
+    sliding window could be dropped or misplaced without a word)."""
+    lt = cfg.get("layer_types")
+    if lt is None:
+        return None
+    if not isinstance(lt, list) or not all(isinstance(t, str) for t in lt):
+        raise ModelConfigError(f"{where}: layer_types must be a list of layer kinds (e.g. [\"sliding_attention\", "
+                               f"\"full_attention\", ...]), got {lt!r:.40}")
+    layers = _cfg_int(cfg, "num_hidden_layers", where)
+    if len(lt) != layers:
+        raise ModelConfigError(f"{where}: layer_types lists {len(lt)} layers but num_hidden_layers is {layers}; "
+                               "expected one layer kind a layer")
+    return lt
+
+
+def _multimodal_quantization(cfg: dict, text: dict, where: str):
+    """The quantization_config of a multimodal config.json (one with a text_config): the top-level one, where
+    transformers and vLLM read a checkpoint's quantization (the composite config's own field), else the text
+    model's (some exports keep it there). Both given and read differently (specs.model.checkpoint_dtype: bf16, fp8,
+    fp8_block, mxfp4 or the method's name) is ambiguous: which weights the checkpoint holds cannot be told, so it is
+    refused, naming both readings (wave 38; before, the top-level one set the priced dtype and the text model's the
+    published weights_dtype, two answers to one question)."""
+    top, inner = cfg.get("quantization_config"), text.get("quantization_config")
+    if top is None or inner is None or top == inner:
+        return inner if top is None else top
+    a = checkpoint_dtype({"quantization_config": top}, f"{where}: quantization_config")
+    b = checkpoint_dtype({"quantization_config": inner}, f"{where}: text_config.quantization_config")
+    if a != b:
+        raise ModelConfigError(f"{where}: quantization_config reads {a} but text_config.quantization_config reads {b}: "
+                               "which weights the checkpoint holds is ambiguous; keep the one that describes them")
+    return top
 
 
 def _chunked_attention(cfg: dict, where: str, arch: str) -> tuple[int, int]:

@@ -55,9 +55,10 @@ def check_moe_dtype(gpu, dtype: str) -> str:
     arch = gpu.architecture
     if MATH[dtype] == "fp8" and not gpu.fp8_dense_tflops:
         raise UnsupportedError(f"{gpu.key} ({arch}) has no fp8 tensor cores: {dtype} MoE weights are not supported")
-    if MATH[dtype] == "fp4" and arch != "blackwell":
+    if MATH[dtype] == "fp4" and arch != "blackwell":  # the advice names only formats this GPU runs (wave 38)
+        has = "bf16, fp8 or mxfp4" if gpu.fp8_dense_tflops else "bf16 or mxfp4"
         raise UnsupportedError(f"{gpu.key} ({arch}) has no fp4 tensor cores: NVFP4 needs Blackwell "
-                               f"(use bf16, fp8, or mxfp4 weights with bf16 math)")
+                               f"(use {has} weights; mxfp4 runs bf16 math)")
     return dtype
 
 

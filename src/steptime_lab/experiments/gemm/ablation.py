@@ -145,18 +145,6 @@ def without_tile(constants: Constants, gpus, tile_m: int) -> Constants:
 NOISE_SEEDS = (1, 2)
 
 
-def shift_ulps(df, k: int, column: str = "latency_ms"):
-    """A copy of `df` with every value of `column` moved by `k` ulps (k > 0 up, k < 0 down)."""
-    if not isinstance(k, (int, np.integer)):
-        raise TypeError(f"shift_ulps: k must be an integer number of ulps, got {k!r}")
-    out = df.copy()
-    y = out[column].to_numpy(float)
-    for _ in range(abs(int(k))):
-        y = np.nextafter(y, np.inf if k > 0 else -np.inf)
-    out[column] = y
-    return out
-
-
 def _refit_mean_llm(df, gpus, fixed: dict, constants: Constants, seed: int, n_per_gpu: int, max_nfev: int) -> dict:
     """One ablation entry: globals refitted on every GPU under `fixed`, readings re-applied, LLM-cell MAPE per GPU."""
     import pandas as pd
