@@ -28,11 +28,12 @@ def repo(tmp_path):
     raw = tmp_path / "raw" / "t.csv"
     raw.write_text("a\n1\n")
     (tmp_path / "raw" / "MANIFEST.yaml").write_text(yaml.safe_dump({"files": [
-        {"path": "raw/t.csv", "sha256": sha256_file(raw), "source": "somewhere", "version": "1"}]}))
+        {"path": "raw/t.csv", "table": "t", "sha256": sha256_file(raw), "source": "somewhere", "version": "1"}]}))
     (tmp_path / "results" / "data").mkdir(parents=True)
     tidy = tmp_path / "results" / "data" / "t.parquet"
     tidy.write_bytes(b"tidy")
     (tmp_path / "config").mkdir()
+    (tmp_path / "config" / "tables.yaml").write_text(yaml.safe_dump({"tables": {"t": {"raw": ["t"]}}}))
     (tmp_path / "config" / "experiments.yaml").write_text(yaml.safe_dump({"experiments": {
         "E9.1": {"question": "q", "status": "built", "raw": ["raw/t.csv"], "outputs": ["results/E9_1.json"]}}}))
     doc = {"id": "E9.1", "claims": _claims(), "provenance": {
