@@ -218,7 +218,8 @@ def dir_repo(repo):
     (d / "x.csv").write_text("t\n1\n")
     (d / "y.csv").write_text("t\n2\n")
     man = yaml.safe_load((repo / "raw" / "MANIFEST.yaml").read_text())
-    man["files"] += [{"path": f"raw/runs/a/{n}", "sha256": sha256_file(d / n), "source": "s"} for n in ("x.csv", "y.csv")]
+    man["files"] += [{"path": f"raw/runs/a/{n}", "table": "t", "sha256": sha256_file(d / n), "source": "s"}
+                     for n in ("x.csv", "y.csv")]  # read by the tidy table t, as the chain follows it
     (repo / "raw" / "MANIFEST.yaml").write_text(yaml.safe_dump(man))
     reg = yaml.safe_load((repo / "config" / "experiments.yaml").read_text())
     reg["experiments"]["E9.1"]["raw"].append("raw/runs")
