@@ -151,6 +151,18 @@ def test_cycle_and_unfollowable_input_terminate_and_are_named(repo):
     assert failures([a2]) == [] and any("chain stops" in b for b in failures([a2], strict=True))
 
 
+def test_an_absent_cache_intermediate_is_followed_by_name_to_its_result(repo):
+    """results/cache/ is git-ignored: a clean clone lacks it. The chain goes on to the result its rule writes."""
+    (repo / "results" / "cache").mkdir()
+    (repo / "results" / "cache" / "E9_1_pred.parquet").write_bytes(b"cache")
+    _result(repo, "E9_2", ["results/data/A.parquet", "results/cache/E9_1_pred.parquet"])
+    (repo / "results" / "cache" / "E9_1_pred.parquet").unlink()
+    ch = raw_chain("results/E9_2.json", repo)
+    assert ch.breaks == [] and ch.stops == []
+    assert ch.reached["raw/b.csv"] == ["results/E9_2.json", "results/cache/E9_1_pred.parquet", "results/E9_1.json",
+                                       "results/data/B.parquet", "raw/b.csv"]
+
+
 def test_raw_chain_refuses_a_result_that_is_not_there(repo):
     with pytest.raises(AuditError, match="results/E9_9.json does not exist"):
         raw_chain("results/E9_9.json", repo)

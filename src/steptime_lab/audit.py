@@ -290,10 +290,11 @@ class ChainFollower:
                 continue
             now = file_sha256(self.root / inp)
             if now is None and not (self.root / inp).exists():
-                if inp.startswith(INTERMEDIATE) or node.startswith(INTERMEDIATE):
-                    continue  # a git-ignored intermediate, absent from a clean clone: rebuilt by its rule
-                ch.breaks.append(f"{node} -> {inp}: missing")
-                continue
+                if not inp.startswith(INTERMEDIATE):
+                    ch.breaks.append(f"{node} -> {inp}: missing")
+                    continue
+                # a git-ignored intermediate, absent from a clean clone (rebuilt by its rule): no break, and
+                # followed by name to the result its rule writes too
             if sha is not None and now is not None and now != sha:
                 what = "raw/MANIFEST.yaml" if node.startswith("results/data/") else node
                 ch.breaks.append(f"{node} -> {inp}: changed since {what} recorded it "
