@@ -28,11 +28,12 @@ def repo(tmp_path):
     raw = tmp_path / "raw" / "t.csv"
     raw.write_text("a\n1\n")
     (tmp_path / "raw" / "MANIFEST.yaml").write_text(yaml.safe_dump({"files": [
-        {"path": "raw/t.csv", "sha256": sha256_file(raw), "source": "somewhere", "version": "1"}]}))
+        {"path": "raw/t.csv", "table": "t", "sha256": sha256_file(raw), "source": "somewhere", "version": "1"}]}))
     (tmp_path / "results" / "data").mkdir(parents=True)
     tidy = tmp_path / "results" / "data" / "t.parquet"
     tidy.write_bytes(b"tidy")
     (tmp_path / "config").mkdir()
+    (tmp_path / "config" / "tables.yaml").write_text(yaml.safe_dump({"tables": {"t": {"raw": ["t"]}}}))
     (tmp_path / "config" / "experiments.yaml").write_text(yaml.safe_dump({"experiments": {
         "E9.1": {"question": "q", "status": "built", "raw": ["raw/t.csv"], "outputs": ["results/E9_1.json"]}}}))
     doc = {"id": "E9.1", "claims": _claims(), "provenance": {
@@ -217,7 +218,8 @@ def dir_repo(repo):
     (d / "x.csv").write_text("t\n1\n")
     (d / "y.csv").write_text("t\n2\n")
     man = yaml.safe_load((repo / "raw" / "MANIFEST.yaml").read_text())
-    man["files"] += [{"path": f"raw/runs/a/{n}", "sha256": sha256_file(d / n), "source": "s"} for n in ("x.csv", "y.csv")]
+    man["files"] += [{"path": f"raw/runs/a/{n}", "table": "t", "sha256": sha256_file(d / n), "source": "s"}
+                     for n in ("x.csv", "y.csv")]  # read by the tidy table t, as the chain follows it
     (repo / "raw" / "MANIFEST.yaml").write_text(yaml.safe_dump(man))
     reg = yaml.safe_load((repo / "config" / "experiments.yaml").read_text())
     reg["experiments"]["E9.1"]["raw"].append("raw/runs")

@@ -25,13 +25,16 @@ from __future__ import annotations
 import difflib
 import json
 import math
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from steptime.errors import SteptimeError
 from steptime_lab.data.manifest import find_root
 from steptime_lab.results import ClaimSchemaError, DIGEST_KEY, result_digest, verdict
-from steptime_lab.status import _registry, expand_raw, experiment_status, file_sha256, manifest_listing, read_result
+from steptime.io import read_yaml
+from steptime_lab.status import (INTERMEDIATE, _registry, expand_raw, experiment_status, file_sha256,
+                                  manifest_listing, read_result)
 
 
 
@@ -69,6 +72,12 @@ class ResultAudit:
     claims: list = field(default_factory=list)
     declared: str | None = None
     errors: list = field(default_factory=list)   # reasons the result itself is unusable or edited
+    chain: list = field(default_factory=list)    # every raw file reached through the inputs, with its path
+    chain_breaks: list = field(default_factory=list)  # a recorded input missing or changed, at its link
+    chain_stops: list = field(default_factory=list)   # an intermediate whose own inputs are not recorded
+    upstream: list = field(default_factory=list)      # registered experiments whose results are on the chain
+    undeclared: list = field(default_factory=list)    # reached, declared neither by it nor by an upstream one
+    unread: list = field(default_factory=list)        # in its registry raw:, not reached
 
     def to_dict(self) -> dict:
         d = dict(self.__dict__)
@@ -156,6 +165,216 @@ def experiment_id(want: str, known) -> str:
     raise AuditError(f"unknown experiment {want!r}{hint} (`steptime status` lists every ID)")
 
 
+# ---- the transitive raw chain: result -> its inputs -> ... -> the raw bytes (wave 38) ----------------
+
+MANIFEST = "raw/MANIFEST.yaml"
+_RESULT_REF = re.compile(r"results/[A-Za-z0-9_.-]+\.json")
+
+
+@dataclass
+class Chain:
+    """What a result was built from, followed to the raw files.
+
+    reached: raw file -> the first path by which it was reached (result -> settled file -> result -> table ->
+    raw), each link a file; breaks: a recorded input that is missing or whose bytes changed since the file
+    that records it was written, with the link where the chain breaks; stops: an intermediate whose own
+    inputs are not recorded anywhere the audit can read (the chain cannot be followed past it)."""
+    reached: dict = field(default_factory=dict)
+    breaks: list = field(default_factory=list)
+    stops: list = field(default_factory=list)
+    nodes: set = field(default_factory=set)   # every intermediate file on the chain (results, settled files, tables)
+
+
+class ChainFollower:
+    """Follows results, settled files and tidy tables back to raw/ on one repository root, from what the
+    repository records (no Snakemake, no build cache):
+
+    - a result (results/*.json): its `provenance.inputs`, each with the sha256 recorded when it was built;
+    - a tidy table results/data/<t>.parquet: config/tables.yaml's `raw` manifest tables for <t>, and every
+      raw/MANIFEST.yaml file of those tables (the ingest rule reads them all);
+    - a settled file with an `inputs:` list (results/calibration/{gemm,step,comm}.yaml);
+    - another output of a registered experiment (config/experiments.yaml `outputs`): that experiment's result;
+    - a YAML whose constants name their source results (`source: ... (results/E3_1.json)`): those results;
+    - a git-ignored cache results/cache/<stem>_*.parquet: the result results/<stem>.json its rule writes too;
+    - a path under raw/: itself (a directory: every file under it, on disk and in the manifest);
+    - a path under config/: a leaf (configuration, no raw bytes behind it).
+    Anything else is a stop. Nodes are memoised per root, so auditing every experiment reads each file once."""
+
+    def __init__(self, root: Path, listed: dict | None = None, registry: dict | None = None):
+        self.root = Path(root)
+        self.listed = manifest_listing(self.root) if listed is None else listed
+        self.registry = _registry(self.root) if registry is None else registry
+        tp = self.root / "config" / "tables.yaml"
+        self.tables = ((read_yaml(tp) or {}).get("tables") or {}) if tp.is_file() else {}
+        self.by_table: dict[str, list[str]] = {}
+        for path, m in self.listed.items():
+            self.by_table.setdefault(m.get("table"), []).append(path)
+        self.owner = {}
+        for eid, e in self.registry.items():
+            outs = list((e or {}).get("outputs") or [f"results/{eid.replace('.', '_')}.json"])
+            prim = primary_result(eid, outs)
+            for o in outs:
+                if prim and o != prim:
+                    self.owner[o] = prim
+        self.results = sorted({primary_result(eid, list((e or {}).get("outputs") or
+                                                        [f"results/{eid.replace('.', '_')}.json"])) or ""
+                               for eid, e in self.registry.items()} - {""}, key=len, reverse=True)
+        self._memo: dict[str, Chain] = {}
+
+    # the links out of one node: [(input, recorded sha256 or None)], or a string saying why the chain stops
+    def links(self, node: str):
+        root = self.root
+        if node.startswith("raw/") or node.startswith("config/"):
+            return []
+        if node.startswith("results/data/") and node.endswith(".parquet"):
+            t = node[len("results/data/"):-len(".parquet")]
+            if t not in self.tables:
+                return f"{node} is not a tidy table of config/tables.yaml"
+            files = sorted(f for mt in self.tables[t].get("raw") or [] for f in self.by_table.get(mt, []))
+            if not files:
+                return f"{node}: raw/MANIFEST.yaml lists no file of its tables {self.tables[t].get('raw')}"
+            return [(f, self.listed[f].get("sha256")) for f in files] + [(MANIFEST, None)]
+        if node.startswith("results/") and node.endswith(".json") and node not in self.owner:
+            doc, why = read_result(root / node)
+            if why:
+                return why
+            ins = (doc.get("provenance") or {}).get("inputs")
+            if not isinstance(ins, dict) or not ins:
+                return f"{node} records no inputs in its provenance"
+            return [(p, (m or {}).get("sha256") if isinstance(m, dict) else None) for p, m in sorted(ins.items())]
+        if node.endswith((".yaml", ".yml")) and (root / node).is_file():
+            try:
+                doc = read_yaml(root / node)
+            except Exception as exc:  # noqa: BLE001 - any unreadable YAML is a stop, named
+                return f"{node} cannot be read ({exc.__class__.__name__})"
+            if isinstance(doc, dict) and isinstance(doc.get("inputs"), list):
+                return [(str(p), None) for p in doc["inputs"]]
+        if node in self.owner:
+            return [(self.owner[node], None)]
+        if node.endswith((".yaml", ".yml")) and (root / node).is_file():
+            named = sorted(set(_RESULT_REF.findall((root / node).read_text())))
+            if named:
+                return [(p, None) for p in named]
+        if node.startswith("results/cache/"):
+            stem = Path(node).name
+            hit = next((r for r in self.results if stem.startswith(Path(r).stem + "_")), None)
+            if hit:
+                return [(hit, None)]
+        return f"{node} records no inputs (the chain cannot be followed past it)"
+
+    def follow(self, node: str, _stack: tuple = ()) -> tuple[Chain, bool]:
+        """The chain below `node` (paths relative to it) and whether it is complete (no cycle was cut)."""
+        if node in self._memo:
+            return self._memo[node], True
+        ch, complete = Chain(), True
+        if node.startswith("raw/"):
+            d = self.root / node
+            if d.is_dir():
+                prefix = node.rstrip("/") + "/"
+                files = {str(p.relative_to(self.root)) for p in d.rglob("*") if p.is_file() and p.name != ".gitkeep"}
+                files |= {p for p in self.listed if p.startswith(prefix)}
+                for f in sorted(files):
+                    ch.reached.setdefault(f, [node, f])
+            else:
+                ch.reached[node] = [node]
+            self._memo[node] = ch
+            return ch, True
+        out = self.links(node)
+        if isinstance(out, str):
+            ch.stops.append(out)
+            self._memo[node] = ch
+            return ch, True
+        for inp, sha in out:
+            if not isinstance(inp, str) or not inp:
+                ch.stops.append(f"{node} names an input {inp!r} that is not a path")
+                continue
+            now = file_sha256(self.root / inp)
+            if now is None and not (self.root / inp).exists():
+                if not inp.startswith(INTERMEDIATE):
+                    ch.breaks.append(f"{node} -> {inp}: missing")
+                    continue
+                # a git-ignored intermediate, absent from a clean clone (rebuilt by its rule): no break, and
+                # followed by name to the result its rule writes too
+            if sha is not None and now is not None and now != sha:
+                what = "raw/MANIFEST.yaml" if node.startswith("results/data/") else node
+                ch.breaks.append(f"{node} -> {inp}: changed since {what} recorded it "
+                                 f"(sha256 {sha[:12]} -> {now[:12]})")
+            if inp in _stack or inp == node:
+                complete = False  # a cycle (an experiment's result reading its own rule's other output): cut
+                continue
+            sub, ok = self.follow(inp, _stack + (node,))
+            complete &= ok
+            if not inp.startswith("raw/"):
+                ch.nodes.add(inp)
+            ch.nodes |= sub.nodes
+            for f, via in sub.reached.items():
+                ch.reached.setdefault(f, [node] + via if via[0] != node else via)
+            ch.breaks += [b for b in sub.breaks if b not in ch.breaks]
+            ch.stops += [s for s in sub.stops if s not in ch.stops]
+        if node.startswith("results/data/"):
+            ch.reached.setdefault(MANIFEST, [node, MANIFEST])
+        if complete:
+            self._memo[node] = ch
+        return ch, complete
+
+
+def raw_chain(result: str, root: str | Path | None = None, follower: ChainFollower | None = None) -> Chain:
+    """Every raw file `result` (a path relative to the root: results/<ID>.json) was built from, each with the
+    path by which it was reached, plus the links where the chain is broken (a recorded input missing or
+    changed) or cannot be followed (`ChainFollower` says what it reads). The raw files' bytes are checked
+    against raw/MANIFEST.yaml by the caller (`audit`)."""
+    root = Path(find_root(root))
+    if not isinstance(result, str) or not result.strip():
+        raise AuditError(f"raw_chain needs a result path relative to the repository root, not {result!r}")
+    if not (root / result).is_file():
+        raise AuditError(f"result {result} does not exist under {root}")
+    f = follower or ChainFollower(root)
+    ch, _ = f.follow(result)
+    return ch
+
+
+# raw/MANIFEST.yaml tables that document the data and are never read as data (a directory declaration
+# carries them with the data; they are not "declared but not read")
+DOC_TABLES = ("licence", "dataset_card")
+
+
+def _declared(follower: ChainFollower, eid: str) -> set:
+    """The raw files an experiment's registry `raw:` declares (directories expanded), the manifest itself aside."""
+    memo = follower.__dict__.setdefault("_declared", {})
+    if eid not in memo:
+        memo[eid] = {p for p, why in expand_raw(follower.root, list(follower.registry[eid].get("raw") or []),
+                                                 follower.listed) if not why} - {MANIFEST}
+    return memo[eid]
+
+
+def _attach_chain(a: "ResultAudit", res: str, follower: ChainFollower) -> None:
+    """Fill a result's transitive raw chain and compare it with the registry. An experiment declares the raw
+    data it brings in itself; what reaches it through another registered experiment's result (a node on its
+    chain, directly or behind a settled file) is declared by that experiment's own `raw:`, which its own audit
+    checks in turn. So: `undeclared` = reached but declared neither by it nor by an experiment upstream;
+    `unread` = declared by it but not reached (a documentation file under a declared directory aside)."""
+    ch = follower.follow(res)[0]
+    listed = follower.listed
+    for p, via in sorted(ch.reached.items()):
+        m = listed.get(p) or {}
+        a.chain.append({"path": p, "via": via, "sha256_manifest": m.get("sha256"),
+                        "sha256_now": file_sha256(follower.root / p), "source": m.get("source"),
+                        "table": m.get("table")})
+    a.chain_breaks, a.chain_stops = list(ch.breaks), list(ch.stops)
+    prim = {}
+    for eid, e in follower.registry.items():
+        r = primary_result(eid, list((e or {}).get("outputs") or [f"results/{eid.replace('.', '_')}.json"]))
+        if r and r != res:
+            prim[r] = eid
+    a.upstream = sorted({prim[n] for n in ch.nodes if n in prim})
+    own = _declared(follower, a.id)
+    effective = own.union(*(_declared(follower, u) for u in a.upstream))
+    reached = set(ch.reached) - {MANIFEST}
+    explicit = set(follower.registry[a.id].get("raw") or [])
+    a.undeclared = sorted(reached - effective)
+    a.unread = sorted(p for p in own - reached
+                      if p in explicit or (listed.get(p) or {}).get("table") not in DOC_TABLES)
+
 def audit(root: str | Path | None = None, select: str | None = None) -> list[ResultAudit]:
     """Audit every registered experiment (or one ID, or one claim `<ID>:<n>`)."""
     root = Path(find_root(root))
@@ -169,6 +388,7 @@ def audit(root: str | Path | None = None, select: str | None = None) -> list[Res
         select = want_id if want_claim is None else f"{want_id}:{want_claim}"
     listed = manifest_listing(root)
     reg = _registry(root)
+    follower = ChainFollower(root, listed, reg) if rows else None
     out = []
     for r in rows:
         if want_id is not None and r["id"] != want_id:
@@ -202,6 +422,7 @@ def audit(root: str | Path | None = None, select: str | None = None) -> list[Res
             for p, meta in sorted((prov.get("inputs") or {}).items()):
                 a.inputs.append({"path": p, "sha256_recorded": (meta or {}).get("sha256"),
                                  "sha256_now": file_sha256(root / p)})
+            _attach_chain(a, res, follower or ChainFollower(root, listed, reg))
             a.claims = _claims(r["id"], doc)
             if want_claim is not None:
                 a.claims = [c for c in a.claims if c.id == select]
@@ -236,6 +457,30 @@ def failures(audits: list[ResultAudit], strict: bool = False) -> list[str]:
                 bad.append(f"{a.id}: raw file {rw['path']} is missing")
             elif rw["sha256_now"] != rw["sha256_manifest"]:
                 bad.append(f"{a.id}: raw file {rw['path']} does not match its sha256 in raw/MANIFEST.yaml")
+        seen = {rw["path"] for rw in a.raw}
+        for rw in a.chain:  # the raw files reached through the inputs, each checked against the manifest once
+            if rw["path"] in seen or rw["path"] == MANIFEST:
+                continue
+            if rw["sha256_manifest"] is None:
+                if not (rw["path"].startswith("raw/telemetry/") and rw["sha256_now"] is not None):
+                    bad.append(f"{a.id}: raw file {rw['path']} (reached {' -> '.join(rw['via'])}) has no sha256 in "
+                               "raw/MANIFEST.yaml")
+            elif rw["sha256_now"] is None:
+                bad.append(f"{a.id}: raw file {rw['path']} (reached {' -> '.join(rw['via'])}) is missing")
+            elif rw["sha256_now"] != rw["sha256_manifest"]:
+                bad.append(f"{a.id}: raw file {rw['path']} (reached {' -> '.join(rw['via'])}) does not match its "
+                           "sha256 in raw/MANIFEST.yaml")
+        for b in a.chain_breaks:  # the result's own inputs are its staleness (above); deeper links are new
+            if not (a.result and b.startswith(f"{a.result} -> ")):
+                bad.append(f"{a.id}: chain broken at {b}")
+        if a.undeclared:
+            bad.append(f"{a.id}: reads {len(a.undeclared)} raw file(s) that neither its registry raw: nor an upstream "
+                       f"experiment's declares, e.g. {a.undeclared[0]}")
+        if a.unread:
+            bad.append(f"{a.id}: its registry raw: declares {len(a.unread)} raw file(s) it does not read, e.g. "
+                       f"{a.unread[0]}")
+        if strict:
+            bad += [f"{a.id}: chain stops: {s} (--strict)" for s in a.chain_stops]
         for c in a.claims:
             if c.failed:
                 bad.append(f"{c.id}: check {c.check}")
@@ -265,17 +510,63 @@ def report(audits: list[ResultAudit], verbose: bool = False) -> str:
             for i in a.inputs:
                 same = "=" if i["sha256_recorded"] == i["sha256_now"] else "CHANGED"
                 lines.append(f"    input {i['path']} sha256 {str(i['sha256_recorded'])[:12]} {same}")
-            for rw in a.raw:
+            if not verbose and len(a.raw) > 12:  # the full list with --verbose; a count here
+                files = [rw for rw in a.raw if rw["path"] != MANIFEST]
+                n_ok = sum(1 for rw in files if rw["sha256_manifest"] is not None
+                           and rw["sha256_manifest"] == rw["sha256_now"])
+                lines.append(f"    raw declared by the registry: {len(files)} files, {n_ok} match raw/MANIFEST.yaml "
+                             "(--verbose lists them)")
+            for rw in (a.raw if verbose or len(a.raw) <= 12 else []):
                 if rw["path"] == "raw/MANIFEST.yaml":
                     lines.append(f"    raw raw/MANIFEST.yaml (the manifest itself) sha256 {str(rw['sha256_now'])[:12]}")
                     continue
                 same = "=" if rw["sha256_manifest"] == rw["sha256_now"] else "MISMATCH"
                 lines.append(f"    raw {rw['path']} sha256 {str(rw['sha256_manifest'])[:12]} {same} "
                              f"(source {rw['source']} {rw['version']}: {rw['original_path']})")
+        if a.result and a.chain and (verbose or len(audits) == 1):
+            lines += _chain_lines(a, verbose)
+        elif a.chain_breaks:
+            lines += [f"    ! chain broken at {b}" for b in a.chain_breaks if not b.startswith(f"{a.result} -> ")]
         for c in a.claims:
             if verbose or len(audits) == 1 or c.failed:
                 lines.append(f"  {c.id} holds:{c.holds} check:{c.check} value={_fmt(c.value)} :: {c.claim[:120]}")
     return "\n".join(lines)
+
+
+def _chain_lines(a: "ResultAudit", verbose: bool) -> list[str]:
+    """The raw chain of one result: a count by source, the registry comparison, breaks and stops; with
+    `verbose`, every raw file with its sha256 (manifest vs now) and the path by which it was reached."""
+    by_source: dict[str, int] = {}
+    for rw in a.chain:
+        if rw["path"] != MANIFEST:
+            by_source[str(rw["source"])] = by_source.get(str(rw["source"]), 0) + 1
+    n = sum(by_source.values())
+    ok = sum(1 for rw in a.chain if rw["path"] != MANIFEST and rw["sha256_now"] is not None
+             and rw["sha256_now"] == rw["sha256_manifest"])
+    srcs = ", ".join(f"{k} {v}" for k, v in sorted(by_source.items(), key=lambda kv: (-kv[1], kv[0])))
+    out = [f"    raw chain: {n} raw files reached through the inputs ({srcs}); {ok} match raw/MANIFEST.yaml"]
+    own = {rw["path"] for rw in a.raw} - {MANIFEST}
+    inherited = len({rw["path"] for rw in a.chain if rw["path"] != MANIFEST} - own)
+    up = f" (upstream: {', '.join(a.upstream)}; their own raw: declares them)" if a.upstream else ""
+    if a.undeclared or a.unread:
+        out.append(f"    ! registry raw: declares {len(own)}: {len(a.undeclared)} read but declared nowhere on the chain, "
+                   f"{len(a.unread)} declared but not read")
+    else:
+        out.append(f"    registry raw: declares {len(own)}, all read; {inherited} more reached through "
+                   f"registered results{up}" if inherited else f"    registry raw: declares {len(own)}, all read; "
+                   "nothing else reached")
+    out += [f"    ! chain broken at {b}" for b in a.chain_breaks]
+    out += [f"    ~ chain stops: {s}" for s in a.chain_stops]
+    if verbose:
+        for rw in a.chain:
+            if rw["path"] == MANIFEST:
+                continue
+            same = "=" if rw["sha256_manifest"] is not None and rw["sha256_manifest"] == rw["sha256_now"] else "MISMATCH"
+            tag = " [not declared]" if rw["path"] in a.undeclared else ""
+            out.append(f"    reached {rw['path']} sha256 {str(rw['sha256_manifest'])[:12]} {same}{tag} "
+                       f"via {' -> '.join(rw['via'][:-1])}")
+        out += [f"    declared, not read: {p}" for p in a.unread]
+    return out
 
 
 def mark_current(root: str | Path | None = None, select: str | None = None, dry_run: bool = False) -> int:
@@ -325,6 +616,9 @@ def run(select: str | None = None, as_json: bool = False, strict: bool = False, 
     else:
         print(report(audits, verbose))
         n = sum(len(a.claims) for a in audits)
+        n_raw = len({rw["path"] for a in audits for rw in a.chain} - {MANIFEST})
+        print(f"raw chains: {sum(1 for a in audits if a.chain)} results followed to {n_raw} raw files "
+              "(`steptime audit <ID>` counts them by source, --verbose lists each with its path)")
         print(f"audit: {len(audits)} experiments, {n} claims; " + ("PASSED" if not bad else f"FAILED ({len(bad)})"))
         for b in bad:
             print(f"  FAIL {b}")

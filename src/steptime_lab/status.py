@@ -120,8 +120,24 @@ def _registry(root: Path) -> dict:
 
 
 def manifest_listing(root: Path) -> dict:
-    """raw/MANIFEST.yaml's file entries by path, as written (status and audit compare bytes against them)."""
-    man = read_yaml(root / "raw" / "MANIFEST.yaml") or {}
+    """raw/MANIFEST.yaml's file entries by path, as written (status and audit compare bytes against them).
+    Parsed once per (file, mtime, size) in a process: `steptime status` / `audit` ask for it per experiment."""
+    p = Path(root) / "raw" / "MANIFEST.yaml"
+    try:
+        st = p.stat()
+    except OSError:
+        st = None
+    key = (str(p.resolve()), st.st_mtime_ns, st.st_size) if st is not None else None
+    return dict(_manifest_listing(key) if key is not None else _parse_listing(p))
+
+
+@lru_cache(maxsize=4)
+def _manifest_listing(key: tuple) -> dict:
+    return _parse_listing(Path(key[0]))
+
+
+def _parse_listing(p: Path) -> dict:
+    man = read_yaml(p) or {}
     return {f["path"]: f for f in man.get("files") or [] if isinstance(f, dict) and "path" in f}
 
 
