@@ -171,6 +171,7 @@ class StepTimer:
         self._dtile = float(attention.split_tile(self.head_dim, fc))
         self._ctile = float(attention.split_count_tile(self.head_dim, fc))  # the blocks `_splits_of` caches counts by
         self._nsplit = {}  # (requests, KV blocks) -> split count (`_splits_of`): the heuristic scans 128
+        self._dfl = {}  # (requests, KV blocks, splits) -> one layer's decode floor (`_dfloor1`)
         # FA2's unswapped decode (attention.unswapped: H_q == H_kv on a lane with a stream rate): no split-KV,
         # the copy-free floor x (1 - attn_noswap_rel), each (request, KV head) stream bounded by attention.stream_rate
         self._unsw = bool(attention.unswapped(self.heads, self.kv_heads, fc))
@@ -328,8 +329,10 @@ class StepTimer:
             n_a, kv_a = np.broadcast_arrays(np.asarray(n, dtype=float), np.asarray(sum_kv, dtype=float))
             mean = np.divide(kv_a, n_a, out=np.zeros(n_a.shape), where=n_a > 0)
             blocks = np.maximum(1.0, np.ceil(mean / self._ctile))
-            out = np.array([self._splits_of(float(nn), float(bb)) for nn, bb in zip(n_a.ravel(), blocks.ravel())])
-            return attention.split_us_s(out.reshape(n_a.shape), self.fc)
+            # each distinct (requests, KV blocks) pair once (a run of steps repeats a few pairs many times)
+            pairs, inv = np.unique(np.stack([n_a.ravel(), blocks.ravel()], axis=1), axis=0, return_inverse=True)
+            got = np.array([self._splits_of(float(nn), float(bb)) for nn, bb in pairs], dtype=float)
+            return attention.split_us_s(got[inv.ravel()].reshape(n_a.shape), self.fc)
         nn = float(n)
         mean = float(sum_kv) / nn if nn > 0 else 0.0
         splits = self._splits_of(nn, max(1.0, math.ceil(mean / self._ctile)) if math.isfinite(mean) else math.inf)
@@ -395,7 +398,20 @@ class StepTimer:
             return float(self._mla_decode(n, sum_kv)[()])
         t_units = n * self._dunit
         t_mem = self._tmem(n, n * self._b0 + self._b1 * sum_kv)
-        return self._dfloor_n(n, sum_kv) + (t_units ** self._dp + t_mem ** self._dp) ** self._dinvp
+        return self._dfloor1(n, sum_kv) + (t_units ** self._dp + t_mem ** self._dp) ** self._dinvp
+
+    def _dfloor1(self, n: int, sum_kv: float) -> float:
+        """`_dfloor_n` of one step (Python numbers, n > 0), cached per (requests, KV blocks of `_splits_of`, whether
+        the step splits (`_split`)): the three facts the floor reads, computed as `_split_us` and `_split` compute
+        them, so a cached value is the one `_dfloor_n` returns for any step of the same key."""
+        nn = float(n)
+        mean = float(sum_kv) / nn
+        blocks = max(1.0, math.ceil(mean / self._ctile)) if math.isfinite(mean) else math.inf
+        key = (nn, blocks, bool(self._split(n, sum_kv)))
+        v = self._dfl.get(key)
+        if v is None:
+            v = self._dfl[key] = self._dfloor_n(n, sum_kv)
+        return v
 
     def _dfloor_n(self, n, sum_kv):
         """One layer's decode-attention floor for a step of `n` decode requests (n > 0) holding `sum_kv`
@@ -634,7 +650,7 @@ class StepTimer:
                 x += c0
             x = (x ** p + u) ** invp
             if self._dsplit_us:  # the per-split cost moves with the KV length: the floor of this step
-                x += self._dfloor_n(n, sum_kv0 + n * float(j))
+                x += self._dfloor1(n, sum_kv0 + n * float(j))
             else:
                 x += fl_split if sum_kv0 + n * float(j) > kv_split else fl
             x *= L
