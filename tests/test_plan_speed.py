@@ -94,3 +94,16 @@ def test_prefill_runs_must_be_a_dict():
     timer = StepTimer("llama-3.1-8b", "h100-sxm", max_tokens=2048, max_requests=64)
     with pytest.raises(ServeError, match="prefill_runs must be a dict"):
         _pools(timer, synthetic(10, isl=128, osl=16, rate=2.0), [], 1, 1)
+
+
+def test_bench_plan_times_a_dense_and_a_moe_search_each_against_its_own_baseline(monkeypatch):
+    from steptime import bench
+
+    small = tuple((p, m, dict(kw, n=12), gpus[:1], ttft, tpot) for p, m, kw, gpus, ttft, tpot in bench.PLANS)
+    assert [p[0] for p in small] == ["plan", "plan_moe"] and small[1][1] == "gpt-oss-20b"
+    monkeypatch.setattr(bench, "PLANS", small)
+    d = bench._plan(0, 1)
+    for p in ("plan", "plan_moe"):
+        assert d[f"{p}_requests"] == 12 and d[f"{p}_simulated"] >= 1 and d[f"{p}_cpu_s"] > 0
+        assert d[f"{p}_sim_cpu_ratio"] == d[f"{p}_cpu_per_simulated_s"] / d[f"{p}_one_simulate_cpu_s"]
+    assert d["plan_moe_model"] == "gpt-oss-20b"

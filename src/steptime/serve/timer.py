@@ -642,15 +642,16 @@ class StepTimer:
         out = []
         end = 0.0
         soff, b1n, b0n = self._soff, self._b1 * n, n * self._b0 + self._b1 * sum_kv0
+        tmem, dsu, dfl1 = self._tmem, self._dsplit_us, self._dfloor1
         for j in range(k):
             if soff:  # the unswapped stream's bound is affine in the bytes (`_tmem`)
-                x = self._tmem(n, float(j) * b1n + b0n)
+                x = tmem(n, float(j) * b1n + b0n)
             else:
                 x = float(j) * c1
                 x += c0
             x = (x ** p + u) ** invp
-            if self._dsplit_us:  # the per-split cost moves with the KV length: the floor of this step
-                x += self._dfloor1(n, sum_kv0 + n * float(j))
+            if dsu:  # the per-split cost moves with the KV length: the floor of this step
+                x += dfl1(n, sum_kv0 + n * float(j))
             else:
                 x += fl_split if sum_kv0 + n * float(j) > kv_split else fl
             x *= L
