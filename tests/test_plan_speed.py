@@ -107,3 +107,15 @@ def test_bench_plan_times_a_dense_and_a_moe_search_each_against_its_own_baseline
         assert d[f"{p}_requests"] == 12 and d[f"{p}_simulated"] >= 1 and d[f"{p}_cpu_s"] > 0
         assert d[f"{p}_sim_cpu_ratio"] == d[f"{p}_cpu_per_simulated_s"] / d[f"{p}_one_simulate_cpu_s"]
     assert d["plan_moe_model"] == "gpt-oss-20b"
+
+
+@pytest.mark.parametrize("model,gpu,kw", [("gpt-oss-20b", "h100-sxm", {}), ("gpt-oss-20b", "b200", {"ep": 2}),
+                                          ("llama-3.1-8b", "l40s", {"tp": 2}), ("llama-3.1-8b", "a100-sxm", {})])
+def test_decode_attention_of_one_request_count_is_decode_attention_element_for_element(model, gpu, kw):
+    t = StepTimer(model, gpu, max_tokens=512, max_requests=64, **kw)
+    rng = np.random.default_rng(2)
+    for n in (1, 2, 3, 17, 64, 17):  # 17 twice: the second reads the cached factors
+        s = n * rng.integers(0, 9000, 40).astype(float) + rng.integers(0, n, 40)
+        got, want = t._decode_attention_n(n, s), t.decode_attention(np.full(s.shape, float(n)), s)
+        assert got.shape == want.shape and np.array_equal(got, want), (n, np.max(np.abs(got - want)))
+    assert set(t._dn) == {1, 2, 3, 17, 64}

@@ -172,6 +172,7 @@ class StepTimer:
         self._ctile = float(attention.split_count_tile(self.head_dim, fc))  # the blocks `_splits_of` caches counts by
         self._nsplit = {}  # (requests, KV blocks) -> split count (`_splits_of`): the heuristic scans 128
         self._dfl = {}  # (requests, KV blocks, splits) -> one layer's decode floor (`_dfloor1`)
+        self._dn = {}  # requests -> decode attention's factors of the request count alone (`_decode_attention_n`)
         # FA2's unswapped decode (attention.unswapped: H_q == H_kv on a lane with a stream rate): no split-KV,
         # the copy-free floor x (1 - attn_noswap_rel), each (request, KV head) stream bounded by attention.stream_rate
         self._unsw = bool(attention.unswapped(self.heads, self.kv_heads, fc))
@@ -320,6 +321,30 @@ class StepTimer:
         if self._dsplit_us:
             floor = floor + self._split_us(n, np.asarray(sum_kv, dtype=float))
         return np.where(n > 0, floor + smax(t_units, t_mem, p), 0.0)
+
+    def _decode_attention_n(self, n: int, sum_kv) -> np.ndarray:
+        """`decode_attention(np.full(k, n), sum_kv)` for steps of one request count `n` (a run of decode steps):
+        the factors of `n` alone (the GQA copy's floor, the units' time, the seconds per byte: exact arithmetic on a
+        one-element array) computed once per `n` and cached, the rest over the steps as decode_attention computes
+        it, element for element (smax gets arrays of the same shape). The affine stream bound (`_soff`) and MLA go
+        through decode_attention itself."""
+        s = np.asarray(sum_kv, dtype=float)
+        if self.mla or self._soff or not n > 0:
+            return self.decode_attention(np.full(s.shape, float(n)), s)
+        c = self._dn.get(n)
+        if c is None:
+            na = np.array([float(n)])
+            fc = self.fc
+            tu = na * self._u0 * fc["attn_cta_us"] * 1e-6 / self.gpu.sms
+            fl = np.where(attention.swap_copy(na, self.heads, self.kv_heads), self._dfloor, self._dfloor_free)
+            c = self._dn[n] = ((na * self._b0)[0], tu[0], np.broadcast_to(self._dmem_n(na), (1,))[0], fl[0])
+        nb0, tu, dm, fl = c
+        fn = float(n)
+        t_mem = (nb0 + self._b1 * s) * dm
+        floor = fl + np.where(self._split(fn, s), self._dsplit, 0.0)
+        if self._dsplit_us:
+            floor = floor + self._split_us(fn, s)
+        return floor + smax(np.full(s.shape, tu), t_mem, self.fc["attn_overlap_p"])
 
     def _split_us(self, n, sum_kv):
         """attention.split_us_s of `n` decode requests holding `sum_kv` cached tokens, at their mean KV length
@@ -584,8 +609,8 @@ class StepTimer:
                 raise ServeError(f"{self.model.key} has sliding-window layers: decode_steps needs each request's KV")
             j = np.arange(k, dtype=float)
             win = np.minimum(np.asarray(kvs, dtype=float)[None, :] + j[:, None], self.window).sum(axis=1)
-            nn = np.full(k, float(n))
-            att = self.L_full * self.decode_attention(nn, sum_kv0 + n * j) + self.n_slide * self.decode_attention(nn, win)
+            att = self.L_full * self._decode_attention_n(n, sum_kv0 + n * j) + self.n_slide * self._decode_attention_n(n,
+                                                                                                               win)
             return self._total(att + self._A_decode()[n] + self._Bl[n] + self._mla1(n, 0), self._Ddl[n], n)
         if self.mla:  # the latent read follows the GEMM law (not linear in the KV sum): evaluated per step
             j = np.arange(k, dtype=float)
