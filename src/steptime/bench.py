@@ -30,6 +30,8 @@ Poisson workload, H100 and H200, the default grid: >= 300 layouts) on `--jobs` w
   plan_pruned (provably dearer than a layout met: steptime.plan.Bound), plan_wall_s, plan_cpu_s (parent + workers),
   plan_cpu_per_simulated_s, and plan_sim_cpu_ratio: the CPU the planner spent per simulated
   layout over the CPU one plain `simulate` of the same workload costs in this run (1 = no overhead).
+  plan_moe_* the same for a mixture-of-experts search (gpt-oss-20b, 1,000 requests, H100 and B200: expert
+  parallelism and the sliding-window layers' step path), its baseline one plain `simulate` of gpt-oss-20b on H100.
 All on one core (BLAS threads pinned to 1 through the environment of the subprocess
 for the import timing; numpy elementwise work here is single-threaded anyway).
 """
@@ -184,25 +186,44 @@ def _serve(quick: bool, seed: int) -> dict:
             "serve_speedup_cpu": (runs[-1].n_steps / c_fast) / (ref[-1].n_steps / c_direct)}
 
 
+# the planner searches `bench --plan` times: (key prefix, model, workload arguments, GPUs, TTFT and TPOT SLO in seconds)
+PLANS = (("plan", "llama-3.1-8b", dict(n=5000, isl=(128, 2048), osl=(16, 512), rate=8.0), ("h100-sxm", "h200-sxm"),
+          1.0, 0.05),
+         # a mixture-of-experts search: expert parallelism, the sliding-window layers' step path (wave 38)
+         ("plan_moe", "gpt-oss-20b", dict(n=1000, isl=(512, 2048), osl=(128, 512), rate=4.0), ("h100-sxm", "b200"),
+          2.0, 0.04))
+
+
 def _plan(seed: int, jobs: int) -> dict:
-    """One planner search (see the module docstring), wall and CPU time (parent + worker processes)."""
+    """The planner searches of PLANS (see the module docstring), each with its own baseline."""
+    out = {}
+    for prefix, model, wl_kw, gpus, ttft, tpot in PLANS:
+        out.update(_plan_one(prefix, model, wl_kw, gpus, ttft, tpot, seed, jobs))
+    return out
+
+
+def _plan_one(prefix: str, model: str, wl_kw: dict, gpus, ttft: float, tpot: float, seed: int, jobs: int) -> dict:
+    """One planner search, wall and CPU time (parent + worker processes), against one plain `simulate` of the same
+    workload on the first GPU in this run: keys `<prefix>_*`."""
     import resource
 
     from steptime.plan import plan
     from steptime.serve import simulate, synthetic
 
-    wl = synthetic(5000, isl=(128, 2048), osl=(16, 512), rate=8.0, seed=seed)
+    n = wl_kw["n"]
+    wl = synthetic(n, isl=wl_kw["isl"], osl=wl_kw["osl"], rate=wl_kw["rate"], seed=seed)
     r0 = resource.getrusage(resource.RUSAGE_CHILDREN)
     w0, c0 = time.perf_counter(), time.process_time()
-    res = plan("llama-3.1-8b", wl, slo_ttft_s=1.0, slo_tpot_s=0.05, gpus=("h100-sxm", "h200-sxm"), jobs=jobs)
+    res = plan(model, wl, slo_ttft_s=ttft, slo_tpot_s=tpot, gpus=gpus, jobs=jobs)
     wall, cpu_self = time.perf_counter() - w0, time.process_time() - c0
     r1 = resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu = cpu_self + (r1.ru_utime - r0.ru_utime) + (r1.ru_stime - r0.ru_stime)
     sims = len(res.simulated())
-    _, c_sim = _cpu_timeit(lambda: simulate("llama-3.1-8b", "h100-sxm", wl), repeat=1)
+    _, c_sim = _cpu_timeit(lambda: simulate(model, gpus[0], wl), repeat=1)
     per = cpu / max(sims, 1)
-    return {"plan_requests": len(wl), "plan_jobs": jobs, "plan_layouts": len(res.rows), "plan_simulated": sims,
-            "plan_shared": sum(1 for r in res.simulated() if r.get("shared_with")),
-            "plan_pruned": len(res.pruned()), "plan_dropped": len(res.dropped()), "plan_wall_s": wall,
-            "plan_cpu_s": cpu, "plan_cpu_per_simulated_s": per, "plan_one_simulate_cpu_s": c_sim,
-            "plan_sim_cpu_ratio": per / c_sim}
+    p = prefix
+    return {f"{p}_model": model, f"{p}_requests": len(wl), f"{p}_jobs": jobs, f"{p}_layouts": len(res.rows),
+            f"{p}_simulated": sims, f"{p}_shared": sum(1 for r in res.simulated() if r.get("shared_with")),
+            f"{p}_pruned": len(res.pruned()), f"{p}_dropped": len(res.dropped()), f"{p}_wall_s": wall,
+            f"{p}_cpu_s": cpu, f"{p}_cpu_per_simulated_s": per, f"{p}_one_simulate_cpu_s": c_sim,
+            f"{p}_sim_cpu_ratio": per / c_sim}

@@ -373,7 +373,8 @@ def build_parser() -> argparse.ArgumentParser:
     b = sub.add_parser("bench", help="prediction speed against a plain-Python baseline")
     b.add_argument("--json", action="store_true", help="print JSON instead of text")
     b.add_argument("--quick", action="store_true", help="smaller cell counts")
-    b.add_argument("--plan", action="store_true", help="also time one planner search (5,000 requests, >= 300 layouts)")
+    b.add_argument("--plan", action="store_true", help="also time two planner searches (dense: 5,000 requests, >= 300 layouts; "
+                                                      "mixture-of-experts: gpt-oss-20b, 1,000 requests)")
     b.add_argument("--jobs", type=int, default=None, help="worker processes of the planner search (with --plan; "
                                                           "default 2)")
     s = sub.add_parser("status", help="which experiments are built and which await telemetry")

@@ -373,6 +373,9 @@ def evaluate_group(model, gpu, tp, engine, dtype, constants, wl_arrays, concurre
     t_max = float(out.sum()) / span if (span > 0 and not concurrency and not max_rate) else math.inf
     bound = Bound.of(bound, gpu, price)
     runs: dict = {}  # instances -> [(seqs, budget, run, label)] simulated so far (largest knobs first)
+    # workload (None: the plan's; a rate of --max-rate) -> the prefill pools' runs on this timer, by (instances,
+    # policy): disaggregated pools that differ only in their decode instances share one (simulate_disagg)
+    pre_runs: dict = {}
     for lay in sorted(lays, key=lambda x: (-x.max_num_seqs, -x.max_num_batched_tokens, x.mode, x.gpus, x.prefill)):
         why = None if exhaustive else bound.dominates(lay, t_max)
         if why:
@@ -395,13 +398,14 @@ def evaluate_group(model, gpu, tp, engine, dtype, constants, wl_arrays, concurre
         inst = (lay.mode, lay.replicas, lay.prefill, lay.decode, lay.ep)
         seqs, budget = lay.max_num_seqs, lay.max_num_batched_tokens
 
-        def run_at(w, key):
-            """The layout's simulation of workload `w` (shared with a twin whose knobs did not bind)."""
+        def run_at(w, key, wkey=None):
+            """The layout's simulation of workload `w` (`wkey`: which of the search's workloads it is), shared with
+            a twin whose knobs did not bind."""
             twin = next(((r, lab) for s0, b0, r, lab in runs.get(key, ()) if share and
                          same_run(r.knobs, s0, b0, seqs, budget)), None)
             if twin is not None:
                 return twin
-            r = _simulate(lay, timer, w, pol, kv_fixed)
+            r = _simulate(lay, timer, w, pol, kv_fixed, pre_runs.setdefault(wkey, {}))
             runs.setdefault(key, []).append((seqs, budget, r, lay.label()))
             return r, None
 
@@ -423,10 +427,11 @@ def evaluate_group(model, gpu, tp, engine, dtype, constants, wl_arrays, concurre
     return rows
 
 
-def _simulate(lay, timer, wl, pol, kv_blocks):
-    """One layout's run of `wl`: a disaggregated pair of pools or replicas of an aggregated instance."""
+def _simulate(lay, timer, wl, pol, kv_blocks, prefill_runs=None):
+    """One layout's run of `wl`: a disaggregated pair of pools or replicas of an aggregated instance
+    (`prefill_runs`: simulate_disagg's, for this timer and workload)."""
     if lay.prefill:
-        return simulate_disagg(timer.model, timer.gpu, wl, prefill_instances=lay.prefill,
+        return simulate_disagg(timer.model, timer.gpu, wl, prefill_instances=lay.prefill, prefill_runs=prefill_runs,
                                decode_instances=lay.decode, tp=lay.tp, timer=timer,
                                prefill_policy=Policy("vllm", max_num_batched_tokens=lay.max_num_batched_tokens,
                                                      max_num_seqs=lay.max_num_seqs, chunked_prefill=False,
@@ -449,7 +454,7 @@ def _max_rate(lay, timer, prompt, out, search, run_at, inst, slo, pct, blocks) -
     for r in search["rates"]:
         wl = Workload(poisson_arrivals(len(prompt), r * lay.gpus, search.get("seed", 0)), prompt, out,
                       name=f"poisson {r:g} req/s/GPU")
-        run, twin = run_at(wl, (inst, float(r)))
+        run, twin = run_at(wl, (inst, float(r)), (float(r), lay.gpus))  # the arrivals: this rate x the GPUs
         row = _score(lay, run, timer, slo, pct, blocks, search.get("attainment", False),
                              search.get("headroom", 0.0))
         scan.append({"rate_per_gpu": float(r), "meets_slo": row["meets_slo"],

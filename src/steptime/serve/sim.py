@@ -1084,7 +1084,8 @@ def _merge_knobs(runs) -> dict | None:
 def simulate_disagg(model, gpu, workload: Workload, *, prefill_instances: int = 1, decode_instances: int = 1,
                     tp: int = 1, prefill_policy: Policy | None = None, decode_policy: Policy | None = None,
                     transfer_gbps: float | None = None, constants=None, f_clk=None, kv_dtype: str = "bf16",
-                    engine=None, dtype: str | None = None, timer: StepTimer | None = None, ep: int = 1) -> Run:
+                    engine=None, dtype: str | None = None, timer: StepTimer | None = None, ep: int = 1,
+                    prefill_runs: dict | None = None) -> Run:
     """DistServe-style disaggregation: prefill pool -> KV hand-over -> decode pool.
 
     Prefill instances run whole prompts (no decode), requests routed round-robin. The
@@ -1093,6 +1094,11 @@ def simulate_disagg(model, gpu, workload: Workload, *, prefill_instances: int = 
     instance holds them (`kv_budget(...).request_bytes(prompt)`, the memory model behind the block count:
     whole blocks, a windowed layer's window, a hybrid's linear-attention state) / `transfer_gbps`
     (default: the GPU's NVLink, else PCIe figure; DATASHEET). Open loop only.
+
+    `prefill_runs`: a dict the caller keeps for ONE workload and ONE timer (steptime.plan: the pools of one step
+    timer behind the same prefill pool), holding the prefill pool's runs by (prefill instances, prefill policy):
+    the prefill pool never sees the decode pool, so pools that differ only in their decode instances share its run
+    (the run is read, never changed, here).
     """
     check_workload(workload)
     if workload.concurrency:
@@ -1105,6 +1111,9 @@ def simulate_disagg(model, gpu, workload: Workload, *, prefill_instances: int = 
         if p is not None and not isinstance(p, Policy):  # a name such as "sarathi" failed on an attribute
             raise ServeError(f"{what} must be a steptime.serve.Policy (e.g. Policy(\"vllm\", ...)) or None for "
                              f"the default, got {p!r:.40}")
+    if prefill_runs is not None and not isinstance(prefill_runs, dict):
+        raise ServeError(f"prefill_runs must be a dict (the caller's runs of the prefill pool) or None, got "
+                         f"{type(prefill_runs).__name__}")
     pp = prefill_policy or Policy("vllm", max_num_batched_tokens=8192, chunked_prefill=False)
     dp = decode_policy or Policy("vllm", reserve_full=True)
     timer = timer or StepTimer(model, gpu, tp=tp, constants=constants, f_clk=f_clk, kv_dtype=kv_dtype,
@@ -1113,8 +1122,13 @@ def simulate_disagg(model, gpu, workload: Workload, *, prefill_instances: int = 
                                max_requests=min(max(pp.max_num_seqs, dp.max_num_seqs), len(workload)), ep=ep)
     n = len(workload)
     ones = np.ones(n, dtype=np.int64)
-    pre = simulate_replicas(model, gpu, Workload(workload.arrival, workload.prompt, ones, name=workload.name),
-                            replace(pp, name="vllm"), prefill_instances, timer=timer)
+    pp_run = replace(pp, name="vllm")
+    pre = None if prefill_runs is None else prefill_runs.get((prefill_instances, pp_run))
+    if pre is None:
+        pre = simulate_replicas(model, gpu, Workload(workload.arrival, workload.prompt, ones, name=workload.name),
+                                pp_run, prefill_instances, timer=timer)
+        if prefill_runs is not None:
+            prefill_runs[(prefill_instances, pp_run)] = pre
     first = pre.requests["first_token_s"].to_numpy()
     gpu_s = timer.gpu
     bw = transfer_gbps or getattr(gpu_s, "nvlink_gbps", None) or getattr(gpu_s, "pcie_gbps", None) or 0.0

@@ -173,6 +173,8 @@ class StepTimer:
         self._dtile = float(attention.split_tile(self.head_dim, fc))
         self._ctile = float(attention.split_count_tile(self.head_dim, fc))  # the blocks `_splits_of` caches counts by
         self._nsplit = {}  # (requests, KV blocks) -> split count (`_splits_of`): the heuristic scans 128
+        self._dfl = {}  # (requests, KV blocks, splits) -> one layer's decode floor (`_dfloor1`)
+        self._dn = {}  # requests -> decode attention's factors of the request count alone (`_decode_attention_n`)
         # FA2's unswapped decode (attention.unswapped: H_q == H_kv on a lane with a stream rate): no split-KV,
         # the copy-free floor x (1 - attn_noswap_rel), each (request, KV head) stream bounded by attention.stream_rate
         self._unsw = bool(attention.unswapped(self.heads, self.kv_heads, fc))
@@ -322,6 +324,30 @@ class StepTimer:
             floor = floor + self._split_us(n, np.asarray(sum_kv, dtype=float))
         return np.where(n > 0, floor + smax(t_units, t_mem, p), 0.0)
 
+    def _decode_attention_n(self, n: int, sum_kv) -> np.ndarray:
+        """`decode_attention(np.full(k, n), sum_kv)` for steps of one request count `n` (a run of decode steps):
+        the factors of `n` alone (the GQA copy's floor, the units' time, the seconds per byte: exact arithmetic on a
+        one-element array) computed once per `n` and cached, the rest over the steps as decode_attention computes
+        it, element for element (smax gets arrays of the same shape). The affine stream bound (`_soff`) and MLA go
+        through decode_attention itself."""
+        s = np.asarray(sum_kv, dtype=float)
+        if self.mla or self._soff or not n > 0:
+            return self.decode_attention(np.full(s.shape, float(n)), s)
+        c = self._dn.get(n)
+        if c is None:
+            na = np.array([float(n)])
+            fc = self.fc
+            tu = na * self._u0 * fc["attn_cta_us"] * 1e-6 / self.gpu.sms
+            fl = np.where(attention.swap_copy(na, self.heads, self.kv_heads), self._dfloor, self._dfloor_free)
+            c = self._dn[n] = ((na * self._b0)[0], tu[0], np.broadcast_to(self._dmem_n(na), (1,))[0], fl[0])
+        nb0, tu, dm, fl = c
+        fn = float(n)
+        t_mem = (nb0 + self._b1 * s) * dm
+        floor = fl + np.where(self._split(fn, s), self._dsplit, 0.0)
+        if self._dsplit_us:
+            floor = floor + self._split_us(fn, s)
+        return floor + smax(np.full(s.shape, tu), t_mem, self.fc["attn_overlap_p"])
+
     def _split_us(self, n, sum_kv):
         """attention.split_us_s of `n` decode requests holding `sum_kv` cached tokens, at their mean KV length
         (attention._group_splits' rule), the split counts cached per (requests, KV blocks) (`_splits_of`); Python
@@ -330,8 +356,10 @@ class StepTimer:
             n_a, kv_a = np.broadcast_arrays(np.asarray(n, dtype=float), np.asarray(sum_kv, dtype=float))
             mean = np.divide(kv_a, n_a, out=np.zeros(n_a.shape), where=n_a > 0)
             blocks = np.maximum(1.0, np.ceil(mean / self._ctile))
-            out = np.array([self._splits_of(float(nn), float(bb)) for nn, bb in zip(n_a.ravel(), blocks.ravel())])
-            return attention.split_us_s(out.reshape(n_a.shape), self.fc)
+            # each distinct (requests, KV blocks) pair once (a run of steps repeats a few pairs many times)
+            pairs, inv = np.unique(np.stack([n_a.ravel(), blocks.ravel()], axis=1), axis=0, return_inverse=True)
+            got = np.array([self._splits_of(float(nn), float(bb)) for nn, bb in pairs], dtype=float)
+            return attention.split_us_s(got[inv.ravel()].reshape(n_a.shape), self.fc)
         nn = float(n)
         mean = float(sum_kv) / nn if nn > 0 else 0.0
         splits = self._splits_of(nn, max(1.0, math.ceil(mean / self._ctile)) if math.isfinite(mean) else math.inf)
@@ -397,7 +425,20 @@ class StepTimer:
             return float(self._mla_decode(n, sum_kv)[()])
         t_units = n * self._dunit
         t_mem = self._tmem(n, n * self._b0 + self._b1 * sum_kv)
-        return self._dfloor_n(n, sum_kv) + (t_units ** self._dp + t_mem ** self._dp) ** self._dinvp
+        return self._dfloor1(n, sum_kv) + (t_units ** self._dp + t_mem ** self._dp) ** self._dinvp
+
+    def _dfloor1(self, n: int, sum_kv: float) -> float:
+        """`_dfloor_n` of one step (Python numbers, n > 0), cached per (requests, KV blocks of `_splits_of`, whether
+        the step splits (`_split`)): the three facts the floor reads, computed as `_split_us` and `_split` compute
+        them, so a cached value is the one `_dfloor_n` returns for any step of the same key."""
+        nn = float(n)
+        mean = float(sum_kv) / nn
+        blocks = max(1.0, math.ceil(mean / self._ctile)) if math.isfinite(mean) else math.inf
+        key = (nn, blocks, bool(self._split(n, sum_kv)))
+        v = self._dfl.get(key)
+        if v is None:
+            v = self._dfl[key] = self._dfloor_n(n, sum_kv)
+        return v
 
     def _dfloor_n(self, n, sum_kv):
         """One layer's decode-attention floor for a step of `n` decode requests (n > 0) holding `sum_kv`
@@ -570,8 +611,8 @@ class StepTimer:
                 raise ServeError(f"{self.model.key} has sliding-window layers: decode_steps needs each request's KV")
             j = np.arange(k, dtype=float)
             win = np.minimum(np.asarray(kvs, dtype=float)[None, :] + j[:, None], self.window).sum(axis=1)
-            nn = np.full(k, float(n))
-            att = self.L_full * self.decode_attention(nn, sum_kv0 + n * j) + self.n_slide * self.decode_attention(nn, win)
+            att = self.L_full * self._decode_attention_n(n, sum_kv0 + n * j) + self.n_slide * self._decode_attention_n(n,
+                                                                                                               win)
             return self._total(att + self._A_decode()[n] + self._Bl[n] + self._mla1(n, 0), self._Ddl[n], n)
         if self.mla:  # the latent read follows the GEMM law (not linear in the KV sum): evaluated per step
             j = np.arange(k, dtype=float)
@@ -628,15 +669,16 @@ class StepTimer:
         out = []
         end = 0.0
         soff, b1n, b0n = self._soff, self._b1 * n, n * self._b0 + self._b1 * sum_kv0
+        tmem, dsu, dfl1 = self._tmem, self._dsplit_us, self._dfloor1
         for j in range(k):
             if soff:  # the unswapped stream's bound is affine in the bytes (`_tmem`)
-                x = self._tmem(n, float(j) * b1n + b0n)
+                x = tmem(n, float(j) * b1n + b0n)
             else:
                 x = float(j) * c1
                 x += c0
             x = (x ** p + u) ** invp
-            if self._dsplit_us:  # the per-split cost moves with the KV length: the floor of this step
-                x += self._dfloor_n(n, sum_kv0 + n * float(j))
+            if dsu:  # the per-split cost moves with the KV length: the floor of this step
+                x += dfl1(n, sum_kv0 + n * float(j))
             else:
                 x += fl_split if sum_kv0 + n * float(j) > kv_split else fl
             x *= L
