@@ -187,10 +187,10 @@ def _serve(quick: bool, seed: int) -> dict:
 
 
 # the planner searches `bench --plan` times: (key prefix, model, workload arguments, GPUs, TTFT and TPOT SLO in seconds)
-PLANS = (("plan", "llama-3.1-8b", dict(n=5000, isl=(128, 2048), osl=(16, 512), rate=8.0), ("h100-sxm", "h200-sxm"),
+PLANS = (("plan", "llama-3.1-8b", (("n", 5000), ("isl", (128, 2048)), ("osl", (16, 512)), ("rate", 8.0)), ("h100-sxm", "h200-sxm"),
           1.0, 0.05),
          # a mixture-of-experts search: expert parallelism, the sliding-window layers' step path (wave 38)
-         ("plan_moe", "gpt-oss-20b", dict(n=1000, isl=(512, 2048), osl=(128, 512), rate=4.0), ("h100-sxm", "b200"),
+         ("plan_moe", "gpt-oss-20b", (("n", 1000), ("isl", (512, 2048)), ("osl", (128, 512)), ("rate", 4.0)), ("h100-sxm", "b200"),
           2.0, 0.04))
 
 
@@ -198,7 +198,7 @@ def _plan(seed: int, jobs: int) -> dict:
     """The planner searches of PLANS (see the module docstring), each with its own baseline."""
     out = {}
     for prefix, model, wl_kw, gpus, ttft, tpot in PLANS:
-        out.update(_plan_one(prefix, model, wl_kw, gpus, ttft, tpot, seed, jobs))
+        out.update(_plan_one(prefix, model, dict(wl_kw), gpus, ttft, tpot, seed, jobs))
     return out
 
 
