@@ -454,7 +454,10 @@ def _collection_targets(reg):
 @pytest.mark.slow
 def test_pace_profile_submits_every_collection_rule(tmp_path):
     """A dry run never submits, so it cannot see what sbatch would get: submit for real through stand-in Slurm
-    commands (sbatch records its arguments; sacct reports the job failed, so Snakemake stops at once). Every
+    commands (sbatch records its arguments; sacct reports the job failed, so Snakemake stops at once; the first
+    status check 15 s after the start and `--jobs 100` over the profile's 16, so every ready job is submitted before
+    any failure is seen, whatever the machine's load: on a loaded CI machine a 1 s wait once let only 10 of 11
+    collection jobs reach sbatch). Every
     collection job must reach sbatch (the executor plugin refuses a `--gres` in slurm_extra at submission, which
     every collection rule had until wave 38) and ask for one GPU of its configured model on the GPU partition."""
     pytest.importorskip("snakemake_executor_plugin_slurm")
@@ -480,8 +483,8 @@ def test_pace_profile_submits_every_collection_rule(tmp_path):
         (fake / name).chmod(0o755)
     env = dict(os.environ, PATH=f"{fake}:{os.environ['PATH']}", STEPTIME_SLURM_ACCOUNT="acct",
                STEPTIME_SLURM_PARTITION="cpuq", STEPTIME_SLURM_GPU_PARTITION="gpuq")
-    r = subprocess.run(["snakemake", "--profile", "profiles/pace", "--slurm-init-seconds-before-status-checks", "1",
-                        "--latency-wait", "1", "--keep-going", *targets], cwd=work, env=env, capture_output=True,
+    r = subprocess.run(["snakemake", "--profile", "profiles/pace", "--slurm-init-seconds-before-status-checks", "15",
+                        "--latency-wait", "1", "--keep-going", "--jobs", "100", *targets], cwd=work, env=env, capture_output=True,
                        text=True, timeout=600)
     out = r.stdout + r.stderr
     assert "not allowed in the 'slurm_extra'" not in out, out[-3000:]
