@@ -474,9 +474,11 @@ def test_pace_profile_submits_every_collection_rule(tmp_path):
     reg = yaml.safe_load((root / "config" / "experiments.yaml").read_text())["experiments"]
     gpus = yaml.safe_load((root / "config" / "collect.yaml").read_text())["gpus"]
     targets = _collection_targets(reg)
-    fake, log = tmp_path / "bin", tmp_path / "sbatch.log"
+    fake, log = tmp_path / "bin", tmp_path / "sbatch_calls"
+    log.mkdir()
     fake.mkdir()
-    scripts = {"sbatch": f'echo "$@" >> {log}\necho 4242', "sacct": 'echo "4242|FAILED"',
+    # one file per sbatch call: submissions running at once cannot interleave their lines in a shared log
+    scripts = {"sbatch": f'f=$(mktemp -p {log} call.XXXXXX)\necho "$@" > "$f"\necho 4242', "sacct": 'echo "4242|FAILED"',
                "sacctmgr": "echo acct", "sshare": "echo acct", "squeue": "true", "scancel": "true", "sinfo": "true"}
     for name, body in scripts.items():
         (fake / name).write_text(f"#!/bin/bash\n{body}\n")
@@ -488,7 +490,7 @@ def test_pace_profile_submits_every_collection_rule(tmp_path):
                        text=True, timeout=600)
     out = r.stdout + r.stderr
     assert "not allowed in the 'slurm_extra'" not in out, out[-3000:]
-    calls = [c.split("--wrap")[0] for c in (log.read_text().splitlines() if log.exists() else [])]
+    calls = [f.read_text().split("--wrap")[0] for f in sorted(log.glob("call.*"))]
     collect = [c for c in calls if "--comment rule_collect_" in c]
     # the step-trace collector waits for its CPU input (the traces table), which the stand-in sacct fails
     assert len(collect) == len([t for t in targets if "/steptrace/" not in t]), out[-3000:]
