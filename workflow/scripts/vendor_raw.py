@@ -97,6 +97,13 @@ def sha256(path: Path) -> str:
     return h.hexdigest()
 
 
+# the fused-MoE tables' column units (vLLM's and TensorRT-LLM's tables share the collector's columns; each
+# manifest entry gets its own copy, so yaml writes no alias between them)
+MOE_UNITS = {"latency": "ms", "num_tokens": "tokens", "hidden_size": "features",
+             "inter_size": "features per expert (one branch, before TP slicing)", "topk": "experts per token",
+             "num_experts": "routed experts of the whole model layer"}
+
+
 def vkey(v: str) -> tuple:
     """Sort key for dotted versions such as 0.24.0, 2.27, 0.5.6.post2, 1.3.0rc20."""
     out = []
@@ -289,9 +296,7 @@ def vendor_aic(aic: Path, out_root: Path, repo_root: Path, apache: tuple[Path, s
              "the activation, unpermute/combine) for num_tokens tokens, latency per call on one GPU holding "
              "num_experts/moe_ep_size experts each sliced 1/moe_tp_size along inter_size; distribution is the "
              "collector's token-to-expert routing (balanced or power_law_<alpha>)",
-             {"latency": "ms", "num_tokens": "tokens", "hidden_size": "features",
-              "inter_size": "features per expert (one branch, before TP slicing)", "topk": "experts per token",
-              "num_experts": "routed experts of the whole model layer"}),
+             dict(MOE_UNITS)),
             ("mla", FRAMEWORK, "mla_context_module_perf.parquet", "aic_mla_context", None, None,
              "mla_context_module_perf.parquet",
              "DeepSeek-V3 multi-head latent attention module in prefill (the package's 'complete self_attn "
@@ -342,9 +347,7 @@ def vendor_aic(aic: Path, out_root: Path, repo_root: Path, apache: tuple[Path, s
                    "experts), latency per call on one GPU holding num_experts/moe_ep_size experts each sliced "
                    "1/moe_tp_size along inter_size; distribution is the collector's token-to-expert routing (balanced "
                    "or power_law_<alpha>)",
-                   {"latency": "ms", "num_tokens": "tokens", "hidden_size": "features",
-                    "inter_size": "features per expert (one branch, before TP slicing)", "topk": "experts per token",
-                    "num_experts": "routed experts of the whole model layer"})]
+                   dict(MOE_UNITS))]
         specs += [("gemm", fw, "gemm_perf.parquet", "aic_gemm_engine", "gemm_dtype", ("bfloat16", "fp8"),
                    "gemm_perf.bf16_fp8.parquet",
                    ENGINE_GEMM_MEASURES[fw] + ": C[m,n] = A[m,k] @ W[k,n], latency per call, as AIConfigurator "
