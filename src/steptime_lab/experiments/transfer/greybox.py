@@ -135,6 +135,13 @@ REFERENCE_TAGS = {"physics": "", "roofline": "roof", "level": "lvl"}
 # time; issue 24, after seeing the held-out scores). The GEMM operators' readings are AIConfigurator cells, another measurement stack.
 REFERENCE_TERMS = {"vidur_step": tuple(GEMM_OPS)}
 N_DATASHEET = len(PG.datasheet("h100-sxm"))  # the trailing datasheet columns of every term's features
+# datasheet twins (issue 24, wave 39, helper grey9; fixed from the datasheet before any held-out score of it,
+# DESIGN.md 'Grey box: why it ranks GPUs worse'): GPUs whose `similarity_vector` distance is below this cannot be
+# told apart by any feature the corrections see (B200, GB200, B300, GB300: within 0.19; the next GPU, H200, 1.54
+# away), so a leave-one-GPU-out correction fitted on a target's twins carries their GPU-specific residual to it and
+# adds to the twins' pair-ratio error. With `GreyBox(leave_twins_out=True)` a target's twins leave its training set
+# with it, in the outer fit and in every inner CV fold
+TWIN_DISTANCE = 0.5
 
 
 def _gddr(gpu: str) -> float:
@@ -147,6 +154,12 @@ def similarity_vector(gpu: str) -> np.ndarray:
     g = get_gpu(gpu)
     return np.array([math.log2(g.peak_flops), math.log2(g.mem_bw), math.log2(g.peak_flops / g.mem_bw),
                      2.0 * _gddr(gpu), 0.5 * (int(g.sm_version) // 10)])
+
+
+def twins(gpu: str, gpus) -> tuple[str, ...]:
+    """The GPUs of `gpus` (other than `gpu`) within `TWIN_DISTANCE` of `gpu` in `similarity_vector` coordinates."""
+    z = similarity_vector(gpu)
+    return tuple(g for g in gpus if g != gpu and float(np.linalg.norm(similarity_vector(g) - z)) < TWIN_DISTANCE)
 
 
 def references_for(dataset: str) -> tuple[str, ...]:
@@ -386,7 +399,7 @@ def _mapes(est, d, shrinks=(1.0,), anchors=(1.0,), cols=None, reference="physics
 
 def fit_term(data: dict, target: str, *, fast: bool = True, seed: int = 0, bandwidths=None, fits: dict | None = None,
              shrinks=(1.0,), anchors=(1.0,), feature_sets=("all",), references=("physics",),
-             designs: dict | None = None, cv_size: dict | None = None):
+             designs: dict | None = None, cv_size: dict | None = None, leave_twins_out: bool = False):
     """`data`: {gpu: {F, base, meas, work, read_F, read_base, read_meas, read_work}} of the
     training GPUs (every cell but each GPU's readings; the readings apart). Returns the
     term model for `target` (the setting chosen by leave-one-GPU-out CV over these GPUs,
@@ -399,7 +412,8 @@ def fit_term(data: dict, target: str, *, fast: bool = True, seed: int = 0, bandw
     their design's content (`_design_key`) the caller keeps across terms and targets: a design built again is
     fitted once (with a Vidur stack factor `fits` is kept per target, yet a term the factor leaves alone gives
     the same designs for every target). `cv_size` (`cv_sizes`): the nested CV's fits take these tree sizes in
-    place of the final fit's (None: the final fit's own); the final fit is always `SIZES[fast]`."""
+    place of the final fit's (None: the final fit's own); the final fit is always `SIZES[fast]`. `leave_twins_out`: an
+    inner fold holding out H also leaves out H's datasheet twins (`twins`), as the target's own fit does."""
     from threadpoolctl import threadpool_limits
 
     data = {g: d for g, d in data.items() if len(d["base"])}
@@ -419,7 +433,8 @@ def fit_term(data: dict, target: str, *, fast: bool = True, seed: int = 0, bandw
         for held in gpus:
             d = _score_set(data[held], size["inner_rows_per_gpu"], seed + 7)
             errs["none"].append(float(np.mean(np.abs(d["base"] - d["meas"]) / d["meas"])))
-            inner = [g for g in gpus if g != held]
+            out = set(twins(held, gpus)) if leave_twins_out else set()
+            inner = [g for g in gpus if g != held and g not in out]
             for ref in references:
                 for fs in feature_sets:
                     cols = _cols(fs, d["F"].shape[1])
@@ -513,7 +528,7 @@ class GreyBox:
 
     def __init__(self, dataset: str, cells, constants_for, *, fast: bool = True, seed: int = 0,
                  reading_ids=None, bandwidths=None, shared: bool = False, shrinks=SHRINKS, anchors=ANCHORS,
-                 feature_sets=FEATURE_SETS, references=None, stack=None, cv_sizes=None):
+                 feature_sets=FEATURE_SETS, references=None, stack=None, cv_sizes=None, leave_twins_out=None):
         self.dataset, self.cells, self.constants_for = dataset, cells, constants_for
         # Vidur's measurement-stack factor (the Vidur step; `transfer.stack.VidurStack`): fitting target T, a GPU's
         # physics runs under its factor fitted on the Vidur GPUs other than itself and T (issue 24, wave 33, grey4)
@@ -521,6 +536,9 @@ class GreyBox:
             raise ValueError(f"a Vidur stack factor applies to the vidur_step table, not {dataset}")
         self.stack = stack
         self.shared = bool(shared)
+        # a target's datasheet twins leave its training set with it (`twins`); default: on, but for the shape-only
+        # (shared) box, which is reported as it was
+        self.leave_twins_out = (not self.shared) if leave_twins_out is None else bool(leave_twins_out)
         if self.shared and bandwidths is None:  # no similarity weighting either: one weight per training GPU
             bandwidths = (math.inf,)
         if self.shared and dataset not in SHAPE_COLUMNS:
@@ -617,7 +635,9 @@ class GreyBox:
 
     def fit(self, target: str):
         if target not in self._memo:
-            gpus = sorted(g for g in self.cells["gpu"].unique() if g != target)
+            every = sorted(self.cells["gpu"].unique())
+            gone = set(twins(target, every)) if self.leave_twins_out else set()
+            gpus = [g for g in every if g != target and g not in gone]
             models, cv = {}, {}
             for term in terms_of(self.dataset):
                 models[term], cv[term] = fit_term({g: self._training(g, target)[term] for g in gpus}, target,
@@ -627,7 +647,8 @@ class GreyBox:
                                                   shrinks=self.shrinks,
                                                   anchors=self.anchors, feature_sets=self.feature_sets,
                                                   references=term_references(self.dataset, term, self.references),
-                                                  designs=self._designs, cv_size=self.cv_sizes)
+                                                  designs=self._designs, cv_size=self.cv_sizes,
+                                                  leave_twins_out=self.leave_twins_out)
             first = terms_of(self.dataset)[0]
             info = {"gpus": gpus, "cells": int(sum(len(self._training(g, target)[first]["base"]) for g in gpus)),
                     "target_readings": 3,
@@ -643,6 +664,7 @@ class GreyBox:
                                 "GPU-normalised feature)" if self.shared else ""),
                     "shared": self.shared, "shrinks": list(self.shrinks), "anchors": list(self.anchors),
                     "feature_sets": list(self.feature_sets), "references": list(self.references),
+                    **({"twins_left_out": sorted(gone)} if gone else {}),
                     "setting": {t: m.name for t, m in models.items()},
                     "nested_cv_mape": cv,
                     **({"vidur_stack": {g: self.stack.factor(g, target) for g in [target] + gpus}}
@@ -659,6 +681,7 @@ class GreyBox:
                 "feature_sets": list(self.feature_sets), "references": list(self.references),
                 "anchor_kernel": ANCHOR_KERNEL.get(self.dataset),
                 **({"vidur_stack": True} if self.stack is not None else {}),
+                **({"leave_twins_out": TWIN_DISTANCE} if self.leave_twins_out else {}),
                 **({"cv_sizes": dict(self.cv_sizes)} if self.cv_sizes is not None else {}),
                 "bandwidths": [("inf" if not math.isfinite(h) else h) for h in (self.bandwidths or BANDWIDTHS[self.fast])]}
 
