@@ -471,16 +471,14 @@ def test_a_targets_twins_leave_its_training_set_and_every_inner_fold_with_it(mon
     law = lambda m, g: (1.3 - 0.3 * np.log2(m) / 12.0) * (1.2 if g == "b300" else 1.0)  # noqa: E731
     gpus = ("a100-sxm", "h100-sxm", "h200-sxm", "b200", "b300", "l40s")
     cells = _cells(gpus, law)
-    on = T.GreyBox("aic_gemm", cells, _defaults)  # the default: twins leave with the target
+    on = T.GreyBox("aic_gemm", cells, _defaults, leave_twins_out=True)
     info = on.fitted_on("b200")
     assert "b300" not in info["gpus"] and "b200" not in info["gpus"] and info["twins_left_out"] == ["b300"]
     assert on.settings()["leave_twins_out"] == G.TWIN_DISTANCE
-    off = T.GreyBox("aic_gemm", cells, _defaults, leave_twins_out=False)
+    off = T.GreyBox("aic_gemm", cells, _defaults)  # the pipeline's default: off (candidate 1 not kept)
     assert "b300" in off.fitted_on("b200")["gpus"] and "leave_twins_out" not in off.settings()
     with pytest.raises(ValueError, match="settings"):  # a cache fitted one way is not adopted the other
-        T.GreyBox("aic_gemm", cells, _defaults, leave_twins_out=False).adopt(on.fit_all())
-    # the shape-only box is reported as it was
-    assert not T.GreyBox("aic_gemm", cells, _defaults, shared=True).leave_twins_out
+        T.GreyBox("aic_gemm", cells, _defaults).adopt(on.fit_all())
     # inner folds: a held-out GPU's twins leave that fold's training set
     seen = []
     real = G._design
@@ -490,7 +488,7 @@ def test_a_targets_twins_leave_its_training_set_and_every_inner_fold_with_it(mon
         return real(data, inner, held, *a, **k)
 
     monkeypatch.setattr(G, "_design", spy)
-    fresh = T.GreyBox("aic_gemm", cells, _defaults)
+    fresh = T.GreyBox("aic_gemm", cells, _defaults, leave_twins_out=True)
     fresh.fit("h100-sxm")  # training a100, h200, b200, b300, l40s: b200 and b300 are twins
     folds = {h: inner for h, inner in seen if h in ("b200", "b300")}
     assert folds and "b300" not in folds.get("b200", ()) and "b200" not in folds.get("b300", ())

@@ -379,3 +379,28 @@ def test_held_out_reference_errors_score_each_gpu_on_cells_outside_the_ranking()
     ge, ae, sizes = R.held_out_reference_errors([wl], pd.concat(grows).assign(m=8), pd.concat(arows).assign(kv_len=2.0),
                                                 gpus, constants=c)
     assert ge == {} and ae == {} and sizes["gemm_cells"] == 0 and sizes["attention_cells"] == 0
+
+
+def test_twin_ordered_keeps_the_physics_order_within_twins_and_the_grey_box_across_groups():
+    from steptime_lab.experiments.ranking import GPUS, twin_groups, twin_ordered
+
+    groups = twin_groups(GPUS)
+    blackwell = [GPUS.index(g) for g in ("b200", "gb200", "b300", "gb300")]
+    assert sorted(blackwell) in groups and sum(len(g) for g in groups) == len(GPUS)
+    rng = np.random.default_rng(3)
+    phys = rng.uniform(1.0, 2.0, size=(20, len(GPUS)))
+    grey = phys * rng.uniform(0.8, 1.25, size=phys.shape)
+    key = twin_ordered(grey, phys, GPUS)
+    bw = np.asarray(blackwell)
+    for i in range(len(phys)):
+        assert list(np.argsort(key[i, bw])) == list(np.argsort(phys[i, bw]))  # the physics orders the twins
+        rep = bw[np.argmin(phys[i, bw])]
+        assert key[i, rep] == grey[i, rep]  # the group's fastest member at its own grey-box time
+    others = [j for j in range(len(GPUS)) if j not in blackwell]
+    assert np.array_equal(key[:, others], grey[:, others])  # a GPU without twins keeps its own
+    with pytest.raises(ValueError, match="GPUs"):
+        twin_ordered(grey[:, :3], phys[:, :3], GPUS)
+    bad = phys.copy()
+    bad[0, 0] = 0.0
+    with pytest.raises(ValueError, match="positive"):
+        twin_ordered(grey, bad, GPUS)

@@ -140,7 +140,8 @@ N_DATASHEET = len(PG.datasheet("h100-sxm"))  # the trailing datasheet columns of
 # told apart by any feature the corrections see (B200, GB200, B300, GB300: within 0.19; the next GPU, H200, 1.54
 # away), so a leave-one-GPU-out correction fitted on a target's twins carries their GPU-specific residual to it and
 # adds to the twins' pair-ratio error. With `GreyBox(leave_twins_out=True)` a target's twins leave its training set
-# with it, in the outer fit and in every inner CV fold
+# with it, in the outer fit and in every inner CV fold (tried, not kept: off in the pipeline). The ranking's twin
+# rule (`ranking.twin_ordered`) reads the same groups
 TWIN_DISTANCE = 0.5
 
 
@@ -528,7 +529,7 @@ class GreyBox:
 
     def __init__(self, dataset: str, cells, constants_for, *, fast: bool = True, seed: int = 0,
                  reading_ids=None, bandwidths=None, shared: bool = False, shrinks=SHRINKS, anchors=ANCHORS,
-                 feature_sets=FEATURE_SETS, references=None, stack=None, cv_sizes=None, leave_twins_out=None):
+                 feature_sets=FEATURE_SETS, references=None, stack=None, cv_sizes=None, leave_twins_out=False):
         self.dataset, self.cells, self.constants_for = dataset, cells, constants_for
         # Vidur's measurement-stack factor (the Vidur step; `transfer.stack.VidurStack`): fitting target T, a GPU's
         # physics runs under its factor fitted on the Vidur GPUs other than itself and T (issue 24, wave 33, grey4)
@@ -536,9 +537,9 @@ class GreyBox:
             raise ValueError(f"a Vidur stack factor applies to the vidur_step table, not {dataset}")
         self.stack = stack
         self.shared = bool(shared)
-        # a target's datasheet twins leave its training set with it (`twins`); default: on, but for the shape-only
-        # (shared) box, which is reported as it was
-        self.leave_twins_out = (not self.shared) if leave_twins_out is None else bool(leave_twins_out)
+        # a target's datasheet twins leave its training set with it (`twins`): grey9's candidate 1 (issue 24, wave 39),
+        # tried and not kept (E2.1's Blackwell rows lose more than E2.2 gains; DESIGN.md); off by default
+        self.leave_twins_out = bool(leave_twins_out)
         if self.shared and bandwidths is None:  # no similarity weighting either: one weight per training GPU
             bandwidths = (math.inf,)
         if self.shared and dataset not in SHAPE_COLUMNS:
