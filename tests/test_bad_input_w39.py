@@ -10,6 +10,7 @@ import pytest
 import yaml
 
 from refusals import clean, refuses
+from test_workflow import test_workdir  # noqa: F401 (the fixture: a scratch workflow with .test/ laid over it)
 
 ROOT = Path(__file__).resolve().parents[1]
 PLAN = ["plan", "--model", "llama-3.1-8b", "--n", "20", "--rate", "2", "--isl", "128", "--osl", "16", "--tp", "1",
@@ -136,19 +137,6 @@ def test_a_misspelt_literature_field_is_named(tmp_path):
     bad.write_text((ROOT / "config" / "literature.yaml").read_text().replace("    eta_class: peak", "    eta_clas: peak", 1))
     with pytest.raises(ValueError, match=r"unknown field 'eta_clas' \(did you mean eta_class\?"):
         load(bad)
-
-
-@pytest.fixture
-def test_workdir(tmp_path) -> Path:
-    """A scratch copy of the workflow and library with .test/ laid over it (as tests/test_workflow.py)."""
-    work = tmp_path / "work"
-    work.mkdir()
-    for name in ("Snakefile", "config", "workflow"):
-        src = ROOT / name
-        (shutil.copytree if src.is_dir() else shutil.copy)(src, work / name)
-    shutil.copytree(ROOT / "src", work / "src", ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
-    shutil.copytree(ROOT / ".test", work, dirs_exist_ok=True)
-    return work
 
 
 @pytest.mark.slow
