@@ -12,7 +12,8 @@
 #
 # A reviewer points at a number. Here: claim E1.4:2, the held-out MAPE of the whole host time
 # per step on A100 (E1.4:1 is the host floor fitted there). We follow E1.4 from the result file
-# back to the raw bytes, check that nothing changed since it was built, and recompute every
+# back to the raw bytes (through the settled GEMM constants and the results they were settled from,
+# as `steptime audit` does), check that nothing changed since it was built, and recompute every
 # claim from the tidy table and the library.
 
 # %%
@@ -31,14 +32,23 @@ assert "held-out MAPE" in pointed.claim and pointed.claim.startswith("a100-sxm")
 print(f"the number: {pointed.id} = {pointed.value} ({pointed.claim})")
 
 # %% [markdown]
-# ## The chain: result -> inputs (sha256 recorded vs now) -> raw files (manifest sha256 and source)
+# ## The chain: result -> settled files and other results -> tidy tables -> raw files
+#
+# `steptime audit E1.4 --verbose` follows the result's recorded inputs down to the raw bytes (a settled
+# constants file leads to the results it was settled from, a tidy table to the raw files its manifest tables
+# list), checks each recorded sha256 against the file now and each raw file against raw/MANIFEST.yaml, and
+# compares what it reached with what the registry declares. The same library report, printed here:
 
 # %%
-for i in a.inputs:
-    print("input", i["path"], "unchanged" if i["sha256_recorded"] == i["sha256_now"] else "CHANGED")
-for r in a.raw:
-    print("raw  ", r["path"], "matches manifest" if r["sha256_manifest"] == r["sha256_now"] else "MISMATCH",
-          "|", r["source"], r["version"], r["original_path"])
+from steptime_lab.audit import report  # noqa: E402
+
+print(report([a], verbose=True))
+routes = sorted({" -> ".join(rw["via"][:-1]) for rw in a.chain if len(rw["via"]) > 1})
+print(f"\n{len(routes)} routes from {a.result} to raw files:")
+for route in routes:
+    print("  ", route)
+assert not a.chain_breaks, a.chain_breaks  # no recorded input changed or missing between the result and raw/
+assert all(rw["sha256_now"] == rw["sha256_manifest"] for rw in a.chain if rw["sha256_manifest"]), "raw bytes moved"
 
 # %% [markdown]
 # ## Recompute the number from the tidy table and the library

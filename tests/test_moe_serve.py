@@ -177,3 +177,31 @@ def test_check_layout_lines_are_the_timers():
         StepTimer("qwen3-30b-a3b", "h100-sxm", tp=1, ep=16)
     assert moe_step.attention_geometry(get_model("deepseek-v3"), 8) == (16, 1, 576)
     assert moe_step.sliding_layers(get_model("gpt-oss-120b")) == 18
+
+
+def test_replicas_share_one_step_timer_with_the_same_run(monkeypatch):
+    """simulate_replicas (serve --ep E's data-parallel ranks, --replicas) builds ONE step timer for its identical
+    shares (until wave 39: one per share, E of them), and each share's run is bit for bit the run of that share on
+    a timer of its own (the tables grow on demand, the same numbers)."""
+    import steptime.serve.sim as sim
+    from steptime.serve import Workload
+
+    wl = synthetic(60, isl=256, osl=32, rate=6.0, seed=1)
+    pol = Policy("vllm", max_num_batched_tokens=2048, max_num_seqs=16)
+    built = []
+    real = sim.StepTimer
+
+    def counting(*a, **k):
+        built.append(k.get("max_tokens"))
+        return real(*a, **k)
+
+    monkeypatch.setattr(sim, "StepTimer", counting)
+    shared = simulate_replicas("qwen3-30b-a3b", "h100-sxm", wl, pol, 4, ep=4)
+    assert len(built) == 1
+    for i in range(4):
+        sel = np.arange(i, len(wl), 4)
+        own = simulate("qwen3-30b-a3b", "h100-sxm", Workload(wl.arrival[sel], wl.prompt[sel], wl.output[sel],
+                                                             None, wl.name), pol, ep=4)
+        mine = shared.requests[shared.requests["request"].isin(sel)].drop(columns="request").reset_index(drop=True)
+        assert mine.equals(own.requests.drop(columns="request", errors="ignore")), i
+    assert len(built) == 5  # each share on its own: one timer each

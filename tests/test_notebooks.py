@@ -92,3 +92,19 @@ def test_audit_claim_audits_the_claim_its_prose_names(monkeypatch):
     claims = {c.id: c for c in runpy.run_path(str(ROOT / "notebooks" / "audit_claim.py"))["a"].claims}
     c = claims[m.group(1)]
     assert c.claim.startswith("a100-sxm: held-out MAPE of the whole host time per step"), c.claim
+
+
+@pytest.mark.slow
+def test_audit_claim_shows_the_chain_steptime_audit_follows(monkeypatch, capsys):
+    """The notebook shows the chain `steptime audit <ID> --verbose` follows (result -> settled file -> the results
+    it was settled from -> tidy tables -> raw), printed by the library's own report: until wave 39 it listed only
+    the registry's declared raw files of E1.4 (two Vidur CSVs), not the GEMM tables reached through gemm.yaml."""
+    import runpy
+
+    from steptime_lab.audit import audit, report
+
+    monkeypatch.chdir(ROOT)
+    runpy.run_path(str(ROOT / "notebooks" / "audit_claim.py"))
+    out = capsys.readouterr().out
+    assert report(audit(ROOT, "E1.4"), verbose=True) in out  # the library's text, not a second rendering
+    assert "results/E1_4.json -> results/calibration/gemm.yaml -> results/E1_11.json -> results/data/gemm.parquet" in out

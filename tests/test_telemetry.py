@@ -501,3 +501,26 @@ def test_pace_profile_submits_every_collection_rule(tmp_path):
         assert " -p gpuq " in call and " -A acct " in call and " --exclusive " in call, call
     for call in set(calls) - set(collect):  # a reduction or a table: the CPU partition, no GPU
         assert " -p cpuq " in call and " -A acct " in call and "--gpus" not in call, call
+
+
+def test_e1_6_collects_the_max_q_card_its_question_names():
+    """E1.6 asks how far a Blackwell Max-Q card's clock droops below its boost; its raw file, and the collect command
+    a user pastes, must target the Max-Q spec entry (300 W, 2,288 MHz boost), which config/collect.yaml can submit.
+    Until wave 39 both named `rtx-pro-6000`, the 600 W Server Edition: the job went to that card, and the reduction
+    would have measured the droop against the Server Edition's 2,617 MHz boost."""
+    import shlex
+
+    import yaml
+
+    from steptime.specs import get_gpu
+
+    root = Path(__file__).parents[1]
+    e = yaml.safe_load((root / "config" / "experiments.yaml").read_text())["experiments"]["E1.6"]
+    assert "Max-Q" in e["question"]
+    collect_gpus = yaml.safe_load((root / "config" / "collect.yaml").read_text())["gpus"]
+    targets = [w for w in shlex.split(e["collect"], comments=True) if w.startswith("raw/telemetry/")]
+    assert targets == e["raw"]
+    for t in targets:
+        gpu = Path(t).parent.name
+        assert gpu in collect_gpus, t
+        assert "Max-Q" in get_gpu(gpu).name and get_gpu(gpu).key == gpu, (t, get_gpu(gpu).name)

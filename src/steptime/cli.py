@@ -419,9 +419,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 # an option a command does not take, but another does, and what to do instead (one line, with the refusal)
+_CONFIG_JSON = "a model's config.json is read through --model PATH (e.g. --model ./config.json); there is no --config"
 NOT_HERE = MappingProxyType({("plan", "--ep"): "steptime plan searches the expert-parallel degree itself for a "
                                                "mixture-of-experts model (multiples of each --tp); `steptime serve "
-                                               "--ep` simulates one"})
+                                               "--ep` simulates one",
+                             **{(cmd, "--config"): _CONFIG_JSON for cmd in ("predict", "serve", "plan")}})
 
 
 def refuse_unknown(parser, cmd: str, extra: list) -> None:
@@ -433,12 +435,26 @@ def refuse_unknown(parser, cmd: str, extra: list) -> None:
     parser.commands[cmd].error(f"{msg}: {hint}" if hint else msg)
 
 
+def not_here(argv: list[str]) -> list[str]:
+    """The options of argv (with the value after each) that NOT_HERE says its command does not take: refused before
+    the parse, so the advice comes first (wave 39: `steptime predict --config c.json` was refused for lacking --model,
+    not told that --model reads a config.json)."""
+    out = []
+    for i, x in enumerate(argv[1:], 1):
+        if (argv[0], x.split("=")[0]) in NOT_HERE:
+            out += argv[i:i + 2] if "=" not in x and i + 1 < len(argv) and not argv[i + 1].startswith("--") else [x]
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = build_parser()
     try:
         if argv and argv[0] == "data":
             return cmd_data(None, argv[1:])
+        early = not_here(argv) if argv else []
+        if early:
+            refuse_unknown(parser, argv[0], early)
         a, extra = parser.parse_known_args(argv)
         if extra:
             refuse_unknown(parser, a.cmd, extra)

@@ -269,6 +269,15 @@ def yaml_load(source: Any) -> Any:
     return yaml.load(source, Loader=_yaml_loader())
 
 
+def yaml_problem(exc) -> str:
+    """A YAML parse error in one line: where (line) and what, without PyYAML's multi-line context (wave 39: a
+    truncated raw/MANIFEST.yaml printed four lines of scanner context inside one `steptime data verify` item)."""
+    mark = getattr(exc, "problem_mark", None)
+    where = f" at line {mark.line + 1}" if mark is not None else ""
+    what = getattr(exc, "problem", None) or type(exc).__name__
+    return f"YAML error{where}: {str(what)[:80]}"
+
+
 def read_yaml(path: str | os.PathLike) -> Any:
     """The YAML document in the file at `path` (yaml_load)."""
     with open(path, encoding="utf-8") as fh:

@@ -159,15 +159,6 @@ def expert_parallel_degrees(model, tp: int, eps=None) -> tuple:
 MAX_JOBS = 1024
 
 
-def _key_or_name(get, name):
-    """The key `get` resolves `name` to, or `name` itself where it resolves to nothing (an unknown GPU is left out
-    with a note later, not refused here)."""
-    try:
-        return get(name).key
-    except SteptimeError:
-        return name
-
-
 def _check_counts(values, what: str, empty: bool = False) -> tuple:
     """A search list of whole numbers in [1, MAX_INSTANCES], each once (replica counts, expert-parallel degrees);
     `empty`: an empty list searches none of that kind (replicas=(): disaggregated layouts only)."""
@@ -666,8 +657,8 @@ def plan(model, workload, *, slo_ttft_s=None, slo_tpot_s=None, slo_itl_s=None, p
 
     `share=False` simulates every layout on its own even where its knobs do not bind (see evaluate_group;
     the answers are the same, bit for bit: tests/test_plan.py).
-    `prices`: a dict from load_prices (default: the shipped table). Unknown GPUs are left out
-    with a note; a Ctrl-C stops the search and returns what was evaluated (interrupted=True).
+    `prices`: a dict from load_prices (default: the shipped table). An unknown GPU is refused
+    (PlanError naming it); a Ctrl-C stops the search and returns what was evaluated (interrupted=True).
     """
     import time
 
@@ -734,20 +725,18 @@ def plan(model, workload, *, slo_ttft_s=None, slo_tpot_s=None, slo_itl_s=None, p
         from steptime.specs.engines import DTYPES as known_dtypes
     for d in dtypes:  # a typo would drop every layout of it, one by one, for the same reason
         check_choice(d, f"dtype to search for {m.key}", known_dtypes)
-    for what, v in (("gpus", [_key_or_name(get_gpu, g) for g in gpus]),
+    known = []
+    for g in gpus:  # a typo is refused, as an engine's or a dtype's: left out with a note (until wave 39), it narrowed
+        try:        # the search without a word on the exit code, and the plan's "best" was the best of the rest
+            known.append(get_gpu(g).key)
+        except SteptimeError as exc:
+            raise PlanError(f"GPU to search (--gpus): {exc}") from None
+    for what, v in (("gpus", known),
                     ("engines", [get_engine(e).key for e in engines]), ("dtypes", dtypes), ("tp degrees", tps),
                     ("max_num_seqs values", seqs), ("token budgets", budgets)):
         _check_distinct(v, what)
     res = PlanResult(slo=(slo_ttft_s, slo_tpot_s, slo_itl_s), percentile=float(percentile), objective=objective,
                      headroom=headroom)
-    known = []
-    for g in gpus:
-        try:
-            known.append(get_gpu(g).key)
-        except SteptimeError as exc:
-            res.notes.append(f"left out: {exc}")
-    if not known:
-        raise PlanError("no known GPU to search: " + "; ".join(res.notes))
     res.prices = load_prices() if prices is None else _check_prices(prices)
     constants = constants or Constants.default()
     res.uncalibrated = frozenset(uncalibrated_gpus(known, constants))

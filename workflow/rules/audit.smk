@@ -113,4 +113,6 @@ rule paper:
 
 
 with open("config/paper_figures.yaml") as _fh:
-    PAPER_FIGURES = yaml_load(_fh)["figures"]
+    PAPER_FIGURES = yaml_load(_fh)
+validate_file(PAPER_FIGURES, "../schemas/paper_figures.schema.yaml", "config/paper_figures.yaml")
+PAPER_FIGURES = PAPER_FIGURES["figures"]

@@ -19,7 +19,23 @@ def yaml_load(stream):
     return yaml.load(stream, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
 
 
-validate(config, "../schemas/config.schema.yaml")
+def validate_file(doc, schema, where):
+    """snakemake's validate with the file named: its error says "Error validating config file." whichever file it
+    was (config/tables.yaml, collect.yaml ...) and prints the schema; this says `<file> does not validate against
+    <schema>: <what> (at <where in it>)` in one line (wave 39)."""
+    try:
+        validate(doc, schema)
+    except WorkflowError as exc:
+        lines = str(exc.args[0] if exc.args else exc).splitlines()
+        what = next((ln.split(": ", 1)[1] for ln in lines if ln.startswith("ValidationError: ")), None)
+        if what is None:
+            raise
+        at = next((ln[len("On "):].rstrip(":") for ln in lines if ln.startswith("On instance[")), None)
+        raise WorkflowError(f"{where} does not validate against workflow/schemas/{Path(schema).name}: {what}"
+                            + (f" (at {at})" if at else "")) from None
+
+
+validate_file(config, "../schemas/config.schema.yaml", "config/config.yaml (with any --configfile)")
 
 
 def two_threads_if_room(wildcards=None):
@@ -36,12 +52,12 @@ def two_threads_if_room(wildcards=None):
 
 with open(config["experiments"]) as _fh:
     _REGISTRY = yaml_load(_fh)
-validate(_REGISTRY, "../schemas/experiments.schema.yaml")
+validate_file(_REGISTRY, "../schemas/experiments.schema.yaml", config["experiments"])
 EXPERIMENTS = _REGISTRY["experiments"]
 
 with open("config/collect.yaml") as _fh:
     COLLECT = yaml_load(_fh)
-validate(COLLECT, "../schemas/collect.schema.yaml")
+validate_file(COLLECT, "../schemas/collect.schema.yaml", "config/collect.yaml")
 
 # The names the library knows (its spec tables): every {gpu} and {model} wildcard is one of them
 # (the wildcard_constraints in the Snakefile), and config/collect.yaml may name no other.
@@ -366,7 +382,7 @@ def results_and_e2_7():
 RAW_MANIFEST = "raw/MANIFEST.yaml"
 with open("config/tables.yaml") as _fh:
     TABLES = yaml_load(_fh)
-validate(TABLES, "../schemas/tables.schema.yaml")
+validate_file(TABLES, "../schemas/tables.schema.yaml", "config/tables.yaml")
 TABLES = TABLES["tables"]
 # raw files per manifest table (read once, at parse time); a missing manifest stops the build
 missing_raw([RAW_MANIFEST], "every tidy table")

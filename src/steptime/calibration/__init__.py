@@ -38,7 +38,7 @@ import numpy as np
 from steptime.errors import CalibrationLeakError, InputError
 from steptime.specs import engines as E
 from steptime.terms.comm_bounds import check_updates
-from steptime.io import atomic_path, read_yaml, yaml_load
+from steptime.io import atomic_path, read_yaml, yaml_load, yaml_problem
 from steptime.readonly import ReadOnlyDict
 from steptime.validation import MAX_SETTLED_BYTES, check_regular_file
 
@@ -394,12 +394,13 @@ def _read_input_yaml(path) -> dict:
     except OSError as exc:
         raise InputError(f"{p}: cannot read ({exc.strerror or exc})") from None
     try:
-        return yaml_load(text)
+        doc = yaml_load(text)
     except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" at line {mark.line + 1}" if mark is not None else ""
-        what = getattr(exc, "problem", None) or type(exc).__name__
-        raise InputError(f"{p}: not a constants file (YAML error{where}: {str(what)[:80]})") from None
+        raise InputError(f"{p}: not a constants file ({yaml_problem(exc)})") from None
+    if text and not text.endswith("\n"):  # a truncated copy that still parses would ship its first entries only
+        raise InputError(f"{p}: ends mid-line (every settled or constants file the pipeline writes ends with a "
+                         "newline): truncated? copy it again from results/calibration/")
+    return doc
 
 
 _UPDATE_KEYS = ("scope", "name", "value", "provenance", "source")

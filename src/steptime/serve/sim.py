@@ -67,6 +67,8 @@ SHORT_RUN = 24  # runs up to this many iterations are timed in Python floats (nu
 PROGRESS_STEPS = 20000  # a progress bar's step count is refreshed every this many simulated iterations
 
 
+# simulate's keywords that shape its step timer (replay_timer's): simulate_replicas builds one timer from them
+TIMER_KEYS = ("tp", "constants", "f_clk", "kv_dtype", "engine", "dtype", "ep", "moe_constants")
 CHUNK = "sarathi chunk (--chunk)"  # the name of sarathi's token budget in its refusals (the API's chunk=, the CLI's)
 
 
@@ -981,6 +983,21 @@ def timer_tokens(workload: Workload, budget: int, max_num_seqs: int) -> int:
     return int(min(budget, 1 << 16, max(int(whole[-k:].sum()), 1)))
 
 
+def replay_timer(model, gpu, workloads, pol: Policy, *, tp: int = 1, constants=None, f_clk=None,
+                 kv_dtype: str = "bf16", engine=None, dtype: str | None = None, ep: int = 1,
+                 moe_constants=None) -> StepTimer:
+    """The one step timer that replays each of `workloads` under `pol` (one instance's, or all of identical
+    replicas' and data-parallel ranks' shares: their steps are timed alike, so one timer serves them all; wave 39,
+    `serve --ep 8` built eight). Its first tables are sized for the largest share (timer_tokens); they grow on
+    demand, bit for bit the same, so the sizing never moves a step time."""
+    return StepTimer(model, gpu, tp=tp, constants=constants, f_clk=f_clk, kv_dtype=kv_dtype, engine=engine,
+                     dtype=dtype, max_tokens=max(timer_tokens(w, pol.budget, pol.max_num_seqs) for w in workloads),
+                     # no step runs more requests than a workload holds: a --batch of 10**5 over 10 requests
+                     # asks for 10 rows
+                     max_requests=min(pol.max_num_seqs, max(len(w) for w in workloads)), ep=ep,
+                     moe_constants=moe_constants)
+
+
 def simulate(model, gpu, workload: Workload, pol: Policy | str = "vllm", *, tp: int = 1, timer: StepTimer | None = None,
              engine=None, dtype: str | None = None, constants=None, f_clk=None, kv_dtype: str = "bf16",
              progress: bool = False, fast: bool = True, deadline=None, estimator=None, ep: int = 1,
@@ -1006,13 +1023,8 @@ def simulate(model, gpu, workload: Workload, pol: Policy | str = "vllm", *, tp: 
     pol = pol if isinstance(pol, Policy) else policy(pol, **policy_kw)
     if pol.name == "disagg":
         raise ServeError("the disagg policy needs two pools: use simulate_disagg")
-    timer = timer or StepTimer(model, gpu, tp=tp, constants=constants, f_clk=f_clk, kv_dtype=kv_dtype,
-                               engine=engine, dtype=dtype,
-                               max_tokens=timer_tokens(workload, pol.budget, pol.max_num_seqs),
-                               # no step runs more requests than the workload holds (the table grows on demand,
-                               # bit for bit the same): a --batch of 10**5 over 10 requests asks for 10 rows
-                               max_requests=min(pol.max_num_seqs, len(workload)), ep=ep,
-                               moe_constants=moe_constants)
+    timer = timer or replay_timer(model, gpu, [workload], pol, tp=tp, constants=constants, f_clk=f_clk,
+                                  kv_dtype=kv_dtype, engine=engine, dtype=dtype, ep=ep, moe_constants=moe_constants)
     bar = None
     if progress:
         from tqdm import tqdm
@@ -1046,16 +1058,21 @@ def simulate_replicas(model, gpu, workload: Workload, pol: Policy, replicas: int
         return simulate(model, gpu, workload, pol, **kw)
     closed = workload.concurrency
     active = min(replicas, int(closed)) if closed else replicas
-    runs = []
+    shares = []
     for i in range(active):
         sel = np.arange(i, len(workload), active)
         share = None if not closed else int(closed) // active + (i < int(closed) % active)
         if sel.size:
-            sub = Workload(workload.arrival[sel], workload.prompt[sel], workload.output[sel], share,
-                           workload.name)
-            r = simulate(model, gpu, sub, pol, **kw)
-            r.requests["request"] = sel
-            runs.append(r)
+            shares.append((sel, Workload(workload.arrival[sel], workload.prompt[sel], workload.output[sel], share,
+                                         workload.name)))
+    if kw.get("timer") is None and isinstance(pol, Policy):  # one timer for the identical replicas (wave 39)
+        kw["timer"] = replay_timer(model, gpu, [sub for _, sub in shares], pol,
+                                   **{k: kw[k] for k in TIMER_KEYS if k in kw})
+    runs = []
+    for sel, sub in shares:
+        r = simulate(model, gpu, sub, pol, **kw)
+        r.requests["request"] = sel
+        runs.append(r)
     return _merge(runs, sort=True)
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from steptime.io import read_yaml
+from steptime.io import read_yaml, yaml_problem
 from steptime_lab.data import schemas
 from steptime_lab.data.checks import aggregate_duplicates, fail_rows, read_parquet, run_schema, time_factor
 from steptime_lab.data.manifest import Entry, load_manifest
@@ -264,4 +264,4 @@ def load_aic_system(gpu, *, root=None) -> dict:
     try:
         return read_yaml(ents[0].checked_path)
     except (OSError, yaml.YAMLError) as exc:
-        raise DataError(f"{ents[0].rel}: unreadable: {exc}") from None
+        raise DataError(f"{ents[0].rel}: unreadable: {yaml_problem(exc) if isinstance(exc, yaml.YAMLError) else exc}") from None

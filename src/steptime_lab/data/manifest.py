@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from steptime.errors import DataError
-from steptime.io import ENV_ROOT, MANIFEST_REL, file_sha256, find_root, read_yaml  # noqa: F401 (re-exported)
+from steptime.io import ENV_ROOT, MANIFEST_REL, file_sha256, find_root, read_yaml, yaml_problem  # noqa: F401 (re-exported)
 
 # written by the pipeline's own collection rules (workflow/rules/collect.smk) and read by their
 # parsers (steptime_collect), not through the manifest; a loader does not refuse raw/ for them
@@ -97,7 +97,7 @@ def _read(path: str, mtime_ns: int, size: int) -> dict:
     try:
         doc = read_yaml(path)
     except yaml.YAMLError as exc:
-        raise DataError(f"{path}: not valid YAML: {exc}") from None
+        raise DataError(f"{path}: not valid YAML ({yaml_problem(exc)})") from None
     if not isinstance(doc, dict) or not isinstance(doc.get("files"), list):
         raise DataError(f"{path}: expected a mapping with a 'files' list")
     for i, e in enumerate(doc["files"]):

@@ -7,7 +7,7 @@ import os
 from pathlib import Path
 
 from steptime.errors import DataError
-from steptime.io import atomic_path, read_yaml
+from steptime.io import atomic_path, read_yaml, yaml_problem
 from steptime_lab.data import schemas
 from steptime_lab.data.checks import run_schema
 
@@ -100,7 +100,8 @@ def read_entry(entry):
         try:
             doc = read_yaml(entry.checked_path)
         except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
-            raise DataError(f"{entry.rel}: unreadable YAML: {exc}") from None
+            why = yaml_problem(exc) if isinstance(exc, yaml.YAMLError) else exc
+            raise DataError(f"{entry.rel}: unreadable YAML: {why}") from None
         if not isinstance(doc, dict):
             raise DataError(f"{entry.rel}: row all, column all: expected a YAML mapping")
         return None
