@@ -732,12 +732,14 @@ DIAGNOSIS_DISCLOSED = (
     "Wave 31 (helper rank) added decode_floor_modes after seeing the scores: the floor regime (KV <= 256), the "
     "1 us step, the Blackwell siblings as one lane and the lower level as the group's minimum were chosen with "
     "the top-1 and its confusions known; it is a property of the measured table and changes no predictor or score. "
-    "Wave 39 (helper grey9) scores the grey box's ranking claims on steptime_residual_twins (datasheet twins ordered "
-    "by the physics, the groups by the grey box): the rule and the twin groups (similarity distance < 0.5) were "
+    "Wave 39 (helper grey9) adds steptime_residual_twins (datasheet twins ordered by the physics, the groups by the "
+    "grey box), scored in a claim of its own after the near-tie claim; the grey box's ranking claims still score the "
+    "grey box's own predictions (the lead's decision: the pre-registered predictor keeps its claims). The rule and "
+    "the twin groups (similarity distance < 0.5) were "
     "written down after the grey box's and the physics' E2.2 scores had been seen and before this ranking's own "
     "score was computed; it was kept over a second candidate (twins left out of each other's grey-box fits, which "
     "cost E2.1 24.7 MAPE points) after both candidates' scores were seen; by construction its top-1 equals the "
-    "physics' wherever every pick is a datacenter Blackwell. The raw grey box's ranking is reported beside it.")
+    "physics' wherever every pick is a datacenter Blackwell.")
 NOISE_SIGMAS = (0.005, 0.01, 0.02, 0.03)  # independent log-normal errors for the attainable-top-1 reference
 NOISE_DRAWS = 200
 
@@ -962,12 +964,10 @@ def ranking_document(res, wls, meas, home_gpu: str | None, targets: dict) -> dic
                             "pairs (predicted ties excluded)", target=0, met=s["pair_wrong"] == 0, key="wrong", op="==",
                             unit="pairs"))
         if "steptime_residual" in by and set_name == "all" and "greybox_top1" in targets:
-            # the grey box ranks with datasheet twins ordered by the physics where run() gave that ranking
-            gkey = "steptime_residual_twins" if "steptime_residual_twins" in by else "steptime_residual"
-            how = (" (datasheet twins B200 / GB200 / B300 / GB300 ordered by the physics, the groups by the grey box)"
-                   if gkey == "steptime_residual_twins" else "")
-            gs, t1, reg = by[gkey], targets["greybox_top1"], targets["greybox_max_regret"]
-            claims.append(claim(f"GPU set '{set_name}': the grey box's (steptime_residual) tie-aware top-1 pick{how} "
+            # the grey box's own predictions, ranked as they are (the twin-ordered variant is reported after the
+            # near-tie claim: it was chosen after the grey box's E2.2 score was seen; wave 39, the lead)
+            gs, t1, reg = by["steptime_residual"], targets["greybox_top1"], targets["greybox_max_regret"]
+            claims.append(claim(f"GPU set '{set_name}': the grey box's (steptime_residual) tie-aware top-1 pick "
                                 "matches the measured fastest GPU", gs["top1"],
                                 f">= {t1} of {gs['workloads']} workloads (ties {gs['top1_ties']}, misses "
                                 f"{gs['top1_misses']})", target=t1, met=gs["top1"] >= t1, op=">=", unit="fraction of workloads"))
@@ -1046,15 +1046,16 @@ def ranking_document(res, wls, meas, home_gpu: str | None, targets: dict) -> dic
             "unbiased error of that size would give; per GPU how often it is the measured best, a hit and picked"))
     allg = res["scores"].get("all", {})
     if "steptime_residual_twins" in allg and "greybox_top1" in targets:  # after the near-tie claim: ids stay
-        raw = allg["steptime_residual"]
+        tw = allg["steptime_residual_twins"]
         claims.append(claim(
-            "GPU set 'all': the grey box's own per-GPU predictions ranked as they are (no twin rule): its "
-            "leave-one-GPU-out corrections carry each datasheet twin's siblings' residual, not its own",
-            {"top1": raw["top1"], "top1_regret_max": raw["top1_regret_max"], "pair_wrong": raw["pair_wrong"],
-             "twin_rule_pair_wrong": allg["steptime_residual_twins"]["pair_wrong"]},
-            f"tie-aware top-1 over {raw['workloads']} workloads (target {targets['greybox_top1']}), the largest wrong "
-            "pick's measured slowdown and the pairs ordered wrongly, beside the pairs the twin-ordered ranking "
-            "orders wrongly", target=targets["greybox_top1"], key="top1", met=raw["top1"] >= targets["greybox_top1"],
+            "GPU set 'all': the grey box ranked with datasheet twins (B200 / GB200 / B300 / GB300) ordered by the "
+            "physics and the groups by the grey box (steptime_residual_twins; chosen after the grey box's own E2.2 "
+            "score was seen: its leave-one-GPU-out corrections carry each twin's siblings' residual, not its own)",
+            {"top1": tw["top1"], "top1_regret_max": tw["top1_regret_max"], "pair_wrong": tw["pair_wrong"],
+             "grey_box_pair_wrong": allg["steptime_residual"]["pair_wrong"]},
+            f"tie-aware top-1 over {tw['workloads']} workloads (target {targets['greybox_top1']}), the largest wrong "
+            "pick's measured slowdown and the pairs ordered wrongly, beside the pairs the grey box's own ranking "
+            "orders wrongly", target=targets["greybox_top1"], key="top1", met=tw["top1"] >= targets["greybox_top1"],
             op=">=", unit="fraction of workloads"))
     metrics = {"by_gpu_set": {k: v for k, v in res["scores"].items()},
                "workloads": [dict(w, measured_ms={g: float(x) for g, x in zip(GPUS, meas[i])},
@@ -1127,7 +1128,7 @@ def plot_ranking(res, stem):
         "artifact E2.6 re-scores. The home RF verbatim predicts the same time on every GPU (all ties). "
         "steptime_residual is the grey box: steptime's GEMM and attention terms times corrections fitted on the "
         "other GPUs' tables; steptime_residual_twins its ranking with datasheet twins (B200, GB200, B300, GB300) ordered by "
-        "the physics and the groups by the grey box (the grey box's claims score this one); steptime_residual_shared the "
+        "the physics and the groups by the grey box (reported beside the grey box's own ranking); steptime_residual_shared the "
         "same with corrections that see the cell's shape only."))
 
 
