@@ -42,6 +42,9 @@ def test_a_family_above_its_expert_limit_is_no_candidate_and_its_router_prices_i
     big = (d.num_experts > 256).to_numpy()
     assert np.array_equal(limited[big], cut[big]) and np.array_equal(limited[~big], both[~big])
     assert (trt[big] < cut[big]).all()   # without the limit the faster law would have taken them
+    # a cell no law of its dtype may price is refused, not left unpriced
+    with pytest.raises(ValueError, match=r"no law of nvfp4 on b200 runs shapes of \[384\] experts"):
+        E.predict(d, {"nvfp4": fast}, law_opts={"nvfp4": {"max_experts": 256}})
     # the family's own router: its law priced under balanced_grouped_8_4 on the balanced cells
     routed = E.predict(d, {"nvfp4": fast}, law_opts={"nvfp4": {"routing": "balanced_grouped_8_4"}})
     r = d.iloc[[1, 3]]   # 128 experts, EP 4, 16 and 4,096 tokens

@@ -141,6 +141,7 @@ def _groups(d: pd.DataFrame) -> list:
 def _predict_groups(groups: list, n: int, per_dtype: dict, scales: dict | None, regime: str,
                     unscaled: frozenset = frozenset(), law_opts: dict | None = None) -> np.ndarray:
     out = np.full(n, np.nan)
+    allowed = np.zeros(n, dtype=bool)   # cells some law of their dtype is a candidate for
     gpus = {grp[0] for grp in groups}
     mcs = {}   # one constants object per law for every group of the call (a GPU reads its own scales from it)
     for g, dt, ds, pos, a, loads in groups:
@@ -159,9 +160,14 @@ def _predict_groups(groups: list, n: int, per_dtype: dict, scales: dict | None, 
                                       a["num_experts"], get_gpu(g), mcs[key, dt], tp=a["moe_tp"], ep=a["moe_ep"],
                                       dtype=dt, routing=routing, regime=regime, family="", load_cache=loads)
             t = r["t"] * 1e3
-            if "max_experts" in opt:   # a family that does not run shapes of more experts: not a candidate there
-                t = np.where(a["num_experts"] <= opt["max_experts"], t, np.nan)
-            out[pos] = np.fmin(out[pos], t)
+            ok = a["num_experts"] <= opt["max_experts"] if "max_experts" in opt else np.ones(len(t), dtype=bool)
+            # a family that does not run shapes of more experts is no candidate there
+            out[pos] = np.fmin(out[pos], np.where(ok, t, np.nan))
+            allowed[pos] |= ok
+        if laws and not allowed[pos].all():
+            bad = sorted({int(e) for e in a["num_experts"][~allowed[pos]]})
+            raise ValueError(f"no law of {dt} on {g} runs shapes of {bad} experts (each family's max_experts): the "
+                             f"cell would go unpriced")
     return out
 
 
@@ -179,7 +185,7 @@ def predict(d: pd.DataFrame, per_dtype: dict, scales: dict | None = None, *, reg
     return _predict_groups(_groups(d), len(d), per_dtype, scales, regime, frozenset(unscaled), law_opts)
 
 
-# Per engine, the kernel families whose collector runs them other than the engine's other families
+# Per engine, the kernel families its collector times unlike its others
 # (E3.1, issue 20, wave 39, helper trtlaw): {framework: {family: {"max_experts": the most experts of a shape the family
 # runs (above, its law is no candidate for the cell), "routing": the router its balanced cells were timed under}}}.
 # TensorRT-LLM's min-latency (TRT-LLM-gen) fused MoE, as AIConfigurator's TRT-LLM collector times it
