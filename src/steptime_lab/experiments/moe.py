@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import struct
 from collections import OrderedDict
+from types import MappingProxyType
 
 import numpy as np
 import pandas as pd
@@ -113,8 +114,13 @@ def cell_routing(d: pd.DataFrame) -> np.ndarray:
     grouped = grouped_routing_shapes()
     dist = dist.tolist()   # plain Python values (fast to iterate; an Arrow-backed column is not)
     shape = zip(*(d[c].astype(int).tolist() for c in ("hidden_size", "inter_size", "topk", "num_experts")))
-    return np.array([grouped.get(sh, "balanced") if ds == "balanced" else _routing(ds)
-                     for ds, sh in zip(dist, shape)], dtype=object)
+    out = np.array([grouped.get(sh, "balanced") if ds == "balanced" else _routing(ds)
+                    for ds, sh in zip(dist, shape)], dtype=object)
+    if "routing" in d:   # a balanced cell's router named by its kernel family (FAMILY_OPTIONS' routing)
+        own = d["routing"].tolist()
+        out = np.array([r if ds == "balanced" and isinstance(r, str) else o for r, ds, o in zip(own, dist, out)],
+                       dtype=object)
+    return out
 
 
 _COLS = ("num_tokens", "hidden_size", "inter_size", "topk", "num_experts", "moe_tp", "moe_ep")
@@ -133,8 +139,9 @@ def _groups(d: pd.DataFrame) -> list:
 
 
 def _predict_groups(groups: list, n: int, per_dtype: dict, scales: dict | None, regime: str,
-                    unscaled: frozenset = frozenset()) -> np.ndarray:
+                    unscaled: frozenset = frozenset(), law_opts: dict | None = None) -> np.ndarray:
     out = np.full(n, np.nan)
+    allowed = np.zeros(n, dtype=bool)   # cells some law of their dtype is a candidate for
     gpus = {grp[0] for grp in groups}
     mcs = {}   # one constants object per law for every group of the call (a GPU reads its own scales from it)
     for g, dt, ds, pos, a, loads in groups:
@@ -146,19 +153,81 @@ def _predict_groups(groups: list, n: int, per_dtype: dict, scales: dict | None, 
                 mcs[key, dt] = M.MoEConstants(values={f"{k}:{dt}": v for k, v in per_dtype[key].items()},
                                               per_gpu={x: {} if key in unscaled else (scales or {}).get(x, {})
                                                        for x in gpus})
+            opt = (law_opts or {}).get(key, {})
+            # a law whose family runs balanced cells under its own router (FAMILY_OPTIONS' routing) prices them so
+            routing = opt["routing"] if "routing" in opt and _balanced(ds) else _routing(ds)
             r = M.routed_experts_time(a["num_tokens"], a["hidden_size"], a["inter_size"], a["topk"],
                                       a["num_experts"], get_gpu(g), mcs[key, dt], tp=a["moe_tp"], ep=a["moe_ep"],
-                                      dtype=dt, routing=_routing(ds), regime=regime, family="", load_cache=loads)
-            out[pos] = np.fmin(out[pos], r["t"] * 1e3)
+                                      dtype=dt, routing=routing, regime=regime, family="", load_cache=loads)
+            t = r["t"] * 1e3
+            ok = a["num_experts"] <= opt["max_experts"] if "max_experts" in opt else np.ones(len(t), dtype=bool)
+            # a family that does not run shapes of more experts is no candidate there
+            out[pos] = np.fmin(out[pos], np.where(ok, t, np.nan))
+            allowed[pos] |= ok
+        if laws and not allowed[pos].all():
+            bad = sorted({int(e) for e in a["num_experts"][~allowed[pos]]})
+            raise ValueError(f"no law of {dt} on {g} runs shapes of {bad} experts (each family's max_experts): the "
+                             f"cell would go unpriced")
     return out
 
 
+def _balanced(ds: str) -> bool:
+    """Whether a cell routing (cell_routing) is the collector's balanced router (plain or group-limited)."""
+    return ds == "balanced" or ds.startswith(M.GROUPED_PREFIX)
+
+
 def predict(d: pd.DataFrame, per_dtype: dict, scales: dict | None = None, *, regime: str = REGIME,
-            unscaled=()) -> np.ndarray:
+            unscaled=(), law_opts: dict | None = None) -> np.ndarray:
     """Predicted ms per cell, law constants per dtype ({dtype or dtype@family: {param: value}}; several families of
     a dtype: the fastest), optional per-GPU scales {gpu: {s_floor, s_mem, s_c}}, not applied to the laws named in
-    `unscaled`; routing from each cell's distribution."""
-    return _predict_groups(_groups(d), len(d), per_dtype, scales, regime, frozenset(unscaled))
+    `unscaled`; routing from each cell's distribution; `law_opts` {law key: family_options(...)} (a family's own
+    router for balanced cells, the most experts it runs)."""
+    return _predict_groups(_groups(d), len(d), per_dtype, scales, regime, frozenset(unscaled), law_opts)
+
+
+# Per engine, the kernel families its collector times unlike its others
+# (E3.1, issue 20, wave 39, helper trtlaw): {framework: {family: {"max_experts": the most experts of a shape the family
+# runs (above, its law is no candidate for the cell), "routing": the router its balanced cells were timed under}}}.
+# TensorRT-LLM's min-latency (TRT-LLM-gen) fused MoE, as AIConfigurator's TRT-LLM collector times it
+# (collector/trtllm/collect_moe.py): run for nvfp4 on SM100 only where the model has at most 256 experts ("DS router
+# only support up to 256 experts"), and always through DeepSeek-V3's gate with n_group 8 and topk_group 4 ("all use
+# deepseek setting for now") on the balanced router's logits. OBSERVED: its cells do not follow the balanced router's
+# EP scaling (Mixtral on GB200, 4,096 tokens: 0.51 ms at EP 1, 2, 4 and 8; Qwen3-235B-A22B 16,384 tokens: 1.10 / 1.31
+# / 1.01 / 0.86 ms at EP 1 / 2 / 4 / 8, where the CUTLASS rows take 2.62 / 1.67 / 0.73 / 0.53). vLLM's `trtllm`
+# family (FlashInfer's TRT-LLM MoE under vLLM's collector) is other rows and takes none of this.
+MIN_LATENCY_MAX_EXPERTS = 256
+MIN_LATENCY_ROUTING = f"{M.GROUPED_PREFIX}8_4"
+FAMILY_OPTIONS = MappingProxyType({"trtllm": MappingProxyType({"trtllm": MappingProxyType(
+    {"max_experts": MIN_LATENCY_MAX_EXPERTS, "routing": MIN_LATENCY_ROUTING})})})
+
+
+# what was chosen after an engine's held-out scores had been seen (its metrics' `disclosed`; vLLM's is document()'s)
+ENGINE_DISCLOSED = MappingProxyType({"trtllm": (
+    "Wave 39 (helper trtlaw): the min-latency (TRT-LLM-gen) family's options (FAMILY_OPTIONS: no candidate above 256 "
+    "experts, its balanced cells priced and fitted under the collector's DeepSeek-V3 gate, balanced_grouped_8_4) were "
+    "read from AIConfigurator's TRT-LLM collector after the wave-38 held-out scores had been seen (B200 / GB200 nvfp4 "
+    "the two worst Blackwell groups, -0.13 / -0.07 biased). Three forms were written down before any was scored: F1 "
+    "(the expert limit alone), F2 (F1 and the router) and F3 (F2 and a per-pair term in the expert width, the "
+    "unfused gated activation's round trip, on TRT-LLM's CUTLASS and DeepGEMM families). F2 was kept over F1 after "
+    "seeing both scores (B200 nvfp4 16.85 / 13.49%, GB200 15.84 / 14.15%); F3 was scored and not kept (its constant "
+    "fitted to 0 on every law but fp8's, B200 fp8 15.37 -> 15.13%, H100 fp8_block 16.00 -> 16.33%, no group crossed "
+    "12%). Before / after per group in DESIGN.md.")})
+
+
+def family_options(framework: str, family: str | None) -> dict:
+    """The options (FAMILY_OPTIONS) of one engine's kernel family: {} where it has none."""
+    if framework not in M.MOE_FRAMEWORKS:
+        raise ValueError(f"family_options: unknown framework {framework!r}; known: {list(M.MOE_FRAMEWORKS)}")
+    return dict(FAMILY_OPTIONS.get(framework, {}).get(family, {}))
+
+
+def with_family_routing(t: pd.DataFrame, opt: dict) -> pd.DataFrame:
+    """`t`'s cells with the family's own router (opt['routing']) named on its balanced cells (cell_routing reads it);
+    `t` itself where the family has none."""
+    if "routing" not in opt:
+        return t
+    bal = t["distribution"] == "balanced" if "distribution" in t else pd.Series(True, index=t.index)
+    return t.assign(routing=np.where(bal, opt["routing"], None))
 
 
 def readings_apply(own_family: str, bf16_family: str | None) -> bool:
@@ -329,6 +398,8 @@ BALANCE_MIN_TOKENS, BALANCE_MAX_RATIO = 64, 0.9
 def unbalanced_shapes(train: pd.DataFrame) -> set:
     """(hidden, width, top-k, experts) of the shapes whose cells in `train` are not faster at EP 2 than at EP 1."""
     cols = ["hidden_size", "inter_size", "topk", "num_experts"]
+    if "routing" in train:   # cells whose router is named (with_family_routing): not the balanced router's
+        train = train[train["routing"].isna()]
     t = train[(train.moe_tp == 1) & train.moe_ep.isin([1, 2]) & (train.num_tokens >= BALANCE_MIN_TOKENS)]
     if "distribution" in t:
         t = t[t.distribution == "balanced"]
@@ -725,7 +796,7 @@ def run(df: pd.DataFrame, framework: str = "vllm") -> dict:
     fits, readings = {}, {}
     memo = {}   # law fits by training cells: each distinct fit once (fit_dtype_once)
     for g in gpus:
-        per_dtype, trained_on, fam_of = {}, {}, {}
+        per_dtype, trained_on, fam_of, law_opts = {}, {}, {}, {}
         for dt in dtypes:
             own = d[bal & (d.gpu == g) & (d.sdtype == dt)]
             if not len(own):
@@ -735,8 +806,12 @@ def run(df: pd.DataFrame, framework: str = "vllm") -> dict:
                 t, what = training_cells(d[bal], g, dt, fam, rows)
                 if len(t):
                     key = dt if len(fams) == 1 else f"{dt}@{fam}"
-                    per_dtype[key], trained_on[key] = fit_dtype_once(t, dt, memo), what
+                    opt = family_options(framework, fam)   # the family's own router and expert limit, if any
+                    per_dtype[key] = fit_dtype_once(with_family_routing(t, opt), dt, memo)
+                    trained_on[key] = what
                     fam_of[key] = fam
+                    if opt:
+                        law_opts[key] = opt
         rd_choice, rd_table = READINGS, {}
         if "bf16" in per_dtype:
             t, _ = training_cells(d[bal], g, "bf16", fam_of["bf16"], rows)
@@ -749,15 +824,17 @@ def run(df: pd.DataFrame, framework: str = "vllm") -> dict:
         # taken once: the power-law router's loads are the costly part; they read no constant): what `predict`
         # gives for each, bit for bit
         grp = _groups(s)
-        d.loc[mask, "pred_ms"] = _predict_groups(grp, len(s), per_dtype, {g: sc}, REGIME, unscaled)
-        d.loc[mask, "pred_evicted_ms"] = _predict_groups(grp, len(s), per_dtype, {g: sc}, "evicted", unscaled)
-        d.loc[mask, "pred_noread_ms"] = _predict_groups(grp, len(s), per_dtype, None, REGIME, frozenset())
+        d.loc[mask, "pred_ms"] = _predict_groups(grp, len(s), per_dtype, {g: sc}, REGIME, unscaled, law_opts)
+        d.loc[mask, "pred_evicted_ms"] = _predict_groups(grp, len(s), per_dtype, {g: sc}, "evicted", unscaled,
+                                                         law_opts)
+        d.loc[mask, "pred_noread_ms"] = _predict_groups(grp, len(s), per_dtype, None, REGIME, frozenset(), law_opts)
         d.loc[mask, "pred_balanced_routing_ms"] = predict(s.assign(distribution="balanced"), per_dtype, {g: sc},
-                                                          unscaled=unscaled)
+                                                          unscaled=unscaled, law_opts=law_opts)
         d.loc[reading_cells(d[bal], g, rd_choice).index, "reading"] = True
         fits[g] = {"per_dtype": per_dtype, "scales": sc, "trained_on": trained_on, "unscaled": sorted(unscaled),
                    "reading_choice": {w: None if c is None else list(c) for w, c in rd_choice.items()},
-                   "reading_choice_inner_mape": rd_table}
+                   "reading_choice_inner_mape": rd_table,
+                   **({"law_options": {k: dict(v) for k, v in law_opts.items()}} if law_opts else {})}
         readings[g] = used
     ev = d[~d.reading & d.pred_ms.notna()].copy()
     for col, src in (("ape", "pred_ms"), ("ape_evicted", "pred_evicted_ms"), ("ape_noread", "pred_noread_ms"),
@@ -774,7 +851,8 @@ def run(df: pd.DataFrame, framework: str = "vllm") -> dict:
     for dt in dtypes:
         x = d[bal & (d.sdtype == dt)]
         for fam in sorted(x.family.unique()):
-            all_fit[f"{dt}@{fam}"] = fit_dtype_once(x[x.family == fam], dt, memo)
+            all_fit[f"{dt}@{fam}"] = fit_dtype_once(
+                with_family_routing(x[x.family == fam], family_options(framework, fam)), dt, memo)
         all_fit[dt] = fit_dtype_once(x, dt, memo)
     ship_scales, families = {}, {}
     for g in gpus:
@@ -979,7 +1057,9 @@ def document_engines(r: dict, others: list, target_pct: float) -> dict:
                               "law": "the same law and fitting rules as vLLM's (fit_dtype, choose_readings), on the "
                                      "engine's own cells only: per GPU and dtype, fitted on the other GPUs' cells of "
                                      "its TensorRT-LLM kernel family (terms.moe.TRTLLM_KERNEL_FAMILIES), at most three "
-                                     "bf16 readings of its own TRT-LLM cells; not shipped"}
+                                     "bf16 readings of its own TRT-LLM cells; not shipped",
+                              **({"family_options": {f: dict(v) for f, v in FAMILY_OPTIONS[fw].items()},
+                                  "disclosed": ENGINE_DISCLOSED[fw]} if fw in FAMILY_OPTIONS else {})}
     return doc
 
 
