@@ -370,6 +370,30 @@ def test_fitted_constants_file_round_trips_into_the_predictor(tmp_path):
         W.run_fpm(s, spec, fitted_doc=doc, n_boot=10, constants=Constants.default())
 
 
+def test_r2_3_counts_its_readings_from_the_written_constants_records_not_from_its_own_choice():
+    """Issue 19 item 8: R2.3's readings claim counts the distinct cells the fitted engine-constants document
+    records. Before, it counted the readings the experiment said it chose (len(readings.rows)), so a constant
+    that recorded a fourth step still read 3 <= 3."""
+    from steptime_lab.experiments import wallclock_report as R
+
+    s = W.fpm_steps(_fpm_tidy())
+    spec = W.FpmSpec(model="llama-3.1-8b", fit_names=("t_samp_ms", "t_samp_b_ms", "comm_offset_us"),
+                     block_fit_names=("t_samp_ms", "block_scale", "comm_offset_us"))
+    r = W.run_fpm(s, spec, n_boot=10, constants=Constants.default())
+    doc = W.engine_constants_doc([r], spec)
+    first = R.wallclock_constants_document(r, {"max_readings": 3}, {}, doc)["claims"][0]
+    assert (first["value"], first["met"]) == (len(set(r["readings"].cells)), True)
+    # one constant records a fourth step: the count follows the records
+    e = next(e for sec in doc.values() for e in (sec.get("vllm") or {}).get("h100-sxm", {}).values())
+    e["cells"] = e["cells"] + [["h100-sxm", "vllm", 2, "decode", 1, 999999]]
+    bad = R.wallclock_constants_document(r, {"max_readings": 3}, {}, doc)["claims"][0]
+    assert (bad["value"], bad["met"]) == (len(set(r["readings"].cells)) + 1, False)
+    with pytest.raises(W.WallclockError, match="no constant of vllm@h100-sxm"):
+        R.recorded_wallclock_readings({"engines": {}}, "vllm", "h100-sxm")
+    with pytest.raises(W.WallclockError, match="must be a mapping"):
+        R.recorded_wallclock_readings(None, "vllm", "h100-sxm")
+
+
 def test_smallest_batch_rows_keeps_each_groups_smallest_batch_under_the_cap():
     base = dict(dataset="d", gpu="h100-sxm", model="m", engine="vllm", dtype="bf16")
     rows = pd.DataFrame([{**base, "tp": 1, "batch": b} for b in (4.0, 4.0, 32.0)]
