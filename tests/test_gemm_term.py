@@ -171,3 +171,29 @@ def test_shapes_in_one_call_equal_one_call_per_weight():
             for key, v in alone.items():
                 if isinstance(v, np.ndarray):
                     assert np.array_equal(joint[name][key], v), (name, key)
+
+
+def test_e1_11_geometry_claim_is_scored_against_the_measured_cluster_count_not_a_typed_112(monkeypatch):
+    """E1.11's first claim compared the geometry's 112 with a target typed as 112 (and the text typed "7 x 16 =
+    112"): a changed measured reading left the target at 112 and the verdict disagreed with it. The target is now
+    gpus.yaml's measured max_active_clusters x 16."""
+    import dataclasses
+
+    import pandas as pd
+
+    from steptime_lab.experiments.gemm import claims as C
+    from steptime_lab.experiments.gemm import fill as F
+
+    real = {g: get_gpu(g) for g in F.HOPPER}
+    df = pd.DataFrame([{"gpu": g, "m": 4096, "n": 4096, "k": 4096, "latency_ms": 0.2} for g in F.HOPPER])
+    comp = {(c, t): {"llm": 0.08 + 0.001 * c} for c in F.CLUSTER_SIZES for t in F.HOPPER}
+    first = C.cluster_size_decision(df, comp)["claims"][0]
+    assert (first["value"], first["target"], first["met"]) == (112, 112, True)
+    assert "(7 x 16 = 112)" in first["claim"]
+    # a GPU whose measured reading is 6 clusters of 16: the geometry's 112 no longer matches 96
+    six = {g: dataclasses.replace(s, max_active_clusters={16: 6}) for g, s in real.items()}
+    monkeypatch.setattr(C, "get_gpu", lambda g: six.get(g) or get_gpu(g))
+    monkeypatch.setattr(F, "get_gpu", lambda g: six.get(g) or get_gpu(g))
+    moved = C.cluster_size_decision(df, comp)["claims"][0]
+    assert (moved["value"], moved["target"], moved["met"]) == (112, 96, False)
+    assert "(6 x 16 = 96)" in moved["claim"]

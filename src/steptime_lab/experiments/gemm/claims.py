@@ -109,11 +109,15 @@ def cluster_size_decision(df, comparison: dict, sizes=CLUSTER_SIZES, targets=HOP
         "peak_fraction_measured": peaks,
         "cap16_ceiling_fraction": ceiling16,
     }
+    # the target is the measured reading (gpus.yaml max_active_clusters), never a typed number
+    meas16 = meas[targets[0]].get(16)
+    if meas16 is None:
+        raise ValueError(f"{targets[0]}: gpus.yaml max_active_clusters has no measured 16-CTA cluster count")
     claims = [
         claim(f"GPC geometry (layout {G.gpc_layout(g0)}) gives {lay16} CTAs for 16-CTA clusters on {g0.sms} SMs, "
-              f"matching the measured cudaOccupancyMaxActiveClusters (7 x 16 = 112); an even SM spread gives "
-              f"{even16} and the cluster-blind floor(SMs/16) x 16 gives {blind16}", lay16,
-              "geometry vs measured vs blind", target=112, met=geo_ok, op="==", unit="CTAs"),
+              f"matching the measured cudaOccupancyMaxActiveClusters ({meas16 // 16} x 16 = {meas16}); an even SM "
+              f"spread gives {even16} and the cluster-blind floor(SMs/16) x 16 gives {blind16}", lay16,
+              "geometry vs measured vs blind", target=meas16, met=geo_ok and lay16 == meas16, op="==", unit="CTAs"),
         claim("held-out Hopper LLM MAPE barely depends on the assumed cluster size ("
               + ", ".join(f"c={c} (cap {G.cluster_cap(g0, c)}) {mean_llm[c]:.2%}" for c in sizes)
               + "): the compute deploy reading absorbs the grid cap into eta_active, so latency alone does not "
