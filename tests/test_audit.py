@@ -92,6 +92,10 @@ def test_claim_whose_verdict_contradicts_its_value_fails(repo, capsys):
     # (mutation review, wave 39: a tolerance 100 times wider passed every test)
     ({"claim": "x", "value": 0.0505, "comparison": "MAPE", "op": "<=", "target": 0.05, "met": True}, "failed"),
     ({"claim": "x", "value": 0.0500001, "comparison": "MAPE", "op": "<=", "target": 0.05, "met": True}, "ok"),
+    # a count on its target is no rounding tie: 3 readings <= 3 holds, and a result saying it does not is caught
+    ({"claim": "x", "value": 3, "comparison": "readings", "op": "<=", "target": 3, "met": True}, "ok"),
+    ({"claim": "x", "value": 3, "comparison": "readings", "op": "<=", "target": 3, "met": False}, "failed"),
+    ({"claim": "x", "value": 100001, "comparison": "cells", "op": "==", "target": 100000, "met": True}, "failed"),
     ({"claim": "x", "value": 2.0, "comparison": "speed", "op": ">=", "target": 1.5, "met": True}, "ok"),
     ({"claim": "x", "value": 1.2, "comparison": "speed", "op": ">=", "target": 1.5, "met": True}, "failed: 1.2 >= 1.5"),
     ({"claim": "x", "value": -0.2, "comparison": "signed", "op": "<=", "abs": True, "target": 0.1, "met": True},
