@@ -197,3 +197,19 @@ def test_e1_11_geometry_claim_is_scored_against_the_measured_cluster_count_not_a
     moved = C.cluster_size_decision(df, comp)["claims"][0]
     assert (moved["value"], moved["target"], moved["met"]) == (112, 96, False)
     assert "(6 x 16 = 96)" in moved["claim"]
+
+
+def test_e1_3_claims_take_their_targets_from_the_registry_not_the_module():
+    """E1.3's two targets (0.02 global-fit gap, 0.08 held-out MAPE) were typed in the claims module; they live in
+    config/experiments.yaml (E1.3 targets) now, and a missing one is one clear error naming it."""
+    import yaml
+
+    from steptime.errors import InputError
+    from steptime_lab.experiments.gemm import claims as C
+
+    from pathlib import Path
+
+    reg = yaml.safe_load((Path(__file__).resolve().parents[1] / "config/experiments.yaml").read_text())
+    assert set(reg["experiments"]["E1.3"]["targets"]) == {"global_gap", "held_out_mape"}
+    with pytest.raises(InputError, match="E1.3: no target 'held_out_mape'"):
+        C.memory_law_claims({}, {}, {}, {"global_gap": 0.02})
