@@ -103,6 +103,16 @@ def test_reading_rule_is_three_compositions_chosen_without_latency_each_read_at_
     assert not (s.loc[s["segment"] == "real"].index.isin(r.excluded)).any()
 
 
+def test_the_median_repeat_of_an_even_count_is_the_lower_median_ties_by_step():
+    """READING_RULE says the lower median; with three repeats (the rule's test) lower and upper are the same step,
+    so the upper median survived a mutation (wave 39). Four repeats tell them apart."""
+    cand = pd.DataFrame({"step": [10, 11, 12, 13], "latency_ms": [4.0, 1.0, 3.0, 2.0]}, index=[100, 101, 102, 103])
+    assert W.pick_repeat(cand) == 103  # 1, 2, 3, 4 ms: the lower median is 2 ms (step 13)
+    tie = pd.DataFrame({"step": [21, 20, 22, 23], "latency_ms": [2.0, 2.0, 5.0, 1.0]}, index=[0, 1, 2, 3])
+    assert W.pick_repeat(tie) == 1  # 1, 2, 2, 5 ms: the lower median is a 2 ms tie, broken by the lower step id
+    assert W.pick_repeat(cand, "earliest") == 100
+
+
 def test_reading_rule_refuses_mixed_gpus():
     s = _steps()
     s.loc[0, "gpu"] = "b200"
