@@ -213,3 +213,12 @@ def test_e1_3_claims_take_their_targets_from_the_registry_not_the_module():
     assert set(reg["experiments"]["E1.3"]["targets"]) == {"global_gap", "held_out_mape"}
     with pytest.raises(InputError, match="E1.3: no target 'held_out_mape'"):
         C.memory_law_claims({}, {}, {}, {"global_gap": 0.02})
+
+
+def test_gemm_bytes_read_a_and_w_once_in_the_dtype_and_write_c_in_bf16():
+    """The GEMM's least traffic by hand: A (m x k) and W (k x n) once in the operand dtype, C (m x n) written in
+    bf16. Doubling C survived every test but the dense golden fixture (mutation review, wave 39)."""
+    m, n, k = 16.0, 4096.0, 1024.0
+    assert G.gemm_bytes(m, n, k) == 2 * (m * k + k * n) + 2 * m * n
+    assert G.gemm_bytes(m, n, k, "fp8") == 1 * (m * k + k * n) + 2 * m * n
+    assert G.gemm_bytes(1.0, 1.0, 1.0) == 6.0
