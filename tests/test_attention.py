@@ -450,10 +450,13 @@ def test_split_rel_is_the_step_at_one_more_tile_at_few_streams():
 def test_split_kv_needs_few_streams_and_more_than_one_tile():
     fc = {"attn_split_tile": 128.0}
     b = np.array([1, 1, 1, 200, 4, 4])
-    kv = np.array([128, 129, 4096, 4096, 100, 200])
+    kv = np.array([128, 129, 4096, 4096, 200, 200])
     d = np.array([128, 128, 128, 128, 64, 256])
-    # one tile: no split; past it at 8 streams: split; 1600 streams > SMs: none; d 64: tile 256; d 256: tile 64
+    # one tile: no split; past it at 8 streams: split; 1600 streams > SMs: none; d 64: tile 256 (200 tokens are one
+    # tile: a KV length under 128 did not tell 256 from 128, and the d <= 64 doubling survived a mutation, wave 39);
+    # d 256: tile 64
     assert A.split_kv(b, 8, kv, d, H100, fc).tolist() == [False, True, True, False, False, True]
+    assert A.split_tile(np.array([64.0, 128.0, 256.0]), fc).tolist() == [256.0, 128.0, 64.0]
     with pytest.raises(ValueError, match="split_kv"):
         A.split_kv(1, 0, 10, 128, H100, fc)
 

@@ -88,6 +88,14 @@ def test_claim_whose_verdict_contradicts_its_value_fails(repo, capsys):
     ({"claim": "x", "value": 0.04, "comparison": "MAPE", "target": 0.05}, "failed"),  # target, no verdict
     ({"claim": "x", "value": 0.04, "comparison": "<= 5%", "target": 0.05, "met": True}, "failed: not recomputable"),
     ({"claim": "x", "value": 0.05, "comparison": "MAPE", "op": "<", "target": 0.05, "met": True}, "ok"),  # boundary
+    # a tie is only the file's own rounding (6 significant digits): 1% past the target is a verdict, not a tie
+    # (mutation review, wave 39: a tolerance 100 times wider passed every test)
+    ({"claim": "x", "value": 0.0505, "comparison": "MAPE", "op": "<=", "target": 0.05, "met": True}, "failed"),
+    ({"claim": "x", "value": 0.0500001, "comparison": "MAPE", "op": "<=", "target": 0.05, "met": True}, "ok"),
+    # a count on its target is no rounding tie: 3 readings <= 3 holds, and a result saying it does not is caught
+    ({"claim": "x", "value": 3, "comparison": "readings", "op": "<=", "target": 3, "met": True}, "ok"),
+    ({"claim": "x", "value": 3, "comparison": "readings", "op": "<=", "target": 3, "met": False}, "failed"),
+    ({"claim": "x", "value": 100001, "comparison": "cells", "op": "==", "target": 100000, "met": True}, "failed"),
     ({"claim": "x", "value": 2.0, "comparison": "speed", "op": ">=", "target": 1.5, "met": True}, "ok"),
     ({"claim": "x", "value": 1.2, "comparison": "speed", "op": ">=", "target": 1.5, "met": True}, "failed: 1.2 >= 1.5"),
     ({"claim": "x", "value": -0.2, "comparison": "signed", "op": "<=", "abs": True, "target": 0.1, "met": True},

@@ -364,3 +364,24 @@ def test_held_out_fit_recovers_a_one_shot_rate_that_the_link_does_not_set():
     rec = {(x["gpu"], x["impl"]): x for x in E.document(r)["metrics"]["records"]}
     assert rec[("a100-sxm", "custom")]["mape"] < 4.0, rec[("a100-sxm", "custom")]
     assert r["per_gpu"]["a100-sxm"]["shapes"]["custom/2"]["r_one_gbps"] == pytest.approx(200.0, rel=0.15)
+
+
+def test_the_step_all_reduces_the_bf16_hidden_state_of_every_token_of_the_step(monkeypatch):
+    """The message a TP step all-reduces is T x hidden_size bf16 values (2 bytes each) summed over the step's
+    requests. Halving it survived every test but the bit-for-bit dense fixture (mutation review, wave 39)."""
+    from steptime import step as S
+    from steptime.specs import get_model
+
+    seen = []
+    real = C.engine_allreduce_time
+
+    def spy(nbytes, tp, *a, **k):
+        seen.append((np.asarray(nbytes, dtype=float).copy(), tp))
+        return real(nbytes, tp, *a, **k)
+
+    monkeypatch.setattr(S.comm, "engine_allreduce_time", spy)
+    m, g = get_model("llama-3.1-8b"), get_gpu("h100-sxm")
+    sid, new, kv = np.array([0, 1, 1]), np.array([1, 1, 512]), np.array([100, 4000, 0])
+    S.predict_steps(m, g, sid, new, kv, 2, tp=2)
+    assert seen and all(tp == 2 for _, tp in seen)
+    np.testing.assert_array_equal(seen[-1][0], 2.0 * np.array([1.0, 513.0]) * m.hidden_size)

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from steptime.cli import main
-from steptime.errors import InputError, UnknownEngineError, UnsupportedError
+from steptime.errors import InputError, MemoryFitError, UnknownEngineError, UnsupportedError
 from steptime.specs import get_gpu
 from steptime.specs import engines as E
 
@@ -222,7 +222,8 @@ def test_fp8_weights_and_kv_cache_enter_the_memory_check():
     kv8 = memory_bytes(m, 10000, 1, kv_dtype="fp8") - memory_bytes(m, 0, 1)
     assert kv8 == pytest.approx(kv16 / 2)
     # 70B bf16 does not fit one 80 GB H100; in fp8 with an fp8 KV cache a small batch does
-    with pytest.raises(Exception):
+    # the memory check's own error and line (a bare Exception passed on any failure, a TypeError included)
+    with pytest.raises(MemoryFitError, match=r"needs [\d.]+ GB per GPU .*bf16 weights.* but h100-sxm has"):
         predict_step("llama-3-70b", GPU, decode=[(4, 1024)])
     r = predict_step("llama-3-70b", GPU, decode=[(4, 1024)], dtype="fp8", kv_dtype="fp8")
     assert r.dtype == "fp8" and r.kv_dtype == "fp8"

@@ -171,3 +171,54 @@ def test_shapes_in_one_call_equal_one_call_per_weight():
             for key, v in alone.items():
                 if isinstance(v, np.ndarray):
                     assert np.array_equal(joint[name][key], v), (name, key)
+
+
+def test_e1_11_geometry_claim_is_scored_against_the_measured_cluster_count_not_a_typed_112(monkeypatch):
+    """E1.11's first claim compared the geometry's 112 with a target typed as 112 (and the text typed "7 x 16 =
+    112"): a changed measured reading left the target at 112 and the verdict disagreed with it. The target is now
+    gpus.yaml's measured max_active_clusters x 16."""
+    import dataclasses
+
+    import pandas as pd
+
+    from steptime_lab.experiments.gemm import claims as C
+    from steptime_lab.experiments.gemm import fill as F
+
+    real = {g: get_gpu(g) for g in F.HOPPER}
+    df = pd.DataFrame([{"gpu": g, "m": 4096, "n": 4096, "k": 4096, "latency_ms": 0.2} for g in F.HOPPER])
+    comp = {(c, t): {"llm": 0.08 + 0.001 * c} for c in F.CLUSTER_SIZES for t in F.HOPPER}
+    first = C.cluster_size_decision(df, comp)["claims"][0]
+    assert (first["value"], first["target"], first["met"]) == (112, 112, True)
+    assert "(7 x 16 = 112)" in first["claim"]
+    # a GPU whose measured reading is 6 clusters of 16: the geometry's 112 no longer matches 96
+    six = {g: dataclasses.replace(s, max_active_clusters={16: 6}) for g, s in real.items()}
+    monkeypatch.setattr(C, "get_gpu", lambda g: six.get(g) or get_gpu(g))
+    monkeypatch.setattr(F, "get_gpu", lambda g: six.get(g) or get_gpu(g))
+    moved = C.cluster_size_decision(df, comp)["claims"][0]
+    assert (moved["value"], moved["target"], moved["met"]) == (112, 96, False)
+    assert "(6 x 16 = 96)" in moved["claim"]
+
+
+def test_e1_3_claims_take_their_targets_from_the_registry_not_the_module():
+    """E1.3's two targets (0.02 global-fit gap, 0.08 held-out MAPE) were typed in the claims module; they live in
+    config/experiments.yaml (E1.3 targets) now, and a missing one is one clear error naming it."""
+    import yaml
+
+    from steptime.errors import InputError
+    from steptime_lab.experiments.gemm import claims as C
+
+    from pathlib import Path
+
+    reg = yaml.safe_load((Path(__file__).resolve().parents[1] / "config/experiments.yaml").read_text())
+    assert set(reg["experiments"]["E1.3"]["targets"]) == {"global_gap", "held_out_mape"}
+    with pytest.raises(InputError, match="E1.3: no target 'held_out_mape'"):
+        C.memory_law_claims({}, {}, {}, {"global_gap": 0.02})
+
+
+def test_gemm_bytes_read_a_and_w_once_in_the_dtype_and_write_c_in_bf16():
+    """The GEMM's least traffic by hand: A (m x k) and W (k x n) once in the operand dtype, C (m x n) written in
+    bf16. Doubling C survived every test but the dense golden fixture (mutation review, wave 39)."""
+    m, n, k = 16.0, 4096.0, 1024.0
+    assert G.gemm_bytes(m, n, k) == 2 * (m * k + k * n) + 2 * m * n
+    assert G.gemm_bytes(m, n, k, "fp8") == 1 * (m * k + k * n) + 2 * m * n
+    assert G.gemm_bytes(1.0, 1.0, 1.0) == 6.0

@@ -179,3 +179,21 @@ def test_e1_19_reads_the_host_floor_against_the_profiles_own_gpu_part():
     static = (steps["static_ms"] - steps["kernel_ms"]).to_numpy()
     assert np.allclose(static, W.host_part(prof).to_numpy()) and (static > 0).all()
     assert ((prof["pred_ms"] - kern["pred_ms"]).to_numpy() < 0).all()  # the old static arm: negative
+
+
+def test_the_sampler_pays_its_floor_for_the_first_request_and_its_slope_for_each_further_one():
+    """sampling_time = t_samp_ms + t_samp_b_ms x (N - 1), zero without requests: the form R2.3 fits its two sampler
+    constants in. Pricing the slope on all N requests (N in place of N - 1) passed every test before (mutation
+    review, wave 39)."""
+    from steptime.specs.engines import get_engine
+    from steptime.terms import host
+
+    g = get_gpu("h100-sxm")
+    a, b = float(C.get("t_samp_ms", g)), float(C.get("t_samp_b_ms", g))
+    assert b > 0
+    got = host.sampling_time(np.array([0.0, 1.0, 2.0, 65.0]), g, C)
+    np.testing.assert_allclose(got, [0.0, a * 1e-3, (a + b) * 1e-3, (a + 64 * b) * 1e-3], rtol=1e-12)
+    e = get_engine("vllm")
+    ea, eb = e.get("t_samp_ms", g, C), e.get("t_samp_b_ms", g, C)
+    np.testing.assert_allclose(host.sampling_time(np.array([1.0, 9.0]), g, C, engine=e),
+                               [ea * 1e-3, (ea + 8 * eb) * 1e-3], rtol=1e-12)

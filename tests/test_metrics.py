@@ -82,3 +82,17 @@ def test_shared_indices_draw_once_per_size_and_match_the_direct_draw():
     assert shared_indices(cache, 0, 100, 3) is None and len(cache) == 2
     v = np.random.default_rng(1).lognormal(size=40)
     assert bootstrap_ci(v, n_boot=100, seed=3, idx=a) == bootstrap_ci(v, n_boot=100, seed=3)
+
+
+def test_percentage_errors_are_relative_to_the_measured_value():
+    """APE = |pred - meas| / meas (the measured value is the denominator, so a 10% over- and under-prediction
+    score the same). Dividing by the prediction survived every test before (mutation review, wave 39)."""
+    from steptime_lab.metrics import ape, mape, median_ape, signed_error
+
+    np.testing.assert_allclose(ape([110.0, 90.0, 200.0], [100.0, 100.0, 100.0]), [0.1, 0.1, 1.0], rtol=1e-12)
+    assert mape([50.0, 150.0, 100.0], [100.0, 100.0, 100.0]) == pytest.approx(1.0 / 3.0, rel=1e-12)
+    assert median_ape([50.0, 130.0, 101.0], [100.0, 100.0, 100.0]) == pytest.approx(0.3, rel=1e-12)
+    np.testing.assert_allclose(signed_error([90.0, 120.0], [100.0, 100.0]), [-0.1, 0.2], rtol=1e-12)
+    assert score([110.0, 90.0], [100.0, 100.0], n_boot=10)["mape"] == pytest.approx(0.1, rel=1e-12)
+    with pytest.raises(ValueError, match="measured values must be > 0"):
+        ape([1.0], [0.0])

@@ -114,6 +114,8 @@ def test_eta_rule_reads_the_gemm_offset_and_drops_its_rows():
                                    .get("eta_active", get_gpu("h100-sxm")))
     ctx = [c for c in doc["claims"] if c["claim"].startswith("beyond the three-reading contract")]
     assert len(ctx) == 2 and all(c.get("met") is None for c in ctx)
+    # the cells read are counted from the rule's records (two per GPU here), not typed (the text said "21-29")
+    assert all("(median of 2 cells by a rule" in c["claim"] for c in ctx)
     for sub in ("decode", "prefill"):  # the scored claims are the contract's protocol, not the rule's
         c = next(c for c in doc["claims"] if c["claim"] == f"h100-sxm: held-out MAPE of the per-layer step, {sub}-sized cells")
         assert c["value"] == pytest.approx(mape[("h100-sxm", sub, "old")], abs=1e-4)

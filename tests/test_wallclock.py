@@ -103,6 +103,16 @@ def test_reading_rule_is_three_compositions_chosen_without_latency_each_read_at_
     assert not (s.loc[s["segment"] == "real"].index.isin(r.excluded)).any()
 
 
+def test_the_median_repeat_of_an_even_count_is_the_lower_median_ties_by_step():
+    """READING_RULE says the lower median; with three repeats (the rule's test) lower and upper are the same step,
+    so the upper median survived a mutation (wave 39). Four repeats tell them apart."""
+    cand = pd.DataFrame({"step": [10, 11, 12, 13], "latency_ms": [4.0, 1.0, 3.0, 2.0]}, index=[100, 101, 102, 103])
+    assert W.pick_repeat(cand) == 103  # 1, 2, 3, 4 ms: the lower median is 2 ms (step 13)
+    tie = pd.DataFrame({"step": [21, 20, 22, 23], "latency_ms": [2.0, 2.0, 5.0, 1.0]}, index=[0, 1, 2, 3])
+    assert W.pick_repeat(tie) == 1  # 1, 2, 2, 5 ms: the lower median is a 2 ms tie, broken by the lower step id
+    assert W.pick_repeat(cand, "earliest") == 100
+
+
 def test_reading_rule_refuses_mixed_gpus():
     s = _steps()
     s.loc[0, "gpu"] = "b200"
@@ -368,6 +378,30 @@ def test_fitted_constants_file_round_trips_into_the_predictor(tmp_path):
                     e["cells"] = [["h100-sxm", "vllm", 1, "decode", 1, 999999]]
     with pytest.raises(W.WallclockError, match="not the rule's steps"):
         W.run_fpm(s, spec, fitted_doc=doc, n_boot=10, constants=Constants.default())
+
+
+def test_r2_3_counts_its_readings_from_the_written_constants_records_not_from_its_own_choice():
+    """Issue 19 item 8: R2.3's readings claim counts the distinct cells the fitted engine-constants document
+    records. Before, it counted the readings the experiment said it chose (len(readings.rows)), so a constant
+    that recorded a fourth step still read 3 <= 3."""
+    from steptime_lab.experiments import wallclock_report as R
+
+    s = W.fpm_steps(_fpm_tidy())
+    spec = W.FpmSpec(model="llama-3.1-8b", fit_names=("t_samp_ms", "t_samp_b_ms", "comm_offset_us"),
+                     block_fit_names=("t_samp_ms", "block_scale", "comm_offset_us"))
+    r = W.run_fpm(s, spec, n_boot=10, constants=Constants.default())
+    doc = W.engine_constants_doc([r], spec)
+    first = R.wallclock_constants_document(r, {"max_readings": 3}, {}, doc)["claims"][0]
+    assert (first["value"], first["met"]) == (len(set(r["readings"].cells)), True)
+    # one constant records a fourth step: the count follows the records
+    e = next(e for sec in doc.values() for e in (sec.get("vllm") or {}).get("h100-sxm", {}).values())
+    e["cells"] = e["cells"] + [["h100-sxm", "vllm", 2, "decode", 1, 999999]]
+    bad = R.wallclock_constants_document(r, {"max_readings": 3}, {}, doc)["claims"][0]
+    assert (bad["value"], bad["met"]) == (len(set(r["readings"].cells)) + 1, False)
+    with pytest.raises(W.WallclockError, match="no constant of vllm@h100-sxm"):
+        R.recorded_wallclock_readings({"engines": {}}, "vllm", "h100-sxm")
+    with pytest.raises(W.WallclockError, match="must be a mapping"):
+        R.recorded_wallclock_readings(None, "vllm", "h100-sxm")
 
 
 def test_smallest_batch_rows_keeps_each_groups_smallest_batch_under_the_cap():

@@ -67,21 +67,24 @@ class ClaimSchemaError(SteptimeError, ValueError):
 
 
 def _compare(value, op: str, target, abs_value: bool = False):
-    """True/False for one comparison; None where the stored value sits on the boundary (either verdict)."""
+    """True/False for one comparison; None where a stored (rounded) float sits on the boundary (either verdict).
+    An integer value against an integer target (a count) is compared exactly: 3 readings <= 3 is True, and a
+    claim saying otherwise is refused."""
     if value is None:
         return False  # nothing measured meets no target
     if op == "in":
         return value in target
+    exact = all(isinstance(x, int) and not isinstance(x, bool) for x in (value, target))
     if op == "==":
         if isinstance(value, (int, float)) and isinstance(target, (int, float)) and not isinstance(value, bool):
             if value == target:
                 return True
-            return None if math.isclose(value, target, rel_tol=ROUND_REL, abs_tol=1e-12) else False
+            return None if not exact and math.isclose(value, target, rel_tol=ROUND_REL, abs_tol=1e-12) else False
         return value == target
     v = abs(float(value)) if abs_value else float(value)
     t = float(target)
-    if math.isclose(v, t, rel_tol=ROUND_REL, abs_tol=1e-12):
-        return None
+    if not exact and math.isclose(v, t, rel_tol=ROUND_REL, abs_tol=1e-12):
+        return None  # a rounded float on its target: either verdict stands (a count is never rounded)
     return {"<=": v <= t, "<": v < t, ">=": v >= t, ">": v > t}[op]
 
 

@@ -41,6 +41,7 @@ rule E1_3:
         **figure("fig", "figures/E1_3_memory_law"),
     params:
         question=question("E1.3"),
+        targets=targets("E1.3"),
     priority: 45  # main job: the GEMM settle waits on it; priority does not propagate upstream (see Snakefile)
     log:
         "logs/E1_3.log",

@@ -13,7 +13,7 @@ df = E.load_gemm(snakemake.input.gemm)
 sm = pd.read_parquet(snakemake.input.scale)
 tab = E.memory_table(df, sm)
 study = {kind: E.memory_law_study(tab, kind) for kind in ("gemm", "scale_matrix")}
-doc = E.memory_law_claims(study, E.l2_resident_summary(df), E.stream_l2_summary(sm))
+doc = E.memory_law_claims(study, E.l2_resident_summary(df), E.stream_l2_summary(sm), snakemake.params.targets)
 prov = rule_provenance(snakemake, calibration=doc.pop("calibration"), script="workflow/scripts/E1_3_gemm_memory.py")
 write_result(snakemake.output.result, id="E1.3", question=snakemake.params.question, metrics=doc["metrics"],
              claims=doc["claims"], provenance=prov, extra={"decision": doc["decision"]})

@@ -19,17 +19,18 @@ steps = W.fpm_steps(pd.read_parquet(snakemake.input.fpm))
 attn = AX.tidy_cells(pd.read_parquet(snakemake.input.attn_gen), pd.read_parquet(snakemake.input.attn_ctx))
 gemm = pd.read_parquet(snakemake.input.gemm)
 allreduce = pd.read_parquet(snakemake.input.allreduce)
-fits, docs = [], []
+fits, per_ops = [], []
 for (gpu, engine, model), s in steps.groupby(["gpu", "engine", "model"], sort=True):
     spec = W.FpmSpec(model=model, engine=engine, **p.settings["fit"])
     r = W.run_fpm(s, spec, n_boot=p.n_boot, seed=p.seed, constants=constants)
     tables = W.per_op_tables(gpu, gemm, attn, allreduce, constants=constants)
-    per_op = {"arm_B": W.per_op_cost(tables, r["fitted"], n_boot=p.n_boot, seed=p.seed),
-              "arm_C": W.per_op_cost(tables, r["fitted_block"], n_boot=p.n_boot, seed=p.seed)}
     fits.append(r)
-    docs.append((r, R.wallclock_constants_document(r, p.targets, per_op), per_op))
+    per_ops.append({"arm_B": W.per_op_cost(tables, r["fitted"], n_boot=p.n_boot, seed=p.seed),
+                    "arm_C": W.per_op_cost(tables, r["fitted_block"], n_boot=p.n_boot, seed=p.seed)})
 engine_doc = W.engine_constants_doc(fits, W.FpmSpec(model="", **p.settings["fit"]))
 W.write_fitted_constants(snakemake.output.constants, engine_doc)
+# the readings count of each claim comes from the cell records of the document just written (issue 19 item 8)
+docs = [(r, R.wallclock_constants_document(r, p.targets, per_op, engine_doc), per_op) for r, per_op in zip(fits, per_ops)]
 r, doc, per_op = docs[0]  # one (GPU, engine) holds FPM steps today; metrics list every one
 metrics = {f"{x['engine']}@{x['gpu']}": d["metrics"] for x, d, _ in docs}
 claims = [c for _, d, _ in docs for c in d["claims"]]

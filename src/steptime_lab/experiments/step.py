@@ -500,9 +500,16 @@ def document(r: dict, eid: str, targets: dict | None = None, alternative: dict |
         if alternative is not None:
             alt = [x for x in alternative["records"] if x.get("scope") is None and x["predictor"] == "steptime"
                    and x["subset"] in SUBSETS]
+            # the cells each GPU's rule read, counted from the rule's own record (the text typed "21-29" before)
+            n_read = sorted(int(info["eta_active_rule"]["cells"]) for info in alternative["per_gpu"].values()
+                            if "eta_active_rule" in info)
+            if not n_read:
+                raise ValueError("E1.1 document: the alternative run records no eta_active_rule (gemm_reading="
+                                 "'vidur_rule')")
+            span = str(n_read[0]) if n_read[0] == n_read[-1] else f"{n_read[0]}-{n_read[-1]}"
             for sub in SUBSETS:
                 claims.append(claim(f"beyond the three-reading contract: eta_active read from the GPU's own Vidur GEMM "
-                                    f"cells (median of 21-29 cells by a rule chosen on the other Vidur GPUs; those "
+                                    f"cells (median of {span} cells by a rule chosen on the other Vidur GPUs; those "
                                     f"rows dropped): held-out MAPE per GPU, {sub}-sized cells",
                                     {x["gpu"]: round(x["mape"], 4) for x in alt if x["subset"] == sub},
                                     "context: how much of the miss is the two profilers' GEMM offset"))
