@@ -1,6 +1,6 @@
 """E3.1: the fused-MoE kernel term held out by GPU, on AIConfigurator's vLLM MoE tables (issue 20), and the same
-law and rules on TensorRT-LLM's own fused-MoE tables as claims of their own (run(df, 'trtllm'), document_engines;
-wave 38).
+law and rules on TensorRT-LLM's (wave 38) and SGLang's (wave 39) own fused-MoE tables as claims of their own
+(run(df, 'trtllm'), run(df, 'sglang'), document_engines).
 
 Cells: the balanced-routing rows of results/data/moe.parquet on the shapes of the listed MoE models
 (hidden, expert width, top-k, experts of specs/moe_models.yaml), every moe_tp / moe_ep, in the dtypes
@@ -68,7 +68,7 @@ def named_shapes() -> dict:
 
 def cells(df: pd.DataFrame, distributions=("balanced",), *, per_family: bool = False,
           framework: str = "vllm") -> pd.DataFrame:
-    """The table's cells of one engine (`framework`: the tidy table's column, vllm or trtllm; a frame without the
+    """The table's cells of one engine (`framework`: the tidy table's column, vllm, trtllm or sglang; a frame without the
     column is taken as vLLM's): per (GPU, dtype, distribution, shape, tokens) the engine's fastest backend; with
     `per_family`, the fastest backend of each kernel family instead (a family's every measured cell, also where
     another family was faster there: what a law of that family is fitted on)."""
@@ -787,7 +787,10 @@ def run(df: pd.DataFrame, framework: str = "vllm") -> dict:
             "framework": framework}
 
 
-ENGINE_CLAIM_PREFIX = {"vllm": "", "trtllm": "TensorRT-LLM's own "}
+ENGINE_CLAIM_PREFIX = {"vllm": "", "trtllm": "TensorRT-LLM's own ", "sglang": "SGLang's own "}
+# how document_engines' `law` text names each other engine's kernel-family map and its cells
+ENGINE_LAW_NAMES = {"trtllm": ("TensorRT-LLM", "TRTLLM_KERNEL_FAMILIES", "TRT-LLM"),
+                    "sglang": ("SGLang", "SGLANG_KERNEL_FAMILIES", "SGLang")}
 
 
 def document(r: dict, target_pct: float) -> dict:
@@ -955,8 +958,8 @@ def document(r: dict, target_pct: float) -> dict:
     return {"metrics": metrics, "claims": claims}
 
 
-# what E3.1's document keeps of a second engine's run (TensorRT-LLM's own tables): its per-(GPU, dtype) claims and these
-# metrics, under metrics[<engine>]; its laws are not shipped (calibration/moe.yaml holds vLLM's)
+# what E3.1's document keeps of another engine's run (TensorRT-LLM's or SGLang's own tables): its per-(GPU, dtype) claims
+# and these metrics, under metrics[<engine>]; its laws are not shipped (calibration/moe.yaml holds vLLM's)
 ENGINE_METRICS = ("mape_pct", "mape_pct_without_readings", "baseline_mape_pct", "p90_ape_pct", "power_law_mape_pct",
                   "met", "groups", "median_group_mape_pct", "cells_scored", "power_law_cells_scored", "reading_cells",
                   "trained_on", "readings_not_applied")
@@ -970,7 +973,11 @@ def document_engines(r: dict, others: list, target_pct: float) -> dict:
     for o in others:
         fw = o.get("framework")
         if fw in (None, "vllm"):
-            raise ValueError("document_engines: `others` must be runs of another engine than vLLM (run(df, 'trtllm'))")
+            raise ValueError("document_engines: `others` must be runs of another engine than vLLM (run(df, 'trtllm'), "
+                             "run(df, 'sglang'))")
+        if fw in doc["metrics"]:
+            raise ValueError(f"document_engines: engine {fw!r} given twice in `others`")
+        name, table, short = ENGINE_LAW_NAMES[fw]
         od = document(o, target_pct)
         n = od["metrics"]["groups"]
         doc["claims"] = doc["claims"] + od["claims"][:n]
@@ -978,8 +985,8 @@ def document_engines(r: dict, others: list, target_pct: float) -> dict:
                               "families": o["families"],
                               "law": "the same law and fitting rules as vLLM's (fit_dtype, choose_readings), on the "
                                      "engine's own cells only: per GPU and dtype, fitted on the other GPUs' cells of "
-                                     "its TensorRT-LLM kernel family (terms.moe.TRTLLM_KERNEL_FAMILIES), at most three "
-                                     "bf16 readings of its own TRT-LLM cells; not shipped"}
+                                     f"its {name} kernel family (terms.moe.{table}), at most three "
+                                     f"bf16 readings of its own {short} cells; not shipped"}
     return doc
 
 
