@@ -109,3 +109,12 @@ def test_document_engines_adds_sglang_after_trtllm():
     assert three["metrics"]["met"] == two["metrics"]["met"]
     with pytest.raises(ValueError, match="engine 'sglang' given twice"):
         E.document_engines(v, [s, s], 12.0)
+
+
+def test_only_vllms_laws_ship():
+    # another engine's run fits no all-GPU laws (its `ship` is empty) and moe_constants_doc refuses it by name
+    assert E.SHIPPED_FRAMEWORK == "vllm"
+    with pytest.raises(ValueError, match="shipped are vllm's; got a run of 'sglang'"):
+        E.moe_constants_doc({**_run("sglang", 0.1), "ship": {}, "ship_scales": {}})
+    with pytest.raises(ValueError, match="got a run of 'trtllm'"):
+        E.moe_constants_doc({**_run("trtllm", 0.1), "ship": {}, "ship_scales": {}})

@@ -706,6 +706,10 @@ def _ape(pred, meas):
     return np.abs(np.asarray(pred) / np.asarray(meas) - 1.0)
 
 
+# the engine whose fused-MoE laws E3.1 ships (calibration/moe.yaml); the others' runs are scored, not shipped
+SHIPPED_FRAMEWORK = "vllm"
+
+
 def run(df: pd.DataFrame, framework: str = "vllm") -> dict:
     """Leave one GPU out, on one engine's cells (`framework`, cells()): per dtype, the law fitted on the other GPUs' balanced cells of the held-out GPU's kernel
     family (all families where no other GPU ran it), at most three bf16 readings of its own (which ones: chosen on
@@ -769,9 +773,12 @@ def run(df: pd.DataFrame, framework: str = "vllm") -> dict:
     per = ev[ev.distribution == "balanced"].groupby(["gpu", "sdtype"]).agg(**agg).reset_index()
     skew = ev[ev.distribution != "balanced"]
     per_skew = skew.groupby(["gpu", "sdtype"]).agg(**agg).reset_index()
-    # shipped constants: per (dtype, family) law fitted on every GPU's balanced cells, each GPU's readings on top
+    # shipped constants: per (dtype, family) law fitted on every GPU's balanced cells, each GPU's readings on top; only
+    # for the engine whose laws ship (SHIPPED_FRAMEWORK): another engine's all-GPU fits would be read by nothing (wave 39:
+    # 13 fits, ~16 CPU-s, for SGLang's run, 23 for TensorRT-LLM's), so its `ship` and `ship_scales` are empty
+    shipped = framework == SHIPPED_FRAMEWORK
     all_fit = {}
-    for dt in dtypes:
+    for dt in dtypes if shipped else ():
         x = d[bal & (d.sdtype == dt)]
         for fam in sorted(x.family.unique()):
             all_fit[f"{dt}@{fam}"] = fit_dtype_once(x[x.family == fam], dt, memo)
@@ -780,8 +787,9 @@ def run(df: pd.DataFrame, framework: str = "vllm") -> dict:
     for g in gpus:
         fam_of = (d[bal & (d.gpu == g)].groupby("sdtype")["family"].agg(lambda f: f.mode().iloc[0]).to_dict())
         families[g] = fam_of
-        own = {dt: all_fit.get(f"{dt}@{fam}", all_fit[dt]) for dt, fam in fam_of.items()}
-        ship_scales[g] = gpu_scales(d[bal], g, own)[0]
+        if shipped:
+            own = {dt: all_fit.get(f"{dt}@{fam}", all_fit[dt]) for dt, fam in fam_of.items()}
+            ship_scales[g] = gpu_scales(d[bal], g, own)[0]
     return {"cells": d, "eval": ev[ev.distribution == "balanced"], "eval_skew": skew, "per": per, "per_skew": per_skew,
             "fits": fits, "readings": readings, "ship": all_fit, "ship_scales": ship_scales, "families": families,
             "framework": framework}
@@ -995,6 +1003,9 @@ def moe_constants_doc(r: dict | None, a2a: dict | None = None) -> dict:
     the all-to-all law per mode (FITTED on every GPU's E3.2 cells), global, and per GPU the normal mode's law of its
     platform (FITTED on its and its a2a_donors' cells); each GPU's reading scales (MEASURED: the three named cells of
     each family)."""
+    if r and r.get("framework", SHIPPED_FRAMEWORK) != SHIPPED_FRAMEWORK:
+        raise ValueError(f"moe_constants_doc: the fused-MoE laws shipped are {SHIPPED_FRAMEWORK}'s; got a run of "
+                         f"{r['framework']!r} (its laws are scored in E3.1, not shipped)")
     glob, gpu = {}, {}
     for dt, p in (r["ship"] if r else {}).items():
         base, _, fam = dt.partition("@")
