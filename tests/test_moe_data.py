@@ -14,7 +14,8 @@ MLA_H100 = "raw/aiconfigurator/h100_sxm/mla/vllm/0.24.0/mla_generation_module_pe
 
 def test_moe_real():
     d = data.load_aic_moe("h100")
-    assert set(d["framework"]) == {"vllm", "trtllm"}   # both engines' tables (TensorRT-LLM's since wave 38)
+    # the three engines' tables (TensorRT-LLM's since wave 38, SGLang's since wave 39)
+    assert set(d["framework"]) == {"vllm", "trtllm", "sglang"}
     d = d[d.framework == "vllm"]
     assert len(d) > 40000 and set(d["gpu"]) == {"h100-sxm"}
     assert {"bfloat16", "fp8_block", "w4a16_mxfp4"} <= set(d["dtype"])

@@ -1,5 +1,5 @@
 """E3.1: the fused-MoE kernel term held out by GPU and dtype on AIConfigurator's vLLM MoE tables, and the same on
-TensorRT-LLM's own fused-MoE tables (claims of their own; vLLM's laws are the ones shipped)."""
+TensorRT-LLM's and SGLang's own fused-MoE tables (claims of their own; vLLM's laws are the ones shipped)."""
 import logging
 import time
 from os.path import splitext
@@ -17,13 +17,18 @@ t0 = time.perf_counter()
 r = E.run(df, "vllm")
 t1 = time.perf_counter()
 trt = E.run(df, "trtllm")
-logging.info("E3.1: vLLM run %.1f s, TensorRT-LLM run %.1f s (wall)", t1 - t0, time.perf_counter() - t1)
-doc = E.document_engines(r, [trt], target_pct=float(snakemake.params.target_pct))
+t2 = time.perf_counter()
+sgl = E.run(df, "sglang")
+logging.info("E3.1: vLLM run %.1f s, TensorRT-LLM run %.1f s, SGLang run %.1f s (wall)", t1 - t0, t2 - t1,
+             time.perf_counter() - t2)
+doc = E.document_engines(r, [trt, sgl], target_pct=float(snakemake.params.target_pct))
 logging.info("E3.1: %d cells scored; %d of %d groups met", doc["metrics"]["cells_scored"], doc["metrics"]["met"],
              doc["metrics"]["groups"])
 cal = [c for cells in r["readings"].values() for c in cells]
 prov = rule_provenance(snakemake, calibration={"readings": cal, "fits": r["fits"], "trtllm_fits": trt["fits"],
-                                              "trtllm_readings": [c for v in trt["readings"].values() for c in v]},
+                                              "trtllm_readings": [c for v in trt["readings"].values() for c in v],
+                                              "sglang_fits": sgl["fits"],
+                                              "sglang_readings": [c for v in sgl["readings"].values() for c in v]},
                        script="workflow/scripts/E3_1_moe_kernel.py")
 write_result(snakemake.output.result, id="E3.1", question=snakemake.params.question, metrics=doc["metrics"],
              claims=doc["claims"], provenance=prov)

@@ -348,6 +348,20 @@ def vendor_aic(aic: Path, out_root: Path, repo_root: Path, apache: tuple[Path, s
                    "1/moe_tp_size along inter_size; distribution is the collector's token-to-expert routing (balanced "
                    "or power_law_<alpha>)",
                    dict(MOE_UNITS))]
+        # SGLang's own fused-MoE tables (issue 20, wave 39): all rows, at the version query_versions.yaml names
+        # (0.5.14; 0.5.10 on a100_sxm); the same table (aic_moe), framework sglang. Only moe_perf.parquet, the plain
+        # fused-MoE layer SGLang runs by default (moe_a2a_backend none); its wideep_* tables (DeepEP wide-EP MoE) and
+        # dsv4_megamoe_* (DeepSeek-V4's MegaMoE module) are other modes, not vendored
+        specs += [("moe", "sglang", "moe_perf.parquet", "aic_moe", None, None, "moe_perf.parquet",
+                   "SGLang's fused MoE layer (router top-k already chosen; permute, grouped expert GEMMs gate_up and "
+                   "down with the activation, unpermute/combine) for num_tokens tokens by kernel_source, the "
+                   "moe_runner_backend the collector ran for the model and dtype (sglang_fused_moe_triton: SGLang's "
+                   "Triton fused MoE; sglang_flashinfer_trtllm_moe / sglang_mxfp4_flashinfer_trtllm_moe: FlashInfer's "
+                   "TRT-LLM-gen MoE; sglang_flashinfer_cutlass_moe: FlashInfer's CUTLASS MoE; sglang_marlin_moe: "
+                   "Marlin; *_situ_as_silu: a SiTU model timed with the silu epilogue), latency per call on one GPU "
+                   "holding num_experts/moe_ep_size experts each sliced 1/moe_tp_size along inter_size; distribution "
+                   "is the collector's token-to-expert routing (balanced or power_law_<alpha>)",
+                   dict(MOE_UNITS))]
         specs += [("gemm", fw, "gemm_perf.parquet", "aic_gemm_engine", "gemm_dtype", ("bfloat16", "fp8"),
                    "gemm_perf.bf16_fp8.parquet",
                    ENGINE_GEMM_MEASURES[fw] + ": C[m,n] = A[m,k] @ W[k,n], latency per call, as AIConfigurator "

@@ -174,21 +174,40 @@ def l2_effective_bytes(gpu) -> float:
 TRTLLM_KERNEL_FAMILIES = MappingProxyType({
     "moe_torch_flow_cutlass": "cutlass", "moe_torch_flow_min_latency": "trtllm", "deepgemm": "deepgemm",
     "moe_torch_flow_triton_fp8_block": "trt_triton", "moe_torch_flow": "torch_flow"})
-MOE_FRAMEWORKS = ("vllm", "trtllm")
+# SGLang's own fused-MoE kernel sources (AIConfigurator's sglang tables, 0.5.10 and 0.5.14: the collector's name for the
+# moe_runner_backend it ran, ai-dynamo/aiconfigurator collector/sglang/collect_moe.py) and the family each belongs to,
+# set from what the code is before any SGLang cell was scored (E3.1, issue 20, wave 39): sglang_fused_moe_triton is
+# SGLang's Triton fused MoE (python/sglang/srt/layers/moe/fused_moe_triton/fused_moe.py, "Adapted from" vLLM's
+# fused_moe.py: the Triton kernel vLLM's TritonExperts runs; family triton); sglang_flashinfer_trtllm_moe and
+# sglang_mxfp4_flashinfer_trtllm_moe call FlashInfer's trtllm_*_moe (layers/moe/flashinfer_trtllm_moe.py; the
+# TRT-LLM-gen kernels, family trtllm, as vLLM's FlashInfer TRT-LLM rows); sglang_flashinfer_cutlass_moe calls
+# FlashInfer's cutlass_fused_moe (per-SM cutlass family, as vLLM's FlashInfer CUTLASS rows); sglang_marlin_moe is
+# fused_moe_triton/fused_marlin_moe.py's moe_wna16_marlin_gemm (family marlin). The *_situ_as_silu sources are the
+# same kernels timed with the silu epilogue for a SiTU-activation model (the wheel's collection_meta.yaml): their
+# kernel's family.
+SGLANG_KERNEL_FAMILIES = MappingProxyType({
+    "sglang_fused_moe_triton": "triton", "sglang_fused_moe_triton_situ_as_silu": "triton",
+    "sglang_flashinfer_trtllm_moe": "trtllm", "sglang_mxfp4_flashinfer_trtllm_moe": "trtllm",
+    "sglang_flashinfer_cutlass_moe": "cutlass", "sglang_marlin_moe": "marlin", "sglang_marlin_moe_situ_as_silu": "marlin"})
+# each engine's own kernel-source map (vLLM's names are matched by substring: KERNEL_FAMILIES)
+ENGINE_KERNEL_FAMILIES = MappingProxyType({"trtllm": TRTLLM_KERNEL_FAMILIES, "sglang": SGLANG_KERNEL_FAMILIES})
+ENGINE_NAMES = MappingProxyType({"trtllm": "TensorRT-LLM", "sglang": "SGLang"})
+MOE_FRAMEWORKS = ("vllm", "trtllm", "sglang")
 # kernel sources of non-gated experts (up and down projections only, no gate): not the gated layer the law prices
 NONGATED_SOURCES = frozenset({"moe_torch_flow_nongated"})
 
 
 def kernel_family(kernel_source: str, gpu=None, framework: str = "vllm") -> str:
     """The grouped-GEMM implementation a kernel-source name belongs to (AIConfigurator's vLLM names; with
-    framework 'trtllm', TensorRT-LLM's: TRTLLM_KERNEL_FAMILIES). CUTLASS fused-MoE kernels are built per SM
-    generation (FlashInfer's sm90 grouped GEMM is not its sm120 one): with a `gpu`, the CUTLASS family is named with
-    its SM version (cutlass_sm90, cutlass_sm120)."""
-    if framework == "trtllm":
-        if str(kernel_source) not in TRTLLM_KERNEL_FAMILIES:
-            raise ValueError(f"kernel_family: TensorRT-LLM kernel source {kernel_source!r} has no family; known: "
-                             f"{sorted(TRTLLM_KERNEL_FAMILIES)}")
-        fam = TRTLLM_KERNEL_FAMILIES[str(kernel_source)]
+    framework 'trtllm' or 'sglang', that engine's own names: TRTLLM_KERNEL_FAMILIES, SGLANG_KERNEL_FAMILIES).
+    CUTLASS fused-MoE kernels are built per SM generation (FlashInfer's sm90 grouped GEMM is not its sm120 one): with
+    a `gpu`, the CUTLASS family is named with its SM version (cutlass_sm90, cutlass_sm120)."""
+    if framework in ENGINE_KERNEL_FAMILIES:
+        known = ENGINE_KERNEL_FAMILIES[framework]
+        if str(kernel_source) not in known:
+            raise ValueError(f"kernel_family: {ENGINE_NAMES[framework]} kernel source {kernel_source!r} has no family; "
+                             f"known: {sorted(known)}")
+        fam = known[str(kernel_source)]
     elif framework == "vllm":
         fam = next((f for f in KERNEL_FAMILIES if f in str(kernel_source)), "triton")
     else:

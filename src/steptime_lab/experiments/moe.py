@@ -1,6 +1,6 @@
 """E3.1: the fused-MoE kernel term held out by GPU, on AIConfigurator's vLLM MoE tables (issue 20), and the same
-law and rules on TensorRT-LLM's own fused-MoE tables as claims of their own (run(df, 'trtllm'), document_engines;
-wave 38).
+law and rules on TensorRT-LLM's (wave 38) and SGLang's (wave 39) own fused-MoE tables as claims of their own
+(run(df, 'trtllm'), run(df, 'sglang'), document_engines).
 
 Cells: the balanced-routing rows of results/data/moe.parquet on the shapes of the listed MoE models
 (hidden, expert width, top-k, experts of specs/moe_models.yaml), every moe_tp / moe_ep, in the dtypes
@@ -69,7 +69,7 @@ def named_shapes() -> dict:
 
 def cells(df: pd.DataFrame, distributions=("balanced",), *, per_family: bool = False,
           framework: str = "vllm") -> pd.DataFrame:
-    """The table's cells of one engine (`framework`: the tidy table's column, vllm or trtllm; a frame without the
+    """The table's cells of one engine (`framework`: the tidy table's column, vllm, trtllm or sglang; a frame without the
     column is taken as vLLM's): per (GPU, dtype, distribution, shape, tokens) the engine's fastest backend; with
     `per_family`, the fastest backend of each kernel family instead (a family's every measured cell, also where
     another family was faster there: what a law of that family is fitted on)."""
@@ -777,6 +777,10 @@ def _ape(pred, meas):
     return np.abs(np.asarray(pred) / np.asarray(meas) - 1.0)
 
 
+# the engine whose fused-MoE laws E3.1 ships (calibration/moe.yaml); the others' runs are scored, not shipped
+SHIPPED_FRAMEWORK = "vllm"
+
+
 def run(df: pd.DataFrame, framework: str = "vllm") -> dict:
     """Leave one GPU out, on one engine's cells (`framework`, cells()): per dtype, the law fitted on the other GPUs' balanced cells of the held-out GPU's kernel
     family (all families where no other GPU ran it), at most three bf16 readings of its own (which ones: chosen on
@@ -846,9 +850,12 @@ def run(df: pd.DataFrame, framework: str = "vllm") -> dict:
     per = ev[ev.distribution == "balanced"].groupby(["gpu", "sdtype"]).agg(**agg).reset_index()
     skew = ev[ev.distribution != "balanced"]
     per_skew = skew.groupby(["gpu", "sdtype"]).agg(**agg).reset_index()
-    # shipped constants: per (dtype, family) law fitted on every GPU's balanced cells, each GPU's readings on top
+    # shipped constants: per (dtype, family) law fitted on every GPU's balanced cells, each GPU's readings on top; only
+    # for the engine whose laws ship (SHIPPED_FRAMEWORK): another engine's all-GPU fits would be read by nothing (wave 39:
+    # 13 fits, ~16 CPU-s, for SGLang's run, 23 for TensorRT-LLM's), so its `ship` and `ship_scales` are empty
+    shipped = framework == SHIPPED_FRAMEWORK
     all_fit = {}
-    for dt in dtypes:
+    for dt in dtypes if shipped else ():
         x = d[bal & (d.sdtype == dt)]
         for fam in sorted(x.family.unique()):
             all_fit[f"{dt}@{fam}"] = fit_dtype_once(
@@ -858,14 +865,18 @@ def run(df: pd.DataFrame, framework: str = "vllm") -> dict:
     for g in gpus:
         fam_of = (d[bal & (d.gpu == g)].groupby("sdtype")["family"].agg(lambda f: f.mode().iloc[0]).to_dict())
         families[g] = fam_of
-        own = {dt: all_fit.get(f"{dt}@{fam}", all_fit[dt]) for dt, fam in fam_of.items()}
-        ship_scales[g] = gpu_scales(d[bal], g, own)[0]
+        if shipped:
+            own = {dt: all_fit.get(f"{dt}@{fam}", all_fit[dt]) for dt, fam in fam_of.items()}
+            ship_scales[g] = gpu_scales(d[bal], g, own)[0]
     return {"cells": d, "eval": ev[ev.distribution == "balanced"], "eval_skew": skew, "per": per, "per_skew": per_skew,
             "fits": fits, "readings": readings, "ship": all_fit, "ship_scales": ship_scales, "families": families,
             "framework": framework}
 
 
-ENGINE_CLAIM_PREFIX = {"vllm": "", "trtllm": "TensorRT-LLM's own "}
+ENGINE_CLAIM_PREFIX = {"vllm": "", "trtllm": "TensorRT-LLM's own ", "sglang": "SGLang's own "}
+# how document_engines' `law` text names each other engine's kernel-family map and its cells
+ENGINE_LAW_NAMES = {"trtllm": ("TensorRT-LLM", "TRTLLM_KERNEL_FAMILIES", "TRT-LLM"),
+                    "sglang": ("SGLang", "SGLANG_KERNEL_FAMILIES", "SGLang")}
 
 
 def document(r: dict, target_pct: float) -> dict:
@@ -1033,8 +1044,8 @@ def document(r: dict, target_pct: float) -> dict:
     return {"metrics": metrics, "claims": claims}
 
 
-# what E3.1's document keeps of a second engine's run (TensorRT-LLM's own tables): its per-(GPU, dtype) claims and these
-# metrics, under metrics[<engine>]; its laws are not shipped (calibration/moe.yaml holds vLLM's)
+# what E3.1's document keeps of another engine's run (TensorRT-LLM's or SGLang's own tables): its per-(GPU, dtype) claims
+# and these metrics, under metrics[<engine>]; its laws are not shipped (calibration/moe.yaml holds vLLM's)
 ENGINE_METRICS = ("mape_pct", "mape_pct_without_readings", "baseline_mape_pct", "p90_ape_pct", "power_law_mape_pct",
                   "met", "groups", "median_group_mape_pct", "cells_scored", "power_law_cells_scored", "reading_cells",
                   "trained_on", "readings_not_applied")
@@ -1048,7 +1059,11 @@ def document_engines(r: dict, others: list, target_pct: float) -> dict:
     for o in others:
         fw = o.get("framework")
         if fw in (None, "vllm"):
-            raise ValueError("document_engines: `others` must be runs of another engine than vLLM (run(df, 'trtllm'))")
+            raise ValueError("document_engines: `others` must be runs of another engine than vLLM (run(df, 'trtllm'), "
+                             "run(df, 'sglang'))")
+        if fw in doc["metrics"]:
+            raise ValueError(f"document_engines: engine {fw!r} given twice in `others`")
+        name, table, short = ENGINE_LAW_NAMES[fw]
         od = document(o, target_pct)
         n = od["metrics"]["groups"]
         doc["claims"] = doc["claims"] + od["claims"][:n]
@@ -1056,8 +1071,8 @@ def document_engines(r: dict, others: list, target_pct: float) -> dict:
                               "families": o["families"],
                               "law": "the same law and fitting rules as vLLM's (fit_dtype, choose_readings), on the "
                                      "engine's own cells only: per GPU and dtype, fitted on the other GPUs' cells of "
-                                     "its TensorRT-LLM kernel family (terms.moe.TRTLLM_KERNEL_FAMILIES), at most three "
-                                     "bf16 readings of its own TRT-LLM cells; not shipped",
+                                     f"its {name} kernel family (terms.moe.{table}), at most three "
+                                     f"bf16 readings of its own {short} cells; not shipped",
                               **({"family_options": {f: dict(v) for f, v in FAMILY_OPTIONS[fw].items()},
                                   "disclosed": ENGINE_DISCLOSED[fw]} if fw in FAMILY_OPTIONS else {})}
     return doc
@@ -1068,6 +1083,9 @@ def moe_constants_doc(r: dict | None, a2a: dict | None = None) -> dict:
     the all-to-all law per mode (FITTED on every GPU's E3.2 cells), global, and per GPU the normal mode's law of its
     platform (FITTED on its and its a2a_donors' cells); each GPU's reading scales (MEASURED: the three named cells of
     each family)."""
+    if r and r.get("framework", SHIPPED_FRAMEWORK) != SHIPPED_FRAMEWORK:
+        raise ValueError(f"moe_constants_doc: the fused-MoE laws shipped are {SHIPPED_FRAMEWORK}'s; got a run of "
+                         f"{r['framework']!r} (its laws are scored in E3.1, not shipped)")
     glob, gpu = {}, {}
     for dt, p in (r["ship"] if r else {}).items():
         base, _, fam = dt.partition("@")
