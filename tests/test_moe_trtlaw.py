@@ -26,8 +26,9 @@ def test_family_options_are_the_trtllm_engines_min_latency_family_only():
     assert opt == {"max_experts": 256, "routing": "balanced_grouped_8_4"}
     # vLLM's trtllm family (FlashInfer's TRT-LLM MoE under vLLM's collector) and TRT-LLM's other families: none
     assert E.family_options("vllm", "trtllm") == {} and E.family_options("trtllm", "cutlass_sm100") == {}
-    with pytest.raises(ValueError, match="unknown framework 'sglang'"):
-        E.family_options("sglang", "trtllm")
+    assert E.family_options("sglang", "trtllm") == {}  # SGLang's FlashInfer TRT-LLM rows: its own collector's router
+    with pytest.raises(ValueError, match="unknown framework 'tgi'"):
+        E.family_options("tgi", "trtllm")
 
 
 def test_a_family_above_its_expert_limit_is_no_candidate_and_its_router_prices_its_balanced_cells():
