@@ -32,7 +32,7 @@ def test_each_profile_names_the_kernels_its_moe_term_reads():
         assert E.get_engine(name).lookup("moe_kernels").provenance == "DERIVED", name
     sg = E.get_engine("sglang")  # its own tables are not vendored yet: vLLM's law, said so
     assert sg.moe_kernels() == "vllm" and sg.lookup("moe_kernels").provenance == "ASSUMED"
-    assert "not vendored" in sg.lookup("moe_kernels").source
+    assert "no SGLang fused-MoE table is vendored" in sg.lookup("moe_kernels").source
     assert E.get_engine("kernels").moe_kernels() == E.MOE_KERNELS_DEFAULT == "vllm"  # absent: today's pricing
     assert set(E.MOE_KERNELS) <= set(M.MOE_FRAMEWORKS)
 
