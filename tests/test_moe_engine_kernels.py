@@ -82,6 +82,7 @@ def test_the_trtllm_set_holds_only_trtllm_kernel_laws_and_keeps_the_rest():
     t = mc.for_kernels("trtllm")
     own = mc.frameworks["trtllm"]
     assert mc.for_kernels("vllm") is mc
+    assert mc.for_kernels("trtllm") is t  # built once per framework and constants object
     # every kernel law is TRT-LLM's own: none of vLLM's leaks in (e.g. vLLM's FlashInfer "trtllm" family laws)
     assert {k for k in t.values if M.is_kernel_key(k)} == set(own["values"])
     assert all(t.values[k] == v for k, v in own["values"].items())

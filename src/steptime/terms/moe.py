@@ -117,6 +117,7 @@ class MoEConstants:
     def __post_init__(self):  # the shipped MoE constants are shared by the process: read-only
         for name in ("values", "per_gpu", "provenance", "frameworks"):
             object.__setattr__(self, name, read_only(getattr(self, name)))
+        object.__setattr__(self, "_by_kernels", {})  # for_kernels' sets, built once per framework (not a field)
 
     def for_kernels(self, framework: str) -> "MoEConstants":
         """The constants a step of an engine that runs `framework`'s fused-MoE kernels reads (engines.yaml
@@ -126,6 +127,8 @@ class MoEConstants:
         framework, or one whose laws the constants do not hold, is refused with one line naming it."""
         if framework == "vllm":
             return self
+        if framework in self._by_kernels:
+            return self._by_kernels[framework]
         if framework not in MOE_FRAMEWORKS:
             raise UnsupportedError(f"unknown fused-MoE kernel framework {framework!r} (known: "
                                    f"{', '.join(MOE_FRAMEWORKS)}; specs/engines.yaml moe.kernels)")
@@ -141,7 +144,8 @@ class MoEConstants:
                        **own.get("per_gpu", {}).get(g, {})} for g in gpus}
         prov = {k: v for k, v in self.provenance.items() if not is_kernel_key(k)}
         prov.update(own.get("provenance", {}))
-        return MoEConstants(values=values, per_gpu=per_gpu, provenance=prov)
+        self._by_kernels[framework] = MoEConstants(values=values, per_gpu=per_gpu, provenance=prov)
+        return self._by_kernels[framework]
 
     def get(self, name: str, gpu=None, default=None):
         """A per-GPU reading's value if `gpu` has one, else the global value, else `default`."""
