@@ -14,6 +14,7 @@ constants file (`FITTED_FILE`, written by a pipeline rule; absent means none) or
 from __future__ import annotations
 
 import copy
+import dataclasses
 import difflib
 from dataclasses import dataclass, field, fields
 from functools import lru_cache
@@ -256,6 +257,19 @@ class Engine:
         (engines.yaml moe.kernels, one of MOE_KERNELS; absent: vllm)."""
         v = self.values.get("moe_kernels")
         return str(v.value) if v is not None else MOE_KERNELS_DEFAULT
+
+    def with_moe_kernels(self, kernels: str, *, source: str = "selected by the caller (Engine.with_moe_kernels)",
+                         provenance: str = "ASSUMED") -> "Engine":
+        """A copy whose routed-expert term reads framework `kernels`' fused-MoE laws (one of MOE_KERNELS), e.g.
+        `get_engine("trtllm").with_moe_kernels("trtllm")`: TensorRT-LLM priced with its own shipped laws
+        (calibration/moe.yaml constants.frameworks.trtllm), not its profile's default. Everything else (per-GPU
+        fitted values included) is this profile's; pass the copy as `engine=` (predict_step / predict_steps take an
+        Engine as it is: build it from `Constants.engine(name)` to keep a constants set's fitted values)."""
+        if kernels not in MOE_KERNELS:
+            raise InputError(f"engine {self.key}: moe.kernels {kernels!r} not in {MOE_KERNELS}")
+        values = dict(self.values)
+        values["moe_kernels"] = EngineValue(name="moe_kernels", value=kernels, provenance=provenance, source=source)
+        return dataclasses.replace(self, values=values)
 
     def moe_exchange(self) -> str:
         """The expert exchange the engine runs by default between attention data-parallel ranks and
