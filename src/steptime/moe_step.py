@@ -223,12 +223,18 @@ def block_terms(model, gpu, step_id, new, kv, T, n_steps, *, tp, ep, dtype, kv_d
                 exchange: str = MOE_EXCHANGE_DEFAULT, engine=None):
     """{term: seconds per step}, {term: compute-bound flags}, {term: factors} of the MoE model's blocks.
     `exchange`: the engine's expert exchange between attention data-parallel ranks (Engine.moe_exchange());
-    `engine`: its profile, read for the collectives' path (agrs_time)."""
+    `engine`: its profile, read for the collectives' path (agrs_time) and for whose fused-MoE kernels the routed
+    experts run (Engine.moe_kernels: that framework's laws in `mc`, MoEConstants.for_kernels)."""
     check_exchange(exchange)
     _, ep, dp, moe_tp = check_layout(model, gpu, tp, ep, dtype)
-    if not mc.has_dtype(dtype):
-        raise UnsupportedError(f"no fitted fused-MoE constants for dtype {dtype!r} (calibration/moe.yaml has "
-                               f"{', '.join(sorted({k.split(':')[1] for k in mc.values if k.startswith('eta_c:')}))})")
+    # the routed experts run the engine's own fused-MoE kernels: that framework's laws (engines.yaml moe.kernels;
+    # MoEConstants.for_kernels), the all-to-all and MLA constants the same for every engine
+    kernels = engine.moe_kernels() if engine is not None else "vllm"
+    mk = mc.for_kernels(kernels)
+    if not mk.has_dtype(dtype):
+        raise UnsupportedError(f"no fitted fused-MoE constants of {kernels}'s kernels for dtype {dtype!r} "
+                               f"(calibration/moe.yaml has "
+                               f"{', '.join(sorted({k.split(':')[1] for k in mk.values if k.startswith('eta_c:')}))})")
     pdt = proj_dtype(dtype)
     shapes_fn = partial(precision.gemm_time_shapes_fp8, served=True) if pdt == "fp8" else gemm.gemm_time_shapes
     L, Lm, Ld = model.num_hidden_layers, model.n_moe_layers, model.n_dense_layers
@@ -336,7 +342,7 @@ def block_terms(model, gpu, step_id, new, kv, T, n_steps, *, tp, ep, dtype, kv_d
     # more experts than a skewed router at decode batch sizes (serving_routing)
     Tm = T * dp
     x = moe_terms.routed_experts_time(Tm, h, model.moe_intermediate_size, model.num_experts_per_tok,
-                                      model.num_experts, gpu, mc, tp=moe_tp, ep=ep, dtype=dtype,
+                                      model.num_experts, gpu, mk, tp=moe_tp, ep=ep, dtype=dtype,
                                       routing=serving_routing(model))
     put("moe_experts", Lm * (x["t"] - x["t_tokens"]), x["compute_bound"])
     put("moe_permute_combine", Lm * x["t_tokens"])

@@ -1,5 +1,6 @@
 """E3.1: the fused-MoE kernel term held out by GPU and dtype on AIConfigurator's vLLM MoE tables, and the same on
-TensorRT-LLM's and SGLang's own fused-MoE tables (claims of their own; vLLM's laws are the ones shipped)."""
+TensorRT-LLM's and SGLang's own fused-MoE tables (claims of their own); vLLM's laws are shipped, TensorRT-LLM's under
+constants.frameworks.trtllm (read by engines whose moe.kernels is trtllm), SGLang's are not."""
 import logging
 import time
 from os.path import splitext
@@ -33,7 +34,10 @@ prov = rule_provenance(snakemake, calibration={"readings": cal, "fits": r["fits"
 write_result(snakemake.output.result, id="E3.1", question=snakemake.params.question, metrics=doc["metrics"],
              claims=doc["claims"], provenance=prov)
 with atomic_path(snakemake.output.constants) as tmp:
-    tmp.write_text(yaml.safe_dump(E.moe_constants_doc(r), sort_keys=True))
+    # vLLM's laws at the top level (unchanged); TensorRT-LLM's own, for engines that run its kernels (engines.yaml
+    # moe.kernels), in their own namespace (wave 39, trtstep)
+    tmp.write_text(yaml.safe_dump({**E.moe_constants_doc(r), "frameworks": {"trtllm": E.framework_constants_doc(trt)}},
+                                  sort_keys=True))
 E.plot(r, splitext(snakemake.output.fig)[0],
        "E3.1: fused-MoE kernel time (AIConfigurator, vLLM, balanced routing, the listed models' shapes, every "
        "moe_tp/moe_ep) measured vs predicted with the GPU held out (the law of its kernel family per dtype from the "

@@ -25,6 +25,8 @@ rows, skipped = X.token_rows(pd.read_parquet(snakemake.input.silicon), pd.read_p
                              checkpoints=checkpoints)
 tok = X.predict_tokens(rows, mixed=s["mixed"], fitted=snakemake.input.constants, constants=constants, moe_constants=mc,
                        n_boot=p.n_boot, seed=p.seed)
+own = X.own_law_tokens(rows, "trtllm", mixed=s["mixed"], fitted=snakemake.input.constants, constants=constants,
+                       moe_constants=mc, n_boot=p.n_boot, seed=p.seed)  # TRT-LLM's own laws, reported beside
 rep = X.replay(pd.read_parquet(snakemake.input.requests), model_map=model_map, engine=s["engine"],
                constants=constants, moe_constants=mc, engine_by_gpu=s.get("engine_by_gpu"),
                disclosed=s.get("replay_disclosed"))
@@ -32,7 +34,7 @@ fpm = X.fpm_parts(s["fpm_runs"])
 fpm_scores = X.score_fpm_moe(pd.read_parquet(snakemake.input.fpm_moe), fitted=snakemake.input.constants,
                              constants=constants, moe_constants=mc, n_boot=p.n_boot, seed=p.seed)
 gdn = X.gdn_share("qwen3.6-35b-a3b", "b300", constants=constants, moe_constants=mc)
-doc = X.document(tok, rep, fpm, skipped, p.targets, fpm_scores=fpm_scores, gdn=gdn)
+doc = X.document(tok, rep, fpm, skipped, p.targets, fpm_scores=fpm_scores, gdn=gdn, own_laws=own)
 from steptime_lab.experiments.wallclock import tokens as _T  # noqa: E402
 doc["metrics"]["kv_capacity"] = {"note": _T.KV_CAP_NOTE, "rows_capped": int(tok["pred"]["kv_capped"].sum()),
                                  "rows": int(len(tok["pred"])),

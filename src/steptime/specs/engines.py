@@ -14,6 +14,7 @@ constants file (`FITTED_FILE`, written by a pipeline rule; absent means none) or
 from __future__ import annotations
 
 import copy
+import dataclasses
 import difflib
 from dataclasses import dataclass, field, fields
 from functools import lru_cache
@@ -66,6 +67,12 @@ PRECISION_CONST = ("fp8_gemm",)  # precision fields that point at a fitted const
 # MoE by default (moe_step.block_terms prices it; absent: deepep, steptime's pricing before the field existed)
 MOE_EXCHANGES = ("allgather_reducescatter", "deepep")
 MOE_EXCHANGE_DEFAULT = "deepep"
+# moe.kernels: whose fused-MoE kernels the engine runs, i.e. which framework's fused-MoE laws (calibration/moe.yaml:
+# vLLM's at the top level, another framework's under constants.frameworks.<name>) its routed-expert term reads
+# (moe_step.block_terms through MoEConstants.for_kernels; terms.moe.MOE_FRAMEWORKS names the tables E3.1 fits).
+# Absent: vllm (steptime's pricing before the field existed). Wave 39 (trtstep).
+MOE_KERNELS = ("vllm", "trtllm")
+MOE_KERNELS_DEFAULT = "vllm"
 # light.floor_law: which launch-floor law prices the engine's light kernels (terms/light.py): flat
 # (E1.1c's per-kernel floors, fitted on Vidur's Sarathi-Serve-era tables) or row (one CTA per token row, fitted
 # on AIConfigurator's vLLM quantize kernel). Absent: flat (steptime's pricing before the field existed).
@@ -245,6 +252,25 @@ class Engine:
         v = self.values.get(name)
         return bool(v.value) if v is not None else False
 
+    def moe_kernels(self) -> str:
+        """Whose fused-MoE kernels the engine runs: the framework whose fused-MoE laws its routed-expert term reads
+        (engines.yaml moe.kernels, one of MOE_KERNELS; absent: vllm)."""
+        v = self.values.get("moe_kernels")
+        return str(v.value) if v is not None else MOE_KERNELS_DEFAULT
+
+    def with_moe_kernels(self, kernels: str, *, source: str = "selected by the caller (Engine.with_moe_kernels)",
+                         provenance: str = "ASSUMED") -> "Engine":
+        """A copy whose routed-expert term reads framework `kernels`' fused-MoE laws (one of MOE_KERNELS), e.g.
+        `get_engine("trtllm").with_moe_kernels("trtllm")`: TensorRT-LLM priced with its own shipped laws
+        (calibration/moe.yaml constants.frameworks.trtllm), not its profile's default. Everything else (per-GPU
+        fitted values included) is this profile's; pass the copy as `engine=` (predict_step / predict_steps take an
+        Engine as it is: build it from `Constants.engine(name)` to keep a constants set's fitted values)."""
+        if kernels not in MOE_KERNELS:
+            raise InputError(f"engine {self.key}: moe.kernels {kernels!r} not in {MOE_KERNELS}")
+        values = dict(self.values)
+        values["moe_kernels"] = EngineValue(name="moe_kernels", value=kernels, provenance=provenance, source=source)
+        return dataclasses.replace(self, values=values)
+
     def moe_exchange(self) -> str:
         """The expert exchange the engine runs by default between attention data-parallel ranks and
         expert-parallel MoE layers (engines.yaml moe.exchange, one of MOE_EXCHANGES; absent: deepep)."""
@@ -382,8 +408,8 @@ def _parse_engine(key: str, doc: dict) -> Engine:
                     and float(values[name].value) < 0:
                 raise ValueError(f"{where}: host.{name} is a host cost in ms and must be >= 0, "
                                  f"got {values[name].value!r}")
-    values.update(_choice_section(doc, "moe", "exchange", MOE_EXCHANGES, where))
-    values.update(_choice_section(doc, "light", "floor_law", LIGHT_FLOOR_LAWS, where))
+    values.update(_choice_section(doc, "moe", {"exchange": MOE_EXCHANGES, "kernels": MOE_KERNELS}, where))
+    values.update(_choice_section(doc, "light", {"floor_law": LIGHT_FLOOR_LAWS}, where))
     values.update(_typed_section(doc, "schedule", SCHEDULE_TYPES, where))
     values.update(_typed_section(doc, "fusion", FUSION_TYPES, where, prefix="fuse_"))
     for name, e in (doc.get("precision") or {}).items():
@@ -480,17 +506,18 @@ def check_block_size(engine: Engine, block_size: int, error=InputError) -> None:
                 f"(specs/engines.yaml kv_block_sizes)")
 
 
-def _choice_section(doc: dict, section: str, field_: str, choices, where: str) -> dict[str, EngineValue]:
-    """A profile section holding one field whose value is one of `choices` (moe.exchange, light.floor_law), as
-    {<section>_<field>: entry}; any other field, or a value not among the choices, is refused."""
+def _choice_section(doc: dict, section: str, choices: dict, where: str) -> dict[str, EngineValue]:
+    """A profile section whose fields each hold one of their `choices` ({field: choices}: moe.exchange and
+    moe.kernels, light.floor_law), as {<section>_<field>: entry}; any other field, or a value not among its
+    field's choices, is refused with one line naming the profile, the field and the value."""
     out: dict[str, EngineValue] = {}
-    key = f"{section}_{field_}"
     for name, e in (doc.get(section) or {}).items():
-        if name != field_:
-            raise ValueError(f"{where}: unknown field {section}.{name} (known: {field_})")
+        if name not in choices:
+            raise ValueError(f"{where}: unknown field {section}.{name} (known: {', '.join(choices)})")
+        key = f"{section}_{name}"
         v = _value(key, e, where)
-        if v.value not in choices:
-            raise ValueError(f"{where}: {section}.{field_} {v.value!r} not in {choices}")
+        if v.value not in choices[name]:
+            raise ValueError(f"{where}: {section}.{name} {v.value!r} not in {choices[name]}")
         out[key] = v
     return out
 

@@ -91,17 +91,61 @@ def experts_touched(tokens, num_experts, topk, routing: str = "uniform"):
     return E * (1.0 - (1.0 - k / E) ** T)
 
 
+# the per-GPU readings that scale a fused-MoE law (E3.1's three bf16 readings): one set per framework's laws
+KERNEL_READINGS = ("s_c", "s_mem", "d_floor_us")
+
+
+def is_kernel_key(name: str) -> bool:
+    """Whether a moe.yaml constant belongs to the fused-MoE kernel law of one framework's tables: a law constant
+    `<name>:<dtype>[@<family>]` (a dtype of WEIGHT_BYTES), a GPU's `family:<dtype>` or one of its KERNEL_READINGS;
+    the all-to-all (`a2a_...:<mode>...`) and MLA constants are not."""
+    head, sep, rest = str(name).partition(":")
+    return name in KERNEL_READINGS or (bool(sep) and rest.split("@")[0] in WEIGHT_BYTES)
+
+
 @dataclass(frozen=True)
 class MoEConstants:
-    """The fused-MoE law's constants: global values and per-GPU deploy readings, with provenance."""
+    """The fused-MoE law's constants: global values and per-GPU deploy readings, with provenance. `frameworks`:
+    another framework's own fused-MoE kernel laws ({framework: {"values": ..., "per_gpu": ...}}, moe.yaml
+    constants.frameworks; vLLM's are the top level), read through `for_kernels`."""
 
     values: dict = field(default_factory=dict)     # name -> value (global)
     per_gpu: dict = field(default_factory=dict)    # gpu key -> {name: value}
     provenance: dict = field(default_factory=dict)  # name -> {provenance, source}
+    frameworks: dict = field(default_factory=dict)  # framework -> {"values": {...}, "per_gpu": {gpu: {...}}}
 
     def __post_init__(self):  # the shipped MoE constants are shared by the process: read-only
-        for name in ("values", "per_gpu", "provenance"):
+        for name in ("values", "per_gpu", "provenance", "frameworks"):
             object.__setattr__(self, name, read_only(getattr(self, name)))
+        object.__setattr__(self, "_by_kernels", {})  # for_kernels' sets, built once per framework (not a field)
+
+    def for_kernels(self, framework: str) -> "MoEConstants":
+        """The constants a step of an engine that runs `framework`'s fused-MoE kernels reads (engines.yaml
+        moe.kernels): 'vllm' -> these; another framework -> these with every fused-MoE kernel constant (is_kernel_key:
+        the laws, each GPU's family and readings) replaced by that framework's own (moe.yaml constants.frameworks),
+        the all-to-all and MLA constants kept. One law (routed_experts_time) evaluates either set. An unknown
+        framework, or one whose laws the constants do not hold, is refused with one line naming it."""
+        if framework == "vllm":
+            return self
+        if framework in self._by_kernels:
+            return self._by_kernels[framework]
+        if framework not in MOE_FRAMEWORKS:
+            raise UnsupportedError(f"unknown fused-MoE kernel framework {framework!r} (known: "
+                                   f"{', '.join(MOE_FRAMEWORKS)}; specs/engines.yaml moe.kernels)")
+        own = self.frameworks.get(framework)
+        if own is None:
+            raise UnsupportedError(f"no fused-MoE laws of framework {framework!r} in these MoE constants "
+                                   f"(calibration/moe.yaml constants.frameworks has "
+                                   f"{', '.join(sorted(self.frameworks)) or 'none'})")
+        values = {k: v for k, v in self.values.items() if not is_kernel_key(k)}
+        values.update(own.get("values", {}))
+        gpus = set(self.per_gpu) | set(own.get("per_gpu", {}))
+        per_gpu = {g: {**{k: v for k, v in self.per_gpu.get(g, {}).items() if not is_kernel_key(k)},
+                       **own.get("per_gpu", {}).get(g, {})} for g in gpus}
+        prov = {k: v for k, v in self.provenance.items() if not is_kernel_key(k)}
+        prov.update(own.get("provenance", {}))
+        self._by_kernels[framework] = MoEConstants(values=values, per_gpu=per_gpu, provenance=prov)
+        return self._by_kernels[framework]
 
     def get(self, name: str, gpu=None, default=None):
         """A per-GPU reading's value if `gpu` has one, else the global value, else `default`."""
@@ -123,15 +167,34 @@ class MoEConstants:
 
     @classmethod
     def from_doc(cls, doc: dict) -> "MoEConstants":
-        vals = {k: v["value"] for k, v in (doc.get("global") or {}).items()}
-        prov = {k: {"provenance": v["provenance"], "source": v.get("source", "")}
-                for k, v in (doc.get("global") or {}).items()}
-        per = {g: {k: v["value"] for k, v in t.items()} for g, t in (doc.get("gpu") or {}).items()}
-        return cls(values=vals, per_gpu=per, provenance=prov)
+        """From moe.yaml's `constants` ({global, gpu[, frameworks: {name: {global, gpu}}]})."""
+        vals, per, prov = _scope_values(doc)
+        fws = {}
+        for fw, sub in (doc.get("frameworks") or {}).items():
+            if fw not in MOE_FRAMEWORKS or fw == "vllm":
+                raise ValueError(f"MoE constants: frameworks.{fw} is not a framework with laws of its own "
+                                 f"(known: {', '.join(f for f in MOE_FRAMEWORKS if f != 'vllm')})")
+            fv, fp, fprov = _scope_values(sub or {})
+            bad = sorted(k for k in [*fv, *(k for t in fp.values() for k in t)] if not is_kernel_key(k))
+            if bad:
+                raise ValueError(f"MoE constants: frameworks.{fw} holds {bad[0]!r}, not a fused-MoE kernel constant "
+                                 "(a framework's section holds its laws, families and readings only)")
+            fws[fw] = {"values": fv, "per_gpu": fp, "provenance": fprov}
+        return cls(values=vals, per_gpu=per, provenance=prov, frameworks=fws)
 
     def with_values(self, values: dict | None = None, per_gpu: dict | None = None) -> "MoEConstants":
         return MoEConstants(values={**self.values, **(values or {})},
-                            per_gpu={**self.per_gpu, **(per_gpu or {})}, provenance=dict(self.provenance))
+                            per_gpu={**self.per_gpu, **(per_gpu or {})}, provenance=dict(self.provenance),
+                            frameworks=self.frameworks)
+
+
+def _scope_values(doc: dict) -> tuple:
+    """(values, per-GPU values, provenance) of one moe.yaml scope ({global, gpu})."""
+    vals = {k: v["value"] for k, v in (doc.get("global") or {}).items()}
+    prov = {k: {"provenance": v["provenance"], "source": v.get("source", "")}
+            for k, v in (doc.get("global") or {}).items()}
+    per = {g: {k: v["value"] for k, v in t.items()} for g, t in (doc.get("gpu") or {}).items()}
+    return vals, per, prov
 
 
 @lru_cache(maxsize=1)

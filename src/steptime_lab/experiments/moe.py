@@ -779,6 +779,49 @@ def _ape(pred, meas):
 
 # the engine whose fused-MoE laws E3.1 ships (calibration/moe.yaml); the others' runs are scored, not shipped
 SHIPPED_FRAMEWORK = "vllm"
+# The TensorRT-LLM kernel source (AIConfigurator's kernel_source names, terms.moe.TRTLLM_KERNEL_FAMILIES) a TensorRT-LLM
+# deployment runs BY DEFAULT per steptime dtype, in order of preference: the first the GPU's table holds for the dtype
+# is its family (wave 39, trtstep; set from the sources below before any TensorRT-LLM step was scored, never from
+# scores). TensorRT-LLM's MoE backend is model_config.moe_backend: MoeConfig.backend defaulted to 'CUTLASS'
+# (tensorrt_llm/llmapi/llm_args.py, NVIDIA/TensorRT-LLM as stored in the code index), and later releases default to
+# 'AUTO', which ModelConfig.resolve_moe_backend (tensorrt_llm/_torch/model_config.py, as stored) resolves to CUTLASS
+# for every architecture but GptOssForCausalLM (TRTLLM on sm 100-119, TRITON on Hopper) and DeepSeek-V4, and in the
+# newest stored version also TRTLLM for FP8_BLOCK_SCALES on sm100f. So:
+# - bf16, fp8 (per tensor), nvfp4: CutlassFusedMoE (moe_torch_flow_cutlass), never the TRT-LLM-gen min-latency
+#   kernels (moe_torch_flow_min_latency: moe_backend TRTLLM, not a default for these checkpoints).
+# - fp8_block: Hopper CUTLASS (AIConfigurator's collector/trtllm/collect_moe.py: "SM90 uses CUTLASS backend with FP32
+#   scale"); on sm 100 / 103 the CUTLASS backend does not run block-scaled fp8 ("SM100 uses DEEPGEMM/TRTLLM backend
+#   with UE8M0 scale", the same collector) and the tables time DeepGEMM only (deepgemm; the newest release's AUTO
+#   pick, TRT-LLM-gen fp8 block-scale, is in no vendored table: a known gap); on sm 120 the only vendored source is
+#   TensorRT-LLM's Triton fp8-block path (moe_torch_flow_triton_fp8_block).
+# - mxfp4 (w4a16): moe_torch_flow, what the collector names the gpt-oss path it runs with the production defaults
+#   (TritonFusedMoE on Hopper, TRTLLMGenFusedMoE on Blackwell, collect_moe.py); steptime prices gpt-oss on Blackwell
+#   as nvfp4 (moe_wallclock.weight_dtype), so there it reads the CUTLASS nvfp4 law, not the W4A8 MXFP4 TRT-LLM-gen
+#   kernels AUTO runs (those rows, w4a8_mxfp4_mxfp8, are no dtype E3.1 fits: a known gap).
+DEFAULT_SOURCES = {"trtllm": {"bf16": ("moe_torch_flow_cutlass",), "fp8": ("moe_torch_flow_cutlass",),
+                              "fp8_block": ("moe_torch_flow_cutlass", "deepgemm", "moe_torch_flow_triton_fp8_block"),
+                              "nvfp4": ("moe_torch_flow_cutlass",), "mxfp4": ("moe_torch_flow",)}}
+DEFAULT_SOURCES_NOTE = {
+    "trtllm": "TensorRT-LLM's default MoE backend for the dtype on this GPU (MoeConfig.backend CUTLASS, or AUTO's "
+              "resolution: CUTLASS but for gpt-oss and DeepSeek-V4; fp8_block: CUTLASS on Hopper, DeepGEMM on sm 100/"
+              "103, the Triton fp8-block path on sm 120; mxfp4: the gpt-oss torch-flow path), the first of "
+              "steptime_lab.experiments.moe.DEFAULT_SOURCES the GPU's AIConfigurator table holds"}
+
+
+def default_families(rows: pd.DataFrame, framework: str) -> dict:
+    """{gpu: {dtype: kernel family}} of the kernels `framework` runs by default (DEFAULT_SOURCES: per dtype the first
+    source the GPU's cells hold), from `rows` (cells(..., per_family=True), one engine's); {} for an engine without a
+    default table (vLLM: its shipped family is that of its fastest backend)."""
+    prefs = DEFAULT_SOURCES.get(framework)
+    if prefs is None:
+        return {}
+    out: dict = {}
+    for (g, dt), x in rows.groupby(["gpu", "sdtype"], sort=True):
+        have = set(x.kernel_source)
+        src = next((s for s in prefs.get(dt, ()) if s in have), None)
+        if src is not None:
+            out.setdefault(g, {})[dt] = M.kernel_family(src, get_gpu(g), framework)
+    return out
 
 
 def run(df: pd.DataFrame, framework: str = "vllm") -> dict:
@@ -851,9 +894,11 @@ def run(df: pd.DataFrame, framework: str = "vllm") -> dict:
     skew = ev[ev.distribution != "balanced"]
     per_skew = skew.groupby(["gpu", "sdtype"]).agg(**agg).reset_index()
     # shipped constants: per (dtype, family) law fitted on every GPU's balanced cells, each GPU's readings on top; only
-    # for the engine whose laws ship (SHIPPED_FRAMEWORK): another engine's all-GPU fits would be read by nothing (wave 39:
-    # 13 fits, ~16 CPU-s, for SGLang's run, 23 for TensorRT-LLM's), so its `ship` and `ship_scales` are empty
-    shipped = framework == SHIPPED_FRAMEWORK
+    # for the engine whose laws ship as calibration/moe.yaml's own (SHIPPED_FRAMEWORK) and for an engine whose default
+    # families ship under constants.frameworks (DEFAULT_SOURCES: its per-dtype laws are the fallback there); another
+    # engine's all-GPU fits would be read by nothing (wave 39: 13 fits, ~16 CPU-s, for SGLang's run), so its `ship` and
+    # `ship_scales` are empty
+    shipped = framework == SHIPPED_FRAMEWORK or framework in DEFAULT_SOURCES
     all_fit = {}
     for dt in dtypes if shipped else ():
         x = d[bal & (d.sdtype == dt)]
@@ -865,16 +910,33 @@ def run(df: pd.DataFrame, framework: str = "vllm") -> dict:
     for g in gpus:
         fam_of = (d[bal & (d.gpu == g)].groupby("sdtype")["family"].agg(lambda f: f.mode().iloc[0]).to_dict())
         families[g] = fam_of
-        if shipped:
+        if framework == SHIPPED_FRAMEWORK:
             own = {dt: all_fit.get(f"{dt}@{fam}", all_fit[dt]) for dt, fam in fam_of.items()}
             ship_scales[g] = gpu_scales(d[bal], g, own)[0]
-    return {"cells": d, "eval": ev[ev.distribution == "balanced"], "eval_skew": skew, "per": per, "per_skew": per_skew,
-            "fits": fits, "readings": readings, "ship": all_fit, "ship_scales": ship_scales, "families": families,
-            "framework": framework}
+    out = {"cells": d, "eval": ev[ev.distribution == "balanced"], "eval_skew": skew, "per": per, "per_skew": per_skew,
+           "fits": fits, "readings": readings, "ship": all_fit, "ship_scales": ship_scales, "families": families,
+           "framework": framework}
+    # an engine with a default kernel table (DEFAULT_SOURCES: TensorRT-LLM) ships the laws of the families it runs by
+    # default, each fitted on every GPU's cells of that family (the rows E3.1's folds train on), also where another of
+    # its kernels was faster; and each GPU's readings on its default bf16 law (wave 39, trtstep)
+    dfam = default_families(rows, framework)
+    if dfam:
+        dfit = {}
+        for dt, fam in sorted({(dt, fam) for f in dfam.values() for dt, fam in f.items()}):
+            dfit[f"{dt}@{fam}"] = fit_dtype_once(rows[(rows.sdtype == dt) & (rows.family == fam)], dt, memo)
+        out["default"] = {"families": dfam, "ship": {**{dt: all_fit[dt] for dt in dtypes}, **dfit},
+                          "ship_scales": {g: gpu_scales(d[bal], g, {dt: dfit[f"{dt}@{fam}"] for dt, fam in f.items()})[0]
+                                          for g, f in dfam.items()}}
+    return out
 
 
 ENGINE_CLAIM_PREFIX = {"vllm": "", "trtllm": "TensorRT-LLM's own ", "sglang": "SGLang's own "}
 # how document_engines' `law` text names each other engine's kernel-family map and its cells
+# what document_engines' `law` text says of each other engine's laws' shipping
+ENGINE_SHIPPED = {"trtllm": "shipped (wave 39) under calibration/moe.yaml constants.frameworks: the laws of the families "
+                            "the engine runs by default (DEFAULT_SOURCES), fitted on every GPU's cells of each, read by "
+                            "engines whose moe.kernels is this one",
+                  "sglang": "not shipped"}
 ENGINE_LAW_NAMES = {"trtllm": ("TensorRT-LLM", "TRTLLM_KERNEL_FAMILIES", "TRT-LLM"),
                     "sglang": ("SGLang", "SGLANG_KERNEL_FAMILIES", "SGLang")}
 
@@ -1045,7 +1107,8 @@ def document(r: dict, target_pct: float) -> dict:
 
 
 # what E3.1's document keeps of another engine's run (TensorRT-LLM's or SGLang's own tables): its per-(GPU, dtype) claims
-# and these metrics, under metrics[<engine>]; its laws are not shipped (calibration/moe.yaml holds vLLM's)
+# and these metrics, under metrics[<engine>]; calibration/moe.yaml's own laws are vLLM's, TensorRT-LLM's default
+# families' laws are shipped under its constants.frameworks (wave 39), SGLang's are not shipped
 ENGINE_METRICS = ("mape_pct", "mape_pct_without_readings", "baseline_mape_pct", "p90_ape_pct", "power_law_mape_pct",
                   "met", "groups", "median_group_mape_pct", "cells_scored", "power_law_cells_scored", "reading_cells",
                   "trained_on", "readings_not_applied")
@@ -1072,7 +1135,7 @@ def document_engines(r: dict, others: list, target_pct: float) -> dict:
                               "law": "the same law and fitting rules as vLLM's (fit_dtype, choose_readings), on the "
                                      "engine's own cells only: per GPU and dtype, fitted on the other GPUs' cells of "
                                      f"its {name} kernel family (terms.moe.{table}), at most three "
-                                     f"bf16 readings of its own {short} cells; not shipped",
+                                     f"bf16 readings of its own {short} cells; " + ENGINE_SHIPPED[fw],
                               **({"family_options": {f: dict(v) for f, v in FAMILY_OPTIONS[fw].items()},
                                   "disclosed": ENGINE_DISCLOSED[fw]} if fw in FAMILY_OPTIONS else {})}
     return doc
@@ -1176,6 +1239,33 @@ def moe_constants_doc(r: dict | None, a2a: dict | None = None) -> dict:
                     "source": "E3.2: three DeepEP readings (low-latency dispatch and combine smallest, "
                               f"high-throughput dispatch largest; DeepSeek-V3 shape{rel})"}
     return {"global": glob, "gpu": gpu}
+
+
+def framework_constants_doc(r: dict) -> dict:
+    """calibration/moe.yaml's constants.frameworks.<framework> section from another engine's E3.1 run (run(df,
+    framework) with its `default`): {global: the laws per dtype (every family, FITTED on every GPU's cells of the
+    engine) and per (dtype, default family) (FITTED on every GPU's cells of that family), gpu: each GPU's default family
+    per dtype (DERIVED: DEFAULT_SOURCES) and its three bf16 readings (MEASURED)}: the same names as vLLM's top level,
+    in their own namespace, so they cannot collide."""
+    fw = r["framework"]
+    dflt = r["default"]
+    base = moe_constants_doc({"ship": dflt["ship"], "ship_scales": dflt["ship_scales"], "families": {}})
+    engine = {"trtllm": "TensorRT-LLM"}.get(fw, fw)
+    glob = {}
+    for k, v in base["global"].items():
+        law = k.split(":", 1)[1]
+        rule = ("every GPU's balanced-routing cells of the family (per_family rows: also where another of the engine's "
+                "kernels was faster)" if "@" in law else "every GPU's fastest-kernel balanced-routing cells (every family)")
+        glob[k] = {**v, "source": f"E3.1 ({engine}'s own fused-MoE tables, framework {fw}): {v['source'][len('E3.1: '):]}"
+                   f"; fitted on {rule}"}
+    gpu = {}
+    for g, t in base["gpu"].items():
+        gpu[g] = {k: {**v, "source": f"E3.1 ({engine}'s own tables): {v['source'][len('E3.1: '):]}"} for k, v in t.items()}
+    for g, fams in dflt["families"].items():
+        for dt, fam in fams.items():
+            gpu.setdefault(g, {})[f"family:{dt}"] = {"value": fam, "provenance": "DERIVED",
+                                                     "source": DEFAULT_SOURCES_NOTE[fw]}
+    return {"global": glob, "gpu": {g: dict(sorted(t.items())) for g, t in sorted(gpu.items())}}
 
 
 # --------------------------------------------------------------------------- E3.2: all-to-all
@@ -1685,13 +1775,17 @@ def plot(r: dict, stem, caption: str | None = None, *, kind: str = "kernel"):
 def settle(kernel_doc: dict, a2a_doc: dict, mla_doc: dict) -> dict:
     """calibration/moe.yaml from E3.1's, E3.2's and E3.3's constants fragments."""
     docs = (kernel_doc, a2a_doc, mla_doc)
+    constants = {"global": {k: v for d in docs for k, v in d["global"].items()},
+                 "gpu": {g: {k: v for d in docs for k, v in d["gpu"].get(g, {}).items()}
+                         for g in sorted({g for d in docs for g in d["gpu"]})}}
+    # another engine's own fused-MoE laws (E3.1's fragment `frameworks`), in their own namespace after vLLM's
+    if kernel_doc.get("frameworks"):
+        constants["frameworks"] = {fw: kernel_doc["frameworks"][fw] for fw in sorted(kernel_doc["frameworks"])}
     return {"schema_version": 1,
             "about": "fused-MoE, all-to-all and MLA law constants (issue 20); written by the settle_moe_constants "
                      "rule from results/E3_1.json, results/E3_2.json and results/E3_3.json's runs; each value with "
                      "provenance",
-            "constants": {"global": {k: v for d in docs for k, v in d["global"].items()},
-                          "gpu": {g: {k: v for d in docs for k, v in d["gpu"].get(g, {}).items()}
-                                  for g in sorted({g for d in docs for g in d["gpu"]})}}}
+            "constants": constants}
 
 
 # --------------------------------------------------------------------------- E3.5: what EP buys (simulated)

@@ -221,10 +221,11 @@ def token_rows(silicon: pd.DataFrame, mlenergy_v3: pd.DataFrame, *, prompt_token
 
 
 def predict_tokens(rows: pd.DataFrame, *, mixed: dict, fitted=None, constants=None, moe_constants=None,
-                   n_boot: int = 1000, seed: int = 0) -> dict:
+                   n_boot: int = 1000, seed: int = 0, moe_kernels: str | None = None) -> dict:
     """Predicted token time per row (E2.11's mixed variant at the row's layout); groups steptime refuses
     (layout, memory-free checks, dtype on the GPU) are left out with their one line. Scores per
-    (dataset, GPU, engine)."""
+    (dataset, GPU, engine). `moe_kernels`: every row's engine priced with that framework's fused-MoE laws
+    (make_predictor's swap of moe.kernels; None: each profile's own field)."""
     from steptime_lab.experiments.wallclock.tokens import kv_capacity, schedule_args
     from steptime_lab.experiments.wallclock import make_predictor, predict_tpot
     from steptime_lab.metrics import score
@@ -234,7 +235,7 @@ def predict_tokens(rows: pd.DataFrame, *, mixed: dict, fitted=None, constants=No
         ds, gpu, model, eng, tp, ep, dt = k
         try:
             f = make_predictor(eng, model, gpu, engine=eng, dtype=dt, fitted=fitted, constants=constants,
-                               ep=int(ep), moe_constants=moe_constants)
+                               ep=int(ep), moe_constants=moe_constants, moe_kernels=moe_kernels)
             cap = kv_capacity(d, model, gpu, int(tp), ep=int(ep), dtype=dt)  # KV_CAP_NOTE
             r = predict_tpot(d, f, None, tp=int(tp), variant="mixed", chunked=eng in mixed.get("chunked", ()),
                              token_budget=mixed.get("token_budget"), capacity=cap,
@@ -260,6 +261,57 @@ def predict_tokens(rows: pd.DataFrame, *, mixed: dict, fitted=None, constants=No
     if skipped:
         skipped = pd.DataFrame(skipped).groupby(["dataset", "reason"], as_index=False)["rows"].sum().to_dict("records")
     return {"pred": p, "scores": scores, "skipped": skipped}
+
+
+# E3.4's report beside the default (wave 39, the lead's decision on trtstep): an engine whose profile keeps another
+# framework's fused-MoE laws (engines.yaml moe.kernels) is also priced with its own shipped laws, from the same rows
+FRAMEWORK_NAMES = {"trtllm": "TensorRT-LLM"}
+OWN_LAWS_NOTE = (
+    "Report, no verdict: the token rows of every engine whose profile's framework (engines.yaml backend) is the one "
+    "named, predicted as the claims above predict them but with the engine's moe.kernels set to that framework "
+    "(make_predictor's swap: its own fused-MoE laws, calibration/moe.yaml constants.frameworks), in the same run "
+    "from the same rows; beside each group the default's MAPE and signed mean (the profile's own moe.kernels).")
+OWN_LAWS_DISCLOSED = (
+    "Wave 39 (issue 20, helpers trtstep / trtstep2, the lead's decision): TensorRT-LLM's profile named its own "
+    "fused-MoE laws (moe.kernels trtllm) first; scored, E3.4's TensorRT-LLM token-time MAPE moved b200 .322 -> .550, "
+    "h200 .211 -> .329, gb200 .468 -> .424, h100 .145 -> .101 (no claim flipped), the gaps being kernel mapping "
+    "(gpt-oss on Blackwell priced with the CUTLASS nvfp4 law where TensorRT-LLM's default runs TRT-LLM-gen W4A8 "
+    "MXFP4/MXFP8, not fitted; the mxfp4@torch_flow law pooling Hopper's Triton and Blackwell's TRT-LLM-gen kernels; "
+    "the rows' releases 1.0-1.3.0rc1 against the tables' 1.3.0rc20). So the profile's moe.kernels was set back to "
+    "vllm (ASSUMED), kept on vLLM's law after seeing these scores, and the claims priced with TensorRT-LLM's own "
+    "laws are reported after every other claim with no target (token_time_own_laws).")
+
+
+def own_law_tokens(rows: pd.DataFrame, framework: str = "trtllm", **kw) -> dict:
+    """The rows of every engine whose profile's backend is `framework`, predicted by predict_tokens (keywords `kw`)
+    with the engine's moe.kernels swapped to `framework` (OWN_LAWS_NOTE); no such row: no scores."""
+    if framework not in FRAMEWORK_NAMES:
+        raise ValueError(f"own_law_tokens: framework {framework!r} not in {sorted(FRAMEWORK_NAMES)}")
+    own = rows["engine"].map(lambda e: get_engine(e).backend == framework).astype(bool)
+    out = predict_tokens(rows[own], moe_kernels=framework, **kw)
+    return {**out, "framework": framework}
+
+
+def own_law_claims(tok: dict, own: dict) -> list:
+    """OWN_LAWS_NOTE's claims: one per group of `own` (own_law_tokens), its MAPE and signed mean beside the default
+    ones of the same (dataset, GPU, engine) group of `tok` (predict_tokens); a claim without a target."""
+    from steptime_lab.results import claim
+
+    name = FRAMEWORK_NAMES[own["framework"]]
+    base = {(s["dataset"], s["gpu"], s["engine"]): s for s in tok["scores"]}
+    out = []
+    for s in own["scores"]:
+        d = base.get((s["dataset"], s["gpu"], s["engine"]))
+        value = {"mape": round(s["mape"], 4), "signed_mean": round(s["signed_mean"], 4)}
+        if d is not None:
+            value.update(default_mape=round(d["mape"], 4), default_signed_mean=round(d["signed_mean"], 4))
+        out.append(claim(
+            f"{s['dataset']} {s['gpu']} {s['engine']}: MoE token time ({', '.join(s['models'])}; "
+            f"{', '.join(s['layouts'])}; {s['cells']} rows) priced with {name}'s own fused-MoE laws (engine field "
+            f"{own['framework']}; not the default, see disclosed)", value,
+            f"MAPE and signed mean error of the predicted token time against the measured one (fraction), priced "
+            f"with {name}'s laws; default_*: the same rows priced as the profile's default (its moe.kernels)"))
+    return out
 
 
 IN_FLIGHT_NOTE = (
@@ -865,7 +917,8 @@ REPLAY_KEYS = {"tpot_s_p50": "median TPOT", "ttft_s_p50": "median TTFT", "tpot_s
 
 
 def document(tok: dict, rep: dict, fpm: list, skipped_rows: list, targets: dict, fpm_scores: dict | None = None,
-             gdn: dict | None = None) -> dict:
+             gdn: dict | None = None, own_laws: dict | None = None) -> dict:
+    """E3.4's claims and metrics; `own_laws` (own_law_tokens): its claims come after every other claim."""
     from steptime_lab.experiments.wallclock import EARLY_LAUNCH_NOTE, INLINE_ROW_NOTE
     from steptime_lab.results import claim
 
@@ -920,6 +973,8 @@ def document(tok: dict, rep: dict, fpm: list, skipped_rows: list, targets: dict,
                                 f"{float(targets['fpm_mape_per_phase']):.0%} per-phase target: steptime cannot "
                                 f"represent the model ({part['why']})", part["refusal"],
                                 "steptime's own refusal (get_model); the runs are not vendored"))
+    if own_laws is not None:
+        claims += own_law_claims(tok, own_laws)
     missed = [{"claim": c["claim"], "value": c["value"], "target": c["target"],
                "by": round(abs(c["value"]) - c["target"], 4)} for c in claims if c.get("met") is False]
     met = [c for c in claims if c.get("met") is not None]
@@ -930,6 +985,12 @@ def document(tok: dict, rep: dict, fpm: list, skipped_rows: list, targets: dict,
                                                                                        "models", "layouts")}
                        for s in tok["scores"]},
         "token_rows_scored": int(len(tok["pred"])),
+        **({"token_time_own_laws": {
+            "framework": own_laws["framework"], "note": OWN_LAWS_NOTE,
+            "groups": {f"{s['dataset']}/{s['gpu']}/{s['engine']}": {k: s[k] for k in ("cells", "mape", "median_ape",
+                                                                                     "mape_ci", "signed_mean")}
+                       for s in own_laws["scores"]},
+            "rows_left_out": own_laws["skipped"]}} if own_laws is not None else {}),
         "token_time_by_version": version_scores(tok["pred"]),
         "same_label_spread": same_label_spread(tok["pred"]),
         "token_row_checks": token_row_checks(tok["pred"]),
@@ -1076,7 +1137,8 @@ def document(tok: dict, rep: dict, fpm: list, skipped_rows: list, targets: dict,
                      "status: the tp 1 dp 1 context and plain readings get better, the row-read mixed and the tp 1 "
                      "dp > 1 context cells worse (the wait stood in for the unpriced DP cost and the chained eager "
                      "steps' serial part); one variant scored besides it (the wait scaled by layers, 40 / 64)."
-                     + (" " + rep["disclosed"] if rep.get("disclosed") else ""),
+                     + (" " + rep["disclosed"] if rep.get("disclosed") else "")
+                     + (" " + OWN_LAWS_DISCLOSED if own_laws is not None else ""),
     }
     return {"metrics": metrics, "claims": claims}
 

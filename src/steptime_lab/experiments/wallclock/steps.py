@@ -91,7 +91,8 @@ def term_kinds(terms_ms: dict, n: int) -> dict:
 
 
 def make_predictor(name: str, model, gpu, *, engine: str | None = None, dtype: str = "bf16",
-                   constants=None, fitted=None, ep: int = 1, moe_constants=None) -> Callable:
+                   constants=None, fitted=None, ep: int = 1, moe_constants=None,
+                   moe_kernels: str | None = None) -> Callable:
     """A step predictor by name: 'kernels', 'roofline', or an engine profile ('vllm', ...).
 
     `overrides` passed at call time (name -> value) are laid over the profile for this GPU:
@@ -101,7 +102,9 @@ def make_predictor(name: str, model, gpu, *, engine: str | None = None, dtype: s
     so a misrouted name cannot be dropped silently. `fitted` is a fitted-constants file or dict
     (results/calibration/engine_constants.yaml): all three of its parts (engines, constants,
     scales) for this (engine, GPU) enter here, the one constructor that reads it. A mixture-of-experts
-    model's expert-parallel degree `ep` and fused-MoE constants `moe_constants` go to predict_steps.
+    model's expert-parallel degree `ep` and fused-MoE constants `moe_constants` go to predict_steps;
+    `moe_kernels` (one of specs.engines.MOE_KERNELS; None: the profile's moe.kernels) swaps whose fused-MoE laws
+    the profile's routed experts read (Engine.with_moe_kernels), nothing else.
     """
     m = get_model(model)
     g = get_gpu(gpu)
@@ -119,6 +122,8 @@ def make_predictor(name: str, model, gpu, *, engine: str | None = None, dtype: s
         return f
 
     profile = get_engine("kernels" if name == "kernels" else (engine or name), fitted=fitted_engines)
+    if moe_kernels is not None:
+        profile = profile.with_moe_kernels(moe_kernels, source="make_predictor(moe_kernels=...)")
     fields = set(profile.values)
     known = {r["name"] for r in base.table()}
 
