@@ -86,8 +86,8 @@ def test_a_framework_without_shipped_laws_is_refused():
         "value": 1.0, "provenance": "FITTED", "source": "x"}}}}}
     with pytest.raises(ValueError, match="not a fused-MoE kernel constant"):
         M.MoEConstants.from_doc(bad)
-    with pytest.raises(ValueError, match="frameworks.sglang is not a framework"):
-        M.MoEConstants.from_doc({**doc, "frameworks": {"sglang": {}}})
+    with pytest.raises(ValueError, match="frameworks.tgi is not a framework"):
+        M.MoEConstants.from_doc({**doc, "frameworks": {"tgi": {}}})
 
 
 def test_kernel_keys_are_the_law_family_and_readings_only():
