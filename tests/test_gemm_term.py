@@ -253,3 +253,24 @@ def test_gemm_bytes_read_a_and_w_once_in_the_dtype_and_write_c_in_bf16():
     assert G.gemm_bytes(m, n, k) == 2 * (m * k + k * n) + 2 * m * n
     assert G.gemm_bytes(m, n, k, "fp8") == 1 * (m * k + k * n) + 2 * m * n
     assert G.gemm_bytes(1.0, 1.0, 1.0) == 6.0
+
+
+def test_e1_2b_claims_the_settled_cluster_size_on_every_llm_cell_too():
+    """E1.2b scored the settled cluster size on prefill-sized cells only; its claims now add the same comparison on
+    every LLM-shaped cell, after the existing ones (wave 39, helper spec9): a size that wins on prefill but loses on
+    all LLM cells reads unmet there."""
+    from steptime_lab.experiments.gemm import claims as C
+
+    def arm(cap, prefill, llm):
+        return {"grid_cap": cap, "prefill": {"mape": prefill, "cells": 10}, "llm": {"mape": llm, "cells": 30},
+                "jumps": {"measured_jump_mean": 1.02, "measured_steps_over_5pct": 1, "pairs": 9, "mae": 0.07}}
+
+    an = {"settled_cluster_size": 2, "alternative_cluster_size": 16,
+          "gpus": {"h100-sxm": {"cluster_2": arm(132, 0.05, 0.09), "cluster_16": arm(112, 0.08, 0.08)},
+                   "h200-sxm": {"cluster_2": arm(132, 0.05, 0.06), "cluster_16": arm(112, 0.08, 0.07)}}}
+    cl = C.cluster_cap_claims(an)["claims"]
+    assert len(cl) == 6 and all("prefill" in c["comparison"] for c in cl[:4:2])  # the existing four stay first
+    h100, h200 = cl[4], cl[5]
+    assert h100["claim"].startswith("h100-sxm: on every LLM-shaped cell (30)") and "112-CTA cap" in h100["claim"]
+    assert (h100["value"], h100["target"], h100["op"], h100["met"]) == (0.09, 0.08, "<", False)
+    assert (h200["value"], h200["target"], h200["met"]) == (0.06, 0.07, True)

@@ -153,6 +153,15 @@ def cluster_cap_claims(an: dict) -> dict:
                             f"{js['measured_jump_mean']:.3f}, {js['measured_steps_over_5pct']} of {js['pairs']} "
                             f"pairs step > 5%); the model's mean |jump error| is {js['mae']:.3f}",
                             js["mae"], "mean absolute error of t(m+1)/t(m)"))
+    # wave 39 (helper spec9): the same comparison on every LLM-shaped cell, not only the prefill-sized ones (where the
+    # settled size was expected to win); appended after the claims above so no claim id moves
+    for gpu, r in an["gpus"].items():
+        ms, ma = r[f"cluster_{s}"]["llm"]["mape"], r[f"cluster_{a}"]["llm"]["mape"]
+        claims.append(claim(f"{gpu}: on every LLM-shaped cell ({r[f'cluster_{s}']['llm']['cells']}) the persistent grid "
+                            f"of {r[f'cluster_{s}']['grid_cap']} CTAs (cluster {s}) gives {ms:.1%} held-out MAPE vs "
+                            f"{ma:.1%} with the {r[f'cluster_{a}']['grid_cap']}-CTA cap of {a}-CTA clusters (same "
+                            f"readings, cap switched)", ms, "LLM-cell MAPE, settled vs 16-CTA clusters",
+                            target=ma, met=ms < ma, op="<", unit="fraction"))
     return {"metrics": an, "claims": claims}
 
 
