@@ -210,9 +210,40 @@ def test_e1_3_claims_take_their_targets_from_the_registry_not_the_module():
     from pathlib import Path
 
     reg = yaml.safe_load((Path(__file__).resolve().parents[1] / "config/experiments.yaml").read_text())
-    assert set(reg["experiments"]["E1.3"]["targets"]) == {"global_gap", "held_out_mape"}
+    assert set(reg["experiments"]["E1.3"]["targets"]) == {"global_gap", "held_out_mape", "per_gpu_mape"}
     with pytest.raises(InputError, match="E1.3: no target 'held_out_mape'"):
         C.memory_law_claims({}, {}, {}, {"global_gap": 0.02})
+    with pytest.raises(InputError, match="E1.3: no target 'per_gpu_mape'"):
+        C.memory_law_claims({}, {}, {}, {"global_gap": 0.02, "held_out_mape": 0.08})
+
+
+def _memory_study(global_mape: dict) -> dict:
+    """A small E1.3 study in the shape gemm.memory_study writes: two laws, the bytes-law the better held out."""
+    gpus = list(global_mape)
+    per = {law: {x: {"eta_max": 0.8, "mape": m - 0.005} for x, m in global_mape.items()} for law in ("x", "bytes")}
+    glob = {law: {"shape": 1.0, "per_gpu": {x: {"eta_max": 0.8, "mape": m} for x, m in global_mape.items()}}
+            for law in ("x", "bytes")}
+    loo = {law: {x: {"mape": 0.05 if law == "bytes" else 0.09, "reading_cell": [x, "gemm", 1, 2, 3]} for x in gpus}
+           for law in ("x", "bytes")}
+    st = {"per_gpu": per, "global": glob, "loo": loo}
+    return {"gemm": st, "scale_matrix": st}
+
+
+def test_e1_3_claims_every_gpu_within_the_spec_mape_under_the_global_law():
+    """The catalogue's form (every per-SKU MAPE <= 7% under the global law), appended after E1.3's claims; the
+    worst GPU's global-fit MAPE decides it (wave 39, helper spec9)."""
+    from steptime_lab.experiments.gemm import claims as C
+
+    t = {"global_gap": 0.02, "held_out_mape": 0.08, "per_gpu_mape": 0.07}
+    l2 = {"h100-sxm": {"max_bw_over_dram": 0.9}, "l40s": {"max_bw_over_dram": 2.9}}
+    stream = {"h100-sxm": {"largest_x_above_dram": 0.7}, "l40s": {"largest_x_above_dram": 1.0}}
+    doc = C.memory_law_claims(_memory_study({"h100-sxm": 0.05, "l40s": 0.072}), l2, stream, t)
+    assert len(doc["claims"]) == 7
+    c = doc["claims"][-1]
+    assert c["value"] == pytest.approx(0.072) and c["target"] == 0.07 and c["op"] == "<=" and c["met"] is False
+    assert "bytes-law's global fit" in c["claim"] and "worst l40s 7.2%" in c["claim"]
+    ok = C.memory_law_claims(_memory_study({"h100-sxm": 0.05, "l40s": 0.069}), l2, stream, t)["claims"][-1]
+    assert ok["met"] is True and ok["value"] == pytest.approx(0.069)
 
 
 def test_gemm_bytes_read_a_and_w_once_in_the_dtype_and_write_c_in_bf16():
@@ -222,3 +253,24 @@ def test_gemm_bytes_read_a_and_w_once_in_the_dtype_and_write_c_in_bf16():
     assert G.gemm_bytes(m, n, k) == 2 * (m * k + k * n) + 2 * m * n
     assert G.gemm_bytes(m, n, k, "fp8") == 1 * (m * k + k * n) + 2 * m * n
     assert G.gemm_bytes(1.0, 1.0, 1.0) == 6.0
+
+
+def test_e1_2b_claims_the_settled_cluster_size_on_every_llm_cell_too():
+    """E1.2b scored the settled cluster size on prefill-sized cells only; its claims now add the same comparison on
+    every LLM-shaped cell, after the existing ones (wave 39, helper spec9): a size that wins on prefill but loses on
+    all LLM cells reads unmet there."""
+    from steptime_lab.experiments.gemm import claims as C
+
+    def arm(cap, prefill, llm):
+        return {"grid_cap": cap, "prefill": {"mape": prefill, "cells": 10}, "llm": {"mape": llm, "cells": 30},
+                "jumps": {"measured_jump_mean": 1.02, "measured_steps_over_5pct": 1, "pairs": 9, "mae": 0.07}}
+
+    an = {"settled_cluster_size": 2, "alternative_cluster_size": 16,
+          "gpus": {"h100-sxm": {"cluster_2": arm(132, 0.05, 0.09), "cluster_16": arm(112, 0.08, 0.08)},
+                   "h200-sxm": {"cluster_2": arm(132, 0.05, 0.06), "cluster_16": arm(112, 0.08, 0.07)}}}
+    cl = C.cluster_cap_claims(an)["claims"]
+    assert len(cl) == 6 and all("prefill" in c["comparison"] for c in cl[:4:2])  # the existing four stay first
+    h100, h200 = cl[4], cl[5]
+    assert h100["claim"].startswith("h100-sxm: on every LLM-shaped cell (30)") and "112-CTA cap" in h100["claim"]
+    assert (h100["value"], h100["target"], h100["op"], h100["met"]) == (0.09, 0.08, "<", False)
+    assert (h200["value"], h200["target"], h200["met"]) == (0.06, 0.07, True)

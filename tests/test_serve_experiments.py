@@ -44,7 +44,8 @@ def _traces(n=400, seed=0):
 def test_e2_9_document_scores_every_choice_in_the_simulator():
     r = serving.chunk_sizing(_traces(), models=["llama-3.1-8b"], gpus=["h100-sxm"], trace="splitwise_conv", n=200,
                      concurrency=16, grid=GRID, slo_multiples=[2, 5], targets={"pick_meets_slo_fraction": 1.0,
-                                                                                "pick_vs_oracle_min": 0.95})
+                                                                                "pick_vs_oracle_min": 0.95,
+                                                                                "pick_equals_oracle_fraction": 1.0})
     df = r["cases"]
     assert len(df) == 2 and set(df["pick"]) <= set(GRID)
     # the oracle is the highest-throughput chunk of the sweep that meets the SLO
@@ -392,7 +393,8 @@ def test_chunk_errors_is_the_sweeps_p99_over_t_mix(timer):
 def test_e2_9_band_comes_from_the_family_sibling_never_the_scored_gpu():
     r = serving.chunk_sizing(_traces(), models=["llama-3.1-8b"], gpus=["h100-sxm"], trace="splitwise_conv", n=200,
                              concurrency=16, grid=GRID, slo_multiples=[2], band_gpus=["h200-sxm", "a40"],
-                             targets={"pick_meets_slo_fraction": 1.0, "pick_vs_oracle_min": 0.95})
+                             targets={"pick_meets_slo_fraction": 1.0, "pick_vs_oracle_min": 0.95,
+                                      "pick_equals_oracle_fraction": 1.0})
     b = r["bands"]["llama-3.1-8b|h100-sxm"]
     assert b["from"] == ["h200-sxm"] and b["family"] == "hopper"  # a40 is swept but is not Hopper
     assert set(r["sweeps"]) == {"llama-3.1-8b|h100-sxm"}  # band GPUs are never scored
@@ -403,3 +405,28 @@ def test_e2_9_band_comes_from_the_family_sibling_never_the_scored_gpu():
     assert "held-out headroom" in doc["claims"][0]["comparison"] and "chosen after" in doc["metrics"]["disclosed"].lower()
     assert doc["metrics"]["disclosed"].endswith(serving.replay.CLOSED_JOIN_DISCLOSED)  # wave 28: engine_policy's join
     assert any("without the family headroom" in c["claim"] for c in doc["claims"])
+
+
+# ---- E2.9's spec criterion (wave 39, helper spec9) ----------------------------------------------------------
+def _chunk_result(picks, oracles, targets):
+    n = len(picks)
+    df = pd.DataFrame({"model": "llama-3.1-8b", "gpu": "h100-sxm", "slo_multiple": np.arange(n) + 1.5,
+                       "pick": picks, "oracle": oracles, "oracle_sweep_rule": oracles,
+                       "pick_meets": True, "pick_tok_s": 100.0, "oracle_tok_s": 100.0,
+                       "static_512_meets": False, "static_512_tok_s": 90.0})
+    return {"cases": df, "targets": targets, "statics": [512], "workload": {}, "grid": GRID, "sweeps": {}}
+
+
+def test_e2_9_claims_the_pick_equals_the_oracle_at_every_slo():
+    t = {"pick_meets_slo_fraction": 1.0, "pick_vs_oracle_min": 0.95, "pick_equals_oracle_fraction": 1.0}
+    doc = serving.chunk_sizing_claims(_chunk_result([192, 384, 512, 512], [192, 512, 512, 512], t))
+    c = doc["claims"][-1]  # appended after the existing claims: no claim id moves
+    assert "oracle's chunk at every SLO" in c["claim"] and c["op"] == ">=" and c["target"] == 1.0
+    assert c["value"] == pytest.approx(0.75) and c["met"] is False
+    assert doc["metrics"]["pick_equals_oracle_fraction"] == pytest.approx(0.75)
+    # the same picks everywhere meet it; a case with no feasible oracle is the same only where the pick is none too
+    ok = serving.chunk_sizing_claims(_chunk_result([192, 512, None], [192, 512, None], t))["claims"][-1]
+    assert ok["value"] == 1.0 and ok["met"] is True
+    with pytest.raises(Exception, match="pick_equals_oracle_fraction"):  # the target lives in the registry only
+        serving.chunk_sizing_claims(_chunk_result([192], [192], {k: v for k, v in t.items()
+                                                                  if k != "pick_equals_oracle_fraction"}))

@@ -380,6 +380,30 @@ def test_fitted_constants_file_round_trips_into_the_predictor(tmp_path):
         W.run_fpm(s, spec, fitted_doc=doc, n_boot=10, constants=Constants.default())
 
 
+def test_e1_26_claims_its_readings_against_the_registry_max_readings():
+    """E1.26's registry target max_readings was read by no claim until wave 39 (helper spec9): its readings claim
+    counts the distinct cells the engine-constants document it read records, against that target."""
+    import yaml
+    from pathlib import Path
+
+    from steptime.errors import InputError
+    from steptime_lab.experiments import wallclock_report as R
+
+    reg = yaml.safe_load((Path(__file__).resolve().parents[1] / "config/experiments.yaml").read_text())
+    lim = reg["experiments"]["E1.26"]["targets"]["max_readings"]
+    s = W.fpm_steps(_fpm_tidy())
+    spec = W.FpmSpec(model="llama-3.1-8b", fit_names=("t_samp_ms", "t_samp_b_ms", "comm_offset_us"),
+                     block_fit_names=("t_samp_ms", "block_scale", "comm_offset_us"))
+    r = W.run_fpm(s, spec, n_boot=10, constants=Constants.default())
+    doc = W.engine_constants_doc([r], spec)
+    c = R.engine_step_readings_claim(r, {"max_readings": lim}, doc)
+    assert (c["value"], c["target"], c["op"], c["met"]) == (len(set(r["readings"].cells)), lim, "<=", True)
+    # a target below the readings spent is unmet; a missing target is one clear error naming it
+    assert R.engine_step_readings_claim(r, {"max_readings": c["value"] - 1}, doc)["met"] is False
+    with pytest.raises(InputError, match="E1.26: no target 'max_readings'"):
+        R.engine_step_readings_claim(r, {}, doc)
+
+
 def test_r2_3_counts_its_readings_from_the_written_constants_records_not_from_its_own_choice():
     """Issue 19 item 8: R2.3's readings claim counts the distinct cells the fitted engine-constants document
     records. Before, it counted the readings the experiment said it chose (len(readings.rows)), so a constant

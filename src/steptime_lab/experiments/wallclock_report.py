@@ -14,7 +14,7 @@ from steptime.calibration.readings import count_readings
 from steptime.specs.engines import get_engine
 from steptime_lab.experiments import wallclock as W
 from steptime_lab.figures import parity
-from steptime_lab.results import claim
+from steptime_lab.results import claim, target
 from steptime import plotting
 from steptime_lab.metrics import mape
 from steptime_lab.experiments.precision import FORM_DISCLOSED as FP8_FORM_DISCLOSED
@@ -108,6 +108,17 @@ def engine_step_document(r: dict, targets: dict) -> dict:
                          "per-request lengths are not in the FPM rows: decode requests read the step's mean decode KV "
                          "length, prefill tokens and cached prefix are split evenly over the step's prefill requests"]}
     return {"metrics": metrics, "claims": claims}
+
+
+def engine_step_readings_claim(r: dict, targets: dict, engine_doc: dict) -> dict:
+    """E1.26's readings claim (the registry's `max_readings`, wave 39, helper spec9): the wall-clock readings its
+    refitted profile spends, counted from the cell records of the engine-constants document the run read (run_fpm
+    checks they are the rule's steps), appended after every other E1.26 claim so no claim id moves."""
+    n = recorded_wallclock_readings(engine_doc, r["engine"], r["gpu"])
+    lim = target(targets, "max_readings", "E1.26")
+    return claim(f"{r['gpu']} {r['engine']}: wall-clock readings the profile refitted on them spends (chosen by "
+                 f"composition: the R2.3 rule)", n, "<= target; counted from the distinct cells the engine-constants "
+                 "records this run read carry", lim, n <= lim, op="<=", unit="readings")
 
 
 def document_repeat_spread(sp: dict, gpu: str, engine: str) -> list[dict]:
