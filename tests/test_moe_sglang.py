@@ -11,6 +11,7 @@ from steptime.terms import moe as M
 from steptime_lab import data
 from steptime_lab.data.manifest import load_manifest
 from steptime_lab.experiments import moe as E
+from test_moe_trtllm import _run, one_cell  # a stand-in engine run (E3.1's run dict) and one measured cell, shared
 
 # the SGLang version query_versions.yaml names per GPU (aiconfigurator-core 0.12.0): every GPU has a moe_perf table there
 SGL_GPUS = {"a100-sxm": "0.5.10", "h100-sxm": "0.5.14", "h200-sxm": "0.5.14", "l40s": "0.5.14", "b200": "0.5.14",
@@ -56,15 +57,11 @@ def test_sglang_kernel_families():
 
 
 def _three_engines() -> pd.DataFrame:
-    """One Qwen3-235B-A22B bf16 cell on B200 measured by the three engines (SGLang's the fastest)."""
-    base = {"gpu": "b200", "dtype": "bfloat16", "distribution": "balanced", "hidden_size": 4096,
-            "inter_size": 1536, "topk": 8, "num_experts": 128, "moe_tp": 1, "moe_ep": 1, "num_tokens": 16}
-    return pd.DataFrame([
-        {**base, "framework": "vllm", "kernel_source": "vllm_unquantizedfusedmoe_flashinfer_trtllm_trtllmbf16experts",
-         "latency_ms": 0.5},
-        {**base, "framework": "trtllm", "kernel_source": "moe_torch_flow_cutlass", "latency_ms": 0.4},
-        {**base, "framework": "sglang", "kernel_source": "sglang_fused_moe_triton", "latency_ms": 0.3},
-        {**base, "framework": "sglang", "kernel_source": "sglang_flashinfer_trtllm_moe", "latency_ms": 0.35}])
+    """The cell on B200 measured by the three engines (SGLang's the fastest)."""
+    return one_cell("b200", [("vllm", "vllm_unquantizedfusedmoe_flashinfer_trtllm_trtllmbf16experts", 0.5),
+                             ("trtllm", "moe_torch_flow_cutlass", 0.4),
+                             ("sglang", "sglang_fused_moe_triton", 0.3),
+                             ("sglang", "sglang_flashinfer_trtllm_moe", 0.35)])
 
 
 def test_cells_per_engine_sglang():
@@ -80,16 +77,6 @@ def test_cells_per_engine_sglang():
     bad = pd.concat([df, df.iloc[[3]].assign(kernel_source="sglang_unknown_moe")], ignore_index=True)
     with pytest.raises(ValueError, match="'sglang_unknown_moe' has no family"):
         E.cells(bad, framework="sglang")
-
-
-def _run(framework, mape):
-    per = pd.DataFrame({"gpu": ["b200"], "sdtype": ["bf16"], "n": [10], "mape": [mape], "p90": [mape],
-                        "mape_evicted": [mape], "mape_noread": [mape], "mape_baseline": [0.5],
-                        "mape_balanced_routing": [mape]})
-    fits = {"b200": {"per_dtype": {}, "trained_on": {"bf16": "x"}, "unscaled": []}}
-    return {"per": per, "per_skew": per.iloc[:0], "eval": per, "eval_skew": per.iloc[:0], "fits": fits,
-            "readings": {"b200": []}, "cells": pd.DataFrame({"sdtype": []}), "families": {"b200": {"bf16": "x"}},
-            "framework": framework}
 
 
 def test_document_engines_adds_sglang_after_trtllm():

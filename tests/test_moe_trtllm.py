@@ -45,15 +45,19 @@ def test_trtllm_kernel_families():
         M.kernel_family("moe_torch_flow_cutlass", b200, "tgi")
 
 
-def _two_engines() -> pd.DataFrame:
-    """One Qwen3-235B-A22B bf16 cell on H100 measured by both engines (TRT-LLM faster), and a non-gated TRT-LLM row."""
-    base = {"gpu": "h100-sxm", "dtype": "bfloat16", "distribution": "balanced", "hidden_size": 4096,
+def one_cell(gpu: str, rows: list) -> pd.DataFrame:
+    """One Qwen3-235B-A22B bf16 balanced cell at 16 tokens on `gpu`, one row per (framework, kernel_source,
+    latency_ms) of `rows`."""
+    base = {"gpu": gpu, "dtype": "bfloat16", "distribution": "balanced", "hidden_size": 4096,
             "inter_size": 1536, "topk": 8, "num_experts": 128, "moe_tp": 1, "moe_ep": 1, "num_tokens": 16}
-    return pd.DataFrame([
-        {**base, "framework": "vllm", "kernel_source": "vllm_unquantizedfusedmoe_triton_tritonexperts",
-         "latency_ms": 0.5},
-        {**base, "framework": "trtllm", "kernel_source": "moe_torch_flow_cutlass", "latency_ms": 0.3},
-        {**base, "framework": "trtllm", "kernel_source": "moe_torch_flow_nongated", "latency_ms": 0.1}])
+    return pd.DataFrame([{**base, "framework": f, "kernel_source": k, "latency_ms": ms} for f, k, ms in rows])
+
+
+def _two_engines() -> pd.DataFrame:
+    """The cell on H100 measured by both engines (TRT-LLM faster), and a non-gated TRT-LLM row."""
+    return one_cell("h100-sxm", [("vllm", "vllm_unquantizedfusedmoe_triton_tritonexperts", 0.5),
+                                 ("trtllm", "moe_torch_flow_cutlass", 0.3),
+                                 ("trtllm", "moe_torch_flow_nongated", 0.1)])
 
 
 def test_cells_per_engine():
