@@ -23,7 +23,8 @@ import pandas as pd
 
 from steptime.errors import SteptimeError
 from steptime.specs import get_model
-from steptime.specs.engines import get_engine
+from steptime.specs.engines import MOE_KERNELS, MOE_KERNELS_DEFAULT, get_engine
+from steptime.terms.moe import ENGINE_NAMES
 from steptime_lab.experiments.wallclock.tokens import (  # noqa: F401  (re-exported: E3.4 and E2.11 share one bound)
     KV_BOUND_COLUMNS, KV_BOUND_DTYPE, KV_BOUND_NOTE, kv_bound_check, kv_read_bound_ms)
 
@@ -265,7 +266,8 @@ def predict_tokens(rows: pd.DataFrame, *, mixed: dict, fitted=None, constants=No
 
 # E3.4's report beside the default (wave 39, the lead's decision on trtstep): an engine whose profile keeps another
 # framework's fused-MoE laws (engines.yaml moe.kernels) is also priced with its own shipped laws, from the same rows
-FRAMEWORK_NAMES = {"trtllm": "TensorRT-LLM"}
+# the frameworks whose own fused-MoE laws ship (engines.MOE_KERNELS but the default's); their names: terms.moe.ENGINE_NAMES
+OWN_LAW_FRAMEWORKS = tuple(k for k in MOE_KERNELS if k != MOE_KERNELS_DEFAULT)
 OWN_LAWS_NOTE = (
     "Report, no verdict: the token rows of every engine whose profile's framework (engines.yaml backend) is the one "
     "named, predicted as the claims above predict them but with the engine's moe.kernels set to that framework "
@@ -285,8 +287,8 @@ OWN_LAWS_DISCLOSED = (
 def own_law_tokens(rows: pd.DataFrame, framework: str = "trtllm", **kw) -> dict:
     """The rows of every engine whose profile's backend is `framework`, predicted by predict_tokens (keywords `kw`)
     with the engine's moe.kernels swapped to `framework` (OWN_LAWS_NOTE); no such row: no scores."""
-    if framework not in FRAMEWORK_NAMES:
-        raise ValueError(f"own_law_tokens: framework {framework!r} not in {sorted(FRAMEWORK_NAMES)}")
+    if framework not in OWN_LAW_FRAMEWORKS:
+        raise ValueError(f"own_law_tokens: framework {framework!r} not in {sorted(OWN_LAW_FRAMEWORKS)}")
     own = rows["engine"].map(lambda e: get_engine(e).backend == framework).astype(bool)
     out = predict_tokens(rows[own], moe_kernels=framework, **kw)
     return {**out, "framework": framework}
@@ -297,7 +299,7 @@ def own_law_claims(tok: dict, own: dict) -> list:
     ones of the same (dataset, GPU, engine) group of `tok` (predict_tokens); a claim without a target."""
     from steptime_lab.results import claim
 
-    name = FRAMEWORK_NAMES[own["framework"]]
+    name = ENGINE_NAMES[own["framework"]]
     base = {(s["dataset"], s["gpu"], s["engine"]): s for s in tok["scores"]}
     out = []
     for s in own["scores"]:
