@@ -118,7 +118,7 @@ def test_the_trtllm_set_holds_only_trtllm_kernel_laws_and_keeps_the_rest():
     assert t.per_gpu["b200"]["family:nvfp4"] == "cutlass_sm100"
     assert t.per_gpu["b200"]["family:fp8_block"] == "deepgemm"
     assert t.per_gpu["h200-sxm"]["family:fp8_block"] == "cutlass_sm90"
-    assert t.per_gpu["h200-sxm"]["family:mxfp4"] == "torch_flow"
+    assert t.per_gpu["h200-sxm"]["family:mxfp4"] == "torch_flow_sm90"   # torch_flow split by architecture (wave 40)
 
 
 @pytest.mark.parametrize("model,gpu,tp,ep,dtype", [("gpt-oss-120b", "h200", 4, 1, "mxfp4"),
@@ -199,7 +199,7 @@ def test_default_families_follow_trtllms_default_backend_not_the_fastest():
                          "latency_ms": [0.1, 0.5, 1.0, 1.0, 1.0, 1.0]})
     fam = X.default_families(rows, "trtllm")
     assert fam == {"b200": {"nvfp4": "cutlass_sm100", "fp8_block": "deepgemm", "bf16": "cutlass_sm100"},
-                   "h200-sxm": {"fp8_block": "cutlass_sm90", "mxfp4": "torch_flow"}}
+                   "h200-sxm": {"fp8_block": "cutlass_sm90", "mxfp4": "torch_flow_sm90"}}
     assert X.default_families(rows, "vllm") == {}  # vLLM ships its fastest backend's family
 
 

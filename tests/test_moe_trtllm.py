@@ -36,7 +36,8 @@ def test_trtllm_kernel_families():
     assert M.kernel_family("moe_torch_flow_cutlass", b200, "trtllm") == "cutlass_sm100"
     assert M.kernel_family("moe_torch_flow_min_latency", b200, "trtllm") == "trtllm"
     assert M.kernel_family("deepgemm", b200, "trtllm") == "deepgemm"
-    assert M.kernel_family("moe_torch_flow", h100, "trtllm") == "torch_flow"
+    assert M.kernel_family("moe_torch_flow", h100, "trtllm") == "torch_flow_sm90"   # per architecture (wave 40)
+    assert M.kernel_family("moe_torch_flow", b200, "trtllm") == "torch_flow_sm100"
     # the vLLM name matching is unchanged (a TRT-LLM name read as vLLM's falls to its default, triton)
     assert M.kernel_family("deepgemm", b200) == "triton"
     with pytest.raises(ValueError, match="moe_torch_flow_nongated.*has no family"):

@@ -231,8 +231,11 @@ def block_terms(model, gpu, step_id, new, kv, T, n_steps, *, tp, ep, dtype, kv_d
     # MoEConstants.for_kernels), the all-to-all and MLA constants the same for every engine
     kernels = engine.moe_kernels() if engine is not None else "vllm"
     mk = mc.for_kernels(kernels)
-    if not mk.has_dtype(dtype):
-        raise UnsupportedError(f"no fitted fused-MoE constants of {kernels}'s kernels for dtype {dtype!r} "
+    # and the expert dtype those kernels run (terms.moe.kernel_dtype: TensorRT-LLM runs MXFP4 experts as W4A8 MXFP4 /
+    # MXFP8 on sm 100 / 103); the weights' memory and the projections keep the checkpoint's dtype
+    kdt = moe_terms.kernel_dtype(kernels, dtype, gpu)
+    if not mk.has_dtype(kdt):
+        raise UnsupportedError(f"no fitted fused-MoE constants of {kernels}'s kernels for dtype {kdt!r} "
                                f"(calibration/moe.yaml has "
                                f"{', '.join(sorted({k.split(':')[1] for k in mk.values if k.startswith('eta_c:')}))})")
     pdt = proj_dtype(dtype)
@@ -342,7 +345,7 @@ def block_terms(model, gpu, step_id, new, kv, T, n_steps, *, tp, ep, dtype, kv_d
     # more experts than a skewed router at decode batch sizes (serving_routing)
     Tm = T * dp
     x = moe_terms.routed_experts_time(Tm, h, model.moe_intermediate_size, model.num_experts_per_tok,
-                                      model.num_experts, gpu, mk, tp=moe_tp, ep=ep, dtype=dtype,
+                                      model.num_experts, gpu, mk, tp=moe_tp, ep=ep, dtype=kdt,
                                       routing=serving_routing(model))
     put("moe_experts", Lm * (x["t"] - x["t_tokens"]), x["compute_bound"])
     put("moe_permute_combine", Lm * x["t_tokens"])

@@ -34,7 +34,8 @@ fpm = X.fpm_parts(s["fpm_runs"])
 fpm_scores = X.score_fpm_moe(pd.read_parquet(snakemake.input.fpm_moe), fitted=snakemake.input.constants,
                              constants=constants, moe_constants=mc, n_boot=p.n_boot, seed=p.seed)
 gdn = X.gdn_share("qwen3.6-35b-a3b", "b300", constants=constants, moe_constants=mc)
-doc = X.document(tok, rep, fpm, skipped, p.targets, fpm_scores=fpm_scores, gdn=gdn, own_laws=own)
+doc = X.document(tok, rep, fpm, skipped, p.targets, fpm_scores=fpm_scores, gdn=gdn, own_laws=own,
+                 kernel_rule=X.kernel_list(rows, mc, "trtllm"))  # the list deciding the trtllm profile's field
 from steptime_lab.experiments.wallclock import tokens as _T  # noqa: E402
 doc["metrics"]["kv_capacity"] = {"note": _T.KV_CAP_NOTE, "rows_capped": int(tok["pred"]["kv_capped"].sum()),
                                  "rows": int(len(tok["pred"])),

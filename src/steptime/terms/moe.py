@@ -35,12 +35,46 @@ from steptime.terms.gemm import smax
 MOE_FILE = Path(__file__).resolve().parent.parent / "calibration" / "moe.yaml"
 
 # expert-weight bytes per element, and the tensor-core math each MoE dtype runs on
-WEIGHT_BYTES = MappingProxyType({"bf16": 2.0, "fp8": 1.0, "fp8_block": 1.0, "fp4": 0.5, "nvfp4": 0.5, "mxfp4": 0.5})
+# mxfp4: MXFP4 weights dequantised into bf16 math (W4A16: vLLM's gpt-oss path, TensorRT-LLM's on Hopper);
+# mxfp4_mxfp8: MXFP4 weights with MXFP8 activations (W4A8_MXFP4_MXFP8: TensorRT-LLM's gpt-oss path on sm 100 / 103,
+# TRT-LLM-gen kernels), 0.5 weight bytes on fp8 tensor-core math (the GPU's dense fp8 peak; wave 40, trtrule)
+WEIGHT_BYTES = MappingProxyType({"bf16": 2.0, "fp8": 1.0, "fp8_block": 1.0, "fp4": 0.5, "nvfp4": 0.5, "mxfp4": 0.5,
+                                 "mxfp4_mxfp8": 0.5})
 MATH = MappingProxyType({"bf16": "bf16", "fp8": "fp8", "fp8_block": "fp8", "fp4": "fp4", "nvfp4": "fp4",
-                         "mxfp4": "mxfp4"})
-# AIConfigurator's moe_dtype names -> steptime's
+                         "mxfp4": "mxfp4", "mxfp4_mxfp8": "fp8"})
+# AIConfigurator's moe_dtype names -> steptime's (every engine's tables)
 AIC_DTYPE = MappingProxyType({"bfloat16": "bf16", "fp8": "fp8", "fp8_block": "fp8_block", "nvfp4": "nvfp4",
                               "w4a16_mxfp4": "mxfp4"})
+# an engine whose tables E3.1 reads with more of AIConfigurator's dtypes (wave 40, trtrule): TensorRT-LLM's
+# w4a8_mxfp4_mxfp8 rows are the kernels its gpt-oss path runs on sm 100 / 103 (kernel_dtype); vLLM's and SGLang's
+# W4A8 rows are no path steptime maps (their gpt-oss paths are priced as mxfp4 / nvfp4): they keep AIC_DTYPE
+ENGINE_AIC_DTYPE = MappingProxyType({"trtllm": MappingProxyType({**AIC_DTYPE, "w4a8_mxfp4_mxfp8": "mxfp4_mxfp8"})})
+
+
+def aic_dtype(framework: str) -> MappingProxyType:
+    """AIConfigurator's moe_dtype names -> steptime's for one engine's tables (ENGINE_AIC_DTYPE, else AIC_DTYPE)."""
+    if framework not in MOE_FRAMEWORKS:
+        raise ValueError(f"aic_dtype: unknown framework {framework!r}; known: {list(MOE_FRAMEWORKS)}")
+    return ENGINE_AIC_DTYPE.get(framework, AIC_DTYPE)
+
+
+# The expert dtype TensorRT-LLM's own kernels run for a checkpoint whose experts ship MXFP4 (quant_method mxfp4:
+# gpt-oss), from its source only (wave 40, trtrule; the rule adopted from trtmap before any scoring):
+# ModelConfig.get_mxfp4_quant_algo(moe_backend) (tensorrt_llm/_torch/model_config.py) gives W4A16_MXFP4 below sm 100
+# and W4A8_MXFP4_MXFP8 at sm >= 100 unless the backend is TRITON; the default backend for gpt-oss (AUTO:
+# resolve_moe_backend) is TRTLLM on sm 100-119 and TRITON on Hopper. So sm 100 / 103 run mxfp4_mxfp8 (TRT-LLM-gen);
+# Hopper keeps mxfp4 (W4A16, TritonFusedMoE). sm 120's default backend for gpt-oss is not established: kept mxfp4.
+KERNEL_DTYPE_SM = MappingProxyType({"trtllm": MappingProxyType({("mxfp4", 100): "mxfp4_mxfp8",
+                                                                ("mxfp4", 103): "mxfp4_mxfp8"})})
+
+
+def kernel_dtype(framework: str, dtype: str, gpu) -> str:
+    """The expert dtype `framework`'s own fused-MoE kernels run for experts of `dtype` on `gpu` (KERNEL_DTYPE_SM:
+    TensorRT-LLM runs an MXFP4 checkpoint as W4A8 MXFP4 / MXFP8 on sm 100 / 103); `dtype` itself elsewhere."""
+    if framework not in MOE_FRAMEWORKS:
+        raise UnsupportedError(f"unknown fused-MoE kernel framework {framework!r} (known: {', '.join(MOE_FRAMEWORKS)})")
+    dtype = canonical_dtype(dtype)
+    return KERNEL_DTYPE_SM.get(framework, {}).get((dtype, getattr(gpu, "sm_version", None)), dtype)
 
 
 def canonical_dtype(dtype: str) -> str:
@@ -53,6 +87,9 @@ def check_moe_dtype(gpu, dtype: str) -> str:
     if dtype not in WEIGHT_BYTES:
         raise UnsupportedError(f"unknown MoE dtype {dtype!r} (known: {', '.join(WEIGHT_BYTES)})")
     arch = gpu.architecture
+    if dtype == "mxfp4_mxfp8" and arch != "blackwell":  # MXFP8 activations: Blackwell's block-scaled tensor cores
+        raise UnsupportedError(f"{gpu.key} ({arch}) has no MXFP8 (block-scaled fp8) tensor cores: W4A8 MXFP4 / MXFP8 "
+                               "MoE needs Blackwell (use mxfp4: W4A16, bf16 math)")
     if MATH[dtype] == "fp8" and not gpu.fp8_dense_tflops:
         raise UnsupportedError(f"{gpu.key} ({arch}) has no fp8 tensor cores: {dtype} MoE weights are not supported")
     if MATH[dtype] == "fp4" and arch != "blackwell":  # the advice names only formats this GPU runs (wave 38)
@@ -169,6 +206,7 @@ class MoEConstants:
     def from_doc(cls, doc: dict) -> "MoEConstants":
         """From moe.yaml's `constants` ({global, gpu[, frameworks: {name: {global, gpu}}]})."""
         vals, per, prov = _scope_values(doc)
+        _check_families(vals, per, "constants")
         fws = {}
         for fw, sub in (doc.get("frameworks") or {}).items():
             if fw not in MOE_FRAMEWORKS or fw == "vllm":
@@ -179,6 +217,7 @@ class MoEConstants:
             if bad:
                 raise ValueError(f"MoE constants: frameworks.{fw} holds {bad[0]!r}, not a fused-MoE kernel constant "
                                  "(a framework's section holds its laws, families and readings only)")
+            _check_families(fv, fp, f"constants.frameworks.{fw}")
             fws[fw] = {"values": fv, "per_gpu": fp, "provenance": fprov}
         return cls(values=vals, per_gpu=per, provenance=prov, frameworks=fws)
 
@@ -186,6 +225,19 @@ class MoEConstants:
         return MoEConstants(values={**self.values, **(values or {})},
                             per_gpu={**self.per_gpu, **(per_gpu or {})}, provenance=dict(self.provenance),
                             frameworks=self.frameworks)
+
+
+def _check_families(values: dict, per_gpu: dict, where: str) -> None:
+    """Every GPU's `family:<dtype>` in one moe.yaml scope names a kernel family whose law that scope ships
+    (`eta_c:<dtype>@<family>`): a family with no law (a renamed or unknown one) is refused with one line, never
+    priced silently with the dtype's pooled law (wave 40: torch_flow became torch_flow_sm90 / torch_flow_sm100)."""
+    for g in sorted(per_gpu):
+        for k, fam in sorted(per_gpu[g].items()):
+            head, _, dt = k.partition(":")
+            if head == "family" and fam and f"eta_c:{dt}@{fam}" not in values:
+                known = sorted(n.split("@", 1)[1] for n in values if n.startswith(f"eta_c:{dt}@"))
+                raise ValueError(f"MoE constants: {where} gpu {g} family:{dt} names kernel family {fam!r}, which has no "
+                                 f"law there (families of {dt}: {', '.join(known) or 'none'})")
 
 
 def _scope_values(doc: dict) -> tuple:
@@ -234,6 +286,10 @@ def l2_effective_bytes(gpu) -> float:
 # family); moe_torch_flow_triton_fp8_block is TRT-LLM's Triton path (not vLLM's Triton fused-MoE code: its own family);
 # moe_torch_flow (the 1.0.0 A100 bf16 rows, the MXFP4 rows) names no backend (its own family, torch_flow). The
 # non-gated rows (moe_torch_flow_nongated: up and down only) are no shape steptime lists: no family.
+# torch_flow is named per architecture (wave 40, trtrule; from source, before scoring): the gpt-oss path it times runs
+# TritonFusedMoE on Hopper and TRTLLMGenFusedMoE on Blackwell (AIConfigurator's collector/trtllm/collect_moe.py;
+# ModelConfig.resolve_moe_backend), other code on each, so one law must not pool them: torch_flow_sm90 (Hopper),
+# torch_flow_sm100 (sm 100 and 103, the TRT-LLM-gen kernels' sm100f family), torch_flow_sm<N> on any other SM.
 TRTLLM_KERNEL_FAMILIES = MappingProxyType({
     "moe_torch_flow_cutlass": "cutlass", "moe_torch_flow_min_latency": "trtllm", "deepgemm": "deepgemm",
     "moe_torch_flow_triton_fp8_block": "trt_triton", "moe_torch_flow": "torch_flow"})
@@ -258,13 +314,18 @@ ENGINE_NAMES = MappingProxyType({"trtllm": "TensorRT-LLM", "sglang": "SGLang"})
 MOE_FRAMEWORKS = ("vllm", "trtllm", "sglang")
 # kernel sources of non-gated experts (up and down projections only, no gate): not the gated layer the law prices
 NONGATED_SOURCES = frozenset({"moe_torch_flow_nongated"})
+# families whose code is per architecture, named with the GPU's SM family (kernel_family): the CUTLASS fused MoE per SM
+# version; TensorRT-LLM's torch_flow per architecture, sm 103 in sm 100's family (SM_FAMILY)
+PER_SM_FAMILIES = frozenset({"cutlass", "torch_flow"})
+SM_FAMILY = MappingProxyType({"torch_flow": MappingProxyType({103: 100})})
 
 
 def kernel_family(kernel_source: str, gpu=None, framework: str = "vllm") -> str:
     """The grouped-GEMM implementation a kernel-source name belongs to (AIConfigurator's vLLM names; with
     framework 'trtllm' or 'sglang', that engine's own names: TRTLLM_KERNEL_FAMILIES, SGLANG_KERNEL_FAMILIES).
     CUTLASS fused-MoE kernels are built per SM generation (FlashInfer's sm90 grouped GEMM is not its sm120 one): with
-    a `gpu`, the CUTLASS family is named with its SM version (cutlass_sm90, cutlass_sm120)."""
+    a `gpu`, the CUTLASS family is named with its SM version (cutlass_sm90, cutlass_sm120), and TensorRT-LLM's torch_flow
+    with its architecture's (torch_flow_sm90 on Hopper, torch_flow_sm100 on sm 100 and 103: PER_SM_FAMILIES)."""
     if framework in ENGINE_KERNEL_FAMILIES:
         known = ENGINE_KERNEL_FAMILIES[framework]
         if str(kernel_source) not in known:
@@ -276,7 +337,9 @@ def kernel_family(kernel_source: str, gpu=None, framework: str = "vllm") -> str:
     else:
         raise ValueError(f"kernel_family: unknown framework {framework!r}; known: {list(MOE_FRAMEWORKS)}")
     sm = getattr(gpu, "sm_version", None)
-    return f"{fam}_sm{sm}" if fam == "cutlass" and sm else fam
+    if fam in PER_SM_FAMILIES and sm:
+        return f"{fam}_sm{SM_FAMILY.get(fam, {}).get(sm, sm)}"
+    return fam
 
 
 def _fill_lowest(c: np.ndarray, units, cap) -> None:

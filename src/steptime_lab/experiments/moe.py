@@ -77,12 +77,13 @@ def cells(df: pd.DataFrame, distributions=("balanced",), *, per_family: bool = F
         raise ValueError(f"cells: unknown framework {framework!r}; known: {list(M.MOE_FRAMEWORKS)}")
     shapes = named_shapes()
     eng = (df["framework"] == framework) if "framework" in df else pd.Series(framework == "vllm", index=df.index)
-    d = df[eng & df["distribution"].isin(list(distributions)) & df["dtype"].isin(list(M.AIC_DTYPE))
+    dmap = M.aic_dtype(framework)   # the engine's dtype names (TensorRT-LLM's W4A8 MXFP4 / MXFP8 rows: wave 40)
+    d = df[eng & df["distribution"].isin(list(distributions)) & df["dtype"].isin(list(dmap))
            & ~df["kernel_source"].isin(list(M.NONGATED_SOURCES))].copy()
     key = list(zip(d.hidden_size, d.inter_size, d.topk, d.num_experts))
     d["model"] = [shapes.get(s) for s in key]
     d = d[d["model"].notna()]
-    d["sdtype"] = d["dtype"].map(M.AIC_DTYPE)
+    d["sdtype"] = d["dtype"].map(dmap)
     cols = ["gpu", "sdtype", "distribution", "hidden_size", "inter_size", "topk", "num_experts", "moe_tp", "moe_ep",
             "num_tokens"]
     fam = {(k, g): M.kernel_family(k, get_gpu(g), framework) for k, g in set(zip(d["kernel_source"], d["gpu"]))}
@@ -211,7 +212,13 @@ ENGINE_DISCLOSED = MappingProxyType({"trtllm": (
     "unfused gated activation's round trip, on TRT-LLM's CUTLASS and DeepGEMM families). F2 was kept over F1 after "
     "seeing both scores (B200 nvfp4 16.85 / 13.49%, GB200 15.84 / 14.15%); F3 was scored and not kept (its constant "
     "fitted to 0 on every law but fp8's, B200 fp8 15.37 -> 15.13%, H100 fp8_block 16.00 -> 16.33%, no group crossed "
-    "12%). Before / after per group in DESIGN.md.")})
+    "12%). Before / after per group in DESIGN.md. Wave 40 (helper trtrule, the lead adopting helper trtmap's rule): "
+    "the torch_flow family named per architecture (torch_flow_sm90 on Hopper, torch_flow_sm100 on sm 100 / 103: each "
+    "law from its own architecture's GPUs) and TensorRT-LLM's W4A8 MXFP4 / MXFP8 rows scored as their own dtype "
+    "mxfp4_mxfp8 (0.5 weight bytes, fp8 math, an activation-quantization pass) were set from TensorRT-LLM's source "
+    "(ModelConfig.get_mxfp4_quant_algo, the collector's backends) before this wave scored them, but trtmap's scratch "
+    "held-out scores of both (Blackwell mxfp4 3.7-4.2%, Hopper 18-20%, W4A8 17-22%) had been seen when the rule was "
+    "adopted. The activation-quantization pass on mxfp4_mxfp8 was this wave's choice, from the format, before scoring.")})
 
 
 def family_options(framework: str, family: str | None) -> dict:
@@ -296,7 +303,8 @@ def sm_stream(train: pd.DataFrame, dt: str) -> bool:
 # dtypes whose activations vLLM quantizes dynamically before the grouped GEMMs (block scales computed per token group:
 # fp8_block's 1 x 128 groups, NVFP4's 16-element blocks): their law has a per-token quantization pass over the T x h
 # bf16 input (terms.moe quant_passes), paid by every EP rank for every token, independent of top-k
-QUANT_DTYPES = frozenset({"fp8_block", "nvfp4"})
+QUANT_DTYPES = frozenset({"fp8_block", "nvfp4", "mxfp4_mxfp8"})  # mxfp4_mxfp8: its bf16 activations quantized to
+# MXFP8 before the grouped GEMMs (wave 40, trtrule: from the format, set before its cells were scored)
 QUANT_P0, QUANT_LO, QUANT_HI = 1.0, 0.0, 500.0
 
 
@@ -795,16 +803,52 @@ SHIPPED_FRAMEWORK = "vllm"
 #   pick, TRT-LLM-gen fp8 block-scale, is in no vendored table: a known gap); on sm 120 the only vendored source is
 #   TensorRT-LLM's Triton fp8-block path (moe_torch_flow_triton_fp8_block).
 # - mxfp4 (w4a16): moe_torch_flow, what the collector names the gpt-oss path it runs with the production defaults
-#   (TritonFusedMoE on Hopper, TRTLLMGenFusedMoE on Blackwell, collect_moe.py); steptime prices gpt-oss on Blackwell
-#   as nvfp4 (moe_wallclock.weight_dtype), so there it reads the CUTLASS nvfp4 law, not the W4A8 MXFP4 TRT-LLM-gen
-#   kernels AUTO runs (those rows, w4a8_mxfp4_mxfp8, are no dtype E3.1 fits: a known gap).
+#   (TritonFusedMoE on Hopper, TRTLLMGenFusedMoE on Blackwell, collect_moe.py); its family is named per architecture
+#   (terms.moe.PER_SM_FAMILIES: torch_flow_sm90, torch_flow_sm100; wave 40, trtrule).
+# - mxfp4_mxfp8 (W4A8 MXFP4 / MXFP8, wave 40, trtrule): moe_torch_flow, the TRT-LLM-gen kernels an MXFP4 checkpoint
+#   runs on sm 100 / 103 (ModelConfig.get_mxfp4_quant_algo: W4A8_MXFP4_MXFP8 at sm >= 100 unless the backend is TRITON;
+#   terms.moe.kernel_dtype maps a TensorRT-LLM engine's mxfp4 experts there). The sm 120 rows (CUTLASS) are no default.
 DEFAULT_SOURCES = {"trtllm": {"bf16": ("moe_torch_flow_cutlass",), "fp8": ("moe_torch_flow_cutlass",),
                               "fp8_block": ("moe_torch_flow_cutlass", "deepgemm", "moe_torch_flow_triton_fp8_block"),
-                              "nvfp4": ("moe_torch_flow_cutlass",), "mxfp4": ("moe_torch_flow",)}}
+                              "nvfp4": ("moe_torch_flow_cutlass",), "mxfp4": ("moe_torch_flow",),
+                              "mxfp4_mxfp8": ("moe_torch_flow",)}}
+# Whether TensorRT-LLM's default fused-MoE kernel for a (kernel dtype, SM) is established from its source for the
+# releases E3.4's TensorRT-LLM rows ran (0.8.1 - 1.3.0rc1 and unlabelled), the list that decides the trtllm profile's
+# moe.kernels field (wave 40, trtrule: helper trtmap's rule adopted by the lead, written before scoring; never decided
+# by E3.4's scores): {framework: {(kernel dtype, SM): (established, why)}}; a pair not listed is a gap.
+_SM100 = (100, 103)
+DEFAULT_ESTABLISHED = MappingProxyType({"trtllm": MappingProxyType({
+    **{("mxfp4_mxfp8", sm): (True, "ModelConfig.get_mxfp4_quant_algo: W4A8_MXFP4_MXFP8 at sm >= 100 (backend not "
+                                   "TRITON); resolve_moe_backend: TRTLLM for gpt-oss on sm 100-119 (TRT-LLM-gen, "
+                                   "moe_torch_flow)") for sm in _SM100},
+    ("mxfp4", 90): (True, "ModelConfig.get_mxfp4_quant_algo: W4A16_MXFP4 below sm 100; resolve_moe_backend: TRITON for "
+                          "gpt-oss on Hopper (TritonFusedMoE, moe_torch_flow)"),
+    ("fp8_block", 90): (True, "MoeConfig.backend CUTLASS (llm_args.py; AUTO resolves to CUTLASS but for gpt-oss); the "
+                              "collector: 'SM90 uses CUTLASS backend with FP32 scale' (moe_torch_flow_cutlass)"),
+    ("fp8", 90): (True, "MoeConfig.backend CUTLASS (llm_args.py; AUTO resolves to CUTLASS but for gpt-oss): "
+                        "CutlassFusedMoE (moe_torch_flow_cutlass)"),
+    **{("fp8_block", sm): (False, "gap: the sm 100 default for block-scaled fp8 in releases 0.8-1.2 (DeepGEMM, "
+                                  "TRT-LLM-gen or CUTLASS) is not established; the rows do not record moe_backend")
+       for sm in _SM100},
+    **{("nvfp4", sm): (False, "gap: the deployments' moe_backend for NVFP4 (CUTLASS or TRTLLM) is not established; "
+                              "the rows do not record it") for sm in _SM100}})})
+
+
+def default_established(framework: str, dtype: str, gpu) -> tuple:
+    """(established, why) of `framework`'s default fused-MoE kernel for kernel dtype `dtype` on `gpu`
+    (DEFAULT_ESTABLISHED); a pair not listed is a gap."""
+    if framework not in M.MOE_FRAMEWORKS:
+        raise ValueError(f"default_established: unknown framework {framework!r}; known: {list(M.MOE_FRAMEWORKS)}")
+    sm = getattr(gpu, "sm_version", None)
+    return tuple(DEFAULT_ESTABLISHED.get(framework, {}).get(
+        (dtype, sm), (False, f"gap: no source-established default kernel for {dtype} on sm {sm}")))
+
+
 DEFAULT_SOURCES_NOTE = {
     "trtllm": "TensorRT-LLM's default MoE backend for the dtype on this GPU (MoeConfig.backend CUTLASS, or AUTO's "
               "resolution: CUTLASS but for gpt-oss and DeepSeek-V4; fp8_block: CUTLASS on Hopper, DeepGEMM on sm 100/"
-              "103, the Triton fp8-block path on sm 120; mxfp4: the gpt-oss torch-flow path), the first of "
+              "103, the Triton fp8-block path on sm 120; mxfp4: the gpt-oss torch-flow path, per architecture; mxfp4_mxfp8: "
+              "the W4A8 MXFP4 / MXFP8 torch-flow path an MXFP4 checkpoint runs on sm 100 / 103), the first of "
               "steptime_lab.experiments.moe.DEFAULT_SOURCES the GPU's AIConfigurator table holds"}
 
 

@@ -281,17 +281,68 @@ OWN_LAWS_DISCLOSED = (
     "MXFP4/MXFP8, not fitted; the mxfp4@torch_flow law pooling Hopper's Triton and Blackwell's TRT-LLM-gen kernels; "
     "the rows' releases 1.0-1.3.0rc1 against the tables' 1.3.0rc20). So the profile's moe.kernels was set back to "
     "vllm (ASSUMED), kept on vLLM's law after seeing these scores, and the claims priced with TensorRT-LLM's own "
-    "laws are reported after every other claim with no target (token_time_own_laws).")
+    "laws are reported after every other claim with no target (token_time_own_laws). Wave 40 (helper trtrule, helper "
+    "trtmap's rule adopted by the lead before scoring): the own-law pass prices an MXFP4 checkpoint (gpt-oss, nvfp4 "
+    "label on Blackwell) as mxfp4, which TensorRT-LLM's kernels run as W4A8 MXFP4 / MXFP8 on sm 100 / 103 "
+    "(terms.moe.kernel_dtype), and Hopper's gpt-oss on the Hopper-only torch_flow law; trtmap's scratch scores of both "
+    "fixes had been seen. The field stays vllm by the list in moe_kernels_rule (gaps named), not by these scores.")
+
+
+def own_rows(rows: pd.DataFrame, framework: str) -> pd.DataFrame:
+    """The token rows of every engine whose profile's backend is `framework`, each at the expert dtype of the
+    checkpoint it serves: a row whose model ships MXFP4 experts (gpt-oss) labelled nvfp4 (weight_dtype's reading of an
+    fp4 label on Blackwell, E3.5's vLLM convention) is the MXFP4 checkpoint, mxfp4 (the engine's own kernels then run
+    what their source runs for it: terms.moe.kernel_dtype; wave 40, trtrule)."""
+    if framework not in OWN_LAW_FRAMEWORKS:
+        raise ValueError(f"own_rows: framework {framework!r} not in {sorted(OWN_LAW_FRAMEWORKS)}")
+    own = rows[rows["engine"].map(lambda e: get_engine(e).backend == framework).astype(bool)]
+    mx = own["model"].map(lambda m: get_model(m).weights_dtype == "mxfp4").astype(bool) & (own["dtype"] == "nvfp4")
+    return own.assign(dtype=own["dtype"].where(~mx, "mxfp4"))
 
 
 def own_law_tokens(rows: pd.DataFrame, framework: str = "trtllm", **kw) -> dict:
-    """The rows of every engine whose profile's backend is `framework`, predicted by predict_tokens (keywords `kw`)
-    with the engine's moe.kernels swapped to `framework` (OWN_LAWS_NOTE); no such row: no scores."""
-    if framework not in OWN_LAW_FRAMEWORKS:
-        raise ValueError(f"own_law_tokens: framework {framework!r} not in {sorted(OWN_LAW_FRAMEWORKS)}")
-    own = rows["engine"].map(lambda e: get_engine(e).backend == framework).astype(bool)
-    out = predict_tokens(rows[own], moe_kernels=framework, **kw)
+    """The rows of every engine whose profile's backend is `framework` (own_rows), predicted by predict_tokens
+    (keywords `kw`) with the engine's moe.kernels swapped to `framework` (OWN_LAWS_NOTE); no such row: no scores."""
+    out = predict_tokens(own_rows(rows, framework), moe_kernels=framework, **kw)
     return {**out, "framework": framework}
+
+
+KERNEL_LIST_NOTE = (
+    "The rule for the profile's moe.kernels field (wave 40, trtrule; helper trtmap's rule, adopted before scoring): the "
+    "field names the engine's own laws only when every (GPU, kernel dtype) pair of its token rows has a default "
+    "fused-MoE kernel established from the engine's source for the releases the rows ran "
+    "(steptime_lab.experiments.moe.DEFAULT_ESTABLISHED) and timed in a vendored table (the GPU's family:<dtype> in "
+    "calibration/moe.yaml constants.frameworks); a pair that fails is a named gap. Decided on this list, never on the "
+    "scores beside it.")
+
+
+def kernel_list(rows: pd.DataFrame, mc, framework: str = "trtllm") -> dict:
+    """KERNEL_LIST_NOTE's list: per (GPU, kernel dtype) pair of the engine's token rows (own_rows; the dtype its own
+    kernels run, terms.moe.kernel_dtype) whether its default kernel is established and timed, the rows' releases and
+    models; `closed`: every pair is both; `field`: the profile's moe.kernels as shipped."""
+    from steptime.specs import get_gpu
+    from steptime.terms.moe import kernel_dtype
+    from steptime_lab.experiments.moe import default_established
+
+    own = own_rows(rows, framework)
+    fams = (mc.frameworks.get(framework) or {}).get("per_gpu", {})
+    pairs = []
+    for (g, dt), d in own.groupby(["gpu", "dtype"], sort=True):
+        gpu = get_gpu(g)
+        kdt = kernel_dtype(framework, dt, gpu)
+        ok, why = default_established(framework, kdt, gpu)
+        fam = fams.get(g, {}).get(f"family:{kdt}")
+        pairs.append({"gpu": g, "dtype": dt, "kernel_dtype": kdt, "rows": int(len(d)),
+                      "models": sorted(d["model"].unique().tolist()),
+                      "releases": sorted(d["engine_version"].astype(str).unique().tolist()),
+                      "established": bool(ok), "why": why, "timed_family": fam,
+                      "closed": bool(ok and fam is not None)})
+    engines = sorted(own["engine"].unique().tolist())
+    return {"framework": framework, "note": KERNEL_LIST_NOTE, "pairs": pairs,
+            "closed": bool(pairs) and all(p["closed"] for p in pairs),
+            "gaps": [f"{p['gpu']} {p['kernel_dtype']}: {p['why'] if not p['established'] else 'not timed'}"
+                     for p in pairs if not p["closed"]],
+            "field": {e: get_engine(e).moe_kernels() for e in engines}}
 
 
 def own_law_claims(tok: dict, own: dict) -> list:
@@ -919,8 +970,9 @@ REPLAY_KEYS = {"tpot_s_p50": "median TPOT", "ttft_s_p50": "median TTFT", "tpot_s
 
 
 def document(tok: dict, rep: dict, fpm: list, skipped_rows: list, targets: dict, fpm_scores: dict | None = None,
-             gdn: dict | None = None, own_laws: dict | None = None) -> dict:
-    """E3.4's claims and metrics; `own_laws` (own_law_tokens): its claims come after every other claim."""
+             gdn: dict | None = None, own_laws: dict | None = None, kernel_rule: dict | None = None) -> dict:
+    """E3.4's claims and metrics; `own_laws` (own_law_tokens): its claims come after every other claim;
+    `kernel_rule` (kernel_list): the list that decides the profile's moe.kernels field, in the metrics."""
     from steptime_lab.experiments.wallclock import EARLY_LAUNCH_NOTE, INLINE_ROW_NOTE
     from steptime_lab.results import claim
 
@@ -993,6 +1045,7 @@ def document(tok: dict, rep: dict, fpm: list, skipped_rows: list, targets: dict,
                                                                                      "mape_ci", "signed_mean")}
                        for s in own_laws["scores"]},
             "rows_left_out": own_laws["skipped"]}} if own_laws is not None else {}),
+        **({"moe_kernels_rule": kernel_rule} if kernel_rule is not None else {}),
         "token_time_by_version": version_scores(tok["pred"]),
         "same_label_spread": same_label_spread(tok["pred"]),
         "token_row_checks": token_row_checks(tok["pred"]),
