@@ -186,3 +186,11 @@ def test_the_trtllm_profiles_field_follows_e34s_list():
     want = "trtllm" if m["closed"] else "vllm"
     assert E.get_engine("trtllm").moe_kernels() == want == m["field"]["trtllm"]
     assert all(p["closed"] == (p["established"] and p["timed_family"] is not None) for p in m["pairs"])
+
+
+def test_w4a8_on_vllms_kernels_is_refused_naming_the_dtypes_it_has():
+    with pytest.raises(UnsupportedError) as exc:
+        predict_step("gpt-oss-120b", "b200", decode=[(8, 1024)], dtype="mxfp4_mxfp8", engine="vllm")
+    msg = str(exc.value)
+    assert "\n" not in msg and "no fitted fused-MoE constants of vllm's kernels for dtype 'mxfp4_mxfp8'" in msg
+    assert msg.endswith("(calibration/moe.yaml has bf16, fp8, fp8_block, mxfp4, nvfp4)")

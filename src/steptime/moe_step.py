@@ -237,7 +237,7 @@ def block_terms(model, gpu, step_id, new, kv, T, n_steps, *, tp, ep, dtype, kv_d
     if not mk.has_dtype(kdt):
         raise UnsupportedError(f"no fitted fused-MoE constants of {kernels}'s kernels for dtype {kdt!r} "
                                f"(calibration/moe.yaml has "
-                               f"{', '.join(sorted({k.split(':')[1] for k in mk.values if k.startswith('eta_c:')}))})")
+                               f"{', '.join(sorted({k.split(':')[1].split('@')[0] for k in mk.values if k.startswith('eta_c:')}))})")
     pdt = proj_dtype(dtype)
     shapes_fn = partial(precision.gemm_time_shapes_fp8, served=True) if pdt == "fp8" else gemm.gemm_time_shapes
     L, Lm, Ld = model.num_hidden_layers, model.n_moe_layers, model.n_dense_layers
