@@ -171,9 +171,9 @@ def test_ship_accepts_a_gpus_own_reading_under_the_donor_floor(tmp_path):
     ships (into a copy of defaults.yaml here, never the product's)."""
     import steptime.calibration as cal
 
-    (tmp_path / "c.yaml").write_text(
+    (tmp_path / "c.yaml").write_text(cal.seal_text(
         "updates:\n- scope: gpu.l40s\n  name: allreduce_curve\n  provenance: FITTED\n  source: test\n"
-        "  value: {nccl/8: {L_us: 22.6, B_gbps: 1.447, shape: {}}}\n")
+        "  value: {nccl/8: {L_us: 22.6, B_gbps: 1.447, shape: {}}}\n"))
     dest = tmp_path / "defaults.yaml"
     dest.write_bytes(cal.DEFAULTS_FILE.read_bytes())
     before = cal.DEFAULTS_FILE.read_bytes()
