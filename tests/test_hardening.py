@@ -97,7 +97,7 @@ def test_csv_to_a_device_behind_a_csv_name_refused(tmp_path, capsys):
 
 
 def test_fig_to_a_directory_refused(tmp_path, capsys):
-    refuses(capsys, [*SERVE, "--n", "5", "--fig", str(tmp_path)], "expected a .png file name")
+    refuses(capsys, [*SERVE, "--n", "5", "--fig", str(tmp_path)], "is a directory; give a file name")
 
 
 def test_fig_with_another_suffix_refused(tmp_path, capsys):

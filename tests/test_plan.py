@@ -121,7 +121,7 @@ def test_cli_json_csv_fig(tmp_path, capsys):
     # wave 34 (helper harden): each of these ran before, ignoring or mangling the input
     (["--gpus", ",", "--slo-tpot-ms", "50"], "--gpus ',': expected comma-separated names"),
     (["--gpus", "h100-sxm", "--dtypes", ",", "--slo-tpot-ms", "50"], "--dtypes ',': expected comma-separated names"),
-    (["--gpus", "h100-sxm", "--engines", " ", "--slo-tpot-ms", "50"], "--engines ' ': expected comma-separated"),
+    (["--gpus", "h100-sxm", "--engines", " ", "--slo-tpot-ms", "50"], "--engines ' ': an empty value"),
     (["--gpus", "h100-sxm", "--slo-tpot-ms", "50", "--top", "-1"], "--top -1: must be >= 1"),
     (["--gpus", "h100-sxm", "--slo-tpot-ms", "50", "--top", "0"], "--top 0: must be >= 1"),
     (["--gpus", "h100-sxm", "--slo-tpot-ms", "50", "--jobs", "0"], "--jobs must be a whole number >= 1"),
