@@ -225,7 +225,7 @@ def test_a_price_table_field_the_reader_does_not_know_is_refused(tmp_path, capsy
 @pytest.mark.parametrize("argv, flag", [(SERVE, "--csv"), (SERVE, "--fig"), (PLAN, "--csv"), (PLAN, "--fig")])
 def test_an_empty_output_file_name_is_refused_not_ignored(capsys, argv, flag):
     """Before: `--csv ''` read as "no file asked for": the run printed its table and wrote nothing."""
-    refuses(capsys, [*argv, flag, ""], f"{flag} '': expected a file name")
+    refuses(capsys, [*argv, flag, ""], f"{flag} '': an empty value")  # wave 40: cli.refuse_empty, every option
 
 
 def test_serve_replicas_with_the_disaggregated_policy_is_refused(capsys):

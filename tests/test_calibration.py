@@ -177,7 +177,7 @@ def test_ship_sends_engine_constants_to_the_engine_loader_and_pipeline_runs_igno
 
     import yaml
 
-    from steptime.calibration import DEFAULTS_FILE, ship
+    from steptime.calibration import DEFAULTS_FILE, seal_text, ship
     from steptime.errors import InputError
     from steptime.specs import engines as E
 
@@ -186,7 +186,7 @@ def test_ship_sends_engine_constants_to_the_engine_loader_and_pipeline_runs_igno
     doc = {"constants": {}, "scales": {}, "engines": {"vllm": {"b300": {field: {
         "value": shipped_value * 3 + 1.0, "provenance": "FITTED", "source": "test", "experiment": "R2.3"}}}}}
     src = tmp_path / "engine_constants.yaml"
-    src.write_text(yaml.safe_dump(doc))
+    src.write_text(seal_text(yaml.safe_dump(doc)))  # closed by its seal line, as R2.3's writer closes it
     defaults, dest = tmp_path / "defaults.yaml", tmp_path / "fitted.yaml"
     shutil.copy(DEFAULTS_FILE, defaults)
     report = ship([src], path=defaults, engine_path=dest)
@@ -218,7 +218,7 @@ def test_ship_checks_every_file_before_writing_any(tmp_path, bad_name, bad_text,
 
     import yaml
 
-    from steptime.calibration import DEFAULTS_FILE, ship
+    from steptime.calibration import DEFAULTS_FILE, seal_text, ship
     from steptime.errors import InputError
     from steptime.io import find_root
 
@@ -226,7 +226,7 @@ def test_ship_checks_every_file_before_writing_any(tmp_path, bad_name, bad_text,
     doc["updates"] = doc["updates"][:1]
     doc["updates"][0]["value"] = float(doc["updates"][0]["value"]) * 1.5 + 1.0  # a change defaults.yaml would take
     good = tmp_path / "step.yaml"
-    good.write_text(yaml.safe_dump(doc))
+    good.write_text(seal_text(yaml.safe_dump(doc)))
     bad = tmp_path / bad_name
     bad.write_text(bad_text)
     defaults = tmp_path / "defaults.yaml"

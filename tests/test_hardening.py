@@ -97,7 +97,7 @@ def test_csv_to_a_device_behind_a_csv_name_refused(tmp_path, capsys):
 
 
 def test_fig_to_a_directory_refused(tmp_path, capsys):
-    refuses(capsys, [*SERVE, "--n", "5", "--fig", str(tmp_path)], "expected a .png file name")
+    refuses(capsys, [*SERVE, "--n", "5", "--fig", str(tmp_path)], "is a directory; give a file name")
 
 
 def test_fig_with_another_suffix_refused(tmp_path, capsys):
@@ -171,9 +171,9 @@ def test_ship_accepts_a_gpus_own_reading_under_the_donor_floor(tmp_path):
     ships (into a copy of defaults.yaml here, never the product's)."""
     import steptime.calibration as cal
 
-    (tmp_path / "c.yaml").write_text(
+    (tmp_path / "c.yaml").write_text(cal.seal_text(
         "updates:\n- scope: gpu.l40s\n  name: allreduce_curve\n  provenance: FITTED\n  source: test\n"
-        "  value: {nccl/8: {L_us: 22.6, B_gbps: 1.447, shape: {}}}\n")
+        "  value: {nccl/8: {L_us: 22.6, B_gbps: 1.447, shape: {}}}\n"))
     dest = tmp_path / "defaults.yaml"
     dest.write_bytes(cal.DEFAULTS_FILE.read_bytes())
     before = cal.DEFAULTS_FILE.read_bytes()

@@ -60,15 +60,15 @@ BAD_CLI = [
     (P + ["--decode", "-1x128"], "expected one argument"),
     (P + ["--decode", "1.5x128"], "malformed"),
     (P + ["--decode", "1x128.5"], "malformed"),
-    (P + ["--decode", ""], "malformed"),
+    (P + ["--decode", ""], "--decode '': an empty value"),  # wave 40: cli.refuse_empty
     (P + ["--decode", "1x128@5"], "only for prefill"),
     (P + ["--decode", "1x1x1"], "malformed"),
     (P + ["--prefill", "1x0"], ">= 1"),
     (P + ["--prefill", "1x16@-3"], "malformed"),
     (P + ["--prefill", "1x16@200000"], "maximum"),
     (P + ["--prefill", "0x16"], ">= 1"),
-    (["predict", "--model", "llama-3.1-8b", "--gpu", "", "--decode", "1x1"], "unknown GPU"),
-    (["predict", "--model", "", "--gpu", "h100", "--decode", "1x1"], "unknown model"),
+    (["predict", "--model", "llama-3.1-8b", "--gpu", "", "--decode", "1x1"], "--gpu '': an empty value"),
+    (["predict", "--model", "", "--gpu", "h100", "--decode", "1x1"], "--model '': an empty value"),
     (["predict", "--model", "nope/config.json", "--gpu", "h100", "--decode", "1x1"], "cannot read"),
     (["predict", "--model", "mistralai/Mixtral-8x7B-v0.1", "--gpu", "h100", "--decode", "1x1"],
      "93.4 GB per GPU"),  # Mixtral's 46.7 B bf16 parameters do not fit one H100
@@ -106,7 +106,7 @@ def test_cli_allow_boost_runs(capsys):
 # --- CLI: evaluate ---------------------------------------------------------------------
 BAD_EVALUATE = [
     (["evaluate", "--family", "host", "--gpu", "h900"], "known: a100-sxm"),
-    (["evaluate", "--family", "host", "--gpu", ""], "known: a100-sxm"),
+    (["evaluate", "--family", "host", "--gpu", ""], "--gpu '': an empty value"),
     (["evaluate", "--family", "gemm", "--gpu", "a100", "--gpu", "tpu-v5"], "unknown GPU 'tpu-v5'"),
     (["evaluate", "--family", "nope"], "unknown family"),
     (["evaluate", "--family", "host", "--gpu", "rtx-pro-6000"], "no cells"),  # known GPU without data

@@ -307,6 +307,9 @@ def cmd_data(a, rest) -> int:
 def cmd_calibration(a) -> int:
     from steptime.calibration import ship
 
+    for f in a.settled:
+        if not str(f).strip():  # Path('') is the current folder: refused as '.' before, not as the empty name given
+            raise InputError(f"calibration ship: an empty file name {f!r}; give results/calibration/<name>.yaml")
     _print_json(ship(a.settled))
     return 0
 
@@ -435,6 +438,21 @@ def refuse_unknown(parser, cmd: str, extra: list) -> None:
     parser.commands[cmd].error(f"{msg}: {hint}" if hint else msg)
 
 
+def refuse_empty(parser, a) -> None:
+    """Refuse an option given an empty or blank value (`--prices ''`, `--tp=`, `--trace ' '`): several read an empty
+    text as "not given" and ran on their defaults without a word (wave 40: plan --prices '' priced with the shipped
+    prices, plan --tp '' searched every degree, serve/plan --trace '' simulated a synthetic workload)."""
+    for act in parser.commands[a.cmd]._actions:
+        if not act.option_strings:
+            continue
+        v = getattr(a, act.dest, None)
+        for x in (v if isinstance(v, (list, tuple)) else [v]):
+            if isinstance(x, str) and not x.strip():
+                flag = max(act.option_strings, key=len)
+                raise InputError(f"{flag} {x!r}: an empty value ("
+                                 + ("give one" if act.required else f"leave {flag} out to take its default") + ")")
+
+
 def not_here(argv: list[str]) -> list[str]:
     """The options of argv (with the value after each) that NOT_HERE says its command does not take: refused before
     the parse, so the advice comes first (wave 39: `steptime predict --config c.json` was refused for lacking --model,
@@ -458,6 +476,7 @@ def main(argv: list[str] | None = None) -> int:
         a, extra = parser.parse_known_args(argv)
         if extra:
             refuse_unknown(parser, a.cmd, extra)
+        refuse_empty(parser, a)
         handler = {"predict": cmd_predict, "gpus": cmd_gpus, "models": cmd_models, "bench": cmd_bench,
                    "status": cmd_status, "audit": cmd_audit, "readme": cmd_readme, "evaluate": cmd_evaluate,
                    "constants": cmd_constants, "calibration": cmd_calibration, "engines": cmd_engines,

@@ -157,6 +157,21 @@ def cmd_plan(a) -> int:
     pct = f"p{a.percentile:g}"
     bounds = ", ".join(f"{what} <= {v:g} ms" for what, v in (("TTFT", a.slo_ttft_ms), ("TPOT", a.slo_tpot_ms),
                                                               ("ITL", a.slo_itl_ms)) if v is not None)
+    if not best and not res.interrupted:  # a refusal, before any report: stdout stays empty (one JSON document or none)
+        where = f"; every layout tried is in {a.csv}" if a.csv else ""
+        sims = res.simulated()
+        if not sims:
+            raise PlanError(f"the workload fits no layout: all {len(res.rows)} were dropped "
+                            f"(first reason: {res.dropped()[0]['dropped'] if res.dropped() else 'none'}){where}")
+        slo = res.slo
+        close = min(sims, key=lambda r: max((r["ttft_pct_s"] / slo[0]) if slo[0] else 0,
+                                            (r["tpot_pct_s"] / slo[1]) if slo[1] else 0,
+                                            (r["itl_pct_s"] / slo[2]) if slo[2] else 0))
+        raise PlanError(f"no layout meets the SLO ({pct} {bounds}"
+                        f"{f', with {a.headroom * 100:.3g}% headroom' if a.headroom else ''}) "
+                        f"among {len(sims)} simulated: closest {close['layout']} with TTFT "
+                        f"{close['ttft_pct_s'] * 1e3:.1f} ms, TPOT {close['tpot_pct_s'] * 1e3:.1f} ms "
+                        f"(simulated){where}")
     if a.json:
         from steptime.io import dumps
 
@@ -199,19 +214,6 @@ def cmd_plan(a) -> int:
                 p = res.prices.get(g)
                 if p:
                     print(f"price {g}: ${p['usd_per_gpu_hour']:.4g}/GPU-hour ({p['provider']}; {p['date']})")
-    if not best and not res.interrupted:
-        sims = res.simulated()
-        if not sims:
-            raise PlanError(f"the workload fits no layout: all {len(res.rows)} were dropped "
-                            f"(first reason: {res.dropped()[0]['dropped'] if res.dropped() else 'none'})")
-        slo = res.slo
-        close = min(sims, key=lambda r: max((r["ttft_pct_s"] / slo[0]) if slo[0] else 0,
-                                            (r["tpot_pct_s"] / slo[1]) if slo[1] else 0,
-                                            (r["itl_pct_s"] / slo[2]) if slo[2] else 0))
-        raise PlanError(f"no layout meets the SLO ({pct} {bounds}"
-                        f"{f', with {a.headroom * 100:.3g}% headroom' if a.headroom else ''}) "
-                        f"among {len(sims)} simulated: closest {close['layout']} with TTFT "
-                        f"{close['ttft_pct_s'] * 1e3:.1f} ms, TPOT {close['tpot_pct_s'] * 1e3:.1f} ms (simulated)")
     return 0
 
 

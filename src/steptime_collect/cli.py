@@ -57,6 +57,28 @@ def setting_list(text: str) -> tuple:
                  else _number(v, float, "a number", 1, f" in {text!r}") for v in str(text).split(","))
 
 
+def output_path(text: str) -> str:
+    """A file to write (--out): refused up front if empty, an existing folder or an existing non-regular file (a
+    device, FIFO or socket), which the atomic rename at the end would otherwise meet only after the whole collection
+    (wave 40: `--out raw/telemetry/clock/h100-sxm/` collected for its hours, then stopped with IsADirectoryError)."""
+    import os
+    import stat
+
+    if not str(text).strip():
+        raise argparse.ArgumentTypeError(f"{text!r}: an empty file name")
+    try:
+        st = os.stat(text)
+    except FileNotFoundError:
+        return text
+    except OSError as exc:
+        raise argparse.ArgumentTypeError(f"{text!r}: {exc.strerror or exc}") from None
+    if stat.S_ISDIR(st.st_mode):
+        raise argparse.ArgumentTypeError(f"{text!r} is a folder; give the file to write")
+    if not stat.S_ISREG(st.st_mode):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a regular file (a device, FIFO or socket)")
+    return text
+
+
 def run(main, prog: str, argv=None) -> int:
     """Call `main(argv)`; a SteptimeError becomes '<prog>: error: <message>' on stderr and exit code 2."""
     from steptime.errors import SteptimeError

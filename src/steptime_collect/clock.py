@@ -23,7 +23,7 @@ import threading
 import time
 from pathlib import Path
 
-from steptime_collect.cli import int_list, nonnegative_int, positive_int, run, setting_list, write_csv
+from steptime_collect.cli import int_list, nonnegative_int, output_path, positive_int, run, setting_list, write_csv
 
 COLUMNS = {"gpu_name": str, "run": int, "order": int, "m": int, "n": int, "k": int, "latency_ms": float,
            "sm_clock_mhz": float, "power_w": float, "temp_c": float, "samples": int}
@@ -187,7 +187,7 @@ def main(argv=None) -> int:
                     "and GEMM latency over an m ladder, n randomised repeats. GPU settings are left as found unless "
                     "--caps / --lock-mhz are given WITH their --allow flag; whatever was changed is restored on exit, "
                     "error or signal.")
-    p.add_argument("--out", required=True, help="CSV to write (raw/telemetry/clock/<gpu>/<name>.csv)")
+    p.add_argument("--out", required=True, type=output_path, help="CSV to write (raw/telemetry/clock/<gpu>/<name>.csv)")
     p.add_argument("--runs", type=positive_int, default=5)
     p.add_argument("--hold-s", type=float, default=3.0)
     p.add_argument("--cool-s", type=float, default=10.0)

@@ -30,7 +30,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from steptime_collect.cli import run
+from steptime_collect.cli import output_path, run
 from steptime.errors import DataError
 
 _LINE = re.compile(r"\[cublasLt\]\[\d+\]\[Trace\]\[(cublasLt\w*Matmul)\]\s*(.*)$")
@@ -119,7 +119,7 @@ def collect(out: Path, gpu: str) -> None:  # pragma: no cover - needs a GPU
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m steptime_collect.dispatch", description=__doc__.split("\n\n")[0])
     p.add_argument("--gpu", required=True)
-    p.add_argument("--out", required=True)
+    p.add_argument("--out", required=True, type=output_path)
     p.add_argument("--parse", metavar="LOG", help="parse an existing log and print its rows (no GPU needed)")
     a = p.parse_args(argv)
     if a.parse:

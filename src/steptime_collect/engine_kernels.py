@@ -27,7 +27,7 @@ from pathlib import Path
 
 import numpy as np
 
-from steptime_collect.cli import positive_int, run
+from steptime_collect.cli import output_path, positive_int, run
 from steptime.errors import DataError
 
 METRICS = ("gpu__time_duration.sum", "dram__bytes_read.sum", "dram__bytes_write.sum")
@@ -119,7 +119,7 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m steptime_collect.engine_kernels", description=__doc__.split("\n\n")[0])
     p.add_argument("--model", required=True)
     p.add_argument("--gpu", required=True)
-    p.add_argument("--out", required=True)
+    p.add_argument("--out", required=True, type=output_path)
     p.add_argument("--requests", type=positive_int, default=8)
     a = p.parse_args(argv)
     collect(Path(a.out), a.model, a.requests)

@@ -28,7 +28,7 @@ from pathlib import Path
 
 import numpy as np
 
-from steptime_collect.cli import nonnegative_int, positive_int, run, write_csv
+from steptime_collect.cli import nonnegative_int, output_path, positive_int, run, write_csv
 from steptime.errors import DataError
 
 COLUMNS = {"gpu_name": str, "plan": str, "repeat": int, "order": int, "m": int, "n": int, "k": int,
@@ -229,7 +229,7 @@ def main(argv=None) -> int:
                                 + " Changes no GPU setting.")
     p.add_argument("--plan", required=True, choices=PLANS)
     p.add_argument("--gpu", required=True, help="steptime GPU key of this node's GPU (sizes the L2 plan)")
-    p.add_argument("--out", required=True)
+    p.add_argument("--out", required=True, type=output_path)
     p.add_argument("--repeats", type=positive_int, default=3)
     p.add_argument("--seed", type=nonnegative_int, default=0)
     p.add_argument("--dry-run", action="store_true", help="print the cells in run order and exit (no GPU needed)")

@@ -25,7 +25,7 @@ import sys
 from pathlib import Path
 
 from steptime.errors import DataError
-from steptime_collect.cli import int_list, run, shape_list
+from steptime_collect.cli import int_list, output_path, run, shape_list
 from steptime_collect.safety import NoGPUError
 
 METRICS = (
@@ -159,7 +159,7 @@ def waterfall_figure(per_gpu: dict, stem) -> None:
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m steptime_collect.ncu",
                                 description="Collect E1.5 Nsight Compute GEMM counters on this node's GPU")
-    p.add_argument("--out", required=True)
+    p.add_argument("--out", required=True, type=output_path)
     p.add_argument("--m", type=int_list, default=int_list("1,16,64,256,1024,2048,4096,8192,16384"),
                    help="comma-separated m values")
     p.add_argument("--shapes", type=shape_list, default=shape_list("6144x4096,4096x4096,28672x4096,4096x14336"),

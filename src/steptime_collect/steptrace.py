@@ -30,7 +30,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from steptime_collect.cli import positive_int, run, write_csv
+from steptime_collect.cli import output_path, positive_int, run, write_csv
 
 FPM_COLUMNS = ("phase", "workload_segment", "counter_id", "worker_id", "dp_rank", "ctx_tokens", "ctx_requests",
                "ctx_kv_tokens", "decode_tokens", "decode_requests", "decode_kv_tokens", "mean_decode_kv_tokens",
@@ -257,7 +257,7 @@ def main(argv=None) -> int:
     p.add_argument("--engine", choices=["auto", "vllm", "eager"], default="auto")
     p.add_argument("--max-num-batched-tokens", type=positive_int, default=4096)
     p.add_argument("--max-num-seqs", type=positive_int, default=128)
-    p.add_argument("--out", required=True)
+    p.add_argument("--out", required=True, type=output_path)
     p.add_argument("--dry-run", action="store_true", help="print the schedule's first steps (no GPU needed)")
     a = p.parse_args(argv)
     reqs = plan_requests(read_traces(a.traces_table), a.trace, a.requests, max_prompt=a.max_prompt)

@@ -9,7 +9,8 @@ Where constants come from, and who writes what:
 - `defaults.yaml` (shipped in the package) is what `Constants.default()` reads. Only
   `ship(settled_files)` (the `steptime calibration ship` command) writes it.
 - The pipeline's settle rules write *settled files* (`results/calibration/*.yaml`: a list of
-  update records with provenance). A rule that needs them names them as inputs and loads
+  update records with provenance), each closed by a seal line (`# sha256 of every line above: ...`,
+  `seal_text`) that `ship` requires and checks, so a copy cut at a line end is refused. A rule that needs them names them as inputs and loads
   `Constants.load(DEFAULTS_FILE, *settled)` and passes those constants down to every
   prediction (`constants=`): nothing process-wide decides what a prediction uses, and nothing
   is written into src/.
@@ -117,13 +118,16 @@ class Constants:
         Each of `settled` is a path or a list of paths (as a rule's named input gives them). A
         fitted engine-constants file among them (R2.3's) becomes `engines`; without one, no engine
         fits apply (a pipeline rule reads them only as a declared input, never the shipped copy)."""
+        for s in settled:
+            if not isinstance(s, (str, Path, list, tuple)):
+                raise InputError(f"Constants.load: a settled file is a path or a list of paths, got {type(s).__name__}")
         paths = [q for s in settled for q in ([s] if isinstance(s, (str, Path)) else list(s))]
         engine_files = [p for p in paths if is_engine_constants(p)]
         if len(engine_files) > 1:
             raise InputError(f"Constants.load: one engine-constants file at most, got {engine_files}")
         docs = [read_settled(p) for p in paths if p not in engine_files]
         engines = E.fitted_engines(engine_files[0]) if engine_files else {}
-        return cls(_parse(settle_doc(read_yaml(base), docs)), engines)
+        return cls(_parse(settle_doc(_read_base(base), docs)), engines)
 
     def with_engines(self, fitted) -> "Constants":
         """A copy whose fitted engine constants are `fitted` (a path, a fitted document or
@@ -381,9 +385,42 @@ def settle_doc(doc: dict, settled: list[dict]) -> dict:
     return doc
 
 
-def _read_input_yaml(path) -> dict:
+SEAL_PREFIX = "# sha256 of every line above: "
+
+
+def seal_text(text: str) -> str:
+    """`text` (a whole file, ending with a newline) closed by its seal line: SEAL_PREFIX and the sha256 of its UTF-8
+    bytes. A YAML comment, so every reader parses the same document; `check_seal` verifies it."""
+    import hashlib
+
+    if text and not text.endswith("\n"):
+        text += "\n"
+    return f"{text}{SEAL_PREFIX}{hashlib.sha256(text.encode('utf-8')).hexdigest()}\n"
+
+
+def check_seal(text: str, path, required: bool = True) -> None:
+    """Refuse (one line naming `path`) a file whose seal line does not match the bytes above it, or, when `required`
+    (what `ship` asks), one without a seal line: a settled file cut exactly at a line end still parses as YAML."""
+    import hashlib
+    import re
+
+    body, _, last = text.rstrip("\n").rpartition("\n")
+    if not last.startswith(SEAL_PREFIX.split(":")[0]):
+        if required:
+            raise InputError(f"{path}: no closing seal line ('{SEAL_PREFIX}...', the last line every settle step "
+                             "writes): truncated, or written before wave 40? copy it again from results/calibration/ "
+                             "or rebuild it with snakemake")
+        return
+    m = re.fullmatch(re.escape(SEAL_PREFIX) + r"([0-9a-f]{64})", last)
+    if not m or hashlib.sha256((body + "\n").encode("utf-8")).hexdigest() != m.group(1):
+        raise InputError(f"{path}: its seal line does not match the lines above it (edited, or a part cut out?): "
+                         "copy it again from results/calibration/ or rebuild it with snakemake")
+
+
+def _read_input_yaml(path, sealed: bool = False) -> dict:
     """A YAML file a user hands in (`steptime calibration ship`): one line if it is missing, not a
-    regular file, too large, not UTF-8 text, not YAML, or uses a tag safe_load refuses (!!python/...)."""
+    regular file, too large, not UTF-8 text, not YAML, or uses a tag safe_load refuses (!!python/...). A seal line
+    present is checked; `sealed` (ship) requires one (`check_seal`)."""
     import yaml
 
     p = check_regular_file(path, "constants file", MAX_SETTLED_BYTES)
@@ -400,16 +437,29 @@ def _read_input_yaml(path) -> dict:
     if text and not text.endswith("\n"):  # a truncated copy that still parses would ship its first entries only
         raise InputError(f"{p}: ends mid-line (every settled or constants file the pipeline writes ends with a "
                          "newline): truncated? copy it again from results/calibration/")
+    check_seal(text, p, required=sealed)
+    return doc
+
+
+def _read_base(path) -> dict:
+    """A constants file Constants.load overlays (defaults.yaml or a copy): one line if it is not a file, not YAML or
+    has no `constants:` mapping (wave 40: a traceback for a folder, an empty file or a list)."""
+    if not isinstance(path, (str, Path)):
+        raise InputError(f"Constants.load: the constants file is a path, got {type(path).__name__}")
+    doc = _read_input_yaml(path)
+    if not isinstance(doc, dict) or not isinstance(doc.get("constants"), dict):
+        raise InputError(f"{path}: not a constants file (no `constants:` mapping, as defaults.yaml has)")
     return doc
 
 
 _UPDATE_KEYS = ("scope", "name", "value", "provenance", "source")
 
 
-def read_settled(path) -> dict:
+def read_settled(path, sealed: bool = False) -> dict:
     """A settled file (results/calibration/*.yaml): {settled_by, inputs, updates: [...]}, each update a
-    mapping with scope, name, value, provenance and source (one line naming the first that is not)."""
-    doc = _read_input_yaml(path)
+    mapping with scope, name, value, provenance and source (one line naming the first that is not); `sealed`:
+    its closing seal line is required (`check_seal`; a seal line present is always checked)."""
+    doc = _read_input_yaml(path, sealed)
     if not isinstance(doc, dict) or not isinstance(doc.get("updates"), list):
         raise InputError(f"{path}: not a settled-constants file (no 'updates' list)")
     for i, u in enumerate(doc["updates"]):
@@ -435,12 +485,13 @@ def write_settled(path, updates: list[dict], settled_by: str, inputs: Iterable =
         e = _table(ups["constants"], u["scope"])[u["name"]]
         out.append({"scope": u["scope"], "name": u["name"], **e})
     doc = {"settled_by": settled_by, "inputs": sorted(map(str, inputs)), "updates": out}
-    _dump_yaml(doc, path)
+    _dump_yaml(doc, path, sealed=True)
     return doc
 
 
-def _dump_yaml(doc: dict, path) -> None:
-    """Block YAML with short lists of scalars (a cell's shape) on one line; atomic."""
+def _dump_yaml(doc: dict, path, sealed: bool = False) -> None:
+    """Block YAML with short lists of scalars (a cell's shape) on one line; atomic; `sealed`: closed by its seal
+    line (`seal_text`)."""
     import yaml
 
     class _Dumper(yaml.SafeDumper):
@@ -451,9 +502,10 @@ def _dump_yaml(doc: dict, path) -> None:
         return d.represent_sequence("tag:yaml.org,2002:seq", data, flow_style=flow)
 
     _Dumper.add_representer(list, _list)
+    text = yaml.dump(doc, Dumper=_Dumper, sort_keys=False, width=120)
     with atomic_path(path) as tmp:
         with open(tmp, "w") as fh:
-            yaml.dump(doc, fh, Dumper=_Dumper, sort_keys=False, width=120)
+            fh.write(seal_text(text) if sealed else text)
 
 
 def _write_defaults(doc: dict, path: Path) -> None:
@@ -484,7 +536,8 @@ def ship_engine_constants(src, dest: Path | None = None) -> dict:
 
 
 def _check_engine_constants(src) -> list[str]:
-    """ship_engine_constants' checks, before anything is written: the fields it would ship, sorted."""
+    """ship_engine_constants' checks, before anything is written: the fields it would ship, sorted (its closing seal
+    line required, as R2.3's writer closes it)."""
     doc = _read_input_yaml(src)
     shipped = []
     for eng, per_gpu in (doc.get("engines") or {}).items():
@@ -498,6 +551,7 @@ def _check_engine_constants(src) -> list[str]:
                                      f"{PROVENANCES}")
                 shipped.append(f"{eng}@{gpu}:{name}")
     E.get_engine(next(iter(doc.get("engines") or {E.default_engine(): {}})), fitted=doc)  # loads as a whole
+    _read_input_yaml(src, sealed=True)  # last: a copy cut at a line end passes the checks above; its seal line is gone
     return sorted(shipped)
 
 
@@ -554,6 +608,8 @@ def ship(settled: Iterable[str | Path], path: Path = DEFAULTS_FILE, engine_path:
             check_updates(d["updates"])
         except InputError as exc:
             raise InputError(f"{p}: {exc}") from None
+    for p in settled:  # last: a file cut at a line end parses and passes the checks above; its seal line is gone
+        read_settled(p, sealed=True)
     for f in engine_files:  # every file checked before any is written: a bad one leaves all three as they were
         _check_engine_constants(f)
     for f in grey_files:

@@ -147,16 +147,16 @@ def check_output(flag: str, path: str, suffix: str | None = None) -> Path:
     if not str(path).strip():  # '' would otherwise read as "no file asked for" and the option pass unused
         raise ServeError(f"{flag} {path!r}: expected a file name")
     p = Path(path)
-    if suffix is not None and p.suffix.lower() != suffix:
-        raise ServeError(f"{flag} {path!r}: expected a {suffix} file name (got suffix {p.suffix or 'none'!r})")
     try:
         st = p.stat()
     except FileNotFoundError:
         st = None
     except OSError as exc:
         raise ServeError(f"{flag} {path!r}: {exc.strerror or exc}") from None
-    if st is not None and stat.S_ISDIR(st.st_mode):
+    if st is not None and stat.S_ISDIR(st.st_mode):  # before the suffix: a folder is not "a file without .csv"
         raise ServeError(f"{flag} {path!r}: is a directory; give a file name")
+    if suffix is not None and p.suffix.lower() != suffix:
+        raise ServeError(f"{flag} {path!r}: expected a {suffix} file name (got suffix {p.suffix or 'none'!r})")
     if st is not None and not stat.S_ISREG(st.st_mode):
         raise ServeError(f"{flag} {path!r}: not a regular file (a device, FIFO or socket); give a file name")
     parent = p.resolve().parent

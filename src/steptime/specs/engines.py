@@ -572,14 +572,38 @@ def _doc() -> dict:
 
 def fitted_engines(fitted) -> dict:
     """{engine: {gpu: {field: entry}}} from a path (absent file: {}), a fitted document or that dict
-    itself ({} or None: none)."""
+    itself ({} or None: none). A file that is not one (a folder, not UTF-8, not YAML, not a mapping) or any other
+    type is refused in one line (wave 40: a traceback, or {} for a number)."""
+    from collections.abc import Mapping
+
     if isinstance(fitted, (str, Path)):
+        import yaml
+
+        from steptime.io import yaml_problem
+        from steptime.validation import MAX_SETTLED_BYTES, check_regular_file
+
         p = Path(fitted)
         if not p.exists():
             return {}
-
-        return (read_yaml_cached(p) or {}).get("engines") or {}
-    return (fitted.get("engines", fitted) if isinstance(fitted, dict) else {}) or {}
+        what = "fitted engine-constants file"
+        check_regular_file(p, what, MAX_SETTLED_BYTES)
+        try:
+            doc = read_yaml_cached(p)
+        except UnicodeDecodeError as exc:
+            raise InputError(f"{p}: not a {what} (not UTF-8 text: byte at offset {exc.start})") from None
+        except yaml.YAMLError as exc:
+            raise InputError(f"{p}: not a {what} ({yaml_problem(exc)})") from None
+        if doc is not None and not isinstance(doc, Mapping):
+            raise InputError(f"{p}: not a {what} (a YAML {type(doc).__name__}, expected a mapping with `engines:`)")
+        fitted = doc or {}
+    elif fitted is not None and not isinstance(fitted, Mapping):
+        raise InputError(f"fitted engine constants must be a path, a fitted document or {{engine: {{gpu: ...}}}}, "
+                         f"got {type(fitted).__name__}")
+    out = ((fitted or {}).get("engines", fitted) or {})
+    if not isinstance(out, Mapping):
+        raise InputError(f"fitted engine constants: `engines` must be a mapping of engine -> GPU -> fields, got "
+                         f"{type(out).__name__}")
+    return out
 
 
 @lru_cache(maxsize=1)

@@ -126,12 +126,30 @@ def _print_text(rep: Report) -> None:
             print(f"      {line.strip()}")
 
 
+USAGE = "usage: steptime data {verify,list} [--json] [--root DIR]"
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse with a one-line refusal (exit 2), like every other steptime command (wave 40: a usage block and the
+    error on two lines)."""
+
+    def error(self, message):
+        self.exit(2, f"{self.prog}: error: {message} (see `{self.prog} --help`)\n")
+
+
+def _root(a) -> None:
+    """An empty --root read as the current folder (wave 40): refused like any empty value."""
+    if a.root is not None and not a.root.strip():
+        raise DataError(f"--root {a.root!r}: an empty value (leave --root out to take $STEPTIME_ROOT or the cwd)")
+
+
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="steptime data verify", description="Check raw/ against raw/MANIFEST.yaml.")
+    ap = _Parser(prog="steptime data verify", description="Check raw/ against raw/MANIFEST.yaml.")
     ap.add_argument("--json", action="store_true", help="print a JSON report")
     ap.add_argument("--root", default=None, help="repository root (default: $STEPTIME_ROOT or the cwd upwards)")
     ap.add_argument("--no-schema", action="store_true", help="check presence, sizes and sha256 only")
     a = ap.parse_args(argv)
+    _root(a)
     if a.root is not None:  # a root that is no repository is a usage error (one line, exit 2), not a raw/ problem
         find_root(a.root)
     rep = verify(a.root, schema=not a.no_schema)
@@ -143,10 +161,11 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def list_main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="steptime data list", description="List the files raw/MANIFEST.yaml holds.")
+    ap = _Parser(prog="steptime data list", description="List the files raw/MANIFEST.yaml holds.")
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--root", default=None)
     a = ap.parse_args(argv)
+    _root(a)
 
     man = load_manifest(a.root, complete=False)
     rows = [{k: e.get(k) for k in ("path", "table", "gpu", "source", "rows", "bytes")} for e in man.entries()]
@@ -160,13 +179,13 @@ def list_main(argv: list[str] | None = None) -> int:
 
 def cli(argv: list[str]) -> int:
     cmds = {"verify": main, "list": list_main}
-    if not argv or argv[0] in ("-h", "--help") or argv[0] not in cmds:
-        msg = "usage: steptime data {verify,list} [--json] [--root DIR]"
-        if argv and argv[0] not in ("-h", "--help"):
-            print(f"steptime data: unknown subcommand {argv[0]!r}\n{msg}", file=sys.stderr)
-            return 2
-        print(msg)
-        return 0 if argv else 2
+    if argv and argv[0] in ("-h", "--help"):
+        print(USAGE)
+        return 0
+    if not argv or argv[0] not in cmds:  # one line on stderr, nothing on stdout (wave 40: usage on stdout, exit 2)
+        what = f"unknown subcommand {argv[0]!r}" if argv else "a subcommand is required"
+        print(f"steptime data: error: {what} (expected verify or list; {USAGE})", file=sys.stderr)
+        return 2
     try:
         return cmds[argv[0]](argv[1:])
     except DataError as exc:

@@ -974,15 +974,21 @@ def run(df: pd.DataFrame, framework: str = "vllm") -> dict:
     return out
 
 
-ENGINE_CLAIM_PREFIX = {"vllm": "", "trtllm": "TensorRT-LLM's own ", "sglang": "SGLang's own "}
-# how document_engines' `law` text names each other engine's kernel-family map and its cells
+# the engines' display names live in terms.moe.ENGINE_NAMES (one place); vLLM's claims carry no prefix
+ENGINE_CLAIM_PREFIX = MappingProxyType({"vllm": "", **{fw: f"{n}'s own " for fw, n in M.ENGINE_NAMES.items()}})
 # what document_engines' `law` text says of each other engine's laws' shipping
 ENGINE_SHIPPED = {"trtllm": "shipped (wave 39) under calibration/moe.yaml constants.frameworks: the laws of the families "
                             "the engine runs by default (DEFAULT_SOURCES), fitted on every GPU's cells of each, read by "
                             "engines whose moe.kernels is this one",
                   "sglang": "not shipped"}
-ENGINE_LAW_NAMES = {"trtllm": ("TensorRT-LLM", "TRTLLM_KERNEL_FAMILIES", "TRT-LLM"),
-                    "sglang": ("SGLang", "SGLANG_KERNEL_FAMILIES", "SGLang")}
+
+
+def engine_law_names(fw: str) -> tuple[str, str]:
+    """How document_engines' `law` text names engine `fw`: its display name (terms.moe.ENGINE_NAMES) and the name of
+    its kernel-family map in terms.moe (the module attribute holding terms.moe.ENGINE_KERNEL_FAMILIES[fw])."""
+    families = M.ENGINE_KERNEL_FAMILIES[fw]
+    table = next(k for k, v in vars(M).items() if k.endswith("_KERNEL_FAMILIES") and v is families)
+    return M.ENGINE_NAMES[fw], table
 
 
 def document(r: dict, target_pct: float) -> dict:
@@ -1170,7 +1176,7 @@ def document_engines(r: dict, others: list, target_pct: float) -> dict:
                              "run(df, 'sglang'))")
         if fw in doc["metrics"]:
             raise ValueError(f"document_engines: engine {fw!r} given twice in `others`")
-        name, table, short = ENGINE_LAW_NAMES[fw]
+        name, table = engine_law_names(fw)
         od = document(o, target_pct)
         n = od["metrics"]["groups"]
         doc["claims"] = doc["claims"] + od["claims"][:n]
@@ -1179,7 +1185,7 @@ def document_engines(r: dict, others: list, target_pct: float) -> dict:
                               "law": "the same law and fitting rules as vLLM's (fit_dtype, choose_readings), on the "
                                      "engine's own cells only: per GPU and dtype, fitted on the other GPUs' cells of "
                                      f"its {name} kernel family (terms.moe.{table}), at most three "
-                                     f"bf16 readings of its own {short} cells; " + ENGINE_SHIPPED[fw],
+                                     f"bf16 readings of its own {name} cells; " + ENGINE_SHIPPED[fw],
                               **({"family_options": {f: dict(v) for f, v in FAMILY_OPTIONS[fw].items()},
                                   "disclosed": ENGINE_DISCLOSED[fw]} if fw in FAMILY_OPTIONS else {})}
     return doc

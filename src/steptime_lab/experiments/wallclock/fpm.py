@@ -267,8 +267,11 @@ def fpm_steps(tidy, moe: bool = False):
 
 
 def write_fitted_constants(path, doc: dict) -> None:
-    """Write the fitted-constants file (YAML, sorted keys, atomically) with a header naming its writer."""
+    """Write the fitted-constants file (YAML, sorted keys, atomically) with a header naming its writer, closed by its
+    seal line (steptime.calibration.seal_text: `steptime calibration ship` requires it)."""
     import yaml
+
+    from steptime.calibration import seal_text
 
     text = ("# Engine constants read from at most three wall-clock steps per (GPU, engine): written by the\n"
             "# pipeline (rule R2_3, steptime_lab.experiments.wallclock); do not edit. Read with\n"
@@ -276,5 +279,5 @@ def write_fitted_constants(path, doc: dict) -> None:
             "# steptime_lab.experiments.wallclock.split_fitted / make_predictor(fitted=...) (all three parts).\n")
     text += yaml.safe_dump(doc, sort_keys=True, width=120)
     with atomic_path(path) as tmp:
-        tmp.write_text(text)
+        tmp.write_text(seal_text(text))
 
