@@ -571,8 +571,9 @@ class GreyBox:
         # the shared (shape-only) grey box has no datasheet columns to drop
         self.feature_sets = ("all",) if self.shared else tuple(str(f) for f in feature_sets)
         # each GPU's own three readings' efficiency as features (`reading_features`; feature set "reads"): issue 24,
-        # wave 40, helper grey10 (None: on where READING_FEATURE_TABLES names the table)
-        self.reading_features = (dataset in READING_FEATURE_TABLES) if reading_features is None else reading_features
+        # wave 40, helper grey10 (None: on where READING_FEATURE_TABLES names the table, the shared box excepted)
+        self.reading_features = (dataset in READING_FEATURE_TABLES and not self.shared) if reading_features is None \
+            else reading_features
         if not isinstance(self.reading_features, bool):
             raise ValueError(f"grey box reading_features: expected True, False or None, got {reading_features!r}")
         if self.reading_features and (self.shared or dataset not in READING_TABLES):
