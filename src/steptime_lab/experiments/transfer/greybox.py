@@ -114,7 +114,9 @@ FEATURE_SETS = ("all", "shape")
 # three readings' efficiency; offered to the nested CV beside FEATURE_SETS on the tables of READING_FEATURE_TABLES
 KNOWN_FEATURE_SETS = FEATURE_SETS + ("reads",)
 # the tables whose grey box sees each GPU's reading features by default (`GreyBox(reading_features=None)`); only a
-# table holding each GPU's own readings (the Vidur step's readings are cells of other tables) may carry them
+# table holding each GPU's own readings (the Vidur step's readings are cells of other tables) may carry them.
+# Empty: tried and not kept (wave 40: the nested CV picked "reads" for no target of either table, so E2.1 / E2.2 did
+# not move and the rule's "something improves" failed; DESIGN.md)
 READING_FEATURE_TABLES = ()
 READING_TABLES = ("aic_gemm", "aic_attention")
 N_READINGS = 3  # the readings per GPU and table the reading features are made of (the issue's three)
