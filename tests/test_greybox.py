@@ -493,3 +493,122 @@ def test_a_targets_twins_leave_its_training_set_and_every_inner_fold_with_it(mon
     folds = {h: inner for h, inner in seen if h in ("b200", "b300")}
     assert folds and "b300" not in folds.get("b200", ()) and "b200" not in folds.get("b300", ())
     assert any(h == "a100-sxm" and "b200" in inner and "b300" in inner for h, inner in seen)
+
+
+# ---------------------------------------------------------------- reading features (issue 24, wave 40, helper grey10)
+
+_READ_CELLS = ((1, 1024, 1024), (64, 4096, 4096))  # with the calibration's 4096^3 cell: three readings per GPU
+
+
+def _read_ids(gpu):
+    return [(gpu, "gemm", m, n, k) for m, n, k in _READ_CELLS]
+
+
+def _reading_cells():
+    law = lambda m, g: (1.3 - 0.3 * np.log2(m) / 12.0) * (1.2 if g == "b300" else 1.0)  # noqa: E731
+    return _cells(("a100-sxm", "h100-sxm", "h200-sxm", "b200", "b300", "l40s"), law)
+
+
+def test_reading_features_are_the_gpus_own_three_readings_efficiency_and_nothing_else():
+    """Each GPU's reading features are log(measured / datasheet roofline) at its own three reading cells, ordered by
+    work; they do not move when any other cell of that GPU, any other GPU's readings or the physics constants
+    change, and they move when one of its readings does."""
+    cells = _reading_cells()
+    box = T.GreyBox("aic_gemm", cells, _defaults, reading_ids=_read_ids, reading_features=True)
+    sub = cells[cells["gpu"] == "b300"].reset_index(drop=True)
+    rd = sub[box.reading_mask(sub, "b300")].reset_index(drop=True)
+    assert len(rd) == G.N_READINGS
+    roof = G.term_rooflines("aic_gemm", rd, "b300")["gemm"]
+    want = np.sort(np.log(rd["latency_ms"].to_numpy() / roof)[np.argsort(rd["m"].to_numpy() * rd["n"] * rd["k"])])
+    got = box.reading_features_of("b300")
+    assert got.shape == (3,) and np.allclose(np.sort(got), want)
+    # every cell of b300 but its readings, every other GPU's readings, and the physics constants changed: same features
+    other = cells.copy()
+    mask = np.zeros(len(other), dtype=bool)
+    mask[other.index[other["gpu"] == "b300"][~box.reading_mask(sub, "b300")]] = True
+    other.loc[mask, "latency_ms"] *= 1.7
+    other.loc[other["gpu"] != "b300", "latency_ms"] *= 0.6
+
+    def no_physics(gpu):  # the readings' calibration only: any use of the physics constants would fail
+        return None, _defaults(gpu)[1]
+
+    for constants_for in (_defaults, no_physics):
+        again = T.GreyBox("aic_gemm", other, constants_for, reading_ids=_read_ids, reading_features=True)
+        assert np.array_equal(again.reading_features_of("b300"), got)
+    # one of its readings moved: its features move (by that reading's log factor, in that reading's slot)
+    moved = cells.copy()
+    moved.loc[(moved["gpu"] == "b300") & (moved["m"] == 1) & (moved["n"] == 1024) & (moved["k"] == 1024),
+              "latency_ms"] *= 2.0
+    diff = T.GreyBox("aic_gemm", moved, _defaults, reading_ids=_read_ids,
+                     reading_features=True).reading_features_of("b300") - got
+    assert np.allclose(np.sort(diff), [0.0, 0.0, np.log(2.0)])
+
+
+def test_reading_features_ride_on_every_cell_and_the_held_out_gpus_other_cells_never_enter_its_fit():
+    """With the option on every cell of a GPU carries its own reading features as trailing columns (in training
+    records, readings and predictions); "reads" is a nested-CV candidate; a target's fitted models do not move when
+    its non-reading cells change (its other cells never enter), and its prediction reads its own features."""
+    cells = _reading_cells()
+    box = T.GreyBox("aic_gemm", cells, _defaults, reading_ids=_read_ids, reading_features=True)
+    assert box.feature_sets == ("all", "shape", "reads") and box.settings()["reading_features"] == G.N_READINGS
+    sub = cells[cells["gpu"] == "b200"].reset_index(drop=True)
+    F = box._features(sub, "b200")["gemm"]
+    base = G.term_features("aic_gemm", sub, "b200")["gemm"]
+    assert F.shape[1] == base.shape[1] + 3 and np.array_equal(F[:, :-3], base)
+    assert np.array_equal(F[:, -3:], np.broadcast_to(box.reading_features_of("b200"), (len(F), 3)))
+    rec = box._training("h100-sxm")["gemm"]
+    assert rec["n_reads"] == 3 and np.array_equal(rec["F"][:, -3:][0], box.reading_features_of("h100-sxm"))
+    assert np.array_equal(rec["read_F"][:, -3:][0], box.reading_features_of("h100-sxm"))
+    models, info = box.fit("b200")
+    cv = info["nested_cv_mape"]["gemm"]
+    assert any(k.startswith("reads:") for k in cv) and any(k.startswith("shape:") for k in cv)
+    assert set(info["reading_features"]) == {"b200", *info["gpus"]}
+    m = models["gemm"]
+    if m.est is not None:
+        want = {"reads": F.shape[1], "all": F.shape[1] - 3, "shape": F.shape[1] - 3 - G.N_DATASHEET}
+        assert m.est.n_features_in_ == want[G._feature_set(m.name)]
+    # the target's non-reading cells changed: the same models, the same predictions on the same cells
+    other = cells.copy()
+    idx = other.index[other["gpu"] == "b200"][~box.reading_mask(sub, "b200")]
+    other.loc[idx, "latency_ms"] *= 1.5
+    again = T.GreyBox("aic_gemm", other, _defaults, reading_ids=_read_ids, reading_features=True)
+    assert again.fitted_on("b200")["setting"] == info["setting"]
+    assert np.array_equal(again.predict(sub, "b200"), box.predict(sub, "b200"))
+    # the target's reading features are read in prediction: other readings, another prediction
+    moved = cells.copy()
+    moved.loc[(moved["gpu"] == "b200") & (moved["m"] == 64) & (moved["n"] == 4096) & (moved["k"] == 4096),
+              "latency_ms"] *= 3.0
+    third = T.GreyBox("aic_gemm", moved, _defaults, reading_ids=_read_ids, reading_features=True, feature_sets=())
+    assert third.feature_sets == ("reads",)
+    plain = T.GreyBox("aic_gemm", cells, _defaults, reading_ids=_read_ids, reading_features=True, feature_sets=())
+    fm = plain.fit("b200")[0]["gemm"]
+    if fm.est is not None:  # the reads-only fit, target readings moved: the target's own features differ
+        f1 = plain._features(sub, "b200")["gemm"]
+        f2 = third._features(sub, "b200")["gemm"]
+        assert not np.array_equal(f1[:, -3:], f2[:, -3:]) and np.array_equal(f1[:, :-3], f2[:, :-3])
+
+
+def test_reading_features_are_off_by_default_and_refused_where_a_table_has_no_readings_of_its_own():
+    cells = _reading_cells()
+    off = T.GreyBox("aic_gemm", cells, _defaults, reading_ids=_read_ids)
+    assert G.READING_FEATURE_TABLES == () and not off.reading_features  # not adopted (DESIGN.md, grey10)
+    assert "reading_features" not in off.settings() and off.feature_sets == G.FEATURE_SETS
+    F = off._features(cells[cells["gpu"] == "b200"].reset_index(drop=True), "b200")["gemm"]
+    assert F.shape[1] == G.term_features("aic_gemm", cells[cells["gpu"] == "b200"], "b200")["gemm"].shape[1]
+    assert "n_reads" in off._training("b200")["gemm"] and off._training("b200")["gemm"]["n_reads"] == 0
+    assert not T.GreyBox("aic_gemm", cells, _defaults, shared=True).reading_features
+    with pytest.raises(ValueError, match="shared"):
+        T.GreyBox("aic_gemm", cells, _defaults, shared=True, reading_features=True)
+    with pytest.raises(ValueError, match="own readings"):
+        T.GreyBox("vidur_step", cells, _defaults, reading_features=True)
+    with pytest.raises(ValueError, match="reads"):
+        T.GreyBox("aic_gemm", cells, _defaults, feature_sets=("all", "reads"))
+    with pytest.raises(ValueError, match="True, False or None"):
+        T.GreyBox("aic_gemm", cells, _defaults, reading_features="yes")
+    with pytest.raises(ValueError, match="expected 3"):  # the synthetic grid holds one calibration reading only
+        T.GreyBox("aic_gemm", cells, _defaults, reading_features=True).reading_features_of("b200")
+    with pytest.raises(ValueError, match="settings"):  # a cache fitted one way is not adopted the other
+        off.adopt(T.GreyBox("aic_gemm", cells, _defaults, reading_ids=_read_ids, reading_features=True).fit_all(["b200"]))
+    assert G._cols("all", 20, 3) == 17 and G._cols("shape", 20, 3) == 17 - G.N_DATASHEET and G._cols("reads", 20, 3) is None
+    with pytest.raises(ValueError, match="reads"):
+        G._cols("reads", 20)

@@ -109,6 +109,17 @@ ANCHORS = (1.0, 0.5)
 # range (A100, L40S) gets the nearest edge GPU's residual; without those columns it gets the training GPUs'
 # shared residual at its normalised shape (issue 24; the candidate set fixed before any held-out score of it)
 FEATURE_SETS = ("all", "shape")
+# "reads" (issue 24, wave 40, helper grey10; rule fixed before any held-out score of it, DESIGN.md 'Grey box: the
+# target's own three readings as features'): the "all" columns plus `reading_features` of the cell's GPU, its own
+# three readings' efficiency; offered to the nested CV beside FEATURE_SETS on the tables of READING_FEATURE_TABLES
+KNOWN_FEATURE_SETS = FEATURE_SETS + ("reads",)
+# the tables whose grey box sees each GPU's reading features by default (`GreyBox(reading_features=None)`); only a
+# table holding each GPU's own readings (the Vidur step's readings are cells of other tables) may carry them.
+# Empty: tried and not kept (wave 40: the nested CV picked "reads" for no target of either table, so E2.1 / E2.2 did
+# not move and the rule's "something improves" failed; DESIGN.md)
+READING_FEATURE_TABLES = ()
+READING_TABLES = ("aic_gemm", "aic_attention")
+N_READINGS = 3  # the readings per GPU and table the reading features are made of (the issue's three)
 # what the trees learn, tried by the nested CV: "physics" (the term's log residual log(measured / steptime),
 # clipped to +-B: the correction itself) or "roofline" (the term's log efficiency log(measured / datasheet
 # roofline), i.e. log(steptime / roofline) plus that clipped residual; the correction is then the efficiency
@@ -311,14 +322,19 @@ def _weights(gpus, toward: str, h: float) -> dict:
     return {g: float(np.exp(-np.sum((similarity_vector(g) - z) ** 2) / (2.0 * h * h))) for g in gpus}
 
 
-def _cols(feature_set: str, n_features: int):
-    """The leading feature columns of a feature set (None: all)."""
-    if feature_set == "all":
+def _cols(feature_set: str, n_features: int, n_reads: int = 0):
+    """The leading feature columns of a feature set (None: all); `n_reads`: the trailing reading-feature columns
+    (`reading_features`) the features carry, seen only by the feature set "reads"."""
+    if feature_set == "reads":
+        if n_reads <= 0:
+            raise ValueError("feature set 'reads' needs the reading-feature columns (GreyBox(reading_features=True))")
         return None
+    if feature_set == "all":
+        return None if not n_reads else n_features - n_reads
     if feature_set == "shape":
-        if n_features <= N_DATASHEET:
+        if n_features - n_reads <= N_DATASHEET:
             raise ValueError("feature set 'shape' needs the datasheet columns to drop")
-        return n_features - N_DATASHEET
+        return n_features - n_reads - N_DATASHEET
     raise ValueError(f"unknown feature set {feature_set!r}")
 
 
@@ -419,6 +435,10 @@ def fit_term(data: dict, target: str, *, fast: bool = True, seed: int = 0, bandw
 
     data = {g: d for g, d in data.items() if len(d["base"])}
     gpus = sorted(data)
+    n_reads = {int(d.get("n_reads", 0)) for d in data.values()}
+    if len(n_reads) > 1:
+        raise ValueError(f"fit_term: the training GPUs carry different numbers of reading features {sorted(n_reads)}")
+    n_reads = n_reads.pop() if n_reads else 0
     size = SIZES[bool(fast)]
     cv_size = cv_sizes(cv_size)
     size_cv = size if cv_size is None else dict(size, **cv_size)
@@ -438,7 +458,7 @@ def fit_term(data: dict, target: str, *, fast: bool = True, seed: int = 0, bandw
             inner = [g for g in gpus if g != held and g not in out]
             for ref in references:
                 for fs in feature_sets:
-                    cols = _cols(fs, d["F"].shape[1])
+                    cols = _cols(fs, d["F"].shape[1], n_reads)
                     for h in hs:
                         key = (tuple(inner), held if math.isfinite(h) else None, h, bool(fast), seed) + \
                             (() if fs == "all" else (fs,)) + (() if ref == "physics" else (ref,)) + \
@@ -457,7 +477,7 @@ def fit_term(data: dict, target: str, *, fast: bool = True, seed: int = 0, bandw
     if best == "none":
         return _TermModel(), table
     h, anchored, s = _parse(best)
-    cols = _cols(_feature_set(best), data[gpus[0]]["F"].shape[1])
+    cols = _cols(_feature_set(best), data[gpus[0]]["F"].shape[1], n_reads)
     ref = _reference(best)
     X, y, w = _design(data, gpus, target, h, size["rows_per_gpu"], seed, cols, ref)
     return _TermModel(_fit_gbt_once(X, y, w, size, seed, designs), anchored, best, s, cols, ref), table
@@ -487,7 +507,7 @@ def _parse(name: str):
 def _feature_set(name: str) -> str:
     """The feature set of a setting's name ('shape:h=inf' -> 'shape'; 'roof:h=inf', 'h=inf' -> 'all')."""
     tags = name.split(":")[:-1]
-    return next((t for t in tags if t in FEATURE_SETS), "all")
+    return next((t for t in tags if t in KNOWN_FEATURE_SETS), "all")
 
 
 def _reference(name: str) -> str:
@@ -529,7 +549,8 @@ class GreyBox:
 
     def __init__(self, dataset: str, cells, constants_for, *, fast: bool = True, seed: int = 0,
                  reading_ids=None, bandwidths=None, shared: bool = False, shrinks=SHRINKS, anchors=ANCHORS,
-                 feature_sets=FEATURE_SETS, references=None, stack=None, cv_sizes=None, leave_twins_out=False):
+                 feature_sets=FEATURE_SETS, references=None, stack=None, cv_sizes=None, leave_twins_out=False,
+                 reading_features=None):
         self.dataset, self.cells, self.constants_for = dataset, cells, constants_for
         # Vidur's measurement-stack factor (the Vidur step; `transfer.stack.VidurStack`): fitting target T, a GPU's
         # physics runs under its factor fitted on the Vidur GPUs other than itself and T (issue 24, wave 33, grey4)
@@ -551,6 +572,23 @@ class GreyBox:
         self.anchors = tuple(float(a) for a in anchors)
         # the shared (shape-only) grey box has no datasheet columns to drop
         self.feature_sets = ("all",) if self.shared else tuple(str(f) for f in feature_sets)
+        # each GPU's own three readings' efficiency as features (`reading_features`; feature set "reads"): issue 24,
+        # wave 40, helper grey10 (None: on where READING_FEATURE_TABLES names the table, the shared box excepted)
+        self.reading_features = (dataset in READING_FEATURE_TABLES and not self.shared) if reading_features is None \
+            else reading_features
+        if not isinstance(self.reading_features, bool):
+            raise ValueError(f"grey box reading_features: expected True, False or None, got {reading_features!r}")
+        if self.reading_features and (self.shared or dataset not in READING_TABLES):
+            raise ValueError(f"grey-box reading features need a table holding each GPU's own readings "
+                             f"({', '.join(READING_TABLES)}) and the full (not shared) box; got {dataset}"
+                             + (" (shared)" if self.shared else ""))
+        if self.reading_features and "reads" not in self.feature_sets:
+            self.feature_sets = self.feature_sets + ("reads",)
+        bad_fs = [f for f in self.feature_sets if f not in KNOWN_FEATURE_SETS]
+        if bad_fs or ("reads" in self.feature_sets and not self.reading_features):
+            raise ValueError(f"grey-box feature sets {bad_fs or ['reads']}: unknown, or 'reads' without "
+                             f"reading_features (known: {', '.join(KNOWN_FEATURE_SETS)})")
+        self._reading_features: dict = {}  # {gpu: `reading_features(gpu)`}
         self.references = tuple(str(r) for r in (references if references is not None else references_for(dataset)))
         bad = [r for r in self.references if r not in REFERENCE_TAGS]
         if bad or not self.references:
@@ -563,7 +601,38 @@ class GreyBox:
 
     def _features(self, cells, gpu: str) -> dict[str, np.ndarray]:
         f = term_features(self.dataset, cells, gpu)
-        return {t: F[:, :SHAPE_COLUMNS[self.dataset]] for t, F in f.items()} if self.shared else f
+        if self.shared:
+            return {t: F[:, :SHAPE_COLUMNS[self.dataset]] for t, F in f.items()}
+        if self.reading_features:  # `gpu`'s own reading features, the same trailing columns on each of its cells
+            r = self.reading_features_of(gpu)
+            return {t: np.hstack([F, np.broadcast_to(r, (len(F), len(r)))]) for t, F in f.items()}
+        return f
+
+    def reading_features_of(self, gpu: str) -> np.ndarray:
+        """`gpu`'s reading features: log(measured / datasheet roofline) at each of its `N_READINGS` reading cells
+        of this table (`reading_mask`), ordered by (kernel label, FLOPs, bytes). They read `gpu`'s reading cells
+        and its datasheet only: no other cell of `gpu`, no physics constants (issue 24, wave 40, helper grey10)."""
+        if gpu in self._reading_features:
+            return self._reading_features[gpu]
+        if self.dataset not in READING_TABLES:
+            raise ValueError(f"reading features: {self.dataset} holds no GPU's own readings")
+        sub = self.cells[self.cells["gpu"] == gpu].reset_index(drop=True)
+        sub = sub[self.reading_mask(sub, gpu)].reset_index(drop=True)
+        if len(sub) != N_READINGS:
+            raise ValueError(f"reading features: {gpu} has {len(sub)} readings in {self.dataset}, "
+                             f"expected {N_READINGS}")
+        meas = self._measured(sub, terms_of(self.dataset)[0])
+        roof = term_rooflines(self.dataset, sub, gpu)[terms_of(self.dataset)[0]]
+        if not (np.all(np.isfinite(meas)) and np.all(meas > 0) and np.all(roof > 0)):
+            raise ValueError(f"reading features: {gpu}'s readings in {self.dataset} need positive measured times "
+                             "and rooflines")
+        wk = _work(self.dataset, sub)
+        kern = wk[2] if len(wk) > 2 else np.zeros(len(sub), dtype=str)
+        order = sorted(range(len(sub)), key=lambda i: (str(kern[i]), float(wk[0][i]), float(wk[1][i])))
+        out = np.log(meas / roof)[order]
+        out.setflags(write=False)
+        self._reading_features[gpu] = out
+        return out
 
     def base_terms(self, cells, gpu: str, constants=None, target: str | None = None) -> dict[str, np.ndarray]:
         """steptime's prediction (ms) of each term of `cells` on `gpu` ({term: ms}); with a `stack` and no
@@ -629,6 +698,7 @@ class GreyBox:
                 meas = self._measured(sub, term)
                 ok = np.isfinite(meas) & (meas > 0) & (base[term] > 0)
                 out[term] = {"F": feats[term][ok], "base": base[term][ok], "meas": meas[ok],
+                             "n_reads": N_READINGS if self.reading_features else 0,
                              "off": log_efficiency(base[term], roof[term])[ok],
                              "work": tuple(np.asarray(x)[ok] for x in wk), **reads[term]}
             self._data[key] = out
@@ -666,6 +736,11 @@ class GreyBox:
                     "shared": self.shared, "shrinks": list(self.shrinks), "anchors": list(self.anchors),
                     "feature_sets": list(self.feature_sets), "references": list(self.references),
                     **({"twins_left_out": sorted(gone)} if gone else {}),
+                    **({"reading_features": {g: [round(float(v), 6) for v in self.reading_features_of(g)]
+                                             for g in [target] + gpus},
+                        "reading_features_are": "log(measured / datasheet roofline) at each GPU's own three "
+                                                "readings, ordered by (kernel, FLOPs, bytes)"}
+                       if self.reading_features else {}),
                     "setting": {t: m.name for t, m in models.items()},
                     "nested_cv_mape": cv,
                     **({"vidur_stack": {g: self.stack.factor(g, target) for g in [target] + gpus}}
@@ -683,6 +758,7 @@ class GreyBox:
                 "anchor_kernel": ANCHOR_KERNEL.get(self.dataset),
                 **({"vidur_stack": True} if self.stack is not None else {}),
                 **({"leave_twins_out": TWIN_DISTANCE} if self.leave_twins_out else {}),
+                **({"reading_features": N_READINGS} if self.reading_features else {}),
                 **({"cv_sizes": dict(self.cv_sizes)} if self.cv_sizes is not None else {}),
                 "bandwidths": [("inf" if not math.isfinite(h) else h) for h in (self.bandwidths or BANDWIDTHS[self.fast])]}
 
