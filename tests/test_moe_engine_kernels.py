@@ -259,6 +259,10 @@ def test_a_gpu_without_the_frameworks_own_readings_keeps_none_of_vllms_kernel_re
     assert t.per_gpu["a100-sxm"] == {"a2a_s_slope:ht": 1.1}   # the exchange's reading stays, no kernel one
     assert t.per_gpu["b200"] == {"s_c": 1.1}
     assert t.get("s_c", "a100-sxm", default=-1.0) == -1.0
+    # the laws' provenance is the framework's own too (`steptime constants` and --explain read it)
+    shipped_t = M.MoEConstants.default().for_kernels("trtllm")
+    for k, v in M.MoEConstants.default().frameworks["trtllm"]["provenance"].items():
+        assert shipped_t.provenance[k] == v, k
     shipped = M.MoEConstants.default()
     gone = set(shipped.per_gpu) - set(shipped.frameworks["trtllm"]["per_gpu"])
     assert gone, "a GPU with vLLM readings and no TensorRT-LLM ones (a100-sxm when this was written)"
