@@ -269,3 +269,13 @@ def test_a_gpu_without_the_frameworks_own_readings_keeps_none_of_vllms_kernel_re
     for g in gone:
         own = shipped.for_kernels("trtllm").per_gpu.get(g, {})
         assert not [k for k in own if M.is_kernel_key(k)], (g, own)
+
+
+def test_a_vllm_section_under_frameworks_is_refused():
+    """vLLM's laws are moe.yaml's top level; a `frameworks.vllm` section would be a second copy that for_kernels('vllm')
+    never reads (it returns the top level): refused at load with one line (wave 40, review10: accepting it survived
+    every test)."""
+    doc = _doc()
+    with pytest.raises(ValueError, match="frameworks.vllm is not a framework with laws of its own") as exc:
+        M.MoEConstants.from_doc({**doc, "frameworks": {**doc.get("frameworks", {}), "vllm": {}}})
+    assert "\n" not in str(exc.value)
