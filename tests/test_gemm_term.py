@@ -294,3 +294,16 @@ def test_e1_2b_cluster_claims_say_the_alternative_keeps_the_settled_fits_globals
         assert "globals fitted at cluster 4" in c["claim"] and "favours the settled size" in c["claim"], c["claim"]
         assert "E1.11:2" in c["claim"]
     assert "globals" not in cl[1]["claim"]   # the staircase claim compares no two fits
+
+
+def test_e1_3_per_gpu_claim_says_it_is_scored_in_sample():
+    """E1.3:7 scores the global fit on the cells that fitted it (each GPU's eta_max from its own cells, the shape from
+    all): its text says so and points at the held-out claim (wave 40, review10: it read as a plain 'within 7%')."""
+    from steptime_lab.experiments.gemm import claims as C
+
+    t = {"global_gap": 0.02, "held_out_mape": 0.08, "per_gpu_mape": 0.07}
+    l2 = {"h100-sxm": {"max_bw_over_dram": 0.9}}
+    stream = {"h100-sxm": {"largest_x_above_dram": 0.7}}
+    c = C.memory_law_claims(_memory_study({"h100-sxm": 0.05}), l2, stream, t)["claims"][-1]
+    assert "in-sample" in c["claim"] and "held-out form is claim 2" in c["claim"]
+    assert "held out" in C.memory_law_claims(_memory_study({"h100-sxm": 0.05}), l2, stream, t)["claims"][1]["claim"]
