@@ -279,3 +279,15 @@ def test_a_vllm_section_under_frameworks_is_refused():
     with pytest.raises(ValueError, match="frameworks.vllm is not a framework with laws of its own") as exc:
         M.MoEConstants.from_doc({**doc, "frameworks": {**doc.get("frameworks", {}), "vllm": {}}})
     assert "\n" not in str(exc.value)
+
+
+def test_with_values_keeps_the_frameworks_own_laws():
+    """A constants set with some values replaced (with_values: a fit's overrides) still holds TensorRT-LLM's laws, so
+    an engine that runs them is priced as before and not refused (wave 40, review10: dropping them survived every
+    test)."""
+    mc = M.MoEConstants.default()
+    mv = mc.with_values({"a2a_floor_us:ll:dispatch": 7.0})
+    assert mv.frameworks == mc.frameworks
+    t = mv.for_kernels("trtllm")
+    assert t.values["a2a_floor_us:ll:dispatch"] == 7.0
+    assert {k: v for k, v in t.values.items() if M.is_kernel_key(k)} == dict(mc.frameworks["trtllm"]["values"])
