@@ -291,3 +291,11 @@ def test_with_values_keeps_the_frameworks_own_laws():
     t = mv.for_kernels("trtllm")
     assert t.values["a2a_floor_us:ll:dispatch"] == 7.0
     assert {k: v for k, v in t.values.items() if M.is_kernel_key(k)} == dict(mc.frameworks["trtllm"]["values"])
+
+
+def test_with_moe_kernels_records_the_callers_provenance_and_source():
+    """The copy's moe_kernels value carries the provenance and source the caller gives (`steptime constants` lists
+    them), not a fixed ASSUMED (wave 40, review10: ignoring the argument survived every test)."""
+    own = E.get_engine("trtllm").with_moe_kernels("trtllm", source="a rule written before scoring", provenance="DERIVED")
+    v = own.lookup("moe_kernels")
+    assert (v.value, v.provenance, v.source) == ("trtllm", "DERIVED", "a rule written before scoring")
