@@ -274,3 +274,36 @@ def test_e1_2b_claims_the_settled_cluster_size_on_every_llm_cell_too():
     assert h100["claim"].startswith("h100-sxm: on every LLM-shaped cell (30)") and "112-CTA cap" in h100["claim"]
     assert (h100["value"], h100["target"], h100["op"], h100["met"]) == (0.09, 0.08, "<", False)
     assert (h200["value"], h200["target"], h200["met"]) == (0.06, 0.07, True)
+
+
+def test_e1_2b_cluster_claims_say_the_alternative_keeps_the_settled_fits_globals():
+    """E1.2b prices the 16-CTA cap with the globals fitted at the settled cluster size (cluster_cap_scores:
+    params_cluster over the settled fold's globals), a fit made for one side only; E1.11:2 refits per size and finds
+    the 16-CTA cap lower on LLM cells. Each comparison claim says what the two sides were fitted on (wave 40, review10:
+    the texts said 'same readings, cap switched' or nothing)."""
+    from steptime_lab.experiments.gemm import claims as C
+
+    def arm(cap):
+        return {"grid_cap": cap, "prefill": {"mape": 0.05, "cells": 10}, "llm": {"mape": 0.06, "cells": 30},
+                "jumps": {"measured_jump_mean": 1.02, "measured_steps_over_5pct": 1, "pairs": 9, "mae": 0.07}}
+
+    an = {"settled_cluster_size": 4, "alternative_cluster_size": 16,
+          "gpus": {"h100-sxm": {"cluster_4": arm(116), "cluster_16": arm(112)}}}
+    cl = C.cluster_cap_claims(an)["claims"]
+    for c in (cl[0], cl[2]):   # the prefill and the every-LLM-cell comparison
+        assert "globals fitted at cluster 4" in c["claim"] and "favours the settled size" in c["claim"], c["claim"]
+        assert "E1.11:2" in c["claim"]
+    assert "globals" not in cl[1]["claim"]   # the staircase claim compares no two fits
+
+
+def test_e1_3_per_gpu_claim_says_it_is_scored_in_sample():
+    """E1.3:7 scores the global fit on the cells that fitted it (each GPU's eta_max from its own cells, the shape from
+    all): its text says so and points at the held-out claim (wave 40, review10: it read as a plain 'within 7%')."""
+    from steptime_lab.experiments.gemm import claims as C
+
+    t = {"global_gap": 0.02, "held_out_mape": 0.08, "per_gpu_mape": 0.07}
+    l2 = {"h100-sxm": {"max_bw_over_dram": 0.9}}
+    stream = {"h100-sxm": {"largest_x_above_dram": 0.7}}
+    c = C.memory_law_claims(_memory_study({"h100-sxm": 0.05}), l2, stream, t)["claims"][-1]
+    assert "in-sample" in c["claim"] and "held-out form is claim 2" in c["claim"]
+    assert "held out" in C.memory_law_claims(_memory_study({"h100-sxm": 0.05}), l2, stream, t)["claims"][1]["claim"]

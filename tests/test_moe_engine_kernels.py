@@ -37,7 +37,13 @@ def test_each_profile_names_the_kernels_its_moe_term_reads():
         assert E.get_engine(name).lookup("moe_kernels").provenance == "DERIVED", name
     sg = E.get_engine("sglang")  # its own tables are not vendored yet: vLLM's law, said so
     assert sg.moe_kernels() == "vllm" and sg.lookup("moe_kernels").provenance == "ASSUMED"
-    assert "no SGLang fused-MoE table is vendored" in sg.lookup("moe_kernels").source
+    # SGLang's tables are vendored and scored in E3.1 since wave 39 (sglmoe), their laws not shipped: the source says
+    # so, and says it only while calibration/moe.yaml holds no SGLang section (review10: it said "no SGLang fused-MoE
+    # table is vendored", false after sglmoe)
+    src = sg.lookup("moe_kernels").source
+    assert "vendored and scored held out by GPU in E3.1" in src and "no SGLang fused-MoE table" not in src
+    assert "not shipped" in src and "sglang" not in M.MoEConstants.default().frameworks
+    assert "sglang" not in E.MOE_KERNELS   # no shipped laws, so no engine may select them
     assert E.get_engine("kernels").moe_kernels() == E.MOE_KERNELS_DEFAULT == "vllm"  # absent: today's pricing
     assert set(E.MOE_KERNELS) <= set(M.MOE_FRAMEWORKS)
 
@@ -238,3 +244,58 @@ def test_e34_reports_trtllms_own_laws_after_every_claim_without_a_verdict():
     assert list(doc["metrics"]["token_time_own_laws"]["groups"]) == ["aic-silicon/h200-sxm/trtllm"]
     with pytest.raises(ValueError, match="framework 'vllm' not in"):
         W.own_law_tokens(rows, "vllm", **kw)
+
+
+def test_a_gpu_without_the_frameworks_own_readings_keeps_none_of_vllms_kernel_readings():
+    """for_kernels drops vLLM's per-GPU kernel constants (family, readings) on every GPU, also where the framework
+    has no readings of its own: a GPU priced with TensorRT-LLM's laws must not read vLLM's bf16 family or its
+    Triton-kernel scales (wave 40, review10: keeping them survived every test; the shipped a100-sxm has vLLM
+    readings and no TensorRT-LLM ones)."""
+    vllm_gpu = {"s_c": 1.3, "s_mem": 0.7, "d_floor_us": 2.0, "family:bf16": "triton", "a2a_s_slope:ht": 1.1}
+    mc = M.MoEConstants(values={"eta_c:bf16": 0.5, "a2a_floor_us:ll:dispatch": 3.0},
+                        per_gpu={"a100-sxm": dict(vllm_gpu), "b200": {"s_c": 0.9}},
+                        frameworks={"trtllm": {"values": {"eta_c:bf16": 0.4}, "per_gpu": {"b200": {"s_c": 1.1}}}})
+    t = mc.for_kernels("trtllm")
+    assert t.per_gpu["a100-sxm"] == {"a2a_s_slope:ht": 1.1}   # the exchange's reading stays, no kernel one
+    assert t.per_gpu["b200"] == {"s_c": 1.1}
+    assert t.get("s_c", "a100-sxm", default=-1.0) == -1.0
+    # the laws' provenance is the framework's own too (`steptime constants` and --explain read it)
+    shipped_t = M.MoEConstants.default().for_kernels("trtllm")
+    for k, v in M.MoEConstants.default().frameworks["trtllm"]["provenance"].items():
+        assert shipped_t.provenance[k] == v, k
+    shipped = M.MoEConstants.default()
+    gone = set(shipped.per_gpu) - set(shipped.frameworks["trtllm"]["per_gpu"])
+    assert gone, "a GPU with vLLM readings and no TensorRT-LLM ones (a100-sxm when this was written)"
+    for g in gone:
+        own = shipped.for_kernels("trtllm").per_gpu.get(g, {})
+        assert not [k for k in own if M.is_kernel_key(k)], (g, own)
+
+
+def test_a_vllm_section_under_frameworks_is_refused():
+    """vLLM's laws are moe.yaml's top level; a `frameworks.vllm` section would be a second copy that for_kernels('vllm')
+    never reads (it returns the top level): refused at load with one line (wave 40, review10: accepting it survived
+    every test)."""
+    doc = _doc()
+    with pytest.raises(ValueError, match="frameworks.vllm is not a framework with laws of its own") as exc:
+        M.MoEConstants.from_doc({**doc, "frameworks": {**doc.get("frameworks", {}), "vllm": {}}})
+    assert "\n" not in str(exc.value)
+
+
+def test_with_values_keeps_the_frameworks_own_laws():
+    """A constants set with some values replaced (with_values: a fit's overrides) still holds TensorRT-LLM's laws, so
+    an engine that runs them is priced as before and not refused (wave 40, review10: dropping them survived every
+    test)."""
+    mc = M.MoEConstants.default()
+    mv = mc.with_values({"a2a_floor_us:ll:dispatch": 7.0})
+    assert mv.frameworks == mc.frameworks
+    t = mv.for_kernels("trtllm")
+    assert t.values["a2a_floor_us:ll:dispatch"] == 7.0
+    assert {k: v for k, v in t.values.items() if M.is_kernel_key(k)} == dict(mc.frameworks["trtllm"]["values"])
+
+
+def test_with_moe_kernels_records_the_callers_provenance_and_source():
+    """The copy's moe_kernels value carries the provenance and source the caller gives (`steptime constants` lists
+    them), not a fixed ASSUMED (wave 40, review10: ignoring the argument survived every test)."""
+    own = E.get_engine("trtllm").with_moe_kernels("trtllm", source="a rule written before scoring", provenance="DERIVED")
+    v = own.lookup("moe_kernels")
+    assert (v.value, v.provenance, v.source) == ("trtllm", "DERIVED", "a rule written before scoring")

@@ -71,3 +71,17 @@ def test_cell_routing_reads_a_named_router_on_balanced_cells_only():
     assert not E.unbalanced_shapes(named[named.distribution == "balanced"].assign(
         gpu="b200", latency_ms=1.0, moe_ep=2).pipe(lambda x: pd.concat([x, x.assign(moe_ep=1)]))
         .assign(num_tokens=4096))
+
+
+def test_the_expert_limit_admits_a_shape_of_exactly_256_experts():
+    """The collector runs the min-latency kernels on models of at most 256 experts ("DS router only support up to 256
+    experts"): DeepSeek-V3's 256 are inside, so its cells keep the family as a candidate (wave 40, review10: a strict
+    `<` survived every test, the test cells had 128 and 384 experts)."""
+    d = _cells(experts=(256, 264), tokens=(16,), ep=(1,))
+    fast = {**LAW, "floor_us": 1.0, "eta_c": 1.0}
+    laws = {"nvfp4@cutlass_sm100": LAW, "nvfp4@trtllm": fast}
+    limited = E.predict(d, laws, law_opts={"nvfp4@trtllm": E.family_options("trtllm", "trtllm")})
+    fast_only = E.predict(d, {"nvfp4": fast}, law_opts={"nvfp4": {"routing": E.MIN_LATENCY_ROUTING}})
+    cut = E.predict(d, {"nvfp4": LAW})
+    assert limited[0] == fast_only[0] < cut[0]      # 256 experts: the min-latency law, under its own router
+    assert limited[1] == cut[1]                     # 264: not a candidate

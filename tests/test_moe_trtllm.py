@@ -96,3 +96,16 @@ def test_document_engines_adds_the_second_engines_claims_only():
     assert both["metrics"]["met"] == alone["metrics"]["met"] and both["metrics"]["groups"] == 1
     with pytest.raises(ValueError, match="another engine than vLLM"):
         E.document_engines(v, [v], 12.0)
+
+
+def test_trtllms_triton_path_is_not_vllms_triton_family():
+    """TensorRT-LLM's Triton fp8-block MoE is other code than vLLM's Triton fused MoE, so it is a family of its own:
+    a law or rule keyed on vLLM's `triton` family (the EP-remap floor, the bf16 readings' scaling) must not reach it
+    (wave 40, review10: mapping it to `triton` survived every test)."""
+    h100 = get_gpu("h100-sxm")
+    fam = M.kernel_family("moe_torch_flow_triton_fp8_block", h100, "trtllm")
+    assert fam == "trt_triton" and fam not in M.KERNEL_FAMILIES
+    # every TensorRT-LLM source that is not vLLM-shared code (CUTLASS, TRT-LLM-gen) names a family vLLM's map lacks
+    shared = {"moe_torch_flow_cutlass", "moe_torch_flow_min_latency"}
+    for src, f in M.TRTLLM_KERNEL_FAMILIES.items():
+        assert (f in M.KERNEL_FAMILIES) == (src in shared), (src, f)
