@@ -3,7 +3,7 @@
 # (results/calibration/moe.yaml, shipped as src/steptime/calibration/moe.yaml).
 
 
-from steptime_lab.experiments.moe_parts import ENGINES as E3_1_ENGINES
+from steptime_lab.experiments.moe_parts import ENGINES as E3_1_ENGINES, JOB_ORDER as E3_1_JOB_ORDER
 
 
 # E3.1's work, one job per engine (wave 40): the engine's own fused-MoE tables held out by GPU (moe.run), written as a
@@ -37,7 +37,7 @@ rule E3_1:
     input:
         registered=registered_raw("E3.1"),
         data=tidy("moe"),
-        parts=expand(rules.E3_1_engine.output.part, engine=E3_1_ENGINES),
+        parts=expand(rules.E3_1_engine.output.part, engine=E3_1_JOB_ORDER),  # the longest first
         code=code_of("E3_1_moe_kernel"),
     output:
         result="results/E3_1.json",

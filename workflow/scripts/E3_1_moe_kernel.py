@@ -9,12 +9,12 @@ from os.path import splitext
 import yaml
 
 from steptime_lab.experiments import moe as E
-from steptime_lab.experiments.moe_parts import ENGINES, parts_environment, read_parts
+from steptime_lab.experiments.moe_parts import JOB_ORDER, parts_environment, read_parts
 from steptime.io import atomic_path
 from steptime_lab.results import rule_provenance, write_result
 
 logging.basicConfig(filename=snakemake.log[0], level=logging.INFO, format="%(message)s", filemode="w")
-parts = read_parts(dict(zip(ENGINES, snakemake.input.parts)), data=snakemake.input.data)
+parts = read_parts(dict(zip(JOB_ORDER, snakemake.input.parts)), data=snakemake.input.data)  # in ENGINES' order
 r, trt, sgl = (p["run"] for p in parts)
 doc = E.document_engines(r, [trt, sgl], target_pct=float(snakemake.params.target_pct))
 logging.info("E3.1: %d cells scored; %d of %d groups met", doc["metrics"]["cells_scored"], doc["metrics"]["met"],

@@ -21,6 +21,10 @@ from steptime.io import atomic_path
 # the engines whose own fused-MoE tables E3.1 holds out by GPU, in its document's order: vLLM's run first (its laws
 # ship as calibration/moe.yaml's own), then the engines whose claims moe.document_engines adds after vLLM's
 ENGINES = ("vllm", "trtllm", "sglang")
+# the order the workflow lists the parts in (rule E3_1's input), the longest run first: Snakemake started a rule's
+# jobs in that order (wave 40: vllm, trtllm, sglang listed so, sglang started last and ran alone at the end; runs of
+# 42 / 56 / 89 s on an idle machine). Order only, never a number.
+JOB_ORDER = ("sglang", "trtllm", "vllm")
 PART_KIND = "steptime E3.1 engine part"
 PART_VERSION = 1
 COMPRESSION = "zstd"   # pyarrow's codec (pyarrow reads the tidy tables already)
