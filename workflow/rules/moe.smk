@@ -3,11 +3,41 @@
 # (results/calibration/moe.yaml, shipped as src/steptime/calibration/moe.yaml).
 
 
+from steptime_lab.experiments.moe_parts import ENGINES as E3_1_ENGINES, JOB_ORDER as E3_1_JOB_ORDER
+
+
+# E3.1's work, one job per engine (wave 40): the engine's own fused-MoE tables held out by GPU (moe.run), written as a
+# part (its run and the sha256 of each input) that the rule E3_1 merges; the engines run on as many cores as there are.
+rule E3_1_engine:
+    input:
+        registered=registered_raw("E3.1"),
+        data=tidy("moe"),
+        code=code_of("E3_1_moe_engine"),
+    output:
+        part="results/cache/E3_1_{engine}.pkl.zst",
+    wildcard_constraints:
+        engine=one_of(E3_1_ENGINES),
+    threads: 1
+    priority: 40  # main job: critical path first (see Snakefile)
+    log:
+        "logs/E3_1_engine/{engine}.log",
+    benchmark:
+        "benchmarks/E3_1_engine/{engine}.tsv"
+    conda:
+        CONDA_ENV
+    message:
+        "E3.1 fused-MoE kernel term held out per GPU and dtype on {wildcards.engine}'s own tables"
+    script:
+        "../scripts/E3_1_moe_engine.py"
+
+
 # E3.1: fused-MoE kernel law per dtype held out by GPU, three bf16 readings of its own; naive dense-GEMM baseline.
+# The merge of the engines' parts (E3_1_engine): the result, the constants and the figure, as one process wrote them.
 rule E3_1:
     input:
         registered=registered_raw("E3.1"),
         data=tidy("moe"),
+        parts=expand(rules.E3_1_engine.output.part, engine=E3_1_JOB_ORDER),  # the longest first
         code=code_of("E3_1_moe_kernel"),
     output:
         result="results/E3_1.json",
@@ -25,7 +55,7 @@ rule E3_1:
     conda:
         CONDA_ENV
     message:
-        "E3.1 fused-MoE kernel term held out per GPU and dtype"
+        "E3.1 fused-MoE kernel term: the engines' parts documented"
     script:
         "../scripts/E3_1_moe_kernel.py"
 
