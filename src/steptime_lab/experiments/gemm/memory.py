@@ -42,7 +42,9 @@ def fit_mem_law(bytes_, t_net, bw, l2, law: str, shape: float | None = None):
         sc = [0.1, 0.1 if law == "x" else 1e-6]
         r = least_squares(lambda v: np.log(model(v[0], v[1]) / t), x0, bounds=([0.05, 0], [3, np.inf]),
                           x_scale=sc, loss="soft_l1", f_scale=0.1)
-        return float(r.x[0]), float(r.x[1])
+        # a shape the solver leaves at its lower bound (active_mask -1) is the bound: its last digits (1e-10 on one
+        # CPU, 1e-18 on another) are the solver's round-off, not a fitted value
+        return float(r.x[0]), 0.0 if r.active_mask[1] == -1 else float(r.x[1])
     r = least_squares(lambda v: np.log(model(v[0], shape) / t), [0.8], bounds=([0.05], [3]),
                       loss="soft_l1", f_scale=0.1)
     return float(r.x[0]), float(shape)
