@@ -358,9 +358,13 @@ def build_parser() -> argparse.ArgumentParser:
     pr.add_argument("--kv-dtype", choices=["bf16", "fp8"], default="bf16",
                     help="KV-cache precision (default %(default)s)")
     pr.add_argument("--engine", default=None, help="serving-engine profile (see `steptime engines`; default vllm)")
-    pr.add_argument("--dtype", default=None, help="projection GEMM precision: bf16 or fp8 (W8A8); for an MoE "
-                    "model the expert weights: bf16, fp8, fp8_block, fp4 (NVFP4, Blackwell), mxfp4 (default: a "
-                    "config.json's quantization_config, else bf16; a quantized checkpoint takes only its own)")
+    pr.add_argument("--dtype", default=None, help="projection GEMM precision: bf16 or fp8 (W8A8: a GPU with fp8 "
+                    "tensor cores, a figure in `steptime gpus`' fp8 TF column); for an MoE model the expert weights: bf16; fp8, fp8_block "
+                    "(fp8 tensor cores); fp4 = nvfp4 (NVFP4, W4A4: Blackwell); mxfp4 (MXFP4 weights on bf16 math, "
+                    "W4A16: any GPU); mxfp4_mxfp8 (MXFP4 weights, MXFP8 activations, W4A8 on fp8 math: Blackwell, "
+                    "fitted for TensorRT-LLM's kernels only, which run an mxfp4 checkpoint so on sm 100 / 103). A GPU "
+                    "without the format is refused in one line (default: a config.json's quantization_config, else "
+                    "bf16; a quantized checkpoint takes only its own)")
     pr.add_argument("--ep", type=int, default=1, help="expert-parallel degree, GPUs (MoE models; ep = tp x "
                     "attention data-parallel ranks; default %(default)s)")
     pr.add_argument("--no-memory-check", action="store_true", help="skip the fits-in-memory check")
@@ -404,7 +408,11 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("action", choices=["ship"], help="ship: copy settled constants into the shipped calibration")
     c.add_argument("settled", nargs="+", help="settled files, applied in order (gemm.yaml, step.yaml, comm.yaml); an engine-constants "
                    "file (R2.3's engine_constants.yaml) among them is shipped to the engine loader, and a grey-box "
-                   "corrections file (results/calibration/greybox.npz) to the one `predict --explain` reads")
+                   "corrections file (results/calibration/greybox.npz) to the one `predict --explain` reads. Each "
+                   "settled and engine-constants file must end with the seal line its settle step writes ('# sha256 "
+                   "of every line above: ...'): a copy cut short or edited is refused before anything is written. "
+                   "moe.yaml is not shipped by this command (copy results/calibration/moe.yaml to "
+                   "src/steptime/calibration/moe.yaml)")
     e = sub.add_parser("evaluate", help="accuracy per GPU and predictor on raw/ data")
     e.add_argument("--family", required=True, help="operator family of raw/ data to score: gemm, attention_decode, "
                    "attention_prefill, light, host, step or wallclock")

@@ -219,6 +219,23 @@ def memory_bytes(model, kv_tokens, tp: int = 1, ep: int = 1, *, dtype: str = "bf
     return w + kv + state
 
 
+def _other_kernels_hint(mc, kernels: str, kdt: str) -> str:
+    """The tail of the no-law refusal: which other frameworks' fused-MoE laws price `kdt`, and how to select them
+    (engines.yaml moe.kernels; e.g. mxfp4_mxfp8 has only TensorRT-LLM's laws, wave 40)."""
+    others = []
+    for fw in moe_terms.MOE_FRAMEWORKS:
+        if fw == kernels or (fw != "vllm" and fw not in mc.frameworks):
+            continue
+        if mc.for_kernels(fw).has_dtype(kdt):
+            others.append(fw)
+    if not others:
+        return ""
+    fw = others[0]
+    return (f"; {', '.join(others)}'s kernels have it (a profile's moe.kernels picks whose laws it reads, "
+            f"`steptime constants`; from Python: engine=steptime.specs.engines.get_engine({fw!r})"
+            f".with_moe_kernels({fw!r}))")
+
+
 def block_terms(model, gpu, step_id, new, kv, T, n_steps, *, tp, ep, dtype, kv_dtype, constants, mc, f_clk,
                 exchange: str = MOE_EXCHANGE_DEFAULT, engine=None):
     """{term: seconds per step}, {term: compute-bound flags}, {term: factors} of the MoE model's blocks.
@@ -237,7 +254,8 @@ def block_terms(model, gpu, step_id, new, kv, T, n_steps, *, tp, ep, dtype, kv_d
     if not mk.has_dtype(kdt):
         raise UnsupportedError(f"no fitted fused-MoE constants of {kernels}'s kernels for dtype {kdt!r} "
                                f"(calibration/moe.yaml has "
-                               f"{', '.join(sorted({k.split(':')[1].split('@')[0] for k in mk.values if k.startswith('eta_c:')}))})")
+                               f"{', '.join(sorted({k.split(':')[1].split('@')[0] for k in mk.values if k.startswith('eta_c:')}))})"
+                               f"{_other_kernels_hint(mc, kernels, kdt)}")
     pdt = proj_dtype(dtype)
     shapes_fn = partial(precision.gemm_time_shapes_fp8, served=True) if pdt == "fp8" else gemm.gemm_time_shapes
     L, Lm, Ld = model.num_hidden_layers, model.n_moe_layers, model.n_dense_layers

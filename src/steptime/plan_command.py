@@ -51,7 +51,8 @@ def add_parser(sub) -> None:
     s.add_argument("--engines", default="vllm", help="comma-separated engine profiles (default %(default)s)")
     s.add_argument("--max-gpus", type=int, default=8, help="most GPUs a layout may use (default %(default)s)")
     s.add_argument("--tp", default=None, help="comma-separated TP degrees (default 1,2,4,8)")
-    s.add_argument("--dtypes", default="bf16,fp8", help="comma-separated GEMM precisions (default %(default)s)")
+    s.add_argument("--dtypes", default="bf16,fp8", help="comma-separated precisions (default %(default)s): the GEMMs', or an MoE "
+                   "model's expert weights, as `steptime predict --dtype` names them (see its --help)")
     s.add_argument("--no-disagg", action="store_true", help="aggregated layouts only")
     s.add_argument("--exhaustive", action="store_true",
                    help="simulate every layout (default: skip layouts provably dearer than a smaller one that meets "
