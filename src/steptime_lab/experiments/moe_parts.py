@@ -11,12 +11,11 @@ Its module level imports the standard library and steptime.io only: the workflow
 (workflow/rules/moe.smk)."""
 from __future__ import annotations
 
-import hashlib
 import os
 import pickle
 from pathlib import Path
 
-from steptime.io import atomic_path
+from steptime.io import atomic_path, file_sha256
 
 # the engines whose own fused-MoE tables E3.1 holds out by GPU, in its document's order: vLLM's run first (its laws
 # ship as calibration/moe.yaml's own), then the engines whose claims moe.document_engines adds after vLLM's
@@ -32,17 +31,6 @@ COMPRESSION = "zstd"   # pyarrow's codec (pyarrow reads the tidy tables already)
 
 class PartError(ValueError):
     """A per-engine part of E3.1 that the merge cannot use (missing, unreadable, another engine's, stale)."""
-
-
-def _sha256(path: str | os.PathLike) -> str | None:
-    p = Path(path)
-    if not p.is_file():
-        return None
-    h = hashlib.sha256()
-    with p.open("rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def check_engine(engine) -> str:
@@ -66,7 +54,7 @@ def write_part(path: str | os.PathLike, engine: str, run: dict, inputs) -> None:
                         f"{run.get('framework') if isinstance(run, dict) else type(run).__name__!r})")
     recorded = {}
     for p in sorted({str(p) for p in inputs}):
-        sha = _sha256(p)
+        sha = file_sha256(p)
         if sha is None:
             raise PartError(f"write_part: input {p} of engine {engine!r}'s part does not exist")
         recorded[p] = sha
@@ -103,7 +91,7 @@ def read_part(path: str | os.PathLike, engine: str, data: str | os.PathLike | No
     if data is not None and str(data) not in inputs:
         raise PartError(f"{where} was not built from {data} (its inputs: {', '.join(sorted(inputs)) or 'none'})")
     for q, sha in sorted(inputs.items()):
-        now = _sha256(q)
+        now = file_sha256(q)
         if now is None:
             raise PartError(f"{where} was built from {q}, which is gone: rebuild it (rule E3_1_engine)")
         if now != sha:
