@@ -154,6 +154,17 @@ N_DATASHEET = len(PG.datasheet("h100-sxm"))  # the trailing datasheet columns of
 # with it, in the outer fit and in every inner CV fold (tried, not kept: off in the pipeline). The ranking's twin
 # rule (`ranking.twin_ordered`) reads the same groups
 TWIN_DISTANCE = 0.5
+# the out-of-range shrink (issue 24, wave 41, helper grey11; rule fixed before any held-out score of it, DESIGN.md 'Grey
+# box: a correction shrunk toward the physics by how far the target lies outside its donors' datasheet range'): a
+# target at `extrapolation_distance` d outside the box its donors span has its learned log correction (before the
+# anchor) times exp(-kappa d), kappa among these rates, chosen per target and term by the nested CV, where only the
+# inner folds whose held-out GPU is itself an outlier of its inner donors tell the rates apart (ties: the smaller).
+# Offered only where every inner fold fits on two or more GPUs (a range of one GPU is a point)
+EXTRAPOLATION_RATES = (0.0, 0.5, 1.0, 2.0, 4.0)
+# the tables whose full grey box tries EXTRAPOLATION_RATES by default (`GreyBox(extrapolation_rates=None)`); elsewhere
+# kappa = 0 (today's correction). Empty: tried and not kept (wave 41: the nested CV kept kappa = 0 on both near misses,
+# A100 GEMM and L40S attention, and picked kappa = 1 for L40S GEMM, 14.92 -> 20.65 %, a new loss to the physics)
+EXTRAPOLATION_TABLES = ()
 
 
 def _gddr(gpu: str) -> float:
@@ -172,6 +183,34 @@ def twins(gpu: str, gpus) -> tuple[str, ...]:
     """The GPUs of `gpus` (other than `gpu`) within `TWIN_DISTANCE` of `gpu` in `similarity_vector` coordinates."""
     z = similarity_vector(gpu)
     return tuple(g for g in gpus if g != gpu and float(np.linalg.norm(similarity_vector(g) - z)) < TWIN_DISTANCE)
+
+
+def extrapolation_distance(gpu: str, donors) -> float:
+    """How far `gpu` lies outside the datasheet range of `donors`: the norm of the per-coordinate excess of its
+    `similarity_vector` over the [min, max] box of the donors' (0 inside or on the edge; no donors: refused)."""
+    donors = [g for g in donors]
+    if not donors:
+        raise ValueError(f"extrapolation distance of {gpu}: no donor GPUs")
+    A = np.array([similarity_vector(g) for g in donors])
+    z = similarity_vector(gpu)
+    excess = np.maximum(0.0, np.maximum(z - A.max(axis=0), A.min(axis=0) - z))
+    return float(np.linalg.norm(excess))
+
+
+def extrapolation_rates(value) -> tuple[float, ...]:
+    """`value` (an iterable of finite rates >= 0 holding 0, today's correction) checked, sorted and deduplicated."""
+    try:
+        if isinstance(value, (str, bytes)):
+            raise TypeError
+        vals = list(value)
+        if any(isinstance(r, bool) or not isinstance(r, (int, float, np.integer, np.floating)) for r in vals):
+            raise TypeError
+        rates = tuple(sorted({float(r) for r in vals}))
+    except (TypeError, ValueError):
+        raise ValueError(f"grey-box extrapolation rates: expected finite numbers >= 0, got {value!r}") from None
+    if not rates or any(not math.isfinite(r) or r < 0 for r in rates) or rates[0] != 0.0:
+        raise ValueError(f"grey-box extrapolation rates: expected finite numbers >= 0 including 0, got {value!r}")
+    return rates
 
 
 def references_for(dataset: str) -> tuple[str, ...]:
@@ -236,6 +275,8 @@ class _TermModel:
         self.reference = reference
         self.anchor_strength = float(anchored)
         self.cols = cols  # the leading feature columns the trees see (None: every column)
+        # the out-of-range shrink's {rate, distance, factor} (already in `shrink`); None where kappa = 0
+        self.extrapolation = None
 
     @property
     def anchored(self) -> bool:
@@ -416,7 +457,8 @@ def _mapes(est, d, shrinks=(1.0,), anchors=(1.0,), cols=None, reference="physics
 
 def fit_term(data: dict, target: str, *, fast: bool = True, seed: int = 0, bandwidths=None, fits: dict | None = None,
              shrinks=(1.0,), anchors=(1.0,), feature_sets=("all",), references=("physics",),
-             designs: dict | None = None, cv_size: dict | None = None, leave_twins_out: bool = False):
+             designs: dict | None = None, cv_size: dict | None = None, leave_twins_out: bool = False,
+             rates=(0.0,)):
     """`data`: {gpu: {F, base, meas, work, read_F, read_base, read_meas, read_work}} of the
     training GPUs (every cell but each GPU's readings; the readings apart). Returns the
     term model for `target` (the setting chosen by leave-one-GPU-out CV over these GPUs,
@@ -430,7 +472,10 @@ def fit_term(data: dict, target: str, *, fast: bool = True, seed: int = 0, bandw
     fitted once (with a Vidur stack factor `fits` is kept per target, yet a term the factor leaves alone gives
     the same designs for every target). `cv_size` (`cv_sizes`): the nested CV's fits take these tree sizes in
     place of the final fit's (None: the final fit's own); the final fit is always `SIZES[fast]`. `leave_twins_out`: an
-    inner fold holding out H also leaves out H's datasheet twins (`twins`), as the target's own fit does."""
+    inner fold holding out H also leaves out H's datasheet twins (`twins`), as the target's own fit does. `rates`
+    (`EXTRAPOLATION_RATES`): the out-of-range shrink's kappa, tried jointly with every other setting; an inner fold
+    holding out H scales its log correction by exp(-kappa * extrapolation_distance(H, its inner donors)), the final
+    fit by exp(-kappa * extrapolation_distance(target, these GPUs)); only with three or more training GPUs."""
     from threadpoolctl import threadpool_limits
 
     data = {g: d for g, d in data.items() if len(d["base"])}
@@ -447,6 +492,11 @@ def fit_term(data: dict, target: str, *, fast: bool = True, seed: int = 0, bandw
         hs = (math.inf,)
         # (nor are its datasheet columns: constant on one GPU, the inner fits are the same trees with or
         # without them, and the tie goes to "all". Dropping them there was tried and not kept: DESIGN.md)
+    rates = extrapolation_rates(rates)
+    if len(gpus) < 3:  # an inner fold's donors are one GPU: its range is a point, every fold an outlier
+        rates = (0.0,)
+    if len(rates) > 1 and target and extrapolation_distance(target, gpus) == 0.0:
+        rates = (0.0,)  # an in-range target: kappa cannot act on it, so it may not steer its setting either
     if len(gpus) < MIN_TRAIN_GPUS:
         return _TermModel(), {"none": None, "note": f"fewer than {MIN_TRAIN_GPUS} training GPUs"}
     errs: dict = {"none": []}
@@ -456,6 +506,9 @@ def fit_term(data: dict, target: str, *, fast: bool = True, seed: int = 0, bandw
             errs["none"].append(float(np.mean(np.abs(d["base"] - d["meas"]) / d["meas"])))
             out = set(twins(held, gpus)) if leave_twins_out else set()
             inner = [g for g in gpus if g != held and g not in out]
+            dist = extrapolation_distance(held, inner) if len(rates) > 1 else 0.0
+            scale = {k: math.exp(-k * dist) for k in rates}
+            fold_shrinks = tuple(dict.fromkeys(s * scale[k] for s in shrinks for k in rates))
             for ref in references:
                 for fs in feature_sets:
                     cols = _cols(fs, d["F"].shape[1], n_reads)
@@ -469,27 +522,39 @@ def fit_term(data: dict, target: str, *, fast: bool = True, seed: int = 0, bandw
                             est = _fit_gbt_once(X, y, w, size_cv, seed, designs)
                             if fits is not None and not math.isfinite(h):
                                 fits[key] = est
-                        for (anchored, s), e in _mapes(est, d, shrinks, anchors, cols, ref).items():
-                            errs.setdefault(_name(h, anchored, s, fs, ref), []).append(e)
+                        m = _mapes(est, d, fold_shrinks, anchors, cols, ref)
+                        for (anchored, s) in [k for k in m if k[1] in shrinks]:
+                            for k in rates:
+                                errs.setdefault(_name(h, anchored, s, fs, ref, k), []).append(
+                                    m[(anchored, s * scale[k])])
     cv = {k: float(np.mean(v)) for k, v in errs.items() if len(v) == len(gpus)}
-    best = min(cv, key=lambda k: (cv[k], k != "none"))
+    best = min(cv, key=lambda k: (cv[k], k != "none", _rate(k)))
     table = {k: round(v, 5) for k, v in cv.items()}
     if best == "none":
         return _TermModel(), table
     h, anchored, s = _parse(best)
     cols = _cols(_feature_set(best), data[gpus[0]]["F"].shape[1], n_reads)
     ref = _reference(best)
+    kappa = _rate(best)
+    factor = math.exp(-kappa * extrapolation_distance(target, gpus)) if kappa > 0 else 1.0
     X, y, w = _design(data, gpus, target, h, size["rows_per_gpu"], seed, cols, ref)
-    return _TermModel(_fit_gbt_once(X, y, w, size, seed, designs), anchored, best, s, cols, ref), table
+    model = _TermModel(_fit_gbt_once(X, y, w, size, seed, designs), anchored, best, s * factor, cols, ref)
+    if kappa > 0:
+        model.extrapolation = {"rate": kappa, "distance": round(extrapolation_distance(target, gpus), 6),
+                               "factor": round(factor, 6)}
+    return model, table
 
 
-def _name(h: float, anchored: float, shrink: float = 1.0, feature_set: str = "all", reference: str = "physics") -> str:
+def _name(h: float, anchored: float, shrink: float = 1.0, feature_set: str = "all", reference: str = "physics",
+          rate: float = 0.0) -> str:
     """A setting's name: 'h=1*0.5+readings' (anchored in full), 'h=1+readings*0.5' (at half strength);
     'shape:' in front where the trees do not see the datasheet columns, 'roof:' in front of that where
-    they learn the efficiency against the roofline, 'lvl:' where they learn the residual less each GPU's level."""
+    they learn the efficiency against the roofline, 'lvl:' where they learn the residual less each GPU's level,
+    'x0.5:' in front of all where the out-of-range shrink's kappa is 0.5 (none where it is 0)."""
     a = float(anchored)
     tag = REFERENCE_TAGS[reference]
-    return ((f"{tag}:" if tag else "") + ("" if feature_set == "all" else f"{feature_set}:")
+    return ((f"x{float(rate):g}:" if rate else "") + (f"{tag}:" if tag else "")
+            + ("" if feature_set == "all" else f"{feature_set}:")
             + ("h=inf" if not math.isfinite(h) else f"h={h:g}") + (f"*{shrink:g}" if shrink != 1.0 else "")
             + (("+readings" + (f"*{a:g}" if a != 1.0 else "")) if a > 0 else ""))
 
@@ -502,6 +567,14 @@ def _parse(name: str):
     tag, _, a = rest.partition("*")
     strength = (float(a) if a else 1.0) if tag == "readings" else 0.0
     return (math.inf if v == "inf" else float(v)), strength, (float(s) if s else 1.0)
+
+
+def _rate(name: str) -> float:
+    """The out-of-range shrink's kappa of a setting's name ('x0.5:shape:h=inf' -> 0.5; no 'x' tag, 'none' -> 0)."""
+    for t in name.split(":")[:-1]:
+        if t.startswith("x"):
+            return float(t[1:])
+    return 0.0
 
 
 def _feature_set(name: str) -> str:
@@ -550,7 +623,7 @@ class GreyBox:
     def __init__(self, dataset: str, cells, constants_for, *, fast: bool = True, seed: int = 0,
                  reading_ids=None, bandwidths=None, shared: bool = False, shrinks=SHRINKS, anchors=ANCHORS,
                  feature_sets=FEATURE_SETS, references=None, stack=None, cv_sizes=None, leave_twins_out=False,
-                 reading_features=None):
+                 reading_features=None, extrapolation_rates=None):
         self.dataset, self.cells, self.constants_for = dataset, cells, constants_for
         # Vidur's measurement-stack factor (the Vidur step; `transfer.stack.VidurStack`): fitting target T, a GPU's
         # physics runs under its factor fitted on the Vidur GPUs other than itself and T (issue 24, wave 33, grey4)
@@ -589,6 +662,15 @@ class GreyBox:
             raise ValueError(f"grey-box feature sets {bad_fs or ['reads']}: unknown, or 'reads' without "
                              f"reading_features (known: {', '.join(KNOWN_FEATURE_SETS)})")
         self._reading_features: dict = {}  # {gpu: `reading_features(gpu)`}
+        # the out-of-range shrink's rates (`EXTRAPOLATION_RATES`; issue 24, wave 41, helper grey11). None: those rates
+        # where EXTRAPOLATION_TABLES names the table (the full box only), else (0,), today's correction
+        if extrapolation_rates is None:
+            extrapolation_rates = EXTRAPOLATION_RATES if (dataset in EXTRAPOLATION_TABLES and not self.shared) \
+                else (0.0,)
+        self.extrapolation_rates = globals()["extrapolation_rates"](extrapolation_rates)
+        if self.shared and len(self.extrapolation_rates) > 1:
+            raise ValueError("the shared (shape-only) grey box has no out-of-range shrink: extrapolation_rates "
+                             f"must be (0,), got {extrapolation_rates!r}")
         self.references = tuple(str(r) for r in (references if references is not None else references_for(dataset)))
         bad = [r for r in self.references if r not in REFERENCE_TAGS]
         if bad or not self.references:
@@ -719,7 +801,8 @@ class GreyBox:
                                                   anchors=self.anchors, feature_sets=self.feature_sets,
                                                   references=term_references(self.dataset, term, self.references),
                                                   designs=self._designs, cv_size=self.cv_sizes,
-                                                  leave_twins_out=self.leave_twins_out)
+                                                  leave_twins_out=self.leave_twins_out,
+                                                  rates=self.extrapolation_rates)
             first = terms_of(self.dataset)[0]
             info = {"gpus": gpus, "cells": int(sum(len(self._training(g, target)[first]["base"]) for g in gpus)),
                     "target_readings": 3,
@@ -742,6 +825,11 @@ class GreyBox:
                                                 "readings, ordered by (kernel, FLOPs, bytes)"}
                        if self.reading_features else {}),
                     "setting": {t: m.name for t, m in models.items()},
+                    **({"extrapolation": {"rates": list(self.extrapolation_rates),
+                                          "distance": round(extrapolation_distance(target, gpus), 6),
+                                          "factor": {t: (m.extrapolation or {}).get("factor", 1.0)
+                                                     for t, m in models.items()}}}
+                       if len(self.extrapolation_rates) > 1 else {}),
                     "nested_cv_mape": cv,
                     **({"vidur_stack": {g: self.stack.factor(g, target) for g in [target] + gpus}}
                        if self.stack is not None else {})}
@@ -759,6 +847,8 @@ class GreyBox:
                 **({"vidur_stack": True} if self.stack is not None else {}),
                 **({"leave_twins_out": TWIN_DISTANCE} if self.leave_twins_out else {}),
                 **({"reading_features": N_READINGS} if self.reading_features else {}),
+                **({"extrapolation_rates": list(self.extrapolation_rates)}
+                   if len(self.extrapolation_rates) > 1 else {}),
                 **({"cv_sizes": dict(self.cv_sizes)} if self.cv_sizes is not None else {}),
                 "bandwidths": [("inf" if not math.isfinite(h) else h) for h in (self.bandwidths or BANDWIDTHS[self.fast])]}
 
