@@ -176,3 +176,23 @@ def test_output_path_refuses_an_empty_or_blank_name(text):
 
     with pytest.raises(argparse.ArgumentTypeError, match="an empty file name"):
         output_path(text)
+
+
+# ---- claims: the text says what the list checks ------------------------------------------------------------------------
+def test_the_kernel_lists_note_says_it_checks_neither_releases_nor_models():
+    """The rule asks for a default kernel established 'for the releases the rows ran'; DEFAULT_ESTABLISHED holds one
+    entry per (kernel dtype, SM) (E3.4's closed H100 fp8 pair is gpt-oss-120b's three 1.3.0rc1 rows, under an entry
+    whose own text excepts gpt-oss). E3.4's note and the trtllm profile's source said the list established it for the
+    rows' releases; they now say what it checks."""
+    from pathlib import Path
+
+    from steptime.terms.moe import MoEConstants
+    from steptime_lab.experiments import moe_wallclock as W
+
+    assert "neither per release nor per model" in W.KERNEL_LIST_NOTE and "not sufficient" in W.KERNEL_LIST_NOTE
+    rows = pd.DataFrame([{"engine": "trtllm", "model": "gpt-oss-120b", "dtype": "fp8", "gpu": "h100-sxm",
+                          "engine_version": "1.3.0rc1"}])
+    assert W.kernel_list(rows, MoEConstants.default(), "trtllm")["note"] == W.KERNEL_LIST_NOTE
+    spec = Path(__file__).resolve().parents[1] / "src/steptime/specs/engines.yaml"
+    text = yaml.safe_load(spec.read_text())["engines"]["trtllm"]["moe"]["kernels"]["source"]
+    assert "not yet checked release by release or per model" in text
