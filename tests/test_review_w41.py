@@ -196,3 +196,39 @@ def test_the_kernel_lists_note_says_it_checks_neither_releases_nor_models():
     spec = Path(__file__).resolve().parents[1] / "src/steptime/specs/engines.yaml"
     text = yaml.safe_load(spec.read_text())["engines"]["trtllm"]["moe"]["kernels"]["source"]
     assert "not yet checked release by release or per model" in text
+
+
+# ---- a second round of mutants (review11): survivors of wave 40's tests ----------------------------------------------
+def test_each_engines_law_text_names_its_own_family_table():
+    """F1: engine_law_names with one table name for every engine (SGLang's law text citing TRTLLM_KERNEL_FAMILIES)
+    passed fixes10's test, which documents TensorRT-LLM only."""
+    from steptime_lab.experiments.moe import engine_law_names
+
+    assert engine_law_names("trtllm") == ("TensorRT-LLM", "TRTLLM_KERNEL_FAMILIES")
+    assert engine_law_names("sglang") == ("SGLang", "SGLANG_KERNEL_FAMILIES")
+
+
+def test_calibration_ship_of_a_blank_name_says_so(capsys):
+    """F2: a blank name (' ') was checked as the empty one only ('' refused, ' ' looked up as a file named ' ')."""
+    refuses(capsys, ["calibration", "ship", " "], "calibration ship: an empty file name ' '")
+
+
+def test_constants_load_refuses_a_mapping_without_constants(tmp_path):
+    """F4: a YAML mapping with no `constants:` (another project's file) went past _read_base to a KeyError."""
+    from steptime.calibration import Constants
+
+    (tmp_path / "other.yaml").write_text("a: 1\n")
+    with pytest.raises(InputError) as e:
+        Constants.load(tmp_path / "other.yaml")
+    assert "no `constants:` mapping" in clean(e)
+
+
+def test_a_kernel_list_with_no_rows_is_not_closed():
+    """F6: with no TensorRT-LLM row (no pair) the list read closed (all() of nothing) and the field would switch to
+    the engine's own laws on no evidence."""
+    from steptime.terms.moe import MoEConstants
+    from steptime_lab.experiments import moe_wallclock as W
+
+    empty = pd.DataFrame(columns=["engine", "model", "dtype", "gpu", "engine_version"])
+    lst = W.kernel_list(empty, MoEConstants.default(), "trtllm")
+    assert lst["pairs"] == [] and lst["closed"] is False
