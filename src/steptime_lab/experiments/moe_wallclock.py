@@ -310,10 +310,13 @@ def own_law_tokens(rows: pd.DataFrame, framework: str = "trtllm", **kw) -> dict:
 KERNEL_LIST_NOTE = (
     "The rule for the profile's moe.kernels field (wave 40, trtrule; helper trtmap's rule, adopted before scoring): the "
     "field names the engine's own laws only when every (GPU, kernel dtype) pair of its token rows has a default "
-    "fused-MoE kernel established from the engine's source for the releases the rows ran "
-    "(steptime_lab.experiments.moe.DEFAULT_ESTABLISHED) and timed in a vendored table (the GPU's family:<dtype> in "
-    "calibration/moe.yaml constants.frameworks); a pair that fails is a named gap. Decided on this list, never on the "
-    "scores beside it.")
+    "fused-MoE kernel established from the engine's source for the releases the rows ran and timed in a vendored "
+    "table (the GPU's family:<dtype> in calibration/moe.yaml constants.frameworks); a pair that fails is a named gap. "
+    "Decided on this list, never on the scores beside it. What the list checks is narrower than the rule: "
+    "`established` is steptime_lab.experiments.moe.DEFAULT_ESTABLISHED, one entry per (kernel dtype, SM) read from "
+    "stored versions of the source, neither per release nor per model (each pair's releases and models are listed "
+    "beside it, unchecked; review11, wave 41), so a closed list is necessary for the field to switch, not "
+    "sufficient: the rows' releases would be read first.")
 
 
 def kernel_list(rows: pd.DataFrame, mc, framework: str = "trtllm") -> dict:
