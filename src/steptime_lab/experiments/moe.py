@@ -438,7 +438,8 @@ class _FitLaw:
         self.dtype = M.canonical_dtype(dt)
         tiling = dict(tile=int(flag["tile_m"]), unpadded_rows=float(flag["unpadded_rows"]),
                       tile_n=float(flag.get("tile_n", 0.0)), sm_stream=bool(flag.get("sm_stream", 0.0)),
-                      full_tile_stream=float(flag.get("full_tile_stream", 0.0)) > 0)
+                      full_tile_stream=float(flag.get("full_tile_stream", 0.0)) > 0,
+                      tactic=int(flag.get("tactic", 0.0)))
         self.parts = [(pos, M.routed_shape(a["num_tokens"], a["hidden_size"], a["inter_size"], a["topk"],
                                            a["num_experts"], get_gpu(g), tp=a["moe_tp"], ep=a["moe_ep"],
                                            dtype=self.dtype, routing=_routing(ds), load_cache=loads, **tiling))
@@ -541,6 +542,15 @@ def fit_dtype(train: pd.DataFrame, dt: str) -> dict:
     y = t["latency_ms"].to_numpy()
     groups = _groups(t)
 
+    if tactic_law(t, dt):
+        # the tactic law (TACTIC_FAMILIES): the kernel's own tile list prices the padding, so no row / width tile or
+        # full-tile choice is fitted; the per-expert cost as for any law of its family
+        flag.update({"tactic": float(M.TACTIC_CHOICES.index(TACTIC_CHOICE) + 1), "unpadded_rows": 0.0,
+                     "tile_m": float(M.TILE_M)})
+        if expert_cost(t, dt):
+            names, p0, lo, hi = law_params(dt, ep_remap(train, dt), batch_cost(train, dt), token_sm(train, dt), True)
+        r = _fit_at(groups, t, y, dt, names, flag, p0, lo, hi)
+        return {**{k: float(v) for k, v in zip(names, r.x)}, **flag}
     best = None
     for small in UNPADDED_CHOICES:  # the kernel's tiling: the (small-batch path, row tile) the training cells fit best
         for tile in TILE_CHOICES:
@@ -579,6 +589,34 @@ def fit_dtype(train: pd.DataFrame, dt: str) -> dict:
         r = _fit_at(groups, t, y, dt, names, flag, p0, lo, hi)
         best = (r.cost, best[1], best[2], r.x)
     return {**{k: float(v) for k, v in zip(names, best[3])}, **flag}
+
+
+# The tactic law (E3.1, issue 20, wave 41, helper `tactic`; written before it was scored, DESIGN.md): per engine, the
+# kernel families whose fused MoE is TensorRT-LLM's CUTLASS TMA warp-specialized grouped GEMM, priced by the CTA tile
+# its autotuner would pick (terms.moe.tactic_compute) for the dtypes of terms.moe.TACTIC_DTYPES. A cell frame carries a
+# `tactic` column (with_tactic) where its law is the tactic law; an engine run marks the frames it fits so (run's
+# `tactic`). vLLM's and SGLang's FlashInfer CUTLASS families are other callers of the same kernels and are not marked.
+TACTIC_FAMILIES = MappingProxyType({"trtllm": frozenset({"cutlass_sm90", "cutlass_sm100", "cutlass_sm103"})})
+TACTIC_DEFAULT = False   # run's default: the option is off unless adopted
+TACTIC_CHOICE = "waves"   # the tactic law's form (terms.moe.TACTIC_CHOICES): how its tile is chosen
+
+
+def tactic_family(framework: str, family: str | None, dt: str, on: bool) -> bool:
+    """Whether the law of `framework`'s `family` for dtype `dt` is the tactic law (with the option `on`)."""
+    return bool(on) and family in TACTIC_FAMILIES.get(framework, ()) and M.canonical_dtype(dt) in M.TACTIC_DTYPES
+
+
+def with_tactic(t: pd.DataFrame, on: bool) -> pd.DataFrame:
+    """`t`'s cells marked for the tactic law (a `tactic` column, True) where `on`; `t` itself otherwise."""
+    return t.assign(tactic=True) if on else t
+
+
+def tactic_law(train: pd.DataFrame, dt: str) -> bool:
+    """Whether the cells of dt in `train` are marked for the tactic law (every one; with_tactic)."""
+    if "tactic" not in train:
+        return False
+    x = train.loc[train.sdtype == dt, "tactic"]
+    return bool(len(x)) and bool(x.fillna(False).astype(bool).all())
 
 
 def frame_key(frame: pd.DataFrame) -> str:
@@ -868,12 +906,14 @@ def default_families(rows: pd.DataFrame, framework: str) -> dict:
     return out
 
 
-def run(df: pd.DataFrame, framework: str = "vllm") -> dict:
+def run(df: pd.DataFrame, framework: str = "vllm", tactic: bool | None = None) -> dict:
     """Leave one GPU out, on one engine's cells (`framework`, cells()): per dtype, the law fitted on the other GPUs' balanced cells of the held-out GPU's kernel
     family (all families where no other GPU ran it), at most three bf16 readings of its own (which ones: chosen on
     the training GPUs, choose_readings); scored on its balanced cells
     (the E3.1 groups, collector regime) and, as a second table, on its power-law cells with the same constants
-    (routing from the collector's power-law router; nothing fitted on a power-law cell)."""
+    (routing from the collector's power-law router; nothing fitted on a power-law cell). `tactic` (None: TACTIC_DEFAULT):
+    the laws of the engine's TACTIC_FAMILIES are the tactic law."""
+    tactic = TACTIC_DEFAULT if tactic is None else bool(tactic)
     d = cells(df, DISTRIBUTIONS, framework=framework)
     gpus = sorted(d.gpu.unique())
     dtypes = sorted(d.sdtype.unique())
@@ -898,7 +938,8 @@ def run(df: pd.DataFrame, framework: str = "vllm") -> dict:
                 if len(t):
                     key = dt if len(fams) == 1 else f"{dt}@{fam}"
                     opt = family_options(framework, fam)   # the family's own router and expert limit, if any
-                    per_dtype[key] = fit_dtype_once(with_family_routing(t, opt), dt, memo)
+                    per_dtype[key] = fit_dtype_once(
+                        with_tactic(with_family_routing(t, opt), tactic_family(framework, fam, dt, tactic)), dt, memo)
                     trained_on[key] = what
                     fam_of[key] = fam
                     if opt:
@@ -906,6 +947,7 @@ def run(df: pd.DataFrame, framework: str = "vllm") -> dict:
         rd_choice, rd_table = READINGS, {}
         if "bf16" in per_dtype:
             t, _ = training_cells(d[bal], g, "bf16", fam_of["bf16"], rows)
+            t = with_tactic(t, tactic_family(framework, fam_of["bf16"], "bf16", tactic))
             rd_choice, rd_table = choose_readings(t, d[bal], memo)
         sc, used = gpu_scales(d[bal], g, per_dtype, rd_choice)
         unscaled = frozenset(k for k, f in fam_of.items() if not readings_apply(f, fam_of.get("bf16")))
@@ -947,8 +989,9 @@ def run(df: pd.DataFrame, framework: str = "vllm") -> dict:
     for dt in dtypes if shipped else ():
         x = d[bal & (d.sdtype == dt)]
         for fam in sorted(x.family.unique()):
-            all_fit[f"{dt}@{fam}"] = fit_dtype_once(
-                with_family_routing(x[x.family == fam], family_options(framework, fam)), dt, memo)
+            all_fit[f"{dt}@{fam}"] = fit_dtype_once(with_tactic(
+                with_family_routing(x[x.family == fam], family_options(framework, fam)),
+                tactic_family(framework, fam, dt, tactic)), dt, memo)
         all_fit[dt] = fit_dtype_once(x, dt, memo)
     ship_scales, families = {}, {}
     for g in gpus:
@@ -967,7 +1010,8 @@ def run(df: pd.DataFrame, framework: str = "vllm") -> dict:
     if dfam:
         dfit = {}
         for dt, fam in sorted({(dt, fam) for f in dfam.values() for dt, fam in f.items()}):
-            dfit[f"{dt}@{fam}"] = fit_dtype_once(rows[(rows.sdtype == dt) & (rows.family == fam)], dt, memo)
+            dfit[f"{dt}@{fam}"] = fit_dtype_once(with_tactic(rows[(rows.sdtype == dt) & (rows.family == fam)],
+                                                             tactic_family(framework, fam, dt, tactic)), dt, memo)
         out["default"] = {"families": dfam, "ship": {**{dt: all_fit[dt] for dt in dtypes}, **dfit},
                           "ship_scales": {g: gpu_scales(d[bal], g, {dt: dfit[f"{dt}@{fam}"] for dt, fam in f.items()})[0]
                                           for g, f in dfam.items()}}
