@@ -665,7 +665,8 @@ def routed_experts_time(tokens, hidden, inter, topk, num_experts, gpu, mc: MoECo
     s = routed_shape(tokens, hidden, inter, topk, num_experts, gpu, tp=tp, ep=ep, dtype=dtype, routing=routing,
                      tile=int(law_or("tile_m", TILE_M)), unpadded_rows=float(law_or("unpadded_rows", 0.0)),
                      tile_n=float(law_or("tile_n", 0.0)), sm_stream=bool(law_or("sm_stream", False)),
-                     full_tile_stream=float(law_or("full_tile_stream", 0.0)) > 0, load_cache=load_cache)
+                     full_tile_stream=float(law_or("full_tile_stream", 0.0)) > 0, load_cache=load_cache,
+                     tactic=int(law_or("tactic", 0.0)))
     # the law's constants by plain name: those it must have, then those that add a term where it has them
     v = {n: law(n) for n in ROUTED_LAW_NEEDS + (("l2_fit",) if regime == "resident" else ())}
     v.update({n: law(n) for n in ROUTED_LAW_OPTIONAL if _has_law(mc, n, dtype, family)})
@@ -691,25 +692,31 @@ ROUTED_LAW_OPTIONAL = ("overlap_p", "tok_bytes_per_clk_sm", "quant_passes", "ep_
 
 def routed_shape(tokens, hidden, inter, topk, num_experts, gpu, *, tp=1, ep=1, dtype="bf16", routing="uniform",
                  tile: int = TILE_M, unpadded_rows: float = 0.0, tile_n: float = 0.0, sm_stream: bool = False,
-                 full_tile_stream: bool = False, load_cache: dict | None = None) -> dict:
+                 full_tile_stream: bool = False, load_cache: dict | None = None, tactic: int = 0) -> dict:
     """The shape-only terms of `routed_experts_time` (no fitted constant; the law's tiling flags are arguments):
     the router's loads (P pairs, Et experts touched, R tile-padded rows; `load_cache` as routed_experts_time's),
     F real FLOPs, W weight bytes and c_num padded FLOPs (the expert width per TP rank padded to `tile_n` where > 0),
     A token bytes, the GPU's peak, effective L2, weight-stream rate (the SMs' issue rate where `sm_stream`) and
-    ramp x, and `full` (full_tiles where `full_tile_stream`, else None). Arrays of the cells' broadcast shape."""
+    ramp x, and `full` (full_tiles where `full_tile_stream`, else None). Arrays of the cells' broadcast shape.
+    With `tactic` 1 or 2 (TensorRT-LLM's CUTLASS families, E3.1 wave 41): c_num is the tactic law's tile-priced work
+    (tactic_compute, choice TACTIC_CHOICES[tactic - 1]) instead of the rows padded to `tile`."""
     dtype = canonical_dtype(dtype)
     T = np.asarray(tokens, dtype=float)
     h, i = np.asarray(hidden, dtype=float), np.asarray(inter, dtype=float) / np.asarray(tp, dtype=float)
-    key = (routing, tile, unpadded_rows)
-    if load_cache is not None and key in load_cache:
-        P, Et, R = load_cache[key]
-    else:
-        P, Et, R = routed_load(T, num_experts, topk, ep, routing, tile, unpadded_rows)
-        P, Et, R = (np.reshape(v, np.broadcast(T, h).shape) for v in (P, Et, R))
+
+    def loads(tile_, unpadded_):
+        key = (routing, tile_, unpadded_)
+        if load_cache is not None and key in load_cache:
+            return load_cache[key]
+        out = routed_load(T, num_experts, topk, ep, routing, tile_, unpadded_)
+        out = tuple(np.reshape(v, np.broadcast(T, h).shape) for v in out)
         if load_cache is not None:
-            for v in (P, Et, R):
+            for v in out:
                 v.flags.writeable = False   # shared by every later call on these cells
-            load_cache[key] = (P, Et, R)
+            load_cache[key] = out
+        return out
+
+    P, Et, R = loads(tile, unpadded_rows)
     F = 6.0 * h * i * P
     # the expert width per TP rank padded to the law's width tile (`tile_n`, where it has one): the compute and the
     # weight stream work on whole tiles (the returned FLOPs stay the real ones)
@@ -723,11 +730,93 @@ def routed_shape(tokens, hidden, inter, topk, num_experts, gpu, *, tp=1, ep=1, d
     # the efficiency ramp in the bytes the stream moves in RAMP_REF_S: W x (x + x_half) / x = W + x_half x bw x
     # RAMP_REF_S, a fixed latency of x_half x RAMP_REF_S (it was x = W / L2: a latency of x_half x L2 / BW, 5-7x
     # longer on the GDDR parts, whose L2 / bandwidth is 84-116 us against HBM parts' 15-17 us)
-    return {"T": T, "h": h, "P": P, "Et": Et, "R": R, "F": F, "W": W, "c_num": 6.0 * h * i * R,
+    if tactic:   # the width is the kernel's own (the tile list pads it), not the law's tile_n
+        c_num = tactic_compute(T, h, np.asarray(inter, dtype=float) / np.asarray(tp, dtype=float), topk, num_experts,
+                               ep, gpu, dtype, lambda tN: loads(int(tN), 0.0)[2] / tN,
+                               TACTIC_CHOICES[int(tactic) - 1])[0]
+    else:
+        c_num = 6.0 * h * i * R
+    return {"T": T, "h": h, "P": P, "Et": Et, "R": R, "F": F, "W": W, "c_num": c_num,
             "A": 2.0 * h * T * np.asarray(topk, dtype=float), "ep_f": np.asarray(ep, dtype=float),
             "peak": math_peak(gpu, dtype), "l2": l2_effective_bytes(gpu), "sms": gpu.sms, "boost": gpu.boost_mhz,
             "mem_bw": gpu.mem_bw, "sm_stream": bool(sm_stream), "bw_stream": bw_stream,
             "x": W / (bw_stream * RAMP_REF_S), "full": full_tiles(P, Et, tile, R) if full_tile_stream else None}
+
+
+# The tactic law (E3.1, issue 20, wave 41, helper `tactic`; an option, written before it was scored): TensorRT-LLM's
+# CUTLASS TMA warp-specialized grouped GEMMs (the fused MoE's two GEMMs on sm 90 / 100 / 103) run with M and N swapped
+# ("M and N transposed since we are using the #tokens as the N dimension", moe_kernels.cu): a CTA tile covers TILE_M
+# of the expert's output features and TILE_N of its token rows, and the autotuner picks one CTA shape per power-of-two
+# token bucket among a fixed candidate list (cutlass_heuristic.cpp: get_candidate_tiles_sm90 with GROUPED_GEMM;
+# get_candidate_configs_sm100 with GROUPED_GEMM, FP4_ONLY for nvfp4; NVIDIA/TensorRT-LLM as stored at commit
+# 0b53e94719f4bd566e9c75a7df32639a306dfec6). Per SM (a 2-SM cluster's CTA shape split in M over its two SMs), as
+# (feature tile, token tile): {sm: {math: tiles}}; K tiles are 128 bytes of the operand (cutlass CtaShape...x128B).
+TACTIC_TILES = MappingProxyType({
+    90: MappingProxyType({m: ((128, 16), (128, 32), (128, 64), (128, 128), (128, 256), (256, 128))
+                          for m in ("bf16", "fp8")}),
+    100: MappingProxyType({"bf16": ((128, 128), (128, 256), (128, 32), (64, 64), (64, 128), (64, 256), (128, 64)),
+                           "fp8": ((128, 128), (128, 256), (128, 32), (128, 16), (64, 64), (64, 128), (64, 256),
+                                   (128, 64)),
+                           "fp4": ((128, 128), (128, 256), (128, 64))})})
+TACTIC_SM = MappingProxyType({90: 90, 100: 100, 103: 100})   # sm 103 runs sm 100's candidate list (sm >= 100, != 120)
+TACTIC_DTYPES = frozenset({"bf16", "fp8", "nvfp4"})   # the TMA-WS generic grouped GEMM's dtypes (not fp8_block)
+TACTIC_K_BYTES = 128.0
+
+
+def tactic_tiles(gpu, dtype: str) -> tuple:
+    """The (feature tile, token tile) candidates of TensorRT-LLM's CUTLASS grouped GEMM for `dtype` on `gpu`
+    (TACTIC_TILES); ValueError naming the GPU and dtype where it has none."""
+    dtype = canonical_dtype(dtype)
+    sm = TACTIC_SM.get(getattr(gpu, "sm_version", None))
+    if sm is None or dtype not in TACTIC_DTYPES or MATH[dtype] not in TACTIC_TILES[sm]:
+        raise ValueError(f"the tactic law has no CUTLASS tile list for {dtype} on {getattr(gpu, 'name', gpu)} "
+                         f"(sm {getattr(gpu, 'sm_version', None)}); it prices {sorted(TACTIC_DTYPES)} on sm "
+                         f"{sorted(TACTIC_SM)}")
+    return TACTIC_TILES[sm][MATH[dtype]]
+
+
+def _tactic_work(n_rows, h, i, kt, sms, tM, tN, waves: bool = True):
+    """FLOPs-equivalent of both grouped GEMMs at CTA tile (tM features, tN rows): `n_rows` token-row tiles (summed over
+    the touched experts), each GEMM's tiles over all SMs in whole waves (a persistent tile scheduler; `waves` False:
+    the tiles alone, no wave tail), each tile 2 tM tN K with K padded to `kt` elements. GEMM1: features 2i, K h;
+    GEMM2: features h, K i."""
+    g1 = n_rows * np.ceil(2.0 * i / tM)
+    g2 = n_rows * np.ceil(h / tM)
+    if waves:
+        g1, g2 = np.ceil(g1 / sms) * sms, np.ceil(g2 / sms) * sms
+    return g1 * 2.0 * tM * tN * np.ceil(h / kt) * kt + g2 * 2.0 * tM * tN * np.ceil(i / kt) * kt
+
+
+TACTIC_CHOICES = ("waves", "padding")   # the tactic law's two forms (law flag `tactic` 1 and 2), both written before scoring
+
+
+def tactic_compute(T, h, i, topk, num_experts, ep, gpu, dtype, rows_at, choice: str = "waves") -> tuple:
+    """(FLOPs-equivalent, chosen feature tile, chosen token tile) of the tactic law per cell: the candidate
+    (tactic_tiles) whose work (_tactic_work: with its wave tails where `choice` is 'waves', the padded tiles alone where
+    'padding') is least at the cell's power-of-two token bucket (the autotuner's: 2^floor(log2 T), balanced rows per
+    touched expert), ties to the larger tile (candidates taken by decreasing area, then token tile), priced in whole
+    waves at the cell's own rows: `rows_at(tN)` -> the cell's token-row tiles at token tile tN (its router's
+    tile-padded rows / tN)."""
+    if choice not in TACTIC_CHOICES:
+        raise ValueError(f"tactic choice must be one of {TACTIC_CHOICES}, not {choice!r}")
+    tiles = sorted(tactic_tiles(gpu, dtype), key=lambda t: (-t[0] * t[1], -t[1]))
+    kt = TACTIC_K_BYTES / WEIGHT_BYTES[canonical_dtype(dtype)]
+    T = np.asarray(T, dtype=float)
+    Tb = np.exp2(np.floor(np.log2(np.maximum(T, 1.0))))
+    Pb = Tb * np.asarray(topk, dtype=float) / np.asarray(ep, dtype=float)
+    Eb = np.maximum(experts_touched(Tb, num_experts, topk, "balanced") / np.asarray(ep, dtype=float), 1.0)
+    at_bucket = np.stack([_tactic_work(Eb * np.ceil(Pb / Eb / tN), h, i, kt, gpu.sms, tM, tN, choice == "waves")
+                          for tM, tN in tiles])
+    pick = np.argmin(at_bucket, axis=0)   # the first least: the larger tile on a tie
+    work = np.zeros(np.shape(T))
+    for j, (tM, tN) in enumerate(tiles):
+        sel = pick == j
+        if np.any(sel):
+            w = _tactic_work(np.broadcast_to(rows_at(tN), np.shape(T)), h, i, kt, gpu.sms, tM, tN)
+            work = np.where(sel, w, work)
+    fm = np.array([t[0] for t in tiles], dtype=float)[pick]
+    fn = np.array([t[1] for t in tiles], dtype=float)[pick]
+    return work, fm, fn
 
 
 def _no_memo(what, vals, fn):

@@ -276,7 +276,15 @@ ENGINE_DISCLOSED = MappingProxyType({"sglang": (
     "mxfp4_mxfp8 (0.5 weight bytes, fp8 math, an activation-quantization pass) were set from TensorRT-LLM's source "
     "(ModelConfig.get_mxfp4_quant_algo, the collector's backends) before this wave scored them, but trtmap's scratch "
     "held-out scores of both (Blackwell mxfp4 3.7-4.2%, Hopper 18-20%, W4A8 17-22%) had been seen when the rule was "
-    "adopted. The activation-quantization pass on mxfp4_mxfp8 was this wave's choice, from the format, before scoring.")})
+    "adopted. The activation-quantization pass on mxfp4_mxfp8 was this wave's choice, from the format, before scoring. "
+    "Wave 41 (helper tactic): the tactic law (TACTIC_FAMILIES: the CUTLASS families' bf16 / fp8 / nvfp4 laws priced by "
+    "the CTA tile TensorRT-LLM's autotuner would pick per power-of-two token bucket from cutlass_heuristic.cpp's "
+    "candidate list, in whole waves) was written in two forms before either was scored, after wave 39's residual "
+    "diagnosis and this wave's residual table had been seen; the adoption rule (a lower TensorRT-LLM median group "
+    "MAPE, no met group lost) was the brief's. TA (the bucket's tile chosen with its wave tails) raised the median "
+    "16.002 -> 16.006% and was not adopted; TB (the tile chosen by its padding alone) lowered it to 15.907% and was "
+    "adopted. No group crossed 12%; Blackwell bf16 / fp8 moved 0.2-0.6 points down, B300 / GB300 nvfp4 0.16 / 0.25 up, "
+    "H100 fp8_block 16.00 -> 17.53% (its readings come from the tactic bf16 law).")})
 
 
 def family_options(framework: str, family: str | None) -> dict:
@@ -496,7 +504,8 @@ class _FitLaw:
         self.dtype = M.canonical_dtype(dt)
         tiling = dict(tile=int(flag["tile_m"]), unpadded_rows=float(flag["unpadded_rows"]),
                       tile_n=float(flag.get("tile_n", 0.0)), sm_stream=bool(flag.get("sm_stream", 0.0)),
-                      full_tile_stream=float(flag.get("full_tile_stream", 0.0)) > 0)
+                      full_tile_stream=float(flag.get("full_tile_stream", 0.0)) > 0,
+                      tactic=int(flag.get("tactic", 0.0)))
         self.parts = [(pos, M.routed_shape(a["num_tokens"], a["hidden_size"], a["inter_size"], a["topk"],
                                            a["num_experts"], get_gpu(g), tp=a["moe_tp"], ep=a["moe_ep"],
                                            dtype=self.dtype, routing=_routing(ds), load_cache=loads, **tiling))
@@ -599,6 +608,15 @@ def fit_dtype(train: pd.DataFrame, dt: str) -> dict:
     y = t["latency_ms"].to_numpy()
     groups = _groups(t)
 
+    if tactic_law(t, dt):
+        # the tactic law (TACTIC_FAMILIES): the kernel's own tile list prices the padding, so no row / width tile or
+        # full-tile choice is fitted; the per-expert cost as for any law of its family
+        flag.update({"tactic": float(M.TACTIC_CHOICES.index(TACTIC_CHOICE) + 1), "unpadded_rows": 0.0,
+                     "tile_m": float(M.TILE_M)})
+        if expert_cost(t, dt):
+            names, p0, lo, hi = law_params(dt, ep_remap(train, dt), batch_cost(train, dt), token_sm(train, dt), True)
+        r = _fit_at(groups, t, y, dt, names, flag, p0, lo, hi)
+        return {**{k: float(v) for k, v in zip(names, r.x)}, **flag}
     best = None
     for small in UNPADDED_CHOICES:  # the kernel's tiling: the (small-batch path, row tile) the training cells fit best
         for tile in TILE_CHOICES:
@@ -637,6 +655,37 @@ def fit_dtype(train: pd.DataFrame, dt: str) -> dict:
         r = _fit_at(groups, t, y, dt, names, flag, p0, lo, hi)
         best = (r.cost, best[1], best[2], r.x)
     return {**{k: float(v) for k, v in zip(names, best[3])}, **flag}
+
+
+# The tactic law (E3.1, issue 20, wave 41, helper `tactic`; written before it was scored, DESIGN.md): per engine, the
+# kernel families whose fused MoE is TensorRT-LLM's CUTLASS TMA warp-specialized grouped GEMM, priced by the CTA tile
+# its autotuner would pick (terms.moe.tactic_compute) for the dtypes of terms.moe.TACTIC_DTYPES. A cell frame carries a
+# `tactic` column (with_tactic) where its law is the tactic law; an engine run marks the frames it fits so (run's
+# `tactic`). vLLM's and SGLang's FlashInfer CUTLASS families are other callers of the same kernels and are not marked.
+TACTIC_FAMILIES = MappingProxyType({"trtllm": frozenset({"cutlass_sm90", "cutlass_sm100", "cutlass_sm103"})})
+# run's default and the law's form (terms.moe.TACTIC_CHOICES: how its tile is chosen). Adopted by the rule written
+# before scoring (DESIGN.md): TA ("waves") raised the TensorRT-LLM median group MAPE (16.002 -> 16.006%), TB ("padding")
+# lowered it (16.002 -> 15.907%) and lost no met group; TB's form was thus chosen after seeing both scores (disclosed)
+TACTIC_DEFAULT = True
+TACTIC_CHOICE = "padding"
+
+
+def tactic_family(framework: str, family: str | None, dt: str, on: bool) -> bool:
+    """Whether the law of `framework`'s `family` for dtype `dt` is the tactic law (with the option `on`)."""
+    return bool(on) and family in TACTIC_FAMILIES.get(framework, ()) and M.canonical_dtype(dt) in M.TACTIC_DTYPES
+
+
+def with_tactic(t: pd.DataFrame, on: bool) -> pd.DataFrame:
+    """`t`'s cells marked for the tactic law (a `tactic` column, True) where `on`; `t` itself otherwise."""
+    return t.assign(tactic=True) if on else t
+
+
+def tactic_law(train: pd.DataFrame, dt: str) -> bool:
+    """Whether the cells of dt in `train` are marked for the tactic law (every one; with_tactic)."""
+    if "tactic" not in train:
+        return False
+    x = train.loc[train.sdtype == dt, "tactic"]
+    return bool(len(x)) and bool(x.fillna(False).astype(bool).all())
 
 
 def frame_key(frame: pd.DataFrame) -> str:
@@ -926,12 +975,14 @@ def default_families(rows: pd.DataFrame, framework: str) -> dict:
     return out
 
 
-def run(df: pd.DataFrame, framework: str = "vllm") -> dict:
+def run(df: pd.DataFrame, framework: str = "vllm", tactic: bool | None = None) -> dict:
     """Leave one GPU out, on one engine's cells (`framework`, cells()): per dtype, the law fitted on the other GPUs' balanced cells of the held-out GPU's kernel
     family (all families where no other GPU ran it), at most three bf16 readings of its own (which ones: chosen on
     the training GPUs, choose_readings); scored on its balanced cells
     (the E3.1 groups, collector regime) and, as a second table, on its power-law cells with the same constants
-    (routing from the collector's power-law router; nothing fitted on a power-law cell)."""
+    (routing from the collector's power-law router; nothing fitted on a power-law cell). `tactic` (None: TACTIC_DEFAULT):
+    the laws of the engine's TACTIC_FAMILIES are the tactic law."""
+    tactic = TACTIC_DEFAULT if tactic is None else bool(tactic)
     d = cells(df, DISTRIBUTIONS, framework=framework)
     gpus = sorted(d.gpu.unique())
     dtypes = sorted(d.sdtype.unique())
@@ -956,7 +1007,8 @@ def run(df: pd.DataFrame, framework: str = "vllm") -> dict:
                 if len(t):
                     key = dt if len(fams) == 1 else f"{dt}@{fam}"
                     opt = family_options(framework, fam)   # the family's own router and expert limit, if any
-                    per_dtype[key] = fit_dtype_once(with_family_routing(t, opt), dt, memo)
+                    per_dtype[key] = fit_dtype_once(
+                        with_tactic(with_family_routing(t, opt), tactic_family(framework, fam, dt, tactic)), dt, memo)
                     trained_on[key] = what
                     fam_of[key] = fam
                     if opt:
@@ -964,6 +1016,7 @@ def run(df: pd.DataFrame, framework: str = "vllm") -> dict:
         rd_choice, rd_table = READINGS, {}
         if "bf16" in per_dtype:
             t, _ = training_cells(d[bal], g, "bf16", fam_of["bf16"], rows)
+            t = with_tactic(t, tactic_family(framework, fam_of["bf16"], "bf16", tactic))
             rd_choice, rd_table = choose_readings(t, d[bal], memo)
         sc, used = gpu_scales(d[bal], g, per_dtype, rd_choice)
         unscaled = frozenset(k for k, f in fam_of.items() if not readings_apply(f, fam_of.get("bf16")))
@@ -1005,8 +1058,9 @@ def run(df: pd.DataFrame, framework: str = "vllm") -> dict:
     for dt in dtypes if shipped else ():
         x = d[bal & (d.sdtype == dt)]
         for fam in sorted(x.family.unique()):
-            all_fit[f"{dt}@{fam}"] = fit_dtype_once(
-                with_family_routing(x[x.family == fam], family_options(framework, fam)), dt, memo)
+            all_fit[f"{dt}@{fam}"] = fit_dtype_once(with_tactic(
+                with_family_routing(x[x.family == fam], family_options(framework, fam)),
+                tactic_family(framework, fam, dt, tactic)), dt, memo)
         all_fit[dt] = fit_dtype_once(x, dt, memo)
     ship_scales, families = {}, {}
     for g in gpus:
@@ -1018,6 +1072,9 @@ def run(df: pd.DataFrame, framework: str = "vllm") -> dict:
     out = {"cells": d, "eval": ev[ev.distribution == "balanced"], "eval_skew": skew, "per": per, "per_skew": per_skew,
            "fits": fits, "readings": readings, "ship": all_fit, "ship_scales": ship_scales, "families": families,
            "framework": framework}
+    if framework in TACTIC_FAMILIES:   # the tactic law's option as this run ran it (wave 41)
+        out["tactic"] = {"on": tactic, "form": TACTIC_CHOICE, "families": sorted(TACTIC_FAMILIES[framework]),
+                         "dtypes": sorted(M.TACTIC_DTYPES)}
     # an engine with a default kernel table (DEFAULT_SOURCES: TensorRT-LLM) ships the laws of the families it runs by
     # default, each fitted on every GPU's cells of that family (the rows E3.1's folds train on), also where another of
     # its kernels was faster; and each GPU's readings on its default bf16 law (wave 39, trtstep)
@@ -1025,7 +1082,8 @@ def run(df: pd.DataFrame, framework: str = "vllm") -> dict:
     if dfam:
         dfit = {}
         for dt, fam in sorted({(dt, fam) for f in dfam.values() for dt, fam in f.items()}):
-            dfit[f"{dt}@{fam}"] = fit_dtype_once(rows[(rows.sdtype == dt) & (rows.family == fam)], dt, memo)
+            dfit[f"{dt}@{fam}"] = fit_dtype_once(with_tactic(rows[(rows.sdtype == dt) & (rows.family == fam)],
+                                                             tactic_family(framework, fam, dt, tactic)), dt, memo)
         out["default"] = {"families": dfam, "ship": {**{dt: all_fit[dt] for dt in dtypes}, **dfit},
                           "ship_scales": {g: gpu_scales(d[bal], g, {dt: dfit[f"{dt}@{fam}"] for dt, fam in f.items()})[0]
                                           for g, f in dfam.items()}}
@@ -1247,7 +1305,8 @@ def document_engines(r: dict, others: list, target_pct: float) -> dict:
                                      f"bf16 readings of its own {name} cells; {CELL_PRICING}; " + ENGINE_SHIPPED[fw],
                               **({"family_options": {f: dict(v) for f, v in FAMILY_OPTIONS[fw].items()}}
                                  if fw in FAMILY_OPTIONS else {}),
-                              **({"disclosed": ENGINE_DISCLOSED[fw]} if fw in ENGINE_DISCLOSED else {})}
+                              **({"disclosed": ENGINE_DISCLOSED[fw]} if fw in ENGINE_DISCLOSED else {}),
+                              **({"tactic_law": o["tactic"]} if "tactic" in o else {})}
     return doc
 
 
@@ -1285,6 +1344,16 @@ def moe_constants_doc(r: dict | None, a2a: dict | None = None) -> dict:
                                         "source": "E3.1: the weight stream hidden where every touched expert's rows "
                                                   "fill whole row tiles, kept because it lowers the least-squares cost "
                                                   f"of the fit on every GPU's balanced-routing {what} (results/E3_1.json)"}
+            if p.get("tactic") and name in ("tile_m", "unpadded_rows"):
+                glob[f"{name}:{dt}"] = {"value": v, "provenance": "DERIVED",
+                                        "source": "E3.1: unused by the tactic law (its CUTLASS tile list prices the "
+                                                  "padding; steptime_lab.experiments.moe TACTIC_FAMILIES)"}
+            if name == "tactic":
+                glob[f"{name}:{dt}"] = {"value": v, "provenance": "DERIVED",
+                                        "source": "E3.1 (wave 41): the tactic law, TensorRT-LLM's CUTLASS grouped GEMM "
+                                                  "priced by the CTA tile its autotuner would pick per power-of-two "
+                                                  "token bucket (terms.moe.TACTIC_TILES, from cutlass_heuristic.cpp; "
+                                                  f"form {M.TACTIC_CHOICES[int(v) - 1]!r}: TACTIC_CHOICES)"}
             if name == "sm_stream":
                 glob[f"{name}:{dt}"] = {"value": v, "provenance": "DERIVED",
                                         "source": "E3.1: the family's weight stream is SM-bound (H100 and H200, same "
