@@ -179,7 +179,7 @@ def workload_from_args(a):
     from steptime.serve.workload import check_rate
 
     if a.rate is not None:  # the flag named in its one line (wave 41: --rate 1e308 ran, every request at t = 0)
-        check_rate(a.rate, "--rate (Poisson arrival rate)")
+        check_rate(a.rate, "--rate: Poisson arrival rate")
 
     if a.time_scale is not None and (not a.trace or a.rate is not None):
         # a synthetic workload's arrivals are drawn at --rate, and --rate replaces a trace's recorded ones

@@ -158,7 +158,7 @@ def check_rate(rate, what: str = "Poisson arrival rate", error=ServeError) -> fl
     """A Poisson arrival rate, requests/s: a finite number > 0 whose mean inter-arrival time the simulator's clock
     resolves (<= MAX_RATE); one line naming `what` and the value otherwise."""
     if not isinstance(rate, Real) or isinstance(rate, bool) or not rate or rate <= 0 or not np.isfinite(rate):
-        raise error(f"{what} must be a finite number > 0 requests/s (got {rate!r})")
+        raise error(f"{what} must be > 0 requests/s, a finite number (got {rate!r})")
     if not np.isfinite(1.0 / rate):
         raise error(f"{what} {rate!r} requests/s: its mean inter-arrival time overflows, beyond the simulator's "
                     f"horizon of {MAX_TIME_S:g} s")
