@@ -199,8 +199,8 @@ def test_ship_sends_engine_constants_to_the_engine_loader_and_pipeline_runs_igno
     assert Constants.load(DEFAULTS_FILE).engines == {}  # a pipeline rule: the shipped copy is not read
     assert Constants.load(DEFAULTS_FILE, [src]).engine("vllm").get(field, get_gpu("b300")) == shipped_value * 3 + 1.0
     bad = tmp_path / "bad.yaml"
-    bad.write_text(yaml.safe_dump({"engines": {"vllm": {"b300": {"no_such_field": {
-        "value": 1.0, "provenance": "FITTED", "source": "t"}}}}}))
+    bad.write_text(seal_text(yaml.safe_dump({"engines": {"vllm": {"b300": {"no_such_field": {
+        "value": 1.0, "provenance": "FITTED", "source": "t"}}}}})))  # sealed: the seal is checked first (wave 41)
     with pytest.raises(InputError, match="no_such_field"):
         ship([bad], path=defaults, engine_path=tmp_path / "x.yaml")
     assert not (tmp_path / "x.yaml").exists()
@@ -228,7 +228,7 @@ def test_ship_checks_every_file_before_writing_any(tmp_path, bad_name, bad_text,
     good = tmp_path / "step.yaml"
     good.write_text(seal_text(yaml.safe_dump(doc)))
     bad = tmp_path / bad_name
-    bad.write_text(bad_text)
+    bad.write_text(seal_text(bad_text) if bad_name.endswith(".yaml") else bad_text)  # the seal is checked first
     defaults = tmp_path / "defaults.yaml"
     shutil.copy(DEFAULTS_FILE, defaults)
     before = defaults.read_bytes()

@@ -138,31 +138,40 @@ def test_ship_binary_file(tmp_path, capsys):
 
 
 def test_ship_yaml_python_tag(tmp_path, capsys):
-    (tmp_path / "t.yaml").write_text('updates: !!python/object/apply:os.system ["touch PWNED"]\n')
+    import steptime.calibration as cal
+
+    # sealed, so the file reaches the YAML reader (wave 41: the seal is checked first, on the bytes then parsed)
+    (tmp_path / "t.yaml").write_text(cal.seal_text('updates: !!python/object/apply:os.system ["touch PWNED"]\n'))
     _ship_refuses(capsys, tmp_path, tmp_path / "t.yaml", "YAML error")
     assert not (tmp_path / "PWNED").exists()
 
 
 def test_ship_update_without_fields(tmp_path, capsys):
-    (tmp_path / "u.yaml").write_text("updates:\n- {scope: global, name: x}\n")
+    import steptime.calibration as cal
+
+    (tmp_path / "u.yaml").write_text(cal.seal_text("updates:\n- {scope: global, name: x}\n"))  # sealed: see above
     _ship_refuses(capsys, tmp_path, tmp_path / "u.yaml", "lacks value, provenance, source")
 
 
 def test_ship_refuses_an_allreduce_curve_outside_physics(tmp_path, capsys):
-    (tmp_path / "c.yaml").write_text(
+    import steptime.calibration as cal
+
+    (tmp_path / "c.yaml").write_text(cal.seal_text(
         "updates:\n- scope: gpu.l40s\n  name: allreduce_curve\n  provenance: FITTED\n  source: test\n"
-        "  value: {nccl/8: {L_us: 22.6, B_gbps: 0.2, shape: {}}}\n")
+        "  value: {nccl/8: {L_us: 22.6, B_gbps: 0.2, shape: {}}}\n"))
     _ship_refuses(capsys, tmp_path, tmp_path / "c.yaml", "bus bandwidth 0.2 GB/s at TP 8 is outside 0.32-32 GB/s")
 
 
 def test_ship_refuses_a_one_shot_rate_that_is_not_a_positive_number(tmp_path, capsys):
     """The custom curve's optional one-shot rate (terms/comm.py r_one_gbps, wave 38) is a rate: 0, negative or
     not finite is refused at ship with a line naming it (a 0 would otherwise silently drop the term)."""
+    import steptime.calibration as cal
+
     for bad in ("0", "-5.0", ".nan"):
-        (tmp_path / "c.yaml").write_text(
+        (tmp_path / "c.yaml").write_text(cal.seal_text(
             "updates:\n- scope: gpu.h100-sxm\n  name: allreduce_curve\n  provenance: FITTED\n  source: test\n"
             "  value: {custom/2: {L_us: 4.3, B_gbps: 320.0, shape: {a_one: 1.0, d_two_us: 5.0, a_two: 0.8, "
-            "r_one_gbps: " + bad + "}}}\n")
+            "r_one_gbps: " + bad + "}}}\n"))
         _ship_refuses(capsys, tmp_path, tmp_path / "c.yaml", "one-shot rate r_one_gbps")
 
 

@@ -27,7 +27,7 @@ def test_family_options_are_the_trtllm_engines_min_latency_family_only():
     # vLLM's trtllm family (FlashInfer's TRT-LLM MoE under vLLM's collector) and TRT-LLM's other families: none
     assert E.family_options("vllm", "trtllm") == {} and E.family_options("trtllm", "cutlass_sm100") == {}
     assert E.family_options("sglang", "trtllm") == {}  # SGLang's FlashInfer TRT-LLM rows: its own collector's router
-    with pytest.raises(ValueError, match="unknown framework 'tgi'"):
+    with pytest.raises(ValueError, match="unknown fused-MoE kernel framework 'tgi'"):
         E.family_options("tgi", "trtllm")
 
 

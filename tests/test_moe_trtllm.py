@@ -42,7 +42,7 @@ def test_trtllm_kernel_families():
     assert M.kernel_family("deepgemm", b200) == "triton"
     with pytest.raises(ValueError, match="moe_torch_flow_nongated.*has no family"):
         M.kernel_family("moe_torch_flow_nongated", b200, "trtllm")
-    with pytest.raises(ValueError, match="unknown framework 'tgi'"):   # an engine without a kernel-family map
+    with pytest.raises(ValueError, match="unknown fused-MoE kernel framework 'tgi'"):   # an engine without a kernel-family map
         M.kernel_family("moe_torch_flow_cutlass", b200, "tgi")
 
 
@@ -69,7 +69,7 @@ def test_cells_per_engine():
     assert len(t) == 1 and t.latency_ms.iloc[0] == 0.3 and t.family.iloc[0] == "cutlass_sm90"
     assert len(E.cells(df.drop(columns="framework"))) == 1          # no column: vLLM's table
     assert len(E.cells(df.drop(columns="framework"), framework="trtllm")) == 0
-    with pytest.raises(ValueError, match="unknown framework 'tgi'"):
+    with pytest.raises(ValueError, match="unknown fused-MoE kernel framework 'tgi'"):
         E.cells(df, framework="tgi")
 
 

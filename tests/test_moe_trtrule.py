@@ -35,7 +35,7 @@ def test_w4a8_mxfp4_mxfp8_is_trtllms_own_dtype_half_byte_weights_on_fp8_math():
     with pytest.raises(UnsupportedError) as exc:
         M.check_moe_dtype(get_gpu("h200"), "mxfp4_mxfp8")
     assert "\n" not in str(exc.value) and "MXFP8" in str(exc.value) and "h200" in str(exc.value)
-    with pytest.raises(ValueError, match="unknown framework 'tgi'"):
+    with pytest.raises(ValueError, match="unknown fused-MoE kernel framework 'tgi'"):
         M.aic_dtype("tgi")
 
 

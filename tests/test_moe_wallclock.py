@@ -48,7 +48,7 @@ def test_models_and_dtypes(repo_root):
 
 
 def test_fpm_models_steptime_cannot_represent_are_refused_with_its_line():
-    parts = X.fpm_parts([{"name": "DeepSeek-V4-Flash", "model": "deepseek-ai/DeepSeek-V4-Flash", "runs": "r", "why": "w"},
+    parts = X.fpm_parts([{"name": "DeepSeek-V4-Flash", "model": "deepseek-ai/DeepSeek-V4-Flash", "runs": "r"},
                          {"name": "Qwen3-30B-A3B", "model": "qwen3-30b-a3b", "runs": "r", "why": ""}])
     assert not parts[0]["represented"] and "Error" in parts[0]["refusal"]
     assert parts[1]["represented"] and parts[1]["model_key"] == "qwen3-30b-a3b"

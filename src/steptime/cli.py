@@ -44,8 +44,11 @@ def cmd_predict(a) -> int:
     defaulted = not a.decode and not a.prefill
     # With no batch given, the CLI prices one step of DEFAULT_DECODE and says so on stderr; the API stays strict.
     batch = Batch.parse(decode=[DEFAULT_DECODE] if defaulted else a.decode or [], prefill=a.prefill or [])
+    from steptime.moe_step import engine_with_kernels
+
+    engine = engine_with_kernels(a.engine, a.moe_kernels, a.model, flag="--moe-kernels")
     r = predict_step(a.model, a.gpu, batch, tp=a.tp, f_clk=a.f_clk, kv_dtype=a.kv_dtype,
-                     check_memory=not a.no_memory_check, allow_boost=a.allow_boost, engine=a.engine, dtype=a.dtype,
+                     check_memory=not a.no_memory_check, allow_boost=a.allow_boost, engine=engine, dtype=a.dtype,
                      ep=a.ep)
     if defaulted:
         print(f"note: no batch given: priced one decode step of --decode {DEFAULT_DECODE} (one request over 1,024 "
@@ -86,8 +89,10 @@ def _dtype_origin(a) -> str | None:
 def _predict_header(r, origin: str | None = None) -> None:
     layout = f"tp={r.tp}, ep={r.ep}" if r.moe else f"tp={r.tp}"
     dt = r.dtype if origin is None else f"{r.dtype} weights from {origin}"
+    law = (f"; routed experts priced with {r.moe_kernels}'s fused-MoE laws at {r.moe_kernel_dtype}" if r.moe
+           else "")
     print(f"{r.model} on {r.gpu} ({layout}, engine {r.engine}, {dt}): {_n(r.requests, 'request')}, "
-          f"{_n(r.tokens, 'new token')}")
+          f"{_n(r.tokens, 'new token')}{law}")
 
 
 def _uncalibrated_note(r) -> None:
@@ -425,8 +430,23 @@ def build_parser() -> argparse.ArgumentParser:
     from steptime.plan_command import add_parser as add_plan
 
     add_plan(sub)
+    for name in ("predict", "serve", "plan"):  # one option, the same on the three commands that price a step
+        add_moe_kernels(sub.choices[name])
     p.commands = sub.choices  # each command's parser: an argument it does not know is refused by it (`main`)
     return p
+
+
+def add_moe_kernels(parser) -> None:
+    """--moe-kernels ENGINE (wave 41): whose fused-MoE laws price an MoE model's routed experts, the CLI's route to
+    Engine.with_moe_kernels; checked when the command runs (moe_step.check_moe_kernels)."""
+    from steptime.specs.engines import MOE_KERNELS
+
+    parser.add_argument("--moe-kernels", metavar="ENGINE", default=None,
+                        help="whose fused-MoE kernel laws price a mixture-of-experts model's routed experts: "
+                             f"{' or '.join(MOE_KERNELS)} (calibration/moe.yaml; trtllm: TensorRT-LLM's own, which run "
+                             "an mxfp4 checkpoint as mxfp4_mxfp8 on sm 100 / 103). Default: the --engine profile's "
+                             "moe.kernels (vllm for every shipped profile; `steptime constants`). Refused for a dense "
+                             "model (it has no routed experts). The output names the law that priced them")
 
 
 # an option a command does not take, but another does, and what to do instead (one line, with the refusal)

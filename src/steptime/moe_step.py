@@ -55,6 +55,51 @@ def serving_routing(model) -> str:
     return f"power_law_{float(model.router_alpha):g}"
 
 
+def moe_kernel_choices(mc=None) -> tuple:
+    """The fused-MoE kernel sets a step's routed experts may be priced with: specs.engines.MOE_KERNELS whose laws
+    ship in `mc` (default: the shipped calibration/moe.yaml; vLLM's at its top level, another framework's under
+    constants.frameworks). What `--moe-kernels` and Engine.with_moe_kernels choose among."""
+    from steptime.specs.engines import MOE_KERNELS
+
+    if mc is None:
+        mc = moe_terms.MoEConstants.default()
+    return tuple(k for k in MOE_KERNELS if k == "vllm" or k in mc.frameworks)
+
+
+def check_moe_kernels(kernels, model, flag: str = "moe_kernels", error=InputError) -> str:
+    """`kernels` checked for a step of `model` (wave 41, the CLI's --moe-kernels): one of the shipped kernel sets
+    (moe_kernel_choices), and only for a mixture-of-experts model (a dense model has no routed experts: refused,
+    not ignored). One line naming the value and the choices."""
+    from steptime.specs.moe import is_moe
+
+    choices = moe_kernel_choices()
+    if not isinstance(kernels, str) or kernels.strip().lower() not in choices:
+        raise error(f"{flag} {kernels!r}: no shipped fused-MoE laws of that name (choices: {', '.join(choices)}; "
+                    "calibration/moe.yaml)")
+    kernels = kernels.strip().lower()
+    if not is_moe(model):
+        raise error(f"{flag} {kernels}: it picks whose fused-MoE laws price a mixture-of-experts model's routed "
+                    f"experts; {model.key} is dense (leave it out)")
+    return kernels
+
+
+def engine_with_kernels(engine, kernels, model, constants=None, flag: str = "moe_kernels", error=InputError):
+    """The engine profile `engine` (a name, None for the default, or an Engine) with `constants`' fitted values
+    (default: the shipped ones), its routed experts priced with framework `kernels`' fused-MoE laws
+    (Engine.with_moe_kernels, after check_moe_kernels); `kernels` None: the profile as it is."""
+    from steptime.specs import get_model
+    from steptime.specs.engines import get_engine
+
+    if kernels is None:
+        return engine
+    kernels = check_moe_kernels(kernels, get_model(model), flag, error)
+    if constants is None:
+        from steptime.calibration import Constants
+
+        constants = Constants.default()
+    return get_engine(engine, fitted=constants.engines).with_moe_kernels(kernels, source=f"selected by {flag}")
+
+
 def check_exchange(exchange) -> str:
     """The expert exchange kind (specs/engines.yaml moe.exchange), refused with one line if unknown."""
     if exchange not in MOE_EXCHANGES:

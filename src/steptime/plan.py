@@ -351,7 +351,10 @@ def evaluate_group(model, gpu, tp, engine, dtype, constants, wl_arrays, concurre
         if search.get("timer_factory") is not None:
             timer = search["timer_factory"](model, gpu, tp=tp)
         else:
-            timer = StepTimer(model, gpu, tp=tp, engine=engine, dtype=dtype, constants=constants,
+            eng = (engine if search.get("moe_kernels") is None else  # --moe-kernels: whose laws price the experts
+                   (constants or Constants.default()).engine(engine).with_moe_kernels(search["moe_kernels"],
+                                                                      source="selected by --moe-kernels"))
+            timer = StepTimer(model, gpu, tp=tp, engine=eng, dtype=dtype, constants=constants,
                               max_tokens=min(max(x.max_num_batched_tokens for x in lays), 1 << 16),
                               max_requests=max(x.max_num_seqs for x in lays),
                               **({"ep": lays[0].ep} if lays[0].ep > 1 else {}))
@@ -585,6 +588,7 @@ class PlanResult:
     uncalibrated: frozenset = frozenset()
     objective: str = "cost"
     headroom: float = 0.0  # each simulated percentile x (1 + headroom) must meet its bound (plan's docstring)
+    moe_kernels: dict = field(default_factory=dict)  # an MoE model: engine -> whose fused-MoE laws priced its experts
 
     def ranked(self) -> list[dict]:
         ok = [r for r in self.rows if r.get("meets_slo")]
@@ -634,7 +638,7 @@ def plan(model, workload, *, slo_ttft_s=None, slo_tpot_s=None, slo_itl_s=None, p
          disagg: bool = True, exhaustive: bool = False, on_progress=None, eps=None, share: bool = True,
          objective: str = "cost", rates=None, seed: int = 0, attainment: bool = False, kv_blocks: int | None = None,
          timer_factory=None, replicas=REPLICAS, pools=DISAGG, prune_across_gpus: bool = False,
-         headroom: float = 0.0) -> PlanResult:
+         headroom: float = 0.0, moe_kernels: str | None = None) -> PlanResult:
     """Search layouts for `workload` (a steptime.serve.Workload); see the module docstring.
 
     `objective="max_rate"` asks another question of the same search: the largest request rate each layout
@@ -654,6 +658,10 @@ def plan(model, workload, *, slo_ttft_s=None, slo_tpot_s=None, slo_itl_s=None, p
     (1 + headroom) is within its bound, a margin for the step predictor's own error. The default adds none: the
     error differs by engine and workload (E2.13 reads a band from held-out serving rows with `error_band`); give
     the band of your engine and GPU family where you have one.
+
+    `moe_kernels` (a mixture-of-experts model only; one of moe_step.moe_kernel_choices()): whose fused-MoE laws
+    price the routed experts under every engine searched (Engine.with_moe_kernels); None: each profile's own
+    moe.kernels. The result's `moe_kernels` says which priced them, per engine.
 
     `share=False` simulates every layout on its own even where its knobs do not bind (see evaluate_group;
     the answers are the same, bit for bit: tests/test_plan.py).
@@ -694,6 +702,14 @@ def plan(model, workload, *, slo_ttft_s=None, slo_tpot_s=None, slo_itl_s=None, p
         raise PlanError(f"kv_blocks must be a whole number >= 1 (got {kv_blocks!r})")
     if not (isinstance(max_gpus, int) and 1 <= max_gpus <= MAX_INSTANCES):
         raise PlanError(f"--max-gpus must be a whole number in [1, {MAX_INSTANCES}] (got {max_gpus!r})")
+    if rates is not None and objective == "max_rate":
+        from steptime.serve.workload import MAX_RATE, TIME_RESOLUTION_S
+
+        # a layout of g GPUs draws Poisson arrivals at rate x g: the fastest must stay a rate the clock resolves
+        if rates[-1] * max_gpus > MAX_RATE:
+            raise PlanError(f"--max-rate {rates[-1]:g} requests/s per GPU: a layout of {max_gpus} GPUs (--max-gpus) "
+                            f"draws {max_gpus} times that, a mean inter-arrival time below the simulator's time "
+                            f"resolution ({TIME_RESOLUTION_S:.3g} s): at most {MAX_RATE / max_gpus:.3g} per GPU")
     if jobs is not None and not (isinstance(jobs, int) and not isinstance(jobs, bool) and 1 <= jobs <= MAX_JOBS):
         raise PlanError(f"--jobs must be a whole number >= 1 of worker processes, at most {MAX_JOBS} (got {jobs!r})")
     for what, v in (("gpus", gpus), ("engines", engines), ("dtypes", dtypes), ("tp degrees", tps),
@@ -719,6 +735,12 @@ def plan(model, workload, *, slo_ttft_s=None, slo_tpot_s=None, slo_itl_s=None, p
     m = get_model(model)
     if eps is not None and not is_moe(m):  # layouts() searches them for a mixture-of-experts model only
         raise PlanError(f"expert-parallel degrees (eps) apply to mixture-of-experts models; {m.key} is dense")
+    if moe_kernels is not None:
+        from steptime.moe_step import check_moe_kernels
+
+        moe_kernels = check_moe_kernels(moe_kernels, m, "--moe-kernels", PlanError)
+        if timer_factory is not None:  # a peer's timer prices its own steps: the option would be ignored
+            raise PlanError(f"--moe-kernels {moe_kernels} applies to steptime's step timer, not a timer_factory's")
     if is_moe(m):
         from steptime.moe_step import MOE_DTYPES as known_dtypes
     else:
@@ -750,7 +772,11 @@ def plan(model, workload, *, slo_ttft_s=None, slo_tpot_s=None, slo_itl_s=None, p
                             dtypes=dtypes, disagg=disagg, eps=eps, replicas=replicas, pools=pools)
     res.rows += [_row(x, dropped=why) for x, why in dropped]
     search = {"objective": objective, "rates": rates, "seed": int(seed), "attainment": bool(attainment),
-              "kv_blocks": kv_blocks, "timer_factory": timer_factory, "headroom": headroom}
+              "kv_blocks": kv_blocks, "timer_factory": timer_factory, "headroom": headroom,
+              "moe_kernels": moe_kernels}
+    if is_moe(m) and timer_factory is None:
+        res.moe_kernels = {k: moe_kernels or constants.engine(k).moe_kernels()
+                           for k in dict.fromkeys(get_engine(e).key for e in engines)}
     groups: dict = {}
     for x in cand:
         groups.setdefault((x.gpu, x.tp, x.engine, x.dtype, x.ep), []).append(x)
@@ -892,7 +918,7 @@ def to_doc(res: PlanResult, top: int = 5) -> dict:
            "evaluated": len(res.rows), "simulated_layouts": len(res.simulated()), "dropped": len(res.dropped()),
            "pruned": len(res.pruned()),
            "meeting_slo": len(best), "interrupted": res.interrupted, "wall_s": res.wall_s,
-           "notes": res.notes, "best": best[:top],
+           "notes": res.notes, "best": best[:top], **({"moe_kernels": res.moe_kernels} if res.moe_kernels else {}),
            "prices": {k: v for k, v in res.prices.items() if any(r["gpu"] == k for r in res.rows)}}
     if len(best) > 1 and res.objective == "max_rate":
         doc["runner_up_lost"] = (f"serves {best[1]['max_rate_per_gpu']:g} against {best[0]['max_rate_per_gpu']:g} "

@@ -140,6 +140,7 @@ def cmd_plan(a) -> int:
                tps=_ints(a.tp, "tp") if a.tp else (1, 2, 4, 8),
                dtypes=tuple(_names(a.dtypes, "dtypes")), disagg=not a.no_disagg,
                exhaustive=a.exhaustive, attainment=a.attainment, seed=a.seed, headroom=a.headroom,
+               moe_kernels=getattr(a, "moe_kernels", None),
                **({"objective": "max_rate", "rates": _rates(a.max_rate)} if a.max_rate else {}))
     doc = to_doc(res, top=a.top)
     doc.update(model=a.model, workload={"name": wl.name, "requests": len(wl), "concurrency": wl.concurrency,
@@ -183,6 +184,9 @@ def cmd_plan(a) -> int:
               "every number simulated")
         for note in res.notes:
             print(f"note: {note}")
+        if res.moe_kernels:
+            print("routed experts priced with: " + ", ".join(f"{k}'s fused-MoE laws under engine {e}"
+                                                           for e, k in res.moe_kernels.items()))
         print(f"tried {len(res.rows)} layouts: {len(res.simulated())} simulated, {len(res.dropped())} dropped "
               f"(did not fit or cannot run), {len(res.pruned())} pruned (provably dearer than a smaller layout "
               f"meeting the SLO), {len(best)} meet the SLO; {res.wall_s:.1f} s"

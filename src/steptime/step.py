@@ -30,7 +30,7 @@ from steptime.terms import attention, comm, gemm, host, light, precision
 from steptime.validation import (MAX_REQUESTS, as_int, check_bool, check_choice, check_f_clk, check_request_rows,
                                  check_tokens, check_tp_heads)
 from steptime import moe_step
-from steptime.terms.moe import MoEConstants
+from steptime.terms.moe import MoEConstants, kernel_dtype
 
 PROJ_TERMS = ("qkv_proj", "o_proj", "gate_up_proj", "down_proj")
 ATTN_TERMS = ("attn_prefill", "attn_decode")
@@ -117,6 +117,18 @@ def _group(count, new_tokens, kv_len, where: str) -> Group:
     return Group(count, new_tokens, kv_len)
 
 
+def _decode_group(count, kv_len, where: str, instead: str) -> Group:
+    """A checked decode group: `_group`'s checks, and KV >= 1 (wave 41: `--decode 1x0` ran). A decode step
+    generates a request's next token from its cached ones; with none cached the request has no prompt, and its one
+    token is a prefill of one token (`instead`, formatted with the count), which is what the engine would run."""
+    g = _group(count, 1, kv_len, where)
+    if g.kv_len < 1:
+        raise BatchError(f"{where}: a decode request reads its cached tokens: KV length must be >= 1 (got "
+                         f"{g.kv_len}); a request with nothing cached is a one-token prefill "
+                         f"({instead.format(count=g.count)})")
+    return g
+
+
 def _entry(spec, sizes: tuple, form: str, where: str) -> tuple:
     if isinstance(spec, (str, bytes)) or not hasattr(spec, "__len__") or len(spec) not in sizes:
         raise BatchError(f"{where} entry {spec!r}: expected {form}")
@@ -167,7 +179,7 @@ class Batch:
             groups.append(_group(1, t[0], t[1] if len(t) == 2 else 0, f"requests[{i}]"))
         for i, spec in enumerate(_iter(decode, "decode")):
             count, kv = _entry(spec, (2,), "(count, kv_len)", f"decode[{i}]")
-            groups.append(_group(count, 1, kv, f"decode[{i}]"))
+            groups.append(_decode_group(count, kv, f"decode[{i}]", "prefill=[({count}, 1)]"))
         for i, spec in enumerate(_iter(prefill, "prefill")):
             t = _entry(spec, (2, 3), "(count, tokens[, kv_len])", f"prefill[{i}]")
             groups.append(_group(t[0], t[1], t[2] if len(t) == 3 else 0, f"prefill[{i}]"))
@@ -181,7 +193,7 @@ class Batch:
             for text in _iter(texts, kind, "strings such as '32x1024'"):
                 t = _parse_spec(text, kind)
                 where = f"--{kind} {str(text).strip()!r}"
-                groups.append(_group(t[0], 1, t[1], where) if kind == "decode" else
+                groups.append(_decode_group(t[0], t[1], where, "--prefill {count}x1") if kind == "decode" else
                               _group(t[0], t[1], t[2] if len(t) == 3 else 0, where))
         return cls._checked(groups)
 
@@ -264,6 +276,10 @@ class StepPrediction:
     ep: int = 1
     moe: bool = False
     calibrated: bool = True  # False: the GPU has no deploy readings (datasheet + family constants only)
+    # an MoE step: whose fused-MoE laws priced the routed experts (Engine.moe_kernels: the profile's moe.kernels, or
+    # the caller's --moe-kernels / with_moe_kernels) and the expert dtype those kernels run (terms.moe.kernel_dtype)
+    moe_kernels: str | None = None
+    moe_kernel_dtype: str | None = None
 
     def to_dict(self) -> dict:
         d = {"model": self.model, "gpu": self.gpu, "tp": self.tp, "engine": self.engine, "dtype": self.dtype,
@@ -271,7 +287,7 @@ class StepPrediction:
              "terms_ms": self.terms_ms, "hidden_ms": self.hidden_ms, "bound": self.bound,
              "factors": self.factors, "tokens": self.tokens, "requests": self.requests}
         if self.moe:
-            d.update(ep=self.ep, moe=True)
+            d.update(ep=self.ep, moe=True, moe_kernels=self.moe_kernels, moe_kernel_dtype=self.moe_kernel_dtype)
         d["uncalibrated"] = not self.calibrated
         return d
 
@@ -647,7 +663,9 @@ def predict_step(model, gpu, batch: Batch | None = None, *, decode: Iterable = (
     return StepPrediction(
         model=model.key, gpu=gpu.key, tp=tp, engine=engine.key, dtype=dtype, kv_dtype=kv_dtype, total_ms=float(r["total_ms"][0]), terms_ms=terms,
         hidden_ms={k: float(v[0]) for k, v in r["hidden_ms"].items()}, bound=bound, factors=factors,
-        tokens=int(new.sum()), requests=len(new), ep=ep, moe=moe, calibrated=constants.calibrated(gpu))
+        tokens=int(new.sum()), requests=len(new), ep=ep, moe=moe, calibrated=constants.calibrated(gpu),
+        moe_kernels=engine.moe_kernels() if moe else None,
+        moe_kernel_dtype=kernel_dtype(engine.moe_kernels(), dtype, gpu) if moe else None)
 
 
 # ---------------------------------------------------------------------------------------

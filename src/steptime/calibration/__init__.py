@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import copy
 import json
-import shutil
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
@@ -122,11 +121,12 @@ class Constants:
             if not isinstance(s, (str, Path, list, tuple)):
                 raise InputError(f"Constants.load: a settled file is a path or a list of paths, got {type(s).__name__}")
         paths = [q for s in settled for q in ([s] if isinstance(s, (str, Path)) else list(s))]
-        engine_files = [p for p in paths if is_engine_constants(p)]
+        loaded = [(p, _read_input(p)[0]) for p in paths]  # each file read once (wave 41)
+        engine_files = [p for p, doc in loaded if _is_engine_doc(doc)]
         if len(engine_files) > 1:
             raise InputError(f"Constants.load: one engine-constants file at most, got {engine_files}")
-        docs = [read_settled(p) for p in paths if p not in engine_files]
-        engines = E.fitted_engines(engine_files[0]) if engine_files else {}
+        docs = [_check_settled_doc(doc, p) for p, doc in loaded if p not in engine_files]
+        engines = E.fitted_engines(next(doc for p, doc in loaded if p in engine_files)) if engine_files else {}
         return cls(_parse(settle_doc(_read_base(base), docs)), engines)
 
     def with_engines(self, fitted) -> "Constants":
@@ -406,10 +406,10 @@ def check_seal(text: str, path, required: bool = True) -> None:
 
     body, _, last = text.rstrip("\n").rpartition("\n")
     if not last.startswith(SEAL_PREFIX.split(":")[0]):
-        if required:
-            raise InputError(f"{path}: no closing seal line ('{SEAL_PREFIX}...', the last line every settle step "
-                             "writes): truncated, or written before wave 40? copy it again from results/calibration/ "
-                             "or rebuild it with snakemake")
+        if required:  # checked before the file is parsed (wave 41): it may be any file at all
+            raise InputError(f"{path}: not a sealed settled or engine-constants file: no closing seal line "
+                             f"('{SEAL_PREFIX}...', the last line every settle step writes): truncated, or written "
+                             "before wave 40? copy it again from results/calibration/ or rebuild it with snakemake")
         return
     m = re.fullmatch(re.escape(SEAL_PREFIX) + r"([0-9a-f]{64})", last)
     if not m or hashlib.sha256((body + "\n").encode("utf-8")).hexdigest() != m.group(1):
@@ -417,28 +417,37 @@ def check_seal(text: str, path, required: bool = True) -> None:
                          "copy it again from results/calibration/ or rebuild it with snakemake")
 
 
-def _read_input_yaml(path, sealed: bool = False) -> dict:
-    """A YAML file a user hands in (`steptime calibration ship`): one line if it is missing, not a
-    regular file, too large, not UTF-8 text, not YAML, or uses a tag safe_load refuses (!!python/...). A seal line
-    present is checked; `sealed` (ship) requires one (`check_seal`)."""
+def _read_input(path, sealed: bool = False) -> tuple:
+    """(document, bytes) of a YAML file a user hands in (`steptime calibration ship`, Constants.load), its bytes read
+    ONCE: one line if it is missing, not a regular file, too large, not UTF-8 text, ends mid-line, not YAML, or uses
+    a tag safe_load refuses (!!python/...). A seal line present is checked, and `sealed` (ship) requires one
+    (`check_seal`), on the very bytes that are then parsed and, by ship, written (wave 41: ship read each file two to
+    four times, the seal checked last on a second read and the engine file copied from a third)."""
     import yaml
 
     p = check_regular_file(path, "constants file", MAX_SETTLED_BYTES)
     try:
-        text = p.read_bytes().decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise InputError(f"{p}: not a constants file (not UTF-8 text: byte at offset {exc.start})") from None
+        data = p.read_bytes()
     except OSError as exc:
         raise InputError(f"{p}: cannot read ({exc.strerror or exc})") from None
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise InputError(f"{p}: not a constants file (not UTF-8 text: byte at offset {exc.start})") from None
+    if text and not text.endswith("\n"):  # a truncated copy that still parses would ship its first entries only
+        raise InputError(f"{p}: ends mid-line (every settled or constants file the pipeline writes ends with a "
+                         "newline): truncated? copy it again from results/calibration/")
+    check_seal(text, p, required=sealed)  # before parsing: the seal vouches for exactly these bytes
     try:
         doc = yaml_load(text)
     except yaml.YAMLError as exc:
         raise InputError(f"{p}: not a constants file ({yaml_problem(exc)})") from None
-    if text and not text.endswith("\n"):  # a truncated copy that still parses would ship its first entries only
-        raise InputError(f"{p}: ends mid-line (every settled or constants file the pipeline writes ends with a "
-                         "newline): truncated? copy it again from results/calibration/")
-    check_seal(text, p, required=sealed)
-    return doc
+    return doc, data
+
+
+def _read_input_yaml(path, sealed: bool = False) -> dict:
+    """The document of `_read_input`."""
+    return _read_input(path, sealed)[0]
 
 
 def _read_base(path) -> dict:
@@ -459,7 +468,11 @@ def read_settled(path, sealed: bool = False) -> dict:
     """A settled file (results/calibration/*.yaml): {settled_by, inputs, updates: [...]}, each update a
     mapping with scope, name, value, provenance and source (one line naming the first that is not); `sealed`:
     its closing seal line is required (`check_seal`; a seal line present is always checked)."""
-    doc = _read_input_yaml(path, sealed)
+    return _check_settled_doc(_read_input_yaml(path, sealed), path)
+
+
+def _check_settled_doc(doc, path) -> dict:
+    """read_settled's checks of a parsed settled file `doc` (read from `path`)."""
     if not isinstance(doc, dict) or not isinstance(doc.get("updates"), list):
         raise InputError(f"{path}: not a settled-constants file (no 'updates' list)")
     for i, u in enumerate(doc["updates"]):
@@ -518,27 +531,42 @@ def _write_defaults(doc: dict, path: Path) -> None:
 def is_engine_constants(path) -> bool:
     """True for a fitted engine-constants file (R2.3's results/calibration/engine_constants.yaml:
     `engines:` per engine and GPU), False for a settled file (`updates:`)."""
-    doc = _read_input_yaml(path)
+    return _is_engine_doc(_read_input_yaml(path))
+
+
+def _is_engine_doc(doc) -> bool:
     return isinstance(doc, dict) and "engines" in doc and "updates" not in doc
+
+
+def _write_bytes(data: bytes, dest: Path) -> None:
+    """`data` (the bytes a ship checked) written to `dest`, whole or not at all."""
+    with atomic_path(dest) as tmp:
+        Path(tmp).write_bytes(data)
 
 
 def ship_engine_constants(src, dest: Path | None = None) -> dict:
     """Copy R2.3's fitted engine constants (byte for byte, provenance and cells included) to where
     the engine loader reads fitted overrides (`specs.engines.FITTED_FILE`), so `steptime predict
     --engine <name>` on a GPU that holds readings uses them. Every entry is checked first: each
-    engine is a profile, each field one of its fields, each provenance a known one."""
+    engine is a profile, each field one of its fields, each provenance a known one; the bytes written are the
+    bytes checked (one read)."""
+    doc, data = _read_input(src, sealed=True)
+    return _ship_engine_doc(doc, data, src, dest)
+
+
+def _ship_engine_doc(doc, data: bytes, src, dest) -> dict:
     dest = Path(E.FITTED_FILE if dest is None else dest)
-    shipped = _check_engine_constants(src)
-    with atomic_path(dest) as tmp:
-        shutil.copyfile(src, tmp)
+    shipped = _check_engine_doc(doc, src)
+    _write_bytes(data, dest)
     _default_constants.cache_clear()
     return {"engine_constants": str(dest), "fields": shipped}
 
 
-def _check_engine_constants(src) -> list[str]:
-    """ship_engine_constants' checks, before anything is written: the fields it would ship, sorted (its closing seal
-    line required, as R2.3's writer closes it)."""
-    doc = _read_input_yaml(src)
+def _check_engine_doc(doc, src) -> list[str]:
+    """ship_engine_constants' checks of the parsed file `doc` (from `src`, its seal already checked), before anything
+    is written: the fields it would ship, sorted."""
+    if not _is_engine_doc(doc):
+        raise InputError(f"{src}: not an engine-constants file (no `engines:` mapping, as R2.3's has)")
     shipped = []
     for eng, per_gpu in (doc.get("engines") or {}).items():
         profile = E.get_engine(eng, fitted={})  # unknown engine: ValueError naming it
@@ -551,29 +579,40 @@ def _check_engine_constants(src) -> list[str]:
                                      f"{PROVENANCES}")
                 shipped.append(f"{eng}@{gpu}:{name}")
     E.get_engine(next(iter(doc.get("engines") or {E.default_engine(): {}})), fitted=doc)  # loads as a whole
-    _read_input_yaml(src, sealed=True)  # last: a copy cut at a line end passes the checks above; its seal line is gone
     return sorted(shipped)
 
 
 def ship_greybox(src, dest: Path | None = None) -> dict:
     """Copy the grey box's settled corrections (results/calibration/greybox.npz, rule
     settle_greybox_corrections) to where `steptime predict --explain` reads them (GREYBOX_FILE),
-    after checking it is an .npz of arrays (no pickles) whose `meta` names its models."""
+    after checking it is an .npz of arrays (no pickles) whose `meta` names its models (the bytes checked are the
+    bytes written: one read)."""
+    data = _read_greybox(src)
+    models = _check_greybox(data, src)
     dest = Path(GREYBOX_FILE if dest is None else dest)
-    models = _check_greybox(src)
-    with atomic_path(dest) as tmp:
-        shutil.copyfile(src, tmp)
+    _write_bytes(data, dest)
     return {"greybox": str(dest), "models": models}
 
 
-def _check_greybox(src) -> list[str]:
-    """ship_greybox's checks, before anything is written: the grey-box models the file holds, sorted."""
+def _read_greybox(src) -> bytes:
+    """The bytes of a grey-box corrections file, read once (one line if it cannot be)."""
+    p = check_regular_file(src, "grey-box corrections file", MAX_SETTLED_BYTES)
+    try:
+        return p.read_bytes()
+    except OSError as exc:
+        raise InputError(f"{p}: cannot read ({exc.strerror or exc})") from None
+
+
+def _check_greybox(data: bytes, src) -> list[str]:
+    """ship_greybox's checks of the file's bytes `data` (from `src`), before anything is written: the grey-box models
+    the file holds, sorted."""
+    import io
     import zipfile
 
-    if Path(src).is_file() and not zipfile.is_zipfile(src):  # numpy would read it as a pickle and say so
+    if not zipfile.is_zipfile(io.BytesIO(data)):  # numpy would read it as a pickle and say so
         raise InputError(f"{src}: not a grey-box corrections file (not an .npz, numpy's zip of arrays)")
     try:
-        with np.load(src, allow_pickle=False) as z:
+        with np.load(io.BytesIO(data), allow_pickle=False) as z:
             meta = json.loads(str(z["meta"]))
             names = set(z.files)
     except (OSError, ValueError, KeyError) as exc:
@@ -598,22 +637,23 @@ def ship(settled: Iterable[str | Path], path: Path = DEFAULTS_FILE, engine_path:
     if len(grey_files) > 1:
         raise InputError(f"ship: one grey-box corrections file at most, got {grey_files}")
     settled = [p for p in settled if p not in grey_files]
-    engine_files = [p for p in settled if is_engine_constants(p)]
+    # each file read once (wave 41): its seal checked on those bytes before they are parsed; what is written is them
+    loaded = [(p, *_read_input(p, sealed=True)) for p in settled]
+    engine_files = [(p, doc, data) for p, doc, data in loaded if _is_engine_doc(doc)]
     if len(engine_files) > 1:
-        raise InputError(f"ship: one engine-constants file at most, got {engine_files}")
-    settled = [p for p in settled if p not in engine_files]
-    docs = [read_settled(p) for p in settled]
+        raise InputError(f"ship: one engine-constants file at most, got {[p for p, _, _ in engine_files]}")
+    settled = [p for p, doc, _ in loaded if not _is_engine_doc(doc)]
+    docs = [_check_settled_doc(doc, p) for p, doc, _ in loaded if not _is_engine_doc(doc)]
     for p, d in zip(settled, docs):
         try:
             check_updates(d["updates"])
         except InputError as exc:
             raise InputError(f"{p}: {exc}") from None
-    for p in settled:  # last: a file cut at a line end parses and passes the checks above; its seal line is gone
-        read_settled(p, sealed=True)
-    for f in engine_files:  # every file checked before any is written: a bad one leaves all three as they were
-        _check_engine_constants(f)
-    for f in grey_files:
-        _check_greybox(f)
+    for p, doc, _ in engine_files:  # every file checked before any is written: a bad one leaves all three as they were
+        _check_engine_doc(doc, p)
+    grey = [(p, _read_greybox(p)) for p in grey_files]
+    for p, data in grey:
+        _check_greybox(data, p)
     before = read_yaml(path)
     after = settle_doc(before, docs)
     _write_defaults(after, Path(path))
@@ -625,9 +665,13 @@ def ship(settled: Iterable[str | Path], path: Path = DEFAULTS_FILE, engine_path:
     out = {"added": sorted(set(a) - set(b)), "removed": sorted(set(b) - set(a)),
            "changed": sorted(k for k in set(a) & set(b) if a[k] != b[k])}
     if engine_files:
-        out.update(ship_engine_constants(engine_files[0], engine_path))
-    if grey_files:
-        out.update(ship_greybox(grey_files[0], greybox_path))
+        p, doc, data = engine_files[0]
+        out.update(_ship_engine_doc(doc, data, p, engine_path))
+    if grey:
+        p, data = grey[0]
+        out.update({"greybox": str(Path(GREYBOX_FILE if greybox_path is None else greybox_path)),
+                    "models": _check_greybox(data, p)})
+        _write_bytes(data, Path(out["greybox"]))
     return out
 
 

@@ -176,6 +176,10 @@ def check_output(flag: str, path: str, suffix: str | None = None) -> Path:
 
 def workload_from_args(a):
     from steptime.serve import from_table, synthetic
+    from steptime.serve.workload import check_rate
+
+    if a.rate is not None:  # the flag named in its one line (wave 41: --rate 1e308 ran, every request at t = 0)
+        check_rate(a.rate, "--rate: Poisson arrival rate")
 
     if a.time_scale is not None and (not a.trace or a.rate is not None):
         # a synthetic workload's arrivals are drawn at --rate, and --rate replaces a trace's recorded ones
@@ -277,7 +281,15 @@ def run_args(a):
     a.dtype_from = ("" if a.dtype is not None or getattr(m, "checkpoint_dtype", None) is None
                     else " weights from the checkpoint's config.json")
     a.dtype = resolve_dtype(m, a.dtype, ServeError)  # a config.json's own precision by default
-    ekw = dict(tp=a.tp, engine=a.engine, dtype=a.dtype, kv_dtype=a.kv_dtype)
+    from steptime.moe_step import engine_with_kernels
+    from steptime.specs.moe import is_moe
+
+    engine = engine_with_kernels(a.engine, getattr(a, "moe_kernels", None), m, flag="--moe-kernels", error=ServeError)
+    if is_moe(m):  # whose fused-MoE laws priced the routed experts (the profile's, or --moe-kernels'), for the report
+        from steptime.specs.engines import get_engine
+
+        a.moe_law = get_engine(engine).moe_kernels()
+    ekw = dict(tp=a.tp, engine=engine, dtype=a.dtype, kv_dtype=a.kv_dtype)
     ranks = ep_ranks(a.model, a.gpu, a.tp, a.ep, a.dtype)
     if a.ep != 1:
         ekw["ep"] = a.ep
@@ -327,6 +339,7 @@ def cmd_serve(a) -> int:
     summ = run.summary(slo_ttft_s=ms(a.slo_ttft_ms), slo_tpot_s=ms(a.slo_tpot_ms))
     doc = {"simulated": True, "model": a.model, "gpu": a.gpu, "engine": a.engine or "vllm", "tp": a.tp,
            **({"ep": a.ep} if a.ep != 1 else {}), **({"note": EP_NOTE} if a.ep > a.tp else {}),
+           **({"moe_kernels": a.moe_law} if getattr(a, "moe_law", None) else {}),
            "workload": {"name": wl.name, "requests": len(wl), "concurrency": wl.concurrency,
                         "mean_prompt": float(np.mean(wl.prompt)), "mean_output": float(np.mean(wl.output))},
            "policy": run.policy, "summary": summ}
@@ -350,7 +363,8 @@ def cmd_serve(a) -> int:
     if a.ep > a.tp:  # attention data-parallel ranks (ep / tp > 1) are simulated as separate schedulers
         print(f"note: {EP_NOTE}")
     print(f"{a.model} on {a.gpu} (tp={a.tp}{f', ep={a.ep}' if a.ep != 1 else ''}, engine {a.engine or 'vllm'}, {a.dtype}{getattr(a, 'dtype_from', '')}, policy {run.policy['name']}): {len(wl)} requests "
-          f"[{wl.name}], simulated")
+          f"[{wl.name}], simulated"
+          + (f"; routed experts priced with {a.moe_law}'s fused-MoE laws" if getattr(a, "moe_law", None) else ""))
     print(f"{'metric':<10}{'p50':>10}{'p90':>10}{'p99':>10}   (ms)")
     for key in ("ttft_s", "tpot_s", "itl_s", "e2e_s"):
         v = summ[key]

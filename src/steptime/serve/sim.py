@@ -54,7 +54,7 @@ from steptime.errors import ServeError
 from steptime.serve.memory import check_context, kv_budget
 from steptime.serve.timer import StepTimer
 from steptime.serve.workload import Workload
-from steptime.validation import MAX_INSTANCES, MAX_TOKENS, as_int, check_bool, is_real
+from steptime.validation import MAX_INSTANCES, MAX_REQUESTS, MAX_TOKENS, as_int, check_bool, is_real
 from steptime.serve.queueing import deadline_split
 
 POLICIES = ("vllm", "sarathi", "static", "disagg")
@@ -110,6 +110,10 @@ class Policy:
             if getattr(self, what) > MAX_TOKENS:  # token counts: within any model's context
                 raise ServeError(f"{label} {getattr(self, what)} tokens is beyond any model's context (limit "
                                  f"{MAX_TOKENS})")
+        if self.max_num_seqs > MAX_REQUESTS:  # wave 41: a static --batch of 10**20 ran (the predictor's step limit)
+            what = "static batch size (--batch)" if self.name == "static" else "max_num_seqs"
+            raise ServeError(f"{what} {self.max_num_seqs:,} is above the most requests one step is priced for "
+                             f"({MAX_REQUESTS:,})")
         if self.kv_blocks is not None:
             as_int(self.kv_blocks, "kv_blocks", 1, error=ServeError)
         if self.name != "static" and self.max_num_batched_tokens < self.max_num_seqs:

@@ -22,6 +22,13 @@ from steptime.validation import MAX_TOKENS, as_int, check_tokens
 # far below any engine step, so simulated times keep their resolution (a Poisson rate of 1e-300
 # puts arrivals near 1e301 s, where adding a step time changes nothing and every latency reads 0).
 MAX_TIME_S = 1e8
+# The time resolution the simulator keeps over that horizon: float64's spacing at MAX_TIME_S (2**-26 s, 1.49e-8 s).
+# The fastest Poisson rate a workload may have: one whose mean inter-arrival time is that resolution (DERIVED,
+# 6.7e7 requests/s; wave 41). A faster rate's gaps are below what the clock resolves over its horizon, so its
+# arrivals are no longer a Poisson process but, for any n, all at (about) t = 0: `--rate 1e308` ran as a burst
+# without a word; give no rate for that.
+TIME_RESOLUTION_S = float(np.spacing(MAX_TIME_S))
+MAX_RATE = 1.0 / TIME_RESOLUTION_S
 # The most requests one workload holds. ASSUMED: 10x the 10**7-request traces the simulator is sized
 # for; `--n 10**11` is refused before 2.4 TB of arrays is asked for.
 MAX_WORKLOAD_REQUESTS = 10**8
@@ -75,6 +82,9 @@ class Workload:
                              f"before request {i - 1} at {a[i - 1]:g} s)")
         if self.concurrency is not None and int(self.concurrency) < 1:
             raise ServeError(f"{self.name}: closed-loop concurrency must be >= 1 (got {self.concurrency})")
+        if self.concurrency is not None and int(self.concurrency) > MAX_WORKLOAD_REQUESTS:  # wave 41: 10**20 ran
+            raise ServeError(f"{self.name}: closed-loop concurrency {int(self.concurrency):.3g} is above the most "
+                             f"requests a workload holds ({MAX_WORKLOAD_REQUESTS:.0e}): no more can be in flight")
         object.__setattr__(self, "arrival", a)
         object.__setattr__(self, "prompt", p.astype(np.int64))
         object.__setattr__(self, "output", o.astype(np.int64))
@@ -123,6 +133,11 @@ def from_table(df: "pandas.DataFrame", *, name: str = "trace", n: int | None = N
                              "give a Poisson rate (--rate, requests/s)")
         if len(arr) and np.isfinite(arr[0]):
             arr = (arr - np.nanmin(arr)) * time_scale
+            gap = float(np.nanmax(arr)) / (len(arr) - 1) if len(arr) > 1 else 0.0
+            if time_scale != 1.0 and 0.0 < gap < TIME_RESOLUTION_S:  # wave 41: the rate's bound, for a trace's
+                raise ServeError(f"{name}: time_scale {time_scale:g} puts the trace's mean inter-arrival time at "
+                                 f"{gap:.3g} s, below the simulator's time resolution ({TIME_RESOLUTION_S:.3g} s): "
+                                 f"at least {time_scale * TIME_RESOLUTION_S / gap:.3g}")
     return Workload(arr, p, o, name=name)
 
 
@@ -139,9 +154,23 @@ def _numbers(d: "pandas.DataFrame", col: str, name: str) -> np.ndarray:
         raise ServeError(f"{name}: column {col!r} must hold numbers") from None
 
 
+def check_rate(rate, what: str = "Poisson arrival rate", error=ServeError) -> float:
+    """A Poisson arrival rate, requests/s: a finite number > 0 whose mean inter-arrival time the simulator's clock
+    resolves (<= MAX_RATE); one line naming `what` and the value otherwise."""
+    if not isinstance(rate, Real) or isinstance(rate, bool) or not rate or rate <= 0 or not np.isfinite(rate):
+        raise error(f"{what} must be > 0 requests/s, a finite number (got {rate!r})")
+    if not np.isfinite(1.0 / rate):
+        raise error(f"{what} {rate!r} requests/s: its mean inter-arrival time overflows, beyond the simulator's "
+                    f"horizon of {MAX_TIME_S:g} s")
+    if rate > MAX_RATE:
+        raise error(f"{what} {rate:g} requests/s: its mean inter-arrival time {1.0 / rate:.3g} s is below the "
+                    f"simulator's time resolution ({TIME_RESOLUTION_S:.3g} s, float64 over its {MAX_TIME_S:g} s "
+                    f"horizon): at most {MAX_RATE:.3g} requests/s (no rate: every request at t = 0)")
+    return float(rate)
+
+
 def poisson_arrivals(n: int, rate: float, seed: int = 0) -> np.ndarray:
-    if not isinstance(rate, Real) or not rate or rate <= 0 or not np.isfinite(rate) or not np.isfinite(1.0 / rate):
-        raise ServeError(f"Poisson arrival rate must be > 0 requests/s (got {rate})")
+    rate = check_rate(rate)
     seed = as_int(seed, "seed", 0, error=ServeError)
     gaps = np.random.default_rng(seed).exponential(1.0 / rate, n)
     gaps[0] = 0.0

@@ -24,7 +24,7 @@ from steptime.readonly import read_only
 from steptime.validation import MAX_CONFIG_BYTES, check_known_fields, check_regular_file
 from steptime.specs.model import _JSON_KIND, _MODEL_FIELDS, Model, _cfg_bool, _cfg_int  # noqa: F401 (re-exported)
 from steptime.specs.model import _cfg_context, checkpoint_dtype
-from steptime.specs.moe import moe_from_config, moe_model_table
+from steptime.specs.moe import moe_from_config, moe_model_table, unsupported_model_table, unsupported_refusal
 
 _HERE = Path(__file__).resolve().parent
 SPEC_DIR = _HERE  # the spec files (read by the lab too)
@@ -416,6 +416,22 @@ def moe_model_keys() -> list[str]:
 
 
 @lru_cache(maxsize=1)
+def _unsupported_index() -> dict[str, str]:
+    """Normalised name (key, source, alias, and each one's last path part) -> key of moe_models.yaml `unsupported`;
+    a name that is also a represented model's is refused (the registry would contradict itself)."""
+    known = {**_model_alias_index(), **_moe_alias_index()}
+    idx = {}
+    for key, e in unsupported_model_table().items():
+        for name in (key, e["source"], *e["aliases"]):
+            for n in (_norm(name), _norm(str(name).split("/")[-1])):
+                if n in known:
+                    raise ModelConfigError(f"moe_models.yaml: unsupported model {key!r}: name {name!r} is also "
+                                           f"represented model {known[n]!r}")
+                idx[n] = key
+    return MappingProxyType(idx)
+
+
+@lru_cache(maxsize=1)
 def _moe_alias_index() -> dict[str, str]:
     idx = {}
     for key, m in moe_model_table().items():
@@ -545,6 +561,9 @@ def get_model(name: str | Model) -> Model:
         moe_key = _moe_alias_index().get(_norm(s)) or _moe_alias_index().get(_norm(s.split("/")[-1]))
         if moe_key is not None:
             return moe_model_table()[moe_key]
+        gone = _unsupported_index().get(_norm(s)) or _unsupported_index().get(_norm(s.split("/")[-1]))
+        if gone is not None:  # known, and refused with what steptime cannot represent (wave 41)
+            raise unsupported_refusal(gone, s)
         moe = _moe_index().get(_norm(s)) or _moe_index().get(_norm(s.split("/")[-1]))
         if moe:
             raise UnsupportedModelError(f"model {s!r} is mixture-of-experts ({moe[1]}): {MOE_REFUSAL}")

@@ -337,6 +337,37 @@ def moe_model_table() -> dict:
     return MappingProxyType(out)
 
 
+UNSUPPORTED_FIELDS = ("source", "aliases", "architecture", "config", "why", "read")
+
+
+@lru_cache(maxsize=1)
+def unsupported_model_table() -> dict:
+    """moe_models.yaml `unsupported`: key -> {source, aliases, architecture, config, why, read} of the known models
+    whose structure steptime cannot represent (wave 41); `get_model` refuses them by name with `why`."""
+    doc = read_yaml(MOE_MODEL_FILE).get("unsupported") or {}
+    if not isinstance(doc, dict):
+        raise ModelConfigError(f"{MOE_MODEL_FILE.name}: `unsupported` must map model keys to their entries")
+    out = {}
+    for key, raw in doc.items():
+        where = f"{MOE_MODEL_FILE.name}: unsupported model {key!r}"
+        if not isinstance(raw, dict):
+            raise ModelConfigError(f"{where}: expected a mapping of {', '.join(UNSUPPORTED_FIELDS)}")
+        check_known_fields(raw, UNSUPPORTED_FIELDS, where, ModelConfigError)
+        missing = [f for f in UNSUPPORTED_FIELDS if f != "aliases" and not str(raw.get(f) or "").strip()]
+        if missing:
+            raise ModelConfigError(f"{where}: missing fields {', '.join(missing)}")
+        out[key] = MappingProxyType({**raw, "aliases": tuple(raw.get("aliases") or ())})
+    return MappingProxyType(out)
+
+
+def unsupported_refusal(key: str, asked: str) -> UnsupportedModelError:
+    """The one-line refusal of a known model steptime cannot represent (unsupported_model_table)."""
+    e = unsupported_model_table()[key]
+    why = " ".join(str(e["why"]).split())
+    return UnsupportedModelError(f"model {asked!r} ({e['source']}, {e['architecture']}) is known but steptime cannot "
+                                 f"represent it: {why} (specs/moe_models.yaml unsupported.{key})")
+
+
 # --------------------------------------------------------------------------- config.json
 _UNREPRESENTABLE = (
     ("layer_types", lambda v: isinstance(v, list) and any("linear" in str(t) for t in v),

@@ -51,10 +51,20 @@ AIC_DTYPE = MappingProxyType({"bfloat16": "bf16", "fp8": "fp8", "fp8_block": "fp
 ENGINE_AIC_DTYPE = MappingProxyType({"trtllm": MappingProxyType({**AIC_DTYPE, "w4a8_mxfp4_mxfp8": "mxfp4_mxfp8"})})
 
 
+def check_framework(framework, where: str, dtype: str | None = None) -> str:
+    """`framework` if it is an engine whose fused-MoE kernels steptime knows (MOE_FRAMEWORKS), else the package's
+    UnsupportedError in one line naming `where`, the engine and (given) the dtype: every function here that takes an
+    engine refuses an unknown one alike (wave 41: aic_dtype raised a bare ValueError where kernel_dtype raised this)."""
+    if not isinstance(framework, str) or framework not in MOE_FRAMEWORKS:
+        of = f" (expert dtype {dtype!r})" if dtype is not None else ""
+        raise UnsupportedError(f"{where}: unknown fused-MoE kernel framework {framework!r}{of}; known engines: "
+                               f"{', '.join(MOE_FRAMEWORKS)}")
+    return framework
+
+
 def aic_dtype(framework: str) -> MappingProxyType:
     """AIConfigurator's moe_dtype names -> steptime's for one engine's tables (ENGINE_AIC_DTYPE, else AIC_DTYPE)."""
-    if framework not in MOE_FRAMEWORKS:
-        raise ValueError(f"aic_dtype: unknown framework {framework!r}; known: {list(MOE_FRAMEWORKS)}")
+    check_framework(framework, "aic_dtype")
     return ENGINE_AIC_DTYPE.get(framework, AIC_DTYPE)
 
 
@@ -71,8 +81,10 @@ KERNEL_DTYPE_SM = MappingProxyType({"trtllm": MappingProxyType({("mxfp4", 100): 
 def kernel_dtype(framework: str, dtype: str, gpu) -> str:
     """The expert dtype `framework`'s own fused-MoE kernels run for experts of `dtype` on `gpu` (KERNEL_DTYPE_SM:
     TensorRT-LLM runs an MXFP4 checkpoint as W4A8 MXFP4 / MXFP8 on sm 100 / 103); `dtype` itself elsewhere."""
-    if framework not in MOE_FRAMEWORKS:
-        raise UnsupportedError(f"unknown fused-MoE kernel framework {framework!r} (known: {', '.join(MOE_FRAMEWORKS)})")
+    check_framework(framework, "kernel_dtype", dtype)
+    if not isinstance(dtype, str) or dtype not in WEIGHT_BYTES:  # was returned as it came: priced nowhere
+        raise UnsupportedError(f"kernel_dtype: unknown MoE dtype {dtype!r} for {framework}'s fused-MoE kernels "
+                               f"(known: {', '.join(WEIGHT_BYTES)})")
     dtype = canonical_dtype(dtype)
     return KERNEL_DTYPE_SM.get(framework, {}).get((dtype, getattr(gpu, "sm_version", None)), dtype)
 
@@ -166,9 +178,7 @@ class MoEConstants:
             return self
         if framework in self._by_kernels:
             return self._by_kernels[framework]
-        if framework not in MOE_FRAMEWORKS:
-            raise UnsupportedError(f"unknown fused-MoE kernel framework {framework!r} (known: "
-                                   f"{', '.join(MOE_FRAMEWORKS)}; specs/engines.yaml moe.kernels)")
+        check_framework(framework, "MoEConstants.for_kernels (specs/engines.yaml moe.kernels)")
         own = self.frameworks.get(framework)
         if own is None:
             raise UnsupportedError(f"no fused-MoE laws of framework {framework!r} in these MoE constants "
@@ -326,16 +336,15 @@ def kernel_family(kernel_source: str, gpu=None, framework: str = "vllm") -> str:
     CUTLASS fused-MoE kernels are built per SM generation (FlashInfer's sm90 grouped GEMM is not its sm120 one): with
     a `gpu`, the CUTLASS family is named with its SM version (cutlass_sm90, cutlass_sm120), and TensorRT-LLM's torch_flow
     with its architecture's (torch_flow_sm90 on Hopper, torch_flow_sm100 on sm 100 and 103: PER_SM_FAMILIES)."""
+    check_framework(framework, "kernel_family")
     if framework in ENGINE_KERNEL_FAMILIES:
         known = ENGINE_KERNEL_FAMILIES[framework]
         if str(kernel_source) not in known:
             raise ValueError(f"kernel_family: {ENGINE_NAMES[framework]} kernel source {kernel_source!r} has no family; "
                              f"known: {sorted(known)}")
         fam = known[str(kernel_source)]
-    elif framework == "vllm":
+    else:  # vllm
         fam = next((f for f in KERNEL_FAMILIES if f in str(kernel_source)), "triton")
-    else:
-        raise ValueError(f"kernel_family: unknown framework {framework!r}; known: {list(MOE_FRAMEWORKS)}")
     sm = getattr(gpu, "sm_version", None)
     if fam in PER_SM_FAMILIES and sm:
         return f"{fam}_sm{SM_FAMILY.get(fam, {}).get(sm, sm)}"

@@ -73,8 +73,7 @@ def cells(df: pd.DataFrame, distributions=("balanced",), *, per_family: bool = F
     column is taken as vLLM's): per (GPU, dtype, distribution, shape, tokens) the engine's fastest backend; with
     `per_family`, the fastest backend of each kernel family instead (a family's every measured cell, also where
     another family was faster there: what a law of that family is fitted on)."""
-    if framework not in M.MOE_FRAMEWORKS:
-        raise ValueError(f"cells: unknown framework {framework!r}; known: {list(M.MOE_FRAMEWORKS)}")
+    M.check_framework(framework, "cells")
     shapes = named_shapes()
     eng = (df["framework"] == framework) if "framework" in df else pd.Series(framework == "vllm", index=df.index)
     dmap = M.aic_dtype(framework)   # the engine's dtype names (TensorRT-LLM's W4A8 MXFP4 / MXFP8 rows: wave 40)
@@ -289,8 +288,7 @@ ENGINE_DISCLOSED = MappingProxyType({"sglang": (
 
 def family_options(framework: str, family: str | None) -> dict:
     """The options (FAMILY_OPTIONS) of one engine's kernel family: {} where it has none."""
-    if framework not in M.MOE_FRAMEWORKS:
-        raise ValueError(f"family_options: unknown framework {framework!r}; known: {list(M.MOE_FRAMEWORKS)}")
+    M.check_framework(framework, "family_options")
     return dict(FAMILY_OPTIONS.get(framework, {}).get(family, {}))
 
 
@@ -944,8 +942,7 @@ DEFAULT_ESTABLISHED = MappingProxyType({"trtllm": MappingProxyType({
 def default_established(framework: str, dtype: str, gpu) -> tuple:
     """(established, why) of `framework`'s default fused-MoE kernel for kernel dtype `dtype` on `gpu`
     (DEFAULT_ESTABLISHED); a pair not listed is a gap."""
-    if framework not in M.MOE_FRAMEWORKS:
-        raise ValueError(f"default_established: unknown framework {framework!r}; known: {list(M.MOE_FRAMEWORKS)}")
+    M.check_framework(framework, "default_established")
     sm = getattr(gpu, "sm_version", None)
     return tuple(DEFAULT_ESTABLISHED.get(framework, {}).get(
         (dtype, sm), (False, f"gap: no source-established default kernel for {dtype} on sm {sm}")))

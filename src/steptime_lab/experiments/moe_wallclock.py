@@ -563,7 +563,10 @@ def replay(requests: pd.DataFrame, *, model_map: dict, engine: str = "vllm", con
 # --------------------------------------------------------------------------- FPM MoE runs
 def fpm_parts(fpm_runs: list) -> list[dict]:
     """Each FPM MoE run family: steptime's own answer for its model (get_model), refused with the reason
-    where it cannot represent it (then the run is not vendored or scored)."""
+    where it cannot represent it (then the run is not vendored or scored). The reason is the model registry's
+    (specs/moe_models.yaml `unsupported`, the one place for it; wave 41): a run's model that steptime refuses only as
+    unknown, or an entry restating the reason as its own `why`, is an error in the experiment's settings."""
+    from steptime.errors import UnsupportedModelError
     from steptime.specs import get_model
 
     out = []
@@ -571,9 +574,15 @@ def fpm_parts(fpm_runs: list) -> list[dict]:
         try:
             m = get_model(e["model"])
             out.append({**e, "represented": True, "model_key": m.key, "refusal": None})
-        except SteptimeError as exc:
+        except UnsupportedModelError as exc:
+            if e.get("why"):
+                raise SteptimeError(f"E3.4 fpm_runs {e['name']!r}: steptime refuses its model with the registry's "
+                                    "reason (specs/moe_models.yaml): drop the entry's own `why`") from None
             out.append({**e, "represented": False, "model_key": None,
                         "refusal": f"{type(exc).__name__}: {str(exc).splitlines()[0]}"})
+        except SteptimeError as exc:
+            raise SteptimeError(f"E3.4 fpm_runs {e['name']!r}: {str(exc).splitlines()[0]}: a run's model is either "
+                                "represented or listed with its reason under specs/moe_models.yaml unsupported") from None
     return out
 
 
@@ -1028,7 +1037,8 @@ def document(tok: dict, rep: dict, fpm: list, skipped_rows: list, targets: dict,
         if not part["represented"]:
             claims.append(claim(f"FPM MoE runs of {part['name']} ({part['runs']}): not scored against the "
                                 f"{float(targets['fpm_mape_per_phase']):.0%} per-phase target: steptime cannot "
-                                f"represent the model ({part['why']})", part["refusal"],
+                                "represent the model (the value: its refusal, with the reason the model registry "
+                                "specs/moe_models.yaml gives)", part["refusal"],
                                 "steptime's own refusal (get_model); the runs are not vendored"))
     if own_laws is not None:
         claims += own_law_claims(tok, own_laws)
