@@ -225,11 +225,14 @@ def test_shipped_constants_are_the_settled_ones():
                   *(f["global"] for f in fws.values()), *(t for f in fws.values() for t in f["gpu"].values())):
         for name, c in scope.items():
             # sm_stream is a structural flag of a kernel family (E3.1), derived from the cells, not fitted; another
-            # framework's family per GPU is its default backend's (DERIVED from its source, wave 39)
+            # framework's family per GPU is its default backend's (DERIVED from its source, wave 39); vLLM's family
+            # by EP (family_ep:<dtype>, and family:<dtype> beside it) is its source's default (wave 41, vhop)
             # the tactic flag of TensorRT-LLM's CUTLASS laws is set from source (wave 41), and the row tiling such a law
             # carries is unused by it (its tile list prices the padding): DERIVED
             law = name.partition(":")[2]
-            derived = name.startswith(("sm_stream:", "tactic:")) or (name.startswith("family:") and scope not in (
+            by_ep = name.startswith("family_ep:") or (name.startswith("family:")
+                                                      and f"family_ep:{name.split(':', 1)[1]}" in scope)
+            derived = name.startswith(("sm_stream:", "tactic:")) or by_ep or (name.startswith("family:") and scope not in (
                 shipped["constants"]["global"], *shipped["constants"]["gpu"].values())) or (
                 name.startswith(("tile_m:", "unpadded_rows:")) and f"tactic:{law}" in scope)
             allowed = ("DERIVED",) if derived else ("FITTED", "MEASURED")

@@ -1,8 +1,8 @@
 """Which law prices an E3.1 cell (issue 20, wave 40 rule by helper ownfam, landed wave 41 by helper ownland): a cell
 whose kernel the engine's choice determines (one kernel family timed for its model shape and dtype on the GPU, or a
 source-established default kernel) is priced with that family's law alone; a cell timed by several families with no
-established default (vLLM's Hopper fp8_block, TensorRT-LLM's B200 / GB200 nvfp4 gap) stays the fastest backend,
-priced with the faster of the GPU's laws (fmin), as before."""
+established default (TensorRT-LLM's B200 / GB200 nvfp4 gap) stays the fastest backend, priced with the faster of the
+GPU's laws (fmin), as before; vLLM's Hopper fp8_block has its default by EP since wave 41 (tests/test_moe_vhop.py)."""
 from __future__ import annotations
 
 import numpy as np
@@ -74,13 +74,15 @@ def test_a_picked_cell_is_priced_by_its_own_family_law_alone():
                                                                                          t_tri[p == "triton"])
 
 
-def test_vllms_two_family_hopper_fp8_block_cells_stay_the_fastest():
+def test_vllms_two_family_hopper_fp8_block_cells_take_the_default_by_ep():
+    # wave 41 (helper vhop): vLLM's Hopper fp8_block default is established by EP (DEFAULT_SOURCES_BY_EP): at EP 1
+    # Triton, picked here also where CUTLASS was faster (tests/test_moe_vhop.py has the EP > 1 side)
     cut, tri = "vllm_fp8moe_flashinfer_cutlass_flashinferexperts", "vllm_fp8moe_triton_tritonexperts"
     h100 = E.get_gpu("h100-sxm")
     assert (E.M.kernel_family(cut, h100, "vllm"), E.M.kernel_family(tri, h100, "vllm")) == ("cutlass_sm90", "triton")
-    df = pd.DataFrame(_rows("vllm", "h100-sxm", "fp8_block", QWEN, {cut: 0.2, tri: 0.1}))
+    df = pd.DataFrame(_rows("vllm", "h100-sxm", "fp8_block", QWEN, {cut: 0.1, tri: 0.2}))
     c = E.cells(df)
-    assert set(c.pick) == {""} and set(c.kernel_source) == {tri}
+    assert set(c.pick) == {"triton"} and set(c.kernel_source) == {tri}
 
 
 def test_trtllm_b200_nvfp4_gap_stays_the_fastest_and_an_established_default_keeps_its_row():

@@ -146,7 +146,8 @@ KERNEL_READINGS = ("s_c", "s_mem", "d_floor_us")
 
 def is_kernel_key(name: str) -> bool:
     """Whether a moe.yaml constant belongs to the fused-MoE kernel law of one framework's tables: a law constant
-    `<name>:<dtype>[@<family>]` (a dtype of WEIGHT_BYTES), a GPU's `family:<dtype>` or one of its KERNEL_READINGS;
+    `<name>:<dtype>[@<family>]` (a dtype of WEIGHT_BYTES), a GPU's `family:<dtype>` / `family_ep:<dtype>` or one of
+    its KERNEL_READINGS;
     the all-to-all (`a2a_...:<mode>...`) and MLA constants are not."""
     head, sep, rest = str(name).partition(":")
     return name in KERNEL_READINGS or (bool(sep) and rest.split("@")[0] in WEIGHT_BYTES)
@@ -238,15 +239,16 @@ class MoEConstants:
 
 
 def _check_families(values: dict, per_gpu: dict, where: str) -> None:
-    """Every GPU's `family:<dtype>` in one moe.yaml scope names a kernel family whose law that scope ships
+    """Every GPU's `family:<dtype>` (and `family_ep:<dtype>`, its family at ep > 1) in one moe.yaml scope names a
+    kernel family whose law that scope ships
     (`eta_c:<dtype>@<family>`): a family with no law (a renamed or unknown one) is refused with one line, never
     priced silently with the dtype's pooled law (wave 40: torch_flow became torch_flow_sm90 / torch_flow_sm100)."""
     for g in sorted(per_gpu):
         for k, fam in sorted(per_gpu[g].items()):
             head, _, dt = k.partition(":")
-            if head == "family" and fam and f"eta_c:{dt}@{fam}" not in values:
+            if head in ("family", "family_ep") and fam and f"eta_c:{dt}@{fam}" not in values:
                 known = sorted(n.split("@", 1)[1] for n in values if n.startswith(f"eta_c:{dt}@"))
-                raise ValueError(f"MoE constants: {where} gpu {g} family:{dt} names kernel family {fam!r}, which has no "
+                raise ValueError(f"MoE constants: {where} gpu {g} {head}:{dt} names kernel family {fam!r}, which has no "
                                  f"law there (families of {dt}: {', '.join(known) or 'none'})")
 
 
@@ -656,7 +658,8 @@ def routed_experts_time(tokens, hidden, inter, topk, num_experts, gpu, mc: MoECo
     E3.1 wave 29).
     A law with `full_tile_stream` hides its weight stream (t_m = 0) where every touched expert's rows fill whole row
     tiles (full_tiles; E3.1 wave 30: Hopper's fp8 CUTLASS fused MoE at 128, 256, 384, ... rows per expert).
-    The kernel family picks the (dtype, family) constants where shipped (None: the GPU's own, else the dtype's).
+    The kernel family picks the (dtype, family) constants where shipped (None: the GPU's own `family:<dtype>`, or at
+    ep > 1 its `family_ep:<dtype>` where shipped, else the dtype's).
     `load_cache`: a dict the caller keeps for these same cells (tokens, shapes, tp, ep): the router's loads
     (routed_load) are computed once per (routing, tile, unpadded rows) and reused, read-only, by later calls (a fit
     evaluates the law on the same cells hundreds of times); None (the default): computed on every call.
@@ -667,6 +670,17 @@ def routed_experts_time(tokens, hidden, inter, topk, num_experts, gpu, mc: MoECo
         raise ValueError(f"regime must be one of {REGIMES}, not {regime!r}")
     if family is None:
         family = mc.get(f"family:{dtype}", gpu, "")
+        # a GPU whose engine picks another kernel family at ep > 1 (moe.yaml family_ep:<dtype>, DERIVED from the
+        # engine's source: vLLM's Hopper fp8_block, wave 41) prices those cells with that family's law
+        fam_ep = mc.get(f"family_ep:{dtype}", gpu, "")
+        many = np.asarray(ep, dtype=float) > 1
+        if fam_ep and fam_ep != family and many.any():
+            if not many.all():
+                kw = dict(tp=tp, ep=ep, dtype=dtype, routing=routing, regime=regime, load_cache=load_cache)
+                one = routed_experts_time(tokens, hidden, inter, topk, num_experts, gpu, mc, family=family, **kw)
+                alt = routed_experts_time(tokens, hidden, inter, topk, num_experts, gpu, mc, family=fam_ep, **kw)
+                return {k: np.where(many, alt[k], one[k]) for k in one}
+            family = fam_ep
     family = family or None
     law = lambda n: _law(mc, n, dtype, family)  # noqa: E731
     law_or = lambda n, absent: law(n) if _has_law(mc, n, dtype, family) else absent  # noqa: E731

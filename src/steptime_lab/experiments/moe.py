@@ -124,6 +124,17 @@ def _picks(d: pd.DataFrame, framework: str) -> tuple[np.ndarray, np.ndarray]:
         own = pos[(nfam[pos] != 1) & (d["kernel_source"].iloc[pos] == src).to_numpy()]
         prefer[own] = True   # the row a (b) cell keeps (cells()), its pick the source's family
         pick[own] = M.kernel_family(src, gpu, framework)
+    # (b) by EP (DEFAULT_SOURCES_BY_EP: vLLM's Hopper fp8_block, wave 41, vhop): the cell's moe_ep chooses the source
+    by_ep = DEFAULT_SOURCES_BY_EP.get(framework, {})
+    for (g, dt), pos in d.groupby(["gpu", "sdtype"], sort=False).indices.items():
+        gpu = get_gpu(g)
+        entry = by_ep.get((dt, gpu.sm_version))
+        if entry is None:
+            continue
+        src = np.where(d["moe_ep"].iloc[pos].to_numpy() > 1, entry[1], entry[0])
+        own = pos[(nfam[pos] != 1) & (d["kernel_source"].iloc[pos].to_numpy() == src)]
+        prefer[own] = True
+        pick[own] = [M.kernel_family(s, gpu, framework) for s in d["kernel_source"].iloc[own]]
     return pick, prefer
 
 
@@ -249,7 +260,8 @@ FAMILY_OPTIONS = MappingProxyType({"trtllm": MappingProxyType({"trtllm": Mapping
 
 # which law prices a cell (E3.1's rule, issue 20, wave 40, helper ownfam; cells' `pick`, _predict_groups): every engine's
 CELL_PRICING = ("a cell whose kernel the engine's choice determines (one kernel family timed for its model shape and "
-                "dtype on the GPU, or a source-established default: DEFAULT_SOURCES less DEFAULT_ESTABLISHED's gaps) is "
+                "dtype on the GPU, or a source-established default: DEFAULT_SOURCES less DEFAULT_ESTABLISHED's gaps, "
+                "or DEFAULT_SOURCES_BY_EP by the cell's moe_ep) is "
                 "priced with that family's law alone, the rest (the fastest backend) with the faster of the GPU's laws "
                 "of the dtype")
 # what was chosen after an engine's held-out scores had been seen (its metrics' `disclosed`; vLLM's is document()'s)
@@ -939,6 +951,21 @@ DEFAULT_ESTABLISHED = MappingProxyType({"trtllm": MappingProxyType({
                               "the rows do not record it") for sm in _SM100}})})
 
 
+# An engine's source-established default fused-MoE kernel where it depends on the deployment's expert parallelism,
+# keyed by (kernel dtype, SM) (wave 41, helper vhop; the rule written before scoring, DESIGN.md): {framework: {(dtype,
+# SM): (kernel source at moe_ep 1, kernel source at moe_ep > 1, why)}}; E3.1's rule 1(b) by the cell's moe_ep (_picks)
+# and the shipped family:<dtype> / family_ep:<dtype> (run, moe_constants_doc). vLLM 0.24.0 (the release of the H100 /
+# H200 tables), read in its wheel: quantization/fp8.py gives a block checkpoint (kFp8Static128BlockSym,
+# kFp8Dynamic128Sym) and select_fp8_moe_backend(allow_vllm_cutlass=False); fused_moe/oracle/fp8.py
+# _get_priority_backends: "On Hopper for Block Fp8, prefer Triton for TP and FI CUTLASS for EP" (sm 90: FLASHINFER_CUTLASS
+# first where moe_parallel_config.ep_size > 1, else TRITON); DeepGEMM only where VLLM_USE_DEEP_GEMM is set.
+DEFAULT_SOURCES_BY_EP = MappingProxyType({"vllm": MappingProxyType({
+    ("fp8_block", 90): ("vllm_fp8moe_triton_tritonexperts", "vllm_fp8moe_flashinfer_cutlass_flashinferexperts",
+                        "vLLM 0.24.0 fused_moe/oracle/fp8.py _get_priority_backends: block fp8 on sm 90 prefers Triton "
+                        "at ep_size 1 and FlashInfer CUTLASS (FlashInferExperts, sm 90 only) at ep_size > 1; "
+                        "select_fp8_moe_backend takes DeepGEMM / Marlin only where an environment variable sets it")})})
+
+
 def default_established(framework: str, dtype: str, gpu) -> tuple:
     """(established, why) of `framework`'s default fused-MoE kernel for kernel dtype `dtype` on `gpu`
     (DEFAULT_ESTABLISHED); a pair not listed is a gap."""
@@ -969,6 +996,19 @@ def default_families(rows: pd.DataFrame, framework: str) -> dict:
         src = next((s for s in prefs.get(dt, ()) if s in have), None)
         if src is not None:
             out.setdefault(g, {})[dt] = M.kernel_family(src, get_gpu(g), framework)
+    return out
+
+
+def ep_default_families(rows: pd.DataFrame, framework: str) -> list:
+    """[(family, dtype, at ep > 1)] of `framework`'s defaults by EP (DEFAULT_SOURCES_BY_EP) on the GPUs of `rows`
+    (one engine's cells with `kernel_source`), each where the rows hold its source."""
+    out = []
+    for (g, dt), x in rows.groupby(["gpu", "sdtype"], sort=True):
+        gpu = get_gpu(g)
+        entry = DEFAULT_SOURCES_BY_EP.get(framework, {}).get((dt, gpu.sm_version))
+        for many, src in enumerate(entry[:2] if entry else ()):
+            if src in set(x.kernel_source):
+                out.append((M.kernel_family(src, gpu, framework), dt, bool(many)))
     return out
 
 
@@ -1059,16 +1099,23 @@ def run(df: pd.DataFrame, framework: str = "vllm", tactic: bool | None = None) -
                 with_family_routing(x[x.family == fam], family_options(framework, fam)),
                 tactic_family(framework, fam, dt, tactic)), dt, memo)
         all_fit[dt] = fit_dtype_once(x, dt, memo)
-    ship_scales, families = {}, {}
+    ship_scales, families, families_ep = {}, {}, {}
     for g in gpus:
         fam_of = (d[bal & (d.gpu == g)].groupby("sdtype")["family"].agg(lambda f: f.mode().iloc[0]).to_dict())
+        # a (GPU, dtype) with a default by EP (DEFAULT_SOURCES_BY_EP): its families at EP 1 and EP > 1, where the
+        # GPU's table holds the source (the step reads family_ep:<dtype> at ep > 1)
+        for fam, dt, ep_fam in ep_default_families(rows[rows.gpu == g], framework):
+            if ep_fam:
+                families_ep.setdefault(g, {})[dt] = fam
+            else:
+                fam_of[dt] = fam
         families[g] = fam_of
         if framework == SHIPPED_FRAMEWORK:
             own = {dt: all_fit.get(f"{dt}@{fam}", all_fit[dt]) for dt, fam in fam_of.items()}
             ship_scales[g] = gpu_scales(d[bal], g, own)[0]
     out = {"cells": d, "eval": ev[ev.distribution == "balanced"], "eval_skew": skew, "per": per, "per_skew": per_skew,
            "fits": fits, "readings": readings, "ship": all_fit, "ship_scales": ship_scales, "families": families,
-           "framework": framework}
+           "families_ep": families_ep, "framework": framework}
     if framework in TACTIC_FAMILIES:   # the tactic law's option as this run ran it (wave 41)
         out["tactic"] = {"on": tactic, "form": TACTIC_CHOICE, "families": sorted(TACTIC_FAMILIES[framework]),
                          "dtypes": sorted(M.TACTIC_DTYPES)}
@@ -1165,7 +1212,7 @@ def document(r: dict, target_pct: float) -> dict:
                      "the held-out scores had been seen (per-(GPU, dtype) errors by family, tokens, weight bytes vs L2 "
                      "and EP; before and after in DESIGN.md): a family's law is fitted on its every measured cell (not "
                      "only where it was the fastest backend), a dtype whose cells two families won (Hopper fp8_block) "
-                     "is predicted as the faster of their laws, a family no other GPU ran in the dtype takes its "
+                     "was predicted as the faster of their laws (until wave 41), a family no other GPU ran in the dtype takes its "
                      "sibling dtype's cells (fp8 <-> fp8_block), then the same architecture's; the bf16 readings "
                      "scale only laws of the GPU's bf16 kernel family; GA100/GH100's partitioned L2 holds a weight "
                      "set in half the L2 (terms.moe.l2_effective_bytes); the memory-efficiency ramp is in the bytes "
@@ -1247,7 +1294,12 @@ def document(r: dict, target_pct: float) -> dict:
                      "stream where every touched expert's rows fill whole row tiles (terms.moe full_tile_stream), tried "
                      "at the chosen row tiling and kept where it lowers the training cost (the row tile's rule, no "
                      "bar); only the cutlass_sm90 fp8 laws take it. The same drop was tried as a family flag in wave "
-                     "28 and not kept (DESIGN.md).",
+                     "28 and not kept (DESIGN.md). Wave 41 (helper vhop), from vLLM 0.24.0's source, the rule "
+                     "written before it was scored (the faster-of-two-laws scores of these groups were known): "
+                     "Hopper's fp8_block cells are priced with the law of the kernel vLLM picks at the cell's moe_ep "
+                     "(DEFAULT_SOURCES_BY_EP: Triton at EP 1, FlashInfer CUTLASS at EP > 1), no longer the faster of "
+                     "the two laws; the shipped family:fp8_block / family_ep:fp8_block of H100 and H200 follow it. "
+                     "Before and after in DESIGN.md.",
         "expert_cost_families": sorted(EXPERT_FAMILIES),
         "expert_us": {g: {dt: round(p["expert_us"], 3) for dt, p in v["per_dtype"].items() if "expert_us" in p}
                       for g, v in r["fits"].items()},
@@ -1362,11 +1414,22 @@ def moe_constants_doc(r: dict | None, a2a: dict | None = None) -> dict:
                 "value": round(float(v), 6), "provenance": "MEASURED",
                 "source": "E3.1: three bf16 readings of Qwen3-235B-A22B's MoE layer (tokens, moe_tp, moe_ep = "
                           f"{'; '.join(', '.join(map(str, c)) for c in READINGS.values())})"}
+    by_ep = (r or {}).get("families_ep", {})
     for g, fams in (r["families"] if r else {}).items():
         for dt, fam in fams.items():
             gpu.setdefault(g, {})[f"family:{dt}"] = {
                 "value": fam, "provenance": "MEASURED",
                 "source": f"E3.1: the kernel family of vLLM's fastest {dt} fused-MoE backend in the GPU's table"}
+            if dt in by_ep.get(g, {}):   # a default by EP: family at EP 1 (where the table holds it), family_ep at EP > 1
+                gp = get_gpu(g)
+                one, _, why = DEFAULT_SOURCES_BY_EP["vllm"][(dt, gp.sm_version)]
+                if fam == M.kernel_family(one, gp, "vllm"):
+                    gpu[g][f"family:{dt}"] = {"value": fam, "provenance": "DERIVED",
+                                              "source": f"vLLM's default {dt} fused-MoE kernel family at EP 1 ({why}; "
+                                                        "steptime_lab.experiments.moe.DEFAULT_SOURCES_BY_EP)"}
+                gpu[g][f"family_ep:{dt}"] = {"value": by_ep[g][dt], "provenance": "DERIVED",
+                                             "source": f"vLLM's default {dt} fused-MoE kernel family at EP > 1 "
+                                                       f"({why}; steptime_lab.experiments.moe.DEFAULT_SOURCES_BY_EP)"}
     if a2a is not None:
         for key, p in a2a["ship"].items():
             if p.get("bw_share"):  # the overlapped law (A2A_OVERLAP_MODES)
