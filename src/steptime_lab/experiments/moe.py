@@ -380,8 +380,8 @@ def token_sm(train: pd.DataFrame, dt: str) -> bool:
 
 # One engine's kernel families, compiled per SM, whose law for a GPU that no other GPU shares the family with (in the
 # dtype or its sibling) is fitted on every other GPU's cells of these families, all SMs, with the per-pair passes'
-# SM-issue branch (tok_bytes_per_clk_sm) (E3.1, issue 20, wave 41, helper wsmoe; DESIGN.md "the per-pair passes read on
-# the GPU itself", rule 3): TensorRT-LLM's CUTLASS fused MoE (moe_torch_flow_cutlass, one source compiled per SM).
+# SM-issue branch (tok_bytes_per_clk_sm) (E3.1, issue 20, wave 41, helper wsmoe; DESIGN.md "TensorRT-LLM's per-pair
+# passes are not HBM-bound", rule 3): TensorRT-LLM's CUTLASS fused MoE (moe_torch_flow_cutlass, one source per SM).
 # OBSERVED (its bf16 tables, each GPU's own cells, a least squares of the law's terms): the local per-pair passes in
 # DRAM units are ~11 on the datacenter Blackwells, 7-9 on Hopper and 3.6-4.5 on the L40S / RTX PRO 6000, falling with
 # the GPU's DRAM bytes per SM clock (26 / 13-18 / 2-3): neither HBM nor the SMs alone, so the law needs both branches,
