@@ -987,8 +987,9 @@ DEFAULT_ESTABLISHED = MappingProxyType({"trtllm": MappingProxyType({
                           "gpt-oss on Hopper (TritonFusedMoE, moe_torch_flow)"),
     ("fp8_block", 90): (True, "MoeConfig.backend CUTLASS (llm_args.py; AUTO resolves to CUTLASS but for gpt-oss); the "
                               "collector: 'SM90 uses CUTLASS backend with FP32 scale' (moe_torch_flow_cutlass)"),
-    ("fp8", 90): (True, "MoeConfig.backend CUTLASS (llm_args.py; AUTO resolves to CUTLASS but for gpt-oss): "
-                        "CutlassFusedMoE (moe_torch_flow_cutlass)"),
+    ("fp8", 90): (False, "gap: MoeConfig.backend AUTO resolves to CUTLASS (CutlassFusedMoE, moe_torch_flow_cutlass) "
+                         "for every model but gpt-oss (llm_args.py), and this list is keyed by (kernel dtype, SM), not by "
+                         "model; E3.4's Hopper fp8 TensorRT-LLM rows are gpt-oss-120b's (wave 41, lead, from review11)"),
     **{("fp8_block", sm): (False, "gap: the sm 100 default for block-scaled fp8 in releases 0.8-1.2 (DeepGEMM, "
                                   "TRT-LLM-gen or CUTLASS) is not established; the rows do not record moe_backend")
        for sm in _SM100},
@@ -1196,14 +1197,26 @@ def engine_law_names(fw: str) -> tuple[str, str]:
     return M.ENGINE_NAMES[fw], table
 
 
+def law_source(fits: dict, gpu: str, dt: str) -> str:
+    """What the held-out law of (gpu, dt) was fitted on, as its fold recorded it (`trained_on`: the dtype's key, or one
+    `<dt>@<family>` key per family that won the GPU's cells), so a claim names the cells its law came from: the
+    other GPUs' cells of its own kernel family, or of another family where no other GPU ran its own."""
+    t = fits.get(gpu, {}).get("trained_on", {})
+    what = [v for k, v in sorted(t.items()) if k == dt or k.startswith(f"{dt}@")]
+    if not what:
+        raise ValueError(f"E3.1: no recorded training cells for {gpu} {dt}")
+    return "; ".join(what)
+
+
 def document(r: dict, target_pct: float) -> dict:
     per = r["per"]
     prefix = ENGINE_CLAIM_PREFIX[r.get("framework", "vllm")]
 
     claims = []
     for row in per.itertuples():
-        claims.append(claim(f"{prefix}fused MoE on {row.gpu} ({row.sdtype}), held out (law of its kernel family from the "
-                            f"other GPUs, at most three bf16 readings of its own at cells chosen on the training GPUs "
+        claims.append(claim(f"{prefix}fused MoE on {row.gpu} ({row.sdtype}), held out (law fitted on "
+                            f"{law_source(r['fits'], row.gpu, row.sdtype)}, "
+                            f"at most three bf16 readings of its own at cells chosen on the training GPUs "
                             f"(choose_readings); collector regime: L2-resident weight sets), "
                             f"{int(row.n)} balanced-routing cells", round(100 * row.mape, 2),
                             "MAPE % (lower is better)", target=target_pct, met=100 * row.mape <= target_pct, op="<=",
