@@ -167,6 +167,8 @@ CACHES = {
     "steptime.specs.model_table", "steptime.specs._moe_index", "steptime.specs._model_alias_index",
     "steptime.specs._moe_alias_index", "steptime.specs._operators",
     "steptime.specs.moe.moe_class", "steptime.specs.moe.moe_model_table",
+    # moe_models.yaml's `unsupported` entries (wave 41) and their name index: loaders of a shipped file, read-only
+    "steptime.specs.moe.unsupported_model_table", "steptime.specs._unsupported_index",
 }
 # raw YAML documents the loaders above parse; private, read by their own module only (their
 # contents are checked unchanged by predictions in test_predictions_leave_the_caches_unchanged)
