@@ -884,30 +884,6 @@ def gpu_scales(d: pd.DataFrame, gpu: str, per_dtype: dict, readings: dict | None
     return sc, cells_used
 
 
-def relative_scales(d: pd.DataFrame, gpu: str, per_dtype: dict, ref_gpus, readings: dict | None = None,
-                    groups: dict | None = None) -> tuple[dict, list]:
-    """The GPU's scales (gpu_scales) taken relative to those of the GPUs its bf16 law was fitted on (`ref_gpus`, the
-    same law and reading cells, in-sample): s_c and s_mem divided by the geometric mean of theirs, d_floor_us less the
-    mean of theirs (E3.1, issue 20, wave 41, helper h200tri; DESIGN.md "readings relative to the training GPUs'"). A
-    reading then carries the GPU's departure from its law, not the law's own error at the reading cell, which its
-    training GPUs share (vLLM's Triton law is 12-15% slow at a few tokens on H100 and H200 alike). A reference GPU
-    without the reading cells is skipped; none left (or the GPU has no readings): gpu_scales' scales."""
-    sc, used = gpu_scales(d, gpu, per_dtype, readings, groups)
-    if not used:
-        return sc, used
-    refs = []
-    for h in sorted(set(ref_gpus)):
-        r, u = gpu_scales(d, h, per_dtype, readings, groups)
-        if u:
-            refs.append(r)
-    if not refs:
-        return sc, used
-    out = {"s_c": float(sc["s_c"]) / float(np.exp(np.mean([np.log(r["s_c"]) for r in refs]))),
-           "s_mem": float(sc["s_mem"]) / float(np.exp(np.mean([np.log(r["s_mem"]) for r in refs]))),
-           "d_floor_us": float(sc["d_floor_us"]) - float(np.mean([r["d_floor_us"] for r in refs]))}
-    return out, used
-
-
 def choose_readings(train: pd.DataFrame, d: pd.DataFrame, fits: dict | None = None) -> tuple[dict, dict]:
     """The reading cells for a GPU whose bf16 law is fitted on `train` (the training GPUs' bf16 cells; the held-out
     GPU must not be among them), decided on those GPUs alone (READING_CANDIDATES' rule): for each training GPU, the
@@ -1120,13 +1096,12 @@ def run(df: pd.DataFrame, framework: str = "vllm", tactic: bool | None = None) -
                     fam_of[key] = fam
                     if opt:
                         law_opts[key] = opt
-        rd_choice, rd_table, ref_gpus = READINGS, {}, []
+        rd_choice, rd_table = READINGS, {}
         if "bf16" in per_dtype:
             t, _ = engine_training_cells(d[bal], g, "bf16", fam_of["bf16"], rows, framework)
             t = with_tactic(t, tactic_family(framework, fam_of["bf16"], "bf16", tactic))
             rd_choice, rd_table = choose_readings(t, d[bal], memo)
-            ref_gpus = sorted(t.gpu.unique())
-        sc, used = relative_scales(d[bal], g, per_dtype, ref_gpus, rd_choice)
+        sc, used = gpu_scales(d[bal], g, per_dtype, rd_choice)
         unscaled = frozenset(k for k, f in fam_of.items() if not readings_apply(f, fam_of.get("bf16")))
         mask = d.gpu == g
         s = d[mask]
@@ -1183,10 +1158,7 @@ def run(df: pd.DataFrame, framework: str = "vllm", tactic: bool | None = None) -
         families[g] = fam_of
         if framework == SHIPPED_FRAMEWORK:
             own = {dt: all_fit.get(f"{dt}@{fam}", all_fit[dt]) for dt, fam in fam_of.items()}
-            xb = d[bal & (d.sdtype == "bf16")]
-            if "bf16" in fam_of and f"bf16@{fam_of['bf16']}" in all_fit:
-                xb = xb[xb.family == fam_of["bf16"]]
-            ship_scales[g] = relative_scales(d[bal], g, own, xb.gpu.unique())[0]
+            ship_scales[g] = gpu_scales(d[bal], g, own)[0]
     out = {"cells": d, "eval": ev[ev.distribution == "balanced"], "eval_skew": skew, "per": per, "per_skew": per_skew,
            "fits": fits, "readings": readings, "ship": all_fit, "ship_scales": ship_scales, "families": families,
            "families_ep": families_ep, "framework": framework}
@@ -1203,9 +1175,7 @@ def run(df: pd.DataFrame, framework: str = "vllm", tactic: bool | None = None) -
             dfit[f"{dt}@{fam}"] = fit_dtype_once(with_tactic(rows[(rows.sdtype == dt) & (rows.family == fam)],
                                                              tactic_family(framework, fam, dt, tactic)), dt, memo)
         out["default"] = {"families": dfam, "ship": {**{dt: all_fit[dt] for dt in dtypes}, **dfit},
-                          "ship_scales": {g: relative_scales(
-                              d[bal], g, {dt: dfit[f"{dt}@{fam}"] for dt, fam in f.items()},
-                              rows.loc[(rows.sdtype == "bf16") & (rows.family == f.get("bf16")), "gpu"].unique())[0]
+                          "ship_scales": {g: gpu_scales(d[bal], g, {dt: dfit[f"{dt}@{fam}"] for dt, fam in f.items()})[0]
                                           for g, f in dfam.items()}}
     return out
 
