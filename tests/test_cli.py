@@ -114,6 +114,9 @@ def test_constants_columns_never_run_together(capsys):
 def test_models_key_column_holds_the_longest_key(capsys):
     rc, out, _ = run(capsys, "models")
     _, js, _ = run(capsys, "models", "--json")
+    # wave 41 (docs11): the models refused by name follow in a block of their own, not in --json's model table
+    out, refused = out.split("\n\nknown, not represented")
+    assert "deepseek-v4-flash" in refused
     keys = {ln.split()[0] for ln in out.splitlines() if ln.strip() and not ln.startswith(("key", "mixture"))}
     assert rc == 0 and keys == set(json.loads(js)) and "qwen3-coder-480b-a35b" in keys
     dense, moe = out.split("\nmixture of experts")

@@ -187,7 +187,7 @@ def cmd_models(a) -> int:
     from dataclasses import asdict
 
     from steptime.specs import model_table
-    from steptime.specs.moe import moe_model_table
+    from steptime.specs.moe import moe_model_table, unsupported_model_table
 
     table = model_table()
     moe = moe_model_table()
@@ -211,6 +211,13 @@ def cmd_models(a) -> int:
         print(f"{k:<{kw}}{m.hidden_size:>7}{m.num_hidden_layers:>7}{m.attention:>5}{m.num_experts:>8}"
               f"{m.num_experts_per_tok:>6}{m.n_shared_experts:>7}{m.moe_intermediate_size:>8}"
               f"{m.n_dense_layers:>6}{m.n_active_params() / 1e9:>9.2f}{m.n_params() / 1e9:>9.2f}")
+    refused = unsupported_model_table()  # wave 41: refused by name, with the reason (docs11: listed here too)
+    if refused:
+        print()
+        print("known, not represented (refused by name with the reason: `steptime predict --model KEY`; "
+              "specs/moe_models.yaml unsupported):")
+        for k, e in refused.items():
+            print(f"{k:<{kw}}{e['source']} ({e['architecture']})")
     return 0
 
 
@@ -351,8 +358,9 @@ def build_parser() -> argparse.ArgumentParser:
     pr.add_argument("--model", required=True, help="model key, HF id, or path to config.json")
     pr.add_argument("--gpu", required=True, help="GPU key or alias (see `steptime gpus`)")
     pr.add_argument("--decode", action="append", metavar="COUNTxKV",
-                    help="decode requests, e.g. 32x1024 (with neither --decode nor --prefill: one step of "
-                         f"--decode {DEFAULT_DECODE}, said on stderr)")
+                    help="decode requests, e.g. 32x1024: COUNT requests each reading KV cached tokens, KV >= 1 (a "
+                         "request with nothing cached is a one-token prefill, --prefill 1x1; with neither --decode "
+                         f"nor --prefill: one step of --decode {DEFAULT_DECODE}, said on stderr)")
     pr.add_argument("--prefill", action="append", metavar="COUNTxTOKENS[@KV]", help="prefill requests, e.g. 1x2048")
     pr.add_argument("--tp", type=int, default=1, help="tensor-parallel degree, GPUs (default %(default)s)")
     pr.add_argument("--f-clk", type=float, default=None,
@@ -430,22 +438,27 @@ def build_parser() -> argparse.ArgumentParser:
     from steptime.plan_command import add_parser as add_plan
 
     add_plan(sub)
-    for name in ("predict", "serve", "plan"):  # one option, the same on the three commands that price a step
+    for name in ("predict", "serve"):  # one option, the same on the three commands that price a step
         add_moe_kernels(sub.choices[name])
+    add_moe_kernels(sub.choices["plan"], engines=f"each --engines profile's own moe.kernels {_SHIPPED_KERNELS}; "
+                                                 "given, it replaces them for every engine searched")
     p.commands = sub.choices  # each command's parser: an argument it does not know is refused by it (`main`)
     return p
 
 
-def add_moe_kernels(parser) -> None:
+_SHIPPED_KERNELS = "(vllm for every shipped profile; `steptime constants`)"
+
+
+def add_moe_kernels(parser, engines: str = f"the --engine profile's moe.kernels {_SHIPPED_KERNELS}") -> None:
     """--moe-kernels ENGINE (wave 41): whose fused-MoE laws price an MoE model's routed experts, the CLI's route to
-    Engine.with_moe_kernels; checked when the command runs (moe_step.check_moe_kernels)."""
+    Engine.with_moe_kernels; checked when the command runs (moe_step.check_moe_kernels). `engines`: whose
+    moe.kernels it replaces (plan's --engines: every profile it searches; docs11)."""
     from steptime.specs.engines import MOE_KERNELS
 
     parser.add_argument("--moe-kernels", metavar="ENGINE", default=None,
                         help="whose fused-MoE kernel laws price a mixture-of-experts model's routed experts: "
                              f"{' or '.join(MOE_KERNELS)} (calibration/moe.yaml; trtllm: TensorRT-LLM's own, which run "
-                             "an mxfp4 checkpoint as mxfp4_mxfp8 on sm 100 / 103). Default: the --engine profile's "
-                             "moe.kernels (vllm for every shipped profile; `steptime constants`). Refused for a dense "
+                             f"an mxfp4 checkpoint as mxfp4_mxfp8 on sm 100 / 103). Default: {engines}. Refused for a dense "
                              "model (it has no routed experts). The output names the law that priced them")
 
 

@@ -266,7 +266,8 @@ def memory_bytes(model, kv_tokens, tp: int = 1, ep: int = 1, *, dtype: str = "bf
 
 def _other_kernels_hint(mc, kernels: str, kdt: str) -> str:
     """The tail of the no-law refusal: which other frameworks' fused-MoE laws price `kdt`, and how to select them
-    (engines.yaml moe.kernels; e.g. mxfp4_mxfp8 has only TensorRT-LLM's laws, wave 40)."""
+    (engines.yaml moe.kernels; e.g. mxfp4_mxfp8 has only TensorRT-LLM's laws, wave 40): the CLI's --moe-kernels
+    first (wave 41, docs11), then Python's route."""
     others = []
     for fw in moe_terms.MOE_FRAMEWORKS:
         if fw == kernels or (fw != "vllm" and fw not in mc.frameworks):
@@ -276,9 +277,9 @@ def _other_kernels_hint(mc, kernels: str, kdt: str) -> str:
     if not others:
         return ""
     fw = others[0]
-    return (f"; {', '.join(others)}'s kernels have it (a profile's moe.kernels picks whose laws it reads, "
-            f"`steptime constants`; from Python: engine=steptime.specs.engines.get_engine({fw!r})"
-            f".with_moe_kernels({fw!r}))")
+    return (f"; {', '.join(others)}'s kernels have it (select them with --moe-kernels {fw} on predict / serve / "
+            f"plan; a profile's moe.kernels picks whose laws it reads, `steptime constants`; from Python: "
+            f"engine=steptime.specs.engines.get_engine({fw!r}).with_moe_kernels({fw!r}))")
 
 
 def block_terms(model, gpu, step_id, new, kv, T, n_steps, *, tp, ep, dtype, kv_dtype, constants, mc, f_clk,

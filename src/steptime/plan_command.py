@@ -21,16 +21,21 @@ from steptime.errors import SteptimeError
 
 
 def add_parser(sub) -> None:
+    from steptime.serve.command import bound_help
+
+    bounds = bound_help()
     s = sub.add_parser("plan", help="cheapest layout (GPU, tp, replicas, engine, knobs) meeting an SLO (simulated)")
     s.add_argument("--model", required=True, help="model key, HF id, or path to config.json")
     w = s.add_argument_group("workload (as `steptime serve`)")
     w.add_argument("--trace", default=None, help="a trace name or a csv/parquet file (as `steptime serve`)")
     w.add_argument("--n", type=int, default=None, help="requests (default 2000)")
-    w.add_argument("--rate", type=float, default=None, help="Poisson arrivals, requests/s")
-    w.add_argument("--concurrency", type=int, default=None, help="closed loop: requests in flight in total (split over replicas)")
+    w.add_argument("--rate", type=float, default=None, help=bounds["rate"])
+    w.add_argument("--concurrency", type=int, default=None,
+                   help=f"closed loop: requests in flight in total (split over replicas), {bounds['concurrency']}")
     w.add_argument("--isl", default="1024", help="input length, tokens: N or LO:HI (default %(default)s)")
     w.add_argument("--osl", default="256", help="output length, tokens: N or LO:HI (default %(default)s)")
-    w.add_argument("--time-scale", type=float, default=None, help="stretch a trace's recorded arrivals (with --trace)")
+    w.add_argument("--time-scale", type=float, default=None,
+                   help=f"stretch a trace's recorded arrivals (with --trace): {bounds['time_scale']}")
     w.add_argument("--seed", type=int, default=0, help="random seed of the synthetic workload (default %(default)s)")
     s.add_argument("--slo-ttft-ms", type=float, default=None, help="time-to-first-token SLO, ms")
     s.add_argument("--slo-tpot-ms", type=float, default=None, help="time-per-output-token SLO, ms")
@@ -45,7 +50,8 @@ def add_parser(sub) -> None:
     s.add_argument("--max-rate", metavar="RATES", default=None,
                    help="another question: the largest request rate per GPU (of these comma-separated req/s/GPU, "
                         "scanned up to the first that fails) each layout serves within the SLO; the workload's "
-                        "lengths are replayed with Poisson arrivals at each rate")
+                        "lengths are replayed with Poisson arrivals at each rate; each rate x --max-gpus within "
+                        "--rate's bound")
     s.add_argument("--gpus", default="h100-sxm,h200-sxm,a100-sxm,l40s",
                    help="comma-separated GPU keys (default %(default)s)")
     s.add_argument("--engines", default="vllm", help="comma-separated engine profiles (default %(default)s)")

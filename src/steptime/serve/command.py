@@ -31,14 +31,31 @@ PROGRESS_MIN_STEPS = 100_000  # ... or simulated iterations (a lower bound: work
 MAX_SIM_STEPS = 10**8
 
 
+def bound_help() -> dict:
+    """{option: the sentence of its --help that states its upper bound}, from the constants that enforce them
+    (serve.workload, validation; wave 41's bounds, documented by docs11); shared with `steptime plan`."""
+    from steptime.serve.workload import MAX_RATE, MAX_WORKLOAD_REQUESTS, TIME_RESOLUTION_S
+    from steptime.validation import MAX_REQUESTS
+
+    clock = f"the simulator clock's resolution, {TIME_RESOLUTION_S:.3g} s over its horizon"
+    return {"rate": f"Poisson arrivals, requests/s: > 0, at most {MAX_RATE:.3g} (a mean gap above {clock})",
+            "concurrency": f"at most {MAX_WORKLOAD_REQUESTS:.0e}, the most requests a workload holds",
+            "time_scale": f"> 0; a trace's mean gap times it stays above {clock}",
+            "step": f"at most {MAX_REQUESTS:,}, the most requests one step is priced for"}
+
+
 def add_parser(sub) -> None:
+    from steptime.moe_step import MOE_DTYPES
+
+    bounds = bound_help()
     s = sub.add_parser("serve", help="simulate serving a workload (TTFT, TPOT, throughput; simulated)")
     s.add_argument("--model", required=True, help="model key, HF id, or path to config.json")
     s.add_argument("--gpu", required=True, help="GPU key or alias (see `steptime gpus`)")
     s.add_argument("--engine", default=None, help="engine profile (default vllm; see `steptime engines`)")
-    s.add_argument("--dtype", default=None, choices=["bf16", "fp8", "fp8_block", "nvfp4", "fp4", "mxfp4"],
+    s.add_argument("--dtype", default=None, choices=MOE_DTYPES,  # every MoE dtype predict takes (mxfp4_mxfp8, docs11)
                    help="projection GEMM precision (dense: bf16 or fp8); for a mixture-of-experts model the expert "
-                        "weights' dtype (default: a config.json's quantization_config, else bf16)")
+                        "weights' dtype, what each runs and on which GPUs as `steptime predict --help` says "
+                        "(default: a config.json's quantization_config, else bf16)")
     s.add_argument("--kv-dtype", default="bf16", choices=["bf16", "fp8"], help="KV-cache precision (default "
                    "%(default)s)")
     s.add_argument("--tp", type=int, default=1, help="tensor-parallel degree, GPUs per instance (default %(default)s)")
@@ -53,9 +70,10 @@ def add_parser(sub) -> None:
     s.add_argument("--max-num-batched-tokens", type=int, default=None,
                    help=f"token budget of one engine step, tokens (--policy vllm or disagg; default "
                         f"{VLLM_DEFAULTS['max_num_batched_tokens']})")
-    s.add_argument("--max-num-seqs", type=int, default=256, help="most requests running at once (default %(default)s)")
+    s.add_argument("--max-num-seqs", type=int, default=256, help=f"most requests running at once, {bounds['step']} "
+                                                                           "(default %(default)s)")
     s.add_argument("--chunk", type=int, default=None, help="sarathi chunk (token budget per step; --policy sarathi)")
-    s.add_argument("--batch", type=int, default=None, help="static batch size (--policy static)")
+    s.add_argument("--batch", type=int, default=None, help=f"static batch size (--policy static), {bounds['step']}")
     s.add_argument("--block-size", type=int, default=16,
                    help="KV-cache block size, tokens; one the engine takes (`steptime engines`; default %(default)s)")
     s.add_argument("--gpu-memory-utilization", type=float, default=0.9,
@@ -72,14 +90,15 @@ def add_parser(sub) -> None:
     w.add_argument("--trace", help=f"a trace of results/data/traces.parquet ({', '.join(TRACES)}) or a "
                                    "csv/parquet file with arrival, prompt and output token columns")
     w.add_argument("--n", type=int, default=None, help="first N requests (synthetic: how many; default 1000)")
-    w.add_argument("--rate", type=float, default=None, help="Poisson arrivals, requests/s")
+    w.add_argument("--rate", type=float, default=None, help=bounds["rate"])
     w.add_argument("--concurrency", type=int, default=None,
                    help="closed loop with this many requests in flight in total (with --replicas R, split "
-                        "across the replicas: C // R each, the remainder one more on the first ones)")
+                        f"across the replicas: C // R each, the remainder one more on the first ones), "
+                        f"{bounds['concurrency']}")
     w.add_argument("--isl", default="1024", help="input length, tokens: N or LO:HI (uniform; default %(default)s)")
     w.add_argument("--osl", default="256", help="output length, tokens: N or LO:HI (uniform; default %(default)s)")
     w.add_argument("--time-scale", type=float, default=None,
-                   help="stretch a trace's recorded arrivals (with --trace, default 1)")
+                   help=f"stretch a trace's recorded arrivals (with --trace, default 1): {bounds['time_scale']}")
     w.add_argument("--seed", type=int, default=0, help="random seed of the synthetic workload (default %(default)s)")
     s.add_argument("--slo-ttft-ms", type=float, default=None, help="time-to-first-token SLO, ms (default: none)")
     s.add_argument("--slo-tpot-ms", type=float, default=None, help="time-per-output-token SLO, ms (default: none)")
@@ -288,7 +307,11 @@ def run_args(a):
     if is_moe(m):  # whose fused-MoE laws priced the routed experts (the profile's, or --moe-kernels'), for the report
         from steptime.specs.engines import get_engine
 
+        from steptime.specs import get_gpu
+        from steptime.terms.moe import kernel_dtype
+
         a.moe_law = get_engine(engine).moe_kernels()
+        a.moe_law_dtype = kernel_dtype(a.moe_law, a.dtype, get_gpu(a.gpu))  # as predict's moe_kernel_dtype
     ekw = dict(tp=a.tp, engine=engine, dtype=a.dtype, kv_dtype=a.kv_dtype)
     ranks = ep_ranks(a.model, a.gpu, a.tp, a.ep, a.dtype)
     if a.ep != 1:
@@ -339,7 +362,8 @@ def cmd_serve(a) -> int:
     summ = run.summary(slo_ttft_s=ms(a.slo_ttft_ms), slo_tpot_s=ms(a.slo_tpot_ms))
     doc = {"simulated": True, "model": a.model, "gpu": a.gpu, "engine": a.engine or "vllm", "tp": a.tp,
            **({"ep": a.ep} if a.ep != 1 else {}), **({"note": EP_NOTE} if a.ep > a.tp else {}),
-           **({"moe_kernels": a.moe_law} if getattr(a, "moe_law", None) else {}),
+           **({"moe_kernels": a.moe_law, "moe_kernel_dtype": a.moe_law_dtype} if getattr(a, "moe_law", None)
+              else {}),
            "workload": {"name": wl.name, "requests": len(wl), "concurrency": wl.concurrency,
                         "mean_prompt": float(np.mean(wl.prompt)), "mean_output": float(np.mean(wl.output))},
            "policy": run.policy, "summary": summ}
@@ -364,7 +388,8 @@ def cmd_serve(a) -> int:
         print(f"note: {EP_NOTE}")
     print(f"{a.model} on {a.gpu} (tp={a.tp}{f', ep={a.ep}' if a.ep != 1 else ''}, engine {a.engine or 'vllm'}, {a.dtype}{getattr(a, 'dtype_from', '')}, policy {run.policy['name']}): {len(wl)} requests "
           f"[{wl.name}], simulated"
-          + (f"; routed experts priced with {a.moe_law}'s fused-MoE laws" if getattr(a, "moe_law", None) else ""))
+          + (f"; routed experts priced with {a.moe_law}'s fused-MoE laws at {a.moe_law_dtype}"
+             if getattr(a, "moe_law", None) else ""))
     print(f"{'metric':<10}{'p50':>10}{'p90':>10}{'p99':>10}   (ms)")
     for key in ("ttft_s", "tpot_s", "itl_s", "e2e_s"):
         v = summ[key]
