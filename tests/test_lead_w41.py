@@ -34,3 +34,27 @@ def test_committed_e3_1_claims_carry_their_law_source():
     assert texts and not any("law of its kernel family" in t for t in texts)
     l40s = [t for t in texts if t.startswith("TensorRT-LLM's own fused MoE on l40s (bf16)")]
     assert len(l40s) == 1 and "law fitted on cutlass_" in l40s[0]
+
+
+def test_trtllm_profile_text_quotes_e3_4s_committed_own_law_numbers():
+    """engines.yaml's trtllm moe.kernels source quotes E3.4's own-law / vLLM-law token-time MAPEs for the current
+    laws; they must be the committed result's (docs11 found wave 40's numbers left standing after wave 41 moved them)."""
+    import json
+    import re
+    from pathlib import Path
+    root = Path(__file__).resolve().parents[1]
+    text = (root / "src" / "steptime" / "specs" / "engines.yaml").read_text()
+    m = re.search(r"with wave 41's \([^)]*\) it is b200 (\.\d+), h200 (\.\d+), gb200 (\.\d+), h100 (\.\d+) "
+                  r"\(vLLM's law: (\.\d+), (\.\d+), (\.\d+), (\.\d+)\)", text)
+    assert m, "the trtllm profile no longer quotes wave 41's E3.4 numbers"
+    own = dict(zip(("b200", "h200-sxm", "gb200", "h100-sxm"), map(float, m.groups()[:4])))
+    vllm = dict(zip(("b200", "h200-sxm", "gb200", "h100-sxm"), map(float, m.groups()[4:])))
+    r = json.loads((root / "results" / "E3_4.json").read_text())
+    seen = set()
+    for c in r["claims"]:
+        head = c["claim"].split(":")[0]
+        if "priced with TensorRT-LLM's own" in c["claim"] and head.startswith("aic-silicon "):
+            gpu = head.split()[1]
+            assert abs(c["value"]["mape"] - own[gpu]) < 1e-4 and abs(c["value"]["default_mape"] - vllm[gpu]) < 1e-4
+            seen.add(gpu)
+    assert seen == set(own)
