@@ -668,6 +668,8 @@ def fit_dtype(train: pd.DataFrame, dt: str) -> dict:
         # full-tile choice is fitted; the per-expert cost as for any law of its family
         flag.update({"tactic": float(M.TACTIC_CHOICES.index(TACTIC_CHOICE) + 1), "unpadded_rows": 0.0,
                      "tile_m": float(M.TILE_M)})
+        if PAIR_OVERLAP:   # the local per-pair passes overlap the GEMMs' math (terms.moe.pair_overlap_split)
+            flag["pair_overlap"] = 1.0
         if expert_cost(t, dt):
             names, p0, lo, hi = law_params(dt, ep_remap(train, dt), batch_cost(train, dt), token_sm(train, dt), True)
         r = _fit_at(groups, t, y, dt, names, flag, p0, lo, hi)
@@ -723,6 +725,9 @@ TACTIC_FAMILIES = MappingProxyType({"trtllm": frozenset({"cutlass_sm90", "cutlas
 # lowered it (16.002 -> 15.907%) and lost no met group; TB's form was thus chosen after seeing both scores (disclosed)
 TACTIC_DEFAULT = True
 TACTIC_CHOICE = "padding"
+# the tactic law's local per-pair passes on the memory side of its roofline, overlapped with the math
+# (terms.moe.pair_overlap_split; E3.1, issue 20, wave 41, helper tacticeta; written before it was scored, DESIGN.md)
+PAIR_OVERLAP = True
 
 
 def tactic_family(framework: str, family: str | None, dt: str, on: bool) -> bool:
@@ -1461,6 +1466,11 @@ def moe_constants_doc(r: dict | None, a2a: dict | None = None) -> dict:
                                                   "priced by the CTA tile its autotuner would pick per power-of-two "
                                                   "token bucket (terms.moe.TACTIC_TILES, from cutlass_heuristic.cpp; "
                                                   f"form {M.TACTIC_CHOICES[int(v) - 1]!r}: TACTIC_CHOICES)"}
+            if name == "pair_overlap":
+                glob[f"{name}:{dt}"] = {"value": v, "provenance": "DERIVED",
+                                        "source": "E3.1 (wave 41): the tactic law's local per-pair passes priced on "
+                                                  "the memory side of its roofline, overlapped with the grouped GEMMs' "
+                                                  "math (terms.moe.pair_overlap_split; PAIR_OVERLAP)"}
             if name == "sm_stream":
                 glob[f"{name}:{dt}"] = {"value": v, "provenance": "DERIVED",
                                         "source": "E3.1: the family's weight stream is SM-bound (H100 and H200, same "
