@@ -61,5 +61,13 @@ def test_the_fit_marks_the_tactic_law_alone(monkeypatch, on):
     assert "pair_overlap" not in E.fit_dtype(E.with_tactic(d, False), "bf16")
 
 
+def test_a_pooled_fold_with_the_sm_issue_branch_keeps_its_passes_added(monkeypatch):
+    """A tactic law whose cells are marked for the per-pair passes' SM-issue branch (a pooled fold, wsmoe) is fitted
+    without pair_overlap (the two would price the same passes twice): it has tok_bytes_per_clk_sm instead."""
+    monkeypatch.setattr(E, "PAIR_OVERLAP", True)
+    fit = E.fit_dtype(E.with_tactic(_cells(2.0), True).assign(tok_sm=True), "bf16")
+    assert "tok_bytes_per_clk_sm" in fit and "pair_overlap" not in fit and fit["tactic"] == 2.0
+
+
 def test_the_option_is_adopted():
     assert E.PAIR_OVERLAP is True and E.TACTIC_DEFAULT is True

@@ -673,7 +673,9 @@ def fit_dtype(train: pd.DataFrame, dt: str) -> dict:
         # full-tile choice is fitted; the per-expert cost as for any law of its family
         flag.update({"tactic": float(M.TACTIC_CHOICES.index(TACTIC_CHOICE) + 1), "unpadded_rows": 0.0,
                      "tile_m": float(M.TILE_M)})
-        if PAIR_OVERLAP:   # the local per-pair passes overlap the GEMMs' math (terms.moe.pair_overlap_split)
+        # the local per-pair passes overlap the GEMMs' math (terms.moe.pair_overlap_split), except in a law that prices
+        # them with their SM-issue branch (token_sm: a pooled fold, ENGINE_POOLED_FAMILIES), which keeps them added
+        if PAIR_OVERLAP and not token_sm(train, dt):
             flag["pair_overlap"] = 1.0
         if expert_cost(t, dt):
             names, p0, lo, hi = law_params(dt, ep_remap(train, dt), batch_cost(train, dt), token_sm(train, dt), True)
