@@ -710,7 +710,7 @@ def routed_experts_time(tokens, hidden, inter, topk, num_experts, gpu, mc: MoECo
 ROUTED_LAW_NEEDS = ("eta_c", "l2_bytes_per_clk_sm", "eta_mem_max", "x_half", "token_passes", "local_token_passes",
                     "floor_us")
 ROUTED_LAW_OPTIONAL = ("overlap_p", "tok_bytes_per_clk_sm", "quant_passes", "ep_floor_us", "batch_us", "batch_tokens",
-                       "expert_us")
+                       "expert_us", "pair_overlap")
 
 
 def routed_shape(tokens, hidden, inter, topk, num_experts, gpu, *, tp=1, ep=1, dtype="bf16", routing="uniform",
@@ -879,10 +879,17 @@ def routed_law_time(s: dict, v: dict, *, regime: str = "evicted", dtype: str = "
     key_m = (v.get("l2_fit", nan) if regime == "resident" else nan, v["l2_bytes_per_clk_sm"], v["eta_mem_max"],
              v["x_half"], s_mem)
     t_m, eta_m, res = memo("m", key_m, stream)
-    both = memo("both", key_c + key_m + (p,), lambda: smax(t_c, t_m, p))
+    # a law with `pair_overlap` (E3.1, wave 41, helper tacticeta): its local per-pair passes are the grouped GEMMs'
+    # own activation traffic, on the memory side of their roofline (pair_overlap_split); else added after it
+    lap = float(v.get("pair_overlap", 0.0)) > 0
+    t_loc = memo("loc", (v["local_token_passes"],), lambda: pair_overlap_split(s, v)[0]) if lap else 0.0
+    both = memo("both", key_c + key_m + (p, v["local_token_passes"] if lap else nan),
+                lambda: smax(t_c, t_m + t_loc, p))
 
     def tokens():
         pass_bytes = (v["token_passes"] + v["local_token_passes"] / s["ep_f"]) * s["A"]   # the per-pair passes' bytes
+        if lap:   # the local passes are in `both` (pair_overlap_split): the global passes alone here
+            pass_bytes = pair_overlap_split(s, v)[1]
         t_tok = pass_bytes / s["mem_bw"]
         # a law with `tok_bytes_per_clk_sm` (vLLM's Triton fused-MoE path, E3.1 wave 27): the per-pair passes are
         # small scattered accesses (output tiles zero-filled for pairs another EP rank holds, the activation and the
@@ -901,7 +908,7 @@ def routed_law_time(s: dict, v: dict, *, regime: str = "evicted", dtype: str = "
         return t_tok
 
     t_tok = memo("tok", (v["token_passes"], v["local_token_passes"], v.get("quant_passes", nan),
-                         v.get("tok_bytes_per_clk_sm", nan), p), tokens)
+                         v.get("tok_bytes_per_clk_sm", nan), p, float(lap)), tokens)
 
     def fixed():
         t0 = max(0.0, v["floor_us"] + d_floor_us) * 1e-6
@@ -933,6 +940,22 @@ def routed_law_time(s: dict, v: dict, *, regime: str = "evicted", dtype: str = "
                       v.get("batch_tokens", nan), v.get("expert_us", nan)), fixed)
     t = np.where(s["T"] > 0, t0 + both + t_tok, 0.0)
     return {"t": t, "t_compute": t_c, "t_memory": t_m, "t_tokens": t_tok, "eta_mem": eta_m, "res": res}
+
+
+def pair_overlap_split(s: dict, v: dict) -> tuple:
+    """(t_loc seconds, global pass bytes) of a law with `pair_overlap` (E3.1, issue 20, wave 41, helper tacticeta;
+    written before it was scored): the local per-pair passes, local_token_passes x 2 h bytes per local token-expert
+    pair (= local_token_passes / ep x A), priced at HBM bandwidth as t_loc, which routed_law_time adds to the weight
+    stream on the memory side of the compute roofline (smax_p(t_c, t_m + t_loc)): the grouped GEMMs read each local
+    pair's activation row and write its outputs inside the same kernels as their math (TensorRT-LLM's CUTLASS fused
+    MoE, moe_kernels.cu), so that traffic overlaps the math instead of adding to it; the global passes
+    (token_passes x A: the per-token permute and finalize over every token on every EP rank) stay added. ValueError
+    for a law that also has tok_bytes_per_clk_sm (another pricing of the same passes)."""
+    if "tok_bytes_per_clk_sm" in v:
+        raise ValueError("a MoE law with pair_overlap cannot also have tok_bytes_per_clk_sm (both price the per-pair "
+                         "passes)")
+    local = v["local_token_passes"] / s["ep_f"] * s["A"]
+    return local / s["mem_bw"], v["token_passes"] * s["A"]
 
 
 def a2a_ht_remote_ranks(topk, ep, n_group: int = 1, topk_group: int = 1):
