@@ -318,7 +318,7 @@ ENGINE_DISCLOSED = MappingProxyType({"sglang": (
     "overlapped with the grouped GEMMs' math (PAIR_OVERLAP; terms.moe.pair_overlap_split), one form written before it "
     "was scored, after the folds' laws (eta_c at 1.0) and their split of the compute-bound cells' time had been seen; "
     "adopted by the brief's rule: median 15.907 -> 15.662%, no met group lost, none crossed 12%; Blackwell bf16 / fp8 "
-    "0.1-0.4 points down, Hopper bf16 / fp8 / fp8_block 0.2-0.9 up (H200 fp8 31.48 -> 32.37%). " + FLOOR_BOUNDS_DISCLOSED)})
+    "0.1-0.4 points down, Hopper bf16 / fp8 / fp8_block 0.2-0.9 up (H200 fp8 31.48 -> 32.37%)." + FLOOR_BOUNDS_DISCLOSED)})
 
 
 def family_options(framework: str, family: str | None) -> dict:
