@@ -551,15 +551,15 @@ def ship_engine_constants(src, dest: Path | None = None) -> dict:
     engine is a profile, each field one of its fields, each provenance a known one; the bytes written are the
     bytes checked (one read)."""
     doc, data = _read_input(src, sealed=True)
-    return _ship_engine_doc(doc, data, src, dest)
+    return _write_engine_constants(data, _check_engine_doc(doc, src), dest)
 
 
-def _ship_engine_doc(doc, data: bytes, src, dest) -> dict:
+def _write_engine_constants(data: bytes, fields: list[str], dest) -> dict:
+    """Write an engine-constants file's checked bytes `data` (its checked `fields`) where the engine loader reads them."""
     dest = Path(E.FITTED_FILE if dest is None else dest)
-    shipped = _check_engine_doc(doc, src)
     _write_bytes(data, dest)
     _default_constants.cache_clear()
-    return {"engine_constants": str(dest), "fields": shipped}
+    return {"engine_constants": str(dest), "fields": fields}
 
 
 def _check_engine_doc(doc, src) -> list[str]:
@@ -588,7 +588,11 @@ def ship_greybox(src, dest: Path | None = None) -> dict:
     after checking it is an .npz of arrays (no pickles) whose `meta` names its models (the bytes checked are the
     bytes written: one read)."""
     data = _read_greybox(src)
-    models = _check_greybox(data, src)
+    return _write_greybox(data, _check_greybox(data, src), dest)
+
+
+def _write_greybox(data: bytes, models: list[str], dest) -> dict:
+    """Write a grey-box corrections file's checked bytes `data` (its checked `models`) where --explain reads them."""
     dest = Path(GREYBOX_FILE if dest is None else dest)
     _write_bytes(data, dest)
     return {"greybox": str(dest), "models": models}
@@ -642,18 +646,16 @@ def ship(settled: Iterable[str | Path], path: Path = DEFAULTS_FILE, engine_path:
     engine_files = [(p, doc, data) for p, doc, data in loaded if _is_engine_doc(doc)]
     if len(engine_files) > 1:
         raise InputError(f"ship: one engine-constants file at most, got {[p for p, _, _ in engine_files]}")
-    settled = [p for p, doc, _ in loaded if not _is_engine_doc(doc)]
-    docs = [_check_settled_doc(doc, p) for p, doc, _ in loaded if not _is_engine_doc(doc)]
-    for p, d in zip(settled, docs):
+    settled = [(p, _check_settled_doc(doc, p)) for p, doc, _ in loaded if not _is_engine_doc(doc)]
+    for p, d in settled:
         try:
             check_updates(d["updates"])
         except InputError as exc:
             raise InputError(f"{p}: {exc}") from None
-    for p, doc, _ in engine_files:  # every file checked before any is written: a bad one leaves all three as they were
-        _check_engine_doc(doc, p)
-    grey = [(p, _read_greybox(p)) for p in grey_files]
-    for p, data in grey:
-        _check_greybox(data, p)
+    docs = [d for _, d in settled]
+    # every file checked once, before any is written: a bad one leaves all three as they were
+    engines = [(data, _check_engine_doc(doc, p)) for p, doc, data in engine_files]
+    grey = [(data, _check_greybox(data, p)) for p, data in ((p, _read_greybox(p)) for p in grey_files)]
     before = read_yaml(path)
     after = settle_doc(before, docs)
     _write_defaults(after, Path(path))
@@ -664,14 +666,10 @@ def ship(settled: Iterable[str | Path], path: Path = DEFAULTS_FILE, engine_path:
     b, a = flat(before), flat(after)
     out = {"added": sorted(set(a) - set(b)), "removed": sorted(set(b) - set(a)),
            "changed": sorted(k for k in set(a) & set(b) if a[k] != b[k])}
-    if engine_files:
-        p, doc, data = engine_files[0]
-        out.update(_ship_engine_doc(doc, data, p, engine_path))
-    if grey:
-        p, data = grey[0]
-        out.update({"greybox": str(Path(GREYBOX_FILE if greybox_path is None else greybox_path)),
-                    "models": _check_greybox(data, p)})
-        _write_bytes(data, Path(out["greybox"]))
+    for data, fields in engines:
+        out.update(_write_engine_constants(data, fields, engine_path))
+    for data, models in grey:
+        out.update(_write_greybox(data, models, greybox_path))
     return out
 
 
