@@ -64,7 +64,8 @@ def summ(x, col, by):
     return pd.DataFrame({"n": g.size(), "median": g.median(), "p10": g.quantile(.1), "p90": g.quantile(.9)}).round(3)
 
 
-def e34_rows(engine):
+def e34_rows(engine=None):
+    """E3.4's token rows as workflow/scripts/E3_4_moe_wallclock.py builds them (of one engine profile; None: all)."""
     from steptime_lab.experiments import moe_wallclock as X
 
     s = read_yaml("config/experiments.yaml")["experiments"]["E3.4"]["settings"]
@@ -75,29 +76,41 @@ def e34_rows(engine):
                            model_map={e["source"]: e["model"] for e in s["model_map"]}, dtype_map=s["dtype_map"],
                            configs={e["source"]: f"{mcfg}/{e['config']}" for e in s["model_configs"]},
                            checkpoints={e["source"]: f"{mcfg}/{e['config']}" for e in s["checkpoint_configs"]})
-    return rows[rows.engine == engine], s
+    return (rows if engine is None else rows[rows.engine == engine]), s
 
 
-def e34_predict(rows, s, factor):
-    """E3.4's prediction of `rows` with the expert kernel's time (not its token passes) x factor(gpu, dtype, h, tp, ep)."""
+def e34_constants():
+    """(Constants, MoEConstants) E3.4 prices with, read from this checkout's settled results/calibration files."""
     from steptime.calibration import DEFAULTS_FILE, Constants
+
+    return (Constants.load(DEFAULTS_FILE, [f"results/calibration/{n}.yaml" for n in ("gemm", "step", "comm")]),
+            MT.MoEConstants.from_doc(read_yaml("results/calibration/moe.yaml")["constants"]))
+
+
+def e34_predict_patched(rows, s, module, name: str, wrap):
+    """E3.4's predicted token rows with `module.<name>` replaced by wrap(original) for the call (restored after)."""
     from steptime_lab.experiments import moe_wallclock as X
 
-    constants = Constants.load(DEFAULTS_FILE, [f"results/calibration/{n}.yaml" for n in ("gemm", "step", "comm")])
-    mc = MT.MoEConstants.from_doc(read_yaml("results/calibration/moe.yaml")["constants"])
-    orig = MT.routed_experts_time
-
-    def patched(tokens, hidden, inter, topk, num_experts, gpu, mc_, *, tp=1, ep=1, dtype="bf16", **k):
-        r = orig(tokens, hidden, inter, topk, num_experts, gpu, mc_, tp=tp, ep=ep, dtype=dtype, **k)
-        f = factor(gpu.key, MT.canonical_dtype(dtype), int(hidden), int(tp), int(ep))
-        return r if f is None else {**r, "t": r["t_tokens"] + f * (r["t"] - r["t_tokens"])}
-
-    MT.routed_experts_time = patched
+    constants, mc = e34_constants()
+    orig = getattr(module, name)
+    setattr(module, name, wrap(orig))
     try:
         return X.predict_tokens(rows, mixed=s["mixed"], fitted="results/calibration/engine_constants.yaml",
                                 constants=constants, moe_constants=mc, n_boot=10, seed=0)["pred"]
     finally:
-        MT.routed_experts_time = orig
+        setattr(module, name, orig)
+
+
+def e34_predict(rows, s, factor):
+    """E3.4's prediction of `rows` with the expert kernel's time (not its token passes) x factor(gpu, dtype, h, tp, ep)."""
+    def wrap(orig):
+        def patched(tokens, hidden, inter, topk, num_experts, gpu, mc_, *, tp=1, ep=1, dtype="bf16", **k):
+            r = orig(tokens, hidden, inter, topk, num_experts, gpu, mc_, tp=tp, ep=ep, dtype=dtype, **k)
+            f = factor(gpu.key, MT.canonical_dtype(dtype), int(hidden), int(tp), int(ep))
+            return r if f is None else {**r, "t": r["t_tokens"] + f * (r["t"] - r["t_tokens"])}
+        return patched
+
+    return e34_predict_patched(rows, s, MT, "routed_experts_time", wrap)
 
 
 def main():
