@@ -94,3 +94,88 @@ def test_e3_1_claim_says_where_the_floor_reading_was_clipped():
     note = floor_note(fits, "rtx-pro-6000")
     assert "clipped to its donors' range -6.87..+1.43 us" in note
     assert floor_note(fits, "b200") == "" and floor_note(fits, "h100-sxm") == ""
+
+
+def test_ship_engine_constants_refuses_a_settled_file(tmp_path):
+    """M c8 (the `_is_engine_doc` check of _check_engine_doc disabled): a sealed settled file handed to
+    ship_engine_constants passed every per-engine check (it has no `engines:`) and was written as the fitted engine
+    constants."""
+    from steptime.calibration import ship_engine_constants
+
+    dest = tmp_path / "engine_constants.yaml"
+    with pytest.raises(InputError, match="not an engine-constants file"):
+        ship_engine_constants(CAL / "comm.yaml", dest)
+    assert not dest.exists()
+
+
+def test_ship_refuses_two_engine_constants_files_before_writing(tmp_path):
+    """M c9 (`len(engine_files) > 1` -> `> 2` in ship): two engine-constants files were both shipped, the second
+    overwriting the first."""
+    from steptime.calibration import DEFAULTS_FILE, ship
+
+    a, b = tmp_path / "a.yaml", tmp_path / "b.yaml"
+    shutil.copy(CAL / "engine_constants.yaml", a)
+    shutil.copy(CAL / "engine_constants.yaml", b)
+    defaults = tmp_path / "defaults.yaml"
+    shutil.copy(DEFAULTS_FILE, defaults)
+    before = defaults.read_bytes()
+    with pytest.raises(InputError, match="one engine-constants file at most"):
+        ship([a, b], defaults, tmp_path / "fitted.yaml", tmp_path / "grey.npz")
+    assert defaults.read_bytes() == before and not (tmp_path / "fitted.yaml").exists()
+
+
+# ---- --moe-kernels (fixes11, wave 41) ------------------------------------------------------------------------------
+def test_moe_kernel_choices_are_the_frameworks_whose_laws_ship():
+    """M m1 (`k == "vllm" or k in mc.frameworks` dropped): a kernel set whose laws a constants set does not ship was
+    offered (and then failed deep in pricing)."""
+    from types import SimpleNamespace
+
+    from steptime.moe_step import moe_kernel_choices
+
+    assert moe_kernel_choices(SimpleNamespace(frameworks={})) == ("vllm",)
+    assert moe_kernel_choices(SimpleNamespace(frameworks={"trtllm": {}})) == ("vllm", "trtllm")
+
+
+def test_moe_kernels_is_read_case_and_space_blind():
+    """M m3 (`kernels.strip().lower()` -> `kernels` in the membership test): ' TRTLLM ' was refused though the value
+    returned is normalised (every other engine name is read so: get_engine)."""
+    from steptime.moe_step import check_moe_kernels
+    from steptime.specs import get_model
+
+    assert check_moe_kernels(" TRTLLM ", get_model("qwen3-30b-a3b")) == "trtllm"
+
+
+def test_engine_with_kernels_keeps_the_constants_fitted_engine_values():
+    """M m4 (`fitted=constants.engines` -> `fitted={}`): --moe-kernels dropped the engine's per-GPU fitted constants
+    (R2.3's), so selecting whose fused-MoE laws price the experts also changed the host and launch terms."""
+    from steptime.calibration import Constants
+    from steptime.moe_step import engine_with_kernels
+
+    c = Constants.default()
+    base = c.engine("vllm")
+    assert base.fitted, "the shipped vllm profile has per-GPU fitted values"
+    eng = engine_with_kernels("vllm", "trtllm", "qwen3-30b-a3b", constants=c)
+    assert eng.moe_kernels() == "trtllm" and dict(eng.fitted) == dict(base.fitted)
+
+
+def test_plan_max_rate_bound_counts_the_gpus_of_a_layout(capsys):
+    """M p2 (`rates[-1] * max_gpus > MAX_RATE` -> `rates[-1] > MAX_RATE`): a per-GPU rate under the bound but above it
+    times --max-gpus ran, its largest layouts drawing arrivals the clock cannot resolve."""
+    from refusals import refuses
+    from steptime.serve.workload import MAX_RATE
+
+    rate = MAX_RATE / 4
+    refuses(capsys, ["plan", "--model", "llama-3.1-8b", "--slo-tpot-ms", "50", "--gpus", "h100-sxm", "--n", "5",
+                     "--max-gpus", "8", "--max-rate", f"1,{rate:.17g}"], "--max-gpus")
+
+
+def test_plan_refuses_moe_kernels_with_a_peer_timer():
+    """M p3 (the timer_factory refusal of plan dropped): --moe-kernels with a peer's timer_factory, which prices its own
+    steps, was silently ignored."""
+    from steptime.plan import PlanError, plan
+    from steptime.serve import synthetic
+
+    wl = synthetic(5, isl=8, osl=2, rate=1.0)
+    with pytest.raises(PlanError, match="not a timer_factory's"):
+        plan("qwen3-30b-a3b", wl, slo_tpot_s=0.05, gpus=("h100-sxm",), moe_kernels="trtllm",
+             timer_factory=lambda model, gpu, tp=1: None)
