@@ -179,3 +179,55 @@ def test_plan_refuses_moe_kernels_with_a_peer_timer():
     with pytest.raises(PlanError, match="not a timer_factory's"):
         plan("qwen3-30b-a3b", wl, slo_tpot_s=0.05, gpus=("h100-sxm",), moe_kernels="trtllm",
              timer_factory=lambda model, gpu, tp=1: None)
+
+
+# ---- serving bounds (fixes11, wave 41) -----------------------------------------------------------------------------
+def test_a_static_batch_one_above_the_step_limit_is_refused_and_the_limit_taken():
+    """M i1 (`max_num_seqs > MAX_REQUESTS` -> `> 10 * MAX_REQUESTS`): the bound was tested at 10**20 only, so a batch
+    up to ten times the most requests one step is priced for still ran."""
+    from steptime.errors import ServeError
+    from steptime.serve.sim import Policy
+    from steptime.validation import MAX_REQUESTS
+
+    assert Policy(name="static", max_num_seqs=MAX_REQUESTS).max_num_seqs == MAX_REQUESTS
+    with pytest.raises(ServeError, match="static batch size"):
+        Policy(name="static", max_num_seqs=MAX_REQUESTS + 1)
+
+
+def test_closed_loop_concurrency_bound_is_the_workload_limit_itself():
+    """M w2 (`concurrency > MAX_WORKLOAD_REQUESTS` -> `> 10 * MAX_WORKLOAD_REQUESTS`): only 10**20 was tested."""
+    import numpy as np
+
+    from steptime.errors import ServeError
+    from steptime.serve.workload import MAX_WORKLOAD_REQUESTS, Workload
+
+    one = (np.zeros(1), np.array([8]), np.array([2]))
+    assert Workload(*one, name="w", concurrency=MAX_WORKLOAD_REQUESTS).concurrency == MAX_WORKLOAD_REQUESTS
+    with pytest.raises(ServeError, match="above the most requests a workload holds"):
+        Workload(*one, name="w", concurrency=MAX_WORKLOAD_REQUESTS + 1)
+
+
+def test_time_scale_bound_is_the_trace_mean_gap_at_the_clock_resolution():
+    """M w3 (`gap < TIME_RESOLUTION_S` -> `< TIME_RESOLUTION_S / 2`) and M w6 (the mean gap over n rather than n - 1
+    gaps): only a factor of 1e-300 was tested. A two-request trace 1 s apart has one gap of `time_scale` seconds: at
+    1.5 resolutions it is taken, at 0.75 refused."""
+    import pandas as pd
+
+    from steptime.errors import ServeError
+    from steptime.serve import from_table
+    from steptime.serve.workload import TIME_RESOLUTION_S
+
+    df = pd.DataFrame({"arrival_s": [0.0, 1.0], "prompt_tokens": [8, 8], "output_tokens": [2, 2]})
+    assert len(from_table(df, time_scale=1.5 * TIME_RESOLUTION_S)) == 2
+    with pytest.raises(ServeError, match="below the simulator's time resolution"):
+        from_table(df, time_scale=0.75 * TIME_RESOLUTION_S)
+
+
+def test_a_boolean_rate_is_refused():
+    """M w5 (`isinstance(rate, bool)` dropped from check_rate): rate=True ran as 1 request/s."""
+    from steptime.errors import ServeError
+    from steptime.serve.workload import check_rate
+
+    with pytest.raises(ServeError, match="must be > 0 requests/s"):
+        check_rate(True)
+    assert check_rate(1) == 1.0
