@@ -92,7 +92,7 @@ def test_e3_1_claim_says_where_the_floor_reading_was_clipped():
 
     fits = {"rtx-pro-6000": {"floor_bounds": [-6.87, 1.43]}, "b200": {"floor_bounds": None}}
     note = floor_note(fits, "rtx-pro-6000")
-    assert "clipped to its donors' range -6.87..+1.43 us" in note
+    assert "held within its donors' range -6.87..+1.43 us" in note
     assert floor_note(fits, "b200") == "" and floor_note(fits, "h100-sxm") == ""
 
 
@@ -231,3 +231,13 @@ def test_a_boolean_rate_is_refused():
     with pytest.raises(ServeError, match="must be > 0 requests/s"):
         check_rate(True)
     assert check_rate(1) == 1.0
+
+
+def test_a_subnormal_rate_whose_gap_overflows_is_refused_by_check_rate():
+    """M w7 (check_rate's overflow test dropped): a rate of 1e-320 requests/s, finite and > 0, has a mean gap of
+    1 / 1e-320 = inf; check_rate (every --rate's one check since wave 41) let it through."""
+    from steptime.errors import ServeError
+    from steptime.serve.workload import check_rate
+
+    with pytest.raises(ServeError, match="overflows"):
+        check_rate(1e-320)

@@ -1281,12 +1281,13 @@ def law_source(fits: dict, gpu: str, dt: str) -> str:
 
 
 def floor_note(fits: dict, gpu: str) -> str:
-    """The claim's words for a fold whose floor reading was clipped to its donors' range (floor_reading_bounds, wave 41:
-    the reading is then not the GPU's own alone; review12, wave 42); '' where the fold had no bounds."""
+    """The claim's words for a fold whose floor reading is clipped to its donors' range (floor_reading_bounds, wave 41:
+    where it lay outside, the reading is not the GPU's own alone; review12, wave 42); '' where the fold had no bounds."""
     b = fits.get(gpu, {}).get("floor_bounds")
     if b is None:
         return ""
-    return f", its floor reading clipped to its donors' range {float(b[0]):+.2f}..{float(b[1]):+.2f} us (floor_reading_bounds)"
+    return (f", its floor reading held within its donors' range {float(b[0]):+.2f}..{float(b[1]):+.2f} us "
+            "(floor_reading_bounds)")
 
 
 def document(r: dict, target_pct: float) -> dict:
