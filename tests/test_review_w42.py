@@ -241,3 +241,36 @@ def test_a_subnormal_rate_whose_gap_overflows_is_refused_by_check_rate():
 
     with pytest.raises(ServeError, match="overflows"):
         check_rate(1e-320)
+
+
+# ---- known, unrepresented models (fixes11, wave 41) ----------------------------------------------------------------
+def test_a_known_unrepresented_model_under_another_org_is_refused_by_name():
+    """M u2 (get_model's last-path-part lookup of the unsupported index dropped): 'someorg/DeepSeek-V4-Pro', a
+    repackaging under an org the registry does not list, fell through to another refusal without the reason."""
+    from steptime.errors import UnsupportedModelError
+    from steptime.specs import get_model
+
+    with pytest.raises(UnsupportedModelError, match="is known but steptime cannot represent it"):
+        get_model("someorg/DeepSeek-V4-Pro")
+
+
+@pytest.mark.parametrize("entry, needle", [
+    ("{source: s, architecture: A, config: c, read: r}", "missing fields why"),
+    ("{source: s, architecture: A, config: c, why: w, read: r, extra: 1}", "extra"),
+])
+def test_an_unsupported_entry_with_a_missing_or_unknown_field_is_refused(tmp_path, monkeypatch, entry, needle):
+    """M u4 (the missing-fields check of unsupported_model_table dropped) and M u5 (its check_known_fields dropped): an
+    entry without its reason, or with a misspelt field, loaded."""
+    import steptime.specs.moe as SM
+    from steptime.errors import ModelConfigError
+
+    f = tmp_path / "moe_models.yaml"
+    f.write_text(f"models: {{}}\nunsupported:\n  x: {entry}\n")
+    monkeypatch.setattr(SM, "MOE_MODEL_FILE", f)
+    SM.unsupported_model_table.cache_clear()
+    try:
+        with pytest.raises(ModelConfigError, match=needle):
+            SM.unsupported_model_table()
+    finally:
+        monkeypatch.undo()
+        SM.unsupported_model_table.cache_clear()
