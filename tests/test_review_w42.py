@@ -274,3 +274,40 @@ def test_an_unsupported_entry_with_a_missing_or_unknown_field_is_refused(tmp_pat
     finally:
         monkeypatch.undo()
         SM.unsupported_model_table.cache_clear()
+
+
+# ---- MoE terms (vhop, tactic; wave 41) -----------------------------------------------------------------------------
+def test_family_ep_prices_ep_2_the_smallest_ep_above_one():
+    """M t4 (`ep > 1` -> `ep > 2` where routed_experts_time picks family_ep): EP 2, the commonest expert-parallel
+    layout, was priced with the EP-1 kernel's law (vLLM's Hopper fp8_block: Triton instead of FlashInfer CUTLASS);
+    only EP 8 was tested."""
+    import numpy as np
+
+    from steptime.specs import get_gpu
+    from steptime.terms import moe as M
+
+    h100, mc = get_gpu("h100-sxm"), M.MoEConstants.default()
+    fam_ep = mc.get("family_ep:fp8_block", h100, "")
+    assert fam_ep and fam_ep != mc.get("family:fp8_block", h100, "")
+    args = (np.array([16.0, 256.0]), 4096, 1536, 8, 128, h100, mc)
+    kw = dict(tp=1, dtype="fp8_block", routing="balanced")
+    assert np.array_equal(M.routed_experts_time(*args, ep=2, **kw)["t"],
+                          M.routed_experts_time(*args, ep=2, family=fam_ep, **kw)["t"])
+
+
+def test_tactic_k_tiles_are_128_bytes_of_the_operand():
+    """M t9 (TACTIC_K_BYTES 128 -> 64): the CUTLASS grouped GEMM's K tile is 128 bytes of the operand
+    (cutlass_heuristic.cpp CtaShape...x128B): 128 fp8 elements. The tactic work at an fp8 width that is not a multiple
+    of 128 (gpt-oss's 2880) pads K to whole 128-element tiles; only widths that are multiples of 128 were tested,
+    where 64 and 128 agree."""
+    import numpy as np
+
+    from steptime.specs import get_gpu
+    from steptime.terms import moe as M
+
+    h100 = get_gpu("h100-sxm")
+    T = np.array([8.0, 64.0, 512.0])
+    rows = lambda tN: np.full(np.shape(T), 4.0)   # noqa: E731  (any row count; the same for the check)
+    work, fm, fn = M.tactic_compute(T, 2880.0, 2880.0, 4, 128, 1, h100, "fp8", rows)
+    expect = [M._tactic_work(4.0, 2880.0, 2880.0, 128.0, h100.sms, a, b) for a, b in zip(fm, fn)]
+    assert np.allclose(work, expect, rtol=0, atol=0)
