@@ -311,3 +311,29 @@ def test_tactic_k_tiles_are_128_bytes_of_the_operand():
     work, fm, fn = M.tactic_compute(T, 2880.0, 2880.0, 4, 128, 1, h100, "fp8", rows)
     expect = [M._tactic_work(4.0, 2880.0, 2880.0, 128.0, h100.sms, a, b) for a, b in zip(fm, fn)]
     assert np.allclose(work, expect, rtol=0, atol=0)
+
+
+# ---- E3.1's lab rules (tactic, wsread; wave 41) --------------------------------------------------------------------
+def test_the_tactic_law_needs_every_cell_of_the_dtype_marked():
+    """M l4 (tactic_law's `.all()` -> `.any()`): a training set that mixes cells marked for the tactic law with cells
+    of another law fitted them all as one tactic law."""
+    import pandas as pd
+
+    from steptime_lab.experiments.moe import tactic_law
+
+    t = pd.DataFrame({"sdtype": ["bf16", "bf16", "fp8"], "tactic": [True, False, True]})
+    assert tactic_law(t, "bf16") is False and tactic_law(t, "fp8") is True
+    assert tactic_law(t.drop(columns="tactic"), "fp8") is False
+
+
+def test_floor_bounds_need_two_donors_that_give_the_reading():
+    """M l7 (`len(vals) < 2` -> `< 1` in floor_reading_bounds): with two training GPUs of which one lacks a reading
+    cell, the range was one donor's reading (lo == hi), forcing the target's floor to it."""
+    import test_moe_floor_bounds as F
+    from steptime_lab.experiments import moe as E
+
+    donors = F._cells({"h100-sxm": 1.0, "h200-sxm": -1.0})
+    choice = dict(E.READINGS)
+    gone = E.reading_cells(donors[donors.gpu == "h200-sxm"], "h200-sxm", choice).index
+    assert len(gone)
+    assert E.floor_reading_bounds(donors, donors.drop(index=gone), choice) is None
