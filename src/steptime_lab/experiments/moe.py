@@ -1280,6 +1280,16 @@ def law_source(fits: dict, gpu: str, dt: str) -> str:
     return "; ".join(what)
 
 
+def floor_note(fits: dict, gpu: str) -> str:
+    """The claim's words for a fold whose floor reading is clipped to its donors' range (floor_reading_bounds, wave 41:
+    where it lay outside, the reading is not the GPU's own alone; review12, wave 42); '' where the fold had no bounds."""
+    b = fits.get(gpu, {}).get("floor_bounds")
+    if b is None:
+        return ""
+    return (f", its floor reading held within its donors' range {float(b[0]):+.2f}..{float(b[1]):+.2f} us "
+            "(floor_reading_bounds)")
+
+
 def document(r: dict, target_pct: float) -> dict:
     per = r["per"]
     prefix = ENGINE_CLAIM_PREFIX[r.get("framework", "vllm")]
@@ -1289,7 +1299,8 @@ def document(r: dict, target_pct: float) -> dict:
         claims.append(claim(f"{prefix}fused MoE on {row.gpu} ({row.sdtype}), held out (law fitted on "
                             f"{law_source(r['fits'], row.gpu, row.sdtype)}, "
                             f"at most three bf16 readings of its own at cells chosen on the training GPUs "
-                            f"(choose_readings); collector regime: L2-resident weight sets), "
+                            f"(choose_readings){floor_note(r['fits'], row.gpu)}; collector regime: L2-resident "
+                            f"weight sets), "
                             f"{int(row.n)} balanced-routing cells", round(100 * row.mape, 2),
                             "MAPE % (lower is better)", target=target_pct, met=100 * row.mape <= target_pct, op="<=",
                             unit="MAPE %"))

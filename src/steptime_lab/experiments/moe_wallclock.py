@@ -348,6 +348,19 @@ def kernel_list(rows: pd.DataFrame, mc, framework: str = "trtllm") -> dict:
             "field": {e: get_engine(e).moe_kernels() for e in engines}}
 
 
+def borrowed_kernels_note(engine: str) -> str:
+    """The tail of a token-time claim whose engine's routed experts are priced with another framework's fused-MoE laws
+    (its profile's moe.kernels is not its backend: TensorRT-LLM and SGLang read vLLM's, engines.yaml), naming them;
+    '' where the profile reads its own framework's laws (review12, wave 42: the claim said nothing of it)."""
+    prof = get_engine(engine)
+    kernels = prof.moe_kernels()
+    if kernels == prof.backend:
+        return ""
+    names = {"vllm": "vLLM", **ENGINE_NAMES}
+    return (f" (routed experts priced with {names.get(kernels, kernels)}'s fused-MoE laws, the profile's "
+            f"moe.kernels, not {names.get(prof.backend, prof.backend)}'s own: engines.yaml)")
+
+
 def own_law_claims(tok: dict, own: dict) -> list:
     """OWN_LAWS_NOTE's claims: one per group of `own` (own_law_tokens), its MAPE and signed mean beside the default
     ones of the same (dataset, GPU, engine) group of `tok` (predict_tokens); a claim without a target."""
@@ -997,7 +1010,7 @@ def document(tok: dict, rep: dict, fpm: list, skipped_rows: list, targets: dict,
             f"{s['cells']} rows) predicted as the mixed steps the engine runs, within {lim:.0%}"
             + (f"; {s['below_kv_bound_rows']} of these rows measured below the time to read their priced batch's KV "
                "cache once (not that batch's token time: metrics.token_row_checks)" if s.get("below_kv_bound_rows")
-               else ""),
+               else "") + borrowed_kernels_note(s["engine"]),
             round(mape, 4), "MAPE of the predicted token time against the measured one (fraction)", lim,
             mape <= lim, op="<=", unit="fraction"))
     for row in rep["runs"]:
