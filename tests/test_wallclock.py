@@ -995,6 +995,25 @@ def test_silicon_consistency_finds_twins_that_disagree_and_token_times_that_fall
     assert bad["gap_ms"] == [-2.0, 12.5, 30.0]
 
 
+def test_silicon_consistency_serial_bound_flags_a_token_time_slower_than_serving_the_batch_one_at_a_time():
+    # the bound: B x (t1 + f1 / (OSL - 1)), t1 / f1 the sweep's fastest batch-1 row (8 ms, 100 ms first token, OSL 500)
+    d = _consistency_rows().assign(ttft_ms=100.0)
+    g = {x["gpu"]: x for x in W.silicon_consistency(d)["groups"]}
+    per = 8.0 + 100.0 / 499.0
+    # gb200: the 40 ms batch-1 twin is over (40 / per); batch 4 at 30 ms is under 4 x per, batch 8 at 15 ms far under
+    assert (g["gb200"]["serial_checked"], g["gb200"]["serial_over"]) == (3, 1)
+    assert g["gb200"]["serial_worst"] == round(40.0 / per, 3)
+    clean = g["h100-sxm"]  # reference 10 ms: 11 ms at batch 4 and 14 ms at batch 16 are well inside
+    assert (clean["serial_checked"], clean["serial_over"]) == (2, 0)
+    assert clean["serial_worst"] == round(11.0 / (4 * (10.0 + 100.0 / 499.0)), 3)
+    # no batch-1 row in a sweep, or no TTFT to price the arriving prompts: nothing is checked
+    no_one = {x["gpu"]: x for x in W.silicon_consistency(d[d["batch"] > 1])["groups"]}
+    assert no_one["gb200"]["serial_checked"] == 0 and no_one["gb200"]["serial_worst"] == 0.0
+    assert {x["gpu"]: x["serial_checked"] for x in W.silicon_consistency(_consistency_rows())["groups"]} == {
+        "h100-sxm": 0, "gb200": 0}
+    assert "serial" in W.SILICON_CONSISTENCY_NOTE
+
+
 def test_silicon_consistency_refuses_a_frame_without_predictions_or_with_a_zero_time():
     d = _consistency_rows()
     with pytest.raises(W.WallclockError, match="pred_ms"):

@@ -485,13 +485,39 @@ SILICON_CONSISTENCY_NOTE = (
     "sweep (model, dtype, TP, ISL, OSL), the adjacent pairs of distinct concurrencies, and how many of them measure a LOWER mean TPOT at the higher concurrency (deepest_fall: the "
     "smallest higher / lower ratio, 1 where none). A closed loop's token time cannot fall when more requests share "
     "each step, and twins should agree; rows failing either measure something beyond one step at the recorded batch "
-    "(the harness, the deployment), which no step model can predict.")
+    "(the harness, the deployment), which no step model can predict. serial: a bound from the rows alone (issue 19, "
+    "wave 42). In each sweep with a row at batch 1 (the reference: the one of lowest TPOT, t1, with its TTFT f1), a row "
+    "at batch B > 1, or a second batch-1 row, is over the bound when its TPOT exceeds B x (t1 + f1 / (OSL - 1)): a "
+    "decode step of B requests costs at most B one-request steps, and the B prompts that arrive while a request "
+    "decodes (B per OSL - 1 of its token gaps) cost at most one isolated first token each. serial_checked: the rows "
+    "compared (sweeps without a batch-1 row or without TTFT are not); serial_over: how many exceed the bound; "
+    "serial_worst: the largest measured / bound (0 where none was checked).")
 _CONSISTENCY_COLUMNS = ("dataset", "gpu", "engine", "model", "dtype", "tp", "prompt_tokens", "output_tokens", "batch",
                         "tpot_ms", "pred_ms")
 
 
 def _min_median_max(a) -> list[float]:
     return [round(float(np.min(a)), 3), round(float(np.median(a)), 3), round(float(np.max(a)), 3)]
+
+
+def _serial_bound(d, sweep) -> dict:
+    """SILICON_CONSISTENCY_NOTE's serial bound over one group's rows: serial_checked, serial_over, serial_worst."""
+    checked, over, worst = 0, 0, 0.0
+    if "ttft_ms" not in d:
+        return {"serial_checked": 0, "serial_over": 0, "serial_worst": 0.0}
+    for _, s in d.groupby(sweep, sort=True):
+        s = s.reset_index(drop=True)
+        ones = s[s["batch"].eq(1) & (s["ttft_ms"] > 0)]
+        if ones.empty:
+            continue
+        ref = ones["tpot_ms"].idxmin()
+        t1, f1, osl = (float(ones.at[ref, c]) for c in ("tpot_ms", "ttft_ms", "output_tokens"))
+        rest = s.drop(index=ref)
+        bound = rest["batch"].to_numpy(float) * (t1 + f1 / max(osl - 1.0, 1.0))
+        r = rest["tpot_ms"].to_numpy(float) / bound
+        checked, over = checked + len(r), over + int(np.sum(r > 1.0))
+        worst = max(worst, float(r.max())) if len(r) else worst
+    return {"serial_checked": checked, "serial_over": over, "serial_worst": round(worst, 3)}
 
 
 def silicon_consistency(pred) -> dict:
@@ -528,7 +554,7 @@ def silicon_consistency(pred) -> dict:
         groups.append({"dataset": ds, "gpu": gpu, "engine": eng, "rows": int(len(d)), "ratio": _min_median_max(ratio),
                        "gap_ms": _min_median_max(gap), "twins": twins, "twin_spread": round(spread, 3),
                        "twin_ttft_spread": round(ttft_spread, 3), "pairs": pairs,
-                       "falls": falls, "deepest_fall": round(deepest, 3)})
+                       "falls": falls, "deepest_fall": round(deepest, 3), **_serial_bound(d, sweep)})
     return {"note": SILICON_CONSISTENCY_NOTE, "groups": groups}
 
 
