@@ -1,6 +1,7 @@
 """Wave 42 (fixes12): bad input, the four gaps wave 41 left, and one code injection. Each test fails on main's code."""
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -8,11 +9,10 @@ from pathlib import Path
 
 import pytest
 
+from refusals import clean, refuses, run_cli
+
 ROOT = Path(__file__).resolve().parents[1]
-
-
-def clean(e) -> str:
-    return str(e.value)
+QWEN_MOE = ["--model", "qwen3-30b-a3b", "--decode", "8x1024"]
 
 
 def test_the_lone_gpu_script_passes_the_gpu_key_to_python_as_data_not_code(tmp_path):
@@ -68,3 +68,51 @@ def test_get_engine_refuses_an_unsealed_or_missing_fitted_file(tmp_path):
     with pytest.raises(SteptimeError) as e:
         get_engine("vllm", fitted=tmp_path / "no_such.yaml")
     assert "no_such.yaml" in clean(e) and "No such file" in clean(e)
+
+
+# ---- 2b / 2c. the routed-expert law line: one formatter, the kernel dtype, and a GPU the tables do not hold --------
+def test_predict_says_when_the_selected_kernels_tables_do_not_hold_the_gpu(capsys):
+    """Before: `--moe-kernels trtllm` on A100 / MI300X printed "priced with trtllm's fused-MoE laws at bf16" as on a
+    GPU TensorRT-LLM's tables cover: its all-GPU law, said nowhere (text or JSON)."""
+    for gpu in ("a100-sxm", "mi300x"):
+        rc, out, _ = run_cli(capsys, ["predict", *QWEN_MOE, "--gpu", gpu, "--moe-kernels", "trtllm"])
+        assert rc == 0 and (f"trtllm's fused-MoE laws at bf16 (trtllm's tables give {gpu} no bf16 kernel family: "
+                            "priced with trtllm's all-GPU bf16 law)") in out.splitlines()[0]
+        rc, out, _ = run_cli(capsys, ["predict", *QWEN_MOE, "--gpu", gpu, "--moe-kernels", "trtllm", "--json"])
+        doc = json.loads(out)
+        assert rc == 0 and "moe_kernel_family" in doc and doc["moe_kernel_family"] is None
+    rc, out, _ = run_cli(capsys, ["predict", *QWEN_MOE, "--gpu", "h100-sxm", "--moe-kernels", "trtllm", "--json"])
+    assert json.loads(out)["moe_kernel_family"] == "cutlass_sm90"  # a GPU the tables hold: its family, no flag
+    rc, out, _ = run_cli(capsys, ["predict", *QWEN_MOE, "--gpu", "h100-sxm", "--moe-kernels", "trtllm"])
+    assert out.splitlines()[0].endswith("routed experts priced with trtllm's fused-MoE laws at bf16")
+
+
+def test_serve_json_and_header_flag_the_all_gpu_law(capsys):
+    argv = ["serve", "--model", "qwen3-30b-a3b", "--gpu", "a100-sxm", "--moe-kernels", "trtllm", "--n", "4", "--isl",
+            "64", "--osl", "4", "--no-progress"]
+    rc, out, _ = run_cli(capsys, [*argv, "--json"])
+    doc = json.loads(out)
+    assert rc == 0 and "moe_kernel_family" in doc and doc["moe_kernel_family"] is None
+    rc, out, _ = run_cli(capsys, argv)
+    assert "trtllm's tables give a100-sxm no bf16 kernel family" in out.splitlines()[0]
+
+
+def test_plan_names_the_kernel_dtype_per_gpu_as_predict_does(capsys):
+    """Before: plan's line was "routed experts priced with: trtllm's fused-MoE laws under engine vllm" (no dtype)."""
+    argv = ["plan", "--model", "gpt-oss-20b", "--slo-tpot-ms", "100", "--gpus", "b200,h200-sxm", "--tp", "1",
+            "--max-gpus", "1", "--dtypes", "mxfp4", "--no-disagg", "--n", "10", "--isl", "64", "--osl", "4",
+            "--jobs", "1", "--no-progress", "--moe-kernels", "trtllm"]
+    rc, out, _ = run_cli(capsys, argv)
+    line = next(ln for ln in out.splitlines() if ln.startswith("routed experts priced with"))
+    assert rc == 0 and line == ("routed experts priced with: engine vllm: trtllm's fused-MoE laws at mxfp4_mxfp8 on "
+                                "b200; mxfp4 on h200-sxm")
+
+
+def test_one_formatter_words_every_law_line():
+    from steptime.moe_step import moe_law, moe_law_text
+
+    assert moe_law("vllm", "fp8_block", "h200-sxm", 1)[1] != moe_law("vllm", "fp8_block", "h200-sxm", 2)[1]  # family_ep
+    assert moe_law_text("trtllm", [("b200", "mxfp4")]) == "trtllm's fused-MoE laws at mxfp4_mxfp8"
+    text = moe_law_text("trtllm", [("l40s", "fp8_block"), ("h100-sxm", "fp8_block")])
+    assert text == ("trtllm's fused-MoE laws at fp8_block (trtllm's tables give l40s no fp8_block kernel family: "
+                    "priced with trtllm's all-GPU fp8_block law)")

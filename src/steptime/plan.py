@@ -590,6 +590,13 @@ class PlanResult:
     headroom: float = 0.0  # each simulated percentile x (1 + headroom) must meet its bound (plan's docstring)
     moe_kernels: dict = field(default_factory=dict)  # an MoE model: engine -> whose fused-MoE laws priced its experts
 
+    def searched_cells(self, engine: str) -> list[tuple]:
+        """(gpu, dtype, ep) of the layouts searched under `engine` that the step timer priced (not dropped; every
+        one where all were dropped): the cells whose routed-expert law the report names (moe_step.moe_law_text)."""
+        rows = [r for r in self.rows if r["engine"] == engine]
+        priced = [r for r in rows if r.get("dropped") is None] or rows
+        return list(dict.fromkeys((r["gpu"], r["dtype"], r.get("ep", 1)) for r in priced))
+
     def ranked(self) -> list[dict]:
         ok = [r for r in self.rows if r.get("meets_slo")]
         if self.objective == "max_rate":  # rate per GPU (per dollar where priced), then fewer GPUs, then name
