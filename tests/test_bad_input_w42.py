@@ -7,6 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from refusals import clean, refuses, run_cli
@@ -116,3 +117,24 @@ def test_one_formatter_words_every_law_line():
     text = moe_law_text("trtllm", [("l40s", "fp8_block"), ("h100-sxm", "fp8_block")])
     assert text == ("trtllm's fused-MoE laws at fp8_block (trtllm's tables give l40s no fp8_block kernel family: "
                     "priced with trtllm's all-GPU fp8_block law)")
+
+
+# ---- 2d. tactic_tiles refuses bad input with the package's named errors ---------------------------------------------
+def test_tactic_tiles_refuses_with_named_errors():
+    """Before: a bare ValueError (not a SteptimeError: the CLI's one-line handler would not catch it), a TypeError for
+    an unhashable dtype, and a GPU given by name refused as 'sm None'."""
+    from steptime.errors import InputError, UnsupportedError
+    from steptime.specs import get_gpu
+    from steptime.terms import moe as M
+
+    with pytest.raises(UnsupportedError) as e:
+        M.tactic_tiles(get_gpu("l40s"), "bf16")
+    assert "no CUTLASS tile list for bf16 on" in clean(e)
+    for gpu, dtype, needle in ((get_gpu("b200"), ["bf16"], "got list"), ("b200", "bf16", "must be a GPU spec"),
+                               (None, "bf16", "must be a GPU spec")):
+        with pytest.raises(InputError) as e:
+            M.tactic_tiles(gpu, dtype)
+        assert needle in clean(e)
+    with pytest.raises(InputError) as e:
+        M.tactic_compute(np.array([8.0]), 4096.0, 1536.0, 8, 128, 1, get_gpu("b200"), "bf16", lambda tN: 1.0, ["x"])
+    assert "tactic choice" in clean(e)
