@@ -138,3 +138,29 @@ def test_tactic_tiles_refuses_with_named_errors():
     with pytest.raises(InputError) as e:
         M.tactic_compute(np.array([8.0]), 4096.0, 1536.0, 8, 128, 1, get_gpu("b200"), "bf16", lambda tN: 1.0, ["x"])
     assert "tactic choice" in clean(e)
+
+
+# ---- 3. the API sweep's one failure ----------------------------------------------------------------------------------
+def test_predict_ops_refuses_a_ragged_array_in_one_line():
+    """Before: numpy's ValueError ('setting an array element with a sequence. The requested array has an
+    inhomogeneous shape ...'), not a SteptimeError."""
+    import steptime
+    from steptime.errors import InputError
+
+    with pytest.raises(InputError) as e:
+        steptime.predict_ops("gemm", "l40s", m=[[1, 2], [3]], n=4096, k=4096)
+    assert "predict_ops('gemm'): m must be a number or a regular array of numbers" in clean(e)
+
+
+def test_poisson_arrivals_refuses_a_count_that_is_not_one():
+    """Before: n a list -> TypeError, 1.5 -> TypeError, -1 -> numpy's ValueError, 0 -> IndexError (gaps[0] of an empty
+    array); 1e12 would allocate 8 TB."""
+    from steptime.errors import ServeError
+    from steptime.serve import poisson_arrivals
+
+    for n, needle in (([[1], [2, 3]], "must be an integer"), (1.5, "must be an integer"), (-1, "must be >= 1"),
+                      (0, "must be >= 1"), (10**12, "above the limit of 100000000")):
+        with pytest.raises(ServeError) as e:
+            poisson_arrivals(n, 1.0)
+        assert clean(e).startswith("number of arrivals n") and needle in clean(e)
+    assert poisson_arrivals(3, 1.0)[0] == 0.0 and len(poisson_arrivals(3, 1.0)) == 3
