@@ -164,3 +164,13 @@ def test_poisson_arrivals_refuses_a_count_that_is_not_one():
             poisson_arrivals(n, 1.0)
         assert clean(e).startswith("number of arrivals n") and needle in clean(e)
     assert poisson_arrivals(3, 1.0)[0] == 0.0 and len(poisson_arrivals(3, 1.0)) == 3
+
+
+def test_plan_prices_names_what_the_file_is_and_where_its_yaml_breaks(capsys, tmp_path):
+    """Before: `--prices /dev/zero` (or a FIFO) said "no such file"; a YAML error said "(ParserError)", no line."""
+    refuses(capsys, ["plan", "--model", "llama-3.1-8b", "--slo-tpot-ms", "100", "--n", "4", "--prices", "/dev/zero"],
+            "--prices '/dev/zero': a device, not a regular file")
+    (tmp_path / "p.yaml").write_text("prices:\n  h100-sxm: [\n")
+    err = refuses(capsys, ["plan", "--model", "llama-3.1-8b", "--slo-tpot-ms", "100", "--n", "4", "--prices",
+                           str(tmp_path / "p.yaml")], "not a YAML price table (YAML error at line ")
+    assert "ParserError" not in err

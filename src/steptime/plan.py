@@ -55,19 +55,26 @@ class PlanError(SteptimeError, ValueError):
 PRICE_FIELDS = ("usd_per_gpu_hour", "provider", "source", "date")  # a price entry's fields (load_prices)
 
 
+MAX_PRICE_BYTES = 1 << 20  # a price table is a few kB; a larger file is not one
+
+
 def load_prices(path=None) -> dict:
     """{gpu key: {usd_per_gpu_hour, source, date, provider}}; refuses a price without source or date."""
     import yaml
 
+    from steptime.io import yaml_problem
+    from steptime.validation import check_regular_file
+
     p = Path(path) if path else PRICE_FILE
-    if not p.is_file():
-        raise PlanError(f"--prices {str(p)!r}: no such file")
-    if p.stat().st_size > 1 << 20:
-        raise PlanError(f"--prices {str(p)!r}: larger than 1 MB, not a price table")
+    # wave 42: a device or FIFO was "no such file"; a YAML / UTF-8 error named only its class, not where
+    check_regular_file(p, "--prices", MAX_PRICE_BYTES, error=PlanError)
     try:
-        doc = yaml_load(p.read_text())
-    except (yaml.YAMLError, UnicodeDecodeError) as exc:
-        raise PlanError(f"--prices {str(p)!r}: not a YAML price table ({type(exc).__name__})") from None
+        doc = yaml_load(p.read_bytes().decode("utf-8"))
+    except UnicodeDecodeError as exc:
+        raise PlanError(f"--prices {str(p)!r}: not a YAML price table (not UTF-8 text: byte at offset "
+                        f"{exc.start})") from None
+    except yaml.YAMLError as exc:
+        raise PlanError(f"--prices {str(p)!r}: not a YAML price table ({yaml_problem(exc)})") from None
     if not isinstance(doc, dict) or not isinstance(doc.get("prices"), dict):
         raise PlanError(f"{p}: expected a `prices:` mapping of GPU -> {{usd_per_gpu_hour, source, date}}")
     check_known_fields(doc, ("prices", "sources"), str(p), PlanError)
