@@ -183,11 +183,13 @@ def test_a_collector_refuses_an_out_path_it_cannot_write_before_collecting(tmp_p
 
 # ---- 6. fitted engine constants and constants files handed to the API ----------------------------------------------
 def _bad_files(tmp_path):
-    (tmp_path / "bad.yaml").write_text("a: [\n")
+    from steptime.calibration import seal_text  # sealed (wave 42: a fitted file is refused for its seal first)
+
+    (tmp_path / "bad.yaml").write_text(seal_text("a: [\n"))
     (tmp_path / "bin.yaml").write_bytes(b"\xff\xfe")
-    (tmp_path / "list.yaml").write_text("- 1\n- 2\n")
+    (tmp_path / "list.yaml").write_text(seal_text("- 1\n- 2\n"))
     (tmp_path / "dir").mkdir()
-    return {"bad.yaml": "YAML error at line 2", "bin.yaml": "not UTF-8 text", "list.yaml": "a YAML list",
+    return {"bad.yaml": "YAML error at line ", "bin.yaml": "not UTF-8 text", "list.yaml": "a YAML list",
             "dir": "is a directory"}
 
 

@@ -158,6 +158,7 @@ CACHES = {
     "steptime.calibration._default_doc", "steptime.calibration._default_constants",
     "steptime.io._cached_sha256",  # keyed on (path, mtime, size): a changed file is a new key
     "steptime.io._read_yaml_cached",  # keyed on (path, mtime, size); read_yaml_cached hands out deep copies
+    "steptime.specs.engines._sealed_fitted_doc",  # keyed on (path, mtime, size); fitted_engines hands out deep copies
     "steptime.terms.moe._default_moe", "steptime.terms.moe._power_law_block",
     "steptime.terms.moe._power_law_one",
     # keyed on whole numbers; the first returns a write-protected array, the second a tuple of floats

@@ -44,9 +44,11 @@ def test_vllm_v0_reads_the_host_constants_of_defaults_yaml():
 
 
 def test_fitted_override_applies_to_its_gpu_only(tmp_path):
+    from steptime.calibration import seal_text  # a fitted file is sealed (wave 42: get_engine checks the seal)
+
     f = tmp_path / "engine_constants.yaml"
-    f.write_text("engines:\n  vllm:\n    b300:\n      sched_a_ms: {value: 1.5, provenance: FITTED, source: test, "
-                 "cells: [[b300, fpm, 1]]}\n")
+    f.write_text(seal_text("engines:\n  vllm:\n    b300:\n      sched_a_ms: {value: 1.5, provenance: FITTED, "
+                           "source: test, cells: [[b300, fpm, 1]]}\n"))
     e = E.get_engine("vllm", fitted=f)
     assert e.get("sched_a_ms", get_gpu("b300")) == 1.5
     assert e.get("sched_a_ms", get_gpu("h100-sxm")) == E.get_engine("vllm").get("sched_a_ms")
@@ -55,7 +57,7 @@ def test_fitted_override_applies_to_its_gpu_only(tmp_path):
     assert e2.get("overlap", get_gpu("h100-sxm")) == 0.5 and e2.get("overlap", get_gpu("b200")) == 1.0
     with pytest.raises(ValueError, match="no field"):
         E.get_engine("vllm").with_fitted("h100-sxm", {"warp_speed": 1.0}, source="x")
-    f.write_text("engines:\n  vllm:\n    b300:\n      warp_speed: {value: 1, provenance: FITTED, source: t}\n")
+    f.write_text(seal_text("engines:\n  vllm:\n    b300:\n      warp_speed: {value: 1, provenance: FITTED, source: t}\n"))
     with pytest.raises(ValueError, match="unknown field"):
         E.get_engine("vllm", fitted=f)
 

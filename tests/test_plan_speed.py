@@ -30,7 +30,9 @@ def test_plan_outputs_are_main_s_byte_for_byte(name, tmp_path):
     want = {k: (FIX / "plan_main" / f"{name}.{k}").read_text() for k in ("txt", "json", "csv")}
     # wave 41 (fixes11): an MoE plan also says whose fused-MoE laws priced the experts (a line, a JSON key): the law
     # the fixtures were priced with (the profile's, vLLM's), taken out before the byte-for-byte comparison
-    law = "routed experts priced with: vllm's fused-MoE laws under engine vllm\n"
+    # (wave 42: with the kernel dtype per GPU, moe_step.moe_law_text, as predict's and serve's header)
+    law = ("routed experts priced with: engine vllm: vllm's fused-MoE laws at bf16 on b200, h100-sxm; fp8 on b200, "
+           "h100-sxm\n")
     if name == "moe":
         assert law in got["txt"] and json.loads(got["json"]).pop("moe_kernels") == {"vllm": "vllm"}
         got["txt"] = got["txt"].replace(law, "", 1)

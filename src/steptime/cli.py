@@ -89,8 +89,9 @@ def _dtype_origin(a) -> str | None:
 def _predict_header(r, origin: str | None = None) -> None:
     layout = f"tp={r.tp}, ep={r.ep}" if r.moe else f"tp={r.tp}"
     dt = r.dtype if origin is None else f"{r.dtype} weights from {origin}"
-    law = (f"; routed experts priced with {r.moe_kernels}'s fused-MoE laws at {r.moe_kernel_dtype}" if r.moe
-           else "")
+    from steptime.moe_step import moe_law_text
+
+    law = f"; routed experts priced with {moe_law_text(r.moe_kernels, [(r.gpu, r.dtype, r.ep)])}" if r.moe else ""
     print(f"{r.model} on {r.gpu} ({layout}, engine {r.engine}, {dt}): {_n(r.requests, 'request')}, "
           f"{_n(r.tokens, 'new token')}{law}")
 

@@ -14,7 +14,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any, Iterator
 
-from steptime.errors import DataError
+from steptime.errors import DataError, InputError
 
 # The repository root (what serve's trace names and the lab's loaders resolve against): the
 # directory holding raw/MANIFEST.yaml.
@@ -297,3 +297,32 @@ def read_yaml_cached(path: str | os.PathLike) -> Any:
     p = Path(path).resolve()
     st = p.stat()
     return copy.deepcopy(_read_yaml_cached(str(p), st.st_mtime_ns, st.st_size))
+
+
+# The seal of a settled or engine-constants file (wave 40; here since wave 42, below both its readers: `calibration`
+# ship / Constants.load and specs.engines.fitted_engines)
+SEAL_PREFIX = "# sha256 of every line above: "
+
+
+def seal_text(text: str) -> str:
+    """`text` (a whole file, ending with a newline) closed by its seal line: SEAL_PREFIX and the sha256 of its UTF-8
+    bytes. A YAML comment, so every reader parses the same document; `check_seal` verifies it."""
+    if text and not text.endswith("\n"):
+        text += "\n"
+    return f"{text}{SEAL_PREFIX}{hashlib.sha256(text.encode('utf-8')).hexdigest()}\n"
+
+
+def check_seal(text: str, path, required: bool = True) -> None:
+    """Refuse (one line naming `path`) a file whose seal line does not match the bytes above it, or, when `required`
+    (what `ship` asks), one without a seal line: a settled file cut exactly at a line end still parses as YAML."""
+    body, _, last = text.rstrip("\n").rpartition("\n")
+    if not last.startswith(SEAL_PREFIX.split(":")[0]):
+        if required:  # checked before the file is parsed (wave 41): it may be any file at all
+            raise InputError(f"{path}: not a sealed settled or engine-constants file: no closing seal line "
+                             f"('{SEAL_PREFIX}...', the last line every settle step writes): truncated, or written "
+                             "before wave 40? copy it again from results/calibration/ or rebuild it with snakemake")
+        return
+    m = re.fullmatch(re.escape(SEAL_PREFIX) + r"([0-9a-f]{64})", last)
+    if not m or hashlib.sha256((body + "\n").encode("utf-8")).hexdigest() != m.group(1):
+        raise InputError(f"{path}: its seal line does not match the lines above it (edited, or a part cut out?): "
+                         "copy it again from results/calibration/ or rebuild it with snakemake")

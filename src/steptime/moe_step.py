@@ -100,6 +100,48 @@ def engine_with_kernels(engine, kernels, model, constants=None, flag: str = "moe
     return get_engine(engine, fitted=constants.engines).with_moe_kernels(kernels, source=f"selected by {flag}")
 
 
+def moe_law(kernels: str, dtype: str, gpu, ep: int = 1, mc=None) -> tuple:
+    """(kernel dtype, kernel family) of the law that prices `gpu`'s routed experts of `dtype` under framework
+    `kernels`' fused-MoE laws (`mc` default: the shipped calibration/moe.yaml): the dtype those kernels run
+    (terms.moe.kernel_dtype) and the GPU's own `family:<dtype>` in that framework's tables (`family_ep:<dtype>` at
+    ep > 1 where shipped), as routed_experts_time reads them; family None where the framework's tables hold no kernel
+    for this GPU and dtype: the framework's all-GPU law for the dtype prices it (wave 42: `--moe-kernels trtllm` on
+    A100 or MI300X said nothing of it)."""
+    from steptime.specs import get_gpu
+
+    gpu = get_gpu(gpu)
+    kd = moe_terms.kernel_dtype(kernels, dtype, gpu)
+    own = (mc or moe_terms.MoEConstants.default()).for_kernels(kernels).per_gpu.get(gpu.key, {})
+    family = own.get(f"family:{kd}") or None
+    if ep > 1:
+        family = own.get(f"family_ep:{kd}") or family
+    return kd, family
+
+
+def moe_law_text(kernels: str, cells, mc=None) -> str:
+    """The one wording of whose fused-MoE laws priced the routed experts, for predict's and serve's header and plan's
+    report: `cells` are (gpu, dtype[, ep]) (one for a step, every one a plan searched). "trtllm's fused-MoE laws at
+    mxfp4_mxfp8" for one kernel dtype, "... at mxfp4_mxfp8 on b200; mxfp4 on h200-sxm" for several; each GPU whose
+    cells the framework's tables do not hold is named (priced with the framework's all-GPU law: moe_law)."""
+    from steptime.specs import get_gpu
+
+    by_dtype, uncovered = {}, {}
+    for cell in cells:
+        gpu, dtype, ep = (*cell, 1)[:3]
+        key = get_gpu(gpu).key
+        kd, family = moe_law(kernels, dtype, key, ep, mc)
+        by_dtype.setdefault(kd, []).append(key)
+        if family is None:
+            uncovered.setdefault(kd, []).append(key)
+    at = (next(iter(by_dtype)) if len(by_dtype) == 1 else
+          "; ".join(f"{kd} on {', '.join(dict.fromkeys(g))}" for kd, g in by_dtype.items()))
+    text = f"{kernels}'s fused-MoE laws at {at}"
+    if uncovered:
+        text += " (" + "; ".join(f"{kernels}'s tables give {', '.join(dict.fromkeys(g))} no {kd} kernel family: "
+                                 f"priced with {kernels}'s all-GPU {kd} law" for kd, g in uncovered.items()) + ")"
+    return text
+
+
 def check_exchange(exchange) -> str:
     """The expert exchange kind (specs/engines.yaml moe.exchange), refused with one line if unknown."""
     if exchange not in MOE_EXCHANGES:

@@ -55,19 +55,26 @@ class PlanError(SteptimeError, ValueError):
 PRICE_FIELDS = ("usd_per_gpu_hour", "provider", "source", "date")  # a price entry's fields (load_prices)
 
 
+MAX_PRICE_BYTES = 1 << 20  # a price table is a few kB; a larger file is not one
+
+
 def load_prices(path=None) -> dict:
     """{gpu key: {usd_per_gpu_hour, source, date, provider}}; refuses a price without source or date."""
     import yaml
 
+    from steptime.io import yaml_problem
+    from steptime.validation import check_regular_file
+
     p = Path(path) if path else PRICE_FILE
-    if not p.is_file():
-        raise PlanError(f"--prices {str(p)!r}: no such file")
-    if p.stat().st_size > 1 << 20:
-        raise PlanError(f"--prices {str(p)!r}: larger than 1 MB, not a price table")
+    # wave 42: a device or FIFO was "no such file"; a YAML / UTF-8 error named only its class, not where
+    check_regular_file(p, "--prices", MAX_PRICE_BYTES, error=PlanError)
     try:
-        doc = yaml_load(p.read_text())
-    except (yaml.YAMLError, UnicodeDecodeError) as exc:
-        raise PlanError(f"--prices {str(p)!r}: not a YAML price table ({type(exc).__name__})") from None
+        doc = yaml_load(p.read_bytes().decode("utf-8"))
+    except UnicodeDecodeError as exc:
+        raise PlanError(f"--prices {str(p)!r}: not a YAML price table (not UTF-8 text: byte at offset "
+                        f"{exc.start})") from None
+    except yaml.YAMLError as exc:
+        raise PlanError(f"--prices {str(p)!r}: not a YAML price table ({yaml_problem(exc)})") from None
     if not isinstance(doc, dict) or not isinstance(doc.get("prices"), dict):
         raise PlanError(f"{p}: expected a `prices:` mapping of GPU -> {{usd_per_gpu_hour, source, date}}")
     check_known_fields(doc, ("prices", "sources"), str(p), PlanError)
@@ -589,6 +596,13 @@ class PlanResult:
     objective: str = "cost"
     headroom: float = 0.0  # each simulated percentile x (1 + headroom) must meet its bound (plan's docstring)
     moe_kernels: dict = field(default_factory=dict)  # an MoE model: engine -> whose fused-MoE laws priced its experts
+
+    def searched_cells(self, engine: str) -> list[tuple]:
+        """(gpu, dtype, ep) of the layouts searched under `engine` that the step timer priced (not dropped; every
+        one where all were dropped): the cells whose routed-expert law the report names (moe_step.moe_law_text)."""
+        rows = [r for r in self.rows if r["engine"] == engine]
+        priced = [r for r in rows if r.get("dropped") is None] or rows
+        return list(dict.fromkeys((r["gpu"], r["dtype"], r.get("ep", 1)) for r in priced))
 
     def ranked(self) -> list[dict]:
         ok = [r for r in self.rows if r.get("meets_slo")]

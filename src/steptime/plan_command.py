@@ -191,8 +191,10 @@ def cmd_plan(a) -> int:
         for note in res.notes:
             print(f"note: {note}")
         if res.moe_kernels:
-            print("routed experts priced with: " + ", ".join(f"{k}'s fused-MoE laws under engine {e}"
-                                                           for e, k in res.moe_kernels.items()))
+            from steptime.moe_step import moe_law_text
+
+            print("routed experts priced with: " + "; ".join(
+                f"engine {e}: {moe_law_text(k, res.searched_cells(e))}" for e, k in res.moe_kernels.items()))
         print(f"tried {len(res.rows)} layouts: {len(res.simulated())} simulated, {len(res.dropped())} dropped "
               f"(did not fit or cannot run), {len(res.pruned())} pruned (provably dearer than a smaller layout "
               f"meeting the SLO), {len(best)} meet the SLO; {res.wall_s:.1f} s"

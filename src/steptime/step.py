@@ -30,7 +30,7 @@ from steptime.terms import attention, comm, gemm, host, light, precision
 from steptime.validation import (MAX_REQUESTS, as_int, check_bool, check_choice, check_f_clk, check_request_rows,
                                  check_tokens, check_tp_heads)
 from steptime import moe_step
-from steptime.terms.moe import MoEConstants, kernel_dtype
+from steptime.terms.moe import MoEConstants
 
 PROJ_TERMS = ("qkv_proj", "o_proj", "gate_up_proj", "down_proj")
 ATTN_TERMS = ("attn_prefill", "attn_decode")
@@ -280,6 +280,9 @@ class StepPrediction:
     # the caller's --moe-kernels / with_moe_kernels) and the expert dtype those kernels run (terms.moe.kernel_dtype)
     moe_kernels: str | None = None
     moe_kernel_dtype: str | None = None
+    # the kernel family of those laws that priced this GPU (moe_step.moe_law); None: the framework's tables hold none
+    # for this GPU and dtype, so its all-GPU law for the dtype priced it (wave 42: said nowhere before)
+    moe_kernel_family: str | None = None
 
     def to_dict(self) -> dict:
         d = {"model": self.model, "gpu": self.gpu, "tp": self.tp, "engine": self.engine, "dtype": self.dtype,
@@ -287,7 +290,8 @@ class StepPrediction:
              "terms_ms": self.terms_ms, "hidden_ms": self.hidden_ms, "bound": self.bound,
              "factors": self.factors, "tokens": self.tokens, "requests": self.requests}
         if self.moe:
-            d.update(ep=self.ep, moe=True, moe_kernels=self.moe_kernels, moe_kernel_dtype=self.moe_kernel_dtype)
+            d.update(ep=self.ep, moe=True, moe_kernels=self.moe_kernels, moe_kernel_dtype=self.moe_kernel_dtype,
+                     moe_kernel_family=self.moe_kernel_family)
         d["uncalibrated"] = not self.calibrated
         return d
 
@@ -660,12 +664,12 @@ def predict_step(model, gpu, batch: Batch | None = None, *, decode: Iterable = (
         else:
             bound[t] = kind
     factors = {t: {f: float(np.asarray(v).reshape(-1)[0]) for f, v in fs.items()} for t, fs in r["factors"].items()}
+    law = moe_step.moe_law(engine.moe_kernels(), dtype, gpu, ep, moe_constants) if moe else (None, None)
     return StepPrediction(
         model=model.key, gpu=gpu.key, tp=tp, engine=engine.key, dtype=dtype, kv_dtype=kv_dtype, total_ms=float(r["total_ms"][0]), terms_ms=terms,
         hidden_ms={k: float(v[0]) for k, v in r["hidden_ms"].items()}, bound=bound, factors=factors,
         tokens=int(new.sum()), requests=len(new), ep=ep, moe=moe, calibrated=constants.calibrated(gpu),
-        moe_kernels=engine.moe_kernels() if moe else None,
-        moe_kernel_dtype=kernel_dtype(engine.moe_kernels(), dtype, gpu) if moe else None)
+        moe_kernels=engine.moe_kernels() if moe else None, moe_kernel_dtype=law[0], moe_kernel_family=law[1])
 
 
 # ---------------------------------------------------------------------------------------

@@ -86,7 +86,11 @@ def check_array(x, what: str, *, minimum: float = 0.0, strict: bool = True, inte
     vectorised."""
     if x is None:
         raise InputError(f"{what} is missing (got None)")
-    a = np.asarray(x)
+    try:
+        a = np.asarray(x)
+    except (TypeError, ValueError):  # a ragged nesting ([[1, 2], [3]]): numpy's multi-clause ValueError (wave 42)
+        raise InputError(f"{what} must be a number or a regular array of numbers (rows of one length), got "
+                         f"{x!r:.80}") from None
     if a.dtype.kind not in "iuf":
         if a.dtype.kind == "O":
             try:

@@ -34,7 +34,8 @@ for d in /opt/nvidia/nsight-compute/*/ /usr/local/cuda/bin/; do
 done
 log="$out/collect.log"
 env_txt="$out/environment.txt"
-python3 -c "import steptime.specs as s; print('steptime GPU:', s.get_gpu('$gpu').name)" >"$log" 2>&1 || {
+# the key reaches Python as an argument, never inside the code string (wave 42: a key holding a quote ran as Python)
+python3 -c 'import sys, steptime.specs as s; print("steptime GPU:", s.get_gpu(sys.argv[1]).name)' "$gpu" >"$log" 2>&1 || {
     cat "$log" >&2
     exit 2
 }

@@ -39,6 +39,7 @@ from steptime.errors import CalibrationLeakError, InputError
 from steptime.specs import engines as E
 from steptime.terms.comm_bounds import check_updates
 from steptime.io import atomic_path, read_yaml, yaml_load, yaml_problem
+from steptime.io import SEAL_PREFIX, check_seal, seal_text  # noqa: F401 - the seal, re-exported where wave 40 put it
 from steptime.readonly import ReadOnlyDict
 from steptime.validation import MAX_SETTLED_BYTES, check_regular_file
 
@@ -383,38 +384,6 @@ def settle_doc(doc: dict, settled: list[dict]) -> dict:
                         del table[name]
         doc = apply_updates(doc, ups)
     return doc
-
-
-SEAL_PREFIX = "# sha256 of every line above: "
-
-
-def seal_text(text: str) -> str:
-    """`text` (a whole file, ending with a newline) closed by its seal line: SEAL_PREFIX and the sha256 of its UTF-8
-    bytes. A YAML comment, so every reader parses the same document; `check_seal` verifies it."""
-    import hashlib
-
-    if text and not text.endswith("\n"):
-        text += "\n"
-    return f"{text}{SEAL_PREFIX}{hashlib.sha256(text.encode('utf-8')).hexdigest()}\n"
-
-
-def check_seal(text: str, path, required: bool = True) -> None:
-    """Refuse (one line naming `path`) a file whose seal line does not match the bytes above it, or, when `required`
-    (what `ship` asks), one without a seal line: a settled file cut exactly at a line end still parses as YAML."""
-    import hashlib
-    import re
-
-    body, _, last = text.rstrip("\n").rpartition("\n")
-    if not last.startswith(SEAL_PREFIX.split(":")[0]):
-        if required:  # checked before the file is parsed (wave 41): it may be any file at all
-            raise InputError(f"{path}: not a sealed settled or engine-constants file: no closing seal line "
-                             f"('{SEAL_PREFIX}...', the last line every settle step writes): truncated, or written "
-                             "before wave 40? copy it again from results/calibration/ or rebuild it with snakemake")
-        return
-    m = re.fullmatch(re.escape(SEAL_PREFIX) + r"([0-9a-f]{64})", last)
-    if not m or hashlib.sha256((body + "\n").encode("utf-8")).hexdigest() != m.group(1):
-        raise InputError(f"{path}: its seal line does not match the lines above it (edited, or a part cut out?): "
-                         "copy it again from results/calibration/ or rebuild it with snakemake")
 
 
 def _read_input(path, sealed: bool = False) -> tuple:

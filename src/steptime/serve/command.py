@@ -305,13 +305,11 @@ def run_args(a):
 
     engine = engine_with_kernels(a.engine, getattr(a, "moe_kernels", None), m, flag="--moe-kernels", error=ServeError)
     if is_moe(m):  # whose fused-MoE laws priced the routed experts (the profile's, or --moe-kernels'), for the report
+        from steptime.moe_step import moe_law
         from steptime.specs.engines import get_engine
 
-        from steptime.specs import get_gpu
-        from steptime.terms.moe import kernel_dtype
-
         a.moe_law = get_engine(engine).moe_kernels()
-        a.moe_law_dtype = kernel_dtype(a.moe_law, a.dtype, get_gpu(a.gpu))  # as predict's moe_kernel_dtype
+        a.moe_law_dtype, a.moe_law_family = moe_law(a.moe_law, a.dtype, a.gpu, a.ep)  # as predict's
     ekw = dict(tp=a.tp, engine=engine, dtype=a.dtype, kv_dtype=a.kv_dtype)
     ranks = ep_ranks(a.model, a.gpu, a.tp, a.ep, a.dtype)
     if a.ep != 1:
@@ -362,7 +360,8 @@ def cmd_serve(a) -> int:
     summ = run.summary(slo_ttft_s=ms(a.slo_ttft_ms), slo_tpot_s=ms(a.slo_tpot_ms))
     doc = {"simulated": True, "model": a.model, "gpu": a.gpu, "engine": a.engine or "vllm", "tp": a.tp,
            **({"ep": a.ep} if a.ep != 1 else {}), **({"note": EP_NOTE} if a.ep > a.tp else {}),
-           **({"moe_kernels": a.moe_law, "moe_kernel_dtype": a.moe_law_dtype} if getattr(a, "moe_law", None)
+           **({"moe_kernels": a.moe_law, "moe_kernel_dtype": a.moe_law_dtype,
+               "moe_kernel_family": a.moe_law_family} if getattr(a, "moe_law", None)
               else {}),
            "workload": {"name": wl.name, "requests": len(wl), "concurrency": wl.concurrency,
                         "mean_prompt": float(np.mean(wl.prompt)), "mean_output": float(np.mean(wl.output))},
@@ -386,9 +385,11 @@ def cmd_serve(a) -> int:
         return 0
     if a.ep > a.tp:  # attention data-parallel ranks (ep / tp > 1) are simulated as separate schedulers
         print(f"note: {EP_NOTE}")
+    from steptime.moe_step import moe_law_text
+
     print(f"{a.model} on {a.gpu} (tp={a.tp}{f', ep={a.ep}' if a.ep != 1 else ''}, engine {a.engine or 'vllm'}, {a.dtype}{getattr(a, 'dtype_from', '')}, policy {run.policy['name']}): {len(wl)} requests "
           f"[{wl.name}], simulated"
-          + (f"; routed experts priced with {a.moe_law}'s fused-MoE laws at {a.moe_law_dtype}"
+          + (f"; routed experts priced with {moe_law_text(a.moe_law, [(a.gpu, a.dtype, a.ep)])}"
              if getattr(a, "moe_law", None) else ""))
     print(f"{'metric':<10}{'p50':>10}{'p90':>10}{'p99':>10}   (ms)")
     for key in ("ttft_s", "tpot_s", "itl_s", "e2e_s"):

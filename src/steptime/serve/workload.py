@@ -169,7 +169,19 @@ def check_rate(rate, what: str = "Poisson arrival rate", error=ServeError) -> fl
     return float(rate)
 
 
+def _check_count(n, what: str) -> int:
+    """A workload's request count: a whole number in [1, MAX_WORKLOAD_REQUESTS], else one line naming `what`."""
+    n = as_int(n, what, 1, error=ServeError)
+    if n > MAX_WORKLOAD_REQUESTS:
+        raise ServeError(f"{what} {n} is above the limit of {MAX_WORKLOAD_REQUESTS}")
+    return n
+
+
 def poisson_arrivals(n: int, rate: float, seed: int = 0) -> np.ndarray:
+    """`n` Poisson arrival times (s) at `rate` requests/s, the first at 0. Each argument refused in one line (wave 42:
+    n a list, a fraction, 0 or negative raised numpy's TypeError / ValueError / IndexError, and 1e20 tried to
+    allocate it)."""
+    n = _check_count(n, "number of arrivals n")
     rate = check_rate(rate)
     seed = as_int(seed, "seed", 0, error=ServeError)
     gaps = np.random.default_rng(seed).exponential(1.0 / rate, n)
@@ -203,9 +215,7 @@ def synthetic(n: int, *, isl, osl, rate: float | None = None, concurrency: int |
               seed: int = 0, name: str = "synthetic") -> Workload:
     """Poisson arrivals at `rate` requests/s, or a closed loop at `concurrency`, or (neither)
     every request at t = 0. `isl`/`osl`: int, (lo, hi) or a sample to draw from."""
-    n = as_int(n, "number of requests", 1, error=ServeError)
-    if n > MAX_WORKLOAD_REQUESTS:
-        raise ServeError(f"number of requests {n} is above the limit of {MAX_WORKLOAD_REQUESTS}")
+    n = _check_count(n, "number of requests")
     seed = as_int(seed, "seed", 0, error=ServeError)
     if rate is not None and concurrency is not None:
         raise ServeError("give a Poisson rate or a closed-loop concurrency, not both")

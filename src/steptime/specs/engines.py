@@ -26,7 +26,7 @@ import numpy as np
 
 from steptime.errors import InputError, UnknownEngineError, UnsupportedError
 from steptime.readonly import read_only
-from steptime.io import read_yaml, read_yaml_cached
+from steptime.io import read_yaml
 from steptime.validation import check_known_fields
 
 ENGINE_FILE = Path(__file__).resolve().parent / "engines.yaml"
@@ -570,31 +570,50 @@ def _doc() -> dict:
     return read_yaml(ENGINE_FILE)
 
 
+FITTED_WHAT = "fitted engine-constants file"
+
+
+@lru_cache(maxsize=16)
+def _sealed_fitted_doc(shown: str, path: str, mtime_ns: int, size: int) -> Any:
+    """The document of a fitted engine-constants file, read once per (path, modification time, size): its bytes
+    UTF-8, its closing seal line present and matching them (io.check_seal, as `steptime calibration ship` requires:
+    wave 42, a hand-edited or cut file was used without a word), then parsed. One line naming `shown` otherwise."""
+    import yaml
+
+    from steptime.io import check_seal, yaml_load, yaml_problem
+
+    try:
+        text = Path(path).read_bytes().decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise InputError(f"{shown}: not a {FITTED_WHAT} (not UTF-8 text: byte at offset {exc.start})") from None
+    except OSError as exc:
+        raise InputError(f"{shown}: cannot read the {FITTED_WHAT} ({exc.strerror or exc})") from None
+    check_seal(text, shown, required=True)  # before parsing: the seal vouches for exactly these bytes
+    try:
+        return yaml_load(text)
+    except yaml.YAMLError as exc:
+        raise InputError(f"{shown}: not a {FITTED_WHAT} ({yaml_problem(exc)})") from None
+
+
 def fitted_engines(fitted) -> dict:
-    """{engine: {gpu: {field: entry}}} from a path (absent file: {}), a fitted document or that dict
-    itself ({} or None: none). A file that is not one (a folder, not UTF-8, not YAML, not a mapping) or any other
-    type is refused in one line (wave 40: a traceback, or {} for a number)."""
+    """{engine: {gpu: {field: entry}}} from a sealed fitted engine-constants file (the shipped FITTED_FILE absent: {}),
+    a fitted document or that dict itself ({} or None: none). A file that is not one (missing, a folder, not UTF-8, no
+    or a broken seal line, not YAML, not a mapping) or any other type is refused in one line (wave 40: a traceback,
+    or {} for a number; wave 42: a missing, hand-edited or unsealed file was read as it came)."""
     from collections.abc import Mapping
 
     if isinstance(fitted, (str, Path)):
-        import yaml
-
-        from steptime.io import yaml_problem
         from steptime.validation import MAX_SETTLED_BYTES, check_regular_file
 
         p = Path(fitted)
-        if not p.exists():
+        if not p.exists() and p == FITTED_FILE:  # the shipped file absent: no fits (a path the caller names must be)
             return {}
-        what = "fitted engine-constants file"
-        check_regular_file(p, what, MAX_SETTLED_BYTES)
-        try:
-            doc = read_yaml_cached(p)
-        except UnicodeDecodeError as exc:
-            raise InputError(f"{p}: not a {what} (not UTF-8 text: byte at offset {exc.start})") from None
-        except yaml.YAMLError as exc:
-            raise InputError(f"{p}: not a {what} ({yaml_problem(exc)})") from None
+        check_regular_file(p, FITTED_WHAT, MAX_SETTLED_BYTES)
+        st = p.stat()
+        doc = copy.deepcopy(_sealed_fitted_doc(str(p), str(p.resolve()), st.st_mtime_ns, st.st_size))
         if doc is not None and not isinstance(doc, Mapping):
-            raise InputError(f"{p}: not a {what} (a YAML {type(doc).__name__}, expected a mapping with `engines:`)")
+            raise InputError(f"{p}: not a {FITTED_WHAT} (a YAML {type(doc).__name__}, expected a mapping with "
+                             "`engines:`)")
         fitted = doc or {}
     elif fitted is not None and not isinstance(fitted, Mapping):
         raise InputError(f"fitted engine constants must be a path, a fitted document or {{engine: {{gpu: ...}}}}, "

@@ -27,7 +27,7 @@ from types import MappingProxyType
 
 import numpy as np
 
-from steptime.errors import UnsupportedError
+from steptime.errors import InputError, UnsupportedError
 from steptime.io import read_yaml
 from steptime.readonly import read_only
 from steptime.terms.gemm import smax
@@ -788,11 +788,19 @@ TACTIC_K_BYTES = 128.0
 
 def tactic_tiles(gpu, dtype: str) -> tuple:
     """The (feature tile, token tile) candidates of TensorRT-LLM's CUTLASS grouped GEMM for `dtype` on `gpu`
-    (TACTIC_TILES); ValueError naming the GPU and dtype where it has none."""
+    (TACTIC_TILES). Refused in one line: a `gpu` that is not a GPU spec or a `dtype` that is not a name (InputError),
+    a GPU and dtype it has no list for (UnsupportedError, naming both; wave 42: a bare ValueError, or a TypeError for
+    an unhashable dtype)."""
+    if not isinstance(getattr(gpu, "sm_version", None), int) or not hasattr(gpu, "sms"):
+        raise InputError(f"tactic_tiles: gpu must be a GPU spec (steptime.specs.get_gpu(name)), got "
+                         f"{type(gpu).__name__}")
+    if not isinstance(dtype, str):
+        raise InputError(f"tactic_tiles: dtype must be a MoE dtype name ({', '.join(WEIGHT_BYTES)}), got "
+                         f"{type(dtype).__name__}")
     dtype = canonical_dtype(dtype)
-    sm = TACTIC_SM.get(getattr(gpu, "sm_version", None))
+    sm = TACTIC_SM.get(gpu.sm_version)
     if sm is None or dtype not in TACTIC_DTYPES or MATH[dtype] not in TACTIC_TILES[sm]:
-        raise ValueError(f"the tactic law has no CUTLASS tile list for {dtype} on {getattr(gpu, 'name', gpu)} "
+        raise UnsupportedError(f"the tactic law has no CUTLASS tile list for {dtype} on {getattr(gpu, 'name', gpu)} "
                          f"(sm {getattr(gpu, 'sm_version', None)}); it prices {sorted(TACTIC_DTYPES)} on sm "
                          f"{sorted(TACTIC_SM)}")
     return TACTIC_TILES[sm][MATH[dtype]]
@@ -820,8 +828,8 @@ def tactic_compute(T, h, i, topk, num_experts, ep, gpu, dtype, rows_at, choice: 
     touched expert), ties to the larger tile (candidates taken by decreasing area, then token tile), priced in whole
     waves at the cell's own rows: `rows_at(tN)` -> the cell's token-row tiles at token tile tN (its router's
     tile-padded rows / tN)."""
-    if choice not in TACTIC_CHOICES:
-        raise ValueError(f"tactic choice must be one of {TACTIC_CHOICES}, not {choice!r}")
+    if not isinstance(choice, str) or choice not in TACTIC_CHOICES:
+        raise InputError(f"tactic choice must be one of {TACTIC_CHOICES}, not {choice!r}")
     tiles = sorted(tactic_tiles(gpu, dtype), key=lambda t: (-t[0] * t[1], -t[1]))
     kt = TACTIC_K_BYTES / WEIGHT_BYTES[canonical_dtype(dtype)]
     T = np.asarray(T, dtype=float)
