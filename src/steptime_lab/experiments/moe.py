@@ -797,6 +797,44 @@ def _gpus(frame: pd.DataFrame) -> str:
     return ", ".join(sorted(frame.gpu.unique()))
 
 
+# A kernel family's law from the held-out GPU's own compute-capability generation (E3.1, issue 20, wave 42, helper
+# `nearmiss`; the rule and its adoption test written before it was scored, DESIGN.md): a family's efficiency against the
+# datasheet peak is a property of the code its compiler emits for the GPU's compute capability (Triton's MMA is
+# mma.sync on sm 8x / 12x, wgmma on sm 90, tcgen05 on sm 10x), so where at least SAME_GENERATION_MIN_GPUS other GPUs of
+# the held-out GPU's compute-capability major (sm_version // 10) ran the family, its law is fitted on theirs alone
+# (fewer: every other GPU's, as before; one donor would carry that GPU's own level). OBSERVED before the rule: SGLang's
+# Triton law fitted in-sample on all nine GPUs prices the four datacenter Blackwell GPUs' Triton cells 14-19% fast
+# (median log error) and Hopper's / the RTX PRO 6000's 4-8% slow. SAME_GENERATION switches it.
+SAME_GENERATION = True
+SAME_GENERATION_MIN_GPUS = 2
+
+
+def sm_major(gpu: str) -> int:
+    """The GPU's compute-capability major (sm_version // 10: 8 for sm 80 / 89, 9 for sm 90, 10 for sm 100 / 103)."""
+    return int(get_gpu(gpu).sm_version) // 10
+
+
+def same_generation(t: pd.DataFrame, gpu: str, on: bool | None = None) -> tuple[pd.DataFrame, bool]:
+    """The training cells `t` (other GPUs' cells of one family) restricted to the GPUs of `gpu`'s compute-capability
+    major where at least SAME_GENERATION_MIN_GPUS of them are in `t` (and `on`, None: SAME_GENERATION); else `t`.
+    Returns (cells, restricted: whether a GPU was left out)."""
+    on = SAME_GENERATION if on is None else bool(on)
+    if not on or not len(t):
+        return t, False
+    major = sm_major(gpu)
+    same = {g for g in t.gpu.unique() if sm_major(g) == major}
+    if len(same) < SAME_GENERATION_MIN_GPUS or len(same) == t.gpu.nunique():
+        return t, False
+    return t[t.gpu.isin(same)], True
+
+
+def _family_cells(t: pd.DataFrame, gpu: str, family: str, note: str) -> tuple[pd.DataFrame, str]:
+    """training_cells' (cells, what) for the other GPUs' cells `t` of `family`, same_generation applied."""
+    t, restricted = same_generation(t, gpu)
+    gen = f"; sm {sm_major(gpu)}x only, the held-out GPU's compute-capability generation" if restricted else ""
+    return t, f"{family} on {_gpus(t)}{f' ({note}{gen})' if note or gen else ''}"
+
+
 def training_cells(d: pd.DataFrame, gpu: str, dt: str, family: str | None = None,
                    rows: pd.DataFrame | None = None) -> tuple[pd.DataFrame, str]:
     """The other GPUs' cells of dtype dt that ran the held-out GPU's kernel family `family` (its vLLM backend for
@@ -812,14 +850,13 @@ def training_cells(d: pd.DataFrame, gpu: str, dt: str, family: str | None = None
     if rows is not None and family is not None:
         r = rows[(rows.gpu != gpu) & (rows.family == family)]
         if (r.sdtype == dt).any():
-            t = r[r.sdtype == dt]
-            return t, f"{family} on {_gpus(t)} (every cell of the family)"
+            return _family_cells(r[r.sdtype == dt], gpu, family, "every cell of the family")
         sib = SIBLING_DTYPES.get(dt)
         if sib and (r.sdtype == sib).any():
             t = r[r.sdtype == sib].assign(sdtype=dt)
             return t, f"{family} {sib} on {_gpus(t)} (sibling dtype)"
     if family is not None and (other.family == family).any():
-        return other[other.family == family], f"{family} on {_gpus(other[other.family == family])}"
+        return _family_cells(other[other.family == family], gpu, family, "")
     # a family no other GPU ran: the other GPUs of its tensor-core generation (the RTX PRO 6000's sm120 CUTLASS
     # kernels take the law of the datacenter Blackwell GPUs' kernels, not Hopper's or Ada's), else every GPU
     arch = get_gpu(gpu).architecture
