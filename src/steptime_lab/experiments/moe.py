@@ -818,6 +818,10 @@ SAME_GENERATION = True
 SAME_GENERATION_MIN_GPUS = 2
 
 
+SAME_GENERATION_LAW = ("of the held-out GPU's compute-capability generation only, where at least two other GPUs of it "
+                       "ran the family: same_generation")
+
+
 def sm_major(gpu: str) -> int:
     """The GPU's compute-capability major (sm_version // 10: 8 for sm 80 / 89, 9 for sm 90, 10 for sm 100 / 103)."""
     return int(get_gpu(gpu).sm_version) // 10
@@ -1175,7 +1179,8 @@ def ep_default_families(rows: pd.DataFrame, framework: str) -> list:
 
 def run(df: pd.DataFrame, framework: str = "vllm", tactic: bool | None = None) -> dict:
     """Leave one GPU out, on one engine's cells (`framework`, cells()): per dtype, the law fitted on the other GPUs' balanced cells of the held-out GPU's kernel
-    family (all families where no other GPU ran it), at most three bf16 readings of its own (which ones: chosen on
+    family (of its compute-capability generation where two or more ran it: same_generation; all families where no
+    other GPU ran it), at most three bf16 readings of its own (which ones: chosen on
     the training GPUs, choose_readings); scored on its balanced cells
     (the E3.1 groups, collector regime) and, as a second table, on its power-law cells with the same constants
     (routing from the collector's power-law router; nothing fitted on a power-law cell). `tactic` (None: TACTIC_DEFAULT):
@@ -1526,7 +1531,7 @@ def document_engines(r: dict, others: list, target_pct: float) -> dict:
                               "families": o["families"],
                               "law": "the same law and fitting rules as vLLM's (fit_dtype, choose_readings), on the "
                                      "engine's own cells only: per GPU and dtype, fitted on the other GPUs' cells of "
-                                     f"its {name} kernel family (terms.moe.{table}), at most three "
+                                     f"its {name} kernel family (terms.moe.{table}; {SAME_GENERATION_LAW}), at most three "
                                      f"bf16 readings of its own {name} cells; {CELL_PRICING}; " + ENGINE_SHIPPED[fw],
                               **({"family_options": {f: dict(v) for f, v in FAMILY_OPTIONS[fw].items()}}
                                  if fw in FAMILY_OPTIONS else {}),
