@@ -277,10 +277,10 @@ FLOOR_BOUNDS_DISCLOSED = (
 # the same-generation training cells (same_generation), for the engine whose folds it moves (wave 42, helper nearmiss)
 SAME_GENERATION_DISCLOSED = (
     " Wave 42 (helper nearmiss): a kernel family's law for a held-out GPU is fitted on the other GPUs of its "
-    "compute-capability generation where at least two of them ran the family (same_generation). Diagnosed after E3.1's "
-    "scores had been seen (the datacenter Blackwell bf16 / fp8_block groups just above the target; the Triton law, fitted "
-    "in-sample on every GPU, fast on every datacenter Blackwell GPU's Triton cells, most on the compute-bound ones); the "
-    "rule and its adoption test (E3.1's met groups up, no group worse by more than a point) were written before it was "
+    "compute-capability generation where at least two of them ran the family (same_generation). Diagnosed after "
+    "E3.1's scores had been seen (the datacenter Blackwell bf16 / fp8_block groups just above the target; the Triton "
+    "law, fitted in-sample on every GPU, fast on every datacenter Blackwell GPU's Triton cells, most on the "
+    "compute-bound ones); the rule and its adoption test (E3.1's met groups up, no group worse by more than a point) were written before it was "
     "scored, and it was scored once. Of every engine's folds it moves only SGLang's eight datacenter Blackwell Triton "
     "laws (bf16, fp8_block). Before / after per group in DESIGN.md.")
 # what was chosen after an engine's held-out scores had been seen (its metrics' `disclosed`; vLLM's is document()'s)
@@ -1531,7 +1531,8 @@ def document_engines(r: dict, others: list, target_pct: float) -> dict:
                               "families": o["families"],
                               "law": "the same law and fitting rules as vLLM's (fit_dtype, choose_readings), on the "
                                      "engine's own cells only: per GPU and dtype, fitted on the other GPUs' cells of "
-                                     f"its {name} kernel family (terms.moe.{table}; {SAME_GENERATION_LAW}), at most three "
+                                     f"its {name} kernel family (terms.moe.{table}; {SAME_GENERATION_LAW}), "
+                                     "at most three "
                                      f"bf16 readings of its own {name} cells; {CELL_PRICING}; " + ENGINE_SHIPPED[fw],
                               **({"family_options": {f: dict(v) for f, v in FAMILY_OPTIONS[fw].items()}}
                                  if fw in FAMILY_OPTIONS else {}),
