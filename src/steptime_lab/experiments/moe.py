@@ -281,8 +281,8 @@ SAME_GENERATION_DISCLOSED = (
     "E3.1's scores had been seen (the datacenter Blackwell bf16 / fp8_block groups just above the target; the Triton "
     "law, fitted in-sample on every GPU, fast on every datacenter Blackwell GPU's Triton cells, most on the "
     "compute-bound ones); the rule and its adoption test (E3.1's met groups up, no group worse by more than a "
-    "point) were written before it was scored, and it was scored once. Of every engine's folds it moves only SGLang's eight datacenter Blackwell Triton "
-    "laws (bf16, fp8_block). Before / after per group in DESIGN.md.")
+    "point) were written before it was scored, and it was scored once. Of every engine's folds it moves only "
+    "SGLang's eight datacenter Blackwell Triton laws (bf16, fp8_block). Before / after per group in DESIGN.md.")
 # what was chosen after an engine's held-out scores had been seen (its metrics' `disclosed`; vLLM's is document()'s)
 ENGINE_DISCLOSED = MappingProxyType({"sglang": (
     "Wave 40 (helper ownfam; landed wave 41, helper ownland): a cell whose kernel the engine's choice determines is "
