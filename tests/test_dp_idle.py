@@ -62,3 +62,15 @@ def test_dp_idle_fit_rows_are_the_prefill_steps_of_the_dp_layouts():
     s = pd.DataFrame({"engine": "vllm", "tp": [1, 1, 2, 2, 1], "dp": [2, 2, 1, 4, 1],
                       "phase": ["prefill", "decode", "mixed", "mixed", "prefill"]})
     assert dp_idle_fit_rows(s).tolist() == [True, False, False, True, False]  # dp 1 (world size 1 too): none
+
+
+def test_shipped_dp_idle_share_is_the_results_all_layout_fit(repo_root):
+    """engines.yaml's FITTED launch.dp_idle_rank_share is the value E3.4's committed result fits on all DP layouts,
+    and every DP layout is scored with a value fitted on the others (each DP layout has fit rows)."""
+    import json
+
+    fit = json.loads((repo_root / "results/E3_4.json").read_text())["metrics"]["fpm_dp_idle_fit"]
+    shipped = get_engine("vllm").get("dp_idle_rank_share", get_gpu("b300"), Constants.default())
+    assert [v["all_layouts_us"] for v in fit.values()] == [pytest.approx(shipped)]
+    for v in fit.values():
+        assert v["layouts_fitted_on"] and all(v["fit_rows_per_layout"][k] > 0 for k in v["layouts_fitted_on"])

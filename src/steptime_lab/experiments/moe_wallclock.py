@@ -720,7 +720,10 @@ def score_fpm_moe(tidy: pd.DataFrame, *, fitted=None, constants=None, moe_consta
     the disjoint rows above graph_max_tokens (hybrid_eager_fit_rows), with the first at its held-out value: the
     host time per layer of a step run outside the CUDA graphs (engines.yaml launch.hybrid_eager_layer_us). Both fits
     read only the layouts whose rows are one rank's own steps (host_fit_rows: not world size 1, not dp > 1); every
-    layout is scored, each with the values fitted on the other fitting layouts. A layout whose rows are not its own
+    layout is scored, each with the values fitted on the other fitting layouts. A third, fitted the same way after
+    those two: the share of its own launch floor a hybrid's step with a prefill waits for the idle attention-DP ranks
+    (engines.yaml launch.dp_idle_rank_share, terms/host.dp_idle_rank_time), on the steps with a prefill of the dp > 1
+    layouts only (dp_idle_fit_rows); each DP layout scored with the share fitted on the other DP layouts. A layout whose rows are not its own
     steps (own_step_rows: world size 1) is also scored under the engine's row reading (scores_engine_row:
     wallclock.inline_row_ms, INLINE_ROW_NOTE, E1.26's reading of its TP 1 rows): the same prediction, each row read
     as the time between two output collections of vLLM's loop; no constant fitted on it."""
@@ -1231,7 +1234,12 @@ def document(tok: dict, rep: dict, fpm: list, skipped_rows: list, targets: dict,
                      "the tp >= 2 dp > 1 layouts' (+13-15 ms, no wait priced there). It is a trade, no claim changes "
                      "status: the tp 1 dp 1 context and plain readings get better, the row-read mixed and the tp 1 "
                      "dp > 1 context cells worse (the wait stood in for the unpriced DP cost and the chained eager "
-                     "steps' serial part); one variant scored besides it (the wait scaled by layers, 40 / 64)."
+                     "steps' serial part); one variant scored besides it (the wait scaled by layers, 40 / 64). "
+                     "Wave 42 (issue 20, helper fpmdp), after seeing the attention-DP layouts' non-decode misses and "
+                     "fpm_dp_matched: the idle DP ranks' serial share (launch.dp_idle_rank_share x the step's own "
+                     "launch floor, a hybrid's steps with a prefill at dp > 1; terms/host.dp_idle_rank_time), fitted "
+                     "leave-one-layout-out on the other DP layouts (fpm_dp_idle_fit). Its form and adoption criterion "
+                     "were committed before it was scored; one form scored, adopted by that criterion."
                      + (" " + rep["disclosed"] if rep.get("disclosed") else "")
                      + (" " + OWN_LAWS_DISCLOSED if own_laws is not None else ""),
     }
