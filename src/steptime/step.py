@@ -585,6 +585,10 @@ def predict_steps(model, gpu, step_id, new_tokens, kv_len, n_steps: int | None =
     eager_inline = host.eager_inline_time(T, gpu, engine, constants, tp,  # serial, after the exposed part
                                           gdn_layers=model.n_linear_layers if moe else 0)
     out["host"] = out["host"] + eager_inline
+    # attention DP (dp = ep / tp): the idle ranks' dummy-batch launch a hybrid's step with a prefill waits for
+    dp_wait = host.dp_idle_rank_time(disp, n_pref == 0, max(int(ep) // int(tp), 1) if moe else 1, gpu, engine,
+                                     constants, gdn_layers=model.n_linear_layers if moe else 0)
+    out["host"] = out["host"] + dp_wait
     out["sampling"] = host.sampling_time(N, gpu, constants, engine=engine)
     terms = moe_step.TERMS if moe else TERMS
     total = sum(out[t] for t in terms)
@@ -599,6 +603,7 @@ def predict_steps(model, gpu, step_id, new_tokens, kv_len, n_steps: int | None =
         "terms_ms": ms,
         "hidden_ms": {"dispatch_floor": hidden_dispatch * 1e3, "host": hidden_host * 1e3},
         "eager_inline_ms": eager_inline * 1e3,  # the part of the host term that is host.eager_inline_ms
+        "dp_idle_ms": dp_wait * 1e3,  # the part of the host term that is host.dp_idle_rank_time
         "compute_bound": compute_bound,
         "factors": factors,
         "tokens": T,

@@ -45,12 +45,14 @@ SERVER_FIELDS = ("server_a_ms", "server_b_ms", "server_tp_ms")
 NUMERIC = ("sched_a_ms", "sched_b_ms", "rpc_ms", "rpc_tp_ms", "overlap", "t_launch_us", "graph_launch_us",
            "graph_node_us", "graph_max_tokens", "piecewise_eager_per_layer", "max_bytes", "t_samp_ms", "t_samp_b_ms",
            "fuse_norm_max_bytes", "gdn_eager_launch_us", "hybrid_eager_layer_us", "host_path_floor_us",
-           "host_path_eta", "eager_inline_ms", *SERVER_FIELDS)
+           "host_path_eta", "eager_inline_ms", "dp_idle_rank_share", *SERVER_FIELDS)
 # not required host fields: fuse_norm_max_bytes absent = never fused; server_* absent = 0 (a front end in
 # its own process, or none: the engine loop carries no API-server work); gdn_eager_launch_us absent = t_launch_us
 # (a hybrid's Gated DeltaNet launches cost what any eager launch costs: terms/host.py engine_dispatch_floor)
 OPTIONAL = ("max_bytes", "fuse_norm_max_bytes", "gdn_eager_launch_us", "hybrid_eager_layer_us", "host_path_floor_us",
-            "host_path_eta", "eager_inline_ms", *SERVER_FIELDS)
+            "host_path_eta", "eager_inline_ms", "dp_idle_rank_share", *SERVER_FIELDS)
+# launch.dp_idle_rank_share: the share of the idle attention-DP ranks' dummy-batch launch that a hybrid MoE step
+# with a prefill waits for serially at dp > 1; absent = 0 (terms/host.py dp_idle_rank_time)
 # host.eager_inline_ms: serial host time of a step run eagerly (above graph_max_tokens) where the engine launches
 # steps inline on its own thread (world size <= schedule.inline_launch_world); absent = 0 (terms/host.py
 # eager_inline_time)

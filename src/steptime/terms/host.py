@@ -134,6 +134,30 @@ def eager_inline_time(tokens, gpu, engine, constants: Constants | None = None, t
     return np.where(T > engine.get("graph_max_tokens", gpu, constants), w * 1e-3, 0.0)
 
 
+def dp_idle_rank_time(dispatch, decode_only, dp: int, gpu, engine, constants: Constants | None = None,
+                      gdn_layers: int = 0):
+    """Serial host time (seconds) a hybrid MoE step with a prefill waits for the idle attention-DP ranks at dp > 1:
+    launch.dp_idle_rank_share (absent: 0) x the step's own launch floor `dispatch` (engine_dispatch_floor, seconds).
+
+    vLLM's DP ranks agree every step on the minimum CUDA-graph mode (v1/worker/dp_utils.py): a rank with no request
+    runs the engine's dummy batch at that mode (eager when rank 0's prefill is above graph_max_tokens, padded to rank
+    0's tokens in the piecewise graphs otherwise), so its host launch floor is rank 0's, and every MoE layer's
+    all-gather / reduce-scatter joins the ranks' GPU streams layer by layer. Rank 0's eager step is not max(host, GPU)
+    (part of its host time is serial with its GPU), so it also waits for the idle rank's launch; the share of that
+    launch it waits for is not read from source: FITTED on the attention-DP layouts' own steps, held out by layout
+    (E3.4). Zero for decode-only steps (full graphs: both ranks replay one graph), at dp 1, for dense models and for
+    an engine without host terms."""
+    d = np.asarray(dispatch, dtype=float)
+    if int(dp) < 1:
+        raise ValueError(f"dp must be >= 1, not {dp}")
+    if not engine.host_terms or int(dp) == 1 or int(gdn_layers) <= 0:
+        return np.zeros_like(d)
+    share = engine.get_or("dp_idle_rank_share", gpu, constants or Constants.default(), default=0.0)
+    if share < 0:
+        raise ValueError(f"launch.dp_idle_rank_share must be >= 0, not {share}")
+    return np.where(np.asarray(decode_only, dtype=bool), 0.0, share * d)
+
+
 def exposed_host(S, t_gpu, overlap: float):
     """(exposed, hidden) seconds of host work S next to a GPU step of t_gpu seconds."""
     S = np.asarray(S, dtype=float)

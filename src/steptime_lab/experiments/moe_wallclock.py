@@ -633,6 +633,18 @@ def hybrid_eager_fit_rows(steps: pd.DataFrame, cap: float) -> pd.Series:
     return (steps["phase"] != "decode") & (steps["num_tokens"] > cap)
 
 
+DP_IDLE_FIELD = "dp_idle_rank_share"  # specs/engines.yaml launch.dp_idle_rank_share
+DP_IDLE_GRID = np.round(np.arange(0.0, 1.5 + 1e-9, 0.01), 2)  # its leave-one-layout-out 1-D search
+
+
+def dp_idle_fit_rows(steps: pd.DataFrame) -> pd.Series:
+    """The rows that identify the idle attention-DP ranks' serial share (launch.dp_idle_rank_share): steps with a
+    prefill at dp > 1 whose rows are their own steps (own_step_rows). Decode-only steps never read the field."""
+    own = pd.Series([own_step_rows(e, t, d) for e, t, d in steps[["engine", "tp", "dp"]].itertuples(index=False)],
+                    index=steps.index, dtype=bool)
+    return (steps["phase"] != "decode") & (steps["dp"].astype(int) > 1) & own
+
+
 def own_step_rows(engine: str, tp, dp) -> bool:
     """Whether an FPM row's wall time is its own step's at this layout (engines.yaml schedule.inline_launch_world:
     vLLM V1's single-process executor launches step n + 1's host work before it collects step n's output, so at
@@ -721,7 +733,10 @@ def score_fpm_moe(tidy: pd.DataFrame, *, fitted=None, constants=None, moe_consta
     the disjoint rows above graph_max_tokens (hybrid_eager_fit_rows), with the first at its held-out value: the
     host time per layer of a step run outside the CUDA graphs (engines.yaml launch.hybrid_eager_layer_us). Both fits
     read only the layouts whose rows are one rank's own steps (host_fit_rows: not world size 1, not dp > 1); every
-    layout is scored, each with the values fitted on the other fitting layouts. A layout whose rows are not its own
+    layout is scored, each with the values fitted on the other fitting layouts. A third, fitted the same way after
+    those two: the share of its own launch floor a hybrid's step with a prefill waits for the idle attention-DP ranks
+    (engines.yaml launch.dp_idle_rank_share, terms/host.dp_idle_rank_time), on the steps with a prefill of the dp > 1
+    layouts only (dp_idle_fit_rows); each DP layout scored with the share fitted on the other DP layouts. A layout whose rows are not its own
     steps (own_step_rows: world size 1) is also scored under the engine's row reading (scores_engine_row:
     wallclock.inline_row_ms, INLINE_ROW_NOTE, E1.26's reading of its TP 1 rows): the same prediction, each row read
     as the time between two output collections of vLLM's loop; no constant fitted on it."""
@@ -729,7 +744,7 @@ def score_fpm_moe(tidy: pd.DataFrame, *, fitted=None, constants=None, moe_consta
 
     if tidy is None or not len(tidy):
         return {"scores": [], "scores_engine_row": [], "terms": [], "steps": 0, "gdn_eager_fit": {},
-                "hybrid_eager_fit": {}, "below_flop_bound": {}}
+                "hybrid_eager_fit": {}, "dp_idle_fit": {}, "below_flop_bound": {}}
     steps = fpm_steps(tidy, moe=True)
     scores, terms = [], []
     groups = list(steps.groupby(["gpu", "engine", "model", *FPM_LAYOUT], sort=True))
@@ -741,7 +756,7 @@ def score_fpm_moe(tidy: pd.DataFrame, *, fitted=None, constants=None, moe_consta
     # a hybrid's two host constants, each leave-one-layout-out within each (gpu, engine, model): first the GDN op's
     # eager launch cost on the steps inside the piecewise graphs (<= graph_max_tokens), then, with it fixed per
     # layout, the host time per layer of a step run outside the graphs (> graph_max_tokens); disjoint rows
-    fit, eager_fit = {}, {}
+    fit, eager_fit, dp_fit = {}, {}, {}
     by_layout = dict(groups)
     for gpu, engine, model in sorted({k[:3] for k in by_layout}):
         keys = [k for k in by_layout if k[:3] == (gpu, engine, model)]
@@ -774,6 +789,18 @@ def score_fpm_moe(tidy: pd.DataFrame, *, fitted=None, constants=None, moe_consta
             **record, "layouts_not_fitted_on": [_layout_name(k) for k in keys if not own[k]]}
         for key in keys:
             preds[key] = _with_field(preds[key], HYBRID_EAGER_FIELD, per[key])
+        # the idle DP ranks' serial share, with both host constants at their held-out values; only the dp > 1
+        # layouts have fit rows, so each DP layout is scored with the value fitted on the other DP layouts
+        per, record = _loo_grid_fit(by_layout, keys, preds, dp_idle_fit_rows, DP_IDLE_FIELD, DP_IDLE_GRID)
+        dp_fit[name] = {
+            "field": f"launch.{DP_IDLE_FIELD}", "unit": "share of the step's own launch floor (the *_us keys hold the "
+                                                        "share, not microseconds)",
+            "fit_rows": "steps with a prefill at the attention-DP layouts (dp > 1, rows their own steps) of the other "
+                        "layouts, each layout's two hybrid host constants at their held-out values",
+            "objective": "pooled MAPE, grid 0-1.5 in 0.01 steps", **record,
+            "layouts_fitted_on": [_layout_name(k) for k in keys if int(k[5]) > 1]}
+        for key in keys:
+            preds[key] = _with_field(preds[key], DP_IDLE_FIELD, per[key])
     below, scores_in, scores_row, pred_of = [], [], [], {}
     for key, s in groups:
         gpu, engine, model, tp, ep, dp = key
@@ -800,7 +827,7 @@ def score_fpm_moe(tidy: pd.DataFrame, *, fitted=None, constants=None, moe_consta
                           **{f"{k}_median_ms": float(t.loc[d.index, k].median()) for k in t.columns if k != "pred_ms"}})
     return {"scores": scores, "scores_engine_row": scores_row, "terms": terms, "steps": int(len(steps)),
             "gdn_eager_fit": fit,
-            "hybrid_eager_fit": eager_fit, "row_reading": row_reading(groups, preds),
+            "hybrid_eager_fit": eager_fit, "dp_idle_fit": dp_fit, "row_reading": row_reading(groups, preds),
             "dp_matched": {"note": DP_MATCHED_NOTE, "by_layout": dp_matched_sweep(groups, pred_of)},
             "below_flop_bound": {"note": FLOP_BOUND_NOTE, "by_layout_phase": below, "scores_within_bound": scores_in}}
 
@@ -1029,6 +1056,8 @@ def document(tok: dict, rep: dict, fpm: list, skipped_rows: list, targets: dict,
             f"{ph} steps ({s['cells']}): the predicted engine step within {fpm_lim:.0%} (held out: the engine "
             "constants are R2.3's from the dense Qwen3-32B steps; the one constant fitted on these runs, the GDN "
             "op's eager launch cost, is fitted on the other layouts)"
+            + ("; the idle DP ranks' serial share (launch.dp_idle_rank_share) fitted on the other attention-DP "
+               "layouts, leave-one-layout-out (fpm_dp_idle_fit)" if int(s["dp"]) > 1 else "")
             + ("" if own_step_rows(s["engine"], s["tp"], s["dp"]) else
                "; at world size 1 a row is not its own step's time: vLLM's single-process executor launches the "
                "next step before it reads this one's output (engines.yaml schedule.inline_launch_world; "
@@ -1087,6 +1116,7 @@ def document(tok: dict, rep: dict, fpm: list, skipped_rows: list, targets: dict,
         "gdn_share": gdn or {},
         "fpm_gdn_eager_fit": (fpm_scores or {}).get("gdn_eager_fit", {}),
         "fpm_hybrid_eager_fit": (fpm_scores or {}).get("hybrid_eager_fit", {}),
+        "fpm_dp_idle_fit": (fpm_scores or {}).get("dp_idle_fit", {}),
         "fpm_row_reading": (fpm_scores or {}).get("row_reading", {}),
         "fpm_dp_matched": (fpm_scores or {}).get("dp_matched", {}),
         "fpm_below_flop_bound": (fpm_scores or {}).get("below_flop_bound", {}),
@@ -1217,7 +1247,12 @@ def document(tok: dict, rep: dict, fpm: list, skipped_rows: list, targets: dict,
                      "the tp >= 2 dp > 1 layouts' (+13-15 ms, no wait priced there). It is a trade, no claim changes "
                      "status: the tp 1 dp 1 context and plain readings get better, the row-read mixed and the tp 1 "
                      "dp > 1 context cells worse (the wait stood in for the unpriced DP cost and the chained eager "
-                     "steps' serial part); one variant scored besides it (the wait scaled by layers, 40 / 64)."
+                     "steps' serial part); one variant scored besides it (the wait scaled by layers, 40 / 64). "
+                     "Wave 42 (issue 20, helper fpmdp), after seeing the attention-DP layouts' non-decode misses and "
+                     "fpm_dp_matched: the idle DP ranks' serial share (launch.dp_idle_rank_share x the step's own "
+                     "launch floor, a hybrid's steps with a prefill at dp > 1; terms/host.dp_idle_rank_time), fitted "
+                     "leave-one-layout-out on the other DP layouts (fpm_dp_idle_fit). Its form and adoption criterion "
+                     "were committed before it was scored; one form scored, adopted by that criterion."
                      + (" " + rep["disclosed"] if rep.get("disclosed") else "")
                      + (" " + OWN_LAWS_DISCLOSED if own_laws is not None else ""),
     }
