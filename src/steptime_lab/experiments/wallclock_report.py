@@ -79,6 +79,10 @@ def engine_step_document(r: dict, targets: dict) -> dict:
                for s in r["scores"].get(inl, []) if not get_engine(eng).step_time_is_own(int(s["tp"]))]
     claims += [_ratio_claim(s, targets, ", TP 1 rows read as the engine times them (W.INLINE_ROW_NOTE),")
                for s in r["tp_scaling"].get(inl, [])]
+    cu = r.get("collection_units") or {}  # the row reading, a row under its roofline merged with the one before it
+    claims += [_phase_claim(r, s, targets, ", the engine's row reading with each row under its batch's roofline "
+                            "merged with the row before it (W.COLLECTION_UNIT_NOTE; same fitted prediction, no new "
+                            "constant): MAPE") for s in cu.get("scores", []) if not get_engine(eng).step_time_is_own(int(s["tp"]))]
     med = {n: _r(float(np.median([s["mape"] for s in sc]))) for n, sc in r["scores"].items()}
     claims.append(claim("median over TP x phase cells of the step MAPE, same held-out steps, by predictor "
                         f"(kernels = GPU kernel sum; {eng} = shipped profile; {fit} = three wall-clock readings; "
@@ -101,6 +105,7 @@ def engine_step_document(r: dict, targets: dict) -> dict:
                "below_speed_of_light": sol,
                "row_reading": r.get("row_reading"),
                "inline_row_reading": {"note": W.INLINE_ROW_NOTE, "predictor": r["names"].get("inline")},
+               "collection_units": {k: (_clean(v) if k == "scores" else v) for k, v in cu.items()},
                "prefill_residual": r.get("prefill_residual"),
                "split_signal": r.get("split_signal"),
                "notes": ["GPU: the FPM files do not name it; B300 by the collector's default and the KV-cache size "
