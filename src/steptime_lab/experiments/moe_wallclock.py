@@ -1221,7 +1221,8 @@ def document(tok: dict, rep: dict, fpm: list, skipped_rows: list, targets: dict,
                      "the tp >= 2 dp > 1 layouts' (+13-15 ms, no wait priced there). It is a trade, no claim changes "
                      "status: the tp 1 dp 1 context and plain readings get better, the row-read mixed and the tp 1 "
                      "dp > 1 context cells worse (the wait stood in for the unpriced DP cost and the chained eager "
-                     "steps' serial part); one variant scored besides it (the wait scaled by layers, 40 / 64)."
+                     "steps' serial part); one variant scored besides it (the wait scaled by layers, 40 / 64). "
+                     "Issue 19 (wave 42, helper tp1mix), after the world-size-1 rows under their batch's speed-of-light bound had been seen (E1.26's TP 1 steps 1105 / 1397; this run's sub-5-ms eager rows): the same row reading scored with each such row merged with the row before it (W.COLLECTION_UNIT_NOTE; new claims beside the two readings' claims, nothing fitted, no prediction changed); the rule and its adoption criterion were written in DESIGN before the product scored it, one form tried."
                      + (" " + rep["disclosed"] if rep.get("disclosed") else "")
                      + (" " + OWN_LAWS_DISCLOSED if own_laws is not None else ""),
     }

@@ -479,7 +479,8 @@ ENGINE_STEP_DISCLOSED = (
     "GPU part and its whole dispatch floor and fits nothing; the old reading's claims stay beside it. A first form "
     "(GPU(n) + the EXPOSED host part of step n + 1) was tried first and replaced by the max form from the loop; it "
     "moved the TP 1 scores by at most 0.0007. The max form moves no TP 1 row (DESIGN, 'E1.26's TP 1 rows read as "
-    "vLLM V1's world-size-1 loop times them').")
+    "vLLM V1's world-size-1 loop times them'). "
+    "Issue 19 (wave 42, helper tp1mix), after the world-size-1 rows under their batch's speed-of-light bound had been seen (E1.26's steps 1105 / 1397; E3.4's tp 1 ep 1 dp 1 sub-5-ms eager rows): the same row reading scored with each such row merged with the row before it (W.COLLECTION_UNIT_NOTE; new claims beside the two readings' claims, nothing fitted, no prediction changed); the rule and its adoption criterion were written in DESIGN before the product scored it, one form tried.")
 PREFILL_FIRST_DISCLOSED = (
     "SGLang's mixed variant (engines.yaml schedule.mixed_prefill false; metrics.wave_schedule): the fact (SGLang "
     "runs a prefill batch first, as a step of its own, enable_mixed_chunk off by default) was read in SGLang's "
