@@ -986,6 +986,17 @@ REPLAY_KEYS = {"tpot_s_p50": "median TPOT", "ttft_s_p50": "median TTFT", "tpot_s
                "ttft_s_p90": "p90 TTFT"}
 
 
+def _fpm_claim(s: dict, lim: float, measured: str, predicted: str, head: str, tail: str) -> dict:
+    """One FPM MoE phase claim: '<run and layout>, <phase> <head>the predicted <predicted> within <lim><tail>', the
+    MAPE of the predicted `measured` time (step, row or unit)."""
+    from steptime_lab.results import claim
+
+    return claim(f"FPM MoE run {s['model']} on {s['gpu']} (vLLM 0.20.1, bf16; tp {s['tp']}, ep {s['ep']}, dp {s['dp']}), "
+                 f"{_phase_label(s['phase'])} {head}the predicted {predicted} within {lim:.0%}{tail}", round(s["mape"], 4),
+                 f"MAPE of the predicted {measured} time against the measured one (fraction)", lim, s["mape"] <= lim,
+                 op="<=", unit="fraction")
+
+
 def document(tok: dict, rep: dict, fpm: list, skipped_rows: list, targets: dict, fpm_scores: dict | None = None,
              gdn: dict | None = None, own_laws: dict | None = None, kernel_rule: dict | None = None) -> dict:
     """E3.4's claims and metrics; `own_laws` (own_law_tokens): its claims come after every other claim;
@@ -1015,39 +1026,28 @@ def document(tok: dict, rep: dict, fpm: list, skipped_rows: list, targets: dict,
                                 "and lengths)", t, abs(err) <= t, op="<=", abs_value=True, unit="fraction"))
     fpm_lim = float(targets["fpm_mape_per_phase"])
     for s in (fpm_scores or {}).get("scores", []):
-        ph = _phase_label(s["phase"])
-        claims.append(claim(
-            f"FPM MoE run {s['model']} on {s['gpu']} (vLLM 0.20.1, bf16; tp {s['tp']}, ep {s['ep']}, dp {s['dp']}), "
-            f"{ph} steps ({s['cells']}): the predicted engine step within {fpm_lim:.0%} (held out: the engine "
+        claims.append(_fpm_claim(
+            s, fpm_lim, "step", "engine step", f"steps ({s['cells']}): ",
+            f" (held out: the engine "
             "constants are R2.3's from the dense Qwen3-32B steps; the one constant fitted on these runs, the GDN "
             "op's eager launch cost, is fitted on the other layouts)"
             + ("" if own_step_rows(s["engine"], s["tp"], s["dp"]) else
                "; at world size 1 a row is not its own step's time: vLLM's single-process executor launches the "
                "next step before it reads this one's output (engines.yaml schedule.inline_launch_world; "
-               "fpm_row_reading)"), round(s["mape"], 4),
-            "MAPE of the predicted step time against the measured one (fraction)", fpm_lim, s["mape"] <= fpm_lim,
-            op="<=", unit="fraction"))
+               "fpm_row_reading)")))
     for s in (fpm_scores or {}).get("scores_engine_row", []):
-        ph = _phase_label(s["phase"])
-        claims.append(claim(
-            f"FPM MoE run {s['model']} on {s['gpu']} (vLLM 0.20.1, bf16; tp {s['tp']}, ep {s['ep']}, dp {s['dp']}), "
-            f"{ph} steps ({s['cells']}), each row read as the engine's world-size-1 loop times it (the time between "
+        claims.append(_fpm_claim(
+            s, fpm_lim, "row", "row",
+            f"steps ({s['cells']}), each row read as the engine's world-size-1 loop times it (the time between "
             "two output collections: the next step's host launch when the scheduler can launch it early, the step's "
             "GPU work less what ran during its own launch; W.INLINE_ROW_NOTE, E1.26's reading of its TP 1 rows; the "
-            f"same held-out prediction, no new constant): the predicted row within {fpm_lim:.0%} (the plain "
-            "reading's claim beside it)", round(s["mape"], 4),
-            "MAPE of the predicted row time against the measured one (fraction)", fpm_lim, s["mape"] <= fpm_lim,
-            op="<=", unit="fraction"))
+            "same held-out prediction, no new constant): ", " (the plain reading's claim beside it)"))
     for s in (fpm_scores or {}).get("scores_engine_row_units", []):
-        ph = _phase_label(s["phase"])
-        claims.append(claim(
-            f"FPM MoE run {s['model']} on {s['gpu']} (vLLM 0.20.1, bf16; tp {s['tp']}, ep {s['ep']}, dp {s['dp']}), "
-            f"{ph} units ({s['cells']}), the engine's world-size-1 row reading with each row under its batch's FLOP "
+        claims.append(_fpm_claim(
+            s, fpm_lim, "unit", "unit",
+            f"units ({s['cells']}), the engine's world-size-1 row reading with each row under its batch's FLOP "
             "bound merged with the row before it (W.COLLECTION_UNIT_NOTE, shared with E1.26; the same held-out "
-            f"prediction, no new constant): the predicted unit within {fpm_lim:.0%} (the two readings' claims beside "
-            "it)", round(s["mape"], 4),
-            "MAPE of the predicted unit time against the measured one (fraction)", fpm_lim, s["mape"] <= fpm_lim,
-            op="<=", unit="fraction"))
+            "prediction, no new constant): ", " (the two readings' claims beside it)"))
     for part in fpm:
         if not part["represented"]:
             claims.append(claim(f"FPM MoE runs of {part['name']} ({part['runs']}): not scored against the "
