@@ -388,8 +388,14 @@ def test_fpm_world_size_1_scored_under_the_engines_row_reading_too():
     doc = X.document({"scores": [], "pred": pd.DataFrame(), "skipped": []}, {"runs": [], "skipped": []}, [], [],
                      {"tpot_mape_per_group": 0.15, "fpm_mape_per_phase": 0.12}, fpm_scores=r)
     read = [c for c in doc["claims"] if "loop times it" in c["claim"]]
-    assert len(read) == 3 and len(doc["claims"]) == len(r["scores"]) + 3
+    units = r["scores_engine_row_units"]  # the row reading again, each row under its FLOP bound merged with the one before
+    merged = [c for c in doc["claims"] if "merged with the row before it" in c["claim"]]
+    assert len(read) == 3 and len(merged) == len(units) and len(doc["claims"]) == len(r["scores"]) + 3 + len(units)
     assert doc["metrics"]["fpm_scores_engine_row"]["scores"] == row
+    assert doc["metrics"]["fpm_scores_collection_units"]["scores"] == units
+    # world size 1 only; the 1 ms mixed and context rows (under their FLOP bound) each join the 40 ms row before them
+    assert {(s["tp"], s["dp"]) for s in units} == {(1, 1)}
+    assert sum(s["cells"] for s in units) == sum(s["cells"] for s in row) - 2
 
 
 def test_dp_matched_sweep_pairs_a_dp_layout_with_dp_1_at_its_tp_by_composition():

@@ -740,11 +740,12 @@ def score_fpm_moe(tidy: pd.DataFrame, *, fitted=None, constants=None, moe_consta
     steps (own_step_rows: world size 1) is also scored under the engine's row reading (scores_engine_row:
     wallclock.inline_row_ms, INLINE_ROW_NOTE, E1.26's reading of its TP 1 rows): the same prediction, each row read
     as the time between two output collections of vLLM's loop; no constant fitted on it."""
-    from steptime_lab.experiments.wallclock import fpm_steps, inline_row_ms, make_predictor, predict_table, score_steps
+    from steptime_lab.experiments.wallclock import (collection_units, fpm_steps, inline_row_ms, make_predictor,
+                                                    merged_units, predict_table, score_steps)
 
     if tidy is None or not len(tidy):
-        return {"scores": [], "scores_engine_row": [], "terms": [], "steps": 0, "gdn_eager_fit": {},
-                "hybrid_eager_fit": {}, "dp_idle_fit": {}, "below_flop_bound": {}}
+        return {"scores": [], "scores_engine_row": [], "scores_engine_row_units": [], "terms": [], "steps": 0,
+                "gdn_eager_fit": {}, "hybrid_eager_fit": {}, "dp_idle_fit": {}, "below_flop_bound": {}}
     steps = fpm_steps(tidy, moe=True)
     scores, terms = [], []
     groups = list(steps.groupby(["gpu", "engine", "model", *FPM_LAYOUT], sort=True))
@@ -801,7 +802,7 @@ def score_fpm_moe(tidy: pd.DataFrame, *, fitted=None, constants=None, moe_consta
             "layouts_fitted_on": [_layout_name(k) for k in keys if int(k[5]) > 1]}
         for key in keys:
             preds[key] = _with_field(preds[key], DP_IDLE_FIELD, per[key])
-    below, scores_in, scores_row, pred_of = [], [], [], {}
+    below, scores_in, scores_row, scores_units, pred_of = [], [], [], [], {}
     for key, s in groups:
         gpu, engine, model, tp, ep, dp = key
         t = predict_table(s, preds[key])
@@ -812,6 +813,10 @@ def score_fpm_moe(tidy: pd.DataFrame, *, fitted=None, constants=None, moe_consta
             t_row = t.assign(pred_ms=inline_row_ms(s, t).to_numpy())
             scores_row += score_steps(s, t_row, keys=("gpu", "engine", "model", *FPM_LAYOUT, "phase"),
                                       n_boot=n_boot, seed=seed)
+            # and with each row under its batch's FLOP bound merged with the row before it (COLLECTION_UNIT_NOTE)
+            s_u, t_u = merged_units(s, t_row, collection_units(s, flop_bound_ms(s, model, gpu)))
+            scores_units += score_steps(s_u, t_u, keys=("gpu", "engine", "model", *FPM_LAYOUT, "phase"),
+                                        n_boot=n_boot, seed=seed)
         if int(dp) == 1:  # the bound is strict only where the row is the whole step (no other DP ranks)
             ok = s["latency_ms"].to_numpy() >= flop_bound_ms(s, model, gpu)
             for ph, d in s.assign(ok=ok).groupby("phase", sort=True):
@@ -825,7 +830,7 @@ def score_fpm_moe(tidy: pd.DataFrame, *, fitted=None, constants=None, moe_consta
                           "measured_median_ms": float(d["latency_ms"].median()),
                           "predicted_median_ms": float(d["pred_ms"].median()),
                           **{f"{k}_median_ms": float(t.loc[d.index, k].median()) for k in t.columns if k != "pred_ms"}})
-    return {"scores": scores, "scores_engine_row": scores_row, "terms": terms, "steps": int(len(steps)),
+    return {"scores": scores, "scores_engine_row": scores_row, "scores_engine_row_units": scores_units, "terms": terms, "steps": int(len(steps)),
             "gdn_eager_fit": fit,
             "hybrid_eager_fit": eager_fit, "dp_idle_fit": dp_fit, "row_reading": row_reading(groups, preds),
             "dp_matched": {"note": DP_MATCHED_NOTE, "by_layout": dp_matched_sweep(groups, pred_of)},
@@ -1021,11 +1026,22 @@ REPLAY_KEYS = {"tpot_s_p50": "median TPOT", "ttft_s_p50": "median TTFT", "tpot_s
                "ttft_s_p90": "p90 TTFT"}
 
 
+def _fpm_claim(s: dict, lim: float, measured: str, predicted: str, head: str, tail: str) -> dict:
+    """One FPM MoE phase claim: '<run and layout>, <phase> <head>the predicted <predicted> within <lim><tail>', the
+    MAPE of the predicted `measured` time (step, row or unit)."""
+    from steptime_lab.results import claim
+
+    return claim(f"FPM MoE run {s['model']} on {s['gpu']} (vLLM 0.20.1, bf16; tp {s['tp']}, ep {s['ep']}, dp {s['dp']}), "
+                 f"{_phase_label(s['phase'])} {head}the predicted {predicted} within {lim:.0%}{tail}", round(s["mape"], 4),
+                 f"MAPE of the predicted {measured} time against the measured one (fraction)", lim, s["mape"] <= lim,
+                 op="<=", unit="fraction")
+
+
 def document(tok: dict, rep: dict, fpm: list, skipped_rows: list, targets: dict, fpm_scores: dict | None = None,
              gdn: dict | None = None, own_laws: dict | None = None, kernel_rule: dict | None = None) -> dict:
     """E3.4's claims and metrics; `own_laws` (own_law_tokens): its claims come after every other claim;
     `kernel_rule` (kernel_list): the list that decides the profile's moe.kernels field, in the metrics."""
-    from steptime_lab.experiments.wallclock import EARLY_LAUNCH_NOTE, INLINE_ROW_NOTE
+    from steptime_lab.experiments.wallclock import COLLECTION_UNIT_NOTE, EARLY_LAUNCH_NOTE, INLINE_ROW_NOTE
     from steptime_lab.results import claim
 
     lim = float(targets["tpot_mape_per_group"])
@@ -1050,10 +1066,9 @@ def document(tok: dict, rep: dict, fpm: list, skipped_rows: list, targets: dict,
                                 "and lengths)", t, abs(err) <= t, op="<=", abs_value=True, unit="fraction"))
     fpm_lim = float(targets["fpm_mape_per_phase"])
     for s in (fpm_scores or {}).get("scores", []):
-        ph = _phase_label(s["phase"])
-        claims.append(claim(
-            f"FPM MoE run {s['model']} on {s['gpu']} (vLLM 0.20.1, bf16; tp {s['tp']}, ep {s['ep']}, dp {s['dp']}), "
-            f"{ph} steps ({s['cells']}): the predicted engine step within {fpm_lim:.0%} (held out: the engine "
+        claims.append(_fpm_claim(
+            s, fpm_lim, "step", "engine step", f"steps ({s['cells']}): ",
+            f" (held out: the engine "
             "constants are R2.3's from the dense Qwen3-32B steps; the one constant fitted on these runs, the GDN "
             "op's eager launch cost, is fitted on the other layouts)"
             + ("; the idle DP ranks' serial share (launch.dp_idle_rank_share) fitted on the other attention-DP "
@@ -1061,20 +1076,20 @@ def document(tok: dict, rep: dict, fpm: list, skipped_rows: list, targets: dict,
             + ("" if own_step_rows(s["engine"], s["tp"], s["dp"]) else
                "; at world size 1 a row is not its own step's time: vLLM's single-process executor launches the "
                "next step before it reads this one's output (engines.yaml schedule.inline_launch_world; "
-               "fpm_row_reading)"), round(s["mape"], 4),
-            "MAPE of the predicted step time against the measured one (fraction)", fpm_lim, s["mape"] <= fpm_lim,
-            op="<=", unit="fraction"))
+               "fpm_row_reading)")))
     for s in (fpm_scores or {}).get("scores_engine_row", []):
-        ph = _phase_label(s["phase"])
-        claims.append(claim(
-            f"FPM MoE run {s['model']} on {s['gpu']} (vLLM 0.20.1, bf16; tp {s['tp']}, ep {s['ep']}, dp {s['dp']}), "
-            f"{ph} steps ({s['cells']}), each row read as the engine's world-size-1 loop times it (the time between "
+        claims.append(_fpm_claim(
+            s, fpm_lim, "row", "row",
+            f"steps ({s['cells']}), each row read as the engine's world-size-1 loop times it (the time between "
             "two output collections: the next step's host launch when the scheduler can launch it early, the step's "
             "GPU work less what ran during its own launch; W.INLINE_ROW_NOTE, E1.26's reading of its TP 1 rows; the "
-            f"same held-out prediction, no new constant): the predicted row within {fpm_lim:.0%} (the plain "
-            "reading's claim beside it)", round(s["mape"], 4),
-            "MAPE of the predicted row time against the measured one (fraction)", fpm_lim, s["mape"] <= fpm_lim,
-            op="<=", unit="fraction"))
+            "same held-out prediction, no new constant): ", " (the plain reading's claim beside it)"))
+    for s in (fpm_scores or {}).get("scores_engine_row_units", []):
+        claims.append(_fpm_claim(
+            s, fpm_lim, "unit", "unit",
+            f"units ({s['cells']}), the engine's world-size-1 row reading with each row under its batch's FLOP "
+            "bound merged with the row before it (W.COLLECTION_UNIT_NOTE, shared with E1.26; the same held-out "
+            "prediction, no new constant): ", " (the two readings' claims beside it)"))
     for part in fpm:
         if not part["represented"]:
             claims.append(claim(f"FPM MoE runs of {part['name']} ({part['runs']}): not scored against the "
@@ -1111,6 +1126,8 @@ def document(tok: dict, rep: dict, fpm: list, skipped_rows: list, targets: dict,
         "fpm_scores": (fpm_scores or {}).get("scores", []),
         "fpm_scores_engine_row": {"note": INLINE_ROW_NOTE, "early_launch": EARLY_LAUNCH_NOTE,
                                   "scores": (fpm_scores or {}).get("scores_engine_row", [])},
+        "fpm_scores_collection_units": {"note": COLLECTION_UNIT_NOTE,
+                                        "scores": (fpm_scores or {}).get("scores_engine_row_units", [])},
         "fpm_terms": (fpm_scores or {}).get("terms", []),
         "fpm_steps_scored": int((fpm_scores or {}).get("steps", 0)),
         "gdn_share": gdn or {},
@@ -1253,6 +1270,8 @@ def document(tok: dict, rep: dict, fpm: list, skipped_rows: list, targets: dict,
                      "launch floor, a hybrid's steps with a prefill at dp > 1; terms/host.dp_idle_rank_time), fitted "
                      "leave-one-layout-out on the other DP layouts (fpm_dp_idle_fit). Its form and adoption criterion "
                      "were committed before it was scored; one form scored, adopted by that criterion."
+                     " "
+                     "Issue 19 (wave 42, helper tp1mix), after the world-size-1 rows under their batch's speed-of-light bound had been seen (E1.26's TP 1 steps 1105 / 1397; this run's sub-5-ms eager rows): the same row reading scored with each such row merged with the row before it (W.COLLECTION_UNIT_NOTE; new claims beside the two readings' claims, nothing fitted, no prediction changed); the rule and its adoption criterion were written in DESIGN before the product scored it, one form tried."
                      + (" " + rep["disclosed"] if rep.get("disclosed") else "")
                      + (" " + OWN_LAWS_DISCLOSED if own_laws is not None else ""),
     }

@@ -79,6 +79,10 @@ def engine_step_document(r: dict, targets: dict) -> dict:
                for s in r["scores"].get(inl, []) if not get_engine(eng).step_time_is_own(int(s["tp"]))]
     claims += [_ratio_claim(s, targets, ", TP 1 rows read as the engine times them (W.INLINE_ROW_NOTE),")
                for s in r["tp_scaling"].get(inl, [])]
+    cu = r.get("collection_units") or {}  # the row reading, a row under its roofline merged with the one before it
+    claims += [_phase_claim(r, s, targets, ", the engine's row reading with each row under its batch's roofline "
+                            "merged with the row before it (W.COLLECTION_UNIT_NOTE; same fitted prediction, no new "
+                            "constant): MAPE") for s in cu.get("scores", []) if not get_engine(eng).step_time_is_own(int(s["tp"]))]
     med = {n: _r(float(np.median([s["mape"] for s in sc]))) for n, sc in r["scores"].items()}
     claims.append(claim("median over TP x phase cells of the step MAPE, same held-out steps, by predictor "
                         f"(kernels = GPU kernel sum; {eng} = shipped profile; {fit} = three wall-clock readings; "
@@ -101,6 +105,7 @@ def engine_step_document(r: dict, targets: dict) -> dict:
                "below_speed_of_light": sol,
                "row_reading": r.get("row_reading"),
                "inline_row_reading": {"note": W.INLINE_ROW_NOTE, "predictor": r["names"].get("inline")},
+               "collection_units": {k: (_clean(v) if k == "scores" else v) for k, v in cu.items()},
                "prefill_residual": r.get("prefill_residual"),
                "split_signal": r.get("split_signal"),
                "notes": ["GPU: the FPM files do not name it; B300 by the collector's default and the KV-cache size "
@@ -474,7 +479,8 @@ ENGINE_STEP_DISCLOSED = (
     "GPU part and its whole dispatch floor and fits nothing; the old reading's claims stay beside it. A first form "
     "(GPU(n) + the EXPOSED host part of step n + 1) was tried first and replaced by the max form from the loop; it "
     "moved the TP 1 scores by at most 0.0007. The max form moves no TP 1 row (DESIGN, 'E1.26's TP 1 rows read as "
-    "vLLM V1's world-size-1 loop times them').")
+    "vLLM V1's world-size-1 loop times them'). "
+    "Issue 19 (wave 42, helper tp1mix), after the world-size-1 rows under their batch's speed-of-light bound had been seen (E1.26's steps 1105 / 1397; E3.4's tp 1 ep 1 dp 1 sub-5-ms eager rows): the same row reading scored with each such row merged with the row before it (W.COLLECTION_UNIT_NOTE; new claims beside the two readings' claims, nothing fitted, no prediction changed); the rule and its adoption criterion were written in DESIGN before the product scored it, one form tried.")
 PREFILL_FIRST_DISCLOSED = (
     "SGLang's mixed variant (engines.yaml schedule.mixed_prefill false; metrics.wave_schedule): the fact (SGLang "
     "runs a prefill batch first, as a step of its own, enable_mixed_chunk off by default) was read in SGLang's "

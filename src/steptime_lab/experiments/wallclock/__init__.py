@@ -41,7 +41,7 @@ from steptime_lab.experiments.wallclock.steps import (  # noqa: F401
     fit_engine_constants, score_steps, tp_scaling, shares, signed_error_bins, residual_terms, TERM_GROUPS, exposed_host, records, GPU_KINDS,
     HOST_KINDS, gpu_part, host_part,
     BLOCK_SCALE, COMM_SCALE, COMM_OFFSET, SCALES, STEP_ADJUSTMENTS, with_scales, with_block_scale, kind_scale,
-    per_op_cost, per_op_tables, ROW_READING_NOTE, row_reading_fpm, INLINE_ROW_NOTE, inline_row_ms, PREFILL_RESIDUAL_NOTE, prefill_residual,
+    per_op_cost, per_op_tables, ROW_READING_NOTE, row_reading_fpm, INLINE_ROW_NOTE, inline_row_ms, COLLECTION_UNIT_NOTE, collection_units, merged_units, PREFILL_RESIDUAL_NOTE, prefill_residual,
     SPLIT_SIGNAL_NOTE, split_kv_signal, without_split_cost,
     EARLY_LAUNCH_NOTE, launched_early, loop_rows_ms,
 )

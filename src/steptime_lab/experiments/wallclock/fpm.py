@@ -12,7 +12,7 @@ import numpy as np
 
 from steptime_lab.experiments.wallclock.steps import (
     BLOCK_SCALE, COMM_OFFSET, COMM_SCALE, PREFILL_RESIDUAL_NOTE, READING_RULE, ROW_READING_NOTE, SCALES, STEP_ADJUSTMENTS,
-    WallclockError, check_steps, prefill_residual, row_reading_fpm, INLINE_ROW_NOTE, inline_row_ms,
+    WallclockError, check_steps, prefill_residual, row_reading_fpm, INLINE_ROW_NOTE, inline_row_ms, COLLECTION_UNIT_NOTE, collection_units, merged_units,
     SPLIT_SIGNAL_NOTE, split_kv_signal, without_split_cost,
     exposed_host, fit_engine_constants, make_predictor, predict_table, reading_rule, score_steps, shares,
     signed_error_bins, residual_terms, tp_scaling, with_scales,
@@ -86,6 +86,9 @@ def run_fpm(steps, spec: FpmSpec, *, fitted_doc=None, n_boot: int = 1000, seed: 
     full = predict_table(steps, eng, fitted)
     tabs[inline_name] = tabs[fit_name].assign(pred_ms=inline_row_ms(steps, full).loc[ev.index].to_numpy())
     sol_ok = ev["latency_ms"].to_numpy() >= tabs["roofline"]["pred_ms"].to_numpy()
+    # the same row reading with each row under its batch's roofline merged with the row before (COLLECTION_UNIT_NOTE)
+    units = collection_units(ev, tabs["roofline"]["pred_ms"].to_numpy())
+    ev_u, pred_u = merged_units(ev, tabs[inline_name], units)
     scores = {name: score_steps(ev, t, n_boot=n_boot, seed=seed) for name, t in tabs.items()}
     scores_sol = {name: score_steps(ev[sol_ok], t, n_boot=n_boot, seed=seed) for name, t in tabs.items()}
     scaling = {name: tp_scaling(ev, t, kv_bucket=spec.kv_bucket) for name, t in tabs.items()}
@@ -114,6 +117,11 @@ def run_fpm(steps, spec: FpmSpec, *, fitted_doc=None, n_boot: int = 1000, seed: 
                                  ev, with_scales(make_predictor(spec.engine, spec.model, gpu, engine=spec.engine,
                                                                 dtype=spec.dtype, constants=without_split_cost(c0))),
                                  fitted))},
+            "collection_units": {"note": COLLECTION_UNIT_NOTE, "predictor": inline_name,
+                                 "merged_rows": [{"tp": int(ev.at[i, "tp"]), "step": int(ev.at[i, "step"]),
+                                                  "into_step": int(ev.at[u, "step"])}
+                                                 for i, u in units.items() if i != u],
+                                 "scores": score_steps(ev_u, pred_u, n_boot=n_boot, seed=seed)},
             "names": {"fit": fit_name, "block": blk_name, "inline": inline_name}}
 
 

@@ -895,3 +895,62 @@ def inline_row_ms(steps, pred):
                 w = np.where(early, pred.loc[i, "eager_inline_ms"].to_numpy(float), 0.0)
                 out[i] = out[i].to_numpy() - w + np.r_[w[1:], 0.0]
     return pd.Series(out, index=steps.index, name="inline_ms")
+
+
+COLLECTION_UNIT_NOTE = ("Collection units (issue 19, wave 42): at a layout whose rows are not their own steps "
+                        "(Engine.step_time_is_own false: world size 1) a row is the time between two output "
+                        "collections of the engine thread, which also launches the next step (INLINE_ROW_NOTE); where "
+                        "that launch waits for the device, the earlier row ends when the next step's GPU work is done "
+                        "and the later row holds only what follows. A held-out row measured below the speed-of-light "
+                        "bound of its own recorded batch cannot be its step's own time: it is scored merged with the "
+                        "held-out row directly before it (consecutive step id), measured sum against predicted sum, "
+                        "once, in the later row's phase; a run of such rows merges into the row before the run. "
+                        "Nothing is fitted; every other row is scored as it is.")
+
+
+def _layout_keys(steps) -> list[str]:
+    """The columns that name one run's layout in a step table (gpu, engine, model, tp, and ep / dp where present)."""
+    return ["gpu", "engine", "model", "tp", *(c for c in ("ep", "dp") if c in steps.columns)]
+
+
+def collection_units(steps, floor_ms, held=None):
+    """Per row of `steps`, the index label of the row that carries its collection unit (COLLECTION_UNIT_NOTE): itself,
+    or the last row of the below-bound run it is merged into. `floor_ms`: each row's speed-of-light bound (aligned
+    with `steps`); `held`: boolean mask of the held-out rows (None: every row). A pandas Series."""
+    import pandas as pd
+
+    check_steps(steps)
+    floor = np.asarray(floor_ms, dtype=float)
+    held = np.ones(len(steps), dtype=bool) if held is None else np.asarray(held, dtype=bool)
+    if floor.shape != (len(steps),) or held.shape != (len(steps),):
+        raise WallclockError("collection_units: floor_ms and held must be aligned with the steps")
+    if not np.all(np.isfinite(floor)):
+        raise WallclockError("collection_units: floor_ms must be finite")
+    pos = pd.Series(np.arange(len(steps)), index=steps.index)
+    out = pd.Series(steps.index.to_numpy(), index=steps.index)
+    for key, s in steps.groupby(_layout_keys(steps), sort=True):
+        lay = dict(zip(_layout_keys(steps), key))
+        if get_engine(str(lay["engine"])).step_time_is_own(int(lay["tp"]), dp=int(lay.get("dp", 1))):
+            continue
+        s = s.sort_values("step")
+        p = pos[s.index].to_numpy()
+        ids, lat = s["step"].to_numpy(), s["latency_ms"].to_numpy(float)
+        merge = np.r_[False, (np.diff(ids) == 1) & held[p[1:]] & held[p[:-1]]] & (lat < floor[p]) & held[p]
+        last = s.index.to_numpy().copy()
+        for k in range(len(s) - 1, 0, -1):  # each merged row and the row before it carry the unit's last row
+            if merge[k]:
+                last[k - 1] = last[k]
+        out[s.index] = last
+    return out
+
+
+def merged_units(steps, pred, units):
+    """(steps, pred) with each collection unit as one row (the unit's last row: its keys, the units' measured and
+    predicted sums), from `units` (collection_units) aligned with `steps` and a predict_table frame `pred`."""
+    if not (pred.index.equals(steps.index) and units.index.equals(steps.index)):
+        raise WallclockError("merged_units: pred and units must be aligned with the steps")
+    lat = steps["latency_ms"].groupby(units.to_numpy()).sum()
+    pms = pred["pred_ms"].groupby(units.to_numpy()).sum()
+    keep = steps.index[units.to_numpy() == steps.index.to_numpy()]
+    return (steps.loc[keep].assign(latency_ms=lat[keep].to_numpy()),
+            pred.loc[keep].assign(pred_ms=pms[keep].to_numpy()))
