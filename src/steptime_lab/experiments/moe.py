@@ -452,6 +452,7 @@ TOKEN_SM_P0, TOKEN_SM_LO, TOKEN_SM_HI = 8.0, 0.5, 128.0   # bytes per clock per 
 # the family the mechanism was read in.
 EXPERT_FAMILIES = frozenset({"cutlass_sm90", "cutlass_sm120"})
 EXPERT_P0, EXPERT_LO, EXPERT_HI = 1.0, 0.0, 50.0   # us per touched local expert
+K_EXTRA_P0, K_EXTRA_LO, K_EXTRA_HI = 2.0, 0.0, 64.0   # K tiles of fixed work per CTA tile (CTA_WIDTH)
 
 
 def expert_cost(train: pd.DataFrame, dt: str) -> bool:
@@ -513,11 +514,14 @@ def ep_remap(train: pd.DataFrame, dt: str) -> bool:
 
 
 def law_params(dt: str, ep_floor: bool = False, batch: bool = False, tok_sm: bool = False,
-               expert: bool = False) -> tuple:
+               expert: bool = False, k_extra: bool = False) -> tuple:
     """(names, start, lower, upper) of the law's fitted constants for dtype dt (with `ep_floor`: the EP > 1 cost; with
     `batch`: the batch's saturating cost, batch_us and batch_tokens; with `tok_sm`: the token passes' SM-issue rate,
-    tok_bytes_per_clk_sm; with `expert`: the cost per touched local expert, expert_us)."""
+    tok_bytes_per_clk_sm; with `expert`: the cost per touched local expert, expert_us; with `k_extra`: the tactic law's
+    K tiles of fixed work per CTA tile, tile_k_extra)."""
     names, p0, lo, hi = PARAMS, P0, LO, HI
+    if k_extra:
+        names, p0, lo, hi = names + ("tile_k_extra",), p0 + (K_EXTRA_P0,), lo + (K_EXTRA_LO,), hi + (K_EXTRA_HI,)
     if expert:
         names, p0, lo, hi = names + ("expert_us",), p0 + (EXPERT_P0,), lo + (EXPERT_LO,), hi + (EXPERT_HI,)
     if tok_sm:
@@ -688,8 +692,9 @@ def fit_dtype(train: pd.DataFrame, dt: str) -> dict:
         # them with their SM-issue branch (token_sm: a pooled fold, ENGINE_POOLED_FAMILIES), which keeps them added
         if PAIR_OVERLAP and not token_sm(train, dt):
             flag["pair_overlap"] = 1.0
-        if expert_cost(t, dt):
-            names, p0, lo, hi = law_params(dt, ep_remap(train, dt), batch_cost(train, dt), token_sm(train, dt), True)
+        if expert_cost(t, dt) or CTA_WIDTH:   # CTA_WIDTH: the tiles' fixed K work (terms.moe.cta_width_work), fitted
+            names, p0, lo, hi = law_params(dt, ep_remap(train, dt), batch_cost(train, dt), token_sm(train, dt),
+                                           expert_cost(t, dt), CTA_WIDTH)
         r = _fit_at(groups, t, y, dt, names, flag, p0, lo, hi)
         return {**{k: float(v) for k, v in zip(names, r.x)}, **flag}
     best = None
@@ -746,6 +751,10 @@ TACTIC_CHOICE = "padding"
 # the tactic law's local per-pair passes on the memory side of its roofline, overlapped with the math
 # (terms.moe.pair_overlap_split; E3.1, issue 20, wave 41, helper tacticeta; written before it was scored, DESIGN.md)
 PAIR_OVERLAP = True
+# the tactic law's compute efficiency by expert width: each CTA tile pays tile_k_extra K tiles of fixed work outside its
+# K loop (terms.moe.cta_width_work), a constant fitted with the law's others on the fold's donors (E3.1, issue 20, wave
+# 42, helper ctawidth; the rule and its adoption criterion written before it was scored, DESIGN.md)
+CTA_WIDTH = False
 
 
 def tactic_family(framework: str, family: str | None, dt: str, on: bool) -> bool:
