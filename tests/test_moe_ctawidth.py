@@ -19,10 +19,10 @@ def test_per_k_tile_work_by_hand():
     each tile 2 x 128 x 128 x 64 FLOPs per bf16 K tile (128 bytes)."""
     b200 = get_gpu("b200")
     T = np.array([2048.0])
-    work, fm, fn, per_k = M.tactic_parts(T, 4096.0, 1536.0, 8, 128, 1, b200, "bf16", _rows(T), "padding")
+    work, fm, fn, per_k1, per_k2 = M.tactic_parts(T, 4096.0, 1536.0, 8, 128, 1, b200, "bf16", _rows(T), "padding")
     assert (fm[0], fn[0]) == (128.0, 128.0)
     g1, g2 = np.ceil(128 * 24 / 148) * 148, np.ceil(128 * 32 / 148) * 148
-    assert per_k[0] == (g1 + g2) * 2 * 128 * 128 * 64
+    assert (per_k1[0], per_k2[0]) == (g1 * 2 * 128 * 128 * 64, g2 * 2 * 128 * 128 * 64)
     assert work[0] == g1 * 2 * 128 * 128 * 4096 + g2 * 2 * 128 * 128 * 1536
     assert M.tactic_compute(T, 4096.0, 1536.0, 8, 128, 1, b200, "bf16", _rows(T), "padding")[0][0] == work[0]
 
@@ -52,13 +52,17 @@ def test_efficiency_grows_with_width_saturates_and_is_bounded():
 
 def test_hand_value_and_refusals():
     s = _shape(1536.0, 2048.0)
-    np.testing.assert_array_equal(M.cta_width_work(s, {"tile_k_extra": 3.0}), s["c_num"] + 3.0 * s["c_tile"])
-    with pytest.raises(ValueError, match="tile_k_extra must be >= 0"):
-        M.cta_width_work(s, {"tile_k_extra": -1.0})
+    c1, c2 = s["c_tile"]
+    np.testing.assert_array_equal(M.cta_width_work(s, {"tile_k_extra": 3.0}), s["c_num"] + 3.0 * (c1 + c2))
+    np.testing.assert_array_equal(M.cta_width_work(s, {"width_k_extra": 3.0}), s["c_num"] + 3.0 * c2)
+    for name in ("tile_k_extra", "width_k_extra"):
+        with pytest.raises(ValueError, match=f"{name} must be >= 0"):
+            M.cta_width_work(s, {name: -1.0})
     plain = M.routed_shape(np.array([64.0]), 4096.0, 1536.0, 8, 128, get_gpu("b200"), dtype="bf16", routing="balanced")
     assert plain["c_tile"] is None
-    with pytest.raises(ValueError, match="needs the tactic law's CTA tiles"):
-        M.cta_width_work(plain, {"tile_k_extra": 1.0})
+    for name in ("tile_k_extra", "width_k_extra"):
+        with pytest.raises(ValueError, match="needs the tactic law's CTA tiles"):
+            M.cta_width_work(plain, {name: 1.0})
 
 
 def test_the_law_prices_the_extra_in_routed_experts_time():
@@ -67,22 +71,26 @@ def test_the_law_prices_the_extra_in_routed_experts_time():
     mc = lambda **x: M.MoEConstants(values={f"{k}:bf16": v for k, v in {**LAW, "tactic": 2.0, **x}.items()})  # noqa
     base = M.routed_experts_time(T, 4096, 1536, 8, 128, b200, mc(), dtype="bf16", routing="balanced")
     ext = M.routed_experts_time(T, 4096, 1536, 8, 128, b200, mc(tile_k_extra=2.0), dtype="bf16", routing="balanced")
-    work, _, _, per_k = M.tactic_parts(T, 4096.0, 1536.0, 8, 128, 1, b200, "bf16", _rows(T), "padding")
-    np.testing.assert_allclose(ext["t_compute"], (work + 2.0 * per_k) / (M.math_peak(b200, "bf16") * 0.5),
+    work, _, _, per_k1, per_k2 = M.tactic_parts(T, 4096.0, 1536.0, 8, 128, 1, b200, "bf16", _rows(T), "padding")
+    np.testing.assert_allclose(ext["t_compute"], (work + 2.0 * (per_k1 + per_k2)) / (M.math_peak(b200, "bf16") * 0.5),
                                rtol=1e-12)
+    wid = M.routed_experts_time(T, 4096, 1536, 8, 128, b200, mc(width_k_extra=2.0), dtype="bf16", routing="balanced")
+    np.testing.assert_allclose(wid["t_compute"], (work + 2.0 * per_k2) / (M.math_peak(b200, "bf16") * 0.5), rtol=1e-12)
     assert np.all(ext["t_compute"] > base["t_compute"]) and np.array_equal(ext["t_memory"], base["t_memory"])
 
 
-def test_fit_law_carries_the_extra_bit_for_bit_and_the_switch_adds_it_to_the_fit(monkeypatch):
+@pytest.mark.parametrize("form", ["tiles", "width"])
+def test_fit_law_carries_the_extra_bit_for_bit_and_the_switch_adds_it_to_the_fit(monkeypatch, form):
     d = _cells(2.0)
-    names, p0, lo, hi = E.law_params("bf16", k_extra=True)
-    assert names[-1] == "tile_k_extra" and (p0[-1], lo[-1], hi[-1]) == (E.K_EXTRA_P0, E.K_EXTRA_LO, E.K_EXTRA_HI)
+    name = E.CTA_WIDTH_NAMES[form]
+    names, p0, lo, hi = E.law_params("bf16", k_extra=form)
+    assert names[-1] == name and (p0[-1], lo[-1], hi[-1]) == (E.K_EXTRA_P0, E.K_EXTRA_LO, E.K_EXTRA_HI)
     groups = E._groups(d)
     law = E._FitLaw(groups, len(d), "bf16", names, {"unpadded_rows": 0.0, "tile_m": 16.0, "tactic": 2.0})
     x = np.asarray(lo) + np.random.default_rng(5).random(len(lo)) * (np.asarray(hi) - np.asarray(lo))
     assert_fit_law_matches_the_law(law, groups, len(d), "bf16", x)
-    monkeypatch.setattr(E, "CTA_WIDTH", True)
-    assert "tile_k_extra" in E.fit_dtype(E.with_tactic(d, True), "bf16")
-    assert "tile_k_extra" not in E.fit_dtype(E.with_tactic(d, False), "bf16")   # only the tactic law takes it
+    monkeypatch.setattr(E, "CTA_WIDTH", form)
+    assert name in E.fit_dtype(E.with_tactic(d, True), "bf16")
+    assert name not in E.fit_dtype(E.with_tactic(d, False), "bf16")   # only the tactic law takes it
     monkeypatch.setattr(E, "CTA_WIDTH", False)
-    assert "tile_k_extra" not in E.fit_dtype(E.with_tactic(d, True), "bf16")
+    assert name not in E.fit_dtype(E.with_tactic(d, True), "bf16")

@@ -514,14 +514,15 @@ def ep_remap(train: pd.DataFrame, dt: str) -> bool:
 
 
 def law_params(dt: str, ep_floor: bool = False, batch: bool = False, tok_sm: bool = False,
-               expert: bool = False, k_extra: bool = False) -> tuple:
+               expert: bool = False, k_extra: str | bool = False) -> tuple:
     """(names, start, lower, upper) of the law's fitted constants for dtype dt (with `ep_floor`: the EP > 1 cost; with
     `batch`: the batch's saturating cost, batch_us and batch_tokens; with `tok_sm`: the token passes' SM-issue rate,
-    tok_bytes_per_clk_sm; with `expert`: the cost per touched local expert, expert_us; with `k_extra`: the tactic law's
-    K tiles of fixed work per CTA tile, tile_k_extra)."""
+    tok_bytes_per_clk_sm; with `expert`: the cost per touched local expert, expert_us; with `k_extra` (a form of
+    CTA_WIDTH_NAMES): the tactic law's K tiles of fixed work per CTA tile, tile_k_extra or width_k_extra)."""
     names, p0, lo, hi = PARAMS, P0, LO, HI
     if k_extra:
-        names, p0, lo, hi = names + ("tile_k_extra",), p0 + (K_EXTRA_P0,), lo + (K_EXTRA_LO,), hi + (K_EXTRA_HI,)
+        names, p0, lo, hi = (names + (CTA_WIDTH_NAMES[k_extra],), p0 + (K_EXTRA_P0,), lo + (K_EXTRA_LO,),
+                             hi + (K_EXTRA_HI,))
     if expert:
         names, p0, lo, hi = names + ("expert_us",), p0 + (EXPERT_P0,), lo + (EXPERT_LO,), hi + (EXPERT_HI,)
     if tok_sm:
@@ -754,7 +755,10 @@ PAIR_OVERLAP = True
 # the tactic law's compute efficiency by expert width: each CTA tile pays tile_k_extra K tiles of fixed work outside its
 # K loop (terms.moe.cta_width_work), a constant fitted with the law's others on the fold's donors (E3.1, issue 20, wave
 # 42, helper ctawidth; the rule and its adoption criterion written before it was scored, DESIGN.md)
+# Its form: "tiles" (every CTA tile of both GEMMs: tile_k_extra, the rule's first form) or "width" (GEMM2's tiles alone,
+# whose K is the expert width: width_k_extra, the second, written after the first had been scored); False: neither.
 CTA_WIDTH = False
+CTA_WIDTH_NAMES = MappingProxyType({"tiles": "tile_k_extra", "width": "width_k_extra"})
 
 
 def tactic_family(framework: str, family: str | None, dt: str, on: bool) -> bool:
