@@ -94,3 +94,10 @@ def test_fit_law_carries_the_extra_bit_for_bit_and_the_switch_adds_it_to_the_fit
     assert name not in E.fit_dtype(E.with_tactic(d, False), "bf16")   # only the tactic law takes it
     monkeypatch.setattr(E, "CTA_WIDTH", False)
     assert name not in E.fit_dtype(E.with_tactic(d, True), "bf16")
+
+
+def test_the_width_form_is_adopted_and_reaches_the_tactic_laws_only():
+    """The rule's verdict (DESIGN.md, wave 42): the second form, GEMM2's tiles alone, is the default; a law fitted on
+    non-tactic cells never takes it."""
+    assert E.CTA_WIDTH == "width" and E.CTA_WIDTH_NAMES[E.CTA_WIDTH] == "width_k_extra"
+    assert "width_k_extra" in M.ROUTED_LAW_OPTIONAL and "tile_k_extra" in M.ROUTED_LAW_OPTIONAL

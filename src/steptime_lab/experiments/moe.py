@@ -318,7 +318,13 @@ ENGINE_DISCLOSED = MappingProxyType({"sglang": (
     "overlapped with the grouped GEMMs' math (PAIR_OVERLAP; terms.moe.pair_overlap_split), one form written before it "
     "was scored, after the folds' laws (eta_c at 1.0) and their split of the compute-bound cells' time had been seen; "
     "adopted by the brief's rule: median 15.907 -> 15.662%, no met group lost, none crossed 12%; Blackwell bf16 / fp8 "
-    "0.1-0.4 points down, Hopper bf16 / fp8 / fp8_block 0.2-0.9 up (H200 fp8 31.48 -> 32.37%)." + FLOOR_BOUNDS_DISCLOSED)})
+    "0.1-0.4 points down, Hopper bf16 / fp8 / fp8_block 0.2-0.9 up (H200 fp8 31.48 -> 32.37%). "
+    "Wave 42 (helper ctawidth): the tactic law's compute efficiency by expert width (CTA_WIDTH; terms.moe.cta_width_work), "
+    "a fixed work of K tiles per CTA tile fitted on each fold's donors. Two forms: 'tiles' (every tile of both GEMMs) "
+    "was written and committed before it was scored and failed its rule (the TensorRT-LLM median rose); 'width' "
+    "(GEMM2's tiles alone, whose K is the expert width per TP rank) was written after that score and before its own, "
+    "and passed the same rule (median down, no group worse by more than a point, no met group lost): adopted, a "
+    "choice made after seeing the first form's scores. Numbers per group in DESIGN.md." + FLOOR_BOUNDS_DISCLOSED)})
 
 
 def family_options(framework: str, family: str | None) -> dict:
@@ -757,7 +763,8 @@ PAIR_OVERLAP = True
 # 42, helper ctawidth; the rule and its adoption criterion written before it was scored, DESIGN.md)
 # Its form: "tiles" (every CTA tile of both GEMMs: tile_k_extra, the rule's first form) or "width" (GEMM2's tiles alone,
 # whose K is the expert width: width_k_extra, the second, written after the first had been scored); False: neither.
-CTA_WIDTH = False
+# "width" adopted by the rule written before it was scored ("tiles" failed it; DESIGN.md)
+CTA_WIDTH = "width"
 CTA_WIDTH_NAMES = MappingProxyType({"tiles": "tile_k_extra", "width": "width_k_extra"})
 
 
