@@ -710,7 +710,8 @@ def routed_experts_time(tokens, hidden, inter, topk, num_experts, gpu, mc: MoECo
 ROUTED_LAW_NEEDS = ("eta_c", "l2_bytes_per_clk_sm", "eta_mem_max", "x_half", "token_passes", "local_token_passes",
                     "floor_us")
 ROUTED_LAW_OPTIONAL = ("overlap_p", "tok_bytes_per_clk_sm", "quant_passes", "ep_floor_us", "batch_us", "batch_tokens",
-                       "expert_us", "pair_overlap")
+                       "expert_us", "pair_overlap", "tile_k_extra",
+                       "width_k_extra")
 
 
 def routed_shape(tokens, hidden, inter, topk, num_experts, gpu, *, tp=1, ep=1, dtype="bf16", routing="uniform",
@@ -753,13 +754,14 @@ def routed_shape(tokens, hidden, inter, topk, num_experts, gpu, *, tp=1, ep=1, d
     # the efficiency ramp in the bytes the stream moves in RAMP_REF_S: W x (x + x_half) / x = W + x_half x bw x
     # RAMP_REF_S, a fixed latency of x_half x RAMP_REF_S (it was x = W / L2: a latency of x_half x L2 / BW, 5-7x
     # longer on the GDDR parts, whose L2 / bandwidth is 84-116 us against HBM parts' 15-17 us)
+    c_tile = None   # the tactic law's work per K tile of GEMM1's and GEMM2's CTA tiles (cta_width_work)
     if tactic:   # the width is the kernel's own (the tile list pads it), not the law's tile_n
-        c_num = tactic_compute(T, h, np.asarray(inter, dtype=float) / np.asarray(tp, dtype=float), topk, num_experts,
-                               ep, gpu, dtype, lambda tN: loads(int(tN), 0.0)[2] / tN,
-                               TACTIC_CHOICES[int(tactic) - 1])[0]
+        c_num, _, _, *c_tile = tactic_parts(T, h, np.asarray(inter, dtype=float) / np.asarray(tp, dtype=float), topk,
+                                            num_experts, ep, gpu, dtype, lambda tN: loads(int(tN), 0.0)[2] / tN,
+                                            TACTIC_CHOICES[int(tactic) - 1])
     else:
         c_num = 6.0 * h * i * R
-    return {"T": T, "h": h, "P": P, "Et": Et, "R": R, "F": F, "W": W, "c_num": c_num,
+    return {"T": T, "h": h, "P": P, "Et": Et, "R": R, "F": F, "W": W, "c_num": c_num, "c_tile": c_tile,
             "A": 2.0 * h * T * np.asarray(topk, dtype=float), "ep_f": np.asarray(ep, dtype=float),
             "peak": math_peak(gpu, dtype), "l2": l2_effective_bytes(gpu), "sms": gpu.sms, "boost": gpu.boost_mhz,
             "mem_bw": gpu.mem_bw, "sm_stream": bool(sm_stream), "bw_stream": bw_stream,
@@ -806,23 +808,31 @@ def tactic_tiles(gpu, dtype: str) -> tuple:
     return TACTIC_TILES[sm][MATH[dtype]]
 
 
-def _tactic_work(n_rows, h, i, kt, sms, tM, tN, waves: bool = True):
+def _tactic_work(n_rows, h, i, kt, sms, tM, tN, waves: bool = True, k_tiles: float | None = None):
     """FLOPs-equivalent of both grouped GEMMs at CTA tile (tM features, tN rows): `n_rows` token-row tiles (summed over
     the touched experts), each GEMM's tiles over all SMs in whole waves (a persistent tile scheduler; `waves` False:
     the tiles alone, no wave tail), each tile 2 tM tN K with K padded to `kt` elements. GEMM1: features 2i, K h;
-    GEMM2: features h, K i."""
+    GEMM2: features h, K i. `k_tiles` (None: each GEMM's own): (GEMM1's, GEMM2's) K tiles per tile instead."""
     g1 = n_rows * np.ceil(2.0 * i / tM)
     g2 = n_rows * np.ceil(h / tM)
     if waves:
         g1, g2 = np.ceil(g1 / sms) * sms, np.ceil(g2 / sms) * sms
-    return g1 * 2.0 * tM * tN * np.ceil(h / kt) * kt + g2 * 2.0 * tM * tN * np.ceil(i / kt) * kt
+    k1, k2 = (np.ceil(h / kt), np.ceil(i / kt)) if k_tiles is None else k_tiles
+    return g1 * 2.0 * tM * tN * k1 * kt + g2 * 2.0 * tM * tN * k2 * kt
 
 
 TACTIC_CHOICES = ("waves", "padding")   # the tactic law's two forms (law flag `tactic` 1 and 2), both written before scoring
 
 
 def tactic_compute(T, h, i, topk, num_experts, ep, gpu, dtype, rows_at, choice: str = "waves") -> tuple:
-    """(FLOPs-equivalent, chosen feature tile, chosen token tile) of the tactic law per cell: the candidate
+    """(FLOPs-equivalent, chosen feature tile, chosen token tile) of the tactic law per cell (tactic_parts' first
+    three)."""
+    return tactic_parts(T, h, i, topk, num_experts, ep, gpu, dtype, rows_at, choice)[:3]
+
+
+def tactic_parts(T, h, i, topk, num_experts, ep, gpu, dtype, rows_at, choice: str = "waves") -> tuple:
+    """(FLOPs-equivalent, chosen feature tile, chosen token tile, GEMM1's and GEMM2's per-K-tile work) of the tactic law
+    per cell: the candidate
     (tactic_tiles) whose work (_tactic_work: with its wave tails where `choice` is 'waves', the padded tiles alone where
     'padding') is least at the cell's power-of-two token bucket (the autotuner's: 2^floor(log2 T), balanced rows per
     touched expert), ties to the larger tile (candidates taken by decreasing area, then token tile), priced in whole
@@ -839,15 +849,17 @@ def tactic_compute(T, h, i, topk, num_experts, ep, gpu, dtype, rows_at, choice: 
     at_bucket = np.stack([_tactic_work(Eb * np.ceil(Pb / Eb / tN), h, i, kt, gpu.sms, tM, tN, choice == "waves")
                           for tM, tN in tiles])
     pick = np.argmin(at_bucket, axis=0)   # the first least: the larger tile on a tie
-    work = np.zeros(np.shape(T))
+    work, per_k1, per_k2 = np.zeros(np.shape(T)), np.zeros(np.shape(T)), np.zeros(np.shape(T))
     for j, (tM, tN) in enumerate(tiles):
         sel = pick == j
         if np.any(sel):
-            w = _tactic_work(np.broadcast_to(rows_at(tN), np.shape(T)), h, i, kt, gpu.sms, tM, tN)
-            work = np.where(sel, w, work)
+            n_rows = np.broadcast_to(rows_at(tN), np.shape(T))
+            work = np.where(sel, _tactic_work(n_rows, h, i, kt, gpu.sms, tM, tN), work)
+            per_k1 = np.where(sel, _tactic_work(n_rows, h, i, kt, gpu.sms, tM, tN, k_tiles=(1.0, 0.0)), per_k1)
+            per_k2 = np.where(sel, _tactic_work(n_rows, h, i, kt, gpu.sms, tM, tN, k_tiles=(0.0, 1.0)), per_k2)
     fm = np.array([t[0] for t in tiles], dtype=float)[pick]
     fn = np.array([t[1] for t in tiles], dtype=float)[pick]
-    return work, fm, fn
+    return work, fm, fn, per_k1, per_k2
 
 
 def _no_memo(what, vals, fn):
@@ -864,8 +876,8 @@ def routed_law_time(s: dict, v: dict, *, regime: str = "evicted", dtype: str = "
     memo = memo or _no_memo
     nan = float("nan")   # a constant the law does not have, in a part's key
     p = float(v.get("overlap_p", np.inf))  # the compute / stream overlap exponent (absent: the plain max)
-    key_c = (v["eta_c"], s_c)
-    t_c = memo("c", key_c, lambda: s["c_num"] / (s["peak"] * (v["eta_c"] * s_c)))
+    key_c = (v["eta_c"], s_c, v.get("tile_k_extra", nan), v.get("width_k_extra", nan))
+    t_c = memo("c", key_c, lambda: cta_width_work(s, v) / (s["peak"] * (v["eta_c"] * s_c)))
 
     def stream():
         W, x = s["W"], s["x"]
@@ -948,6 +960,28 @@ def routed_law_time(s: dict, v: dict, *, regime: str = "evicted", dtype: str = "
                       v.get("batch_tokens", nan), v.get("expert_us", nan)), fixed)
     t = np.where(s["T"] > 0, t0 + both + t_tok, 0.0)
     return {"t": t, "t_compute": t_c, "t_memory": t_m, "t_tokens": t_tok, "eta_mem": eta_m, "res": res}
+
+
+def cta_width_work(s: dict, v: dict):
+    """The compute term's work (FLOPs-equivalent) of routed_shape's terms `s` under the law `v`: s["c_num"], plus, for a
+    law with `tile_k_extra` (E3.1, issue 20, wave 42, helper ctawidth; written before it was scored), that many K tiles
+    of work on every CTA tile of both grouped GEMMs the tactic law runs (s["c_tile"]), or, for a law with
+    `width_k_extra` (the second form, written after the first's scores), on GEMM2's tiles alone, whose K is the expert
+    width per TP rank: each tile pays a fixed cost outside its K loop (the mainloop's pipeline fill and drain, the
+    epilogue's store), so a GEMM of k K tiles runs at k / (k + extra) of its K loop's rate -- an efficiency that rises
+    and saturates in the width / K tile. ValueError for such a law on terms without the tactic's tiles, or for a
+    negative extra."""
+    out = s["c_num"]
+    for name, gemms in (("tile_k_extra", (0, 1)), ("width_k_extra", (1,))):
+        if name not in v:
+            continue
+        extra = float(v[name])
+        if not extra >= 0.0:
+            raise ValueError(f"MoE law {name} must be >= 0 K tiles, got {v[name]!r}")
+        if s.get("c_tile") is None:
+            raise ValueError(f"a MoE law with {name} needs the tactic law's CTA tiles (the law flag `tactic`)")
+        out = out + extra * sum(s["c_tile"][j] for j in gemms)
+    return out
 
 
 def pair_overlap_split(s: dict, v: dict) -> tuple:

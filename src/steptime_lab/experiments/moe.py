@@ -327,7 +327,13 @@ ENGINE_DISCLOSED = MappingProxyType({"sglang": (
     "overlapped with the grouped GEMMs' math (PAIR_OVERLAP; terms.moe.pair_overlap_split), one form written before it "
     "was scored, after the folds' laws (eta_c at 1.0) and their split of the compute-bound cells' time had been seen; "
     "adopted by the brief's rule: median 15.907 -> 15.662%, no met group lost, none crossed 12%; Blackwell bf16 / fp8 "
-    "0.1-0.4 points down, Hopper bf16 / fp8 / fp8_block 0.2-0.9 up (H200 fp8 31.48 -> 32.37%)." + FLOOR_BOUNDS_DISCLOSED)})
+    "0.1-0.4 points down, Hopper bf16 / fp8 / fp8_block 0.2-0.9 up (H200 fp8 31.48 -> 32.37%). "
+    "Wave 42 (helper ctawidth): the tactic law's compute efficiency by expert width (CTA_WIDTH; terms.moe.cta_width_work), "
+    "a fixed work of K tiles per CTA tile fitted on each fold's donors. Two forms: 'tiles' (every tile of both GEMMs) "
+    "was written and committed before it was scored and failed its rule (the TensorRT-LLM median rose); 'width' "
+    "(GEMM2's tiles alone, whose K is the expert width per TP rank) was written after that score and before its own, "
+    "and passed the same rule (median down, no group worse by more than a point, no met group lost): adopted, a "
+    "choice made after seeing the first form's scores. Numbers per group in DESIGN.md." + FLOOR_BOUNDS_DISCLOSED)})
 
 
 def family_options(framework: str, family: str | None) -> dict:
@@ -461,6 +467,7 @@ TOKEN_SM_P0, TOKEN_SM_LO, TOKEN_SM_HI = 8.0, 0.5, 128.0   # bytes per clock per 
 # the family the mechanism was read in.
 EXPERT_FAMILIES = frozenset({"cutlass_sm90", "cutlass_sm120"})
 EXPERT_P0, EXPERT_LO, EXPERT_HI = 1.0, 0.0, 50.0   # us per touched local expert
+K_EXTRA_P0, K_EXTRA_LO, K_EXTRA_HI = 2.0, 0.0, 64.0   # K tiles of fixed work per CTA tile (CTA_WIDTH)
 
 
 def expert_cost(train: pd.DataFrame, dt: str) -> bool:
@@ -522,11 +529,15 @@ def ep_remap(train: pd.DataFrame, dt: str) -> bool:
 
 
 def law_params(dt: str, ep_floor: bool = False, batch: bool = False, tok_sm: bool = False,
-               expert: bool = False) -> tuple:
+               expert: bool = False, k_extra: str | bool = False) -> tuple:
     """(names, start, lower, upper) of the law's fitted constants for dtype dt (with `ep_floor`: the EP > 1 cost; with
     `batch`: the batch's saturating cost, batch_us and batch_tokens; with `tok_sm`: the token passes' SM-issue rate,
-    tok_bytes_per_clk_sm; with `expert`: the cost per touched local expert, expert_us)."""
+    tok_bytes_per_clk_sm; with `expert`: the cost per touched local expert, expert_us; with `k_extra` (a form of
+    CTA_WIDTH_NAMES): the tactic law's K tiles of fixed work per CTA tile, tile_k_extra or width_k_extra)."""
     names, p0, lo, hi = PARAMS, P0, LO, HI
+    if k_extra:
+        names, p0, lo, hi = (names + (CTA_WIDTH_NAMES[k_extra],), p0 + (K_EXTRA_P0,), lo + (K_EXTRA_LO,),
+                             hi + (K_EXTRA_HI,))
     if expert:
         names, p0, lo, hi = names + ("expert_us",), p0 + (EXPERT_P0,), lo + (EXPERT_LO,), hi + (EXPERT_HI,)
     if tok_sm:
@@ -697,8 +708,9 @@ def fit_dtype(train: pd.DataFrame, dt: str) -> dict:
         # them with their SM-issue branch (token_sm: a pooled fold, ENGINE_POOLED_FAMILIES), which keeps them added
         if PAIR_OVERLAP and not token_sm(train, dt):
             flag["pair_overlap"] = 1.0
-        if expert_cost(t, dt):
-            names, p0, lo, hi = law_params(dt, ep_remap(train, dt), batch_cost(train, dt), token_sm(train, dt), True)
+        if expert_cost(t, dt) or CTA_WIDTH:   # CTA_WIDTH: the tiles' fixed K work (terms.moe.cta_width_work), fitted
+            names, p0, lo, hi = law_params(dt, ep_remap(train, dt), batch_cost(train, dt), token_sm(train, dt),
+                                           expert_cost(t, dt), CTA_WIDTH)
         r = _fit_at(groups, t, y, dt, names, flag, p0, lo, hi)
         return {**{k: float(v) for k, v in zip(names, r.x)}, **flag}
     best = None
@@ -755,6 +767,14 @@ TACTIC_CHOICE = "padding"
 # the tactic law's local per-pair passes on the memory side of its roofline, overlapped with the math
 # (terms.moe.pair_overlap_split; E3.1, issue 20, wave 41, helper tacticeta; written before it was scored, DESIGN.md)
 PAIR_OVERLAP = True
+# the tactic law's compute efficiency by expert width: each CTA tile pays tile_k_extra K tiles of fixed work outside its
+# K loop (terms.moe.cta_width_work), a constant fitted with the law's others on the fold's donors (E3.1, issue 20, wave
+# 42, helper ctawidth; the rule and its adoption criterion written before it was scored, DESIGN.md)
+# Its form: "tiles" (every CTA tile of both GEMMs: tile_k_extra, the rule's first form) or "width" (GEMM2's tiles alone,
+# whose K is the expert width: width_k_extra, the second, written after the first had been scored); False: neither.
+# "width" adopted by the rule written before it was scored ("tiles" failed it; DESIGN.md)
+CTA_WIDTH = "width"
+CTA_WIDTH_NAMES = MappingProxyType({"tiles": "tile_k_extra", "width": "width_k_extra"})
 
 
 def tactic_family(framework: str, family: str | None, dt: str, on: bool) -> bool:
