@@ -171,8 +171,10 @@ EXTRAPOLATION_TABLES = ()
 # at each cell the log correction g is multiplied by g^2 / (g^2 + v), v the jackknife variance (n-1)/n sum_i
 # (g_-i - mean g_-i)^2 of the n leave-one-donor-out corrections there: a correction that rests on one or two donors
 # (an outlier target, whose similarity weights fall on its nearest one or two donors) is shrunk toward the physics,
-# one all donors agree on is kept. The tables whose full grey box does so by default (`GreyBox(jackknife=None)`)
-JACKKNIFE_TABLES = ("aic_gemm", "aic_attention")
+# one all donors agree on is kept. The tables whose full grey box does so by default (`GreyBox(jackknife=None)`).
+# Empty: tried and not kept (wave 42: it closed the A100 GEMM near miss but made five AIC cells worse by more than the
+# rule's 0.2-point allowance, L40S GEMM the most; DESIGN.md)
+JACKKNIFE_TABLES = ()
 
 
 def _gddr(gpu: str) -> float:
