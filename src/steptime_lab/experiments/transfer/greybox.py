@@ -165,6 +165,16 @@ EXTRAPOLATION_RATES = (0.0, 0.5, 1.0, 2.0, 4.0)
 # kappa = 0 (today's correction). Empty: tried and not kept (wave 41: the nested CV kept kappa = 0 on both near misses,
 # A100 GEMM and L40S attention, and picked kappa = 1 for L40S GEMM, 14.92 -> 20.65 %, a new loss to the physics)
 EXTRAPOLATION_TABLES = ()
+# the donor-jackknife shrink (issue 24, wave 42, helper grey12; rule fixed before any held-out score of it, DESIGN.md
+# 'Grey box: a correction shrunk by its own donor-jackknife instability'): after a target's setting is chosen, its
+# trees are fitted again once per donor left out (the same setting, weights, rows and seed, the target never seen);
+# at each cell the log correction g is multiplied by g^2 / (g^2 + v), v the jackknife variance (n-1)/n sum_i
+# (g_-i - mean g_-i)^2 of the n leave-one-donor-out corrections there: a correction that rests on one or two donors
+# (an outlier target, whose similarity weights fall on its nearest one or two donors) is shrunk toward the physics,
+# one all donors agree on is kept. The tables whose full grey box does so by default (`GreyBox(jackknife=None)`).
+# Empty: tried and not kept (wave 42: it closed the A100 GEMM near miss but made five AIC cells worse by more than the
+# rule's 0.2-point allowance, L40S GEMM the most; DESIGN.md)
+JACKKNIFE_TABLES = ()
 
 
 def _gddr(gpu: str) -> float:
@@ -277,6 +287,8 @@ class _TermModel:
         self.cols = cols  # the leading feature columns the trees see (None: every column)
         # the out-of-range shrink's {rate, distance, factor} (already in `shrink`); None where kappa = 0
         self.extrapolation = None
+        # the donor-jackknife shrink's leave-one-donor-out estimators (`jackknife_factor`); () where off
+        self.jackknife = ()
 
     @property
     def anchored(self) -> bool:
@@ -287,16 +299,40 @@ class _TermModel:
         cells, is needed (and subtracted from the trees' prediction) when the reference is "roofline"."""
         if self.est is None:
             return np.zeros(len(F))
+        g = self._raw(self.est, F, off)
+        jack = getattr(self, "jackknife", ())
+        if jack:
+            g = g * jackknife_factor(g, [self._raw(e, F, off) for e in jack])
+        return np.clip(g, -BOUND, BOUND)
+
+    def _raw(self, est, F, off) -> np.ndarray:
+        """`est`'s shrunk, unbounded log correction at features F (`log_correction` before the bound)."""
         from threadpoolctl import threadpool_limits
 
         cols = getattr(self, "cols", None)
         with threadpool_limits(limits=1):
-            g = self.est.predict(F if cols is None else F[:, :cols])
+            g = est.predict(F if cols is None else F[:, :cols])
         if getattr(self, "reference", "physics") == "roofline":
             if off is None:
                 raise ValueError("a roofline-referenced correction needs log(steptime / roofline) of the cells")
             g = g - np.asarray(off, dtype=float)
-        return np.clip(self.shrink * g, -BOUND, BOUND)
+        return self.shrink * g
+
+
+def jackknife_factor(g, leave_one_out) -> np.ndarray:
+    """Per cell, g^2 / (g^2 + v): the factor the donor-jackknife shrink multiplies the log correction `g` by, v the
+    jackknife variance (n-1)/n sum_i (g_i - mean g_i)^2 of the n >= 2 leave-one-donor-out corrections
+    `leave_one_out` at the same cells (1 where g and v are both 0)."""
+    g = np.asarray(g, dtype=float)
+    L = np.asarray([np.asarray(x, dtype=float) for x in leave_one_out])
+    if L.ndim != 2 or L.shape[0] < 2 or L.shape[1] != g.shape[0]:
+        raise ValueError(f"jackknife factor: expected >= 2 leave-one-donor-out corrections of {g.shape[0]} cells, "
+                         f"got shape {L.shape}")
+    n = L.shape[0]
+    v = (n - 1) / n * ((L - L.mean(axis=0)) ** 2).sum(axis=0)
+    g2 = g * g
+    den = g2 + v
+    return np.where(den > 0, g2 / np.where(den > 0, den, 1.0), 1.0)
 
 
 def anchor(log_corr, base, meas_read, base_read, log_corr_read, work_cells, work_read,
@@ -458,7 +494,7 @@ def _mapes(est, d, shrinks=(1.0,), anchors=(1.0,), cols=None, reference="physics
 def fit_term(data: dict, target: str, *, fast: bool = True, seed: int = 0, bandwidths=None, fits: dict | None = None,
              shrinks=(1.0,), anchors=(1.0,), feature_sets=("all",), references=("physics",),
              designs: dict | None = None, cv_size: dict | None = None, leave_twins_out: bool = False,
-             rates=(0.0,)):
+             rates=(0.0,), jackknife: bool = False):
     """`data`: {gpu: {F, base, meas, work, read_F, read_base, read_meas, read_work}} of the
     training GPUs (every cell but each GPU's readings; the readings apart). Returns the
     term model for `target` (the setting chosen by leave-one-GPU-out CV over these GPUs,
@@ -475,7 +511,10 @@ def fit_term(data: dict, target: str, *, fast: bool = True, seed: int = 0, bandw
     inner fold holding out H also leaves out H's datasheet twins (`twins`), as the target's own fit does. `rates`
     (`EXTRAPOLATION_RATES`): the out-of-range shrink's kappa, tried jointly with every other setting; an inner fold
     holding out H scales its log correction by exp(-kappa * extrapolation_distance(H, its inner donors)), the final
-    fit by exp(-kappa * extrapolation_distance(target, these GPUs)); only with three or more training GPUs."""
+    fit by exp(-kappa * extrapolation_distance(target, these GPUs)); only with three or more training GPUs.
+    `jackknife`: the chosen setting's trees are also fitted once per training GPU left out (weighted toward `target`,
+    the final fit's sizes, rows and seed) and the correction shrunk by their disagreement (`jackknife_factor`); only
+    with three or more training GPUs (the setting's choice does not see it)."""
     from threadpoolctl import threadpool_limits
 
     data = {g: d for g, d in data.items() if len(d["base"])}
@@ -542,6 +581,10 @@ def fit_term(data: dict, target: str, *, fast: bool = True, seed: int = 0, bandw
     if kappa > 0:
         model.extrapolation = {"rate": kappa, "distance": round(extrapolation_distance(target, gpus), 6),
                                "factor": round(factor, 6)}
+    if jackknife and len(gpus) >= 3:
+        model.jackknife = tuple(
+            _fit_gbt_once(*_design(data, [g for g in gpus if g != out], target, h, size["rows_per_gpu"], seed, cols,
+                                   ref), size, seed, designs) for out in gpus)
     return model, table
 
 
@@ -623,7 +666,7 @@ class GreyBox:
     def __init__(self, dataset: str, cells, constants_for, *, fast: bool = True, seed: int = 0,
                  reading_ids=None, bandwidths=None, shared: bool = False, shrinks=SHRINKS, anchors=ANCHORS,
                  feature_sets=FEATURE_SETS, references=None, stack=None, cv_sizes=None, leave_twins_out=False,
-                 reading_features=None, extrapolation_rates=None):
+                 reading_features=None, extrapolation_rates=None, jackknife=None):
         self.dataset, self.cells, self.constants_for = dataset, cells, constants_for
         # Vidur's measurement-stack factor (the Vidur step; `transfer.stack.VidurStack`): fitting target T, a GPU's
         # physics runs under its factor fitted on the Vidur GPUs other than itself and T (issue 24, wave 33, grey4)
@@ -671,6 +714,14 @@ class GreyBox:
         if self.shared and len(self.extrapolation_rates) > 1:
             raise ValueError("the shared (shape-only) grey box has no out-of-range shrink: extrapolation_rates "
                              f"must be (0,), got {extrapolation_rates!r}")
+        # the donor-jackknife shrink (`JACKKNIFE_TABLES`; issue 24, wave 42, helper grey12). None: on where
+        # JACKKNIFE_TABLES names the table (the full box only)
+        self.jackknife = (dataset in JACKKNIFE_TABLES and not self.shared) if jackknife is None else jackknife
+        if not isinstance(self.jackknife, bool):
+            raise ValueError(f"grey box jackknife: expected True, False or None, got {jackknife!r}")
+        if self.shared and self.jackknife:
+            raise ValueError("the shared (shape-only) grey box has no donor-jackknife shrink: jackknife must be "
+                             "False or None")
         self.references = tuple(str(r) for r in (references if references is not None else references_for(dataset)))
         bad = [r for r in self.references if r not in REFERENCE_TAGS]
         if bad or not self.references:
@@ -802,7 +853,7 @@ class GreyBox:
                                                   references=term_references(self.dataset, term, self.references),
                                                   designs=self._designs, cv_size=self.cv_sizes,
                                                   leave_twins_out=self.leave_twins_out,
-                                                  rates=self.extrapolation_rates)
+                                                  rates=self.extrapolation_rates, jackknife=self.jackknife)
             first = terms_of(self.dataset)[0]
             info = {"gpus": gpus, "cells": int(sum(len(self._training(g, target)[first]["base"]) for g in gpus)),
                     "target_readings": 3,
@@ -830,6 +881,10 @@ class GreyBox:
                                           "factor": {t: (m.extrapolation or {}).get("factor", 1.0)
                                                      for t, m in models.items()}}}
                        if len(self.extrapolation_rates) > 1 else {}),
+                    **({"jackknife": {"donors_left_out_one_at_a_time": len(gpus),
+                                      "terms": sorted(t for t, m in models.items() if m.jackknife),
+                                      "rule": "log correction times g^2 / (g^2 + v), v the leave-one-donor-out "
+                                              "jackknife variance at the cell"}} if self.jackknife else {}),
                     "nested_cv_mape": cv,
                     **({"vidur_stack": {g: self.stack.factor(g, target) for g in [target] + gpus}}
                        if self.stack is not None else {})}
@@ -849,6 +904,7 @@ class GreyBox:
                 **({"reading_features": N_READINGS} if self.reading_features else {}),
                 **({"extrapolation_rates": list(self.extrapolation_rates)}
                    if len(self.extrapolation_rates) > 1 else {}),
+                **({"jackknife": True} if self.jackknife else {}),
                 **({"cv_sizes": dict(self.cv_sizes)} if self.cv_sizes is not None else {}),
                 "bandwidths": [("inf" if not math.isfinite(h) else h) for h in (self.bandwidths or BANDWIDTHS[self.fast])]}
 
