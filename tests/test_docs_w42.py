@@ -1,10 +1,11 @@
 """Wave 42, helper docs12: a new user tries wave 42's features from the README and `--help` (DESIGN.md `A new
 user tries wave 42's features`). Each test failed on main's code (7d9fb3a8) before its fix: the README named only
 `--moe-kernels trtllm` as reaching the all-GPU MoE law (the default vLLM laws reach it on A100, MI300X and RTX PRO 6000
-fp8_block too) and did not say what `moe_kernel_family` is; the `host` term's row and `serve --ep` did not mention the
-idle attention-DP ranks' fitted wait; the README did not say a fitted engine-constants file passed from Python needs
-its seal; `--moe-kernels`' help did not mention the uncovered-GPU flag; E3.4's FPM step claims said "the one constant
-fitted on these runs" where three are."""
+fp8_block too) and did not say what `moe_kernel_family` is; the `host` term's row did not mention the idle
+attention-DP ranks' fitted wait; the README did not say a fitted engine-constants file passed from Python needs its
+seal, nor that `serve` and `plan` refuse the Gated DeltaNet hybrids; `--moe-kernels`' help did not mention the
+uncovered-GPU flag; E3.4's FPM step claims said "the one constant fitted on these runs" where three are. The
+default-law flag test and the refusal half of the hybrid test guard behaviour main already had."""
 import pandas as pd
 import pytest
 
@@ -30,7 +31,7 @@ def test_readme_names_the_cases_the_all_gpu_law_prices():
         assert name in text, name
 
 
-def test_readme_host_term_and_serve_ep_name_the_idle_dp_wait():
+def test_readme_host_term_names_the_idle_dp_wait():
     import numpy as np
 
     from steptime.specs.engines import get_engine
@@ -40,8 +41,6 @@ def test_readme_host_term_and_serve_ep_name_the_idle_dp_wait():
     i = text.index("| `host`, `sampling` |")
     row = text[i:text.index("Which operators tensor parallelism splits", i)]
     assert "`launch.dp_idle_rank_share`" in row and "FITTED" in row and "`--ep` above `--tp`" in row
-    i = text.index("`steptime serve --ep E`")
-    assert "idle-rank wait" in text[i:i + 600]
     # what the row says holds: at dp 2 a hybrid's step with a prefill waits, a decode-only step does not
     w = host.dp_idle_rank_time(np.array([0.01, 0.01]), np.array([False, True]), 2, "b300", get_engine("vllm"),
                                gdn_layers=30)
@@ -88,3 +87,19 @@ def test_e34_step_claims_name_every_constant_fitted_on_the_runs():
         assert "the one constant" not in text
         assert f"launch.{mw.GDN_EAGER_FIELD}" in text and f"launch.{mw.HYBRID_EAGER_FIELD}" in text
     assert f"launch.{mw.DP_IDLE_FIELD}" in dp4 and f"launch.{mw.DP_IDLE_FIELD}" not in dp1
+
+
+def test_readme_says_serve_and_plan_refuse_the_hybrids(capsys):
+    from steptime.errors import SteptimeError
+    from steptime.specs import get_model
+
+    par = _readme_moe_paragraph()
+    text = _flat((ROOT / "README.md").read_text())
+    i = text.index("The Gated DeltaNet hybrids")
+    said = text[i:i + 400]
+    assert "`serve` refuses them" in said and "`plan` drops every layout" in said
+    hybrids = [k for k in ("qwen3.5-397b-a17b", "qwen3.6-35b-a3b") if getattr(get_model(k), "n_linear_layers", 0)]
+    assert hybrids == ["qwen3.5-397b-a17b", "qwen3.6-35b-a3b"] and "Qwen3.5/3.6" in par
+    rc, _, err = run_cli(capsys, ["serve", "--model", "qwen3.6-35b-a3b", "--gpu", "b300", "--rate", "1", "--n", "4",
+                                  "--isl", "64", "--osl", "4", "--no-progress"])
+    assert rc == 2 and "Gated DeltaNet" in err
