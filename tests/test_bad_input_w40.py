@@ -133,7 +133,7 @@ def test_moe_law_text_takes_engine_names_from_terms_moe(monkeypatch):
         doc = X.document_engines(_run("vllm", 0.1), [_run("trtllm", 0.2)], 12.0)
         law = doc["metrics"]["trtllm"]["law"]
         assert doc["claims"][-1]["claim"].startswith("TRT-X's own ")
-        assert "its TRT-X kernel family (terms.moe.TRTLLM_KERNEL_FAMILIES)" in law and "own TRT-X cells" in law
+        assert "its TRT-X kernel family (terms.moe.TRTLLM_KERNEL_FAMILIES;" in law and "own TRT-X cells" in law
         assert "TensorRT-LLM" not in law and "TRT-LLM " not in law
     finally:
         monkeypatch.undo()

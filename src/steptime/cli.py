@@ -460,7 +460,9 @@ def add_moe_kernels(parser, engines: str = f"the --engine profile's moe.kernels 
                         help="whose fused-MoE kernel laws price a mixture-of-experts model's routed experts: "
                              f"{' or '.join(MOE_KERNELS)} (calibration/moe.yaml; trtllm: TensorRT-LLM's own, which run "
                              f"an mxfp4 checkpoint as mxfp4_mxfp8 on sm 100 / 103). Default: {engines}. Refused for a dense "
-                             "model (it has no routed experts). The output names the law that priced them")
+                             "model (it has no routed experts). The output names the law that priced them and says where "
+                             "those kernels' tables hold no kernel family for the GPU and dtype (their all-GPU law "
+                             "prices it there; so do the default vllm laws on A100 or MI300X)")
 
 
 # an option a command does not take, but another does, and what to do instead (one line, with the refusal)

@@ -1026,6 +1026,18 @@ REPLAY_KEYS = {"tpot_s_p50": "median TPOT", "ttft_s_p50": "median TTFT", "tpot_s
                "ttft_s_p90": "p90 TTFT"}
 
 
+def fpm_held_out_note(dp) -> str:
+    """What an FPM MoE step claim holds out (docs12, wave 42: the text said 'the one constant fitted on these runs',
+    false since wave 14): the engine constants are R2.3's; the hybrid's host constants fitted on these runs
+    (fpm_scores: the GDN op's eager launch cost, the eager step's host time per layer; at dp > 1 the idle DP ranks'
+    serial share) each come from the other layouts."""
+    return (" (held out: the engine constants are R2.3's from the dense Qwen3-32B steps; the constants fitted on "
+            f"these runs, each on the other layouts, leave-one-layout-out: the GDN op's eager launch cost "
+            f"(launch.{GDN_EAGER_FIELD}), the eager step's host time per layer (launch.{HYBRID_EAGER_FIELD})"
+            + (f" and the idle DP ranks' serial share (launch.{DP_IDLE_FIELD}, on the other attention-DP layouts; "
+               "fpm_dp_idle_fit)" if int(dp) > 1 else "") + ")")
+
+
 def _fpm_claim(s: dict, lim: float, measured: str, predicted: str, head: str, tail: str) -> dict:
     """One FPM MoE phase claim: '<run and layout>, <phase> <head>the predicted <predicted> within <lim><tail>', the
     MAPE of the predicted `measured` time (step, row or unit)."""
@@ -1067,12 +1079,7 @@ def document(tok: dict, rep: dict, fpm: list, skipped_rows: list, targets: dict,
     fpm_lim = float(targets["fpm_mape_per_phase"])
     for s in (fpm_scores or {}).get("scores", []):
         claims.append(_fpm_claim(
-            s, fpm_lim, "step", "engine step", f"steps ({s['cells']}): ",
-            f" (held out: the engine "
-            "constants are R2.3's from the dense Qwen3-32B steps; the one constant fitted on these runs, the GDN "
-            "op's eager launch cost, is fitted on the other layouts)"
-            + ("; the idle DP ranks' serial share (launch.dp_idle_rank_share) fitted on the other attention-DP "
-               "layouts, leave-one-layout-out (fpm_dp_idle_fit)" if int(s["dp"]) > 1 else "")
+            s, fpm_lim, "step", "engine step", f"steps ({s['cells']}): ", fpm_held_out_note(s["dp"])
             + ("" if own_step_rows(s["engine"], s["tp"], s["dp"]) else
                "; at world size 1 a row is not its own step's time: vLLM's single-process executor launches the "
                "next step before it reads this one's output (engines.yaml schedule.inline_launch_world; "
