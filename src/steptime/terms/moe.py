@@ -720,16 +720,18 @@ ROUTED_LAW_OPTIONAL = ("overlap_p", "tok_bytes_per_clk_sm", "quant_passes", "ep_
 # router's hot experts, its token-expert pairs P (routed_load) far above T k / ep (16,384 tokens, EP 32: 69,632 against
 # 4,096), and the kernel reads / writes each local pair's row: the passes are priced on 2 h P bytes there. Every other
 # router keeps A / ep (uniform and balanced: P = T k / ep exactly; the power-law router's busiest rank: not taken
-# here). Switch off: the wave-41 pricing (A / ep for every router).
-GROUPED_LOCAL_PAIRS = True
+# here). NOT ADOPTED (off): by its pre-registered test it made TensorRT-LLM's groups worse (DESIGN.md); off, every
+# router is priced on A / ep as before (wave 41).
+GROUPED_LOCAL_PAIRS = False
 
 
-def local_pair_bytes(A, ep_f, h, P, routing: str):
-    """The bytes of one local per-pair pass on the timed rank: 2 h P (its router's pairs) under a group-limited
-    router where GROUPED_LOCAL_PAIRS, else A / ep (the uniform share of every token's k pairs, A = 2 h T k)."""
+def local_pair_bytes(h, P, routing: str):
+    """The bytes of one local per-pair pass on the timed rank, 2 h P (its router's pairs), under a group-limited
+    router where GROUPED_LOCAL_PAIRS; else None: the uniform share A / ep of every token's k pairs (A = 2 h T k),
+    which routed_law_time prices as before."""
     if GROUPED_LOCAL_PAIRS and str(routing).startswith(GROUPED_PREFIX):
         return 2.0 * np.asarray(h, dtype=float) * np.asarray(P, dtype=float)
-    return np.asarray(A, dtype=float) / np.asarray(ep_f, dtype=float)
+    return None
 
 
 def routed_shape(tokens, hidden, inter, topk, num_experts, gpu, *, tp=1, ep=1, dtype="bf16", routing="uniform",
@@ -738,7 +740,7 @@ def routed_shape(tokens, hidden, inter, topk, num_experts, gpu, *, tp=1, ep=1, d
     """The shape-only terms of `routed_experts_time` (no fitted constant; the law's tiling flags are arguments):
     the router's loads (P pairs, Et experts touched, R tile-padded rows; `load_cache` as routed_experts_time's),
     F real FLOPs, W weight bytes and c_num padded FLOPs (the expert width per TP rank padded to `tile_n` where > 0),
-    A token bytes (A_loc: local_pair_bytes, one local per-pair pass's), the GPU's peak, effective L2, weight-stream rate (the SMs' issue rate where `sm_stream`) and
+    A token bytes (A_loc: local_pair_bytes, one local per-pair pass's, or None), the GPU's peak, effective L2, weight-stream rate (the SMs' issue rate where `sm_stream`) and
     ramp x, and `full` (full_tiles where `full_tile_stream`, else None). Arrays of the cells' broadcast shape.
     With `tactic` 1 or 2 (TensorRT-LLM's CUTLASS families, E3.1 wave 41): c_num is the tactic law's tile-priced work
     (tactic_compute, choice TACTIC_CHOICES[tactic - 1]) instead of the rows padded to `tile`."""
@@ -778,10 +780,8 @@ def routed_shape(tokens, hidden, inter, topk, num_experts, gpu, *, tp=1, ep=1, d
                                TACTIC_CHOICES[int(tactic) - 1])[0]
     else:
         c_num = 6.0 * h * i * R
-    A = 2.0 * h * T * np.asarray(topk, dtype=float)
-    ep_f = np.asarray(ep, dtype=float)
     return {"T": T, "h": h, "P": P, "Et": Et, "R": R, "F": F, "W": W, "c_num": c_num,
-            "A": A, "ep_f": ep_f, "A_loc": local_pair_bytes(A, ep_f, h, P, routing),
+            "A": 2.0 * h * T * np.asarray(topk, dtype=float), "ep_f": np.asarray(ep, dtype=float), "A_loc": local_pair_bytes(h, P, routing),
             "peak": math_peak(gpu, dtype), "l2": l2_effective_bytes(gpu), "sms": gpu.sms, "boost": gpu.boost_mhz,
             "mem_bw": gpu.mem_bw, "sm_stream": bool(sm_stream), "bw_stream": bw_stream,
             "x": W / (bw_stream * RAMP_REF_S), "full": full_tiles(P, Et, tile, R) if full_tile_stream else None}
@@ -908,7 +908,9 @@ def routed_law_time(s: dict, v: dict, *, regime: str = "evicted", dtype: str = "
                 lambda: smax(t_c, t_m + t_loc, p))
 
     def tokens():
-        pass_bytes = v["token_passes"] * s["A"] + v["local_token_passes"] * s["A_loc"]   # the per-pair passes' bytes
+        # the per-pair passes' bytes (the local passes on the timed rank's pairs where local_pair_bytes gives them)
+        pass_bytes = ((v["token_passes"] + v["local_token_passes"] / s["ep_f"]) * s["A"] if s.get("A_loc") is None
+                      else v["token_passes"] * s["A"] + v["local_token_passes"] * s["A_loc"])
         if lap:   # the local passes are in `both` (pair_overlap_split): the global passes alone here
             pass_bytes = pair_overlap_split(s, v)[1]
         t_tok = pass_bytes / s["mem_bw"]
@@ -975,7 +977,8 @@ def pair_overlap_split(s: dict, v: dict) -> tuple:
     if "tok_bytes_per_clk_sm" in v:
         raise ValueError("a MoE law with pair_overlap cannot also have tok_bytes_per_clk_sm (both price the per-pair "
                          "passes)")
-    local = v["local_token_passes"] * s["A_loc"]
+    local = (v["local_token_passes"] / s["ep_f"] * s["A"] if s.get("A_loc") is None
+             else v["local_token_passes"] * s["A_loc"])
     return local / s["mem_bw"], v["token_passes"] * s["A"]
 
 
