@@ -635,6 +635,8 @@ def routed_experts_time(tokens, hidden, inter, topk, num_experts, gpu, mc: MoECo
 
         t = t0 + smax_p(F_pad / (P eta_c), W_hbm / (BW eta_mem(W)) + W_l2 / BW_l2) + (a + b / ep) A / BW
 
+    (b's bytes: local_pair_bytes, 2 h P on the timed rank under a group-limited router);
+
     smax_p(x, y) = (x^p + y^p)^(1/p): compute and weight streaming overlap imperfectly where they are close
     (the dense GEMM law's overlap exponent; p -> infinity is the plain max, the default without `overlap_p`);
 
@@ -714,13 +716,32 @@ ROUTED_LAW_OPTIONAL = ("overlap_p", "tok_bytes_per_clk_sm", "quant_passes", "ep_
                        "width_k_extra")
 
 
+# The local per-pair passes' bytes on the timed rank (E3.1, issue 20, wave 42, helper sglfp4): under a group-limited
+# balanced router (routing `balanced_grouped_<n>_<k>`, DeepSeek-V3's shape) the rank the collector times holds the
+# router's hot experts, its token-expert pairs P (routed_load) far above T k / ep (16,384 tokens, EP 32: 69,632 against
+# 4,096), and the kernel reads / writes each local pair's row: the passes are priced on 2 h P bytes there. Every other
+# router keeps A / ep (uniform and balanced: P = T k / ep exactly; the power-law router's busiest rank: not taken
+# here). NOT ADOPTED (off): by its pre-registered test it made TensorRT-LLM's groups worse (DESIGN.md); off, every
+# router is priced on A / ep as before (wave 41).
+GROUPED_LOCAL_PAIRS = False
+
+
+def local_pair_bytes(h, P, routing: str):
+    """The bytes of one local per-pair pass on the timed rank, 2 h P (its router's pairs), under a group-limited
+    router where GROUPED_LOCAL_PAIRS; else None: the uniform share A / ep of every token's k pairs (A = 2 h T k),
+    which routed_law_time prices as before."""
+    if GROUPED_LOCAL_PAIRS and str(routing).startswith(GROUPED_PREFIX):
+        return 2.0 * np.asarray(h, dtype=float) * np.asarray(P, dtype=float)
+    return None
+
+
 def routed_shape(tokens, hidden, inter, topk, num_experts, gpu, *, tp=1, ep=1, dtype="bf16", routing="uniform",
                  tile: int = TILE_M, unpadded_rows: float = 0.0, tile_n: float = 0.0, sm_stream: bool = False,
                  full_tile_stream: bool = False, load_cache: dict | None = None, tactic: int = 0) -> dict:
     """The shape-only terms of `routed_experts_time` (no fitted constant; the law's tiling flags are arguments):
     the router's loads (P pairs, Et experts touched, R tile-padded rows; `load_cache` as routed_experts_time's),
     F real FLOPs, W weight bytes and c_num padded FLOPs (the expert width per TP rank padded to `tile_n` where > 0),
-    A token bytes, the GPU's peak, effective L2, weight-stream rate (the SMs' issue rate where `sm_stream`) and
+    A token bytes (A_loc: local_pair_bytes, one local per-pair pass's, or None), the GPU's peak, effective L2, weight-stream rate (the SMs' issue rate where `sm_stream`) and
     ramp x, and `full` (full_tiles where `full_tile_stream`, else None). Arrays of the cells' broadcast shape.
     With `tactic` 1 or 2 (TensorRT-LLM's CUTLASS families, E3.1 wave 41): c_num is the tactic law's tile-priced work
     (tactic_compute, choice TACTIC_CHOICES[tactic - 1]) instead of the rows padded to `tile`."""
@@ -763,6 +784,7 @@ def routed_shape(tokens, hidden, inter, topk, num_experts, gpu, *, tp=1, ep=1, d
         c_num = 6.0 * h * i * R
     return {"T": T, "h": h, "P": P, "Et": Et, "R": R, "F": F, "W": W, "c_num": c_num, "c_tile": c_tile,
             "A": 2.0 * h * T * np.asarray(topk, dtype=float), "ep_f": np.asarray(ep, dtype=float),
+            "A_loc": local_pair_bytes(h, P, routing),
             "peak": math_peak(gpu, dtype), "l2": l2_effective_bytes(gpu), "sms": gpu.sms, "boost": gpu.boost_mhz,
             "mem_bw": gpu.mem_bw, "sm_stream": bool(sm_stream), "bw_stream": bw_stream,
             "x": W / (bw_stream * RAMP_REF_S), "full": full_tiles(P, Et, tile, R) if full_tile_stream else None}
@@ -907,7 +929,9 @@ def routed_law_time(s: dict, v: dict, *, regime: str = "evicted", dtype: str = "
                 lambda: smax(t_c, t_m + t_loc, p))
 
     def tokens():
-        pass_bytes = (v["token_passes"] + v["local_token_passes"] / s["ep_f"]) * s["A"]   # the per-pair passes' bytes
+        # the per-pair passes' bytes (the local passes on the timed rank's pairs where local_pair_bytes gives them)
+        pass_bytes = ((v["token_passes"] + v["local_token_passes"] / s["ep_f"]) * s["A"] if s.get("A_loc") is None
+                      else v["token_passes"] * s["A"] + v["local_token_passes"] * s["A_loc"])
         if lap:   # the local passes are in `both` (pair_overlap_split): the global passes alone here
             pass_bytes = pair_overlap_split(s, v)[1]
         t_tok = pass_bytes / s["mem_bw"]
@@ -987,7 +1011,7 @@ def cta_width_work(s: dict, v: dict):
 def pair_overlap_split(s: dict, v: dict) -> tuple:
     """(t_loc seconds, global pass bytes) of a law with `pair_overlap` (E3.1, issue 20, wave 41, helper tacticeta;
     written before it was scored): the local per-pair passes, local_token_passes x 2 h bytes per local token-expert
-    pair (= local_token_passes / ep x A), priced at HBM bandwidth as t_loc, which routed_law_time adds to the weight
+    pair (local_pair_bytes: A / ep, or 2 h P under a group-limited router), priced at HBM bandwidth as t_loc, which routed_law_time adds to the weight
     stream on the memory side of the compute roofline (smax_p(t_c, t_m + t_loc)): the grouped GEMMs read each local
     pair's activation row and write its outputs inside the same kernels as their math (TensorRT-LLM's CUTLASS fused
     MoE, moe_kernels.cu), so that traffic overlaps the math instead of adding to it; the global passes
@@ -996,7 +1020,8 @@ def pair_overlap_split(s: dict, v: dict) -> tuple:
     if "tok_bytes_per_clk_sm" in v:
         raise ValueError("a MoE law with pair_overlap cannot also have tok_bytes_per_clk_sm (both price the per-pair "
                          "passes)")
-    local = v["local_token_passes"] / s["ep_f"] * s["A"]
+    local = (v["local_token_passes"] / s["ep_f"] * s["A"] if s.get("A_loc") is None
+             else v["local_token_passes"] * s["A_loc"])
     return local / s["mem_bw"], v["token_passes"] * s["A"]
 
 
