@@ -285,7 +285,11 @@ OWN_LAWS_DISCLOSED = (
     "trtmap's rule adopted by the lead before scoring): the own-law pass prices an MXFP4 checkpoint (gpt-oss, nvfp4 "
     "label on Blackwell) as mxfp4, which TensorRT-LLM's kernels run as W4A8 MXFP4 / MXFP8 on sm 100 / 103 "
     "(terms.moe.kernel_dtype), and Hopper's gpt-oss on the Hopper-only torch_flow law; trtmap's scratch scores of both "
-    "fixes had been seen. The field stays vllm by the list in moe_kernels_rule (gaps named), not by these scores.")
+    "fixes had been seen. The field stays vllm by the list in moe_kernels_rule (gaps named), not by these scores. "
+    "Waves 41-42 (E3.1's disclosures, repeated here because the own-law pass prices with the same shipped laws): the "
+    "tactic law's tile choice (TACTIC_CHOICE, 'padding') and the per-pair overlap (PAIR_OVERLAP) were adopted by rules "
+    "written before E3.1 scored them, and the width-dependent per-tile work of the CUTLASS laws (CTA_WIDTH 'width', "
+    "wave 42) is the second of two forms, written after the first form's E3.1 scores had been seen.")
 
 
 def own_rows(rows: pd.DataFrame, framework: str) -> pd.DataFrame:
